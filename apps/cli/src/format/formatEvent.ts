@@ -1,0 +1,90 @@
+import { styleText } from 'node:util';
+import type { InvalidMessageEvent, TroupeEvent } from '@troupe/protocol';
+
+type Style = Parameters<typeof styleText>[0];
+
+/** How the kinds look in a terminal: what matters most stands out. */
+const KIND_STYLE: Partial<Record<string, Style>> = {
+  'task.accepted': 'cyan',
+  'task.completed': ['green', 'bold'],
+  'task.failed': ['red', 'bold'],
+  'task.cancelled': ['yellow', 'bold'],
+  'agent.handoff': 'magenta',
+  'step.started': 'blue',
+  'step.completed': 'blue',
+  'llm.error': 'red',
+  'message.invalid': ['red', 'bold'],
+};
+
+export interface FormatOptions {
+  color: boolean;
+}
+
+/** One readable line per event: time, task, from → to, kind, and what it says. */
+export function formatEvent(event: TroupeEvent, options: FormatOptions): string {
+  const paint = (style: Style | undefined, text: string) => (options.color && style ? styleText(style, text) : text);
+  const time = event.ts.slice(11, 23);
+  const route = event.from || event.to ? `${event.from ?? '·'} → ${event.to ?? '·'}` : '';
+  return [
+    paint('gray', time),
+    paint('gray', `${event.pipeline}/${event.taskId}`),
+    route.padEnd(22),
+    paint(KIND_STYLE[event.kind], event.kind.padEnd(16)),
+    summarize(event),
+  ].join('  ');
+}
+
+export function formatInvalid(event: InvalidMessageEvent, options: FormatOptions): string {
+  const paint = (style: Style, text: string) => (options.color ? styleText(style, text) : text);
+  const where = event.issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ');
+  return `${paint('gray', event.ts.slice(11, 23))}  ${paint(['red', 'bold'], 'message.invalid')}  ${event.subject}  ${event.reason}${where && !event.reason.includes(where) ? ` (${where})` : ''}`;
+}
+
+const oneLine = (text: string, max = 100): string => {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+};
+
+const tokens = (u: { inputTokens: number; outputTokens: number }) => `${u.inputTokens}→${u.outputTokens} tok`;
+const usd = (cost: number) => (cost > 0 ? ` $${cost.toFixed(4)}` : '');
+
+function summarize(event: TroupeEvent): string {
+  switch (event.kind) {
+    case 'task.accepted':
+      return oneLine(event.data.goal);
+    case 'step.started':
+      return `${event.data.step} (round ${event.data.round})`;
+    case 'agent.handoff':
+      return `${event.data.step}${event.data.reason === 'rework' ? ' — rework' : ''}`;
+    case 'llm.request':
+      return `turn ${event.data.turn} · ${event.data.provider}:${event.data.model} · ${event.data.messages} messages`;
+    case 'llm.response': {
+      const calls = event.data.toolCalls.map((c) => c.name).join(', ');
+      const what = calls ? `calls ${calls}` : oneLine(event.data.content, 70);
+      return `${tokens(event.data.usage)}${usd(event.data.costUsd)} · ${what}`;
+    }
+    case 'llm.error':
+      return `${event.data.code}: ${oneLine(event.data.message)}`;
+    case 'tool.call':
+      return `${event.data.tool} ${oneLine(event.data.arguments, 80)}`;
+    case 'tool.result':
+      return event.data.ok
+        ? `${event.data.tool} ok (${event.data.durationMs} ms) ${oneLine(event.data.output, 60)}`
+        : `${event.data.tool} ${event.data.error?.code ?? 'error'}: ${oneLine(event.data.error?.message ?? event.data.output, 80)}`;
+    case 'approval.requested':
+      return `${event.data.tool} ${oneLine(event.data.arguments, 60)} (approval ${event.data.approvalId})`;
+    case 'approval.decided':
+      return `${event.data.decision}${event.data.reason ? `: ${event.data.reason}` : ''}`;
+    case 'step.completed': {
+      const verdict = event.data.verdict ? `${event.data.verdict.decision}: ${oneLine(event.data.verdict.feedback, 70)}` : '';
+      const body = event.data.ok ? verdict || oneLine(event.data.output, 70) : `failed: ${event.data.error?.message ?? ''}`;
+      return `${event.data.step} · ${tokens(event.data.usage)} · ${body}`;
+    }
+    case 'task.completed':
+      return `${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}`;
+    case 'task.failed':
+      return `${event.data.reason}: ${oneLine(event.data.message, 120)}`;
+    case 'task.cancelled':
+      return event.data.reason ?? '';
+  }
+}

@@ -1,0 +1,41 @@
+import { resolve } from 'node:path';
+import { readServerRecord } from '@troupe/coordinator';
+import { createLogger, type Logger, NatsBus } from '@troupe/runtime';
+
+/** Thrown for a user's mistake: printed as is, without a stack. */
+export class CliError extends Error {
+  override readonly name = 'CliError';
+  readonly exitCode: number;
+
+  constructor(message: string, exitCode = 1) {
+    super(message);
+    this.exitCode = exitCode;
+  }
+}
+
+export interface ServerOptions {
+  server?: string;
+  home: string;
+}
+
+/** The NATS URL to use: `--server`, else `NATS_URL`, else the one a running `troupe up` recorded. */
+export async function resolveServer(options: ServerOptions): Promise<string> {
+  const explicit = options.server ?? process.env.NATS_URL;
+  if (explicit) return explicit;
+  const record = await readServerRecord(resolve(options.home));
+  if (record) return record.url;
+  throw new CliError(
+    `no NATS server to talk to: set NATS_URL or --server, or start one with \`troupe up <pipeline.yaml>\` (looked for a running one in ${resolve(options.home)}/server.json)`,
+  );
+}
+
+/** A quiet bus for CLI commands: only warnings and worse are logged, to stderr. */
+export async function connectCli(options: ServerOptions, name: string): Promise<NatsBus> {
+  const servers = await resolveServer(options);
+  const logger: Logger = createLogger({ level: process.env.TROUPE_LOG_LEVEL ?? 'warn', destination: process.stderr as never });
+  try {
+    return await NatsBus.connect({ servers, name, logger, messageLogLevel: 'debug' });
+  } catch (error) {
+    throw new CliError(`cannot connect to NATS at ${servers}: ${(error as Error).message}`);
+  }
+}

@@ -1,0 +1,107 @@
+import { Name } from '@troupe/protocol';
+import { z } from 'zod';
+import { suggestion } from './didYouMean.ts';
+
+/**
+ * An object with known keys only, except keys starting with `x-`: the sanctioned place for a user's own
+ * annotations and YAML anchors. They are accepted and ignored; any other unknown key is an error.
+ */
+const withExtensions = <T extends z.ZodRawShape>(shape: T) =>
+  z.looseObject(shape).superRefine((value, ctx) => {
+    for (const key of Object.keys(value)) {
+      if (!(key in shape) && !key.startsWith('x-')) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          message: `unknown key "${key}"${suggestion(key, Object.keys(shape))}; allowed: ${Object.keys(shape).join(', ')}; custom keys must start with "x-"`,
+        });
+      }
+    }
+  });
+
+/** A model entry: which provider, which model, and its settings. */
+export const ScriptedModelConfig = z.strictObject({
+  provider: z.literal('scripted'),
+  /** Path of the script, relative to the pipeline file. */
+  script: z.string().min(1),
+  model: z.string().default('scripted'),
+});
+
+export const ModelConfig = z.discriminatedUnion('provider', [ScriptedModelConfig]);
+export type ModelConfig = z.infer<typeof ModelConfig>;
+
+export const PermissionRuleConfig = z.strictObject({
+  tool: z.string().min(1),
+  decision: z.enum(['allow', 'deny']),
+  /** Globs relative to the task workspace, for file tools. */
+  paths: z.array(z.string().min(1)).min(1).optional(),
+});
+export type PermissionRuleConfig = z.infer<typeof PermissionRuleConfig>;
+
+export const AgentConfig = withExtensions({
+  description: z.string().optional(),
+  /** A name under `models:`; `defaults.model` when absent. */
+  model: Name.optional(),
+  instructions: z.string().trim().min(1, 'must not be empty'),
+  tools: z.array(z.string().min(1)).default([]),
+  permissions: z.array(PermissionRuleConfig).default([]),
+  /** The most model calls in one step; `defaults.maxTurns` when absent. */
+  maxTurns: z.number().int().positive().max(1_000).optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  maxTokens: z.number().int().positive().optional(),
+});
+export type AgentConfig = z.infer<typeof AgentConfig>;
+
+const StepId = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'must be 1-63 characters of a-z, 0-9, "_" and "-", starting with a letter or digit');
+
+/** A step that hands the work to an agent and takes its text reply. */
+export const AgentStepConfig = z.strictObject({
+  id: StepId,
+  kind: z.literal('agent'),
+  agent: Name,
+  /** Which earlier steps' outputs this step sees; all earlier steps when absent. */
+  context: z.array(StepId).optional(),
+  /** How long the step may take, in seconds, before it fails. */
+  timeout: z.number().positive().max(86_400).optional(),
+});
+
+/** A step whose agent returns a verdict: approve moves on, reject sends the work back with feedback. */
+export const ReviewStepConfig = z.strictObject({
+  id: StepId,
+  kind: z.literal('review'),
+  agent: Name,
+  context: z.array(StepId).optional(),
+  timeout: z.number().positive().max(86_400).optional(),
+  /** The earlier step that reworks the task on reject. */
+  onReject: StepId,
+  /** How many rounds of work the reviewer may see; a reject in the last round ends the loop. */
+  maxRounds: z.number().int().min(1).max(100),
+  /** At the bound: `fail` the task (default), or `complete` it with the last work, unapproved. */
+  onMaxRounds: z.enum(['fail', 'complete']).default('fail'),
+});
+
+export const StepConfig = z.discriminatedUnion('kind', [AgentStepConfig, ReviewStepConfig]);
+export type StepConfig = z.infer<typeof StepConfig>;
+export type AgentStepConfig = z.infer<typeof AgentStepConfig>;
+export type ReviewStepConfig = z.infer<typeof ReviewStepConfig>;
+
+export const DefaultsConfig = z.strictObject({
+  model: Name.optional(),
+  maxTurns: z.number().int().positive().max(1_000).default(10),
+  /** Default step timeout in seconds. */
+  stepTimeout: z.number().positive().max(86_400).default(600),
+});
+
+/** A pipeline file. */
+export const PipelineConfig = withExtensions({
+  version: z.literal(1),
+  name: Name,
+  description: z.string().optional(),
+  models: z.record(Name, ModelConfig),
+  defaults: DefaultsConfig.prefault({}),
+  agents: z.record(Name, AgentConfig),
+  flow: z.array(StepConfig).min(1, 'needs at least one step'),
+});
+export type PipelineConfig = z.infer<typeof PipelineConfig>;

@@ -1,0 +1,119 @@
+import { hostname } from 'node:os';
+import { BUCKETS } from '@troupe/protocol';
+import {
+  type AgentHost,
+  type BusSubscription,
+  type Clock,
+  ensureTroupeStreams,
+  type IdGenerator,
+  KvStore,
+  type Logger,
+  type NatsBus,
+  randomId,
+  startAgentHost,
+  systemClock,
+  type ToolRegistry,
+} from '@troupe/runtime';
+import { agentDefinitions } from './config/agentDefinitions.ts';
+import type { LoadedPipeline } from './config/loadPipeline.ts';
+import { builtinTools } from './config/builtinTools.ts';
+import { startIntakeGuard } from './intake/intakeGuard.ts';
+import { PipelineRegistry } from './intake/pipelineRegistry.ts';
+import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
+import { WorkflowRecord } from './workflow/workflowRecord.ts';
+
+export interface CoordinatorOptions {
+  bus: NatsBus;
+  pipelines: readonly LoadedPipeline[];
+  logger: Logger;
+  /** Task workspaces live under `<workspaceRoot>/<pipeline>/<taskId>`. */
+  workspaceRoot: string;
+  /** Host the pipelines' agents in this process too (default true); false leaves them to workers. */
+  hostAgents?: boolean;
+  /** The most tasks per pipeline this process runs at once (default 16). */
+  concurrency?: number;
+  /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
+  ackWaitMs?: number;
+  /** How long a step waits for a worker to serve its agent (default 30 s). */
+  noResponderWaitMs?: number;
+  registry?: ToolRegistry;
+  clock?: Clock;
+  ids?: IdGenerator;
+}
+
+/** A running coordinator. */
+export interface Coordinator {
+  readonly pipelines: readonly string[];
+  /** Task ids this process is running now. */
+  running(): string[];
+  /** Stops taking tasks; running ones are handed back to NATS to be resumed by a coordinator. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the service for a set of loaded pipelines: sets up the streams and buckets, registers the pipelines,
+ * consumes their tasks (one workflow actor per task), and hosts their agents unless told not to.
+ *
+ * @example
+ * const pipeline = await loadPipeline('examples/demo.yaml', { toolNames: builtinTools().names() });
+ * const coordinator = await startCoordinator({ bus, pipelines: [pipeline], logger, workspaceRoot: '.troupe/work' });
+ */
+export async function startCoordinator(options: CoordinatorOptions): Promise<Coordinator> {
+  const { bus, logger } = options;
+  const clock = options.clock ?? systemClock;
+  const ids = options.ids ?? randomId;
+  const registry = options.registry ?? builtinTools();
+  await ensureTroupeStreams(bus);
+  const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+  const pipelineRegistry = await PipelineRegistry.open(bus);
+  const host = `${hostname()}:${process.pid}`;
+  for (const pipeline of options.pipelines) {
+    await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()));
+  }
+
+  const agentHosts: AgentHost[] = [];
+  if (options.hostAgents ?? true) {
+    for (const pipeline of options.pipelines) {
+      agentHosts.push(
+        startAgentHost({
+          bus,
+          pipeline: pipeline.config.name,
+          agents: agentDefinitions(pipeline),
+          registry,
+          workspaceRoot: options.workspaceRoot,
+          logger,
+          clock,
+          ids,
+        }),
+      );
+    }
+  }
+  const guard: BusSubscription = startIntakeGuard(bus, () => pipelineRegistry.names());
+  const runners: PipelineRunner[] = [];
+  for (const pipeline of options.pipelines) {
+    runners.push(
+      await startPipelineRunner({
+        bus,
+        config: pipeline.config,
+        store,
+        logger: logger.child({ pipeline: pipeline.config.name }),
+        clock,
+        ids,
+        concurrency: options.concurrency ?? 16,
+        ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
+        ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
+      }),
+    );
+  }
+
+  return {
+    pipelines: options.pipelines.map((p) => p.config.name),
+    running: () => runners.flatMap((r) => r.running()),
+    async stop() {
+      guard.unsubscribe();
+      await Promise.all(runners.map((r) => r.stop()));
+      await Promise.all(agentHosts.map((h) => h.stop()));
+      await bus.flush();
+    },
+  };
+}

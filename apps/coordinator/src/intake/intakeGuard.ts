@@ -1,0 +1,36 @@
+import { parseSubject, subjects } from '@troupe/protocol';
+import type { BusSubscription, NatsBus } from '@troupe/runtime';
+import { z } from 'zod';
+import { suggestion } from '../config/didYouMean.ts';
+
+/**
+ * Watches every task subject and reports tasks no coordinator can run: a subject that is not
+ * `troupe.tasks.<pipeline>`, or a pipeline no coordinator has loaded. One member of the queue group reports each.
+ * (Payload errors for known pipelines are reported by the pipeline's runner, which reads the stored message.)
+ */
+export function startIntakeGuard(bus: NatsBus, knownPipelines: () => Promise<string[]>): BusSubscription {
+  return bus.subscribe(
+    subjects.allTasks,
+    z.unknown(),
+    async (delivery) => {
+      const parsed = parseSubject(delivery.subject);
+      const known = await knownPipelines();
+      if (parsed?.type === 'task' && known.includes(parsed.pipeline)) return;
+      const name = delivery.subject.slice('troupe.tasks.'.length);
+      const reason =
+        parsed?.type === 'task'
+          ? `no pipeline named "${parsed.pipeline}" is loaded${suggestion(parsed.pipeline, known)}; loaded: ${known.join(', ') || 'none'}`
+          : `"${name}" is not a pipeline name (a-z, 0-9 and "-"); publish tasks on troupe.tasks.<pipeline>`;
+      bus.reportInvalid({
+        subject: delivery.subject,
+        reporter: 'coordinator',
+        reason: `task refused: ${reason}`,
+        issues: [],
+        payload: JSON.stringify(delivery.value).slice(0, 2_000),
+        ...(parsed?.type === 'task' ? { pipeline: parsed.pipeline } : {}),
+      });
+      delivery.respond({ ok: false, error: { code: 'unknown_pipeline', message: reason } });
+    },
+    { queue: 'troupe-intake-guard', reporter: 'coordinator', meta: () => ({ kind: 'task' }) },
+  );
+}

@@ -1,0 +1,53 @@
+import { BUCKETS, Name } from '@troupe/protocol';
+import { KvStore, type NatsBus } from '@troupe/runtime';
+import { z } from 'zod';
+import type { PipelineConfig } from '../config/pipelineSchema.ts';
+
+/** What the KV bucket `pipelines` says of a pipeline some coordinator has loaded. */
+export const PipelineRegistration = z.object({
+  name: Name,
+  description: z.string().optional(),
+  agents: z.array(Name),
+  steps: z.array(z.string()),
+  host: z.string(),
+  registeredAt: z.string(),
+});
+export type PipelineRegistration = z.infer<typeof PipelineRegistration>;
+
+/** The pipelines known across every coordinator on this NATS, so any process can tell an unknown one. */
+export class PipelineRegistry {
+  readonly #store: KvStore<typeof PipelineRegistration>;
+  #cache: { names: string[]; at: number } | undefined;
+
+  private constructor(store: KvStore<typeof PipelineRegistration>) {
+    this.#store = store;
+  }
+
+  static async open(bus: NatsBus): Promise<PipelineRegistry> {
+    return new PipelineRegistry(await KvStore.open(bus, BUCKETS.pipelines, PipelineRegistration));
+  }
+
+  async register(config: PipelineConfig, host: string, now: Date): Promise<void> {
+    await this.#store.put(config.name, {
+      name: config.name,
+      ...(config.description === undefined ? {} : { description: config.description }),
+      agents: Object.keys(config.agents),
+      steps: config.flow.map((s) => s.id),
+      host,
+      registeredAt: now.toISOString(),
+    });
+    this.#cache = undefined;
+  }
+
+  /** Names of every registered pipeline; cached for a second, since every task subject asks. */
+  async names(): Promise<string[]> {
+    if (this.#cache && Date.now() - this.#cache.at < 1_000) return this.#cache.names;
+    const names = (await this.#store.keys()).sort();
+    this.#cache = { names, at: Date.now() };
+    return names;
+  }
+
+  get(name: string): Promise<PipelineRegistration | undefined> {
+    return this.#store.get(name).then((entry) => entry?.value);
+  }
+}

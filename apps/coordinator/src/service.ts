@@ -1,0 +1,78 @@
+import { resolve } from 'node:path';
+import { type EmbeddedNats, type Logger, NatsBus, startNatsServer } from '@troupe/runtime';
+import { builtinTools } from './config/builtinTools.ts';
+import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
+import { type Coordinator, startCoordinator } from './coordinator.ts';
+import { removeServerRecord, writeServerRecord } from './serverRecord.ts';
+
+export interface ServiceOptions {
+  /** Pipeline files to load. */
+  files: readonly string[];
+  /** Join this NATS server or cluster; without it an embedded nats-server is started. */
+  natsUrl?: string;
+  /** Where the embedded server keeps its data, workspaces live and the server URL is recorded (default `.troupe`). */
+  home?: string;
+  hostAgents?: boolean;
+  concurrency?: number;
+  logger: Logger;
+}
+
+/** Everything `troupe up` runs: the NATS connection (and embedded server), the coordinator, and how to stop them. */
+export interface Service {
+  url: string;
+  embedded: EmbeddedNats | undefined;
+  pipelines: readonly LoadedPipeline[];
+  coordinator: Coordinator;
+  bus: NatsBus;
+  stop(): Promise<void>;
+}
+
+/**
+ * Loads the pipelines (refusing bad files before anything starts), starts or joins NATS, and starts the
+ * coordinator. The embedded server's URL is recorded under `home` for `troupe submit` and `troupe tail`.
+ */
+export async function startService(options: ServiceOptions): Promise<Service> {
+  const home = resolve(options.home ?? '.troupe');
+  const registry = builtinTools();
+  const pipelines = await Promise.all(options.files.map((f) => loadPipeline(f, { toolNames: registry.names() })));
+  const embedded =
+    options.natsUrl === undefined
+      ? await startNatsServer({ dataDir: resolve(home, 'nats'), logFile: resolve(home, 'nats-server.log') })
+      : undefined;
+  const url = options.natsUrl ?? embedded?.url ?? '';
+  try {
+    const bus = await NatsBus.connect({ servers: url, name: 'troupe-coordinator', logger: options.logger });
+    const coordinator = await startCoordinator({
+      bus,
+      pipelines,
+      logger: options.logger,
+      workspaceRoot: resolve(home, 'workspaces'),
+      registry,
+      ...(options.hostAgents === undefined ? {} : { hostAgents: options.hostAgents }),
+      ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+    });
+    if (embedded) await writeServerRecord(home, { url, pid: process.pid, startedAt: new Date().toISOString() });
+    options.logger.info(
+      { url, embedded: embedded !== undefined, pipelines: coordinator.pipelines },
+      `troupe is up on ${url}`,
+    );
+    return {
+      url,
+      embedded,
+      pipelines,
+      coordinator,
+      bus,
+      async stop() {
+        await coordinator.stop();
+        await bus.drain();
+        if (embedded) {
+          await removeServerRecord(home, process.pid);
+          await embedded.stop();
+        }
+      },
+    };
+  } catch (error) {
+    await embedded?.stop();
+    throw error;
+  }
+}

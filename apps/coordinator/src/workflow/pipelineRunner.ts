@@ -1,0 +1,269 @@
+import { emptyUsage, isTaskId, parseMessage, TaskSubmission, type UsageTotals } from '@troupe/protocol';
+import {
+  type Clock,
+  EventFactory,
+  type EventScope,
+  type IdGenerator,
+  type KvStore,
+  type Logger,
+  type NatsBus,
+  newTraceparent,
+  type TaskDelivery,
+  type TaskQueue,
+  startTaskQueue,
+} from '@troupe/runtime';
+import { type Actor, createActor, fromPromise, type Snapshot } from 'xstate';
+import type { PipelineConfig } from '../config/pipelineSchema.ts';
+import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
+import { createStepRunner } from './stepRunner.ts';
+import type { WorkflowRecord } from './workflowRecord.ts';
+import type { WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
+
+export interface PipelineRunnerOptions {
+  bus: NatsBus;
+  config: PipelineConfig;
+  store: KvStore<typeof WorkflowRecord>;
+  logger: Logger;
+  clock: Clock;
+  ids: IdGenerator;
+  /** The most tasks of this pipeline this process runs at once. */
+  concurrency: number;
+  ackWaitMs?: number;
+  noResponderWaitMs?: number;
+}
+
+/** Runs one pipeline's tasks: one workflow actor per task, events on the wire, snapshots in KV. */
+export interface PipelineRunner {
+  readonly pipeline: string;
+  /** Task ids running in this process now. */
+  running(): string[];
+  stop(): Promise<void>;
+}
+
+interface RunningTask {
+  actor: Actor<WorkflowMachine>;
+  delivery: TaskDelivery;
+}
+
+export async function startPipelineRunner(options: PipelineRunnerOptions): Promise<PipelineRunner> {
+  const { bus, config, store, logger, clock } = options;
+  const pipeline = config.name;
+  const events = new EventFactory(clock, options.ids);
+  const runStep = createStepRunner({
+    bus,
+    clock,
+    ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
+  });
+  const machine = compileFlow(config).provide({
+    actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },
+  });
+  const running = new Map<string, RunningTask>();
+  const ackWaitMs = options.ackWaitMs ?? 30_000;
+  let stopping = false;
+
+  async function handle(delivery: TaskDelivery): Promise<void> {
+    const parsed = parseMessage(TaskSubmission, delivery.data);
+    if (!parsed.ok) {
+      bus.reportInvalid({
+        subject: delivery.subject,
+        reporter: 'coordinator',
+        reason: `task for pipeline ${pipeline} refused: ${parsed.reason}`,
+        issues: parsed.issues,
+        payload: new TextDecoder().decode(delivery.data.slice(0, 2_000)),
+        pipeline,
+      });
+      delivery.term('invalid task payload');
+      return;
+    }
+    const submission = parsed.value;
+    const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
+    if (running.has(taskId)) return; // a redelivery of a task this process is still running
+    const existing = await store.get(taskId);
+    if (existing && existing.value.streamSequence !== delivery.streamSequence) {
+      logger.warn({ taskId, pipeline, first: existing.value.streamSequence, again: delivery.streamSequence }, 'task id already submitted; ignoring the resubmission');
+      delivery.ack();
+      return;
+    }
+    if (existing && existing.value.status !== 'running') {
+      delivery.ack();
+      return;
+    }
+    const input: WorkflowInput = {
+      taskId,
+      pipeline,
+      goal: submission.goal,
+      ...(submission.input ? { input: submission.input } : {}),
+      ...(submission.metadata ? { metadata: submission.metadata } : {}),
+      traceparent: existing ? traceOf(existing.value.snapshot) : newTraceparent(),
+    };
+    const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
+    const createdAt = existing?.value.createdAt ?? new Date(clock.now()).toISOString();
+    if (!existing) {
+      const claimed = await store.create(taskId, record(input, delivery, 'running', config.flow[0]?.id ?? 'completed', 1, emptyUsage(), createdAt, clock, undefined));
+      if (claimed === undefined) {
+        // Another coordinator claimed this id between our read and our write.
+        logger.warn({ taskId, pipeline }, 'task id claimed by another coordinator; ignoring this delivery');
+        delivery.ack();
+        return;
+      }
+      bus.publishEvent(
+        events.make(
+          'task.accepted',
+          scope,
+          {
+            goal: submission.goal,
+            ...(submission.input ? { input: submission.input } : {}),
+            ...(submission.metadata ? { metadata: submission.metadata } : {}),
+          },
+          { from: 'user', to: pipeline },
+        ),
+      );
+    }
+    await runTask(input, delivery, scope, createdAt, existing?.value.snapshot);
+  }
+
+  async function runTask(
+    input: WorkflowInput,
+    delivery: TaskDelivery,
+    scope: EventScope,
+    createdAt: string,
+    snapshot: unknown,
+  ): Promise<void> {
+    const started = clock.now();
+    const actor = createActor(machine, {
+      input,
+      ...(snapshot === undefined ? {} : { snapshot: snapshot as Snapshot<unknown> }),
+    });
+    running.set(input.taskId, { actor, delivery });
+    actor.on('event', (emitted) => {
+      const route = {
+        ...(emitted.from === undefined ? {} : { from: emitted.from }),
+        ...(emitted.to === undefined ? {} : { to: emitted.to }),
+      };
+      bus.publishEvent(events.make(emitted.kind, scope, emitted.data as never, route));
+    });
+    let writes = Promise.resolve();
+    const persist = () => {
+      const snap = actor.getSnapshot();
+      const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
+      const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
+      const persisted = actor.getPersistedSnapshot();
+      writes = writes
+        .then(() => store.put(input.taskId, record(input, delivery, status, state, snap.context.round, snap.context.usage, createdAt, clock, persisted)))
+        .then(() => undefined)
+        .catch((error: unknown) => logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'));
+    };
+    const heartbeat = setInterval(() => delivery.working(), Math.max(1_000, Math.floor(ackWaitMs / 3)));
+    const finished = new Promise<WorkflowOutput | undefined>((resolve) => {
+      actor.subscribe({
+        next: (snap) => {
+          persist();
+          if (snap.status === 'done') resolve(snap.output);
+          if (snap.status === 'stopped') resolve(undefined);
+        },
+        error: (error) => {
+          logger.error({ err: error, taskId: input.taskId }, 'workflow actor crashed');
+          resolve(undefined);
+        },
+      });
+    });
+    actor.start();
+    try {
+      const output = await finished;
+      await writes;
+      if (output === undefined) {
+        // Stopped (shutdown) or crashed: hand the task back so a coordinator resumes it from its checkpoint.
+        if (!stopping) publishFailure(scope, 'internal', 'the workflow actor crashed; see the coordinator log', emptyUsage(), clock.now() - started);
+        delivery.nak(stopping ? 0 : 5_000);
+        return;
+      }
+      publishFinal(scope, output, clock.now() - started);
+      delivery.ack();
+    } finally {
+      clearInterval(heartbeat);
+      running.delete(input.taskId);
+    }
+  }
+
+  function publishFinal(scope: EventScope, output: WorkflowOutput, durationMs: number): void {
+    if (output.status === 'completed') {
+      bus.publishEvent(
+        events.make(
+          'task.completed',
+          scope,
+          { output: output.output, rounds: output.rounds, usage: output.usage, usageByAgent: output.usageByAgent, durationMs },
+          { to: 'user' },
+        ),
+      );
+      return;
+    }
+    const failure = output.failure ?? { reason: 'failed', message: 'the workflow failed' };
+    publishFailure(scope, failure.reason, failure.message, output.usage, durationMs, failure.step);
+  }
+
+  function publishFailure(scope: EventScope, reason: string, message: string, usage: UsageTotals, durationMs: number, step?: string): void {
+    bus.publishEvent(
+      events.make('task.failed', scope, { reason, message, usage, durationMs, ...(step ? { step } : {}) }, { to: 'user' }),
+    );
+  }
+
+  const queue: TaskQueue = await startTaskQueue(bus, {
+    pipeline,
+    concurrency: options.concurrency,
+    ackWaitMs,
+    handle,
+  });
+  logger.info({ pipeline, consumer: queue.consumer, concurrency: options.concurrency }, 'pipeline is taking tasks');
+
+  return {
+    pipeline,
+    running: () => [...running.keys()],
+    async stop() {
+      stopping = true;
+      for (const task of running.values()) task.actor.stop();
+      await queue.stop();
+    },
+  };
+}
+
+function record(
+  input: WorkflowInput,
+  delivery: TaskDelivery,
+  status: WorkflowRecord['status'],
+  state: string,
+  round: number,
+  usage: UsageTotals,
+  createdAt: string,
+  clock: Clock,
+  snapshot: unknown,
+): WorkflowRecord {
+  return {
+    taskId: input.taskId,
+    pipeline: input.pipeline,
+    streamSequence: delivery.streamSequence,
+    status,
+    state,
+    goal: input.goal,
+    round,
+    usage,
+    createdAt,
+    updatedAt: new Date(clock.now()).toISOString(),
+    snapshot,
+  };
+}
+
+/** `Nats-Msg-Id` doubles as the task id when the payload has none, so `nats pub -H Nats-Msg-Id:…` works. */
+function idFromHeader(delivery: TaskDelivery): string | undefined {
+  const id = delivery.headers['Nats-Msg-Id'];
+  return id !== undefined && isTaskId(id) ? id : undefined;
+}
+
+/** Deterministic for a stored message, so every redelivery of it gets the same id. */
+function derivedId(delivery: TaskDelivery): string {
+  return `t${delivery.streamSequence}-${delivery.storedAt.toString(36)}`;
+}
+
+function traceOf(snapshot: unknown): string {
+  const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task?.traceparent;
+  return typeof trace === 'string' ? trace : newTraceparent();
+}

@@ -1,0 +1,69 @@
+import { AgentStepReply, subjects } from '@troupe/protocol';
+import { type Clock, type NatsBus, TransportError } from '@troupe/runtime';
+import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
+
+export interface StepRunnerOptions {
+  bus: NatsBus;
+  clock: Clock;
+  /** How long to keep trying while no worker serves the agent (workers may still be starting). */
+  noResponderWaitMs?: number;
+}
+
+/**
+ * Sends a step to its agent over NATS and waits for the reply. While nobody serves the agent it retries with
+ * backoff, then fails with a message that says which subject has no worker.
+ */
+export function createStepRunner(options: StepRunnerOptions) {
+  const waitForWorkersMs = options.noResponderWaitMs ?? 30_000;
+  return async (input: StepRunInput, signal: AbortSignal): Promise<StepRunOutput> => {
+    const { request, timeoutMs } = input;
+    const subject = subjects.agent(request.pipeline, request.agent);
+    const started = options.clock.now();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const reply = await options.bus.request(subject, request, AgentStepReply, {
+          timeoutMs,
+          signal,
+          meta: { taskId: request.taskId, from: request.from ?? 'workflow', to: request.agent, kind: 'agent.step' },
+        });
+        return { ...reply, durationMs: options.clock.now() - started };
+      } catch (error) {
+        const noWorker = error instanceof TransportError && error.code === 'no_responders';
+        const waited = options.clock.now() - started;
+        if (!noWorker || waited >= waitForWorkersMs) throw explain(error, subject, request.agent, waited);
+        await sleep(Math.min(250 * 2 ** attempt, 2_000), signal);
+      }
+    }
+  };
+}
+
+function explain(error: unknown, subject: string, agent: string, waitedMs: number): Error {
+  if (error instanceof TransportError && error.code === 'no_responders') {
+    return new TransportError(
+      'no_responders',
+      `no worker serves agent ${agent} on ${subject} (waited ${Math.round(waitedMs / 1000)} s); ` +
+        'start `troupe up` with this pipeline, or a `troupe worker` for this agent',
+      { cause: error },
+    );
+  }
+  if (error instanceof TransportError && error.code === 'timeout') {
+    return new TransportError('timeout', `agent ${agent} did not reply on ${subject} within the step timeout`, {
+      cause: error,
+    });
+  }
+  return error instanceof Error ? error : new Error(String(error));
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(new Error('step aborted'));
+      },
+      { once: true },
+    );
+  });
+}

@@ -1,0 +1,21 @@
+import { Name, TaskId, UsageTotals } from '@troupe/protocol';
+import { z } from 'zod';
+
+/** What the KV bucket `workflows` holds per task: where it stands, and the actor's persisted snapshot. */
+export const WorkflowRecord = z.object({
+  taskId: TaskId,
+  pipeline: Name,
+  /** The `TASKS` message this task came from; a redelivery of it resumes, a new message with the same id is a duplicate. */
+  streamSequence: z.number().int().nonnegative(),
+  status: z.enum(['running', 'completed', 'failed']),
+  /** The workflow state (a step id, `completed` or `failed`). */
+  state: z.string(),
+  goal: z.string(),
+  round: z.number().int().positive(),
+  usage: UsageTotals,
+  createdAt: z.string(),
+  updatedAt: z.string(),
+  /** XState persisted snapshot; restored with `createActor(machine, { snapshot })`. */
+  snapshot: z.unknown(),
+});
+export type WorkflowRecord = z.infer<typeof WorkflowRecord>;

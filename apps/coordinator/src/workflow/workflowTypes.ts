@@ -1,0 +1,64 @@
+import type { AgentStepReply, AgentStepRequest, EventKind, StepOutput, UsageTotals } from '@troupe/protocol';
+
+/** What a workflow actor starts from: one task. */
+export interface WorkflowInput {
+  taskId: string;
+  pipeline: string;
+  goal: string;
+  input?: Record<string, unknown>;
+  metadata?: Record<string, string>;
+  traceparent: string;
+}
+
+/** What the injected `runStep` actor is given: the request for the agent and how long it may take. */
+export interface StepRunInput {
+  request: AgentStepRequest;
+  timeoutMs: number;
+}
+
+/** The agent's reply and how long the step took. */
+export type StepRunOutput = AgentStepReply & { durationMs: number };
+
+export interface WorkflowFailure {
+  /** Stable code: `step_failed`, `max_rounds`, `invalid_output`, `transport`. */
+  reason: string;
+  message: string;
+  step?: string;
+}
+
+export interface WorkflowContext {
+  task: WorkflowInput;
+  /** 1 + the number of rejections so far; part of every step id. */
+  round: number;
+  rejections: Record<string, number>;
+  /** Latest output of each step, by step id. */
+  latest: Record<string, StepOutput>;
+  feedback?: string | undefined;
+  /** The step the last rejection sent the work back to, until it has run again. */
+  reworkTarget?: string | undefined;
+  lastAgent?: string;
+  usage: UsageTotals;
+  usageByAgent: Record<string, UsageTotals>;
+  approved?: boolean;
+  failure?: WorkflowFailure;
+}
+
+/** A workflow's result once it reaches `completed` or `failed`. */
+export interface WorkflowOutput {
+  status: 'completed' | 'failed';
+  output: string;
+  approved: boolean | undefined;
+  rounds: number;
+  usage: UsageTotals;
+  usageByAgent: Record<string, UsageTotals>;
+  failure?: WorkflowFailure;
+}
+
+/** An event for the wire, without id, time and trace: the host adds those. */
+export interface WorkflowEmitted {
+  type: 'event';
+  kind: EventKind;
+  data: Record<string, unknown>;
+  from?: string;
+  to?: string;
+}

@@ -1,0 +1,81 @@
+/** A JSON Schema object, as given to a model for a tool's arguments or a structured reply. */
+export type JsonSchema = Record<string, unknown>;
+
+/** A tool the model may call, as the model sees it. */
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  /** JSON Schema of the tool's arguments (an object schema). */
+  parameters: JsonSchema;
+}
+
+/** One tool call the model asked for. `arguments` is the raw JSON text the model produced. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** The normalized conversation: the same shape for every provider. */
+export type ChatMessage =
+  | { role: 'system'; content: string }
+  | { role: 'user'; content: string }
+  | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
+  | { role: 'tool'; toolCallId: string; name: string; content: string; isError?: boolean };
+
+/** Token counts of one model call. */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  /** Input tokens served from the provider's prompt cache (a subset of inputTokens). */
+  cachedTokens: number;
+}
+
+export type FinishReason = 'stop' | 'tool_calls' | 'length' | 'content_filter' | 'error';
+
+/** Who is asking: lets a provider keep per-conversation state (the scripted one does) and label logs. */
+export interface CallContext {
+  taskId: string;
+  pipeline: string;
+  agent: string;
+  stepId: string;
+}
+
+/** One request to a model. */
+export interface ModelRequest {
+  messages: ChatMessage[];
+  tools: ToolDefinition[];
+  /** Ask the model for a JSON reply matching this schema, where the provider supports it natively. */
+  responseSchema?: { name: string; schema: JsonSchema };
+  temperature?: number;
+  maxTokens?: number;
+  context: CallContext;
+  signal?: AbortSignal;
+}
+
+/** The model's reply, normalized. */
+export interface ModelResponse {
+  content: string;
+  toolCalls: ToolCall[];
+  usage: Usage;
+  finishReason: FinishReason;
+  /** The model that answered, as the provider names it. */
+  model: string;
+}
+
+/** One interface over every model vendor. A provider never retries on its own; the caller owns retries. */
+export interface ModelProvider {
+  /** Provider kind, e.g. `scripted`, `openai`. */
+  readonly provider: string;
+  /** The model this instance calls, e.g. `gpt-5-mini`. */
+  readonly model: string;
+  complete(request: ModelRequest): Promise<ModelResponse>;
+}
+
+export const zeroUsage = (): Usage => ({ inputTokens: 0, outputTokens: 0, cachedTokens: 0 });
+
+export const addUsage = (a: Usage, b: Usage): Usage => ({
+  inputTokens: a.inputTokens + b.inputTokens,
+  outputTokens: a.outputTokens + b.outputTokens,
+  cachedTokens: a.cachedTokens + b.cachedTokens,
+});

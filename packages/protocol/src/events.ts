@@ -1,0 +1,165 @@
+import { z } from 'zod';
+import { Name, TaskId } from './names.ts';
+import { Verdict } from './step.ts';
+import { UsageTotals } from './usage.ts';
+
+const TokenUsage = z.object({
+  inputTokens: z.number().int().nonnegative(),
+  outputTokens: z.number().int().nonnegative(),
+  cachedTokens: z.number().int().nonnegative(),
+});
+
+const StepRef = { step: z.string(), agent: Name, round: z.number().int().positive(), stepId: z.string() };
+const CallRef = { agent: Name, stepId: z.string() };
+
+/** The payload (`data`) of each event kind. */
+export const EventData = {
+  'task.accepted': z.object({
+    goal: z.string(),
+    input: z.record(z.string(), z.unknown()).optional(),
+    metadata: z.record(z.string(), z.string()).optional(),
+  }),
+  'step.started': z.object(StepRef),
+  'agent.handoff': z.object({ step: z.string(), round: z.number().int().positive(), reason: z.string() }),
+  'llm.request': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    provider: z.string(),
+    model: z.string(),
+    messages: z.number().int().nonnegative(),
+    tools: z.array(z.string()),
+  }),
+  'llm.response': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    provider: z.string(),
+    model: z.string(),
+    usage: TokenUsage,
+    costUsd: z.number().nonnegative(),
+    finishReason: z.string(),
+    content: z.string(),
+    toolCalls: z.array(z.object({ id: z.string(), name: z.string() })),
+    durationMs: z.number().nonnegative(),
+  }),
+  'llm.error': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    provider: z.string(),
+    model: z.string(),
+    code: z.string(),
+    message: z.string(),
+  }),
+  'tool.call': z.object({ ...CallRef, callId: z.string(), tool: z.string(), arguments: z.string() }),
+  'tool.result': z.object({
+    ...CallRef,
+    callId: z.string(),
+    tool: z.string(),
+    ok: z.boolean(),
+    decision: z.string(),
+    output: z.string(),
+    error: z.object({ code: z.string(), message: z.string() }).optional(),
+    durationMs: z.number().nonnegative(),
+    truncated: z.object({ originalBytes: z.number().int() }).optional(),
+  }),
+  'approval.requested': z.object({
+    ...CallRef,
+    approvalId: z.string(),
+    callId: z.string(),
+    tool: z.string(),
+    arguments: z.string(),
+  }),
+  'approval.decided': z.object({
+    ...CallRef,
+    approvalId: z.string(),
+    decision: z.enum(['allow', 'deny']),
+    reason: z.string().optional(),
+    by: z.string().optional(),
+  }),
+  'step.completed': z.object({
+    ...StepRef,
+    ok: z.boolean(),
+    output: z.string(),
+    verdict: Verdict.optional(),
+    error: z.object({ code: z.string(), message: z.string() }).optional(),
+    usage: UsageTotals,
+    turns: z.number().int().nonnegative(),
+    durationMs: z.number().nonnegative(),
+  }),
+  'task.completed': z.object({
+    output: z.string(),
+    rounds: z.number().int().nonnegative(),
+    usage: UsageTotals,
+    usageByAgent: z.record(z.string(), UsageTotals),
+    durationMs: z.number().nonnegative(),
+  }),
+  'task.failed': z.object({
+    reason: z.string(),
+    message: z.string(),
+    step: z.string().optional(),
+    usage: UsageTotals,
+    durationMs: z.number().nonnegative(),
+  }),
+  'task.cancelled': z.object({ reason: z.string().optional(), usage: UsageTotals }),
+} as const;
+
+export type EventKind = keyof typeof EventData;
+export const EVENT_KINDS = Object.keys(EventData) as EventKind[];
+
+/** Kinds that end a task: nothing follows them for that task. */
+export const FINAL_EVENT_KINDS: readonly EventKind[] = ['task.completed', 'task.failed', 'task.cancelled'];
+
+const envelope = {
+  /** Unique per event; consumers may dedupe on it. */
+  id: z.string().min(1),
+  /** ISO-8601 time the event was made. */
+  ts: z.string(),
+  pipeline: Name,
+  taskId: TaskId,
+  from: z.string().optional(),
+  to: z.string().optional(),
+  /** W3C trace context of the task, so a task's events join one trace. */
+  traceparent: z.string(),
+};
+
+const eventSchema = <K extends EventKind>(kind: K) =>
+  z.object({ ...envelope, kind: z.literal(kind), data: EventData[kind] });
+
+/** Every event on `troupe.events.<pipeline>.<taskId>.<kind>`. */
+export const TroupeEvent = z.discriminatedUnion('kind', [
+  eventSchema('task.accepted'),
+  eventSchema('step.started'),
+  eventSchema('agent.handoff'),
+  eventSchema('llm.request'),
+  eventSchema('llm.response'),
+  eventSchema('llm.error'),
+  eventSchema('tool.call'),
+  eventSchema('tool.result'),
+  eventSchema('approval.requested'),
+  eventSchema('approval.decided'),
+  eventSchema('step.completed'),
+  eventSchema('task.completed'),
+  eventSchema('task.failed'),
+  eventSchema('task.cancelled'),
+]);
+export type TroupeEvent = z.infer<typeof TroupeEvent>;
+
+/** The event of one kind. */
+export type EventOf<K extends EventKind> = Extract<TroupeEvent, { kind: K }>;
+
+/** Reported on `troupe.events._invalid` when a message fails validation and its sender asked for no reply. */
+export const InvalidMessageEvent = z.object({
+  id: z.string(),
+  ts: z.string(),
+  kind: z.literal('message.invalid'),
+  /** The subject the bad message arrived on. */
+  subject: z.string(),
+  /** Who noticed: e.g. `coordinator`, `agent:executor`. */
+  reporter: z.string(),
+  reason: z.string(),
+  issues: z.array(z.object({ path: z.string(), message: z.string() })),
+  /** The start of the offending payload, as text. */
+  payload: z.string(),
+  pipeline: z.string().optional(),
+  taskId: z.string().optional(),
+});
+export type InvalidMessageEvent = z.infer<typeof InvalidMessageEvent>;

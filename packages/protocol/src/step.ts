@@ -1,0 +1,73 @@
+import { z } from 'zod';
+import { Name, TaskId } from './names.ts';
+import { UsageTotals } from './usage.ts';
+
+/** A reviewer's decision on the work so far. */
+export const Verdict = z.strictObject({
+  decision: z.enum(['approve', 'reject']),
+  /** What must change (on reject) or a short note (on approve). */
+  feedback: z.string().default(''),
+});
+export type Verdict = z.infer<typeof Verdict>;
+
+/** The output of an earlier step, handed to later ones. */
+export const StepOutput = z.object({
+  step: z.string(),
+  agent: Name,
+  round: z.number().int().positive(),
+  output: z.string(),
+});
+export type StepOutput = z.infer<typeof StepOutput>;
+
+/** What a step must return: free text, or a reviewer's verdict. */
+export const StepExpect = z.enum(['text', 'verdict']);
+export type StepExpect = z.infer<typeof StepExpect>;
+
+/** A step for an agent, sent by a workflow on `troupe.agents.<pipeline>.<agent>`. */
+export const AgentStepRequest = z.object({
+  /** Deterministic: `<taskId>.<step>.<round>`; the same step resent has the same id. */
+  stepId: z.string().min(1).max(200),
+  taskId: TaskId,
+  pipeline: Name,
+  agent: Name,
+  step: z.string().min(1),
+  round: z.number().int().positive(),
+  goal: z.string(),
+  input: z.record(z.string(), z.unknown()).optional(),
+  /** Outputs of the earlier steps this step was given, oldest first. */
+  context: z.array(StepOutput),
+  /** The reviewer's feedback when work is sent back. */
+  feedback: z.string().optional(),
+  expect: StepExpect,
+  /** The agent of the previous step, for the handoff trail. */
+  from: z.string().optional(),
+  traceparent: z.string().optional(),
+});
+export type AgentStepRequest = z.infer<typeof AgentStepRequest>;
+
+/** Why a step failed, with a stable code. */
+export const StepError = z.object({
+  code: z.string(),
+  message: z.string(),
+});
+export type StepError = z.infer<typeof StepError>;
+
+/** An agent's reply to a step. */
+export const AgentStepReply = z.discriminatedUnion('ok', [
+  z.object({
+    ok: z.literal(true),
+    stepId: z.string(),
+    output: z.string(),
+    verdict: Verdict.optional(),
+    usage: UsageTotals,
+    turns: z.number().int().nonnegative(),
+  }),
+  z.object({
+    ok: z.literal(false),
+    stepId: z.string(),
+    error: StepError,
+    usage: UsageTotals,
+    turns: z.number().int().nonnegative(),
+  }),
+]);
+export type AgentStepReply = z.infer<typeof AgentStepReply>;

@@ -1,0 +1,66 @@
+import { isName, isTaskId } from './names.ts';
+
+/** The root token of every Troupe subject, so one NATS account can host other systems beside it. */
+export const ROOT = 'troupe';
+
+/** JetStream streams and KV buckets Troupe owns. */
+export const STREAMS = { tasks: 'TASKS', events: 'EVENTS' } as const;
+export const BUCKETS = { workflows: 'workflows', memory: 'memory', pipelines: 'pipelines' } as const;
+
+/** Builders for every subject on the wire. Arguments are assumed valid names and ids. */
+export const subjects = {
+  task: (pipeline: string) => `${ROOT}.tasks.${pipeline}`,
+  allTasks: `${ROOT}.tasks.>`,
+  agent: (pipeline: string, agent: string) => `${ROOT}.agents.${pipeline}.${agent}`,
+  event: (pipeline: string, taskId: string, kind: string) => `${ROOT}.events.${pipeline}.${taskId}.${kind}`,
+  taskEvents: (taskId: string, pipeline = '*') => `${ROOT}.events.${pipeline}.${taskId}.>`,
+  allEvents: `${ROOT}.events.>`,
+  /** Every task's events, but not `troupe.events._invalid`. */
+  allTaskEvents: `${ROOT}.events.*.*.>`,
+  /** Where messages that failed validation are reported when the sender asked for no reply. */
+  invalid: `${ROOT}.events._invalid`,
+  approval: (taskId: string, approvalId: string) => `${ROOT}.approvals.${taskId}.${approvalId}`,
+  taskApprovals: (taskId: string) => `${ROOT}.approvals.${taskId}.*`,
+  control: (taskId: string) => `${ROOT}.control.${taskId}`,
+  /** Prefix for request/reply inboxes, kept under `troupe.` so `troupe.>` permissions cover them. */
+  inboxPrefix: `${ROOT}._inbox`,
+} as const;
+
+/** A subject taken apart. */
+export type ParsedSubject =
+  | { type: 'task'; pipeline: string }
+  | { type: 'agent'; pipeline: string; agent: string }
+  | { type: 'event'; pipeline: string; taskId: string; kind: string }
+  | { type: 'invalid' }
+  | { type: 'approval'; taskId: string; approvalId: string }
+  | { type: 'control'; taskId: string };
+
+/** Parses a Troupe subject; returns undefined for anything that is not one (wrong root, bad token, wrong arity). */
+export function parseSubject(subject: string): ParsedSubject | undefined {
+  const [root, area, ...rest] = subject.split('.');
+  if (root !== ROOT || area === undefined) return undefined;
+  const parse = parsers[area];
+  return parse ? parse(rest) : undefined;
+}
+
+const parsers: Record<string, (tokens: string[]) => ParsedSubject | undefined> = {
+  tasks: ([pipeline, ...more]) =>
+    pipeline !== undefined && more.length === 0 && isName(pipeline) ? { type: 'task', pipeline } : undefined,
+  agents: ([pipeline, agent, ...more]) =>
+    pipeline !== undefined && agent !== undefined && more.length === 0 && isName(pipeline) && isName(agent)
+      ? { type: 'agent', pipeline, agent }
+      : undefined,
+  events: (tokens) => {
+    if (tokens.length === 1 && tokens[0] === '_invalid') return { type: 'invalid' };
+    const [pipeline, taskId, ...kind] = tokens;
+    if (pipeline === undefined || taskId === undefined || kind.length === 0) return undefined;
+    if (!isName(pipeline) || !isTaskId(taskId)) return undefined;
+    return { type: 'event', pipeline, taskId, kind: kind.join('.') };
+  },
+  approvals: ([taskId, approvalId, ...more]) =>
+    taskId !== undefined && approvalId !== undefined && more.length === 0 && isTaskId(taskId) && isTaskId(approvalId)
+      ? { type: 'approval', taskId, approvalId }
+      : undefined,
+  control: ([taskId, ...more]) =>
+    taskId !== undefined && more.length === 0 && isTaskId(taskId) ? { type: 'control', taskId } : undefined,
+};

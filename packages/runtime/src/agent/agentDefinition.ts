@@ -1,0 +1,16 @@
+import type { ModelProvider } from '@troupe/llm';
+import type { PermissionRule } from '../tools/policy.ts';
+
+/** Everything the runtime needs to run one agent: who it is, its model, its tools and its policy. */
+export interface AgentDefinition {
+  name: string;
+  instructions: string;
+  model: ModelProvider;
+  /** Tools the agent declared; any other tool is refused. */
+  tools: readonly string[];
+  rules: readonly PermissionRule[];
+  /** The most model calls in one step. */
+  maxTurns: number;
+  temperature?: number;
+  maxTokens?: number;
+}

@@ -1,0 +1,94 @@
+import type { ModelResponse } from '@troupe/llm';
+import { AgentStepRequest, subjects } from '@troupe/protocol';
+import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
+import { EventFactory } from '../events/eventFactory.ts';
+import type { Logger } from '../logging/index.ts';
+import type { ToolRegistry } from '../tools/toolRegistry.ts';
+import type { BusSubscription, NatsBus } from '../transport/natsBus.ts';
+import type { AgentDefinition } from './agentDefinition.ts';
+import { failedReply, runAgentStep } from './runAgentStep.ts';
+
+export interface AgentHostOptions {
+  bus: NatsBus;
+  pipeline: string;
+  agents: readonly AgentDefinition[];
+  registry: ToolRegistry;
+  workspaceRoot: string;
+  logger: Logger;
+  clock?: Clock;
+  ids?: IdGenerator;
+  price?: (provider: string, model: string, response: ModelResponse) => number;
+}
+
+/** A running set of agent actors serving their subjects. */
+export interface AgentHost {
+  /** Steps being worked on now. */
+  readonly inFlight: number;
+  /** Stops taking steps, aborts the ones in flight and waits for their replies to go out. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Serves `troupe.agents.<pipeline>.<agent>` for each agent, in a queue group, so any number of hosts share
+ * the work. Each step request starts an agent actor; its reply goes back to the requester.
+ */
+export function startAgentHost(options: AgentHostOptions): AgentHost {
+  const { bus, pipeline, logger } = options;
+  const events = new EventFactory(options.clock ?? systemClock, options.ids ?? randomId);
+  const running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  const subscriptions: BusSubscription[] = [];
+
+  for (const agent of options.agents) {
+    const subject = subjects.agent(pipeline, agent.name);
+    const subscription = bus.subscribe(
+      subject,
+      AgentStepRequest,
+      (delivery) => {
+        const request = delivery.value;
+        if (request.pipeline !== pipeline || request.agent !== agent.name) {
+          delivery.respond(
+            failedReply(
+              request.stepId,
+              'misrouted',
+              `step for ${request.pipeline}/${request.agent} arrived on ${subject}`,
+            ),
+          );
+          return;
+        }
+        const abort = new AbortController();
+        const key = `${request.stepId}#${options.ids?.() ?? randomId()}`;
+        const done = runAgentStep(agent, request, {
+          registry: options.registry,
+          workspaceRoot: options.workspaceRoot,
+          clock: options.clock ?? systemClock,
+          events,
+          publish: (event) => bus.publishEvent(event),
+          signal: abort.signal,
+          ...(options.price ? { price: options.price } : {}),
+        })
+          .then((reply) => delivery.respond(reply))
+          .catch((error: unknown) => logger.error({ err: error, stepId: request.stepId }, 'agent step crashed'))
+          .finally(() => running.delete(key));
+        running.set(key, { abort, done });
+      },
+      {
+        queue: `troupe-${pipeline}-${agent.name}`,
+        reporter: `agent:${pipeline}/${agent.name}`,
+        meta: (request) => ({ taskId: request.taskId, from: request.from ?? 'workflow', to: request.agent, kind: 'agent.step' }),
+      },
+    );
+    subscriptions.push(subscription);
+  }
+  logger.info({ pipeline, agents: options.agents.map((a) => a.name) }, 'agent host started');
+
+  return {
+    get inFlight() {
+      return running.size;
+    },
+    async stop() {
+      for (const subscription of subscriptions) subscription.unsubscribe();
+      for (const step of running.values()) step.abort.abort();
+      await Promise.allSettled([...running.values()].map((step) => step.done));
+    },
+  };
+}

@@ -1,0 +1,338 @@
+import type { ChatMessage, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
+import { addUsage, zeroUsage } from '@troupe/llm';
+import { type StepExpect, Verdict } from '@troupe/protocol';
+import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
+
+/** What the injected model actor returns for one call. */
+export interface ModelCallResult {
+  content: string;
+  toolCalls: ToolCall[];
+  usage: Usage;
+  costUsd: number;
+  finishReason: string;
+  provider: string;
+  model: string;
+  durationMs: number;
+}
+
+/** What the injected tool actor returns for each call, in call order. */
+export interface ToolRunResult {
+  callId: string;
+  tool: string;
+  ok: boolean;
+  output: string;
+  decision: string;
+  error?: { code: string; message: string };
+  durationMs: number;
+  truncated?: { originalBytes: number };
+}
+
+export interface AgentMachineInput {
+  agent: string;
+  stepId: string;
+  messages: ChatMessage[];
+  tools: ToolDefinition[];
+  /** The most model calls the agent may make in this step. */
+  maxTurns: number;
+  expect: StepExpect;
+}
+
+export interface AgentFailure {
+  code: string;
+  message: string;
+}
+
+interface AgentContext extends AgentMachineInput {
+  turn: number;
+  usage: Usage;
+  costUsd: number;
+  pendingCalls: ToolCall[];
+  repairs: number;
+  output?: string;
+  verdict?: Verdict;
+  failure?: AgentFailure;
+}
+
+/** The result of an agent step: what `done` or `failed` leaves behind. */
+export interface AgentOutput {
+  ok: boolean;
+  output: string;
+  verdict?: Verdict;
+  failure?: AgentFailure;
+  messages: ChatMessage[];
+  turns: number;
+  usage: Usage;
+  costUsd: number;
+}
+
+/** Events the agent emits for the outside world (the host turns them into wire events). */
+export type AgentEmitted =
+  | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
+  | ({ type: 'llm.response'; turn: number } & ModelCallResult)
+  | { type: 'llm.error'; turn: number; code: string; message: string }
+  | { type: 'tool.call'; callId: string; tool: string; arguments: string }
+  | ({ type: 'tool.result' } & ToolRunResult);
+
+/** A verdict is repaired at most this often before the step fails. */
+const MAX_REPAIRS = 1;
+
+/**
+ * The agent actor: `thinking` (a model call) → `acting` (the tool calls it asked for) → … → `done` | `failed`.
+ * Model and tools are injected with `agentMachine.provide({ actors: { callModel, runTools } })`, so the
+ * machine is pure and runs in memory in tests.
+ */
+export const agentMachine = setup({
+  types: {
+    context: {} as AgentContext,
+    input: {} as AgentMachineInput,
+    output: {} as AgentOutput,
+    emitted: {} as AgentEmitted,
+  },
+  actors: {
+    callModel: fromPromise<ModelCallResult, { messages: ChatMessage[]; tools: ToolDefinition[]; turn: number }>(
+      async () => {
+        throw new Error('callModel is not provided');
+      },
+    ),
+    runTools: fromPromise<ToolRunResult[], { calls: ToolCall[]; turn: number }>(async () => {
+      throw new Error('runTools is not provided');
+    }),
+  },
+  guards: {
+    turnsLeft: ({ context }) => context.turn < context.maxTurns,
+    wantsTools: (_, reply: ModelCallResult) => reply.toolCalls.length > 0,
+    emptyReply: (_, reply: ModelCallResult) => reply.content.trim() === '',
+    verdictInvalid: ({ context }, reply: ModelCallResult) =>
+      context.expect === 'verdict' && parseVerdict(reply.content) === undefined,
+    canRepair: ({ context }) => context.repairs < MAX_REPAIRS,
+  },
+  actions: {
+    recordReply: assign(({ context }, reply: ModelCallResult) => ({
+      usage: addUsage(context.usage, reply.usage),
+      costUsd: context.costUsd + reply.costUsd,
+      messages: [
+        ...context.messages,
+        {
+          role: 'assistant' as const,
+          content: reply.content,
+          ...(reply.toolCalls.length > 0 ? { toolCalls: reply.toolCalls } : {}),
+        },
+      ],
+      pendingCalls: reply.toolCalls,
+    })),
+    askForRepair: assign(({ context }) => ({
+      repairs: context.repairs + 1,
+      messages: [
+        ...context.messages,
+        {
+          role: 'user' as const,
+          content:
+            'Your reply was not a valid verdict. Reply with only a JSON object of the form ' +
+            '{"decision": "approve" | "reject", "feedback": "<what must change, or a short note>"}.',
+        },
+      ],
+    })),
+    finish: assign(({ context }, reply: ModelCallResult) => {
+      const verdict = context.expect === 'verdict' ? parseVerdict(reply.content) : undefined;
+      return { output: reply.content, ...(verdict ? { verdict } : {}) };
+    }),
+    fail: assign((_, failure: AgentFailure) => ({ failure })),
+    recordToolResults: assign(({ context }, results: ToolRunResult[]) => ({
+      pendingCalls: [],
+      messages: [
+        ...context.messages,
+        ...results.map(
+          (r): ChatMessage => ({
+            role: 'tool',
+            toolCallId: r.callId,
+            name: r.tool,
+            content: r.output,
+            ...(r.ok ? {} : { isError: true }),
+          }),
+        ),
+      ],
+    })),
+  },
+}).createMachine({
+  id: 'agent',
+  context: ({ input }) => ({
+    ...input,
+    turn: 0,
+    usage: zeroUsage(),
+    costUsd: 0,
+    pendingCalls: [],
+    repairs: 0,
+  }),
+  initial: 'deciding',
+  states: {
+    deciding: {
+      always: [
+        { guard: 'turnsLeft', target: 'thinking' },
+        {
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context }) => ({
+              code: 'max_steps',
+              message: `agent ${context.agent} reached its limit of ${context.maxTurns} model calls without finishing`,
+            }),
+          },
+        },
+      ],
+    },
+    thinking: {
+      entry: [
+        assign({ turn: ({ context }) => context.turn + 1 }),
+        emit(({ context }) => ({
+          type: 'llm.request' as const,
+          turn: context.turn,
+          messages: context.messages.length,
+          tools: context.tools.map((t) => t.name),
+        })),
+      ],
+      invoke: {
+        src: 'callModel',
+        input: ({ context }) => ({ messages: context.messages, tools: context.tools, turn: context.turn }),
+        onDone: [
+          {
+            guard: { type: 'wantsTools', params: ({ event }) => event.output },
+            target: 'acting',
+            actions: [
+              { type: 'recordReply', params: ({ event }) => event.output },
+              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+            ],
+          },
+          {
+            guard: { type: 'emptyReply', params: ({ event }) => event.output },
+            target: 'failed',
+            actions: [
+              { type: 'recordReply', params: ({ event }) => event.output },
+              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+              {
+                type: 'fail',
+                params: ({ context }) => ({
+                  code: 'empty_reply',
+                  message: `agent ${context.agent}: the model returned an empty reply with no tool calls`,
+                }),
+              },
+            ],
+          },
+          {
+            guard: { type: 'verdictInvalid', params: ({ event }) => event.output },
+            target: 'repairing',
+            actions: [
+              { type: 'recordReply', params: ({ event }) => event.output },
+              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+            ],
+          },
+          {
+            target: 'done',
+            actions: [
+              { type: 'recordReply', params: ({ event }) => event.output },
+              { type: 'finish', params: ({ event }) => event.output },
+              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+            ],
+          },
+        ],
+        onError: {
+          target: 'failed',
+          actions: [
+            {
+              type: 'fail',
+              params: ({ context, event }) => ({
+                code: errorCode(event.error),
+                message: `agent ${context.agent}: model call failed: ${errorMessage(event.error)}`,
+              }),
+            },
+            emit(({ context, event }) => ({
+              type: 'llm.error' as const,
+              turn: context.turn,
+              code: errorCode(event.error),
+              message: errorMessage(event.error),
+            })),
+          ],
+        },
+      },
+    },
+    repairing: {
+      always: [
+        { guard: 'canRepair', target: 'deciding', actions: 'askForRepair' },
+        {
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context }) => ({
+              code: 'invalid_output',
+              message: `agent ${context.agent}: the reply is not a valid verdict ({"decision": "approve" | "reject", "feedback": "…"}) after ${MAX_REPAIRS} repair turn(s)`,
+            }),
+          },
+        },
+      ],
+    },
+    acting: {
+      entry: enqueueActions(({ context, enqueue }) => {
+        for (const call of context.pendingCalls) {
+          enqueue.emit({ type: 'tool.call', callId: call.id, tool: call.name, arguments: call.arguments });
+        }
+      }),
+      invoke: {
+        src: 'runTools',
+        input: ({ context }) => ({ calls: context.pendingCalls, turn: context.turn }),
+        onDone: {
+          target: 'deciding',
+          actions: [
+            { type: 'recordToolResults', params: ({ event }) => event.output },
+            enqueueActions(({ event, enqueue }) => {
+              for (const result of event.output) enqueue.emit({ type: 'tool.result', ...result });
+            }),
+          ],
+        },
+        onError: {
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context, event }) => ({
+              code: 'tool_runner_failed',
+              message: `agent ${context.agent}: the tool runner failed: ${errorMessage(event.error)}`,
+            }),
+          },
+        },
+      },
+    },
+    done: { type: 'final' },
+    failed: { type: 'final' },
+  },
+  output: ({ context }) => ({
+    ok: context.failure === undefined,
+    output: context.output ?? '',
+    ...(context.verdict ? { verdict: context.verdict } : {}),
+    ...(context.failure ? { failure: context.failure } : {}),
+    messages: context.messages,
+    turns: context.turn,
+    usage: context.usage,
+    costUsd: context.costUsd,
+  }),
+});
+
+/** Reads a verdict from a reply: the whole text, or the first JSON object in it (models like code fences). */
+export function parseVerdict(content: string): Verdict | undefined {
+  const candidates = [content.trim(), content.slice(content.indexOf('{'), content.lastIndexOf('}') + 1)];
+  for (const text of candidates) {
+    try {
+      const parsed = Verdict.safeParse(JSON.parse(text));
+      if (parsed.success) return parsed.data;
+    } catch {
+      // not JSON; try the next candidate
+    }
+  }
+  return undefined;
+}
+
+function errorCode(error: unknown): string {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' ? code : 'model_failed';
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

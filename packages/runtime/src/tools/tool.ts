@@ -1,0 +1,49 @@
+import type { z } from 'zod';
+
+/** What a running tool knows about the call it serves. */
+export interface ToolContext {
+  /** Absolute path of the task's workspace; the directory exists. */
+  workspace: string;
+  taskId: string;
+  agent: string;
+  callId: string;
+  /** Aborted on timeout or cancellation; a long-running tool should stop when it fires. */
+  signal: AbortSignal;
+}
+
+/** A capability the model can call: a name, a zod schema for its arguments and the code that runs it. */
+export interface Tool<I = unknown> {
+  /** What the model calls it: letters, digits, `_` and `-`, at most 64 characters. */
+  name: string;
+  description: string;
+  /** Schema of the arguments; must be an object schema, since models send a JSON object. */
+  input: z.ZodType<I>;
+  /** Overrides the executor's default timeout for this tool. */
+  timeoutMs?: number;
+  /** Returns the text the model sees; throws `ToolError` for expected failures. */
+  run(input: I, ctx: ToolContext): Promise<string>;
+}
+
+/** The definition `defineTool` accepts: a `Tool` whose `run` is typed by its schema. */
+export interface ToolSpec<S extends z.ZodType> {
+  name: string;
+  description: string;
+  input: S;
+  timeoutMs?: number;
+  run(input: z.infer<S>, ctx: ToolContext): Promise<string>;
+}
+
+/**
+ * Defines a tool, typing `run`'s input from the schema.
+ *
+ * @example
+ * const echo = defineTool({
+ *   name: 'echo',
+ *   description: 'Repeat the text back',
+ *   input: z.object({ text: z.string() }),
+ *   run: async ({ text }) => text,
+ * });
+ */
+export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool<z.infer<S>> {
+  return spec as Tool<z.infer<S>>;
+}

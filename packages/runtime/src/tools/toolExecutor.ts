@@ -1,0 +1,191 @@
+import type { ToolCall } from '@troupe/llm';
+import { type AgentPolicy, type Decision, evaluatePolicy, type PolicyVerdict } from './policy.ts';
+import type { Tool, ToolContext } from './tool.ts';
+import { ToolError } from './toolError.ts';
+import type { ToolRegistry } from './toolRegistry.ts';
+import { truncateOutput } from './truncateOutput.ts';
+
+/** What the executor needs: the tools, the agent's policy, and where and for whom it runs. */
+export interface ToolExecutorOptions {
+  registry: ToolRegistry;
+  policy: AgentPolicy;
+  agent: string;
+  /** Absolute path of the task's workspace; the directory exists. */
+  workspace: string;
+  taskId: string;
+  /** Per-call timeout for tools that set none; 30 000 ms by default. */
+  defaultTimeoutMs?: number;
+  /** Output beyond this many UTF-8 bytes is cut with a marker; 64 KiB by default. */
+  maxOutputBytes?: number;
+  /** Clock for `durationMs`, in milliseconds. */
+  now?: () => number;
+}
+
+/** The outcome of one tool call; `output` is what goes back to the model, a result or an error it can act on. */
+export interface ToolCallResult {
+  callId: string;
+  tool: string;
+  ok: boolean;
+  output: string;
+  error?: { code: string; message: string };
+  durationMs: number;
+  truncated?: { originalBytes: number };
+  /** The policy's verdict; calls refused before the policy could judge them (unknown tool, bad arguments) count as `deny`. */
+  decision: Decision;
+}
+
+/**
+ * Runs the model's tool calls for one agent: validates arguments, applies the policy, runs the tool with a timeout
+ * and caps its output. It never throws: every failure becomes a result the model can read.
+ *
+ * @example
+ * const executor = new ToolExecutor({ registry, policy, agent: 'coder', workspace: '/srv/task-42', taskId: 'task-42' });
+ * const results = await executor.executeAll(response.toolCalls, signal);
+ */
+export class ToolExecutor {
+  readonly #registry: ToolRegistry;
+  readonly #policy: AgentPolicy;
+  readonly #agent: string;
+  readonly #workspace: string;
+  readonly #taskId: string;
+  readonly #defaultTimeoutMs: number;
+  readonly #maxOutputBytes: number;
+  readonly #now: () => number;
+
+  constructor(opts: ToolExecutorOptions) {
+    this.#registry = opts.registry;
+    this.#policy = opts.policy;
+    this.#agent = opts.agent;
+    this.#workspace = opts.workspace;
+    this.#taskId = opts.taskId;
+    this.#defaultTimeoutMs = opts.defaultTimeoutMs ?? 30_000;
+    this.#maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024;
+    this.#now = opts.now ?? (() => performance.now());
+  }
+
+  /** Runs one call; resolves with a result whatever happens. */
+  async execute(call: ToolCall, signal?: AbortSignal): Promise<ToolCallResult> {
+    const started = this.#now();
+    let decision: Decision = 'deny';
+    try {
+      const tool = this.#lookup(call.name);
+      const input = await parseInput(tool, call.arguments);
+      const verdict = evaluatePolicy(this.#policy, tool.name, input, { agent: this.#agent });
+      decision = verdict.decision;
+      if (verdict.decision === 'deny') throw new ToolError('denied', `${tool.name} refused: ${verdict.reason}`);
+      if (verdict.decision === 'ask') throw approvalRequired(tool.name, verdict);
+      const output = await this.#run(tool, input, call.id, signal);
+      return this.#result(call, started, decision, { output });
+    } catch (error) {
+      return this.#result(call, started, decision, { error: asToolError(error, call.name) });
+    }
+  }
+
+  /** Runs calls in parallel; results come back in the order of `calls`. */
+  executeAll(calls: readonly ToolCall[], signal?: AbortSignal): Promise<ToolCallResult[]> {
+    return Promise.all(calls.map((call) => this.execute(call, signal)));
+  }
+
+  #lookup(name: string): Tool {
+    const tool = this.#registry.get(name);
+    const declared = this.#policy.tools.includes(name);
+    if (tool && declared) return tool;
+    const available = this.#policy.tools.filter((declaredName) => this.#registry.has(declaredName));
+    const offer = available.length > 0 ? `available tools: ${available.join(', ')}` : 'this agent has no tools';
+    if (!tool) throw new ToolError('unknown_tool', `unknown tool "${name}"; ${offer}`);
+    throw new ToolError('not_declared', `tool ${name} is not declared for agent ${this.#agent}; ${offer}`);
+  }
+
+  async #run(tool: Tool, input: unknown, callId: string, outer: AbortSignal | undefined): Promise<string> {
+    const cancelled = () => new ToolError('cancelled', `${tool.name} was cancelled`);
+    
+    const timeoutMs = tool.timeoutMs ?? this.#defaultTimeoutMs;
+    const controller = new AbortController();
+    const ctx: ToolContext = {
+      workspace: this.#workspace,
+      taskId: this.#taskId,
+      agent: this.#agent,
+      callId,
+      signal: controller.signal,
+    };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let onCancel: (() => void) | undefined;
+    // Racing the run against the abort means a tool that ignores its signal still cannot hold the agent.
+    const stopped = new Promise<never>((_, reject) => {
+      const stop = (error: ToolError) => {
+        controller.abort(error);
+        reject(error);
+      };
+      timer = setTimeout(() => stop(new ToolError('timeout', `${tool.name} timed out after ${timeoutMs} ms`)), timeoutMs);
+      onCancel = () => stop(cancelled());
+      outer?.addEventListener('abort', onCancel, { once: true });
+    });
+    try {
+      const output = await Promise.race([tool.run(input, ctx), stopped]);
+      if (typeof output !== 'string') throw new ToolError('failed', `${tool.name} returned ${typeof output}, not text`);
+      return output;
+    } finally {
+      clearTimeout(timer);
+      if (onCancel) outer?.removeEventListener('abort', onCancel);
+    }
+  }
+
+  #result(
+    call: ToolCall,
+    started: number,
+    decision: Decision,
+    outcome: { output: string } | { error: ToolError },
+  ): ToolCallResult {
+    const text = 'output' in outcome ? outcome.output : outcome.error.message;
+    const { text: output, originalBytes } = truncateOutput(text, this.#maxOutputBytes);
+    const result: ToolCallResult = {
+      callId: call.id,
+      tool: call.name,
+      ok: 'output' in outcome,
+      output,
+      durationMs: this.#now() - started,
+      decision,
+    };
+    if ('error' in outcome) result.error = { code: outcome.error.code, message: outcome.error.message };
+    if (originalBytes !== undefined) result.truncated = { originalBytes };
+    return result;
+  }
+}
+
+async function parseInput(tool: Tool, rawArguments: string): Promise<unknown> {
+  const json = parseJson(tool.name, rawArguments);
+  const parsed = await tool.input.safeParseAsync(json);
+  if (parsed.success) return parsed.data;
+  const issues = parsed.error.issues.map((issue) => {
+    const where = issue.path.length > 0 ? issue.path.map(String).join('.') : '(arguments)';
+    return `- ${where}: ${issue.message}`;
+  });
+  throw new ToolError('invalid_arguments', `invalid arguments for ${tool.name}:\n${issues.join('\n')}`, {
+    cause: parsed.error,
+  });
+}
+
+function parseJson(toolName: string, rawArguments: string): unknown {
+  // Some models send an empty string for a call without arguments.
+  if (rawArguments.trim() === '') return {};
+  try {
+    return JSON.parse(rawArguments);
+  } catch (cause) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    throw new ToolError('invalid_arguments', `arguments for ${toolName} are not valid JSON: ${reason}`, { cause });
+  }
+}
+
+// Approvals are not wired yet: an `ask` verdict refuses the call and says so.
+function approvalRequired(toolName: string, verdict: PolicyVerdict): ToolError {
+  return new ToolError(
+    'approval_required',
+    `${toolName} needs human approval (${verdict.reason}), and approvals are not available yet; the call did not run`,
+  );
+}
+
+function asToolError(error: unknown, toolName: string): ToolError {
+  if (error instanceof ToolError) return error;
+  const reason = error instanceof Error ? error.message : String(error);
+  return new ToolError('failed', `${toolName} failed: ${reason}`, { cause: error });
+}

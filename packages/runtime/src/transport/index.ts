@@ -1,0 +1,28 @@
+export { bridgeToActor, type EventReceiver } from './actorBridge.ts';
+export {
+  type EmbeddedNats,
+  findFreePort,
+  findNatsServer,
+  NATS_SERVER_MISSING_HELP,
+  type NatsServerOptions,
+  startNatsServer,
+} from './embeddedNats.ts';
+export {
+  ensureTroupeStreams,
+  jetstreamManagerOf,
+  jetstreamOf,
+  kvOf,
+  type TroupeBucket,
+  type TroupeStreamsOptions,
+} from './jetstreamSetup.ts';
+export {
+  type BusOptions,
+  type BusSubscription,
+  type Delivery,
+  type MessageMeta,
+  NatsBus,
+  type RequestOptions,
+  type StatusListener,
+  type SubscribeOptions,
+} from './natsBus.ts';
+export { TransportError, type TransportErrorCode } from './transportError.ts';

@@ -1,0 +1,181 @@
+import {
+  DiscardPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type StreamConfig,
+} from '@nats-io/jetstream';
+import { type KV, Kvm } from '@nats-io/kv';
+import { nanos } from '@nats-io/transport-node';
+import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
+import type { NatsBus } from './natsBus.ts';
+import { TransportError } from './transportError.ts';
+
+export interface TroupeStreamsOptions {
+  /** How long submitted tasks are kept, in milliseconds; default 7 days. */
+  tasksMaxAge?: number;
+  /** How long events are kept, in milliseconds; default 7 days. */
+  eventsMaxAge?: number;
+  /** Window in which a message with a repeated `Nats-Msg-Id` is dropped, in milliseconds; default 2 minutes. */
+  duplicateWindowMs?: number;
+}
+
+export type TroupeBucket = (typeof BUCKETS)[keyof typeof BUCKETS];
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const DEFAULTS = { tasksMaxAge: 7 * DAY_MS, eventsMaxAge: 7 * DAY_MS, duplicateWindowMs: 2 * 60 * 1000 };
+/** Another process may create the same stream between our look and our write; we look again this often. */
+const RACE_ATTEMPTS = 3;
+/** 10058: "stream name already in use with a different configuration". */
+const STREAM_NAME_IN_USE = 10058;
+
+type TroupeStreamConfig = Pick<
+  StreamConfig,
+  'name' | 'subjects' | 'retention' | 'storage' | 'max_age' | 'duplicate_window' | 'discard' | 'num_replicas'
+>;
+
+/**
+ * Creates or updates the streams `TASKS` and `EVENTS` and the KV buckets `workflows`, `memory` and `pipelines`.
+ * Safe to call on every start, and from several processes at once. Uses only what nats-server 2.9 supports.
+ */
+export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptions = {}): Promise<void> {
+  const settings = { ...DEFAULTS, ...definedOnly(opts) };
+  const jsm = await jetstreamManagerOf(bus);
+  const streams = [
+    streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, settings.duplicateWindowMs),
+    streamConfig(STREAMS.events, subjects.allEvents, settings.eventsMaxAge, settings.duplicateWindowMs),
+  ];
+  for (const config of streams) await ensureStream(jsm, config);
+  const kvm = new Kvm(jetstreamOf(bus));
+  for (const bucket of Object.values(BUCKETS)) await ensureBucket(kvm, bucket);
+  bus.logger.info(
+    { streams: streams.map((s) => s.name), buckets: Object.values(BUCKETS) },
+    'JetStream streams and KV buckets are ready',
+  );
+}
+
+/** A JetStream client on the bus's connection, for publishing to streams and consuming them. */
+export function jetstreamOf(bus: NatsBus): JetStreamClient {
+  return jetstream(bus.connection);
+}
+
+/** A JetStream manager on the bus's connection; fails with `jetstream_unavailable` when the server has no JetStream. */
+export async function jetstreamManagerOf(bus: NatsBus): Promise<JetStreamManager> {
+  try {
+    return await jetstreamManager(bus.connection);
+  } catch (cause) {
+    throw new TransportError(
+      'jetstream_unavailable',
+      `JetStream is not available on the NATS server at ${bus.connection.getServer()}: ${messageOf(cause)}. ` +
+        'Start nats-server with -js (JetStream enabled).',
+      { cause },
+    );
+  }
+}
+
+/** Opens one of Troupe's KV buckets; call {@link ensureTroupeStreams} first so it exists. */
+export function kvOf(bus: NatsBus, bucket: TroupeBucket): Promise<KV> {
+  return new Kvm(jetstreamOf(bus)).open(bucket);
+}
+
+function streamConfig(
+  name: string,
+  subject: string,
+  maxAgeMs: number,
+  duplicateWindowMs: number,
+): TroupeStreamConfig {
+  return {
+    name,
+    subjects: [subject],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    discard: DiscardPolicy.Old,
+    max_age: nanos(maxAgeMs),
+    // The server refuses a duplicate window longer than the stream's max age.
+    duplicate_window: nanos(Math.min(duplicateWindowMs, maxAgeMs)),
+    num_replicas: 1,
+  };
+}
+
+async function ensureStream(jsm: JetStreamManager, config: TroupeStreamConfig): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await createOrUpdate(jsm, config);
+      return;
+    } catch (error) {
+      const raced =
+        isApiError(error, STREAM_NAME_IN_USE) || isApiError(error, JetStreamApiCodes.StreamNotFound);
+      if (!raced || attempt >= RACE_ATTEMPTS) {
+        throw new TransportError(
+          'stream_setup_failed',
+          `cannot set up stream ${config.name}: ${messageOf(error)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+    }
+  }
+}
+
+async function createOrUpdate(jsm: JetStreamManager, config: TroupeStreamConfig): Promise<void> {
+  let current: StreamConfig;
+  try {
+    current = (await jsm.streams.info(config.name)).config;
+  } catch (error) {
+    if (!isApiError(error, JetStreamApiCodes.StreamNotFound)) throw error;
+    await jsm.streams.add(config);
+    return;
+  }
+  if (sameSettings(current, config)) return;
+  await jsm.streams.update(config.name, {
+    subjects: config.subjects,
+    max_age: config.max_age,
+    duplicate_window: config.duplicate_window,
+  });
+}
+
+function sameSettings(current: StreamConfig, wanted: TroupeStreamConfig): boolean {
+  return (
+    current.max_age === wanted.max_age &&
+    current.duplicate_window === wanted.duplicate_window &&
+    current.subjects.length === wanted.subjects.length &&
+    wanted.subjects.every((subject) => current.subjects.includes(subject))
+  );
+}
+
+async function ensureBucket(kvm: Kvm, bucket: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await kvm.create(bucket, { history: 1, storage: StorageType.File });
+      return;
+    } catch (error) {
+      if (attempt >= RACE_ATTEMPTS) {
+        throw new TransportError(
+          'stream_setup_failed',
+          `cannot set up KV bucket ${bucket}: ${messageOf(error)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+    }
+  }
+}
+
+function isApiError(error: unknown, code: number): boolean {
+  return error instanceof JetStreamApiError && error.code === code;
+}
+
+function definedOnly<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,550 @@
+import { randomUUID } from 'node:crypto';
+import {
+  ClosedConnectionError,
+  connect,
+  headers as createHeaders,
+  DrainingConnectionError,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  RequestError,
+  type Subscription,
+  TimeoutError,
+} from '@nats-io/transport-node';
+import {
+  ErrorReply,
+  type InvalidMessageEvent,
+  type ParseResult,
+  parseMessage,
+  parseSubject,
+  subjects,
+  type TroupeEvent,
+} from '@troupe/protocol';
+import type { z } from 'zod';
+import type { Logger } from '../logging/logger.ts';
+import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
+import { TransportError } from './transportError.ts';
+
+export type { MessageMeta } from '../logging/messageLog.ts';
+
+export interface BusOptions {
+  servers: string | string[];
+  /** Client name the server shows for this connection, e.g. `troupe-coordinator`. */
+  name: string;
+  logger: Logger;
+  /** Reconnect after a lost connection, without limit; default true. */
+  reconnect?: boolean;
+  /** Level of the one line logged per message; default `info`. */
+  messageLogLevel?: MessageLogLevel;
+  /** Clock for report timestamps; injected in tests. */
+  now?: () => Date;
+  /** Id generator for reports; injected in tests. */
+  newId?: () => string;
+}
+
+/** A validated message handed to a subscriber. */
+export interface Delivery<T> {
+  subject: string;
+  value: T;
+  /** Where the sender waits for an answer, when it asked for one. */
+  reply?: string;
+  headers?: Record<string, string>;
+  /** Answers the sender with a JSON payload; does nothing when no reply was asked for. */
+  respond(payload: unknown): void;
+}
+
+export interface BusSubscription {
+  unsubscribe(): void;
+  /** Settles once the subscription has closed and the handlers it started have finished. */
+  closed: Promise<void>;
+}
+
+export interface SubscribeOptions<T> {
+  /** Queue group: each message goes to one member of the group. */
+  queue?: string;
+  /** Who reports invalid messages, e.g. `coordinator`, `agent:executor`; default the bus's client name. */
+  reporter?: string;
+  /** What the log line of a valid message says besides its subject; by default read from the subject and payload. */
+  meta?: (value: T) => MessageMeta;
+}
+
+export interface RequestOptions {
+  timeoutMs: number;
+  signal?: AbortSignal;
+  meta?: MessageMeta;
+  headers?: Record<string, string>;
+}
+
+export type StatusListener = (status: { type: string; data?: unknown }) => void;
+
+/** Characters of an invalid payload quoted in its report. */
+const PAYLOAD_EXCERPT = 2_000;
+const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
+
+const lenientDecoder = new TextDecoder('utf-8', { fatal: false });
+
+interface TrackedSubscription {
+  sub: Subscription;
+  settled: () => Promise<void>;
+}
+
+/**
+ * Troupe's one interface over NATS: JSON messages validated by protocol schemas, one log line per message,
+ * invalid messages answered or reported instead of dropped.
+ *
+ * @example
+ * const bus = await NatsBus.connect({ servers: 'nats://127.0.0.1:4222', name: 'troupe-worker', logger });
+ * bus.subscribe(subjects.agent('demo', 'executor'), AgentStepRequest, (d) => d.respond(run(d.value)), {
+ *   queue: 'executor',
+ *   reporter: 'agent:executor',
+ * });
+ */
+export class NatsBus {
+  /** The raw connection, for JetStream and KV inside the transport folder only. */
+  readonly connection: NatsConnection;
+  readonly name: string;
+  /** The logger the bus writes its message lines to. */
+  readonly logger: Logger;
+  readonly #level: MessageLogLevel;
+  readonly #now: () => Date;
+  readonly #newId: () => string;
+  readonly #listeners = new Set<StatusListener>();
+  readonly #subscriptions = new Set<TrackedSubscription>();
+
+  private constructor(connection: NatsConnection, opts: BusOptions) {
+    this.connection = connection;
+    this.name = opts.name;
+    this.logger = opts.logger;
+    this.#level = opts.messageLogLevel ?? 'info';
+    this.#now = opts.now ?? (() => new Date());
+    this.#newId = opts.newId ?? randomUUID;
+    void this.#watchStatus();
+  }
+
+  /** Connects to NATS; fails with `connect_failed` naming the servers when none answers. */
+  static async connect(opts: BusOptions): Promise<NatsBus> {
+    const servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
+    const reconnect = opts.reconnect ?? true;
+    let connection: NatsConnection;
+    try {
+      connection = await connect({
+        servers,
+        name: opts.name,
+        inboxPrefix: subjects.inboxPrefix,
+        reconnect,
+        maxReconnectAttempts: reconnect ? -1 : 0,
+      });
+    } catch (cause) {
+      throw new TransportError(
+        'connect_failed',
+        `cannot connect to NATS at ${servers.join(', ')}: ${messageOf(cause)}. ` +
+          'Check that nats-server is running there, or unset NATS_URL to let Troupe start a local one.',
+        { cause },
+      );
+    }
+    opts.logger.info(
+      { server: connection.getServer(), client: opts.name },
+      `connected to NATS at ${connection.getServer()}`,
+    );
+    return new NatsBus(connection, opts);
+  }
+
+  /** Publishes a JSON payload and logs one `out` line. */
+  publish(subject: string, payload: unknown, meta?: MessageMeta, headers?: Record<string, string>): void {
+    const options = headers === undefined ? undefined : { headers: toMsgHdrs(headers) };
+    try {
+      this.connection.publish(subject, JSON.stringify(payload), options);
+    } catch (error) {
+      throw asClosedError(error, subject) ?? error;
+    }
+    logMessage(this.logger, this.#level, 'out', subject, meta ?? metaFromSubject(subject));
+  }
+
+  /** Publishes an event on its subject, carrying its trace context and its id for JetStream de-duplication. */
+  publishEvent(event: TroupeEvent): void {
+    const meta: MessageMeta = { taskId: event.taskId, kind: event.kind };
+    if (event.from !== undefined) meta.from = event.from;
+    if (event.to !== undefined) meta.to = event.to;
+    this.publish(subjects.event(event.pipeline, event.taskId, event.kind), event, meta, {
+      traceparent: event.traceparent,
+      'Nats-Msg-Id': event.id,
+    });
+  }
+
+  /** Publishes a `message.invalid` report on `troupe.events._invalid`. */
+  reportInvalid(report: Omit<InvalidMessageEvent, 'id' | 'ts' | 'kind'>): void {
+    const event: InvalidMessageEvent = {
+      id: this.#newId(),
+      ts: this.#now().toISOString(),
+      kind: 'message.invalid',
+      ...report,
+    };
+    const meta: MessageMeta = { kind: event.kind };
+    if (event.taskId !== undefined) meta.taskId = event.taskId;
+    this.publish(subjects.invalid, event, meta);
+  }
+
+  /**
+   * Delivers each message that matches `schema` to `handler`. A message that does not match is answered with an
+   * `ErrorReply` when its sender asked for a reply, else reported on `troupe.events._invalid`. A handler that
+   * throws is logged (and answered with `handler_failed`); neither ends the subscription.
+   */
+  subscribe<S extends z.ZodType>(
+    subject: string,
+    schema: S,
+    handler: (delivery: Delivery<z.infer<S>>) => void | Promise<void>,
+    opts: SubscribeOptions<z.infer<S>> = {},
+  ): BusSubscription {
+    const inflight = new Set<Promise<void>>();
+    const track = (work: Promise<void>): void => {
+      inflight.add(work);
+      void work.finally(() => inflight.delete(work));
+    };
+    const sub = this.connection.subscribe(subject, {
+      ...(opts.queue === undefined ? {} : { queue: opts.queue }),
+      callback: (error, msg) => {
+        if (error) {
+          this.logger.error({ err: error, subject }, `subscription to ${subject} failed: ${error.message}`);
+          return;
+        }
+        const work = this.#deliver(msg, schema, handler, opts);
+        if (work) track(work);
+      },
+    });
+    const settled = async (): Promise<void> => {
+      await sub.closed;
+      while (inflight.size > 0) await Promise.allSettled([...inflight]);
+    };
+    const tracked: TrackedSubscription = { sub, settled };
+    this.#subscriptions.add(tracked);
+    const closed = settled().finally(() => this.#subscriptions.delete(tracked));
+    return {
+      unsubscribe: () => {
+        if (!sub.isClosed()) sub.unsubscribe();
+      },
+      closed,
+    };
+  }
+
+  /**
+   * Sends a request and returns its validated reply. Fails with a {@link TransportError}: `no_responders`,
+   * `timeout`, `aborted`, `invalid_reply`, or the code of an `ErrorReply` the responder sent.
+   */
+  async request<S extends z.ZodType>(
+    subject: string,
+    payload: unknown,
+    replySchema: S,
+    opts: RequestOptions,
+  ): Promise<z.infer<S>> {
+    if (opts.signal?.aborted) throw abortedError(subject);
+    const meta = opts.meta ?? metaFromSubject(subject);
+    const data = JSON.stringify(payload);
+    const pending = this.connection.request(subject, data, {
+      timeout: opts.timeoutMs,
+      ...(opts.headers === undefined ? {} : { headers: toMsgHdrs(opts.headers) }),
+    });
+    logMessage(this.logger, this.#level, 'out', subject, meta);
+    let reply: Msg;
+    try {
+      reply = await abortable(pending, subject, opts.signal);
+    } catch (error) {
+      throw requestError(error, subject, opts.timeoutMs);
+    }
+    logMessage(this.logger, this.#level, 'in', reply.subject, meta);
+    const parsed = parseMessage(replySchema, reply.data);
+    if (parsed.ok) return parsed.value;
+    const refusal = parseMessage(ErrorReply, reply.data);
+    if (refusal.ok) throw new TransportError(refusal.value.error.code, refusal.value.error.message);
+    throw new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`);
+  }
+
+  /** Resolves once the server has seen everything published so far. */
+  flush(): Promise<void> {
+    return this.connection.flush();
+  }
+
+  /**
+   * Stops taking messages, lets running handlers finish (up to `timeoutMs`), sends what is pending and closes.
+   */
+  async drain(timeoutMs = DEFAULT_DRAIN_TIMEOUT_MS): Promise<void> {
+    if (this.connection.isClosed() || this.connection.isDraining()) return;
+    const subscriptions = [...this.#subscriptions];
+    await Promise.allSettled(subscriptions.map(({ sub }) => sub.drain()));
+    const handlersDone = Promise.allSettled(subscriptions.map(({ settled }) => settled()));
+    if ((await withTimeout(handlersDone, timeoutMs)) === 'timeout') {
+      this.logger.warn(
+        { timeoutMs },
+        `handlers still running after ${timeoutMs} ms; closing the connection anyway`,
+      );
+    }
+    if (this.connection.isClosed() || this.connection.isDraining()) return;
+    await this.connection.drain();
+  }
+
+  /** Closes the connection at once; pending requests fail. */
+  async close(): Promise<void> {
+    if (this.connection.isClosed()) return;
+    await this.connection.close();
+  }
+
+  /** Calls `listener` on every connection status change (disconnect, reconnect, errors, …). */
+  onStatus(listener: StatusListener): void {
+    this.#listeners.add(listener);
+  }
+
+  #deliver<S extends z.ZodType>(
+    msg: Msg,
+    schema: S,
+    handler: (delivery: Delivery<z.infer<S>>) => void | Promise<void>,
+    opts: SubscribeOptions<z.infer<S>>,
+  ): Promise<void> | undefined {
+    const parsed = parseMessage(schema, msg.data);
+    const meta = parsed.ok
+      ? this.#metaOf(msg.subject, parsed.value, opts.meta)
+      : metaFromSubject(msg.subject);
+    logMessage(this.logger, this.#level, 'in', msg.subject, meta);
+    if (!parsed.ok) {
+      this.#rejectInvalid(msg, parsed, opts.reporter ?? this.name);
+      return undefined;
+    }
+    const delivery: Delivery<z.infer<S>> = {
+      subject: msg.subject,
+      value: parsed.value,
+      respond: (payload) => this.#respond(msg, payload, meta),
+    };
+    const reply = replyOf(msg);
+    if (reply !== undefined) delivery.reply = reply;
+    const headers = fromMsgHdrs(msg.headers);
+    if (headers !== undefined) delivery.headers = headers;
+    try {
+      const result = handler(delivery);
+      if (result instanceof Promise)
+        return result.catch((error: unknown) => this.#handlerFailed(msg, error, meta));
+    } catch (error) {
+      this.#handlerFailed(msg, error, meta);
+    }
+    return undefined;
+  }
+
+  #metaOf<T>(subject: string, value: T, custom: ((value: T) => MessageMeta) | undefined): MessageMeta {
+    if (custom === undefined) return { ...metaFromSubject(subject), ...metaFromValue(value) };
+    try {
+      return custom(value);
+    } catch (error) {
+      this.logger.warn({ err: error, subject }, `meta function for ${subject} threw; logging without it`);
+      return metaFromSubject(subject);
+    }
+  }
+
+  #rejectInvalid(msg: Msg, parsed: Extract<ParseResult<unknown>, { ok: false }>, reporter: string): void {
+    const { reason, issues } = parsed;
+    // Reports pass every `troupe.events.>` subscriber; one that expects events must not report a report.
+    const reply = replyOf(msg);
+    if (msg.subject === subjects.invalid && reply === undefined) {
+      this.logger.debug(
+        { subject: msg.subject },
+        'ignored an invalid-message report that does not match this schema',
+      );
+      return;
+    }
+    this.logger.warn(
+      { subject: msg.subject, reporter, reason, issues },
+      `invalid message on ${msg.subject}: ${reason}`,
+    );
+    if (reply !== undefined) {
+      const answer: ErrorReply = { ok: false, error: { code: 'invalid_message', message: reason } };
+      this.#respond(msg, answer, metaFromSubject(msg.subject));
+      return;
+    }
+    this.reportInvalid({
+      subject: msg.subject,
+      reporter,
+      reason,
+      issues,
+      payload: lenientDecoder.decode(msg.data).slice(0, PAYLOAD_EXCERPT),
+      ...idsFromSubject(msg.subject),
+    });
+  }
+
+  #handlerFailed(msg: Msg, error: unknown, meta: MessageMeta): void {
+    const message = `handler for ${msg.subject} failed: ${messageOf(error)}`;
+    this.logger.error({ err: error, subject: msg.subject, ...meta }, message);
+    if (replyOf(msg) === undefined) return;
+    const answer: ErrorReply = { ok: false, error: { code: 'handler_failed', message } };
+    this.#respond(msg, answer, meta);
+  }
+
+  // A failed reply is the requester's timeout to handle; it must not take down the handler's caller.
+  #respond(msg: Msg, payload: unknown, meta: MessageMeta): void {
+    const reply = replyOf(msg);
+    if (reply === undefined) {
+      this.logger.debug(
+        { subject: msg.subject },
+        `no reply was asked for on ${msg.subject}; response dropped`,
+      );
+      return;
+    }
+    try {
+      this.publish(reply, payload, meta);
+    } catch (error) {
+      this.logger.warn(
+        { err: error, subject: msg.subject },
+        `could not reply on ${msg.subject}: ${messageOf(error)}`,
+      );
+    }
+  }
+
+  async #watchStatus(): Promise<void> {
+    try {
+      for await (const status of this.connection.status()) {
+        const { type, ...data } = status;
+        const log = statusLogs[type] ?? statusLogs.default;
+        log?.(this.logger, data);
+        for (const listener of this.#listeners) {
+          try {
+            listener({ type, data });
+          } catch (error) {
+            this.logger.warn({ err: error }, 'a status listener threw');
+          }
+        }
+      }
+    } catch (error) {
+      this.logger.warn({ err: error }, 'stopped watching the NATS connection status');
+    }
+  }
+}
+
+const statusLogs: Record<string, (logger: Logger, data: Record<string, unknown>) => void> = {
+  disconnect: (logger, data) => logger.warn(data, `disconnected from NATS at ${String(data.server)}`),
+  reconnecting: (logger) => logger.debug('reconnecting to NATS'),
+  reconnect: (logger, data) => logger.info(data, `reconnected to NATS at ${String(data.server)}`),
+  error: (logger, data) =>
+    logger.error({ err: data.error }, `NATS connection error: ${messageOf(data.error)}`),
+  ldm: (logger, data) => logger.warn(data, `NATS server ${String(data.server)} is entering lame duck mode`),
+  staleConnection: (logger) => logger.warn('NATS connection is stale; reconnecting'),
+  slowConsumer: (logger, data) =>
+    logger.warn({ pending: data.pending }, 'a subscription is falling behind (slow consumer)'),
+  close: (logger) => logger.debug('NATS connection closed'),
+  ping: () => {},
+  default: (logger, data) => logger.debug(data, 'NATS connection status'),
+};
+
+/** The subject the sender waits on; nats.js gives an empty string when there is none. */
+function replyOf(msg: Msg): string | undefined {
+  return msg.reply === undefined || msg.reply === '' ? undefined : msg.reply;
+}
+
+/** What a subject alone says about its message. */
+function metaFromSubject(subject: string): MessageMeta {
+  const parsed = parseSubject(subject);
+  if (parsed === undefined) return {};
+  const meta: MessageMeta = {};
+  if ('taskId' in parsed) meta.taskId = parsed.taskId;
+  if (parsed.type === 'event') meta.kind = parsed.kind;
+  if (parsed.type === 'agent') meta.to = parsed.agent;
+  return meta;
+}
+
+const META_KEYS = ['taskId', 'from', 'to', 'kind'] as const;
+
+/** The `taskId`, `from`, `to` and `kind` a payload carries, when they are strings. */
+function metaFromValue(value: unknown): MessageMeta {
+  if (typeof value !== 'object' || value === null) return {};
+  const meta: MessageMeta = {};
+  for (const key of META_KEYS) {
+    const field = (value as Record<string, unknown>)[key];
+    if (typeof field === 'string') meta[key] = field;
+  }
+  return meta;
+}
+
+function idsFromSubject(subject: string): { pipeline?: string; taskId?: string } {
+  const parsed = parseSubject(subject);
+  const ids: { pipeline?: string; taskId?: string } = {};
+  if (parsed !== undefined && 'pipeline' in parsed) ids.pipeline = parsed.pipeline;
+  if (parsed !== undefined && 'taskId' in parsed) ids.taskId = parsed.taskId;
+  return ids;
+}
+
+function toMsgHdrs(record: Record<string, string>): MsgHdrs {
+  const hdrs = createHeaders();
+  for (const [key, value] of Object.entries(record)) hdrs.set(key, value);
+  return hdrs;
+}
+
+function fromMsgHdrs(hdrs: MsgHdrs | undefined): Record<string, string> | undefined {
+  if (hdrs === undefined) return undefined;
+  const record: Record<string, string> = {};
+  for (const [key, values] of hdrs) {
+    const last = values.at(-1);
+    if (last !== undefined) record[key] = last;
+  }
+  return record;
+}
+
+function requestError(error: unknown, subject: string, timeoutMs: number): unknown {
+  if (error instanceof TransportError) return error;
+  if (error instanceof RequestError && error.isNoResponders()) {
+    return new TransportError('no_responders', `no one is serving ${subject}`, { cause: error });
+  }
+  if (error instanceof TimeoutError) {
+    return new TransportError('timeout', `no reply from ${subject} within ${timeoutMs} ms`, { cause: error });
+  }
+  return (
+    asClosedError(error, subject) ??
+    new TransportError('request_failed', `request to ${subject} failed: ${messageOf(error)}`, {
+      cause: error,
+    })
+  );
+}
+
+function asClosedError(error: unknown, subject: string): TransportError | undefined {
+  if (error instanceof ClosedConnectionError || error instanceof DrainingConnectionError) {
+    return new TransportError(
+      'closed',
+      `cannot send on ${subject}: the NATS connection is ${error.message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  return undefined;
+}
+
+function abortedError(subject: string): TransportError {
+  return new TransportError('aborted', `request to ${subject} was aborted`);
+}
+
+function abortable<T>(pending: Promise<T>, subject: string, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return pending;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(abortedError(subject));
+    signal.addEventListener('abort', onAbort, { once: true });
+    pending.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+async function withTimeout<T>(work: Promise<T>, ms: number): Promise<T | 'timeout'> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

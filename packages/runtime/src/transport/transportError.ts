@@ -1,0 +1,30 @@
+/** Stable codes of transport failures. A request answered with an `ErrorReply` carries the replier's own code. */
+export type TransportErrorCode =
+  | 'connect_failed'
+  | 'no_responders'
+  | 'timeout'
+  | 'invalid_reply'
+  | 'aborted'
+  | 'closed'
+  | 'request_failed'
+  | 'jetstream_unavailable'
+  | 'stream_setup_failed'
+  | 'nats_server_missing'
+  | 'nats_server_failed'
+  | (string & {});
+
+/** A failure to talk over NATS or to run a local nats-server, with a stable `code` and the underlying `cause`. */
+export class TransportError extends Error {
+  override readonly name = 'TransportError';
+  readonly code: TransportErrorCode;
+
+  constructor(code: TransportErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+
+  /** True when `error` is a TransportError, and of `code` when one is given. */
+  static is(error: unknown, code?: TransportErrorCode): error is TransportError {
+    return error instanceof TransportError && (code === undefined || error.code === code);
+  }
+}

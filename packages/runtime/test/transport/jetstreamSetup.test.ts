@@ -1,0 +1,113 @@
+import { jetstreamManager } from '@nats-io/jetstream';
+import { BUCKETS, STREAMS } from '@troupe/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
+import { ensureTroupeStreams, jetstreamOf, kvOf } from '../../src/transport/jetstreamSetup.ts';
+import { NatsBus } from '../../src/transport/natsBus.ts';
+import { captureLogger, startServer } from './natsFixture.ts';
+
+let server: EmbeddedNats;
+let bus: NatsBus;
+let rival: NatsBus;
+
+beforeAll(async () => {
+  server = await startServer();
+  bus = await NatsBus.connect({ servers: server.url, name: 'js-test', logger: captureLogger().logger });
+  rival = await NatsBus.connect({ servers: server.url, name: 'js-rival', logger: captureLogger().logger });
+});
+
+afterAll(async () => {
+  await rival?.close();
+  await bus?.close();
+  await server?.stop();
+});
+
+const DAY_NS = 24 * 60 * 60 * 1e9;
+
+describe('ensureTroupeStreams', () => {
+  it('creates the streams and buckets, and survives being raced and repeated', async () => {
+    await Promise.all([ensureTroupeStreams(bus), ensureTroupeStreams(rival)]);
+    await ensureTroupeStreams(bus);
+
+    const jsm = await jetstreamManager(bus.connection);
+    const tasks = await jsm.streams.info(STREAMS.tasks);
+    expect(tasks.config).toMatchObject({
+      subjects: ['troupe.tasks.>'],
+      retention: 'limits',
+      storage: 'file',
+      max_age: 7 * DAY_NS,
+      duplicate_window: 120e9,
+    });
+    const events = await jsm.streams.info(STREAMS.events);
+    expect(events.config).toMatchObject({
+      subjects: ['troupe.events.>'],
+      storage: 'file',
+      max_age: 7 * DAY_NS,
+    });
+    const names: string[] = [];
+    for await (const name of jsm.streams.names()) names.push(name);
+    expect(names.sort()).toEqual(['EVENTS', 'KV_memory', 'KV_pipelines', 'KV_workflows', 'TASKS']);
+    const workflows = await jsm.streams.info('KV_workflows');
+    expect(workflows.config).toMatchObject({ max_msgs_per_subject: 1, storage: 'file' });
+  });
+
+  it('captures tasks and events in their streams and de-duplicates by Nats-Msg-Id', async () => {
+    await ensureTroupeStreams(bus);
+    const js = jetstreamOf(bus);
+    const first = await js.publish('troupe.tasks.x', JSON.stringify({ goal: 'a' }), { msgID: 'task-1' });
+    const again = await js.publish('troupe.tasks.x', JSON.stringify({ goal: 'a' }), { msgID: 'task-1' });
+    expect(first.stream).toBe('TASKS');
+    expect(again.duplicate).toBe(true);
+    bus.publish('troupe.events.demo.t1.task.accepted', { any: 'thing' });
+    await bus.flush();
+
+    const jsm = await jetstreamManager(bus.connection);
+    const tasks = await jsm.streams.info(STREAMS.tasks);
+    const events = await jsm.streams.info(STREAMS.events);
+    expect(tasks.state.messages).toBe(1);
+    expect(events.state.messages).toBe(1);
+    const stored = await jsm.streams.getMessage(STREAMS.events, {
+      last_by_subj: 'troupe.events.demo.t1.task.accepted',
+    });
+    expect(stored?.json()).toEqual({ any: 'thing' });
+  });
+
+  it('updates max age and duplicate window when the options change', async () => {
+    await ensureTroupeStreams(bus, { eventsMaxAge: 60 * 60 * 1000, duplicateWindowMs: 30_000 });
+    const jsm = await jetstreamManager(bus.connection);
+    const events = await jsm.streams.info(STREAMS.events);
+    expect(events.config.max_age).toBe(3_600e9);
+    expect(events.config.duplicate_window).toBe(30e9);
+    await ensureTroupeStreams(bus);
+    expect((await jsm.streams.info(STREAMS.events)).config.max_age).toBe(7 * DAY_NS);
+  });
+
+  it('opens the KV buckets for reading and writing', async () => {
+    const kv = await kvOf(bus, BUCKETS.workflows);
+    await kv.put('task-1', JSON.stringify({ state: 'running' }));
+    await kv.put('task-1', JSON.stringify({ state: 'done' }));
+    const entry = await kv.get('task-1');
+    expect(entry?.json()).toEqual({ state: 'done' });
+    const history: unknown[] = [];
+    for await (const e of await kv.history({ key: 'task-1' })) history.push(e.json());
+    expect(history).toEqual([{ state: 'done' }]);
+  });
+
+  it('fails with jetstream_unavailable on a server without JetStream', async () => {
+    const plain = await startServer({ jetstream: false });
+    const plainBus = await NatsBus.connect({
+      servers: plain.url,
+      name: 'no-js',
+      logger: captureLogger().logger,
+    });
+    try {
+      await expect(ensureTroupeStreams(plainBus)).rejects.toMatchObject({
+        name: 'TransportError',
+        code: 'jetstream_unavailable',
+      });
+    } finally {
+      await plainBus.close();
+      await plain.stop();
+    }
+  });
+});

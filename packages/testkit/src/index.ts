@@ -1,0 +1,1 @@
+export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';

@@ -1,0 +1,56 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type EmbeddedNats, startNatsServer } from '@troupe/runtime';
+
+/** A throw-away nats-server for a test: JetStream on, a free port on 127.0.0.1, a fresh temp data dir. */
+export interface TestNats extends EmbeddedNats {
+  /** Stops the server and starts it again on the same port and data dir, as a crash-and-restart would. */
+  restart(): Promise<void>;
+}
+
+export interface TestNatsOptions {
+  /** Default true. */
+  jetstream?: boolean;
+}
+
+/**
+ * Starts a nats-server for a test. `stop()` ends it and deletes its data dir; call it in `afterAll`.
+ *
+ * @example
+ * let nats: TestNats;
+ * beforeAll(async () => { nats = await startTestNats(); });
+ * afterAll(() => nats.stop());
+ */
+export async function startTestNats(opts: TestNatsOptions = {}): Promise<TestNats> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'troupe-nats-'));
+  const jetstream = opts.jetstream ?? true;
+  let server: EmbeddedNats;
+  try {
+    server = await startNatsServer({ dataDir, jetstream });
+  } catch (error) {
+    await rm(dataDir, { recursive: true, force: true });
+    throw error;
+  }
+  const { url, port } = server;
+  let running = true;
+  return {
+    url,
+    port,
+    dataDir,
+    get pid() {
+      return server.pid;
+    },
+    async restart() {
+      if (running) await server.stop();
+      running = false;
+      server = await startNatsServer({ dataDir, jetstream, port });
+      running = true;
+    },
+    async stop() {
+      if (running) await server.stop();
+      running = false;
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
