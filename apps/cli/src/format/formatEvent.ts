@@ -28,7 +28,7 @@ export function formatEvent(event: TroupeEvent, options: FormatOptions): string 
   return [
     paint('gray', time),
     paint('gray', `${event.pipeline}/${event.taskId}`),
-    route.padEnd(22),
+    route.padEnd(30),
     paint(KIND_STYLE[event.kind], event.kind.padEnd(16)),
     summarize(event),
   ].join('  ');
@@ -69,7 +69,7 @@ function summarize(event: TroupeEvent): string {
       return `${event.data.tool} ${oneLine(event.data.arguments, 80)}`;
     case 'tool.result':
       return event.data.ok
-        ? `${event.data.tool} ok (${event.data.durationMs} ms) ${oneLine(event.data.output, 60)}`
+        ? `${event.data.tool} ok (${Math.round(event.data.durationMs)} ms) ${oneLine(event.data.output, 60)}`
         : `${event.data.tool} ${event.data.error?.code ?? 'error'}: ${oneLine(event.data.error?.message ?? event.data.output, 80)}`;
     case 'approval.requested':
       return `${event.data.tool} ${oneLine(event.data.arguments, 60)} (approval ${event.data.approvalId})`;

@@ -71,6 +71,7 @@ export function compileFlow(config: PipelineConfig) {
         emit(({ context }: { context: WorkflowContext }) => ({
           type: 'event' as const,
           kind: 'step.started' as const,
+          from: 'workflow',
           to: step.agent,
           data: { step: step.id, agent: step.agent, round: context.round, stepId: stepId(context, step) },
         })),
@@ -205,6 +206,7 @@ function completedEvent(step: StepConfig) {
       type: 'event' as const,
       kind: 'step.completed' as const,
       from: step.agent,
+      to: 'workflow',
       data: {
         step: step.id,
         agent: step.agent,

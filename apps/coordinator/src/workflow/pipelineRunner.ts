@@ -192,7 +192,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           'task.completed',
           scope,
           { output: output.output, rounds: output.rounds, usage: output.usage, usageByAgent: output.usageByAgent, durationMs },
-          { to: 'user' },
+          { from: 'workflow', to: 'user' },
         ),
       );
       return;
@@ -203,7 +203,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
 
   function publishFailure(scope: EventScope, reason: string, message: string, usage: UsageTotals, durationMs: number, step?: string): void {
     bus.publishEvent(
-      events.make('task.failed', scope, { reason, message, usage, durationMs, ...(step ? { step } : {}) }, { to: 'user' }),
+      events.make('task.failed', scope, { reason, message, usage, durationMs, ...(step ? { step } : {}) }, { from: 'workflow', to: 'user' }),
     );
   }
 

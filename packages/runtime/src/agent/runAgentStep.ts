@@ -150,46 +150,57 @@ function toWireEvent(
 ): TroupeEvent {
   const ref = { agent: agent.name, stepId: request.stepId };
   const model = { provider: agent.model.provider, model: agent.model.model };
+  const modelName = `${model.provider}:${model.model}`;
+  const toModel = { from: agent.name, to: modelName };
+  const fromModel = { from: modelName, to: agent.name };
   switch (emitted.type) {
     case 'llm.request':
-      return events.make('llm.request', scope, {
-        ...ref,
-        turn: emitted.turn,
-        ...model,
-        messages: emitted.messages,
-        tools: emitted.tools,
-      });
+      return events.make(
+        'llm.request',
+        scope,
+        { ...ref, turn: emitted.turn, ...model, messages: emitted.messages, tools: emitted.tools },
+        toModel,
+      );
     case 'llm.response':
-      return events.make('llm.response', scope, {
-        ...ref,
-        turn: emitted.turn,
-        provider: emitted.provider,
-        model: emitted.model,
-        usage: emitted.usage,
-        costUsd: emitted.costUsd,
-        finishReason: emitted.finishReason,
-        content: preview(emitted.content),
-        toolCalls: emitted.toolCalls.map((c) => ({ id: c.id, name: c.name })),
-        durationMs: emitted.durationMs,
-      });
+      return events.make(
+        'llm.response',
+        scope,
+        {
+          ...ref,
+          turn: emitted.turn,
+          provider: emitted.provider,
+          model: emitted.model,
+          usage: emitted.usage,
+          costUsd: emitted.costUsd,
+          finishReason: emitted.finishReason,
+          content: preview(emitted.content),
+          toolCalls: emitted.toolCalls.map((c) => ({ id: c.id, name: c.name })),
+          durationMs: emitted.durationMs,
+        },
+        fromModel,
+      );
     case 'llm.error':
-      return events.make('llm.error', scope, {
-        ...ref,
-        turn: emitted.turn,
-        ...model,
-        code: emitted.code,
-        message: emitted.message,
-      });
+      return events.make(
+        'llm.error',
+        scope,
+        { ...ref, turn: emitted.turn, ...model, code: emitted.code, message: emitted.message },
+        fromModel,
+      );
     case 'tool.call':
-      return events.make('tool.call', scope, {
-        ...ref,
-        callId: emitted.callId,
-        tool: emitted.tool,
-        arguments: preview(emitted.arguments),
-      });
+      return events.make(
+        'tool.call',
+        scope,
+        { ...ref, callId: emitted.callId, tool: emitted.tool, arguments: preview(emitted.arguments) },
+        { from: agent.name, to: `tool:${emitted.tool}` },
+      );
     case 'tool.result': {
       const { type: _type, output, ...rest } = emitted;
-      return events.make('tool.result', scope, { ...ref, ...rest, output: preview(output) });
+      return events.make(
+        'tool.result',
+        scope,
+        { ...ref, ...rest, output: preview(output) },
+        { from: `tool:${emitted.tool}`, to: agent.name },
+      );
     }
   }
 }

@@ -27,7 +27,10 @@ export const readFileTool = defineTool({
     const file = await resolveInWorkspace(ctx.workspace, requested, { tool: 'read_file', mustExist: true });
     const info = await stat(file);
     if (info.isDirectory()) {
-      throw new ToolError('invalid_arguments', `read_file: ${requested} is a directory; use list_files to see inside`);
+      throw new ToolError(
+        'invalid_arguments',
+        `read_file: ${requested} is a directory; use list_files to see inside`,
+      );
     }
     if (offset === undefined && limit === undefined) {
       if (info.size > maxReadBytes) {
@@ -78,14 +81,18 @@ async function readLines(
 }
 
 const WriteFileInput = z.object({
-  path: z.string().min(1).describe('File path relative to the workspace; missing parent directories are created'),
+  path: z
+    .string()
+    .min(1)
+    .describe('File path relative to the workspace; missing parent directories are created'),
   content: z.string().describe('The complete new content of the file'),
 });
 
 /** `write_file`: creates or replaces a file of the workspace atomically, creating parent directories. */
 export const writeFileTool = defineTool({
   name: 'write_file',
-  description: 'Create or overwrite a file in the workspace with the given content. Parent directories are created.',
+  description:
+    'Create or overwrite a file in the workspace with the given content. Parent directories are created.',
   input: WriteFileInput,
   async run({ path: requested, content }, ctx) {
     const file = await resolveInWorkspace(ctx.workspace, requested, { tool: 'write_file' });
@@ -100,7 +107,12 @@ export const writeFileTool = defineTool({
 });
 
 // A reader never sees a half-written file: the content lands in a sibling temp file that is renamed over the target.
-async function writeAtomically(file: string, content: string, mode: number, signal: AbortSignal): Promise<void> {
+async function writeAtomically(
+  file: string,
+  content: string,
+  mode: number,
+  signal: AbortSignal,
+): Promise<void> {
   const temp = path.join(path.dirname(file), `.${path.basename(file)}.${randomUUID()}.tmp`);
   try {
     await writeFile(temp, content, { flag: 'wx', mode: mode & 0o7777, signal });
@@ -121,7 +133,11 @@ async function statIfExists(file: string) {
 }
 
 const ListFilesInput = z.object({
-  path: z.string().min(1).default('.').describe('Directory relative to the workspace; the workspace itself by default'),
+  path: z
+    .string()
+    .min(1)
+    .default('.')
+    .describe('Directory relative to the workspace; the workspace itself by default'),
   recursive: z.boolean().default(false).describe('Also list the contents of subdirectories'),
 });
 
@@ -133,7 +149,10 @@ export const listFilesTool = defineTool({
   async run({ path: requested, recursive }, ctx) {
     const dir = await resolveInWorkspace(ctx.workspace, requested, { tool: 'list_files', mustExist: true });
     if (!(await stat(dir)).isDirectory()) {
-      throw new ToolError('invalid_arguments', `list_files: ${requested} is a file, not a directory; use read_file`);
+      throw new ToolError(
+        'invalid_arguments',
+        `list_files: ${requested} is a file, not a directory; use read_file`,
+      );
     }
     const root = await realpath(ctx.workspace);
     const listing: Listing = { entries: [], capped: false };
@@ -152,7 +171,13 @@ interface Listing {
 }
 
 // Depth-first with each directory sorted, so entries come in tree order and a capped listing is a true prefix.
-async function walk(dir: string, relative: string, recursive: boolean, listing: Listing, signal: AbortSignal) {
+async function walk(
+  dir: string,
+  relative: string,
+  recursive: boolean,
+  listing: Listing,
+  signal: AbortSignal,
+) {
   signal.throwIfAborted();
   const children = await readdir(dir, { withFileTypes: true });
   children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));

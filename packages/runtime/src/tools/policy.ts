@@ -80,7 +80,11 @@ export function evaluatePolicy(
   if (!decisive) {
     return { decision: 'deny', reason: noMatchReason(toolName, call, rules) };
   }
-  return { decision: decisive.decision, rule: decisive, reason: `${verb[decisive.decision]} by rule ${describeRule(decisive)}` };
+  return {
+    decision: decisive.decision,
+    rule: decisive,
+    reason: `${verb[decisive.decision]} by rule ${describeRule(decisive)}`,
+  };
 }
 
 function strongest(rules: readonly PermissionRule[]): PermissionRule | undefined {
@@ -107,7 +111,11 @@ function pathsMatch(globs: readonly string[], paths: readonly string[], parts: '
   return paths[parts]((p) => isMatch(p));
 }
 
-function commandMatches(prefixes: readonly string[], command: string | undefined, parts: 'every' | 'some'): boolean {
+function commandMatches(
+  prefixes: readonly string[],
+  command: string | undefined,
+  parts: 'every' | 'some',
+): boolean {
   if (command === undefined) return false;
   const segments = commandSegments(command);
   if (segments.length === 0) return false;
@@ -140,7 +148,7 @@ function hostMatches(patterns: readonly string[], host: string | undefined): boo
 }
 
 function scopeOf(args: unknown): CallScope {
-  const scope: CallScope = { paths: collectPaths(args).map(normalizeRelative) };
+  const scope: CallScope = { paths: [...new Set(collectPaths(args).flatMap(pathForms))] };
   if (!isRecord(args)) return scope;
   if (typeof args.command === 'string') scope.command = args.command;
   if (typeof args.url === 'string') {
@@ -161,9 +169,16 @@ function collectPaths(value: unknown, depth = 0): string[] {
   );
 }
 
-// Rules are written against canonical relative paths, so `src/../.env` and `./.env` must meet a rule on `.env`.
+/**
+ * Canonical forms of a requested path, so `src/../.env` and `./.env` meet a rule on `.env`. A backslash is a
+ * file name character on POSIX but a separator elsewhere; both readings are checked, so neither slips past a rule.
+ */
+function pathForms(requested: string): string[] {
+  return [normalizeRelative(requested), normalizeRelative(requested.replaceAll('\\', '/'))];
+}
+
 function normalizeRelative(requested: string): string {
-  const normalized = path.posix.normalize(requested.replaceAll('\\', '/'));
+  const normalized = path.posix.normalize(requested);
   return normalized.length > 1 ? normalized.replace(/\/+$/, '') : normalized;
 }
 

@@ -72,7 +72,9 @@ export class ToolExecutor {
       const input = await parseInput(tool, call.arguments);
       const verdict = evaluatePolicy(this.#policy, tool.name, input, { agent: this.#agent });
       decision = verdict.decision;
-      if (verdict.decision === 'deny') throw new ToolError('denied', `${tool.name} refused: ${verdict.reason}`);
+      if (verdict.decision === 'deny') {
+        throw new ToolError('denied', `${tool.name} refused: ${verdict.reason}`);
+      }
       if (verdict.decision === 'ask') throw approvalRequired(tool.name, verdict);
       const output = await this.#run(tool, input, call.id, signal);
       return this.#result(call, started, decision, { output });
@@ -91,42 +93,33 @@ export class ToolExecutor {
     const declared = this.#policy.tools.includes(name);
     if (tool && declared) return tool;
     const available = this.#policy.tools.filter((declaredName) => this.#registry.has(declaredName));
-    const offer = available.length > 0 ? `available tools: ${available.join(', ')}` : 'this agent has no tools';
+    const offer =
+      available.length > 0 ? `available tools: ${available.join(', ')}` : 'this agent has no tools';
     if (!tool) throw new ToolError('unknown_tool', `unknown tool "${name}"; ${offer}`);
     throw new ToolError('not_declared', `tool ${name} is not declared for agent ${this.#agent}; ${offer}`);
   }
 
   async #run(tool: Tool, input: unknown, callId: string, outer: AbortSignal | undefined): Promise<string> {
-    const cancelled = () => new ToolError('cancelled', `${tool.name} was cancelled`);
-    
-    const timeoutMs = tool.timeoutMs ?? this.#defaultTimeoutMs;
-    const controller = new AbortController();
+    if (outer?.aborted) throw cancelled(tool.name);
+    const guard = guardRun(tool.name, tool.timeoutMs ?? this.#defaultTimeoutMs, outer);
     const ctx: ToolContext = {
       workspace: this.#workspace,
       taskId: this.#taskId,
       agent: this.#agent,
       callId,
-      signal: controller.signal,
+      signal: guard.signal,
     };
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let onCancel: (() => void) | undefined;
-    // Racing the run against the abort means a tool that ignores its signal still cannot hold the agent.
-    const stopped = new Promise<never>((_, reject) => {
-      const stop = (error: ToolError) => {
-        controller.abort(error);
-        reject(error);
-      };
-      timer = setTimeout(() => stop(new ToolError('timeout', `${tool.name} timed out after ${timeoutMs} ms`)), timeoutMs);
-      onCancel = () => stop(cancelled());
-      outer?.addEventListener('abort', onCancel, { once: true });
-    });
     try {
-      const output = await Promise.race([tool.run(input, ctx), stopped]);
-      if (typeof output !== 'string') throw new ToolError('failed', `${tool.name} returned ${typeof output}, not text`);
+      const running = tool.run(input, ctx);
+      // A tool that settles after it was stopped must not surface as an unhandled rejection.
+      running.catch(() => undefined);
+      const output = await Promise.race([running, guard.stopped]);
+      if (typeof output !== 'string') {
+        throw new ToolError('failed', `${tool.name} returned ${typeof output}, not text`);
+      }
       return output;
     } finally {
-      clearTimeout(timer);
-      if (onCancel) outer?.removeEventListener('abort', onCancel);
+      guard.dispose();
     }
   }
 
@@ -143,7 +136,7 @@ export class ToolExecutor {
       tool: call.name,
       ok: 'output' in outcome,
       output,
-      durationMs: this.#now() - started,
+      durationMs: Math.round(this.#now() - started),
       decision,
     };
     if ('error' in outcome) result.error = { code: outcome.error.code, message: outcome.error.message };
@@ -172,8 +165,45 @@ function parseJson(toolName: string, rawArguments: string): unknown {
     return JSON.parse(rawArguments);
   } catch (cause) {
     const reason = cause instanceof Error ? cause.message : String(cause);
-    throw new ToolError('invalid_arguments', `arguments for ${toolName} are not valid JSON: ${reason}`, { cause });
+    throw new ToolError('invalid_arguments', `arguments for ${toolName} are not valid JSON: ${reason}`, {
+      cause,
+    });
   }
+}
+
+interface RunGuard {
+  /** The signal the tool gets; aborted with the `ToolError` that stopped it. */
+  signal: AbortSignal;
+  /** Rejects with that `ToolError` on timeout or cancellation. */
+  stopped: Promise<never>;
+  dispose(): void;
+}
+
+// Racing the run against `stopped` means a tool that ignores its signal still cannot hold the agent.
+function guardRun(toolName: string, timeoutMs: number, outer: AbortSignal | undefined): RunGuard {
+  const controller = new AbortController();
+  let stop: (error: ToolError) => void = () => {};
+  const stopped = new Promise<never>((_, reject) => {
+    stop = (error) => {
+      controller.abort(error);
+      reject(error);
+    };
+  });
+  const timer = setTimeout(
+    () => stop(new ToolError('timeout', `${toolName} timed out after ${timeoutMs} ms`)),
+    timeoutMs,
+  );
+  const onCancel = () => stop(cancelled(toolName));
+  outer?.addEventListener('abort', onCancel, { once: true });
+  const dispose = () => {
+    clearTimeout(timer);
+    outer?.removeEventListener('abort', onCancel);
+  };
+  return { signal: controller.signal, stopped, dispose };
+}
+
+function cancelled(toolName: string): ToolError {
+  return new ToolError('cancelled', `${toolName} was cancelled`);
 }
 
 // Approvals are not wired yet: an `ask` verdict refuses the call and says so.

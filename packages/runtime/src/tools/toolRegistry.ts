@@ -75,8 +75,12 @@ function toJsonSchema(tool: Tool): JsonSchema {
     return z.toJSONSchema(tool.input, { target: 'draft-07', io: 'input' });
   } catch (cause) {
     const reason = cause instanceof Error ? cause.message : String(cause);
-    throw new ToolError('invalid_tool', `tool ${tool.name}: its input schema has no JSON Schema form (${reason})`, {
-      cause,
-    });
+    throw new ToolError(
+      'invalid_tool',
+      `tool ${tool.name}: its input schema has no JSON Schema form (${reason})`,
+      {
+        cause,
+      },
+    );
   }
 }

@@ -19,7 +19,11 @@ export interface ResolveOptions {
  * await resolveInWorkspace('/srv/task-42', 'src/app.ts', { tool: 'read_file', mustExist: true });
  * // '/srv/task-42/src/app.ts'
  */
-export async function resolveInWorkspace(workspace: string, requested: string, opts: ResolveOptions): Promise<string> {
+export async function resolveInWorkspace(
+  workspace: string,
+  requested: string,
+  opts: ResolveOptions,
+): Promise<string> {
   const refuse = (why: string) =>
     new ToolError('path_outside_workspace', `${opts.tool} refused: path ${shown(requested)} ${why}`);
   const lexicalProblem = lexicalRefusal(requested, workspace);
@@ -31,11 +35,17 @@ export async function resolveInWorkspace(workspace: string, requested: string, o
 
   const resolved = await realpathOfDeepest(target, root);
   if (resolved === 'dangling') {
-    throw refuse(`goes through a symlink whose target does not exist, so it cannot be kept inside the workspace ${workspace}`);
+    throw refuse(
+      `goes through a symlink whose target does not exist, so it cannot be kept inside the workspace ${workspace}`,
+    );
   }
-  if (!isInside(root, resolved.path)) throw refuse(`leads outside the workspace ${workspace} through a symlink`);
+  if (!isInside(root, resolved.path))
+    throw refuse(`leads outside the workspace ${workspace} through a symlink`);
   if (opts.mustExist && !resolved.exists) {
-    throw new ToolError('not_found', `${opts.tool}: no file or directory ${shown(requested)} in the workspace`);
+    throw new ToolError(
+      'not_found',
+      `${opts.tool}: no file or directory ${shown(requested)} in the workspace`,
+    );
   }
   return resolved.path;
 }
@@ -51,7 +61,8 @@ function lexicalRefusal(requested: string, workspace: string): string | undefine
       return `is absolute${encoded}; give a path relative to the workspace ${workspace}`;
     }
     const normalized = path.posix.normalize(slashed);
-    if (normalized === '..' || normalized.startsWith('../')) return `is outside the workspace ${workspace}${encoded}`;
+    if (normalized === '..' || normalized.startsWith('../'))
+      return `is outside the workspace ${workspace}${encoded}`;
   }
   return undefined;
 }
@@ -81,9 +92,13 @@ async function realWorkspace(workspace: string, tool: string): Promise<string> {
   try {
     return await realpath(workspace);
   } catch (cause) {
-    throw new ToolError('failed', `${tool}: the workspace ${workspace} is not accessible (${messageOf(cause)})`, {
-      cause,
-    });
+    throw new ToolError(
+      'failed',
+      `${tool}: the workspace ${workspace} is not accessible (${messageOf(cause)})`,
+      {
+        cause,
+      },
+    );
   }
 }
 
@@ -99,7 +114,8 @@ async function realpathOfDeepest(
   let current = target;
   for (;;) {
     const real = await realpathIfExists(current);
-    if (real !== undefined) return { path: path.join(real, ...missing.reverse()), exists: missing.length === 0 };
+    if (real !== undefined)
+      return { path: path.join(real, ...missing.reverse()), exists: missing.length === 0 };
     if (await entryExists(current)) return 'dangling';
     // The workspace root was realpath'd already, so the walk always ends at or above it.
     if (current === root || current === path.dirname(current)) return { path: target, exists: false };

@@ -13,7 +13,13 @@ async function workspace(): Promise<string> {
 }
 
 function contextFor(ws: string): ToolContext {
-  return { workspace: ws, taskId: 'task-1', agent: 'coder', callId: 'call-1', signal: new AbortController().signal };
+  return {
+    workspace: ws,
+    taskId: 'task-1',
+    agent: 'coder',
+    callId: 'call-1',
+    signal: new AbortController().signal,
+  };
 }
 
 /** Runs a tool the way the executor does: arguments through the schema first. */
@@ -42,7 +48,9 @@ describe('read_file', () => {
   it('reads a range of lines, counting from 1', async () => {
     const ws = await workspace();
     await writeFile(path.join(ws, 'a.txt'), lines(10));
-    await expect(call(readFileTool, ws, { path: 'a.txt', offset: 3, limit: 2 })).resolves.toBe('line 3\nline 4');
+    await expect(call(readFileTool, ws, { path: 'a.txt', offset: 3, limit: 2 })).resolves.toBe(
+      'line 3\nline 4',
+    );
     await expect(call(readFileTool, ws, { path: 'a.txt', offset: 9 })).resolves.toBe('line 9\nline 10');
     await expect(call(readFileTool, ws, { path: 'a.txt', limit: 1 })).resolves.toBe('line 1');
   });
@@ -103,9 +111,9 @@ describe('read_file', () => {
 describe('write_file', () => {
   it('creates the file and its missing parent directories', async () => {
     const ws = await workspace();
-    await expect(call(writeFileTool, ws, { path: 'src/deep/new.ts', content: 'const ä = 1;\n' })).resolves.toBe(
-      'wrote 14 bytes to src/deep/new.ts',
-    );
+    await expect(
+      call(writeFileTool, ws, { path: 'src/deep/new.ts', content: 'const ä = 1;\n' }),
+    ).resolves.toBe('wrote 14 bytes to src/deep/new.ts');
     await expect(readFile(path.join(ws, 'src', 'deep', 'new.ts'), 'utf8')).resolves.toBe('const ä = 1;\n');
   });
 
@@ -122,7 +130,9 @@ describe('write_file', () => {
 
   it('writes an empty file', async () => {
     const ws = await workspace();
-    await expect(call(writeFileTool, ws, { path: 'empty', content: '' })).resolves.toBe('wrote 0 bytes to empty');
+    await expect(call(writeFileTool, ws, { path: 'empty', content: '' })).resolves.toBe(
+      'wrote 0 bytes to empty',
+    );
     await expect(readFile(path.join(ws, 'empty'), 'utf8')).resolves.toBe('');
   });
 

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { type AgentPolicy, type Decision, evaluatePolicy, type PermissionRule } from '../../src/tools/policy.ts';
+import {
+  type AgentPolicy,
+  type Decision,
+  evaluatePolicy,
+  type PermissionRule,
+} from '../../src/tools/policy.ts';
 
 function policyOf(...rules: PermissionRule[]): AgentPolicy {
   return { tools: ['read_file', 'write_file', 'run_command', 'fetch_url'], rules };
@@ -21,7 +26,9 @@ describe('evaluatePolicy: declaration', () => {
   });
 
   it('allows a declared tool that has no rules', () => {
-    const verdict = evaluatePolicy(policyOf({ tool: 'write_file', decision: 'deny' }), 'read_file', { path: 'x' });
+    const verdict = evaluatePolicy(policyOf({ tool: 'write_file', decision: 'deny' }), 'read_file', {
+      path: 'x',
+    });
     expect(verdict.decision).toBe('allow');
     expect(verdict.rule).toBeUndefined();
     expect(verdict.reason).toBe('tool read_file is declared for this agent and has no rules');
@@ -44,7 +51,9 @@ describe('evaluatePolicy: precedence among matching rules', () => {
   ];
 
   it.each(table)('$decisions → $expected', ({ decisions, expected }) => {
-    const rules = decisions.map((decision): PermissionRule => ({ tool: 'write_file', decision, paths: ['src/**'] }));
+    const rules = decisions.map(
+      (decision): PermissionRule => ({ tool: 'write_file', decision, paths: ['src/**'] }),
+    );
     const verdict = evaluatePolicy(policyOf(...rules), 'write_file', { path: 'src/app.ts', content: '' });
     expect(verdict.decision).toBe(expected);
     expect(verdict.rule?.decision).toBe(expected);
@@ -77,7 +86,11 @@ describe('evaluatePolicy: reasons', () => {
   });
 
   it('words allow and ask verdicts', () => {
-    const allow = policyOf({ tool: 'run_command', decision: 'allow', commands: ['npm test', 'npm run lint'] });
+    const allow = policyOf({
+      tool: 'run_command',
+      decision: 'allow',
+      commands: ['npm test', 'npm run lint'],
+    });
     expect(evaluatePolicy(allow, 'run_command', { command: 'npm test' }).reason).toBe(
       'allowed by rule {tool: run_command, decision: allow, commands: ["npm test", "npm run lint"]}',
     );
@@ -142,8 +155,15 @@ describe('evaluatePolicy: path scopes', () => {
     expect(decide(broad, 'write_file', { path: 'src/../src/.envrc' })).toBe('allow');
   });
 
+  it('reads a backslash both as a separator and as a name character', () => {
+    expect(decide(policy, 'write_file', { path: 'src/win\\path.ts' })).toBe('allow');
+    expect(decide(policy, 'write_file', { path: 'src\\app.ts' })).toBe('deny');
+  });
+
   it('does not match a call without a path argument', () => {
-    expect(decide(policyOf({ tool: 'read_file', decision: 'allow', paths: ['**'] }), 'read_file', {})).toBe('deny');
+    expect(decide(policyOf({ tool: 'read_file', decision: 'allow', paths: ['**'] }), 'read_file', {})).toBe(
+      'deny',
+    );
   });
 
   it('looks at nested path fields: every one must be allowed, any one may be denied', () => {
@@ -154,7 +174,9 @@ describe('evaluatePolicy: path scopes', () => {
   });
 
   it('lets an unscoped rule cover every call', () => {
-    expect(decide(policyOf({ tool: 'read_file', decision: 'ask' }), 'read_file', { path: 'anything' })).toBe('ask');
+    expect(decide(policyOf({ tool: 'read_file', decision: 'ask' }), 'read_file', { path: 'anything' })).toBe(
+      'ask',
+    );
   });
 
   it('requires every scope of a rule to match', () => {
@@ -166,7 +188,11 @@ describe('evaluatePolicy: path scopes', () => {
 });
 
 describe('evaluatePolicy: command scopes', () => {
-  const allowTests = policyOf({ tool: 'run_command', decision: 'allow', commands: ['npm test', 'git status'] });
+  const allowTests = policyOf({
+    tool: 'run_command',
+    decision: 'allow',
+    commands: ['npm test', 'git status'],
+  });
 
   it.each([
     ['npm test', 'allow'],

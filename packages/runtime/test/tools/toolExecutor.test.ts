@@ -1,6 +1,6 @@
 import { readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { fileTools } from '../../src/tools/fileTools.ts';
 import type { AgentPolicy } from '../../src/tools/policy.ts';
@@ -48,7 +48,14 @@ function executor(tools: Tool[], overrides: Partial<ToolExecutorOptions> = {}): 
   const registry = new ToolRegistry();
   for (const tool of tools) registry.register(tool);
   const policy: AgentPolicy = { tools: tools.map((tool) => tool.name), rules: [] };
-  return new ToolExecutor({ registry, policy, agent: 'coder', workspace: '/nonexistent', taskId: 'task-1', ...overrides });
+  return new ToolExecutor({
+    registry,
+    policy,
+    agent: 'coder',
+    workspace: '/nonexistent',
+    taskId: 'task-1',
+    ...overrides,
+  });
 }
 
 const callOf = (name: string, args: unknown, id = 'call-1') => ({
@@ -63,11 +70,23 @@ describe('ToolExecutor.execute: success', () => {
     const result = await executor([echo], { now: () => ticks.shift() ?? 0 }).execute(
       callOf('echo', { text: 'hi', times: 2 }),
     );
-    expect(result).toEqual({ callId: 'call-1', tool: 'echo', ok: true, output: 'hihi', durationMs: 42, decision: 'allow' });
+    expect(result).toEqual({
+      callId: 'call-1',
+      tool: 'echo',
+      ok: true,
+      output: 'hihi',
+      durationMs: 42,
+      decision: 'allow',
+    });
   });
 
   it('treats empty arguments as an empty object', async () => {
-    const noArgs = defineTool({ name: 'ping', description: 'Pong', input: z.object({}), run: async () => 'pong' });
+    const noArgs = defineTool({
+      name: 'ping',
+      description: 'Pong',
+      input: z.object({}),
+      run: async () => 'pong',
+    });
     const result = await executor([noArgs]).execute(callOf('ping', ''));
     expect(result.ok).toBe(true);
     expect(result.output).toBe('pong');
@@ -84,9 +103,16 @@ describe('ToolExecutor.execute: success', () => {
         return 'ok';
       },
     });
-    await executor([probe], { workspace: '/srv/task-9', taskId: 'task-9' }).execute(callOf('probe', {}, 'c-7'));
+    await executor([probe], { workspace: '/srv/task-9', taskId: 'task-9' }).execute(
+      callOf('probe', {}, 'c-7'),
+    );
     expect(seen).toHaveLength(1);
-    expect(seen[0]).toMatchObject({ workspace: '/srv/task-9', taskId: 'task-9', agent: 'coder', callId: 'c-7' });
+    expect(seen[0]).toMatchObject({
+      workspace: '/srv/task-9',
+      taskId: 'task-9',
+      agent: 'coder',
+      callId: 'c-7',
+    });
     expect(seen[0]?.signal.aborted).toBe(false);
   });
 
@@ -152,7 +178,9 @@ describe('ToolExecutor.execute: refused calls', () => {
 
   it('reports a non-object argument at the top level', async () => {
     const result = await executor([echo]).execute(callOf('echo', '[1]'));
-    expect(result.output).toBe('invalid arguments for echo:\n- (arguments): Invalid input: expected object, received array');
+    expect(result.output).toBe(
+      'invalid arguments for echo:\n- (arguments): Invalid input: expected object, received array',
+    );
   });
 
   it('refuses a call the policy denies, with the reason', async () => {
@@ -177,7 +205,9 @@ describe('ToolExecutor.execute: refused calls', () => {
         return 'shipped';
       },
     });
-    const run = executor([tool], { policy: { tools: ['deploy'], rules: [{ tool: 'deploy', decision: 'ask' }] } });
+    const run = executor([tool], {
+      policy: { tools: ['deploy'], rules: [{ tool: 'deploy', decision: 'ask' }] },
+    });
     const result = await run.execute(callOf('deploy', {}));
     expect(ran).toBe(false);
     expect(result).toMatchObject({ ok: false, decision: 'ask', error: { code: 'approval_required' } });
@@ -233,11 +263,14 @@ describe('ToolExecutor.execute: time limits and cancellation', () => {
       error: { code: 'timeout', message: 'hang timed out after 30 ms' },
     });
     expect(signals[0]?.aborted).toBe(true);
-    expect((signals[0]?.reason as ToolError).code).toBe('timeout');
+    expect(signals[0]?.reason).toBeInstanceOf(ToolError);
+    expect(signals[0]?.reason).toMatchObject({ code: 'timeout' });
   });
 
   it("prefers the tool's own timeout", async () => {
-    const result = await executor([hanging([], 20)], { defaultTimeoutMs: 60_000 }).execute(callOf('hang', {}));
+    const result = await executor([hanging([], 20)], { defaultTimeoutMs: 60_000 }).execute(
+      callOf('hang', {}),
+    );
     expect(result.output).toBe('hang timed out after 20 ms');
   });
 
@@ -245,7 +278,7 @@ describe('ToolExecutor.execute: time limits and cancellation', () => {
     const signals: AbortSignal[] = [];
     const controller = new AbortController();
     const pending = executor([hanging(signals)]).execute(callOf('hang', {}), controller.signal);
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await vi.waitFor(() => expect(signals).toHaveLength(1));
     controller.abort();
     const result = await pending;
     expect(result.error).toEqual({ code: 'cancelled', message: 'hang was cancelled' });
@@ -262,7 +295,9 @@ describe('ToolExecutor.execute: time limits and cancellation', () => {
 
 describe('ToolExecutor.execute: output cap', () => {
   it('truncates output over the cap with a visible marker', async () => {
-    const result = await executor([echo], { maxOutputBytes: 10 }).execute(callOf('echo', { text: 'abcdefghijklmnop' }));
+    const result = await executor([echo], { maxOutputBytes: 10 }).execute(
+      callOf('echo', { text: 'abcdefghijklmnop' }),
+    );
     expect(result.ok).toBe(true);
     expect(result.output).toBe('abcdefghij\n…[truncated: 16 bytes total, showing first 10]');
     expect(result.truncated).toEqual({ originalBytes: 16 });

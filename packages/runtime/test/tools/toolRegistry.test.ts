@@ -70,7 +70,12 @@ describe('ToolRegistry', () => {
         type: 'object',
         properties: {
           text: { type: 'string', description: 'What to repeat' },
-          times: { type: 'integer', default: 1, minimum: Number.MIN_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER },
+          times: {
+            type: 'integer',
+            default: 1,
+            minimum: Number.MIN_SAFE_INTEGER,
+            maximum: Number.MAX_SAFE_INTEGER,
+          },
         },
         required: ['text'],
       },
@@ -81,7 +86,7 @@ describe('ToolRegistry', () => {
     const registry = new ToolRegistry().register(echo).register(noop);
     const first = registry.definitions(['noop', 'echo']);
     expect(first.map((d) => d.name)).toEqual(['noop', 'echo']);
-    first[0]!.parameters.type = 'tampered';
+    for (const definition of first) definition.parameters.type = 'tampered';
     expect(registry.definitions(['noop'])[0]?.parameters.type).toBe('object');
   });
 

@@ -58,7 +58,9 @@ describe('resolveInWorkspace: paths inside', () => {
 
   it('refuses a missing path with not_found when it must exist', async () => {
     const { ws } = await setup();
-    const error = await refusal(resolveInWorkspace(ws, 'src/nope.ts', { tool: 'read_file', mustExist: true }));
+    const error = await refusal(
+      resolveInWorkspace(ws, 'src/nope.ts', { tool: 'read_file', mustExist: true }),
+    );
     expect(error.code).toBe('not_found');
     expect(error.message).toBe('read_file: no file or directory src/nope.ts in the workspace');
   });
@@ -96,12 +98,15 @@ describe('resolveInWorkspace: refusals', () => {
     expect(error.message).toBe(`write_file refused: path ../etc/passwd is outside the workspace ${ws}`);
   });
 
-  it.each(['..', 'src/../../x', 'src/../..', './../ws/../../x'])('refuses the escape %s', async (requested) => {
-    const { ws } = await setup();
-    expect((await refusal(resolveInWorkspace(ws, requested, { tool: 'read_file' }))).code).toBe(
-      'path_outside_workspace',
-    );
-  });
+  it.each(['..', 'src/../../x', 'src/../..', './../ws/../../x'])(
+    'refuses the escape %s',
+    async (requested) => {
+      const { ws } = await setup();
+      expect((await refusal(resolveInWorkspace(ws, requested, { tool: 'read_file' }))).code).toBe(
+        'path_outside_workspace',
+      );
+    },
+  );
 
   it('refuses an absolute path, even one inside the workspace', async () => {
     const { ws } = await setup();

@@ -1,0 +1,100 @@
+import { randomBytes } from 'node:crypto';
+import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
+import { PipelineRegistry, WorkflowRecord } from '@troupe/coordinator';
+import { KvStore, submitTask } from '@troupe/runtime';
+import { formatEvent } from '../format/formatEvent.ts';
+import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { waitForFinal } from '../watch.ts';
+
+export interface SubmitOptions extends ServerOptions {
+  id?: string;
+  input?: string;
+  meta: string[];
+  wait: boolean;
+  timeout: number;
+  json: boolean;
+}
+
+/** A fresh task id: time-ordered, subject-safe. */
+export const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
+
+/** `troupe submit`: validates the task here, stores it in the TASKS stream, and with --wait follows it to the end. */
+export async function submit(pipeline: string, goal: string, options: SubmitOptions): Promise<number> {
+  if (!isName(pipeline)) throw new CliError(`"${pipeline}" is not a pipeline name (a-z, 0-9 and "-")`, 2);
+  const task = buildTask(goal, options);
+  const bus = await connectCli(options, 'troupe-submit');
+  try {
+    const known = await (await PipelineRegistry.open(bus)).names();
+    if (!known.includes(pipeline)) {
+      throw new CliError(
+        `no coordinator has loaded a pipeline named "${pipeline}"; loaded: ${known.join(', ') || 'none'}. ` +
+          'Start one with `troupe up <pipeline.yaml>`.',
+      );
+    }
+    const watcher = options.wait
+      ? waitForFinal(bus, task.id, (event) => print(event, options.json))
+      : undefined;
+    await bus.flush();
+    const result = await submitTask(bus, pipeline, task);
+    if (result.duplicate) {
+      watcher?.stop();
+      const record = await (await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord)).get(task.id);
+      process.stderr.write(
+        `task ${task.id} was already submitted; not run again${record ? ` (it is ${record.value.status})` : ''}\n`,
+      );
+      process.stdout.write(`${task.id}\n`);
+      return record?.value.status === 'failed' ? 1 : 0;
+    }
+    if (!watcher) {
+      process.stdout.write(`${task.id}\n`);
+      return 0;
+    }
+    process.stderr.write(`submitted ${task.id} to ${pipeline}; waiting for it to finish\n`);
+    const final = await Promise.race([watcher.final, timeout(options.timeout)]);
+    watcher.stop();
+    if (final === undefined) {
+      process.stderr.write(`task ${task.id} did not finish within ${options.timeout} s; it keeps running\n`);
+      return 3;
+    }
+    return final.kind === 'task.completed' ? 0 : 1;
+  } finally {
+    await bus.close();
+  }
+}
+
+function buildTask(goal: string, options: SubmitOptions): TaskSubmission & { id: string } {
+  let input: unknown;
+  if (options.input !== undefined) {
+    try {
+      input = JSON.parse(options.input);
+    } catch (error) {
+      throw new CliError(`--input is not JSON: ${(error as Error).message}`, 2);
+    }
+  }
+  const metadata = Object.fromEntries(
+    options.meta.map((pair) => {
+      const at = pair.indexOf('=');
+      if (at < 1) throw new CliError(`--meta takes key=value, got "${pair}"`, 2);
+      return [pair.slice(0, at), pair.slice(at + 1)];
+    }),
+  );
+  const candidate = {
+    id: options.id ?? newTaskId(),
+    goal,
+    ...(input === undefined ? {} : { input }),
+    ...(options.meta.length > 0 ? { metadata } : {}),
+  };
+  const parsed = TaskSubmission.safeParse(candidate);
+  if (!parsed.success) {
+    const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'task'}: ${i.message}`);
+    throw new CliError(`invalid task: ${problems.join('; ')}`, 2);
+  }
+  return { ...parsed.data, id: candidate.id };
+}
+
+function print(event: TroupeEvent, json: boolean): void {
+  process.stdout.write(`${json ? JSON.stringify(event) : formatEvent(event, { color: process.stdout.isTTY })}\n`);
+}
+
+const timeout = (seconds: number) =>
+  new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), seconds * 1_000).unref());

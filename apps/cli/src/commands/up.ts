@@ -1,0 +1,67 @@
+import { ConfigError, type Service, startService } from '@troupe/coordinator';
+import { createLogger, TransportError } from '@troupe/runtime';
+import { CliError } from '../server.ts';
+
+export interface UpOptions {
+  home: string;
+  server?: string;
+  agents: boolean;
+  concurrency: number;
+  logLevel: string;
+  json: boolean;
+}
+
+/** `troupe up`: runs the coordinator (and an embedded nats-server without NATS_URL) until SIGINT or SIGTERM. */
+export async function up(files: string[], options: UpOptions): Promise<number> {
+  const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
+  const natsUrl = options.server ?? process.env.NATS_URL;
+  const service = await start(files, options, natsUrl, logger);
+  const names = service.pipelines.map((p) => p.config.name);
+  process.stderr.write(
+    `troupe is up on ${service.url}${service.embedded ? ' (embedded nats-server)' : ''}; pipelines: ${names.join(', ')}\n` +
+      `  submit a task:  troupe submit ${names[0]} "your goal"   (or: nats pub troupe.tasks.${names[0]} '{"goal":"…"}')\n` +
+      '  watch the flow: troupe tail\n',
+  );
+  await untilSignal(service);
+  return 0;
+}
+
+export async function start(
+  files: string[],
+  options: Pick<UpOptions, 'home' | 'agents' | 'concurrency'>,
+  natsUrl: string | undefined,
+  logger: ReturnType<typeof createLogger>,
+): Promise<Service> {
+  try {
+    return await startService({
+      files,
+      home: options.home,
+      hostAgents: options.agents,
+      concurrency: options.concurrency,
+      logger,
+      ...(natsUrl === undefined ? {} : { natsUrl }),
+    });
+  } catch (error) {
+    if (error instanceof ConfigError) throw new CliError(error.message, 2);
+    if (error instanceof TransportError) throw new CliError(error.message);
+    throw error;
+  }
+}
+
+/** Stops the service on the first SIGINT/SIGTERM; a second one exits at once. */
+function untilSignal(service: Service): Promise<void> {
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      process.once('SIGINT', () => process.exit(130));
+      process.stderr.write('stopping: running tasks are handed back to NATS and resume on the next start\n');
+      service.stop().then(resolve, (error: unknown) => {
+        process.stderr.write(`error while stopping: ${(error as Error).message}\n`);
+        resolve();
+      });
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}

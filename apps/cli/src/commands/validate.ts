@@ -1,0 +1,32 @@
+import { builtinTools, ConfigError, loadPipeline, type PipelineConfig } from '@troupe/coordinator';
+import { CliError } from '../server.ts';
+
+export interface ValidateOptions {
+  print: boolean;
+}
+
+/** `troupe validate`: checks pipeline files without starting anything; with --print shows the resolved config. */
+export async function validate(files: string[], options: ValidateOptions): Promise<number> {
+  const toolNames = builtinTools().names();
+  let failures = 0;
+  for (const file of files) {
+    try {
+      const { config } = await loadPipeline(file, { toolNames });
+      if (options.print) process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+      else process.stdout.write(`✓ ${file}: pipeline ${config.name} — ${describe(config)}\n`);
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      failures++;
+      process.stderr.write(`✗ ${error.message}\n`);
+    }
+  }
+  if (failures > 0 && files.length > 1) throw new CliError(`${failures} of ${files.length} files are invalid`);
+  return failures > 0 ? 1 : 0;
+}
+
+function describe(config: PipelineConfig): string {
+  const flow = config.flow
+    .map((s) => (s.kind === 'review' ? `${s.id} (review: reject → ${s.onReject}, ≤${s.maxRounds} rounds)` : s.id))
+    .join(' → ');
+  return `${Object.keys(config.agents).length} agents; flow: ${flow}`;
+}

@@ -1,0 +1,93 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { demo } from './commands/demo.ts';
+import { submit } from './commands/submit.ts';
+import { tail } from './commands/tail.ts';
+import { up } from './commands/up.ts';
+import { validate } from './commands/validate.ts';
+import { CliError } from './server.ts';
+
+const positive = (value: string): number => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
+  return n;
+};
+
+const homeOption = () =>
+  new Option('--home <dir>', 'where troupe up keeps its data and records its server').default('.troupe');
+const serverOption = () => new Option('-s, --server <url>', 'NATS server URL (default: $NATS_URL, else the one troupe up started)');
+
+/** Runs a command and turns its outcome into an exit code; user errors print without a stack. */
+const run =
+  <A extends unknown[]>(command: (...args: A) => Promise<number>) =>
+  async (...args: A) => {
+    try {
+      process.exitCode = await command(...args);
+    } catch (error) {
+      if (error instanceof CliError) {
+        process.stderr.write(`troupe: ${error.message}\n`);
+        process.exitCode = error.exitCode;
+        return;
+      }
+      throw error;
+    }
+  };
+
+const program = new Command('troupe')
+  .description('Troupe: run LLM agent pipelines over NATS, durable and observable')
+  .showHelpAfterError()
+  .configureHelp({ sortSubcommands: false });
+
+program
+  .command('up')
+  .description('run the coordinator for pipeline files (embedded nats-server unless NATS_URL is set)')
+  .argument('<pipeline.yaml...>', 'pipeline files to load')
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .option('--no-agents', 'run workflows only; leave agents to worker processes')
+  .option('--concurrency <n>', 'most tasks per pipeline at once', positive, 16)
+  .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
+  .option('--json', 'JSON logs even on a terminal', false)
+  .action(run((files: string[], options) => up(files, options)));
+
+program
+  .command('submit')
+  .description('submit a task to a pipeline; prints its id')
+  .argument('<pipeline>', 'pipeline name')
+  .argument('<goal>', 'what the task should achieve')
+  .option('--id <id>', 'task id (idempotency key); generated when absent')
+  .option('--input <json>', 'structured input for every step, as a JSON object')
+  .option('--meta <key=value>', 'metadata label (repeatable)', (v: string, all: string[]) => [...all, v], [])
+  .option('-w, --wait', 'follow the task until it ends; exit code 0 completed, 1 failed, 3 timed out', false)
+  .option('--timeout <seconds>', 'with --wait, how long to wait', positive, 600)
+  .option('--json', 'with --wait, print events as JSON lines', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((pipeline: string, goal: string, options) => submit(pipeline, goal, options)));
+
+program
+  .command('tail')
+  .description('print the live message flow: one line per event (subject, task, from → to, kind)')
+  .option('-t, --task <id>', 'only this task')
+  .option('-p, --pipeline <name>', 'only this pipeline')
+  .option('--json', 'raw events as JSON lines', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((options) => tail(options)));
+
+program
+  .command('validate')
+  .description('check pipeline files; report every problem with file, line and path')
+  .argument('<pipeline.yaml...>', 'pipeline files')
+  .option('--print', 'print the resolved pipeline (defaults applied) as JSON', false)
+  .action(run((files: string[], options) => validate(files, options)));
+
+program
+  .command('demo')
+  .description('start NATS and the coordinator, run one task and print its message flow, then stop')
+  .argument('[pipeline.yaml]', 'pipeline file', 'examples/demo.yaml')
+  .option('--goal <text>', 'the task goal', 'Write a short hello note in notes/hello.md')
+  .option('--timeout <seconds>', 'how long to wait for the task', positive, 120)
+  .addOption(homeOption())
+  .action(run((file: string, options) => demo(file, options)));
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,354 @@
+import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
+import { describe, expect, it } from 'vitest';
+import { createActor, fromPromise, toPromise } from 'xstate';
+import { PipelineConfig } from '../src/config/pipelineSchema.ts';
+import { compileFlow } from '../src/workflow/compileFlow.ts';
+import type {
+  StepRunInput,
+  StepRunOutput,
+  WorkflowEmitted,
+  WorkflowInput,
+  WorkflowOutput,
+} from '../src/workflow/workflowTypes.ts';
+
+const task: WorkflowInput = {
+  taskId: 'task-1',
+  pipeline: 'demo',
+  goal: 'Write a short note.',
+  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+};
+
+const usage = (inputTokens: number, outputTokens = 1): UsageTotals => ({
+  inputTokens,
+  outputTokens,
+  cachedTokens: 0,
+  costUsd: 0,
+  modelCalls: 1,
+});
+
+/** plan → execute → review, as in the demo; `review` overrides the review step's settings. */
+function pipeline(review: Record<string, unknown> = {}, extraSteps: Record<string, unknown>[] = []): PipelineConfig {
+  return PipelineConfig.parse({
+    version: 1,
+    name: 'demo',
+    models: { scripted: { provider: 'scripted', script: './demo.script.yaml' } },
+    defaults: { model: 'scripted' },
+    agents: {
+      planner: { instructions: 'Plan.' },
+      executor: { instructions: 'Do.' },
+      reviewer: { instructions: 'Review.' },
+    },
+    flow: [
+      { id: 'plan', kind: 'agent', agent: 'planner' },
+      { id: 'execute', kind: 'agent', agent: 'executor' },
+      { id: 'review', kind: 'review', agent: 'reviewer', onReject: 'execute', maxRounds: 3, ...review },
+      ...extraSteps,
+    ],
+  });
+}
+
+type Reply = Omit<StepRunOutput, 'stepId'>;
+
+const text = (output: string, spent = usage(10)): Reply => ({ ok: true, output, usage: spent, turns: 1, durationMs: 5 });
+const verdict = (decision: Verdict['decision'], feedback: string, spent = usage(1)): Reply => ({
+  ok: true,
+  output: JSON.stringify({ decision, feedback }),
+  verdict: { decision, feedback },
+  usage: spent,
+  turns: 1,
+  durationMs: 5,
+});
+
+/** A reply function per agent, given the agent's request and how many times that agent was called before. */
+type Script = Record<string, (request: AgentStepRequest, call: number) => Reply | Promise<Reply>>;
+
+/** Runs the compiled flow to its end with a fake `runStep`, recording every request and emitted event. */
+async function run(config: PipelineConfig, script: Script) {
+  const requests: StepRunInput[] = [];
+  const events: WorkflowEmitted[] = [];
+  const machine = compileFlow(config).provide({
+    actors: {
+      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
+        const { request } = input;
+        const call = requests.filter((r) => r.request.agent === request.agent).length;
+        requests.push(input);
+        const reply = script[request.agent];
+        if (!reply) throw new Error(`no reply scripted for agent ${request.agent}`);
+        return { ...(await reply(request, call)), stepId: request.stepId } as StepRunOutput;
+      }),
+    },
+  });
+  const actor = createActor(machine, { input: task });
+  actor.on('event', (event) => events.push(event));
+  actor.start();
+  const output: WorkflowOutput = await toPromise(actor);
+  const calls = (agent: string) => requests.filter((r) => r.request.agent === agent).map((r) => r.request);
+  return { output, requests, events, calls, actor, machine };
+}
+
+const approving: Script = {
+  planner: () => text('the plan', usage(100, 10)),
+  executor: () => text('the work', usage(200, 20)),
+  reviewer: () => verdict('approve', 'looks good', usage(30, 3)),
+};
+
+/** The reviewer rejects the first round with `feedback`, then approves. */
+const rejectingOnce = (feedback: string): Script => ({
+  planner: () => text('the plan'),
+  executor: (_request, call) => text(`work v${call + 1}`),
+  reviewer: (_request, call) => (call === 0 ? verdict('reject', feedback) : verdict('approve', 'fine now')),
+});
+
+describe('compileFlow: a run that is approved', () => {
+  it('completes in one round with the executor output and usage summed per agent', async () => {
+    const { output, calls } = await run(pipeline(), approving);
+    expect(output.status).toBe('completed');
+    expect(output.output).toBe('the work');
+    expect(output.approved).toBe(true);
+    expect(output.rounds).toBe(1);
+    expect(output.failure).toBeUndefined();
+    expect(output.usageByAgent).toEqual({
+      planner: usage(100, 10),
+      executor: usage(200, 20),
+      reviewer: usage(30, 3),
+    });
+    expect(output.usage).toEqual({ inputTokens: 330, outputTokens: 33, cachedTokens: 0, costUsd: 0, modelCalls: 3 });
+    expect([calls('planner').length, calls('executor').length, calls('reviewer').length]).toEqual([1, 1, 1]);
+  });
+
+  it('sums the usage of an agent that runs more than once', async () => {
+    const { output } = await run(pipeline(), rejectingOnce('more'));
+    expect(output.usageByAgent.executor).toEqual({ ...usage(20, 2), modelCalls: 2 });
+    expect(output.usageByAgent.reviewer).toEqual({ ...usage(2, 2), modelCalls: 2 });
+    expect(output.usage.modelCalls).toBe(5);
+  });
+
+  it('sends each step a request carrying the task, its step id and the previous agent', async () => {
+    const { requests } = await run(pipeline(), approving);
+    expect(requests.map((r) => r.request.stepId)).toEqual(['task-1.plan.1', 'task-1.execute.1', 'task-1.review.1']);
+    for (const { request } of requests) {
+      expect(request).toMatchObject({
+        taskId: 'task-1',
+        pipeline: 'demo',
+        goal: 'Write a short note.',
+        round: 1,
+        traceparent: task.traceparent,
+      });
+      expect(request).not.toHaveProperty('feedback');
+    }
+    expect(requests.map((r) => r.request.from)).toEqual([undefined, 'planner', 'executor']);
+    expect(requests[0]?.request).not.toHaveProperty('from');
+  });
+
+  it('asks the review step for a verdict and the other steps for text', async () => {
+    const { requests } = await run(pipeline(), approving);
+    expect(requests.map((r) => [r.request.step, r.request.expect])).toEqual([
+      ['plan', 'text'],
+      ['execute', 'text'],
+      ['review', 'verdict'],
+    ]);
+  });
+
+  it('gives each step the outputs of all earlier steps by default', async () => {
+    const { calls } = await run(pipeline(), approving);
+    expect(calls('planner')[0]?.context).toEqual([]);
+    expect(calls('reviewer')[0]?.context).toEqual([
+      { step: 'plan', agent: 'planner', round: 1, output: 'the plan' },
+      { step: 'execute', agent: 'executor', round: 1, output: 'the work' },
+    ]);
+  });
+
+  it('gives a step with context: [plan] only the plan output', async () => {
+    const config = pipeline({ context: ['plan'] });
+    const { calls } = await run(config, approving);
+    expect(calls('reviewer')[0]?.context).toEqual([{ step: 'plan', agent: 'planner', round: 1, output: 'the plan' }]);
+  });
+
+  it('gives a step the default timeout, or its own, in milliseconds', async () => {
+    const { requests } = await run(pipeline({ timeout: 5 }), approving);
+    expect(requests.map((r) => r.timeoutMs)).toEqual([600_000, 600_000, 5_000]);
+  });
+
+  it('emits agent.handoff, step.started and step.completed for each step, in that order', async () => {
+    const { events } = await run(pipeline(), approving);
+    expect(events.map((e) => [e.kind, e.data.step])).toEqual([
+      ['agent.handoff', 'plan'],
+      ['step.started', 'plan'],
+      ['step.completed', 'plan'],
+      ['agent.handoff', 'execute'],
+      ['step.started', 'execute'],
+      ['step.completed', 'execute'],
+      ['agent.handoff', 'review'],
+      ['step.started', 'review'],
+      ['step.completed', 'review'],
+    ]);
+    const completed = events.filter((e) => e.kind === 'step.completed');
+    expect(completed.map((e) => [e.from, e.to, e.data.stepId, e.data.ok, e.data.output])).toEqual([
+      ['planner', 'workflow', 'task-1.plan.1', true, 'the plan'],
+      ['executor', 'workflow', 'task-1.execute.1', true, 'the work'],
+      ['reviewer', 'workflow', 'task-1.review.1', true, JSON.stringify({ decision: 'approve', feedback: 'looks good' })],
+    ]);
+    expect(completed[2]?.data.verdict).toEqual({ decision: 'approve', feedback: 'looks good' });
+    const started = events.filter((e) => e.kind === 'step.started');
+    expect(started.map((e) => [e.from, e.to, e.data.stepId])).toEqual([
+      ['workflow', 'planner', 'task-1.plan.1'],
+      ['workflow', 'executor', 'task-1.execute.1'],
+      ['workflow', 'reviewer', 'task-1.review.1'],
+    ]);
+  });
+
+  it('can be restored from the persisted snapshot of the finished actor', async () => {
+    const { actor, machine, output } = await run(pipeline(), approving);
+    const snapshot = actor.getPersistedSnapshot();
+    const restored = createActor(machine, { snapshot, input: task });
+    restored.start();
+    const again = restored.getSnapshot();
+    expect(again.status).toBe('done');
+    expect(again.output?.status).toBe('completed');
+    expect(again.output).toEqual(output);
+    restored.stop();
+  });
+});
+
+describe('compileFlow: a run the reviewer rejects', () => {
+  it('sends the work back to the executor with the feedback, in round 2', async () => {
+    const { output, calls } = await run(pipeline(), rejectingOnce('add a sign-off'));
+    const [first, second] = calls('executor');
+    expect(first).not.toHaveProperty('feedback');
+    expect(second?.feedback).toBe('add a sign-off');
+    expect(second?.round).toBe(2);
+    expect(second?.stepId).toBe('task-1.execute.2');
+    expect(second?.context).toEqual([
+      { step: 'plan', agent: 'planner', round: 1, output: 'the plan' },
+      { step: 'execute', agent: 'executor', round: 1, output: 'work v1' },
+    ]);
+    expect(second?.from).toBe('reviewer');
+    expect(calls('planner')).toHaveLength(1);
+    // The reviewer gives the verdict; it is not sent feedback itself.
+    expect(calls('reviewer').map((r) => [r.stepId, 'feedback' in r])).toEqual([
+      ['task-1.review.1', false],
+      ['task-1.review.2', false],
+    ]);
+    expect(output).toMatchObject({ status: 'completed', output: 'work v2', approved: true, rounds: 2 });
+  });
+
+  it('marks only the reviewer → executor handoff as rework', async () => {
+    const { events } = await run(pipeline(), rejectingOnce('again'));
+    const handoffs = events.filter((e) => e.kind === 'agent.handoff');
+    expect(handoffs.map((e) => [e.from, e.to, e.data.reason, e.data.round])).toEqual([
+      ['task', 'planner', 'next', 1],
+      ['planner', 'executor', 'next', 1],
+      ['executor', 'reviewer', 'next', 1],
+      ['reviewer', 'executor', 'rework', 2],
+      ['executor', 'reviewer', 'next', 2],
+    ]);
+  });
+
+  const alwaysRejecting: Script = {
+    planner: () => text('the plan'),
+    executor: (_request, call) => text(`work v${call + 1}`),
+    reviewer: (_request, call) => verdict('reject', `not yet ${call + 1}`),
+  };
+
+  it.each([1, 2, 3])('fails with max_rounds once maxRounds (%i) rounds are rejected', async (maxRounds) => {
+    const { output, calls } = await run(pipeline({ maxRounds, onMaxRounds: 'fail' }), alwaysRejecting);
+    expect(output.status).toBe('failed');
+    expect(output.failure?.reason).toBe('max_rounds');
+    expect(output.failure?.step).toBe('review');
+    expect(output.failure?.message).toContain(`not yet ${maxRounds}`);
+    expect(calls('reviewer')).toHaveLength(maxRounds);
+    expect(calls('executor')).toHaveLength(maxRounds);
+    expect(output.rounds).toBe(maxRounds);
+  });
+
+  // Fails today: with maxRounds 1 the failing path never records the rejection (see the report).
+  it.each([1, 3])('reports approved false when the work is rejected to the bound (maxRounds %i)', async (maxRounds) => {
+    const { output } = await run(pipeline({ maxRounds, onMaxRounds: 'fail' }), alwaysRejecting);
+    expect(output.failure?.reason).toBe('max_rounds');
+    expect(output.approved).toBe(false);
+  });
+
+  it('completes unapproved with the last work when onMaxRounds is complete', async () => {
+    const { output, calls } = await run(pipeline({ maxRounds: 2, onMaxRounds: 'complete' }), alwaysRejecting);
+    expect(output.status).toBe('completed');
+    expect(output.approved).toBe(false);
+    expect(output.output).toBe('work v2');
+    expect(output.failure).toBeUndefined();
+    expect(calls('reviewer')).toHaveLength(2);
+  });
+});
+
+describe('compileFlow: a run that fails', () => {
+  it('fails with step_failed when a step replies ok: false, and runs no later step', async () => {
+    const { output, calls, events } = await run(pipeline(), {
+      ...approving,
+      planner: () => ({
+        ok: false,
+        error: { code: 'max_turns', message: 'out of turns' },
+        usage: usage(50),
+        turns: 8,
+        durationMs: 9,
+      }),
+    });
+    expect(output.status).toBe('failed');
+    expect(output.failure?.reason).toBe('step_failed');
+    expect(output.failure?.step).toBe('plan');
+    expect(output.failure?.message).toContain('out of turns');
+    expect(calls('executor')).toHaveLength(0);
+    expect(calls('reviewer')).toHaveLength(0);
+    const completed = events.filter((e) => e.kind === 'step.completed');
+    expect(completed.map((e) => [e.data.step, e.data.ok, e.data.error])).toEqual([
+      ['plan', false, { code: 'max_turns', message: 'out of turns' }],
+    ]);
+  });
+
+  // Fails today: the usage of a failed step is dropped from the task's totals (see the report).
+  it('counts the usage a failed step spent', async () => {
+    const { output } = await run(pipeline(), {
+      ...approving,
+      executor: () => ({ ok: false, error: { code: 'model', message: 'boom' }, usage: usage(70), turns: 2, durationMs: 3 }),
+    });
+    expect(output.status).toBe('failed');
+    expect(output.usageByAgent.executor).toEqual(usage(70));
+    expect(output.usage.inputTokens).toBe(170);
+  });
+
+  it('fails with transport when runStep throws, and runs no later step', async () => {
+    const { output, calls } = await run(pipeline(), {
+      ...approving,
+      executor: () => {
+        throw new Error('no responders');
+      },
+    });
+    expect(output.status).toBe('failed');
+    expect(output.failure?.reason).toBe('transport');
+    expect(output.failure?.step).toBe('execute');
+    expect(output.failure?.message).toContain('no responders');
+    expect(calls('reviewer')).toHaveLength(0);
+  });
+
+  it('fails with invalid_output when a review reply has no verdict', async () => {
+    const { output, calls } = await run(pipeline(), { ...approving, reviewer: () => text('I think it is fine') });
+    expect(output.status).toBe('failed');
+    expect(output.failure?.reason).toBe('invalid_output');
+    expect(output.failure?.step).toBe('review');
+    expect(calls('executor')).toHaveLength(1);
+  });
+
+  it('does not run steps after a failed review', async () => {
+    const config = pipeline({ maxRounds: 1 }, [{ id: 'publish', kind: 'agent', agent: 'planner' }]);
+    const { output, calls } = await run(config, { ...approving, reviewer: () => verdict('reject', 'no') });
+    expect(output.failure?.reason).toBe('max_rounds');
+    expect(calls('planner').map((r) => r.step)).toEqual(['plan']);
+  });
+
+  it('reports a failed run the same after restoring its persisted snapshot', async () => {
+    const { actor, machine, output } = await run(pipeline(), { ...approving, reviewer: () => text('no verdict') });
+    const restored = createActor(machine, { snapshot: actor.getPersistedSnapshot(), input: task });
+    restored.start();
+    expect(restored.getSnapshot().status).toBe('done');
+    expect(restored.getSnapshot().output).toEqual(output);
+    expect(restored.getSnapshot().output?.status).toBe('failed');
+    restored.stop();
+  });
+});

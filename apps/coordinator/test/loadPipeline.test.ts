@@ -1,0 +1,444 @@
+import { fileURLToPath } from 'node:url';
+import { ScriptedProvider } from '@troupe/llm';
+import { describe, expect, it } from 'vitest';
+import { agentDefinitions } from '../src/config/agentDefinitions.ts';
+import { builtinTools } from '../src/config/builtinTools.ts';
+import { ConfigError, type ConfigIssue } from '../src/config/configError.ts';
+import { didYouMean } from '../src/config/didYouMean.ts';
+import { loadPipeline, parsePipeline } from '../src/config/loadPipeline.ts';
+
+const toolNames = builtinTools().names();
+const FILE = 'pipeline.yaml';
+const demoFile = fileURLToPath(new URL('../../../examples/demo.yaml', import.meta.url));
+const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
+
+/** A valid pipeline; each test breaks one thing in it. */
+const VALID = `version: 1
+name: demo
+models:
+  scripted:
+    provider: scripted
+    script: ./demo.script.yaml
+defaults:
+  model: scripted
+agents:
+  planner:
+    instructions: Plan the work.
+  executor:
+    instructions: Do the work.
+    tools: [read_file, write_file]
+    permissions:
+      - { tool: write_file, decision: allow, paths: ["**/*.md"] }
+  reviewer:
+    instructions: Review the work.
+    tools: [read_file]
+flow:
+  - id: plan
+    kind: agent
+    agent: planner
+  - id: execute
+    kind: agent
+    agent: executor
+  - id: review
+    kind: review
+    agent: reviewer
+    onReject: execute
+    maxRounds: 2
+`;
+
+/** `text` with `from` replaced by `to`; throws if `from` is not there, so a test cannot pass on an unchanged text. */
+function edit(text: string, from: string, to: string): string {
+  if (!text.includes(from)) throw new Error(`test setup: ${JSON.stringify(from)} is not in the pipeline text`);
+  return text.replace(from, to);
+}
+
+/** The 1-based number of the first line of `text` that contains `needle`. */
+function lineOf(text: string, needle: string): number {
+  const index = text.split('\n').findIndex((line) => line.includes(needle));
+  if (index < 0) throw new Error(`test setup: ${JSON.stringify(needle)} is not in the pipeline text`);
+  return index + 1;
+}
+
+function refusal(text: string): ConfigError {
+  try {
+    parsePipeline(text, FILE, { toolNames });
+  } catch (error) {
+    if (error instanceof ConfigError) return error;
+    throw error;
+  }
+  return expect.fail('the pipeline was accepted');
+}
+
+/** Asserts that `error` has an issue at `path` on `line` whose message contains `message`, and that it is printed as `file:line:col path:`. */
+function expectIssue(error: ConfigError, path: string, expected: { line?: number; message: string }): ConfigIssue {
+  const issue = error.issues.find((i) => i.path === path);
+  expect(issue, `no issue at "${path}"; issues: ${JSON.stringify(error.issues)}`).toBeDefined();
+  if (!issue) throw new Error('unreachable');
+  expect(issue.message).toContain(expected.message);
+  if (expected.line !== undefined) {
+    expect(issue.line).toBe(expected.line);
+    expect(issue.column).toEqual(expect.any(Number));
+    const where = `${FILE}:${expected.line}:${issue.column}`;
+    expect(error.message).toContain(path === '' ? `${where} ${issue.message}` : `${where} ${path}: ${issue.message}`);
+  }
+  return issue;
+}
+
+describe('loadPipeline on examples/demo.yaml', () => {
+  it('loads the demo with its three agents, three steps and defaults applied', async () => {
+    const loaded = await loadPipeline(demoFile, { toolNames });
+    const { config } = loaded;
+    expect(loaded.file).toBe(demoFile);
+    expect(config.name).toBe('demo');
+    expect(Object.keys(config.agents)).toEqual(['planner', 'executor', 'reviewer']);
+    expect(config.flow.map((s) => [s.id, s.kind, s.agent])).toEqual([
+      ['plan', 'agent', 'planner'],
+      ['execute', 'agent', 'executor'],
+      ['review', 'review', 'reviewer'],
+    ]);
+    const review = config.flow[2];
+    expect(review?.kind === 'review' && [review.onReject, review.maxRounds, review.onMaxRounds]).toEqual([
+      'execute',
+      3,
+      'fail',
+    ]);
+    expect(config.defaults).toEqual({ model: 'scripted', maxTurns: 8, stepTimeout: 120 });
+    // Keys the demo leaves out get their defaults.
+    expect(config.agents.planner?.tools).toEqual([]);
+    expect(config.agents.planner?.permissions).toEqual([]);
+    expect(config.agents.executor?.tools).toEqual(['read_file', 'write_file', 'list_files']);
+    expect(config.models.scripted).toEqual({ provider: 'scripted', script: './demo.script.yaml', model: 'scripted' });
+    expect([...loaded.models.keys()]).toEqual(['scripted']);
+    expect(loaded.models.get('scripted')).toBeInstanceOf(ScriptedProvider);
+  });
+
+  it('turns the demo agents into runtime definitions with the defaults filled in', async () => {
+    const loaded = await loadPipeline(demoFile, { toolNames });
+    const definitions = agentDefinitions(loaded);
+    expect(definitions.map((d) => d.name)).toEqual(['planner', 'executor', 'reviewer']);
+    const executor = definitions.find((d) => d.name === 'executor');
+    expect(executor?.model).toBe(loaded.models.get('scripted'));
+    expect(executor?.maxTurns).toBe(8);
+    expect(executor?.tools).toEqual(['read_file', 'write_file', 'list_files']);
+    expect(executor?.rules).toEqual([
+      { tool: 'write_file', decision: 'allow', paths: ['**/*.md'] },
+      { tool: 'write_file', decision: 'deny', paths: ['.env', '**/.env'] },
+    ]);
+    expect(executor).not.toHaveProperty('temperature');
+    expect(agentDefinitions(loaded, ['reviewer']).map((d) => d.name)).toEqual(['reviewer']);
+  });
+});
+
+describe('parsePipeline accepts', () => {
+  it('the valid test pipeline, applying defaults for what it leaves out', () => {
+    const config = parsePipeline(VALID, FILE, { toolNames });
+    expect(config.defaults).toEqual({ model: 'scripted', maxTurns: 10, stepTimeout: 600 });
+    const review = config.flow[2];
+    expect(review?.kind).toBe('review');
+    expect(review?.kind === 'review' && review.onMaxRounds).toBe('fail');
+    expect(config.agents.reviewer?.permissions).toEqual([]);
+  });
+
+  it('x- keys anywhere an extension is allowed, with anchors reused through aliases', () => {
+    const text = `version: 1
+name: demo
+x-readers: &readers [read_file, list_files]
+x-reviewer: &reviewer-agent
+  instructions: Review the work.
+  tools: *readers
+models:
+  scripted:
+    provider: scripted
+    script: ./demo.script.yaml
+defaults:
+  model: scripted
+agents:
+  planner:
+    x-owner: team-a
+    instructions: Plan the work.
+    tools: *readers
+  reviewer: *reviewer-agent
+flow:
+  - id: plan
+    kind: agent
+    agent: planner
+  - id: review
+    kind: review
+    agent: reviewer
+    onReject: plan
+    maxRounds: 1
+`;
+    const config = parsePipeline(text, FILE, { toolNames });
+    expect(config.agents.planner?.tools).toEqual(['read_file', 'list_files']);
+    expect(config.agents.reviewer?.instructions).toBe('Review the work.');
+    expect(config.agents.reviewer?.tools).toEqual(['read_file', 'list_files']);
+    expect(Object.keys(config.agents)).toEqual(['planner', 'reviewer']);
+  });
+});
+
+describe('parsePipeline refuses', () => {
+  it('YAML that does not parse, at the line of the error', () => {
+    const text = edit(VALID, 'name: demo', 'name: demo: again');
+    const error = refusal(text);
+    expect(error.name).toBe('ConfigError');
+    expect(error.code).toBe('invalid_config');
+    expect(error.file).toBe(FILE);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, '', { line: lineOf(text, 'name: demo: again'), message: 'Nested mappings' });
+  });
+
+  it('a key given twice, at the second one', () => {
+    const text = edit(VALID, 'name: demo\n', 'name: demo\nname: other\n');
+    const error = refusal(text);
+    expectIssue(error, '', { line: lineOf(text, 'name: other'), message: 'unique' });
+  });
+
+  it('an unknown top-level key beside the real one, suggesting the key meant', () => {
+    const text = `${VALID}agnets: {}\n`;
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'agnets', { line: lineOf(text, 'agnets:'), message: 'unknown key "agnets" (did you mean "agents"?)' });
+  });
+
+  // Fails today: the unknown-key check is skipped whenever a required key is missing (see the report).
+  it.each([
+    { what: 'agents written as agnets', from: 'agents:', to: 'agnets:', path: 'agnets', hint: 'did you mean "agents"' },
+    {
+      what: 'instructions written as instruction',
+      from: '    instructions: Plan the work.',
+      to: '    instruction: Plan the work.',
+      path: 'agents.planner.instruction',
+      hint: 'did you mean "instructions"',
+    },
+  ])('a misspelt required key ($what), naming the misspelling and the key meant', ({ from, to, path, hint }) => {
+    const error = refusal(edit(VALID, from, to));
+    expectIssue(error, path, { message: hint });
+  });
+
+  it('an unknown agent key, suggesting "tools"', () => {
+    const text = edit(VALID, '    instructions: Plan the work.', '    instructions: Plan the work.\n    tols: [read_file]');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'agents.planner.tols', {
+      line: lineOf(text, 'tols:'),
+      message: 'unknown key "tols" (did you mean "tools"?)',
+    });
+  });
+
+  // Fails today: an issue is located at the start of the key's value, which for a block value is the next line.
+  it('an unknown key whose value is a block list, at the line of the key', () => {
+    const text = edit(VALID, '    instructions: Plan the work.', '    instructions: Plan the work.\n    tols:\n      - read_file');
+    const error = refusal(text);
+    expectIssue(error, 'agents.planner.tols', { line: lineOf(text, 'tols:'), message: 'unknown key "tols"' });
+  });
+
+  it('a pipeline name that is not a valid name', () => {
+    const text = edit(VALID, 'name: demo', 'name: Demo');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'name', { line: lineOf(text, 'name: Demo'), message: 'must be 1-63 characters of a-z' });
+  });
+
+  it('a step naming an unknown agent, suggesting the agent meant', () => {
+    const text = edit(VALID, '    agent: executor', '    agent: executer');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'flow[1].agent', {
+      line: lineOf(text, 'agent: executer'),
+      message: 'no agent named "executer" under agents (did you mean "executor"?)',
+    });
+  });
+
+  it('a review whose onReject is itself', () => {
+    const text = edit(VALID, 'onReject: execute', 'onReject: review');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'flow[2].onReject', {
+      line: lineOf(text, 'onReject: review'),
+      message: '"review" is not an earlier step',
+    });
+  });
+
+  it('a review whose onReject is a later step', () => {
+    const text = edit(VALID, 'onReject: execute', 'onReject: publish').concat(
+      '  - id: publish\n    kind: agent\n    agent: executor\n',
+    );
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'flow[2].onReject', {
+      line: lineOf(text, 'onReject: publish'),
+      message: '"publish" is not an earlier step',
+    });
+  });
+
+  it('a context naming a later step', () => {
+    const text = edit(VALID, '    agent: planner\n', '    agent: planner\n    context: [execute]\n');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'flow[0].context[0]', {
+      line: lineOf(text, 'context: [execute]'),
+      message: '"execute" is not an earlier step',
+    });
+  });
+
+  it('two steps with the same id, at the second', () => {
+    const text = edit(VALID, '  - id: review', '  - id: execute');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'flow[2].id', {
+      line: lineOf(text, 'kind: review') - 1,
+      message: 'duplicate step id "execute"',
+    });
+  });
+
+  // Fails today: the final states would replace the step (see the report).
+  it.each(['completed', 'failed'])('a step id "%s", which is the name of a final state of the workflow', (id) => {
+    const text = edit(VALID, '  - id: execute', `  - id: ${id}`).replace('onReject: execute', `onReject: ${id}`);
+    const error = refusal(text);
+    expectIssue(error, 'flow[1].id', { line: lineOf(text, `id: ${id}`), message: id });
+  });
+
+  it('an unknown tool, suggesting the tool meant and listing those available', () => {
+    const text = edit(VALID, '    tools: [read_file]\n', '    tools: [read_file, list_file]\n');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    const issue = expectIssue(error, 'agents.reviewer.tools[1]', {
+      line: lineOf(text, 'list_file]'),
+      message: 'unknown tool "list_file" (did you mean "list_files"?)',
+    });
+    expect(issue.message).toContain('read_file, write_file, list_files');
+  });
+
+  it('a permission rule for a tool the agent does not declare', () => {
+    const text = edit(
+      VALID,
+      '    tools: [read_file]\n',
+      '    tools: [read_file]\n    permissions:\n      - { tool: write_file, decision: allow }\n',
+    );
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'agents.reviewer.permissions[0].tool', {
+      line: lineOf(text, '{ tool: write_file, decision: allow }'),
+      message: 'rule for "write_file", which agent reviewer does not declare under tools',
+    });
+  });
+
+  it('agents with no model when there is no defaults.model, one issue each', () => {
+    const text = edit(VALID, 'defaults:\n  model: scripted\n', '');
+    const error = refusal(text);
+    expect(error.issues.map((i) => i.path)).toEqual(['agents.planner', 'agents.executor', 'agents.reviewer']);
+    for (const issue of error.issues) expect(issue.message).toBe('no model: set model here or defaults.model');
+  });
+
+  it('an agent giving itself a model that is not defined', () => {
+    const text = edit(VALID, '    instructions: Do the work.', '    model: scriptd\n    instructions: Do the work.');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'agents.executor.model', {
+      line: lineOf(text, 'model: scriptd'),
+      message: 'no model named "scriptd" under models (did you mean "scripted"?)',
+    });
+  });
+
+  it('defaults.model naming an unknown model', () => {
+    const text = edit(VALID, '  model: scripted', '  model: gpt');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'defaults.model', { line: lineOf(text, 'model: gpt'), message: 'no model named "gpt" under models' });
+  });
+
+  it('a pipeline without a flow', () => {
+    const text = VALID.slice(0, VALID.indexOf('flow:'));
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'flow', { message: 'expected array' });
+  });
+
+  it('an empty flow', () => {
+    const text = `${VALID.slice(0, VALID.indexOf('flow:'))}flow: []\n`;
+    const error = refusal(text);
+    expectIssue(error, 'flow', { line: lineOf(text, 'flow: []'), message: 'needs at least one step' });
+  });
+
+  it('a file with several shape problems, reporting every one', () => {
+    let text = edit(VALID, 'version: 1', 'version: 2');
+    text = edit(text, 'name: demo', 'name: Demo');
+    text = edit(text, '    instructions: Plan the work.', '    instructions: Plan the work.\n    tols: [read_file]');
+    text = edit(text, '    maxRounds: 2', '    maxRounds: 0');
+    const error = refusal(text);
+    expect(error.issues.map((i) => i.path).sort()).toEqual(
+      ['agents.planner.tols', 'flow[2].maxRounds', 'name', 'version'].sort(),
+    );
+    expectIssue(error, 'version', { line: 1, message: 'expected 1' });
+    expectIssue(error, 'name', { line: 2, message: 'must be' });
+    expectIssue(error, 'agents.planner.tols', { line: lineOf(text, 'tols:'), message: 'did you mean "tools"' });
+    expectIssue(error, 'flow[2].maxRounds', { line: lineOf(text, 'maxRounds: 0'), message: '' });
+  });
+
+  it('a file with several reference problems, reporting every one', () => {
+    let text = edit(VALID, '  model: scripted', '  model: gpt');
+    text = edit(text, '    tools: [read_file]\n', '    tools: [readfile]\n');
+    text = edit(text, '    agent: executor', '    agent: executer');
+    text = edit(text, 'onReject: execute', 'onReject: nowhere');
+    const error = refusal(text);
+    expect(error.issues.map((i) => i.path)).toEqual([
+      'defaults.model',
+      'agents.reviewer.tools[0]',
+      'flow[1].agent',
+      'flow[2].onReject',
+    ]);
+    expect(error.message.split('\n')).toHaveLength(5);
+  });
+});
+
+describe('loadPipeline refuses', () => {
+  it('a file that cannot be read', async () => {
+    const missing = fixture('no-such.pipeline.yaml');
+    const error = await loadPipeline(missing, { toolNames }).then(
+      () => expect.fail('loaded a missing file'),
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(ConfigError);
+    const configError = error as ConfigError;
+    expect(configError.file).toBe(missing);
+    expect(configError.issues).toHaveLength(1);
+    expect(configError.issues[0]?.path).toBe('');
+    expect(configError.issues[0]?.message).toContain('cannot read file');
+    expect(configError.cause).toBeInstanceOf(Error);
+  });
+
+  it('a pipeline whose scripted model has no script file, naming that model only', async () => {
+    const error = await loadPipeline(fixture('missing-script.pipeline.yaml'), { toolNames }).then(
+      () => expect.fail('loaded a pipeline with a missing script'),
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(ConfigError);
+    const { issues, message } = error as ConfigError;
+    expect(issues.map((i) => i.path)).toEqual(['models.broken']);
+    expect(issues[0]?.message).toContain('no-such.script.yaml');
+    expect(message).toContain('models.broken:');
+  });
+
+  it('a pipeline whose scripted model has an invalid script', async () => {
+    const error = await loadPipeline(fixture('bad-script.pipeline.yaml'), { toolNames }).then(
+      () => expect.fail('loaded a pipeline with an invalid script'),
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(ConfigError);
+    const { issues } = error as ConfigError;
+    expect(issues.map((i) => i.path)).toEqual(['models.scripted']);
+    expect(issues[0]?.message).toContain('invalid script');
+  });
+});
+
+describe('didYouMean', () => {
+  it('suggests the closest candidate within a few edits, ignoring case', () => {
+    expect(didYouMean('agnets', ['version', 'agents', 'flow'])).toBe('agents');
+    expect(didYouMean('Tools', ['tools', 'model'])).toBe('tools');
+  });
+
+  it('suggests nothing for a word far from every candidate', () => {
+    expect(didYouMean('banana', ['agents', 'flow', 'models'])).toBeUndefined();
+    expect(didYouMean('x', [])).toBeUndefined();
+  });
+});

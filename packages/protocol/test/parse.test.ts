@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { formatPath, parseMessage, TaskSubmission } from '../src/index.ts';
+
+const encode = (value: unknown): Uint8Array => new TextEncoder().encode(JSON.stringify(value));
+
+describe('parseMessage', () => {
+  it('decodes UTF-8 JSON bytes into the schema type', () => {
+    expect(parseMessage(TaskSubmission, encode({ goal: 'écrire ✓' }))).toEqual({
+      ok: true,
+      value: { goal: 'écrire ✓' },
+    });
+  });
+
+  it('accepts text as well as bytes', () => {
+    expect(parseMessage(TaskSubmission, '{"goal":"g"}')).toEqual({ ok: true, value: { goal: 'g' } });
+  });
+
+  it('returns the parsed value, with defaults and transforms applied', () => {
+    const result = parseMessage(TaskSubmission, encode({ goal: '  padded  ' }));
+    expect(result.ok && result.value.goal).toBe('padded');
+  });
+
+  it('refuses bytes that are not UTF-8 without throwing', () => {
+    const bytes = new Uint8Array([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]);
+    expect(parseMessage(TaskSubmission, bytes)).toEqual({
+      ok: false,
+      reason: 'payload is not valid UTF-8',
+      issues: [],
+    });
+  });
+
+  it('refuses a truncated multi-byte sequence', () => {
+    const bytes = new Uint8Array([...new TextEncoder().encode('{"goal":"'), 0xe2, 0x9c]);
+    expect(parseMessage(TaskSubmission, bytes)).toMatchObject({
+      ok: false,
+      reason: 'payload is not valid UTF-8',
+    });
+  });
+
+  it.each([
+    ['empty bytes', new Uint8Array()],
+    ['plain text', new TextEncoder().encode('write hello.md')],
+    ['a truncated object', new TextEncoder().encode('{"goal": "g"')],
+  ])('refuses %s as not JSON, with the parser message', (_label, bytes) => {
+    const result = parseMessage(TaskSubmission, bytes);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.reason).toMatch(/^payload is not JSON: \S/);
+    expect(result.issues).toEqual([]);
+  });
+
+  it('lists schema failures with dotted paths and index brackets', () => {
+    const Schema = z.object({ input: z.object({ files: z.array(z.string()) }) });
+    const result = parseMessage(Schema, encode({ input: { files: [1, 'b.ts', false] } }));
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.issues.map((issue) => issue.path)).toEqual(['input.files[0]', 'input.files[2]']);
+    expect(result.reason).toMatch(
+      /^payload failed validation: input\.files\[0\]: .+; input\.files\[2\]: .+$/,
+    );
+  });
+
+  it('reports a problem with the whole message without a path prefix', () => {
+    const result = parseMessage(TaskSubmission, encode(['not', 'an', 'object']));
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.issues).toHaveLength(1);
+    expect(result.issues[0]?.path).toBe('');
+    expect(result.reason).toBe(`payload failed validation: ${result.issues[0]?.message}`);
+  });
+
+  it('names the field and carries the schema message', () => {
+    const result = parseMessage(TaskSubmission, encode({ goal: ' ' }));
+    expect(result).toEqual({
+      ok: false,
+      reason: 'payload failed validation: goal: must not be empty',
+      issues: [{ path: 'goal', message: 'must not be empty' }],
+    });
+  });
+});
+
+describe('formatPath', () => {
+  it.each([
+    [[], ''],
+    [['goal'], 'goal'],
+    [[0], '[0]'],
+    [['input', 'files', 0], 'input.files[0]'],
+    [['a', 0, 1, 'b'], 'a[0][1].b'],
+    [['metadata', '0'], 'metadata.0'],
+  ] as [PropertyKey[], string][])('formats %j as %j', (path, expected) => {
+    expect(formatPath(path)).toBe(expected);
+  });
+});

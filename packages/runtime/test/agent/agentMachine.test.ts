@@ -1,0 +1,460 @@
+import { type ChatMessage, ModelError, type ToolCall, type ToolDefinition } from '@troupe/llm';
+import { describe, expect, it } from 'vitest';
+import { createActor, fromPromise, toPromise } from 'xstate';
+import {
+  type AgentEmitted,
+  type AgentMachineInput,
+  type AgentOutput,
+  agentMachine,
+  type ModelCallResult,
+  parseVerdict,
+  type ToolRunResult,
+} from '../../src/agent/agentMachine.ts';
+
+const writeFile: ToolDefinition = {
+  name: 'write_file',
+  description: 'Write a file',
+  parameters: { type: 'object' },
+};
+const readFile: ToolDefinition = {
+  name: 'read_file',
+  description: 'Read a file',
+  parameters: { type: 'object' },
+};
+
+const opening: ChatMessage[] = [
+  { role: 'system', content: 'You are the coder.' },
+  { role: 'user', content: '# Task\nwrite hello.md' },
+];
+
+const baseInput: AgentMachineInput = {
+  agent: 'coder',
+  stepId: 'task-1.code.1',
+  messages: opening,
+  tools: [writeFile, readFile],
+  maxTurns: 5,
+  expect: 'text',
+};
+
+/** A model reply; text unless tool calls are given. */
+function reply(
+  content: string,
+  toolCalls: ToolCall[] = [],
+  usage = { inputTokens: 10, outputTokens: 2 },
+): ModelCallResult {
+  return {
+    content,
+    toolCalls,
+    usage: { ...usage, cachedTokens: 0 },
+    costUsd: 0,
+    finishReason: toolCalls.length > 0 ? 'tool_calls' : 'stop',
+    provider: 'fake',
+    model: 'fake-1',
+    durationMs: 3,
+  };
+}
+
+const call = (
+  id: string,
+  name = 'write_file',
+  args: unknown = { path: 'hello.md', content: 'hi' },
+): ToolCall => ({
+  id,
+  name,
+  arguments: JSON.stringify(args),
+});
+
+function result(callId: string, ok = true, output = ok ? 'wrote 2 bytes' : 'refused'): ToolRunResult {
+  return {
+    callId,
+    tool: 'write_file',
+    ok,
+    output,
+    decision: ok ? 'allow' : 'deny',
+    ...(ok ? {} : { error: { code: 'denied', message: output } }),
+    durationMs: 1,
+  };
+}
+
+type ModelInput = { messages: ChatMessage[]; tools: ToolDefinition[]; turn: number };
+type ToolsInput = { calls: ToolCall[]; turn: number };
+
+interface Run {
+  output: AgentOutput;
+  emitted: AgentEmitted[];
+  modelInputs: ModelInput[];
+  toolInputs: ToolsInput[];
+}
+
+/**
+ * Runs the machine with a model that gives `replies` in order (an `Error` or other value is thrown instead)
+ * and a tool runner that answers with `tools` (defaults to every call succeeding).
+ */
+async function run(
+  replies: (ModelCallResult | Error | string)[],
+  options: {
+    input?: Partial<AgentMachineInput>;
+    tools?: (input: ToolsInput) => Promise<ToolRunResult[]>;
+  } = {},
+): Promise<Run> {
+  const queue = [...replies];
+  const modelInputs: ModelInput[] = [];
+  const toolInputs: ToolsInput[] = [];
+  const runTools = options.tools ?? (async ({ calls }: ToolsInput) => calls.map((c) => result(c.id)));
+  const machine = agentMachine.provide({
+    actors: {
+      callModel: fromPromise<ModelCallResult, ModelInput>(async ({ input }) => {
+        modelInputs.push(input);
+        const next = queue.shift();
+        if (next === undefined) throw new Error('the test model has no more replies');
+        if (typeof next === 'string' || next instanceof Error) throw next;
+        return next;
+      }),
+      runTools: fromPromise<ToolRunResult[], ToolsInput>(async ({ input }) => {
+        toolInputs.push(input);
+        return runTools(input);
+      }),
+    },
+  });
+  const actor = createActor(machine, { input: { ...baseInput, ...options.input } });
+  const emitted: AgentEmitted[] = [];
+  actor.on('*', (event) => emitted.push(event));
+  actor.start();
+  const output = await toPromise(actor);
+  return { output, emitted, modelInputs, toolInputs };
+}
+
+const verdictInput = { input: { expect: 'verdict' as const } };
+
+describe('agentMachine: text replies', () => {
+  it('finishes with the text of a reply that asks for no tools', async () => {
+    const { output, modelInputs, toolInputs } = await run([reply('hello.md is written')]);
+    expect(output).toMatchObject({ ok: true, output: 'hello.md is written', turns: 1 });
+    expect(output).not.toHaveProperty('failure');
+    expect(output).not.toHaveProperty('verdict');
+    expect(output.messages).toEqual([...opening, { role: 'assistant', content: 'hello.md is written' }]);
+    expect(modelInputs).toEqual([{ messages: opening, tools: [writeFile, readFile], turn: 1 }]);
+    expect(toolInputs).toEqual([]);
+  });
+
+  it('emits the request, then the response with the reply', async () => {
+    const { emitted } = await run([reply('done')]);
+    expect(emitted).toEqual([
+      { type: 'llm.request', turn: 1, messages: 2, tools: ['write_file', 'read_file'] },
+      { type: 'llm.response', turn: 1, ...reply('done') },
+    ]);
+  });
+
+  it('does not read a verdict from a text step, even when the reply is one', async () => {
+    const { output } = await run([reply('{"decision": "approve"}')]);
+    expect(output.ok).toBe(true);
+    expect(output).not.toHaveProperty('verdict');
+  });
+});
+
+describe('agentMachine: tool calls', () => {
+  it('runs the calls, appends their results as tool messages and asks the model again', async () => {
+    const calls = [call('c1'), call('c2', 'read_file', { path: 'missing.md' })];
+    const { output, modelInputs, toolInputs } = await run([reply('', calls), reply('all done')], {
+      tools: async () => [result('c1'), { ...result('c2', false, 'no such file'), tool: 'read_file' }],
+    });
+
+    expect(toolInputs).toEqual([{ calls, turn: 1 }]);
+    const afterTools: ChatMessage[] = [
+      ...opening,
+      { role: 'assistant', content: '', toolCalls: calls },
+      { role: 'tool', toolCallId: 'c1', name: 'write_file', content: 'wrote 2 bytes' },
+      { role: 'tool', toolCallId: 'c2', name: 'read_file', content: 'no such file', isError: true },
+    ];
+    expect(modelInputs[1]).toEqual({ messages: afterTools, tools: [writeFile, readFile], turn: 2 });
+    expect(modelInputs[1]?.messages[3]).not.toHaveProperty('isError');
+    expect(output).toMatchObject({ ok: true, output: 'all done', turns: 2 });
+    expect(output.messages).toEqual([...afterTools, { role: 'assistant', content: 'all done' }]);
+  });
+
+  it('emits request, response, every call, every result, then the next request', async () => {
+    const calls = [call('c1'), call('c2')];
+    const { emitted } = await run([reply('writing', calls), reply('done')], {
+      tools: async () => [result('c1'), result('c2', false)],
+    });
+    expect(emitted.map((e) => e.type)).toEqual([
+      'llm.request',
+      'llm.response',
+      'tool.call',
+      'tool.call',
+      'tool.result',
+      'tool.result',
+      'llm.request',
+      'llm.response',
+    ]);
+    expect(emitted[2]).toEqual({
+      type: 'tool.call',
+      callId: 'c1',
+      tool: 'write_file',
+      arguments: calls[0]?.arguments,
+    });
+    expect(emitted[3]).toMatchObject({ type: 'tool.call', callId: 'c2' });
+    expect(emitted[4]).toEqual({ type: 'tool.result', ...result('c1') });
+    expect(emitted[5]).toEqual({ type: 'tool.result', ...result('c2', false) });
+    // The second request counts the assistant message and both tool results.
+    expect(emitted[6]).toEqual({
+      type: 'llm.request',
+      turn: 2,
+      messages: 5,
+      tools: ['write_file', 'read_file'],
+    });
+    expect(emitted[7]).toMatchObject({ type: 'llm.response', turn: 2, content: 'done' });
+  });
+
+  it('fails with max_steps when the model is still calling tools at its last turn', async () => {
+    const { output, modelInputs, toolInputs, emitted } = await run(
+      [reply('', [call('c1')]), reply('', [call('c2')]), reply('never asked')],
+      { input: { maxTurns: 2 } },
+    );
+    expect(output.ok).toBe(false);
+    expect(output.failure).toEqual({
+      code: 'max_steps',
+      message: 'agent coder reached its limit of 2 model calls without finishing',
+    });
+    expect(output.turns).toBe(2);
+    expect(output.output).toBe('');
+    expect(modelInputs).toHaveLength(2);
+    expect(toolInputs).toHaveLength(2);
+    expect(emitted.filter((e) => e.type === 'llm.request')).toHaveLength(2);
+  });
+
+  it('fails with max_steps before any call when it has no turns at all', async () => {
+    const { output, modelInputs, emitted } = await run([reply('never asked')], { input: { maxTurns: 0 } });
+    expect(output).toMatchObject({ ok: false, turns: 0, failure: { code: 'max_steps' } });
+    expect(modelInputs).toEqual([]);
+    expect(emitted).toEqual([]);
+  });
+
+  it('takes a reply with tool calls and no text as a tool turn, not an empty reply', async () => {
+    const { output } = await run([reply('   ', [call('c1')]), reply('done')]);
+    expect(output).toMatchObject({ ok: true, output: 'done' });
+  });
+
+  it('fails with tool_runner_failed when the tool runner itself rejects', async () => {
+    const { output, emitted } = await run([reply('', [call('c1')])], {
+      tools: async () => {
+        throw new Error('executor crashed');
+      },
+    });
+    expect(output.ok).toBe(false);
+    expect(output.failure).toEqual({
+      code: 'tool_runner_failed',
+      message: 'agent coder: the tool runner failed: executor crashed',
+    });
+    expect(emitted.map((e) => e.type)).toEqual(['llm.request', 'llm.response', 'tool.call']);
+  });
+});
+
+describe('agentMachine: failures', () => {
+  it.each([
+    ['empty', ''],
+    ['blank', ' \n\t '],
+  ])(
+    'fails with empty_reply on a %s reply with no tool calls, still recording the reply',
+    async (_label, content) => {
+      const { output, emitted } = await run([reply(content)]);
+      expect(output.ok).toBe(false);
+      expect(output.failure).toEqual({
+        code: 'empty_reply',
+        message: 'agent coder: the model returned an empty reply with no tool calls',
+      });
+      expect(output.turns).toBe(1);
+      expect(output.usage).toEqual({ inputTokens: 10, outputTokens: 2, cachedTokens: 0 });
+      expect(output.messages.at(-1)).toEqual({ role: 'assistant', content });
+      expect(emitted.map((e) => e.type)).toEqual(['llm.request', 'llm.response']);
+    },
+  );
+
+  it('fails with the code of a model error and emits llm.error', async () => {
+    const { output, emitted } = await run([new ModelError('rate_limited', '429 Too Many Requests')]);
+    expect(output.ok).toBe(false);
+    expect(output.failure).toEqual({
+      code: 'rate_limited',
+      message: 'agent coder: model call failed: 429 Too Many Requests',
+    });
+    expect(output.turns).toBe(1);
+    expect(emitted).toEqual([
+      { type: 'llm.request', turn: 1, messages: 2, tools: ['write_file', 'read_file'] },
+      { type: 'llm.error', turn: 1, code: 'rate_limited', message: '429 Too Many Requests' },
+    ]);
+  });
+
+  it('reads the code off any error that has a string code', async () => {
+    const error = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    const { output } = await run([error]);
+    expect(output.failure?.code).toBe('ECONNRESET');
+  });
+
+  it('uses model_failed when the error has no string code', async () => {
+    const numbered = Object.assign(new Error('odd'), { code: 42 });
+    expect((await run([new Error('boom')])).output.failure?.code).toBe('model_failed');
+    expect((await run([numbered])).output.failure?.code).toBe('model_failed');
+  });
+
+  it('describes a thrown non-Error by its text', async () => {
+    const { output, emitted } = await run(['plain string failure']);
+    expect(output.failure).toEqual({
+      code: 'model_failed',
+      message: 'agent coder: model call failed: plain string failure',
+    });
+    expect(emitted.at(-1)).toEqual({
+      type: 'llm.error',
+      turn: 1,
+      code: 'model_failed',
+      message: 'plain string failure',
+    });
+  });
+
+  it('fails on a model error at a later turn, keeping what came before', async () => {
+    const { output } = await run([reply('', [call('c1')]), new ModelError('timeout', 'took too long')]);
+    expect(output).toMatchObject({ ok: false, turns: 2, failure: { code: 'timeout' } });
+    expect(output.usage.inputTokens).toBe(10);
+    expect(output.messages.filter((m) => m.role === 'tool')).toHaveLength(1);
+  });
+});
+
+describe('agentMachine: verdicts', () => {
+  it('reads a verdict from a JSON reply and keeps the raw reply as output', async () => {
+    const text = '{"decision": "reject", "feedback": "add a title"}';
+    const { output } = await run([reply(text)], verdictInput);
+    expect(output).toMatchObject({
+      ok: true,
+      output: text,
+      verdict: { decision: 'reject', feedback: 'add a title' },
+    });
+  });
+
+  it('reads a verdict inside a ```json fence', async () => {
+    const text = 'Looks good.\n```json\n{"decision": "approve"}\n```';
+    const { output } = await run([reply(text)], verdictInput);
+    expect(output.verdict).toEqual({ decision: 'approve', feedback: '' });
+    expect(output.output).toBe(text);
+  });
+
+  it('asks once for a valid verdict when the reply is not one, then finishes', async () => {
+    const { output, modelInputs, emitted } = await run(
+      [reply('I think it is fine.'), reply('{"decision": "approve", "feedback": "fine"}')],
+      verdictInput,
+    );
+    expect(output).toMatchObject({ ok: true, turns: 2, verdict: { decision: 'approve', feedback: 'fine' } });
+    const second = modelInputs[1]?.messages ?? [];
+    expect(second).toHaveLength(4);
+    expect(second[2]).toEqual({ role: 'assistant', content: 'I think it is fine.' });
+    expect(second[3]?.role).toBe('user');
+    expect(second[3]?.content).toContain('not a valid verdict');
+    expect(second[3]?.content).toContain('JSON object');
+    expect(emitted.map((e) => e.type)).toEqual([
+      'llm.request',
+      'llm.response',
+      'llm.request',
+      'llm.response',
+    ]);
+  });
+
+  it('fails with invalid_output when the repaired reply is still not a verdict', async () => {
+    const { output, modelInputs } = await run(
+      [reply('approve'), reply('{"decision": "maybe"}'), reply('{"decision": "approve"}')],
+      verdictInput,
+    );
+    expect(output.ok).toBe(false);
+    expect(output.failure?.code).toBe('invalid_output');
+    expect(output.failure?.message).toContain('after 1 repair turn(s)');
+    expect(output.turns).toBe(2);
+    expect(output).not.toHaveProperty('verdict');
+    expect(modelInputs).toHaveLength(2);
+  });
+
+  it('stops at max_steps when no turn is left for the repair', async () => {
+    const { output, modelInputs } = await run([reply('approve'), reply('{"decision": "approve"}')], {
+      input: { expect: 'verdict', maxTurns: 1 },
+    });
+    expect(output.failure?.code).toBe('max_steps');
+    expect(modelInputs).toHaveLength(1);
+  });
+
+  it('lets a reviewer use tools before giving its verdict', async () => {
+    const { output } = await run(
+      [reply('', [call('c1', 'read_file')]), reply('{"decision": "approve"}')],
+      verdictInput,
+    );
+    expect(output).toMatchObject({ ok: true, turns: 2, verdict: { decision: 'approve' } });
+  });
+});
+
+describe('agentMachine: usage', () => {
+  it('sums tokens and cost over every turn, including the repair', async () => {
+    const first = { ...reply('', [call('c1')], { inputTokens: 100, outputTokens: 20 }), costUsd: 0.01 };
+    const second = {
+      ...reply('not json', [], { inputTokens: 150, outputTokens: 5 }),
+      usage: { inputTokens: 150, outputTokens: 5, cachedTokens: 100 },
+      costUsd: 0.02,
+    };
+    const third = {
+      ...reply('{"decision": "approve"}', [], { inputTokens: 170, outputTokens: 9 }),
+      costUsd: 0.03,
+    };
+    const { output } = await run([first, second, third], verdictInput);
+    expect(output.ok).toBe(true);
+    expect(output.turns).toBe(3);
+    expect(output.usage).toEqual({ inputTokens: 420, outputTokens: 34, cachedTokens: 100 });
+    expect(output.costUsd).toBeCloseTo(0.06, 10);
+  });
+});
+
+describe('parseVerdict', () => {
+  it.each([
+    ['bare JSON', '{"decision":"approve","feedback":"ok"}', { decision: 'approve', feedback: 'ok' }],
+    [
+      'JSON with surrounding whitespace',
+      '\n  {"decision":"reject","feedback":"x"}  \n',
+      { decision: 'reject', feedback: 'x' },
+    ],
+    ['JSON without feedback', '{"decision":"approve"}', { decision: 'approve', feedback: '' }],
+    [
+      'a ```json fence',
+      '```json\n{"decision":"reject","feedback":"more tests"}\n```',
+      { decision: 'reject', feedback: 'more tests' },
+    ],
+    ['a bare ``` fence', '```\n{"decision":"approve"}\n```', { decision: 'approve', feedback: '' }],
+    [
+      'prose around the object',
+      'My verdict: {"decision":"approve"} — thanks.',
+      { decision: 'approve', feedback: '' },
+    ],
+    [
+      'braces inside the feedback',
+      '{"decision":"reject","feedback":"rename {a} to {b}"}',
+      { decision: 'reject', feedback: 'rename {a} to {b}' },
+    ],
+    ['the object inside a JSON array', '[{"decision":"approve"}]', { decision: 'approve', feedback: '' }],
+    [
+      'a multi-line object',
+      'Verdict:\n{\n  "decision": "reject",\n  "feedback": "line one\\nline two"\n}\n',
+      { decision: 'reject', feedback: 'line one\nline two' },
+    ],
+  ])('reads %s', (_label, text, expected) => {
+    expect(parseVerdict(text)).toEqual(expected);
+  });
+
+  it.each([
+    ['an empty reply', ''],
+    ['plain words', 'approve'],
+    ['a closing brace alone', 'ok }'],
+    ['braces in the wrong order', '} {'],
+    ['an unknown decision', '{"decision":"maybe"}'],
+    ['a capitalised decision', '{"decision":"Approve"}'],
+    ['an extra key', '{"decision":"approve","score":9}'],
+    ['feedback that is not text', '{"decision":"approve","feedback":3}'],
+    ['no decision', '{"feedback":"ok"}'],
+    ['broken JSON', '{"decision":"approve",}'],
+    ['a JSON string', '"approve"'],
+    ['null', 'null'],
+  ])('refuses %s', (_label, text) => {
+    expect(parseVerdict(text)).toBeUndefined();
+  });
+});

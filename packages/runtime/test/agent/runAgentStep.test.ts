@@ -1,0 +1,339 @@
+import { access, mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
+import type { AgentStepRequest, EventKind, EventOf, TroupeEvent } from '@troupe/protocol';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
+import { runAgentStep, type StepDeps, taskWorkspace } from '../../src/agent/runAgentStep.ts';
+import { EventFactory } from '../../src/events/eventFactory.ts';
+import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
+
+const roots: string[] = [];
+afterEach(async () => {
+  await Promise.all(roots.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+async function tempRoot(): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'troupe-agent-'));
+  roots.push(dir);
+  return dir;
+}
+
+const request: AgentStepRequest = {
+  stepId: 'task-1.code.1',
+  taskId: 'task-1',
+  pipeline: 'demo',
+  agent: 'coder',
+  step: 'code',
+  round: 1,
+  goal: 'write notes/hello.md',
+  context: [],
+  expect: 'text',
+  traceparent: '00-0123456789abcdef0123456789abcdef-0123456789abcdef-01',
+};
+
+/** A scripted model that also keeps every request it was sent. */
+function recordingModel(script: unknown): { model: ModelProvider; requests: ModelRequest[] } {
+  const inner = new ScriptedProvider(Script.parse(script));
+  const requests: ModelRequest[] = [];
+  return {
+    requests,
+    model: {
+      provider: inner.provider,
+      model: inner.model,
+      complete: (req) => {
+        requests.push(req);
+        return inner.complete(req);
+      },
+    },
+  };
+}
+
+function coder(model: ModelProvider, overrides: Partial<AgentDefinition> = {}): AgentDefinition {
+  return {
+    name: 'coder',
+    instructions: 'You write files.',
+    model,
+    tools: ['write_file', 'read_file'],
+    rules: [],
+    maxTurns: 5,
+    ...overrides,
+  };
+}
+
+/** Real registry, real event factory, events collected; a clock that moves 5 ms each time it is read. */
+async function setup(
+  overrides: Partial<StepDeps> = {},
+): Promise<{ deps: StepDeps; events: TroupeEvent[]; root: string }> {
+  const registry = new ToolRegistry();
+  for (const tool of fileTools) registry.register(tool);
+  const events: TroupeEvent[] = [];
+  let ticks = 0;
+  let ids = 0;
+  const root = await tempRoot();
+  const deps: StepDeps = {
+    registry,
+    workspaceRoot: root,
+    clock: { now: () => (ticks += 5) },
+    events: new EventFactory({ now: () => Date.UTC(2025, 0, 1) }, () => `ev-${++ids}`),
+    publish: (event) => events.push(event),
+    ...overrides,
+  };
+  return { deps, events, root };
+}
+
+const ofKind = <K extends EventKind>(events: TroupeEvent[], kind: K): EventOf<K>[] =>
+  events.filter((event): event is EventOf<K> => event.kind === kind);
+
+const writeCall = (file: string, content: string) => ({
+  id: 'call-w',
+  name: 'write_file',
+  arguments: { path: file, content },
+});
+
+describe('runAgentStep', () => {
+  it('places the task workspace at <root>/<pipeline>/<taskId>', () => {
+    expect(taskWorkspace('/srv/troupe', 'demo', 'task-1')).toBe(path.join('/srv/troupe', 'demo', 'task-1'));
+  });
+
+  it('runs write_file in the task workspace and replies with the final text', async () => {
+    const { model, requests } = recordingModel({
+      agents: {
+        coder: [
+          { toolCalls: [writeCall('notes/hello.md', '# Hi')], usage: { inputTokens: 40, outputTokens: 12 } },
+          { content: 'Wrote notes/hello.md', usage: { inputTokens: 60, outputTokens: 4 } },
+        ],
+      },
+    });
+    const { deps, root } = await setup();
+
+    const reply = await runAgentStep(coder(model), request, deps);
+
+    expect(await readFile(path.join(root, 'demo', 'task-1', 'notes', 'hello.md'), 'utf8')).toBe('# Hi');
+    expect(reply).toEqual({
+      ok: true,
+      stepId: 'task-1.code.1',
+      output: 'Wrote notes/hello.md',
+      usage: { inputTokens: 100, outputTokens: 16, cachedTokens: 0, costUsd: 0, modelCalls: 2 },
+      turns: 2,
+    });
+
+    // The model was shown the declared tools and, on its second turn, the tool's result.
+    expect(requests[0]?.tools.map((t) => t.name)).toEqual(['write_file', 'read_file']);
+    expect(requests[0]?.context).toEqual({
+      taskId: 'task-1',
+      pipeline: 'demo',
+      agent: 'coder',
+      stepId: 'task-1.code.1',
+    });
+    expect(requests[0]?.messages[0]).toEqual({ role: 'system', content: 'You write files.' });
+    expect(requests[1]?.messages.at(-1)).toEqual({
+      role: 'tool',
+      toolCallId: 'call-w',
+      name: 'write_file',
+      content: 'wrote 4 bytes to notes/hello.md',
+    });
+  });
+
+  it('publishes the step as events, the tool call and result sharing one call id', async () => {
+    const { model } = recordingModel({
+      agents: { coder: [{ toolCalls: [writeCall('hello.md', 'hi')] }, { content: 'done' }] },
+    });
+    const { deps, events } = await setup();
+    await runAgentStep(coder(model), request, deps);
+
+    expect(events.map((e) => e.kind)).toEqual([
+      'llm.request',
+      'llm.response',
+      'tool.call',
+      'tool.result',
+      'llm.request',
+      'llm.response',
+    ]);
+    for (const event of events) {
+      expect(event).toMatchObject({ pipeline: 'demo', taskId: 'task-1', traceparent: request.traceparent });
+      expect(event.data).toMatchObject({ agent: 'coder', stepId: 'task-1.code.1' });
+    }
+    expect(new Set(events.map((e) => e.id)).size).toBe(events.length);
+
+    const [toolCall] = ofKind(events, 'tool.call');
+    const [toolResult] = ofKind(events, 'tool.result');
+    expect(toolCall?.data).toMatchObject({
+      callId: 'call-w',
+      tool: 'write_file',
+      arguments: '{"path":"hello.md","content":"hi"}',
+    });
+    expect(toolResult?.data).toMatchObject({
+      callId: toolCall?.data.callId,
+      tool: 'write_file',
+      ok: true,
+      decision: 'allow',
+      output: 'wrote 2 bytes to hello.md',
+    });
+    expect(toolResult?.data).not.toHaveProperty('error');
+
+    const requests = ofKind(events, 'llm.request');
+    expect(requests.map((e) => e.data.turn)).toEqual([1, 2]);
+    expect(requests[0]?.data).toMatchObject({ provider: 'scripted', model: 'scripted', messages: 2 });
+    const [firstResponse] = ofKind(events, 'llm.response');
+    expect(firstResponse?.data).toMatchObject({
+      turn: 1,
+      finishReason: 'tool_calls',
+      toolCalls: [{ id: 'call-w', name: 'write_file' }],
+      durationMs: 5,
+      costUsd: 0,
+    });
+  });
+
+  it('prices each model call and sums the cost into the reply', async () => {
+    const { model } = recordingModel({
+      agents: { coder: [{ toolCalls: [writeCall('a.md', 'a')] }, { content: 'done' }] },
+    });
+    const priced: string[] = [];
+    const { deps, events } = await setup({
+      price: (provider, modelName, response) => {
+        priced.push(`${provider}/${modelName}/${response.finishReason}`);
+        return 0.25;
+      },
+    });
+    const reply = await runAgentStep(coder(model), request, deps);
+    expect(priced).toEqual(['scripted/scripted/tool_calls', 'scripted/scripted/stop']);
+    expect(reply.usage.costUsd).toBe(0.5);
+    expect(ofKind(events, 'llm.response').map((e) => e.data.costUsd)).toEqual([0.25, 0.25]);
+  });
+
+  it('hands a path outside the workspace back to the model as a tool error and carries on', async () => {
+    const { model, requests } = recordingModel({
+      agents: {
+        coder: [{ toolCalls: [writeCall('../escape.txt', 'x')] }, { content: 'could not write it' }],
+      },
+    });
+    const { deps, events, root } = await setup();
+    const reply = await runAgentStep(coder(model), request, deps);
+
+    expect(reply).toMatchObject({ ok: true, output: 'could not write it', turns: 2 });
+    const [toolResult] = ofKind(events, 'tool.result');
+    expect(toolResult?.data).toMatchObject({
+      ok: false,
+      callId: 'call-w',
+      error: { code: 'path_outside_workspace' },
+    });
+    expect(toolResult?.data.error?.message).toContain('../escape.txt');
+    await expect(access(path.join(root, 'demo', 'escape.txt'))).rejects.toThrow();
+    const toolMessage = requests[1]?.messages.at(-1);
+    expect(toolMessage).toMatchObject({ role: 'tool', toolCallId: 'call-w', isError: true });
+    expect(toolMessage?.content).toBe(toolResult?.data.error?.message);
+  });
+
+  it('refuses a registered tool the agent did not declare, and a tool nobody registered', async () => {
+    const { model, requests } = recordingModel({
+      agents: {
+        coder: [
+          {
+            toolCalls: [
+              { id: 'call-1', name: 'write_file', arguments: { path: 'sneaky.md', content: 'x' } },
+              { id: 'call-2', name: 'shell', arguments: { command: 'ls' } },
+            ],
+          },
+          { content: 'gave up' },
+        ],
+      },
+    });
+    const { deps, events, root } = await setup();
+    const reply = await runAgentStep(coder(model, { tools: ['read_file'] }), request, deps);
+
+    expect(reply).toMatchObject({ ok: true, output: 'gave up' });
+    expect(requests[0]?.tools.map((t) => t.name)).toEqual(['read_file']);
+    const results = ofKind(events, 'tool.result').map((e) => e.data);
+    expect(results).toEqual([
+      expect.objectContaining({
+        callId: 'call-1',
+        ok: false,
+        decision: 'deny',
+        error: expect.objectContaining({ code: 'not_declared' }),
+      }),
+      expect.objectContaining({
+        callId: 'call-2',
+        ok: false,
+        decision: 'deny',
+        error: expect.objectContaining({ code: 'unknown_tool' }),
+      }),
+    ]);
+    await expect(access(path.join(root, 'demo', 'task-1', 'sneaky.md'))).rejects.toThrow();
+  });
+
+  it('fails the step with the model error code and publishes llm.error', async () => {
+    const { model } = recordingModel({ agents: { coder: [{ error: 'upstream 503' }] } });
+    const { deps, events } = await setup();
+    const reply = await runAgentStep(coder(model), request, deps);
+
+    expect(reply).toEqual({
+      ok: false,
+      stepId: 'task-1.code.1',
+      error: { code: 'scripted_failure', message: 'agent coder: model call failed: upstream 503' },
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
+      turns: 1,
+    });
+    expect(events.map((e) => e.kind)).toEqual(['llm.request', 'llm.error']);
+    expect(ofKind(events, 'llm.error')[0]?.data).toMatchObject({
+      code: 'scripted_failure',
+      message: 'upstream 503',
+      provider: 'scripted',
+    });
+  });
+
+  it('fails with script_exhausted when the model runs out of replies mid-step', async () => {
+    const { model } = recordingModel({ agents: { coder: [{ toolCalls: [writeCall('a.md', 'a')] }] } });
+    const { deps } = await setup();
+    const reply = await runAgentStep(coder(model), request, deps);
+    expect(reply).toMatchObject({ ok: false, turns: 2, error: { code: 'script_exhausted' } });
+  });
+
+  it('fails with max_steps when the agent keeps calling tools', async () => {
+    const { model } = recordingModel({
+      agents: { coder: [{ toolCalls: [writeCall('a.md', '1')] }, { toolCalls: [writeCall('a.md', '2')] }] },
+    });
+    const { deps } = await setup();
+    const reply = await runAgentStep(coder(model, { maxTurns: 2 }), request, deps);
+    expect(reply).toMatchObject({
+      ok: false,
+      turns: 2,
+      error: { code: 'max_steps' },
+      usage: { modelCalls: 2 },
+    });
+  });
+
+  it('returns a verdict for a review step, asking for it in the system prompt', async () => {
+    const { model, requests } = recordingModel({
+      agents: { reviewer: [{ content: '```json\n{"decision": "reject", "feedback": "add a title"}\n```' }] },
+    });
+    const { deps } = await setup();
+    const reviewer = coder(model, { name: 'reviewer', tools: [] });
+    const reply = await runAgentStep(reviewer, { ...request, agent: 'reviewer', expect: 'verdict' }, deps);
+    expect(reply).toMatchObject({ ok: true, verdict: { decision: 'reject', feedback: 'add a title' } });
+    expect(requests[0]?.messages[0]?.content).toContain('reply with only a JSON object');
+    expect(requests[0]?.tools).toEqual([]);
+  });
+
+  it('stops a step whose model call is in flight when the signal aborts, replying aborted', async () => {
+    const { model, requests } = recordingModel({
+      agents: { coder: [{ content: 'too late', delayMs: 60_000 }] },
+    });
+    const controller = new AbortController();
+    const { deps, events } = await setup({ signal: controller.signal });
+    setTimeout(() => controller.abort(), 20);
+
+    const started = performance.now();
+    const reply = await runAgentStep(coder(model), request, deps);
+
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect(reply.ok).toBe(false);
+    expect(reply.stepId).toBe('task-1.code.1');
+    expect(!reply.ok && reply.error.code).toBe('aborted');
+    expect(requests).toHaveLength(1);
+    // The model call is abandoned, not answered: nothing follows the request.
+    expect(events.map((e) => e.kind)).toEqual(['llm.request']);
+    expect(requests[0]?.signal?.aborted).toBe(true);
+  });
+});

@@ -1,0 +1,106 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { FINAL_EVENT_KINDS, InvalidMessageEvent, subjects, TroupeEvent } from '@troupe/protocol';
+import { createLogger, type Logger, NatsBus } from '@troupe/runtime';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+
+export const repoRoot = join(import.meta.dirname, '..', '..');
+export const examplePath = (name: string) => join(repoRoot, 'examples', name);
+export const fixturePath = (name: string) => join(import.meta.dirname, '..', 'fixtures', name);
+
+/** A real nats-server, a coordinator on it, and a plain NATS client that records every event. */
+export interface Harness {
+  nats: TestNats;
+  coordinator: Coordinator;
+  bus: NatsBus;
+  /** A plain nats.js client, as a user's own program would have. */
+  client: NatsConnection;
+  workspaceRoot: string;
+  events: TroupeEvent[];
+  invalid: InvalidMessageEvent[];
+  eventsOf(taskId: string): TroupeEvent[];
+  /** Resolves with the task's final event; rejects after `timeoutMs`. */
+  finalOf(taskId: string, timeoutMs?: number): Promise<TroupeEvent>;
+  /** Resolves with the first invalid-message report matching `match`. */
+  nextInvalid(match: (e: InvalidMessageEvent) => boolean, timeoutMs?: number): Promise<InvalidMessageEvent>;
+  stop(): Promise<void>;
+}
+
+export async function startHarness(pipelineFiles: string[]): Promise<Harness> {
+  const nats = await startTestNats();
+  const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-ws-'));
+  const logger: Logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
+  const bus = await NatsBus.connect({ servers: nats.url, name: 'test-coordinator', logger });
+  const registry = builtinTools();
+  const pipelines = await Promise.all(pipelineFiles.map((f) => loadPipeline(f, { toolNames: registry.names() })));
+  const coordinator = await startCoordinator({ bus, pipelines, logger, workspaceRoot, registry, noResponderWaitMs: 5_000 });
+  const client = await connect({ servers: nats.url, name: 'test-user' });
+  const events: TroupeEvent[] = [];
+  const invalid: InvalidMessageEvent[] = [];
+  const listeners = new Set<() => void>();
+  const notify = () => {
+    for (const listener of listeners) listener();
+  };
+  client.subscribe(subjects.allTaskEvents, {
+    callback: (_error, msg) => {
+      events.push(TroupeEvent.parse(msg.json()));
+      notify();
+    },
+  });
+  client.subscribe(subjects.invalid, {
+    callback: (_error, msg) => {
+      invalid.push(InvalidMessageEvent.parse(msg.json()));
+      notify();
+    },
+  });
+  await client.flush();
+
+  const waitFor = <T>(find: () => T | undefined, what: string, timeoutMs: number): Promise<T> =>
+    new Promise((resolve, reject) => {
+      const check = () => {
+        const found = find();
+        if (found === undefined) return;
+        listeners.delete(check);
+        clearTimeout(timer);
+        resolve(found);
+      };
+      const timer = setTimeout(() => {
+        listeners.delete(check);
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
+      }, timeoutMs);
+      listeners.add(check);
+      check();
+    });
+
+  const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+  return {
+    nats,
+    coordinator,
+    bus,
+    client,
+    workspaceRoot,
+    events,
+    invalid,
+    eventsOf,
+    finalOf: (taskId, timeoutMs = 20_000) =>
+      waitFor(() => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind)), `the end of task ${taskId}`, timeoutMs),
+    nextInvalid: (match, timeoutMs = 10_000) => waitFor(() => invalid.find(match), 'an invalid-message report', timeoutMs),
+    async stop() {
+      await coordinator.stop();
+      await client.close();
+      await bus.close();
+      await nats.stop();
+      await rm(workspaceRoot, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Publishes a task the way any NATS client can: a plain publish on troupe.tasks.<pipeline>. */
+export function publishTask(h: Harness, pipeline: string, payload: unknown): void {
+  h.client.publish(subjects.task(pipeline), typeof payload === 'string' ? payload : JSON.stringify(payload));
+}
+
+export const kinds = (events: TroupeEvent[]) => events.map((e) => e.kind);
