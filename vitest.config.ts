@@ -3,8 +3,14 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     projects: [
-      { extends: true, test: { name: 'unit', include: ['packages/*/test/**/*.test.ts', 'apps/*/test/**/*.test.ts'] } },
-      { extends: true, test: { name: 'e2e', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 } },
+      {
+        extends: true,
+        test: { name: 'unit', include: ['packages/*/test/**/*.test.ts', 'apps/*/test/**/*.test.ts'] },
+      },
+      {
+        extends: true,
+        test: { name: 'e2e', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+      },
     ],
     testTimeout: 20_000,
     hookTimeout: 30_000,

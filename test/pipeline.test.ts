@@ -2,7 +2,14 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { submitTask } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { examplePath, fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+import {
+  examplePath,
+  fixturePath,
+  type Harness,
+  kinds,
+  publishTask,
+  startHarness,
+} from './support/harness.ts';
 
 describe('a YAML pipeline over a real nats-server', () => {
   let h: Harness;
@@ -22,7 +29,11 @@ describe('a YAML pipeline over a real nats-server', () => {
     const flow = h
       .eventsOf('plain-1')
       .filter((e) => ['task.accepted', 'agent.handoff', 'step.completed', 'task.completed'].includes(e.kind))
-      .map((e) => (e.kind === 'step.completed' ? `${e.kind}:${e.data.step}:${e.data.verdict?.decision ?? 'ok'}` : `${e.kind}:${e.from}>${e.to}`));
+      .map((e) =>
+        e.kind === 'step.completed'
+          ? `${e.kind}:${e.data.step}:${e.data.verdict?.decision ?? 'ok'}`
+          : `${e.kind}:${e.from}>${e.to}`,
+      );
     expect(flow).toEqual([
       'task.accepted:user>demo',
       'agent.handoff:task>planner',
@@ -43,7 +54,10 @@ describe('a YAML pipeline over a real nats-server', () => {
     expect(Object.keys(final.data.usageByAgent).sort()).toEqual(['executor', 'planner', 'reviewer']);
     // The usage in task.completed is the sum of what every model call reported.
     const responses = h.eventsOf('plain-1').filter((e) => e.kind === 'llm.response');
-    const reported = responses.reduce((n, e) => n + (e.kind === 'llm.response' ? e.data.usage.outputTokens : 0), 0);
+    const reported = responses.reduce(
+      (n, e) => n + (e.kind === 'llm.response' ? e.data.usage.outputTokens : 0),
+      0,
+    );
     expect(final.data.usage.outputTokens).toBe(reported);
     expect(final.data.usage.modelCalls).toBe(responses.length);
     // Every event of the task carries the same trace.
@@ -56,7 +70,9 @@ describe('a YAML pipeline over a real nats-server', () => {
     const note = await readFile(join(h.workspaceRoot, 'demo', 'files-1', 'notes', 'hello.md'), 'utf8');
     expect(note).toContain('# Hello from Troupe');
     expect(note).toContain('— reviewed and approved by the reviewer agent');
-    const writes = h.eventsOf('files-1').filter((e) => e.kind === 'tool.result' && e.data.tool === 'write_file');
+    const writes = h
+      .eventsOf('files-1')
+      .filter((e) => e.kind === 'tool.result' && e.data.tool === 'write_file');
     expect(writes.map((e) => e.kind === 'tool.result' && e.data.ok)).toEqual([true, true]);
   });
 
@@ -67,7 +83,8 @@ describe('a YAML pipeline over a real nats-server', () => {
     expect([a.kind, b.kind]).toEqual(['task.completed', 'task.completed']);
 
     // They overlapped: each started before the other finished.
-    const index = (taskId: string, kind: string) => h.events.findIndex((e) => e.taskId === taskId && e.kind === kind);
+    const index = (taskId: string, kind: string) =>
+      h.events.findIndex((e) => e.taskId === taskId && e.kind === kind);
     expect(index('par-b', 'step.started')).toBeLessThan(index('par-a', 'task.completed'));
     expect(index('par-a', 'step.started')).toBeLessThan(index('par-b', 'task.completed'));
 
@@ -107,12 +124,16 @@ describe('a YAML pipeline over a real nats-server', () => {
 
   it('reports malformed tasks on troupe.events._invalid and keeps processing good ones', async () => {
     publishTask(h, 'demo', 'this is not json');
-    const notJson = await h.nextInvalid((e) => e.subject === 'troupe.tasks.demo' && e.reason.includes('not JSON'));
+    const notJson = await h.nextInvalid(
+      (e) => e.subject === 'troupe.tasks.demo' && e.reason.includes('not JSON'),
+    );
     expect(notJson.reporter).toBe('coordinator');
     expect(notJson.payload).toBe('this is not json');
 
     publishTask(h, 'demo', { input: { a: 1 } });
-    const noGoal = await h.nextInvalid((e) => e.subject === 'troupe.tasks.demo' && e.issues.some((i) => i.path === 'goal'));
+    const noGoal = await h.nextInvalid(
+      (e) => e.subject === 'troupe.tasks.demo' && e.issues.some((i) => i.path === 'goal'),
+    );
     expect(noGoal.pipeline).toBe('demo');
 
     publishTask(h, 'demo', { goal: 'typo', metdata: {} });
@@ -145,15 +166,25 @@ describe('a YAML pipeline over a real nats-server', () => {
 
     const results = h.eventsOf('esc-1').flatMap((e) => (e.kind === 'tool.result' ? [e.data] : []));
     const [relative, absolute, undeclared, inside] = results;
-    expect(relative).toMatchObject({ tool: 'write_file', ok: false, error: { code: 'path_outside_workspace' } });
+    expect(relative).toMatchObject({
+      tool: 'write_file',
+      ok: false,
+      error: { code: 'path_outside_workspace' },
+    });
     expect(relative?.output).toContain('outside the workspace');
-    expect(absolute).toMatchObject({ tool: 'write_file', ok: false, error: { code: 'path_outside_workspace' } });
+    expect(absolute).toMatchObject({
+      tool: 'write_file',
+      ok: false,
+      error: { code: 'path_outside_workspace' },
+    });
     expect(undeclared).toMatchObject({ tool: 'read_file', ok: false });
     expect(undeclared?.output).toContain('not declared');
     expect(inside).toMatchObject({ tool: 'write_file', ok: true });
 
     // The refusals went back to the model: its next request carried the three tool results.
-    const requests = h.eventsOf('esc-1').flatMap((e) => (e.kind === 'llm.request' && e.data.agent === 'executor' ? [e.data] : []));
+    const requests = h
+      .eventsOf('esc-1')
+      .flatMap((e) => (e.kind === 'llm.request' && e.data.agent === 'executor' ? [e.data] : []));
     expect(requests[1]?.messages).toBe(requests[0] ? requests[0].messages + 4 : -1);
 
     await expect(stat(join(h.workspaceRoot, '..', 'escape.txt'))).rejects.toThrow();

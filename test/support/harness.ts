@@ -35,8 +35,17 @@ export async function startHarness(pipelineFiles: string[]): Promise<Harness> {
   const logger: Logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
   const bus = await NatsBus.connect({ servers: nats.url, name: 'test-coordinator', logger });
   const registry = builtinTools();
-  const pipelines = await Promise.all(pipelineFiles.map((f) => loadPipeline(f, { toolNames: registry.names() })));
-  const coordinator = await startCoordinator({ bus, pipelines, logger, workspaceRoot, registry, noResponderWaitMs: 5_000 });
+  const pipelines = await Promise.all(
+    pipelineFiles.map((f) => loadPipeline(f, { toolNames: registry.names() })),
+  );
+  const coordinator = await startCoordinator({
+    bus,
+    pipelines,
+    logger,
+    workspaceRoot,
+    registry,
+    noResponderWaitMs: 5_000,
+  });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];
   const invalid: InvalidMessageEvent[] = [];
@@ -86,8 +95,13 @@ export async function startHarness(pipelineFiles: string[]): Promise<Harness> {
     invalid,
     eventsOf,
     finalOf: (taskId, timeoutMs = 20_000) =>
-      waitFor(() => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind)), `the end of task ${taskId}`, timeoutMs),
-    nextInvalid: (match, timeoutMs = 10_000) => waitFor(() => invalid.find(match), 'an invalid-message report', timeoutMs),
+      waitFor(
+        () => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind)),
+        `the end of task ${taskId}`,
+        timeoutMs,
+      ),
+    nextInvalid: (match, timeoutMs = 10_000) =>
+      waitFor(() => invalid.find(match), 'an invalid-message report', timeoutMs),
     async stop() {
       await coordinator.stop();
       await client.close();

@@ -14,7 +14,8 @@ const positive = (value: string): number => {
 
 const homeOption = () =>
   new Option('--home <dir>', 'where troupe up keeps its data and records its server').default('.troupe');
-const serverOption = () => new Option('-s, --server <url>', 'NATS server URL (default: $NATS_URL, else the one troupe up started)');
+const serverOption = () =>
+  new Option('-s, --server <url>', 'NATS server URL (default: $NATS_URL, else the one troupe up started)');
 
 /** Runs a command and turns its outcome into an exit code; user errors print without a stack. */
 const run =

@@ -32,7 +32,10 @@ export async function resolveServer(options: ServerOptions): Promise<string> {
 /** A quiet bus for CLI commands: only warnings and worse are logged, to stderr. */
 export async function connectCli(options: ServerOptions, name: string): Promise<NatsBus> {
   const servers = await resolveServer(options);
-  const logger: Logger = createLogger({ level: process.env.TROUPE_LOG_LEVEL ?? 'warn', destination: process.stderr as never });
+  const logger: Logger = createLogger({
+    level: process.env.TROUPE_LOG_LEVEL ?? 'warn',
+    destination: process.stderr as never,
+  });
   try {
     return await NatsBus.connect({ servers, name, logger, messageLogLevel: 'debug' });
   } catch (error) {

@@ -1,9 +1,4 @@
-import {
-  FINAL_EVENT_KINDS,
-  InvalidMessageEvent,
-  subjects,
-  TroupeEvent,
-} from '@troupe/protocol';
+import { FINAL_EVENT_KINDS, InvalidMessageEvent, subjects, TroupeEvent } from '@troupe/protocol';
 import type { BusSubscription, NatsBus } from '@troupe/runtime';
 
 export interface WatchOptions {
@@ -28,7 +23,9 @@ export function watchEvents(bus: NatsBus, options: WatchOptions): BusSubscriptio
   if (options.invalid && options.onInvalid) {
     const onInvalid = options.onInvalid;
     subscriptions.push(
-      bus.subscribe(subjects.invalid, InvalidMessageEvent, (d) => onInvalid(d.value), { reporter: 'cli:tail' }),
+      bus.subscribe(subjects.invalid, InvalidMessageEvent, (d) => onInvalid(d.value), {
+        reporter: 'cli:tail',
+      }),
     );
   }
   return subscriptions;
@@ -46,5 +43,10 @@ export function waitForFinal(bus: NatsBus, taskId: string, onEvent: (event: Trou
       },
     });
   });
-  return { final, stop: () => subscriptions.forEach((s) => s.unsubscribe()) };
+  return {
+    final,
+    stop: () => {
+      for (const s of subscriptions) s.unsubscribe();
+    },
+  };
 }

@@ -15,8 +15,8 @@ import {
   type ToolRegistry,
 } from '@troupe/runtime';
 import { agentDefinitions } from './config/agentDefinitions.ts';
-import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { builtinTools } from './config/builtinTools.ts';
+import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
 import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';

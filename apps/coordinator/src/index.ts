@@ -1,24 +1,24 @@
-export { startCoordinator, type Coordinator, type CoordinatorOptions } from './coordinator.ts';
-export { startService, type Service, type ServiceOptions } from './service.ts';
-export { loadPipeline, parsePipeline, type LoadedPipeline, type LoadOptions } from './config/loadPipeline.ts';
-export { ConfigError, formatIssue, type ConfigIssue } from './config/configError.ts';
-export {
-  PipelineConfig,
-  AgentConfig,
-  ModelConfig,
-  StepConfig,
-  PermissionRuleConfig,
-} from './config/pipelineSchema.ts';
 export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
+export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
+export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
+export {
+  AgentConfig,
+  ModelConfig,
+  PermissionRuleConfig,
+  PipelineConfig,
+  StepConfig,
+} from './config/pipelineSchema.ts';
+export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
+export { PipelineRegistration, PipelineRegistry } from './intake/pipelineRegistry.ts';
+export { readServerRecord, type ServerRecord } from './serverRecord.ts';
+export { type Service, type ServiceOptions, startService } from './service.ts';
 export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
+export { WorkflowRecord } from './workflow/workflowRecord.ts';
 export type {
-  WorkflowInput,
-  WorkflowOutput,
-  WorkflowContext,
   StepRunInput,
   StepRunOutput,
+  WorkflowContext,
+  WorkflowInput,
+  WorkflowOutput,
 } from './workflow/workflowTypes.ts';
-export { WorkflowRecord } from './workflow/workflowRecord.ts';
-export { PipelineRegistry, PipelineRegistration } from './intake/pipelineRegistry.ts';
-export { readServerRecord, type ServerRecord } from './serverRecord.ts';

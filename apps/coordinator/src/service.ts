@@ -34,7 +34,9 @@ export interface Service {
 export async function startService(options: ServiceOptions): Promise<Service> {
   const home = resolve(options.home ?? '.troupe');
   const registry = builtinTools();
-  const pipelines = await Promise.all(options.files.map((f) => loadPipeline(f, { toolNames: registry.names() })));
+  const pipelines = await Promise.all(
+    options.files.map((f) => loadPipeline(f, { toolNames: registry.names() })),
+  );
   const embedded =
     options.natsUrl === undefined
       ? await startNatsServer({ dataDir: resolve(home, 'nats'), logFile: resolve(home, 'nats-server.log') })
@@ -51,7 +53,8 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.hostAgents === undefined ? {} : { hostAgents: options.hostAgents }),
       ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
     });
-    if (embedded) await writeServerRecord(home, { url, pid: process.pid, startedAt: new Date().toISOString() });
+    if (embedded)
+      await writeServerRecord(home, { url, pid: process.pid, startedAt: new Date().toISOString() });
     options.logger.info(
       { url, embedded: embedded !== undefined, pipelines: coordinator.pipelines },
       `troupe is up on ${url}`,

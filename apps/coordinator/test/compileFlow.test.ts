@@ -27,7 +27,10 @@ const usage = (inputTokens: number, outputTokens = 1): UsageTotals => ({
 });
 
 /** plan → execute → review, as in the demo; `review` overrides the review step's settings. */
-function pipeline(review: Record<string, unknown> = {}, extraSteps: Record<string, unknown>[] = []): PipelineConfig {
+function pipeline(
+  review: Record<string, unknown> = {},
+  extraSteps: Record<string, unknown>[] = [],
+): PipelineConfig {
   return PipelineConfig.parse({
     version: 1,
     name: 'demo',
@@ -47,9 +50,17 @@ function pipeline(review: Record<string, unknown> = {}, extraSteps: Record<strin
   });
 }
 
-type Reply = Omit<StepRunOutput, 'stepId'>;
+/** A reply without its step id, which the fake runStep copies from the request. */
+type WithoutStepId<T> = T extends unknown ? Omit<T, 'stepId'> : never;
+type Reply = WithoutStepId<StepRunOutput>;
 
-const text = (output: string, spent = usage(10)): Reply => ({ ok: true, output, usage: spent, turns: 1, durationMs: 5 });
+const text = (output: string, spent = usage(10)): Reply => ({
+  ok: true,
+  output,
+  usage: spent,
+  turns: 1,
+  durationMs: 5,
+});
 const verdict = (decision: Verdict['decision'], feedback: string, spent = usage(1)): Reply => ({
   ok: true,
   output: JSON.stringify({ decision, feedback }),
@@ -112,7 +123,13 @@ describe('compileFlow: a run that is approved', () => {
       executor: usage(200, 20),
       reviewer: usage(30, 3),
     });
-    expect(output.usage).toEqual({ inputTokens: 330, outputTokens: 33, cachedTokens: 0, costUsd: 0, modelCalls: 3 });
+    expect(output.usage).toEqual({
+      inputTokens: 330,
+      outputTokens: 33,
+      cachedTokens: 0,
+      costUsd: 0,
+      modelCalls: 3,
+    });
     expect([calls('planner').length, calls('executor').length, calls('reviewer').length]).toEqual([1, 1, 1]);
   });
 
@@ -125,7 +142,11 @@ describe('compileFlow: a run that is approved', () => {
 
   it('sends each step a request carrying the task, its step id and the previous agent', async () => {
     const { requests } = await run(pipeline(), approving);
-    expect(requests.map((r) => r.request.stepId)).toEqual(['task-1.plan.1', 'task-1.execute.1', 'task-1.review.1']);
+    expect(requests.map((r) => r.request.stepId)).toEqual([
+      'task-1.plan.1',
+      'task-1.execute.1',
+      'task-1.review.1',
+    ]);
     for (const { request } of requests) {
       expect(request).toMatchObject({
         taskId: 'task-1',
@@ -161,7 +182,9 @@ describe('compileFlow: a run that is approved', () => {
   it('gives a step with context: [plan] only the plan output', async () => {
     const config = pipeline({ context: ['plan'] });
     const { calls } = await run(config, approving);
-    expect(calls('reviewer')[0]?.context).toEqual([{ step: 'plan', agent: 'planner', round: 1, output: 'the plan' }]);
+    expect(calls('reviewer')[0]?.context).toEqual([
+      { step: 'plan', agent: 'planner', round: 1, output: 'the plan' },
+    ]);
   });
 
   it('gives a step the default timeout, or its own, in milliseconds', async () => {
@@ -186,7 +209,13 @@ describe('compileFlow: a run that is approved', () => {
     expect(completed.map((e) => [e.from, e.to, e.data.stepId, e.data.ok, e.data.output])).toEqual([
       ['planner', 'workflow', 'task-1.plan.1', true, 'the plan'],
       ['executor', 'workflow', 'task-1.execute.1', true, 'the work'],
-      ['reviewer', 'workflow', 'task-1.review.1', true, JSON.stringify({ decision: 'approve', feedback: 'looks good' })],
+      [
+        'reviewer',
+        'workflow',
+        'task-1.review.1',
+        true,
+        JSON.stringify({ decision: 'approve', feedback: 'looks good' }),
+      ],
     ]);
     expect(completed[2]?.data.verdict).toEqual({ decision: 'approve', feedback: 'looks good' });
     const started = events.filter((e) => e.kind === 'step.started');
@@ -262,11 +291,14 @@ describe('compileFlow: a run the reviewer rejects', () => {
   });
 
   // Fails today: with maxRounds 1 the failing path never records the rejection (see the report).
-  it.each([1, 3])('reports approved false when the work is rejected to the bound (maxRounds %i)', async (maxRounds) => {
-    const { output } = await run(pipeline({ maxRounds, onMaxRounds: 'fail' }), alwaysRejecting);
-    expect(output.failure?.reason).toBe('max_rounds');
-    expect(output.approved).toBe(false);
-  });
+  it.each([1, 3])(
+    'reports approved false when the work is rejected to the bound (maxRounds %i)',
+    async (maxRounds) => {
+      const { output } = await run(pipeline({ maxRounds, onMaxRounds: 'fail' }), alwaysRejecting);
+      expect(output.failure?.reason).toBe('max_rounds');
+      expect(output.approved).toBe(false);
+    },
+  );
 
   it('completes unapproved with the last work when onMaxRounds is complete', async () => {
     const { output, calls } = await run(pipeline({ maxRounds: 2, onMaxRounds: 'complete' }), alwaysRejecting);
@@ -306,7 +338,13 @@ describe('compileFlow: a run that fails', () => {
   it('counts the usage a failed step spent', async () => {
     const { output } = await run(pipeline(), {
       ...approving,
-      executor: () => ({ ok: false, error: { code: 'model', message: 'boom' }, usage: usage(70), turns: 2, durationMs: 3 }),
+      executor: () => ({
+        ok: false,
+        error: { code: 'model', message: 'boom' },
+        usage: usage(70),
+        turns: 2,
+        durationMs: 3,
+      }),
     });
     expect(output.status).toBe('failed');
     expect(output.usageByAgent.executor).toEqual(usage(70));
@@ -328,7 +366,10 @@ describe('compileFlow: a run that fails', () => {
   });
 
   it('fails with invalid_output when a review reply has no verdict', async () => {
-    const { output, calls } = await run(pipeline(), { ...approving, reviewer: () => text('I think it is fine') });
+    const { output, calls } = await run(pipeline(), {
+      ...approving,
+      reviewer: () => text('I think it is fine'),
+    });
     expect(output.status).toBe('failed');
     expect(output.failure?.reason).toBe('invalid_output');
     expect(output.failure?.step).toBe('review');
@@ -343,7 +384,10 @@ describe('compileFlow: a run that fails', () => {
   });
 
   it('reports a failed run the same after restoring its persisted snapshot', async () => {
-    const { actor, machine, output } = await run(pipeline(), { ...approving, reviewer: () => text('no verdict') });
+    const { actor, machine, output } = await run(pipeline(), {
+      ...approving,
+      reviewer: () => text('no verdict'),
+    });
     const restored = createActor(machine, { snapshot: actor.getPersistedSnapshot(), input: task });
     restored.start();
     expect(restored.getSnapshot().status).toBe('done');

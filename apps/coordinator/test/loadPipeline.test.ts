@@ -48,7 +48,8 @@ flow:
 
 /** `text` with `from` replaced by `to`; throws if `from` is not there, so a test cannot pass on an unchanged text. */
 function edit(text: string, from: string, to: string): string {
-  if (!text.includes(from)) throw new Error(`test setup: ${JSON.stringify(from)} is not in the pipeline text`);
+  if (!text.includes(from))
+    throw new Error(`test setup: ${JSON.stringify(from)} is not in the pipeline text`);
   return text.replace(from, to);
 }
 
@@ -70,7 +71,11 @@ function refusal(text: string): ConfigError {
 }
 
 /** Asserts that `error` has an issue at `path` on `line` whose message contains `message`, and that it is printed as `file:line:col path:`. */
-function expectIssue(error: ConfigError, path: string, expected: { line?: number; message: string }): ConfigIssue {
+function expectIssue(
+  error: ConfigError,
+  path: string,
+  expected: { line?: number; message: string },
+): ConfigIssue {
   const issue = error.issues.find((i) => i.path === path);
   expect(issue, `no issue at "${path}"; issues: ${JSON.stringify(error.issues)}`).toBeDefined();
   if (!issue) throw new Error('unreachable');
@@ -79,7 +84,9 @@ function expectIssue(error: ConfigError, path: string, expected: { line?: number
     expect(issue.line).toBe(expected.line);
     expect(issue.column).toEqual(expect.any(Number));
     const where = `${FILE}:${expected.line}:${issue.column}`;
-    expect(error.message).toContain(path === '' ? `${where} ${issue.message}` : `${where} ${path}: ${issue.message}`);
+    expect(error.message).toContain(
+      path === '' ? `${where} ${issue.message}` : `${where} ${path}: ${issue.message}`,
+    );
   }
   return issue;
 }
@@ -107,7 +114,11 @@ describe('loadPipeline on examples/demo.yaml', () => {
     expect(config.agents.planner?.tools).toEqual([]);
     expect(config.agents.planner?.permissions).toEqual([]);
     expect(config.agents.executor?.tools).toEqual(['read_file', 'write_file', 'list_files']);
-    expect(config.models.scripted).toEqual({ provider: 'scripted', script: './demo.script.yaml', model: 'scripted' });
+    expect(config.models.scripted).toEqual({
+      provider: 'scripted',
+      script: './demo.script.yaml',
+      model: 'scripted',
+    });
     expect([...loaded.models.keys()]).toEqual(['scripted']);
     expect(loaded.models.get('scripted')).toBeInstanceOf(ScriptedProvider);
   });
@@ -197,12 +208,21 @@ describe('parsePipeline refuses', () => {
     const text = `${VALID}agnets: {}\n`;
     const error = refusal(text);
     expect(error.issues).toHaveLength(1);
-    expectIssue(error, 'agnets', { line: lineOf(text, 'agnets:'), message: 'unknown key "agnets" (did you mean "agents"?)' });
+    expectIssue(error, 'agnets', {
+      line: lineOf(text, 'agnets:'),
+      message: 'unknown key "agnets" (did you mean "agents"?)',
+    });
   });
 
   // Fails today: the unknown-key check is skipped whenever a required key is missing (see the report).
   it.each([
-    { what: 'agents written as agnets', from: 'agents:', to: 'agnets:', path: 'agnets', hint: 'did you mean "agents"' },
+    {
+      what: 'agents written as agnets',
+      from: 'agents:',
+      to: 'agnets:',
+      path: 'agnets',
+      hint: 'did you mean "agents"',
+    },
     {
       what: 'instructions written as instruction',
       from: '    instructions: Plan the work.',
@@ -210,13 +230,20 @@ describe('parsePipeline refuses', () => {
       path: 'agents.planner.instruction',
       hint: 'did you mean "instructions"',
     },
-  ])('a misspelt required key ($what), naming the misspelling and the key meant', ({ from, to, path, hint }) => {
-    const error = refusal(edit(VALID, from, to));
-    expectIssue(error, path, { message: hint });
-  });
+  ])(
+    'a misspelt required key ($what), naming the misspelling and the key meant',
+    ({ from, to, path, hint }) => {
+      const error = refusal(edit(VALID, from, to));
+      expectIssue(error, path, { message: hint });
+    },
+  );
 
   it('an unknown agent key, suggesting "tools"', () => {
-    const text = edit(VALID, '    instructions: Plan the work.', '    instructions: Plan the work.\n    tols: [read_file]');
+    const text = edit(
+      VALID,
+      '    instructions: Plan the work.',
+      '    instructions: Plan the work.\n    tols: [read_file]',
+    );
     const error = refusal(text);
     expect(error.issues).toHaveLength(1);
     expectIssue(error, 'agents.planner.tols', {
@@ -227,7 +254,11 @@ describe('parsePipeline refuses', () => {
 
   // Fails today: an issue is located at the start of the key's value, which for a block value is the next line.
   it('an unknown key whose value is a block list, at the line of the key', () => {
-    const text = edit(VALID, '    instructions: Plan the work.', '    instructions: Plan the work.\n    tols:\n      - read_file');
+    const text = edit(
+      VALID,
+      '    instructions: Plan the work.',
+      '    instructions: Plan the work.\n    tols:\n      - read_file',
+    );
     const error = refusal(text);
     expectIssue(error, 'agents.planner.tols', { line: lineOf(text, 'tols:'), message: 'unknown key "tols"' });
   });
@@ -236,7 +267,10 @@ describe('parsePipeline refuses', () => {
     const text = edit(VALID, 'name: demo', 'name: Demo');
     const error = refusal(text);
     expect(error.issues).toHaveLength(1);
-    expectIssue(error, 'name', { line: lineOf(text, 'name: Demo'), message: 'must be 1-63 characters of a-z' });
+    expectIssue(error, 'name', {
+      line: lineOf(text, 'name: Demo'),
+      message: 'must be 1-63 characters of a-z',
+    });
   });
 
   it('a step naming an unknown agent, suggesting the agent meant', () => {
@@ -292,11 +326,17 @@ describe('parsePipeline refuses', () => {
   });
 
   // Fails today: the final states would replace the step (see the report).
-  it.each(['completed', 'failed'])('a step id "%s", which is the name of a final state of the workflow', (id) => {
-    const text = edit(VALID, '  - id: execute', `  - id: ${id}`).replace('onReject: execute', `onReject: ${id}`);
-    const error = refusal(text);
-    expectIssue(error, 'flow[1].id', { line: lineOf(text, `id: ${id}`), message: id });
-  });
+  it.each(['completed', 'failed'])(
+    'a step id "%s", which is the name of a final state of the workflow',
+    (id) => {
+      const text = edit(VALID, '  - id: execute', `  - id: ${id}`).replace(
+        'onReject: execute',
+        `onReject: ${id}`,
+      );
+      const error = refusal(text);
+      expectIssue(error, 'flow[1].id', { line: lineOf(text, `id: ${id}`), message: id });
+    },
+  );
 
   it('an unknown tool, suggesting the tool meant and listing those available', () => {
     const text = edit(VALID, '    tools: [read_file]\n', '    tools: [read_file, list_file]\n');
@@ -327,11 +367,16 @@ describe('parsePipeline refuses', () => {
     const text = edit(VALID, 'defaults:\n  model: scripted\n', '');
     const error = refusal(text);
     expect(error.issues.map((i) => i.path)).toEqual(['agents.planner', 'agents.executor', 'agents.reviewer']);
-    for (const issue of error.issues) expect(issue.message).toBe('no model: set model here or defaults.model');
+    for (const issue of error.issues)
+      expect(issue.message).toBe('no model: set model here or defaults.model');
   });
 
   it('an agent giving itself a model that is not defined', () => {
-    const text = edit(VALID, '    instructions: Do the work.', '    model: scriptd\n    instructions: Do the work.');
+    const text = edit(
+      VALID,
+      '    instructions: Do the work.',
+      '    model: scriptd\n    instructions: Do the work.',
+    );
     const error = refusal(text);
     expect(error.issues).toHaveLength(1);
     expectIssue(error, 'agents.executor.model', {
@@ -344,7 +389,10 @@ describe('parsePipeline refuses', () => {
     const text = edit(VALID, '  model: scripted', '  model: gpt');
     const error = refusal(text);
     expect(error.issues).toHaveLength(1);
-    expectIssue(error, 'defaults.model', { line: lineOf(text, 'model: gpt'), message: 'no model named "gpt" under models' });
+    expectIssue(error, 'defaults.model', {
+      line: lineOf(text, 'model: gpt'),
+      message: 'no model named "gpt" under models',
+    });
   });
 
   it('a pipeline without a flow', () => {
@@ -363,7 +411,11 @@ describe('parsePipeline refuses', () => {
   it('a file with several shape problems, reporting every one', () => {
     let text = edit(VALID, 'version: 1', 'version: 2');
     text = edit(text, 'name: demo', 'name: Demo');
-    text = edit(text, '    instructions: Plan the work.', '    instructions: Plan the work.\n    tols: [read_file]');
+    text = edit(
+      text,
+      '    instructions: Plan the work.',
+      '    instructions: Plan the work.\n    tols: [read_file]',
+    );
     text = edit(text, '    maxRounds: 2', '    maxRounds: 0');
     const error = refusal(text);
     expect(error.issues.map((i) => i.path).sort()).toEqual(
@@ -371,7 +423,10 @@ describe('parsePipeline refuses', () => {
     );
     expectIssue(error, 'version', { line: 1, message: 'expected 1' });
     expectIssue(error, 'name', { line: 2, message: 'must be' });
-    expectIssue(error, 'agents.planner.tols', { line: lineOf(text, 'tols:'), message: 'did you mean "tools"' });
+    expectIssue(error, 'agents.planner.tols', {
+      line: lineOf(text, 'tols:'),
+      message: 'did you mean "tools"',
+    });
     expectIssue(error, 'flow[2].maxRounds', { line: lineOf(text, 'maxRounds: 0'), message: '' });
   });
 

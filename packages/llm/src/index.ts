@@ -1,17 +1,17 @@
+export { ModelError, type ModelErrorCode } from './errors.ts';
+export { loadScript, parseScript } from './scripted/loadScript.ts';
+export { Script, ScriptedToolCall, ScriptedTurn } from './scripted/script.ts';
+export { ScriptedProvider } from './scripted/scriptedProvider.ts';
 export type {
-  JsonSchema,
-  ToolDefinition,
-  ToolCall,
-  ChatMessage,
-  Usage,
-  FinishReason,
   CallContext,
+  ChatMessage,
+  FinishReason,
+  JsonSchema,
+  ModelProvider,
   ModelRequest,
   ModelResponse,
-  ModelProvider,
+  ToolCall,
+  ToolDefinition,
+  Usage,
 } from './types.ts';
-export { zeroUsage, addUsage } from './types.ts';
-export { ModelError, type ModelErrorCode } from './errors.ts';
-export { Script, ScriptedTurn, ScriptedToolCall } from './scripted/script.ts';
-export { ScriptedProvider } from './scripted/scriptedProvider.ts';
-export { loadScript, parseScript } from './scripted/loadScript.ts';
+export { addUsage, zeroUsage } from './types.ts';

@@ -1,23 +1,23 @@
-export { NAME_PATTERN, TASK_ID_PATTERN, Name, TaskId, isName, isTaskId } from './names.ts';
-export { ROOT, STREAMS, BUCKETS, subjects, parseSubject, type ParsedSubject } from './subjects.ts';
-export { TaskSubmission } from './task.ts';
-export { UsageTotals, emptyUsage, sumUsage } from './usage.ts';
-export {
-  Verdict,
-  StepOutput,
-  StepExpect,
-  AgentStepRequest,
-  StepError,
-  AgentStepReply,
-} from './step.ts';
 export { ApprovalDecision, ControlMessage, ErrorReply } from './control.ts';
 export {
-  EventData,
   EVENT_KINDS,
-  FINAL_EVENT_KINDS,
-  TroupeEvent,
-  InvalidMessageEvent,
+  EventData,
   type EventKind,
   type EventOf,
+  FINAL_EVENT_KINDS,
+  InvalidMessageEvent,
+  TroupeEvent,
 } from './events.ts';
-export { parseMessage, formatIssues, formatPath, type Issue, type ParseResult } from './parse.ts';
+export { isName, isTaskId, NAME_PATTERN, Name, TASK_ID_PATTERN, TaskId } from './names.ts';
+export { formatIssues, formatPath, type Issue, type ParseResult, parseMessage } from './parse.ts';
+export {
+  AgentStepReply,
+  AgentStepRequest,
+  StepError,
+  StepExpect,
+  StepOutput,
+  Verdict,
+} from './step.ts';
+export { BUCKETS, type ParsedSubject, parseSubject, ROOT, STREAMS, subjects } from './subjects.ts';
+export { TaskSubmission } from './task.ts';
+export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';

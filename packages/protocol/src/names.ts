@@ -8,7 +8,10 @@ export const TASK_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
 export const Name = z
   .string()
-  .regex(NAME_PATTERN, 'must be 1-63 characters of a-z, 0-9 and "-", starting and ending with a letter or digit');
+  .regex(
+    NAME_PATTERN,
+    'must be 1-63 characters of a-z, 0-9 and "-", starting and ending with a letter or digit',
+  );
 export type Name = z.infer<typeof Name>;
 
 export const TaskId = z

@@ -12,7 +12,10 @@ export type ParseResult<T> = { ok: true; value: T } | { ok: false; reason: strin
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /** Decodes UTF-8 JSON bytes and validates them against a schema. Never throws. */
-export function parseMessage<S extends z.ZodType>(schema: S, bytes: Uint8Array | string): ParseResult<z.infer<S>> {
+export function parseMessage<S extends z.ZodType>(
+  schema: S,
+  bytes: Uint8Array | string,
+): ParseResult<z.infer<S>> {
   let text: string;
   let json: unknown;
   try {
@@ -43,4 +46,5 @@ export function formatPath(path: readonly PropertyKey[]): string {
   }, '');
 }
 
-const describe = (issue: Issue): string => (issue.path === '' ? issue.message : `${issue.path}: ${issue.message}`);
+const describe = (issue: Issue): string =>
+  issue.path === '' ? issue.message : `${issue.path}: ${issue.message}`;

@@ -58,7 +58,11 @@ const parsers: Record<string, (tokens: string[]) => ParsedSubject | undefined> =
     return { type: 'event', pipeline, taskId, kind: kind.join('.') };
   },
   approvals: ([taskId, approvalId, ...more]) =>
-    taskId !== undefined && approvalId !== undefined && more.length === 0 && isTaskId(taskId) && isTaskId(approvalId)
+    taskId !== undefined &&
+    approvalId !== undefined &&
+    more.length === 0 &&
+    isTaskId(taskId) &&
+    isTaskId(approvalId)
       ? { type: 'approval', taskId, approvalId }
       : undefined,
   control: ([taskId, ...more]) =>

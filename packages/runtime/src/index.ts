@@ -1,29 +1,29 @@
-export * from './tools/index.ts';
-export * from './transport/index.ts';
-export * from './logging/index.ts';
-export { type Clock, systemClock, type IdGenerator, randomId, newTraceparent } from './events/clock.ts';
-export { EventFactory, type EventScope, type EventRoute, preview } from './events/eventFactory.ts';
+export type { AgentDefinition } from './agent/agentDefinition.ts';
+export { type AgentHost, type AgentHostOptions, startAgentHost } from './agent/agentHost.ts';
 export {
-  agentMachine,
-  parseVerdict,
-  type AgentMachineInput,
-  type AgentOutput,
   type AgentEmitted,
   type AgentFailure,
+  type AgentMachineInput,
+  type AgentOutput,
+  agentMachine,
   type ModelCallResult,
+  parseVerdict,
   type ToolRunResult,
 } from './agent/agentMachine.ts';
-export type { AgentDefinition } from './agent/agentDefinition.ts';
-export { runAgentStep, taskWorkspace, failedReply, type StepDeps } from './agent/runAgentStep.ts';
+export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
-export { startAgentHost, type AgentHost, type AgentHostOptions } from './agent/agentHost.ts';
-export { KvStore, type KvEntry } from './durable/kvStore.ts';
+export { type KvEntry, KvStore } from './durable/kvStore.ts';
 export {
+  type SubmitResult,
   startTaskQueue,
-  taskConsumerName,
+  submitTask,
   type TaskDelivery,
   type TaskQueue,
   type TaskQueueOptions,
-  submitTask,
-  type SubmitResult,
+  taskConsumerName,
 } from './durable/taskQueue.ts';
+export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
+export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
+export * from './logging/index.ts';
+export * from './tools/index.ts';
+export * from './transport/index.ts';

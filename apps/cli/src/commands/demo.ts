@@ -3,8 +3,8 @@ import { join, relative, resolve } from 'node:path';
 import { createLogger, submitTask, taskWorkspace } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { waitForFinal } from '../watch.ts';
-import { start } from './up.ts';
 import { newTaskId } from './submit.ts';
+import { start } from './up.ts';
 
 export interface DemoOptions {
   home: string;
@@ -25,7 +25,9 @@ export async function demo(file: string, options: DemoOptions): Promise<number> 
   const color = process.stdout.isTTY;
   const say = (line: string) => process.stdout.write(`${line}\n`);
   try {
-    say(`troupe: NATS on ${service.url}${service.embedded ? ' (embedded)' : ''}; pipeline ${pipeline}; log in ${relative(process.cwd(), logFile)}`);
+    say(
+      `troupe: NATS on ${service.url}${service.embedded ? ' (embedded)' : ''}; pipeline ${pipeline}; log in ${relative(process.cwd(), logFile)}`,
+    );
     const taskId = newTaskId();
     const watcher = waitForFinal(service.bus, taskId, (event) => say(formatEvent(event, { color })));
     await service.bus.flush();
@@ -41,7 +43,9 @@ export async function demo(file: string, options: DemoOptions): Promise<number> 
       return 1;
     }
     const workspace = taskWorkspace(join(home, 'workspaces'), pipeline, taskId);
-    say(`\n${final.kind === 'task.completed' ? 'done' : 'failed'}; the task's workspace is ${relative(process.cwd(), workspace)}`);
+    say(
+      `\n${final.kind === 'task.completed' ? 'done' : 'failed'}; the task's workspace is ${relative(process.cwd(), workspace)}`,
+    );
     await showFiles(workspace, say);
     return final.kind === 'task.completed' ? 0 : 1;
   } finally {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { PipelineRegistry, WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { KvStore, submitTask } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
@@ -93,7 +93,9 @@ function buildTask(goal: string, options: SubmitOptions): TaskSubmission & { id:
 }
 
 function print(event: TroupeEvent, json: boolean): void {
-  process.stdout.write(`${json ? JSON.stringify(event) : formatEvent(event, { color: process.stdout.isTTY })}\n`);
+  process.stdout.write(
+    `${json ? JSON.stringify(event) : formatEvent(event, { color: process.stdout.isTTY })}\n`,
+  );
 }
 
 const timeout = (seconds: number) =>

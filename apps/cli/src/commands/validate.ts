@@ -20,13 +20,16 @@ export async function validate(files: string[], options: ValidateOptions): Promi
       process.stderr.write(`✗ ${error.message}\n`);
     }
   }
-  if (failures > 0 && files.length > 1) throw new CliError(`${failures} of ${files.length} files are invalid`);
+  if (failures > 0 && files.length > 1)
+    throw new CliError(`${failures} of ${files.length} files are invalid`);
   return failures > 0 ? 1 : 0;
 }
 
 function describe(config: PipelineConfig): string {
   const flow = config.flow
-    .map((s) => (s.kind === 'review' ? `${s.id} (review: reject → ${s.onReject}, ≤${s.maxRounds} rounds)` : s.id))
+    .map((s) =>
+      s.kind === 'review' ? `${s.id} (review: reject → ${s.onReject}, ≤${s.maxRounds} rounds)` : s.id,
+    )
     .join(' → ');
   return `${Object.keys(config.agents).length} agents; flow: ${flow}`;
 }

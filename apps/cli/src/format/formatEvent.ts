@@ -22,7 +22,8 @@ export interface FormatOptions {
 
 /** One readable line per event: time, task, from → to, kind, and what it says. */
 export function formatEvent(event: TroupeEvent, options: FormatOptions): string {
-  const paint = (style: Style | undefined, text: string) => (options.color && style ? styleText(style, text) : text);
+  const paint = (style: Style | undefined, text: string) =>
+    options.color && style ? styleText(style, text) : text;
   const time = event.ts.slice(11, 23);
   const route = event.from || event.to ? `${event.from ?? '·'} → ${event.to ?? '·'}` : '';
   return [
@@ -76,8 +77,12 @@ function summarize(event: TroupeEvent): string {
     case 'approval.decided':
       return `${event.data.decision}${event.data.reason ? `: ${event.data.reason}` : ''}`;
     case 'step.completed': {
-      const verdict = event.data.verdict ? `${event.data.verdict.decision}: ${oneLine(event.data.verdict.feedback, 70)}` : '';
-      const body = event.data.ok ? verdict || oneLine(event.data.output, 70) : `failed: ${event.data.error?.message ?? ''}`;
+      const verdict = event.data.verdict
+        ? `${event.data.verdict.decision}: ${oneLine(event.data.verdict.feedback, 70)}`
+        : '';
+      const body = event.data.ok
+        ? verdict || oneLine(event.data.output, 70)
+        : `failed: ${event.data.error?.message ?? ''}`;
       return `${event.data.step} · ${tokens(event.data.usage)} · ${body}`;
     }
     case 'task.completed':

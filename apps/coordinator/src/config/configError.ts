@@ -14,7 +14,10 @@ export class ConfigError extends Error {
   readonly issues: readonly ConfigIssue[];
 
   constructor(file: string, issues: readonly ConfigIssue[], options?: { cause?: unknown }) {
-    super(`${file} is not a valid pipeline:\n${issues.map((i) => `  ${formatIssue(file, i)}`).join('\n')}`, options);
+    super(
+      `${file} is not a valid pipeline:\n${issues.map((i) => `  ${formatIssue(file, i)}`).join('\n')}`,
+      options,
+    );
     this.file = file;
     this.issues = issues;
   }

@@ -2,7 +2,8 @@ import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { loadScript, ModelError, type ModelProvider, ScriptedProvider } from '@troupe/llm';
 import { formatPath } from '@troupe/protocol';
-import { type Document, isNode, LineCounter, parseDocument } from 'yaml';
+import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
+import { FINAL_STATES } from '../workflow/workflowTypes.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
 import { suggestion } from './didYouMean.ts';
 import { type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
@@ -44,7 +45,11 @@ export function parsePipeline(text: string, file: string, options: LoadOptions):
   if (doc.errors.length > 0) {
     throw new ConfigError(
       file,
-      doc.errors.map((e) => ({ path: '', message: e.message.split('\n')[0] ?? e.message, ...position(lines, e.pos[0]) })),
+      doc.errors.map((e) => ({
+        path: '',
+        message: e.message.split('\n')[0] ?? e.message,
+        ...position(lines, e.pos[0]),
+      })),
     );
   }
   const raw: unknown = doc.toJS({ maxAliasCount: 1_000 });
@@ -110,6 +115,12 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
   }
   const seen: string[] = [];
   config.flow.forEach((step, i) => {
+    if ((FINAL_STATES as readonly string[]).includes(step.id)) {
+      problems.push({
+        path: ['flow', i, 'id'],
+        message: `"${step.id}" is reserved for the workflow's final state; pick another step id`,
+      });
+    }
     if (seen.includes(step.id)) {
       problems.push({ path: ['flow', i, 'id'], message: `duplicate step id "${step.id}"` });
     }
@@ -121,7 +132,10 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
     }
     step.context?.forEach((ref, j) => {
       if (!seen.includes(ref)) {
-        problems.push({ path: ['flow', i, 'context', j], message: `"${ref}" is not an earlier step${suggestion(ref, seen)}` });
+        problems.push({
+          path: ['flow', i, 'context', j],
+          message: `"${ref}" is not an earlier step${suggestion(ref, seen)}`,
+        });
       }
     });
     if (step.kind === 'review' && !seen.includes(step.onReject)) {
@@ -158,15 +172,32 @@ async function buildModel(model: ModelConfig, baseDir: string): Promise<ModelPro
   }
 }
 
-/** Finds the line of the deepest node on `path` that exists in the document. */
-function locate(doc: Document, lines: LineCounter, path: readonly PropertyKey[], message: string): ConfigIssue {
+/** Finds the line of the deepest key or item on `path` that exists in the document. */
+function locate(
+  doc: Document,
+  lines: LineCounter,
+  path: readonly PropertyKey[],
+  message: string,
+): ConfigIssue {
   for (let depth = path.length; depth >= 0; depth--) {
-    const node = doc.getIn(path.slice(0, depth) as unknown[], true);
-    if (isNode(node) && node.range) {
-      return { path: formatPath(path), message, ...position(lines, node.range[0]) };
-    }
+    const offset = offsetOf(doc, path.slice(0, depth));
+    if (offset !== undefined) return { path: formatPath(path), message, ...position(lines, offset) };
   }
   return { path: formatPath(path), message };
+}
+
+/** Where a path starts in the text: at its key for a map entry (not its value), else at the node. */
+function offsetOf(doc: Document, path: readonly PropertyKey[]): number | undefined {
+  const last = path.at(-1);
+  if (typeof last === 'string') {
+    const parent = path.length === 1 ? doc.contents : doc.getIn(path.slice(0, -1) as unknown[], true);
+    if (isMap(parent)) {
+      const pair = parent.items.find((item) => isScalar(item.key) && item.key.value === last);
+      if (pair && isNode(pair.key) && pair.key.range) return pair.key.range[0];
+    }
+  }
+  const node = path.length === 0 ? doc.contents : doc.getIn(path as unknown[], true);
+  return isNode(node) && node.range ? node.range[0] : undefined;
 }
 
 function position(lines: LineCounter, offset: number): { line: number; column: number } {

@@ -7,17 +7,21 @@ import { suggestion } from './didYouMean.ts';
  * annotations and YAML anchors. They are accepted and ignored; any other unknown key is an error.
  */
 const withExtensions = <T extends z.ZodRawShape>(shape: T) =>
-  z.looseObject(shape).superRefine((value, ctx) => {
-    for (const key of Object.keys(value)) {
-      if (!(key in shape) && !key.startsWith('x-')) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [key],
-          message: `unknown key "${key}"${suggestion(key, Object.keys(shape))}; allowed: ${Object.keys(shape).join(', ')}; custom keys must start with "x-"`,
-        });
+  z.looseObject(shape).superRefine(
+    (value, ctx) => {
+      for (const key of Object.keys(value)) {
+        if (!(key in shape) && !key.startsWith('x-')) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [key],
+            message: `unknown key "${key}"${suggestion(key, Object.keys(shape))}; allowed: ${Object.keys(shape).join(', ')}; custom keys must start with "x-"`,
+          });
+        }
       }
-    }
-  });
+      // Run even when a required key is missing, so a misspelt key is named beside the one it should have been.
+    },
+    { when: ({ value }) => typeof value === 'object' && value !== null && !Array.isArray(value) },
+  );
 
 /** A model entry: which provider, which model, and its settings. */
 export const ScriptedModelConfig = z.strictObject({
@@ -54,7 +58,10 @@ export type AgentConfig = z.infer<typeof AgentConfig>;
 
 const StepId = z
   .string()
-  .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, 'must be 1-63 characters of a-z, 0-9, "_" and "-", starting with a letter or digit');
+  .regex(
+    /^[a-z0-9][a-z0-9_-]{0,62}$/,
+    'must be 1-63 characters of a-z, 0-9, "_" and "-", starting with a letter or digit',
+  );
 
 /** A step that hands the work to an agent and takes its text reply. */
 export const AgentStepConfig = z.strictObject({

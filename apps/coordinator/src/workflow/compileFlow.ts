@@ -12,8 +12,7 @@ import type {
   WorkflowOutput,
 } from './workflowTypes.ts';
 
-/** Final state names; step ids may not use them. */
-export const FINAL_STATES = ['completed', 'failed'] as const;
+export { FINAL_STATES } from './workflowTypes.ts';
 
 const workflowSetup = setup({
   types: {
@@ -30,18 +29,26 @@ const workflowSetup = setup({
   actions: {
     recordOutput: assign(({ context }, p: { step: StepConfig; reply: StepRunOutput }) => {
       if (!p.reply.ok) return {};
-      const output: StepOutput = { step: p.step.id, agent: p.step.agent, round: context.round, output: p.reply.output };
+      const output: StepOutput = {
+        step: p.step.id,
+        agent: p.step.agent,
+        round: context.round,
+        output: p.reply.output,
+      };
       return {
         latest: { ...context.latest, [p.step.id]: output },
         lastAgent: p.step.agent,
         ...(context.reworkTarget === p.step.id ? { reworkTarget: undefined } : {}),
-        usage: sumUsage(context.usage, p.reply.usage),
-        usageByAgent: {
-          ...context.usageByAgent,
-          [p.step.agent]: sumUsage(context.usageByAgent[p.step.agent] ?? emptyUsage(), p.reply.usage),
-        },
       };
     }),
+    /** What a step spent counts towards the task whether the step succeeded or not. */
+    recordUsage: assign(({ context }, p: { step: StepConfig; reply: StepRunOutput }) => ({
+      usage: sumUsage(context.usage, p.reply.usage),
+      usageByAgent: {
+        ...context.usageByAgent,
+        [p.step.agent]: sumUsage(context.usageByAgent[p.step.agent] ?? emptyUsage(), p.reply.usage),
+      },
+    })),
     recordApproval: assign({ approved: true, feedback: undefined }),
     recordRejection: assign(({ context }, p: { step: ReviewStepConfig; feedback: string }) => ({
       approved: false,
@@ -84,7 +91,9 @@ export function compileFlow(config: PipelineConfig) {
         }),
         onDone: [
           ...stepCompleted(step),
-          ...(step.kind === 'review' ? reviewTransitions(step, next) : [{ target: next, actions: record(step) }]),
+          ...(step.kind === 'review'
+            ? reviewTransitions(step, next)
+            : [{ target: next, actions: record(step) }]),
         ],
         onError: {
           target: 'failed',
@@ -132,11 +141,14 @@ function stepCompleted(step: StepConfig) {
       target: 'failed',
       actions: [
         completedEvent(step),
+        { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
         {
           type: 'fail',
           params: ({ event }: Done) => ({
             reason: 'step_failed',
-            message: event.output.ok ? '' : `step ${step.id} (${step.agent}) failed: ${event.output.error.message}`,
+            message: event.output.ok
+              ? ''
+              : `step ${step.id} (${step.agent}) failed: ${event.output.error.message}`,
             step: step.id,
           }),
         },
@@ -146,12 +158,17 @@ function stepCompleted(step: StepConfig) {
 }
 
 function record(step: StepConfig) {
-  return [completedEvent(step), { type: 'recordOutput', params: ({ event }: Done) => ({ step, reply: event.output }) }];
+  return [
+    completedEvent(step),
+    { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
+    { type: 'recordOutput', params: ({ event }: Done) => ({ step, reply: event.output }) },
+  ];
 }
 
 function reviewTransitions(step: ReviewStepConfig, next: string) {
   const verdictOf = (event: Done['event']) => (event.output.ok ? event.output.verdict : undefined);
-  const atBound = ({ context }: { context: WorkflowContext }) => (context.rejections[step.id] ?? 0) + 1 >= step.maxRounds;
+  const atBound = ({ context }: { context: WorkflowContext }) =>
+    (context.rejections[step.id] ?? 0) + 1 >= step.maxRounds;
   return [
     {
       guard: ({ event }: Done) => verdictOf(event) === undefined,
@@ -160,7 +177,11 @@ function reviewTransitions(step: ReviewStepConfig, next: string) {
         ...record(step),
         {
           type: 'fail',
-          params: () => ({ reason: 'invalid_output', message: `review ${step.id} returned no verdict`, step: step.id }),
+          params: () => ({
+            reason: 'invalid_output',
+            message: `review ${step.id} returned no verdict`,
+            step: step.id,
+          }),
         },
       ],
     },
@@ -186,6 +207,7 @@ function reviewTransitions(step: ReviewStepConfig, next: string) {
           target: 'failed',
           actions: [
             ...record(step),
+            assign({ approved: false }),
             {
               type: 'fail',
               params: ({ event }: Done) => ({
@@ -227,7 +249,13 @@ function completedEvent(step: StepConfig) {
 function handoff(context: WorkflowContext, step: StepConfig): WorkflowEmitted {
   const from = context.lastAgent ?? 'task';
   const reason = context.reworkTarget === step.id ? 'rework' : 'next';
-  return { type: 'event', kind: 'agent.handoff', from, to: step.agent, data: { step: step.id, round: context.round, reason } };
+  return {
+    type: 'event',
+    kind: 'agent.handoff',
+    from,
+    to: step.agent,
+    data: { step: step.id, round: context.round, reason },
+  };
 }
 
 export const stepId = (context: WorkflowContext, step: StepConfig): string =>

@@ -8,9 +8,9 @@ import {
   type Logger,
   type NatsBus,
   newTraceparent,
+  startTaskQueue,
   type TaskDelivery,
   type TaskQueue,
-  startTaskQueue,
 } from '@troupe/runtime';
 import { type Actor, createActor, fromPromise, type Snapshot } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
@@ -80,7 +80,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     if (running.has(taskId)) return; // a redelivery of a task this process is still running
     const existing = await store.get(taskId);
     if (existing && existing.value.streamSequence !== delivery.streamSequence) {
-      logger.warn({ taskId, pipeline, first: existing.value.streamSequence, again: delivery.streamSequence }, 'task id already submitted; ignoring the resubmission');
+      logger.warn(
+        { taskId, pipeline, first: existing.value.streamSequence, again: delivery.streamSequence },
+        'task id already submitted; ignoring the resubmission',
+      );
       delivery.ack();
       return;
     }
@@ -99,7 +102,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
     const createdAt = existing?.value.createdAt ?? new Date(clock.now()).toISOString();
     if (!existing) {
-      const claimed = await store.create(taskId, record(input, delivery, 'running', config.flow[0]?.id ?? 'completed', 1, emptyUsage(), createdAt, clock, undefined));
+      const claimed = await store.create(
+        taskId,
+        record(
+          input,
+          delivery,
+          'running',
+          config.flow[0]?.id ?? 'completed',
+          1,
+          emptyUsage(),
+          createdAt,
+          clock,
+          undefined,
+        ),
+      );
       if (claimed === undefined) {
         // Another coordinator claimed this id between our read and our write.
         logger.warn({ taskId, pipeline }, 'task id claimed by another coordinator; ignoring this delivery');
@@ -149,9 +165,26 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
       const persisted = actor.getPersistedSnapshot();
       writes = writes
-        .then(() => store.put(input.taskId, record(input, delivery, status, state, snap.context.round, snap.context.usage, createdAt, clock, persisted)))
+        .then(() =>
+          store.put(
+            input.taskId,
+            record(
+              input,
+              delivery,
+              status,
+              state,
+              snap.context.round,
+              snap.context.usage,
+              createdAt,
+              clock,
+              persisted,
+            ),
+          ),
+        )
         .then(() => undefined)
-        .catch((error: unknown) => logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'));
+        .catch((error: unknown) =>
+          logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'),
+        );
     };
     const heartbeat = setInterval(() => delivery.working(), Math.max(1_000, Math.floor(ackWaitMs / 3)));
     const finished = new Promise<WorkflowOutput | undefined>((resolve) => {
@@ -173,7 +206,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       await writes;
       if (output === undefined) {
         // Stopped (shutdown) or crashed: hand the task back so a coordinator resumes it from its checkpoint.
-        if (!stopping) publishFailure(scope, 'internal', 'the workflow actor crashed; see the coordinator log', emptyUsage(), clock.now() - started);
+        if (!stopping)
+          publishFailure(
+            scope,
+            'internal',
+            'the workflow actor crashed; see the coordinator log',
+            emptyUsage(),
+            clock.now() - started,
+          );
         delivery.nak(stopping ? 0 : 5_000);
         return;
       }
@@ -191,7 +231,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         events.make(
           'task.completed',
           scope,
-          { output: output.output, rounds: output.rounds, usage: output.usage, usageByAgent: output.usageByAgent, durationMs },
+          {
+            output: output.output,
+            rounds: output.rounds,
+            usage: output.usage,
+            usageByAgent: output.usageByAgent,
+            durationMs,
+          },
           { from: 'workflow', to: 'user' },
         ),
       );
@@ -201,9 +247,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     publishFailure(scope, failure.reason, failure.message, output.usage, durationMs, failure.step);
   }
 
-  function publishFailure(scope: EventScope, reason: string, message: string, usage: UsageTotals, durationMs: number, step?: string): void {
+  function publishFailure(
+    scope: EventScope,
+    reason: string,
+    message: string,
+    usage: UsageTotals,
+    durationMs: number,
+    step?: string,
+  ): void {
     bus.publishEvent(
-      events.make('task.failed', scope, { reason, message, usage, durationMs, ...(step ? { step } : {}) }, { from: 'workflow', to: 'user' }),
+      events.make(
+        'task.failed',
+        scope,
+        { reason, message, usage, durationMs, ...(step ? { step } : {}) },
+        { from: 'workflow', to: 'user' },
+      ),
     );
   }
 
@@ -213,7 +271,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     ackWaitMs,
     handle,
   });
-  logger.info({ pipeline, consumer: queue.consumer, concurrency: options.concurrency }, 'pipeline is taking tasks');
+  logger.info(
+    { pipeline, consumer: queue.consumer, concurrency: options.concurrency },
+    'pipeline is taking tasks',
+  );
 
   return {
     pipeline,
@@ -264,6 +325,7 @@ function derivedId(delivery: TaskDelivery): string {
 }
 
 function traceOf(snapshot: unknown): string {
-  const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task?.traceparent;
+  const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task
+    ?.traceparent;
   return typeof trace === 'string' ? trace : newTraceparent();
 }

@@ -24,7 +24,12 @@ export function createStepRunner(options: StepRunnerOptions) {
         const reply = await options.bus.request(subject, request, AgentStepReply, {
           timeoutMs,
           signal,
-          meta: { taskId: request.taskId, from: request.from ?? 'workflow', to: request.agent, kind: 'agent.step' },
+          meta: {
+            taskId: request.taskId,
+            from: request.from ?? 'workflow',
+            to: request.agent,
+            kind: 'agent.step',
+          },
         });
         return { ...reply, durationMs: options.clock.now() - started };
       } catch (error) {
@@ -47,9 +52,13 @@ function explain(error: unknown, subject: string, agent: string, waitedMs: numbe
     );
   }
   if (error instanceof TransportError && error.code === 'timeout') {
-    return new TransportError('timeout', `agent ${agent} did not reply on ${subject} within the step timeout`, {
-      cause: error,
-    });
+    return new TransportError(
+      'timeout',
+      `agent ${agent} did not reply on ${subject} within the step timeout`,
+      {
+        cause: error,
+      },
+    );
   }
   return error instanceof Error ? error : new Error(String(error));
 }

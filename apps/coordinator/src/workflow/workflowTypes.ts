@@ -1,3 +1,6 @@
+/** Final state names of every workflow; step ids may not use them. */
+export const FINAL_STATES = ['completed', 'failed'] as const;
+
 import type { AgentStepReply, AgentStepRequest, EventKind, StepOutput, UsageTotals } from '@troupe/protocol';
 
 /** What a workflow actor starts from: one task. */

@@ -9,7 +9,9 @@ export async function loadScript(path: string): Promise<Script> {
   try {
     text = await readFile(path, 'utf8');
   } catch (error) {
-    throw new ModelError('config', `cannot read script ${path}: ${(error as Error).message}`, { cause: error });
+    throw new ModelError('config', `cannot read script ${path}: ${(error as Error).message}`, {
+      cause: error,
+    });
   }
   return parseScript(text, path);
 }
@@ -19,7 +21,9 @@ export function parseScript(text: string, source = 'script'): Script {
   try {
     raw = parse(text);
   } catch (error) {
-    throw new ModelError('config', `${source}: not valid YAML: ${(error as Error).message}`, { cause: error });
+    throw new ModelError('config', `${source}: not valid YAML: ${(error as Error).message}`, {
+      cause: error,
+    });
   }
   const result = Script.safeParse(raw);
   if (result.success) return result.data;

@@ -54,18 +54,25 @@ export class ScriptedProvider implements ModelProvider {
   }
 }
 
-function toResponse(turn: ScriptedTurn, messages: ChatMessage[], idPrefix: string, model: string): ModelResponse {
+function toResponse(
+  turn: ScriptedTurn,
+  messages: ChatMessage[],
+  idPrefix: string,
+  model: string,
+): ModelResponse {
   const toolCalls: ToolCall[] = turn.toolCalls.map((call, i) => ({
     id: call.id ?? `call_${idPrefix}.${i}`,
     name: call.name,
     arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments),
   }));
-  const outputChars = turn.content.length + toolCalls.reduce((n, c) => n + c.name.length + c.arguments.length, 0);
+  const outputChars =
+    turn.content.length + toolCalls.reduce((n, c) => n + c.name.length + c.arguments.length, 0);
   return {
     content: turn.content,
     toolCalls,
     usage: {
-      inputTokens: turn.usage?.inputTokens ?? estimateTokens(messages.reduce((n, m) => n + m.content.length, 0)),
+      inputTokens:
+        turn.usage?.inputTokens ?? estimateTokens(messages.reduce((n, m) => n + m.content.length, 0)),
       outputTokens: turn.usage?.outputTokens ?? estimateTokens(outputChars),
       cachedTokens: 0,
     },
@@ -79,14 +86,14 @@ const estimateTokens = (chars: number): number => Math.ceil(chars / 4);
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(new ModelError('aborted', 'model call aborted'));
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        reject(new ModelError('aborted', 'model call aborted'));
-      },
-      { once: true },
-    );
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new ModelError('aborted', 'model call aborted'));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
   });
 }

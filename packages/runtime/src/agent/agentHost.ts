@@ -67,14 +67,21 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           ...(options.price ? { price: options.price } : {}),
         })
           .then((reply) => delivery.respond(reply))
-          .catch((error: unknown) => logger.error({ err: error, stepId: request.stepId }, 'agent step crashed'))
+          .catch((error: unknown) =>
+            logger.error({ err: error, stepId: request.stepId }, 'agent step crashed'),
+          )
           .finally(() => running.delete(key));
         running.set(key, { abort, done });
       },
       {
         queue: `troupe-${pipeline}-${agent.name}`,
         reporter: `agent:${pipeline}/${agent.name}`,
-        meta: (request) => ({ taskId: request.taskId, from: request.from ?? 'workflow', to: request.agent, kind: 'agent.step' }),
+        meta: (request) => ({
+          taskId: request.taskId,
+          from: request.from ?? 'workflow',
+          to: request.agent,
+          kind: 'agent.step',
+        }),
       },
     );
     subscriptions.push(subscription);

@@ -89,11 +89,12 @@ export const agentMachine = setup({
     emitted: {} as AgentEmitted,
   },
   actors: {
-    callModel: fromPromise<ModelCallResult, { messages: ChatMessage[]; tools: ToolDefinition[]; turn: number }>(
-      async () => {
-        throw new Error('callModel is not provided');
-      },
-    ),
+    callModel: fromPromise<
+      ModelCallResult,
+      { messages: ChatMessage[]; tools: ToolDefinition[]; turn: number }
+    >(async () => {
+      throw new Error('callModel is not provided');
+    }),
     runTools: fromPromise<ToolRunResult[], { calls: ToolCall[]; turn: number }>(async () => {
       throw new Error('runTools is not provided');
     }),
@@ -199,7 +200,11 @@ export const agentMachine = setup({
             target: 'acting',
             actions: [
               { type: 'recordReply', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+              emit(({ context, event }) => ({
+                type: 'llm.response' as const,
+                turn: context.turn,
+                ...event.output,
+              })),
             ],
           },
           {
@@ -207,7 +212,11 @@ export const agentMachine = setup({
             target: 'failed',
             actions: [
               { type: 'recordReply', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+              emit(({ context, event }) => ({
+                type: 'llm.response' as const,
+                turn: context.turn,
+                ...event.output,
+              })),
               {
                 type: 'fail',
                 params: ({ context }) => ({
@@ -222,7 +231,11 @@ export const agentMachine = setup({
             target: 'repairing',
             actions: [
               { type: 'recordReply', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+              emit(({ context, event }) => ({
+                type: 'llm.response' as const,
+                turn: context.turn,
+                ...event.output,
+              })),
             ],
           },
           {
@@ -230,7 +243,11 @@ export const agentMachine = setup({
             actions: [
               { type: 'recordReply', params: ({ event }) => event.output },
               { type: 'finish', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({ type: 'llm.response' as const, turn: context.turn, ...event.output })),
+              emit(({ context, event }) => ({
+                type: 'llm.response' as const,
+                turn: context.turn,
+                ...event.output,
+              })),
             ],
           },
         ],
@@ -314,18 +331,40 @@ export const agentMachine = setup({
   }),
 });
 
-/** Reads a verdict from a reply: the whole text, or the first JSON object in it (models like code fences). */
+/** Reads a verdict from a reply: the whole text, or the first JSON object in it that is one (models like code fences). */
 export function parseVerdict(content: string): Verdict | undefined {
-  const candidates = [content.trim(), content.slice(content.indexOf('{'), content.lastIndexOf('}') + 1)];
-  for (const text of candidates) {
+  for (const candidate of [content.trim(), ...jsonObjects(content)]) {
     try {
-      const parsed = Verdict.safeParse(JSON.parse(text));
+      const parsed = Verdict.safeParse(JSON.parse(candidate));
       if (parsed.success) return parsed.data;
     } catch {
       // not JSON; try the next candidate
     }
   }
   return undefined;
+}
+
+/** Each balanced `{…}` span in the text, in order, skipping braces inside JSON strings. */
+function* jsonObjects(text: string): Generator<string> {
+  for (let start = text.indexOf('{'); start !== -1; start = text.indexOf('{', start + 1)) {
+    const end = matchingBrace(text, start);
+    if (end !== -1) yield text.slice(start, end + 1);
+  }
+}
+
+function matchingBrace(text: string, start: number): number {
+  let depth = 0;
+  let inString = false;
+  for (let i = start; i < text.length; i++) {
+    const char = text[i];
+    if (inString) {
+      if (char === '\\') i++;
+      else if (char === '"') inString = false;
+    } else if (char === '"') inString = true;
+    else if (char === '{') depth++;
+    else if (char === '}' && --depth === 0) return i;
+  }
+  return -1;
 }
 
 function errorCode(error: unknown): string {

@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ChatMessage, ModelResponse, ToolDefinition } from '@troupe/llm';
+import type { ChatMessage, ModelResponse, ToolDefinition, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import type { Clock } from '../events/clock.ts';
@@ -25,7 +25,8 @@ export interface StepDeps {
 }
 
 /** The directory a task's file tools are confined to. */
-export const taskWorkspace = (root: string, pipeline: string, taskId: string): string => join(root, pipeline, taskId);
+export const taskWorkspace = (root: string, pipeline: string, taskId: string): string =>
+  join(root, pipeline, taskId);
 
 /** Runs one step of an agent to its end and returns the reply for the workflow. Never throws. */
 export async function runAgentStep(
@@ -33,6 +34,34 @@ export async function runAgentStep(
   request: AgentStepRequest,
   deps: StepDeps,
 ): Promise<AgentStepReply> {
+  if (deps.signal?.aborted)
+    return failedReply(request.stepId, 'aborted', `step ${request.stepId} was aborted before it started`);
+  let actor: Awaited<ReturnType<typeof startActor>> | undefined;
+  const onAbort = () => actor?.stop();
+  deps.signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    const running = await startActor(agent, request, deps);
+    actor = running;
+    if (deps.signal?.aborted) running.stop();
+    const output = await toPromise(running);
+    // A stopped actor has no output: the step was aborted; report what it had spent by then.
+    if (output === undefined) return abortedReply(request.stepId, running.getSnapshot().context);
+    return toReply(request.stepId, output);
+  } catch (error) {
+    if (deps.signal?.aborted)
+      return failedReply(request.stepId, 'aborted', `step ${request.stepId} was aborted`);
+    const code = (error as { code?: unknown }).code;
+    return failedReply(
+      request.stepId,
+      typeof code === 'string' ? code : 'agent_crashed',
+      (error as Error).message,
+    );
+  } finally {
+    deps.signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+async function startActor(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps) {
   const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);
   await mkdir(workspace, { recursive: true });
   const executor = new ToolExecutor({
@@ -64,18 +93,8 @@ export async function runAgentStep(
     traceparent: request.traceparent ?? '',
   };
   actor.on('*', (emitted) => deps.publish(toWireEvent(emitted, agent, request, scope, deps.events)));
-  const onAbort = () => actor.stop();
-  deps.signal?.addEventListener('abort', onAbort, { once: true });
   actor.start();
-  try {
-    const output = await toPromise(actor);
-    return toReply(request.stepId, output);
-  } catch (error) {
-    const aborted = deps.signal?.aborted === true;
-    return failedReply(request.stepId, aborted ? 'aborted' : 'agent_crashed', (error as Error).message);
-  } finally {
-    deps.signal?.removeEventListener('abort', onAbort);
-  }
+  return actor;
 }
 
 async function callModel(
@@ -89,7 +108,12 @@ async function callModel(
   const response = await agent.model.complete({
     messages: input.messages,
     tools: input.tools,
-    context: { taskId: request.taskId, pipeline: request.pipeline, agent: agent.name, stepId: request.stepId },
+    context: {
+      taskId: request.taskId,
+      pipeline: request.pipeline,
+      agent: agent.name,
+      stepId: request.stepId,
+    },
     signal,
     ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
     ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
@@ -128,6 +152,19 @@ function toReply(stepId: string, output: AgentOutput): AgentStepReply {
     ...(output.verdict ? { verdict: output.verdict } : {}),
     usage,
     turns: output.turns,
+  };
+}
+
+function abortedReply(
+  stepId: string,
+  spent: { turn: number; usage: Usage; costUsd: number },
+): AgentStepReply {
+  return {
+    ok: false,
+    stepId,
+    error: { code: 'aborted', message: `step ${stepId} was aborted after ${spent.turn} model call(s)` },
+    usage: { ...spent.usage, costUsd: spent.costUsd, modelCalls: spent.turn },
+    turns: spent.turn,
   };
 }
 

@@ -7,7 +7,8 @@ const VERDICT_INSTRUCTIONS =
 
 /** The opening conversation of a step: the agent's instructions, then the task and what earlier steps produced. */
 export function buildStepMessages(instructions: string, request: AgentStepRequest): ChatMessage[] {
-  const system = request.expect === 'verdict' ? `${instructions.trim()}\n\n${VERDICT_INSTRUCTIONS}` : instructions.trim();
+  const system =
+    request.expect === 'verdict' ? `${instructions.trim()}\n\n${VERDICT_INSTRUCTIONS}` : instructions.trim();
   return [
     { role: 'system', content: system },
     { role: 'user', content: buildTaskText(request) },
@@ -18,7 +19,9 @@ function buildTaskText(request: AgentStepRequest): string {
   const sections = [`# Task\n${request.goal}`];
   if (request.input !== undefined) sections.push(`# Input\n${JSON.stringify(request.input, null, 2)}`);
   for (const previous of request.context) {
-    sections.push(`# Output of step "${previous.step}" (${previous.agent}, round ${previous.round})\n${previous.output}`);
+    sections.push(
+      `# Output of step "${previous.step}" (${previous.agent}, round ${previous.round})\n${previous.output}`,
+    );
   }
   if (request.feedback !== undefined) {
     sections.push(`# Reviewer feedback (round ${request.round - 1}) — address it\n${request.feedback}`);

@@ -1,7 +1,7 @@
 import type { KV } from '@nats-io/kv';
 import type { z } from 'zod';
-import type { NatsBus } from '../transport/natsBus.ts';
 import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
+import type { NatsBus } from '../transport/natsBus.ts';
 
 /** An entry read back with the revision it was stored at. */
 export interface KvEntry<T> {
@@ -31,10 +31,13 @@ export class KvStore<S extends z.ZodType> {
 
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {
     const entry = await this.#kv.get(key);
-    if (!entry || entry.operation !== 'PUT' || entry.length === 0) return undefined;
+    if (entry?.operation !== 'PUT' || entry.length === 0) return undefined;
     const parsed = this.#schema.safeParse(entry.json());
     if (!parsed.success) {
-      this.#bus.logger.warn({ key, issues: parsed.error.issues }, 'ignoring a KV value that does not match its schema');
+      this.#bus.logger.warn(
+        { key, issues: parsed.error.issues },
+        'ignoring a KV value that does not match its schema',
+      );
       return undefined;
     }
     return { key, value: parsed.data, revision: entry.revision };

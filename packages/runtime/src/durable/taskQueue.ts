@@ -93,7 +93,9 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
         for await (const msg of batch) {
           const work = options
             .handle(toDelivery(bus, msg))
-            .catch((error: unknown) => bus.logger.error({ err: error, subject: msg.subject }, 'task handler failed'))
+            .catch((error: unknown) =>
+              bus.logger.error({ err: error, subject: msg.subject }, 'task handler failed'),
+            )
             .finally(() => {
               running.delete(work);
               wake?.();
@@ -151,7 +153,11 @@ export interface SubmitResult {
  * Stores a task on `troupe.tasks.<pipeline>` in the `TASKS` stream, with its id as `Nats-Msg-Id` so a
  * resubmission within the duplicate window is dropped by the server.
  */
-export async function submitTask(bus: NatsBus, pipeline: string, task: TaskSubmission & { id: string }): Promise<SubmitResult> {
+export async function submitTask(
+  bus: NatsBus,
+  pipeline: string,
+  task: TaskSubmission & { id: string },
+): Promise<SubmitResult> {
   const subject = subjects.task(pipeline);
   const ack = await jetstreamOf(bus).publish(subject, JSON.stringify(task), { msgID: task.id });
   logMessage(bus.logger, 'info', 'out', subject, { taskId: task.id, kind: 'task' });

@@ -433,6 +433,16 @@ describe('parseVerdict', () => {
     ],
     ['the object inside a JSON array', '[{"decision":"approve"}]', { decision: 'approve', feedback: '' }],
     [
+      'the verdict followed by other braces',
+      '{"decision":"approve","feedback":"ok"}\nNext time use {braces}.',
+      { decision: 'approve', feedback: 'ok' },
+    ],
+    [
+      'an example object before the verdict',
+      'Not {"like":"this"} but:\n```json\n{"decision":"reject","feedback":"a \\"quoted\\" } brace"}\n```',
+      { decision: 'reject', feedback: 'a "quoted" } brace' },
+    ],
+    [
       'a multi-line object',
       'Verdict:\n{\n  "decision": "reject",\n  "feedback": "line one\\nline two"\n}\n',
       { decision: 'reject', feedback: 'line one\nline two' },

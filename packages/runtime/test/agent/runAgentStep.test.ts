@@ -336,4 +336,49 @@ describe('runAgentStep', () => {
     expect(events.map((e) => e.kind)).toEqual(['llm.request']);
     expect(requests[0]?.signal?.aborted).toBe(true);
   });
+
+  it('reports what an aborted step had spent, in a message that says it was aborted', async () => {
+    const { model } = recordingModel({
+      agents: {
+        coder: [{ toolCalls: [{ name: 'list_files', arguments: {} }] }, { content: 'late', delayMs: 60_000 }],
+      },
+    });
+    const controller = new AbortController();
+    const { deps, events } = await setup({ signal: controller.signal });
+    const aborted = new Promise<void>((resolve) => {
+      const watch = setInterval(() => {
+        if (events.filter((e) => e.kind === 'llm.request').length === 2) {
+          clearInterval(watch);
+          controller.abort();
+          resolve();
+        }
+      }, 5);
+    });
+    const reply = await runAgentStep(coder(model), request, deps);
+    await aborted;
+    expect(reply.ok).toBe(false);
+    if (reply.ok) return;
+    expect(reply.error.code).toBe('aborted');
+    expect(reply.error.message).toContain('aborted after 2 model call(s)');
+    expect(reply.turns).toBe(2);
+    expect(reply.usage.modelCalls).toBe(2);
+    expect(reply.usage.outputTokens).toBeGreaterThan(0);
+  });
+
+  it('does not start a step whose signal is already aborted', async () => {
+    const { model, requests } = recordingModel({ agents: { coder: [{ content: 'slow', delayMs: 60_000 }] } });
+    const { deps } = await setup({ signal: AbortSignal.abort() });
+    const reply = await runAgentStep(coder(model), request, deps);
+    expect(reply).toMatchObject({ ok: false, error: { code: 'aborted' } });
+    expect(requests).toHaveLength(0);
+  });
+
+  it('replies with a failure instead of throwing when the agent declares a tool nobody registered', async () => {
+    const { model, requests } = recordingModel({ agents: { coder: [{ content: 'never' }] } });
+    const { deps } = await setup();
+    const reply = await runAgentStep(coder(model, { tools: ['shell'] }), request, deps);
+    expect(reply).toMatchObject({ ok: false, error: { code: 'unknown_tool' } });
+    expect(!reply.ok && reply.error.message).toContain('shell');
+    expect(requests).toHaveLength(0);
+  });
 });
