@@ -6,6 +6,7 @@ import {
   type IdGenerator,
   type KvStore,
   type Logger,
+  logMessage,
   type NatsBus,
   newTraceparent,
   startTaskQueue,
@@ -77,6 +78,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     const submission = parsed.value;
     const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
+    logMessage(logger, 'info', 'in', delivery.subject, { taskId, from: 'user', to: pipeline, kind: 'task' });
     if (running.has(taskId)) return; // a redelivery of a task this process is still running
     const existing = await store.get(taskId);
     if (existing && existing.value.streamSequence !== delivery.streamSequence) {

@@ -127,7 +127,6 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
 function toDelivery(bus: NatsBus, msg: JsMsg): TaskDelivery {
   const headers: Record<string, string> = {};
   for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
-  logMessage(bus.logger, 'info', 'in', msg.subject, { kind: 'task' });
   return {
     subject: msg.subject,
     data: msg.data,
