@@ -1,0 +1,162 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { examplePath } from './support/harness.ts';
+
+describe('troupe validate', () => {
+  it('accepts the demo pipeline and describes it', async () => {
+    const result = await troupe(['validate', examplePath('demo.yaml')]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('pipeline demo');
+    expect(result.stdout).toContain('review: reject → execute');
+  });
+
+  it('refuses a bad file with its file, line and path, and a suggestion', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-cli-'));
+    const file = join(dir, 'bad.yaml');
+    const text = (await readFile(examplePath('demo.yaml'), 'utf8'))
+      .replace('./demo.script.yaml', join(import.meta.dirname, '..', 'examples', 'demo.script.yaml'))
+      .replace('agent: reviewer', 'agent: reviewr');
+    await writeFile(file, text);
+    const result = await troupe(['validate', file]);
+    await rm(dir, { recursive: true, force: true });
+    const line = text.split('\n').findIndex((l) => l.includes('agent: reviewr')) + 1;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`${file}:${line}:`);
+    expect(result.stderr).toContain('flow[2].agent: no agent named "reviewr"');
+    expect(result.stderr).toContain('did you mean "reviewer"');
+  });
+
+  it('prints the resolved pipeline with defaults applied', async () => {
+    const result = await troupe(['validate', '--print', examplePath('demo.yaml')]);
+    expect(result.code).toBe(0);
+    const resolved = JSON.parse(result.stdout);
+    expect(resolved.flow[2]).toMatchObject({ kind: 'review', onMaxRounds: 'fail', maxRounds: 3 });
+    expect(resolved.agents.planner.tools).toEqual([]);
+  });
+});
+
+describe('troupe up, submit and tail against a NATS server', () => {
+  let nats: TestNats;
+  let home: string;
+  let up: CliProcess;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    home = await mkdtemp(join(tmpdir(), 'troupe-home-'));
+    up = startTroupe(
+      ['up', examplePath('demo.yaml'), '--home', home, '--json', '--log-level', 'info'],
+      cliEnv({ NATS_URL: nats.url }),
+    );
+    await up.waitFor(/troupe is up on/);
+  });
+  afterAll(async () => {
+    await up?.stop();
+    await nats?.stop();
+    await rm(home, { recursive: true, force: true });
+  });
+
+  it('submits a task and follows it to completion with --wait', async () => {
+    const result = await troupe([
+      'submit',
+      'demo',
+      'Write a hello note',
+      '--wait',
+      '--id',
+      'cli-1',
+      '--server',
+      nats.url,
+    ]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/demo\/cli-1 .* task\.accepted/);
+    expect(result.stdout).toMatch(/reviewer → executor .* agent\.handoff .* rework/);
+    expect(result.stdout).toMatch(/task\.completed .* 2 round\(s\)/);
+    expect(await readFile(join(home, 'workspaces', 'demo', 'cli-1', 'notes', 'hello.md'), 'utf8')).toContain(
+      'reviewed and approved',
+    );
+  });
+
+  it('prints just the id without --wait, and says so when the id was already submitted', async () => {
+    const first = await troupe(['submit', 'demo', 'again', '--id', 'cli-2', '--server', nats.url]);
+    expect(first.code).toBe(0);
+    expect(first.stdout.trim()).toBe('cli-2');
+    const again = await troupe(['submit', 'demo', 'again', '--id', 'cli-2', '--server', nats.url]);
+    expect(again.stderr).toContain('task cli-2 was already submitted; not run again');
+  });
+
+  it('refuses a task for a pipeline no coordinator has loaded, and a bad task, before publishing', async () => {
+    const unknown = await troupe(['submit', 'nope', 'x', '--server', nats.url]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('no coordinator has loaded a pipeline named "nope"; loaded: demo');
+    const badId = await troupe(['submit', 'demo', 'x', '--id', 'has.dot', '--server', nats.url]);
+    expect(badId.code).toBe(2);
+    expect(badId.stderr).toContain('invalid task: id:');
+  });
+
+  it('tails the live flow as JSON lines', async () => {
+    const tail = startTroupe(['tail', '--json', '--task', 'cli-3'], cliEnv({ NATS_URL: nats.url }));
+    await tail.waitFor(/watching task cli-3/);
+    const submitted = await troupe(['submit', 'demo', 'tail me', '--id', 'cli-3', '--server', nats.url]);
+    expect(submitted.code).toBe(0);
+    await tail.waitFor(/"kind":"task.completed"/);
+    expect(await tail.stop('SIGINT')).toBe(0);
+    const events = tail
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l));
+    expect(events.every((e) => e.taskId === 'cli-3')).toBe(true);
+    expect(events[0].kind).toBe('task.accepted');
+    expect(events.at(-1).kind).toBe('task.completed');
+  });
+
+  it('logs one JSON line per message with subject, task, from, to and kind', () => {
+    const lines = up
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l));
+    const handoffs = lines.filter(
+      (l) => l.dir === 'out' && l.kind === 'agent.handoff' && l.taskId === 'cli-1',
+    );
+    expect(handoffs.map((l) => `${l.from}>${l.to}`)).toEqual([
+      'task>planner',
+      'planner>executor',
+      'executor>reviewer',
+      'reviewer>executor',
+      'executor>reviewer',
+    ]);
+    expect(handoffs[0].subject).toBe('troupe.events.demo.cli-1.agent.handoff');
+    const received = lines.filter(
+      (l) => l.dir === 'in' && l.subject === 'troupe.agents.demo.executor' && l.taskId === 'cli-1',
+    );
+    expect(received).toHaveLength(2);
+  });
+});
+
+describe('troupe up with an embedded nats-server', () => {
+  it('starts its own server, records it for submit, and stops it on SIGTERM', async () => {
+    const home = await mkdtemp(join(tmpdir(), 'troupe-home-'));
+    const up = startTroupe(['up', examplePath('demo.yaml'), '--home', home, '--json']);
+    try {
+      await up.waitFor(/embedded nats-server/);
+      const record = JSON.parse(await readFile(join(home, 'server.json'), 'utf8'));
+      expect(record.url).toMatch(/^nats:\/\/127\.0\.0\.1:\d+$/);
+      expect(record.url).not.toContain(':4222');
+
+      const result = await troupe(['submit', 'demo', 'embedded', '--wait', '--home', home]);
+      expect(result.code).toBe(0);
+      expect(result.stdout).toContain('task.completed');
+    } finally {
+      expect(await up.stop('SIGTERM')).toBe(0);
+    }
+    await expect(readFile(join(home, 'server.json'), 'utf8')).rejects.toThrow();
+    const result = await troupe(['submit', 'demo', 'nobody home', '--home', home]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('no NATS server to talk to');
+    await rm(home, { recursive: true, force: true });
+  });
+});
