@@ -1,8 +1,8 @@
 export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
-export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
+export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
 export {
   AgentConfig,
   ModelConfig,

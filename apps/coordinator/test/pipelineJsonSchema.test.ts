@@ -14,7 +14,9 @@ describe('the published pipeline JSON Schema', () => {
     const schema = pipelineJsonSchema() as {
       additionalProperties: unknown;
       patternProperties: Record<string, unknown>;
-      properties: { agents: { additionalProperties: { additionalProperties: unknown; patternProperties: object } } };
+      properties: {
+        agents: { additionalProperties: { additionalProperties: unknown; patternProperties: object } };
+      };
     };
     expect(schema.additionalProperties).toBe(false);
     expect(Object.keys(schema.patternProperties)).toEqual(['^x-']);

@@ -10,7 +10,7 @@ type JsonObject = Record<string, unknown>;
 export function pipelineJsonSchema(): JsonObject {
   const schema = z.toJSONSchema(PipelineConfig, { io: 'input', unrepresentable: 'any' }) as JsonObject;
   return {
-    ...tighten(schema),
+    ...(tighten(schema) as JsonObject),
     $id: 'https://troupe.dev/schema/pipeline.schema.json',
     title: 'Troupe pipeline',
     description: 'A Troupe pipeline file: models, agents and the flow between them.',
@@ -23,7 +23,8 @@ function tighten(node: unknown): unknown {
   if (typeof node !== 'object' || node === null) return node;
   const out: JsonObject = {};
   for (const [key, value] of Object.entries(node)) out[key] = tighten(value);
-  const loose = out.type === 'object' && isEmptyObject(out.additionalProperties) && out.properties !== undefined;
+  const loose =
+    out.type === 'object' && isEmptyObject(out.additionalProperties) && out.properties !== undefined;
   if (loose) {
     out.patternProperties = { '^x-': {} };
     out.additionalProperties = false;

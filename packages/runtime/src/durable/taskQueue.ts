@@ -92,7 +92,7 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
         const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
         for await (const msg of batch) {
           const work = options
-            .handle(toDelivery(bus, msg))
+            .handle(toDelivery(msg))
             .catch((error: unknown) =>
               bus.logger.error({ err: error, subject: msg.subject }, 'task handler failed'),
             )
@@ -124,7 +124,7 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
   };
 }
 
-function toDelivery(bus: NatsBus, msg: JsMsg): TaskDelivery {
+function toDelivery(msg: JsMsg): TaskDelivery {
   const headers: Record<string, string> = {};
   for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
   return {
