@@ -19,6 +19,13 @@ export const EventData = {
     input: z.record(z.string(), z.unknown()).optional(),
     metadata: z.record(z.string(), z.string()).optional(),
   }),
+  'task.resumed': z.object({
+    /** The workflow state the task resumed in (a step id). */
+    state: z.string(),
+    round: z.number().int().positive(),
+    /** How many times the task message has been delivered, this time included. */
+    deliveries: z.number().int().positive(),
+  }),
   'step.started': z.object(StepRef),
   'agent.handoff': z.object({ step: z.string(), round: z.number().int().positive(), reason: z.string() }),
   'llm.request': z.object({
@@ -127,6 +134,7 @@ const eventSchema = <K extends EventKind>(kind: K) =>
 /** Every event on `troupe.events.<pipeline>.<taskId>.<kind>`. */
 export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('task.accepted'),
+  eventSchema('task.resumed'),
   eventSchema('step.started'),
   eventSchema('agent.handoff'),
   eventSchema('llm.request'),

@@ -6,6 +6,7 @@ type Style = Parameters<typeof styleText>[0];
 /** How the kinds look in a terminal: what matters most stands out. */
 const KIND_STYLE: Partial<Record<string, Style>> = {
   'task.accepted': 'cyan',
+  'task.resumed': 'yellow',
   'task.completed': ['green', 'bold'],
   'task.failed': ['red', 'bold'],
   'task.cancelled': ['yellow', 'bold'],
@@ -53,6 +54,8 @@ function summarize(event: TroupeEvent): string {
   switch (event.kind) {
     case 'task.accepted':
       return oneLine(event.data.goal);
+    case 'task.resumed':
+      return `in step ${event.data.state}, round ${event.data.round} (delivery ${event.data.deliveries})`;
     case 'step.started':
       return `${event.data.step} (round ${event.data.round})`;
     case 'agent.handoff':

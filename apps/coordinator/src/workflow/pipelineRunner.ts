@@ -63,6 +63,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   let stopping = false;
 
   async function handle(delivery: TaskDelivery): Promise<void> {
+    if (stopping) {
+      // Shutting down: leave the task to the next coordinator rather than start it here.
+      delivery.nak(1_000);
+      return;
+    }
     const parsed = parseMessage(TaskSubmission, delivery.data);
     if (!parsed.ok) {
       bus.reportInvalid({
@@ -192,10 +197,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const finished = new Promise<WorkflowOutput | undefined>((resolve) => {
       actor.subscribe({
         next: (snap) => {
-          persist();
+          if (snap.status === 'active' || snap.status === 'done') persist();
           if (snap.status === 'done') resolve(snap.output);
-          if (snap.status === 'stopped') resolve(undefined);
         },
+        // Stopping the actor (shutdown) completes it without output.
+        complete: () =>
+          resolve(actor.getSnapshot().status === 'done' ? actor.getSnapshot().output : undefined),
         error: (error) => {
           logger.error({ err: error, taskId: input.taskId }, 'workflow actor crashed');
           resolve(undefined);
@@ -203,6 +210,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       });
     });
     actor.start();
+    if (snapshot !== undefined) {
+      const resumed = actor.getSnapshot();
+      bus.publishEvent(
+        events.make(
+          'task.resumed',
+          scope,
+          { state: String(resumed.value), round: resumed.context.round, deliveries: delivery.deliveryCount },
+          { from: 'workflow', to: pipeline },
+        ),
+      );
+    }
     try {
       const output = await finished;
       await writes;

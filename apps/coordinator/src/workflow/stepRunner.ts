@@ -31,8 +31,12 @@ export function createStepRunner(options: StepRunnerOptions) {
             kind: 'agent.step',
           },
         });
-        return { ...reply, durationMs: options.clock.now() - started };
+        if (reply.ok || reply.error.code !== 'worker_stopped') {
+          return { ...reply, durationMs: options.clock.now() - started };
+        }
+        throw new TransportError('no_responders', reply.error.message);
       } catch (error) {
+        // Nobody serves the agent yet, or its worker stopped mid-step: another worker may take the step.
         const noWorker = error instanceof TransportError && error.code === 'no_responders';
         const waited = options.clock.now() - started;
         if (!noWorker || waited >= waitForWorkersMs) throw explain(error, subject, request.agent, waited);

@@ -37,6 +37,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const events = new EventFactory(options.clock ?? systemClock, options.ids ?? randomId);
   const running = new Map<string, { abort: AbortController; done: Promise<void> }>();
   const subscriptions: BusSubscription[] = [];
+  let stopping = false;
 
   for (const agent of options.agents) {
     const subject = subjects.agent(pipeline, agent.name);
@@ -66,7 +67,18 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           signal: abort.signal,
           ...(options.price ? { price: options.price } : {}),
         })
-          .then((reply) => delivery.respond(reply))
+          .then((reply) =>
+            // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.
+            delivery.respond(
+              stopping
+                ? failedReply(
+                    request.stepId,
+                    'worker_stopped',
+                    `the worker serving ${agent.name} stopped mid-step`,
+                  )
+                : reply,
+            ),
+          )
           .catch((error: unknown) =>
             logger.error({ err: error, stepId: request.stepId }, 'agent step crashed'),
           )
@@ -93,6 +105,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       return running.size;
     },
     async stop() {
+      stopping = true;
       for (const subscription of subscriptions) subscription.unsubscribe();
       for (const step of running.values()) step.abort.abort();
       await Promise.allSettled([...running.values()].map((step) => step.done));

@@ -1,0 +1,61 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+
+describe('a coordinator stopped mid-task', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('resume.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('hands the task back, and the next coordinator resumes it from its checkpoint', async () => {
+    publishTask(h, 'resume', { id: 'res-1', goal: 'survive a restart' });
+    await new Promise<void>((resolve) => {
+      const wait = setInterval(() => {
+        if (kinds(h.eventsOf('res-1')).includes('step.started')) {
+          clearInterval(wait);
+          resolve();
+        }
+      }, 10);
+    });
+    await h.coordinator.stop();
+
+    const logger = createLogger({ level: 'silent' });
+    const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second-coordinator', logger });
+    const registry = builtinTools();
+    const second = await startCoordinator({
+      bus,
+      pipelines: [await loadPipeline(fixturePath('resume.yaml'), { toolNames: registry.names() })],
+      logger,
+      workspaceRoot: h.workspaceRoot,
+      registry,
+    });
+    try {
+      const final = await h.finalOf('res-1', 30_000);
+      expect(final.kind).toBe('task.completed');
+      const events = kinds(h.eventsOf('res-1'));
+      expect(events.filter((k) => k === 'task.accepted')).toHaveLength(1);
+      // The second coordinator resumed in the plan step (its entry is not replayed) and asked the planner again.
+      const resumed = h.eventsOf('res-1').find((e) => e.kind === 'task.resumed');
+      expect(resumed?.data).toMatchObject({ state: 'plan', round: 1 });
+      expect(resumed?.kind === 'task.resumed' && resumed.data.deliveries).toBeGreaterThan(1);
+      const started = h.eventsOf('res-1').flatMap((e) => (e.kind === 'step.started' ? [e.data.step] : []));
+      expect(started).toEqual(['plan', 'execute']);
+      const plannerCalls = h
+        .eventsOf('res-1')
+        .filter((e) => e.kind === 'llm.request' && e.data.agent === 'planner');
+      expect(plannerCalls).toHaveLength(2);
+      expect(await readFile(join(h.workspaceRoot, 'resume', 'res-1', 'out.md'), 'utf8')).toBe('resumed');
+    } finally {
+      await second.stop();
+      await bus.close();
+    }
+  });
+});
