@@ -84,6 +84,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           logger,
           clock,
           ids,
+          price: (provider, model, response) => pipeline.prices.cost(provider, model, response.usage),
         }),
       );
     }

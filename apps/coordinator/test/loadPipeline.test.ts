@@ -119,8 +119,10 @@ describe('loadPipeline on examples/demo.yaml', () => {
       script: './demo.script.yaml',
       model: 'scripted',
     });
-    expect([...loaded.models.keys()]).toEqual(['scripted']);
-    expect(loaded.models.get('scripted')).toBeInstanceOf(ScriptedProvider);
+    expect([...loaded.agentModels.keys()]).toEqual(['planner', 'executor', 'reviewer']);
+    // Agents sharing a model entry share one provider (so a scripted model keeps one cursor per task).
+    expect(loaded.agentModels.get('planner')).toBeInstanceOf(ScriptedProvider);
+    expect(loaded.agentModels.get('executor')).toBe(loaded.agentModels.get('planner'));
   });
 
   it('turns the demo agents into runtime definitions with the defaults filled in', async () => {
@@ -128,7 +130,7 @@ describe('loadPipeline on examples/demo.yaml', () => {
     const definitions = agentDefinitions(loaded);
     expect(definitions.map((d) => d.name)).toEqual(['planner', 'executor', 'reviewer']);
     const executor = definitions.find((d) => d.name === 'executor');
-    expect(executor?.model).toBe(loaded.models.get('scripted'));
+    expect(executor?.model).toBe(loaded.agentModels.get('executor'));
     expect(executor?.maxTurns).toBe(8);
     expect(executor?.tools).toEqual(['read_file', 'write_file', 'list_files']);
     expect(executor?.rules).toEqual([

@@ -51,6 +51,39 @@ export interface ModelRequest {
   maxTokens?: number;
   context: CallContext;
   signal?: AbortSignal;
+  /** Stream the reply; deltas go to `observer.onDelta`. The final response is the same as without streaming. */
+  stream?: boolean;
+  observer?: ModelObserver;
+}
+
+/** A piece of a streamed reply: text, or part of a tool call's arguments. */
+export type ModelDelta =
+  | { type: 'text'; text: string }
+  | { type: 'tool_call'; index: number; id?: string; name?: string; arguments: string };
+
+/** What happened on the way to a reply: retries, fallbacks, streamed deltas. */
+export interface RetryInfo {
+  provider: string;
+  model: string;
+  /** The attempt that failed, from 1. */
+  attempt: number;
+  code: string;
+  message: string;
+  /** How long until the next attempt. */
+  delayMs: number;
+}
+
+export interface FallbackInfo {
+  from: string;
+  to: string;
+  code: string;
+  message: string;
+}
+
+export interface ModelObserver {
+  onDelta?(delta: ModelDelta): void;
+  onRetry?(info: RetryInfo): void;
+  onFallback?(info: FallbackInfo): void;
 }
 
 /** The model's reply, normalized. */
@@ -61,6 +94,8 @@ export interface ModelResponse {
   finishReason: FinishReason;
   /** The model that answered, as the provider names it. */
   model: string;
+  /** The provider that answered (differs from the caller's when a fallback answered). */
+  provider?: string;
 }
 
 /** One interface over every model vendor. A provider never retries on its own; the caller owns retries. */

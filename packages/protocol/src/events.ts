@@ -56,6 +56,38 @@ export const EventData = {
     code: z.string(),
     message: z.string(),
   }),
+  'llm.delta': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    /** Position of this batch among the turn's deltas, from 0. */
+    seq: z.number().int().nonnegative(),
+    text: z.string(),
+    toolCalls: z
+      .array(
+        z.object({ index: z.number().int(), id: z.string().optional(), name: z.string().optional(), arguments: z.string() }),
+      )
+      .optional(),
+  }),
+  'llm.retry': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    provider: z.string(),
+    model: z.string(),
+    /** The attempt that failed, from 1. */
+    attempt: z.number().int().positive(),
+    code: z.string(),
+    message: z.string(),
+    delayMs: z.number().nonnegative(),
+  }),
+  'llm.fallback': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    /** `provider:model` that kept failing, and the one tried next. */
+    from: z.string(),
+    to: z.string(),
+    code: z.string(),
+    message: z.string(),
+  }),
   'tool.call': z.object({ ...CallRef, callId: z.string(), tool: z.string(), arguments: z.string() }),
   'tool.result': z.object({
     ...CallRef,
@@ -140,6 +172,9 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('llm.request'),
   eventSchema('llm.response'),
   eventSchema('llm.error'),
+  eventSchema('llm.delta'),
+  eventSchema('llm.retry'),
+  eventSchema('llm.fallback'),
   eventSchema('tool.call'),
   eventSchema('tool.result'),
   eventSchema('approval.requested'),

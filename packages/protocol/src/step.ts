@@ -59,6 +59,8 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     stepId: z.string(),
     output: z.string(),
     verdict: Verdict.optional(),
+    /** The reply parsed as JSON, when the agent declares an `output` schema. */
+    structured: z.unknown().optional(),
     usage: UsageTotals,
     turns: z.number().int().nonnegative(),
   }),

@@ -8,10 +8,14 @@ export {
   agentMachine,
   type ModelCallResult,
   parseVerdict,
+  parseStructured,
+  type OutputSpec,
+  type ModelCallInput,
   type ToolRunResult,
 } from './agent/agentMachine.ts';
 export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
+export { DeltaBatcher, type DeltaBatch, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { type KvEntry, KvStore } from './durable/kvStore.ts';
 export {
   type SubmitResult,

@@ -14,6 +14,9 @@ const KIND_STYLE: Partial<Record<string, Style>> = {
   'step.started': 'blue',
   'step.completed': 'blue',
   'llm.error': 'red',
+  'llm.retry': 'yellow',
+  'llm.fallback': 'yellow',
+  'llm.delta': 'gray',
   'message.invalid': ['red', 'bold'],
 };
 
@@ -67,6 +70,12 @@ function summarize(event: TroupeEvent): string {
       const what = calls ? `calls ${calls}` : oneLine(event.data.content, 70);
       return `${tokens(event.data.usage)}${usd(event.data.costUsd)} · ${what}`;
     }
+    case 'llm.delta':
+      return oneLine(event.data.text || (event.data.toolCalls ?? []).map((c) => c.arguments).join(''), 90);
+    case 'llm.retry':
+      return `attempt ${event.data.attempt} failed (${event.data.code}); retrying in ${Math.round(event.data.delayMs)} ms · ${oneLine(event.data.message, 70)}`;
+    case 'llm.fallback':
+      return `${event.data.code}: falling back to ${event.data.to}`;
     case 'llm.error':
       return `${event.data.code}: ${oneLine(event.data.message)}`;
     case 'tool.call':

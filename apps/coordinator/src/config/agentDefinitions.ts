@@ -1,16 +1,19 @@
 import type { AgentDefinition } from '@troupe/runtime';
 import type { LoadedPipeline } from './loadPipeline.ts';
+import { resolveModelRef } from './modelFactory.ts';
 
 /** Turns a loaded pipeline's agents into what the runtime runs. */
 export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly string[]): AgentDefinition[] {
-  const { config, models } = pipeline;
+  const { config, agentModels } = pipeline;
   return Object.entries(config.agents)
     .filter(([name]) => only === undefined || only.includes(name))
     .map(([name, agent]) => {
-      const modelName = agent.model ?? config.defaults.model ?? '';
-      const model = models.get(modelName);
-      // loadPipeline has checked every reference, so a miss here is a bug, not bad input.
-      if (!model) throw new Error(`agent ${name}: model "${modelName}" was not built`);
+      const model = agentModels.get(name);
+      // loadPipeline has built every agent's model or refused the file, so a miss here is a bug, not bad input.
+      if (!model) throw new Error(`agent ${name}: its model was not built`);
+      const entry = resolveModelRef(config, agent.model ?? config.defaults.model ?? '');
+      const temperature = agent.temperature ?? (entry && 'temperature' in entry ? entry.temperature : undefined);
+      const maxTokens = agent.maxTokens ?? (entry && 'maxTokens' in entry ? entry.maxTokens : undefined);
       return {
         name,
         instructions: agent.instructions,
@@ -18,8 +21,10 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
         tools: agent.tools,
         rules: agent.permissions.map(({ paths, ...rule }) => (paths ? { ...rule, paths } : rule)),
         maxTurns: agent.maxTurns ?? config.defaults.maxTurns,
-        ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
-        ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+        ...(temperature === undefined ? {} : { temperature }),
+        ...(maxTokens === undefined ? {} : { maxTokens }),
+        ...(agent.stream ? { stream: true } : {}),
+        ...(agent.output ? { outputSchema: { name: `${name}_output`, schema: agent.output } } : {}),
       };
     });
 }

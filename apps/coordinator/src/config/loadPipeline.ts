@@ -1,28 +1,35 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
-import { loadScript, ModelError, type ModelProvider, ScriptedProvider } from '@troupe/llm';
+import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath } from '@troupe/protocol';
 import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { FINAL_STATES } from '../workflow/workflowTypes.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
 import { suggestion } from './didYouMean.ts';
+import { createProvider, type Env, keyEnvOf, modelLabel, resolveModelRef, withRetries } from './modelFactory.ts';
 import { type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
+import { z } from 'zod';
 
-/** A pipeline file, validated, with its model providers built. */
+/** A pipeline file, validated, with each agent's model built. */
 export interface LoadedPipeline {
   file: string;
   config: PipelineConfig;
-  models: ReadonlyMap<string, ModelProvider>;
+  /** Each agent's model: its primary with retries, then its fallbacks. */
+  agentModels: ReadonlyMap<string, ModelProvider>;
+  prices: PriceTable;
 }
 
 export interface LoadOptions {
   /** Names of the tools agents may declare. */
   toolNames: readonly string[];
+  /** Where API keys are read from; `process.env` when absent. */
+  env?: Env;
 }
 
 /**
- * Reads and validates a pipeline file. Every problem is reported at once, each with the file, the line and
- * the path inside the file, in a `ConfigError`.
+ * Reads and validates a pipeline file and builds its agents' models. Every problem is reported at once, each
+ * with the file, the line and the path inside the file, in a `ConfigError` — including an API key variable
+ * that an agent's model needs and the environment lacks.
  */
 export async function loadPipeline(file: string, options: LoadOptions): Promise<LoadedPipeline> {
   let text: string;
@@ -33,13 +40,19 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
       cause: error,
     });
   }
-  const config = parsePipeline(text, file, options);
-  const models = await buildModels(config, file);
-  return { file, config, models };
+  const { config, locate } = parseLocated(text, file, options);
+  const agentModels = await buildAgentModels(config, file, options.env ?? process.env, locate);
+  return { file, config, agentModels, prices: new PriceTable(config.prices) };
 }
 
 /** Parses and validates pipeline YAML text; `file` is used in messages. */
 export function parsePipeline(text: string, file: string, options: LoadOptions): PipelineConfig {
+  return parseLocated(text, file, options).config;
+}
+
+type Locate = (path: readonly PropertyKey[], message: string) => ConfigIssue;
+
+function parseLocated(text: string, file: string, options: LoadOptions): { config: PipelineConfig; locate: Locate } {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
@@ -52,22 +65,18 @@ export function parsePipeline(text: string, file: string, options: LoadOptions):
       })),
     );
   }
+  const locate: Locate = (path, message) => locateIn(doc, lines, path, message);
   const raw: unknown = doc.toJS({ maxAliasCount: 1_000 });
   const parsed = PipelineConfig.safeParse(raw);
   if (!parsed.success) {
     throw new ConfigError(
       file,
-      parsed.error.issues.map((issue) => locate(doc, lines, issue.path, issue.message)),
+      parsed.error.issues.map((issue) => locate(issue.path, issue.message)),
     );
   }
   const problems = checkReferences(parsed.data, options);
-  if (problems.length > 0) {
-    throw new ConfigError(
-      file,
-      problems.map((p) => locate(doc, lines, p.path, p.message)),
-    );
-  }
-  return parsed.data;
+  if (problems.length > 0) throw new ConfigError(file, problems.map((p) => locate(p.path, p.message)));
+  return { config: parsed.data, locate };
 }
 
 interface Problem {
@@ -80,21 +89,30 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
   const problems: Problem[] = [];
   const models = Object.keys(config.models);
   const agents = Object.keys(config.agents);
-  if (config.defaults.model !== undefined && !(config.defaults.model in config.models)) {
-    problems.push({
-      path: ['defaults', 'model'],
-      message: `no model named "${config.defaults.model}" under models${suggestion(config.defaults.model, models)}`,
-    });
-  }
+  const checkRef = (ref: string | undefined, path: PropertyKey[]) => {
+    if (ref !== undefined && resolveModelRef(config, ref) === undefined) {
+      problems.push({ path, message: `no model named "${ref}" under models${suggestion(ref, models)}` });
+    }
+  };
+  checkRef(config.defaults.model, ['defaults', 'model']);
+  const reviewers = new Set(config.flow.filter((s) => s.kind === 'review').map((s) => s.agent));
   for (const [name, agent] of Object.entries(config.agents)) {
     const model = agent.model ?? config.defaults.model;
     if (model === undefined) {
       problems.push({ path: ['agents', name], message: 'no model: set model here or defaults.model' });
-    } else if (agent.model !== undefined && !(agent.model in config.models)) {
-      problems.push({
-        path: ['agents', name, 'model'],
-        message: `no model named "${agent.model}" under models${suggestion(agent.model, models)}`,
-      });
+    }
+    checkRef(agent.model, ['agents', name, 'model']);
+    agent.fallback.forEach((ref, i) => checkRef(ref, ['agents', name, 'fallback', i]));
+    if (agent.output !== undefined) {
+      if (reviewers.has(name)) {
+        problems.push({
+          path: ['agents', name, 'output'],
+          message: `agent ${name} reviews (its output is a verdict), so it cannot declare another output schema`,
+        });
+      } else {
+        const invalid = jsonSchemaProblem(agent.output);
+        if (invalid) problems.push({ path: ['agents', name, 'output'], message: `not a usable JSON Schema: ${invalid}` });
+      }
     }
     agent.tools.forEach((tool, i) => {
       if (!options.toolNames.includes(tool)) {
@@ -149,31 +167,75 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
   return problems;
 }
 
-/** Builds each model's provider; a scripted model's script is read relative to the pipeline file. */
-async function buildModels(config: PipelineConfig, file: string): Promise<Map<string, ModelProvider>> {
-  const models = new Map<string, ModelProvider>();
-  const issues: ConfigIssue[] = [];
-  for (const [name, model] of Object.entries(config.models)) {
-    try {
-      models.set(name, await buildModel(model, dirname(resolve(file))));
-    } catch (error) {
-      const message = error instanceof ModelError ? error.message : String(error);
-      issues.push({ path: formatPath(['models', name]), message });
+/**
+ * Builds every agent's model chain (primary, then fallbacks). Entries are built once and shared. An entry whose
+ * API key variable is unset is reported at the agent that uses it, so the message names both.
+ */
+async function buildAgentModels(
+  config: PipelineConfig,
+  file: string,
+  env: Env,
+  locate: Locate,
+): Promise<Map<string, ModelProvider>> {
+  const baseDir = dirname(resolve(file));
+  const built = new Map<string, Promise<Built>>();
+  const build = (ref: string, model: ModelConfig): Promise<Built> => {
+    let result = built.get(ref);
+    if (!result) {
+      result = createProvider(model, baseDir, env).then(
+        (provider) => ({ provider }),
+        (error: unknown) => ({ error: error instanceof ModelError ? error.message : String(error) }),
+      );
+      built.set(ref, result);
     }
+    return result;
+  };
+  // Scripts are read even for entries no agent uses, so a broken one is reported now, not when it is first used.
+  for (const [name, model] of Object.entries(config.models)) {
+    if (model.provider === 'scripted') void build(name, model);
+  }
+  const issues: ConfigIssue[] = [];
+  const agentModels = new Map<string, ModelProvider>();
+  for (const [name, agent] of Object.entries(config.agents)) {
+    const refs = [agent.model ?? config.defaults.model ?? '', ...agent.fallback];
+    const chain: ModelProvider[] = [];
+    for (const [i, ref] of refs.entries()) {
+      const model = resolveModelRef(config, ref);
+      if (!model) continue; // reported by checkReferences
+      const keyEnv = keyEnvOf(model);
+      if (keyEnv !== undefined && !env[keyEnv]) {
+        const path = i === 0 ? ['agents', name, 'model'] : ['agents', name, 'fallback', i - 1];
+        const message = `agent ${name} uses ${modelLabel(model)}, which needs the environment variable ${keyEnv}; it is not set`;
+        issues.push(locate(path, message));
+        continue;
+      }
+      const result = await build(ref, model);
+      if ('provider' in result) chain.push(result.provider);
+    }
+    const primary = resolveModelRef(config, refs[0] ?? '');
+    if (primary && chain.length === refs.length) agentModels.set(name, withRetries(primary, chain));
+  }
+  for (const [ref, result] of built) {
+    const outcome = await result;
+    if ('error' in outcome) issues.push(locate(ref.includes(':') ? [] : ['models', ref], outcome.error));
   }
   if (issues.length > 0) throw new ConfigError(file, issues);
-  return models;
+  return agentModels;
 }
 
-async function buildModel(model: ModelConfig, baseDir: string): Promise<ModelProvider> {
-  switch (model.provider) {
-    case 'scripted':
-      return new ScriptedProvider(await loadScript(resolve(baseDir, model.script)), model.model);
+type Built = { provider: ModelProvider } | { error: string };
+
+function jsonSchemaProblem(schema: Record<string, unknown>): string | undefined {
+  try {
+    z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
   }
 }
 
 /** Finds the line of the deepest key or item on `path` that exists in the document. */
-function locate(
+function locateIn(
   doc: Document,
   lines: LineCounter,
   path: readonly PropertyKey[],

@@ -23,7 +23,7 @@ const withExtensions = <T extends z.ZodRawShape>(shape: T) =>
     { when: ({ value }) => typeof value === 'object' && value !== null && !Array.isArray(value) },
   );
 
-/** A model entry: which provider, which model, and its settings. */
+/** A model played from a script of replies: offline and deterministic. */
 export const ScriptedModelConfig = z.strictObject({
   provider: z.literal('scripted'),
   /** Path of the script, relative to the pipeline file. */
@@ -31,8 +31,66 @@ export const ScriptedModelConfig = z.strictObject({
   model: z.string().default('scripted'),
 });
 
-export const ModelConfig = z.discriminatedUnion('provider', [ScriptedModelConfig]);
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name');
+
+/** Settings every remote model shares. */
+const remote = {
+  /** The provider's model id, e.g. `gpt-5-mini`, `claude-sonnet-4-5`. */
+  model: z.string().min(1),
+  /** The environment variable holding the API key (never the key itself). */
+  apiKeyEnv: EnvName.optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  maxTokens: z.number().int().positive().optional(),
+  /** Per-call timeout in seconds. */
+  timeout: z.number().positive().max(3_600).default(120),
+  /** Attempts per call before the fallbacks are tried (429, 5xx, timeouts and resets are retried). */
+  maxAttempts: z.number().int().min(1).max(20).default(4),
+  /** First backoff in seconds; doubles per attempt, jittered; a `retry-after` from the provider wins. */
+  retryDelay: z.number().nonnegative().max(600).default(0.5),
+};
+
+export const OpenAIModelConfig = z.strictObject({
+  provider: z.literal('openai'),
+  ...remote,
+  baseURL: z.url().optional(),
+});
+
+export const AnthropicModelConfig = z.strictObject({
+  provider: z.literal('anthropic'),
+  ...remote,
+  baseURL: z.url().optional(),
+});
+
+/** Any server speaking the OpenAI Chat Completions API: Ollama, vLLM, llama.cpp, LiteLLM. */
+export const OpenAICompatibleModelConfig = z.strictObject({
+  provider: z.literal('openai-compatible'),
+  ...remote,
+  baseURL: z.url(),
+});
+
+/** A model entry: which provider, which model, and its settings. */
+export const ModelConfig = z.discriminatedUnion('provider', [
+  ScriptedModelConfig,
+  OpenAIModelConfig,
+  AnthropicModelConfig,
+  OpenAICompatibleModelConfig,
+]);
 export type ModelConfig = z.infer<typeof ModelConfig>;
+
+/** A model by name under `models:`, or inline as `openai:<model>` / `anthropic:<model>`. */
+export const ModelRef = z
+  .string()
+  .regex(
+    /^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?|(?:openai|anthropic):[A-Za-z0-9._:/-]+)$/,
+    'must name an entry under models, or be openai:<model> or anthropic:<model>',
+  );
+
+/** USD per million tokens, overriding the shipped price table for a `provider:model` prefix. */
+export const PriceConfig = z.strictObject({
+  input: z.number().nonnegative(),
+  output: z.number().nonnegative(),
+  cachedInput: z.number().nonnegative().optional(),
+});
 
 export const PermissionRuleConfig = z.strictObject({
   tool: z.string().min(1),
@@ -44,8 +102,14 @@ export type PermissionRuleConfig = z.infer<typeof PermissionRuleConfig>;
 
 export const AgentConfig = withExtensions({
   description: z.string().optional(),
-  /** A name under `models:`; `defaults.model` when absent. */
-  model: Name.optional(),
+  /** A name under `models:` or `openai:<model>` / `anthropic:<model>`; `defaults.model` when absent. */
+  model: ModelRef.optional(),
+  /** Models tried in order when the model keeps failing. */
+  fallback: z.array(ModelRef).default([]),
+  /** Stream replies, published as batched `llm.delta` events. */
+  stream: z.boolean().default(false),
+  /** A JSON Schema the agent's final reply must match; asked of the provider natively, validated, repaired once. */
+  output: z.record(z.string(), z.unknown()).optional(),
   instructions: z.string().trim().min(1, 'must not be empty'),
   tools: z.array(z.string().min(1)).default([]),
   permissions: z.array(PermissionRuleConfig).default([]),
@@ -95,7 +159,7 @@ export type AgentStepConfig = z.infer<typeof AgentStepConfig>;
 export type ReviewStepConfig = z.infer<typeof ReviewStepConfig>;
 
 export const DefaultsConfig = z.strictObject({
-  model: Name.optional(),
+  model: ModelRef.optional(),
   maxTurns: z.number().int().positive().max(1_000).default(10),
   /** Default step timeout in seconds. */
   stepTimeout: z.number().positive().max(86_400).default(600),
@@ -107,6 +171,8 @@ export const PipelineConfig = withExtensions({
   name: Name,
   description: z.string().optional(),
   models: z.record(Name, ModelConfig),
+  /** Price overrides, by `provider:model` (prefix match). */
+  prices: z.record(z.string().regex(/^[a-z-]+:.+$/, 'must be provider:model'), PriceConfig).default({}),
   defaults: DefaultsConfig.prefault({}),
   agents: z.record(Name, AgentConfig),
   flow: z.array(StepConfig).min(1, 'needs at least one step'),

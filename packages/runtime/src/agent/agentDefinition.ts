@@ -1,5 +1,6 @@
 import type { ModelProvider } from '@troupe/llm';
 import type { PermissionRule } from '../tools/policy.ts';
+import type { OutputSpec } from './agentMachine.ts';
 
 /** Everything the runtime needs to run one agent: who it is, its model, its tools and its policy. */
 export interface AgentDefinition {
@@ -13,4 +14,8 @@ export interface AgentDefinition {
   maxTurns: number;
   temperature?: number;
   maxTokens?: number;
+  /** Stream replies; deltas are published as batched `llm.delta` events. */
+  stream?: boolean;
+  /** A JSON Schema the agent's final reply must match. */
+  outputSchema?: OutputSpec;
 }

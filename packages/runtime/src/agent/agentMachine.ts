@@ -1,7 +1,8 @@
-import type { ChatMessage, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
+import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
 import { addUsage, zeroUsage } from '@troupe/llm';
 import { type StepExpect, Verdict } from '@troupe/protocol';
 import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
+import { z } from 'zod';
 
 /** What the injected model actor returns for one call. */
 export interface ModelCallResult {
@@ -34,7 +35,16 @@ export interface AgentMachineInput {
   tools: ToolDefinition[];
   /** The most model calls the agent may make in this step. */
   maxTurns: number;
+  /** `verdict`: the reply must be a reviewer's verdict. */
   expect: StepExpect;
+  /** A JSON Schema the final reply must match (the agent's declared `output`); asked of the provider natively. */
+  outputSchema?: OutputSpec;
+}
+
+/** A structured reply the agent must give: a name for the provider and the JSON Schema it must match. */
+export interface OutputSpec {
+  name: string;
+  schema: JsonSchema;
 }
 
 export interface AgentFailure {
@@ -50,6 +60,7 @@ interface AgentContext extends AgentMachineInput {
   repairs: number;
   output?: string;
   verdict?: Verdict;
+  structured?: unknown;
   failure?: AgentFailure;
 }
 
@@ -58,6 +69,8 @@ export interface AgentOutput {
   ok: boolean;
   output: string;
   verdict?: Verdict;
+  /** The reply parsed and validated, when an output schema was required. */
+  structured?: unknown;
   failure?: AgentFailure;
   messages: ChatMessage[];
   turns: number;
@@ -103,8 +116,10 @@ export const agentMachine = setup({
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
     wantsTools: (_, reply: ModelCallResult) => reply.toolCalls.length > 0,
     emptyReply: (_, reply: ModelCallResult) => reply.content.trim() === '',
-    verdictInvalid: ({ context }, reply: ModelCallResult) =>
-      context.expect === 'verdict' && parseVerdict(reply.content) === undefined,
+    outputInvalid: ({ context }, reply: ModelCallResult) => {
+      const schema = outputSchemaOf(context);
+      return schema !== undefined && parseStructured(reply.content, schema) === undefined;
+    },
     canRepair: ({ context }) => context.repairs < MAX_REPAIRS,
   },
   actions: {
@@ -123,19 +138,17 @@ export const agentMachine = setup({
     })),
     askForRepair: assign(({ context }) => ({
       repairs: context.repairs + 1,
-      messages: [
-        ...context.messages,
-        {
-          role: 'user' as const,
-          content:
-            'Your reply was not a valid verdict. Reply with only a JSON object of the form ' +
-            '{"decision": "approve" | "reject", "feedback": "<what must change, or a short note>"}.',
-        },
-      ],
+      messages: [...context.messages, { role: 'user' as const, content: repairPrompt(context) }],
     })),
     finish: assign(({ context }, reply: ModelCallResult) => {
-      const verdict = context.expect === 'verdict' ? parseVerdict(reply.content) : undefined;
-      return { output: reply.content, ...(verdict ? { verdict } : {}) };
+      const schema = outputSchemaOf(context);
+      if (schema === undefined) return { output: reply.content };
+      const structured = parseStructured(reply.content, schema);
+      return {
+        output: reply.content,
+        structured,
+        ...(context.expect === 'verdict' ? { verdict: structured as Verdict } : {}),
+      };
     }),
     fail: assign((_, failure: AgentFailure) => ({ failure })),
     recordToolResults: assign(({ context }, results: ToolRunResult[]) => ({
@@ -193,7 +206,12 @@ export const agentMachine = setup({
       ],
       invoke: {
         src: 'callModel',
-        input: ({ context }) => ({ messages: context.messages, tools: context.tools, turn: context.turn }),
+        input: ({ context }) => ({
+          messages: context.messages,
+          tools: context.tools,
+          turn: context.turn,
+          ...(responseSchemaOf(context) ? { responseSchema: responseSchemaOf(context) } : {}),
+        }),
         onDone: [
           {
             guard: { type: 'wantsTools', params: ({ event }) => event.output },
@@ -227,7 +245,7 @@ export const agentMachine = setup({
             ],
           },
           {
-            guard: { type: 'verdictInvalid', params: ({ event }) => event.output },
+            guard: { type: 'outputInvalid', params: ({ event }) => event.output },
             target: 'repairing',
             actions: [
               { type: 'recordReply', params: ({ event }) => event.output },
@@ -280,7 +298,7 @@ export const agentMachine = setup({
             type: 'fail',
             params: ({ context }) => ({
               code: 'invalid_output',
-              message: `agent ${context.agent}: the reply is not a valid verdict ({"decision": "approve" | "reject", "feedback": "…"}) after ${MAX_REPAIRS} repair turn(s)`,
+              message: `agent ${context.agent}: the reply does not match the required ${outputName(context)} after ${MAX_REPAIRS} repair turn(s)`,
             }),
           },
         },
@@ -323,6 +341,7 @@ export const agentMachine = setup({
     ok: context.failure === undefined,
     output: context.output ?? '',
     ...(context.verdict ? { verdict: context.verdict } : {}),
+    ...(context.structured === undefined ? {} : { structured: context.structured }),
     ...(context.failure ? { failure: context.failure } : {}),
     messages: context.messages,
     turns: context.turn,
@@ -333,13 +352,20 @@ export const agentMachine = setup({
 
 /** Reads a verdict from a reply: the whole text, or the first JSON object in it that is one (models like code fences). */
 export function parseVerdict(content: string): Verdict | undefined {
+  return parseStructured(content, Verdict) as Verdict | undefined;
+}
+
+/** Reads a structured reply: the whole text as JSON, or the first JSON object in it that matches the schema. */
+export function parseStructured(content: string, schema: z.ZodType): unknown {
   for (const candidate of [content.trim(), ...jsonObjects(content)]) {
+    let value: unknown;
     try {
-      const parsed = Verdict.safeParse(JSON.parse(candidate));
-      if (parsed.success) return parsed.data;
+      value = JSON.parse(candidate);
     } catch {
-      // not JSON; try the next candidate
+      continue;
     }
+    const parsed = schema.safeParse(value);
+    if (parsed.success) return parsed.data;
   }
   return undefined;
 }
@@ -365,6 +391,52 @@ function matchingBrace(text: string, start: number): number {
     else if (char === '}' && --depth === 0) return i;
   }
   return -1;
+}
+
+export interface ModelCallInput {
+  messages: ChatMessage[];
+  tools: ToolDefinition[];
+  turn: number;
+  responseSchema?: OutputSpec;
+}
+
+const VERDICT_SCHEMA: JsonSchema = (() => {
+  const { $schema: _drop, ...schema } = z.toJSONSchema(Verdict, { io: 'input' }) as JsonSchema;
+  return schema;
+})();
+
+/** zod schemas built from declared JSON Schemas, kept per schema object. */
+const compiled = new WeakMap<JsonSchema, z.ZodType>();
+
+function outputSchemaOf(context: AgentMachineInput): z.ZodType | undefined {
+  if (context.expect === 'verdict') return Verdict;
+  const spec = context.outputSchema;
+  if (!spec) return undefined;
+  let schema = compiled.get(spec.schema);
+  if (!schema) {
+    schema = z.fromJSONSchema(spec.schema as Parameters<typeof z.fromJSONSchema>[0]);
+    compiled.set(spec.schema, schema);
+  }
+  return schema;
+}
+
+function responseSchemaOf(context: AgentMachineInput): OutputSpec | undefined {
+  if (context.expect === 'verdict') return { name: 'verdict', schema: VERDICT_SCHEMA };
+  return context.outputSchema;
+}
+
+const outputName = (context: AgentMachineInput): string =>
+  context.expect === 'verdict' ? 'verdict' : `output "${context.outputSchema?.name ?? ''}"`;
+
+function repairPrompt(context: AgentMachineInput): string {
+  const spec = responseSchemaOf(context);
+  if (context.expect === 'verdict') {
+    return (
+      'Your reply was not a valid verdict. Reply with only a JSON object of the form ' +
+      '{"decision": "approve" | "reject", "feedback": "<what must change, or a short note>"}.'
+    );
+  }
+  return `Your reply did not match the required ${outputName(context)}. Reply with only a JSON value matching this JSON Schema:\n${JSON.stringify(spec?.schema)}`;
 }
 
 function errorCode(error: unknown): string {

@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ChatMessage, ModelResponse, ToolDefinition, Usage } from '@troupe/llm';
+import type { ModelDelta, ModelObserver, ModelResponse, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import type { Clock } from '../events/clock.ts';
@@ -8,7 +8,14 @@ import { type EventFactory, type EventScope, preview } from '../events/eventFact
 import { ToolExecutor } from '../tools/toolExecutor.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
-import { type AgentEmitted, type AgentOutput, agentMachine, type ModelCallResult } from './agentMachine.ts';
+import {
+  type AgentEmitted,
+  type AgentOutput,
+  agentMachine,
+  type ModelCallInput,
+  type ModelCallResult,
+} from './agentMachine.ts';
+import { DeltaBatcher } from './deltaBatcher.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 
 /** What a step needs from the world. */
@@ -85,13 +92,10 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
       tools: deps.registry.definitions(agent.tools),
       maxTurns: agent.maxTurns,
       expect: request.expect,
+      ...(agent.outputSchema && request.expect === 'text' ? { outputSchema: agent.outputSchema } : {}),
     },
   });
-  const scope: EventScope = {
-    pipeline: request.pipeline,
-    taskId: request.taskId,
-    traceparent: request.traceparent ?? '',
-  };
+  const scope = scopeOf(request);
   actor.on('*', (emitted) => deps.publish(toWireEvent(emitted, agent, request, scope, deps.events)));
   actor.start();
   return actor;
@@ -101,34 +105,72 @@ async function callModel(
   agent: AgentDefinition,
   request: AgentStepRequest,
   deps: StepDeps,
-  input: { messages: ChatMessage[]; tools: ToolDefinition[] },
+  input: ModelCallInput,
   signal: AbortSignal,
 ): Promise<ModelCallResult> {
   const started = deps.clock.now();
-  const response = await agent.model.complete({
-    messages: input.messages,
-    tools: input.tools,
-    context: {
-      taskId: request.taskId,
-      pipeline: request.pipeline,
-      agent: agent.name,
-      stepId: request.stepId,
+  const scope = scopeOf(request);
+  const ref = { agent: agent.name, stepId: request.stepId, turn: input.turn };
+  const batcher = agent.stream
+    ? new DeltaBatcher({
+        emit: (batch) =>
+          deps.publish(
+            deps.events.make(
+              'llm.delta',
+              scope,
+              {
+                ...ref,
+                seq: batch.seq,
+                text: batch.text,
+                ...(batch.toolCalls.length > 0 ? { toolCalls: batch.toolCalls } : {}),
+              },
+              { from: `${agent.model.provider}:${agent.model.model}`, to: agent.name },
+            ),
+          ),
+      })
+    : undefined;
+  const observer: ModelObserver = {
+    ...(batcher ? { onDelta: (delta: ModelDelta) => batcher.add(delta) } : {}),
+    onRetry: (info) => {
+      batcher?.flush();
+      deps.publish(deps.events.make('llm.retry', scope, { ...ref, ...info }, { from: `${info.provider}:${info.model}`, to: agent.name }));
     },
-    signal,
-    ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
-    ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
-  });
-  return {
-    content: response.content,
-    toolCalls: response.toolCalls,
-    usage: response.usage,
-    costUsd: deps.price?.(agent.model.provider, response.model, response) ?? 0,
-    finishReason: response.finishReason,
-    provider: agent.model.provider,
-    model: response.model,
-    durationMs: deps.clock.now() - started,
+    onFallback: (info) =>
+      deps.publish(deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to })),
   };
+  try {
+    const response = await agent.model.complete({
+      messages: input.messages,
+      tools: input.tools,
+      context: { taskId: request.taskId, pipeline: request.pipeline, agent: agent.name, stepId: request.stepId },
+      signal,
+      observer,
+      ...(agent.stream ? { stream: true } : {}),
+      ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
+      ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
+      ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+    });
+    const provider = response.provider ?? agent.model.provider;
+    return {
+      content: response.content,
+      toolCalls: response.toolCalls,
+      usage: response.usage,
+      costUsd: deps.price?.(provider, response.model, response) ?? 0,
+      finishReason: response.finishReason,
+      provider,
+      model: response.model,
+      durationMs: deps.clock.now() - started,
+    };
+  } finally {
+    batcher?.flush();
+  }
 }
+
+const scopeOf = (request: AgentStepRequest): EventScope => ({
+  pipeline: request.pipeline,
+  taskId: request.taskId,
+  traceparent: request.traceparent ?? '',
+});
 
 function toReply(stepId: string, output: AgentOutput): AgentStepReply {
   const usage = {
@@ -150,6 +192,7 @@ function toReply(stepId: string, output: AgentOutput): AgentStepReply {
     stepId,
     output: output.output,
     ...(output.verdict ? { verdict: output.verdict } : {}),
+    ...(output.structured === undefined ? {} : { structured: output.structured }),
     usage,
     turns: output.turns,
   };

@@ -1,0 +1,82 @@
+import { resolve } from 'node:path';
+import {
+  AnthropicProvider,
+  loadScript,
+  type ModelProvider,
+  OpenAIProvider,
+  ResilientModel,
+  ScriptedProvider,
+} from '@troupe/llm';
+import type { ModelConfig, PipelineConfig } from './pipelineSchema.ts';
+
+/** The environment the API keys are read from. */
+export type Env = Readonly<Record<string, string | undefined>>;
+
+/** The key variable each provider reads unless the entry names another. */
+export const DEFAULT_KEY_ENV = { openai: 'OPENAI_API_KEY', anthropic: 'ANTHROPIC_API_KEY' } as const;
+
+const INLINE_DEFAULTS = { timeout: 120, maxAttempts: 4, retryDelay: 0.5 };
+
+/** The entry a model reference means: a name under `models:`, or an inline `openai:<model>` / `anthropic:<model>`. */
+export function resolveModelRef(config: PipelineConfig, ref: string): ModelConfig | undefined {
+  const colon = ref.indexOf(':');
+  if (colon === -1) return config.models[ref];
+  const provider = ref.slice(0, colon);
+  const model = ref.slice(colon + 1);
+  if (provider !== 'openai' && provider !== 'anthropic') return undefined;
+  return { provider, model, ...INLINE_DEFAULTS };
+}
+
+/** The environment variable a model needs for its API key, if any. */
+export function keyEnvOf(model: ModelConfig): string | undefined {
+  switch (model.provider) {
+    case 'scripted':
+      return undefined;
+    case 'openai':
+    case 'anthropic':
+      return model.apiKeyEnv ?? DEFAULT_KEY_ENV[model.provider];
+    case 'openai-compatible':
+      return model.apiKeyEnv;
+  }
+}
+
+/** `provider:model`, as events and messages name a model. */
+export const modelLabel = (model: ModelConfig): string => `${model.provider}:${model.model}`;
+
+/** Builds the provider for one entry; a scripted model's script is read relative to `baseDir`. */
+export async function createProvider(model: ModelConfig, baseDir: string, env: Env): Promise<ModelProvider> {
+  const keyEnv = keyEnvOf(model);
+  const apiKey = keyEnv === undefined ? undefined : env[keyEnv];
+  switch (model.provider) {
+    case 'scripted':
+      return new ScriptedProvider(await loadScript(resolve(baseDir, model.script)), model.model);
+    case 'openai':
+    case 'openai-compatible':
+      return new OpenAIProvider({
+        provider: model.provider,
+        model: model.model,
+        // Local servers mostly take no key, but the SDK insists on one.
+        apiKey: apiKey ?? 'not-needed',
+        timeoutMs: model.timeout * 1_000,
+        ...(model.baseURL === undefined ? {} : { baseURL: model.baseURL }),
+      });
+    case 'anthropic':
+      return new AnthropicProvider({
+        model: model.model,
+        apiKey: apiKey ?? '',
+        timeoutMs: model.timeout * 1_000,
+        ...(model.maxTokens === undefined ? {} : { defaultMaxTokens: model.maxTokens }),
+        ...(model.baseURL === undefined ? {} : { baseURL: model.baseURL }),
+      });
+  }
+}
+
+/** An agent's model: its primary with retries, then its fallbacks in order. */
+export function withRetries(primary: ModelConfig, chain: readonly ModelProvider[]): ModelProvider {
+  const [first, ...fallbacks] = chain;
+  if (!first) throw new Error('an agent needs at least one model');
+  if (primary.provider === 'scripted') return fallbacks.length === 0 ? first : new ResilientModel(first, fallbacks);
+  return new ResilientModel(first, fallbacks, {
+    policy: { maxAttempts: primary.maxAttempts, baseDelayMs: primary.retryDelay * 1_000 },
+  });
+}

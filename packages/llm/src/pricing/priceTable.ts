@@ -1,0 +1,61 @@
+import type { Usage } from '../types.ts';
+
+/** USD per million tokens. `cachedInput` is what a prompt-cache hit costs instead of `input`. */
+export interface ModelPrice {
+  input: number;
+  output: number;
+  cachedInput?: number | undefined;
+}
+
+/**
+ * List prices of current models, USD per million tokens, as the vendors published them in late 2025.
+ * Prices change: override them under `prices:` in a pipeline file. Models not listed cost 0 and are reported
+ * as such. Keys match a model name exactly or as a prefix (`claude-sonnet-4-5` covers `claude-sonnet-4-5-20250929`).
+ */
+export const DEFAULT_PRICES: Readonly<Record<string, ModelPrice>> = {
+  'openai:gpt-5': { input: 1.25, cachedInput: 0.125, output: 10 },
+  'openai:gpt-5-mini': { input: 0.25, cachedInput: 0.025, output: 2 },
+  'openai:gpt-5-nano': { input: 0.05, cachedInput: 0.005, output: 0.4 },
+  'openai:gpt-4.1': { input: 2, cachedInput: 0.5, output: 8 },
+  'openai:gpt-4.1-mini': { input: 0.4, cachedInput: 0.1, output: 1.6 },
+  'openai:gpt-4.1-nano': { input: 0.1, cachedInput: 0.025, output: 0.4 },
+  'openai:gpt-4o': { input: 2.5, cachedInput: 1.25, output: 10 },
+  'openai:gpt-4o-mini': { input: 0.15, cachedInput: 0.075, output: 0.6 },
+  'openai:o3': { input: 2, cachedInput: 0.5, output: 8 },
+  'openai:o4-mini': { input: 1.1, cachedInput: 0.275, output: 4.4 },
+  'anthropic:claude-opus-4-1': { input: 15, cachedInput: 1.5, output: 75 },
+  'anthropic:claude-opus-4': { input: 15, cachedInput: 1.5, output: 75 },
+  'anthropic:claude-sonnet-4-5': { input: 3, cachedInput: 0.3, output: 15 },
+  'anthropic:claude-sonnet-4': { input: 3, cachedInput: 0.3, output: 15 },
+  'anthropic:claude-haiku-4-5': { input: 1, cachedInput: 0.1, output: 5 },
+  'anthropic:claude-3-5-haiku': { input: 0.8, cachedInput: 0.08, output: 4 },
+};
+
+/** Looks up prices by `provider:model`, the longest matching key winning. */
+export class PriceTable {
+  readonly #prices: Map<string, ModelPrice>;
+
+  constructor(overrides: Readonly<Record<string, ModelPrice>> = {}, defaults = DEFAULT_PRICES) {
+    this.#prices = new Map(Object.entries({ ...defaults, ...overrides }));
+  }
+
+  priceOf(provider: string, model: string): ModelPrice | undefined {
+    const name = `${provider}:${model}`;
+    let best: [string, ModelPrice] | undefined;
+    for (const entry of this.#prices) {
+      if (name === entry[0] || name.startsWith(`${entry[0]}-`)) {
+        if (!best || entry[0].length > best[0].length) best = entry;
+      }
+    }
+    return best?.[1];
+  }
+
+  /** USD for one call; cached input tokens at the cached price. */
+  cost(provider: string, model: string, usage: Usage): number {
+    const price = this.priceOf(provider, model);
+    if (!price) return 0;
+    const cached = Math.min(usage.cachedTokens, usage.inputTokens);
+    const fresh = usage.inputTokens - cached;
+    return (fresh * price.input + cached * (price.cachedInput ?? price.input) + usage.outputTokens * price.output) / 1_000_000;
+  }
+}

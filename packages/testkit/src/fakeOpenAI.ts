@@ -1,0 +1,188 @@
+import {
+  bearerToken,
+  type FakeErrorReply,
+  type FakeExchange,
+  type FakeMessageReply,
+  type FakeModelServer,
+  type FakeProtocol,
+  type FakeReply,
+  type FakeUsage,
+  finishReasonOf,
+  openEventStream,
+  splitText,
+  startFakeModelServer,
+  usageOf,
+  writeEvent,
+  writeJson,
+} from './fakeModelServer.ts';
+
+export interface FakeOpenAIOptions {
+  /** Replies to serve first; more can be added with `enqueue`. */
+  replies?: FakeReply[];
+  /** The model every response reports; by default the request's model is echoed. */
+  model?: string;
+  /** When set, a request whose bearer token differs gets 401 `invalid_api_key` (and consumes no reply). */
+  requireApiKey?: string;
+}
+
+/** OpenAI's error `type` and `code` for a status when the script gives no type. */
+const ERROR_KINDS: Record<number, { type: string; code: string | null }> = {
+  400: { type: 'invalid_request_error', code: null },
+  401: { type: 'invalid_request_error', code: 'invalid_api_key' },
+  429: { type: 'rate_limit_error', code: 'rate_limit_exceeded' },
+};
+
+function errorKind(status: number): { type: string; code: string | null } {
+  return (
+    ERROR_KINDS[status] ??
+    (status >= 500 ? { type: 'server_error', code: null } : { type: 'invalid_request_error', code: null })
+  );
+}
+
+interface ToolCallOut {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+function toolCallsOf(exchange: FakeExchange, reply: FakeMessageReply): ToolCallOut[] {
+  return (reply.toolCalls ?? []).map((call) => ({
+    id: call.id ?? exchange.nextId('call_'),
+    type: 'function',
+    function: { name: call.name, arguments: call.arguments },
+  }));
+}
+
+function usageBody(usage: FakeUsage) {
+  return {
+    prompt_tokens: usage.inputTokens,
+    completion_tokens: usage.outputTokens,
+    total_tokens: usage.inputTokens + usage.outputTokens,
+    prompt_tokens_details: { cached_tokens: usage.cachedTokens, audio_tokens: 0 },
+    completion_tokens_details: {
+      reasoning_tokens: 0,
+      audio_tokens: 0,
+      accepted_prediction_tokens: 0,
+      rejected_prediction_tokens: 0,
+    },
+  };
+}
+
+function writeCompletion(exchange: FakeExchange, reply: FakeMessageReply): void {
+  const toolCalls = toolCallsOf(exchange, reply);
+  const message = {
+    role: 'assistant',
+    content: reply.content ?? (toolCalls.length > 0 ? null : ''),
+    refusal: null,
+    annotations: [],
+    ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
+  };
+  const body = {
+    id: exchange.nextId('chatcmpl-'),
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: exchange.model,
+    choices: [{ index: 0, message, logprobs: null, finish_reason: finishReasonOf(reply) }],
+    usage: usageBody(usageOf(reply, exchange.request.body)),
+    service_tier: 'default',
+    system_fingerprint: 'fp_fake',
+  };
+  writeJson(exchange.response, 200, body, { 'x-request-id': exchange.requestId });
+}
+
+/** Streams the reply as `chat.completion.chunk`s: role, text pieces, each tool call's head then argument pieces, finish, usage, `[DONE]`. */
+function writeCompletionStream(exchange: FakeExchange, reply: FakeMessageReply): void {
+  const res = exchange.response;
+  const toolCalls = toolCallsOf(exchange, reply);
+  const includeUsage = exchange.request.body.stream_options?.include_usage === true;
+  const head = {
+    id: exchange.nextId('chatcmpl-'),
+    object: 'chat.completion.chunk',
+    created: Math.floor(Date.now() / 1000),
+    model: exchange.model,
+    service_tier: 'default',
+    system_fingerprint: 'fp_fake',
+  };
+  const chunk = (delta: object, finishReason: string | null = null) => ({
+    ...head,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    ...(includeUsage ? { usage: null } : {}),
+  });
+
+  openEventStream(res, { 'x-request-id': exchange.requestId });
+  const hasText = reply.content !== undefined && reply.content !== '';
+  writeEvent(
+    res,
+    chunk({ role: 'assistant', content: hasText || toolCalls.length === 0 ? '' : null, refusal: null }),
+  );
+  for (const piece of splitText(reply.content ?? '')) writeEvent(res, chunk({ content: piece }));
+  toolCalls.forEach((call, index) => {
+    const opening = {
+      index,
+      id: call.id,
+      type: 'function',
+      function: { name: call.function.name, arguments: '' },
+    };
+    writeEvent(res, chunk({ tool_calls: [opening] }));
+    for (const piece of splitText(call.function.arguments)) {
+      writeEvent(res, chunk({ tool_calls: [{ index, function: { arguments: piece } }] }));
+    }
+  });
+  writeEvent(res, chunk({}, finishReasonOf(reply)));
+  if (includeUsage) {
+    writeEvent(res, { ...head, choices: [], usage: usageBody(usageOf(reply, exchange.request.body)) });
+  }
+  writeEvent(res, '[DONE]');
+  res.end();
+}
+
+const openAIProtocol: FakeProtocol = {
+  basePath: '/v1',
+  endpoint: '/v1/chat/completions',
+  requestIdHeader: 'x-request-id',
+  apiKeyOf: bearerToken,
+  authFailure(presented): FakeErrorReply {
+    return {
+      kind: 'error',
+      status: 401,
+      message: `Incorrect API key provided: ${presented ?? '(none)'}.`,
+    };
+  },
+  errorBody(status, message, type) {
+    const kind = type === undefined ? errorKind(status) : { type, code: null };
+    return { error: { message, type: kind.type, param: null, code: kind.code } };
+  },
+  writeMessage(exchange, reply) {
+    if (exchange.streaming) writeCompletionStream(exchange, reply);
+    else writeCompletion(exchange, reply);
+  },
+  writeGarbage(exchange) {
+    const res = exchange.response;
+    if (!exchange.streaming) {
+      res.writeHead(200, { 'content-type': 'application/json', 'x-request-id': exchange.requestId });
+      res.end('<html>fake server: this is not JSON');
+      return;
+    }
+    openEventStream(res, { 'x-request-id': exchange.requestId });
+    writeEvent(res, '{"id": "chatcmpl-garbage", "choices": [');
+    res.end();
+  },
+};
+
+/**
+ * Starts a fake OpenAI Chat Completions server (`POST /v1/chat/completions`, JSON and SSE) on a free
+ * local port, answering from scripted replies; the unmodified `openai` SDK talks to it.
+ *
+ * Errors use OpenAI's body `{ error: { message, type, param, code } }`; a 401 from `requireApiKey` has
+ * `code: 'invalid_api_key'`. A request with `response_format` gets the scripted content as is, so a
+ * test can script valid or invalid JSON.
+ *
+ * @example
+ * const fake = await startFakeOpenAI({ replies: [{ kind: 'message', content: 'hi' }] });
+ * const client = new OpenAI({ apiKey: 'test', baseURL: fake.baseURL, maxRetries: 0 });
+ * await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hello' }] });
+ * await fake.stop();
+ */
+export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeModelServer> {
+  return startFakeModelServer(openAIProtocol, 'gpt-fake', options);
+}
