@@ -137,6 +137,20 @@ describe('troupe up, submit and tail against a NATS server', () => {
   });
 });
 
+describe('troupe submit against a server no coordinator has used', () => {
+  it('says so plainly instead of failing with a stack trace', async () => {
+    const nats = await startTestNats();
+    try {
+      const result = await troupe(['submit', 'demo', 'x', '--server', nats.url]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('no Troupe coordinator has run on');
+      expect(result.stderr).not.toMatch(/\n\s+at /);
+    } finally {
+      await nats.stop();
+    }
+  });
+});
+
 describe('troupe up with an embedded nats-server', () => {
   it('starts its own server, records it for submit, and stops it on SIGTERM', async () => {
     const home = await mkdtemp(join(tmpdir(), 'troupe-home-'));

@@ -145,8 +145,15 @@ describe('a YAML pipeline over a real nats-server', () => {
     expect(unknown.reason).toContain('no pipeline named "nope"');
     expect(unknown.reason).toContain('demo');
 
+    publishTask(h, 'nope', 'not json either');
+    const unknownGarbage = await h.nextInvalid((e) => e.payload === 'not json either');
+    expect(unknownGarbage.reason).toContain('no pipeline named "nope"');
+
     publishTask(h, 'demo', { id: 'after-bad', goal: 'still works' });
     expect((await h.finalOf('after-bad')).kind).toBe('task.completed');
+    // Each bad message was reported once, not once per process that saw it.
+    expect(h.invalid.filter((e) => e.payload === 'this is not json')).toHaveLength(1);
+    expect(h.invalid.filter((e) => e.payload === 'not json either')).toHaveLength(1);
   });
 
   it('reports a malformed agent step, and answers a malformed step request with an error', async () => {

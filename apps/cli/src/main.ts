@@ -15,7 +15,10 @@ const positive = (value: string): number => {
 const homeOption = () =>
   new Option('--home <dir>', 'where troupe up keeps its data and records its server').default('.troupe');
 const serverOption = () =>
-  new Option('-s, --server <url>', 'NATS server URL (default: $NATS_URL, else the one troupe up started)');
+  new Option(
+    '-s, --server <url>',
+    'NATS server URL (default: $NATS_URL, else the embedded one a running `troupe up` recorded)',
+  );
 
 /** Runs a command and turns its outcome into an exit code; user errors print without a stack. */
 const run =
@@ -43,7 +46,9 @@ program
   .description('run the coordinator for pipeline files (embedded nats-server unless NATS_URL is set)')
   .argument('<pipeline.yaml...>', 'pipeline files to load')
   .addOption(homeOption())
-  .addOption(serverOption())
+  .addOption(
+    new Option('-s, --server <url>', 'join this NATS server instead of starting one (default: $NATS_URL)'),
+  )
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
   .option('--concurrency <n>', 'most tasks per pipeline at once', positive, 16)
   .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')

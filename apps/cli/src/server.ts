@@ -39,6 +39,6 @@ export async function connectCli(options: ServerOptions, name: string): Promise<
   try {
     return await NatsBus.connect({ servers, name, logger, messageLogLevel: 'debug' });
   } catch (error) {
-    throw new CliError(`cannot connect to NATS at ${servers}: ${(error as Error).message}`);
+    throw new CliError((error as Error).message);
   }
 }

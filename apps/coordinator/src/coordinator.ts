@@ -66,10 +66,6 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   await ensureTroupeStreams(bus);
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
-  const host = `${hostname()}:${process.pid}`;
-  for (const pipeline of options.pipelines) {
-    await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()));
-  }
 
   const agentHosts: AgentHost[] = [];
   if (options.hostAgents ?? true) {
@@ -89,7 +85,6 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
       );
     }
   }
-  const guard: BusSubscription = startIntakeGuard(bus, () => pipelineRegistry.names());
   const runners: PipelineRunner[] = [];
   for (const pipeline of options.pipelines) {
     runners.push(
@@ -106,6 +101,13 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
       }),
     );
   }
+
+  // Registered once their consumers exist, so a task the registry lets through is never lost.
+  const host = `${hostname()}:${process.pid}`;
+  for (const pipeline of options.pipelines) {
+    await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()));
+  }
+  const guard: BusSubscription = startIntakeGuard(bus, () => pipelineRegistry.names());
 
   return {
     pipelines: options.pipelines.map((p) => p.config.name),

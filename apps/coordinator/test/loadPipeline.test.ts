@@ -401,7 +401,7 @@ describe('parsePipeline refuses', () => {
     const text = VALID.slice(0, VALID.indexOf('flow:'));
     const error = refusal(text);
     expect(error.issues).toHaveLength(1);
-    expectIssue(error, 'flow', { message: 'expected array' });
+    expectIssue(error, 'flow', { message: 'missing (required: array)' });
   });
 
   it('an empty flow', () => {

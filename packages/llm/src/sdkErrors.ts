@@ -5,12 +5,16 @@ export function toModelError(error: unknown, label: string): ModelError {
   if (error instanceof ModelError) return error;
   const name = (error as { constructor?: { name?: string } })?.constructor?.name ?? '';
   const message = error instanceof Error ? error.message : String(error);
-  if (name === 'APIUserAbortError') return new ModelError('aborted', `${label}: request aborted`, { cause: error });
+  if (name === 'APIUserAbortError')
+    return new ModelError('aborted', `${label}: request aborted`, { cause: error });
   if (name === 'APIConnectionTimeoutError') {
     return new ModelError('timeout', `${label}: request timed out`, { retryable: true, cause: error });
   }
   if (name === 'APIConnectionError') {
-    return new ModelError('connection', `${label}: connection failed: ${message}`, { retryable: true, cause: error });
+    return new ModelError('connection', `${label}: connection failed: ${message}`, {
+      retryable: true,
+      cause: error,
+    });
   }
   const status = (error as { status?: unknown }).status;
   if (typeof status === 'number') {
@@ -24,7 +28,10 @@ export function toModelError(error: unknown, label: string): ModelError {
       ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
     });
   }
-  return new ModelError('invalid_response', `${label}: unusable response: ${message}`, { retryable: true, cause: error });
+  return new ModelError('invalid_response', `${label}: unusable response: ${message}`, {
+    retryable: true,
+    cause: error,
+  });
 }
 
 function classify(status: number): [ModelErrorCode, boolean] {

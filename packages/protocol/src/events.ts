@@ -64,7 +64,12 @@ export const EventData = {
     text: z.string(),
     toolCalls: z
       .array(
-        z.object({ index: z.number().int(), id: z.string().optional(), name: z.string().optional(), arguments: z.string() }),
+        z.object({
+          index: z.number().int(),
+          id: z.string().optional(),
+          name: z.string().optional(),
+          arguments: z.string(),
+        }),
       )
       .optional(),
   }),
@@ -126,6 +131,8 @@ export const EventData = {
   }),
   'task.completed': z.object({
     output: z.string(),
+    /** False when the flow ended at a review bound with `onMaxRounds: complete`: the work was never approved. */
+    approved: z.boolean().optional(),
     rounds: z.number().int().nonnegative(),
     usage: UsageTotals,
     usageByAgent: z.record(z.string(), UsageTotals),

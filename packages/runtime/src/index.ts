@@ -6,16 +6,16 @@ export {
   type AgentMachineInput,
   type AgentOutput,
   agentMachine,
-  type ModelCallResult,
-  parseVerdict,
-  parseStructured,
-  type OutputSpec,
   type ModelCallInput,
+  type ModelCallResult,
+  type OutputSpec,
+  parseStructured,
+  parseVerdict,
   type ToolRunResult,
 } from './agent/agentMachine.ts';
+export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
-export { DeltaBatcher, type DeltaBatch, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { type KvEntry, KvStore } from './durable/kvStore.ts';
 export {
   type SubmitResult,

@@ -106,6 +106,10 @@ const NO_REPLY_LEFT = 'fake server: no scripted reply left';
 /**
  * Starts a fake model server on 127.0.0.1 with an OS-chosen port, speaking `protocol`.
  * Used by `startFakeOpenAI` and `startFakeAnthropic`; tests call those.
+ *
+ * Requests that never reach the model consume no scripted reply, as on the real service: another
+ * path or method gets 404, a wrong key (with `requireApiKey`) 401, a body that is not a JSON object 400.
+ * All of them are still recorded.
  */
 export async function startFakeModelServer(
   protocol: FakeProtocol,
@@ -226,7 +230,7 @@ export async function startFakeModelServer(
       for (const timer of timers) clearTimeout(timer);
       timers.clear();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-
+      for (const socket of sockets) socket.destroy();
       return closed;
     },
   };

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { PipelineRegistry, WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
-import { KvStore, submitTask } from '@troupe/runtime';
+import { KvStore, type NatsBus, submitTask } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
 import { waitForFinal } from '../watch.ts';
@@ -24,32 +24,40 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
   const task = buildTask(goal, options);
   const bus = await connectCli(options, 'troupe-submit');
   try {
-    const known = await (await PipelineRegistry.open(bus)).names();
+    const { registry, store } = await openTroupeState(bus);
+    const known = await registry.names();
     if (!known.includes(pipeline)) {
       throw new CliError(
         `no coordinator has loaded a pipeline named "${pipeline}"; loaded: ${known.join(', ') || 'none'}. ` +
           'Start one with `troupe up <pipeline.yaml>`.',
       );
     }
+    // A known id is never run again, whenever it was first submitted: say so instead of waiting for nothing.
+    const existing = await store.get(task.id);
     const watcher = options.wait
       ? waitForFinal(bus, task.id, (event) => print(event, options.json))
       : undefined;
     await bus.flush();
-    const result = await submitTask(bus, pipeline, task);
-    if (result.duplicate) {
-      watcher?.stop();
-      const record = await (await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord)).get(task.id);
+    const duplicate = existing !== undefined || (await submitTask(bus, pipeline, task)).duplicate;
+    if (duplicate) {
+      const record = existing ?? (await store.get(task.id));
+      const status = record?.value.status;
       process.stderr.write(
-        `task ${task.id} was already submitted; not run again${record ? ` (it is ${record.value.status})` : ''}\n`,
+        `task ${task.id} was already submitted; not run again${status ? ` (it is ${status})` : ''}\n`,
       );
-      process.stdout.write(`${task.id}\n`);
-      return record?.value.status === 'failed' ? 1 : 0;
+      if (status !== 'running' || !watcher) {
+        watcher?.stop();
+        process.stdout.write(`${task.id}\n`);
+        return status === 'failed' ? 1 : 0;
+      }
     }
     if (!watcher) {
       process.stdout.write(`${task.id}\n`);
       return 0;
     }
-    process.stderr.write(`submitted ${task.id} to ${pipeline}; waiting for it to finish\n`);
+    process.stderr.write(
+      `${duplicate ? 'following' : `submitted ${task.id} to ${pipeline};`} waiting for it to finish\n`,
+    );
     const final = await Promise.race([watcher.final, timeout(options.timeout)]);
     watcher.stop();
     if (final === undefined) {
@@ -59,6 +67,21 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
     return final.kind === 'task.completed' ? 0 : 1;
   } finally {
     await bus.close();
+  }
+}
+
+/** The registry and workflow records; a server no coordinator has used has neither, which is worth saying plainly. */
+async function openTroupeState(bus: NatsBus) {
+  try {
+    return {
+      registry: await PipelineRegistry.open(bus),
+      store: await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord),
+    };
+  } catch (error) {
+    throw new CliError(
+      `no Troupe coordinator has run on ${bus.connection.getServer()} yet (${(error as Error).message}); ` +
+        'start one with `troupe up <pipeline.yaml>`',
+    );
   }
 }
 

@@ -18,7 +18,10 @@ export async function tail(options: TailOptions): Promise<number> {
     ...(options.pipeline ? { pipeline: options.pipeline } : {}),
     invalid: options.task === undefined,
     onEvent: (event) => write(options.json ? JSON.stringify(event) : formatEvent(event, { color })),
-    onInvalid: (event) => write(options.json ? JSON.stringify(event) : formatInvalid(event, { color })),
+    onInvalid: (event) => {
+      if (options.pipeline && event.pipeline !== options.pipeline) return;
+      write(options.json ? JSON.stringify(event) : formatInvalid(event, { color }));
+    },
   });
   await bus.flush();
   process.stderr.write(`watching ${options.task ? `task ${options.task}` : 'all tasks'}; Ctrl-C to stop\n`);

@@ -12,14 +12,19 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
       // loadPipeline has built every agent's model or refused the file, so a miss here is a bug, not bad input.
       if (!model) throw new Error(`agent ${name}: its model was not built`);
       const entry = resolveModelRef(config, agent.model ?? config.defaults.model ?? '');
-      const temperature = agent.temperature ?? (entry && 'temperature' in entry ? entry.temperature : undefined);
-      const maxTokens = agent.maxTokens ?? (entry && 'maxTokens' in entry ? entry.maxTokens : undefined);
+      const remote = entry && entry.provider !== 'scripted' ? entry : undefined;
+      const temperature = agent.temperature ?? remote?.temperature;
+      const maxTokens = agent.maxTokens ?? remote?.maxTokens;
       return {
         name,
         instructions: agent.instructions,
         model,
         tools: agent.tools,
-        rules: agent.permissions.map(({ paths, ...rule }) => (paths ? { ...rule, paths } : rule)),
+        rules: agent.permissions.map(({ tool, decision, paths }) => ({
+          tool,
+          decision,
+          ...(paths ? { paths } : {}),
+        })),
         maxTurns: agent.maxTurns ?? config.defaults.maxTurns,
         ...(temperature === undefined ? {} : { temperature }),
         ...(maxTokens === undefined ? {} : { maxTokens }),

@@ -3,12 +3,19 @@ import { dirname, resolve } from 'node:path';
 import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath } from '@troupe/protocol';
 import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
+import { z } from 'zod';
 import { FINAL_STATES } from '../workflow/workflowTypes.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
 import { suggestion } from './didYouMean.ts';
-import { createProvider, type Env, keyEnvOf, modelLabel, resolveModelRef, withRetries } from './modelFactory.ts';
+import {
+  createProvider,
+  type Env,
+  keyEnvOf,
+  modelLabel,
+  resolveModelRef,
+  withRetries,
+} from './modelFactory.ts';
 import { type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
-import { z } from 'zod';
 
 /** A pipeline file, validated, with each agent's model built. */
 export interface LoadedPipeline {
@@ -52,9 +59,13 @@ export function parsePipeline(text: string, file: string, options: LoadOptions):
 
 type Locate = (path: readonly PropertyKey[], message: string) => ConfigIssue;
 
-function parseLocated(text: string, file: string, options: LoadOptions): { config: PipelineConfig; locate: Locate } {
+function parseLocated(
+  text: string,
+  file: string,
+  options: LoadOptions,
+): { config: PipelineConfig; locate: Locate } {
   const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true, merge: true });
   if (doc.errors.length > 0) {
     throw new ConfigError(
       file,
@@ -71,11 +82,15 @@ function parseLocated(text: string, file: string, options: LoadOptions): { confi
   if (!parsed.success) {
     throw new ConfigError(
       file,
-      parsed.error.issues.map((issue) => locate(issue.path, issue.message)),
+      parsed.error.issues.map((issue) => locate(issue.path, readable(issue.message))),
     );
   }
   const problems = checkReferences(parsed.data, options);
-  if (problems.length > 0) throw new ConfigError(file, problems.map((p) => locate(p.path, p.message)));
+  if (problems.length > 0)
+    throw new ConfigError(
+      file,
+      problems.map((p) => locate(p.path, p.message)),
+    );
   return { config: parsed.data, locate };
 }
 
@@ -102,7 +117,7 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       problems.push({ path: ['agents', name], message: 'no model: set model here or defaults.model' });
     }
     checkRef(agent.model, ['agents', name, 'model']);
-    agent.fallback.forEach((ref, i) => checkRef(ref, ['agents', name, 'fallback', i]));
+    for (const [i, ref] of agent.fallback.entries()) checkRef(ref, ['agents', name, 'fallback', i]);
     if (agent.output !== undefined) {
       if (reviewers.has(name)) {
         problems.push({
@@ -111,7 +126,11 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
         });
       } else {
         const invalid = jsonSchemaProblem(agent.output);
-        if (invalid) problems.push({ path: ['agents', name, 'output'], message: `not a usable JSON Schema: ${invalid}` });
+        if (invalid)
+          problems.push({
+            path: ['agents', name, 'output'],
+            message: `not a usable JSON Schema: ${invalid}`,
+          });
       }
     }
     agent.tools.forEach((tool, i) => {
@@ -221,6 +240,12 @@ async function buildAgentModels(
   }
   if (issues.length > 0) throw new ConfigError(file, issues);
   return agentModels;
+}
+
+/** zod says a missing key "expected string, received undefined"; people say "missing". */
+function readable(message: string): string {
+  const missing = /^Invalid input: expected (.+), received undefined$/.exec(message);
+  return missing ? `missing (required: ${missing[1]})` : message;
 }
 
 type Built = { provider: ModelProvider } | { error: string };

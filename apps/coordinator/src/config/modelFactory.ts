@@ -75,7 +75,8 @@ export async function createProvider(model: ModelConfig, baseDir: string, env: E
 export function withRetries(primary: ModelConfig, chain: readonly ModelProvider[]): ModelProvider {
   const [first, ...fallbacks] = chain;
   if (!first) throw new Error('an agent needs at least one model');
-  if (primary.provider === 'scripted') return fallbacks.length === 0 ? first : new ResilientModel(first, fallbacks);
+  if (primary.provider === 'scripted')
+    return fallbacks.length === 0 ? first : new ResilientModel(first, fallbacks);
   return new ResilientModel(first, fallbacks, {
     policy: { maxAttempts: primary.maxAttempts, baseDelayMs: primary.retryDelay * 1_000 },
   });

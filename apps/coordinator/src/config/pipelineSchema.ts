@@ -24,7 +24,7 @@ const withExtensions = <T extends z.ZodRawShape>(shape: T) =>
   );
 
 /** A model played from a script of replies: offline and deterministic. */
-export const ScriptedModelConfig = z.strictObject({
+export const ScriptedModelConfig = withExtensions({
   provider: z.literal('scripted'),
   /** Path of the script, relative to the pipeline file. */
   script: z.string().min(1),
@@ -49,20 +49,20 @@ const remote = {
   retryDelay: z.number().nonnegative().max(600).default(0.5),
 };
 
-export const OpenAIModelConfig = z.strictObject({
+export const OpenAIModelConfig = withExtensions({
   provider: z.literal('openai'),
   ...remote,
   baseURL: z.url().optional(),
 });
 
-export const AnthropicModelConfig = z.strictObject({
+export const AnthropicModelConfig = withExtensions({
   provider: z.literal('anthropic'),
   ...remote,
   baseURL: z.url().optional(),
 });
 
 /** Any server speaking the OpenAI Chat Completions API: Ollama, vLLM, llama.cpp, LiteLLM. */
-export const OpenAICompatibleModelConfig = z.strictObject({
+export const OpenAICompatibleModelConfig = withExtensions({
   provider: z.literal('openai-compatible'),
   ...remote,
   baseURL: z.url(),
@@ -86,13 +86,13 @@ export const ModelRef = z
   );
 
 /** USD per million tokens, overriding the shipped price table for a `provider:model` prefix. */
-export const PriceConfig = z.strictObject({
+export const PriceConfig = withExtensions({
   input: z.number().nonnegative(),
   output: z.number().nonnegative(),
   cachedInput: z.number().nonnegative().optional(),
 });
 
-export const PermissionRuleConfig = z.strictObject({
+export const PermissionRuleConfig = withExtensions({
   tool: z.string().min(1),
   decision: z.enum(['allow', 'deny']),
   /** Globs relative to the task workspace, for file tools. */
@@ -128,7 +128,7 @@ const StepId = z
   );
 
 /** A step that hands the work to an agent and takes its text reply. */
-export const AgentStepConfig = z.strictObject({
+export const AgentStepConfig = withExtensions({
   id: StepId,
   kind: z.literal('agent'),
   agent: Name,
@@ -139,7 +139,7 @@ export const AgentStepConfig = z.strictObject({
 });
 
 /** A step whose agent returns a verdict: approve moves on, reject sends the work back with feedback. */
-export const ReviewStepConfig = z.strictObject({
+export const ReviewStepConfig = withExtensions({
   id: StepId,
   kind: z.literal('review'),
   agent: Name,
@@ -158,7 +158,7 @@ export type StepConfig = z.infer<typeof StepConfig>;
 export type AgentStepConfig = z.infer<typeof AgentStepConfig>;
 export type ReviewStepConfig = z.infer<typeof ReviewStepConfig>;
 
-export const DefaultsConfig = z.strictObject({
+export const DefaultsConfig = withExtensions({
   model: ModelRef.optional(),
   maxTurns: z.number().int().positive().max(1_000).default(10),
   /** Default step timeout in seconds. */

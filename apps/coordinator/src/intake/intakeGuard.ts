@@ -1,6 +1,5 @@
 import { parseSubject, subjects } from '@troupe/protocol';
 import type { BusSubscription, NatsBus } from '@troupe/runtime';
-import { z } from 'zod';
 import { suggestion } from '../config/didYouMean.ts';
 
 /**
@@ -9,9 +8,8 @@ import { suggestion } from '../config/didYouMean.ts';
  * (Payload errors for known pipelines are reported by the pipeline's runner, which reads the stored message.)
  */
 export function startIntakeGuard(bus: NatsBus, knownPipelines: () => Promise<string[]>): BusSubscription {
-  return bus.subscribe(
+  return bus.subscribeText(
     subjects.allTasks,
-    z.unknown(),
     async (delivery) => {
       const parsed = parseSubject(delivery.subject);
       const known = await knownPipelines();
@@ -26,7 +24,7 @@ export function startIntakeGuard(bus: NatsBus, knownPipelines: () => Promise<str
         reporter: 'coordinator',
         reason: `task refused: ${reason}`,
         issues: [],
-        payload: JSON.stringify(delivery.value).slice(0, 2_000),
+        payload: delivery.value.slice(0, 2_000),
         ...(parsed?.type === 'task' ? { pipeline: parsed.pipeline } : {}),
       });
       delivery.respond({ ok: false, error: { code: 'unknown_pipeline', message: reason } });

@@ -41,6 +41,13 @@ export interface PipelineRunner {
   stop(): Promise<void>;
 }
 
+type Ending =
+  | { kind: 'done'; output: WorkflowOutput }
+  | { kind: 'stopped' }
+  | { kind: 'crashed'; error: unknown };
+
+const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+
 interface RunningTask {
   actor: Actor<WorkflowMachine>;
   delivery: TaskDelivery;
@@ -152,7 +159,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     createdAt: string,
     snapshot: unknown,
   ): Promise<void> {
-    const started = clock.now();
     const actor = createActor(machine, {
       input,
       ...(snapshot === undefined ? {} : { snapshot: snapshot as Snapshot<unknown> }),
@@ -194,19 +200,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         );
     };
     const heartbeat = setInterval(() => delivery.working(), Math.max(1_000, Math.floor(ackWaitMs / 3)));
-    const finished = new Promise<WorkflowOutput | undefined>((resolve) => {
+    const finished = new Promise<Ending>((resolve) => {
       actor.subscribe({
         next: (snap) => {
           if (snap.status === 'active' || snap.status === 'done') persist();
-          if (snap.status === 'done') resolve(snap.output);
+          if (snap.status === 'done') resolve({ kind: 'done', output: snap.output });
         },
         // Stopping the actor (shutdown) completes it without output.
-        complete: () =>
-          resolve(actor.getSnapshot().status === 'done' ? actor.getSnapshot().output : undefined),
-        error: (error) => {
-          logger.error({ err: error, taskId: input.taskId }, 'workflow actor crashed');
-          resolve(undefined);
-        },
+        complete: () => resolve({ kind: 'stopped' }),
+        error: (error) => resolve({ kind: 'crashed', error }),
       });
     });
     actor.start();
@@ -222,23 +224,35 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       );
     }
     try {
-      const output = await finished;
+      const ending = await finished;
       await writes;
-      if (output === undefined) {
-        // Stopped (shutdown) or crashed: hand the task back so a coordinator resumes it from its checkpoint.
-        if (!stopping)
-          publishFailure(
-            scope,
-            'internal',
-            'the workflow actor crashed; see the coordinator log',
-            emptyUsage(),
-            clock.now() - started,
-          );
-        delivery.nak(stopping ? 0 : 5_000);
-        return;
+      // Measured from acceptance, so a resumed task reports its whole life.
+      const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
+      switch (ending.kind) {
+        case 'done':
+          publishFinal(scope, ending.output, durationMs);
+          delivery.ack();
+          return;
+        case 'stopped':
+          // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
+          delivery.nak(0);
+          return;
+        case 'crashed': {
+          // A bug, not bad input: retrying would crash again, so the task ends here, loudly.
+          const message = `the workflow actor crashed: ${errorMessage(ending.error)}`;
+          logger.error({ err: ending.error, taskId: input.taskId }, message);
+          const usage = actor.getSnapshot().context.usage;
+          await store
+            .put(
+              input.taskId,
+              record(input, delivery, 'failed', 'failed', 1, usage, createdAt, clock, undefined),
+            )
+            .catch(() => undefined);
+          publishFailure(scope, 'internal', message, usage, durationMs);
+          delivery.ack();
+          return;
+        }
       }
-      publishFinal(scope, output, clock.now() - started);
-      delivery.ack();
     } finally {
       clearInterval(heartbeat);
       running.delete(input.taskId);
@@ -253,6 +267,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           scope,
           {
             output: output.output,
+            ...(output.approved === undefined ? {} : { approved: output.approved }),
             rounds: output.rounds,
             usage: output.usage,
             usageByAgent: output.usageByAgent,

@@ -8,7 +8,10 @@ type Block = Anthropic.Messages.ContentBlockParam;
  * Our conversation in Messages API form: system text apart, tool calls as `tool_use` blocks, results as
  * `tool_result` blocks in a user turn, and consecutive turns of one role merged, as the API requires.
  */
-export function toAnthropicMessages(messages: readonly ChatMessage[]): { system: string; messages: Message[] } {
+export function toAnthropicMessages(messages: readonly ChatMessage[]): {
+  system: string;
+  messages: Message[];
+} {
   const system = messages
     .filter((m) => m.role === 'system')
     .map((m) => m.content)
@@ -55,7 +58,9 @@ function toBlocks(message: Exclude<ChatMessage, { role: 'system' }>): Block[] {
 function parseInput(text: string): Record<string, unknown> {
   try {
     const value: unknown = JSON.parse(text);
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : {};
   } catch {
     return {};
   }

@@ -85,7 +85,13 @@ export class AnthropicProvider implements ModelProvider {
     const message = await this.#client.messages.create(this.#body(request), {
       ...(request.signal ? { signal: request.signal } : {}),
     });
-    const draft: Draft = { content: '', toolCalls: [], usage: message.usage, stop: message.stop_reason, model: message.model };
+    const draft: Draft = {
+      content: '',
+      toolCalls: [],
+      usage: message.usage,
+      stop: message.stop_reason,
+      model: message.model,
+    };
     for (const block of message.content) {
       if (block.type === 'text') draft.content += block.text;
       if (block.type === 'tool_use') {
@@ -118,7 +124,13 @@ export class AnthropicProvider implements ModelProvider {
             const call = { id: event.content_block.id, name: event.content_block.name, arguments: '' };
             byBlock.set(event.index, call);
             draft.toolCalls.push(call);
-            request.observer?.onDelta?.({ type: 'tool_call', index: event.index, id: call.id, name: call.name, arguments: '' });
+            request.observer?.onDelta?.({
+              type: 'tool_call',
+              index: event.index,
+              id: call.id,
+              name: call.name,
+              arguments: '',
+            });
           }
           break;
         case 'content_block_delta':
@@ -128,7 +140,11 @@ export class AnthropicProvider implements ModelProvider {
           } else if (event.delta.type === 'input_json_delta') {
             const call = byBlock.get(event.index);
             if (call) call.arguments += event.delta.partial_json;
-            request.observer?.onDelta?.({ type: 'tool_call', index: event.index, arguments: event.delta.partial_json });
+            request.observer?.onDelta?.({
+              type: 'tool_call',
+              index: event.index,
+              arguments: event.delta.partial_json,
+            });
           }
           break;
         case 'message_delta':

@@ -59,7 +59,11 @@ export class OpenAIProvider implements ModelProvider {
         ? {
             response_format: {
               type: 'json_schema' as const,
-              json_schema: { name: request.responseSchema.name, schema: request.responseSchema.schema, strict: false },
+              json_schema: {
+                name: request.responseSchema.name,
+                schema: request.responseSchema.schema,
+                strict: false,
+              },
             },
           }
         : {}),
@@ -71,9 +75,14 @@ export class OpenAIProvider implements ModelProvider {
       ...(request.signal ? { signal: request.signal } : {}),
     });
     const choice = completion.choices[0];
-    if (!choice) throw new ModelError('invalid_response', `${this.provider} ${this.model}: reply has no choices`, { retryable: true });
+    if (!choice)
+      throw new ModelError('invalid_response', `${this.provider} ${this.model}: reply has no choices`, {
+        retryable: true,
+      });
     const toolCalls = (choice.message.tool_calls ?? []).flatMap((call): ToolCall[] =>
-      call.type === 'function' ? [{ id: call.id, name: call.function.name, arguments: call.function.arguments }] : [],
+      call.type === 'function'
+        ? [{ id: call.id, name: call.function.name, arguments: call.function.arguments }]
+        : [],
     );
     return {
       content: choice.message.content ?? '',
@@ -107,7 +116,8 @@ export class OpenAIProvider implements ModelProvider {
         request.observer?.onDelta?.({ type: 'text', text });
       }
       for (const part of choice.delta.tool_calls ?? []) {
-        const call = (calls[part.index] ??= { id: '', name: '', arguments: '' });
+        const call = calls[part.index] ?? { id: '', name: '', arguments: '' };
+        calls[part.index] = call;
         if (part.id) call.id = part.id;
         if (part.function?.name) call.name += part.function.name;
         if (part.function?.arguments) call.arguments += part.function.arguments;

@@ -56,6 +56,11 @@ export class PriceTable {
     if (!price) return 0;
     const cached = Math.min(usage.cachedTokens, usage.inputTokens);
     const fresh = usage.inputTokens - cached;
-    return (fresh * price.input + cached * (price.cachedInput ?? price.input) + usage.outputTokens * price.output) / 1_000_000;
+    return (
+      (fresh * price.input +
+        cached * (price.cachedInput ?? price.input) +
+        usage.outputTokens * price.output) /
+      1_000_000
+    );
   }
 }

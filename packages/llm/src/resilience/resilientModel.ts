@@ -34,7 +34,11 @@ export class ResilientModel implements ModelProvider {
   readonly #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   readonly #random: () => number;
 
-  constructor(primary: ModelProvider, fallbacks: readonly ModelProvider[] = [], options: ResilientModelOptions = {}) {
+  constructor(
+    primary: ModelProvider,
+    fallbacks: readonly ModelProvider[] = [],
+    options: ResilientModelOptions = {},
+  ) {
     this.provider = primary.provider;
     this.model = primary.model;
     this.#chain = [primary, ...fallbacks];
@@ -48,12 +52,20 @@ export class ResilientModel implements ModelProvider {
     for (const [index, model] of this.#chain.entries()) {
       const previous = this.#chain[index - 1];
       if (previous && last) {
-        request.observer?.onFallback?.({ from: label(previous), to: label(model), code: last.code, message: last.message });
+        request.observer?.onFallback?.({
+          from: label(previous),
+          to: label(model),
+          code: last.code,
+          message: last.message,
+        });
       }
       try {
         return await this.#withRetries(model, request);
       } catch (error) {
-        last = error instanceof ModelError ? error : new ModelError('invalid_response', String(error), { cause: error });
+        last =
+          error instanceof ModelError
+            ? error
+            : new ModelError('invalid_response', String(error), { cause: error });
         if (!last.retryable || request.signal?.aborted) throw last;
       }
     }

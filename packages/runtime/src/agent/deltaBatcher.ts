@@ -35,7 +35,8 @@ export class DeltaBatcher {
   }
 
   add(delta: ModelDelta): void {
-    const batch = (this.#pending ??= { seq: this.#seq, text: '', toolCalls: [] });
+    const batch = this.#pending ?? { seq: this.#seq, text: '', toolCalls: [] };
+    this.#pending = batch;
     if (delta.type === 'text') {
       batch.text += delta.text;
       this.#size += delta.text.length;

@@ -133,16 +133,30 @@ async function callModel(
     ...(batcher ? { onDelta: (delta: ModelDelta) => batcher.add(delta) } : {}),
     onRetry: (info) => {
       batcher?.flush();
-      deps.publish(deps.events.make('llm.retry', scope, { ...ref, ...info }, { from: `${info.provider}:${info.model}`, to: agent.name }));
+      deps.publish(
+        deps.events.make(
+          'llm.retry',
+          scope,
+          { ...ref, ...info },
+          { from: `${info.provider}:${info.model}`, to: agent.name },
+        ),
+      );
     },
     onFallback: (info) =>
-      deps.publish(deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to })),
+      deps.publish(
+        deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to }),
+      ),
   };
   try {
     const response = await agent.model.complete({
       messages: input.messages,
       tools: input.tools,
-      context: { taskId: request.taskId, pipeline: request.pipeline, agent: agent.name, stepId: request.stepId },
+      context: {
+        taskId: request.taskId,
+        pipeline: request.pipeline,
+        agent: agent.name,
+        stepId: request.stepId,
+      },
       signal,
       observer,
       ...(agent.stream ? { stream: true } : {}),

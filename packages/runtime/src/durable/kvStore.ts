@@ -2,6 +2,7 @@ import type { KV } from '@nats-io/kv';
 import type { z } from 'zod';
 import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
+import { TransportError } from '../transport/transportError.ts';
 
 /** An entry read back with the revision it was stored at. */
 export interface KvEntry<T> {
@@ -25,8 +26,19 @@ export class KvStore<S extends z.ZodType> {
     this.#bus = bus;
   }
 
+  /** Opens an existing bucket; fails with `bucket_missing` when no coordinator has created it on this server. */
   static async open<S extends z.ZodType>(bus: NatsBus, bucket: TroupeBucket, schema: S): Promise<KvStore<S>> {
-    return new KvStore(await kvOf(bus, bucket), schema, bus);
+    const kv = await kvOf(bus, bucket);
+    try {
+      await kv.status();
+    } catch (cause) {
+      throw new TransportError(
+        'bucket_missing',
+        `the KV bucket ${bucket} does not exist on this NATS server`,
+        { cause },
+      );
+    }
+    return new KvStore(kv, schema, bus);
   }
 
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {

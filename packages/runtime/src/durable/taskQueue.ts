@@ -60,7 +60,8 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
     durable_name: name,
     filter_subject: subjects.task(options.pipeline),
     ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
+    // Tasks stored before any coordinator served the pipeline were refused as unknown then; they are not run now.
+    deliver_policy: DeliverPolicy.New,
     ack_wait: nanos(options.ackWaitMs ?? 30_000),
     max_deliver: options.maxDeliver ?? -1,
   };

@@ -20,7 +20,7 @@ import {
   subjects,
   type TroupeEvent,
 } from '@troupe/protocol';
-import type { z } from 'zod';
+import { z } from 'zod';
 import type { Logger } from '../logging/logger.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
 import { TransportError } from './transportError.ts';
@@ -73,6 +73,17 @@ export interface RequestOptions {
   signal?: AbortSignal;
   meta?: MessageMeta;
   headers?: Record<string, string>;
+}
+
+/** Marks a subscription that takes raw text (see {@link NatsBus.subscribeText}). */
+const TEXT = z.string();
+
+function decodeText(data: Uint8Array): ParseResult<string> {
+  try {
+    return { ok: true, value: new TextDecoder('utf-8', { fatal: true }).decode(data) };
+  } catch {
+    return { ok: false, reason: 'payload is not valid UTF-8', issues: [] };
+  }
 }
 
 export type StatusListener = (status: { type: string; data?: unknown }) => void;
@@ -138,7 +149,7 @@ export class NatsBus {
       throw new TransportError(
         'connect_failed',
         `cannot connect to NATS at ${servers.join(', ')}: ${messageOf(cause)}. ` +
-          'Check that nats-server is running there, or unset NATS_URL to let Troupe start a local one.',
+          'Check that nats-server (with JetStream, -js) is running there; `troupe up` without NATS_URL starts one.',
         { cause },
       );
     }
@@ -227,6 +238,18 @@ export class NatsBus {
   }
 
   /**
+   * Delivers every message as text, unvalidated: for watchers that must see even what is not JSON (the intake
+   * guard reports tasks for unknown pipelines whatever their payload). Prefer {@link subscribe}.
+   */
+  subscribeText(
+    subject: string,
+    handler: (delivery: Delivery<string>) => void | Promise<void>,
+    opts: SubscribeOptions<string> = {},
+  ): BusSubscription {
+    return this.subscribe(subject, TEXT, handler, opts);
+  }
+
+  /**
    * Sends a request and returns its validated reply. Fails with a {@link TransportError}: `no_responders`,
    * `timeout`, `aborted`, `invalid_reply`, or the code of an `ErrorReply` the responder sent.
    */
@@ -298,7 +321,10 @@ export class NatsBus {
     handler: (delivery: Delivery<z.infer<S>>) => void | Promise<void>,
     opts: SubscribeOptions<z.infer<S>>,
   ): Promise<void> | undefined {
-    const parsed = parseMessage(schema, msg.data);
+    const parsed: ParseResult<z.infer<S>> =
+      (schema as z.ZodType) === TEXT
+        ? (decodeText(msg.data) as ParseResult<z.infer<S>>)
+        : parseMessage(schema, msg.data);
     const meta = parsed.ok
       ? this.#metaOf(msg.subject, parsed.value, opts.meta)
       : metaFromSubject(msg.subject);

@@ -1,6 +1,7 @@
 /** Stable codes of transport failures. A request answered with an `ErrorReply` carries the replier's own code. */
 export type TransportErrorCode =
   | 'connect_failed'
+  | 'bucket_missing'
   | 'no_responders'
   | 'timeout'
   | 'invalid_reply'
