@@ -29,14 +29,26 @@ export interface Harness {
   stop(): Promise<void>;
 }
 
-export async function startHarness(pipelineFiles: string[]): Promise<Harness> {
+export interface HarnessOptions {
+  /** The environment API keys are read from. */
+  env?: Record<string, string | undefined>;
+  /** Collects every log line the coordinator writes (at info level and up). */
+  logLines?: string[];
+}
+
+export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
   const nats = await startTestNats();
   const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-ws-'));
-  const logger: Logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
+  const lines = options.logLines;
+  const logger: Logger = lines
+    ? createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(line) } })
+    : createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
   const bus = await NatsBus.connect({ servers: nats.url, name: 'test-coordinator', logger });
   const registry = builtinTools();
   const pipelines = await Promise.all(
-    pipelineFiles.map((f) => loadPipeline(f, { toolNames: registry.names() })),
+    pipelineFiles.map((f) =>
+      loadPipeline(f, { toolNames: registry.names(), ...(options.env ? { env: options.env } : {}) }),
+    ),
   );
   const coordinator = await startCoordinator({
     bus,
