@@ -30,6 +30,24 @@ describe('troupe validate', () => {
     expect(result.stderr).toContain('did you mean "reviewer"');
   });
 
+  it('names the agent and the variable when an API key is missing, and --no-keys skips that check', async () => {
+    const missing = await troupe(
+      ['validate', examplePath('anthropic.yaml')],
+      cliEnv({ ANTHROPIC_API_KEY: '' }),
+    );
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain(
+      'agents.executor.model: agent executor uses anthropic:claude-sonnet-4-5, which needs the environment variable ANTHROPIC_API_KEY; it is not set',
+    );
+    const skipped = await troupe(
+      ['validate', '--no-keys', examplePath('openai.yaml'), examplePath('anthropic.yaml')],
+      cliEnv({ OPENAI_API_KEY: '', ANTHROPIC_API_KEY: '' }),
+    );
+    expect(skipped.code).toBe(0);
+    expect(skipped.stdout).toContain('pipeline openai-demo');
+    expect(skipped.stdout).toContain('pipeline anthropic-demo');
+  });
+
   it('prints the resolved pipeline with defaults applied', async () => {
     const result = await troupe(['validate', '--print', examplePath('demo.yaml')]);
     expect(result.code).toBe(0);

@@ -85,6 +85,7 @@ program
   .description('check pipeline files; report every problem with file, line and path')
   .argument('<pipeline.yaml...>', 'pipeline files')
   .option('--print', 'print the resolved pipeline (defaults applied) as JSON', false)
+  .option('--no-keys', 'do not require the API key variables to be set (for CI without secrets)')
   .action(run((files: string[], options) => validate(files, options)));
 
 program

@@ -3,6 +3,8 @@ import { CliError } from '../server.ts';
 
 export interface ValidateOptions {
   print: boolean;
+  /** Check that API key variables are set (commander's --no-keys makes this false). */
+  keys: boolean;
 }
 
 /** `troupe validate`: checks pipeline files without starting anything; with --print shows the resolved config. */
@@ -11,7 +13,7 @@ export async function validate(files: string[], options: ValidateOptions): Promi
   let failures = 0;
   for (const file of files) {
     try {
-      const { config } = await loadPipeline(file, { toolNames });
+      const { config } = await loadPipeline(file, { toolNames, requireKeys: options.keys });
       if (options.print) process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
       else process.stdout.write(`✓ ${file}: pipeline ${config.name} — ${describe(config)}\n`);
     } catch (error) {

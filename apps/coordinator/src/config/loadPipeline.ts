@@ -31,6 +31,8 @@ export interface LoadOptions {
   toolNames: readonly string[];
   /** Where API keys are read from; `process.env` when absent. */
   env?: Env;
+  /** Refuse a model whose API key variable is unset (default true; `troupe validate --no-keys` turns it off). */
+  requireKeys?: boolean;
 }
 
 /**
@@ -48,7 +50,13 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     });
   }
   const { config, locate } = parseLocated(text, file, options);
-  const agentModels = await buildAgentModels(config, file, options.env ?? process.env, locate);
+  const agentModels = await buildAgentModels(
+    config,
+    file,
+    options.env ?? process.env,
+    locate,
+    options.requireKeys ?? true,
+  );
   return { file, config, agentModels, prices: new PriceTable(config.prices) };
 }
 
@@ -195,6 +203,7 @@ async function buildAgentModels(
   file: string,
   env: Env,
   locate: Locate,
+  requireKeys: boolean,
 ): Promise<Map<string, ModelProvider>> {
   const baseDir = dirname(resolve(file));
   const built = new Map<string, Promise<Built>>();
@@ -222,7 +231,7 @@ async function buildAgentModels(
       const model = resolveModelRef(config, ref);
       if (!model) continue; // reported by checkReferences
       const keyEnv = keyEnvOf(model);
-      if (keyEnv !== undefined && !env[keyEnv]) {
+      if (requireKeys && keyEnv !== undefined && !env[keyEnv]) {
         const path = i === 0 ? ['agents', name, 'model'] : ['agents', name, 'fallback', i - 1];
         const message = `agent ${name} uses ${modelLabel(model)}, which needs the environment variable ${keyEnv}; it is not set`;
         issues.push(locate(path, message));
