@@ -33,6 +33,7 @@ models:
   gpt-once: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}", maxAttempts: 2, retryDelay: 0.01 }
   claude: { provider: anthropic, model: claude-sonnet-4-5, baseURL: "${anthropic.baseURL}", maxAttempts: 2, retryDelay: 0.01 }
   llama: { provider: openai-compatible, model: llama3.1, baseURL: "${local.baseURL}" }
+  impatient: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}", timeout: 0.3, maxAttempts: 2, retryDelay: 0.01 }
 `;
     const single = (name: string, agent: string) =>
       `version: 1\nname: ${name}\n${models}\nagents:\n${agent}\nflow:\n  - { id: work, kind: agent, agent: worker }\n`;
@@ -47,6 +48,11 @@ models:
       ),
       'local.yaml': single('local', '  worker: { model: llama, instructions: Answer. }'),
       'st.yaml': single('st', '  worker: { model: gpt, stream: true, instructions: Answer at length. }'),
+      'ast.yaml': single(
+        'ast',
+        '  worker: { model: claude, stream: true, instructions: Write it., tools: [write_file] }',
+      ),
+      'slow.yaml': single('slow', '  worker: { model: impatient, instructions: Answer. }'),
       'fb.yaml': single('fb', '  worker: { model: gpt-once, fallback: [claude], instructions: Answer. }'),
       'so.yaml': single(
         'so',
@@ -174,6 +180,69 @@ models:
     // The fake streams 5-character pieces; batching sends far fewer messages than that.
     expect(deltas.length).toBeLessThan(text.length / 5 / 4);
     expect(ofKind(h.eventsOf('st-plain'), 'llm.delta')).toHaveLength(0);
+  });
+
+  it('streams Anthropic tool calls: their input arrives in pieces and runs once whole', async () => {
+    anthropic.enqueue(
+      {
+        kind: 'message',
+        content: 'Writing the note now.',
+        toolCalls: [
+          {
+            id: 'toolu_s',
+            name: 'write_file',
+            arguments: JSON.stringify({ path: 'n.md', content: 'streamed' }),
+          },
+        ],
+      },
+      { kind: 'message', content: 'Wrote n.md.' },
+    );
+    publishTask(h, 'ast', { id: 'ast-1', goal: 'write a note' });
+    const final = await h.finalOf('ast-1');
+    expect(final.kind === 'task.completed' && final.data.output).toBe('Wrote n.md.');
+    expect(await readFile(join(h.workspaceRoot, 'ast', 'ast-1', 'n.md'), 'utf8')).toBe('streamed');
+    const deltas = ofKind(h.eventsOf('ast-1'), 'llm.delta');
+    const args = deltas
+      .flatMap((d) => d.data.toolCalls ?? [])
+      .map((c) => c.arguments)
+      .join('');
+    expect(JSON.parse(args)).toEqual({ path: 'n.md', content: 'streamed' });
+    expect(deltas.map((d) => d.data.text).join('')).toBe('Writing the note now.Wrote n.md.');
+  });
+
+  it('sends malformed tool arguments back to the model as a tool error, and the agent recovers', async () => {
+    const before = openai.requests.length;
+    openai.enqueue(
+      {
+        kind: 'message',
+        toolCalls: [{ id: 'call_bad', name: 'write_file', arguments: '{"path": "x.md", "content": ' }],
+      },
+      { kind: 'message', toolCalls: [{ id: 'call_nope', name: 'delete_everything', arguments: '{}' }] },
+      { kind: 'message', content: 'gave up on the file' },
+    );
+    publishTask(h, 'oa', { id: 'bad-args', goal: 'try' });
+    const final = await h.finalOf('bad-args');
+    expect(final.kind).toBe('task.completed');
+    const results = ofKind(h.eventsOf('bad-args'), 'tool.result');
+    expect(results.map((r) => [r.data.ok, r.data.error?.code])).toEqual([
+      [false, 'invalid_arguments'],
+      [false, 'unknown_tool'],
+    ]);
+    const replies = openai.requests
+      .slice(before + 1)
+      .map((r) => r.body.messages.filter((m: { role: string }) => m.role === 'tool').at(-1).content);
+    expect(replies[0]).toContain('not valid JSON');
+    expect(replies[1]).toContain('delete_everything');
+  });
+
+  it('retries a call that times out, then reports the timeout as an event', async () => {
+    const before = openai.requests.length;
+    openai.enqueue({ kind: 'hang' }, { kind: 'message', content: 'in time' });
+    publishTask(h, 'slow', { id: 'slow-1', goal: 'be quick' });
+    const final = await h.finalOf('slow-1');
+    expect(final.kind === 'task.completed' && final.data.output).toBe('in time');
+    expect(openai.requests.length - before).toBe(2);
+    expect(ofKind(h.eventsOf('slow-1'), 'llm.retry').map((r) => r.data.code)).toEqual(['timeout']);
   });
 
   it('retries a 429 (honouring retry-after) and a 500, reporting each retry, then succeeds', async () => {
