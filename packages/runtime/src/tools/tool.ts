@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import type { PermissionRule } from './policy.ts';
 
 /** What a running tool knows about the call it serves. */
 export interface ToolContext {
@@ -9,6 +10,8 @@ export interface ToolContext {
   callId: string;
   /** Aborted on timeout or cancellation; a long-running tool should stop when it fires. */
   signal: AbortSignal;
+  /** The permission rule that let this call through, when one did (its scopes, e.g. `network` for commands). */
+  rule?: PermissionRule;
 }
 
 /** A capability the model can call: a name, a zod schema for its arguments and the code that runs it. */

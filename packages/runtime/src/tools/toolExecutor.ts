@@ -1,5 +1,11 @@
 import type { ToolCall } from '@troupe/llm';
-import { type AgentPolicy, type Decision, evaluatePolicy, type PolicyVerdict } from './policy.ts';
+import {
+  type AgentPolicy,
+  type Decision,
+  evaluatePolicy,
+  type PermissionRule,
+  type PolicyVerdict,
+} from './policy.ts';
 import type { Tool, ToolContext } from './tool.ts';
 import { ToolError } from './toolError.ts';
 import type { ToolRegistry } from './toolRegistry.ts';
@@ -22,6 +28,21 @@ export interface ToolExecutorOptions {
 }
 
 /** The outcome of one tool call; `output` is what goes back to the model, a result or an error it can act on. */
+/** A person's decision on one `ask` call. */
+export interface ApprovalOutcome {
+  decision: 'allow' | 'deny';
+  reason?: string;
+  by?: string;
+}
+
+/** What the policy says of a call before it runs. */
+export interface CallCheck {
+  callId: string;
+  tool: string;
+  decision: Decision;
+  reason: string;
+}
+
 export interface ToolCallResult {
   callId: string;
   tool: string;
@@ -63,8 +84,26 @@ export class ToolExecutor {
     this.#now = opts.now ?? (() => performance.now());
   }
 
-  /** Runs one call; resolves with a result whatever happens. */
-  async execute(call: ToolCall, signal?: AbortSignal): Promise<ToolCallResult> {
+  /**
+   * What the policy says of a call before anything runs: `ask` calls need a person's decision first. A call
+   * that cannot run at all (unknown tool, bad arguments) is `deny`, with the reason.
+   */
+  async check(call: ToolCall): Promise<CallCheck> {
+    try {
+      const tool = this.#lookup(call.name);
+      const input = await parseInput(tool, call.arguments);
+      const verdict = evaluatePolicy(this.#policy, tool.name, input, { agent: this.#agent });
+      return { callId: call.id, tool: call.name, decision: verdict.decision, reason: verdict.reason };
+    } catch (error) {
+      return { callId: call.id, tool: call.name, decision: 'deny', reason: asToolError(error, call.name).message };
+    }
+  }
+
+  /**
+   * Runs one call; resolves with a result whatever happens. A call the policy marks `ask` runs only with an
+   * `allow` decision for it; a `deny` decision refuses it with the person's reason.
+   */
+  async execute(call: ToolCall, signal?: AbortSignal, approval?: ApprovalOutcome): Promise<ToolCallResult> {
     const started = this.#now();
     let decision: Decision = 'deny';
     try {
@@ -75,8 +114,11 @@ export class ToolExecutor {
       if (verdict.decision === 'deny') {
         throw new ToolError('denied', `${tool.name} refused: ${verdict.reason}`);
       }
-      if (verdict.decision === 'ask') throw approvalRequired(tool.name, verdict);
-      const output = await this.#run(tool, input, call.id, signal);
+      if (verdict.decision === 'ask') {
+        if (!approval) throw approvalRequired(tool.name, verdict);
+        if (approval.decision === 'deny') throw deniedByPerson(tool.name, approval);
+      }
+      const output = await this.#run(tool, input, call.id, signal, verdict.rule);
       return this.#result(call, started, decision, { output });
     } catch (error) {
       return this.#result(call, started, decision, { error: asToolError(error, call.name) });
@@ -84,8 +126,12 @@ export class ToolExecutor {
   }
 
   /** Runs calls in parallel; results come back in the order of `calls`. */
-  executeAll(calls: readonly ToolCall[], signal?: AbortSignal): Promise<ToolCallResult[]> {
-    return Promise.all(calls.map((call) => this.execute(call, signal)));
+  executeAll(
+    calls: readonly ToolCall[],
+    signal?: AbortSignal,
+    approvals: ReadonlyMap<string, ApprovalOutcome> = new Map(),
+  ): Promise<ToolCallResult[]> {
+    return Promise.all(calls.map((call) => this.execute(call, signal, approvals.get(call.id))));
   }
 
   #lookup(name: string): Tool {
@@ -99,7 +145,13 @@ export class ToolExecutor {
     throw new ToolError('not_declared', `tool ${name} is not declared for agent ${this.#agent}; ${offer}`);
   }
 
-  async #run(tool: Tool, input: unknown, callId: string, outer: AbortSignal | undefined): Promise<string> {
+  async #run(
+    tool: Tool,
+    input: unknown,
+    callId: string,
+    outer: AbortSignal | undefined,
+    rule: PermissionRule | undefined,
+  ): Promise<string> {
     if (outer?.aborted) throw cancelled(tool.name);
     const guard = guardRun(tool.name, tool.timeoutMs ?? this.#defaultTimeoutMs, outer);
     const ctx: ToolContext = {
@@ -108,6 +160,7 @@ export class ToolExecutor {
       agent: this.#agent,
       callId,
       signal: guard.signal,
+      ...(rule ? { rule } : {}),
     };
     try {
       const running = tool.run(input, ctx);
@@ -206,12 +259,17 @@ function cancelled(toolName: string): ToolError {
   return new ToolError('cancelled', `${toolName} was cancelled`);
 }
 
-// Approvals are not wired yet: an `ask` verdict refuses the call and says so.
+// Reached only when a caller runs an `ask` call without asking; the agent actor always asks first.
 function approvalRequired(toolName: string, verdict: PolicyVerdict): ToolError {
   return new ToolError(
     'approval_required',
-    `${toolName} needs human approval (${verdict.reason}), and approvals are not available yet; the call did not run`,
+    `${toolName} needs a person's approval (${verdict.reason}) and none was given; the call did not run`,
   );
+}
+
+function deniedByPerson(toolName: string, approval: ApprovalOutcome): ToolError {
+  const who = approval.by ?? 'a person';
+  return new ToolError('denied', `${toolName} denied by ${who}: ${approval.reason ?? 'no reason given'}`);
 }
 
 function asToolError(error: unknown, toolName: string): ToolError {

@@ -211,7 +211,7 @@ describe('ToolExecutor.execute: refused calls', () => {
     const result = await run.execute(callOf('deploy', {}));
     expect(ran).toBe(false);
     expect(result).toMatchObject({ ok: false, decision: 'ask', error: { code: 'approval_required' } });
-    expect(result.output).toContain('deploy needs human approval');
+    expect(result.output).toContain("deploy needs a person's approval");
   });
 
   it('returns a thrown ToolError as is, with the allow decision', async () => {

@@ -1,0 +1,107 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_PRICES, type ModelPrice, PriceTable } from '../src/pricing/priceTable.ts';
+
+const usage = (inputTokens: number, outputTokens: number, cachedTokens = 0) => ({
+  inputTokens,
+  outputTokens,
+  cachedTokens,
+});
+
+/** Prices that differ from one another, so a test can tell which entry was used. */
+const DISTINCT: Record<string, ModelPrice> = {
+  'anthropic:claude-sonnet-4': { input: 3, output: 15 },
+  'anthropic:claude-sonnet-4-5': { input: 4, cachedInput: 0.4, output: 20 },
+  'openai:gpt-5': { input: 1, cachedInput: 0.1, output: 8 },
+  'openai:gpt-5-mini': { input: 0.2, cachedInput: 0.02, output: 1.6 },
+};
+
+describe('PriceTable.priceOf', () => {
+  it('matches a dated model name to the longest key it begins with', () => {
+    const table = new PriceTable({}, DISTINCT);
+    expect(table.priceOf('anthropic', 'claude-sonnet-4-5-20250929')).toEqual({
+      input: 4,
+      cachedInput: 0.4,
+      output: 20,
+    });
+    expect(table.priceOf('anthropic', 'claude-sonnet-4-20250514')).toEqual({ input: 3, output: 15 });
+  });
+
+  it('finds claude-sonnet-4-5 among the default prices, not claude-sonnet-4', () => {
+    const table = new PriceTable();
+    expect(table.priceOf('anthropic', 'claude-sonnet-4-5-20250929')).toBe(
+      DEFAULT_PRICES['anthropic:claude-sonnet-4-5'],
+    );
+    expect(table.priceOf('openai', 'gpt-5-mini-2025-08-07')).toBe(DEFAULT_PRICES['openai:gpt-5-mini']);
+  });
+
+  it('matches a name exactly', () => {
+    const table = new PriceTable({}, DISTINCT);
+    expect(table.priceOf('openai', 'gpt-5')).toEqual({ input: 1, cachedInput: 0.1, output: 8 });
+    expect(table.priceOf('openai', 'gpt-5-mini')).toEqual({ input: 0.2, cachedInput: 0.02, output: 1.6 });
+  });
+
+  it('matches a prefix only at a dash, so gpt-50 is not gpt-5', () => {
+    const table = new PriceTable({}, DISTINCT);
+    expect(table.priceOf('openai', 'gpt-50')).toBeUndefined();
+  });
+
+  it('keeps providers apart', () => {
+    const table = new PriceTable({}, DISTINCT);
+    expect(table.priceOf('openai-compatible', 'gpt-5')).toBeUndefined();
+  });
+
+  it('knows nothing of an unknown model', () => {
+    expect(new PriceTable().priceOf('openai-compatible', 'llama3.1:8b')).toBeUndefined();
+  });
+
+  it('lets an override win over the default of the same key', () => {
+    const table = new PriceTable({ 'openai:gpt-5': { input: 9, output: 99 } }, DISTINCT);
+    expect(table.priceOf('openai', 'gpt-5-2025-08-07')).toEqual({ input: 9, output: 99 });
+    // Other defaults stay.
+    expect(table.priceOf('openai', 'gpt-5-mini')).toEqual(DISTINCT['openai:gpt-5-mini']);
+  });
+
+  it('lets an override add a longer prefix than any default', () => {
+    const table = new PriceTable({ 'openai:gpt-5-mini-2025': { input: 7, output: 70 } }, DISTINCT);
+    expect(table.priceOf('openai', 'gpt-5-mini-2025-08-07')).toEqual({ input: 7, output: 70 });
+  });
+});
+
+describe('PriceTable.cost', () => {
+  const table = new PriceTable({}, DISTINCT);
+
+  it('charges input and output per million tokens', () => {
+    // 2M input at 1, 0.5M output at 8.
+    expect(table.cost('openai', 'gpt-5', usage(2_000_000, 500_000))).toBeCloseTo(2 + 4, 10);
+  });
+
+  it('charges cached input tokens at the cached price and the rest at the input price', () => {
+    // 1M fresh at 1, 1M cached at 0.1, 1M output at 8.
+    expect(table.cost('openai', 'gpt-5', usage(2_000_000, 1_000_000, 1_000_000))).toBeCloseTo(1 + 0.1 + 8, 10);
+  });
+
+  it('charges cached tokens at the input price when the model has no cached price', () => {
+    // claude-sonnet-4 in DISTINCT has no cachedInput: 1M tokens at 3 whether cached or not.
+    const cached = table.cost('anthropic', 'claude-sonnet-4', usage(1_000_000, 0, 400_000));
+    expect(cached).toBeCloseTo(3, 10);
+  });
+
+  it('counts no more cached tokens than input tokens', () => {
+    // 1000 cached of 100 input: all 100 at the cached price, none negative at the input price.
+    expect(table.cost('openai', 'gpt-5', usage(100, 0, 1_000))).toBeCloseTo((100 * 0.1) / 1_000_000, 15);
+  });
+
+  it('costs 0 for an unknown model', () => {
+    expect(table.cost('openai-compatible', 'llama3.1:8b', usage(5_000, 5_000, 1_000))).toBe(0);
+  });
+
+  it('costs 0 for no tokens', () => {
+    expect(table.cost('openai', 'gpt-5', usage(0, 0))).toBe(0);
+  });
+
+  it('uses the default list prices when none are given', () => {
+    // gpt-4o-mini: 0.15 input, 0.075 cached, 0.6 output.
+    const cost = new PriceTable().cost('openai', 'gpt-4o-mini-2024-07-18', usage(1_000_000, 1_000_000, 200_000));
+    expect(cost).toBeCloseTo(0.8 * 0.15 + 0.2 * 0.075 + 0.6, 10);
+  });
+});
