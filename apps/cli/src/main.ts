@@ -1,4 +1,5 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { answer, decide, listApprovals } from './commands/approvals.ts';
 import { demo } from './commands/demo.ts';
 import { submit } from './commands/submit.ts';
 import { tail } from './commands/tail.ts';
@@ -79,6 +80,45 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run((options) => tail(options)));
+
+program
+  .command('approvals')
+  .description('list what agents are waiting on a person for: approvals of `ask` calls and questions')
+  .option('-a, --all', 'include decided, answered and expired ones', false)
+  .option('--json', 'one JSON record per line', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((options) => listApprovals(options)));
+
+program
+  .command('approve')
+  .description('allow a pending call; the agent runs it')
+  .argument('<approval-id>', 'as listed by troupe approvals')
+  .option('--reason <text>', 'why, passed to the agent')
+  .option('--by <name>', 'who decides (default: user@host)')
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((id: string, options) => decide(id, 'allow', options)));
+
+program
+  .command('deny')
+  .description('refuse a pending call; the agent is told the reason')
+  .argument('<approval-id>', 'as listed by troupe approvals')
+  .requiredOption('--reason <text>', 'why, passed to the agent')
+  .option('--by <name>', 'who decides (default: user@host)')
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((id: string, options) => decide(id, 'deny', options)));
+
+program
+  .command('answer')
+  .description("answer an agent's question (from its ask_human tool)")
+  .argument('<question-id>', 'as listed by troupe approvals')
+  .argument('<answer>', 'the answer')
+  .option('--by <name>', 'who answers (default: user@host)')
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((id: string, text: string, options) => answer(id, text, options)));
 
 program
   .command('validate')

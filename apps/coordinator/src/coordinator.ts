@@ -1,14 +1,16 @@
 import { hostname } from 'node:os';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, HumanRequest } from '@troupe/protocol';
 import {
   type AgentHost,
   type BusSubscription,
   type Clock,
+  EventFactory,
   ensureTroupeStreams,
   type IdGenerator,
   KvStore,
   type Logger,
   type NatsBus,
+  NatsHumanGate,
   randomId,
   startAgentHost,
   systemClock,
@@ -67,6 +69,14 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
 
+  const human = new NatsHumanGate({
+    bus,
+    store: await KvStore.open(bus, BUCKETS.approvals, HumanRequest),
+    events: new EventFactory(clock, ids),
+    clock,
+    logger,
+    timeoutMs: 600_000,
+  });
   const agentHosts: AgentHost[] = [];
   if (options.hostAgents ?? true) {
     for (const pipeline of options.pipelines) {
@@ -81,6 +91,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           clock,
           ids,
           price: (provider, model, response) => pipeline.prices.cost(provider, model, response.usage),
+          human,
         }),
       );
     }

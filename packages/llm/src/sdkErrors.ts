@@ -16,7 +16,7 @@ export function toModelError(error: unknown, label: string): ModelError {
       cause: error,
     });
   }
-  const status = (error as { status?: unknown }).status;
+  const status = (error as { status?: unknown } | null | undefined)?.status;
   if (typeof status === 'number') {
     const [code, retryable] = classify(status);
     const headers = (error as { headers?: Headers }).headers;

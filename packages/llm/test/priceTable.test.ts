@@ -77,7 +77,10 @@ describe('PriceTable.cost', () => {
 
   it('charges cached input tokens at the cached price and the rest at the input price', () => {
     // 1M fresh at 1, 1M cached at 0.1, 1M output at 8.
-    expect(table.cost('openai', 'gpt-5', usage(2_000_000, 1_000_000, 1_000_000))).toBeCloseTo(1 + 0.1 + 8, 10);
+    expect(table.cost('openai', 'gpt-5', usage(2_000_000, 1_000_000, 1_000_000))).toBeCloseTo(
+      1 + 0.1 + 8,
+      10,
+    );
   });
 
   it('charges cached tokens at the input price when the model has no cached price', () => {
@@ -101,7 +104,11 @@ describe('PriceTable.cost', () => {
 
   it('uses the default list prices when none are given', () => {
     // gpt-4o-mini: 0.15 input, 0.075 cached, 0.6 output.
-    const cost = new PriceTable().cost('openai', 'gpt-4o-mini-2024-07-18', usage(1_000_000, 1_000_000, 200_000));
+    const cost = new PriceTable().cost(
+      'openai',
+      'gpt-4o-mini-2024-07-18',
+      usage(1_000_000, 1_000_000, 200_000),
+    );
     expect(cost).toBeCloseTo(0.8 * 0.15 + 0.2 * 0.075 + 0.6, 10);
   });
 });

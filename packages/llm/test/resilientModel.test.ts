@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ModelError } from '../src/errors.ts';
 import { ResilientModel, type ResilientModelOptions } from '../src/resilience/resilientModel.ts';
-import type {
-  FallbackInfo,
-  ModelProvider,
-  ModelRequest,
-  ModelResponse,
-  RetryInfo,
-} from '../src/types.ts';
+import type { FallbackInfo, ModelProvider, ModelRequest, ModelResponse, RetryInfo } from '../src/types.ts';
 
 type Outcome = ModelError | ModelResponse;
 
@@ -93,7 +87,9 @@ async function rejection(promise: Promise<unknown>): Promise<ModelError> {
 
 describe('ResilientModel', () => {
   it('reports the primary as its provider and model', () => {
-    const model = new ResilientModel(stubModel('openai', 'gpt-a', []), [stubModel('anthropic', 'claude-b', [])]);
+    const model = new ResilientModel(stubModel('openai', 'gpt-a', []), [
+      stubModel('anthropic', 'claude-b', []),
+    ]);
     expect(model.provider).toBe('openai');
     expect(model.model).toBe('gpt-a');
   });
@@ -136,12 +132,14 @@ describe('ResilientModel', () => {
   it.each([
     ['auth', 401],
     ['bad_request', 400],
-  ] as const)('throws a %s error at once: no retry, no sleep, no fallback', async (code, status) => {
+  ] as const)('throws the %s error at once: no retry, no sleep, no fallback', async (code, status) => {
     const rec = recorder();
     const fatal = new ModelError(code, `${code} failure`, { status });
     const primary = stubModel('p', 'm1', [fatal, answer('never')]);
     const fallback = stubModel('p', 'm2', [answer('never either')]);
-    const error = await rejection(new ResilientModel(primary, [fallback], rec.options()).complete(rec.request));
+    const error = await rejection(
+      new ResilientModel(primary, [fallback], rec.options()).complete(rec.request),
+    );
     expect(error).toBe(fatal);
     expect(primary.calls).toHaveLength(1);
     expect(fallback.calls).toHaveLength(0);
@@ -152,7 +150,11 @@ describe('ResilientModel', () => {
 
   it('waits half the exponential ceiling when the jitter source gives 0, capped at maxDelayMs', async () => {
     const rec = recorder(0);
-    const primary = stubModel('p', 'm1', Array.from({ length: 6 }, () => serverError()));
+    const primary = stubModel(
+      'p',
+      'm1',
+      Array.from({ length: 6 }, () => serverError()),
+    );
     const policy = { maxAttempts: 6, baseDelayMs: 100, maxDelayMs: 1_000 };
     await rejection(new ResilientModel(primary, [], rec.options({ policy })).complete(rec.request));
     // Ceilings 100, 200, 400, 800, then 1600 capped to 1000.
@@ -161,7 +163,11 @@ describe('ResilientModel', () => {
 
   it('waits the whole ceiling when the jitter source gives nearly 1, capped at maxDelayMs', async () => {
     const rec = recorder(0.999_999);
-    const primary = stubModel('p', 'm1', Array.from({ length: 6 }, () => serverError()));
+    const primary = stubModel(
+      'p',
+      'm1',
+      Array.from({ length: 6 }, () => serverError()),
+    );
     const policy = { maxAttempts: 6, baseDelayMs: 100, maxDelayMs: 1_000 };
     await rejection(new ResilientModel(primary, [], rec.options({ policy })).complete(rec.request));
     expect(rec.sleeps).toEqual([100, 200, 400, 800, 1_000]);
@@ -170,7 +176,11 @@ describe('ResilientModel', () => {
   it('keeps every delay between half and all of its ceiling for any jitter', async () => {
     for (const random of [0, 0.25, 0.5, 0.75, 0.999]) {
       const rec = recorder(random);
-      const primary = stubModel('p', 'm1', Array.from({ length: 4 }, () => serverError()));
+      const primary = stubModel(
+        'p',
+        'm1',
+        Array.from({ length: 4 }, () => serverError()),
+      );
       const policy = { maxAttempts: 4, baseDelayMs: 1_000, maxDelayMs: 60_000 };
       await rejection(new ResilientModel(primary, [], rec.options({ policy })).complete(rec.request));
       const ceilings = [1_000, 2_000, 4_000];
@@ -250,7 +260,9 @@ describe('ResilientModel', () => {
     expect(response.model).toBe('m2');
     expect(primary.calls).toHaveLength(3);
     expect(fallback.calls).toHaveLength(1);
-    expect(rec.fallbacks).toEqual([{ from: 'p:m1', to: 'p:m2', code: 'rate_limited', message: 'p m1: quota' }]);
+    expect(rec.fallbacks).toEqual([
+      { from: 'p:m1', to: 'p:m2', code: 'rate_limited', message: 'p m1: quota' },
+    ]);
   });
 
   it('reports retries of a fallback model under that model', async () => {
@@ -275,7 +287,9 @@ describe('ResilientModel', () => {
     const b = stubModel('p', 'b', [serverError('b down')]);
     const last = serverError('c down');
     const c = stubModel('p', 'c', [last]);
-    const error = await rejection(new ResilientModel(a, [b, c], rec.options({ policy })).complete(rec.request));
+    const error = await rejection(
+      new ResilientModel(a, [b, c], rec.options({ policy })).complete(rec.request),
+    );
     expect(error).toBe(last);
     expect(rec.fallbacks.map((f) => [f.from, f.to, f.message])).toEqual([
       ['p:a', 'p:b', 'a down'],
@@ -291,7 +305,9 @@ describe('ResilientModel', () => {
     const denied = new ModelError('auth', 'p b: bad key', { status: 401 });
     const b = stubModel('p', 'b', [denied]);
     const c = stubModel('p', 'c', [answer('never')]);
-    const error = await rejection(new ResilientModel(a, [b, c], rec.options({ policy })).complete(rec.request));
+    const error = await rejection(
+      new ResilientModel(a, [b, c], rec.options({ policy })).complete(rec.request),
+    );
     expect(error).toBe(denied);
     expect(c.calls).toHaveLength(0);
     expect(rec.fallbacks).toHaveLength(1);
@@ -331,7 +347,9 @@ describe('ResilientModel', () => {
     const rec = recorder(0.5, controller.signal);
     const primary = stubModel('p', 'm1', [answer('never')]);
     const fallback = stubModel('p', 'm2', [answer('never')]);
-    const error = await rejection(new ResilientModel(primary, [fallback], rec.options()).complete(rec.request));
+    const error = await rejection(
+      new ResilientModel(primary, [fallback], rec.options()).complete(rec.request),
+    );
     expect(primary.calls).toHaveLength(0);
     expect(fallback.calls).toHaveLength(0);
     expect(error.code).toBe('aborted');

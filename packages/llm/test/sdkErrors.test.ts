@@ -25,7 +25,12 @@ afterEach(() => {
 
 describe('toModelError', () => {
   it('classifies an OpenAI 429 as rate_limited, retryable, with retry-after in milliseconds', () => {
-    const sdkError = new OpenAI.RateLimitError(429, { message: 'x' }, 'x', new Headers({ 'retry-after': '2' }));
+    const sdkError = new OpenAI.RateLimitError(
+      429,
+      { message: 'x' },
+      'x',
+      new Headers({ 'retry-after': '2' }),
+    );
     const error = toModelError(sdkError, LABEL);
     expect(error).toBeInstanceOf(ModelError);
     expect(error.code).toBe('rate_limited');
@@ -97,7 +102,10 @@ describe('toModelError', () => {
   });
 
   it.each([
-    ['openai', new OpenAI.APIConnectionError({ message: 'Connection error.', cause: new Error('ECONNRESET') })],
+    [
+      'openai',
+      new OpenAI.APIConnectionError({ message: 'Connection error.', cause: new Error('ECONNRESET') }),
+    ],
     ['anthropic', new Anthropic.APIConnectionError({ message: 'Connection error.' })],
   ])('classifies the %s SDK connection error as connection, retryable', (_sdk, sdkError) => {
     const error = toModelError(sdkError, LABEL);

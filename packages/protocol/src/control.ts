@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TaskId } from './names.ts';
 
 /** A person's decision on a pending approval, on `troupe.approvals.<taskId>.<approvalId>`. */
 export const ApprovalDecision = z.strictObject({
@@ -7,6 +8,46 @@ export const ApprovalDecision = z.strictObject({
   by: z.string().max(200).optional(),
 });
 export type ApprovalDecision = z.infer<typeof ApprovalDecision>;
+
+/** A person's answer to an agent's question (the `ask_human` tool), on `troupe.approvals.<taskId>.<questionId>`. */
+export const HumanAnswer = z.strictObject({
+  answer: z.string().min(1).max(100_000),
+  by: z.string().max(200).optional(),
+});
+export type HumanAnswer = z.infer<typeof HumanAnswer>;
+
+/** The reply to a decision or an answer: whether it reached the call that waits for it. */
+export const DecisionReceipt = z.object({
+  ok: z.literal(true),
+  id: z.string(),
+  /** What the waiting call now does: `allow`, `deny`, or `answered`. */
+  outcome: z.enum(['allow', 'deny', 'answered']),
+});
+export type DecisionReceipt = z.infer<typeof DecisionReceipt>;
+
+/** What the KV bucket `approvals` holds for each question or approval a person was asked. */
+export const HumanRequest = z.object({
+  id: TaskId,
+  kind: z.enum(['approval', 'question']),
+  taskId: TaskId,
+  pipeline: z.string(),
+  agent: z.string(),
+  stepId: z.string(),
+  /** For approvals: the call waiting. */
+  callId: z.string().optional(),
+  tool: z.string().optional(),
+  arguments: z.string().optional(),
+  /** Why it was asked: the rule that says `ask`, or the agent's question. */
+  prompt: z.string(),
+  status: z.enum(['pending', 'allowed', 'denied', 'answered', 'expired']),
+  requestedAt: z.string(),
+  /** When a pending request is denied (or left unanswered) by default. */
+  expiresAt: z.string(),
+  decidedAt: z.string().optional(),
+  by: z.string().optional(),
+  reason: z.string().optional(),
+});
+export type HumanRequest = z.infer<typeof HumanRequest>;
 
 /** A control message for a running task, on `troupe.control.<taskId>`. */
 export const ControlMessage = z.strictObject({

@@ -111,6 +111,17 @@ export const EventData = {
     callId: z.string(),
     tool: z.string(),
     arguments: z.string(),
+    /** The rule that asks for approval. */
+    reason: z.string(),
+    /** When the call is denied if nobody decides. */
+    expiresAt: z.string(),
+  }),
+  'human.asked': z.object({ ...CallRef, questionId: z.string(), question: z.string() }),
+  'human.answered': z.object({
+    ...CallRef,
+    questionId: z.string(),
+    answer: z.string(),
+    by: z.string().optional(),
   }),
   'approval.decided': z.object({
     ...CallRef,
@@ -118,6 +129,8 @@ export const EventData = {
     decision: z.enum(['allow', 'deny']),
     reason: z.string().optional(),
     by: z.string().optional(),
+    /** True when nobody decided in time and the call was denied by default. */
+    expired: z.boolean().optional(),
   }),
   'step.completed': z.object({
     ...StepRef,
@@ -186,6 +199,8 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('tool.result'),
   eventSchema('approval.requested'),
   eventSchema('approval.decided'),
+  eventSchema('human.asked'),
+  eventSchema('human.answered'),
   eventSchema('step.completed'),
   eventSchema('task.completed'),
   eventSchema('task.failed'),

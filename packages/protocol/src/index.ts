@@ -1,4 +1,11 @@
-export { ApprovalDecision, ControlMessage, ErrorReply } from './control.ts';
+export {
+  ApprovalDecision,
+  ControlMessage,
+  DecisionReceipt,
+  ErrorReply,
+  HumanAnswer,
+  HumanRequest,
+} from './control.ts';
 export {
   EVENT_KINDS,
   EventData,

@@ -5,7 +5,12 @@ export const ROOT = 'troupe';
 
 /** JetStream streams and KV buckets Troupe owns. */
 export const STREAMS = { tasks: 'TASKS', events: 'EVENTS' } as const;
-export const BUCKETS = { workflows: 'workflows', memory: 'memory', pipelines: 'pipelines' } as const;
+export const BUCKETS = {
+  workflows: 'workflows',
+  memory: 'memory',
+  pipelines: 'pipelines',
+  approvals: 'approvals',
+} as const;
 
 /** Builders for every subject on the wire. Arguments are assumed valid names and ids. */
 export const subjects = {

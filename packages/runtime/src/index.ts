@@ -5,7 +5,10 @@ export {
   type AgentFailure,
   type AgentMachineInput,
   type AgentOutput,
+  type ApprovalAsk,
+  type ApprovalDecisionOutcome,
   agentMachine,
+  type CallDecision,
   type ModelCallInput,
   type ModelCallResult,
   type OutputSpec,
@@ -16,6 +19,12 @@ export {
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
+export {
+  type HumanGate,
+  type HumanScope,
+  NatsHumanGate,
+  type NatsHumanGateOptions,
+} from './approvals/humanGate.ts';
 export { type KvEntry, KvStore } from './durable/kvStore.ts';
 export {
   type SubmitResult,
@@ -29,5 +38,6 @@ export {
 export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
 export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
 export * from './logging/index.ts';
+export { askHumanTool } from './tools/askHumanTool.ts';
 export * from './tools/index.ts';
 export * from './transport/index.ts';

@@ -17,6 +17,8 @@ const KIND_STYLE: Partial<Record<string, Style>> = {
   'llm.retry': 'yellow',
   'llm.fallback': 'yellow',
   'llm.delta': 'gray',
+  'approval.requested': ['yellow', 'bold'],
+  'human.asked': ['yellow', 'bold'],
   'message.invalid': ['red', 'bold'],
 };
 
@@ -85,9 +87,13 @@ function summarize(event: TroupeEvent): string {
         ? `${event.data.tool} ok (${Math.round(event.data.durationMs)} ms) ${oneLine(event.data.output, 60)}`
         : `${event.data.tool} ${event.data.error?.code ?? 'error'}: ${oneLine(event.data.error?.message ?? event.data.output, 80)}`;
     case 'approval.requested':
-      return `${event.data.tool} ${oneLine(event.data.arguments, 60)} (approval ${event.data.approvalId})`;
+      return `${event.data.tool} ${oneLine(event.data.arguments, 60)} — ${event.data.reason}  (troupe approve|deny ${event.data.approvalId})`;
     case 'approval.decided':
-      return `${event.data.decision}${event.data.reason ? `: ${event.data.reason}` : ''}`;
+      return `${event.data.approvalId} ${event.data.decision}${event.data.by ? ` by ${event.data.by}` : ''}${event.data.reason ? `: ${event.data.reason}` : ''}`;
+    case 'human.asked':
+      return `${event.data.questionId}: ${oneLine(event.data.question, 90)}  (troupe answer ${event.data.questionId} "…")`;
+    case 'human.answered':
+      return `${event.data.questionId}: ${oneLine(event.data.answer, 90)}`;
     case 'step.completed': {
       const verdict = event.data.verdict
         ? `${event.data.verdict.decision}: ${oneLine(event.data.verdict.feedback, 70)}`

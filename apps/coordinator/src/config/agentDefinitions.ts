@@ -20,11 +20,14 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
         instructions: agent.instructions,
         model,
         tools: agent.tools,
-        rules: agent.permissions.map(({ tool, decision, paths }) => ({
+        rules: agent.permissions.map(({ tool, decision, paths, commands, hosts }) => ({
           tool,
           decision,
           ...(paths ? { paths } : {}),
+          ...(commands ? { commands } : {}),
+          ...(hosts ? { hosts } : {}),
         })),
+        approvalTimeoutMs: (agent.approvalTimeout ?? config.defaults.approvalTimeout) * 1_000,
         maxTurns: agent.maxTurns ?? config.defaults.maxTurns,
         ...(temperature === undefined ? {} : { temperature }),
         ...(maxTokens === undefined ? {} : { maxTokens }),

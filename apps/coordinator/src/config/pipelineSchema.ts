@@ -92,11 +92,21 @@ export const PriceConfig = withExtensions({
   cachedInput: z.number().nonnegative().optional(),
 });
 
+/**
+ * One permission rule. A call is refused when any matching rule says `deny`, waits for a person when one says
+ * `ask`, and runs when one says `allow`; a tool with rules but no matching rule is refused.
+ */
 export const PermissionRuleConfig = withExtensions({
   tool: z.string().min(1),
-  decision: z.enum(['allow', 'deny']),
+  decision: z.enum(['allow', 'deny', 'ask']),
   /** Globs relative to the task workspace, for file tools. */
   paths: z.array(z.string().min(1)).min(1).optional(),
+  /** Command prefixes, for run_command (`npm test` matches `npm test -- x`, not `npm testx`). */
+  commands: z.array(z.string().min(1)).min(1).optional(),
+  /** Host names, for http_fetch: exact, or `*.example.com` for subdomains. */
+  hosts: z.array(z.string().min(1)).min(1).optional(),
+  /** For run_command: let the command reach the network (the sandbox cuts it off otherwise). */
+  network: z.boolean().optional(),
 });
 export type PermissionRuleConfig = z.infer<typeof PermissionRuleConfig>;
 
@@ -115,6 +125,12 @@ export const AgentConfig = withExtensions({
   permissions: z.array(PermissionRuleConfig).default([]),
   /** The most model calls in one step; `defaults.maxTurns` when absent. */
   maxTurns: z.number().int().positive().max(1_000).optional(),
+  /** Seconds a person has to decide on an `ask` call or answer `ask_human`; `defaults.approvalTimeout` when absent. */
+  approvalTimeout: z
+    .number()
+    .positive()
+    .max(7 * 86_400)
+    .optional(),
   temperature: z.number().min(0).max(2).optional(),
   maxTokens: z.number().int().positive().optional(),
 });
@@ -163,6 +179,12 @@ export const DefaultsConfig = withExtensions({
   maxTurns: z.number().int().positive().max(1_000).default(10),
   /** Default step timeout in seconds. */
   stepTimeout: z.number().positive().max(86_400).default(600),
+  /** Seconds a person has to decide on an approval or answer a question before the call is denied. */
+  approvalTimeout: z
+    .number()
+    .positive()
+    .max(7 * 86_400)
+    .default(600),
 });
 
 /** A pipeline file. */

@@ -20,7 +20,9 @@ export function toAnthropicMessages(messages: readonly ChatMessage[]): {
   for (const message of messages) {
     if (message.role === 'system') continue;
     const role = message.role === 'assistant' ? 'assistant' : 'user';
-    const blocks = toBlocks(message);
+    // The API refuses empty text blocks and empty turns.
+    const blocks = toBlocks(message).filter((b) => b.type !== 'text' || b.text !== '');
+    if (blocks.length === 0) continue;
     const last = turns.at(-1);
     if (last && last.role === role && Array.isArray(last.content)) last.content.push(...blocks);
     else turns.push({ role, content: blocks });

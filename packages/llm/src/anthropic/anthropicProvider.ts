@@ -153,8 +153,10 @@ export class AnthropicProvider implements ModelProvider {
           break;
       }
     }
-    // A tool called with no arguments streams no input at all.
-    for (const call of draft.toolCalls) if (call.arguments === '') call.arguments = '{}';
+    // A tool called with no arguments streams no input at all; valid input is re-encoded as the API's JSON
+    // would be, so a streamed reply equals a plain one. Malformed input stays as sent, for the tool error.
+    for (const call of draft.toolCalls)
+      call.arguments = canonicalJson(call.arguments === '' ? '{}' : call.arguments);
     return draft;
   }
 
@@ -170,6 +172,14 @@ export class AnthropicProvider implements ModelProvider {
       model: draft.model,
       provider: this.provider,
     };
+  }
+}
+
+function canonicalJson(text: string): string {
+  try {
+    return JSON.stringify(JSON.parse(text));
+  } catch {
+    return text;
   }
 }
 

@@ -62,11 +62,13 @@ export class ResilientModel implements ModelProvider {
       try {
         return await this.#withRetries(model, request);
       } catch (error) {
+        if (request.signal?.aborted)
+          throw new ModelError('aborted', `${label(model)}: call aborted`, { cause: error });
         last =
           error instanceof ModelError
             ? error
             : new ModelError('invalid_response', String(error), { cause: error });
-        if (!last.retryable || request.signal?.aborted) throw last;
+        if (!last.retryable) throw last;
       }
     }
     throw last ?? new ModelError('config', 'no model to call');

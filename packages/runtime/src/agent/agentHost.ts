@@ -1,5 +1,6 @@
 import type { ModelResponse } from '@troupe/llm';
 import { AgentStepRequest, subjects } from '@troupe/protocol';
+import type { HumanGate } from '../approvals/humanGate.ts';
 import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -18,6 +19,8 @@ export interface AgentHostOptions {
   clock?: Clock;
   ids?: IdGenerator;
   price?: (provider: string, model: string, response: ModelResponse) => number;
+  /** Where `ask` calls and questions go; without it they are denied. */
+  human?: HumanGate;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -66,6 +69,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           publish: (event) => bus.publishEvent(event),
           signal: abort.signal,
           ...(options.price ? { price: options.price } : {}),
+          ...(options.human ? { human: options.human } : {}),
         })
           .then((reply) =>
             // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.

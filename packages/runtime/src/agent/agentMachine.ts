@@ -28,6 +28,35 @@ export interface ToolRunResult {
   truncated?: { originalBytes: number };
 }
 
+/** The policy's word on one call before it runs. */
+export interface CallDecision {
+  callId: string;
+  tool: string;
+  decision: 'allow' | 'deny' | 'ask';
+  reason: string;
+}
+
+/** A call waiting for a person's approval. */
+export interface ApprovalAsk {
+  callId: string;
+  tool: string;
+  arguments: string;
+  reason: string;
+}
+
+/** A person's decision on one call (or the default when nobody decided in time). */
+export interface ApprovalDecisionOutcome {
+  decision: 'allow' | 'deny';
+  reason?: string;
+  by?: string;
+}
+
+export interface RunToolsInput {
+  calls: ToolCall[];
+  turn: number;
+  approvals?: Record<string, ApprovalDecisionOutcome>;
+}
+
 export interface AgentMachineInput {
   agent: string;
   stepId: string;
@@ -54,6 +83,10 @@ export interface AgentFailure {
 
 interface AgentContext extends AgentMachineInput {
   turn: number;
+  /** The policy's word on each pending call. */
+  checks: CallDecision[];
+  /** A person's decision on each `ask` call, by call id. */
+  approvals: Record<string, ApprovalDecisionOutcome>;
   usage: Usage;
   costUsd: number;
   pendingCalls: ToolCall[];
@@ -108,9 +141,28 @@ export const agentMachine = setup({
     >(async () => {
       throw new Error('callModel is not provided');
     }),
-    runTools: fromPromise<ToolRunResult[], { calls: ToolCall[]; turn: number }>(async () => {
+    runTools: fromPromise<ToolRunResult[], RunToolsInput>(async () => {
       throw new Error('runTools is not provided');
     }),
+    /** What the policy says of each call; by default every call may run (the executor still checks). */
+    checkTools: fromPromise<CallDecision[], { calls: ToolCall[] }>(async ({ input }) =>
+      input.calls.map((call) => ({
+        callId: call.id,
+        tool: call.name,
+        decision: 'allow' as const,
+        reason: '',
+      })),
+    ),
+    /** Asks a person about each `ask` call; with no one to ask, every call is denied. */
+    awaitApprovals: fromPromise<Record<string, ApprovalDecisionOutcome>, { calls: ApprovalAsk[] }>(
+      async ({ input }) =>
+        Object.fromEntries(
+          input.calls.map((c) => [
+            c.callId,
+            { decision: 'deny' as const, reason: 'no approval channel is configured' },
+          ]),
+        ),
+    ),
   },
   guards: {
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
@@ -121,6 +173,7 @@ export const agentMachine = setup({
       return schema !== undefined && parseStructured(reply.content, schema) === undefined;
     },
     canRepair: ({ context }) => context.repairs < MAX_REPAIRS,
+    needsApproval: (_, checks: CallDecision[]) => checks.some((c) => c.decision === 'ask'),
   },
   actions: {
     recordReply: assign(({ context }, reply: ModelCallResult) => ({
@@ -151,8 +204,12 @@ export const agentMachine = setup({
       };
     }),
     fail: assign((_, failure: AgentFailure) => ({ failure })),
+    recordChecks: assign((_, checks: CallDecision[]) => ({ checks })),
+    recordApprovals: assign((_, approvals: Record<string, ApprovalDecisionOutcome>) => ({ approvals })),
     recordToolResults: assign(({ context }, results: ToolRunResult[]) => ({
       pendingCalls: [],
+      checks: [],
+      approvals: {},
       messages: [
         ...context.messages,
         ...results.map(
@@ -175,6 +232,8 @@ export const agentMachine = setup({
     usage: zeroUsage(),
     costUsd: 0,
     pendingCalls: [],
+    checks: [],
+    approvals: {},
     repairs: 0,
   }),
   initial: 'deciding',
@@ -311,8 +370,44 @@ export const agentMachine = setup({
         }
       }),
       invoke: {
+        src: 'checkTools',
+        input: ({ context }) => ({ calls: context.pendingCalls }),
+        onDone: [
+          {
+            guard: { type: 'needsApproval', params: ({ event }) => event.output },
+            target: 'awaitingApproval',
+            actions: { type: 'recordChecks', params: ({ event }) => event.output },
+          },
+          { target: 'running', actions: { type: 'recordChecks', params: ({ event }) => event.output } },
+        ],
+        onError: {
+          target: 'failed',
+          actions: { type: 'fail', params: ({ context, event }) => toolRunnerFailed(context, event.error) },
+        },
+      },
+    },
+    awaitingApproval: {
+      invoke: {
+        src: 'awaitApprovals',
+        input: ({ context }) => ({ calls: askCalls(context) }),
+        onDone: {
+          target: 'running',
+          actions: { type: 'recordApprovals', params: ({ event }) => event.output },
+        },
+        onError: {
+          target: 'failed',
+          actions: { type: 'fail', params: ({ context, event }) => toolRunnerFailed(context, event.error) },
+        },
+      },
+    },
+    running: {
+      invoke: {
         src: 'runTools',
-        input: ({ context }) => ({ calls: context.pendingCalls, turn: context.turn }),
+        input: ({ context }) => ({
+          calls: context.pendingCalls,
+          turn: context.turn,
+          ...(Object.keys(context.approvals).length > 0 ? { approvals: context.approvals } : {}),
+        }),
         onDone: {
           target: 'deciding',
           actions: [
@@ -324,13 +419,7 @@ export const agentMachine = setup({
         },
         onError: {
           target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ context, event }) => ({
-              code: 'tool_runner_failed',
-              message: `agent ${context.agent}: the tool runner failed: ${errorMessage(event.error)}`,
-            }),
-          },
+          actions: { type: 'fail', params: ({ context, event }) => toolRunnerFailed(context, event.error) },
         },
       },
     },
@@ -437,6 +526,22 @@ function repairPrompt(context: AgentMachineInput): string {
     );
   }
   return `Your reply did not match the required ${outputName(context)}. Reply with only a JSON value matching this JSON Schema:\n${JSON.stringify(spec?.schema)}`;
+}
+
+function askCalls(context: AgentContext): ApprovalAsk[] {
+  return context.checks.flatMap((check) => {
+    const call = context.pendingCalls.find((c) => c.id === check.callId);
+    return check.decision === 'ask' && call
+      ? [{ callId: call.id, tool: call.name, arguments: call.arguments, reason: check.reason }]
+      : [];
+  });
+}
+
+function toolRunnerFailed(context: AgentContext, error: unknown): AgentFailure {
+  return {
+    code: 'tool_runner_failed',
+    message: `agent ${context.agent}: the tool runner failed: ${errorMessage(error)}`,
+  };
 }
 
 function errorCode(error: unknown): string {

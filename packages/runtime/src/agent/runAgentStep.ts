@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { ModelDelta, ModelObserver, ModelResponse, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
+import type { HumanGate, HumanScope } from '../approvals/humanGate.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
 import { ToolExecutor } from '../tools/toolExecutor.ts';
@@ -11,6 +12,8 @@ import type { AgentDefinition } from './agentDefinition.ts';
 import {
   type AgentEmitted,
   type AgentOutput,
+  type ApprovalAsk,
+  type ApprovalDecisionOutcome,
   agentMachine,
   type ModelCallInput,
   type ModelCallResult,
@@ -26,6 +29,8 @@ export interface StepDeps {
   clock: Clock;
   events: EventFactory;
   publish(event: TroupeEvent): void;
+  /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */
+  human?: HumanGate;
   /** Cost in USD of one call; zero when absent. */
   price?: (provider: string, model: string, response: ModelResponse) => number;
   signal?: AbortSignal;
@@ -71,17 +76,40 @@ export async function runAgentStep(
 async function startActor(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps) {
   const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);
   await mkdir(workspace, { recursive: true });
+  const scope = scopeOf(request);
+  const human = deps.human;
+  const humanScope: HumanScope = {
+    ...scope,
+    agent: agent.name,
+    stepId: request.stepId,
+    ...(agent.approvalTimeoutMs === undefined ? {} : { timeoutMs: agent.approvalTimeoutMs }),
+  };
   const executor = new ToolExecutor({
     registry: deps.registry,
     policy: { tools: agent.tools, rules: agent.rules },
     agent: agent.name,
     workspace,
     taskId: request.taskId,
+    ...(human ? { human: { ask: (question, signal) => human.ask(question, humanScope, signal) } } : {}),
   });
   const logic = agentMachine.provide({
     actors: {
       callModel: fromPromise(async ({ input, signal }) => callModel(agent, request, deps, input, signal)),
-      runTools: fromPromise(async ({ input, signal }) => executor.executeAll(input.calls, signal)),
+      checkTools: fromPromise(async ({ input }) =>
+        Promise.all(input.calls.map((call) => executor.check(call))),
+      ),
+      awaitApprovals: fromPromise(async ({ input, signal }) => {
+        const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecisionOutcome]> => [
+          ask.callId,
+          human
+            ? await human.approve(ask, humanScope, signal)
+            : { decision: 'deny', reason: 'nobody can approve calls here' },
+        ];
+        return Object.fromEntries(await Promise.all(input.calls.map(decide)));
+      }),
+      runTools: fromPromise(async ({ input, signal }) =>
+        executor.executeAll(input.calls, signal, new Map(Object.entries(input.approvals ?? {}))),
+      ),
     },
   });
   const actor = createActor(logic, {
@@ -95,7 +123,6 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
       ...(agent.outputSchema && request.expect === 'text' ? { outputSchema: agent.outputSchema } : {}),
     },
   });
-  const scope = scopeOf(request);
   actor.on('*', (emitted) => deps.publish(toWireEvent(emitted, agent, request, scope, deps.events)));
   actor.start();
   return actor;

@@ -3,6 +3,7 @@ import { createReadStream } from 'node:fs';
 import { mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import picomatch from 'picomatch';
 import { z } from 'zod';
 import { defineTool, type Tool } from './tool.ts';
 import { ToolError } from './toolError.ts';
@@ -195,5 +196,202 @@ async function walk(
   }
 }
 
+const maxEditBytes = 10 * 1024 * 1024;
+
+const EditFileInput = z.object({
+  path: z.string().min(1).describe('File path relative to the workspace; the file must exist'),
+  old: z
+    .string()
+    .min(1)
+    .describe(
+      'The exact text to replace, including whitespace and indentation; must occur exactly once unless replaceAll is set',
+    ),
+  new: z.string().describe('The text to put in its place'),
+  replaceAll: z
+    .boolean()
+    .default(false)
+    .describe('Replace every occurrence instead of requiring exactly one'),
+});
+
+/** `edit_file`: exact string replacement in a workspace file, written atomically. */
+export const editFileTool = defineTool({
+  name: 'edit_file',
+  description:
+    'Replace exact text in an existing workspace file. `old` must match the file byte for byte (whitespace and indentation included) and occur exactly once; include surrounding lines to make it unique, or set replaceAll to replace every occurrence.',
+  input: EditFileInput,
+  async run({ path: requested, old, new: replacement, replaceAll }, ctx) {
+    const file = await resolveInWorkspace(ctx.workspace, requested, { tool: 'edit_file', mustExist: true });
+    const info = await stat(file);
+    if (info.isDirectory()) {
+      throw new ToolError('invalid_arguments', `edit_file: ${requested} is a directory, not a file`);
+    }
+    if (info.size > maxEditBytes) {
+      throw new ToolError(
+        'too_large',
+        `edit_file refused: ${requested} is ${info.size} bytes, over the ${maxEditBytes / 1024 / 1024} MiB limit`,
+      );
+    }
+    if (old === replacement) {
+      throw new ToolError('invalid_arguments', 'edit_file: old and new are the same text; nothing to change');
+    }
+    const content = await readFile(file, { encoding: 'utf8', signal: ctx.signal });
+    const count = countOccurrences(content, old);
+    // The message never quotes the file, so a failed edit cannot be used to read what a policy hides.
+    if (count === 0) {
+      throw new ToolError(
+        'invalid_arguments',
+        `edit_file: the text in old was not found in ${requested}; read the file again and copy the exact text, including whitespace`,
+      );
+    }
+    if (count > 1 && !replaceAll) {
+      throw new ToolError(
+        'invalid_arguments',
+        `edit_file: the text in old occurs ${count} times in ${requested}; add surrounding lines so it occurs once, or set replaceAll to replace all ${count}`,
+      );
+    }
+    // split/join rather than String.replace, whose replacement string would interpret `$&` and friends.
+    const edited = content.split(old).join(replacement);
+    await writeAtomically(file, edited, info.mode, ctx.signal);
+    return `replaced ${count} occurrence(s) in ${requested}`;
+  },
+});
+
+function countOccurrences(content: string, text: string): number {
+  let count = 0;
+  for (let at = content.indexOf(text); at !== -1; at = content.indexOf(text, at + text.length)) count += 1;
+  return count;
+}
+
+const maxSearchFileBytes = 1024 * 1024;
+const maxShownLineChars = 300;
+// Directories the walk does not enter; naming one as `path` still searches it.
+const skippedDirs = new Set(['.git', 'node_modules']);
+
+const SearchFilesInput = z.object({
+  pattern: z.string().min(1).describe('JavaScript regular expression, matched against each line'),
+  path: z
+    .string()
+    .min(1)
+    .default('.')
+    .describe('Directory (or file) relative to the workspace to search; the whole workspace by default'),
+  glob: z
+    .string()
+    .min(1)
+    .optional()
+    .describe(
+      'Only search files whose path relative to `path` matches this glob, e.g. "**/*.ts"; a glob without "/" matches file names',
+    ),
+  maxResults: z.number().int().min(1).max(2000).default(200).describe('Stop after this many matching lines'),
+});
+
+/** `search_files`: regex search over the text files of a workspace directory, as `path:line: text`. */
+export const searchFilesTool = defineTool({
+  name: 'search_files',
+  description:
+    'Search workspace files for lines matching a JavaScript regular expression. Returns "path:line: text" lines with paths relative to the workspace. Skips .git and node_modules (unless given as path), files over 1 MiB, binary files and symlinks.',
+  input: SearchFilesInput,
+  async run({ pattern, path: requested, glob, maxResults }, ctx) {
+    const regex = compilePattern(pattern);
+    const start = await resolveInWorkspace(ctx.workspace, requested, {
+      tool: 'search_files',
+      mustExist: true,
+    });
+    const root = await realpath(ctx.workspace);
+    const search: Search = {
+      regex,
+      root,
+      base: start,
+      matchesGlob: glob === undefined ? () => true : picomatch(glob, { dot: true, basename: true }),
+      maxResults,
+      hits: [],
+      capped: false,
+      signal: ctx.signal,
+    };
+    if ((await stat(start)).isDirectory()) await searchDir(start, search);
+    else await searchFile(start, search);
+    if (search.hits.length === 0) {
+      const filter = glob === undefined ? '' : ` matching ${glob}`;
+      return `no matches for /${pattern}/ in ${requested}${filter}`;
+    }
+    const marker = search.capped
+      ? `\n…[capped at ${maxResults} matches; narrow the pattern, path or glob, or raise maxResults]`
+      : '';
+    return search.hits.join('\n') + marker;
+  },
+});
+
+interface Search {
+  regex: RegExp;
+  root: string;
+  /** The directory searched; globs match paths relative to it. */
+  base: string;
+  matchesGlob: (relative: string) => boolean;
+  maxResults: number;
+  hits: string[];
+  capped: boolean;
+  signal: AbortSignal;
+}
+
+function compilePattern(pattern: string): RegExp {
+  try {
+    return new RegExp(pattern);
+  } catch (cause) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    throw new ToolError(
+      'invalid_arguments',
+      `search_files: pattern is not a valid regular expression: ${reason}`,
+      {
+        cause,
+      },
+    );
+  }
+}
+
+// Sorted depth-first like list_files; Dirent types come from lstat, so symlinks (to files or out of the workspace) are never followed.
+async function searchDir(dir: string, search: Search): Promise<void> {
+  search.signal.throwIfAborted();
+  const children = await readdir(dir, { withFileTypes: true });
+  children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const child of children) {
+    if (search.capped) return;
+    const childPath = path.join(dir, child.name);
+    if (child.isDirectory() && !skippedDirs.has(child.name)) await searchDir(childPath, search);
+    else if (child.isFile() && search.matchesGlob(toPosix(path.relative(search.base, childPath)))) {
+      await searchFile(childPath, search);
+    }
+  }
+}
+
+async function searchFile(file: string, search: Search): Promise<void> {
+  const info = await stat(file);
+  // Not a regular file (a FIFO would block the read) or too big to be source text.
+  if (!info.isFile() || info.size > maxSearchFileBytes) return;
+  const bytes = await readFile(file, { signal: search.signal });
+  if (bytes.includes(0)) return;
+  const shownPath = toPosix(path.relative(search.root, file));
+  const lines = bytes.toString('utf8').split(/\r?\n/);
+  // A final newline ends the last line; it does not start an empty one.
+  if (lines.at(-1) === '') lines.pop();
+  for (const [index, line] of lines.entries()) {
+    if (!search.regex.test(line)) continue;
+    if (search.hits.length === search.maxResults) {
+      search.capped = true;
+      return;
+    }
+    const shown = line.length > maxShownLineChars ? `${line.slice(0, maxShownLineChars)}…` : line;
+    search.hits.push(`${shownPath}:${index + 1}: ${shown}`);
+  }
+}
+
+function toPosix(relative: string): string {
+  return relative.split(path.sep).join('/');
+}
+
 /** The built-in file tools, ready to register. */
-export const fileTools: readonly Tool[] = [readFileTool, writeFileTool, listFilesTool];
+export const fileTools: readonly Tool[] = [
+  readFileTool,
+  writeFileTool,
+  listFilesTool,
+  editFileTool,
+  searchFilesTool,
+];

@@ -17,6 +17,8 @@ export interface PermissionRule {
   commands?: string[];
   /** Host names (`api.example.com`) or suffix forms (`*.example.com`), matched against the call's `url`. */
   hosts?: string[];
+  /** run_command rules: allow network access. */
+  network?: boolean;
 }
 
 /** An agent's tool permissions: declaring a tool grants it; rules narrow that grant. */

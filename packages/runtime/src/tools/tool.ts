@@ -1,6 +1,11 @@
 import type { z } from 'zod';
 import type { PermissionRule } from './policy.ts';
 
+/** A way to put a question to a person and wait for the answer. */
+export interface HumanChannel {
+  ask(question: string, signal: AbortSignal): Promise<string>;
+}
+
 /** What a running tool knows about the call it serves. */
 export interface ToolContext {
   /** Absolute path of the task's workspace; the directory exists. */
@@ -10,6 +15,8 @@ export interface ToolContext {
   callId: string;
   /** Aborted on timeout or cancellation; a long-running tool should stop when it fires. */
   signal: AbortSignal;
+  /** A person to ask (the `ask_human` tool); absent where nobody can be asked. */
+  human?: HumanChannel;
   /** The permission rule that let this call through, when one did (its scopes, e.g. `network` for commands). */
   rule?: PermissionRule;
 }

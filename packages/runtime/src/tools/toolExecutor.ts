@@ -6,7 +6,7 @@ import {
   type PermissionRule,
   type PolicyVerdict,
 } from './policy.ts';
-import type { Tool, ToolContext } from './tool.ts';
+import type { HumanChannel, Tool, ToolContext } from './tool.ts';
 import { ToolError } from './toolError.ts';
 import type { ToolRegistry } from './toolRegistry.ts';
 import { truncateOutput } from './truncateOutput.ts';
@@ -15,6 +15,8 @@ import { truncateOutput } from './truncateOutput.ts';
 export interface ToolExecutorOptions {
   registry: ToolRegistry;
   policy: AgentPolicy;
+  /** Handed to tools that ask a person (`ask_human`). */
+  human?: HumanChannel;
   agent: string;
   /** Absolute path of the task's workspace; the directory exists. */
   workspace: string;
@@ -72,8 +74,10 @@ export class ToolExecutor {
   readonly #defaultTimeoutMs: number;
   readonly #maxOutputBytes: number;
   readonly #now: () => number;
+  readonly #human: HumanChannel | undefined;
 
   constructor(opts: ToolExecutorOptions) {
+    this.#human = opts.human;
     this.#registry = opts.registry;
     this.#policy = opts.policy;
     this.#agent = opts.agent;
@@ -95,7 +99,12 @@ export class ToolExecutor {
       const verdict = evaluatePolicy(this.#policy, tool.name, input, { agent: this.#agent });
       return { callId: call.id, tool: call.name, decision: verdict.decision, reason: verdict.reason };
     } catch (error) {
-      return { callId: call.id, tool: call.name, decision: 'deny', reason: asToolError(error, call.name).message };
+      return {
+        callId: call.id,
+        tool: call.name,
+        decision: 'deny',
+        reason: asToolError(error, call.name).message,
+      };
     }
   }
 
@@ -161,6 +170,7 @@ export class ToolExecutor {
       callId,
       signal: guard.signal,
       ...(rule ? { rule } : {}),
+      ...(this.#human ? { human: this.#human } : {}),
     };
     try {
       const running = tool.run(input, ctx);
