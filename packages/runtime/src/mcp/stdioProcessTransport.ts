@@ -108,7 +108,14 @@ export class StdioProcessTransport implements Transport {
   }
 
   #receive(chunk: Buffer): void {
-    this.#buffer.append(chunk);
+    try {
+      this.#buffer.append(chunk);
+    } catch (error) {
+      // One message beyond the buffer's limit: the stream cannot be resynchronised, so the server is stopped.
+      this.onerror?.(error instanceof Error ? error : new Error(String(error)));
+      void this.close();
+      return;
+    }
     for (;;) {
       let message: JSONRPCMessage | null;
       try {
