@@ -19,6 +19,7 @@ import {
   type ModelCallResult,
 } from './agentMachine.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
+import { ModelToolNames } from './modelToolNames.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 
 /** What a step needs from the world. */
@@ -174,10 +175,11 @@ async function callModel(
         deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to }),
       ),
   };
+  const names = new ModelToolNames(input.tools);
   try {
-    const response = await agent.model.complete({
-      messages: input.messages,
-      tools: input.tools,
+    const reply = await agent.model.complete({
+      messages: names.identity ? input.messages : names.messages(input.messages),
+      tools: names.identity ? input.tools : names.tools(input.tools),
       context: {
         taskId: request.taskId,
         pipeline: request.pipeline,
@@ -191,6 +193,7 @@ async function callModel(
       ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
       ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
     });
+    const response = names.identity ? reply : names.response(reply);
     const provider = response.provider ?? agent.model.provider;
     return {
       content: response.content,
