@@ -37,7 +37,7 @@ describe('troupe validate', () => {
     );
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain(
-      'agents.executor.model: agent executor uses anthropic:claude-sonnet-4-5, which needs the environment variable ANTHROPIC_API_KEY; it is not set',
+      'agents.executor.model: agent executor uses anthropic:claude-sonnet-4-6, which needs the environment variable ANTHROPIC_API_KEY; it is not set',
     );
     const skipped = await troupe(
       ['validate', '--no-keys', examplePath('openai.yaml'), examplePath('anthropic.yaml')],

@@ -31,7 +31,7 @@ describe('agents on OpenAI, Anthropic and OpenAI-compatible models, through the 
 models:
   gpt: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}", maxAttempts: 3, retryDelay: 0.01 }
   gpt-once: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}", maxAttempts: 2, retryDelay: 0.01 }
-  claude: { provider: anthropic, model: claude-sonnet-4-5, baseURL: "${anthropic.baseURL}", maxAttempts: 2, retryDelay: 0.01 }
+  claude: { provider: anthropic, model: claude-sonnet-4-6, baseURL: "${anthropic.baseURL}", maxAttempts: 2, retryDelay: 0.01 }
   llama: { provider: openai-compatible, model: llama3.1, baseURL: "${local.baseURL}" }
   impatient: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}", timeout: 0.3, maxAttempts: 2, retryDelay: 0.01 }
 `;
@@ -286,11 +286,11 @@ models:
     expect(final.kind === 'task.completed' && final.data.output).toBe('answered by claude');
     const fallback = ofKind(h.eventsOf('fb-1'), 'llm.fallback');
     expect(fallback.map((f) => [f.data.from, f.data.to])).toEqual([
-      ['openai:gpt-5-mini', 'anthropic:claude-sonnet-4-5'],
+      ['openai:gpt-5-mini', 'anthropic:claude-sonnet-4-6'],
     ]);
     expect(ofKind(h.eventsOf('fb-1'), 'llm.retry')).toHaveLength(1);
     const response = ofKind(h.eventsOf('fb-1'), 'llm.response')[0];
-    expect(response?.data).toMatchObject({ provider: 'anthropic', model: 'claude-sonnet-4-5' });
+    expect(response?.data).toMatchObject({ provider: 'anthropic', model: 'claude-sonnet-4-6' });
   });
 
   it('asks OpenAI for structured output natively, and repairs an invalid reply once', async () => {

@@ -77,6 +77,18 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     logger,
     timeoutMs: 600_000,
   });
+  const unpriced = new Set<string>();
+  // Cost counts as 0 for a model the price table lacks; say so once rather than report a wrong total quietly.
+  const warnIfUnpriced = (provider: string, model: string) => {
+    const key = `${provider}:${model}`;
+    if (provider === 'scripted' || unpriced.has(key)) return;
+    if (options.pipelines.some((p) => p.prices.priceOf(provider, model))) return;
+    unpriced.add(key);
+    logger.warn(
+      { provider, model },
+      `no price is known for ${key}; its cost counts as 0 (add it under prices:)`,
+    );
+  };
   const agentHosts: AgentHost[] = [];
   if (options.hostAgents ?? true) {
     for (const pipeline of options.pipelines) {
@@ -90,7 +102,10 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           logger,
           clock,
           ids,
-          price: (provider, model, response) => pipeline.prices.cost(provider, model, response.usage),
+          price: (provider, model, response) => {
+            warnIfUnpriced(provider, model);
+            return pipeline.prices.cost(provider, model, response.usage);
+          },
           human,
         }),
       );

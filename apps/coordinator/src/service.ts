@@ -34,8 +34,10 @@ export interface Service {
 export async function startService(options: ServiceOptions): Promise<Service> {
   const home = resolve(options.home ?? '.troupe');
   const registry = builtinTools();
+  // Without agents here, nothing calls a model, so their API keys need not be set.
+  const requireKeys = options.hostAgents ?? true;
   const pipelines = await Promise.all(
-    options.files.map((f) => loadPipeline(f, { toolNames: registry.names() })),
+    options.files.map((f) => loadPipeline(f, { toolNames: registry.names(), requireKeys })),
   );
   const embedded =
     options.natsUrl === undefined

@@ -109,7 +109,12 @@ describe('loadPipeline on examples/demo.yaml', () => {
       3,
       'fail',
     ]);
-    expect(config.defaults).toEqual({ model: 'scripted', maxTurns: 8, stepTimeout: 120 });
+    expect(config.defaults).toEqual({
+      model: 'scripted',
+      maxTurns: 8,
+      stepTimeout: 120,
+      approvalTimeout: 600,
+    });
     // Keys the demo leaves out get their defaults.
     expect(config.agents.planner?.tools).toEqual([]);
     expect(config.agents.planner?.permissions).toEqual([]);
@@ -145,7 +150,12 @@ describe('loadPipeline on examples/demo.yaml', () => {
 describe('parsePipeline accepts', () => {
   it('the valid test pipeline, applying defaults for what it leaves out', () => {
     const config = parsePipeline(VALID, FILE, { toolNames });
-    expect(config.defaults).toEqual({ model: 'scripted', maxTurns: 10, stepTimeout: 600 });
+    expect(config.defaults).toEqual({
+      model: 'scripted',
+      maxTurns: 10,
+      stepTimeout: 600,
+      approvalTimeout: 600,
+    });
     const review = config.flow[2];
     expect(review?.kind).toBe('review');
     expect(review?.kind === 'review' && review.onMaxRounds).toBe('fail');

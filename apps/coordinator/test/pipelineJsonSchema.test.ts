@@ -27,6 +27,6 @@ describe('the published pipeline JSON Schema', () => {
 
   it('requires what the loader requires', () => {
     const schema = pipelineJsonSchema() as { required: string[] };
-    expect(schema.required.sort()).toEqual(['agents', 'flow', 'models', 'name', 'version']);
+    expect(schema.required.sort()).toEqual(['agents', 'flow', 'name', 'version']);
   });
 });

@@ -61,9 +61,12 @@ describe('PriceTable.priceOf', () => {
     expect(table.priceOf('openai', 'gpt-5-mini')).toEqual(DISTINCT['openai:gpt-5-mini']);
   });
 
-  it('lets an override add a longer prefix than any default', () => {
-    const table = new PriceTable({ 'openai:gpt-5-mini-2025': { input: 7, output: 70 } }, DISTINCT);
-    expect(table.priceOf('openai', 'gpt-5-mini-2025-08-07')).toEqual({ input: 7, output: 70 });
+  it('does not price a different model by a shared prefix (gpt-5-pro is not gpt-5)', () => {
+    const table = new PriceTable({}, DISTINCT);
+    expect(table.priceOf('openai', 'gpt-5-pro')).toBeUndefined();
+    const priced = new PriceTable({ 'openai:gpt-5-pro': { input: 7, output: 70 } }, DISTINCT);
+    expect(priced.priceOf('openai', 'gpt-5-pro')).toEqual({ input: 7, output: 70 });
+    expect(priced.priceOf('openai', 'gpt-5-pro-2025-10-06')).toEqual({ input: 7, output: 70 });
   });
 });
 

@@ -20,7 +20,12 @@ describe('subjects', () => {
 
   it('names the streams and buckets Troupe owns', () => {
     expect(STREAMS).toEqual({ tasks: 'TASKS', events: 'EVENTS' });
-    expect(BUCKETS).toEqual({ workflows: 'workflows', memory: 'memory', pipelines: 'pipelines' });
+    expect(BUCKETS).toEqual({
+      workflows: 'workflows',
+      memory: 'memory',
+      pipelines: 'pipelines',
+      approvals: 'approvals',
+    });
   });
 });
 

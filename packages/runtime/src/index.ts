@@ -38,6 +38,7 @@ export {
 export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
 export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
 export * from './logging/index.ts';
+export * from './mcp/index.ts';
 export { askHumanTool } from './tools/askHumanTool.ts';
 export * from './tools/index.ts';
 export * from './transport/index.ts';

@@ -1,4 +1,11 @@
 export { type FakeAnthropicOptions, startFakeAnthropic } from './fakeAnthropic.ts';
 export type { FakeModelServer, FakeReply, RecordedRequest } from './fakeModelServer.ts';
 export { type FakeOpenAIOptions, startFakeOpenAI } from './fakeOpenAI.ts';
+export {
+  type McpHttpRequest,
+  type McpToolCall,
+  startTestMcpHttpServer,
+  TEST_MCP_STDIO_SERVER,
+  type TestMcpHttpServer,
+} from './mcpServers.ts';
 export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';

@@ -12,6 +12,12 @@ export interface McpToolCall {
   arguments: Record<string, unknown>;
 }
 
+/** One HTTP request a test MCP server received. */
+export interface McpHttpRequest {
+  method: string;
+  headers: IncomingMessage['headers'];
+}
+
 /** A real MCP server over streamable HTTP, with the tools `add`, `fail` and `slow`. */
 export interface TestMcpHttpServer {
   /** The endpoint to give a client, `http://127.0.0.1:<port>/mcp`. */
@@ -20,8 +26,8 @@ export interface TestMcpHttpServer {
   calls: McpToolCall[];
   /** The calls whose client cancelled them before they finished. */
   cancelled: McpToolCall[];
-  /** Every request's headers, in arrival order, so tests can check what a client sent. */
-  headers: IncomingMessage['headers'][];
+  /** Every HTTP request's method and headers, in arrival order, so tests can check what a client sent. */
+  requests: McpHttpRequest[];
   /** Closes every session and the HTTP server. */
   stop(): Promise<void>;
 }
@@ -101,11 +107,11 @@ interface Session {
 export async function startTestMcpHttpServer(): Promise<TestMcpHttpServer> {
   const calls: McpToolCall[] = [];
   const cancelled: McpToolCall[] = [];
-  const headers: IncomingMessage['headers'][] = [];
+  const requests: McpHttpRequest[] = [];
   const sessions = new Map<string, Session>();
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    headers.push(req.headers);
+    requests.push({ method: req.method ?? 'GET', headers: req.headers });
     if (!req.url?.startsWith('/mcp')) {
       res.writeHead(404).end();
       return;
@@ -114,15 +120,13 @@ export async function startTestMcpHttpServer(): Promise<TestMcpHttpServer> {
     if (typeof sessionId === 'string') {
       const session = sessions.get(sessionId);
       if (!session) {
-        res
-          .writeHead(404, { 'content-type': 'application/json' })
-          .end(
-            JSON.stringify({
-              jsonrpc: '2.0',
-              error: { code: -32001, message: 'Session not found' },
-              id: null,
-            }),
-          );
+        res.writeHead(404, { 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            jsonrpc: '2.0',
+            error: { code: -32001, message: 'Session not found' },
+            id: null,
+          }),
+        );
         return;
       }
       await session.transport.handleRequest(req, res);
@@ -159,7 +163,7 @@ export async function startTestMcpHttpServer(): Promise<TestMcpHttpServer> {
     url: `http://127.0.0.1:${port}/mcp`,
     calls,
     cancelled,
-    headers,
+    requests,
     async stop() {
       const open = [...sessions.values()];
       sessions.clear();

@@ -56,7 +56,9 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
       return 0;
     }
     process.stderr.write(
-      `${duplicate ? 'following' : `submitted ${task.id} to ${pipeline};`} waiting for it to finish\n`,
+      duplicate
+        ? `following ${task.id} until it finishes\n`
+        : `submitted ${task.id} to ${pipeline}; waiting for it to finish\n`,
     );
     const final = await Promise.race([watcher.final, timeout(options.timeout)]);
     watcher.stop();

@@ -104,7 +104,7 @@ function summarize(event: TroupeEvent): string {
       return `${event.data.step} · ${tokens(event.data.usage)} · ${body}`;
     }
     case 'task.completed':
-      return `${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}`;
+      return `${event.data.approved === false ? 'UNAPPROVED (review bound reached) · ' : ''}${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}`;
     case 'task.failed':
       return `${event.data.reason}: ${oneLine(event.data.message, 120)}`;
     case 'task.cancelled':

@@ -35,7 +35,7 @@ const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environ
 
 /** Settings every remote model shares. */
 const remote = {
-  /** The provider's model id, e.g. `gpt-5-mini`, `claude-sonnet-4-5`. */
+  /** The provider's model id, e.g. `gpt-5-mini`, `claude-sonnet-4-6`. */
   model: z.string().min(1),
   /** The environment variable holding the API key (never the key itself). */
   apiKeyEnv: EnvName.optional(),
@@ -192,7 +192,7 @@ export const PipelineConfig = withExtensions({
   version: z.literal(1),
   name: Name,
   description: z.string().optional(),
-  models: z.record(Name, ModelConfig),
+  models: z.record(Name, ModelConfig).default({}),
   /** Price overrides, by `provider:model` (prefix match). */
   prices: z.record(z.string().regex(/^[a-z-]+:.+$/, 'must be provider:model'), PriceConfig).default({}),
   defaults: DefaultsConfig.prefault({}),

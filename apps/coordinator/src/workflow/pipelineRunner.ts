@@ -241,11 +241,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           // A bug, not bad input: retrying would crash again, so the task ends here, loudly.
           const message = `the workflow actor crashed: ${errorMessage(ending.error)}`;
           logger.error({ err: ending.error, taskId: input.taskId }, message);
-          const usage = actor.getSnapshot().context.usage;
+          const { usage, round } = actor.getSnapshot().context;
           await store
             .put(
               input.taskId,
-              record(input, delivery, 'failed', 'failed', 1, usage, createdAt, clock, undefined),
+              record(input, delivery, 'failed', 'failed', round, usage, createdAt, clock, undefined),
             )
             .catch(() => undefined);
           publishFailure(scope, 'internal', message, usage, durationMs);

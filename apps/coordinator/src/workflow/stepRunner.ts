@@ -51,7 +51,7 @@ function explain(error: unknown, subject: string, agent: string, waitedMs: numbe
     return new TransportError(
       'no_responders',
       `no worker serves agent ${agent} on ${subject} (waited ${Math.round(waitedMs / 1000)} s); ` +
-        'start `troupe up` with this pipeline, or a `troupe worker` for this agent',
+        'start `troupe up` with this pipeline (and its agents) on this NATS server',
       { cause: error },
     );
   }

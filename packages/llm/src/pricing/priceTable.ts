@@ -10,7 +10,8 @@ export interface ModelPrice {
 /**
  * List prices of current models, USD per million tokens, as the vendors published them in late 2025.
  * Prices change: override them under `prices:` in a pipeline file. Models not listed cost 0 and are reported
- * as such. Keys match a model name exactly or as a prefix (`claude-sonnet-4-5` covers `claude-sonnet-4-5-20250929`).
+ * as such. A key matches its model exactly, or with a date or `-latest` after it (`claude-sonnet-4-5` covers
+ * `claude-sonnet-4-5-20250929`, `gpt-5` does not cover `gpt-5-pro`).
  */
 export const DEFAULT_PRICES: Readonly<Record<string, ModelPrice>> = {
   'openai:gpt-5': { input: 1.25, cachedInput: 0.125, output: 10 },
@@ -23,15 +24,20 @@ export const DEFAULT_PRICES: Readonly<Record<string, ModelPrice>> = {
   'openai:gpt-4o-mini': { input: 0.15, cachedInput: 0.075, output: 0.6 },
   'openai:o3': { input: 2, cachedInput: 0.5, output: 8 },
   'openai:o4-mini': { input: 1.1, cachedInput: 0.275, output: 4.4 },
+  'anthropic:claude-opus-4-5': { input: 5, cachedInput: 0.5, output: 25 },
   'anthropic:claude-opus-4-1': { input: 15, cachedInput: 1.5, output: 75 },
   'anthropic:claude-opus-4': { input: 15, cachedInput: 1.5, output: 75 },
+  'anthropic:claude-sonnet-4-6': { input: 3, cachedInput: 0.3, output: 15 },
   'anthropic:claude-sonnet-4-5': { input: 3, cachedInput: 0.3, output: 15 },
   'anthropic:claude-sonnet-4': { input: 3, cachedInput: 0.3, output: 15 },
   'anthropic:claude-haiku-4-5': { input: 1, cachedInput: 0.1, output: 5 },
   'anthropic:claude-3-5-haiku': { input: 0.8, cachedInput: 0.08, output: 4 },
 };
 
-/** Looks up prices by `provider:model`, the longest matching key winning. */
+/** A dated snapshot or alias of a model: `-20250929`, `-2025-08-07`, `-latest`. */
+const VERSION_SUFFIX = /^-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)$/;
+
+/** Looks up prices by `provider:model`. */
 export class PriceTable {
   readonly #prices: Map<string, ModelPrice>;
 
@@ -41,13 +47,12 @@ export class PriceTable {
 
   priceOf(provider: string, model: string): ModelPrice | undefined {
     const name = `${provider}:${model}`;
-    let best: [string, ModelPrice] | undefined;
-    for (const entry of this.#prices) {
-      if (name === entry[0] || name.startsWith(`${entry[0]}-`)) {
-        if (!best || entry[0].length > best[0].length) best = entry;
-      }
+    const exact = this.#prices.get(name);
+    if (exact) return exact;
+    for (const [key, price] of this.#prices) {
+      if (name.startsWith(key) && VERSION_SUFFIX.test(name.slice(key.length))) return price;
     }
-    return best?.[1];
+    return undefined;
   }
 
   /** USD for one call; cached input tokens at the cached price. */

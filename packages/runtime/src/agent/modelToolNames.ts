@@ -39,7 +39,10 @@ export class ModelToolNames {
   }
 
   response(response: ModelResponse): ModelResponse {
-    return { ...response, toolCalls: response.toolCalls.map((c) => ({ ...c, name: this.#fromModel.get(c.name) ?? c.name })) };
+    return {
+      ...response,
+      toolCalls: response.toolCalls.map((c) => ({ ...c, name: this.#fromModel.get(c.name) ?? c.name })),
+    };
   }
 
   #out(name: string): string {

@@ -170,10 +170,13 @@ async function callModel(
         ),
       );
     },
-    onFallback: (info) =>
+    onFallback: (info) => {
+      // Deltas of the model that failed go out before the fallback is announced.
+      batcher?.flush();
       deps.publish(
         deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to }),
-      ),
+      );
+    },
   };
   const names = new ModelToolNames(input.tools);
   try {

@@ -42,7 +42,9 @@ function renderBlock(block: ContentBlock): string {
 
 // Servers are asked to repeat structured content as JSON text for older clients; the model needs it once.
 function echoesStructured(content: readonly ContentBlock[], structured: unknown): boolean {
-  return content.some((block) => block.type === 'text' && isDeepStrictEqual(parseJson(block.text), structured));
+  return content.some(
+    (block) => block.type === 'text' && isDeepStrictEqual(parseJson(block.text), structured),
+  );
 }
 
 function parseJson(text: string): unknown {

@@ -82,7 +82,9 @@ export async function connectMcpServers(
 ): Promise<McpConnections> {
   const parsed = McpServers.safeParse(servers);
   if (!parsed.success) {
-    const issues = parsed.error.issues.map((issue) => `- ${issue.path.map(String).join('.')}: ${issue.message}`);
+    const issues = parsed.error.issues.map(
+      (issue) => `- ${issue.path.map(String).join('.')}: ${issue.message}`,
+    );
     throw new McpServerError('invalid_config', `invalid MCP server config:\n${issues.join('\n')}`, {
       cause: parsed.error,
     });
@@ -133,7 +135,12 @@ async function connectServer(
   }
   let closing = false;
   client.onclose = () => {
-    if (!closing) logger?.warn({ mcpServer: name, endpoint }, 'MCP server disconnected; its tools will fail');
+    if (closing) return;
+    const detail = opened.detail().replace(/^; /, '');
+    logger?.warn(
+      { mcpServer: name, endpoint, ...(detail === '' ? {} : { detail }) },
+      'MCP server disconnected; its tools will fail',
+    );
   };
   client.onerror = (error) => logger?.debug({ mcpServer: name, err: error }, 'MCP transport error');
 
@@ -268,7 +275,11 @@ function wrapTool(
 }
 
 // The registry shows the model this schema's JSON form, so one without a JSON form is as bad as none.
-function inputSchemaOf(toolName: string, schema: McpTool['inputSchema'], logger: Logger | undefined): z.ZodType {
+function inputSchemaOf(
+  toolName: string,
+  schema: McpTool['inputSchema'],
+  logger: Logger | undefined,
+): z.ZodType {
   try {
     const converted = z.fromJSONSchema(schema as z.core.JSONSchema.JSONSchema);
     const json = z.toJSONSchema(converted, { target: 'draft-07', io: 'input' });
@@ -313,10 +324,16 @@ function callFailure(
 
 function combinedFailure(failures: readonly unknown[]): unknown {
   if (failures.length === 1) return failures[0];
-  const lines = failures.map((failure) => `- ${reasonOf(failure)}`);
-  return new McpServerError('start_failed', `${failures.length} MCP servers failed to start:\n${lines.join('\n')}`, {
-    cause: new AggregateError(failures),
-  });
+  const lines = failures.map(
+    (failure) => `- ${failure instanceof Error ? failure.message : String(failure)}`,
+  );
+  return new McpServerError(
+    'start_failed',
+    `${failures.length} MCP servers failed to start:\n${lines.join('\n')}`,
+    {
+      cause: new AggregateError(failures),
+    },
+  );
 }
 
 function inheritedEnv(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
@@ -340,13 +357,14 @@ function describeEndpoint(config: McpServerConfig): string {
   return `stdio: ${words.join(' ')}`;
 }
 
+// Includes the causes, since `fetch failed` alone does not say that the connection was refused.
 function reasonOf(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   const code = (error as NodeJS.ErrnoException).code;
   if (code === 'ENOENT' && (error as NodeJS.ErrnoException).syscall?.startsWith('spawn')) {
     return `command not found (${error.message})`;
   }
-  return error.message;
+  return error.cause instanceof Error ? `${error.message}: ${reasonOf(error.cause)}` : error.message;
 }
 
 async function isDirectory(path: string): Promise<boolean> {

@@ -1,5 +1,4 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
@@ -76,7 +75,8 @@ export class StdioProcessTransport implements Transport {
     child.on('close', () => this.onclose?.());
     return new Promise((resolve, reject) => {
       child.once('spawn', () => resolve());
-      child.once('error', (error) => {
+      // Kept for the child's whole life: an 'error' event without a listener would crash the coordinator.
+      child.on('error', (error) => {
         reject(error);
         this.onerror?.(error);
       });
@@ -96,9 +96,10 @@ export class StdioProcessTransport implements Transport {
   /** Ends the child: closes its stdin, then SIGTERM, then SIGKILL, each after a grace period; resolves once it is gone. */
   async close(): Promise<void> {
     const child = this.#child;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    // Nothing to end: never started, failed to spawn (no pid), or already exited.
+    if (!child?.pid || child.exitCode !== null || child.signalCode !== null) return;
     const grace = this.#launch.graceMs ?? 2000;
-    const gone = once(child, 'exit').then(() => true);
+    const gone = new Promise<boolean>((resolve) => child.once('exit', () => resolve(true)));
     child.stdin.end();
     if (await settlesWithin(gone, grace)) return;
     child.kill('SIGTERM');

@@ -33,7 +33,13 @@ const etcPaths = [
   '/etc/localtime',
 ];
 // Name resolution and TLS trust, mounted only when the command may use the network.
-const networkEtcPaths = ['/etc/resolv.conf', '/etc/hosts', '/etc/gai.conf', '/etc/ssl', '/etc/ca-certificates'];
+const networkEtcPaths = [
+  '/etc/resolv.conf',
+  '/etc/hosts',
+  '/etc/gai.conf',
+  '/etc/ssl',
+  '/etc/ca-certificates',
+];
 
 /**
  * A sandbox on bubblewrap: new namespaces (`--unshare-all`, so no network unless the run asks for it), read-only
@@ -73,7 +79,8 @@ async function bubblewrapArgs(
   const args = ['--unshare-all', '--new-session', '--die-with-parent', '--cap-drop', 'ALL'];
   if (run.network) args.push('--share-net');
   args.push('--clearenv');
-  for (const [name, value] of Object.entries(minimalEnv(workspace, run.env))) args.push('--setenv', name, value);
+  for (const [name, value] of Object.entries(minimalEnv(workspace, run.env)))
+    args.push('--setenv', name, value);
   args.push('--ro-bind', '/usr', '/usr');
   for (const dir of systemDirs) args.push(...(await systemDirArgs(dir)));
   for (const file of run.network ? [...etcPaths, ...networkEtcPaths] : etcPaths) {

@@ -69,7 +69,8 @@ export function limitedShellArgs(command: string, timeoutMs: number, limits: Res
   const memory = wholePositive(limits.virtualMemoryKiB ?? defaultVirtualMemoryKiB, 'virtualMemoryKiB');
   const fileSize = wholePositive(limits.fileSizeKiB ?? defaultFileSizeKiB, 'fileSizeKiB');
   // A limit above an existing hard limit fails; the existing one is stricter, so the error is dropped.
-  const prelude = [`ulimit -t ${cpu}`, `ulimit -v ${memory}`, `ulimit -f ${fileSize}`]
+  // POSIX `ulimit -f` counts 512-byte blocks; `-v` is in KiB.
+  const prelude = [`ulimit -t ${cpu}`, `ulimit -v ${memory}`, `ulimit -f ${fileSize * 2}`]
     .map((line) => `${line} 2>/dev/null`)
     .join('; ');
   return ['-c', `${prelude}; exec /bin/sh -c "$1"`, 'sh', command];

@@ -1,4 +1,8 @@
-import { type BubblewrapSandboxOptions, createBubblewrapSandbox, probeBubblewrap } from './bubblewrapSandbox.ts';
+import {
+  type BubblewrapSandboxOptions,
+  createBubblewrapSandbox,
+  probeBubblewrap,
+} from './bubblewrapSandbox.ts';
 import { createProcessSandbox, type ProcessSandboxOptions } from './processSandbox.ts';
 import type { Sandbox, SandboxKind } from './sandbox.ts';
 

@@ -23,7 +23,9 @@ const RunCommandInput = z.object({
     .min(1)
     .max(maxTimeoutSeconds)
     .optional()
-    .describe(`Kill the command after this many seconds; ${defaultTimeoutSeconds} by default, at most ${maxTimeoutSeconds}`),
+    .describe(
+      `Kill the command after this many seconds; ${defaultTimeoutSeconds} by default, at most ${maxTimeoutSeconds}`,
+    ),
 });
 
 /**

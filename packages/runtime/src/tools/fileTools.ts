@@ -234,7 +234,15 @@ export const editFileTool = defineTool({
     if (old === replacement) {
       throw new ToolError('invalid_arguments', 'edit_file: old and new are the same text; nothing to change');
     }
-    const content = await readFile(file, { encoding: 'utf8', signal: ctx.signal });
+    const bytes = await readFile(file, { signal: ctx.signal });
+    const content = bytes.toString('utf8');
+    // Decoding replaces invalid bytes, so writing the text back would corrupt a binary or non-UTF-8 file.
+    if (!Buffer.from(content, 'utf8').equals(bytes)) {
+      throw new ToolError(
+        'invalid_arguments',
+        `edit_file refused: ${requested} is not UTF-8 text, and editing it as text would corrupt it`,
+      );
+    }
     const count = countOccurrences(content, old);
     // The message never quotes the file, so a failed edit cannot be used to read what a policy hides.
     if (count === 0) {
@@ -301,7 +309,7 @@ export const searchFilesTool = defineTool({
       regex,
       root,
       base: start,
-      matchesGlob: glob === undefined ? () => true : picomatch(glob, { dot: true, basename: true }),
+      matchesGlob: globMatcher(glob),
       maxResults,
       hits: [],
       capped: false,
@@ -330,6 +338,13 @@ interface Search {
   hits: string[];
   capped: boolean;
   signal: AbortSignal;
+}
+
+function globMatcher(glob: string | undefined): (relative: string) => boolean {
+  if (glob === undefined) return () => true;
+  const isMatch = picomatch(glob, { dot: true });
+  // picomatch's own `basename` option applies to every pattern, so a glob with a slash could never match.
+  return glob.includes('/') ? isMatch : (relative) => isMatch(path.posix.basename(relative));
 }
 
 function compilePattern(pattern: string): RegExp {

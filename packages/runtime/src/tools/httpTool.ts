@@ -39,16 +39,23 @@ export const httpFetchTool = defineTool({
   input: HttpFetchInput,
   async run({ url, method, headers, body, maxBytes }, ctx) {
     if (body !== undefined && (method === 'GET' || method === 'HEAD')) {
-      throw new ToolError('invalid_arguments', `http_fetch: a ${method} request cannot have a body; use POST or PUT`);
+      throw new ToolError(
+        'invalid_arguments',
+        `http_fetch: a ${method} request cannot have a body; use POST or PUT`,
+      );
     }
     let hop: Hop = { url: parseHttpUrl(url, 'url'), method, headers: headers ?? {}, body };
     for (let redirects = 0; ; redirects += 1) {
       const response = await send(hop, ctx.signal);
       const location = response.headers.get('location');
-      if (!isRedirect(response.status) || location === null) return describe(response, hop.method, maxBytes);
+      if (!isRedirect(response.status) || location === null)
+        return formatResponse(response, hop.method, maxBytes);
       await response.body?.cancel();
       if (redirects === maxRedirects) {
-        throw new ToolError('failed', `http_fetch: stopped after ${maxRedirects} redirects, at ${hop.url.href}`);
+        throw new ToolError(
+          'failed',
+          `http_fetch: stopped after ${maxRedirects} redirects, at ${hop.url.href}`,
+        );
       }
       const next = parseHttpUrl(new URL(location, hop.url).href, 'redirect location');
       checkRedirectHost(hop.url, next, ctx.rule);
@@ -84,9 +91,13 @@ async function send(hop: Hop, signal: AbortSignal): Promise<Response> {
     });
   } catch (cause) {
     if (signal.aborted) throw signal.reason;
-    throw new ToolError('failed', `http_fetch: ${hop.method} ${hop.url.href} failed: ${describeCause(cause)}`, {
-      cause,
-    });
+    throw new ToolError(
+      'failed',
+      `http_fetch: ${hop.method} ${hop.url.href} failed: ${describeCause(cause)}`,
+      {
+        cause,
+      },
+    );
   }
 }
 
@@ -108,7 +119,9 @@ function checkRedirectHost(from: URL, to: URL, rule: PermissionRule | undefined)
     );
   }
   const allowOnly: PermissionRule = { tool: 'http_fetch', decision: 'allow', hosts };
-  const verdict = evaluatePolicy({ tools: ['http_fetch'], rules: [allowOnly] }, 'http_fetch', { url: to.href });
+  const verdict = evaluatePolicy({ tools: ['http_fetch'], rules: [allowOnly] }, 'http_fetch', {
+    url: to.href,
+  });
   if (verdict.decision !== 'allow') {
     throw new ToolError(
       'denied',
@@ -138,7 +151,7 @@ function redirected(hop: Hop, next: URL, status: number): Hop {
   };
 }
 
-async function describe(response: Response, method: string, maxBytes: number): Promise<string> {
+async function formatResponse(response: Response, method: string, maxBytes: number): Promise<string> {
   const status = `HTTP ${response.status} ${response.statusText}`.trimEnd();
   const headers = shownHeaders.flatMap((name) => {
     const value = response.headers.get(name);

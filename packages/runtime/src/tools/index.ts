@@ -1,4 +1,30 @@
-export { fileTools, listFilesTool, readFileTool, writeFileTool } from './fileTools.ts';
+export {
+  type BubblewrapProbe,
+  type BubblewrapSandboxOptions,
+  createBubblewrapSandbox,
+  probeBubblewrap,
+} from '../sandbox/bubblewrapSandbox.ts';
+export { createProcessSandbox, type ProcessSandboxOptions } from '../sandbox/processSandbox.ts';
+export {
+  minimalEnv,
+  type ResourceLimits,
+  type Sandbox,
+  type SandboxKind,
+  type SandboxResult,
+  type SandboxRunOptions,
+} from '../sandbox/sandbox.ts';
+export { type SelectSandboxOptions, selectSandbox } from '../sandbox/selectSandbox.ts';
+export { builtinToolList } from './builtinTools.ts';
+export { type CommandToolOptions, createCommandTool, runCommandTool } from './commandTool.ts';
+export {
+  editFileTool,
+  fileTools,
+  listFilesTool,
+  readFileTool,
+  searchFilesTool,
+  writeFileTool,
+} from './fileTools.ts';
+export { httpFetchTool } from './httpTool.ts';
 export {
   type AgentPolicy,
   type Decision,

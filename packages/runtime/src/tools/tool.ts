@@ -23,7 +23,7 @@ export interface ToolContext {
 
 /** A capability the model can call: a name, a zod schema for its arguments and the code that runs it. */
 export interface Tool<I = unknown> {
-  /** What the model calls it: letters, digits, `_` and `-`, at most 64 characters. */
+  /** What the model calls it: letters, digits, `_` and `-`, at most 64 characters; MCP tools are `<server>.<tool>`. */
   name: string;
   description: string;
   /** Schema of the arguments; must be an object schema, since models send a JSON object. */

@@ -5,6 +5,8 @@ import { ToolError } from './toolError.ts';
 
 // The strictest rule among the providers we target (OpenAI's function names).
 const validName = /^[a-zA-Z0-9_-]{1,64}$/;
+// An MCP server's tool, `<server>.<tool>`; model providers map the dot away before a model sees the name.
+const validMcpName = /^[a-z0-9-]+\.[A-Za-z0-9_-]{1,64}$/;
 
 interface Entry {
   tool: Tool;
@@ -21,10 +23,16 @@ interface Entry {
 export class ToolRegistry {
   readonly #entries = new Map<string, Entry>();
 
-  /** Adds a tool; throws `ToolError` (`invalid_tool`) on a taken or malformed name or a non-object schema. */
+  /**
+   * Adds a tool; throws `ToolError` (`invalid_tool`) on a taken or malformed name or a non-object schema. A name is
+   * letters, digits, `_` and `-`, or `<server>.<tool>` for a tool of an MCP server.
+   */
   register(tool: Tool): this {
-    if (!validName.test(tool.name)) {
-      throw new ToolError('invalid_tool', `tool name "${tool.name}" must match ${validName.source}`);
+    if (!validName.test(tool.name) && !validMcpName.test(tool.name)) {
+      throw new ToolError(
+        'invalid_tool',
+        `tool name "${tool.name}" must match ${validName.source}, or ${validMcpName.source} for an MCP server's tool`,
+      );
     }
     if (this.#entries.has(tool.name)) {
       throw new ToolError('invalid_tool', `tool ${tool.name} is already registered`);

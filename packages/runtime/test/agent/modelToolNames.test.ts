@@ -14,7 +14,10 @@ describe('ModelToolNames', () => {
   it('maps MCP names with a dot out to the model and back from its reply', () => {
     const names = new ModelToolNames([tool('files.read'), tool('read_file')]);
     expect(names.identity).toBe(false);
-    expect(names.tools([tool('files.read'), tool('read_file')]).map((t) => t.name)).toEqual(['files__read', 'read_file']);
+    expect(names.tools([tool('files.read'), tool('read_file')]).map((t) => t.name)).toEqual([
+      'files__read',
+      'read_file',
+    ]);
     const history: ChatMessage[] = [
       { role: 'assistant', content: '', toolCalls: [{ id: 'c1', name: 'files.read', arguments: '{}' }] },
       { role: 'tool', toolCallId: 'c1', name: 'files.read', content: 'x' },

@@ -244,7 +244,13 @@ describe('list_files', () => {
 });
 
 describe('fileTools', () => {
-  it('holds the three file tools', () => {
-    expect(fileTools.map((tool) => tool.name)).toEqual(['read_file', 'write_file', 'list_files']);
+  it('holds the five file tools', () => {
+    expect(fileTools.map((tool) => tool.name)).toEqual([
+      'read_file',
+      'write_file',
+      'list_files',
+      'edit_file',
+      'search_files',
+    ]);
   });
 });

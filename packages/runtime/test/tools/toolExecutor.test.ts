@@ -135,7 +135,8 @@ describe('ToolExecutor.execute: refused calls', () => {
       decision: 'deny',
       error: {
         code: 'unknown_tool',
-        message: 'unknown tool "delete_repo"; available tools: echo, read_file, write_file, list_files',
+        message:
+          'unknown tool "delete_repo"; available tools: echo, read_file, write_file, list_files, edit_file, search_files',
       },
     });
     expect(result.output).toBe(result.error?.message);

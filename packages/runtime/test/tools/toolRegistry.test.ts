@@ -51,6 +51,37 @@ describe('ToolRegistry', () => {
     expect(codeOf(() => new ToolRegistry().register({ ...noop, name: 'x'.repeat(65) }))).toBe('invalid_tool');
   });
 
+  it('accepts an MCP tool name, <server>.<tool>, with exactly one dot', () => {
+    const registry = new ToolRegistry()
+      .register({ ...noop, name: 'files.read_file' })
+      .register({ ...noop, name: 'git-hub.Create-Issue' })
+      .register({ ...noop, name: `srv.${'x'.repeat(64)}` });
+    expect(registry.names()).toEqual(['files.read_file', 'git-hub.Create-Issue', `srv.${'x'.repeat(64)}`]);
+    expect(registry.definitions(['files.read_file'])[0]?.name).toBe('files.read_file');
+  });
+
+  it('refuses dotted names that are not <server>.<tool>', () => {
+    const refused = [
+      'a.b.c',
+      '.tool',
+      'srv.',
+      'Srv.tool',
+      'my_srv.tool',
+      'srv.read file',
+      'srv.read/file',
+      `srv.${'x'.repeat(65)}`,
+    ];
+    for (const name of refused) {
+      expect(
+        codeOf(() => new ToolRegistry().register({ ...noop, name })),
+        name,
+      ).toBe('invalid_tool');
+    }
+    expect(() => new ToolRegistry().register({ ...noop, name: 'a.b.c' })).toThrow(
+      /tool name "a\.b\.c" must match .* for an MCP server's tool/,
+    );
+  });
+
   it('refuses a tool whose input is not an object schema', () => {
     const bare = { ...noop, input: z.string() };
     expect(() => new ToolRegistry().register(bare)).toThrow('tool noop: its input must be an object schema');

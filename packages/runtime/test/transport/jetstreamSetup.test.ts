@@ -46,7 +46,14 @@ describe('ensureTroupeStreams', () => {
     });
     const names: string[] = [];
     for await (const name of jsm.streams.names()) names.push(name);
-    expect(names.sort()).toEqual(['EVENTS', 'KV_memory', 'KV_pipelines', 'KV_workflows', 'TASKS']);
+    expect(names.sort()).toEqual([
+      'EVENTS',
+      'KV_approvals',
+      'KV_memory',
+      'KV_pipelines',
+      'KV_workflows',
+      'TASKS',
+    ]);
     const workflows = await jsm.streams.info('KV_workflows');
     expect(workflows.config).toMatchObject({ max_msgs_per_subject: 1, storage: 'file' });
   });

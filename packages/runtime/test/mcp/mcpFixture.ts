@@ -1,0 +1,77 @@
+import { tmpdir } from 'node:os';
+import { createLogger, type Logger } from '../../src/logging/index.ts';
+import type { Tool } from '../../src/tools/tool.ts';
+import { type ToolCallResult, ToolExecutor } from '../../src/tools/toolExecutor.ts';
+import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [key: string]: unknown;
+}
+
+/** A debug logger whose lines land in `lines`, parsed. */
+export function captureLogger(): { logger: Logger; lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  const logger = createLogger({
+    level: 'debug',
+    name: 'test',
+    destination: { write: (line: string) => void lines.push(JSON.parse(line) as LogLine) },
+  });
+  return { logger, lines };
+}
+
+/** An executor over `tools` for an agent that declares `declared`. */
+export function executorFor(tools: readonly Tool[], declared: readonly string[]): ToolExecutor {
+  const registry = new ToolRegistry();
+  for (const tool of tools) registry.register(tool);
+  return new ToolExecutor({
+    registry,
+    policy: { tools: declared, rules: [] },
+    agent: 'tester',
+    workspace: tmpdir(),
+    taskId: 'task-mcp',
+  });
+}
+
+let nextId = 0;
+
+/** Runs one call the way the agent actor would, with the arguments as the model's JSON text. */
+export function call(
+  executor: ToolExecutor,
+  name: string,
+  args: unknown,
+  signal?: AbortSignal,
+): Promise<ToolCallResult> {
+  nextId += 1;
+  return executor.execute({ id: `call-${nextId}`, name, arguments: JSON.stringify(args) }, signal);
+}
+
+/** Resolves once `predicate` holds, polling; fails after `timeoutMs`. */
+export async function eventually(predicate: () => boolean, timeoutMs = 3_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** What a promise rejected with; fails when it resolved. */
+export async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected a rejection, but the promise resolved');
+}
+
+/** True while a process with this id exists. */
+export function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
