@@ -51,6 +51,7 @@ program
     new Option('-s, --server <url>', 'join this NATS server instead of starting one (default: $NATS_URL)'),
   )
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
+  .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
   .option('--concurrency <n>', 'most tasks per pipeline at once', positive, 16)
   .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
   .option('--json', 'JSON logs even on a terminal', false)
@@ -126,6 +127,7 @@ program
   .argument('<pipeline.yaml...>', 'pipeline files')
   .option('--print', 'print the resolved pipeline (defaults applied) as JSON', false)
   .option('--no-keys', 'do not require the API key variables to be set (for CI without secrets)')
+  .option('--allow-mcp-commands', 'accept MCP servers that start a local command (stdio transport)', false)
   .action(run((files: string[], options) => validate(files, options)));
 
 program

@@ -1,23 +1,27 @@
 import { hostname } from 'node:os';
-import { BUCKETS, HumanRequest } from '@troupe/protocol';
+import { BUCKETS, formatPath, HumanRequest } from '@troupe/protocol';
 import {
   type AgentHost,
   type BusSubscription,
   type Clock,
+  connectMcpServers,
   EventFactory,
   ensureTroupeStreams,
   type IdGenerator,
   KvStore,
   type Logger,
+  type McpConnections,
   type NatsBus,
   NatsHumanGate,
   randomId,
   startAgentHost,
   systemClock,
-  type ToolRegistry,
+  ToolRegistry,
 } from '@troupe/runtime';
 import { agentDefinitions } from './config/agentDefinitions.ts';
 import { builtinTools } from './config/builtinTools.ts';
+import { ConfigError, type ConfigIssue } from './config/configError.ts';
+import { suggestion } from './config/didYouMean.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
@@ -89,6 +93,18 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
       `no price is known for ${key}; its cost counts as 0 (add it under prices:)`,
     );
   };
+  const mcp: McpConnections[] = [];
+  const registries = new Map<string, ToolRegistry>();
+  if (options.hostAgents ?? true) {
+    try {
+      for (const pipeline of options.pipelines) {
+        registries.set(pipeline.config.name, await pipelineTools(pipeline, registry, mcp, logger));
+      }
+    } catch (error) {
+      await Promise.all(mcp.map((m) => m.close()));
+      throw error;
+    }
+  }
   const agentHosts: AgentHost[] = [];
   if (options.hostAgents ?? true) {
     for (const pipeline of options.pipelines) {
@@ -97,7 +113,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           bus,
           pipeline: pipeline.config.name,
           agents: agentDefinitions(pipeline),
-          registry,
+          registry: registries.get(pipeline.config.name) ?? registry,
           workspaceRoot: options.workspaceRoot,
           logger,
           clock,
@@ -142,7 +158,44 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
       guard.unsubscribe();
       await Promise.all(runners.map((r) => r.stop()));
       await Promise.all(agentHosts.map((h) => h.stop()));
+      await Promise.all(mcp.map((m) => m.close()));
       await bus.flush();
     },
   };
+}
+
+/**
+ * A pipeline's tools: the built-ins plus the tools of its MCP servers (connected now). Every MCP tool an agent
+ * declares must exist on its server; a missing one is a config error naming the agent and what the server offers.
+ */
+async function pipelineTools(
+  pipeline: LoadedPipeline,
+  builtins: ToolRegistry,
+  connections: McpConnections[],
+  logger: Logger,
+): Promise<ToolRegistry> {
+  const servers = pipeline.config.mcpServers;
+  if (Object.keys(servers).length === 0) return builtins;
+  const registry = new ToolRegistry();
+  for (const name of builtins.names()) {
+    const tool = builtins.get(name);
+    if (tool) registry.register(tool);
+  }
+  const connected = await connectMcpServers(servers, { logger });
+  connections.push(connected);
+  for (const tool of connected.tools) registry.register(tool);
+  const issues: ConfigIssue[] = [];
+  for (const [agent, config] of Object.entries(pipeline.config.agents)) {
+    for (const [i, tool] of config.tools.entries()) {
+      if (registry.has(tool)) continue;
+      const server = tool.slice(0, tool.indexOf('.'));
+      const offered = connected.servers.find((s) => s.name === server)?.tools ?? [];
+      issues.push({
+        path: formatPath(['agents', agent, 'tools', i]),
+        message: `MCP server ${server} offers no tool "${tool}"${suggestion(tool, offered)}; it offers: ${offered.join(', ') || 'nothing'}`,
+      });
+    }
+  }
+  if (issues.length > 0) throw new ConfigError(pipeline.file, issues);
+  return registry;
 }

@@ -14,6 +14,8 @@ export interface ServiceOptions {
   home?: string;
   hostAgents?: boolean;
   concurrency?: number;
+  /** Let pipelines start local MCP server commands (stdio). */
+  allowMcpCommands?: boolean;
   logger: Logger;
 }
 
@@ -37,7 +39,13 @@ export async function startService(options: ServiceOptions): Promise<Service> {
   // Without agents here, nothing calls a model, so their API keys need not be set.
   const requireKeys = options.hostAgents ?? true;
   const pipelines = await Promise.all(
-    options.files.map((f) => loadPipeline(f, { toolNames: registry.names(), requireKeys })),
+    options.files.map((f) =>
+      loadPipeline(f, {
+        toolNames: registry.names(),
+        requireKeys,
+        allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+      }),
+    ),
   );
   const embedded =
     options.natsUrl === undefined

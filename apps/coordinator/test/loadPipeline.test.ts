@@ -509,3 +509,40 @@ describe('didYouMean', () => {
     expect(didYouMean('x', [])).toBeUndefined();
   });
 });
+
+describe('parsePipeline and MCP servers', () => {
+  const withMcp = (server: string, tools: string) =>
+    edit(
+      edit(VALID, 'defaults:', `mcpServers:\n  files: ${server}\ndefaults:`),
+      'tools: [read_file, write_file]',
+      `tools: [read_file, write_file, ${tools}]`,
+    );
+
+  it('accepts an HTTP server and its tools as <server>.<tool>', () => {
+    const config = parsePipeline(
+      withMcp('{ transport: http, url: "http://127.0.0.1:9/mcp" }', 'files.read'),
+      FILE,
+      {
+        toolNames,
+      },
+    );
+    expect(config.agents.executor?.tools).toContain('files.read');
+    expect(config.mcpServers.files).toMatchObject({ transport: 'http' });
+  });
+
+  it('refuses a tool of an MCP server that is not declared, suggesting the one meant', () => {
+    const text = withMcp('{ transport: http, url: "http://127.0.0.1:9/mcp" }', 'fils.read');
+    const error = refusal(text);
+    expectIssue(error, 'agents.executor.tools[2]', {
+      message: 'names MCP server "fils", which is not under mcpServers',
+    });
+    expect(error.message).toContain('did you mean "files"?');
+  });
+
+  it('refuses a server that starts a local command unless the operator allows it', () => {
+    const text = withMcp('{ transport: stdio, command: node, args: [server.js] }', 'files.read');
+    const error = refusal(text);
+    expectIssue(error, 'mcpServers.files.command', { message: '--allow-mcp-commands' });
+    expect(() => parsePipeline(text, FILE, { toolNames, allowMcpCommands: true })).not.toThrow();
+  });
+});

@@ -8,6 +8,7 @@ export interface UpOptions {
   agents: boolean;
   concurrency: number;
   logLevel: string;
+  allowMcpCommands?: boolean;
   json: boolean;
 }
 
@@ -28,7 +29,7 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
 
 export async function start(
   files: string[],
-  options: Pick<UpOptions, 'home' | 'agents' | 'concurrency'>,
+  options: Pick<UpOptions, 'home' | 'agents' | 'concurrency' | 'allowMcpCommands'>,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
 ): Promise<Service> {
@@ -38,6 +39,7 @@ export async function start(
       home: options.home,
       hostAgents: options.agents,
       concurrency: options.concurrency,
+      ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
       logger,
       ...(natsUrl === undefined ? {} : { natsUrl }),
     });

@@ -5,6 +5,7 @@ export interface ValidateOptions {
   print: boolean;
   /** Check that API key variables are set (commander's --no-keys makes this false). */
   keys: boolean;
+  allowMcpCommands: boolean;
 }
 
 /** `troupe validate`: checks pipeline files without starting anything; with --print shows the resolved config. */
@@ -13,7 +14,11 @@ export async function validate(files: string[], options: ValidateOptions): Promi
   let failures = 0;
   for (const file of files) {
     try {
-      const { config } = await loadPipeline(file, { toolNames, requireKeys: options.keys });
+      const { config } = await loadPipeline(file, {
+        toolNames,
+        requireKeys: options.keys,
+        allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+      });
       if (options.print) process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
       else process.stdout.write(`✓ ${file}: pipeline ${config.name} — ${describe(config)}\n`);
     } catch (error) {

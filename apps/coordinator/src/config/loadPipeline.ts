@@ -33,6 +33,8 @@ export interface LoadOptions {
   env?: Env;
   /** Refuse a model whose API key variable is unset (default true; `troupe validate --no-keys` turns it off). */
   requireKeys?: boolean;
+  /** Allow `mcpServers` that start a local command (stdio); off unless the operator opts in. */
+  allowMcpCommands?: boolean;
 }
 
 /**
@@ -142,6 +144,16 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       }
     }
     agent.tools.forEach((tool, i) => {
+      const server = tool.includes('.') ? tool.slice(0, tool.indexOf('.')) : undefined;
+      if (server !== undefined) {
+        if (!(server in config.mcpServers)) {
+          problems.push({
+            path: ['agents', name, 'tools', i],
+            message: `"${tool}" names MCP server "${server}", which is not under mcpServers${suggestion(server, Object.keys(config.mcpServers))}`,
+          });
+        }
+        return;
+      }
       if (!options.toolNames.includes(tool)) {
         problems.push({
           path: ['agents', name, 'tools', i],
@@ -157,6 +169,16 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
         });
       }
     });
+  }
+  for (const [name, server] of Object.entries(config.mcpServers)) {
+    if (server.transport === 'stdio' && !options.allowMcpCommands) {
+      problems.push({
+        path: ['mcpServers', name, 'command'],
+        message:
+          'an MCP server that starts a local command runs code on the coordinator host; allow it with ' +
+          '`troupe up --allow-mcp-commands` (or TROUPE_ALLOW_MCP_COMMANDS=1)',
+      });
+    }
   }
   const seen: string[] = [];
   config.flow.forEach((step, i) => {

@@ -1,4 +1,5 @@
 import { Name } from '@troupe/protocol';
+import { McpServerConfig } from '@troupe/runtime';
 import { z } from 'zod';
 import { suggestion } from './didYouMean.ts';
 
@@ -193,7 +194,9 @@ export const PipelineConfig = withExtensions({
   name: Name,
   description: z.string().optional(),
   models: z.record(Name, ModelConfig).default({}),
-  /** Price overrides, by `provider:model` (prefix match). */
+  /** MCP servers whose tools agents may declare as `<server>.<tool>`. */
+  mcpServers: z.record(Name, McpServerConfig).default({}),
+  /** Price overrides, by `provider:model`. */
   prices: z.record(z.string().regex(/^[a-z-]+:.+$/, 'must be provider:model'), PriceConfig).default({}),
   defaults: DefaultsConfig.prefault({}),
   agents: z.record(Name, AgentConfig),
