@@ -34,6 +34,8 @@ export interface HarnessOptions {
   env?: Record<string, string | undefined>;
   /** Collects every log line the coordinator writes (at info level and up). */
   logLines?: string[];
+  /** Host the agents in the coordinator (default true); false leaves them to workers. */
+  hostAgents?: boolean;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -57,6 +59,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     workspaceRoot,
     registry,
     noResponderWaitMs: 5_000,
+    ...(options.hostAgents === false ? { hostAgents: false } : {}),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];

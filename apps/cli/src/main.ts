@@ -1,10 +1,12 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { answer, decide, listApprovals } from './commands/approvals.ts';
+import { cancel, status } from './commands/control.ts';
 import { demo } from './commands/demo.ts';
 import { submit } from './commands/submit.ts';
 import { tail } from './commands/tail.ts';
 import { up } from './commands/up.ts';
 import { validate } from './commands/validate.ts';
+import { worker } from './commands/worker.ts';
 import { CliError } from './server.ts';
 
 const positive = (value: string): number => {
@@ -58,6 +60,20 @@ program
   .action(run((files: string[], options) => up(files, options)));
 
 program
+  .command('worker')
+  .description(
+    "serve pipelines' agents (no workflows) on the coordinators' NATS server; more workers, more capacity",
+  )
+  .argument('<pipeline.yaml...>', 'pipeline files whose agents to serve')
+  .option('--agents <names>', 'only these agents, comma-separated')
+  .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
+  .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
+  .option('--json', 'JSON logs even on a terminal', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((files: string[], options) => worker(files, options)));
+
+program
   .command('submit')
   .description('submit a task to a pipeline; prints its id')
   .argument('<pipeline>', 'pipeline name')
@@ -81,6 +97,25 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run((options) => tail(options)));
+
+program
+  .command('status')
+  .description('show tasks from the workflows bucket: state, round, usage, age (running ones unless --all)')
+  .argument('[task-id]', 'one task')
+  .option('-a, --all', 'include finished tasks', false)
+  .option('--json', 'one JSON record per line', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((taskId: string | undefined, options) => status(taskId, options)));
+
+program
+  .command('cancel')
+  .description('stop a running task: its model call in flight is aborted and task.cancelled is published')
+  .argument('<task-id>', 'the task')
+  .option('--reason <text>', 'recorded in task.cancelled')
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run((taskId: string, options) => cancel(taskId, options)));
 
 program
   .command('approvals')

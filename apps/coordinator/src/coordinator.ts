@@ -1,27 +1,19 @@
 import { hostname } from 'node:os';
-import { BUCKETS, formatPath, HumanRequest } from '@troupe/protocol';
+import { BUCKETS } from '@troupe/protocol';
 import {
-  type AgentHost,
   type BusSubscription,
   type Clock,
-  connectMcpServers,
-  EventFactory,
   ensureTroupeStreams,
   type IdGenerator,
   KvStore,
   type Logger,
-  type McpConnections,
   type NatsBus,
-  NatsHumanGate,
   randomId,
-  startAgentHost,
   systemClock,
-  ToolRegistry,
+  type ToolRegistry,
 } from '@troupe/runtime';
-import { agentDefinitions } from './config/agentDefinitions.ts';
+import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
-import { ConfigError, type ConfigIssue } from './config/configError.ts';
-import { suggestion } from './config/didYouMean.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
@@ -73,60 +65,18 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
 
-  const human = new NatsHumanGate({
-    bus,
-    store: await KvStore.open(bus, BUCKETS.approvals, HumanRequest),
-    events: new EventFactory(clock, ids),
-    clock,
-    logger,
-    timeoutMs: 600_000,
-  });
-  const unpriced = new Set<string>();
-  // Cost counts as 0 for a model the price table lacks; say so once rather than report a wrong total quietly.
-  const warnIfUnpriced = (provider: string, model: string) => {
-    const key = `${provider}:${model}`;
-    if (provider === 'scripted' || unpriced.has(key)) return;
-    if (options.pipelines.some((p) => p.prices.priceOf(provider, model))) return;
-    unpriced.add(key);
-    logger.warn(
-      { provider, model },
-      `no price is known for ${key}; its cost counts as 0 (add it under prices:)`,
-    );
-  };
-  const mcp: McpConnections[] = [];
-  const registries = new Map<string, ToolRegistry>();
-  if (options.hostAgents ?? true) {
-    try {
-      for (const pipeline of options.pipelines) {
-        registries.set(pipeline.config.name, await pipelineTools(pipeline, registry, mcp, logger));
-      }
-    } catch (error) {
-      await Promise.all(mcp.map((m) => m.close()));
-      throw error;
-    }
-  }
-  const agentHosts: AgentHost[] = [];
-  if (options.hostAgents ?? true) {
-    for (const pipeline of options.pipelines) {
-      agentHosts.push(
-        startAgentHost({
+  const agents =
+    (options.hostAgents ?? true)
+      ? await startAgentService({
           bus,
-          pipeline: pipeline.config.name,
-          agents: agentDefinitions(pipeline),
-          registry: registries.get(pipeline.config.name) ?? registry,
-          workspaceRoot: options.workspaceRoot,
+          pipelines: options.pipelines,
           logger,
+          workspaceRoot: options.workspaceRoot,
+          registry,
           clock,
           ids,
-          price: (provider, model, response) => {
-            warnIfUnpriced(provider, model);
-            return pipeline.prices.cost(provider, model, response.usage);
-          },
-          human,
-        }),
-      );
-    }
-  }
+        })
+      : undefined;
   const runners: PipelineRunner[] = [];
   for (const pipeline of options.pipelines) {
     runners.push(
@@ -157,45 +107,8 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     async stop() {
       guard.unsubscribe();
       await Promise.all(runners.map((r) => r.stop()));
-      await Promise.all(agentHosts.map((h) => h.stop()));
-      await Promise.all(mcp.map((m) => m.close()));
+      await agents?.stop();
       await bus.flush();
     },
   };
-}
-
-/**
- * A pipeline's tools: the built-ins plus the tools of its MCP servers (connected now). Every MCP tool an agent
- * declares must exist on its server; a missing one is a config error naming the agent and what the server offers.
- */
-async function pipelineTools(
-  pipeline: LoadedPipeline,
-  builtins: ToolRegistry,
-  connections: McpConnections[],
-  logger: Logger,
-): Promise<ToolRegistry> {
-  const servers = pipeline.config.mcpServers;
-  if (Object.keys(servers).length === 0) return builtins;
-  const registry = new ToolRegistry();
-  for (const name of builtins.names()) {
-    const tool = builtins.get(name);
-    if (tool) registry.register(tool);
-  }
-  const connected = await connectMcpServers(servers, { logger });
-  connections.push(connected);
-  for (const tool of connected.tools) registry.register(tool);
-  const issues: ConfigIssue[] = [];
-  for (const [agent, config] of Object.entries(pipeline.config.agents)) {
-    for (const [i, tool] of config.tools.entries()) {
-      if (registry.has(tool)) continue;
-      const server = tool.slice(0, tool.indexOf('.'));
-      const offered = connected.servers.find((s) => s.name === server)?.tools ?? [];
-      issues.push({
-        path: formatPath(['agents', agent, 'tools', i]),
-        message: `MCP server ${server} offers no tool "${tool}"${suggestion(tool, offered)}; it offers: ${offered.join(', ') || 'nothing'}`,
-      });
-    }
-  }
-  if (issues.length > 0) throw new ConfigError(pipeline.file, issues);
-  return registry;
 }

@@ -1,3 +1,4 @@
+export { type AgentService, type AgentServiceOptions, startAgentService } from './agents/agentService.ts';
 export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
@@ -13,7 +14,14 @@ export {
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
 export { PipelineRegistration, PipelineRegistry } from './intake/pipelineRegistry.ts';
 export { readServerRecord, type ServerRecord } from './serverRecord.ts';
-export { type Service, type ServiceOptions, startService } from './service.ts';
+export {
+  type Service,
+  type ServiceOptions,
+  startService,
+  startWorker,
+  type Worker,
+  type WorkerOptions,
+} from './service.ts';
 export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
 export { WorkflowRecord } from './workflow/workflowRecord.ts';
 export type {

@@ -1,6 +1,14 @@
 import { resolve } from 'node:path';
-import { type EmbeddedNats, type Logger, NatsBus, startNatsServer } from '@troupe/runtime';
+import {
+  type EmbeddedNats,
+  ensureTroupeStreams,
+  type Logger,
+  NatsBus,
+  startNatsServer,
+} from '@troupe/runtime';
+import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
+import { ConfigError } from './config/configError.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import { removeServerRecord, writeServerRecord } from './serverRecord.ts';
@@ -86,6 +94,79 @@ export async function startService(options: ServiceOptions): Promise<Service> {
     };
   } catch (error) {
     await embedded?.stop();
+    throw error;
+  }
+}
+
+export interface WorkerOptions {
+  files: readonly string[];
+  /** The NATS server the coordinators use. */
+  natsUrl: string;
+  /** Workspaces live under `<home>/workspaces` (default `.troupe`). */
+  home?: string;
+  /** Only these agents; all agents of the pipelines when absent. */
+  agents?: readonly string[];
+  allowMcpCommands?: boolean;
+  logger: Logger;
+}
+
+/** A worker process: agents only, no workflows. */
+export interface Worker {
+  url: string;
+  serving: ReadonlyMap<string, readonly string[]>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `troupe worker`: serves the pipelines' agents (or some of them) on a NATS server that coordinators use,
+ * in the same queue groups, so each worker adds capacity. It runs no workflows and takes no tasks.
+ */
+export async function startWorker(options: WorkerOptions): Promise<Worker> {
+  const home = resolve(options.home ?? '.troupe');
+  const registry = builtinTools();
+  const pipelines = await Promise.all(
+    options.files.map((f) =>
+      loadPipeline(f, {
+        toolNames: registry.names(),
+        allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+      }),
+    ),
+  );
+  const known = new Set(pipelines.flatMap((p) => Object.keys(p.config.agents)));
+  const unknown = (options.agents ?? []).filter((a) => !known.has(a));
+  if (unknown.length > 0) {
+    throw new ConfigError(options.files.join(', '), [
+      {
+        path: '',
+        message: `no agent named ${unknown.join(', ')} in these pipelines; they have: ${[...known].join(', ')}`,
+      },
+    ]);
+  }
+  const bus = await NatsBus.connect({
+    servers: options.natsUrl,
+    name: 'troupe-worker',
+    logger: options.logger,
+  });
+  try {
+    await ensureTroupeStreams(bus);
+    const agents = await startAgentService({
+      bus,
+      pipelines,
+      logger: options.logger,
+      workspaceRoot: resolve(home, 'workspaces'),
+      registry,
+      ...(options.agents ? { only: options.agents } : {}),
+    });
+    return {
+      url: options.natsUrl,
+      serving: agents.serving,
+      async stop() {
+        await agents.stop();
+        await bus.drain();
+      },
+    };
+  } catch (error) {
+    await bus.close();
     throw error;
   }
 }

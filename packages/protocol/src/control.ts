@@ -56,6 +56,14 @@ export const ControlMessage = z.strictObject({
 });
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
+/** The reply to a cancel: the coordinator running the task has stopped it. */
+export const ControlReceipt = z.object({
+  ok: z.literal(true),
+  taskId: TaskId,
+  outcome: z.literal('cancelled'),
+});
+export type ControlReceipt = z.infer<typeof ControlReceipt>;
+
 /** The reply sent when a request fails validation or cannot be served. */
 export const ErrorReply = z.object({
   ok: z.literal(false),

@@ -1,6 +1,7 @@
 export {
   ApprovalDecision,
   ControlMessage,
+  ControlReceipt,
   DecisionReceipt,
   ErrorReply,
   HumanAnswer,

@@ -27,6 +27,7 @@ export const subjects = {
   approval: (taskId: string, approvalId: string) => `${ROOT}.approvals.${taskId}.${approvalId}`,
   taskApprovals: (taskId: string) => `${ROOT}.approvals.${taskId}.*`,
   control: (taskId: string) => `${ROOT}.control.${taskId}`,
+  allControl: `${ROOT}.control.*`,
   /** Prefix for request/reply inboxes, kept under `troupe.` so `troupe.>` permissions cover them. */
   inboxPrefix: `${ROOT}._inbox`,
 } as const;

@@ -1,4 +1,13 @@
-import { emptyUsage, isTaskId, parseMessage, TaskSubmission, type UsageTotals } from '@troupe/protocol';
+import {
+  ControlMessage,
+  type ControlReceipt,
+  emptyUsage,
+  isTaskId,
+  parseMessage,
+  subjects,
+  TaskSubmission,
+  type UsageTotals,
+} from '@troupe/protocol';
 import {
   type Clock,
   EventFactory,
@@ -66,6 +75,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },
   });
   const running = new Map<string, RunningTask>();
+  const cancelled = new Map<string, { reason?: string }>();
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   let stopping = false;
 
@@ -233,10 +243,33 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           publishFinal(scope, ending.output, durationMs);
           delivery.ack();
           return;
-        case 'stopped':
-          // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
-          delivery.nak(0);
+        case 'stopped': {
+          const cancel = cancelled.get(input.taskId);
+          if (cancel === undefined) {
+            // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
+            delivery.nak(0);
+            return;
+          }
+          const { usage, round } = actor.getSnapshot().context;
+          await store
+            .put(
+              input.taskId,
+              record(input, delivery, 'cancelled', 'cancelled', round, usage, createdAt, clock, undefined),
+            )
+            .catch((error: unknown) =>
+              logger.error({ err: error, taskId: input.taskId }, 'cannot record the cancel'),
+            );
+          bus.publishEvent(
+            events.make(
+              'task.cancelled',
+              scope,
+              { ...(cancel.reason ? { reason: cancel.reason } : {}), usage },
+              { from: 'user', to: pipeline },
+            ),
+          );
+          delivery.ack();
           return;
+        }
         case 'crashed': {
           // A bug, not bad input: retrying would crash again, so the task ends here, loudly.
           const message = `the workflow actor crashed: ${errorMessage(ending.error)}`;
@@ -256,6 +289,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     } finally {
       clearInterval(heartbeat);
       running.delete(input.taskId);
+      cancelled.delete(input.taskId);
     }
   }
 
@@ -300,6 +334,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     );
   }
 
+  // Every coordinator hears every cancel; the one running the task stops it and answers.
+  const control = bus.subscribe(
+    subjects.allControl,
+    ControlMessage,
+    (delivery) => {
+      const taskId = delivery.subject.slice(subjects.control('').length);
+      const task = running.get(taskId);
+      if (!task) return;
+      cancelled.set(taskId, delivery.value.reason ? { reason: delivery.value.reason } : {});
+      task.actor.stop();
+      delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
+    },
+    { reporter: 'coordinator' },
+  );
+
   const queue: TaskQueue = await startTaskQueue(bus, {
     pipeline,
     concurrency: options.concurrency,
@@ -316,6 +365,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     running: () => [...running.keys()],
     async stop() {
       stopping = true;
+      control.unsubscribe();
       for (const task of running.values()) task.actor.stop();
       await queue.stop();
     },

@@ -7,7 +7,7 @@ export const WorkflowRecord = z.object({
   pipeline: Name,
   /** The `TASKS` message this task came from; a redelivery of it resumes, a new message with the same id is a duplicate. */
   streamSequence: z.number().int().nonnegative(),
-  status: z.enum(['running', 'completed', 'failed']),
+  status: z.enum(['running', 'completed', 'failed', 'cancelled']),
   /** The workflow state (a step id, `completed` or `failed`). */
   state: z.string(),
   goal: z.string(),
@@ -16,6 +16,6 @@ export const WorkflowRecord = z.object({
   createdAt: z.string(),
   updatedAt: z.string(),
   /** XState persisted snapshot; restored with `createActor(machine, { snapshot })`. */
-  snapshot: z.unknown(),
+  snapshot: z.unknown().optional(),
 });
 export type WorkflowRecord = z.infer<typeof WorkflowRecord>;

@@ -1,5 +1,5 @@
 import type { ModelResponse } from '@troupe/llm';
-import { AgentStepRequest, subjects } from '@troupe/protocol';
+import { AgentStepRequest, ControlMessage, parseMessage, subjects } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
 import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
@@ -38,7 +38,7 @@ export interface AgentHost {
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger } = options;
   const events = new EventFactory(options.clock ?? systemClock, options.ids ?? randomId);
-  const running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  const running = new Map<string, { taskId: string; abort: AbortController; done: Promise<void> }>();
   const subscriptions: BusSubscription[] = [];
   let stopping = false;
 
@@ -87,7 +87,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
             logger.error({ err: error, stepId: request.stepId }, 'agent step crashed'),
           )
           .finally(() => running.delete(key));
-        running.set(key, { abort, done });
+        running.set(key, { taskId: request.taskId, abort, done });
       },
       {
         queue: `troupe-${pipeline}-${agent.name}`,
@@ -102,6 +102,15 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     );
     subscriptions.push(subscription);
   }
+  // A cancelled task's steps stop here too, wherever its workflow runs; the coordinator answers the cancel.
+  subscriptions.push(
+    // Read as text: a malformed control message is the coordinator's to report, not every host's.
+    bus.subscribeText(subjects.allControl, (delivery) => {
+      if (!parseMessage(ControlMessage, delivery.value).ok) return;
+      const taskId = delivery.subject.slice(subjects.control('').length);
+      for (const step of running.values()) if (step.taskId === taskId) step.abort.abort();
+    }),
+  );
   logger.info({ pipeline, agents: options.agents.map((a) => a.name) }, 'agent host started');
 
   return {

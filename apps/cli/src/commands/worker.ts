@@ -1,0 +1,53 @@
+import { ConfigError, startWorker } from '@troupe/coordinator';
+import { createLogger, TransportError } from '@troupe/runtime';
+import { CliError, resolveServer } from '../server.ts';
+
+export interface WorkerCommandOptions {
+  home: string;
+  server?: string;
+  agents?: string;
+  allowMcpCommands: boolean;
+  logLevel: string;
+  json: boolean;
+}
+
+/** `troupe worker`: serves agents of the given pipelines on the coordinators' NATS server until SIGINT/SIGTERM. */
+export async function worker(files: string[], options: WorkerCommandOptions): Promise<number> {
+  const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
+  const natsUrl = await resolveServer(options);
+  const agents = options.agents
+    ?.split(',')
+    .map((a) => a.trim())
+    .filter(Boolean);
+  let running: Awaited<ReturnType<typeof startWorker>>;
+  try {
+    running = await startWorker({
+      files,
+      natsUrl,
+      home: options.home,
+      logger,
+      allowMcpCommands: options.allowMcpCommands,
+      ...(agents && agents.length > 0 ? { agents } : {}),
+    });
+  } catch (error) {
+    if (error instanceof ConfigError) throw new CliError(error.message, 2);
+    if (error instanceof TransportError) throw new CliError(error.message);
+    throw error;
+  }
+  const serving = [...running.serving]
+    .map(([pipeline, names]) => `${pipeline}: ${names.join(', ')}`)
+    .join('; ');
+  process.stderr.write(`troupe worker on ${natsUrl} serving ${serving}\n`);
+  await new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      process.once('SIGINT', () => process.exit(130));
+      process.stderr.write('stopping: steps in flight are handed back to be retried by another worker\n');
+      running.stop().then(resolve, resolve);
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+  return 0;
+}

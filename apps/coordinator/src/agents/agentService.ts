@@ -1,0 +1,157 @@
+import { BUCKETS, formatPath, HumanRequest } from '@troupe/protocol';
+import {
+  type AgentHost,
+  type Clock,
+  connectMcpServers,
+  EventFactory,
+  type IdGenerator,
+  KvStore,
+  type Logger,
+  type McpConnections,
+  type NatsBus,
+  NatsHumanGate,
+  randomId,
+  startAgentHost,
+  systemClock,
+  ToolRegistry,
+} from '@troupe/runtime';
+import { agentDefinitions } from '../config/agentDefinitions.ts';
+import { builtinTools } from '../config/builtinTools.ts';
+import { ConfigError, type ConfigIssue } from '../config/configError.ts';
+import { suggestion } from '../config/didYouMean.ts';
+import type { LoadedPipeline } from '../config/loadPipeline.ts';
+
+export interface AgentServiceOptions {
+  bus: NatsBus;
+  pipelines: readonly LoadedPipeline[];
+  logger: Logger;
+  /** Task workspaces live under `<workspaceRoot>/<pipeline>/<taskId>`. */
+  workspaceRoot: string;
+  /** Only these agents (by name, in every pipeline); all when absent. */
+  only?: readonly string[];
+  registry?: ToolRegistry;
+  clock?: Clock;
+  ids?: IdGenerator;
+  /** Seconds a person has when neither the pipeline nor the agent says. */
+  approvalTimeoutMs?: number;
+}
+
+/** The agents of some pipelines, served in this process. */
+export interface AgentService {
+  /** Agent names served, per pipeline. */
+  readonly serving: ReadonlyMap<string, readonly string[]>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Hosts agents: connects each pipeline's MCP servers, builds its tools, and serves its agents' subjects in queue
+ * groups, so this process shares their steps with every other coordinator or worker serving them.
+ */
+export async function startAgentService(options: AgentServiceOptions): Promise<AgentService> {
+  const { bus, logger } = options;
+  const clock = options.clock ?? systemClock;
+  const ids = options.ids ?? randomId;
+  const base = options.registry ?? builtinTools();
+  const human = new NatsHumanGate({
+    bus,
+    store: await KvStore.open(bus, BUCKETS.approvals, HumanRequest),
+    events: new EventFactory(clock, ids),
+    clock,
+    logger,
+    timeoutMs: options.approvalTimeoutMs ?? 600_000,
+  });
+  const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
+  const mcp: McpConnections[] = [];
+  const hosts: AgentHost[] = [];
+  const serving = new Map<string, string[]>();
+  try {
+    for (const pipeline of options.pipelines) {
+      const agents = agentDefinitions(pipeline, options.only);
+      if (agents.length === 0) continue;
+      const registry = await pipelineTools(pipeline, base, mcp, logger);
+      serving.set(
+        pipeline.config.name,
+        agents.map((a) => a.name),
+      );
+      hosts.push(
+        startAgentHost({
+          bus,
+          pipeline: pipeline.config.name,
+          agents,
+          registry,
+          workspaceRoot: options.workspaceRoot,
+          logger,
+          clock,
+          ids,
+          price: (provider, model, response) => {
+            warnIfUnpriced(provider, model);
+            return pipeline.prices.cost(provider, model, response.usage);
+          },
+          human,
+        }),
+      );
+    }
+  } catch (error) {
+    await Promise.all(hosts.map((h) => h.stop()));
+    await Promise.all(mcp.map((m) => m.close()));
+    throw error;
+  }
+  return {
+    serving,
+    async stop() {
+      await Promise.all(hosts.map((h) => h.stop()));
+      await Promise.all(mcp.map((m) => m.close()));
+    },
+  };
+}
+
+/** Cost counts as 0 for a model the price table lacks; say so once rather than report a wrong total quietly. */
+function unpricedWarning(pipelines: readonly LoadedPipeline[], logger: Logger) {
+  const warned = new Set<string>();
+  return (provider: string, model: string): void => {
+    const key = `${provider}:${model}`;
+    if (provider === 'scripted' || warned.has(key)) return;
+    if (pipelines.some((p) => p.prices.priceOf(provider, model))) return;
+    warned.add(key);
+    logger.warn(
+      { provider, model },
+      `no price is known for ${key}; its cost counts as 0 (add it under prices:)`,
+    );
+  };
+}
+
+/**
+ * A pipeline's tools: the built-ins plus the tools of its MCP servers (connected now). Every MCP tool an agent
+ * declares must exist on its server; a missing one is a config error naming the agent and what the server offers.
+ */
+async function pipelineTools(
+  pipeline: LoadedPipeline,
+  builtins: ToolRegistry,
+  connections: McpConnections[],
+  logger: Logger,
+): Promise<ToolRegistry> {
+  const servers = pipeline.config.mcpServers;
+  if (Object.keys(servers).length === 0) return builtins;
+  const registry = new ToolRegistry();
+  for (const name of builtins.names()) {
+    const tool = builtins.get(name);
+    if (tool) registry.register(tool);
+  }
+  const connected = await connectMcpServers(servers, { logger });
+  connections.push(connected);
+  for (const tool of connected.tools) registry.register(tool);
+  const issues: ConfigIssue[] = [];
+  for (const [agent, config] of Object.entries(pipeline.config.agents)) {
+    for (const [i, tool] of config.tools.entries()) {
+      if (registry.has(tool)) continue;
+      const server = tool.slice(0, tool.indexOf('.'));
+      const offered = connected.servers.find((s) => s.name === server)?.tools ?? [];
+      issues.push({
+        path: formatPath(['agents', agent, 'tools', i]),
+        message: `MCP server ${server} offers no tool "${tool}"${suggestion(tool, offered)}; it offers: ${offered.join(', ') || 'nothing'}`,
+      });
+    }
+  }
+  if (issues.length > 0) throw new ConfigError(pipeline.file, issues);
+  return registry;
+}
