@@ -1,4 +1,5 @@
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { createLogger, NatsBus } from '@troupe/runtime';
@@ -56,6 +57,51 @@ describe('a coordinator stopped mid-task', () => {
     } finally {
       await second.stop();
       await bus.close();
+    }
+  });
+
+  it('ends a task whose checkpoint no longer fits the pipeline, instead of hanging it', async () => {
+    const logger = createLogger({ level: 'silent' });
+    const registry = builtinTools();
+    const start = async (file: string, name: string) => {
+      const bus = await NatsBus.connect({ servers: h.nats.url, name, logger });
+      const coordinator = await startCoordinator({
+        bus,
+        pipelines: [await loadPipeline(file, { toolNames: registry.names() })],
+        logger,
+        workspaceRoot: h.workspaceRoot,
+        registry,
+      });
+      return { bus, coordinator };
+    };
+    const first = await start(fixturePath('resume.yaml'), 'first');
+    publishTask(h, 'resume', { id: 'res-2', goal: 'outlive a pipeline change' });
+    await new Promise<void>((resolve) => {
+      const wait = setInterval(() => {
+        if (kinds(h.eventsOf('res-2')).includes('step.started')) {
+          clearInterval(wait);
+          resolve();
+        }
+      }, 10);
+    });
+    await first.coordinator.stop();
+    await first.bus.close();
+
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-changed-'));
+    const text = (await readFile(fixturePath('resume.yaml'), 'utf8'))
+      .replace('./resume.script.yaml', fixturePath('resume.script.yaml'))
+      .replaceAll('id: plan', 'id: think');
+    await writeFile(join(dir, 'resume.yaml'), text);
+    const changed = await start(join(dir, 'resume.yaml'), 'changed');
+    try {
+      const final = await h.finalOf('res-2', 30_000);
+      expect(final.kind).toBe('task.failed');
+      expect(final.kind === 'task.failed' && final.data.reason).toBe('unresumable');
+      expect(changed.coordinator.running()).not.toContain('res-2');
+    } finally {
+      await changed.coordinator.stop();
+      await changed.bus.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

@@ -78,26 +78,34 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
         })
       : undefined;
   const runners: PipelineRunner[] = [];
-  for (const pipeline of options.pipelines) {
-    runners.push(
-      await startPipelineRunner({
-        bus,
-        config: pipeline.config,
-        store,
-        logger: logger.child({ pipeline: pipeline.config.name }),
-        clock,
-        ids,
-        concurrency: options.concurrency ?? 16,
-        ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
-        ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
-      }),
-    );
-  }
-
-  // Registered once their consumers exist, so a task the registry lets through is never lost.
-  const host = `${hostname()}:${process.pid}`;
-  for (const pipeline of options.pipelines) {
-    await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()));
+  try {
+    for (const pipeline of options.pipelines) {
+      runners.push(
+        await startPipelineRunner({
+          bus,
+          config: pipeline.config,
+          store,
+          logger: logger.child({ pipeline: pipeline.config.name }),
+          clock,
+          ids,
+          concurrency: options.concurrency ?? 16,
+          ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
+          ...(options.noResponderWaitMs === undefined
+            ? {}
+            : { noResponderWaitMs: options.noResponderWaitMs }),
+        }),
+      );
+    }
+    // Registered once their consumers exist, so a task the registry lets through is never lost.
+    const host = `${hostname()}:${process.pid}`;
+    for (const pipeline of options.pipelines) {
+      await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()));
+    }
+  } catch (error) {
+    // Half started: stop what did start (MCP children among it) before reporting.
+    await Promise.allSettled(runners.map((r) => r.stop()));
+    await agents?.stop();
+    throw error;
   }
   const guard: BusSubscription = startIntakeGuard(bus, () => pipelineRegistry.names());
 

@@ -39,6 +39,8 @@ export const AgentStepRequest = z.object({
   /** The reviewer's feedback when work is sent back. */
   feedback: z.string().optional(),
   expect: StepExpect,
+  /** How long the workflow waits for the reply; the agent stops the step when it runs out. */
+  timeoutMs: z.number().int().positive().optional(),
   /** The agent of the previous step, for the handoff trail. */
   from: z.string().optional(),
   traceparent: z.string().optional(),

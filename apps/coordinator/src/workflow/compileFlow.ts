@@ -1,5 +1,6 @@
 import type { AgentStepRequest, StepOutput } from '@troupe/protocol';
 import { emptyUsage, sumUsage } from '@troupe/protocol';
+import { preview } from '@troupe/runtime';
 import { assign, emit, fromPromise, setup } from 'xstate';
 import type { PipelineConfig, ReviewStepConfig, StepConfig } from '../config/pipelineSchema.ts';
 import type {
@@ -235,7 +236,7 @@ function completedEvent(step: StepConfig) {
         round: context.round,
         stepId: stepId(context, step),
         ok: reply.ok,
-        output: reply.ok ? reply.output : '',
+        output: reply.ok ? preview(reply.output, 256 * 1024) : '',
         ...(reply.ok && reply.verdict ? { verdict: reply.verdict } : {}),
         ...(reply.ok ? {} : { error: reply.error }),
         usage: reply.usage,

@@ -6,6 +6,7 @@ import {
   parseMessage,
   subjects,
   TaskSubmission,
+  type TroupeEvent,
   type UsageTotals,
 } from '@troupe/protocol';
 import {
@@ -18,6 +19,7 @@ import {
   logMessage,
   type NatsBus,
   newTraceparent,
+  preview,
   startTaskQueue,
   type TaskDelivery,
   type TaskQueue,
@@ -50,6 +52,9 @@ export interface PipelineRunner {
   stop(): Promise<void>;
 }
 
+/** Outputs in events are cut here (the whole output stays in the checkpoint), so an event fits a NATS message. */
+const MAX_EVENT_OUTPUT = 256 * 1024;
+
 type Ending =
   | { kind: 'done'; output: WorkflowOutput }
   | { kind: 'stopped' }
@@ -78,6 +83,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const cancelled = new Map<string, { reason?: string }>();
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   let stopping = false;
+
+  /** An event that cannot be made or sent is logged, never thrown: it must not take the process down. */
+  function publishSafely(taskId: string, make: () => TroupeEvent): void {
+    try {
+      bus.publishEvent(make());
+    } catch (error) {
+      logger.error({ err: error, taskId }, 'cannot publish an event; the task goes on');
+    }
+  }
 
   async function handle(delivery: TaskDelivery): Promise<void> {
     if (stopping) {
@@ -140,13 +154,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           undefined,
         ),
       );
-      if (claimed === undefined) {
-        // Another coordinator claimed this id between our read and our write.
-        logger.warn({ taskId, pipeline }, 'task id claimed by another coordinator; ignoring this delivery');
+      // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.
+      const owner = claimed === undefined ? await store.get(taskId) : undefined;
+      if (claimed === undefined && owner?.value.streamSequence !== delivery.streamSequence) {
+        logger.warn({ taskId, pipeline }, 'task id claimed by another submission; ignoring this delivery');
         delivery.ack();
         return;
       }
-      bus.publishEvent(
+      publishSafely(taskId, () =>
         events.make(
           'task.accepted',
           scope,
@@ -158,6 +173,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           { from: 'user', to: pipeline },
         ),
       );
+    }
+    if (stopping) {
+      // stop() began while this delivery was being looked up: leave it to the next coordinator.
+      delivery.nak(1_000);
+      return;
     }
     await runTask(input, delivery, scope, createdAt, existing?.value.snapshot);
   }
@@ -173,13 +193,33 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       input,
       ...(snapshot === undefined ? {} : { snapshot: snapshot as Snapshot<unknown> }),
     });
-    running.set(input.taskId, { actor, delivery });
+    const restored = actor.getSnapshot();
+    if (restored.status === 'error') {
+      // The checkpoint does not fit the flow as loaded now (the pipeline changed since): end the task, loudly.
+      const message = `task ${input.taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(restored.error)})`;
+      logger.error({ taskId: input.taskId }, message);
+      await store
+        .put(
+          input.taskId,
+          record(input, delivery, 'failed', 'failed', 1, emptyUsage(), createdAt, clock, undefined),
+        )
+        .catch(() => undefined);
+      publishFailure(
+        scope,
+        'unresumable',
+        message,
+        emptyUsage(),
+        Math.max(0, clock.now() - Date.parse(createdAt)),
+      );
+      delivery.ack();
+      return;
+    }
     actor.on('event', (emitted) => {
       const route = {
         ...(emitted.from === undefined ? {} : { from: emitted.from }),
         ...(emitted.to === undefined ? {} : { to: emitted.to }),
       };
-      bus.publishEvent(events.make(emitted.kind, scope, emitted.data as never, route));
+      publishSafely(input.taskId, () => events.make(emitted.kind, scope, emitted.data as never, route));
     });
     let writes = Promise.resolve();
     const persist = () => {
@@ -209,7 +249,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'),
         );
     };
-    const heartbeat = setInterval(() => delivery.working(), Math.max(1_000, Math.floor(ackWaitMs / 3)));
     const finished = new Promise<Ending>((resolve) => {
       actor.subscribe({
         next: (snap) => {
@@ -221,19 +260,24 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         error: (error) => resolve({ kind: 'crashed', error }),
       });
     });
-    actor.start();
-    if (snapshot !== undefined) {
-      const resumed = actor.getSnapshot();
-      bus.publishEvent(
-        events.make(
-          'task.resumed',
-          scope,
-          { state: String(resumed.value), round: resumed.context.round, deliveries: delivery.deliveryCount },
-          { from: 'workflow', to: pipeline },
-        ),
-      );
-    }
+    running.set(input.taskId, { actor, delivery });
+    const heartbeat = setInterval(() => delivery.working(), Math.max(1_000, Math.floor(ackWaitMs / 3)));
     try {
+      actor.start();
+      if (snapshot !== undefined) {
+        publishSafely(input.taskId, () =>
+          events.make(
+            'task.resumed',
+            scope,
+            {
+              state: String(restored.value),
+              round: restored.context.round,
+              deliveries: delivery.deliveryCount,
+            },
+            { from: 'workflow', to: pipeline },
+          ),
+        );
+      }
       const ending = await finished;
       await writes;
       // Measured from acceptance, so a resumed task reports its whole life.
@@ -295,12 +339,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
 
   function publishFinal(scope: EventScope, output: WorkflowOutput, durationMs: number): void {
     if (output.status === 'completed') {
-      bus.publishEvent(
+      publishSafely(scope.taskId, () =>
         events.make(
           'task.completed',
           scope,
           {
-            output: output.output,
+            output: preview(output.output, MAX_EVENT_OUTPUT),
             ...(output.approved === undefined ? {} : { approved: output.approved }),
             rounds: output.rounds,
             usage: output.usage,
@@ -324,11 +368,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     durationMs: number,
     step?: string,
   ): void {
-    bus.publishEvent(
+    publishSafely(scope.taskId, () =>
       events.make(
         'task.failed',
         scope,
-        { reason, message, usage, durationMs, ...(step ? { step } : {}) },
+        { reason, message: preview(message, MAX_EVENT_OUTPUT), usage, durationMs, ...(step ? { step } : {}) },
         { from: 'workflow', to: 'user' },
       ),
     );

@@ -21,7 +21,8 @@ export function createStepRunner(options: StepRunnerOptions) {
     const started = options.clock.now();
     for (let attempt = 0; ; attempt++) {
       try {
-        const reply = await options.bus.request(subject, request, AgentStepReply, {
+        // The agent is told the step's deadline too, so it stops when the workflow stops waiting.
+        const reply = await options.bus.request(subject, { ...request, timeoutMs }, AgentStepReply, {
           timeoutMs,
           signal,
           meta: {
@@ -32,7 +33,7 @@ export function createStepRunner(options: StepRunnerOptions) {
           },
         });
         if (reply.ok || reply.error.code !== 'worker_stopped') {
-          return { ...reply, durationMs: options.clock.now() - started };
+          return { ...reply, durationMs: Math.max(0, options.clock.now() - started) };
         }
         throw new TransportError('no_responders', reply.error.message);
       } catch (error) {
@@ -69,14 +70,15 @@ function explain(error: unknown, subject: string, agent: string, waitedMs: numbe
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        reject(new Error('step aborted'));
-      },
-      { once: true },
-    );
+    if (signal.aborted) return reject(new Error('step aborted'));
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new Error('step aborted'));
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
   });
 }

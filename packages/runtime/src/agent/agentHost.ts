@@ -67,9 +67,13 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           clock: options.clock ?? systemClock,
           events,
           publish: (event) => bus.publishEvent(event),
-          signal: abort.signal,
+          // The step ends when the workflow stops waiting for it, not only when this host stops.
+          signal: request.timeoutMs
+            ? AbortSignal.any([abort.signal, AbortSignal.timeout(request.timeoutMs)])
+            : abort.signal,
           ...(options.price ? { price: options.price } : {}),
           ...(options.human ? { human: options.human } : {}),
+          logger,
         })
           .then((reply) =>
             // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.

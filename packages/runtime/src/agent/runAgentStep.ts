@@ -6,6 +6,7 @@ import { createActor, fromPromise, toPromise } from 'xstate';
 import type { HumanGate, HumanScope } from '../approvals/humanGate.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
+import type { Logger } from '../logging/index.ts';
 import { ToolExecutor } from '../tools/toolExecutor.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
@@ -30,6 +31,8 @@ export interface StepDeps {
   clock: Clock;
   events: EventFactory;
   publish(event: TroupeEvent): void;
+  /** Where problems that must not fail the step are reported. */
+  logger?: Logger;
   /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */
   human?: HumanGate;
   /** Cost in USD of one call; zero when absent. */
@@ -124,7 +127,17 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
       ...(agent.outputSchema && request.expect === 'text' ? { outputSchema: agent.outputSchema } : {}),
     },
   });
-  actor.on('*', (emitted) => deps.publish(toWireEvent(emitted, agent, request, scope, deps.events)));
+  actor.on('*', (emitted) => {
+    // An event that cannot be made or sent must not take the process down (xstate rethrows listener errors).
+    try {
+      deps.publish(toWireEvent(emitted, agent, request, scope, deps.events));
+    } catch (error) {
+      deps.logger?.error(
+        { err: error, stepId: request.stepId },
+        `cannot publish ${emitted.type}; the step goes on`,
+      );
+    }
+  });
   actor.start();
   return actor;
 }
@@ -206,7 +219,7 @@ async function callModel(
       finishReason: response.finishReason,
       provider,
       model: response.model,
-      durationMs: deps.clock.now() - started,
+      durationMs: Math.max(0, deps.clock.now() - started),
     };
   } finally {
     batcher?.flush();

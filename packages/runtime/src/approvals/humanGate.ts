@@ -195,10 +195,12 @@ export class NatsHumanGate implements HumanGate {
       },
     );
     await bus.flush();
-    announce(record.expiresAt);
     const timer = setTimeout(() => settle({ kind: 'expired' }), timeoutMs);
     const onAbort = () => settle({ kind: 'expired' });
     signal.addEventListener('abort', onAbort, { once: true });
+    // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
+    if (signal.aborted) onAbort();
+    else announce(record.expiresAt);
     try {
       const outcome = await settled;
       await this.#close(record, outcome, signal.aborted);
