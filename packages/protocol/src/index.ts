@@ -21,6 +21,7 @@ export { formatIssues, formatPath, type Issue, type ParseResult, parseMessage } 
 export {
   AgentStepReply,
   AgentStepRequest,
+  StepBudget,
   StepError,
   StepExpect,
   StepOutput,

@@ -23,6 +23,22 @@ export type StepOutput = z.infer<typeof StepOutput>;
 export const StepExpect = z.enum(['text', 'verdict']);
 export type StepExpect = z.infer<typeof StepExpect>;
 
+/**
+ * What a step may still spend: the tighter of what is left of the task's budget and of the agent's. Checked
+ * before each model call; a step that would pass a limit ends with `budget_exceeded`, naming the limit.
+ */
+export const StepBudget = z.object({
+  /** Input plus output tokens. */
+  tokens: z.number().nonnegative().optional(),
+  costUsd: z.number().nonnegative().optional(),
+  modelCalls: z.number().int().nonnegative().optional(),
+  /** Wall-clock end of the task, ms since the epoch. */
+  deadline: z.number().int().optional(),
+  /** Which budget each limit comes from, for the message: e.g. `{ tokens: "task maxTokens 20000" }`. */
+  sources: z.record(z.string(), z.string()).default({}),
+});
+export type StepBudget = z.infer<typeof StepBudget>;
+
 /** A step for an agent, sent by a workflow on `troupe.agents.<pipeline>.<agent>`. */
 export const AgentStepRequest = z.object({
   /** Deterministic: `<taskId>.<step>.<round>`; the same step resent has the same id. */
@@ -39,6 +55,7 @@ export const AgentStepRequest = z.object({
   /** The reviewer's feedback when work is sent back. */
   feedback: z.string().optional(),
   expect: StepExpect,
+  budget: StepBudget.optional(),
   /** How long the workflow waits for the reply; the agent stops the step when it runs out. */
   timeoutMs: z.number().int().positive().optional(),
   /** The agent of the previous step, for the handoff trail. */

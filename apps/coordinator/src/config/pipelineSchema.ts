@@ -111,6 +111,26 @@ export const PermissionRuleConfig = withExtensions({
 });
 export type PermissionRuleConfig = z.infer<typeof PermissionRuleConfig>;
 
+/** Limits on what an agent spends over a whole task. */
+export const AgentBudgetConfig = withExtensions({
+  /** Input plus output tokens. */
+  maxTokens: z.number().int().positive().optional(),
+  maxCostUsd: z.number().positive().optional(),
+  maxModelCalls: z.number().int().positive().optional(),
+});
+
+/** Limits on what a task spends, all agents together; `timeout` is wall-clock seconds from acceptance. */
+export const TaskBudgetConfig = withExtensions({
+  maxTokens: z.number().int().positive().optional(),
+  maxCostUsd: z.number().positive().optional(),
+  maxModelCalls: z.number().int().positive().optional(),
+  timeout: z
+    .number()
+    .positive()
+    .max(30 * 86_400)
+    .optional(),
+});
+
 export const AgentConfig = withExtensions({
   description: z.string().optional(),
   /** A name under `models:` or `openai:<model>` / `anthropic:<model>`; `defaults.model` when absent. */
@@ -126,6 +146,8 @@ export const AgentConfig = withExtensions({
   permissions: z.array(PermissionRuleConfig).default([]),
   /** The most model calls in one step; `defaults.maxTurns` when absent. */
   maxTurns: z.number().int().positive().max(1_000).optional(),
+  /** What this agent may spend over a whole task; checked before each of its model calls. */
+  budget: AgentBudgetConfig.optional(),
   /** Seconds a person has to decide on an `ask` call or answer `ask_human`; `defaults.approvalTimeout` when absent. */
   approvalTimeout: z
     .number()
@@ -194,6 +216,8 @@ export const PipelineConfig = withExtensions({
   name: Name,
   description: z.string().optional(),
   models: z.record(Name, ModelConfig).default({}),
+  /** What one task may spend, all agents together; exceeding it ends the task with `budget_exceeded`. */
+  budget: TaskBudgetConfig.optional(),
   /** MCP servers whose tools agents may declare as `<server>.<tool>`. */
   mcpServers: z.record(Name, McpServerConfig).default({}),
   /** Price overrides, by `provider:model`. */

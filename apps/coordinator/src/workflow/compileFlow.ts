@@ -1,4 +1,4 @@
-import type { AgentStepRequest, StepOutput } from '@troupe/protocol';
+import type { AgentStepRequest, StepBudget, StepOutput, UsageTotals } from '@troupe/protocol';
 import { emptyUsage, sumUsage } from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
 import { assign, emit, fromPromise, setup } from 'xstate';
@@ -146,7 +146,10 @@ function stepCompleted(step: StepConfig) {
         {
           type: 'fail',
           params: ({ event }: Done) => ({
-            reason: 'step_failed',
+            reason:
+              !event.output.ok && event.output.error.code === 'budget_exceeded'
+                ? 'budget_exceeded'
+                : 'step_failed',
             message: event.output.ok
               ? ''
               : `step ${step.id} (${step.agent}) failed: ${event.output.error.message}`,
@@ -287,6 +290,7 @@ function buildRequest(
     context: outputs,
     ...(reworking && step.kind === 'agent' ? { feedback: context.feedback } : {}),
     expect: step.kind === 'review' ? 'verdict' : 'text',
+    ...budgetFor(config, context, step.agent),
     ...(context.lastAgent ? { from: context.lastAgent } : {}),
     traceparent: context.task.traceparent,
   };
@@ -307,4 +311,48 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
 
 function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** What the step may still spend: the tighter of the task's remaining budget and the agent's. */
+function budgetFor(config: PipelineConfig, context: WorkflowContext, agent: string): { budget?: StepBudget } {
+  const task = config.budget;
+  const own = config.agents[agent]?.budget;
+  const spentByAgent = context.usageByAgent[agent] ?? emptyUsage();
+  const budget: StepBudget = { sources: {} };
+  const limit = (
+    key: 'tokens' | 'costUsd' | 'modelCalls',
+    candidates: [number | undefined, number, string][],
+  ) => {
+    for (const [max, spent, source] of candidates) {
+      if (max === undefined) continue;
+      const left = Math.max(0, max - spent);
+      const current = budget[key];
+      if (current === undefined || left < current) {
+        budget[key] = left;
+        budget.sources[key] = source;
+      }
+    }
+  };
+  const tokens = (u: UsageTotals) => u.inputTokens + u.outputTokens;
+  limit('tokens', [
+    [task?.maxTokens, tokens(context.usage), `the task budget of ${task?.maxTokens} tokens`],
+    [own?.maxTokens, tokens(spentByAgent), `agent ${agent}'s budget of ${own?.maxTokens} tokens`],
+  ]);
+  limit('costUsd', [
+    [task?.maxCostUsd, context.usage.costUsd, `the task budget of $${task?.maxCostUsd}`],
+    [own?.maxCostUsd, spentByAgent.costUsd, `agent ${agent}'s budget of $${own?.maxCostUsd}`],
+  ]);
+  limit('modelCalls', [
+    [task?.maxModelCalls, context.usage.modelCalls, `the task budget of ${task?.maxModelCalls} model calls`],
+    [
+      own?.maxModelCalls,
+      spentByAgent.modelCalls,
+      `agent ${agent}'s budget of ${own?.maxModelCalls} model calls`,
+    ],
+  ]);
+  if (context.task.deadline !== undefined) {
+    budget.deadline = context.task.deadline;
+    budget.sources.deadline = `the task's wall-clock budget of ${task?.timeout} s`;
+  }
+  return Object.keys(budget.sources).length > 0 ? { budget } : {};
 }

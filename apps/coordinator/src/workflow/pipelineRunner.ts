@@ -84,6 +84,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   let stopping = false;
 
+  /** The task's wall-clock deadline, counted from its acceptance (first delivery), when the pipeline sets one. */
+  function deadlineOf(createdAt: string | undefined): { deadline?: number } {
+    const timeout = config.budget?.timeout;
+    if (timeout === undefined) return {};
+    const accepted = createdAt === undefined ? clock.now() : Date.parse(createdAt);
+    return { deadline: accepted + timeout * 1_000 };
+  }
+
   /** An event that cannot be made or sent is logged, never thrown: it must not take the process down. */
   function publishSafely(taskId: string, make: () => TroupeEvent): void {
     try {
@@ -136,6 +144,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       ...(submission.input ? { input: submission.input } : {}),
       ...(submission.metadata ? { metadata: submission.metadata } : {}),
       traceparent: existing ? traceOf(existing.value.snapshot) : newTraceparent(),
+      ...deadlineOf(existing?.value.createdAt),
     };
     const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
     const createdAt = existing?.value.createdAt ?? new Date(clock.now()).toISOString();

@@ -2,6 +2,8 @@ import { AgentStepReply, subjects } from '@troupe/protocol';
 import { type Clock, type NatsBus, TransportError } from '@troupe/runtime';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
+const DEADLINE_GRACE_MS = 5_000;
+
 export interface StepRunnerOptions {
   bus: NatsBus;
   clock: Clock;
@@ -16,7 +18,13 @@ export interface StepRunnerOptions {
 export function createStepRunner(options: StepRunnerOptions) {
   const waitForWorkersMs = options.noResponderWaitMs ?? 30_000;
   return async (input: StepRunInput, signal: AbortSignal): Promise<StepRunOutput> => {
-    const { request, timeoutMs } = input;
+    const { request } = input;
+    // Past the task's deadline the agent stops itself and says so; wait a little longer for that reply.
+    const deadline = request.budget?.deadline;
+    const timeoutMs =
+      deadline === undefined
+        ? input.timeoutMs
+        : Math.min(input.timeoutMs, Math.max(1, deadline - options.clock.now()) + DEADLINE_GRACE_MS);
     const subject = subjects.agent(request.pipeline, request.agent);
     const started = options.clock.now();
     for (let attempt = 0; ; attempt++) {

@@ -11,6 +11,8 @@ export interface WorkflowInput {
   input?: Record<string, unknown>;
   metadata?: Record<string, string>;
   traceparent: string;
+  /** End of the task's wall-clock budget, ms since the epoch. */
+  deadline?: number;
 }
 
 /** What the injected `runStep` actor is given: the request for the agent and how long it may take. */

@@ -1,7 +1,7 @@
 import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
 import { addUsage, zeroUsage } from '@troupe/llm';
-import { type StepExpect, Verdict } from '@troupe/protocol';
-import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
+import { type StepBudget, type StepExpect, Verdict } from '@troupe/protocol';
+import { assign, emit, enqueueActions, fromPromise, not, setup } from 'xstate';
 import { z } from 'zod';
 
 /** What the injected model actor returns for one call. */
@@ -66,6 +66,8 @@ export interface AgentMachineInput {
   maxTurns: number;
   /** `verdict`: the reply must be a reviewer's verdict. */
   expect: StepExpect;
+  /** What the step may still spend; checked before each model call. */
+  budget?: StepBudget;
   /** A JSON Schema the final reply must match (the agent's declared `output`); asked of the provider natively. */
   outputSchema?: OutputSpec;
 }
@@ -166,6 +168,7 @@ export const agentMachine = setup({
   },
   guards: {
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
+    budgetLeft: ({ context }) => spentBudget(context) === undefined,
     wantsTools: (_, reply: ModelCallResult) => reply.toolCalls.length > 0,
     emptyReply: (_, reply: ModelCallResult) => reply.content.trim() === '',
     outputInvalid: ({ context }, reply: ModelCallResult) => {
@@ -240,6 +243,17 @@ export const agentMachine = setup({
   states: {
     deciding: {
       always: [
+        {
+          guard: not('budgetLeft'),
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context }) => ({
+              code: 'budget_exceeded',
+              message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
+            }),
+          },
+        },
         { guard: 'turnsLeft', target: 'thinking' },
         {
           target: 'failed',
@@ -526,6 +540,24 @@ function repairPrompt(context: AgentMachineInput): string {
     );
   }
   return `Your reply did not match the required ${outputName(context)}. Reply with only a JSON value matching this JSON Schema:\n${JSON.stringify(spec?.schema)}`;
+}
+
+/** The first limit this step has reached, described; undefined while every limit has room. Time is the host's to check. */
+function spentBudget(context: AgentContext): string | undefined {
+  const budget = context.budget;
+  if (!budget) return undefined;
+  const tokens = context.usage.inputTokens + context.usage.outputTokens;
+  const source = (key: string) => budget.sources[key] ?? `${key} budget`;
+  if (budget.tokens !== undefined && tokens >= budget.tokens) {
+    return `${source('tokens')} reached (${tokens} of ${budget.tokens} tokens left to this step used)`;
+  }
+  if (budget.costUsd !== undefined && context.costUsd >= budget.costUsd) {
+    return `${source('costUsd')} reached ($${context.costUsd.toFixed(4)} of $${budget.costUsd.toFixed(4)} left to this step spent)`;
+  }
+  if (budget.modelCalls !== undefined && context.turn >= budget.modelCalls) {
+    return `${source('modelCalls')} reached (${context.turn} of ${budget.modelCalls} model calls left to this step made)`;
+  }
+  return undefined;
 }
 
 function askCalls(context: AgentContext): ApprovalAsk[] {

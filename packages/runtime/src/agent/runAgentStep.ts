@@ -52,16 +52,30 @@ export async function runAgentStep(
 ): Promise<AgentStepReply> {
   if (deps.signal?.aborted)
     return failedReply(request.stepId, 'aborted', `step ${request.stepId} was aborted before it started`);
+  const deadline = request.budget?.deadline;
+  const outOfTime = () => deadline !== undefined && deps.clock.now() >= deadline;
+  if (outOfTime()) return failedReply(request.stepId, 'budget_exceeded', timeBudgetMessage(request));
   let actor: Awaited<ReturnType<typeof startActor>> | undefined;
   const onAbort = () => actor?.stop();
   deps.signal?.addEventListener('abort', onAbort, { once: true });
+  // The task's wall-clock budget stops a model call or tool in flight, not just the next one.
+  const timer =
+    deadline === undefined ? undefined : setTimeout(onAbort, Math.max(0, deadline - deps.clock.now()));
   try {
     const running = await startActor(agent, request, deps);
     actor = running;
-    if (deps.signal?.aborted) running.stop();
+    if (deps.signal?.aborted || outOfTime()) running.stop();
     const output = await toPromise(running);
-    // A stopped actor has no output: the step was aborted; report what it had spent by then.
-    if (output === undefined) return abortedReply(request.stepId, running.getSnapshot().context);
+    if (output === undefined) {
+      // A stopped actor has no output: aborted, or out of time; report what it had spent by then.
+      const spent = running.getSnapshot().context;
+      return outOfTime()
+        ? abortedReply(request.stepId, spent, {
+            code: 'budget_exceeded',
+            message: timeBudgetMessage(request),
+          })
+        : abortedReply(request.stepId, spent);
+    }
     return toReply(request.stepId, output);
   } catch (error) {
     if (deps.signal?.aborted)
@@ -73,8 +87,14 @@ export async function runAgentStep(
       (error as Error).message,
     );
   } finally {
+    clearTimeout(timer);
     deps.signal?.removeEventListener('abort', onAbort);
   }
+}
+
+function timeBudgetMessage(request: AgentStepRequest): string {
+  const source = request.budget?.sources.deadline ?? 'the task wall-clock budget';
+  return `agent ${request.agent}: ${source} ran out; the step was stopped`;
 }
 
 async function startActor(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps) {
@@ -124,6 +144,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
       tools: deps.registry.definitions(agent.tools),
       maxTurns: agent.maxTurns,
       expect: request.expect,
+      ...(request.budget ? { budget: request.budget } : {}),
       ...(agent.outputSchema && request.expect === 'text' ? { outputSchema: agent.outputSchema } : {}),
     },
   });
@@ -261,11 +282,12 @@ function toReply(stepId: string, output: AgentOutput): AgentStepReply {
 function abortedReply(
   stepId: string,
   spent: { turn: number; usage: Usage; costUsd: number },
+  error = { code: 'aborted', message: `step ${stepId} was aborted after ${spent.turn} model call(s)` },
 ): AgentStepReply {
   return {
     ok: false,
     stepId,
-    error: { code: 'aborted', message: `step ${stepId} was aborted after ${spent.turn} model call(s)` },
+    error,
     usage: { ...spent.usage, costUsd: spent.costUsd, modelCalls: spent.turn },
     turns: spent.turn,
   };
