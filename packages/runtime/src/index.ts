@@ -39,6 +39,8 @@ export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } f
 export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
 export * from './logging/index.ts';
 export * from './mcp/index.ts';
+export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';
 export { askHumanTool } from './tools/askHumanTool.ts';
 export * from './tools/index.ts';
+export { recallTool, rememberTool } from './tools/memoryTools.ts';
 export * from './transport/index.ts';

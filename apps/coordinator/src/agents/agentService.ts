@@ -5,6 +5,7 @@ import {
   connectMcpServers,
   EventFactory,
   type IdGenerator,
+  KvMemory,
   KvStore,
   type Logger,
   type McpConnections,
@@ -60,6 +61,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     logger,
     timeoutMs: options.approvalTimeoutMs ?? 600_000,
   });
+  const memory = await KvMemory.open(bus);
   const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
   const mcp: McpConnections[] = [];
   const hosts: AgentHost[] = [];
@@ -88,6 +90,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
             return pipeline.prices.cost(provider, model, response.usage);
           },
           human,
+          memory,
         }),
       );
     }

@@ -32,6 +32,7 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
         ...(temperature === undefined ? {} : { temperature }),
         ...(maxTokens === undefined ? {} : { maxTokens }),
         ...(agent.stream ? { stream: true } : {}),
+        ...(agent.memory?.longTerm ? { longTermMemory: true } : {}),
         ...(agent.output ? { outputSchema: { name: `${name}_output`, schema: agent.output } } : {}),
       };
     });

@@ -146,6 +146,8 @@ export const AgentConfig = withExtensions({
   permissions: z.array(PermissionRuleConfig).default([]),
   /** The most model calls in one step; `defaults.maxTurns` when absent. */
   maxTurns: z.number().int().positive().max(1_000).optional(),
+  /** Long-term memory: `remember`/`recall` with scope `agent` keep notes across this agent's tasks. */
+  memory: withExtensions({ longTerm: z.boolean().default(false) }).optional(),
   /** What this agent may spend over a whole task; checked before each of its model calls. */
   budget: AgentBudgetConfig.optional(),
   /** Seconds a person has to decide on an `ask` call or answer `ask_human`; `defaults.approvalTimeout` when absent. */

@@ -16,6 +16,8 @@ export interface AgentDefinition {
   maxTokens?: number;
   /** Stream replies; deltas are published as batched `llm.delta` events. */
   stream?: boolean;
+  /** Keep memories across tasks (`remember`/`recall` with scope `agent`). */
+  longTermMemory?: boolean;
   /** How long a person has to decide on an `ask` call or answer `ask_human`; the gate's default when absent. */
   approvalTimeoutMs?: number;
   /** A JSON Schema the agent's final reply must match. */

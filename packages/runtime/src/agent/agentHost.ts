@@ -4,6 +4,7 @@ import type { HumanGate } from '../approvals/humanGate.ts';
 import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
+import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { BusSubscription, NatsBus } from '../transport/natsBus.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
@@ -21,6 +22,8 @@ export interface AgentHostOptions {
   price?: (provider: string, model: string, response: ModelResponse) => number;
   /** Where `ask` calls and questions go; without it they are denied. */
   human?: HumanGate;
+  /** Task and agent memory for the memory tools. */
+  memory?: KvMemory;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -73,6 +76,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
             : abort.signal,
           ...(options.price ? { price: options.price } : {}),
           ...(options.human ? { human: options.human } : {}),
+          ...(options.memory ? { memory: options.memory } : {}),
           logger,
         })
           .then((reply) =>

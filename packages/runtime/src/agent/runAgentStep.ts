@@ -7,6 +7,7 @@ import type { HumanGate, HumanScope } from '../approvals/humanGate.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
+import type { KvMemory } from '../memory/memoryStore.ts';
 import { ToolExecutor } from '../tools/toolExecutor.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
@@ -31,6 +32,8 @@ export interface StepDeps {
   clock: Clock;
   events: EventFactory;
   publish(event: TroupeEvent): void;
+  /** Task and agent memory for the `remember` and `recall` tools. */
+  memory?: KvMemory;
   /** Where problems that must not fail the step are reported. */
   logger?: Logger;
   /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */
@@ -115,6 +118,16 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
     workspace,
     taskId: request.taskId,
     ...(human ? { human: { ask: (question, signal) => human.ask(question, humanScope, signal) } } : {}),
+    ...(deps.memory
+      ? {
+          memory: deps.memory.view({
+            pipeline: request.pipeline,
+            agent: agent.name,
+            taskId: request.taskId,
+            longTerm: agent.longTermMemory === true,
+          }),
+        }
+      : {}),
   });
   const logic = agentMachine.provide({
     actors: {

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import type { MemoryView } from '../memory/memoryStore.ts';
 import type { PermissionRule } from './policy.ts';
 
 /** A way to put a question to a person and wait for the answer. */
@@ -15,6 +16,8 @@ export interface ToolContext {
   callId: string;
   /** Aborted on timeout or cancellation; a long-running tool should stop when it fires. */
   signal: AbortSignal;
+  /** Task and agent memory (the `remember` and `recall` tools). */
+  memory?: MemoryView;
   /** A person to ask (the `ask_human` tool); absent where nobody can be asked. */
   human?: HumanChannel;
   /** The permission rule that let this call through, when one did (its scopes, e.g. `network` for commands). */

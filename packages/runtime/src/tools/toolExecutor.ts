@@ -1,4 +1,5 @@
 import type { ToolCall } from '@troupe/llm';
+import type { MemoryView } from '../memory/memoryStore.ts';
 import {
   type AgentPolicy,
   type Decision,
@@ -17,6 +18,8 @@ export interface ToolExecutorOptions {
   policy: AgentPolicy;
   /** Handed to tools that ask a person (`ask_human`). */
   human?: HumanChannel;
+  /** Handed to the memory tools. */
+  memory?: MemoryView;
   agent: string;
   /** Absolute path of the task's workspace; the directory exists. */
   workspace: string;
@@ -75,9 +78,11 @@ export class ToolExecutor {
   readonly #maxOutputBytes: number;
   readonly #now: () => number;
   readonly #human: HumanChannel | undefined;
+  readonly #memory: MemoryView | undefined;
 
   constructor(opts: ToolExecutorOptions) {
     this.#human = opts.human;
+    this.#memory = opts.memory;
     this.#registry = opts.registry;
     this.#policy = opts.policy;
     this.#agent = opts.agent;
@@ -171,6 +176,7 @@ export class ToolExecutor {
       signal: guard.signal,
       ...(rule ? { rule } : {}),
       ...(this.#human ? { human: this.#human } : {}),
+      ...(this.#memory ? { memory: this.#memory } : {}),
     };
     try {
       const running = tool.run(input, ctx);

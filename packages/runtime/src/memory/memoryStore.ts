@@ -1,0 +1,60 @@
+import type { KV } from '@nats-io/kv';
+import { BUCKETS } from '@troupe/protocol';
+import { kvOf } from '../transport/jetstreamSetup.ts';
+import type { NatsBus } from '../transport/natsBus.ts';
+
+/** Where a memory lives: this task only, or this agent across tasks. */
+export type MemoryScope = 'task' | 'agent';
+
+/** Who remembers: the task, and the pipeline and agent for long-term memory. */
+export interface MemoryOwner {
+  pipeline: string;
+  agent: string;
+  taskId: string;
+  /** Long-term memory is opt-in per agent. */
+  longTerm: boolean;
+}
+
+/** Memory for one agent in one task; the tools `remember` and `recall` use it. */
+export interface MemoryView {
+  readonly longTerm: boolean;
+  put(scope: MemoryScope, key: string, value: string): Promise<void>;
+  get(scope: MemoryScope, key: string): Promise<string | undefined>;
+  keys(scope: MemoryScope): Promise<string[]>;
+}
+
+/** Memory in the KV bucket `memory`: `task.<taskId>.<key>`, and `agent.<pipeline>.<agent>.<key>` for long-term. */
+export class KvMemory {
+  readonly #kv: KV;
+
+  private constructor(kv: KV) {
+    this.#kv = kv;
+  }
+
+  static async open(bus: NatsBus): Promise<KvMemory> {
+    return new KvMemory(await kvOf(bus, BUCKETS.memory));
+  }
+
+  /** A view scoped to one agent in one task. */
+  view(owner: MemoryOwner): MemoryView {
+    const prefix = (scope: MemoryScope) =>
+      scope === 'task' ? `task.${owner.taskId}` : `agent.${owner.pipeline}.${owner.agent}`;
+    const kv = this.#kv;
+    return {
+      longTerm: owner.longTerm,
+      async put(scope, key, value) {
+        await kv.put(`${prefix(scope)}.${key}`, value);
+      },
+      async get(scope, key) {
+        const entry = await kv.get(`${prefix(scope)}.${key}`);
+        return entry && entry.operation === 'PUT' ? entry.string() : undefined;
+      },
+      async keys(scope) {
+        const found: string[] = [];
+        const start = `${prefix(scope)}.`;
+        for await (const key of await kv.keys(`${start}>`)) found.push(key.slice(start.length));
+        return found.sort();
+      },
+    };
+  }
+}
