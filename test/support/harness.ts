@@ -36,6 +36,8 @@ export interface HarnessOptions {
   logLines?: string[];
   /** Host the agents in the coordinator (default true); false leaves them to workers. */
   hostAgents?: boolean;
+  /** Deliveries of a task before it is dead-lettered. */
+  maxDeliver?: number;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -60,6 +62,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     registry,
     noResponderWaitMs: 5_000,
     ...(options.hostAgents === false ? { hostAgents: false } : {}),
+    ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];

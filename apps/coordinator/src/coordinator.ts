@@ -32,6 +32,8 @@ export interface CoordinatorOptions {
   concurrency?: number;
   /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
   ackWaitMs?: number;
+  /** Deliveries of one task before it is dead-lettered (default 10; a shutdown hand-back counts as one). */
+  maxDeliver?: number;
   /** How long a step waits for a worker to serve its agent (default 30 s). */
   noResponderWaitMs?: number;
   registry?: ToolRegistry;
@@ -90,6 +92,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           ids,
           concurrency: options.concurrency ?? 16,
           ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
+          ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
           ...(options.noResponderWaitMs === undefined
             ? {}
             : { noResponderWaitMs: options.noResponderWaitMs }),

@@ -113,7 +113,7 @@ describe('loadPipeline on examples/demo.yaml', () => {
       model: 'scripted',
       maxTurns: 8,
       stepTimeout: 120,
-      approvalTimeout: 600,
+      approvalTimeout: 300,
     });
     // Keys the demo leaves out get their defaults.
     expect(config.agents.planner?.tools).toEqual([]);
@@ -154,7 +154,7 @@ describe('parsePipeline accepts', () => {
       model: 'scripted',
       maxTurns: 10,
       stepTimeout: 600,
-      approvalTimeout: 600,
+      approvalTimeout: 300,
     });
     const review = config.flow[2];
     expect(review?.kind).toBe('review');

@@ -4,7 +4,7 @@ import { isName, isTaskId } from './names.ts';
 export const ROOT = 'troupe';
 
 /** JetStream streams and KV buckets Troupe owns. */
-export const STREAMS = { tasks: 'TASKS', events: 'EVENTS' } as const;
+export const STREAMS = { tasks: 'TASKS', events: 'EVENTS', deadLetters: 'DEADLETTER' } as const;
 export const BUCKETS = {
   workflows: 'workflows',
   memory: 'memory',
@@ -27,6 +27,9 @@ export const subjects = {
   approval: (taskId: string, approvalId: string) => `${ROOT}.approvals.${taskId}.${approvalId}`,
   taskApprovals: (taskId: string) => `${ROOT}.approvals.${taskId}.*`,
   control: (taskId: string) => `${ROOT}.control.${taskId}`,
+  /** Tasks given up on after too many deliveries, with the reason in headers; stored in stream `DEADLETTER`. */
+  deadLetter: (pipeline: string) => `${ROOT}.deadletter.${pipeline}`,
+  allDeadLetters: `${ROOT}.deadletter.>`,
   allControl: `${ROOT}.control.*`,
   /** Prefix for request/reply inboxes, kept under `troupe.` so `troupe.>` permissions cover them. */
   inboxPrefix: `${ROOT}._inbox`,

@@ -19,7 +19,7 @@ describe('subjects', () => {
   });
 
   it('names the streams and buckets Troupe owns', () => {
-    expect(STREAMS).toEqual({ tasks: 'TASKS', events: 'EVENTS' });
+    expect(STREAMS).toEqual({ tasks: 'TASKS', events: 'EVENTS', deadLetters: 'DEADLETTER' });
     expect(BUCKETS).toEqual({
       workflows: 'workflows',
       memory: 'memory',

@@ -25,8 +25,10 @@ export {
   NatsHumanGate,
   type NatsHumanGateOptions,
 } from './approvals/humanGate.ts';
+export { deadLetter, type ExhaustedTask } from './durable/deadLetters.ts';
 export { type KvEntry, KvStore } from './durable/kvStore.ts';
 export {
+  HAND_BACK_DELAY_MS,
   type SubmitResult,
   startTaskQueue,
   submitTask,

@@ -3,11 +3,13 @@ import {
   ApprovalDecision,
   BUCKETS,
   DecisionReceipt,
+  formatIssues,
   HumanAnswer,
   HumanRequest,
   subjects,
 } from '@troupe/protocol';
 import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import type { z } from 'zod';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
 
 export interface ApprovalsOptions extends ServerOptions {
@@ -60,7 +62,7 @@ export async function decide(
 ): Promise<number> {
   if (decision === 'deny' && !options.reason)
     throw new CliError('troupe deny needs --reason: the agent is told why', 2);
-  const payload = ApprovalDecision.parse({
+  const payload = valid(ApprovalDecision, {
     decision,
     ...(options.reason ? { reason: options.reason } : {}),
     by: options.by ?? whoAmI(),
@@ -70,7 +72,7 @@ export async function decide(
 
 /** `troupe answer`: answers an agent's question. */
 export async function answer(id: string, text: string, options: DecideOptions): Promise<number> {
-  const payload = HumanAnswer.parse({ answer: text, by: options.by ?? whoAmI() });
+  const payload = valid(HumanAnswer, { answer: text, by: options.by ?? whoAmI() });
   return reply(id, 'question', payload, options);
 }
 
@@ -124,3 +126,11 @@ async function openStore(bus: NatsBus) {
 }
 
 const whoAmI = (): string => `${userInfo().username}@${hostname()}`;
+
+/** The payload, or a usage error naming what is wrong with it. */
+function valid<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'value'}: ${i.message}`);
+  throw new CliError(problems.join('; '), 2);
+}

@@ -48,7 +48,7 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
       if (status !== 'running' || !watcher) {
         watcher?.stop();
         process.stdout.write(`${task.id}\n`);
-        return status === 'failed' ? 1 : 0;
+        return status === 'failed' || status === 'cancelled' ? 1 : 0;
       }
     }
     if (!watcher) {

@@ -1,5 +1,5 @@
 import { ConfigError, type Service, startService } from '@troupe/coordinator';
-import { createLogger, TransportError } from '@troupe/runtime';
+import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
 import { CliError } from '../server.ts';
 
 export interface UpOptions {
@@ -45,7 +45,7 @@ export async function start(
     });
   } catch (error) {
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
-    if (error instanceof TransportError) throw new CliError(error.message);
+    if (error instanceof TransportError || error instanceof McpServerError) throw new CliError(error.message);
     throw error;
   }
 }

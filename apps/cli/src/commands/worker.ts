@@ -1,5 +1,5 @@
 import { ConfigError, startWorker } from '@troupe/coordinator';
-import { createLogger, TransportError } from '@troupe/runtime';
+import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
 import { CliError, resolveServer } from '../server.ts';
 
 export interface WorkerCommandOptions {
@@ -26,12 +26,12 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
       natsUrl,
       home: options.home,
       logger,
-      allowMcpCommands: options.allowMcpCommands,
+      allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
       ...(agents && agents.length > 0 ? { agents } : {}),
     });
   } catch (error) {
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
-    if (error instanceof TransportError) throw new CliError(error.message);
+    if (error instanceof TransportError || error instanceof McpServerError) throw new CliError(error.message);
     throw error;
   }
   const serving = [...running.serving]

@@ -33,7 +33,7 @@ export interface AgentServiceOptions {
   registry?: ToolRegistry;
   clock?: Clock;
   ids?: IdGenerator;
-  /** Seconds a person has when neither the pipeline nor the agent says. */
+  /** Milliseconds a person has when neither the pipeline nor the agent says. */
   approvalTimeoutMs?: number;
 }
 

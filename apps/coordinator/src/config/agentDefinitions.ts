@@ -20,12 +20,13 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
         instructions: agent.instructions,
         model,
         tools: agent.tools,
-        rules: agent.permissions.map(({ tool, decision, paths, commands, hosts }) => ({
+        rules: agent.permissions.map(({ tool, decision, paths, commands, hosts, network }) => ({
           tool,
           decision,
           ...(paths ? { paths } : {}),
           ...(commands ? { commands } : {}),
           ...(hosts ? { hosts } : {}),
+          ...(network === undefined ? {} : { network }),
         })),
         approvalTimeoutMs: (agent.approvalTimeout ?? config.defaults.approvalTimeout) * 1_000,
         maxTurns: agent.maxTurns ?? config.defaults.maxTurns,

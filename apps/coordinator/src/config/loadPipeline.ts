@@ -212,6 +212,18 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       });
     }
     seen.push(step.id);
+    const agent = config.agents[step.agent];
+    const asksPeople =
+      agent !== undefined &&
+      (agent.tools.includes('ask_human') || agent.permissions.some((r) => r.decision === 'ask'));
+    const waits = agent?.approvalTimeout ?? config.defaults.approvalTimeout;
+    const stepTimeout = step.timeout ?? config.defaults.stepTimeout;
+    if (asksPeople && waits >= stepTimeout) {
+      problems.push({
+        path: ['flow', i, 'timeout'],
+        message: `step ${step.id} times out after ${stepTimeout} s, but agent ${step.agent} gives a person ${waits} s to decide; make the step timeout longer than the approval timeout`,
+      });
+    }
   });
   return problems;
 }

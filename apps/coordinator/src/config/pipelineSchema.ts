@@ -209,7 +209,7 @@ export const DefaultsConfig = withExtensions({
     .number()
     .positive()
     .max(7 * 86_400)
-    .default(600),
+    .default(300),
 });
 
 /** A pipeline file. */

@@ -11,8 +11,10 @@ import {
 } from '@troupe/protocol';
 import {
   type Clock,
+  deadLetter,
   EventFactory,
   type EventScope,
+  HAND_BACK_DELAY_MS,
   type IdGenerator,
   type KvStore,
   type Logger,
@@ -41,6 +43,8 @@ export interface PipelineRunnerOptions {
   /** The most tasks of this pipeline this process runs at once. */
   concurrency: number;
   ackWaitMs?: number;
+  /** Deliveries of one task before it is given up on and dead-lettered (default 10; a shutdown counts as one). */
+  maxDeliver?: number;
   noResponderWaitMs?: number;
 }
 
@@ -82,7 +86,32 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const running = new Map<string, RunningTask>();
   const cancelled = new Map<string, { reason?: string }>();
   const ackWaitMs = options.ackWaitMs ?? 30_000;
+  const maxDeliver = options.maxDeliver ?? 10;
   let stopping = false;
+
+  /**
+   * A task delivered more often than allowed (coordinators kept dying or stopping under it) is not run again:
+   * it is stored on the dead-letter subject with the reason, and ends with task.failed (max_deliveries).
+   */
+  async function giveUp(delivery: TaskDelivery, taskId: string): Promise<void> {
+    const runs = delivery.deliveryCount - 1;
+    const message = `task ${taskId} was delivered ${runs} times without finishing; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
+    await deadLetter(bus, pipeline, { ...delivery, deliveries: runs }, { taskId, message });
+    const existing = (await store.get(taskId))?.value;
+    if (existing) {
+      await store.put(taskId, {
+        ...existing,
+        status: 'failed',
+        state: 'failed',
+        updatedAt: new Date(clock.now()).toISOString(),
+      });
+    }
+    const scope = { pipeline, taskId, traceparent: existing ? traceOf(existing.snapshot) : newTraceparent() };
+    const durationMs = existing ? Math.max(0, clock.now() - Date.parse(existing.createdAt)) : 0;
+    publishFailure(scope, 'max_deliveries', message, existing?.usage ?? emptyUsage(), durationMs);
+    logger.error({ taskId, deliveries: runs }, message);
+    delivery.term('max deliveries');
+  }
 
   /** The task's wall-clock deadline, counted from its acceptance (first delivery), when the pipeline sets one. */
   function deadlineOf(createdAt: string | undefined): { deadline?: number } {
@@ -104,7 +133,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   async function handle(delivery: TaskDelivery): Promise<void> {
     if (stopping) {
       // Shutting down: leave the task to the next coordinator rather than start it here.
-      delivery.nak(1_000);
+      delivery.nak(HAND_BACK_DELAY_MS);
       return;
     }
     const parsed = parseMessage(TaskSubmission, delivery.data);
@@ -122,6 +151,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     const submission = parsed.value;
     const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
+    if (delivery.deliveryCount > maxDeliver) {
+      await giveUp(delivery, taskId);
+      return;
+    }
     logMessage(logger, 'info', 'in', delivery.subject, { taskId, from: 'user', to: pipeline, kind: 'task' });
     if (running.has(taskId)) return; // a redelivery of a task this process is still running
     const existing = await store.get(taskId);
@@ -185,7 +218,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     if (stopping) {
       // stop() began while this delivery was being looked up: leave it to the next coordinator.
-      delivery.nak(1_000);
+      delivery.nak(HAND_BACK_DELAY_MS);
       return;
     }
     await runTask(input, delivery, scope, createdAt, existing?.value.snapshot);
@@ -300,7 +333,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           const cancel = cancelled.get(input.taskId);
           if (cancel === undefined) {
             // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
-            delivery.nak(0);
+            delivery.nak(HAND_BACK_DELAY_MS);
             return;
           }
           const { usage, round } = actor.getSnapshot().context;
@@ -452,14 +485,14 @@ function record(
 }
 
 /** `Nats-Msg-Id` doubles as the task id when the payload has none, so `nats pub -H Nats-Msg-Id:…` works. */
-function idFromHeader(delivery: TaskDelivery): string | undefined {
-  const id = delivery.headers['Nats-Msg-Id'];
+function idFromHeader(message: { headers: Record<string, string> }): string | undefined {
+  const id = message.headers['Nats-Msg-Id'];
   return id !== undefined && isTaskId(id) ? id : undefined;
 }
 
 /** Deterministic for a stored message, so every redelivery of it gets the same id. */
-function derivedId(delivery: TaskDelivery): string {
-  return `t${delivery.streamSequence}-${delivery.storedAt.toString(36)}`;
+function derivedId(message: { streamSequence: number; storedAt: number }): string {
+  return `t${message.streamSequence}-${message.storedAt.toString(36)}`;
 }
 
 function traceOf(snapshot: unknown): string {

@@ -195,8 +195,14 @@ export class NatsHumanGate implements HumanGate {
       },
     );
     await bus.flush();
-    const timer = setTimeout(() => settle({ kind: 'expired' }), timeoutMs);
-    const onAbort = () => settle({ kind: 'expired' });
+    // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
+    // getting a receipt for a call that was already denied.
+    const expire = () => {
+      subscription.unsubscribe();
+      settle({ kind: 'expired' });
+    };
+    const timer = setTimeout(expire, timeoutMs);
+    const onAbort = expire;
     signal.addEventListener('abort', onAbort, { once: true });
     // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
     if (signal.aborted) onAbort();

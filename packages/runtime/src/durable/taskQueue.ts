@@ -50,6 +50,12 @@ export const taskConsumerName = (pipeline: string): string => `troupe-tasks-${pi
 const FETCH_EXPIRES_MS = 2_000;
 
 /**
+ * How long a task handed back at shutdown waits before redelivery: longer than this process's last pull may
+ * run, so the task goes to the next coordinator instead of back to this one (which would count a delivery).
+ */
+export const HAND_BACK_DELAY_MS = FETCH_EXPIRES_MS + 500;
+
+/**
  * Pulls a pipeline's tasks from the `TASKS` stream through a durable consumer shared by every coordinator that
  * serves the pipeline, never holding more than `concurrency` at once. The handler settles each delivery.
  */

@@ -49,6 +49,8 @@ export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptio
   const streams = [
     streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, settings.duplicateWindowMs),
     streamConfig(STREAMS.events, subjects.allEvents, settings.eventsMaxAge, settings.duplicateWindowMs),
+    // Dead letters wait for a person, so they are kept longer.
+    streamConfig(STREAMS.deadLetters, subjects.allDeadLetters, 30 * DAY_MS, settings.duplicateWindowMs),
   ];
   for (const config of streams) await ensureStream(jsm, config);
   const kvm = new Kvm(jetstreamOf(bus));

@@ -47,6 +47,7 @@ describe('ensureTroupeStreams', () => {
     const names: string[] = [];
     for await (const name of jsm.streams.names()) names.push(name);
     expect(names.sort()).toEqual([
+      'DEADLETTER',
       'EVENTS',
       'KV_approvals',
       'KV_memory',
