@@ -104,6 +104,8 @@ export const EventData = {
     error: z.object({ code: z.string(), message: z.string() }).optional(),
     durationMs: z.number().nonnegative(),
     truncated: z.object({ originalBytes: z.number().int() }).optional(),
+    /** True when the call had already run (before a restart) and its journaled result was used instead. */
+    journaled: z.boolean().optional(),
   }),
   'approval.requested': z.object({
     ...CallRef,

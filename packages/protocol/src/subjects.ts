@@ -10,6 +10,7 @@ export const BUCKETS = {
   memory: 'memory',
   pipelines: 'pipelines',
   approvals: 'approvals',
+  journal: 'journal',
 } as const;
 
 /** Builders for every subject on the wire. Arguments are assumed valid names and ids. */

@@ -25,6 +25,7 @@ describe('subjects', () => {
       memory: 'memory',
       pipelines: 'pipelines',
       approvals: 'approvals',
+      journal: 'journal',
     });
   });
 });

@@ -37,6 +37,7 @@ export {
   type TaskQueueOptions,
   taskConsumerName,
 } from './durable/taskQueue.ts';
+export { JournalEntry, ToolJournal } from './durable/toolJournal.ts';
 export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
 export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
 export * from './logging/index.ts';

@@ -14,6 +14,7 @@ import {
   randomId,
   startAgentHost,
   systemClock,
+  ToolJournal,
   ToolRegistry,
 } from '@troupe/runtime';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
@@ -62,6 +63,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     timeoutMs: options.approvalTimeoutMs ?? 600_000,
   });
   const memory = await KvMemory.open(bus);
+  const journal = await ToolJournal.open(bus);
   const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
   const mcp: McpConnections[] = [];
   const hosts: AgentHost[] = [];
@@ -91,6 +93,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           },
           human,
           memory,
+          journal,
         }),
       );
     }

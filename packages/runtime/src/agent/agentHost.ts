@@ -1,6 +1,7 @@
 import type { ModelResponse } from '@troupe/llm';
 import { AgentStepRequest, ControlMessage, parseMessage, subjects } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
+import type { ToolJournal } from '../durable/toolJournal.ts';
 import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -24,6 +25,8 @@ export interface AgentHostOptions {
   human?: HumanGate;
   /** Task and agent memory for the memory tools. */
   memory?: KvMemory;
+  /** Records tool calls so a step run again after a crash runs none twice. */
+  journal?: ToolJournal;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -77,6 +80,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           ...(options.price ? { price: options.price } : {}),
           ...(options.human ? { human: options.human } : {}),
           ...(options.memory ? { memory: options.memory } : {}),
+          ...(options.journal ? { journal: options.journal } : {}),
           logger,
         })
           .then((reply) =>

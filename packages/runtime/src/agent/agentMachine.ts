@@ -26,6 +26,8 @@ export interface ToolRunResult {
   error?: { code: string; message: string };
   durationMs: number;
   truncated?: { originalBytes: number };
+  /** The call had already run; this is its recorded result. */
+  journaled?: boolean;
 }
 
 /** The policy's word on one call before it runs. */

@@ -1,9 +1,10 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ModelDelta, ModelObserver, ModelResponse, Usage } from '@troupe/llm';
+import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import type { HumanGate, HumanScope } from '../approvals/humanGate.ts';
+import { ToolJournal } from '../durable/toolJournal.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -19,6 +20,7 @@ import {
   agentMachine,
   type ModelCallInput,
   type ModelCallResult,
+  type ToolRunResult,
 } from './agentMachine.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
@@ -34,6 +36,8 @@ export interface StepDeps {
   publish(event: TroupeEvent): void;
   /** Task and agent memory for the `remember` and `recall` tools. */
   memory?: KvMemory;
+  /** Where tool calls are recorded, so a step run again after a crash runs none of them twice. */
+  journal?: ToolJournal;
   /** Where problems that must not fail the step are reported. */
   logger?: Logger;
   /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */
@@ -95,6 +99,39 @@ export async function runAgentStep(
   }
 }
 
+/**
+ * Runs a call unless the journal shows it already ran (the step is running again after a crash): then its
+ * recorded result stands in, marked `journaled`, and nothing runs twice. A result is recorded before the
+ * agent moves on.
+ */
+async function runOnce(
+  executor: ToolExecutor,
+  deps: StepDeps,
+  key: string,
+  call: ToolCall,
+  signal: AbortSignal,
+  approval: ApprovalDecisionOutcome | undefined,
+): Promise<ToolRunResult> {
+  const journal = deps.journal;
+  const replayed = await journal?.replay(key, call.name, call.arguments);
+  if (replayed) {
+    const { error, truncated, ...rest } = replayed;
+    return {
+      ...rest,
+      ...(error ? { error } : {}),
+      ...(truncated ? { truncated } : {}),
+      callId: call.id,
+      tool: call.name,
+      durationMs: 0,
+      journaled: true,
+    };
+  }
+  const result = await executor.execute(call, signal, approval);
+  if (journal && !signal.aborted)
+    await journal.record(key, call.arguments, result, new Date(deps.clock.now()));
+  return result;
+}
+
 function timeBudgetMessage(request: AgentStepRequest): string {
   const source = request.budget?.sources.deadline ?? 'the task wall-clock budget';
   return `agent ${request.agent}: ${source} ran out; the step was stopped`;
@@ -145,7 +182,18 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
         return Object.fromEntries(await Promise.all(input.calls.map(decide)));
       }),
       runTools: fromPromise(async ({ input, signal }) =>
-        executor.executeAll(input.calls, signal, new Map(Object.entries(input.approvals ?? {}))),
+        Promise.all(
+          input.calls.map((call, index) =>
+            runOnce(
+              executor,
+              deps,
+              ToolJournal.key(request.stepId, input.turn, index),
+              call,
+              signal,
+              input.approvals?.[call.id],
+            ),
+          ),
+        ),
       ),
     },
   });

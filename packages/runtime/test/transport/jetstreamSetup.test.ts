@@ -50,6 +50,7 @@ describe('ensureTroupeStreams', () => {
       'DEADLETTER',
       'EVENTS',
       'KV_approvals',
+      'KV_journal',
       'KV_memory',
       'KV_pipelines',
       'KV_workflows',

@@ -1,0 +1,57 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import type { EventOf, TroupeEvent } from '@troupe/protocol';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+
+const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K) =>
+  events.filter((e): e is EventOf<K> => e.kind === kind);
+
+describe('the tool-call journal', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('ledger.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('lets a step that runs again after a restart meet its earlier calls instead of repeating them', async () => {
+    publishTask(h, 'ledger', { id: 'ledger-1', goal: 'record one entry' });
+    await new Promise<void>((resolve) => {
+      const wait = setInterval(() => {
+        if (kinds(h.eventsOf('ledger-1')).includes('tool.result')) {
+          clearInterval(wait);
+          resolve();
+        }
+      }, 10);
+    });
+    // The side effect happened; the step has not finished. The coordinator goes away.
+    await h.coordinator.stop();
+
+    const logger = createLogger({ level: 'silent' });
+    const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second', logger });
+    const registry = builtinTools();
+    const second = await startCoordinator({
+      bus,
+      pipelines: [await loadPipeline(fixturePath('ledger.yaml'), { toolNames: registry.names() })],
+      logger,
+      workspaceRoot: h.workspaceRoot,
+      registry,
+    });
+    try {
+      expect((await h.finalOf('ledger-1', 30_000)).kind).toBe('task.completed');
+      const results = ofKind(h.eventsOf('ledger-1'), 'tool.result');
+      expect(results.map((r) => r.data.journaled ?? false)).toEqual([false, true]);
+      expect(results[1]?.data.output).toBe(results[0]?.data.output);
+      const ledger = await readFile(join(h.workspaceRoot, 'ledger', 'ledger-1', 'ledger.txt'), 'utf8');
+      expect(ledger).toBe('entry\n');
+    } finally {
+      await second.stop();
+      await bus.close();
+    }
+  });
+});
