@@ -93,6 +93,14 @@ export const EventData = {
     code: z.string(),
     message: z.string(),
   }),
+  'context.compacted': z.object({
+    ...CallRef,
+    /** Messages before and after older turns were replaced by a summary. */
+    before: z.number().int().nonnegative(),
+    after: z.number().int().nonnegative(),
+    estimatedTokens: z.number().int().nonnegative(),
+    summary: z.string(),
+  }),
   'tool.call': z.object({ ...CallRef, callId: z.string(), tool: z.string(), arguments: z.string() }),
   'tool.result': z.object({
     ...CallRef,
@@ -197,6 +205,7 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('llm.delta'),
   eventSchema('llm.retry'),
   eventSchema('llm.fallback'),
+  eventSchema('context.compacted'),
   eventSchema('tool.call'),
   eventSchema('tool.result'),
   eventSchema('approval.requested'),

@@ -80,6 +80,8 @@ function summarize(event: TroupeEvent): string {
       return `${event.data.code}: falling back to ${event.data.to}`;
     case 'llm.error':
       return `${event.data.code}: ${oneLine(event.data.message)}`;
+    case 'context.compacted':
+      return `${event.data.before} → ${event.data.after} messages (~${event.data.estimatedTokens} tokens): ${oneLine(event.data.summary, 70)}`;
     case 'tool.call':
       return `${event.data.tool} ${oneLine(event.data.arguments, 80)}`;
     case 'tool.result':

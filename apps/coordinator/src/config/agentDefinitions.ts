@@ -34,6 +34,7 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
         ...(maxTokens === undefined ? {} : { maxTokens }),
         ...(agent.stream ? { stream: true } : {}),
         ...(agent.memory?.longTerm ? { longTermMemory: true } : {}),
+        ...(agent.contextTokens === undefined ? {} : { contextTokens: agent.contextTokens }),
         ...(agent.output ? { outputSchema: { name: `${name}_output`, schema: agent.output } } : {}),
       };
     });

@@ -146,6 +146,8 @@ export const AgentConfig = withExtensions({
   permissions: z.array(PermissionRuleConfig).default([]),
   /** The most model calls in one step; `defaults.maxTurns` when absent. */
   maxTurns: z.number().int().positive().max(1_000).optional(),
+  /** Estimated tokens the conversation may hold in a step; past it, older turns are summarized by the model. */
+  contextTokens: z.number().int().positive().optional(),
   /** Long-term memory: `remember`/`recall` with scope `agent` keep notes across this agent's tasks. */
   memory: withExtensions({ longTerm: z.boolean().default(false) }).optional(),
   /** What this agent may spend over a whole task; checked before each of its model calls. */

@@ -16,6 +16,8 @@ export interface AgentDefinition {
   maxTokens?: number;
   /** Stream replies; deltas are published as batched `llm.delta` events. */
   stream?: boolean;
+  /** Estimated tokens the conversation may hold before older turns are summarized by the model. */
+  contextTokens?: number;
   /** Keep memories across tasks (`remember`/`recall` with scope `agent`). */
   longTermMemory?: boolean;
   /** How long a person has to decide on an `ask` call or answer `ask_human`; the gate's default when absent. */

@@ -1,7 +1,7 @@
 import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
 import { addUsage, zeroUsage } from '@troupe/llm';
 import { type StepBudget, type StepExpect, Verdict } from '@troupe/protocol';
-import { assign, emit, enqueueActions, fromPromise, not, setup } from 'xstate';
+import { and, assign, emit, enqueueActions, fromPromise, not, setup } from 'xstate';
 import { z } from 'zod';
 
 /** What the injected model actor returns for one call. */
@@ -70,6 +70,8 @@ export interface AgentMachineInput {
   expect: StepExpect;
   /** What the step may still spend; checked before each model call. */
   budget?: StepBudget;
+  /** Estimated tokens the conversation may hold; past it, older turns are summarized by the model. */
+  contextTokens?: number;
   /** A JSON Schema the final reply must match (the agent's declared `output`); asked of the provider natively. */
   outputSchema?: OutputSpec;
 }
@@ -91,6 +93,7 @@ interface AgentContext extends AgentMachineInput {
   checks: CallDecision[];
   /** A person's decision on each `ask` call, by call id. */
   approvals: Record<string, ApprovalDecisionOutcome>;
+  compactions: number;
   usage: Usage;
   costUsd: number;
   pendingCalls: ToolCall[];
@@ -116,7 +119,15 @@ export interface AgentOutput {
 }
 
 /** Events the agent emits for the outside world (the host turns them into wire events). */
+/** What a compaction returns: the summary, and what the model call cost. */
+export interface CompactionResult {
+  summary: string;
+  usage: Usage;
+  costUsd: number;
+}
+
 export type AgentEmitted =
+  | { type: 'context.compacted'; before: number; after: number; estimatedTokens: number; summary: string }
   | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
   | ({ type: 'llm.response'; turn: number } & ModelCallResult)
   | { type: 'llm.error'; turn: number; code: string; message: string }
@@ -148,6 +159,10 @@ export const agentMachine = setup({
     runTools: fromPromise<ToolRunResult[], RunToolsInput>(async () => {
       throw new Error('runTools is not provided');
     }),
+    /** Summarizes older turns; injected by the host (it calls the agent's model). */
+    compactConversation: fromPromise<CompactionResult, { messages: ChatMessage[] }>(async () => {
+      throw new Error('compactConversation is not provided');
+    }),
     /** What the policy says of each call; by default every call may run (the executor still checks). */
     checkTools: fromPromise<CallDecision[], { calls: ToolCall[] }>(async ({ input }) =>
       input.calls.map((call) => ({
@@ -170,6 +185,10 @@ export const agentMachine = setup({
   },
   guards: {
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
+    overContext: ({ context }) =>
+      context.contextTokens !== undefined &&
+      estimateTokens(context.messages) > context.contextTokens &&
+      olderTurns(context.messages).length > 0,
     budgetLeft: ({ context }) => spentBudget(context) === undefined,
     wantsTools: (_, reply: ModelCallResult) => reply.toolCalls.length > 0,
     emptyReply: (_, reply: ModelCallResult) => reply.content.trim() === '',
@@ -240,6 +259,7 @@ export const agentMachine = setup({
     checks: [],
     approvals: {},
     repairs: 0,
+    compactions: 0,
   }),
   initial: 'deciding',
   states: {
@@ -256,6 +276,7 @@ export const agentMachine = setup({
             }),
           },
         },
+        { guard: and(['turnsLeft', 'overContext']), target: 'compacting' },
         { guard: 'turnsLeft', target: 'thinking' },
         {
           target: 'failed',
@@ -268,6 +289,43 @@ export const agentMachine = setup({
           },
         },
       ],
+    },
+    compacting: {
+      invoke: {
+        src: 'compactConversation',
+        input: ({ context }) => ({ messages: olderTurns(context.messages) }),
+        onDone: {
+          target: 'thinking',
+          actions: [
+            enqueueActions(({ context, event, enqueue }) => {
+              const messages = compacted(context.messages, event.output.summary);
+              enqueue.emit({
+                type: 'context.compacted',
+                before: context.messages.length,
+                after: messages.length,
+                estimatedTokens: estimateTokens(context.messages),
+                summary: event.output.summary,
+              });
+              enqueue.assign({
+                messages,
+                compactions: context.compactions + 1,
+                usage: addUsage(context.usage, event.output.usage),
+                costUsd: context.costUsd + event.output.costUsd,
+              });
+            }),
+          ],
+        },
+        onError: {
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context, event }) => ({
+              code: 'compaction_failed',
+              message: `agent ${context.agent}: the conversation outgrew its context budget and could not be summarized: ${errorMessage(event.error)}`,
+            }),
+          },
+        },
+      },
     },
     thinking: {
       entry: [
@@ -560,6 +618,47 @@ function spentBudget(context: AgentContext): string | undefined {
     return `${source('modelCalls')} reached (${context.turn} of ${budget.modelCalls} model calls left to this step made)`;
   }
   return undefined;
+}
+
+/** Messages kept whole at the end of a conversation when older ones are summarized. */
+const KEEP_RECENT = 6;
+
+/** A rough count (4 characters a token) that is good enough to decide when to compact. */
+export function estimateTokens(messages: readonly ChatMessage[]): number {
+  const chars = messages.reduce(
+    (n, m) =>
+      n +
+      m.content.length +
+      (m.role === 'assistant'
+        ? (m.toolCalls ?? []).reduce((k, c) => k + c.arguments.length + c.name.length, 0)
+        : 0),
+    0,
+  );
+  return Math.ceil(chars / 4);
+}
+
+/** Where the kept tail starts: at most KEEP_RECENT messages, never starting inside a tool exchange. */
+function tailStart(messages: readonly ChatMessage[]): number {
+  let start = Math.max(2, messages.length - KEEP_RECENT);
+  while (start < messages.length && messages[start]?.role === 'tool') start++;
+  return start;
+}
+
+/** The turns between the opening (instructions and task) and the recent tail: what a compaction summarizes. */
+export function olderTurns(messages: readonly ChatMessage[]): ChatMessage[] {
+  return messages.slice(2, tailStart(messages));
+}
+
+/** The conversation with its older turns replaced by their summary. */
+export function compacted(messages: readonly ChatMessage[], summary: string): ChatMessage[] {
+  return [
+    ...messages.slice(0, 2),
+    {
+      role: 'user',
+      content: `Summary of the work so far (earlier turns were condensed to save context):\n${summary}`,
+    },
+    ...messages.slice(tailStart(messages)),
+  ];
 }
 
 function askCalls(context: AgentContext): ApprovalAsk[] {

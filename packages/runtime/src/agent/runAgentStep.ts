@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
+import type { ChatMessage, ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import type { HumanGate, HumanScope } from '../approvals/humanGate.ts';
@@ -18,6 +18,7 @@ import {
   type ApprovalAsk,
   type ApprovalDecisionOutcome,
   agentMachine,
+  type CompactionResult,
   type ModelCallInput,
   type ModelCallResult,
   type ToolRunResult,
@@ -99,6 +100,51 @@ export async function runAgentStep(
   }
 }
 
+const SUMMARY_INSTRUCTIONS =
+  'Summarize the conversation below for the agent that will continue it: what was asked, what was done ' +
+  '(tool calls and their results, files written), what was decided, and what is still open. Be factual and ' +
+  'concise; keep names, paths, numbers and errors exactly. Reply with the summary only.';
+
+/** Asks the agent's own model to condense older turns, so the conversation fits its context budget again. */
+async function summarize(
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  deps: StepDeps,
+  messages: ChatMessage[],
+  signal: AbortSignal,
+): Promise<CompactionResult> {
+  const transcript = messages
+    .map((m) => {
+      if (m.role === 'tool') return `[tool ${m.name} result${m.isError ? ' (error)' : ''}] ${m.content}`;
+      if (m.role === 'assistant' && m.toolCalls?.length) {
+        return `[assistant] ${m.content} ${m.toolCalls.map((c) => `(calls ${c.name} ${c.arguments})`).join(' ')}`;
+      }
+      return `[${m.role}] ${m.content}`;
+    })
+    .join('\n');
+  const response = await agent.model.complete({
+    messages: [
+      { role: 'system', content: SUMMARY_INSTRUCTIONS },
+      { role: 'user', content: transcript },
+    ],
+    tools: [],
+    context: {
+      taskId: request.taskId,
+      pipeline: request.pipeline,
+      agent: agent.name,
+      stepId: request.stepId,
+    },
+    signal,
+  });
+  if (response.content.trim() === '') throw new Error('the model returned an empty summary');
+  const provider = response.provider ?? agent.model.provider;
+  return {
+    summary: response.content,
+    usage: response.usage,
+    costUsd: deps.price?.(provider, response.model, response) ?? 0,
+  };
+}
+
 /**
  * Runs a call unless the journal shows it already ran (the step is running again after a crash): then its
  * recorded result stands in, marked `journaled`, and nothing runs twice. A result is recorded before the
@@ -169,6 +215,9 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
   const logic = agentMachine.provide({
     actors: {
       callModel: fromPromise(async ({ input, signal }) => callModel(agent, request, deps, input, signal)),
+      compactConversation: fromPromise(async ({ input, signal }) =>
+        summarize(agent, request, deps, input.messages, signal),
+      ),
       checkTools: fromPromise(async ({ input }) =>
         Promise.all(input.calls.map((call) => executor.check(call))),
       ),
@@ -206,6 +255,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
       maxTurns: agent.maxTurns,
       expect: request.expect,
       ...(request.budget ? { budget: request.budget } : {}),
+      ...(agent.contextTokens === undefined ? {} : { contextTokens: agent.contextTokens }),
       ...(agent.outputSchema && request.expect === 'text' ? { outputSchema: agent.outputSchema } : {}),
     },
   });
@@ -409,6 +459,15 @@ function toWireEvent(
         { ...ref, turn: emitted.turn, ...model, code: emitted.code, message: emitted.message },
         fromModel,
       );
+    case 'context.compacted': {
+      const { type: _type, summary, ...counts } = emitted;
+      return events.make(
+        'context.compacted',
+        scope,
+        { ...ref, ...counts, summary: preview(summary) },
+        { from: agent.name, to: agent.name },
+      );
+    }
     case 'tool.call':
       return events.make(
         'tool.call',
