@@ -151,10 +151,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     const submission = parsed.value;
     const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
-    if (delivery.deliveryCount > maxDeliver) {
-      await giveUp(delivery, taskId);
-      return;
-    }
     logMessage(logger, 'info', 'in', delivery.subject, { taskId, from: 'user', to: pipeline, kind: 'task' });
     if (running.has(taskId)) return; // a redelivery of a task this process is still running
     const existing = await store.get(taskId);
@@ -168,6 +164,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     if (existing && existing.value.status !== 'running') {
       delivery.ack();
+      return;
+    }
+    // Checked after the finished and duplicate cases, so only a task that would run again is given up on.
+    if (delivery.deliveryCount > maxDeliver) {
+      await giveUp(delivery, taskId);
       return;
     }
     const input: WorkflowInput = {

@@ -28,11 +28,17 @@ export function createStepRunner(options: StepRunnerOptions) {
     const subject = subjects.agent(request.pipeline, request.agent);
     const started = options.clock.now();
     for (let attempt = 0; ; attempt++) {
+      // A reply in flight when the connection drops is lost; after a reconnect the step is sent again (the
+      // agent host joins a resend to the run it already has, and the journal keeps side effects single).
+      const resend = new AbortController();
+      const stopWatching = options.bus.onStatus((status) => {
+        if (status.type === 'reconnect') resend.abort();
+      });
       try {
         // The agent is told the step's deadline too, so it stops when the workflow stops waiting.
         const reply = await options.bus.request(subject, { ...request, timeoutMs }, AgentStepReply, {
           timeoutMs,
-          signal,
+          signal: AbortSignal.any([signal, resend.signal]),
           meta: {
             taskId: request.taskId,
             from: request.from ?? 'workflow',
@@ -45,11 +51,14 @@ export function createStepRunner(options: StepRunnerOptions) {
         }
         throw new TransportError('no_responders', reply.error.message);
       } catch (error) {
+        if (resend.signal.aborted && !signal.aborted) continue;
         // Nobody serves the agent yet, or its worker stopped mid-step: another worker may take the step.
         const noWorker = error instanceof TransportError && error.code === 'no_responders';
         const waited = options.clock.now() - started;
         if (!noWorker || waited >= waitForWorkersMs) throw explain(error, subject, request.agent, waited);
         await sleep(Math.min(250 * 2 ** attempt, 2_000), signal);
+      } finally {
+        stopWatching();
       }
     }
   };

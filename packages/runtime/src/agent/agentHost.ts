@@ -1,5 +1,11 @@
 import type { ModelResponse } from '@troupe/llm';
-import { AgentStepRequest, ControlMessage, parseMessage, subjects } from '@troupe/protocol';
+import {
+  type AgentStepReply,
+  AgentStepRequest,
+  ControlMessage,
+  parseMessage,
+  subjects,
+} from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
 import type { ToolJournal } from '../durable/toolJournal.ts';
 import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
@@ -46,6 +52,8 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const events = new EventFactory(options.clock ?? systemClock, options.ids ?? randomId);
   const running = new Map<string, { taskId: string; abort: AbortController; done: Promise<void> }>();
   const subscriptions: BusSubscription[] = [];
+  /** The reply each step running here will give, by step id. */
+  const replies = new Map<string, Promise<AgentStepReply>>();
   let stopping = false;
 
   for (const agent of options.agents) {
@@ -65,9 +73,15 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           );
           return;
         }
+        // The same step sent again (its first reply was lost to a reconnect) joins the run already going here.
+        const underway = replies.get(request.stepId);
+        if (underway) {
+          void underway.then((reply) => delivery.respond(reply));
+          return;
+        }
         const abort = new AbortController();
         const key = `${request.stepId}#${options.ids?.() ?? randomId()}`;
-        const done = runAgentStep(agent, request, {
+        const reply = runAgentStep(agent, request, {
           registry: options.registry,
           workspaceRoot: options.workspaceRoot,
           clock: options.clock ?? systemClock,
@@ -83,22 +97,31 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           ...(options.journal ? { journal: options.journal } : {}),
           logger,
         })
-          .then((reply) =>
-            // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.
-            delivery.respond(
-              stopping
-                ? failedReply(
-                    request.stepId,
-                    'worker_stopped',
-                    `the worker serving ${agent.name} stopped mid-step`,
-                  )
-                : reply,
-            ),
+          // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.
+          .then((result) =>
+            stopping
+              ? failedReply(
+                  request.stepId,
+                  'worker_stopped',
+                  `the worker serving ${agent.name} stopped mid-step`,
+                )
+              : result,
           )
-          .catch((error: unknown) =>
-            logger.error({ err: error, stepId: request.stepId }, 'agent step crashed'),
-          )
-          .finally(() => running.delete(key));
+          .catch((error: unknown) => {
+            logger.error({ err: error, stepId: request.stepId }, 'agent step crashed');
+            return failedReply(
+              request.stepId,
+              'agent_crashed',
+              `agent ${agent.name} crashed: ${(error as Error).message}`,
+            );
+          });
+        replies.set(request.stepId, reply);
+        const done = reply
+          .then((result) => delivery.respond(result))
+          .finally(() => {
+            running.delete(key);
+            replies.delete(request.stepId);
+          });
         running.set(key, { taskId: request.taskId, abort, done });
       },
       {

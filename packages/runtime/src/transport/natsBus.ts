@@ -310,9 +310,10 @@ export class NatsBus {
     await this.connection.close();
   }
 
-  /** Calls `listener` on every connection status change (disconnect, reconnect, errors, …). */
-  onStatus(listener: StatusListener): void {
+  /** Calls `listener` on every connection status change (disconnect, reconnect, errors, …); returns how to stop. */
+  onStatus(listener: StatusListener): () => void {
     this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
   }
 
   #deliver<S extends z.ZodType>(
