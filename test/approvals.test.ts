@@ -1,13 +1,10 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { BUCKETS, type EventOf, HumanRequest, subjects, type TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, type EventOf, HumanRequest, subjects } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
-import { fixturePath, type Harness, publishTask, startHarness } from './support/harness.ts';
-
-const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K) =>
-  events.filter((e): e is EventOf<K> => e.kind === kind);
+import { fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 describe('approvals and questions for people', () => {
   let h: Harness;

@@ -1,9 +1,5 @@
-import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fixturePath, type Harness, publishTask, startHarness } from './support/harness.ts';
-
-const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K) =>
-  events.filter((e): e is EventOf<K> => e.kind === kind);
+import { fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 describe('conversation compaction', () => {
   let h: Harness;

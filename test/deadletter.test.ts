@@ -2,7 +2,7 @@ import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinato
 import { STREAMS, subjects } from '@troupe/protocol';
 import { createLogger, jetstreamManagerOf, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+import { eventOf, fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
 
 describe('a task delivered too often', () => {
   let h: Harness;
@@ -16,14 +16,7 @@ describe('a task delivered too often', () => {
 
   it('is given up on: task.failed (max_deliveries) and a copy on the dead-letter subject', async () => {
     publishTask(h, 'slowpoke', { id: 'poison-1', goal: 'never finishes' });
-    await new Promise<void>((resolve) => {
-      const wait = setInterval(() => {
-        if (kinds(h.eventsOf('poison-1')).includes('step.started')) {
-          clearInterval(wait);
-          resolve();
-        }
-      }, 10);
-    });
+    await eventOf(h, 'poison-1', 'step.started');
     // The coordinator goes away mid-task: that was delivery 1 of the 1 allowed.
     await h.coordinator.stop();
 

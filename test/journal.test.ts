@@ -1,13 +1,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
-
-const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K) =>
-  events.filter((e): e is EventOf<K> => e.kind === kind);
+import { eventOf, fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 describe('the tool-call journal', () => {
   let h: Harness;
@@ -21,14 +17,7 @@ describe('the tool-call journal', () => {
 
   it('lets a step that runs again after a restart meet its earlier calls instead of repeating them', async () => {
     publishTask(h, 'ledger', { id: 'ledger-1', goal: 'record one entry' });
-    await new Promise<void>((resolve) => {
-      const wait = setInterval(() => {
-        if (kinds(h.eventsOf('ledger-1')).includes('tool.result')) {
-          clearInterval(wait);
-          resolve();
-        }
-      }, 10);
-    });
+    await eventOf(h, 'ledger-1', 'tool.result');
     // The side effect happened; the step has not finished. The coordinator goes away.
     await h.coordinator.stop();
 

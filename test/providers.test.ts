@@ -1,16 +1,12 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { type FakeModelServer, startFakeAnthropic, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Harness, publishTask, startHarness } from './support/harness.ts';
+import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 const OPENAI_KEY = 'sk-test-SECRET-openai-1234';
 const ANTHROPIC_KEY = 'sk-ant-SECRET-anthropic-5678';
-
-const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K) =>
-  events.filter((e): e is EventOf<K> => e.kind === kind);
 
 describe('agents on OpenAI, Anthropic and OpenAI-compatible models, through the real SDKs', () => {
   let openai: FakeModelServer;

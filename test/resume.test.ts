@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+import { eventOf, fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
 
 describe('a coordinator stopped mid-task', () => {
   let h: Harness;
@@ -18,14 +18,7 @@ describe('a coordinator stopped mid-task', () => {
 
   it('hands the task back, and the next coordinator resumes it from its checkpoint', async () => {
     publishTask(h, 'resume', { id: 'res-1', goal: 'survive a restart' });
-    await new Promise<void>((resolve) => {
-      const wait = setInterval(() => {
-        if (kinds(h.eventsOf('res-1')).includes('step.started')) {
-          clearInterval(wait);
-          resolve();
-        }
-      }, 10);
-    });
+    await eventOf(h, 'res-1', 'step.started');
     await h.coordinator.stop();
 
     const logger = createLogger({ level: 'silent' });
@@ -76,14 +69,7 @@ describe('a coordinator stopped mid-task', () => {
     };
     const first = await start(fixturePath('resume.yaml'), 'first');
     publishTask(h, 'resume', { id: 'res-2', goal: 'outlive a pipeline change' });
-    await new Promise<void>((resolve) => {
-      const wait = setInterval(() => {
-        if (kinds(h.eventsOf('res-2')).includes('step.started')) {
-          clearInterval(wait);
-          resolve();
-        }
-      }, 10);
-    });
+    await eventOf(h, 'res-2', 'step.started');
     await first.coordinator.stop();
     await first.bus.close();
 

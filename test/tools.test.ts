@@ -2,14 +2,10 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { probeBubblewrap } from '@troupe/runtime';
 import { startTestMcpHttpServer, type TestMcpHttpServer } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Harness, publishTask, startHarness } from './support/harness.ts';
-
-const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K) =>
-  events.filter((e): e is EventOf<K> => e.kind === kind);
+import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 describe('built-in and MCP tools under a pipeline policy', () => {
   let h: Harness;

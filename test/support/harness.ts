@@ -3,7 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import { FINAL_EVENT_KINDS, InvalidMessageEvent, subjects, TroupeEvent } from '@troupe/protocol';
+import {
+  type EventOf,
+  FINAL_EVENT_KINDS,
+  InvalidMessageEvent,
+  subjects,
+  TroupeEvent,
+} from '@troupe/protocol';
 import { createLogger, type Logger, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 
@@ -136,3 +142,21 @@ export function publishTask(h: Harness, pipeline: string, payload: unknown): voi
 }
 
 export const kinds = (events: TroupeEvent[]) => events.map((e) => e.kind);
+
+/** The events of one kind, typed. */
+export const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K): EventOf<K>[] =>
+  events.filter((e): e is EventOf<K> => e.kind === kind);
+
+/** Resolves once the task has an event of this kind. */
+export async function eventOf(
+  h: Harness,
+  taskId: string,
+  kind: TroupeEvent['kind'],
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!kinds(h.eventsOf(taskId)).includes(kind)) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${kind} of task ${taskId}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

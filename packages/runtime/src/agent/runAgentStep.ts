@@ -128,12 +128,7 @@ async function summarize(
       { role: 'user', content: transcript },
     ],
     tools: [],
-    context: {
-      taskId: request.taskId,
-      pipeline: request.pipeline,
-      agent: agent.name,
-      stepId: request.stepId,
-    },
+    context: callContext(agent, request),
     signal,
   });
   if (response.content.trim() === '') throw new Error('the model returned an empty summary');
@@ -328,12 +323,7 @@ async function callModel(
     const reply = await agent.model.complete({
       messages: names.identity ? input.messages : names.messages(input.messages),
       tools: names.identity ? input.tools : names.tools(input.tools),
-      context: {
-        taskId: request.taskId,
-        pipeline: request.pipeline,
-        agent: agent.name,
-        stepId: request.stepId,
-      },
+      context: callContext(agent, request),
       signal,
       observer,
       ...(agent.stream ? { stream: true } : {}),
@@ -357,6 +347,13 @@ async function callModel(
     batcher?.flush();
   }
 }
+
+const callContext = (agent: AgentDefinition, request: AgentStepRequest) => ({
+  taskId: request.taskId,
+  pipeline: request.pipeline,
+  agent: agent.name,
+  stepId: request.stepId,
+});
 
 const scopeOf = (request: AgentStepRequest): EventScope => ({
   pipeline: request.pipeline,

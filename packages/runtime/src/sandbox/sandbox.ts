@@ -1,3 +1,4 @@
+import type { ProcessGroupResult } from './processGroup.ts';
 /** Which kind of confinement ran a command. */
 export type SandboxKind = 'bubblewrap' | 'process';
 
@@ -19,16 +20,8 @@ export interface SandboxRunOptions {
   signal: AbortSignal;
 }
 
-/** How a command ended and what it printed. */
-export interface SandboxResult {
-  /** `null` when a signal ended it. */
-  exitCode: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  timedOut: boolean;
-  /** Either stream was cut at `maxOutputBytes`. */
-  truncated: boolean;
+/** How a command ended, what it printed (either stream cut at `maxOutputBytes` sets `truncated`), and where it ran. */
+export interface SandboxResult extends ProcessGroupResult {
   sandbox: SandboxKind;
 }
 
