@@ -17,6 +17,9 @@ import type { BusSubscription, NatsBus } from '../transport/natsBus.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { failedReply, runAgentStep } from './runAgentStep.ts';
 
+/** How many recent step replies a host keeps for resends. */
+const RECENT_REPLIES = 1_000;
+
 export interface AgentHostOptions {
   bus: NatsBus;
   pipeline: string;
@@ -54,6 +57,12 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const subscriptions: BusSubscription[] = [];
   /** The reply each step running here will give, by step id. */
   const replies = new Map<string, Promise<AgentStepReply>>();
+  /** Replies of steps that ended here lately, for a resend whose first reply was lost; oldest first. */
+  const finished = new Map<string, Promise<AgentStepReply>>();
+  const remember = (stepId: string, reply: Promise<AgentStepReply>) => {
+    finished.set(stepId, reply);
+    if (finished.size > RECENT_REPLIES) finished.delete(finished.keys().next().value as string);
+  };
   let stopping = false;
 
   for (const agent of options.agents) {
@@ -73,8 +82,9 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           );
           return;
         }
-        // The same step sent again (its first reply was lost to a reconnect) joins the run already going here.
-        const underway = replies.get(request.stepId);
+        // The same step sent again (its first reply was lost to a reconnect) joins the run already going here,
+        // or gets the reply that run gave, rather than running twice.
+        const underway = replies.get(request.stepId) ?? finished.get(request.stepId);
         if (underway) {
           void underway.then((reply) => delivery.respond(reply));
           return;
@@ -121,6 +131,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           .finally(() => {
             running.delete(key);
             replies.delete(request.stepId);
+            remember(request.stepId, reply);
           });
         running.set(key, { taskId: request.taskId, abort, done });
       },

@@ -1,3 +1,4 @@
+import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { z } from 'zod';
 import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
@@ -32,6 +33,9 @@ export class KvStore<S extends z.ZodType> {
     try {
       await kv.status();
     } catch (cause) {
+      // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
+      if (!(cause instanceof JetStreamApiError && cause.code === JetStreamApiCodes.StreamNotFound))
+        throw cause;
       throw new TransportError(
         'bucket_missing',
         `the KV bucket ${bucket} does not exist on this NATS server`,
