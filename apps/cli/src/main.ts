@@ -55,6 +55,16 @@ program
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
   .option('--concurrency <n>', 'most tasks per pipeline at once', positive, 16)
+  .option(
+    '--ack-wait <seconds>',
+    "how soon another coordinator takes over a dead one's tasks (default 30; kept alive while they run)",
+    positive,
+  )
+  .option(
+    '--step-heartbeat <seconds>',
+    'how often agent hosts report on a step; after 3 missed reports it goes to another worker (default 5)',
+    positive,
+  )
   .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
   .option('--json', 'JSON logs even on a terminal', false)
   .action(run((files: string[], options) => up(files, options)));

@@ -36,6 +36,8 @@ export interface CoordinatorOptions {
   maxDeliver?: number;
   /** How long a step waits for a worker to serve its agent (default 30 s). */
   noResponderWaitMs?: number;
+  /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
+  stepHeartbeatMs?: number;
   registry?: ToolRegistry;
   clock?: Clock;
   ids?: IdGenerator;
@@ -96,6 +98,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           ...(options.noResponderWaitMs === undefined
             ? {}
             : { noResponderWaitMs: options.noResponderWaitMs }),
+          ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
         }),
       );
     }

@@ -22,6 +22,10 @@ export interface ServiceOptions {
   home?: string;
   hostAgents?: boolean;
   concurrency?: number;
+  /** How long a task may go unacknowledged before another coordinator gets it (default 30 s). */
+  ackWaitMs?: number;
+  /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
+  stepHeartbeatMs?: number;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
   logger: Logger;
@@ -70,6 +74,8 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       registry,
       ...(options.hostAgents === undefined ? {} : { hostAgents: options.hostAgents }),
       ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+      ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
+      ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
     });
     if (embedded)
       await writeServerRecord(home, { url, pid: process.pid, startedAt: new Date().toISOString() });

@@ -39,6 +39,11 @@ export interface CallContext {
   pipeline: string;
   agent: string;
   stepId: string;
+  /**
+   * Which of the agent's model calls in this task this is, from 0, when the runtime knows it: the same call
+   * made again by a resumed step has the same number. The scripted provider plays the reply at this position.
+   */
+  call?: number;
 }
 
 /** One request to a model. */

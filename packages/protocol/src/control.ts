@@ -46,6 +46,8 @@ export const HumanRequest = z.object({
   decidedAt: z.string().optional(),
   by: z.string().optional(),
   reason: z.string().optional(),
+  /** For questions: the answer given. */
+  answer: z.string().optional(),
 });
 export type HumanRequest = z.infer<typeof HumanRequest>;
 

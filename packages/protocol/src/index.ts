@@ -24,6 +24,7 @@ export {
   StepBudget,
   StepError,
   StepExpect,
+  StepHeartbeat,
   StepOutput,
   Verdict,
 } from './step.ts';

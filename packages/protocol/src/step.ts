@@ -58,11 +58,25 @@ export const AgentStepRequest = z.object({
   budget: StepBudget.optional(),
   /** How long the workflow waits for the reply; the agent stops the step when it runs out. */
   timeoutMs: z.number().int().positive().optional(),
+  /** Model calls the agent made in the task's earlier steps; numbers its calls in this one (`context.call`). */
+  priorModelCalls: z.number().int().nonnegative().optional(),
+  /**
+   * Asks the host to send `{ stepId, heartbeat: true }` to the reply subject this often while the step runs,
+   * so the workflow can tell a slow step from a dead worker and send the step to another one.
+   */
+  heartbeatMs: z.number().int().positive().optional(),
   /** The agent of the previous step, for the handoff trail. */
   from: z.string().optional(),
   traceparent: z.string().optional(),
 });
 export type AgentStepRequest = z.infer<typeof AgentStepRequest>;
+
+/** Sent by the host to a step's reply subject while the step runs, when the request asked for heartbeats. */
+export const StepHeartbeat = z.strictObject({
+  stepId: z.string(),
+  heartbeat: z.literal(true),
+});
+export type StepHeartbeat = z.infer<typeof StepHeartbeat>;
 
 /** Why a step failed, with a stable code. */
 export const StepError = z.object({

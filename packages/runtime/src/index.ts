@@ -27,6 +27,7 @@ export {
 } from './approvals/humanGate.ts';
 export { deadLetter, type ExhaustedTask } from './durable/deadLetters.ts';
 export { type KvEntry, KvStore } from './durable/kvStore.ts';
+export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
 export {
   HAND_BACK_DELAY_MS,
   type SubmitResult,
@@ -37,7 +38,6 @@ export {
   type TaskQueueOptions,
   taskConsumerName,
 } from './durable/taskQueue.ts';
-export { JournalEntry, ToolJournal } from './durable/toolJournal.ts';
 export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
 export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
 export * from './logging/index.ts';

@@ -84,8 +84,11 @@ async function reply(
 ): Promise<number> {
   const bus = await connectCli(options, 'troupe-decide');
   try {
-    const record = (await (await openStore(bus)).get(id))?.value;
-    if (!record) throw new CliError(`no ${kind} named ${id}; \`troupe approvals\` lists what is pending`);
+    const store = await openStore(bus);
+    const entry = await store.get(id);
+    const record = entry?.value;
+    if (!entry || !record)
+      throw new CliError(`no ${kind} named ${id}; \`troupe approvals\` lists what is pending`);
     if (record.kind !== kind) {
       throw new CliError(
         `${id} is ${record.kind === 'question' ? 'a question: use troupe answer' : 'an approval: use troupe approve or troupe deny'}`,
@@ -105,16 +108,39 @@ async function reply(
       process.stdout.write(`${id}: ${receipt.outcome} (task ${record.taskId}, agent ${record.agent})\n`);
       return 0;
     } catch (error) {
-      if (error instanceof TransportError && error.code === 'no_responders') {
-        throw new CliError(
-          `nothing is waiting on ${id} now (its agent stopped, or it was just decided); it stays ${record.status} until it expires at ${record.expiresAt}`,
-        );
-      }
-      throw new CliError(`${id}: ${(error as Error).message}`);
+      if (!(error instanceof TransportError && error.code === 'no_responders'))
+        throw new CliError(`${id}: ${(error as Error).message}`);
     }
+    // Nothing waits on it now (its process died or is restarting): record the decision in KV, where the step
+    // finds it when it resumes. Only a still-pending record is changed, so one decision wins.
+    if (Date.parse(record.expiresAt) <= Date.now()) {
+      throw new CliError(`${id} expired at ${record.expiresAt}; nothing changed`);
+    }
+    const decided = decidedRecord(record, payload);
+    if ((await store.update(id, decided, entry.revision)) === undefined) {
+      const now = (await store.get(id))?.value;
+      throw new CliError(`${id} was decided meanwhile (${now?.status ?? 'gone'}); nothing changed`);
+    }
+    process.stdout.write(
+      `${id}: ${decided.status}, recorded (task ${record.taskId}, agent ${record.agent}); nothing waits on it right now, so it is applied when the task resumes\n`,
+    );
+    return 0;
   } finally {
     await bus.close();
   }
+}
+
+/** The record with a person's decision or answer, as the waiting step would have stored it. */
+function decidedRecord(record: HumanRequest, payload: unknown): HumanRequest {
+  const value = payload as { decision?: 'allow' | 'deny'; answer?: string; reason?: string; by?: string };
+  return {
+    ...record,
+    status: record.kind === 'question' ? 'answered' : value.decision === 'allow' ? 'allowed' : 'denied',
+    decidedAt: new Date().toISOString(),
+    ...(value.by === undefined ? {} : { by: value.by }),
+    ...(value.reason === undefined ? {} : { reason: value.reason }),
+    ...(value.answer === undefined ? {} : { answer: value.answer }),
+  };
 }
 
 async function openStore(bus: NatsBus) {

@@ -7,6 +7,10 @@ export interface UpOptions {
   server?: string;
   agents: boolean;
   concurrency: number;
+  /** Seconds. */
+  ackWait?: number;
+  /** Seconds. */
+  stepHeartbeat?: number;
   logLevel: string;
   allowMcpCommands?: boolean;
   json: boolean;
@@ -29,7 +33,10 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
 
 export async function start(
   files: string[],
-  options: Pick<UpOptions, 'home' | 'agents' | 'concurrency' | 'allowMcpCommands'>,
+  options: Pick<
+    UpOptions,
+    'home' | 'agents' | 'concurrency' | 'allowMcpCommands' | 'ackWait' | 'stepHeartbeat'
+  >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
 ): Promise<Service> {
@@ -39,6 +46,10 @@ export async function start(
       home: options.home,
       hostAgents: options.agents,
       concurrency: options.concurrency,
+      ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
+      ...(options.stepHeartbeat === undefined
+        ? {}
+        : { stepHeartbeatMs: Math.round(options.stepHeartbeat * 1000) }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
       logger,
       ...(natsUrl === undefined ? {} : { natsUrl }),

@@ -12,9 +12,9 @@ import {
   type NatsBus,
   NatsHumanGate,
   randomId,
+  StepJournal,
   startAgentHost,
   systemClock,
-  ToolJournal,
   ToolRegistry,
 } from '@troupe/runtime';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
@@ -63,7 +63,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     timeoutMs: options.approvalTimeoutMs ?? 600_000,
   });
   const memory = await KvMemory.open(bus);
-  const journal = await ToolJournal.open(bus);
+  const journal = await StepJournal.open(bus);
   const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
   const mcp: McpConnections[] = [];
   const hosts: AgentHost[] = [];
@@ -105,6 +105,8 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   return {
     serving,
     async stop() {
+      // Approvals and questions cut short by the stop stay pending: the process that resumes the step waits on them.
+      human.detach();
       await Promise.all(hosts.map((h) => h.stop()));
       await Promise.all(mcp.map((m) => m.close()));
     },

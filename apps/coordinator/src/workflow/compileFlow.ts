@@ -291,6 +291,7 @@ function buildRequest(
     ...(reworking && step.kind === 'agent' ? { feedback: context.feedback } : {}),
     expect: step.kind === 'review' ? 'verdict' : 'text',
     ...budgetFor(config, context, step.agent),
+    priorModelCalls: context.usageByAgent[step.agent]?.modelCalls ?? 0,
     ...(context.lastAgent ? { from: context.lastAgent } : {}),
     traceparent: context.task.traceparent,
   };

@@ -46,6 +46,8 @@ export interface PipelineRunnerOptions {
   /** Deliveries of one task before it is given up on and dead-lettered (default 10; a shutdown counts as one). */
   maxDeliver?: number;
   noResponderWaitMs?: number;
+  /** How often agent hosts report on a step (see `createStepRunner`). */
+  stepHeartbeatMs?: number;
 }
 
 /** Runs one pipeline's tasks: one workflow actor per task, events on the wire, snapshots in KV. */
@@ -78,7 +80,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const runStep = createStepRunner({
     bus,
     clock,
+    logger,
     ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
+    ...(options.stepHeartbeatMs === undefined ? {} : { heartbeatMs: options.stepHeartbeatMs }),
   });
   const machine = compileFlow(config).provide({
     actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },

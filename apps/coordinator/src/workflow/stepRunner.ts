@@ -1,33 +1,61 @@
-import { AgentStepReply, subjects } from '@troupe/protocol';
-import { type Clock, type NatsBus, TransportError } from '@troupe/runtime';
+import { AgentStepReply, StepHeartbeat, subjects } from '@troupe/protocol';
+import {
+  type Clock,
+  type Logger,
+  type NatsBus,
+  requestWithHeartbeats,
+  TransportError,
+} from '@troupe/runtime';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
 const DEADLINE_GRACE_MS = 5_000;
 
+/** How often a host reports on a step by default; three missed reports and the step goes to another worker. */
+export const DEFAULT_STEP_HEARTBEAT_MS = 5_000;
+const MISSED_HEARTBEATS = 3;
+
 export interface StepRunnerOptions {
   bus: NatsBus;
   clock: Clock;
+  logger?: Logger;
   /** How long to keep trying while no worker serves the agent (workers may still be starting). */
   noResponderWaitMs?: number;
+  /** How often the agent host must report on a step (see {@link DEFAULT_STEP_HEARTBEAT_MS}). */
+  heartbeatMs?: number;
 }
 
 /**
  * Sends a step to its agent over NATS and waits for the reply. While nobody serves the agent it retries with
- * backoff, then fails with a message that says which subject has no worker.
+ * backoff, then fails with a message that says which subject has no worker. The host reports on the step every
+ * `heartbeatMs`; when it goes silent for three reports (its process died) the step is sent again, with the same
+ * id, and another worker takes it over from the step's journal.
  */
 export function createStepRunner(options: StepRunnerOptions) {
   const waitForWorkersMs = options.noResponderWaitMs ?? 30_000;
+  const heartbeatMs = options.heartbeatMs ?? DEFAULT_STEP_HEARTBEAT_MS;
   return async (input: StepRunInput, signal: AbortSignal): Promise<StepRunOutput> => {
     const { request } = input;
+    const { clock } = options;
     // Past the task's deadline the agent stops itself and says so; wait a little longer for that reply.
     const deadline = request.budget?.deadline;
     const timeoutMs =
       deadline === undefined
         ? input.timeoutMs
-        : Math.min(input.timeoutMs, Math.max(1, deadline - options.clock.now()) + DEADLINE_GRACE_MS);
+        : Math.min(input.timeoutMs, Math.max(1, deadline - clock.now()) + DEADLINE_GRACE_MS);
     const subject = subjects.agent(request.pipeline, request.agent);
-    const started = options.clock.now();
+    const started = clock.now();
+    const meta = {
+      taskId: request.taskId,
+      from: request.from ?? 'workflow',
+      to: request.agent,
+      kind: 'agent.step',
+    };
+    /** Since when no worker answered, and whether a worker died under this step before that. */
+    let noWorkerSince: number | undefined;
+    let takenOver = false;
     for (let attempt = 0; ; attempt++) {
+      const left = timeoutMs - (clock.now() - started);
+      if (left <= 0) throw explain(timeoutError(subject, timeoutMs), subject, request.agent, 0);
       // A reply in flight when the connection drops is lost; after a reconnect the step is sent again (the
       // agent host joins a resend to the run it already has, and the journal keeps side effects single).
       const resend = new AbortController();
@@ -36,26 +64,41 @@ export function createStepRunner(options: StepRunnerOptions) {
       });
       try {
         // The agent is told the step's deadline too, so it stops when the workflow stops waiting.
-        const reply = await options.bus.request(subject, { ...request, timeoutMs }, AgentStepReply, {
-          timeoutMs,
-          signal: AbortSignal.any([signal, resend.signal]),
-          meta: {
-            taskId: request.taskId,
-            from: request.from ?? 'workflow',
-            to: request.agent,
-            kind: 'agent.step',
+        const reply = await requestWithHeartbeats(
+          options.bus,
+          subject,
+          { ...request, timeoutMs: left, heartbeatMs },
+          AgentStepReply,
+          StepHeartbeat,
+          {
+            timeoutMs: left,
+            idleMs: heartbeatMs * MISSED_HEARTBEATS,
+            signal: AbortSignal.any([signal, resend.signal]),
+            meta,
           },
-        });
+        );
         if (reply.ok || reply.error.code !== 'worker_stopped') {
-          return { ...reply, durationMs: Math.max(0, options.clock.now() - started) };
+          return { ...reply, durationMs: Math.max(0, clock.now() - started) };
         }
         throw new TransportError('no_responders', reply.error.message);
       } catch (error) {
         if (resend.signal.aborted && !signal.aborted) continue;
+        if (error instanceof TransportError && error.code === 'stalled') {
+          options.logger?.warn(
+            { stepId: request.stepId, agent: request.agent },
+            `the worker running step ${request.stepId} went silent; sending the step to another worker`,
+          );
+          takenOver = true;
+          noWorkerSince = undefined;
+          continue;
+        }
         // Nobody serves the agent yet, or its worker stopped mid-step: another worker may take the step.
+        // After a worker died under the step, wait for another as long as the step may still take.
         const noWorker = error instanceof TransportError && error.code === 'no_responders';
-        const waited = options.clock.now() - started;
-        if (!noWorker || waited >= waitForWorkersMs) throw explain(error, subject, request.agent, waited);
+        noWorkerSince ??= clock.now();
+        const waited = clock.now() - noWorkerSince;
+        if (!noWorker || (!takenOver && waited >= waitForWorkersMs))
+          throw explain(error, subject, request.agent, waited);
         await sleep(Math.min(250 * 2 ** attempt, 2_000), signal);
       } finally {
         stopWatching();
@@ -63,6 +106,9 @@ export function createStepRunner(options: StepRunnerOptions) {
     }
   };
 }
+
+const timeoutError = (subject: string, timeoutMs: number) =>
+  new TransportError('timeout', `no reply from ${subject} within ${timeoutMs} ms`);
 
 function explain(error: unknown, subject: string, agent: string, waitedMs: number): Error {
   if (error instanceof TransportError && error.code === 'no_responders') {

@@ -6,7 +6,9 @@ const MAX_TRACKED_CONVERSATIONS = 10_000;
 
 /**
  * Plays a script of replies, so pipelines run offline and deterministically.
- * Each agent's replies are consumed in order, separately for every task.
+ * Each agent's replies are consumed in order, separately for every task. When the call says which of the
+ * agent's calls it is (`context.call`, set by the runtime), that reply is played, so a step resumed in another
+ * process goes on where the first one stopped; otherwise a cursor in memory counts the calls.
  *
  * @example
  * const model = new ScriptedProvider({ agents: { planner: [{ content: 'Plan: write hello.md' }] } });
@@ -24,12 +26,12 @@ export class ScriptedProvider implements ModelProvider {
   }
 
   async complete(request: ModelRequest): Promise<ModelResponse> {
-    const { taskId, agent, stepId } = request.context;
+    const { taskId, agent, stepId, call } = request.context;
     const turns = this.#script.agents[agent];
     if (!turns) {
       throw new ModelError('config', `scripted model: the script has no replies for agent "${agent}"`);
     }
-    const index = this.#advance(`${taskId}/${agent}`);
+    const index = call ?? this.#advance(`${taskId}/${agent}`);
     const turn = turns[index];
     if (!turn) {
       throw new ModelError(

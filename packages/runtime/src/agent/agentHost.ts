@@ -4,10 +4,11 @@ import {
   AgentStepRequest,
   ControlMessage,
   parseMessage,
+  type StepHeartbeat,
   subjects,
 } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
-import type { ToolJournal } from '../durable/toolJournal.ts';
+import type { StepJournal } from '../durable/stepJournal.ts';
 import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -35,7 +36,7 @@ export interface AgentHostOptions {
   /** Task and agent memory for the memory tools. */
   memory?: KvMemory;
   /** Records tool calls so a step run again after a crash runs none twice. */
-  journal?: ToolJournal;
+  journal?: StepJournal;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -82,11 +83,20 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           );
           return;
         }
+        // While the step runs, the requester hears from this host (if it asked to), so it can tell a long step
+        // from a dead worker.
+        const beat =
+          request.heartbeatMs === undefined
+            ? undefined
+            : setInterval(
+                () => delivery.respond({ stepId: request.stepId, heartbeat: true } satisfies StepHeartbeat),
+                request.heartbeatMs,
+              );
         // The same step sent again (its first reply was lost to a reconnect) joins the run already going here,
         // or gets the reply that run gave, rather than running twice.
         const underway = replies.get(request.stepId) ?? finished.get(request.stepId);
         if (underway) {
-          void underway.then((reply) => delivery.respond(reply));
+          void underway.then((reply) => delivery.respond(reply)).finally(() => clearInterval(beat));
           return;
         }
         const abort = new AbortController();
@@ -129,6 +139,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         const done = reply
           .then((result) => delivery.respond(result))
           .finally(() => {
+            clearInterval(beat);
             running.delete(key);
             replies.delete(request.stepId);
             remember(request.stepId, reply);

@@ -14,6 +14,8 @@ export interface ModelCallResult {
   provider: string;
   model: string;
   durationMs: number;
+  /** The reply was recorded by an earlier run of the step; the model was not asked again. */
+  journaled?: boolean;
 }
 
 /** What the injected tool actor returns for each call, in call order. */
@@ -41,6 +43,8 @@ export interface CallDecision {
 /** A call waiting for a person's approval. */
 export interface ApprovalAsk {
   callId: string;
+  /** The call's position among the turn's calls. */
+  index: number;
   tool: string;
   arguments: string;
   reason: string;
@@ -114,6 +118,8 @@ export interface AgentOutput {
   failure?: AgentFailure;
   messages: ChatMessage[];
   turns: number;
+  /** Model calls made to summarize the conversation. */
+  compactions: number;
   usage: Usage;
   costUsd: number;
 }
@@ -150,17 +156,14 @@ export const agentMachine = setup({
     emitted: {} as AgentEmitted,
   },
   actors: {
-    callModel: fromPromise<
-      ModelCallResult,
-      { messages: ChatMessage[]; tools: ToolDefinition[]; turn: number }
-    >(async () => {
+    callModel: fromPromise<ModelCallResult, ModelCallInput>(async () => {
       throw new Error('callModel is not provided');
     }),
     runTools: fromPromise<ToolRunResult[], RunToolsInput>(async () => {
       throw new Error('runTools is not provided');
     }),
     /** Summarizes older turns; injected by the host (it calls the agent's model). */
-    compactConversation: fromPromise<CompactionResult, { messages: ChatMessage[] }>(async () => {
+    compactConversation: fromPromise<CompactionResult, CompactionInput>(async () => {
       throw new Error('compactConversation is not provided');
     }),
     /** What the policy says of each call; by default every call may run (the executor still checks). */
@@ -173,14 +176,16 @@ export const agentMachine = setup({
       })),
     ),
     /** Asks a person about each `ask` call; with no one to ask, every call is denied. */
-    awaitApprovals: fromPromise<Record<string, ApprovalDecisionOutcome>, { calls: ApprovalAsk[] }>(
-      async ({ input }) =>
-        Object.fromEntries(
-          input.calls.map((c) => [
-            c.callId,
-            { decision: 'deny' as const, reason: 'no approval channel is configured' },
-          ]),
-        ),
+    awaitApprovals: fromPromise<
+      Record<string, ApprovalDecisionOutcome>,
+      { calls: ApprovalAsk[]; turn: number }
+    >(async ({ input }) =>
+      Object.fromEntries(
+        input.calls.map((c) => [
+          c.callId,
+          { decision: 'deny' as const, reason: 'no approval channel is configured' },
+        ]),
+      ),
     ),
   },
   guards: {
@@ -293,7 +298,12 @@ export const agentMachine = setup({
     compacting: {
       invoke: {
         src: 'compactConversation',
-        input: ({ context }) => ({ messages: olderTurns(context.messages) }),
+        input: ({ context }) => ({
+          messages: olderTurns(context.messages),
+          conversation: context.messages.length,
+          index: context.compactions + 1,
+          callsBefore: context.turn + context.compactions,
+        }),
         onDone: {
           target: 'thinking',
           actions: [
@@ -343,6 +353,7 @@ export const agentMachine = setup({
           messages: context.messages,
           tools: context.tools,
           turn: context.turn,
+          callsBefore: context.turn - 1 + context.compactions,
           ...(responseSchemaOf(context) ? { responseSchema: responseSchemaOf(context) } : {}),
         }),
         onDone: [
@@ -463,7 +474,7 @@ export const agentMachine = setup({
     awaitingApproval: {
       invoke: {
         src: 'awaitApprovals',
-        input: ({ context }) => ({ calls: askCalls(context) }),
+        input: ({ context }) => ({ calls: askCalls(context), turn: context.turn }),
         onDone: {
           target: 'running',
           actions: { type: 'recordApprovals', params: ({ event }) => event.output },
@@ -508,6 +519,7 @@ export const agentMachine = setup({
     ...(context.failure ? { failure: context.failure } : {}),
     messages: context.messages,
     turns: context.turn,
+    compactions: context.compactions,
     usage: context.usage,
     costUsd: context.costUsd,
   }),
@@ -560,7 +572,20 @@ export interface ModelCallInput {
   messages: ChatMessage[];
   tools: ToolDefinition[];
   turn: number;
-  responseSchema?: OutputSpec;
+  /** Model calls the agent made earlier in this step (turns and summaries). */
+  callsBefore: number;
+  responseSchema?: OutputSpec | undefined;
+}
+
+export interface CompactionInput {
+  /** The older turns to summarize. */
+  messages: ChatMessage[];
+  /** The length of the whole conversation. */
+  conversation: number;
+  /** Which compaction of the step this is, from 1. */
+  index: number;
+  /** Model calls the agent made earlier in this step. */
+  callsBefore: number;
 }
 
 const VERDICT_SCHEMA: JsonSchema = (() => {
@@ -663,9 +688,10 @@ export function compacted(messages: readonly ChatMessage[], summary: string): Ch
 
 function askCalls(context: AgentContext): ApprovalAsk[] {
   return context.checks.flatMap((check) => {
-    const call = context.pendingCalls.find((c) => c.id === check.callId);
+    const index = context.pendingCalls.findIndex((c) => c.id === check.callId);
+    const call = context.pendingCalls[index];
     return check.decision === 'ask' && call
-      ? [{ callId: call.id, tool: call.name, arguments: call.arguments, reason: check.reason }]
+      ? [{ callId: call.id, index, tool: call.name, arguments: call.arguments, reason: check.reason }]
       : [];
   });
 }

@@ -1,15 +1,15 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ChatMessage, ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
+import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
-import type { HumanGate, HumanScope } from '../approvals/humanGate.ts';
-import { ToolJournal } from '../durable/toolJournal.ts';
+import type { HumanGate, HumanRequestOptions, HumanScope } from '../approvals/humanGate.ts';
+import { StepJournal } from '../durable/stepJournal.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
-import { ToolExecutor } from '../tools/toolExecutor.ts';
+import { type ToolCallResult, ToolExecutor } from '../tools/toolExecutor.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import {
@@ -18,6 +18,7 @@ import {
   type ApprovalAsk,
   type ApprovalDecisionOutcome,
   agentMachine,
+  type CompactionInput,
   type CompactionResult,
   type ModelCallInput,
   type ModelCallResult,
@@ -37,8 +38,11 @@ export interface StepDeps {
   publish(event: TroupeEvent): void;
   /** Task and agent memory for the `remember` and `recall` tools. */
   memory?: KvMemory;
-  /** Where tool calls are recorded, so a step run again after a crash runs none of them twice. */
-  journal?: ToolJournal;
+  /**
+   * Where model replies, summaries, tool results and approvals are recorded, so a step run again after a crash
+   * (here or on another worker) goes on from its records: no model turn asked twice, no tool call run twice.
+   */
+  journal?: StepJournal;
   /** Where problems that must not fail the step are reported. */
   logger?: Logger;
   /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */
@@ -110,10 +114,13 @@ async function summarize(
   agent: AgentDefinition,
   request: AgentStepRequest,
   deps: StepDeps,
-  messages: ChatMessage[],
+  input: CompactionInput,
   signal: AbortSignal,
 ): Promise<CompactionResult> {
-  const transcript = messages
+  const key = StepJournal.compactionKey(request.stepId, input.index);
+  const recorded = await deps.journal?.compaction(key, input.conversation);
+  if (recorded) return recorded;
+  const transcript = input.messages
     .map((m) => {
       if (m.role === 'tool') return `[tool ${m.name} result${m.isError ? ' (error)' : ''}] ${m.content}`;
       if (m.role === 'assistant' && m.toolCalls?.length) {
@@ -128,22 +135,26 @@ async function summarize(
       { role: 'user', content: transcript },
     ],
     tools: [],
-    context: callContext(agent, request),
+    context: callContext(agent, request, input.callsBefore),
     signal,
   });
   if (response.content.trim() === '') throw new Error('the model returned an empty summary');
   const provider = response.provider ?? agent.model.provider;
-  return {
+  const result: CompactionResult = {
     summary: response.content,
     usage: response.usage,
     costUsd: deps.price?.(provider, response.model, response) ?? 0,
   };
+  await deps.journal?.recordCompaction(key, input.conversation, result, new Date(deps.clock.now()));
+  return result;
 }
 
 /**
  * Runs a call unless the journal shows it already ran (the step is running again after a crash): then its
- * recorded result stands in, marked `journaled`, and nothing runs twice. A result is recorded before the
- * agent moves on.
+ * recorded result stands in, marked `journaled`, and nothing runs twice. The call is claimed in the journal
+ * before it runs and its result recorded before the agent moves on. A call that was claimed and never
+ * recorded (its process died mid-call) is in doubt: it runs again only when its tool is safe to repeat;
+ * otherwise the model is told it may or may not have taken effect.
  */
 async function runOnce(
   executor: ToolExecutor,
@@ -154,9 +165,10 @@ async function runOnce(
   approval: ApprovalDecisionOutcome | undefined,
 ): Promise<ToolRunResult> {
   const journal = deps.journal;
-  const replayed = await journal?.replay(key, call.name, call.arguments);
-  if (replayed) {
-    const { error, truncated, ...rest } = replayed;
+  const now = () => new Date(deps.clock.now());
+  const record = await journal?.claimToolCall(key, call.name, call.arguments, now());
+  if (record?.state === 'done') {
+    const { error, truncated, ...rest } = record.result;
     return {
       ...rest,
       ...(error ? { error } : {}),
@@ -167,9 +179,27 @@ async function runOnce(
       journaled: true,
     };
   }
+  if (record?.state === 'in_doubt' && !deps.registry.get(call.name)?.rerunnable) {
+    const result: ToolCallResult = {
+      callId: call.id,
+      tool: call.name,
+      ok: false,
+      output: '',
+      decision: approval?.decision ?? 'allow',
+      error: {
+        code: 'in_doubt',
+        message:
+          `this ${call.name} call started earlier (${record.startedAt ?? 'at an unknown time'}) and was cut short ` +
+          'by a crash before its result was recorded; it may or may not have taken effect, so it was not run ' +
+          'again. Check its effect before repeating it.',
+      },
+      durationMs: 0,
+    };
+    await journal?.recordToolResult(key, call.arguments, result, now());
+    return result;
+  }
   const result = await executor.execute(call, signal, approval);
-  if (journal && !signal.aborted)
-    await journal.record(key, call.arguments, result, new Date(deps.clock.now()));
+  if (journal && !signal.aborted) await journal.recordToolResult(key, call.arguments, result, now());
   return result;
 }
 
@@ -183,6 +213,8 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
   await mkdir(workspace, { recursive: true });
   const scope = scopeOf(request);
   const human = deps.human;
+  /** The journal key of each tool call of the turn being run, for the questions its calls ask. */
+  const callKeys = new Map<string, string>();
   const humanScope: HumanScope = {
     ...scope,
     agent: agent.name,
@@ -195,7 +227,16 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
     agent: agent.name,
     workspace,
     taskId: request.taskId,
-    ...(human ? { human: { ask: (question, signal) => human.ask(question, humanScope, signal) } } : {}),
+    ...(human
+      ? {
+          human: {
+            ask: (question, signal, callId) =>
+              askOnce(deps.journal, callKeys.get(callId ?? ''), deps.clock, (options) =>
+                human.ask(question, humanScope, signal, options),
+              ),
+          },
+        }
+      : {}),
     ...(deps.memory
       ? {
           memory: deps.memory.view({
@@ -211,7 +252,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
     actors: {
       callModel: fromPromise(async ({ input, signal }) => callModel(agent, request, deps, input, signal)),
       compactConversation: fromPromise(async ({ input, signal }) =>
-        summarize(agent, request, deps, input.messages, signal),
+        summarize(agent, request, deps, input, signal),
       ),
       checkTools: fromPromise(async ({ input }) =>
         Promise.all(input.calls.map((call) => executor.check(call))),
@@ -220,23 +261,23 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
         const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecisionOutcome]> => [
           ask.callId,
           human
-            ? await human.approve(ask, humanScope, signal)
+            ? await askOnce(
+                deps.journal,
+                StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index)),
+                deps.clock,
+                (options) => human.approve(ask, humanScope, signal, options),
+              )
             : { decision: 'deny', reason: 'nobody can approve calls here' },
         ];
         return Object.fromEntries(await Promise.all(input.calls.map(decide)));
       }),
       runTools: fromPromise(async ({ input, signal }) =>
         Promise.all(
-          input.calls.map((call, index) =>
-            runOnce(
-              executor,
-              deps,
-              ToolJournal.key(request.stepId, input.turn, index),
-              call,
-              signal,
-              input.approvals?.[call.id],
-            ),
-          ),
+          input.calls.map((call, index) => {
+            const key = StepJournal.toolKey(request.stepId, input.turn, index);
+            callKeys.set(call.id, StepJournal.humanKey(key));
+            return runOnce(executor, deps, key, call, signal, input.approvals?.[call.id]);
+          }),
         ),
       ),
     },
@@ -270,6 +311,21 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
 }
 
 async function callModel(
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  deps: StepDeps,
+  input: ModelCallInput,
+  signal: AbortSignal,
+): Promise<ModelCallResult> {
+  const key = StepJournal.modelKey(request.stepId, input.turn);
+  const recorded = await deps.journal?.modelReply(key, input.messages.length);
+  if (recorded) return { ...recorded, journaled: true };
+  const result = await askModel(agent, request, deps, input, signal);
+  await deps.journal?.recordModelReply(key, input.messages.length, result, new Date(deps.clock.now()));
+  return result;
+}
+
+async function askModel(
   agent: AgentDefinition,
   request: AgentStepRequest,
   deps: StepDeps,
@@ -323,7 +379,7 @@ async function callModel(
     const reply = await agent.model.complete({
       messages: names.identity ? input.messages : names.messages(input.messages),
       tools: names.identity ? input.tools : names.tools(input.tools),
-      context: callContext(agent, request),
+      context: callContext(agent, request, input.callsBefore),
       signal,
       observer,
       ...(agent.stream ? { stream: true } : {}),
@@ -348,12 +404,33 @@ async function callModel(
   }
 }
 
-const callContext = (agent: AgentDefinition, request: AgentStepRequest) => ({
+/** Who is calling; numbers the call within the task when the workflow said how many came before the step. */
+const callContext = (agent: AgentDefinition, request: AgentStepRequest, callsBefore: number) => ({
   taskId: request.taskId,
   pipeline: request.pipeline,
   agent: agent.name,
   stepId: request.stepId,
+  ...(request.priorModelCalls === undefined ? {} : { call: request.priorModelCalls + callsBefore }),
 });
+
+/**
+ * Journals the id of what a person is asked about a tool call when it is asked, so a run of the step that
+ * resumes after a crash waits on the same approval or question — and takes a decision that was recorded while
+ * no process waited — instead of asking again.
+ */
+async function askOnce<T>(
+  journal: StepJournal | undefined,
+  key: string | undefined,
+  clock: Clock,
+  ask: (options: HumanRequestOptions) => Promise<T>,
+): Promise<T> {
+  if (!journal || key === undefined) return ask({});
+  const id = await journal.humanRequest(key);
+  return ask({
+    ...(id === undefined ? {} : { id }),
+    onAsked: (requestId) => journal.recordHumanRequest(key, requestId, new Date(clock.now())),
+  });
+}
 
 const scopeOf = (request: AgentStepRequest): EventScope => ({
   pipeline: request.pipeline,
@@ -365,7 +442,7 @@ function toReply(stepId: string, output: AgentOutput): AgentStepReply {
   const usage = {
     ...output.usage,
     costUsd: output.costUsd,
-    modelCalls: output.turns,
+    modelCalls: output.turns + output.compactions,
   };
   if (!output.ok || output.failure) {
     return {
@@ -389,14 +466,14 @@ function toReply(stepId: string, output: AgentOutput): AgentStepReply {
 
 function abortedReply(
   stepId: string,
-  spent: { turn: number; usage: Usage; costUsd: number },
+  spent: { turn: number; compactions: number; usage: Usage; costUsd: number },
   error = { code: 'aborted', message: `step ${stepId} was aborted after ${spent.turn} model call(s)` },
 ): AgentStepReply {
   return {
     ok: false,
     stepId,
     error,
-    usage: { ...spent.usage, costUsd: spent.costUsd, modelCalls: spent.turn },
+    usage: { ...spent.usage, costUsd: spent.costUsd, modelCalls: spent.turn + spent.compactions },
     turns: spent.turn,
   };
 }

@@ -23,12 +23,31 @@ export interface HumanScope extends EventScope {
   timeoutMs?: number;
 }
 
+/**
+ * How a request carries over a restart: `id` re-attaches to a request asked before (by a run of the step that
+ * died), `onAsked` is told the id of a new request before anyone is asked, so it can be journaled.
+ */
+export interface HumanRequestOptions {
+  id?: string;
+  onAsked?: (id: string) => Promise<void>;
+}
+
 /** Where agents turn to a person: approvals for `ask` calls, and questions from `ask_human`. */
 export interface HumanGate {
   /** Resolves with the person's decision on the call, or a deny when nobody decides in time. */
-  approve(ask: ApprovalAsk, scope: HumanScope, signal: AbortSignal): Promise<ApprovalDecisionOutcome>;
+  approve(
+    ask: ApprovalAsk,
+    scope: HumanScope,
+    signal: AbortSignal,
+    options?: HumanRequestOptions,
+  ): Promise<ApprovalDecisionOutcome>;
   /** Resolves with the person's answer; fails with a `timeout` ToolError when none comes in time. */
-  ask(question: string, scope: HumanScope, signal: AbortSignal): Promise<string>;
+  ask(
+    question: string,
+    scope: HumanScope,
+    signal: AbortSignal,
+    options?: HumanRequestOptions,
+  ): Promise<string>;
 }
 
 export interface NatsHumanGateOptions {
@@ -42,30 +61,56 @@ export interface NatsHumanGateOptions {
   timeoutMs: number;
 }
 
-type Outcome<T> = { kind: 'decided'; value: T; by?: string } | { kind: 'expired' };
+type Outcome<T> = { kind: 'decided'; value: T; by?: string; stored?: boolean } | { kind: 'expired' };
 
 /**
  * Asks people over NATS. Each request gets an unguessable id, is recorded in KV as pending, announced as an
  * event, and waits on `troupe.approvals.<taskId>.<id>` for one valid reply. Only that subject resumes the
  * call: a reply for another id finds nobody waiting, and a second reply finds the subscription gone.
+ *
+ * Requests outlive the process that asked: a decision recorded in KV while nobody waited (`troupe approve`
+ * does that when no process answers) is taken when a resumed step re-attaches to the request, or at once
+ * when it is recorded while the request waits. A gate that is {@link detach}ed (its host is shutting down)
+ * leaves its requests pending for the next process.
  */
 export class NatsHumanGate implements HumanGate {
   readonly #o: NatsHumanGateOptions;
+  #detached = false;
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
   }
 
-  async approve(ask: ApprovalAsk, scope: HumanScope, signal: AbortSignal): Promise<ApprovalDecisionOutcome> {
-    const id = newId('ap');
+  /** From now on, a request cut short stays pending in KV instead of being marked expired. */
+  detach(): void {
+    this.#detached = true;
+  }
+
+  async approve(
+    ask: ApprovalAsk,
+    scope: HumanScope,
+    signal: AbortSignal,
+    options: HumanRequestOptions = {},
+  ): Promise<ApprovalDecisionOutcome> {
     const { events, bus } = this.#o;
     const ref = { agent: scope.agent, stepId: scope.stepId };
+    let id = '';
     const outcome = await this.#wait(
-      id,
+      options,
+      (requestId) => (id = requestId),
+      'ap',
       { kind: 'approval', callId: ask.callId, tool: ask.tool, arguments: ask.arguments, prompt: ask.reason },
       scope,
       ApprovalDecision,
       (decision) => (decision.decision === 'allow' ? 'allow' : 'deny'),
+      (record) =>
+        record.status === 'allowed' || record.status === 'denied'
+          ? {
+              decision: record.status === 'allowed' ? ('allow' as const) : ('deny' as const),
+              ...(record.reason === undefined ? {} : { reason: record.reason }),
+              ...(record.by === undefined ? {} : { by: record.by }),
+            }
+          : undefined,
       (expiresAt) =>
         bus.publishEvent(
           events.make(
@@ -108,16 +153,27 @@ export class NatsHumanGate implements HumanGate {
     return decided;
   }
 
-  async ask(question: string, scope: HumanScope, signal: AbortSignal): Promise<string> {
-    const id = newId('q');
+  async ask(
+    question: string,
+    scope: HumanScope,
+    signal: AbortSignal,
+    options: HumanRequestOptions = {},
+  ): Promise<string> {
     const { events, bus } = this.#o;
     const ref = { agent: scope.agent, stepId: scope.stepId };
+    let id = '';
     const outcome = await this.#wait(
-      id,
+      options,
+      (requestId) => (id = requestId),
+      'q',
       { kind: 'question', prompt: question },
       scope,
       HumanAnswer,
       () => 'answered',
+      (record) =>
+        record.status === 'answered' && record.answer !== undefined
+          ? { answer: record.answer, ...(record.by === undefined ? {} : { by: record.by }) }
+          : undefined,
       () =>
         bus.publishEvent(
           events.make(
@@ -150,31 +206,50 @@ export class NatsHumanGate implements HumanGate {
     return scope.timeoutMs ?? this.#o.timeoutMs;
   }
 
-  /** Records the request, listens for its one reply, announces it, and settles on the reply or the deadline. */
+  /**
+   * Records the request (or finds the one asked before), listens for its one reply, announces it, and settles
+   * on the reply, a decision recorded in KV, or the deadline.
+   */
   async #wait<S extends z.ZodType<{ by?: string | undefined }>>(
-    id: string,
+    options: HumanRequestOptions,
+    named: (id: string) => void,
+    prefix: string,
     request: Pick<HumanRequest, 'kind' | 'prompt'> & Partial<HumanRequest>,
     scope: HumanScope,
     schema: S,
     outcomeOf: (value: z.infer<S>) => DecisionReceipt['outcome'],
+    storedValue: (record: HumanRequest) => z.infer<S> | undefined,
     announce: (expiresAt: string) => void,
     signal: AbortSignal,
   ): Promise<Outcome<z.infer<S>>> {
     const { bus, store, clock } = this.#o;
-    const timeoutMs = this.#timeout(scope);
-    const now = clock.now();
-    const record: HumanRequest = {
-      ...request,
-      id,
-      taskId: scope.taskId,
-      pipeline: scope.pipeline,
-      agent: scope.agent,
-      stepId: scope.stepId,
-      status: 'pending',
-      requestedAt: new Date(now).toISOString(),
-      expiresAt: new Date(now + timeoutMs).toISOString(),
-    };
-    await store.put(id, record);
+    const earlier = options.id === undefined ? undefined : (await store.get(options.id))?.value;
+    let record: HumanRequest;
+    if (earlier) {
+      record = earlier;
+      named(record.id);
+      const stored = storedValue(record);
+      if (stored !== undefined) return decidedFrom(stored, true);
+      if (record.status !== 'pending') return { kind: 'expired' };
+    } else {
+      const id = newId(prefix);
+      named(id);
+      const now = clock.now();
+      record = {
+        ...request,
+        id,
+        taskId: scope.taskId,
+        pipeline: scope.pipeline,
+        agent: scope.agent,
+        stepId: scope.stepId,
+        status: 'pending',
+        requestedAt: new Date(now).toISOString(),
+        expiresAt: new Date(now + this.#timeout(scope)).toISOString(),
+      };
+      await options.onAsked?.(id);
+      await store.put(id, record);
+    }
+    const id = record.id;
     let settle: (outcome: Outcome<z.infer<S>>) => void = () => {};
     const settled = new Promise<Outcome<z.infer<S>>>((resolve) => (settle = resolve));
     const subscription = bus.subscribe(
@@ -183,17 +258,18 @@ export class NatsHumanGate implements HumanGate {
       (delivery) => {
         subscription.unsubscribe();
         delivery.respond({ ok: true, id, outcome: outcomeOf(delivery.value) } satisfies DecisionReceipt);
-        settle({
-          kind: 'decided',
-          value: delivery.value,
-          ...(delivery.value.by ? { by: delivery.value.by } : {}),
-        });
+        settle(decidedFrom(delivery.value, false));
       },
       {
         reporter: `agent:${scope.pipeline}/${scope.agent}`,
         meta: () => ({ taskId: scope.taskId, from: 'human', to: scope.agent, kind: record.kind }),
       },
     );
+    // A decision recorded in KV (by `troupe approve` while this request had no listener) settles it too.
+    const stopWatching = await store.watch(id, (entry) => {
+      const stored = storedValue(entry.value);
+      if (stored !== undefined) settle(decidedFrom(stored, true));
+    });
     await bus.flush();
     // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
     // getting a receipt for a call that was already denied.
@@ -201,12 +277,12 @@ export class NatsHumanGate implements HumanGate {
       subscription.unsubscribe();
       settle({ kind: 'expired' });
     };
-    const timer = setTimeout(expire, timeoutMs);
+    const timer = setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
     const onAbort = expire;
     signal.addEventListener('abort', onAbort, { once: true });
     // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
     if (signal.aborted) onAbort();
-    else announce(record.expiresAt);
+    else if (!earlier) announce(record.expiresAt);
     try {
       const outcome = await settled;
       await this.#close(record, outcome, signal.aborted);
@@ -214,6 +290,7 @@ export class NatsHumanGate implements HumanGate {
       return outcome;
     } finally {
       clearTimeout(timer);
+      stopWatching();
       signal.removeEventListener('abort', onAbort);
       subscription.unsubscribe();
     }
@@ -224,6 +301,8 @@ export class NatsHumanGate implements HumanGate {
     outcome: Outcome<{ by?: string | undefined }>,
     aborted: boolean,
   ): Promise<void> {
+    // Already in KV, or left pending for the process that resumes the step.
+    if ((outcome.kind === 'decided' && outcome.stored) || (aborted && this.#detached)) return;
     const decided = outcome.kind === 'decided' ? (outcome.value as Record<string, unknown>) : undefined;
     const status: HumanRequest['status'] =
       outcome.kind === 'expired' || aborted
@@ -241,11 +320,16 @@ export class NatsHumanGate implements HumanGate {
         decidedAt: new Date(this.#o.clock.now()).toISOString(),
         ...(outcome.kind === 'decided' && outcome.by ? { by: outcome.by } : {}),
         ...(reason === undefined ? {} : { reason }),
+        ...(typeof decided?.answer === 'string' ? { answer: decided.answer } : {}),
       })
       .catch((error: unknown) =>
         this.#o.logger.warn({ err: error, id: record.id }, 'cannot record the decision'),
       );
   }
+}
+
+function decidedFrom<T extends { by?: string | undefined }>(value: T, stored: boolean): Outcome<T> {
+  return { kind: 'decided', value, stored, ...(value.by ? { by: value.by } : {}) };
 }
 
 const seconds = (ms: number): number => Math.round(ms / 1000);

@@ -74,6 +74,32 @@ export class KvStore<S extends z.ZodType> {
     }
   }
 
+  /** Stores a value only if the key is still at `revision`; returns undefined when someone wrote it since. */
+  async update(key: string, value: z.infer<S>, revision: number): Promise<number | undefined> {
+    try {
+      return await this.#kv.update(key, JSON.stringify(this.#schema.parse(value)), revision);
+    } catch (error) {
+      if ((await this.#kv.get(key))?.revision !== revision) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * Calls `onValue` with the key's current value, then with each value written to it, until the returned
+   * function is called. Values that do not match the schema are skipped.
+   */
+  async watch(key: string, onValue: (entry: KvEntry<z.infer<S>>) => void): Promise<() => void> {
+    const watcher = await this.#kv.watch({ key, ignoreDeletes: true });
+    void (async () => {
+      for await (const entry of watcher) {
+        if (entry.operation !== 'PUT' || entry.length === 0) continue;
+        const parsed = this.#schema.safeParse(entry.json());
+        if (parsed.success) onValue({ key, value: parsed.data, revision: entry.revision });
+      }
+    })().catch((error: unknown) => this.#bus.logger.warn({ err: error, key }, 'a KV watch stopped'));
+    return () => watcher.stop();
+  }
+
   async delete(key: string): Promise<void> {
     await this.#kv.delete(key);
   }

@@ -258,6 +258,8 @@ function wrapTool(
     description: tool.description ?? tool.title ?? `${tool.name}, a tool of MCP server ${server}`,
     input: inputSchemaOf(name, tool.inputSchema, logger),
     timeoutMs,
+    // The server's own word that a call may be repeated (MCP tool annotations).
+    rerunnable: tool.annotations?.readOnlyHint === true || tool.annotations?.idempotentHint === true,
     async run(input, ctx) {
       let result: Awaited<ReturnType<Client['callTool']>>;
       try {

@@ -14,8 +14,10 @@ export const askHumanTool = defineTool({
   input: z.strictObject({ question: z.string().min(1).max(10_000).describe('The question, self-contained') }),
   // The person's deadline (the approval timeout) decides, not the executor's default.
   timeoutMs: 7 * 24 * 60 * 60 * 1_000,
+  // Run again after a crash, it waits on the question it asked before rather than asking again.
+  rerunnable: true,
   async run({ question }, ctx) {
     if (!ctx.human) throw new ToolError('failed', 'ask_human: there is nobody to ask in this deployment');
-    return ctx.human.ask(question, ctx.signal);
+    return ctx.human.ask(question, ctx.signal, ctx.callId);
   },
 });

@@ -21,6 +21,7 @@ const ReadFileInput = z.object({
 /** `read_file`: a text file of the workspace, whole (up to 1 MiB) or as a range of lines. */
 export const readFileTool = defineTool({
   name: 'read_file',
+  rerunnable: true,
   description:
     'Read a text file in the workspace. Files over 1 MiB must be read in ranges with offset (first line, from 1) and limit (lines).',
   input: ReadFileInput,
@@ -92,6 +93,7 @@ const WriteFileInput = z.object({
 /** `write_file`: creates or replaces a file of the workspace atomically, creating parent directories. */
 export const writeFileTool = defineTool({
   name: 'write_file',
+  rerunnable: true,
   description:
     'Create or overwrite a file in the workspace with the given content. Parent directories are created.',
   input: WriteFileInput,
@@ -145,6 +147,7 @@ const ListFilesInput = z.object({
 /** `list_files`: entries of a workspace directory as workspace-relative paths, directories ending in `/`. */
 export const listFilesTool = defineTool({
   name: 'list_files',
+  rerunnable: true,
   description: `List a directory of the workspace as paths relative to the workspace, directories ending in "/", at most ${maxListEntries} entries. Symlinked directories are listed but not entered.`,
   input: ListFilesInput,
   async run({ path: requested, recursive }, ctx) {
@@ -295,6 +298,7 @@ const SearchFilesInput = z.object({
 /** `search_files`: regex search over the text files of a workspace directory, as `path:line: text`. */
 export const searchFilesTool = defineTool({
   name: 'search_files',
+  rerunnable: true,
   description:
     'Search workspace files for lines matching a JavaScript regular expression. Returns "path:line: text" lines with paths relative to the workspace. Skips .git and node_modules (unless given as path), files over 1 MiB, binary files and symlinks.',
   input: SearchFilesInput,

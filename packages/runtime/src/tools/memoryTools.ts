@@ -29,6 +29,7 @@ function memoryOf(ctx: ToolContext, scope: MemoryScope, tool: string) {
 /** Stores a note under a key, for the other agents of the task (or, long-term, for this agent's later tasks). */
 export const rememberTool = defineTool({
   name: 'remember',
+  rerunnable: true,
   description:
     'Store a note under a key. Scope "task" shares it with the other agents of this task; scope "agent" keeps it ' +
     'for your later tasks, when long-term memory is enabled.',
@@ -42,6 +43,7 @@ export const rememberTool = defineTool({
 /** Reads a note by key, or lists the keys when none is given. */
 export const recallTool = defineTool({
   name: 'recall',
+  rerunnable: true,
   description: 'Read a note stored with remember, by key; without a key, list the keys there are.',
   input: z.strictObject({ key: Key.optional(), scope: Scope }),
   async run({ key, scope }, ctx) {

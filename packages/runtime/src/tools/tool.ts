@@ -4,7 +4,8 @@ import type { PermissionRule } from './policy.ts';
 
 /** A way to put a question to a person and wait for the answer. */
 export interface HumanChannel {
-  ask(question: string, signal: AbortSignal): Promise<string>;
+  /** `callId`: the tool call asking, so a resumed step waits on the question that call asked before. */
+  ask(question: string, signal: AbortSignal, callId?: string): Promise<string>;
 }
 
 /** What a running tool knows about the call it serves. */
@@ -33,6 +34,12 @@ export interface Tool<I = unknown> {
   input: z.ZodType<I>;
   /** Overrides the executor's default timeout for this tool. */
   timeoutMs?: number;
+  /**
+   * Safe to run again when a crash leaves it unknown whether a call finished: it only reads, or sets a whole
+   * value, or picks up where it left off. Other calls cut short by a crash are not run again (see
+   * docs/durability.md).
+   */
+  rerunnable?: boolean;
   /** Returns the text the model sees; throws `ToolError` for expected failures. */
   run(input: I, ctx: ToolContext): Promise<string>;
 }
@@ -43,6 +50,7 @@ export interface ToolSpec<S extends z.ZodType> {
   description: string;
   input: S;
   timeoutMs?: number;
+  rerunnable?: boolean;
   run(input: z.infer<S>, ctx: ToolContext): Promise<string>;
 }
 

@@ -7,6 +7,7 @@ export {
   type NatsServerOptions,
   startNatsServer,
 } from './embeddedNats.ts';
+export { type HeartbeatRequestOptions, requestWithHeartbeats } from './heartbeatRequest.ts';
 export {
   ensureTroupeStreams,
   jetstreamManagerOf,

@@ -160,6 +160,11 @@ export class NatsBus {
     return new NatsBus(connection, opts);
   }
 
+  /** The level message lines are logged at. */
+  get messageLogLevel(): MessageLogLevel {
+    return this.#level;
+  }
+
   /** Publishes a JSON payload and logs one `out` line. */
   publish(subject: string, payload: unknown, meta?: MessageMeta, headers?: Record<string, string>): void {
     const options = headers === undefined ? undefined : { headers: toMsgHdrs(headers) };

@@ -4,6 +4,7 @@ export type TransportErrorCode =
   | 'bucket_missing'
   | 'no_responders'
   | 'timeout'
+  | 'stalled'
   | 'invalid_reply'
   | 'aborted'
   | 'closed'

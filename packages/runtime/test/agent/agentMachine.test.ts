@@ -6,6 +6,7 @@ import {
   type AgentMachineInput,
   type AgentOutput,
   agentMachine,
+  type ModelCallInput,
   type ModelCallResult,
   parseVerdict,
   type ToolRunResult,
@@ -76,7 +77,7 @@ function result(callId: string, ok = true, output = ok ? 'wrote 2 bytes' : 'refu
   };
 }
 
-type ModelInput = { messages: ChatMessage[]; tools: ToolDefinition[]; turn: number };
+type ModelInput = ModelCallInput;
 type ToolsInput = { calls: ToolCall[]; turn: number };
 
 interface Run {
@@ -133,7 +134,9 @@ describe('agentMachine: text replies', () => {
     expect(output).not.toHaveProperty('failure');
     expect(output).not.toHaveProperty('verdict');
     expect(output.messages).toEqual([...opening, { role: 'assistant', content: 'hello.md is written' }]);
-    expect(modelInputs).toEqual([{ messages: opening, tools: [writeFile, readFile], turn: 1 }]);
+    expect(modelInputs).toEqual([
+      { messages: opening, tools: [writeFile, readFile], turn: 1, callsBefore: 0 },
+    ]);
     expect(toolInputs).toEqual([]);
   });
 
@@ -166,7 +169,12 @@ describe('agentMachine: tool calls', () => {
       { role: 'tool', toolCallId: 'c1', name: 'write_file', content: 'wrote 2 bytes' },
       { role: 'tool', toolCallId: 'c2', name: 'read_file', content: 'no such file', isError: true },
     ];
-    expect(modelInputs[1]).toEqual({ messages: afterTools, tools: [writeFile, readFile], turn: 2 });
+    expect(modelInputs[1]).toEqual({
+      messages: afterTools,
+      tools: [writeFile, readFile],
+      turn: 2,
+      callsBefore: 1,
+    });
     expect(modelInputs[1]?.messages[3]).not.toHaveProperty('isError');
     expect(output).toMatchObject({ ok: true, output: 'all done', turns: 2 });
     expect(output.messages).toEqual([...afterTools, { role: 'assistant', content: 'all done' }]);

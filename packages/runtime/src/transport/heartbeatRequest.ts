@@ -1,0 +1,108 @@
+import { createInbox } from '@nats-io/transport-node';
+import { ErrorReply, parseMessage, subjects } from '@troupe/protocol';
+import type { z } from 'zod';
+import { logMessage, type MessageMeta } from '../logging/messageLog.ts';
+import type { NatsBus } from './natsBus.ts';
+import { TransportError } from './transportError.ts';
+
+export interface HeartbeatRequestOptions {
+  /** How long to wait for the final reply in all. */
+  timeoutMs: number;
+  /** Fail with `stalled` when neither a heartbeat nor the reply came for this long. */
+  idleMs: number;
+  signal?: AbortSignal;
+  meta?: MessageMeta;
+}
+
+/**
+ * Sends a request whose responder sends heartbeats to the reply subject while it works, and returns the
+ * validated final reply. Fails with a {@link TransportError}: `no_responders`, `timeout`, `stalled` (the
+ * responder went silent: its process died or lost its connection), `aborted`, `invalid_reply`, or the code of
+ * an `ErrorReply`.
+ */
+export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
+  bus: NatsBus,
+  subject: string,
+  payload: unknown,
+  replySchema: S,
+  heartbeatSchema: H,
+  options: HeartbeatRequestOptions,
+): Promise<z.infer<S>> {
+  const meta = options.meta ?? {};
+  return new Promise((resolve, reject) => {
+    if (options.signal?.aborted) {
+      reject(new TransportError('aborted', `request to ${subject} was aborted`));
+      return;
+    }
+    const inbox = createInbox(subjects.inboxPrefix);
+    let idle: NodeJS.Timeout | undefined;
+    const finish = (error: TransportError | undefined, value?: z.infer<S>) => {
+      clearTimeout(idle);
+      clearTimeout(overall);
+      options.signal?.removeEventListener('abort', onAbort);
+      subscription.unsubscribe();
+      if (error) reject(error);
+      else resolve(value as z.infer<S>);
+    };
+    const watchIdle = () => {
+      clearTimeout(idle);
+      idle = setTimeout(
+        () =>
+          finish(
+            new TransportError(
+              'stalled',
+              `${subject} sent neither a heartbeat nor a reply for ${options.idleMs} ms`,
+            ),
+          ),
+        options.idleMs,
+      );
+    };
+    const onAbort = () => finish(new TransportError('aborted', `request to ${subject} was aborted`));
+    const overall = setTimeout(
+      () => finish(new TransportError('timeout', `no reply from ${subject} within ${options.timeoutMs} ms`)),
+      options.timeoutMs,
+    );
+    const subscription = bus.connection.subscribe(inbox, {
+      callback: (error, msg) => {
+        if (error) {
+          finish(new TransportError('request_failed', `request to ${subject} failed: ${error.message}`));
+          return;
+        }
+        if (msg.headers?.code === 503) {
+          finish(new TransportError('no_responders', `no one is serving ${subject}`));
+          return;
+        }
+        const heartbeat = parseMessage(heartbeatSchema, msg.data);
+        if (heartbeat.ok) {
+          watchIdle();
+          return;
+        }
+        logMessage(bus.logger, bus.messageLogLevel, 'in', msg.subject, meta);
+        const parsed = parseMessage(replySchema, msg.data);
+        if (parsed.ok) {
+          finish(undefined, parsed.value);
+          return;
+        }
+        const refusal = parseMessage(ErrorReply, msg.data);
+        finish(
+          refusal.ok
+            ? new TransportError(refusal.value.error.code, refusal.value.error.message)
+            : new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`),
+        );
+      },
+    });
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    watchIdle();
+    try {
+      bus.connection.publish(subject, JSON.stringify(payload), { reply: inbox });
+    } catch (error) {
+      finish(
+        new TransportError('request_failed', `cannot send on ${subject}: ${(error as Error).message}`, {
+          cause: error,
+        }),
+      );
+      return;
+    }
+    logMessage(bus.logger, bus.messageLogLevel, 'out', subject, meta);
+  });
+}
