@@ -17,12 +17,14 @@ import {
   type ParseResult,
   parseMessage,
   parseSubject,
+  ROOT,
   subjects,
   type TroupeEvent,
 } from '@troupe/protocol';
 import { z } from 'zod';
 import type { Logger } from '../logging/logger.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
+import { EventOutbox } from './eventOutbox.ts';
 import { TransportError } from './transportError.ts';
 
 export type { MessageMeta } from '../logging/messageLog.ts';
@@ -40,6 +42,10 @@ export interface BusOptions {
   now?: () => Date;
   /** Id generator for reports; injected in tests. */
   newId?: () => string;
+  /** Events kept while NATS or the `EVENTS` stream is unreachable; past it the oldest are dropped. Default 10,000. */
+  maxPendingEvents?: number;
+  /** How long one attempt to store an event waits for JetStream's acknowledgement; default 5 s. */
+  eventAckTimeoutMs?: number;
 }
 
 /** A validated message handed to a subscriber. */
@@ -121,6 +127,7 @@ export class NatsBus {
   readonly #newId: () => string;
   readonly #listeners = new Set<StatusListener>();
   readonly #subscriptions = new Set<TrackedSubscription>();
+  readonly #events: EventOutbox;
 
   private constructor(connection: NatsConnection, opts: BusOptions) {
     this.connection = connection;
@@ -129,6 +136,12 @@ export class NatsBus {
     this.#level = opts.messageLogLevel ?? 'info';
     this.#now = opts.now ?? (() => new Date());
     this.#newId = opts.newId ?? randomUUID;
+    this.#events = new EventOutbox({
+      connection,
+      logger: opts.logger,
+      ...(opts.maxPendingEvents === undefined ? {} : { maxPending: opts.maxPendingEvents }),
+      ...(opts.eventAckTimeoutMs === undefined ? {} : { ackTimeoutMs: opts.eventAckTimeoutMs }),
+    });
     void this.#watchStatus();
   }
 
@@ -176,15 +189,31 @@ export class NatsBus {
     logMessage(this.logger, this.#level, 'out', subject, meta ?? metaFromSubject(subject));
   }
 
-  /** Publishes an event on its subject, carrying its trace context and its id for JetStream de-duplication. */
+  /**
+   * Publishes an event on its subject, carrying its trace context and its id (`Nats-Msg-Id`, for JetStream
+   * de-duplication). Returns at once: the event waits in an outbox until the `EVENTS` stream acknowledges it,
+   * and is sent again after a lost connection (see {@link EventOutbox}). Fails with `closed` once the bus is.
+   */
   publishEvent(event: TroupeEvent): void {
+    const subject = subjects.event(event.pipeline, event.taskId, event.kind);
+    if (this.connection.isClosed() || this.connection.isDraining() || this.#events.stopped) {
+      throw new TransportError('closed', `cannot send on ${subject}: the NATS connection is closed`);
+    }
     const meta: MessageMeta = { taskId: event.taskId, kind: event.kind };
     if (event.from !== undefined) meta.from = event.from;
     if (event.to !== undefined) meta.to = event.to;
-    this.publish(subjects.event(event.pipeline, event.taskId, event.kind), event, meta, {
-      traceparent: event.traceparent,
-      'Nats-Msg-Id': event.id,
+    this.#events.add({
+      id: event.id,
+      subject,
+      data: JSON.stringify(event),
+      headers: { traceparent: event.traceparent },
     });
+    logMessage(this.logger, this.#level, 'out', subject, meta);
+  }
+
+  /** Events published but not yet stored by the `EVENTS` stream (or, without a stream, not yet sent). */
+  get pendingEvents(): number {
+    return this.#events.size;
   }
 
   /** Publishes a `message.invalid` report on `troupe.events._invalid`. */
@@ -292,7 +321,8 @@ export class NatsBus {
   }
 
   /**
-   * Stops taking messages, lets running handlers finish (up to `timeoutMs`), sends what is pending and closes.
+   * Stops taking messages, lets running handlers finish (up to `timeoutMs`), waits for the events they published to
+   * be stored (up to `timeoutMs` more), sends what is pending and closes.
    */
   async drain(timeoutMs = DEFAULT_DRAIN_TIMEOUT_MS): Promise<void> {
     if (this.connection.isClosed() || this.connection.isDraining()) return;
@@ -305,13 +335,28 @@ export class NatsBus {
         `handlers still running after ${timeoutMs} ms; closing the connection anyway`,
       );
     }
+    const unstored = await this.#events.settle(timeoutMs);
+    this.#events.stop();
+    if (unstored > 0) {
+      this.logger.error(
+        { pendingEvents: unstored, timeoutMs },
+        `${unstored} events were not stored within ${timeoutMs} ms; closing without them`,
+      );
+    }
     if (this.connection.isClosed() || this.connection.isDraining()) return;
     await this.connection.drain();
   }
 
-  /** Closes the connection at once; pending requests fail. */
+  /** Closes the connection at once; pending requests fail, and events not yet stored are abandoned (and counted). */
   async close(): Promise<void> {
     if (this.connection.isClosed()) return;
+    const abandoned = this.#events.stop();
+    if (abandoned > 0) {
+      this.logger.error(
+        { pendingEvents: abandoned },
+        `closing with ${abandoned} events not yet stored; they are lost`,
+      );
+    }
     await this.connection.close();
   }
 
@@ -432,6 +477,7 @@ export class NatsBus {
         const { type, ...data } = status;
         const log = statusLogs[type] ?? statusLogs.default;
         log?.(this.logger, data);
+        this.#events.connectionChanged(type);
         for (const listener of this.#listeners) {
           try {
             listener({ type, data });
@@ -463,8 +509,13 @@ const statusLogs: Record<string, (logger: Logger, data: Record<string, unknown>)
 
 /** The subject the sender waits on; nats.js gives an empty string when there is none. */
 function replyOf(msg: Msg): string | undefined {
-  return msg.reply === undefined || msg.reply === '' ? undefined : msg.reply;
+  if (msg.reply === undefined || msg.reply === '') return undefined;
+  // An event's reply subject is where its publisher awaits JetStream's ack: no question for subscribers.
+  if (msg.subject.startsWith(EVENTS_PREFIX)) return undefined;
+  return msg.reply;
 }
+
+const EVENTS_PREFIX = `${ROOT}.events.`;
 
 /** What a subject alone says about its message. */
 function metaFromSubject(subject: string): MessageMeta {
