@@ -22,7 +22,7 @@ describe('the NATS server restarting mid-run', () => {
     // Their planners take 400 ms: restart the server (same port, same data) while those steps run.
     await new Promise((r) => setTimeout(r, 200));
     await h.nats.restart();
-    // Events published during the outage are lost by design (docs/durability.md), so outcomes are read from KV.
+    // Outcomes are read from KV first: reads fail while the connection is down.
     const deadline = Date.now() + 45_000;
     let statuses: string[] = [];
     while (Date.now() < deadline) {
@@ -34,5 +34,10 @@ describe('the NATS server restarting mid-run', () => {
       await new Promise((r) => setTimeout(r, 250));
     }
     expect(statuses).toEqual(ids.map(() => 'completed'));
+    // Events published during the outage were held and sent after it: each task's final event arrives.
+    for (const id of ids) {
+      const final = await h.finalOf(id, 15_000);
+      expect(final.kind).toBe('task.completed');
+    }
   }, 60_000);
 });

@@ -47,6 +47,8 @@ export const EventData = {
     content: z.string(),
     toolCalls: z.array(z.object({ id: z.string(), name: z.string() })),
     durationMs: z.number().nonnegative(),
+    /** The reply was recorded by an earlier run of the step; the model was not asked again. */
+    journaled: z.boolean().optional(),
   }),
   'llm.error': z.object({
     ...CallRef,

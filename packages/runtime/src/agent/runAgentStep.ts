@@ -118,7 +118,10 @@ async function summarize(
   signal: AbortSignal,
 ): Promise<CompactionResult> {
   const key = StepJournal.compactionKey(request.stepId, input.index);
-  const recorded = await deps.journal?.compaction(key, input.conversation);
+  const journal = deps.journal;
+  const recorded = await bestEffort(deps, request, 'read the journaled summary', () =>
+    journal?.compaction(key, input.conversation),
+  );
   if (recorded) return recorded;
   const transcript = input.messages
     .map((m) => {
@@ -145,7 +148,9 @@ async function summarize(
     usage: response.usage,
     costUsd: deps.price?.(provider, response.model, response) ?? 0,
   };
-  await deps.journal?.recordCompaction(key, input.conversation, result, new Date(deps.clock.now()));
+  await bestEffort(deps, request, 'journal the summary', () =>
+    journal?.recordCompaction(key, input.conversation, result, new Date(deps.clock.now())),
+  );
   return result;
 }
 
@@ -318,11 +323,34 @@ async function callModel(
   signal: AbortSignal,
 ): Promise<ModelCallResult> {
   const key = StepJournal.modelKey(request.stepId, input.turn);
-  const recorded = await deps.journal?.modelReply(key, input.messages.length);
+  const journal = deps.journal;
+  const recorded = await bestEffort(deps, request, 'read the journaled model reply', () =>
+    journal?.modelReply(key, input.messages.length),
+  );
   if (recorded) return { ...recorded, journaled: true };
   const result = await askModel(agent, request, deps, input, signal);
-  await deps.journal?.recordModelReply(key, input.messages.length, result, new Date(deps.clock.now()));
+  await bestEffort(deps, request, 'journal the model reply', () =>
+    journal?.recordModelReply(key, input.messages.length, result, new Date(deps.clock.now())),
+  );
   return result;
+}
+
+/**
+ * A model reply or summary the journal cannot read or record (NATS unreachable after retries) costs only a
+ * repeated model call if the step runs again; the step goes on, and says so in the log.
+ */
+async function bestEffort<T>(
+  deps: StepDeps,
+  request: AgentStepRequest,
+  what: string,
+  op: () => Promise<T> | undefined,
+): Promise<T | undefined> {
+  try {
+    return await op();
+  } catch (error) {
+    deps.logger?.warn({ err: error, stepId: request.stepId }, `cannot ${what}; the step goes on`);
+    return undefined;
+  }
 }
 
 async function askModel(
@@ -523,6 +551,7 @@ function toWireEvent(
           content: preview(emitted.content),
           toolCalls: emitted.toolCalls.map((c) => ({ id: c.id, name: c.name })),
           durationMs: emitted.durationMs,
+          ...(emitted.journaled ? { journaled: true } : {}),
         },
         fromModel,
       );

@@ -1,58 +1,219 @@
 import { BUCKETS } from '@troupe/protocol';
+import pRetry from 'p-retry';
 import { z } from 'zod';
+import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
 import type { ToolCallResult } from '../tools/toolExecutor.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { KvStore } from './kvStore.ts';
 
-/** One tool call that ran, with what it returned. */
-export const JournalEntry = z.object({
-  tool: z.string(),
-  arguments: z.string(),
-  result: z.object({
-    ok: z.boolean(),
-    output: z.string(),
-    error: z.object({ code: z.string(), message: z.string() }).optional(),
-    decision: z.enum(['allow', 'deny', 'ask']),
-    truncated: z.object({ originalBytes: z.number() }).optional(),
-  }),
-  recordedAt: z.string(),
+const UsageRecord = z.object({
+  inputTokens: z.number(),
+  outputTokens: z.number(),
+  cachedTokens: z.number(),
 });
-export type JournalEntry = z.infer<typeof JournalEntry>;
+
+const ToolResultRecord = z.object({
+  ok: z.boolean(),
+  output: z.string(),
+  error: z.object({ code: z.string(), message: z.string() }).optional(),
+  decision: z.enum(['allow', 'deny', 'ask']),
+  truncated: z.object({ originalBytes: z.number() }).optional(),
+});
+
+const ModelReplyRecord = z.object({
+  content: z.string(),
+  toolCalls: z.array(z.object({ id: z.string(), name: z.string(), arguments: z.string() })),
+  usage: UsageRecord,
+  costUsd: z.number(),
+  finishReason: z.string(),
+  provider: z.string(),
+  model: z.string(),
+  durationMs: z.number(),
+});
 
 /**
- * The journal of tool calls in the KV bucket `journal`. A call's key is deterministic — its step (task, step,
- * round), the agent's turn in that step and the call's position — so a step that runs again after a crash
- * meets the calls it already made and takes their recorded results instead of running them twice.
+ * One record of a step's journal. Everything an agent learns from outside itself — a model's reply, a
+ * summary, a tool's result, a person's decision — is written here before the agent acts on it, so a step that
+ * runs again (after a crash, or on another worker) rebuilds its conversation, turn count and spend from these
+ * records instead of asking the model or running a tool a second time.
  */
-export class ToolJournal {
+export const JournalEntry = z.discriminatedUnion('kind', [
+  /** A tool call about to run; replaced by its result. Found alone, the call was cut short: it is in doubt. */
+  z.object({
+    kind: z.literal('tool.started'),
+    tool: z.string(),
+    arguments: z.string(),
+    startedAt: z.string(),
+  }),
+  z.object({
+    kind: z.literal('tool.result'),
+    tool: z.string(),
+    arguments: z.string(),
+    result: ToolResultRecord,
+    recordedAt: z.string(),
+  }),
+  /** A model's reply to a conversation of `messages` messages. */
+  z.object({
+    kind: z.literal('model.reply'),
+    messages: z.number().int(),
+    reply: ModelReplyRecord,
+    recordedAt: z.string(),
+  }),
+  z.object({
+    kind: z.literal('compaction'),
+    messages: z.number().int(),
+    summary: z.string(),
+    usage: UsageRecord,
+    costUsd: z.number(),
+    recordedAt: z.string(),
+  }),
+  /** What a person was asked for a call (an approval, or an `ask_human` question), by request id. */
+  z.object({
+    kind: z.literal('human'),
+    requestId: z.string(),
+    recordedAt: z.string(),
+  }),
+]);
+export type JournalEntry = z.infer<typeof JournalEntry>;
+
+/** What the journal knows of a tool call before it runs. */
+export type ToolCallRecord =
+  | { state: 'new' }
+  | { state: 'done'; result: z.infer<typeof ToolResultRecord> }
+  /** It started and never recorded a result (its process died), or another worker is running it now. */
+  | { state: 'in_doubt'; startedAt?: string };
+
+/**
+ * A step's journal in the KV bucket `journal`. Keys are deterministic — the step id (task, step, round), the
+ * agent's turn in the step and the position of the call — so a step run again meets its own records:
+ *
+ * | key                                  | record                        |
+ * | ------------------------------------ | ----------------------------- |
+ * | `<stepId>.<turn>.model`              | the model's reply to turn     |
+ * | `<stepId>.c<n>`                      | the n-th compaction's summary |
+ * | `<stepId>.<turn>.<index>`            | tool call: started, result    |
+ * | `<stepId>.<turn>.<index>.human`      | the approval or question id   |
+ */
+export class StepJournal {
   readonly #store: KvStore<typeof JournalEntry>;
 
   private constructor(store: KvStore<typeof JournalEntry>) {
     this.#store = store;
   }
 
-  static async open(bus: NatsBus): Promise<ToolJournal> {
-    return new ToolJournal(await KvStore.open(bus, BUCKETS.journal, JournalEntry));
+  static async open(bus: NatsBus): Promise<StepJournal> {
+    return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalEntry));
   }
 
-  /** `<taskId>.<step>.<round>.<turn>.<index>`. */
-  static key(stepId: string, turn: number, index: number): string {
+  static toolKey(stepId: string, turn: number, index: number): string {
     return `${stepId}.${turn}.${index}`;
   }
 
-  /** The recorded result of this exact call (same tool, same arguments), if it already ran. */
-  async replay(key: string, tool: string, args: string): Promise<JournalEntry['result'] | undefined> {
-    const entry = (await this.#store.get(key))?.value;
-    return entry && entry.tool === tool && entry.arguments === args ? entry.result : undefined;
+  static modelKey(stepId: string, turn: number): string {
+    return `${stepId}.${turn}.model`;
   }
 
-  async record(key: string, args: string, result: ToolCallResult, now: Date): Promise<void> {
+  static compactionKey(stepId: string, n: number): string {
+    return `${stepId}.c${n}`;
+  }
+
+  /** Where the request a person was asked about a tool call (see {@link toolKey}) is recorded. */
+  static humanKey(toolKey: string): string {
+    return `${toolKey}.human`;
+  }
+
+  /** The reply recorded for this turn, if the conversation it answered had the same length. */
+  async modelReply(key: string, messages: number): Promise<ModelCallResult | undefined> {
+    const entry = (await this.#get(key))?.value;
+    return entry?.kind === 'model.reply' && entry.messages === messages ? entry.reply : undefined;
+  }
+
+  async recordModelReply(key: string, messages: number, reply: ModelCallResult, now: Date): Promise<void> {
+    const { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs } = reply;
+    await this.#put(key, {
+      kind: 'model.reply',
+      messages,
+      reply: { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs },
+      recordedAt: now.toISOString(),
+    });
+  }
+
+  async compaction(key: string, messages: number): Promise<CompactionResult | undefined> {
+    const entry = (await this.#get(key))?.value;
+    return entry?.kind === 'compaction' && entry.messages === messages
+      ? { summary: entry.summary, usage: entry.usage, costUsd: entry.costUsd }
+      : undefined;
+  }
+
+  async recordCompaction(key: string, messages: number, result: CompactionResult, now: Date): Promise<void> {
+    await this.#put(key, {
+      kind: 'compaction',
+      messages,
+      ...result,
+      recordedAt: now.toISOString(),
+    });
+  }
+
+  /**
+   * Claims a tool call before it runs. `new`: the caller holds the claim and runs the call. `done`: it ran;
+   * here is its result. `in_doubt`: it was started before and has no result — running it again could repeat
+   * its effect. A record for a different tool or arguments (the step changed) counts as new.
+   */
+  async claimToolCall(key: string, tool: string, args: string, now: Date): Promise<ToolCallRecord> {
+    const started = { kind: 'tool.started' as const, tool, arguments: args, startedAt: now.toISOString() };
+    const existing = (await this.#get(key))?.value;
+    if (existing === undefined) {
+      if ((await this.#create(key, started)) !== undefined) return { state: 'new' };
+      return this.claimToolCall(key, tool, args, now);
+    }
+    const same =
+      (existing.kind === 'tool.result' || existing.kind === 'tool.started') &&
+      existing.tool === tool &&
+      existing.arguments === args;
+    if (!same) {
+      await this.#put(key, started);
+      return { state: 'new' };
+    }
+    return existing.kind === 'tool.result'
+      ? { state: 'done', result: existing.result }
+      : { state: 'in_doubt', startedAt: existing.startedAt };
+  }
+
+  async recordToolResult(key: string, args: string, result: ToolCallResult, now: Date): Promise<void> {
     const { ok, output, error, decision, truncated } = result;
-    await this.#store.put(key, {
+    await this.#put(key, {
+      kind: 'tool.result',
       tool: result.tool,
       arguments: args,
       result: { ok, output, decision, ...(error ? { error } : {}), ...(truncated ? { truncated } : {}) },
       recordedAt: now.toISOString(),
     });
   }
+
+  /** The id of the approval or question asked before under this key. */
+  async humanRequest(key: string): Promise<string | undefined> {
+    const entry = (await this.#get(key))?.value;
+    return entry?.kind === 'human' ? entry.requestId : undefined;
+  }
+
+  async recordHumanRequest(key: string, requestId: string, now: Date): Promise<void> {
+    await this.#put(key, { kind: 'human', requestId, recordedAt: now.toISOString() });
+  }
+
+  // A nats-server restart takes a few seconds; reads and writes of the journal wait it out.
+  #get(key: string) {
+    return again(() => this.#store.get(key));
+  }
+
+  #put(key: string, entry: JournalEntry) {
+    return again(() => this.#store.put(key, entry));
+  }
+
+  #create(key: string, entry: JournalEntry) {
+    return again(() => this.#store.create(key, entry));
+  }
 }
+
+/** Tries a journal operation again, backing off up to 2 s, for about 10 s in all. */
+const again = <T>(op: () => Promise<T>): Promise<T> =>
+  pRetry(op, { retries: 8, minTimeout: 250, maxTimeout: 2_000 });
