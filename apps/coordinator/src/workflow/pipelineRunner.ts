@@ -167,6 +167,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       return;
     }
     if (existing && existing.value.status !== 'running') {
+      // Delivered again after the end: the coordinator that ended it may have died before its final event
+      // went out (it is acknowledged only after). Publishing the stored one again is harmless: same id.
+      const final = existing.value.final;
+      if (final) publishSafely(taskId, () => final);
       delivery.ack();
       return;
     }
@@ -330,10 +334,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // Measured from acceptance, so a resumed task reports its whole life.
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       switch (ending.kind) {
-        case 'done':
-          publishFinal(scope, ending.output, durationMs);
+        case 'done': {
+          const final = finalEvent(scope, ending.output, durationMs);
+          const ended = (await store.get(input.taskId).catch(() => undefined))?.value;
+          if (ended) {
+            await store
+              .put(input.taskId, { ...ended, final })
+              .catch((error: unknown) =>
+                logger.error({ err: error, taskId: input.taskId }, 'cannot record the final event'),
+              );
+          }
+          publishSafely(input.taskId, () => final);
           delivery.ack();
           return;
+        }
         case 'stopped': {
           const cancel = cancelled.get(input.taskId);
           if (cancel === undefined) {
@@ -384,45 +398,44 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
   }
 
-  function publishFinal(scope: EventScope, output: WorkflowOutput, durationMs: number): void {
+  function finalEvent(scope: EventScope, output: WorkflowOutput, durationMs: number): TroupeEvent {
     if (output.status === 'completed') {
-      publishSafely(scope.taskId, () =>
-        events.make(
-          'task.completed',
-          scope,
-          {
-            output: preview(output.output, MAX_EVENT_OUTPUT),
-            ...(output.approved === undefined ? {} : { approved: output.approved }),
-            rounds: output.rounds,
-            usage: output.usage,
-            usageByAgent: output.usageByAgent,
-            durationMs,
-          },
-          { from: 'workflow', to: 'user' },
-        ),
+      return events.make(
+        'task.completed',
+        scope,
+        {
+          output: preview(output.output, MAX_EVENT_OUTPUT),
+          ...(output.approved === undefined ? {} : { approved: output.approved }),
+          rounds: output.rounds,
+          usage: output.usage,
+          usageByAgent: output.usageByAgent,
+          durationMs,
+        },
+        { from: 'workflow', to: 'user' },
       );
-      return;
     }
     const failure = output.failure ?? { reason: 'failed', message: 'the workflow failed' };
-    publishFailure(scope, failure.reason, failure.message, output.usage, durationMs, failure.step);
+    return failureEvent(scope, failure.reason, failure.message, output.usage, durationMs, failure.step);
   }
 
-  function publishFailure(
+  function failureEvent(
     scope: EventScope,
     reason: string,
     message: string,
     usage: UsageTotals,
     durationMs: number,
     step?: string,
-  ): void {
-    publishSafely(scope.taskId, () =>
-      events.make(
-        'task.failed',
-        scope,
-        { reason, message: preview(message, MAX_EVENT_OUTPUT), usage, durationMs, ...(step ? { step } : {}) },
-        { from: 'workflow', to: 'user' },
-      ),
+  ): TroupeEvent {
+    return events.make(
+      'task.failed',
+      scope,
+      { reason, message: preview(message, MAX_EVENT_OUTPUT), usage, durationMs, ...(step ? { step } : {}) },
+      { from: 'workflow', to: 'user' },
     );
+  }
+
+  function publishFailure(...args: Parameters<typeof failureEvent>): void {
+    publishSafely(args[0].taskId, () => failureEvent(...args));
   }
 
   // Every coordinator hears every cancel; the one running the task stops it and answers.

@@ -1,4 +1,4 @@
-import { Name, TaskId, UsageTotals } from '@troupe/protocol';
+import { Name, TaskId, TroupeEvent, UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
 
 /** What the KV bucket `workflows` holds per task: where it stands, and the actor's persisted snapshot. */
@@ -17,5 +17,10 @@ export const WorkflowRecord = z.object({
   updatedAt: z.string(),
   /** XState persisted snapshot; restored with `createActor(machine, { snapshot })`. */
   snapshot: z.unknown().optional(),
+  /**
+   * The task's final event, stored before it is published: a coordinator that dies between the two leaves
+   * the message unacknowledged, and the one that gets it again publishes this same event (same id).
+   */
+  final: TroupeEvent.optional(),
 });
 export type WorkflowRecord = z.infer<typeof WorkflowRecord>;
