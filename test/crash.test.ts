@@ -1,0 +1,248 @@
+import { readFileSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstream } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { fixturePath, ofKind } from './support/harness.ts';
+
+/**
+ * Real processes killed with SIGKILL: no shutdown code runs, nothing is handed back. Tasks must still end
+ * once each, resumed by the next process, with every side effect (a line in ledger.txt per call) at most
+ * once — exactly once for every call whose result was recorded.
+ */
+describe('kill -9', () => {
+  let nats: TestNats;
+  let client: NatsConnection;
+  let home: string;
+  const events: TroupeEvent[] = [];
+  const processes: CliProcess[] = [];
+  const waiters = new Set<() => void>();
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    client = await connect({ servers: nats.url, name: 'crash-test' });
+    client.subscribe(subjects.allTaskEvents, {
+      callback: (_error, msg) => {
+        events.push(TroupeEvent.parse(msg.json()));
+        for (const waiter of waiters) waiter();
+      },
+    });
+    await client.flush();
+  });
+  afterEach(async () => {
+    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    await rm(home, { recursive: true, force: true });
+  });
+  afterAll(async () => {
+    await client?.close();
+    await nats?.stop();
+  });
+
+  const until = <T>(find: () => T | undefined, what: string, timeoutMs = 60_000): Promise<T> =>
+    new Promise((resolve, reject) => {
+      const check = () => {
+        const found = find();
+        if (found === undefined) return;
+        waiters.delete(check);
+        clearTimeout(timer);
+        resolve(found);
+      };
+      const timer = setTimeout(() => {
+        waiters.delete(check);
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
+      }, timeoutMs);
+      waiters.add(check);
+      check();
+    });
+
+  const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+  const finalsOf = (taskId: string) => eventsOf(taskId).filter((e) => FINAL_EVENT_KINDS.includes(e.kind));
+  const ledgerOf = (id: string): string[] => {
+    try {
+      return readFileSync(join(home, 'workspaces', 'crashy', id, 'ledger.txt'), 'utf8')
+        .split('\n')
+        .filter(Boolean);
+    } catch {
+      return [];
+    }
+  };
+  /**
+   * Tasks with a tool call whose result has not come yet: killing now kills a process mid-call. With
+   * `effected`, only those whose call already appended its line (killed after the effect, before the result).
+   */
+  const callsInFlight = (ids: readonly string[], effected = false) =>
+    ids.filter((id) => {
+      const mine = eventsOf(id);
+      const calls = new Set(ofKind(mine, 'tool.call').map((c) => c.data.callId));
+      const done = new Set(ofKind(mine, 'tool.result').map((r) => r.data.callId));
+      const pending = [...calls].some((c) => !done.has(c));
+      return pending && (!effected || ledgerOf(id).length >= calls.size);
+    });
+
+  const start = (args: string[]): CliProcess => {
+    const p = startTroupe([...args, '--server', nats.url, '--home', home], cliEnv());
+    processes.push(p);
+    return p;
+  };
+  const up = (...extra: string[]) =>
+    start([
+      'up',
+      fixturePath('crashy.yaml'),
+      fixturePath('crashgate.yaml'),
+      '--ack-wait',
+      '2',
+      '--step-heartbeat',
+      '0.5',
+      ...extra,
+    ]);
+  const kill = async (p: CliProcess) => {
+    await p.stop('SIGKILL');
+    processes.splice(processes.indexOf(p), 1);
+  };
+  const submit = async (pipeline: string, id: string) => {
+    const js = jetstream(client);
+    await js.publish(subjects.task(pipeline), JSON.stringify({ id, goal: 'record the entries' }), {
+      msgID: id,
+    });
+  };
+
+  /** Every task ended once, completed; each ledger line at most once, and once when its call's result is recorded. */
+  function expectExactlyOnce(ids: readonly string[]): { inDoubt: number; effected: number } {
+    let inDoubt = 0;
+    let effected = 0;
+    for (const id of ids) {
+      const finals = finalsOf(id);
+      expect(new Set(finals.map((f) => f.id)).size, `final events of ${id}`).toBe(1);
+      expect(finals[0]?.kind, `${id}: ${JSON.stringify(finals[0]?.data)}`).toBe('task.completed');
+      const lines = ledgerOf(id);
+      const results = ofKind(eventsOf(id), 'tool.result');
+      for (const [turn, line] of ['first', 'second'].entries()) {
+        const count = lines.filter((l) => l === line).length;
+        const doubted = results.some(
+          (r) => r.data.error?.code === 'in_doubt' && r.data.callId.endsWith(`.${turn}.0`),
+        );
+        if (doubted) inDoubt++;
+        if (doubted && count === 1) effected++;
+        expect(count, `${id}: "${line}" lines in ${JSON.stringify(lines)}`).toBeLessThanOrEqual(1);
+        if (!doubted) expect(count, `${id}: "${line}" lines in ${JSON.stringify(lines)}`).toBe(1);
+      }
+    }
+    return { inDoubt, effected };
+  }
+
+  it('resumes every task after the coordinator is killed mid-tool-call and mid-approval, running each call once', async () => {
+    home = await mkdtemp(join(tmpdir(), 'troupe-crash-'));
+    const ids = Array.from({ length: 24 }, (_, i) => `crash-${i}`);
+    const gated = ['gate-0', 'gate-1', 'gate-2'];
+    let coordinator = up();
+    await coordinator.waitFor(/troupe is up/);
+    for (const id of ids) await submit('crashy', id);
+    for (const id of gated) await submit('crashgate', id);
+
+    // Kill 1: tool calls in flight, and every release waiting for its approval.
+    const approvals = await until(() => {
+      const asked = gated.map((id) => ofKind(eventsOf(id), 'approval.requested')[0]);
+      return asked.every(Boolean) && callsInFlight(ids, true).length > 0 ? asked : undefined;
+    }, 'approvals pending and tool calls in flight');
+    await kill(coordinator);
+    const firstKillInFlight = callsInFlight(ids).length;
+
+    // While nothing runs, a person approves one release: the decision is recorded and applied on resume.
+    const approvalIds = approvals.flatMap((a) => (a ? [a.data.approvalId] : []));
+    const whileDown = await troupe(['approve', approvalIds[0] ?? '', '--server', nats.url]);
+    expect(whileDown.stdout).toMatch(/recorded .*applied when the task resumes/);
+
+    // Kill 2: after the tasks resumed, mid-tool-call again.
+    coordinator = up();
+    const resumedBefore = events.filter((e) => e.kind === 'task.resumed').length;
+    await until(
+      () =>
+        events.filter((e) => e.kind === 'task.resumed').length > resumedBefore &&
+        callsInFlight(ids, true).length > 0
+          ? true
+          : undefined,
+      'resumed tasks with tool calls in flight',
+    );
+    await kill(coordinator);
+
+    // A second release is approved while nothing runs; kill 3 comes at an arbitrary moment.
+    await troupe(['approve', approvalIds[1] ?? '', '--server', nats.url]);
+    coordinator = up();
+    await coordinator.waitFor(/troupe is up/);
+    await new Promise((resolve) => setTimeout(resolve, 1_500 + Math.random() * 1_500));
+    await kill(coordinator);
+
+    // The last coordinator runs everything to the end; the third release is approved while it runs.
+    coordinator = up();
+    await until(
+      () => (eventsOf('gate-2').some((e) => e.kind === 'task.resumed') ? true : undefined),
+      'gate-2 resumed',
+    );
+    const live = await troupe(['approve', approvalIds[2] ?? '', '--server', nats.url]);
+    expect(live.stdout).toMatch(/allow/);
+    await until(
+      () => ([...ids, ...gated].every((id) => finalsOf(id).length > 0) ? true : undefined),
+      'every task to end',
+      90_000,
+    );
+
+    const { inDoubt, effected } = expectExactlyOnce(ids);
+    // Calls were cut short after their effect, and it still happened once.
+    expect(effected).toBeGreaterThan(0);
+    // The event log shows the resumptions.
+    const resumed = [...ids, ...gated].filter((id) => eventsOf(id).some((e) => e.kind === 'task.resumed'));
+    expect(resumed.length).toBeGreaterThanOrEqual(firstKillInFlight);
+    // Recorded model replies were not asked again.
+    expect(events.some((e) => e.kind === 'llm.response' && e.data.journaled === true)).toBe(true);
+    for (const id of gated) {
+      const decided = ofKind(eventsOf(id), 'approval.decided');
+      expect(
+        decided.map((d) => d.data.decision),
+        id,
+      ).toContain('allow');
+      expect(ofKind(eventsOf(id), 'approval.requested'), id).toHaveLength(1);
+      const note = await readFile(join(home, 'workspaces', 'crashgate', id, 'release', 'NOTES.md'), 'utf8');
+      expect(note).toBe('v1 is out\n');
+    }
+    console.info(
+      `kill -9 coordinator: ${ids.length + gated.length} tasks, 3 kills, ${resumed.length} resumed, ${inDoubt} calls cut short (${effected} of them had taken effect, once; none ran again)`,
+    );
+  }, 240_000);
+
+  it("hands a killed worker's steps to the worker still running, mid-step, without repeating a call", async () => {
+    home = await mkdtemp(join(tmpdir(), 'troupe-crash-'));
+    const ids = Array.from({ length: 12 }, (_, i) => `worker-${i}`);
+    const coordinator = start(['up', fixturePath('crashy.yaml'), '--no-agents', '--step-heartbeat', '0.5']);
+    await coordinator.waitFor(/troupe is up/);
+    const doomed = start(['worker', fixturePath('crashy.yaml')]);
+    const survivor = start(['worker', fixturePath('crashy.yaml')]);
+    await Promise.all([doomed.waitFor(/serving/), survivor.waitFor(/serving/)]);
+    for (const id of ids) await submit('crashy', id);
+
+    await until(
+      () => (callsInFlight(ids).length >= 6 && callsInFlight(ids, true).length > 0 ? true : undefined),
+      'tool calls in flight',
+    );
+    await kill(doomed);
+    await until(
+      () => (ids.every((id) => finalsOf(id).length > 0) ? true : undefined),
+      'every task to end',
+      90_000,
+    );
+    // The workflow noticed the silence and sent the dead worker's steps on; nothing waited for a step timeout.
+    expect(coordinator.output()).toMatch(/went silent; sending the step to another worker/);
+    const { inDoubt, effected } = expectExactlyOnce(ids);
+    const replayed = events.filter(
+      (e) => ids.includes(e.taskId) && e.kind === 'llm.response' && e.data.journaled === true,
+    ).length;
+    expect(replayed).toBeGreaterThan(0);
+    console.info(
+      `kill -9 worker: ${ids.length} tasks, ${replayed} model replies replayed from the journal, ${inDoubt} calls cut short (${effected} had taken effect, once)`,
+    );
+  }, 180_000);
+});
