@@ -76,6 +76,21 @@ describe('ScriptedProvider: replies', () => {
     ]);
   });
 
+  it('plays the reply the call is numbered for, whatever was played before (a step resumed elsewhere)', async () => {
+    const model = provider({
+      agents: { planner: [{ content: 'one' }, { content: 'two' }, { content: 'three' }] },
+    });
+    const numbered = (call: number) => model.complete(request({ call })).then((r) => r.content);
+    expect([await numbered(2), await numbered(0), await numbered(2), await numbered(1)]).toEqual([
+      'three',
+      'one',
+      'three',
+      'two',
+    ]);
+    const beyond = await modelError(model.complete(request({ call: 3 })));
+    expect(beyond.message).toMatch(/reply 4 was requested/);
+  });
+
   it('keeps a separate place for each agent of one task', async () => {
     const model = provider({
       agents: {

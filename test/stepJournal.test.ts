@@ -1,0 +1,299 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
+import { AgentStepReply, type AgentStepRequest, StepHeartbeat, type TroupeEvent } from '@troupe/protocol';
+import {
+  type AgentDefinition,
+  createLogger,
+  defineTool,
+  EventFactory,
+  ensureTroupeStreams,
+  NatsBus,
+  requestWithHeartbeats,
+  runAgentStep,
+  type StepDeps,
+  StepJournal,
+  ToolRegistry,
+  TransportError,
+} from '@troupe/runtime';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { ofKind } from './support/harness.ts';
+
+/** A step's journal on a real nats-server, driven directly: the agent's checkpoint and its side effects once. */
+describe('the step journal', () => {
+  let nats: TestNats;
+  let bus: NatsBus;
+  let journal: StepJournal;
+  let root: string;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    bus = await NatsBus.connect({
+      servers: nats.url,
+      name: 'journal-test',
+      logger: createLogger({ level: 'silent' }),
+    });
+    await ensureTroupeStreams(bus);
+    journal = await StepJournal.open(bus);
+    root = await mkdtemp(join(tmpdir(), 'troupe-journal-'));
+  });
+  afterAll(async () => {
+    await bus?.close();
+    await nats?.stop();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  /** Counts the times each tool really ran. */
+  const runs = { append: 0, lookup: 0 };
+  const append = defineTool({
+    name: 'append',
+    description: 'Append a line somewhere outside',
+    input: z.object({ line: z.string() }),
+    async run({ line }) {
+      runs.append++;
+      return `appended ${line}`;
+    },
+  });
+  const lookup = defineTool({
+    name: 'lookup',
+    description: 'Read something',
+    input: z.object({ key: z.string() }),
+    rerunnable: true,
+    async run({ key }) {
+      runs.lookup++;
+      return `value of ${key}`;
+    },
+  });
+
+  const script = {
+    agents: {
+      clerk: [
+        { toolCalls: [{ id: 'c1', name: 'append', arguments: { line: 'one' } }] },
+        { toolCalls: [{ id: 'c2', name: 'lookup', arguments: { key: 'k' } }] },
+        { content: 'all recorded' },
+      ],
+    },
+  };
+
+  /** A fresh scripted model, as a new process would have, that keeps the requests it was sent. */
+  function model(): { model: ModelProvider; requests: ModelRequest[] } {
+    const inner = new ScriptedProvider(Script.parse(script));
+    const requests: ModelRequest[] = [];
+    return {
+      requests,
+      model: {
+        provider: inner.provider,
+        model: inner.model,
+        complete: (req) => {
+          requests.push(req);
+          return inner.complete(req);
+        },
+      },
+    };
+  }
+
+  const agent = (m: ModelProvider): AgentDefinition => ({
+    name: 'clerk',
+    instructions: 'Record things.',
+    model: m,
+    tools: ['append', 'lookup'],
+    rules: [
+      { tool: 'append', decision: 'allow' },
+      { tool: 'lookup', decision: 'allow' },
+    ],
+    maxTurns: 5,
+  });
+
+  const stepRequest = (taskId: string): AgentStepRequest => ({
+    stepId: `${taskId}.record.1`,
+    taskId,
+    pipeline: 'journaled',
+    agent: 'clerk',
+    step: 'record',
+    round: 1,
+    goal: 'record one line',
+    context: [],
+    expect: 'text',
+    priorModelCalls: 0,
+  });
+
+  function deps(events: TroupeEvent[], signal?: AbortSignal): StepDeps {
+    const registry = new ToolRegistry();
+    registry.register(append);
+    registry.register(lookup);
+    return {
+      registry,
+      workspaceRoot: root,
+      clock: { now: () => Date.now() },
+      events: new EventFactory({ now: () => Date.now() }, () => crypto.randomUUID()),
+      publish: (event) => events.push(event),
+      journal,
+      ...(signal ? { signal } : {}),
+    };
+  }
+
+  it('resumes a step from its records: no recorded turn is asked again, no recorded call runs again', async () => {
+    runs.append = 0;
+    const first = model();
+    const firstEvents: TroupeEvent[] = [];
+    const abort = new AbortController();
+    // The first run dies after its first turn's call ran and was recorded (as a process would).
+    const slow = {
+      ...first.model,
+      complete: async (req: ModelRequest) => {
+        if (first.requests.length >= 1) {
+          abort.abort();
+          throw new Error('the process died');
+        }
+        return first.model.complete(req);
+      },
+    };
+    await runAgentStep(agent(slow), stepRequest('resume-1'), deps(firstEvents, abort.signal));
+    expect(runs.append).toBe(1);
+
+    const second = model();
+    const events: TroupeEvent[] = [];
+    const reply = await runAgentStep(agent(second.model), stepRequest('resume-1'), deps(events));
+
+    expect(reply).toMatchObject({ ok: true, output: 'all recorded', turns: 3 });
+    expect(runs.append).toBe(1);
+    // Only the turns after the recorded one were asked, numbered as the task's second and third calls.
+    expect(second.requests.map((r) => r.context.call)).toEqual([1, 2]);
+    expect(ofKind(events, 'llm.response').map((e) => e.data.journaled ?? false)).toEqual([
+      true,
+      false,
+      false,
+    ]);
+    expect(ofKind(events, 'tool.result').map((e) => [e.data.tool, e.data.journaled ?? false])).toEqual([
+      ['append', true],
+      ['lookup', false],
+    ]);
+    // Usage counts every turn once, the replayed one included.
+    expect(reply.usage.modelCalls).toBe(3);
+  });
+
+  it('does not run again a call cut short before its result was recorded, unless its tool is rerunnable', async () => {
+    runs.append = 0;
+    runs.lookup = 0;
+    const stepId = stepRequest('doubt-1').stepId;
+    // A process claimed both calls and died before recording their results.
+    const now = new Date();
+    expect(
+      await journal.claimToolCall(StepJournal.toolKey(stepId, 1, 0), 'append', '{"line":"one"}', now),
+    ).toEqual({
+      state: 'new',
+    });
+    expect(
+      await journal.claimToolCall(StepJournal.toolKey(stepId, 2, 0), 'lookup', '{"key":"k"}', now),
+    ).toEqual({
+      state: 'new',
+    });
+
+    const events: TroupeEvent[] = [];
+    const reply = await runAgentStep(agent(model().model), stepRequest('doubt-1'), deps(events));
+
+    expect(reply.ok).toBe(true);
+    const results = ofKind(events, 'tool.result');
+    expect(results[0]?.data).toMatchObject({ tool: 'append', ok: false, error: { code: 'in_doubt' } });
+    expect(results[0]?.data.error?.message).toMatch(/may or may not have taken effect/);
+    expect(runs.append).toBe(0);
+    expect(results[1]?.data).toMatchObject({ tool: 'lookup', ok: true, output: 'value of k' });
+    expect(runs.lookup).toBe(1);
+    // The in-doubt outcome is recorded: a third run replays it rather than deciding again.
+    expect(
+      await journal.claimToolCall(StepJournal.toolKey(stepId, 1, 0), 'append', '{"line":"one"}', now),
+    ).toMatchObject({
+      state: 'done',
+      result: { ok: false, error: { code: 'in_doubt' } },
+    });
+  });
+
+  it('runs a recorded position again when the call there is a different one', async () => {
+    const key = StepJournal.toolKey('changed-1.record.1', 1, 0);
+    const now = new Date();
+    await journal.claimToolCall(key, 'append', '{"line":"one"}', now);
+    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', now)).toEqual({ state: 'new' });
+    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', now)).toEqual({
+      state: 'in_doubt',
+      startedAt: now.toISOString(),
+    });
+  });
+});
+
+describe('steps with heartbeats', () => {
+  let nats: TestNats;
+  let bus: NatsBus;
+
+  beforeAll(async () => {
+    nats = await startTestNats({ jetstream: false });
+    bus = await NatsBus.connect({
+      servers: nats.url,
+      name: 'heartbeat-test',
+      logger: createLogger({ level: 'silent' }),
+    });
+  });
+  afterAll(async () => {
+    await bus?.close();
+    await nats?.stop();
+  });
+
+  const reply = (stepId: string): AgentStepReply => ({
+    ok: true,
+    stepId,
+    output: 'done',
+    usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+    turns: 0,
+  });
+  const send = (subject: string, idleMs: number, timeoutMs = 5_000) =>
+    requestWithHeartbeats(bus, subject, { stepId: 's' }, AgentStepReply, StepHeartbeat, {
+      timeoutMs,
+      idleMs,
+    });
+
+  it('waits past the idle limit while heartbeats come, and returns the reply', async () => {
+    const sub = bus.connection.subscribe('hb.alive', {
+      callback: (_e, msg) => {
+        const beat = setInterval(() => msg.respond(JSON.stringify({ stepId: 's', heartbeat: true })), 50);
+        setTimeout(() => {
+          clearInterval(beat);
+          msg.respond(JSON.stringify(reply('s')));
+        }, 600);
+      },
+    });
+    await bus.flush();
+    await expect(send('hb.alive', 200)).resolves.toMatchObject({ ok: true, output: 'done' });
+    sub.unsubscribe();
+  });
+
+  it('fails with stalled when the responder goes silent', async () => {
+    const sub = bus.connection.subscribe('hb.dead', {
+      callback: (_e, msg) => {
+        msg.respond(JSON.stringify({ stepId: 's', heartbeat: true }));
+      },
+    });
+    await bus.flush();
+    const error = await send('hb.dead', 200).catch((e: unknown) => e);
+    expect(TransportError.is(error, 'stalled')).toBe(true);
+    sub.unsubscribe();
+  });
+
+  it('fails with no_responders when nobody serves the subject', async () => {
+    const error = await send('hb.nobody', 1_000).catch((e: unknown) => e);
+    expect(TransportError.is(error, 'no_responders')).toBe(true);
+  });
+
+  it("fails with the responder's own error code", async () => {
+    const sub = bus.connection.subscribe('hb.refuses', {
+      callback: (_e, msg) => {
+        msg.respond(JSON.stringify({ ok: false, error: { code: 'misrouted', message: 'wrong agent' } }));
+      },
+    });
+    await bus.flush();
+    const error = await send('hb.refuses', 1_000).catch((e: unknown) => e);
+    expect(TransportError.is(error, 'misrouted')).toBe(true);
+    sub.unsubscribe();
+  });
+});
