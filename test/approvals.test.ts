@@ -4,7 +4,14 @@ import { BUCKETS, type EventOf, HumanRequest, subjects } from '@troupe/protocol'
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
-import { fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+import {
+  fixturePath,
+  type Harness,
+  ofKind,
+  publishTask,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
 
 describe('approvals and questions for people', () => {
   let h: Harness;
@@ -142,6 +149,52 @@ describe('approvals and questions for people', () => {
       answer: 'teal',
       by: 'dana',
     });
+  });
+
+  it('settles an approval whose decision is written to KV while the agent waits', async () => {
+    publishTask(h, 'gated', { id: 'gate-kv', goal: 'release v1' });
+    const ask = await requested('gate-kv');
+    const store = await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest);
+    const entry = await store.get(ask.data.approvalId);
+    if (!entry) throw new Error('no approval record');
+    await store.update(
+      ask.data.approvalId,
+      { ...entry.value, status: 'allowed', by: 'ops-bot', decidedAt: new Date().toISOString() },
+      entry.revision,
+    );
+    expect((await h.finalOf('gate-kv')).kind).toBe('task.completed');
+    expect(ofKind(h.eventsOf('gate-kv'), 'approval.decided')[0]?.data).toMatchObject({
+      decision: 'allow',
+      by: 'ops-bot',
+    });
+    await stat(join(h.workspaceRoot, 'gated', 'gate-kv', 'release', 'v1.md'));
+  });
+
+  // Last: it stops the harness's coordinator.
+  it('keeps a question across a restart: answered while nothing waits, the resumed step takes the answer', async () => {
+    publishTask(h, 'asker', { id: 'ask-restart', goal: 'pick a colour' });
+    await waitUntil(() => ofKind(h.eventsOf('ask-restart'), 'human.asked').length > 0);
+    const asked = ofKind(h.eventsOf('ask-restart'), 'human.asked')[0] as EventOf<'human.asked'>;
+    await h.coordinator.stop();
+    const store = await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest);
+    expect((await store.get(asked.data.questionId))?.value.status).toBe('pending');
+
+    const answered = await troupe(['answer', asked.data.questionId, 'amber', '--by', 'eve'], env);
+    expect(answered.stdout).toMatch(/answered, recorded .*applied when the task resumes/);
+
+    const second = await startSecondCoordinator(h, ['asker.yaml']);
+    try {
+      expect((await h.finalOf('ask-restart', 30_000)).kind).toBe('task.completed');
+      const result = ofKind(h.eventsOf('ask-restart'), 'tool.result').find(
+        (r) => r.data.tool === 'ask_human',
+      );
+      expect(result?.data).toMatchObject({ ok: true, output: 'amber' });
+      // Asked once: the resumed step waited on the same question.
+      expect(ofKind(h.eventsOf('ask-restart'), 'human.asked')).toHaveLength(1);
+      expect(ofKind(h.eventsOf('ask-restart'), 'task.resumed')).toHaveLength(1);
+    } finally {
+      await second.stop();
+    }
   });
 });
 

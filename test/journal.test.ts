@@ -1,9 +1,15 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventOf, fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+import {
+  eventOf,
+  fixturePath,
+  type Harness,
+  ofKind,
+  publishTask,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
 
 describe('the tool-call journal', () => {
   let h: Harness;
@@ -21,16 +27,7 @@ describe('the tool-call journal', () => {
     // The side effect happened; the step has not finished. The coordinator goes away.
     await h.coordinator.stop();
 
-    const logger = createLogger({ level: 'silent' });
-    const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second', logger });
-    const registry = builtinTools();
-    const second = await startCoordinator({
-      bus,
-      pipelines: [await loadPipeline(fixturePath('ledger.yaml'), { toolNames: registry.names() })],
-      logger,
-      workspaceRoot: h.workspaceRoot,
-      registry,
-    });
+    const second = await startSecondCoordinator(h, ['ledger.yaml']);
     try {
       expect((await h.finalOf('ledger-1', 30_000)).kind).toBe('task.completed');
       const results = ofKind(h.eventsOf('ledger-1'), 'tool.result');
@@ -40,7 +37,6 @@ describe('the tool-call journal', () => {
       expect(ledger).toBe('entry\n');
     } finally {
       await second.stop();
-      await bus.close();
     }
   });
 });

@@ -4,7 +4,15 @@ import { join } from 'node:path';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventOf, fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+import {
+  eventOf,
+  fixturePath,
+  type Harness,
+  kinds,
+  publishTask,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
 
 describe('a coordinator stopped mid-task', () => {
   let h: Harness;
@@ -21,16 +29,7 @@ describe('a coordinator stopped mid-task', () => {
     await eventOf(h, 'res-1', 'step.started');
     await h.coordinator.stop();
 
-    const logger = createLogger({ level: 'silent' });
-    const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second-coordinator', logger });
-    const registry = builtinTools();
-    const second = await startCoordinator({
-      bus,
-      pipelines: [await loadPipeline(fixturePath('resume.yaml'), { toolNames: registry.names() })],
-      logger,
-      workspaceRoot: h.workspaceRoot,
-      registry,
-    });
+    const second = await startSecondCoordinator(h, ['resume.yaml']);
     try {
       const final = await h.finalOf('res-1', 30_000);
       expect(final.kind).toBe('task.completed');
@@ -49,7 +48,6 @@ describe('a coordinator stopped mid-task', () => {
       expect(await readFile(join(h.workspaceRoot, 'resume', 'res-1', 'out.md'), 'utf8')).toBe('resumed');
     } finally {
       await second.stop();
-      await bus.close();
     }
   });
 

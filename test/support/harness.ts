@@ -160,3 +160,29 @@ export async function eventOf(
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+/** A second coordinator on the harness's server and workspaces: the process that comes up after a restart. */
+export async function startSecondCoordinator(
+  h: Harness,
+  fixtures: string[],
+): Promise<{ coordinator: Coordinator; stop(): Promise<void> }> {
+  const logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
+  const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second-coordinator', logger });
+  const registry = builtinTools();
+  const coordinator = await startCoordinator({
+    bus,
+    pipelines: await Promise.all(
+      fixtures.map((f) => loadPipeline(fixturePath(f), { toolNames: registry.names() })),
+    ),
+    logger,
+    workspaceRoot: h.workspaceRoot,
+    registry,
+  });
+  return {
+    coordinator,
+    async stop() {
+      await coordinator.stop();
+      await bus.close();
+    },
+  };
+}
