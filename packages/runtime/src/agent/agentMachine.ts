@@ -305,7 +305,7 @@ export const agentMachine = setup({
           callsBefore: context.turn + context.compactions,
         }),
         onDone: {
-          target: 'thinking',
+          target: 'compacted',
           actions: [
             enqueueActions(({ context, event, enqueue }) => {
               const messages = compacted(context.messages, event.output.summary);
@@ -336,6 +336,23 @@ export const agentMachine = setup({
           },
         },
       },
+    },
+    /** The summary was a model call too: the budget is checked again before the next one. */
+    compacted: {
+      always: [
+        {
+          guard: not('budgetLeft'),
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context }) => ({
+              code: 'budget_exceeded',
+              message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
+            }),
+          },
+        },
+        { target: 'thinking' },
+      ],
     },
     thinking: {
       entry: [
@@ -639,8 +656,10 @@ function spentBudget(context: AgentContext): string | undefined {
   if (budget.costUsd !== undefined && context.costUsd >= budget.costUsd) {
     return `${source('costUsd')} reached ($${context.costUsd.toFixed(4)} of $${budget.costUsd.toFixed(4)} left to this step spent)`;
   }
-  if (budget.modelCalls !== undefined && context.turn >= budget.modelCalls) {
-    return `${source('modelCalls')} reached (${context.turn} of ${budget.modelCalls} model calls left to this step made)`;
+  // Summaries are model calls too.
+  const calls = context.turn + context.compactions;
+  if (budget.modelCalls !== undefined && calls >= budget.modelCalls) {
+    return `${source('modelCalls')} reached (${calls} of ${budget.modelCalls} model calls left to this step made)`;
   }
   return undefined;
 }

@@ -476,3 +476,39 @@ describe('parseVerdict', () => {
     expect(parseVerdict(text)).toBeUndefined();
   });
 });
+
+describe('agentMachine: summaries count as model calls', () => {
+  it('stops before the next model call when a summary used up the model-call budget', async () => {
+    let calls = 0;
+    const machine = agentMachine.provide({
+      actors: {
+        callModel: fromPromise<ModelCallResult, ModelCallInput>(async () => {
+          calls++;
+          return reply('', [{ id: `c${calls}`, name: 'write_file', arguments: '{}' }]);
+        }),
+        runTools: fromPromise<ToolRunResult[], ToolsInput>(async ({ input }) =>
+          input.calls.map((c) => result(c.id)),
+        ),
+        compactConversation: fromPromise(async () => ({
+          summary: 'the story so far',
+          usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+          costUsd: 0,
+        })),
+      },
+    });
+    // Four turns fill the conversation past its tiny budget; the summary is the fifth call of five allowed.
+    const actor = createActor(machine, {
+      input: { ...baseInput, maxTurns: 10, contextTokens: 1, budget: { modelCalls: 5, sources: {} } },
+    });
+    actor.start();
+    const output = await toPromise(actor);
+    expect(calls).toBe(4);
+    expect(output).toMatchObject({
+      ok: false,
+      turns: 4,
+      compactions: 1,
+      failure: { code: 'budget_exceeded' },
+    });
+    expect(output.failure?.message).toMatch(/5 of 5 model calls/);
+  });
+});
