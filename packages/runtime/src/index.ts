@@ -26,7 +26,7 @@ export {
   type NatsHumanGateOptions,
 } from './approvals/humanGate.ts';
 export { deadLetter, type ExhaustedTask } from './durable/deadLetters.ts';
-export { type KvEntry, KvStore } from './durable/kvStore.ts';
+export { type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
 export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
 export {
   HAND_BACK_DELAY_MS,

@@ -25,6 +25,7 @@ import {
   startTaskQueue,
   type TaskDelivery,
   type TaskQueue,
+  throughOutages,
 } from '@troupe/runtime';
 import { type Actor, createActor, fromPromise, type Snapshot } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
@@ -278,23 +279,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
       const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
       const persisted = actor.getPersistedSnapshot();
+      const checkpoint = record(
+        input,
+        delivery,
+        status,
+        state,
+        snap.context.round,
+        snap.context.usage,
+        createdAt,
+        clock,
+        persisted,
+      );
+      // Retried through a reconnect: a lost checkpoint means more of the task runs again after a crash.
       writes = writes
-        .then(() =>
-          store.put(
-            input.taskId,
-            record(
-              input,
-              delivery,
-              status,
-              state,
-              snap.context.round,
-              snap.context.usage,
-              createdAt,
-              clock,
-              persisted,
-            ),
-          ),
-        )
+        .then(() => throughOutages(() => store.put(input.taskId, checkpoint)))
         .then(() => undefined)
         .catch((error: unknown) =>
           logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'),
@@ -336,14 +334,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       switch (ending.kind) {
         case 'done': {
           const final = finalEvent(scope, ending.output, durationMs);
-          const ended = (await store.get(input.taskId).catch(() => undefined))?.value;
-          if (ended) {
-            await store
-              .put(input.taskId, { ...ended, final })
-              .catch((error: unknown) =>
-                logger.error({ err: error, taskId: input.taskId }, 'cannot record the final event'),
-              );
-          }
+          await throughOutages(async () => {
+            const ended = (await store.get(input.taskId))?.value;
+            if (ended) await store.put(input.taskId, { ...ended, final });
+          }).catch((error: unknown) =>
+            logger.error({ err: error, taskId: input.taskId }, 'cannot record the final event'),
+          );
           publishSafely(input.taskId, () => final);
           delivery.ack();
           return;

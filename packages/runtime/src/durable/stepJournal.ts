@@ -1,10 +1,9 @@
 import { BUCKETS } from '@troupe/protocol';
-import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
 import type { ToolCallResult } from '../tools/toolExecutor.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
-import { KvStore } from './kvStore.ts';
+import { KvStore, throughOutages } from './kvStore.ts';
 
 const UsageRecord = z.object({
   inputTokens: z.number(),
@@ -202,18 +201,14 @@ export class StepJournal {
 
   // A nats-server restart takes a few seconds; reads and writes of the journal wait it out.
   #get(key: string) {
-    return again(() => this.#store.get(key));
+    return throughOutages(() => this.#store.get(key));
   }
 
   #put(key: string, entry: JournalEntry) {
-    return again(() => this.#store.put(key, entry));
+    return throughOutages(() => this.#store.put(key, entry));
   }
 
   #create(key: string, entry: JournalEntry) {
-    return again(() => this.#store.create(key, entry));
+    return throughOutages(() => this.#store.create(key, entry));
   }
 }
-
-/** Tries a journal operation again, backing off up to 2 s, for about 10 s in all. */
-const again = <T>(op: () => Promise<T>): Promise<T> =>
-  pRetry(op, { retries: 8, minTimeout: 250, maxTimeout: 2_000 });
