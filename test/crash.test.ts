@@ -2,9 +2,9 @@ import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { jetstream } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
+import { FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
@@ -245,4 +245,33 @@ describe('kill -9', () => {
       `kill -9 worker: ${ids.length} tasks, ${replayed} model replies replayed from the journal, ${inDoubt} calls cut short (${effected} had taken effect, once)`,
     );
   }, 180_000);
+
+  it('dead-letters a task whose coordinators keep dying under it, with the reason', async () => {
+    home = await mkdtemp(join(tmpdir(), 'troupe-crash-'));
+    const upSlowpoke = () =>
+      start(['up', fixturePath('slowpoke.yaml'), '--ack-wait', '2', '--max-deliver', '2']);
+    // Deliveries 1 and 2 each die mid-step.
+    for (let delivery = 1; delivery <= 2; delivery++) {
+      const coordinator = upSlowpoke();
+      await coordinator.waitFor(/troupe is up/);
+      if (delivery === 1) await submit('slowpoke', 'poison-1');
+      await until(
+        () => (ofKind(eventsOf('poison-1'), 'llm.request').length >= delivery ? true : undefined),
+        `delivery ${delivery} to reach the model`,
+      );
+      await kill(coordinator);
+    }
+    upSlowpoke();
+    const final = await until(() => finalsOf('poison-1')[0], 'the task to be given up on');
+    expect(final.kind === 'task.failed' && final.data.reason).toBe('max_deliveries');
+    expect(ofKind(eventsOf('poison-1'), 'task.resumed')).toHaveLength(1);
+
+    const jsm = await jetstreamManager(client);
+    const letter = await jsm.streams.getMessage(STREAMS.deadLetters, {
+      last_by_subj: subjects.deadLetter('slowpoke'),
+    });
+    expect(letter?.header?.get('Troupe-Task-Id')).toBe('poison-1');
+    expect(letter?.header?.get('Troupe-Reason')).toContain('delivered 2 times without finishing');
+    expect(JSON.parse(new TextDecoder().decode(letter?.data))).toMatchObject({ id: 'poison-1' });
+  }, 120_000);
 });

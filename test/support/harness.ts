@@ -165,6 +165,7 @@ export async function eventOf(
 export async function startSecondCoordinator(
   h: Harness,
   fixtures: string[],
+  options: { maxDeliver?: number } = {},
 ): Promise<{ coordinator: Coordinator; stop(): Promise<void> }> {
   const logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
   const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second-coordinator', logger });
@@ -177,6 +178,7 @@ export async function startSecondCoordinator(
     logger,
     workspaceRoot: h.workspaceRoot,
     registry,
+    ...options,
   });
   return {
     coordinator,

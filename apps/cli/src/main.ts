@@ -15,6 +15,12 @@ const positive = (value: string): number => {
   return n;
 };
 
+const positiveInteger = (value: string): number => {
+  const n = positive(value);
+  if (!Number.isInteger(n)) throw new InvalidArgumentError('must be a whole number');
+  return n;
+};
+
 const homeOption = () =>
   new Option('--home <dir>', 'where troupe up keeps its data and records its server').default('.troupe');
 const serverOption = () =>
@@ -59,6 +65,11 @@ program
     '--ack-wait <seconds>',
     "how soon another coordinator takes over a dead one's tasks (default 30; kept alive while they run)",
     positive,
+  )
+  .option(
+    '--max-deliver <n>',
+    'deliveries of a task (not counting hand-backs at shutdown) before it is dead-lettered (default 10)',
+    positiveInteger,
   )
   .option(
     '--step-heartbeat <seconds>',

@@ -32,7 +32,7 @@ export interface CoordinatorOptions {
   concurrency?: number;
   /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
   ackWaitMs?: number;
-  /** Deliveries of one task before it is dead-lettered (default 10; a shutdown hand-back counts as one). */
+  /** Deliveries of one task before it is dead-lettered (default 10; a hand-back at shutdown does not count). */
   maxDeliver?: number;
   /** How long a step waits for a worker to serve its agent (default 30 s). */
   noResponderWaitMs?: number;

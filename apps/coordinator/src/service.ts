@@ -24,6 +24,8 @@ export interface ServiceOptions {
   concurrency?: number;
   /** How long a task may go unacknowledged before another coordinator gets it (default 30 s). */
   ackWaitMs?: number;
+  /** Deliveries of one task (hand-backs at shutdown not counted) before it is dead-lettered (default 10). */
+  maxDeliver?: number;
   /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
   stepHeartbeatMs?: number;
   /** Let pipelines start local MCP server commands (stdio). */
@@ -75,6 +77,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.hostAgents === undefined ? {} : { hostAgents: options.hostAgents }),
       ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
       ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
+      ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
     });
     if (embedded)

@@ -11,6 +11,7 @@ export interface UpOptions {
   ackWait?: number;
   /** Seconds. */
   stepHeartbeat?: number;
+  maxDeliver?: number;
   logLevel: string;
   allowMcpCommands?: boolean;
   json: boolean;
@@ -35,7 +36,7 @@ export async function start(
   files: string[],
   options: Pick<
     UpOptions,
-    'home' | 'agents' | 'concurrency' | 'allowMcpCommands' | 'ackWait' | 'stepHeartbeat'
+    'home' | 'agents' | 'concurrency' | 'allowMcpCommands' | 'ackWait' | 'stepHeartbeat' | 'maxDeliver'
   >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
@@ -47,6 +48,7 @@ export async function start(
       hostAgents: options.agents,
       concurrency: options.concurrency,
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
+      ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(options.stepHeartbeat === undefined
         ? {}
         : { stepHeartbeatMs: Math.round(options.stepHeartbeat * 1000) }),

@@ -98,8 +98,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
    * A task delivered more often than allowed (coordinators kept dying or stopping under it) is not run again:
    * it is stored on the dead-letter subject with the reason, and ends with task.failed (max_deliveries).
    */
-  async function giveUp(delivery: TaskDelivery, taskId: string): Promise<void> {
-    const runs = delivery.deliveryCount - 1;
+  async function giveUp(delivery: TaskDelivery, taskId: string, counted: number): Promise<void> {
+    const runs = counted - 1;
     const message = `task ${taskId} was delivered ${runs} times without finishing; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
     await deadLetter(bus, pipeline, { ...delivery, deliveries: runs }, { taskId, message });
     const existing = (await store.get(taskId))?.value;
@@ -176,8 +176,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       return;
     }
     // Checked after the finished and duplicate cases, so only a task that would run again is given up on.
-    if (delivery.deliveryCount > maxDeliver) {
-      await giveUp(delivery, taskId);
+    // A clean shutdown's hand-back is a delivery too, but not a failure to finish: it does not count.
+    const counted = delivery.deliveryCount - (existing?.value.handBacks ?? 0);
+    if (counted > maxDeliver) {
+      await giveUp(delivery, taskId, counted);
       return;
     }
     const input: WorkflowInput = {
@@ -310,7 +312,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       });
     });
     running.set(input.taskId, { actor, delivery });
-    const heartbeat = setInterval(() => delivery.working(), Math.max(1_000, Math.floor(ackWaitMs / 3)));
+    const heartbeat = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
     try {
       actor.start();
       if (snapshot !== undefined) {
@@ -348,6 +350,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           const cancel = cancelled.get(input.taskId);
           if (cancel === undefined) {
             // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
+            await throughOutages(async () => {
+              const current = (await store.get(input.taskId))?.value;
+              if (current)
+                await store.put(input.taskId, { ...current, handBacks: (current.handBacks ?? 0) + 1 });
+            }).catch((error: unknown) =>
+              logger.warn({ err: error, taskId: input.taskId }, 'cannot count the hand-back'),
+            );
             delivery.nak(HAND_BACK_DELAY_MS);
             return;
           }

@@ -22,5 +22,7 @@ export const WorkflowRecord = z.object({
    * the message unacknowledged, and the one that gets it again publishes this same event (same id).
    */
   final: TroupeEvent.optional(),
+  /** Times a coordinator shutting down handed the task back: deliveries that do not count towards maxDeliver. */
+  handBacks: z.number().int().nonnegative().optional(),
 });
 export type WorkflowRecord = z.infer<typeof WorkflowRecord>;
