@@ -276,22 +276,34 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       publishSafely(input.taskId, () => events.make(emitted.kind, scope, emitted.data as never, route));
     });
     let writes = Promise.resolve();
+    let final: TroupeEvent | undefined;
     const persist = () => {
       const snap = actor.getSnapshot();
       const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
       const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
       const persisted = actor.getPersistedSnapshot();
-      const checkpoint = record(
-        input,
-        delivery,
-        status,
-        state,
-        snap.context.round,
-        snap.context.usage,
-        createdAt,
-        clock,
-        persisted,
-      );
+      // The final event goes into the same write as the final status, so no crash can separate them.
+      if (snap.status === 'done') {
+        try {
+          final = finalEvent(scope, snap.output, Math.max(0, clock.now() - Date.parse(createdAt)));
+        } catch (error) {
+          logger.error({ err: error, taskId: input.taskId }, 'cannot make the final event');
+        }
+      }
+      const checkpoint = {
+        ...record(
+          input,
+          delivery,
+          status,
+          state,
+          snap.context.round,
+          snap.context.usage,
+          createdAt,
+          clock,
+          persisted,
+        ),
+        ...(final ? { final } : {}),
+      };
       // Retried through a reconnect: a lost checkpoint means more of the task runs again after a crash.
       writes = writes
         .then(() => throughOutages(() => store.put(input.taskId, checkpoint)))
@@ -335,14 +347,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       switch (ending.kind) {
         case 'done': {
-          const final = finalEvent(scope, ending.output, durationMs);
-          await throughOutages(async () => {
-            const ended = (await store.get(input.taskId))?.value;
-            if (ended) await store.put(input.taskId, { ...ended, final });
-          }).catch((error: unknown) =>
-            logger.error({ err: error, taskId: input.taskId }, 'cannot record the final event'),
-          );
-          publishSafely(input.taskId, () => final);
+          publishSafely(input.taskId, () => final ?? finalEvent(scope, ending.output, durationMs));
           delivery.ack();
           return;
         }
