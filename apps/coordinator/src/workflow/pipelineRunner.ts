@@ -61,6 +61,10 @@ export interface PipelineRunner {
 
 /** Outputs in events are cut here (the whole output stays in the checkpoint), so an event fits a NATS message. */
 const MAX_EVENT_OUTPUT = 256 * 1024;
+/** How long a task's end waits for its final event to be stored before leaving it to a redelivery. */
+const FINAL_EVENT_WAIT_MS = 10_000;
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 type Ending =
   | { kind: 'done'; output: WorkflowOutput }
@@ -127,12 +131,31 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   }
 
   /** An event that cannot be made or sent is logged, never thrown: it must not take the process down. */
-  function publishSafely(taskId: string, make: () => TroupeEvent): void {
+  function publishSafely(taskId: string, make: () => TroupeEvent): Promise<boolean> {
     try {
-      bus.publishEvent(make());
+      return bus.publishEvent(make());
     } catch (error) {
       logger.error({ err: error, taskId }, 'cannot publish an event; the task goes on');
+      return Promise.resolve(false);
     }
+  }
+
+  /**
+   * Publishes a task's final event and acks its message once the event is stored, so a crash in between leaves
+   * the message to be delivered again (and the stored event published again). Not stored in time: the message
+   * is left unacknowledged, for that redelivery.
+   */
+  async function endWith(taskId: string, delivery: TaskDelivery, make: () => TroupeEvent): Promise<void> {
+    const stored = publishSafely(taskId, make);
+    const outcome = await Promise.race([stored, sleep(FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const)]);
+    if (outcome === true) {
+      delivery.ack();
+      return;
+    }
+    logger.warn(
+      { taskId },
+      `the final event of task ${taskId} is not stored yet; its message is left to be delivered again`,
+    );
   }
 
   async function handle(delivery: TaskDelivery): Promise<void> {
@@ -171,8 +194,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // Delivered again after the end: the coordinator that ended it may have died before its final event
       // went out (it is acknowledged only after). Publishing the stored one again is harmless: same id.
       const final = existing.value.final;
-      if (final) publishSafely(taskId, () => final);
-      delivery.ack();
+      if (final) await endWith(taskId, delivery, () => final);
+      else delivery.ack();
       return;
     }
     // Checked after the finished and duplicate cases, so only a task that would run again is given up on.
@@ -346,11 +369,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // Measured from acceptance, so a resumed task reports its whole life.
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       switch (ending.kind) {
-        case 'done': {
-          publishSafely(input.taskId, () => final ?? finalEvent(scope, ending.output, durationMs));
-          delivery.ack();
+        case 'done':
+          await endWith(input.taskId, delivery, () => final ?? finalEvent(scope, ending.output, durationMs));
           return;
-        }
         case 'stopped': {
           const cancel = cancelled.get(input.taskId);
           if (cancel === undefined) {

@@ -85,13 +85,14 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         }
         // While the step runs, the requester hears from this host (if it asked to), so it can tell a long step
         // from a dead worker.
+        const heartbeat = () =>
+          delivery.respond({ stepId: request.stepId, heartbeat: true } satisfies StepHeartbeat, {
+            quiet: true,
+          });
         const beat =
-          request.heartbeatMs === undefined
-            ? undefined
-            : setInterval(
-                () => delivery.respond({ stepId: request.stepId, heartbeat: true } satisfies StepHeartbeat),
-                request.heartbeatMs,
-              );
+          request.heartbeatMs === undefined ? undefined : setInterval(heartbeat, request.heartbeatMs);
+        // The first at once: the requester learns that a host took the step before its first interval ends.
+        if (beat) heartbeat();
         // The same step sent again (its first reply was lost to a reconnect) joins the run already going here,
         // or gets the reply that run gave, rather than running twice.
         const underway = replies.get(request.stepId) ?? finished.get(request.stepId);

@@ -45,6 +45,8 @@ interface Pending extends OutgoingEvent {
   attempt: number;
   /** Times JetStream itself refused it (not the connection). */
   refusals: number;
+  /** Told once whether the event was stored (or, without a stream, sent): true, or false when given up on. */
+  settle: (stored: boolean) => void;
 }
 
 /**
@@ -127,13 +129,21 @@ export class EventOutbox {
     return this.#stopped;
   }
 
-  /** Queues an event and sends it as soon as the connection allows. */
-  add(event: OutgoingEvent): void {
-    const entry: Pending = { ...event, seq: this.#seq++, attempt: 0, refusals: 0 };
+  /**
+   * Queues an event and sends it as soon as the connection allows. Resolves true once it is stored (without a
+   * stream: sent), false if it is given up on (dropped, refused, or abandoned when the outbox stops). Never rejects.
+   */
+  add(event: OutgoingEvent): Promise<boolean> {
+    let settle: (stored: boolean) => void = () => {};
+    const settled = new Promise<boolean>((resolve) => (settle = resolve));
+    const entry: Pending = { ...event, seq: this.#seq++, attempt: 0, refusals: 0, settle };
     this.#pending.set(entry.seq, entry);
     this.#queue.push(entry);
     this.#enforceBound();
+    // While nothing is sent (disconnected, or backing off) the queue only grows: drop what was dropped from it.
+    if (this.#queue.length - this.#head > 2 * this.#pending.size + 1_000) this.#requeue();
     this.#pump();
+    return settled;
   }
 
   /** Follows the connection: holds events while it is down, sends everything unacknowledged again once it is back. */
@@ -195,6 +205,7 @@ export class EventOutbox {
     this.#reportDropped();
     for (const resolve of this.#idle) resolve();
     this.#idle.clear();
+    for (const entry of this.#pending.values()) entry.settle(false);
     return this.#pending.size;
   }
 
@@ -257,6 +268,7 @@ export class EventOutbox {
     this.#sawStream = true;
     this.#inflight.delete(entry);
     if (this.#pending.get(entry.seq) === entry) this.#pending.delete(entry.seq);
+    entry.settle(true);
     if (this.#failures > 0) {
       this.#failures = 0;
       this.#logger.info({ pendingEvents: this.#pending.size }, 'events are being stored again');
@@ -348,6 +360,7 @@ export class EventOutbox {
         return;
       }
       this.#pending.delete(entry.seq);
+      entry.settle(true);
     }
     this.#checkIdle();
   }
@@ -378,6 +391,7 @@ export class EventOutbox {
   #giveUp(entry: Pending, error: unknown): void {
     this.#pending.delete(entry.seq);
     this.#inflight.delete(entry);
+    entry.settle(false);
     this.#logger.error(
       { err: error, eventId: entry.id, subject: entry.subject },
       `gave up on event ${entry.id} on ${entry.subject}: ${messageOf(error)}`,
@@ -392,6 +406,7 @@ export class EventOutbox {
       if (this.#pending.size <= this.#settings.maxPending) break;
       this.#pending.delete(oldest.seq);
       this.#inflight.delete(oldest);
+      oldest.settle(false);
       dropped += 1;
     }
     if (dropped === 0) return;

@@ -55,8 +55,11 @@ export interface Delivery<T> {
   /** Where the sender waits for an answer, when it asked for one. */
   reply?: string;
   headers?: Record<string, string>;
-  /** Answers the sender with a JSON payload; does nothing when no reply was asked for. */
-  respond(payload: unknown): void;
+  /**
+   * Answers the sender with a JSON payload; does nothing when no reply was asked for. `quiet` logs the message
+   * line at trace level, for frequent progress messages such as step heartbeats.
+   */
+  respond(payload: unknown, options?: { quiet?: boolean }): void;
 }
 
 export interface BusSubscription {
@@ -193,8 +196,9 @@ export class NatsBus {
    * Publishes an event on its subject, carrying its trace context and its id (`Nats-Msg-Id`, for JetStream
    * de-duplication). Returns at once: the event waits in an outbox until the `EVENTS` stream acknowledges it,
    * and is sent again after a lost connection (see {@link EventOutbox}). Fails with `closed` once the bus is.
+   * The promise (which never rejects) says whether the event was stored; most callers need not wait for it.
    */
-  publishEvent(event: TroupeEvent): void {
+  publishEvent(event: TroupeEvent): Promise<boolean> {
     const subject = subjects.event(event.pipeline, event.taskId, event.kind);
     if (this.connection.isClosed() || this.connection.isDraining() || this.#events.stopped) {
       throw new TransportError('closed', `cannot send on ${subject}: the NATS connection is closed`);
@@ -202,13 +206,14 @@ export class NatsBus {
     const meta: MessageMeta = { taskId: event.taskId, kind: event.kind };
     if (event.from !== undefined) meta.from = event.from;
     if (event.to !== undefined) meta.to = event.to;
-    this.#events.add({
+    const stored = this.#events.add({
       id: event.id,
       subject,
       data: JSON.stringify(event),
       headers: { traceparent: event.traceparent },
     });
     logMessage(this.logger, this.#level, 'out', subject, meta);
+    return stored;
   }
 
   /** Events published but not yet stored by the `EVENTS` stream (or, without a stream, not yet sent). */
@@ -387,7 +392,7 @@ export class NatsBus {
     const delivery: Delivery<z.infer<S>> = {
       subject: msg.subject,
       value: parsed.value,
-      respond: (payload) => this.#respond(msg, payload, meta),
+      respond: (payload, options) => this.#respond(msg, payload, meta, options?.quiet === true),
     };
     const reply = replyOf(msg);
     if (reply !== undefined) delivery.reply = reply;
@@ -452,7 +457,7 @@ export class NatsBus {
   }
 
   // A failed reply is the requester's timeout to handle; it must not take down the handler's caller.
-  #respond(msg: Msg, payload: unknown, meta: MessageMeta): void {
+  #respond(msg: Msg, payload: unknown, meta: MessageMeta, quiet = false): void {
     const reply = replyOf(msg);
     if (reply === undefined) {
       this.logger.debug(
@@ -462,7 +467,10 @@ export class NatsBus {
       return;
     }
     try {
-      this.publish(reply, payload, meta);
+      if (quiet) {
+        this.connection.publish(reply, JSON.stringify(payload));
+        logMessage(this.logger, 'trace', 'out', reply, meta);
+      } else this.publish(reply, payload, meta);
     } catch (error) {
       this.logger.warn(
         { err: error, subject: msg.subject },

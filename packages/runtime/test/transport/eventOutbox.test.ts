@@ -133,8 +133,10 @@ describe('event publishing across a nats-server restart', () => {
     await nats.stop();
     await eventually(() => seen.includes('disconnect'), 5_000);
 
-    for (const id of ids('ov', 1, 8)) bus.publishEvent(event(id));
+    const outcomes = ids('ov', 1, 8).map((id) => bus.publishEvent(event(id)));
     expect(bus.pendingEvents).toBe(5);
+    // The dropped say so at once; the kept say so once stored.
+    expect(await Promise.all(outcomes.slice(0, 3))).toEqual([false, false, false]);
     await eventually(() => errorsIn(lines).length > 0);
     expect(errorsIn(lines).map((l) => [l.msg, l.dropped])).toEqual([
       ['dropped the 3 oldest unsent events: more than 5 were waiting for NATS', 3],
@@ -143,6 +145,7 @@ describe('event publishing across a nats-server restart', () => {
     await nats.start();
     await eventually(() => seen.includes('reconnect') && bus.pendingEvents === 0, 20_000);
     expect((await storedIds(nats.url, 'ov')).sort()).toEqual(ids('ov', 4, 8).sort());
+    expect(await Promise.all(outcomes.slice(3))).toEqual([true, true, true, true, true]);
   }, 40_000);
 
   it('drain waits until the events published are stored', async () => {
