@@ -182,20 +182,40 @@ describe('the step journal', () => {
     // A process claimed both calls and died before recording their results.
     const now = new Date();
     expect(
-      await journal.claimToolCall(StepJournal.toolKey(stepId, 1, 0), 'append', '{"line":"one"}', now),
+      await journal.claimToolCall(
+        StepJournal.toolKey(stepId, 1, 0),
+        'append',
+        '{"line":"one"}',
+        'dead-run',
+        now,
+      ),
     ).toEqual({
       state: 'new',
     });
     expect(
-      await journal.claimToolCall(StepJournal.toolKey(stepId, 2, 0), 'lookup', '{"key":"k"}', now),
+      await journal.claimToolCall(
+        StepJournal.toolKey(stepId, 2, 0),
+        'lookup',
+        '{"key":"k"}',
+        'dead-run',
+        now,
+      ),
     ).toEqual({
       state: 'new',
     });
 
     const events: TroupeEvent[] = [];
-    const reply = await runAgentStep(agent(model().model), stepRequest('doubt-1'), deps(events));
+    const resumed = model();
+    const reply = await runAgentStep(agent(resumed.model), stepRequest('doubt-1'), deps(events));
 
     expect(reply.ok).toBe(true);
+    // The model is told, in the tool result it reads, that the call may or may not have happened.
+    expect(resumed.requests[1]?.messages.at(-1)).toMatchObject({
+      role: 'tool',
+      name: 'append',
+      isError: true,
+      content: expect.stringMatching(/cut short by a crash .* may or may not have taken effect/),
+    });
     const results = ofKind(events, 'tool.result');
     expect(results[0]?.data).toMatchObject({ tool: 'append', ok: false, error: { code: 'in_doubt' } });
     expect(results[0]?.data.error?.message).toMatch(/may or may not have taken effect/);
@@ -204,7 +224,13 @@ describe('the step journal', () => {
     expect(runs.lookup).toBe(1);
     // The in-doubt outcome is recorded: a third run replays it rather than deciding again.
     expect(
-      await journal.claimToolCall(StepJournal.toolKey(stepId, 1, 0), 'append', '{"line":"one"}', now),
+      await journal.claimToolCall(
+        StepJournal.toolKey(stepId, 1, 0),
+        'append',
+        '{"line":"one"}',
+        'dead-run',
+        now,
+      ),
     ).toMatchObject({
       state: 'done',
       result: { ok: false, error: { code: 'in_doubt' } },
@@ -214,11 +240,27 @@ describe('the step journal', () => {
   it('runs a recorded position again when the call there is a different one', async () => {
     const key = StepJournal.toolKey('changed-1.record.1', 1, 0);
     const now = new Date();
-    await journal.claimToolCall(key, 'append', '{"line":"one"}', now);
-    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', now)).toEqual({ state: 'new' });
-    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', now)).toEqual({
+    await journal.claimToolCall(key, 'append', '{"line":"one"}', 'dead-run', now);
+    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', 'new-run', now)).toEqual({
+      state: 'new',
+    });
+    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', 'third-run', now)).toEqual({
       state: 'in_doubt',
       startedAt: now.toISOString(),
+    });
+  });
+
+  it('takes a claim it finds from its own run as its own (a write retried after its reply was lost)', async () => {
+    const key = StepJournal.toolKey('own-1.record.1', 1, 0);
+    const now = new Date();
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'this-run', now)).toEqual({
+      state: 'new',
+    });
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'this-run', now)).toEqual({
+      state: 'new',
+    });
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'other-run', now)).toMatchObject({
+      state: 'in_doubt',
     });
   });
 });

@@ -300,7 +300,6 @@ export const agentMachine = setup({
         src: 'compactConversation',
         input: ({ context }) => ({
           messages: olderTurns(context.messages),
-          conversation: context.messages.length,
           index: context.compactions + 1,
           callsBefore: context.turn + context.compactions,
         }),
@@ -597,8 +596,6 @@ export interface ModelCallInput {
 export interface CompactionInput {
   /** The older turns to summarize. */
   messages: ChatMessage[];
-  /** The length of the whole conversation. */
-  conversation: number;
   /** Which compaction of the step this is, from 1. */
   index: number;
   /** Model calls the agent made earlier in this step. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
@@ -120,7 +121,7 @@ async function summarize(
   const key = StepJournal.compactionKey(request.stepId, input.index);
   const journal = deps.journal;
   const recorded = await bestEffort(deps, request, 'read the journaled summary', () =>
-    journal?.compaction(key, input.conversation),
+    journal?.compaction(key, input.messages),
   );
   if (recorded) return recorded;
   const transcript = input.messages
@@ -149,7 +150,7 @@ async function summarize(
     costUsd: deps.price?.(provider, response.model, response) ?? 0,
   };
   await bestEffort(deps, request, 'journal the summary', () =>
-    journal?.recordCompaction(key, input.conversation, result, new Date(deps.clock.now())),
+    journal?.recordCompaction(key, input.messages, result, new Date(deps.clock.now())),
   );
   return result;
 }
@@ -164,14 +165,15 @@ async function summarize(
 async function runOnce(
   executor: ToolExecutor,
   deps: StepDeps,
-  key: string,
+  claim: { key: string; run: string },
   call: ToolCall,
   signal: AbortSignal,
   approval: ApprovalDecisionOutcome | undefined,
 ): Promise<ToolRunResult> {
   const journal = deps.journal;
   const now = () => new Date(deps.clock.now());
-  const record = await journal?.claimToolCall(key, call.name, call.arguments, now());
+  const { key, run } = claim;
+  const record = await journal?.claimToolCall(key, call.name, call.arguments, run, now());
   if (record?.state === 'done') {
     const { error, truncated, ...rest } = record.result;
     return {
@@ -185,19 +187,18 @@ async function runOnce(
     };
   }
   if (record?.state === 'in_doubt' && !deps.registry.get(call.name)?.rerunnable) {
+    const message =
+      `this ${call.name} call started earlier (${record.startedAt ?? 'at an unknown time'}) and was cut short ` +
+      'by a crash before its result was recorded; it may or may not have taken effect, so it was not run ' +
+      'again. Check its effect before repeating it.';
+    // The model sees a tool result's output: the explanation goes there, as for every other tool error.
     const result: ToolCallResult = {
       callId: call.id,
       tool: call.name,
       ok: false,
-      output: '',
+      output: message,
       decision: approval?.decision ?? 'allow',
-      error: {
-        code: 'in_doubt',
-        message:
-          `this ${call.name} call started earlier (${record.startedAt ?? 'at an unknown time'}) and was cut short ` +
-          'by a crash before its result was recorded; it may or may not have taken effect, so it was not run ' +
-          'again. Check its effect before repeating it.',
-      },
+      error: { code: 'in_doubt', message },
       durationMs: 0,
     };
     await journal?.recordToolResult(key, call.arguments, result, now());
@@ -220,6 +221,8 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
   const human = deps.human;
   /** The journal key of each tool call of the turn being run, for the questions its calls ask. */
   const callKeys = new Map<string, string>();
+  /** This run of the step, as the journal knows its claims. */
+  const run = randomUUID();
   const humanScope: HumanScope = {
     ...scope,
     agent: agent.name,
@@ -268,7 +271,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
           human
             ? await askOnce(
                 deps.journal,
-                StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index)),
+                StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index), 'approval'),
                 deps.clock,
                 (options) => human.approve(ask, humanScope, signal, options),
               )
@@ -280,8 +283,8 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
         Promise.all(
           input.calls.map((call, index) => {
             const key = StepJournal.toolKey(request.stepId, input.turn, index);
-            callKeys.set(call.id, StepJournal.humanKey(key));
-            return runOnce(executor, deps, key, call, signal, input.approvals?.[call.id]);
+            callKeys.set(call.id, StepJournal.humanKey(key, 'question'));
+            return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
           }),
         ),
       ),
@@ -325,12 +328,12 @@ async function callModel(
   const key = StepJournal.modelKey(request.stepId, input.turn);
   const journal = deps.journal;
   const recorded = await bestEffort(deps, request, 'read the journaled model reply', () =>
-    journal?.modelReply(key, input.messages.length),
+    journal?.modelReply(key, input.messages),
   );
   if (recorded) return { ...recorded, journaled: true };
   const result = await askModel(agent, request, deps, input, signal);
   await bestEffort(deps, request, 'journal the model reply', () =>
-    journal?.recordModelReply(key, input.messages.length, result, new Date(deps.clock.now())),
+    journal?.recordModelReply(key, input.messages, result, new Date(deps.clock.now())),
   );
   return result;
 }

@@ -1,18 +1,32 @@
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import pRetry from 'p-retry';
-import type { z } from 'zod';
+import { ZodError, type z } from 'zod';
 import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 
 /**
- * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while it fails: long enough
- * to wait out a nats-server restart or a reconnect. For reads and writes that must not be lost to a blip.
+ * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while NATS cannot be reached:
+ * long enough to wait out a nats-server restart or a reconnect. A value that fails its schema, a closed
+ * connection or an abort is not tried again.
  */
-export function throughOutages<T>(op: () => Promise<T>): Promise<T> {
-  return pRetry(op, { retries: 8, minTimeout: 250, maxTimeout: 2_000 });
+export function throughOutages<T>(op: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+  return pRetry(op, {
+    retries: 8,
+    minTimeout: 250,
+    maxTimeout: 2_000,
+    ...(signal ? { signal } : {}),
+    shouldRetry: ({ error }) =>
+      !(error instanceof ZodError) &&
+      !(TransportError.is(error) && error.code === 'closed') &&
+      !isClosed(error),
+  });
 }
+
+const isClosed = (error: unknown): boolean =>
+  error instanceof Error &&
+  (error.name === 'ClosedConnectionError' || error.name === 'DrainingConnectionError');
 
 /** An entry read back with the revision it was stored at. */
 export interface KvEntry<T> {

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+import type { ChatMessage } from '@troupe/llm';
 import { BUCKETS } from '@troupe/protocol';
 import { z } from 'zod';
 import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
@@ -42,6 +44,8 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     kind: z.literal('tool.started'),
     tool: z.string(),
     arguments: z.string(),
+    /** The run of the step that claimed it: finding its own claim (a write retried after a lost reply) is not doubt. */
+    run: z.string(),
     startedAt: z.string(),
   }),
   z.object({
@@ -51,16 +55,16 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     result: ToolResultRecord,
     recordedAt: z.string(),
   }),
-  /** A model's reply to a conversation of `messages` messages. */
+  /** A model's reply to the conversation whose digest is `conversation`. */
   z.object({
     kind: z.literal('model.reply'),
-    messages: z.number().int(),
+    conversation: z.string(),
     reply: ModelReplyRecord,
     recordedAt: z.string(),
   }),
   z.object({
     kind: z.literal('compaction'),
-    messages: z.number().int(),
+    conversation: z.string(),
     summary: z.string(),
     usage: UsageRecord,
     costUsd: z.number(),
@@ -91,7 +95,8 @@ export type ToolCallRecord =
  * | `<stepId>.<turn>.model`              | the model's reply to turn     |
  * | `<stepId>.c<n>`                      | the n-th compaction's summary |
  * | `<stepId>.<turn>.<index>`            | tool call: started, result    |
- * | `<stepId>.<turn>.<index>.human`      | the approval or question id   |
+ * | `<stepId>.<turn>.<index>.approval`   | the approval asked for it     |
+ * | `<stepId>.<turn>.<index>.question`   | the question it asked         |
  */
 export class StepJournal {
   readonly #store: KvStore<typeof JournalEntry>;
@@ -116,66 +121,90 @@ export class StepJournal {
     return `${stepId}.c${n}`;
   }
 
-  /** Where the request a person was asked about a tool call (see {@link toolKey}) is recorded. */
-  static humanKey(toolKey: string): string {
-    return `${toolKey}.human`;
+  /** Where the approval asked for a tool call (see {@link toolKey}), or the question it asked, is recorded. */
+  static humanKey(toolKey: string, kind: 'approval' | 'question'): string {
+    return `${toolKey}.${kind}`;
   }
 
-  /** The reply recorded for this turn, if the conversation it answered had the same length. */
-  async modelReply(key: string, messages: number): Promise<ModelCallResult | undefined> {
+  /** The reply recorded for this turn, if it answered this very conversation. */
+  async modelReply(key: string, messages: readonly ChatMessage[]): Promise<ModelCallResult | undefined> {
     const entry = (await this.#get(key))?.value;
-    return entry?.kind === 'model.reply' && entry.messages === messages ? entry.reply : undefined;
+    return entry?.kind === 'model.reply' && entry.conversation === digest(messages) ? entry.reply : undefined;
   }
 
-  async recordModelReply(key: string, messages: number, reply: ModelCallResult, now: Date): Promise<void> {
+  async recordModelReply(
+    key: string,
+    messages: readonly ChatMessage[],
+    reply: ModelCallResult,
+    now: Date,
+  ): Promise<void> {
     const { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs } = reply;
     await this.#put(key, {
       kind: 'model.reply',
-      messages,
+      conversation: digest(messages),
       reply: { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs },
       recordedAt: now.toISOString(),
     });
   }
 
-  async compaction(key: string, messages: number): Promise<CompactionResult | undefined> {
+  async compaction(key: string, messages: readonly ChatMessage[]): Promise<CompactionResult | undefined> {
     const entry = (await this.#get(key))?.value;
-    return entry?.kind === 'compaction' && entry.messages === messages
+    return entry?.kind === 'compaction' && entry.conversation === digest(messages)
       ? { summary: entry.summary, usage: entry.usage, costUsd: entry.costUsd }
       : undefined;
   }
 
-  async recordCompaction(key: string, messages: number, result: CompactionResult, now: Date): Promise<void> {
+  async recordCompaction(
+    key: string,
+    messages: readonly ChatMessage[],
+    result: CompactionResult,
+    now: Date,
+  ): Promise<void> {
     await this.#put(key, {
       kind: 'compaction',
-      messages,
+      conversation: digest(messages),
       ...result,
       recordedAt: now.toISOString(),
     });
   }
 
   /**
-   * Claims a tool call before it runs. `new`: the caller holds the claim and runs the call. `done`: it ran;
-   * here is its result. `in_doubt`: it was started before and has no result — running it again could repeat
-   * its effect. A record for a different tool or arguments (the step changed) counts as new.
+   * Claims a tool call before it runs, for the run of the step `run` (an id of this attempt). `new`: the caller
+   * holds the claim and runs the call. `done`: it ran; here is its result. `in_doubt`: another run claimed it
+   * and recorded no result — it died mid-call, or runs it now — so running it again could repeat its effect. A
+   * record for a different tool or arguments (the step changed), or one that cannot be read, counts as new.
    */
-  async claimToolCall(key: string, tool: string, args: string, now: Date): Promise<ToolCallRecord> {
-    const started = { kind: 'tool.started' as const, tool, arguments: args, startedAt: now.toISOString() };
-    const existing = (await this.#get(key))?.value;
-    if (existing === undefined) {
-      if ((await this.#create(key, started)) !== undefined) return { state: 'new' };
-      return this.claimToolCall(key, tool, args, now);
+  async claimToolCall(
+    key: string,
+    tool: string,
+    args: string,
+    run: string,
+    now: Date,
+  ): Promise<ToolCallRecord> {
+    const started: JournalEntry = {
+      kind: 'tool.started',
+      tool,
+      arguments: args,
+      run,
+      startedAt: now.toISOString(),
+    };
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const existing = (await this.#get(key))?.value;
+      if (existing === undefined) {
+        if ((await this.#create(key, started)) !== undefined) return { state: 'new' };
+        // Someone wrote the key meanwhile (or it holds what cannot be read): look again.
+        continue;
+      }
+      const same =
+        (existing.kind === 'tool.result' || existing.kind === 'tool.started') &&
+        existing.tool === tool &&
+        existing.arguments === args;
+      if (!same) break;
+      if (existing.kind === 'tool.result') return { state: 'done', result: existing.result };
+      return existing.run === run ? { state: 'new' } : { state: 'in_doubt', startedAt: existing.startedAt };
     }
-    const same =
-      (existing.kind === 'tool.result' || existing.kind === 'tool.started') &&
-      existing.tool === tool &&
-      existing.arguments === args;
-    if (!same) {
-      await this.#put(key, started);
-      return { state: 'new' };
-    }
-    return existing.kind === 'tool.result'
-      ? { state: 'done', result: existing.result }
-      : { state: 'in_doubt', startedAt: existing.startedAt };
+    await this.#put(key, started);
+    return { state: 'new' };
   }
 
   async recordToolResult(key: string, args: string, result: ToolCallResult, now: Date): Promise<void> {
@@ -211,4 +240,9 @@ export class StepJournal {
   #create(key: string, entry: JournalEntry) {
     return throughOutages(() => this.#store.create(key, entry));
   }
+}
+
+/** Identifies a conversation: a recorded reply is replayed only to the conversation it answered. */
+function digest(messages: readonly ChatMessage[]): string {
+  return createHash('sha256').update(JSON.stringify(messages)).digest('base64url');
 }
