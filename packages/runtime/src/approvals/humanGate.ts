@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import {
   ApprovalDecision,
   type DecisionReceipt,
+  type ErrorReply,
   HumanAnswer,
   type HumanRequest,
   subjects,
@@ -223,14 +224,18 @@ export class NatsHumanGate implements HumanGate {
     signal: AbortSignal,
   ): Promise<Outcome<z.infer<S>>> {
     const { bus, store, clock } = this.#o;
-    const earlier = options.id === undefined ? undefined : (await store.get(options.id))?.value;
+    const earlierEntry = options.id === undefined ? undefined : await store.get(options.id);
+    const earlier = earlierEntry?.value;
     let record: HumanRequest;
-    if (earlier) {
+    /** The revision of the pending record: a decision replaces only that, so one decision wins. */
+    let pendingRevision: number;
+    if (earlierEntry && earlier) {
       record = earlier;
       named(record.id);
       const stored = storedValue(record);
       if (stored !== undefined) return decidedFrom(stored, true);
       if (record.status !== 'pending') return { kind: 'expired' };
+      pendingRevision = earlierEntry.revision;
     } else {
       const id = newId(prefix);
       named(id);
@@ -247,7 +252,7 @@ export class NatsHumanGate implements HumanGate {
         expiresAt: new Date(now + this.#timeout(scope)).toISOString(),
       };
       await options.onAsked?.(id);
-      await store.put(id, record);
+      pendingRevision = await store.put(id, record);
     }
     const id = record.id;
     let settle: (outcome: Outcome<z.infer<S>>) => void = () => {};
@@ -255,77 +260,109 @@ export class NatsHumanGate implements HumanGate {
     const subscription = bus.subscribe(
       subjects.approval(scope.taskId, id),
       schema,
-      (delivery) => {
+      async (delivery) => {
         subscription.unsubscribe();
-        delivery.respond({ ok: true, id, outcome: outcomeOf(delivery.value) } satisfies DecisionReceipt);
-        settle(decidedFrom(delivery.value, false));
+        const value = delivery.value;
+        // Stored before it is confirmed: a receipt means the decision outlives this process.
+        const written = await store
+          .update(id, closedRecord(record, decidedFrom(value, false), false, clock.now()), pendingRevision)
+          .catch((error: unknown) => {
+            this.#o.logger.warn(
+              { err: error, id },
+              'cannot record the decision; it applies to this run only',
+            );
+            return 0;
+          });
+        if (written === undefined) {
+          // Decided meanwhile through KV (`troupe approve` while no process listened): that decision stands.
+          delivery.respond({
+            ok: false,
+            error: { code: 'already_decided', message: `${record.kind} ${id} was already decided` },
+          } satisfies ErrorReply);
+          return;
+        }
+        delivery.respond({ ok: true, id, outcome: outcomeOf(value) } satisfies DecisionReceipt);
+        settle(decidedFrom(value, written !== 0));
       },
       {
         reporter: `agent:${scope.pipeline}/${scope.agent}`,
         meta: () => ({ taskId: scope.taskId, from: 'human', to: scope.agent, kind: record.kind }),
       },
     );
-    // A decision recorded in KV (by `troupe approve` while this request had no listener) settles it too.
-    const stopWatching = await store.watch(id, (entry) => {
-      const stored = storedValue(entry.value);
-      if (stored !== undefined) settle(decidedFrom(stored, true));
-    });
-    await bus.flush();
-    // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
-    // getting a receipt for a call that was already denied.
     const expire = () => {
       subscription.unsubscribe();
       settle({ kind: 'expired' });
     };
-    const timer = setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
-    const onAbort = expire;
-    signal.addEventListener('abort', onAbort, { once: true });
-    // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
-    if (signal.aborted) onAbort();
-    else if (!earlier) announce(record.expiresAt);
+    let timer: NodeJS.Timeout | undefined;
+    let stopWatching = () => {};
     try {
+      // A decision recorded in KV (by `troupe approve` while this request had no listener) settles it too.
+      stopWatching = await store.watch(id, (entry) => {
+        const stored = storedValue(entry.value);
+        if (stored !== undefined) settle(decidedFrom(stored, true));
+      });
+      await bus.flush();
+      // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
+      // getting a receipt for a call that was already denied.
+      timer = setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
+      signal.addEventListener('abort', expire, { once: true });
+      // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
+      if (signal.aborted) expire();
+      else if (!earlier) announce(record.expiresAt);
       const outcome = await settled;
-      await this.#close(record, outcome, signal.aborted);
+      await this.#close(record, pendingRevision, outcome, signal.aborted);
       if (signal.aborted) throw new ToolError('cancelled', `${record.kind} ${id} was cancelled`);
       return outcome;
     } finally {
       clearTimeout(timer);
       stopWatching();
-      signal.removeEventListener('abort', onAbort);
+      signal.removeEventListener('abort', expire);
       subscription.unsubscribe();
     }
   }
 
+  /** Records how a request ended, unless its decision is already stored or it is left for the next process. */
   async #close(
     record: HumanRequest,
+    pendingRevision: number,
     outcome: Outcome<{ by?: string | undefined }>,
     aborted: boolean,
   ): Promise<void> {
-    // Already in KV, or left pending for the process that resumes the step.
     if ((outcome.kind === 'decided' && outcome.stored) || (aborted && this.#detached)) return;
-    const decided = outcome.kind === 'decided' ? (outcome.value as Record<string, unknown>) : undefined;
-    const status: HumanRequest['status'] =
-      outcome.kind === 'expired' || aborted
-        ? 'expired'
-        : record.kind === 'question'
-          ? 'answered'
-          : decided?.decision === 'allow'
-            ? 'allowed'
-            : 'denied';
-    const reason = typeof decided?.reason === 'string' ? decided.reason : undefined;
+    // Only a still-pending record is changed: a decision that reached KV first is not overwritten.
     await this.#o.store
-      .put(record.id, {
-        ...record,
-        status,
-        decidedAt: new Date(this.#o.clock.now()).toISOString(),
-        ...(outcome.kind === 'decided' && outcome.by ? { by: outcome.by } : {}),
-        ...(reason === undefined ? {} : { reason }),
-        ...(typeof decided?.answer === 'string' ? { answer: decided.answer } : {}),
-      })
+      .update(record.id, closedRecord(record, outcome, aborted, this.#o.clock.now()), pendingRevision)
       .catch((error: unknown) =>
-        this.#o.logger.warn({ err: error, id: record.id }, 'cannot record the decision'),
+        this.#o.logger.warn({ err: error, id: record.id }, 'cannot record how the request ended'),
       );
   }
+}
+
+/** The record of a request once it ended: decided, answered, or expired (also when cut short). */
+function closedRecord(
+  record: HumanRequest,
+  outcome: Outcome<{ by?: string | undefined }>,
+  aborted: boolean,
+  now: number,
+): HumanRequest {
+  const decided = outcome.kind === 'decided' ? (outcome.value as Record<string, unknown>) : undefined;
+  const status: HumanRequest['status'] =
+    outcome.kind === 'expired' || aborted
+      ? 'expired'
+      : record.kind === 'question'
+        ? 'answered'
+        : decided?.decision === 'allow'
+          ? 'allowed'
+          : 'denied';
+  const reason = typeof decided?.reason === 'string' ? decided.reason : undefined;
+  return {
+    ...record,
+    status,
+    decidedAt: new Date(now).toISOString(),
+    ...(outcome.kind === 'decided' && outcome.by ? { by: outcome.by } : {}),
+    ...(reason === undefined ? {} : { reason }),
+    ...(typeof decided?.answer === 'string' ? { answer: decided.answer } : {}),
+  };
 }
 
 function decidedFrom<T extends { by?: string | undefined }>(value: T, stored: boolean): Outcome<T> {
