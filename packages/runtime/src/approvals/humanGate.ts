@@ -14,7 +14,7 @@ import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
+import type { Delivery, NatsBus } from '../transport/natsBus.ts';
 
 /** Who is asking: the task, the agent and its step. */
 export interface HumanScope extends EventScope {
@@ -257,41 +257,45 @@ export class NatsHumanGate implements HumanGate {
     const id = record.id;
     let settle: (outcome: Outcome<z.infer<S>>) => void = () => {};
     const settled = new Promise<Outcome<z.infer<S>>>((resolve) => (settle = resolve));
+    /** A decision being written: the deadline waits for it, so the agent, the record and the receipt agree. */
+    let deciding: Promise<void> | undefined;
     const subscription = bus.subscribe(
       subjects.approval(scope.taskId, id),
       schema,
-      async (delivery) => {
+      (delivery) => {
         subscription.unsubscribe();
-        const value = delivery.value;
-        // Stored before it is confirmed: a receipt means the decision outlives this process.
-        const written = await store
-          .update(id, closedRecord(record, decidedFrom(value, false), false, clock.now()), pendingRevision)
-          .catch((error: unknown) => {
-            this.#o.logger.warn(
-              { err: error, id },
-              'cannot record the decision; it applies to this run only',
-            );
-            return 0;
-          });
-        if (written === undefined) {
-          // Decided meanwhile through KV (`troupe approve` while no process listened): that decision stands.
-          delivery.respond({
-            ok: false,
-            error: { code: 'already_decided', message: `${record.kind} ${id} was already decided` },
-          } satisfies ErrorReply);
-          return;
-        }
-        delivery.respond({ ok: true, id, outcome: outcomeOf(value) } satisfies DecisionReceipt);
-        settle(decidedFrom(value, written !== 0));
+        deciding = decide(delivery);
+        return deciding;
       },
       {
         reporter: `agent:${scope.pipeline}/${scope.agent}`,
         meta: () => ({ taskId: scope.taskId, from: 'human', to: scope.agent, kind: record.kind }),
       },
     );
+    const decide = async (delivery: Delivery<z.infer<S>>): Promise<void> => {
+      const value = delivery.value;
+      // Stored before it is confirmed: a receipt means the decision outlives this process.
+      const written = await store
+        .update(id, closedRecord(record, decidedFrom(value, false), false, clock.now()), pendingRevision)
+        .catch((error: unknown) => {
+          this.#o.logger.warn({ err: error, id }, 'cannot record the decision; it applies to this run only');
+          return 0;
+        });
+      if (written === undefined) {
+        // Decided meanwhile through KV (`troupe approve` while no process listened): that decision stands.
+        delivery.respond({
+          ok: false,
+          error: { code: 'already_decided', message: `${record.kind} ${id} was already decided` },
+        } satisfies ErrorReply);
+        return;
+      }
+      delivery.respond({ ok: true, id, outcome: outcomeOf(value) } satisfies DecisionReceipt);
+      settle(decidedFrom(value, written !== 0));
+    };
     const expire = () => {
       subscription.unsubscribe();
-      settle({ kind: 'expired' });
+      if (deciding) void deciding.finally(() => settle({ kind: 'expired' }));
+      else settle({ kind: 'expired' });
     };
     let timer: NodeJS.Timeout | undefined;
     let stopWatching = () => {};
