@@ -1,8 +1,15 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createStepRunner } from '@troupe/coordinator';
 import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
-import { AgentStepReply, type AgentStepRequest, StepHeartbeat, type TroupeEvent } from '@troupe/protocol';
+import {
+  AgentStepReply,
+  type AgentStepRequest,
+  StepHeartbeat,
+  subjects,
+  type TroupeEvent,
+} from '@troupe/protocol';
 import {
   type AgentDefinition,
   createLogger,
@@ -336,6 +343,50 @@ describe('steps with heartbeats', () => {
     await bus.flush();
     const error = await send('hb.refuses', 1_000).catch((e: unknown) => e);
     expect(TransportError.is(error, 'misrouted')).toBe(true);
+    sub.unsubscribe();
+  });
+
+  it('sends a step again when its host could not reach the journal', async () => {
+    const subject = subjects.agent('p', 'a');
+    let calls = 0;
+    const sub = bus.connection.subscribe(subject, {
+      callback: (_e, msg) => {
+        calls++;
+        const request = JSON.parse(new TextDecoder().decode(msg.data)) as { stepId: string };
+        msg.respond(
+          JSON.stringify(
+            calls === 1
+              ? {
+                  ...reply(request.stepId),
+                  ok: false,
+                  error: { code: 'journal_unavailable', message: 'NATS away' },
+                }
+              : reply(request.stepId),
+          ),
+        );
+      },
+    });
+    await bus.flush();
+    const runStep = createStepRunner({ bus, clock: { now: () => Date.now() }, heartbeatMs: 1_000 });
+    const output = await runStep(
+      {
+        request: {
+          stepId: 't.s.1',
+          taskId: 't',
+          pipeline: 'p',
+          agent: 'a',
+          step: 's',
+          round: 1,
+          goal: 'g',
+          context: [],
+          expect: 'text',
+        },
+        timeoutMs: 10_000,
+      },
+      new AbortController().signal,
+    );
+    expect(output).toMatchObject({ ok: true, output: 'done' });
+    expect(calls).toBe(2);
     sub.unsubscribe();
   });
 });

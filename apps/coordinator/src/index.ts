@@ -23,6 +23,11 @@ export {
   type WorkerOptions,
 } from './service.ts';
 export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
+export {
+  createStepRunner,
+  DEFAULT_STEP_HEARTBEAT_MS,
+  type StepRunnerOptions,
+} from './workflow/stepRunner.ts';
 export { WorkflowRecord } from './workflow/workflowRecord.ts';
 export type {
   StepRunInput,

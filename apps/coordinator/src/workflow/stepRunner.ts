@@ -77,6 +77,16 @@ export function createStepRunner(options: StepRunnerOptions) {
             meta,
           },
         );
+        if (!reply.ok && reply.error.code === 'journal_unavailable') {
+          // The host could not reach the step journal (NATS trouble): the step goes again once it can.
+          options.logger?.warn(
+            { stepId: request.stepId, agent: request.agent },
+            `step ${request.stepId} stopped: ${reply.error.message}; sending it again`,
+          );
+          takenOver = true;
+          await sleep(Math.min(250 * 2 ** attempt, 2_000), signal);
+          continue;
+        }
         if (reply.ok || reply.error.code !== 'worker_stopped') {
           return { ...reply, durationMs: Math.max(0, clock.now() - started) };
         }

@@ -714,7 +714,8 @@ function askCalls(context: AgentContext): ApprovalAsk[] {
 
 function toolRunnerFailed(context: AgentContext, error: unknown): AgentFailure {
   return {
-    code: 'tool_runner_failed',
+    // The journal being out of reach is the step's circumstance, not its failure: the workflow sends it again.
+    code: errorCode(error) === 'journal_unavailable' ? 'journal_unavailable' : 'tool_runner_failed',
     message: `agent ${context.agent}: the tool runner failed: ${errorMessage(error)}`,
   };
 }

@@ -173,7 +173,9 @@ async function runOnce(
   const journal = deps.journal;
   const now = () => new Date(deps.clock.now());
   const { key, run } = claim;
-  const record = await journal?.claimToolCall(key, call.name, call.arguments, run, now());
+  const record = await unlessUnavailable(() =>
+    journal?.claimToolCall(key, call.name, call.arguments, run, now()),
+  );
   if (record?.state === 'done') {
     const { error, truncated, ...rest } = record.result;
     return {
@@ -201,12 +203,29 @@ async function runOnce(
       error: { code: 'in_doubt', message },
       durationMs: 0,
     };
-    await journal?.recordToolResult(key, call.arguments, result, now());
+    await unlessUnavailable(() => journal?.recordToolResult(key, call.arguments, result, now()));
     return result;
   }
   const result = await executor.execute(call, signal, approval);
-  if (journal && !signal.aborted) await journal.recordToolResult(key, call.arguments, result, now());
+  if (journal && !signal.aborted)
+    await unlessUnavailable(() => journal.recordToolResult(key, call.arguments, result, now()));
   return result;
+}
+
+/**
+ * A journal that cannot be reached (after its retries) must not end the task: the step fails with
+ * `journal_unavailable`, which the workflow answers by sending the step again later; the run that resumes it
+ * finds what was recorded.
+ */
+async function unlessUnavailable<T>(op: () => Promise<T> | undefined): Promise<T | undefined> {
+  try {
+    return await op();
+  } catch (error) {
+    throw Object.assign(new Error(`the step journal cannot be reached: ${(error as Error).message}`), {
+      code: 'journal_unavailable',
+      cause: error,
+    });
+  }
 }
 
 function timeBudgetMessage(request: AgentStepRequest): string {
@@ -456,7 +475,7 @@ async function askOnce<T>(
   ask: (options: HumanRequestOptions) => Promise<T>,
 ): Promise<T> {
   if (!journal || key === undefined) return ask({});
-  const id = await journal.humanRequest(key);
+  const id = await unlessUnavailable(() => journal.humanRequest(key));
   return ask({
     ...(id === undefined ? {} : { id }),
     onAsked: (requestId) => journal.recordHumanRequest(key, requestId, new Date(clock.now())),

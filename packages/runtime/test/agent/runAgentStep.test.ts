@@ -6,6 +6,7 @@ import type { AgentStepRequest, EventKind, EventOf, TroupeEvent } from '@troupe/
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps, taskWorkspace } from '../../src/agent/runAgentStep.ts';
+import type { StepJournal } from '../../src/durable/stepJournal.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
 
@@ -380,5 +381,29 @@ describe('runAgentStep', () => {
     expect(reply).toMatchObject({ ok: false, error: { code: 'unknown_tool' } });
     expect(!reply.ok && reply.error.message).toContain('shell');
     expect(requests).toHaveLength(0);
+  });
+});
+
+describe('runAgentStep: a journal out of reach', () => {
+  it('stops the step with journal_unavailable, for the workflow to send again, and runs no call unrecorded', async () => {
+    const { model } = recordingModel({
+      agents: { coder: [{ toolCalls: [writeCall('notes/hello.md', '# Hi')] }, { content: 'done' }] },
+    });
+    // Replies are best-effort; a tool call must be claimed before it runs, and here it cannot be.
+    const journal = {
+      modelReply: async () => undefined,
+      recordModelReply: async () => {},
+      claimToolCall: async () => {
+        throw new Error('TIMEOUT');
+      },
+    } as unknown as StepJournal;
+    const { deps, root } = await setup({ journal });
+
+    const reply = await runAgentStep(coder(model), request, deps);
+
+    expect(reply).toMatchObject({ ok: false, error: { code: 'journal_unavailable' } });
+    if (reply.ok) throw new Error('expected a failure');
+    expect(reply.error.message).toMatch(/step journal cannot be reached: TIMEOUT/);
+    await expect(access(path.join(root, 'demo', 'task-1', 'notes', 'hello.md'))).rejects.toThrow();
   });
 });
