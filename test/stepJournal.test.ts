@@ -257,6 +257,37 @@ describe('the step journal', () => {
     });
   });
 
+  it('lets the first reply recorded for a turn stand, so two runs of a step go on alike', async () => {
+    const key = StepJournal.modelKey('twice-1.record.1', 1);
+    const conversation = [{ role: 'user' as const, content: 'record one line' }];
+    const reply = (content: string) => ({
+      content,
+      toolCalls: [],
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      costUsd: 0,
+      finishReason: 'stop',
+      provider: 'scripted',
+      model: 'scripted',
+      durationMs: 1,
+    });
+    const now = new Date();
+    expect(await journal.recordModelReply(key, conversation, reply('first'), now)).toMatchObject({
+      content: 'first',
+    });
+    // A second run asked the same turn meanwhile and got another answer: it takes the recorded one.
+    expect(await journal.recordModelReply(key, conversation, reply('second'), now)).toMatchObject({
+      content: 'first',
+      journaled: true,
+    });
+    // A different conversation at that turn (the step changed) replaces it.
+    const changed = [{ role: 'user' as const, content: 'record two lines' }];
+    expect(await journal.recordModelReply(key, changed, reply('third'), now)).toMatchObject({
+      content: 'third',
+    });
+    expect(await journal.modelReply(key, changed)).toMatchObject({ content: 'third' });
+    expect(await journal.modelReply(key, conversation)).toBeUndefined();
+  });
+
   it('takes a claim it finds from its own run as its own (a write retried after its reply was lost)', async () => {
     const key = StepJournal.toolKey('own-1.record.1', 1, 0);
     const now = new Date();

@@ -351,10 +351,10 @@ async function callModel(
   );
   if (recorded) return { ...recorded, journaled: true };
   const result = await askModel(agent, request, deps, input, signal);
-  await bestEffort(deps, request, 'journal the model reply', () =>
+  const standing = await bestEffort(deps, request, 'journal the model reply', () =>
     journal?.recordModelReply(key, input.messages, result, new Date(deps.clock.now())),
   );
-  return result;
+  return standing ?? result;
 }
 
 /**

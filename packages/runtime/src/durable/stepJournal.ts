@@ -132,19 +132,30 @@ export class StepJournal {
     return entry?.kind === 'model.reply' && entry.conversation === digest(messages) ? entry.reply : undefined;
   }
 
+  /**
+   * Records a model's reply to this turn and returns the reply that stands: this one, or — when another run
+   * of the step (one that was thought dead) recorded its reply to the same conversation first — that one, so
+   * both runs go on from the same reply and make the same tool calls, which the claims then keep single.
+   */
   async recordModelReply(
     key: string,
     messages: readonly ChatMessage[],
     reply: ModelCallResult,
     now: Date,
-  ): Promise<void> {
+  ): Promise<ModelCallResult> {
     const { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs } = reply;
-    await this.#put(key, {
+    const entry: JournalEntry = {
       kind: 'model.reply',
       conversation: digest(messages),
       reply: { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs },
       recordedAt: now.toISOString(),
-    });
+    };
+    if ((await this.#create(key, entry)) !== undefined) return reply;
+    const first = await this.modelReply(key, messages);
+    if (first) return { ...first, journaled: true };
+    // What is there answered another conversation (the step changed): this reply replaces it.
+    await this.#put(key, entry);
+    return reply;
   }
 
   async compaction(key: string, messages: readonly ChatMessage[]): Promise<CompactionResult | undefined> {
