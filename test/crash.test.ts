@@ -8,7 +8,7 @@ import { FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/proto
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { fixturePath, ofKind } from './support/harness.ts';
+import { fixturePath, ofKind, waiter } from './support/harness.ts';
 
 /**
  * Real processes killed with SIGKILL: no shutdown code runs, nothing is handed back. Tasks must still end
@@ -21,7 +21,7 @@ describe('kill -9', () => {
   let home: string;
   const events: TroupeEvent[] = [];
   const processes: CliProcess[] = [];
-  const waiters = new Set<() => void>();
+  const { notify, waitFor: until } = waiter();
 
   beforeAll(async () => {
     nats = await startTestNats();
@@ -29,7 +29,7 @@ describe('kill -9', () => {
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
         events.push(TroupeEvent.parse(msg.json()));
-        for (const waiter of waiters) waiter();
+        notify();
       },
     });
     await client.flush();
@@ -42,23 +42,6 @@ describe('kill -9', () => {
     await client?.close();
     await nats?.stop();
   });
-
-  const until = <T>(find: () => T | undefined, what: string, timeoutMs = 60_000): Promise<T> =>
-    new Promise((resolve, reject) => {
-      const check = () => {
-        const found = find();
-        if (found === undefined) return;
-        waiters.delete(check);
-        clearTimeout(timer);
-        resolve(found);
-      };
-      const timer = setTimeout(() => {
-        waiters.delete(check);
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
-      }, timeoutMs);
-      waiters.add(check);
-      check();
-    });
 
   const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
   const finalsOf = (taskId: string) => eventsOf(taskId).filter((e) => FINAL_EVENT_KINDS.includes(e.kind));

@@ -73,10 +73,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];
   const invalid: InvalidMessageEvent[] = [];
-  const listeners = new Set<() => void>();
-  const notify = () => {
-    for (const listener of listeners) listener();
-  };
+  const { notify, waitFor } = waiter();
   client.subscribe(subjects.allTaskEvents, {
     callback: (_error, msg) => {
       events.push(TroupeEvent.parse(msg.json()));
@@ -90,23 +87,6 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     },
   });
   await client.flush();
-
-  const waitFor = <T>(find: () => T | undefined, what: string, timeoutMs: number): Promise<T> =>
-    new Promise((resolve, reject) => {
-      const check = () => {
-        const found = find();
-        if (found === undefined) return;
-        listeners.delete(check);
-        clearTimeout(timer);
-        resolve(found);
-      };
-      const timer = setTimeout(() => {
-        listeners.delete(check);
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
-      }, timeoutMs);
-      listeners.add(check);
-      check();
-    });
 
   const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
   return {
@@ -185,6 +165,36 @@ export async function startSecondCoordinator(
     async stop() {
       await coordinator.stop();
       await bus.close();
+    },
+  };
+}
+
+/**
+ * Waiting for something the test hears about: `notify()` on every new message, `waitFor(find)` resolves with
+ * what `find` returns once it returns something, or rejects after `timeoutMs` naming `what`.
+ */
+export function waiter() {
+  const listeners = new Set<() => void>();
+  return {
+    notify() {
+      for (const listener of listeners) listener();
+    },
+    waitFor<T>(find: () => T | undefined, what: string, timeoutMs = 60_000): Promise<T> {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          const found = find();
+          if (found === undefined) return;
+          listeners.delete(check);
+          clearTimeout(timer);
+          resolve(found);
+        };
+        const timer = setTimeout(() => {
+          listeners.delete(check);
+          reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
+        }, timeoutMs);
+        listeners.add(check);
+        check();
+      });
     },
   };
 }

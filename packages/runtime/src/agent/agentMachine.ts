@@ -140,6 +140,19 @@ export type AgentEmitted =
   | { type: 'tool.call'; callId: string; tool: string; arguments: string }
   | ({ type: 'tool.result' } & ToolRunResult);
 
+/** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
+const stopWhenBudgetSpent = {
+  guard: not('budgetLeft'),
+  target: 'failed',
+  actions: {
+    type: 'fail',
+    params: ({ context }: { context: AgentContext }) => ({
+      code: 'budget_exceeded',
+      message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
+    }),
+  },
+} as const;
+
 /** A verdict is repaired at most this often before the step fails. */
 const MAX_REPAIRS = 1;
 
@@ -270,17 +283,7 @@ export const agentMachine = setup({
   states: {
     deciding: {
       always: [
-        {
-          guard: not('budgetLeft'),
-          target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ context }) => ({
-              code: 'budget_exceeded',
-              message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
-            }),
-          },
-        },
+        stopWhenBudgetSpent,
         { guard: and(['turnsLeft', 'overContext']), target: 'compacting' },
         { guard: 'turnsLeft', target: 'thinking' },
         {
@@ -338,20 +341,7 @@ export const agentMachine = setup({
     },
     /** The summary was a model call too: the budget is checked again before the next one. */
     compacted: {
-      always: [
-        {
-          guard: not('budgetLeft'),
-          target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ context }) => ({
-              code: 'budget_exceeded',
-              message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
-            }),
-          },
-        },
-        { target: 'thinking' },
-      ],
+      always: [stopWhenBudgetSpent, { target: 'thinking' }],
     },
     thinking: {
       entry: [
