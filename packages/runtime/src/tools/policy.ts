@@ -107,10 +107,14 @@ function ruleMatches(rule: PermissionRule, call: CallScope): boolean {
   return true;
 }
 
+const ROOT_GLOBS = new Set(['.', '**', '**/*', './**']);
+
 function pathsMatch(globs: readonly string[], paths: readonly string[], parts: 'every' | 'some'): boolean {
   if (paths.length === 0 || globs.length === 0) return false;
   const isMatch = picomatch([...globs], { dot: true });
-  return paths[parts]((p) => isMatch(p));
+  // The workspace itself (`.`, e.g. list_files with no path) is covered by the globs that cover all of it.
+  const coversRoot = globs.some((glob) => ROOT_GLOBS.has(glob));
+  return paths[parts]((p) => (p === '.' ? coversRoot : isMatch(p)));
 }
 
 function commandMatches(
@@ -122,17 +126,31 @@ function commandMatches(
   const segments = commandSegments(command);
   if (segments.length === 0) return false;
   const normalized = prefixes.map(collapseSpaces).filter((prefix) => prefix !== '');
-  return segments[parts]((segment) =>
-    normalized.some((prefix) => segment === prefix || segment.startsWith(`${prefix} `)),
-  );
+  const matches = (segment: string) =>
+    normalized.some((prefix) => segment === prefix || segment.startsWith(`${prefix} `));
+  // A restricting rule also sees through leading variable assignments (`FOO=1 rm` is `rm`); an allow rule
+  // does not, since an assignment (`LD_PRELOAD=…`, `NODE_OPTIONS=…`) can change what an allowed command does.
+  return parts === 'every'
+    ? segments.every(matches)
+    : segments.some((segment) => matches(segment) || matches(withoutAssignments(segment)));
 }
 
-/** Splits a shell command at its control operators (`;`, `&&`, `||`, `|`, `&`, newlines, `$(`, backticks). */
+/**
+ * Splits a shell command at its control operators (`;`, `&&`, `||`, `|`, `&`, newlines, `$(`, backticks).
+ * Redirections that duplicate or merge streams (`2>&1`, `>&2`, `&>`, `&>>`) are not operators: they go first.
+ */
 function commandSegments(command: string): string[] {
   return command
+    .replace(/\d*[<>]&(\d+|-)?/g, ' ')
+    .replace(/&>>?/g, '>')
     .split(/&&|\|\||\$\(|[;&|\n`()]/)
     .map(collapseSpaces)
     .filter((segment) => segment !== '');
+}
+
+/** The segment without the `NAME=value` words in front of its command. */
+function withoutAssignments(segment: string): string {
+  return segment.replace(/^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+/, '');
 }
 
 function collapseSpaces(text: string): string {

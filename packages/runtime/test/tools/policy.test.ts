@@ -160,6 +160,15 @@ describe('evaluatePolicy: path scopes', () => {
     expect(decide(policy, 'write_file', { path: 'src\\app.ts' })).toBe('deny');
   });
 
+  it('covers the workspace itself only with a glob that covers all of it', () => {
+    const everything = policyOf({ tool: 'read_file', decision: 'allow', paths: ['**'] });
+    expect(decide(everything, 'read_file', { path: '.' })).toBe('allow');
+    expect(decide(everything, 'read_file', { path: './' })).toBe('allow');
+    expect(decide(everything, 'read_file', { path: 'src/..' })).toBe('allow');
+    const someOfIt = policyOf({ tool: 'read_file', decision: 'allow', paths: ['src/**', '*'] });
+    expect(decide(someOfIt, 'read_file', { path: '.' })).toBe('deny');
+  });
+
   it('does not match a call without a path argument', () => {
     expect(decide(policyOf({ tool: 'read_file', decision: 'allow', paths: ['**'] }), 'read_file', {})).toBe(
       'deny',
@@ -226,6 +235,23 @@ describe('evaluatePolicy: command scopes', () => {
     expect(decide(policy, 'run_command', { command: 'ls | rm' })).toBe('deny');
     expect(decide(policy, 'run_command', { command: 'rmdir build' })).toBe('allow');
     expect(decide(policy, 'run_command', { command: 'make && git push origin' })).toBe('ask');
+    // Variable assignments in front do not hide a denied command.
+    expect(decide(policy, 'run_command', { command: 'FOO=1 rm -rf build' })).toBe('deny');
+    expect(decide(policy, 'run_command', { command: 'ls && A=1 B=x git push' })).toBe('ask');
+  });
+
+  it('reads stream redirections as part of the command, not as operators', () => {
+    expect(decide(allowTests, 'run_command', { command: 'npm test 2>&1' })).toBe('allow');
+    expect(decide(allowTests, 'run_command', { command: 'npm test >&2' })).toBe('allow');
+    expect(decide(allowTests, 'run_command', { command: 'npm test &> test.log' })).toBe('allow');
+    expect(decide(allowTests, 'run_command', { command: 'npm test 2>&1 | tee log' })).toBe('deny');
+    expect(decide(allowTests, 'run_command', { command: 'npm test & rm -rf /' })).toBe('deny');
+  });
+
+  it('does not let an assignment in front pass an allow rule', () => {
+    expect(decide(allowTests, 'run_command', { command: 'NODE_OPTIONS=--require=./x.js npm test' })).toBe(
+      'deny',
+    );
   });
 });
 
