@@ -5,6 +5,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import picomatch from 'picomatch';
 import { z } from 'zod';
+import { RegexWorker } from './regexWorker.ts';
 import { defineTool, type Tool } from './tool.ts';
 import { ToolError } from './toolError.ts';
 import { resolveInWorkspace } from './workspace.ts';
@@ -310,7 +311,7 @@ export const searchFilesTool = defineTool({
     });
     const root = await realpath(ctx.workspace);
     const search: Search = {
-      regex,
+      matcher: new RegexWorker(regex, SEARCH_BUDGET_MS, ctx.signal),
       root,
       base: start,
       matchesGlob: globMatcher(glob),
@@ -319,8 +320,12 @@ export const searchFilesTool = defineTool({
       capped: false,
       signal: ctx.signal,
     };
-    if ((await stat(start)).isDirectory()) await searchDir(start, search);
-    else await searchFile(start, search);
+    try {
+      if ((await stat(start)).isDirectory()) await searchDir(start, search);
+      else await searchFile(start, search);
+    } finally {
+      await search.matcher.close();
+    }
     if (search.hits.length === 0) {
       const filter = glob === undefined ? '' : ` matching ${glob}`;
       return `no matches for /${pattern}/ in ${requested}${filter}`;
@@ -332,8 +337,12 @@ export const searchFilesTool = defineTool({
   },
 });
 
+/** How long one search may spend matching, in all: a pattern that backtracks badly fails, it does not hang. */
+const SEARCH_BUDGET_MS = 20_000;
+
 interface Search {
-  regex: RegExp;
+  /** Runs the pattern off the event loop. */
+  matcher: RegexWorker;
   root: string;
   /** The directory searched; globs match paths relative to it. */
   base: string;
@@ -391,12 +400,14 @@ async function searchFile(file: string, search: Search): Promise<void> {
   const lines = bytes.toString('utf8').split(/\r?\n/);
   // A final newline ends the last line; it does not start an empty one.
   if (lines.at(-1) === '') lines.pop();
-  for (const [index, line] of lines.entries()) {
-    if (!search.regex.test(line)) continue;
+  // One more than fits, to know whether the results were capped.
+  const matching = await search.matcher.match(lines, search.maxResults - search.hits.length + 1);
+  for (const index of matching) {
     if (search.hits.length === search.maxResults) {
       search.capped = true;
       return;
     }
+    const line = lines[index] ?? '';
     const shown = line.length > maxShownLineChars ? `${line.slice(0, maxShownLineChars)}…` : line;
     search.hits.push(`${shownPath}:${index + 1}: ${shown}`);
   }

@@ -114,4 +114,19 @@ describe('search_files', () => {
     );
     expect((await failure(call(searchFilesTool, ws, { pattern: 'x', path: 'nope' }))).code).toBe('not_found');
   });
+
+  it('matches off the event loop: a pattern that backtracks catastrophically is stopped, not waited for', async () => {
+    const ws = await workspaceWith({ 'slow.txt': `${'a'.repeat(40)}!\n` });
+    const stop = new AbortController();
+    setTimeout(() => stop.abort(), 300);
+    let ticks = 0;
+    const ticking = setInterval(() => ticks++, 20);
+    const started = Date.now();
+    const error = await failure(call(searchFilesTool, ws, { pattern: '^(a+)+$' }, { signal: stop.signal }));
+    clearInterval(ticking);
+    expect(error.code).toBe('cancelled');
+    expect(Date.now() - started).toBeLessThan(5_000);
+    // The event loop went on while the pattern ran: run inline, it would have blocked for minutes.
+    expect(ticks).toBeGreaterThan(5);
+  });
 });
