@@ -235,8 +235,18 @@ describe('kill -9', () => {
     // The workflow noticed the silence and sent the dead worker's steps on; nothing waited for a step timeout.
     expect(coordinator.output()).toMatch(/went silent; sending the step to another worker/);
     const { inDoubt, effected } = expectExactlyOnce(ids);
-    // The dead worker's cut-short calls were taken over in doubt, not run again.
-    expect(inDoubt).toBeGreaterThanOrEqual(cutShort.length);
+    // The dead worker's cut-short calls were taken over without running again: in doubt, or (when the kill came
+    // just after the result was recorded) replayed from the journal.
+    for (const id of cutShort) {
+      const takenOver = ofKind(eventsOf(id), 'tool.result').some(
+        (r) => r.data.error?.code === 'in_doubt' || r.data.journaled === true,
+      );
+      expect(
+        takenOver,
+        `${id}: ${JSON.stringify(ofKind(eventsOf(id), 'tool.result').map((r) => r.data))}`,
+      ).toBe(true);
+    }
+    expect(inDoubt).toBeGreaterThan(0);
     const replayed = events.filter(
       (e) => ids.includes(e.taskId) && e.kind === 'llm.response' && e.data.journaled === true,
     ).length;
@@ -274,4 +284,38 @@ describe('kill -9', () => {
     expect(letter?.header?.get('Troupe-Reason')).toContain('delivered 2 times without finishing');
     expect(JSON.parse(new TextDecoder().decode(letter?.data))).toMatchObject({ id: 'poison-1' });
   }, 120_000);
+
+  it("stops a worker's step once the coordinator waiting for it is gone, and runs it again for the next", async () => {
+    home = await mkdtemp(join(tmpdir(), 'troupe-crash-'));
+    const workflows = () =>
+      start([
+        'up',
+        fixturePath('lingering.yaml'),
+        '--no-agents',
+        '--ack-wait',
+        '2',
+        '--step-heartbeat',
+        '0.5',
+      ]);
+    let coordinator = workflows();
+    await coordinator.waitFor(/troupe is up/);
+    const worker = start(['worker', fixturePath('lingering.yaml')]);
+    await worker.waitFor(/serving/);
+    await submit('lingering', 'orphan-1');
+    await until(
+      () => (ofKind(eventsOf('orphan-1'), 'llm.request').length > 0 ? true : undefined),
+      'the model call',
+    );
+    await kill(coordinator);
+    // Nobody listens for the step's reply now: the worker stops it instead of finishing it for nobody.
+    await worker.waitFor(/nobody waits for step orphan-1\.think\.1 any more/, 15_000);
+    coordinator = workflows();
+    const final = await until(() => finalsOf('orphan-1')[0], 'the task to end');
+    expect(final.kind).toBe('task.completed');
+    // The stopped run's model call never answered; the next run asked again and got the only reply.
+    expect(ofKind(eventsOf('orphan-1'), 'llm.request')).toHaveLength(2);
+    expect(ofKind(eventsOf('orphan-1'), 'llm.response').map((r) => r.data.journaled ?? false)).toEqual([
+      false,
+    ]);
+  }, 90_000);
 });

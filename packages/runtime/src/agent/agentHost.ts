@@ -14,12 +14,27 @@ import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
-import type { BusSubscription, NatsBus } from '../transport/natsBus.ts';
+import type { BusSubscription, Delivery, NatsBus } from '../transport/natsBus.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { failedReply, runAgentStep } from './runAgentStep.ts';
 
 /** How many recent step replies a host keeps for resends. */
 const RECENT_REPLIES = 1_000;
+/** Heartbeats in a row with nobody waiting after which a step is stopped (a resend may still join before). */
+const ORPHANED_AFTER = 3;
+
+/** A step running on this host, and who waits for its reply. */
+interface StepRun {
+  request: AgentStepRequest;
+  abort: AbortController;
+  /** The deliveries of this step (the first, and resends that joined it) whose requesters still listen. */
+  requesters: Set<Delivery<AgentStepRequest>>;
+  /** When a requester was last known to listen. */
+  lastWaitedFor: number;
+  /** Stopped because nobody waited for it any more. */
+  orphaned: boolean;
+  done: Promise<void>;
+}
 
 export interface AgentHostOptions {
   bus: NatsBus;
@@ -54,10 +69,9 @@ export interface AgentHost {
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger } = options;
   const events = new EventFactory(options.clock ?? systemClock, options.ids ?? randomId);
-  const running = new Map<string, { taskId: string; abort: AbortController; done: Promise<void> }>();
+  /** Steps running here, by step id. */
+  const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
-  /** The reply each step running here will give, by step id. */
-  const replies = new Map<string, Promise<AgentStepReply>>();
   /** Replies of steps that ended here lately, for a resend whose first reply was lost; oldest first. */
   const finished = new Map<string, Promise<AgentStepReply>>();
   const remember = (stepId: string, reply: Promise<AgentStepReply>) => {
@@ -65,6 +79,34 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     if (finished.size > RECENT_REPLIES) finished.delete(finished.keys().next().value as string);
   };
   let stopping = false;
+
+  /**
+   * Tells each requester the step is alive; drops those whose inbox is gone (their workflow died, or sent the
+   * step elsewhere). A run nobody has waited for during {@link ORPHANED_AFTER} heartbeats is stopped: its
+   * journal keeps what it did, for the run that gets the step next.
+   */
+  const beat = (run: StepRun, heartbeatMs: number) => {
+    const { stepId, taskId } = run.request;
+    const heartbeat: StepHeartbeat = { stepId, heartbeat: true };
+    for (const requester of run.requesters) {
+      if (requester.reply === undefined) continue;
+      void bus
+        .stillListening(requester.reply, heartbeat, heartbeatMs, { taskId, kind: 'step.heartbeat' })
+        .then((listening) => {
+          if (!listening) run.requesters.delete(requester);
+        });
+    }
+    const clock = options.clock ?? systemClock;
+    if (run.requesters.size > 0) run.lastWaitedFor = clock.now();
+    else if (clock.now() - run.lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !run.orphaned) {
+      run.orphaned = true;
+      logger.warn(
+        { stepId, taskId },
+        `nobody waits for step ${stepId} any more (its workflow died or sent it elsewhere); stopping it here`,
+      );
+      run.abort.abort();
+    }
+  };
 
   for (const agent of options.agents) {
     const subject = subjects.agent(pipeline, agent.name);
@@ -83,25 +125,20 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           );
           return;
         }
-        // While the step runs, the requester hears from this host (if it asked to), so it can tell a long step
-        // from a dead worker.
-        const heartbeat = () =>
-          delivery.respond({ stepId: request.stepId, heartbeat: true } satisfies StepHeartbeat, {
-            quiet: true,
-          });
-        const beat =
-          request.heartbeatMs === undefined ? undefined : setInterval(heartbeat, request.heartbeatMs);
-        // The first at once: the requester learns that a host took the step before its first interval ends.
-        if (beat) heartbeat();
         // The same step sent again (its first reply was lost to a reconnect) joins the run already going here,
         // or gets the reply that run gave, rather than running twice.
-        const underway = replies.get(request.stepId) ?? finished.get(request.stepId);
-        if (underway) {
-          void underway.then((reply) => delivery.respond(reply)).finally(() => clearInterval(beat));
+        const underway = runs.get(request.stepId);
+        if (underway && !underway.orphaned) {
+          underway.requesters.add(delivery);
+          if (request.heartbeatMs !== undefined) beat(underway, request.heartbeatMs);
+          return;
+        }
+        const recent = finished.get(request.stepId);
+        if (recent) {
+          void recent.then((reply) => delivery.respond(reply));
           return;
         }
         const abort = new AbortController();
-        const key = `${request.stepId}#${options.ids?.() ?? randomId()}`;
         const reply = runAgentStep(agent, request, {
           registry: options.registry,
           workspaceRoot: options.workspaceRoot,
@@ -136,16 +173,31 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
               `agent ${agent.name} crashed: ${(error as Error).message}`,
             );
           });
-        replies.set(request.stepId, reply);
-        const done = reply
-          .then((result) => delivery.respond(result))
+        const run: StepRun = {
+          request,
+          abort,
+          requesters: new Set([delivery]),
+          lastWaitedFor: (options.clock ?? systemClock).now(),
+          orphaned: false,
+          done: Promise.resolve(),
+        };
+        // While the step runs, its requesters hear from this host (if they asked to), so they can tell a long
+        // step from a dead worker; the first heartbeat goes at once.
+        const heartbeatMs = request.heartbeatMs;
+        const beating =
+          heartbeatMs === undefined ? undefined : setInterval(() => beat(run, heartbeatMs), heartbeatMs);
+        if (heartbeatMs !== undefined) beat(run, heartbeatMs);
+        run.done = reply
+          .then((result) => {
+            for (const requester of run.requesters) requester.respond(result);
+          })
           .finally(() => {
-            clearInterval(beat);
-            running.delete(key);
-            replies.delete(request.stepId);
-            remember(request.stepId, reply);
+            clearInterval(beating);
+            if (runs.get(request.stepId) === run) runs.delete(request.stepId);
+            // A run stopped for want of a requester did not end the step: the next request runs it again.
+            if (!run.orphaned) remember(request.stepId, reply);
           });
-        running.set(key, { taskId: request.taskId, abort, done });
+        runs.set(request.stepId, run);
       },
       {
         queue: `troupe-${pipeline}-${agent.name}`,
@@ -166,20 +218,20 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     bus.subscribeText(subjects.allControl, (delivery) => {
       if (!parseMessage(ControlMessage, delivery.value).ok) return;
       const taskId = delivery.subject.slice(subjects.control('').length);
-      for (const step of running.values()) if (step.taskId === taskId) step.abort.abort();
+      for (const run of runs.values()) if (run.request.taskId === taskId) run.abort.abort();
     }),
   );
   logger.info({ pipeline, agents: options.agents.map((a) => a.name) }, 'agent host started');
 
   return {
     get inFlight() {
-      return running.size;
+      return runs.size;
     },
     async stop() {
       stopping = true;
       for (const subscription of subscriptions) subscription.unsubscribe();
-      for (const step of running.values()) step.abort.abort();
-      await Promise.allSettled([...running.values()].map((step) => step.done));
+      for (const run of runs.values()) run.abort.abort();
+      await Promise.allSettled([...runs.values()].map((run) => run.done));
     },
   };
 }

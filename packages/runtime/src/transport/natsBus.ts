@@ -55,11 +55,8 @@ export interface Delivery<T> {
   /** Where the sender waits for an answer, when it asked for one. */
   reply?: string;
   headers?: Record<string, string>;
-  /**
-   * Answers the sender with a JSON payload; does nothing when no reply was asked for. `quiet` logs the message
-   * line at trace level, for frequent progress messages such as step heartbeats.
-   */
-  respond(payload: unknown, options?: { quiet?: boolean }): void;
+  /** Answers the sender with a JSON payload; does nothing when no reply was asked for. */
+  respond(payload: unknown): void;
 }
 
 export interface BusSubscription {
@@ -320,6 +317,27 @@ export class NatsBus {
     throw new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`);
   }
 
+  /**
+   * Sends a progress message (a step heartbeat) to a subject someone is expected to listen on, such as a
+   * requester's reply inbox, and resolves false when the server says nobody listens there any more. Nobody
+   * answers such messages: a timeout means a listener got it; a lost connection counts as "still there".
+   * Logged at trace level, being frequent.
+   */
+  async stillListening(
+    subject: string,
+    payload: unknown,
+    timeoutMs: number,
+    meta?: MessageMeta,
+  ): Promise<boolean> {
+    logMessage(this.logger, 'trace', 'out', subject, meta ?? metaFromSubject(subject));
+    try {
+      await this.connection.request(subject, JSON.stringify(payload), { timeout: timeoutMs });
+    } catch (error) {
+      return !(error instanceof RequestError && error.isNoResponders());
+    }
+    return true;
+  }
+
   /** Resolves once the server has seen everything published so far. */
   flush(): Promise<void> {
     return this.connection.flush();
@@ -392,7 +410,7 @@ export class NatsBus {
     const delivery: Delivery<z.infer<S>> = {
       subject: msg.subject,
       value: parsed.value,
-      respond: (payload, options) => this.#respond(msg, payload, meta, options?.quiet === true),
+      respond: (payload) => this.#respond(msg, payload, meta),
     };
     const reply = replyOf(msg);
     if (reply !== undefined) delivery.reply = reply;
@@ -457,7 +475,7 @@ export class NatsBus {
   }
 
   // A failed reply is the requester's timeout to handle; it must not take down the handler's caller.
-  #respond(msg: Msg, payload: unknown, meta: MessageMeta, quiet = false): void {
+  #respond(msg: Msg, payload: unknown, meta: MessageMeta): void {
     const reply = replyOf(msg);
     if (reply === undefined) {
       this.logger.debug(
@@ -467,10 +485,7 @@ export class NatsBus {
       return;
     }
     try {
-      if (quiet) {
-        this.connection.publish(reply, JSON.stringify(payload));
-        logMessage(this.logger, 'trace', 'out', reply, meta);
-      } else this.publish(reply, payload, meta);
+      this.publish(reply, payload, meta);
     } catch (error) {
       this.logger.warn(
         { err: error, subject: msg.subject },
