@@ -137,12 +137,12 @@ function commandMatches(
 
 /**
  * Splits a shell command at its control operators (`;`, `&&`, `||`, `|`, `&`, newlines, `$(`, backticks).
- * Redirections that duplicate or merge streams (`2>&1`, `>&2`, `&>`, `&>>`) are not operators: they go first.
+ * Redirections that duplicate or close a descriptor (`2>&1`, `>&2`, `<&3`, `>&-`) are not operators: they go
+ * first. `&>` is not one of them: `/bin/sh` (dash) reads `a &> f b` as `a &` and `> f b`, which runs `b`.
  */
 function commandSegments(command: string): string[] {
   return command
-    .replace(/\d*[<>]&(\d+|-)?/g, ' ')
-    .replace(/&>>?/g, '>')
+    .replace(/\d*[<>]&(?:\d+|-)(?=[\s;&|)]|$)/g, ' ')
     .split(/&&|\|\||\$\(|[;&|\n`()]/)
     .map(collapseSpaces)
     .filter((segment) => segment !== '');

