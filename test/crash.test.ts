@@ -3,8 +3,9 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
@@ -287,35 +288,47 @@ describe('kill -9', () => {
 
   it("stops a worker's step once the coordinator waiting for it is gone, and runs it again for the next", async () => {
     home = await mkdtemp(join(tmpdir(), 'troupe-crash-'));
+    const files = [fixturePath('lingering.yaml'), fixturePath('crashgate.yaml')];
     const workflows = () =>
-      start([
-        'up',
-        fixturePath('lingering.yaml'),
-        '--no-agents',
-        '--ack-wait',
-        '2',
-        '--step-heartbeat',
-        '0.5',
-      ]);
+      start(['up', ...files, '--no-agents', '--ack-wait', '2', '--step-heartbeat', '0.5']);
     let coordinator = workflows();
     await coordinator.waitFor(/troupe is up/);
-    const worker = start(['worker', fixturePath('lingering.yaml')]);
+    const worker = start(['worker', ...files]);
     await worker.waitFor(/serving/);
     await submit('lingering', 'orphan-1');
+    await submit('crashgate', 'orphan-gate');
+    const asked = await until(() => ofKind(eventsOf('orphan-gate'), 'approval.requested')[0], 'the approval');
     await until(
       () => (ofKind(eventsOf('orphan-1'), 'llm.request').length > 0 ? true : undefined),
       'the model call',
     );
     await kill(coordinator);
-    // Nobody listens for the step's reply now: the worker stops it instead of finishing it for nobody.
-    await worker.waitFor(/nobody waits for step orphan-1\.think\.1 any more/, 15_000);
+    // Nobody listens for the steps' replies now: the worker stops them instead of finishing them for nobody.
+    await worker.waitFor(/nobody waits for step orphan-1\.think\.1 any more/, 20_000);
+    await worker.waitFor(/nobody waits for step orphan-gate\.release\.1 any more/, 20_000);
+    // The stopped step's approval stays pending for the run that gets the step next.
+    const approvals = await new Kvm(client).open(BUCKETS.approvals);
+    expect((await approvals.get(asked.data.approvalId))?.json<{ status: string }>().status).toBe('pending');
+
     coordinator = workflows();
-    const final = await until(() => finalsOf('orphan-1')[0], 'the task to end');
-    expect(final.kind).toBe('task.completed');
+    await until(
+      () => (eventsOf('orphan-gate').some((e) => e.kind === 'task.resumed') ? true : undefined),
+      'resumed',
+    );
+    await troupe(['approve', asked.data.approvalId, '--server', nats.url]);
+    for (const id of ['orphan-1', 'orphan-gate']) {
+      const final = await until(() => finalsOf(id)[0], `${id} to end`);
+      expect(final.kind).toBe('task.completed');
+    }
     // The stopped run's model call never answered; the next run asked again and got the only reply.
     expect(ofKind(eventsOf('orphan-1'), 'llm.request')).toHaveLength(2);
     expect(ofKind(eventsOf('orphan-1'), 'llm.response').map((r) => r.data.journaled ?? false)).toEqual([
       false,
+    ]);
+    // The approval was asked once and decided once, for the run that went on.
+    expect(ofKind(eventsOf('orphan-gate'), 'approval.requested')).toHaveLength(1);
+    expect(ofKind(eventsOf('orphan-gate'), 'approval.decided').map((d) => d.data.decision)).toEqual([
+      'allow',
     ]);
   }, 90_000);
 });

@@ -21,6 +21,7 @@ import {
   runAgentStep,
   type StepDeps,
   StepJournal,
+  startAgentHost,
   ToolRegistry,
   TransportError,
 } from '@troupe/runtime';
@@ -286,6 +287,48 @@ describe('the step journal', () => {
     });
     expect(await journal.modelReply(key, changed)).toMatchObject({ content: 'third' });
     expect(await journal.modelReply(key, conversation)).toBeUndefined();
+  });
+
+  it('runs a step again on the same host after its journal was out of reach, instead of replaying the failure', async () => {
+    runs.append = 0;
+    // The journal fails one claim, as during a long outage; every other operation goes through.
+    let failures = 1;
+    const flaky = new Proxy(journal, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target);
+        if (property === 'claimToolCall' && failures > 0) {
+          return async () => {
+            failures--;
+            throw new Error('TIMEOUT');
+          };
+        }
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const registry = new ToolRegistry();
+    registry.register(append);
+    registry.register(lookup);
+    const host = startAgentHost({
+      bus,
+      pipeline: 'journaled',
+      agents: [agent(model().model)],
+      registry,
+      workspaceRoot: root,
+      logger: createLogger({ level: 'silent' }),
+      journal: flaky,
+    });
+    try {
+      const runStep = createStepRunner({ bus, clock: { now: () => Date.now() }, heartbeatMs: 1_000 });
+      const output = await runStep(
+        { request: stepRequest('flaky-1'), timeoutMs: 20_000 },
+        new AbortController().signal,
+      );
+      expect(output).toMatchObject({ ok: true, output: 'all recorded' });
+      expect(runs.append).toBe(1);
+      expect(failures).toBe(0);
+    } finally {
+      await host.stop();
+    }
   });
 
   it('takes a claim it finds from its own run as its own (a write retried after its reply was lost)', async () => {

@@ -20,15 +20,22 @@ import { failedReply, runAgentStep } from './runAgentStep.ts';
 
 /** How many recent step replies a host keeps for resends. */
 const RECENT_REPLIES = 1_000;
-/** Heartbeats in a row with nobody waiting after which a step is stopped (a resend may still join before). */
-const ORPHANED_AFTER = 3;
+/**
+ * Heartbeats in a row with nobody waiting after which a step is stopped: 50 s at the default 5 s, longer than
+ * the default ack wait (30 s), so a coordinator that resumes the task usually resends the step in time to join.
+ */
+const ORPHANED_AFTER = 10;
+/** Heartbeats in a row that must find a requester's inbox gone before it counts as gone (not a reconnect blip). */
+const MISSES_TO_DROP = 2;
+/** Failures a resend of the step should retry, not be answered with again. */
+const RETRYABLE = new Set(['journal_unavailable', 'worker_stopped', 'aborted']);
 
 /** A step running on this host, and who waits for its reply. */
 interface StepRun {
   request: AgentStepRequest;
   abort: AbortController;
-  /** The deliveries of this step (the first, and resends that joined it) whose requesters still listen. */
-  requesters: Set<Delivery<AgentStepRequest>>;
+  /** The deliveries of this step (the first, and resends that joined it), with the heartbeats in a row that found their inbox gone. */
+  requesters: Map<Delivery<AgentStepRequest>, number>;
   /** When a requester was last known to listen. */
   lastWaitedFor: number;
   /** Stopped because nobody waited for it any more. */
@@ -88,128 +95,133 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const beat = (run: StepRun, heartbeatMs: number) => {
     const { stepId, taskId } = run.request;
     const heartbeat: StepHeartbeat = { stepId, heartbeat: true };
-    for (const requester of run.requesters) {
-      if (requester.reply === undefined) continue;
+    for (const [requester, misses] of run.requesters) {
+      if (requester.reply === undefined || misses >= MISSES_TO_DROP) continue;
       void bus
         .stillListening(requester.reply, heartbeat, heartbeatMs, { taskId, kind: 'step.heartbeat' })
-        .then((listening) => {
-          if (!listening) run.requesters.delete(requester);
-        });
+        .then((listening) => run.requesters.set(requester, listening ? 0 : misses + 1));
     }
     const clock = options.clock ?? systemClock;
-    if (run.requesters.size > 0) run.lastWaitedFor = clock.now();
+    const waiting = [...run.requesters.values()].some((misses) => misses < MISSES_TO_DROP);
+    if (waiting) run.lastWaitedFor = clock.now();
     else if (clock.now() - run.lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !run.orphaned) {
       run.orphaned = true;
       logger.warn(
         { stepId, taskId },
         `nobody waits for step ${stepId} any more (its workflow died or sent it elsewhere); stopping it here`,
       );
+      // Its approvals and questions stay pending for the run that gets the step next.
+      options.human?.leavePending?.(stepId);
       run.abort.abort();
     }
   };
 
   for (const agent of options.agents) {
     const subject = subjects.agent(pipeline, agent.name);
-    const subscription = bus.subscribe(
-      subject,
-      AgentStepRequest,
-      (delivery) => {
-        const request = delivery.value;
-        if (request.pipeline !== pipeline || request.agent !== agent.name) {
-          delivery.respond(
-            failedReply(
-              request.stepId,
-              'misrouted',
-              `step for ${request.pipeline}/${request.agent} arrived on ${subject}`,
-            ),
+    const serve = (delivery: Delivery<AgentStepRequest>): void => {
+      const request = delivery.value;
+      if (request.pipeline !== pipeline || request.agent !== agent.name) {
+        delivery.respond(
+          failedReply(
+            request.stepId,
+            'misrouted',
+            `step for ${request.pipeline}/${request.agent} arrived on ${subject}`,
+          ),
+        );
+        return;
+      }
+      // The same step sent again (its first reply was lost to a reconnect) joins the run already going here,
+      // or gets the reply that run gave, rather than running twice.
+      const underway = runs.get(request.stepId);
+      if (underway && !underway.orphaned) {
+        underway.requesters.set(delivery, 0);
+        if (request.heartbeatMs !== undefined) beat(underway, request.heartbeatMs);
+        return;
+      }
+      // A run stopped for want of a requester is unwinding: the new one starts once it is done.
+      if (underway) {
+        void underway.done.then(() => serve(delivery));
+        return;
+      }
+      const recent = finished.get(request.stepId);
+      if (recent) {
+        void recent.then((reply) => delivery.respond(reply));
+        return;
+      }
+      const abort = new AbortController();
+      const reply = runAgentStep(agent, request, {
+        registry: options.registry,
+        workspaceRoot: options.workspaceRoot,
+        clock: options.clock ?? systemClock,
+        events,
+        publish: (event) => bus.publishEvent(event),
+        // The step ends when the workflow stops waiting for it, not only when this host stops.
+        signal: request.timeoutMs
+          ? AbortSignal.any([abort.signal, AbortSignal.timeout(request.timeoutMs)])
+          : abort.signal,
+        ...(options.price ? { price: options.price } : {}),
+        ...(options.human ? { human: options.human } : {}),
+        ...(options.memory ? { memory: options.memory } : {}),
+        ...(options.journal ? { journal: options.journal } : {}),
+        logger,
+      })
+        // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.
+        .then((result) =>
+          stopping
+            ? failedReply(
+                request.stepId,
+                'worker_stopped',
+                `the worker serving ${agent.name} stopped mid-step`,
+              )
+            : result,
+        )
+        .catch((error: unknown) => {
+          logger.error({ err: error, stepId: request.stepId }, 'agent step crashed');
+          return failedReply(
+            request.stepId,
+            'agent_crashed',
+            `agent ${agent.name} crashed: ${(error as Error).message}`,
           );
-          return;
-        }
-        // The same step sent again (its first reply was lost to a reconnect) joins the run already going here,
-        // or gets the reply that run gave, rather than running twice.
-        const underway = runs.get(request.stepId);
-        if (underway && !underway.orphaned) {
-          underway.requesters.add(delivery);
-          if (request.heartbeatMs !== undefined) beat(underway, request.heartbeatMs);
-          return;
-        }
-        const recent = finished.get(request.stepId);
-        if (recent) {
-          void recent.then((reply) => delivery.respond(reply));
-          return;
-        }
-        const abort = new AbortController();
-        const reply = runAgentStep(agent, request, {
-          registry: options.registry,
-          workspaceRoot: options.workspaceRoot,
-          clock: options.clock ?? systemClock,
-          events,
-          publish: (event) => bus.publishEvent(event),
-          // The step ends when the workflow stops waiting for it, not only when this host stops.
-          signal: request.timeoutMs
-            ? AbortSignal.any([abort.signal, AbortSignal.timeout(request.timeoutMs)])
-            : abort.signal,
-          ...(options.price ? { price: options.price } : {}),
-          ...(options.human ? { human: options.human } : {}),
-          ...(options.memory ? { memory: options.memory } : {}),
-          ...(options.journal ? { journal: options.journal } : {}),
-          logger,
+        });
+      const run: StepRun = {
+        request,
+        abort,
+        requesters: new Map([[delivery, 0]]),
+        lastWaitedFor: (options.clock ?? systemClock).now(),
+        orphaned: false,
+        done: Promise.resolve(),
+      };
+      // While the step runs, its requesters hear from this host (if they asked to), so they can tell a long
+      // step from a dead worker; the first heartbeat goes at once.
+      const heartbeatMs = request.heartbeatMs;
+      const beating =
+        heartbeatMs === undefined ? undefined : setInterval(() => beat(run, heartbeatMs), heartbeatMs);
+      if (heartbeatMs !== undefined) beat(run, heartbeatMs);
+      run.done = reply
+        .then((result) => {
+          // Every requester seen gets the reply: one whose inbox seemed gone may be back after a reconnect.
+          for (const requester of run.requesters.keys()) requester.respond(result);
+          // A run stopped for want of a requester, or a failure a resend retries, did not end the step: the
+          // next request for it runs it again (from its journal) rather than getting this reply.
+          if (!run.orphaned && (result.ok || !RETRYABLE.has(result.error.code)))
+            remember(request.stepId, reply);
         })
-          // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.
-          .then((result) =>
-            stopping
-              ? failedReply(
-                  request.stepId,
-                  'worker_stopped',
-                  `the worker serving ${agent.name} stopped mid-step`,
-                )
-              : result,
-          )
-          .catch((error: unknown) => {
-            logger.error({ err: error, stepId: request.stepId }, 'agent step crashed');
-            return failedReply(
-              request.stepId,
-              'agent_crashed',
-              `agent ${agent.name} crashed: ${(error as Error).message}`,
-            );
-          });
-        const run: StepRun = {
-          request,
-          abort,
-          requesters: new Set([delivery]),
-          lastWaitedFor: (options.clock ?? systemClock).now(),
-          orphaned: false,
-          done: Promise.resolve(),
-        };
-        // While the step runs, its requesters hear from this host (if they asked to), so they can tell a long
-        // step from a dead worker; the first heartbeat goes at once.
-        const heartbeatMs = request.heartbeatMs;
-        const beating =
-          heartbeatMs === undefined ? undefined : setInterval(() => beat(run, heartbeatMs), heartbeatMs);
-        if (heartbeatMs !== undefined) beat(run, heartbeatMs);
-        run.done = reply
-          .then((result) => {
-            for (const requester of run.requesters) requester.respond(result);
-          })
-          .finally(() => {
-            clearInterval(beating);
-            if (runs.get(request.stepId) === run) runs.delete(request.stepId);
-            // A run stopped for want of a requester did not end the step: the next request runs it again.
-            if (!run.orphaned) remember(request.stepId, reply);
-          });
-        runs.set(request.stepId, run);
-      },
-      {
-        queue: `troupe-${pipeline}-${agent.name}`,
-        reporter: `agent:${pipeline}/${agent.name}`,
-        meta: (request) => ({
-          taskId: request.taskId,
-          from: request.from ?? 'workflow',
-          to: request.agent,
-          kind: 'agent.step',
-        }),
-      },
-    );
+        .finally(() => {
+          clearInterval(beating);
+          if (runs.get(request.stepId) === run) runs.delete(request.stepId);
+        });
+      runs.set(request.stepId, run);
+    };
+    const subscription = bus.subscribe(subject, AgentStepRequest, (delivery) => serve(delivery), {
+      queue: `troupe-${pipeline}-${agent.name}`,
+      reporter: `agent:${pipeline}/${agent.name}`,
+      meta: (request) => ({
+        taskId: request.taskId,
+        from: request.from ?? 'workflow',
+        to: request.agent,
+        kind: 'agent.step',
+      }),
+    });
     subscriptions.push(subscription);
   }
   // A cancelled task's steps stop here too, wherever its workflow runs; the coordinator answers the cancel.

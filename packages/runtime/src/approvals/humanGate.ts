@@ -49,6 +49,11 @@ export interface HumanGate {
     signal: AbortSignal,
     options?: HumanRequestOptions,
   ): Promise<string>;
+  /**
+   * The step is about to be stopped here to run again elsewhere: its requests cut short stay pending in KV
+   * (instead of being marked expired), for the run that gets the step next.
+   */
+  leavePending?(stepId: string): void;
 }
 
 export interface NatsHumanGateOptions {
@@ -77,6 +82,8 @@ type Outcome<T> = { kind: 'decided'; value: T; by?: string; stored?: boolean } |
 export class NatsHumanGate implements HumanGate {
   readonly #o: NatsHumanGateOptions;
   #detached = false;
+  /** Steps whose requests stay pending when cut short (see {@link leavePending}). */
+  readonly #leftPending = new Set<string>();
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
@@ -85,6 +92,12 @@ export class NatsHumanGate implements HumanGate {
   /** From now on, a request cut short stays pending in KV instead of being marked expired. */
   detach(): void {
     this.#detached = true;
+  }
+
+  leavePending(stepId: string): void {
+    this.#leftPending.add(stepId);
+    // Only the requests being cut short now need it; forget it once they have closed.
+    setTimeout(() => this.#leftPending.delete(stepId), 60_000).unref();
   }
 
   async approve(
@@ -332,7 +345,8 @@ export class NatsHumanGate implements HumanGate {
     outcome: Outcome<{ by?: string | undefined }>,
     aborted: boolean,
   ): Promise<void> {
-    if ((outcome.kind === 'decided' && outcome.stored) || (aborted && this.#detached)) return;
+    const leftForNextRun = aborted && (this.#detached || this.#leftPending.has(record.stepId));
+    if ((outcome.kind === 'decided' && outcome.stored) || leftForNextRun) return;
     // Only a still-pending record is changed: a decision that reached KV first is not overwritten.
     await this.#o.store
       .update(record.id, closedRecord(record, outcome, aborted, this.#o.clock.now()), pendingRevision)
