@@ -146,16 +146,19 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
    * is left unacknowledged, for that redelivery.
    */
   async function endWith(taskId: string, delivery: TaskDelivery, make: () => TroupeEvent): Promise<void> {
+    delivery.working();
     const stored = publishSafely(taskId, make);
     const outcome = await Promise.race([stored, sleep(FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const)]);
-    if (outcome === true) {
-      delivery.ack();
+    if (outcome === 'timeout') {
+      logger.warn(
+        { taskId },
+        `the final event of task ${taskId} is not stored yet; its message is left to be delivered again`,
+      );
       return;
     }
-    logger.warn(
-      { taskId },
-      `the final event of task ${taskId} is not stored yet; its message is left to be delivered again`,
-    );
+    // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
+    if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
+    delivery.ack();
   }
 
   async function handle(delivery: TaskDelivery): Promise<void> {

@@ -478,7 +478,9 @@ async function askOnce<T>(
   const id = await unlessUnavailable(() => journal.humanRequest(key));
   return ask({
     ...(id === undefined ? {} : { id }),
-    onAsked: (requestId) => journal.recordHumanRequest(key, requestId, new Date(clock.now())),
+    onAsked: async (requestId) => {
+      await unlessUnavailable(() => journal.recordHumanRequest(key, requestId, new Date(clock.now())));
+    },
   });
 }
 

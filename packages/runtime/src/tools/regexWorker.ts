@@ -18,17 +18,20 @@ parentPort.on('message', ({ lines, max }) => {
 /**
  * Runs a regular expression written by a model over file contents on a worker thread, so a pattern that
  * backtracks catastrophically stalls neither the agent host's event loop (its other steps, its heartbeats) nor
- * anything else: past `budgetMs` in all, or on abort, the worker is terminated and the search fails.
+ * anything else: past `budgetMs` of matching in all (reading files does not count), or on abort, the worker is
+ * terminated and the search fails.
  */
 export class RegexWorker {
   readonly #worker: Worker;
   readonly #pattern: string;
-  readonly #deadline: number;
+  readonly #budgetMs: number;
+  /** Time spent matching so far. */
+  #spentMs = 0;
   readonly #signal: AbortSignal;
 
   constructor(regex: RegExp, budgetMs: number, signal: AbortSignal) {
     this.#pattern = regex.source;
-    this.#deadline = Date.now() + budgetMs;
+    this.#budgetMs = budgetMs;
     this.#signal = signal;
     this.#worker = new Worker(PROGRAM, {
       eval: true,
@@ -42,11 +45,14 @@ export class RegexWorker {
   match(lines: readonly string[], max: number): Promise<number[]> {
     const worker = this.#worker;
     return new Promise((resolve, reject) => {
+      const started = Date.now();
       const settle = (error?: Error, hits?: number[]) => {
+        this.#spentMs += Date.now() - started;
         clearTimeout(timer);
         this.#signal.removeEventListener('abort', onAbort);
         worker.off('message', onMessage);
         worker.off('error', onError);
+        worker.off('exit', onExit);
         if (error) {
           void worker.terminate();
           reject(error);
@@ -56,6 +62,8 @@ export class RegexWorker {
       const onError = (error: Error) =>
         settle(new ToolError('failed', `search_files: the pattern could not run: ${error.message}`));
       const onAbort = () => settle(new ToolError('cancelled', 'search_files was stopped'));
+      const onExit = (code: number) =>
+        settle(new ToolError('failed', `search_files: the matching thread stopped (exit code ${code})`));
       const timer = setTimeout(
         () =>
           settle(
@@ -65,12 +73,13 @@ export class RegexWorker {
                 'simplify the pattern or narrow the path or glob',
             ),
           ),
-        Math.max(0, this.#deadline - Date.now()),
+        Math.max(0, this.#budgetMs - this.#spentMs),
       );
       if (this.#signal.aborted) return onAbort();
       this.#signal.addEventListener('abort', onAbort, { once: true });
       worker.on('message', onMessage);
       worker.on('error', onError);
+      worker.once('exit', onExit);
       worker.postMessage({ lines, max });
     });
   }
