@@ -75,7 +75,8 @@ export interface AgentHost {
  */
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger } = options;
-  const events = new EventFactory(options.clock ?? systemClock, options.ids ?? randomId);
+  const clock = options.clock ?? systemClock;
+  const events = new EventFactory(clock, options.ids ?? randomId);
   /** Steps running here, by step id. */
   const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
@@ -101,7 +102,6 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         .stillListening(requester.reply, heartbeat, heartbeatMs, { taskId, kind: 'step.heartbeat' })
         .then((listening) => run.requesters.set(requester, listening ? 0 : misses + 1));
     }
-    const clock = options.clock ?? systemClock;
     const waiting = [...run.requesters.values()].some((misses) => misses < MISSES_TO_DROP);
     if (waiting) run.lastWaitedFor = clock.now();
     else if (clock.now() - run.lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !run.orphaned) {
@@ -152,7 +152,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       const reply = runAgentStep(agent, request, {
         registry: options.registry,
         workspaceRoot: options.workspaceRoot,
-        clock: options.clock ?? systemClock,
+        clock,
         events,
         publish: (event) => bus.publishEvent(event),
         // The step ends when the workflow stops waiting for it, not only when this host stops.
@@ -187,7 +187,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         request,
         abort,
         requesters: new Map([[delivery, 0]]),
-        lastWaitedFor: (options.clock ?? systemClock).now(),
+        lastWaitedFor: clock.now(),
         orphaned: false,
         done: Promise.resolve(),
       };

@@ -8,15 +8,14 @@ import { TransportError } from '../transport/transportError.ts';
 
 /**
  * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while NATS cannot be reached:
- * long enough to wait out a nats-server restart or a reconnect. A value that fails its schema, a closed
- * connection or an abort is not tried again.
+ * long enough to wait out a nats-server restart or a reconnect. A value that fails its schema or a closed
+ * connection is not tried again.
  */
-export function throughOutages<T>(op: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+export function throughOutages<T>(op: () => Promise<T>): Promise<T> {
   return pRetry(op, {
     retries: 8,
     minTimeout: 250,
     maxTimeout: 2_000,
-    ...(signal ? { signal } : {}),
     shouldRetry: ({ error }) =>
       !(error instanceof ZodError) &&
       !(TransportError.is(error) && error.code === 'closed') &&
