@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import {
   ControlMessage,
   type ControlReceipt,
@@ -219,10 +220,25 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     };
     const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
     const createdAt = existing?.value.createdAt ?? new Date(clock.now()).toISOString();
-    if (!existing) {
-      const claimed = await store.create(
+    /** This run's claim on the task: whoever writes the record next with an older revision has lost it. */
+    const runner = randomUUID();
+    let revision: number;
+    if (existing) {
+      const took = await store.update(
         taskId,
-        record(
+        { ...existing.value, runner, updatedAt: new Date(clock.now()).toISOString() },
+        existing.revision,
+      );
+      if (took === undefined) {
+        // Another coordinator wrote the record meanwhile: let this delivery come back, and look again then.
+        logger.warn({ taskId }, 'task record changed while resuming it; handing the delivery back');
+        delivery.nak(HAND_BACK_DELAY_MS);
+        return;
+      }
+      revision = took;
+    } else {
+      const claimed = await store.create(taskId, {
+        ...record(
           input,
           delivery,
           'running',
@@ -233,7 +249,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           clock,
           undefined,
         ),
-      );
+        runner,
+      });
       // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.
       const owner = claimed === undefined ? await store.get(taskId) : undefined;
       if (claimed === undefined && owner?.value.streamSequence !== delivery.streamSequence) {
@@ -241,6 +258,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         delivery.ack();
         return;
       }
+      // Ours, with its reply lost: it bears another run's token only if that run took it over since.
+      if (claimed === undefined && owner?.value.runner !== runner) {
+        delivery.nak(HAND_BACK_DELAY_MS);
+        return;
+      }
+      revision = claimed ?? owner?.revision ?? 0;
       publishSafely(taskId, () =>
         events.make(
           'task.accepted',
@@ -259,7 +282,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       delivery.nak(HAND_BACK_DELAY_MS);
       return;
     }
-    await runTask(input, delivery, scope, createdAt, existing?.value.snapshot);
+    await runTask(input, delivery, scope, createdAt, existing?.value.snapshot, { runner, revision });
   }
 
   async function runTask(
@@ -268,7 +291,37 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     scope: EventScope,
     createdAt: string,
     snapshot: unknown,
+    lease: { runner: string; revision: number },
   ): Promise<void> {
+    let { revision } = lease;
+    let takenOver = false;
+    /**
+     * Writes the record only if it is still as this run last left it. A conflict means another coordinator
+     * took the task over (this one was cut off longer than the ack wait): this run stops at once.
+     */
+    const fenced = async (value: WorkflowRecord): Promise<boolean> => {
+      if (takenOver) return false;
+      const written = await throughOutages(() =>
+        store.update(input.taskId, { ...value, runner: lease.runner }, revision),
+      );
+      if (written !== undefined) {
+        revision = written;
+        return true;
+      }
+      // Our own write whose reply was lost bears our token; another coordinator's does not.
+      const current = await throughOutages(() => store.get(input.taskId));
+      if (current?.value.runner === lease.runner) {
+        revision = current.revision;
+        return true;
+      }
+      takenOver = true;
+      logger.warn(
+        { taskId: input.taskId },
+        `task ${input.taskId} was taken over by another coordinator; stopping it here`,
+      );
+      actor.stop();
+      return false;
+    };
     const actor = createActor(machine, {
       input,
       ...(snapshot === undefined ? {} : { snapshot: snapshot as Snapshot<unknown> }),
@@ -278,12 +331,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // The checkpoint does not fit the flow as loaded now (the pipeline changed since): end the task, loudly.
       const message = `task ${input.taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(restored.error)})`;
       logger.error({ taskId: input.taskId }, message);
-      await store
-        .put(
-          input.taskId,
-          record(input, delivery, 'failed', 'failed', 1, emptyUsage(), createdAt, clock, undefined),
-        )
-        .catch(() => undefined);
+      await fenced(
+        record(input, delivery, 'failed', 'failed', 1, emptyUsage(), createdAt, clock, undefined),
+      ).catch(() => undefined);
       publishFailure(
         scope,
         'unresumable',
@@ -332,7 +382,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       };
       // Retried through a reconnect: a lost checkpoint means more of the task runs again after a crash.
       writes = writes
-        .then(() => throughOutages(() => store.put(input.taskId, checkpoint)))
+        .then(() => fenced(checkpoint))
         .then(() => undefined)
         .catch((error: unknown) =>
           logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'),
@@ -369,6 +419,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       }
       const ending = await finished;
       await writes;
+      // Another coordinator runs the task now: it publishes, acks or hands back; this one leaves it alone.
+      if (takenOver) return;
       // Measured from acceptance, so a resumed task reports its whole life.
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       switch (ending.kind) {
@@ -379,25 +431,22 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           const cancel = cancelled.get(input.taskId);
           if (cancel === undefined) {
             // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
-            await throughOutages(async () => {
-              const current = (await store.get(input.taskId))?.value;
-              if (current)
-                await store.put(input.taskId, { ...current, handBacks: (current.handBacks ?? 0) + 1 });
-            }).catch((error: unknown) =>
-              logger.warn({ err: error, taskId: input.taskId }, 'cannot count the hand-back'),
-            );
+            await throughOutages(() => store.get(input.taskId))
+              .then((current) =>
+                current ? fenced({ ...current.value, handBacks: (current.value.handBacks ?? 0) + 1 }) : false,
+              )
+              .catch((error: unknown) =>
+                logger.warn({ err: error, taskId: input.taskId }, 'cannot count the hand-back'),
+              );
             delivery.nak(HAND_BACK_DELAY_MS);
             return;
           }
           const { usage, round } = actor.getSnapshot().context;
-          await store
-            .put(
-              input.taskId,
-              record(input, delivery, 'cancelled', 'cancelled', round, usage, createdAt, clock, undefined),
-            )
-            .catch((error: unknown) =>
-              logger.error({ err: error, taskId: input.taskId }, 'cannot record the cancel'),
-            );
+          await fenced(
+            record(input, delivery, 'cancelled', 'cancelled', round, usage, createdAt, clock, undefined),
+          ).catch((error: unknown) =>
+            logger.error({ err: error, taskId: input.taskId }, 'cannot record the cancel'),
+          );
           bus.publishEvent(
             events.make(
               'task.cancelled',
@@ -414,12 +463,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           const message = `the workflow actor crashed: ${errorMessage(ending.error)}`;
           logger.error({ err: ending.error, taskId: input.taskId }, message);
           const { usage, round } = actor.getSnapshot().context;
-          await store
-            .put(
-              input.taskId,
-              record(input, delivery, 'failed', 'failed', round, usage, createdAt, clock, undefined),
-            )
-            .catch(() => undefined);
+          await fenced(
+            record(input, delivery, 'failed', 'failed', round, usage, createdAt, clock, undefined),
+          ).catch(() => undefined);
           publishFailure(scope, 'internal', message, usage, durationMs);
           delivery.ack();
           return;

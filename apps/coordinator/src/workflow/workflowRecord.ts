@@ -22,6 +22,11 @@ export const WorkflowRecord = z.object({
    * the message unacknowledged, and the one that gets it again publishes this same event (same id).
    */
   final: TroupeEvent.optional(),
+  /**
+   * The run of a coordinator that owns the task now. Each run writes the record only at the revision it last
+   * wrote; finding another run's token there means the task was taken over, and the older run stops.
+   */
+  runner: z.string().optional(),
   /** Times a coordinator shutting down handed the task back: deliveries that do not count towards maxDeliver. */
   handBacks: z.number().int().nonnegative().optional(),
 });

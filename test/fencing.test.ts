@@ -1,0 +1,50 @@
+import { WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS } from '@troupe/protocol';
+import { KvStore } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventOf, fixturePath, type Harness, publishTask, startHarness } from './support/harness.ts';
+
+describe('a coordinator whose task was taken over', () => {
+  let h: Harness;
+  const logLines: string[] = [];
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('resume.yaml')], { logLines });
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('stops the task at its next checkpoint instead of running it alongside the new owner', async () => {
+    publishTask(h, 'resume', { id: 'fenced-1', goal: 'be run by one coordinator at a time' });
+    await eventOf(h, 'fenced-1', 'step.started');
+    // Another coordinator resumes the task (as after this one was cut off longer than the ack wait).
+    const store = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
+    const record = await store.get('fenced-1');
+    if (!record) throw new Error('no record');
+    expect(record.value.runner).toEqual(expect.any(String));
+    await store.put('fenced-1', { ...record.value, runner: 'another-coordinator' });
+
+    // The plan step ends (1.5 s); writing its checkpoint, this coordinator finds the record is not its own.
+    await new Promise<void>((resolve, reject) => {
+      const deadline = Date.now() + 10_000;
+      const check = () => {
+        if (logLines.some((l) => l.includes('task fenced-1 was taken over by another coordinator')))
+          resolve();
+        else if (Date.now() > deadline) reject(new Error('no takeover logged'));
+        else setTimeout(check, 50);
+      };
+      check();
+    });
+    await new Promise((r) => setTimeout(r, 2_000));
+    const events = h.eventsOf('fenced-1');
+    const kinds = events.map((e) => e.kind);
+    // The transition it was checkpointing may have begun the next step, but the workflow went no further:
+    // that step's completion and the task's end are left to the new owner, and the record is its own.
+    const completed = events.flatMap((e) => (e.kind === 'step.completed' ? [e.data.step] : []));
+    expect(completed).toEqual(['plan']);
+    expect(kinds).not.toContain('task.completed');
+    expect(kinds).not.toContain('task.failed');
+    expect((await store.get('fenced-1'))?.value.runner).toBe('another-coordinator');
+  });
+});
