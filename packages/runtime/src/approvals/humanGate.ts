@@ -108,10 +108,8 @@ export class NatsHumanGate implements HumanGate {
   ): Promise<ApprovalDecisionOutcome> {
     const { events, bus } = this.#o;
     const ref = { agent: scope.agent, stepId: scope.stepId };
-    let id = '';
-    const outcome = await this.#wait(
+    const { id, outcome } = await this.#wait(
       options,
-      (requestId) => (id = requestId),
       'ap',
       { kind: 'approval', callId: ask.callId, tool: ask.tool, arguments: ask.arguments, prompt: ask.reason },
       scope,
@@ -125,14 +123,14 @@ export class NatsHumanGate implements HumanGate {
               ...(record.by === undefined ? {} : { by: record.by }),
             }
           : undefined,
-      (expiresAt) =>
+      (approvalId, expiresAt) =>
         bus.publishEvent(
           events.make(
             'approval.requested',
             scope,
             {
               ...ref,
-              approvalId: id,
+              approvalId,
               callId: ask.callId,
               tool: ask.tool,
               arguments: ask.arguments,
@@ -175,10 +173,8 @@ export class NatsHumanGate implements HumanGate {
   ): Promise<string> {
     const { events, bus } = this.#o;
     const ref = { agent: scope.agent, stepId: scope.stepId };
-    let id = '';
-    const outcome = await this.#wait(
+    const { id, outcome } = await this.#wait(
       options,
-      (requestId) => (id = requestId),
       'q',
       { kind: 'question', prompt: question },
       scope,
@@ -188,12 +184,12 @@ export class NatsHumanGate implements HumanGate {
         record.status === 'answered' && record.answer !== undefined
           ? { answer: record.answer, ...(record.by === undefined ? {} : { by: record.by }) }
           : undefined,
-      () =>
+      (questionId) =>
         bus.publishEvent(
           events.make(
             'human.asked',
             scope,
-            { ...ref, questionId: id, question },
+            { ...ref, questionId, question },
             { from: scope.agent, to: 'human' },
           ),
         ),
@@ -226,16 +222,15 @@ export class NatsHumanGate implements HumanGate {
    */
   async #wait<S extends z.ZodType<{ by?: string | undefined }>>(
     options: HumanRequestOptions,
-    named: (id: string) => void,
     prefix: string,
     request: Pick<HumanRequest, 'kind' | 'prompt'> & Partial<HumanRequest>,
     scope: HumanScope,
     schema: S,
     outcomeOf: (value: z.infer<S>) => DecisionReceipt['outcome'],
     storedValue: (record: HumanRequest) => z.infer<S> | undefined,
-    announce: (expiresAt: string) => void,
+    announce: (id: string, expiresAt: string) => void,
     signal: AbortSignal,
-  ): Promise<Outcome<z.infer<S>>> {
+  ): Promise<{ id: string; outcome: Outcome<z.infer<S>> }> {
     const { bus, store, clock } = this.#o;
     const earlierEntry = options.id === undefined ? undefined : await store.get(options.id);
     const earlier = earlierEntry?.value;
@@ -244,14 +239,12 @@ export class NatsHumanGate implements HumanGate {
     let pendingRevision: number;
     if (earlierEntry && earlier) {
       record = earlier;
-      named(record.id);
       const stored = storedValue(record);
-      if (stored !== undefined) return decidedFrom(stored, true);
-      if (record.status !== 'pending') return { kind: 'expired' };
+      if (stored !== undefined) return { id: record.id, outcome: decidedFrom(stored, true) };
+      if (record.status !== 'pending') return { id: record.id, outcome: { kind: 'expired' } };
       pendingRevision = earlierEntry.revision;
     } else {
       const id = newId(prefix);
-      named(id);
       const now = clock.now();
       record = {
         ...request,
@@ -325,11 +318,11 @@ export class NatsHumanGate implements HumanGate {
       signal.addEventListener('abort', expire, { once: true });
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
       if (signal.aborted) expire();
-      else if (!earlier) announce(record.expiresAt);
+      else if (!earlier) announce(id, record.expiresAt);
       const outcome = await settled;
       await this.#close(record, pendingRevision, outcome, signal.aborted);
       if (signal.aborted) throw new ToolError('cancelled', `${record.kind} ${id} was cancelled`);
-      return outcome;
+      return { id, outcome };
     } finally {
       clearTimeout(timer);
       stopWatching();
