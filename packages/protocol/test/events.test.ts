@@ -61,6 +61,21 @@ describe('TroupeEvent', () => {
     expect(TroupeEvent.safeParse({ ...envelope, kind: 'task.completed', data }).success).toBe(false);
   });
 
+  it('accepts tool.progress and refuses a negative seq or a message over 1000 characters', () => {
+    const data = { agent: 'executor', stepId: 'task-1.execute.1', callId: 'c1', tool: 'files.copy', seq: 0 };
+    const event = {
+      ...envelope,
+      kind: 'tool.progress',
+      data: { ...data, progress: 40, total: 100, message: 'b.txt' },
+    };
+    expect(TroupeEvent.parse(event)).toEqual(event);
+    const accepts = (changes: Record<string, unknown>) =>
+      TroupeEvent.safeParse({ ...event, data: { ...event.data, ...changes } }).success;
+    expect(accepts({ seq: -1 })).toBe(false);
+    expect(accepts({ message: 'x'.repeat(1001) })).toBe(false);
+    expect(accepts({ progress: 'half' })).toBe(false);
+  });
+
   it('knows every kind and which ones end a task', () => {
     // The union has one member per kind of EventData, so no kind can be published without a schema.
     const unionKinds = TroupeEvent.options.map((option) => option.shape.kind.value);

@@ -18,7 +18,7 @@ export interface McpHttpRequest {
   headers: IncomingMessage['headers'];
 }
 
-/** A real MCP server over streamable HTTP, with the tools `add`, `fail` and `slow`. */
+/** A real MCP server over streamable HTTP, with the tools `add`, `fail`, `slow` and `progress`. */
 export interface TestMcpHttpServer {
   /** The endpoint to give a client, `http://127.0.0.1:<port>/mcp`. */
   url: string;
@@ -28,6 +28,13 @@ export interface TestMcpHttpServer {
   cancelled: McpToolCall[];
   /** Every HTTP request's method and headers, in arrival order, so tests can check what a client sent. */
   requests: McpHttpRequest[];
+  /** Ends every session, as a restart of the server would: requests in them get 404 from now on. */
+  dropSessions(): Promise<void>;
+  /**
+   * Answers requests with this HTTP status from now on, as a server that is down behind a proxy would: all of them,
+   * or only those that would open a new session. `undefined` ends that.
+   */
+  failWith(status: number | undefined, which?: 'all' | 'new sessions'): void;
   /** Closes every session and the HTTP server. */
   stop(): Promise<void>;
 }
@@ -48,6 +55,33 @@ export function registerAddTool(server: McpServer, calls: McpToolCall[]): void {
       calls.push({ name: 'add', arguments: { a, b } });
       const sum = a + b;
       return { content: [{ type: 'text', text: `${a}+${b}=${sum}` }], structuredContent: { sum } };
+    },
+  );
+}
+
+/**
+ * Registers `progress`: `{ steps }` → sends `steps` progress notifications (`i` of `steps`, message `step i of
+ * steps`) when the client asked for them, then answers `done after <steps> steps`.
+ */
+export function registerProgressTool(server: McpServer, calls: McpToolCall[]): void {
+  server.registerTool(
+    'progress',
+    {
+      description: 'Report progress, then answer',
+      inputSchema: { steps: z.number().int().min(1).max(100).describe('How many progress notifications') },
+    },
+    async ({ steps }, extra) => {
+      calls.push({ name: 'progress', arguments: { steps } });
+      const progressToken = extra._meta?.progressToken;
+      if (progressToken !== undefined) {
+        for (let step = 1; step <= steps; step += 1) {
+          await extra.sendNotification({
+            method: 'notifications/progress',
+            params: { progressToken, progress: step, total: steps, message: `step ${step} of ${steps}` },
+          });
+        }
+      }
+      return { content: [{ type: 'text', text: `done after ${steps} steps` }] };
     },
   );
 }
@@ -73,6 +107,7 @@ function buildHttpTestServer(calls: McpToolCall[], cancelled: McpToolCall[]): Mc
       return { content: [{ type: 'text', text: finished ? `waited ${ms} ms` : 'cancelled' }] };
     },
   );
+  registerProgressTool(server, calls);
   return server;
 }
 
@@ -109,14 +144,21 @@ export async function startTestMcpHttpServer(): Promise<TestMcpHttpServer> {
   const cancelled: McpToolCall[] = [];
   const requests: McpHttpRequest[] = [];
   const sessions = new Map<string, Session>();
+  let failing: { status: number; which: 'all' | 'new sessions' } | undefined;
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     requests.push({ method: req.method ?? 'GET', headers: req.headers });
+    const sessionId = req.headers['mcp-session-id'];
+    if (failing && (failing.which === 'all' || typeof sessionId !== 'string')) {
+      res
+        .writeHead(failing.status, { 'content-type': 'text/plain' })
+        .end(`failing on purpose with ${failing.status}`);
+      return;
+    }
     if (!req.url?.startsWith('/mcp')) {
       res.writeHead(404).end();
       return;
     }
-    const sessionId = req.headers['mcp-session-id'];
     if (typeof sessionId === 'string') {
       const session = sessions.get(sessionId);
       if (!session) {
@@ -158,16 +200,23 @@ export async function startTestMcpHttpServer(): Promise<TestMcpHttpServer> {
     http.listen(0, '127.0.0.1', () => resolve());
   });
   const { port } = http.address() as AddressInfo;
+  const dropSessions = async (): Promise<void> => {
+    const open = [...sessions.values()];
+    sessions.clear();
+    await Promise.allSettled(open.map(({ server }) => server.close()));
+  };
 
   return {
     url: `http://127.0.0.1:${port}/mcp`,
     calls,
     cancelled,
     requests,
+    dropSessions,
+    failWith(status, which = 'all') {
+      failing = status === undefined ? undefined : { status, which };
+    },
     async stop() {
-      const open = [...sessions.values()];
-      sessions.clear();
-      await Promise.allSettled(open.map(({ server }) => server.close()));
+      await dropSessions();
       http.closeAllConnections();
       await new Promise<void>((resolve) => http.close(() => resolve()));
     },

@@ -17,9 +17,15 @@ const KIND_STYLE: Partial<Record<string, Style>> = {
   'llm.retry': 'yellow',
   'llm.fallback': 'yellow',
   'llm.delta': 'gray',
+  'tool.progress': 'gray',
   'approval.requested': ['yellow', 'bold'],
   'human.asked': ['yellow', 'bold'],
   'message.invalid': ['red', 'bold'],
+};
+
+/** Lines that only say how a call is getting on are dimmed whole, so results stand out among them. */
+const SUMMARY_STYLE: Partial<Record<string, Style>> = {
+  'tool.progress': 'dim',
 };
 
 export interface FormatOptions {
@@ -37,7 +43,7 @@ export function formatEvent(event: TroupeEvent, options: FormatOptions): string 
     paint('gray', `${event.pipeline}/${event.taskId}`),
     route.padEnd(30),
     paint(KIND_STYLE[event.kind], event.kind.padEnd(16)),
-    summarize(event),
+    paint(SUMMARY_STYLE[event.kind], summarize(event)),
   ].join('  ');
 }
 
@@ -84,6 +90,11 @@ function summarize(event: TroupeEvent): string {
       return `${event.data.before} → ${event.data.after} messages (~${event.data.estimatedTokens} tokens): ${oneLine(event.data.summary, 70)}`;
     case 'tool.call':
       return `${event.data.tool} ${oneLine(event.data.arguments, 80)}`;
+    case 'tool.progress': {
+      const { tool, progress, total, message } = event.data;
+      const amount = total === undefined ? `${progress}` : `${progress}/${total}`;
+      return `${tool} ${amount}${message ? ` ${oneLine(message, 80)}` : ''}`;
+    }
     case 'tool.result':
       return event.data.ok
         ? `${event.data.tool} ok (${Math.round(event.data.durationMs)} ms) ${oneLine(event.data.output, 60)}`

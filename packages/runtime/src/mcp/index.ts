@@ -7,6 +7,7 @@ export {
   McpServers,
   McpStdioServerConfig,
 } from './mcpConfig.ts';
+export type { RestartClock } from './mcpServerConnection.ts';
 export { McpServerError, type McpServerErrorCode } from './mcpServerError.ts';
 export { renderMcpToolResult } from './mcpToolResult.ts';
 export {
@@ -15,3 +16,4 @@ export {
   type McpConnectOptions,
   type McpServerInfo,
 } from './mcpToolSource.ts';
+export { DEFAULT_RESTART_BACKOFF, type RestartBackoff } from './restartBackoff.ts';

@@ -19,3 +19,19 @@ export class McpServerError extends Error {
     this.server = options.server;
   }
 }
+
+/**
+ * What went wrong, with the causes, since `fetch failed` alone does not say that the connection was refused.
+ *
+ * @example
+ * reasonOf(new TypeError('fetch failed', { cause: new Error('connect ECONNREFUSED 127.0.0.1:9') }));
+ * // 'fetch failed: connect ECONNREFUSED 127.0.0.1:9'
+ */
+export function reasonOf(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'ENOENT' && (error as NodeJS.ErrnoException).syscall?.startsWith('spawn')) {
+    return `command not found (${error.message})`;
+  }
+  return error.cause instanceof Error ? `${error.message}: ${reasonOf(error.cause)}` : error.message;
+}

@@ -1,16 +1,9 @@
 import { stat } from 'node:fs/promises';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import {
-  type CallToolResult,
-  ErrorCode,
-  McpError,
-  type Tool as McpTool,
-} from '@modelcontextprotocol/sdk/types.js';
+import type { Tool as McpTool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Logger } from '../logging/index.ts';
-import type { Tool } from '../tools/tool.ts';
-import { ToolError } from '../tools/toolError.ts';
+import type { Tool, ToolContext } from '../tools/tool.ts';
 import { resolvePlaceholders } from './envPlaceholders.ts';
 import {
   DEFAULT_MCP_TIMEOUT_SECONDS,
@@ -19,14 +12,25 @@ import {
   McpServers,
   type McpStdioServerConfig,
 } from './mcpConfig.ts';
-import { McpServerError } from './mcpServerError.ts';
+import {
+  type McpCallOptions,
+  McpServerConnection,
+  type OpenedTransport,
+  type RestartClock,
+} from './mcpServerConnection.ts';
+import { McpServerError, reasonOf } from './mcpServerError.ts';
 import { renderMcpToolResult } from './mcpToolResult.ts';
+import { DEFAULT_RESTART_BACKOFF, type RestartBackoff } from './restartBackoff.ts';
 import { StdioProcessTransport } from './stdioProcessTransport.ts';
 
 export interface McpConnectOptions {
   logger?: Logger;
   /** The coordinator's environment: `${VAR}` placeholders resolve from it, and stdio servers get its PATH, HOME and LANG. `process.env` by default. */
   env?: Readonly<Record<string, string | undefined>>;
+  /** The waits before restarting a stdio server that died or reconnecting to an HTTP one; 1 s doubling to 30 s by default. */
+  restartBackoff?: Partial<RestartBackoff>;
+  /** Time and timers for those waits; the system's by default. */
+  clock?: RestartClock;
 }
 
 /** One connected server and the Troupe names of the tools it exposes. */
@@ -35,8 +39,8 @@ export interface McpServerInfo {
   transport: McpServerConfig['transport'];
   /** Troupe tool names, `<server>.<tool>`, in the server's order. */
   tools: string[];
-  /** The child's process id, for a stdio server. */
-  pid?: number;
+  /** The process id of a stdio server's child: the current one, after a restart. */
+  readonly pid: number | undefined;
 }
 
 /** The tools of every connected MCP server, ready for a `ToolRegistry`. */
@@ -51,7 +55,6 @@ export interface McpConnections {
 const INHERITED_ENV = ['PATH', 'HOME', 'LANG'] as const;
 // The registry's rule for the part after the dot.
 const validToolName = /^[A-Za-z0-9_-]{1,64}$/;
-const CLIENT_INFO = { name: 'troupe', version: '0.1.0' };
 
 interface Connected {
   info: McpServerInfo;
@@ -59,16 +62,11 @@ interface Connected {
   close(): Promise<void>;
 }
 
-interface Opened {
-  transport: StdioProcessTransport | StreamableHTTPClientTransport;
-  /** What to add to a start failure's message: how a process ended, what it said on stderr. */
-  detail(): string;
-  pid(): number | undefined;
-}
-
 /**
- * Connects every MCP server in parallel, lists its tools once, and wraps each as a Troupe tool named
- * `<server>.<tool>`. If any server fails to start, the others are closed again and the error names each failure.
+ * Connects every MCP server in parallel, lists its tools, and wraps each as a Troupe tool named `<server>.<tool>`.
+ * If any server fails to start, the others are closed again and the error names each failure. Later, a stdio
+ * server that dies is restarted and an HTTP server whose session ends is reconnected, after a backoff
+ * (`McpServerConnection`); `close()` ends all of it.
  *
  * @example
  * const mcp = await connectMcpServers({ files: { transport: 'stdio', command: 'npx', args: ['mcp-files'] } }, { logger });
@@ -91,7 +89,7 @@ export async function connectMcpServers(
   }
   const env = opts.env ?? process.env;
   const settled = await Promise.allSettled(
-    Object.entries(parsed.data).map(([name, config]) => connectServer(name, config, env, opts.logger)),
+    Object.entries(parsed.data).map(([name, config]) => connectServer(name, config, env, opts)),
   );
   const connected = settled.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []));
   const failures = settled.flatMap((outcome) => (outcome.status === 'rejected' ? [outcome.reason] : []));
@@ -114,111 +112,81 @@ async function connectServer(
   name: string,
   config: McpServerConfig,
   env: Readonly<Record<string, string | undefined>>,
-  logger: Logger | undefined,
+  opts: McpConnectOptions,
 ): Promise<Connected> {
+  const logger = opts.logger;
   const timeoutMs = (config.timeout ?? DEFAULT_MCP_TIMEOUT_SECONDS) * 1000;
   const endpoint = describeEndpoint(config);
-  const opened =
-    config.transport === 'stdio' ? await openStdio(name, config, env, logger) : openHttp(name, config, env);
-  const client = new Client(CLIENT_INFO);
-  let listed: McpTool[];
-  try {
-    await client.connect(opened.transport, { timeout: timeoutMs });
-    listed = await listAllTools(client, timeoutMs);
-  } catch (cause) {
-    await client.close().catch(() => undefined);
-    throw new McpServerError(
-      'start_failed',
-      `MCP server ${name} (${endpoint}) failed to start: ${reasonOf(cause)}${opened.detail()}`,
-      { server: name, cause },
-    );
-  }
-  let closing = false;
-  client.onclose = () => {
-    if (closing) return;
-    const detail = opened.detail().replace(/^; /, '');
-    logger?.warn(
-      { mcpServer: name, endpoint, ...(detail === '' ? {} : { detail }) },
-      'MCP server disconnected; its tools will fail',
-    );
-  };
-  client.onerror = (error) => logger?.debug({ mcpServer: name, err: error }, 'MCP transport error');
-
-  const tools = exposedTools(name, config, listed, logger).map((tool) =>
-    wrapTool(name, tool, client, timeoutMs, logger),
+  const open =
+    config.transport === 'stdio' ? stdioOpener(name, config, env, logger) : httpOpener(name, config, env);
+  const connection = await McpServerConnection.connect({
+    name,
+    transport: config.transport,
+    endpoint,
+    timeoutMs,
+    open,
+    backoff: { ...DEFAULT_RESTART_BACKOFF, ...opts.restartBackoff },
+    ...(logger ? { logger } : {}),
+    ...(opts.clock ? { clock: opts.clock } : {}),
+  });
+  const tools = exposedTools(name, config, connection.listed, logger).map((tool) =>
+    wrapTool(connection, tool, timeoutMs, logger),
   );
-  const pid = opened.pid();
   const info: McpServerInfo = {
     name,
     transport: config.transport,
     tools: tools.map((tool) => tool.name),
-    ...(pid === undefined ? {} : { pid }),
-  };
-  logger?.info({ mcpServer: name, endpoint, tools: info.tools }, 'MCP server connected');
-  return {
-    info,
-    tools,
-    async close() {
-      closing = true;
-      if (opened.transport instanceof StreamableHTTPClientTransport) {
-        await withinMs(opened.transport.terminateSession(), 2000).catch(() => undefined);
-      }
-      await client.close();
+    get pid() {
+      return connection.pid;
     },
   };
+  logger?.info({ mcpServer: name, endpoint, tools: info.tools }, 'MCP server connected');
+  return { info, tools, close: () => connection.close() };
 }
 
-async function openStdio(
+/** Resolves the env placeholders once; each (re)start checks the cwd and gets a fresh child transport. */
+function stdioOpener(
   name: string,
   config: McpStdioServerConfig,
   env: Readonly<Record<string, string | undefined>>,
   logger: Logger | undefined,
-): Promise<Opened> {
+): () => Promise<OpenedTransport> {
   const configured = resolvePlaceholders(config.env ?? {}, env, { server: name, what: 'env' });
-  if (config.cwd !== undefined && !(await isDirectory(config.cwd))) {
-    throw new McpServerError(
-      'start_failed',
-      `MCP server ${name} (${describeEndpoint(config)}) failed to start: cwd ${config.cwd} is not a directory`,
-      { server: name },
-    );
-  }
-  const transport = new StdioProcessTransport({
-    command: config.command,
-    args: config.args ?? [],
-    env: { ...inheritedEnv(env), ...configured },
-    ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
-    onStderrLine: (line) => logger?.debug({ mcpServer: name, stderr: line }, 'MCP server stderr'),
-  });
-  return {
-    transport,
-    pid: () => transport.pid,
-    detail() {
-      const exit = transport.exit === undefined ? '' : `; the process ${transport.exit}`;
-      const stderr = transport.stderrTail.trim();
-      return stderr === '' ? exit : `${exit}; stderr: ${stderr}`;
-    },
+  const cwd = config.cwd;
+  return async () => {
+    if (cwd !== undefined && !(await isDirectory(cwd))) {
+      throw new McpServerError(
+        'start_failed',
+        `MCP server ${name} (${describeEndpoint(config)}) failed to start: cwd ${cwd} is not a directory`,
+        { server: name },
+      );
+    }
+    const transport = new StdioProcessTransport({
+      command: config.command,
+      args: config.args ?? [],
+      env: { ...inheritedEnv(env), ...configured },
+      ...(cwd === undefined ? {} : { cwd }),
+      onStderrLine: (line) => logger?.debug({ mcpServer: name, stderr: line }, 'MCP server stderr'),
+    });
+    return {
+      transport,
+      pid: () => transport.pid,
+      exit: () => transport.exit,
+      stderr: () => transport.stderrTail,
+    };
   };
 }
 
-function openHttp(
+function httpOpener(
   name: string,
   config: McpHttpServerConfig,
   env: Readonly<Record<string, string | undefined>>,
-): Opened {
+): () => Promise<OpenedTransport> {
   const headers = resolvePlaceholders(config.headers ?? {}, env, { server: name, what: 'header' });
-  const transport = new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers } });
-  return { transport, pid: () => undefined, detail: () => '' };
-}
-
-async function listAllTools(client: Client, timeoutMs: number): Promise<McpTool[]> {
-  const tools: McpTool[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: timeoutMs });
-    tools.push(...page.tools);
-    cursor = page.nextCursor;
-  } while (cursor !== undefined);
-  return tools;
+  return async () => {
+    const transport = new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers } });
+    return { transport, terminate: () => transport.terminateSession() };
+  };
 }
 
 function exposedTools(
@@ -246,12 +214,12 @@ function exposedTools(
 }
 
 function wrapTool(
-  server: string,
+  connection: McpServerConnection,
   tool: McpTool,
-  client: Client,
   timeoutMs: number,
   logger: Logger | undefined,
 ): Tool {
+  const server = connection.name;
   const name = `${server}.${tool.name}`;
   return {
     name,
@@ -261,18 +229,26 @@ function wrapTool(
     // The server's own word that a call may be repeated (MCP tool annotations).
     rerunnable: tool.annotations?.readOnlyHint === true || tool.annotations?.idempotentHint === true,
     async run(input, ctx) {
-      let result: Awaited<ReturnType<Client['callTool']>>;
-      try {
-        const args = input as Record<string, unknown>;
-        result = await client.callTool({ name: tool.name, arguments: args }, undefined, {
-          signal: ctx.signal,
-          timeout: timeoutMs,
-        });
-      } catch (error) {
-        throw callFailure(name, server, timeoutMs, error, ctx.signal);
-      }
-      return renderMcpToolResult(name, result as CallToolResult);
+      const args = input as Record<string, unknown>;
+      const result = await connection.callTool(name, tool.name, args, callOptions(ctx, timeoutMs));
+      return renderMcpToolResult(name, result);
     },
+  };
+}
+
+// A progress token is asked for only where someone listens to progress.
+function callOptions(ctx: ToolContext, timeoutMs: number): McpCallOptions {
+  const progress = ctx.progress;
+  if (!progress) return { signal: ctx.signal, timeoutMs };
+  return {
+    signal: ctx.signal,
+    timeoutMs,
+    onprogress: ({ progress: done, total, message }) =>
+      progress({
+        progress: done,
+        ...(total === undefined ? {} : { total }),
+        ...(message === undefined ? {} : { message }),
+      }),
   };
 }
 
@@ -294,34 +270,6 @@ function inputSchemaOf(
     );
     return z.record(z.string(), z.unknown());
   }
-}
-
-function callFailure(
-  toolName: string,
-  server: string,
-  timeoutMs: number,
-  error: unknown,
-  signal: AbortSignal,
-): ToolError {
-  // The executor aborts with the ToolError that says why (timeout, cancellation).
-  if (signal.aborted && signal.reason instanceof ToolError) return signal.reason;
-  if (error instanceof ToolError) return error;
-  if (error instanceof McpError) {
-    if (error.code === ErrorCode.RequestTimeout) {
-      return new ToolError('timeout', `${toolName} timed out after ${timeoutMs} ms`, { cause: error });
-    }
-    if (error.code === ErrorCode.InvalidParams) {
-      return new ToolError('invalid_arguments', `${toolName} refused its arguments: ${error.message}`, {
-        cause: error,
-      });
-    }
-    if (error.code === ErrorCode.ConnectionClosed) {
-      return new ToolError('failed', `${toolName} failed: MCP server ${server} closed the connection`, {
-        cause: error,
-      });
-    }
-  }
-  return new ToolError('failed', `${toolName} failed: ${reasonOf(error)}`, { cause: error });
 }
 
 function combinedFailure(failures: readonly unknown[]): unknown {
@@ -359,28 +307,10 @@ function describeEndpoint(config: McpServerConfig): string {
   return `stdio: ${words.join(' ')}`;
 }
 
-// Includes the causes, since `fetch failed` alone does not say that the connection was refused.
-function reasonOf(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
-  const code = (error as NodeJS.ErrnoException).code;
-  if (code === 'ENOENT' && (error as NodeJS.ErrnoException).syscall?.startsWith('spawn')) {
-    return `command not found (${error.message})`;
-  }
-  return error.cause instanceof Error ? `${error.message}: ${reasonOf(error.cause)}` : error.message;
-}
-
 async function isDirectory(path: string): Promise<boolean> {
   try {
     return (await stat(path)).isDirectory();
   } catch {
     return false;
   }
-}
-
-function withinMs<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

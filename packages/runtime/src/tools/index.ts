@@ -33,7 +33,8 @@ export {
   type PolicyContext,
   type PolicyVerdict,
 } from './policy.ts';
-export { defineTool, type Tool, type ToolContext, type ToolSpec } from './tool.ts';
+export type { ToolProgressUpdate } from './progressThrottle.ts';
+export { defineTool, type Tool, type ToolContext, type ToolProgress, type ToolSpec } from './tool.ts';
 export { ToolError, type ToolErrorCode } from './toolError.ts';
 export {
   type ApprovalOutcome,

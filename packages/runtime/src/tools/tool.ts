@@ -8,6 +8,14 @@ export interface HumanChannel {
   ask(question: string, signal: AbortSignal, callId?: string): Promise<string>;
 }
 
+/** How far a running call has got: `progress` of `total` (when known), and what it is doing. */
+export interface ToolProgress {
+  /** Should grow with each update, even when the total is unknown. */
+  progress: number;
+  total?: number;
+  message?: string;
+}
+
 /** What a running tool knows about the call it serves. */
 export interface ToolContext {
   /** Absolute path of the task's workspace; the directory exists. */
@@ -23,6 +31,11 @@ export interface ToolContext {
   human?: HumanChannel;
   /** The permission rule that let this call through, when one did (its scopes, e.g. `network` for commands). */
   rule?: PermissionRule;
+  /**
+   * Reports how far the call has got; any tool may call it, as often as it likes (the executor throttles what
+   * it publishes). MCP tools forward their server's progress notifications here. Absent where nobody listens.
+   */
+  progress?(update: ToolProgress): void;
 }
 
 /** A capability the model can call: a name, a zod schema for its arguments and the code that runs it. */

@@ -7,6 +7,7 @@ import {
   type PermissionRule,
   type PolicyVerdict,
 } from './policy.ts';
+import { ProgressThrottle, type ToolProgressUpdate } from './progressThrottle.ts';
 import type { HumanChannel, Tool, ToolContext } from './tool.ts';
 import { ToolError } from './toolError.ts';
 import type { ToolRegistry } from './toolRegistry.ts';
@@ -30,6 +31,11 @@ export interface ToolExecutorOptions {
   maxOutputBytes?: number;
   /** Clock for `durationMs`, in milliseconds. */
   now?: () => number;
+  /**
+   * Receives the progress tools report (`ctx.progress`), at most one update per call every 250 ms, the last one
+   * always before the call's result. Without it, tools get no `progress`.
+   */
+  onProgress?: (callId: string, tool: string, update: ToolProgressUpdate) => void;
 }
 
 /** The outcome of one tool call; `output` is what goes back to the model, a result or an error it can act on. */
@@ -79,6 +85,7 @@ export class ToolExecutor {
   readonly #now: () => number;
   readonly #human: HumanChannel | undefined;
   readonly #memory: MemoryView | undefined;
+  readonly #onProgress: ToolExecutorOptions['onProgress'];
 
   constructor(opts: ToolExecutorOptions) {
     this.#human = opts.human;
@@ -91,6 +98,7 @@ export class ToolExecutor {
     this.#defaultTimeoutMs = opts.defaultTimeoutMs ?? 30_000;
     this.#maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024;
     this.#now = opts.now ?? (() => performance.now());
+    this.#onProgress = opts.onProgress;
   }
 
   /**
@@ -168,6 +176,10 @@ export class ToolExecutor {
   ): Promise<string> {
     if (outer?.aborted) throw cancelled(tool.name);
     const guard = guardRun(tool.name, tool.timeoutMs ?? this.#defaultTimeoutMs, outer);
+    const onProgress = this.#onProgress;
+    const throttle = onProgress
+      ? new ProgressThrottle({ emit: (update) => onProgress(callId, tool.name, update), now: this.#now })
+      : undefined;
     const ctx: ToolContext = {
       workspace: this.#workspace,
       taskId: this.#taskId,
@@ -177,6 +189,7 @@ export class ToolExecutor {
       ...(rule ? { rule } : {}),
       ...(this.#human ? { human: this.#human } : {}),
       ...(this.#memory ? { memory: this.#memory } : {}),
+      ...(throttle ? { progress: (update) => throttle.report(update) } : {}),
     };
     try {
       const running = tool.run(input, ctx);
@@ -189,6 +202,7 @@ export class ToolExecutor {
       return output;
     } finally {
       guard.dispose();
+      throttle?.finish();
     }
   }
 

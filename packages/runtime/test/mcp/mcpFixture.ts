@@ -1,8 +1,20 @@
 import { tmpdir } from 'node:os';
+import { TEST_MCP_STDIO_SERVER } from '@troupe/testkit';
 import { createLogger, type Logger } from '../../src/logging/index.ts';
+import type { McpStdioServerConfig } from '../../src/mcp/mcpConfig.ts';
+import type { RestartClock } from '../../src/mcp/mcpServerConnection.ts';
 import type { Tool } from '../../src/tools/tool.ts';
 import { type ToolCallResult, ToolExecutor } from '../../src/tools/toolExecutor.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
+
+// Node 20 runs the TypeScript server through tsx; the child resolves `tsx` from the repo root, its cwd.
+/** The testkit's stdio server (`add`, `env`, `exit`). */
+export const stdioServer: McpStdioServerConfig = {
+  transport: 'stdio',
+  command: process.execPath,
+  args: ['--import', 'tsx', TEST_MCP_STDIO_SERVER],
+  timeout: 20,
+};
 
 export interface LogLine {
   level: number;
@@ -74,4 +86,40 @@ export function processExists(pid: number): boolean {
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+/** A restart clock whose timers run only when the test fires them, and whose time moves only when it advances it. */
+export interface ManualClock extends RestartClock {
+  /** The waits asked for that have neither fired nor been cleared, in milliseconds. */
+  pending(): number[];
+  /** Runs every pending timer now. */
+  fire(): void;
+  /** Moves `now()` forward. */
+  advance(ms: number): void;
+}
+
+export function manualClock(): ManualClock {
+  const timers = new Map<number, { fn: () => void; ms: number }>();
+  let next = 0;
+  let now = Date.now();
+  return {
+    now: () => now,
+    setTimeout(fn, ms) {
+      next += 1;
+      timers.set(next, { fn, ms });
+      return next;
+    },
+    clearTimeout(handle) {
+      timers.delete(handle as number);
+    },
+    pending: () => [...timers.values()].map((timer) => timer.ms),
+    fire() {
+      const due = [...timers.values()];
+      timers.clear();
+      for (const timer of due) timer.fn();
+    },
+    advance(ms) {
+      now += ms;
+    },
+  };
 }

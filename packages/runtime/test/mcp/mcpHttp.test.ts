@@ -1,13 +1,26 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${VAR} placeholders are the config syntax under test.
+
+import { tmpdir } from 'node:os';
 import { startTestMcpHttpServer, type TestMcpHttpServer } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { McpServerError } from '../../src/mcp/mcpServerError.ts';
 import { connectMcpServers, type McpConnections } from '../../src/mcp/mcpToolSource.ts';
+import type { ToolProgressUpdate } from '../../src/tools/progressThrottle.ts';
+import type { ToolProgress } from '../../src/tools/tool.ts';
+import { ToolExecutor } from '../../src/tools/toolExecutor.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
-import { call, captureLogger, eventually, executorFor, rejectionOf } from './mcpFixture.ts';
+import { call, captureLogger, eventually, executorFor, manualClock, rejectionOf } from './mcpFixture.ts';
 
 let server: TestMcpHttpServer;
 const open: McpConnections[] = [];
+const ownServers: TestMcpHttpServer[] = [];
+
+/** A server of the test's own, for tests that break it. */
+async function ownServer(): Promise<TestMcpHttpServer> {
+  const own = await startTestMcpHttpServer();
+  ownServers.push(own);
+  return own;
+}
 
 async function connect(...args: Parameters<typeof connectMcpServers>): Promise<McpConnections> {
   const connections = await connectMcpServers(...args);
@@ -21,6 +34,7 @@ beforeAll(async () => {
 
 afterEach(async () => {
   await Promise.all(open.splice(0).map((connections) => connections.close()));
+  await Promise.all(ownServers.splice(0).map((own) => own.stop()));
 });
 
 afterAll(async () => {
@@ -31,10 +45,9 @@ describe('connectMcpServers over streamable HTTP', () => {
   it('offers every tool of the server as <server>.<tool>, with its description and JSON Schema', async () => {
     const { logger, lines } = captureLogger();
     const mcp = await connect({ srv: { transport: 'http', url: server.url } }, { logger });
-    expect(mcp.tools.map((tool) => tool.name)).toEqual(['srv.add', 'srv.fail', 'srv.slow']);
-    expect(mcp.servers).toEqual([
-      { name: 'srv', transport: 'http', tools: ['srv.add', 'srv.fail', 'srv.slow'] },
-    ]);
+    const all = ['srv.add', 'srv.fail', 'srv.slow', 'srv.progress'];
+    expect(mcp.tools.map((tool) => tool.name)).toEqual(all);
+    expect(mcp.servers).toEqual([{ name: 'srv', transport: 'http', tools: all }]);
     const registry = new ToolRegistry();
     for (const tool of mcp.tools) registry.register(tool);
     const [add] = registry.definitions(['srv.add']);
@@ -48,14 +61,14 @@ describe('connectMcpServers over streamable HTTP', () => {
       required: ['a', 'b'],
     });
     const connected = lines.find((line) => line.msg === 'MCP server connected');
-    expect(connected).toMatchObject({ mcpServer: 'srv', tools: ['srv.add', 'srv.fail', 'srv.slow'] });
+    expect(connected).toMatchObject({ mcpServer: 'srv', tools: all });
   });
 
-  it('runs srv.add through the executor and returns its text and structured content', async () => {
+  it('runs srv.add through the executor and returns its text, which already says what its structured content does', async () => {
     const mcp = await connect({ srv: { transport: 'http', url: server.url } });
     const result = await call(executorFor(mcp.tools, ['srv.add']), 'srv.add', { a: 2, b: 3 });
     expect(result).toMatchObject({ ok: true, tool: 'srv.add', decision: 'allow' });
-    expect(result.output).toBe('2+3=5\n{"sum":5}');
+    expect(result.output).toBe('2+3=5');
     expect(server.calls.at(-1)).toEqual({ name: 'add', arguments: { a: 2, b: 3 } });
   });
 
@@ -190,5 +203,125 @@ describe('connectMcpServers over streamable HTTP', () => {
     expect(error).toMatchObject({ code: 'invalid_config' });
     expect((error as Error).message).toMatch(/^invalid MCP server config:\n- Bad_Name: /);
     expect((error as Error).message).toContain('- ok.url: ');
+  });
+});
+
+describe('an HTTP MCP server that fails', () => {
+  it('names the server, its endpoint and the cause when nothing answers any more', async () => {
+    const own = await ownServer();
+    const mcp = await connect({ srv: { transport: 'http', url: own.url } });
+    await own.stop();
+    const executor = executorFor(mcp.tools, ['srv.add']);
+    const prefix = `^srv\\.add failed: MCP server srv \\(http: ${own.url}\\) could not be reached: `;
+    // Requests may first go out on kept-alive connections that the server's stop closed; then none connects.
+    const first = await call(executor, 'srv.add', { a: 1, b: 1 });
+    expect(first).toMatchObject({ ok: false, error: { code: 'failed' } });
+    expect(first.output).toMatch(new RegExp(`${prefix}connection (refused|closed by the server)`));
+    await expect
+      .poll(async () => (await call(executor, 'srv.add', { a: 1, b: 1 })).output)
+      .toMatch(new RegExp(`${prefix}connection refused \\(fetch failed: .*ECONNREFUSED`));
+  });
+
+  it('names the HTTP status the server answered with', async () => {
+    const own = await ownServer();
+    const mcp = await connect({ srv: { transport: 'http', url: own.url } });
+    own.failWith(502);
+    const result = await call(executorFor(mcp.tools, ['srv.add']), 'srv.add', { a: 1, b: 1 });
+    expect(result.output).toBe(
+      `srv.add failed: MCP server srv (http: ${own.url}) answered HTTP 502: failing on purpose with 502`,
+    );
+  });
+
+  it('opens a new session when the server forgot its session, and runs the call there, once', async () => {
+    const own = await ownServer();
+    const { logger, lines } = captureLogger();
+    const mcp = await connect({ srv: { transport: 'http', url: own.url } }, { logger });
+    await own.dropSessions();
+    const result = await call(executorFor(mcp.tools, ['srv.add']), 'srv.add', { a: 2, b: 5 });
+    expect(result).toMatchObject({ ok: true, output: '2+5=7' });
+    expect(own.calls.filter((seen) => seen.name === 'add')).toHaveLength(1);
+    expect(lines.find((line) => line.msg === 'reconnecting to MCP server')).toMatchObject({
+      level: 40,
+      mcpServer: 'srv',
+      attempt: 1,
+    });
+  });
+
+  it('backs off after a failed reconnection: calls fail at once without a request, then reconnect', async () => {
+    const own = await ownServer();
+    const clock = manualClock();
+    const mcp = await connect({ srv: { transport: 'http', url: own.url } }, { clock });
+    const executor = executorFor(mcp.tools, ['srv.add']);
+    await own.dropSessions();
+    own.failWith(503, 'new sessions');
+
+    const first = await call(executor, 'srv.add', { a: 1, b: 1 });
+    expect(first.output).toMatch(
+      new RegExp(
+        `^srv\\.add failed: MCP server srv \\(http: ${own.url}\\) is unavailable: reconnection attempt 1 failed at ` +
+          '\\d\\d:\\d\\d:\\d\\d UTC: answered HTTP 503: failing on purpose with 503; ' +
+          'reconnecting on the first call after \\d+ (ms|s) \\(attempt 2\\)$',
+      ),
+    );
+    const posts = () => own.requests.filter((request) => request.method === 'POST').length;
+    const before = posts();
+    const second = await call(executor, 'srv.add', { a: 1, b: 1 });
+    expect(second.output).toMatch(/\(attempt 2\)$/);
+    expect(posts()).toBe(before);
+
+    own.failWith(undefined);
+    clock.advance(1_000);
+    expect(await call(executor, 'srv.add', { a: 1, b: 2 })).toMatchObject({ ok: true, output: '1+2=3' });
+  });
+});
+
+describe('progress of an MCP tool', () => {
+  it("forwards the server's progress notifications to ctx.progress", async () => {
+    const mcp = await connect({ srv: { transport: 'http', url: server.url } });
+    const tool = mcp.tools.find((candidate) => candidate.name === 'srv.progress');
+    const updates: ToolProgress[] = [];
+    const output = await tool?.run(
+      { steps: 3 },
+      {
+        workspace: tmpdir(),
+        taskId: 'task-mcp',
+        agent: 'tester',
+        callId: 'call-p',
+        signal: new AbortController().signal,
+        progress: (update) => updates.push(update),
+      },
+    );
+    expect(output).toBe('done after 3 steps');
+    expect(updates).toEqual(
+      [1, 2, 3].map((step) => ({ progress: step, total: 3, message: `step ${step} of 3` })),
+    );
+  });
+
+  it('reaches the executor’s onProgress, throttled, the last update always among them', async () => {
+    const mcp = await connect({ srv: { transport: 'http', url: server.url } });
+    const registry = new ToolRegistry();
+    for (const tool of mcp.tools) registry.register(tool);
+    const seen: Array<{ callId: string; tool: string } & ToolProgressUpdate> = [];
+    const executor = new ToolExecutor({
+      registry,
+      policy: { tools: ['srv.progress'], rules: [] },
+      agent: 'tester',
+      workspace: tmpdir(),
+      taskId: 'task-mcp',
+      onProgress: (callId, tool, update) => seen.push({ callId, tool, ...update }),
+    });
+    const result = await executor.execute({ id: 'call-p', name: 'srv.progress', arguments: '{"steps":3}' });
+    expect(result).toMatchObject({ ok: true, output: 'done after 3 steps' });
+    expect(seen.length).toBeGreaterThanOrEqual(2);
+    expect(seen.map((update) => update.seq)).toEqual(seen.map((_, index) => index));
+    expect(seen[0]).toEqual({
+      callId: 'call-p',
+      tool: 'srv.progress',
+      seq: 0,
+      progress: 1,
+      total: 3,
+      message: 'step 1 of 3',
+    });
+    expect(seen.at(-1)).toMatchObject({ progress: 3, total: 3, message: 'step 3 of 3' });
   });
 });

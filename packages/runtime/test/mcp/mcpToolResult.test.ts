@@ -27,13 +27,13 @@ describe('renderMcpToolResult', () => {
     );
   });
 
-  it('appends structured content as JSON, unless a text block already is that JSON', () => {
+  it('trusts the text blocks: structured content is rendered as JSON only when there is no text', () => {
     expect(
       renderMcpToolResult('srv.t', {
         content: [{ type: 'text', text: 'done' }],
         structuredContent: { n: 1 },
       }),
-    ).toBe('done\n{"n":1}');
+    ).toBe('done');
     expect(
       renderMcpToolResult('srv.t', {
         content: [{ type: 'text', text: '{ "n": 1 }' }],
@@ -41,6 +41,31 @@ describe('renderMcpToolResult', () => {
       }),
     ).toBe('{ "n": 1 }');
     expect(renderMcpToolResult('srv.t', { content: [], structuredContent: { n: 1 } })).toBe('{"n":1}');
+    expect(
+      renderMcpToolResult('srv.t', {
+        content: [{ type: 'resource_link', uri: 'file:///a.png', name: 'a' }],
+        structuredContent: { width: 2 },
+      }),
+    ).toBe('[resource: file:///a.png]\n{"width":2}');
+  });
+
+  it("gives server-filesystem's reply once, not its text and then the same text again as JSON", () => {
+    // @modelcontextprotocol/server-filesystem's list_directory: the listing as text, and again as structured content.
+    const listing = '[FILE] a.txt\n[DIR] docs';
+    expect(
+      renderMcpToolResult('files.list_directory', {
+        content: [{ type: 'text', text: listing }],
+        structuredContent: { content: listing },
+      }),
+    ).toBe(listing);
+    // @modelcontextprotocol/server-memory's read_graph: pretty JSON text, and the same graph as structured content.
+    const graph = { entities: [{ name: 'Ada', entityType: 'person', observations: [] }], relations: [] };
+    expect(
+      renderMcpToolResult('memory.read_graph', {
+        content: [{ type: 'text', text: JSON.stringify(graph, null, 2) }],
+        structuredContent: graph,
+      }),
+    ).toBe(JSON.stringify(graph, null, 2));
   });
 
   it("throws a failed ToolError with the server's text for an isError result", () => {
