@@ -7,6 +7,10 @@ import { type EmbeddedNats, startNatsServer } from '@troupe/runtime';
 export interface TestNats extends EmbeddedNats {
   /** Stops the server and starts it again on the same port and data dir, as a crash-and-restart would. */
   restart(): Promise<void>;
+  /** Stops the server but keeps its port and data dir, for an outage that lasts until {@link resume}. */
+  pause(): Promise<void>;
+  /** Starts a paused server again on the same port and data dir; does nothing when it is running. */
+  resume(): Promise<void>;
 }
 
 export interface TestNatsOptions {
@@ -34,6 +38,15 @@ export async function startTestNats(opts: TestNatsOptions = {}): Promise<TestNat
   }
   const { url, port } = server;
   let running = true;
+  const pause = async (): Promise<void> => {
+    if (running) await server.stop();
+    running = false;
+  };
+  const resume = async (): Promise<void> => {
+    if (running) return;
+    server = await startNatsServer({ dataDir, jetstream, port });
+    running = true;
+  };
   return {
     url,
     port,
@@ -41,15 +54,14 @@ export async function startTestNats(opts: TestNatsOptions = {}): Promise<TestNat
     get pid() {
       return server.pid;
     },
+    pause,
+    resume,
     async restart() {
-      if (running) await server.stop();
-      running = false;
-      server = await startNatsServer({ dataDir, jetstream, port });
-      running = true;
+      await pause();
+      await resume();
     },
     async stop() {
-      if (running) await server.stop();
-      running = false;
+      await pause();
       await rm(dataDir, { recursive: true, force: true });
     },
   };

@@ -50,6 +50,28 @@ describe('startTestNats', () => {
     expect(stored?.string()).toBe('first');
   });
 
+  it('pauses the server, keeping its port and data dir, until it is resumed', async () => {
+    await withConnection(async (nc) => {
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: 'PAUSED', subjects: ['paused.>'], storage: 'file' });
+      await jetstream(nc).publish('paused.one', 'kept');
+    });
+    const pidBefore = nats.pid;
+
+    await nats.pause();
+
+    expect(() => process.kill(pidBefore, 0)).toThrow();
+    expect((await stat(nats.dataDir)).isDirectory()).toBe(true);
+    await expect(connect({ servers: nats.url, reconnect: false })).rejects.toThrow();
+    await nats.resume();
+    await nats.resume();
+    const stored = await withConnection(async (nc) => {
+      const jsm = await jetstreamManager(nc);
+      return jsm.streams.getMessage('PAUSED', { last_by_subj: 'paused.one' });
+    });
+    expect(stored?.string()).toBe('kept');
+  });
+
   it('stops the server and removes its data dir', async () => {
     const other = await startTestNats({ jetstream: false });
     const { pid, dataDir } = other;

@@ -13,8 +13,10 @@ import {
 import { type KV, Kvm } from '@nats-io/kv';
 import { nanos } from '@nats-io/transport-node';
 import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
+import pRetry from 'p-retry';
 import type { NatsBus } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
+import { type UntilReachableOptions, untilReachable } from './untilReachable.ts';
 
 export interface TroupeStreamsOptions {
   /** How long submitted tasks are kept, in milliseconds; default 7 days. */
@@ -23,14 +25,16 @@ export interface TroupeStreamsOptions {
   eventsMaxAge?: number;
   /** Window in which a message with a repeated `Nats-Msg-Id` is dropped, in milliseconds; default 2 minutes. */
   duplicateWindowMs?: number;
+  /** How long set-up waits for NATS and JetStream through an outage before it gives up. */
+  wait?: UntilReachableOptions;
 }
 
 export type TroupeBucket = (typeof BUCKETS)[keyof typeof BUCKETS];
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const DEFAULTS = { tasksMaxAge: 7 * DAY_MS, eventsMaxAge: 7 * DAY_MS, duplicateWindowMs: 2 * 60 * 1000 };
-/** Another process may create the same stream between our look and our write; we look again this often. */
-const RACE_ATTEMPTS = 3;
+/** Another process may create the same stream between our look and our write; we look again up to this often. */
+const RACE_RETRIES = 2;
 /** 10058: "stream name already in use with a different configuration". */
 const STREAM_NAME_IN_USE = 10058;
 
@@ -42,19 +46,21 @@ type TroupeStreamConfig = Pick<
 /**
  * Creates or updates the streams `TASKS` and `EVENTS` and the KV buckets `workflows`, `memory` and `pipelines`.
  * Safe to call on every start, and from several processes at once. Uses only what nats-server 2.9 supports.
+ * Waits (logging each wait) while NATS cannot be reached; see {@link untilReachable}.
  */
 export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptions = {}): Promise<void> {
-  const settings = { ...DEFAULTS, ...definedOnly(opts) };
-  const jsm = await jetstreamManagerOf(bus);
+  const { wait, ...limits } = opts;
+  const settings = { ...DEFAULTS, ...definedOnly(limits) };
+  const jsm = await jetstreamManagerOf(bus, wait);
   const streams = [
     streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, settings.duplicateWindowMs),
     streamConfig(STREAMS.events, subjects.allEvents, settings.eventsMaxAge, settings.duplicateWindowMs),
     // Dead letters wait for a person, so they are kept longer.
     streamConfig(STREAMS.deadLetters, subjects.allDeadLetters, 30 * DAY_MS, settings.duplicateWindowMs),
   ];
-  for (const config of streams) await ensureStream(jsm, config);
+  for (const config of streams) await ensureStream(bus, jsm, config, wait);
   const kvm = new Kvm(jetstreamOf(bus));
-  for (const bucket of Object.values(BUCKETS)) await ensureBucket(kvm, bucket);
+  for (const bucket of Object.values(BUCKETS)) await ensureBucket(bus, kvm, bucket, wait);
   bus.logger.info(
     { streams: streams.map((s) => s.name), buckets: Object.values(BUCKETS) },
     'JetStream streams and KV buckets are ready',
@@ -66,15 +72,21 @@ export function jetstreamOf(bus: NatsBus): JetStreamClient {
   return jetstream(bus.connection);
 }
 
-/** A JetStream manager on the bus's connection; fails with `jetstream_unavailable` when the server has no JetStream. */
-export async function jetstreamManagerOf(bus: NatsBus): Promise<JetStreamManager> {
+/**
+ * A JetStream manager on the bus's connection, once JetStream answers (see {@link untilReachable}); fails with
+ * `jetstream_unavailable` when the server has no JetStream or cannot be reached in time.
+ */
+export async function jetstreamManagerOf(
+  bus: NatsBus,
+  wait?: UntilReachableOptions,
+): Promise<JetStreamManager> {
   try {
-    return await jetstreamManager(bus.connection);
+    return await untilReachable(bus, 'the JetStream API', () => jetstreamManager(bus.connection), wait);
   } catch (cause) {
+    if (TransportError.is(cause)) throw cause;
     throw new TransportError(
       'jetstream_unavailable',
-      `JetStream is not available on the NATS server at ${bus.connection.getServer()}: ${messageOf(cause)}. ` +
-        'Start nats-server with -js (JetStream enabled).',
+      `JetStream is not available on the NATS server at ${bus.connection.getServer()}: ${messageOf(cause)}`,
       { cause },
     );
   }
@@ -104,24 +116,21 @@ function streamConfig(
   };
 }
 
-async function ensureStream(jsm: JetStreamManager, config: TroupeStreamConfig): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await createOrUpdate(jsm, config);
-      return;
-    } catch (error) {
-      const raced =
-        isApiError(error, STREAM_NAME_IN_USE) || isApiError(error, JetStreamApiCodes.StreamNotFound);
-      if (!raced || attempt >= RACE_ATTEMPTS) {
-        throw new TransportError(
-          'stream_setup_failed',
-          `cannot set up stream ${config.name}: ${messageOf(error)}`,
-          {
-            cause: error,
-          },
-        );
-      }
-    }
+async function ensureStream(
+  bus: NatsBus,
+  jsm: JetStreamManager,
+  config: TroupeStreamConfig,
+  wait: UntilReachableOptions | undefined,
+): Promise<void> {
+  try {
+    await untilReachable(
+      bus,
+      `stream ${config.name}`,
+      () => throughRaces(() => createOrUpdate(jsm, config)),
+      wait,
+    );
+  } catch (error) {
+    throw setupFailed(`stream ${config.name}`, error);
   }
 }
 
@@ -151,23 +160,36 @@ function sameSettings(current: StreamConfig, wanted: TroupeStreamConfig): boolea
   );
 }
 
-async function ensureBucket(kvm: Kvm, bucket: string): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await kvm.create(bucket, { history: 1, storage: StorageType.File });
-      return;
-    } catch (error) {
-      if (attempt >= RACE_ATTEMPTS) {
-        throw new TransportError(
-          'stream_setup_failed',
-          `cannot set up KV bucket ${bucket}: ${messageOf(error)}`,
-          {
-            cause: error,
-          },
-        );
-      }
-    }
+async function ensureBucket(
+  bus: NatsBus,
+  kvm: Kvm,
+  bucket: string,
+  wait: UntilReachableOptions | undefined,
+): Promise<void> {
+  const create = () => kvm.create(bucket, { history: 1, storage: StorageType.File });
+  try {
+    await untilReachable(bus, `KV bucket ${bucket}`, () => throughRaces(create), wait);
+  } catch (error) {
+    throw setupFailed(`KV bucket ${bucket}`, error);
   }
+}
+
+/** Tries `op` again at once when another process created the same stream between our look and our write. */
+function throughRaces<T>(op: () => Promise<T>): Promise<T> {
+  return pRetry(() => op(), {
+    retries: RACE_RETRIES,
+    minTimeout: 0,
+    shouldRetry: ({ error }) =>
+      isApiError(error, STREAM_NAME_IN_USE) || isApiError(error, JetStreamApiCodes.StreamNotFound),
+  });
+}
+
+/** A wait that ran out is reported as it is; anything else names what could not be set up. */
+function setupFailed(what: string, error: unknown): TransportError {
+  if (TransportError.is(error)) return error;
+  return new TransportError('stream_setup_failed', `cannot set up ${what}: ${messageOf(error)}`, {
+    cause: error,
+  });
 }
 
 function isApiError(error: unknown, code: number): boolean {

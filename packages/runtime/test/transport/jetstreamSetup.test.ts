@@ -1,10 +1,11 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { BUCKETS, STREAMS } from '@troupe/protocol';
+import { startTestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
 import { ensureTroupeStreams, jetstreamOf, kvOf } from '../../src/transport/jetstreamSetup.ts';
 import { NatsBus } from '../../src/transport/natsBus.ts';
-import { captureLogger, startServer } from './natsFixture.ts';
+import { captureLogger, type LogLine, startServer } from './natsFixture.ts';
 
 let server: EmbeddedNats;
 let bus: NatsBus;
@@ -102,21 +103,86 @@ describe('ensureTroupeStreams', () => {
     expect(history).toEqual([{ state: 'done' }]);
   });
 
-  it('fails with jetstream_unavailable on a server without JetStream', async () => {
-    const plain = await startServer({ jetstream: false });
-    const plainBus = await NatsBus.connect({
-      servers: plain.url,
-      name: 'no-js',
-      logger: captureLogger().logger,
-    });
+  it('fails with jetstream_unavailable on a server without JetStream, once its bound has passed', async () => {
+    const plain = await startTestNats({ jetstream: false });
+    const { logger, lines } = captureLogger();
+    const plainBus = await NatsBus.connect({ servers: plain.url, name: 'no-js', logger });
     try {
-      await expect(ensureTroupeStreams(plainBus)).rejects.toMatchObject({
-        name: 'TransportError',
-        code: 'jetstream_unavailable',
+      const started = performance.now();
+      const error = await ensureTroupeStreams(plainBus, { wait: { noJetStreamMs: 1_000 } }).catch((e) => e);
+      const elapsed = performance.now() - started;
+      expect(error).toMatchObject({ name: 'TransportError', code: 'jetstream_unavailable' });
+      expect(error.message).toContain('Start nats-server with -js');
+      // 1 s of waits plus the last backoff (1 s); far below the 5 minutes an outage is given.
+      expect(elapsed).toBeGreaterThanOrEqual(1_000);
+      expect(elapsed).toBeLessThan(15_000);
+      expect(waits(lines).length).toBeGreaterThan(0);
+      expect(waits(lines)[0]).toMatchObject({
+        waitingFor: 'the JetStream API',
+        err: { message: expect.stringContaining('jetstream is not enabled') },
       });
     } finally {
       await plainBus.close();
       await plain.stop();
     }
   });
+
+  it('fails at once, without waiting, when a stream conflicts with one already on the server', async () => {
+    const nats = await startTestNats();
+    const { logger, lines } = captureLogger();
+    const other = await NatsBus.connect({ servers: nats.url, name: 'js-conflict', logger });
+    try {
+      const jsm = await jetstreamManager(other.connection);
+      await jsm.streams.add({ name: 'SQUATTER', subjects: ['troupe.tasks.>'] });
+      await expect(ensureTroupeStreams(other)).rejects.toMatchObject({
+        code: 'stream_setup_failed',
+        message: expect.stringContaining('cannot set up stream TASKS'),
+      });
+      expect(waits(lines)).toEqual([]);
+    } finally {
+      await other.close();
+      await nats.stop();
+    }
+  });
+});
+
+/** The warn lines of waits for JetStream. */
+const waits = (lines: LogLine[]): LogLine[] => lines.filter((l) => l.level === 40 && 'waitingFor' in l);
+
+describe('ensureTroupeStreams through a NATS outage', () => {
+  it('waits while nats-server is down, logging each wait, and finishes once it is back', async () => {
+    const nats = await startTestNats();
+    const { logger, lines } = captureLogger();
+    const patient = await NatsBus.connect({ servers: nats.url, name: 'js-outage', logger });
+    try {
+      await nats.pause();
+      let settled = false;
+      const setup = ensureTroupeStreams(patient).then(
+        () => 'ready',
+        (error: unknown) => error,
+      );
+      void setup.finally(() => (settled = true));
+      // Without waiting, set-up fails with the first timeout and logs no wait.
+      await expect.poll(() => settled || waits(lines).length > 0, { timeout: 30_000 }).toBe(true);
+      await nats.resume();
+
+      expect(await setup).toBe('ready');
+      expect(waits(lines)[0]).toMatchObject({
+        waitingFor: 'the JetStream API',
+        err: { message: expect.stringContaining('timeout') },
+        retryInMs: 250,
+        msg: expect.stringContaining('trying again in 250 ms'),
+      });
+      for (const wait of waits(lines)) {
+        expect(wait).toMatchObject({ server: expect.any(String), retryInMs: expect.any(Number) });
+        expect(wait.err).toMatchObject({ message: expect.any(String) });
+      }
+      const jsm = await jetstreamManager(patient.connection);
+      expect((await jsm.streams.info(STREAMS.events)).config.name).toBe(STREAMS.events);
+      expect((await jsm.streams.info('KV_workflows')).config.name).toBe('KV_workflows');
+    } finally {
+      await patient.close();
+      await nats.stop();
+    }
+  }, 60_000);
 });

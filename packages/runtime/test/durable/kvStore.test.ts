@@ -1,0 +1,61 @@
+import { BUCKETS } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { KvStore } from '../../src/durable/kvStore.ts';
+import { ensureTroupeStreams } from '../../src/transport/jetstreamSetup.ts';
+import { NatsBus } from '../../src/transport/natsBus.ts';
+import { captureLogger, type LogLine } from '../transport/natsFixture.ts';
+
+let nats: TestNats;
+let bus: NatsBus;
+let lines: LogLine[];
+
+beforeEach(async () => {
+  nats = await startTestNats();
+  const capture = captureLogger();
+  lines = capture.lines;
+  bus = await NatsBus.connect({ servers: nats.url, name: 'kv-test', logger: capture.logger });
+});
+
+afterEach(async () => {
+  await bus?.close();
+  await nats?.stop();
+});
+
+const Note = z.object({ text: z.string() });
+const waits = (): LogLine[] => lines.filter((l) => l.level === 40 && 'waitingFor' in l);
+
+describe('KvStore.open', () => {
+  it('fails at once with bucket_missing when no coordinator has created the bucket', async () => {
+    const started = performance.now();
+
+    await expect(KvStore.open(bus, BUCKETS.workflows, Note)).rejects.toMatchObject({
+      name: 'TransportError',
+      code: 'bucket_missing',
+      message: 'the KV bucket workflows does not exist on this NATS server',
+    });
+    expect(waits()).toEqual([]);
+    expect(performance.now() - started).toBeLessThan(5_000);
+  });
+
+  it('waits while nats-server is down, logging each wait, and opens the bucket once it is back', async () => {
+    await ensureTroupeStreams(bus);
+    await nats.pause();
+    let settled = false;
+    const opening = KvStore.open(bus, BUCKETS.memory, Note);
+    const outcome = opening.then(
+      () => 'open',
+      (error: unknown) => error,
+    );
+    void outcome.finally(() => (settled = true));
+    await expect.poll(() => settled || waits().length > 0, { timeout: 30_000 }).toBe(true);
+    await nats.resume();
+
+    expect(await outcome).toBe('open');
+    const store = await opening;
+    expect(waits()[0]).toMatchObject({ waitingFor: 'KV bucket memory', retryInMs: 250 });
+    await store.put('note-1', { text: 'kept' });
+    expect(await store.get('note-1')).toMatchObject({ value: { text: 'kept' } });
+  }, 60_000);
+});
