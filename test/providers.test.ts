@@ -287,6 +287,8 @@ models:
     expect(ofKind(h.eventsOf('fb-1'), 'llm.retry')).toHaveLength(1);
     const response = ofKind(h.eventsOf('fb-1'), 'llm.response')[0];
     expect(response?.data).toMatchObject({ provider: 'anthropic', model: 'claude-sonnet-4-6' });
+    // The envelope names the model that answered, as `troupe tail` prints it.
+    expect(response?.from).toBe('anthropic:claude-sonnet-4-6');
   });
 
   it('asks OpenAI for structured output natively, and repairs an invalid reply once', async () => {

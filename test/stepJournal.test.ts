@@ -136,7 +136,7 @@ describe('the step journal', () => {
       registry,
       workspaceRoot: root,
       clock: { now: () => Date.now() },
-      events: new EventFactory({ now: () => Date.now() }, () => crypto.randomUUID()),
+      events: new EventFactory({ now: () => Date.now() }),
       publish: (event) => events.push(event),
       journal,
       ...(signal ? { signal } : {}),
@@ -217,16 +217,21 @@ describe('the step journal', () => {
     const reply = await runAgentStep(agent(resumed.model), stepRequest('doubt-1'), deps(events));
 
     expect(reply.ok).toBe(true);
-    // The model is told, in the tool result it reads, that the call may or may not have happened.
-    expect(resumed.requests[1]?.messages.at(-1)).toMatchObject({
+    // The model is told, in the tool result it reads, what is known: another run claimed the call, and whether it
+    // finished is unknown. Nothing is said of a crash, which nobody saw.
+    const told = resumed.requests[1]?.messages.at(-1);
+    expect(told).toMatchObject({
       role: 'tool',
       name: 'append',
       isError: true,
-      content: expect.stringMatching(/cut short by a crash .* may or may not have taken effect/),
+      content: expect.stringMatching(
+        /another run of this step claimed this append call .*has not recorded its result; whether it finished is unknown/,
+      ),
     });
+    expect(told?.content).not.toMatch(/crash/);
     const results = ofKind(events, 'tool.result');
     expect(results[0]?.data).toMatchObject({ tool: 'append', ok: false, error: { code: 'in_doubt' } });
-    expect(results[0]?.data.error?.message).toMatch(/may or may not have taken effect/);
+    expect(results[0]?.data.error?.message).toMatch(/whether it finished is unknown/);
     expect(runs.append).toBe(0);
     expect(results[1]?.data).toMatchObject({ tool: 'lookup', ok: true, output: 'value of k' });
     expect(runs.lookup).toBe(1);

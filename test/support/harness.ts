@@ -2,7 +2,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import {
+  builtinTools,
+  type Coordinator,
+  type IntakeLimits,
+  loadPipeline,
+  startCoordinator,
+} from '@troupe/coordinator';
 import {
   type EventOf,
   FINAL_EVENT_KINDS,
@@ -44,6 +50,10 @@ export interface HarnessOptions {
   hostAgents?: boolean;
   /** Deliveries of a task before it is dead-lettered. */
   maxDeliver?: number;
+  /** How large and deep task payloads may be. */
+  limits?: IntakeLimits;
+  /** How long a task may go unacknowledged before it is delivered again. */
+  ackWaitMs?: number;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -69,6 +79,8 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     noResponderWaitMs: 5_000,
     ...(options.hostAgents === false ? { hostAgents: false } : {}),
     ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
+    ...(options.limits === undefined ? {} : { limits: options.limits }),
+    ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];

@@ -1,3 +1,4 @@
+import { DEFAULT_INTAKE_LIMITS, MAX_TASK_DEPTH } from '@troupe/coordinator';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { answer, decide, listApprovals } from './commands/approvals.ts';
 import { cancel, status } from './commands/control.ts';
@@ -68,8 +69,22 @@ program
   )
   .option(
     '--max-deliver <n>',
-    'deliveries of a task (not counting hand-backs at shutdown) before it is dead-lettered (default 10)',
+    'deliveries of a task in a row that make no progress before it is dead-lettered (default 10)',
     positiveInteger,
+  )
+  .option(
+    '--max-task-bytes <n>',
+    `largest task payload accepted, in bytes (default ${DEFAULT_INTAKE_LIMITS.maxTaskBytes})`,
+    positiveInteger,
+  )
+  .option(
+    '--max-task-depth <n>',
+    `deepest nesting of objects and arrays in a task payload (default ${DEFAULT_INTAKE_LIMITS.maxTaskDepth}, at most ${MAX_TASK_DEPTH})`,
+    (value: string) => {
+      const n = positiveInteger(value);
+      if (n > MAX_TASK_DEPTH) throw new InvalidArgumentError(`must be at most ${MAX_TASK_DEPTH}`);
+      return n;
+    },
   )
   .option(
     '--step-heartbeat <seconds>',

@@ -1,23 +1,25 @@
 import { hostname } from 'node:os';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, HumanRequest } from '@troupe/protocol';
 import {
   type BusSubscription,
   type Clock,
+  closeTaskRequests,
   ensureTroupeStreams,
-  type IdGenerator,
   KvStore,
   type Logger,
   type NatsBus,
-  randomId,
+  StepJournal,
   systemClock,
   type ToolRegistry,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
+import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
+import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
-import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
+import { type PipelineRunner, startPipelineRunner, type WorkflowStore } from './workflow/pipelineRunner.ts';
 import { WorkflowRecord } from './workflow/workflowRecord.ts';
 
 export interface CoordinatorOptions {
@@ -32,15 +34,21 @@ export interface CoordinatorOptions {
   concurrency?: number;
   /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
   ackWaitMs?: number;
-  /** Deliveries of one task before it is dead-lettered (default 10; a hand-back at shutdown does not count). */
+  /**
+   * Deliveries of one task in a row that made no progress before it is dead-lettered (default 10; a hand-back at
+   * shutdown does not count).
+   */
   maxDeliver?: number;
+  /** How large and deep a task payload may be (default 256 KiB and 64 levels). */
+  limits?: IntakeLimits;
   /** How long a step waits for a worker to serve its agent (default 30 s). */
   noResponderWaitMs?: number;
   /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
   stepHeartbeatMs?: number;
   registry?: ToolRegistry;
   clock?: Clock;
-  ids?: IdGenerator;
+  /** Where workflow records are kept; the KV bucket `workflows` by default. */
+  workflowStore?: WorkflowStore;
 }
 
 /** A running coordinator. */
@@ -63,11 +71,12 @@ export interface Coordinator {
 export async function startCoordinator(options: CoordinatorOptions): Promise<Coordinator> {
   const { bus, logger } = options;
   const clock = options.clock ?? systemClock;
-  const ids = options.ids ?? randomId;
   const registry = options.registry ?? builtinTools();
   await ensureTroupeStreams(bus);
-  const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+  const store = options.workflowStore ?? (await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord));
   const pipelineRegistry = await PipelineRegistry.open(bus);
+  const journal = await StepJournal.open(bus);
+  const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
 
   const agents =
     (options.hostAgents ?? true)
@@ -78,7 +87,6 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           workspaceRoot: options.workspaceRoot,
           registry,
           clock,
-          ids,
         })
       : undefined;
   const runners: PipelineRunner[] = [];
@@ -91,8 +99,10 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           store,
           logger: logger.child({ pipeline: pipeline.config.name }),
           clock,
-          ids,
           concurrency: options.concurrency ?? 16,
+          closeRequests: (taskId, ending) =>
+            closeTaskRequests(taskId, ending, { journal, store: approvals, now: () => clock.now() }),
+          ...(options.limits === undefined ? {} : { limits: options.limits }),
           ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
           ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
           ...(options.noResponderWaitMs === undefined
@@ -113,13 +123,17 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     await agents?.stop();
     throw error;
   }
-  const guard: BusSubscription = startIntakeGuard(bus, () => pipelineRegistry.names());
+  const local = new Set(options.pipelines.map((p) => p.config.name));
+  const guard: BusSubscription = startIntakeGuard(bus, local, () => pipelineRegistry.names());
+  const runsHere = (taskId: string) => runners.some((r) => r.running().includes(taskId));
+  const controls: BusSubscription = startControlResponder({ bus, store, runsHere });
 
   return {
     pipelines: options.pipelines.map((p) => p.config.name),
     running: () => runners.flatMap((r) => r.running()),
     async stop() {
       guard.unsubscribe();
+      controls.unsubscribe();
       await Promise.all(runners.map((r) => r.stop()));
       await agents?.stop();
       await bus.flush();

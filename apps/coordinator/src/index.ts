@@ -12,6 +12,11 @@ export {
   StepConfig,
 } from './config/pipelineSchema.ts';
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
+export {
+  DEFAULT_INTAKE_LIMITS,
+  type IntakeLimits,
+  MAX_TASK_DEPTH,
+} from './intake/intakeLimits.ts';
 export { PipelineRegistration, PipelineRegistry } from './intake/pipelineRegistry.ts';
 export { readServerRecord, type ServerRecord } from './serverRecord.ts';
 export {
@@ -23,12 +28,13 @@ export {
   type WorkerOptions,
 } from './service.ts';
 export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
+export type { WorkflowStore } from './workflow/pipelineRunner.ts';
 export {
   createStepRunner,
   DEFAULT_STEP_HEARTBEAT_MS,
   type StepRunnerOptions,
 } from './workflow/stepRunner.ts';
-export { WorkflowRecord } from './workflow/workflowRecord.ts';
+export { endingOfRecord, WorkflowRecord } from './workflow/workflowRecord.ts';
 export type {
   StepRunInput,
   StepRunOutput,

@@ -11,6 +11,7 @@ import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
+import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { removeServerRecord, writeServerRecord } from './serverRecord.ts';
 
 export interface ServiceOptions {
@@ -24,8 +25,10 @@ export interface ServiceOptions {
   concurrency?: number;
   /** How long a task may go unacknowledged before another coordinator gets it (default 30 s). */
   ackWaitMs?: number;
-  /** Deliveries of one task (hand-backs at shutdown not counted) before it is dead-lettered (default 10). */
+  /** Deliveries of one task in a row without progress (hand-backs at shutdown not counted) before it is dead-lettered (default 10). */
   maxDeliver?: number;
+  /** How large and deep a task payload may be (default 256 KiB and 64 levels). */
+  limits?: IntakeLimits;
   /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
   stepHeartbeatMs?: number;
   /** Let pipelines start local MCP server commands (stdio). */
@@ -66,8 +69,9 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ? await startNatsServer({ dataDir: resolve(home, 'nats'), logFile: resolve(home, 'nats-server.log') })
       : undefined;
   const url = options.natsUrl ?? embedded?.url ?? '';
+  let bus: NatsBus | undefined;
   try {
-    const bus = await NatsBus.connect({ servers: url, name: 'troupe-coordinator', logger: options.logger });
+    bus = await NatsBus.connect({ servers: url, name: 'troupe-coordinator', logger: options.logger });
     const coordinator = await startCoordinator({
       bus,
       pipelines,
@@ -79,6 +83,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
+      ...(options.limits === undefined ? {} : { limits: options.limits }),
     });
     if (embedded)
       await writeServerRecord(home, { url, pid: process.pid, startedAt: new Date().toISOString() });
@@ -86,15 +91,16 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       { url, embedded: embedded !== undefined, pipelines: coordinator.pipelines },
       `troupe is up on ${url}`,
     );
+    const connected = bus;
     return {
       url,
       embedded,
       pipelines,
       coordinator,
-      bus,
+      bus: connected,
       async stop() {
         await coordinator.stop();
-        await bus.drain();
+        await connected.drain();
         if (embedded) {
           await removeServerRecord(home, process.pid);
           await embedded.stop();
@@ -102,6 +108,8 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       },
     };
   } catch (error) {
+    // Whatever did start is stopped, so the process can exit with the error (a live connection would keep it up).
+    await bus?.close();
     await embedded?.stop();
     throw error;
   }

@@ -25,6 +25,13 @@ export const DecisionReceipt = z.object({
 });
 export type DecisionReceipt = z.infer<typeof DecisionReceipt>;
 
+/** How a task ended: its final status and, for a failure, the reason code of its `task.failed` event. */
+export const TaskEnding = z.object({
+  status: z.enum(['completed', 'failed', 'cancelled']),
+  reason: z.string().optional(),
+});
+export type TaskEnding = z.infer<typeof TaskEnding>;
+
 /** What the KV bucket `approvals` holds for each question or approval a person was asked. */
 export const HumanRequest = z.object({
   id: TaskId,
@@ -39,7 +46,8 @@ export const HumanRequest = z.object({
   arguments: z.string().optional(),
   /** Why it was asked: the rule that says `ask`, or the agent's question. */
   prompt: z.string(),
-  status: z.enum(['pending', 'allowed', 'denied', 'answered', 'expired']),
+  /** `closed`: its task ended while it was pending (see `taskEnded`); nothing waits for it any more. */
+  status: z.enum(['pending', 'allowed', 'denied', 'answered', 'expired', 'closed']),
   requestedAt: z.string(),
   /** When a pending request is denied (or left unanswered) by default. */
   expiresAt: z.string(),
@@ -48,6 +56,8 @@ export const HumanRequest = z.object({
   reason: z.string().optional(),
   /** For questions: the answer given. */
   answer: z.string().optional(),
+  /** For `closed` requests: how their task ended. */
+  taskEnded: TaskEnding.optional(),
 });
 export type HumanRequest = z.infer<typeof HumanRequest>;
 
@@ -65,6 +75,14 @@ export const ControlReceipt = z.object({
   outcome: z.literal('cancelled'),
 });
 export type ControlReceipt = z.infer<typeof ControlReceipt>;
+
+/**
+ * Error codes of the answer to a control message that changed nothing, each with a message saying the task's state:
+ * `unknown_task` (no task has this id), `task_ended` (it already completed, failed or was cancelled), `not_running`
+ * (it has not ended, but no coordinator runs it right now: it resumes when its message is delivered again).
+ */
+export const ControlRefusal = z.enum(['unknown_task', 'task_ended', 'not_running']);
+export type ControlRefusal = z.infer<typeof ControlRefusal>;
 
 /** The reply sent when a request fails validation or cannot be served. */
 export const ErrorReply = z.object({

@@ -103,9 +103,28 @@ export const EventData = {
     estimatedTokens: z.number().int().nonnegative(),
     summary: z.string(),
   }),
-  'tool.call': z.object({ ...CallRef, callId: z.string(), tool: z.string(), arguments: z.string() }),
+  'tool.call': z.object({
+    ...CallRef,
+    /** The model call (turn of the step) that asked for it; absent in events from before it was added. */
+    turn: z.number().int().positive().optional(),
+    callId: z.string(),
+    tool: z.string(),
+    arguments: z.string(),
+  }),
+  'tool.progress': z.object({
+    ...CallRef,
+    turn: z.number().int().positive().optional(),
+    callId: z.string(),
+    tool: z.string(),
+    /** Position of this update among the call's, from 0. */
+    seq: z.number().int().nonnegative(),
+    progress: z.number(),
+    total: z.number().optional(),
+    message: z.string().max(1000).optional(),
+  }),
   'tool.result': z.object({
     ...CallRef,
+    turn: z.number().int().positive().optional(),
     callId: z.string(),
     tool: z.string(),
     ok: z.boolean(),
@@ -209,6 +228,7 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('llm.fallback'),
   eventSchema('context.compacted'),
   eventSchema('tool.call'),
+  eventSchema('tool.progress'),
   eventSchema('tool.result'),
   eventSchema('approval.requested'),
   eventSchema('approval.decided'),

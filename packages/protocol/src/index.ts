@@ -2,10 +2,12 @@ export {
   ApprovalDecision,
   ControlMessage,
   ControlReceipt,
+  ControlRefusal,
   DecisionReceipt,
   ErrorReply,
   HumanAnswer,
   HumanRequest,
+  TaskEnding,
 } from './control.ts';
 export {
   EVENT_KINDS,
@@ -17,7 +19,16 @@ export {
   TroupeEvent,
 } from './events.ts';
 export { isName, isTaskId, NAME_PATTERN, Name, TASK_ID_PATTERN, TaskId } from './names.ts';
-export { formatIssues, formatPath, type Issue, type ParseResult, parseMessage } from './parse.ts';
+export {
+  exceedsDepth,
+  formatIssues,
+  formatPath,
+  type Issue,
+  MAX_MESSAGE_DEPTH,
+  type ParseLimits,
+  type ParseResult,
+  parseMessage,
+} from './parse.ts';
 export {
   AgentStepReply,
   AgentStepRequest,

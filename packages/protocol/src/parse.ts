@@ -7,15 +7,53 @@ export interface Issue {
 }
 
 /** The outcome of decoding bytes into a typed message: a value, or the reasons it is not one. */
-export type ParseResult<T> = { ok: true; value: T } | { ok: false; reason: string; issues: Issue[] };
+export type ParseResult<T> =
+  | { ok: true; value: T }
+  | {
+      ok: false;
+      reason: string;
+      issues: Issue[];
+      /** The limit the payload passed, when that is why it was refused. */
+      limit?: keyof ParseLimits;
+    };
+
+/**
+ * How deep any message may nest (objects and arrays) before it is refused unread: deeper JSON would exhaust the
+ * stack of the code that walks it later (schema checks, snapshots, `JSON.stringify`). Task payloads have a
+ * tighter, configurable limit (see the coordinator's intake limits).
+ */
+export const MAX_MESSAGE_DEPTH = 128;
+
+/** Limits checked before a payload is validated. */
+export interface ParseLimits {
+  /** Most bytes accepted; unlimited when absent (NATS's `max_payload` bounds every message anyway). */
+  maxBytes?: number;
+  /** Most levels of nested objects and arrays; {@link MAX_MESSAGE_DEPTH} when absent. */
+  maxDepth?: number;
+}
 
 const decoder = new TextDecoder('utf-8', { fatal: true });
+const encoder = new TextEncoder();
 
-/** Decodes UTF-8 JSON bytes and validates them against a schema. Never throws. */
+/**
+ * Decodes UTF-8 JSON bytes and validates them against a schema. Never throws: a payload that is not UTF-8, not
+ * JSON, larger or deeper than `limits`, or that fails the schema is refused with a reason.
+ */
 export function parseMessage<S extends z.ZodType>(
   schema: S,
   bytes: Uint8Array | string,
+  limits: ParseLimits = {},
 ): ParseResult<z.infer<S>> {
+  if (limits.maxBytes !== undefined) {
+    const size = typeof bytes === 'string' ? encoder.encode(bytes).length : bytes.length;
+    if (size > limits.maxBytes)
+      return {
+        ok: false,
+        reason: `payload is ${size} bytes; the limit is ${limits.maxBytes}`,
+        issues: [],
+        limit: 'maxBytes',
+      };
+  }
   let text: string;
   let json: unknown;
   try {
@@ -28,10 +66,37 @@ export function parseMessage<S extends z.ZodType>(
   } catch (error) {
     return { ok: false, reason: `payload is not JSON: ${(error as Error).message}`, issues: [] };
   }
+  const maxDepth = limits.maxDepth ?? MAX_MESSAGE_DEPTH;
+  if (exceedsDepth(json, maxDepth)) {
+    return {
+      ok: false,
+      reason: `payload nests objects and arrays more than ${maxDepth} levels deep`,
+      issues: [],
+      limit: 'maxDepth',
+    };
+  }
   const result = schema.safeParse(json);
   if (result.success) return { ok: true, value: result.data };
   const issues = formatIssues(result.error.issues);
   return { ok: false, reason: `payload failed validation: ${issues.map(describe).join('; ')}`, issues };
+}
+
+/**
+ * Whether a parsed JSON value nests objects and arrays more than `max` levels (a scalar is 0 levels, `{}` is 1).
+ * Walks with an explicit stack, so no depth of input can overflow it, and stops at the first path too deep.
+ */
+export function exceedsDepth(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    const [item, depth] = next;
+    if (typeof item !== 'object' || item === null) continue;
+    if (depth + 1 > max) return true;
+    const children = Array.isArray(item) ? item : Object.values(item);
+    for (const child of children) {
+      if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
 }
 
 /** Turns zod issues into `{ path, message }` pairs with dotted paths (`input.files[0]`). */

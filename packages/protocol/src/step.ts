@@ -75,6 +75,8 @@ export type AgentStepRequest = z.infer<typeof AgentStepRequest>;
 export const StepHeartbeat = z.strictObject({
   stepId: z.string(),
   heartbeat: z.literal(true),
+  /** The approval or question the step waits on a person for right now, if any. */
+  waitingFor: z.strictObject({ kind: z.enum(['approval', 'question']), id: z.string() }).optional(),
 });
 export type StepHeartbeat = z.infer<typeof StepHeartbeat>;
 

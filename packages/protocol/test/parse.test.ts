@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { formatPath, parseMessage, TaskSubmission } from '../src/index.ts';
+import { exceedsDepth, formatPath, MAX_MESSAGE_DEPTH, parseMessage, TaskSubmission } from '../src/index.ts';
 
 const encode = (value: unknown): Uint8Array => new TextEncoder().encode(JSON.stringify(value));
 
@@ -77,6 +77,54 @@ describe('parseMessage', () => {
       reason: 'payload failed validation: goal: must not be empty',
       issues: [{ path: 'goal', message: 'must not be empty' }],
     });
+  });
+});
+
+/** `{"input":{"n":{"n":…}}}` with `levels` levels of objects in all. */
+const nested = (levels: number): string =>
+  `${'{"n":'.repeat(levels - 1)}{}${'}'.repeat(levels - 1)}`.replace(/^\{"n":/, '{"goal":"g","input":');
+
+describe('parse limits', () => {
+  it('refuses a payload nested deeper than the default limit without walking it recursively', () => {
+    const deep = nested(200_000);
+    const result = parseMessage(TaskSubmission, deep);
+    expect(result).toEqual({
+      ok: false,
+      reason: `payload nests objects and arrays more than ${MAX_MESSAGE_DEPTH} levels deep`,
+      issues: [],
+      limit: 'maxDepth',
+    });
+  });
+
+  it('accepts a payload at the depth limit and refuses one level more', () => {
+    expect(parseMessage(TaskSubmission, nested(10), { maxDepth: 10 }).ok).toBe(true);
+    expect(parseMessage(TaskSubmission, nested(11), { maxDepth: 10 })).toMatchObject({
+      ok: false,
+      reason: 'payload nests objects and arrays more than 10 levels deep',
+    });
+  });
+
+  it('refuses a payload larger than maxBytes, counting UTF-8 bytes', () => {
+    const text = JSON.stringify({ goal: 'é'.repeat(60) });
+    expect(parseMessage(TaskSubmission, text, { maxBytes: 200 }).ok).toBe(true);
+    expect(parseMessage(TaskSubmission, text, { maxBytes: 100 })).toEqual({
+      ok: false,
+      reason: `payload is ${new TextEncoder().encode(text).length} bytes; the limit is 100`,
+      issues: [],
+      limit: 'maxBytes',
+    });
+  });
+
+  it.each([
+    [1, 0],
+    ['text', 0],
+    [{}, 1],
+    [[], 1],
+    [{ a: [1, { b: [] }] }, 4],
+    [[[[[]]]], 4],
+  ] as [unknown, number][])('measures %j as %i levels', (value, levels) => {
+    expect(exceedsDepth(value, levels)).toBe(false);
+    if (levels > 0) expect(exceedsDepth(value, levels - 1)).toBe(true);
   });
 });
 

@@ -19,14 +19,23 @@ export {
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
+export { stepTimeoutError } from './agent/stepTimeout.ts';
 export {
   type HumanGate,
   type HumanScope,
   NatsHumanGate,
   type NatsHumanGateOptions,
+  type WaitingOn,
 } from './approvals/humanGate.ts';
+export {
+  closedByEnding,
+  closeTaskRequests,
+  describeEnding,
+  endingOf,
+  TaskEndedError,
+} from './approvals/taskEnded.ts';
 export { deadLetter, type ExhaustedTask } from './durable/deadLetters.ts';
-export { type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
+export { isOutage, type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
 export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
 export {
   HAND_BACK_DELAY_MS,
@@ -39,7 +48,13 @@ export {
   taskConsumerName,
 } from './durable/taskQueue.ts';
 export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
-export { EventFactory, type EventRoute, type EventScope, preview } from './events/eventFactory.ts';
+export {
+  EventFactory,
+  type EventRoute,
+  type EventScope,
+  eventId,
+  preview,
+} from './events/eventFactory.ts';
 export * from './logging/index.ts';
 export * from './mcp/index.ts';
 export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';

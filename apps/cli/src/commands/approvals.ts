@@ -1,4 +1,5 @@
 import { hostname, userInfo } from 'node:os';
+import { endingOfRecord, WorkflowRecord } from '@troupe/coordinator';
 import {
   ApprovalDecision,
   BUCKETS,
@@ -7,8 +8,9 @@ import {
   HumanAnswer,
   HumanRequest,
   subjects,
+  type TaskEnding,
 } from '@troupe/protocol';
-import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import { closedByEnding, describeEnding, KvStore, type NatsBus, TransportError } from '@troupe/runtime';
 import type { z } from 'zod';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
 
@@ -45,7 +47,12 @@ export async function listApprovals(options: ApprovalsOptions): Promise<number> 
 
 function describe(r: HumanRequest): string {
   const what = r.kind === 'approval' ? `${r.tool} ${r.arguments ?? ''} — ${r.prompt}` : `asks: ${r.prompt}`;
-  const state = r.status === 'pending' ? `expires ${r.expiresAt}` : `${r.status}${r.by ? ` by ${r.by}` : ''}`;
+  const state =
+    r.status === 'pending'
+      ? `expires ${r.expiresAt}`
+      : r.status === 'closed' && r.taskEnded
+        ? `closed: task ${describeEnding(r.taskEnded)}`
+        : `${r.status}${r.by ? ` by ${r.by}` : ''}`;
   return `${r.id}  ${r.kind.padEnd(8)}  ${r.pipeline}/${r.taskId}  ${r.agent}  ${what}  (${state})`;
 }
 
@@ -95,11 +102,27 @@ async function reply(
         2,
       );
     }
-    if (record.status !== 'pending') {
+    if (record.status === 'closed') {
+      const how = record.taskEnded ? describeEnding(record.taskEnded) : 'ended';
+      throw new CliError(
+        `${id}: task ${record.taskId} has ended: ${how}; nothing waits for it, nothing changed`,
+      );
+    }
+    if (record.status !== 'pending' && record.status !== 'expired') {
       throw new CliError(
         `${id} was already ${record.status}${record.by ? ` by ${record.by}` : ''}; nothing changed`,
       );
     }
+    // The task may have ended while the request waited (its record not yet closed): say how, change nothing.
+    const ended = await taskEnding(bus, record.taskId);
+    if (ended !== undefined) {
+      if (record.status === 'pending')
+        await store.update(id, closedByEnding(record, ended, Date.now()), entry.revision);
+      throw new CliError(
+        `${id}: task ${record.taskId} has ended: ${describeEnding(ended)}; nothing waits for it, nothing changed`,
+      );
+    }
+    if (record.status === 'expired') throw new CliError(`${id} was already expired; nothing changed`);
     try {
       const receipt = await bus.request(subjects.approval(record.taskId, id), payload, DecisionReceipt, {
         timeoutMs: 10_000,
@@ -141,6 +164,13 @@ function decidedRecord(record: HumanRequest, payload: unknown): HumanRequest {
     ...(value.reason === undefined ? {} : { reason: value.reason }),
     ...(value.answer === undefined ? {} : { answer: value.answer }),
   };
+}
+
+/** How the task ended, from its record in `workflows`; undefined while it runs (or when nothing is known). */
+async function taskEnding(bus: NatsBus, taskId: string): Promise<TaskEnding | undefined> {
+  const workflows = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord).catch(() => undefined);
+  const record = (await workflows?.get(taskId))?.value;
+  return record === undefined ? undefined : endingOfRecord(record);
 }
 
 async function openStore(bus: NatsBus) {

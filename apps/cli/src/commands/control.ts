@@ -1,5 +1,5 @@
 import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, ControlReceipt, subjects } from '@troupe/protocol';
+import { BUCKETS, ControlReceipt, ControlRefusal, subjects } from '@troupe/protocol';
 import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
 
@@ -23,10 +23,13 @@ export async function cancel(taskId: string, options: CancelOptions): Promise<nu
         { timeoutMs: 10_000, meta: { taskId, from: 'user', kind: 'cancel' } },
       );
     } catch (error) {
-      // Coordinators that do not run the task stay silent, so "nobody answered" means nobody runs it now.
+      // A coordinator answers with the task's state when none runs it (unknown_task, task_ended, not_running).
+      if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
+        throw new CliError(error.message);
+      }
       if (error instanceof TransportError && (error.code === 'no_responders' || error.code === 'timeout')) {
         throw new CliError(
-          `no coordinator is running task ${taskId} right now (it is at ${record.state}); try again when one is up`,
+          `no coordinator answered for task ${taskId} (it is at ${record.state}); none is running on this server — start one with troupe up`,
         );
       }
       throw error;

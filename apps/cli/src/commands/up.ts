@@ -1,4 +1,4 @@
-import { ConfigError, type Service, startService } from '@troupe/coordinator';
+import { ConfigError, DEFAULT_INTAKE_LIMITS, type Service, startService } from '@troupe/coordinator';
 import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
 import { CliError } from '../server.ts';
 
@@ -12,6 +12,8 @@ export interface UpOptions {
   /** Seconds. */
   stepHeartbeat?: number;
   maxDeliver?: number;
+  maxTaskBytes?: number;
+  maxTaskDepth?: number;
   logLevel: string;
   allowMcpCommands?: boolean;
   json: boolean;
@@ -36,7 +38,15 @@ export async function start(
   files: string[],
   options: Pick<
     UpOptions,
-    'home' | 'agents' | 'concurrency' | 'allowMcpCommands' | 'ackWait' | 'stepHeartbeat' | 'maxDeliver'
+    | 'home'
+    | 'agents'
+    | 'concurrency'
+    | 'allowMcpCommands'
+    | 'ackWait'
+    | 'stepHeartbeat'
+    | 'maxDeliver'
+    | 'maxTaskBytes'
+    | 'maxTaskDepth'
   >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
@@ -53,6 +63,10 @@ export async function start(
         ? {}
         : { stepHeartbeatMs: Math.round(options.stepHeartbeat * 1000) }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
+      limits: {
+        maxTaskBytes: options.maxTaskBytes ?? DEFAULT_INTAKE_LIMITS.maxTaskBytes,
+        maxTaskDepth: options.maxTaskDepth ?? DEFAULT_INTAKE_LIMITS.maxTaskDepth,
+      },
       logger,
       ...(natsUrl === undefined ? {} : { natsUrl }),
     });

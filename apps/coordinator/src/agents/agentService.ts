@@ -4,17 +4,16 @@ import {
   type Clock,
   connectMcpServers,
   EventFactory,
-  type IdGenerator,
   KvMemory,
   KvStore,
   type Logger,
   type McpConnections,
   type NatsBus,
   NatsHumanGate,
-  randomId,
   StepJournal,
   startAgentHost,
   systemClock,
+  ThreadedHeartbeatSender,
   ToolRegistry,
 } from '@troupe/runtime';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
@@ -33,7 +32,6 @@ export interface AgentServiceOptions {
   only?: readonly string[];
   registry?: ToolRegistry;
   clock?: Clock;
-  ids?: IdGenerator;
   /** Milliseconds a person has when neither the pipeline nor the agent says. */
   approvalTimeoutMs?: number;
 }
@@ -52,18 +50,19 @@ export interface AgentService {
 export async function startAgentService(options: AgentServiceOptions): Promise<AgentService> {
   const { bus, logger } = options;
   const clock = options.clock ?? systemClock;
-  const ids = options.ids ?? randomId;
   const base = options.registry ?? builtinTools();
   const human = new NatsHumanGate({
     bus,
     store: await KvStore.open(bus, BUCKETS.approvals, HumanRequest),
-    events: new EventFactory(clock, ids),
+    events: new EventFactory(clock),
     clock,
     logger,
     timeoutMs: options.approvalTimeoutMs ?? 600_000,
   });
   const memory = await KvMemory.open(bus);
   const journal = await StepJournal.open(bus);
+  // One heartbeat thread for every host here: a busy event loop must not make a live step look dead.
+  const heartbeats = new ThreadedHeartbeatSender({ bus, logger });
   const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
   const mcp: McpConnections[] = [];
   const hosts: AgentHost[] = [];
@@ -86,7 +85,6 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           workspaceRoot: options.workspaceRoot,
           logger,
           clock,
-          ids,
           price: (provider, model, response) => {
             warnIfUnpriced(provider, model);
             return pipeline.prices.cost(provider, model, response.usage);
@@ -94,12 +92,14 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           human,
           memory,
           journal,
+          heartbeats,
         }),
       );
     }
   } catch (error) {
     await Promise.all(hosts.map((h) => h.stop()));
     await Promise.all(mcp.map((m) => m.close()));
+    await heartbeats.close();
     throw error;
   }
   return {
@@ -109,6 +109,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       human.detach();
       await Promise.all(hosts.map((h) => h.stop()));
       await Promise.all(mcp.map((m) => m.close()));
+      await heartbeats.close();
     },
   };
 }

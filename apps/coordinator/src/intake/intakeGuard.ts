@@ -7,11 +7,17 @@ import { suggestion } from '../config/didYouMean.ts';
  * `troupe.tasks.<pipeline>`, or a pipeline no coordinator has loaded. One member of the queue group reports each.
  * (Payload errors for known pipelines are reported by the pipeline's runner, which reads the stored message.)
  */
-export function startIntakeGuard(bus: NatsBus, knownPipelines: () => Promise<string[]>): BusSubscription {
+export function startIntakeGuard(
+  bus: NatsBus,
+  local: ReadonlySet<string>,
+  knownPipelines: () => Promise<string[]>,
+): BusSubscription {
   return bus.subscribeText(
     subjects.allTasks,
     async (delivery) => {
       const parsed = parseSubject(delivery.subject);
+      // This coordinator's own pipelines need no lookup: their runners read the tasks.
+      if (parsed?.type === 'task' && local.has(parsed.pipeline)) return;
       const known = await knownPipelines();
       if (parsed?.type === 'task' && known.includes(parsed.pipeline)) return;
       const name = delivery.subject.slice('troupe.tasks.'.length);

@@ -17,7 +17,7 @@ export type PipelineRegistration = z.infer<typeof PipelineRegistration>;
 /** The pipelines known across every coordinator on this NATS, so any process can tell an unknown one. */
 export class PipelineRegistry {
   readonly #store: KvStore<typeof PipelineRegistration>;
-  #cache: { names: string[]; at: number } | undefined;
+  #cache: { names: Promise<string[]>; at: number } | undefined;
 
   private constructor(store: KvStore<typeof PipelineRegistration>) {
     this.#store = store;
@@ -39,12 +39,19 @@ export class PipelineRegistry {
     this.#cache = undefined;
   }
 
-  /** Names of every registered pipeline; cached for a second, since every task subject asks. */
-  async names(): Promise<string[]> {
+  /**
+   * Names of every registered pipeline; cached for a second, since every task subject asks. Callers that ask
+   * while a lookup is under way share it: a flood of tasks makes one lookup, not one each.
+   */
+  names(): Promise<string[]> {
     if (this.#cache && Date.now() - this.#cache.at < 1_000) return this.#cache.names;
-    const names = (await this.#store.keys()).sort();
-    this.#cache = { names, at: Date.now() };
-    return names;
+    const lookup = this.#store.keys().then((keys) => keys.sort());
+    this.#cache = { names: lookup, at: Date.now() };
+    // A failed lookup is not cached: the next caller tries again.
+    lookup.catch(() => {
+      if (this.#cache?.names === lookup) this.#cache = undefined;
+    });
+    return lookup;
   }
 
   get(name: string): Promise<PipelineRegistration | undefined> {

@@ -101,7 +101,7 @@ export function compileFlow(config: PipelineConfig) {
           actions: {
             type: 'fail',
             params: ({ event }: { event: { error: unknown } }) => ({
-              reason: 'transport',
+              reason: failureReason(event.error),
               message: `step ${step.id} (${step.agent}) could not be run: ${errorMessage(event.error)}`,
               step: step.id,
             }),
@@ -146,10 +146,9 @@ function stepCompleted(step: StepConfig) {
         {
           type: 'fail',
           params: ({ event }: Done) => ({
-            reason:
-              !event.output.ok && event.output.error.code === 'budget_exceeded'
-                ? 'budget_exceeded'
-                : 'step_failed',
+            reason: event.output.ok
+              ? 'step_failed'
+              : (STEP_ERROR_REASONS[event.output.error.code] ?? 'step_failed'),
             message: event.output.ok
               ? ''
               : `step ${step.id} (${step.agent}) failed: ${event.output.error.message}`,
@@ -308,6 +307,26 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
     usageByAgent: context.usageByAgent,
     ...(context.failure ? { failure: context.failure } : {}),
   };
+}
+
+/** The task's failure reason for a step that could not be run, from the step call's error code. */
+const FAILURE_REASONS: Record<string, WorkflowFailure['reason']> = {
+  no_responders: 'no_worker',
+  timeout: 'step_timeout',
+  step_timeout: 'step_timeout',
+  approval_timeout: 'approval_timeout',
+};
+
+/** Step errors that are a reason of their own for the task's failure; any other is `step_failed`. */
+const STEP_ERROR_REASONS: Record<string, WorkflowFailure['reason']> = {
+  budget_exceeded: 'budget_exceeded',
+  step_timeout: 'step_timeout',
+  approval_timeout: 'approval_timeout',
+};
+
+function failureReason(error: unknown): WorkflowFailure['reason'] {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return (typeof code === 'string' ? FAILURE_REASONS[code] : undefined) ?? 'transport';
 }
 
 function errorMessage(error: unknown): string {

@@ -6,6 +6,7 @@ import {
   isTaskId,
   parseMessage,
   subjects,
+  type TaskEnding,
   TaskSubmission,
   type TroupeEvent,
   type UsageTotals,
@@ -15,8 +16,9 @@ import {
   deadLetter,
   EventFactory,
   type EventScope,
+  endingOf,
   HAND_BACK_DELAY_MS,
-  type IdGenerator,
+  isOutage,
   type KvStore,
   type Logger,
   logMessage,
@@ -30,26 +32,36 @@ import {
 } from '@troupe/runtime';
 import { type Actor, createActor, fromPromise, type Snapshot } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
+import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
 import type { WorkflowRecord } from './workflowRecord.ts';
 import type { WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
 
+/** Where workflow records live: the KV bucket `workflows` (injected, so tests can put faults in the way). */
+export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update' | 'put'>;
+
 export interface PipelineRunnerOptions {
   bus: NatsBus;
   config: PipelineConfig;
-  store: KvStore<typeof WorkflowRecord>;
+  store: WorkflowStore;
   logger: Logger;
   clock: Clock;
-  ids: IdGenerator;
   /** The most tasks of this pipeline this process runs at once. */
   concurrency: number;
   ackWaitMs?: number;
-  /** Deliveries of one task before it is given up on and dead-lettered (default 10; a shutdown counts as one). */
+  /**
+   * Deliveries in a row that made no progress (wrote no new checkpoint) before a task is given up on and
+   * dead-lettered (default 10). A hand-back at shutdown is not counted.
+   */
   maxDeliver?: number;
   noResponderWaitMs?: number;
   /** How often agent hosts report on a step (see `createStepRunner`). */
   stepHeartbeatMs?: number;
+  /** How large and deep a task payload may be. */
+  limits?: IntakeLimits;
+  /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
+  closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
 }
 
 /** Runs one pipeline's tasks: one workflow actor per task, events on the wire, snapshots in KV. */
@@ -67,22 +79,30 @@ const FINAL_EVENT_WAIT_MS = 10_000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
+/** How a task's run ended. Whichever comes first counts; the others find the run already ending. */
 type Ending =
   | { kind: 'done'; output: WorkflowOutput }
+  /** This process is shutting down: the task is handed back to be resumed elsewhere. */
   | { kind: 'stopped' }
-  | { kind: 'crashed'; error: unknown };
+  | { kind: 'cancelled'; reason?: string }
+  /** Another coordinator owns the task now; this run leaves it alone. */
+  | { kind: 'takenOver' }
+  /** A fault while running the task (not while running a step): the task fails with `reason`. */
+  | { kind: 'crashed'; reason: 'internal' | 'checkpoint_failed'; message: string; error: unknown };
 
 const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 interface RunningTask {
   actor: Actor<WorkflowMachine>;
-  delivery: TaskDelivery;
+  /** Ends the run; the first ending given wins. */
+  end(ending: Ending): void;
 }
 
 export async function startPipelineRunner(options: PipelineRunnerOptions): Promise<PipelineRunner> {
   const { bus, config, store, logger, clock } = options;
   const pipeline = config.name;
-  const events = new EventFactory(clock, options.ids);
+  const limits = options.limits ?? DEFAULT_INTAKE_LIMITS;
+  const events = new EventFactory(clock);
   const runStep = createStepRunner({
     bus,
     clock,
@@ -94,33 +114,48 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },
   });
   const running = new Map<string, RunningTask>();
-  const cancelled = new Map<string, { reason?: string }>();
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   const maxDeliver = options.maxDeliver ?? 10;
   let stopping = false;
+  const now = () => new Date(clock.now()).toISOString();
 
   /**
-   * A task delivered more often than allowed (coordinators kept dying or stopping under it) is not run again:
-   * it is stored on the dead-letter subject with the reason, and ends with task.failed (max_deliveries).
+   * A task that was delivered `maxDeliver` times in a row without making progress (coordinators kept dying under
+   * it) is not run again: it is stored on the dead-letter subject with the reason, and ends with task.failed
+   * (max_deliveries).
    */
-  async function giveUp(delivery: TaskDelivery, taskId: string, counted: number): Promise<void> {
-    const runs = counted - 1;
-    const message = `task ${taskId} was delivered ${runs} times without finishing; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
-    await deadLetter(bus, pipeline, { ...delivery, deliveries: runs }, { taskId, message });
-    const existing = (await store.get(taskId))?.value;
-    if (existing) {
-      await store.put(taskId, {
-        ...existing,
-        status: 'failed',
-        state: 'failed',
-        updatedAt: new Date(clock.now()).toISOString(),
-      });
-    }
+  async function giveUp(
+    delivery: TaskDelivery,
+    taskId: string,
+    existing: WorkflowRecord | undefined,
+    stalls: number,
+  ): Promise<void> {
+    const message = `task ${taskId} was delivered ${stalls} times without finishing or making progress; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
+    await deadLetter(bus, pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
     const scope = { pipeline, taskId, traceparent: existing ? traceOf(existing.snapshot) : newTraceparent() };
+    const usage = existing?.usage ?? emptyUsage();
     const durationMs = existing ? Math.max(0, clock.now() - Date.parse(existing.createdAt)) : 0;
-    publishFailure(scope, 'max_deliveries', message, existing?.usage ?? emptyUsage(), durationMs);
-    logger.error({ taskId, deliveries: runs }, message);
-    delivery.term('max deliveries');
+    const final = failureEvent(scope, 'max_deliveries', message, usage, durationMs);
+    const ended: WorkflowRecord = existing
+      ? { ...existing, status: 'failed', state: 'failed', updatedAt: now(), final }
+      : {
+          taskId,
+          pipeline,
+          streamSequence: delivery.streamSequence,
+          status: 'failed',
+          state: 'failed',
+          goal: '',
+          round: 1,
+          usage,
+          createdAt: now(),
+          updatedAt: now(),
+          final,
+        };
+    await throughOutages(() => store.put(taskId, ended)).catch((error: unknown) =>
+      logger.error({ err: error, taskId }, 'cannot record that the task was given up on'),
+    );
+    logger.error({ taskId, deliveries: stalls }, message);
+    await conclude(taskId, delivery, final, 'term');
   }
 
   /** The task's wall-clock deadline, counted from its acceptance (first delivery), when the pipeline sets one. */
@@ -142,13 +177,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   }
 
   /**
-   * Publishes a task's final event and acks its message once the event is stored, so a crash in between leaves
-   * the message to be delivered again (and the stored event published again). Not stored in time: the message
-   * is left unacknowledged, for that redelivery.
+   * The one way a task ends, whatever ended it, once its record holds its final status and final event: the
+   * event is published, the task's pending approvals and questions are closed, and its message is acked (or
+   * terminated, when given up on) once the event is stored. A crash in between leaves the message to be delivered
+   * again, and that delivery comes back here with the stored event (same id). Not stored in time: the message is
+   * left unacknowledged, for that redelivery.
    */
-  async function endWith(taskId: string, delivery: TaskDelivery, make: () => TroupeEvent): Promise<void> {
+  async function conclude(
+    taskId: string,
+    delivery: TaskDelivery,
+    final: TroupeEvent,
+    settle: 'ack' | 'term' = 'ack',
+  ): Promise<void> {
     delivery.working();
-    const stored = publishSafely(taskId, make);
+    const stored = publishSafely(taskId, () => final);
     const outcome = await Promise.race([stored, sleep(FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const)]);
     if (outcome === 'timeout') {
       logger.warn(
@@ -159,8 +201,45 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
     if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
-    delivery.ack();
+    await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
+    if (settle === 'term') delivery.term();
+    else delivery.ack();
   }
+
+  async function closeRequests(taskId: string, ending: TaskEnding): Promise<void> {
+    if (!options.closeRequests) return;
+    try {
+      const closed = await options.closeRequests(taskId, ending);
+      if (closed > 0)
+        logger.info({ taskId, closed }, `closed ${closed} pending request(s) of the ended task`);
+    } catch (error) {
+      logger.warn({ err: error, taskId }, 'cannot close the pending approvals and questions of the task');
+    }
+  }
+
+  /** Refuses a payload that is not a task, once: terminated, never delivered again, and reported on `_invalid`. */
+  function refuse(delivery: TaskDelivery, parsed: Extract<ReturnType<typeof parseTask>, { ok: false }>) {
+    const hint =
+      parsed.limit === undefined ? '' : ` (raise the limit with troupe up ${LIMIT_FLAGS[parsed.limit]})`;
+    const reason = `task for pipeline ${pipeline} refused: ${parsed.reason}${hint}`;
+    logger.warn({ subject: delivery.subject, streamSequence: delivery.streamSequence }, reason);
+    try {
+      bus.reportInvalid({
+        subject: delivery.subject,
+        reporter: 'coordinator',
+        reason,
+        issues: parsed.issues,
+        payload: new TextDecoder().decode(delivery.data.slice(0, 2_000)),
+        pipeline,
+      });
+    } catch (error) {
+      logger.error({ err: error }, 'cannot report the refused task');
+    }
+    delivery.term();
+  }
+
+  const parseTask = (data: Uint8Array) =>
+    parseMessage(TaskSubmission, data, { maxBytes: limits.maxTaskBytes, maxDepth: limits.maxTaskDepth });
 
   async function handle(delivery: TaskDelivery): Promise<void> {
     if (stopping) {
@@ -168,17 +247,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       delivery.nak(HAND_BACK_DELAY_MS);
       return;
     }
-    const parsed = parseMessage(TaskSubmission, delivery.data);
+    const parsed = parseTask(delivery.data);
     if (!parsed.ok) {
-      bus.reportInvalid({
-        subject: delivery.subject,
-        reporter: 'coordinator',
-        reason: `task for pipeline ${pipeline} refused: ${parsed.reason}`,
-        issues: parsed.issues,
-        payload: new TextDecoder().decode(delivery.data.slice(0, 2_000)),
-        pipeline,
-      });
-      delivery.term('invalid task payload');
+      refuse(delivery, parsed);
       return;
     }
     const submission = parsed.value;
@@ -198,15 +269,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // Delivered again after the end: the coordinator that ended it may have died before its final event
       // went out (it is acknowledged only after). Publishing the stored one again is harmless: same id.
       const final = existing.value.final;
-      if (final) await endWith(taskId, delivery, () => final);
+      if (final) await conclude(taskId, delivery, final);
       else delivery.ack();
       return;
     }
-    // Checked after the finished and duplicate cases, so only a task that would run again is given up on.
-    // A clean shutdown's hand-back is a delivery too, but not a failure to finish: it does not count.
-    const counted = delivery.deliveryCount - (existing?.value.handBacks ?? 0);
-    if (counted > maxDeliver) {
-      await giveUp(delivery, taskId, counted);
+    // Checked after the finished and duplicate cases, so only a task that would run again is given up on. A task
+    // never recorded died before its claim: every delivery of it so far made no progress.
+    const stalls = existing ? stallsSoFar(existing.value) : delivery.deliveryCount - 1;
+    if (stalls >= maxDeliver) {
+      await giveUp(delivery, taskId, existing?.value, stalls);
       return;
     }
     const input: WorkflowInput = {
@@ -219,14 +290,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       ...deadlineOf(existing?.value.createdAt),
     };
     const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
-    const createdAt = existing?.value.createdAt ?? new Date(clock.now()).toISOString();
+    const createdAt = existing?.value.createdAt ?? now();
+    const progress = existing?.value.progress ?? 0;
     /** This run's claim on the task: whoever writes the record next with an older revision has lost it. */
-    const runner = randomUUID();
-    let revision: number;
+    const lease: Lease = { runner: randomUUID(), revision: 0, delivery: { progress, stalls } };
     if (existing) {
       const took = await store.update(
         taskId,
-        { ...existing.value, runner, updatedAt: new Date(clock.now()).toISOString() },
+        { ...existing.value, runner: lease.runner, delivery: lease.delivery, updatedAt: now() },
         existing.revision,
       );
       if (took === undefined) {
@@ -235,21 +306,22 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         delivery.nak(HAND_BACK_DELAY_MS);
         return;
       }
-      revision = took;
+      lease.revision = took;
     } else {
       const claimed = await store.create(taskId, {
-        ...record(
-          input,
-          delivery,
-          'running',
-          config.flow[0]?.id ?? 'completed',
-          1,
-          emptyUsage(),
-          createdAt,
-          clock,
-          undefined,
-        ),
-        runner,
+        taskId,
+        pipeline,
+        streamSequence: delivery.streamSequence,
+        status: 'running',
+        state: config.flow[0]?.id ?? 'completed',
+        goal: input.goal,
+        round: 1,
+        usage: emptyUsage(),
+        createdAt,
+        updatedAt: now(),
+        runner: lease.runner,
+        progress,
+        delivery: lease.delivery,
       });
       // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.
       const owner = claimed === undefined ? await store.get(taskId) : undefined;
@@ -259,11 +331,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         return;
       }
       // Ours, with its reply lost: it bears another run's token only if that run took it over since.
-      if (claimed === undefined && owner?.value.runner !== runner) {
+      if (claimed === undefined && owner?.value.runner !== lease.runner) {
         delivery.nak(HAND_BACK_DELAY_MS);
         return;
       }
-      revision = claimed ?? owner?.revision ?? 0;
+      lease.revision = claimed ?? owner?.revision ?? 0;
       publishSafely(taskId, () =>
         events.make(
           'task.accepted',
@@ -282,66 +354,94 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       delivery.nak(HAND_BACK_DELAY_MS);
       return;
     }
-    await runTask(input, delivery, scope, createdAt, existing?.value.snapshot, { runner, revision });
+    await runTask({ input, delivery, scope, createdAt, snapshot: existing?.value.snapshot, lease });
   }
 
-  async function runTask(
-    input: WorkflowInput,
-    delivery: TaskDelivery,
-    scope: EventScope,
-    createdAt: string,
-    snapshot: unknown,
-    lease: { runner: string; revision: number },
-  ): Promise<void> {
+  interface Run {
+    input: WorkflowInput;
+    delivery: TaskDelivery;
+    scope: EventScope;
+    createdAt: string;
+    snapshot: unknown;
+    lease: Lease;
+  }
+
+  async function runTask(run: Run): Promise<void> {
+    const { input, delivery, scope, createdAt, lease } = run;
+    const { taskId } = input;
     let { revision } = lease;
+    let progress = lease.delivery.progress;
     let takenOver = false;
+    let settleEnding: (ending: Ending) => void = () => {};
+    const ended = new Promise<Ending>((resolve) => (settleEnding = resolve));
+    const actor = createActor(machine, {
+      input,
+      ...(run.snapshot === undefined ? {} : { snapshot: run.snapshot as Snapshot<unknown> }),
+    });
+    const end = (ending: Ending) => {
+      settleEnding(ending);
+      actor.stop();
+    };
+    /** The record as this run writes it: the task, this run's claim and progress, and where the workflow is. */
+    const recordOf = (
+      fields: Pick<WorkflowRecord, 'status' | 'state' | 'round' | 'usage' | 'snapshot' | 'final'>,
+    ): WorkflowRecord => ({
+      taskId,
+      pipeline,
+      streamSequence: delivery.streamSequence,
+      goal: input.goal,
+      createdAt,
+      updatedAt: now(),
+      runner: lease.runner,
+      progress,
+      delivery: lease.delivery,
+      ...definedOnly(fields),
+    });
     /**
      * Writes the record only if it is still as this run last left it. A conflict means another coordinator
      * took the task over (this one was cut off longer than the ack wait): this run stops at once.
      */
     const fenced = async (value: WorkflowRecord): Promise<boolean> => {
       if (takenOver) return false;
-      const written = await throughOutages(() =>
-        store.update(input.taskId, { ...value, runner: lease.runner }, revision),
-      );
+      const written = await throughOutages(() => store.update(taskId, value, revision));
       if (written !== undefined) {
         revision = written;
         return true;
       }
       // Our own write whose reply was lost bears our token; another coordinator's does not.
-      const current = await throughOutages(() => store.get(input.taskId));
+      const current = await throughOutages(() => store.get(taskId));
       if (current?.value.runner === lease.runner) {
         revision = current.revision;
         return true;
       }
       takenOver = true;
-      logger.warn(
-        { taskId: input.taskId },
-        `task ${input.taskId} was taken over by another coordinator; stopping it here`,
-      );
-      actor.stop();
+      logger.warn({ taskId }, `task ${taskId} was taken over by another coordinator; stopping it here`);
+      end({ kind: 'takenOver' });
       return false;
     };
-    const actor = createActor(machine, {
-      input,
-      ...(snapshot === undefined ? {} : { snapshot: snapshot as Snapshot<unknown> }),
-    });
+    /** Writes the record of an ending other than the workflow's own, with its final event; false if taken over. */
+    const endRecord = async (
+      status: 'failed' | 'cancelled',
+      final: TroupeEvent,
+      context: { usage: UsageTotals; round: number },
+    ): Promise<boolean> =>
+      fenced(recordOf({ status, state: status, round: context.round, usage: context.usage, final })).catch(
+        (error: unknown) => {
+          logger.error({ err: error, taskId }, `cannot record that task ${taskId} ${status}`);
+          return true;
+        },
+      );
+
     const restored = actor.getSnapshot();
     if (restored.status === 'error') {
       // The checkpoint does not fit the flow as loaded now (the pipeline changed since): end the task, loudly.
-      const message = `task ${input.taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(restored.error)})`;
-      logger.error({ taskId: input.taskId }, message);
-      await fenced(
-        record(input, delivery, 'failed', 'failed', 1, emptyUsage(), createdAt, clock, undefined),
-      ).catch(() => undefined);
-      publishFailure(
-        scope,
-        'unresumable',
-        message,
-        emptyUsage(),
-        Math.max(0, clock.now() - Date.parse(createdAt)),
-      );
-      delivery.ack();
+      const message = `task ${taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(restored.error)})`;
+      logger.error({ taskId }, message);
+      const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
+      const final = failureEvent(scope, 'unresumable', message, emptyUsage(), durationMs);
+      if (await endRecord('failed', final, { usage: emptyUsage(), round: 1 })) {
+        await conclude(taskId, delivery, final);
+      }
       return;
     }
     actor.on('event', (emitted) => {
@@ -349,62 +449,68 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         ...(emitted.from === undefined ? {} : { from: emitted.from }),
         ...(emitted.to === undefined ? {} : { to: emitted.to }),
       };
-      publishSafely(input.taskId, () => events.make(emitted.kind, scope, emitted.data as never, route));
+      publishSafely(taskId, () => events.make(emitted.kind, scope, emitted.data as never, route));
     });
     let writes = Promise.resolve();
     let final: TroupeEvent | undefined;
+    /** The first snapshot of a run rewrites the one it resumed from; each later one records a transition. */
+    let firstCheckpoint = true;
+    /** A snapshot that cannot be made or stored fails this task; it never reaches the process. */
+    const poisoned = (error: unknown) => {
+      const message = `cannot checkpoint task ${taskId}: ${errorMessage(error)}`;
+      logger.error({ err: error, taskId }, message);
+      end({ kind: 'crashed', reason: 'checkpoint_failed', message, error });
+    };
     const persist = () => {
-      const snap = actor.getSnapshot();
-      const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
-      const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
-      const persisted = actor.getPersistedSnapshot();
-      // The final event goes into the same write as the final status, so no crash can separate them.
-      if (snap.status === 'done') {
-        try {
+      let checkpoint: WorkflowRecord;
+      try {
+        const snap = actor.getSnapshot();
+        const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
+        const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
+        const snapshot = actor.getPersistedSnapshot();
+        // The final event goes into the same write as the final status, so no crash can separate them.
+        if (snap.status === 'done') {
           final = finalEvent(scope, snap.output, Math.max(0, clock.now() - Date.parse(createdAt)));
-        } catch (error) {
-          logger.error({ err: error, taskId: input.taskId }, 'cannot make the final event');
         }
+        if (!firstCheckpoint) progress += 1;
+        firstCheckpoint = false;
+        const { round, usage } = snap.context;
+        checkpoint = recordOf({ status, state, round, usage, snapshot, final });
+      } catch (error) {
+        poisoned(error);
+        return;
       }
-      const checkpoint = {
-        ...record(
-          input,
-          delivery,
-          status,
-          state,
-          snap.context.round,
-          snap.context.usage,
-          createdAt,
-          clock,
-          persisted,
-        ),
-        ...(final ? { final } : {}),
-      };
       // Retried through a reconnect: a lost checkpoint means more of the task runs again after a crash.
       writes = writes
         .then(() => fenced(checkpoint))
         .then(() => undefined)
-        .catch((error: unknown) =>
-          logger.error({ err: error, taskId: input.taskId }, 'cannot checkpoint workflow'),
-        );
+        .catch((error: unknown) => {
+          // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
+          if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
+          else poisoned(error);
+        });
     };
-    const finished = new Promise<Ending>((resolve) => {
-      actor.subscribe({
-        next: (snap) => {
-          if (snap.status === 'active' || snap.status === 'done') persist();
-          if (snap.status === 'done') resolve({ kind: 'done', output: snap.output });
-        },
-        // Stopping the actor (shutdown) completes it without output.
-        complete: () => resolve({ kind: 'stopped' }),
-        error: (error) => resolve({ kind: 'crashed', error }),
-      });
+    actor.subscribe({
+      next: (snap) => {
+        if (snap.status === 'active' || snap.status === 'done') persist();
+        if (snap.status === 'done') settleEnding({ kind: 'done', output: snap.output });
+      },
+      // Stopping the actor (shutdown) completes it without output.
+      complete: () => settleEnding({ kind: 'stopped' }),
+      error: (error) =>
+        settleEnding({
+          kind: 'crashed',
+          reason: 'internal',
+          message: `the workflow actor crashed: ${errorMessage(error)}`,
+          error,
+        }),
     });
-    running.set(input.taskId, { actor, delivery });
+    running.set(taskId, { actor, end });
     const heartbeat = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
     try {
       actor.start();
-      if (snapshot !== undefined) {
-        publishSafely(input.taskId, () =>
+      if (run.snapshot !== undefined) {
+        publishSafely(taskId, () =>
           events.make(
             'task.resumed',
             scope,
@@ -417,65 +523,58 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           ),
         );
       }
-      const ending = await finished;
+      const ending = await ended;
       await writes;
       // Another coordinator runs the task now: it publishes, acks or hands back; this one leaves it alone.
-      if (takenOver) return;
+      if (takenOver || ending.kind === 'takenOver') return;
       // Measured from acceptance, so a resumed task reports its whole life.
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
+      const context = actor.getSnapshot().context;
       switch (ending.kind) {
         case 'done':
-          await endWith(input.taskId, delivery, () => final ?? finalEvent(scope, ending.output, durationMs));
+          await conclude(taskId, delivery, final ?? finalEvent(scope, ending.output, durationMs));
           return;
-        case 'stopped': {
-          const cancel = cancelled.get(input.taskId);
-          if (cancel === undefined) {
-            // Shutdown: hand the task back so a coordinator resumes it from its checkpoint.
-            await throughOutages(() => store.get(input.taskId))
-              .then((current) =>
-                current ? fenced({ ...current.value, handBacks: (current.value.handBacks ?? 0) + 1 }) : false,
-              )
-              .catch((error: unknown) =>
-                logger.warn({ err: error, taskId: input.taskId }, 'cannot count the hand-back'),
-              );
-            delivery.nak(HAND_BACK_DELAY_MS);
-            return;
-          }
-          const { usage, round } = actor.getSnapshot().context;
-          await fenced(
-            record(input, delivery, 'cancelled', 'cancelled', round, usage, createdAt, clock, undefined),
-          ).catch((error: unknown) =>
-            logger.error({ err: error, taskId: input.taskId }, 'cannot record the cancel'),
+        case 'stopped':
+          await handBack(taskId, delivery, fenced);
+          return;
+        case 'cancelled': {
+          const cancelled = events.make(
+            'task.cancelled',
+            scope,
+            { ...(ending.reason ? { reason: ending.reason } : {}), usage: context.usage },
+            { from: 'user', to: pipeline },
           );
-          bus.publishEvent(
-            events.make(
-              'task.cancelled',
-              scope,
-              { ...(cancel.reason ? { reason: cancel.reason } : {}), usage },
-              { from: 'user', to: pipeline },
-            ),
-          );
-          delivery.ack();
+          if (await endRecord('cancelled', cancelled, context)) await conclude(taskId, delivery, cancelled);
           return;
         }
         case 'crashed': {
-          // A bug, not bad input: retrying would crash again, so the task ends here, loudly.
-          const message = `the workflow actor crashed: ${errorMessage(ending.error)}`;
-          logger.error({ err: ending.error, taskId: input.taskId }, message);
-          const { usage, round } = actor.getSnapshot().context;
-          await fenced(
-            record(input, delivery, 'failed', 'failed', round, usage, createdAt, clock, undefined),
-          ).catch(() => undefined);
-          publishFailure(scope, 'internal', message, usage, durationMs);
-          delivery.ack();
+          // A fault of ours or of the task's data, not of the network: retrying would fail again.
+          logger.error({ err: ending.error, taskId }, ending.message);
+          const failed = failureEvent(scope, ending.reason, ending.message, context.usage, durationMs);
+          if (await endRecord('failed', failed, context)) await conclude(taskId, delivery, failed);
           return;
         }
       }
     } finally {
       clearInterval(heartbeat);
-      running.delete(input.taskId);
-      cancelled.delete(input.taskId);
+      running.delete(taskId);
     }
+  }
+
+  /** Shutdown: the task goes back to NATS, to be resumed from its checkpoint by a coordinator. */
+  async function handBack(
+    taskId: string,
+    delivery: TaskDelivery,
+    fenced: (value: WorkflowRecord) => Promise<boolean>,
+  ): Promise<void> {
+    await throughOutages(() => store.get(taskId))
+      .then((current) => {
+        if (!current?.value.delivery) return false;
+        // A clean stop is not a failure to make progress: the next delivery does not count this one.
+        return fenced({ ...current.value, delivery: { ...current.value.delivery, handedBack: true } });
+      })
+      .catch((error: unknown) => logger.warn({ err: error, taskId }, 'cannot record the hand-back'));
+    delivery.nak(HAND_BACK_DELAY_MS);
   }
 
   function finalEvent(scope: EventScope, output: WorkflowOutput, durationMs: number): TroupeEvent {
@@ -514,11 +613,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     );
   }
 
-  function publishFailure(...args: Parameters<typeof failureEvent>): void {
-    publishSafely(args[0].taskId, () => failureEvent(...args));
-  }
-
-  // Every coordinator hears every cancel; the one running the task stops it and answers.
+  // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the
+  // control responder (one per message, see controlResponder.ts) answers with the task's state instead.
   const control = bus.subscribe(
     subjects.allControl,
     ControlMessage,
@@ -526,8 +622,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const taskId = delivery.subject.slice(subjects.control('').length);
       const task = running.get(taskId);
       if (!task) return;
-      cancelled.set(taskId, delivery.value.reason ? { reason: delivery.value.reason } : {});
-      task.actor.stop();
+      task.end({ kind: 'cancelled', ...(delivery.value.reason ? { reason: delivery.value.reason } : {}) });
       delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
     },
     { reporter: 'coordinator' },
@@ -550,36 +645,29 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     async stop() {
       stopping = true;
       control.unsubscribe();
-      for (const task of running.values()) task.actor.stop();
+      for (const task of running.values()) task.end({ kind: 'stopped' });
       await queue.stop();
     },
   };
 }
 
-function record(
-  input: WorkflowInput,
-  delivery: TaskDelivery,
-  status: WorkflowRecord['status'],
-  state: string,
-  round: number,
-  usage: UsageTotals,
-  createdAt: string,
-  clock: Clock,
-  snapshot: unknown,
-): WorkflowRecord {
-  return {
-    taskId: input.taskId,
-    pipeline: input.pipeline,
-    streamSequence: delivery.streamSequence,
-    status,
-    state,
-    goal: input.goal,
-    round,
-    usage,
-    createdAt,
-    updatedAt: new Date(clock.now()).toISOString(),
-    snapshot,
-  };
+/** This run's claim on a task: its token, the record revision it last wrote, and its delivery's progress mark. */
+interface Lease {
+  runner: string;
+  revision: number;
+  delivery: { progress: number; stalls: number };
+}
+
+/**
+ * Deliveries in a row that ended without progress, counting the last one: it made none when the record's progress
+ * has not moved since it claimed the task, unless it was handed back at a clean shutdown.
+ */
+function stallsSoFar(record: WorkflowRecord): number {
+  const last = record.delivery;
+  // Written before deliveries were tracked: count what the old record knew, the deliveries are unknown.
+  if (last === undefined) return 0;
+  if ((record.progress ?? 0) > last.progress) return 0;
+  return last.handedBack ? last.stalls : last.stalls + 1;
 }
 
 /** `Nats-Msg-Id` doubles as the task id when the payload has none, so `nats pub -H Nats-Msg-Id:…` works. */
@@ -597,4 +685,8 @@ function traceOf(snapshot: unknown): string {
   const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task
     ?.traceparent;
   return typeof trace === 'string' ? trace : newTraceparent();
+}
+
+function definedOnly<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
 }

@@ -4,11 +4,14 @@ import {
   type Logger,
   type NatsBus,
   requestWithHeartbeats,
+  stepTimeoutError,
   TransportError,
 } from '@troupe/runtime';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
 const DEADLINE_GRACE_MS = 5_000;
+/** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
+const REPLY_GRACE_MS = 2_000;
 
 /** How often a host reports on a step by default; three missed reports and the step goes to another worker. */
 export const DEFAULT_STEP_HEARTBEAT_MS = 5_000;
@@ -53,9 +56,18 @@ export function createStepRunner(options: StepRunnerOptions) {
     /** Since when no worker answered, and whether a worker died under this step before that. */
     let noWorkerSince: number | undefined;
     let takenOver = false;
+    /** What the step waited on a person for, as its last heartbeat said. */
+    let waitingFor: StepHeartbeat['waitingFor'];
+    const onHeartbeat = (heartbeat: unknown) => {
+      waitingFor = (heartbeat as StepHeartbeat).waitingFor;
+    };
+    const timedOut = () => {
+      const { code, message } = stepTimeoutError(request.agent, timeoutMs, waitingFor);
+      return new TransportError(code, message);
+    };
     for (let attempt = 0; ; attempt++) {
       const left = timeoutMs - (clock.now() - started);
-      if (left <= 0) throw explain(timeoutError(subject, timeoutMs), subject, request.agent, 0);
+      if (left <= 0) throw timedOut();
       // A reply in flight when the connection drops is lost; after a reconnect the step is sent again (the
       // agent host joins a resend to the run it already has, and the journal keeps side effects single).
       const resend = new AbortController();
@@ -71,10 +83,12 @@ export function createStepRunner(options: StepRunnerOptions) {
           AgentStepReply,
           StepHeartbeat,
           {
-            timeoutMs: left,
+            // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
+            timeoutMs: left + REPLY_GRACE_MS,
             idleMs: heartbeatMs * MISSED_HEARTBEATS,
             signal: AbortSignal.any([signal, resend.signal]),
             meta,
+            onHeartbeat,
           },
         );
         if (!reply.ok && reply.error.code === 'journal_unavailable') {
@@ -93,6 +107,7 @@ export function createStepRunner(options: StepRunnerOptions) {
         throw new TransportError('no_responders', reply.error.message);
       } catch (error) {
         if (resend.signal.aborted && !signal.aborted) continue;
+        if (TransportError.is(error, 'timeout')) throw timedOut();
         if (error instanceof TransportError && error.code === 'stalled') {
           options.logger?.warn(
             { stepId: request.stepId, agent: request.agent },
@@ -117,25 +132,13 @@ export function createStepRunner(options: StepRunnerOptions) {
   };
 }
 
-const timeoutError = (subject: string, timeoutMs: number) =>
-  new TransportError('timeout', `no reply from ${subject} within ${timeoutMs} ms`);
-
 function explain(error: unknown, subject: string, agent: string, waitedMs: number): Error {
   if (error instanceof TransportError && error.code === 'no_responders') {
     return new TransportError(
       'no_responders',
       `no worker serves agent ${agent} on ${subject} (waited ${Math.round(waitedMs / 1000)} s); ` +
-        'start `troupe up` with this pipeline (and its agents) on this NATS server',
+        'start `troupe worker` (or `troupe up` without --no-agents) with this pipeline on this NATS server',
       { cause: error },
-    );
-  }
-  if (error instanceof TransportError && error.code === 'timeout') {
-    return new TransportError(
-      'timeout',
-      `agent ${agent} did not reply on ${subject} within the step timeout`,
-      {
-        cause: error,
-      },
     );
   }
   return error instanceof Error ? error : new Error(String(error));

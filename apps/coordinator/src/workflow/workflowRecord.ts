@@ -1,4 +1,4 @@
-import { Name, TaskId, TroupeEvent, UsageTotals } from '@troupe/protocol';
+import { Name, type TaskEnding, TaskId, TroupeEvent, UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
 
 /** What the KV bucket `workflows` holds per task: where it stands, and the actor's persisted snapshot. */
@@ -27,7 +27,28 @@ export const WorkflowRecord = z.object({
    * wrote; finding another run's token there means the task was taken over, and the older run stops.
    */
   runner: z.string().optional(),
-  /** Times a coordinator shutting down handed the task back: deliveries that do not count towards maxDeliver. */
+  /** Times a coordinator shutting down handed the task back (kept for records written before `delivery`). */
   handBacks: z.number().int().nonnegative().optional(),
+  /** Checkpoints that recorded a transition of the workflow: how far the task has come. */
+  progress: z.number().int().nonnegative().optional(),
+  /**
+   * The delivery that runs (or last ran) the task: the progress it started from, how many deliveries in a row
+   * before it made none (each counts towards maxDeliver), and whether a clean shutdown handed it back.
+   */
+  delivery: z
+    .object({
+      progress: z.number().int().nonnegative(),
+      stalls: z.number().int().nonnegative(),
+      handedBack: z.boolean().optional(),
+    })
+    .optional(),
 });
 export type WorkflowRecord = z.infer<typeof WorkflowRecord>;
+
+/** How the task of a record ended, with the reason of a failure; undefined while it runs. */
+export function endingOfRecord(record: WorkflowRecord): TaskEnding | undefined {
+  if (record.status === 'running') return undefined;
+  const final = record.final;
+  const reason = final?.kind === 'task.failed' ? final.data.reason : undefined;
+  return { status: record.status, ...(reason === undefined ? {} : { reason }) };
+}

@@ -25,7 +25,11 @@ export interface StepRunInput {
 export type StepRunOutput = AgentStepReply & { durationMs: number };
 
 export interface WorkflowFailure {
-  /** Stable code: `step_failed`, `max_rounds`, `invalid_output`, `transport`. */
+  /**
+   * Stable code: `step_failed`, `budget_exceeded`, `max_rounds`, `invalid_output`; when a step could not be run,
+   * `no_worker` (nobody serves its agent), `step_timeout`, `approval_timeout` (the step timed out while a person
+   * was being asked), or `transport` (any other NATS failure).
+   */
   reason: string;
   message: string;
   step?: string;

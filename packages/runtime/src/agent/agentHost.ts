@@ -3,17 +3,22 @@ import {
   type AgentStepReply,
   AgentStepRequest,
   ControlMessage,
+  FINAL_EVENT_KINDS,
   parseMessage,
   type StepHeartbeat,
   subjects,
+  type TaskEnding,
+  TroupeEvent,
 } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
+import { endingOf, TaskEndedError } from '../approvals/taskEnded.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
-import { type Clock, type IdGenerator, randomId, systemClock } from '../events/clock.ts';
+import { type Clock, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
+import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartbeatSender.ts';
 import type { BusSubscription, Delivery, NatsBus } from '../transport/natsBus.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { failedReply, runAgentStep } from './runAgentStep.ts';
@@ -51,7 +56,6 @@ export interface AgentHostOptions {
   workspaceRoot: string;
   logger: Logger;
   clock?: Clock;
-  ids?: IdGenerator;
   price?: (provider: string, model: string, response: ModelResponse) => number;
   /** Where `ask` calls and questions go; without it they are denied. */
   human?: HumanGate;
@@ -59,6 +63,11 @@ export interface AgentHostOptions {
   memory?: KvMemory;
   /** Records tool calls so a step run again after a crash runs none twice. */
   journal?: StepJournal;
+  /**
+   * Sends steps' heartbeats; by default from this thread. Give a {@link ThreadedHeartbeatSender} in a real
+   * process, so a busy event loop cannot starve them (and make a live step look dead).
+   */
+  heartbeats?: HeartbeatSender;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -76,10 +85,19 @@ export interface AgentHost {
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger } = options;
   const clock = options.clock ?? systemClock;
-  const events = new EventFactory(clock, options.ids ?? randomId);
+  const events = new EventFactory(clock);
+  const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus);
   /** Steps running here, by step id. */
   const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
+  // A heartbeat that found its inbox gone counts against that requester; one that got through clears it.
+  const stopListening = heartbeats.onListening((stepId, inbox, listening) => {
+    const run = runs.get(stepId);
+    if (!run) return;
+    for (const [requester, misses] of run.requesters) {
+      if (requester.reply === inbox) run.requesters.set(requester, listening ? 0 : misses + 1);
+    }
+  });
   /** Replies of steps that ended here lately, for a resend whose first reply was lost; oldest first. */
   const finished = new Map<string, Promise<AgentStepReply>>();
   const remember = (stepId: string, reply: Promise<AgentStepReply>) => {
@@ -89,21 +107,20 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   let stopping = false;
 
   /**
-   * Tells each requester the step is alive; drops those whose inbox is gone (their workflow died, or sent the
-   * step elsewhere). A run nobody has waited for during {@link ORPHANED_AFTER} heartbeats is stopped: its
-   * journal keeps what it did, for the run that gets the step next.
+   * Tells the heartbeat sender where the run's heartbeats go (the requesters whose inbox is not gone: their
+   * workflow died, or sent the step elsewhere) and what they say (whom the step waits on). A run nobody has waited
+   * for during {@link ORPHANED_AFTER} heartbeats is stopped: its journal keeps what it did, for the run that gets
+   * the step next.
    */
   const beat = (run: StepRun, heartbeatMs: number) => {
     const { stepId, taskId } = run.request;
-    const heartbeat: StepHeartbeat = { stepId, heartbeat: true };
-    for (const [requester, misses] of run.requesters) {
-      if (requester.reply === undefined || misses >= MISSES_TO_DROP) continue;
-      void bus
-        .stillListening(requester.reply, heartbeat, heartbeatMs, { taskId, kind: 'step.heartbeat' })
-        .then((listening) => run.requesters.set(requester, listening ? 0 : misses + 1));
-    }
-    const waiting = [...run.requesters.values()].some((misses) => misses < MISSES_TO_DROP);
-    if (waiting) run.lastWaitedFor = clock.now();
+    const inboxes = [...run.requesters].flatMap(([requester, misses]) =>
+      requester.reply !== undefined && misses < MISSES_TO_DROP ? [requester.reply] : [],
+    );
+    const waitingFor = options.human?.waitingOn?.(stepId);
+    const heartbeat: StepHeartbeat = { stepId, heartbeat: true, ...(waitingFor ? { waitingFor } : {}) };
+    heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat);
+    if (inboxes.length > 0) run.lastWaitedFor = clock.now();
     else if (clock.now() - run.lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !run.orphaned) {
       run.orphaned = true;
       logger.warn(
@@ -208,7 +225,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         })
         .finally(() => {
           clearInterval(beating);
-          if (runs.get(request.stepId) === run) runs.delete(request.stepId);
+          if (runs.get(request.stepId) === run) {
+            runs.delete(request.stepId);
+            heartbeats.stop(request.stepId);
+          }
         });
       runs.set(request.stepId, run);
     };
@@ -224,15 +244,33 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     });
     subscriptions.push(subscription);
   }
+  /** Stops every step of a task that has ended: nothing it would still do (a tool call, a question) matters. */
+  const endTask = (taskId: string, ending: TaskEnding) => {
+    for (const run of runs.values()) {
+      if (run.request.taskId !== taskId || run.abort.signal.aborted) continue;
+      logger.info({ taskId, stepId: run.request.stepId }, `task ${taskId} has ended; stopping its step here`);
+      run.abort.abort(new TaskEndedError(taskId, ending));
+    }
+  };
   // A cancelled task's steps stop here too, wherever its workflow runs; the coordinator answers the cancel.
   subscriptions.push(
     // Read as text: a malformed control message is the coordinator's to report, not every host's.
     bus.subscribeText(subjects.allControl, (delivery) => {
       if (!parseMessage(ControlMessage, delivery.value).ok) return;
-      const taskId = delivery.subject.slice(subjects.control('').length);
-      for (const run of runs.values()) if (run.request.taskId === taskId) run.abort.abort();
+      endTask(delivery.subject.slice(subjects.control('').length), { status: 'cancelled' });
     }),
   );
+  // So do the steps of a task that ended any other way (failed on a timeout, a budget, another step's error).
+  for (const kind of FINAL_EVENT_KINDS) {
+    subscriptions.push(
+      bus.subscribeText(subjects.event(pipeline, '*', kind), (delivery) => {
+        if (runs.size === 0) return;
+        const parsed = parseMessage(TroupeEvent, delivery.value);
+        const ending = parsed.ok ? endingOf(parsed.value) : undefined;
+        if (parsed.ok && ending) endTask(parsed.value.taskId, ending);
+      }),
+    );
+  }
   logger.info({ pipeline, agents: options.agents.map((a) => a.name) }, 'agent host started');
 
   return {
@@ -244,6 +282,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       for (const subscription of subscriptions) subscription.unsubscribe();
       for (const run of runs.values()) run.abort.abort();
       await Promise.allSettled([...runs.values()].map((run) => run.done));
+      stopListening();
     },
   };
 }

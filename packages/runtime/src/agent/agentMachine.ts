@@ -137,8 +137,8 @@ export type AgentEmitted =
   | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
   | ({ type: 'llm.response'; turn: number } & ModelCallResult)
   | { type: 'llm.error'; turn: number; code: string; message: string }
-  | { type: 'tool.call'; callId: string; tool: string; arguments: string }
-  | ({ type: 'tool.result' } & ToolRunResult);
+  | { type: 'tool.call'; turn: number; callId: string; tool: string; arguments: string }
+  | ({ type: 'tool.result'; turn: number } & ToolRunResult);
 
 /** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
 const stopWhenBudgetSpent = {
@@ -457,7 +457,13 @@ export const agentMachine = setup({
     acting: {
       entry: enqueueActions(({ context, enqueue }) => {
         for (const call of context.pendingCalls) {
-          enqueue.emit({ type: 'tool.call', callId: call.id, tool: call.name, arguments: call.arguments });
+          enqueue.emit({
+            type: 'tool.call',
+            turn: context.turn,
+            callId: call.id,
+            tool: call.name,
+            arguments: call.arguments,
+          });
         }
       }),
       invoke: {
@@ -503,8 +509,9 @@ export const agentMachine = setup({
           target: 'deciding',
           actions: [
             { type: 'recordToolResults', params: ({ event }) => event.output },
-            enqueueActions(({ event, enqueue }) => {
-              for (const result of event.output) enqueue.emit({ type: 'tool.result', ...result });
+            enqueueActions(({ context, event, enqueue }) => {
+              for (const result of event.output)
+                enqueue.emit({ type: 'tool.result', turn: context.turn, ...result });
             }),
           ],
         },

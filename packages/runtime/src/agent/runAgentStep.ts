@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { createActor, fromPromise, toPromise } from 'xstate';
-import type { HumanGate, HumanRequestOptions, HumanScope } from '../approvals/humanGate.ts';
+import type { HumanGate, HumanRequestOptions, HumanScope, WaitingOn } from '../approvals/humanGate.ts';
 import { StepJournal } from '../durable/stepJournal.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
@@ -28,6 +28,7 @@ import {
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
 import { buildStepMessages } from './stepPrompt.ts';
+import { stepTimeoutError } from './stepTimeout.ts';
 
 /** What a step needs from the world. */
 export interface StepDeps {
@@ -67,9 +68,14 @@ export async function runAgentStep(
     return failedReply(request.stepId, 'aborted', `step ${request.stepId} was aborted before it started`);
   const deadline = request.budget?.deadline;
   const outOfTime = () => deadline !== undefined && deps.clock.now() >= deadline;
-  if (outOfTime()) return failedReply(request.stepId, 'budget_exceeded', timeBudgetMessage(request));
+  if (outOfTime()) return outOfTimeReply(request, deps);
   let actor: Awaited<ReturnType<typeof startActor>> | undefined;
-  const onAbort = () => actor?.stop();
+  /** Whom the step waited on when it was stopped: a timeout then is a person's, not the agent's. */
+  let waitingAtStop: WaitingOn | undefined;
+  const onAbort = () => {
+    waitingAtStop ??= deps.human?.waitingOn?.(request.stepId);
+    actor?.stop();
+  };
   deps.signal?.addEventListener('abort', onAbort, { once: true });
   // The task's wall-clock budget stops a model call or tool in flight, not just the next one.
   const timer =
@@ -82,11 +88,19 @@ export async function runAgentStep(
     if (output === undefined) {
       // A stopped actor has no output: aborted, or out of time; report what it had spent by then.
       const spent = running.getSnapshot().context;
-      return outOfTime()
-        ? abortedReply(request.stepId, spent, {
-            code: 'budget_exceeded',
-            message: timeBudgetMessage(request),
-          })
+      if (outOfTime()) {
+        return abortedReply(request.stepId, spent, {
+          code: 'budget_exceeded',
+          message: timeBudgetMessage(request),
+        });
+      }
+      const timedOut = isTimeout(deps.signal?.reason) && request.timeoutMs !== undefined;
+      return timedOut
+        ? abortedReply(
+            request.stepId,
+            spent,
+            stepTimeoutError(agent.name, request.timeoutMs ?? 0, waitingAtStop),
+          )
         : abortedReply(request.stepId, spent);
     }
     return toReply(request.stepId, output);
@@ -189,10 +203,12 @@ async function runOnce(
     };
   }
   if (record?.state === 'in_doubt' && !deps.registry.get(call.name)?.rerunnable) {
+    // All the journal knows: another run claimed the call and recorded no result. That run may have died, or may
+    // still be running it (it was thought dead: its heartbeats did not arrive).
     const message =
-      `this ${call.name} call started earlier (${record.startedAt ?? 'at an unknown time'}) and was cut short ` +
-      'by a crash before its result was recorded; it may or may not have taken effect, so it was not run ' +
-      'again. Check its effect before repeating it.';
+      `another run of this step claimed this ${call.name} call (at ${record.startedAt ?? 'an unknown time'}) ` +
+      'and has not recorded its result; whether it finished is unknown, so it was not run again here. ' +
+      'Check its effect before repeating it.';
     // The model sees a tool result's output: the explanation goes there, as for every other tool error.
     const result: ToolCallResult = {
       callId: call.id,
@@ -228,6 +244,22 @@ async function unlessUnavailable<T>(op: () => Promise<T> | undefined): Promise<T
   }
 }
 
+/** `AbortSignal.timeout` aborts with a `TimeoutError`. */
+const isTimeout = (reason: unknown): boolean => reason instanceof Error && reason.name === 'TimeoutError';
+
+/**
+ * The task ran out of time before this run of the step began (it resumed after its deadline): nothing runs, and
+ * the reply counts what earlier runs of the step had spent, as the journal recorded it.
+ */
+async function outOfTimeReply(request: AgentStepRequest, deps: StepDeps): Promise<AgentStepReply> {
+  const reply = failedReply(request.stepId, 'budget_exceeded', timeBudgetMessage(request));
+  const spent = await bestEffort(deps, request, 'read what earlier runs spent', () =>
+    deps.journal?.spent(request.stepId),
+  );
+  if (!spent) return reply;
+  return { ...reply, usage: { ...spent.usage, costUsd: spent.costUsd, modelCalls: spent.calls } };
+}
+
 function timeBudgetMessage(request: AgentStepRequest): string {
   const source = request.budget?.sources.deadline ?? 'the task wall-clock budget';
   return `agent ${request.agent}: ${source} ran out; the step was stopped`;
@@ -240,6 +272,8 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
   const human = deps.human;
   /** The journal key of each tool call of the turn being run, for the questions its calls ask. */
   const callKeys = new Map<string, string>();
+  /** The turn each tool call was asked for in, for its progress events. */
+  const callTurns = new Map<string, number>();
   /** This run of the step, as the journal knows its claims. */
   const run = randomUUID();
   const humanScope: HumanScope = {
@@ -254,6 +288,31 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
     agent: agent.name,
     workspace,
     taskId: request.taskId,
+    onProgress: (callId, tool, update) => {
+      // Progress that cannot be published is lost, never the call.
+      try {
+        deps.publish(
+          deps.events.make(
+            'tool.progress',
+            scope,
+            {
+              agent: agent.name,
+              stepId: request.stepId,
+              turn: callTurns.get(callId),
+              callId,
+              tool,
+              ...update,
+            },
+            { from: `tool:${tool}`, to: agent.name },
+          ),
+        );
+      } catch (error) {
+        deps.logger?.error(
+          { err: error, stepId: request.stepId },
+          'cannot publish tool.progress; the step goes on',
+        );
+      }
+    },
     ...(human
       ? {
           human: {
@@ -303,6 +362,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
           input.calls.map((call, index) => {
             const key = StepJournal.toolKey(request.stepId, input.turn, index);
             callKeys.set(call.id, StepJournal.humanKey(key, 'question'));
+            callTurns.set(call.id, input.turn);
             return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
           }),
         ),
@@ -577,7 +637,8 @@ function toWireEvent(
           durationMs: emitted.durationMs,
           ...(emitted.journaled ? { journaled: true } : {}),
         },
-        fromModel,
+        // The model that answered: a fallback, when the primary kept failing.
+        { from: `${emitted.provider}:${emitted.model}`, to: agent.name },
       );
     case 'llm.error':
       return events.make(
@@ -599,7 +660,13 @@ function toWireEvent(
       return events.make(
         'tool.call',
         scope,
-        { ...ref, callId: emitted.callId, tool: emitted.tool, arguments: preview(emitted.arguments) },
+        {
+          ...ref,
+          turn: emitted.turn,
+          callId: emitted.callId,
+          tool: emitted.tool,
+          arguments: preview(emitted.arguments),
+        },
         { from: agent.name, to: `tool:${emitted.tool}` },
       );
     case 'tool.result': {

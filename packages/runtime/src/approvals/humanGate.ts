@@ -15,6 +15,7 @@ import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
 import type { Delivery, NatsBus } from '../transport/natsBus.ts';
+import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
 /** Who is asking: the task, the agent and its step. */
 export interface HumanScope extends EventScope {
@@ -54,6 +55,14 @@ export interface HumanGate {
    * (instead of being marked expired), for the run that gets the step next.
    */
   leavePending?(stepId: string): void;
+  /** What the step waits for a person on right now, if anything: for its heartbeats and `troupe status`. */
+  waitingOn?(stepId: string): WaitingOn | undefined;
+}
+
+/** A request a step is waiting on. */
+export interface WaitingOn {
+  kind: 'approval' | 'question';
+  id: string;
 }
 
 export interface NatsHumanGateOptions {
@@ -67,7 +76,11 @@ export interface NatsHumanGateOptions {
   timeoutMs: number;
 }
 
-type Outcome<T> = { kind: 'decided'; value: T; by?: string; stored?: boolean } | { kind: 'expired' };
+type Outcome<T> =
+  | { kind: 'decided'; value: T; by?: string; stored?: boolean }
+  | { kind: 'expired' }
+  /** The step stopped while the request waited, and will not wait on it again. */
+  | { kind: 'closed'; why: string };
 
 /**
  * Asks people over NATS. Each request gets an unguessable id, is recorded in KV as pending, announced as an
@@ -84,6 +97,8 @@ export class NatsHumanGate implements HumanGate {
   #detached = false;
   /** Steps whose requests stay pending when cut short (see {@link leavePending}). */
   readonly #leftPending = new Set<string>();
+  /** The requests each step waits on now. */
+  readonly #waiting = new Map<string, WaitingOn[]>();
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
@@ -92,6 +107,10 @@ export class NatsHumanGate implements HumanGate {
   /** From now on, a request cut short stays pending in KV instead of being marked expired. */
   detach(): void {
     this.#detached = true;
+  }
+
+  waitingOn(stepId: string): WaitingOn | undefined {
+    return this.#waiting.get(stepId)?.[0];
   }
 
   leavePending(stepId: string): void {
@@ -149,19 +168,22 @@ export class NatsHumanGate implements HumanGate {
             ...(outcome.value.reason === undefined ? {} : { reason: outcome.value.reason }),
             ...(outcome.by === undefined ? {} : { by: outcome.by }),
           }
-        : {
-            decision: 'deny',
-            reason: `no decision within ${seconds(this.#timeout(scope))} s; denied by default`,
-            by: 'timeout',
-          };
+        : outcome.kind === 'closed'
+          ? { decision: 'deny', reason: `closed before anyone decided: ${outcome.why}`, by: 'troupe' }
+          : {
+              decision: 'deny',
+              reason: `no decision within ${seconds(this.#timeout(scope))} s; denied by default`,
+              by: 'timeout',
+            };
     bus.publishEvent(
       events.make(
         'approval.decided',
         scope,
-        { ...ref, approvalId: id, ...decided, ...(outcome.kind === 'expired' ? { expired: true } : {}) },
+        { ...ref, approvalId: id, ...decided, ...(outcome.kind === 'decided' ? {} : { expired: true }) },
         { from: 'human', to: scope.agent },
       ),
     );
+    if (outcome.kind === 'closed') throw new ToolError('cancelled', `approval ${id} was ${decided.reason}`);
     return decided;
   }
 
@@ -195,6 +217,9 @@ export class NatsHumanGate implements HumanGate {
         ),
       signal,
     );
+    if (outcome.kind === 'closed') {
+      throw new ToolError('cancelled', `question ${id} was closed before anyone answered: ${outcome.why}`);
+    }
     if (outcome.kind === 'expired') {
       throw new ToolError(
         'timeout',
@@ -241,6 +266,12 @@ export class NatsHumanGate implements HumanGate {
       record = earlier;
       const stored = storedValue(record);
       if (stored !== undefined) return { id: record.id, outcome: decidedFrom(stored, true) };
+      if (record.status === 'closed' && record.taskEnded) {
+        return {
+          id: record.id,
+          outcome: { kind: 'closed', why: `the task ended: ${describeEnding(record.taskEnded)}` },
+        };
+      }
       if (record.status !== 'pending') return { id: record.id, outcome: { kind: 'expired' } };
       pendingRevision = earlierEntry.revision;
     } else {
@@ -282,7 +313,7 @@ export class NatsHumanGate implements HumanGate {
       const value = delivery.value;
       // Stored before it is confirmed: a receipt means the decision outlives this process.
       const written = await store
-        .update(id, closedRecord(record, decidedFrom(value, false), false, clock.now()), pendingRevision)
+        .update(id, closedRecord(record, decidedFrom(value, false), clock.now()), pendingRevision)
         .catch((error: unknown) => {
           this.#o.logger.warn({ err: error, id }, 'cannot record the decision; it applies to this run only');
           return 0;
@@ -298,13 +329,18 @@ export class NatsHumanGate implements HumanGate {
       delivery.respond({ ok: true, id, outcome: outcomeOf(value) } satisfies DecisionReceipt);
       settle(decidedFrom(value, written !== 0));
     };
-    const expire = () => {
+    /** The deadline, or the step stopping: the subject closes at once, and a decision being written is awaited. */
+    const end = (outcome: Outcome<z.infer<S>>) => {
       subscription.unsubscribe();
-      if (deciding) void deciding.finally(() => settle({ kind: 'expired' }));
-      else settle({ kind: 'expired' });
+      if (deciding) void deciding.finally(() => settle(outcome));
+      else settle(outcome);
     };
+    const expire = () => end({ kind: 'expired' });
+    const stop = () => end({ kind: 'closed', why: whyStopped(signal.reason) });
     let timer: NodeJS.Timeout | undefined;
     let stopWatching = () => {};
+    const waiting: WaitingOn = { kind: record.kind, id };
+    this.#waiting.set(scope.stepId, [...(this.#waiting.get(scope.stepId) ?? []), waiting]);
     try {
       // A decision recorded in KV (by `troupe approve` while this request had no listener) settles it too.
       stopWatching = await store.watch(id, (entry) => {
@@ -315,50 +351,72 @@ export class NatsHumanGate implements HumanGate {
       // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
       // getting a receipt for a call that was already denied.
       timer = setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
-      signal.addEventListener('abort', expire, { once: true });
+      signal.addEventListener('abort', stop, { once: true });
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
-      if (signal.aborted) expire();
+      if (signal.aborted) stop();
       else if (!earlier) announce(id, record.expiresAt);
       const outcome = await settled;
-      await this.#close(record, pendingRevision, outcome, signal.aborted);
-      if (signal.aborted) throw new ToolError('cancelled', `${record.kind} ${id} was cancelled`);
+      const leftForNextRun = signal.aborted && (this.#detached || this.#leftPending.has(record.stepId));
+      if (leftForNextRun) {
+        throw new ToolError('cancelled', `${record.kind} ${id} is left pending for the next run of the step`);
+      }
+      await this.#close(record, pendingRevision, outcome, signal.reason);
+      if (signal.aborted && outcome.kind !== 'closed') {
+        throw new ToolError('cancelled', `${record.kind} ${id} was cancelled`);
+      }
       return { id, outcome };
     } finally {
       clearTimeout(timer);
       stopWatching();
-      signal.removeEventListener('abort', expire);
+      signal.removeEventListener('abort', stop);
       subscription.unsubscribe();
+      const left = (this.#waiting.get(scope.stepId) ?? []).filter((w) => w !== waiting);
+      if (left.length > 0) this.#waiting.set(scope.stepId, left);
+      else this.#waiting.delete(scope.stepId);
     }
   }
 
-  /** Records how a request ended, unless its decision is already stored or it is left for the next process. */
+  /**
+   * Records how a request ended, unless its decision is already stored: closed with its task's ending when the
+   * step stopped because the task ended, else decided, answered or expired.
+   */
   async #close(
     record: HumanRequest,
     pendingRevision: number,
     outcome: Outcome<{ by?: string | undefined }>,
-    aborted: boolean,
+    abortReason: unknown,
   ): Promise<void> {
-    const leftForNextRun = aborted && (this.#detached || this.#leftPending.has(record.stepId));
-    if ((outcome.kind === 'decided' && outcome.stored) || leftForNextRun) return;
+    if (outcome.kind === 'decided' && outcome.stored) return;
+    const now = this.#o.clock.now();
+    const ended =
+      outcome.kind === 'closed' && abortReason instanceof TaskEndedError
+        ? closedByEnding(record, abortReason.ending, now)
+        : closedRecord(record, outcome, now);
     // Only a still-pending record is changed: a decision that reached KV first is not overwritten.
     await this.#o.store
-      .update(record.id, closedRecord(record, outcome, aborted, this.#o.clock.now()), pendingRevision)
+      .update(record.id, ended, pendingRevision)
       .catch((error: unknown) =>
         this.#o.logger.warn({ err: error, id: record.id }, 'cannot record how the request ended'),
       );
   }
 }
 
-/** The record of a request once it ended: decided, answered, or expired (also when cut short). */
+/** What stopped a step, from its abort reason, for the record and the event. */
+function whyStopped(reason: unknown): string {
+  if (reason instanceof TaskEndedError) return reason.message;
+  if (reason instanceof Error && reason.name === 'TimeoutError') return 'the step ran out of time';
+  return 'the step was stopped';
+}
+
+/** The record of a request once it ended: decided, answered, or expired (also when its step stopped). */
 function closedRecord(
   record: HumanRequest,
   outcome: Outcome<{ by?: string | undefined }>,
-  aborted: boolean,
   now: number,
 ): HumanRequest {
   const decided = outcome.kind === 'decided' ? (outcome.value as Record<string, unknown>) : undefined;
   const status: HumanRequest['status'] =
-    outcome.kind === 'expired' || aborted
+    outcome.kind !== 'decided'
       ? 'expired'
       : record.kind === 'question'
         ? 'answered'

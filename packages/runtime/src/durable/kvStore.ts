@@ -5,22 +5,35 @@ import { ZodError, type z } from 'zod';
 import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
+import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
 
 /**
  * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while NATS cannot be reached:
- * long enough to wait out a nats-server restart or a reconnect. A value that fails its schema or a closed
- * connection is not tried again.
+ * long enough to wait out a nats-server restart or a reconnect. Only {@link isOutage} failures are tried again.
  */
 export function throughOutages<T>(op: () => Promise<T>): Promise<T> {
   return pRetry(op, {
     retries: 8,
     minTimeout: 250,
     maxTimeout: 2_000,
-    shouldRetry: ({ error }) =>
-      !(error instanceof ZodError) &&
-      !(TransportError.is(error) && error.code === 'closed') &&
-      !isClosed(error),
+    shouldRetry: ({ error }) => isOutage(error),
   });
+}
+
+/**
+ * Whether a failure may pass once NATS is reachable again. Not one: a value that fails its schema or cannot be
+ * encoded, a closed connection, or a fault of the code itself (`RangeError`, `TypeError`), which would fail the
+ * same way every time.
+ */
+export function isOutage(error: unknown): boolean {
+  return (
+    !(error instanceof ZodError) &&
+    !(error instanceof RangeError) &&
+    !(error instanceof TypeError) &&
+    !TransportError.is(error, 'closed') &&
+    !TransportError.is(error, 'unencodable') &&
+    !isClosed(error)
+  );
 }
 
 const isClosed = (error: unknown): boolean =>
@@ -49,11 +62,19 @@ export class KvStore<S extends z.ZodType> {
     this.#bus = bus;
   }
 
-  /** Opens an existing bucket; fails with `bucket_missing` when no coordinator has created it on this server. */
-  static async open<S extends z.ZodType>(bus: NatsBus, bucket: TroupeBucket, schema: S): Promise<KvStore<S>> {
+  /**
+   * Opens an existing bucket, waiting (logging each wait) while NATS cannot be reached; fails at once with
+   * `bucket_missing` when no coordinator has created it on this server.
+   */
+  static async open<S extends z.ZodType>(
+    bus: NatsBus,
+    bucket: TroupeBucket,
+    schema: S,
+    wait?: UntilReachableOptions,
+  ): Promise<KvStore<S>> {
     const kv = await kvOf(bus, bucket);
     try {
-      await kv.status();
+      await untilReachable(bus, `KV bucket ${bucket}`, () => kv.status(), wait);
     } catch (cause) {
       // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
       if (!(cause instanceof JetStreamApiError && cause.code === JetStreamApiCodes.StreamNotFound))
@@ -83,13 +104,14 @@ export class KvStore<S extends z.ZodType> {
 
   /** Stores a value; returns its revision. */
   async put(key: string, value: z.infer<S>): Promise<number> {
-    return this.#kv.put(key, JSON.stringify(this.#schema.parse(value)));
+    return this.#kv.put(key, this.#encode(key, value));
   }
 
   /** Stores a value only if the key is absent; returns undefined when it was already there. */
   async create(key: string, value: z.infer<S>): Promise<number | undefined> {
+    const data = this.#encode(key, value);
     try {
-      return await this.#kv.create(key, JSON.stringify(this.#schema.parse(value)));
+      return await this.#kv.create(key, data);
     } catch (error) {
       if (await this.#kv.get(key)) return undefined;
       throw error;
@@ -98,8 +120,9 @@ export class KvStore<S extends z.ZodType> {
 
   /** Stores a value only if the key is still at `revision`; returns undefined when someone wrote it since. */
   async update(key: string, value: z.infer<S>, revision: number): Promise<number | undefined> {
+    const data = this.#encode(key, value);
     try {
-      return await this.#kv.update(key, JSON.stringify(this.#schema.parse(value)), revision);
+      return await this.#kv.update(key, data, revision);
     } catch (error) {
       if ((await this.#kv.get(key))?.revision !== revision) return undefined;
       throw error;
@@ -122,13 +145,31 @@ export class KvStore<S extends z.ZodType> {
     return () => watcher.stop();
   }
 
+  /**
+   * The value as JSON text, checked against the schema. A value JSON cannot encode (nested too deep, circular)
+   * fails with `unencodable`: storing it again would fail the same way, so nothing retries it.
+   */
+  #encode(key: string, value: z.infer<S>): string {
+    const checked = this.#schema.parse(value);
+    try {
+      return JSON.stringify(checked);
+    } catch (cause) {
+      throw new TransportError(
+        'unencodable',
+        `cannot store ${key}: its value cannot be encoded as JSON (${(cause as Error).message})`,
+        { cause },
+      );
+    }
+  }
+
   async delete(key: string): Promise<void> {
     await this.#kv.delete(key);
   }
 
-  async keys(): Promise<string[]> {
+  /** Every key, or those matching `filter` (NATS wildcards: `*` one token, `>` the rest, e.g. `task-1.>`). */
+  async keys(filter?: string): Promise<string[]> {
     const keys: string[] = [];
-    for await (const key of await this.#kv.keys()) keys.push(key);
+    for await (const key of await this.#kv.keys(filter)) keys.push(key);
     return keys;
   }
 }

@@ -239,6 +239,40 @@ export class StepJournal {
     await this.#put(key, { kind: 'human', requestId, recordedAt: now.toISOString() });
   }
 
+  /**
+   * What earlier runs of a step spent on the model, as their recorded replies and summaries say: the usage a
+   * step reports when it ends before replaying them (its task ran out of time while nothing ran).
+   */
+  async spent(
+    stepId: string,
+  ): Promise<{ usage: z.infer<typeof UsageRecord>; costUsd: number; calls: number }> {
+    const total = { usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0 }, costUsd: 0, calls: 0 };
+    const keys = await throughOutages(() => this.#store.keys(`${stepId}.>`));
+    for (const key of keys.filter((k) => k.endsWith('.model') || /\.c\d+$/.test(k))) {
+      const entry = (await this.#get(key))?.value;
+      const spent =
+        entry?.kind === 'model.reply' ? entry.reply : entry?.kind === 'compaction' ? entry : undefined;
+      if (spent === undefined) continue;
+      total.usage.inputTokens += spent.usage.inputTokens;
+      total.usage.outputTokens += spent.usage.outputTokens;
+      total.usage.cachedTokens += spent.usage.cachedTokens;
+      total.costUsd += spent.costUsd;
+      total.calls += 1;
+    }
+    return total;
+  }
+
+  /** The ids of every approval and question the steps of a task asked (their keys start with the task id). */
+  async humanRequestsOf(taskId: string): Promise<string[]> {
+    const keys = await throughOutages(() => this.#store.keys(`${taskId}.>`));
+    const ids: string[] = [];
+    for (const key of keys.filter((k) => k.endsWith('.approval') || k.endsWith('.question'))) {
+      const id = await this.humanRequest(key);
+      if (id !== undefined) ids.push(id);
+    }
+    return ids;
+  }
+
   // A nats-server restart takes a few seconds; reads and writes of the journal wait it out.
   #get(key: string) {
     return throughOutages(() => this.#store.get(key));

@@ -4,6 +4,7 @@ import { STREAMS, subjects, type TaskSubmission } from '@troupe/protocol';
 import { logMessage } from '../logging/messageLog.ts';
 import { jetstreamManagerOf, jetstreamOf } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
+import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
 
 /** One stored task message, handed to the runner with the means to settle it. */
 export interface TaskDelivery {
@@ -21,8 +22,11 @@ export interface TaskDelivery {
   working(): void;
   /** Give it back for redelivery after a delay. */
   nak(delayMs?: number): void;
-  /** Never deliver it again (it can never succeed). */
-  term(reason: string): void;
+  /**
+   * Never deliver it again (it can never succeed). Sent without a reason: nats-server 2.9 reads `+TERM <reason>`
+   * as no acknowledgement at all and delivers the message again. Say why in a log line or a report instead.
+   */
+  term(): void;
 }
 
 export interface TaskQueueOptions {
@@ -33,6 +37,8 @@ export interface TaskQueueOptions {
   ackWaitMs?: number;
   /** Deliveries of one message before the server gives up on it; -1 for no limit. */
   maxDeliver?: number;
+  /** How long setting up the consumer waits for NATS and JetStream through an outage before it gives up. */
+  wait?: UntilReachableOptions;
   handle(delivery: TaskDelivery): Promise<void>;
 }
 
@@ -61,7 +67,7 @@ export const HAND_BACK_DELAY_MS = FETCH_EXPIRES_MS + 500;
  */
 export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): Promise<TaskQueue> {
   const name = taskConsumerName(options.pipeline);
-  const jsm = await jetstreamManagerOf(bus);
+  const jsm = await jetstreamManagerOf(bus, options.wait);
   const config = {
     durable_name: name,
     filter_subject: subjects.task(options.pipeline),
@@ -71,17 +77,20 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
     ack_wait: nanos(options.ackWaitMs ?? 30_000),
     max_deliver: options.maxDeliver ?? -1,
   };
-  try {
-    await jsm.consumers.info(STREAMS.tasks, name);
-    await jsm.consumers.update(STREAMS.tasks, name, {
-      ack_wait: config.ack_wait,
-      max_deliver: config.max_deliver,
-    });
-  } catch (error) {
-    if (!(error instanceof JetStreamApiError)) throw error;
-    await jsm.consumers.add(STREAMS.tasks, config);
-  }
-  const consumer = await jetstreamOf(bus).consumers.get(STREAMS.tasks, name);
+  const setUp = async () => {
+    try {
+      await jsm.consumers.info(STREAMS.tasks, name);
+      await jsm.consumers.update(STREAMS.tasks, name, {
+        ack_wait: config.ack_wait,
+        max_deliver: config.max_deliver,
+      });
+    } catch (error) {
+      if (!(error instanceof JetStreamApiError)) throw error;
+      await jsm.consumers.add(STREAMS.tasks, config);
+    }
+    return jetstreamOf(bus).consumers.get(STREAMS.tasks, name);
+  };
+  const consumer = await untilReachable(bus, `consumer ${name}`, setUp, options.wait);
 
   const running = new Set<Promise<void>>();
   let stopped = false;
@@ -144,7 +153,7 @@ function toDelivery(msg: JsMsg): TaskDelivery {
     ack: () => msg.ack(),
     working: () => msg.working(),
     nak: (delayMs) => msg.nak(delayMs),
-    term: (reason) => msg.term(reason),
+    term: () => msg.term(),
   };
 }
 

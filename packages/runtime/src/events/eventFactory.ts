@@ -1,6 +1,7 @@
+import { createHash } from 'node:crypto';
 import { type EventData, type EventKind, type EventOf, TroupeEvent } from '@troupe/protocol';
 import type { z } from 'zod';
-import { type Clock, type IdGenerator, randomId, systemClock } from './clock.ts';
+import { type Clock, systemClock } from './clock.ts';
 
 /** What every event of one task shares. */
 export interface EventScope {
@@ -15,14 +16,54 @@ export interface EventRoute {
   to?: string;
 }
 
-/** Builds validated wire events with ids and timestamps from an injected clock and id generator. */
+type Identity = { [K in EventKind]: (data: z.input<(typeof EventData)[K]>) => readonly unknown[] };
+
+/**
+ * What makes an event one fact of its task, besides its task and kind. An event's id is built from these, so the
+ * same fact published again — by a step run again after a crash, a resent final event, a second coordinator
+ * resuming a task — carries the same id, and the `EVENTS` stream stores it once (`Nats-Msg-Id`).
+ */
+const IDENTITY: Identity = {
+  'task.accepted': () => [],
+  'task.resumed': (d) => [d.deliveries],
+  'step.started': (d) => [d.stepId],
+  'agent.handoff': (d) => [d.step, d.round],
+  'llm.request': (d) => [d.stepId, d.turn],
+  'llm.response': (d) => [d.stepId, d.turn],
+  'llm.error': (d) => [d.stepId, d.turn],
+  'llm.delta': (d) => [d.stepId, d.turn, d.seq],
+  'llm.retry': (d) => [d.stepId, d.turn, `${d.provider}:${d.model}`, d.attempt],
+  'llm.fallback': (d) => [d.stepId, d.turn, d.from],
+  'context.compacted': (d) => [d.stepId, digest(d.summary)],
+  'tool.call': (d) => [d.stepId, d.turn, d.callId],
+  'tool.progress': (d) => [d.stepId, d.turn, d.callId, d.seq],
+  'tool.result': (d) => [d.stepId, d.turn, d.callId],
+  'approval.requested': (d) => [d.approvalId],
+  'approval.decided': (d) => [d.approvalId],
+  'human.asked': (d) => [d.questionId],
+  'human.answered': (d) => [d.questionId],
+  'step.completed': (d) => [d.stepId],
+  'task.completed': () => [],
+  'task.failed': () => [],
+  'task.cancelled': () => [],
+};
+
+/** The id of an event: its task, its kind and what makes it that fact (see {@link IDENTITY}). */
+export function eventId<K extends EventKind>(
+  taskId: string,
+  kind: K,
+  data: z.input<(typeof EventData)[K]>,
+): string {
+  const parts = IDENTITY[kind](data).filter((part) => part !== undefined);
+  return [taskId, kind, ...parts].join(':');
+}
+
+/** Builds validated wire events with deterministic ids (see {@link eventId}) and timestamps from an injected clock. */
 export class EventFactory {
   readonly #clock: Clock;
-  readonly #ids: IdGenerator;
 
-  constructor(clock: Clock = systemClock, ids: IdGenerator = randomId) {
+  constructor(clock: Clock = systemClock) {
     this.#clock = clock;
-    this.#ids = ids;
   }
 
   make<K extends EventKind>(
@@ -32,7 +73,7 @@ export class EventFactory {
     route: EventRoute = {},
   ): EventOf<K> {
     const candidate = {
-      id: this.#ids(),
+      id: eventId(scope.taskId, kind, data),
       ts: new Date(this.#clock.now()).toISOString(),
       pipeline: scope.pipeline,
       taskId: scope.taskId,
@@ -50,4 +91,8 @@ export class EventFactory {
 /** Shortens text for events and logs, saying how much was left out. */
 export function preview(text: string, max = 4_000): string {
   return text.length <= max ? text : `${text.slice(0, max)}…[${text.length - max} more characters]`;
+}
+
+function digest(text: string): string {
+  return createHash('sha256').update(text).digest('base64url').slice(0, 16);
 }

@@ -12,6 +12,8 @@ export interface HeartbeatRequestOptions {
   idleMs: number;
   signal?: AbortSignal;
   meta?: MessageMeta;
+  /** Told of each heartbeat, e.g. to learn what the responder waits on. */
+  onHeartbeat?: (heartbeat: unknown) => void;
 }
 
 /**
@@ -36,7 +38,10 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
     }
     const inbox = createInbox(subjects.inboxPrefix);
     let idle: NodeJS.Timeout | undefined;
+    let lastHeard = Date.now();
+    let done = false;
     const finish = (error: TransportError | undefined, value?: z.infer<S>) => {
+      done = true;
       clearTimeout(idle);
       clearTimeout(overall);
       options.signal?.removeEventListener('abort', onAbort);
@@ -44,18 +49,27 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
       if (error) reject(error);
       else resolve(value as z.infer<S>);
     };
-    const watchIdle = () => {
-      clearTimeout(idle);
-      idle = setTimeout(
-        () =>
-          finish(
-            new TransportError(
-              'stalled',
-              `${subject} sent neither a heartbeat nor a reply for ${options.idleMs} ms`,
-            ),
-          ),
-        options.idleMs,
+    /** Silent past the limit: a stall, unless what this (perhaps busy) process has not read yet says otherwise. */
+    const check = () => {
+      if (done) return;
+      const silentMs = Date.now() - lastHeard;
+      if (silentMs < options.idleMs) {
+        watchIdle(options.idleMs - silentMs);
+        return;
+      }
+      finish(
+        new TransportError('stalled', `${subject} sent neither a heartbeat nor a reply for ${silentMs} ms`),
       );
+    };
+    // A round trip to the server first: the heartbeats it sent before its answer are read before the check.
+    const suspect = () => {
+      const flushed = bus.flush().catch(() => undefined);
+      const bounded = new Promise((resolve) => setTimeout(resolve, options.idleMs).unref());
+      void Promise.race([flushed, bounded]).then(check);
+    };
+    const watchIdle = (ms = options.idleMs) => {
+      clearTimeout(idle);
+      idle = setTimeout(suspect, ms);
     };
     const onAbort = () => finish(new TransportError('aborted', `request to ${subject} was aborted`));
     const overall = setTimeout(
@@ -74,7 +88,9 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
         }
         const heartbeat = parseMessage(heartbeatSchema, msg.data);
         if (heartbeat.ok) {
+          lastHeard = Date.now();
           watchIdle();
+          options.onHeartbeat?.(heartbeat.value);
           return;
         }
         logMessage(bus.logger, bus.messageLogLevel, 'in', msg.subject, meta);

@@ -9,6 +9,13 @@ export {
 } from './embeddedNats.ts';
 export { type HeartbeatRequestOptions, requestWithHeartbeats } from './heartbeatRequest.ts';
 export {
+  type HeartbeatSender,
+  InlineHeartbeatSender,
+  type ListeningReport,
+  type ThreadedHeartbeatOptions,
+  ThreadedHeartbeatSender,
+} from './heartbeatSender.ts';
+export {
   ensureTroupeStreams,
   jetstreamManagerOf,
   jetstreamOf,
@@ -27,3 +34,9 @@ export {
   type SubscribeOptions,
 } from './natsBus.ts';
 export { TransportError, type TransportErrorCode } from './transportError.ts';
+export {
+  DEFAULT_NO_JETSTREAM_MS,
+  DEFAULT_OUTAGE_MS,
+  type UntilReachableOptions,
+  untilReachable,
+} from './untilReachable.ts';

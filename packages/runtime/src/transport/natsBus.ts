@@ -120,6 +120,8 @@ export class NatsBus {
   /** The raw connection, for JetStream and KV inside the transport folder only. */
   readonly connection: NatsConnection;
   readonly name: string;
+  /** The servers it was told to connect to, for a second connection to the same place (see HeartbeatSender). */
+  readonly servers: readonly string[];
   /** The logger the bus writes its message lines to. */
   readonly logger: Logger;
   readonly #level: MessageLogLevel;
@@ -132,6 +134,7 @@ export class NatsBus {
   private constructor(connection: NatsConnection, opts: BusOptions) {
     this.connection = connection;
     this.name = opts.name;
+    this.servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
     this.logger = opts.logger;
     this.#level = opts.messageLogLevel ?? 'info';
     this.#now = opts.now ?? (() => new Date());

@@ -13,6 +13,7 @@ export type TransportErrorCode =
   | 'stream_setup_failed'
   | 'nats_server_missing'
   | 'nats_server_failed'
+  | 'unencodable'
   | (string & {});
 
 /** A failure to talk over NATS or to run a local nats-server, with a stable `code` and the underlying `cause`. */

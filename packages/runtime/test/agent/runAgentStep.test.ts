@@ -71,13 +71,12 @@ async function setup(
   for (const tool of fileTools) registry.register(tool);
   const events: TroupeEvent[] = [];
   let ticks = 0;
-  let ids = 0;
   const root = await tempRoot();
   const deps: StepDeps = {
     registry,
     workspaceRoot: root,
     clock: { now: () => (ticks += 5) },
-    events: new EventFactory({ now: () => Date.UTC(2025, 0, 1) }, () => `ev-${++ids}`),
+    events: new EventFactory({ now: () => Date.UTC(2025, 0, 1) }),
     publish: (event) => events.push(event),
     ...overrides,
   };

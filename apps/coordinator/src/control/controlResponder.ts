@@ -1,0 +1,67 @@
+import { type ControlReceipt, type ControlRefusal, type ErrorReply, subjects } from '@troupe/protocol';
+import { type BusSubscription, describeEnding, type NatsBus, throughOutages } from '@troupe/runtime';
+import type { WorkflowStore } from '../workflow/pipelineRunner.ts';
+import { endingOfRecord, type WorkflowRecord } from '../workflow/workflowRecord.ts';
+
+export interface ControlResponderOptions {
+  bus: NatsBus;
+  store: Pick<WorkflowStore, 'get'>;
+  /** Whether this process runs the task: then its runner answers, not the responder. */
+  runsHere(taskId: string): boolean;
+  /** How long a running task's own coordinator has to answer before the responder says nobody runs it. */
+  ownerGraceMs?: number;
+}
+
+const DEFAULT_OWNER_GRACE_MS = 1_000;
+
+/**
+ * Answers control messages for tasks no coordinator runs, so a sender never waits for a timeout: one member of the
+ * queue group `troupe-control` (across every coordinator) reads the task's record and says what it knows — no such
+ * task, the task already ended (and how), or it has not ended but nobody runs it right now. A task some coordinator
+ * runs is answered by that coordinator (`cancelled`); the responder stays silent for it.
+ */
+export function startControlResponder(options: ControlResponderOptions): BusSubscription {
+  const { bus, store } = options;
+  const graceMs = options.ownerGraceMs ?? DEFAULT_OWNER_GRACE_MS;
+  // Read as text: a malformed control message is reported by the coordinators' own subscription.
+  return bus.subscribeText(
+    subjects.allControl,
+    async (delivery) => {
+      if (delivery.reply === undefined) return;
+      const taskId = delivery.subject.slice(subjects.control('').length);
+      if (options.runsHere(taskId)) return;
+      const first = await record(taskId);
+      if (first === undefined) return delivery.respond(refusal('unknown_task', `no task ${taskId} is known`));
+      if (first.status !== 'running') return delivery.respond(ended(first));
+      // The coordinator running it (in another process) answers at once; give it the time to.
+      await new Promise((resolve) => setTimeout(resolve, graceMs));
+      const now = (await record(taskId)) ?? first;
+      if (now.status === 'cancelled') {
+        return delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
+      }
+      if (now.status !== 'running') return delivery.respond(ended(now));
+      return delivery.respond(
+        refusal(
+          'not_running',
+          `task ${taskId} has not ended (it is at ${now.state}, round ${now.round}) but no coordinator runs it right now; ` +
+            'it resumes when its message is delivered again (within the ack wait); nothing was changed',
+        ),
+      );
+    },
+    { queue: 'troupe-control', reporter: 'coordinator', meta: () => ({ kind: 'control' }) },
+  );
+
+  async function record(taskId: string): Promise<WorkflowRecord | undefined> {
+    return (await throughOutages(() => store.get(taskId)))?.value;
+  }
+}
+
+function ended(record: WorkflowRecord): ErrorReply {
+  const ending = endingOfRecord(record);
+  const how = ending === undefined ? record.status : describeEnding(ending);
+  return refusal('task_ended', `task ${record.taskId} has already ended: ${how}; nothing was changed`);
+}
+
+function refusal(code: ControlRefusal, message: string): ErrorReply {
+  return { ok: false, error: { code, message } };
+}
