@@ -11,6 +11,7 @@ import {
   publishTask,
   startHarness,
   startSecondCoordinator,
+  waitUntil,
 } from './support/harness.ts';
 
 describe('approvals and questions for people', () => {
@@ -197,11 +198,3 @@ describe('approvals and questions for people', () => {
     }
   });
 });
-
-async function waitUntil(check: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

@@ -1,7 +1,7 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startTestNats, type TestNats } from '@troupe/testkit';
+import { startTestNats, TEST_MCP_STDIO_SERVER, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { examplePath } from './support/harness.ts';
@@ -190,5 +190,69 @@ describe('troupe up with an embedded nats-server', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('no NATS server to talk to');
     await rm(home, { recursive: true, force: true });
+  });
+});
+
+describe('troupe up when an MCP server cannot be used', () => {
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-mcp-up-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const pipeline = async (name: string, args: string[], tools: string): Promise<string> => {
+    const file = join(dir, `${name}.yaml`);
+    await writeFile(
+      file,
+      `version: 1
+name: ${name}
+models: { scripted: { provider: scripted, script: ${JSON.stringify(examplePath('demo.script.yaml'))} } }
+defaults: { model: scripted }
+mcpServers:
+  files: { transport: stdio, command: ${JSON.stringify(process.execPath)}, args: ${JSON.stringify(args)}, timeout: 20 }
+agents:
+  planner: { instructions: Plan., tools: [${tools}] }
+flow:
+  - { id: plan, kind: agent, agent: planner }
+`,
+    );
+    return file;
+  };
+
+  /** nats-server processes still running on this home's data directory. */
+  const serversOn = async (home: string): Promise<string[]> => {
+    const { readdir, readFile: read } = await import('node:fs/promises');
+    const found: string[] = [];
+    for (const pid of await readdir('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      const cmdline = await read(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+      if (cmdline.includes('nats-server') && cmdline.includes(home)) found.push(pid);
+    }
+    return found;
+  };
+
+  it('exits 1 promptly when the server exits at once, stopping the nats-server it started', async () => {
+    const home = join(dir, 'home-exits');
+    const file = await pipeline(
+      'dies',
+      ['-e', 'process.stderr.write("no such directory\\n"); process.exit(1)'],
+      'files.read',
+    );
+    const result = await troupe(['up', file, '--home', home, '--allow-mcp-commands'], cliEnv(), 40_000);
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toMatch(/MCP server files \(stdio: .*\) failed to start: .*no such directory/s);
+    expect(await serversOn(home)).toEqual([]);
+  });
+
+  it('exits 2 promptly when an agent names a tool the server does not offer', async () => {
+    const home = join(dir, 'home-missing');
+    const file = await pipeline('lacks', ['--import', 'tsx', TEST_MCP_STDIO_SERVER], 'files.read_file');
+    const result = await troupe(['up', file, '--home', home, '--allow-mcp-commands'], cliEnv(), 40_000);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain('MCP server files offers no tool "files.read_file"');
+    expect(await serversOn(home)).toEqual([]);
   });
 });

@@ -1,6 +1,9 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS, type ErrorReply, subjects } from '@troupe/protocol';
+import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import {
@@ -10,15 +13,8 @@ import {
   kinds,
   publishTask,
   startHarness,
+  waitUntil,
 } from './support/harness.ts';
-
-async function waitUntil(check: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describe('troupe status and troupe cancel', () => {
   let h: Harness;
@@ -55,6 +51,58 @@ describe('troupe status and troupe cancel', () => {
     expect(again.stderr).toContain('already cancelled; nothing to cancel');
     const unknown = await troupe(['cancel', 'no-such-task'], env);
     expect(unknown.stderr).toContain('no task no-such-task is known');
+  });
+
+  it('answers a control request for a task nobody runs at once, with the task state', async () => {
+    const ask = async (taskId: string) => {
+      const started = Date.now();
+      const reply = await h.client.request(subjects.control(taskId), JSON.stringify({ action: 'cancel' }), {
+        timeout: 3_000,
+      });
+      return { answer: reply.json<ErrorReply>(), ms: Date.now() - started };
+    };
+    const unknown = await ask('never-submitted');
+    expect(unknown.answer).toEqual({
+      ok: false,
+      error: { code: 'unknown_task', message: 'no task never-submitted is known' },
+    });
+    // The reply comes from a lookup, not a timeout (3 s here, 4 s for the CLI before).
+    expect(unknown.ms).toBeLessThan(3_000);
+
+    publishTask(h, 'slowpoke', { id: 'slow-over', goal: 'take your time' });
+    await waitUntil(() => kinds(h.eventsOf('slow-over')).includes('llm.request'));
+    await troupe(['cancel', 'slow-over'], env);
+    await h.finalOf('slow-over');
+    await expect
+      .poll(async () => (await ask('slow-over')).answer.error)
+      .toEqual({
+        code: 'task_ended',
+        message: 'task slow-over has already ended: cancelled; nothing was changed',
+      });
+
+    // A record that says running, and no coordinator that runs it: its coordinator died, it awaits redelivery.
+    const store = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
+    const now = new Date().toISOString();
+    await store.put('orphaned-1', {
+      taskId: 'orphaned-1',
+      pipeline: 'slowpoke',
+      streamSequence: 999_999,
+      status: 'running',
+      state: 'plan',
+      goal: 'lost',
+      round: 1,
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+      createdAt: now,
+      updatedAt: now,
+    });
+    const orphaned = await ask('orphaned-1');
+    expect(orphaned.answer.error.code).toBe('not_running');
+    expect(orphaned.answer.error.message).toMatch(
+      /^task orphaned-1 has not ended \(it is at plan, round 1\) but no coordinator runs it right now/,
+    );
+    const viaCli = await troupe(['cancel', 'orphaned-1'], env);
+    expect(viaCli.code).toBe(1);
+    expect(viaCli.stderr).toContain('no coordinator runs it right now');
   });
 });
 

@@ -10,6 +10,9 @@ import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
+import { seededRandom } from './support/seed.ts';
+
+const { random } = seededRandom('kill -9 tests');
 
 /**
  * Real processes killed with SIGKILL: no shutdown code runs, nothing is handed back. Tasks must still end
@@ -158,7 +161,7 @@ describe('kill -9', () => {
     await troupe(['approve', approvalIds[1] ?? '', '--server', nats.url]);
     coordinator = up();
     await coordinator.waitFor(/troupe is up/);
-    await new Promise((resolve) => setTimeout(resolve, 1_500 + Math.random() * 1_500));
+    await new Promise((resolve) => setTimeout(resolve, 1_500 + random() * 1_500));
     await kill(coordinator);
 
     // The last coordinator runs everything to the end; the third release is approved while it runs.
@@ -284,6 +287,34 @@ describe('kill -9', () => {
     expect(letter?.header?.get('Troupe-Task-Id')).toBe('poison-1');
     expect(letter?.header?.get('Troupe-Reason')).toContain('delivered 2 times without finishing');
     expect(JSON.parse(new TextDecoder().decode(letter?.data))).toMatchObject({ id: 'poison-1' });
+  }, 120_000);
+
+  it('does not dead-letter a task that made progress on every delivery, however often its coordinator died', async () => {
+    home = await mkdtemp(join(tmpdir(), 'troupe-crash-'));
+    // The bucket exists once the first coordinator is up.
+    const progressOf = async () => {
+      const workflows = await new Kvm(client).open(BUCKETS.workflows).catch(() => undefined);
+      const entry = await workflows?.get('stepper-1').catch(() => null);
+      return entry?.json<{ progress?: number }>().progress ?? 0;
+    };
+    const upStepwise = () =>
+      start(['up', fixturePath('stepwise.yaml'), '--ack-wait', '2', '--max-deliver', '2']);
+    // Three deliveries in a row die, each after completing a step (its checkpoint written): more deliveries than
+    // --max-deliver allows, but none of them without progress.
+    for (let delivery = 1; delivery <= 3; delivery++) {
+      const before = await progressOf();
+      const coordinator = upStepwise();
+      await coordinator.waitFor(/troupe is up/);
+      if (delivery === 1) await submit('stepwise', 'stepper-1');
+      await expect
+        .poll(progressOf, { timeout: 30_000, message: `delivery ${delivery} to progress` })
+        .toBeGreaterThan(before);
+      await kill(coordinator);
+    }
+    upStepwise();
+    const final = await until(() => finalsOf('stepper-1')[0], 'the task to end');
+    expect(final.kind, JSON.stringify(final.data)).toBe('task.completed');
+    expect(ofKind(eventsOf('stepper-1'), 'task.resumed').length).toBeGreaterThanOrEqual(3);
   }, 120_000);
 
   it("stops a worker's step once the coordinator waiting for it is gone, and runs it again for the next", async () => {

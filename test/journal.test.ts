@@ -1,5 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { jetstream } from '@nats-io/jetstream';
+import { STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventOf,
@@ -35,8 +37,30 @@ describe('the tool-call journal', () => {
       expect(results[1]?.data.output).toBe(results[0]?.data.output);
       const ledger = await readFile(join(h.workspaceRoot, 'ledger', 'ledger-1', 'ledger.txt'), 'utf8');
       expect(ledger).toBe('entry\n');
+      // Live subscribers saw the resumed step publish its first turn and call again; the EVENTS stream stored
+      // each of those facts once, the republished copies having the same ids.
+      expect(ofKind(h.eventsOf('ledger-1'), 'tool.call')).toHaveLength(2);
+      const stored = await storedEvents(h, 'ledger-1');
+      const facts = stored.map((e) => `${e.kind} ${JSON.stringify([e.data])}`);
+      expect(stored.filter((e) => e.kind === 'tool.call')).toHaveLength(1);
+      expect(stored.filter((e) => e.kind === 'step.started')).toHaveLength(1);
+      expect(new Set(stored.map((e) => e.id)).size, facts.join('\n')).toBe(stored.length);
     } finally {
       await second.stop();
     }
   });
 });
+
+/** Every event of a task the `EVENTS` stream stored, in order. */
+async function storedEvents(h: Harness, taskId: string): Promise<TroupeEvent[]> {
+  const js = jetstream(h.client);
+  const consumer = await js.consumers.get(STREAMS.events, { filter_subjects: subjects.taskEvents(taskId) });
+  const events: TroupeEvent[] = [];
+  const pending = (await consumer.info()).num_pending;
+  while (events.length < pending) {
+    const msg = await consumer.next({ expires: 5_000 });
+    if (!msg) break;
+    events.push(TroupeEvent.parse(msg.json()));
+  }
+  return events;
+}

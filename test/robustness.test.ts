@@ -1,7 +1,15 @@
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fixturePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+import {
+  examplePath,
+  fixturePath,
+  type Harness,
+  kinds,
+  publishTask,
+  startHarness,
+} from './support/harness.ts';
+import { seededRandom } from './support/seed.ts';
 
 describe('faults that must not outlive their task or take the process down', () => {
   let h: Harness;
@@ -35,4 +43,96 @@ describe('faults that must not outlive their task or take the process down', () 
     publishTask(h, 'slow', { id: 'after-garble', goal: 'still here' });
     expect((await h.finalOf('after-garble')).kind).toBe('task.completed');
   });
+});
+
+describe('a storm of random and malformed messages on every subject Troupe listens to', () => {
+  let h: Harness;
+  const { seed, random } = seededRandom('message storm');
+
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+  const text = (max: number) =>
+    Array.from({ length: Math.floor(random() * max) }, () =>
+      String.fromCharCode(32 + Math.floor(random() * 95)),
+    ).join('');
+  const nestedJson = (levels: number) => `${'['.repeat(levels)}1${']'.repeat(levels)}`;
+  /** Anything: bytes that are not UTF-8, not JSON, JSON of every shape, too deep, too large, almost right. */
+  const payloads: (() => string | Uint8Array)[] = [
+    () => Uint8Array.from({ length: 1 + Math.floor(random() * 64) }, () => Math.floor(random() * 256)),
+    () => text(200),
+    () => '',
+    () => 'null',
+    () => JSON.stringify(random()),
+    () => JSON.stringify([text(20), random(), null, { a: text(10) }]),
+    () => nestedJson(50 + Math.floor(random() * 5_000)),
+    () => JSON.stringify({ goal: text(50), input: { blob: 'x'.repeat(Math.floor(random() * 400_000)) } }),
+    () => JSON.stringify({ goal: random() > 0.5 ? '' : 42, id: text(80) }),
+    () => JSON.stringify({ action: pick(['cancel', 'stop', 7, null]), reason: text(30), extra: true }),
+    () => JSON.stringify({ decision: pick(['allow', 'deny', 'maybe']), by: 7 }),
+    () =>
+      JSON.stringify({
+        stepId: text(10),
+        taskId: pick(['ok-id', 'bad id!', '']),
+        pipeline: 'demo',
+        agent: pick(['planner', 'nobody', 'PLANNER']),
+        step: 7,
+        round: -1,
+        goal: text(20),
+        context: 'not a list',
+        expect: 'poetry',
+      }),
+    () =>
+      JSON.stringify({
+        id: text(8),
+        ts: 'never',
+        pipeline: 'demo',
+        taskId: 'fuzz-task',
+        kind: pick(['task.failed', 'task.completed', 'task.cancelled']),
+        traceparent: '',
+        data: { reason: 5 },
+      }),
+  ];
+  const subjectsHeard = [
+    () => 'troupe.tasks.demo',
+    () => `troupe.tasks.${pick(['nope', 'UPPER', '_invalid', 'a.b', 'x'.repeat(70)])}`,
+    () => `troupe.agents.demo.${pick(['planner', 'executor', 'reviewer', 'ghost'])}`,
+    () => `troupe.control.${pick(['fuzz-task', 'x', 'a-b-c'])}`,
+    () => `troupe.approvals.fuzz-task.${pick(['ap-x', 'q-y', 'z'])}`,
+    () => `troupe.events.demo.fuzz-task.${pick(['task.failed', 'task.completed', 'task.cancelled'])}`,
+    () => `troupe._inbox.${text(12).replace(/[^a-zA-Z0-9]/g, 'x') || 'x'}`,
+  ];
+
+  it('keeps every process serving: valid tasks sent after it complete', async () => {
+    const started = Date.now();
+    let sent = 0;
+    // Bounded in count and in time, whichever comes first.
+    while (sent < 3_000 && Date.now() - started < 20_000) {
+      const subject = pick(subjectsHeard)();
+      const payload = pick(payloads)();
+      if (random() < 0.3) {
+        // Asking for a reply: every such message is answered or times out on the asker's side, never crashes.
+        h.client.request(subject, payload, { timeout: 200 }).catch(() => undefined);
+      } else {
+        h.client.publish(subject, payload);
+      }
+      sent += 1;
+      if (sent % 200 === 0) await h.client.flush();
+    }
+    await h.client.flush();
+    const valid = ['after-storm-1', 'after-storm-2', 'after-storm-3'];
+    for (const id of valid) publishTask(h, 'demo', { id, goal: 'write a hello note' });
+    for (const id of valid) {
+      expect((await h.finalOf(id, 60_000)).kind, `seed ${seed}`).toBe('task.completed');
+    }
+    expect(h.invalid.length, `seed ${seed}`).toBeGreaterThan(0);
+    console.info(
+      `message storm: ${sent} messages in ${Date.now() - started} ms, ${h.invalid.length} reports (seed ${seed})`,
+    );
+  }, 120_000);
 });

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
 import {
   fixturePath,
+  found,
   type Harness,
   kinds,
   ofKind,
@@ -65,7 +66,10 @@ describe('a task that ends', () => {
   // Last: it stops the harness's coordinator.
   it('fails on its wall-clock budget after a restart, counting what it spent before, and closes its approval', async () => {
     publishTask(h, 'overdue', { id: 'overdue-1', goal: 'release v1' });
-    const requested = await vi_waitFor(() => ofKind(h.eventsOf('overdue-1'), 'approval.requested')[0]);
+    const requested = await found(
+      () => ofKind(h.eventsOf('overdue-1'), 'approval.requested')[0],
+      'the approval',
+    );
     const acceptedAt = Date.parse(
       ofKind(h.eventsOf('overdue-1'), 'task.accepted')[0]?.ts ?? new Date().toISOString(),
     );
@@ -91,20 +95,6 @@ describe('a task that ends', () => {
       await next.stop();
     }
   });
-
-  async function vi_waitFor<T>(find: () => T | undefined, timeoutMs = 20_000): Promise<T> {
-    let found: T | undefined;
-    await expect
-      .poll(
-        () => {
-          found = find();
-          return found !== undefined;
-        },
-        { timeout: timeoutMs },
-      )
-      .toBe(true);
-    return found as T;
-  }
 });
 
 describe('the final event of a task', () => {

@@ -13,10 +13,11 @@ import {
   type EventOf,
   FINAL_EVENT_KINDS,
   InvalidMessageEvent,
+  parseMessage,
   subjects,
   TroupeEvent,
 } from '@troupe/protocol';
-import { createLogger, type Logger, NatsBus } from '@troupe/runtime';
+import { createLogger, type Logger, NatsBus, type Tool } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 
 export const repoRoot = join(import.meta.dirname, '..', '..');
@@ -54,6 +55,10 @@ export interface HarnessOptions {
   limits?: IntakeLimits;
   /** How long a task may go unacknowledged before it is delivered again. */
   ackWaitMs?: number;
+  /** How often agent hosts report on a step. */
+  stepHeartbeatMs?: number;
+  /** Tools besides the built-ins that the pipelines may name. */
+  tools?: Tool[];
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -65,6 +70,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     : createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
   const bus = await NatsBus.connect({ servers: nats.url, name: 'test-coordinator', logger });
   const registry = builtinTools();
+  for (const tool of options.tools ?? []) registry.register(tool);
   const pipelines = await Promise.all(
     pipelineFiles.map((f) =>
       loadPipeline(f, { toolNames: registry.names(), ...(options.env ? { env: options.env } : {}) }),
@@ -81,20 +87,26 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
     ...(options.limits === undefined ? {} : { limits: options.limits }),
     ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
+    ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];
   const invalid: InvalidMessageEvent[] = [];
   const { notify, waitFor } = waiter();
+  // A test that publishes garbage on these subjects must not break the recorder: what does not parse is skipped.
   client.subscribe(subjects.allTaskEvents, {
     callback: (_error, msg) => {
-      events.push(TroupeEvent.parse(msg.json()));
+      const parsed = parseMessage(TroupeEvent, msg.data);
+      if (!parsed.ok) return;
+      events.push(parsed.value);
       notify();
     },
   });
   client.subscribe(subjects.invalid, {
     callback: (_error, msg) => {
-      invalid.push(InvalidMessageEvent.parse(msg.json()));
+      const parsed = parseMessage(InvalidMessageEvent, msg.data);
+      if (!parsed.ok) return;
+      invalid.push(parsed.value);
       notify();
     },
   });
@@ -110,13 +122,13 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     events,
     invalid,
     eventsOf,
-    finalOf: (taskId, timeoutMs = 20_000) =>
+    finalOf: (taskId, timeoutMs = 30_000) =>
       waitFor(
         () => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind)),
         `the end of task ${taskId}`,
         timeoutMs,
       ),
-    nextInvalid: (match, timeoutMs = 10_000) =>
+    nextInvalid: (match, timeoutMs = 20_000) =>
       waitFor(() => invalid.find(match), 'an invalid-message report', timeoutMs),
     async stop() {
       await coordinator.stop();
@@ -144,13 +156,35 @@ export async function eventOf(
   h: Harness,
   taskId: string,
   kind: TroupeEvent['kind'],
-  timeoutMs = 10_000,
+  timeoutMs = 30_000,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!kinds(h.eventsOf(taskId)).includes(kind)) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${kind} of task ${taskId}`);
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * Resolves with what `find` returns once it returns something, looking every 20 ms; fails after `timeoutMs`
+ * (generous: CI machines are shared).
+ */
+export async function found<T>(
+  find: () => T | undefined,
+  what = 'a condition',
+  timeoutMs = 30_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let value = find(); ; value = find()) {
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Resolves once `check` holds (see {@link found}). */
+export async function waitUntil(check: () => boolean, what?: string, timeoutMs?: number): Promise<void> {
+  await found(() => (check() ? true : undefined), what, timeoutMs);
 }
 
 /** A second coordinator on the harness's server and workspaces: the process that comes up after a restart. */

@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import {
+  DEFAULT_OUTAGE_MS,
   type EmbeddedNats,
   ensureTroupeStreams,
   type Logger,
@@ -71,7 +72,13 @@ export async function startService(options: ServiceOptions): Promise<Service> {
   const url = options.natsUrl ?? embedded?.url ?? '';
   let bus: NatsBus | undefined;
   try {
-    bus = await NatsBus.connect({ servers: url, name: 'troupe-coordinator', logger: options.logger });
+    bus = await NatsBus.connect({
+      servers: url,
+      name: 'troupe-coordinator',
+      logger: options.logger,
+      // Joining a server that may be restarting: wait for it, as start-up waits for JetStream.
+      ...(embedded ? {} : { waitForServerMs: DEFAULT_OUTAGE_MS }),
+    });
     const coordinator = await startCoordinator({
       bus,
       pipelines,
@@ -160,6 +167,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     ]);
   }
   const bus = await NatsBus.connect({
+    waitForServerMs: DEFAULT_OUTAGE_MS,
     servers: options.natsUrl,
     name: 'troupe-worker',
     logger: options.logger,

@@ -12,7 +12,7 @@ import {
 } from '@troupe/protocol';
 import { closedByEnding, describeEnding, KvStore, type NatsBus, TransportError } from '@troupe/runtime';
 import type { z } from 'zod';
-import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
 
 export interface ApprovalsOptions extends ServerOptions {
   all: boolean;
@@ -168,14 +168,16 @@ function decidedRecord(record: HumanRequest, payload: unknown): HumanRequest {
 
 /** How the task ended, from its record in `workflows`; undefined while it runs (or when nothing is known). */
 async function taskEnding(bus: NatsBus, taskId: string): Promise<TaskEnding | undefined> {
-  const workflows = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord).catch(() => undefined);
+  const workflows = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT).catch(
+    () => undefined,
+  );
   const record = (await workflows?.get(taskId))?.value;
   return record === undefined ? undefined : endingOfRecord(record);
 }
 
 async function openStore(bus: NatsBus) {
   try {
-    return await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
+    return await KvStore.open(bus, BUCKETS.approvals, HumanRequest, CLI_WAIT);
   } catch (error) {
     throw new CliError(`no Troupe coordinator has run on this server yet (${(error as Error).message})`);
   }

@@ -1,7 +1,7 @@
 import { WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, ControlReceipt, ControlRefusal, subjects } from '@troupe/protocol';
 import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
-import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
 
 export interface CancelOptions extends ServerOptions {
   reason?: string;
@@ -84,7 +84,7 @@ function line(r: WorkflowRecord): string {
 
 async function workflows(bus: NatsBus) {
   try {
-    return await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+    return await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT);
   } catch (error) {
     throw new CliError(`no Troupe coordinator has run on this server yet (${(error as Error).message})`);
   }

@@ -3,7 +3,7 @@ import { PipelineRegistry, WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { KvStore, type NatsBus, submitTask } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
-import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
 import { waitForFinal } from '../watch.ts';
 
 export interface SubmitOptions extends ServerOptions {
@@ -76,8 +76,8 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
 async function openTroupeState(bus: NatsBus) {
   try {
     return {
-      registry: await PipelineRegistry.open(bus),
-      store: await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord),
+      registry: await PipelineRegistry.open(bus, CLI_WAIT),
+      store: await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT),
     };
   } catch (error) {
     throw new CliError(

@@ -1,5 +1,6 @@
 import { ConfigError, DEFAULT_INTAKE_LIMITS, type Service, startService } from '@troupe/coordinator';
 import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
+import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError } from '../server.ts';
 
 export interface UpOptions {
@@ -22,6 +23,7 @@ export interface UpOptions {
 /** `troupe up`: runs the coordinator (and an embedded nats-server without NATS_URL) until SIGINT or SIGTERM. */
 export async function up(files: string[], options: UpOptions): Promise<number> {
   const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
+  logUnhandledRejections(logger);
   const natsUrl = options.server ?? process.env.NATS_URL;
   const service = await start(files, options, natsUrl, logger);
   const names = service.pipelines.map((p) => p.config.name);

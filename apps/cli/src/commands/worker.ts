@@ -1,5 +1,6 @@
 import { ConfigError, startWorker } from '@troupe/coordinator';
 import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
+import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError, resolveServer } from '../server.ts';
 
 export interface WorkerCommandOptions {
@@ -14,6 +15,7 @@ export interface WorkerCommandOptions {
 /** `troupe worker`: serves agents of the given pipelines on the coordinators' NATS server until SIGINT/SIGTERM. */
 export async function worker(files: string[], options: WorkerCommandOptions): Promise<number> {
   const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
+  logUnhandledRejections(logger);
   const natsUrl = await resolveServer(options);
   const agents = options.agents
     ?.split(',')

@@ -63,6 +63,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const journal = await StepJournal.open(bus);
   // One heartbeat thread for every host here: a busy event loop must not make a live step look dead.
   const heartbeats = new ThreadedHeartbeatSender({ bus, logger });
+  await heartbeats.started;
   const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
   const mcp: McpConnections[] = [];
   const hosts: AgentHost[] = [];

@@ -1,5 +1,5 @@
 import { BUCKETS, Name } from '@troupe/protocol';
-import { KvStore, type NatsBus } from '@troupe/runtime';
+import { KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
 import { z } from 'zod';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 
@@ -23,8 +23,8 @@ export class PipelineRegistry {
     this.#store = store;
   }
 
-  static async open(bus: NatsBus): Promise<PipelineRegistry> {
-    return new PipelineRegistry(await KvStore.open(bus, BUCKETS.pipelines, PipelineRegistration));
+  static async open(bus: NatsBus, wait?: UntilReachableOptions): Promise<PipelineRegistry> {
+    return new PipelineRegistry(await KvStore.open(bus, BUCKETS.pipelines, PipelineRegistration, wait));
   }
 
   async register(config: PipelineConfig, host: string, now: Date): Promise<void> {

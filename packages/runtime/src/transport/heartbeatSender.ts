@@ -169,6 +169,12 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
   #state: 'starting' | 'ready' | 'failed' | 'closed' = 'starting';
   readonly #listeners = new Listeners();
   #closed: (() => void) | undefined;
+  #started: (running: boolean) => void = () => {};
+  /**
+   * Settles once the thread is connected (true) or could not start (false: heartbeats go out inline). Hosts wait
+   * for it before serving, so no step starts with heartbeats a busy thread could hold up.
+   */
+  readonly started = new Promise<boolean>((resolve) => (this.#started = resolve));
 
   constructor(options: ThreadedHeartbeatOptions) {
     const { bus, logger } = options;
@@ -222,6 +228,7 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
     if (this.#state === 'closed') return;
     const wasReady = this.#state === 'ready';
     this.#state = 'closed';
+    this.#started(false);
     clearInterval(this.#ticker);
     await this.#inline.close();
     if (!wasReady) {
@@ -247,6 +254,7 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
   #ready(): void {
     if (this.#state !== 'starting') return;
     this.#state = 'ready';
+    this.#started(true);
     for (const [stepId, step] of this.#steps) {
       this.#inline.stop(stepId);
       this.#worker.postMessage({ type: 'beat', stepId, ...step, inboxes: [...step.inboxes] });
@@ -257,6 +265,7 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
     if (this.#state === 'closed' || this.#state === 'failed') return;
     const wasReady = this.#state === 'ready';
     this.#state = 'failed';
+    this.#started(false);
     this.#logger.warn(
       { reason: message },
       'the heartbeat thread is not running; step heartbeats go out from the main thread, where a busy process may delay them',

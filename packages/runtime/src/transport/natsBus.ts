@@ -21,6 +21,7 @@ import {
   subjects,
   type TroupeEvent,
 } from '@troupe/protocol';
+import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../logging/logger.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
@@ -46,6 +47,11 @@ export interface BusOptions {
   maxPendingEvents?: number;
   /** How long one attempt to store an event waits for JetStream's acknowledgement; default 5 s. */
   eventAckTimeoutMs?: number;
+  /**
+   * How long to keep trying to make the first connection, backing off and logging each wait, for a service that
+   * may start while NATS is down; 0 (the default) fails at once, as a command someone waits for should.
+   */
+  waitForServerMs?: number;
 }
 
 /** A validated message handed to a subscriber. */
@@ -153,14 +159,34 @@ export class NatsBus {
     const servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
     const reconnect = opts.reconnect ?? true;
     let connection: NatsConnection;
-    try {
-      connection = await connect({
+    const attempt = () =>
+      connect({
         servers,
         name: opts.name,
         inboxPrefix: subjects.inboxPrefix,
         reconnect,
         maxReconnectAttempts: reconnect ? -1 : 0,
       });
+    const waitMs = opts.waitForServerMs ?? 0;
+    try {
+      connection =
+        waitMs <= 0
+          ? await attempt()
+          : await pRetry(attempt, {
+              retries: Number.POSITIVE_INFINITY,
+              maxRetryTime: waitMs,
+              minTimeout: 250,
+              factor: 2,
+              maxTimeout: 5_000,
+              // Refused credentials or a bad URL will not get better by waiting.
+              shouldRetry: ({ error }) =>
+                !['AuthorizationError', 'InvalidArgumentError', 'TypeError'].includes(error.name),
+              onFailedAttempt: ({ error, attemptNumber }) =>
+                opts.logger.warn(
+                  { servers, attempt: attemptNumber, err: error },
+                  `cannot reach NATS at ${servers.join(', ')} yet (${error.message}); trying again`,
+                ),
+            });
     } catch (cause) {
       throw new TransportError(
         'connect_failed',

@@ -2,16 +2,20 @@ import { describe, expect, it } from 'vitest';
 import { StdioProcessTransport } from '../../src/mcp/stdioProcessTransport.ts';
 import { processExists } from './mcpFixture.ts';
 
-// Ignores SIGTERM and the end of stdin: only SIGKILL ends it.
-const stubborn = "process.on('SIGTERM', () => {}); process.stdin.resume(); setInterval(() => {}, 1000);";
+// Ignores SIGTERM and the end of stdin: only SIGKILL ends it. It says so once its handler is in place: a SIGTERM
+// sent before that (a slow start on a loaded machine) would still end it.
+const stubborn =
+  "process.on('SIGTERM', () => {}); process.stdin.resume(); setInterval(() => {}, 1000); console.error('ready');";
 
 describe('StdioProcessTransport', () => {
   it('escalates to SIGTERM and SIGKILL when the child does not exit on its own', async () => {
+    const lines: string[] = [];
     const transport = new StdioProcessTransport({
       command: process.execPath,
       args: ['-e', stubborn],
       env: {},
       graceMs: 150,
+      onStderrLine: (line) => lines.push(line),
     });
     let closed = false;
     transport.onclose = () => {
@@ -20,6 +24,7 @@ describe('StdioProcessTransport', () => {
     await transport.start();
     const pid = transport.pid as number;
     expect(processExists(pid)).toBe(true);
+    await expect.poll(() => lines, { timeout: 20_000 }).toContain('ready');
     await transport.close();
     expect(processExists(pid)).toBe(false);
     expect(transport.exit).toBe('killed by SIGKILL');

@@ -1,8 +1,11 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ErrorReply, InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
-import { findFreePort } from '../../src/transport/embeddedNats.ts';
+import { findFreePort, startNatsServer } from '../../src/transport/embeddedNats.ts';
 import { type Delivery, NatsBus } from '../../src/transport/natsBus.ts';
 import { TransportError } from '../../src/transport/transportError.ts';
 import { captureLogger, eventually, type LogLine, startServer } from './natsFixture.ts';
@@ -347,6 +350,30 @@ describe('NatsBus lifecycle', () => {
     expect(failure.code).toBe('connect_failed');
     expect(failure.message).toContain(`nats://127.0.0.1:${port}`);
     expect(failure.cause).toBeInstanceOf(Error);
+  });
+
+  it('waits for a server that is not up yet when told to, logging each wait', async () => {
+    const port = await findFreePort();
+    const captured = captureLogger();
+    const connecting = NatsBus.connect({
+      servers: `nats://127.0.0.1:${port}`,
+      name: 'early-service',
+      logger: captured.logger,
+      waitForServerMs: 60_000,
+    });
+    await expect
+      .poll(() => captured.lines.filter((l) => l.msg.includes('cannot reach NATS')).length)
+      .toBeGreaterThan(1);
+    const dataDir = await mkdtemp(join(tmpdir(), 'troupe-late-'));
+    const late = await startNatsServer({ dataDir, port });
+    try {
+      const waited = await connecting;
+      expect(waited.connection.getServer()).toBe(`127.0.0.1:${port}`);
+      await waited.close();
+    } finally {
+      await late.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 
   it('drain lets a running handler finish and its reply go out', async () => {

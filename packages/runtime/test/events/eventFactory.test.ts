@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { EventFactory, eventId } from '../../src/events/eventFactory.ts';
+
+const scope = { pipeline: 'demo', taskId: 't-1', traceparent: '00-aa-bb-01' };
+const usage = { inputTokens: 1, outputTokens: 2, cachedTokens: 0 };
+const response = (turn: number, content: string) => ({
+  agent: 'executor',
+  stepId: 't-1.execute.1',
+  turn,
+  provider: 'scripted',
+  model: 'm',
+  usage,
+  costUsd: 0,
+  finishReason: 'stop',
+  content,
+  toolCalls: [],
+  durationMs: 5,
+});
+
+describe('event ids', () => {
+  it('are the same for the same fact, whenever and by whomever it is published', () => {
+    const early = new EventFactory({ now: () => 1_000 });
+    const late = new EventFactory({ now: () => 9_000 });
+    const first = early.make('llm.response', scope, response(2, 'hello'));
+    const again = late.make('llm.response', scope, { ...response(2, 'hello'), journaled: true });
+    expect(again.id).toBe(first.id);
+    expect(again.ts).not.toBe(first.ts);
+    expect(first.id).toBe('t-1:llm.response:t-1.execute.1:2');
+  });
+
+  it('differ between facts: another turn, step, call, attempt or delivery', () => {
+    expect(eventId('t-1', 'llm.response', response(1, 'x'))).not.toBe(
+      eventId('t-1', 'llm.response', response(2, 'x')),
+    );
+    const call = (turn: number, callId: string) => ({
+      agent: 'a',
+      stepId: 's',
+      turn,
+      callId,
+      tool: 'x',
+      arguments: '{}',
+    });
+    expect(eventId('t-1', 'tool.call', call(1, 'c'))).not.toBe(eventId('t-1', 'tool.call', call(2, 'c')));
+    expect(eventId('t-1', 'tool.call', call(1, 'c'))).not.toBe(eventId('t-1', 'tool.call', call(1, 'd')));
+    const resumed = (deliveries: number) => ({ state: 'plan', round: 1, deliveries });
+    expect(eventId('t-1', 'task.resumed', resumed(2))).not.toBe(eventId('t-1', 'task.resumed', resumed(3)));
+    expect(eventId('t-1', 'task.accepted', { goal: 'g' })).not.toBe(
+      eventId('t-2', 'task.accepted', { goal: 'g' }),
+    );
+  });
+
+  it('name the final event of a task by its kind alone: it is one fact, republished as often as needed', () => {
+    const failed = (message: string) => ({
+      reason: 'step_failed',
+      message,
+      usage: { ...usage, costUsd: 0, modelCalls: 1 },
+      durationMs: 1,
+    });
+    expect(eventId('t-1', 'task.failed', failed('a'))).toBe(eventId('t-1', 'task.failed', failed('b')));
+  });
+});
