@@ -19,7 +19,11 @@ describe('a task that ends', () => {
   let env: NodeJS.ProcessEnv;
 
   beforeAll(async () => {
-    h = await startHarness([fixturePath('insistent.yaml'), fixturePath('overdue.yaml')]);
+    h = await startHarness([
+      fixturePath('insistent.yaml'),
+      fixturePath('overdue.yaml'),
+      fixturePath('gated.yaml'),
+    ]);
     env = cliEnv({ NATS_URL: h.nats.url });
   });
   afterAll(async () => {
@@ -45,6 +49,14 @@ describe('a task that ends', () => {
     expect(final.data.message).toMatch(/nobody decided approval ap-\S+ within the step timeout \(3 s\)/);
     const asked = ofKind(h.eventsOf('insist-1'), 'approval.requested').length;
     expect(asked).toBeGreaterThan(1);
+    // The approval the step waited on when it ran out of time was closed, saying so.
+    await expect
+      .poll(() => ofKind(h.eventsOf('insist-1'), 'approval.decided').at(-1)?.data)
+      .toMatchObject({
+        decision: 'deny',
+        expired: true,
+        reason: 'closed before anyone decided: the step ran out of time',
+      });
     // Past the point where a step left running would have asked again (every second), nothing more is asked.
     const after = Date.now() + 2_500;
     await expect.poll(() => Date.now() > after, { timeout: 5_000 }).toBe(true);
@@ -61,6 +73,24 @@ describe('a task that ends', () => {
       `task insist-1 has ended: failed (approval_timeout); nothing waits for it, nothing changed`,
     );
     expect((await troupe(['approvals'], env)).stdout).not.toContain('insist-1');
+  });
+
+  it('closes the approval a cancelled task waited on, with how the task ended', async () => {
+    publishTask(h, 'gated', { id: 'gate-cancelled', goal: 'release v1' });
+    const requested = await found(() => ofKind(h.eventsOf('gate-cancelled'), 'approval.requested')[0]);
+    expect((await troupe(['cancel', 'gate-cancelled'], env)).code).toBe(0);
+    expect((await h.finalOf('gate-cancelled')).kind).toBe('task.cancelled');
+    await expect
+      .poll(() => ofKind(h.eventsOf('gate-cancelled'), 'approval.decided')[0]?.data)
+      .toMatchObject({
+        approvalId: requested.data.approvalId,
+        decision: 'deny',
+        expired: true,
+        reason: 'closed before anyone decided: task gate-cancelled has ended: cancelled',
+      });
+    await expect
+      .poll(async () => (await requestsOf('gate-cancelled')).map((r) => [r.status, r.taskEnded]))
+      .toEqual([['closed', { status: 'cancelled' }]]);
   });
 
   // Last: it stops the harness's coordinator.

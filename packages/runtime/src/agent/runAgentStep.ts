@@ -72,16 +72,28 @@ export async function runAgentStep(
   let actor: Awaited<ReturnType<typeof startActor>> | undefined;
   /** Whom the step waited on when it was stopped: a timeout then is a person's, not the agent's. */
   let waitingAtStop: WaitingOn | undefined;
-  const onAbort = () => {
+  /**
+   * Aborted, with the reason, before the actor is stopped: XState aborts what the actor invoked without one, and
+   * what waits on a person records why it stopped waiting (the task ended, the step ran out of time, …).
+   */
+  const stopped = new AbortController();
+  const stop = (reason: unknown) => {
     waitingAtStop ??= deps.human?.waitingOn?.(request.stepId);
+    if (!stopped.signal.aborted) stopped.abort(reason);
     actor?.stop();
   };
+  const onAbort = () => stop(deps.signal?.reason);
   deps.signal?.addEventListener('abort', onAbort, { once: true });
   // The task's wall-clock budget stops a model call or tool in flight, not just the next one.
   const timer =
-    deadline === undefined ? undefined : setTimeout(onAbort, Math.max(0, deadline - deps.clock.now()));
+    deadline === undefined
+      ? undefined
+      : setTimeout(
+          () => stop(Object.assign(new Error(timeBudgetMessage(request)), { name: 'BudgetExceeded' })),
+          Math.max(0, deadline - deps.clock.now()),
+        );
   try {
-    const running = await startActor(agent, request, deps);
+    const running = await startActor(agent, request, deps, stopped.signal);
     actor = running;
     if (deps.signal?.aborted || outOfTime()) running.stop();
     const output = await toPromise(running);
@@ -265,7 +277,14 @@ function timeBudgetMessage(request: AgentStepRequest): string {
   return `agent ${request.agent}: ${source} ran out; the step was stopped`;
 }
 
-async function startActor(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps) {
+async function startActor(
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  deps: StepDeps,
+  stopped: AbortSignal,
+) {
+  /** What the actor invoked is aborted when the step is stopped, with the step's reason. */
+  const withReason = (signal: AbortSignal) => AbortSignal.any([stopped, signal]);
   const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);
   await mkdir(workspace, { recursive: true });
   const scope = scopeOf(request);
@@ -318,7 +337,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
           human: {
             ask: (question, signal, callId) =>
               askOnce(deps.journal, callKeys.get(callId ?? ''), deps.clock, (options) =>
-                human.ask(question, humanScope, signal, options),
+                human.ask(question, humanScope, withReason(signal), options),
               ),
           },
         }
@@ -351,7 +370,7 @@ async function startActor(agent: AgentDefinition, request: AgentStepRequest, dep
                 deps.journal,
                 StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index), 'approval'),
                 deps.clock,
-                (options) => human.approve(ask, humanScope, signal, options),
+                (options) => human.approve(ask, humanScope, withReason(signal), options),
               )
             : { decision: 'deny', reason: 'nobody can approve calls here' },
         ];

@@ -404,7 +404,9 @@ export class NatsHumanGate implements HumanGate {
 /** What stopped a step, from its abort reason, for the record and the event. */
 function whyStopped(reason: unknown): string {
   if (reason instanceof TaskEndedError) return reason.message;
-  if (reason instanceof Error && reason.name === 'TimeoutError') return 'the step ran out of time';
+  if (!(reason instanceof Error)) return 'the step was stopped';
+  if (reason.name === 'TimeoutError') return 'the step ran out of time';
+  if (reason.name === 'BudgetExceeded') return reason.message;
   return 'the step was stopped';
 }
 
