@@ -1,4 +1,5 @@
 import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
+import { TransportError } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
@@ -363,6 +364,39 @@ describe('compileFlow: a run that fails', () => {
     expect(output.failure?.step).toBe('execute');
     expect(output.failure?.message).toContain('no responders');
     expect(calls('reviewer')).toHaveLength(0);
+  });
+
+  it.each([
+    ['no_responders', 'no_worker'],
+    ['timeout', 'step_timeout'],
+    ['approval_timeout', 'approval_timeout'],
+  ])('names the cause when the step call fails with %s: %s', async (code, reason) => {
+    const { output } = await run(pipeline(), {
+      ...approving,
+      executor: () => {
+        throw new TransportError(code, `failed with ${code}`);
+      },
+    });
+    expect(output.failure).toMatchObject({ reason, step: 'execute' });
+  });
+
+  it.each([
+    ['budget_exceeded', 'budget_exceeded'],
+    ['step_timeout', 'step_timeout'],
+    ['approval_timeout', 'approval_timeout'],
+    ['model', 'step_failed'],
+  ])('names the cause when the agent replies with %s: %s', async (code, reason) => {
+    const { output } = await run(pipeline(), {
+      ...approving,
+      executor: () => ({
+        ok: false,
+        error: { code, message: code },
+        usage: usage(1),
+        turns: 1,
+        durationMs: 1,
+      }),
+    });
+    expect(output.failure).toMatchObject({ reason, step: 'execute' });
   });
 
   it('fails with invalid_output when a review reply has no verdict', async () => {

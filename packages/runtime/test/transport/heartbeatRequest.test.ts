@@ -1,0 +1,68 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
+import { requestWithHeartbeats } from '../../src/transport/heartbeatRequest.ts';
+import { NatsBus } from '../../src/transport/natsBus.ts';
+import { captureLogger, startServer } from './natsFixture.ts';
+
+const Reply = z.object({ done: z.literal(true) });
+const Heartbeat = z.strictObject({ heartbeat: z.literal(true) });
+
+/** A responder in another process: heartbeats every 50 ms for 1.5 s, then the reply. */
+const RESPONDER = `
+const { connect } = require('@nats-io/transport-node');
+connect({ servers: process.argv[1] }).then((nc) => {
+  nc.subscribe('troupe.test.slow', {
+    callback: (_e, msg) => {
+      const beat = setInterval(() => msg.respond(JSON.stringify({ heartbeat: true })), 50);
+      setTimeout(() => { clearInterval(beat); msg.respond(JSON.stringify({ done: true })); }, 1500);
+    },
+  });
+  nc.flush().then(() => console.log('ready'));
+});
+`;
+
+describe('requestWithHeartbeats on a busy requester', () => {
+  let server: EmbeddedNats;
+  let bus: NatsBus;
+  let responder: ChildProcess;
+
+  beforeAll(async () => {
+    server = await startServer();
+    bus = await NatsBus.connect({
+      servers: server.url,
+      name: 'busy-requester',
+      logger: captureLogger().logger,
+    });
+    responder = spawn(process.execPath, ['-e', RESPONDER, server.url], {
+      cwd: join(import.meta.dirname, '..', '..', '..', '..'),
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    await new Promise<void>((resolve) => responder.stdout?.on('data', () => resolve()));
+  });
+  afterAll(async () => {
+    responder?.kill('SIGKILL');
+    await bus?.close();
+    await server?.stop();
+  });
+
+  it('reads the heartbeats that arrived while it was busy before calling the responder silent', async () => {
+    let heard: () => void = () => {};
+    const firstHeartbeat = new Promise<void>((resolve) => (heard = resolve));
+    const pending = requestWithHeartbeats(bus, 'troupe.test.slow', {}, Reply, Heartbeat, {
+      timeoutMs: 20_000,
+      idleMs: 300,
+      onHeartbeat: () => heard(),
+    });
+    await firstHeartbeat;
+    // This thread is busy for longer than the idle limit; the responder's heartbeats wait in the socket. When the
+    // thread is free, the overdue idle timer runs before they are read.
+    const until = Date.now() + 800;
+    while (Date.now() < until) {
+      // busy on purpose
+    }
+    await expect(pending).resolves.toEqual({ done: true });
+  });
+});
