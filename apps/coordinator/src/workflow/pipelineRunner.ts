@@ -455,12 +455,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     let final: TroupeEvent | undefined;
     /** The first snapshot of a run rewrites the one it resumed from; each later one records a transition. */
     let firstCheckpoint = true;
-    /** A snapshot that cannot be made or stored fails this task; it never reaches the process. */
-    const poisoned = (error: unknown) => {
-      const message = `cannot checkpoint task ${taskId}: ${errorMessage(error)}`;
-      logger.error({ err: error, taskId }, message);
-      end({ kind: 'crashed', reason: 'checkpoint_failed', message, error });
-    };
+    /** A snapshot that cannot be made or stored fails this task (logged as it ends); it never reaches the process. */
+    const poisoned = (error: unknown) =>
+      end({
+        kind: 'crashed',
+        reason: 'checkpoint_failed',
+        message: `cannot checkpoint task ${taskId}: ${errorMessage(error)}`,
+        error,
+      });
     const persist = () => {
       let checkpoint: WorkflowRecord;
       try {
