@@ -9,7 +9,13 @@ export default defineConfig({
       },
       {
         extends: true,
-        test: { name: 'e2e', include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+        test: {
+          name: 'e2e',
+          include: ['test/**/*.test.ts'],
+          globalSetup: ['test/support/buildCli.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
       },
     ],
     testTimeout: 20_000,

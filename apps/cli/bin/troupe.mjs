@@ -1,6 +1,12 @@
 #!/usr/bin/env node
-// Runs the CLI from its TypeScript source: tsx compiles it on the fly, so no build step is needed.
-import { register } from 'tsx/esm/api';
+// Runs the compiled CLI (apps/cli/dist/troupe/, built by `npm ci` and `npm run build`).
+import { existsSync } from 'node:fs';
 
-register();
-await import('../src/main.ts');
+const main = new URL('../dist/troupe/main.js', import.meta.url);
+if (!existsSync(main)) {
+  process.stderr.write(
+    'troupe: the CLI is not built yet; run `npm run build` (npm ci does it) in the Troupe checkout\n',
+  );
+  process.exit(1);
+}
+await import(main.href);

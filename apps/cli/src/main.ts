@@ -1,14 +1,20 @@
-import { DEFAULT_INTAKE_LIMITS, MAX_TASK_DEPTH } from '@troupe/coordinator';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { answer, decide, listApprovals } from './commands/approvals.ts';
-import { cancel, status } from './commands/control.ts';
-import { demo } from './commands/demo.ts';
-import { submit } from './commands/submit.ts';
-import { tail } from './commands/tail.ts';
-import { up } from './commands/up.ts';
-import { validate } from './commands/validate.ts';
-import { worker } from './commands/worker.ts';
-import { CliError } from './server.ts';
+import cli from '../package.json' with { type: 'json' };
+import { CliError } from './cliError.ts';
+import { HELP_DEFAULTS } from './helpDefaults.ts';
+
+// Each command's module (and what it needs: NATS, the coordinator, model SDKs) loads only when it runs, so
+// `troupe --help` and `troupe status` start in milliseconds.
+const commands = {
+  approvals: () => import('./commands/approvals.ts'),
+  control: () => import('./commands/control.ts'),
+  demo: () => import('./commands/demo.ts'),
+  submit: () => import('./commands/submit.ts'),
+  tail: () => import('./commands/tail.ts'),
+  up: () => import('./commands/up.ts'),
+  validate: () => import('./commands/validate.ts'),
+  worker: () => import('./commands/worker.ts'),
+};
 
 const positive = (value: string): number => {
   const n = Number(value);
@@ -48,6 +54,7 @@ const run =
 
 const program = new Command('troupe')
   .description('Troupe: run LLM agent pipelines over NATS, durable and observable')
+  .version(cli.version, '-V, --version', 'print the version')
   .showHelpAfterError()
   .configureHelp({ sortSubcommands: false });
 
@@ -74,17 +81,13 @@ program
   )
   .option(
     '--max-task-bytes <n>',
-    `largest task payload accepted, in bytes (default ${DEFAULT_INTAKE_LIMITS.maxTaskBytes})`,
+    `largest task payload accepted, in bytes (default ${HELP_DEFAULTS.maxTaskBytes})`,
     positiveInteger,
   )
   .option(
     '--max-task-depth <n>',
-    `deepest nesting of objects and arrays in a task payload (default ${DEFAULT_INTAKE_LIMITS.maxTaskDepth}, at most ${MAX_TASK_DEPTH})`,
-    (value: string) => {
-      const n = positiveInteger(value);
-      if (n > MAX_TASK_DEPTH) throw new InvalidArgumentError(`must be at most ${MAX_TASK_DEPTH}`);
-      return n;
-    },
+    `deepest nesting of objects and arrays in a task payload (default ${HELP_DEFAULTS.maxTaskDepth}, at most ${HELP_DEFAULTS.maxTaskDepthLimit})`,
+    positiveInteger,
   )
   .option(
     '--step-heartbeat <seconds>',
@@ -93,7 +96,7 @@ program
   )
   .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
   .option('--json', 'JSON logs even on a terminal', false)
-  .action(run((files: string[], options) => up(files, options)));
+  .action(run(async (files: string[], options) => (await commands.up()).up(files, options)));
 
 program
   .command('worker')
@@ -107,7 +110,7 @@ program
   .option('--json', 'JSON logs even on a terminal', false)
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((files: string[], options) => worker(files, options)));
+  .action(run(async (files: string[], options) => (await commands.worker()).worker(files, options)));
 
 program
   .command('submit')
@@ -122,7 +125,11 @@ program
   .option('--json', 'with --wait, print events as JSON lines', false)
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((pipeline: string, goal: string, options) => submit(pipeline, goal, options)));
+  .action(
+    run(async (pipeline: string, goal: string, options) =>
+      (await commands.submit()).submit(pipeline, goal, options),
+    ),
+  );
 
 program
   .command('tail')
@@ -132,7 +139,7 @@ program
   .option('--json', 'raw events as JSON lines', false)
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((options) => tail(options)));
+  .action(run(async (options) => (await commands.tail()).tail(options)));
 
 program
   .command('status')
@@ -142,7 +149,9 @@ program
   .option('--json', 'one JSON record per line', false)
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((taskId: string | undefined, options) => status(taskId, options)));
+  .action(
+    run(async (taskId: string | undefined, options) => (await commands.control()).status(taskId, options)),
+  );
 
 program
   .command('cancel')
@@ -151,7 +160,7 @@ program
   .option('--reason <text>', 'recorded in task.cancelled')
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((taskId: string, options) => cancel(taskId, options)));
+  .action(run(async (taskId: string, options) => (await commands.control()).cancel(taskId, options)));
 
 program
   .command('approvals')
@@ -160,7 +169,7 @@ program
   .option('--json', 'one JSON record per line', false)
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((options) => listApprovals(options)));
+  .action(run(async (options) => (await commands.approvals()).listApprovals(options)));
 
 program
   .command('approve')
@@ -170,7 +179,7 @@ program
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((id: string, options) => decide(id, 'allow', options)));
+  .action(run(async (id: string, options) => (await commands.approvals()).decide(id, 'allow', options)));
 
 program
   .command('deny')
@@ -180,7 +189,7 @@ program
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((id: string, options) => decide(id, 'deny', options)));
+  .action(run(async (id: string, options) => (await commands.approvals()).decide(id, 'deny', options)));
 
 program
   .command('answer')
@@ -190,7 +199,9 @@ program
   .option('--by <name>', 'who answers (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
-  .action(run((id: string, text: string, options) => answer(id, text, options)));
+  .action(
+    run(async (id: string, text: string, options) => (await commands.approvals()).answer(id, text, options)),
+  );
 
 program
   .command('validate')
@@ -199,7 +210,7 @@ program
   .option('--print', 'print the resolved pipeline (defaults applied) as JSON', false)
   .option('--no-keys', 'do not require the API key variables to be set (for CI without secrets)')
   .option('--allow-mcp-commands', 'accept MCP servers that start a local command (stdio transport)', false)
-  .action(run((files: string[], options) => validate(files, options)));
+  .action(run(async (files: string[], options) => (await commands.validate()).validate(files, options)));
 
 program
   .command('demo')
@@ -208,6 +219,6 @@ program
   .option('--goal <text>', 'the task goal', 'Write a short hello note in notes/hello.md')
   .option('--timeout <seconds>', 'how long to wait for the task', positive, 120)
   .addOption(homeOption())
-  .action(run((file: string, options) => demo(file, options)));
+  .action(run(async (file: string, options) => (await commands.demo()).demo(file, options)));
 
 await program.parseAsync(process.argv);

@@ -1,20 +1,12 @@
 import { resolve } from 'node:path';
 import { readServerRecord } from '@troupe/coordinator';
 import { createLogger, type Logger, NatsBus, type UntilReachableOptions } from '@troupe/runtime';
+import { CliError } from './cliError.ts';
+
+export { CliError };
 
 /** A command a person waits for gives up on an unreachable JetStream in seconds, not minutes as services do. */
 export const CLI_WAIT: UntilReachableOptions = { outageMs: 5_000, noJetStreamMs: 2_000 };
-
-/** Thrown for a user's mistake: printed as is, without a stack. */
-export class CliError extends Error {
-  override readonly name = 'CliError';
-  readonly exitCode: number;
-
-  constructor(message: string, exitCode = 1) {
-    super(message);
-    this.exitCode = exitCode;
-  }
-}
 
 export interface ServerOptions {
   server?: string;

@@ -1,4 +1,10 @@
-import { ConfigError, DEFAULT_INTAKE_LIMITS, type Service, startService } from '@troupe/coordinator';
+import {
+  ConfigError,
+  DEFAULT_INTAKE_LIMITS,
+  MAX_TASK_DEPTH,
+  type Service,
+  startService,
+} from '@troupe/coordinator';
 import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError } from '../server.ts';
@@ -53,6 +59,12 @@ export async function start(
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
 ): Promise<Service> {
+  if (options.maxTaskDepth !== undefined && options.maxTaskDepth > MAX_TASK_DEPTH) {
+    throw new CliError(
+      `--max-task-depth must be at most ${MAX_TASK_DEPTH} (every message is capped deeper)`,
+      2,
+    );
+  }
   try {
     return await startService({
       files,

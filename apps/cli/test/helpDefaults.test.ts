@@ -1,0 +1,13 @@
+import { DEFAULT_INTAKE_LIMITS, MAX_TASK_DEPTH } from '@troupe/coordinator';
+import { describe, expect, it } from 'vitest';
+import { HELP_DEFAULTS } from '../src/helpDefaults.ts';
+
+describe('the defaults troupe --help shows', () => {
+  it('are the ones the coordinator applies', () => {
+    expect(HELP_DEFAULTS).toEqual({
+      maxTaskBytes: DEFAULT_INTAKE_LIMITS.maxTaskBytes,
+      maxTaskDepth: DEFAULT_INTAKE_LIMITS.maxTaskDepth,
+      maxTaskDepthLimit: MAX_TASK_DEPTH,
+    });
+  });
+});
