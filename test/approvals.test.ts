@@ -1,5 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, type EventOf, HumanRequest, subjects } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -48,6 +49,16 @@ describe('approvals and questions for people', () => {
     const listed = await troupe(['approvals'], env);
     expect(listed.stdout).toContain(ask.data.approvalId);
     expect(listed.stdout).toContain('gated/gate-allow');
+    // The task's record says what it waits for, as soon as the agent asks (not at the next heartbeat, 5 s on).
+    const workflows = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
+    await expect
+      .poll(async () => (await workflows.get('gate-allow'))?.value.activity, { timeout: 4_000 })
+      .toMatchObject({
+        kind: 'person',
+        step: 'work',
+        agent: 'executor',
+        request: { kind: 'approval', id: ask.data.approvalId },
+      });
 
     const approved = await troupe(['approve', ask.data.approvalId, '--by', 'alice'], env);
     expect(approved.code).toBe(0);

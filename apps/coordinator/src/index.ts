@@ -34,7 +34,7 @@ export {
   DEFAULT_STEP_HEARTBEAT_MS,
   type StepRunnerOptions,
 } from './workflow/stepRunner.ts';
-export { endingOfRecord, WorkflowRecord } from './workflow/workflowRecord.ts';
+export { endingOfRecord, StepActivity, WorkflowRecord } from './workflow/workflowRecord.ts';
 export type {
   StepRunInput,
   StepRunOutput,

@@ -35,7 +35,7 @@ import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
-import type { WorkflowRecord } from './workflowRecord.ts';
+import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
 import type { WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
 
 /** Where workflow records live: the KV bucket `workflows` (injected, so tests can put faults in the way). */
@@ -96,6 +96,8 @@ interface RunningTask {
   actor: Actor<WorkflowMachine>;
   /** Ends the run; the first ending given wins. */
   end(ending: Ending): void;
+  /** Records what the current step is doing, for `troupe status`. */
+  noteActivity(activity: StepActivity): void;
 }
 
 export async function startPipelineRunner(options: PipelineRunnerOptions): Promise<PipelineRunner> {
@@ -109,6 +111,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     logger,
     ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
     ...(options.stepHeartbeatMs === undefined ? {} : { heartbeatMs: options.stepHeartbeatMs }),
+    onActivity: (taskId, activity) => running.get(taskId)?.noteActivity(activity),
   });
   const machine = compileFlow(config).provide({
     actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },
@@ -453,6 +456,22 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     });
     let writes = Promise.resolve();
     let final: TroupeEvent | undefined;
+    /** The record as this run last wrote it (or is about to). */
+    let latest: WorkflowRecord | undefined;
+    /** Queued after the writes before it, so the record's revisions follow the workflow's transitions. */
+    const write = (record: WorkflowRecord, onFailure: (error: unknown) => void) => {
+      latest = record;
+      writes = writes
+        .then(() => fenced(record))
+        .then(() => undefined)
+        .catch(onFailure);
+    };
+    const noteActivity = (activity: StepActivity) => {
+      if (latest?.status !== 'running') return;
+      write({ ...latest, activity, updatedAt: now() }, (error) =>
+        logger.warn({ err: error, taskId }, 'cannot record what the step is doing'),
+      );
+    };
     /** The first snapshot of a run rewrites the one it resumed from; each later one records a transition. */
     let firstCheckpoint = true;
     /** A snapshot that cannot be made or stored fails this task (logged as it ends); it never reaches the process. */
@@ -483,14 +502,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         return;
       }
       // Retried through a reconnect: a lost checkpoint means more of the task runs again after a crash.
-      writes = writes
-        .then(() => fenced(checkpoint))
-        .then(() => undefined)
-        .catch((error: unknown) => {
-          // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
-          if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
-          else poisoned(error);
-        });
+      write(checkpoint, (error) => {
+        // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
+        if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
+        else poisoned(error);
+      });
     };
     actor.subscribe({
       next: (snap) => {
@@ -507,7 +523,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           error,
         }),
     });
-    running.set(taskId, { actor, end });
+    running.set(taskId, { actor, end, noteActivity });
     const heartbeat = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
     try {
       actor.start();

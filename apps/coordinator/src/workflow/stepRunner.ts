@@ -7,6 +7,7 @@ import {
   stepTimeoutError,
   TransportError,
 } from '@troupe/runtime';
+import type { StepActivity } from './workflowRecord.ts';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
 const DEADLINE_GRACE_MS = 5_000;
@@ -25,6 +26,8 @@ export interface StepRunnerOptions {
   noResponderWaitMs?: number;
   /** How often the agent host must report on a step (see {@link DEFAULT_STEP_HEARTBEAT_MS}). */
   heartbeatMs?: number;
+  /** Told when what the step is doing changes: the agent works, waits for a person, or waits for a worker. */
+  onActivity?: (taskId: string, activity: StepActivity) => void;
 }
 
 /**
@@ -58,8 +61,24 @@ export function createStepRunner(options: StepRunnerOptions) {
     let takenOver = false;
     /** What the step waited on a person for, as its last heartbeat said. */
     let waitingFor: StepHeartbeat['waitingFor'];
+    /** What the step was last reported doing, so only a change is passed on. */
+    let lastActivity = '';
+    const report = (kind: StepActivity['kind']) => {
+      const key = `${kind}:${waitingFor?.id ?? ''}`;
+      if (!options.onActivity || key === lastActivity) return;
+      lastActivity = key;
+      const since = new Date(clock.now()).toISOString();
+      const where = { step: request.step, agent: request.agent, since };
+      options.onActivity(
+        request.taskId,
+        kind === 'person' && waitingFor
+          ? { kind, ...where, request: waitingFor }
+          : { kind: kind === 'worker' ? 'worker' : 'agent', ...where },
+      );
+    };
     const onHeartbeat = (heartbeat: unknown) => {
       waitingFor = (heartbeat as StepHeartbeat).waitingFor;
+      report(waitingFor ? 'person' : 'agent');
     };
     const timedOut = () => {
       const { code, message } = stepTimeoutError(request.agent, timeoutMs, waitingFor);
@@ -121,6 +140,7 @@ export function createStepRunner(options: StepRunnerOptions) {
         // After a worker died under the step, wait for another as long as the step may still take.
         const noWorker = error instanceof TransportError && error.code === 'no_responders';
         noWorkerSince ??= clock.now();
+        if (noWorker) report('worker');
         const waited = clock.now() - noWorkerSince;
         if (!noWorker || (!takenOver && waited >= waitForWorkersMs))
           throw explain(error, subject, request.agent, waited);

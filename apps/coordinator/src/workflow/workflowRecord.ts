@@ -1,6 +1,23 @@
 import { Name, type TaskEnding, TaskId, TroupeEvent, UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
 
+/** What the step a task waits on is doing, as its workflow last heard: for `troupe status`. */
+export const StepActivity = z.discriminatedUnion('kind', [
+  /** The agent waits for a person to decide an approval or answer a question. */
+  z.object({
+    kind: z.literal('person'),
+    step: z.string(),
+    agent: Name,
+    request: z.object({ kind: z.enum(['approval', 'question']), id: z.string() }),
+    since: z.string(),
+  }),
+  /** No worker serves the step's agent: the step waits for one to start. */
+  z.object({ kind: z.literal('worker'), step: z.string(), agent: Name, since: z.string() }),
+  /** The agent works on the step (a model call, a tool). */
+  z.object({ kind: z.literal('agent'), step: z.string(), agent: Name, since: z.string() }),
+]);
+export type StepActivity = z.infer<typeof StepActivity>;
+
 /** What the KV bucket `workflows` holds per task: where it stands, and the actor's persisted snapshot. */
 export const WorkflowRecord = z.object({
   taskId: TaskId,
@@ -29,6 +46,8 @@ export const WorkflowRecord = z.object({
   runner: z.string().optional(),
   /** Times a coordinator shutting down handed the task back (kept for records written before `delivery`). */
   handBacks: z.number().int().nonnegative().optional(),
+  /** What its current step is doing, while it runs. */
+  activity: StepActivity.optional(),
   /** Checkpoints that recorded a transition of the workflow: how far the task has come. */
   progress: z.number().int().nonnegative().optional(),
   /**

@@ -90,6 +90,11 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   /** Steps running here, by step id. */
   const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
+  // A step that starts or stops waiting for a person says so at once, not at its next heartbeat.
+  const stopWatchingWaits = options.human?.onWaitingChange?.((stepId) => {
+    const run = runs.get(stepId);
+    if (run?.request.heartbeatMs !== undefined) beat(run, run.request.heartbeatMs);
+  });
   // A heartbeat that found its inbox gone counts against that requester; one that got through clears it.
   const stopListening = heartbeats.onListening((stepId, inbox, listening) => {
     const run = runs.get(stepId);
@@ -283,6 +288,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       for (const run of runs.values()) run.abort.abort();
       await Promise.allSettled([...runs.values()].map((run) => run.done));
       stopListening();
+      stopWatchingWaits?.();
     },
   };
 }

@@ -57,6 +57,8 @@ export interface HumanGate {
   leavePending?(stepId: string): void;
   /** What the step waits for a person on right now, if anything: for its heartbeats and `troupe status`. */
   waitingOn?(stepId: string): WaitingOn | undefined;
+  /** Calls `listener` with the step's id whenever a step starts or stops waiting on a person; returns how to stop. */
+  onWaitingChange?(listener: (stepId: string) => void): () => void;
 }
 
 /** A request a step is waiting on. */
@@ -99,6 +101,7 @@ export class NatsHumanGate implements HumanGate {
   readonly #leftPending = new Set<string>();
   /** The requests each step waits on now. */
   readonly #waiting = new Map<string, WaitingOn[]>();
+  readonly #waitingListeners = new Set<(stepId: string) => void>();
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
@@ -111,6 +114,21 @@ export class NatsHumanGate implements HumanGate {
 
   waitingOn(stepId: string): WaitingOn | undefined {
     return this.#waiting.get(stepId)?.[0];
+  }
+
+  onWaitingChange(listener: (stepId: string) => void): () => void {
+    this.#waitingListeners.add(listener);
+    return () => this.#waitingListeners.delete(listener);
+  }
+
+  #waitingChanged(stepId: string): void {
+    for (const listener of this.#waitingListeners) {
+      try {
+        listener(stepId);
+      } catch (error) {
+        this.#o.logger.warn({ err: error, stepId }, 'a waiting listener threw');
+      }
+    }
   }
 
   leavePending(stepId: string): void {
@@ -341,6 +359,7 @@ export class NatsHumanGate implements HumanGate {
     let stopWatching = () => {};
     const waiting: WaitingOn = { kind: record.kind, id };
     this.#waiting.set(scope.stepId, [...(this.#waiting.get(scope.stepId) ?? []), waiting]);
+    this.#waitingChanged(scope.stepId);
     try {
       // A decision recorded in KV (by `troupe approve` while this request had no listener) settles it too.
       stopWatching = await store.watch(id, (entry) => {
@@ -373,6 +392,7 @@ export class NatsHumanGate implements HumanGate {
       const left = (this.#waiting.get(scope.stepId) ?? []).filter((w) => w !== waiting);
       if (left.length > 0) this.#waiting.set(scope.stepId, left);
       else this.#waiting.delete(scope.stepId);
+      this.#waitingChanged(scope.stepId);
     }
   }
 

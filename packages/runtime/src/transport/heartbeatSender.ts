@@ -13,7 +13,10 @@ export type ListeningReport = (stepId: string, inbox: string, listening: boolean
  * heartbeat whether its inbox is still listened to (the server says "no responders" once nobody does).
  */
 export interface HeartbeatSender {
-  /** Starts (or updates) a step's heartbeats; the first goes at once when the step is new. */
+  /**
+   * Starts (or updates) a step's heartbeats. One goes at once when the step is new or what it says changed (the
+   * step began or stopped waiting for a person), so the workflow hears of it without waiting for the next beat.
+   */
   beat(stepId: string, inboxes: readonly string[], intervalMs: number, heartbeat: StepHeartbeat): void;
   /** Stops a step's heartbeats. */
   stop(stepId: string): void;
@@ -41,8 +44,10 @@ export class InlineHeartbeatSender implements HeartbeatSender {
   beat(stepId: string, inboxes: readonly string[], intervalMs: number, heartbeat: StepHeartbeat): void {
     const known = this.#steps.get(stepId);
     if (known) {
+      const changed = JSON.stringify(known.heartbeat) !== JSON.stringify(heartbeat);
       known.inboxes = inboxes;
       known.heartbeat = heartbeat;
+      if (changed) this.#send(stepId, intervalMs);
       return;
     }
     const step = { inboxes, heartbeat, timer: setInterval(() => this.#send(stepId, intervalMs), intervalMs) };
@@ -105,8 +110,10 @@ parentPort.on('message', (message) => {
   if (message.type === 'beat') {
     const known = steps.get(message.stepId);
     if (known) {
+      const changed = JSON.stringify(known.heartbeat) !== JSON.stringify(message.heartbeat);
       known.inboxes = message.inboxes;
       known.heartbeat = message.heartbeat;
+      if (changed) send(message.stepId);
       return;
     }
     const step = { inboxes: message.inboxes, heartbeat: message.heartbeat, intervalMs: message.intervalMs };
