@@ -16,11 +16,16 @@ export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { ...env, TROUPE_LOG_LEVEL: 'warn', ...extra };
 }
 
-/** Runs `troupe <args>` to completion. */
-export function troupe(args: string[], env = cliEnv(), timeoutMs = 30_000): Promise<CliResult> {
+/** Runs `troupe <args>` to completion, in `cwd` (the repository by default). */
+export function troupe(
+  args: string[],
+  env = cliEnv(),
+  timeoutMs = 30_000,
+  cwd = repoRoot,
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [bin, ...args], {
-      cwd: repoRoot,
+      cwd,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -49,9 +54,9 @@ export interface CliProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-export function startTroupe(args: string[], env = cliEnv()): CliProcess {
+export function startTroupe(args: string[], env = cliEnv(), cwd = repoRoot): CliProcess {
   const child = spawn(process.execPath, [bin, ...args], {
-    cwd: repoRoot,
+    cwd,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

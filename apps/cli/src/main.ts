@@ -29,7 +29,10 @@ const positiveInteger = (value: string): number => {
 };
 
 const homeOption = () =>
-  new Option('--home <dir>', 'where troupe up keeps its data and records its server').default('.troupe');
+  new Option(
+    '--home <dir>',
+    'where troupe up keeps its data and records its server (default: $TROUPE_HOME, else the nearest .troupe in this directory or above, else ./.troupe)',
+  );
 const serverOption = () =>
   new Option(
     '-s, --server <url>',
@@ -65,6 +68,11 @@ program
   .addOption(homeOption())
   .addOption(
     new Option('-s, --server <url>', 'join this NATS server instead of starting one (default: $NATS_URL)'),
+  )
+  .option(
+    '--join',
+    'run another coordinator on the server of the troupe up already running on this home (scale out on one machine)',
+    false,
   )
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)

@@ -1,7 +1,7 @@
-import { resolve } from 'node:path';
 import { readServerRecord } from '@troupe/coordinator';
 import { createLogger, type Logger, NatsBus, type UntilReachableOptions } from '@troupe/runtime';
 import { CliError } from './cliError.ts';
+import { natsUrlFromEnv, resolveHome } from './home.ts';
 
 export { CliError };
 
@@ -10,17 +10,19 @@ export const CLI_WAIT: UntilReachableOptions = { outageMs: 5_000, noJetStreamMs:
 
 export interface ServerOptions {
   server?: string;
-  home: string;
+  /** See {@link resolveHome}. */
+  home?: string;
 }
 
 /** The NATS URL to use: `--server`, else `NATS_URL`, else the one a running `troupe up` recorded. */
 export async function resolveServer(options: ServerOptions): Promise<string> {
-  const explicit = options.server ?? process.env.NATS_URL;
+  const explicit = options.server ?? natsUrlFromEnv();
   if (explicit) return explicit;
-  const record = await readServerRecord(resolve(options.home));
+  const home = resolveHome(options.home);
+  const record = await readServerRecord(home);
   if (record) return record.url;
   throw new CliError(
-    `no NATS server to talk to: set NATS_URL or --server, or start one with \`troupe up <pipeline.yaml>\` (looked for a running one in ${resolve(options.home)}/server.json)`,
+    `no NATS server to talk to: set NATS_URL or --server, or start one with \`troupe up <pipeline.yaml>\` (looked for a running one in ${home}/server.json)`,
   );
 }
 

@@ -2,6 +2,7 @@ export { type AgentService, type AgentServiceOptions, startAgentService } from '
 export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
+export { didYouMean, suggestion } from './config/didYouMean.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
 export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
 export {
@@ -18,7 +19,7 @@ export {
   MAX_TASK_DEPTH,
 } from './intake/intakeLimits.ts';
 export { PipelineRegistration, PipelineRegistry } from './intake/pipelineRegistry.ts';
-export { readServerRecord, type ServerRecord } from './serverRecord.ts';
+export { HomeBusyError, readServerRecord, type ServerRecord } from './serverRecord.ts';
 export {
   type Service,
   type ServiceOptions,

@@ -1,30 +1,145 @@
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 
-/** What `troupe up` leaves under its home directory so `submit` and `tail` find the server it started. */
-export const ServerRecord = z.object({ url: z.string(), pid: z.number().int(), startedAt: z.string() });
+/** What `troupe up` leaves under its home directory so other commands find the server it started. */
+export const ServerRecord = z.object({
+  url: z.string(),
+  /** The `troupe up` process. */
+  pid: z.number().int(),
+  /** Its embedded nats-server, so the next `troupe up` can stop it if `troupe up` died without stopping it. */
+  natsPid: z.number().int().optional(),
+  startedAt: z.string(),
+});
 export type ServerRecord = z.infer<typeof ServerRecord>;
 
-const fileOf = (home: string) => join(home, 'server.json');
+const recordFile = (home: string) => join(home, 'server.json');
+const lockFile = (home: string) => join(home, 'up.lock');
 
 export async function writeServerRecord(home: string, record: ServerRecord): Promise<void> {
   await mkdir(home, { recursive: true });
-  await writeFile(fileOf(home), `${JSON.stringify(record, null, 2)}\n`);
+  await writeFile(recordFile(home), `${JSON.stringify(record, null, 2)}\n`);
 }
 
-/** The recorded server, if its process is still alive. */
+/** The recorded server, if the `troupe up` that started it is still alive. */
 export async function readServerRecord(home: string): Promise<ServerRecord | undefined> {
+  const record = await recordIn(home);
+  return record !== undefined && alive(record.pid) ? record : undefined;
+}
+
+export async function removeServerRecord(home: string, pid: number): Promise<void> {
+  const record = await recordIn(home);
+  if (record === undefined || record.pid === pid) await rm(recordFile(home), { force: true });
+}
+
+/** Another `troupe up` holds this home: its pid, and its server's URL when it has recorded one. */
+export class HomeBusyError extends Error {
+  override readonly name = 'HomeBusyError';
+  readonly pid: number;
+  readonly url: string | undefined;
+
+  constructor(home: string, pid: number, url: string | undefined) {
+    super(`troupe up is already running on ${home} (pid ${pid}${url ? `, ${url}` : ''})`);
+    this.pid = pid;
+    this.url = url;
+  }
+}
+
+/** The lock file's content: the `troupe up` holding the home, and its nats-server once started. */
+const Lock = z.object({ pid: z.number().int(), natsPid: z.number().int().optional() });
+type Lock = z.infer<typeof Lock>;
+
+/** This process's hold on a home (see {@link claimHome}). */
+export interface HomeClaim {
+  /** Notes the nats-server started for the home, so a `troupe up` after a kill -9 of this one can stop it. */
+  started(natsPid: number): Promise<void>;
+  release(): Promise<void>;
+}
+
+/**
+ * Makes this process the one `troupe up` of a home, so two never start servers on one store: a lock file created
+ * only if absent. A lock left by a `troupe up` that died (kill -9) is taken over, after its nats-server, which
+ * outlived it, is stopped. Fails with {@link HomeBusyError} while the holder lives.
+ */
+export async function claimHome(home: string): Promise<HomeClaim> {
+  await mkdir(home, { recursive: true });
+  const path = lockFile(home);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const handle = await open(path, 'wx');
+      await handle.writeFile(`${JSON.stringify({ pid: process.pid } satisfies Lock)}\n`);
+      await handle.close();
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw error;
+    }
+    const holder = await lockIn(home);
+    if (holder !== undefined && holder.pid !== process.pid && alive(holder.pid)) {
+      throw new HomeBusyError(home, holder.pid, (await recordIn(home))?.url);
+    }
+    await stopOrphanedServer(home, holder?.natsPid ?? (await recordIn(home))?.natsPid);
+    await rm(path, { force: true });
+  }
+  const ours = async () => (await lockIn(home))?.pid === process.pid;
+  return {
+    async started(natsPid) {
+      if (await ours())
+        await writeFile(path, `${JSON.stringify({ pid: process.pid, natsPid } satisfies Lock)}\n`);
+    },
+    async release() {
+      if (await ours()) await rm(path, { force: true });
+    },
+  };
+}
+
+async function lockIn(home: string): Promise<Lock | undefined> {
   try {
-    const record = ServerRecord.parse(JSON.parse(await readFile(fileOf(home), 'utf8')));
-    process.kill(record.pid, 0);
-    return record;
+    return Lock.parse(JSON.parse(await readFile(lockFile(home), 'utf8')));
   } catch {
     return undefined;
   }
 }
 
-export async function removeServerRecord(home: string, pid: number): Promise<void> {
-  const record = await readServerRecord(home);
-  if (record === undefined || record.pid === pid) await rm(fileOf(home), { force: true });
+/**
+ * Stops the nats-server a dead `troupe up` left running on this home, if there is one: SIGTERM, then SIGKILL. Only
+ * a process that is a nats-server using this home's store is touched, in case its pid was reused since.
+ */
+async function stopOrphanedServer(home: string, pid: number | undefined): Promise<void> {
+  if (pid === undefined || !alive(pid) || !servesStoreOf(pid, home)) return;
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + 5_000;
+  while (alive(pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  if (alive(pid)) process.kill(pid, 'SIGKILL');
+  while (alive(pid)) await new Promise((resolve) => setTimeout(resolve, 20));
+  await rm(recordFile(home), { force: true });
+}
+
+/** Whether the process is a nats-server whose store is under this home (Linux: its command line). */
+function servesStoreOf(pid: number, home: string): boolean {
+  try {
+    const words = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return words.some((word) => word.includes('nats-server')) && words.some((word) => word.startsWith(home));
+  } catch {
+    // No /proc (macOS): trust the record, which only this home's `troupe up` writes.
+    return process.platform !== 'linux';
+  }
+}
+
+async function recordIn(home: string): Promise<ServerRecord | undefined> {
+  try {
+    return ServerRecord.parse(JSON.parse(await readFile(recordFile(home), 'utf8')));
+  } catch {
+    return undefined;
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists, under another user.
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

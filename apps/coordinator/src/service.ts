@@ -13,7 +13,7 @@ import { ConfigError } from './config/configError.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
-import { removeServerRecord, writeServerRecord } from './serverRecord.ts';
+import { claimHome, removeServerRecord, writeServerRecord } from './serverRecord.ts';
 
 export interface ServiceOptions {
   /** Pipeline files to load. */
@@ -65,13 +65,17 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       }),
     ),
   );
-  const embedded =
-    options.natsUrl === undefined
-      ? await startNatsServer({ dataDir: resolve(home, 'nats'), logFile: resolve(home, 'nats-server.log') })
-      : undefined;
-  const url = options.natsUrl ?? embedded?.url ?? '';
+  // One embedded server per home: a second `troupe up` there fails here, before it starts anything.
+  const claim = options.natsUrl === undefined ? await claimHome(home) : undefined;
+  let embedded: EmbeddedNats | undefined;
   let bus: NatsBus | undefined;
   try {
+    embedded =
+      options.natsUrl === undefined
+        ? await startNatsServer({ dataDir: resolve(home, 'nats'), logFile: resolve(home, 'nats-server.log') })
+        : undefined;
+    if (embedded) await claim?.started(embedded.pid);
+    const url = options.natsUrl ?? embedded?.url ?? '';
     bus = await NatsBus.connect({
       servers: url,
       name: 'troupe-coordinator',
@@ -92,13 +96,20 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
       ...(options.limits === undefined ? {} : { limits: options.limits }),
     });
-    if (embedded)
-      await writeServerRecord(home, { url, pid: process.pid, startedAt: new Date().toISOString() });
+    if (embedded) {
+      await writeServerRecord(home, {
+        url,
+        pid: process.pid,
+        natsPid: embedded.pid,
+        startedAt: new Date().toISOString(),
+      });
+    }
     options.logger.info(
       { url, embedded: embedded !== undefined, pipelines: coordinator.pipelines },
       `troupe is up on ${url}`,
     );
     const connected = bus;
+    const server = embedded;
     return {
       url,
       embedded,
@@ -108,16 +119,18 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       async stop() {
         await coordinator.stop();
         await connected.drain();
-        if (embedded) {
+        if (server) {
           await removeServerRecord(home, process.pid);
-          await embedded.stop();
+          await server.stop();
         }
+        await claim?.release();
       },
     };
   } catch (error) {
     // Whatever did start is stopped, so the process can exit with the error (a live connection would keep it up).
     await bus?.close();
     await embedded?.stop();
+    await claim?.release();
     throw error;
   }
 }

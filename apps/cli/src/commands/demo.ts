@@ -1,13 +1,14 @@
 import { readdir, readFile } from 'node:fs/promises';
-import { join, relative, resolve } from 'node:path';
+import { join, relative } from 'node:path';
 import { createLogger, submitTask, taskWorkspace } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
+import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { waitForFinal } from '../watch.ts';
 import { newTaskId } from './submit.ts';
 import { start } from './up.ts';
 
 export interface DemoOptions {
-  home: string;
+  home?: string;
   goal: string;
   timeout: number;
 }
@@ -17,10 +18,10 @@ export interface DemoOptions {
  * prints the message flow live until the task ends, shows what the agents wrote, and stops everything.
  */
 export async function demo(file: string, options: DemoOptions): Promise<number> {
-  const home = resolve(options.home);
+  const home = resolveHome(options.home);
   const logFile = join(home, 'demo.log');
   const logger = createLogger({ level: 'info', destination: await openLog(logFile) });
-  const service = await start([file], { home, agents: true, concurrency: 4 }, process.env.NATS_URL, logger);
+  const service = await start([file], { home, agents: true, concurrency: 4 }, natsUrlFromEnv(), logger);
   const pipeline = service.pipelines[0]?.config.name ?? '';
   const color = process.stdout.isTTY;
   const say = (line: string) => process.stdout.write(`${line}\n`);

@@ -1,17 +1,23 @@
 import {
   ConfigError,
   DEFAULT_INTAKE_LIMITS,
+  HomeBusyError,
   MAX_TASK_DEPTH,
+  readServerRecord,
   type Service,
   startService,
 } from '@troupe/coordinator';
 import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
+import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError } from '../server.ts';
+import { untilStopped } from '../signals.ts';
 
 export interface UpOptions {
-  home: string;
+  home?: string;
   server?: string;
+  /** Join the server of the `troupe up` already running on this home instead of refusing to start. */
+  join?: boolean;
   agents: boolean;
   concurrency: number;
   /** Seconds. */
@@ -30,16 +36,28 @@ export interface UpOptions {
 export async function up(files: string[], options: UpOptions): Promise<number> {
   const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
   logUnhandledRejections(logger);
-  const natsUrl = options.server ?? process.env.NATS_URL;
-  const service = await start(files, options, natsUrl, logger);
+  const home = resolveHome(options.home);
+  const natsUrl =
+    options.server ?? natsUrlFromEnv() ?? (options.join ? await runningServer(home) : undefined);
+  const service = await start(files, { ...options, home }, natsUrl, logger);
   const names = service.pipelines.map((p) => p.config.name);
   process.stderr.write(
     `troupe is up on ${service.url}${service.embedded ? ' (embedded nats-server)' : ''}; pipelines: ${names.join(', ')}\n` +
       `  submit a task:  troupe submit ${names[0]} "your goal"   (or: nats pub troupe.tasks.${names[0]} '{"goal":"…"}')\n` +
       '  watch the flow: troupe tail\n',
   );
-  await untilSignal(service);
+  await untilStopped(
+    () => service.stop(),
+    'stopping: running tasks are handed back to NATS and resume on the next start',
+  );
   return 0;
+}
+
+/** The URL of the `troupe up` running on this home, for `--join`. */
+async function runningServer(home: string): Promise<string> {
+  const record = await readServerRecord(home);
+  if (record) return record.url;
+  throw new CliError(`no troupe up is running on ${home} to join; start one without --join`);
 }
 
 export async function start(
@@ -68,7 +86,7 @@ export async function start(
   try {
     return await startService({
       files,
-      home: options.home,
+      home: resolveHome(options.home),
       hostAgents: options.agents,
       concurrency: options.concurrency,
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
@@ -85,26 +103,13 @@ export async function start(
       ...(natsUrl === undefined ? {} : { natsUrl }),
     });
   } catch (error) {
+    if (error instanceof HomeBusyError) {
+      throw new CliError(
+        `${error.message}: stop it first, or add --join to run another coordinator on its server`,
+      );
+    }
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
     if (error instanceof TransportError || error instanceof McpServerError) throw new CliError(error.message);
     throw error;
   }
-}
-
-/** Stops the service on the first SIGINT/SIGTERM; a second one exits at once. */
-function untilSignal(service: Service): Promise<void> {
-  return new Promise((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      process.once('SIGINT', () => process.exit(130));
-      process.stderr.write('stopping: running tasks are handed back to NATS and resume on the next start\n');
-      service.stop().then(resolve, (error: unknown) => {
-        process.stderr.write(`error while stopping: ${(error as Error).message}\n`);
-        resolve();
-      });
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
 }

@@ -1,10 +1,12 @@
 import { ConfigError, startWorker } from '@troupe/coordinator';
 import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
+import { resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError, resolveServer } from '../server.ts';
+import { untilStopped } from '../signals.ts';
 
 export interface WorkerCommandOptions {
-  home: string;
+  home?: string;
   server?: string;
   agents?: string;
   allowMcpCommands: boolean;
@@ -26,7 +28,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     running = await startWorker({
       files,
       natsUrl,
-      home: options.home,
+      home: resolveHome(options.home),
       logger,
       allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
       ...(agents && agents.length > 0 ? { agents } : {}),
@@ -40,16 +42,9 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     .map(([pipeline, names]) => `${pipeline}: ${names.join(', ')}`)
     .join('; ');
   process.stderr.write(`troupe worker on ${natsUrl} serving ${serving}\n`);
-  await new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      process.once('SIGINT', () => process.exit(130));
-      process.stderr.write('stopping: steps in flight are handed back to be retried by another worker\n');
-      running.stop().then(resolve, resolve);
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
+  await untilStopped(
+    () => running.stop(),
+    'stopping: steps in flight are handed back to be retried by another worker',
+  );
   return 0;
 }
