@@ -6,7 +6,7 @@
 // (`npm run typecheck`); this turns TypeScript into JavaScript that starts fast. Runs on `npm ci` (prepare) and
 // before `npm test`.
 import { readdirSync, readFileSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { build } from 'esbuild';
 
@@ -45,10 +45,23 @@ const commandsApart = {
 const commandsDir = join(root, 'apps/cli/src/commands');
 const commands = readdirSync(commandsDir).filter((file) => file.endsWith('.ts'));
 
-await rm(outdir, { recursive: true, force: true });
-await build({ ...common, entryPoints: [join(root, 'apps/cli/src/main.ts')], outdir, plugins: [commandsApart] });
+// Built aside and moved into place, so a `troupe` started meanwhile finds the old build or the new, whole.
+const next = `${outdir}.next-${process.pid}`;
+const old = `${outdir}.old-${process.pid}`;
+await rm(next, { recursive: true, force: true });
+await build({
+  ...common,
+  entryPoints: [join(root, 'apps/cli/src/main.ts')],
+  outdir: next,
+  plugins: [commandsApart],
+});
 await build({
   ...common,
   entryPoints: commands.map((file) => join(commandsDir, file)),
-  outdir: join(outdir, 'commands'),
+  outdir: join(next, 'commands'),
 });
+await rename(outdir, old).catch((error) => {
+  if (error.code !== 'ENOENT') throw error;
+});
+await rename(next, outdir);
+await rm(old, { recursive: true, force: true });

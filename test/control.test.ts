@@ -141,6 +141,8 @@ describe('troupe worker', () => {
       cliEnv({ NATS_URL: h.nats.url }),
     );
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain('no agent named planer');
+    expect(result.stderr).toBe(
+      `troupe: no agent named planer (did you mean "planner"?) in ${examplePath('demo.yaml')}; it has: planner, executor, reviewer\n`,
+    );
   });
 });

@@ -7,4 +7,16 @@ export class CliError extends Error {
     super(message);
     this.exitCode = exitCode;
   }
+
+  /**
+   * Whether `error` is a CliError. Checked by shape, not class: each command is bundled apart (see
+   * scripts/buildCli.mjs), so the one that throws has a copy of this class of its own.
+   */
+  static is(error: unknown): error is CliError {
+    return (
+      error instanceof Error &&
+      error.name === 'CliError' &&
+      typeof (error as { exitCode?: unknown }).exitCode === 'number'
+    );
+  }
 }

@@ -10,6 +10,7 @@ import {
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
+import { suggestion } from './config/didYouMean.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
@@ -169,15 +170,13 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       }),
     ),
   );
-  const known = new Set(pipelines.flatMap((p) => Object.keys(p.config.agents)));
-  const unknown = (options.agents ?? []).filter((a) => !known.has(a));
+  const known = [...new Set(pipelines.flatMap((p) => Object.keys(p.config.agents)))];
+  const unknown = (options.agents ?? []).filter((a) => !known.includes(a));
   if (unknown.length > 0) {
-    throw new ConfigError(options.files.join(', '), [
-      {
-        path: '',
-        message: `no agent named ${unknown.join(', ')} in these pipelines; they have: ${[...known].join(', ')}`,
-      },
-    ]);
+    const files = options.files.join(', ');
+    const names = unknown.map((name) => `${name}${suggestion(name, known)}`).join(', ');
+    const why = `no agent named ${names} in ${files}; ${options.files.length === 1 ? 'it has' : 'they have'}: ${known.join(', ')}`;
+    throw new ConfigError(files, [{ path: '', message: why }], { headline: why });
   }
   const bus = await NatsBus.connect({
     waitForServerMs: DEFAULT_OUTAGE_MS,

@@ -1,3 +1,6 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ScriptedProvider } from '@troupe/llm';
 import { describe, expect, it } from 'vitest';
@@ -470,8 +473,21 @@ describe('loadPipeline refuses', () => {
     expect(configError.file).toBe(missing);
     expect(configError.issues).toHaveLength(1);
     expect(configError.issues[0]?.path).toBe('');
-    expect(configError.issues[0]?.message).toContain('cannot read file');
+    expect(configError.issues[0]?.message).toBe('no such file');
+    expect(configError.message).toBe(`${missing}: no such file`);
     expect(configError.cause).toBeInstanceOf(Error);
+  });
+
+  it('an empty file, saying so rather than what the schema expected', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-empty-'));
+    const empty = join(dir, 'empty.yaml');
+    await writeFile(empty, '\n  \n');
+    const error = await loadPipeline(empty, { toolNames }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).message).toBe(
+      `${empty}: the file is empty; a pipeline needs at least version, name, agents and flow (\`troupe init\` writes one to start from)`,
+    );
+    await rm(dir, { recursive: true, force: true });
   });
 
   it('a pipeline whose scripted model has no script file, naming that model only', async () => {

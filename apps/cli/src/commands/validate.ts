@@ -38,5 +38,6 @@ function describe(config: PipelineConfig): string {
       s.kind === 'review' ? `${s.id} (review: reject → ${s.onReject}, ≤${s.maxRounds} rounds)` : s.id,
     )
     .join(' → ');
-  return `${Object.keys(config.agents).length} agents; flow: ${flow}`;
+  const agents = Object.keys(config.agents).length;
+  return `${agents} agent${agents === 1 ? '' : 's'}; flow: ${flow}`;
 }

@@ -13,10 +13,16 @@ export class ConfigError extends Error {
   readonly file: string;
   readonly issues: readonly ConfigIssue[];
 
-  constructor(file: string, issues: readonly ConfigIssue[], options?: { cause?: unknown }) {
+  /** `headline`: what is wrong with the file as a whole (it is missing, it is empty), said instead of the list. */
+  constructor(
+    file: string,
+    issues: readonly ConfigIssue[],
+    options?: { cause?: unknown; headline?: string },
+  ) {
     super(
-      `${file} is not a valid pipeline:\n${issues.map((i) => `  ${formatIssue(file, i)}`).join('\n')}`,
-      options,
+      options?.headline ??
+        `${file} is not a valid pipeline:\n${issues.map((i) => `  ${formatIssue(file, i)}`).join('\n')}`,
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
     this.file = file;
     this.issues = issues;

@@ -47,9 +47,13 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
   try {
     text = await readFile(file, 'utf8');
   } catch (error) {
-    throw new ConfigError(file, [{ path: '', message: `cannot read file: ${(error as Error).message}` }], {
-      cause: error,
-    });
+    const why = unreadable(error as NodeJS.ErrnoException);
+    throw new ConfigError(file, [{ path: '', message: why }], { cause: error, headline: `${file}: ${why}` });
+  }
+  if (text.trim() === '') {
+    const why =
+      'the file is empty; a pipeline needs at least version, name, agents and flow (`troupe init` writes one to start from)';
+    throw new ConfigError(file, [{ path: '', message: why }], { headline: `${file}: ${why}` });
   }
   const { config, locate } = parseLocated(text, file, options);
   const agentModels = await buildAgentModels(
@@ -60,6 +64,14 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     options.requireKeys ?? true,
   );
   return { file, config, agentModels, prices: new PriceTable(config.prices) };
+}
+
+/** Why a pipeline file cannot be read, in a person's words. */
+function unreadable(error: NodeJS.ErrnoException): string {
+  if (error.code === 'ENOENT') return 'no such file';
+  if (error.code === 'EISDIR') return 'this is a directory, not a pipeline file';
+  if (error.code === 'EACCES') return 'permission denied';
+  return `cannot read it: ${error.message}`;
 }
 
 /** Parses and validates pipeline YAML text; `file` is used in messages. */
