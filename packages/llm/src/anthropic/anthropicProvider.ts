@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
 import { toModelError } from '../sdkErrors.ts';
 import type { FinishReason, ModelProvider, ModelRequest, ModelResponse, ToolCall, Usage } from '../types.ts';
 import { toAnthropicMessages, toAnthropicTools } from './anthropicMessages.ts';
@@ -26,18 +26,29 @@ type RawUsage = {
 export class AnthropicProvider implements ModelProvider {
   readonly provider = 'anthropic';
   readonly model: string;
-  readonly #client: Anthropic;
+  readonly #options: AnthropicProviderOptions;
+  /** Made on the first call: the SDK takes a while to load, and validating or starting a pipeline needs none. */
+  #client: Promise<Anthropic> | undefined;
   readonly #defaultMaxTokens: number;
 
   constructor(options: AnthropicProviderOptions) {
     this.model = options.model;
+    this.#options = options;
     this.#defaultMaxTokens = options.defaultMaxTokens ?? 4_096;
-    this.#client = new Anthropic({
-      apiKey: options.apiKey,
-      maxRetries: 0,
-      timeout: options.timeoutMs ?? 120_000,
-      ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
-    });
+  }
+
+  #sdk(): Promise<Anthropic> {
+    const options = this.#options;
+    this.#client ??= import('@anthropic-ai/sdk').then(
+      ({ default: Anthropic }) =>
+        new Anthropic({
+          apiKey: options.apiKey,
+          maxRetries: 0,
+          timeout: options.timeoutMs ?? 120_000,
+          ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
+        }),
+    );
+    return this.#client;
   }
 
   async complete(request: ModelRequest): Promise<ModelResponse> {
@@ -82,7 +93,7 @@ export class AnthropicProvider implements ModelProvider {
   }
 
   async #plain(request: ModelRequest): Promise<Draft> {
-    const message = await this.#client.messages.create(this.#body(request), {
+    const message = await (await this.#sdk()).messages.create(this.#body(request), {
       ...(request.signal ? { signal: request.signal } : {}),
     });
     const draft: Draft = {
@@ -107,7 +118,7 @@ export class AnthropicProvider implements ModelProvider {
   }
 
   async #streamed(request: ModelRequest): Promise<Draft> {
-    const stream = await this.#client.messages.create(
+    const stream = await (await this.#sdk()).messages.create(
       { ...this.#body(request), stream: true },
       { ...(request.signal ? { signal: request.signal } : {}) },
     );

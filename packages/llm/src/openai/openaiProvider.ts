@@ -1,4 +1,4 @@
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { ModelError } from '../errors.ts';
 import { toModelError } from '../sdkErrors.ts';
 import type { FinishReason, ModelProvider, ModelRequest, ModelResponse, ToolCall, Usage } from '../types.ts';
@@ -21,17 +21,28 @@ export interface OpenAIProviderOptions {
 export class OpenAIProvider implements ModelProvider {
   readonly provider: 'openai' | 'openai-compatible';
   readonly model: string;
-  readonly #client: OpenAI;
+  readonly #options: OpenAIProviderOptions;
+  /** Made on the first call: the SDK takes a while to load, and validating or starting a pipeline needs none. */
+  #client: Promise<OpenAI> | undefined;
 
   constructor(options: OpenAIProviderOptions) {
     this.provider = options.provider ?? 'openai';
     this.model = options.model;
-    this.#client = new OpenAI({
-      apiKey: options.apiKey,
-      maxRetries: 0,
-      timeout: options.timeoutMs ?? 120_000,
-      ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
-    });
+    this.#options = options;
+  }
+
+  #sdk(): Promise<OpenAI> {
+    const options = this.#options;
+    this.#client ??= import('openai').then(
+      ({ default: OpenAI }) =>
+        new OpenAI({
+          apiKey: options.apiKey,
+          maxRetries: 0,
+          timeout: options.timeoutMs ?? 120_000,
+          ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
+        }),
+    );
+    return this.#client;
   }
 
   async complete(request: ModelRequest): Promise<ModelResponse> {
@@ -71,7 +82,7 @@ export class OpenAIProvider implements ModelProvider {
   }
 
   async #plain(request: ModelRequest): Promise<ModelResponse> {
-    const completion = await this.#client.chat.completions.create(this.#body(request), {
+    const completion = await (await this.#sdk()).chat.completions.create(this.#body(request), {
       ...(request.signal ? { signal: request.signal } : {}),
     });
     const choice = completion.choices[0];
@@ -95,7 +106,7 @@ export class OpenAIProvider implements ModelProvider {
   }
 
   async #streamed(request: ModelRequest): Promise<ModelResponse> {
-    const stream = await this.#client.chat.completions.create(
+    const stream = await (await this.#sdk()).chat.completions.create(
       { ...this.#body(request), stream: true, stream_options: { include_usage: true } },
       { ...(request.signal ? { signal: request.signal } : {}) },
     );
