@@ -19,7 +19,6 @@ for (const dir of workspaces) {
     if (!name.startsWith('@troupe/')) external.add(name);
   }
 }
-const cli = JSON.parse(readFileSync(join(root, 'apps/cli/package.json'), 'utf8'));
 const outdir = join(root, 'apps/cli/dist/troupe');
 
 const common = {

@@ -9,6 +9,9 @@ const commands = {
   approvals: () => import('./commands/approvals.ts'),
   control: () => import('./commands/control.ts'),
   demo: () => import('./commands/demo.ts'),
+  init: () => import('./commands/init.ts'),
+  logs: () => import('./commands/logs.ts'),
+  runs: () => import('./commands/runs.ts'),
   submit: () => import('./commands/submit.ts'),
   tail: () => import('./commands/tail.ts'),
   up: () => import('./commands/up.ts'),
@@ -46,7 +49,7 @@ const run =
     try {
       process.exitCode = await command(...args);
     } catch (error) {
-      if (error instanceof CliError) {
+      if (CliError.is(error)) {
         process.stderr.write(`troupe: ${error.message}\n`);
         process.exitCode = error.exitCode;
         return;
@@ -142,12 +145,36 @@ program
 program
   .command('tail')
   .description('print the live message flow: one line per event (subject, task, from → to, kind)')
-  .option('-t, --task <id>', 'only this task')
+  .option('-t, --task <id>', 'only this task: its history first; stops when it has ended')
   .option('-p, --pipeline <name>', 'only this pipeline')
+  .option('--since <duration>', 'first the events stored this long ago, e.g. 30s, 5m, 2h, 1d')
+  .option('--agent <name>', 'only events from, to or about this agent')
+  .option(
+    '--kind <kind>',
+    'only events of this kind (repeatable, or comma-separated; llm.* for a family)',
+    (v: string, all: string[]) => [...all, v],
+    [],
+  )
   .option('--json', 'raw events as JSON lines', false)
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (options) => (await commands.tail()).tail(options)));
+
+program
+  .command('logs')
+  .description(
+    "print a task's whole flow from the EVENTS stream, as tail does; --follow to see it to its end",
+  )
+  .argument('<task-id>', 'the task')
+  .option(
+    '-f, --follow',
+    'then follow it live until it ends; exit code 0 completed, 1 failed or cancelled',
+    false,
+  )
+  .option('--json', 'raw events as JSON lines', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (taskId: string, options) => (await commands.logs()).logs(taskId, options)));
 
 program
   .command('status')
@@ -160,6 +187,17 @@ program
   .action(
     run(async (taskId: string | undefined, options) => (await commands.control()).status(taskId, options)),
   );
+
+program
+  .command('runs')
+  .description('list tasks, newest first: state, rounds, duration, tokens, cost, age')
+  .option('-p, --pipeline <name>', 'only this pipeline')
+  .option('--state <state>', 'only tasks in this state: running, completed, failed or cancelled')
+  .option('--limit <n>', 'at most this many tasks', positiveInteger, 50)
+  .option('--json', 'one JSON record per line, without its snapshot', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (options) => (await commands.runs()).runs(options)));
 
 program
   .command('cancel')
@@ -193,7 +231,7 @@ program
   .command('deny')
   .description('refuse a pending call; the agent is told the reason')
   .argument('<approval-id>', 'as listed by troupe approvals')
-  .requiredOption('--reason <text>', 'why, passed to the agent')
+  .requiredOption('--reason <text>', 'why, passed to the agent (required)')
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
@@ -219,6 +257,13 @@ program
   .option('--no-keys', 'do not require the API key variables to be set (for CI without secrets)')
   .option('--allow-mcp-commands', 'accept MCP servers that start a local command (stdio transport)', false)
   .action(run(async (files: string[], options) => (await commands.validate()).validate(files, options)));
+
+program
+  .command('init')
+  .description('write a starter pipeline (runs offline), its script and a .gitignore entry for .troupe/')
+  .argument('[dir]', 'where to write them', '.')
+  .option('--name <name>', "the pipeline's name (default: the directory's name)")
+  .action(run(async (dir: string, options) => (await commands.init()).init(dir, options)));
 
 program
   .command('demo')

@@ -35,6 +35,7 @@ export {
   TaskEndedError,
 } from './approvals/taskEnded.ts';
 export { deadLetter, type ExhaustedTask } from './durable/deadLetters.ts';
+export { type EventHistoryOptions, readEventHistory, type StoredEvent } from './durable/eventHistory.ts';
 export { isOutage, type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
 export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
 export {

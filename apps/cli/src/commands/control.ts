@@ -1,7 +1,10 @@
-import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, ControlReceipt, ControlRefusal, subjects } from '@troupe/protocol';
+import type { WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS, ControlReceipt, ControlRefusal, HumanRequest, subjects } from '@troupe/protocol';
 import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import { formatDuration } from '../format/duration.ts';
+import { describeActivity } from '../format/taskActivity.ts';
 import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
+import { openWorkflows, readValues, taskDuration } from '../workflowRecords.ts';
 
 export interface CancelOptions extends ServerOptions {
   reason?: string;
@@ -11,7 +14,7 @@ export interface CancelOptions extends ServerOptions {
 export async function cancel(taskId: string, options: CancelOptions): Promise<number> {
   const bus = await connectCli(options, 'troupe-cancel');
   try {
-    const record = (await (await workflows(bus)).get(taskId))?.value;
+    const record = (await (await openWorkflows(bus)).get(taskId))?.value;
     if (!record) throw new CliError(`no task ${taskId} is known on this server`);
     if (record.status !== 'running')
       throw new CliError(`task ${taskId} already ${record.status}; nothing to cancel`);
@@ -46,46 +49,58 @@ export interface StatusOptions extends ServerOptions {
   json: boolean;
 }
 
-/** `troupe status`: tasks from KV `workflows` — running ones by default — with state, round, usage and age. */
+/**
+ * `troupe status`: tasks from KV `workflows` — running ones by default — with state, round and usage; how long a
+ * running one has been going (and why it is not moving, when its record or a pending request says so), how long
+ * a finished one took.
+ */
 export async function status(taskId: string | undefined, options: StatusOptions): Promise<number> {
   const bus = await connectCli(options, 'troupe-status');
   try {
-    const store = await workflows(bus);
-    const keys = taskId ? [taskId] : await store.keys();
-    const records: WorkflowRecord[] = [];
-    for (const key of keys) {
-      const entry = await store.get(key);
-      if (entry && (taskId || options.all || entry.value.status === 'running')) records.push(entry.value);
-    }
+    const store = await openWorkflows(bus);
+    const records = (await readValues(store, taskId ? [taskId] : undefined)).filter(
+      (r) => taskId || options.all || r.status === 'running',
+    );
     if (taskId && records.length === 0) throw new CliError(`no task ${taskId} is known on this server`);
     records.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
-    for (const r of records) {
-      if (options.json) {
-        const { snapshot: _snapshot, ...summary } = r;
+    if (options.json) {
+      for (const { snapshot: _snapshot, ...summary } of records) {
         process.stdout.write(`${JSON.stringify(summary)}\n`);
-      } else {
-        process.stdout.write(`${line(r)}\n`);
       }
+      return 0;
     }
-    if (records.length === 0 && !options.json)
+    if (records.length === 0) {
       process.stdout.write(options.all ? 'no tasks\n' : 'no task is running\n');
+      return 0;
+    }
+    const pending = records.some((r) => r.status === 'running') ? await pendingRequests(bus) : [];
+    const now = Date.now();
+    for (const r of records) {
+      process.stdout.write(`${line(r, now)}\n`);
+      for (const why of describeActivity(r, pending, now)) process.stdout.write(`  ${why}\n`);
+    }
     return 0;
   } finally {
     await bus.close();
   }
 }
 
-function line(r: WorkflowRecord): string {
-  const age = Math.max(0, Math.round((Date.now() - Date.parse(r.createdAt)) / 1000));
+function line(r: WorkflowRecord, now: number): string {
   const cost = r.usage.costUsd > 0 ? ` $${r.usage.costUsd.toFixed(4)}` : '';
   const tokens = `${r.usage.inputTokens}→${r.usage.outputTokens} tok${cost}`;
-  return `${r.taskId}  ${r.pipeline}  ${r.status.padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${age} s  ${r.goal.slice(0, 60)}`;
+  const duration = taskDuration(r, now);
+  const time = duration.finished ? `took ${formatDuration(duration.ms)}` : formatDuration(duration.ms);
+  return `${r.taskId}  ${r.pipeline}  ${r.status.padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${time}  ${r.goal.slice(0, 60)}`;
 }
 
-async function workflows(bus: NatsBus) {
+/** Approvals and questions waiting for a person; none when no coordinator has made the bucket. */
+async function pendingRequests(bus: NatsBus): Promise<HumanRequest[]> {
+  let store: KvStore<typeof HumanRequest>;
   try {
-    return await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT);
+    store = await KvStore.open(bus, BUCKETS.approvals, HumanRequest, CLI_WAIT);
   } catch (error) {
-    throw new CliError(`no Troupe coordinator has run on this server yet (${(error as Error).message})`);
+    if (TransportError.is(error, 'bucket_missing')) return [];
+    throw error;
   }
+  return (await readValues(store)).filter((request) => request.status === 'pending');
 }

@@ -1,34 +1,137 @@
+import { endingOfRecord, type WorkflowRecord } from '@troupe/coordinator';
+import { FINAL_EVENT_KINDS, isTaskId, type TroupeEvent } from '@troupe/protocol';
+import { describeEnding, endingOf } from '@troupe/runtime';
+import { exitWhenStdoutCloses } from '../closedPipe.ts';
+import { openEventFeed } from '../eventFeed.ts';
+import { eventFilter, parseKinds } from '../eventFilter.ts';
+import { parseDuration } from '../format/duration.ts';
 import { formatEvent, formatInvalid } from '../format/formatEvent.ts';
-import { connectCli, type ServerOptions } from '../server.ts';
-import { watchEvents } from '../watch.ts';
+import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { workflowsIfAny } from '../workflowRecords.ts';
 
 export interface TailOptions extends ServerOptions {
   task?: string;
   pipeline?: string;
   json: boolean;
+  /** Show the events stored this long ago first, e.g. `5m`. */
+  since?: string;
+  agent?: string;
+  /** `--kind` values, each one kind or several comma-separated. */
+  kind?: string[];
 }
 
-/** `troupe tail`: prints the live message flow, one line per event, until interrupted. */
+/**
+ * `troupe tail`: prints the message flow, one line per event, until interrupted. With `--since`, the stored events
+ * of that time first; with `--task`, that task's history first, and it stops when the task has ended.
+ */
 export async function tail(options: TailOptions): Promise<number> {
+  if (options.task !== undefined && !isTaskId(options.task))
+    throw new CliError(`"${options.task}" is not a task id (A-Z a-z 0-9 _ -, at most 64)`, 2);
+  const since = options.since === undefined ? undefined : sinceOf(options.since);
+  const filter = eventFilter({
+    ...(options.agent === undefined ? {} : { agent: options.agent }),
+    kinds: parseKinds(options.kind ?? []),
+  });
+  exitWhenStdoutCloses();
   const bus = await connectCli(options, 'troupe-tail');
-  const color = process.stdout.isTTY && !options.json;
-  const write = (line: string) => process.stdout.write(`${line}\n`);
-  watchEvents(bus, {
-    ...(options.task ? { taskId: options.task } : {}),
-    ...(options.pipeline ? { pipeline: options.pipeline } : {}),
-    invalid: options.task === undefined,
-    onEvent: (event) => write(options.json ? JSON.stringify(event) : formatEvent(event, { color })),
-    onInvalid: (event) => {
-      if (options.pipeline && event.pipeline !== options.pipeline) return;
-      write(options.json ? JSON.stringify(event) : formatInvalid(event, { color }));
+  // Listening from the start, so a Ctrl-C while the history is read, or just as it is done, ends tail cleanly.
+  const stop = interruption();
+  try {
+    const taskId = options.task;
+    const record = taskId === undefined ? undefined : (await (await workflowsIfAny(bus))?.get(taskId))?.value;
+    const color = process.stdout.isTTY && !options.json;
+    const write = (line: string) => process.stdout.write(`${line}\n`);
+    const show = (event: TroupeEvent) => {
+      if (filter.event(event)) write(options.json ? JSON.stringify(event) : formatEvent(event, { color }));
+    };
+    let final: TroupeEvent | undefined;
+    let onFinal: (event: TroupeEvent) => void = () => {};
+    const finished = new Promise<TroupeEvent>((resolve) => (onFinal = resolve));
+    const ended = record !== undefined && record.status !== 'running';
+    const feed = await openEventFeed(bus, {
+      ...(taskId === undefined ? {} : { taskId }),
+      ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }),
+      // A task's history is shown whole unless --since says otherwise; all tasks' only with --since.
+      ...(taskId !== undefined || since !== undefined
+        ? { history: since === undefined ? {} : { since } }
+        : {}),
+      live: !ended,
+      invalid: taskId === undefined && filter.invalid,
+      signal: stop.signal,
+      onEvent: (event) => {
+        show(event);
+        if (taskId === undefined || !FINAL_EVENT_KINDS.includes(event.kind)) return;
+        final ??= event;
+        onFinal(event);
+      },
+      onInvalid: (event) => {
+        if (options.pipeline && event.pipeline !== options.pipeline) return;
+        write(options.json ? JSON.stringify(event) : formatInvalid(event, { color }));
+      },
+    });
+    try {
+      if (stop.signal.aborted) return 0;
+      if (taskId !== undefined && ended) {
+        if (final === undefined && record.final && storedSince(record.final, since)) show(record.final);
+        process.stderr.write(
+          `task ${taskId} has finished: ${outcomeOf(record, final)}; nothing more will come\n`,
+        );
+        return 0;
+      }
+      if (final !== undefined) {
+        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, final)}\n`);
+        return 0;
+      }
+      process.stderr.write(`watching ${taskId ? `task ${taskId}` : 'all tasks'}; Ctrl-C to stop\n`);
+      const ending = await Promise.race([stop.received, finished]);
+      if (ending !== undefined)
+        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, ending)}\n`);
+      return 0;
+    } finally {
+      feed.stop();
+    }
+  } finally {
+    await bus.close();
+    stop.dispose();
+  }
+}
+
+/** The time `--since` names; a value that is not a duration is refused with exit code 2. */
+function sinceOf(value: string): Date {
+  const ms = parseDuration(value);
+  if (ms === undefined) {
+    throw new CliError(
+      `--since: "${value}" is not a duration; give a number and a unit, like 30s, 5m, 2h or 1d`,
+      2,
+    );
+  }
+  return new Date(Date.now() - ms);
+}
+
+const storedSince = (event: TroupeEvent, since: Date | undefined) =>
+  since === undefined || Date.parse(event.ts) >= since.getTime();
+
+/** `completed`, `failed (budget_exceeded)`, `cancelled`: from the final event, else the record. */
+function outcomeOf(record: WorkflowRecord | undefined, final: TroupeEvent | undefined): string {
+  const ending = (final && endingOf(final)) ?? (record && endingOfRecord(record));
+  return ending ? describeEnding(ending) : 'ended';
+}
+
+/** The first SIGINT or SIGTERM, as an abort signal and a promise (of nothing), until disposed. */
+function interruption(): { signal: AbortSignal; received: Promise<undefined>; dispose(): void } {
+  const controller = new AbortController();
+  const abort = () => controller.abort();
+  process.on('SIGINT', abort);
+  process.on('SIGTERM', abort);
+  const received = new Promise<undefined>((resolve) =>
+    controller.signal.addEventListener('abort', () => resolve(undefined), { once: true }),
+  );
+  return {
+    signal: controller.signal,
+    received,
+    dispose: () => {
+      process.off('SIGINT', abort);
+      process.off('SIGTERM', abort);
     },
-  });
-  await bus.flush();
-  process.stderr.write(`watching ${options.task ? `task ${options.task}` : 'all tasks'}; Ctrl-C to stop\n`);
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', resolve);
-    process.once('SIGTERM', resolve);
-  });
-  await bus.close();
-  return 0;
+  };
 }

@@ -1,0 +1,102 @@
+import { type Consumer, JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
+import { InvalidMessageEvent, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { jetstreamOf } from '../transport/jetstreamSetup.ts';
+import type { NatsBus } from '../transport/natsBus.ts';
+import { TransportError } from '../transport/transportError.ts';
+import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
+
+/** A message the `EVENTS` stream stored: a task's event, or a report of an invalid message. */
+export type StoredEvent =
+  | { type: 'event'; event: TroupeEvent }
+  | { type: 'invalid'; event: InvalidMessageEvent };
+
+export interface EventHistoryOptions {
+  /**
+   * Which events, as one subject filter (`subjects.taskEvents(taskId)`, `subjects.allEvents`): nats-server 2.9
+   * takes a single filter subject per consumer.
+   */
+  subject: string;
+  /** Start with the first event stored at or after this time; by default, the oldest the stream keeps. */
+  since?: Date;
+  /** How long to wait for JetStream through an outage before giving up. */
+  wait?: UntilReachableOptions;
+  /** Messages asked for at once; default 256. */
+  batch?: number;
+}
+
+/** How long one fetch waits for messages the consumer said were there; past it, the reading ends. */
+const FETCH_EXPIRES_MS = 5_000;
+
+/**
+ * The events the `EVENTS` stream holds on a subject, oldest first, up to the last one stored when the reading
+ * began (or a little later). A message that is not a valid event is skipped. Fails with `stream_missing` when no
+ * coordinator has created the stream on this server.
+ *
+ * The stream may hold an event twice (a republished event beyond the duplicate window); readers that must show
+ * each once dedupe on `event.id`.
+ *
+ * @example
+ * for await (const stored of readEventHistory(bus, { subject: subjects.taskEvents('rel-1') })) {
+ *   if (stored.type === 'event') console.log(stored.event.kind);
+ * }
+ */
+export async function* readEventHistory(
+  bus: NatsBus,
+  options: EventHistoryOptions,
+): AsyncGenerator<StoredEvent, void, undefined> {
+  const consumer = await openReader(bus, options);
+  try {
+    let pending = (await consumer.info(true)).num_pending;
+    while (pending > 0) {
+      const messages = await consumer.fetch({
+        max_messages: Math.min(pending, options.batch ?? 256),
+        expires: FETCH_EXPIRES_MS,
+      });
+      let received = 0;
+      for await (const msg of messages) {
+        received += 1;
+        pending = msg.info.pending;
+        const stored = parseStored(msg.subject, msg.data);
+        if (stored) yield stored;
+      }
+      // Messages counted as pending may have aged out of the stream before they were fetched.
+      if (received === 0) return;
+    }
+  } finally {
+    // An ordered consumer lives on the server for 5 minutes after its last use unless removed.
+    await consumer.delete().catch(() => undefined);
+  }
+}
+
+async function openReader(bus: NatsBus, options: EventHistoryOptions): Promise<Consumer> {
+  const js = jetstreamOf(bus);
+  try {
+    return await untilReachable(
+      bus,
+      `stream ${STREAMS.events}`,
+      () =>
+        js.consumers.get(STREAMS.events, {
+          // A string, not an array: nats-server 2.9 knows `filter_subject` only.
+          filter_subjects: options.subject,
+          ...(options.since === undefined ? {} : { opt_start_time: options.since.toISOString() }),
+        }),
+      options.wait,
+    );
+  } catch (cause) {
+    if (!(cause instanceof JetStreamApiError && cause.code === JetStreamApiCodes.StreamNotFound)) throw cause;
+    throw new TransportError(
+      'stream_missing',
+      `the stream ${STREAMS.events} does not exist on this NATS server`,
+      { cause },
+    );
+  }
+}
+
+function parseStored(subject: string, data: Uint8Array): StoredEvent | undefined {
+  if (subject === subjects.invalid) {
+    const parsed = parseMessage(InvalidMessageEvent, data);
+    return parsed.ok ? { type: 'invalid', event: parsed.value } : undefined;
+  }
+  const parsed = parseMessage(TroupeEvent, data);
+  return parsed.ok ? { type: 'event', event: parsed.value } : undefined;
+}
