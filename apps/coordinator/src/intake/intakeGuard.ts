@@ -1,11 +1,12 @@
 import { parseSubject, subjects } from '@troupe/protocol';
-import type { BusSubscription, NatsBus } from '@troupe/runtime';
+import { type BusSubscription, logRefusedMessage, type NatsBus } from '@troupe/runtime';
 import { suggestion } from '../config/didYouMean.ts';
 
 /**
  * Watches every task subject and reports tasks no coordinator can run: a subject that is not
  * `troupe.tasks.<pipeline>`, or a pipeline no coordinator has loaded. One member of the queue group reports each.
- * (Payload errors for known pipelines are reported by the pipeline's runner, which reads the stored message.)
+ * (Payload errors for known pipelines are reported by the pipeline's runner, which reads the stored message.) A
+ * task the guard lets through is logged by the runner that gets it; the guard's own line for it is at `debug`.
  */
 export function startIntakeGuard(
   bus: NatsBus,
@@ -25,6 +26,10 @@ export function startIntakeGuard(
         parsed?.type === 'task'
           ? `no pipeline named "${parsed.pipeline}" is loaded${suggestion(parsed.pipeline, known)}; loaded: ${known.join(', ') || 'none'}`
           : `"${name}" is not a pipeline name (a-z, 0-9 and "-"); publish tasks on troupe.tasks.<pipeline>`;
+      logRefusedMessage(bus.logger, delivery.subject, reason, {
+        meta: { from: 'user', ...(parsed?.type === 'task' ? { to: parsed.pipeline } : {}), kind: 'task' },
+        message: `task on ${delivery.subject} refused: ${reason}`,
+      });
       bus.reportInvalid({
         subject: delivery.subject,
         reporter: 'coordinator',
@@ -35,6 +40,11 @@ export function startIntakeGuard(
       });
       delivery.respond({ ok: false, error: { code: 'unknown_pipeline', message: reason } });
     },
-    { queue: 'troupe-intake-guard', reporter: 'coordinator', meta: () => ({ kind: 'task' }) },
+    {
+      queue: 'troupe-intake-guard',
+      reporter: 'coordinator',
+      meta: () => ({ from: 'user', kind: 'task' }),
+      messageLogLevel: 'debug',
+    },
   );
 }

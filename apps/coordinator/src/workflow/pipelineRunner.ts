@@ -257,7 +257,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     const submission = parsed.value;
     const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
-    logMessage(logger, 'info', 'in', delivery.subject, { taskId, from: 'user', to: pipeline, kind: 'task' });
+    logMessage(logger, bus.messageLogLevel, 'in', delivery.subject, {
+      taskId,
+      from: 'user',
+      to: pipeline,
+      kind: 'task',
+    });
     if (running.has(taskId)) return; // a redelivery of a task this process is still running
     const existing = await store.get(taskId);
     if (existing && existing.value.streamSequence !== delivery.streamSequence) {

@@ -175,6 +175,11 @@ export async function submitTask(
 ): Promise<SubmitResult> {
   const subject = subjects.task(pipeline);
   const ack = await jetstreamOf(bus).publish(subject, JSON.stringify(task), { msgID: task.id });
-  logMessage(bus.logger, 'info', 'out', subject, { taskId: task.id, kind: 'task' });
+  logMessage(bus.logger, bus.messageLogLevel, 'out', subject, {
+    taskId: task.id,
+    from: 'user',
+    to: pipeline,
+    kind: 'task',
+  });
   return { streamSequence: ack.seq, duplicate: ack.duplicate };
 }

@@ -1,4 +1,5 @@
 import pino from 'pino';
+import { oneLineStream } from './formatLogLine.ts';
 
 /** The logger every part of the runtime takes; a pino logger. */
 export type Logger = pino.Logger;
@@ -6,11 +7,13 @@ export type Logger = pino.Logger;
 export interface LoggerOptions {
   /** A pino level name; default `info`. */
   level?: string;
-  /** Human-readable output through `pino-pretty` when it can be loaded; JSON otherwise. */
+  /** One readable line per record (see `formatLogLine.ts`) instead of JSON: for a terminal. */
   pretty?: boolean;
+  /** Colours in `pretty` lines; by default when they go to a stdout that takes them (not with `NO_COLOR`). */
+  color?: boolean;
   /** Logged as `name` on every line. */
   name?: string;
-  /** Where JSON lines go; default stdout. Ignored when `pretty` output is available. */
+  /** Where lines go; default stdout. */
   destination?: pino.DestinationStream;
 }
 
@@ -28,31 +31,62 @@ export const REDACT_PATHS: readonly string[] = [
 export const REDACTED = '[redacted]';
 
 /**
- * Creates the runtime's logger: JSON lines by default, secrets redacted.
+ * Creates the runtime's logger: JSON lines by default, one readable line per record with `pretty`; secrets
+ * redacted, and a child logger's bindings not repeated by the fields of a call.
  *
  * @example
  * const logger = createLogger({ name: 'troupe-coordinator', pretty: process.stdout.isTTY });
  * logger.info({ pipeline: 'demo' }, 'pipeline loaded');
  */
 export function createLogger(opts: LoggerOptions = {}): Logger {
+  const level = opts.level ?? 'info';
   const options: pino.LoggerOptions = {
-    level: opts.level ?? 'info',
+    level,
     redact: { paths: [...REDACT_PATHS], censor: REDACTED },
+    hooks: { logMethod: withoutRepeatedBindings },
     ...(opts.name === undefined ? {} : { name: opts.name }),
   };
-  const pretty = opts.pretty ? prettyStream() : undefined;
-  const destination = pretty ?? opts.destination;
-  return destination === undefined ? pino(options) : pino(options, destination);
+  if (!opts.pretty) return opts.destination === undefined ? pino(options) : pino(options, opts.destination);
+  const lines = oneLineStream(opts.destination ?? pino.destination({ dest: 1, sync: true }), {
+    color: opts.color ?? (opts.destination === undefined && (process.stdout.hasColors?.() ?? false)),
+    // Stacks are for whoever debugs; at `info` an error's message says enough.
+    stacks: (pino.levels.values[level] ?? 30) <= 20,
+  });
+  return pino(options, lines);
 }
 
-// pino-pretty is an optional peer: the CLI ships it, a service need not. Without it we log JSON.
-function prettyStream(): pino.DestinationStream | undefined {
-  try {
-    return pino.transport({
-      target: 'pino-pretty',
-      options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' },
-    });
-  } catch {
-    return undefined;
+/** The bindings of each (child) logger, parsed once for each set of bindings it has had. */
+const boundFields = new WeakMap<pino.Logger, { chindings: unknown; fields: Record<string, unknown> }>();
+
+/**
+ * Leaves out of a call's fields those its (child) logger binds already with the same value: pino writes both,
+ * so `logger.child({ pipeline }).info({ pipeline }, …)` would give a JSON line with `pipeline` twice.
+ */
+function withoutRepeatedBindings(this: pino.Logger, args: Parameters<pino.LogFn>, method: pino.LogFn): void {
+  const [first, ...rest] = args as unknown[];
+  if (typeof first !== 'object' || first === null || first instanceof Error) {
+    method.apply(this, args);
+    return;
   }
+  const bound = bindingsOf(this);
+  const fields = first as Record<string, unknown>;
+  const repeated = Object.keys(fields).filter(
+    (key) => key in bound && JSON.stringify(bound[key]) === JSON.stringify(fields[key]),
+  );
+  if (repeated.length === 0) {
+    method.apply(this, args);
+    return;
+  }
+  const kept = { ...fields };
+  for (const key of repeated) delete kept[key];
+  method.apply(this, [kept, ...rest] as Parameters<pino.LogFn>);
+}
+
+function bindingsOf(logger: pino.Logger): Record<string, unknown> {
+  const chindings = (logger as unknown as Record<symbol, unknown>)[pino.symbols.chindingsSym];
+  const known = boundFields.get(logger);
+  if (known !== undefined && known.chindings === chindings) return known.fields;
+  const fields = logger.bindings();
+  boundFields.set(logger, { chindings, fields });
+  return fields;
 }

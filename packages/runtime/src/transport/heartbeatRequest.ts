@@ -1,7 +1,7 @@
 import { createInbox } from '@nats-io/transport-node';
 import { ErrorReply, parseMessage, subjects } from '@troupe/protocol';
 import type { z } from 'zod';
-import { logMessage, type MessageMeta } from '../logging/messageLog.ts';
+import { logMessage, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
 import type { NatsBus } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
 
@@ -31,6 +31,8 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
   options: HeartbeatRequestOptions,
 ): Promise<z.infer<S>> {
   const meta = options.meta ?? {};
+  const answer = replyMeta(meta);
+  const heartbeatMeta: MessageMeta = { ...answer, kind: 'step.heartbeat' };
   return new Promise((resolve, reject) => {
     if (options.signal?.aborted) {
       reject(new TransportError('aborted', `request to ${subject} was aborted`));
@@ -88,12 +90,13 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
         }
         const heartbeat = parseMessage(heartbeatSchema, msg.data);
         if (heartbeat.ok) {
+          logMessage(bus.logger, 'trace', 'in', msg.subject, heartbeatMeta);
           lastHeard = Date.now();
           watchIdle();
           options.onHeartbeat?.(heartbeat.value);
           return;
         }
-        logMessage(bus.logger, bus.messageLogLevel, 'in', msg.subject, meta);
+        logMessage(bus.logger, bus.messageLogLevel, 'in', msg.subject, answer);
         const parsed = parseMessage(replySchema, msg.data);
         if (parsed.ok) {
           finish(undefined, parsed.value);

@@ -24,7 +24,14 @@ import {
 import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../logging/logger.ts';
-import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
+import {
+  logMessage,
+  logRefusedMessage,
+  type MessageLogLevel,
+  type MessageMeta,
+  messageLogFields,
+  replyMeta,
+} from '../logging/messageLog.ts';
 import { EventOutbox } from './eventOutbox.ts';
 import { TransportError } from './transportError.ts';
 
@@ -78,6 +85,11 @@ export interface SubscribeOptions<T> {
   reporter?: string;
   /** What the log line of a valid message says besides its subject; by default read from the subject and payload. */
   meta?: (value: T) => MessageMeta;
+  /**
+   * Level of the `in` line of each valid message; default the bus's. A watcher of messages that another subscriber
+   * logs (the intake guard, beside the task's runner) takes `debug`.
+   */
+  messageLogLevel?: MessageLogLevel;
 }
 
 export interface RequestOptions {
@@ -207,7 +219,7 @@ export class NatsBus {
     return this.#level;
   }
 
-  /** Publishes a JSON payload and logs one `out` line. */
+  /** Publishes a JSON payload and logs one `out` line (a reply's says who answers whom: see {@link replyMeta}). */
   publish(subject: string, payload: unknown, meta?: MessageMeta, headers?: Record<string, string>): void {
     const options = headers === undefined ? undefined : { headers: toMsgHdrs(headers) };
     try {
@@ -338,7 +350,7 @@ export class NatsBus {
     } catch (error) {
       throw requestError(error, subject, opts.timeoutMs);
     }
-    logMessage(this.logger, this.#level, 'in', reply.subject, meta);
+    logMessage(this.logger, this.#level, 'in', reply.subject, replyMeta(meta));
     const parsed = parseMessage(replySchema, reply.data);
     if (parsed.ok) return parsed.value;
     const refusal = parseMessage(ErrorReply, reply.data);
@@ -428,18 +440,18 @@ export class NatsBus {
       (schema as z.ZodType) === TEXT
         ? (decodeText(msg.data) as ParseResult<z.infer<S>>)
         : parseMessage(schema, msg.data);
-    const meta = parsed.ok
-      ? this.#metaOf(msg.subject, parsed.value, opts.meta)
-      : metaFromSubject(msg.subject);
-    logMessage(this.logger, this.#level, 'in', msg.subject, meta);
+    // A refused message's one line is the warning that says why.
     if (!parsed.ok) {
       this.#rejectInvalid(msg, parsed, opts.reporter ?? this.name);
       return undefined;
     }
+    const meta = this.#metaOf(msg.subject, parsed.value, opts.meta);
+    logMessage(this.logger, opts.messageLogLevel ?? this.#level, 'in', msg.subject, meta);
+    const answerMeta = () => replyMeta(meta, opts.reporter);
     const delivery: Delivery<z.infer<S>> = {
       subject: msg.subject,
       value: parsed.value,
-      respond: (payload) => this.#respond(msg, payload, meta),
+      respond: (payload) => this.#respond(msg, payload, answerMeta()),
     };
     const reply = replyOf(msg);
     if (reply !== undefined) delivery.reply = reply;
@@ -448,9 +460,9 @@ export class NatsBus {
     try {
       const result = handler(delivery);
       if (result instanceof Promise)
-        return result.catch((error: unknown) => this.#handlerFailed(msg, error, meta));
+        return result.catch((error: unknown) => this.#handlerFailed(msg, error, meta, answerMeta()));
     } catch (error) {
-      this.#handlerFailed(msg, error, meta);
+      this.#handlerFailed(msg, error, meta, answerMeta());
     }
     return undefined;
   }
@@ -469,20 +481,22 @@ export class NatsBus {
     const { reason, issues } = parsed;
     // Reports pass every `troupe.events.>` subscriber; one that expects events must not report a report.
     const reply = replyOf(msg);
+    const meta = metaFromSubject(msg.subject);
     if (msg.subject === subjects.invalid && reply === undefined) {
       this.logger.debug(
-        { subject: msg.subject },
+        messageLogFields('in', msg.subject, meta),
         'ignored an invalid-message report that does not match this schema',
       );
       return;
     }
-    this.logger.warn(
-      { subject: msg.subject, reporter, reason, issues },
-      `invalid message on ${msg.subject}: ${reason}`,
-    );
+    logRefusedMessage(this.logger, msg.subject, reason, {
+      meta,
+      message: `invalid message on ${msg.subject}: ${reason}`,
+      fields: { reporter, issues },
+    });
     if (reply !== undefined) {
       const answer: ErrorReply = { ok: false, error: { code: 'invalid_message', message: reason } };
-      this.#respond(msg, answer, metaFromSubject(msg.subject));
+      this.#respond(msg, answer, replyMeta(meta, reporter));
       return;
     }
     this.reportInvalid({
@@ -495,12 +509,12 @@ export class NatsBus {
     });
   }
 
-  #handlerFailed(msg: Msg, error: unknown, meta: MessageMeta): void {
+  #handlerFailed(msg: Msg, error: unknown, meta: MessageMeta, answerMeta: MessageMeta): void {
     const message = `handler for ${msg.subject} failed: ${messageOf(error)}`;
     this.logger.error({ err: error, subject: msg.subject, ...meta }, message);
     if (replyOf(msg) === undefined) return;
     const answer: ErrorReply = { ok: false, error: { code: 'handler_failed', message } };
-    this.#respond(msg, answer, meta);
+    this.#respond(msg, answer, answerMeta);
   }
 
   // A failed reply is the requester's timeout to handle; it must not take down the handler's caller.
@@ -577,6 +591,7 @@ function metaFromSubject(subject: string): MessageMeta {
   if ('taskId' in parsed) meta.taskId = parsed.taskId;
   if (parsed.type === 'event') meta.kind = parsed.kind;
   if (parsed.type === 'agent') meta.to = parsed.agent;
+  if (parsed.type === 'control') meta.kind = 'control';
   return meta;
 }
 

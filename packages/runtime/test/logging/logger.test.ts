@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logging/logger.ts';
-import { logMessage, messageLogFields, messageLogLine } from '../../src/logging/messageLog.ts';
+import {
+  logMessage,
+  logRefusedMessage,
+  messageLogFields,
+  messageLogLine,
+  replyMeta,
+} from '../../src/logging/messageLog.ts';
 
 function capture(): { lines: Record<string, unknown>[]; destination: { write(line: string): void } } {
   const lines: Record<string, unknown>[] = [];
@@ -52,9 +58,16 @@ describe('createLogger', () => {
     });
   });
 
-  it('falls back to JSON when pretty output is asked for but a destination is all there is', () => {
-    const logger = createLogger({ pretty: true, level: 'silent' });
-    expect(() => logger.info('nothing')).not.toThrow();
+  it('writes a key a child logger binds once, though the call gives it again', () => {
+    const raw: string[] = [];
+    const logger = createLogger({ destination: { write: (line) => void raw.push(line) } });
+    const child = logger.child({ pipeline: 'demo' });
+    child.info({ pipeline: 'demo', consumer: 'troupe-tasks-demo' }, 'pipeline is taking tasks');
+    child.warn({ taskId: 't1', pipeline: 'demo' }, 'task id already submitted');
+    child.info('no fields');
+    expect(raw).toHaveLength(3);
+    for (const line of raw) expect(line.match(/"pipeline":/g)).toHaveLength(1);
+    expect(JSON.parse(raw[0] ?? '')).toMatchObject({ pipeline: 'demo', consumer: 'troupe-tasks-demo' });
   });
 });
 
@@ -98,5 +111,53 @@ describe('message log lines', () => {
         msg: '← troupe.control.t1',
       }),
     ]);
+  });
+
+  it('writes a refused message as one warning with its reason', () => {
+    const { lines, destination } = capture();
+    const logger = createLogger({ destination });
+    logRefusedMessage(logger, 'troupe.tasks.nope', 'no pipeline named "nope" is loaded', {
+      meta: { from: 'user', to: 'nope', kind: 'task' },
+    });
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 40,
+        dir: 'in',
+        subject: 'troupe.tasks.nope',
+        from: 'user',
+        to: 'nope',
+        kind: 'task',
+        reason: 'no pipeline named "nope" is loaded',
+        msg: '← troupe.tasks.nope refused: no pipeline named "nope" is loaded',
+      }),
+    ]);
+  });
+
+  it('labels a reply from the responder to the requester, with a reply kind', () => {
+    expect(replyMeta({ taskId: 't1', from: 'workflow', to: 'planner', kind: 'agent.step' })).toEqual({
+      taskId: 't1',
+      from: 'planner',
+      to: 'workflow',
+      kind: 'agent.reply',
+    });
+    // A step handed on by another agent is still asked for, and answered to, by the workflow.
+    expect(replyMeta({ taskId: 't1', from: 'planner', to: 'executor', kind: 'agent.step' })).toMatchObject({
+      from: 'executor',
+      to: 'workflow',
+    });
+    expect(replyMeta({ taskId: 't1', from: 'human', to: 'executor', kind: 'approval' })).toEqual({
+      taskId: 't1',
+      from: 'executor',
+      to: 'human',
+      kind: 'approval.reply',
+    });
+    // Who answers, when the request does not say whom it was for.
+    expect(replyMeta({ taskId: 't1', from: 'user', kind: 'cancel' }, 'coordinator')).toEqual({
+      taskId: 't1',
+      from: 'coordinator',
+      to: 'user',
+      kind: 'cancel.reply',
+    });
+    expect(replyMeta({})).toEqual({ kind: 'reply' });
   });
 });

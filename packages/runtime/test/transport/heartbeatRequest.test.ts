@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
 import { requestWithHeartbeats } from '../../src/transport/heartbeatRequest.ts';
 import { NatsBus } from '../../src/transport/natsBus.ts';
-import { captureLogger, startServer } from './natsFixture.ts';
+import { captureLogger, type LogLine, startServer } from './natsFixture.ts';
 
 const Reply = z.object({ done: z.literal(true) });
 const Heartbeat = z.strictObject({ heartbeat: z.literal(true) });
@@ -28,14 +28,13 @@ describe('requestWithHeartbeats on a busy requester', () => {
   let server: EmbeddedNats;
   let bus: NatsBus;
   let responder: ChildProcess;
+  let lines: LogLine[];
 
   beforeAll(async () => {
     server = await startServer();
-    bus = await NatsBus.connect({
-      servers: server.url,
-      name: 'busy-requester',
-      logger: captureLogger().logger,
-    });
+    const captured = captureLogger('trace');
+    lines = captured.lines;
+    bus = await NatsBus.connect({ servers: server.url, name: 'busy-requester', logger: captured.logger });
     responder = spawn(process.execPath, ['-e', RESPONDER, server.url], {
       cwd: join(import.meta.dirname, '..', '..', '..', '..'),
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -64,5 +63,22 @@ describe('requestWithHeartbeats on a busy requester', () => {
       // busy on purpose
     }
     await expect(pending).resolves.toEqual({ done: true });
+  });
+
+  it('logs the heartbeats at trace and the reply at the message level, from the responder to the workflow', async () => {
+    lines.length = 0;
+    const step = { taskId: 't-hb', from: 'workflow', to: 'planner', kind: 'agent.step' };
+    await requestWithHeartbeats(bus, 'troupe.test.slow', {}, Reply, Heartbeat, {
+      timeoutMs: 20_000,
+      idleMs: 1_000,
+      meta: step,
+    });
+    const received = lines.filter((l) => l.dir === 'in' && l.taskId === 't-hb');
+    const heartbeats = received.filter((l) => l.kind === 'step.heartbeat');
+    expect(heartbeats.length).toBeGreaterThan(5);
+    expect(heartbeats.every((l) => l.level === 10 && l.from === 'planner' && l.to === 'workflow')).toBe(true);
+    expect(received.filter((l) => l.kind !== 'step.heartbeat')).toEqual([
+      expect.objectContaining({ level: 30, from: 'planner', to: 'workflow', kind: 'agent.reply' }),
+    ]);
   });
 });

@@ -152,6 +152,23 @@ describe('NatsBus with invalid messages', () => {
     ).toBe(true);
   });
 
+  it('logs a refused message once, as a warning with the reason, instead of its in line', async () => {
+    reports.length = 0;
+    delivered.length = 0;
+    bus.publish('troupe.tasks.demo', { taskId: 't-bad', n: 'one' });
+    bus.publish('troupe.tasks.demo', { taskId: 't-good', n: 1 });
+    await eventually(() => reports.length === 1 && delivered.length === 1);
+    const received = lines.filter((l) => l.dir === 'in' && l.subject === 'troupe.tasks.demo');
+    expect(received.map((l) => [l.level, l.taskId])).toEqual([
+      [40, undefined],
+      [30, 't-good'],
+    ]);
+    expect(received[0]).toMatchObject({
+      reporter: 'test',
+      reason: expect.stringMatching(/^payload failed validation/),
+    });
+  });
+
   it('quotes at most 2000 characters of a bad payload and takes ids from an event subject', async () => {
     reports.length = 0;
     collect('troupe.events.demo.t-big.step.started', Ping, []);
@@ -268,6 +285,25 @@ describe('NatsBus requests', () => {
       meta: { taskId: 't' },
     });
     expect(reply).toEqual({ ok: true, n: 42 });
+  });
+
+  it('logs a reply from the responder to the requester, with a reply kind, on both sides', async () => {
+    const step = { taskId: 't', from: 'workflow', to: 'planner', kind: 'agent.step' };
+    bus.subscribe('troupe.agents.demo.planner', Ping, (d) => d.respond({ ok: true, n: d.value.n }), {
+      meta: () => step,
+    });
+    await bus.flush();
+    await bus.request('troupe.agents.demo.planner', { taskId: 't', n: 1 }, Pong, {
+      timeoutMs: 2_000,
+      meta: step,
+    });
+    const route = (l: LogLine) => `${l.dir} ${String(l.from)}>${String(l.to)} ${String(l.kind)}`;
+    expect(lines.filter((l) => l.taskId === 't' && l.dir !== undefined).map(route)).toEqual([
+      'out workflow>planner agent.step',
+      'in workflow>planner agent.step',
+      'out planner>workflow agent.reply',
+      'in planner>workflow agent.reply',
+    ]);
   });
 
   it('fails with no_responders when no one serves the subject', async () => {
