@@ -1,10 +1,11 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { connect } from '@nats-io/transport-node';
 import { startTestNats, TEST_MCP_STDIO_SERVER, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { examplePath } from './support/harness.ts';
+import { examplePath, repoRoot } from './support/harness.ts';
 
 describe('troupe validate', () => {
   it('accepts the demo pipeline and describes it', async () => {
@@ -152,8 +153,106 @@ describe('troupe up, submit and tail against a NATS server', () => {
       (l) => l.dir === 'in' && l.subject === 'troupe.agents.demo.executor' && l.taskId === 'cli-1',
     );
     expect(received).toHaveLength(2);
+    // A step's reply is from its agent to the workflow, on both sides of the wire.
+    for (const dir of ['out', 'in']) {
+      const replies = lines.filter((l) => l.dir === dir && l.kind === 'agent.reply' && l.taskId === 'cli-1');
+      expect(replies.map((l) => `${l.from}>${l.to}`)).toEqual([
+        'planner>workflow',
+        'executor>workflow',
+        'reviewer>workflow',
+        'executor>workflow',
+        'reviewer>workflow',
+      ]);
+    }
+  });
+
+  it('logs each task delivery once, in one line from the runner that gets it', () => {
+    const deliveries = jsonLines(up.output()).filter(
+      (l) => l.dir === 'in' && l.subject === 'troupe.tasks.demo' && l.level === 30,
+    );
+    expect(deliveries.map((l) => `${l.taskId} ${l.from}>${l.to} ${l.kind}`).sort()).toEqual([
+      'cli-1 user>demo task',
+      'cli-2 user>demo task',
+      'cli-3 user>demo task',
+    ]);
+  });
+
+  it('writes each key once on a JSON line', () => {
+    const lines = up
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'));
+    expect(lines.length).toBeGreaterThan(50);
+    const repeating = lines.filter((l) => keysAsWritten(l).length !== Object.keys(JSON.parse(l)).length);
+    expect(repeating).toEqual([]);
+  });
+
+  it('logs a refused task once, as a warning that says why', async () => {
+    const client = await connect({ servers: nats.url });
+    const before = up.output().length;
+    try {
+      client.publish('troupe.tasks.demo', JSON.stringify({ gaol: 'typo' }));
+      client.publish('troupe.tasks.nope', JSON.stringify({ goal: 'nobody runs this' }));
+      await client.flush();
+      await up.waitFor(/task on troupe\.tasks\.nope refused/);
+      await up.waitFor(/task for pipeline demo refused/);
+      // Time for a second line about either, if there were one.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    } finally {
+      await client.close();
+    }
+    const about = jsonLines(up.output().slice(before)).filter((l) => l.subject?.startsWith('troupe.tasks.'));
+    expect(about.map((l) => [l.level, l.subject]).sort()).toEqual([
+      [40, 'troupe.tasks.demo'],
+      [40, 'troupe.tasks.nope'],
+    ]);
+    expect(about.find((l) => l.subject === 'troupe.tasks.demo')?.msg).toMatch(
+      /^task for pipeline demo refused: payload failed validation: .*gaol/,
+    );
+    expect(about.find((l) => l.subject === 'troupe.tasks.nope')).toMatchObject({
+      reason: 'no pipeline named "nope" is loaded; loaded: demo',
+      dir: 'in',
+      kind: 'task',
+    });
   });
 });
+
+type LogLine = { level: number; msg: string } & Partial<
+  Record<'dir' | 'subject' | 'taskId' | 'from' | 'to' | 'kind' | 'reason', string>
+>;
+
+/** The JSON log lines in a process's output. */
+function jsonLines(output: string): LogLine[] {
+  return output
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l));
+}
+
+/** The keys of a JSON object's line as written, a repeated one each time (JSON.parse keeps one of them). */
+function keysAsWritten(line: string): string[] {
+  const keys: string[] = [];
+  let depth = 0;
+  let keyNext = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i];
+    if (c === '"') {
+      let end = i + 1;
+      while (line[end] !== '"') end += line[end] === '\\' ? 2 : 1;
+      if (depth === 1 && keyNext) keys.push(JSON.parse(line.slice(i, end + 1)));
+      keyNext = false;
+      i = end;
+    } else if (c === '{' || c === '[') {
+      depth++;
+      keyNext = depth === 1;
+    } else if (c === '}' || c === ']') {
+      depth--;
+    } else if (c === ',') {
+      keyNext = depth === 1;
+    }
+  }
+  return keys;
+}
 
 describe('troupe submit against a server no coordinator has used', () => {
   it('says so plainly instead of failing with a stack trace', async () => {
@@ -254,5 +353,81 @@ flow:
     expect(result.code, result.stderr).toBe(2);
     expect(result.stderr).toContain('MCP server files offers no tool "files.read_file"');
     expect(await serversOn(home)).toEqual([]);
+  });
+});
+
+describe('the small things a new user meets first', () => {
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-firsts-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('prints its version', async () => {
+    const cli = JSON.parse(await readFile(join(repoRoot, 'apps', 'cli', 'package.json'), 'utf8'));
+    const result = await troupe(['--version']);
+    expect(result.code).toBe(0);
+    expect(result.stdout.trim()).toBe(cli.version);
+  });
+
+  it('says a pipeline file is missing, or empty, in those words', async () => {
+    const missing = await troupe(['up', join(dir, 'nothere.yaml')]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toBe(`troupe: ${join(dir, 'nothere.yaml')}: no such file\n`);
+    const empty = join(dir, 'empty.yaml');
+    await writeFile(empty, '');
+    const validated = await troupe(['validate', empty]);
+    expect(validated.code).toBe(1);
+    expect(validated.stderr).toContain(`${empty}: the file is empty`);
+  });
+
+  it('counts in words: 1 agent, 2 agents', async () => {
+    const one = join(dir, 'solo.yaml');
+    await writeFile(
+      one,
+      `version: 1
+name: solo
+models: { scripted: { provider: scripted, script: ${JSON.stringify(examplePath('demo.script.yaml'))} } }
+defaults: { model: scripted }
+agents: { planner: { instructions: Plan. } }
+flow: [{ id: plan, kind: agent, agent: planner }]
+`,
+    );
+    expect((await troupe(['validate', one])).stdout).toContain('pipeline solo — 1 agent; flow: plan');
+    expect((await troupe(['validate', examplePath('demo.yaml')])).stdout).toContain('3 agents;');
+  });
+
+  it('marks required options in help', async () => {
+    const help = await troupe(['deny', '--help']);
+    expect(help.stdout).toMatch(/--reason <text>\s+why, passed to the agent \(required\)/);
+  });
+
+  it('writes a starter pipeline with troupe init that runs at once, offline', async () => {
+    const project = join(dir, 'Starter Project');
+    const result = await troupe(['init', project]);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('(pipeline starter-project)');
+    expect(await readFile(join(project, '.gitignore'), 'utf8')).toContain('.troupe/\n');
+    expect((await troupe(['validate', join(project, 'pipeline.yaml')])).code).toBe(0);
+    const ran = await troupe(['demo', 'pipeline.yaml', '--goal', 'Write a haiku'], cliEnv(), 60_000, project);
+    expect(ran.code, ran.stderr).toBe(0);
+    expect(ran.stdout).toContain('task.completed');
+    // Nothing is overwritten, and the ignore entry is not added twice.
+    const again = await troupe(['init', project]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('pipeline.yaml already exists; nothing was written');
+    expect((await readFile(join(project, '.gitignore'), 'utf8')).match(/\.troupe\//g)).toHaveLength(1);
+  });
+
+  it('exits 0 when Ctrl-C reaches it twice at once, as npx passes it on', async () => {
+    const home = join(dir, 'home-ctrl-c');
+    const up = startTroupe(['up', examplePath('demo.yaml'), '--home', home]);
+    await up.waitFor(/troupe is up/);
+    up.child.kill('SIGINT');
+    up.child.kill('SIGINT');
+    expect(await up.stop('SIGINT')).toBe(0);
   });
 });

@@ -105,7 +105,11 @@ program
     'how often agent hosts report on a step; after 3 missed reports it goes to another worker (default 5)',
     positive,
   )
-  .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
+  .addOption(
+    new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
+      .env('TROUPE_LOG_LEVEL')
+      .default('info'),
+  )
   .option('--json', 'JSON logs even on a terminal', false)
   .action(run(async (files: string[], options) => (await commands.up()).up(files, options)));
 
@@ -117,7 +121,11 @@ program
   .argument('<pipeline.yaml...>', 'pipeline files whose agents to serve')
   .option('--agents <names>', 'only these agents, comma-separated')
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
-  .option('--log-level <level>', 'pino log level', process.env.TROUPE_LOG_LEVEL ?? 'info')
+  .addOption(
+    new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
+      .env('TROUPE_LOG_LEVEL')
+      .default('info'),
+  )
   .option('--json', 'JSON logs even on a terminal', false)
   .addOption(homeOption())
   .addOption(serverOption())

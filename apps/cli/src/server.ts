@@ -32,6 +32,7 @@ export async function connectCli(options: ServerOptions, name: string): Promise<
   const logger: Logger = createLogger({
     level: process.env.TROUPE_LOG_LEVEL ?? 'warn',
     destination: process.stderr as never,
+    pretty: process.stderr.isTTY,
   });
   try {
     return await NatsBus.connect({ servers, name, logger, messageLogLevel: 'debug' });

@@ -39,17 +39,20 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   const home = resolveHome(options.home);
   const natsUrl =
     options.server ?? natsUrlFromEnv() ?? (options.join ? await runningServer(home) : undefined);
-  const service = await start(files, { ...options, home }, natsUrl, logger);
+  const starting = start(files, { ...options, home }, natsUrl, logger);
+  // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
+  const stopped = untilStopped(
+    async () => (await starting).stop(),
+    'stopping: running tasks are handed back to NATS and resume on the next start',
+  );
+  const service = await starting;
   const names = service.pipelines.map((p) => p.config.name);
   process.stderr.write(
     `troupe is up on ${service.url}${service.embedded ? ' (embedded nats-server)' : ''}; pipelines: ${names.join(', ')}\n` +
       `  submit a task:  troupe submit ${names[0]} "your goal"   (or: nats pub troupe.tasks.${names[0]} '{"goal":"…"}')\n` +
       '  watch the flow: troupe tail\n',
   );
-  await untilStopped(
-    () => service.stop(),
-    'stopping: running tasks are handed back to NATS and resume on the next start',
-  );
+  await stopped;
   return 0;
 }
 

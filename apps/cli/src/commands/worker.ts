@@ -23,16 +23,22 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     ?.split(',')
     .map((a) => a.trim())
     .filter(Boolean);
-  let running: Awaited<ReturnType<typeof startWorker>>;
+  const starting = startWorker({
+    files,
+    natsUrl,
+    home: resolveHome(options.home),
+    logger,
+    allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+    ...(agents && agents.length > 0 ? { agents } : {}),
+  });
+  // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
+  const stopped = untilStopped(
+    async () => (await starting).stop(),
+    'stopping: steps in flight are handed back to be retried by another worker',
+  );
+  let running: Awaited<typeof starting>;
   try {
-    running = await startWorker({
-      files,
-      natsUrl,
-      home: resolveHome(options.home),
-      logger,
-      allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
-      ...(agents && agents.length > 0 ? { agents } : {}),
-    });
+    running = await starting;
   } catch (error) {
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
     if (error instanceof TransportError || error instanceof McpServerError) throw new CliError(error.message);
@@ -42,9 +48,6 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     .map(([pipeline, names]) => `${pipeline}: ${names.join(', ')}`)
     .join('; ');
   process.stderr.write(`troupe worker on ${natsUrl} serving ${serving}\n`);
-  await untilStopped(
-    () => running.stop(),
-    'stopping: steps in flight are handed back to be retried by another worker',
-  );
+  await stopped;
   return 0;
 }
