@@ -92,7 +92,6 @@ export async function tail(options: TailOptions): Promise<number> {
     }
   } finally {
     await bus.close();
-    stop.dispose();
   }
 }
 
@@ -117,8 +116,11 @@ function outcomeOf(record: WorkflowRecord | undefined, final: TroupeEvent | unde
   return ending ? describeEnding(ending) : 'ended';
 }
 
-/** The first SIGINT or SIGTERM, as an abort signal and a promise (of nothing), until disposed. */
-function interruption(): { signal: AbortSignal; received: Promise<undefined>; dispose(): void } {
+/**
+ * The first SIGINT or SIGTERM, as an abort signal and a promise (of nothing). The handlers stay to the end of the
+ * process: a Ctrl-C while tail is finishing on its own (its task ended) must not kill it with an odd exit code.
+ */
+function interruption(): { signal: AbortSignal; received: Promise<undefined> } {
   const controller = new AbortController();
   const abort = () => controller.abort();
   process.on('SIGINT', abort);
@@ -126,12 +128,5 @@ function interruption(): { signal: AbortSignal; received: Promise<undefined>; di
   const received = new Promise<undefined>((resolve) =>
     controller.signal.addEventListener('abort', () => resolve(undefined), { once: true }),
   );
-  return {
-    signal: controller.signal,
-    received,
-    dispose: () => {
-      process.off('SIGINT', abort);
-      process.off('SIGTERM', abort);
-    },
-  };
+  return { signal: controller.signal, received };
 }
