@@ -146,3 +146,35 @@ describe('troupe worker', () => {
     );
   });
 });
+
+describe('a workflow with no worker for its agent', () => {
+  let h: Harness;
+  const lines: string[] = [];
+
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml')], { hostAgents: false, logLines: lines });
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('says it waits for a worker, in status and once in the log, then fails with no_worker and the right hint', async () => {
+    publishTask(h, 'demo', { id: 'workerless', goal: 'nobody home' });
+    const workflows = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
+    await expect
+      .poll(async () => (await workflows.get('workerless'))?.value.activity)
+      .toMatchObject({ kind: 'worker', step: 'plan', agent: 'planner' });
+    const status = await troupe(['status', 'workerless'], cliEnv({ NATS_URL: h.nats.url }));
+    expect(status.stdout).toContain('waiting for a worker that serves agent planner');
+
+    const final = await h.finalOf('workerless', 30_000);
+    expect(final.kind === 'task.failed' && final.data.reason).toBe('no_worker');
+    expect(final.kind === 'task.failed' && final.data.message).toContain('start `troupe worker`');
+    // Sent again every 2 s or so for the 5 s it waited: one line at info for the first send, one warning.
+    const sent = lines.filter(
+      (l) => l.includes('"subject":"troupe.agents.demo.planner"') && l.includes('"dir":"out"'),
+    );
+    expect(sent.filter((l) => l.includes('"level":30'))).toHaveLength(1);
+    expect(lines.filter((l) => l.includes('no worker serves agent planner yet'))).toHaveLength(1);
+  });
+});

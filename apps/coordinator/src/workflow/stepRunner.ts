@@ -108,6 +108,8 @@ export function createStepRunner(options: StepRunnerOptions) {
             signal: AbortSignal.any([signal, resend.signal]),
             meta,
             onHeartbeat,
+            // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
+            ...(noWorkerSince === undefined ? {} : { logLevel: 'debug' as const }),
           },
         );
         if (!reply.ok && reply.error.code === 'journal_unavailable') {
@@ -139,6 +141,12 @@ export function createStepRunner(options: StepRunnerOptions) {
         // Nobody serves the agent yet, or its worker stopped mid-step: another worker may take the step.
         // After a worker died under the step, wait for another as long as the step may still take.
         const noWorker = error instanceof TransportError && error.code === 'no_responders';
+        if (noWorker && noWorkerSince === undefined) {
+          options.logger?.warn(
+            { stepId: request.stepId, agent: request.agent },
+            `no worker serves agent ${request.agent} yet; step ${request.stepId} waits for one (start one with troupe worker <pipeline.yaml>)`,
+          );
+        }
         noWorkerSince ??= clock.now();
         if (noWorker) report('worker');
         const waited = clock.now() - noWorkerSince;

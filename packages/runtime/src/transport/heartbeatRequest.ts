@@ -1,7 +1,7 @@
 import { createInbox } from '@nats-io/transport-node';
 import { ErrorReply, parseMessage, subjects } from '@troupe/protocol';
 import type { z } from 'zod';
-import { logMessage, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
+import { logMessage, type MessageLogLevel, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
 import type { NatsBus } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
 
@@ -14,6 +14,8 @@ export interface HeartbeatRequestOptions {
   meta?: MessageMeta;
   /** Told of each heartbeat, e.g. to learn what the responder waits on. */
   onHeartbeat?: (heartbeat: unknown) => void;
+  /** Level of the line logged for the request; the bus's message level by default (a resend may log quieter). */
+  logLevel?: MessageLogLevel;
 }
 
 /**
@@ -122,6 +124,6 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
       );
       return;
     }
-    logMessage(bus.logger, bus.messageLogLevel, 'out', subject, meta);
+    logMessage(bus.logger, options.logLevel ?? bus.messageLogLevel, 'out', subject, meta);
   });
 }
