@@ -1,6 +1,10 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { STREAMS, subjects } from '@troupe/protocol';
-import { taskConsumerName } from '@troupe/runtime';
+import { WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
+import { KvStore, taskConsumerName } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePath, type Harness, publishTask, startHarness } from './support/harness.ts';
 
@@ -111,5 +115,49 @@ describe('a task that passes validation and cannot be checkpointed', () => {
     publishTask(h, 'demo', { id: 'after-poison', goal: 'write a hello note' });
     expect((await h.finalOf('after-poison')).kind).toBe('task.completed');
     await expect.poll(() => h.coordinator.running()).toEqual([]);
+  });
+});
+
+describe('a task whose final checkpoint is larger than NATS takes', () => {
+  let h: Harness;
+  let dir: string;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-bulky-'));
+    const big = (letter: string) => letter.repeat(450_000);
+    await writeFile(
+      join(dir, 'bulky.script.json'),
+      JSON.stringify({ agents: { writer: [{ content: big('a') }, { content: big('b') }] } }),
+    );
+    await writeFile(
+      join(dir, 'bulky.yaml'),
+      `version: 1
+name: bulky
+models: { scripted: { provider: scripted, script: ./bulky.script.json } }
+defaults: { model: scripted }
+agents: { writer: { instructions: Write a lot. } }
+flow:
+  - { id: one, kind: agent, agent: writer }
+  - { id: two, kind: agent, agent: writer }
+`,
+    );
+    h = await startHarness([join(dir, 'bulky.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('still records how it ended before its message is acknowledged', async () => {
+    publishTask(h, 'bulky', { id: 'bulky-1', goal: 'write two long parts' });
+    expect((await h.finalOf('bulky-1')).kind).toBe('task.completed');
+    const workflows = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
+    await expect
+      .poll(async () => (await workflows.get('bulky-1'))?.value, { timeout: 20_000 })
+      .toMatchObject({ status: 'completed', final: { kind: 'task.completed' } });
+    const jsm = await jetstreamManager(h.client);
+    await expect
+      .poll(async () => (await jsm.consumers.info(STREAMS.tasks, taskConsumerName('bulky'))).num_ack_pending)
+      .toBe(0);
   });
 });

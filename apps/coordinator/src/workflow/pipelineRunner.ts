@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import {
   ControlMessage,
   type ControlReceipt,
+  type ErrorReply,
   emptyUsage,
   isTaskId,
   parseMessage,
@@ -19,6 +20,7 @@ import {
   endingOf,
   HAND_BACK_DELAY_MS,
   isOutage,
+  type KvEntry,
   type KvStore,
   type Logger,
   logMessage,
@@ -94,8 +96,8 @@ const errorMessage = (error: unknown): string => (error instanceof Error ? error
 
 interface RunningTask {
   actor: Actor<WorkflowMachine>;
-  /** Ends the run; the first ending given wins. */
-  end(ending: Ending): void;
+  /** Ends the run; the first ending given wins, and only it gets true. */
+  end(ending: Ending): boolean;
   /** Records what the current step is doing, for `troupe status`. */
   noteActivity(activity: StepActivity): void;
 }
@@ -130,17 +132,19 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   async function giveUp(
     delivery: TaskDelivery,
     taskId: string,
-    existing: WorkflowRecord | undefined,
+    entry: KvEntry<WorkflowRecord> | undefined,
     stalls: number,
   ): Promise<void> {
+    const existing = entry?.value;
     const message = `task ${taskId} was delivered ${stalls} times without finishing or making progress; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
-    await deadLetter(bus, pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
     const scope = { pipeline, taskId, traceparent: existing ? traceOf(existing.snapshot) : newTraceparent() };
     const usage = existing?.usage ?? emptyUsage();
     const durationMs = existing ? Math.max(0, clock.now() - Date.parse(existing.createdAt)) : 0;
     const final = failureEvent(scope, 'max_deliveries', message, usage, durationMs);
+    // A token of this ending's own: a run that still thinks it owns the task finds another's and stops.
+    const runner = randomUUID();
     const ended: WorkflowRecord = existing
-      ? { ...existing, status: 'failed', state: 'failed', updatedAt: now(), final }
+      ? { ...existing, status: 'failed', state: 'failed', updatedAt: now(), final, runner }
       : {
           taskId,
           pipeline,
@@ -153,11 +157,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           createdAt: now(),
           updatedAt: now(),
           final,
+          runner,
         };
-    await throughOutages(() => store.put(taskId, ended)).catch((error: unknown) =>
-      logger.error({ err: error, taskId }, 'cannot record that the task was given up on'),
-    );
+    // Only over the record as read: if another coordinator wrote it since, it runs the task, and this leaves it be.
+    const written = await throughOutages(() =>
+      entry ? store.update(taskId, ended, entry.revision) : store.create(taskId, ended),
+    ).catch((error: unknown) => {
+      logger.error({ err: error, taskId }, 'cannot record that the task was given up on');
+      return undefined;
+    });
+    if (written === undefined) {
+      delivery.nak(HAND_BACK_DELAY_MS);
+      return;
+    }
     logger.error({ taskId, deliveries: stalls }, message);
+    await deadLetter(bus, pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
     await conclude(taskId, delivery, final, 'term');
   }
 
@@ -192,21 +206,27 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     final: TroupeEvent,
     settle: 'ack' | 'term' = 'ack',
   ): Promise<void> {
+    // Kept alive meanwhile: the wait for the event, and closing requests, can outlast a short ack wait.
     delivery.working();
-    const stored = publishSafely(taskId, () => final);
-    const outcome = await Promise.race([stored, sleep(FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const)]);
-    if (outcome === 'timeout') {
-      logger.warn(
-        { taskId },
-        `the final event of task ${taskId} is not stored yet; its message is left to be delivered again`,
-      );
-      return;
+    const keepAlive = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
+    try {
+      const stored = publishSafely(taskId, () => final);
+      const outcome = await Promise.race([stored, sleep(FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const)]);
+      if (outcome === 'timeout') {
+        logger.warn(
+          { taskId },
+          `the final event of task ${taskId} is not stored yet; its message is left to be delivered again`,
+        );
+        return;
+      }
+      // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
+      if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
+      await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
+      if (settle === 'term') delivery.term();
+      else delivery.ack();
+    } finally {
+      clearInterval(keepAlive);
     }
-    // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
-    if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
-    await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
-    if (settle === 'term') delivery.term();
-    else delivery.ack();
   }
 
   async function closeRequests(taskId: string, ending: TaskEnding): Promise<void> {
@@ -275,8 +295,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     if (existing && existing.value.status !== 'running') {
       // Delivered again after the end: the coordinator that ended it may have died before its final event
-      // went out (it is acknowledged only after). Publishing the stored one again is harmless: same id.
+      // went out (it is acknowledged only after). Publishing the stored one again is harmless: same id. So is
+      // storing a dead letter again (same message id), in case that was what the crash cut short.
       const final = existing.value.final;
+      if (final?.kind === 'task.failed' && final.data.reason === 'max_deliveries') {
+        await deadLetter(
+          bus,
+          pipeline,
+          { ...delivery, deliveries: delivery.deliveryCount },
+          {
+            taskId,
+            message: final.data.message,
+          },
+        );
+      }
       if (final) await conclude(taskId, delivery, final);
       else delivery.ack();
       return;
@@ -285,7 +317,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     // never recorded died before its claim: every delivery of it so far made no progress.
     const stalls = existing ? stallsSoFar(existing.value) : delivery.deliveryCount - 1;
     if (stalls >= maxDeliver) {
-      await giveUp(delivery, taskId, existing?.value, stalls);
+      await giveUp(delivery, taskId, existing, stalls);
       return;
     }
     const input: WorkflowInput = {
@@ -358,7 +390,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       );
     }
     if (stopping) {
-      // stop() began while this delivery was being looked up: leave it to the next coordinator.
+      // stop() began while this delivery was being claimed: leave it to the next coordinator, as a hand-back.
+      const claimed = await store.get(taskId).catch(() => undefined);
+      if (claimed?.value.runner === lease.runner) {
+        await store
+          .update(
+            taskId,
+            { ...claimed.value, delivery: { ...lease.delivery, handedBack: true } },
+            claimed.revision,
+          )
+          .catch(() => undefined);
+      }
       delivery.nak(HAND_BACK_DELAY_MS);
       return;
     }
@@ -380,15 +422,24 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     let { revision } = lease;
     let progress = lease.delivery.progress;
     let takenOver = false;
-    let settleEnding: (ending: Ending) => void = () => {};
-    const ended = new Promise<Ending>((resolve) => (settleEnding = resolve));
+    let resolveEnding: (ending: Ending) => void = () => {};
+    const ended = new Promise<Ending>((resolve) => (resolveEnding = resolve));
+    /** How the run ends: the first ending given wins; false for the others. */
+    let ending: Ending | undefined;
+    const settleEnding = (next: Ending): boolean => {
+      if (ending !== undefined) return false;
+      ending = next;
+      resolveEnding(next);
+      return true;
+    };
     const actor = createActor(machine, {
       input,
       ...(run.snapshot === undefined ? {} : { snapshot: run.snapshot as Snapshot<unknown> }),
     });
-    const end = (ending: Ending) => {
-      settleEnding(ending);
+    const end = (next: Ending): boolean => {
+      const won = settleEnding(next);
       actor.stop();
+      return won;
     };
     /** The record as this run writes it: the task, this run's claim and progress, and where the workflow is. */
     const recordOf = (
@@ -427,6 +478,31 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       end({ kind: 'takenOver' });
       return false;
     };
+    /**
+     * Writes the ending of a workflow that completed or failed without its snapshot, when the checkpoint with it
+     * did not land. False when it cannot be written either: the message is then left to be delivered again.
+     */
+    const recordEnding = async (
+      output: WorkflowOutput,
+      event: TroupeEvent,
+      context: { usage: UsageTotals; round: number },
+    ): Promise<boolean> => {
+      const record = recordOf({
+        status: output.status,
+        state: output.status,
+        round: context.round,
+        usage: context.usage,
+        final: event,
+      });
+      const written = await fenced(record).catch((error: unknown) => {
+        logger.error(
+          { err: error, taskId },
+          `cannot record that task ${taskId} ${output.status}; it will run again`,
+        );
+        return false;
+      });
+      return written;
+    };
     /** Writes the record of an ending other than the workflow's own, with its final event; false if taken over. */
     const endRecord = async (
       status: 'failed' | 'cancelled',
@@ -464,11 +540,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     /** The record as this run last wrote it (or is about to). */
     let latest: WorkflowRecord | undefined;
     /** Queued after the writes before it, so the record's revisions follow the workflow's transitions. */
+    /** Whether the record with the final status and event is stored. */
+    let finalWritten = false;
     const write = (record: WorkflowRecord, onFailure: (error: unknown) => void) => {
       latest = record;
       writes = writes
         .then(() => fenced(record))
-        .then(() => undefined)
+        .then((ok) => {
+          if (ok && record.final !== undefined) finalWritten = true;
+        })
         .catch(onFailure);
     };
     const noteActivity = (activity: StepActivity) => {
@@ -546,17 +626,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           ),
         );
       }
-      const ending = await ended;
+      const outcome = await ended;
       await writes;
       // Another coordinator runs the task now: it publishes, acks or hands back; this one leaves it alone.
-      if (takenOver || ending.kind === 'takenOver') return;
+      if (takenOver || outcome.kind === 'takenOver') return;
       // Measured from acceptance, so a resumed task reports its whole life.
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       const context = actor.getSnapshot().context;
-      switch (ending.kind) {
-        case 'done':
-          await conclude(taskId, delivery, final ?? finalEvent(scope, ending.output, durationMs));
+      switch (outcome.kind) {
+        case 'done': {
+          const completed = final ?? finalEvent(scope, outcome.output, durationMs);
+          // The last checkpoint did not land (it was too big, say): the ending is recorded without the snapshot.
+          if (!finalWritten && !(await recordEnding(outcome.output, completed, context))) return;
+          await conclude(taskId, delivery, completed);
           return;
+        }
         case 'stopped':
           await handBack(taskId, delivery, fenced);
           return;
@@ -564,7 +648,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           const cancelled = events.make(
             'task.cancelled',
             scope,
-            { ...(ending.reason ? { reason: ending.reason } : {}), usage: context.usage },
+            { ...(outcome.reason ? { reason: outcome.reason } : {}), usage: context.usage },
             { from: 'user', to: pipeline },
           );
           if (await endRecord('cancelled', cancelled, context)) await conclude(taskId, delivery, cancelled);
@@ -572,8 +656,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         }
         case 'crashed': {
           // A fault of ours or of the task's data, not of the network: retrying would fail again.
-          logger.error({ err: ending.error, taskId }, ending.message);
-          const failed = failureEvent(scope, ending.reason, ending.message, context.usage, durationMs);
+          logger.error({ err: outcome.error, taskId }, outcome.message);
+          const failed = failureEvent(scope, outcome.reason, outcome.message, context.usage, durationMs);
           if (await endRecord('failed', failed, context)) await conclude(taskId, delivery, failed);
           return;
         }
@@ -645,8 +729,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const taskId = delivery.subject.slice(subjects.control('').length);
       const task = running.get(taskId);
       if (!task) return;
-      task.end({ kind: 'cancelled', ...(delivery.value.reason ? { reason: delivery.value.reason } : {}) });
-      delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
+      const cancelled = task.end({
+        kind: 'cancelled',
+        ...(delivery.value.reason ? { reason: delivery.value.reason } : {}),
+      });
+      if (cancelled) delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
+      else {
+        delivery.respond({
+          ok: false,
+          error: { code: 'task_ended', message: `task ${taskId} is ending already; nothing was changed` },
+        } satisfies ErrorReply);
+      }
     },
     { reporter: 'coordinator' },
   );

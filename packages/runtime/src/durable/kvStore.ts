@@ -1,7 +1,7 @@
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import pRetry from 'p-retry';
-import { ZodError, type z } from 'zod';
+import type { z } from 'zod';
 import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
@@ -20,25 +20,31 @@ export function throughOutages<T>(op: () => Promise<T>): Promise<T> {
   });
 }
 
+/** nats.js errors of a slow, lost or restarting server, which a reconnect cures. */
+const OUTAGE_ERRORS = new Set([
+  'TimeoutError',
+  'RequestError',
+  'ConnectionError',
+  'NoRespondersError',
+  'JetStreamNotEnabled',
+  'JetStreamStatusError',
+]);
 /**
- * Whether a failure may pass once NATS is reachable again. Not one: a value that fails its schema or cannot be
- * encoded, a closed connection, or a fault of the code itself (`RangeError`, `TypeError`), which would fail the
- * same way every time.
+ * JetStream API answers that pass: the system is temporarily unavailable (10008), the cluster cannot take the
+ * request now (10009), and the stream is not found (10059), as a restarted server says until it has recovered its
+ * streams.
+ */
+const OUTAGE_API_CODES = new Set([10008, 10009, 10059]);
+
+/**
+ * Whether a failure may pass once NATS is reachable again: a timeout, a lost connection, a server that is
+ * restarting. Anything else (a value over the server's max_payload, one that fails its schema or cannot be
+ * encoded, a closed connection, a fault of the code) would fail the same way every time.
  */
 export function isOutage(error: unknown): boolean {
-  return (
-    !(error instanceof ZodError) &&
-    !(error instanceof RangeError) &&
-    !(error instanceof TypeError) &&
-    !TransportError.is(error, 'closed') &&
-    !TransportError.is(error, 'unencodable') &&
-    !isClosed(error)
-  );
+  if (error instanceof JetStreamApiError) return OUTAGE_API_CODES.has(error.code);
+  return error instanceof Error && OUTAGE_ERRORS.has(error.name);
 }
-
-const isClosed = (error: unknown): boolean =>
-  error instanceof Error &&
-  (error.name === 'ClosedConnectionError' || error.name === 'DrainingConnectionError');
 
 /** An entry read back with the revision it was stored at. */
 export interface KvEntry<T> {
