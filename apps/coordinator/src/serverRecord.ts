@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { link, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join, sep } from 'node:path';
 import { z } from 'zod';
 
 /** What `troupe up` leaves under its home directory so other commands find the server it started. */
@@ -58,34 +58,55 @@ export interface HomeClaim {
 }
 
 /**
- * Makes this process the one `troupe up` of a home, so two never start servers on one store: a lock file created
- * only if absent. A lock left by a `troupe up` that died (kill -9) is taken over, after its nats-server, which
- * outlived it, is stopped. Fails with {@link HomeBusyError} while the holder lives.
+ * Makes this process the one `troupe up` of a home, so two never start servers on one store. The lock file is
+ * written whole under a name of its own and then linked into place, which fails if a lock is there: so whoever
+ * reads it reads it whole, and of two processes only one links. A lock left by a `troupe up` that died (kill -9)
+ * is moved aside by one process (a rename only one can win), which stops the nats-server that outlived it and
+ * then takes the home. Fails with {@link HomeBusyError} while the holder lives.
  */
 export async function claimHome(home: string): Promise<HomeClaim> {
   await mkdir(home, { recursive: true });
   const path = lockFile(home);
-  for (let attempt = 0; ; attempt++) {
+  const mine = `${path}.${process.pid}`;
+  for (let attempt = 0; attempt < 10; attempt++) {
+    await writeLock(mine, { pid: process.pid });
     try {
-      const handle = await open(path, 'wx');
-      await handle.writeFile(`${JSON.stringify({ pid: process.pid } satisfies Lock)}\n`);
-      await handle.close();
+      await link(mine, path);
+      await rm(mine, { force: true });
       break;
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw error;
+      await rm(mine, { force: true });
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
     }
     const holder = await lockIn(home);
     if (holder !== undefined && holder.pid !== process.pid && alive(holder.pid)) {
       throw new HomeBusyError(home, holder.pid, (await recordIn(home))?.url);
     }
-    await stopOrphanedServer(home, holder?.natsPid ?? (await recordIn(home))?.natsPid);
-    await rm(path, { force: true });
+    // Dead (or unreadable, which a whole-written lock never is): move it aside; only one process can.
+    const aside = `${path}.stale.${process.pid}`;
+    try {
+      await rename(path, aside);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw error;
+    }
+    const stale = await readLock(aside);
+    await rm(aside, { force: true });
+    if (stale !== undefined && stale.pid !== process.pid && alive(stale.pid)) {
+      // It came alive between the read and the rename (another process took the home meanwhile): give it back.
+      await link(aside, path).catch(() => undefined);
+      throw new HomeBusyError(home, stale.pid, (await recordIn(home))?.url);
+    }
+    await stopOrphanedServer(home, stale?.natsPid ?? (await recordIn(home))?.natsPid);
+    if (attempt === 9) throw new Error(`cannot take the lock ${path}: it keeps changing`);
   }
   const ours = async () => (await lockIn(home))?.pid === process.pid;
   return {
     async started(natsPid) {
-      if (await ours())
-        await writeFile(path, `${JSON.stringify({ pid: process.pid, natsPid } satisfies Lock)}\n`);
+      if (!(await ours())) return;
+      // Written aside and renamed over the lock: a reader sees the old lock or the new, whole.
+      await writeLock(mine, { pid: process.pid, natsPid });
+      await rename(mine, path);
     },
     async release() {
       if (await ours()) await rm(path, { force: true });
@@ -93,12 +114,20 @@ export async function claimHome(home: string): Promise<HomeClaim> {
   };
 }
 
-async function lockIn(home: string): Promise<Lock | undefined> {
+async function writeLock(path: string, lock: Lock): Promise<void> {
+  await writeFile(path, `${JSON.stringify(lock)}\n`);
+}
+
+async function readLock(path: string): Promise<Lock | undefined> {
   try {
-    return Lock.parse(JSON.parse(await readFile(lockFile(home), 'utf8')));
+    return Lock.parse(JSON.parse(await readFile(path, 'utf8')));
   } catch {
     return undefined;
   }
+}
+
+function lockIn(home: string): Promise<Lock | undefined> {
+  return readLock(lockFile(home));
 }
 
 /**
@@ -111,7 +140,9 @@ async function stopOrphanedServer(home: string, pid: number | undefined): Promis
   const deadline = Date.now() + 5_000;
   while (alive(pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
   if (alive(pid)) process.kill(pid, 'SIGKILL');
-  while (alive(pid)) await new Promise((resolve) => setTimeout(resolve, 20));
+  // A killed process that nobody reaps stays a zombie, alive to kill(0) but harmless: wait a moment, no longer.
+  const killed = Date.now() + 2_000;
+  while (alive(pid) && Date.now() < killed) await new Promise((resolve) => setTimeout(resolve, 20));
   await rm(recordFile(home), { force: true });
 }
 
@@ -119,7 +150,10 @@ async function stopOrphanedServer(home: string, pid: number | undefined): Promis
 function servesStoreOf(pid: number, home: string): boolean {
   try {
     const words = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    return words.some((word) => word.includes('nats-server')) && words.some((word) => word.startsWith(home));
+    return (
+      words.some((word) => word.includes('nats-server')) &&
+      words.some((word) => word.startsWith(`${home}${sep}`))
+    );
   } catch {
     // No /proc (macOS): trust the record, which only this home's `troupe up` writes.
     return process.platform !== 'linux';
