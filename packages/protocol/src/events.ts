@@ -107,6 +107,8 @@ export const EventData = {
     ...CallRef,
     /** The model call (turn of the step) that asked for it; absent in events from before it was added. */
     turn: z.number().int().positive().optional(),
+    /** The call's position among its turn's calls, from 0; absent in events from before it was added. */
+    index: z.number().int().nonnegative().optional(),
     callId: z.string(),
     tool: z.string(),
     arguments: z.string(),
@@ -114,6 +116,8 @@ export const EventData = {
   'tool.progress': z.object({
     ...CallRef,
     turn: z.number().int().positive().optional(),
+    /** The call's position among its turn's calls, from 0; absent in events from before it was added. */
+    index: z.number().int().nonnegative().optional(),
     callId: z.string(),
     tool: z.string(),
     /** Position of this update among the call's, from 0. */
@@ -125,6 +129,8 @@ export const EventData = {
   'tool.result': z.object({
     ...CallRef,
     turn: z.number().int().positive().optional(),
+    /** The call's position among its turn's calls, from 0; absent in events from before it was added. */
+    index: z.number().int().nonnegative().optional(),
     callId: z.string(),
     tool: z.string(),
     ok: z.boolean(),

@@ -1,4 +1,10 @@
-import { type ControlReceipt, type ControlRefusal, type ErrorReply, subjects } from '@troupe/protocol';
+import {
+  type ControlReceipt,
+  type ControlRefusal,
+  type ErrorReply,
+  isTaskId,
+  subjects,
+} from '@troupe/protocol';
 import { type BusSubscription, describeEnding, type NatsBus, throughOutages } from '@troupe/runtime';
 import type { WorkflowStore } from '../workflow/pipelineRunner.ts';
 import { endingOfRecord, type WorkflowRecord } from '../workflow/workflowRecord.ts';
@@ -29,6 +35,8 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
     async (delivery) => {
       if (delivery.reply === undefined) return;
       const taskId = delivery.subject.slice(subjects.control('').length);
+      // Not a task id (the subject's token can be anything): no task has it, and no lookup is needed to say so.
+      if (!isTaskId(taskId)) return delivery.respond(refusal('unknown_task', `no task ${taskId} is known`));
       if (options.runsHere(taskId)) return;
       const first = await record(taskId);
       if (first === undefined) return delivery.respond(refusal('unknown_task', `no task ${taskId} is known`));

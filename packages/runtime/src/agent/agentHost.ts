@@ -2,7 +2,6 @@ import type { ModelResponse } from '@troupe/llm';
 import {
   type AgentStepReply,
   AgentStepRequest,
-  ControlMessage,
   FINAL_EVENT_KINDS,
   parseMessage,
   type StepHeartbeat,
@@ -142,6 +141,13 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     const subject = subjects.agent(pipeline, agent.name);
     const serve = (delivery: Delivery<AgentStepRequest>): void => {
       const request = delivery.value;
+      // A step that waited for an earlier run to unwind may come back after stop(): it goes to another worker.
+      if (stopping) {
+        delivery.respond(
+          failedReply(request.stepId, 'worker_stopped', `the worker serving ${agent.name} is stopping`),
+        );
+        return;
+      }
       if (request.pipeline !== pipeline || request.agent !== agent.name) {
         delivery.respond(
           failedReply(
@@ -257,15 +263,9 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       run.abort.abort(new TaskEndedError(taskId, ending));
     }
   };
-  // A cancelled task's steps stop here too, wherever its workflow runs; the coordinator answers the cancel.
-  subscriptions.push(
-    // Read as text: a malformed control message is the coordinator's to report, not every host's.
-    bus.subscribeText(subjects.allControl, (delivery) => {
-      if (!parseMessage(ControlMessage, delivery.value).ok) return;
-      endTask(delivery.subject.slice(subjects.control('').length), { status: 'cancelled' });
-    }),
-  );
-  // So do the steps of a task that ended any other way (failed on a timeout, a budget, another step's error).
+  // A task's steps stop here on its final event, wherever its workflow runs: completed, failed (a timeout, a
+  // budget, another step's error) or cancelled. Not on a cancel request itself: when no coordinator runs the task,
+  // the request changes nothing, and neither may its steps.
   for (const kind of FINAL_EVENT_KINDS) {
     subscriptions.push(
       bus.subscribeText(subjects.event(pipeline, '*', kind), (delivery) => {

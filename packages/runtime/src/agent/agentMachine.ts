@@ -137,8 +137,8 @@ export type AgentEmitted =
   | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
   | ({ type: 'llm.response'; turn: number } & ModelCallResult)
   | { type: 'llm.error'; turn: number; code: string; message: string }
-  | { type: 'tool.call'; turn: number; callId: string; tool: string; arguments: string }
-  | ({ type: 'tool.result'; turn: number } & ToolRunResult);
+  | { type: 'tool.call'; turn: number; index: number; callId: string; tool: string; arguments: string }
+  | ({ type: 'tool.result'; turn: number; index: number } & ToolRunResult);
 
 /** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
 const stopWhenBudgetSpent = {
@@ -456,10 +456,11 @@ export const agentMachine = setup({
     },
     acting: {
       entry: enqueueActions(({ context, enqueue }) => {
-        for (const call of context.pendingCalls) {
+        for (const [index, call] of context.pendingCalls.entries()) {
           enqueue.emit({
             type: 'tool.call',
             turn: context.turn,
+            index,
             callId: call.id,
             tool: call.name,
             arguments: call.arguments,
@@ -510,8 +511,8 @@ export const agentMachine = setup({
           actions: [
             { type: 'recordToolResults', params: ({ event }) => event.output },
             enqueueActions(({ context, event, enqueue }) => {
-              for (const result of event.output)
-                enqueue.emit({ type: 'tool.result', turn: context.turn, ...result });
+              for (const [index, result] of event.output.entries())
+                enqueue.emit({ type: 'tool.result', turn: context.turn, index, ...result });
             }),
           ],
         },

@@ -100,7 +100,8 @@ export async function runAgentStep(
     if (output === undefined) {
       // A stopped actor has no output: aborted, or out of time; report what it had spent by then.
       const spent = running.getSnapshot().context;
-      if (outOfTime()) {
+      // Stopped by the budget's timer (read from the stop's reason, not the clock, which may read a hair early).
+      if (outOfTime() || (stopped.signal.reason as Error | undefined)?.name === 'BudgetExceeded') {
         return abortedReply(request.stepId, spent, {
           code: 'budget_exceeded',
           message: timeBudgetMessage(request),
@@ -291,8 +292,8 @@ async function startActor(
   const human = deps.human;
   /** The journal key of each tool call of the turn being run, for the questions its calls ask. */
   const callKeys = new Map<string, string>();
-  /** The turn each tool call was asked for in, for its progress events. */
-  const callTurns = new Map<string, number>();
+  /** The turn each tool call was asked for in, and its position in it, for its progress events. */
+  const callTurns = new Map<string, { turn: number; index: number }>();
   /** This run of the step, as the journal knows its claims. */
   const run = randomUUID();
   const humanScope: HumanScope = {
@@ -317,7 +318,7 @@ async function startActor(
             {
               agent: agent.name,
               stepId: request.stepId,
-              turn: callTurns.get(callId),
+              ...callTurns.get(callId),
               callId,
               tool,
               ...update,
@@ -381,7 +382,7 @@ async function startActor(
           input.calls.map((call, index) => {
             const key = StepJournal.toolKey(request.stepId, input.turn, index);
             callKeys.set(call.id, StepJournal.humanKey(key, 'question'));
-            callTurns.set(call.id, input.turn);
+            callTurns.set(call.id, { turn: input.turn, index });
             return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
           }),
         ),
@@ -682,6 +683,7 @@ function toWireEvent(
         {
           ...ref,
           turn: emitted.turn,
+          index: emitted.index,
           callId: emitted.callId,
           tool: emitted.tool,
           arguments: preview(emitted.arguments),

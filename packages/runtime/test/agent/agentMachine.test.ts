@@ -198,13 +198,14 @@ describe('agentMachine: tool calls', () => {
     expect(emitted[2]).toEqual({
       type: 'tool.call',
       turn: 1,
+      index: 0,
       callId: 'c1',
       tool: 'write_file',
       arguments: calls[0]?.arguments,
     });
-    expect(emitted[3]).toMatchObject({ type: 'tool.call', callId: 'c2' });
-    expect(emitted[4]).toEqual({ type: 'tool.result', turn: 1, ...result('c1') });
-    expect(emitted[5]).toEqual({ type: 'tool.result', turn: 1, ...result('c2', false) });
+    expect(emitted[3]).toMatchObject({ type: 'tool.call', index: 1, callId: 'c2' });
+    expect(emitted[4]).toEqual({ type: 'tool.result', turn: 1, index: 0, ...result('c1') });
+    expect(emitted[5]).toEqual({ type: 'tool.result', turn: 1, index: 1, ...result('c2', false) });
     // The second request counts the assistant message and both tool results.
     expect(emitted[6]).toEqual({
       type: 'llm.request',

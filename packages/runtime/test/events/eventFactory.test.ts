@@ -25,7 +25,26 @@ describe('event ids', () => {
     const again = late.make('llm.response', scope, { ...response(2, 'hello'), journaled: true });
     expect(again.id).toBe(first.id);
     expect(again.ts).not.toBe(first.ts);
-    expect(first.id).toBe('t-1:llm.response:t-1.execute.1:2');
+    expect(first.id).toMatch(/^t-1:llm\.response:t-1\.execute\.1:2:[\w-]{16}$/);
+  });
+
+  it('tell apart two different replies to one turn (asked again after one could not be journaled)', () => {
+    expect(eventId('t-1', 'llm.response', response(2, 'first'))).not.toBe(
+      eventId('t-1', 'llm.response', response(2, 'second')),
+    );
+  });
+
+  it('name tool calls by their position, so calls with repeated or missing ids stay apart', () => {
+    const call = (index: number) => ({
+      agent: 'a',
+      stepId: 's',
+      turn: 1,
+      index,
+      callId: '',
+      tool: 'x',
+      arguments: '{}',
+    });
+    expect(eventId('t-1', 'tool.call', call(0))).not.toBe(eventId('t-1', 'tool.call', call(1)));
   });
 
   it('differ between facts: another turn, step, call, attempt or delivery', () => {
