@@ -1,0 +1,127 @@
+/**
+ * The core benchmark: the fixed peer workload (bench/fixtures/core.yaml: planner answers; executor makes one real
+ * tool call, then answers; reviewer approves) in the production configuration — checkpoints, step journal and
+ * events on — against a nats-server it starts, with every task's result checked. Raw NATS request/reply is
+ * measured in the same run, as the floor. One JSON line per figure.
+ *
+ *   npm run bench -- [sequential=200] [concurrent=1000]
+ *
+ * Not yet measured here (see issue 11): 10,000 concurrent and parked tasks, heap per parked task, memory after
+ * 10,000 tasks, and scale across worker processes.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect } from '@nats-io/transport-node';
+import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { startTestNats } from '@troupe/testkit';
+
+const sequential = Number(process.argv[2] ?? 200);
+const concurrent = Number(process.argv[3] ?? 1_000);
+
+const print = (figure: string, value: number, unit: string, extra: Record<string, unknown> = {}) =>
+  console.log(
+    JSON.stringify({ bench: 'core', figure, value: Math.round(value * 1000) / 1000, unit, ...extra }),
+  );
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0;
+
+const nats = await startTestNats();
+const logger = createLogger({ level: 'silent' });
+const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-bench-core-'));
+const client = await connect({ servers: nats.url, name: 'bench-client' });
+
+// The floor: raw request/reply on the same server, one at a time.
+client.subscribe('bench.echo', { callback: (_e, msg) => msg.respond(msg.data) });
+await client.flush();
+const raw: number[] = [];
+for (let i = 0; i < 2_000; i++) {
+  const started = performance.now();
+  await client.request('bench.echo', 'ping', { timeout: 5_000 });
+  raw.push(performance.now() - started);
+}
+raw.sort((a, b) => a - b);
+print('raw NATS request/reply p50', percentile(raw, 0.5), 'ms');
+print('raw NATS request/reply p99', percentile(raw, 0.99), 'ms');
+
+const bus = await NatsBus.connect({ servers: nats.url, name: 'bench-coordinator', logger });
+const registry = builtinTools();
+const pipeline = await loadPipeline(join(import.meta.dirname, 'fixtures', 'core.yaml'), {
+  toolNames: registry.names(),
+});
+const coordinator = await startCoordinator({
+  bus,
+  pipelines: [pipeline],
+  logger,
+  workspaceRoot,
+  registry,
+  concurrency: Math.max(16, concurrent),
+});
+
+const ended = new Map<string, { at: number; ok: boolean }>();
+const waiting = new Map<string, () => void>();
+client.subscribe(subjects.allTaskEvents, {
+  callback: (_e, msg) => {
+    const parsed = parseMessage(TroupeEvent, msg.data);
+    if (!parsed.ok || !FINAL_EVENT_KINDS.includes(parsed.value.kind)) return;
+    const event = parsed.value;
+    const ok =
+      event.kind === 'task.completed' &&
+      event.data.approved === true &&
+      event.data.output === 'Wrote out.txt.';
+    ended.set(event.taskId, { at: performance.now(), ok });
+    waiting.get(event.taskId)?.();
+  },
+});
+await client.flush();
+
+const submit = (id: string) =>
+  client.publish(subjects.task('core'), JSON.stringify({ id, goal: 'write out.txt' }));
+const endOf = (id: string) =>
+  new Promise<void>((resolve) => {
+    if (ended.has(id)) resolve();
+    else waiting.set(id, resolve);
+  });
+
+// Warm up: code paths compiled, streams and consumers in place.
+for (let i = 0; i < 20; i++) {
+  submit(`warm-${i}`);
+  await endOf(`warm-${i}`);
+}
+
+const latencies: number[] = [];
+const sequentialStart = performance.now();
+for (let i = 0; i < sequential; i++) {
+  const id = `seq-${i}`;
+  const started = performance.now();
+  submit(id);
+  await endOf(id);
+  latencies.push(performance.now() - started);
+}
+const sequentialMs = performance.now() - sequentialStart;
+latencies.sort((a, b) => a - b);
+print('sequential task p50', percentile(latencies, 0.5), 'ms', { tasks: sequential });
+print('sequential task p99', percentile(latencies, 0.99), 'ms', { tasks: sequential });
+print('sequential tasks per second', sequential / (sequentialMs / 1000), 'tasks/s');
+
+const concurrentStart = performance.now();
+const ids = Array.from({ length: concurrent }, (_, i) => `conc-${i}`);
+for (const id of ids) submit(id);
+await client.flush();
+await Promise.all(ids.map(endOf));
+const concurrentMs = performance.now() - concurrentStart;
+print(`${concurrent} concurrent tasks, wall time`, concurrentMs / 1000, 's');
+print(`${concurrent} concurrent tasks per second`, concurrent / (concurrentMs / 1000), 'tasks/s');
+
+const failed = [...ended].filter(([id, end]) => !id.startsWith('warm') && !end.ok).map(([id]) => id);
+print('tasks with a wrong result', failed.length, 'tasks');
+print('heap used at the end', process.memoryUsage().heapUsed / 1024 / 1024, 'MiB');
+
+await client.close();
+await coordinator.stop();
+await bus.close();
+await nats.stop();
+await rm(workspaceRoot, { recursive: true, force: true });
+if (failed.length > 0) process.exitCode = 1;
