@@ -3,6 +3,7 @@ import { TEST_MCP_STDIO_SERVER } from '@troupe/testkit';
 import { createLogger, type Logger } from '../../src/logging/index.ts';
 import type { McpStdioServerConfig } from '../../src/mcp/mcpConfig.ts';
 import type { RestartClock } from '../../src/mcp/mcpServerConnection.ts';
+import { connectMcpServers, type McpConnections } from '../../src/mcp/mcpToolSource.ts';
 import type { Tool } from '../../src/tools/tool.ts';
 import { type ToolCallResult, ToolExecutor } from '../../src/tools/toolExecutor.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
@@ -121,5 +122,21 @@ export function manualClock(): ManualClock {
     advance(ms) {
       now += ms;
     },
+  };
+}
+
+/**
+ * `connect` opens MCP connections for a test and remembers them; `closeAll` (in `afterEach`) closes them, so no
+ * server process outlives its test.
+ */
+export function trackedConnections() {
+  const open: McpConnections[] = [];
+  return {
+    async connect(...args: Parameters<typeof connectMcpServers>): Promise<McpConnections> {
+      const connections = await connectMcpServers(...args);
+      open.push(connections);
+      return connections;
+    },
+    closeAll: () => Promise.all(open.splice(0).map((connections) => connections.close())),
   };
 }

@@ -3,7 +3,6 @@ import { rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { connectMcpServers, type McpConnections } from '../../src/mcp/mcpToolSource.ts';
 import {
   call,
   captureLogger,
@@ -12,21 +11,16 @@ import {
   manualClock,
   processExists,
   stdioServer,
+  trackedConnections,
 } from './mcpFixture.ts';
 
-const open: McpConnections[] = [];
+const { connect, closeAll } = trackedConnections();
 const markers: string[] = [];
 // Starting node with tsx takes seconds on a loaded machine.
 const slow = { timeout: 20_000 };
 
-async function connect(...args: Parameters<typeof connectMcpServers>): Promise<McpConnections> {
-  const connections = await connectMcpServers(...args);
-  open.push(connections);
-  return connections;
-}
-
 afterEach(async () => {
-  await Promise.all(open.splice(0).map((connections) => connections.close()));
+  await closeAll();
   await Promise.all(markers.splice(0).map((marker) => rm(marker, { force: true })));
 });
 

@@ -1,19 +1,21 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${VAR} placeholders are the config syntax under test.
 import { afterEach, describe, expect, it } from 'vitest';
 import { McpServerError } from '../../src/mcp/mcpServerError.ts';
-import { connectMcpServers, type McpConnections } from '../../src/mcp/mcpToolSource.ts';
-import { call, captureLogger, executorFor, processExists, rejectionOf, stdioServer } from './mcpFixture.ts';
+import { connectMcpServers, } from '../../src/mcp/mcpToolSource.ts';
+import {
+  call,
+  captureLogger,
+  executorFor,
+  processExists,
+  rejectionOf,
+  stdioServer,
+  trackedConnections,
+} from './mcpFixture.ts';
 
-const open: McpConnections[] = [];
-
-async function connect(...args: Parameters<typeof connectMcpServers>): Promise<McpConnections> {
-  const connections = await connectMcpServers(...args);
-  open.push(connections);
-  return connections;
-}
+const { connect, closeAll } = trackedConnections();
 
 afterEach(async () => {
-  await Promise.all(open.splice(0).map((connections) => connections.close()));
+  await closeAll();
   delete process.env.TROUPE_MCP_SECRET;
   delete process.env.TROUPE_MCP_GREETING;
 });
