@@ -1,7 +1,7 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${VAR} placeholders are the config syntax under test.
 import { afterEach, describe, expect, it } from 'vitest';
 import { McpServerError } from '../../src/mcp/mcpServerError.ts';
-import { connectMcpServers, } from '../../src/mcp/mcpToolSource.ts';
+import { connectMcpServers } from '../../src/mcp/mcpToolSource.ts';
 import {
   call,
   captureLogger,
