@@ -52,6 +52,8 @@ export interface CliProcess {
   waitFor(pattern: RegExp, timeoutMs?: number): Promise<void>;
   /** Sends a signal and resolves with the exit code. */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** Resolves with the exit code once the process has ended by itself. */
+  exited(): Promise<number | null>;
 }
 
 export function startTroupe(args: string[], env = cliEnv(), cwd = repoRoot): CliProcess {
@@ -91,5 +93,6 @@ export function startTroupe(args: string[], env = cliEnv(), cwd = repoRoot): Cli
       if (child.exitCode === null) child.kill(signal);
       return exited;
     },
+    exited: () => exited,
   };
 }
