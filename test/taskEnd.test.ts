@@ -49,13 +49,16 @@ describe('a task that ends', () => {
     expect(final.data.message).toMatch(/nobody decided approval ap-\S+ within the step timeout \(3 s\)/);
     const asked = ofKind(h.eventsOf('insist-1'), 'approval.requested').length;
     expect(asked).toBeGreaterThan(1);
-    // The approval the step waited on when it ran out of time was closed, saying so.
+    // The approval the step waited on when it ran out of time was closed, saying why: the agent host's own timer
+    // ran out, or (on a loaded machine, when the host got the step late) the task ended first.
     await expect
       .poll(() => ofKind(h.eventsOf('insist-1'), 'approval.decided').at(-1)?.data)
       .toMatchObject({
         decision: 'deny',
         expired: true,
-        reason: 'closed before anyone decided: the step ran out of time',
+        reason: expect.stringMatching(
+          /^closed before anyone decided: (the step ran out of time|task insist-1 has ended: failed \(approval_timeout\))$/,
+        ),
       });
     // Past the point where a step left running would have asked again (every second), nothing more is asked.
     const after = Date.now() + 2_500;
