@@ -1,5 +1,7 @@
-import { stat } from 'node:fs/promises';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,
@@ -8,30 +10,74 @@ import {
   kinds,
   publishTask,
   startHarness,
+  waitUntil,
 } from './support/harness.ts';
 import { seededRandom } from './support/seed.ts';
 
 describe('faults that must not outlive their task or take the process down', () => {
   let h: Harness;
+  let model: FakeModelServer;
+  let dir: string;
+  const lines: string[] = [];
 
   beforeAll(async () => {
-    h = await startHarness([
-      fixturePath('timeboxed.yaml'),
-      fixturePath('garbled.yaml'),
-      fixturePath('slow.yaml'),
-    ]);
+    model = await startFakeOpenAI();
+    dir = await mkdtemp(join(tmpdir(), 'troupe-robustness-'));
+    // A step whose model answers after the step timeout, with a tool call that would write a file.
+    const timeboxed = join(dir, 'timeboxed.yaml');
+    await writeFile(
+      timeboxed,
+      `version: 1
+name: timeboxed
+models:
+  gpt: { provider: openai, model: gpt-5-mini, baseURL: "${model.baseURL}" }
+defaults: { model: gpt, stepTimeout: 1 }
+agents:
+  writer: { instructions: Write late., tools: [write_file] }
+flow:
+  - { id: write, kind: agent, agent: writer }
+`,
+    );
+    h = await startHarness([timeboxed, fixturePath('garbled.yaml'), fixturePath('slow.yaml')], {
+      env: { OPENAI_API_KEY: 'sk-test-robustness' },
+      logLines: lines,
+    });
   });
   afterAll(async () => {
     await h?.stop();
+    await model?.stop();
+    await rm(dir, { recursive: true, force: true });
   });
 
   it('stops an agent whose step timed out: nothing it would have done afterwards happens', async () => {
+    model.enqueue(
+      {
+        kind: 'message',
+        toolCalls: [
+          { name: 'write_file', arguments: JSON.stringify({ path: 'too-late.md', content: 'late' }) },
+        ],
+        delayMs: 1_500,
+      },
+      { kind: 'message', content: 'wrote it' },
+    );
     publishTask(h, 'timeboxed', { id: 'late-1', goal: 'write late' });
     const final = await h.finalOf('late-1');
     expect(final.kind).toBe('task.failed');
     expect(final.kind === 'task.failed' && final.data.message).toContain('within the step timeout');
-    // The model's reply was due 0.5 s after the timeout; wait past it.
-    await new Promise((r) => setTimeout(r, 1_500));
+    // The model's answer was due 0.5 s after the timeout. The agent hung up on it, so it can never come; and its
+    // host answered the workflow, which it does once the agent's run is over.
+    await waitUntil(() => model.abandoned.length === 1, 'the model call to be cancelled');
+    await waitUntil(
+      () =>
+        lines.some(
+          (l) =>
+            l.includes('"taskId":"late-1"') &&
+            l.includes('"kind":"agent.reply"') &&
+            l.includes('"dir":"out"'),
+        ),
+      "the host's answer for the stopped step",
+    );
+    expect(model.requests).toHaveLength(1);
     expect(kinds(h.eventsOf('late-1'))).not.toContain('tool.result');
     await expect(stat(join(h.workspaceRoot, 'timeboxed', 'late-1', 'too-late.md'))).rejects.toThrow();
   });

@@ -49,6 +49,8 @@ export interface FakeModelServer {
   baseURL: string;
   /** Every request received, in arrival order, recorded before it is answered. */
   requests: RecordedRequest[];
+  /** Requests whose connection closed before their answer was sent (the client cancelled the call, or `stop`), in order. */
+  abandoned: RecordedRequest[];
   /** Appends replies; each request consumes the next one, in order. When none is left: HTTP 500 with a protocol error body saying "fake server: no scripted reply left". */
   enqueue(...replies: FakeReply[]): void;
   /** Closes the server, cutting hanging and delayed requests. */
@@ -118,6 +120,7 @@ export async function startFakeModelServer(
 ): Promise<FakeModelServer> {
   const queue: FakeReply[] = [...(options.replies ?? [])];
   const requests: RecordedRequest[] = [];
+  const abandoned: RecordedRequest[] = [];
   const sockets = new Set<Socket>();
   const timers = new Set<NodeJS.Timeout>();
   let counter = 0;
@@ -142,6 +145,9 @@ export async function startFakeModelServer(
       body: parseJson(raw),
     };
     requests.push(request);
+    res.once('close', () => {
+      if (!res.writableFinished) abandoned.push(request);
+    });
     const requestId = nextId('req_');
     const sendError = (reply: FakeErrorReply) => writeError(res, protocol, reply, requestId);
 
@@ -223,6 +229,7 @@ export async function startFakeModelServer(
   return {
     baseURL: `http://127.0.0.1:${port}${protocol.basePath}`,
     requests,
+    abandoned,
     enqueue(...replies) {
       queue.push(...replies);
     },
