@@ -2,7 +2,14 @@ import { WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventOf, fixturePath, type Harness, publishTask, startHarness } from './support/harness.ts';
+import {
+  eventOf,
+  fixturePath,
+  type Harness,
+  publishTask,
+  startHarness,
+  waitUntil,
+} from './support/harness.ts';
 
 describe('a coordinator whose task was taken over', () => {
   let h: Harness;
@@ -26,17 +33,12 @@ describe('a coordinator whose task was taken over', () => {
     await store.put('fenced-1', { ...record.value, runner: 'another-coordinator' });
 
     // The plan step ends (1.5 s); writing its checkpoint, this coordinator finds the record is not its own.
-    await new Promise<void>((resolve, reject) => {
-      const deadline = Date.now() + 10_000;
-      const check = () => {
-        if (logLines.some((l) => l.includes('task fenced-1 was taken over by another coordinator')))
-          resolve();
-        else if (Date.now() > deadline) reject(new Error('no takeover logged'));
-        else setTimeout(check, 50);
-      };
-      check();
-    });
-    await new Promise((r) => setTimeout(r, 2_000));
+    await waitUntil(
+      () => logLines.some((l) => l.includes('task fenced-1 was taken over by another coordinator')),
+      'the takeover to be logged',
+    );
+    // Its run of the task is over: its workflow actor is stopped, so nothing more of the task comes from here.
+    await waitUntil(() => !h.coordinator.running().includes('fenced-1'), 'the run to end');
     const events = h.eventsOf('fenced-1');
     const kinds = events.map((e) => e.kind);
     // The transition it was checkpointing may have begun the next step, but the workflow went no further:

@@ -8,18 +8,27 @@ import { claimHome, HomeBusyError } from '../src/serverRecord.ts';
 const root = join(import.meta.dirname, '..', '..', '..');
 const serverRecord = join(import.meta.dirname, '..', 'src', 'serverRecord.ts');
 
-/** A process that tries to claim the home when told to go, says how it went, and holds a claim for a moment. */
+/**
+ * A process that lives through every round. Told `<home> <at>`, it tries to claim that home at that moment and says
+ * how it went; a claim it wins it holds until told `release` (so every other claimer meets a live holder).
+ */
 const CLAIMER = `
+import { createInterface } from 'node:readline';
 import { claimHome } from ${JSON.stringify(serverRecord)};
-const home = process.argv[1];
-process.stdin.once('data', async (data) => {
+let held;
+createInterface({ input: process.stdin }).on('line', async (line) => {
+  if (line === 'release') {
+    await held?.release();
+    held = undefined;
+    console.log('released');
+    return;
+  }
   // Every claimer starts at the same moment, to the millisecond: told when, each waits for it on a busy loop.
-  const at = Number(String(data).trim());
-  while (Date.now() < at) {}
+  const [home, at] = line.split(' ');
+  while (Date.now() < Number(at)) {}
   try {
-    const claim = await claimHome(home);
+    held = await claimHome(home);
     console.log('claimed');
-    setTimeout(() => claim.release(), 1500);
   } catch (error) {
     console.log(error.name === 'HomeBusyError' ? 'busy' : 'error ' + error.message);
   }
@@ -27,22 +36,44 @@ process.stdin.once('data', async (data) => {
 console.log('ready');
 `;
 
-function claimer(home: string) {
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', CLAIMER, home], {
+function claimer() {
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', CLAIMER], {
     cwd: root,
     stdio: ['pipe', 'pipe', 'inherit'],
   });
-  let out = '';
-  const ready = new Promise<void>((resolve) => {
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes('ready')) resolve();
-    });
+  const said: string[] = [];
+  let rest = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    const lines = (rest + chunk.toString()).split('\n');
+    rest = lines.pop() ?? '';
+    said.push(...lines);
   });
-  const done = new Promise<string>((resolve) =>
-    child.on('exit', () => resolve(out.replace('ready\n', '').trim())),
-  );
-  return { ready, go: (at: number) => child.stdin.end(`${at}\n`), done };
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  /** The next thing it says after what it has said so far. */
+  const next = async () => {
+    const before = said.length;
+    await expect.poll(() => said.length, { timeout: 20_000 }).toBeGreaterThan(before);
+    return said[before];
+  };
+  return {
+    ready: expect.poll(() => said.includes('ready'), { timeout: 20_000 }).toBe(true),
+    /** Tries to claim `home` at `at`; what it said of its claim. */
+    claim: (home: string, at: number) => {
+      const answer = next();
+      child.stdin.write(`${home} ${at}\n`);
+      return answer;
+    },
+    /** Lets go of a claim it holds. */
+    release: () => {
+      const answer = next();
+      child.stdin.write('release\n');
+      return answer;
+    },
+    end: () => {
+      child.stdin.end();
+      return exited;
+    },
+  };
 }
 
 describe('claimHome', () => {
@@ -52,15 +83,19 @@ describe('claimHome', () => {
   });
 
   it('lets exactly one of several processes that try at the same moment claim a home', async () => {
-    for (let round = 0; round < 5; round++) {
-      home = await mkdtemp(join(tmpdir(), 'troupe-claim-'));
-      const claimers = Array.from({ length: 4 }, () => claimer(home));
+    const claimers = Array.from({ length: 6 }, () => claimer());
+    try {
       await Promise.all(claimers.map((c) => c.ready));
-      const at = Date.now() + 300;
-      for (const c of claimers) c.go(at);
-      const outcomes = (await Promise.all(claimers.map((c) => c.done))).sort();
-      expect(outcomes, `round ${round}`).toEqual(['busy', 'busy', 'busy', 'claimed']);
-      await rm(home, { recursive: true, force: true });
+      for (let round = 0; round < 10; round++) {
+        home = await mkdtemp(join(tmpdir(), 'troupe-claim-'));
+        const at = Date.now() + 300;
+        const outcomes = (await Promise.all(claimers.map((c) => c.claim(home, at)))).sort();
+        expect(outcomes, `round ${round}`).toEqual([...Array(claimers.length - 1).fill('busy'), 'claimed']);
+        await Promise.all(claimers.map((c) => c.release()));
+        await rm(home, { recursive: true, force: true });
+      }
+    } finally {
+      await Promise.all(claimers.map((c) => c.end()));
     }
   }, 60_000);
 
@@ -78,7 +113,10 @@ describe('claimHome', () => {
     await claim.release();
     await expect(readFile(join(home, 'up.lock'), 'utf8')).rejects.toThrow();
 
-    const holder = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 30000)']);
+    // A process that lives until it is killed: the holder of a live lock.
+    const holder = spawn(process.execPath, ['-e', 'process.stdin.resume()'], {
+      stdio: ['pipe', 'ignore', 'ignore'],
+    });
     try {
       await writeFile(join(home, 'up.lock'), `${JSON.stringify({ pid: holder.pid })}\n`);
       await expect(claimHome(home)).rejects.toBeInstanceOf(HomeBusyError);

@@ -10,15 +10,22 @@ import { captureLogger, type LogLine, startServer } from './natsFixture.ts';
 const Reply = z.object({ done: z.literal(true) });
 const Heartbeat = z.strictObject({ heartbeat: z.literal(true) });
 
-/** A responder in another process: heartbeats every 50 ms for 1.5 s, then the reply. */
+/**
+ * A responder in another process: heartbeats every 50 ms for each request, until the test publishes on
+ * `troupe.test.release`; then the reply.
+ */
 const RESPONDER = `
 const { connect } = require('@nats-io/transport-node');
 connect({ servers: process.argv[1] }).then((nc) => {
+  const working = new Set();
   nc.subscribe('troupe.test.slow', {
     callback: (_e, msg) => {
       const beat = setInterval(() => msg.respond(JSON.stringify({ heartbeat: true })), 50);
-      setTimeout(() => { clearInterval(beat); msg.respond(JSON.stringify({ done: true })); }, 1500);
+      working.add(() => { clearInterval(beat); msg.respond(JSON.stringify({ done: true })); });
     },
+  });
+  nc.subscribe('troupe.test.release', {
+    callback: () => { for (const finish of working) finish(); working.clear(); },
   });
   nc.flush().then(() => console.log('ready'));
 });
@@ -62,17 +69,23 @@ describe('requestWithHeartbeats on a busy requester', () => {
     while (Date.now() < until) {
       // busy on purpose
     }
+    bus.connection.publish('troupe.test.release');
     await expect(pending).resolves.toEqual({ done: true });
   });
 
   it('logs the heartbeats at trace and the reply at the message level, from the responder to the workflow', async () => {
     lines.length = 0;
     const step = { taskId: 't-hb', from: 'workflow', to: 'planner', kind: 'agent.step' };
-    await requestWithHeartbeats(bus, 'troupe.test.slow', {}, Reply, Heartbeat, {
+    const pending = requestWithHeartbeats(bus, 'troupe.test.slow', {}, Reply, Heartbeat, {
       timeoutMs: 20_000,
       idleMs: 1_000,
       meta: step,
     });
+    const heard = () =>
+      lines.filter((l) => l.dir === 'in' && l.taskId === 't-hb' && l.kind === 'step.heartbeat');
+    await expect.poll(() => heard().length).toBeGreaterThan(5);
+    bus.connection.publish('troupe.test.release');
+    await pending;
     const received = lines.filter((l) => l.dir === 'in' && l.taskId === 't-hb');
     const heartbeats = received.filter((l) => l.kind === 'step.heartbeat');
     expect(heartbeats.length).toBeGreaterThan(5);
