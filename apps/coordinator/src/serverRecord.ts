@@ -68,7 +68,8 @@ export async function claimHome(home: string): Promise<HomeClaim> {
   await mkdir(home, { recursive: true });
   const path = lockFile(home);
   const mine = `${path}.${process.pid}`;
-  for (let attempt = 0; attempt < 10; attempt++) {
+  for (let attempt = 0; ; attempt++) {
+    if (attempt === 10) throw new Error(`cannot take the lock ${path}: it keeps changing`);
     await writeLock(mine, { pid: process.pid });
     try {
       await link(mine, path);
@@ -91,14 +92,15 @@ export async function claimHome(home: string): Promise<HomeClaim> {
       throw error;
     }
     const stale = await readLock(aside);
-    await rm(aside, { force: true });
     if (stale !== undefined && stale.pid !== process.pid && alive(stale.pid)) {
-      // It came alive between the read and the rename (another process took the home meanwhile): give it back.
+      // Another process took the home between the read and the rename: give its lock back (unless yet another
+      // has linked one in meanwhile), then say whose the home is.
       await link(aside, path).catch(() => undefined);
+      await rm(aside, { force: true });
       throw new HomeBusyError(home, stale.pid, (await recordIn(home))?.url);
     }
+    await rm(aside, { force: true });
     await stopOrphanedServer(home, stale?.natsPid ?? (await recordIn(home))?.natsPid);
-    if (attempt === 9) throw new Error(`cannot take the lock ${path}: it keeps changing`);
   }
   const ours = async () => (await lockIn(home))?.pid === process.pid;
   return {
