@@ -1,4 +1,4 @@
-import { type InvalidMessageEvent, ROOT, subjects, type TroupeEvent } from '@troupe/protocol';
+import { type InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import {
   type BusSubscription,
   type NatsBus,
@@ -7,7 +7,7 @@ import {
   TransportError,
 } from '@troupe/runtime';
 import { CLI_WAIT, CliError } from './server.ts';
-import { watchEvents } from './watch.ts';
+import { eventsSubject, watchEvents } from './watch.ts';
 
 export interface EventFeedOptions {
   taskId?: string;
@@ -87,13 +87,8 @@ async function* storedEvents(
   options: EventFeedOptions,
   since: Date | undefined,
 ): AsyncGenerator<StoredEvent> {
-  const subject = options.taskId
-    ? subjects.taskEvents(options.taskId, options.pipeline)
-    : options.invalid
-      ? subjects.allEvents
-      : options.pipeline
-        ? `${ROOT}.events.${options.pipeline}.*.>`
-        : subjects.allTaskEvents;
+  // Invalid-message reports are stored under `troupe.events._invalid`, outside every task's subject.
+  const subject = !options.taskId && options.invalid ? subjects.allEvents : eventsSubject(options);
   try {
     for await (const stored of readEventHistory(bus, {
       subject,

@@ -10,13 +10,15 @@ export interface WatchOptions {
   onInvalid?(event: InvalidMessageEvent): void;
 }
 
+/** The subject of one task's events, else one pipeline's, else every task's. */
+export function eventsSubject(options: { taskId?: string; pipeline?: string }): string {
+  if (options.taskId) return subjects.taskEvents(options.taskId, options.pipeline);
+  return options.pipeline ? subjects.pipelineEvents(options.pipeline) : subjects.allTaskEvents;
+}
+
 /** Subscribes to the message flow (optionally one task's or one pipeline's) and to invalid-message reports. */
 export function watchEvents(bus: NatsBus, options: WatchOptions): BusSubscription[] {
-  const subject = options.taskId
-    ? subjects.taskEvents(options.taskId, options.pipeline)
-    : options.pipeline
-      ? `troupe.events.${options.pipeline}.*.>`
-      : subjects.allTaskEvents;
+  const subject = eventsSubject(options);
   const subscriptions = [
     bus.subscribe(subject, TroupeEvent, (d) => options.onEvent(d.value), { reporter: 'cli:tail' }),
   ];

@@ -20,6 +20,8 @@ export const subjects = {
   agent: (pipeline: string, agent: string) => `${ROOT}.agents.${pipeline}.${agent}`,
   event: (pipeline: string, taskId: string, kind: string) => `${ROOT}.events.${pipeline}.${taskId}.${kind}`,
   taskEvents: (taskId: string, pipeline = '*') => `${ROOT}.events.${pipeline}.${taskId}.>`,
+  /** Every task's events in one pipeline. */
+  pipelineEvents: (pipeline: string) => `${ROOT}.events.${pipeline}.*.>`,
   allEvents: `${ROOT}.events.>`,
   /** Every task's events, but not `troupe.events._invalid`. */
   allTaskEvents: `${ROOT}.events.*.*.>`,

@@ -10,6 +10,7 @@ describe('subjects', () => {
     expect(subjects.event('demo', 'task-1', 'step.started')).toBe('troupe.events.demo.task-1.step.started');
     expect(subjects.taskEvents('task-1')).toBe('troupe.events.*.task-1.>');
     expect(subjects.taskEvents('task-1', 'demo')).toBe('troupe.events.demo.task-1.>');
+    expect(subjects.pipelineEvents('demo')).toBe('troupe.events.demo.*.>');
     expect(subjects.allEvents).toBe('troupe.events.>');
     expect(subjects.invalid).toBe('troupe.events._invalid');
     expect(subjects.approval('task-1', 'ap-2')).toBe('troupe.approvals.task-1.ap-2');
