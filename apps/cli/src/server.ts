@@ -1,9 +1,15 @@
 import { readServerRecord } from '@troupe/coordinator';
+import { isTaskId } from '@troupe/protocol';
 import { createLogger, type Logger, NatsBus, type UntilReachableOptions } from '@troupe/runtime';
 import { CliError } from './cliError.ts';
 import { natsUrlFromEnv, resolveHome } from './home.ts';
 
 export { CliError };
+
+/** Refuses, with exit code 2, a task id given on the command line that no task can have. */
+export function checkTaskId(taskId: string): void {
+  if (!isTaskId(taskId)) throw new CliError(`"${taskId}" is not a task id (A-Z a-z 0-9 _ -, at most 64)`, 2);
+}
 
 /** A command a person waits for gives up on an unreachable JetStream in seconds, not minutes as services do. */
 export const CLI_WAIT: UntilReachableOptions = { outageMs: 5_000, noJetStreamMs: 2_000 };

@@ -33,20 +33,45 @@ export function watchEvents(bus: NatsBus, options: WatchOptions): BusSubscriptio
   return subscriptions;
 }
 
+export interface FinalTracker {
+  /** Looks at an event of the task; the first final one is kept. */
+  note(event: TroupeEvent): void;
+  /** The final event noted so far, if any. */
+  readonly current: TroupeEvent | undefined;
+  /** Resolves with the first final event noted. */
+  readonly arrived: Promise<TroupeEvent>;
+}
+
+/** Keeps the first final event among those it is shown, for a look now or to wait for. */
+export function finalTracker(): FinalTracker {
+  let current: TroupeEvent | undefined;
+  let resolve: (event: TroupeEvent) => void = () => {};
+  const arrived = new Promise<TroupeEvent>((r) => (resolve = r));
+  return {
+    note: (event) => {
+      if (!FINAL_EVENT_KINDS.includes(event.kind)) return;
+      current ??= event;
+      resolve(event);
+    },
+    get current() {
+      return current;
+    },
+    arrived,
+  };
+}
+
 /** Resolves with a task's final event. */
 export function waitForFinal(bus: NatsBus, taskId: string, onEvent: (event: TroupeEvent) => void) {
-  let subscriptions: BusSubscription[] = [];
-  const final = new Promise<TroupeEvent>((resolve) => {
-    subscriptions = watchEvents(bus, {
-      taskId,
-      onEvent: (event) => {
-        onEvent(event);
-        if (FINAL_EVENT_KINDS.includes(event.kind)) resolve(event);
-      },
-    });
+  const final = finalTracker();
+  const subscriptions = watchEvents(bus, {
+    taskId,
+    onEvent: (event) => {
+      onEvent(event);
+      final.note(event);
+    },
   });
   return {
-    final,
+    final: final.arrived,
     stop: () => {
       for (const s of subscriptions) s.unsubscribe();
     },

@@ -1,9 +1,10 @@
 import type { WorkflowRecord } from '@troupe/coordinator';
-import { FINAL_EVENT_KINDS, isTaskId, type TroupeEvent } from '@troupe/protocol';
+import type { TroupeEvent } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { type EventFeed, openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
-import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
+import { type FinalTracker, finalTracker } from '../watch.ts';
 import { type WorkflowStore, workflowsIfAny } from '../workflowRecords.ts';
 
 export interface LogsOptions extends ServerOptions {
@@ -22,7 +23,7 @@ const FINAL_EVENT_GRACE_MS = 3_000;
  * its live events until it ends, the exit code saying how (0 completed, 1 failed or cancelled).
  */
 export async function logs(taskId: string, options: LogsOptions): Promise<number> {
-  if (!isTaskId(taskId)) throw new CliError(`"${taskId}" is not a task id (A-Z a-z 0-9 _ -, at most 64)`, 2);
+  checkTaskId(taskId);
   exitWhenStdoutCloses();
   const bus = await connectCli(options, 'troupe-logs');
   try {
@@ -31,15 +32,11 @@ export async function logs(taskId: string, options: LogsOptions): Promise<number
     const ended = record !== undefined && record.status !== 'running';
     const color = process.stdout.isTTY && !options.json;
     let printed = 0;
-    let final: TroupeEvent | undefined;
-    let onFinal: (event: TroupeEvent) => void = () => {};
-    const finalArrived = new Promise<TroupeEvent>((resolve) => (onFinal = resolve));
+    const final = finalTracker();
     const print = (event: TroupeEvent) => {
       printed += 1;
       process.stdout.write(`${options.json ? JSON.stringify(event) : formatEvent(event, { color })}\n`);
-      if (!FINAL_EVENT_KINDS.includes(event.kind)) return;
-      final ??= event;
-      onFinal(event);
+      final.note(event);
     };
     const feed = await openEventFeed(bus, {
       taskId,
@@ -52,19 +49,19 @@ export async function logs(taskId: string, options: LogsOptions): Promise<number
       if (printed === 0 && record === undefined)
         throw new CliError(`no task ${taskId} is known on this server`);
       // The record keeps the final event, stored before it is published: show it if the stream missed it.
-      if (final === undefined && ended && record.final) print(record.final);
+      if (final.current === undefined && ended && record.final) print(record.final);
       if (!options.follow) {
-        if (final === undefined && !ended) {
+        if (final.current === undefined && !ended) {
           process.stderr.write(
             `task ${taskId} is still running${record ? ` (at ${record.state}, round ${record.round})` : ''}; \`troupe logs --follow ${taskId}\` follows it to its end\n`,
           );
         }
         return 0;
       }
-      if (final) return exitCodeOf(final.kind);
+      if (final.current) return exitCodeOf(final.current.kind);
       if (ended) return exitCodeOf(record.status);
       process.stderr.write(`following ${taskId} until it finishes\n`);
-      return await untilEnded({ taskId, store, feed, finalArrived, finalSoFar: () => final, print });
+      return await untilEnded({ taskId, store, feed, final, print });
     } finally {
       feed.stop();
     }
@@ -81,8 +78,7 @@ async function untilEnded(follow: {
   taskId: string;
   store: WorkflowStore | undefined;
   feed: EventFeed;
-  finalArrived: Promise<TroupeEvent>;
-  finalSoFar(): TroupeEvent | undefined;
+  final: FinalTracker;
   print(event: TroupeEvent): void;
 }): Promise<number> {
   let onRecordEnded: (record: WorkflowRecord) => void = () => {};
@@ -91,12 +87,12 @@ async function untilEnded(follow: {
     if (entry.value.status !== 'running') onRecordEnded(entry.value);
   });
   try {
-    const first = await Promise.race([follow.finalArrived, recordEnded]);
+    const first = await Promise.race([follow.final.arrived, recordEnded]);
     if ('kind' in first) return exitCodeOf(first.kind);
-    const late = await within(follow.finalArrived, FINAL_EVENT_GRACE_MS);
+    const late = await within(follow.final.arrived, FINAL_EVENT_GRACE_MS);
     if (late) return exitCodeOf(late.kind);
     await follow.feed.catchUp();
-    const caught = follow.finalSoFar();
+    const caught = follow.final.current;
     if (caught) return exitCodeOf(caught.kind);
     if (first.final) follow.print(first.final);
     return exitCodeOf(first.status);

@@ -1,12 +1,13 @@
 import { endingOfRecord, type WorkflowRecord } from '@troupe/coordinator';
-import { FINAL_EVENT_KINDS, isTaskId, type TroupeEvent } from '@troupe/protocol';
+import type { TroupeEvent } from '@troupe/protocol';
 import { describeEnding, endingOf } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { openEventFeed } from '../eventFeed.ts';
 import { eventFilter, parseKinds } from '../eventFilter.ts';
 import { parseDuration } from '../format/duration.ts';
 import { formatEvent, formatInvalid } from '../format/formatEvent.ts';
-import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
+import { finalTracker } from '../watch.ts';
 import { workflowsIfAny } from '../workflowRecords.ts';
 
 export interface TailOptions extends ServerOptions {
@@ -25,8 +26,7 @@ export interface TailOptions extends ServerOptions {
  * of that time first; with `--task`, that task's history first, and it stops when the task has ended.
  */
 export async function tail(options: TailOptions): Promise<number> {
-  if (options.task !== undefined && !isTaskId(options.task))
-    throw new CliError(`"${options.task}" is not a task id (A-Z a-z 0-9 _ -, at most 64)`, 2);
+  if (options.task !== undefined) checkTaskId(options.task);
   const since = options.since === undefined ? undefined : sinceOf(options.since);
   const filter = eventFilter({
     ...(options.agent === undefined ? {} : { agent: options.agent }),
@@ -44,9 +44,7 @@ export async function tail(options: TailOptions): Promise<number> {
     const show = (event: TroupeEvent) => {
       if (filter.event(event)) write(options.json ? JSON.stringify(event) : formatEvent(event, { color }));
     };
-    let final: TroupeEvent | undefined;
-    let onFinal: (event: TroupeEvent) => void = () => {};
-    const finished = new Promise<TroupeEvent>((resolve) => (onFinal = resolve));
+    const final = finalTracker();
     const ended = record !== undefined && record.status !== 'running';
     const feed = await openEventFeed(bus, {
       ...(taskId === undefined ? {} : { taskId }),
@@ -60,9 +58,7 @@ export async function tail(options: TailOptions): Promise<number> {
       signal: stop.signal,
       onEvent: (event) => {
         show(event);
-        if (taskId === undefined || !FINAL_EVENT_KINDS.includes(event.kind)) return;
-        final ??= event;
-        onFinal(event);
+        if (taskId !== undefined) final.note(event);
       },
       onInvalid: (event) => {
         if (options.pipeline && event.pipeline !== options.pipeline) return;
@@ -72,18 +68,19 @@ export async function tail(options: TailOptions): Promise<number> {
     try {
       if (stop.signal.aborted) return 0;
       if (taskId !== undefined && ended) {
-        if (final === undefined && record.final && storedSince(record.final, since)) show(record.final);
+        if (final.current === undefined && record.final && storedSince(record.final, since))
+          show(record.final);
         process.stderr.write(
-          `task ${taskId} has finished: ${outcomeOf(record, final)}; nothing more will come\n`,
+          `task ${taskId} has finished: ${outcomeOf(record, final.current)}; nothing more will come\n`,
         );
         return 0;
       }
-      if (final !== undefined) {
-        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, final)}\n`);
+      if (final.current !== undefined) {
+        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, final.current)}\n`);
         return 0;
       }
       process.stderr.write(`watching ${taskId ? `task ${taskId}` : 'all tasks'}; Ctrl-C to stop\n`);
-      const ending = await Promise.race([stop.received, finished]);
+      const ending = await Promise.race([stop.received, final.arrived]);
       if (ending !== undefined)
         process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, ending)}\n`);
       return 0;
