@@ -25,6 +25,11 @@ export async function workflowsIfAny(bus: NatsBus): Promise<WorkflowStore | unde
   }
 }
 
+/** A task's record in KV `workflows`; undefined when it has none, or no coordinator has run on the server. */
+export async function workflowRecord(bus: NatsBus, taskId: string): Promise<WorkflowRecord | undefined> {
+  return (await (await workflowsIfAny(bus))?.get(taskId))?.value;
+}
+
 /** Reads this many records at once: a server far away answers a thousand tasks in seconds, not minutes. */
 const PARALLEL_READS = 32;
 

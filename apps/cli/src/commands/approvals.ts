@@ -1,5 +1,5 @@
 import { hostname, userInfo } from 'node:os';
-import { endingOfRecord, WorkflowRecord } from '@troupe/coordinator';
+import { endingOfRecord } from '@troupe/coordinator';
 import {
   ApprovalDecision,
   BUCKETS,
@@ -13,6 +13,7 @@ import {
 import { closedByEnding, describeEnding, KvStore, type NatsBus, TransportError } from '@troupe/runtime';
 import type { z } from 'zod';
 import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
+import { workflowsIfAny } from '../workflowRecords.ts';
 
 export interface ApprovalsOptions extends ServerOptions {
   all: boolean;
@@ -168,9 +169,7 @@ function decidedRecord(record: HumanRequest, payload: unknown): HumanRequest {
 
 /** How the task ended, from its record in `workflows`; undefined while it runs (or when nothing is known). */
 async function taskEnding(bus: NatsBus, taskId: string): Promise<TaskEnding | undefined> {
-  const workflows = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT).catch(
-    () => undefined,
-  );
+  const workflows = await workflowsIfAny(bus).catch(() => undefined);
   const record = (await workflows?.get(taskId))?.value;
   return record === undefined ? undefined : endingOfRecord(record);
 }

@@ -8,7 +8,7 @@ import { parseDuration } from '../format/duration.ts';
 import { formatEvent, formatInvalid } from '../format/formatEvent.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
 import { finalTracker } from '../watch.ts';
-import { workflowsIfAny } from '../workflowRecords.ts';
+import { workflowRecord } from '../workflowRecords.ts';
 
 export interface TailOptions extends ServerOptions {
   task?: string;
@@ -38,7 +38,7 @@ export async function tail(options: TailOptions): Promise<number> {
   const stop = interruption();
   try {
     const taskId = options.task;
-    const record = taskId === undefined ? undefined : (await (await workflowsIfAny(bus))?.get(taskId))?.value;
+    const record = taskId === undefined ? undefined : await workflowRecord(bus, taskId);
     const color = process.stdout.isTTY && !options.json;
     const write = (line: string) => process.stdout.write(`${line}\n`);
     const show = (event: TroupeEvent) => {
