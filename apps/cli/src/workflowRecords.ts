@@ -1,26 +1,22 @@
 import { WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS } from '@troupe/protocol';
-import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import type { KvStore, NatsBus } from '@troupe/runtime';
 import type { z } from 'zod';
-import { CLI_WAIT, CliError } from './server.ts';
+import { openIfAny, openOrExplain } from './kvBuckets.ts';
+import { CliError } from './server.ts';
 
 export type WorkflowStore = KvStore<typeof WorkflowRecord>;
 
 /** KV `workflows`; a server no coordinator has used has none, which is said plainly. */
-export async function openWorkflows(bus: NatsBus): Promise<WorkflowStore> {
-  try {
-    return await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT);
-  } catch (error) {
-    throw new CliError(`no Troupe coordinator has run on this server yet (${(error as Error).message})`);
-  }
+export function openWorkflows(bus: NatsBus): Promise<WorkflowStore> {
+  return openOrExplain(bus, BUCKETS.workflows, WorkflowRecord);
 }
 
 /** KV `workflows`, or undefined when no coordinator has run on the server. */
 export async function workflowsIfAny(bus: NatsBus): Promise<WorkflowStore | undefined> {
   try {
-    return await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT);
+    return await openIfAny(bus, BUCKETS.workflows, WorkflowRecord);
   } catch (error) {
-    if (TransportError.is(error, 'bucket_missing')) return undefined;
     throw new CliError((error as Error).message);
   }
 }

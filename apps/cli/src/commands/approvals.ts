@@ -10,9 +10,10 @@ import {
   subjects,
   type TaskEnding,
 } from '@troupe/protocol';
-import { closedByEnding, describeEnding, KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import { closedByEnding, describeEnding, type NatsBus, TransportError } from '@troupe/runtime';
 import type { z } from 'zod';
-import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
+import { openOrExplain } from '../kvBuckets.ts';
+import { CliError, connectCli, type ServerOptions } from '../server.ts';
 import { workflowsIfAny } from '../workflowRecords.ts';
 
 export interface ApprovalsOptions extends ServerOptions {
@@ -24,7 +25,7 @@ export interface ApprovalsOptions extends ServerOptions {
 export async function listApprovals(options: ApprovalsOptions): Promise<number> {
   const bus = await connectCli(options, 'troupe-approvals');
   try {
-    const store = await openStore(bus);
+    const store = await openOrExplain(bus, BUCKETS.approvals, HumanRequest);
     const records: HumanRequest[] = [];
     for (const key of await store.keys()) {
       const entry = await store.get(key);
@@ -92,7 +93,7 @@ async function reply(
 ): Promise<number> {
   const bus = await connectCli(options, 'troupe-decide');
   try {
-    const store = await openStore(bus);
+    const store = await openOrExplain(bus, BUCKETS.approvals, HumanRequest);
     const entry = await store.get(id);
     const record = entry?.value;
     if (!entry || !record)
@@ -172,14 +173,6 @@ async function taskEnding(bus: NatsBus, taskId: string): Promise<TaskEnding | un
   const workflows = await workflowsIfAny(bus).catch(() => undefined);
   const record = (await workflows?.get(taskId))?.value;
   return record === undefined ? undefined : endingOfRecord(record);
-}
-
-async function openStore(bus: NatsBus) {
-  try {
-    return await KvStore.open(bus, BUCKETS.approvals, HumanRequest, CLI_WAIT);
-  } catch (error) {
-    throw new CliError(`no Troupe coordinator has run on this server yet (${(error as Error).message})`);
-  }
 }
 
 const whoAmI = (): string => `${userInfo().username}@${hostname()}`;

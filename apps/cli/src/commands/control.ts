@@ -1,9 +1,10 @@
 import type { WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, ControlReceipt, ControlRefusal, HumanRequest, subjects } from '@troupe/protocol';
-import { KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import { type NatsBus, TransportError } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
-import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
+import { openIfAny } from '../kvBuckets.ts';
+import { CliError, connectCli, type ServerOptions } from '../server.ts';
 import { openWorkflows, readValues, taskDuration } from '../workflowRecords.ts';
 
 export interface CancelOptions extends ServerOptions {
@@ -95,12 +96,6 @@ function line(r: WorkflowRecord, now: number): string {
 
 /** Approvals and questions waiting for a person; none when no coordinator has made the bucket. */
 async function pendingRequests(bus: NatsBus): Promise<HumanRequest[]> {
-  let store: KvStore<typeof HumanRequest>;
-  try {
-    store = await KvStore.open(bus, BUCKETS.approvals, HumanRequest, CLI_WAIT);
-  } catch (error) {
-    if (TransportError.is(error, 'bucket_missing')) return [];
-    throw error;
-  }
-  return (await readValues(store)).filter((request) => request.status === 'pending');
+  const store = await openIfAny(bus, BUCKETS.approvals, HumanRequest);
+  return store ? (await readValues(store)).filter((request) => request.status === 'pending') : [];
 }
