@@ -19,7 +19,7 @@ import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
-import { type PipelineRunner, startPipelineRunner, type WorkflowStore } from './workflow/pipelineRunner.ts';
+import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
 import { WorkflowRecord } from './workflow/workflowRecord.ts';
 
 export interface CoordinatorOptions {
@@ -47,8 +47,6 @@ export interface CoordinatorOptions {
   stepHeartbeatMs?: number;
   registry?: ToolRegistry;
   clock?: Clock;
-  /** Where workflow records are kept; the KV bucket `workflows` by default. */
-  workflowStore?: WorkflowStore;
 }
 
 /** A running coordinator. */
@@ -73,7 +71,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const clock = options.clock ?? systemClock;
   const registry = options.registry ?? builtinTools();
   await ensureTroupeStreams(bus);
-  const store = options.workflowStore ?? (await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord));
+  const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
   const journal = await StepJournal.open(bus);
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);

@@ -2,7 +2,7 @@ export { type AgentService, type AgentServiceOptions, startAgentService } from '
 export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
-export { didYouMean, suggestion } from './config/didYouMean.ts';
+export { suggestion } from './config/didYouMean.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
 export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
 export {
@@ -29,7 +29,6 @@ export {
   type WorkerOptions,
 } from './service.ts';
 export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
-export type { WorkflowStore } from './workflow/pipelineRunner.ts';
 export {
   createStepRunner,
   DEFAULT_STEP_HEARTBEAT_MS,

@@ -32,16 +32,16 @@ import {
   type TaskQueue,
   throughOutages,
 } from '@troupe/runtime';
-import { type Actor, createActor, fromPromise, type Snapshot } from 'xstate';
+import { createActor, fromPromise, type Snapshot } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
-import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
+import { compileFlow } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
 import type { WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
 
-/** Where workflow records live: the KV bucket `workflows` (injected, so tests can put faults in the way). */
-export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update' | 'put'>;
+/** Where workflow records live: the KV bucket `workflows`, as far as the runner uses it. */
+export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update'>;
 
 export interface PipelineRunnerOptions {
   bus: NatsBus;
@@ -95,7 +95,6 @@ type Ending =
 const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 interface RunningTask {
-  actor: Actor<WorkflowMachine>;
   /** Ends the run; the first ending given wins, and only it gets true. */
   end(ending: Ending): boolean;
   /** Records what the current step is doing, for `troupe status`. */
@@ -608,7 +607,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           error,
         }),
     });
-    running.set(taskId, { actor, end, noteActivity });
+    running.set(taskId, { end, noteActivity });
     const heartbeat = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
     try {
       actor.start();
