@@ -1,6 +1,6 @@
-import { type Consumer, JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
+import { type Consumer, JetStreamApiCodes } from '@nats-io/jetstream';
 import { InvalidMessageEvent, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
-import { jetstreamOf } from '../transport/jetstreamSetup.ts';
+import { isApiError, jetstreamOf } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
@@ -83,7 +83,7 @@ async function openReader(bus: NatsBus, options: EventHistoryOptions): Promise<C
       options.wait,
     );
   } catch (cause) {
-    if (!(cause instanceof JetStreamApiError && cause.code === JetStreamApiCodes.StreamNotFound)) throw cause;
+    if (!isApiError(cause, JetStreamApiCodes.StreamNotFound)) throw cause;
     throw new TransportError(
       'stream_missing',
       `the stream ${STREAMS.events} does not exist on this NATS server`,

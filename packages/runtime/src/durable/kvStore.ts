@@ -2,10 +2,15 @@ import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import pRetry from 'p-retry';
 import type { z } from 'zod';
-import { kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
+import { isApiError, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
-import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
+import {
+  CONNECTION_ERRORS,
+  UNREACHABLE_API_CODES,
+  type UntilReachableOptions,
+  untilReachable,
+} from '../transport/untilReachable.ts';
 
 /**
  * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while NATS cannot be reached:
@@ -20,21 +25,21 @@ export function throughOutages<T>(op: () => Promise<T>): Promise<T> {
   });
 }
 
-/** nats.js errors of a slow, lost or restarting server, which a reconnect cures. */
+/**
+ * nats.js errors of a slow, lost or restarting server, which a reconnect cures: those of a slow or lost
+ * connection, and those of a server that does not serve JetStream yet.
+ */
 const OUTAGE_ERRORS = new Set([
-  'TimeoutError',
-  'RequestError',
-  'ConnectionError',
+  ...CONNECTION_ERRORS,
   'NoRespondersError',
   'JetStreamNotEnabled',
   'JetStreamStatusError',
 ]);
 /**
- * JetStream API answers that pass: the system is temporarily unavailable (10008), the cluster cannot take the
- * request now (10009), and the stream is not found (10059), as a restarted server says until it has recovered its
- * streams.
+ * JetStream API answers that pass: those of a system or cluster that cannot take the request now, and the stream
+ * is not found (10059), as a restarted server says until it has recovered its streams.
  */
-const OUTAGE_API_CODES = new Set([10008, 10009, 10059]);
+const OUTAGE_API_CODES = new Set([...UNREACHABLE_API_CODES, JetStreamApiCodes.StreamNotFound]);
 
 /**
  * Whether a failure may pass once NATS is reachable again: a timeout, a lost connection, a server that is
@@ -83,8 +88,7 @@ export class KvStore<S extends z.ZodType> {
       await untilReachable(bus, `KV bucket ${bucket}`, () => kv.status(), wait);
     } catch (cause) {
       // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
-      if (!(cause instanceof JetStreamApiError && cause.code === JetStreamApiCodes.StreamNotFound))
-        throw cause;
+      if (!isApiError(cause, JetStreamApiCodes.StreamNotFound)) throw cause;
       throw new TransportError(
         'bucket_missing',
         `the KV bucket ${bucket} does not exist on this NATS server`,

@@ -192,7 +192,8 @@ function setupFailed(what: string, error: unknown): TransportError {
   });
 }
 
-function isApiError(error: unknown, code: number): boolean {
+/** Whether a failure is the JetStream API's answer with this code (`JetStreamApiCodes`). */
+export function isApiError(error: unknown, code: number): boolean {
   return error instanceof JetStreamApiError && error.code === code;
 }
 

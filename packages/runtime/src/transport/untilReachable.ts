@@ -28,22 +28,31 @@ const BACKOFF = { minTimeout: 250, factor: 2, maxTimeout: 5_000 } as const;
 /** What a failed attempt says: wait for NATS, wait (not long) for JetStream, or give up now. */
 type Failure = 'unreachable' | 'no_jetstream' | 'final';
 
-/** JetStream API answers that mean "not now" rather than "no"; every other API error is final. */
-const API_ERRORS: Readonly<Record<number, Failure>> = {
-  10008: 'unreachable', // JetStream system temporarily unavailable
-  10009: 'unreachable', // JetStream cluster can not handle request
-  10076: 'no_jetstream', // JetStream not enabled
-};
+/**
+ * JetStream API answers that mean "not now" rather than "no": the system is temporarily unavailable (10008), the
+ * cluster cannot handle the request now (10009).
+ */
+export const UNREACHABLE_API_CODES: ReadonlySet<number> = new Set([10008, 10009]);
+/** 10076: JetStream is not enabled. */
+const JETSTREAM_NOT_ENABLED = 10076;
 
 /** NATS client errors of a slow or lost connection, which a reconnect cures. */
-const CONNECTION_ERRORS = new Set(['TimeoutError', 'RequestError', 'ConnectionError']);
+export const CONNECTION_ERRORS: ReadonlySet<string> = new Set([
+  'TimeoutError',
+  'RequestError',
+  'ConnectionError',
+]);
 
 function failureOf(error: unknown): Failure {
   if (!(error instanceof Error)) return 'final';
   // nats.js turns "no responders" on the JetStream API, and the account's "not enabled", into this error; its
   // public module does not export the class.
   if (error.name === 'JetStreamNotEnabled') return 'no_jetstream';
-  if (error instanceof JetStreamApiError) return API_ERRORS[error.code] ?? 'final';
+  if (error instanceof JetStreamApiError) {
+    if (error.code === JETSTREAM_NOT_ENABLED) return 'no_jetstream';
+    // Every other API error is final.
+    return UNREACHABLE_API_CODES.has(error.code) ? 'unreachable' : 'final';
+  }
   return CONNECTION_ERRORS.has(error.name) ? 'unreachable' : 'final';
 }
 
