@@ -269,8 +269,7 @@ async function outOfTimeReply(request: AgentStepRequest, deps: StepDeps): Promis
   const spent = await bestEffort(deps, request, 'read what earlier runs spent', () =>
     deps.journal?.spent(request.stepId),
   );
-  if (!spent) return reply;
-  return { ...reply, usage: { ...spent.usage, costUsd: spent.costUsd, modelCalls: spent.calls } };
+  return spent ? { ...reply, usage: spent } : reply;
 }
 
 function timeBudgetMessage(request: AgentStepRequest): string {

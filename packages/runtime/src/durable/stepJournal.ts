@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { ChatMessage } from '@troupe/llm';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, emptyUsage, sumUsage, type UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
 import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
 import type { ToolCallResult } from '../tools/toolExecutor.ts';
@@ -243,21 +243,15 @@ export class StepJournal {
    * What earlier runs of a step spent on the model, as their recorded replies and summaries say: the usage a
    * step reports when it ends before replaying them (its task ran out of time while nothing ran).
    */
-  async spent(
-    stepId: string,
-  ): Promise<{ usage: z.infer<typeof UsageRecord>; costUsd: number; calls: number }> {
-    const total = { usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0 }, costUsd: 0, calls: 0 };
+  async spent(stepId: string): Promise<UsageTotals> {
+    let total = emptyUsage();
     const keys = await throughOutages(() => this.#store.keys(`${stepId}.>`));
     for (const key of keys.filter((k) => k.endsWith('.model') || /\.c\d+$/.test(k))) {
       const entry = (await this.#get(key))?.value;
       const spent =
         entry?.kind === 'model.reply' ? entry.reply : entry?.kind === 'compaction' ? entry : undefined;
       if (spent === undefined) continue;
-      total.usage.inputTokens += spent.usage.inputTokens;
-      total.usage.outputTokens += spent.usage.outputTokens;
-      total.usage.cachedTokens += spent.usage.cachedTokens;
-      total.costUsd += spent.costUsd;
-      total.calls += 1;
+      total = sumUsage(total, { ...spent.usage, costUsd: spent.costUsd, modelCalls: 1 });
     }
     return total;
   }
