@@ -289,10 +289,18 @@ async function startActor(
   await mkdir(workspace, { recursive: true });
   const scope = scopeOf(request);
   const human = deps.human;
-  /** The journal key of each tool call of the turn being run, for the questions its calls ask. */
-  const callKeys = new Map<string, string>();
-  /** The turn each tool call was asked for in, and its position in it, for its progress events. */
+  /**
+   * The turn each tool call was asked for in, and its position in it, for its progress events and the journal key
+   * of the questions it asks.
+   */
   const callTurns = new Map<string, { turn: number; index: number }>();
+  /** The journal key of the questions a tool call asks; undefined for a call this run has not started. */
+  const questionKey = (callId: string | undefined): string | undefined => {
+    const at = callTurns.get(callId ?? '');
+    return at === undefined
+      ? undefined
+      : StepJournal.humanKey(StepJournal.toolKey(request.stepId, at.turn, at.index), 'question');
+  };
   /** This run of the step, as the journal knows its claims. */
   const run = randomUUID();
   const humanScope: HumanScope = {
@@ -336,7 +344,7 @@ async function startActor(
       ? {
           human: {
             ask: (question, signal, callId) =>
-              askOnce(deps.journal, callKeys.get(callId ?? ''), deps.clock, (options) =>
+              askOnce(deps.journal, questionKey(callId), deps.clock, (options) =>
                 human.ask(question, humanScope, withReason(signal), options),
               ),
           },
@@ -380,7 +388,6 @@ async function startActor(
         Promise.all(
           input.calls.map((call, index) => {
             const key = StepJournal.toolKey(request.stepId, input.turn, index);
-            callKeys.set(call.id, StepJournal.humanKey(key, 'question'));
             callTurns.set(call.id, { turn: input.turn, index });
             return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
           }),
