@@ -48,7 +48,7 @@ export {
   type TaskQueueOptions,
   taskConsumerName,
 } from './durable/taskQueue.ts';
-export { type Clock, type IdGenerator, newTraceparent, randomId, systemClock } from './events/clock.ts';
+export { type Clock, newTraceparent, systemClock } from './events/clock.ts';
 export {
   EventFactory,
   type EventRoute,

@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 
 /** Time, injected so machines and hosts are tested with a controlled clock. */
 export interface Clock {
@@ -7,11 +7,6 @@ export interface Clock {
 }
 
 export const systemClock: Clock = { now: () => Date.now() };
-
-/** Makes unique ids; injected so tests get stable ones. */
-export type IdGenerator = () => string;
-
-export const randomId: IdGenerator = () => randomUUID();
 
 /** A new W3C trace context (`00-<trace id>-<span id>-01`) for a task. */
 export function newTraceparent(): string {
