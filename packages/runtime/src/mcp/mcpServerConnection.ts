@@ -10,6 +10,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
+import { withTimeout } from '../withTimeout.ts';
 import { McpServerError, reasonOf } from './mcpServerError.ts';
 import { DEFAULT_RESTART_BACKOFF, type RestartBackoff, restartDelayMs } from './restartBackoff.ts';
 
@@ -534,7 +535,7 @@ async function listAllTools(client: Client, timeoutMs: number): Promise<McpTool[
 }
 
 async function closeUp(up: Up): Promise<void> {
-  if (up.opened.terminate) await withinMs(up.opened.terminate(), 2000).catch(noop);
+  if (up.opened.terminate) await withTimeout(up.opened.terminate(), 2000).catch(noop);
   await up.client.close();
 }
 
@@ -613,12 +614,4 @@ function lastLines(text: string): string {
 
 function cut(text: string, max: number): string {
   return text.length <= max ? text : `${text.slice(0, max)}…`;
-}
-
-function withinMs<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

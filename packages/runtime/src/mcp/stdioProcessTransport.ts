@@ -2,6 +2,7 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { withTimeout } from '../withTimeout.ts';
 
 /** How to start a stdio MCP server. `env` is the child's whole environment: nothing else is inherited. */
 export interface StdioLaunch {
@@ -99,11 +100,11 @@ export class StdioProcessTransport implements Transport {
     // Nothing to end: never started, failed to spawn (no pid), or already exited.
     if (!child?.pid || child.exitCode !== null || child.signalCode !== null) return;
     const grace = this.#launch.graceMs ?? 2000;
-    const gone = new Promise<boolean>((resolve) => child.once('exit', () => resolve(true)));
+    const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.stdin.end();
-    if (await settlesWithin(gone, grace)) return;
+    if ((await withTimeout(gone, grace)) !== 'timeout') return;
     child.kill('SIGTERM');
-    if (await settlesWithin(gone, grace)) return;
+    if ((await withTimeout(gone, grace)) !== 'timeout') return;
     child.kill('SIGKILL');
     await gone;
   }
@@ -136,12 +137,4 @@ export class StdioProcessTransport implements Transport {
     if (this.#stderrTail.length > stderrTailLines) this.#stderrTail.shift();
     this.#launch.onStderrLine?.(line);
   }
-}
-
-function settlesWithin(promise: Promise<boolean>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -2,6 +2,7 @@ import { createInbox } from '@nats-io/transport-node';
 import { ErrorReply, parseMessage, subjects } from '@troupe/protocol';
 import type { z } from 'zod';
 import { logMessage, type MessageLogLevel, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
+import { withTimeout } from '../withTimeout.ts';
 import type { NatsBus } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
 
@@ -68,8 +69,7 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
     // A round trip to the server first: the heartbeats it sent before its answer are read before the check.
     const suspect = () => {
       const flushed = bus.flush().catch(() => undefined);
-      const bounded = new Promise((resolve) => setTimeout(resolve, options.idleMs).unref());
-      void Promise.race([flushed, bounded]).then(check);
+      void withTimeout(flushed, options.idleMs, { unref: true }).then(check);
     };
     const watchIdle = (ms = options.idleMs) => {
       clearTimeout(idle);

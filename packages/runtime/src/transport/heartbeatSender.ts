@@ -3,6 +3,7 @@ import { Worker } from 'node:worker_threads';
 import type { StepHeartbeat } from '@troupe/protocol';
 import { subjects } from '@troupe/protocol';
 import type { Logger } from '../logging/logger.ts';
+import { withTimeout } from '../withTimeout.ts';
 import type { NatsBus } from './natsBus.ts';
 
 /** Whether a requester still listens on its inbox, as the last heartbeat found out. */
@@ -245,7 +246,7 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
     const exited = new Promise<void>((resolve) => (this.#closed = resolve));
     this.#worker.postMessage({ type: 'close' });
     // The thread closes its connection and says so; it is then ended, as it holds nothing else.
-    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+    await withTimeout(exited, 2_000, { unref: true });
     await this.#worker.terminate();
   }
 

@@ -32,6 +32,7 @@ import {
   messageLogFields,
   replyMeta,
 } from '../logging/messageLog.ts';
+import { withTimeout } from '../withTimeout.ts';
 import { EventOutbox } from './eventOutbox.ts';
 import { TransportError } from './transportError.ts';
 
@@ -681,18 +682,6 @@ function abortable<T>(pending: Promise<T>, subject: string, signal: AbortSignal 
       },
     );
   });
-}
-
-async function withTimeout<T>(work: Promise<T>, ms: number): Promise<T | 'timeout'> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<'timeout'>((resolve) => {
-    timer = setTimeout(() => resolve('timeout'), ms);
-  });
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 function messageOf(error: unknown): string {
