@@ -76,8 +76,6 @@ interface Up {
   since: number;
   /** The server's tool names on this connection. */
   offered: ReadonlySet<string>;
-  /** When this connection replaced one that went away. */
-  restartedAt?: number;
 }
 
 interface Down {
@@ -252,17 +250,14 @@ export class McpServerConnection {
     throw new ToolError('failed', `${toolName} failed: ${this.#unavailable('is down')}`);
   }
 
-  #up(established: Established, restarted = false): Up {
-    const now = this.#clock.now();
-    const up: Up = {
+  #up(established: Established): Up {
+    return {
       kind: 'up',
       client: established.client,
       opened: established.opened,
-      since: now,
+      since: this.#clock.now(),
       offered: new Set(established.listed.map((tool) => tool.name)),
-      ...(restarted ? { restartedAt: now } : {}),
     };
-    return up;
   }
 
   /** The client's transport closed: the server went away, unless this connection was already replaced or closed. */
@@ -393,7 +388,7 @@ export class McpServerConnection {
   }
 
   #restarted(established: Established, attempt: number): void {
-    const up = this.#up(established, true);
+    const up = this.#up(established);
     this.#state = up;
     const logger = this.#options.logger;
     const exposed = this.listed.map((tool) => tool.name);
@@ -486,14 +481,13 @@ export class McpServerConnection {
       : `reconnecting on the first call after ${duration(waitMs)} (attempt ${attempt})`;
   }
 
+  /** A tool a restarted server no longer offers (the first connection offers every tool that is called). */
   #vanished(toolName: string, serverTool: string, up: Up): ToolError {
     const again = this.transport === 'stdio' ? 'restarted' : 'reconnected';
-    const since =
-      up.restartedAt === undefined ? '' : ` since it was ${again} at ${clockTime(up.restartedAt)}`;
     const offered = [...up.offered].join(', ') || 'nothing';
     return new ToolError(
       'failed',
-      `${toolName} failed: ${this.#who()} no longer offers tool ${serverTool}${since}; it offers: ${offered}`,
+      `${toolName} failed: ${this.#who()} no longer offers tool ${serverTool} since it was ${again} at ${clockTime(up.since)}; it offers: ${offered}`,
     );
   }
 }
