@@ -5,6 +5,7 @@ export {
   type AgentFailure,
   type AgentMachineInput,
   type AgentOutput,
+  type AgentServices,
   type ApprovalAsk,
   type ApprovalDecisionOutcome,
   agentMachine,

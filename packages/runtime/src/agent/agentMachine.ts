@@ -78,6 +78,46 @@ export interface AgentMachineInput {
   contextTokens?: number;
   /** A JSON Schema the final reply must match (the agent's declared `output`); asked of the provider natively. */
   outputSchema?: OutputSpec;
+  /** Does the step's model calls and tool calls; see {@link AgentServices}. */
+  services?: AgentServices;
+}
+
+/**
+ * The work an agent step invokes, given in the actor's input: one machine serves every step, with no `.provide()`
+ * (which rebuilds the machine) per step. Without `checkTools` every call may run (the executor still checks);
+ * without `awaitApprovals` every `ask` call is denied. Tests may instead `.provide()` the actors themselves.
+ */
+export interface AgentServices {
+  callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelCallResult>;
+  runTools(input: RunToolsInput, signal: AbortSignal): Promise<ToolRunResult[]>;
+  /** Summarizes older turns (it calls the agent's model). */
+  compactConversation(input: CompactionInput, signal: AbortSignal): Promise<CompactionResult>;
+  checkTools?(input: { calls: ToolCall[] }): Promise<CallDecision[]>;
+  awaitApprovals?(
+    input: ApprovalsInput,
+    signal: AbortSignal,
+  ): Promise<Record<string, ApprovalDecisionOutcome>>;
+}
+
+/** The `ask` calls of a turn, waiting for a person. */
+export interface ApprovalsInput {
+  calls: ApprovalAsk[];
+  turn: number;
+}
+
+/** What an invoked actor gets besides its own input: the step's services, when the input gave them. */
+type Served<T> = T & { services?: AgentServices };
+
+const servicesOf = (context: AgentContext): { services?: AgentServices } =>
+  context.services ? { services: context.services } : {};
+
+function service<K extends keyof AgentServices>(
+  input: Served<unknown>,
+  name: K,
+): NonNullable<AgentServices[K]> {
+  const found = input.services?.[name];
+  if (found === undefined) throw new Error(`${name} is not provided`);
+  return found as NonNullable<AgentServices[K]>;
 }
 
 /** A structured reply the agent must give: a name for the provider and the JSON Schema it must match. */
@@ -158,8 +198,8 @@ const MAX_REPAIRS = 1;
 
 /**
  * The agent actor: `thinking` (a model call) → `acting` (the tool calls it asked for) → … → `done` | `failed`.
- * Model and tools are injected with `agentMachine.provide({ actors: { callModel, runTools } })`, so the
- * machine is pure and runs in memory in tests.
+ * Model and tools come from the input's {@link AgentServices} (or `agentMachine.provide({ actors })` in tests),
+ * so the machine is pure and runs in memory in tests.
  */
 export const agentMachine = setup({
   types: {
@@ -169,36 +209,35 @@ export const agentMachine = setup({
     emitted: {} as AgentEmitted,
   },
   actors: {
-    callModel: fromPromise<ModelCallResult, ModelCallInput>(async () => {
-      throw new Error('callModel is not provided');
-    }),
-    runTools: fromPromise<ToolRunResult[], RunToolsInput>(async () => {
-      throw new Error('runTools is not provided');
-    }),
-    /** Summarizes older turns; injected by the host (it calls the agent's model). */
-    compactConversation: fromPromise<CompactionResult, CompactionInput>(async () => {
-      throw new Error('compactConversation is not provided');
-    }),
-    /** What the policy says of each call; by default every call may run (the executor still checks). */
-    checkTools: fromPromise<CallDecision[], { calls: ToolCall[] }>(async ({ input }) =>
-      input.calls.map((call) => ({
-        callId: call.id,
-        tool: call.name,
-        decision: 'allow' as const,
-        reason: '',
-      })),
+    callModel: fromPromise<ModelCallResult, Served<ModelCallInput>>(({ input, signal }) =>
+      service(input, 'callModel')(input, signal),
     ),
-    /** Asks a person about each `ask` call; with no one to ask, every call is denied. */
-    awaitApprovals: fromPromise<
-      Record<string, ApprovalDecisionOutcome>,
-      { calls: ApprovalAsk[]; turn: number }
-    >(async ({ input }) =>
-      Object.fromEntries(
-        input.calls.map((c) => [
-          c.callId,
-          { decision: 'deny' as const, reason: 'no approval channel is configured' },
-        ]),
-      ),
+    runTools: fromPromise<ToolRunResult[], Served<RunToolsInput>>(({ input, signal }) =>
+      service(input, 'runTools')(input, signal),
+    ),
+    compactConversation: fromPromise<CompactionResult, Served<CompactionInput>>(({ input, signal }) =>
+      service(input, 'compactConversation')(input, signal),
+    ),
+    checkTools: fromPromise<CallDecision[], Served<{ calls: ToolCall[] }>>(async ({ input }) =>
+      input.services?.checkTools
+        ? input.services.checkTools(input)
+        : input.calls.map((call) => ({
+            callId: call.id,
+            tool: call.name,
+            decision: 'allow' as const,
+            reason: '',
+          })),
+    ),
+    awaitApprovals: fromPromise<Record<string, ApprovalDecisionOutcome>, Served<ApprovalsInput>>(
+      async ({ input, signal }) =>
+        input.services?.awaitApprovals
+          ? input.services.awaitApprovals(input, signal)
+          : Object.fromEntries(
+              input.calls.map((c) => [
+                c.callId,
+                { decision: 'deny' as const, reason: 'no approval channel is configured' },
+              ]),
+            ),
     ),
   },
   guards: {
@@ -305,6 +344,7 @@ export const agentMachine = setup({
           messages: olderTurns(context.messages),
           index: context.compactions + 1,
           callsBefore: context.turn + context.compactions,
+          ...servicesOf(context),
         }),
         onDone: {
           target: 'compacted',
@@ -361,6 +401,7 @@ export const agentMachine = setup({
           turn: context.turn,
           callsBefore: context.turn - 1 + context.compactions,
           ...(responseSchemaOf(context) ? { responseSchema: responseSchemaOf(context) } : {}),
+          ...servicesOf(context),
         }),
         onDone: [
           {
@@ -469,7 +510,7 @@ export const agentMachine = setup({
       }),
       invoke: {
         src: 'checkTools',
-        input: ({ context }) => ({ calls: context.pendingCalls }),
+        input: ({ context }) => ({ calls: context.pendingCalls, ...servicesOf(context) }),
         onDone: [
           {
             guard: { type: 'needsApproval', params: ({ event }) => event.output },
@@ -487,7 +528,7 @@ export const agentMachine = setup({
     awaitingApproval: {
       invoke: {
         src: 'awaitApprovals',
-        input: ({ context }) => ({ calls: askCalls(context), turn: context.turn }),
+        input: ({ context }) => ({ calls: askCalls(context), turn: context.turn, ...servicesOf(context) }),
         onDone: {
           target: 'running',
           actions: { type: 'recordApprovals', params: ({ event }) => event.output },
@@ -505,6 +546,7 @@ export const agentMachine = setup({
           calls: context.pendingCalls,
           turn: context.turn,
           ...(Object.keys(context.approvals).length > 0 ? { approvals: context.approvals } : {}),
+          ...servicesOf(context),
         }),
         onDone: {
           target: 'deciding',

@@ -3,7 +3,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
-import { createActor, fromPromise, toPromise } from 'xstate';
+import { createActor, toPromise } from 'xstate';
 import type { HumanGate, HumanRequestOptions, HumanScope, WaitingOn } from '../approvals/humanGate.ts';
 import { StepJournal } from '../durable/stepJournal.ts';
 import type { Clock } from '../events/clock.ts';
@@ -16,6 +16,7 @@ import type { AgentDefinition } from './agentDefinition.ts';
 import {
   type AgentEmitted,
   type AgentOutput,
+  type AgentServices,
   type ApprovalAsk,
   type ApprovalDecisionOutcome,
   agentMachine,
@@ -361,42 +362,36 @@ async function startActor(
         }
       : {}),
   });
-  const logic = agentMachine.provide({
-    actors: {
-      callModel: fromPromise(async ({ input, signal }) => callModel(agent, request, deps, input, signal)),
-      compactConversation: fromPromise(async ({ input, signal }) =>
-        summarize(agent, request, deps, input, signal),
-      ),
-      checkTools: fromPromise(async ({ input }) =>
-        Promise.all(input.calls.map((call) => executor.check(call))),
-      ),
-      awaitApprovals: fromPromise(async ({ input, signal }) => {
-        const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecisionOutcome]> => [
-          ask.callId,
-          human
-            ? await askOnce(
-                deps.journal,
-                StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index), 'approval'),
-                deps.clock,
-                (options) => human.approve(ask, humanScope, withReason(signal), options),
-              )
-            : { decision: 'deny', reason: 'nobody can approve calls here' },
-        ];
-        return Object.fromEntries(await Promise.all(input.calls.map(decide)));
-      }),
-      runTools: fromPromise(async ({ input, signal }) =>
-        Promise.all(
-          input.calls.map((call, index) => {
-            const key = StepJournal.toolKey(request.stepId, input.turn, index);
-            callTurns.set(call.id, { turn: input.turn, index });
-            return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
-          }),
-        ),
-      ),
+  const services: AgentServices = {
+    callModel: (input, signal) => callModel(agent, request, deps, input, signal),
+    compactConversation: (input, signal) => summarize(agent, request, deps, input, signal),
+    checkTools: (input) => Promise.all(input.calls.map((call) => executor.check(call))),
+    awaitApprovals: async (input, signal) => {
+      const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecisionOutcome]> => [
+        ask.callId,
+        human
+          ? await askOnce(
+              deps.journal,
+              StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index), 'approval'),
+              deps.clock,
+              (options) => human.approve(ask, humanScope, withReason(signal), options),
+            )
+          : { decision: 'deny', reason: 'nobody can approve calls here' },
+      ];
+      return Object.fromEntries(await Promise.all(input.calls.map(decide)));
     },
-  });
-  const actor = createActor(logic, {
+    runTools: (input, signal) =>
+      Promise.all(
+        input.calls.map((call, index) => {
+          const key = StepJournal.toolKey(request.stepId, input.turn, index);
+          callTurns.set(call.id, { turn: input.turn, index });
+          return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
+        }),
+      ),
+  };
+  const actor = createActor(agentMachine, {
     input: {
+      services,
       agent: agent.name,
       stepId: request.stepId,
       messages: buildStepMessages(agent.instructions, request),

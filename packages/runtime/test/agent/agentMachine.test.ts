@@ -5,6 +5,7 @@ import {
   type AgentEmitted,
   type AgentMachineInput,
   type AgentOutput,
+  type AgentServices,
   agentMachine,
   type ModelCallInput,
   type ModelCallResult,
@@ -512,5 +513,53 @@ describe('agentMachine: summaries count as model calls', () => {
       failure: { code: 'budget_exceeded' },
     });
     expect(output.failure?.message).toMatch(/5 of 5 model calls/);
+  });
+});
+
+describe('agent machine services', () => {
+  it('does its work through the services in its input, one machine for every step', async () => {
+    const asked: { turn: number; services: unknown }[] = [];
+    const checked: string[] = [];
+    const ran: ToolCall[][] = [];
+    const services: AgentServices = {
+      callModel: async (input) => {
+        asked.push({ turn: input.turn, services: (input as { services?: unknown }).services });
+        return input.turn === 1 ? reply('', [call('c1', 'write_file')]) : reply('done');
+      },
+      checkTools: async ({ calls }) =>
+        calls.map((c) => {
+          checked.push(c.id);
+          return { callId: c.id, tool: c.name, decision: 'allow' as const, reason: 'rule 1' };
+        }),
+      runTools: async ({ calls }) => {
+        ran.push(calls);
+        return calls.map((c) => result(c.id));
+      },
+      compactConversation: async () => {
+        throw new Error('not expected');
+      },
+    };
+    const outputs: AgentOutput[] = [];
+    for (const stepId of ['task-1.code.1', 'task-2.code.1']) {
+      const actor = createActor(agentMachine, { input: { ...baseInput, stepId, services } });
+      actor.start();
+      outputs.push(await toPromise(actor));
+    }
+    expect(outputs.map((o) => [o.ok, o.output, o.turns])).toEqual([
+      [true, 'done', 2],
+      [true, 'done', 2],
+    ]);
+    expect(asked.map((a) => a.turn)).toEqual([1, 2, 1, 2]);
+    expect(asked.every((a) => a.services === services)).toBe(true);
+    expect(checked).toEqual(['c1', 'c1']);
+    expect(ran.map((calls) => calls.map((c) => c.id))).toEqual([['c1'], ['c1']]);
+  });
+
+  it('fails the step, naming the missing service, when the input gives none', async () => {
+    const actor = createActor(agentMachine, { input: baseInput });
+    actor.start();
+    const output = await toPromise(actor);
+    expect(output.ok).toBe(false);
+    expect(output.failure?.message).toMatch(/callModel is not provided/);
   });
 });
