@@ -59,6 +59,8 @@ export interface HarnessOptions {
   stepHeartbeatMs?: number;
   /** Tools besides the built-ins that the pipelines may name. */
   tools?: Tool[];
+  /** The most tasks per pipeline worked on at once. */
+  concurrency?: number;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -88,6 +90,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     ...(options.limits === undefined ? {} : { limits: options.limits }),
     ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
     ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
+    ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];

@@ -79,7 +79,17 @@ program
   )
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
-  .option('--concurrency <n>', 'most tasks per pipeline at once', positive, 16)
+  .option(
+    '--concurrency <n>',
+    'most tasks per pipeline worked on at once; tasks waiting on a person or a slow model do not count',
+    positive,
+    16,
+  )
+  .option(
+    '--max-in-flight <n>',
+    'most tasks per pipeline held at once, waiting or working (default 1000)',
+    positiveInteger,
+  )
   .option(
     '--ack-wait <seconds>',
     "how soon another coordinator takes over a dead one's tasks (default 30; kept alive while they run)",

@@ -49,6 +49,13 @@ describe('describeActivity', () => {
     expect(describeActivity(working, [], NOW)).toEqual(['agent engineer working on step release (for 12 s)']);
   });
 
+  it('says an agent waits on its model, and for how long', () => {
+    const waiting = record({ activity: { kind: 'model', step: 'release', agent: 'engineer', since: SINCE } });
+    expect(describeActivity(waiting, [], NOW)).toEqual([
+      'agent engineer waiting on its model in step release (for 12 s)',
+    ]);
+  });
+
   it('says a step waits for a worker, and how to start one', () => {
     const waiting = record({
       activity: { kind: 'worker', step: 'release', agent: 'engineer', since: SINCE },

@@ -30,8 +30,13 @@ export interface CoordinatorOptions {
   workspaceRoot: string;
   /** Host the pipelines' agents in this process too (default true); false leaves them to workers. */
   hostAgents?: boolean;
-  /** The most tasks per pipeline this process runs at once (default 16). */
+  /**
+   * The most tasks per pipeline this process works on at once (default 16). A task whose step waits on a person or
+   * a slow model is parked and does not count, so waiting tasks cannot starve the pipeline.
+   */
   concurrency?: number;
+  /** The most tasks per pipeline this process holds at once, parked or working (default 1,000). */
+  maxInFlight?: number;
   /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
   ackWaitMs?: number;
   /**
@@ -98,6 +103,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           logger: logger.child({ pipeline: pipeline.config.name }),
           clock,
           concurrency: options.concurrency ?? 16,
+          ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, { journal, store: approvals, now: () => clock.now() }),
           ...(options.limits === undefined ? {} : { limits: options.limits }),

@@ -25,6 +25,7 @@ export interface ServiceOptions {
   home?: string;
   hostAgents?: boolean;
   concurrency?: number;
+  maxInFlight?: number;
   /** How long a task may go unacknowledged before another coordinator gets it (default 30 s). */
   ackWaitMs?: number;
   /** Deliveries of one task in a row without progress (hand-backs at shutdown not counted) before it is dead-lettered (default 10). */
@@ -92,6 +93,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       registry,
       ...(options.hostAgents === undefined ? {} : { hostAgents: options.hostAgents }),
       ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+      ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),

@@ -77,6 +77,8 @@ export const StepHeartbeat = z.strictObject({
   heartbeat: z.literal(true),
   /** The approval or question the step waits on a person for right now, if any. */
   waitingFor: z.strictObject({ kind: z.enum(['approval', 'question']), id: z.string() }).optional(),
+  /** The step has waited a while on a model's reply and does no work meanwhile (the workflow parks the task). */
+  waitingOnModel: z.literal(true).optional(),
 });
 export type StepHeartbeat = z.infer<typeof StepHeartbeat>;
 

@@ -20,6 +20,7 @@ export interface UpOptions {
   join?: boolean;
   agents: boolean;
   concurrency: number;
+  maxInFlight?: number;
   /** Seconds. */
   ackWait?: number;
   /** Seconds. */
@@ -70,6 +71,7 @@ export async function start(
     | 'home'
     | 'agents'
     | 'concurrency'
+    | 'maxInFlight'
     | 'allowMcpCommands'
     | 'ackWait'
     | 'stepHeartbeat'
@@ -92,6 +94,7 @@ export async function start(
       home: resolveHome(options.home),
       hostAgents: options.agents,
       concurrency: options.concurrency,
+      ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(options.stepHeartbeat === undefined

@@ -32,12 +32,16 @@ function activityLine(activity: StepActivity, now: number): string {
       return personLine(activity.request);
     case 'worker':
       return `waiting for a worker that serves agent ${activity.agent} (start one: troupe worker <pipeline.yaml>)`;
-    case 'agent': {
-      const since = Date.parse(activity.since);
-      const spent = Number.isNaN(since) ? '' : ` (for ${formatDuration(now - since)})`;
-      return `agent ${activity.agent} working on step ${activity.step}${spent}`;
-    }
+    case 'agent':
+      return `agent ${activity.agent} working on step ${activity.step}${forHowLong(activity.since, now)}`;
+    case 'model':
+      return `agent ${activity.agent} waiting on its model in step ${activity.step}${forHowLong(activity.since, now)}`;
   }
+}
+
+function forHowLong(since: string, now: number): string {
+  const at = Date.parse(since);
+  return Number.isNaN(at) ? '' : ` (for ${formatDuration(now - at)})`;
 }
 
 function personLine(request: PersonRequest): string {

@@ -49,8 +49,10 @@ export interface PipelineRunnerOptions {
   store: WorkflowStore;
   logger: Logger;
   clock: Clock;
-  /** The most tasks of this pipeline this process runs at once. */
+  /** The most tasks of this pipeline this process works on at once; tasks parked on a person or a model do not count. */
   concurrency: number;
+  /** The most tasks of this pipeline this process holds at once, parked or working (default 1,000). */
+  maxInFlight?: number;
   ackWaitMs?: number;
   /**
    * Deliveries in a row that made no progress (wrote no new checkpoint) before a task is given up on and
@@ -551,6 +553,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         .catch(onFailure);
     };
     const noteActivity = (activity: StepActivity) => {
+      // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
+      delivery.park(activity.kind === 'person' || activity.kind === 'model');
       if (latest?.status !== 'running') return;
       write({ ...latest, activity, updatedAt: now() }, (error) =>
         logger.warn({ err: error, taskId }, 'cannot record what the step is doing'),
@@ -567,6 +571,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         error,
       });
     const persist = () => {
+      // A transition: the workflow works again (a step replied), so the task takes a working slot.
+      delivery.park(false);
       let checkpoint: WorkflowRecord;
       try {
         const snap = actor.getSnapshot();
@@ -746,6 +752,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const queue: TaskQueue = await startTaskQueue(bus, {
     pipeline,
     concurrency: options.concurrency,
+    ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
     ackWaitMs,
     handle,
   });

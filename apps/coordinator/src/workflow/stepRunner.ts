@@ -73,12 +73,13 @@ export function createStepRunner(options: StepRunnerOptions) {
         request.taskId,
         kind === 'person' && waitingFor
           ? { kind, ...where, request: waitingFor }
-          : { kind: kind === 'worker' ? 'worker' : 'agent', ...where },
+          : { kind: kind === 'person' ? 'agent' : kind, ...where },
       );
     };
     const onHeartbeat = (heartbeat: unknown) => {
-      waitingFor = (heartbeat as StepHeartbeat).waitingFor;
-      report(waitingFor ? 'person' : 'agent');
+      const { waitingFor: person, waitingOnModel } = heartbeat as StepHeartbeat;
+      waitingFor = person;
+      report(waitingFor ? 'person' : waitingOnModel ? 'model' : 'agent');
     };
     const timedOut = () => {
       const { code, message } = stepTimeoutError(request.agent, timeoutMs, waitingFor);

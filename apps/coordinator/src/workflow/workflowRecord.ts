@@ -13,8 +13,10 @@ export const StepActivity = z.discriminatedUnion('kind', [
   }),
   /** No worker serves the step's agent: the step waits for one to start. */
   z.object({ kind: z.literal('worker'), step: z.string(), agent: Name, since: z.string() }),
-  /** The agent works on the step (a model call, a tool). */
+  /** The agent works on the step (a tool, its own reasoning, a quick model call). */
   z.object({ kind: z.literal('agent'), step: z.string(), agent: Name, since: z.string() }),
+  /** The agent has waited a while on its model's reply. */
+  z.object({ kind: z.literal('model'), step: z.string(), agent: Name, since: z.string() }),
 ]);
 export type StepActivity = z.infer<typeof StepActivity>;
 

@@ -31,6 +31,11 @@ const RECENT_REPLIES = 1_000;
 const ORPHANED_AFTER = 10;
 /** Heartbeats in a row that must find a requester's inbox gone before it counts as gone (not a reconnect blip). */
 const MISSES_TO_DROP = 2;
+/**
+ * How long a model call runs before the step's requesters are told it waits on the model (the workflow then parks
+ * the task), at most; a quicker heartbeat interval shortens it. Quick calls are never reported.
+ */
+const MODEL_WAIT_REPORT_MS = 1_000;
 /** Failures a resend of the step should retry, not be answered with again. */
 const RETRYABLE = new Set(['journal_unavailable', 'worker_stopped', 'aborted']);
 
@@ -45,6 +50,8 @@ interface StepRun {
   /** Stopped because nobody waited for it any more. */
   orphaned: boolean;
   done: Promise<void>;
+  /** The model call in flight: the timer that reports it once it has lasted, and whether it was reported. */
+  model?: { timer: ReturnType<typeof setTimeout>; reported: boolean } | undefined;
 }
 
 export interface AgentHostOptions {
@@ -122,7 +129,12 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       requester.reply !== undefined && misses < MISSES_TO_DROP ? [requester.reply] : [],
     );
     const waitingFor = options.human?.waitingOn?.(stepId);
-    const heartbeat: StepHeartbeat = { stepId, heartbeat: true, ...(waitingFor ? { waitingFor } : {}) };
+    const heartbeat: StepHeartbeat = {
+      stepId,
+      heartbeat: true,
+      ...(waitingFor ? { waitingFor } : {}),
+      ...(run.model?.reported ? { waitingOnModel: true as const } : {}),
+    };
     heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat);
     if (inboxes.length > 0) run.lastWaitedFor = clock.now();
     else if (clock.now() - run.lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !run.orphaned) {
@@ -188,6 +200,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           ? AbortSignal.any([abort.signal, AbortSignal.timeout(request.timeoutMs)])
           : abort.signal,
         ...(options.price ? { price: options.price } : {}),
+        modelWait: (stepId, waiting) => {
+          const current = runs.get(stepId);
+          if (current) modelWait(current, waiting);
+        },
         ...(options.human ? { human: options.human } : {}),
         ...(options.memory ? { memory: options.memory } : {}),
         ...(options.journal ? { journal: options.journal } : {}),
@@ -236,6 +252,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         })
         .finally(() => {
           clearInterval(beating);
+          clearTimeout(run.model?.timer);
           if (runs.get(request.stepId) === run) {
             runs.delete(request.stepId);
             heartbeats.stop(request.stepId);
@@ -255,6 +272,35 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     });
     subscriptions.push(subscription);
   }
+  /**
+   * A model call of the run starts or ends. One that lasts is reported in the next heartbeat, sent then; its end is
+   * reported at once too, so the workflow counts the task as working again without waiting for a heartbeat.
+   */
+  const modelWait = (run: StepRun, waiting: boolean) => {
+    const heartbeatMs = run.request.heartbeatMs;
+    if (heartbeatMs === undefined) return;
+    if (waiting) {
+      clearTimeout(run.model?.timer);
+      const model = {
+        reported: false,
+        timer: setTimeout(
+          () => {
+            model.reported = true;
+            beat(run, heartbeatMs);
+          },
+          Math.min(MODEL_WAIT_REPORT_MS, heartbeatMs),
+        ),
+      };
+      run.model = model;
+      return;
+    }
+    const ended = run.model;
+    if (!ended) return;
+    clearTimeout(ended.timer);
+    run.model = undefined;
+    if (ended.reported) beat(run, heartbeatMs);
+  };
+
   /** Stops every step of a task that has ended: nothing it would still do (a tool call, a question) matters. */
   const endTask = (taskId: string, ending: TaskEnding) => {
     for (const run of runs.values()) {

@@ -52,7 +52,19 @@ export interface StepDeps {
   human?: HumanGate;
   /** Cost in USD of one call; zero when absent. */
   price?: (provider: string, model: string, response: ModelResponse) => number;
+  /** Told when the step starts (true) and stops (false) waiting on its model's reply. */
+  modelWait?: (stepId: string, waiting: boolean) => void;
   signal?: AbortSignal;
+}
+
+/** A model call, with the host told while the step waits on it: a long wait parks the task. */
+async function waitingOnModel<T>(deps: StepDeps, stepId: string, call: () => Promise<T>): Promise<T> {
+  deps.modelWait?.(stepId, true);
+  try {
+    return await call();
+  } finally {
+    deps.modelWait?.(stepId, false);
+  }
 }
 
 /** The directory a task's file tools are confined to. */
@@ -161,15 +173,17 @@ async function summarize(
       return `[${m.role}] ${m.content}`;
     })
     .join('\n');
-  const response = await agent.model.complete({
-    messages: [
-      { role: 'system', content: SUMMARY_INSTRUCTIONS },
-      { role: 'user', content: transcript },
-    ],
-    tools: [],
-    context: callContext(agent, request, input.callsBefore),
-    signal,
-  });
+  const response = await waitingOnModel(deps, request.stepId, () =>
+    agent.model.complete({
+      messages: [
+        { role: 'system', content: SUMMARY_INSTRUCTIONS },
+        { role: 'user', content: transcript },
+      ],
+      tools: [],
+      context: callContext(agent, request, input.callsBefore),
+      signal,
+    }),
+  );
   if (response.content.trim() === '') throw new Error('the model returned an empty summary');
   const provider = response.provider ?? agent.model.provider;
   const result: CompactionResult = {
@@ -507,17 +521,19 @@ async function askModel(
   };
   const names = new ModelToolNames(input.tools);
   try {
-    const reply = await agent.model.complete({
-      messages: names.identity ? input.messages : names.messages(input.messages),
-      tools: names.identity ? input.tools : names.tools(input.tools),
-      context: callContext(agent, request, input.callsBefore),
-      signal,
-      observer,
-      ...(agent.stream ? { stream: true } : {}),
-      ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
-      ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
-      ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
-    });
+    const reply = await waitingOnModel(deps, request.stepId, () =>
+      agent.model.complete({
+        messages: names.identity ? input.messages : names.messages(input.messages),
+        tools: names.identity ? input.tools : names.tools(input.tools),
+        context: callContext(agent, request, input.callsBefore),
+        signal,
+        observer,
+        ...(agent.stream ? { stream: true } : {}),
+        ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
+        ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
+        ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+      }),
+    );
     const response = names.identity ? reply : names.response(reply);
     const provider = response.provider ?? agent.model.provider;
     return {

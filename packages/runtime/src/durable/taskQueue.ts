@@ -27,12 +27,20 @@ export interface TaskDelivery {
    * as no acknowledgement at all and delivers the message again. Say why in a log line or a report instead.
    */
   term(): void;
+  /**
+   * The task waits (on a person, or a slow model) and does no work meanwhile: it stops counting against the
+   * queue's `concurrency` (it still counts against `maxInFlight`), so more tasks may start. `false` when it works
+   * again.
+   */
+  park(parked: boolean): void;
 }
 
 export interface TaskQueueOptions {
   pipeline: string;
-  /** The most tasks this process runs at once. */
+  /** The most tasks this process works on at once; parked tasks (see {@link TaskDelivery.park}) do not count. */
   concurrency: number;
+  /** The most tasks this process holds at once, parked or working (default {@link DEFAULT_MAX_IN_FLIGHT}). */
+  maxInFlight?: number;
   /** How long a delivery may go without `working()` before it is redelivered. */
   ackWaitMs?: number;
   /** Deliveries of one message before the server gives up on it; -1 for no limit. */
@@ -44,8 +52,10 @@ export interface TaskQueueOptions {
 
 export interface TaskQueue {
   readonly consumer: string;
-  /** Tasks being handled now. */
+  /** Tasks being handled now, parked or not. */
   readonly active: number;
+  /** Of those, the tasks parked now. */
+  readonly parked: number;
   /** Stops fetching; waits for the tasks being handled to finish. */
   stop(): Promise<void>;
 }
@@ -55,6 +65,9 @@ export const taskConsumerName = (pipeline: string): string => `troupe-tasks-${pi
 
 const FETCH_EXPIRES_MS = 2_000;
 
+/** How many tasks of a pipeline one process holds at once by default, parked or working. */
+export const DEFAULT_MAX_IN_FLIGHT = 1_000;
+
 /**
  * How long a task handed back at shutdown waits before redelivery: longer than this process's last pull may
  * run, so the task goes to the next coordinator instead of back to this one (which would count a delivery).
@@ -63,7 +76,9 @@ export const HAND_BACK_DELAY_MS = FETCH_EXPIRES_MS + 500;
 
 /**
  * Pulls a pipeline's tasks from the `TASKS` stream through a durable consumer shared by every coordinator that
- * serves the pipeline, never holding more than `concurrency` at once. The handler settles each delivery.
+ * serves the pipeline, never working on more than `concurrency` at once nor holding more than `maxInFlight`. A task
+ * that waits on a person or a slow model parks (see {@link TaskDelivery.park}) and frees its working slot. The
+ * handler settles each delivery.
  */
 export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): Promise<TaskQueue> {
   const name = taskConsumerName(options.pipeline);
@@ -76,6 +91,9 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
     deliver_policy: DeliverPolicy.New,
     ack_wait: nanos(options.ackWaitMs ?? 30_000),
     max_deliver: options.maxDeliver ?? -1,
+    // No cap across coordinators (the server's default is 1,000 unacknowledged tasks, and a task stays unacknowledged
+    // while it runs, parked or not): each coordinator holds at most its own maxInFlight.
+    max_ack_pending: -1,
   };
   const setUp = async () => {
     try {
@@ -83,6 +101,7 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
       await jsm.consumers.update(STREAMS.tasks, name, {
         ack_wait: config.ack_wait,
         max_deliver: config.max_deliver,
+        max_ack_pending: config.max_ack_pending,
       });
     } catch (error) {
       if (!(error instanceof JetStreamApiError)) throw error;
@@ -92,14 +111,18 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
   };
   const consumer = await untilReachable(bus, `consumer ${name}`, setUp, options.wait);
 
+  const maxInFlight = options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT;
+  /** Every task held, by its handling; the parked ones also in `parked`. */
   const running = new Set<Promise<void>>();
+  const parked = new Set<object>();
   let stopped = false;
   let wake: (() => void) | undefined;
   const settled = () => new Promise<void>((resolve) => (wake = resolve));
+  const room = () => Math.min(options.concurrency - (running.size - parked.size), maxInFlight - running.size);
 
   const loop = (async () => {
     while (!stopped) {
-      const free = options.concurrency - running.size;
+      const free = room();
       if (free <= 0) {
         await settled();
         continue;
@@ -107,12 +130,23 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
       try {
         const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
         for await (const msg of batch) {
+          const slot = {};
+          let ended = false;
+          const park = (park: boolean) => {
+            if (ended || park === parked.has(slot)) return;
+            if (park) parked.add(slot);
+            else parked.delete(slot);
+            // A task parking frees a working slot: fetch more now, not when a task ends.
+            if (park) wake?.();
+          };
           const work = options
-            .handle(toDelivery(msg))
+            .handle(toDelivery(msg, park))
             .catch((error: unknown) =>
               bus.logger.error({ err: error, subject: msg.subject }, 'task handler failed'),
             )
             .finally(() => {
+              ended = true;
+              parked.delete(slot);
               running.delete(work);
               wake?.();
             });
@@ -131,6 +165,9 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
     get active() {
       return running.size;
     },
+    get parked() {
+      return parked.size;
+    },
     async stop() {
       stopped = true;
       wake?.();
@@ -140,7 +177,7 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
   };
 }
 
-function toDelivery(msg: JsMsg): TaskDelivery {
+function toDelivery(msg: JsMsg, park: (parked: boolean) => void): TaskDelivery {
   const headers: Record<string, string> = {};
   for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
   return {
@@ -154,6 +191,7 @@ function toDelivery(msg: JsMsg): TaskDelivery {
     working: () => msg.working(),
     nak: (delayMs) => msg.nak(delayMs),
     term: () => msg.term(),
+    park,
   };
 }
 

@@ -1,4 +1,4 @@
-import { jetstreamManager } from '@nats-io/jetstream';
+import { AckPolicy, jetstreamManager } from '@nats-io/jetstream';
 import { STREAMS } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -77,4 +77,98 @@ describe('startTaskQueue', () => {
       await queue.stop();
     }
   }, 60_000);
+});
+
+describe('parked tasks', () => {
+  /** A queue whose handler holds every task until the test releases it; `park` parks a held task. */
+  async function holdingQueue(pipeline: string, options: { concurrency: number; maxInFlight?: number }) {
+    const held = new Map<string, { delivery: TaskDelivery; release: () => void }>();
+    const queue = await startTaskQueue(bus, {
+      pipeline,
+      ...options,
+      handle: (delivery) =>
+        new Promise<void>((resolve) => {
+          const id = JSON.parse(new TextDecoder().decode(delivery.data)).id as string;
+          held.set(id, {
+            delivery,
+            release: () => {
+              delivery.ack();
+              resolve();
+            },
+          });
+        }),
+    });
+    const submit = async (count: number) => {
+      for (let i = 0; i < count; i++)
+        await submitTask(bus, pipeline, { id: `${pipeline}-${i}`, goal: 'wait' });
+    };
+    return { queue, held, submit };
+  }
+
+  it('does not count a parked task against the concurrency limit, and counts it again once it works', async () => {
+    const { queue, held, submit } = await holdingQueue('parking', { concurrency: 2 });
+    try {
+      await submit(5);
+      await expect.poll(() => held.size, { timeout: 10_000 }).toBe(2);
+      // Two parked tasks free two working slots: two more tasks start.
+      for (const id of ['parking-0', 'parking-1']) held.get(id)?.delivery.park(true);
+      await expect.poll(() => held.size, { timeout: 10_000 }).toBe(4);
+      expect(queue.parked).toBe(2);
+      expect(queue.active).toBe(4);
+      // Working again, they count again: four working, over the limit, so nothing new starts until two end.
+      for (const id of ['parking-0', 'parking-1']) held.get(id)?.delivery.park(false);
+      expect(queue.parked).toBe(0);
+      held.get('parking-2')?.release();
+      await expect.poll(() => queue.active, { timeout: 10_000 }).toBe(3);
+      expect(held.size).toBe(4);
+      held.get('parking-3')?.release();
+      await expect.poll(() => queue.active, { timeout: 10_000 }).toBe(2);
+      expect(held.size).toBe(4);
+      // Two working, at the limit; one more ends and the last task starts.
+      held.get('parking-0')?.release();
+      await expect.poll(() => held.size, { timeout: 10_000 }).toBe(5);
+    } finally {
+      for (const task of held.values()) task.release();
+      await queue.stop();
+    }
+  }, 60_000);
+
+  it('holds no more than maxInFlight tasks, parked or not', async () => {
+    const { queue, held, submit } = await holdingQueue('inflight', { concurrency: 1, maxInFlight: 3 });
+    try {
+      await submit(5);
+      for (let parked = 1; parked <= 3; parked++) {
+        await expect.poll(() => held.size, { timeout: 10_000 }).toBe(parked);
+        held.get(`inflight-${parked - 1}`)?.delivery.park(true);
+      }
+      // Three held, all parked: the working slot is free, the in-flight cap is not.
+      await expect.poll(() => queue.parked, { timeout: 10_000 }).toBe(3);
+      expect(queue.active).toBe(3);
+      expect(held.size).toBe(3);
+      held.get('inflight-0')?.release();
+      await expect.poll(() => held.size, { timeout: 10_000 }).toBe(4);
+      expect(queue.active).toBe(3);
+    } finally {
+      for (const task of held.values()) task.release();
+      await queue.stop();
+    }
+  }, 60_000);
+
+  it('lifts the server-wide cap on unacknowledged tasks, also on a consumer made before', async () => {
+    const jsm = await jetstreamManager(bus.connection);
+    await jsm.consumers.add(STREAMS.tasks, {
+      durable_name: 'troupe-tasks-older',
+      filter_subject: 'troupe.tasks.older',
+      ack_policy: AckPolicy.Explicit,
+    });
+    expect((await jsm.consumers.info(STREAMS.tasks, 'troupe-tasks-older')).config.max_ack_pending).toBe(
+      1_000,
+    );
+    const queue = await startTaskQueue(bus, { pipeline: 'older', concurrency: 1, handle: async () => {} });
+    try {
+      expect((await jsm.consumers.info(STREAMS.tasks, 'troupe-tasks-older')).config.max_ack_pending).toBe(-1);
+    } finally {
+      await queue.stop();
+    }
+  }, 30_000);
 });

@@ -1,0 +1,40 @@
+import { WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS } from '@troupe/protocol';
+import { KvStore } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+
+describe('tasks waiting on a slow model', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    // One working slot; the model answers after 5 s; the host reports a model wait after one 200 ms heartbeat.
+    h = await startHarness([fixturePath('parked.yaml')], { concurrency: 1, stepHeartbeatMs: 200 });
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('park and free their working slot: every task starts while the first still waits, and all complete', async () => {
+    const ids = ['parked-1', 'parked-2', 'parked-3', 'parked-4'];
+    for (const id of ids) publishTask(h, 'parked', { id, goal: 'think it over' });
+    const started = () => ofKind(h.events, 'step.started').map((e) => e.taskId);
+    const ended = () => h.events.filter((e) => e.kind === 'task.completed' || e.kind === 'task.failed');
+    await expect
+      .poll(() => started().length >= ids.length || ended().length > 0, { timeout: 30_000 })
+      .toBe(true);
+    // With the slot held while waiting, the second task could start only once the first had ended.
+    expect(ended()).toEqual([]);
+    expect(new Set(started())).toEqual(new Set(ids));
+
+    // What the task does meanwhile is on its record, for troupe status.
+    const workflows = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
+    await expect
+      .poll(async () => (await workflows.get('parked-4'))?.value.activity, { timeout: 10_000 })
+      .toMatchObject({ kind: 'model', step: 'think', agent: 'thinker' });
+
+    for (const id of ids) {
+      const final = await h.finalOf(id, 60_000);
+      expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'Thought it over.' } });
+    }
+  }, 90_000);
+});
