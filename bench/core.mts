@@ -92,6 +92,7 @@ for (let i = 0; i < 20; i++) {
 }
 
 const latencies: number[] = [];
+const sequentialCpu = process.cpuUsage();
 const sequentialStart = performance.now();
 for (let i = 0; i < sequential; i++) {
   const id = `seq-${i}`;
@@ -101,10 +102,15 @@ for (let i = 0; i < sequential; i++) {
   latencies.push(performance.now() - started);
 }
 const sequentialMs = performance.now() - sequentialStart;
+const { user, system } = process.cpuUsage(sequentialCpu);
 latencies.sort((a, b) => a - b);
 print('sequential task p50', percentile(latencies, 0.5), 'ms', { tasks: sequential });
 print('sequential task p99', percentile(latencies, 0.99), 'ms', { tasks: sequential });
 print('sequential tasks per second', sequential / (sequentialMs / 1000), 'tasks/s');
+// Coordinator, agents and this client share the process; nats-server's own CPU is not counted.
+print('sequential CPU per task (this process)', (user + system) / 1000 / sequential, 'ms', {
+  user: Math.round((user / 1000 / sequential) * 1000) / 1000,
+});
 
 const concurrentStart = performance.now();
 const ids = Array.from({ length: concurrent }, (_, i) => `conc-${i}`);
