@@ -7,8 +7,8 @@ import { fixturePath, type Harness, ofKind, publishTask, startHarness } from './
 describe('tasks waiting on a slow model', () => {
   let h: Harness;
   beforeAll(async () => {
-    // One working slot; the model answers after 5 s; the host reports a model wait after one 200 ms heartbeat.
-    h = await startHarness([fixturePath('parked.yaml')], { concurrency: 1, stepHeartbeatMs: 200 });
+    // One working slot; the model answers after 5 s; the host reports the wait once a call has lasted 100 ms.
+    h = await startHarness([fixturePath('parked.yaml')], { concurrency: 1 });
   });
   afterAll(async () => {
     await h?.stop();

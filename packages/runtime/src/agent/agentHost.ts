@@ -33,9 +33,10 @@ const ORPHANED_AFTER = 10;
 const MISSES_TO_DROP = 2;
 /**
  * How long a model call runs before the step's requesters are told it waits on the model (the workflow then parks
- * the task), at most; a quicker heartbeat interval shortens it. Quick calls are never reported.
+ * the task and starts another in its working slot). Quicker calls count as work and are never reported; real model
+ * calls seldom are.
  */
-const MODEL_WAIT_REPORT_MS = 1_000;
+const MODEL_WAIT_REPORT_MS = 100;
 /** Failures a resend of the step should retry, not be answered with again. */
 const RETRYABLE = new Set(['journal_unavailable', 'worker_stopped', 'aborted']);
 
@@ -283,13 +284,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       clearTimeout(run.model?.timer);
       const model = {
         reported: false,
-        timer: setTimeout(
-          () => {
-            model.reported = true;
-            beat(run, heartbeatMs);
-          },
-          Math.min(MODEL_WAIT_REPORT_MS, heartbeatMs),
-        ),
+        timer: setTimeout(() => {
+          model.reported = true;
+          beat(run, heartbeatMs);
+        }, MODEL_WAIT_REPORT_MS),
       };
       run.model = model;
       return;
