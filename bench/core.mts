@@ -4,10 +4,14 @@
  * events on — against a nats-server it starts, with every task's result checked. Raw NATS request/reply is
  * measured in the same run, as the floor. One JSON line per figure.
  *
- *   npm run bench -- [sequential=200] [concurrent=1000]
+ * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s, all submitted at once to
+ * a coordinator of their own with the default 16 working slots; a waiting task is parked and holds none. It
+ * reports how soon all were in flight at once, the heap per task in flight, and the heap once all have ended
+ * against the heap before (run with --expose-gc, as `npm run bench` does, for exact heap figures).
  *
- * Not yet measured here (see issue 11): 10,000 concurrent and parked tasks, heap per parked task, memory after
- * 10,000 tasks, and scale across worker processes.
+ *   npm run bench -- [sequential=200] [concurrent=1000] [parked=2000]
+ *
+ * Not yet measured here (see issue 11): 10,000 concurrent tasks, and scale across worker processes.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,6 +24,12 @@ import { startTestNats } from '@troupe/testkit';
 
 const sequential = Number(process.argv[2] ?? 200);
 const concurrent = Number(process.argv[3] ?? 1_000);
+const parked = Number(process.argv[4] ?? 2_000);
+/** The heap in use, after a full collection when the process was started with --expose-gc. */
+const heapUsed = () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  return process.memoryUsage().heapUsed;
+};
 
 const print = (figure: string, value: number, unit: string, extra: Record<string, unknown> = {}) =>
   console.log(
@@ -67,18 +77,19 @@ client.subscribe(subjects.allTaskEvents, {
     const parsed = parseMessage(TroupeEvent, msg.data);
     if (!parsed.ok || !FINAL_EVENT_KINDS.includes(parsed.value.kind)) return;
     const event = parsed.value;
-    const ok =
-      event.kind === 'task.completed' &&
-      event.data.approved === true &&
-      event.data.output === 'Wrote out.txt.';
+    const ok = event.taskId.startsWith('parked-')
+      ? event.kind === 'task.completed' && event.data.output === 'Thought it over.'
+      : event.kind === 'task.completed' &&
+        event.data.approved === true &&
+        event.data.output === 'Wrote out.txt.';
     ended.set(event.taskId, { at: performance.now(), ok });
     waiting.get(event.taskId)?.();
   },
 });
 await client.flush();
 
-const submit = (id: string) =>
-  client.publish(subjects.task('core'), JSON.stringify({ id, goal: 'write out.txt' }));
+const submit = (id: string, pipeline = 'core') =>
+  client.publish(subjects.task(pipeline), JSON.stringify({ id, goal: 'write out.txt' }));
 const endOf = (id: string) =>
   new Promise<void>((resolve) => {
     if (ended.has(id)) resolve();
@@ -120,6 +131,59 @@ await Promise.all(ids.map(endOf));
 const concurrentMs = performance.now() - concurrentStart;
 print(`${concurrent} concurrent tasks, wall time`, concurrentMs / 1000, 's');
 print(`${concurrent} concurrent tasks per second`, concurrent / (concurrentMs / 1000), 'tasks/s');
+
+// Parked: every task waits 20 s on its model; the coordinator keeps its default 16 working slots.
+const parkedBus = await NatsBus.connect({ servers: nats.url, name: 'bench-parked', logger });
+const parkedCoordinator = await startCoordinator({
+  bus: parkedBus,
+  pipelines: [
+    await loadPipeline(join(import.meta.dirname, 'fixtures', 'parked.yaml'), { toolNames: registry.names() }),
+  ],
+  logger,
+  workspaceRoot,
+  registry,
+  maxInFlight: parked,
+});
+const waitingNow = new Set<string>();
+let allWaiting: (() => void) | undefined;
+client.subscribe(subjects.event('parked', '*', 'step.started'), {
+  callback: (_e, msg) => {
+    const parsed = parseMessage(TroupeEvent, msg.data);
+    if (!parsed.ok) return;
+    waitingNow.add(parsed.value.taskId);
+    if (waitingNow.size === parked) allWaiting?.();
+  },
+});
+await client.flush();
+const heapBefore = heapUsed();
+const parkedStart = performance.now();
+const parkedIds = Array.from({ length: parked }, (_, i) => `parked-${i}`);
+for (const id of parkedIds) submit(id, 'parked');
+await client.flush();
+await new Promise<void>((resolve) => {
+  allWaiting = resolve;
+  if (waitingNow.size === parked) resolve();
+});
+const allInFlightMs = performance.now() - parkedStart;
+const firstEnded = parkedIds.filter((id) => ended.has(id)).length;
+const heapInFlight = heapUsed();
+print(`${parked} parked tasks: time until all were in flight`, allInFlightMs / 1000, 's', {
+  endedMeanwhile: firstEnded,
+});
+print('heap per parked task in flight', (heapInFlight - heapBefore) / parked / 1024, 'KB', { tasks: parked });
+await Promise.all(parkedIds.map(endOf));
+print(`${parked} parked tasks, wall time`, (performance.now() - parkedStart) / 1000, 's');
+// Measured with the coordinator still running: what it keeps of ended tasks is what would leak.
+print(
+  'heap after the parked tasks ended, against before',
+  ((heapUsed() - heapBefore) / heapBefore) * 100,
+  '%',
+  {
+    beforeMiB: Math.round(heapBefore / 1024 / 1024),
+  },
+);
+await parkedCoordinator.stop();
+await parkedBus.close();
 
 const failed = [...ended].filter(([id, end]) => !id.startsWith('warm') && !end.ok).map(([id]) => id);
 print('tasks with a wrong result', failed.length, 'tasks');
