@@ -84,8 +84,13 @@ export class KvStore<S extends z.ZodType> {
     wait?: UntilReachableOptions,
   ): Promise<KvStore<S>> {
     const kv = await kvOf(bus, bucket);
+    let direct: boolean;
     try {
-      await untilReachable(bus, `KV bucket ${bucket}`, () => kv.status(), wait);
+      const status = await untilReachable(bus, `KV bucket ${bucket}`, () => kv.status(), wait);
+      // Replicas may answer a direct get while behind the leader; claims and fencing need the latest value, so
+      // only a bucket with one copy reads directly.
+      const { allow_direct, num_replicas } = status.streamInfo.config;
+      direct = allow_direct === true && num_replicas <= 1;
     } catch (cause) {
       // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
       if (!isApiError(cause, JetStreamApiCodes.StreamNotFound)) throw cause;
@@ -95,7 +100,8 @@ export class KvStore<S extends z.ZodType> {
         { cause },
       );
     }
-    return new KvStore(kv, schema, bus);
+    // Reads go straight to the stream when it allows (a get through the JetStream API also costs an advisory).
+    return new KvStore(direct ? await kvOf(bus, bucket, true) : kv, schema, bus);
   }
 
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {

@@ -92,9 +92,13 @@ export async function jetstreamManagerOf(
   }
 }
 
-/** Opens one of Troupe's KV buckets; call {@link ensureTroupeStreams} first so it exists. */
-export function kvOf(bus: NatsBus, bucket: TroupeBucket): Promise<KV> {
-  return new Kvm(jetstreamOf(bus)).open(bucket);
+/**
+ * Opens one of Troupe's KV buckets; call {@link ensureTroupeStreams} first so it exists. With `direct`, reads use
+ * the stream's direct get (no JetStream API call, no API advisory per read): only for a bucket whose stream allows
+ * it, as every bucket made on nats-server 2.9 or later does, and has a single replica (replicas may answer behind).
+ */
+export function kvOf(bus: NatsBus, bucket: TroupeBucket, direct = false): Promise<KV> {
+  return new Kvm(jetstreamOf(bus)).open(bucket, direct ? { allow_direct: true } : {});
 }
 
 function streamConfig(

@@ -1,3 +1,4 @@
+import { DiscardPolicy, jetstreamManager } from '@nats-io/jetstream';
 import { BUCKETS } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -58,4 +59,45 @@ describe('KvStore.open', () => {
     await store.put('note-1', { text: 'kept' });
     expect(await store.get('note-1')).toMatchObject({ value: { text: 'kept' } });
   }, 60_000);
+});
+
+describe('KvStore reads', () => {
+  /** The subjects of the read requests `read` makes, through the JetStream API or the stream's direct get. */
+  async function readRequests(read: () => Promise<unknown>): Promise<string[]> {
+    const seen: string[] = [];
+    const spy = bus.connection.subscribe('$JS.API.>', { callback: (_e, msg) => void seen.push(msg.subject) });
+    await bus.connection.flush();
+    await read();
+    await bus.connection.flush();
+    spy.unsubscribe();
+    return seen.filter((s) => s.includes('.MSG.GET.') || s.includes('.DIRECT.GET.'));
+  }
+
+  it("use the stream's direct get when the bucket allows it, as Troupe's buckets do", async () => {
+    await ensureTroupeStreams(bus);
+    const store = await KvStore.open(bus, BUCKETS.memory, Note);
+    await store.put('k', { text: 'kept' });
+    let value: unknown;
+    const requests = await readRequests(async () => (value = (await store.get('k'))?.value));
+    expect(value).toEqual({ text: 'kept' });
+    expect(requests).toEqual(['$JS.API.DIRECT.GET.KV_memory.$KV.memory.k']);
+  });
+
+  it('read through the JetStream API from a bucket made without direct get', async () => {
+    const jsm = await jetstreamManager(bus.connection);
+    await jsm.streams.add({
+      name: 'KV_memory',
+      subjects: ['$KV.memory.>'],
+      allow_direct: false,
+      allow_rollup_hdrs: true,
+      max_msgs_per_subject: 1,
+      discard: DiscardPolicy.New,
+    });
+    const store = await KvStore.open(bus, BUCKETS.memory, Note);
+    await store.put('k', { text: 'kept' });
+    let value: unknown;
+    const requests = await readRequests(async () => (value = (await store.get('k'))?.value));
+    expect(value).toEqual({ text: 'kept' });
+    expect(requests).toEqual(['$JS.API.STREAM.MSG.GET.KV_memory']);
+  });
 });
