@@ -37,4 +37,23 @@ describe('tasks waiting on a slow model', () => {
       expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'Thought it over.' } });
     }
   }, 90_000);
+
+  it('record what the step does from the checkpoint that enters it, and each change once', async () => {
+    type Written = { status: string; state: string; snapshot?: unknown; activity?: { kind: string } };
+    const written: Written[] = [];
+    const watch = h.client.subscribe('$KV.workflows.recorded-1', {
+      callback: (_e, msg) => void written.push(msg.json()),
+    });
+    await h.client.flush();
+    publishTask(h, 'parked', { id: 'recorded-1', goal: 'think it over' });
+    expect(await h.finalOf('recorded-1', 60_000)).toMatchObject({ kind: 'task.completed' });
+    await expect.poll(() => written.at(-1)?.status, { timeout: 10_000 }).toBe('completed');
+    watch.unsubscribe();
+    // The claim comes first, with no checkpoint yet; then the workflow's own writes.
+    const running = written.filter((r) => r.status === 'running' && r.snapshot !== undefined);
+    // The checkpoint entering the step says the agent works on it: no write of its own at the first heartbeat.
+    expect(running[0]?.activity).toMatchObject({ kind: 'agent', step: 'think', agent: 'thinker' });
+    // Then the model wait, and work again when it ends: each change written once.
+    expect(running.map((r) => r.activity?.kind)).toEqual(['agent', 'model', 'agent']);
+  }, 60_000);
 });

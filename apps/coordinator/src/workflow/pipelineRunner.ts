@@ -120,6 +120,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },
   });
   const running = new Map<string, RunningTask>();
+  /** The agent of each step, by the step's id (the workflow's state while it runs). */
+  const agentOfStep = new Map(config.flow.map((step) => [step.id, step.agent]));
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   const maxDeliver = options.maxDeliver ?? 10;
   let stopping = false;
@@ -444,7 +446,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     };
     /** The record as this run writes it: the task, this run's claim and progress, and where the workflow is. */
     const recordOf = (
-      fields: Pick<WorkflowRecord, 'status' | 'state' | 'round' | 'usage' | 'snapshot' | 'final'>,
+      fields: Pick<
+        WorkflowRecord,
+        'status' | 'state' | 'round' | 'usage' | 'snapshot' | 'final' | 'activity'
+      >,
     ): WorkflowRecord => ({
       taskId,
       pipeline,
@@ -555,7 +560,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const noteActivity = (activity: StepActivity) => {
       // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
       delivery.park(activity.kind === 'person' || activity.kind === 'model');
-      if (latest?.status !== 'running') return;
+      // The checkpoint that entered the step already says its agent works on it: the first heartbeat adds nothing.
+      if (latest?.status !== 'running' || sameActivity(latest.activity, activity)) return;
       write({ ...latest, activity, updatedAt: now() }, (error) =>
         logger.warn({ err: error, taskId }, 'cannot record what the step is doing'),
       );
@@ -586,7 +592,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         if (!firstCheckpoint) progress += 1;
         firstCheckpoint = false;
         const { round, usage } = snap.context;
-        checkpoint = recordOf({ status, state, round, usage, snapshot, final });
+        const agent = status === 'running' ? agentOfStep.get(state) : undefined;
+        const activity =
+          agent === undefined ? undefined : { kind: 'agent' as const, step: state, agent, since: now() };
+        checkpoint = recordOf({ status, state, round, usage, snapshot, final, activity });
       } catch (error) {
         poisoned(error);
         return;
@@ -790,6 +799,13 @@ function stallsSoFar(record: WorkflowRecord): number {
   if (last === undefined) return 0;
   if ((record.progress ?? 0) > last.progress) return 0;
   return last.handedBack ? last.stalls : last.stalls + 1;
+}
+
+/** Whether a step's activity is the one already recorded (its `since` aside). */
+function sameActivity(recorded: StepActivity | undefined, next: StepActivity): boolean {
+  if (recorded?.kind !== next.kind || recorded.step !== next.step || recorded.agent !== next.agent)
+    return false;
+  return recorded.kind !== 'person' || next.kind !== 'person' || recorded.request.id === next.request.id;
 }
 
 /** `Nats-Msg-Id` doubles as the task id when the payload has none, so `nats pub -H Nats-Msg-Id:…` works. */
