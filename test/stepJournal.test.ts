@@ -22,6 +22,7 @@ import {
   type StepDeps,
   StepJournal,
   startAgentHost,
+  systemClock,
   ToolRegistry,
   TransportError,
 } from '@troupe/runtime';
@@ -135,7 +136,7 @@ describe('the step journal', () => {
     return {
       registry,
       workspaceRoot: root,
-      clock: { now: () => Date.now() },
+      clock: systemClock,
       events: new EventFactory({ now: () => Date.now() }),
       publish: (event) => events.push(event),
       journal,
@@ -323,7 +324,7 @@ describe('the step journal', () => {
       journal: flaky,
     });
     try {
-      const runStep = createStepRunner({ bus, clock: { now: () => Date.now() }, heartbeatMs: 1_000 });
+      const runStep = createStepRunner({ bus, clock: systemClock, heartbeatMs: 1_000 });
       const output = await runStep(
         { request: stepRequest('flaky-1'), timeoutMs: 20_000 },
         new AbortController().signal,
@@ -446,7 +447,7 @@ describe('steps with heartbeats', () => {
       },
     });
     await bus.flush();
-    const runStep = createStepRunner({ bus, clock: { now: () => Date.now() }, heartbeatMs: 1_000 });
+    const runStep = createStepRunner({ bus, clock: systemClock, heartbeatMs: 1_000 });
     const output = await runStep(
       {
         request: {

@@ -49,7 +49,7 @@ export {
   type TaskQueueOptions,
   taskConsumerName,
 } from './durable/taskQueue.ts';
-export { type Clock, newTraceparent, systemClock } from './events/clock.ts';
+export { type Clock, every, newTraceparent, sleep, systemClock, timeoutSignal } from './events/clock.ts';
 export {
   EventFactory,
   type EventRoute,

@@ -9,3 +9,4 @@ export {
   type TestMcpHttpServer,
 } from './mcpServers.ts';
 export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';
+export { SimulatedClock } from './simulatedClock.ts';

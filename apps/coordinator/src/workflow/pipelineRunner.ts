@@ -18,6 +18,7 @@ import {
   EventFactory,
   type EventScope,
   endingOf,
+  every,
   HAND_BACK_DELAY_MS,
   isOutage,
   type KvEntry,
@@ -27,6 +28,7 @@ import {
   type NatsBus,
   newTraceparent,
   preview,
+  sleep,
   startTaskQueue,
   type TaskDelivery,
   type TaskQueue,
@@ -81,8 +83,6 @@ const MAX_EVENT_OUTPUT = 256 * 1024;
 /** How long a task's end waits for its final event to be stored before leaving it to a redelivery. */
 const FINAL_EVENT_WAIT_MS = 10_000;
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
-
 /** How a task's run ended. Whichever comes first counts; the others find the run already ending. */
 type Ending =
   | { kind: 'done'; output: WorkflowOutput }
@@ -124,6 +124,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const agentOfStep = new Map(config.flow.map((step) => [step.id, step.agent]));
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   const maxDeliver = options.maxDeliver ?? 10;
+  /** How often a task being handled tells the server it is still working on it. */
+  const keepAliveMs = Math.max(100, Math.floor(ackWaitMs / 3));
   let stopping = false;
   const now = () => new Date(clock.now()).toISOString();
 
@@ -211,10 +213,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   ): Promise<void> {
     // Kept alive meanwhile: the wait for the event, and closing requests, can outlast a short ack wait.
     delivery.working();
-    const keepAlive = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
+    const stopKeepAlive = every(clock, keepAliveMs, () => delivery.working());
     try {
       const stored = publishSafely(taskId, () => final);
-      const outcome = await Promise.race([stored, sleep(FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const)]);
+      const outcome = await Promise.race([
+        stored,
+        sleep(clock, FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const),
+      ]);
       if (outcome === 'timeout') {
         logger.warn(
           { taskId },
@@ -228,7 +233,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       if (settle === 'term') delivery.term();
       else delivery.ack();
     } finally {
-      clearInterval(keepAlive);
+      stopKeepAlive();
     }
   }
 
@@ -437,6 +442,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     };
     const actor = createActor(machine, {
       input,
+      clock,
       ...(run.snapshot === undefined ? {} : { snapshot: run.snapshot as Snapshot<unknown> }),
     });
     const end = (next: Ending): boolean => {
@@ -623,7 +629,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         }),
     });
     running.set(taskId, { end, noteActivity });
-    const heartbeat = setInterval(() => delivery.working(), Math.max(100, Math.floor(ackWaitMs / 3)));
+    const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
     try {
       actor.start();
       if (run.snapshot !== undefined) {
@@ -677,7 +683,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         }
       }
     } finally {
-      clearInterval(heartbeat);
+      stopHeartbeat();
       running.delete(taskId);
     }
   }

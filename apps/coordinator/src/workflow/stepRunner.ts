@@ -4,6 +4,7 @@ import {
   type Logger,
   type NatsBus,
   requestWithHeartbeats,
+  sleep,
   stepTimeoutError,
   TransportError,
 } from '@troupe/runtime';
@@ -120,7 +121,7 @@ export function createStepRunner(options: StepRunnerOptions) {
             `step ${request.stepId} stopped: ${reply.error.message}; sending it again`,
           );
           takenOver = true;
-          await sleep(Math.min(250 * 2 ** attempt, 2_000), signal);
+          await sleep(clock, Math.min(250 * 2 ** attempt, 2_000), signal, 'step aborted');
           continue;
         }
         if (reply.ok || reply.error.code !== 'worker_stopped') {
@@ -153,7 +154,7 @@ export function createStepRunner(options: StepRunnerOptions) {
         const waited = clock.now() - noWorkerSince;
         if (!noWorker || (!takenOver && waited >= waitForWorkersMs))
           throw explain(error, subject, request.agent, waited);
-        await sleep(Math.min(250 * 2 ** attempt, 2_000), signal);
+        await sleep(clock, Math.min(250 * 2 ** attempt, 2_000), signal, 'step aborted');
       } finally {
         stopWatching();
       }
@@ -171,19 +172,4 @@ function explain(error: unknown, subject: string, agent: string, waitedMs: numbe
     );
   }
   return error instanceof Error ? error : new Error(String(error));
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(new Error('step aborted'));
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(new Error('step aborted'));
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }

@@ -12,7 +12,7 @@ import {
 import type { HumanGate } from '../approvals/humanGate.ts';
 import { endingOf, TaskEndedError } from '../approvals/taskEnded.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
-import { type Clock, systemClock } from '../events/clock.ts';
+import { type Clock, every, systemClock, timeoutSignal } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
@@ -52,7 +52,7 @@ interface StepRun {
   orphaned: boolean;
   done: Promise<void>;
   /** The model call in flight: the timer that reports it once it has lasted, and whether it was reported. */
-  model?: { timer: ReturnType<typeof setTimeout>; reported: boolean } | undefined;
+  model?: { timer: unknown; reported: boolean } | undefined;
 }
 
 export interface AgentHostOptions {
@@ -93,7 +93,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger } = options;
   const clock = options.clock ?? systemClock;
   const events = new EventFactory(clock);
-  const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus);
+  const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus, clock);
   /** Steps running here, by step id. */
   const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
@@ -190,16 +190,15 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         return;
       }
       const abort = new AbortController();
+      // The step ends when the workflow stops waiting for it, not only when this host stops.
+      const deadline = request.timeoutMs ? timeoutSignal(clock, request.timeoutMs) : undefined;
       const reply = runAgentStep(agent, request, {
         registry: options.registry,
         workspaceRoot: options.workspaceRoot,
         clock,
         events,
         publish: (event) => bus.publishEvent(event),
-        // The step ends when the workflow stops waiting for it, not only when this host stops.
-        signal: request.timeoutMs
-          ? AbortSignal.any([abort.signal, AbortSignal.timeout(request.timeoutMs)])
-          : abort.signal,
+        signal: deadline ? AbortSignal.any([abort.signal, deadline.signal]) : abort.signal,
         ...(options.price ? { price: options.price } : {}),
         modelWait: (stepId, waiting) => {
           const current = runs.get(stepId);
@@ -240,7 +239,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       // step from a dead worker; the first heartbeat goes at once.
       const heartbeatMs = request.heartbeatMs;
       const beating =
-        heartbeatMs === undefined ? undefined : setInterval(() => beat(run, heartbeatMs), heartbeatMs);
+        heartbeatMs === undefined ? undefined : every(clock, heartbeatMs, () => beat(run, heartbeatMs));
       if (heartbeatMs !== undefined) beat(run, heartbeatMs);
       run.done = reply
         .then((result) => {
@@ -252,8 +251,9 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
             remember(request.stepId, reply);
         })
         .finally(() => {
-          clearInterval(beating);
-          clearTimeout(run.model?.timer);
+          beating?.();
+          deadline?.cancel();
+          clock.clearTimeout(run.model?.timer);
           if (runs.get(request.stepId) === run) {
             runs.delete(request.stepId);
             heartbeats.stop(request.stepId);
@@ -281,10 +281,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     const heartbeatMs = run.request.heartbeatMs;
     if (heartbeatMs === undefined) return;
     if (waiting) {
-      clearTimeout(run.model?.timer);
+      clock.clearTimeout(run.model?.timer);
       const model = {
         reported: false,
-        timer: setTimeout(() => {
+        timer: clock.setTimeout(() => {
           model.reported = true;
           beat(run, heartbeatMs);
         }, MODEL_WAIT_REPORT_MS),
@@ -294,7 +294,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     }
     const ended = run.model;
     if (!ended) return;
-    clearTimeout(ended.timer);
+    clock.clearTimeout(ended.timer);
     run.model = undefined;
     if (ended.reported) beat(run, heartbeatMs);
   };

@@ -101,7 +101,7 @@ export async function runAgentStep(
   const timer =
     deadline === undefined
       ? undefined
-      : setTimeout(
+      : deps.clock.setTimeout(
           () => stop(Object.assign(new Error(timeBudgetMessage(request)), { name: 'BudgetExceeded' })),
           Math.max(0, deadline - deps.clock.now()),
         );
@@ -140,7 +140,7 @@ export async function runAgentStep(
       (error as Error).message,
     );
   } finally {
-    clearTimeout(timer);
+    deps.clock.clearTimeout(timer);
     deps.signal?.removeEventListener('abort', onAbort);
   }
 }
@@ -404,6 +404,7 @@ async function startActor(
       ),
   };
   const actor = createActor(agentMachine, {
+    clock: deps.clock,
     input: {
       services,
       agent: agent.name,

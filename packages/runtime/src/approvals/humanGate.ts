@@ -355,7 +355,7 @@ export class NatsHumanGate implements HumanGate {
     };
     const expire = () => end({ kind: 'expired' });
     const stop = () => end({ kind: 'closed', why: whyStopped(signal.reason) });
-    let timer: NodeJS.Timeout | undefined;
+    let timer: unknown;
     let stopWatching = () => {};
     const waiting: WaitingOn = { kind: record.kind, id };
     this.#waiting.set(scope.stepId, [...(this.#waiting.get(scope.stepId) ?? []), waiting]);
@@ -369,7 +369,7 @@ export class NatsHumanGate implements HumanGate {
       await bus.flush();
       // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
       // getting a receipt for a call that was already denied.
-      timer = setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
+      timer = clock.setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
       signal.addEventListener('abort', stop, { once: true });
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
       if (signal.aborted) stop();
@@ -385,7 +385,7 @@ export class NatsHumanGate implements HumanGate {
       }
       return { id, outcome };
     } finally {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       stopWatching();
       signal.removeEventListener('abort', stop);
       subscription.unsubscribe();

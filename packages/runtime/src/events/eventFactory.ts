@@ -62,9 +62,9 @@ export function eventId<K extends EventKind>(
 
 /** Builds validated wire events with deterministic ids (see {@link eventId}) and timestamps from an injected clock. */
 export class EventFactory {
-  readonly #clock: Clock;
+  readonly #clock: Pick<Clock, 'now'>;
 
-  constructor(clock: Clock = systemClock) {
+  constructor(clock: Pick<Clock, 'now'> = systemClock) {
     this.#clock = clock;
   }
 

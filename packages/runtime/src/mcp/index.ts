@@ -7,7 +7,6 @@ export {
   McpServers,
   McpStdioServerConfig,
 } from './mcpConfig.ts';
-export type { RestartClock } from './mcpServerConnection.ts';
 export { McpServerError, type McpServerErrorCode } from './mcpServerError.ts';
 export { renderMcpToolResult } from './mcpToolResult.ts';
 export {

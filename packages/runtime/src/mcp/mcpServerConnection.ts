@@ -8,6 +8,7 @@ import {
   type Tool as McpTool,
   type Progress,
 } from '@modelcontextprotocol/sdk/types.js';
+import { type Clock, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
 import { withTimeout } from '../withTimeout.ts';
@@ -27,20 +28,6 @@ export interface OpenedTransport {
   terminate?(): Promise<void>;
 }
 
-/** Time and timers for restarts, injected so tests decide when a backoff is over. */
-export interface RestartClock {
-  now(): number;
-  setTimeout(fn: () => void, ms: number): unknown;
-  clearTimeout(handle: unknown): void;
-}
-
-/** The system's clock; a pending restart alone does not keep the process alive. */
-export const systemRestartClock: RestartClock = {
-  now: () => Date.now(),
-  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
-  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
-};
-
 /** What one server's connection needs: who it is, how to open a fresh transport to it, and how to wait. */
 export interface McpServerConnectionOptions {
   name: string;
@@ -53,7 +40,7 @@ export interface McpServerConnectionOptions {
   open(): Promise<OpenedTransport>;
   logger?: Logger;
   backoff?: RestartBackoff;
-  clock?: RestartClock;
+  clock?: Clock;
 }
 
 /** How a call is made: the executor's signal and timeout, and where progress notifications go. */
@@ -115,7 +102,7 @@ export class McpServerConnection {
 
   readonly #options: McpServerConnectionOptions;
   readonly #backoff: RestartBackoff;
-  readonly #clock: RestartClock;
+  readonly #clock: Clock;
   #state: State;
   /** Attempts since the server was last stable; the next one is number `#attempts + 1`. */
   #attempts = 0;
@@ -158,7 +145,7 @@ export class McpServerConnection {
     this.endpoint = options.endpoint;
     this.listed = first.listed;
     this.#backoff = options.backoff ?? DEFAULT_RESTART_BACKOFF;
-    this.#clock = options.clock ?? systemRestartClock;
+    this.#clock = options.clock ?? systemClock;
     this.#state = this.#up(first);
   }
 

@@ -2,6 +2,7 @@ import { stat } from 'node:fs/promises';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Tool as McpTool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
+import type { Clock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
 import type { Tool, ToolContext } from '../tools/tool.ts';
 import { resolvePlaceholders } from './envPlaceholders.ts';
@@ -12,12 +13,7 @@ import {
   McpServers,
   type McpStdioServerConfig,
 } from './mcpConfig.ts';
-import {
-  type McpCallOptions,
-  McpServerConnection,
-  type OpenedTransport,
-  type RestartClock,
-} from './mcpServerConnection.ts';
+import { type McpCallOptions, McpServerConnection, type OpenedTransport } from './mcpServerConnection.ts';
 import { McpServerError, reasonOf } from './mcpServerError.ts';
 import { renderMcpToolResult } from './mcpToolResult.ts';
 import { DEFAULT_RESTART_BACKOFF, type RestartBackoff } from './restartBackoff.ts';
@@ -30,7 +26,7 @@ export interface McpConnectOptions {
   /** The waits before restarting a stdio server that died or reconnecting to an HTTP one; 1 s doubling to 30 s by default. */
   restartBackoff?: Partial<RestartBackoff>;
   /** Time and timers for those waits; the system's by default. */
-  clock?: RestartClock;
+  clock?: Clock;
 }
 
 /** One connected server and the Troupe names of the tools it exposes. */

@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import type { StepHeartbeat } from '@troupe/protocol';
 import { subjects } from '@troupe/protocol';
+import { type Clock, every, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
 import { withTimeout } from '../withTimeout.ts';
 import type { NatsBus } from './natsBus.ts';
@@ -32,14 +33,16 @@ export interface HeartbeatSender {
  */
 export class InlineHeartbeatSender implements HeartbeatSender {
   readonly #bus: NatsBus;
+  readonly #clock: Clock;
   readonly #steps = new Map<
     string,
-    { inboxes: readonly string[]; heartbeat: StepHeartbeat; timer: NodeJS.Timeout }
+    { inboxes: readonly string[]; heartbeat: StepHeartbeat; stop: () => void }
   >();
   readonly #listeners = new Listeners();
 
-  constructor(bus: NatsBus) {
+  constructor(bus: NatsBus, clock: Clock = systemClock) {
     this.#bus = bus;
+    this.#clock = clock;
   }
 
   beat(stepId: string, inboxes: readonly string[], intervalMs: number, heartbeat: StepHeartbeat): void {
@@ -51,13 +54,17 @@ export class InlineHeartbeatSender implements HeartbeatSender {
       if (changed) this.#send(stepId, intervalMs);
       return;
     }
-    const step = { inboxes, heartbeat, timer: setInterval(() => this.#send(stepId, intervalMs), intervalMs) };
+    const step = {
+      inboxes,
+      heartbeat,
+      stop: every(this.#clock, intervalMs, () => this.#send(stepId, intervalMs)),
+    };
     this.#steps.set(stepId, step);
     this.#send(stepId, intervalMs);
   }
 
   stop(stepId: string): void {
-    clearInterval(this.#steps.get(stepId)?.timer);
+    this.#steps.get(stepId)?.stop();
     this.#steps.delete(stepId);
   }
 

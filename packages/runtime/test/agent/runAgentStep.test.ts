@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps, taskWorkspace } from '../../src/agent/runAgentStep.ts';
 import type { StepJournal } from '../../src/durable/stepJournal.ts';
+import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
 
@@ -75,7 +76,7 @@ async function setup(
   const deps: StepDeps = {
     registry,
     workspaceRoot: root,
-    clock: { now: () => (ticks += 5) },
+    clock: { ...systemClock, now: () => (ticks += 5) },
     events: new EventFactory({ now: () => Date.UTC(2025, 0, 1) }),
     publish: (event) => events.push(event),
     ...overrides,

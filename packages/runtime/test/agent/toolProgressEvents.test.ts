@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps } from '../../src/agent/runAgentStep.ts';
+import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { defineTool, ToolRegistry } from '../../src/tools/index.ts';
 
@@ -63,7 +64,7 @@ async function step(publish: (event: TroupeEvent) => void) {
   const deps: StepDeps = {
     registry,
     workspaceRoot: root,
-    clock: { now: () => Date.now() },
+    clock: systemClock,
     events: new EventFactory(),
     publish,
   };

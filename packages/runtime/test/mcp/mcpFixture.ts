@@ -1,8 +1,8 @@
 import { tmpdir } from 'node:os';
 import { TEST_MCP_STDIO_SERVER } from '@troupe/testkit';
+import type { Clock } from '../../src/events/clock.ts';
 import { createLogger, type Logger } from '../../src/logging/index.ts';
 import type { McpStdioServerConfig } from '../../src/mcp/mcpConfig.ts';
-import type { RestartClock } from '../../src/mcp/mcpServerConnection.ts';
 import { connectMcpServers, type McpConnections } from '../../src/mcp/mcpToolSource.ts';
 import type { Tool } from '../../src/tools/tool.ts';
 import { type ToolCallResult, ToolExecutor } from '../../src/tools/toolExecutor.ts';
@@ -90,7 +90,7 @@ export function processExists(pid: number): boolean {
 }
 
 /** A restart clock whose timers run only when the test fires them, and whose time moves only when it advances it. */
-export interface ManualClock extends RestartClock {
+export interface ManualClock extends Clock {
   /** The waits asked for that have neither fired nor been cleared, in milliseconds. */
   pending(): number[];
   /** Runs every pending timer now. */
