@@ -9,13 +9,18 @@
  * reports how soon all were in flight at once, the heap per task in flight, and the heap once all have ended
  * against the heap before (run with --expose-gc, as `npm run bench` does, for exact heap figures).
  *
- *   npm run bench -- [sequential=200] [concurrent=1000] [parked=2000]
+ * Last the scale phase (bench/fixtures/scale.yaml): the same workload with its agents served by 1, 2 and 4
+ * `troupe worker` processes (the built CLI) and workflows only in this process; tasks/s for each.
  *
- * Not yet measured here (see issue 11): 10,000 concurrent tasks, and scale across worker processes.
+ *   npm run bench -- [sequential=200] [concurrent=1000,10000] [parked=2000] [scale=1000]
+ *
+ * Each count may be 0 to skip that phase; `concurrent` takes a comma-separated list of batch sizes.
  */
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { connect } from '@nats-io/transport-node';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
@@ -23,8 +28,9 @@ import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
 
 const sequential = Number(process.argv[2] ?? 200);
-const concurrent = Number(process.argv[3] ?? 1_000);
+const concurrentBatches = (process.argv[3] ?? '1000,10000').split(',').map(Number);
 const parked = Number(process.argv[4] ?? 2_000);
+const scaleTasks = Number(process.argv[5] ?? 1_000);
 /** The heap in use, after a full collection when the process was started with --expose-gc. */
 const heapUsed = () => {
   (globalThis as { gc?: () => void }).gc?.();
@@ -67,7 +73,7 @@ const coordinator = await startCoordinator({
   logger,
   workspaceRoot,
   registry,
-  concurrency: Math.max(16, concurrent),
+  concurrency: Math.max(16, ...concurrentBatches),
 });
 
 const ended = new Map<string, { at: number; ok: boolean }>();
@@ -123,14 +129,16 @@ print('sequential CPU per task (this process)', (user + system) / 1000 / sequent
   user: Math.round((user / 1000 / sequential) * 1000) / 1000,
 });
 
-const concurrentStart = performance.now();
-const ids = Array.from({ length: concurrent }, (_, i) => `conc-${i}`);
-for (const id of ids) submit(id);
-await client.flush();
-await Promise.all(ids.map(endOf));
-const concurrentMs = performance.now() - concurrentStart;
-print(`${concurrent} concurrent tasks, wall time`, concurrentMs / 1000, 's');
-print(`${concurrent} concurrent tasks per second`, concurrent / (concurrentMs / 1000), 'tasks/s');
+for (const concurrent of concurrentBatches.filter((n) => n > 0)) {
+  const concurrentStart = performance.now();
+  const ids = Array.from({ length: concurrent }, (_, i) => `conc-${i}`);
+  for (const id of ids) submit(id);
+  await client.flush();
+  await Promise.all(ids.map(endOf));
+  const concurrentMs = performance.now() - concurrentStart;
+  print(`${concurrent} concurrent tasks, wall time`, concurrentMs / 1000, 's');
+  print(`${concurrent} concurrent tasks per second`, concurrent / (concurrentMs / 1000), 'tasks/s');
+}
 
 // Parked: every task waits 20 s on its model; the coordinator keeps its default 16 working slots.
 if (parked > 0) await parkedPhase();
@@ -190,6 +198,63 @@ async function parkedPhase() {
   );
   await parkedCoordinator.stop();
   await parkedBus.close();
+}
+
+// Scale: workflows here, agents in 1, 2, then 4 worker processes.
+if (scaleTasks > 0) await scalePhase();
+async function scalePhase() {
+  const scaleBus = await NatsBus.connect({ servers: nats.url, name: 'bench-scale', logger });
+  const scaleFile = join(import.meta.dirname, 'fixtures', 'scale.yaml');
+  const scaleCoordinator = await startCoordinator({
+    bus: scaleBus,
+    pipelines: [await loadPipeline(scaleFile, { toolNames: registry.names() })],
+    logger,
+    workspaceRoot,
+    registry,
+    hostAgents: false,
+    concurrency: scaleTasks,
+  });
+  const home = await mkdtemp(join(tmpdir(), 'troupe-bench-workers-'));
+  const workers: ChildProcess[] = [];
+  const startWorker = () =>
+    new Promise<ChildProcess>((resolve, reject) => {
+      const cli = join(import.meta.dirname, '..', 'apps', 'cli', 'bin', 'troupe.mjs');
+      const worker = spawn(
+        process.execPath,
+        [cli, 'worker', scaleFile, '--server', nats.url, '--home', home, '--json', '--log-level', 'info'],
+        { stdio: ['ignore', 'pipe', 'inherit'] },
+      );
+      createInterface({ input: worker.stdout }).on('line', (line) => {
+        if (line.includes('agent host started')) resolve(worker);
+      });
+      worker.once('exit', (code) => reject(new Error(`troupe worker exited with ${code} before serving`)));
+    });
+  try {
+    for (const count of [1, 2, 4]) {
+      while (workers.length < count) workers.push(await startWorker());
+      const batch = Array.from({ length: scaleTasks }, (_, i) => `scale-${count}-${i}`);
+      const started = performance.now();
+      for (const id of batch) submit(id, 'scale');
+      await client.flush();
+      await Promise.all(batch.map(endOf));
+      const seconds = (performance.now() - started) / 1000;
+      print(`scale: ${scaleTasks} tasks with ${count} worker process(es)`, scaleTasks / seconds, 'tasks/s', {
+        workers: count,
+      });
+    }
+  } finally {
+    for (const worker of workers) worker.kill('SIGTERM');
+    await Promise.all(
+      workers.map((worker) =>
+        worker.exitCode !== null || worker.signalCode !== null
+          ? undefined
+          : new Promise((resolve) => worker.once('exit', resolve)),
+      ),
+    );
+    await scaleCoordinator.stop();
+    await scaleBus.close();
+    await rm(home, { recursive: true, force: true });
+  }
 }
 
 const failed = [...ended].filter(([id, end]) => !id.startsWith('warm') && !end.ok).map(([id]) => id);
