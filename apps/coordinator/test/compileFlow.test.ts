@@ -430,3 +430,47 @@ describe('compileFlow: a run that fails', () => {
     restored.stop();
   });
 });
+
+describe('compileFlow: a cancel event', () => {
+  it('ends the workflow cancelled from the step it is in, stops that step, and keeps what was spent', async () => {
+    let stepSignal: AbortSignal | undefined;
+    const machine = compileFlow(pipeline()).provide({
+      actors: {
+        runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
+          if (input.request.agent === 'planner')
+            return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
+          stepSignal = signal;
+          return new Promise<StepRunOutput>(() => {});
+        }),
+      },
+    });
+    const actor = createActor(machine, { input: task });
+    actor.start();
+    await expect.poll(() => stepSignal).toBeDefined();
+    expect(actor.getSnapshot().value).toBe('execute');
+
+    actor.send({ type: 'cancel', reason: 'changed my mind' });
+    const output = await toPromise(actor);
+    expect(actor.getSnapshot().value).toBe('cancelled');
+    expect(output).toMatchObject({
+      status: 'cancelled',
+      cancelReason: 'changed my mind',
+      output: 'the plan',
+    });
+    expect(output.usage).toEqual(usage(100, 10));
+    expect(stepSignal?.aborted).toBe(true);
+
+    // A cancelled run stays cancelled when restored from its persisted snapshot.
+    const restored = createActor(machine, { snapshot: actor.getPersistedSnapshot(), input: task });
+    restored.start();
+    expect(restored.getSnapshot().output).toEqual(output);
+    restored.stop();
+  });
+
+  it('changes nothing once the workflow has ended', async () => {
+    const { actor, output } = await run(pipeline(), approving);
+    actor.send({ type: 'cancel' });
+    expect(actor.getSnapshot().value).toBe('completed');
+    expect(actor.getSnapshot().output).toEqual(output);
+  });
+});

@@ -8,6 +8,7 @@ import type {
   StepRunOutput,
   WorkflowContext,
   WorkflowEmitted,
+  WorkflowEvent,
   WorkflowFailure,
   WorkflowInput,
   WorkflowOutput,
@@ -21,6 +22,7 @@ const workflowSetup = setup({
     input: {} as WorkflowInput,
     output: {} as WorkflowOutput,
     emitted: {} as WorkflowEmitted,
+    events: {} as WorkflowEvent,
   },
   actors: {
     runStep: fromPromise<StepRunOutput, StepRunInput>(async () => {
@@ -64,9 +66,10 @@ const workflowSetup = setup({
 
 /**
  * Compiles a pipeline's `flow` into a workflow state machine: one state per step, each invoking `runStep`
- * (injected with `.provide()`), and the final states `completed` and `failed`. A review step's verdict
- * picks the next state: approve moves on; reject goes back to `onReject` with the feedback, at most
- * `maxRounds` rounds, then fails (or completes unapproved, as `onMaxRounds` says).
+ * (injected with `.provide()`), and the final states `completed`, `failed` and `cancelled`. A review step's
+ * verdict picks the next state: approve moves on; reject goes back to `onReject` with the feedback, at most
+ * `maxRounds` rounds, then fails (or completes unapproved, as `onMaxRounds` says). A `cancel` event, in any step,
+ * ends the workflow `cancelled` (leaving the step stops its call to the agent).
  */
 export function compileFlow(config: PipelineConfig) {
   const stepTimeoutMs = (step: StepConfig) => (step.timeout ?? config.defaults.stepTimeout) * 1_000;
@@ -112,6 +115,7 @@ export function compileFlow(config: PipelineConfig) {
   });
   states.completed = { type: 'final' };
   states.failed = { type: 'final' };
+  states.cancelled = { type: 'final' };
 
   return workflowSetup.createMachine({
     id: `workflow:${config.name}`,
@@ -124,6 +128,14 @@ export function compileFlow(config: PipelineConfig) {
       usageByAgent: {},
     }),
     initial: config.flow[0]?.id ?? 'completed',
+    on: {
+      cancel: {
+        target: '.cancelled',
+        actions: assign(({ event }) => ({
+          cancelled: event.reason === undefined ? {} : { reason: event.reason },
+        })),
+      },
+    },
     // The states are built from config, so their shape is checked by the tests, not the compiler.
     states: states as never,
     output: ({ context }) => workflowOutput(config, context),
@@ -299,13 +311,14 @@ function buildRequest(
 function workflowOutput(config: PipelineConfig, context: WorkflowContext): WorkflowOutput {
   const lastWork = [...config.flow].reverse().find((s) => s.kind === 'agent' && context.latest[s.id]);
   return {
-    status: context.failure ? 'failed' : 'completed',
+    status: context.cancelled ? 'cancelled' : context.failure ? 'failed' : 'completed',
     output: lastWork ? (context.latest[lastWork.id]?.output ?? '') : '',
     approved: context.approved,
     rounds: context.round,
     usage: context.usage,
     usageByAgent: context.usageByAgent,
     ...(context.failure ? { failure: context.failure } : {}),
+    ...(context.cancelled?.reason === undefined ? {} : { cancelReason: context.cancelled.reason }),
   };
 }
 

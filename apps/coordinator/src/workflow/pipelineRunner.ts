@@ -88,7 +88,6 @@ type Ending =
   | { kind: 'done'; output: WorkflowOutput }
   /** This process is shutting down: the task is handed back to be resumed elsewhere. */
   | { kind: 'stopped' }
-  | { kind: 'cancelled'; reason?: string }
   /** Another coordinator owns the task now; this run leaves it alone. */
   | { kind: 'takenOver' }
   /** A fault while running the task (not while running a step): the task fails with `reason`. */
@@ -99,6 +98,8 @@ const errorMessage = (error: unknown): string => (error instanceof Error ? error
 interface RunningTask {
   /** Ends the run; the first ending given wins, and only it gets true. */
   end(ending: Ending): boolean;
+  /** Sends the workflow a cancel; false when its run is ending already (nothing is changed then). */
+  cancel(reason: string | undefined): boolean;
   /** Records what the current step is doing, for `troupe status`. */
   noteActivity(activity: StepActivity): void;
 }
@@ -515,18 +516,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       });
       return written;
     };
-    /** Writes the record of an ending other than the workflow's own, with its final event; false if taken over. */
-    const endRecord = async (
-      status: 'failed' | 'cancelled',
+    /** Writes the record of a failure other than the workflow's own, with its final event; false if taken over. */
+    const recordFailure = async (
       final: TroupeEvent,
       context: { usage: UsageTotals; round: number },
     ): Promise<boolean> =>
-      fenced(recordOf({ status, state: status, round: context.round, usage: context.usage, final })).catch(
-        (error: unknown) => {
-          logger.error({ err: error, taskId }, `cannot record that task ${taskId} ${status}`);
-          return true;
-        },
-      );
+      fenced(
+        recordOf({ status: 'failed', state: 'failed', round: context.round, usage: context.usage, final }),
+      ).catch((error: unknown) => {
+        logger.error({ err: error, taskId }, `cannot record that task ${taskId} failed`);
+        return true;
+      });
 
     const restored = actor.getSnapshot();
     if (restored.status === 'error') {
@@ -535,7 +535,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       logger.error({ taskId }, message);
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       const final = failureEvent(scope, 'unresumable', message, emptyUsage(), durationMs);
-      if (await endRecord('failed', final, { usage: emptyUsage(), round: 1 })) {
+      if (await recordFailure(final, { usage: emptyUsage(), round: 1 })) {
         await conclude(taskId, delivery, final);
       }
       return;
@@ -628,7 +628,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           error,
         }),
     });
-    running.set(taskId, { end, noteActivity });
+    /** A cancel is an event of the workflow: it ends in `cancelled`, by the same path as any end of its own. */
+    const cancel = (reason: string | undefined): boolean => {
+      if (ending !== undefined || actor.getSnapshot().status !== 'active') return false;
+      actor.send({ type: 'cancel', ...(reason ? { reason } : {}) });
+      return true;
+    };
+    running.set(taskId, { end, cancel, noteActivity });
     const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
     try {
       actor.start();
@@ -664,21 +670,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         case 'stopped':
           await handBack(taskId, delivery, fenced);
           return;
-        case 'cancelled': {
-          const cancelled = events.make(
-            'task.cancelled',
-            scope,
-            { ...(outcome.reason ? { reason: outcome.reason } : {}), usage: context.usage },
-            { from: 'user', to: pipeline },
-          );
-          if (await endRecord('cancelled', cancelled, context)) await conclude(taskId, delivery, cancelled);
-          return;
-        }
         case 'crashed': {
           // A fault of ours or of the task's data, not of the network: retrying would fail again.
           logger.error({ err: outcome.error, taskId }, outcome.message);
           const failed = failureEvent(scope, outcome.reason, outcome.message, context.usage, durationMs);
-          if (await endRecord('failed', failed, context)) await conclude(taskId, delivery, failed);
+          if (await recordFailure(failed, context)) await conclude(taskId, delivery, failed);
           return;
         }
       }
@@ -705,6 +701,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   }
 
   function finalEvent(scope: EventScope, output: WorkflowOutput, durationMs: number): TroupeEvent {
+    if (output.status === 'cancelled') {
+      return events.make(
+        'task.cancelled',
+        scope,
+        { ...(output.cancelReason ? { reason: output.cancelReason } : {}), usage: output.usage },
+        { from: 'user', to: pipeline },
+      );
+    }
     if (output.status === 'completed') {
       return events.make(
         'task.completed',
@@ -749,11 +753,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const taskId = delivery.subject.slice(subjects.control('').length);
       const task = running.get(taskId);
       if (!task) return;
-      const cancelled = task.end({
-        kind: 'cancelled',
-        ...(delivery.value.reason ? { reason: delivery.value.reason } : {}),
-      });
-      if (cancelled) delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
+      if (task.cancel(delivery.value.reason))
+        delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
       else {
         delivery.respond({
           ok: false,

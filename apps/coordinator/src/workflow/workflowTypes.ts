@@ -1,5 +1,5 @@
 /** Final state names of every workflow; step ids may not use them. */
-export const FINAL_STATES = ['completed', 'failed'] as const;
+export const FINAL_STATES = ['completed', 'failed', 'cancelled'] as const;
 
 import type { AgentStepReply, AgentStepRequest, EventKind, StepOutput, UsageTotals } from '@troupe/protocol';
 
@@ -50,17 +50,24 @@ export interface WorkflowContext {
   usageByAgent: Record<string, UsageTotals>;
   approved?: boolean;
   failure?: WorkflowFailure;
+  /** Set when the task was cancelled, with the reason given, if any. */
+  cancelled?: { reason?: string };
 }
 
-/** A workflow's result once it reaches `completed` or `failed`. */
+/** What the workflow actor receives from outside, over NATS: a person cancelling the task. */
+export type WorkflowEvent = { type: 'cancel'; reason?: string };
+
+/** A workflow's result once it reaches `completed`, `failed` or `cancelled`. */
 export interface WorkflowOutput {
-  status: 'completed' | 'failed';
+  status: 'completed' | 'failed' | 'cancelled';
   output: string;
   approved: boolean | undefined;
   rounds: number;
   usage: UsageTotals;
   usageByAgent: Record<string, UsageTotals>;
   failure?: WorkflowFailure;
+  /** Why it was cancelled, when the person who cancelled it said. */
+  cancelReason?: string;
 }
 
 /** An event for the wire, without id, time and trace: the host adds those. */
