@@ -41,4 +41,5 @@ export {
 } from './step.ts';
 export { BUCKETS, type ParsedSubject, parseSubject, ROOT, STREAMS, subjects } from './subjects.ts';
 export { TaskSubmission } from './task.ts';
+export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';

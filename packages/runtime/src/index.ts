@@ -7,7 +7,6 @@ export {
   type AgentOutput,
   type AgentServices,
   type ApprovalAsk,
-  type ApprovalDecisionOutcome,
   agentMachine,
   type CallDecision,
   type ModelCallInput,
@@ -15,7 +14,6 @@ export {
   type OutputSpec,
   parseStructured,
   parseVerdict,
-  type ToolRunResult,
 } from './agent/agentMachine.ts';
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';

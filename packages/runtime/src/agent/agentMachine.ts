@@ -1,8 +1,15 @@
 import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
 import { addUsage, zeroUsage } from '@troupe/llm';
-import { type StepBudget, type StepExpect, Verdict } from '@troupe/protocol';
+import {
+  type ApprovalDecision,
+  type StepBudget,
+  type StepExpect,
+  type ToolResult,
+  Verdict,
+} from '@troupe/protocol';
 import { and, assign, emit, enqueueActions, fromPromise, not, setup } from 'xstate';
 import { z } from 'zod';
+import type { ApprovalAsk } from '../approvals/approvalAsk.ts';
 
 /** What the injected model actor returns for one call. */
 export interface ModelCallResult {
@@ -18,20 +25,6 @@ export interface ModelCallResult {
   journaled?: boolean;
 }
 
-/** What the injected tool actor returns for each call, in call order. */
-export interface ToolRunResult {
-  callId: string;
-  tool: string;
-  ok: boolean;
-  output: string;
-  decision: string;
-  error?: { code: string; message: string };
-  durationMs: number;
-  truncated?: { originalBytes: number };
-  /** The call had already run; this is its recorded result. */
-  journaled?: boolean;
-}
-
 /** The policy's word on one call before it runs. */
 export interface CallDecision {
   callId: string;
@@ -40,27 +33,12 @@ export interface CallDecision {
   reason: string;
 }
 
-/** A call waiting for a person's approval. */
-export interface ApprovalAsk {
-  callId: string;
-  /** The call's position among the turn's calls. */
-  index: number;
-  tool: string;
-  arguments: string;
-  reason: string;
-}
-
-/** A person's decision on one call (or the default when nobody decided in time). */
-export interface ApprovalDecisionOutcome {
-  decision: 'allow' | 'deny';
-  reason?: string;
-  by?: string;
-}
+export type { ApprovalAsk };
 
 export interface RunToolsInput {
   calls: ToolCall[];
   turn: number;
-  approvals?: Record<string, ApprovalDecisionOutcome>;
+  approvals?: Record<string, ApprovalDecision>;
 }
 
 export interface AgentMachineInput {
@@ -89,14 +67,11 @@ export interface AgentMachineInput {
  */
 export interface AgentServices {
   callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelCallResult>;
-  runTools(input: RunToolsInput, signal: AbortSignal): Promise<ToolRunResult[]>;
+  runTools(input: RunToolsInput, signal: AbortSignal): Promise<ToolResult[]>;
   /** Summarizes older turns (it calls the agent's model). */
   compactConversation(input: CompactionInput, signal: AbortSignal): Promise<CompactionResult>;
   checkTools?(input: { calls: ToolCall[] }): Promise<CallDecision[]>;
-  awaitApprovals?(
-    input: ApprovalsInput,
-    signal: AbortSignal,
-  ): Promise<Record<string, ApprovalDecisionOutcome>>;
+  awaitApprovals?(input: ApprovalsInput, signal: AbortSignal): Promise<Record<string, ApprovalDecision>>;
 }
 
 /** The `ask` calls of a turn, waiting for a person. */
@@ -136,7 +111,7 @@ interface AgentContext extends AgentMachineInput {
   /** The policy's word on each pending call. */
   checks: CallDecision[];
   /** A person's decision on each `ask` call, by call id. */
-  approvals: Record<string, ApprovalDecisionOutcome>;
+  approvals: Record<string, ApprovalDecision>;
   compactions: number;
   usage: Usage;
   costUsd: number;
@@ -178,7 +153,7 @@ export type AgentEmitted =
   | ({ type: 'llm.response'; turn: number } & ModelCallResult)
   | { type: 'llm.error'; turn: number; code: string; message: string }
   | { type: 'tool.call'; turn: number; index: number; callId: string; tool: string; arguments: string }
-  | ({ type: 'tool.result'; turn: number; index: number } & ToolRunResult);
+  | ({ type: 'tool.result'; turn: number; index: number } & ToolResult);
 
 /** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
 const stopWhenBudgetSpent = {
@@ -212,7 +187,7 @@ export const agentMachine = setup({
     callModel: fromPromise<ModelCallResult, Served<ModelCallInput>>(({ input, signal }) =>
       service(input, 'callModel')(input, signal),
     ),
-    runTools: fromPromise<ToolRunResult[], Served<RunToolsInput>>(({ input, signal }) =>
+    runTools: fromPromise<ToolResult[], Served<RunToolsInput>>(({ input, signal }) =>
       service(input, 'runTools')(input, signal),
     ),
     compactConversation: fromPromise<CompactionResult, Served<CompactionInput>>(({ input, signal }) =>
@@ -228,7 +203,7 @@ export const agentMachine = setup({
             reason: '',
           })),
     ),
-    awaitApprovals: fromPromise<Record<string, ApprovalDecisionOutcome>, Served<ApprovalsInput>>(
+    awaitApprovals: fromPromise<Record<string, ApprovalDecision>, Served<ApprovalsInput>>(
       async ({ input, signal }) =>
         input.services?.awaitApprovals
           ? input.services.awaitApprovals(input, signal)
@@ -286,8 +261,8 @@ export const agentMachine = setup({
     }),
     fail: assign((_, failure: AgentFailure) => ({ failure })),
     recordChecks: assign((_, checks: CallDecision[]) => ({ checks })),
-    recordApprovals: assign((_, approvals: Record<string, ApprovalDecisionOutcome>) => ({ approvals })),
-    recordToolResults: assign(({ context }, results: ToolRunResult[]) => ({
+    recordApprovals: assign((_, approvals: Record<string, ApprovalDecision>) => ({ approvals })),
+    recordToolResults: assign(({ context }, results: ToolResult[]) => ({
       pendingCalls: [],
       checks: [],
       approvals: {},

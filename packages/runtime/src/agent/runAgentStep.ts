@@ -2,7 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
-import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
+import type {
+  AgentStepReply,
+  AgentStepRequest,
+  ApprovalDecision,
+  ToolResult,
+  TroupeEvent,
+} from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import type { HumanGate, HumanRequestOptions, HumanScope, WaitingOn } from '../approvals/humanGate.ts';
 import { StepJournal } from '../durable/stepJournal.ts';
@@ -10,7 +16,7 @@ import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
-import { type ToolCallResult, ToolExecutor } from '../tools/toolExecutor.ts';
+import { ToolExecutor } from '../tools/toolExecutor.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import {
@@ -18,13 +24,11 @@ import {
   type AgentOutput,
   type AgentServices,
   type ApprovalAsk,
-  type ApprovalDecisionOutcome,
   agentMachine,
   type CompactionInput,
   type CompactionResult,
   type ModelCallInput,
   type ModelCallResult,
-  type ToolRunResult,
 } from './agentMachine.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
@@ -210,8 +214,8 @@ async function runOnce(
   claim: { key: string; run: string },
   call: ToolCall,
   signal: AbortSignal,
-  approval: ApprovalDecisionOutcome | undefined,
-): Promise<ToolRunResult> {
+  approval: ApprovalDecision | undefined,
+): Promise<ToolResult> {
   const journal = deps.journal;
   const now = () => new Date(deps.clock.now());
   const { key, run } = claim;
@@ -238,7 +242,7 @@ async function runOnce(
       'and has not recorded its result; whether it finished is unknown, so it was not run again here. ' +
       'Check its effect before repeating it.';
     // The model sees a tool result's output: the explanation goes there, as for every other tool error.
-    const result: ToolCallResult = {
+    const result: ToolResult = {
       callId: call.id,
       tool: call.name,
       ok: false,
@@ -381,7 +385,7 @@ async function startActor(
     compactConversation: (input, signal) => summarize(agent, request, deps, input, signal),
     checkTools: (input) => Promise.all(input.calls.map((call) => executor.check(call))),
     awaitApprovals: async (input, signal) => {
-      const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecisionOutcome]> => [
+      const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecision]> => [
         ask.callId,
         human
           ? await askOnce(

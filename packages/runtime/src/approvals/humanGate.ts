@@ -8,13 +8,13 @@ import {
   subjects,
 } from '@troupe/protocol';
 import type { z } from 'zod';
-import type { ApprovalAsk, ApprovalDecisionOutcome } from '../agent/agentMachine.ts';
 import type { KvStore } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
 import type { Delivery, NatsBus } from '../transport/natsBus.ts';
+import type { ApprovalAsk } from './approvalAsk.ts';
 import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
 /** Who is asking: the task, the agent and its step. */
@@ -42,7 +42,7 @@ export interface HumanGate {
     scope: HumanScope,
     signal: AbortSignal,
     options?: HumanRequestOptions,
-  ): Promise<ApprovalDecisionOutcome>;
+  ): Promise<ApprovalDecision>;
   /** Resolves with the person's answer; fails with a `timeout` ToolError when none comes in time. */
   ask(
     question: string,
@@ -142,7 +142,7 @@ export class NatsHumanGate implements HumanGate {
     scope: HumanScope,
     signal: AbortSignal,
     options: HumanRequestOptions = {},
-  ): Promise<ApprovalDecisionOutcome> {
+  ): Promise<ApprovalDecision> {
     const { events, bus } = this.#o;
     const ref = { agent: scope.agent, stepId: scope.stepId };
     const { id, outcome } = await this.#wait(
@@ -179,7 +179,7 @@ export class NatsHumanGate implements HumanGate {
         ),
       signal,
     );
-    const decided: ApprovalDecisionOutcome =
+    const decided: ApprovalDecision =
       outcome.kind === 'decided'
         ? {
             decision: outcome.value.decision,

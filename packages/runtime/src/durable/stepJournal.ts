@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { ChatMessage } from '@troupe/llm';
-import { BUCKETS, emptyUsage, sumUsage, type UsageTotals } from '@troupe/protocol';
+import { BUCKETS, emptyUsage, sumUsage, ToolResult, type UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
 import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
-import type { ToolCallResult } from '../tools/toolExecutor.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { KvStore, throughOutages } from './kvStore.ts';
 
@@ -13,12 +12,13 @@ const UsageRecord = z.object({
   cachedTokens: z.number(),
 });
 
-const ToolResultRecord = z.object({
-  ok: z.boolean(),
-  output: z.string(),
-  error: z.object({ code: z.string(), message: z.string() }).optional(),
-  decision: z.enum(['allow', 'deny', 'ask']),
-  truncated: z.object({ originalBytes: z.number() }).optional(),
+/** What the journal keeps of a tool call's result: what a run that finds it needs to hand it back. */
+const ToolResultRecord = ToolResult.pick({
+  ok: true,
+  output: true,
+  error: true,
+  decision: true,
+  truncated: true,
 });
 
 const ModelReplyRecord = z.object({
@@ -218,7 +218,7 @@ export class StepJournal {
     return { state: 'new' };
   }
 
-  async recordToolResult(key: string, args: string, result: ToolCallResult, now: Date): Promise<void> {
+  async recordToolResult(key: string, args: string, result: ToolResult, now: Date): Promise<void> {
     const { ok, output, error, decision, truncated } = result;
     await this.#put(key, {
       kind: 'tool.result',

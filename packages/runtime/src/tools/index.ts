@@ -27,7 +27,6 @@ export {
 export { httpFetchTool } from './httpTool.ts';
 export {
   type AgentPolicy,
-  type Decision,
   evaluatePolicy,
   type PermissionRule,
   type PolicyContext,
@@ -37,9 +36,7 @@ export type { ToolProgressUpdate } from './progressThrottle.ts';
 export { defineTool, type Tool, type ToolContext, type ToolProgress, type ToolSpec } from './tool.ts';
 export { ToolError, type ToolErrorCode } from './toolError.ts';
 export {
-  type ApprovalOutcome,
   type CallCheck,
-  type ToolCallResult,
   ToolExecutor,
   type ToolExecutorOptions,
 } from './toolExecutor.ts';

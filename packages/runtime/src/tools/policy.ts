@@ -1,8 +1,6 @@
 import path from 'node:path';
+import type { ToolDecision } from '@troupe/protocol';
 import picomatch from 'picomatch';
-
-/** What the policy says about one tool call. */
-export type Decision = 'allow' | 'deny' | 'ask';
 
 /**
  * One permission rule for one tool. Scopes narrow which calls it covers; a rule with no scope covers every call.
@@ -10,7 +8,7 @@ export type Decision = 'allow' | 'deny' | 'ask';
  */
 export interface PermissionRule {
   tool: string;
-  decision: Decision;
+  decision: ToolDecision;
   /** Globs relative to the workspace, matched against the call's `path` arguments. */
   paths?: string[];
   /** Command prefixes, matched at a word boundary against the call's `command` argument. */
@@ -30,7 +28,7 @@ export interface AgentPolicy {
 
 /** The policy's answer for one call, with a reason fit for the model and the logs. */
 export interface PolicyVerdict {
-  decision: Decision;
+  decision: ToolDecision;
   /** The rule that decided, when one did. */
   rule?: PermissionRule;
   reason: string;
@@ -49,8 +47,8 @@ interface CallScope {
   host?: string;
 }
 
-const strength: Record<Decision, number> = { allow: 0, ask: 1, deny: 2 };
-const verb: Record<Decision, string> = { allow: 'allowed', ask: 'needs approval', deny: 'denied' };
+const strength: Record<ToolDecision, number> = { allow: 0, ask: 1, deny: 2 };
+const verb: Record<ToolDecision, string> = { allow: 'allowed', ask: 'needs approval', deny: 'denied' };
 
 /**
  * Decides whether an agent may make a tool call. An undeclared tool is denied; a declared tool without rules is

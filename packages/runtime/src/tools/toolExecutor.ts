@@ -1,12 +1,7 @@
 import type { ToolCall } from '@troupe/llm';
+import type { ApprovalDecision, ToolDecision, ToolResult } from '@troupe/protocol';
 import type { MemoryView } from '../memory/memoryStore.ts';
-import {
-  type AgentPolicy,
-  type Decision,
-  evaluatePolicy,
-  type PermissionRule,
-  type PolicyVerdict,
-} from './policy.ts';
+import { type AgentPolicy, evaluatePolicy, type PermissionRule, type PolicyVerdict } from './policy.ts';
 import { ProgressThrottle, type ToolProgressUpdate } from './progressThrottle.ts';
 import type { HumanChannel, Tool, ToolContext } from './tool.ts';
 import { ToolError } from './toolError.ts';
@@ -38,32 +33,12 @@ export interface ToolExecutorOptions {
   onProgress?: (callId: string, tool: string, update: ToolProgressUpdate) => void;
 }
 
-/** The outcome of one tool call; `output` is what goes back to the model, a result or an error it can act on. */
-/** A person's decision on one `ask` call. */
-export interface ApprovalOutcome {
-  decision: 'allow' | 'deny';
-  reason?: string;
-  by?: string;
-}
-
 /** What the policy says of a call before it runs. */
 export interface CallCheck {
   callId: string;
   tool: string;
-  decision: Decision;
+  decision: ToolDecision;
   reason: string;
-}
-
-export interface ToolCallResult {
-  callId: string;
-  tool: string;
-  ok: boolean;
-  output: string;
-  error?: { code: string; message: string };
-  durationMs: number;
-  truncated?: { originalBytes: number };
-  /** The policy's verdict; calls refused before the policy could judge them (unknown tool, bad arguments) count as `deny`. */
-  decision: Decision;
 }
 
 /**
@@ -125,9 +100,9 @@ export class ToolExecutor {
    * Runs one call; resolves with a result whatever happens. A call the policy marks `ask` runs only with an
    * `allow` decision for it; a `deny` decision refuses it with the person's reason.
    */
-  async execute(call: ToolCall, signal?: AbortSignal, approval?: ApprovalOutcome): Promise<ToolCallResult> {
+  async execute(call: ToolCall, signal?: AbortSignal, approval?: ApprovalDecision): Promise<ToolResult> {
     const started = this.#now();
-    let decision: Decision = 'deny';
+    let decision: ToolDecision = 'deny';
     try {
       const tool = this.#lookup(call.name);
       const input = await parseInput(tool, call.arguments);
@@ -151,8 +126,8 @@ export class ToolExecutor {
   executeAll(
     calls: readonly ToolCall[],
     signal?: AbortSignal,
-    approvals: ReadonlyMap<string, ApprovalOutcome> = new Map(),
-  ): Promise<ToolCallResult[]> {
+    approvals: ReadonlyMap<string, ApprovalDecision> = new Map(),
+  ): Promise<ToolResult[]> {
     return Promise.all(calls.map((call) => this.execute(call, signal, approvals.get(call.id))));
   }
 
@@ -209,12 +184,12 @@ export class ToolExecutor {
   #result(
     call: ToolCall,
     started: number,
-    decision: Decision,
+    decision: ToolDecision,
     outcome: { output: string } | { error: ToolError },
-  ): ToolCallResult {
+  ): ToolResult {
     const text = 'output' in outcome ? outcome.output : outcome.error.message;
     const { text: output, originalBytes } = truncateOutput(text, this.#maxOutputBytes);
-    const result: ToolCallResult = {
+    const result: ToolResult = {
       callId: call.id,
       tool: call.name,
       ok: 'output' in outcome,
@@ -297,7 +272,7 @@ function approvalRequired(toolName: string, verdict: PolicyVerdict): ToolError {
   );
 }
 
-function deniedByPerson(toolName: string, approval: ApprovalOutcome): ToolError {
+function deniedByPerson(toolName: string, approval: ApprovalDecision): ToolError {
   const who = approval.by ?? 'a person';
   return new ToolError('denied', `${toolName} denied by ${who}: ${approval.reason ?? 'no reason given'}`);
 }

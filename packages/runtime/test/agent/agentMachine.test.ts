@@ -1,4 +1,5 @@
 import { type ChatMessage, ModelError, type ToolCall, type ToolDefinition } from '@troupe/llm';
+import type { ToolResult } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import {
@@ -10,7 +11,6 @@ import {
   type ModelCallInput,
   type ModelCallResult,
   parseVerdict,
-  type ToolRunResult,
 } from '../../src/agent/agentMachine.ts';
 
 const writeFile: ToolDefinition = {
@@ -66,7 +66,7 @@ const call = (
   arguments: JSON.stringify(args),
 });
 
-function result(callId: string, ok = true, output = ok ? 'wrote 2 bytes' : 'refused'): ToolRunResult {
+function result(callId: string, ok = true, output = ok ? 'wrote 2 bytes' : 'refused'): ToolResult {
   return {
     callId,
     tool: 'write_file',
@@ -96,7 +96,7 @@ async function run(
   replies: (ModelCallResult | Error | string)[],
   options: {
     input?: Partial<AgentMachineInput>;
-    tools?: (input: ToolsInput) => Promise<ToolRunResult[]>;
+    tools?: (input: ToolsInput) => Promise<ToolResult[]>;
   } = {},
 ): Promise<Run> {
   const queue = [...replies];
@@ -112,7 +112,7 @@ async function run(
         if (typeof next === 'string' || next instanceof Error) throw next;
         return next;
       }),
-      runTools: fromPromise<ToolRunResult[], ToolsInput>(async ({ input }) => {
+      runTools: fromPromise<ToolResult[], ToolsInput>(async ({ input }) => {
         toolInputs.push(input);
         return runTools(input);
       }),
@@ -489,7 +489,7 @@ describe('agentMachine: summaries count as model calls', () => {
           calls++;
           return reply('', [{ id: `c${calls}`, name: 'write_file', arguments: '{}' }]);
         }),
-        runTools: fromPromise<ToolRunResult[], ToolsInput>(async ({ input }) =>
+        runTools: fromPromise<ToolResult[], ToolsInput>(async ({ input }) =>
           input.calls.map((c) => result(c.id)),
         ),
         compactConversation: fromPromise(async () => ({

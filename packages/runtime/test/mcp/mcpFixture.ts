@@ -1,11 +1,12 @@
 import { tmpdir } from 'node:os';
+import type { ToolResult } from '@troupe/protocol';
 import { TEST_MCP_STDIO_SERVER } from '@troupe/testkit';
 import type { Clock } from '../../src/events/clock.ts';
 import { createLogger, type Logger } from '../../src/logging/index.ts';
 import type { McpStdioServerConfig } from '../../src/mcp/mcpConfig.ts';
 import { connectMcpServers, type McpConnections } from '../../src/mcp/mcpToolSource.ts';
 import type { Tool } from '../../src/tools/tool.ts';
-import { type ToolCallResult, ToolExecutor } from '../../src/tools/toolExecutor.ts';
+import { ToolExecutor } from '../../src/tools/toolExecutor.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
 
 // Node 20 runs the TypeScript server through tsx; the child resolves `tsx` from the repo root, its cwd.
@@ -55,7 +56,7 @@ export function call(
   name: string,
   args: unknown,
   signal?: AbortSignal,
-): Promise<ToolCallResult> {
+): Promise<ToolResult> {
   nextId += 1;
   return executor.execute({ id: `call-${nextId}`, name, arguments: JSON.stringify(args) }, signal);
 }

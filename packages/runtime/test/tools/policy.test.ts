@@ -1,16 +1,12 @@
+import type { ToolDecision } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
-import {
-  type AgentPolicy,
-  type Decision,
-  evaluatePolicy,
-  type PermissionRule,
-} from '../../src/tools/policy.ts';
+import { type AgentPolicy, evaluatePolicy, type PermissionRule } from '../../src/tools/policy.ts';
 
 function policyOf(...rules: PermissionRule[]): AgentPolicy {
   return { tools: ['read_file', 'write_file', 'run_command', 'fetch_url'], rules };
 }
 
-function decide(policy: AgentPolicy, tool: string, args: unknown): Decision {
+function decide(policy: AgentPolicy, tool: string, args: unknown): ToolDecision {
   return evaluatePolicy(policy, tool, args).decision;
 }
 
@@ -36,7 +32,7 @@ describe('evaluatePolicy: declaration', () => {
 });
 
 describe('evaluatePolicy: precedence among matching rules', () => {
-  const table: Array<{ decisions: Decision[]; expected: Decision }> = [
+  const table: Array<{ decisions: ToolDecision[]; expected: ToolDecision }> = [
     { decisions: ['allow'], expected: 'allow' },
     { decisions: ['ask'], expected: 'ask' },
     { decisions: ['deny'], expected: 'deny' },
