@@ -4,6 +4,8 @@
  * events on — against a nats-server it starts, with every task's result checked. Raw NATS request/reply is
  * measured in the same run, as the floor. One JSON line per figure.
  *
+ * The coordinator works on 64 tasks at once (TROUPE_BENCH_CONCURRENCY); TROUPE_BENCH_LOG=warn shows its log.
+ *
  * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s, all submitted at once to
  * a coordinator of their own with the default 16 working slots; a waiting task is parked and holds none. It
  * reports how soon all were in flight at once, the heap per task in flight, and the heap once all have ended
@@ -45,7 +47,7 @@ const percentile = (sorted: number[], p: number) =>
   sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0;
 
 const nats = await startTestNats();
-const logger = createLogger({ level: 'silent' });
+const logger = createLogger({ level: process.env.TROUPE_BENCH_LOG ?? 'silent' });
 const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-bench-core-'));
 const client = await connect({ servers: nats.url, name: 'bench-client' });
 
@@ -73,7 +75,9 @@ const coordinator = await startCoordinator({
   logger,
   workspaceRoot,
   registry,
-  concurrency: Math.max(16, ...concurrentBatches),
+  // Working slots per pipeline: enough to keep both cores busy. Far more (every task of a 10,000 burst at once)
+  // only queues work on the event loop and the server: TROUPE_BENCH_CONCURRENCY to try.
+  concurrency: Number(process.env.TROUPE_BENCH_CONCURRENCY ?? 64),
 });
 
 const ended = new Map<string, { at: number; ok: boolean }>();
@@ -131,7 +135,7 @@ print('sequential CPU per task (this process)', (user + system) / 1000 / sequent
 
 for (const concurrent of concurrentBatches.filter((n) => n > 0)) {
   const concurrentStart = performance.now();
-  const ids = Array.from({ length: concurrent }, (_, i) => `conc-${i}`);
+  const ids = Array.from({ length: concurrent }, (_, i) => `conc-${concurrent}-${i}`);
   for (const id of ids) submit(id);
   await client.flush();
   await Promise.all(ids.map(endOf));

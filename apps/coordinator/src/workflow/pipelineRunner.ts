@@ -80,8 +80,14 @@ export interface PipelineRunner {
 
 /** Outputs in events are cut here (the whole output stays in the checkpoint), so an event fits a NATS message. */
 const MAX_EVENT_OUTPUT = 256 * 1024;
-/** How long a task's end waits for its final event to be stored before leaving it to a redelivery. */
+/** How long a task's end waits for its final event to be stored before it says it is still waiting. */
 const FINAL_EVENT_WAIT_MS = 10_000;
+/**
+ * Events waiting to be stored by `EVENTS` (this process's, every pipeline's) above which no new task is pulled:
+ * the tasks in flight produce events faster than they go out, and more tasks would only lengthen the queue (whose
+ * bound, 10,000, drops the oldest events).
+ */
+const EVENT_BACKLOG_HOLD = 2_000;
 
 /** How a task's run ended. Whichever comes first counts; the others find the run already ending. */
 type Ending =
@@ -203,8 +209,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
    * The one way a task ends, whatever ended it, once its record holds its final status and final event: the
    * event is published, the task's pending approvals and questions are closed, and its message is acked (or
    * terminated, when given up on) once the event is stored. A crash in between leaves the message to be delivered
-   * again, and that delivery comes back here with the stored event (same id). Not stored in time: the message is
-   * left unacknowledged, for that redelivery.
+   * again, and that delivery comes back here with the stored event (same id). The wait lasts as long as the outbox
+   * holds the event (through a NATS outage or a backlog), the message kept alive meanwhile; it ends when the event
+   * is stored or given up on.
    */
   async function conclude(
     taskId: string,
@@ -217,17 +224,18 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const stopKeepAlive = every(clock, keepAliveMs, () => delivery.working());
     try {
       const stored = publishSafely(taskId, () => final);
-      const outcome = await Promise.race([
-        stored,
-        sleep(clock, FINAL_EVENT_WAIT_MS).then(() => 'timeout' as const),
+      const slow = await Promise.race([
+        stored.then(() => false),
+        sleep(clock, FINAL_EVENT_WAIT_MS).then(() => true),
       ]);
-      if (outcome === 'timeout') {
+      // Leaving the message to a redelivery would only queue the same event again behind this one.
+      if (slow) {
         logger.warn(
-          { taskId },
-          `the final event of task ${taskId} is not stored yet; its message is left to be delivered again`,
+          { taskId, unsentEvents: bus.pendingEvents },
+          `the final event of task ${taskId} is not stored yet; the task's message is kept until it is`,
         );
-        return;
       }
+      const outcome = await stored;
       // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
       if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
       await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
@@ -769,6 +777,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     pipeline,
     concurrency: options.concurrency,
     ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+    holdIntake: () => bus.pendingEvents >= EVENT_BACKLOG_HOLD,
     ackWaitMs,
     handle,
   });

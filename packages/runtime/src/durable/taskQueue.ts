@@ -47,6 +47,12 @@ export interface TaskQueueOptions {
   maxDeliver?: number;
   /** How long setting up the consumer waits for NATS and JetStream through an outage before it gives up. */
   wait?: UntilReachableOptions;
+  /**
+   * While true, no new task is pulled (those held go on): backpressure from what the tasks in flight produce
+   * faster than it can go out, such as events waiting for the `EVENTS` stream. Checked before each pull and every
+   * {@link HOLD_RECHECK_MS} while held.
+   */
+  holdIntake?: () => boolean;
   handle(delivery: TaskDelivery): Promise<void>;
 }
 
@@ -64,6 +70,9 @@ export interface TaskQueue {
 export const taskConsumerName = (pipeline: string): string => `troupe-tasks-${pipeline}`;
 
 const FETCH_EXPIRES_MS = 2_000;
+
+/** While intake is held, how often the hold is checked again. */
+const HOLD_RECHECK_MS = 50;
 
 /** How many tasks of a pipeline one process holds at once by default, parked or working. */
 export const DEFAULT_MAX_IN_FLIGHT = 1_000;
@@ -125,6 +134,10 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
       const free = room();
       if (free <= 0) {
         await settled();
+        continue;
+      }
+      if (options.holdIntake?.()) {
+        await new Promise((resolve) => setTimeout(resolve, HOLD_RECHECK_MS).unref());
         continue;
       }
       try {

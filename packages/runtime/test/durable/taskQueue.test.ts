@@ -172,3 +172,39 @@ describe('parked tasks', () => {
     }
   }, 30_000);
 });
+
+describe('held intake', () => {
+  it('pulls no task while held, and goes on once released, the tasks held before unaffected', async () => {
+    let held = false;
+    const handled: string[] = [];
+    const queue = await startTaskQueue(bus, {
+      pipeline: 'backpressure',
+      concurrency: 4,
+      holdIntake: () => held,
+      handle: async (delivery) => {
+        handled.push(JSON.parse(new TextDecoder().decode(delivery.data)).id);
+        delivery.ack();
+      },
+    });
+    try {
+      await submitTask(bus, 'backpressure', { id: 'before', goal: 'runs' });
+      await expect.poll(() => handled, { timeout: 10_000 }).toEqual(['before']);
+      held = true;
+      // The pull already waiting ends (it expires); no other is made while held.
+      const jsm = await jetstreamManager(bus.connection);
+      const consumer = () => jsm.consumers.info(STREAMS.tasks, 'troupe-tasks-backpressure');
+      await expect.poll(async () => (await consumer()).num_waiting, { timeout: 10_000 }).toBe(0);
+      for (const id of ['first-held', 'second-held', 'third-held']) {
+        await submitTask(bus, 'backpressure', { id, goal: 'waits' });
+      }
+      expect(await consumer()).toMatchObject({ num_pending: 3, num_waiting: 0 });
+      expect(handled).toEqual(['before']);
+      held = false;
+      await expect
+        .poll(() => [...handled].sort(), { timeout: 10_000 })
+        .toEqual(['before', 'first-held', 'second-held', 'third-held']);
+    } finally {
+      await queue.stop();
+    }
+  }, 30_000);
+});

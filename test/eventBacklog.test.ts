@@ -1,0 +1,34 @@
+import { jetstreamManager } from '@nats-io/jetstream';
+import { STREAMS } from '@troupe/protocol';
+import { taskConsumerName } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { examplePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
+
+describe('a coordinator whose events wait to be stored', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml')]);
+  });
+  afterAll(async () => {
+    vi.restoreAllMocks();
+    await h?.stop();
+  });
+
+  it('takes no new task while 2,000 or more of its events wait, and takes it once they are out', async () => {
+    // As if the tasks in flight produced events faster than EVENTS stores them.
+    const backlog = vi.spyOn(h.bus, 'pendingEvents', 'get').mockReturnValue(2_000);
+    const jsm = await jetstreamManager(h.client);
+    const consumer = () => jsm.consumers.info(STREAMS.tasks, taskConsumerName('demo'));
+    // The pull already waiting ends (it expires); no other is made while the backlog lasts.
+    await expect.poll(async () => (await consumer()).num_waiting, { timeout: 10_000 }).toBe(0);
+    publishTask(h, 'demo', { id: 'backlogged-1', goal: 'wait for the events to go out' });
+    await expect.poll(async () => (await consumer()).num_pending, { timeout: 10_000 }).toBe(1);
+    expect((await consumer()).num_waiting).toBe(0);
+    expect(h.eventsOf('backlogged-1')).toEqual([]);
+
+    backlog.mockRestore();
+    const final = await h.finalOf('backlogged-1');
+    expect(final.kind).toBe('task.completed');
+    expect(kinds(h.eventsOf('backlogged-1'))[0]).toBe('task.accepted');
+  }, 60_000);
+});
