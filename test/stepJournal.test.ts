@@ -337,6 +337,28 @@ describe('the step journal', () => {
     }
   });
 
+  it("lists every request to a person a task's steps made, also when they are recorded at once", async () => {
+    const now = new Date();
+    const keys = [0, 1, 2, 3, 4].map((i) =>
+      StepJournal.humanKey(
+        StepJournal.toolKey(`asking-1.review.${i}`, 1, 0),
+        i % 2 ? 'question' : 'approval',
+      ),
+    );
+    await Promise.all(keys.map((key, i) => journal.recordHumanRequest(key, `req-${i}`, now)));
+    // Recorded again (a step run again finds its request), it is listed once.
+    await journal.recordHumanRequest(keys[0] ?? '', 'req-0', now);
+    expect((await journal.humanRequestsOf('asking-1')).sort()).toEqual([
+      'req-0',
+      'req-1',
+      'req-2',
+      'req-3',
+      'req-4',
+    ]);
+    expect(await journal.humanRequestsOf('asking-2')).toEqual([]);
+    expect(await journal.humanRequest(keys[3] ?? '')).toBe('req-3');
+  });
+
   it('takes a claim it finds from its own run as its own (a write retried after its reply was lost)', async () => {
     const key = StepJournal.toolKey('own-1.record.1', 1, 0);
     const now = new Date();

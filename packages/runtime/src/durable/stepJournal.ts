@@ -76,6 +76,11 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     requestId: z.string(),
     recordedAt: z.string(),
   }),
+  /** Every request to a person the task's steps made, at `<taskId>.people`: what its end closes. */
+  z.object({
+    kind: z.literal('people'),
+    requestIds: z.array(z.string()),
+  }),
 ]);
 export type JournalEntry = z.infer<typeof JournalEntry>;
 
@@ -237,6 +242,29 @@ export class StepJournal {
 
   async recordHumanRequest(key: string, requestId: string, now: Date): Promise<void> {
     await this.#put(key, { kind: 'human', requestId, recordedAt: now.toISOString() });
+    // A key starts with its step's id, which starts with the task id (which has no dot).
+    await this.#listRequest(key.slice(0, key.indexOf('.')), requestId);
+  }
+
+  /** Adds a request to its task's list (`<taskId>.people`), over concurrent writers (steps run in parallel). */
+  async #listRequest(taskId: string, requestId: string): Promise<void> {
+    const key = StepJournal.peopleKey(taskId);
+    for (let attempt = 0; attempt < LIST_ATTEMPTS; attempt++) {
+      const current = await this.#get(key);
+      const listed = current?.value.kind === 'people' ? current.value.requestIds : [];
+      if (listed.includes(requestId)) return;
+      const entry: JournalEntry = { kind: 'people', requestIds: [...listed, requestId] };
+      const written = await throughOutages(() =>
+        current ? this.#store.update(key, entry, current.revision) : this.#store.create(key, entry),
+      );
+      if (written !== undefined) return;
+    }
+    throw new Error(`cannot list request ${requestId} of task ${taskId}: the list kept changing`);
+  }
+
+  /** Where a task's requests to people are listed. */
+  static peopleKey(taskId: string): string {
+    return `${taskId}.people`;
   }
 
   /**
@@ -256,15 +284,13 @@ export class StepJournal {
     return total;
   }
 
-  /** The ids of every approval and question the steps of a task asked (their keys start with the task id). */
+  /**
+   * The ids of every approval and question the steps of a task asked, from its list: one read, however large the
+   * journal (listing the task's keys instead made nats-server scan the whole journal stream at every task's end).
+   */
   async humanRequestsOf(taskId: string): Promise<string[]> {
-    const keys = await throughOutages(() => this.#store.keys(`${taskId}.>`));
-    const ids: string[] = [];
-    for (const key of keys.filter((k) => k.endsWith('.approval') || k.endsWith('.question'))) {
-      const id = await this.humanRequest(key);
-      if (id !== undefined) ids.push(id);
-    }
-    return ids;
+    const entry = (await this.#get(StepJournal.peopleKey(taskId)))?.value;
+    return entry?.kind === 'people' ? entry.requestIds : [];
   }
 
   // A nats-server restart takes a few seconds; reads and writes of the journal wait it out.
@@ -280,6 +306,9 @@ export class StepJournal {
     return throughOutages(() => this.#store.create(key, entry));
   }
 }
+
+/** Writers racing on a task's list of requests to people: each retry has seen a newer list. */
+const LIST_ATTEMPTS = 20;
 
 /** Identifies a conversation: a recorded reply is replayed only to the conversation it answered. */
 function digest(messages: readonly ChatMessage[]): string {
