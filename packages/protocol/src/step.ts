@@ -72,7 +72,9 @@ export const AgentStepRequest = z.object({
 export type AgentStepRequest = z.infer<typeof AgentStepRequest>;
 
 /** Sent by the host to a step's reply subject while the step runs, when the request asked for heartbeats. */
-export const StepHeartbeat = z.strictObject({
+// Not strict: a field a newer host adds (as `waitingOnModel` was) is dropped, not taken for a broken reply. The
+// literal `heartbeat: true` keeps a reply from passing for a heartbeat.
+export const StepHeartbeat = z.object({
   stepId: z.string(),
   heartbeat: z.literal(true),
   /** The approval or question the step waits on a person for right now, if any. */

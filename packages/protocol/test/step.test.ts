@@ -6,6 +6,7 @@ import {
   ControlMessage,
   emptyUsage,
   StepExpect,
+  StepHeartbeat,
   sumUsage,
   UsageTotals,
   Verdict,
@@ -143,5 +144,22 @@ describe('control messages', () => {
     expect(ControlMessage.safeParse({ action: 'pause' }).success).toBe(false);
     expect(ApprovalDecision.parse({ decision: 'deny', by: 'ann' })).toEqual({ decision: 'deny', by: 'ann' });
     expect(ApprovalDecision.safeParse({ decision: 'allow', note: 'x' }).success).toBe(false);
+  });
+});
+
+describe('StepHeartbeat', () => {
+  it('takes a heartbeat with a field it does not know (from a newer host) as a heartbeat, dropping the field', () => {
+    const parsed = StepHeartbeat.safeParse({
+      stepId: 's1',
+      heartbeat: true,
+      waitingOnModel: true,
+      busyWith: 'x',
+    });
+    expect(parsed.success && parsed.data).toEqual({ stepId: 's1', heartbeat: true, waitingOnModel: true });
+  });
+
+  it('does not take a reply for a heartbeat', () => {
+    const reply = { ok: true, stepId: 's1', output: 'done', turns: 1 };
+    expect(StepHeartbeat.safeParse(reply).success).toBe(false);
   });
 });
