@@ -32,3 +32,39 @@ describe('a coordinator whose events wait to be stored', () => {
     expect(kinds(h.eventsOf('backlogged-1'))[0]).toBe('task.accepted');
   }, 60_000);
 });
+
+describe('a coordinator stopping while a final event waits to be stored', () => {
+  const logLines: string[] = [];
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml')], { logLines });
+  });
+  afterAll(async () => {
+    vi.restoreAllMocks();
+    await h?.stop();
+  });
+
+  it('waits 10 s for it at most, then leaves the message to be delivered again', async () => {
+    // The task's end waits for its final event, which never gets stored (as with NATS out of reach).
+    const publish = h.bus.publishEvent.bind(h.bus);
+    vi.spyOn(h.bus, 'publishEvent').mockImplementation((event) =>
+      event.kind === 'task.completed' ? new Promise<boolean>(() => {}) : publish(event),
+    );
+    publishTask(h, 'demo', { id: 'unstored-1', goal: 'end while the events wait' });
+    await expect
+      .poll(() => logLines.some((l) => l.includes('the final event of task unstored-1 is not stored yet')), {
+        timeout: 60_000,
+      })
+      .toBe(true);
+
+    await h.coordinator.stop();
+    expect(
+      logLines.some((l) =>
+        l.includes('this coordinator is stopping; its message is left to be delivered again'),
+      ),
+    ).toBe(true);
+    const jsm = await jetstreamManager(h.client);
+    const consumer = await jsm.consumers.info(STREAMS.tasks, taskConsumerName('demo'));
+    expect(consumer.num_ack_pending).toBe(1);
+  }, 90_000);
+});

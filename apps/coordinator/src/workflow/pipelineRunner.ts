@@ -134,6 +134,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   /** How often a task being handled tells the server it is still working on it. */
   const keepAliveMs = Math.max(100, Math.floor(ackWaitMs / 3));
   let stopping = false;
+  /**
+   * Resolves 10 s after stop() begins: a task's end still waiting for its final event then leaves the message to a
+   * redelivery, so a stop with NATS out of reach does not wait for it forever.
+   */
+  let markStopping: () => void = () => {};
+  const stopped = new Promise<'stopping'>((resolve) => {
+    markStopping = () => void sleep(clock, FINAL_EVENT_WAIT_MS).then(() => resolve('stopping'));
+  });
   const now = () => new Date(clock.now()).toISOString();
 
   /**
@@ -235,7 +243,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           `the final event of task ${taskId} is not stored yet; the task's message is kept until it is`,
         );
       }
-      const outcome = await stored;
+      // Stopping for 10 s (NATS may be out of reach, and the wait endless): the message is left to be delivered again.
+      const outcome = await Promise.race([stored, stopped]);
+      if (outcome === 'stopping') {
+        logger.warn(
+          { taskId },
+          `the final event of task ${taskId} is not stored yet and this coordinator is stopping; its message is left to be delivered again`,
+        );
+        return;
+      }
       // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
       if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
       await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
@@ -791,6 +807,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     running: () => [...running.keys()],
     async stop() {
       stopping = true;
+      markStopping();
       control.unsubscribe();
       for (const task of running.values()) task.end({ kind: 'stopped' });
       await queue.stop();
