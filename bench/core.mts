@@ -4,6 +4,9 @@
  * events on — against a nats-server it starts, with every task's result checked. Raw NATS request/reply is
  * measured in the same run, as the floor. One JSON line per figure.
  *
+ * Per hop: 2,000 steps, one at a time, sent the way the workflow sends them to an agent host whose agent answers at
+ * once; the figure is their p50 and p99 less raw request/reply's.
+ *
  * The coordinator works on 64 tasks at once (TROUPE_BENCH_CONCURRENCY); TROUPE_BENCH_LOG=warn shows its log.
  *
  * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s, all submitted at once to
@@ -24,9 +27,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { connect } from '@nats-io/transport-node';
-import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { builtinTools, createStepRunner, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
-import { createLogger, NatsBus } from '@troupe/runtime';
+import { createLogger, NatsBus, startAgentHost, systemClock } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
 
 const sequential = Number(process.argv[2] ?? 200);
@@ -78,6 +81,70 @@ const coordinator = await startCoordinator({
   // Working slots per pipeline: enough to keep both cores busy. Far more (every task of a 10,000 burst at once)
   // only queues work on the event loop and the server: TROUPE_BENCH_CONCURRENCY to try.
   concurrency: Number(process.env.TROUPE_BENCH_CONCURRENCY ?? 64),
+});
+
+// Per hop: a step as the workflow sends it (heartbeats on), to an agent host whose agent answers at once (no
+// journal, no tool), one at a time, against raw request/reply above.
+const hopHost = startAgentHost({
+  bus,
+  pipeline: 'hop',
+  agents: [
+    {
+      name: 'echo',
+      instructions: 'Answer.',
+      model: {
+        provider: 'inline',
+        model: 'echo',
+        complete: async () => ({
+          content: 'ok',
+          toolCalls: [],
+          usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+          finishReason: 'stop',
+          model: 'echo',
+        }),
+      },
+      tools: [],
+      rules: [],
+      maxTurns: 1,
+    },
+  ],
+  registry,
+  workspaceRoot,
+  logger,
+});
+const runHop = createStepRunner({ bus, clock: systemClock });
+const hops: number[] = [];
+for (let i = 0; i < 2_200; i++) {
+  const stepId = `hop-${i}.echo.1`;
+  const started = performance.now();
+  const reply = await runHop(
+    {
+      request: {
+        stepId,
+        taskId: `hop-${i}`,
+        pipeline: 'hop',
+        agent: 'echo',
+        step: 'echo',
+        round: 1,
+        goal: 'answer',
+        context: [],
+        expect: 'text',
+        priorModelCalls: 0,
+      },
+      timeoutMs: 10_000,
+    },
+    new AbortController().signal,
+  );
+  if (!reply.ok) throw new Error(`hop ${stepId} failed: ${reply.error.message}`);
+  if (i >= 200) hops.push(performance.now() - started);
+}
+await hopHost.stop();
+hops.sort((a, b) => a - b);
+print('per-hop overhead over raw request/reply p50', percentile(hops, 0.5) - percentile(raw, 0.5), 'ms', {
+  hopP50: Math.round(percentile(hops, 0.5) * 1000) / 1000,
+});
+print('per-hop overhead over raw request/reply p99', percentile(hops, 0.99) - percentile(raw, 0.99), 'ms', {
+  hopP99: Math.round(percentile(hops, 0.99) * 1000) / 1000,
 });
 
 const ended = new Map<string, { at: number; ok: boolean }>();
