@@ -232,19 +232,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const stopKeepAlive = every(clock, keepAliveMs, () => delivery.working());
     try {
       const stored = publishSafely(taskId, () => final);
-      const slow = await Promise.race([
-        stored.then(() => false),
-        sleep(clock, FINAL_EVENT_WAIT_MS).then(() => true),
-      ]);
-      // Leaving the message to a redelivery would only queue the same event again behind this one.
-      if (slow) {
-        logger.warn(
-          { taskId, unsentEvents: bus.pendingEvents },
-          `the final event of task ${taskId} is not stored yet; the task's message is kept until it is`,
-        );
-      }
+      // Leaving the message to a redelivery would only queue the same event again behind this one: say so, and wait.
+      const slow = clock.setTimeout(
+        () =>
+          logger.warn(
+            { taskId, unsentEvents: bus.pendingEvents },
+            `the final event of task ${taskId} is not stored yet; the task's message is kept until it is`,
+          ),
+        FINAL_EVENT_WAIT_MS,
+      );
       // Stopping for 10 s (NATS may be out of reach, and the wait endless): the message is left to be delivered again.
-      const outcome = await Promise.race([stored, stopped]);
+      const outcome = await Promise.race([stored, stopped]).finally(() => clock.clearTimeout(slow));
       if (outcome === 'stopping') {
         logger.warn(
           { taskId },
