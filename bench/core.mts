@@ -172,6 +172,15 @@ const endOf = (id: string) =>
     if (ended.has(id)) resolve();
     else waiting.set(id, resolve);
   });
+/** Submits `count` tasks named `<prefix>-<n>` at once and waits for all to end; how many seconds that took. */
+async function batch(prefix: string, count: number, pipeline = 'core'): Promise<number> {
+  const ids = Array.from({ length: count }, (_, i) => `${prefix}-${i}`);
+  const started = performance.now();
+  for (const id of ids) submit(id, pipeline);
+  await client.flush();
+  await Promise.all(ids.map(endOf));
+  return (performance.now() - started) / 1000;
+}
 
 // Warm up: code paths compiled, streams and consumers in place.
 for (let i = 0; i < 20; i++) {
@@ -201,14 +210,9 @@ print('sequential CPU per task (this process)', (user + system) / 1000 / sequent
 });
 
 for (const concurrent of concurrentBatches.filter((n) => n > 0)) {
-  const concurrentStart = performance.now();
-  const ids = Array.from({ length: concurrent }, (_, i) => `conc-${concurrent}-${i}`);
-  for (const id of ids) submit(id);
-  await client.flush();
-  await Promise.all(ids.map(endOf));
-  const concurrentMs = performance.now() - concurrentStart;
-  print(`${concurrent} concurrent tasks, wall time`, concurrentMs / 1000, 's');
-  print(`${concurrent} concurrent tasks per second`, concurrent / (concurrentMs / 1000), 'tasks/s');
+  const seconds = await batch(`conc-${concurrent}`, concurrent);
+  print(`${concurrent} concurrent tasks, wall time`, seconds, 's');
+  print(`${concurrent} concurrent tasks per second`, concurrent / seconds, 'tasks/s');
 }
 
 // Parked: every task waits 20 s on its model; the coordinator keeps its default 16 working slots.
@@ -303,12 +307,7 @@ async function scalePhase() {
   try {
     for (const count of [1, 2, 4]) {
       while (workers.length < count) workers.push(await startWorker());
-      const batch = Array.from({ length: scaleTasks }, (_, i) => `scale-${count}-${i}`);
-      const started = performance.now();
-      for (const id of batch) submit(id, 'scale');
-      await client.flush();
-      await Promise.all(batch.map(endOf));
-      const seconds = (performance.now() - started) / 1000;
+      const seconds = await batch(`scale-${count}`, scaleTasks, 'scale');
       print(`scale: ${scaleTasks} tasks with ${count} worker process(es)`, scaleTasks / seconds, 'tasks/s', {
         workers: count,
       });
