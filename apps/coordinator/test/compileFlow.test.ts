@@ -1,4 +1,10 @@
-import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
+import type {
+  AgentStepRequest,
+  StepErrorCode,
+  TaskFailureReason,
+  UsageTotals,
+  Verdict,
+} from '@troupe/protocol';
 import { TransportError } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
@@ -317,7 +323,7 @@ describe('compileFlow: a run that fails', () => {
       ...approving,
       planner: () => ({
         ok: false,
-        error: { code: 'max_turns', message: 'out of turns' },
+        error: { code: 'max_steps', message: 'out of turns' },
         usage: usage(50),
         turns: 8,
         durationMs: 9,
@@ -331,7 +337,7 @@ describe('compileFlow: a run that fails', () => {
     expect(calls('reviewer')).toHaveLength(0);
     const completed = events.filter((e) => e.kind === 'step.completed');
     expect(completed.map((e) => [e.data.step, e.data.ok, e.data.error])).toEqual([
-      ['plan', false, { code: 'max_turns', message: 'out of turns' }],
+      ['plan', false, { code: 'max_steps', message: 'out of turns' }],
     ]);
   });
 
@@ -341,7 +347,7 @@ describe('compileFlow: a run that fails', () => {
       ...approving,
       executor: () => ({
         ok: false,
-        error: { code: 'model', message: 'boom' },
+        error: { code: 'rate_limited', message: 'boom' },
         usage: usage(70),
         turns: 2,
         durationMs: 3,
@@ -370,6 +376,7 @@ describe('compileFlow: a run that fails', () => {
     ['no_responders', 'no_worker'],
     ['timeout', 'step_timeout'],
     ['approval_timeout', 'approval_timeout'],
+    ['invalid_reply', 'transport'],
   ])('names the cause when the step call fails with %s: %s', async (code, reason) => {
     const { output } = await run(pipeline(), {
       ...approving,
@@ -380,11 +387,13 @@ describe('compileFlow: a run that fails', () => {
     expect(output.failure).toMatchObject({ reason, step: 'execute' });
   });
 
-  it.each([
+  it.each<[StepErrorCode, TaskFailureReason]>([
     ['budget_exceeded', 'budget_exceeded'],
     ['step_timeout', 'step_timeout'],
     ['approval_timeout', 'approval_timeout'],
-    ['model', 'step_failed'],
+    ['rate_limited', 'step_failed'],
+    // A model request that timed out is the step's failure, not the step running out of time.
+    ['timeout', 'step_failed'],
   ])('names the cause when the agent replies with %s: %s', async (code, reason) => {
     const { output } = await run(pipeline(), {
       ...approving,

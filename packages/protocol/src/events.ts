@@ -1,6 +1,7 @@
 import { z } from 'zod';
+import { TaskFailureReason } from './failure.ts';
 import { Name, TaskId } from './names.ts';
-import { Verdict } from './step.ts';
+import { StepError, Verdict } from './step.ts';
 import { UsageTotals } from './usage.ts';
 
 const TokenUsage = z.object({
@@ -174,7 +175,7 @@ export const EventData = {
     ok: z.boolean(),
     output: z.string(),
     verdict: Verdict.optional(),
-    error: z.object({ code: z.string(), message: z.string() }).optional(),
+    error: StepError.optional(),
     usage: UsageTotals,
     turns: z.number().int().nonnegative(),
     durationMs: z.number().nonnegative(),
@@ -189,7 +190,7 @@ export const EventData = {
     durationMs: z.number().nonnegative(),
   }),
   'task.failed': z.object({
-    reason: z.string(),
+    reason: TaskFailureReason,
     message: z.string(),
     step: z.string().optional(),
     usage: UsageTotals,

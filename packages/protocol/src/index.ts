@@ -18,6 +18,14 @@ export {
   InvalidMessageEvent,
   TroupeEvent,
 } from './events.ts';
+export {
+  isRetryable,
+  isStepErrorCode,
+  StepErrorCode,
+  type StepFailureSource,
+  TaskFailureReason,
+  taskFailureReason,
+} from './failure.ts';
 export { isName, isTaskId, NAME_PATTERN, Name, TASK_ID_PATTERN, TaskId } from './names.ts';
 export {
   exceedsDepth,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isStepErrorCode, type StepErrorCode } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { UsageTotals } from './usage.ts';
 
@@ -84,11 +85,17 @@ export const StepHeartbeat = z.object({
 });
 export type StepHeartbeat = z.infer<typeof StepHeartbeat>;
 
-/** Why a step failed, with a stable code. */
-export const StepError = z.object({
-  code: z.string(),
-  message: z.string(),
-});
+/**
+ * Why a step failed, with a stable code. A code this version does not know (a newer host's) is read as `failed`,
+ * its message kept and the code added to it, so the reply still ends the step as the host meant: failed.
+ */
+export const StepError = z
+  .object({ code: z.string(), message: z.string() })
+  .transform(({ code, message }): { code: StepErrorCode; message: string } =>
+    isStepErrorCode(code)
+      ? { code, message }
+      : { code: 'failed', message: `${message} (error code ${code}, unknown to this version)` },
+  );
 export type StepError = z.infer<typeof StepError>;
 
 /** An agent's reply to a step. */

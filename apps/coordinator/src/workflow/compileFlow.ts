@@ -1,5 +1,11 @@
-import type { AgentStepRequest, StepBudget, StepOutput, UsageTotals } from '@troupe/protocol';
-import { emptyUsage, sumUsage } from '@troupe/protocol';
+import type {
+  AgentStepRequest,
+  StepBudget,
+  StepOutput,
+  TaskFailureReason,
+  UsageTotals,
+} from '@troupe/protocol';
+import { emptyUsage, StepErrorCode, sumUsage, taskFailureReason } from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
 import { assign, emit, fromPromise, setup } from 'xstate';
 import type { PipelineConfig, ReviewStepConfig, StepConfig } from '../config/pipelineSchema.ts';
@@ -104,7 +110,7 @@ export function compileFlow(config: PipelineConfig) {
           actions: {
             type: 'fail',
             params: ({ event }: { event: { error: unknown } }) => ({
-              reason: failureReason(event.error),
+              reason: callFailureReason(event.error),
               message: `step ${step.id} (${step.agent}) could not be run: ${errorMessage(event.error)}`,
               step: step.id,
             }),
@@ -158,9 +164,7 @@ function stepCompleted(step: StepConfig) {
         {
           type: 'fail',
           params: ({ event }: Done) => ({
-            reason: event.output.ok
-              ? 'step_failed'
-              : (STEP_ERROR_REASONS[event.output.error.code] ?? 'step_failed'),
+            reason: event.output.ok ? 'step_failed' : taskFailureReason(event.output.error.code),
             message: event.output.ok
               ? ''
               : `step ${step.id} (${step.agent}) failed: ${event.output.error.message}`,
@@ -322,24 +326,10 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
   };
 }
 
-/** The task's failure reason for a step that could not be run, from the step call's error code. */
-const FAILURE_REASONS: Record<string, WorkflowFailure['reason']> = {
-  no_responders: 'no_worker',
-  timeout: 'step_timeout',
-  step_timeout: 'step_timeout',
-  approval_timeout: 'approval_timeout',
-};
-
-/** Step errors that are a reason of their own for the task's failure; any other is `step_failed`. */
-const STEP_ERROR_REASONS: Record<string, WorkflowFailure['reason']> = {
-  budget_exceeded: 'budget_exceeded',
-  step_timeout: 'step_timeout',
-  approval_timeout: 'approval_timeout',
-};
-
-function failureReason(error: unknown): WorkflowFailure['reason'] {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  return (typeof code === 'string' ? FAILURE_REASONS[code] : undefined) ?? 'transport';
+/** The task's failure reason for a step that could not be run, from the code of the error its call threw. */
+function callFailureReason(error: unknown): TaskFailureReason {
+  const code = StepErrorCode.safeParse((error as { code?: unknown } | undefined)?.code);
+  return taskFailureReason(code.data, 'call');
 }
 
 function errorMessage(error: unknown): string {

@@ -8,6 +8,7 @@ import {
   parseMessage,
   subjects,
   type TaskEnding,
+  type TaskFailureReason,
   TaskSubmission,
   type TroupeEvent,
   type UsageTotals,
@@ -40,7 +41,7 @@ import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake
 import { compileFlow } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
-import type { WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
+import type { WorkflowFailure, WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
 
 /** Where workflow records live: the KV bucket `workflows`, as far as the runner uses it. */
 export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update'>;
@@ -746,13 +747,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         { from: 'workflow', to: 'user' },
       );
     }
-    const failure = output.failure ?? { reason: 'failed', message: 'the workflow failed' };
+    const failure: WorkflowFailure = output.failure ?? { reason: 'internal', message: 'the workflow failed' };
     return failureEvent(scope, failure.reason, failure.message, output.usage, durationMs, failure.step);
   }
 
   function failureEvent(
     scope: EventScope,
-    reason: string,
+    reason: TaskFailureReason,
     message: string,
     usage: UsageTotals,
     durationMs: number,

@@ -1,4 +1,4 @@
-import { AgentStepReply, StepHeartbeat, subjects } from '@troupe/protocol';
+import { AgentStepReply, isRetryable, StepHeartbeat, subjects } from '@troupe/protocol';
 import {
   type Clock,
   type Logger,
@@ -124,7 +124,7 @@ export function createStepRunner(options: StepRunnerOptions) {
           await sleep(clock, Math.min(250 * 2 ** attempt, 2_000), signal, 'step aborted');
           continue;
         }
-        if (reply.ok || reply.error.code !== 'worker_stopped') {
+        if (reply.ok || !isRetryable(reply.error.code)) {
           return { ...reply, durationMs: Math.max(0, clock.now() - started) };
         }
         throw new TransportError('no_responders', reply.error.message);

@@ -1,7 +1,14 @@
 /** Final state names of every workflow; step ids may not use them. */
 export const FINAL_STATES = ['completed', 'failed', 'cancelled'] as const;
 
-import type { AgentStepReply, AgentStepRequest, EventKind, StepOutput, UsageTotals } from '@troupe/protocol';
+import type {
+  AgentStepReply,
+  AgentStepRequest,
+  EventKind,
+  StepOutput,
+  TaskFailureReason,
+  UsageTotals,
+} from '@troupe/protocol';
 
 /** What a workflow actor starts from: one task. */
 export interface WorkflowInput {
@@ -25,12 +32,8 @@ export interface StepRunInput {
 export type StepRunOutput = AgentStepReply & { durationMs: number };
 
 export interface WorkflowFailure {
-  /**
-   * Stable code: `step_failed`, `budget_exceeded`, `max_rounds`, `invalid_output`; when a step could not be run,
-   * `no_worker` (nobody serves its agent), `step_timeout`, `approval_timeout` (the step timed out while a person
-   * was being asked), or `transport` (any other NATS failure).
-   */
-  reason: string;
+  /** Stable code; the protocol's `TaskFailureReason` says what each means. */
+  reason: TaskFailureReason;
   message: string;
   step?: string;
 }

@@ -3,7 +3,9 @@ import {
   type AgentStepReply,
   AgentStepRequest,
   FINAL_EVENT_KINDS,
+  isRetryable,
   parseMessage,
+  type StepErrorCode,
   type StepHeartbeat,
   subjects,
   type TaskEnding,
@@ -37,8 +39,11 @@ const MISSES_TO_DROP = 2;
  * calls seldom are.
  */
 const MODEL_WAIT_REPORT_MS = 100;
-/** Failures a resend of the step should retry, not be answered with again. */
-const RETRYABLE = new Set(['journal_unavailable', 'worker_stopped', 'aborted']);
+/**
+ * Whether a resend of a step that failed with `code` runs it again rather than getting this reply: a failure the
+ * workflow retries, or a run stopped before its end (by this host stopping, or for want of a requester).
+ */
+const runsAgain = (code: StepErrorCode): boolean => isRetryable(code) || code === 'aborted';
 
 /** A step running on this host, and who waits for its reply. */
 interface StepRun {
@@ -247,8 +252,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
           for (const requester of run.requesters.keys()) requester.respond(result);
           // A run stopped for want of a requester, or a failure a resend retries, did not end the step: the
           // next request for it runs it again (from its journal) rather than getting this reply.
-          if (!run.orphaned && (result.ok || !RETRYABLE.has(result.error.code)))
-            remember(request.stepId, reply);
+          if (!run.orphaned && (result.ok || !runsAgain(result.error.code))) remember(request.stepId, reply);
         })
         .finally(() => {
           beating?.();

@@ -2,7 +2,9 @@ import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@
 import { addUsage, zeroUsage } from '@troupe/llm';
 import {
   type ApprovalDecision,
+  isStepErrorCode,
   type StepBudget,
+  type StepErrorCode,
   type StepExpect,
   type ToolResult,
   Verdict,
@@ -102,7 +104,7 @@ export interface OutputSpec {
 }
 
 export interface AgentFailure {
-  code: string;
+  code: StepErrorCode;
   message: string;
 }
 
@@ -161,7 +163,7 @@ const stopWhenBudgetSpent = {
   target: 'failed',
   actions: {
     type: 'fail',
-    params: ({ context }: { context: AgentContext }) => ({
+    params: ({ context }: { context: AgentContext }): AgentFailure => ({
       code: 'budget_exceeded',
       message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
     }),
@@ -441,7 +443,7 @@ export const agentMachine = setup({
             {
               type: 'fail',
               params: ({ context, event }) => ({
-                code: errorCode(event.error),
+                code: failureCode(event.error),
                 message: `agent ${context.agent}: model call failed: ${errorMessage(event.error)}`,
               }),
             },
@@ -738,6 +740,12 @@ function toolRunnerFailed(context: AgentContext, error: unknown): AgentFailure {
 function errorCode(error: unknown): string {
   const code = (error as { code?: unknown } | undefined)?.code;
   return typeof code === 'string' ? code : 'model_failed';
+}
+
+/** The step's code for a failed model call: the error's own when steps know it, else `model_failed`. */
+function failureCode(error: unknown): StepErrorCode {
+  const code = errorCode(error);
+  return isStepErrorCode(code) ? code : 'model_failed';
 }
 
 function errorMessage(error: unknown): string {

@@ -2,12 +2,15 @@ import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelDelta, ModelObserver, ModelResponse, ToolCall, Usage } from '@troupe/llm';
-import type {
-  AgentStepReply,
-  AgentStepRequest,
-  ApprovalDecision,
-  ToolResult,
-  TroupeEvent,
+import {
+  type AgentStepReply,
+  type AgentStepRequest,
+  type ApprovalDecision,
+  isStepErrorCode,
+  type StepError,
+  type StepErrorCode,
+  type ToolResult,
+  type TroupeEvent,
 } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import type { HumanGate, HumanRequestOptions, HumanScope, WaitingOn } from '../approvals/humanGate.ts';
@@ -140,7 +143,7 @@ export async function runAgentStep(
     const code = (error as { code?: unknown }).code;
     return failedReply(
       request.stepId,
-      typeof code === 'string' ? code : 'agent_crashed',
+      isStepErrorCode(code) ? code : 'agent_crashed',
       (error as Error).message,
     );
   } finally {
@@ -621,7 +624,10 @@ function toReply(stepId: string, output: AgentOutput): AgentStepReply {
 function abortedReply(
   stepId: string,
   spent: { turn: number; compactions: number; usage: Usage; costUsd: number },
-  error = { code: 'aborted', message: `step ${stepId} was aborted after ${spent.turn} model call(s)` },
+  error: StepError = {
+    code: 'aborted',
+    message: `step ${stepId} was aborted after ${spent.turn} model call(s)`,
+  },
 ): AgentStepReply {
   return {
     ok: false,
@@ -632,7 +638,7 @@ function abortedReply(
   };
 }
 
-export function failedReply(stepId: string, code: string, message: string): AgentStepReply {
+export function failedReply(stepId: string, code: StepErrorCode, message: string): AgentStepReply {
   return {
     ok: false,
     stepId,

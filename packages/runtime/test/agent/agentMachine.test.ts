@@ -1,4 +1,10 @@
-import { type ChatMessage, ModelError, type ToolCall, type ToolDefinition } from '@troupe/llm';
+import {
+  type ChatMessage,
+  ModelError,
+  type ModelErrorCode,
+  type ToolCall,
+  type ToolDefinition,
+} from '@troupe/llm';
 import type { ToolResult } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
@@ -12,6 +18,22 @@ import {
   type ModelCallResult,
   parseVerdict,
 } from '../../src/agent/agentMachine.ts';
+
+/** Every model error code; the type makes a new code fail to compile here until it is listed. */
+const MODEL_ERROR_CODES: Record<ModelErrorCode, true> = {
+  script_exhausted: true,
+  scripted_failure: true,
+  rate_limited: true,
+  server_error: true,
+  timeout: true,
+  connection: true,
+  bad_request: true,
+  auth: true,
+  not_found: true,
+  invalid_response: true,
+  aborted: true,
+  config: true,
+};
 
 const writeFile: ToolDefinition = {
   name: 'write_file',
@@ -295,10 +317,22 @@ describe('agentMachine: failures', () => {
     ]);
   });
 
-  it('reads the code off any error that has a string code', async () => {
+  it('fails the step with each model error code, which steps know', async () => {
+    for (const code of Object.keys(MODEL_ERROR_CODES) as ModelErrorCode[]) {
+      const { output } = await run([new ModelError(code, 'failed')]);
+      expect(output.failure?.code).toBe(code);
+    }
+  });
+
+  it('uses model_failed for a code steps do not know, which llm.error still names', async () => {
     const error = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-    const { output } = await run([error]);
-    expect(output.failure?.code).toBe('ECONNRESET');
+    const { output, emitted } = await run([error]);
+    expect(output.failure?.code).toBe('model_failed');
+    expect(emitted.at(-1)).toMatchObject({
+      type: 'llm.error',
+      code: 'ECONNRESET',
+      message: 'socket hang up',
+    });
   });
 
   it('uses model_failed when the error has no string code', async () => {

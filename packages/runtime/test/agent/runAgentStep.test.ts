@@ -1,4 +1,4 @@
-import { access, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { access, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
@@ -380,6 +380,18 @@ describe('runAgentStep', () => {
     const reply = await runAgentStep(coder(model, { tools: ['shell'] }), request, deps);
     expect(reply).toMatchObject({ ok: false, error: { code: 'unknown_tool' } });
     expect(!reply.ok && reply.error.message).toContain('shell');
+    expect(requests).toHaveLength(0);
+  });
+
+  it('replies agent_crashed, with the error message, when the step fails with a code steps do not have', async () => {
+    const { model, requests } = recordingModel({ agents: { coder: [{ content: 'never' }] } });
+    const { deps, root } = await setup();
+    // The workspace cannot be made under a file: mkdir fails with ENOTDIR or EEXIST, which are no step codes.
+    const file = path.join(root, 'not-a-dir');
+    await writeFile(file, '');
+    const reply = await runAgentStep(coder(model), request, { ...deps, workspaceRoot: file });
+    expect(reply).toMatchObject({ ok: false, error: { code: 'agent_crashed' } });
+    expect(!reply.ok && reply.error.message).toContain('not-a-dir');
     expect(requests).toHaveLength(0);
   });
 });

@@ -70,7 +70,7 @@ describe('event ids', () => {
 
   it('name the final event of a task by its kind alone: it is one fact, republished as often as needed', () => {
     const failed = (message: string) => ({
-      reason: 'step_failed',
+      reason: 'step_failed' as const,
       message,
       usage: { ...usage, costUsd: 0, modelCalls: 1 },
       durationMs: 1,
