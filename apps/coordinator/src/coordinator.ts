@@ -8,6 +8,7 @@ import {
   KvStore,
   type Logger,
   type NatsBus,
+  natsTaskIntake,
   StepJournal,
   systemClock,
   type ToolRegistry,
@@ -98,6 +99,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
       runners.push(
         await startPipelineRunner({
           bus,
+          intake: natsTaskIntake(bus),
           config: pipeline.config,
           store,
           logger: logger.child({ pipeline: pipeline.config.name }),

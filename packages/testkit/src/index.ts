@@ -8,5 +8,8 @@ export {
   TEST_MCP_STDIO_SERVER,
   type TestMcpHttpServer,
 } from './mcpServers.ts';
+export { type CarriedMessage, MemoryBus, type MemoryBusOptions } from './memoryBus.ts';
+export { MemoryKv } from './memoryKv.ts';
+export { type MemoryDelivery, MemoryTaskIntake, type Settlement } from './memoryTaskIntake.ts';
 export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';
 export { SimulatedClock } from './simulatedClock.ts';

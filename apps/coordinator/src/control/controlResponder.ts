@@ -5,12 +5,12 @@ import {
   isTaskId,
   subjects,
 } from '@troupe/protocol';
-import { type BusSubscription, describeEnding, type NatsBus, throughOutages } from '@troupe/runtime';
+import { type Bus, type BusSubscription, describeEnding, throughOutages } from '@troupe/runtime';
 import type { WorkflowStore } from '../workflow/pipelineRunner.ts';
 import { endingOfRecord, type WorkflowRecord } from '../workflow/workflowRecord.ts';
 
 export interface ControlResponderOptions {
-  bus: NatsBus;
+  bus: Bus;
   store: Pick<WorkflowStore, 'get'>;
   /** Whether this process runs the task: then its runner answers, not the responder. */
   runsHere(taskId: string): boolean;

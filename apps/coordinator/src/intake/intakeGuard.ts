@@ -1,5 +1,5 @@
 import { parseSubject, subjects } from '@troupe/protocol';
-import { type BusSubscription, logRefusedMessage, type NatsBus } from '@troupe/runtime';
+import { type Bus, type BusSubscription, logRefusedMessage } from '@troupe/runtime';
 import { suggestion } from '../config/didYouMean.ts';
 
 /**
@@ -9,7 +9,7 @@ import { suggestion } from '../config/didYouMean.ts';
  * task the guard lets through is logged by the runner that gets it; the guard's own line for it is at `debug`.
  */
 export function startIntakeGuard(
-  bus: NatsBus,
+  bus: Bus,
   local: ReadonlySet<string>,
   knownPipelines: () => Promise<string[]>,
 ): BusSubscription {

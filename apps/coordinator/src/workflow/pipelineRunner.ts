@@ -14,8 +14,8 @@ import {
   type UsageTotals,
 } from '@troupe/protocol';
 import {
+  type Bus,
   type Clock,
-  deadLetter,
   EventFactory,
   type EventScope,
   endingOf,
@@ -26,12 +26,11 @@ import {
   type KvStore,
   type Logger,
   logMessage,
-  type NatsBus,
   newTraceparent,
   preview,
   sleep,
-  startTaskQueue,
   type TaskDelivery,
+  type TaskIntake,
   type TaskQueue,
   throughOutages,
 } from '@troupe/runtime';
@@ -47,9 +46,11 @@ import type { WorkflowFailure, WorkflowInput, WorkflowOutput } from './workflowT
 export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update'>;
 
 export interface PipelineRunnerOptions {
-  bus: NatsBus;
+  bus: Bus;
   config: PipelineConfig;
   store: WorkflowStore;
+  /** Where the tasks come from and the given-up ones go (`natsTaskIntake(bus)` in production). */
+  intake: TaskIntake;
   logger: Logger;
   clock: Clock;
   /** The most tasks of this pipeline this process works on at once; tasks parked on a person or a model do not count. */
@@ -192,7 +193,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       return;
     }
     logger.error({ taskId, deliveries: stalls }, message);
-    await deadLetter(bus, pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
+    await options.intake.deadLetter(pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
     await conclude(taskId, delivery, final, 'term');
   }
 
@@ -331,8 +332,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // storing a dead letter again (same message id), in case that was what the crash cut short.
       const final = existing.value.final;
       if (final?.kind === 'task.failed' && final.data.reason === 'max_deliveries') {
-        await deadLetter(
-          bus,
+        await options.intake.deadLetter(
           pipeline,
           { ...delivery, deliveries: delivery.deliveryCount },
           {
@@ -788,7 +788,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     { reporter: 'coordinator' },
   );
 
-  const queue: TaskQueue = await startTaskQueue(bus, {
+  const queue: TaskQueue = await options.intake.start({
     pipeline,
     concurrency: options.concurrency,
     ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),

@@ -1,8 +1,8 @@
 import { AgentStepReply, isRetryable, StepHeartbeat, subjects } from '@troupe/protocol';
 import {
+  type Bus,
   type Clock,
   type Logger,
-  type NatsBus,
   requestWithHeartbeats,
   sleep,
   stepTimeoutError,
@@ -20,7 +20,7 @@ export const DEFAULT_STEP_HEARTBEAT_MS = 5_000;
 const MISSED_HEARTBEATS = 3;
 
 export interface StepRunnerOptions {
-  bus: NatsBus;
+  bus: Bus;
   clock: Clock;
   logger?: Logger;
   /** How long to keep trying while no worker serves the agent (workers may still be starting). */
@@ -109,6 +109,7 @@ export function createStepRunner(options: StepRunnerOptions) {
             idleMs: heartbeatMs * MISSED_HEARTBEATS,
             signal: AbortSignal.any([signal, resend.signal]),
             meta,
+            clock,
             onHeartbeat,
             // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
             ...(noWorkerSince === undefined ? {} : { logLevel: 'debug' as const }),

@@ -19,8 +19,8 @@ import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
+import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
 import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartbeatSender.ts';
-import type { BusSubscription, Delivery, NatsBus } from '../transport/natsBus.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { failedReply, runAgentStep } from './runAgentStep.ts';
 
@@ -61,7 +61,7 @@ interface StepRun {
 }
 
 export interface AgentHostOptions {
-  bus: NatsBus;
+  bus: Bus;
   pipeline: string;
   agents: readonly AgentDefinition[];
   registry: ToolRegistry;

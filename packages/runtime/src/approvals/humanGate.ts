@@ -8,12 +8,12 @@ import {
   subjects,
 } from '@troupe/protocol';
 import type { z } from 'zod';
-import type { KvStore } from '../durable/kvStore.ts';
+import type { KeyValue } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
-import type { Delivery, NatsBus } from '../transport/natsBus.ts';
+import type { Bus, Delivery } from '../transport/bus.ts';
 import type { ApprovalAsk } from './approvalAsk.ts';
 import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
@@ -68,9 +68,9 @@ export interface WaitingOn {
 }
 
 export interface NatsHumanGateOptions {
-  bus: NatsBus;
+  bus: Bus;
   /** The KV bucket `approvals`, where `troupe approvals` finds what is pending. */
-  store: KvStore<typeof HumanRequest>;
+  store: KeyValue<HumanRequest>;
   events: EventFactory;
   clock: Clock;
   logger: Logger;

@@ -59,10 +59,32 @@ export interface KvEntry<T> {
 }
 
 /**
+ * A KV bucket of typed values, as Troupe's parts use one: {@link KvStore} over NATS, `MemoryKv` in
+ * `@troupe/testkit` for unit tests. Writes that compare (`create`, `update`) return undefined when they lose.
+ */
+export interface KeyValue<T> {
+  get(key: string): Promise<KvEntry<T> | undefined>;
+  /** Stores a value; returns its revision. */
+  put(key: string, value: T): Promise<number>;
+  /** Stores a value only if the key is absent; returns undefined when it was already there. */
+  create(key: string, value: T): Promise<number | undefined>;
+  /** Stores a value only if the key is still at `revision`; returns undefined when someone wrote it since. */
+  update(key: string, value: T, revision: number): Promise<number | undefined>;
+  delete(key: string): Promise<void>;
+  /** Every key, or those matching `filter` (NATS wildcards: `*` one token, `>` the rest, e.g. `task-1.>`). */
+  keys(filter?: string): Promise<string[]>;
+  /**
+   * Calls `onValue` with the key's current value, then with each value written to it, until the returned
+   * function is called.
+   */
+  watch(key: string, onValue: (entry: KvEntry<T>) => void): Promise<() => void>;
+}
+
+/**
  * A typed view of one of Troupe's KV buckets: values are JSON validated by a zod schema on the way in and
  * out. A stored value that no longer parses is reported as absent with a logged warning, never thrown.
  */
-export class KvStore<S extends z.ZodType> {
+export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   readonly #kv: KV;
   readonly #schema: S;
   readonly #bus: NatsBus;

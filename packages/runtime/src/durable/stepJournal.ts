@@ -4,7 +4,7 @@ import { BUCKETS, emptyUsage, sumUsage, ToolResult, type UsageTotals } from '@tr
 import { z } from 'zod';
 import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
-import { KvStore, throughOutages } from './kvStore.ts';
+import { type KeyValue, KvStore, throughOutages } from './kvStore.ts';
 
 const UsageRecord = z.object({
   inputTokens: z.number(),
@@ -104,9 +104,10 @@ export type ToolCallRecord =
  * | `<stepId>.<turn>.<index>.question`   | the question it asked         |
  */
 export class StepJournal {
-  readonly #store: KvStore<typeof JournalEntry>;
+  readonly #store: KeyValue<JournalEntry>;
 
-  private constructor(store: KvStore<typeof JournalEntry>) {
+  /** A journal kept in `store`; {@link StepJournal.open} opens the `journal` bucket. */
+  constructor(store: KeyValue<JournalEntry>) {
     this.#store = store;
   }
 

@@ -5,6 +5,7 @@ import { logMessage } from '../logging/messageLog.ts';
 import { jetstreamManagerOf, jetstreamOf } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
+import { deadLetter, type ExhaustedTask } from './deadLetters.ts';
 
 /** One stored task message, handed to the runner with the means to settle it. */
 export interface TaskDelivery {
@@ -64,6 +65,29 @@ export interface TaskQueue {
   readonly parked: number;
   /** Stops fetching; waits for the tasks being handled to finish. */
   stop(): Promise<void>;
+}
+
+/**
+ * Where a pipeline's tasks come from and where those given up on go: the `TASKS` stream and the dead-letter subject
+ * over NATS ({@link natsTaskIntake}), or an in-memory stand-in in unit tests.
+ */
+export interface TaskIntake {
+  /** Starts handing the pipeline's tasks to `options.handle`. */
+  start(options: TaskQueueOptions): Promise<TaskQueue>;
+  /** Stores a task given up on, with why, on `troupe.deadletter.<pipeline>`. */
+  deadLetter(
+    pipeline: string,
+    task: ExhaustedTask,
+    reason: { taskId: string; message: string },
+  ): Promise<void>;
+}
+
+/** Task intake over NATS JetStream: {@link startTaskQueue} and {@link deadLetter}. */
+export function natsTaskIntake(bus: NatsBus): TaskIntake {
+  return {
+    start: (options) => startTaskQueue(bus, options),
+    deadLetter: (pipeline, task, reason) => deadLetter(bus, pipeline, task, reason),
+  };
 }
 
 /** The durable consumer name shared by every coordinator serving a pipeline. */

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { BusSubscription, Delivery, NatsBus, SubscribeOptions } from './natsBus.ts';
+import type { Bus, BusSubscription, Delivery, SubscribeOptions } from './bus.ts';
 
 /** The one thing a bridge needs of an actor: XState's `send`. */
 export interface EventReceiver<E> {
@@ -16,7 +16,7 @@ export interface EventReceiver<E> {
  * });
  */
 export function bridgeToActor<S extends z.ZodType, E>(
-  bus: NatsBus,
+  bus: Bus,
   subject: string,
   schema: S,
   actor: EventReceiver<E>,

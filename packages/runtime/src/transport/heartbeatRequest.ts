@@ -1,9 +1,9 @@
-import { createInbox } from '@nats-io/transport-node';
-import { ErrorReply, parseMessage, subjects } from '@troupe/protocol';
+import { ErrorReply, parseMessage } from '@troupe/protocol';
 import type { z } from 'zod';
+import { type Clock, systemClock } from '../events/clock.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
 import { withTimeout } from '../withTimeout.ts';
-import type { NatsBus } from './natsBus.ts';
+import type { Bus, ReplyMessage } from './bus.ts';
 import { TransportError } from './transportError.ts';
 
 export interface HeartbeatRequestOptions {
@@ -17,6 +17,8 @@ export interface HeartbeatRequestOptions {
   onHeartbeat?: (heartbeat: unknown) => void;
   /** Level of the line logged for the request; the bus's message level by default (a resend may log quieter). */
   logLevel?: MessageLogLevel;
+  /** Time for the timeouts; the system's by default. */
+  clock?: Clock;
 }
 
 /**
@@ -26,7 +28,7 @@ export interface HeartbeatRequestOptions {
  * an `ErrorReply`.
  */
 export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
-  bus: NatsBus,
+  bus: Bus,
   subject: string,
   payload: unknown,
   replySchema: S,
@@ -41,23 +43,25 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
       reject(new TransportError('aborted', `request to ${subject} was aborted`));
       return;
     }
-    const inbox = createInbox(subjects.inboxPrefix);
-    let idle: NodeJS.Timeout | undefined;
-    let lastHeard = Date.now();
+    const clock = options.clock ?? systemClock;
+    let idle: unknown;
+    let lastHeard = clock.now();
     let done = false;
+    let stop: (() => void) | undefined;
     const finish = (error: TransportError | undefined, value?: z.infer<S>) => {
+      if (done) return;
       done = true;
-      clearTimeout(idle);
-      clearTimeout(overall);
+      clock.clearTimeout(idle);
+      clock.clearTimeout(overall);
       options.signal?.removeEventListener('abort', onAbort);
-      subscription.unsubscribe();
+      stop?.();
       if (error) reject(error);
       else resolve(value as z.infer<S>);
     };
     /** Silent past the limit: a stall, unless what this (perhaps busy) process has not read yet says otherwise. */
     const check = () => {
       if (done) return;
-      const silentMs = Date.now() - lastHeard;
+      const silentMs = clock.now() - lastHeard;
       if (silentMs < options.idleMs) {
         watchIdle(options.idleMs - silentMs);
         return;
@@ -72,58 +76,57 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
       void withTimeout(flushed, options.idleMs, { unref: true }).then(check);
     };
     const watchIdle = (ms = options.idleMs) => {
-      clearTimeout(idle);
-      idle = setTimeout(suspect, ms);
+      clock.clearTimeout(idle);
+      idle = clock.setTimeout(suspect, ms);
     };
     const onAbort = () => finish(new TransportError('aborted', `request to ${subject} was aborted`));
-    const overall = setTimeout(
+    const overall = clock.setTimeout(
       () => finish(new TransportError('timeout', `no reply from ${subject} within ${options.timeoutMs} ms`)),
       options.timeoutMs,
     );
-    const subscription = bus.connection.subscribe(inbox, {
-      callback: (error, msg) => {
-        if (error) {
-          finish(new TransportError('request_failed', `request to ${subject} failed: ${error.message}`));
-          return;
-        }
-        if (msg.headers?.code === 503) {
-          finish(new TransportError('no_responders', `no one is serving ${subject}`));
-          return;
-        }
-        const heartbeat = parseMessage(heartbeatSchema, msg.data);
-        if (heartbeat.ok) {
-          logMessage(bus.logger, 'trace', 'in', msg.subject, heartbeatMeta);
-          lastHeard = Date.now();
-          watchIdle();
-          options.onHeartbeat?.(heartbeat.value);
-          return;
-        }
-        logMessage(bus.logger, bus.messageLogLevel, 'in', msg.subject, answer);
-        const parsed = parseMessage(replySchema, msg.data);
-        if (parsed.ok) {
-          finish(undefined, parsed.value);
-          return;
-        }
-        const refusal = parseMessage(ErrorReply, msg.data);
-        finish(
-          refusal.ok
-            ? new TransportError(refusal.value.error.code, refusal.value.error.message)
-            : new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`),
-        );
-      },
-    });
+    const onReply = (reply: ReplyMessage) => {
+      if (done) return;
+      if (!reply.ok) {
+        finish(reply.error);
+        return;
+      }
+      const heartbeat = parseMessage(heartbeatSchema, reply.data);
+      if (heartbeat.ok) {
+        logMessage(bus.logger, 'trace', 'in', reply.subject, heartbeatMeta);
+        lastHeard = clock.now();
+        watchIdle();
+        options.onHeartbeat?.(heartbeat.value);
+        return;
+      }
+      logMessage(bus.logger, bus.messageLogLevel, 'in', reply.subject, answer);
+      const parsed = parseMessage(replySchema, reply.data);
+      if (parsed.ok) {
+        finish(undefined, parsed.value);
+        return;
+      }
+      const refusal = parseMessage(ErrorReply, reply.data);
+      finish(
+        refusal.ok
+          ? new TransportError(refusal.value.error.code, refusal.value.error.message)
+          : new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`),
+      );
+    };
     options.signal?.addEventListener('abort', onAbort, { once: true });
     watchIdle();
     try {
-      bus.connection.publish(subject, JSON.stringify(payload), { reply: inbox });
+      stop = bus.requestReplies(subject, payload, onReply);
     } catch (error) {
       finish(
-        new TransportError('request_failed', `cannot send on ${subject}: ${(error as Error).message}`, {
-          cause: error,
-        }),
+        TransportError.is(error)
+          ? error
+          : new TransportError('request_failed', `cannot send on ${subject}: ${(error as Error).message}`, {
+              cause: error,
+            }),
       );
       return;
     }
+    // A reply may have come before requestReplies returned (an in-memory bus answers at once).
+    if (done) stop();
     logMessage(bus.logger, options.logLevel ?? bus.messageLogLevel, 'out', subject, meta);
   });
 }

@@ -5,6 +5,7 @@ import { subjects } from '@troupe/protocol';
 import { type Clock, every, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
 import { withTimeout } from '../withTimeout.ts';
+import type { Bus } from './bus.ts';
 import type { NatsBus } from './natsBus.ts';
 
 /** Whether a requester still listens on its inbox, as the last heartbeat found out. */
@@ -32,7 +33,7 @@ export interface HeartbeatSender {
  * hosts of a real process use {@link ThreadedHeartbeatSender}.
  */
 export class InlineHeartbeatSender implements HeartbeatSender {
-  readonly #bus: NatsBus;
+  readonly #bus: Bus;
   readonly #clock: Clock;
   readonly #steps = new Map<
     string,
@@ -40,7 +41,7 @@ export class InlineHeartbeatSender implements HeartbeatSender {
   >();
   readonly #listeners = new Listeners();
 
-  constructor(bus: NatsBus, clock: Clock = systemClock) {
+  constructor(bus: Bus, clock: Clock = systemClock) {
     this.#bus = bus;
     this.#clock = clock;
   }

@@ -1,4 +1,13 @@
 export { bridgeToActor, type EventReceiver } from './actorBridge.ts';
+export type {
+  Bus,
+  BusSubscription,
+  Delivery,
+  ReplyMessage,
+  RequestOptions,
+  StatusListener,
+  SubscribeOptions,
+} from './bus.ts';
 export {
   type EmbeddedNats,
   findFreePort,
@@ -23,16 +32,7 @@ export {
   type TroupeBucket,
   type TroupeStreamsOptions,
 } from './jetstreamSetup.ts';
-export {
-  type BusOptions,
-  type BusSubscription,
-  type Delivery,
-  type MessageMeta,
-  NatsBus,
-  type RequestOptions,
-  type StatusListener,
-  type SubscribeOptions,
-} from './natsBus.ts';
+export { type BusOptions, type MessageMeta, NatsBus } from './natsBus.ts';
 export { TransportError, type TransportErrorCode } from './transportError.ts';
 export {
   DEFAULT_NO_JETSTREAM_MS,

@@ -3,6 +3,7 @@ import {
   ClosedConnectionError,
   connect,
   headers as createHeaders,
+  createInbox,
   DrainingConnectionError,
   type Msg,
   type MsgHdrs,
@@ -33,6 +34,15 @@ import {
   replyMeta,
 } from '../logging/messageLog.ts';
 import { withTimeout } from '../withTimeout.ts';
+import type {
+  Bus,
+  BusSubscription,
+  Delivery,
+  ReplyMessage,
+  RequestOptions,
+  StatusListener,
+  SubscribeOptions,
+} from './bus.ts';
 import { EventOutbox } from './eventOutbox.ts';
 import { TransportError } from './transportError.ts';
 
@@ -62,44 +72,6 @@ export interface BusOptions {
   waitForServerMs?: number;
 }
 
-/** A validated message handed to a subscriber. */
-export interface Delivery<T> {
-  subject: string;
-  value: T;
-  /** Where the sender waits for an answer, when it asked for one. */
-  reply?: string;
-  headers?: Record<string, string>;
-  /** Answers the sender with a JSON payload; does nothing when no reply was asked for. */
-  respond(payload: unknown): void;
-}
-
-export interface BusSubscription {
-  unsubscribe(): void;
-  /** Settles once the subscription has closed and the handlers it started have finished. */
-  closed: Promise<void>;
-}
-
-export interface SubscribeOptions<T> {
-  /** Queue group: each message goes to one member of the group. */
-  queue?: string;
-  /** Who reports invalid messages, e.g. `coordinator`, `agent:executor`; default the bus's client name. */
-  reporter?: string;
-  /** What the log line of a valid message says besides its subject; by default read from the subject and payload. */
-  meta?: (value: T) => MessageMeta;
-  /**
-   * Level of the `in` line of each valid message; default the bus's. A watcher of messages that another subscriber
-   * logs (the intake guard, beside the task's runner) takes `debug`.
-   */
-  messageLogLevel?: MessageLogLevel;
-}
-
-export interface RequestOptions {
-  timeoutMs: number;
-  signal?: AbortSignal;
-  meta?: MessageMeta;
-  headers?: Record<string, string>;
-}
-
 /** Marks a subscription that takes raw text (see {@link NatsBus.subscribeText}). */
 const TEXT = z.string();
 
@@ -110,8 +82,6 @@ function decodeText(data: Uint8Array): ParseResult<string> {
     return { ok: false, reason: 'payload is not valid UTF-8', issues: [] };
   }
 }
-
-export type StatusListener = (status: { type: string; data?: unknown }) => void;
 
 /** Characters of an invalid payload quoted in its report. */
 const PAYLOAD_EXCERPT = 2_000;
@@ -135,7 +105,7 @@ interface TrackedSubscription {
  *   reporter: 'agent:executor',
  * });
  */
-export class NatsBus {
+export class NatsBus implements Bus {
   /** The raw connection, for JetStream and KV inside the transport folder only. */
   readonly connection: NatsConnection;
   readonly name: string;
@@ -360,6 +330,32 @@ export class NatsBus {
     const refusal = parseMessage(ErrorReply, reply.data);
     if (refusal.ok) throw new TransportError(refusal.value.error.code, refusal.value.error.message);
     throw new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`);
+  }
+
+  requestReplies(subject: string, payload: unknown, onReply: (reply: ReplyMessage) => void): () => void {
+    const inbox = createInbox(subjects.inboxPrefix);
+    const subscription = this.connection.subscribe(inbox, {
+      callback: (error, msg) => {
+        if (error) {
+          const failure = `request to ${subject} failed: ${error.message}`;
+          onReply({ ok: false, error: new TransportError('request_failed', failure, { cause: error }) });
+        } else if (msg.headers?.code === 503) {
+          onReply({ ok: false, error: new TransportError('no_responders', `no one is serving ${subject}`) });
+        } else onReply({ ok: true, subject: msg.subject, data: msg.data });
+      },
+    });
+    try {
+      this.connection.publish(subject, JSON.stringify(payload), { reply: inbox });
+    } catch (error) {
+      subscription.unsubscribe();
+      throw (
+        asClosedError(error, subject) ??
+        new TransportError('request_failed', `cannot send on ${subject}: ${messageOf(error)}`, {
+          cause: error,
+        })
+      );
+    }
+    return () => subscription.unsubscribe();
   }
 
   /**

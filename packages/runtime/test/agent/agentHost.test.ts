@@ -1,17 +1,16 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInbox } from '@nats-io/transport-node';
 import type { ModelProvider, ModelRequest, ModelResponse } from '@troupe/llm';
-import { AgentStepReply, type AgentStepRequest, StepHeartbeat, subjects } from '@troupe/protocol';
-import { SimulatedClock, startTestNats, type TestNats } from '@troupe/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentStepReply, type AgentStepRequest, emptyUsage, StepHeartbeat, subjects } from '@troupe/protocol';
+import { MemoryBus, SimulatedClock } from '@troupe/testkit';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type AgentHost, startAgentHost } from '../../src/agent/agentHost.ts';
+import { EventFactory } from '../../src/events/eventFactory.ts';
+import { createLogger } from '../../src/logging/logger.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
-import { NatsBus } from '../../src/transport/natsBus.ts';
-import { captureLogger } from '../transport/natsFixture.ts';
 
-/** A model that answers only when the test says so. */
+/** A model that answers only when the test says so; it sees each call's abort signal. */
 function heldModel() {
   const asked: ModelRequest[] = [];
   const answers: ((response: ModelResponse) => void)[] = [];
@@ -19,9 +18,10 @@ function heldModel() {
     provider: 'held',
     model: 'held-1',
     complete: (request) =>
-      new Promise<ModelResponse>((resolve) => {
+      new Promise<ModelResponse>((resolve, reject) => {
         asked.push(request);
         answers.push(resolve);
+        request.signal?.addEventListener('abort', () => reject(request.signal?.reason), { once: true });
       }),
   };
   const answer = (content: string) =>
@@ -35,19 +35,25 @@ function heldModel() {
   return { model, asked, answer };
 }
 
-describe('agent host on a simulated clock', () => {
-  let nats: TestNats;
-  let bus: NatsBus;
+const silent = createLogger({ level: 'silent' });
+
+describe('agent host on an in-memory bus and a simulated clock', () => {
   let root: string;
   let clock: SimulatedClock;
+  let bus: MemoryBus;
   let host: AgentHost;
-  const held = heldModel();
+  let held: ReturnType<typeof heldModel>;
 
   beforeAll(async () => {
-    nats = await startTestNats({ jetstream: false });
-    bus = await NatsBus.connect({ servers: nats.url, name: 'host-test', logger: captureLogger().logger });
     root = await mkdtemp(join(tmpdir(), 'troupe-host-'));
+  });
+  afterAll(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+  beforeEach(() => {
     clock = new SimulatedClock();
+    bus = new MemoryBus({ clock });
+    held = heldModel();
     host = startAgentHost({
       bus,
       pipeline: 'timed',
@@ -56,24 +62,15 @@ describe('agent host on a simulated clock', () => {
       ],
       registry: new ToolRegistry(),
       workspaceRoot: root,
-      logger: captureLogger().logger,
+      logger: silent,
       clock,
     });
-    await bus.flush();
-  });
-  afterAll(async () => {
-    await host?.stop();
-    await bus?.close();
-    await nats?.stop();
-    await rm(root, { recursive: true, force: true });
+    return () => host.stop();
   });
 
-  /** Sends a step to the host; what comes back to its inbox (heartbeats, then the reply) is collected. */
-  async function sendStep(stepId: string, extra: Partial<AgentStepRequest>) {
-    const inbox = createInbox(subjects.inboxPrefix);
+  /** Sends a step to the host; what comes back (heartbeats, then the reply) is collected until `stop()`. */
+  function sendStep(stepId: string, extra: Partial<AgentStepRequest> = {}) {
     const received: unknown[] = [];
-    bus.connection.subscribe(inbox, { callback: (_e, msg) => void received.push(msg.json()) });
-    await bus.connection.flush();
     const request: AgentStepRequest = {
       stepId,
       taskId: stepId.split('.')[0] ?? stepId,
@@ -87,21 +84,33 @@ describe('agent host on a simulated clock', () => {
       priorModelCalls: 0,
       ...extra,
     };
-    bus.connection.publish(subjects.agent('timed', 'thinker'), JSON.stringify(request), { reply: inbox });
+    const stop = bus.requestReplies(subjects.agent('timed', request.agent), request, (message) => {
+      if (message.ok) received.push(JSON.parse(new TextDecoder().decode(message.data)));
+      else received.push({ failed: message.error.code });
+    });
     const heartbeats = () => received.filter((m) => StepHeartbeat.safeParse(m).success) as StepHeartbeat[];
     const reply = () => received.map((m) => AgentStepReply.safeParse(m)).find((r) => r.success)?.data;
-    return { heartbeats, reply };
+    return { heartbeats, reply, received, stop };
+  }
+
+  /** Moves the clock in steps of `stepMs`, letting what each step sets off settle. */
+  async function pass(ms: number, stepMs = 1_000) {
+    for (let passed = 0; passed < ms; passed += stepMs) {
+      await bus.settled();
+      clock.advance(Math.min(stepMs, ms - passed));
+    }
+    await bus.settled();
   }
 
   it('beats on the clock, reports a model wait once the call has lasted 100 ms, and its end at once', async () => {
-    const step = await sendStep('t1.think.1', { heartbeatMs: 5_000, timeoutMs: 60_000 });
+    const step = sendStep('t1.think.1', { heartbeatMs: 5_000, timeoutMs: 60_000 });
     // The first heartbeat goes as the step is taken; the model is asked; nothing more until the clock moves.
     await expect.poll(() => held.asked.length).toBe(1);
     await expect.poll(() => step.heartbeats().length).toBe(1);
     expect(step.heartbeats()[0]).toEqual({ stepId: 't1.think.1', heartbeat: true });
 
     clock.advance(99);
-    await bus.connection.flush();
+    await bus.settled();
     expect(step.heartbeats()).toHaveLength(1);
     clock.advance(1);
     await expect.poll(() => step.heartbeats().length).toBe(2);
@@ -118,19 +127,96 @@ describe('agent host on a simulated clock', () => {
     expect(step.heartbeats()[3]).toEqual({ stepId: 't1.think.1', heartbeat: true });
     // The step has ended: the clock moving on sends nothing more, and no timer of it is left.
     clock.advance(60_000);
-    await bus.connection.flush();
+    await bus.settled();
     expect(step.heartbeats()).toHaveLength(4);
     expect(clock.pending()).toEqual([]);
   });
 
   it('stops a step at its timeout on the clock, and says so', async () => {
-    const step = await sendStep('t2.think.1', { timeoutMs: 30_000 });
-    await expect.poll(() => held.asked.length).toBe(2);
+    const step = sendStep('t2.think.1', { timeoutMs: 30_000 });
+    await expect.poll(() => held.asked.length).toBe(1);
     clock.advance(29_999);
-    await bus.connection.flush();
+    await bus.settled();
     expect(step.reply()).toBeUndefined();
     clock.advance(1);
     await expect.poll(() => step.reply()).toMatchObject({ ok: false, error: { code: 'step_timeout' } });
-    held.answer('too late');
+  });
+
+  it('answers a step sent again while it runs from the same run: the model is asked once, both hear the reply', async () => {
+    const first = sendStep('t3.think.1', { heartbeatMs: 5_000 });
+    await expect.poll(() => held.asked.length).toBe(1);
+    const again = sendStep('t3.think.1', { heartbeatMs: 5_000 });
+    // It hears the run's heartbeats from the next one on.
+    await pass(5_000);
+    expect(again.heartbeats().length).toBeGreaterThan(0);
+    held.answer('Once.');
+    await expect.poll(() => again.reply()).toMatchObject({ ok: true, output: 'Once.' });
+    expect(first.reply()).toMatchObject({ ok: true, output: 'Once.' });
+    expect(held.asked).toHaveLength(1);
+  });
+
+  it('answers a step sent again after it ended with the reply it gave, without running it again', async () => {
+    const first = sendStep('t4.think.1');
+    await expect.poll(() => held.asked.length).toBe(1);
+    held.answer('Done before.');
+    await expect.poll(() => first.reply()).toMatchObject({ ok: true });
+    const again = sendStep('t4.think.1');
+    await expect.poll(() => again.reply()).toMatchObject({ ok: true, output: 'Done before.' });
+    expect(held.asked).toHaveLength(1);
+  });
+
+  it('refuses a step for another agent than the one its subject names', async () => {
+    const step = sendStep('t5.think.1', { agent: 'thinker', pipeline: 'other' });
+    await expect.poll(() => step.reply()).toMatchObject({ ok: false, error: { code: 'misrouted' } });
+    expect(held.asked).toHaveLength(0);
+  });
+
+  it('answers a request that is not a step with invalid_message, and runs nothing', async () => {
+    const received: string[] = [];
+    bus.requestReplies(subjects.agent('timed', 'thinker'), { stepId: 'x' }, (message) => {
+      if (message.ok) received.push(new TextDecoder().decode(message.data));
+    });
+    await expect.poll(() => received.length).toBe(1);
+    expect(JSON.parse(received[0] as string)).toMatchObject({
+      ok: false,
+      error: { code: 'invalid_message' },
+    });
+    expect(host.inFlight).toBe(0);
+  });
+
+  it('stops a step when its task’s final event is published, wherever its workflow runs', async () => {
+    const step = sendStep('t6.think.1');
+    await expect.poll(() => held.asked.length).toBe(1);
+    const scope = {
+      pipeline: 'timed',
+      taskId: 't6',
+      traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    };
+    await bus.publishEvent(new EventFactory(clock).make('task.cancelled', scope, { usage: emptyUsage() }));
+    await expect.poll(() => step.reply()).toMatchObject({ ok: false });
+    expect(held.asked[0]?.signal?.aborted).toBe(true);
+    expect(host.inFlight).toBe(0);
+  });
+
+  it('stops a step nobody waits for any more after ten heartbeats, leaving it to the next run', async () => {
+    const step = sendStep('t7.think.1', { heartbeatMs: 1_000 });
+    await expect.poll(() => held.asked.length).toBe(1);
+    step.stop();
+    await pass(8_000);
+    expect(host.inFlight).toBe(1);
+    await pass(4_000);
+    expect(host.inFlight).toBe(0);
+    expect(held.asked[0]?.signal?.aborted).toBe(true);
+    // A resend now runs the step again rather than getting the reply of the stopped run.
+    sendStep('t7.think.1');
+    await expect.poll(() => held.asked.length).toBe(2);
+  });
+
+  it('answers worker_stopped for the steps it cuts short when it stops, so the workflow sends them elsewhere', async () => {
+    const step = sendStep('t8.think.1');
+    await expect.poll(() => held.asked.length).toBe(1);
+    await host.stop();
+    expect(step.reply()).toMatchObject({ ok: false, error: { code: 'worker_stopped' } });
+    expect(bus.hasListener(subjects.agent('timed', 'thinker'))).toBe(false);
   });
 });

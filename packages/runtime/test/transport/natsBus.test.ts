@@ -4,9 +4,10 @@ import { join } from 'node:path';
 import { ErrorReply, InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import type { Delivery } from '../../src/transport/bus.ts';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
 import { findFreePort, startNatsServer } from '../../src/transport/embeddedNats.ts';
-import { type Delivery, NatsBus } from '../../src/transport/natsBus.ts';
+import { NatsBus } from '../../src/transport/natsBus.ts';
 import { TransportError } from '../../src/transport/transportError.ts';
 import { captureLogger, eventually, type LogLine, startServer } from './natsFixture.ts';
 

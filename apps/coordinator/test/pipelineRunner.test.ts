@@ -1,0 +1,273 @@
+import {
+  AgentStepRequest,
+  ControlReceipt,
+  InvalidMessageEvent,
+  subjects,
+  type TroupeEvent,
+  type UsageTotals,
+} from '@troupe/protocol';
+import { createLogger, type Delivery } from '@troupe/runtime';
+import { MemoryBus, MemoryKv, MemoryTaskIntake, SimulatedClock } from '@troupe/testkit';
+import { afterEach, describe, expect, it } from 'vitest';
+import { PipelineConfig } from '../src/config/pipelineSchema.ts';
+import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
+
+const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
+
+const config = PipelineConfig.parse({
+  version: 1,
+  name: 'unit',
+  models: { scripted: { provider: 'scripted', script: './unit.script.yaml' } },
+  defaults: { model: 'scripted' },
+  agents: { planner: { instructions: 'Plan.' }, executor: { instructions: 'Do.' } },
+  flow: [
+    { id: 'plan', kind: 'agent', agent: 'planner' },
+    { id: 'execute', kind: 'agent', agent: 'executor' },
+  ],
+});
+
+type StepHandler = (delivery: Delivery<AgentStepRequest>) => void;
+
+/**
+ * A pipeline runner on an in-memory bus, KV bucket and task intake, with agents played by the test: each agent
+ * answers its steps with `answer`, unless the test gives it a handler of its own.
+ */
+async function setUp(options: { maxDeliver?: number } = {}) {
+  const clock = new SimulatedClock();
+  const bus = new MemoryBus({ clock });
+  const store = new MemoryKv(WorkflowRecord);
+  const intake = new MemoryTaskIntake();
+  const steps: AgentStepRequest[] = [];
+  const handlers: Record<string, StepHandler> = {};
+  const answer: StepHandler = (delivery) =>
+    delivery.respond({
+      ok: true,
+      stepId: delivery.value.stepId,
+      output: `${delivery.value.agent} did it`,
+      usage,
+      turns: 1,
+    });
+  for (const agent of ['planner', 'executor']) {
+    bus.subscribe(subjects.agent('unit', agent), AgentStepRequest, (delivery) => {
+      steps.push(delivery.value);
+      (handlers[agent] ?? answer)(delivery);
+    });
+  }
+  const runner = await startPipelineRunner({
+    bus,
+    intake,
+    config,
+    store,
+    logger: createLogger({ level: 'silent' }),
+    clock,
+    concurrency: 4,
+    ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
+  });
+  running.push(runner);
+  const kinds = (taskId: string) => bus.events.filter((e) => e.taskId === taskId).map((e) => e.kind);
+  return { clock, bus, store, intake, steps, handlers, runner, kinds };
+}
+
+const running: PipelineRunner[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((runner) => runner.stop()));
+});
+
+describe('the pipeline runner', () => {
+  it('runs a task through its steps, stores its ending and final event, then acks it', async () => {
+    const { intake, store, kinds, steps, bus } = await setUp();
+    const task = intake.deliver({ id: 'task-1', goal: 'do the thing' });
+    await task.handled;
+    expect(steps.map((s) => s.stepId)).toEqual(['task-1.plan.1', 'task-1.execute.1']);
+    expect(steps[1]?.context).toEqual([expect.objectContaining({ step: 'plan', output: 'planner did it' })]);
+    expect(kinds('task-1')).toEqual([
+      'task.accepted',
+      'agent.handoff',
+      'step.started',
+      'step.completed',
+      'agent.handoff',
+      'step.started',
+      'step.completed',
+      'task.completed',
+    ]);
+    const record = (await store.get('task-1'))?.value;
+    expect(record).toMatchObject({ status: 'completed', state: 'completed', progress: expect.any(Number) });
+    expect(record?.final).toEqual(bus.eventsOf('task.completed')[0]);
+    expect(record?.final?.data).toMatchObject({ output: 'executor did it' });
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('fails the task with the step’s error when a step fails, and acks it', async () => {
+    const { intake, handlers, bus } = await setUp();
+    handlers.executor = (delivery) =>
+      delivery.respond({
+        ok: false,
+        stepId: delivery.value.stepId,
+        error: { code: 'budget_exceeded', message: 'over budget' },
+        usage,
+        turns: 1,
+      });
+    const task = intake.deliver({ id: 'task-2', goal: 'spend too much' });
+    await task.handled;
+    expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({
+      reason: 'budget_exceeded',
+      step: 'execute',
+    });
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('cancels a running task on a control message, answers the canceller, and acks it', async () => {
+    const { intake, handlers, bus, store } = await setUp();
+    let stepArrived = () => {};
+    const arrived = new Promise<void>((resolve) => (stepArrived = resolve));
+    handlers.executor = () => stepArrived();
+    const task = intake.deliver({ id: 'task-3', goal: 'take forever' });
+    await arrived;
+    const receipt = await bus.request(
+      subjects.control('task-3'),
+      { action: 'cancel', reason: 'changed my mind' },
+      ControlReceipt,
+      {
+        timeoutMs: 1_000,
+      },
+    );
+    expect(receipt).toEqual({ ok: true, taskId: 'task-3', outcome: 'cancelled' });
+    await task.handled;
+    expect(bus.eventsOf('task.cancelled')[0]?.data).toMatchObject({ reason: 'changed my mind' });
+    expect((await store.get('task-3'))?.value.status).toBe('cancelled');
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('publishes the stored final event again, same id, when an ended task is delivered again', async () => {
+    const { intake, bus, steps } = await setUp();
+    const first = intake.deliver({ id: 'task-4', goal: 'once' });
+    await first.handled;
+    const again = intake.deliver(
+      { id: 'task-4', goal: 'once' },
+      { streamSequence: first.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await again.handled;
+    const finals = bus.eventsOf('task.completed').filter((e) => e.taskId === 'task-4');
+    expect(finals).toHaveLength(2);
+    expect(finals[1]?.id).toBe(finals[0]?.id);
+    expect(steps.filter((s) => s.taskId === 'task-4')).toHaveLength(2);
+    expect(again.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('ignores another submission with a task id already taken, and acks it', async () => {
+    const { intake, steps, kinds } = await setUp();
+    await intake.deliver({ id: 'task-5', goal: 'first' }).handled;
+    const duplicate = intake.deliver({ id: 'task-5', goal: 'second' });
+    await duplicate.handled;
+    expect(steps.filter((s) => s.taskId === 'task-5').map((s) => s.goal)).toEqual(['first', 'first']);
+    expect(kinds('task-5').filter((k) => k === 'task.accepted')).toHaveLength(1);
+    expect(duplicate.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('refuses a payload that is not a task: terminated, reported, nothing run', async () => {
+    const { intake, bus, steps } = await setUp();
+    const reports: InvalidMessageEvent[] = [];
+    bus.subscribe(subjects.invalid, InvalidMessageEvent, (d) => void reports.push(d.value));
+    const bad = intake.deliver({ goal: 42 });
+    await bad.handled;
+    await bus.settled();
+    expect(bad.settlement()).toEqual({ kind: 'term' });
+    expect(reports[0]).toMatchObject({ reporter: 'coordinator', pipeline: 'unit' });
+    expect(steps).toHaveLength(0);
+  });
+
+  it('dead-letters a task delivered too often without progress, fails it, and terminates it', async () => {
+    const { intake, bus, steps } = await setUp({ maxDeliver: 3 });
+    const task = intake.deliver({ id: 'task-6', goal: 'doomed' }, { deliveryCount: 4 });
+    await task.handled;
+    expect(intake.deadLetters).toEqual([
+      expect.objectContaining({ pipeline: 'unit', reason: expect.objectContaining({ taskId: 'task-6' }) }),
+    ]);
+    expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ reason: 'max_deliveries' });
+    expect(task.settlement()).toEqual({ kind: 'term' });
+    expect(steps).toHaveLength(0);
+  });
+
+  it('hands a running task back when it stops, leaving its record running to be resumed', async () => {
+    const { intake, handlers, store, runner } = await setUp();
+    let stepArrived = () => {};
+    const arrived = new Promise<void>((resolve) => (stepArrived = resolve));
+    handlers.executor = () => stepArrived();
+    const task = intake.deliver({ id: 'task-7', goal: 'interrupted' });
+    await arrived;
+    expect(runner.running()).toEqual(['task-7']);
+    await runner.stop();
+    await task.handled;
+    expect(task.settlement()).toMatchObject({ kind: 'nak' });
+    expect((await store.get('task-7'))?.value).toMatchObject({
+      status: 'running',
+      state: 'execute',
+      delivery: expect.objectContaining({ handedBack: true }),
+    });
+  });
+
+  it('resumes a handed-back task from its checkpoint: the steps done are not run again', async () => {
+    const first = await setUp();
+    let stepArrived = () => {};
+    const arrived = new Promise<void>((resolve) => (stepArrived = resolve));
+    first.handlers.executor = () => stepArrived();
+    const task = first.intake.deliver({ id: 'task-8', goal: 'resume me' });
+    await arrived;
+    await first.runner.stop();
+    await task.handled;
+    delete first.handlers.executor;
+    // A new runner (another coordinator) over the same record gets the message again.
+    const second = new MemoryTaskIntake();
+    const resumed = await startPipelineRunner({
+      bus: first.bus,
+      intake: second,
+      config,
+      store: first.store,
+      logger: createLogger({ level: 'silent' }),
+      clock: first.clock,
+      concurrency: 4,
+    });
+    running.push(resumed);
+    const redelivered = second.deliver(
+      { id: 'task-8', goal: 'resume me' },
+      { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await redelivered.handled;
+    expect(first.steps.map((s) => s.stepId)).toEqual([
+      'task-8.plan.1',
+      'task-8.execute.1',
+      'task-8.execute.1',
+    ]);
+    expect(first.kinds('task-8')).toContain('task.resumed');
+    expect(redelivered.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('stops running a task another coordinator took over, and leaves its message alone', async () => {
+    const { intake, handlers, store, bus } = await setUp();
+    let reply: (() => void) | undefined;
+    let stepArrived = () => {};
+    const arrived = new Promise<void>((resolve) => (stepArrived = resolve));
+    handlers.executor = (delivery) => {
+      reply = () =>
+        delivery.respond({ ok: true, stepId: delivery.value.stepId, output: 'late', usage, turns: 1 });
+      stepArrived();
+    };
+    const task = intake.deliver({ id: 'task-9', goal: 'contested' });
+    await arrived;
+    // Another coordinator claims the task: its run token replaces this one's.
+    const current = await store.get('task-9');
+    await store.update(
+      'task-9',
+      { ...(current?.value as WorkflowRecord), runner: 'another' },
+      current?.revision ?? 0,
+    );
+    reply?.();
+    await task.handled;
+    expect(task.settlement()).toBeUndefined();
+    expect(
+      bus.events.filter((e: TroupeEvent) => e.taskId === 'task-9' && e.kind === 'task.completed'),
+    ).toEqual([]);
+    expect((await store.get('task-9'))?.value.runner).toBe('another');
+  });
+});

@@ -1,0 +1,186 @@
+import { DecisionReceipt, type HumanRequest, subjects } from '@troupe/protocol';
+import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
+import { describe, expect, it } from 'vitest';
+import { NatsHumanGate } from '../../src/approvals/humanGate.ts';
+import { TaskEndedError } from '../../src/approvals/taskEnded.ts';
+import { EventFactory } from '../../src/events/eventFactory.ts';
+import { createLogger } from '../../src/logging/logger.ts';
+
+const TIMEOUT_MS = 60_000;
+const scope = {
+  pipeline: 'p',
+  taskId: 'task-1',
+  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+  agent: 'executor',
+  stepId: 'task-1.build.1',
+};
+const ask = {
+  callId: 'call-1',
+  index: 0,
+  tool: 'write_file',
+  arguments: '{"path":"a.txt"}',
+  reason: 'writes a file',
+};
+
+/** A human gate on an in-memory bus and KV bucket and a simulated clock. */
+function setUp() {
+  const clock = new SimulatedClock();
+  const bus = new MemoryBus({ clock });
+  const store = new MemoryKv<HumanRequest>();
+  const gate = new NatsHumanGate({
+    bus,
+    store,
+    events: new EventFactory(clock),
+    clock,
+    logger: createLogger({ level: 'silent' }),
+    timeoutMs: TIMEOUT_MS,
+  });
+  /** The id of the request the step waits on, once it has been announced. */
+  const pendingId = async (): Promise<string> => {
+    await expect.poll(() => gate.waitingOn(scope.stepId)).toBeDefined();
+    await bus.settled();
+    return gate.waitingOn(scope.stepId)?.id as string;
+  };
+  const decide = (id: string, payload: unknown) =>
+    bus.request(subjects.approval(scope.taskId, id), payload, DecisionReceipt, { timeoutMs: 1_000 });
+  return { clock, bus, store, gate, pendingId, decide };
+}
+
+describe('the human gate', () => {
+  it('records the request as pending, announces it, and resolves with the decision that arrives', async () => {
+    const { clock, bus, store, gate, pendingId, decide } = setUp();
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    expect((await store.get(id))?.value).toMatchObject({
+      kind: 'approval',
+      status: 'pending',
+      tool: 'write_file',
+      expiresAt: new Date(clock.now() + TIMEOUT_MS).toISOString(),
+    });
+    expect(bus.eventsOf('approval.requested')[0]?.data).toMatchObject({ approvalId: id, tool: 'write_file' });
+
+    await expect(decide(id, { decision: 'allow', reason: 'fine', by: 'ana' })).resolves.toEqual({
+      ok: true,
+      id,
+      outcome: 'allow',
+    });
+    await expect(decision).resolves.toEqual({ decision: 'allow', reason: 'fine', by: 'ana' });
+    expect((await store.get(id))?.value).toMatchObject({ status: 'allowed', by: 'ana', reason: 'fine' });
+    expect(bus.eventsOf('approval.decided')[0]?.data).toMatchObject({
+      approvalId: id,
+      decision: 'allow',
+      by: 'ana',
+    });
+    expect(gate.waitingOn(scope.stepId)).toBeUndefined();
+  });
+
+  it('takes one decision: a second finds nobody waiting', async () => {
+    const { gate, pendingId, decide } = setUp();
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    await decide(id, { decision: 'deny', by: 'ana' });
+    await expect(decide(id, { decision: 'allow', by: 'bo' })).rejects.toMatchObject({
+      code: 'no_responders',
+    });
+    await expect(decision).resolves.toMatchObject({ decision: 'deny', by: 'ana' });
+  });
+
+  it('answers a decision that is not one with invalid_message, and goes on waiting', async () => {
+    const { gate, pendingId, decide } = setUp();
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    await expect(decide(id, { decision: 'maybe' })).rejects.toMatchObject({ code: 'invalid_message' });
+    await decide(id, { decision: 'allow' });
+    await expect(decision).resolves.toMatchObject({ decision: 'allow' });
+  });
+
+  it('denies by default when nobody decides in time, on the clock, and records the request as expired', async () => {
+    const { clock, bus, store, gate, pendingId } = setUp();
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    clock.advance(TIMEOUT_MS - 1);
+    await bus.settled();
+    expect(gate.waitingOn(scope.stepId)).toBeDefined();
+    clock.advance(1);
+    await expect(decision).resolves.toMatchObject({ decision: 'deny', by: 'timeout' });
+    expect((await store.get(id))?.value.status).toBe('expired');
+    expect(bus.eventsOf('approval.decided')[0]?.data).toMatchObject({ expired: true, decision: 'deny' });
+  });
+
+  it('takes a decision written to KV while it waits (as `troupe approve` does when no process answers)', async () => {
+    const { store, gate, pendingId } = setUp();
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    const entry = await store.get(id);
+    await store.update(
+      id,
+      { ...(entry?.value as HumanRequest), status: 'denied', by: 'ops' },
+      entry?.revision ?? 0,
+    );
+    await expect(decision).resolves.toMatchObject({ decision: 'deny', by: 'ops' });
+  });
+
+  it('closes the request with the task’s ending when the step stops because the task ended', async () => {
+    const { store, gate, pendingId } = setUp();
+    const abort = new AbortController();
+    const decision = gate.approve(ask, scope, abort.signal);
+    const id = await pendingId();
+    abort.abort(new TaskEndedError(scope.taskId, { status: 'cancelled' }));
+    await expect(decision).rejects.toMatchObject({ name: 'ToolError', code: 'cancelled' });
+    expect((await store.get(id))?.value).toMatchObject({
+      status: 'closed',
+      taskEnded: { status: 'cancelled' },
+    });
+  });
+
+  it('re-attaches to a request asked before and takes its stored decision without asking again', async () => {
+    const first = setUp();
+    const decision = first.gate.approve(ask, scope, new AbortController().signal);
+    const id = await first.pendingId();
+    await first.decide(id, { decision: 'allow', by: 'ana' });
+    await decision;
+    const asked = first.bus.eventsOf('approval.requested').length;
+    await expect(first.gate.approve(ask, scope, new AbortController().signal, { id })).resolves.toMatchObject(
+      {
+        decision: 'allow',
+        by: 'ana',
+      },
+    );
+    expect(first.bus.eventsOf('approval.requested')).toHaveLength(asked);
+  });
+
+  it('leaves the request pending for the next run when its step moves elsewhere', async () => {
+    const { store, gate, pendingId } = setUp();
+    const abort = new AbortController();
+    const decision = gate.approve(ask, scope, abort.signal);
+    const id = await pendingId();
+    gate.leavePending(scope.stepId);
+    abort.abort(new Error('taken over'));
+    await expect(decision).rejects.toMatchObject({ code: 'cancelled' });
+    expect((await store.get(id))?.value.status).toBe('pending');
+  });
+
+  it('asks a question, tells listeners it waits, and returns the answer', async () => {
+    const { bus, gate, pendingId, decide } = setUp();
+    const changes: string[] = [];
+    gate.onWaitingChange((stepId) => changes.push(stepId));
+    const answer = gate.ask('Which file?', scope, new AbortController().signal);
+    const id = await pendingId();
+    expect(gate.waitingOn(scope.stepId)).toEqual({ kind: 'question', id });
+    await expect(decide(id, { answer: 'a.txt', by: 'ana' })).resolves.toMatchObject({ outcome: 'answered' });
+    await expect(answer).resolves.toBe('a.txt');
+    expect(changes).toEqual([scope.stepId, scope.stepId]);
+    expect(bus.eventsOf('human.answered')[0]?.data).toMatchObject({ questionId: id, answer: 'a.txt' });
+  });
+
+  it('fails a question nobody answers in time with a timeout the agent can read', async () => {
+    const { clock, gate, pendingId } = setUp();
+    const answer = gate.ask('Which file?', { ...scope, timeoutMs: 5_000 }, new AbortController().signal);
+    await pendingId();
+    clock.advance(5_000);
+    await expect(answer).rejects.toMatchObject({
+      code: 'timeout',
+      message: expect.stringContaining('nobody answered within 5 s'),
+    });
+  });
+});

@@ -1,0 +1,110 @@
+import { subjects } from '@troupe/protocol';
+import type { ExhaustedTask, TaskDelivery, TaskIntake, TaskQueue, TaskQueueOptions } from '@troupe/runtime';
+
+/** How a delivery was settled by the runner that got it. */
+export type Settlement = { kind: 'ack' } | { kind: 'term' } | { kind: 'nak'; delayMs?: number };
+
+/** One delivery handed to the runner, with what the runner did with it. */
+export interface MemoryDelivery {
+  delivery: TaskDelivery;
+  /** Settles when the runner's handler returns. */
+  handled: Promise<void>;
+  /** How the runner settled it, once it has. */
+  settlement(): Settlement | undefined;
+  /** Times the runner said it was still working on it. */
+  keepAlives(): number;
+  /** Whether the task is parked now (waiting on a person or a model). */
+  parked(): boolean;
+}
+
+/**
+ * A {@link TaskIntake} in memory, for unit tests of a pipeline runner: the test hands it task messages (a first
+ * delivery, or another delivery of the same stream message) and sees how each was settled — acked, handed back
+ * (`nak`) or terminated — and what was dead-lettered. It does not redeliver by itself: a test that wants a
+ * redelivery delivers the message again.
+ */
+export class MemoryTaskIntake implements TaskIntake {
+  /** Tasks stored on the dead-letter subject, in order. */
+  readonly deadLetters: {
+    pipeline: string;
+    task: ExhaustedTask;
+    reason: { taskId: string; message: string };
+  }[] = [];
+  #options: TaskQueueOptions | undefined;
+  #sequence = 0;
+  readonly #active = new Set<Promise<void>>();
+  #parked = 0;
+
+  async start(options: TaskQueueOptions): Promise<TaskQueue> {
+    this.#options = options;
+    const intake = this;
+    return {
+      consumer: `memory-${options.pipeline}`,
+      get active() {
+        return intake.#active.size;
+      },
+      get parked() {
+        return intake.#parked;
+      },
+      async stop() {
+        await Promise.allSettled([...intake.#active]);
+      },
+    };
+  }
+
+  async deadLetter(
+    pipeline: string,
+    task: ExhaustedTask,
+    reason: { taskId: string; message: string },
+  ): Promise<void> {
+    this.deadLetters.push({ pipeline, task, reason });
+  }
+
+  /**
+   * Hands a task message to the runner. Without `streamSequence` it is a new message; with one, another delivery
+   * of that message (`deliveryCount` says which; 1 by default).
+   */
+  deliver(
+    payload: unknown,
+    options: { streamSequence?: number; deliveryCount?: number; headers?: Record<string, string> } = {},
+  ): MemoryDelivery {
+    const queue = this.#options;
+    if (!queue) throw new Error('the runner has not started the intake yet');
+    let settlement: Settlement | undefined;
+    let keepAlives = 0;
+    let parked = false;
+    const settle = (how: Settlement) => {
+      settlement ??= how;
+      if (parked) this.#parked--;
+      parked = false;
+    };
+    const data = new TextEncoder().encode(typeof payload === 'string' ? payload : JSON.stringify(payload));
+    const delivery: TaskDelivery = {
+      subject: subjects.task(queue.pipeline),
+      data,
+      headers: options.headers ?? {},
+      streamSequence: options.streamSequence ?? ++this.#sequence,
+      storedAt: Date.UTC(2026, 0, 1),
+      deliveryCount: options.deliveryCount ?? 1,
+      ack: () => settle({ kind: 'ack' }),
+      term: () => settle({ kind: 'term' }),
+      nak: (delayMs) => settle({ kind: 'nak', ...(delayMs === undefined ? {} : { delayMs }) }),
+      working: () => void keepAlives++,
+      park: (now) => {
+        if (settlement || now === parked) return;
+        parked = now;
+        this.#parked += now ? 1 : -1;
+      },
+    };
+    const handled = queue.handle(delivery);
+    this.#active.add(handled);
+    void handled.finally(() => this.#active.delete(handled)).catch(() => {});
+    return {
+      delivery,
+      handled,
+      settlement: () => settlement,
+      keepAlives: () => keepAlives,
+      parked: () => parked,
+    };
+  }
+}
