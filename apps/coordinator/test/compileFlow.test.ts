@@ -483,3 +483,34 @@ describe('compileFlow: a cancel event', () => {
     expect(actor.getSnapshot().output).toEqual(output);
   });
 });
+
+describe('compileFlow: a release event', () => {
+  it('ends this run released, not the task: the step stops and the output says why', async () => {
+    let stepSignal: AbortSignal | undefined;
+    const machine = compileFlow(pipeline()).provide({
+      actors: {
+        runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
+          if (input.request.agent === 'planner')
+            return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
+          stepSignal = signal;
+          return new Promise<StepRunOutput>(() => {});
+        }),
+      },
+    });
+    const actor = createActor(machine, { input: task });
+    actor.start();
+    await expect.poll(() => stepSignal).toBeDefined();
+    actor.send({ type: 'release', why: 'shutdown' });
+    const output = await toPromise(actor);
+    expect(actor.getSnapshot().value).toBe('released');
+    expect(output).toMatchObject({ status: 'released', released: 'shutdown', output: 'the plan' });
+    expect(stepSignal?.aborted).toBe(true);
+  });
+
+  it('changes nothing once the workflow has ended its task', async () => {
+    const { actor, output } = await run(pipeline(), approving);
+    actor.send({ type: 'release', why: 'takenOver' });
+    expect(actor.getSnapshot().value).toBe('completed');
+    expect(actor.getSnapshot().output).toEqual(output);
+  });
+});

@@ -72,10 +72,11 @@ const workflowSetup = setup({
 
 /**
  * Compiles a pipeline's `flow` into a workflow state machine: one state per step, each invoking `runStep`
- * (injected with `.provide()`), and the final states `completed`, `failed` and `cancelled`. A review step's
+ * (injected with `.provide()`), and the final states `completed`, `failed`, `cancelled` and `released`. A review step's
  * verdict picks the next state: approve moves on; reject goes back to `onReject` with the feedback, at most
  * `maxRounds` rounds, then fails (or completes unapproved, as `onMaxRounds` says). A `cancel` event, in any step,
- * ends the workflow `cancelled` (leaving the step stops its call to the agent).
+ * ends the workflow `cancelled`; a `release` event ends this run of it `released`, leaving the task to resume
+ * elsewhere (leaving the step stops its call to the agent, either way).
  */
 export function compileFlow(config: PipelineConfig) {
   const stepTimeoutMs = (step: StepConfig) => (step.timeout ?? config.defaults.stepTimeout) * 1_000;
@@ -122,6 +123,7 @@ export function compileFlow(config: PipelineConfig) {
   states.completed = { type: 'final' };
   states.failed = { type: 'final' };
   states.cancelled = { type: 'final' };
+  states.released = { type: 'final' };
 
   return workflowSetup.createMachine({
     id: `workflow:${config.name}`,
@@ -140,6 +142,10 @@ export function compileFlow(config: PipelineConfig) {
         actions: assign(({ event }) => ({
           cancelled: event.reason === undefined ? {} : { reason: event.reason },
         })),
+      },
+      release: {
+        target: '.released',
+        actions: assign(({ event }) => ({ released: { why: event.why } })),
       },
     },
     // The states are built from config, so their shape is checked by the tests, not the compiler.
@@ -315,7 +321,13 @@ function buildRequest(
 function workflowOutput(config: PipelineConfig, context: WorkflowContext): WorkflowOutput {
   const lastWork = [...config.flow].reverse().find((s) => s.kind === 'agent' && context.latest[s.id]);
   return {
-    status: context.cancelled ? 'cancelled' : context.failure ? 'failed' : 'completed',
+    status: context.released
+      ? 'released'
+      : context.cancelled
+        ? 'cancelled'
+        : context.failure
+          ? 'failed'
+          : 'completed',
     output: lastWork ? (context.latest[lastWork.id]?.output ?? '') : '',
     approved: context.approved,
     rounds: context.round,
@@ -323,6 +335,7 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
     usageByAgent: context.usageByAgent,
     ...(context.failure ? { failure: context.failure } : {}),
     ...(context.cancelled?.reason === undefined ? {} : { cancelReason: context.cancelled.reason }),
+    ...(context.released ? { released: context.released.why } : {}),
   };
 }
 

@@ -40,7 +40,13 @@ import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake
 import { compileFlow } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
-import type { WorkflowFailure, WorkflowInput, WorkflowOutput } from './workflowTypes.ts';
+import {
+  endedTask,
+  type ReleaseReason,
+  type TaskOutput,
+  type WorkflowFailure,
+  type WorkflowInput,
+} from './workflowTypes.ts';
 
 /** Where workflow records live: the KV bucket `workflows`, as far as the runner uses it. */
 export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update'>;
@@ -93,13 +99,20 @@ const EVENT_BACKLOG_HOLD = 2_000;
 
 /** How a task's run ended. Whichever comes first counts; the others find the run already ending. */
 type Ending =
-  | { kind: 'done'; output: WorkflowOutput }
+  | { kind: 'done'; output: TaskOutput }
   /** This process is shutting down: the task is handed back to be resumed elsewhere. */
   | { kind: 'stopped' }
   /** Another coordinator owns the task now; this run leaves it alone. */
   | { kind: 'takenOver' }
   /** A fault while running the task (not while running a step): the task fails with `reason`. */
   | { kind: 'crashed'; reason: 'internal' | 'checkpoint_failed'; message: string; error: unknown };
+
+/** What the workflow is told when its run ends from outside. */
+const RELEASES: Record<Exclude<Ending, { kind: 'done' }>['kind'], ReleaseReason> = {
+  stopped: 'shutdown',
+  takenOver: 'takenOver',
+  crashed: 'checkpointFailed',
+};
 
 const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
@@ -469,9 +482,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       clock,
       ...(run.snapshot === undefined ? {} : { snapshot: run.snapshot as Snapshot<unknown> }),
     });
-    const end = (next: Ending): boolean => {
+    /**
+     * Ends the run from outside the workflow (shutdown, takeover, a checkpoint that cannot be made): the workflow is
+     * sent `release`, which ends it `released` (never checkpointed) and its step call with it.
+     */
+    const end = (next: Exclude<Ending, { kind: 'done' }>): boolean => {
       const won = settleEnding(next);
-      actor.stop();
+      if (won && actor.getSnapshot().status === 'active')
+        actor.send({ type: 'release', why: RELEASES[next.kind] });
       return won;
     };
     /** The record as this run writes it: the task, this run's claim and progress, and where the workflow is. */
@@ -519,7 +537,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
      * did not land. False when it cannot be written either: the message is then left to be delivered again.
      */
     const recordEnding = async (
-      output: WorkflowOutput,
+      output: TaskOutput,
       event: TroupeEvent,
       context: { usage: UsageTotals; round: number },
     ): Promise<boolean> => {
@@ -612,11 +630,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       try {
         const snap = actor.getSnapshot();
         const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
-        const status = snap.status === 'done' ? (snap.output?.status ?? 'failed') : 'running';
+        const ended = snap.status === 'done' && endedTask(snap.output) ? snap.output : undefined;
+        const status = ended?.status ?? 'running';
         const snapshot = actor.getPersistedSnapshot();
         // The final event goes into the same write as the final status, so no crash can separate them.
-        if (snap.status === 'done') {
-          final = finalEvent(scope, snap.output, Math.max(0, clock.now() - Date.parse(createdAt)));
+        if (ended) {
+          final = finalEvent(scope, ended, Math.max(0, clock.now() - Date.parse(createdAt)));
         }
         if (!firstCheckpoint) progress += 1;
         firstCheckpoint = false;
@@ -638,11 +657,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     };
     actor.subscribe({
       next: (snap) => {
+        // Let go by end(), which settled how the run ends: the last checkpoint stands, for the next run.
+        if (snap.status === 'done' && !endedTask(snap.output)) return;
         if (snap.status === 'active' || snap.status === 'done') persist();
-        if (snap.status === 'done') settleEnding({ kind: 'done', output: snap.output });
+        if (snap.status === 'done' && endedTask(snap.output))
+          settleEnding({ kind: 'done', output: snap.output });
       },
-      // Stopping the actor (shutdown) completes it without output.
-      complete: () => settleEnding({ kind: 'stopped' }),
       error: (error) =>
         settleEnding({
           kind: 'crashed',
@@ -723,7 +743,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     delivery.nak(HAND_BACK_DELAY_MS);
   }
 
-  function finalEvent(scope: EventScope, output: WorkflowOutput, durationMs: number): TroupeEvent {
+  function finalEvent(scope: EventScope, output: TaskOutput, durationMs: number): TroupeEvent {
     if (output.status === 'cancelled') {
       return events.make(
         'task.cancelled',

@@ -1,5 +1,9 @@
 /** Final state names of every workflow; step ids may not use them. */
-export const FINAL_STATES = ['completed', 'failed', 'cancelled'] as const;
+/**
+ * The final states of every workflow; step ids may not use them. `released` ends this process's run of the task
+ * without ending the task (see {@link WorkflowEvent}); it is never checkpointed.
+ */
+export const FINAL_STATES = ['completed', 'failed', 'cancelled', 'released'] as const;
 
 import type {
   AgentStepReply,
@@ -55,14 +59,26 @@ export interface WorkflowContext {
   failure?: WorkflowFailure;
   /** Set when the task was cancelled, with the reason given, if any. */
   cancelled?: { reason?: string };
+  /** Set when this run let the task go without ending it (see {@link WorkflowEvent}). */
+  released?: { why: ReleaseReason };
 }
 
-/** What the workflow actor receives from outside, over NATS: a person cancelling the task. */
-export type WorkflowEvent = { type: 'cancel'; reason?: string };
+/**
+ * Why a run lets its task go without ending it: this process is shutting down (the task is handed back, to resume
+ * from its last checkpoint), another coordinator took the task over, or the run cannot checkpoint (the runner
+ * records the failure itself).
+ */
+export type ReleaseReason = 'shutdown' | 'takenOver' | 'checkpointFailed';
 
-/** A workflow's result once it reaches `completed`, `failed` or `cancelled`. */
+/**
+ * What the workflow actor receives from outside: a person cancelling the task (over NATS), and its runner letting
+ * the task go (`release`). Both end the step in progress, whose call to the agent stops with it.
+ */
+export type WorkflowEvent = { type: 'cancel'; reason?: string } | { type: 'release'; why: ReleaseReason };
+
+/** A workflow's result once it reaches a final state; `released` is no ending of the task. */
 export interface WorkflowOutput {
-  status: 'completed' | 'failed' | 'cancelled';
+  status: 'completed' | 'failed' | 'cancelled' | 'released';
   output: string;
   approved: boolean | undefined;
   rounds: number;
@@ -71,7 +87,15 @@ export interface WorkflowOutput {
   failure?: WorkflowFailure;
   /** Why it was cancelled, when the person who cancelled it said. */
   cancelReason?: string;
+  /** Why the run let the task go, when it did. */
+  released?: ReleaseReason;
 }
+
+/** The output of a workflow that ended its task: any final state but `released`. */
+export type TaskOutput = WorkflowOutput & { status: 'completed' | 'failed' | 'cancelled' };
+
+/** Whether the workflow ended its task (it was not released). */
+export const endedTask = (output: WorkflowOutput): output is TaskOutput => output.status !== 'released';
 
 /** An event for the wire, without id, time and trace: the host adds those. */
 export interface WorkflowEmitted {
