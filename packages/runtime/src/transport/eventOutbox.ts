@@ -16,7 +16,10 @@ import {
   TimeoutError,
 } from '@nats-io/transport-node';
 import { STREAMS } from '@troupe/protocol';
+import { type Actor, createActor } from 'xstate';
+import { type Clock, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
+import { outboxMachine } from './outboxMachine.ts';
 
 export interface EventOutboxOptions {
   connection: NatsConnection;
@@ -29,6 +32,8 @@ export interface EventOutboxOptions {
   retryDelayMs?: number;
   /** Default 5 s. */
   maxRetryDelayMs?: number;
+  /** Time for the backoff and the waits; the system's by default. */
+  clock?: Clock;
 }
 
 /** An event to publish: its subject, JSON payload, id (its `Nats-Msg-Id`) and extra headers. */
@@ -49,19 +54,11 @@ interface Pending extends OutgoingEvent {
   settle: (stored: boolean) => void;
 }
 
-/**
- * `unknown`: not yet known whether a stream stores events; events wait while we look.
- * `stream`: published through JetStream, kept until acknowledged. `core`: no stream stores them; plain publishes.
- */
-type Mode = 'unknown' | 'stream' | 'core';
-
 const DEFAULTS = { maxPending: 10_000, ackTimeoutMs: 5_000, retryDelayMs: 100, maxRetryDelayMs: 5_000 };
 /** Acknowledgements awaited at once. */
 const WINDOW = 256;
 /** Refusals by JetStream (not the connection) after which an event is given up on. */
 const MAX_REFUSALS = 3;
-/** Without a stream, how often we look again whether one has been created. */
-const RECHECK_MS = 30_000;
 /** Drops are summed into one log line per this interval. */
 const DROP_REPORT_MS = 5_000;
 
@@ -71,6 +68,10 @@ const DROP_REPORT_MS = 5_000;
  * lets the stream drop a copy it already has). When no stream stores events at all, it falls back to plain
  * publishes and says so once.
  *
+ * When events go out, and how (probing for the stream, streaming, plain, backing off, disconnected, stopped), is the
+ * state of an actor ({@link outboxMachine}) that hears the connection's changes and the sends' failures; this class
+ * keeps the queue and sends what that state allows.
+ *
  * @example
  * const outbox = new EventOutbox({ connection, logger });
  * outbox.add({ id: event.id, subject, data: JSON.stringify(event), headers: { traceparent } });
@@ -79,9 +80,12 @@ const DROP_REPORT_MS = 5_000;
 export class EventOutbox {
   readonly #nc: NatsConnection;
   readonly #logger: Logger;
+  readonly #clock: Clock;
   readonly #js: JetStreamClient;
-  readonly #jsm: Promise<JetStreamManager>;
   readonly #settings: typeof DEFAULTS;
+  readonly #lifecycle: Actor<typeof outboxMachine>;
+  /** The lifecycle's state, as last seen. */
+  #state: string;
   /** Every event not yet stored (or sent, without a stream), oldest first. */
   readonly #pending = new Map<number, Pending>();
   readonly #inflight = new Set<Pending>();
@@ -89,25 +93,16 @@ export class EventOutbox {
   #queue: Pending[] = [];
   #head = 0;
   #seq = 0;
-  #mode: Mode = 'unknown';
-  #coreSince = 0;
-  #probing = false;
-  #connected = true;
   /** Bumped on every reconnect: what was in flight before belongs to the old connection. */
   #epoch = 0;
-  #stopped = false;
-  #sawStream = false;
-  #warnedUnstored = false;
-  /** Failed rounds in a row, for the backoff. */
-  #failures = 0;
-  #retryTimer: NodeJS.Timeout | undefined;
   #dropped = 0;
-  #dropTimer: NodeJS.Timeout | undefined;
+  #dropTimer: unknown;
   readonly #idle = new Set<() => void>();
 
   constructor(opts: EventOutboxOptions) {
     this.#nc = opts.connection;
     this.#logger = opts.logger;
+    this.#clock = opts.clock ?? systemClock;
     this.#settings = {
       maxPending: opts.maxPending ?? DEFAULTS.maxPending,
       ackTimeoutMs: opts.ackTimeoutMs ?? DEFAULTS.ackTimeoutMs,
@@ -116,7 +111,45 @@ export class EventOutbox {
     };
     this.#js = jetstream(opts.connection, { timeout: this.#settings.ackTimeoutMs });
     // No account-info check: a server without JetStream must still get its events, as plain messages.
-    this.#jsm = jetstreamManager(opts.connection, { checkAPI: false, timeout: this.#settings.ackTimeoutMs });
+    const jsm: Promise<JetStreamManager> = jetstreamManager(opts.connection, {
+      checkAPI: false,
+      timeout: this.#settings.ackTimeoutMs,
+    });
+    const server = () => this.#nc.getServer();
+    this.#lifecycle = createActor(outboxMachine, {
+      clock: this.#clock,
+      input: {
+        retryDelayMs: this.#settings.retryDelayMs,
+        maxRetryDelayMs: this.#settings.maxRetryDelayMs,
+        probe: async () => (await jsm).streams.info(STREAMS.events),
+        unstoredReason,
+        onUnstored: (why) =>
+          this.#logger.warn(
+            { server: server(), stream: STREAMS.events },
+            `events are not stored: ${why} on ${server()}; they go out as plain NATS messages, ` +
+              'lost if NATS is unreachable. `troupe up` (ensureTroupeStreams) creates the stream.',
+          ),
+        onBackoff: (error, delayMs) =>
+          this.#logger.warn(
+            { err: error, pendingEvents: this.#pending.size, retryInMs: delayMs },
+            `${this.#pending.size} events not yet stored (${messageOf(error)}); trying again in ${delayMs} ms`,
+          ),
+        onRecovered: () =>
+          this.#logger.info({ pendingEvents: this.#pending.size }, 'events are being stored again'),
+        random: Math.random,
+      },
+    });
+    this.#state = 'idle';
+    this.#lifecycle.subscribe((snapshot) => {
+      if (snapshot.value === this.#state) return;
+      this.#state = snapshot.value;
+      // Sending may go on: everything not yet stored is queued again, oldest first.
+      if (this.#state === 'streaming' || this.#state === 'plain') {
+        this.#requeue();
+        this.#pump();
+      }
+    });
+    this.#lifecycle.start();
   }
 
   /** Events not yet stored (or, without a stream, not yet sent). */
@@ -126,7 +159,7 @@ export class EventOutbox {
 
   /** True once {@link stop} has been called, or the connection has closed. */
   get stopped(): boolean {
-    return this.#stopped;
+    return this.#state === 'stopped';
   }
 
   /**
@@ -148,12 +181,12 @@ export class EventOutbox {
 
   /** Follows the connection: holds events while it is down, sends everything unacknowledged again once it is back. */
   connectionChanged(type: string): void {
+    if (this.stopped) return;
     if (type === 'disconnect') {
-      this.#connected = false;
+      this.#lifecycle.send({ type: 'disconnect' });
       return;
     }
     if (type === 'close') {
-      if (this.#stopped) return;
       const abandoned = this.stop();
       if (abandoned > 0) {
         this.#logger.error(
@@ -164,13 +197,8 @@ export class EventOutbox {
       return;
     }
     if (type !== 'reconnect') return;
-    this.#connected = true;
     this.#epoch += 1;
-    this.#probing = false;
     this.#inflight.clear();
-    this.#clearRetry();
-    // A reconnect may be to a restarted server where the stream now exists, or no longer does.
-    if (this.#mode === 'core') this.#mode = 'unknown';
     if (this.#pending.size > 0) {
       this.#logger.info(
         { pendingEvents: this.#pending.size },
@@ -178,29 +206,30 @@ export class EventOutbox {
       );
     }
     this.#requeue();
+    this.#lifecycle.send({ type: 'reconnect' });
     this.#pump();
   }
 
   /** Resolves once every event is stored, or after `timeoutMs`, with the number still waiting. */
   async settle(timeoutMs: number): Promise<number> {
-    if (this.#pending.size === 0 || this.#stopped) return this.#pending.size;
-    let timer: NodeJS.Timeout | undefined;
+    if (this.#pending.size === 0 || this.stopped) return this.#pending.size;
+    let timer: unknown;
     let done: (() => void) | undefined;
     await new Promise<void>((resolve) => {
       done = resolve;
       this.#idle.add(resolve);
-      timer = setTimeout(resolve, timeoutMs);
+      timer = this.#clock.setTimeout(resolve, timeoutMs);
     });
-    clearTimeout(timer);
+    this.#clock.clearTimeout(timer);
     if (done) this.#idle.delete(done);
     return this.#pending.size;
   }
 
   /** Stops sending and retrying; returns the number of events abandoned. */
   stop(): number {
-    this.#stopped = true;
-    this.#clearRetry();
-    clearTimeout(this.#dropTimer);
+    this.#lifecycle.send({ type: 'stop' });
+    this.#state = 'stopped';
+    this.#clock.clearTimeout(this.#dropTimer);
     this.#dropTimer = undefined;
     this.#reportDropped();
     for (const resolve of this.#idle) resolve();
@@ -210,17 +239,16 @@ export class EventOutbox {
   }
 
   #pump(): void {
-    if (this.#stopped || !this.#connected || this.#retryTimer !== undefined || this.#probing) return;
     if (this.#pending.size === 0) return;
-    if (this.#mode === 'core' && Date.now() - this.#coreSince > RECHECK_MS) this.#mode = 'unknown';
-    if (this.#mode === 'unknown') {
-      void this.#probe();
+    if (this.#state === 'idle') {
+      this.#lifecycle.send({ type: 'pending' });
       return;
     }
-    if (this.#mode === 'core') {
+    if (this.#state === 'plain') {
       this.#sendPlain();
       return;
     }
+    if (this.#state !== 'streaming') return;
     while (this.#inflight.size < WINDOW) {
       const entry = this.#next();
       if (entry === undefined) break;
@@ -265,21 +293,19 @@ export class EventOutbox {
   }
 
   #acked(entry: Pending): void {
-    this.#sawStream = true;
     this.#inflight.delete(entry);
     if (this.#pending.get(entry.seq) === entry) this.#pending.delete(entry.seq);
     entry.settle(true);
-    if (this.#failures > 0) {
-      this.#failures = 0;
-      this.#logger.info({ pendingEvents: this.#pending.size }, 'events are being stored again');
-    }
+    // Only news to the lifecycle after failures (the backoff starts over) or before the stream was seen.
+    const { failures, sawStream } = this.#lifecycle.getSnapshot().context;
+    if (failures > 0 || !sawStream) this.#lifecycle.send({ type: 'stored' });
     this.#checkIdle();
     this.#pump();
   }
 
   #failed(entry: Pending, error: unknown): void {
     this.#inflight.delete(entry);
-    if (this.#pending.get(entry.seq) !== entry || this.#stopped) return;
+    if (this.#pending.get(entry.seq) !== entry || this.stopped) return;
     if (error instanceof ClosedConnectionError || error instanceof DrainingConnectionError) return;
     if (error instanceof InvalidArgumentError) {
       this.#giveUp(entry, error);
@@ -293,54 +319,8 @@ export class EventOutbox {
       }
     }
     // No one answered, or no ack came: look again whether a stream stores events before the next round.
-    if (isNoJetStream(error) || error instanceof TimeoutError) this.#mode = 'unknown';
-    this.#pause(error);
-  }
-
-  /** Asks the server whether the `EVENTS` stream exists, and so how events go out. */
-  async #probe(): Promise<void> {
-    this.#probing = true;
-    const epoch = this.#epoch;
-    let failure: unknown;
-    try {
-      await (await this.#jsm).streams.info(STREAMS.events);
-    } catch (error) {
-      failure = error;
-    }
-    if (epoch !== this.#epoch || this.#stopped) return;
-    this.#probing = false;
-    if (failure === undefined) {
-      this.#mode = 'stream';
-      this.#sawStream = true;
-      this.#pump();
-      return;
-    }
-    const why = this.#unstoredReason(failure);
-    if (why === undefined) {
-      this.#pause(failure);
-      return;
-    }
-    this.#mode = 'core';
-    this.#coreSince = Date.now();
-    if (!this.#warnedUnstored) {
-      this.#warnedUnstored = true;
-      this.#logger.warn(
-        { server: this.#nc.getServer(), stream: STREAMS.events },
-        `events are not stored: ${why} on ${this.#nc.getServer()}; they go out as plain NATS messages, ` +
-          'lost if NATS is unreachable. `troupe up` (ensureTroupeStreams) creates the stream.',
-      );
-    }
-    this.#pump();
-  }
-
-  /** Why no stream can store events, when the server's answer says so; undefined when it may be passing trouble. */
-  #unstoredReason(error: unknown): string | undefined {
-    if (error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound) {
-      return `the JetStream stream ${STREAMS.events} does not exist`;
-    }
-    // A server that has stored our events before and now has no JetStream is most likely starting up again.
-    if (isNoJetStream(error) && !this.#sawStream) return 'JetStream is not enabled';
-    return undefined;
+    const probe = isNoJetStream(error) || error instanceof TimeoutError;
+    this.#lifecycle.send({ type: 'sendFailed', error, probe });
   }
 
   /** Without a stream: plain publishes, in order, while connected. */
@@ -363,29 +343,6 @@ export class EventOutbox {
       entry.settle(true);
     }
     this.#checkIdle();
-  }
-
-  /** Waits before the next round; a reconnect ends the wait early. */
-  #pause(error: unknown): void {
-    if (this.#retryTimer !== undefined || this.#stopped) return;
-    const { retryDelayMs, maxRetryDelayMs } = this.#settings;
-    const base = Math.min(maxRetryDelayMs, retryDelayMs * 2 ** this.#failures);
-    const delay = Math.round(base * (0.8 + Math.random() * 0.4));
-    this.#failures += 1;
-    this.#logger.warn(
-      { err: error, pendingEvents: this.#pending.size, retryInMs: delay },
-      `${this.#pending.size} events not yet stored (${messageOf(error)}); trying again in ${delay} ms`,
-    );
-    this.#retryTimer = setTimeout(() => {
-      this.#retryTimer = undefined;
-      this.#requeue();
-      this.#pump();
-    }, delay);
-  }
-
-  #clearRetry(): void {
-    clearTimeout(this.#retryTimer);
-    this.#retryTimer = undefined;
   }
 
   #giveUp(entry: Pending, error: unknown): void {
@@ -412,7 +369,8 @@ export class EventOutbox {
     if (dropped === 0) return;
     this.#dropped += dropped;
     // A timer, even of 0 ms, sums a burst of drops into one line.
-    if (this.#dropTimer === undefined) this.#dropTimer = setTimeout(() => this.#reportDropped(), 0);
+    if (this.#dropTimer === undefined)
+      this.#dropTimer = this.#clock.setTimeout(() => this.#reportDropped(), 0);
   }
 
   /** Logs the drops since the last report, then waits before the next, so a long outage writes a line per interval. */
@@ -425,7 +383,7 @@ export class EventOutbox {
       { dropped, maxPending: this.#settings.maxPending },
       `dropped the ${dropped} oldest unsent events: more than ${this.#settings.maxPending} were waiting for NATS`,
     );
-    if (!this.#stopped) this.#dropTimer = setTimeout(() => this.#reportDropped(), DROP_REPORT_MS);
+    if (!this.stopped) this.#dropTimer = this.#clock.setTimeout(() => this.#reportDropped(), DROP_REPORT_MS);
   }
 
   #checkIdle(): void {
@@ -433,6 +391,18 @@ export class EventOutbox {
     for (const resolve of this.#idle) resolve();
     this.#idle.clear();
   }
+}
+
+/**
+ * Why no stream can store events, when the server's answer says so; undefined when it may be passing trouble. A
+ * server that has stored our events before and now has no JetStream is most likely starting up again.
+ */
+function unstoredReason(error: unknown, sawStream: boolean): string | undefined {
+  if (error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound) {
+    return `the JetStream stream ${STREAMS.events} does not exist`;
+  }
+  if (isNoJetStream(error) && !sawStream) return 'JetStream is not enabled';
+  return undefined;
 }
 
 /** The server has no JetStream (or is not yet serving it): its API, or the stream's subject, had no responders. */
