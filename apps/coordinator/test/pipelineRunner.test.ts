@@ -255,13 +255,17 @@ describe('the pipeline runner', () => {
     };
     const task = intake.deliver({ id: 'task-9', goal: 'contested' });
     await arrived;
-    // Another coordinator claims the task: its run token replaces this one's.
-    const current = await store.get('task-9');
-    await store.update(
-      'task-9',
-      { ...(current?.value as WorkflowRecord), runner: 'another' },
-      current?.revision ?? 0,
-    );
+    // Another coordinator claims the task: its run token replaces this one's (whatever this run wrote meanwhile).
+    const claim = async (): Promise<void> => {
+      const current = await store.get('task-9');
+      const claimed = await store.update(
+        'task-9',
+        { ...(current?.value as WorkflowRecord), runner: 'another' },
+        current?.revision ?? 0,
+      );
+      if (claimed === undefined) await claim();
+    };
+    await claim();
     reply?.();
     await task.handled;
     expect(task.settlement()).toBeUndefined();

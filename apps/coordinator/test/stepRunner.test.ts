@@ -241,6 +241,38 @@ describe('the step call', () => {
     expect(attempts).toBe(2);
   });
 
+  it('sends the step to another worker when its worker stopped mid-step, as while no worker served it', async () => {
+    const { run, pass, worker, activity } = setUp();
+    let attempts = 0;
+    worker((delivery) => {
+      attempts++;
+      delivery.respond(
+        attempts < 4
+          ? {
+              ok: false,
+              stepId: delivery.value.stepId,
+              error: { code: 'worker_stopped', message: 'stopping' },
+              usage,
+              turns: 0,
+            }
+          : okReply(delivery.value.stepId, 'taken over'),
+      );
+    });
+    const step = run();
+    await pass(3_000);
+    expect(step.settled()?.value).toMatchObject({ ok: true, output: 'taken over' });
+    expect(attempts).toBe(4);
+    expect(activity.map((a) => a.kind)).toContain('worker');
+  });
+
+  it('fails with invalid_reply when the answer is neither a reply nor a heartbeat', async () => {
+    const { run, pass, worker } = setUp();
+    worker((delivery) => delivery.respond({ something: 'else' }));
+    const step = run();
+    await pass(0);
+    expect(TransportError.is(step.settled()?.error, 'invalid_reply')).toBe(true);
+  });
+
   it('returns a step failure of the agent as its reply, not as an error', async () => {
     const { run, pass, worker } = setUp();
     worker((delivery) =>
