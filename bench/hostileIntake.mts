@@ -10,9 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { builtinTools, loadPipeline, startCoordinator, taskConsumerName } from '@troupe/coordinator';
 import { FINAL_EVENT_KINDS, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
-import { createLogger, NatsBus, taskConsumerName } from '@troupe/runtime';
+import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
 
 const invalidCount = Number(process.argv[2] ?? 10_000);

@@ -1,6 +1,6 @@
 import { jetstreamManager } from '@nats-io/jetstream';
+import { taskConsumerName } from '@troupe/coordinator';
 import { STREAMS } from '@troupe/protocol';
-import { taskConsumerName } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { examplePath, type Harness, kinds, publishTask, startHarness } from './support/harness.ts';
 

@@ -2,9 +2,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { WorkflowRecord } from '@troupe/coordinator';
+import { taskConsumerName, WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
-import { KvStore, taskConsumerName } from '@troupe/runtime';
+import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePath, type Harness, publishTask, startHarness } from './support/harness.ts';
 

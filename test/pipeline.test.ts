@@ -1,6 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { submitTask } from '@troupe/runtime';
+import { submitTask } from '@troupe/coordinator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,

@@ -8,7 +8,6 @@ import {
   KvStore,
   type Logger,
   type NatsBus,
-  natsTaskIntake,
   StepJournal,
   systemClock,
   type ToolRegistry,
@@ -20,6 +19,7 @@ import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
+import { natsTaskIntake } from './intake/taskQueue.ts';
 import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
 import { WorkflowRecord } from './workflow/workflowRecord.ts';
 

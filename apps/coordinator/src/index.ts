@@ -13,12 +13,26 @@ export {
   StepConfig,
 } from './config/pipelineSchema.ts';
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
+export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {
   DEFAULT_INTAKE_LIMITS,
   type IntakeLimits,
   MAX_TASK_DEPTH,
 } from './intake/intakeLimits.ts';
 export { PipelineRegistration, PipelineRegistry } from './intake/pipelineRegistry.ts';
+export {
+  DEFAULT_MAX_IN_FLIGHT,
+  HAND_BACK_DELAY_MS,
+  natsTaskIntake,
+  type SubmitResult,
+  startTaskQueue,
+  submitTask,
+  type TaskDelivery,
+  type TaskIntake,
+  type TaskQueue,
+  type TaskQueueOptions,
+  taskConsumerName,
+} from './intake/taskQueue.ts';
 export { HomeBusyError, readServerRecord, type ServerRecord } from './serverRecord.ts';
 export {
   type Service,

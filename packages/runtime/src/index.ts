@@ -33,22 +33,9 @@ export {
   endingOf,
   TaskEndedError,
 } from './approvals/taskEnded.ts';
-export { deadLetter, type ExhaustedTask } from './durable/deadLetters.ts';
 export { type EventHistoryOptions, readEventHistory, type StoredEvent } from './durable/eventHistory.ts';
 export { isOutage, type KeyValue, type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
 export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
-export {
-  HAND_BACK_DELAY_MS,
-  natsTaskIntake,
-  type SubmitResult,
-  startTaskQueue,
-  submitTask,
-  type TaskDelivery,
-  type TaskIntake,
-  type TaskQueue,
-  type TaskQueueOptions,
-  taskConsumerName,
-} from './durable/taskQueue.ts';
 export { type Clock, every, newTraceparent, sleep, systemClock, timeoutSignal } from './events/clock.ts';
 export {
   EventFactory,

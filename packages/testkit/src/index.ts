@@ -1,3 +1,4 @@
+export { captureLogger, type LogLine } from './capturedLogs.ts';
 export { type FakeAnthropicOptions, startFakeAnthropic } from './fakeAnthropic.ts';
 export type { FakeModelServer, FakeReply, RecordedRequest } from './fakeModelServer.ts';
 export { type FakeOpenAIOptions, startFakeOpenAI } from './fakeOpenAI.ts';
@@ -10,6 +11,5 @@ export {
 } from './mcpServers.ts';
 export { type CarriedMessage, MemoryBus, type MemoryBusOptions } from './memoryBus.ts';
 export { MemoryKv } from './memoryKv.ts';
-export { type MemoryDelivery, MemoryTaskIntake, type Settlement } from './memoryTaskIntake.ts';
 export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';
 export { SimulatedClock } from './simulatedClock.ts';

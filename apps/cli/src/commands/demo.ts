@@ -1,6 +1,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import { createLogger, submitTask, taskWorkspace } from '@troupe/runtime';
+import { submitTask } from '@troupe/coordinator';
+import { createLogger, taskWorkspace } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { waitForFinal } from '../watch.ts';

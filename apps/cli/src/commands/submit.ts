@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { PipelineRegistry, WorkflowRecord } from '@troupe/coordinator';
+import { PipelineRegistry, submitTask, WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
-import { KvStore, type NatsBus, submitTask } from '@troupe/runtime';
+import { KvStore, type NatsBus } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
 import { waitForFinal } from '../watch.ts';

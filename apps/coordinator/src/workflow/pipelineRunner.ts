@@ -20,7 +20,6 @@ import {
   type EventScope,
   endingOf,
   every,
-  HAND_BACK_DELAY_MS,
   isOutage,
   type KvEntry,
   type KvStore,
@@ -29,14 +28,17 @@ import {
   newTraceparent,
   preview,
   sleep,
-  type TaskDelivery,
-  type TaskIntake,
-  type TaskQueue,
   throughOutages,
 } from '@troupe/runtime';
 import { createActor, fromPromise, type Snapshot } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
+import {
+  HAND_BACK_DELAY_MS,
+  type TaskDelivery,
+  type TaskIntake,
+  type TaskQueue,
+} from '../intake/taskQueue.ts';
 import { compileFlow } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';

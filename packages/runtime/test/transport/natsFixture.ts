@@ -1,7 +1,6 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, type Logger } from '../../src/logging/logger.ts';
 import { type EmbeddedNats, startNatsServer } from '../../src/transport/embeddedNats.ts';
 
 /** A nats-server on a free port with its own temp dir; `stop()` removes both. */
@@ -17,18 +16,7 @@ export async function startServer(opts: { jetstream?: boolean } = {}): Promise<E
   };
 }
 
-export type LogLine = Record<string, unknown> & { level: number; msg: string };
-
-/** A JSON logger whose lines land in `lines`, parsed. */
-export function captureLogger(level = 'debug'): { logger: Logger; lines: LogLine[] } {
-  const lines: LogLine[] = [];
-  const logger = createLogger({
-    level,
-    name: 'test',
-    destination: { write: (line: string) => void lines.push(JSON.parse(line) as LogLine) },
-  });
-  return { logger, lines };
-}
+export { captureLogger, type LogLine } from '@troupe/testkit';
 
 /** Resolves once `predicate` holds, polling; fails the test after `timeoutMs`. */
 export async function eventually(predicate: () => boolean, timeoutMs = 3_000): Promise<void> {

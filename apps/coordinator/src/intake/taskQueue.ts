@@ -1,10 +1,14 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/transport-node';
 import { STREAMS, subjects, type TaskSubmission } from '@troupe/protocol';
-import { logMessage } from '../logging/messageLog.ts';
-import { jetstreamManagerOf, jetstreamOf } from '../transport/jetstreamSetup.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
-import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
+import {
+  jetstreamManagerOf,
+  jetstreamOf,
+  logMessage,
+  type NatsBus,
+  type UntilReachableOptions,
+  untilReachable,
+} from '@troupe/runtime';
 import { deadLetter, type ExhaustedTask } from './deadLetters.ts';
 
 /** One stored task message, handed to the runner with the means to settle it. */

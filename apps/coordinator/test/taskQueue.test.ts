@@ -1,11 +1,9 @@
 import { AckPolicy, jetstreamManager } from '@nats-io/jetstream';
 import { STREAMS } from '@troupe/protocol';
-import { startTestNats, type TestNats } from '@troupe/testkit';
+import { ensureTroupeStreams, NatsBus } from '@troupe/runtime';
+import { captureLogger, type LogLine, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { startTaskQueue, submitTask, type TaskDelivery } from '../../src/durable/taskQueue.ts';
-import { ensureTroupeStreams } from '../../src/transport/jetstreamSetup.ts';
-import { NatsBus } from '../../src/transport/natsBus.ts';
-import { captureLogger, type LogLine } from '../transport/natsFixture.ts';
+import { startTaskQueue, submitTask, type TaskDelivery } from '../src/intake/taskQueue.ts';
 
 let nats: TestNats;
 let bus: NatsBus;

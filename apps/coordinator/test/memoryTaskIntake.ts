@@ -1,5 +1,6 @@
 import { subjects } from '@troupe/protocol';
-import type { ExhaustedTask, TaskDelivery, TaskIntake, TaskQueue, TaskQueueOptions } from '@troupe/runtime';
+import type { ExhaustedTask } from '../src/intake/deadLetters.ts';
+import type { TaskDelivery, TaskIntake, TaskQueue, TaskQueueOptions } from '../src/intake/taskQueue.ts';
 
 /** How a delivery was settled by the runner that got it. */
 export type Settlement = { kind: 'ack' } | { kind: 'term' } | { kind: 'nak'; delayMs?: number };

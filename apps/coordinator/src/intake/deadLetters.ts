@@ -1,8 +1,6 @@
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { subjects } from '@troupe/protocol';
-import { logMessage } from '../logging/messageLog.ts';
-import { jetstreamOf } from '../transport/jetstreamSetup.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
+import { jetstreamOf, logMessage, type NatsBus } from '@troupe/runtime';
 
 /** A task given up on: delivered more often than allowed without finishing. */
 export interface ExhaustedTask {
