@@ -1,20 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import {
-  ApprovalDecision,
-  type DecisionReceipt,
-  type ErrorReply,
-  HumanAnswer,
-  type HumanRequest,
-  subjects,
-} from '@troupe/protocol';
+import { ApprovalDecision, type DecisionReceipt, HumanAnswer, type HumanRequest } from '@troupe/protocol';
+import { createActor, toPromise } from 'xstate';
 import type { z } from 'zod';
 import type { KeyValue } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
-import type { Bus, Delivery } from '../transport/bus.ts';
+import type { Bus } from '../transport/bus.ts';
 import type { ApprovalAsk } from './approvalAsk.ts';
+import { decidedFrom, type HumanReply, humanRequestMachine } from './humanRequest.ts';
 import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
 /** Who is asking: the task, the agent and its step. */
@@ -310,71 +305,36 @@ export class NatsHumanGate implements HumanGate {
       pendingRevision = await store.put(id, record);
     }
     const id = record.id;
-    let settle: (outcome: Outcome<z.infer<S>>) => void = () => {};
-    const settled = new Promise<Outcome<z.infer<S>>>((resolve) => (settle = resolve));
-    /** A decision being written: the deadline waits for it, so the agent, the record and the receipt agree. */
-    let deciding: Promise<void> | undefined;
-    const subscription = bus.subscribe(
-      subjects.approval(scope.taskId, id),
-      schema,
-      (delivery) => {
-        subscription.unsubscribe();
-        deciding = decide(delivery);
-        return deciding;
-      },
-      {
+    const asking = createActor(humanRequestMachine, {
+      clock,
+      input: {
+        record,
+        pendingRevision,
+        schema: schema as unknown as z.ZodType<HumanReply>,
+        outcomeOf: outcomeOf as (value: HumanReply) => DecisionReceipt['outcome'],
+        storedValue,
+        closedRecord,
         reporter: `agent:${scope.pipeline}/${scope.agent}`,
-        meta: () => ({ taskId: scope.taskId, from: 'human', to: scope.agent, kind: record.kind }),
+        bus,
+        store,
+        clock,
+        logger: this.#o.logger,
       },
-    );
-    const decide = async (delivery: Delivery<z.infer<S>>): Promise<void> => {
-      const value = delivery.value;
-      // Stored before it is confirmed: a receipt means the decision outlives this process.
-      const written = await store
-        .update(id, closedRecord(record, decidedFrom(value, false), clock.now()), pendingRevision)
-        .catch((error: unknown) => {
-          this.#o.logger.warn({ err: error, id }, 'cannot record the decision; it applies to this run only');
-          return 0;
-        });
-      if (written === undefined) {
-        // Decided meanwhile through KV (`troupe approve` while no process listened): that decision stands.
-        delivery.respond({
-          ok: false,
-          error: { code: 'already_decided', message: `${record.kind} ${id} was already decided` },
-        } satisfies ErrorReply);
-        return;
-      }
-      delivery.respond({ ok: true, id, outcome: outcomeOf(value) } satisfies DecisionReceipt);
-      settle(decidedFrom(value, written !== 0));
-    };
-    /** The deadline, or the step stopping: the subject closes at once, and a decision being written is awaited. */
-    const end = (outcome: Outcome<z.infer<S>>) => {
-      subscription.unsubscribe();
-      if (deciding) void deciding.finally(() => settle(outcome));
-      else settle(outcome);
-    };
-    const expire = () => end({ kind: 'expired' });
-    const stop = () => end({ kind: 'closed', why: whyStopped(signal.reason) });
-    let timer: unknown;
-    let stopWatching = () => {};
+    });
+    const stop = () => asking.send({ type: 'stop', why: whyStopped(signal.reason) });
     const waiting: WaitingOn = { kind: record.kind, id };
     this.#waiting.set(scope.stepId, [...(this.#waiting.get(scope.stepId) ?? []), waiting]);
     this.#waitingChanged(scope.stepId);
     try {
-      // A decision recorded in KV (by `troupe approve` while this request had no listener) settles it too.
-      stopWatching = await store.watch(id, (entry) => {
-        const stored = storedValue(entry.value);
-        if (stored !== undefined) settle(decidedFrom(stored, true));
-      });
+      // Listening on the request's subject from here; the deadline or an abort closes it at once, so a late reply
+      // finds nobody waiting rather than getting a receipt for a call that was already denied.
+      asking.start();
       await bus.flush();
-      // The deadline or an abort closes the subject at once, so a late reply finds nobody waiting rather than
-      // getting a receipt for a call that was already denied.
-      timer = clock.setTimeout(expire, Math.max(0, Date.parse(record.expiresAt) - clock.now()));
       signal.addEventListener('abort', stop, { once: true });
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
       if (signal.aborted) stop();
       else if (!earlier) announce(id, record.expiresAt);
-      const outcome = await settled;
+      const outcome = (await toPromise(asking)) as Outcome<z.infer<S>>;
       const leftForNextRun = signal.aborted && (this.#detached || this.#leftPending.has(record.stepId));
       if (leftForNextRun) {
         throw new ToolError('cancelled', `${record.kind} ${id} is left pending for the next run of the step`);
@@ -385,10 +345,8 @@ export class NatsHumanGate implements HumanGate {
       }
       return { id, outcome };
     } finally {
-      clock.clearTimeout(timer);
-      stopWatching();
+      asking.stop();
       signal.removeEventListener('abort', stop);
-      subscription.unsubscribe();
       const left = (this.#waiting.get(scope.stepId) ?? []).filter((w) => w !== waiting);
       if (left.length > 0) this.#waiting.set(scope.stepId, left);
       else this.#waiting.delete(scope.stepId);
@@ -454,10 +412,6 @@ function closedRecord(
     ...(reason === undefined ? {} : { reason }),
     ...(typeof decided?.answer === 'string' ? { answer: decided.answer } : {}),
   };
-}
-
-function decidedFrom<T extends { by?: string | undefined }>(value: T, stored: boolean): Outcome<T> {
-  return { kind: 'decided', value, stored, ...(value.by ? { by: value.by } : {}) };
 }
 
 const seconds = (ms: number): number => Math.round(ms / 1000);

@@ -41,8 +41,8 @@ function setUp() {
     await bus.settled();
     return gate.waitingOn(scope.stepId)?.id as string;
   };
-  const decide = (id: string, payload: unknown) =>
-    bus.request(subjects.approval(scope.taskId, id), payload, DecisionReceipt, { timeoutMs: 1_000 });
+  const decide = (id: string, payload: unknown, timeoutMs = 1_000) =>
+    bus.request(subjects.approval(scope.taskId, id), payload, DecisionReceipt, { timeoutMs });
   return { clock, bus, store, gate, pendingId, decide };
 }
 
@@ -118,6 +118,51 @@ describe('the human gate', () => {
       entry?.revision ?? 0,
     );
     await expect(decision).resolves.toMatchObject({ decision: 'deny', by: 'ops' });
+  });
+
+  it('answers already_decided to a reply that loses to a decision written to KV meanwhile; that one stands', async () => {
+    const { store, gate, pendingId, decide } = setUp();
+    // `troupe approve` writes its decision just before the reply's own write lands.
+    const update = store.update.bind(store);
+    let raced = false;
+    store.update = async (key, value, revision) => {
+      if (!raced) {
+        raced = true;
+        const entry = await store.get(key);
+        await update(key, { ...(entry?.value as HumanRequest), status: 'denied', by: 'ops' }, revision);
+      }
+      return update(key, value, revision);
+    };
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    await expect(decide(id, { decision: 'allow', by: 'ana' })).rejects.toMatchObject({
+      code: 'already_decided',
+    });
+    await expect(decision).resolves.toMatchObject({ decision: 'deny', by: 'ops' });
+    expect((await store.get(id))?.value).toMatchObject({ status: 'denied', by: 'ops' });
+  });
+
+  it('lets a decision being written when the deadline passes stand: the agent, the record and the receipt agree', async () => {
+    const { clock, store, gate, pendingId, decide } = setUp();
+    const update = store.update.bind(store);
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let writing = false;
+    store.update = async (key, value, revision) => {
+      writing = true;
+      await held;
+      return update(key, value, revision);
+    };
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    // The person waits longer than the request's deadline, which passes while the decision is written.
+    const receipt = decide(id, { decision: 'allow', by: 'ana' }, 2 * TIMEOUT_MS);
+    await expect.poll(() => writing).toBe(true);
+    clock.advance(TIMEOUT_MS);
+    release();
+    await expect(receipt).resolves.toMatchObject({ outcome: 'allow' });
+    await expect(decision).resolves.toMatchObject({ decision: 'allow', by: 'ana' });
+    expect((await store.get(id))?.value.status).toBe('allowed');
   });
 
   it('closes the request with the task’s ending when the step stops because the task ended', async () => {

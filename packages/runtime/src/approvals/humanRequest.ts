@@ -1,0 +1,243 @@
+import { type DecisionReceipt, type ErrorReply, type HumanRequest, subjects } from '@troupe/protocol';
+import { assign, fromCallback, fromPromise, setup } from 'xstate';
+import type { z } from 'zod';
+import type { KeyValue } from '../durable/kvStore.ts';
+import type { Clock } from '../events/clock.ts';
+import type { Logger } from '../logging/index.ts';
+import type { Bus, Delivery } from '../transport/bus.ts';
+
+/** A person's reply: a decision on an approval, or an answer to a question. */
+export type HumanReply = { by?: string | undefined } & Record<string, unknown>;
+
+/** How a request ended for the step that waited on it. */
+export type HumanOutcome =
+  /** `stored`: the decision is in KV (a receipt was given, or it was written there while nobody listened). */
+  | { kind: 'decided'; value: HumanReply; by?: string; stored?: boolean }
+  | { kind: 'expired' }
+  /** The step stopped while the request waited, and will not wait on it again. */
+  | { kind: 'closed'; why: string };
+
+export interface HumanRequestInput {
+  /** The request as recorded, pending, at `pendingRevision`: a decision replaces only that, so one decision wins. */
+  record: HumanRequest;
+  pendingRevision: number;
+  /** What a reply must be. */
+  schema: z.ZodType<HumanReply>;
+  /** What the receipt tells the person the waiting call now does. */
+  outcomeOf: (value: HumanReply) => DecisionReceipt['outcome'];
+  /** A decision already in a record (written by `troupe approve` while nobody listened), if any. */
+  storedValue: (record: HumanRequest) => HumanReply | undefined;
+  /** The record of a request once decided, answered or expired. */
+  closedRecord: (record: HumanRequest, outcome: HumanOutcome, now: number) => HumanRequest;
+  /** Who reports an invalid reply. */
+  reporter: string;
+  bus: Bus;
+  store: KeyValue<HumanRequest>;
+  clock: Clock;
+  logger: Logger;
+}
+
+/**
+ * What a waiting request hears: a person's reply on its subject, a decision written to its record in KV, and the
+ * step stopping (`why` says how).
+ */
+export type HumanRequestEvent =
+  | { type: 'reply'; delivery: Delivery<HumanReply> }
+  | { type: 'storedDecision'; value: HumanReply }
+  | { type: 'stop'; why: string };
+
+interface HumanRequestContext extends HumanRequestInput {
+  outcome?: HumanOutcome;
+  /** The reply being recorded. */
+  delivery?: Delivery<HumanReply>;
+  /** The step stopped while a reply was being recorded: settled once that is done. */
+  stoppedBecause?: string;
+  /** A decision seen in KV while a reply was being recorded. */
+  storedMeanwhile?: HumanReply;
+}
+
+/** A decision as an outcome; `stored` when it is in KV. */
+export function decidedFrom<T extends { by?: string | undefined }>(
+  value: T,
+  stored: boolean,
+): { kind: 'decided'; value: T; by?: string; stored: boolean } {
+  return { kind: 'decided', value, stored, ...(value.by ? { by: value.by } : {}) };
+}
+
+/**
+ * One request to a person, from the moment it is recorded pending until it is settled, as an actor:
+ *
+ * - `waiting`: listening on `troupe.approvals.<taskId>.<id>` for one valid reply, until the request's `expiresAt`
+ *   (on the clock) or the step stopping;
+ * - `deciding`: the reply is being written to the request's record (only over the pending revision, so one
+ *   decision wins); then the person gets a receipt, or `already_decided` when a decision reached KV first. The
+ *   subject is closed meanwhile: a second reply finds nobody listening. The deadline and the step stopping wait for
+ *   the write, so the agent, the record and the receipt agree.
+ * - `settled` (final): decided, expired, or closed; its output is how.
+ *
+ * All along, a decision written to the record in KV (by `troupe approve` while no process listened) settles it too.
+ */
+export const humanRequestMachine = setup({
+  types: {
+    context: {} as HumanRequestContext,
+    input: {} as HumanRequestInput,
+    events: {} as HumanRequestEvent,
+    output: {} as HumanOutcome,
+  },
+  actors: {
+    /** The request's subject: each valid reply comes back as an event; invalid ones are answered by the bus. */
+    listen: fromCallback<HumanRequestEvent, HumanRequestContext>(({ input, sendBack }) => {
+      const { record, bus, schema, reporter } = input;
+      const subscription = bus.subscribe(
+        subjects.approval(record.taskId, record.id),
+        schema,
+        (delivery) => sendBack({ type: 'reply', delivery }),
+        {
+          reporter,
+          meta: () => ({ taskId: record.taskId, from: 'human', to: record.agent, kind: record.kind }),
+        },
+      );
+      return () => subscription.unsubscribe();
+    }),
+    /** The request's record in KV: a decision written there comes back as an event. */
+    watch: fromCallback<HumanRequestEvent, HumanRequestContext>(({ input, sendBack }) => {
+      let stopped = false;
+      let stop = () => {};
+      input.store
+        .watch(input.record.id, (entry) => {
+          const stored = input.storedValue(entry.value);
+          if (stored !== undefined) sendBack({ type: 'storedDecision', value: stored });
+        })
+        .then(
+          (stopWatching) => {
+            if (stopped) stopWatching();
+            else stop = stopWatching;
+          },
+          (error: unknown) =>
+            input.logger.warn({ err: error, id: input.record.id }, 'cannot watch the request'),
+        );
+      return () => {
+        stopped = true;
+        stop();
+      };
+    }),
+    /** Writes the reply over the pending record: its revision, undefined when another decision got there first. */
+    record: fromPromise<number | undefined, HumanRequestContext>(async ({ input }) => {
+      const value = input.delivery?.value as HumanReply;
+      const decided = input.closedRecord(input.record, decidedFrom(value, false), input.clock.now());
+      return input.store.update(input.record.id, decided, input.pendingRevision).catch((error: unknown) => {
+        input.logger.warn(
+          { err: error, id: input.record.id },
+          'cannot record the decision; it applies to this run only',
+        );
+        return 0;
+      });
+    }),
+  },
+  delays: {
+    expiry: ({ context }) => Math.max(0, Date.parse(context.record.expiresAt) - context.clock.now()),
+  },
+  actions: {
+    receipt: ({ context }) => {
+      const value = context.delivery?.value as HumanReply;
+      context.delivery?.respond({
+        ok: true,
+        id: context.record.id,
+        outcome: context.outcomeOf(value),
+      } satisfies DecisionReceipt);
+    },
+    alreadyDecided: ({ context }) =>
+      context.delivery?.respond({
+        ok: false,
+        error: {
+          code: 'already_decided',
+          message: `${context.record.kind} ${context.record.id} was already decided`,
+        },
+      } satisfies ErrorReply),
+  },
+  guards: {
+    lost: (_, written: number | undefined) => written === undefined,
+    stopped: ({ context }) => context.stoppedBecause !== undefined,
+    decided: ({ context }) => context.outcome !== undefined,
+  },
+}).createMachine({
+  id: 'humanRequest',
+  context: ({ input }) => ({ ...input }),
+  initial: 'open',
+  states: {
+    open: {
+      invoke: { src: 'watch', input: ({ context }) => context },
+      on: {
+        storedDecision: {
+          target: 'settled',
+          actions: assign({ outcome: ({ event }) => decidedFrom(event.value, true) }),
+        },
+      },
+      initial: 'waiting',
+      states: {
+        waiting: {
+          // Back from a decision that lost to one in KV, after the step stopped meanwhile.
+          always: {
+            guard: 'stopped',
+            target: '#humanRequest.settled',
+            actions: assign({
+              outcome: ({ context }) => ({ kind: 'closed', why: context.stoppedBecause ?? '' }),
+            }),
+          },
+          invoke: { src: 'listen', input: ({ context }) => context },
+          after: {
+            expiry: { target: '#humanRequest.settled', actions: assign({ outcome: { kind: 'expired' } }) },
+          },
+          on: {
+            reply: { target: 'deciding', actions: assign({ delivery: ({ event }) => event.delivery }) },
+            stop: {
+              target: '#humanRequest.settled',
+              actions: assign({ outcome: ({ event }) => ({ kind: 'closed', why: event.why }) }),
+            },
+          },
+        },
+        /** A decision got to KV first: it settles the request, now if it was seen, else when the watch brings it. */
+        lost: {
+          always: [{ guard: 'decided', target: '#humanRequest.settled' }, { target: 'waiting' }],
+        },
+        deciding: {
+          invoke: {
+            src: 'record',
+            input: ({ context }) => context,
+            onDone: [
+              {
+                // Decided meanwhile through KV: that decision stands.
+                guard: { type: 'lost', params: ({ event }) => event.output },
+                actions: [
+                  'alreadyDecided',
+                  assign({
+                    outcome: ({ context }) =>
+                      context.storedMeanwhile ? decidedFrom(context.storedMeanwhile, true) : undefined,
+                  }),
+                ],
+                target: 'lost',
+              },
+              {
+                target: '#humanRequest.settled',
+                actions: [
+                  'receipt',
+                  assign({
+                    outcome: ({ context, event }) =>
+                      decidedFrom(context.delivery?.value as HumanReply, event.output !== 0),
+                  }),
+                ],
+              },
+            ],
+          },
+          on: {
+            stop: { actions: assign({ stoppedBecause: ({ event }) => event.why }) },
+            // Ours, or the one that beat ours: the write's result says which.
+            storedDecision: { actions: assign({ storedMeanwhile: ({ event }) => event.value }) },
+          },
+        },
+      },
+    },
+    settled: { type: 'final' },
+  },
+  output: ({ context }) => context.outcome ?? { kind: 'expired' },
+});
