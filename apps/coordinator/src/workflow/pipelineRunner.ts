@@ -30,17 +30,13 @@ import {
   sleep,
   throughOutages,
 } from '@troupe/runtime';
-import { createActor, fromPromise, type Snapshot } from 'xstate';
+import { createActor, fromPromise, type Snapshot, toPromise } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
-import {
-  HAND_BACK_DELAY_MS,
-  type TaskDelivery,
-  type TaskIntake,
-  type TaskQueue,
-} from '../intake/taskQueue.ts';
+import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { compileFlow } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
+import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
 import {
   endedTask,
@@ -166,12 +162,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
    * it) is not run again: it is stored on the dead-letter subject with the reason, and ends with task.failed
    * (max_deliveries).
    */
-  async function giveUp(
-    delivery: TaskDelivery,
-    taskId: string,
-    entry: KvEntry<WorkflowRecord> | undefined,
-    stalls: number,
-  ): Promise<void> {
+  async function giveUp({ delivery, taskId, entry, stalls }: Triaged): Promise<Stage> {
     const existing = entry?.value;
     const message = `task ${taskId} was delivered ${stalls} times without finishing or making progress; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
     const scope = { pipeline, taskId, traceparent: existing ? traceOf(existing.snapshot) : newTraceparent() };
@@ -203,13 +194,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       logger.error({ err: error, taskId }, 'cannot record that the task was given up on');
       return undefined;
     });
-    if (written === undefined) {
-      delivery.nak(HAND_BACK_DELAY_MS);
-      return;
-    }
+    if (written === undefined) return { next: 'handBack' };
     logger.error({ taskId, deliveries: stalls }, message);
     await options.intake.deadLetter(pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
-    await conclude(taskId, delivery, final, 'term');
+    return { next: 'conclude', final, settle: 'term' };
   }
 
   /** The task's wall-clock deadline, counted from its acceptance (first delivery), when the pipeline sets one. */
@@ -238,12 +226,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
    * holds the event (through a NATS outage or a backlog), the message kept alive meanwhile; it ends when the event
    * is stored or given up on.
    */
-  async function conclude(
-    taskId: string,
-    delivery: TaskDelivery,
-    final: TroupeEvent,
-    settle: 'ack' | 'term' = 'ack',
-  ): Promise<void> {
+  async function conclude({
+    delivery,
+    final,
+  }: {
+    delivery: TaskDelivery;
+    final: TroupeEvent;
+  }): Promise<'settled' | 'left'> {
+    const { taskId } = final;
     // Kept alive meanwhile: the wait for the event, and closing requests, can outlast a short ack wait.
     delivery.working();
     const stopKeepAlive = every(clock, keepAliveMs, () => delivery.working());
@@ -265,13 +255,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           { taskId },
           `the final event of task ${taskId} is not stored yet and this coordinator is stopping; its message is left to be delivered again`,
         );
-        return;
+        return 'left';
       }
       // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
       if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
       await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
-      if (settle === 'term') delivery.term();
-      else delivery.ack();
+      return 'settled';
     } finally {
       stopKeepAlive();
     }
@@ -306,22 +295,19 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     } catch (error) {
       logger.error({ err: error }, 'cannot report the refused task');
     }
-    delivery.term();
   }
 
   const parseTask = (data: Uint8Array) =>
     parseMessage(TaskSubmission, data, { maxBytes: limits.maxTaskBytes, maxDepth: limits.maxTaskDepth });
 
-  async function handle(delivery: TaskDelivery): Promise<void> {
-    if (stopping) {
-      // Shutting down: leave the task to the next coordinator rather than start it here.
-      delivery.nak(HAND_BACK_DELAY_MS);
-      return;
-    }
+  /** Reads a delivered message and the task's record: what this delivery is, and what to do with it. */
+  async function triage(delivery: TaskDelivery): Promise<Stage> {
+    // Shutting down: leave the task to the next coordinator rather than start it here.
+    if (stopping) return { next: 'handBack' };
     const parsed = parseTask(delivery.data);
     if (!parsed.ok) {
       refuse(delivery, parsed);
-      return;
+      return { next: 'refuse' };
     }
     const submission = parsed.value;
     const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
@@ -331,42 +317,39 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       to: pipeline,
       kind: 'task',
     });
-    if (running.has(taskId)) return; // a redelivery of a task this process is still running
-    const existing = await store.get(taskId);
-    if (existing && existing.value.streamSequence !== delivery.streamSequence) {
+    if (running.has(taskId)) return { next: 'leave' }; // a redelivery of a task this process is still running
+    const entry = await store.get(taskId);
+    if (entry && entry.value.streamSequence !== delivery.streamSequence) {
       logger.warn(
-        { taskId, pipeline, first: existing.value.streamSequence, again: delivery.streamSequence },
+        { taskId, pipeline, first: entry.value.streamSequence, again: delivery.streamSequence },
         'task id already submitted; ignoring the resubmission',
       );
-      delivery.ack();
-      return;
+      return { next: 'ack' };
     }
-    if (existing && existing.value.status !== 'running') {
+    if (entry && entry.value.status !== 'running') {
       // Delivered again after the end: the coordinator that ended it may have died before its final event
       // went out (it is acknowledged only after). Publishing the stored one again is harmless: same id. So is
       // storing a dead letter again (same message id), in case that was what the crash cut short.
-      const final = existing.value.final;
+      const final = entry.value.final;
       if (final?.kind === 'task.failed' && final.data.reason === 'max_deliveries') {
         await options.intake.deadLetter(
           pipeline,
           { ...delivery, deliveries: delivery.deliveryCount },
-          {
-            taskId,
-            message: final.data.message,
-          },
+          { taskId, message: final.data.message },
         );
       }
-      if (final) await conclude(taskId, delivery, final);
-      else delivery.ack();
-      return;
+      return final ? { next: 'conclude', final } : { next: 'ack' };
     }
     // Checked after the finished and duplicate cases, so only a task that would run again is given up on. A task
     // never recorded died before its claim: every delivery of it so far made no progress.
-    const stalls = existing ? stallsSoFar(existing.value) : delivery.deliveryCount - 1;
-    if (stalls >= maxDeliver) {
-      await giveUp(delivery, taskId, existing, stalls);
-      return;
-    }
+    const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
+    const work: Triaged = { delivery, taskId, submission, entry, stalls };
+    return stalls >= maxDeliver ? { next: 'giveUp', work } : { next: 'claim', work };
+  }
+
+  /** Claims the task in its record for this run (or creates the record), as the workflow's input. */
+  async function claim({ delivery, taskId, submission, entry, stalls }: Triaged): Promise<Stage> {
+    const existing = entry;
     const input: WorkflowInput = {
       taskId,
       pipeline,
@@ -390,8 +373,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       if (took === undefined) {
         // Another coordinator wrote the record meanwhile: let this delivery come back, and look again then.
         logger.warn({ taskId }, 'task record changed while resuming it; handing the delivery back');
-        delivery.nak(HAND_BACK_DELAY_MS);
-        return;
+        return { next: 'handBack' };
       }
       lease.revision = took;
     } else {
@@ -414,14 +396,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const owner = claimed === undefined ? await store.get(taskId) : undefined;
       if (claimed === undefined && owner?.value.streamSequence !== delivery.streamSequence) {
         logger.warn({ taskId, pipeline }, 'task id claimed by another submission; ignoring this delivery');
-        delivery.ack();
-        return;
+        return { next: 'ack' };
       }
       // Ours, with its reply lost: it bears another run's token only if that run took it over since.
-      if (claimed === undefined && owner?.value.runner !== lease.runner) {
-        delivery.nak(HAND_BACK_DELAY_MS);
-        return;
-      }
+      if (claimed === undefined && owner?.value.runner !== lease.runner) return { next: 'handBack' };
       lease.revision = claimed ?? owner?.revision ?? 0;
       publishSafely(taskId, () =>
         events.make(
@@ -448,10 +426,48 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           )
           .catch(() => undefined);
       }
-      delivery.nak(HAND_BACK_DELAY_MS);
-      return;
+      return { next: 'handBack' };
     }
-    await runTask({ input, delivery, scope, createdAt, snapshot: existing?.value.snapshot, lease });
+    const run: Run = { input, delivery, scope, createdAt, snapshot: existing?.value.snapshot, lease };
+    return { next: 'run', work: run };
+  }
+
+  /** Each delivery's lifecycle, with this runner's stages. */
+  const lifecycle = taskLifecycleMachine.provide({
+    actors: {
+      triage: fromPromise(({ input }) => triage(input)),
+      claim: fromPromise(({ input }) => claim(input as Triaged)),
+      giveUp: fromPromise(({ input }) => giveUp(input as Triaged)),
+      run: fromPromise(({ input }) => runTask(input as Run)),
+      conclude: fromPromise(({ input }) => conclude(input)),
+    },
+    actions: {
+      release: ({ context }) => running.get((context.work as Run).input.taskId)?.end({ kind: 'stopped' }),
+    },
+  });
+  /** The lifecycles of the deliveries being handled. */
+  const lifecycles = new Set<ReturnType<typeof createActor<typeof lifecycle>>>();
+
+  async function handle(delivery: TaskDelivery): Promise<void> {
+    const task = createActor(lifecycle, { input: { delivery }, clock });
+    lifecycles.add(task);
+    try {
+      task.start();
+      const { error } = await toPromise(task);
+      if (error !== undefined) throw error;
+    } finally {
+      lifecycles.delete(task);
+    }
+  }
+
+  /** A delivery of a task that may run: what it carries, and the task's record as read. */
+  interface Triaged {
+    delivery: TaskDelivery;
+    taskId: string;
+    submission: TaskSubmission;
+    entry: KvEntry<WorkflowRecord> | undefined;
+    /** Deliveries in a row, this one included, that made no progress. */
+    stalls: number;
   }
 
   interface Run {
@@ -463,7 +479,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     lease: Lease;
   }
 
-  async function runTask(run: Run): Promise<void> {
+  /**
+   * Runs the task's workflow to its end, or until it is released, and records how it ended; the lifecycle goes on
+   * from what this returns.
+   */
+  async function runTask(run: Run): Promise<Stage> {
     const { input, delivery, scope, createdAt, lease } = run;
     const { taskId } = input;
     let { revision } = lease;
@@ -578,10 +598,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       logger.error({ taskId }, message);
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       const final = failureEvent(scope, 'unresumable', message, emptyUsage(), durationMs);
-      if (await recordFailure(final, { usage: emptyUsage(), round: 1 })) {
-        await conclude(taskId, delivery, final);
-      }
-      return;
+      const recorded = await recordFailure(final, { usage: emptyUsage(), round: 1 });
+      return recorded ? { next: 'conclude', final } : { next: 'leave' };
     }
     actor.on('event', (emitted) => {
       const route = {
@@ -700,7 +718,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const outcome = await ended;
       await writes;
       // Another coordinator runs the task now: it publishes, acks or hands back; this one leaves it alone.
-      if (takenOver || outcome.kind === 'takenOver') return;
+      if (takenOver || outcome.kind === 'takenOver') return { next: 'leave' };
       // Measured from acceptance, so a resumed task reports its whole life.
       const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
       const context = actor.getSnapshot().context;
@@ -708,19 +726,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         case 'done': {
           const completed = final ?? finalEvent(scope, outcome.output, durationMs);
           // The last checkpoint did not land (it was too big, say): the ending is recorded without the snapshot.
-          if (!finalWritten && !(await recordEnding(outcome.output, completed, context))) return;
-          await conclude(taskId, delivery, completed);
-          return;
+          if (!finalWritten && !(await recordEnding(outcome.output, completed, context)))
+            return { next: 'leave' };
+          return { next: 'conclude', final: completed };
         }
         case 'stopped':
-          await handBack(taskId, delivery, fenced);
-          return;
+          await recordHandBack(taskId, fenced);
+          return { next: 'handBack' };
         case 'crashed': {
           // A fault of ours or of the task's data, not of the network: retrying would fail again.
           logger.error({ err: outcome.error, taskId }, outcome.message);
           const failed = failureEvent(scope, outcome.reason, outcome.message, context.usage, durationMs);
-          if (await recordFailure(failed, context)) await conclude(taskId, delivery, failed);
-          return;
+          return (await recordFailure(failed, context))
+            ? { next: 'conclude', final: failed }
+            : { next: 'leave' };
         }
       }
     } finally {
@@ -730,9 +749,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   }
 
   /** Shutdown: the task goes back to NATS, to be resumed from its checkpoint by a coordinator. */
-  async function handBack(
+  async function recordHandBack(
     taskId: string,
-    delivery: TaskDelivery,
     fenced: (value: WorkflowRecord) => Promise<boolean>,
   ): Promise<void> {
     await throughOutages(() => store.get(taskId))
@@ -742,7 +760,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         return fenced({ ...current.value, delivery: { ...current.value.delivery, handedBack: true } });
       })
       .catch((error: unknown) => logger.warn({ err: error, taskId }, 'cannot record the hand-back'));
-    delivery.nak(HAND_BACK_DELAY_MS);
   }
 
   function finalEvent(scope: EventScope, output: TaskOutput, durationMs: number): TroupeEvent {
@@ -830,7 +847,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       stopping = true;
       markStopping();
       control.unsubscribe();
-      for (const task of running.values()) task.end({ kind: 'stopped' });
+      for (const task of lifecycles) task.send({ type: 'stop' });
       await queue.stop();
     },
   };
