@@ -29,8 +29,8 @@ describe('a coordinator whose task was taken over', () => {
     const store = await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord);
     const record = await store.get('fenced-1');
     if (!record) throw new Error('no record');
-    expect(record.value.runner).toEqual(expect.any(String));
-    await store.put('fenced-1', { ...record.value, runner: 'another-coordinator' });
+    expect(record.value.lease).toEqual(expect.any(String));
+    await store.put('fenced-1', { ...record.value, lease: 'another-coordinator' });
 
     // At its next write of the record (the plan step's model wait, 100 ms in, or the step's end, 1.5 s in), this
     // coordinator finds the record is not its own.
@@ -48,6 +48,6 @@ describe('a coordinator whose task was taken over', () => {
     expect(completed.filter((step) => step !== 'plan')).toEqual([]);
     expect(kinds).not.toContain('task.completed');
     expect(kinds).not.toContain('task.failed');
-    expect((await store.get('fenced-1'))?.value.runner).toBe('another-coordinator');
+    expect((await store.get('fenced-1'))?.value.lease).toBe('another-coordinator');
   });
 });

@@ -261,7 +261,7 @@ describe('the pipeline runner', () => {
       const current = await store.get('task-9');
       const claimed = await store.update(
         'task-9',
-        { ...(current?.value as WorkflowRecord), runner: 'another' },
+        { ...(current?.value as WorkflowRecord), lease: 'another' },
         current?.revision ?? 0,
       );
       if (claimed === undefined) await claim();
@@ -273,6 +273,6 @@ describe('the pipeline runner', () => {
     expect(
       bus.events.filter((e: TroupeEvent) => e.taskId === 'task-9' && e.kind === 'task.completed'),
     ).toEqual([]);
-    expect((await store.get('task-9'))?.value.runner).toBe('another');
+    expect((await store.get('task-9'))?.value.lease).toBe('another');
   });
 });

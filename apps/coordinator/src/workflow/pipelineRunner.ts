@@ -170,9 +170,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const durationMs = existing ? Math.max(0, clock.now() - Date.parse(existing.createdAt)) : 0;
     const final = failureEvent(scope, 'max_deliveries', message, usage, durationMs);
     // A token of this ending's own: a run that still thinks it owns the task finds another's and stops.
-    const runner = randomUUID();
+    const lease = randomUUID();
     const ended: WorkflowRecord = existing
-      ? { ...existing, status: 'failed', state: 'failed', updatedAt: now(), final, runner }
+      ? { ...existing, status: 'failed', state: 'failed', updatedAt: now(), final, lease }
       : {
           taskId,
           pipeline,
@@ -185,7 +185,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           createdAt: now(),
           updatedAt: now(),
           final,
-          runner,
+          lease,
         };
     // Only over the record as read: if another coordinator wrote it since, it runs the task, and this leaves it be.
     const written = await throughOutages(() =>
@@ -363,11 +363,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const createdAt = existing?.value.createdAt ?? now();
     const progress = existing?.value.progress ?? 0;
     /** This run's claim on the task: whoever writes the record next with an older revision has lost it. */
-    const lease: Lease = { runner: randomUUID(), revision: 0, delivery: { progress, stalls } };
+    const lease: Lease = { token: randomUUID(), revision: 0, delivery: { progress, stalls } };
     if (existing) {
       const took = await store.update(
         taskId,
-        { ...existing.value, runner: lease.runner, delivery: lease.delivery, updatedAt: now() },
+        { ...existing.value, lease: lease.token, delivery: lease.delivery, updatedAt: now() },
         existing.revision,
       );
       if (took === undefined) {
@@ -388,7 +388,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         usage: emptyUsage(),
         createdAt,
         updatedAt: now(),
-        runner: lease.runner,
+        lease: lease.token,
         progress,
         delivery: lease.delivery,
       });
@@ -399,7 +399,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         return { next: 'ack' };
       }
       // Ours, with its reply lost: it bears another run's token only if that run took it over since.
-      if (claimed === undefined && owner?.value.runner !== lease.runner) return { next: 'handBack' };
+      if (claimed === undefined && owner?.value.lease !== lease.token) return { next: 'handBack' };
       lease.revision = claimed ?? owner?.revision ?? 0;
       publishSafely(taskId, () =>
         events.make(
@@ -417,7 +417,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     if (stopping) {
       // stop() began while this delivery was being claimed: leave it to the next coordinator, as a hand-back.
       const claimed = await store.get(taskId).catch(() => undefined);
-      if (claimed?.value.runner === lease.runner) {
+      if (claimed?.value.lease === lease.token) {
         await store
           .update(
             taskId,
@@ -527,7 +527,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       goal: input.goal,
       createdAt,
       updatedAt: now(),
-      runner: lease.runner,
+      lease: lease.token,
       progress,
       delivery: lease.delivery,
       ...definedOnly(fields),
@@ -545,7 +545,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       }
       // Our own write whose reply was lost bears our token; another coordinator's does not.
       const current = await throughOutages(() => store.get(taskId));
-      if (current?.value.runner === lease.runner) {
+      if (current?.value.lease === lease.token) {
         revision = current.revision;
         return true;
       }
@@ -855,7 +855,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
 
 /** This run's claim on a task: its token, the record revision it last wrote, and its delivery's progress mark. */
 interface Lease {
-  runner: string;
+  token: string;
   revision: number;
   delivery: { progress: number; stalls: number };
 }

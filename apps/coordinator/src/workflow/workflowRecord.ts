@@ -21,7 +21,7 @@ export const StepActivity = z.discriminatedUnion('kind', [
 export type StepActivity = z.infer<typeof StepActivity>;
 
 /** What the KV bucket `workflows` holds per task: where it stands, and the actor's persisted snapshot. */
-export const WorkflowRecord = z.object({
+const WorkflowRecordShape = z.object({
   taskId: TaskId,
   pipeline: Name,
   /** The `TASKS` message this task came from; a redelivery of it resumes, a new message with the same id is a duplicate. */
@@ -42,10 +42,11 @@ export const WorkflowRecord = z.object({
    */
   final: TroupeEvent.optional(),
   /**
-   * The run of a coordinator that owns the task now. Each run writes the record only at the revision it last
-   * wrote; finding another run's token there means the task was taken over, and the older run stops.
+   * The lease of the coordinator run that owns the task now: a token of that run's own. Each run writes the record
+   * only at the revision it last wrote; finding another run's token there means the task was taken over, and the
+   * older run stops.
    */
-  runner: z.string().optional(),
+  lease: z.string().optional(),
   /** Times a coordinator shutting down handed the task back (kept for records written before `delivery`). */
   handBacks: z.number().int().nonnegative().optional(),
   /** What its current step is doing, while it runs. */
@@ -64,6 +65,15 @@ export const WorkflowRecord = z.object({
     })
     .optional(),
 });
+
+/** Records written before the lease was named so kept it as `runner`: read as `lease`. */
+function fromOlderRecord(value: unknown): unknown {
+  if (typeof value !== 'object' || value === null || !('runner' in value)) return value;
+  const { runner, ...rest } = value as Record<string, unknown>;
+  return 'lease' in rest ? rest : { ...rest, lease: runner };
+}
+
+export const WorkflowRecord = z.preprocess(fromOlderRecord, WorkflowRecordShape);
 export type WorkflowRecord = z.infer<typeof WorkflowRecord>;
 
 /** How the task of a record ended, with the reason of a failure; undefined while it runs. */
