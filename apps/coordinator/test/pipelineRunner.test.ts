@@ -99,6 +99,18 @@ describe('the pipeline runner', () => {
     expect(task.settlement()).toEqual({ kind: 'ack' });
   });
 
+  it('claims a task on its first delivery without reading its record first', async () => {
+    const { intake, store } = await setUp();
+    const reads: number[] = [];
+    const create = store.create.bind(store);
+    store.create = async (key, value) => {
+      reads.push(store.reads);
+      return create(key, value);
+    };
+    await intake.deliver({ id: 'task-fast', goal: 'new' }).handled;
+    expect(reads).toEqual([0]);
+  });
+
   it('fails the task with the step’s error when a step fails, and acks it', async () => {
     const { intake, handlers, bus } = await setUp();
     handlers.executor = (delivery) =>

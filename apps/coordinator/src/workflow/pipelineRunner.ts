@@ -318,7 +318,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       kind: 'task',
     });
     if (running.has(taskId)) return { next: 'leave' }; // a redelivery of a task this process is still running
-    const entry = await store.get(taskId);
+    // A first delivery is almost always a new task: its claim creates the record, and reads it only when that finds
+    // one (a resubmitted id, or this very claim whose reply was lost), which saves a round trip on each new task.
+    const entry = delivery.deliveryCount > 1 ? await store.get(taskId) : undefined;
     if (entry && entry.value.streamSequence !== delivery.streamSequence) {
       logger.warn(
         { taskId, pipeline, first: entry.value.streamSequence, again: delivery.streamSequence },
@@ -395,7 +397,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.
       const owner = claimed === undefined ? await store.get(taskId) : undefined;
       if (claimed === undefined && owner?.value.streamSequence !== delivery.streamSequence) {
-        logger.warn({ taskId, pipeline }, 'task id claimed by another submission; ignoring this delivery');
+        logger.warn(
+          { taskId, pipeline, first: owner?.value.streamSequence, again: delivery.streamSequence },
+          'task id already submitted; ignoring the resubmission',
+        );
         return { next: 'ack' };
       }
       // Ours, with its reply lost: it bears another run's token only if that run took it over since.
