@@ -104,7 +104,7 @@ describe('the pipeline runner', () => {
     const reads: number[] = [];
     const create = store.create.bind(store);
     store.create = async (key, value) => {
-      reads.push(store.reads);
+      reads.push(store.gets);
       return create(key, value);
     };
     await intake.deliver({ id: 'task-fast', goal: 'new' }).handled;

@@ -14,15 +14,15 @@ export class MemoryKv<T> implements KeyValue<T> {
   #revision = 0;
   /** Writes so far (put, create, update, delete), for assertions about round trips. */
   writes = 0;
-  /** Reads so far (get), for assertions about round trips. */
-  reads = 0;
+  /** Gets so far, for assertions about round trips. */
+  gets = 0;
 
   constructor(schema?: z.ZodType<T>) {
     this.#schema = schema;
   }
 
   async get(key: string): Promise<KvEntry<T> | undefined> {
-    this.reads++;
+    this.gets++;
     const entry = this.#entries.get(key);
     return entry && { key, value: JSON.parse(entry.data) as T, revision: entry.revision };
   }

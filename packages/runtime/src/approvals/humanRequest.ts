@@ -4,6 +4,7 @@ import type { z } from 'zod';
 import type { KeyValue } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
+import { bridgeToActor } from '../transport/actorBridge.ts';
 import type { Bus, Delivery } from '../transport/bus.ts';
 
 /** A person's reply: a decision on an approval, or an answer to a question. */
@@ -88,10 +89,12 @@ export const humanRequestMachine = setup({
     /** The request's subject: each valid reply comes back as an event; invalid ones are answered by the bus. */
     listen: fromCallback<HumanRequestEvent, HumanRequestContext>(({ input, sendBack }) => {
       const { record, bus, schema, reporter } = input;
-      const subscription = bus.subscribe(
+      const subscription = bridgeToActor(
+        bus,
         subjects.approval(record.taskId, record.id),
         schema,
-        (delivery) => sendBack({ type: 'reply', delivery }),
+        { send: sendBack },
+        (_, delivery): HumanRequestEvent => ({ type: 'reply', delivery }),
         {
           reporter,
           meta: () => ({ taskId: record.taskId, from: 'human', to: record.agent, kind: record.kind }),
