@@ -440,22 +440,28 @@ describe('compileFlow: a run that fails', () => {
   });
 });
 
+/** A workflow whose planner answers and whose executor never does: started, and waiting in `execute`. */
+async function startedInExecute() {
+  let signal: AbortSignal | undefined;
+  const machine = compileFlow(pipeline()).provide({
+    actors: {
+      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal: stepSignal }) => {
+        if (input.request.agent === 'planner')
+          return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
+        signal = stepSignal;
+        return new Promise<StepRunOutput>(() => {});
+      }),
+    },
+  });
+  const actor = createActor(machine, { input: task });
+  actor.start();
+  await expect.poll(() => signal).toBeDefined();
+  return { machine, actor, stepSignal: () => signal };
+}
+
 describe('compileFlow: a cancel event', () => {
   it('ends the workflow cancelled from the step it is in, stops that step, and keeps what was spent', async () => {
-    let stepSignal: AbortSignal | undefined;
-    const machine = compileFlow(pipeline()).provide({
-      actors: {
-        runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
-          if (input.request.agent === 'planner')
-            return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
-          stepSignal = signal;
-          return new Promise<StepRunOutput>(() => {});
-        }),
-      },
-    });
-    const actor = createActor(machine, { input: task });
-    actor.start();
-    await expect.poll(() => stepSignal).toBeDefined();
+    const { machine, actor, stepSignal } = await startedInExecute();
     expect(actor.getSnapshot().value).toBe('execute');
 
     actor.send({ type: 'cancel', reason: 'changed my mind' });
@@ -467,7 +473,7 @@ describe('compileFlow: a cancel event', () => {
       output: 'the plan',
     });
     expect(output.usage).toEqual(usage(100, 10));
-    expect(stepSignal?.aborted).toBe(true);
+    expect(stepSignal()?.aborted).toBe(true);
 
     // A cancelled run stays cancelled when restored from its persisted snapshot.
     const restored = createActor(machine, { snapshot: actor.getPersistedSnapshot(), input: task });
@@ -486,25 +492,12 @@ describe('compileFlow: a cancel event', () => {
 
 describe('compileFlow: a release event', () => {
   it('ends this run released, not the task: the step stops and the output says why', async () => {
-    let stepSignal: AbortSignal | undefined;
-    const machine = compileFlow(pipeline()).provide({
-      actors: {
-        runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
-          if (input.request.agent === 'planner')
-            return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
-          stepSignal = signal;
-          return new Promise<StepRunOutput>(() => {});
-        }),
-      },
-    });
-    const actor = createActor(machine, { input: task });
-    actor.start();
-    await expect.poll(() => stepSignal).toBeDefined();
+    const { actor, stepSignal } = await startedInExecute();
     actor.send({ type: 'release', why: 'shutdown' });
     const output = await toPromise(actor);
     expect(actor.getSnapshot().value).toBe('released');
     expect(output).toMatchObject({ status: 'released', released: 'shutdown', output: 'the plan' });
-    expect(stepSignal?.aborted).toBe(true);
+    expect(stepSignal()?.aborted).toBe(true);
   });
 
   it('changes nothing once the workflow has ended its task', async () => {

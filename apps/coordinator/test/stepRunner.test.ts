@@ -1,6 +1,7 @@
 import {
   type AgentStepReply,
   AgentStepRequest,
+  type StepErrorCode,
   type StepHeartbeat,
   subjects,
   type UsageTotals,
@@ -36,6 +37,13 @@ const okReply = (stepId: string, output = 'done'): AgentStepReply => ({
   output,
   usage,
   turns: 1,
+});
+const failedReply = (stepId: string, code: StepErrorCode, message: string = code): AgentStepReply => ({
+  ok: false,
+  stepId,
+  error: { code, message },
+  usage,
+  turns: 0,
 });
 
 /**
@@ -223,13 +231,7 @@ describe('the step call', () => {
       attempts++;
       delivery.respond(
         attempts === 1
-          ? {
-              ok: false,
-              stepId: delivery.value.stepId,
-              error: { code: 'journal_unavailable', message: 'journal out of reach' },
-              usage,
-              turns: 0,
-            }
+          ? failedReply(delivery.value.stepId, 'journal_unavailable', 'journal out of reach')
           : okReply(delivery.value.stepId, 'second time'),
       );
     });
@@ -248,13 +250,7 @@ describe('the step call', () => {
       attempts++;
       delivery.respond(
         attempts < 4
-          ? {
-              ok: false,
-              stepId: delivery.value.stepId,
-              error: { code: 'worker_stopped', message: 'stopping' },
-              usage,
-              turns: 0,
-            }
+          ? failedReply(delivery.value.stepId, 'worker_stopped')
           : okReply(delivery.value.stepId, 'taken over'),
       );
     });
@@ -275,15 +271,7 @@ describe('the step call', () => {
 
   it('returns a step failure of the agent as its reply, not as an error', async () => {
     const { run, pass, worker } = setUp();
-    worker((delivery) =>
-      delivery.respond({
-        ok: false,
-        stepId: delivery.value.stepId,
-        error: { code: 'budget_exceeded', message: 'over budget' },
-        usage,
-        turns: 1,
-      }),
-    );
+    worker((delivery) => delivery.respond(failedReply(delivery.value.stepId, 'budget_exceeded')));
     const step = run();
     await pass(0);
     expect(step.settled()?.value).toMatchObject({ ok: false, error: { code: 'budget_exceeded' } });
