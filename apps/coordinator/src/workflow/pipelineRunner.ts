@@ -8,10 +8,8 @@ import {
   parseMessage,
   subjects,
   type TaskEnding,
-  type TaskFailureReason,
   TaskSubmission,
   type TroupeEvent,
-  type UsageTotals,
 } from '@troupe/protocol';
 import {
   type Bus,
@@ -20,34 +18,26 @@ import {
   type EventScope,
   endingOf,
   every,
-  isOutage,
   type KvEntry,
-  type KvStore,
   type Logger,
   logMessage,
   newTraceparent,
-  preview,
   sleep,
   throughOutages,
 } from '@troupe/runtime';
-import { createActor, fromPromise, type Snapshot, toPromise } from 'xstate';
+import { createActor, fromPromise, toPromise } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { compileFlow } from './compileFlow.ts';
 import { createStepRunner } from './stepRunner.ts';
+import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
-import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
-import {
-  endedTask,
-  type ReleaseReason,
-  type TaskOutput,
-  type WorkflowFailure,
-  type WorkflowInput,
-} from './workflowTypes.ts';
+import type { WorkflowRecord } from './workflowRecord.ts';
+import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
+import type { WorkflowInput } from './workflowTypes.ts';
 
-/** Where workflow records live: the KV bucket `workflows`, as far as the runner uses it. */
-export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update'>;
+export type { WorkflowStore } from './workflowRun.ts';
 
 export interface PipelineRunnerOptions {
   bus: Bus;
@@ -84,8 +74,6 @@ export interface PipelineRunner {
   stop(): Promise<void>;
 }
 
-/** Outputs in events are cut here (the whole output stays in the checkpoint), so an event fits a NATS message. */
-const MAX_EVENT_OUTPUT = 256 * 1024;
 /** How long a task's end waits for its final event to be stored before it says it is still waiting. */
 const FINAL_EVENT_WAIT_MS = 10_000;
 /**
@@ -95,39 +83,12 @@ const FINAL_EVENT_WAIT_MS = 10_000;
  */
 const EVENT_BACKLOG_HOLD = 2_000;
 
-/** How a task's run ended. Whichever comes first counts; the others find the run already ending. */
-type Ending =
-  | { kind: 'done'; output: TaskOutput }
-  /** This process is shutting down: the task is handed back to be resumed elsewhere. */
-  | { kind: 'stopped' }
-  /** Another coordinator owns the task now; this run leaves it alone. */
-  | { kind: 'takenOver' }
-  /** A fault while running the task (not while running a step): the task fails with `reason`. */
-  | { kind: 'crashed'; reason: 'internal' | 'checkpoint_failed'; message: string; error: unknown };
-
-/** What the workflow is told when its run ends from outside. */
-const RELEASES: Record<Exclude<Ending, { kind: 'done' }>['kind'], ReleaseReason> = {
-  stopped: 'shutdown',
-  takenOver: 'takenOver',
-  crashed: 'checkpointFailed',
-};
-
-const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
-
-interface RunningTask {
-  /** Ends the run; the first ending given wins, and only it gets true. */
-  end(ending: Ending): boolean;
-  /** Sends the workflow a cancel; false when its run is ending already (nothing is changed then). */
-  cancel(reason: string | undefined): boolean;
-  /** Records what the current step is doing, for `troupe status`. */
-  noteActivity(activity: StepActivity): void;
-}
-
 export async function startPipelineRunner(options: PipelineRunnerOptions): Promise<PipelineRunner> {
   const { bus, config, store, logger, clock } = options;
   const pipeline = config.name;
   const limits = options.limits ?? DEFAULT_INTAKE_LIMITS;
   const events = new EventFactory(clock);
+  const taskEvents = new TaskEvents(events, pipeline);
   const runStep = createStepRunner({
     bus,
     clock,
@@ -168,7 +129,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const scope = { pipeline, taskId, traceparent: existing ? traceOf(existing.snapshot) : newTraceparent() };
     const usage = existing?.usage ?? emptyUsage();
     const durationMs = existing ? Math.max(0, clock.now() - Date.parse(existing.createdAt)) : 0;
-    const final = failureEvent(scope, 'max_deliveries', message, usage, durationMs);
+    const final = taskEvents.failed(scope, 'max_deliveries', message, usage, durationMs);
     // A token of this ending's own: a run that still thinks it owns the task finds another's and stops.
     const lease = randomUUID();
     const ended: WorkflowRecord = existing
@@ -443,7 +404,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       triage: fromPromise(({ input }) => triage(input)),
       claim: fromPromise(({ input }) => claim(input as Triaged)),
       giveUp: fromPromise(({ input }) => giveUp(input as Triaged)),
-      run: fromPromise(({ input }) => runTask(input as Run)),
+      run: fromPromise(({ input }) =>
+        runWorkflow(input as Run, {
+          pipeline,
+          store,
+          clock,
+          logger,
+          machine,
+          events,
+          taskEvents,
+          agentOfStep,
+          keepAliveMs,
+          publish: publishSafely,
+          running,
+        }),
+      ),
       conclude: fromPromise(({ input }) => conclude(input)),
     },
     actions: {
@@ -473,342 +448,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     entry: KvEntry<WorkflowRecord> | undefined;
     /** Deliveries in a row, this one included, that made no progress. */
     stalls: number;
-  }
-
-  interface Run {
-    input: WorkflowInput;
-    delivery: TaskDelivery;
-    scope: EventScope;
-    createdAt: string;
-    snapshot: unknown;
-    lease: Lease;
-  }
-
-  /**
-   * Runs the task's workflow to its end, or until it is released, and records how it ended; the lifecycle goes on
-   * from what this returns.
-   */
-  async function runTask(run: Run): Promise<Stage> {
-    const { input, delivery, scope, createdAt, lease } = run;
-    const { taskId } = input;
-    let { revision } = lease;
-    let progress = lease.delivery.progress;
-    let takenOver = false;
-    let resolveEnding: (ending: Ending) => void = () => {};
-    const ended = new Promise<Ending>((resolve) => (resolveEnding = resolve));
-    /** How the run ends: the first ending given wins; false for the others. */
-    let ending: Ending | undefined;
-    const settleEnding = (next: Ending): boolean => {
-      if (ending !== undefined) return false;
-      ending = next;
-      resolveEnding(next);
-      return true;
-    };
-    const actor = createActor(machine, {
-      input,
-      clock,
-      ...(run.snapshot === undefined ? {} : { snapshot: run.snapshot as Snapshot<unknown> }),
-    });
-    /**
-     * Ends the run from outside the workflow (shutdown, takeover, a checkpoint that cannot be made): the workflow is
-     * sent `release`, which ends it `released` (never checkpointed) and its step call with it.
-     */
-    const end = (next: Exclude<Ending, { kind: 'done' }>): boolean => {
-      const won = settleEnding(next);
-      if (won && actor.getSnapshot().status === 'active')
-        actor.send({ type: 'release', why: RELEASES[next.kind] });
-      return won;
-    };
-    /** The record as this run writes it: the task, this run's claim and progress, and where the workflow is. */
-    const recordOf = (
-      fields: Pick<
-        WorkflowRecord,
-        'status' | 'state' | 'round' | 'usage' | 'snapshot' | 'final' | 'activity'
-      >,
-    ): WorkflowRecord => ({
-      taskId,
-      pipeline,
-      streamSequence: delivery.streamSequence,
-      goal: input.goal,
-      createdAt,
-      updatedAt: now(),
-      lease: lease.token,
-      progress,
-      delivery: lease.delivery,
-      ...definedOnly(fields),
-    });
-    /**
-     * Writes the record only if it is still as this run last left it. A conflict means another coordinator
-     * took the task over (this one was cut off longer than the ack wait): this run stops at once.
-     */
-    const fenced = async (value: WorkflowRecord): Promise<boolean> => {
-      if (takenOver) return false;
-      const written = await throughOutages(() => store.update(taskId, value, revision));
-      if (written !== undefined) {
-        revision = written;
-        return true;
-      }
-      // Our own write whose reply was lost bears our token; another coordinator's does not.
-      const current = await throughOutages(() => store.get(taskId));
-      if (current?.value.lease === lease.token) {
-        revision = current.revision;
-        return true;
-      }
-      takenOver = true;
-      logger.warn({ taskId }, `task ${taskId} was taken over by another coordinator; stopping it here`);
-      end({ kind: 'takenOver' });
-      return false;
-    };
-    /**
-     * Writes the ending of a workflow that completed or failed without its snapshot, when the checkpoint with it
-     * did not land. False when it cannot be written either: the message is then left to be delivered again.
-     */
-    const recordEnding = async (
-      output: TaskOutput,
-      event: TroupeEvent,
-      context: { usage: UsageTotals; round: number },
-    ): Promise<boolean> => {
-      const record = recordOf({
-        status: output.status,
-        state: output.status,
-        round: context.round,
-        usage: context.usage,
-        final: event,
-      });
-      const written = await fenced(record).catch((error: unknown) => {
-        logger.error(
-          { err: error, taskId },
-          `cannot record that task ${taskId} ${output.status}; it will run again`,
-        );
-        return false;
-      });
-      return written;
-    };
-    /** Writes the record of a failure other than the workflow's own, with its final event; false if taken over. */
-    const recordFailure = async (
-      final: TroupeEvent,
-      context: { usage: UsageTotals; round: number },
-    ): Promise<boolean> =>
-      fenced(
-        recordOf({ status: 'failed', state: 'failed', round: context.round, usage: context.usage, final }),
-      ).catch((error: unknown) => {
-        logger.error({ err: error, taskId }, `cannot record that task ${taskId} failed`);
-        return true;
-      });
-
-    const restored = actor.getSnapshot();
-    if (restored.status === 'error') {
-      // The checkpoint does not fit the flow as loaded now (the pipeline changed since): end the task, loudly.
-      const message = `task ${taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(restored.error)})`;
-      logger.error({ taskId }, message);
-      const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
-      const final = failureEvent(scope, 'unresumable', message, emptyUsage(), durationMs);
-      const recorded = await recordFailure(final, { usage: emptyUsage(), round: 1 });
-      return recorded ? { next: 'conclude', final } : { next: 'leave' };
-    }
-    actor.on('event', (emitted) => {
-      const route = {
-        ...(emitted.from === undefined ? {} : { from: emitted.from }),
-        ...(emitted.to === undefined ? {} : { to: emitted.to }),
-      };
-      publishSafely(taskId, () => events.make(emitted.kind, scope, emitted.data as never, route));
-    });
-    let writes = Promise.resolve();
-    let final: TroupeEvent | undefined;
-    /** The record as this run last wrote it (or is about to). */
-    let latest: WorkflowRecord | undefined;
-    /** Queued after the writes before it, so the record's revisions follow the workflow's transitions. */
-    /** Whether the record with the final status and event is stored. */
-    let finalWritten = false;
-    const write = (record: WorkflowRecord, onFailure: (error: unknown) => void) => {
-      latest = record;
-      writes = writes
-        .then(() => fenced(record))
-        .then((ok) => {
-          if (ok && record.final !== undefined) finalWritten = true;
-        })
-        .catch(onFailure);
-    };
-    const noteActivity = (activity: StepActivity) => {
-      // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
-      delivery.park(activity.kind === 'person' || activity.kind === 'model');
-      // The checkpoint that entered the step already says its agent works on it: the first heartbeat adds nothing.
-      if (latest?.status !== 'running' || sameActivity(latest.activity, activity)) return;
-      write({ ...latest, activity, updatedAt: now() }, (error) =>
-        logger.warn({ err: error, taskId }, 'cannot record what the step is doing'),
-      );
-    };
-    /** The first snapshot of a run rewrites the one it resumed from; each later one records a transition. */
-    let firstCheckpoint = true;
-    /** A snapshot that cannot be made or stored fails this task (logged as it ends); it never reaches the process. */
-    const poisoned = (error: unknown) =>
-      end({
-        kind: 'crashed',
-        reason: 'checkpoint_failed',
-        message: `cannot checkpoint task ${taskId}: ${errorMessage(error)}`,
-        error,
-      });
-    const persist = () => {
-      // A transition: the workflow works again (a step replied), so the task takes a working slot.
-      delivery.park(false);
-      let checkpoint: WorkflowRecord;
-      try {
-        const snap = actor.getSnapshot();
-        const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
-        const ended = snap.status === 'done' && endedTask(snap.output) ? snap.output : undefined;
-        const status = ended?.status ?? 'running';
-        const snapshot = actor.getPersistedSnapshot();
-        // The final event goes into the same write as the final status, so no crash can separate them.
-        if (ended) {
-          final = finalEvent(scope, ended, Math.max(0, clock.now() - Date.parse(createdAt)));
-        }
-        if (!firstCheckpoint) progress += 1;
-        firstCheckpoint = false;
-        const { round, usage } = snap.context;
-        const agent = status === 'running' ? agentOfStep.get(state) : undefined;
-        const activity =
-          agent === undefined ? undefined : { kind: 'agent' as const, step: state, agent, since: now() };
-        checkpoint = recordOf({ status, state, round, usage, snapshot, final, activity });
-      } catch (error) {
-        poisoned(error);
-        return;
-      }
-      // Retried through a reconnect: a lost checkpoint means more of the task runs again after a crash.
-      write(checkpoint, (error) => {
-        // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
-        if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
-        else poisoned(error);
-      });
-    };
-    actor.subscribe({
-      next: (snap) => {
-        // Let go by end(), which settled how the run ends: the last checkpoint stands, for the next run.
-        if (snap.status === 'done' && !endedTask(snap.output)) return;
-        if (snap.status === 'active' || snap.status === 'done') persist();
-        if (snap.status === 'done' && endedTask(snap.output))
-          settleEnding({ kind: 'done', output: snap.output });
-      },
-      error: (error) =>
-        settleEnding({
-          kind: 'crashed',
-          reason: 'internal',
-          message: `the workflow actor crashed: ${errorMessage(error)}`,
-          error,
-        }),
-    });
-    /** A cancel is an event of the workflow: it ends in `cancelled`, by the same path as any end of its own. */
-    const cancel = (reason: string | undefined): boolean => {
-      if (ending !== undefined || actor.getSnapshot().status !== 'active') return false;
-      actor.send({ type: 'cancel', ...(reason ? { reason } : {}) });
-      return true;
-    };
-    running.set(taskId, { end, cancel, noteActivity });
-    const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
-    try {
-      actor.start();
-      if (run.snapshot !== undefined) {
-        publishSafely(taskId, () =>
-          events.make(
-            'task.resumed',
-            scope,
-            {
-              state: String(restored.value),
-              round: restored.context.round,
-              deliveries: delivery.deliveryCount,
-            },
-            { from: 'workflow', to: pipeline },
-          ),
-        );
-      }
-      const outcome = await ended;
-      await writes;
-      // Another coordinator runs the task now: it publishes, acks or hands back; this one leaves it alone.
-      if (takenOver || outcome.kind === 'takenOver') return { next: 'leave' };
-      // Measured from acceptance, so a resumed task reports its whole life.
-      const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
-      const context = actor.getSnapshot().context;
-      switch (outcome.kind) {
-        case 'done': {
-          const completed = final ?? finalEvent(scope, outcome.output, durationMs);
-          // The last checkpoint did not land (it was too big, say): the ending is recorded without the snapshot.
-          if (!finalWritten && !(await recordEnding(outcome.output, completed, context)))
-            return { next: 'leave' };
-          return { next: 'conclude', final: completed };
-        }
-        case 'stopped':
-          await recordHandBack(taskId, fenced);
-          return { next: 'handBack' };
-        case 'crashed': {
-          // A fault of ours or of the task's data, not of the network: retrying would fail again.
-          logger.error({ err: outcome.error, taskId }, outcome.message);
-          const failed = failureEvent(scope, outcome.reason, outcome.message, context.usage, durationMs);
-          return (await recordFailure(failed, context))
-            ? { next: 'conclude', final: failed }
-            : { next: 'leave' };
-        }
-      }
-    } finally {
-      stopHeartbeat();
-      running.delete(taskId);
-    }
-  }
-
-  /** Shutdown: the task goes back to NATS, to be resumed from its checkpoint by a coordinator. */
-  async function recordHandBack(
-    taskId: string,
-    fenced: (value: WorkflowRecord) => Promise<boolean>,
-  ): Promise<void> {
-    await throughOutages(() => store.get(taskId))
-      .then((current) => {
-        if (!current?.value.delivery) return false;
-        // A clean stop is not a failure to make progress: the next delivery does not count this one.
-        return fenced({ ...current.value, delivery: { ...current.value.delivery, handedBack: true } });
-      })
-      .catch((error: unknown) => logger.warn({ err: error, taskId }, 'cannot record the hand-back'));
-  }
-
-  function finalEvent(scope: EventScope, output: TaskOutput, durationMs: number): TroupeEvent {
-    if (output.status === 'cancelled') {
-      return events.make(
-        'task.cancelled',
-        scope,
-        { ...(output.cancelReason ? { reason: output.cancelReason } : {}), usage: output.usage },
-        { from: 'user', to: pipeline },
-      );
-    }
-    if (output.status === 'completed') {
-      return events.make(
-        'task.completed',
-        scope,
-        {
-          output: preview(output.output, MAX_EVENT_OUTPUT),
-          ...(output.approved === undefined ? {} : { approved: output.approved }),
-          rounds: output.rounds,
-          usage: output.usage,
-          usageByAgent: output.usageByAgent,
-          durationMs,
-        },
-        { from: 'workflow', to: 'user' },
-      );
-    }
-    const failure: WorkflowFailure = output.failure ?? { reason: 'internal', message: 'the workflow failed' };
-    return failureEvent(scope, failure.reason, failure.message, output.usage, durationMs, failure.step);
-  }
-
-  function failureEvent(
-    scope: EventScope,
-    reason: TaskFailureReason,
-    message: string,
-    usage: UsageTotals,
-    durationMs: number,
-    step?: string,
-  ): TroupeEvent {
-    return events.make(
-      'task.failed',
-      scope,
-      { reason, message: preview(message, MAX_EVENT_OUTPUT), usage, durationMs, ...(step ? { step } : {}) },
-      { from: 'workflow', to: 'user' },
-    );
   }
 
   // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the
@@ -858,13 +497,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   };
 }
 
-/** This run's claim on a task: its token, the record revision it last wrote, and its delivery's progress mark. */
-interface Lease {
-  token: string;
-  revision: number;
-  delivery: { progress: number; stalls: number };
-}
-
 /**
  * Deliveries in a row that ended without progress, counting the last one: it made none when the record's progress
  * has not moved since it claimed the task, unless it was handed back at a clean shutdown.
@@ -875,13 +507,6 @@ function stallsSoFar(record: WorkflowRecord): number {
   if (last === undefined) return 0;
   if ((record.progress ?? 0) > last.progress) return 0;
   return last.handedBack ? last.stalls : last.stalls + 1;
-}
-
-/** Whether a step's activity is the one already recorded (its `since` aside). */
-function sameActivity(recorded: StepActivity | undefined, next: StepActivity): boolean {
-  if (recorded?.kind !== next.kind || recorded.step !== next.step || recorded.agent !== next.agent)
-    return false;
-  return recorded.kind !== 'person' || next.kind !== 'person' || recorded.request.id === next.request.id;
 }
 
 /** `Nats-Msg-Id` doubles as the task id when the payload has none, so `nats pub -H Nats-Msg-Id:…` works. */
@@ -899,8 +524,4 @@ function traceOf(snapshot: unknown): string {
   const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task
     ?.traceparent;
   return typeof trace === 'string' ? trace : newTraceparent();
-}
-
-function definedOnly<T extends object>(value: T): T {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
 }
