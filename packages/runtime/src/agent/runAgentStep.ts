@@ -14,7 +14,7 @@ import {
 } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import type { HumanGate, HumanRequestOptions, HumanScope, WaitingOn } from '../approvals/humanGate.ts';
-import { StepJournal } from '../durable/stepJournal.ts';
+import { StepJournal, type ToolCallRecord } from '../durable/stepJournal.ts';
 import type { Clock } from '../events/clock.ts';
 import { type EventFactory, type EventScope, preview } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -35,6 +35,7 @@ import {
 } from './agentMachine.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
+import { RecordedReplies } from './recordedReplies.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 import { stepTimeoutError } from './stepTimeout.ts';
 
@@ -209,25 +210,25 @@ async function summarize(
  * recorded result stands in, marked `journaled`, and nothing runs twice. The call is claimed in the journal
  * before it runs and its result recorded before the agent moves on. A call that was claimed and never
  * recorded (its process died mid-call) is in doubt: it runs again only when its tool is safe to repeat;
- * otherwise the model is told it may or may not have taken effect.
+ * otherwise the model is told it may or may not have taken effect. Returns the result with what the claim found.
  */
 async function runOnce(
   executor: ToolExecutor,
   deps: StepDeps,
-  claim: { key: string; run: string },
+  claim: { key: string; run: string; expectNew: boolean },
   call: ToolCall,
   signal: AbortSignal,
   approval: ApprovalDecision | undefined,
-): Promise<ToolResult> {
+): Promise<{ result: ToolResult; claimed: ToolCallRecord['state'] | undefined }> {
   const journal = deps.journal;
   const now = () => new Date(deps.clock.now());
   const { key, run } = claim;
   const record = await unlessUnavailable(() =>
-    journal?.claimToolCall(key, call.name, call.arguments, run, now()),
+    journal?.claimToolCall(key, call.name, call.arguments, run, now(), { expectNew: claim.expectNew }),
   );
   if (record?.state === 'done') {
     const { error, truncated, ...rest } = record.result;
-    return {
+    const result: ToolResult = {
       ...rest,
       ...(error ? { error } : {}),
       ...(truncated ? { truncated } : {}),
@@ -236,6 +237,7 @@ async function runOnce(
       durationMs: 0,
       journaled: true,
     };
+    return { result, claimed: record.state };
   }
   if (record?.state === 'in_doubt' && !deps.registry.get(call.name)?.rerunnable) {
     // All the journal knows: another run claimed the call and recorded no result. That run may have died, or may
@@ -255,12 +257,12 @@ async function runOnce(
       durationMs: 0,
     };
     await unlessUnavailable(() => journal?.recordToolResult(key, call.arguments, result, now()));
-    return result;
+    return { result, claimed: record.state };
   }
   const result = await executor.execute(call, signal, approval);
   if (journal && !signal.aborted)
     await unlessUnavailable(() => journal.recordToolResult(key, call.arguments, result, now()));
-  return result;
+  return { result, claimed: record?.state };
 }
 
 /**
@@ -305,10 +307,12 @@ async function startActor(
   deps: StepDeps,
   stopped: AbortSignal,
 ) {
+  const replies = new RecordedReplies(deps.journal, request.stepId);
   /** What the actor invoked is aborted when the step is stopped, with the step's reason. */
   const withReason = (signal: AbortSignal) => AbortSignal.any([stopped, signal]);
   const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);
-  await mkdir(workspace, { recursive: true });
+  // Only tools use the workspace: an agent without any never makes it. (The journal's first read is under way.)
+  if (agent.tools.length > 0) await mkdir(workspace, { recursive: true });
   const scope = scopeOf(request);
   const human = deps.human;
   /**
@@ -384,7 +388,7 @@ async function startActor(
       : {}),
   });
   const services: AgentServices = {
-    callModel: (input, signal) => callModel(agent, request, deps, input, signal),
+    callModel: (input, signal) => callModel(agent, request, deps, replies, input, signal),
     compactConversation: (input, signal) => summarize(agent, request, deps, input, signal),
     checkTools: (input) => Promise.all(input.calls.map((call) => executor.check(call))),
     awaitApprovals: async (input, signal) => {
@@ -401,14 +405,18 @@ async function startActor(
       ];
       return Object.fromEntries(await Promise.all(input.calls.map(decide)));
     },
-    runTools: (input, signal) =>
-      Promise.all(
+    runTools: async (input, signal) => {
+      const ran = await Promise.all(
         input.calls.map((call, index) => {
           const key = StepJournal.toolKey(request.stepId, input.turn, index);
           callTurns.set(call.id, { turn: input.turn, index });
-          return runOnce(executor, deps, { key, run }, call, signal, input.approvals?.[call.id]);
+          const expectNew = replies.madeHere(input.turn);
+          return runOnce(executor, deps, { key, run, expectNew }, call, signal, input.approvals?.[call.id]);
         }),
-      ),
+      );
+      if (ran.length > 0 && ran.every((call) => call.claimed === 'new')) replies.claimedAllNew(input.turn);
+      return ran.map((call) => call.result);
+    },
   };
   const actor = createActor(agentMachine, {
     clock: deps.clock,
@@ -444,19 +452,21 @@ async function callModel(
   agent: AgentDefinition,
   request: AgentStepRequest,
   deps: StepDeps,
+  replies: RecordedReplies,
   input: ModelCallInput,
   signal: AbortSignal,
 ): Promise<ModelCallResult> {
   const key = StepJournal.modelKey(request.stepId, input.turn);
   const journal = deps.journal;
   const recorded = await bestEffort(deps, request, 'read the journaled model reply', () =>
-    journal?.modelReply(key, input.messages),
+    replies.find(input.turn, input.messages),
   );
   if (recorded) return { ...recorded, journaled: true };
   const result = await askModel(agent, request, deps, input, signal);
   const standing = await bestEffort(deps, request, 'journal the model reply', () =>
     journal?.recordModelReply(key, input.messages, result, new Date(deps.clock.now())),
   );
+  if (standing?.journaled) replies.tookRecorded(input.turn);
   return standing ?? result;
 }
 

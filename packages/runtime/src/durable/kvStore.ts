@@ -16,14 +16,24 @@ import {
  * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while NATS cannot be reached:
  * long enough to wait out a nats-server restart or a reconnect. Only {@link isOutage} failures are tried again.
  */
-export function throughOutages<T>(op: () => Promise<T>): Promise<T> {
+export async function throughOutages<T>(op: () => Promise<T>): Promise<T> {
+  // Nearly every operation succeeds at once: only one that met an outage pays for the retry machinery.
+  try {
+    return await op();
+  } catch (error) {
+    if (!isOutage(error)) throw error;
+  }
+  // The same schedule as one p-retry run from the start: 250 ms, then doubling up to 2 s, 9 tries in all.
+  await new Promise((resolve) => setTimeout(resolve, FIRST_RETRY_MS));
   return pRetry(op, {
-    retries: 8,
-    minTimeout: 250,
+    retries: 7,
+    minTimeout: FIRST_RETRY_MS * 2,
     maxTimeout: 2_000,
     shouldRetry: ({ error }) => isOutage(error),
   });
 }
+
+const FIRST_RETRY_MS = 250;
 
 /**
  * nats.js errors of a slow, lost or restarting server, which a reconnect cures: those of a slow or lost

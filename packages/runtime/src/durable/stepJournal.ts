@@ -134,8 +134,19 @@ export class StepJournal {
 
   /** The reply recorded for this turn, if it answered this very conversation. */
   async modelReply(key: string, messages: readonly ChatMessage[]): Promise<ModelCallResult | undefined> {
+    return (await this.recordedReply(key))(messages);
+  }
+
+  /**
+   * Reads what is recorded for a turn now, to be matched to its conversation later: a step reads its first turn's
+   * record while it starts, before its conversation is ready to be asked.
+   */
+  async recordedReply(
+    key: string,
+  ): Promise<(messages: readonly ChatMessage[]) => ModelCallResult | undefined> {
     const entry = (await this.#get(key))?.value;
-    return entry?.kind === 'model.reply' && entry.conversation === digest(messages) ? entry.reply : undefined;
+    if (entry?.kind !== 'model.reply') return () => undefined;
+    return (messages) => (entry.conversation === digest(messages) ? entry.reply : undefined);
   }
 
   /**
@@ -190,6 +201,10 @@ export class StepJournal {
    * holds the claim and runs the call. `done`: it ran; here is its result. `in_doubt`: another run claimed it
    * and recorded no result — it died mid-call, or runs it now — so running it again could repeat its effect. A
    * record for a different tool or arguments (the step changed), or one that cannot be read, counts as new.
+   *
+   * `expectNew`: the caller made the reply that asked for the call (it did not replay it), so the key is almost
+   * surely free: the claim is written first, one round trip, and what is there read only when it is taken. Else
+   * what is there is read first, one round trip for a call that ran before (a failed create costs three).
    */
   async claimToolCall(
     key: string,
@@ -197,6 +212,7 @@ export class StepJournal {
     args: string,
     run: string,
     now: Date,
+    { expectNew = false }: { expectNew?: boolean } = {},
   ): Promise<ToolCallRecord> {
     const started: JournalEntry = {
       kind: 'tool.started',
@@ -205,6 +221,7 @@ export class StepJournal {
       run,
       startedAt: now.toISOString(),
     };
+    if (expectNew && (await this.#create(key, started)) !== undefined) return { state: 'new' };
     for (let attempt = 0; attempt < 3; attempt++) {
       const existing = (await this.#get(key))?.value;
       if (existing === undefined) {

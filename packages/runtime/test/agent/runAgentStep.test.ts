@@ -1,12 +1,13 @@
-import { access, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
 import type { AgentStepRequest, EventKind, EventOf, TroupeEvent } from '@troupe/protocol';
+import { MemoryKv } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps, taskWorkspace } from '../../src/agent/runAgentStep.ts';
-import type { StepJournal } from '../../src/durable/stepJournal.ts';
+import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
@@ -403,6 +404,7 @@ describe('runAgentStep: a journal out of reach', () => {
     });
     // Replies are best-effort; a tool call must be claimed before it runs, and here it cannot be.
     const journal = {
+      recordedReply: async () => () => undefined,
       modelReply: async () => undefined,
       recordModelReply: async () => {},
       claimToolCall: async () => {
@@ -417,5 +419,72 @@ describe('runAgentStep: a journal out of reach', () => {
     if (reply.ok) throw new Error('expected a failure');
     expect(reply.error.message).toMatch(/step journal cannot be reached: TIMEOUT/);
     await expect(access(path.join(root, 'demo', 'task-1', 'notes', 'hello.md'))).rejects.toThrow();
+  });
+});
+
+/** A journal bucket in memory that counts its reads, as `MemoryKv` counts its writes. */
+class CountingKv extends MemoryKv<JournalEntry> {
+  reads: string[] = [];
+
+  constructor() {
+    super(JournalEntry);
+  }
+
+  override async get(key: string) {
+    this.reads.push(key);
+    return super.get(key);
+  }
+}
+
+describe('runAgentStep: journal round trips', () => {
+  const twoTurns = () =>
+    recordingModel({
+      agents: { coder: [{ toolCalls: [writeCall('notes/hello.md', '# Hi')] }, { content: 'done' }] },
+    });
+
+  it('reads only the first turn of a new step: its calls claimed new, nothing can be recorded after them', async () => {
+    const kv = new CountingKv();
+    const { deps } = await setup({ journal: new StepJournal(kv) });
+
+    const reply = await runAgentStep(coder(twoTurns().model), request, deps);
+
+    expect(reply).toMatchObject({ ok: true, output: 'done' });
+    // No read of the claim before it is made, none of the second turn after a call claimed new.
+    expect(kv.reads).toEqual([StepJournal.modelKey(request.stepId, 1)]);
+    // Reply, claim, result, reply: every record is still made.
+    expect(kv.writes).toBe(4);
+  });
+
+  it('still replays every turn of a step run again, asking the model nothing', async () => {
+    const kv = new CountingKv();
+    const { deps, root } = await setup({ journal: new StepJournal(kv) });
+    await runAgentStep(coder(twoTurns().model), request, deps);
+    await rm(path.join(root, 'demo', 'task-1', 'notes', 'hello.md'));
+    kv.reads = [];
+    const again = twoTurns();
+
+    const reply = await runAgentStep(coder(again.model), request, deps);
+
+    expect(reply).toMatchObject({ ok: true, output: 'done' });
+    expect(again.requests).toHaveLength(0);
+    // The recorded call is not run again, and the second turn's reply is read, not asked for.
+    await expect(access(path.join(root, 'demo', 'task-1', 'notes', 'hello.md'))).rejects.toThrow();
+    // Each recorded record is read once, in order; nothing is written (no claim tried on a recorded call).
+    expect(kv.reads).toEqual([
+      StepJournal.modelKey(request.stepId, 1),
+      StepJournal.toolKey(request.stepId, 1, 0),
+      StepJournal.modelKey(request.stepId, 2),
+    ]);
+    expect(kv.writes).toBe(4);
+  });
+
+  it('makes no workspace for an agent without tools', async () => {
+    const { model } = recordingModel({ agents: { coder: [{ content: 'nothing to write' }] } });
+    const { deps, root } = await setup();
+
+    const reply = await runAgentStep(coder(model, { tools: [] }), request, deps);
+
+    expect(reply).toMatchObject({ ok: true, output: 'nothing to write' });
+    await expect(stat(path.join(root, 'demo', 'task-1'))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 });

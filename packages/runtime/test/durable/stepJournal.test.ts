@@ -1,0 +1,154 @@
+import { MemoryKv } from '@troupe/testkit';
+import { describe, expect, it, vi } from 'vitest';
+import { throughOutages } from '../../src/durable/kvStore.ts';
+import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
+
+const key = StepJournal.toolKey('task-1.code.1', 1, 0);
+const now = new Date('2025-01-01T00:00:00Z');
+
+describe('StepJournal.claimToolCall', () => {
+  it('claims a call expected new with one write and no read', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const journal = new StepJournal(kv);
+    const expectNew = { expectNew: true };
+
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-1', now, expectNew)).toEqual({
+      state: 'new',
+    });
+    expect(kv.gets).toBe(0);
+    expect(kv.writes).toBe(1);
+
+    // Expected new and found taken: what is there still decides.
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-2', now, expectNew)).toEqual({
+      state: 'in_doubt',
+      startedAt: now.toISOString(),
+    });
+  });
+
+  it('reads first when the call may have run before (its reply was replayed)', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const journal = new StepJournal(kv);
+
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-1', now)).toEqual({
+      state: 'new',
+    });
+    expect(kv.gets).toBe(1);
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-2', now)).toMatchObject({
+      state: 'in_doubt',
+    });
+    // One read and no write for a call found claimed.
+    expect(kv.gets).toBe(2);
+    expect(kv.writes).toBe(1);
+  });
+
+  it('reads what is there when the key is taken: its own claim, another run’s, a result, another call', async () => {
+    const journal = new StepJournal(new MemoryKv(JournalEntry));
+    await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-1', now);
+
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-1', now)).toEqual({
+      state: 'new',
+    });
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-2', now)).toEqual({
+      state: 'in_doubt',
+      startedAt: now.toISOString(),
+    });
+    await journal.recordToolResult(
+      key,
+      '{"line":"one"}',
+      { callId: 'c', tool: 'append', ok: true, output: 'ok', decision: 'allow', durationMs: 1 },
+      now,
+    );
+    expect(await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-2', now)).toEqual({
+      state: 'done',
+      result: { ok: true, output: 'ok', decision: 'allow' },
+    });
+    expect(await journal.claimToolCall(key, 'append', '{"line":"two"}', 'run-3', now)).toEqual({
+      state: 'new',
+    });
+  });
+});
+
+describe('StepJournal.recordedReply', () => {
+  it('reads a turn once and matches it to its conversation later', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const journal = new StepJournal(kv);
+    const modelKey = StepJournal.modelKey('task-1.code.1', 1);
+    const conversation = [{ role: 'user' as const, content: 'write a line' }];
+    await journal.recordModelReply(
+      modelKey,
+      conversation,
+      {
+        content: 'done',
+        toolCalls: [],
+        usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+        costUsd: 0,
+        finishReason: 'stop',
+        provider: 'scripted',
+        model: 'scripted',
+        durationMs: 1,
+      },
+      now,
+    );
+    kv.gets = 0;
+
+    const match = await journal.recordedReply(modelKey);
+
+    expect(match(conversation)).toMatchObject({ content: 'done' });
+    expect(match([{ role: 'user', content: 'another conversation' }])).toBeUndefined();
+    expect(kv.gets).toBe(1);
+  });
+});
+
+describe('throughOutages', () => {
+  const outage = () => Object.assign(new Error('timed out'), { name: 'TimeoutError' });
+
+  it('tries again after 250 ms, then 500 ms, as before the first try went without the retry machinery', async () => {
+    vi.useFakeTimers();
+    try {
+      let tries = 0;
+      const result = throughOutages(async () => {
+        tries++;
+        if (tries < 3) throw outage();
+        return 'stored';
+      });
+      await vi.advanceTimersByTimeAsync(249);
+      expect(tries).toBe(1);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(tries).toBe(2);
+      await vi.advanceTimersByTimeAsync(499);
+      expect(tries).toBe(2);
+      await vi.advanceTimersByTimeAsync(1);
+      await expect(result).resolves.toBe('stored');
+      expect(tries).toBe(3);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('gives up after 9 tries, 11.75 s of waits, and fails at once on what is not an outage', async () => {
+    vi.useFakeTimers();
+    try {
+      let tries = 0;
+      const result = throughOutages(async () => {
+        tries++;
+        throw outage();
+      });
+      const failed = expect(result).rejects.toThrow('timed out');
+      await vi.advanceTimersByTimeAsync(11_749);
+      expect(tries).toBe(8);
+      await vi.advanceTimersByTimeAsync(1);
+      await failed;
+      expect(tries).toBe(9);
+    } finally {
+      vi.useRealTimers();
+    }
+    let tries = 0;
+    await expect(
+      throughOutages(async () => {
+        tries++;
+        throw new Error('bad value');
+      }),
+    ).rejects.toThrow('bad value');
+    expect(tries).toBe(1);
+  });
+});
