@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { RegexWorker } from './regexWorker.ts';
 import { defineTool, type Tool } from './tool.ts';
 import { ToolError } from './toolError.ts';
-import { resolveInWorkspace } from './workspace.ts';
+import { locateInWorkspace, resolveInWorkspace } from './workspace.ts';
 
 const maxReadBytes = 1024 * 1024;
 const maxListEntries = 1000;
@@ -99,12 +99,14 @@ export const writeFileTool = defineTool({
     'Create or overwrite a file in the workspace with the given content. Parent directories are created.',
   input: WriteFileInput,
   async run({ path: requested, content }, ctx) {
-    const file = await resolveInWorkspace(ctx.workspace, requested, { tool: 'write_file' });
-    const existing = await statIfExists(file);
+    const target = await locateInWorkspace(ctx.workspace, requested, { tool: 'write_file' });
+    const file = target.path;
+    // What the resolution found missing needs no look of its own (each is a trip to the file system's threads).
+    const existing = target.exists ? await statIfExists(file) : undefined;
     if (existing?.isDirectory()) {
       throw new ToolError('invalid_arguments', `write_file: ${requested} is a directory, not a file`);
     }
-    await mkdir(path.dirname(file), { recursive: true });
+    if (!target.parentExists) await mkdir(path.dirname(file), { recursive: true });
     await writeAtomically(file, content, existing?.mode ?? 0o666, ctx.signal);
     return `wrote ${Buffer.byteLength(content)} bytes to ${requested}`;
   },

@@ -24,6 +24,28 @@ export async function resolveInWorkspace(
   requested: string,
   opts: ResolveOptions,
 ): Promise<string> {
+  return (await locateInWorkspace(workspace, requested, opts)).path;
+}
+
+/** A path resolved in the workspace, with what the resolution learnt of it on the way. */
+export interface LocatedPath {
+  /** The absolute real path, as {@link resolveInWorkspace} gives it. */
+  path: string;
+  /** Something is there (a file, a directory). */
+  exists: boolean;
+  /** Its parent directory is there: writing it makes no directory. */
+  parentExists: boolean;
+}
+
+/**
+ * {@link resolveInWorkspace}, also saying whether the path and its parent exist, as its walk found them: a tool that
+ * writes needs no look of its own.
+ */
+export async function locateInWorkspace(
+  workspace: string,
+  requested: string,
+  opts: ResolveOptions,
+): Promise<LocatedPath> {
   const refuse = (why: string) =>
     new ToolError('path_outside_workspace', `${opts.tool} refused: path ${shown(requested)} ${why}`);
   const lexicalProblem = lexicalRefusal(requested, workspace);
@@ -47,7 +69,7 @@ export async function resolveInWorkspace(
       `${opts.tool}: no file or directory ${shown(requested)} in the workspace`,
     );
   }
-  return resolved.path;
+  return resolved;
 }
 
 /** Why the path is refused before touching the file system, if it is. */
@@ -106,19 +128,22 @@ async function realWorkspace(workspace: string, tool: string): Promise<string> {
  * Real path of the deepest existing ancestor, with the missing rest appended: a path that does not exist yet
  * still cannot reach outside through a symlinked parent.
  */
-async function realpathOfDeepest(
-  target: string,
-  root: string,
-): Promise<{ path: string; exists: boolean } | 'dangling'> {
+async function realpathOfDeepest(target: string, root: string): Promise<LocatedPath | 'dangling'> {
   const missing: string[] = [];
   let current = target;
+  const found = (real: string): LocatedPath => ({
+    path: path.join(real, ...missing.reverse()),
+    exists: missing.length === 0,
+    parentExists: missing.length <= 1,
+  });
   for (;;) {
+    // The root is a real path already (the caller resolved it): no need to ask the file system again.
+    if (current === root) return found(root);
     const real = await realpathIfExists(current);
-    if (real !== undefined)
-      return { path: path.join(real, ...missing.reverse()), exists: missing.length === 0 };
+    if (real !== undefined) return found(real);
     if (await entryExists(current)) return 'dangling';
     // The workspace root was realpath'd already, so the walk always ends at or above it.
-    if (current === root || current === path.dirname(current)) return { path: target, exists: false };
+    if (current === path.dirname(current)) return { path: target, exists: false, parentExists: false };
     missing.push(path.basename(current));
     current = path.dirname(current);
   }

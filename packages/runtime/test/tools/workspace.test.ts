@@ -2,7 +2,7 @@ import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ToolError } from '../../src/tools/toolError.ts';
-import { resolveInWorkspace } from '../../src/tools/workspace.ts';
+import { locateInWorkspace, resolveInWorkspace } from '../../src/tools/workspace.ts';
 import { useTempDirs } from './tempDirs.ts';
 
 const tempDir = useTempDirs();
@@ -203,5 +203,45 @@ describe('resolveInWorkspace: refusals', () => {
     const error = await refusal(resolveInWorkspace(ws, 'dangling', { tool: 'write_file' }));
     expect(error.code).toBe('path_outside_workspace');
     expect(error.message).toContain('symlink whose target does not exist');
+  });
+});
+
+describe('locateInWorkspace', () => {
+  it('says what its walk found: the path, and whether it and its parent exist', async () => {
+    const { ws } = await setup();
+    const locate = (requested: string) => locateInWorkspace(ws, requested, { tool: 'write_file' });
+
+    await expect(locate('src/app.ts')).resolves.toEqual({
+      path: path.join(ws, 'src', 'app.ts'),
+      exists: true,
+      parentExists: true,
+    });
+    await expect(locate('src/new.ts')).resolves.toEqual({
+      path: path.join(ws, 'src', 'new.ts'),
+      exists: false,
+      parentExists: true,
+    });
+    await expect(locate('new.txt')).resolves.toEqual({
+      path: path.join(ws, 'new.txt'),
+      exists: false,
+      parentExists: true,
+    });
+    await expect(locate('a/b/c.txt')).resolves.toEqual({
+      path: path.join(ws, 'a', 'b', 'c.txt'),
+      exists: false,
+      parentExists: false,
+    });
+    await expect(locate('.')).resolves.toEqual({ path: ws, exists: true, parentExists: true });
+  });
+
+  it('finds the parent through a symlink inside the workspace', async () => {
+    const { ws } = await setup();
+    await symlink(path.join(ws, 'src'), path.join(ws, 'link'));
+
+    await expect(locateInWorkspace(ws, 'link/new.ts', { tool: 'write_file' })).resolves.toEqual({
+      path: path.join(ws, 'src', 'new.ts'),
+      exists: false,
+      parentExists: true,
+    });
   });
 });
