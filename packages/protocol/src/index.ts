@@ -28,6 +28,7 @@ export {
 } from './failure.ts';
 export { isName, isTaskId, NAME_PATTERN, Name, TASK_ID_PATTERN, TaskId } from './names.ts';
 export {
+  decodeMessage,
   exceedsDepth,
   formatIssues,
   formatPath,
@@ -36,6 +37,7 @@ export {
   type ParseLimits,
   type ParseResult,
   parseMessage,
+  validateMessage,
 } from './parse.ts';
 export {
   AgentStepReply,

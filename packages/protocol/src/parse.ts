@@ -44,6 +44,15 @@ export function parseMessage<S extends z.ZodType>(
   bytes: Uint8Array | string,
   limits: ParseLimits = {},
 ): ParseResult<z.infer<S>> {
+  const decoded = decodeMessage(bytes, limits);
+  return decoded.ok ? validateMessage(schema, decoded.value) : decoded;
+}
+
+/**
+ * The first half of {@link parseMessage}: UTF-8 JSON bytes decoded, within `limits`, not yet validated. For a
+ * reader that picks the schema from what the message is (a heartbeat or a reply), so the JSON is parsed once.
+ */
+export function decodeMessage(bytes: Uint8Array | string, limits: ParseLimits = {}): ParseResult<unknown> {
   if (limits.maxBytes !== undefined) {
     const size = typeof bytes === 'string' ? encoder.encode(bytes).length : bytes.length;
     if (size > limits.maxBytes)
@@ -75,6 +84,11 @@ export function parseMessage<S extends z.ZodType>(
       limit: 'maxDepth',
     };
   }
+  return { ok: true, value: json };
+}
+
+/** The second half of {@link parseMessage}: a decoded value checked against a schema. */
+export function validateMessage<S extends z.ZodType>(schema: S, json: unknown): ParseResult<z.infer<S>> {
   const result = schema.safeParse(json);
   if (result.success) return { ok: true, value: result.data };
   const issues = formatIssues(result.error.issues);

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { exceedsDepth, formatPath, MAX_MESSAGE_DEPTH, parseMessage, TaskSubmission } from '../src/index.ts';
+import {
+  decodeMessage,
+  exceedsDepth,
+  formatPath,
+  MAX_MESSAGE_DEPTH,
+  parseMessage,
+  TaskSubmission,
+  validateMessage,
+} from '../src/index.ts';
 
 const encode = (value: unknown): Uint8Array => new TextEncoder().encode(JSON.stringify(value));
 
@@ -125,6 +133,33 @@ describe('parse limits', () => {
   ] as [unknown, number][])('measures %j as %i levels', (value, levels) => {
     expect(exceedsDepth(value, levels)).toBe(false);
     if (levels > 0) expect(exceedsDepth(value, levels - 1)).toBe(true);
+  });
+});
+
+describe('decodeMessage and validateMessage', () => {
+  it('decode within the limits once, then validate against whichever schema fits', () => {
+    const decoded = decodeMessage('{"heartbeat":true,"stepId":"s"}');
+    expect(decoded).toEqual({ ok: true, value: { heartbeat: true, stepId: 's' } });
+    const Heartbeat = z.strictObject({ heartbeat: z.literal(true), stepId: z.string() });
+    expect(validateMessage(Heartbeat, decoded.ok ? decoded.value : undefined)).toEqual({
+      ok: true,
+      value: { heartbeat: true, stepId: 's' },
+    });
+    expect(validateMessage(z.strictObject({ ok: z.boolean() }), { heartbeat: true })).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining('payload failed validation'),
+    });
+  });
+
+  it('refuse what parseMessage refuses before any schema: not JSON, too deep, too big', () => {
+    expect(decodeMessage('{nope')).toMatchObject({ ok: false, reason: expect.stringContaining('not JSON') });
+    expect(
+      decodeMessage('['.repeat(MAX_MESSAGE_DEPTH + 1) + ']'.repeat(MAX_MESSAGE_DEPTH + 1)),
+    ).toMatchObject({
+      ok: false,
+      limit: 'maxDepth',
+    });
+    expect(decodeMessage('"abcdef"', { maxBytes: 4 })).toMatchObject({ ok: false, limit: 'maxBytes' });
   });
 });
 

@@ -134,6 +134,7 @@ export const stepCallMachine = setup({
     request: fromCallback<StepCallEvent, StepCallContext>(({ input: context, sendBack }) => {
       const { services, request } = context;
       const abort = new AbortController();
+      let settled = false;
       const left = timeLeft(context);
       // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
       const logLevel: MessageLogLevel | undefined = context.noWorkerSince === undefined ? undefined : 'debug';
@@ -159,10 +160,19 @@ export const stepCallMachine = setup({
           ...(logLevel ? { logLevel } : {}),
         },
       ).then(
-        (reply) => sendBack({ type: 'replied', reply }),
-        (error: unknown) => sendBack({ type: 'failed', error }),
+        (reply) => {
+          settled = true;
+          sendBack({ type: 'replied', reply });
+        },
+        (error: unknown) => {
+          settled = true;
+          sendBack({ type: 'failed', error });
+        },
       );
-      return () => abort.abort();
+      // Leaving the state while the request still waits stops it (a settled one needs nothing, and an abort costs).
+      return () => {
+        if (!settled) abort.abort();
+      };
     }),
   },
   delays: {

@@ -1,4 +1,4 @@
-import { ErrorReply, parseMessage } from '@troupe/protocol';
+import { decodeMessage, ErrorReply, validateMessage } from '@troupe/protocol';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../events/clock.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
@@ -90,21 +90,26 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
         finish(reply.error);
         return;
       }
-      const heartbeat = parseMessage(heartbeatSchema, reply.data);
-      if (heartbeat.ok) {
-        logMessage(bus.logger, 'trace', 'in', reply.subject, heartbeatMeta);
-        lastHeard = clock.now();
-        watchIdle();
-        options.onHeartbeat?.(heartbeat.value);
-        return;
+      // Decoded once; a heartbeat says so (`heartbeat: true`), and only then is it checked as one.
+      const decoded = decodeMessage(reply.data);
+      const json = decoded.ok ? decoded.value : undefined;
+      if ((json as { heartbeat?: unknown } | undefined)?.heartbeat === true) {
+        const heartbeat = validateMessage(heartbeatSchema, json);
+        if (heartbeat.ok) {
+          logMessage(bus.logger, 'trace', 'in', reply.subject, heartbeatMeta);
+          lastHeard = clock.now();
+          watchIdle();
+          options.onHeartbeat?.(heartbeat.value);
+          return;
+        }
       }
       logMessage(bus.logger, bus.messageLogLevel, 'in', reply.subject, answer);
-      const parsed = parseMessage(replySchema, reply.data);
+      const parsed = decoded.ok ? validateMessage(replySchema, json) : decoded;
       if (parsed.ok) {
         finish(undefined, parsed.value);
         return;
       }
-      const refusal = parseMessage(ErrorReply, reply.data);
+      const refusal = decoded.ok ? validateMessage(ErrorReply, json) : decoded;
       finish(
         refusal.ok
           ? new TransportError(refusal.value.error.code, refusal.value.error.message)
