@@ -252,6 +252,8 @@ describe('the pipeline runner', () => {
       'task-8.execute.1',
       'task-8.execute.1',
     ]);
+    // The first delivery's steps were fresh; the resumed run's may have run before, and are not.
+    expect(first.steps.map((s) => s.fresh)).toEqual([true, true, undefined]);
     expect(first.kinds('task-8')).toContain('task.resumed');
     expect(redelivered.settlement()).toEqual({ kind: 'ack' });
   });

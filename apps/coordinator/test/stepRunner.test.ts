@@ -61,9 +61,14 @@ function setUp(options: { noResponderWaitMs?: number } = {}) {
     noResponderWaitMs: options.noResponderWaitMs ?? 30_000,
     onActivity: (_taskId, change) => activity.push(change),
   });
-  const run = (request = stepRequest(), timeoutMs = 60_000, signal = new AbortController().signal) => {
+  const run = (
+    request = stepRequest(),
+    timeoutMs = 60_000,
+    signal = new AbortController().signal,
+    firstDelivery = false,
+  ) => {
     let outcome: { value?: StepRunOutput; error?: unknown } | undefined;
-    const done = runStep({ request, timeoutMs }, signal).then(
+    const done = runStep({ request, timeoutMs, firstDelivery }, signal).then(
       (value) => (outcome = { value }),
       (error: unknown) => (outcome = { error }),
     );
@@ -159,6 +164,30 @@ describe('the step call', () => {
     expect(step.settled()?.value).toMatchObject({ ok: true, output: 'from the second' });
     expect(first.received.map((r) => r.stepId)).toEqual(['task-1.write.1']);
     expect(second.received.map((r) => r.stepId)).toEqual(['task-1.write.1']);
+  });
+
+  it('marks the first send of a step of a first delivery fresh, and no resend', async () => {
+    const { run, pass, worker, heartbeat } = setUp();
+    let sends = 0;
+    const { received } = worker((delivery) => {
+      sends++;
+      // The first worker beats once and dies; the step goes again.
+      if (sends === 1) heartbeat(delivery);
+      else delivery.respond(okReply(delivery.value.stepId));
+    });
+    const step = run(stepRequest(), 60_000, new AbortController().signal, true);
+    await pass(4 * HEARTBEAT_MS);
+    expect(step.settled()?.value).toMatchObject({ ok: true });
+    expect(received.map((r) => r.fresh)).toEqual([true, undefined]);
+
+    const later = setUp();
+    const { received: resumed } = later.worker((delivery) =>
+      delivery.respond(okReply(delivery.value.stepId)),
+    );
+    const again = later.run(stepRequest(), 60_000, new AbortController().signal, false);
+    await later.pass(0);
+    await again.done;
+    expect(resumed[0]?.fresh).toBeUndefined();
   });
 
   it('fails with step_timeout at its time and the reply grace, without a reply', async () => {

@@ -66,6 +66,11 @@ export const AgentStepRequest = z.object({
    * so the workflow can tell a slow step from a dead worker and send the step to another one.
    */
   heartbeatMs: z.number().int().positive().optional(),
+  /**
+   * No run of this step can have started before: the task's first delivery sends the step for the first time. The
+   * host need not look in the step journal for what an earlier run recorded. Absent on every resend.
+   */
+  fresh: z.literal(true).optional(),
   /** The agent of the previous step, for the handoff trail. */
   from: z.string().optional(),
   traceparent: z.string().optional(),

@@ -98,7 +98,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     onActivity: (taskId, activity) => running.get(taskId)?.noteActivity(activity),
   });
   const machine = compileFlow(config).provide({
-    actors: { runStep: fromPromise(({ input, signal }) => runStep(input, signal)) },
+    actors: {
+      runStep: fromPromise(({ input, signal }) =>
+        runStep(
+          { ...input, firstDelivery: running.get(input.request.taskId)?.firstDelivery === true },
+          signal,
+        ),
+      ),
+    },
   });
   const running = new Map<string, RunningTask>();
   /** The agent of each step, by the step's id (the workflow's state while it runs). */
@@ -394,7 +401,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       }
       return { next: 'handBack' };
     }
-    const run: Run = { input, delivery, scope, createdAt, snapshot: existing?.value.snapshot, lease };
+    const run: Run = {
+      firstDelivery: existing === undefined && delivery.deliveryCount === 1,
+      input,
+      delivery,
+      scope,
+      createdAt,
+      snapshot: existing?.value.snapshot,
+      lease,
+    };
     return { next: 'run', work: run };
   }
 

@@ -37,6 +37,8 @@ export interface StepCallInput {
   /** How long the step may take in all, from `started`. */
   timeoutMs: number;
   started: number;
+  /** The task's first delivery: the first send of the step is `fresh` (no run of it can have started before). */
+  firstDelivery: boolean;
 }
 
 /** How the call ended: the agent's reply, or why there was none. */
@@ -141,7 +143,12 @@ export const stepCallMachine = setup({
       requestWithHeartbeats(
         services.bus,
         context.subject,
-        { ...request, timeoutMs: left, heartbeatMs: services.heartbeatMs },
+        {
+          ...request,
+          timeoutMs: left,
+          heartbeatMs: services.heartbeatMs,
+          ...(context.firstDelivery && context.attempts === 1 ? { fresh: true as const } : {}),
+        },
         AgentStepReply,
         StepHeartbeat,
         {

@@ -55,6 +55,7 @@ export function createStepRunner(options: StepRunnerOptions) {
         subject: subjects.agent(request.pipeline, request.agent),
         timeoutMs,
         started,
+        firstDelivery: input.firstDelivery === true,
       },
     });
     const stopWatching = bus.onStatus((status) => {

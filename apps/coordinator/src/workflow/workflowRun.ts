@@ -47,6 +47,8 @@ export interface RunningTask {
   cancel(reason: string | undefined): boolean;
   /** Records what the current step is doing, for `troupe status`. */
   noteActivity(activity: StepActivity): void;
+  /** The run is the task's first delivery: its steps' first sends are `fresh`. */
+  readonly firstDelivery: boolean;
 }
 
 /** What a run needs of its pipeline runner. */
@@ -77,6 +79,8 @@ interface Lease {
 }
 
 export interface Run {
+  /** The task's first delivery, which created its record: none of its steps can have run before. */
+  firstDelivery: boolean;
   input: WorkflowInput;
   delivery: TaskDelivery;
   scope: EventScope;
@@ -303,7 +307,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     actor.send({ type: 'cancel', ...(reason ? { reason } : {}) });
     return true;
   };
-  running.set(taskId, { end, cancel, noteActivity });
+  running.set(taskId, { end, cancel, noteActivity, firstDelivery: run.firstDelivery });
   const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
   try {
     actor.start();

@@ -30,6 +30,8 @@ export interface WorkflowInput {
 export interface StepRunInput {
   request: AgentStepRequest;
   timeoutMs: number;
+  /** This run is the task's first delivery: a step it sends for the first time has never run (see `fresh`). */
+  firstDelivery?: boolean;
 }
 
 /** The agent's reply and how long the step took. */

@@ -19,9 +19,14 @@ export class RecordedReplies {
   /** Turns whose reply came from the journal: an earlier run acted on it, and may have claimed its calls. */
   readonly #replayed = new Set<number>();
 
-  constructor(journal: StepJournal | undefined, stepId: string) {
+  /** `fresh`: no run of the step can have started before this one (the request says so): nothing is recorded yet. */
+  constructor(journal: StepJournal | undefined, stepId: string, fresh = false) {
     this.#journal = journal;
     this.#stepId = stepId;
+    if (fresh) {
+      this.#unrecorded = 1;
+      return;
+    }
     this.#first = journal?.recordedReply(StepJournal.modelKey(stepId, 1));
     // Read early and looked at only when the first turn comes: a step stopped before it must not leave a rejection.
     this.#first?.catch(() => undefined);

@@ -307,7 +307,7 @@ async function startActor(
   deps: StepDeps,
   stopped: AbortSignal,
 ) {
-  const replies = new RecordedReplies(deps.journal, request.stepId);
+  const replies = new RecordedReplies(deps.journal, request.stepId, request.fresh === true);
   /** What the actor invoked is aborted when the step is stopped, with the step's reason. */
   const withReason = (signal: AbortSignal) => AbortSignal.any([stopped, signal]);
   const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);

@@ -455,6 +455,17 @@ describe('runAgentStep: journal round trips', () => {
     expect(kv.writes).toBe(4);
   });
 
+  it('reads nothing for a step the request says is fresh: no run of it can have started before', async () => {
+    const kv = new CountingKv();
+    const { deps } = await setup({ journal: new StepJournal(kv) });
+
+    const reply = await runAgentStep(coder(twoTurns().model), { ...request, fresh: true }, deps);
+
+    expect(reply).toMatchObject({ ok: true, output: 'done' });
+    expect(kv.reads).toEqual([]);
+    expect(kv.writes).toBe(4);
+  });
+
   it('still replays every turn of a step run again, asking the model nothing', async () => {
     const kv = new CountingKv();
     const { deps, root } = await setup({ journal: new StepJournal(kv) });
