@@ -10,7 +10,6 @@ export {
   agentMachine,
   type CallDecision,
   type ModelCallInput,
-  type ModelCallResult,
   type OutputSpec,
   parseStructured,
   parseVerdict,

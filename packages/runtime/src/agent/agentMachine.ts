@@ -2,7 +2,9 @@ import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@
 import { addUsage, zeroUsage } from '@troupe/llm';
 import {
   type ApprovalDecision,
+  type ConversationSummary,
   isStepErrorCode,
+  type ModelReply,
   type StepBudget,
   type StepErrorCode,
   type StepExpect,
@@ -14,18 +16,6 @@ import { z } from 'zod';
 import type { ApprovalAsk } from '../approvals/approvalAsk.ts';
 
 /** What the injected model actor returns for one call. */
-export interface ModelCallResult {
-  content: string;
-  toolCalls: ToolCall[];
-  usage: Usage;
-  costUsd: number;
-  finishReason: string;
-  provider: string;
-  model: string;
-  durationMs: number;
-  /** The reply was recorded by an earlier run of the step; the model was not asked again. */
-  journaled?: boolean;
-}
 
 /** The policy's word on one call before it runs. */
 export interface CallDecision {
@@ -68,10 +58,10 @@ export interface AgentMachineInput {
  * without `awaitApprovals` every `ask` call is denied. Tests may instead `.provide()` the actors themselves.
  */
 export interface AgentServices {
-  callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelCallResult>;
+  callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelReply>;
   runTools(input: RunToolsInput, signal: AbortSignal): Promise<ToolResult[]>;
   /** Summarizes older turns (it calls the agent's model). */
-  compactConversation(input: CompactionInput, signal: AbortSignal): Promise<CompactionResult>;
+  compactConversation(input: CompactionInput, signal: AbortSignal): Promise<ConversationSummary>;
   checkTools?(input: { calls: ToolCall[] }): Promise<CallDecision[]>;
   awaitApprovals?(input: ApprovalsInput, signal: AbortSignal): Promise<Record<string, ApprovalDecision>>;
 }
@@ -143,16 +133,11 @@ export interface AgentOutput {
 
 /** Events the agent emits for the outside world (the host turns them into wire events). */
 /** What a compaction returns: the summary, and what the model call cost. */
-export interface CompactionResult {
-  summary: string;
-  usage: Usage;
-  costUsd: number;
-}
 
 export type AgentEmitted =
   | { type: 'context.compacted'; before: number; after: number; estimatedTokens: number; summary: string }
   | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
-  | ({ type: 'llm.response'; turn: number } & ModelCallResult)
+  | ({ type: 'llm.response'; turn: number } & ModelReply)
   | { type: 'llm.error'; turn: number; code: string; message: string }
   | { type: 'tool.call'; turn: number; index: number; callId: string; tool: string; arguments: string }
   | ({ type: 'tool.result'; turn: number; index: number } & ToolResult);
@@ -186,13 +171,13 @@ export const agentMachine = setup({
     emitted: {} as AgentEmitted,
   },
   actors: {
-    callModel: fromPromise<ModelCallResult, Served<ModelCallInput>>(({ input, signal }) =>
+    callModel: fromPromise<ModelReply, Served<ModelCallInput>>(({ input, signal }) =>
       service(input, 'callModel')(input, signal),
     ),
     runTools: fromPromise<ToolResult[], Served<RunToolsInput>>(({ input, signal }) =>
       service(input, 'runTools')(input, signal),
     ),
-    compactConversation: fromPromise<CompactionResult, Served<CompactionInput>>(({ input, signal }) =>
+    compactConversation: fromPromise<ConversationSummary, Served<CompactionInput>>(({ input, signal }) =>
       service(input, 'compactConversation')(input, signal),
     ),
     checkTools: fromPromise<CallDecision[], Served<{ calls: ToolCall[] }>>(async ({ input }) =>
@@ -224,9 +209,9 @@ export const agentMachine = setup({
       estimateTokens(context.messages) > context.contextTokens &&
       olderTurns(context.messages).length > 0,
     budgetLeft: ({ context }) => spentBudget(context) === undefined,
-    wantsTools: (_, reply: ModelCallResult) => reply.toolCalls.length > 0,
-    emptyReply: (_, reply: ModelCallResult) => reply.content.trim() === '',
-    outputInvalid: ({ context }, reply: ModelCallResult) => {
+    wantsTools: (_, reply: ModelReply) => reply.toolCalls.length > 0,
+    emptyReply: (_, reply: ModelReply) => reply.content.trim() === '',
+    outputInvalid: ({ context }, reply: ModelReply) => {
       const schema = outputSchemaOf(context);
       return schema !== undefined && parseStructured(reply.content, schema) === undefined;
     },
@@ -234,7 +219,7 @@ export const agentMachine = setup({
     needsApproval: (_, checks: CallDecision[]) => checks.some((c) => c.decision === 'ask'),
   },
   actions: {
-    recordReply: assign(({ context }, reply: ModelCallResult) => ({
+    recordReply: assign(({ context }, reply: ModelReply) => ({
       usage: addUsage(context.usage, reply.usage),
       costUsd: context.costUsd + reply.costUsd,
       messages: [
@@ -251,7 +236,7 @@ export const agentMachine = setup({
       repairs: context.repairs + 1,
       messages: [...context.messages, { role: 'user' as const, content: repairPrompt(context) }],
     })),
-    finish: assign(({ context }, reply: ModelCallResult) => {
+    finish: assign(({ context }, reply: ModelReply) => {
       const schema = outputSchemaOf(context);
       if (schema === undefined) return { output: reply.content };
       const structured = parseStructured(reply.content, schema);

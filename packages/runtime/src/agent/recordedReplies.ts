@@ -1,8 +1,8 @@
 import type { ChatMessage } from '@troupe/llm';
+import type { ModelReply } from '@troupe/protocol';
 import { StepJournal } from '../durable/stepJournal.ts';
-import type { ModelCallResult } from './agentMachine.ts';
 
-type Match = (messages: readonly ChatMessage[]) => ModelCallResult | undefined;
+type Match = (messages: readonly ChatMessage[]) => ModelReply | undefined;
 
 /**
  * Where one run of a step looks for the model replies its journal recorded, with as few reads on its way as it
@@ -33,7 +33,7 @@ export class RecordedReplies {
   }
 
   /** The reply recorded for this turn, if it answered this very conversation; throws when the journal fails. */
-  async find(turn: number, messages: readonly ChatMessage[]): Promise<ModelCallResult | undefined> {
+  async find(turn: number, messages: readonly ChatMessage[]): Promise<ModelReply | undefined> {
     const journal = this.#journal;
     if (journal === undefined || turn === this.#unrecorded) return undefined;
     const first = turn === 1 ? this.#first : undefined;

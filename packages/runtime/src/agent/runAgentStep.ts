@@ -6,7 +6,9 @@ import {
   type AgentStepReply,
   type AgentStepRequest,
   type ApprovalDecision,
+  type ConversationSummary,
   isStepErrorCode,
+  type ModelReply,
   type StepError,
   type StepErrorCode,
   type ToolResult,
@@ -29,9 +31,7 @@ import {
   type ApprovalAsk,
   agentMachine,
   type CompactionInput,
-  type CompactionResult,
   type ModelCallInput,
-  type ModelCallResult,
 } from './agentMachine.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
@@ -165,7 +165,7 @@ async function summarize(
   deps: StepDeps,
   input: CompactionInput,
   signal: AbortSignal,
-): Promise<CompactionResult> {
+): Promise<ConversationSummary> {
   const key = StepJournal.compactionKey(request.stepId, input.index);
   const journal = deps.journal;
   const recorded = await bestEffort(deps, request, 'read the journaled summary', () =>
@@ -194,7 +194,7 @@ async function summarize(
   );
   if (response.content.trim() === '') throw new Error('the model returned an empty summary');
   const provider = response.provider ?? agent.model.provider;
-  const result: CompactionResult = {
+  const result: ConversationSummary = {
     summary: response.content,
     usage: response.usage,
     costUsd: deps.price?.(provider, response.model, response) ?? 0,
@@ -455,7 +455,7 @@ async function callModel(
   replies: RecordedReplies,
   input: ModelCallInput,
   signal: AbortSignal,
-): Promise<ModelCallResult> {
+): Promise<ModelReply> {
   const key = StepJournal.modelKey(request.stepId, input.turn);
   const journal = deps.journal;
   const recorded = await bestEffort(deps, request, 'read the journaled model reply', () =>
@@ -494,7 +494,7 @@ async function askModel(
   deps: StepDeps,
   input: ModelCallInput,
   signal: AbortSignal,
-): Promise<ModelCallResult> {
+): Promise<ModelReply> {
   const started = deps.clock.now();
   const scope = scopeOf(request);
   const ref = { agent: agent.name, stepId: request.stepId, turn: input.turn };

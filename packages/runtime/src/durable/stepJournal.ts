@@ -1,16 +1,18 @@
 import { createHash } from 'node:crypto';
 import type { ChatMessage } from '@troupe/llm';
-import { BUCKETS, emptyUsage, sumUsage, ToolResult, type UsageTotals } from '@troupe/protocol';
+import {
+  BUCKETS,
+  type ConversationSummary,
+  emptyUsage,
+  ModelReply,
+  sumUsage,
+  TokenUsage,
+  ToolResult,
+  type UsageTotals,
+} from '@troupe/protocol';
 import { z } from 'zod';
-import type { CompactionResult, ModelCallResult } from '../agent/agentMachine.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { type KeyValue, KvStore, throughOutages } from './kvStore.ts';
-
-const UsageRecord = z.object({
-  inputTokens: z.number(),
-  outputTokens: z.number(),
-  cachedTokens: z.number(),
-});
 
 /** What the journal keeps of a tool call's result: what a run that finds it needs to hand it back. */
 const ToolResultRecord = ToolResult.pick({
@@ -21,16 +23,8 @@ const ToolResultRecord = ToolResult.pick({
   truncated: true,
 });
 
-const ModelReplyRecord = z.object({
-  content: z.string(),
-  toolCalls: z.array(z.object({ id: z.string(), name: z.string(), arguments: z.string() })),
-  usage: UsageRecord,
-  costUsd: z.number(),
-  finishReason: z.string(),
-  provider: z.string(),
-  model: z.string(),
-  durationMs: z.number(),
-});
+/** What the journal keeps of a model's reply: the reply itself (whether it was replayed is the reader's to say). */
+const ModelReplyRecord = ModelReply.omit({ journaled: true });
 
 /**
  * One record of a step's journal. Everything an agent learns from outside itself — a model's reply, a
@@ -66,7 +60,7 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     kind: z.literal('compaction'),
     conversation: z.string(),
     summary: z.string(),
-    usage: UsageRecord,
+    usage: TokenUsage,
     costUsd: z.number(),
     recordedAt: z.string(),
   }),
@@ -133,7 +127,7 @@ export class StepJournal {
   }
 
   /** The reply recorded for this turn, if it answered this very conversation. */
-  async modelReply(key: string, messages: readonly ChatMessage[]): Promise<ModelCallResult | undefined> {
+  async modelReply(key: string, messages: readonly ChatMessage[]): Promise<ModelReply | undefined> {
     return (await this.recordedReply(key))(messages);
   }
 
@@ -141,9 +135,7 @@ export class StepJournal {
    * Reads what is recorded for a turn now, to be matched to its conversation later: a step reads its first turn's
    * record while it starts, before its conversation is ready to be asked.
    */
-  async recordedReply(
-    key: string,
-  ): Promise<(messages: readonly ChatMessage[]) => ModelCallResult | undefined> {
+  async recordedReply(key: string): Promise<(messages: readonly ChatMessage[]) => ModelReply | undefined> {
     const entry = (await this.#get(key))?.value;
     if (entry?.kind !== 'model.reply') return () => undefined;
     return (messages) => (entry.conversation === digest(messages) ? entry.reply : undefined);
@@ -157,9 +149,9 @@ export class StepJournal {
   async recordModelReply(
     key: string,
     messages: readonly ChatMessage[],
-    reply: ModelCallResult,
+    reply: ModelReply,
     now: Date,
-  ): Promise<ModelCallResult> {
+  ): Promise<ModelReply> {
     const { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs } = reply;
     const entry: JournalEntry = {
       kind: 'model.reply',
@@ -175,7 +167,7 @@ export class StepJournal {
     return reply;
   }
 
-  async compaction(key: string, messages: readonly ChatMessage[]): Promise<CompactionResult | undefined> {
+  async compaction(key: string, messages: readonly ChatMessage[]): Promise<ConversationSummary | undefined> {
     const entry = (await this.#get(key))?.value;
     return entry?.kind === 'compaction' && entry.conversation === digest(messages)
       ? { summary: entry.summary, usage: entry.usage, costUsd: entry.costUsd }
@@ -185,7 +177,7 @@ export class StepJournal {
   async recordCompaction(
     key: string,
     messages: readonly ChatMessage[],
-    result: CompactionResult,
+    result: ConversationSummary,
     now: Date,
   ): Promise<void> {
     await this.#put(key, {

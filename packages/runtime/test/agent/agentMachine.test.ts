@@ -5,7 +5,7 @@ import {
   type ToolCall,
   type ToolDefinition,
 } from '@troupe/llm';
-import type { ToolResult } from '@troupe/protocol';
+import type { ModelReply, ToolResult } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import {
@@ -15,7 +15,6 @@ import {
   type AgentServices,
   agentMachine,
   type ModelCallInput,
-  type ModelCallResult,
   parseVerdict,
 } from '../../src/agent/agentMachine.ts';
 
@@ -65,7 +64,7 @@ function reply(
   content: string,
   toolCalls: ToolCall[] = [],
   usage = { inputTokens: 10, outputTokens: 2 },
-): ModelCallResult {
+): ModelReply {
   return {
     content,
     toolCalls,
@@ -115,7 +114,7 @@ interface Run {
  * and a tool runner that answers with `tools` (defaults to every call succeeding).
  */
 async function run(
-  replies: (ModelCallResult | Error | string)[],
+  replies: (ModelReply | Error | string)[],
   options: {
     input?: Partial<AgentMachineInput>;
     tools?: (input: ToolsInput) => Promise<ToolResult[]>;
@@ -127,7 +126,7 @@ async function run(
   const runTools = options.tools ?? (async ({ calls }: ToolsInput) => calls.map((c) => result(c.id)));
   const machine = agentMachine.provide({
     actors: {
-      callModel: fromPromise<ModelCallResult, ModelInput>(async ({ input }) => {
+      callModel: fromPromise<ModelReply, ModelInput>(async ({ input }) => {
         modelInputs.push(input);
         const next = queue.shift();
         if (next === undefined) throw new Error('the test model has no more replies');
@@ -519,7 +518,7 @@ describe('agentMachine: summaries count as model calls', () => {
     let calls = 0;
     const machine = agentMachine.provide({
       actors: {
-        callModel: fromPromise<ModelCallResult, ModelCallInput>(async () => {
+        callModel: fromPromise<ModelReply, ModelCallInput>(async () => {
           calls++;
           return reply('', [{ id: `c${calls}`, name: 'write_file', arguments: '{}' }]);
         }),
