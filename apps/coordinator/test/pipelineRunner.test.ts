@@ -220,6 +220,28 @@ describe('the pipeline runner', () => {
     });
   });
 
+  it('hands a task back when the stop comes between its claim and its run', async () => {
+    const { intake, bus, runner, store } = await setUp();
+    // The stop lands just after the claim has looked at whether the runner is stopping.
+    const publishEvent = bus.publishEvent.bind(bus);
+    let stopped: Promise<void> | undefined;
+    bus.publishEvent = (event) => {
+      if (event.kind === 'task.accepted')
+        queueMicrotask(() => {
+          stopped = runner.stop();
+        });
+      return publishEvent(event);
+    };
+    const task = intake.deliver({ id: 'task-gap', goal: 'claimed as it stops' });
+    await task.handled;
+    await stopped;
+    expect(task.settlement()).toMatchObject({ kind: 'nak' });
+    expect((await store.get('task-gap'))?.value).toMatchObject({
+      status: 'running',
+      delivery: expect.objectContaining({ handedBack: true }),
+    });
+  });
+
   it('resumes a handed-back task from its checkpoint: the steps done are not run again', async () => {
     const first = await setUp();
     let stepArrived = () => {};

@@ -432,6 +432,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           keepAliveMs,
           publish: publishSafely,
           running,
+          stopping: () => stopping,
         }),
       ),
       conclude: fromPromise(({ input }) => conclude(input)),

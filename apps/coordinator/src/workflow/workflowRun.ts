@@ -69,6 +69,8 @@ export interface WorkflowRunServices {
   publish(taskId: string, make: () => TroupeEvent): Promise<boolean>;
   /** The runs in progress in this process, by task id: a run is in it while it goes. */
   running: Map<string, RunningTask>;
+  /** Whether this process is stopping: a run that starts then is released at once (its task handed back). */
+  stopping(): boolean;
 }
 
 export /** This run's claim on a task: its token, the record revision it last wrote, and its delivery's progress mark. */
@@ -311,7 +313,9 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
   const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
   try {
     actor.start();
-    if (run.snapshot !== undefined) {
+    // Stopping began after the claim, before this run was in `running` for stop() to release: release it now.
+    if (services.stopping()) end({ kind: 'stopped' });
+    else if (run.snapshot !== undefined) {
       services.publish(taskId, () =>
         events.make(
           'task.resumed',
