@@ -277,6 +277,7 @@ export class MemoryBus implements Bus {
     queue: string | undefined,
     receive: (message: CarriedMessage) => void,
   ): BusSubscription {
+    if (this.#closed) throw new TransportError('closed', `cannot subscribe to ${subject}: the bus is closed`);
     const listener: Listener = { tokens: subject.split('.'), queue, receive };
     this.#listeners.add(listener);
     let close: () => void = () => {};

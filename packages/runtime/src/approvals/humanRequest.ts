@@ -5,7 +5,7 @@ import type { KeyValue } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
 import { bridgeToActor } from '../transport/actorBridge.ts';
-import type { Bus, Delivery } from '../transport/bus.ts';
+import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
 
 /** A person's reply: a decision on an approval, or an answer to a question. */
 export type HumanReply = { by?: string | undefined } & Record<string, unknown>;
@@ -89,17 +89,25 @@ export const humanRequestMachine = setup({
     /** The request's subject: each valid reply comes back as an event; invalid ones are answered by the bus. */
     listen: fromCallback<HumanRequestEvent, HumanRequestContext>(({ input, sendBack }) => {
       const { record, bus, schema, reporter } = input;
-      const subscription = bridgeToActor(
-        bus,
-        subjects.approval(record.taskId, record.id),
-        schema,
-        { send: sendBack },
-        (_, delivery): HumanRequestEvent => ({ type: 'reply', delivery }),
-        {
-          reporter,
-          meta: () => ({ taskId: record.taskId, from: 'human', to: record.agent, kind: record.kind }),
-        },
-      );
+      let subscription: BusSubscription;
+      try {
+        subscription = bridgeToActor(
+          bus,
+          subjects.approval(record.taskId, record.id),
+          schema,
+          { send: sendBack },
+          (_, delivery): HumanRequestEvent => ({ type: 'reply', delivery }),
+          {
+            reporter,
+            meta: () => ({ taskId: record.taskId, from: 'human', to: record.agent, kind: record.kind }),
+          },
+        );
+      } catch (error) {
+        // The connection is closing (the host is stopping): nobody can answer here; the step is being stopped.
+        const why = `cannot listen for a reply: ${error instanceof Error ? error.message : String(error)}`;
+        sendBack({ type: 'stop', why });
+        return () => {};
+      }
       return () => subscription.unsubscribe();
     }),
     /** The request's record in KV: a decision written there comes back as an event. */

@@ -205,6 +205,13 @@ describe('the human gate', () => {
     expect((await store.get(id))?.value.status).toBe('pending');
   });
 
+  it('fails the call, not the process, when it cannot listen for a reply (the connection is closing)', async () => {
+    const { bus, gate } = setUp();
+    await bus.close();
+    await expect(gate.approve(ask, scope, new AbortController().signal)).rejects.toThrow();
+    expect(gate.waitingOn(scope.stepId)).toBeUndefined();
+  });
+
   it('asks a question, tells listeners it waits, and returns the answer', async () => {
     const { bus, gate, pendingId, decide } = setUp();
     const changes: string[] = [];
