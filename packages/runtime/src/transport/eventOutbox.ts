@@ -137,6 +137,7 @@ export class EventOutbox {
         onRecovered: () =>
           this.#logger.info({ pendingEvents: this.#pending.size }, 'events are being stored again'),
         random: Math.random,
+        hasPending: () => this.#pending.size > 0,
       },
     });
     this.#state = 'idle';

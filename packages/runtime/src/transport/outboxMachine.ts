@@ -33,6 +33,8 @@ export interface OutboxMachineInput {
   onRecovered: () => void;
   /** Jitter in [0, 1); `Math.random` in production. */
   random: () => number;
+  /** Whether events wait to be sent: after a backoff with none, the outbox goes idle until the next. */
+  hasPending: () => boolean;
 }
 
 interface OutboxContext extends OutboxMachineInput {
@@ -53,7 +55,8 @@ type Failed = { event: { error: unknown } };
 /**
  * The lifecycle of the event outbox (see `EventOutbox`), apart from its queue:
  *
- * - `idle`: nothing was ever sent; the first event starts a probe (a connection that never publishes one never asks).
+ * - `idle`: nothing to send (none yet, or none left after a backoff); the next event starts a probe (a connection
+ *   that never publishes one never asks).
  * - `probing`: looking whether the `EVENTS` stream exists; events wait.
  * - `streaming`: events go through JetStream and wait for its ack.
  * - `plain`: no stream stores events; they go out as plain messages, and every {@link RECHECK_MS} the stream is
@@ -82,6 +85,7 @@ export const outboxMachine = setup({
   guards: {
     unstored: ({ context }, error: unknown) => context.unstoredReason(error, context.sawStream) !== undefined,
     probeNext: ({ context }) => context.probeNext,
+    nothingPending: ({ context }) => !context.hasPending(),
   },
   actions: {
     failed: assign(({ context }, p: { error: unknown; probe: boolean }) => {
@@ -161,7 +165,12 @@ export const outboxMachine = setup({
     },
     backingOff: {
       after: {
-        backoff: [{ guard: 'probeNext', target: 'probing' }, { target: 'streaming' }],
+        backoff: [
+          // Nothing to send: no more rounds (and no more warnings) until there is.
+          { guard: 'nothingPending', target: 'idle', actions: assign({ failures: 0 }) },
+          { guard: 'probeNext', target: 'probing' },
+          { target: 'streaming' },
+        ],
       },
       on: { reconnect: [{ guard: 'probeNext', target: 'probing' }, { target: 'streaming' }] },
     },

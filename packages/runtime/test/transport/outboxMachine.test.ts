@@ -6,6 +6,7 @@ import { type OutboxMachineInput, outboxMachine, RECHECK_MS } from '../../src/tr
 /** The outbox's lifecycle on a simulated clock, with probes the test answers and what it was told recorded. */
 function start(overrides: Partial<OutboxMachineInput> = {}) {
   const clock = new SimulatedClock();
+  let pending = true;
   const probes: { resolve: () => void; reject: (error: unknown) => void }[] = [];
   const told: string[] = [];
   const actor = createActor(outboxMachine, {
@@ -21,6 +22,7 @@ function start(overrides: Partial<OutboxMachineInput> = {}) {
       onRecovered: () => told.push('recovered'),
       // The middle of the jitter: every wait is exactly its base.
       random: () => 0.5,
+      hasPending: () => pending,
       ...overrides,
     },
   });
@@ -28,7 +30,17 @@ function start(overrides: Partial<OutboxMachineInput> = {}) {
   const state = () => actor.getSnapshot().value;
   /** Lets a probe's answer reach the actor. */
   const settle = () => new Promise((resolve) => setImmediate(resolve));
-  return { clock, actor, probes, told, state, settle };
+  return {
+    clock,
+    actor,
+    probes,
+    told,
+    state,
+    settle,
+    setPending: (now: boolean) => {
+      pending = now;
+    },
+  };
 }
 
 describe('the event outbox lifecycle', () => {
@@ -145,6 +157,22 @@ describe('the event outbox lifecycle', () => {
     probes[1]?.resolve();
     await settle();
     expect(state()).toBe('streaming');
+  });
+
+  it('goes idle after a backoff with nothing left to send, and probes again for the next event', async () => {
+    const { clock, actor, probes, told, state, settle, setPending } = start();
+    actor.send({ type: 'pending' });
+    probes[0]?.reject(new Error('timed out'));
+    await settle();
+    setPending(false);
+    clock.advance(100);
+    expect(state()).toBe('idle');
+    clock.advance(60_000);
+    expect(probes).toHaveLength(1);
+    expect(told).toEqual(['backoff 100']);
+    setPending(true);
+    actor.send({ type: 'pending' });
+    expect(state()).toBe('probing');
   });
 
   it('stops for good, with no timer left', async () => {
