@@ -10,7 +10,7 @@ export interface MemoryDelivery {
   delivery: TaskDelivery;
   /** Settles when the runner's handler returns. */
   handled: Promise<void>;
-  /** How the runner settled it, once it has. */
+  /** How the runner settled it, once it has; throws when it was settled more than once. */
   settlement(): Settlement | undefined;
   /** Times the runner said it was still working on it. */
   keepAlives(): number;
@@ -71,11 +71,11 @@ export class MemoryTaskIntake implements TaskIntake {
   ): MemoryDelivery {
     const queue = this.#options;
     if (!queue) throw new Error('the runner has not started the intake yet');
-    let settlement: Settlement | undefined;
+    const settlements: Settlement[] = [];
     let keepAlives = 0;
     let parked = false;
     const settle = (how: Settlement) => {
-      settlement ??= how;
+      settlements.push(how);
       if (parked) this.#parked--;
       parked = false;
     };
@@ -92,7 +92,7 @@ export class MemoryTaskIntake implements TaskIntake {
       nak: (delayMs) => settle({ kind: 'nak', ...(delayMs === undefined ? {} : { delayMs }) }),
       working: () => void keepAlives++,
       park: (now) => {
-        if (settlement || now === parked) return;
+        if (settlements.length > 0 || now === parked) return;
         parked = now;
         this.#parked += now ? 1 : -1;
       },
@@ -100,12 +100,14 @@ export class MemoryTaskIntake implements TaskIntake {
     const handled = queue.handle(delivery);
     this.#active.add(handled);
     void handled.finally(() => this.#active.delete(handled)).catch(() => {});
-    return {
-      delivery,
-      handled,
-      settlement: () => settlement,
-      keepAlives: () => keepAlives,
-      parked: () => parked,
+    const settlement = () => {
+      if (settlements.length > 1) {
+        throw new Error(
+          `the delivery was settled ${settlements.length} times: ${JSON.stringify(settlements)}`,
+        );
+      }
+      return settlements[0];
     };
+    return { delivery, handled, settlement, keepAlives: () => keepAlives, parked: () => parked };
   }
 }

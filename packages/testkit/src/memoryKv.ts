@@ -63,8 +63,12 @@ export class MemoryKv<T> implements KeyValue<T> {
     const watchers = this.#watchers.get(key) ?? new Set();
     this.#watchers.set(key, watchers);
     watchers.add(onValue);
-    const current = await this.get(key);
-    if (current) queueMicrotask(() => watchers.has(onValue) && onValue(current));
+    // The value now, read at once: a write after this call is told after it, in order.
+    const entry = this.#entries.get(key);
+    if (entry) {
+      const current = { key, value: JSON.parse(entry.data) as T, revision: entry.revision };
+      queueMicrotask(() => watchers.has(onValue) && onValue(current));
+    }
     return () => watchers.delete(onValue);
   }
 
