@@ -9,7 +9,7 @@ import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
 import type { Bus } from '../transport/bus.ts';
 import type { ApprovalAsk } from './approvalAsk.ts';
-import { decidedFrom, type HumanReply, humanRequestMachine } from './humanRequest.ts';
+import { decidedFrom, type HumanOutcome, type HumanReply, humanRequestMachine } from './humanRequest.ts';
 import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
 /** Who is asking: the task, the agent and its step. */
@@ -72,12 +72,6 @@ export interface NatsHumanGateOptions {
   /** How long a person has to decide or answer. */
   timeoutMs: number;
 }
-
-type Outcome<T> =
-  | { kind: 'decided'; value: T; by?: string; stored?: boolean }
-  | { kind: 'expired' }
-  /** The step stopped while the request waited, and will not wait on it again. */
-  | { kind: 'closed'; why: string };
 
 /**
  * Asks people over NATS. Each request gets an unguessable id, is recorded in KV as pending, announced as an
@@ -268,7 +262,7 @@ export class NatsHumanGate implements HumanGate {
     storedValue: (record: HumanRequest) => z.infer<S> | undefined,
     announce: (id: string, expiresAt: string) => void,
     signal: AbortSignal,
-  ): Promise<{ id: string; outcome: Outcome<z.infer<S>> }> {
+  ): Promise<{ id: string; outcome: HumanOutcome<z.infer<S>> }> {
     const { bus, store, clock } = this.#o;
     const earlierEntry = options.id === undefined ? undefined : await store.get(options.id);
     const earlier = earlierEntry?.value;
@@ -334,7 +328,7 @@ export class NatsHumanGate implements HumanGate {
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
       if (signal.aborted) stop();
       else if (!earlier) announce(id, record.expiresAt);
-      const outcome = (await toPromise(asking)) as Outcome<z.infer<S>>;
+      const outcome = (await toPromise(asking)) as HumanOutcome<z.infer<S>>;
       const leftForNextRun = signal.aborted && (this.#detached || this.#leftPending.has(record.stepId));
       if (leftForNextRun) {
         throw new ToolError('cancelled', `${record.kind} ${id} is left pending for the next run of the step`);
@@ -361,7 +355,7 @@ export class NatsHumanGate implements HumanGate {
   async #close(
     record: HumanRequest,
     pendingRevision: number,
-    outcome: Outcome<{ by?: string | undefined }>,
+    outcome: HumanOutcome<{ by?: string | undefined }>,
     abortReason: unknown,
   ): Promise<void> {
     if (outcome.kind === 'decided' && outcome.stored) return;
@@ -391,7 +385,7 @@ function whyStopped(reason: unknown): string {
 /** The record of a request once it ended: decided, answered, or expired (also when its step stopped). */
 function closedRecord(
   record: HumanRequest,
-  outcome: Outcome<{ by?: string | undefined }>,
+  outcome: HumanOutcome<{ by?: string | undefined }>,
   now: number,
 ): HumanRequest {
   const decided = outcome.kind === 'decided' ? (outcome.value as Record<string, unknown>) : undefined;

@@ -10,10 +10,10 @@ import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
 /** A person's reply: a decision on an approval, or an answer to a question. */
 export type HumanReply = { by?: string | undefined } & Record<string, unknown>;
 
-/** How a request ended for the step that waited on it. */
-export type HumanOutcome =
+/** How a request ended for the step that waited on it; `T` is the reply, typed by the caller's schema. */
+export type HumanOutcome<T extends { by?: string | undefined } = HumanReply> =
   /** `stored`: the decision is in KV (a receipt was given, or it was written there while nobody listened). */
-  | { kind: 'decided'; value: HumanReply; by?: string; stored?: boolean }
+  | { kind: 'decided'; value: T; by?: string; stored?: boolean }
   | { kind: 'expired' }
   /** The step stopped while the request waited, and will not wait on it again. */
   | { kind: 'closed'; why: string };
