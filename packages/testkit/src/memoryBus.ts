@@ -23,6 +23,7 @@ import {
   TransportError,
 } from '@troupe/runtime';
 import type { z } from 'zod';
+import { subjectMatches } from './subjectMatches.ts';
 
 /** A message as the bus carried it, for assertions. */
 export interface CarriedMessage {
@@ -340,14 +341,4 @@ export class MemoryBus implements Bus {
       failed(error);
     }
   }
-}
-
-/** Whether a subscription's subject (with `*` and `>` wildcards) matches a message's subject, token by token. */
-function subjectMatches(pattern: readonly string[], subject: readonly string[]): boolean {
-  for (let i = 0; i < pattern.length; i++) {
-    const token = pattern[i];
-    if (token === '>') return subject.length > i;
-    if (i >= subject.length || (token !== '*' && token !== subject[i])) return false;
-  }
-  return pattern.length === subject.length;
 }

@@ -1,5 +1,6 @@
 import type { KeyValue, KvEntry } from '@troupe/runtime';
 import type { z } from 'zod';
+import { subjectMatches } from './subjectMatches.ts';
 
 /**
  * A {@link KeyValue} bucket in memory, for unit tests: revisions that grow with every write across the bucket (as a
@@ -49,14 +50,7 @@ export class MemoryKv<T> implements KeyValue<T> {
     const keys = [...this.#entries.keys()];
     if (filter === undefined) return keys;
     const pattern = filter.split('.');
-    return keys.filter((key) => {
-      const tokens = key.split('.');
-      for (let i = 0; i < pattern.length; i++) {
-        if (pattern[i] === '>') return tokens.length > i;
-        if (i >= tokens.length || (pattern[i] !== '*' && pattern[i] !== tokens[i])) return false;
-      }
-      return pattern.length === tokens.length;
-    });
+    return keys.filter((key) => subjectMatches(pattern, key.split('.')));
   }
 
   async watch(key: string, onValue: (entry: KvEntry<T>) => void): Promise<() => void> {
