@@ -6,8 +6,8 @@ import {
   subjects,
 } from '@troupe/protocol';
 import { type Bus, type BusSubscription, describeEnding, throughOutages } from '@troupe/runtime';
-import type { WorkflowStore } from '../workflow/pipelineRunner.ts';
 import { endingOfRecord, type WorkflowRecord } from '../workflow/workflowRecord.ts';
+import type { WorkflowStore } from '../workflow/workflowRun.ts';
 
 export interface ControlResponderOptions {
   bus: Bus;

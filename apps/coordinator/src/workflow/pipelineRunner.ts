@@ -37,8 +37,6 @@ import type { WorkflowRecord } from './workflowRecord.ts';
 import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
 import type { WorkflowInput } from './workflowTypes.ts';
 
-export type { WorkflowStore } from './workflowRun.ts';
-
 export interface PipelineRunnerOptions {
   bus: Bus;
   config: PipelineConfig;

@@ -49,6 +49,9 @@ interface OutboxContext extends OutboxMachineInput {
   probeNext: boolean;
 }
 
+/** Sending resumes: probing first when the last failure (or a plain-sending past) asked for it, else streaming. */
+const resume = [{ guard: 'probeNext', target: 'probing' }, { target: 'streaming' }] as const;
+
 /** A probe's failure, as `onError` gets it. */
 type Failed = { event: { error: unknown } };
 
@@ -168,15 +171,14 @@ export const outboxMachine = setup({
         backoff: [
           // Nothing to send: no more rounds (and no more warnings) until there is.
           { guard: 'nothingPending', target: 'idle', actions: assign({ failures: 0 }) },
-          { guard: 'probeNext', target: 'probing' },
-          { target: 'streaming' },
+          ...resume,
         ],
       },
-      on: { reconnect: [{ guard: 'probeNext', target: 'probing' }, { target: 'streaming' }] },
+      on: { reconnect: resume },
     },
     disconnected: {
       on: {
-        reconnect: [{ guard: 'probeNext', target: 'probing' }, { target: 'streaming' }],
+        reconnect: resume,
       },
     },
     stopped: { type: 'final' },
