@@ -11,13 +11,15 @@ export {
   type CallDecision,
   type ModelCallInput,
   type OutputSpec,
-  parseStructured,
-  parseVerdict,
+  type StepStop,
 } from './agent/agentMachine.ts';
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
-export { failedReply, runAgentStep, type StepDeps, taskWorkspace } from './agent/runAgentStep.ts';
+export { taskWorkspace } from './agent/journaledTools.ts';
+export { type AgentStep, runAgentStep, type StepDeps, startAgentStep } from './agent/runAgentStep.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
+export { failedReply } from './agent/stepReply.ts';
 export { stepTimeoutError } from './agent/stepTimeout.ts';
+export { parseStructured, parseVerdict } from './agent/structuredReply.ts';
 export {
   type HumanGate,
   type HumanScope,

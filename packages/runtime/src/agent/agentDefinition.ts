@@ -1,6 +1,6 @@
 import type { ModelProvider } from '@troupe/llm';
 import type { PermissionRule } from '../tools/policy.ts';
-import type { OutputSpec } from './agentMachine.ts';
+import type { OutputSpec } from './structuredReply.ts';
 
 /** Everything the runtime needs to run one agent: who it is, its model, its tools and its policy. */
 export interface AgentDefinition {

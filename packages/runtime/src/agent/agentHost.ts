@@ -12,9 +12,9 @@ import {
   TroupeEvent,
 } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
-import { endingOf, TaskEndedError } from '../approvals/taskEnded.ts';
+import { endingOf } from '../approvals/taskEnded.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
-import { type Clock, every, systemClock, timeoutSignal } from '../events/clock.ts';
+import { type Clock, every, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
@@ -22,7 +22,9 @@ import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
 import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartbeatSender.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
-import { failedReply, runAgentStep } from './runAgentStep.ts';
+import type { StepStop } from './agentMachine.ts';
+import { type AgentStep, startAgentStep } from './runAgentStep.ts';
+import { failedReply } from './stepReply.ts';
 
 /** How many recent step replies a host keeps for resends. */
 const RECENT_REPLIES = 1_000;
@@ -48,7 +50,10 @@ const runsAgain = (code: StepErrorCode): boolean => isRetryable(code) || code ==
 /** A step running on this host, and who waits for its reply. */
 interface StepRun {
   request: AgentStepRequest;
-  abort: AbortController;
+  /** The agent actor running the step. */
+  step: AgentStep;
+  /** Sent a stop already (the task ended, nobody waits, or this host is stopping). */
+  stopped: boolean;
   /** The deliveries of this step (the first, and resends that joined it), with the heartbeats in a row that found their inbox gone. */
   requesters: Map<Delivery<AgentStepRequest>, number>;
   /** When a requester was last known to listen. */
@@ -123,6 +128,13 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   };
   let stopping = false;
 
+  /** Sends a run's agent actor a stop, once: the first reason is the one its reply gives. */
+  const stopRun = (run: StepRun, stop: StepStop) => {
+    if (run.stopped) return;
+    run.stopped = true;
+    run.step.stop(stop);
+  };
+
   /**
    * Tells the heartbeat sender where the run's heartbeats go (the requesters whose inbox is not gone: their
    * workflow died, or sent the step elsewhere) and what they say (whom the step waits on). A run nobody has waited
@@ -151,7 +163,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       );
       // Its approvals and questions stay pending for the run that gets the step next.
       options.human?.leavePending?.(stepId);
-      run.abort.abort();
+      stopRun(run, { why: 'orphaned' });
     }
   };
 
@@ -194,16 +206,12 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         void recent.then((reply) => delivery.respond(reply));
         return;
       }
-      const abort = new AbortController();
-      // The step ends when the workflow stops waiting for it, not only when this host stops.
-      const deadline = request.timeoutMs ? timeoutSignal(clock, request.timeoutMs) : undefined;
-      const reply = runAgentStep(agent, request, {
+      const step = startAgentStep(agent, request, {
         registry: options.registry,
         workspaceRoot: options.workspaceRoot,
         clock,
         events,
         publish: (event) => bus.publishEvent(event),
-        signal: deadline ? AbortSignal.any([abort.signal, deadline.signal]) : abort.signal,
         ...(options.price ? { price: options.price } : {}),
         modelWait: (stepId, waiting) => {
           const current = runs.get(stepId);
@@ -213,28 +221,12 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         ...(options.memory ? { memory: options.memory } : {}),
         ...(options.journal ? { journal: options.journal } : {}),
         logger,
-      })
-        // A step cut short by this host stopping is not the step's failure: say so, so the workflow retries it.
-        .then((result) =>
-          stopping
-            ? failedReply(
-                request.stepId,
-                'worker_stopped',
-                `the worker serving ${agent.name} stopped mid-step`,
-              )
-            : result,
-        )
-        .catch((error: unknown) => {
-          logger.error({ err: error, stepId: request.stepId }, 'agent step crashed');
-          return failedReply(
-            request.stepId,
-            'agent_crashed',
-            `agent ${agent.name} crashed: ${(error as Error).message}`,
-          );
-        });
+      });
+      const reply = step.reply;
       const run: StepRun = {
         request,
-        abort,
+        step,
+        stopped: false,
         requesters: new Map([[delivery, 0]]),
         lastWaitedFor: clock.now(),
         orphaned: false,
@@ -256,7 +248,6 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         })
         .finally(() => {
           beating?.();
-          deadline?.cancel();
           clock.clearTimeout(run.model?.timer);
           if (runs.get(request.stepId) === run) {
             runs.delete(request.stepId);
@@ -306,9 +297,9 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   /** Stops every step of a task that has ended: nothing it would still do (a tool call, a question) matters. */
   const endTask = (taskId: string, ending: TaskEnding) => {
     for (const run of runs.values()) {
-      if (run.request.taskId !== taskId || run.abort.signal.aborted) continue;
+      if (run.request.taskId !== taskId || run.stopped) continue;
       logger.info({ taskId, stepId: run.request.stepId }, `task ${taskId} has ended; stopping its step here`);
-      run.abort.abort(new TaskEndedError(taskId, ending));
+      stopRun(run, { why: 'task_ended', taskId, ending });
     }
   };
   // A task's steps stop here on its final event, wherever its workflow runs: completed, failed (a timeout, a
@@ -333,7 +324,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     async stop() {
       stopping = true;
       for (const subscription of subscriptions) subscription.unsubscribe();
-      for (const run of runs.values()) run.abort.abort();
+      for (const run of runs.values()) stopRun(run, { why: 'worker_stopping' });
       await Promise.allSettled([...runs.values()].map((run) => run.done));
       stopListening();
       stopWatchingWaits?.();

@@ -1,4 +1,4 @@
-import type { ChatMessage, JsonSchema, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
+import type { ChatMessage, ToolCall, ToolDefinition, Usage } from '@troupe/llm';
 import { addUsage, zeroUsage } from '@troupe/llm';
 import {
   type ApprovalDecision,
@@ -8,14 +8,27 @@ import {
   type StepBudget,
   type StepErrorCode,
   type StepExpect,
+  type TaskEnding,
   type ToolResult,
-  Verdict,
+  type Verdict,
 } from '@troupe/protocol';
 import { and, assign, emit, enqueueActions, fromPromise, not, setup } from 'xstate';
-import { z } from 'zod';
 import type { ApprovalAsk } from '../approvals/approvalAsk.ts';
+import type { WaitingOn } from '../approvals/humanGate.ts';
+import { compacted, estimateTokens, olderTurns } from './compaction.ts';
+import { spentBudget, timeBudgetMessage } from './stepBudget.ts';
+import { stepTimeoutError } from './stepTimeout.ts';
+import {
+  MAX_REPAIRS,
+  type OutputSpec,
+  outputName,
+  outputSchemaOf,
+  parseStructured,
+  repairPrompt,
+  responseSchemaOf,
+} from './structuredReply.ts';
 
-/** What the injected model actor returns for one call. */
+export type { ApprovalAsk, OutputSpec };
 
 /** The policy's word on one call before it runs. */
 export interface CallDecision {
@@ -24,8 +37,6 @@ export interface CallDecision {
   decision: 'allow' | 'deny' | 'ask';
   reason: string;
 }
-
-export type { ApprovalAsk };
 
 export interface RunToolsInput {
   calls: ToolCall[];
@@ -44,6 +55,10 @@ export interface AgentMachineInput {
   expect: StepExpect;
   /** What the step may still spend; checked before each model call. */
   budget?: StepBudget;
+  /** Milliseconds until the task's wall-clock budget runs out (its `budget.deadline`), from the actor's start. */
+  timeLeftMs?: number;
+  /** Milliseconds the step may run (the request's `timeoutMs`), from the actor's start. */
+  timeoutMs?: number;
   /** Estimated tokens the conversation may hold; past it, older turns are summarized by the model. */
   contextTokens?: number;
   /** A JSON Schema the final reply must match (the agent's declared `output`); asked of the provider natively. */
@@ -51,6 +66,22 @@ export interface AgentMachineInput {
   /** Does the step's model calls and tool calls; see {@link AgentServices}. */
   services?: AgentServices;
 }
+
+/**
+ * Why a step stops before its end. The host sends `task_ended` (the task's final event arrived), `orphaned` (no
+ * requester has listened for a while) and `worker_stopping`; a library caller may send `aborted`. The actor stops
+ * itself with `deadline` (the task's wall-clock budget ran out) and `step_timeout` (the request's `timeoutMs`).
+ */
+export type StepStop =
+  | { why: 'task_ended'; taskId: string; ending: TaskEnding }
+  | { why: 'orphaned' }
+  | { why: 'worker_stopping' }
+  | { why: 'aborted' }
+  | { why: 'deadline' }
+  | { why: 'step_timeout' };
+
+/** What the agent actor receives from outside: a stop, with its reason. Model replies and tool results arrive as its invocations end. */
+export type AgentEvent = { type: 'stop'; stop: StepStop } | { type: 'halted' };
 
 /**
  * The work an agent step invokes, given in the actor's input: one machine serves every step, with no `.provide()`
@@ -64,12 +95,34 @@ export interface AgentServices {
   compactConversation(input: CompactionInput, signal: AbortSignal): Promise<ConversationSummary>;
   checkTools?(input: { calls: ToolCall[] }): Promise<CallDecision[]>;
   awaitApprovals?(input: ApprovalsInput, signal: AbortSignal): Promise<Record<string, ApprovalDecision>>;
+  /** Whom the step waits on now, if a person: a step timeout then is theirs (`approval_timeout`). */
+  waitingOn?(): WaitingOn | undefined;
+  /** Told of a stop before what the step invoked is stopped, so what waits on a person can record why. */
+  stopping?(stop: StepStop): void;
 }
 
 /** The `ask` calls of a turn, waiting for a person. */
 export interface ApprovalsInput {
   calls: ApprovalAsk[];
   turn: number;
+}
+
+export interface ModelCallInput {
+  messages: ChatMessage[];
+  tools: ToolDefinition[];
+  turn: number;
+  /** Model calls the agent made earlier in this step (turns and summaries). */
+  callsBefore: number;
+  responseSchema?: OutputSpec | undefined;
+}
+
+export interface CompactionInput {
+  /** The older turns to summarize. */
+  messages: ChatMessage[];
+  /** Which compaction of the step this is, from 1. */
+  index: number;
+  /** Model calls the agent made earlier in this step. */
+  callsBefore: number;
 }
 
 /** What an invoked actor gets besides its own input: the step's services, when the input gave them. */
@@ -85,12 +138,6 @@ function service<K extends keyof AgentServices>(
   const found = input.services?.[name];
   if (found === undefined) throw new Error(`${name} is not provided`);
   return found as NonNullable<AgentServices[K]>;
-}
-
-/** A structured reply the agent must give: a name for the provider and the JSON Schema it must match. */
-export interface OutputSpec {
-  name: string;
-  schema: JsonSchema;
 }
 
 export interface AgentFailure {
@@ -115,7 +162,7 @@ interface AgentContext extends AgentMachineInput {
   failure?: AgentFailure;
 }
 
-/** The result of an agent step: what `done` or `failed` leaves behind. */
+/** The result of an agent step: what `done`, `failed` or `stopped` leaves behind. */
 export interface AgentOutput {
   ok: boolean;
   output: string;
@@ -132,8 +179,6 @@ export interface AgentOutput {
 }
 
 /** Events the agent emits for the outside world (the host turns them into wire events). */
-/** What a compaction returns: the summary, and what the model call cost. */
-
 export type AgentEmitted =
   | { type: 'context.compacted'; before: number; after: number; estimatedTokens: number; summary: string }
   | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
@@ -145,29 +190,69 @@ export type AgentEmitted =
 /** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
 const stopWhenBudgetSpent = {
   guard: not('budgetLeft'),
-  target: 'failed',
+  target: '#agent.failed',
   actions: {
     type: 'fail',
     params: ({ context }: { context: AgentContext }): AgentFailure => ({
       code: 'budget_exceeded',
-      message: `agent ${context.agent}: ${spentBudget(context)}; no further model call was made`,
+      message: `agent ${context.agent}: ${spentBudget(context.budget, context)}; no further model call was made`,
     }),
   },
 } as const;
 
-/** A verdict is repaired at most this often before the step fails. */
-const MAX_REPAIRS = 1;
+/**
+ * The delay of a step without a time limit. `after` raises an event whose delay is not a number at once, instead
+ * of setting a timer, and the `timeLimited` guard then ignores it: no timer is held for the step's lifetime.
+ */
+const NO_TIME_LIMIT = undefined as unknown as number;
+
+/** The nearer of the step's two time limits, from its start; undefined when it has neither. */
+function timeLimit(context: AgentMachineInput): { ms: number; stop: StepStop } | undefined {
+  const { timeLeftMs, timeoutMs } = context;
+  if (timeLeftMs === undefined && timeoutMs === undefined) return undefined;
+  if (timeoutMs === undefined || (timeLeftMs !== undefined && timeLeftMs <= timeoutMs)) {
+    return { ms: timeLeftMs ?? 0, stop: { why: 'deadline' } };
+  }
+  return { ms: timeoutMs, stop: { why: 'step_timeout' } };
+}
+
+/** How a stopped step failed, by why it stopped; what it spent is in the output beside it. */
+function stoppedFailure(context: AgentContext, stop: StepStop): AgentFailure {
+  switch (stop.why) {
+    case 'deadline':
+      return { code: 'budget_exceeded', message: timeBudgetMessage(context.agent, context.budget) };
+    case 'step_timeout':
+      return stepTimeoutError(context.agent, context.timeoutMs ?? 0, context.services?.waitingOn?.());
+    case 'worker_stopping':
+      return { code: 'worker_stopped', message: `the worker serving ${context.agent} stopped mid-step` };
+    default: {
+      const because =
+        stop.why === 'task_ended'
+          ? ': its task has ended'
+          : stop.why === 'orphaned'
+            ? ': nobody waits for its reply any more'
+            : '';
+      return {
+        code: 'aborted',
+        message: `step ${context.stepId} was aborted after ${context.turn} model call(s)${because}`,
+      };
+    }
+  }
+}
 
 /**
- * The agent actor: `thinking` (a model call) → `acting` (the tool calls it asked for) → … → `done` | `failed`.
- * Model and tools come from the input's {@link AgentServices} (or `agentMachine.provide({ actors })` in tests),
- * so the machine is pure and runs in memory in tests.
+ * The agent actor: `thinking` (a model call) → `acting` (the tool calls it asked for) → … → `done` | `failed`,
+ * or `stopped` on a `stop` event or when its time runs out. A stop first tells the services why (so a person's
+ * pending request records it), then leaves `working`, which stops what the step had invoked; the output says what
+ * the step spent until then. Model and tools come from the input's {@link AgentServices} (or
+ * `agentMachine.provide({ actors })` in tests), so the machine is pure and runs in memory in tests.
  */
 export const agentMachine = setup({
   types: {
     context: {} as AgentContext,
     input: {} as AgentMachineInput,
     output: {} as AgentOutput,
+    events: {} as AgentEvent,
     emitted: {} as AgentEmitted,
   },
   actors: {
@@ -202,13 +287,17 @@ export const agentMachine = setup({
             ),
     ),
   },
+  delays: {
+    timeLimit: ({ context }) => timeLimit(context)?.ms ?? NO_TIME_LIMIT,
+  },
   guards: {
+    timeLimited: ({ context }) => timeLimit(context) !== undefined,
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
     overContext: ({ context }) =>
       context.contextTokens !== undefined &&
       estimateTokens(context.messages) > context.contextTokens &&
       olderTurns(context.messages).length > 0,
-    budgetLeft: ({ context }) => spentBudget(context) === undefined,
+    budgetLeft: ({ context }) => spentBudget(context.budget, context) === undefined,
     wantsTools: (_, reply: ModelReply) => reply.toolCalls.length > 0,
     emptyReply: (_, reply: ModelReply) => reply.content.trim() === '',
     outputInvalid: ({ context }, reply: ModelReply) => {
@@ -247,6 +336,15 @@ export const agentMachine = setup({
       };
     }),
     fail: assign((_, failure: AgentFailure) => ({ failure })),
+    /**
+     * The first half of a stop, taken without leaving any state: the failure is decided (a timeout asks whom the
+     * step waits on, before that wait is stopped) and the services told; then `halted` leaves `working`.
+     */
+    halt: enqueueActions(({ context, enqueue }, stop: StepStop) => {
+      enqueue.assign({ failure: stoppedFailure(context, stop) });
+      enqueue(() => context.services?.stopping?.(stop));
+      enqueue.raise({ type: 'halted' });
+    }),
     recordChecks: assign((_, checks: CallDecision[]) => ({ checks })),
     recordApprovals: assign((_, approvals: Record<string, ApprovalDecision>) => ({ approvals })),
     recordToolResults: assign(({ context }, results: ToolResult[]) => ({
@@ -280,254 +378,287 @@ export const agentMachine = setup({
     repairs: 0,
     compactions: 0,
   }),
-  initial: 'deciding',
+  initial: 'working',
   states: {
-    deciding: {
-      always: [
-        stopWhenBudgetSpent,
-        { guard: and(['turnsLeft', 'overContext']), target: 'compacting' },
-        { guard: 'turnsLeft', target: 'thinking' },
-        {
-          target: 'failed',
+    working: {
+      initial: 'deciding',
+      on: {
+        stop: { actions: { type: 'halt', params: ({ event }) => event.stop } },
+        halted: { target: 'stopped' },
+      },
+      after: {
+        timeLimit: {
+          guard: 'timeLimited',
           actions: {
-            type: 'fail',
-            params: ({ context }) => ({
-              code: 'max_steps',
-              message: `agent ${context.agent} reached its limit of ${context.maxTurns} model calls without finishing`,
-            }),
-          },
-        },
-      ],
-    },
-    compacting: {
-      invoke: {
-        src: 'compactConversation',
-        input: ({ context }) => ({
-          messages: olderTurns(context.messages),
-          index: context.compactions + 1,
-          callsBefore: context.turn + context.compactions,
-          ...servicesOf(context),
-        }),
-        onDone: {
-          target: 'compacted',
-          actions: [
-            enqueueActions(({ context, event, enqueue }) => {
-              const messages = compacted(context.messages, event.output.summary);
-              enqueue.emit({
-                type: 'context.compacted',
-                before: context.messages.length,
-                after: messages.length,
-                estimatedTokens: estimateTokens(context.messages),
-                summary: event.output.summary,
-              });
-              enqueue.assign({
-                messages,
-                compactions: context.compactions + 1,
-                usage: addUsage(context.usage, event.output.usage),
-                costUsd: context.costUsd + event.output.costUsd,
-              });
-            }),
-          ],
-        },
-        onError: {
-          target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ context, event }) => ({
-              code: 'compaction_failed',
-              message: `agent ${context.agent}: the conversation outgrew its context budget and could not be summarized: ${errorMessage(event.error)}`,
-            }),
+            type: 'halt',
+            params: ({ context }) => timeLimit(context)?.stop ?? { why: 'deadline' },
           },
         },
       },
-    },
-    /** The summary was a model call too: the budget is checked again before the next one. */
-    compacted: {
-      always: [stopWhenBudgetSpent, { target: 'thinking' }],
-    },
-    thinking: {
-      entry: [
-        assign({ turn: ({ context }) => context.turn + 1 }),
-        emit(({ context }) => ({
-          type: 'llm.request' as const,
-          turn: context.turn,
-          messages: context.messages.length,
-          tools: context.tools.map((t) => t.name),
-        })),
-      ],
-      invoke: {
-        src: 'callModel',
-        input: ({ context }) => ({
-          messages: context.messages,
-          tools: context.tools,
-          turn: context.turn,
-          callsBefore: context.turn - 1 + context.compactions,
-          ...(responseSchemaOf(context) ? { responseSchema: responseSchemaOf(context) } : {}),
-          ...servicesOf(context),
-        }),
-        onDone: [
-          {
-            guard: { type: 'wantsTools', params: ({ event }) => event.output },
-            target: 'acting',
-            actions: [
-              { type: 'recordReply', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({
-                type: 'llm.response' as const,
-                turn: context.turn,
-                ...event.output,
-              })),
-            ],
-          },
-          {
-            guard: { type: 'emptyReply', params: ({ event }) => event.output },
-            target: 'failed',
-            actions: [
-              { type: 'recordReply', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({
-                type: 'llm.response' as const,
-                turn: context.turn,
-                ...event.output,
-              })),
-              {
+      states: {
+        deciding: {
+          always: [
+            stopWhenBudgetSpent,
+            { guard: and(['turnsLeft', 'overContext']), target: 'compacting' },
+            { guard: 'turnsLeft', target: 'thinking' },
+            {
+              target: '#agent.failed',
+              actions: {
                 type: 'fail',
                 params: ({ context }) => ({
-                  code: 'empty_reply',
-                  message: `agent ${context.agent}: the model returned an empty reply with no tool calls`,
+                  code: 'max_steps',
+                  message: `agent ${context.agent} reached its limit of ${context.maxTurns} model calls without finishing`,
                 }),
               },
-            ],
-          },
-          {
-            guard: { type: 'outputInvalid', params: ({ event }) => event.output },
-            target: 'repairing',
-            actions: [
-              { type: 'recordReply', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({
-                type: 'llm.response' as const,
-                turn: context.turn,
-                ...event.output,
-              })),
-            ],
-          },
-          {
-            target: 'done',
-            actions: [
-              { type: 'recordReply', params: ({ event }) => event.output },
-              { type: 'finish', params: ({ event }) => event.output },
-              emit(({ context, event }) => ({
-                type: 'llm.response' as const,
-                turn: context.turn,
-                ...event.output,
-              })),
-            ],
-          },
-        ],
-        onError: {
-          target: 'failed',
-          actions: [
-            {
-              type: 'fail',
-              params: ({ context, event }) => ({
-                code: failureCode(event.error),
-                message: `agent ${context.agent}: model call failed: ${errorMessage(event.error)}`,
-              }),
             },
-            emit(({ context, event }) => ({
-              type: 'llm.error' as const,
+          ],
+        },
+        compacting: {
+          invoke: {
+            src: 'compactConversation',
+            input: ({ context }) => ({
+              messages: olderTurns(context.messages),
+              index: context.compactions + 1,
+              callsBefore: context.turn + context.compactions,
+              ...servicesOf(context),
+            }),
+            onDone: {
+              target: 'compacted',
+              actions: [
+                enqueueActions(({ context, event, enqueue }) => {
+                  const messages = compacted(context.messages, event.output.summary);
+                  enqueue.emit({
+                    type: 'context.compacted',
+                    before: context.messages.length,
+                    after: messages.length,
+                    estimatedTokens: estimateTokens(context.messages),
+                    summary: event.output.summary,
+                  });
+                  enqueue.assign({
+                    messages,
+                    compactions: context.compactions + 1,
+                    usage: addUsage(context.usage, event.output.usage),
+                    costUsd: context.costUsd + event.output.costUsd,
+                  });
+                }),
+              ],
+            },
+            onError: {
+              target: '#agent.failed',
+              actions: {
+                type: 'fail',
+                params: ({ context, event }) => ({
+                  code: 'compaction_failed',
+                  message: `agent ${context.agent}: the conversation outgrew its context budget and could not be summarized: ${errorMessage(event.error)}`,
+                }),
+              },
+            },
+          },
+        },
+        /** The summary was a model call too: the budget is checked again before the next one. */
+        compacted: {
+          always: [stopWhenBudgetSpent, { target: 'thinking' }],
+        },
+        thinking: {
+          entry: [
+            assign({ turn: ({ context }) => context.turn + 1 }),
+            emit(({ context }) => ({
+              type: 'llm.request' as const,
               turn: context.turn,
-              code: errorCode(event.error),
-              message: errorMessage(event.error),
+              messages: context.messages.length,
+              tools: context.tools.map((t) => t.name),
             })),
           ],
-        },
-      },
-    },
-    repairing: {
-      always: [
-        { guard: 'canRepair', target: 'deciding', actions: 'askForRepair' },
-        {
-          target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ context }) => ({
-              code: 'invalid_output',
-              message: `agent ${context.agent}: the reply does not match the required ${outputName(context)} after ${MAX_REPAIRS} repair turn(s)`,
+          invoke: {
+            src: 'callModel',
+            input: ({ context }) => ({
+              messages: context.messages,
+              tools: context.tools,
+              turn: context.turn,
+              callsBefore: context.turn - 1 + context.compactions,
+              ...(responseSchemaOf(context) ? { responseSchema: responseSchemaOf(context) } : {}),
+              ...servicesOf(context),
             }),
+            onDone: [
+              {
+                guard: { type: 'wantsTools', params: ({ event }) => event.output },
+                target: 'acting',
+                actions: [
+                  { type: 'recordReply', params: ({ event }) => event.output },
+                  emit(({ context, event }) => ({
+                    type: 'llm.response' as const,
+                    turn: context.turn,
+                    ...event.output,
+                  })),
+                ],
+              },
+              {
+                guard: { type: 'emptyReply', params: ({ event }) => event.output },
+                target: '#agent.failed',
+                actions: [
+                  { type: 'recordReply', params: ({ event }) => event.output },
+                  emit(({ context, event }) => ({
+                    type: 'llm.response' as const,
+                    turn: context.turn,
+                    ...event.output,
+                  })),
+                  {
+                    type: 'fail',
+                    params: ({ context }) => ({
+                      code: 'empty_reply',
+                      message: `agent ${context.agent}: the model returned an empty reply with no tool calls`,
+                    }),
+                  },
+                ],
+              },
+              {
+                guard: { type: 'outputInvalid', params: ({ event }) => event.output },
+                target: 'repairing',
+                actions: [
+                  { type: 'recordReply', params: ({ event }) => event.output },
+                  emit(({ context, event }) => ({
+                    type: 'llm.response' as const,
+                    turn: context.turn,
+                    ...event.output,
+                  })),
+                ],
+              },
+              {
+                target: '#agent.done',
+                actions: [
+                  { type: 'recordReply', params: ({ event }) => event.output },
+                  { type: 'finish', params: ({ event }) => event.output },
+                  emit(({ context, event }) => ({
+                    type: 'llm.response' as const,
+                    turn: context.turn,
+                    ...event.output,
+                  })),
+                ],
+              },
+            ],
+            onError: {
+              target: '#agent.failed',
+              actions: [
+                {
+                  type: 'fail',
+                  params: ({ context, event }) => ({
+                    code: failureCode(event.error),
+                    message: `agent ${context.agent}: model call failed: ${errorMessage(event.error)}`,
+                  }),
+                },
+                emit(({ context, event }) => ({
+                  type: 'llm.error' as const,
+                  turn: context.turn,
+                  code: errorCode(event.error),
+                  message: errorMessage(event.error),
+                })),
+              ],
+            },
           },
         },
-      ],
-    },
-    acting: {
-      entry: enqueueActions(({ context, enqueue }) => {
-        for (const [index, call] of context.pendingCalls.entries()) {
-          enqueue.emit({
-            type: 'tool.call',
-            turn: context.turn,
-            index,
-            callId: call.id,
-            tool: call.name,
-            arguments: call.arguments,
-          });
-        }
-      }),
-      invoke: {
-        src: 'checkTools',
-        input: ({ context }) => ({ calls: context.pendingCalls, ...servicesOf(context) }),
-        onDone: [
-          {
-            guard: { type: 'needsApproval', params: ({ event }) => event.output },
-            target: 'awaitingApproval',
-            actions: { type: 'recordChecks', params: ({ event }) => event.output },
-          },
-          { target: 'running', actions: { type: 'recordChecks', params: ({ event }) => event.output } },
-        ],
-        onError: {
-          target: 'failed',
-          actions: { type: 'fail', params: ({ context, event }) => toolRunnerFailed(context, event.error) },
-        },
-      },
-    },
-    awaitingApproval: {
-      invoke: {
-        src: 'awaitApprovals',
-        input: ({ context }) => ({ calls: askCalls(context), turn: context.turn, ...servicesOf(context) }),
-        onDone: {
-          target: 'running',
-          actions: { type: 'recordApprovals', params: ({ event }) => event.output },
-        },
-        onError: {
-          target: 'failed',
-          actions: { type: 'fail', params: ({ context, event }) => toolRunnerFailed(context, event.error) },
-        },
-      },
-    },
-    running: {
-      invoke: {
-        src: 'runTools',
-        input: ({ context }) => ({
-          calls: context.pendingCalls,
-          turn: context.turn,
-          ...(Object.keys(context.approvals).length > 0 ? { approvals: context.approvals } : {}),
-          ...servicesOf(context),
-        }),
-        onDone: {
-          target: 'deciding',
-          actions: [
-            { type: 'recordToolResults', params: ({ event }) => event.output },
-            enqueueActions(({ context, event, enqueue }) => {
-              for (const [index, result] of event.output.entries())
-                enqueue.emit({ type: 'tool.result', turn: context.turn, index, ...result });
-            }),
+        repairing: {
+          always: [
+            { guard: 'canRepair', target: 'deciding', actions: 'askForRepair' },
+            {
+              target: '#agent.failed',
+              actions: {
+                type: 'fail',
+                params: ({ context }) => ({
+                  code: 'invalid_output',
+                  message: `agent ${context.agent}: the reply does not match the required ${outputName(context)} after ${MAX_REPAIRS} repair turn(s)`,
+                }),
+              },
+            },
           ],
         },
-        onError: {
-          target: 'failed',
-          actions: { type: 'fail', params: ({ context, event }) => toolRunnerFailed(context, event.error) },
+        acting: {
+          entry: enqueueActions(({ context, enqueue }) => {
+            for (const [index, call] of context.pendingCalls.entries()) {
+              enqueue.emit({
+                type: 'tool.call',
+                turn: context.turn,
+                index,
+                callId: call.id,
+                tool: call.name,
+                arguments: call.arguments,
+              });
+            }
+          }),
+          invoke: {
+            src: 'checkTools',
+            input: ({ context }) => ({ calls: context.pendingCalls, ...servicesOf(context) }),
+            onDone: [
+              {
+                guard: { type: 'needsApproval', params: ({ event }) => event.output },
+                target: 'awaitingApproval',
+                actions: { type: 'recordChecks', params: ({ event }) => event.output },
+              },
+              { target: 'running', actions: { type: 'recordChecks', params: ({ event }) => event.output } },
+            ],
+            onError: {
+              target: '#agent.failed',
+              actions: {
+                type: 'fail',
+                params: ({ context, event }) => toolRunnerFailed(context, event.error),
+              },
+            },
+          },
+        },
+        awaitingApproval: {
+          invoke: {
+            src: 'awaitApprovals',
+            input: ({ context }) => ({
+              calls: askCalls(context),
+              turn: context.turn,
+              ...servicesOf(context),
+            }),
+            onDone: {
+              target: 'running',
+              actions: { type: 'recordApprovals', params: ({ event }) => event.output },
+            },
+            onError: {
+              target: '#agent.failed',
+              actions: {
+                type: 'fail',
+                params: ({ context, event }) => toolRunnerFailed(context, event.error),
+              },
+            },
+          },
+        },
+        running: {
+          invoke: {
+            src: 'runTools',
+            input: ({ context }) => ({
+              calls: context.pendingCalls,
+              turn: context.turn,
+              ...(Object.keys(context.approvals).length > 0 ? { approvals: context.approvals } : {}),
+              ...servicesOf(context),
+            }),
+            onDone: {
+              target: 'deciding',
+              actions: [
+                { type: 'recordToolResults', params: ({ event }) => event.output },
+                enqueueActions(({ context, event, enqueue }) => {
+                  for (const [index, result] of event.output.entries())
+                    enqueue.emit({ type: 'tool.result', turn: context.turn, index, ...result });
+                }),
+              ],
+            },
+            onError: {
+              target: '#agent.failed',
+              actions: {
+                type: 'fail',
+                params: ({ context, event }) => toolRunnerFailed(context, event.error),
+              },
+            },
+          },
         },
       },
     },
     done: { type: 'final' },
     failed: { type: 'final' },
+    /** Stopped before its end (see {@link StepStop}); `failure` says why. */
+    stopped: { type: 'final' },
   },
   output: ({ context }) => ({
     ok: context.failure === undefined,
@@ -542,167 +673,6 @@ export const agentMachine = setup({
     costUsd: context.costUsd,
   }),
 });
-
-/** Reads a verdict from a reply: the whole text, or the first JSON object in it that is one (models like code fences). */
-export function parseVerdict(content: string): Verdict | undefined {
-  return parseStructured(content, Verdict) as Verdict | undefined;
-}
-
-/** Reads a structured reply: the whole text as JSON, or the first JSON object in it that matches the schema. */
-export function parseStructured(content: string, schema: z.ZodType): unknown {
-  for (const candidate of [content.trim(), ...jsonObjects(content)]) {
-    let value: unknown;
-    try {
-      value = JSON.parse(candidate);
-    } catch {
-      continue;
-    }
-    const parsed = schema.safeParse(value);
-    if (parsed.success) return parsed.data;
-  }
-  return undefined;
-}
-
-/** Each balanced `{…}` span in the text, in order, skipping braces inside JSON strings. */
-function* jsonObjects(text: string): Generator<string> {
-  for (let start = text.indexOf('{'); start !== -1; start = text.indexOf('{', start + 1)) {
-    const end = matchingBrace(text, start);
-    if (end !== -1) yield text.slice(start, end + 1);
-  }
-}
-
-function matchingBrace(text: string, start: number): number {
-  let depth = 0;
-  let inString = false;
-  for (let i = start; i < text.length; i++) {
-    const char = text[i];
-    if (inString) {
-      if (char === '\\') i++;
-      else if (char === '"') inString = false;
-    } else if (char === '"') inString = true;
-    else if (char === '{') depth++;
-    else if (char === '}' && --depth === 0) return i;
-  }
-  return -1;
-}
-
-export interface ModelCallInput {
-  messages: ChatMessage[];
-  tools: ToolDefinition[];
-  turn: number;
-  /** Model calls the agent made earlier in this step (turns and summaries). */
-  callsBefore: number;
-  responseSchema?: OutputSpec | undefined;
-}
-
-export interface CompactionInput {
-  /** The older turns to summarize. */
-  messages: ChatMessage[];
-  /** Which compaction of the step this is, from 1. */
-  index: number;
-  /** Model calls the agent made earlier in this step. */
-  callsBefore: number;
-}
-
-const VERDICT_SCHEMA: JsonSchema = (() => {
-  const { $schema: _drop, ...schema } = z.toJSONSchema(Verdict, { io: 'input' }) as JsonSchema;
-  return schema;
-})();
-
-/** zod schemas built from declared JSON Schemas, kept per schema object. */
-const compiled = new WeakMap<JsonSchema, z.ZodType>();
-
-function outputSchemaOf(context: AgentMachineInput): z.ZodType | undefined {
-  if (context.expect === 'verdict') return Verdict;
-  const spec = context.outputSchema;
-  if (!spec) return undefined;
-  let schema = compiled.get(spec.schema);
-  if (!schema) {
-    schema = z.fromJSONSchema(spec.schema as Parameters<typeof z.fromJSONSchema>[0]);
-    compiled.set(spec.schema, schema);
-  }
-  return schema;
-}
-
-function responseSchemaOf(context: AgentMachineInput): OutputSpec | undefined {
-  if (context.expect === 'verdict') return { name: 'verdict', schema: VERDICT_SCHEMA };
-  return context.outputSchema;
-}
-
-const outputName = (context: AgentMachineInput): string =>
-  context.expect === 'verdict' ? 'verdict' : `output "${context.outputSchema?.name ?? ''}"`;
-
-function repairPrompt(context: AgentMachineInput): string {
-  const spec = responseSchemaOf(context);
-  if (context.expect === 'verdict') {
-    return (
-      'Your reply was not a valid verdict. Reply with only a JSON object of the form ' +
-      '{"decision": "approve" | "reject", "feedback": "<what must change, or a short note>"}.'
-    );
-  }
-  return `Your reply did not match the required ${outputName(context)}. Reply with only a JSON value matching this JSON Schema:\n${JSON.stringify(spec?.schema)}`;
-}
-
-/** The first limit this step has reached, described; undefined while every limit has room. Time is the host's to check. */
-function spentBudget(context: AgentContext): string | undefined {
-  const budget = context.budget;
-  if (!budget) return undefined;
-  const tokens = context.usage.inputTokens + context.usage.outputTokens;
-  const source = (key: string) => budget.sources[key] ?? `${key} budget`;
-  if (budget.tokens !== undefined && tokens >= budget.tokens) {
-    return `${source('tokens')} reached (${tokens} of ${budget.tokens} tokens left to this step used)`;
-  }
-  if (budget.costUsd !== undefined && context.costUsd >= budget.costUsd) {
-    return `${source('costUsd')} reached ($${context.costUsd.toFixed(4)} of $${budget.costUsd.toFixed(4)} left to this step spent)`;
-  }
-  // Summaries are model calls too.
-  const calls = context.turn + context.compactions;
-  if (budget.modelCalls !== undefined && calls >= budget.modelCalls) {
-    return `${source('modelCalls')} reached (${calls} of ${budget.modelCalls} model calls left to this step made)`;
-  }
-  return undefined;
-}
-
-/** Messages kept whole at the end of a conversation when older ones are summarized. */
-const KEEP_RECENT = 6;
-
-/** A rough count (4 characters a token) that is good enough to decide when to compact. */
-export function estimateTokens(messages: readonly ChatMessage[]): number {
-  const chars = messages.reduce(
-    (n, m) =>
-      n +
-      m.content.length +
-      (m.role === 'assistant'
-        ? (m.toolCalls ?? []).reduce((k, c) => k + c.arguments.length + c.name.length, 0)
-        : 0),
-    0,
-  );
-  return Math.ceil(chars / 4);
-}
-
-/** Where the kept tail starts: at most KEEP_RECENT messages, never starting inside a tool exchange. */
-function tailStart(messages: readonly ChatMessage[]): number {
-  let start = Math.max(2, messages.length - KEEP_RECENT);
-  while (start < messages.length && messages[start]?.role === 'tool') start++;
-  return start;
-}
-
-/** The turns between the opening (instructions and task) and the recent tail: what a compaction summarizes. */
-export function olderTurns(messages: readonly ChatMessage[]): ChatMessage[] {
-  return messages.slice(2, tailStart(messages));
-}
-
-/** The conversation with its older turns replaced by their summary. */
-export function compacted(messages: readonly ChatMessage[], summary: string): ChatMessage[] {
-  return [
-    ...messages.slice(0, 2),
-    {
-      role: 'user',
-      content: `Summary of the work so far (earlier turns were condensed to save context):\n${summary}`,
-    },
-    ...messages.slice(tailStart(messages)),
-  ];
-}
 
 function askCalls(context: AgentContext): ApprovalAsk[] {
   return context.checks.flatMap((check) => {

@@ -4,8 +4,10 @@ import {
   type ModelErrorCode,
   type ToolCall,
   type ToolDefinition,
+  zeroUsage,
 } from '@troupe/llm';
 import type { ModelReply, ToolResult } from '@troupe/protocol';
+import { SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import {
@@ -15,8 +17,8 @@ import {
   type AgentServices,
   agentMachine,
   type ModelCallInput,
-  parseVerdict,
 } from '../../src/agent/agentMachine.ts';
+import { parseVerdict } from '../../src/agent/structuredReply.ts';
 
 /** Every model error code; the type makes a new code fail to compile here until it is listed. */
 const MODEL_ERROR_CODES: Record<ModelErrorCode, true> = {
@@ -594,5 +596,125 @@ describe('agent machine services', () => {
     const output = await toPromise(actor);
     expect(output.ok).toBe(false);
     expect(output.failure?.message).toMatch(/callModel is not provided/);
+  });
+});
+
+describe('agentMachine: stops and time limits', () => {
+  /**
+   * A machine on a simulated clock whose model call never answers: it waits until its signal aborts, and records
+   * whether the services heard of the stop before that.
+   */
+  function hanging(input: Partial<AgentMachineInput> = {}, extra: Partial<AgentServices> = {}) {
+    const clock = new SimulatedClock();
+    const seen: string[] = [];
+    const services: AgentServices = {
+      callModel: (_input, signal) =>
+        new Promise<ModelReply>((_resolve, reject) => {
+          seen.push('asked');
+          signal.addEventListener('abort', () => {
+            seen.push('model call aborted');
+            reject(signal.reason);
+          });
+        }),
+      runTools: async ({ calls }) => calls.map((c) => result(c.id)),
+      compactConversation: async () => ({ summary: 's', usage: zeroUsage(), costUsd: 0 }),
+      stopping: (stop) => seen.push(`told ${stop.why}`),
+      ...extra,
+    };
+    const actor = createActor(agentMachine, { clock, input: { ...baseInput, ...input, services } });
+    const emitted: AgentEmitted[] = [];
+    actor.on('*', (event) => emitted.push(event));
+    actor.start();
+    return { actor, clock, seen, emitted, output: toPromise(actor) };
+  }
+
+  it('stops on a stop event: the services are told first, then the model call is aborted', async () => {
+    const { actor, seen, emitted, output } = hanging();
+    actor.send({
+      type: 'stop',
+      stop: { why: 'task_ended', taskId: 'task-1', ending: { status: 'cancelled' } },
+    });
+    expect(actor.getSnapshot().value).toBe('stopped');
+    expect(seen).toEqual(['asked', 'told task_ended', 'model call aborted']);
+    expect(await output).toMatchObject({
+      ok: false,
+      turns: 1,
+      failure: {
+        code: 'aborted',
+        message: 'step task-1.code.1 was aborted after 1 model call(s): its task has ended',
+      },
+    });
+    // The abandoned call is neither answered nor failed in the step's events.
+    expect(emitted.map((e) => e.type)).toEqual(['llm.request']);
+  });
+
+  it('tells a step stopped for want of a requester, and one stopped by its worker, apart', async () => {
+    const orphaned = hanging();
+    orphaned.actor.send({ type: 'stop', stop: { why: 'orphaned' } });
+    expect((await orphaned.output).failure?.message).toContain('nobody waits for its reply any more');
+    const stopping = hanging();
+    stopping.actor.send({ type: 'stop', stop: { why: 'worker_stopping' } });
+    expect((await stopping.output).failure).toEqual({
+      code: 'worker_stopped',
+      message: 'the worker serving coder stopped mid-step',
+    });
+  });
+
+  it('stops itself with step_timeout when timeoutMs passes, in simulated time', async () => {
+    const { actor, clock, seen, output } = hanging({ timeoutMs: 30_000 });
+    clock.advance(29_999);
+    expect(actor.getSnapshot().value).toEqual({ working: 'thinking' });
+    clock.advance(1);
+    expect(seen).toEqual(['asked', 'told step_timeout', 'model call aborted']);
+    expect((await output).failure).toEqual({
+      code: 'step_timeout',
+      message: 'agent coder did not finish within the step timeout (30 s)',
+    });
+  });
+
+  it('names the person a timed-out step was waiting for: approval_timeout', async () => {
+    const { clock, output } = hanging(
+      { timeoutMs: 5_000 },
+      { waitingOn: () => ({ kind: 'approval', id: 'appr-7' }) },
+    );
+    clock.advance(5_000);
+    expect((await output).failure).toMatchObject({ code: 'approval_timeout' });
+    expect((await output).failure?.message).toContain('appr-7');
+  });
+
+  it('stops with budget_exceeded when the task deadline comes before the step timeout', async () => {
+    const budget = { deadline: 0, sources: { deadline: 'pipeline demo timeout (10 min)' } };
+    const { clock, seen, output } = hanging({ timeoutMs: 30_000, timeLeftMs: 1_000, budget });
+    clock.advance(1_000);
+    expect(seen).toContain('told deadline');
+    expect((await output).failure).toEqual({
+      code: 'budget_exceeded',
+      message: 'agent coder: pipeline demo timeout (10 min) ran out; the step was stopped',
+    });
+  });
+
+  it('leaves no timer behind when the step ends before its time limit', async () => {
+    const clock = new SimulatedClock();
+    const services: AgentServices = {
+      callModel: async () => reply('done'),
+      runTools: async () => [],
+      compactConversation: async () => ({ summary: 's', usage: zeroUsage(), costUsd: 0 }),
+    };
+    const actor = createActor(agentMachine, { clock, input: { ...baseInput, timeoutMs: 60_000, services } });
+    expect(clock.pending()).toEqual([]);
+    actor.start();
+    expect(clock.pending()).toHaveLength(1);
+    expect(await toPromise(actor)).toMatchObject({ ok: true, output: 'done' });
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('sets no timer for a step without a time limit, and never stops it for time', async () => {
+    const { clock, actor, seen } = hanging();
+    expect(clock.pending()).toEqual([]);
+    clock.advance(365 * 24 * 3_600_000);
+    expect(actor.getSnapshot().value).toEqual({ working: 'thinking' });
+    expect(seen).toEqual(['asked']);
+    actor.send({ type: 'stop', stop: { why: 'aborted' } });
+    expect(actor.getSnapshot().value).toBe('stopped');
   });
 });

@@ -1,6 +1,6 @@
 import type { ChatMessage } from '@troupe/llm';
 import { describe, expect, it } from 'vitest';
-import { compacted, estimateTokens, olderTurns } from '../../src/agent/agentMachine.ts';
+import { compacted, estimateTokens, olderTurns } from '../../src/agent/compaction.ts';
 
 const call = (id: string): ChatMessage => ({
   role: 'assistant',

@@ -3,10 +3,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
 import type { AgentStepRequest, EventKind, EventOf, TroupeEvent } from '@troupe/protocol';
-import { MemoryKv } from '@troupe/testkit';
-import { afterEach, describe, expect, it } from 'vitest';
+import { MemoryKv, SimulatedClock } from '@troupe/testkit';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
-import { runAgentStep, type StepDeps, taskWorkspace } from '../../src/agent/runAgentStep.ts';
+import { taskWorkspace } from '../../src/agent/journaledTools.ts';
+import { runAgentStep, type StepDeps, startAgentStep } from '../../src/agent/runAgentStep.ts';
 import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
@@ -318,61 +319,79 @@ describe('runAgentStep', () => {
     expect(requests[0]?.tools).toEqual([]);
   });
 
-  it('stops a step whose model call is in flight when the signal aborts, replying aborted', async () => {
+  it('stops a step whose model call is in flight when it is sent a stop, replying aborted', async () => {
     const { model, requests } = recordingModel({
       agents: { coder: [{ content: 'too late', delayMs: 60_000 }] },
     });
-    const controller = new AbortController();
-    const { deps, events } = await setup({ signal: controller.signal });
-    setTimeout(() => controller.abort(), 20);
+    const { deps, events } = await setup();
+    const step = startAgentStep(coder(model), request, deps);
+    await vi.waitFor(() => expect(requests).toHaveLength(1));
+    step.stop({ why: 'aborted' });
+    const reply = await step.reply;
 
-    const started = performance.now();
-    const reply = await runAgentStep(coder(model), request, deps);
-
-    expect(performance.now() - started).toBeLessThan(5_000);
     expect(reply.ok).toBe(false);
     expect(reply.stepId).toBe('task-1.code.1');
     expect(!reply.ok && reply.error.code).toBe('aborted');
-    expect(requests).toHaveLength(1);
     // The model call is abandoned, not answered: nothing follows the request.
     expect(events.map((e) => e.kind)).toEqual(['llm.request']);
     expect(requests[0]?.signal?.aborted).toBe(true);
   });
 
-  it('reports what an aborted step had spent, in a message that says it was aborted', async () => {
+  it('reports what a stopped step had spent, in a message that says why it stopped', async () => {
     const { model } = recordingModel({
       agents: {
         coder: [{ toolCalls: [{ name: 'list_files', arguments: {} }] }, { content: 'late', delayMs: 60_000 }],
       },
     });
-    const controller = new AbortController();
-    const { deps, events } = await setup({ signal: controller.signal });
-    const aborted = new Promise<void>((resolve) => {
-      const watch = setInterval(() => {
-        if (events.filter((e) => e.kind === 'llm.request').length === 2) {
-          clearInterval(watch);
-          controller.abort();
-          resolve();
-        }
-      }, 5);
-    });
-    const reply = await runAgentStep(coder(model), request, deps);
-    await aborted;
+    const { deps, events } = await setup();
+    const step = startAgentStep(coder(model), request, deps);
+    await vi.waitFor(() => expect(ofKind(events, 'llm.request')).toHaveLength(2));
+    step.stop({ why: 'task_ended', taskId: 'task-1', ending: { status: 'cancelled' } });
+    const reply = await step.reply;
     expect(reply.ok).toBe(false);
     if (reply.ok) return;
     expect(reply.error.code).toBe('aborted');
-    expect(reply.error.message).toContain('aborted after 2 model call(s)');
+    expect(reply.error.message).toBe(
+      'step task-1.code.1 was aborted after 2 model call(s): its task has ended',
+    );
     expect(reply.turns).toBe(2);
     expect(reply.usage.modelCalls).toBe(2);
     expect(reply.usage.outputTokens).toBeGreaterThan(0);
   });
 
-  it('does not start a step whose signal is already aborted', async () => {
+  it('asks the model nothing when the stop comes before the first call goes out', async () => {
     const { model, requests } = recordingModel({ agents: { coder: [{ content: 'slow', delayMs: 60_000 }] } });
-    const { deps } = await setup({ signal: AbortSignal.abort() });
-    const reply = await runAgentStep(coder(model), request, deps);
-    expect(reply).toMatchObject({ ok: false, error: { code: 'aborted' } });
+    const { deps } = await setup();
+    const step = startAgentStep(coder(model), request, deps);
+    step.stop({ why: 'worker_stopping' });
+    const reply = await step.reply;
+    expect(reply).toMatchObject({
+      ok: false,
+      error: { code: 'worker_stopped', message: 'the worker serving coder stopped mid-step' },
+    });
     expect(requests).toHaveLength(0);
+  });
+
+  it("stops itself when the request's timeout runs out, on the injected clock", async () => {
+    const { model, requests } = recordingModel({ agents: { coder: [{ content: 'slow', delayMs: 60_000 }] } });
+    const clock = new SimulatedClock();
+    const { deps } = await setup({ clock });
+    const step = startAgentStep(coder(model), { ...request, timeoutMs: 2_000 }, deps);
+    await vi.waitFor(() => expect(requests).toHaveLength(1));
+    clock.advance(1_999);
+    let settled = false;
+    void step.reply.then(() => {
+      settled = true;
+    });
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    clock.advance(1);
+    expect(await step.reply).toMatchObject({
+      ok: false,
+      error: { code: 'step_timeout', message: 'agent coder did not finish within the step timeout (2 s)' },
+    });
+    expect(requests[0]?.signal?.aborted).toBe(true);
+    expect(clock.pending()).toEqual([]);
   });
 
   it('replies with a failure instead of throwing when the agent declares a tool nobody registered', async () => {
@@ -386,14 +405,30 @@ describe('runAgentStep', () => {
 
   it('replies agent_crashed, with the error message, when the step fails with a code steps do not have', async () => {
     const { model, requests } = recordingModel({ agents: { coder: [{ content: 'never' }] } });
+    const { deps } = await setup();
+    const registry: ToolRegistry = Object.create(deps.registry);
+    registry.definitions = () => {
+      throw new Error('the registry is broken');
+    };
+    const reply = await runAgentStep(coder(model), request, { ...deps, registry });
+    expect(reply).toMatchObject({
+      ok: false,
+      error: { code: 'agent_crashed', message: 'the registry is broken' },
+    });
+    expect(requests).toHaveLength(0);
+  });
+
+  it('fails the step with tool_runner_failed when the task workspace cannot be made', async () => {
+    const { model } = recordingModel({
+      agents: { coder: [{ toolCalls: [writeCall('notes/hello.md', '# Hi')] }, { content: 'never' }] },
+    });
     const { deps, root } = await setup();
-    // The workspace cannot be made under a file: mkdir fails with ENOTDIR or EEXIST, which are no step codes.
+    // The workspace cannot be made under a file: mkdir fails with ENOTDIR or EEXIST.
     const file = path.join(root, 'not-a-dir');
     await writeFile(file, '');
     const reply = await runAgentStep(coder(model), request, { ...deps, workspaceRoot: file });
-    expect(reply).toMatchObject({ ok: false, error: { code: 'agent_crashed' } });
+    expect(reply).toMatchObject({ ok: false, error: { code: 'tool_runner_failed' } });
     expect(!reply.ok && reply.error.message).toContain('not-a-dir');
-    expect(requests).toHaveLength(0);
   });
 });
 

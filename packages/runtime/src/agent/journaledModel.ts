@@ -1,0 +1,169 @@
+import type { ModelDelta, ModelObserver } from '@troupe/llm';
+import type { ConversationSummary, ModelReply } from '@troupe/protocol';
+import { StepJournal } from '../durable/stepJournal.ts';
+import type { CompactionInput, ModelCallInput } from './agentMachine.ts';
+import { summaryRequest } from './compaction.ts';
+import { DeltaBatcher } from './deltaBatcher.ts';
+import { ModelToolNames } from './modelToolNames.ts';
+import type { RecordedReplies } from './recordedReplies.ts';
+import { bestEffort, type StepContext } from './stepContext.ts';
+
+/**
+ * The agent's model calls, journaled: a turn or summary the journal recorded for this very conversation is taken
+ * from it (a step run again after a crash asks the model nothing it asked before); a new one is recorded once made.
+ */
+
+/** A model call, with the host told while the step waits on it: a long wait parks the task. */
+async function waitingOnModel<T>(step: StepContext, call: () => Promise<T>): Promise<T> {
+  const { deps, request } = step;
+  deps.modelWait?.(request.stepId, true);
+  try {
+    return await call();
+  } finally {
+    deps.modelWait?.(request.stepId, false);
+  }
+}
+
+/** One turn's model reply: the journal's, or the model's, recorded. */
+export async function callModel(
+  step: StepContext,
+  replies: RecordedReplies,
+  input: ModelCallInput,
+  signal: AbortSignal,
+): Promise<ModelReply> {
+  const { deps, request } = step;
+  const key = StepJournal.modelKey(request.stepId, input.turn);
+  const journal = deps.journal;
+  const recorded = await bestEffort(step, 'read the journaled model reply', () =>
+    replies.find(input.turn, input.messages),
+  );
+  if (recorded) return { ...recorded, journaled: true };
+  // Stopped while the journal was read: the model is not asked at all.
+  signal.throwIfAborted();
+  const result = await askModel(step, input, signal);
+  const standing = await bestEffort(step, 'journal the model reply', () =>
+    journal?.recordModelReply(key, input.messages, result, new Date(deps.clock.now())),
+  );
+  if (standing?.journaled) replies.tookRecorded(input.turn);
+  return standing ?? result;
+}
+
+/** Asks the agent's own model to condense older turns, so the conversation fits its context budget again. */
+export async function summarize(
+  step: StepContext,
+  input: CompactionInput,
+  signal: AbortSignal,
+): Promise<ConversationSummary> {
+  const { agent, deps, request } = step;
+  const key = StepJournal.compactionKey(request.stepId, input.index);
+  const journal = deps.journal;
+  const recorded = await bestEffort(step, 'read the journaled summary', () =>
+    journal?.compaction(key, input.messages),
+  );
+  if (recorded) return recorded;
+  signal.throwIfAborted();
+  const response = await waitingOnModel(step, () =>
+    agent.model.complete({
+      messages: summaryRequest(input.messages),
+      tools: [],
+      context: callContext(step, input.callsBefore),
+      signal,
+    }),
+  );
+  if (response.content.trim() === '') throw new Error('the model returned an empty summary');
+  const provider = response.provider ?? agent.model.provider;
+  const result: ConversationSummary = {
+    summary: response.content,
+    usage: response.usage,
+    costUsd: deps.price?.(provider, response.model, response) ?? 0,
+  };
+  await bestEffort(step, 'journal the summary', () =>
+    journal?.recordCompaction(key, input.messages, result, new Date(deps.clock.now())),
+  );
+  return result;
+}
+
+/** The model asked, with streamed deltas, retries and fallbacks published as events. */
+async function askModel(step: StepContext, input: ModelCallInput, signal: AbortSignal): Promise<ModelReply> {
+  const { agent, deps, request, scope } = step;
+  const started = deps.clock.now();
+  const ref = { agent: agent.name, stepId: request.stepId, turn: input.turn };
+  const batcher = agent.stream
+    ? new DeltaBatcher({
+        emit: (batch) =>
+          deps.publish(
+            deps.events.make(
+              'llm.delta',
+              scope,
+              {
+                ...ref,
+                seq: batch.seq,
+                text: batch.text,
+                ...(batch.toolCalls.length > 0 ? { toolCalls: batch.toolCalls } : {}),
+              },
+              { from: `${agent.model.provider}:${agent.model.model}`, to: agent.name },
+            ),
+          ),
+      })
+    : undefined;
+  const observer: ModelObserver = {
+    ...(batcher ? { onDelta: (delta: ModelDelta) => batcher.add(delta) } : {}),
+    onRetry: (info) => {
+      batcher?.flush();
+      deps.publish(
+        deps.events.make(
+          'llm.retry',
+          scope,
+          { ...ref, ...info },
+          { from: `${info.provider}:${info.model}`, to: agent.name },
+        ),
+      );
+    },
+    onFallback: (info) => {
+      // Deltas of the model that failed go out before the fallback is announced.
+      batcher?.flush();
+      deps.publish(
+        deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to }),
+      );
+    },
+  };
+  const names = new ModelToolNames(input.tools);
+  try {
+    const reply = await waitingOnModel(step, () =>
+      agent.model.complete({
+        messages: names.identity ? input.messages : names.messages(input.messages),
+        tools: names.identity ? input.tools : names.tools(input.tools),
+        context: callContext(step, input.callsBefore),
+        signal,
+        observer,
+        ...(agent.stream ? { stream: true } : {}),
+        ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
+        ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
+        ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+      }),
+    );
+    const response = names.identity ? reply : names.response(reply);
+    const provider = response.provider ?? agent.model.provider;
+    return {
+      content: response.content,
+      toolCalls: response.toolCalls,
+      usage: response.usage,
+      costUsd: deps.price?.(provider, response.model, response) ?? 0,
+      finishReason: response.finishReason,
+      provider,
+      model: response.model,
+      durationMs: Math.max(0, deps.clock.now() - started),
+    };
+  } finally {
+    batcher?.flush();
+  }
+}
+
+/** Who is calling; numbers the call within the task when the workflow said how many came before the step. */
+const callContext = ({ agent, request }: StepContext, callsBefore: number) => ({
+  taskId: request.taskId,
+  pipeline: request.pipeline,
+  agent: agent.name,
+  stepId: request.stepId,
+  ...(request.priorModelCalls === undefined ? {} : { call: request.priorModelCalls + callsBefore }),
+});

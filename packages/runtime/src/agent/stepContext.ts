@@ -1,0 +1,83 @@
+import type { ModelResponse } from '@troupe/llm';
+import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
+import type { HumanGate } from '../approvals/humanGate.ts';
+import type { StepJournal } from '../durable/stepJournal.ts';
+import type { Clock } from '../events/clock.ts';
+import type { EventFactory, EventScope } from '../events/eventFactory.ts';
+import type { Logger } from '../logging/index.ts';
+import type { KvMemory } from '../memory/memoryStore.ts';
+import type { ToolRegistry } from '../tools/toolRegistry.ts';
+import type { AgentDefinition } from './agentDefinition.ts';
+
+/** What a step needs from the world. */
+export interface StepDeps {
+  registry: ToolRegistry;
+  /** Each task gets `<workspaceRoot>/<pipeline>/<taskId>`. */
+  workspaceRoot: string;
+  clock: Clock;
+  events: EventFactory;
+  publish(event: TroupeEvent): void;
+  /** Task and agent memory for the `remember` and `recall` tools. */
+  memory?: KvMemory;
+  /**
+   * Where model replies, summaries, tool results and approvals are recorded, so a step run again after a crash
+   * (here or on another worker) goes on from its records: no model turn asked twice, no tool call run twice.
+   */
+  journal?: StepJournal;
+  /** Where problems that must not fail the step are reported. */
+  logger?: Logger;
+  /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */
+  human?: HumanGate;
+  /** Cost in USD of one call; zero when absent. */
+  price?: (provider: string, model: string, response: ModelResponse) => number;
+  /** Told when the step starts (true) and stops (false) waiting on its model's reply. */
+  modelWait?: (stepId: string, waiting: boolean) => void;
+}
+
+/** One step of one agent, as the parts that serve its actor see it. */
+export interface StepContext {
+  agent: AgentDefinition;
+  request: AgentStepRequest;
+  deps: StepDeps;
+  /** Where the step's events go. */
+  scope: EventScope;
+}
+
+export const scopeOf = (request: AgentStepRequest): EventScope => ({
+  pipeline: request.pipeline,
+  taskId: request.taskId,
+  traceparent: request.traceparent ?? '',
+});
+
+/**
+ * A read or write of the journal that cannot be done (NATS unreachable after retries) costs only a repeated model
+ * call if the step runs again; the step goes on, and says so in the log.
+ */
+export async function bestEffort<T>(
+  step: StepContext,
+  what: string,
+  op: () => Promise<T> | undefined,
+): Promise<T | undefined> {
+  try {
+    return await op();
+  } catch (error) {
+    step.deps.logger?.warn({ err: error, stepId: step.request.stepId }, `cannot ${what}; the step goes on`);
+    return undefined;
+  }
+}
+
+/**
+ * A journal that cannot be reached (after its retries) must not end the task: the step fails with
+ * `journal_unavailable`, which the workflow answers by sending the step again later; the run that resumes it
+ * finds what was recorded.
+ */
+export async function unlessUnavailable<T>(op: () => Promise<T> | undefined): Promise<T | undefined> {
+  try {
+    return await op();
+  } catch (error) {
+    throw Object.assign(new Error(`the step journal cannot be reached: ${(error as Error).message}`), {
+      code: 'journal_unavailable',
+      cause: error,
+    });
+  }
+}

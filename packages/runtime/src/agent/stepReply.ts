@@ -1,0 +1,55 @@
+import type { AgentStepReply, StepErrorCode } from '@troupe/protocol';
+import type { AgentOutput } from './agentMachine.ts';
+import { timeBudgetMessage } from './stepBudget.ts';
+import { bestEffort, type StepContext } from './stepContext.ts';
+
+/** The reply for the workflow, from what the agent actor ended with: done, failed or stopped. */
+export function toReply(stepId: string, output: AgentOutput): AgentStepReply {
+  const usage = {
+    ...output.usage,
+    costUsd: output.costUsd,
+    modelCalls: output.turns + output.compactions,
+  };
+  if (!output.ok || output.failure) {
+    return {
+      ok: false,
+      stepId,
+      error: output.failure ?? { code: 'failed', message: 'agent failed' },
+      usage,
+      turns: output.turns,
+    };
+  }
+  return {
+    ok: true,
+    stepId,
+    output: output.output,
+    ...(output.verdict ? { verdict: output.verdict } : {}),
+    ...(output.structured === undefined ? {} : { structured: output.structured }),
+    usage,
+    turns: output.turns,
+  };
+}
+
+/** A step that failed before its agent did anything. */
+export function failedReply(stepId: string, code: StepErrorCode, message: string): AgentStepReply {
+  return {
+    ok: false,
+    stepId,
+    error: { code, message },
+    usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+    turns: 0,
+  };
+}
+
+/**
+ * The task ran out of time before this run of the step began (it resumed after its deadline): nothing runs, and
+ * the reply counts what earlier runs of the step had spent, as the journal recorded it.
+ */
+export async function outOfTimeReply(step: StepContext): Promise<AgentStepReply> {
+  const { agent, request, deps } = step;
+  const reply = failedReply(request.stepId, 'budget_exceeded', timeBudgetMessage(agent.name, request.budget));
+  const spent = await bestEffort(step, 'read what earlier runs spent', () =>
+    deps.journal?.spent(request.stepId),
+  );
+  return spent ? { ...reply, usage: spent } : reply;
+}
