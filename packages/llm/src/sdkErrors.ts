@@ -1,10 +1,11 @@
+import { errorMessage } from '@troupe/protocol';
 import { ModelError, type ModelErrorCode } from './errors.ts';
 
 /** How a failed SDK call is classified; the same for the OpenAI and Anthropic SDKs, whose errors share a shape. */
 export function toModelError(error: unknown, label: string): ModelError {
   if (error instanceof ModelError) return error;
   const name = (error as { constructor?: { name?: string } })?.constructor?.name ?? '';
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   if (name === 'APIUserAbortError')
     return new ModelError('aborted', `${label}: request aborted`, { cause: error });
   if (name === 'APIConnectionTimeoutError') {

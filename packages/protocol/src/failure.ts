@@ -155,3 +155,8 @@ export function taskFailureReason(
 ): TaskFailureReason {
   return (code === undefined ? undefined : OWN_REASONS[from][code]) ?? OTHER_FAILURE[from];
 }
+
+/** What an error says, for a message: its `message`, or the thrown value as text when it is not an `Error`. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

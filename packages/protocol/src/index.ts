@@ -19,6 +19,7 @@ export {
   TroupeEvent,
 } from './events.ts';
 export {
+  errorMessage,
   isRetryable,
   isStepErrorCode,
   StepErrorCode,

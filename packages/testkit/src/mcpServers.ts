@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { errorMessage } from '@troupe/protocol';
 import { z } from 'zod';
 
 /** One `tools/call` a test MCP server received. */
@@ -192,7 +193,7 @@ export async function startTestMcpHttpServer(): Promise<TestMcpHttpServer> {
   const http = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
       if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
-      res.end(error instanceof Error ? error.message : String(error));
+      res.end(errorMessage(error));
     });
   });
   await new Promise<void>((resolve, reject) => {

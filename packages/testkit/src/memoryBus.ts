@@ -1,5 +1,6 @@
 import {
   ErrorReply,
+  errorMessage,
   type InvalidMessageEvent,
   type ParseResult,
   parseMessage,
@@ -326,7 +327,7 @@ export class MemoryBus implements Bus {
       ...(message.headers === undefined ? {} : { headers: message.headers }),
     };
     const failed = (error: unknown) => {
-      const text = `handler for ${message.subject} failed: ${error instanceof Error ? error.message : String(error)}`;
+      const text = `handler for ${message.subject} failed: ${errorMessage(error)}`;
       this.logger.error({ err: error, subject: message.subject }, text);
       respond({ ok: false, error: { code: 'handler_failed', message: text } } satisfies ErrorReply);
     };

@@ -5,7 +5,7 @@ import type {
   TaskFailureReason,
   UsageTotals,
 } from '@troupe/protocol';
-import { emptyUsage, StepErrorCode, sumUsage, taskFailureReason } from '@troupe/protocol';
+import { emptyUsage, errorMessage, StepErrorCode, sumUsage, taskFailureReason } from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
 import { assign, emit, fromPromise, setup } from 'xstate';
 import type { PipelineConfig, ReviewStepConfig, StepConfig } from '../config/pipelineSchema.ts';
@@ -343,10 +343,6 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
 function callFailureReason(error: unknown): TaskFailureReason {
   const code = StepErrorCode.safeParse((error as { code?: unknown } | undefined)?.code);
   return taskFailureReason(code.data, 'call');
-}
-
-function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** What the step may still spend: the tighter of the task's remaining budget and the agent's. */

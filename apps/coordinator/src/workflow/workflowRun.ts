@@ -1,4 +1,4 @@
-import { emptyUsage, type TroupeEvent, type UsageTotals } from '@troupe/protocol';
+import { emptyUsage, errorMessage, type TroupeEvent, type UsageTotals } from '@troupe/protocol';
 import {
   type Clock,
   type EventFactory,
@@ -36,8 +36,6 @@ const RELEASES: Record<Exclude<Ending, { kind: 'done' }>['kind'], ReleaseReason>
   takenOver: 'takenOver',
   crashed: 'checkpointFailed',
 };
-
-const errorMessage = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 /** A run in progress, as the pipeline runner reaches it: to end it, cancel it, or note what its step does. */
 export interface RunningTask {

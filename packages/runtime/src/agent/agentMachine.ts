@@ -3,6 +3,7 @@ import { addUsage, zeroUsage } from '@troupe/llm';
 import {
   type ApprovalDecision,
   type ConversationSummary,
+  errorMessage,
   isStepErrorCode,
   type ModelReply,
   type StepBudget,
@@ -701,8 +702,4 @@ function errorCode(error: unknown): string {
 function failureCode(error: unknown): StepErrorCode {
   const code = errorCode(error);
   return isStepErrorCode(code) ? code : 'model_failed';
-}
-
-function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

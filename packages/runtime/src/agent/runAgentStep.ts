@@ -1,4 +1,4 @@
-import { type AgentStepReply, type AgentStepRequest, isStepErrorCode } from '@troupe/protocol';
+import { type AgentStepReply, type AgentStepRequest, errorMessage, isStepErrorCode } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import { TaskEndedError } from '../approvals/taskEnded.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
@@ -100,11 +100,7 @@ export function runAgentStep(
 /** An actor that failed outright (a service missing, an action that threw): its error's step code, else `agent_crashed`. */
 function crashedReply(request: AgentStepRequest, error: unknown): AgentStepReply {
   const code = (error as { code?: unknown } | undefined)?.code;
-  return failedReply(
-    request.stepId,
-    isStepErrorCode(code) ? code : 'agent_crashed',
-    error instanceof Error ? error.message : String(error),
-  );
+  return failedReply(request.stepId, isStepErrorCode(code) ? code : 'agent_crashed', errorMessage(error));
 }
 
 /** The abort reason a stop gives what waits on a person, in the form that names it in their record. */

@@ -1,4 +1,10 @@
-import { type DecisionReceipt, type ErrorReply, type HumanRequest, subjects } from '@troupe/protocol';
+import {
+  type DecisionReceipt,
+  type ErrorReply,
+  errorMessage,
+  type HumanRequest,
+  subjects,
+} from '@troupe/protocol';
 import { assign, fromCallback, fromPromise, setup } from 'xstate';
 import type { z } from 'zod';
 import type { KeyValue } from '../durable/kvStore.ts';
@@ -104,7 +110,7 @@ export const humanRequestMachine = setup({
         );
       } catch (error) {
         // The connection is closing (the host is stopping): nobody can answer here; the step is being stopped.
-        const why = `cannot listen for a reply: ${error instanceof Error ? error.message : String(error)}`;
+        const why = `cannot listen for a reply: ${errorMessage(error)}`;
         sendBack({ type: 'stop', why });
         return () => {};
       }

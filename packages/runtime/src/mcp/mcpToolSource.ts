@@ -1,6 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Tool as McpTool } from '@modelcontextprotocol/sdk/types.js';
+import { errorMessage } from '@troupe/protocol';
 import { z } from 'zod';
 import type { Clock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
@@ -270,9 +271,7 @@ function inputSchemaOf(
 
 function combinedFailure(failures: readonly unknown[]): unknown {
   if (failures.length === 1) return failures[0];
-  const lines = failures.map(
-    (failure) => `- ${failure instanceof Error ? failure.message : String(failure)}`,
-  );
+  const lines = failures.map((failure) => `- ${errorMessage(failure)}`);
   return new McpServerError(
     'start_failed',
     `${failures.length} MCP servers failed to start:\n${lines.join('\n')}`,

@@ -1,6 +1,7 @@
 import { lstat, mkdtemp, readlink, realpath, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { errorMessage } from '@troupe/protocol';
 import { runProcessGroup } from './processGroup.ts';
 import {
   limitedShellArgs,
@@ -143,7 +144,7 @@ async function runProbe(opts: BubblewrapSandboxOptions): Promise<BubblewrapProbe
     const said = result.stderr.trim() || `exit code ${result.exitCode ?? result.signal}`;
     return { available: false, reason: `bubblewrap is installed but cannot sandbox here: ${said}` };
   } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = errorMessage(error);
     return { available: false, reason: `bubblewrap could not be started: ${reason}` };
   } finally {
     await rm(dir, { recursive: true, force: true });

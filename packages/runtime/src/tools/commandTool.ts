@@ -1,3 +1,4 @@
+import { errorMessage } from '@troupe/protocol';
 import { z } from 'zod';
 import type { Sandbox, SandboxResult } from '../sandbox/sandbox.ts';
 import { selectSandbox } from '../sandbox/selectSandbox.ts';
@@ -62,7 +63,7 @@ export function createCommandTool(
         });
       } catch (cause) {
         if (ctx.signal.aborted) throw ctx.signal.reason;
-        const reason = cause instanceof Error ? cause.message : String(cause);
+        const reason = errorMessage(cause);
         throw new ToolError('failed', `run_command could not start the ${chosen.kind} sandbox: ${reason}`, {
           cause,
         });

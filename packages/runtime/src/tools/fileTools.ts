@@ -3,6 +3,7 @@ import { createReadStream } from 'node:fs';
 import { mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import { errorMessage } from '@troupe/protocol';
 import picomatch from 'picomatch';
 import { z } from 'zod';
 import { RegexWorker } from './regexWorker.ts';
@@ -366,7 +367,7 @@ function compilePattern(pattern: string): RegExp {
   try {
     return new RegExp(pattern);
   } catch (cause) {
-    const reason = cause instanceof Error ? cause.message : String(cause);
+    const reason = errorMessage(cause);
     throw new ToolError(
       'invalid_arguments',
       `search_files: pattern is not a valid regular expression: ${reason}`,

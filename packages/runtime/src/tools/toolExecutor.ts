@@ -1,5 +1,6 @@
 import type { ToolCall } from '@troupe/llm';
 import type { ApprovalDecision, ToolDecision, ToolResult } from '@troupe/protocol';
+import { errorMessage } from '@troupe/protocol';
 import type { MemoryView } from '../memory/memoryStore.ts';
 import { type AgentPolicy, evaluatePolicy, type PermissionRule, type PolicyVerdict } from './policy.ts';
 import { ProgressThrottle, type ToolProgressUpdate } from './progressThrottle.ts';
@@ -222,7 +223,7 @@ function parseJson(toolName: string, rawArguments: string): unknown {
   try {
     return JSON.parse(rawArguments);
   } catch (cause) {
-    const reason = cause instanceof Error ? cause.message : String(cause);
+    const reason = errorMessage(cause);
     throw new ToolError('invalid_arguments', `arguments for ${toolName} are not valid JSON: ${reason}`, {
       cause,
     });
@@ -279,6 +280,6 @@ function deniedByPerson(toolName: string, approval: ApprovalDecision): ToolError
 
 function asToolError(error: unknown, toolName: string): ToolError {
   if (error instanceof ToolError) return error;
-  const reason = error instanceof Error ? error.message : String(error);
+  const reason = errorMessage(error);
   return new ToolError('failed', `${toolName} failed: ${reason}`, { cause: error });
 }

@@ -1,4 +1,5 @@
 import type { JsonSchema, ToolDefinition } from '@troupe/llm';
+import { errorMessage } from '@troupe/protocol';
 import { z } from 'zod';
 import type { Tool } from './tool.ts';
 import { ToolError } from './toolError.ts';
@@ -82,7 +83,7 @@ function toJsonSchema(tool: Tool): JsonSchema {
     // `input` io: the model writes arguments before defaults and transforms apply.
     return z.toJSONSchema(tool.input, { target: 'draft-07', io: 'input' });
   } catch (cause) {
-    const reason = cause instanceof Error ? cause.message : String(cause);
+    const reason = errorMessage(cause);
     throw new ToolError(
       'invalid_tool',
       `tool ${tool.name}: its input schema has no JSON Schema form (${reason})`,

@@ -1,5 +1,6 @@
 import { lstat, realpath } from 'node:fs/promises';
 import path from 'node:path';
+import { errorMessage } from '@troupe/protocol';
 import { ToolError } from './toolError.ts';
 
 /** How `resolveInWorkspace` treats the path. */
@@ -116,7 +117,7 @@ async function realWorkspace(workspace: string, tool: string): Promise<string> {
   } catch (cause) {
     throw new ToolError(
       'failed',
-      `${tool}: the workspace ${workspace} is not accessible (${messageOf(cause)})`,
+      `${tool}: the workspace ${workspace} is not accessible (${errorMessage(cause)})`,
       {
         cause,
       },
@@ -154,7 +155,7 @@ async function realpathIfExists(candidate: string): Promise<string | undefined> 
     return await realpath(candidate);
   } catch (error) {
     if (isMissing(error)) return undefined;
-    throw new ToolError('failed', `cannot resolve ${candidate}: ${messageOf(error)}`, { cause: error });
+    throw new ToolError('failed', `cannot resolve ${candidate}: ${errorMessage(error)}`, { cause: error });
   }
 }
 
@@ -181,8 +182,4 @@ function isInside(root: string, candidate: string): boolean {
 
 function shown(requested: string): string {
   return /\p{Cc}/u.test(requested) ? JSON.stringify(requested) : requested;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -15,7 +15,7 @@ import {
   type NatsConnection,
   TimeoutError,
 } from '@nats-io/transport-node';
-import { STREAMS } from '@troupe/protocol';
+import { errorMessage, STREAMS } from '@troupe/protocol';
 import { type Actor, createActor } from 'xstate';
 import { type Clock, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
@@ -132,7 +132,7 @@ export class EventOutbox {
         onBackoff: (error, delayMs) =>
           this.#logger.warn(
             { err: error, pendingEvents: this.#pending.size, retryInMs: delayMs },
-            `${this.#pending.size} events not yet stored (${messageOf(error)}); trying again in ${delayMs} ms`,
+            `${this.#pending.size} events not yet stored (${errorMessage(error)}); trying again in ${delayMs} ms`,
           ),
         onRecovered: () =>
           this.#logger.info({ pendingEvents: this.#pending.size }, 'events are being stored again'),
@@ -352,7 +352,7 @@ export class EventOutbox {
     entry.settle(false);
     this.#logger.error(
       { err: error, eventId: entry.id, subject: entry.subject },
-      `gave up on event ${entry.id} on ${entry.subject}: ${messageOf(error)}`,
+      `gave up on event ${entry.id} on ${entry.subject}: ${errorMessage(error)}`,
     );
     this.#checkIdle();
     this.#pump();
@@ -424,8 +424,4 @@ function toMsgHdrs(record: Record<string, string>): MsgHdrs {
   const hdrs = createHeaders();
   for (const [key, value] of Object.entries(record)) hdrs.set(key, value);
   return hdrs;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

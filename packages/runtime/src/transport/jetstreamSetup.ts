@@ -12,7 +12,7 @@ import {
 } from '@nats-io/jetstream';
 import { type KV, Kvm } from '@nats-io/kv';
 import { nanos } from '@nats-io/transport-node';
-import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
+import { BUCKETS, errorMessage, STREAMS, subjects } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { NatsBus } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
@@ -86,7 +86,7 @@ export async function jetstreamManagerOf(
     if (TransportError.is(cause)) throw cause;
     throw new TransportError(
       'jetstream_unavailable',
-      `JetStream is not available on the NATS server at ${bus.connection.getServer()}: ${messageOf(cause)}`,
+      `JetStream is not available on the NATS server at ${bus.connection.getServer()}: ${errorMessage(cause)}`,
       { cause },
     );
   }
@@ -191,7 +191,7 @@ function throughRaces<T>(op: () => Promise<T>): Promise<T> {
 /** A wait that ran out is reported as it is; anything else names what could not be set up. */
 function setupFailed(what: string, error: unknown): TransportError {
   if (TransportError.is(error)) return error;
-  return new TransportError('stream_setup_failed', `cannot set up ${what}: ${messageOf(error)}`, {
+  return new TransportError('stream_setup_failed', `cannot set up ${what}: ${errorMessage(error)}`, {
     cause: error,
   });
 }
@@ -203,8 +203,4 @@ export function isApiError(error: unknown, code: number): boolean {
 
 function definedOnly<T extends object>(value: T): Partial<T> {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

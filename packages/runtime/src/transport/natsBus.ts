@@ -14,6 +14,7 @@ import {
 } from '@nats-io/transport-node';
 import {
   ErrorReply,
+  errorMessage,
   type InvalidMessageEvent,
   type ParseResult,
   parseMessage,
@@ -176,7 +177,7 @@ export class NatsBus implements Bus {
     } catch (cause) {
       throw new TransportError(
         'connect_failed',
-        `cannot connect to NATS at ${servers.join(', ')}: ${messageOf(cause)}. ` +
+        `cannot connect to NATS at ${servers.join(', ')}: ${errorMessage(cause)}. ` +
           'Check that nats-server (with JetStream, -js) is running there; `troupe up` without NATS_URL starts one.',
         { cause },
       );
@@ -350,7 +351,7 @@ export class NatsBus implements Bus {
       subscription.unsubscribe();
       throw (
         asClosedError(error, subject) ??
-        new TransportError('request_failed', `cannot send on ${subject}: ${messageOf(error)}`, {
+        new TransportError('request_failed', `cannot send on ${subject}: ${errorMessage(error)}`, {
           cause: error,
         })
       );
@@ -510,7 +511,7 @@ export class NatsBus implements Bus {
   }
 
   #handlerFailed(msg: Msg, error: unknown, meta: MessageMeta, answerMeta: MessageMeta): void {
-    const message = `handler for ${msg.subject} failed: ${messageOf(error)}`;
+    const message = `handler for ${msg.subject} failed: ${errorMessage(error)}`;
     this.logger.error({ err: error, subject: msg.subject, ...meta }, message);
     if (replyOf(msg) === undefined) return;
     const answer: ErrorReply = { ok: false, error: { code: 'handler_failed', message } };
@@ -532,7 +533,7 @@ export class NatsBus implements Bus {
     } catch (error) {
       this.logger.warn(
         { err: error, subject: msg.subject },
-        `could not reply on ${msg.subject}: ${messageOf(error)}`,
+        `could not reply on ${msg.subject}: ${errorMessage(error)}`,
       );
     }
   }
@@ -563,7 +564,7 @@ const statusLogs: Record<string, (logger: Logger, data: Record<string, unknown>)
   reconnecting: (logger) => logger.debug('reconnecting to NATS'),
   reconnect: (logger, data) => logger.info(data, `reconnected to NATS at ${String(data.server)}`),
   error: (logger, data) =>
-    logger.error({ err: data.error }, `NATS connection error: ${messageOf(data.error)}`),
+    logger.error({ err: data.error }, `NATS connection error: ${errorMessage(data.error)}`),
   ldm: (logger, data) => logger.warn(data, `NATS server ${String(data.server)} is entering lame duck mode`),
   staleConnection: (logger) => logger.warn('NATS connection is stale; reconnecting'),
   slowConsumer: (logger, data) =>
@@ -642,7 +643,7 @@ function requestError(error: unknown, subject: string, timeoutMs: number): unkno
   }
   return (
     asClosedError(error, subject) ??
-    new TransportError('request_failed', `request to ${subject} failed: ${messageOf(error)}`, {
+    new TransportError('request_failed', `request to ${subject} failed: ${errorMessage(error)}`, {
       cause: error,
     })
   );
@@ -681,8 +682,4 @@ function abortable<T>(pending: Promise<T>, subject: string, signal: AbortSignal 
       },
     );
   });
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

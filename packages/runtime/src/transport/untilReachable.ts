@@ -1,4 +1,5 @@
 import { JetStreamApiError } from '@nats-io/jetstream';
+import { errorMessage } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { NatsBus } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
@@ -129,7 +130,7 @@ function givenUp(bus: NatsBus, what: string, error: unknown, outageMs: number): 
   if (failure === 'no_jetstream') {
     return new TransportError(
       'jetstream_unavailable',
-      `JetStream is not available on the NATS server at ${server}: ${messageOf(error)}. ` +
+      `JetStream is not available on the NATS server at ${server}: ${errorMessage(error)}. ` +
         'Start nats-server with -js (JetStream enabled).',
       { cause: error },
     );
@@ -138,13 +139,9 @@ function givenUp(bus: NatsBus, what: string, error: unknown, outageMs: number): 
     return new TransportError(
       'jetstream_unavailable',
       `gave up waiting for JetStream on the NATS server at ${server} (${what}) after ${Math.round(outageMs / 1000)} s: ` +
-        `${messageOf(error)}. Check that nats-server is running and reachable.`,
+        `${errorMessage(error)}. Check that nats-server is running and reachable.`,
       { cause: error },
     );
   }
   return error;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
