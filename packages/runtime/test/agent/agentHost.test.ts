@@ -193,7 +193,15 @@ describe('agent host on an in-memory bus and a simulated clock', () => {
       traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
     };
     await bus.publishEvent(new EventFactory(clock).make('task.cancelled', scope, { usage: emptyUsage() }));
-    await expect.poll(() => step.reply()).toMatchObject({ ok: false });
+    await expect
+      .poll(() => step.reply())
+      .toMatchObject({
+        ok: false,
+        error: {
+          code: 'aborted',
+          message: 'step t6.think.1 was aborted after 1 model call(s): its task has ended',
+        },
+      });
     expect(held.asked[0]?.signal?.aborted).toBe(true);
     expect(host.inFlight).toBe(0);
   });
