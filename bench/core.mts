@@ -8,6 +8,8 @@
  * once; the figure is their p50 and p99 less raw request/reply's.
  *
  * The coordinator works on 64 tasks at once (TROUPE_BENCH_CONCURRENCY); TROUPE_BENCH_LOG=warn shows its log.
+ * With OTEL_EXPORTER_OTLP_ENDPOINT set, it exports traces as `troupe up` does (`bench/otlpSink.mts` is a collector
+ * that takes and drops them), to measure what tracing costs.
  *
  * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s, all submitted at once to
  * a coordinator of their own with the default 16 working slots; a waiting task is parked and holds none. It
@@ -29,7 +31,7 @@ import { createInterface } from 'node:readline';
 import { connect } from '@nats-io/transport-node';
 import { builtinTools, createStepRunner, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
-import { createLogger, NatsBus, startAgentHost, systemClock } from '@troupe/runtime';
+import { createLogger, NatsBus, startAgentHost, startTracing, systemClock } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
 
 const sequential = Number(process.argv[2] ?? 200);
@@ -51,6 +53,8 @@ const percentile = (sorted: number[], p: number) =>
 
 const nats = await startTestNats();
 const logger = createLogger({ level: process.env.TROUPE_BENCH_LOG ?? 'silent' });
+const tracing = await startTracing({ service: 'troupe-bench', logger });
+if (tracing) print('traces exported over OTLP/HTTP', 1, 'on');
 const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-bench-core-'));
 const client = await connect({ servers: nats.url, name: 'bench-client' });
 
@@ -333,6 +337,7 @@ print('heap used at the end', process.memoryUsage().heapUsed / 1024 / 1024, 'MiB
 
 await client.close();
 await coordinator.stop();
+await tracing?.shutdown();
 await bus.close();
 await nats.stop();
 await rm(workspaceRoot, { recursive: true, force: true });

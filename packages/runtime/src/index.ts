@@ -1,3 +1,4 @@
+export type { Span as TraceSpan } from '@opentelemetry/api';
 export type { AgentDefinition } from './agent/agentDefinition.ts';
 export { type AgentHost, type AgentHostOptions, startAgentHost } from './agent/agentHost.ts';
 export {
@@ -48,6 +49,17 @@ export {
 export * from './logging/index.ts';
 export * from './mcp/index.ts';
 export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';
+export {
+  capturesContent,
+  contextOf,
+  endSpan,
+  startChildSpan,
+  startTracing,
+  startWorkflowSpan,
+  type Tracing,
+  type TracingOptions,
+  traceparentOf,
+} from './telemetry/tracing.ts';
 export { askHumanTool } from './tools/askHumanTool.ts';
 export * from './tools/index.ts';
 export { recallTool, rememberTool } from './tools/memoryTools.ts';

@@ -12,4 +12,5 @@ export {
 export { type CarriedMessage, MemoryBus, type MemoryBusOptions } from './memoryBus.ts';
 export { MemoryKv } from './memoryKv.ts';
 export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';
+export { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from './otlpReceiver.ts';
 export { SimulatedClock } from './simulatedClock.ts';

@@ -7,7 +7,7 @@ import {
   type Service,
   startService,
 } from '@troupe/coordinator';
-import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
+import { createLogger, McpServerError, startTracing, TransportError } from '@troupe/runtime';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError } from '../server.ts';
@@ -40,12 +40,14 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   const home = resolveHome(options.home);
   const natsUrl =
     options.server ?? natsUrlFromEnv() ?? (options.join ? await runningServer(home) : undefined);
+  // Traces go out over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is loaded.
+  const tracing = await startTracing({ service: 'troupe-coordinator', logger });
   const starting = start(files, { ...options, home }, natsUrl, logger);
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
-  const stopped = untilStopped(
-    async () => (await starting).stop(),
-    'stopping: running tasks are handed back to NATS and resume on the next start',
-  );
+  const stopped = untilStopped(async () => {
+    await (await starting).stop();
+    await tracing?.shutdown();
+  }, 'stopping: running tasks are handed back to NATS and resume on the next start');
   const service = await starting;
   const names = service.pipelines.map((p) => p.config.name);
   process.stderr.write(

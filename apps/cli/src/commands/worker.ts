@@ -1,5 +1,5 @@
 import { ConfigError, startWorker } from '@troupe/coordinator';
-import { createLogger, McpServerError, TransportError } from '@troupe/runtime';
+import { createLogger, McpServerError, startTracing, TransportError } from '@troupe/runtime';
 import { resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError, resolveServer } from '../server.ts';
@@ -23,6 +23,8 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     ?.split(',')
     .map((a) => a.trim())
     .filter(Boolean);
+  // Traces go out over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is loaded.
+  const tracing = await startTracing({ service: 'troupe-worker', logger });
   const starting = startWorker({
     files,
     natsUrl,
@@ -32,10 +34,10 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     ...(agents && agents.length > 0 ? { agents } : {}),
   });
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
-  const stopped = untilStopped(
-    async () => (await starting).stop(),
-    'stopping: steps in flight are handed back to be retried by another worker',
-  );
+  const stopped = untilStopped(async () => {
+    await (await starting).stop();
+    await tracing?.shutdown();
+  }, 'stopping: steps in flight are handed back to be retried by another worker');
   let running: Awaited<typeof starting>;
   try {
     running = await starting;

@@ -35,7 +35,7 @@ import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
 import type { WorkflowRecord } from './workflowRecord.ts';
 import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
-import type { WorkflowInput } from './workflowTypes.ts';
+import type { StepRunInput, WorkflowInput } from './workflowTypes.ts';
 
 export interface PipelineRunnerOptions {
   bus: Bus;
@@ -98,10 +98,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const machine = compileFlow(config).provide({
     actors: {
       runStep: fromPromise(({ input, signal }) =>
-        runStep(
-          { ...input, firstDelivery: running.get(input.request.taskId)?.firstDelivery === true },
-          signal,
-        ),
+        runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
       ),
     },
   });
@@ -538,4 +535,13 @@ function traceOf(snapshot: unknown): string {
   const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task
     ?.traceparent;
   return typeof trace === 'string' ? trace : newTraceparent();
+}
+
+/** A step as the task's run in this process sends it: `fresh` on its first delivery, traced as a child of the run. */
+function stepOfRun(input: StepRunInput, run: RunningTask | undefined): StepRunInput {
+  return {
+    ...input,
+    firstDelivery: run?.firstDelivery === true,
+    ...(run ? { request: { ...input.request, traceparent: run.traceparent } } : {}),
+  };
 }

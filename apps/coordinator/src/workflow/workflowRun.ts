@@ -3,11 +3,15 @@ import {
   type Clock,
   type EventFactory,
   type EventScope,
+  endSpan,
   every,
   isOutage,
   type KvStore,
   type Logger,
+  startWorkflowSpan,
+  type TraceSpan,
   throughOutages,
+  traceparentOf,
 } from '@troupe/runtime';
 import { createActor, type Snapshot } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
@@ -47,6 +51,8 @@ export interface RunningTask {
   noteActivity(activity: StepActivity): void;
   /** The run is the task's first delivery: its steps' first sends are `fresh`. */
   readonly firstDelivery: boolean;
+  /** The `traceparent` the run's steps carry: its `invoke_workflow` span's, when traces are exported. */
+  readonly traceparent: string;
 }
 
 /** What a run needs of its pipeline runner. */
@@ -307,7 +313,18 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     actor.send({ type: 'cancel', ...(reason ? { reason } : {}) });
     return true;
   };
-  running.set(taskId, { end, cancel, noteActivity, firstDelivery: run.firstDelivery });
+  const span = startWorkflowSpan(pipeline, scope.traceparent, run.firstDelivery, {
+    'troupe.task.id': taskId,
+    'troupe.pipeline': pipeline,
+    'troupe.delivery': delivery.deliveryCount,
+  });
+  running.set(taskId, {
+    end,
+    cancel,
+    noteActivity,
+    firstDelivery: run.firstDelivery,
+    traceparent: traceparentOf(span, scope.traceparent),
+  });
   const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
   try {
     actor.start();
@@ -357,7 +374,26 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
   } finally {
     stopHeartbeat();
     running.delete(taskId);
+    endRunSpan(span, ending);
   }
+}
+
+/** Ends a run's span with how the run ended: the task's status, or why this run let it go. */
+function endRunSpan(span: TraceSpan, ending: Ending | undefined): void {
+  if (ending?.kind === 'done') {
+    const { status, failure } = ending.output;
+    endSpan(span, failure ? { type: failure.reason, message: failure.message } : undefined, {
+      'troupe.task.status': status,
+      'troupe.rounds': ending.output.rounds,
+    });
+    return;
+  }
+  if (ending?.kind === 'crashed') {
+    endSpan(span, { type: ending.reason, message: ending.message }, { 'troupe.task.status': 'failed' });
+    return;
+  }
+  // Let go: the task goes on in another run (or was never run here).
+  endSpan(span, undefined, { 'troupe.run.released': ending?.kind ?? 'unknown' });
 }
 
 /** Shutdown: the task goes back to NATS, to be resumed from its checkpoint by a coordinator. */

@@ -7,6 +7,7 @@ import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
 import type { RecordedReplies } from './recordedReplies.ts';
 import { bestEffort, type StepContext } from './stepContext.ts';
+import { endModelSpan, startModelSpan } from './stepTracing.ts';
 
 /**
  * The agent's model calls, journaled: a turn or summary the journal recorded for this very conversation is taken
@@ -62,21 +63,36 @@ export async function summarize(
   );
   if (recorded) return recorded;
   signal.throwIfAborted();
-  const response = await waitingOnModel(step, () =>
-    agent.model.complete({
-      messages: summaryRequest(input.messages),
-      tools: [],
-      context: callContext(step, input.callsBefore),
-      signal,
-    }),
-  );
-  if (response.content.trim() === '') throw new Error('the model returned an empty summary');
-  const provider = response.provider ?? agent.model.provider;
-  const result: ConversationSummary = {
-    summary: response.content,
-    usage: response.usage,
-    costUsd: deps.price?.(provider, response.model, response) ?? 0,
-  };
+  const messages = summaryRequest(input.messages);
+  const span = startModelSpan(step, input.callsBefore + 1, messages, 'summary');
+  let result: ConversationSummary;
+  try {
+    const response = await waitingOnModel(step, () =>
+      agent.model.complete({ messages, tools: [], context: callContext(step, input.callsBefore), signal }),
+    );
+    if (response.content.trim() === '') throw new Error('the model returned an empty summary');
+    const provider = response.provider ?? agent.model.provider;
+    result = {
+      summary: response.content,
+      usage: response.usage,
+      costUsd: deps.price?.(provider, response.model, response) ?? 0,
+    };
+    endModelSpan(span, {
+      reply: {
+        content: response.content,
+        toolCalls: [],
+        usage: response.usage,
+        costUsd: result.costUsd,
+        finishReason: response.finishReason,
+        provider,
+        model: response.model,
+        durationMs: 0,
+      },
+    });
+  } catch (error) {
+    endModelSpan(span, { error });
+    throw error;
+  }
   await bestEffort(step, 'journal the summary', () =>
     journal?.recordCompaction(key, input.messages, result, new Date(deps.clock.now())),
   );
@@ -106,9 +122,11 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
           ),
       })
     : undefined;
+  const span = startModelSpan(step, input.turn, input.messages);
   const observer: ModelObserver = {
     ...(batcher ? { onDelta: (delta: ModelDelta) => batcher.add(delta) } : {}),
     onRetry: (info) => {
+      span.addEvent('llm.retry', { attempt: info.attempt, 'error.type': info.code });
       batcher?.flush();
       deps.publish(
         deps.events.make(
@@ -120,6 +138,7 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
       );
     },
     onFallback: (info) => {
+      span.addEvent('llm.fallback', { from: info.from, to: info.to });
       // Deltas of the model that failed go out before the fallback is announced.
       batcher?.flush();
       deps.publish(
@@ -144,7 +163,7 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
     );
     const response = names.identity ? reply : names.response(reply);
     const provider = response.provider ?? agent.model.provider;
-    return {
+    const result: ModelReply = {
       content: response.content,
       toolCalls: response.toolCalls,
       usage: response.usage,
@@ -154,6 +173,11 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
       model: response.model,
       durationMs: Math.max(0, deps.clock.now() - started),
     };
+    endModelSpan(span, { reply: result });
+    return result;
+  } catch (error) {
+    endModelSpan(span, { error });
+    throw error;
   } finally {
     batcher?.flush();
   }

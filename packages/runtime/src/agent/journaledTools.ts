@@ -9,6 +9,7 @@ import { ToolExecutor } from '../tools/toolExecutor.ts';
 import type { AgentServices, ApprovalAsk } from './agentMachine.ts';
 import type { RecordedReplies } from './recordedReplies.ts';
 import { type StepContext, unlessUnavailable } from './stepContext.ts';
+import { endApprovalSpan, endToolSpan, startApprovalSpan, startToolSpan } from './stepTracing.ts';
 
 /** The directory a task's file tools are confined to. */
 export const taskWorkspace = (root: string, pipeline: string, taskId: string): string =>
@@ -105,16 +106,22 @@ export function toolServices(
   return {
     checkTools: (input) => Promise.all(input.calls.map((call) => executor.check(call))),
     awaitApprovals: async (input, signal) => {
-      const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecision]> => [
-        ask.callId,
-        human
-          ? await askOnce(
-              step,
-              StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index), 'approval'),
-              (options) => human.approve(ask, humanScope, withReason(signal), options),
-            )
-          : { decision: 'deny', reason: 'nobody can approve calls here' },
-      ];
+      const decide = async (ask: ApprovalAsk): Promise<[string, ApprovalDecision]> => {
+        if (!human) return [ask.callId, { decision: 'deny', reason: 'nobody can approve calls here' }];
+        const span = startApprovalSpan(step, ask.tool, ask.callId);
+        try {
+          const decision = await askOnce(
+            step,
+            StepJournal.humanKey(StepJournal.toolKey(request.stepId, input.turn, ask.index), 'approval'),
+            (options) => human.approve(ask, humanScope, withReason(signal), options),
+          );
+          endApprovalSpan(span, { decision });
+          return [ask.callId, decision];
+        } catch (error) {
+          endApprovalSpan(span, { error });
+          throw error;
+        }
+      };
       return Object.fromEntries(await Promise.all(input.calls.map(decide)));
     },
     runTools: async (input, signal) => {
@@ -125,7 +132,8 @@ export function toolServices(
           const key = StepJournal.toolKey(request.stepId, input.turn, index);
           callTurns.set(call.id, { turn: input.turn, index });
           const expectNew = replies.madeHere(input.turn);
-          return runOnce(step, executor, { key, run, expectNew }, call, signal, input.approvals?.[call.id]);
+          const claim = { key, run, expectNew, turn: input.turn };
+          return runOnce(step, executor, claim, call, signal, input.approvals?.[call.id]);
         }),
       );
       if (ran.length > 0 && ran.every((call) => call.claimed === 'new')) replies.claimedAllNew(input.turn);
@@ -142,16 +150,17 @@ export function toolServices(
  * otherwise the model is told it may or may not have taken effect. Returns the result with what the claim found.
  */
 async function runOnce(
-  { deps }: StepContext,
+  step: StepContext,
   executor: ToolExecutor,
-  claim: { key: string; run: string; expectNew: boolean },
+  claim: { key: string; run: string; expectNew: boolean; turn: number },
   call: ToolCall,
   signal: AbortSignal,
   approval: ApprovalDecision | undefined,
 ): Promise<{ result: ToolResult; claimed: ToolCallRecord['state'] | undefined }> {
+  const { deps } = step;
   const journal = deps.journal;
   const now = () => new Date(deps.clock.now());
-  const { key, run } = claim;
+  const { key, run, turn } = claim;
   const record = await unlessUnavailable(() =>
     journal?.claimToolCall(key, call.name, call.arguments, run, now(), { expectNew: claim.expectNew }),
   );
@@ -188,7 +197,9 @@ async function runOnce(
     await unlessUnavailable(() => journal?.recordToolResult(key, call.arguments, result, now()));
     return { result, claimed: record.state };
   }
+  const span = startToolSpan(step, call, turn);
   const result = await executor.execute(call, signal, approval);
+  endToolSpan(span, result);
   if (journal && !signal.aborted)
     await unlessUnavailable(() => journal.recordToolResult(key, call.arguments, result, now()));
   return { result, claimed: record?.state };

@@ -1,6 +1,7 @@
 import { type AgentStepReply, type AgentStepRequest, errorMessage, isStepErrorCode } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import { TaskEndedError } from '../approvals/taskEnded.ts';
+import { traceparentOf } from '../telemetry/tracing.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { type AgentServices, agentMachine, type StepStop } from './agentMachine.ts';
 import { callModel, summarize } from './journaledModel.ts';
@@ -11,6 +12,7 @@ import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 import { failedReply, outOfTimeReply, toReply } from './stepReply.ts';
+import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
 
 export type { StepDeps };
 
@@ -28,7 +30,25 @@ export interface AgentStep {
  * Never throws: a step that cannot start replies `agent_crashed`.
  */
 export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps): AgentStep {
-  const step: StepContext = { agent, request, deps, scope: scopeOf(request) };
+  const span = startAgentSpan(agent, request);
+  const scope = scopeOf(request);
+  const step: StepContext = {
+    agent,
+    request,
+    deps,
+    span,
+    scope: { ...scope, traceparent: traceparentOf(span, scope.traceparent) },
+  };
+  const started = startStep(step);
+  const reply = started.reply.then((result) => {
+    endAgentSpan(span, result);
+    return result;
+  });
+  return { reply, stop: started.stop };
+}
+
+function startStep(step: StepContext): AgentStep {
+  const { request, deps } = step;
   const deadline = request.budget?.deadline;
   const timeLeftMs = deadline === undefined ? undefined : deadline - deps.clock.now();
   if (timeLeftMs !== undefined && timeLeftMs <= 0) return { reply: outOfTimeReply(step), stop: () => {} };

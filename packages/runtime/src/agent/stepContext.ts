@@ -1,3 +1,4 @@
+import type { Span } from '@opentelemetry/api';
 import type { ModelResponse } from '@troupe/llm';
 import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
@@ -39,8 +40,10 @@ export interface StepContext {
   agent: AgentDefinition;
   request: AgentStepRequest;
   deps: StepDeps;
-  /** Where the step's events go. */
+  /** Where the step's events go; their `traceparent` is the step's span's when traces are exported. */
   scope: EventScope;
+  /** The step's `invoke_agent` span, parent of its model and tool spans. */
+  span?: Span;
 }
 
 export const scopeOf = (request: AgentStepRequest): EventScope => ({
