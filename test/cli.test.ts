@@ -1,7 +1,9 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import { STREAMS } from '@troupe/protocol';
 import { startTestNats, TEST_MCP_STDIO_SERVER, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
@@ -67,10 +69,50 @@ describe('troupe up, submit and tail against a NATS server', () => {
     nats = await startTestNats();
     home = await mkdtemp(join(tmpdir(), 'troupe-home-'));
     up = startTroupe(
-      ['up', examplePath('demo.yaml'), '--home', home, '--json', '--log-level', 'info'],
+      [
+        'up',
+        examplePath('demo.yaml'),
+        '--home',
+        home,
+        '--json',
+        '--log-level',
+        'info',
+        '--events-max-age',
+        '12h',
+        '--events-max-bytes',
+        '64MiB',
+      ],
       cliEnv({ NATS_URL: nats.url }),
     );
     await up.waitFor(/troupe is up on/);
+  });
+
+  it('keeps events as long and as much as --events-max-age and --events-max-bytes say', async () => {
+    const client = await connect({ servers: nats.url });
+    try {
+      const jsm = await jetstreamManager(client);
+      const { config } = await jsm.streams.info(STREAMS.events);
+      expect(config.max_age).toBe(12 * 3_600 * 1e9);
+      expect(config.max_bytes).toBe(64 * 1_048_576);
+      expect(config.discard).toBe('old');
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('refuses a retention it cannot read, before starting anything', async () => {
+    const result = await troupe([
+      'up',
+      examplePath('demo.yaml'),
+      '--events-max-bytes',
+      'lots',
+      '--server',
+      nats.url,
+    ]);
+    // As for every option commander refuses: exit 1, with the usage.
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("option '--events-max-bytes <size>' argument 'lots' is invalid");
+    expect(result.stderr).toContain('must be a size such as 512MiB');
   });
   afterAll(async () => {
     await up?.stop();

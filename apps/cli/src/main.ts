@@ -1,6 +1,8 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import cli from '../package.json' with { type: 'json' };
 import { CliError } from './cliError.ts';
+import { parseDuration } from './format/duration.ts';
+import { parseSize } from './format/size.ts';
 import { HELP_DEFAULTS } from './helpDefaults.ts';
 
 // Each command's module (and what it needs: NATS, the coordinator, model SDKs) loads only when it runs, so
@@ -29,6 +31,18 @@ const positiveInteger = (value: string): number => {
   const n = positive(value);
   if (!Number.isInteger(n)) throw new InvalidArgumentError('must be a whole number');
   return n;
+};
+
+const duration = (value: string): number => {
+  const ms = parseDuration(value);
+  if (ms === undefined) throw new InvalidArgumentError('must be a duration such as 7d, 12h or 30m');
+  return ms;
+};
+
+const size = (value: string): number => {
+  const bytes = parseSize(value);
+  if (bytes === undefined) throw new InvalidArgumentError('must be a size such as 512MiB, 2GB or 1048576');
+  return bytes;
 };
 
 const homeOption = () =>
@@ -114,6 +128,16 @@ program
     '--step-heartbeat <seconds>',
     'how often agent hosts report on a step; after 3 missed reports it goes to another worker (default 5)',
     positive,
+  )
+  .option(
+    '--events-max-age <duration>',
+    'how long the EVENTS stream keeps events, e.g. 7d, 12h (default 7d when the stream is made; else unchanged)',
+    duration,
+  )
+  .option(
+    '--events-max-bytes <size>',
+    'most the EVENTS stream keeps, oldest dropped first, e.g. 512MiB, 2GB (default no limit; else unchanged)',
+    size,
   )
   .addOption(
     new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')

@@ -51,6 +51,11 @@ export interface CoordinatorOptions {
   noResponderWaitMs?: number;
   /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
   stepHeartbeatMs?: number;
+  /**
+   * How long (ms) and how much (bytes) of the `EVENTS` stream is kept; the oldest events go first. Unset, a new
+   * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
+   */
+  eventRetention?: { maxAgeMs?: number; maxBytes?: number };
   registry?: ToolRegistry;
   clock?: Clock;
 }
@@ -76,7 +81,11 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const { bus, logger } = options;
   const clock = options.clock ?? systemClock;
   const registry = options.registry ?? builtinTools();
-  await ensureTroupeStreams(bus);
+  const retention = options.eventRetention;
+  await ensureTroupeStreams(bus, {
+    ...(retention?.maxAgeMs === undefined ? {} : { eventsMaxAge: retention.maxAgeMs }),
+    ...(retention?.maxBytes === undefined ? {} : { eventsMaxBytes: retention.maxBytes }),
+  });
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
   const journal = await StepJournal.open(bus);

@@ -36,6 +36,11 @@ export interface ServiceOptions {
   stepHeartbeatMs?: number;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
+  /**
+   * How long (ms) and how much (bytes) of the `EVENTS` stream is kept; the oldest events go first. Unset, a new
+   * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
+   */
+  eventRetention?: { maxAgeMs?: number; maxBytes?: number };
   logger: Logger;
 }
 
@@ -98,6 +103,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
       ...(options.limits === undefined ? {} : { limits: options.limits }),
+      ...(options.eventRetention === undefined ? {} : { eventRetention: options.eventRetention }),
     });
     if (embedded) {
       await writeServerRecord(home, {

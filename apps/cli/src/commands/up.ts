@@ -28,6 +28,10 @@ export interface UpOptions {
   maxDeliver?: number;
   maxTaskBytes?: number;
   maxTaskDepth?: number;
+  /** Milliseconds. */
+  eventsMaxAge?: number;
+  /** Bytes. */
+  eventsMaxBytes?: number;
   logLevel: string;
   allowMcpCommands?: boolean;
   json: boolean;
@@ -80,6 +84,8 @@ export async function start(
     | 'maxDeliver'
     | 'maxTaskBytes'
     | 'maxTaskDepth'
+    | 'eventsMaxAge'
+    | 'eventsMaxBytes'
   >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
@@ -103,6 +109,10 @@ export async function start(
         ? {}
         : { stepHeartbeatMs: Math.round(options.stepHeartbeat * 1000) }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
+      eventRetention: {
+        ...(options.eventsMaxAge === undefined ? {} : { maxAgeMs: options.eventsMaxAge }),
+        ...(options.eventsMaxBytes === undefined ? {} : { maxBytes: options.eventsMaxBytes }),
+      },
       limits: {
         maxTaskBytes: options.maxTaskBytes ?? DEFAULT_INTAKE_LIMITS.maxTaskBytes,
         maxTaskDepth: options.maxTaskDepth ?? DEFAULT_INTAKE_LIMITS.maxTaskDepth,

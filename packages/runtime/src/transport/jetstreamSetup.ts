@@ -23,6 +23,8 @@ export interface TroupeStreamsOptions {
   tasksMaxAge?: number;
   /** How long events are kept, in milliseconds; default 7 days. */
   eventsMaxAge?: number;
+  /** The most bytes of events kept (the oldest go first); default no limit. */
+  eventsMaxBytes?: number;
   /** Window in which a message with a repeated `Nats-Msg-Id` is dropped, in milliseconds; default 2 minutes. */
   duplicateWindowMs?: number;
   /** How long set-up waits for NATS and JetStream through an outage before it gives up. */
@@ -32,7 +34,12 @@ export interface TroupeStreamsOptions {
 export type TroupeBucket = (typeof BUCKETS)[keyof typeof BUCKETS];
 
 const DAY_MS = 24 * 60 * 60 * 1000;
-const DEFAULTS = { tasksMaxAge: 7 * DAY_MS, eventsMaxAge: 7 * DAY_MS, duplicateWindowMs: 2 * 60 * 1000 };
+const DEFAULTS = {
+  tasksMaxAge: 7 * DAY_MS,
+  eventsMaxAge: 7 * DAY_MS,
+  eventsMaxBytes: -1,
+  duplicateWindowMs: 2 * 60 * 1000,
+};
 /** Another process may create the same stream between our look and our write; we look again up to this often. */
 const RACE_RETRIES = 2;
 /** 10058: "stream name already in use with a different configuration". */
@@ -40,29 +47,58 @@ const STREAM_NAME_IN_USE = 10058;
 
 type TroupeStreamConfig = Pick<
   StreamConfig,
-  'name' | 'subjects' | 'retention' | 'storage' | 'max_age' | 'duplicate_window' | 'discard' | 'num_replicas'
+  | 'name'
+  | 'subjects'
+  | 'retention'
+  | 'storage'
+  | 'max_age'
+  | 'max_bytes'
+  | 'duplicate_window'
+  | 'discard'
+  | 'num_replicas'
 >;
 
+/** The limits of a stream that set-up changes on a stream that exists: only those the caller gave. */
+type Limits = Partial<Pick<StreamConfig, 'max_age' | 'max_bytes' | 'duplicate_window'>>;
+
 /**
- * Creates or updates the streams `TASKS` and `EVENTS` and the KV buckets `workflows`, `memory` and `pipelines`.
+ * Creates the streams `TASKS`, `EVENTS` and `DEADLETTER` and the KV buckets, or brings their subjects up to date.
+ * A stream is created with the given limits (else the defaults); on a stream that exists, only the limits given
+ * here are changed, so a process started without them (a second coordinator) keeps what the first one set.
  * Safe to call on every start, and from several processes at once. Uses only what nats-server 2.9 supports.
  * Waits (logging each wait) while NATS cannot be reached; see {@link untilReachable}.
  */
 export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptions = {}): Promise<void> {
-  const { wait, ...limits } = opts;
-  const settings = { ...DEFAULTS, ...definedOnly(limits) };
+  const { wait, ...given } = opts;
+  const settings = { ...DEFAULTS, ...definedOnly(given) };
   const jsm = await jetstreamManagerOf(bus, wait);
-  const streams = [
-    streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, settings.duplicateWindowMs),
-    streamConfig(STREAMS.events, subjects.allEvents, settings.eventsMaxAge, settings.duplicateWindowMs),
+  const window = given.duplicateWindowMs;
+  const streams: [TroupeStreamConfig, Limits][] = [
+    [
+      streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, -1, settings.duplicateWindowMs),
+      limitsGiven(given.tasksMaxAge, undefined, window),
+    ],
+    [
+      streamConfig(
+        STREAMS.events,
+        subjects.allEvents,
+        settings.eventsMaxAge,
+        settings.eventsMaxBytes,
+        settings.duplicateWindowMs,
+      ),
+      limitsGiven(given.eventsMaxAge, given.eventsMaxBytes, window),
+    ],
     // Dead letters wait for a person, so they are kept longer.
-    streamConfig(STREAMS.deadLetters, subjects.allDeadLetters, 30 * DAY_MS, settings.duplicateWindowMs),
+    [
+      streamConfig(STREAMS.deadLetters, subjects.allDeadLetters, 30 * DAY_MS, -1, settings.duplicateWindowMs),
+      limitsGiven(undefined, undefined, window),
+    ],
   ];
-  for (const config of streams) await ensureStream(bus, jsm, config, wait);
+  for (const [config, limits] of streams) await ensureStream(bus, jsm, config, limits, wait);
   const kvm = new Kvm(jetstreamOf(bus));
   for (const bucket of Object.values(BUCKETS)) await ensureBucket(bus, kvm, bucket, wait);
   bus.logger.info(
-    { streams: streams.map((s) => s.name), buckets: Object.values(BUCKETS) },
+    { streams: streams.map(([config]) => config.name), buckets: Object.values(BUCKETS) },
     'JetStream streams and KV buckets are ready',
   );
 }
@@ -105,6 +141,7 @@ function streamConfig(
   name: string,
   subject: string,
   maxAgeMs: number,
+  maxBytes: number,
   duplicateWindowMs: number,
 ): TroupeStreamConfig {
   return {
@@ -114,9 +151,21 @@ function streamConfig(
     storage: StorageType.File,
     discard: DiscardPolicy.Old,
     max_age: nanos(maxAgeMs),
+    max_bytes: maxBytes,
     // The server refuses a duplicate window longer than the stream's max age.
     duplicate_window: nanos(Math.min(duplicateWindowMs, maxAgeMs)),
     num_replicas: 1,
+  };
+}
+
+/** The limits a caller gave, in the stream's units; the duplicate window never past the max age. */
+function limitsGiven(maxAgeMs?: number, maxBytes?: number, duplicateWindowMs?: number): Limits {
+  return {
+    ...(maxAgeMs === undefined ? {} : { max_age: nanos(maxAgeMs) }),
+    ...(maxBytes === undefined ? {} : { max_bytes: maxBytes }),
+    ...(duplicateWindowMs === undefined
+      ? {}
+      : { duplicate_window: nanos(Math.min(duplicateWindowMs, maxAgeMs ?? duplicateWindowMs)) }),
   };
 }
 
@@ -124,13 +173,14 @@ async function ensureStream(
   bus: NatsBus,
   jsm: JetStreamManager,
   config: TroupeStreamConfig,
+  limits: Limits,
   wait: UntilReachableOptions | undefined,
 ): Promise<void> {
   try {
     await untilReachable(
       bus,
       `stream ${config.name}`,
-      () => throughRaces(() => createOrUpdate(jsm, config)),
+      () => throughRaces(() => createOrUpdate(jsm, config, limits)),
       wait,
     );
   } catch (error) {
@@ -138,7 +188,11 @@ async function ensureStream(
   }
 }
 
-async function createOrUpdate(jsm: JetStreamManager, config: TroupeStreamConfig): Promise<void> {
+async function createOrUpdate(
+  jsm: JetStreamManager,
+  config: TroupeStreamConfig,
+  limits: Limits,
+): Promise<void> {
   let current: StreamConfig;
   try {
     current = (await jsm.streams.info(config.name)).config;
@@ -147,21 +201,14 @@ async function createOrUpdate(jsm: JetStreamManager, config: TroupeStreamConfig)
     await jsm.streams.add(config);
     return;
   }
-  if (sameSettings(current, config)) return;
-  await jsm.streams.update(config.name, {
-    subjects: config.subjects,
-    max_age: config.max_age,
-    duplicate_window: config.duplicate_window,
-  });
-}
-
-function sameSettings(current: StreamConfig, wanted: TroupeStreamConfig): boolean {
-  return (
-    current.max_age === wanted.max_age &&
-    current.duplicate_window === wanted.duplicate_window &&
-    current.subjects.length === wanted.subjects.length &&
-    wanted.subjects.every((subject) => current.subjects.includes(subject))
-  );
+  const changed = Object.entries(limits).filter(
+    ([key, value]) => current[key as keyof Limits] !== value,
+  ) as [keyof Limits, number][];
+  const sameSubjects =
+    current.subjects.length === config.subjects.length &&
+    config.subjects.every((subject) => current.subjects.includes(subject));
+  if (changed.length === 0 && sameSubjects) return;
+  await jsm.streams.update(config.name, { subjects: config.subjects, ...Object.fromEntries(changed) });
 }
 
 async function ensureBucket(

@@ -23,6 +23,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
+const DAY_MS = 24 * 60 * 60 * 1000;
 const DAY_NS = 24 * 60 * 60 * 1e9;
 
 describe('ensureTroupeStreams', () => {
@@ -82,14 +83,28 @@ describe('ensureTroupeStreams', () => {
     expect(stored?.json()).toEqual({ any: 'thing' });
   });
 
-  it('updates max age and duplicate window when the options change', async () => {
-    await ensureTroupeStreams(bus, { eventsMaxAge: 60 * 60 * 1000, duplicateWindowMs: 30_000 });
+  it('changes the limits it is given on a stream that exists, and keeps them when started without', async () => {
+    await ensureTroupeStreams(bus, {
+      eventsMaxAge: 60 * 60 * 1000,
+      eventsMaxBytes: 64 * 1024 * 1024,
+      duplicateWindowMs: 30_000,
+    });
     const jsm = await jetstreamManager(bus.connection);
     const events = await jsm.streams.info(STREAMS.events);
     expect(events.config.max_age).toBe(3_600e9);
+    expect(events.config.max_bytes).toBe(64 * 1024 * 1024);
     expect(events.config.duplicate_window).toBe(30e9);
+    // A second coordinator started without the options does not undo them.
     await ensureTroupeStreams(bus);
-    expect((await jsm.streams.info(STREAMS.events)).config.max_age).toBe(7 * DAY_NS);
+    const kept = (await jsm.streams.info(STREAMS.events)).config;
+    expect(kept.max_age).toBe(3_600e9);
+    expect(kept.max_bytes).toBe(64 * 1024 * 1024);
+    // Given again, they change again; the tasks' stream keeps its own.
+    await ensureTroupeStreams(bus, { eventsMaxAge: 7 * DAY_MS, eventsMaxBytes: -1 });
+    const back = (await jsm.streams.info(STREAMS.events)).config;
+    expect(back.max_age).toBe(7 * DAY_NS);
+    expect(back.max_bytes).toBe(-1);
+    expect((await jsm.streams.info(STREAMS.tasks)).config.max_age).toBe(7 * DAY_NS);
   });
 
   it('opens the KV buckets for reading and writing', async () => {
