@@ -201,9 +201,10 @@ async function createOrUpdate(
     await jsm.streams.add(config);
     return;
   }
-  const changed = Object.entries(limits).filter(
-    ([key, value]) => current[key as keyof Limits] !== value,
-  ) as [keyof Limits, number][];
+  const changed = Object.entries(limits).filter(([key, value]) => current[key as keyof Limits] !== value) as [
+    keyof Limits,
+    number,
+  ][];
   const sameSubjects =
     current.subjects.length === config.subjects.length &&
     config.subjects.every((subject) => current.subjects.includes(subject));
