@@ -140,6 +140,47 @@ describe('troupe up, submit and tail against a NATS server', () => {
     );
   });
 
+  it('traces a finished task as a tree of steps, calls and totals, and as JSON', async () => {
+    const result = await troupe(['trace', 'cli-1', '--server', nats.url]);
+    expect(result.code, result.stderr).toBe(0);
+    const lines = result.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^task cli-1 · demo · completed in /);
+    expect(lines.filter((l) => /^[├└]─ /.test(l)).map((l) => l.split(' · ').slice(0, 3).join(' · '))).toEqual(
+      [
+        '├─ plan · planner · round 1',
+        '├─ execute · executor · round 1',
+        '├─ review · reviewer · round 1',
+        '├─ execute · executor · round 2',
+        '└─ review · reviewer · round 2',
+      ],
+    );
+    expect(result.stdout).toMatch(/─ tool write_file\(.*notes\/hello\.md.*\) · allow · ok · /);
+    expect(result.stdout).toMatch(/─ model scripted:\S+ · turn 1 · \d+→\d+ tok/);
+    expect(lines.at(-1)).toMatch(/^totals: 11 model calls · \d+→\d+ tok · \$\d+\.\d{4} · \d+ tool calls/);
+
+    const json = await troupe(['trace', 'cli-1', '--json', '--server', nats.url]);
+    const tree = JSON.parse(json.stdout);
+    expect(tree).toMatchObject({
+      taskId: 'cli-1',
+      pipeline: 'demo',
+      status: 'completed',
+      totals: { modelCalls: 11 },
+    });
+    expect(tree.steps).toHaveLength(5);
+    const toolEntries = tree.steps.flatMap((step: { entries: { kind: string }[] }) =>
+      step.entries.filter((entry) => entry.kind === 'tool'),
+    );
+    expect(tree.totals.toolCalls).toBe(toolEntries.length);
+    expect(lines.filter((l) => l.includes('─ tool '))).toHaveLength(toolEntries.length);
+    expect(tree.steps[2].outcome.verdict.decision).toBe('reject');
+  });
+
+  it('says plainly when trace is asked for a task nobody knows', async () => {
+    const result = await troupe(['trace', 'no-such-task', '--server', nats.url]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('no task no-such-task is known on this server');
+  });
+
   it('prints just the id without --wait, and says so when the id was already submitted', async () => {
     const first = await troupe(['submit', 'demo', 'again', '--id', 'cli-2', '--server', nats.url]);
     expect(first.code).toBe(0);

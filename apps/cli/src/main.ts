@@ -16,6 +16,7 @@ const commands = {
   runs: () => import('./commands/runs.ts'),
   submit: () => import('./commands/submit.ts'),
   tail: () => import('./commands/tail.ts'),
+  trace: () => import('./commands/trace.ts'),
   up: () => import('./commands/up.ts'),
   validate: () => import('./commands/validate.ts'),
   worker: () => import('./commands/worker.ts'),
@@ -217,6 +218,17 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (taskId: string, options) => (await commands.logs()).logs(taskId, options)));
+
+program
+  .command('trace')
+  .description(
+    'show a task as a tree: steps, model calls (tokens, cost, latency), tool calls, approvals, retries, errors, totals',
+  )
+  .argument('<task-id>', 'the task, finished or running')
+  .option('--json', 'the tree as one JSON document', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (taskId: string, options) => (await commands.trace()).trace(taskId, options)));
 
 program
   .command('status')

@@ -1,0 +1,50 @@
+import type { TroupeEvent } from '@troupe/protocol';
+import { exitWhenStdoutCloses } from '../closedPipe.ts';
+import { openEventFeed } from '../eventFeed.ts';
+import { formatTrace } from '../format/formatTrace.ts';
+import { buildTaskTrace } from '../format/taskTrace.ts';
+import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
+import { workflowsIfAny } from '../workflowRecords.ts';
+
+export interface TraceOptions extends ServerOptions {
+  json: boolean;
+}
+
+/**
+ * `troupe trace`: a task as a tree — its steps, and in each the agent's model calls, tool calls and the people it
+ * asked — with totals, from the `EVENTS` stream (so for a finished task, or for one still running as far as it
+ * got). `--json` prints the same tree as one JSON document.
+ */
+export async function trace(taskId: string, options: TraceOptions): Promise<number> {
+  checkTaskId(taskId);
+  exitWhenStdoutCloses();
+  const bus = await connectCli(options, 'troupe-trace');
+  try {
+    const store = await workflowsIfAny(bus);
+    const record = (await store?.get(taskId))?.value;
+    const events: TroupeEvent[] = [];
+    const feed = await openEventFeed(bus, {
+      taskId,
+      history: {},
+      live: false,
+      invalid: false,
+      onEvent: (event) => events.push(event),
+    });
+    feed.stop();
+    if (events.length === 0 && record === undefined)
+      throw new CliError(`no task ${taskId} is known on this server`);
+    // The record keeps the final event, stored before it is published: use it if the stream missed it.
+    const final = record?.final;
+    if (final && !events.some((e) => e.id === final.id)) events.push(final);
+    const tree = buildTaskTrace(taskId, events);
+    if (tree.pipeline === '' && record) tree.pipeline = record.pipeline;
+    process.stdout.write(
+      options.json
+        ? `${JSON.stringify(tree)}\n`
+        : `${formatTrace(tree, { color: process.stdout.isTTY === true })}\n`,
+    );
+    return 0;
+  } finally {
+    await bus.close();
+  }
+}

@@ -1,0 +1,401 @@
+import { emptyUsage, type TroupeEvent, type UsageTotals } from '@troupe/protocol';
+
+/**
+ * A task as a tree, built from its events (`troupe trace`): its steps in order, and in each step what the agent did
+ * — model calls with their retries and fallbacks, tool calls, people asked — with totals. Built from the `EVENTS`
+ * stream alone, so it works for a finished task and for one still running (whatever has happened so far).
+ */
+export interface TaskTrace {
+  taskId: string;
+  pipeline: string;
+  status: 'running' | 'completed' | 'failed' | 'cancelled';
+  goal?: string;
+  startedAt?: string;
+  endedAt?: string;
+  durationMs?: number;
+  /** Times the task was picked up again after a crash or a hand-back. */
+  resumed: number;
+  failure?: { reason: string; message: string; step?: string };
+  /** Why it was cancelled, when the person said. */
+  cancelReason?: string;
+  output?: string;
+  steps: StepTrace[];
+  totals: TraceTotals;
+}
+
+export interface TraceTotals extends UsageTotals {
+  toolCalls: number;
+  approvals: number;
+  questions: number;
+  retries: number;
+  fallbacks: number;
+  errors: number;
+}
+
+export interface StepTrace {
+  stepId: string;
+  step: string;
+  agent: string;
+  round: number;
+  startedAt?: string;
+  /** Absent while the step runs. */
+  outcome?: {
+    ok: boolean;
+    durationMs: number;
+    usage: UsageTotals;
+    turns: number;
+    verdict?: { decision: string; feedback: string };
+    error?: { code: string; message: string };
+  };
+  entries: TraceEntry[];
+}
+
+export type TraceEntry = ModelCallTrace | ToolCallTrace | ApprovalTrace | QuestionTrace | CompactionTrace;
+
+export interface ModelCallTrace {
+  kind: 'model';
+  turn: number;
+  /** `provider:model` asked; the one that answered when a fallback did. */
+  model: string;
+  at: string;
+  reply?: {
+    model: string;
+    inputTokens: number;
+    outputTokens: number;
+    cachedTokens: number;
+    costUsd: number;
+    durationMs: number;
+    finishReason: string;
+    toolCalls: number;
+    /** Replayed from the step's journal: the model was not asked again. */
+    journaled: boolean;
+  };
+  error?: { code: string; message: string };
+  retries: { attempt: number; code: string; delayMs: number }[];
+  fallbacks: { from: string; to: string; code: string }[];
+}
+
+export interface ToolCallTrace {
+  kind: 'tool';
+  turn?: number;
+  callId: string;
+  tool: string;
+  arguments: string;
+  at: string;
+  result?: {
+    ok: boolean;
+    decision: string;
+    output: string;
+    durationMs: number;
+    error?: { code: string; message: string };
+    journaled: boolean;
+  };
+}
+
+export interface ApprovalTrace {
+  kind: 'approval';
+  approvalId: string;
+  tool: string;
+  callId: string;
+  reason: string;
+  at: string;
+  decided?: { decision: 'allow' | 'deny'; by?: string; reason?: string; expired: boolean; waitedMs: number };
+}
+
+export interface QuestionTrace {
+  kind: 'question';
+  questionId: string;
+  question: string;
+  at: string;
+  answered?: { answer: string; by?: string; waitedMs: number };
+}
+
+export interface CompactionTrace {
+  kind: 'compaction';
+  at: string;
+  before: number;
+  after: number;
+  estimatedTokens: number;
+}
+
+const ms = (from: string, to: string) => Math.max(0, Date.parse(to) - Date.parse(from));
+
+/** Builds the tree of one task from its events, in the order they were stored. */
+export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): TaskTrace {
+  const trace: TaskTrace = {
+    taskId,
+    pipeline: events[0]?.pipeline ?? '',
+    status: 'running',
+    resumed: 0,
+    steps: [],
+    totals: {
+      ...emptyUsage(),
+      toolCalls: 0,
+      approvals: 0,
+      questions: 0,
+      retries: 0,
+      fallbacks: 0,
+      errors: 0,
+    },
+  };
+  const steps = new Map<string, StepTrace>();
+  /** A step seen only through its agent's events (its `step.started` was lost or is still to come). */
+  const stepOf = (stepId: string, agent: string): StepTrace => {
+    let step = steps.get(stepId);
+    if (!step) {
+      step = { stepId, step: stepId, agent, round: 1, entries: [] };
+      steps.set(stepId, step);
+      trace.steps.push(step);
+    }
+    return step;
+  };
+  const models = new Map<string, ModelCallTrace>();
+  const modelOf = (data: { stepId: string; agent: string; turn: number }, at: string, model: string) => {
+    const key = `${data.stepId}:${data.turn}`;
+    let call = models.get(key);
+    if (!call) {
+      call = { kind: 'model', turn: data.turn, model, at, retries: [], fallbacks: [] };
+      models.set(key, call);
+      stepOf(data.stepId, data.agent).entries.push(call);
+    }
+    return call;
+  };
+  const tools = new Map<string, ToolCallTrace>();
+  const toolKey = (data: {
+    stepId: string;
+    turn?: number | undefined;
+    index?: number | undefined;
+    callId: string;
+  }) => `${data.stepId}:${data.turn ?? ''}:${data.index ?? data.callId}`;
+  const approvals = new Map<string, ApprovalTrace>();
+  const questions = new Map<string, QuestionTrace>();
+
+  for (const event of events) {
+    if (event.taskId !== taskId) continue;
+    switch (event.kind) {
+      case 'task.accepted':
+        trace.goal = event.data.goal;
+        trace.startedAt = event.ts;
+        break;
+      case 'task.resumed':
+        trace.resumed += 1;
+        break;
+      case 'step.started': {
+        const { stepId, step, agent, round } = event.data;
+        const known = steps.get(stepId);
+        if (known) Object.assign(known, { step, agent, round, startedAt: known.startedAt ?? event.ts });
+        else {
+          const started: StepTrace = { stepId, step, agent, round, startedAt: event.ts, entries: [] };
+          steps.set(stepId, started);
+          trace.steps.push(started);
+        }
+        break;
+      }
+      case 'step.completed': {
+        const d = event.data;
+        const step = stepOf(d.stepId, d.agent);
+        Object.assign(step, { step: d.step, round: d.round });
+        step.outcome = {
+          ok: d.ok,
+          durationMs: d.durationMs,
+          usage: d.usage,
+          turns: d.turns,
+          ...(d.verdict ? { verdict: { decision: d.verdict.decision, feedback: d.verdict.feedback } } : {}),
+          ...(d.error ? { error: d.error } : {}),
+        };
+        break;
+      }
+      case 'llm.request':
+        modelOf(event.data, event.ts, `${event.data.provider}:${event.data.model}`);
+        break;
+      case 'llm.response': {
+        const d = event.data;
+        const call = modelOf(d, event.ts, `${d.provider}:${d.model}`);
+        call.reply = {
+          model: `${d.provider}:${d.model}`,
+          ...d.usage,
+          costUsd: d.costUsd,
+          durationMs: d.durationMs,
+          finishReason: d.finishReason,
+          toolCalls: d.toolCalls.length,
+          journaled: d.journaled === true,
+        };
+        break;
+      }
+      case 'llm.error':
+        modelOf(event.data, event.ts, `${event.data.provider}:${event.data.model}`).error = {
+          code: event.data.code,
+          message: event.data.message,
+        };
+        break;
+      case 'llm.retry': {
+        const d = event.data;
+        modelOf(d, event.ts, `${d.provider}:${d.model}`).retries.push({
+          attempt: d.attempt,
+          code: d.code,
+          delayMs: d.delayMs,
+        });
+        break;
+      }
+      case 'llm.fallback': {
+        const d = event.data;
+        modelOf(d, event.ts, d.from).fallbacks.push({ from: d.from, to: d.to, code: d.code });
+        break;
+      }
+      case 'context.compacted': {
+        const d = event.data;
+        stepOf(d.stepId, d.agent).entries.push({
+          kind: 'compaction',
+          at: event.ts,
+          before: d.before,
+          after: d.after,
+          estimatedTokens: d.estimatedTokens,
+        });
+        break;
+      }
+      case 'tool.call': {
+        const d = event.data;
+        if (tools.has(toolKey(d))) break;
+        const call: ToolCallTrace = {
+          kind: 'tool',
+          ...(d.turn === undefined ? {} : { turn: d.turn }),
+          callId: d.callId,
+          tool: d.tool,
+          arguments: d.arguments,
+          at: event.ts,
+        };
+        tools.set(toolKey(d), call);
+        stepOf(d.stepId, d.agent).entries.push(call);
+        break;
+      }
+      case 'tool.result': {
+        const d = event.data;
+        let call = tools.get(toolKey(d));
+        if (!call) {
+          call = { kind: 'tool', callId: d.callId, tool: d.tool, arguments: '', at: event.ts };
+          tools.set(toolKey(d), call);
+          stepOf(d.stepId, d.agent).entries.push(call);
+        }
+        call.result = {
+          ok: d.ok,
+          decision: d.decision,
+          output: d.output,
+          durationMs: d.durationMs,
+          ...(d.error ? { error: d.error } : {}),
+          journaled: d.journaled === true,
+        };
+        break;
+      }
+      case 'approval.requested': {
+        const d = event.data;
+        const approval: ApprovalTrace = {
+          kind: 'approval',
+          approvalId: d.approvalId,
+          tool: d.tool,
+          callId: d.callId,
+          reason: d.reason,
+          at: event.ts,
+        };
+        approvals.set(d.approvalId, approval);
+        stepOf(d.stepId, d.agent).entries.push(approval);
+        break;
+      }
+      case 'approval.decided': {
+        const d = event.data;
+        const approval = approvals.get(d.approvalId);
+        if (!approval) break;
+        approval.decided = {
+          decision: d.decision,
+          ...(d.by === undefined ? {} : { by: d.by }),
+          ...(d.reason === undefined ? {} : { reason: d.reason }),
+          expired: d.expired === true,
+          waitedMs: ms(approval.at, event.ts),
+        };
+        break;
+      }
+      case 'human.asked': {
+        const d = event.data;
+        const question: QuestionTrace = {
+          kind: 'question',
+          questionId: d.questionId,
+          question: d.question,
+          at: event.ts,
+        };
+        questions.set(d.questionId, question);
+        stepOf(d.stepId, d.agent).entries.push(question);
+        break;
+      }
+      case 'human.answered': {
+        const question = questions.get(event.data.questionId);
+        if (!question) break;
+        question.answered = {
+          answer: event.data.answer,
+          ...(event.data.by === undefined ? {} : { by: event.data.by }),
+          waitedMs: ms(question.at, event.ts),
+        };
+        break;
+      }
+      case 'task.completed':
+        ended(trace, event, 'completed', event.data.usage, event.data.durationMs);
+        trace.output = event.data.output;
+        break;
+      case 'task.failed':
+        ended(trace, event, 'failed', event.data.usage, event.data.durationMs);
+        trace.failure = {
+          reason: event.data.reason,
+          message: event.data.message,
+          ...(event.data.step === undefined ? {} : { step: event.data.step }),
+        };
+        break;
+      case 'task.cancelled':
+        ended(trace, event, 'cancelled', event.data.usage);
+        if (event.data.reason !== undefined) trace.cancelReason = event.data.reason;
+        break;
+      default:
+        break;
+    }
+  }
+  count(trace);
+  return trace;
+}
+
+function ended(
+  trace: TaskTrace,
+  event: TroupeEvent,
+  status: TaskTrace['status'],
+  usage: UsageTotals,
+  durationMs?: number,
+): void {
+  trace.status = status;
+  trace.endedAt = event.ts;
+  Object.assign(trace.totals, usage);
+  const duration = durationMs ?? (trace.startedAt ? ms(trace.startedAt, event.ts) : undefined);
+  if (duration !== undefined) trace.durationMs = duration;
+}
+
+/** The counts of the totals; usage too while the task runs (its final event has the task's own sums). */
+function count(trace: TaskTrace): void {
+  const totals = trace.totals;
+  for (const step of trace.steps) {
+    if (step.outcome && !step.outcome.ok) totals.errors += 1;
+    for (const entry of step.entries) {
+      if (entry.kind === 'tool') {
+        totals.toolCalls += 1;
+        if (entry.result && !entry.result.ok) totals.errors += 1;
+      } else if (entry.kind === 'approval') totals.approvals += 1;
+      else if (entry.kind === 'question') totals.questions += 1;
+      else if (entry.kind === 'model') {
+        totals.retries += entry.retries.length;
+        totals.fallbacks += entry.fallbacks.length;
+        if (entry.error) totals.errors += 1;
+        if (trace.status === 'running' && entry.reply && !entry.reply.journaled) {
+          totals.inputTokens += entry.reply.inputTokens;
+          totals.outputTokens += entry.reply.outputTokens;
+          totals.cachedTokens += entry.reply.cachedTokens;
+          totals.costUsd += entry.reply.costUsd;
+          totals.modelCalls += 1;
+        }
+      }
+    }
+  }
+}

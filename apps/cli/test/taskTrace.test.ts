@@ -1,0 +1,269 @@
+import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
+import { EventFactory } from '@troupe/runtime';
+import { describe, expect, it } from 'vitest';
+import type { z } from 'zod';
+import { formatTrace } from '../src/format/formatTrace.ts';
+import { buildTaskTrace } from '../src/format/taskTrace.ts';
+
+const start = Date.UTC(2026, 0, 1, 12, 0, 0);
+let now = start;
+const factory = new EventFactory({ now: () => now });
+const scope = {
+  pipeline: 'demo',
+  taskId: 't1',
+  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+};
+/** An event `atMs` after the start. */
+const at = <K extends EventKind>(
+  atMs: number,
+  kind: K,
+  data: z.input<(typeof EventData)[K]>,
+): TroupeEvent => {
+  now = start + atMs;
+  return factory.make(kind, scope, data);
+};
+const usage = (input: number, output: number, costUsd = 0) => ({
+  inputTokens: input,
+  outputTokens: output,
+  cachedTokens: 0,
+  costUsd,
+  modelCalls: 1,
+});
+const plan = { agent: 'planner', stepId: 't1.plan.1' };
+const exec = { agent: 'coder', stepId: 't1.code.1' };
+const reply = (turn: number, finishReason: string, extra: Record<string, unknown> = {}) => ({
+  turn,
+  provider: 'openai',
+  model: 'gpt-x',
+  usage: { inputTokens: 100, outputTokens: 20, cachedTokens: 40 },
+  costUsd: 0.002,
+  finishReason,
+  content: 'ok',
+  toolCalls: [],
+  durationMs: 350,
+  ...extra,
+});
+
+const finished: TroupeEvent[] = [
+  at(0, 'task.accepted', { goal: 'write hello.md' }),
+  at(5, 'step.started', { step: 'plan', agent: 'planner', round: 1, stepId: 't1.plan.1' }),
+  at(6, 'llm.request', { ...plan, turn: 1, provider: 'openai', model: 'gpt-x', messages: 2, tools: [] }),
+  at(400, 'llm.retry', {
+    ...plan,
+    turn: 1,
+    provider: 'openai',
+    model: 'gpt-x',
+    attempt: 1,
+    code: 'rate_limited',
+    message: '429',
+    delayMs: 500,
+  }),
+  at(1_000, 'llm.fallback', {
+    ...plan,
+    turn: 1,
+    from: 'openai:gpt-x',
+    to: 'anthropic:claude-y',
+    code: 'rate_limited',
+    message: '429',
+  }),
+  at(1_400, 'llm.response', { ...plan, ...reply(1, 'stop', { provider: 'anthropic', model: 'claude-y' }) }),
+  at(1_401, 'step.completed', {
+    step: 'plan',
+    agent: 'planner',
+    round: 1,
+    stepId: 't1.plan.1',
+    ok: true,
+    output: '1. write it',
+    usage: usage(100, 20, 0.002),
+    turns: 1,
+    durationMs: 1_396,
+  }),
+  at(1_410, 'step.started', { step: 'code', agent: 'coder', round: 1, stepId: 't1.code.1' }),
+  at(1_411, 'llm.request', {
+    ...exec,
+    turn: 1,
+    provider: 'openai',
+    model: 'gpt-x',
+    messages: 2,
+    tools: ['write_file'],
+  }),
+  at(1_500, 'llm.response', {
+    ...exec,
+    ...reply(1, 'tool_calls', { toolCalls: [{ id: 'c1', name: 'write_file' }] }),
+  }),
+  at(1_501, 'tool.call', {
+    ...exec,
+    turn: 1,
+    index: 0,
+    callId: 'c1',
+    tool: 'write_file',
+    arguments: '{"path":"hello.md"}',
+  }),
+  at(1_502, 'approval.requested', {
+    ...exec,
+    approvalId: 'appr-1',
+    callId: 'c1',
+    tool: 'write_file',
+    arguments: '{"path":"hello.md"}',
+    reason: 'writes need a person',
+    expiresAt: new Date(start + 3_600_000).toISOString(),
+  }),
+  at(13_502, 'approval.decided', { ...exec, approvalId: 'appr-1', decision: 'allow', by: 'ana' }),
+  at(13_510, 'tool.result', {
+    ...exec,
+    turn: 1,
+    index: 0,
+    callId: 'c1',
+    tool: 'write_file',
+    ok: true,
+    decision: 'allow',
+    output: 'wrote 8 bytes to hello.md',
+    durationMs: 4,
+  }),
+  at(13_600, 'llm.request', {
+    ...exec,
+    turn: 2,
+    provider: 'openai',
+    model: 'gpt-x',
+    messages: 4,
+    tools: ['write_file'],
+  }),
+  at(13_700, 'llm.error', {
+    ...exec,
+    turn: 2,
+    provider: 'openai',
+    model: 'gpt-x',
+    code: 'server_error',
+    message: 'HTTP 500',
+  }),
+  at(13_701, 'step.completed', {
+    step: 'code',
+    agent: 'coder',
+    round: 1,
+    stepId: 't1.code.1',
+    ok: false,
+    output: '',
+    error: { code: 'server_error', message: 'agent coder: model call failed: HTTP 500' },
+    usage: usage(100, 20, 0.002),
+    turns: 2,
+    durationMs: 12_291,
+  }),
+  at(13_710, 'task.failed', {
+    reason: 'step_failed',
+    message: 'step code (coder) failed: agent coder: model call failed: HTTP 500',
+    step: 'code',
+    usage: { ...usage(200, 40, 0.004), modelCalls: 3 },
+    durationMs: 13_710,
+  }),
+];
+
+describe('buildTaskTrace', () => {
+  it('puts each model call, tool call and approval under its step, with what it cost and how long it took', () => {
+    const trace = buildTaskTrace('t1', finished);
+    expect(trace).toMatchObject({
+      taskId: 't1',
+      pipeline: 'demo',
+      status: 'failed',
+      goal: 'write hello.md',
+      durationMs: 13_710,
+    });
+    expect(trace.failure).toEqual({
+      reason: 'step_failed',
+      message: expect.stringContaining('HTTP 500'),
+      step: 'code',
+    });
+    expect(trace.steps.map((s) => [s.step, s.agent, s.outcome?.ok])).toEqual([
+      ['plan', 'planner', true],
+      ['code', 'coder', false],
+    ]);
+    const [planned, coded] = trace.steps;
+    expect(planned?.entries).toEqual([
+      {
+        kind: 'model',
+        turn: 1,
+        model: 'openai:gpt-x',
+        at: expect.any(String),
+        reply: expect.objectContaining({
+          model: 'anthropic:claude-y',
+          inputTokens: 100,
+          durationMs: 350,
+          journaled: false,
+        }),
+        retries: [{ attempt: 1, code: 'rate_limited', delayMs: 500 }],
+        fallbacks: [{ from: 'openai:gpt-x', to: 'anthropic:claude-y', code: 'rate_limited' }],
+      },
+    ]);
+    expect(coded?.entries.map((e) => e.kind)).toEqual(['model', 'tool', 'approval', 'model']);
+    expect(coded?.entries[1]).toMatchObject({
+      tool: 'write_file',
+      result: { ok: true, decision: 'allow', durationMs: 4 },
+    });
+    expect(coded?.entries[2]).toMatchObject({
+      approvalId: 'appr-1',
+      decided: { decision: 'allow', by: 'ana', expired: false, waitedMs: 12_000 },
+    });
+    expect(coded?.entries[3]).toMatchObject({ turn: 2, error: { code: 'server_error' } });
+    // The final event's usage is the task's; the counts come from the tree.
+    expect(trace.totals).toEqual({
+      inputTokens: 200,
+      outputTokens: 40,
+      cachedTokens: 0,
+      costUsd: 0.004,
+      modelCalls: 3,
+      toolCalls: 1,
+      approvals: 1,
+      questions: 0,
+      retries: 1,
+      fallbacks: 1,
+      errors: 2,
+    });
+  });
+
+  it('shows a running task as far as it got, summing what its replies cost so far', () => {
+    const running = finished.slice(0, 12);
+    const trace = buildTaskTrace('t1', running);
+    expect(trace.status).toBe('running');
+    expect(trace.steps[1]?.outcome).toBeUndefined();
+    expect(trace.steps[1]?.entries.at(-1)).toMatchObject({ kind: 'approval', approvalId: 'appr-1' });
+    expect(trace.steps[1]?.entries.at(-1)).not.toHaveProperty('decided');
+    expect(trace.totals).toMatchObject({
+      modelCalls: 2,
+      inputTokens: 200,
+      outputTokens: 40,
+      cachedTokens: 80,
+    });
+  });
+
+  it('ignores events of other tasks and takes a step its start event never reached', () => {
+    const other = { ...finished[2], taskId: 't2' } as TroupeEvent;
+    const trace = buildTaskTrace('t1', [other, finished[2] as TroupeEvent]);
+    expect(trace.steps).toHaveLength(1);
+    expect(trace.steps[0]).toMatchObject({
+      stepId: 't1.plan.1',
+      agent: 'planner',
+      entries: [{ kind: 'model' }],
+    });
+  });
+});
+
+describe('formatTrace', () => {
+  it('draws the task as a tree with each call on a line, and the totals last', () => {
+    const text = formatTrace(buildTaskTrace('t1', finished), { color: false });
+    expect(text.split('\n')).toEqual([
+      'task t1 · demo · failed in 14 s',
+      'goal: write hello.md',
+      '├─ plan · planner · round 1 · ok · 1.4 s · 100→20 tok · $0.0020',
+      '│  └─ model anthropic:claude-y · turn 1 · 100→20 tok (40 cached) · $0.0020 · 0.3 s · stop',
+      '│        retry after attempt 1: rate_limited, waited 0.5 s',
+      '│        fallback openai:gpt-x → anthropic:claude-y (rate_limited)',
+      '└─ code · coder · round 1 · server_error · 12 s · 100→20 tok · $0.0020',
+      '   ├─ model openai:gpt-x · turn 1 · 100→20 tok (40 cached) · $0.0020 · 0.3 s · tool_calls',
+      '   ├─ tool write_file({"path":"hello.md"}) · allow · ok · 0.0 s · wrote 8 bytes to hello.md',
+      '   ├─ approval appr-1 for write_file · allowed by ana after 12 s',
+      '   └─ model openai:gpt-x · turn 2 · server_error: HTTP 500',
+      '      server_error: agent coder: model call failed: HTTP 500',
+      'failed: step_failed: step code (coder) failed: agent coder: model call failed: HTTP 500',
+      'totals: 3 model calls · 200→40 tok · $0.0040 · 1 tool call · 1 approval · 1 retry · 1 fallback · 2 errors',
+    ]);
+  });
+});
