@@ -81,6 +81,8 @@ describe('troupe up, submit and tail against a NATS server', () => {
         '12h',
         '--events-max-bytes',
         '64MiB',
+        '--metrics',
+        '127.0.0.1:0',
       ],
       cliEnv({ NATS_URL: nats.url }),
     );
@@ -173,6 +175,30 @@ describe('troupe up, submit and tail against a NATS server', () => {
     expect(tree.totals.toolCalls).toBe(toolEntries.length);
     expect(lines.filter((l) => l.includes('─ tool '))).toHaveLength(toolEntries.length);
     expect(tree.steps[2].outcome.verdict.decision).toBe('reject');
+  });
+
+  it('serves Prometheus metrics of what it ran with --metrics', async () => {
+    const url = /serving metrics on (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(up.output())?.[1];
+    expect(url, up.output()).toBeDefined();
+    const text = await (await fetch(url as string)).text();
+    const value = (series: string) =>
+      Number(
+        text
+          .split('\n')
+          .find((line) => line.startsWith(`${series} `))
+          ?.split(' ')[1],
+      );
+    // cli-1 ran here, its agents too: the task, its steps, its model calls and tool calls are counted.
+    expect(value('troupe_tasks_total{pipeline="demo",outcome="completed"}')).toBeGreaterThanOrEqual(1);
+    expect(value('troupe_steps_total{pipeline="demo",agent="reviewer",outcome="ok"}')).toBeGreaterThanOrEqual(
+      2,
+    );
+    expect(text).toMatch(/^troupe_model_calls_total\{provider="scripted",model="[^"]+",outcome="ok"\} \d+$/m);
+    expect(text).toMatch(/^troupe_tool_calls_total\{tool="write_file",decision="allow",outcome="ok"\} \d+$/m);
+    expect(text).toMatch(
+      /^troupe_task_duration_seconds_bucket\{le="\+Inf",pipeline="demo",outcome="completed"\} \d+$/m,
+    );
+    expect(value('troupe_event_outbox_backlog')).toBe(0);
   });
 
   it('says plainly when trace is asked for a task nobody knows', async () => {

@@ -136,6 +136,10 @@ program
     duration,
   )
   .option(
+    '--metrics <[host:]port>',
+    'serve Prometheus metrics on http://<host:port>/metrics (host 127.0.0.1 unless given, e.g. 0.0.0.0:9464)',
+  )
+  .option(
     '--events-max-bytes <size>',
     'most the EVENTS stream keeps, oldest dropped first, e.g. 512MiB, 2GB (default no limit; else unchanged)',
     size,
@@ -155,6 +159,10 @@ program
   )
   .argument('<pipeline.yaml...>', 'pipeline files whose agents to serve')
   .option('--agents <names>', 'only these agents, comma-separated')
+  .option(
+    '--metrics <[host:]port>',
+    'serve Prometheus metrics on http://<host:port>/metrics (host 127.0.0.1 unless given, e.g. 0.0.0.0:9464)',
+  )
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
   .addOption(
     new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')

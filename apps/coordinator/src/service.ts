@@ -6,6 +6,7 @@ import {
   type Logger,
   NatsBus,
   startNatsServer,
+  type TroupeMetrics,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
@@ -41,6 +42,8 @@ export interface ServiceOptions {
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
    */
   eventRetention?: { maxAgeMs?: number; maxBytes?: number };
+  /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
+  metrics?: TroupeMetrics;
   logger: Logger;
 }
 
@@ -90,6 +93,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       // Joining a server that may be restarting: wait for it, as start-up waits for JetStream.
       ...(embedded ? {} : { waitForServerMs: DEFAULT_OUTAGE_MS }),
     });
+    const unwatch = options.metrics?.watch(bus);
     const coordinator = await startCoordinator({
       bus,
       pipelines,
@@ -127,6 +131,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       bus: connected,
       async stop() {
         await coordinator.stop();
+        unwatch?.();
         await connected.drain();
         if (server) {
           await removeServerRecord(home, process.pid);
@@ -153,6 +158,8 @@ export interface WorkerOptions {
   /** Only these agents; all agents of the pipelines when absent. */
   agents?: readonly string[];
   allowMcpCommands?: boolean;
+  /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
+  metrics?: TroupeMetrics;
   logger: Logger;
 }
 
@@ -192,6 +199,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     name: 'troupe-worker',
     logger: options.logger,
   });
+  const unwatch = options.metrics?.watch(bus);
   try {
     await ensureTroupeStreams(bus);
     const agents = await startAgentService({
@@ -207,6 +215,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       serving: agents.serving,
       async stop() {
         await agents.stop();
+        unwatch?.();
         await bus.drain();
       },
     };

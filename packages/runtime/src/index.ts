@@ -49,6 +49,7 @@ export {
 export * from './logging/index.ts';
 export * from './mcp/index.ts';
 export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';
+export { type MetricsServer, parseListen, serveMetrics, TroupeMetrics } from './telemetry/metrics.ts';
 export {
   capturesContent,
   contextOf,

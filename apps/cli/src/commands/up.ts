@@ -7,9 +7,16 @@ import {
   type Service,
   startService,
 } from '@troupe/coordinator';
-import { createLogger, McpServerError, startTracing, TransportError } from '@troupe/runtime';
+import {
+  createLogger,
+  McpServerError,
+  startTracing,
+  TransportError,
+  type TroupeMetrics,
+} from '@troupe/runtime';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
+import { startMetrics } from '../metricsOption.ts';
 import { CliError } from '../server.ts';
 import { untilStopped } from '../signals.ts';
 
@@ -32,6 +39,8 @@ export interface UpOptions {
   eventsMaxAge?: number;
   /** Bytes. */
   eventsMaxBytes?: number;
+  /** `[host:]port` of the metrics server. */
+  metrics?: string;
   logLevel: string;
   allowMcpCommands?: boolean;
   json: boolean;
@@ -46,7 +55,8 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
     options.server ?? natsUrlFromEnv() ?? (options.join ? await runningServer(home) : undefined);
   // Traces go out over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is loaded.
   const tracing = await startTracing({ service: 'troupe-coordinator', logger });
-  const starting = start(files, { ...options, home }, natsUrl, logger);
+  const served = await startMetrics(options.metrics, logger);
+  const starting = start(files, { ...options, home }, natsUrl, logger, served?.metrics);
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   const stopped = untilStopped(async () => {
     await (await starting).stop();
@@ -89,6 +99,7 @@ export async function start(
   >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
+  metrics?: TroupeMetrics,
 ): Promise<Service> {
   if (options.maxTaskDepth !== undefined && options.maxTaskDepth > MAX_TASK_DEPTH) {
     throw new CliError(
@@ -118,6 +129,7 @@ export async function start(
         maxTaskDepth: options.maxTaskDepth ?? DEFAULT_INTAKE_LIMITS.maxTaskDepth,
       },
       logger,
+      ...(metrics ? { metrics } : {}),
       ...(natsUrl === undefined ? {} : { natsUrl }),
     });
   } catch (error) {

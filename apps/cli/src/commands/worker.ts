@@ -2,6 +2,7 @@ import { ConfigError, startWorker } from '@troupe/coordinator';
 import { createLogger, McpServerError, startTracing, TransportError } from '@troupe/runtime';
 import { resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
+import { startMetrics } from '../metricsOption.ts';
 import { CliError, resolveServer } from '../server.ts';
 import { untilStopped } from '../signals.ts';
 
@@ -9,6 +10,8 @@ export interface WorkerCommandOptions {
   home?: string;
   server?: string;
   agents?: string;
+  /** `[host:]port` of the metrics server. */
+  metrics?: string;
   allowMcpCommands: boolean;
   logLevel: string;
   json: boolean;
@@ -25,6 +28,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     .filter(Boolean);
   // Traces go out over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is loaded.
   const tracing = await startTracing({ service: 'troupe-worker', logger });
+  const served = await startMetrics(options.metrics, logger);
   const starting = startWorker({
     files,
     natsUrl,
@@ -32,6 +36,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     logger,
     allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
     ...(agents && agents.length > 0 ? { agents } : {}),
+    ...(served ? { metrics: served.metrics } : {}),
   });
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   const stopped = untilStopped(async () => {

@@ -118,6 +118,7 @@ export class NatsBus implements Bus {
   readonly #now: () => Date;
   readonly #newId: () => string;
   readonly #listeners = new Set<StatusListener>();
+  readonly #eventListeners = new Set<(event: TroupeEvent) => void>();
   readonly #subscriptions = new Set<TrackedSubscription>();
   readonly #events: EventOutbox;
 
@@ -226,7 +227,21 @@ export class NatsBus implements Bus {
       headers: { traceparent: event.traceparent },
     });
     logMessage(this.logger, this.#level, 'out', subject, meta);
+    for (const listener of this.#eventListeners) {
+      // A listener (metrics) must never cost an event.
+      try {
+        listener(event);
+      } catch (error) {
+        this.logger.warn({ err: error, kind: event.kind }, 'an event listener failed; the event goes on');
+      }
+    }
     return stored;
+  }
+
+  /** Calls `listener` with each event this bus publishes (as it is handed to the outbox); returns how to stop. */
+  onEventPublished(listener: (event: TroupeEvent) => void): () => void {
+    this.#eventListeners.add(listener);
+    return () => this.#eventListeners.delete(listener);
   }
 
   /** Events published but not yet stored by the `EVENTS` stream (or, without a stream, not yet sent). */

@@ -1,0 +1,278 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { errorMessage, type TroupeEvent } from '@troupe/protocol';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { Logger } from '../logging/index.ts';
+import type { NatsBus } from '../transport/natsBus.ts';
+
+/** Seconds: tasks and steps run from milliseconds (a scripted model) to hours (a person asked). */
+const TASK_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600, 14_400];
+const CALL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+/**
+ * The Prometheus metrics of one Troupe process (`troupe up`, `troupe worker`), counted from the events it publishes
+ * — so a coordinator counts tasks and steps, a worker the model calls, tool calls and approvals of the steps it runs
+ * — and from its NATS connection (reconnects, events waiting for the stream). Through `prom-client`, the Node
+ * client the Prometheus ecosystem maintains; the process's own metrics (CPU, memory, event loop lag) come with it.
+ */
+export class TroupeMetrics {
+  readonly registry = new Registry();
+  readonly #tasks = this.#counter('troupe_tasks_total', 'Tasks ended, by pipeline and outcome.', [
+    'pipeline',
+    'outcome',
+  ]);
+  readonly #failures = this.#counter(
+    'troupe_task_failures_total',
+    'Tasks failed, by pipeline and reason (max_deliveries: dead-lettered).',
+    ['pipeline', 'reason'],
+  );
+  readonly #deadLetters = this.#counter(
+    'troupe_dead_letters_total',
+    'Tasks given up on after deliveries that made no progress, stored on troupe.deadletter.<pipeline>.',
+    ['pipeline'],
+  );
+  readonly #taskSeconds = new Histogram({
+    name: 'troupe_task_duration_seconds',
+    help: 'How long tasks took, from acceptance to their end, by pipeline and outcome.',
+    labelNames: ['pipeline', 'outcome'],
+    buckets: TASK_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #steps = this.#counter(
+    'troupe_steps_total',
+    'Agent steps ended, by pipeline, agent and outcome.',
+    ['pipeline', 'agent', 'outcome'],
+  );
+  readonly #stepSeconds = new Histogram({
+    name: 'troupe_step_duration_seconds',
+    help: 'How long agent steps took, as the workflow saw them, by pipeline and agent.',
+    labelNames: ['pipeline', 'agent'],
+    buckets: TASK_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #modelCalls = this.#counter(
+    'troupe_model_calls_total',
+    'Model calls made (replies replayed from the step journal not counted), by provider, model and outcome.',
+    ['provider', 'model', 'outcome'],
+  );
+  readonly #modelSeconds = new Histogram({
+    name: 'troupe_model_call_duration_seconds',
+    help: 'How long model calls took, retries and fallbacks included, by provider and model.',
+    labelNames: ['provider', 'model'],
+    buckets: CALL_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #tokens = this.#counter('troupe_model_tokens_total', 'Tokens, by provider, model and type.', [
+    'provider',
+    'model',
+    'type',
+  ]);
+  readonly #cost = this.#counter(
+    'troupe_model_cost_usd_total',
+    "Cost in USD by the pipelines' price tables, by provider and model.",
+    ['provider', 'model'],
+  );
+  readonly #retries = this.#counter(
+    'troupe_model_retries_total',
+    'Model calls retried, by provider, model and error code.',
+    ['provider', 'model', 'code'],
+  );
+  readonly #fallbacks = this.#counter(
+    'troupe_model_fallbacks_total',
+    'Model calls passed to a fallback model, by the model that kept failing and the one tried next.',
+    ['from', 'to'],
+  );
+  readonly #toolCalls = this.#counter(
+    'troupe_tool_calls_total',
+    'Tool calls (results replayed from the journal not counted), by tool, permission decision and outcome.',
+    ['tool', 'decision', 'outcome'],
+  );
+  readonly #approvals = this.#counter(
+    'troupe_approvals_total',
+    'Approvals decided, by decision (expired: nobody decided in time).',
+    ['decision'],
+  );
+  readonly #pending = new Gauge({
+    name: 'troupe_approvals_pending',
+    help: 'Approvals and questions this process asked that nobody has decided or answered yet.',
+    registers: [this.registry],
+  });
+  readonly #reconnects = this.#counter('troupe_nats_reconnects_total', 'Reconnects to the NATS server.', []);
+  readonly #backlog: Gauge = new Gauge({
+    name: 'troupe_event_outbox_backlog',
+    help: 'Events published but not yet stored by the EVENTS stream.',
+    registers: [this.registry],
+    // Read when scraped: the outbox's size then.
+    collect: (): void => this.#backlog.set(this.#bus?.pendingEvents ?? 0),
+  });
+  /** Approvals and questions asked here and still open, so a decision seen twice does not count twice. */
+  readonly #open = new Set<string>();
+  #bus: NatsBus | undefined;
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Counts what `bus` publishes and what happens to its connection; returns how to stop. */
+  watch(bus: NatsBus): () => void {
+    this.#bus = bus;
+    const stopEvents = bus.onEventPublished((event) => this.observe(event));
+    const stopStatus = bus.onStatus((status) => {
+      if (status.type === 'reconnect') this.#reconnects.inc();
+    });
+    return () => {
+      stopEvents();
+      stopStatus();
+      if (this.#bus === bus) this.#bus = undefined;
+    };
+  }
+
+  /** Counts one event. */
+  observe(event: TroupeEvent): void {
+    const pipeline = event.pipeline;
+    switch (event.kind) {
+      case 'task.completed':
+        this.#taskEnded(pipeline, 'completed', event.data.durationMs);
+        break;
+      case 'task.failed':
+        this.#taskEnded(pipeline, 'failed', event.data.durationMs);
+        this.#failures.inc({ pipeline, reason: event.data.reason });
+        if (event.data.reason === 'max_deliveries') this.#deadLetters.inc({ pipeline });
+        break;
+      case 'task.cancelled':
+        this.#tasks.inc({ pipeline, outcome: 'cancelled' });
+        break;
+      case 'step.completed': {
+        const { agent, ok, error, durationMs } = event.data;
+        this.#steps.inc({ pipeline, agent, outcome: ok ? 'ok' : (error?.code ?? 'failed') });
+        this.#stepSeconds.observe({ pipeline, agent }, durationMs / 1000);
+        break;
+      }
+      case 'llm.response': {
+        const d = event.data;
+        if (d.journaled) break;
+        const model = { provider: d.provider, model: d.model };
+        this.#modelCalls.inc({ ...model, outcome: 'ok' });
+        this.#modelSeconds.observe(model, d.durationMs / 1000);
+        this.#tokens.inc({ ...model, type: 'input' }, d.usage.inputTokens);
+        this.#tokens.inc({ ...model, type: 'output' }, d.usage.outputTokens);
+        this.#tokens.inc({ ...model, type: 'cached' }, d.usage.cachedTokens);
+        this.#cost.inc(model, d.costUsd);
+        break;
+      }
+      case 'llm.error':
+        this.#modelCalls.inc({
+          provider: event.data.provider,
+          model: event.data.model,
+          outcome: event.data.code,
+        });
+        break;
+      case 'llm.retry':
+        this.#retries.inc({ provider: event.data.provider, model: event.data.model, code: event.data.code });
+        break;
+      case 'llm.fallback':
+        this.#fallbacks.inc({ from: event.data.from, to: event.data.to });
+        break;
+      case 'tool.result': {
+        const d = event.data;
+        if (d.journaled) break;
+        this.#toolCalls.inc({
+          tool: d.tool,
+          decision: d.decision,
+          outcome: d.ok ? 'ok' : (d.error?.code ?? 'error'),
+        });
+        break;
+      }
+      case 'approval.requested':
+        this.#opened(event.data.approvalId);
+        break;
+      case 'human.asked':
+        this.#opened(event.data.questionId);
+        break;
+      case 'approval.decided':
+        this.#approvals.inc({ decision: event.data.expired ? 'expired' : event.data.decision });
+        this.#closed(event.data.approvalId);
+        break;
+      case 'human.answered':
+        this.#closed(event.data.questionId);
+        break;
+      default:
+        break;
+    }
+  }
+
+  #taskEnded(pipeline: string, outcome: string, durationMs: number): void {
+    this.#tasks.inc({ pipeline, outcome });
+    this.#taskSeconds.observe({ pipeline, outcome }, durationMs / 1000);
+  }
+
+  #opened(id: string): void {
+    this.#open.add(id);
+    this.#pending.set(this.#open.size);
+  }
+
+  #closed(id: string): void {
+    this.#open.delete(id);
+    this.#pending.set(this.#open.size);
+  }
+
+  #counter<L extends string>(name: string, help: string, labelNames: readonly L[]): Counter<L> {
+    return new Counter({ name, help, labelNames, registers: [this.registry] });
+  }
+}
+
+/** Where a metrics server listens: `9464` or `127.0.0.1:9464` or `0.0.0.0:9464`; the host is 127.0.0.1 by default. */
+export function parseListen(text: string): { host: string; port: number } | undefined {
+  const match = /^(?:(.+):)?(\d{1,5})$/.exec(text.trim());
+  const port = Number(match?.[2]);
+  if (!match || !Number.isInteger(port) || port > 65_535) return undefined;
+  // `[::1]:9464`: the brackets only set an IPv6 address apart from its port.
+  const host = match[1]?.replace(/^\[(.*)\]$/, '$1') ?? '127.0.0.1';
+  return host === '' ? undefined : { host, port };
+}
+
+export interface MetricsServer {
+  /** `http://host:port/metrics`. */
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Serves `GET /metrics` in the Prometheus text format. */
+export async function serveMetrics(
+  metrics: TroupeMetrics,
+  listen: { host: string; port: number },
+  logger?: Logger,
+): Promise<MetricsServer> {
+  const server: Server = createServer((request, response) => {
+    if (request.method !== 'GET' || request.url?.split('?')[0] !== '/metrics') {
+      response.writeHead(404, { 'content-type': 'text/plain' }).end('not found: metrics are at /metrics\n');
+      return;
+    }
+    metrics.registry.metrics().then(
+      (text) => response.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
+      (error: unknown) => {
+        logger?.warn({ err: error }, 'cannot collect metrics');
+        response
+          .writeHead(500, { 'content-type': 'text/plain' })
+          .end(`cannot collect metrics: ${errorMessage(error)}\n`);
+      },
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(listen.port, listen.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { address, port } = server.address() as AddressInfo;
+  const host = address.includes(':') ? `[${address}]` : address;
+  return {
+    url: `http://${host}:${port}/metrics`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
