@@ -1,3 +1,4 @@
+import { redactSecrets, registerSecretsFromEnv } from '@troupe/runtime/secrets';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import cli from '../package.json' with { type: 'json' };
 import { CliError } from './cliError.ts';
@@ -64,14 +65,20 @@ const run =
     try {
       process.exitCode = await command(...args);
     } catch (error) {
+      // Whatever the error quotes (a server's reply, a URL), no secret reaches the terminal.
       if (CliError.is(error)) {
-        process.stderr.write(`troupe: ${error.message}\n`);
+        process.stderr.write(`troupe: ${redactSecrets(error.message)}\n`);
         process.exitCode = error.exitCode;
         return;
       }
-      throw error;
+      process.stderr.write(
+        `troupe: ${redactSecrets(error instanceof Error ? (error.stack ?? error.message) : String(error))}\n`,
+      );
+      process.exitCode = 1;
     }
   };
+
+registerSecretsFromEnv();
 
 const program = new Command('troupe')
   .description('Troupe: run LLM agent pipelines over NATS, durable and observable')

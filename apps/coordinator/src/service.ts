@@ -5,6 +5,7 @@ import {
   ensureTroupeStreams,
   type Logger,
   NatsBus,
+  registerSecretsFromEnv,
   startNatsServer,
   type TroupeMetrics,
 } from '@troupe/runtime';
@@ -62,6 +63,8 @@ export interface Service {
  * coordinator. The embedded server's URL is recorded under `home` for `troupe submit` and `troupe tail`.
  */
 export async function startService(options: ServiceOptions): Promise<Service> {
+  // Keys and tokens in the environment are never logged or published, whatever quotes them.
+  registerSecretsFromEnv();
   const home = resolve(options.home ?? '.troupe');
   const registry = builtinTools();
   // Without agents here, nothing calls a model, so their API keys need not be set.
@@ -175,6 +178,7 @@ export interface Worker {
  * in the same queue groups, so each worker adds capacity. It runs no workflows and takes no tasks.
  */
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
+  registerSecretsFromEnv();
   const home = resolve(options.home ?? '.troupe');
   const registry = builtinTools();
   const pipelines = await Promise.all(

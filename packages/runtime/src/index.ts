@@ -47,6 +47,13 @@ export {
   preview,
 } from './events/eventFactory.ts';
 export * from './logging/index.ts';
+export {
+  forgetSecrets,
+  redactDeep,
+  redactSecrets,
+  registerSecret,
+  registerSecretsFromEnv,
+} from './logging/secrets.ts';
 export * from './mcp/index.ts';
 export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';
 export { type MetricsServer, parseListen, serveMetrics, TroupeMetrics } from './telemetry/metrics.ts';

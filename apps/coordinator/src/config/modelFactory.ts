@@ -7,6 +7,7 @@ import {
   ResilientModel,
   ScriptedProvider,
 } from '@troupe/llm';
+import { registerSecret } from '@troupe/runtime';
 import type { ModelConfig, PipelineConfig } from './pipelineSchema.ts';
 
 /** The environment the API keys are read from. */
@@ -47,6 +48,8 @@ export const modelLabel = (model: ModelConfig): string => `${model.provider}:${m
 export async function createProvider(model: ModelConfig, baseDir: string, env: Env): Promise<ModelProvider> {
   const keyEnv = keyEnvOf(model);
   const apiKey = keyEnv === undefined ? undefined : env[keyEnv];
+  // A provider's error may quote the key it was given: it is redacted wherever it appears.
+  registerSecret(apiKey);
   switch (model.provider) {
     case 'scripted':
       return new ScriptedProvider(await loadScript(resolve(baseDir, model.script)), model.model);

@@ -7,6 +7,7 @@ import {
   type ModelReply,
   type ToolResult,
 } from '@troupe/protocol';
+import { redactSecrets } from '../logging/secrets.ts';
 import { capturesContent, contextOf, endSpan, startChildSpan, tracer } from '../telemetry/tracing.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import type { StepContext } from './stepContext.ts';
@@ -76,12 +77,12 @@ export function startModelSpan(
     if (system.length > 0) {
       span.setAttribute(
         'gen_ai.system_instructions',
-        JSON.stringify(system.map((m) => ({ type: 'text', content: m.content }))),
+        redactSecrets(JSON.stringify(system.map((m) => ({ type: 'text', content: m.content })))),
       );
     }
     span.setAttribute(
       'gen_ai.input.messages',
-      JSON.stringify(messages.filter((m) => m.role !== 'system').map(genAiMessage)),
+      redactSecrets(JSON.stringify(messages.filter((m) => m.role !== 'system').map(genAiMessage))),
     );
   }
   return span;
@@ -101,12 +102,14 @@ export function endModelSpan(span: Span, outcome: { reply: ModelReply } | { erro
   if (capturesContent() && span.isRecording()) {
     span.setAttribute(
       'gen_ai.output.messages',
-      JSON.stringify([
-        {
-          ...genAiMessage({ role: 'assistant', content: reply.content, toolCalls: reply.toolCalls }),
-          finish_reason: reply.finishReason,
-        },
-      ]),
+      redactSecrets(
+        JSON.stringify([
+          {
+            ...genAiMessage({ role: 'assistant', content: reply.content, toolCalls: reply.toolCalls }),
+            finish_reason: reply.finishReason,
+          },
+        ]),
+      ),
     );
   }
   endSpan(span, undefined, {
@@ -131,13 +134,14 @@ export function startToolSpan(step: StepContext, call: ToolCall, turn: number): 
     'troupe.turn': turn,
   });
   if (capturesContent() && span.isRecording())
-    span.setAttribute('gen_ai.tool.call.arguments', call.arguments);
+    span.setAttribute('gen_ai.tool.call.arguments', redactSecrets(call.arguments));
   return span;
 }
 
 /** Ends a tool call's span with its permission decision, and its error's code when it failed. */
 export function endToolSpan(span: Span, result: ToolResult): void {
-  if (capturesContent() && span.isRecording()) span.setAttribute('gen_ai.tool.call.result', result.output);
+  if (capturesContent() && span.isRecording())
+    span.setAttribute('gen_ai.tool.call.result', redactSecrets(result.output));
   endSpan(
     span,
     result.ok

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type EventData, type EventKind, type EventOf, TroupeEvent } from '@troupe/protocol';
 import type { z } from 'zod';
+import { redactDeep } from '../logging/secrets.ts';
 import { type Clock, systemClock } from './clock.ts';
 
 /** What every event of one task shares. */
@@ -83,7 +84,8 @@ export class EventFactory {
       ...(route.from === undefined ? {} : { from: route.from }),
       ...(route.to === undefined ? {} : { to: route.to }),
       traceparent: scope.traceparent,
-      data,
+      // A secret a model or a tool let slip (an error quoting a key, a file read) is not published.
+      data: redactDeep(data),
     };
     // Parsing here means a malformed event is a bug caught where it is made, not downstream.
     return TroupeEvent.parse(candidate) as EventOf<K>;

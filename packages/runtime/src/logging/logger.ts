@@ -1,5 +1,6 @@
 import pino from 'pino';
 import { oneLineStream } from './formatLogLine.ts';
+import { REDACTED, redactDeep, redactSecrets } from './secrets.ts';
 
 /** The logger every part of the runtime takes; a pino logger. */
 export type Logger = pino.Logger;
@@ -28,7 +29,7 @@ export const REDACT_PATHS: readonly string[] = [
   '*.headers.authorization',
 ];
 
-export const REDACTED = '[redacted]';
+export { REDACTED };
 
 /**
  * Creates the runtime's logger: JSON lines by default, one readable line per record with `pretty`; secrets
@@ -43,6 +44,9 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   const options: pino.LoggerOptions = {
     level,
     redact: { paths: [...REDACT_PATHS], censor: REDACTED },
+    // Secrets by value too, wherever they turn up: in a message, a field, an error's message or stack.
+    formatters: { log: (fields) => redactDeep(fields) },
+    serializers: { err: redactedError },
     hooks: { logMethod: withoutRepeatedBindings },
     ...(opts.name === undefined ? {} : { name: opts.name }),
   };
@@ -55,6 +59,17 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   return pino(options, lines);
 }
 
+/** pino's error serializer, with no secret left in the message or the stack. */
+function redactedError(error: unknown): unknown {
+  const serialized = pino.stdSerializers.err(error as Error) as unknown as Record<string, unknown>;
+  if (serialized === null || typeof serialized !== 'object') return serialized;
+  return {
+    ...serialized,
+    ...(typeof serialized.message === 'string' ? { message: redactSecrets(serialized.message) } : {}),
+    ...(typeof serialized.stack === 'string' ? { stack: redactSecrets(serialized.stack) } : {}),
+  };
+}
+
 /** The bindings of each (child) logger, parsed once for each set of bindings it has had. */
 const boundFields = new WeakMap<pino.Logger, { chindings: unknown; fields: Record<string, unknown> }>();
 
@@ -62,7 +77,11 @@ const boundFields = new WeakMap<pino.Logger, { chindings: unknown; fields: Recor
  * Leaves out of a call's fields those its (child) logger binds already with the same value: pino writes both,
  * so `logger.child({ pipeline }).info({ pipeline }, …)` would give a JSON line with `pipeline` twice.
  */
-function withoutRepeatedBindings(this: pino.Logger, args: Parameters<pino.LogFn>, method: pino.LogFn): void {
+function withoutRepeatedBindings(this: pino.Logger, given: Parameters<pino.LogFn>, method: pino.LogFn): void {
+  // The message and its format arguments, with no secret in them.
+  const args = given.map((arg) =>
+    typeof arg === 'string' ? redactSecrets(arg) : arg,
+  ) as Parameters<pino.LogFn>;
   const [first, ...rest] = args as unknown[];
   if (typeof first !== 'object' || first === null || first instanceof Error) {
     method.apply(this, args);

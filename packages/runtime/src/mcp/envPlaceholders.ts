@@ -1,3 +1,4 @@
+import { registerSecret } from '../logging/secrets.ts';
 import { McpServerError } from './mcpServerError.ts';
 
 const placeholder = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
@@ -20,6 +21,8 @@ export function resolvePlaceholders(
   for (const [key, value] of Object.entries(values)) {
     resolved[key] = value.replace(placeholder, (match, name: string) => {
       const found = env[name];
+      // What a server is given from the environment (a token, a key) is never logged or published.
+      registerSecret(found);
       if (found !== undefined) return found;
       missing.push(`${where.what} ${key} references \${${name}}`);
       return match;

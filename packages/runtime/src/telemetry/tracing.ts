@@ -12,6 +12,7 @@ import {
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { errorMessage } from '@troupe/protocol';
 import type { Logger } from '../logging/index.ts';
+import { redactSecrets } from '../logging/secrets.ts';
 
 /**
  * Troupe's OpenTelemetry traces: one trace per task, by the GenAI semantic conventions (`invoke_workflow`,
@@ -101,7 +102,7 @@ export function endSpan(
   if (attributes) span.setAttributes(attributes);
   if (failure) {
     span.setAttribute('error.type', failure.type);
-    span.setStatus({ code: SpanStatusCode.ERROR, message: failure.message });
+    span.setStatus({ code: SpanStatusCode.ERROR, message: redactSecrets(failure.message) });
   }
   span.end();
 }
