@@ -201,6 +201,20 @@ describe('troupe up, submit and tail against a NATS server', () => {
     expect(value('troupe_event_outbox_backlog')).toBe(0);
   });
 
+  it('exits on SIGTERM while serving metrics', async () => {
+    const other = startTroupe(
+      ['up', examplePath('demo.yaml'), '--no-agents', '--join', '--home', home, '--metrics', '127.0.0.1:0'],
+      cliEnv({ NATS_URL: nats.url }),
+    );
+    await other.waitFor(/troupe is up on/);
+    const exited = await Promise.race([
+      other.stop('SIGTERM'),
+      new Promise<string>((resolve) => setTimeout(() => resolve('still running after 20 s'), 20_000)),
+    ]);
+    if (typeof exited === 'string') await other.stop('SIGKILL');
+    expect(exited).toBe(0);
+  });
+
   it('says plainly when trace is asked for a task nobody knows', async () => {
     const result = await troupe(['trace', 'no-such-task', '--server', nats.url]);
     expect(result.code).toBe(1);

@@ -234,6 +234,61 @@ describe('buildTaskTrace', () => {
     });
   });
 
+  it('keeps the call that was made when a resumed run replays it, and lists an approval once', () => {
+    const replayed = [
+      at(20_000, 'task.resumed', { state: 'code', round: 1, deliveries: 2 }),
+      at(20_001, 'llm.response', {
+        ...exec,
+        ...reply(1, 'tool_calls', { toolCalls: [{ id: 'c1', name: 'write_file' }], journaled: true }),
+      }),
+      at(20_002, 'tool.result', {
+        ...exec,
+        turn: 1,
+        index: 0,
+        callId: 'c1',
+        tool: 'write_file',
+        ok: true,
+        decision: 'allow',
+        output: 'wrote 8 bytes to hello.md',
+        durationMs: 0,
+        journaled: true,
+      }),
+      at(20_003, 'approval.requested', {
+        ...exec,
+        approvalId: 'appr-1',
+        callId: 'c1',
+        tool: 'write_file',
+        arguments: '{"path":"hello.md"}',
+        reason: 'writes need a person',
+        expiresAt: new Date(start + 3_600_000).toISOString(),
+      }),
+    ];
+    const events = [...finished.slice(0, 14), ...replayed];
+    const trace = buildTaskTrace('t1', events);
+    expect(trace.resumed).toBe(1);
+    const coded = trace.steps[1];
+    expect(coded?.entries.map((e) => e.kind)).toEqual(['model', 'tool', 'approval']);
+    expect(coded?.entries[0]).toMatchObject({ reply: { journaled: false, durationMs: 350 } });
+    expect(coded?.entries[1]).toMatchObject({ result: { journaled: false, durationMs: 4 } });
+  });
+
+  it('says an approval closed by its step stopping was closed, not left undecided', () => {
+    const closed = [
+      ...finished.slice(0, 12),
+      at(5_000, 'approval.decided', {
+        ...exec,
+        approvalId: 'appr-1',
+        decision: 'deny',
+        reason: 'closed before anyone decided: task t1 has ended: cancelled',
+        by: 'troupe',
+        expired: true,
+      }),
+    ];
+    expect(formatTrace(buildTaskTrace('t1', closed), { color: false })).toContain(
+      'approval appr-1 for write_file · closed after 3.5 s: closed before anyone decided: task t1 has ended: cancelled',
+    );
+  });
+
   it('ignores events of other tasks and takes a step its start event never reached', () => {
     const other = { ...finished[2], taskId: 't2' } as TroupeEvent;
     const trace = buildTaskTrace('t1', [other, finished[2] as TroupeEvent]);

@@ -11,6 +11,7 @@ import {
   StepJournal,
   systemClock,
   type ToolRegistry,
+  type TroupeMetrics,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
@@ -56,6 +57,8 @@ export interface CoordinatorOptions {
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
    */
   eventRetention?: { maxAgeMs?: number; maxBytes?: number };
+  /** Told what the steps here wait on people for (`troupe_approvals_pending`), when agents are hosted here. */
+  metrics?: TroupeMetrics;
   registry?: ToolRegistry;
   clock?: Clock;
 }
@@ -100,6 +103,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           workspaceRoot: options.workspaceRoot,
           registry,
           clock,
+          ...(options.metrics ? { metrics: options.metrics } : {}),
         })
       : undefined;
   const runners: PipelineRunner[] = [];

@@ -111,6 +111,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
       ...(options.limits === undefined ? {} : { limits: options.limits }),
       ...(options.eventRetention === undefined ? {} : { eventRetention: options.eventRetention }),
+      ...(options.metrics ? { metrics: options.metrics } : {}),
     });
     if (embedded) {
       await writeServerRecord(home, {
@@ -213,6 +214,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       workspaceRoot: resolve(home, 'workspaces'),
       registry,
       ...(options.agents ? { only: options.agents } : {}),
+      ...(options.metrics ? { metrics: options.metrics } : {}),
     });
     return {
       url: options.natsUrl,

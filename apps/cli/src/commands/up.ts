@@ -60,6 +60,7 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   const stopped = untilStopped(async () => {
     await (await starting).stop();
+    await served?.server.close();
     await tracing?.shutdown();
   }, 'stopping: running tasks are handed back to NATS and resume on the next start');
   const service = await starting;

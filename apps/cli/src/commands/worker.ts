@@ -41,6 +41,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   const stopped = untilStopped(async () => {
     await (await starting).stop();
+    await served?.server.close();
     await tracing?.shutdown();
   }, 'stopping: steps in flight are handed back to be retried by another worker');
   let running: Awaited<typeof starting>;

@@ -109,7 +109,9 @@ function entryLines(entry: TraceEntry, paint: (style: Style, text: string) => st
       const decided = entry.decided;
       if (!decided) return [`${asked} · ${paint('yellow', 'waiting for a person')}`];
       const who = decided.expired
-        ? `denied: nobody decided within ${formatDuration(decided.waitedMs)}`
+        ? decided.by === 'troupe'
+          ? `closed after ${formatDuration(decided.waitedMs)}: ${decided.reason ?? 'its step stopped'}`
+          : `denied: nobody decided within ${formatDuration(decided.waitedMs)}`
         : `${decided.decision === 'allow' ? 'allowed' : 'denied'} by ${decided.by ?? 'someone'} after ${formatDuration(decided.waitedMs)}`;
       return [`${asked} · ${decided.decision === 'allow' ? paint('green', who) : paint('red', who)}`];
     }

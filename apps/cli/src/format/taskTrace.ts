@@ -169,6 +169,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
   }) => `${data.stepId}:${data.turn ?? ''}:${data.index ?? data.callId}`;
   const approvals = new Map<string, ApprovalTrace>();
   const questions = new Map<string, QuestionTrace>();
+  const compactions = new Set<string>();
 
   for (const event of events) {
     if (event.taskId !== taskId) continue;
@@ -211,6 +212,8 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       case 'llm.response': {
         const d = event.data;
         const call = modelOf(d, event.ts, `${d.provider}:${d.model}`);
+        // A run that resumed the step replays the reply: the call that was made stands.
+        if (call.reply && !call.reply.journaled && d.journaled) break;
         call.reply = {
           model: `${d.provider}:${d.model}`,
           ...d.usage,
@@ -244,6 +247,9 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       }
       case 'context.compacted': {
         const d = event.data;
+        const key = `${d.stepId}:${d.before}:${d.after}:${d.estimatedTokens}`;
+        if (compactions.has(key)) break;
+        compactions.add(key);
         stepOf(d.stepId, d.agent).entries.push({
           kind: 'compaction',
           at: event.ts,
@@ -276,6 +282,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
           tools.set(toolKey(d), call);
           stepOf(d.stepId, d.agent).entries.push(call);
         }
+        if (call.result && !call.result.journaled && d.journaled) break;
         call.result = {
           ok: d.ok,
           decision: d.decision,
@@ -288,6 +295,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       }
       case 'approval.requested': {
         const d = event.data;
+        if (approvals.has(d.approvalId)) break;
         const approval: ApprovalTrace = {
           kind: 'approval',
           approvalId: d.approvalId,
@@ -315,6 +323,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       }
       case 'human.asked': {
         const d = event.data;
+        if (questions.has(d.questionId)) break;
         const question: QuestionTrace = {
           kind: 'question',
           questionId: d.questionId,

@@ -15,6 +15,7 @@ import {
   systemClock,
   ThreadedHeartbeatSender,
   ToolRegistry,
+  type TroupeMetrics,
 } from '@troupe/runtime';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
@@ -34,6 +35,8 @@ export interface AgentServiceOptions {
   clock?: Clock;
   /** Milliseconds a person has when neither the pipeline nor the agent says. */
   approvalTimeoutMs?: number;
+  /** Told what the steps here wait on people for (`troupe_approvals_pending`). */
+  metrics?: TroupeMetrics;
 }
 
 /** The agents of some pipelines, served in this process. */
@@ -60,6 +63,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     timeoutMs: options.approvalTimeoutMs ?? 600_000,
   });
   const memory = await KvMemory.open(bus);
+  const stopCounting = options.metrics?.countPending(() => human.pending);
   const journal = await StepJournal.open(bus);
   // One heartbeat thread for every host here: a busy event loop must not make a live step look dead.
   const heartbeats = new ThreadedHeartbeatSender({ bus, logger });
@@ -108,6 +112,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     async stop() {
       // Approvals and questions cut short by the stop stay pending: the process that resumes the step waits on them.
       human.detach();
+      stopCounting?.();
       await Promise.all(hosts.map((h) => h.stop()));
       await Promise.all(mcp.map((m) => m.close()));
       await heartbeats.close();

@@ -293,6 +293,7 @@ export const agentMachine = setup({
   },
   guards: {
     timeLimited: ({ context }) => timeLimit(context) !== undefined,
+    failureDecided: ({ context }) => context.failure !== undefined,
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
     overContext: ({ context }) =>
       context.contextTokens !== undefined &&
@@ -385,7 +386,8 @@ export const agentMachine = setup({
       initial: 'deciding',
       on: {
         stop: { actions: { type: 'halt', params: ({ event }) => event.stop } },
-        halted: { target: 'stopped' },
+        // Raised by `halt` only, after the failure was decided; sent from outside without one, it is ignored.
+        halted: { guard: 'failureDecided', target: 'stopped' },
       },
       after: {
         timeLimit: {

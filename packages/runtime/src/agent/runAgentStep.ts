@@ -30,18 +30,30 @@ export interface AgentStep {
  * Never throws: a step that cannot start replies `agent_crashed`.
  */
 export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps): AgentStep {
-  const span = startAgentSpan(agent, request);
-  const scope = scopeOf(request);
-  const step: StepContext = {
-    agent,
-    request,
-    deps,
-    span,
-    scope: { ...scope, traceparent: traceparentOf(span, scope.traceparent) },
-  };
-  const started = startStep(step);
+  let span: ReturnType<typeof startAgentSpan> | undefined;
+  let started: AgentStep;
+  try {
+    span = startAgentSpan(agent, request);
+    const scope = scopeOf(request);
+    const step: StepContext = {
+      agent,
+      request,
+      deps,
+      span,
+      scope: { ...scope, traceparent: traceparentOf(span, scope.traceparent) },
+    };
+    started = startStep(step);
+  } catch (error) {
+    // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
+    started = { reply: Promise.resolve(crashedReply(request, error)), stop: () => {} };
+  }
   const reply = started.reply.then((result) => {
-    endAgentSpan(span, result);
+    // A span that cannot be ended must not cost the reply.
+    try {
+      if (span) endAgentSpan(span, result);
+    } catch (error) {
+      deps.logger?.warn({ err: error, stepId: request.stepId }, 'cannot end the step span');
+    }
     return result;
   });
   return { reply, stop: started.stop };

@@ -101,6 +101,13 @@ export class NatsHumanGate implements HumanGate {
     this.#detached = true;
   }
 
+  /** Approvals and questions this gate is waiting on now, over every step. */
+  get pending(): number {
+    let count = 0;
+    for (const waits of this.#waiting.values()) count += waits.length;
+    return count;
+  }
+
   waitingOn(stepId: string): WaitingOn | undefined {
     return this.#waiting.get(stepId)?.[0];
   }

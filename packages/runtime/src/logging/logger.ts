@@ -63,11 +63,8 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
 function redactedError(error: unknown): unknown {
   const serialized = pino.stdSerializers.err(error as Error) as unknown as Record<string, unknown>;
   if (serialized === null || typeof serialized !== 'object') return serialized;
-  return {
-    ...serialized,
-    ...(typeof serialized.message === 'string' ? { message: redactSecrets(serialized.message) } : {}),
-    ...(typeof serialized.stack === 'string' ? { stack: redactSecrets(serialized.stack) } : {}),
-  };
+  // Every field: a cause's message, a code, a URL the error names.
+  return redactDeep({ ...serialized });
 }
 
 /** The bindings of each (child) logger, parsed once for each set of bindings it has had. */

@@ -3,9 +3,9 @@
  * `[redacted]` in log lines, events, spans and error messages. Two nets catch them:
  *
  * - **known values**: every secret the process uses is registered as it is read (a model's API key, an MCP
- *   server's `${VAR}` values, the password in a NATS URL), and so is every environment variable whose name says it
- *   holds one (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `*_CREDENTIALS`) — wherever the value turns up, in
- *   whatever text, it is replaced;
+ *   server's `${VAR}` values), and so is every environment variable whose name ends like a secret's (`*_KEY`,
+ *   `*_TOKEN`, `*_SECRET`, `*_PASSWORD`, `*_CREDENTIALS`, …) — wherever the value turns up, in whatever text, it is
+ *   replaced;
  * - **shapes**: `Bearer <token>`, `Basic <credentials>`, provider keys (`sk-…`, `sk-ant-…`), NATS seeds (`SU…`,
  *   `SA…`, `SO…`) and `user:password@` in URLs, for secrets nobody registered.
  */
@@ -14,19 +14,27 @@ export const REDACTED = '[redacted]';
 
 /** Shorter values are not registered: they would match ordinary text. */
 const MIN_SECRET_LENGTH = 8;
+/** A value shorter than this is registered only with a digit or a symbol in it (`postgres` is a word, not a key). */
+const PLAIN_WORD_LENGTH = 16;
 
-/** Environment variables whose names say they hold a secret. */
-const SECRET_NAME = /(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?|AUTH)(?:_|$)/i;
+/** Environment variables whose names say they hold a secret: the name ends so. */
+const SECRET_NAME =
+  /(?:^|_)(?:API_?KEY|SECRET_?KEY|ACCESS_?KEY|PRIVATE_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$/i;
 
+/** Characters that end a URL's userinfo or a token in JSON, prose or a header. */
 const SHAPES: readonly { pattern: RegExp; replace: string }[] = [
-  // A token has a digit or a symbol in it: `Bearer authentication` is prose, `Bearer eyJ0eXAi…` is not.
+  // A token is long and has a digit in it: `Basic functionality` and `Bearer well-formed` are prose.
   {
-    pattern: /\b(Bearer|Basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{8,}/g,
+    pattern: /\b(Bearer|Basic)\s+(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,}/g,
     replace: `$1 ${REDACTED}`,
   },
   { pattern: /\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}/g, replace: REDACTED },
   { pattern: /\bS[UAO][A-Z2-7]{56}\b/g, replace: REDACTED },
-  { pattern: /(\b[a-z][a-z0-9+.-]*:\/\/[^\s:/@]+):[^\s@/]+@/gi, replace: `$1:${REDACTED}@` },
+  // `scheme://user:password@`: neither part crosses a quote, a bracket, a comma or whitespace.
+  {
+    pattern: /(\b[a-z][a-z0-9+.-]{0,20}:\/\/[^\s:/@"'<>{}[\],;]{1,200}):[^\s@/"'<>{}[\],;]{1,200}@/gi,
+    replace: `$1:${REDACTED}@`,
+  },
 ];
 /** A cheap look before the shapes are tried: none of them can match text without one of these. */
 const SHAPE_HINT = /Bearer|Basic|sk-|S[UAO][A-Z2-7]{20}|:\/\/[^\s/@]+@/;
@@ -39,6 +47,7 @@ const literally = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 /** Registers a secret value: from now on it is redacted wherever it appears. Short or empty values are ignored. */
 export function registerSecret(value: string | undefined): void {
   if (value === undefined || value.length < MIN_SECRET_LENGTH || known.has(value)) return;
+  if (value.length < PLAIN_WORD_LENGTH && /^[A-Za-z]+$/.test(value)) return;
   known.add(value);
   // Longest first, so a secret that contains another is replaced whole.
   const alternatives = [...known].sort((a, b) => b.length - a.length).map(literally);
@@ -67,35 +76,48 @@ export function redactSecrets(text: string): string {
   return out;
 }
 
+/** How deep `redactDeep` walks: log fields and event data are shallow; deeper is not ours. */
+const MAX_DEPTH = 32;
+
 /**
- * A copy of `value` with every string in it redacted (objects and arrays walked; other values kept); `value` itself
- * when nothing needed redacting, so the common case allocates nothing.
+ * A copy of `value` with every string in it redacted (plain objects, null-prototype objects and arrays walked;
+ * a `URL` becomes its redacted text; other values kept); `value` itself when nothing needed redacting, so the common
+ * case allocates nothing. A cycle, or more than 32 levels, is left as it is beyond that point.
  */
 export function redactDeep<T>(value: T): T {
-  if (typeof value === 'string') return redactSecrets(value) as T;
+  return walk(value, new WeakSet(), 0) as T;
+}
+
+function walk(value: unknown, seen: WeakSet<object>, depth: number): unknown {
+  if (typeof value === 'string') return redactSecrets(value);
+  if (value === null || typeof value !== 'object' || depth >= MAX_DEPTH || seen.has(value)) return value;
+  if (value instanceof URL) {
+    const text = redactSecrets(value.href);
+    return text === value.href ? value : text;
+  }
+  const proto = Object.getPrototypeOf(value);
+  if (!Array.isArray(value) && proto !== Object.prototype && proto !== null) return value;
+  seen.add(value);
   if (Array.isArray(value)) {
     let copy: unknown[] | undefined;
     value.forEach((item, i) => {
-      const redacted = redactDeep(item);
+      const redacted = walk(item, seen, depth + 1);
       if (redacted !== item) {
         copy ??= [...value];
         copy[i] = redacted;
       }
     });
-    return (copy ?? value) as T;
+    return copy ?? value;
   }
-  if (value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype) {
-    let copy: Record<string, unknown> | undefined;
-    for (const [key, item] of Object.entries(value)) {
-      const redacted = redactDeep(item);
-      if (redacted !== item) {
-        copy ??= { ...(value as Record<string, unknown>) };
-        copy[key] = redacted;
-      }
+  let copy: Record<string, unknown> | undefined;
+  for (const [key, item] of Object.entries(value)) {
+    const redacted = walk(item, seen, depth + 1);
+    if (redacted !== item) {
+      copy ??= { ...(value as Record<string, unknown>) };
+      copy[key] = redacted;
     }
-    return (copy ?? value) as T;
   }
-  return value;
+  return copy ?? value;
 }
 
 /** Forgets every registered secret (tests). */

@@ -5,6 +5,22 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 import type { Logger } from '../logging/index.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 
+/** The model error codes a label may take; anything else (a socket error's code) is `other`. */
+const MODEL_ERROR_CODES = new Set([
+  'rate_limited',
+  'server_error',
+  'timeout',
+  'connection',
+  'bad_request',
+  'auth',
+  'not_found',
+  'invalid_response',
+  'aborted',
+  'config',
+  'script_exhausted',
+  'scripted_failure',
+]);
+
 /** Seconds: tasks and steps run from milliseconds (a scripted model) to hours (a person asked). */
 const TASK_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600, 14_400];
 const CALL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -92,10 +108,16 @@ export class TroupeMetrics {
     'Approvals decided, by decision (expired: nobody decided in time).',
     ['decision'],
   );
-  readonly #pending = new Gauge({
+  readonly #pendingSources = new Set<() => number>();
+  readonly #pending: Gauge = new Gauge({
     name: 'troupe_approvals_pending',
-    help: 'Approvals and questions this process asked that nobody has decided or answered yet.',
+    help: 'Approvals and questions the steps running in this process are waiting on now.',
     registers: [this.registry],
+    collect: (): void => {
+      let count = 0;
+      for (const source of this.#pendingSources) count += source();
+      this.#pending.set(count);
+    },
   });
   readonly #reconnects = this.#counter('troupe_nats_reconnects_total', 'Reconnects to the NATS server.', []);
   readonly #backlog: Gauge = new Gauge({
@@ -105,12 +127,16 @@ export class TroupeMetrics {
     // Read when scraped: the outbox's size then.
     collect: (): void => this.#backlog.set(this.#bus?.pendingEvents ?? 0),
   });
-  /** Approvals and questions asked here and still open, so a decision seen twice does not count twice. */
-  readonly #open = new Set<string>();
   #bus: NatsBus | undefined;
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Adds to `troupe_approvals_pending` what a human gate waits on (read when scraped); returns how to stop. */
+  countPending(source: () => number): () => void {
+    this.#pendingSources.add(source);
+    return () => this.#pendingSources.delete(source);
   }
 
   /** Counts what `bus` publishes and what happens to its connection; returns how to stop. */
@@ -164,7 +190,7 @@ export class TroupeMetrics {
         this.#modelCalls.inc({
           provider: event.data.provider,
           model: event.data.model,
-          outcome: event.data.code,
+          outcome: MODEL_ERROR_CODES.has(event.data.code) ? event.data.code : 'other',
         });
         break;
       case 'llm.retry':
@@ -183,18 +209,8 @@ export class TroupeMetrics {
         });
         break;
       }
-      case 'approval.requested':
-        this.#opened(event.data.approvalId);
-        break;
-      case 'human.asked':
-        this.#opened(event.data.questionId);
-        break;
       case 'approval.decided':
         this.#approvals.inc({ decision: event.data.expired ? 'expired' : event.data.decision });
-        this.#closed(event.data.approvalId);
-        break;
-      case 'human.answered':
-        this.#closed(event.data.questionId);
         break;
       default:
         break;
@@ -204,16 +220,6 @@ export class TroupeMetrics {
   #taskEnded(pipeline: string, outcome: string, durationMs: number): void {
     this.#tasks.inc({ pipeline, outcome });
     this.#taskSeconds.observe({ pipeline, outcome }, durationMs / 1000);
-  }
-
-  #opened(id: string): void {
-    this.#open.add(id);
-    this.#pending.set(this.#open.size);
-  }
-
-  #closed(id: string): void {
-    this.#open.delete(id);
-    this.#pending.set(this.#open.size);
   }
 
   #counter<L extends string>(name: string, help: string, labelNames: readonly L[]): Counter<L> {
@@ -265,6 +271,8 @@ export async function serveMetrics(
       resolve();
     });
   });
+  // Serving metrics never keeps a process alive by itself: one whose work failed to start still exits.
+  server.unref();
   const { address, port } = server.address() as AddressInfo;
   const host = address.includes(':') ? `[${address}]` : address;
   return {

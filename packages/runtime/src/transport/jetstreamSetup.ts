@@ -201,7 +201,15 @@ async function createOrUpdate(
     await jsm.streams.add(config);
     return;
   }
-  const changed = Object.entries(limits).filter(([key, value]) => current[key as keyof Limits] !== value) as [
+  const wanted: Limits = { ...limits };
+  // The server refuses a duplicate window longer than the max age: the window is kept within the max age the stream
+  // will have, and goes back to the configured one when a longer max age allows it.
+  const maxAge = wanted.max_age ?? current.max_age;
+  const configured = wanted.duplicate_window ?? config.duplicate_window ?? current.duplicate_window;
+  // A max age of 0 keeps messages for ever.
+  const window = maxAge > 0 ? Math.min(configured, maxAge) : configured;
+  if (window !== current.duplicate_window) wanted.duplicate_window = window;
+  const changed = Object.entries(wanted).filter(([key, value]) => current[key as keyof Limits] !== value) as [
     keyof Limits,
     number,
   ][];

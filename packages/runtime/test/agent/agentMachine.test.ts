@@ -708,6 +708,12 @@ describe('agentMachine: stops and time limits', () => {
     expect(clock.pending()).toEqual([]);
   });
 
+  it('ignores a halted event sent from outside: only a stop with a reason stops the step', () => {
+    const { actor } = hanging();
+    actor.send({ type: 'halted' });
+    expect(actor.getSnapshot().value).toEqual({ working: 'thinking' });
+  });
+
   it('sets no timer for a step without a time limit, and never stops it for time', async () => {
     const { clock, actor, seen } = hanging();
     expect(clock.pending()).toEqual([]);

@@ -56,9 +56,25 @@ describe('redactSecrets', () => {
     const seed = `SU${'A'.repeat(56)}`;
     expect(redactSecrets(`seed ${seed}`)).toBe('seed [redacted]');
     // Prose is not a token.
-    expect(redactSecrets('Bearer authentication failed; Basic auth is off')).toBe(
+    for (const prose of [
       'Bearer authentication failed; Basic auth is off',
-    );
+      'See the Basic functionality.',
+      'Basic well-formed input, Bearer token-based flows',
+    ])
+      expect(redactSecrets(prose)).toBe(prose);
+  });
+
+  it('leaves JSON, e-mail addresses and plain URLs whole', () => {
+    const json = '{"url":"https://api.example.com/v1","to":"bob@example.com","list":["a:b","c@d"]}';
+    expect(redactSecrets(json)).toBe(json);
+    expect(JSON.parse(redactSecrets('{"db":"postgres://app:s3cr3tpw@db:5432/x"}'))).toEqual({
+      db: 'postgres://app:[redacted]@db:5432/x',
+    });
+  });
+
+  it('does not register a short plain word as a secret, whatever the variable is called', () => {
+    registerSecretsFromEnv({ POSTGRES_PASSWORD: 'postgres', SSH_AUTH_SOCK: '/tmp/ssh-agent.1234' });
+    expect(redactSecrets('postgres at /tmp/ssh-agent.1234')).toBe('postgres at /tmp/ssh-agent.1234');
   });
 
   it('redacts every string of an object, copying only what changed', () => {
@@ -74,6 +90,19 @@ describe('redactSecrets', () => {
       n: 3,
     });
     expect(dirty.nested.message).toBe(`key ${KEY}`);
+  });
+
+  it('survives a cycle, and redacts a URL object and a null-prototype object', () => {
+    registerSecret(KEY);
+    const cyclic: Record<string, unknown> = { note: `has ${KEY}` };
+    cyclic.self = cyclic;
+    const redacted = redactDeep(cyclic);
+    expect(redacted.note).toBe('has [redacted]');
+    const bare = Object.assign(Object.create(null), { key: KEY });
+    expect(redactDeep({ bare, url: new URL(`https://u:${KEY}@example.com/`) })).toEqual({
+      bare: { key: '[redacted]' },
+      url: 'https://u:[redacted]@example.com/',
+    });
   });
 });
 

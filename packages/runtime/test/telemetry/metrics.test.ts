@@ -139,10 +139,46 @@ describe('TroupeMetrics', () => {
       1,
     );
     expect(sample(text, 'troupe_approvals_total{decision="allow"}')).toBe(2);
-    expect(sample(text, 'troupe_approvals_pending')).toBe(1);
+    // Pending requests are read from the human gates when scraped, not counted from events.
+    expect(sample(text, 'troupe_approvals_pending')).toBe(0);
     expect(sample(text, 'troupe_event_outbox_backlog')).toBe(0);
     // The process's own metrics come with them.
     expect(text).toContain('process_cpu_user_seconds_total');
+  });
+});
+
+describe('TroupeMetrics: what is read when scraped', () => {
+  it('sums what each human gate waits on, until the gate is let go', async () => {
+    const metrics = new TroupeMetrics();
+    let waiting = 2;
+    const stop = metrics.countPending(() => waiting);
+    metrics.countPending(() => 1);
+    expect(sample(await metrics.registry.metrics(), 'troupe_approvals_pending')).toBe(3);
+    waiting = 0;
+    expect(sample(await metrics.registry.metrics(), 'troupe_approvals_pending')).toBe(1);
+    stop();
+    waiting = 5;
+    expect(sample(await metrics.registry.metrics(), 'troupe_approvals_pending')).toBe(1);
+  });
+
+  it('keeps model error labels to the known codes', async () => {
+    const metrics = new TroupeMetrics();
+    metrics.observe(
+      event('llm.error', {
+        ...ref,
+        turn: 1,
+        provider: 'openai',
+        model: 'gpt-x',
+        code: 'ECONNRESET',
+        message: 'reset',
+      }),
+    );
+    expect(
+      sample(
+        await metrics.registry.metrics(),
+        'troupe_model_calls_total{provider="openai",model="gpt-x",outcome="other"}',
+      ),
+    ).toBe(1);
   });
 });
 

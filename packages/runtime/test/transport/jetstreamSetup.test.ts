@@ -107,6 +107,19 @@ describe('ensureTroupeStreams', () => {
     expect((await jsm.streams.info(STREAMS.tasks)).config.max_age).toBe(7 * DAY_NS);
   });
 
+  it('keeps the duplicate window within a max age shorter than it, and restores it when the max age grows', async () => {
+    const jsm = await jetstreamManager(bus.connection);
+    await ensureTroupeStreams(bus);
+    await ensureTroupeStreams(bus, { eventsMaxAge: 60_000 });
+    const short = (await jsm.streams.info(STREAMS.events)).config;
+    expect(short.max_age).toBe(60e9);
+    expect(short.duplicate_window).toBe(60e9);
+    await ensureTroupeStreams(bus, { eventsMaxAge: 7 * DAY_MS });
+    const long = (await jsm.streams.info(STREAMS.events)).config;
+    expect(long.max_age).toBe(7 * DAY_NS);
+    expect(long.duplicate_window).toBe(120e9);
+  });
+
   it('opens the KV buckets for reading and writing', async () => {
     const kv = await kvOf(bus, BUCKETS.workflows);
     await kv.put('task-1', JSON.stringify({ state: 'running' }));
