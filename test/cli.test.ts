@@ -215,6 +215,40 @@ describe('troupe up, submit and tail against a NATS server', () => {
     expect(exited).toBe(0);
   });
 
+  it('replays a recorded task offline: the same facts against its pipeline, a divergence against an edited one', async () => {
+    const same = await troupe([
+      'replay',
+      'cli-1',
+      '--pipeline',
+      examplePath('demo.yaml'),
+      '--server',
+      nats.url,
+    ]);
+    expect(same.code, same.stdout + same.stderr).toBe(0);
+    expect(same.stdout).toMatch(
+      /^replayed task cli-1 against .*demo\.yaml: the same \d+ facts as recorded$/m,
+    );
+
+    // The edit: the executor may no longer write Markdown; its first write is now denied.
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
+    const edited = join(dir, 'demo.yaml');
+    await writeFile(
+      edited,
+      (await readFile(examplePath('demo.yaml'), 'utf8'))
+        .replace('./demo.script.yaml', join(import.meta.dirname, '..', 'examples', 'demo.script.yaml'))
+        .replace(
+          '{ tool: write_file, decision: allow, paths: ["**/*.md"] }',
+          '{ tool: write_file, decision: deny, paths: ["**/*.md"] }',
+        ),
+    );
+    const diverged = await troupe(['replay', 'cli-1', '--pipeline', edited, '--server', nats.url]);
+    await rm(dir, { recursive: true, force: true });
+    expect(diverged.code, diverged.stdout + diverged.stderr).toBe(1);
+    expect(diverged.stdout).toMatch(/diverged at fact \d+ of \d+/);
+    expect(diverged.stdout).toMatch(/ {2}recorded: step execute, turn \d+, call 0: allow, ok/);
+    expect(diverged.stdout).toMatch(/ {2}replayed: step execute, turn \d+, call 0: deny, failed/);
+  });
+
   it('says plainly when trace is asked for a task nobody knows', async () => {
     const result = await troupe(['trace', 'no-such-task', '--server', nats.url]);
     expect(result.code).toBe(1);

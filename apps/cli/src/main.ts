@@ -14,6 +14,7 @@ const commands = {
   demo: () => import('./commands/demo.ts'),
   init: () => import('./commands/init.ts'),
   logs: () => import('./commands/logs.ts'),
+  replay: () => import('./commands/replay.ts'),
   runs: () => import('./commands/runs.ts'),
   submit: () => import('./commands/submit.ts'),
   tail: () => import('./commands/tail.ts'),
@@ -233,6 +234,21 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (taskId: string, options) => (await commands.logs()).logs(taskId, options)));
+
+program
+  .command('replay')
+  .description(
+    'run a recorded task again offline (model replies from its events, tools run again) and report where it diverges',
+  )
+  .argument('<task-id>', 'the recorded task')
+  .requiredOption(
+    '-p, --pipeline <file>',
+    'the pipeline file to replay against: the one it ran with, or an edited one',
+  )
+  .option('--json', "both runs' facts and the divergence as one JSON document", false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (taskId: string, options) => (await commands.replay()).replay(taskId, options)));
 
 program
   .command('trace')

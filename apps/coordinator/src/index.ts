@@ -33,6 +33,16 @@ export {
   type TaskQueueOptions,
   taskConsumerName,
 } from './intake/taskQueue.ts';
+export { Recording } from './replay/recording.ts';
+export {
+  type Divergence,
+  factsOf,
+  firstDivergence,
+  type ReplayOptions,
+  type ReplayResult,
+  type RunFact,
+  replayTask,
+} from './replay/replayTask.ts';
 export { HomeBusyError, readServerRecord, type ServerRecord } from './serverRecord.ts';
 export {
   type Service,

@@ -1,0 +1,91 @@
+import { builtinTools, ConfigError, loadPipeline, type RunFact, replayTask } from '@troupe/coordinator';
+import type { TroupeEvent } from '@troupe/protocol';
+import { exitWhenStdoutCloses } from '../closedPipe.ts';
+import { openEventFeed } from '../eventFeed.ts';
+import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
+
+export interface ReplayCommandOptions extends ServerOptions {
+  pipeline: string;
+  json: boolean;
+}
+
+/**
+ * `troupe replay`: runs a recorded task again, offline, against its pipeline file (or an edited one) — model replies
+ * from the task's events, built-in tools run again in a fresh workspace — and reports the first point where the new
+ * run does something else than the recorded one. Exit 0 when they match, 1 when they diverge.
+ */
+export async function replay(taskId: string, options: ReplayCommandOptions): Promise<number> {
+  checkTaskId(taskId);
+  exitWhenStdoutCloses();
+  let pipeline: Awaited<ReturnType<typeof loadPipeline>>;
+  try {
+    pipeline = await loadPipeline(options.pipeline, {
+      toolNames: builtinTools().names(),
+      requireKeys: false,
+    });
+  } catch (error) {
+    if (error instanceof ConfigError) throw new CliError(error.message, 2);
+    throw error;
+  }
+  const events: TroupeEvent[] = [];
+  const bus = await connectCli(options, 'troupe-replay');
+  try {
+    const feed = await openEventFeed(bus, {
+      taskId,
+      history: {},
+      live: false,
+      invalid: false,
+      onEvent: (event) => events.push(event),
+    });
+    feed.stop();
+  } finally {
+    await bus.close();
+  }
+  if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
+  let result: Awaited<ReturnType<typeof replayTask>>;
+  try {
+    result = await replayTask(events, taskId, { pipeline });
+  } catch (error) {
+    throw new CliError(`cannot replay task ${taskId}: ${(error as Error).message}`);
+  }
+  const { divergence, recorded, replayed, truncated } = result;
+  if (options.json) {
+    process.stdout.write(
+      `${JSON.stringify({ taskId, pipeline: options.pipeline, divergence, truncated, recorded, replayed })}\n`,
+    );
+    return divergence ? 1 : 0;
+  }
+  for (const turn of truncated) {
+    process.stderr.write(
+      `warning: the recording kept only part of ${turn}; the replay may differ there for that reason\n`,
+    );
+  }
+  if (!divergence) {
+    process.stdout.write(
+      `replayed task ${taskId} against ${options.pipeline}: the same ${recorded.length} facts as recorded\n`,
+    );
+    return 0;
+  }
+  process.stdout.write(
+    `replayed task ${taskId} against ${options.pipeline}: diverged at fact ${divergence.at + 1} of ${recorded.length}\n` +
+      `  recorded: ${describe(divergence.recorded)}\n` +
+      `  replayed: ${describe(divergence.replayed)}\n`,
+  );
+  return 1;
+}
+
+function describe(fact: RunFact | undefined): string {
+  if (!fact) return '(nothing: the run ended before)';
+  switch (fact.kind) {
+    case 'step':
+      return `step ${fact.step} by ${fact.agent}, round ${fact.round}`;
+    case 'tool':
+      return `step ${fact.step}, turn ${fact.turn}: ${fact.tool}(${fact.arguments})`;
+    case 'tool result':
+      return `step ${fact.step}, turn ${fact.turn}, call ${fact.index}: ${fact.decision}, ${fact.ok ? 'ok' : 'failed'}`;
+    case 'step end':
+      return `step ${fact.step} ${fact.ok ? 'ok' : `failed (${fact.error ?? 'error'})`}${fact.verdict ? `, verdict ${fact.verdict}` : ''}`;
+    case 'task end':
+      return `task ${fact.status}${fact.reason ? ` (${fact.reason})` : ''}`;
+  }
+}

@@ -1,0 +1,227 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TroupeEvent } from '@troupe/protocol';
+import { EventFactory, runAgentStep, systemClock } from '@troupe/runtime';
+import { createActor, fromPromise, toPromise } from 'xstate';
+import { agentDefinitions } from '../config/agentDefinitions.ts';
+import { builtinTools } from '../config/builtinTools.ts';
+import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import { resolveModelRef } from '../config/modelFactory.ts';
+import { compileFlow } from '../workflow/compileFlow.ts';
+import type { StepRunInput, StepRunOutput, WorkflowInput } from '../workflow/workflowTypes.ts';
+import { Recording } from './recording.ts';
+
+/**
+ * One fact of a run that a replay must reproduce: the flow's path, each tool call with its arguments and what the
+ * policy and the tool made of it, each step's outcome and verdict, and how the task ended. Timings, ids and the
+ * model's text are not facts here: a replay is judged by what the agents did.
+ */
+export type RunFact =
+  | { kind: 'step'; step: string; agent: string; round: number }
+  | { kind: 'tool'; step: string; turn: number; index: number; tool: string; arguments: string }
+  | { kind: 'tool result'; step: string; turn: number; index: number; decision: string; ok: boolean }
+  | { kind: 'step end'; step: string; ok: boolean; verdict?: string; error?: string }
+  | { kind: 'task end'; status: string; reason?: string };
+
+/** The facts of a run, in order, from its events. */
+export function factsOf(events: readonly TroupeEvent[]): RunFact[] {
+  const facts: RunFact[] = [];
+  const stepOf = new Map<string, string>();
+  const seen = new Set<string>();
+  for (const event of events) {
+    // A fact published again (a resumed step replays its calls) is the same fact.
+    if (seen.has(event.id)) continue;
+    seen.add(event.id);
+    switch (event.kind) {
+      case 'step.started':
+        stepOf.set(event.data.stepId, event.data.step);
+        facts.push({ kind: 'step', step: event.data.step, agent: event.data.agent, round: event.data.round });
+        break;
+      case 'tool.call':
+        facts.push({
+          kind: 'tool',
+          step: stepOf.get(event.data.stepId) ?? event.data.stepId,
+          turn: event.data.turn ?? 0,
+          index: event.data.index ?? 0,
+          tool: event.data.tool,
+          arguments: event.data.arguments,
+        });
+        break;
+      case 'tool.result':
+        facts.push({
+          kind: 'tool result',
+          step: stepOf.get(event.data.stepId) ?? event.data.stepId,
+          turn: event.data.turn ?? 0,
+          index: event.data.index ?? 0,
+          decision: event.data.decision,
+          ok: event.data.ok,
+        });
+        break;
+      case 'step.completed':
+        facts.push({
+          kind: 'step end',
+          step: event.data.step,
+          ok: event.data.ok,
+          ...(event.data.verdict ? { verdict: event.data.verdict.decision } : {}),
+          ...(event.data.error ? { error: event.data.error.code } : {}),
+        });
+        break;
+      case 'task.completed':
+        facts.push({ kind: 'task end', status: 'completed' });
+        break;
+      case 'task.failed':
+        facts.push({ kind: 'task end', status: 'failed', reason: event.data.reason });
+        break;
+      case 'task.cancelled':
+        facts.push({ kind: 'task end', status: 'cancelled' });
+        break;
+      default:
+        break;
+    }
+  }
+  return facts;
+}
+
+export interface Divergence {
+  /** Position among the facts, from 0. */
+  at: number;
+  recorded: RunFact | undefined;
+  replayed: RunFact | undefined;
+}
+
+/** The first fact where two runs differ; undefined when they did the same. */
+export function firstDivergence(
+  recorded: readonly RunFact[],
+  replayed: readonly RunFact[],
+): Divergence | undefined {
+  for (let at = 0; at < Math.max(recorded.length, replayed.length); at++) {
+    const a = recorded[at];
+    const b = replayed[at];
+    if (JSON.stringify(a) !== JSON.stringify(b)) return { at, recorded: a, replayed: b };
+  }
+  return undefined;
+}
+
+export interface ReplayOptions {
+  /** The pipeline to replay against: the one the task ran with, or an edited one. */
+  pipeline: LoadedPipeline;
+}
+
+export interface ReplayResult {
+  recorded: RunFact[];
+  replayed: RunFact[];
+  divergence: Divergence | undefined;
+  /** Turns the events kept only in part (long replies or arguments): the replay may differ there for that reason. */
+  truncated: string[];
+  events: TroupeEvent[];
+}
+
+/**
+ * Runs a recorded task again, offline, in this process: the pipeline's workflow machine, its steps run by agent
+ * actors whose model answers from the recording (no model is called) and whose built-in tools run again in a fresh
+ * workspace; no NATS, no journal, no time budget. Returns both runs' facts and the first point
+ * where they differ.
+ */
+export async function replayTask(
+  events: readonly TroupeEvent[],
+  taskId: string,
+  options: ReplayOptions,
+): Promise<ReplayResult> {
+  const recording = new Recording(taskId, events);
+  if (!recording.accepted)
+    throw new Error(`the recording of task ${taskId} has no task.accepted event to start from`);
+  const { config } = options.pipeline;
+  if (recording.pipeline !== config.name) {
+    throw new Error(`task ${taskId} ran on pipeline ${recording.pipeline}, not ${config.name}`);
+  }
+  const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
+  const replayed: TroupeEvent[] = [];
+  const factory = new EventFactory(systemClock);
+  try {
+    // Built-in tools run again, in a fresh workspace, under the (possibly edited) pipeline's policies.
+    const registry = builtinTools();
+    const agents = new Map(
+      agentDefinitions(options.pipeline).map((agent) => {
+        const entry = resolveModelRef(
+          config,
+          config.agents[agent.name]?.model ?? config.defaults.model ?? '',
+        );
+        const model = recording.modelFor(
+          agent.name,
+          entry?.provider ?? agent.model.provider,
+          entry?.model ?? agent.model.model,
+        );
+        return [agent.name, { ...agent, model }];
+      }),
+    );
+    const deps = {
+      registry,
+      workspaceRoot,
+      clock: systemClock,
+      events: factory,
+      publish: (event: TroupeEvent) => {
+        replayed.push(event);
+      },
+    };
+    const machine = compileFlow(config).provide({
+      actors: {
+        runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
+          const agent = agents.get(input.request.agent);
+          if (!agent) throw new Error(`agent ${input.request.agent} is not in pipeline ${config.name}`);
+          const { budget: _budget, ...request } = input.request;
+          return { ...(await runAgentStep(agent, request, deps)), durationMs: 0 };
+        }),
+      },
+    });
+    const accepted = recording.accepted.data;
+    const input: WorkflowInput = {
+      taskId,
+      pipeline: config.name,
+      goal: accepted.goal,
+      ...(accepted.input ? { input: accepted.input } : {}),
+      ...(accepted.metadata ? { metadata: accepted.metadata } : {}),
+      traceparent: recording.accepted.traceparent,
+    };
+    const scope = { pipeline: config.name, taskId, traceparent: input.traceparent };
+    const actor = createActor(machine, { input });
+    actor.on('event', (emitted) => {
+      const route = {
+        ...(emitted.from === undefined ? {} : { from: emitted.from }),
+        ...(emitted.to === undefined ? {} : { to: emitted.to }),
+      };
+      replayed.push(factory.make(emitted.kind, scope, emitted.data as never, route));
+    });
+    actor.start();
+    const output = await toPromise(actor);
+    replayed.push(
+      output.status === 'completed'
+        ? factory.make('task.completed', scope, {
+            output: output.output,
+            rounds: output.rounds,
+            usage: output.usage,
+            usageByAgent: output.usageByAgent,
+            durationMs: 0,
+          })
+        : output.status === 'failed'
+          ? factory.make('task.failed', scope, {
+              reason: output.failure?.reason ?? 'internal',
+              message: output.failure?.message ?? '',
+              usage: output.usage,
+              durationMs: 0,
+            })
+          : factory.make('task.cancelled', scope, { usage: output.usage }),
+    );
+    const recordedFacts = factsOf(recording.events);
+    const replayedFacts = factsOf(replayed);
+    return {
+      recorded: recordedFacts,
+      replayed: replayedFacts,
+      divergence: firstDivergence(recordedFacts, replayedFacts),
+      truncated: recording.truncated,
+      events: replayed,
+    };
+  } finally {
+    await rm(workspaceRoot, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,97 @@
+import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
+import { EventFactory } from '@troupe/runtime';
+import { describe, expect, it } from 'vitest';
+import type { z } from 'zod';
+import { Recording } from '../src/replay/recording.ts';
+import { factsOf, firstDivergence } from '../src/replay/replayTask.ts';
+
+const factory = new EventFactory({ now: () => Date.UTC(2026, 0, 1) });
+const scope = { pipeline: 'demo', taskId: 't1', traceparent: '' };
+const make = <K extends EventKind>(kind: K, data: z.input<(typeof EventData)[K]>): TroupeEvent =>
+  factory.make(kind, scope, data);
+const ref = { agent: 'coder', stepId: 't1.code.1' };
+
+const recorded: TroupeEvent[] = [
+  make('task.accepted', { goal: 'write hello.md' }),
+  make('step.started', { step: 'code', agent: 'coder', round: 1, stepId: 't1.code.1' }),
+  make('llm.response', {
+    ...ref,
+    turn: 1,
+    provider: 'openai',
+    model: 'gpt-x',
+    usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+    costUsd: 0,
+    finishReason: 'tool_calls',
+    content: '',
+    toolCalls: [{ id: 'c1', name: 'write_file' }],
+    durationMs: 1,
+  }),
+  make('tool.call', {
+    ...ref,
+    turn: 1,
+    index: 0,
+    callId: 'c1',
+    tool: 'write_file',
+    arguments: '{"path":"hello.md"}',
+  }),
+  make('tool.result', {
+    ...ref,
+    turn: 1,
+    index: 0,
+    callId: 'c1',
+    tool: 'write_file',
+    ok: true,
+    decision: 'allow',
+    output: 'wrote',
+    durationMs: 1,
+  }),
+  make('llm.error', {
+    ...ref,
+    turn: 2,
+    provider: 'openai',
+    model: 'gpt-x',
+    code: 'rate_limited',
+    message: '429',
+  }),
+];
+
+describe('Recording', () => {
+  it('gives each turn of a step its recorded reply, tool calls with their arguments, or its error', async () => {
+    const recording = new Recording('t1', recorded);
+    const model = recording.modelFor('coder', 'openai', 'gpt-x');
+    const request = {
+      messages: [],
+      tools: [],
+      context: { taskId: 't1', pipeline: 'demo', agent: 'coder', stepId: 't1.code.1' },
+    };
+    expect(await model.complete(request)).toMatchObject({
+      finishReason: 'tool_calls',
+      toolCalls: [{ id: 'c1', name: 'write_file', arguments: '{"path":"hello.md"}' }],
+    });
+    await expect(model.complete(request)).rejects.toMatchObject({ code: 'rate_limited', message: '429' });
+    await expect(model.complete(request)).rejects.toThrow(/made no model call at step t1\.code\.1, turn 3/);
+  });
+});
+
+describe('factsOf and firstDivergence', () => {
+  it('reads the path, the tool calls and their outcomes, and finds the first fact that differs', () => {
+    const facts = factsOf(recorded);
+    expect(facts).toEqual([
+      { kind: 'step', step: 'code', agent: 'coder', round: 1 },
+      { kind: 'tool', step: 'code', turn: 1, index: 0, tool: 'write_file', arguments: '{"path":"hello.md"}' },
+      { kind: 'tool result', step: 'code', turn: 1, index: 0, decision: 'allow', ok: true },
+    ]);
+    expect(firstDivergence(facts, facts)).toBeUndefined();
+    const denied = [...facts.slice(0, 2), { ...(facts[2] as object), decision: 'deny', ok: false } as never];
+    expect(firstDivergence(facts, denied)).toEqual({ at: 2, recorded: facts[2], replayed: denied[2] });
+    expect(firstDivergence(facts, facts.slice(0, 1))).toEqual({
+      at: 1,
+      recorded: facts[1],
+      replayed: undefined,
+    });
+  });
+
+  it('counts a fact published again (same event id) once', () => {
+    expect(factsOf([...recorded, ...recorded])).toHaveLength(3);
+  });
+});
