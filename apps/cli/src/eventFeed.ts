@@ -127,3 +127,17 @@ class RecentIds {
     return true;
   }
 }
+
+/** Every stored event of one task, in the order the stream kept them, each once. */
+export async function taskHistory(bus: NatsBus, taskId: string): Promise<TroupeEvent[]> {
+  const events: TroupeEvent[] = [];
+  const feed = await openEventFeed(bus, {
+    taskId,
+    history: {},
+    live: false,
+    invalid: false,
+    onEvent: (event) => events.push(event),
+  });
+  feed.stop();
+  return events;
+}

@@ -1,7 +1,7 @@
 import { builtinTools, ConfigError, loadPipeline, type RunFact, replayTask } from '@troupe/coordinator';
 import type { TroupeEvent } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
-import { openEventFeed } from '../eventFeed.ts';
+import { taskHistory } from '../eventFeed.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
 
 export interface ReplayCommandOptions extends ServerOptions {
@@ -27,17 +27,10 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
     throw error;
   }
-  const events: TroupeEvent[] = [];
+  let events: TroupeEvent[];
   const bus = await connectCli(options, 'troupe-replay');
   try {
-    const feed = await openEventFeed(bus, {
-      taskId,
-      history: {},
-      live: false,
-      invalid: false,
-      onEvent: (event) => events.push(event),
-    });
-    feed.stop();
+    events = await taskHistory(bus, taskId);
   } finally {
     await bus.close();
   }

@@ -1,6 +1,6 @@
 import type { TroupeEvent } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
-import { openEventFeed } from '../eventFeed.ts';
+import { taskHistory } from '../eventFeed.ts';
 import { formatTrace } from '../format/formatTrace.ts';
 import { buildTaskTrace } from '../format/taskTrace.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
@@ -22,15 +22,7 @@ export async function trace(taskId: string, options: TraceOptions): Promise<numb
   try {
     const store = await workflowsIfAny(bus);
     const record = (await store?.get(taskId))?.value;
-    const events: TroupeEvent[] = [];
-    const feed = await openEventFeed(bus, {
-      taskId,
-      history: {},
-      live: false,
-      invalid: false,
-      onEvent: (event) => events.push(event),
-    });
-    feed.stop();
+    const events = await taskHistory(bus, taskId);
     if (events.length === 0 && record === undefined)
       throw new CliError(`no task ${taskId} is known on this server`);
     // The record keeps the final event, stored before it is published: use it if the stream missed it.

@@ -1,25 +1,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { errorMessage, type TroupeEvent } from '@troupe/protocol';
+import { errorMessage, isStepErrorCode, type TroupeEvent } from '@troupe/protocol';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Logger } from '../logging/index.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
-
-/** The model error codes a label may take; anything else (a socket error's code) is `other`. */
-const MODEL_ERROR_CODES = new Set([
-  'rate_limited',
-  'server_error',
-  'timeout',
-  'connection',
-  'bad_request',
-  'auth',
-  'not_found',
-  'invalid_response',
-  'aborted',
-  'config',
-  'script_exhausted',
-  'scripted_failure',
-]);
 
 /** Seconds: tasks and steps run from milliseconds (a scripted model) to hours (a person asked). */
 const TASK_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600, 14_400];
@@ -190,7 +174,8 @@ export class TroupeMetrics {
         this.#modelCalls.inc({
           provider: event.data.provider,
           model: event.data.model,
-          outcome: MODEL_ERROR_CODES.has(event.data.code) ? event.data.code : 'other',
+          // Step error codes are a closed set (model faults among them); a socket's own code is not.
+          outcome: isStepErrorCode(event.data.code) ? event.data.code : 'other',
         });
         break;
       case 'llm.retry':
