@@ -169,7 +169,10 @@ export async function replayTask(
         runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
           const agent = agents.get(input.request.agent);
           if (!agent) throw new Error(`agent ${input.request.agent} is not in pipeline ${config.name}`);
-          const { budget: _budget, ...request } = input.request;
+          // Token, cost and call budgets hold as recorded; the wall clock of the recorded run does not.
+          const { budget, ...rest } = input.request;
+          const { deadline: _deadline, ...untimed } = budget ?? { sources: {} };
+          const request = budget ? { ...rest, budget: untimed } : rest;
           return { ...(await runAgentStep(agent, request, deps)), durationMs: 0 };
         }),
       },
