@@ -241,6 +241,18 @@ describe('troupe up, submit and tail against a NATS server', () => {
           '{ tool: write_file, decision: deny, paths: ["**/*.md"] }',
         ),
     );
+    // With the tools' results from the record, nothing runs, and the replay still matches.
+    const recorded = await troupe([
+      'replay',
+      'cli-1',
+      '--pipeline',
+      examplePath('demo.yaml'),
+      '--no-tools',
+      '--server',
+      nats.url,
+    ]);
+    expect(recorded.code, recorded.stdout + recorded.stderr).toBe(0);
+    expect(recorded.stdout).toMatch(/the same \d+ facts as recorded/);
     const diverged = await troupe(['replay', 'cli-1', '--pipeline', edited, '--server', nats.url]);
     await rm(dir, { recursive: true, force: true });
     expect(diverged.code, diverged.stdout + diverged.stderr).toBe(1);

@@ -245,6 +245,7 @@ program
     '-p, --pipeline <file>',
     'the pipeline file to replay against: the one it ran with, or an edited one',
   )
+  .option('--no-tools', "run no tool: each call the policy allows answers with the recorded call's result")
   .option('--json', "both runs' facts and the divergence as one JSON document", false)
   .addOption(homeOption())
   .addOption(serverOption())

@@ -1,9 +1,12 @@
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
 import { EventFactory } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { Recording } from '../src/replay/recording.ts';
-import { factsOf, firstDivergence } from '../src/replay/replayTask.ts';
+import { factsOf, firstDivergence, recordedTools } from '../src/replay/replayTask.ts';
 
 const factory = new EventFactory({ now: () => Date.UTC(2026, 0, 1) });
 const scope = { pipeline: 'demo', taskId: 't1', traceparent: '' };
@@ -93,5 +96,41 @@ describe('factsOf and firstDivergence', () => {
 
   it('counts a fact published again (same event id) once', () => {
     expect(factsOf([...recorded, ...recorded])).toHaveLength(3);
+  });
+});
+
+describe('recorded tools (--no-tools)', () => {
+  it('answer with the recorded result of the same call id, running nothing, and fail as the recorded call did', async () => {
+    const failed = make('tool.result', {
+      ...ref,
+      turn: 3,
+      index: 0,
+      callId: 'c9',
+      tool: 'write_file',
+      ok: false,
+      decision: 'allow',
+      output: 'no such directory',
+      error: { code: 'not_found', message: 'no such directory' },
+      durationMs: 1,
+    });
+    const recording = new Recording('t1', [...recorded, failed]);
+    const config = { agents: { coder: { tools: ['write_file'] } } } as never;
+    const tool = recordedTools(recording, config).get('write_file');
+    const workspace = await mkdtemp(join(tmpdir(), 'troupe-recorded-'));
+    const ctx = { workspace, taskId: 't1', agent: 'coder', signal: new AbortController().signal };
+    try {
+      expect(await tool?.run({ path: 'hello.md', content: 'x' }, { ...ctx, callId: 'c1' })).toBe('wrote');
+      expect(await readdir(workspace)).toEqual([]);
+      await expect(
+        tool?.run({ path: 'a/b.md', content: 'x' }, { ...ctx, callId: 'c9' }),
+      ).rejects.toMatchObject({
+        code: 'not_found',
+      });
+      await expect(tool?.run({ path: 'c.md', content: 'x' }, { ...ctx, callId: 'c404' })).rejects.toThrow(
+        /made no write_file call c404/,
+      );
+    } finally {
+      await rm(workspace, { recursive: true, force: true });
+    }
   });
 });

@@ -6,6 +6,8 @@ import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server
 
 export interface ReplayCommandOptions extends ServerOptions {
   pipeline: string;
+  /** False with `--no-tools`: calls answer from the record. */
+  tools: boolean;
   json: boolean;
 }
 
@@ -37,7 +39,10 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
   if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
   let result: Awaited<ReturnType<typeof replayTask>>;
   try {
-    result = await replayTask(events, taskId, { pipeline });
+    result = await replayTask(events, taskId, {
+      pipeline,
+      tools: options.tools === false ? 'recorded' : 'run',
+    });
   } catch (error) {
     throw new CliError(`cannot replay task ${taskId}: ${(error as Error).message}`);
   }

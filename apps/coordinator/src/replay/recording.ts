@@ -21,6 +21,8 @@ export class Recording {
   readonly events: readonly TroupeEvent[];
   readonly #turns = new Map<string, RecordedTurn>();
   readonly #results = new Map<string, EventOf<'tool.result'>>();
+  /** Recorded results by the call id the model gave, in order (a resumed step replays a call under the same id). */
+  readonly #byCallId = new Map<string, EventOf<'tool.result'>>();
   /** Turns whose text or arguments the events kept only in part. */
   readonly truncated: string[] = [];
 
@@ -37,6 +39,8 @@ export class Recording {
       }
       if (event.kind === 'tool.result') {
         this.#results.set(callKey(event.data.stepId, event.data.turn ?? 0, event.data.index ?? 0), event);
+        if (!this.#byCallId.has(event.data.callId) || !event.data.journaled)
+          this.#byCallId.set(event.data.callId, event);
       }
     }
     for (const event of this.events) {
@@ -81,6 +85,11 @@ export class Recording {
   /** The recorded result of a tool call, by its step, turn and position. */
   toolResult(stepId: string, turn: number, index: number): EventOf<'tool.result'> | undefined {
     return this.#results.get(callKey(stepId, turn, index));
+  }
+
+  /** The recorded result of the call the model made under this id. */
+  resultOfCall(callId: string): EventOf<'tool.result'> | undefined {
+    return this.#byCallId.get(callId);
   }
 
   /**

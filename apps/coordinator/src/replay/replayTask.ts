@@ -2,8 +2,16 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TroupeEvent } from '@troupe/protocol';
-import { EventFactory, runAgentStep, systemClock } from '@troupe/runtime';
+import {
+  EventFactory,
+  runAgentStep,
+  systemClock,
+  ToolError,
+  type ToolErrorCode,
+  ToolRegistry,
+} from '@troupe/runtime';
 import { createActor, fromPromise, toPromise } from 'xstate';
+import { z } from 'zod';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
@@ -106,6 +114,11 @@ export function firstDivergence(
 export interface ReplayOptions {
   /** The pipeline to replay against: the one the task ran with, or an edited one. */
   pipeline: LoadedPipeline;
+  /**
+   * `run` (the default): built-in tools run again in a fresh workspace. `recorded`: every call the policy lets
+   * through answers with what the recorded call returned (or fails as it failed), nothing runs.
+   */
+  tools?: 'run' | 'recorded';
 }
 
 export interface ReplayResult {
@@ -139,8 +152,9 @@ export async function replayTask(
   const replayed: TroupeEvent[] = [];
   const factory = new EventFactory(systemClock);
   try {
-    // Built-in tools run again, in a fresh workspace, under the (possibly edited) pipeline's policies.
-    const registry = builtinTools();
+    // Tools run again in a fresh workspace, or answer from the record; either way under the (possibly edited)
+    // pipeline's policies, which decide before any tool runs.
+    const registry = options.tools === 'recorded' ? recordedTools(recording, config) : builtinTools();
     const agents = new Map(
       agentDefinitions(options.pipeline).map((agent) => {
         const entry = resolveModelRef(
@@ -227,4 +241,34 @@ export async function replayTask(
   } finally {
     await rm(workspaceRoot, { recursive: true, force: true });
   }
+}
+
+/**
+ * Tools under the pipeline's tool names that answer with what the recorded call of the same id returned, or fail
+ * as it failed. Arguments are checked against the built-in tool's schema where there is one, as when it ran.
+ */
+export function recordedTools(recording: Recording, config: LoadedPipeline['config']): ToolRegistry {
+  const real = builtinTools();
+  const registry = new ToolRegistry();
+  const names = new Set(Object.values(config.agents).flatMap((agent) => agent.tools));
+  for (const name of names) {
+    const tool = real.get(name);
+    registry.register({
+      name,
+      description: tool?.description ?? `${name}, as the recorded run's calls answered`,
+      input: tool?.input ?? z.record(z.string(), z.unknown()),
+      run: async (_input, context) => {
+        const result = recording.resultOfCall(context.callId);
+        if (!result) {
+          throw new ToolError('not_found', `the recorded run made no ${name} call ${context.callId}`);
+        }
+        if (!result.data.ok) {
+          const code = (result.data.error?.code ?? 'failed') as ToolErrorCode;
+          throw new ToolError(code, result.data.error?.message ?? result.data.output);
+        }
+        return result.data.output;
+      },
+    });
+  }
+  return registry;
 }
