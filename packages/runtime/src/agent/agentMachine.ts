@@ -310,19 +310,23 @@ export const agentMachine = setup({
     needsApproval: (_, checks: CallDecision[]) => checks.some((c) => c.decision === 'ask'),
   },
   actions: {
-    recordReply: assign(({ context }, reply: ModelReply) => ({
-      usage: addUsage(context.usage, reply.usage),
-      costUsd: context.costUsd + reply.costUsd,
-      messages: [
-        ...context.messages,
-        {
-          role: 'assistant' as const,
-          content: reply.content,
-          ...(reply.toolCalls.length > 0 ? { toolCalls: reply.toolCalls } : {}),
-        },
-      ],
-      pendingCalls: reply.toolCalls,
-    })),
+    /** Adds the model's reply to the conversation and what it cost to the step's, and announces it. */
+    recordReply: enqueueActions(({ context, enqueue }, reply: ModelReply) => {
+      enqueue.assign({
+        usage: addUsage(context.usage, reply.usage),
+        costUsd: context.costUsd + reply.costUsd,
+        messages: [
+          ...context.messages,
+          {
+            role: 'assistant' as const,
+            content: reply.content,
+            ...(reply.toolCalls.length > 0 ? { toolCalls: reply.toolCalls } : {}),
+          },
+        ],
+        pendingCalls: reply.toolCalls,
+      });
+      enqueue.emit({ type: 'llm.response', turn: context.turn, ...reply });
+    }),
     askForRepair: assign(({ context }) => ({
       repairs: context.repairs + 1,
       messages: [...context.messages, { role: 'user' as const, content: repairPrompt(context) }],
@@ -486,25 +490,13 @@ export const agentMachine = setup({
               {
                 guard: { type: 'wantsTools', params: ({ event }) => event.output },
                 target: 'acting',
-                actions: [
-                  { type: 'recordReply', params: ({ event }) => event.output },
-                  emit(({ context, event }) => ({
-                    type: 'llm.response' as const,
-                    turn: context.turn,
-                    ...event.output,
-                  })),
-                ],
+                actions: [{ type: 'recordReply', params: ({ event }) => event.output }],
               },
               {
                 guard: { type: 'emptyReply', params: ({ event }) => event.output },
                 target: '#agent.failed',
                 actions: [
                   { type: 'recordReply', params: ({ event }) => event.output },
-                  emit(({ context, event }) => ({
-                    type: 'llm.response' as const,
-                    turn: context.turn,
-                    ...event.output,
-                  })),
                   {
                     type: 'fail',
                     params: ({ context }) => ({
@@ -517,25 +509,13 @@ export const agentMachine = setup({
               {
                 guard: { type: 'outputInvalid', params: ({ event }) => event.output },
                 target: 'repairing',
-                actions: [
-                  { type: 'recordReply', params: ({ event }) => event.output },
-                  emit(({ context, event }) => ({
-                    type: 'llm.response' as const,
-                    turn: context.turn,
-                    ...event.output,
-                  })),
-                ],
+                actions: [{ type: 'recordReply', params: ({ event }) => event.output }],
               },
               {
                 target: '#agent.done',
                 actions: [
                   { type: 'recordReply', params: ({ event }) => event.output },
                   { type: 'finish', params: ({ event }) => event.output },
-                  emit(({ context, event }) => ({
-                    type: 'llm.response' as const,
-                    turn: context.turn,
-                    ...event.output,
-                  })),
                 ],
               },
             ],
