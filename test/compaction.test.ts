@@ -19,16 +19,21 @@ describe('conversation compaction', () => {
     expect(more).toHaveLength(0);
     // system + task + 4 × (call, result) = 10 messages; the two oldest turns became one summary.
     expect(compaction?.data).toMatchObject({
+      index: 1,
       before: 10,
       after: 9,
       summary: 'Listed the workspace four times; it is empty.',
+      provider: 'scripted',
+      usage: { outputTokens: expect.any(Number) },
     });
+    expect(compaction?.data.journaled).toBeUndefined();
     const requests = ofKind(h.eventsOf('chatty-1'), 'llm.request');
     expect(requests.map((r) => r.data.messages)).toEqual([2, 4, 6, 8, 9]);
     // The summary call's tokens count toward the step.
     const step = ofKind(h.eventsOf('chatty-1'), 'step.completed')[0];
     const responses = ofKind(h.eventsOf('chatty-1'), 'llm.response');
     const fromResponses = responses.reduce((n, r) => n + r.data.usage.outputTokens, 0);
+    expect(step?.data.usage.outputTokens).toBe(fromResponses + (compaction?.data.usage?.outputTokens ?? 0));
     expect(step?.data.usage.outputTokens).toBeGreaterThan(fromResponses);
   });
 });

@@ -246,6 +246,11 @@ program
     'the pipeline file to replay against: the one it ran with, or an edited one',
   )
   .option('--no-tools', "run no tool: each call the policy allows answers with the recorded call's result")
+  .option(
+    '--allow-mcp-commands',
+    "start the pipeline's stdio MCP servers, for their tools to run again",
+    false,
+  )
   .option('--json', "both runs' facts and the divergence as one JSON document", false)
   .addOption(homeOption())
   .addOption(serverOption())

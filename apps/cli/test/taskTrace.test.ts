@@ -289,6 +289,32 @@ describe('buildTaskTrace', () => {
     );
   });
 
+  it('counts a summary as a model call, once, and says which model wrote it', () => {
+    const compacted = (atMs: number, journaled: boolean) =>
+      at(atMs, 'context.compacted', {
+        ...exec,
+        index: 1,
+        before: 10,
+        after: 9,
+        estimatedTokens: 9_000,
+        summary: 'so far',
+        provider: 'anthropic',
+        model: 'claude-y',
+        usage: { inputTokens: 900, outputTokens: 60, cachedTokens: 0 },
+        costUsd: 0.01,
+        durationMs: 1_200,
+        ...(journaled ? { journaled: true } : {}),
+      });
+    const events = [...finished.slice(0, 12), compacted(13_000, false), compacted(20_000, true)];
+    const trace = buildTaskTrace('t1', events);
+    const summaries = trace.steps[1]?.entries.filter((e) => e.kind === 'compaction');
+    expect(summaries).toHaveLength(1);
+    expect(trace.totals).toMatchObject({ modelCalls: 3, inputTokens: 1_100, outputTokens: 100 });
+    expect(formatTrace(trace, { color: false })).toContain(
+      'summary: 10 messages → 9 (about 9000 tokens before) · by anthropic:claude-y · 900→60 tok · $0.0100 · 1.2 s',
+    );
+  });
+
   it('ignores events of other tasks and takes a step its start event never reached', () => {
     const other = { ...finished[2], taskId: 't2' } as TroupeEvent;
     const trace = buildTaskTrace('t1', [other, finished[2] as TroupeEvent]);

@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
-import { EventFactory } from '@troupe/runtime';
+import { EventFactory, preview } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { Recording } from '../src/replay/recording.ts';
@@ -73,6 +73,60 @@ describe('Recording', () => {
     });
     await expect(model.complete(request)).rejects.toMatchObject({ code: 'rate_limited', message: '429' });
     await expect(model.complete(request)).rejects.toThrow(/made no model call at step t1\.code\.1, turn 3/);
+  });
+});
+
+describe('Recording.restore', () => {
+  const long = 'y'.repeat(5_000);
+  const cut = make('llm.response', {
+    ...ref,
+    turn: 1,
+    provider: 'openai',
+    model: 'gpt-x',
+    usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+    costUsd: 0,
+    finishReason: 'stop',
+    content: preview(long),
+    toolCalls: [],
+    durationMs: 1,
+  });
+  const journaled = (content: string, toolCalls: { id: string; name: string; arguments: string }[] = []) => ({
+    entry: async (key: string) =>
+      key === 't1.code.1.1.model'
+        ? ({
+            kind: 'model.reply',
+            conversation: 'digest',
+            reply: { ...(cut.data as object), content, toolCalls },
+            recordedAt: '2026-01-01T00:00:00.000Z',
+          } as never)
+        : undefined,
+  });
+  const request = {
+    messages: [],
+    tools: [],
+    context: { taskId: 't1', pipeline: 'demo', agent: 'coder', stepId: 't1.code.1' },
+  };
+
+  it("takes the journal's whole reply for one an event kept in part", async () => {
+    const recording = new Recording('t1', [cut]);
+    expect(recording.truncated).toEqual(['t1.code.1 turn 1']);
+    await recording.restore(journaled(long));
+    expect(recording.truncated).toEqual([]);
+    expect((await recording.modelFor('coder', 'openai', 'gpt-x').complete(request)).content).toBe(long);
+  });
+
+  it('leaves the cut reply when the journal holds another one', async () => {
+    for (const other of [
+      journaled('z'.repeat(5_000)),
+      journaled(long, [{ id: 'c1', name: 'x', arguments: '{}' }]),
+    ]) {
+      const recording = new Recording('t1', [cut]);
+      await recording.restore(other);
+      expect(recording.truncated).toEqual(['t1.code.1 turn 1']);
+      expect((await recording.modelFor('coder', 'openai', 'gpt-x').complete(request)).content).toBe(
+        cut.kind === 'llm.response' ? cut.data.content : '',
+      );
+    }
   });
 });
 

@@ -44,6 +44,11 @@ export interface CallContext {
    * made again by a resumed step has the same number. The scripted provider plays the reply at this position.
    */
   call?: number;
+  /**
+   * Why the call is made: `summary` when it condenses the older turns of a conversation grown past the agent's
+   * context budget (its reply replaces them); absent for a turn of the conversation itself.
+   */
+  purpose?: 'summary';
 }
 
 /** One request to a model. */

@@ -103,6 +103,16 @@ export const EventData = {
     after: z.number().int().nonnegative(),
     estimatedTokens: z.number().int().nonnegative(),
     summary: z.string(),
+    /** Which compaction of the step this is, from 1; absent in events from before it was added. */
+    index: z.number().int().positive().optional(),
+    /** The model call that wrote the summary: who answered, what it spent, how long it took. */
+    provider: z.string().optional(),
+    model: z.string().optional(),
+    usage: TokenUsage.optional(),
+    costUsd: z.number().optional(),
+    durationMs: z.number().optional(),
+    /** The summary was recorded by an earlier run of the step; the model was not asked again. */
+    journaled: z.boolean().optional(),
   }),
   'tool.call': z.object({
     ...CallRef,

@@ -33,5 +33,11 @@ export const ConversationSummary = z.object({
   summary: z.string(),
   usage: TokenUsage,
   costUsd: z.number(),
+  /** The model that wrote it (a fallback, when the agent's primary kept failing); absent in older records. */
+  provider: z.string().optional(),
+  model: z.string().optional(),
+  durationMs: z.number().optional(),
+  /** The summary was recorded by an earlier run of the step; the model was not asked again. */
+  journaled: z.boolean().optional(),
 });
 export type ConversationSummary = z.infer<typeof ConversationSummary>;

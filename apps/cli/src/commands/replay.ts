@@ -1,5 +1,6 @@
 import { builtinTools, ConfigError, loadPipeline, type RunFact, replayTask } from '@troupe/coordinator';
-import type { TroupeEvent } from '@troupe/protocol';
+import { errorMessage } from '@troupe/protocol';
+import { StepJournal } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
@@ -9,11 +10,14 @@ export interface ReplayCommandOptions extends ServerOptions {
   /** False with `--no-tools`: calls answer from the record. */
   tools: boolean;
   json: boolean;
+  /** Let the pipeline's stdio MCP servers be started, for their tools to run again. */
+  allowMcpCommands: boolean;
 }
 
 /**
  * `troupe replay`: runs a recorded task again, offline, against its pipeline file (or an edited one) — model replies
- * from the task's events, built-in tools run again in a fresh workspace — and reports the first point where the new
+ * from the task's events (made whole from the step journal where an event kept only their start), tools run again
+ * in a fresh workspace — and reports the first point where the new
  * run does something else than the recorded one. Exit 0 when they match, 1 when they diverge.
  */
 export async function replay(taskId: string, options: ReplayCommandOptions): Promise<number> {
@@ -24,27 +28,31 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
     pipeline = await loadPipeline(options.pipeline, {
       toolNames: builtinTools().names(),
       requireKeys: false,
+      // With --no-tools no MCP server is started.
+      allowMcpCommands:
+        !options.tools || options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
     });
   } catch (error) {
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
     throw error;
   }
-  let events: TroupeEvent[];
+  let result: Awaited<ReturnType<typeof replayTask>>;
   const bus = await connectCli(options, 'troupe-replay');
   try {
-    events = await taskHistory(bus, taskId);
-  } finally {
-    await bus.close();
-  }
-  if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
-  let result: Awaited<ReturnType<typeof replayTask>>;
-  try {
+    const events = await taskHistory(bus, taskId);
+    if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
+    // The journal keeps whole what events keep only the start of: long replies, arguments and summaries.
+    const journal = await StepJournal.open(bus);
     result = await replayTask(events, taskId, {
       pipeline,
       tools: options.tools === false ? 'recorded' : 'run',
+      journal,
     });
   } catch (error) {
-    throw new CliError(`cannot replay task ${taskId}: ${(error as Error).message}`);
+    if (error instanceof CliError) throw error;
+    throw new CliError(`cannot replay task ${taskId}: ${errorMessage(error)}`);
+  } finally {
+    await bus.close();
   }
   const { divergence, recorded, replayed, truncated } = result;
   if (options.json) {

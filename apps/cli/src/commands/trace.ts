@@ -1,4 +1,3 @@
-import type { TroupeEvent } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
 import { formatTrace } from '../format/formatTrace.ts';

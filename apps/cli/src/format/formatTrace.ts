@@ -123,10 +123,16 @@ function entryLines(entry: TraceEntry, paint: (style: Style, text: string) => st
         `${asked} · answered by ${answered.by ?? 'someone'} after ${formatDuration(answered.waitedMs)}: ${preview(answered.answer)}`,
       ];
     }
-    case 'compaction':
+    case 'compaction': {
+      const what = `summary: ${entry.before} messages → ${entry.after} (about ${entry.estimatedTokens} tokens before)`;
+      const reply = entry.reply;
+      if (!reply) return [what];
       return [
-        `summary: ${entry.before} messages → ${entry.after} (about ${entry.estimatedTokens} tokens before)`,
+        reply.journaled
+          ? `${what} · by ${reply.model} · replayed from the journal`
+          : `${what} · by ${reply.model} · ${tokens(reply)} · ${cost(reply.costUsd)} · ${formatDuration(reply.durationMs)}`,
       ];
+    }
   }
 }
 

@@ -116,6 +116,16 @@ export interface CompactionTrace {
   before: number;
   after: number;
   estimatedTokens: number;
+  /** The model call that wrote the summary, where the event says (events from before it was added do not). */
+  reply?: {
+    model: string;
+    inputTokens: number;
+    outputTokens: number;
+    cachedTokens: number;
+    costUsd: number;
+    durationMs: number;
+    journaled: boolean;
+  };
 }
 
 const ms = (from: string, to: string) => Math.max(0, Date.parse(to) - Date.parse(from));
@@ -247,7 +257,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       }
       case 'context.compacted': {
         const d = event.data;
-        const key = `${d.stepId}:${d.before}:${d.after}:${d.estimatedTokens}`;
+        const key = `${d.stepId}:${d.index ?? `${d.before}:${d.after}:${d.estimatedTokens}`}`;
         if (compactions.has(key)) break;
         compactions.add(key);
         stepOf(d.stepId, d.agent).entries.push({
@@ -256,6 +266,17 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
           before: d.before,
           after: d.after,
           estimatedTokens: d.estimatedTokens,
+          ...(d.provider && d.model && d.usage
+            ? {
+                reply: {
+                  model: `${d.provider}:${d.model}`,
+                  ...d.usage,
+                  costUsd: d.costUsd ?? 0,
+                  durationMs: d.durationMs ?? 0,
+                  journaled: d.journaled === true,
+                },
+              }
+            : {}),
         });
         break;
       }
@@ -393,10 +414,13 @@ function count(trace: TaskTrace): void {
         if (entry.result && !entry.result.ok) totals.errors += 1;
       } else if (entry.kind === 'approval') totals.approvals += 1;
       else if (entry.kind === 'question') totals.questions += 1;
-      else if (entry.kind === 'model') {
-        totals.retries += entry.retries.length;
-        totals.fallbacks += entry.fallbacks.length;
-        if (entry.error) totals.errors += 1;
+      else {
+        if (entry.kind === 'model') {
+          totals.retries += entry.retries.length;
+          totals.fallbacks += entry.fallbacks.length;
+          if (entry.error) totals.errors += 1;
+        }
+        // A model call, or the summary a model wrote.
         if (trace.status === 'running' && entry.reply && !entry.reply.journaled) {
           totals.inputTokens += entry.reply.inputTokens;
           totals.outputTokens += entry.reply.outputTokens;

@@ -1,18 +1,40 @@
 import type { ModelProvider, ModelRequest, ModelResponse, ToolCall } from '@troupe/llm';
 import { ModelError, type ModelErrorCode } from '@troupe/llm';
-import type { EventOf, TroupeEvent } from '@troupe/protocol';
+import type { ApprovalDecision, EventOf, TroupeEvent } from '@troupe/protocol';
+import {
+  type ApprovalAsk,
+  type HumanGate,
+  type HumanScope,
+  type JournalEntry,
+  StepJournal,
+  ToolError,
+} from '@troupe/runtime';
 
 /** How an event's text was shortened for the wire (`preview`): a recording with it cannot be replayed exactly. */
 const TRUNCATED = /…\[\d+ more characters\]$/;
 
 /** What the recorded run's model said at one turn of one step: a reply, or the error it failed with. */
 type RecordedTurn =
-  | { kind: 'reply'; response: ModelResponse; truncated: boolean }
+  | { kind: 'reply'; response: ModelResponse }
   | { kind: 'error'; code: string; message: string };
+
+/** Where the whole of what events kept only in part is read: the step journal, which keeps every reply whole. */
+export interface JournalReader {
+  entry(key: string): Promise<JournalEntry | undefined>;
+}
+
+/** Something the events kept only in part, and how the journal's record under its key makes it whole. */
+interface PartKept {
+  label: string;
+  /** Takes the record's text if it is the same reply or summary; says whether it did. */
+  restore(entry: JournalEntry): boolean;
+}
 
 /**
  * A task's run as its events recorded it, for `troupe replay`: the model's replies by step and turn (text from
- * `llm.response`, each tool call's arguments from its `tool.call`), and the tool results by step, turn and position.
+ * `llm.response`, each tool call's arguments from its `tool.call`), the summaries that condensed long
+ * conversations (`context.compacted`), and the tool results by step, turn and position. Texts longer than an event
+ * keeps are read whole from the step journal when one is given ({@link Recording.restore}).
  */
 export class Recording {
   readonly taskId: string;
@@ -20,11 +42,12 @@ export class Recording {
   readonly accepted: EventOf<'task.accepted'> | undefined;
   readonly events: readonly TroupeEvent[];
   readonly #turns = new Map<string, RecordedTurn>();
+  readonly #summaries = new Map<string, ModelResponse>();
   readonly #results = new Map<string, EventOf<'tool.result'>>();
   /** Recorded results by the call id the model gave, in order (a resumed step replays a call under the same id). */
   readonly #byCallId = new Map<string, EventOf<'tool.result'>>();
-  /** Turns whose text or arguments the events kept only in part. */
-  readonly truncated: string[] = [];
+  /** What the events kept only in part, by the journal key that holds it whole. */
+  readonly #partial = new Map<string, PartKept>();
 
   constructor(taskId: string, events: readonly TroupeEvent[]) {
     this.taskId = taskId;
@@ -43,38 +66,73 @@ export class Recording {
           this.#byCallId.set(event.data.callId, event);
       }
     }
+    const compactions = new Map<string, Set<string>>();
     for (const event of this.events) {
       if (event.kind === 'llm.error') {
         const key = turnKey(event.data.stepId, event.data.turn);
         if (!this.#turns.has(key))
           this.#turns.set(key, { kind: 'error', code: event.data.code, message: event.data.message });
       }
+      if (event.kind === 'context.compacted') {
+        // Events from before summaries were numbered count in the order they came, once each.
+        const d = event.data;
+        const seen = compactions.get(d.stepId) ?? new Set<string>();
+        compactions.set(d.stepId, seen);
+        const same = d.index === undefined ? `${d.before}:${d.after}:${d.estimatedTokens}` : `#${d.index}`;
+        if (seen.has(same)) continue;
+        seen.add(same);
+        this.#summary(d, d.index ?? seen.size);
+      }
       if (event.kind !== 'llm.response') continue;
       const d = event.data;
       const key = turnKey(d.stepId, d.turn);
+      // The reply that was made stands over its replays by a resumed run (they are the same reply).
+      if (this.#turns.get(key)?.kind === 'reply') continue;
       const made = (calls.get(key) ?? []).sort((a, b) => (a.data.index ?? 0) - (b.data.index ?? 0));
       const toolCalls: ToolCall[] = d.toolCalls.map((call, index) => ({
         id: call.id,
         name: call.name,
         arguments: made.find((m) => (m.data.index ?? index) === index)?.data.arguments ?? '{}',
       }));
-      const truncated = TRUNCATED.test(d.content) || toolCalls.some((c) => TRUNCATED.test(c.arguments));
-      if (truncated) this.truncated.push(`${d.stepId} turn ${d.turn}`);
-      // The reply that was made stands over its replays by a resumed run (they are the same reply).
-      if (this.#turns.get(key)?.kind === 'reply') continue;
-      this.#turns.set(key, {
-        kind: 'reply',
-        truncated,
-        response: {
-          content: d.content,
-          toolCalls,
-          usage: d.usage,
-          finishReason: d.finishReason as ModelResponse['finishReason'],
-          model: d.model,
-          provider: d.provider,
-        },
-      });
+      const response: ModelResponse = {
+        content: d.content,
+        toolCalls,
+        usage: d.usage,
+        finishReason: d.finishReason as ModelResponse['finishReason'],
+        model: d.model,
+        provider: d.provider,
+      };
+      this.#turns.set(key, { kind: 'reply', response });
+      if (TRUNCATED.test(d.content) || toolCalls.some((c) => TRUNCATED.test(c.arguments))) {
+        this.#partial.set(StepJournal.modelKey(d.stepId, d.turn), {
+          label: `${d.stepId} turn ${d.turn}`,
+          restore: (entry) => {
+            if (entry.kind !== 'model.reply' || !sameReply(response, entry.reply)) return false;
+            response.content = entry.reply.content;
+            response.toolCalls = entry.reply.toolCalls;
+            return true;
+          },
+        });
+      }
     }
+  }
+
+  /** Texts the events kept only in part (long replies, arguments or summaries): the replay may differ there. */
+  get truncated(): string[] {
+    return [...this.#partial.values()].map((p) => p.label);
+  }
+
+  /**
+   * Reads whole from the step journal every text the events kept only in part. What the journal does not have
+   * (a run without one, or a record replaced since) stays as the events kept it, and in {@link truncated}.
+   */
+  async restore(journal: JournalReader): Promise<void> {
+    await Promise.all(
+      [...this.#partial].map(async ([key, part]) => {
+        const entry = await journal.entry(key);
+        if (entry && part.restore(entry)) this.#partial.delete(key);
+      }),
+    );
   }
 
   /** The recorded model turn, if the recorded run made it. */
@@ -93,16 +151,89 @@ export class Recording {
   }
 
   /**
-   * A model for one agent that answers from the recording: each call of a step takes the step's next recorded turn.
-   * A turn the recording does not have fails the call with `not_found`, saying so (the replay diverged).
+   * People as the recorded run met them: an approval asked for a call gets the decision recorded for the call of the
+   * same id (an expired one its deny), and a step's n-th question the answer its n-th question got, or fails as it
+   * timed out. A call or question the recorded run asked nobody about is denied, or fails, saying so.
+   */
+  people(): HumanGate {
+    const events = this.events;
+    const asked = new Map<string, number>();
+    return {
+      approve: async (ask: ApprovalAsk, scope: HumanScope): Promise<ApprovalDecision> => {
+        const requested = events.find(
+          (e): e is EventOf<'approval.requested'> =>
+            e.kind === 'approval.requested' && e.data.stepId === scope.stepId && e.data.callId === ask.callId,
+        );
+        if (!requested) {
+          return {
+            decision: 'deny',
+            reason: `the recorded run asked nobody about call ${ask.callId}`,
+            by: 'replay',
+          };
+        }
+        const decided = events.find(
+          (e): e is EventOf<'approval.decided'> =>
+            e.kind === 'approval.decided' && e.data.approvalId === requested.data.approvalId,
+        );
+        if (!decided) {
+          return {
+            decision: 'deny',
+            reason: `nobody decided approval ${requested.data.approvalId} in the recorded run`,
+            by: 'replay',
+          };
+        }
+        const { decision, reason, by } = decided.data;
+        return { decision, ...(reason === undefined ? {} : { reason }), ...(by === undefined ? {} : { by }) };
+      },
+      ask: async (_question: string, scope: HumanScope): Promise<string> => {
+        const n = (asked.get(scope.stepId) ?? 0) + 1;
+        asked.set(scope.stepId, n);
+        const ids = [
+          ...new Set(
+            events.flatMap((e) =>
+              e.kind === 'human.asked' && e.data.stepId === scope.stepId ? [e.data.questionId] : [],
+            ),
+          ),
+        ];
+        const id = ids[n - 1];
+        if (id === undefined) {
+          throw new ToolError(
+            'not_found',
+            `the recorded run asked fewer than ${n} questions at step ${scope.stepId}`,
+          );
+        }
+        const answered = events.find(
+          (e): e is EventOf<'human.answered'> => e.kind === 'human.answered' && e.data.questionId === id,
+        );
+        if (!answered) throw new ToolError('timeout', `nobody answered question ${id} in the recorded run`);
+        return answered.data.answer;
+      },
+    };
+  }
+
+  /**
+   * A model for one agent that answers from the recording: each call of a step takes the step's next recorded turn,
+   * and each summary its next recorded summary. A turn or summary the recording does not have fails the call with
+   * `not_found`, saying so (the replay diverged).
    */
   modelFor(agent: string, provider: string, model: string): ModelProvider {
     const turns = new Map<string, number>();
+    const summaries = new Map<string, number>();
     return {
       provider,
       model,
       complete: async (request: ModelRequest): Promise<ModelResponse> => {
         const stepId = request.context?.stepId ?? '';
+        if (request.context?.purpose === 'summary') {
+          const n = (summaries.get(stepId) ?? 0) + 1;
+          summaries.set(stepId, n);
+          const summary = this.#summaries.get(summaryKey(stepId, n));
+          if (summary) return summary;
+          throw new ModelError(
+            'not_found',
+            `the recorded run of agent ${agent} summarized its conversation fewer than ${n} times at step ${stepId}`,
+          );
+        }
         const turn = (turns.get(stepId) ?? 0) + 1;
         turns.set(stepId, turn);
         const recorded = this.turn(stepId, turn);
@@ -118,7 +249,49 @@ export class Recording {
       },
     };
   }
+
+  /** A summary as the model call that wrote it answered. */
+  #summary(d: EventOf<'context.compacted'>['data'], n: number): void {
+    const response: ModelResponse = {
+      content: d.summary,
+      toolCalls: [],
+      usage: d.usage ?? { inputTokens: 0, outputTokens: 0, cachedTokens: 0 },
+      finishReason: 'stop',
+      model: d.model ?? '',
+      ...(d.provider ? { provider: d.provider } : {}),
+    };
+    this.#summaries.set(summaryKey(d.stepId, n), response);
+    if (!TRUNCATED.test(d.summary)) return;
+    this.#partial.set(StepJournal.compactionKey(d.stepId, n), {
+      label: `${d.stepId} summary ${n}`,
+      restore: (entry) => {
+        if (entry.kind !== 'compaction' || !entry.summary.startsWith(kept(d.summary))) return false;
+        response.content = entry.summary;
+        return true;
+      },
+    });
+  }
+}
+
+/** The part of a shortened text that was kept. */
+const kept = (text: string) => text.replace(TRUNCATED, '');
+
+/** Whether a journaled reply is the one an event kept in part: the same calls, and the kept text its start. */
+function sameReply(
+  recorded: Pick<ModelResponse, 'content' | 'toolCalls'>,
+  journaled: Pick<ModelResponse, 'content' | 'toolCalls'>,
+): boolean {
+  return (
+    journaled.content.startsWith(kept(recorded.content)) &&
+    journaled.toolCalls.length === recorded.toolCalls.length &&
+    journaled.toolCalls.every(
+      (call, i) =>
+        call.id === recorded.toolCalls[i]?.id &&
+        call.arguments.startsWith(kept(recorded.toolCalls[i]?.arguments ?? '')),
+    )
+  );
 }
 
 const turnKey = (stepId: string, turn: number) => `${stepId}#${turn}`;
+const summaryKey = (stepId: string, n: number) => `${stepId}#c${n}`;
 const callKey = (stepId: string, turn: number, index: number) => `${stepId}#${turn}#${index}`;

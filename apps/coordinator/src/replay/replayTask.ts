@@ -3,7 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TroupeEvent } from '@troupe/protocol';
 import {
+  connectMcpServers,
   EventFactory,
+  type McpConnections,
   runAgentStep,
   systemClock,
   ToolError,
@@ -18,7 +20,7 @@ import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { resolveModelRef } from '../config/modelFactory.ts';
 import { compileFlow } from '../workflow/compileFlow.ts';
 import type { StepRunInput, StepRunOutput, WorkflowInput } from '../workflow/workflowTypes.ts';
-import { Recording } from './recording.ts';
+import { type JournalReader, Recording } from './recording.ts';
 
 /**
  * One fact of a run that a replay must reproduce: the flow's path, each tool call with its arguments and what the
@@ -119,21 +121,30 @@ export interface ReplayOptions {
    * through answers with what the recorded call returned (or fails as it failed), nothing runs.
    */
   tools?: 'run' | 'recorded';
+  /**
+   * The step journal the task ran with, if it can be read: replies, arguments and summaries longer than an event
+   * keeps are read whole from it. Without it they replay as the events kept them (see `truncated`).
+   */
+  journal?: JournalReader;
 }
 
 export interface ReplayResult {
   recorded: RunFact[];
   replayed: RunFact[];
   divergence: Divergence | undefined;
-  /** Turns the events kept only in part (long replies or arguments): the replay may differ there for that reason. */
+  /**
+   * Texts the events kept only in part (long replies, arguments or summaries) that the journal could not make whole:
+   * the replay may differ there for that reason.
+   */
   truncated: string[];
   events: TroupeEvent[];
 }
 
 /**
  * Runs a recorded task again, offline, in this process: the pipeline's workflow machine, its steps run by agent
- * actors whose model answers from the recording (no model is called) and whose built-in tools run again in a fresh
- * workspace; no NATS, no journal, no time budget. Returns both runs' facts and the first point
+ * actors whose model answers from the recording (no model is called) and whose tools run again — built-ins in a
+ * fresh workspace, MCP tools on the pipeline's servers — or answer from the record; no NATS, no journal of its own,
+ * no time budget. Returns both runs' facts and the first point
  * where they differ.
  */
 export async function replayTask(
@@ -148,13 +159,30 @@ export async function replayTask(
   if (recording.pipeline !== config.name) {
     throw new Error(`task ${taskId} ran on pipeline ${recording.pipeline}, not ${config.name}`);
   }
+  if (options.journal) await recording.restore(options.journal);
   const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
   const replayed: TroupeEvent[] = [];
   const factory = new EventFactory(systemClock);
+  let mcp: McpConnections | undefined;
   try {
-    // Tools run again in a fresh workspace, or answer from the record; either way under the (possibly edited)
-    // pipeline's policies, which decide before any tool runs.
-    const registry = options.tools === 'recorded' ? recordedTools(recording, config) : builtinTools();
+    // Tools run again in a fresh workspace (MCP tools on the pipeline's servers, connected now), or answer from the
+    // record; either way under the (possibly edited) pipeline's policies, which decide before any tool runs.
+    let registry: ToolRegistry;
+    if (options.tools === 'recorded') registry = recordedTools(recording, config);
+    else {
+      // Memory is shared with other tasks and holds what it holds now, not what the recorded run read: its tools
+      // answer from the record, and the replay writes nothing to it.
+      registry = recordedTools(recording, config, (name) => MEMORY_TOOLS.has(name));
+      const builtins = builtinTools();
+      for (const name of builtins.names()) {
+        const tool = builtins.get(name);
+        if (tool && !MEMORY_TOOLS.has(name)) registry.register(tool);
+      }
+      if (Object.keys(config.mcpServers).length > 0) {
+        mcp = await connectMcpServers(config.mcpServers);
+        for (const tool of mcp.tools) registry.register(tool);
+      }
+    }
     const agents = new Map(
       agentDefinitions(options.pipeline).map((agent) => {
         const entry = resolveModelRef(
@@ -171,6 +199,7 @@ export async function replayTask(
     );
     const deps = {
       registry,
+      human: recording.people(),
       workspaceRoot,
       clock: systemClock,
       events: factory,
@@ -239,19 +268,27 @@ export async function replayTask(
       events: replayed,
     };
   } finally {
+    await mcp?.close();
     await rm(workspaceRoot, { recursive: true, force: true });
   }
 }
+
+/** The built-in tools on the shared `memory` bucket. */
+const MEMORY_TOOLS = new Set(['remember', 'recall']);
 
 /**
  * Tools under the pipeline's tool names that answer with what the recorded call of the same id returned, or fail
  * as it failed. Arguments are checked against the built-in tool's schema where there is one, as when it ran.
  */
-export function recordedTools(recording: Recording, config: LoadedPipeline['config']): ToolRegistry {
+export function recordedTools(
+  recording: Recording,
+  config: LoadedPipeline['config'],
+  which: (name: string) => boolean = () => true,
+): ToolRegistry {
   const real = builtinTools();
   const registry = new ToolRegistry();
   const names = new Set(Object.values(config.agents).flatMap((agent) => agent.tools));
-  for (const name of names) {
+  for (const name of [...names].filter(which)) {
     const tool = real.get(name);
     registry.register({
       name,

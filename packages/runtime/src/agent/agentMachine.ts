@@ -181,7 +181,13 @@ export interface AgentOutput {
 
 /** Events the agent emits for the outside world (the host turns them into wire events). */
 export type AgentEmitted =
-  | { type: 'context.compacted'; before: number; after: number; estimatedTokens: number; summary: string }
+  | ({
+      type: 'context.compacted';
+      index: number;
+      before: number;
+      after: number;
+      estimatedTokens: number;
+    } & ConversationSummary)
   | { type: 'llm.request'; turn: number; messages: number; tools: string[] }
   | ({ type: 'llm.response'; turn: number } & ModelReply)
   | { type: 'llm.error'; turn: number; code: string; message: string }
@@ -436,10 +442,11 @@ export const agentMachine = setup({
                   const messages = compacted(context.messages, event.output.summary);
                   enqueue.emit({
                     type: 'context.compacted',
+                    index: context.compactions + 1,
                     before: context.messages.length,
                     after: messages.length,
                     estimatedTokens: estimateTokens(context.messages),
-                    summary: event.output.summary,
+                    ...event.output,
                   });
                   enqueue.assign({
                     messages,

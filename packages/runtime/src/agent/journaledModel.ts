@@ -61,14 +61,20 @@ export async function summarize(
   const recorded = await bestEffort(step, 'read the journaled summary', () =>
     journal?.compaction(key, input.messages),
   );
-  if (recorded) return recorded;
+  if (recorded) return { ...recorded, journaled: true };
   signal.throwIfAborted();
+  const started = deps.clock.now();
   const messages = summaryRequest(input.messages);
   const span = startModelSpan(step, input.callsBefore + 1, messages, 'summary');
   let result: ConversationSummary;
   try {
     const response = await waitingOnModel(step, () =>
-      agent.model.complete({ messages, tools: [], context: callContext(step, input.callsBefore), signal }),
+      agent.model.complete({
+        messages,
+        tools: [],
+        context: { ...callContext(step, input.callsBefore), purpose: 'summary' },
+        signal,
+      }),
     );
     if (response.content.trim() === '') throw new Error('the model returned an empty summary');
     const provider = response.provider ?? agent.model.provider;
@@ -76,6 +82,9 @@ export async function summarize(
       summary: response.content,
       usage: response.usage,
       costUsd: deps.price?.(provider, response.model, response) ?? 0,
+      provider,
+      model: response.model,
+      durationMs: Math.max(0, deps.clock.now() - started),
     };
     endModelSpan(span, {
       reply: {
@@ -86,7 +95,7 @@ export async function summarize(
         finishReason: response.finishReason,
         provider,
         model: response.model,
-        durationMs: 0,
+        durationMs: result.durationMs ?? 0,
       },
     });
   } catch (error) {

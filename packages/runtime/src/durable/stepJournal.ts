@@ -62,6 +62,9 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     summary: z.string(),
     usage: TokenUsage,
     costUsd: z.number(),
+    provider: z.string().optional(),
+    model: z.string().optional(),
+    durationMs: z.number().optional(),
     recordedAt: z.string(),
   }),
   /** What a person was asked for a call (an approval, or an `ask_human` question), by request id. */
@@ -126,6 +129,11 @@ export class StepJournal {
     return `${toolKey}.${kind}`;
   }
 
+  /** What is recorded under a key, whatever it answered; `troupe replay` reads what events kept only in part. */
+  async entry(key: string): Promise<JournalEntry | undefined> {
+    return (await this.#get(key))?.value;
+  }
+
   /** The reply recorded for this turn, if it answered this very conversation. */
   async modelReply(key: string, messages: readonly ChatMessage[]): Promise<ModelReply | undefined> {
     return (await this.recordedReply(key))(messages);
@@ -169,9 +177,9 @@ export class StepJournal {
 
   async compaction(key: string, messages: readonly ChatMessage[]): Promise<ConversationSummary | undefined> {
     const entry = (await this.#get(key))?.value;
-    return entry?.kind === 'compaction' && entry.conversation === digest(messages)
-      ? { summary: entry.summary, usage: entry.usage, costUsd: entry.costUsd }
-      : undefined;
+    if (entry?.kind !== 'compaction' || entry.conversation !== digest(messages)) return undefined;
+    const { kind: _kind, conversation: _conversation, recordedAt: _recordedAt, ...summary } = entry;
+    return summary;
   }
 
   async recordCompaction(
@@ -180,10 +188,11 @@ export class StepJournal {
     result: ConversationSummary,
     now: Date,
   ): Promise<void> {
+    const { journaled: _journaled, ...summary } = result;
     await this.#put(key, {
       kind: 'compaction',
       conversation: digest(messages),
-      ...result,
+      ...summary,
       recordedAt: now.toISOString(),
     });
   }

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { errorMessage, isStepErrorCode, type TroupeEvent } from '@troupe/protocol';
+import { errorMessage, isStepErrorCode, type TokenUsage, type TroupeEvent } from '@troupe/protocol';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Logger } from '../logging/index.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
@@ -52,7 +52,7 @@ export class TroupeMetrics {
   });
   readonly #modelCalls = this.#counter(
     'troupe_model_calls_total',
-    'Model calls made (replies replayed from the step journal not counted), by provider, model and outcome.',
+    'Model calls made, summaries of long conversations included (replies replayed from the step journal not counted), by provider, model and outcome.',
     ['provider', 'model', 'outcome'],
   );
   readonly #modelSeconds = new Histogram({
@@ -160,14 +160,14 @@ export class TroupeMetrics {
       }
       case 'llm.response': {
         const d = event.data;
-        if (d.journaled) break;
-        const model = { provider: d.provider, model: d.model };
-        this.#modelCalls.inc({ ...model, outcome: 'ok' });
-        this.#modelSeconds.observe(model, d.durationMs / 1000);
-        this.#tokens.inc({ ...model, type: 'input' }, d.usage.inputTokens);
-        this.#tokens.inc({ ...model, type: 'output' }, d.usage.outputTokens);
-        this.#tokens.inc({ ...model, type: 'cached' }, d.usage.cachedTokens);
-        this.#cost.inc(model, d.costUsd);
+        if (!d.journaled) this.#modelCall(d.provider, d.model, d.usage, d.costUsd, d.durationMs);
+        break;
+      }
+      case 'context.compacted': {
+        // A summary is a model call too; events from before it said who answered cannot be counted.
+        const d = event.data;
+        if (!d.journaled && d.provider && d.model && d.usage)
+          this.#modelCall(d.provider, d.model, d.usage, d.costUsd ?? 0, d.durationMs ?? 0);
         break;
       }
       case 'llm.error':
@@ -200,6 +200,16 @@ export class TroupeMetrics {
       default:
         break;
     }
+  }
+
+  #modelCall(provider: string, model: string, usage: TokenUsage, costUsd: number, durationMs: number): void {
+    const labels = { provider, model };
+    this.#modelCalls.inc({ ...labels, outcome: 'ok' });
+    this.#modelSeconds.observe(labels, durationMs / 1000);
+    this.#tokens.inc({ ...labels, type: 'input' }, usage.inputTokens);
+    this.#tokens.inc({ ...labels, type: 'output' }, usage.outputTokens);
+    this.#tokens.inc({ ...labels, type: 'cached' }, usage.cachedTokens);
+    this.#cost.inc(labels, costUsd);
   }
 
   #taskEnded(pipeline: string, outcome: string, durationMs: number): void {

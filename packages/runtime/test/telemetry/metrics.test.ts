@@ -147,6 +147,50 @@ describe('TroupeMetrics', () => {
   });
 });
 
+describe('TroupeMetrics: summaries', () => {
+  const summary = (extra: Record<string, unknown>) =>
+    event('context.compacted', {
+      ...ref,
+      before: 12,
+      after: 8,
+      estimatedTokens: 9_000,
+      summary: 'so far: wrote a.ts',
+      ...extra,
+    });
+
+  it('counts a summary as a model call of the model that wrote it, with its tokens and cost', async () => {
+    const metrics = new TroupeMetrics();
+    const spent = { usage: { inputTokens: 900, outputTokens: 60, cachedTokens: 0 }, costUsd: 0.01 };
+    metrics.observe(
+      summary({ index: 1, provider: 'anthropic', model: 'claude-x', durationMs: 800, ...spent }),
+    );
+    // Replayed from the journal: the model was not asked again.
+    metrics.observe(
+      summary({
+        index: 1,
+        provider: 'anthropic',
+        model: 'claude-x',
+        durationMs: 800,
+        journaled: true,
+        ...spent,
+      }),
+    );
+    // From before summaries said who wrote them: nothing to label it with.
+    metrics.observe(summary({}));
+    const text = await metrics.registry.metrics();
+    expect(sample(text, 'troupe_model_calls_total{provider="anthropic",model="claude-x",outcome="ok"}')).toBe(
+      1,
+    );
+    expect(
+      sample(text, 'troupe_model_tokens_total{provider="anthropic",model="claude-x",type="input"}'),
+    ).toBe(900);
+    expect(sample(text, 'troupe_model_cost_usd_total{provider="anthropic",model="claude-x"}')).toBe(0.01);
+    expect(
+      sample(text, 'troupe_model_call_duration_seconds_sum{provider="anthropic",model="claude-x"}'),
+    ).toBe(0.8);
+  });
+});
+
 describe('TroupeMetrics: what is read when scraped', () => {
   it('sums what each human gate waits on, until the gate is let go', async () => {
     const metrics = new TroupeMetrics();
