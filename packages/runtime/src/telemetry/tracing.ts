@@ -1,11 +1,12 @@
 import {
   type Attributes,
   type Context,
+  isSpanContextValid,
   ROOT_CONTEXT,
   type Span,
   SpanKind,
   SpanStatusCode,
-  type TraceFlags,
+  TraceFlags,
   type Tracer,
   trace,
 } from '@opentelemetry/api';
@@ -45,10 +46,17 @@ export function contextOf(traceparent: string | undefined): Context {
   });
 }
 
-/** A span's context as a W3C `traceparent`, for the messages its work sends; `fallback` when nothing is traced. */
+/**
+ * A span's context as a W3C `traceparent`, for the messages its work sends; `fallback` when nothing is traced. A
+ * span this process's sampler left out goes on unsampled (flags `00`), so the processes the work goes to, sampling
+ * by their parent as the SDK does by default, leave it out too rather than export spans whose parent never arrives.
+ */
 export function traceparentOf(span: Span | undefined, fallback: string): string {
-  if (!span?.isRecording()) return fallback;
-  const { traceId, spanId, traceFlags } = span.spanContext();
+  if (!span) return fallback;
+  const context = span.spanContext();
+  const sampledOut = isSpanContextValid(context) && (context.traceFlags & TraceFlags.SAMPLED) === 0;
+  if (!span.isRecording() && !sampledOut) return fallback;
+  const { traceId, spanId, traceFlags } = context;
   return `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`;
 }
 

@@ -9,7 +9,7 @@ import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps } from '../../src/agent/runAgentStep.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
-import { startTracing, startWorkflowSpan, type Tracing } from '../../src/telemetry/tracing.ts';
+import { startTracing, startWorkflowSpan, type Tracing, traceparentOf } from '../../src/telemetry/tracing.ts';
 import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
 
 const TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
@@ -122,6 +122,26 @@ describe('traces', () => {
     expect(resumed?.spanContext().spanId).not.toBe(PARENT_ID);
     expect(resumed?.parentSpanContext?.spanId).toBe(PARENT_ID);
     expect(first?.name).toBe('invoke_workflow demo');
+  });
+
+  it("sends a workflow span's sampling decision on: a task this process samples out is left out downstream too", async () => {
+    process.env.OTEL_TRACES_SAMPLER = 'always_off';
+    try {
+      await start();
+    } finally {
+      delete process.env.OTEL_TRACES_SAMPLER;
+    }
+    const workflow = startWorkflowSpan('demo', traceparent, false, {});
+    const sent = traceparentOf(workflow, traceparent);
+    workflow.end();
+    expect(sent).toMatch(new RegExp(`^00-${TRACE_ID}-[0-9a-f]{16}-00$`));
+    // The agents' process samples by its parent, as the SDK does by default: the step makes no span.
+    await tracing?.shutdown();
+    exporter = new InMemorySpanExporter();
+    await start();
+    const reply = await runAgentStep(coder(model(writeTurns)), { ...request, traceparent: sent }, deps());
+    expect(reply.ok).toBe(true);
+    expect(await spans()).toEqual([]);
   });
 
   it('traces a step: the agent under the request’s span, its model calls and tool call under the agent', async () => {
