@@ -13,10 +13,12 @@ const scope = { pipeline: 'demo', taskId: 't1', traceparent: '' };
 const make = <K extends EventKind>(kind: K, data: z.input<(typeof EventData)[K]>): TroupeEvent =>
   factory.make(kind, scope, data);
 const ref = { agent: 'coder', stepId: 't1.code.1' };
-
-const recorded: TroupeEvent[] = [
-  make('task.accepted', { goal: 'write hello.md' }),
-  make('step.started', { step: 'code', agent: 'coder', round: 1, stepId: 't1.code.1' }),
+/** The first turn's reply, its text and calls as given. */
+const firstReply = (
+  finishReason: string,
+  content: string,
+  toolCalls: { id: string; name: string }[] = [],
+): TroupeEvent =>
   make('llm.response', {
     ...ref,
     turn: 1,
@@ -24,11 +26,16 @@ const recorded: TroupeEvent[] = [
     model: 'gpt-x',
     usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
     costUsd: 0,
-    finishReason: 'tool_calls',
-    content: '',
-    toolCalls: [{ id: 'c1', name: 'write_file' }],
+    finishReason,
+    content,
+    toolCalls,
     durationMs: 1,
-  }),
+  });
+
+const recorded: TroupeEvent[] = [
+  make('task.accepted', { goal: 'write hello.md' }),
+  make('step.started', { step: 'code', agent: 'coder', round: 1, stepId: 't1.code.1' }),
+  firstReply('tool_calls', '', [{ id: 'c1', name: 'write_file' }]),
   make('tool.call', {
     ...ref,
     turn: 1,
@@ -78,18 +85,7 @@ describe('Recording', () => {
 
 describe('Recording.restore', () => {
   const long = 'y'.repeat(5_000);
-  const cut = make('llm.response', {
-    ...ref,
-    turn: 1,
-    provider: 'openai',
-    model: 'gpt-x',
-    usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
-    costUsd: 0,
-    finishReason: 'stop',
-    content: preview(long),
-    toolCalls: [],
-    durationMs: 1,
-  });
+  const cut = firstReply('stop', preview(long));
   const journaled = (content: string, toolCalls: { id: string; name: string; arguments: string }[] = []) => ({
     entry: async (key: string) =>
       key === 't1.code.1.1.model'

@@ -52,24 +52,25 @@ export interface StepTrace {
 
 export type TraceEntry = ModelCallTrace | ToolCallTrace | ApprovalTrace | QuestionTrace | CompactionTrace;
 
+/** What a model call that answered spent, and which model answered. */
+export interface ModelSpend {
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+  costUsd: number;
+  durationMs: number;
+  /** Replayed from the step's journal: the model was not asked again. */
+  journaled: boolean;
+}
+
 export interface ModelCallTrace {
   kind: 'model';
   turn: number;
   /** `provider:model` asked; the one that answered when a fallback did. */
   model: string;
   at: string;
-  reply?: {
-    model: string;
-    inputTokens: number;
-    outputTokens: number;
-    cachedTokens: number;
-    costUsd: number;
-    durationMs: number;
-    finishReason: string;
-    toolCalls: number;
-    /** Replayed from the step's journal: the model was not asked again. */
-    journaled: boolean;
-  };
+  reply?: ModelSpend & { finishReason: string; toolCalls: number };
   error?: { code: string; message: string };
   retries: { attempt: number; code: string; delayMs: number }[];
   fallbacks: { from: string; to: string; code: string }[];
@@ -117,15 +118,7 @@ export interface CompactionTrace {
   after: number;
   estimatedTokens: number;
   /** The model call that wrote the summary, where the event says (events from before it was added do not). */
-  reply?: {
-    model: string;
-    inputTokens: number;
-    outputTokens: number;
-    cachedTokens: number;
-    costUsd: number;
-    durationMs: number;
-    journaled: boolean;
-  };
+  reply?: ModelSpend;
 }
 
 const ms = (from: string, to: string) => Math.max(0, Date.parse(to) - Date.parse(from));
