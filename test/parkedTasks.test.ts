@@ -53,7 +53,10 @@ describe('tasks waiting on a slow model', () => {
     const running = written.filter((r) => r.status === 'running' && r.snapshot !== undefined);
     // The checkpoint entering the step says the agent works on it: no write of its own at the first heartbeat.
     expect(running[0]?.activity).toMatchObject({ kind: 'agent', step: 'think', agent: 'thinker' });
-    // Then the model wait, and work again when it ends: each change written once.
-    expect(running.map((r) => r.activity?.kind)).toEqual(['agent', 'model', 'agent']);
+    // Then the model wait, and work again when it ends: each change written once. The step's reply may reach the
+    // workflow before the news that the model answered (a loaded machine), which then has nothing left to change.
+    const kinds = running.map((r) => r.activity?.kind);
+    expect(kinds.slice(0, 2)).toEqual(['agent', 'model']);
+    expect(kinds.slice(2)).toEqual(kinds.length > 2 ? ['agent'] : []);
   }, 60_000);
 });
