@@ -20,3 +20,18 @@ export class CliError extends Error {
     );
   }
 }
+
+/**
+ * For `.catch(explain)`: an operation's refusal (`OperationError` of @troupe/coordinator: no such task, a
+ * conflict, no coordinator) becomes a CliError with its message; anything else is thrown on as it is.
+ */
+export function explain(error: unknown): never {
+  if (
+    error instanceof Error &&
+    error.name === 'OperationError' &&
+    typeof (error as { code?: unknown }).code === 'string'
+  ) {
+    throw new CliError(error.message);
+  }
+  throw error;
+}

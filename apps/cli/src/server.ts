@@ -1,10 +1,10 @@
 import { readServerRecord } from '@troupe/coordinator';
 import { isTaskId } from '@troupe/protocol';
 import { createLogger, type Logger, NatsBus, type UntilReachableOptions } from '@troupe/runtime';
-import { CliError } from './cliError.ts';
+import { CliError, explain } from './cliError.ts';
 import { natsUrlFromEnv, resolveHome } from './home.ts';
 
-export { CliError };
+export { CliError, explain };
 
 /** Refuses, with exit code 2, a task id given on the command line that no task can have. */
 export function checkTaskId(taskId: string): void {

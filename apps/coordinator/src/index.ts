@@ -33,6 +33,26 @@ export {
   type TaskQueueOptions,
   taskConsumerName,
 } from './intake/taskQueue.ts';
+export {
+  type HumanReply,
+  listHumanRequests,
+  type ReplyOutcome,
+  replyToHuman,
+} from './operations/humanRequests.ts';
+export { OperationError, type OperationErrorCode } from './operations/operationError.ts';
+export { cancelTask, readTask, type Submitted, submitToPipeline } from './operations/taskOperations.ts';
+export {
+  bucketIfAny,
+  CLIENT_WAIT,
+  type HumanRequestStore,
+  humanRequestsIfAny,
+  openBucket,
+  openHumanRequests,
+  openWorkflowStore,
+  readValues,
+  type WorkflowStore,
+  workflowStoreIfAny,
+} from './operations/troupeState.ts';
 export { Recording } from './replay/recording.ts';
 export {
   type Divergence,

@@ -1,10 +1,9 @@
-import type { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, ControlReceipt, ControlRefusal, HumanRequest, subjects } from '@troupe/protocol';
-import { type NatsBus, TransportError } from '@troupe/runtime';
+import { cancelTask, humanRequestsIfAny, OperationError, type WorkflowRecord } from '@troupe/coordinator';
+import type { HumanRequest } from '@troupe/protocol';
+import type { NatsBus } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
-import { openIfAny } from '../kvBuckets.ts';
-import { CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 import { openWorkflows, readValues, taskDuration } from '../workflowRecords.ts';
 
 export interface CancelOptions extends ServerOptions {
@@ -15,29 +14,11 @@ export interface CancelOptions extends ServerOptions {
 export async function cancel(taskId: string, options: CancelOptions): Promise<number> {
   const bus = await connectCli(options, 'troupe-cancel');
   try {
-    const record = (await (await openWorkflows(bus)).get(taskId))?.value;
-    if (!record) throw new CliError(`no task ${taskId} is known on this server`);
-    if (record.status !== 'running')
-      throw new CliError(`task ${taskId} already ${record.status}; nothing to cancel`);
-    try {
-      await bus.request(
-        subjects.control(taskId),
-        { action: 'cancel', ...(options.reason ? { reason: options.reason } : {}) },
-        ControlReceipt,
-        { timeoutMs: 10_000, meta: { taskId, from: 'user', kind: 'cancel' } },
-      );
-    } catch (error) {
-      // A coordinator answers with the task's state when none runs it (unknown_task, task_ended, not_running).
-      if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
-        throw new CliError(error.message);
-      }
-      if (error instanceof TransportError && (error.code === 'no_responders' || error.code === 'timeout')) {
-        throw new CliError(
-          `no coordinator answered for task ${taskId} (it is at ${record.state}); none is running on this server — start one with troupe up`,
-        );
-      }
-      throw error;
-    }
+    await cancelTask(bus, taskId, options.reason).catch((error) => {
+      if (OperationError.is(error, 'no_coordinator'))
+        throw new CliError(`${error.message} — start one with troupe up`);
+      return explain(error);
+    });
     process.stdout.write(`${taskId}: cancelled\n`);
     return 0;
   } finally {
@@ -96,6 +77,6 @@ function line(r: WorkflowRecord, now: number): string {
 
 /** Approvals and questions waiting for a person; none when no coordinator has made the bucket. */
 async function pendingRequests(bus: NatsBus): Promise<HumanRequest[]> {
-  const store = await openIfAny(bus, BUCKETS.approvals, HumanRequest);
+  const store = await humanRequestsIfAny(bus).catch(explain);
   return store ? (await readValues(store)).filter((request) => request.status === 'pending') : [];
 }

@@ -1,9 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { PipelineRegistry, submitTask, WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
-import { KvStore, type NatsBus } from '@troupe/runtime';
+import { OperationError, submitToPipeline } from '@troupe/coordinator';
+import { formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { formatEvent } from '../format/formatEvent.ts';
-import { CLI_WAIT, CliError, connectCli, type ServerOptions } from '../server.ts';
+import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 import { waitForFinal } from '../watch.ts';
 
 export interface SubmitOptions extends ServerOptions {
@@ -24,24 +23,21 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
   const task = buildTask(goal, options);
   const bus = await connectCli(options, 'troupe-submit');
   try {
-    const { registry, store } = await openTroupeState(bus);
-    const known = await registry.names();
-    if (!known.includes(pipeline)) {
-      throw new CliError(
-        `no coordinator has loaded a pipeline named "${pipeline}"; loaded: ${known.join(', ') || 'none'}. ` +
-          'Start one with `troupe up <pipeline.yaml>`.',
-      );
-    }
-    // A known id is never run again, whenever it was first submitted: say so instead of waiting for nothing.
-    const existing = await store.get(task.id);
     const watcher = options.wait
       ? waitForFinal(bus, task.id, (event) => print(event, options.json))
       : undefined;
     await bus.flush();
-    const duplicate = existing !== undefined || (await submitTask(bus, pipeline, task)).duplicate;
+    const submitted = await submitToPipeline(bus, pipeline, task).catch((error) => {
+      watcher?.stop();
+      if (OperationError.is(error, 'not_found'))
+        throw new CliError(`${error.message}. Start one with \`troupe up <pipeline.yaml>\`.`);
+      if (OperationError.is(error, 'no_coordinator'))
+        throw new CliError(`${error.message}; start one with \`troupe up <pipeline.yaml>\``);
+      return explain(error);
+    });
+    const duplicate = submitted.duplicate;
     if (duplicate) {
-      const record = existing ?? (await store.get(task.id));
-      const status = record?.value.status;
+      const status = submitted.record?.status;
       process.stderr.write(
         `task ${task.id} was already submitted; not run again${status ? ` (it is ${status})` : ''}\n`,
       );
@@ -69,21 +65,6 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
     return final.kind === 'task.completed' ? 0 : 1;
   } finally {
     await bus.close();
-  }
-}
-
-/** The registry and workflow records; a server no coordinator has used has neither, which is worth saying plainly. */
-async function openTroupeState(bus: NatsBus) {
-  try {
-    return {
-      registry: await PipelineRegistry.open(bus, CLI_WAIT),
-      store: await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord, CLI_WAIT),
-    };
-  } catch (error) {
-    throw new CliError(
-      `no Troupe coordinator has run on ${bus.connection.getServer()} yet (${(error as Error).message}); ` +
-        'start one with `troupe up <pipeline.yaml>`',
-    );
   }
 }
 

@@ -1,0 +1,133 @@
+import {
+  ApprovalDecision,
+  DecisionReceipt,
+  HumanAnswer,
+  type HumanRequest,
+  subjects,
+  type TaskEnding,
+} from '@troupe/protocol';
+import { closedByEnding, describeEnding, type NatsBus, TransportError } from '@troupe/runtime';
+import { endingOfRecord } from '../workflow/workflowRecord.ts';
+import { OperationError } from './operationError.ts';
+import { openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
+
+/** What people are asked now (approvals and questions), oldest first; every request ever asked with `all`. */
+export async function listHumanRequests(
+  bus: NatsBus,
+  filter: { all?: boolean; taskId?: string } = {},
+): Promise<HumanRequest[]> {
+  const store = await openHumanRequests(bus);
+  return (await readValues(store))
+    .filter((r) => (filter.all || r.status === 'pending') && (!filter.taskId || r.taskId === filter.taskId))
+    .sort((a, b) => a.requestedAt.localeCompare(b.requestedAt));
+}
+
+/** A person's decision on an approval, or answer to a question. */
+export type HumanReply =
+  | { kind: 'approval'; decision: ApprovalDecision }
+  | { kind: 'question'; answer: HumanAnswer };
+
+/** What became of a reply: the waiting step got it, or — nothing waiting right now — it was recorded for the step. */
+export type ReplyOutcome =
+  | { delivered: true; outcome: DecisionReceipt['outcome']; request: HumanRequest }
+  | { delivered: false; status: HumanRequest['status']; request: HumanRequest };
+
+/**
+ * Sends a person's decision or answer to the step waiting on request `id`. When nothing waits on it (its process
+ * died or is restarting), the reply is written into the request's record, where the step finds it when it resumes;
+ * only a still-pending record is changed, so one reply wins. Throws an {@link OperationError} saying why nothing
+ * changed: no such request (`not_found`), the other kind (`wrong_kind`), or one already decided, expired or whose
+ * task ended (`conflict`).
+ */
+export async function replyToHuman(
+  bus: NatsBus,
+  id: string,
+  reply: HumanReply,
+  now: () => number = Date.now,
+): Promise<ReplyOutcome> {
+  const { kind } = reply;
+  const payload =
+    reply.kind === 'approval' ? ApprovalDecision.parse(reply.decision) : HumanAnswer.parse(reply.answer);
+  const store = await openHumanRequests(bus);
+  const entry = await store.get(id);
+  const record = entry?.value;
+  if (!entry || !record) throw new OperationError('not_found', `no ${kind} named ${id}`);
+  if (record.kind !== kind) {
+    throw new OperationError(
+      'wrong_kind',
+      `${id} is ${record.kind === 'question' ? 'a question' : 'an approval'}`,
+    );
+  }
+  if (record.status === 'closed') {
+    const how = record.taskEnded ? describeEnding(record.taskEnded) : 'ended';
+    throw new OperationError(
+      'conflict',
+      `${id}: task ${record.taskId} has ended: ${how}; nothing waits for it, nothing changed`,
+    );
+  }
+  if (record.status !== 'pending' && record.status !== 'expired') {
+    throw new OperationError(
+      'conflict',
+      `${id} was already ${record.status}${record.by ? ` by ${record.by}` : ''}; nothing changed`,
+    );
+  }
+  // The task may have ended while the request waited (its record not yet closed): say how, change nothing.
+  const ended = await taskEnding(bus, record.taskId);
+  if (ended !== undefined) {
+    if (record.status === 'pending')
+      await store.update(id, closedByEnding(record, ended, now()), entry.revision);
+    throw new OperationError(
+      'conflict',
+      `${id}: task ${record.taskId} has ended: ${describeEnding(ended)}; nothing waits for it, nothing changed`,
+    );
+  }
+  if (record.status === 'expired')
+    throw new OperationError('conflict', `${id} was already expired; nothing changed`);
+  try {
+    const receipt = await bus.request(subjects.approval(record.taskId, id), payload, DecisionReceipt, {
+      timeoutMs: 10_000,
+      meta: { taskId: record.taskId, from: 'human', to: record.agent, kind },
+    });
+    return { delivered: true, outcome: receipt.outcome, request: record };
+  } catch (error) {
+    if (!TransportError.is(error, 'no_responders')) {
+      throw new OperationError('unavailable', `${id}: ${(error as Error).message}`, { cause: error });
+    }
+  }
+  if (Date.parse(record.expiresAt) <= now()) {
+    throw new OperationError('conflict', `${id} expired at ${record.expiresAt}; nothing changed`);
+  }
+  const decided = decidedRecord(record, payload, now());
+  if ((await store.update(id, decided, entry.revision)) === undefined) {
+    const current = (await store.get(id))?.value;
+    throw new OperationError(
+      'conflict',
+      `${id} was decided meanwhile (${current?.status ?? 'gone'}); nothing changed`,
+    );
+  }
+  return { delivered: false, status: decided.status, request: decided };
+}
+
+/** The record with a person's decision or answer, as the waiting step would have stored it. */
+function decidedRecord(
+  record: HumanRequest,
+  payload: ApprovalDecision | HumanAnswer,
+  at: number,
+): HumanRequest {
+  const value = payload as { decision?: 'allow' | 'deny'; answer?: string; reason?: string; by?: string };
+  return {
+    ...record,
+    status: record.kind === 'question' ? 'answered' : value.decision === 'allow' ? 'allowed' : 'denied',
+    decidedAt: new Date(at).toISOString(),
+    ...(value.by === undefined ? {} : { by: value.by }),
+    ...(value.reason === undefined ? {} : { reason: value.reason }),
+    ...(value.answer === undefined ? {} : { answer: value.answer }),
+  };
+}
+
+/** How the task ended, from its record in `workflows`; undefined while it runs (or when nothing is known). */
+async function taskEnding(bus: NatsBus, taskId: string): Promise<TaskEnding | undefined> {
+  const store = await openWorkflowStore(bus).catch(() => undefined);
+  const record = (await store?.get(taskId))?.value;
+  return record === undefined ? undefined : endingOfRecord(record);
+}

@@ -1,0 +1,88 @@
+import { ControlReceipt, ControlRefusal, subjects, type TaskSubmission } from '@troupe/protocol';
+import { type NatsBus, TransportError } from '@troupe/runtime';
+import { PipelineRegistry } from '../intake/pipelineRegistry.ts';
+import { submitTask } from '../intake/taskQueue.ts';
+import type { WorkflowRecord } from '../workflow/workflowRecord.ts';
+import { OperationError } from './operationError.ts';
+import { CLIENT_WAIT, openWorkflowStore } from './troupeState.ts';
+
+export interface Submitted {
+  taskId: string;
+  /** The id was submitted before: the task is not run again. */
+  duplicate: boolean;
+  /** The task's record when it has one already (a duplicate that has started, or ended). */
+  record?: WorkflowRecord;
+}
+
+/**
+ * Stores a task in the `TASKS` stream for a pipeline a coordinator has loaded. A known id is never run again,
+ * whenever it was first submitted: the answer says it was a duplicate, with the task's record when there is one.
+ */
+export async function submitToPipeline(
+  bus: NatsBus,
+  pipeline: string,
+  task: TaskSubmission & { id: string },
+): Promise<Submitted> {
+  let registry: PipelineRegistry;
+  try {
+    registry = await PipelineRegistry.open(bus, CLIENT_WAIT);
+  } catch (error) {
+    throw new OperationError(
+      'no_coordinator',
+      `no Troupe coordinator has run on ${bus.connection.getServer()} yet (${(error as Error).message})`,
+      { cause: error },
+    );
+  }
+  const known = await registry.names();
+  if (!known.includes(pipeline)) {
+    throw new OperationError(
+      'not_found',
+      `no coordinator has loaded a pipeline named "${pipeline}"; loaded: ${known.join(', ') || 'none'}`,
+    );
+  }
+  const store = await openWorkflowStore(bus);
+  const existing = (await store.get(task.id))?.value;
+  if (existing) return { taskId: task.id, duplicate: true, record: existing };
+  const { duplicate } = await submitTask(bus, pipeline, task);
+  if (!duplicate) return { taskId: task.id, duplicate };
+  const record = (await store.get(task.id))?.value;
+  return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
+}
+
+/** A task's record in KV `workflows`; throws `not_found` when the server knows no such task. */
+export async function readTask(bus: NatsBus, taskId: string): Promise<WorkflowRecord> {
+  const record = (await (await openWorkflowStore(bus)).get(taskId))?.value;
+  if (!record) throw new OperationError('not_found', `no task ${taskId} is known on this server`);
+  return record;
+}
+
+/** Asks the coordinator running a task to stop it; its model call in flight is aborted. */
+export async function cancelTask(bus: NatsBus, taskId: string, reason?: string): Promise<void> {
+  const record = await readTask(bus, taskId);
+  if (record.status !== 'running') {
+    throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to cancel`);
+  }
+  try {
+    await bus.request(
+      subjects.control(taskId),
+      { action: 'cancel', ...(reason ? { reason } : {}) },
+      ControlReceipt,
+      { timeoutMs: 10_000, meta: { taskId, from: 'user', kind: 'cancel' } },
+    );
+  } catch (error) {
+    // A coordinator answers with the task's state when none runs it (unknown_task, task_ended, not_running).
+    if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
+      throw new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
+        cause: error,
+      });
+    }
+    if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
+      throw new OperationError(
+        'no_coordinator',
+        `no coordinator answered for task ${taskId} (it is at ${record.state}); none is running on this server`,
+        { cause: error },
+      );
+    }
+    throw new OperationError('unavailable', (error as Error).message, { cause: error });
+  }
+}
