@@ -1,3 +1,4 @@
+import { readTaskEvents } from '@troupe/coordinator';
 import { type InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import {
   type BusSubscription,
@@ -6,7 +7,7 @@ import {
   type StoredEvent,
   TransportError,
 } from '@troupe/runtime';
-import { CLI_WAIT, CliError } from './server.ts';
+import { CLI_WAIT, CliError, explain } from './server.ts';
 import { eventsSubject, watchEvents } from './watch.ts';
 
 export interface EventFeedOptions {
@@ -129,15 +130,6 @@ class RecentIds {
 }
 
 /** Every stored event of one task, in the order the stream kept them, each once. */
-export async function taskHistory(bus: NatsBus, taskId: string): Promise<TroupeEvent[]> {
-  const events: TroupeEvent[] = [];
-  const feed = await openEventFeed(bus, {
-    taskId,
-    history: {},
-    live: false,
-    invalid: false,
-    onEvent: (event) => events.push(event),
-  });
-  feed.stop();
-  return events;
+export function taskHistory(bus: NatsBus, taskId: string): Promise<TroupeEvent[]> {
+  return readTaskEvents(bus, taskId).catch(explain);
 }

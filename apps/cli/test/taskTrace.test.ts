@@ -1,9 +1,9 @@
+import { buildTaskTrace } from '@troupe/coordinator';
 import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
 import { EventFactory } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { formatTrace } from '../src/format/formatTrace.ts';
-import { buildTaskTrace } from '../src/format/taskTrace.ts';
 
 const start = Date.UTC(2026, 0, 1, 12, 0, 0);
 let now = start;

@@ -40,7 +40,26 @@ export {
   replyToHuman,
 } from './operations/humanRequests.ts';
 export { OperationError, type OperationErrorCode } from './operations/operationError.ts';
-export { cancelTask, readTask, type Submitted, submitToPipeline } from './operations/taskOperations.ts';
+export {
+  cancelTask,
+  readTask,
+  readTaskEvents,
+  type Submitted,
+  submitToPipeline,
+} from './operations/taskOperations.ts';
+export {
+  type ApprovalTrace,
+  buildTaskTrace,
+  type CompactionTrace,
+  type ModelCallTrace,
+  type ModelSpend,
+  type QuestionTrace,
+  type StepTrace,
+  type TaskTrace,
+  type ToolCallTrace,
+  type TraceEntry,
+  type TraceTotals,
+} from './operations/taskTrace.ts';
 export {
   bucketIfAny,
   CLIENT_WAIT,

@@ -1,7 +1,7 @@
+import { buildTaskTrace } from '@troupe/coordinator';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
 import { formatTrace } from '../format/formatTrace.ts';
-import { buildTaskTrace } from '../format/taskTrace.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
 import { workflowsIfAny } from '../workflowRecords.ts';
 

@@ -1,6 +1,6 @@
 import { styleText } from 'node:util';
+import type { StepTrace, TaskTrace, TraceEntry, TraceTotals } from '@troupe/coordinator';
 import { formatDuration } from './duration.ts';
-import type { StepTrace, TaskTrace, TraceEntry, TraceTotals } from './taskTrace.ts';
 
 type Style = Parameters<typeof styleText>[0];
 

@@ -1,5 +1,11 @@
-import { ControlReceipt, ControlRefusal, subjects, type TaskSubmission } from '@troupe/protocol';
-import { type NatsBus, TransportError } from '@troupe/runtime';
+import {
+  ControlReceipt,
+  ControlRefusal,
+  subjects,
+  type TaskSubmission,
+  type TroupeEvent,
+} from '@troupe/protocol';
+import { type NatsBus, readEventHistory, TransportError } from '@troupe/runtime';
 import { PipelineRegistry } from '../intake/pipelineRegistry.ts';
 import { submitTask } from '../intake/taskQueue.ts';
 import type { WorkflowRecord } from '../workflow/workflowRecord.ts';
@@ -85,4 +91,36 @@ export async function cancelTask(bus: NatsBus, taskId: string, reason?: string):
     }
     throw new OperationError('unavailable', (error as Error).message, { cause: error });
   }
+}
+
+/**
+ * Every event of a task the `EVENTS` stream keeps, in the order it kept them, each once (an event republished
+ * beyond the stream's duplicate window is stored twice).
+ */
+export async function readTaskEvents(bus: NatsBus, taskId: string): Promise<TroupeEvent[]> {
+  const events: TroupeEvent[] = [];
+  const seen = new Set<string>();
+  try {
+    for await (const stored of readEventHistory(bus, {
+      subject: subjects.taskEvents(taskId),
+      wait: CLIENT_WAIT,
+    })) {
+      if (stored.type !== 'event' || seen.has(stored.event.id)) continue;
+      seen.add(stored.event.id);
+      events.push(stored.event);
+    }
+  } catch (error) {
+    if (TransportError.is(error, 'stream_missing')) {
+      throw new OperationError(
+        'no_coordinator',
+        `no Troupe coordinator has run on this server yet (${error.message})`,
+        {
+          cause: error,
+        },
+      );
+    }
+    if (TransportError.is(error)) throw new OperationError('unavailable', error.message, { cause: error });
+    throw error;
+  }
+  return events;
 }
