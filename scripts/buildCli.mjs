@@ -11,7 +11,14 @@ import { join } from 'node:path';
 import { build } from 'esbuild';
 
 const root = join(import.meta.dirname, '..');
-const workspaces = ['packages/protocol', 'packages/llm', 'packages/runtime', 'apps/coordinator', 'apps/cli'];
+const workspaces = [
+  'packages/protocol',
+  'packages/llm',
+  'packages/runtime',
+  'apps/coordinator',
+  'apps/gateway',
+  'apps/cli',
+];
 const external = new Set();
 for (const dir of workspaces) {
   const manifest = JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8'));

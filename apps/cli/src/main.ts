@@ -14,6 +14,7 @@ const commands = {
   demo: () => import('./commands/demo.ts'),
   init: () => import('./commands/init.ts'),
   logs: () => import('./commands/logs.ts'),
+  gateway: () => import('./commands/gateway.ts'),
   replay: () => import('./commands/replay.ts'),
   runs: () => import('./commands/runs.ts'),
   submit: () => import('./commands/submit.ts'),
@@ -23,6 +24,8 @@ const commands = {
   validate: () => import('./commands/validate.ts'),
   worker: () => import('./commands/worker.ts'),
 };
+
+const collect = (value: string, all: string[]): string[] => [...all, value];
 
 const positive = (value: string): number => {
   const n = Number(value);
@@ -157,6 +160,18 @@ program
       .env('TROUPE_LOG_LEVEL')
       .default('info'),
   )
+  .option(
+    '--gateway <[host:]port>',
+    'also serve the HTTP/SSE gateway and dashboard (host 127.0.0.1 unless given; see troupe gateway)',
+  )
+  .option('--gateway-tokens <file>', 'the gateway’s tokens file (troupe token writes one)')
+  .option('--gateway-no-auth', 'serve the gateway without tokens (on 127.0.0.1 only)', false)
+  .option(
+    '--cors-origin <origin>',
+    'an origin browser pages may call the gateway from (repeatable; * for any)',
+    collect,
+    [],
+  )
   .option('--json', 'JSON logs even on a terminal', false)
   .action(run(async (files: string[], options) => (await commands.up()).up(files, options)));
 
@@ -181,6 +196,46 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (files: string[], options) => (await commands.worker()).worker(files, options)));
+
+program
+  .command('gateway')
+  .description(
+    'serve Troupe over HTTP: tasks, their events as SSE or AG-UI, approvals; stateless, run as many as you like',
+  )
+  .option(
+    '--listen <[host:]port>',
+    'where to listen (host 127.0.0.1 unless given, e.g. 0.0.0.0:8080)',
+    '8080',
+  )
+  .option(
+    '--tokens <file>',
+    'bearer tokens and their scopes (troupe token writes them); also $TROUPE_GATEWAY_TOKEN',
+  )
+  .option('--no-auth', 'accept requests without a token (127.0.0.1 only)')
+  .option(
+    '--cors-origin <origin>',
+    'an origin browser pages may call from (repeatable; * for any)',
+    collect,
+    [],
+  )
+  .addOption(
+    new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
+      .env('TROUPE_LOG_LEVEL')
+      .default('info'),
+  )
+  .option('--json', 'JSON logs even on a terminal', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (options) => (await commands.gateway()).gateway(options)));
+
+program
+  .command('token')
+  .description('make a gateway token: its hash goes to the tokens file, the token is printed once')
+  .argument('<name>', 'who holds it (recorded as who decided an approval)')
+  .option('--scope <scope>', 'read, submit, approve or admin (repeatable; default read)', collect, [])
+  .option('--pipeline <name>', 'limit it to this pipeline (repeatable; default every one)', collect, [])
+  .option('--file <file>', 'the tokens file', 'troupe-tokens.yaml')
+  .action(run(async (name: string, options) => (await commands.gateway()).token(name, options)));
 
 program
   .command('submit')

@@ -14,6 +14,7 @@ import {
   TransportError,
   type TroupeMetrics,
 } from '@troupe/runtime';
+import { type Gateway, serveGateway } from '../gatewayOption.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
@@ -43,6 +44,11 @@ export interface UpOptions {
   metrics?: string;
   logLevel: string;
   allowMcpCommands?: boolean;
+  /** `[host:]port` of the gateway, when one is served beside the coordinator. */
+  gateway?: string;
+  gatewayTokens?: string;
+  gatewayNoAuth?: boolean;
+  corsOrigin?: string[];
   json: boolean;
 }
 
@@ -58,17 +64,37 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   const served = await startMetrics(options.metrics, logger);
   const starting = start(files, { ...options, home }, natsUrl, logger, served?.metrics);
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
+  let gateway: Gateway | undefined;
   const stopped = untilStopped(async () => {
+    await gateway?.close();
     await (await starting).stop();
     await served?.server.close();
     await tracing?.shutdown();
   }, 'stopping: running tasks are handed back to NATS and resume on the next start');
   const service = await starting;
+  if (options.gateway !== undefined) {
+    try {
+      gateway = await serveGateway(
+        service.bus,
+        {
+          listen: options.gateway,
+          ...(options.gatewayTokens === undefined ? {} : { tokens: options.gatewayTokens }),
+          auth: !options.gatewayNoAuth,
+          corsOrigin: options.corsOrigin ?? [],
+        },
+        logger,
+      );
+    } catch (error) {
+      await service.stop();
+      throw error;
+    }
+  }
   const names = service.pipelines.map((p) => p.config.name);
   process.stderr.write(
     `troupe is up on ${service.url}${service.embedded ? ' (embedded nats-server)' : ''}; pipelines: ${names.join(', ')}\n` +
       `  submit a task:  troupe submit ${names[0]} "your goal"   (or: nats pub troupe.tasks.${names[0]} '{"goal":"…"}')\n` +
-      '  watch the flow: troupe tail\n',
+      '  watch the flow: troupe tail\n' +
+      (gateway ? `  gateway:        ${gateway.url}\n` : ''),
   );
   await stopped;
   return 0;

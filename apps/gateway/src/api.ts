@@ -1,0 +1,155 @@
+import { HumanRequest, Name, TaskId, TaskSubmission, UsageTotals } from '@troupe/protocol';
+import { z } from 'zod';
+
+/**
+ * The gateway's request and response bodies: validated on the way in, and the source of its OpenAPI document.
+ */
+
+export const ErrorBody = z
+  .object({
+    error: z.object({
+      /** Machine-readable: `invalid_request`, `unauthenticated`, `forbidden`, `not_found`, `conflict`, … */
+      code: z.string(),
+      message: z.string(),
+      /** For `invalid_request`: each problem, with where it is. */
+      issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+    }),
+  })
+  .meta({ id: 'Error' });
+
+export const PipelineParams = z.object({ name: Name });
+export const TaskParams = z.object({ id: TaskId });
+export const RequestParams = z.object({ id: z.string().min(1).max(200) });
+
+/** A task to submit: its goal, and optionally input, metadata and an id of the client's choosing. */
+export const SubmitBody = TaskSubmission.meta({ id: 'SubmitTask' });
+
+export const SubmitQuery = z.object({
+  /** Wait up to this many seconds for the task to end, and answer with its result when it does. */
+  wait: z.coerce.number().min(0).max(300).optional(),
+});
+
+export const TaskStatus = z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']);
+
+/** Where a task stands, from its record; with its result once it has ended. */
+export const TaskView = z
+  .object({
+    taskId: TaskId,
+    pipeline: Name,
+    goal: z.string(),
+    status: TaskStatus,
+    /** The workflow's state: the step it is at, or how it ended. */
+    state: z.string().optional(),
+    round: z.number().int().optional(),
+    usage: UsageTotals.optional(),
+    createdAt: z.string().optional(),
+    updatedAt: z.string().optional(),
+    /** What its current step is doing (an agent working, waiting on its model, on a person, or on a worker). */
+    activity: z.record(z.string(), z.unknown()).optional(),
+    /** The final output of a completed task. */
+    output: z.unknown().optional(),
+    /** Why a failed task failed. */
+    failure: z.object({ reason: z.string(), message: z.string() }).optional(),
+    /** Each agent step, from the task's events (`?steps=true` on a single task). */
+    steps: z
+      .array(
+        z.object({
+          stepId: z.string(),
+          step: z.string(),
+          agent: z.string(),
+          round: z.number(),
+          ok: z.boolean().optional(),
+          verdict: z.string().optional(),
+          error: z.string().optional(),
+          durationMs: z.number().optional(),
+          usage: UsageTotals.optional(),
+        }),
+      )
+      .optional(),
+    /** The second submit of a known id: nothing was run again. */
+    duplicate: z.boolean().optional(),
+    links: z.object({ self: z.string(), events: z.string() }),
+  })
+  .meta({ id: 'Task' });
+export type TaskView = z.infer<typeof TaskView>;
+
+export const TaskListQuery = z.object({
+  pipeline: Name.optional(),
+  status: z.enum(['running', 'completed', 'failed', 'cancelled']).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  /** Where the previous page ended (its `next`). */
+  cursor: z.string().max(200).optional(),
+});
+
+export const TaskList = z
+  .object({
+    tasks: z.array(TaskView),
+    /** The cursor of the next page; absent on the last. */
+    next: z.string().optional(),
+  })
+  .meta({ id: 'TaskList' });
+
+export const TaskQuery = z.object({
+  /** Include each step, read from the task's events. */
+  steps: z
+    .enum(['true', 'false'])
+    .transform((v) => v === 'true')
+    .optional(),
+});
+
+export const CancelBody = z.object({ reason: z.string().max(2_000).optional() }).default({});
+
+export const CancelResult = z.object({ taskId: TaskId, status: z.literal('cancelled') });
+
+export const EventsQuery = z.object({
+  /** `troupe` (default): Troupe's own events. `ag-ui`: the same flow as AG-UI events. */
+  format: z.enum(['troupe', 'ag-ui']).default('troupe'),
+  /** Resume after this stream sequence (what `Last-Event-ID` says, for clients that cannot set headers). */
+  after: z.coerce.number().int().nonnegative().optional(),
+});
+
+export const ApprovalsQuery = z.object({
+  /** Every request, decided ones included; only pending ones by default. */
+  all: z
+    .enum(['true', 'false'])
+    .transform((v) => v === 'true')
+    .optional(),
+  taskId: TaskId.optional(),
+});
+
+export const ApprovalList = z.object({ requests: z.array(HumanRequest) }).meta({ id: 'HumanRequestList' });
+
+/** A decision on an approval, or an answer to a question. */
+export const DecisionBody = z
+  .union([
+    z.strictObject({
+      decision: z.enum(['allow', 'deny']),
+      /** Required to deny: the agent is told why. */
+      reason: z.string().min(1).max(10_000).optional(),
+      /** Who decided, recorded beside the token's name. */
+      by: z.string().min(1).max(100).optional(),
+    }),
+    z.strictObject({ answer: z.string().min(1).max(100_000), by: z.string().min(1).max(100).optional() }),
+  ])
+  .meta({ id: 'Decision' });
+
+export const DecisionResult = z
+  .object({
+    id: z.string(),
+    taskId: TaskId,
+    agent: z.string(),
+    /** `allow`, `deny` or `answered` when the waiting step got it; else the status recorded for it to find. */
+    outcome: z.string(),
+    /** False when nothing waited on the request right now: the reply was recorded, applied when the task resumes. */
+    delivered: z.boolean(),
+    by: z.string(),
+  })
+  .meta({ id: 'DecisionResult' });
+
+export const Health = z.object({
+  ok: z.boolean(),
+  nats: z.enum(['connected', 'reconnecting', 'closed']),
+  jetstream: z.enum(['ok', 'unreachable']).optional(),
+  streams: z.enum(['ok', 'missing']).optional(),
+  message: z.string().optional(),
+});

@@ -1,0 +1,157 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { formatIssues, Name } from '@troupe/protocol';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+/**
+ * Who may do what through the gateway. Each bearer token has a name, scopes and optionally the pipelines it is
+ * limited to. Tokens are kept as SHA-256 hashes (a tokens file holds no token); a request's token is hashed and
+ * compared in constant time.
+ *
+ * - `read`: tasks, their events and traces, pending approvals;
+ * - `submit`: `read`, and submitting, cancelling, sessions;
+ * - `approve`: `read`, and deciding approvals and answering questions;
+ * - `admin`: everything, on every pipeline.
+ */
+export const Scope = z.enum(['read', 'submit', 'approve', 'admin']);
+export type Scope = z.infer<typeof Scope>;
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+export const TokenEntry = z.strictObject({
+  /** Who holds it: recorded as who decided an approval, and in every refusal's log line. */
+  name: z.string().regex(/^[A-Za-z0-9_.@-]{1,64}$/, 'a name of letters, digits, _ . @ -, at most 64'),
+  /** The token's SHA-256, hex (`troupe gateway token` writes it). */
+  sha256: z.string().regex(SHA256_HEX, 'the token’s SHA-256 as 64 lowercase hex digits'),
+  scopes: z.array(Scope).min(1),
+  /** The pipelines it may touch; every one when absent. */
+  pipelines: z.array(Name).min(1).optional(),
+});
+export type TokenEntry = z.infer<typeof TokenEntry>;
+
+export const TokensFile = z.strictObject({ tokens: z.array(TokenEntry) });
+
+/** Who made a request, as their token says. */
+export interface Principal {
+  name: string;
+  scopes: readonly Scope[];
+  pipelines?: readonly string[];
+}
+
+/** Why a request was refused: 401 (no or unknown token) or 403 (the token may not), with the reason. */
+export class AuthRefusal extends Error {
+  readonly status: 401 | 403;
+  readonly code: 'unauthenticated' | 'forbidden';
+
+  constructor(status: 401 | 403, message: string) {
+    super(message);
+    this.name = 'AuthRefusal';
+    this.status = status;
+    this.code = status === 401 ? 'unauthenticated' : 'forbidden';
+  }
+}
+
+export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
+
+/** A new random token, for `troupe gateway token`: 32 random bytes, base64url, prefixed so it is recognisable. */
+export const newToken = (): string => `trp_${randomBytes(32).toString('base64url')}`;
+
+export class TokenStore {
+  readonly #entries: { entry: TokenEntry; hash: Buffer }[];
+
+  constructor(entries: readonly TokenEntry[]) {
+    const names = new Set<string>();
+    for (const entry of entries) {
+      if (names.has(entry.name)) throw new Error(`two tokens are named ${entry.name}`);
+      names.add(entry.name);
+    }
+    this.#entries = entries.map((entry) => ({ entry, hash: Buffer.from(entry.sha256, 'hex') }));
+  }
+
+  get size(): number {
+    return this.#entries.length;
+  }
+
+  /**
+   * Tokens from a file (YAML or JSON: `tokens: [{ name, sha256, scopes, pipelines? }]`) and from the environment:
+   * `TROUPE_GATEWAY_TOKEN` is an admin token named `env` (hashed as it is read; the variable holds the token itself).
+   */
+  static async load(file: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<TokenStore> {
+    const entries: TokenEntry[] = [];
+    if (file !== undefined) entries.push(...(await readTokensFile(file)));
+    const fromEnv = env.TROUPE_GATEWAY_TOKEN;
+    if (fromEnv) {
+      if (fromEnv.length < 16)
+        throw new Error('TROUPE_GATEWAY_TOKEN is shorter than 16 characters: too easy to guess');
+      entries.push({ name: 'env', sha256: hashToken(fromEnv), scopes: ['admin'] });
+    }
+    return new TokenStore(entries);
+  }
+
+  /** The principal of an `Authorization: Bearer <token>` header; refuses a missing, malformed or unknown one. */
+  authenticate(header: string | undefined): Principal {
+    if (!header) throw new AuthRefusal(401, 'no bearer token: send Authorization: Bearer <token>');
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (!match?.[1]) throw new AuthRefusal(401, 'the Authorization header is not "Bearer <token>"');
+    const hash = Buffer.from(hashToken(match[1]), 'hex');
+    // Every entry is compared, so the time taken says nothing about which one matched.
+    let found: TokenEntry | undefined;
+    for (const { entry, hash: known } of this.#entries) if (timingSafeEqual(hash, known)) found = entry;
+    if (!found) throw new AuthRefusal(401, 'unknown token');
+    return {
+      name: found.name,
+      scopes: found.scopes,
+      ...(found.pipelines ? { pipelines: found.pipelines } : {}),
+    };
+  }
+}
+
+/** What a scope lets a token do, beyond itself. */
+const GRANTS: Record<Scope, readonly Scope[]> = {
+  read: ['read'],
+  submit: ['read', 'submit'],
+  approve: ['read', 'approve'],
+  admin: ['read', 'submit', 'approve', 'admin'],
+};
+
+/** Refuses (403) a principal without `scope`, or limited to other pipelines than `pipeline`. */
+export function authorize(principal: Principal, scope: Scope, pipeline?: string): void {
+  if (!principal.scopes.some((s) => GRANTS[s].includes(scope))) {
+    throw new AuthRefusal(
+      403,
+      `token ${principal.name} lacks the ${scope} scope (it has ${principal.scopes.join(', ')})`,
+    );
+  }
+  if (pipeline !== undefined && !mayTouch(principal, pipeline)) {
+    throw new AuthRefusal(
+      403,
+      `token ${principal.name} may not touch pipeline ${pipeline} (only ${principal.pipelines?.join(', ')})`,
+    );
+  }
+}
+
+/** Whether the principal's pipelines include this one (every one when it has no list). */
+export const mayTouch = (principal: Principal, pipeline: string): boolean =>
+  principal.pipelines === undefined || principal.pipelines.includes(pipeline);
+
+async function readTokensFile(file: string): Promise<TokenEntry[]> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (error) {
+    throw new Error(`cannot read the tokens file ${file}: ${(error as Error).message}`);
+  }
+  let data: unknown;
+  try {
+    data = parseYaml(text);
+  } catch (error) {
+    throw new Error(`${file}: not YAML or JSON: ${(error as Error).message}`);
+  }
+  const parsed = TokensFile.safeParse(data ?? { tokens: [] });
+  if (!parsed.success) {
+    const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'file'}: ${i.message}`);
+    throw new Error(`${file}: ${problems.join('; ')}`);
+  }
+  return parsed.data.tokens;
+}

@@ -1,0 +1,663 @@
+import { createHash, randomBytes } from 'node:crypto';
+import fastifyCors from '@fastify/cors';
+import fastifySwagger from '@fastify/swagger';
+import {
+  buildTaskTrace,
+  cancelTask,
+  listHumanRequests,
+  OperationError,
+  type OperationErrorCode,
+  openWorkflowStore,
+  readTask,
+  readTaskEvents,
+  readValues,
+  replyToHuman,
+  submitToPipeline,
+  type WorkflowRecord,
+} from '@troupe/coordinator';
+import { FINAL_EVENT_KINDS, STREAMS, subjects, type TaskSubmission, TroupeEvent } from '@troupe/protocol';
+import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
+import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import {
+  hasZodFastifySchemaValidationErrors,
+  jsonSchemaTransform,
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { AgUiMapper } from './agui.ts';
+import {
+  ApprovalList,
+  ApprovalsQuery,
+  CancelBody,
+  CancelResult,
+  DecisionBody,
+  DecisionResult,
+  ErrorBody,
+  EventsQuery,
+  Health,
+  PipelineParams,
+  RequestParams,
+  SubmitBody,
+  SubmitQuery,
+  TaskList,
+  TaskListQuery,
+  TaskParams,
+  TaskQuery,
+  TaskView,
+} from './api.ts';
+import { AuthRefusal, authorize, mayTouch, type Principal, type Scope, type TokenStore } from './auth.ts';
+import { SseStream } from './sse.ts';
+import { followTaskEvents } from './taskEvents.ts';
+
+export interface GatewayOptions {
+  bus: NatsBus;
+  logger: Logger;
+  /** Who may call; every `/v1` request needs a token of theirs unless `auth` is `none`. */
+  tokens: TokenStore;
+  /** `none`: no token asked, every request acts as `anonymous` with every scope (local use only). */
+  auth?: 'tokens' | 'none';
+  host?: string;
+  /** 0: any free port. */
+  port: number;
+  /** Origins allowed to call from a browser (CORS); none by default. `*` allows any. */
+  corsOrigins?: readonly string[];
+  /** The longest `?wait=` honoured, in seconds (300). */
+  maxWaitSeconds?: number;
+}
+
+export interface Gateway {
+  /** `http://host:port`. */
+  url: string;
+  /** The OpenAPI document of the routes, generated from their schemas (also served at `/openapi.json`). */
+  openapi(): unknown;
+  close(): Promise<void>;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | undefined;
+  }
+}
+
+const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
+
+const STATUS_OF: Record<OperationErrorCode, number> = {
+  not_found: 404,
+  wrong_kind: 409,
+  conflict: 409,
+  no_coordinator: 503,
+  unavailable: 503,
+};
+
+/**
+ * Starts the gateway: Troupe over HTTP, stateless — every answer comes from NATS (the `TASKS` and `EVENTS` streams,
+ * the `workflows` and `approvals` buckets), so any number of gateways can serve behind a load balancer.
+ */
+export async function startGateway(options: GatewayOptions): Promise<Gateway> {
+  const { bus, logger } = options;
+  const app = Fastify({
+    loggerInstance: logger.child({ component: 'gateway' }),
+    // Each refusal and failure is logged by the gateway itself, with why; every request is not.
+    logController: new LogController({ disableRequestLogging: true }),
+    // Ids of our own, so a log line and an error body can be matched.
+    genReqId: () => randomBytes(6).toString('hex'),
+    bodyLimit: 1_048_576,
+  }).withTypeProvider<ZodTypeProvider>();
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.decorateRequest('principal', undefined);
+
+  await app.register(fastifyCors, {
+    origin: corsOrigin(options.corsOrigins ?? []),
+    exposedHeaders: ['location'],
+    allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id'],
+  });
+  await app.register(fastifySwagger, {
+    openapi: {
+      info: {
+        title: 'Troupe gateway',
+        version: '1',
+        description:
+          'Tasks, their events (SSE, AG-UI), approvals and questions of a Troupe runtime over NATS.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+    // Schemas with an id (`.meta({ id })`) become components, referenced from each route.
+    transformObject: jsonSchemaTransformObject,
+  });
+
+  app.setErrorHandler((error, request, reply) => {
+    if (hasZodFastifySchemaValidationErrors(error)) {
+      const issues = error.validation.map((v) => ({
+        path: `${error.validationContext ?? 'request'}${v.instancePath.replaceAll('/', '.')}`,
+        message: v.message ?? 'invalid',
+      }));
+      return reply.code(400).send({
+        error: {
+          code: 'invalid_request',
+          message: issues.map((i) => `${i.path}: ${i.message}`).join('; '),
+          issues,
+        },
+      });
+    }
+    if (error instanceof AuthRefusal) {
+      request.log.warn(
+        { token: request.principal?.name, method: request.method, url: request.url, reason: error.message },
+        `refused ${request.method} ${request.routeOptions.url ?? request.url}: ${error.message}`,
+      );
+      return reply.code(error.status).send({ error: { code: error.code, message: error.message } });
+    }
+    if (OperationError.is(error)) {
+      return reply.code(STATUS_OF[error.code]).send({ error: { code: error.code, message: error.message } });
+    }
+    const status = (error as { statusCode?: number }).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      return reply.code(status).send({
+        error: {
+          code: (error as { code?: string }).code ?? 'bad_request',
+          message: (error as Error).message,
+        },
+      });
+    }
+    request.log.error({ err: error, url: request.url }, 'request failed');
+    return reply
+      .code(500)
+      .send({ error: { code: 'internal', message: `internal error (request ${request.id})` } });
+  });
+
+  app.setNotFoundHandler((request, reply) =>
+    reply
+      .code(404)
+      .send({ error: { code: 'not_found', message: `no route ${request.method} ${request.url}` } }),
+  );
+
+  // Every /v1 route needs a token; which scope each needs is its own to say.
+  app.addHook('onRequest', async (request) => {
+    if (!request.url.startsWith('/v1/')) return;
+    if (options.auth === 'none') {
+      request.principal = ANONYMOUS;
+      return;
+    }
+    try {
+      request.principal = options.tokens.authenticate(request.headers.authorization);
+    } catch (error) {
+      if (error instanceof AuthRefusal) {
+        request.log.warn(
+          { method: request.method, url: request.url, reason: error.message },
+          `refused ${request.method} ${request.url}: ${error.message}`,
+        );
+      }
+      throw error;
+    }
+  });
+
+  const principal = (request: FastifyRequest): Principal => request.principal ?? ANONYMOUS;
+  const allow = (request: FastifyRequest, scope: Scope, pipeline?: string) =>
+    authorize(principal(request), scope, pipeline);
+  const maxWait = options.maxWaitSeconds ?? 300;
+
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  app.get('/healthz', { schema: { response: { 200: Health, 503: Health } } }, async (_request, reply) => {
+    const health = await checkHealth(bus, false);
+    return reply.code(health.ok ? 200 : 503).send(health);
+  });
+
+  app.get('/readyz', { schema: { response: { 200: Health, 503: Health } } }, async (_request, reply) => {
+    const health = await checkHealth(bus, true);
+    return reply.code(health.ok ? 200 : 503).send(health);
+  });
+
+  app.post(
+    '/v1/pipelines/:name/tasks',
+    {
+      schema: {
+        summary: 'Submit a task',
+        description:
+          'Stores the task for the pipeline. 202 with the task; with `?wait=<seconds>`, 200 with its result if it ' +
+          'ends within the wait. An id (in the body, or derived from the `Idempotency-Key` header and the token) ' +
+          'already submitted runs nothing again: the answer says `duplicate`.',
+        params: PipelineParams,
+        querystring: SubmitQuery,
+        body: SubmitBody,
+        response: {
+          200: TaskView,
+          202: TaskView,
+          400: ErrorBody,
+          401: ErrorBody,
+          403: ErrorBody,
+          404: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const pipeline = request.params.name;
+      allow(request, 'submit', pipeline);
+      const key = request.headers['idempotency-key'];
+      const idempotencyKey = Array.isArray(key) ? key[0] : key;
+      const task: TaskSubmission & { id: string } = {
+        ...request.body,
+        id:
+          request.body.id ??
+          (idempotencyKey ? idFromKey(principal(request).name, idempotencyKey) : newTaskId()),
+      };
+      const wait = Math.min(request.query.wait ?? 0, maxWait);
+      const final = wait > 0 ? finalEventOf(bus, task.id) : undefined;
+      try {
+        const submitted = await submitToPipeline(bus, pipeline, task);
+        const known = submitted.record;
+        const view = (record: WorkflowRecord | undefined, status: TaskView['status']) =>
+          ({
+            ...(record
+              ? viewOf(record)
+              : { taskId: task.id, pipeline, goal: task.goal, status, links: linksOf(task.id) }),
+            ...(submitted.duplicate ? { duplicate: true } : {}),
+          }) satisfies TaskView;
+        reply.header('location', `/v1/tasks/${task.id}`);
+        if (known && known.status !== 'running') return reply.code(200).send(view(known, known.status));
+        if (final) {
+          const event = await final.within(wait * 1_000);
+          if (event) {
+            const record = await readTask(bus, task.id).catch(() => undefined);
+            return reply
+              .code(200)
+              .send(
+                record
+                  ? view(record, record.status)
+                  : { ...view(undefined, 'completed'), ...resultOf(event) },
+              );
+          }
+        }
+        return reply.code(202).send(view(known, known ? 'running' : 'submitted'));
+      } finally {
+        final?.stop();
+      }
+    },
+  );
+
+  app.get(
+    '/v1/tasks/:id',
+    {
+      schema: {
+        summary: 'A task: where it stands, its usage and cost, its result',
+        params: TaskParams,
+        querystring: TaskQuery,
+        response: { 200: TaskView, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (request) => {
+      const record = await readTask(bus, request.params.id);
+      allow(request, 'read', record.pipeline);
+      const view = viewOf(record);
+      if (!request.query.steps) return view;
+      const trace = buildTaskTrace(record.taskId, await readTaskEvents(bus, record.taskId));
+      return {
+        ...view,
+        steps: trace.steps.map((s) => ({
+          stepId: s.stepId,
+          step: s.step,
+          agent: s.agent,
+          round: s.round,
+          ...(s.outcome
+            ? {
+                ok: s.outcome.ok,
+                durationMs: s.outcome.durationMs,
+                usage: s.outcome.usage,
+                ...(s.outcome.verdict ? { verdict: s.outcome.verdict.decision } : {}),
+                ...(s.outcome.error ? { error: s.outcome.error.code } : {}),
+              }
+            : {}),
+        })),
+      };
+    },
+  );
+
+  app.get(
+    '/v1/tasks/:id/trace',
+    {
+      schema: {
+        summary:
+          'A task as a tree: steps, model calls, tool calls, approvals, with totals (as `troupe trace --json`)',
+        params: TaskParams,
+        response: { 200: z.unknown(), 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (request) => {
+      const record = await readTask(bus, request.params.id);
+      allow(request, 'read', record.pipeline);
+      return buildTaskTrace(record.taskId, await readTaskEvents(bus, record.taskId));
+    },
+  );
+
+  app.get(
+    '/v1/tasks',
+    {
+      schema: {
+        summary: 'Tasks, newest first',
+        querystring: TaskListQuery,
+        response: { 200: TaskList, 400: ErrorBody, 401: ErrorBody, 403: ErrorBody },
+      },
+    },
+    async (request) => {
+      const { pipeline, status, limit, cursor } = request.query;
+      allow(request, 'read', pipeline);
+      const who = principal(request);
+      const after = cursor === undefined ? undefined : decodeCursor(cursor);
+      const records = (await readValues(await openWorkflowStore(bus)))
+        .filter(
+          (r) =>
+            (!pipeline || r.pipeline === pipeline) &&
+            (!status || r.status === status) &&
+            mayTouch(who, r.pipeline),
+        )
+        .sort(newestFirst)
+        .filter((r) => after === undefined || newestFirst(r, after) > 0);
+      const page = records.slice(0, limit);
+      const last = page.at(-1);
+      return {
+        tasks: page.map(viewOf),
+        ...(records.length > limit && last ? { next: encodeCursor(last) } : {}),
+      };
+    },
+  );
+
+  app.post(
+    '/v1/tasks/:id/cancel',
+    {
+      schema: {
+        summary: 'Cancel a running task',
+        params: TaskParams,
+        body: CancelBody,
+        response: {
+          200: CancelResult,
+          401: ErrorBody,
+          403: ErrorBody,
+          404: ErrorBody,
+          409: ErrorBody,
+          503: ErrorBody,
+        },
+      },
+    },
+    async (request) => {
+      const record = await readTask(bus, request.params.id);
+      allow(request, 'submit', record.pipeline);
+      const reason = request.body?.reason;
+      await cancelTask(
+        bus,
+        record.taskId,
+        reason ? `${reason} (token ${principal(request).name})` : undefined,
+      );
+      return { taskId: record.taskId, status: 'cancelled' as const };
+    },
+  );
+
+  app.get(
+    '/v1/tasks/:id/events',
+    {
+      schema: {
+        summary: 'The task’s events as Server-Sent Events: history first, then live; resumable',
+        description:
+          'Each SSE id is the event’s sequence in the EVENTS stream: reconnect with `Last-Event-ID` (or `?after=`) ' +
+          'to get what came after it, with nothing lost or repeated. The stream ends after the task’s final event. ' +
+          '`?format=ag-ui` sends the same flow as AG-UI events.',
+        params: TaskParams,
+        querystring: EventsQuery,
+        response: { 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (request, reply) => {
+      const record = await readTask(bus, request.params.id);
+      allow(request, 'read', record.pipeline);
+      const header = request.headers['last-event-id'];
+      const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
+      const after = request.query.after ?? (Number.isSafeInteger(lastId) && lastId >= 0 ? lastId : undefined);
+      const mapper = request.query.format === 'ag-ui' ? new AgUiMapper(record.taskId) : undefined;
+      reply.hijack();
+      const stream = new SseStream(reply.raw, corsHeaders(reply));
+      const stopped = new AbortController();
+      reply.raw.on('close', () => stopped.abort());
+      try {
+        await followTaskEvents(bus, record.taskId, {
+          ...(after === undefined ? {} : { after }),
+          signal: stopped.signal,
+          onEvent: async ({ seq, event }) => {
+            if (!mapper) return stream.send({ id: seq, event: event.kind, data: event });
+            // One Troupe event may be several AG-UI events: only the last carries the id, so a client that
+            // resumes never skips the rest of a group.
+            const mapped = mapper.map(event);
+            for (const [i, agui] of mapped.entries()) {
+              await stream.send({ ...(i === mapped.length - 1 ? { id: seq } : {}), data: agui });
+            }
+          },
+        });
+      } catch (error) {
+        request.log.warn({ err: error, taskId: record.taskId }, 'event stream ended by an error');
+        if (!stream.closed)
+          await stream.send({
+            event: 'error',
+            data: { code: 'unavailable', message: (error as Error).message },
+          });
+      } finally {
+        stream.end();
+      }
+    },
+  );
+
+  app.get(
+    '/v1/approvals',
+    {
+      schema: {
+        summary: 'Approvals and questions waiting for a person (every one with `?all=true`)',
+        querystring: ApprovalsQuery,
+        response: { 200: ApprovalList, 401: ErrorBody, 403: ErrorBody },
+      },
+    },
+    async (request) => {
+      allow(request, 'read');
+      const who = principal(request);
+      const requests = await listHumanRequests(bus, {
+        ...(request.query.all ? { all: true } : {}),
+        ...(request.query.taskId ? { taskId: request.query.taskId } : {}),
+      });
+      return { requests: requests.filter((r) => mayTouch(who, r.pipeline)) };
+    },
+  );
+
+  app.post(
+    '/v1/approvals/:id',
+    {
+      schema: {
+        summary: 'Decide an approval (allow, or deny with a reason) or answer a question',
+        params: RequestParams,
+        body: DecisionBody,
+        response: {
+          200: DecisionResult,
+          400: ErrorBody,
+          401: ErrorBody,
+          403: ErrorBody,
+          404: ErrorBody,
+          409: ErrorBody,
+          503: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const id = request.params.id;
+      const body = request.body;
+      const pending = (await listHumanRequests(bus, { all: true })).find((r) => r.id === id);
+      if (!pending) throw new OperationError('not_found', `no approval or question named ${id}`);
+      allow(request, 'approve', pending.pipeline);
+      const token = principal(request).name;
+      // Who decided, as the token says: a name the caller gives is recorded beside it, never instead of it.
+      const by = body.by ? `${body.by} (token ${token})` : token;
+      if ('decision' in body && body.decision === 'deny' && !body.reason) {
+        return reply.code(400).send({
+          error: { code: 'invalid_request', message: 'a deny needs a reason: the agent is told why' },
+        });
+      }
+      const result = await replyToHuman(
+        bus,
+        id,
+        'decision' in body
+          ? {
+              kind: 'approval',
+              decision: { decision: body.decision, ...(body.reason ? { reason: body.reason } : {}), by },
+            }
+          : { kind: 'question', answer: { answer: body.answer, by } },
+      );
+      return {
+        id,
+        taskId: result.request.taskId,
+        agent: result.request.agent,
+        outcome: result.delivered ? result.outcome : result.status,
+        delivered: result.delivered,
+        by,
+      };
+    },
+  );
+
+  await app.listen({ host: options.host ?? '127.0.0.1', port: options.port });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : options.port;
+  const url = `http://${options.host ?? '127.0.0.1'}:${port}`;
+  logger.info(
+    { url, auth: options.auth ?? 'tokens', tokens: options.tokens.size },
+    `gateway listening on ${url}`,
+  );
+  return { url, openapi: () => app.swagger(), close: () => app.close() };
+}
+
+/** A task's view, from its record: the result once it has ended. */
+function viewOf(record: WorkflowRecord): TaskView {
+  return {
+    taskId: record.taskId,
+    pipeline: record.pipeline,
+    goal: record.goal,
+    status: record.status,
+    state: record.state,
+    round: record.round,
+    usage: record.usage,
+    createdAt: record.createdAt,
+    updatedAt: record.updatedAt,
+    ...(record.activity && record.status === 'running' ? { activity: record.activity } : {}),
+    ...(record.final ? resultOf(record.final) : {}),
+    links: linksOf(record.taskId),
+  };
+}
+
+function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'failure' | 'status'> {
+  if (final.kind === 'task.completed') return { status: 'completed', output: final.data.output };
+  if (final.kind === 'task.failed')
+    return { status: 'failed', failure: { reason: final.data.reason, message: final.data.message } };
+  return { status: 'cancelled' };
+}
+
+const linksOf = (taskId: string) => ({ self: `/v1/tasks/${taskId}`, events: `/v1/tasks/${taskId}/events` });
+
+/** A fresh task id: time-ordered, subject-safe (as `troupe submit` makes them). */
+const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
+
+/**
+ * The task id of an `Idempotency-Key`: the same key from the same token is the same task, whatever it holds
+ * (a key may have any characters; a task id may not).
+ */
+const idFromKey = (token: string, key: string): string =>
+  `k-${createHash('sha256').update(`${token}\n${key}`).digest('base64url').slice(0, 32)}`;
+
+/** Newest first, then by id: a total order, so a page ends at a definite place. */
+function newestFirst(
+  a: Pick<WorkflowRecord, 'createdAt' | 'taskId'>,
+  b: Pick<WorkflowRecord, 'createdAt' | 'taskId'>,
+) {
+  return b.createdAt.localeCompare(a.createdAt) || a.taskId.localeCompare(b.taskId);
+}
+
+const encodeCursor = (r: WorkflowRecord): string =>
+  Buffer.from(JSON.stringify([r.createdAt, r.taskId])).toString('base64url');
+
+function decodeCursor(cursor: string): Pick<WorkflowRecord, 'createdAt' | 'taskId'> {
+  try {
+    const [createdAt, taskId] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
+    if (typeof createdAt === 'string' && typeof taskId === 'string') return { createdAt, taskId };
+  } catch {
+    // Reported below.
+  }
+  throw Object.assign(new Error('cursor: not one this gateway gave'), {
+    statusCode: 400,
+    code: 'invalid_request',
+  });
+}
+
+/** Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed. */
+function finalEventOf(bus: NatsBus, taskId: string) {
+  let resolve: (event: TroupeEvent | undefined) => void = () => {};
+  const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
+  const subscription = bus.subscribe(
+    subjects.taskEvents(taskId),
+    TroupeEvent,
+    (delivery) => {
+      if (FINAL_EVENT_KINDS.includes(delivery.value.kind)) resolve(delivery.value);
+    },
+    { reporter: 'gateway:wait' },
+  );
+  return {
+    within: async (ms: number): Promise<TroupeEvent | undefined> => {
+      const timer = setTimeout(() => resolve(undefined), ms);
+      try {
+        return await arrived;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    stop: () => subscription.unsubscribe(),
+  };
+}
+
+async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {
+  const connection = bus.connection;
+  if (connection.isClosed()) return { ok: false, nats: 'closed', message: 'the NATS connection is closed' };
+  const nats = (connection as { isReconnecting?: () => boolean }).isReconnecting?.()
+    ? 'reconnecting'
+    : 'connected';
+  try {
+    const jsm = await jetstreamManagerOf(bus);
+    await jsm.getAccountInfo();
+    if (!ready) return { ok: nats === 'connected', nats, jetstream: 'ok' };
+    try {
+      await jsm.streams.info(STREAMS.events);
+      await jsm.streams.info(STREAMS.tasks);
+      return { ok: nats === 'connected', nats, jetstream: 'ok', streams: 'ok' };
+    } catch (error) {
+      return {
+        ok: false,
+        nats,
+        jetstream: 'ok',
+        streams: 'missing',
+        message: `no Troupe coordinator has made its streams on this server (${(error as Error).message})`,
+      };
+    }
+  } catch (error) {
+    return { ok: false, nats, jetstream: 'unreachable', message: (error as Error).message };
+  }
+}
+
+type HealthBody = z.infer<typeof Health>;
+
+function corsOrigin(origins: readonly string[]): boolean | string[] {
+  if (origins.includes('*')) return true;
+  return origins.length === 0 ? false : [...origins];
+}
+
+/** The CORS headers @fastify/cors set on the reply, for a response written past Fastify (SSE). */
+function corsHeaders(reply: FastifyReply): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (name.startsWith('access-control-') && value !== undefined) headers[name] = String(value);
+  }
+  return headers;
+}

@@ -1,0 +1,66 @@
+import { JetStreamApiCodes } from '@nats-io/jetstream';
+import { FINAL_EVENT_KINDS, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime';
+
+/** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
+export interface SequencedEvent {
+  seq: number;
+  event: TroupeEvent;
+}
+
+export interface FollowOptions {
+  /** Deliver events stored after this stream sequence (a client's `Last-Event-ID`); from the first by default. */
+  after?: number;
+  /** Ends the following: the consumer is removed from the server. */
+  signal: AbortSignal;
+  onEvent(event: SequencedEvent): void | Promise<void>;
+}
+
+/**
+ * Follows one task's events in the `EVENTS` stream, in stream order: those stored so far, then each one as it is
+ * stored, through one ordered consumer — so history and live are one sequence with no gap and no repeat between
+ * them, and a client that resumes after sequence N gets exactly what came after N. Ends after the task's final
+ * event, or when `signal` aborts. An event stored twice (republished beyond the stream's duplicate window) is
+ * delivered once. Fails with `stream_missing` when no coordinator made the stream.
+ */
+export async function followTaskEvents(bus: NatsBus, taskId: string, options: FollowOptions): Promise<void> {
+  const js = jetstreamOf(bus);
+  let consumer: Awaited<ReturnType<typeof js.consumers.get>>;
+  try {
+    consumer = await js.consumers.get(STREAMS.events, {
+      filter_subjects: subjects.taskEvents(taskId),
+      ...(options.after === undefined ? {} : { opt_start_seq: options.after + 1 }),
+    });
+  } catch (cause) {
+    if (
+      (cause as { api_error?: { err_code?: number } }).api_error?.err_code ===
+      JetStreamApiCodes.StreamNotFound
+    ) {
+      throw new TransportError(
+        'stream_missing',
+        `the stream ${STREAMS.events} does not exist on this NATS server`,
+        {
+          cause,
+        },
+      );
+    }
+    throw cause;
+  }
+  const messages = await consumer.consume();
+  const stop = () => messages.stop();
+  options.signal.addEventListener('abort', stop, { once: true });
+  const seen = new Set<string>();
+  try {
+    for await (const msg of messages) {
+      const parsed = parseMessage(TroupeEvent, msg.data);
+      if (!parsed.ok || seen.has(parsed.value.id)) continue;
+      seen.add(parsed.value.id);
+      await options.onEvent({ seq: msg.seq, event: parsed.value });
+      if (FINAL_EVENT_KINDS.includes(parsed.value.kind)) return;
+    }
+  } finally {
+    options.signal.removeEventListener('abort', stop);
+    messages.stop();
+    await consumer.delete().catch(() => undefined);
+  }
+}

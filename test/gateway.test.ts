@@ -1,0 +1,362 @@
+import { EventSchemas } from '@ag-ui/core/schemas';
+import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import { TroupeEvent } from '@troupe/protocol';
+import { createLogger } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  examplePath,
+  fixturePath,
+  type Harness,
+  kinds,
+  ofKind,
+  startHarness,
+  waitUntil,
+} from './support/harness.ts';
+import { readSse, type SseMessage } from './support/sse.ts';
+
+const TOKENS = {
+  admin: 'admin-token-0123456789abcdef',
+  reader: 'reader-token-0123456789abcdef',
+  demoOnly: 'demo-submit-token-0123456789ab',
+  approver: 'approver-token-0123456789abcd',
+};
+
+describe('the gateway: Troupe over HTTP', () => {
+  let h: Harness;
+  let gateway: Gateway;
+  const logLines: string[] = [];
+
+  beforeAll(async () => {
+    h = await startHarness([
+      examplePath('demo.yaml'),
+      fixturePath('gated.yaml'),
+      fixturePath('slowpoke.yaml'),
+    ]);
+    const tokens = new TokenStore([
+      { name: 'ops', sha256: hashToken(TOKENS.admin), scopes: ['admin'] },
+      { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
+      { name: 'ci', sha256: hashToken(TOKENS.demoOnly), scopes: ['submit'], pipelines: ['demo'] },
+      { name: 'ana', sha256: hashToken(TOKENS.approver), scopes: ['approve'] },
+    ]);
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({
+        level: 'info',
+        destination: { write: (line: string) => void logLines.push(line) },
+      }),
+      tokens,
+      port: 0,
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await h?.stop();
+  });
+
+  const call = async (
+    method: string,
+    path: string,
+    options: { token?: keyof typeof TOKENS | null; body?: unknown; headers?: Record<string, string> } = {},
+  ) => {
+    const token = options.token === undefined ? 'admin' : options.token;
+    const response = await fetch(`${gateway.url}${path}`, {
+      method,
+      headers: {
+        ...(token ? { authorization: `Bearer ${TOKENS[token]}` } : {}),
+        ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...options.headers,
+      },
+      ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
+    });
+    const text = await response.text();
+    return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+  };
+  const events = (taskId: string, query = '', headers: Record<string, string> = {}, stopAfter?: number) =>
+    readSse(`${gateway.url}/v1/tasks/${taskId}/events${query}`, {
+      headers: { authorization: `Bearer ${TOKENS.admin}`, ...headers },
+      ...(stopAfter === undefined ? {} : { stopAfter }),
+    });
+  const eventOf = (message: SseMessage) => TroupeEvent.parse(JSON.parse(message.data));
+
+  it('refuses a request without a token, with an unknown one, or beyond its scope and pipelines, saying why', async () => {
+    const none = await call('GET', '/v1/tasks', { token: null });
+    expect(none).toMatchObject({ status: 401, body: { error: { code: 'unauthenticated' } } });
+    const unknown = await call('GET', '/v1/tasks', {
+      headers: { authorization: 'Bearer not-a-known-token' },
+      token: null,
+    });
+    expect(unknown).toMatchObject({
+      status: 401,
+      body: { error: { code: 'unauthenticated', message: 'unknown token' } },
+    });
+    const reader = await call('POST', '/v1/pipelines/demo/tasks', { token: 'reader', body: { goal: 'x' } });
+    expect(reader.status).toBe(403);
+    expect(reader.body.error).toMatchObject({ code: 'forbidden' });
+    expect(reader.body.error.message).toContain('token watcher lacks the submit scope');
+    const elsewhere = await call('POST', '/v1/pipelines/gated/tasks', {
+      token: 'demoOnly',
+      body: { goal: 'x' },
+    });
+    expect(elsewhere.status).toBe(403);
+    expect(elsewhere.body.error.message).toContain('may not touch pipeline gated');
+    // Each refusal is a log line naming why.
+    expect(logLines.some((l) => l.includes('token watcher lacks the submit scope'))).toBe(true);
+    expect(logLines.some((l) => l.includes('unknown token'))).toBe(true);
+  });
+
+  it('rejects a malformed task with a 400 naming the field, and an unknown pipeline with a 404', async () => {
+    const empty = await call('POST', '/v1/pipelines/demo/tasks', { body: { goal: '' } });
+    expect(empty.status).toBe(400);
+    expect(empty.body.error.code).toBe('invalid_request');
+    expect(empty.body.error.issues).toEqual([expect.objectContaining({ path: 'body.goal' })]);
+    const extra = await call('POST', '/v1/pipelines/demo/tasks', { body: { goal: 'x', colour: 'red' } });
+    expect(extra.status).toBe(400);
+    const unknown = await call('POST', '/v1/pipelines/nope/tasks', { body: { goal: 'x' } });
+    expect(unknown).toMatchObject({ status: 404, body: { error: { code: 'not_found' } } });
+    expect(unknown.body.error.message).toContain('no coordinator has loaded a pipeline named "nope"');
+  });
+
+  it('takes a goal and answers with the result in one call, with the reviewer’s reject and rework in its steps', async () => {
+    const done = await call('POST', '/v1/pipelines/demo/tasks?wait=60', {
+      body: { goal: 'Write a short hello note', id: 'gw-wait-1' },
+    });
+    expect(done.status).toBe(200);
+    expect(done.headers.get('location')).toBe('/v1/tasks/gw-wait-1');
+    expect(done.body).toMatchObject({ taskId: 'gw-wait-1', pipeline: 'demo', status: 'completed', round: 2 });
+    expect(done.body.output).toBeTruthy();
+    expect(done.body.usage.modelCalls).toBeGreaterThan(0);
+
+    const task = await call('GET', '/v1/tasks/gw-wait-1?steps=true', { token: 'reader' });
+    expect(task.status).toBe(200);
+    expect(task.body.steps.map((s: { step: string; verdict?: string }) => [s.step, s.verdict])).toEqual([
+      ['plan', undefined],
+      ['execute', undefined],
+      ['review', 'reject'],
+      ['execute', undefined],
+      ['review', 'approve'],
+    ]);
+    // The same id again runs nothing, and says so.
+    const again = await call('POST', '/v1/pipelines/demo/tasks', {
+      body: { goal: 'Write it again', id: 'gw-wait-1' },
+    });
+    expect(again).toMatchObject({
+      status: 200,
+      body: { taskId: 'gw-wait-1', duplicate: true, status: 'completed' },
+    });
+  });
+
+  it('makes one task of one Idempotency-Key, and answers 202 at once without a wait', async () => {
+    const headers = { 'idempotency-key': 'order #42 / retry-safe' };
+    const first = await call('POST', '/v1/pipelines/demo/tasks', {
+      token: 'demoOnly',
+      body: { goal: 'hello' },
+      headers,
+    });
+    expect(first.status).toBe(202);
+    expect(first.body.status).toBe('submitted');
+    const second = await call('POST', '/v1/pipelines/demo/tasks', {
+      token: 'demoOnly',
+      body: { goal: 'hello' },
+      headers,
+    });
+    expect(second.body).toMatchObject({ taskId: first.body.taskId, duplicate: true });
+    await h.finalOf(first.body.taskId);
+    expect(ofKind(h.events, 'task.accepted').filter((e) => e.taskId === first.body.taskId)).toHaveLength(1);
+  });
+
+  it('lists tasks newest first, filtered, a page at a time', async () => {
+    for (const id of ['gw-list-1', 'gw-list-2', 'gw-list-3']) {
+      await call('POST', '/v1/pipelines/demo/tasks?wait=60', { body: { goal: 'list me', id } });
+    }
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await call(
+        'GET',
+        `/v1/tasks?pipeline=demo&status=completed&limit=2${cursor ? `&cursor=${cursor}` : ''}`,
+        { token: 'reader' },
+      );
+      expect(page.status).toBe(200);
+      expect(page.body.tasks.length).toBeLessThanOrEqual(2);
+      seen.push(...page.body.tasks.map((t: { taskId: string }) => t.taskId));
+      cursor = page.body.next;
+    } while (cursor);
+    expect(new Set(seen).size).toBe(seen.length);
+    expect(seen.indexOf('gw-list-3')).toBeLessThan(seen.indexOf('gw-list-1'));
+    expect(seen).toEqual(expect.arrayContaining(['gw-list-1', 'gw-list-2', 'gw-list-3', 'gw-wait-1']));
+    // A token limited to other pipelines sees none of theirs.
+    const gatedOnly = await call('GET', '/v1/tasks?pipeline=gated', { token: 'demoOnly' });
+    expect(gatedOnly.status).toBe(403);
+    expect((await call('GET', '/v1/tasks?cursor=garbage')).status).toBe(400);
+  });
+
+  it('streams a task’s events, history then live, and a client that drops resumes with no loss or repeat', async () => {
+    const submitted = await call('POST', '/v1/pipelines/demo/tasks', {
+      body: { goal: 'stream me', id: 'gw-sse-1' },
+    });
+    expect(submitted.status).toBe(202);
+    // A client that connects at once and drops after 5 messages…
+    const cut = await events('gw-sse-1', '', {}, 5);
+    expect(cut.ended).toBe(false);
+    expect(cut.messages).toHaveLength(5);
+    const lastId = cut.messages.at(-1)?.id ?? '';
+    // …reconnects with Last-Event-ID, as EventSource does, and gets the rest.
+    const rest = await events('gw-sse-1', '', { 'last-event-id': lastId });
+    expect(rest.ended).toBe(true);
+    const whole = await events('gw-sse-1');
+    const ids = (messages: SseMessage[]) => messages.map((m) => Number(m.id));
+    expect([...ids(cut.messages), ...ids(rest.messages)]).toEqual(ids(whole.messages));
+    expect(ids(whole.messages)).toEqual([...ids(whole.messages)].sort((a, b) => a - b));
+    const kindsSeen = whole.messages.map((m) => eventOf(m).kind);
+    expect(kindsSeen[0]).toBe('task.accepted');
+    expect(kindsSeen.at(-1)).toBe('task.completed');
+    expect(whole.messages.map((m) => m.event)).toEqual(kindsSeen);
+    // The same through ?after= for clients that cannot set headers.
+    const after = await events('gw-sse-1', `?after=${lastId}`);
+    expect(ids(after.messages)).toEqual(ids(rest.messages));
+    // Everything the harness saw published, each once.
+    expect(new Set(whole.messages.map((m) => eventOf(m).id))).toEqual(
+      new Set(h.eventsOf('gw-sse-1').map((e) => e.id)),
+    );
+  });
+
+  it('streams the flow as AG-UI events that the official schemas accept', async () => {
+    await call('POST', '/v1/pipelines/demo/tasks?wait=60', { body: { goal: 'agui', id: 'gw-agui-1' } });
+    const read = await events('gw-agui-1', '?format=ag-ui');
+    expect(read.ended).toBe(true);
+    const agui = read.messages.map((m) => EventSchemas.parse(JSON.parse(m.data)));
+    const types = agui.map((e) => e.type);
+    expect(types[0]).toBe('RUN_STARTED');
+    expect(types.at(-1)).toBe('RUN_FINISHED');
+    expect(types.filter((t) => t === 'STEP_STARTED')).toHaveLength(5);
+    expect(types.filter((t) => t === 'STEP_FINISHED')).toHaveLength(5);
+    expect(types).toEqual(
+      expect.arrayContaining(['TEXT_MESSAGE_START', 'TEXT_MESSAGE_CONTENT', 'TEXT_MESSAGE_END']),
+    );
+    expect(types).toEqual(
+      expect.arrayContaining(['TOOL_CALL_START', 'TOOL_CALL_ARGS', 'TOOL_CALL_END', 'TOOL_CALL_RESULT']),
+    );
+    // Every message opened is closed, every tool call ended before its result.
+    const opened = agui
+      .filter((e) => e.type === 'TEXT_MESSAGE_START')
+      .map((e) => (e as { messageId: string }).messageId);
+    const closed = agui
+      .filter((e) => e.type === 'TEXT_MESSAGE_END')
+      .map((e) => (e as { messageId: string }).messageId);
+    expect(closed).toEqual(opened);
+    // Only the last AG-UI event of each Troupe event carries its stream sequence, so a resume skips none.
+    const rawIds = agui.map((e) => (e.rawEvent as { id: string }).id);
+    read.messages.forEach((m, i) => {
+      expect(m.id === undefined, `message ${i} (${types[i]})`).toBe(rawIds[i + 1] === rawIds[i]);
+    });
+  });
+
+  it('gives 100 clients on one task the same whole stream', async () => {
+    await call('POST', '/v1/pipelines/demo/tasks', { body: { goal: 'crowd', id: 'gw-crowd-1' } });
+    const reads = await Promise.all(Array.from({ length: 100 }, () => events('gw-crowd-1')));
+    const first = reads[0]?.messages.map((m) => m.id);
+    for (const read of reads) {
+      expect(read.ended).toBe(true);
+      expect(read.messages.map((m) => m.id)).toEqual(first);
+    }
+    expect(eventOf(reads[0]?.messages.at(-1) as SseMessage).kind).toBe('task.completed');
+  }, 120_000);
+
+  it('lists a parked approval, refuses a deny without a reason, and records which token decided', async () => {
+    await call('POST', '/v1/pipelines/gated/tasks', { body: { goal: 'release v1', id: 'gw-gate-1' } });
+    await waitUntil(() => kinds(h.eventsOf('gw-gate-1')).includes('approval.requested'));
+    const pending = await call('GET', '/v1/approvals?taskId=gw-gate-1', { token: 'reader' });
+    expect(pending.status).toBe(200);
+    const [request] = pending.body.requests;
+    expect(request).toMatchObject({
+      kind: 'approval',
+      status: 'pending',
+      tool: 'write_file',
+      taskId: 'gw-gate-1',
+    });
+    // A reader may look, not decide.
+    expect(
+      (await call('POST', `/v1/approvals/${request.id}`, { token: 'reader', body: { decision: 'allow' } }))
+        .status,
+    ).toBe(403);
+    const noReason = await call('POST', `/v1/approvals/${request.id}`, {
+      token: 'approver',
+      body: { decision: 'deny' },
+    });
+    expect(noReason).toMatchObject({ status: 400, body: { error: { code: 'invalid_request' } } });
+    const allowed = await call('POST', `/v1/approvals/${request.id}`, {
+      token: 'approver',
+      body: { decision: 'allow', by: 'Ana Lima' },
+    });
+    expect(allowed).toMatchObject({
+      status: 200,
+      body: { id: request.id, outcome: 'allow', delivered: true, by: 'Ana Lima (token ana)' },
+    });
+    expect((await h.finalOf('gw-gate-1')).kind).toBe('task.completed');
+    expect(ofKind(h.eventsOf('gw-gate-1'), 'approval.decided')[0]?.data).toMatchObject({
+      decision: 'allow',
+      by: 'Ana Lima (token ana)',
+    });
+    const twice = await call('POST', `/v1/approvals/${request.id}`, {
+      token: 'approver',
+      body: { decision: 'deny', reason: 'no' },
+    });
+    expect(twice.status).toBe(409);
+    expect((await call('POST', '/v1/approvals/nope', { body: { decision: 'allow' } })).status).toBe(404);
+  });
+
+  it('sends a deny’s reason to the model', async () => {
+    await call('POST', '/v1/pipelines/gated/tasks', { body: { goal: 'release v2', id: 'gw-gate-2' } });
+    await waitUntil(() => kinds(h.eventsOf('gw-gate-2')).includes('approval.requested'));
+    const [request] = (await call('GET', '/v1/approvals?taskId=gw-gate-2')).body.requests;
+    const denied = await call('POST', `/v1/approvals/${request.id}`, {
+      token: 'approver',
+      body: { decision: 'deny', reason: 'release freeze until Monday' },
+    });
+    expect(denied.body).toMatchObject({ outcome: 'deny', delivered: true });
+    await h.finalOf('gw-gate-2');
+    const result = ofKind(h.eventsOf('gw-gate-2'), 'tool.result').find((r) => r.data.decision !== 'allow');
+    expect(result?.data.output).toContain('release freeze until Monday');
+  });
+
+  it('cancels a running task once, and says it cannot twice', async () => {
+    await call('POST', '/v1/pipelines/slowpoke/tasks', {
+      body: { goal: 'take your time', id: 'gw-cancel-1' },
+    });
+    await waitUntil(() => kinds(h.eventsOf('gw-cancel-1')).includes('llm.request'));
+    const cancelled = await call('POST', '/v1/tasks/gw-cancel-1/cancel', {
+      body: { reason: 'changed my mind' },
+    });
+    expect(cancelled).toMatchObject({ status: 200, body: { taskId: 'gw-cancel-1', status: 'cancelled' } });
+    expect((await h.finalOf('gw-cancel-1')).kind).toBe('task.cancelled');
+    const again = await call('POST', '/v1/tasks/gw-cancel-1/cancel', { body: {} });
+    expect(again).toMatchObject({ status: 409, body: { error: { code: 'conflict' } } });
+    expect((await call('POST', '/v1/tasks/no-such-task/cancel', { body: {} })).status).toBe(404);
+    expect((await call('GET', '/v1/tasks/no-such-task')).status).toBe(404);
+  });
+
+  it('answers health and readiness, and describes itself in OpenAPI', async () => {
+    expect(await call('GET', '/healthz', { token: null })).toMatchObject({
+      status: 200,
+      body: { ok: true, nats: 'connected', jetstream: 'ok' },
+    });
+    expect(await call('GET', '/readyz', { token: null })).toMatchObject({
+      status: 200,
+      body: { streams: 'ok' },
+    });
+    const openapi = await call('GET', '/openapi.json', { token: null });
+    expect(openapi.body.openapi).toMatch(/^3\./);
+    expect(Object.keys(openapi.body.paths)).toEqual(
+      expect.arrayContaining([
+        '/v1/pipelines/{name}/tasks',
+        '/v1/tasks',
+        '/v1/tasks/{id}',
+        '/v1/tasks/{id}/events',
+        '/v1/tasks/{id}/cancel',
+        '/v1/approvals',
+        '/v1/approvals/{id}',
+      ]),
+    );
+    expect(openapi.body.components.schemas).toHaveProperty('SubmitTask');
+  });
+});

@@ -1,0 +1,100 @@
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { examplePath } from './support/harness.ts';
+
+/** The URL a gateway says it listens on. */
+const urlIn = (output: string) => /gateway (?:on|listening on) (http:\/\/[\d.]+:\d+)/.exec(output)?.[1] ?? '';
+
+describe('troupe token, troupe gateway and troupe up --gateway', () => {
+  let dir: string;
+  let nats: TestNats;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-gateway-cli-'));
+    nats = await startTestNats();
+  });
+  afterAll(async () => {
+    await nats?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('makes a token shown once and stores only its hash; serves tasks to it alone', async () => {
+    const file = join(dir, 'tokens.yaml');
+    const made = await troupe(['token', 'ci', '--scope', 'submit', '--pipeline', 'demo', '--file', file]);
+    expect(made.code).toBe(0);
+    const secret = made.stdout.trim();
+    expect(secret).toMatch(/^trp_[A-Za-z0-9_-]{40,}$/);
+    const stored = await readFile(file, 'utf8');
+    expect(stored).not.toContain(secret);
+    expect(stored).toMatch(/sha256: [0-9a-f]{64}/);
+    expect((await stat(file)).mode & 0o077).toBe(0);
+    expect((await troupe(['token', 'ci', '--file', file])).stderr).toContain('has a token named ci already');
+    expect((await troupe(['token', 'x', '--scope', 'root', '--file', file])).code).toBe(2);
+
+    const home = join(dir, 'home');
+    const up = startTroupe(['up', examplePath('demo.yaml'), '--home', home], cliEnv({ NATS_URL: nats.url }));
+    const gateway = startTroupe(
+      ['gateway', '--listen', '127.0.0.1:0', '--tokens', file, '--json'],
+      cliEnv({ NATS_URL: nats.url }),
+    );
+    try {
+      await up.waitFor(/troupe is up on/);
+      await gateway.waitFor(/troupe gateway on http/);
+      const url = urlIn(gateway.output());
+      const submit = (token: string) =>
+        fetch(`${url}/v1/pipelines/demo/tasks?wait=60`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ goal: 'hello from the gateway' }),
+        });
+      expect((await submit('not-the-token')).status).toBe(401);
+      const done = await submit(secret);
+      expect(done.status).toBe(200);
+      expect(await done.json()).toMatchObject({ status: 'completed', pipeline: 'demo' });
+    } finally {
+      await gateway.stop();
+      await up.stop();
+    }
+    expect(gateway.output()).toContain('refused POST');
+  }, 90_000);
+
+  it('refuses to serve without a token unless told, and --no-auth beyond this machine', async () => {
+    const env = cliEnv({ NATS_URL: nats.url });
+    const none = await troupe(['gateway', '--listen', '127.0.0.1:0'], env);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('the gateway has no token to accept');
+    const open = await troupe(['gateway', '--listen', '0.0.0.0:0', '--no-auth'], env);
+    expect(open.code).toBe(2);
+    expect(open.stderr).toContain('--no-auth serves only on this machine');
+  });
+
+  it('serves the gateway beside the coordinator with troupe up --gateway', async () => {
+    const up = startTroupe(
+      [
+        'up',
+        examplePath('demo.yaml'),
+        '--home',
+        join(dir, 'home-2'),
+        '--gateway',
+        '127.0.0.1:0',
+        '--gateway-no-auth',
+        '--json',
+      ],
+      cliEnv({ NATS_URL: nats.url }),
+    );
+    try {
+      await up.waitFor(/gateway: +http/);
+      const url = /gateway: +(http:\/\/[\d.]+:\d+)/.exec(up.output())?.[1];
+      const health = await fetch(`${url}/readyz`);
+      expect(health.status).toBe(200);
+      const tasks = await fetch(`${url}/v1/tasks`);
+      expect(tasks.status).toBe(200);
+    } finally {
+      expect(await up.stop()).toBe(0);
+    }
+  }, 90_000);
+});
