@@ -328,7 +328,10 @@ describe('the gateway: Troupe over HTTP', () => {
       body: { reason: 'changed my mind' },
     });
     expect(cancelled).toMatchObject({ status: 200, body: { taskId: 'gw-cancel-1', status: 'cancelled' } });
-    expect((await h.finalOf('gw-cancel-1')).kind).toBe('task.cancelled');
+    expect(await h.finalOf('gw-cancel-1')).toMatchObject({
+      kind: 'task.cancelled',
+      data: { reason: 'changed my mind (token ops)' },
+    });
     const again = await call('POST', '/v1/tasks/gw-cancel-1/cancel', { body: {} });
     expect(again).toMatchObject({ status: 409, body: { error: { code: 'conflict' } } });
     expect((await call('POST', '/v1/tasks/no-such-task/cancel', { body: {} })).status).toBe(404);

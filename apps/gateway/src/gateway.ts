@@ -387,10 +387,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       const record = await readTask(bus, request.params.id);
       allow(request, 'submit', record.pipeline);
       const reason = request.body?.reason;
+      const token = principal(request).name;
       await cancelTask(
         bus,
         record.taskId,
-        reason ? `${reason} (token ${principal(request).name})` : undefined,
+        reason ? `${reason} (token ${token})` : `cancelled by token ${token}`,
       );
       return { taskId: record.taskId, status: 'cancelled' as const };
     },
