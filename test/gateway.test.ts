@@ -13,6 +13,7 @@ import {
   waitUntil,
 } from './support/harness.ts';
 import { readSse, type SseMessage } from './support/sse.ts';
+import { openWs } from './support/ws.ts';
 
 const TOKENS = {
   admin: 'admin-token-0123456789abcdef',
@@ -336,6 +337,50 @@ describe('the gateway: Troupe over HTTP', () => {
     expect(again).toMatchObject({ status: 409, body: { error: { code: 'conflict' } } });
     expect((await call('POST', '/v1/tasks/no-such-task/cancel', { body: {} })).status).toBe(404);
     expect((await call('GET', '/v1/tasks/no-such-task')).status).toBe(404);
+  });
+
+  it('serves a WebSocket: subscribe, submit, approve, with the same checks, and survives garbage', async () => {
+    const ws = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${TOKENS.admin}`);
+    try {
+      // Garbage gets an error, and the connection stays open.
+      ws.sendRaw('{not json');
+      expect(await ws.next((m) => m.type === 'error')).toMatchObject({ error: { code: 'invalid_message' } });
+      ws.send({ type: 'launch', id: 'x' });
+      expect(await ws.next((m) => m.type === 'error')).toMatchObject({ error: { code: 'invalid_message' } });
+
+      ws.send({ type: 'submit', id: 's1', pipeline: 'gated', task: { goal: 'release v3', id: 'gw-ws-1' } });
+      expect(await ws.next((m) => m.id === 's1')).toMatchObject({ ok: true, result: { taskId: 'gw-ws-1' } });
+      ws.send({ type: 'subscribe', id: 'f1', taskId: 'gw-ws-1' });
+      expect(await ws.next((m) => m.id === 'f1')).toMatchObject({ ok: true, result: { subscribed: true } });
+      const asked = await ws.next((m) => m.type === 'event' && m.event.kind === 'approval.requested');
+      ws.send({ type: 'deny', id: 'd0', requestId: asked.event.data.approvalId });
+      expect(await ws.next((m) => m.type === 'error')).toMatchObject({ error: { code: 'invalid_message' } });
+      ws.send({ type: 'approve', id: 'a1', requestId: asked.event.data.approvalId, by: 'Bo' });
+      expect(await ws.next((m) => m.id === 'a1')).toMatchObject({
+        ok: true,
+        result: { outcome: 'allow', by: 'Bo (token ops)' },
+      });
+      expect(await ws.next((m) => m.type === 'end' && m.taskId === 'gw-ws-1')).toBeTruthy();
+      const seqs = ws.received.filter((m) => m.type === 'event').map((m) => m.seq as number);
+      expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+      expect(ws.received.filter((m) => m.type === 'event').at(-1)?.event.kind).toBe('task.completed');
+      ws.send({ type: 'subscribe', id: 'f2', taskId: 'no-such-task' });
+      expect(await ws.next((m) => m.id === 'f2')).toMatchObject({ ok: false, error: { code: 'not_found' } });
+    } finally {
+      ws.close();
+    }
+    // A reader may follow, not submit or approve; no token, no socket.
+    const reader = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${TOKENS.reader}`);
+    try {
+      reader.send({ type: 'submit', id: 's', pipeline: 'demo', task: { goal: 'x' } });
+      expect(await reader.next((m) => m.id === 's')).toMatchObject({
+        ok: false,
+        error: { code: 'forbidden' },
+      });
+    } finally {
+      reader.close();
+    }
+    await expect(openWs(`${gateway.url.replace('http', 'ws')}/v1/ws`)).rejects.toThrow(/401/);
   });
 
   it('answers health and readiness, and describes itself in OpenAPI', async () => {

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import fastifyCors from '@fastify/cors';
 import fastifySwagger from '@fastify/swagger';
+import fastifyWebsocket from '@fastify/websocket';
 import {
   buildTaskTrace,
   cancelTask,
@@ -27,6 +28,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { GatewayActions } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import {
   ApprovalList,
@@ -51,6 +53,7 @@ import {
 import { AuthRefusal, authorize, mayTouch, type Principal, type Scope, type TokenStore } from './auth.ts';
 import { SseStream } from './sse.ts';
 import { followTaskEvents } from './taskEvents.ts';
+import { WsSession } from './ws.ts';
 
 export interface GatewayOptions {
   bus: NatsBus;
@@ -115,6 +118,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     exposedHeaders: ['location'],
     allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id'],
   });
+  await app.register(fastifyWebsocket, { options: { maxPayload: 1_048_576 } });
   await app.register(fastifySwagger, {
     openapi: {
       info: {
@@ -184,7 +188,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       return;
     }
     try {
-      request.principal = options.tokens.authenticate(request.headers.authorization);
+      // Browsers cannot set headers on EventSource or WebSocket: they may send the token as ?access_token=.
+      const fromQuery = (request.query as { access_token?: unknown } | undefined)?.access_token;
+      request.principal = options.tokens.authenticate(
+        request.headers.authorization ?? (typeof fromQuery === 'string' ? `Bearer ${fromQuery}` : undefined),
+      );
     } catch (error) {
       if (error instanceof AuthRefusal) {
         request.log.warn(
@@ -197,9 +205,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   });
 
   const principal = (request: FastifyRequest): Principal => request.principal ?? ANONYMOUS;
-  const allow = (request: FastifyRequest, scope: Scope, pipeline?: string) =>
-    authorize(principal(request), scope, pipeline);
-  const maxWait = options.maxWaitSeconds ?? 300;
+  const actions = new GatewayActions(bus, options.maxWaitSeconds);
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
@@ -236,47 +242,14 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       },
     },
     async (request, reply) => {
-      const pipeline = request.params.name;
-      allow(request, 'submit', pipeline);
       const key = request.headers['idempotency-key'];
       const idempotencyKey = Array.isArray(key) ? key[0] : key;
-      const task: TaskSubmission & { id: string } = {
-        ...request.body,
-        id:
-          request.body.id ??
-          (idempotencyKey ? idFromKey(principal(request).name, idempotencyKey) : newTaskId()),
-      };
-      const wait = Math.min(request.query.wait ?? 0, maxWait);
-      const final = wait > 0 ? finalEventOf(bus, task.id) : undefined;
-      try {
-        const submitted = await submitToPipeline(bus, pipeline, task);
-        const known = submitted.record;
-        const view = (record: WorkflowRecord | undefined, status: TaskView['status']) =>
-          ({
-            ...(record
-              ? viewOf(record)
-              : { taskId: task.id, pipeline, goal: task.goal, status, links: linksOf(task.id) }),
-            ...(submitted.duplicate ? { duplicate: true } : {}),
-          }) satisfies TaskView;
-        reply.header('location', `/v1/tasks/${task.id}`);
-        if (known && known.status !== 'running') return reply.code(200).send(view(known, known.status));
-        if (final) {
-          const event = await final.within(wait * 1_000);
-          if (event) {
-            const record = await readTask(bus, task.id).catch(() => undefined);
-            return reply
-              .code(200)
-              .send(
-                record
-                  ? view(record, record.status)
-                  : { ...view(undefined, 'completed'), ...resultOf(event) },
-              );
-          }
-        }
-        return reply.code(202).send(view(known, known ? 'running' : 'submitted'));
-      } finally {
-        final?.stop();
-      }
+      const { done, view } = await actions.submit(principal(request), request.params.name, request.body, {
+        ...(idempotencyKey ? { idempotencyKey } : {}),
+        ...(request.query.wait ? { waitSeconds: request.query.wait } : {}),
+      });
+      reply.header('location', `/v1/tasks/${view.taskId}`);
+      return reply.code(done ? 200 : 202).send(view);
     },
   );
 
@@ -290,31 +263,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         response: { 200: TaskView, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
       },
     },
-    async (request) => {
-      const record = await readTask(bus, request.params.id);
-      allow(request, 'read', record.pipeline);
-      const view = viewOf(record);
-      if (!request.query.steps) return view;
-      const trace = buildTaskTrace(record.taskId, await readTaskEvents(bus, record.taskId));
-      return {
-        ...view,
-        steps: trace.steps.map((s) => ({
-          stepId: s.stepId,
-          step: s.step,
-          agent: s.agent,
-          round: s.round,
-          ...(s.outcome
-            ? {
-                ok: s.outcome.ok,
-                durationMs: s.outcome.durationMs,
-                usage: s.outcome.usage,
-                ...(s.outcome.verdict ? { verdict: s.outcome.verdict.decision } : {}),
-                ...(s.outcome.error ? { error: s.outcome.error.code } : {}),
-              }
-            : {}),
-        })),
-      };
-    },
+    async (request) => actions.task(principal(request), request.params.id, request.query.steps === true),
   );
 
   app.get(
@@ -327,11 +276,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         response: { 200: z.unknown(), 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
       },
     },
-    async (request) => {
-      const record = await readTask(bus, request.params.id);
-      allow(request, 'read', record.pipeline);
-      return buildTaskTrace(record.taskId, await readTaskEvents(bus, record.taskId));
-    },
+    async (request) => actions.trace(principal(request), request.params.id),
   );
 
   app.get(
@@ -343,27 +288,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         response: { 200: TaskList, 400: ErrorBody, 401: ErrorBody, 403: ErrorBody },
       },
     },
-    async (request) => {
-      const { pipeline, status, limit, cursor } = request.query;
-      allow(request, 'read', pipeline);
-      const who = principal(request);
-      const after = cursor === undefined ? undefined : decodeCursor(cursor);
-      const records = (await readValues(await openWorkflowStore(bus)))
-        .filter(
-          (r) =>
-            (!pipeline || r.pipeline === pipeline) &&
-            (!status || r.status === status) &&
-            mayTouch(who, r.pipeline),
-        )
-        .sort(newestFirst)
-        .filter((r) => after === undefined || newestFirst(r, after) > 0);
-      const page = records.slice(0, limit);
-      const last = page.at(-1);
-      return {
-        tasks: page.map(viewOf),
-        ...(records.length > limit && last ? { next: encodeCursor(last) } : {}),
-      };
-    },
+    async (request) => actions.list(principal(request), request.query),
   );
 
   app.post(
@@ -383,18 +308,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         },
       },
     },
-    async (request) => {
-      const record = await readTask(bus, request.params.id);
-      allow(request, 'submit', record.pipeline);
-      const reason = request.body?.reason;
-      const token = principal(request).name;
-      await cancelTask(
-        bus,
-        record.taskId,
-        reason ? `${reason} (token ${token})` : `cancelled by token ${token}`,
-      );
-      return { taskId: record.taskId, status: 'cancelled' as const };
-    },
+    async (request) => actions.cancel(principal(request), request.params.id, request.body?.reason),
   );
 
   app.get(
@@ -412,8 +326,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       },
     },
     async (request, reply) => {
-      const record = await readTask(bus, request.params.id);
-      allow(request, 'read', record.pipeline);
+      const record = await actions.readable(principal(request), request.params.id);
       const header = request.headers['last-event-id'];
       const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
       const after = request.query.after ?? (Number.isSafeInteger(lastId) && lastId >= 0 ? lastId : undefined);
@@ -458,15 +371,12 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         response: { 200: ApprovalList, 401: ErrorBody, 403: ErrorBody },
       },
     },
-    async (request) => {
-      allow(request, 'read');
-      const who = principal(request);
-      const requests = await listHumanRequests(bus, {
+    async (request) => ({
+      requests: await actions.approvals(principal(request), {
         ...(request.query.all ? { all: true } : {}),
         ...(request.query.taskId ? { taskId: request.query.taskId } : {}),
-      });
-      return { requests: requests.filter((r) => mayTouch(who, r.pipeline)) };
-    },
+      }),
+    }),
   );
 
   app.post(
@@ -487,38 +397,19 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         },
       },
     },
-    async (request, reply) => {
-      const id = request.params.id;
-      const body = request.body;
-      const pending = (await listHumanRequests(bus, { all: true })).find((r) => r.id === id);
-      if (!pending) throw new OperationError('not_found', `no approval or question named ${id}`);
-      allow(request, 'approve', pending.pipeline);
-      const token = principal(request).name;
-      // Who decided, as the token says: a name the caller gives is recorded beside it, never instead of it.
-      const by = body.by ? `${body.by} (token ${token})` : token;
-      if ('decision' in body && body.decision === 'deny' && !body.reason) {
-        return reply.code(400).send({
-          error: { code: 'invalid_request', message: 'a deny needs a reason: the agent is told why' },
-        });
-      }
-      const result = await replyToHuman(
-        bus,
-        id,
-        'decision' in body
-          ? {
-              kind: 'approval',
-              decision: { decision: body.decision, ...(body.reason ? { reason: body.reason } : {}), by },
-            }
-          : { kind: 'question', answer: { answer: body.answer, by } },
-      );
-      return {
-        id,
-        taskId: result.request.taskId,
-        agent: result.request.agent,
-        outcome: result.delivered ? result.outcome : result.status,
-        delivered: result.delivered,
-        by,
-      };
+    async (request) => actions.decide(principal(request), request.params.id, request.body),
+  );
+
+  app.get(
+    '/v1/ws',
+    {
+      websocket: true,
+      schema: {
+        summary: 'A WebSocket: follow tasks, submit, cancel, approve, deny and answer (see docs/gateway.md)',
+      },
+    },
+    (socket, request) => {
+      new WsSession(socket, principal(request), actions, bus, request.log);
     },
   );
 
@@ -531,92 +422,6 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     `gateway listening on ${url}`,
   );
   return { url, openapi: () => app.swagger(), close: () => app.close() };
-}
-
-/** A task's view, from its record: the result once it has ended. */
-function viewOf(record: WorkflowRecord): TaskView {
-  return {
-    taskId: record.taskId,
-    pipeline: record.pipeline,
-    goal: record.goal,
-    status: record.status,
-    state: record.state,
-    round: record.round,
-    usage: record.usage,
-    createdAt: record.createdAt,
-    updatedAt: record.updatedAt,
-    ...(record.activity && record.status === 'running' ? { activity: record.activity } : {}),
-    ...(record.final ? resultOf(record.final) : {}),
-    links: linksOf(record.taskId),
-  };
-}
-
-function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'failure' | 'status'> {
-  if (final.kind === 'task.completed') return { status: 'completed', output: final.data.output };
-  if (final.kind === 'task.failed')
-    return { status: 'failed', failure: { reason: final.data.reason, message: final.data.message } };
-  return { status: 'cancelled' };
-}
-
-const linksOf = (taskId: string) => ({ self: `/v1/tasks/${taskId}`, events: `/v1/tasks/${taskId}/events` });
-
-/** A fresh task id: time-ordered, subject-safe (as `troupe submit` makes them). */
-const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
-
-/**
- * The task id of an `Idempotency-Key`: the same key from the same token is the same task, whatever it holds
- * (a key may have any characters; a task id may not).
- */
-const idFromKey = (token: string, key: string): string =>
-  `k-${createHash('sha256').update(`${token}\n${key}`).digest('base64url').slice(0, 32)}`;
-
-/** Newest first, then by id: a total order, so a page ends at a definite place. */
-function newestFirst(
-  a: Pick<WorkflowRecord, 'createdAt' | 'taskId'>,
-  b: Pick<WorkflowRecord, 'createdAt' | 'taskId'>,
-) {
-  return b.createdAt.localeCompare(a.createdAt) || a.taskId.localeCompare(b.taskId);
-}
-
-const encodeCursor = (r: WorkflowRecord): string =>
-  Buffer.from(JSON.stringify([r.createdAt, r.taskId])).toString('base64url');
-
-function decodeCursor(cursor: string): Pick<WorkflowRecord, 'createdAt' | 'taskId'> {
-  try {
-    const [createdAt, taskId] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
-    if (typeof createdAt === 'string' && typeof taskId === 'string') return { createdAt, taskId };
-  } catch {
-    // Reported below.
-  }
-  throw Object.assign(new Error('cursor: not one this gateway gave'), {
-    statusCode: 400,
-    code: 'invalid_request',
-  });
-}
-
-/** Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed. */
-function finalEventOf(bus: NatsBus, taskId: string) {
-  let resolve: (event: TroupeEvent | undefined) => void = () => {};
-  const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
-  const subscription = bus.subscribe(
-    subjects.taskEvents(taskId),
-    TroupeEvent,
-    (delivery) => {
-      if (FINAL_EVENT_KINDS.includes(delivery.value.kind)) resolve(delivery.value);
-    },
-    { reporter: 'gateway:wait' },
-  );
-  return {
-    within: async (ms: number): Promise<TroupeEvent | undefined> => {
-      const timer = setTimeout(() => resolve(undefined), ms);
-      try {
-        return await arrived;
-      } finally {
-        clearTimeout(timer);
-      }
-    },
-    stop: () => subscription.unsubscribe(),
-  };
 }
 
 async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {

@@ -1,0 +1,296 @@
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  buildTaskTrace,
+  cancelTask,
+  listHumanRequests,
+  OperationError,
+  openWorkflowStore,
+  readTask,
+  readTaskEvents,
+  readValues,
+  replyToHuman,
+  submitToPipeline,
+  type TaskTrace,
+  type WorkflowRecord,
+} from '@troupe/coordinator';
+import {
+  FINAL_EVENT_KINDS,
+  type HumanRequest,
+  subjects,
+  type TaskSubmission,
+  TroupeEvent,
+} from '@troupe/protocol';
+import type { NatsBus } from '@troupe/runtime';
+import type { z } from 'zod';
+import type { DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
+import { authorize, mayTouch, type Principal } from './auth.ts';
+
+/** A request the gateway refuses before doing anything: 400 `invalid_request`. */
+export class InvalidRequest extends Error {
+  readonly statusCode = 400;
+  readonly code = 'invalid_request';
+}
+
+/**
+ * What a gateway client can do, whichever way it asked (HTTP or WebSocket): each action checks the principal's
+ * scope and pipelines first, then acts through the coordinator's operations, and answers with the API's shapes.
+ * It throws `AuthRefusal`, `OperationError` or `InvalidRequest`, which each transport turns into its own errors.
+ */
+export class GatewayActions {
+  readonly #bus: NatsBus;
+  readonly #maxWaitSeconds: number;
+
+  constructor(bus: NatsBus, maxWaitSeconds = 300) {
+    this.#bus = bus;
+    this.#maxWaitSeconds = maxWaitSeconds;
+  }
+
+  /**
+   * Submits a task. The id is the task's own, else derived from an idempotency key (the same key from the same token
+   * is the same task), else fresh. With `waitSeconds`, waits that long for it to end. `done` says whether the view
+   * holds its result.
+   */
+  async submit(
+    who: Principal,
+    pipeline: string,
+    body: TaskSubmission,
+    options: { idempotencyKey?: string; waitSeconds?: number } = {},
+  ): Promise<{ done: boolean; view: TaskView }> {
+    authorize(who, 'submit', pipeline);
+    const task: TaskSubmission & { id: string } = {
+      ...body,
+      id: body.id ?? (options.idempotencyKey ? idFromKey(who.name, options.idempotencyKey) : newTaskId()),
+    };
+    const wait = Math.min(options.waitSeconds ?? 0, this.#maxWaitSeconds);
+    const final = wait > 0 ? finalEventOf(this.#bus, task.id) : undefined;
+    try {
+      const submitted = await submitToPipeline(this.#bus, pipeline, task);
+      const flag = submitted.duplicate ? { duplicate: true } : {};
+      const known = submitted.record;
+      if (known && known.status !== 'running') return { done: true, view: { ...viewOf(known), ...flag } };
+      if (final && (await final.within(wait * 1_000))) {
+        const record = await readTask(this.#bus, task.id);
+        return { done: record.status !== 'running', view: { ...viewOf(record), ...flag } };
+      }
+      const view: TaskView = known
+        ? viewOf(known)
+        : { taskId: task.id, pipeline, goal: task.goal, status: 'submitted', links: linksOf(task.id) };
+      return { done: false, view: { ...view, ...flag } };
+    } finally {
+      final?.stop();
+    }
+  }
+
+  /** A task as its record says, with its steps from its events when asked. */
+  async task(who: Principal, taskId: string, withSteps = false): Promise<TaskView> {
+    const record = await this.#readable(who, taskId);
+    const view = viewOf(record);
+    if (!withSteps) return view;
+    const trace = await this.#trace(record);
+    return {
+      ...view,
+      steps: trace.steps.map((s) => ({
+        stepId: s.stepId,
+        step: s.step,
+        agent: s.agent,
+        round: s.round,
+        ...(s.outcome
+          ? {
+              ok: s.outcome.ok,
+              durationMs: s.outcome.durationMs,
+              usage: s.outcome.usage,
+              ...(s.outcome.verdict ? { verdict: s.outcome.verdict.decision } : {}),
+              ...(s.outcome.error ? { error: s.outcome.error.code } : {}),
+            }
+          : {}),
+      })),
+    };
+  }
+
+  /** The task's record, once the principal may read its pipeline: for the event stream. */
+  async readable(who: Principal, taskId: string): Promise<WorkflowRecord> {
+    return this.#readable(who, taskId);
+  }
+
+  async trace(who: Principal, taskId: string): Promise<TaskTrace> {
+    return this.#trace(await this.#readable(who, taskId));
+  }
+
+  /** Tasks newest first, filtered, a page at a time; a cursor is the last task of the page before. */
+  async list(
+    who: Principal,
+    query: {
+      pipeline?: string | undefined;
+      status?: string | undefined;
+      limit: number;
+      cursor?: string | undefined;
+    },
+  ): Promise<z.infer<typeof TaskList>> {
+    const { pipeline, status, limit, cursor } = query;
+    authorize(who, 'read', pipeline);
+    const after = cursor === undefined ? undefined : decodeCursor(cursor);
+    const records = (await readValues(await openWorkflowStore(this.#bus)))
+      .filter(
+        (r) =>
+          (!pipeline || r.pipeline === pipeline) &&
+          (!status || r.status === status) &&
+          mayTouch(who, r.pipeline),
+      )
+      .sort(newestFirst)
+      .filter((r) => after === undefined || newestFirst(r, after) > 0);
+    const page = records.slice(0, limit);
+    const last = page.at(-1);
+    return {
+      tasks: page.map(viewOf),
+      ...(records.length > limit && last ? { next: encodeCursor(last) } : {}),
+    };
+  }
+
+  async cancel(
+    who: Principal,
+    taskId: string,
+    reason?: string,
+  ): Promise<{ taskId: string; status: 'cancelled' }> {
+    const record = await readTask(this.#bus, taskId);
+    authorize(who, 'submit', record.pipeline);
+    await cancelTask(
+      this.#bus,
+      taskId,
+      reason ? `${reason} (token ${who.name})` : `cancelled by token ${who.name}`,
+    );
+    return { taskId, status: 'cancelled' };
+  }
+
+  /** What people are asked now (or ever, with `all`), of the pipelines the principal may see. */
+  async approvals(who: Principal, filter: { all?: boolean; taskId?: string }): Promise<HumanRequest[]> {
+    authorize(who, 'read');
+    return (await listHumanRequests(this.#bus, filter)).filter((r) => mayTouch(who, r.pipeline));
+  }
+
+  /**
+   * Decides an approval or answers a question, recorded as decided by the token's name (a `by` the caller gives is
+   * kept beside it, never instead).
+   */
+  async decide(
+    who: Principal,
+    requestId: string,
+    body: z.infer<typeof DecisionBody>,
+  ): Promise<z.infer<typeof DecisionResult>> {
+    const request = (await listHumanRequests(this.#bus, { all: true })).find((r) => r.id === requestId);
+    if (!request) throw new OperationError('not_found', `no approval or question named ${requestId}`);
+    authorize(who, 'approve', request.pipeline);
+    const by = body.by ? `${body.by} (token ${who.name})` : who.name;
+    if ('decision' in body && body.decision === 'deny' && !body.reason) {
+      throw new InvalidRequest('a deny needs a reason: the agent is told why');
+    }
+    const result = await replyToHuman(
+      this.#bus,
+      requestId,
+      'decision' in body
+        ? {
+            kind: 'approval',
+            decision: { decision: body.decision, ...(body.reason ? { reason: body.reason } : {}), by },
+          }
+        : { kind: 'question', answer: { answer: body.answer, by } },
+    );
+    return {
+      id: requestId,
+      taskId: result.request.taskId,
+      agent: result.request.agent,
+      outcome: result.delivered ? result.outcome : result.status,
+      delivered: result.delivered,
+      by,
+    };
+  }
+
+  async #readable(who: Principal, taskId: string): Promise<WorkflowRecord> {
+    const record = await readTask(this.#bus, taskId);
+    authorize(who, 'read', record.pipeline);
+    return record;
+  }
+
+  async #trace(record: WorkflowRecord): Promise<TaskTrace> {
+    return buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId));
+  }
+}
+
+/** A task's view, from its record: the result once it has ended. */
+export function viewOf(record: WorkflowRecord): TaskView {
+  return {
+    taskId: record.taskId,
+    pipeline: record.pipeline,
+    goal: record.goal,
+    status: record.status,
+    state: record.state,
+    round: record.round,
+    usage: record.usage,
+    createdAt: record.createdAt,
+    updatedAt: record.updatedAt,
+    ...(record.activity && record.status === 'running' ? { activity: record.activity } : {}),
+    ...(record.final ? resultOf(record.final) : {}),
+    links: linksOf(record.taskId),
+  };
+}
+
+function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'failure'> {
+  if (final.kind === 'task.completed') return { output: final.data.output };
+  if (final.kind === 'task.failed')
+    return { failure: { reason: final.data.reason, message: final.data.message } };
+  return {};
+}
+
+const linksOf = (taskId: string) => ({ self: `/v1/tasks/${taskId}`, events: `/v1/tasks/${taskId}/events` });
+
+/** A fresh task id: time-ordered, subject-safe (as `troupe submit` makes them). */
+const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
+
+/**
+ * The task id of an idempotency key: the same key from the same token is the same task, whatever it holds (a key
+ * may have any characters; a task id may not).
+ */
+const idFromKey = (token: string, key: string): string =>
+  `k-${createHash('sha256').update(`${token}\n${key}`).digest('base64url').slice(0, 32)}`;
+
+type Ordered = Pick<WorkflowRecord, 'createdAt' | 'taskId'>;
+
+/** Newest first, then by id: a total order, so a page ends at a definite place. */
+const newestFirst = (a: Ordered, b: Ordered) =>
+  b.createdAt.localeCompare(a.createdAt) || a.taskId.localeCompare(b.taskId);
+
+const encodeCursor = (r: Ordered): string =>
+  Buffer.from(JSON.stringify([r.createdAt, r.taskId])).toString('base64url');
+
+function decodeCursor(cursor: string): Ordered {
+  try {
+    const [createdAt, taskId] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
+    if (typeof createdAt === 'string' && typeof taskId === 'string') return { createdAt, taskId };
+  } catch {
+    // Refused below, as any cursor this gateway did not give.
+  }
+  throw new InvalidRequest('cursor: not one this gateway gave');
+}
+
+/** Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed. */
+function finalEventOf(bus: NatsBus, taskId: string) {
+  let resolve: (event: TroupeEvent | undefined) => void = () => {};
+  const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
+  const subscription = bus.subscribe(
+    subjects.taskEvents(taskId),
+    TroupeEvent,
+    (delivery) => {
+      if (FINAL_EVENT_KINDS.includes(delivery.value.kind)) resolve(delivery.value);
+    },
+    { reporter: 'gateway:wait' },
+  );
+  return {
+    within: async (ms: number): Promise<TroupeEvent | undefined> => {
+      const timer = setTimeout(() => resolve(undefined), ms);
+      try {
+        return await arrived;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    stop: () => subscription.unsubscribe(),
+  };
+}

@@ -1,0 +1,238 @@
+import { Name, parseMessage, TaskId, TaskSubmission } from '@troupe/protocol';
+import type { NatsBus } from '@troupe/runtime';
+import type { FastifyBaseLogger } from 'fastify';
+import type { WebSocket } from 'ws';
+import { z } from 'zod';
+import type { GatewayActions } from './actions.ts';
+import { AgUiMapper } from './agui.ts';
+import { AuthRefusal, type Principal } from './auth.ts';
+import { followTaskEvents } from './taskEvents.ts';
+
+/** How many tasks one connection may follow at once. */
+export const MAX_SUBSCRIPTIONS = 100;
+
+const RequestId = z.string().min(1).max(100).optional();
+const By = z.string().min(1).max(100).optional();
+
+/**
+ * What a WebSocket client sends, one JSON object per message. `id` is the client's own, echoed in the reply.
+ */
+export const ClientMessage = z.discriminatedUnion('type', [
+  /** Follow a task's events: history first, then live, after `after` (a stream sequence) when given. */
+  z.strictObject({
+    type: z.literal('subscribe'),
+    id: RequestId,
+    taskId: TaskId,
+    after: z.number().int().nonnegative().optional(),
+    format: z.enum(['troupe', 'ag-ui']).optional(),
+  }),
+  z.strictObject({ type: z.literal('unsubscribe'), id: RequestId, taskId: TaskId }),
+  z.strictObject({
+    type: z.literal('submit'),
+    id: RequestId,
+    pipeline: Name,
+    task: TaskSubmission,
+    idempotencyKey: z.string().min(1).max(200).optional(),
+  }),
+  z.strictObject({
+    type: z.literal('cancel'),
+    id: RequestId,
+    taskId: TaskId,
+    reason: z.string().max(2_000).optional(),
+  }),
+  z.strictObject({
+    type: z.literal('approve'),
+    id: RequestId,
+    requestId: z.string().min(1).max(200),
+    by: By,
+  }),
+  z.strictObject({
+    type: z.literal('deny'),
+    id: RequestId,
+    requestId: z.string().min(1).max(200),
+    reason: z.string().min(1).max(10_000),
+    by: By,
+  }),
+  z.strictObject({
+    type: z.literal('answer'),
+    id: RequestId,
+    requestId: z.string().min(1).max(200),
+    answer: z.string().min(1).max(100_000),
+    by: By,
+  }),
+]);
+export type ClientMessage = z.infer<typeof ClientMessage>;
+
+/**
+ * One client's WebSocket: it follows the tasks it subscribes to (each as the SSE endpoint streams them: every event
+ * with its stream sequence, then `end` after the task's final event), and submits, cancels, approves, denies and
+ * answers with the same checks as the HTTP routes. Each request is answered with a `reply` carrying the client's
+ * `id`; a message that is not one of these gets an `error`, and the connection stays open.
+ */
+export class WsSession {
+  readonly #socket: WebSocket;
+  readonly #who: Principal;
+  readonly #actions: GatewayActions;
+  readonly #bus: NatsBus;
+  readonly #log: FastifyBaseLogger;
+  readonly #following = new Map<string, AbortController>();
+
+  constructor(
+    socket: WebSocket,
+    who: Principal,
+    actions: GatewayActions,
+    bus: NatsBus,
+    log: FastifyBaseLogger,
+  ) {
+    this.#socket = socket;
+    this.#who = who;
+    this.#actions = actions;
+    this.#bus = bus;
+    this.#log = log;
+    socket.on('message', (data, isBinary) => {
+      if (isBinary) {
+        void this.#send({
+          type: 'error',
+          error: { code: 'invalid_message', message: 'send JSON text, not binary' },
+        });
+        return;
+      }
+      void this.#receive(data.toString());
+    });
+    socket.on('close', () => {
+      for (const stop of this.#following.values()) stop.abort();
+      this.#following.clear();
+    });
+  }
+
+  async #receive(text: string): Promise<void> {
+    const parsed = parseMessage(ClientMessage, text);
+    if (!parsed.ok) {
+      const problems = parsed.issues.map((i) => `${i.path || 'message'}: ${i.message}`).join('; ');
+      await this.#send({
+        type: 'error',
+        error: { code: 'invalid_message', message: problems || parsed.reason },
+      });
+      return;
+    }
+    const message = parsed.value;
+    try {
+      const result = await this.#act(message);
+      await this.#send({ type: 'reply', ...(message.id ? { id: message.id } : {}), ok: true, result });
+    } catch (error) {
+      await this.#send({
+        type: 'reply',
+        ...(message.id ? { id: message.id } : {}),
+        ok: false,
+        error: errorBody(error),
+      });
+      if (error instanceof AuthRefusal) {
+        this.#log.warn(
+          { token: this.#who.name, type: message.type, reason: error.message },
+          `refused ${message.type}: ${error.message}`,
+        );
+      } else if (errorBody(error).code === 'internal') {
+        this.#log.error({ err: error, type: message.type }, 'websocket request failed');
+      }
+    }
+  }
+
+  async #act(message: ClientMessage): Promise<unknown> {
+    const who = this.#who;
+    switch (message.type) {
+      case 'subscribe':
+        return this.#subscribe(message);
+      case 'unsubscribe': {
+        const following = this.#following.get(message.taskId);
+        following?.abort();
+        this.#following.delete(message.taskId);
+        return { taskId: message.taskId, subscribed: false };
+      }
+      case 'submit':
+        return (
+          await this.#actions.submit(who, message.pipeline, message.task, {
+            ...(message.idempotencyKey ? { idempotencyKey: message.idempotencyKey } : {}),
+          })
+        ).view;
+      case 'cancel':
+        return this.#actions.cancel(who, message.taskId, message.reason);
+      case 'approve':
+        return this.#actions.decide(who, message.requestId, { decision: 'allow', ...by(message) });
+      case 'deny':
+        return this.#actions.decide(who, message.requestId, {
+          decision: 'deny',
+          reason: message.reason,
+          ...by(message),
+        });
+      case 'answer':
+        return this.#actions.decide(who, message.requestId, { answer: message.answer, ...by(message) });
+    }
+  }
+
+  async #subscribe(message: Extract<ClientMessage, { type: 'subscribe' }>): Promise<unknown> {
+    const { taskId } = message;
+    if (this.#following.has(taskId)) return { taskId, subscribed: true };
+    if (this.#following.size >= MAX_SUBSCRIPTIONS) {
+      throw Object.assign(new Error(`a connection follows at most ${MAX_SUBSCRIPTIONS} tasks`), {
+        statusCode: 429,
+        code: 'too_many_subscriptions',
+      });
+    }
+    const record = await this.#actions.readable(this.#who, taskId);
+    const stop = new AbortController();
+    this.#following.set(taskId, stop);
+    const mapper = message.format === 'ag-ui' ? new AgUiMapper(record.taskId) : undefined;
+    followTaskEvents(this.#bus, taskId, {
+      ...(message.after === undefined ? {} : { after: message.after }),
+      signal: stop.signal,
+      onEvent: async ({ seq, event }) => {
+        if (!mapper) return this.#send({ type: 'event', taskId, seq, event });
+        const mapped = mapper.map(event);
+        for (const [i, agui] of mapped.entries()) {
+          await this.#send({
+            type: 'event',
+            taskId,
+            format: 'ag-ui',
+            ...(i === mapped.length - 1 ? { seq } : {}),
+            event: agui,
+          });
+        }
+      },
+    })
+      .then(async () => {
+        if (!stop.signal.aborted) await this.#send({ type: 'end', taskId });
+      })
+      .catch(async (error: unknown) => {
+        this.#log.warn({ err: error, taskId }, 'websocket event stream ended by an error');
+        await this.#send({ type: 'end', taskId, error: errorBody(error) });
+      })
+      .finally(() => {
+        if (this.#following.get(taskId) === stop) this.#following.delete(taskId);
+      });
+    return { taskId, subscribed: true };
+  }
+
+  /** Sends one message, and waits until the socket has taken it: a slow client holds back only its own streams. */
+  #send(message: unknown): Promise<void> {
+    if (this.#socket.readyState !== this.#socket.OPEN) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.#socket.send(JSON.stringify(message), () => resolve());
+    });
+  }
+}
+
+const by = (message: { by?: string | undefined }) => (message.by === undefined ? {} : { by: message.by });
+
+/** An error as a reply's `error`: the code and message the HTTP routes would give. */
+function errorBody(error: unknown): { code: string; message: string } {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    const status =
+      (error as { statusCode?: unknown; status?: unknown }).statusCode ??
+      (error as { status?: unknown }).status;
+    if (typeof code === 'string' && (error.name === 'OperationError' || typeof status === 'number')) {
+      return { code, message: error.message };
+    }
+  }
+  return { code: 'internal', message: 'internal error' };
+}
