@@ -1,22 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import fastifyCors from '@fastify/cors';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import {
-  buildTaskTrace,
-  cancelTask,
-  listHumanRequests,
-  OperationError,
-  type OperationErrorCode,
-  openWorkflowStore,
-  readTask,
-  readTaskEvents,
-  readValues,
-  replyToHuman,
-  submitToPipeline,
-  type WorkflowRecord,
-} from '@troupe/coordinator';
-import { FINAL_EVENT_KINDS, STREAMS, subjects, type TaskSubmission, TroupeEvent } from '@troupe/protocol';
+import { OperationError, type OperationErrorCode } from '@troupe/coordinator';
+import { STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import {
@@ -50,7 +37,7 @@ import {
   TaskQuery,
   TaskView,
 } from './api.ts';
-import { AuthRefusal, authorize, mayTouch, type Principal, type Scope, type TokenStore } from './auth.ts';
+import { AuthRefusal, type Principal, type TokenStore } from './auth.ts';
 import { SseStream } from './sse.ts';
 import { followTaskEvents } from './taskEvents.ts';
 import { WsSession } from './ws.ts';
