@@ -383,6 +383,60 @@ describe('the gateway: Troupe over HTTP', () => {
     await expect(openWs(`${gateway.url.replace('http', 'ws')}/v1/ws`)).rejects.toThrow(/401/);
   });
 
+  it('runs a session’s follow-up as a task that sees the earlier goals and results', async () => {
+    const opened = await call('POST', '/v1/sessions', { body: { pipeline: 'demo', id: 'gw-sess-1' } });
+    expect(opened).toMatchObject({ status: 201, body: { id: 'gw-sess-1', pipeline: 'demo', turns: [] } });
+    expect((await call('POST', '/v1/sessions', { body: { pipeline: 'demo', id: 'gw-sess-1' } })).status).toBe(
+      409,
+    );
+    const first = await call('POST', '/v1/sessions/gw-sess-1/messages?wait=60', {
+      body: { goal: 'Write a short hello note' },
+    });
+    expect(first).toMatchObject({ status: 200, body: { taskId: 'gw-sess-1-1', status: 'completed' } });
+    const second = await call('POST', '/v1/sessions/gw-sess-1/messages?wait=60', {
+      body: { goal: 'Now also add tests' },
+    });
+    expect(second).toMatchObject({ status: 200, body: { taskId: 'gw-sess-1-2', status: 'completed' } });
+    // The follow-up task was given the first goal and its result.
+    const accepted = ofKind(h.eventsOf('gw-sess-1-2'), 'task.accepted')[0];
+    expect(accepted?.data.metadata).toEqual({ session: 'gw-sess-1' });
+    expect(accepted?.data.input).toEqual({
+      session: {
+        id: 'gw-sess-1',
+        earlier: [
+          {
+            taskId: 'gw-sess-1-1',
+            goal: 'Write a short hello note',
+            status: 'completed',
+            result: first.body.output,
+          },
+        ],
+      },
+    });
+    const session = await call('GET', '/v1/sessions/gw-sess-1', { token: 'reader' });
+    expect(session.body.turns.map((t: { taskId: string; status: string }) => [t.taskId, t.status])).toEqual([
+      ['gw-sess-1-1', 'completed'],
+      ['gw-sess-1-2', 'completed'],
+    ]);
+    const listed = await call('GET', '/v1/sessions?pipeline=demo', { token: 'reader' });
+    expect(listed.body.sessions.map((s: { id: string }) => s.id)).toContain('gw-sess-1');
+    expect((await call('GET', '/v1/sessions/nope')).status).toBe(404);
+    expect(
+      (await call('POST', '/v1/sessions', { token: 'demoOnly', body: { pipeline: 'gated' } })).status,
+    ).toBe(403);
+  });
+
+  it('refuses a follow-up while the session’s last task still runs', async () => {
+    await call('POST', '/v1/sessions', { body: { pipeline: 'slowpoke', id: 'gw-sess-2' } });
+    const first = await call('POST', '/v1/sessions/gw-sess-2/messages', { body: { goal: 'take your time' } });
+    expect(first).toMatchObject({ status: 202, body: { taskId: 'gw-sess-2-1' } });
+    const early = await call('POST', '/v1/sessions/gw-sess-2/messages', { body: { goal: 'and then?' } });
+    expect(early).toMatchObject({ status: 409, body: { error: { code: 'conflict' } } });
+    expect(early.body.error.message).toContain('gw-sess-2-1 has not ended yet');
+    await call('POST', '/v1/tasks/gw-sess-2-1/cancel', { body: {} });
+    await h.finalOf('gw-sess-2-1');
+  });
+
   it('answers health and readiness, and describes itself in OpenAPI', async () => {
     expect(await call('GET', '/healthz', { token: null })).toMatchObject({
       status: 200,

@@ -153,3 +153,45 @@ export const Health = z.object({
   streams: z.enum(['ok', 'missing']).optional(),
   message: z.string().optional(),
 });
+
+export const SessionParams = z.object({ id: z.string().min(1).max(56) });
+
+export const OpenSessionBody = z
+  .strictObject({
+    pipeline: Name,
+    /** The session's id; one is made when absent. */
+    id: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,56}$/, 'letters, digits, _ and -, at most 56')
+      .optional(),
+  })
+  .meta({ id: 'OpenSession' });
+
+export const SessionMessageBody = TaskSubmission.pick({ goal: true, input: true, metadata: true }).meta({
+  id: 'SessionMessage',
+});
+
+export const SessionView = z
+  .object({
+    id: z.string(),
+    pipeline: Name,
+    createdBy: z.string(),
+    createdAt: z.string(),
+    updatedAt: z.string(),
+    /** Each message's task, oldest first, as it stands now. */
+    turns: z.array(
+      z.object({
+        taskId: TaskId,
+        goal: z.string(),
+        at: z.string(),
+        status: z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']),
+        output: z.unknown().optional(),
+        failure: z.object({ reason: z.string(), message: z.string() }).optional(),
+      }),
+    ),
+  })
+  .meta({ id: 'Session' });
+
+export const SessionList = z.object({ sessions: z.array(SessionView.omit({ turns: true })) });
+
+export const SessionListQuery = z.object({ pipeline: Name.optional() });

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fastifyCors from '@fastify/cors';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import { OperationError, type OperationErrorCode } from '@troupe/coordinator';
+import { OperationError, type OperationErrorCode, type WorkflowRecord } from '@troupe/coordinator';
 import { STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
@@ -15,7 +15,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { GatewayActions } from './actions.ts';
+import { GatewayActions, viewOf } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import {
   ApprovalList,
@@ -27,8 +27,14 @@ import {
   ErrorBody,
   EventsQuery,
   Health,
+  OpenSessionBody,
   PipelineParams,
   RequestParams,
+  SessionList,
+  SessionListQuery,
+  SessionMessageBody,
+  SessionParams,
+  SessionView,
   SubmitBody,
   SubmitQuery,
   TaskList,
@@ -38,6 +44,7 @@ import {
   TaskView,
 } from './api.ts';
 import { AuthRefusal, type Principal, type TokenStore } from './auth.ts';
+import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
 import { followTaskEvents } from './taskEvents.ts';
 import { WsSession } from './ws.ts';
@@ -193,6 +200,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 
   const principal = (request: FastifyRequest): Principal => request.principal ?? ANONYMOUS;
   const actions = new GatewayActions(bus, options.maxWaitSeconds);
+  const sessions = new Sessions(bus, actions);
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
@@ -387,6 +395,89 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     async (request) => actions.decide(principal(request), request.params.id, request.body),
   );
 
+  app.post(
+    '/v1/sessions',
+    {
+      schema: {
+        summary:
+          'Open a session: a conversation of goals on one pipeline, each run as a task that sees the earlier ones',
+        body: OpenSessionBody,
+        response: { 201: SessionView, 400: ErrorBody, 401: ErrorBody, 403: ErrorBody, 409: ErrorBody },
+      },
+    },
+    async (request, reply) => {
+      const session = await sessions.open(principal(request), request.body.pipeline, request.body.id);
+      reply.header('location', `/v1/sessions/${session.id}`);
+      return reply.code(201).send(sessionView(session, []));
+    },
+  );
+
+  app.get(
+    '/v1/sessions',
+    {
+      schema: {
+        summary: 'Sessions, newest first',
+        querystring: SessionListQuery,
+        response: { 200: SessionList, 401: ErrorBody, 403: ErrorBody },
+      },
+    },
+    async (request) => ({
+      sessions: (await sessions.list(principal(request), request.query.pipeline)).map(
+        ({ turns: _turns, ...session }) => session,
+      ),
+    }),
+  );
+
+  app.get(
+    '/v1/sessions/:id',
+    {
+      schema: {
+        summary: 'A session, with each message’s task as it stands',
+        params: SessionParams,
+        response: { 200: SessionView, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (request) => {
+      const { session, tasks } = await sessions.read(principal(request), request.params.id);
+      return sessionView(session, tasks);
+    },
+  );
+
+  app.post(
+    '/v1/sessions/:id/messages',
+    {
+      schema: {
+        summary:
+          'Send a follow-up goal: runs as a new task that sees the session’s earlier goals and results',
+        description:
+          'The task gets `input.session` with the earlier turns (the last three whole, older ones condensed) and ' +
+          '`metadata.session`. 409 while the last turn’s task still runs. `?wait=` as for submitting a task.',
+        params: SessionParams,
+        querystring: SubmitQuery,
+        body: SessionMessageBody,
+        response: {
+          200: TaskView,
+          202: TaskView,
+          400: ErrorBody,
+          401: ErrorBody,
+          403: ErrorBody,
+          404: ErrorBody,
+          409: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { done, view } = await sessions.say(
+        principal(request),
+        request.params.id,
+        request.body,
+        request.query.wait,
+      );
+      reply.header('location', `/v1/tasks/${view.taskId}`);
+      return reply.code(done ? 200 : 202).send(view);
+    },
+  );
+
   app.get(
     '/v1/ws',
     {
@@ -409,6 +500,26 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     `gateway listening on ${url}`,
   );
   return { url, openapi: () => app.swagger(), close: () => app.close() };
+}
+
+/** A session with its turns' tasks as they stand (a task not yet accepted is `submitted`). */
+function sessionView(
+  session: SessionRecord,
+  tasks: readonly (WorkflowRecord | undefined)[],
+): z.infer<typeof SessionView> {
+  return {
+    ...session,
+    turns: session.turns.map((turn, i) => {
+      const task = tasks[i];
+      const view = task ? viewOf(task) : undefined;
+      return {
+        ...turn,
+        status: task?.status ?? 'submitted',
+        ...(view?.output === undefined ? {} : { output: view.output }),
+        ...(view?.failure ? { failure: view.failure } : {}),
+      };
+    }),
+  };
 }
 
 async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {

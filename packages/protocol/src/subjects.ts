@@ -11,6 +11,8 @@ export const BUCKETS = {
   pipelines: 'pipelines',
   approvals: 'approvals',
   journal: 'journal',
+  /** The gateway's sessions: follow-up goals and the tasks that ran them. */
+  sessions: 'sessions',
 } as const;
 
 /** Builders for every subject on the wire. Arguments are assumed valid names and ids. */

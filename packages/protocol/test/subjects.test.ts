@@ -27,6 +27,7 @@ describe('subjects', () => {
       pipelines: 'pipelines',
       approvals: 'approvals',
       journal: 'journal',
+      sessions: 'sessions',
     });
   });
 });

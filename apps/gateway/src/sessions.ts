@@ -1,0 +1,225 @@
+import { randomBytes } from 'node:crypto';
+import {
+  OperationError,
+  openBucket,
+  readTask,
+  readValues,
+  type WorkflowRecord,
+  workflowStoreIfAny,
+} from '@troupe/coordinator';
+import { BUCKETS, Name, type TaskSubmission } from '@troupe/protocol';
+import type { KvStore, NatsBus } from '@troupe/runtime';
+import { z } from 'zod';
+import type { GatewayActions } from './actions.ts';
+import type { TaskView } from './api.ts';
+import { authorize, mayTouch, type Principal } from './auth.ts';
+
+/**
+ * A session id: `s-` and 16 random characters, or the client's own: letters, digits, `_` and `-`, at most 56 (its
+ * tasks are `<session>-<n>`, and a task id has at most 64).
+ */
+export const SessionId = z.string().regex(/^[A-Za-z0-9_-]{1,56}$/, 'letters, digits, _ and -, at most 56');
+
+/** What the KV bucket `sessions` keeps of a session: its pipeline and the tasks its messages ran, in order. */
+export const SessionRecord = z.object({
+  id: SessionId,
+  pipeline: Name,
+  /** The token that opened it: only tokens that may use its pipeline see it. */
+  createdBy: z.string(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+  turns: z.array(z.object({ taskId: z.string(), goal: z.string(), at: z.string() })),
+});
+export type SessionRecord = z.infer<typeof SessionRecord>;
+
+/**
+ * How much of the earlier turns a follow-up carries. The last turns go whole (their goal and result, each result cut
+ * at `RESULT_CHARS`); older ones are condensed to their goal and the start of their result; past `BUDGET_CHARS` in
+ * all, the oldest are left out, and the follow-up says how many.
+ */
+export const CONTEXT_LIMITS = { wholeTurns: 3, resultChars: 4_000, condensedChars: 300, budgetChars: 16_000 };
+
+/** One earlier turn as a follow-up sees it. */
+export interface EarlierTurn {
+  taskId: string;
+  goal: string;
+  status: string;
+  /** The task's output, or why it failed; cut to fit (see {@link CONTEXT_LIMITS}). */
+  result: string;
+}
+
+/** What a follow-up task gets as `input.session`. */
+export interface SessionContext {
+  id: string;
+  earlier: EarlierTurn[];
+  /** Older turns left out to stay within the budget. */
+  omitted?: number;
+}
+
+export class Sessions {
+  readonly #bus: NatsBus;
+  readonly #actions: GatewayActions;
+
+  constructor(bus: NatsBus, actions: GatewayActions) {
+    this.#bus = bus;
+    this.#actions = actions;
+  }
+
+  /** Opens a session on a pipeline the principal may submit to. */
+  async open(who: Principal, pipeline: string, id?: string): Promise<SessionRecord> {
+    authorize(who, 'submit', pipeline);
+    const now = new Date().toISOString();
+    const record: SessionRecord = {
+      id: id ?? `s-${randomBytes(12).toString('base64url')}`,
+      pipeline,
+      createdBy: who.name,
+      createdAt: now,
+      updatedAt: now,
+      turns: [],
+    };
+    const store = await this.#store();
+    if ((await store.create(record.id, record)) === undefined) {
+      throw new OperationError('conflict', `a session named ${record.id} exists already`);
+    }
+    return record;
+  }
+
+  /** A session with each turn's task as it stands now. */
+  async read(
+    who: Principal,
+    id: string,
+  ): Promise<{ session: SessionRecord; tasks: (WorkflowRecord | undefined)[] }> {
+    const session = await this.#session(id);
+    authorize(who, 'read', session.pipeline);
+    const workflows = await workflowStoreIfAny(this.#bus);
+    const tasks = await Promise.all(session.turns.map(async (t) => (await workflows?.get(t.taskId))?.value));
+    return { session, tasks };
+  }
+
+  /** Sessions the principal may see, newest first. */
+  async list(who: Principal, pipeline?: string): Promise<SessionRecord[]> {
+    authorize(who, 'read', pipeline);
+    return (await readValues(await this.#store()))
+      .filter((s) => (!pipeline || s.pipeline === pipeline) && mayTouch(who, s.pipeline))
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || a.id.localeCompare(b.id));
+  }
+
+  /**
+   * Runs a follow-up goal as a new task of the session's pipeline that sees the session's earlier goals and results
+   * (`input.session`, see {@link SessionContext}), and adds it to the session. Refused (409) while the last turn's
+   * task still runs: its result is not known yet.
+   */
+  async say(
+    who: Principal,
+    id: string,
+    message: Pick<TaskSubmission, 'goal' | 'input' | 'metadata'>,
+    waitSeconds?: number,
+  ): Promise<{ done: boolean; view: TaskView }> {
+    const store = await this.#store();
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const entry = await store.get(id);
+      if (!entry) throw new OperationError('not_found', `no session named ${id}`);
+      const session = entry.value;
+      authorize(who, 'submit', session.pipeline);
+      const earlier = await Promise.all(
+        session.turns.map(async (turn) => ({
+          turn,
+          record: await readTask(this.#bus, turn.taskId).catch(() => undefined),
+        })),
+      );
+      const last = earlier.at(-1);
+      if (last?.record?.status === 'running' || (last && !last.record)) {
+        throw new OperationError(
+          'conflict',
+          `the session's last task ${last.turn.taskId} has not ended yet; send the follow-up once it has`,
+        );
+      }
+      const taskId = `${id}-${session.turns.length + 1}`;
+      const context = sessionContext(
+        id,
+        earlier.map(({ turn, record }) => ({ taskId: turn.taskId, goal: turn.goal, record })),
+      );
+      const now = new Date().toISOString();
+      const next: SessionRecord = {
+        ...session,
+        updatedAt: now,
+        turns: [...session.turns, { taskId, goal: message.goal, at: now }],
+      };
+      // The turn is claimed first: a message sent twice at once makes one task, and the loser tries again.
+      const claimed = await store.update(id, next, entry.revision);
+      if (claimed === undefined) continue;
+      try {
+        return await this.#actions.submit(
+          who,
+          session.pipeline,
+          {
+            id: taskId,
+            goal: message.goal,
+            input: { ...message.input, session: context },
+            metadata: { ...message.metadata, session: id },
+          },
+          waitSeconds === undefined ? {} : { waitSeconds },
+        );
+      } catch (error) {
+        // Not submitted (no coordinator, no such pipeline any more): the turn is given back, so the session is not
+        // left waiting on a task that does not exist.
+        await store.update(id, session, claimed).catch(() => undefined);
+        throw error;
+      }
+    }
+    throw new OperationError('conflict', `session ${id} kept changing; send the message again`);
+  }
+
+  async #session(id: string): Promise<SessionRecord> {
+    const session = (await (await this.#store()).get(id))?.value;
+    if (!session) throw new OperationError('not_found', `no session named ${id}`);
+    return session;
+  }
+
+  #store(): Promise<KvStore<typeof SessionRecord>> {
+    return openBucket(this.#bus, BUCKETS.sessions, SessionRecord);
+  }
+}
+
+/**
+ * The earlier turns of a session as a follow-up sees them: the last few whole, older ones condensed, the oldest left
+ * out past the budget — so a long session stays within what a model can read, as an agent's own conversation does.
+ */
+export function sessionContext(
+  id: string,
+  turns: readonly { taskId: string; goal: string; record: WorkflowRecord | undefined }[],
+): SessionContext {
+  const { wholeTurns, resultChars, condensedChars, budgetChars } = CONTEXT_LIMITS;
+  const earlier: EarlierTurn[] = turns.map(({ taskId, goal, record }, i) => {
+    const whole = i >= turns.length - wholeTurns;
+    return {
+      taskId,
+      goal,
+      status: record?.status ?? 'unknown',
+      result: cut(resultOf(record), whole ? resultChars : condensedChars),
+    };
+  });
+  let size = 0;
+  let kept = earlier.length;
+  for (let i = earlier.length - 1; i >= 0; i--) {
+    const turn = earlier[i] as EarlierTurn;
+    size += turn.goal.length + turn.result.length;
+    if (size > budgetChars && i < earlier.length - 1) break;
+    kept = i;
+  }
+  const omitted = kept;
+  return { id, earlier: earlier.slice(kept), ...(omitted > 0 ? { omitted } : {}) };
+}
+
+function resultOf(record: WorkflowRecord | undefined): string {
+  const final = record?.final;
+  if (final?.kind === 'task.completed') {
+    return typeof final.data.output === 'string' ? final.data.output : JSON.stringify(final.data.output);
+  }
+  if (final?.kind === 'task.failed') return `failed (${final.data.reason}): ${final.data.message}`;
+  if (final?.kind === 'task.cancelled') return 'cancelled';
+  return '';
+}
+
+const cut = (text: string, max: number) =>
+  text.length <= max ? text : `${text.slice(0, max)}…[${text.length - max} more characters]`;
