@@ -413,6 +413,14 @@ describe('the gateway: Troupe over HTTP', () => {
         ],
       },
     });
+    // In AG-UI form, the session's runs are one thread.
+    const agui = await events('gw-sess-1-2', '?format=ag-ui');
+    expect(JSON.parse(agui.messages[0]?.data ?? '{}')).toMatchObject({
+      type: 'RUN_STARTED',
+      threadId: 'gw-sess-1',
+      runId: 'gw-sess-1-2',
+    });
+    expect((await call('GET', '/v1/tasks/gw-sess-1-2')).body.metadata).toEqual({ session: 'gw-sess-1' });
     const session = await call('GET', '/v1/sessions/gw-sess-1', { token: 'reader' });
     expect(session.body.turns.map((t: { taskId: string; status: string }) => [t.taskId, t.status])).toEqual([
       ['gw-sess-1-1', 'completed'],

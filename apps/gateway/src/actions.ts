@@ -220,6 +220,7 @@ export function viewOf(record: WorkflowRecord): TaskView {
     taskId: record.taskId,
     pipeline: record.pipeline,
     goal: record.goal,
+    ...(record.metadata ? { metadata: record.metadata } : {}),
     status: record.status,
     state: record.state,
     round: record.round,

@@ -37,6 +37,8 @@ export const TaskView = z
     taskId: TaskId,
     pipeline: Name,
     goal: z.string(),
+    /** The task's labels; `session` names the gateway session it belongs to. */
+    metadata: z.record(z.string(), z.string()).optional(),
     status: TaskStatus,
     /** The workflow's state: the step it is at, or how it ended. */
     state: z.string().optional(),

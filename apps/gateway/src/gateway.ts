@@ -325,7 +325,10 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       const header = request.headers['last-event-id'];
       const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
       const after = request.query.after ?? (Number.isSafeInteger(lastId) && lastId >= 0 ? lastId : undefined);
-      const mapper = request.query.format === 'ag-ui' ? new AgUiMapper(record.taskId) : undefined;
+      const mapper =
+        request.query.format === 'ag-ui'
+          ? new AgUiMapper(record.metadata?.session ?? record.taskId)
+          : undefined;
       reply.hijack();
       const stream = new SseStream(reply.raw, corsHeaders(reply));
       const stopped = new AbortController();

@@ -181,7 +181,8 @@ export class WsSession {
     const record = await this.#actions.readable(this.#who, taskId);
     const stop = new AbortController();
     this.#following.set(taskId, stop);
-    const mapper = message.format === 'ag-ui' ? new AgUiMapper(record.taskId) : undefined;
+    const mapper =
+      message.format === 'ag-ui' ? new AgUiMapper(record.metadata?.session ?? record.taskId) : undefined;
     followTaskEvents(this.#bus, taskId, {
       ...(message.after === undefined ? {} : { after: message.after }),
       signal: stop.signal,

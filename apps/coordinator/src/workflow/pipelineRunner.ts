@@ -349,6 +349,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         status: 'running',
         state: config.flow[0]?.id ?? 'completed',
         goal: input.goal,
+        ...(submission.metadata ? { metadata: submission.metadata } : {}),
         round: 1,
         usage: emptyUsage(),
         createdAt,

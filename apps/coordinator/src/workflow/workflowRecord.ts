@@ -30,6 +30,8 @@ const WorkflowRecordShape = z.object({
   /** The workflow state (a step id, `completed` or `failed`). */
   state: z.string(),
   goal: z.string(),
+  /** The task's labels (who submitted it, a ticket, the gateway session it belongs to). */
+  metadata: z.record(z.string(), z.string()).optional(),
   round: z.number().int().positive(),
   usage: UsageTotals,
   createdAt: z.string(),

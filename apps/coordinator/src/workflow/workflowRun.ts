@@ -141,6 +141,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     pipeline,
     streamSequence: delivery.streamSequence,
     goal: input.goal,
+    ...(input.metadata ? { metadata: input.metadata } : {}),
     createdAt,
     updatedAt: now(),
     lease: lease.token,
