@@ -445,6 +445,40 @@ describe('the gateway: Troupe over HTTP', () => {
     await h.finalOf('gw-sess-2-1');
   });
 
+  it('lists the pipelines with their flow as a graph, and streams every task’s events live', async () => {
+    const all = await call('GET', '/v1/pipelines', { token: 'reader' });
+    const demo = all.body.pipelines.find((p: { name: string }) => p.name === 'demo');
+    expect(demo.graph.edges).toEqual(
+      expect.arrayContaining([
+        { from: 'plan', to: 'execute' },
+        { from: 'review', to: 'end', when: 'approve' },
+        { from: 'review', to: 'execute', when: 'reject' },
+      ]),
+    );
+    expect(all.body.pipelines.map((p: { name: string }) => p.name).sort()).toEqual([
+      'demo',
+      'gated',
+      'slowpoke',
+    ]);
+    const limited = await call('GET', '/v1/pipelines', { token: 'demoOnly' });
+    expect(limited.body.pipelines.map((p: { name: string }) => p.name)).toEqual(['demo']);
+
+    // Live: what is stored from the moment the stream says it is ready, of the pipelines the token may read.
+    let ready: () => void = () => {};
+    const isReady = new Promise<void>((resolve) => (ready = resolve));
+    const live = readSse(`${gateway.url}/v1/events?access_token=${TOKENS.demoOnly}`, {
+      stopAfter: 4,
+      onMessage: (m) => m.event === 'ready' && ready(),
+    });
+    await isReady;
+    await call('POST', '/v1/pipelines/gated/tasks', { body: { goal: 'not for ci', id: 'gw-live-gated' } });
+    await call('POST', '/v1/pipelines/demo/tasks', { body: { goal: 'for ci', id: 'gw-live-demo' } });
+    const read = await live;
+    const [first, ...rest] = read.messages;
+    expect(first?.event).toBe('ready');
+    expect(rest.map((m) => eventOf(m).taskId)).toEqual(['gw-live-demo', 'gw-live-demo', 'gw-live-demo']);
+  });
+
   it('answers health and readiness, and describes itself in OpenAPI', async () => {
     expect(await call('GET', '/healthz', { token: null })).toMatchObject({
       status: 200,

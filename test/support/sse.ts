@@ -21,7 +21,11 @@ export interface SseRead {
  */
 export async function readSse(
   url: string,
-  options: { headers?: Record<string, string>; stopAfter?: number } = {},
+  options: {
+    headers?: Record<string, string>;
+    stopAfter?: number;
+    onMessage?: (message: SseMessage) => void;
+  } = {},
 ): Promise<SseRead> {
   const controller = new AbortController();
   const response = await fetch(url, {
@@ -52,6 +56,7 @@ export async function readSse(
         const message = parseBlock(block);
         if (!message) continue;
         messages.push(message);
+        options.onMessage?.(message);
         if (options.stopAfter !== undefined && messages.length >= options.stopAfter) {
           controller.abort();
           return { status: response.status, headers: response.headers, messages, ended: false };

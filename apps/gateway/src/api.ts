@@ -197,3 +197,30 @@ export const SessionView = z
 export const SessionList = z.object({ sessions: z.array(SessionView.omit({ turns: true })) });
 
 export const SessionListQuery = z.object({ pipeline: Name.optional() });
+
+export const AllEventsQuery = z.object({
+  pipeline: Name.optional(),
+  /** Resume after this stream sequence (what `Last-Event-ID` says). */
+  after: z.coerce.number().int().nonnegative().optional(),
+});
+
+export const PipelineList = z
+  .object({
+    pipelines: z.array(
+      z.object({
+        name: Name,
+        description: z.string().optional(),
+        agents: z.array(Name),
+        steps: z.array(z.string()),
+        /** The flow: each step a node, each way the work can go an edge (`to: "end"` ends the task). */
+        graph: z
+          .object({
+            nodes: z.array(z.object({ id: z.string(), kind: z.string(), agent: z.string() })),
+            edges: z.array(z.object({ from: z.string(), to: z.string(), when: z.string().optional() })),
+          })
+          .optional(),
+        registeredAt: z.string(),
+      }),
+    ),
+  })
+  .meta({ id: 'PipelineList' });

@@ -2,8 +2,14 @@ import { randomBytes } from 'node:crypto';
 import fastifyCors from '@fastify/cors';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import { OperationError, type OperationErrorCode, type WorkflowRecord } from '@troupe/coordinator';
-import { STREAMS } from '@troupe/protocol';
+import {
+  CLIENT_WAIT,
+  OperationError,
+  type OperationErrorCode,
+  PipelineRegistry,
+  type WorkflowRecord,
+} from '@troupe/coordinator';
+import { errorMessage, STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import {
@@ -18,6 +24,7 @@ import { z } from 'zod';
 import { GatewayActions, viewOf } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import {
+  AllEventsQuery,
   ApprovalList,
   ApprovalsQuery,
   CancelBody,
@@ -28,6 +35,7 @@ import {
   EventsQuery,
   Health,
   OpenSessionBody,
+  PipelineList,
   PipelineParams,
   RequestParams,
   SessionList,
@@ -43,10 +51,10 @@ import {
   TaskQuery,
   TaskView,
 } from './api.ts';
-import { AuthRefusal, type Principal, type TokenStore } from './auth.ts';
+import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
-import { followTaskEvents } from './taskEvents.ts';
+import { followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import { WsSession } from './ws.ts';
 
 export interface GatewayOptions {
@@ -322,41 +330,67 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     },
     async (request, reply) => {
       const record = await actions.readable(principal(request), request.params.id);
-      const header = request.headers['last-event-id'];
-      const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
-      const after = request.query.after ?? (Number.isSafeInteger(lastId) && lastId >= 0 ? lastId : undefined);
       const mapper =
         request.query.format === 'ag-ui'
           ? new AgUiMapper(record.metadata?.session ?? record.taskId)
           : undefined;
-      reply.hijack();
-      const stream = new SseStream(reply.raw, corsHeaders(reply));
-      const stopped = new AbortController();
-      reply.raw.on('close', () => stopped.abort());
-      try {
-        await followTaskEvents(bus, record.taskId, {
+      await streamSse(request, reply, mapper, (after, signal, onEvent) =>
+        followTaskEvents(bus, record.taskId, { ...(after === undefined ? {} : { after }), signal, onEvent }),
+      );
+    },
+  );
+
+  app.get(
+    '/v1/events',
+    {
+      schema: {
+        summary:
+          'Every task’s events as they are stored (one pipeline’s with `?pipeline=`), as Server-Sent Events',
+        description:
+          'Live from the moment of connecting; `Last-Event-ID` (or `?after=`) resumes after a stream sequence. Only ' +
+          'the events of pipelines the token may read are sent. The stream does not end by itself.',
+        querystring: AllEventsQuery,
+        response: { 401: ErrorBody, 403: ErrorBody },
+      },
+    },
+    async (request, reply) => {
+      const who = principal(request);
+      authorize(who, 'read', request.query.pipeline);
+      await streamSse(request, reply, undefined, (after, signal, onEvent, stream) =>
+        followAllEvents(bus, {
           ...(after === undefined ? {} : { after }),
-          signal: stopped.signal,
-          onEvent: async ({ seq, event }) => {
-            if (!mapper) return stream.send({ id: seq, event: event.kind, data: event });
-            // One Troupe event may be several AG-UI events: only the last carries the id, so a client that
-            // resumes never skips the rest of a group.
-            const mapped = mapper.map(event);
-            for (const [i, agui] of mapped.entries()) {
-              await stream.send({ ...(i === mapped.length - 1 ? { id: seq } : {}), data: agui });
-            }
-          },
-        });
-      } catch (error) {
-        request.log.warn({ err: error, taskId: record.taskId }, 'event stream ended by an error');
-        if (!stream.closed)
-          await stream.send({
-            event: 'error',
-            data: { code: 'unavailable', message: (error as Error).message },
-          });
-      } finally {
-        stream.end();
-      }
+          pipeline: request.query.pipeline,
+          signal,
+          onEvent: (sequenced) => (mayTouch(who, sequenced.event.pipeline) ? onEvent(sequenced) : undefined),
+          // Live from now: the client is told when "now" is, so it knows nothing stored since will be missed.
+          onReady: () => stream.send({ event: 'ready', data: { live: true } }),
+        }),
+      );
+    },
+  );
+
+  app.get(
+    '/v1/pipelines',
+    {
+      schema: {
+        summary: 'The pipelines coordinators have loaded, with their agents and their flow as a graph',
+        response: { 200: PipelineList, 401: ErrorBody, 403: ErrorBody },
+      },
+    },
+    async (request) => {
+      const who = principal(request);
+      authorize(who, 'read');
+      const registry = await PipelineRegistry.open(bus, CLIENT_WAIT).catch((error: unknown) => {
+        throw new OperationError(
+          'no_coordinator',
+          `no Troupe coordinator has run on this server yet (${errorMessage(error)})`,
+        );
+      });
+      return {
+        pipelines: (await registry.all())
+          .filter((p) => mayTouch(who, p.name))
+          .map(({ host: _host, ...pipeline }) => pipeline),
+      };
     },
   );
 
@@ -523,6 +557,52 @@ function sessionView(
       };
     }),
   };
+}
+
+/**
+ * Streams events as Server-Sent Events: resuming after the client's `Last-Event-ID` (or `?after=`), each event with
+ * its stream sequence as id (in AG-UI form, only the last event of a group carries it, so a resume skips none of
+ * the rest), until the source ends or the client goes.
+ */
+async function streamSse(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  mapper: AgUiMapper | undefined,
+  follow: (
+    after: number | undefined,
+    signal: AbortSignal,
+    onEvent: (event: SequencedEvent) => Promise<void>,
+    stream: SseStream,
+  ) => Promise<void>,
+): Promise<void> {
+  const header = request.headers['last-event-id'];
+  const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
+  const fromQuery = (request.query as { after?: number }).after;
+  const after = fromQuery ?? (Number.isSafeInteger(lastId) && lastId >= 0 ? lastId : undefined);
+  reply.hijack();
+  const stream = new SseStream(reply.raw, corsHeaders(reply));
+  const stopped = new AbortController();
+  reply.raw.on('close', () => stopped.abort());
+  try {
+    await follow(
+      after,
+      stopped.signal,
+      async ({ seq, event }) => {
+        if (!mapper) return stream.send({ id: seq, event: event.kind, data: event });
+        const mapped = mapper.map(event);
+        for (const [i, agui] of mapped.entries()) {
+          await stream.send({ ...(i === mapped.length - 1 ? { id: seq } : {}), data: agui });
+        }
+      },
+      stream,
+    );
+  } catch (error) {
+    request.log.warn({ err: error, url: request.url }, 'event stream ended by an error');
+    if (!stream.closed)
+      await stream.send({ event: 'error', data: { code: 'unavailable', message: errorMessage(error) } });
+  } finally {
+    stream.end();
+  }
 }
 
 async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {

@@ -1,4 +1,4 @@
-import { JetStreamApiCodes } from '@nats-io/jetstream';
+import { DeliverPolicy, JetStreamApiCodes } from '@nats-io/jetstream';
 import { FINAL_EVENT_KINDS, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
 import { jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime';
 
@@ -14,6 +14,8 @@ export interface FollowOptions {
   /** Ends the following: the consumer is removed from the server. */
   signal: AbortSignal;
   onEvent(event: SequencedEvent): void | Promise<void>;
+  /** Called once the consumer exists on the server: from then on, nothing stored is missed. */
+  onReady?(): void | Promise<void>;
 }
 
 /**
@@ -23,13 +25,41 @@ export interface FollowOptions {
  * event, or when `signal` aborts. An event stored twice (republished beyond the stream's duplicate window) is
  * delivered once. Fails with `stream_missing` when no coordinator made the stream.
  */
-export async function followTaskEvents(bus: NatsBus, taskId: string, options: FollowOptions): Promise<void> {
+export function followTaskEvents(bus: NatsBus, taskId: string, options: FollowOptions): Promise<void> {
+  return followEvents(bus, {
+    ...options,
+    subject: subjects.taskEvents(taskId),
+    until: (event) => FINAL_EVENT_KINDS.includes(event.kind),
+  });
+}
+
+/**
+ * Follows the events of every task (or of one pipeline's), as they are stored: from now, or after a stream
+ * sequence to resume. Runs until `signal` aborts.
+ */
+export function followAllEvents(
+  bus: NatsBus,
+  options: FollowOptions & { pipeline?: string | undefined },
+): Promise<void> {
+  const { pipeline, ...rest } = options;
+  return followEvents(bus, {
+    ...rest,
+    subject: pipeline ? subjects.pipelineEvents(pipeline) : subjects.allTaskEvents,
+    ...(options.after === undefined ? { fromNow: true } : {}),
+  });
+}
+
+async function followEvents(
+  bus: NatsBus,
+  options: FollowOptions & { subject: string; fromNow?: boolean; until?: (event: TroupeEvent) => boolean },
+): Promise<void> {
   const js = jetstreamOf(bus);
   let consumer: Awaited<ReturnType<typeof js.consumers.get>>;
   try {
     consumer = await js.consumers.get(STREAMS.events, {
-      filter_subjects: subjects.taskEvents(taskId),
+      filter_subjects: options.subject,
       ...(options.after === undefined ? {} : { opt_start_seq: options.after + 1 }),
+      ...(options.fromNow ? { deliver_policy: DeliverPolicy.New } : {}),
     });
   } catch (cause) {
     if (
@@ -39,28 +69,42 @@ export async function followTaskEvents(bus: NatsBus, taskId: string, options: Fo
       throw new TransportError(
         'stream_missing',
         `the stream ${STREAMS.events} does not exist on this NATS server`,
-        {
-          cause,
-        },
+        { cause },
       );
     }
     throw cause;
   }
   const messages = await consumer.consume();
+  await options.onReady?.();
   const stop = () => messages.stop();
   options.signal.addEventListener('abort', stop, { once: true });
-  const seen = new Set<string>();
+  const seen = new RecentIds();
   try {
     for await (const msg of messages) {
       const parsed = parseMessage(TroupeEvent, msg.data);
-      if (!parsed.ok || seen.has(parsed.value.id)) continue;
-      seen.add(parsed.value.id);
+      if (!parsed.ok || !seen.add(parsed.value.id)) continue;
       await options.onEvent({ seq: msg.seq, event: parsed.value });
-      if (FINAL_EVENT_KINDS.includes(parsed.value.kind)) return;
+      if (options.until?.(parsed.value)) return;
     }
   } finally {
     options.signal.removeEventListener('abort', stop);
     messages.stop();
     await consumer.delete().catch(() => undefined);
+  }
+}
+
+/** Ids delivered lately, the oldest forgotten past a bound: a stream that runs for days stays small. */
+class RecentIds {
+  readonly #ids = new Set<string>();
+
+  /** False when the id was delivered already. */
+  add(id: string): boolean {
+    if (this.#ids.has(id)) return false;
+    this.#ids.add(id);
+    if (this.#ids.size > 50_000) {
+      const oldest = this.#ids.values().next().value;
+      if (oldest !== undefined) this.#ids.delete(oldest);
+    }
+    return true;
   }
 }

@@ -1,6 +1,7 @@
 import { BUCKETS, Name } from '@troupe/protocol';
 import { KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
 import { z } from 'zod';
+import { FlowGraph, flowGraph } from '../config/flowGraph.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 
 /** What the KV bucket `pipelines` says of a pipeline some coordinator has loaded. */
@@ -9,6 +10,8 @@ export const PipelineRegistration = z.object({
   description: z.string().optional(),
   agents: z.array(Name),
   steps: z.array(z.string()),
+  /** The flow as a graph of steps; absent in registrations from before it was added. */
+  graph: FlowGraph.optional(),
   host: z.string(),
   registeredAt: z.string(),
 });
@@ -33,6 +36,7 @@ export class PipelineRegistry {
       ...(config.description === undefined ? {} : { description: config.description }),
       agents: Object.keys(config.agents),
       steps: config.flow.map((s) => s.id),
+      graph: flowGraph(config),
       host,
       registeredAt: now.toISOString(),
     });
@@ -52,6 +56,14 @@ export class PipelineRegistry {
       if (this.#cache?.names === lookup) this.#cache = undefined;
     });
     return lookup;
+  }
+
+  /** Every registered pipeline, by name. */
+  async all(): Promise<PipelineRegistration[]> {
+    const found = await Promise.all((await this.#store.keys()).map((name) => this.get(name)));
+    return found
+      .filter((p): p is PipelineRegistration => p !== undefined)
+      .sort((a, b) => a.name.localeCompare(b.name));
   }
 
   get(name: string): Promise<PipelineRegistration | undefined> {
