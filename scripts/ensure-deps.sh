@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Troupe needs to run when it is missing: Node.js 20+ is checked, the npm packages are installed
 # (npm ci, which also builds the CLI) when node_modules is absent or older than package-lock.json, and
-# nats-server is installed (scripts/ensure-nats-server.sh). Run by `npm run demo` and before `npm test`.
+# nats-server is installed (scripts/ensure-nats-server.sh); with --with-browser (before `npm test`), chromium too
+# (scripts/ensure-chromium.sh). Run by `npm run demo` and before `npm test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,3 +18,4 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
 fi
 
 bash scripts/ensure-nats-server.sh
+if [ "${1:-}" = --with-browser ]; then bash scripts/ensure-chromium.sh; fi

@@ -1,5 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import { stat } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import fastifyCors from '@fastify/cors';
+import fastifyStatic from '@fastify/static';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
 import {
@@ -11,7 +15,12 @@ import {
 } from '@troupe/coordinator';
 import { errorMessage, STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
-import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import Fastify, {
+  type FastifyPluginAsync,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
 import {
   hasZodFastifySchemaValidationErrors,
   jsonSchemaTransform,
@@ -71,6 +80,8 @@ export interface GatewayOptions {
   corsOrigins?: readonly string[];
   /** The longest `?wait=` honoured, in seconds (300). */
   maxWaitSeconds?: number;
+  /** Where the built dashboard is (`apps/gateway/dashboard/dist` by default); `false` serves none. */
+  dashboardDir?: string | false;
 }
 
 export interface Gateway {
@@ -211,6 +222,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const sessions = new Sessions(bus, actions);
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  await app.register(dashboard, { dir: options.dashboardDir ?? defaultDashboardDir() });
 
   app.get('/healthz', { schema: { response: { 200: Health, 503: Health } } }, async (_request, reply) => {
     const health = await checkHealth(bus, false);
@@ -538,6 +551,50 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   );
   return { url, openapi: () => app.swagger(), close: () => app.close() };
 }
+
+/** The dashboard's built files, beside the gateway's package (wherever the gateway's code was bundled to). */
+function defaultDashboardDir(): string {
+  return join(
+    dirname(createRequire(import.meta.url).resolve('@troupe/gateway/package.json')),
+    'dashboard',
+    'dist',
+  );
+}
+
+/**
+ * Serves the dashboard at `/`: static files built ahead (no build at run time), under a Content-Security-Policy
+ * that lets the page talk to this gateway only. Without a build there, `/` says how to make one.
+ */
+const dashboard: FastifyPluginAsync<{ dir: string | false }> = async (app, { dir }) => {
+  if (dir === false) return;
+  const built = await stat(join(dir, 'index.html')).then(
+    () => true,
+    () => false,
+  );
+  if (!built) {
+    app.get('/', { schema: { hide: true } }, async (_request, reply) =>
+      reply
+        .code(503)
+        .type('text/plain')
+        .send(
+          `The dashboard is not built (no ${dir}/index.html): run npm run build in the Troupe checkout.\n`,
+        ),
+    );
+    return;
+  }
+  await app.register(fastifyStatic, {
+    root: dir,
+    prefix: '/',
+    index: 'index.html',
+    setHeaders: (res) => {
+      res.header(
+        'content-security-policy',
+        "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'",
+      );
+      res.header('x-content-type-options', 'nosniff');
+    },
+  });
+};
 
 /** A session with its turns' tasks as they stand (a task not yet accepted is `submitted`). */
 function sessionView(

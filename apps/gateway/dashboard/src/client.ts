@@ -1,0 +1,148 @@
+/** The gateway's HTTP API, as the dashboard calls it: JSON in and out, the token from the page. */
+
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+  costUsd: number;
+  modelCalls: number;
+}
+
+export interface TaskView {
+  taskId: string;
+  pipeline: string;
+  goal: string;
+  status: 'submitted' | 'running' | 'completed' | 'failed' | 'cancelled';
+  state?: string;
+  round?: number;
+  usage?: Usage;
+  createdAt?: string;
+  updatedAt?: string;
+  activity?: { kind: string; step: string; agent: string; since: string };
+  output?: unknown;
+  failure?: { reason: string; message: string };
+}
+
+export interface Pipeline {
+  name: string;
+  description?: string;
+  agents: string[];
+  steps: string[];
+  graph?: {
+    nodes: { id: string; kind: string; agent: string }[];
+    edges: { from: string; to: string; when?: string }[];
+  };
+}
+
+export interface HumanRequest {
+  id: string;
+  kind: 'approval' | 'question';
+  status: string;
+  taskId: string;
+  pipeline: string;
+  agent: string;
+  tool?: string;
+  arguments?: string;
+  prompt: string;
+  requestedAt: string;
+  expiresAt: string;
+}
+
+/** One Troupe event, as the gateway streams it. */
+export interface TroupeEvent {
+  id: string;
+  ts: string;
+  pipeline: string;
+  taskId: string;
+  kind: string;
+  from?: string;
+  to?: string;
+  data: Record<string, unknown>;
+}
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: string;
+
+  constructor(status: number, code: string, message: string) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+const TOKEN_KEY = 'troupe.token';
+
+export class Api {
+  token: string | null = localStorage.getItem(TOKEN_KEY);
+
+  setToken(token: string | null): void {
+    this.token = token;
+    if (token) localStorage.setItem(TOKEN_KEY, token);
+    else localStorage.removeItem(TOKEN_KEY);
+  }
+
+  get<T>(path: string): Promise<T> {
+    return this.#call<T>('GET', path);
+  }
+
+  post<T>(path: string, body: unknown): Promise<T> {
+    return this.#call<T>('POST', path, body);
+  }
+
+  /** Server-Sent Events of a path; EventSource cannot send headers, so the token goes as `access_token`. */
+  events(path: string, onEvent: (event: TroupeEvent) => void, onState: (open: boolean) => void): EventSource {
+    const url = new URL(path, location.href);
+    if (this.token) url.searchParams.set('access_token', this.token);
+    const source = new EventSource(url);
+    const handle = (message: MessageEvent<string>) => onEvent(JSON.parse(message.data) as TroupeEvent);
+    // Each event is sent under its kind's name; `message` is what EventSource calls unnamed ones.
+    for (const kind of EVENT_KINDS) source.addEventListener(kind, handle as EventListener);
+    source.onopen = () => onState(true);
+    source.onerror = () => onState(false);
+    return source;
+  }
+
+  async #call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const response = await fetch(path, {
+      method,
+      headers: {
+        ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    const parsed = text ? JSON.parse(text) : undefined;
+    if (!response.ok) {
+      const error = parsed?.error ?? { code: 'http_error', message: `HTTP ${response.status}` };
+      throw new ApiError(response.status, error.code, error.message);
+    }
+    return parsed as T;
+  }
+}
+
+export const EVENT_KINDS = [
+  'task.accepted',
+  'task.resumed',
+  'step.started',
+  'agent.handoff',
+  'llm.request',
+  'llm.response',
+  'llm.error',
+  'llm.delta',
+  'llm.retry',
+  'llm.fallback',
+  'context.compacted',
+  'tool.call',
+  'tool.progress',
+  'tool.result',
+  'approval.requested',
+  'approval.decided',
+  'human.asked',
+  'human.answered',
+  'step.completed',
+  'task.completed',
+  'task.failed',
+  'task.cancelled',
+] as const;

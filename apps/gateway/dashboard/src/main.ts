@@ -1,0 +1,375 @@
+import { html } from 'htm/preact';
+import { render } from 'preact';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import {
+  Api,
+  ApiError,
+  type HumanRequest,
+  type Pipeline,
+  type TaskView,
+  type TroupeEvent,
+} from './client.ts';
+import { cost, duration, since, tokens } from './format.ts';
+import { type Busy, FlowGraph, type Move } from './graph.ts';
+import { Timeline, type Trace } from './timeline.ts';
+import './style.css';
+
+const api = new Api();
+
+/** Calls `run` once `ms` after the last call: a burst of events makes one refresh. */
+function debounced(run: () => void, ms: number): () => void {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return () => {
+    clearTimeout(timer);
+    timer = setTimeout(run, ms);
+  };
+}
+
+function App() {
+  const [needToken, setNeedToken] = useState(false);
+  const [pipelines, setPipelines] = useState<Pipeline[]>([]);
+  const [pipeline, setPipeline] = useState<string>('');
+  const [tasks, setTasks] = useState<Map<string, TaskView>>(new Map());
+  const [selected, setSelected] = useState<string | undefined>(undefined);
+  const [trace, setTrace] = useState<Trace | undefined>(undefined);
+  const [requests, setRequests] = useState<HumanRequest[]>([]);
+  const [moves, setMoves] = useState<Move[]>([]);
+  const [busy, setBusy] = useState<Map<string, Busy & { until: number }>>(new Map());
+  const [live, setLive] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const selectedRef = useRef<string | undefined>(undefined);
+  selectedRef.current = selected;
+  /** The step each task was last at, to draw the hand-over to its next one. */
+  const lastStep = useRef(new Map<string, string>());
+
+  const failed = useCallback((e: unknown) => {
+    if (e instanceof ApiError && e.status === 401) setNeedToken(true);
+    else setError(e instanceof Error ? e.message : String(e));
+  }, []);
+
+  const loadTasks = useCallback(async () => {
+    const list = await api.get<{ tasks: TaskView[] }>('/v1/tasks?limit=100');
+    setTasks(new Map(list.tasks.map((t) => [t.taskId, t])));
+  }, []);
+  const loadRequests = useCallback(async () => {
+    setRequests((await api.get<{ requests: HumanRequest[] }>('/v1/approvals')).requests);
+  }, []);
+  const loadTrace = useCallback(async (taskId: string) => {
+    const loaded = await api.get<Trace>(`/v1/tasks/${taskId}/trace`);
+    if (selectedRef.current === taskId) setTrace(loaded);
+  }, []);
+
+  // Everything a page needs at first; a 401 asks for a token.
+  const start = useCallback(async () => {
+    try {
+      const list = await api.get<{ pipelines: Pipeline[] }>('/v1/pipelines');
+      setPipelines(list.pipelines);
+      setPipeline((current) => current || list.pipelines[0]?.name || '');
+      setNeedToken(false);
+      setError(undefined);
+      await Promise.all([loadTasks(), loadRequests()]);
+    } catch (e) {
+      failed(e);
+    }
+  }, [failed, loadTasks, loadRequests]);
+
+  useEffect(() => {
+    void start();
+  }, [start]);
+
+  // Refreshes that events ask for, each debounced.
+  const refresh = useMemo(() => {
+    const perTask = new Map<string, () => void>();
+    return {
+      task: (taskId: string) => {
+        let run = perTask.get(taskId);
+        if (!run) {
+          run = debounced(async () => {
+            try {
+              const view = await api.get<TaskView>(`/v1/tasks/${taskId}`);
+              setTasks((all) => new Map(all).set(taskId, view));
+            } catch (e) {
+              failed(e);
+            }
+          }, 250);
+          perTask.set(taskId, run);
+        }
+        run();
+      },
+      requests: debounced(() => void loadRequests().catch(failed), 200),
+      trace: debounced(() => {
+        const taskId = selectedRef.current;
+        if (taskId) void loadTrace(taskId).catch(failed);
+      }, 250),
+    };
+  }, [failed, loadRequests, loadTrace]);
+
+  // The live flow: every task's events, as they are stored.
+  useEffect(() => {
+    if (needToken) return;
+    const source = api.events('/v1/events', (event) => onEvent(event), setLive);
+    return () => source.close();
+    // One stream for the page's life (per token); onEvent reads the latest state through refs and setters.
+  }, [needToken]);
+
+  function onEvent(event: TroupeEvent) {
+    refresh.task(event.taskId);
+    if (event.taskId === selectedRef.current) refresh.trace();
+    if (
+      event.kind.startsWith('approval.') ||
+      event.kind.startsWith('human.') ||
+      event.kind.startsWith('task.')
+    ) {
+      refresh.requests();
+    }
+    const step = typeof event.data.step === 'string' ? event.data.step : undefined;
+    if (event.kind === 'step.started' && step) {
+      const from = lastStep.current.get(event.taskId);
+      lastStep.current.set(event.taskId, step);
+      if (from && from !== step) {
+        const move: Move = {
+          key: `${event.id}`,
+          from,
+          to: step,
+          rework: Number(event.data.round ?? 1) > 1 && from !== step,
+        };
+        setMoves((all) => [...all.slice(-20), move]);
+        setTimeout(() => setMoves((all) => all.filter((m) => m !== move)), 1_500);
+      }
+    }
+    if (event.kind === 'task.completed' || event.kind === 'task.failed' || event.kind === 'task.cancelled') {
+      const from = lastStep.current.get(event.taskId);
+      if (from) {
+        const move: Move = { key: event.id, from, to: 'end', rework: false };
+        setMoves((all) => [...all.slice(-20), move]);
+        setTimeout(() => setMoves((all) => all.filter((m) => m !== move)), 1_500);
+      }
+      lastStep.current.delete(event.taskId);
+      setBusy((all) => {
+        const next = new Map(all);
+        next.delete(event.taskId);
+        return next;
+      });
+      return;
+    }
+    const doing = busyOf(event, lastStep.current.get(event.taskId));
+    if (doing) {
+      setBusy((all) => new Map(all).set(event.taskId, { ...doing, until: Date.now() + 2_000 }));
+    }
+  }
+
+  // Lit nodes go dark once nothing has been heard of them for a while.
+  useEffect(() => {
+    const timer = setInterval(() => {
+      setBusy((all) => {
+        const now = Date.now();
+        const kept = [...all].filter(([, b]) => b.until > now || b.what === 'person');
+        return kept.length === all.size ? all : new Map(kept);
+      });
+    }, 500);
+    return () => clearInterval(timer);
+  }, []);
+
+  useEffect(() => {
+    setTrace(undefined);
+    if (selected) void loadTrace(selected).catch(failed);
+  }, [selected, loadTrace, failed]);
+
+  const signIn = (token: string) => {
+    api.setToken(token);
+    void start();
+  };
+  const signOut = () => {
+    api.setToken(null);
+    setNeedToken(true);
+  };
+  const submitted = (task: TaskView) => {
+    setTasks((all) => new Map(all).set(task.taskId, task));
+    setSelected(task.taskId);
+  };
+  if (needToken) return html`<${TokenPrompt} onToken=${signIn} />`;
+  const current = pipelines.find((p) => p.name === pipeline);
+  const shown = [...tasks.values()]
+    .filter((t) => !pipeline || t.pipeline === pipeline)
+    .sort((a, b) => (b.createdAt ?? '').localeCompare(a.createdAt ?? ''));
+  const busyHere = [...busy.values()].filter((b) => current?.steps.includes(b.step));
+  return html`<div class="page">
+    <header>
+      <h1>Troupe</h1>
+      <label
+        >pipeline
+        <select value=${pipeline} onChange=${(e: Event) => setPipeline((e.target as HTMLSelectElement).value)} data-testid="pipeline">
+          ${pipelines.map((p) => html`<option value=${p.name}>${p.name}</option>`)}
+        </select>
+      </label>
+      <span class=${`live ${live ? 'on' : 'off'}`} data-testid="live">${live ? 'live' : 'reconnecting…'}</span>
+      ${api.token ? html`<button class="link" onClick=${signOut}>sign out</button>` : null}
+    </header>
+    ${error ? html`<p class="error" role="alert">${error} <button class="link" onClick=${() => setError(undefined)}>dismiss</button></p>` : null}
+    <main>
+      <section class="graph">
+        ${current ? html`<p class="description">${current.description ?? ''}</p><${FlowGraph} pipeline=${current} moves=${moves} busy=${busyHere} />` : html`<p>No pipeline is loaded.</p>`}
+      </section>
+      <section class="submit">
+        <${SubmitForm} pipeline=${pipeline} onSubmitted=${submitted} onError=${failed} />
+      </section>
+      <section class="approvals">
+        <h2>Waiting for a person</h2>
+        <${Approvals} requests=${requests} onDone=${() => void loadRequests().catch(failed)} onError=${failed} />
+      </section>
+      <section class="tasks">
+        <h2>Tasks</h2>
+        <${TaskList} tasks=${shown} selected=${selected} onSelect=${setSelected} />
+      </section>
+      <section class="detail">
+        ${selected ? (trace ? html`<${Timeline} trace=${trace} />` : html`<p>Loading ${selected}…</p>`) : html`<p class="hint">Pick a task to see its timeline.</p>`}
+      </section>
+    </main>
+  </div>`;
+}
+
+/** What a step's agent is doing, as the event says. */
+function busyOf(event: TroupeEvent, step: string | undefined): Busy | undefined {
+  if (!step) return undefined;
+  switch (event.kind) {
+    case 'llm.request':
+      return { step, what: 'model', label: `asking ${String(event.data.model)}` };
+    case 'tool.call':
+      return { step, what: 'tool', label: `running ${String(event.data.tool)}` };
+    case 'approval.requested':
+      return { step, what: 'person', label: 'waiting for approval' };
+    case 'human.asked':
+      return { step, what: 'person', label: 'asking a person' };
+    case 'llm.response':
+    case 'tool.result':
+    case 'approval.decided':
+    case 'human.answered':
+      return { step, what: 'agent', label: 'working' };
+    default:
+      return undefined;
+  }
+}
+
+function TokenPrompt(props: { onToken: (token: string) => void }) {
+  const [token, setToken] = useState('');
+  return html`<form
+    class="token"
+    onSubmit=${(e: Event) => {
+      e.preventDefault();
+      if (token.trim()) props.onToken(token.trim());
+    }}
+  >
+    <h1>Troupe</h1>
+    <p>This gateway asks for a token (<code>troupe token &lt;name&gt;</code> makes one).</p>
+    <input type="password" placeholder="trp_…" value=${token} onInput=${(e: Event) => setToken((e.target as HTMLInputElement).value)} data-testid="token" autofocus />
+    <button type="submit">Open</button>
+  </form>`;
+}
+
+function SubmitForm(props: {
+  pipeline: string;
+  onSubmitted: (task: TaskView) => void;
+  onError: (e: unknown) => void;
+}) {
+  const [goal, setGoal] = useState('');
+  const [sending, setSending] = useState(false);
+  return html`<form
+    class="submit-form"
+    onSubmit=${async (e: Event) => {
+      e.preventDefault();
+      if (!goal.trim() || !props.pipeline) return;
+      setSending(true);
+      try {
+        props.onSubmitted(await api.post<TaskView>(`/v1/pipelines/${props.pipeline}/tasks`, { goal }));
+        setGoal('');
+      } catch (error) {
+        props.onError(error);
+      } finally {
+        setSending(false);
+      }
+    }}
+  >
+    <label for="goal">New task for <strong>${props.pipeline || '…'}</strong></label>
+    <textarea id="goal" rows="2" placeholder="What should it achieve?" value=${goal} onInput=${(e: Event) => setGoal((e.target as HTMLTextAreaElement).value)} data-testid="goal"></textarea>
+    <button type="submit" disabled=${sending || !goal.trim()} data-testid="submit">Submit</button>
+  </form>`;
+}
+
+function Approvals(props: { requests: HumanRequest[]; onDone: () => void; onError: (e: unknown) => void }) {
+  if (props.requests.length === 0) return html`<p class="hint">Nothing is waiting.</p>`;
+  return html`<ul class="requests">
+    ${props.requests.map((r) => html`<${RequestCard} key=${r.id} request=${r} onDone=${props.onDone} onError=${props.onError} />`)}
+  </ul>`;
+}
+
+function RequestCard(props: { request: HumanRequest; onDone: () => void; onError: (e: unknown) => void }) {
+  const r = props.request;
+  const [text, setText] = useState('');
+  const [busy, setBusy] = useState(false);
+  const send = async (body: Record<string, string>) => {
+    setBusy(true);
+    try {
+      await api.post(`/v1/approvals/${r.id}`, body);
+      props.onDone();
+    } catch (error) {
+      props.onError(error);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<li class="request" data-testid="request" data-request=${r.id}>
+    <div><strong>${r.kind === 'approval' ? `${r.agent} wants to run ${r.tool}` : `${r.agent} asks`}</strong> · ${r.taskId} · expires in ${since(new Date().toISOString(), Date.parse(r.expiresAt))}</div>
+    ${
+      r.kind === 'approval'
+        ? html`<pre class="args">${r.arguments}</pre>
+          <p class="why">${r.prompt}</p>
+          <div class="actions">
+            <button disabled=${busy} onClick=${() => send({ decision: 'allow' })} data-testid="approve">Approve</button>
+            <input placeholder="reason to deny" value=${text} onInput=${(e: Event) => setText((e.target as HTMLInputElement).value)} data-testid="reason" />
+            <button class="deny" disabled=${busy || !text.trim()} onClick=${() => send({ decision: 'deny', reason: text.trim() })} data-testid="deny">Deny</button>
+          </div>`
+        : html`<p class="why">${r.prompt}</p>
+          <div class="actions">
+            <input placeholder="your answer" value=${text} onInput=${(e: Event) => setText((e.target as HTMLInputElement).value)} data-testid="answer-text" />
+            <button disabled=${busy || !text.trim()} onClick=${() => send({ answer: text.trim() })} data-testid="answer">Answer</button>
+          </div>`
+    }
+  </li>`;
+}
+
+function TaskList(props: {
+  tasks: TaskView[];
+  selected: string | undefined;
+  onSelect: (taskId: string) => void;
+}) {
+  if (props.tasks.length === 0) return html`<p class="hint">No tasks yet.</p>`;
+  return html`<table class="task-list" data-testid="tasks">
+    <thead>
+      <tr><th>task</th><th>status</th><th>at</th><th>round</th><th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
+    </thead>
+    <tbody>
+      ${props.tasks.map(
+        (t) => html`<tr
+          key=${t.taskId}
+          class=${t.taskId === props.selected ? 'selected' : ''}
+          onClick=${() => props.onSelect(t.taskId)}
+          data-testid="task-row"
+          data-task=${t.taskId}
+          data-status=${t.status}
+        >
+          <td class="id">${t.taskId}</td>
+          <td><span class=${`status ${t.status}`}>${t.status}</span></td>
+          <td>${t.state ?? ''}</td>
+          <td>${t.round ?? ''}</td>
+          <td>${t.createdAt ? (t.status === 'running' || t.status === 'submitted' ? since(t.createdAt) : duration(Date.parse(t.updatedAt ?? t.createdAt) - Date.parse(t.createdAt))) : ''}</td>
+          <td>${t.usage ? tokens(t.usage) : ''}</td>
+          <td>${t.usage ? cost(t.usage.costUsd) : ''}</td>
+          <td class="goal">${t.goal}</td>
+        </tr>`,
+      )}
+    </tbody>
+  </table>`;
+}
+
+const root = document.getElementById('app');
+if (root) render(html`<${App} />`, root);
