@@ -479,6 +479,34 @@ describe('the gateway: Troupe over HTTP', () => {
     expect(rest.map((m) => eventOf(m).taskId)).toEqual(['gw-live-demo', 'gw-live-demo', 'gw-live-demo']);
   });
 
+  it('answers a body that is not JSON, or too large, with a clear 4xx, and keeps serving', async () => {
+    const garbled = await fetch(`${gateway.url}/v1/pipelines/demo/tasks`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: '{"goal": ',
+    });
+    expect(garbled.status).toBe(400);
+    const body = (await garbled.json()) as { error: { code: string; message: string } };
+    expect(body.error).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/JSON/i) });
+    const huge = await fetch(`${gateway.url}/v1/pipelines/demo/tasks`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ goal: 'x'.repeat(2_000_000) }),
+    });
+    expect(huge.status).toBe(413);
+    expect(((await huge.json()) as { error: { code: string } }).error.code).toBe('too_large');
+    expect((await call('GET', '/healthz', { token: null })).status).toBe(200);
+  });
+
+  it('gives a task’s trace as troupe trace --json does', async () => {
+    const trace = await call('GET', '/v1/tasks/gw-wait-1/trace', { token: 'reader' });
+    expect(trace.status).toBe(200);
+    expect(trace.body).toMatchObject({ taskId: 'gw-wait-1', status: 'completed' });
+    expect(trace.body.steps).toHaveLength(5);
+    expect(trace.body.totals.modelCalls).toBeGreaterThan(0);
+    expect((await call('GET', '/v1/tasks/gw-wait-1/trace', { token: null })).status).toBe(401);
+  });
+
   it('answers health and readiness, and describes itself in OpenAPI', async () => {
     expect(await call('GET', '/healthz', { token: null })).toMatchObject({
       status: 200,
@@ -502,5 +530,45 @@ describe('the gateway: Troupe over HTTP', () => {
       ]),
     );
     expect(openapi.body.components.schemas).toHaveProperty('SubmitTask');
+  });
+});
+
+describe('the gateway for browser pages elsewhere (CORS)', () => {
+  let h: Harness;
+  let gateway: Gateway;
+
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml')]);
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([]),
+      auth: 'none',
+      port: 0,
+      corsOrigins: ['https://app.example'],
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await h?.stop();
+  });
+
+  it('lets the configured origin call, and no other', async () => {
+    const preflight = (origin: string) =>
+      fetch(`${gateway.url}/v1/pipelines/demo/tasks`, {
+        method: 'OPTIONS',
+        headers: {
+          origin,
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization, content-type',
+        },
+      });
+    const allowed = await preflight('https://app.example');
+    expect(allowed.headers.get('access-control-allow-origin')).toBe('https://app.example');
+    expect(allowed.headers.get('access-control-allow-headers')).toContain('authorization');
+    const other = await preflight('https://evil.example');
+    expect(other.headers.get('access-control-allow-origin')).toBeNull();
+    const read = await fetch(`${gateway.url}/v1/tasks`, { headers: { origin: 'https://app.example' } });
+    expect(read.headers.get('access-control-allow-origin')).toBe('https://app.example');
   });
 });

@@ -98,6 +98,12 @@ declare module 'fastify' {
   }
 }
 
+const CLIENT_ERROR_CODES: Record<number, string> = {
+  400: 'invalid_request',
+  413: 'too_large',
+  415: 'unsupported_media_type',
+};
+
 const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
 
 const STATUS_OF: Record<OperationErrorCode, number> = {
@@ -174,12 +180,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     }
     const status = (error as { statusCode?: number }).statusCode;
     if (status !== undefined && status >= 400 && status < 500) {
-      return reply.code(status).send({
-        error: {
-          code: (error as { code?: string }).code ?? 'bad_request',
-          message: (error as Error).message,
-        },
-      });
+      // Fastify's own refusals (a body that is not JSON, too large, of another type) get our codes.
+      const code = CLIENT_ERROR_CODES[status] ?? (error as { code?: string }).code ?? 'bad_request';
+      return reply.code(status).send({ error: { code, message: (error as Error).message } });
     }
     request.log.error({ err: error, url: request.url }, 'request failed');
     return reply
