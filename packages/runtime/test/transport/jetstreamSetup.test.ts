@@ -55,6 +55,7 @@ describe('ensureTroupeStreams', () => {
       'KV_journal',
       'KV_memory',
       'KV_pipelines',
+      'KV_sessions',
       'KV_workflows',
       'TASKS',
     ]);
