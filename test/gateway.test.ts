@@ -1,7 +1,7 @@
 import { EventSchemas } from '@ag-ui/core/schemas';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { TroupeEvent } from '@troupe/protocol';
-import { createLogger } from '@troupe/runtime';
+import { createLogger, jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,
@@ -221,6 +221,40 @@ describe('the gateway: Troupe over HTTP', () => {
     );
   });
 
+  it('tells a browser reconnecting after a task’s last event that nothing more will come (204)', async () => {
+    const whole = await events('gw-sse-1');
+    const last = whole.messages.at(-1)?.id ?? '';
+    const again = await fetch(`${gateway.url}/v1/tasks/gw-sse-1/events`, {
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'last-event-id': last },
+    });
+    expect(again.status).toBe(204);
+    // Last-Event-ID wins over the ?after= of the URL an EventSource keeps reconnecting to.
+    const third = whole.messages[2]?.id ?? '';
+    const resumed = await events('gw-sse-1', '?after=0', { 'last-event-id': third });
+    expect(resumed.messages.map((m) => m.id)).toEqual(whole.messages.slice(3).map((m) => m.id));
+  });
+
+  it('removes a client’s consumer from NATS when it goes, however early', async () => {
+    const jsm = await jetstreamManagerOf(h.bus);
+    const consumers = async () => {
+      let n = 0;
+      for await (const _ of jsm.consumers.list('EVENTS')) n++;
+      return n;
+    };
+    const before = await consumers();
+    await call('POST', '/v1/pipelines/slowpoke/tasks', {
+      body: { goal: 'take your time', id: 'gw-leave-1' },
+    });
+    const cut = await events('gw-leave-1', '', {}, 1);
+    expect(cut.ended).toBe(false);
+    const ws = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${TOKENS.admin}`);
+    ws.send({ type: 'subscribe', id: 'x', taskId: 'gw-leave-1' });
+    await ws.next((m) => m.type === 'event');
+    ws.close();
+    await expect.poll(consumers, { timeout: 20_000 }).toBe(before);
+    await call('POST', '/v1/tasks/gw-leave-1/cancel', { body: {} });
+  });
+
   it('streams the flow as AG-UI events that the official schemas accept', async () => {
     await call('POST', '/v1/pipelines/demo/tasks?wait=60', { body: { goal: 'agui', id: 'gw-agui-1' } });
     const read = await events('gw-agui-1', '?format=ag-ui');
@@ -304,6 +338,28 @@ describe('the gateway: Troupe over HTTP', () => {
     });
     expect(twice.status).toBe(409);
     expect((await call('POST', '/v1/approvals/nope', { body: { decision: 'allow' } })).status).toBe(404);
+  });
+
+  it('keeps the tasks of pipelines a token may not touch out of its sight', async () => {
+    // A task of the gated pipeline, to a token limited to demo, is as if it did not exist.
+    expect((await call('GET', '/v1/tasks/gw-gate-1', { token: 'demoOnly' })).status).toBe(404);
+    expect((await call('POST', '/v1/tasks/gw-gate-1/cancel', { token: 'demoOnly', body: {} })).status).toBe(
+      404,
+    );
+    // Its id, submitted to demo, is taken, and nothing of it is shown.
+    const taken = await call('POST', '/v1/pipelines/demo/tasks', {
+      token: 'demoOnly',
+      body: { goal: 'peek', id: 'gw-gate-1' },
+    });
+    expect(taken).toMatchObject({ status: 409, body: { error: { code: 'conflict' } } });
+    expect(JSON.stringify(taken.body)).not.toContain('release v1');
+  });
+
+  it('checks the token whatever the spelling of the path', async () => {
+    for (const path of ['/%761/tasks', '/v1/%74asks', '/%76%31/approvals']) {
+      const response = await call('GET', path, { token: null });
+      expect(response.status, path).toBe(401);
+    }
   });
 
   it('sends a deny’s reason to the model', async () => {
@@ -392,43 +448,44 @@ describe('the gateway: Troupe over HTTP', () => {
     const first = await call('POST', '/v1/sessions/gw-sess-1/messages?wait=60', {
       body: { goal: 'Write a short hello note' },
     });
-    expect(first).toMatchObject({ status: 200, body: { taskId: 'gw-sess-1-1', status: 'completed' } });
+    expect(first).toMatchObject({ status: 200, body: { status: 'completed' } });
+    // `<session>-<n>-<random>`: nobody can take a turn's id first.
+    const one = first.body.taskId as string;
+    expect(one).toMatch(/^gw-sess-1-1-[A-Za-z0-9_-]{6}$/);
     const second = await call('POST', '/v1/sessions/gw-sess-1/messages?wait=60', {
       body: { goal: 'Now also add tests' },
     });
-    expect(second).toMatchObject({ status: 200, body: { taskId: 'gw-sess-1-2', status: 'completed' } });
+    expect(second).toMatchObject({ status: 200, body: { status: 'completed' } });
+    const followUp = second.body.taskId as string;
+    expect(followUp).toMatch(/^gw-sess-1-2-/);
     // The follow-up task was given the first goal and its result.
-    const accepted = ofKind(h.eventsOf('gw-sess-1-2'), 'task.accepted')[0];
+    const accepted = ofKind(h.eventsOf(followUp), 'task.accepted')[0];
     expect(accepted?.data.metadata).toEqual({ session: 'gw-sess-1' });
     expect(accepted?.data.input).toEqual({
       session: {
         id: 'gw-sess-1',
         earlier: [
-          {
-            taskId: 'gw-sess-1-1',
-            goal: 'Write a short hello note',
-            status: 'completed',
-            result: first.body.output,
-          },
+          { taskId: one, goal: 'Write a short hello note', status: 'completed', result: first.body.output },
         ],
       },
     });
     // In AG-UI form, the session's runs are one thread.
-    const agui = await events('gw-sess-1-2', '?format=ag-ui');
+    const agui = await events(followUp, '?format=ag-ui');
     expect(JSON.parse(agui.messages[0]?.data ?? '{}')).toMatchObject({
       type: 'RUN_STARTED',
       threadId: 'gw-sess-1',
-      runId: 'gw-sess-1-2',
+      runId: followUp,
     });
-    expect((await call('GET', '/v1/tasks/gw-sess-1-2')).body.metadata).toEqual({ session: 'gw-sess-1' });
+    expect((await call('GET', `/v1/tasks/${followUp}`)).body.metadata).toEqual({ session: 'gw-sess-1' });
     const session = await call('GET', '/v1/sessions/gw-sess-1', { token: 'reader' });
     expect(session.body.turns.map((t: { taskId: string; status: string }) => [t.taskId, t.status])).toEqual([
-      ['gw-sess-1-1', 'completed'],
-      ['gw-sess-1-2', 'completed'],
+      [one, 'completed'],
+      [followUp, 'completed'],
     ]);
     const listed = await call('GET', '/v1/sessions?pipeline=demo', { token: 'reader' });
     expect(listed.body.sessions.map((s: { id: string }) => s.id)).toContain('gw-sess-1');
     expect((await call('GET', '/v1/sessions/nope')).status).toBe(404);
+    expect((await call('GET', '/v1/sessions/a*b')).status).toBe(400);
     expect(
       (await call('POST', '/v1/sessions', { token: 'demoOnly', body: { pipeline: 'gated' } })).status,
     ).toBe(403);
@@ -437,12 +494,15 @@ describe('the gateway: Troupe over HTTP', () => {
   it('refuses a follow-up while the session’s last task still runs', async () => {
     await call('POST', '/v1/sessions', { body: { pipeline: 'slowpoke', id: 'gw-sess-2' } });
     const first = await call('POST', '/v1/sessions/gw-sess-2/messages', { body: { goal: 'take your time' } });
-    expect(first).toMatchObject({ status: 202, body: { taskId: 'gw-sess-2-1' } });
+    expect(first.status).toBe(202);
+    const taskId = first.body.taskId as string;
     const early = await call('POST', '/v1/sessions/gw-sess-2/messages', { body: { goal: 'and then?' } });
     expect(early).toMatchObject({ status: 409, body: { error: { code: 'conflict' } } });
-    expect(early.body.error.message).toContain('gw-sess-2-1 has not ended yet');
-    await call('POST', '/v1/tasks/gw-sess-2-1/cancel', { body: {} });
-    await h.finalOf('gw-sess-2-1');
+    expect(early.body.error.message).toContain(`${taskId} has not ended yet`);
+    // A token limited to another pipeline sees no such session.
+    expect((await call('GET', '/v1/sessions/gw-sess-2', { token: 'demoOnly' })).status).toBe(404);
+    await call('POST', `/v1/tasks/${taskId}/cancel`, { body: {} });
+    await h.finalOf(taskId);
   });
 
   it('lists the pipelines with their flow as a graph, and streams every task’s events live', async () => {
@@ -553,6 +613,26 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
     await h?.stop();
   });
 
+  it('without tokens, serves this machine only: another Host or a page elsewhere is refused', async () => {
+    const { request } = await import('node:http');
+    const status = (host: string) =>
+      new Promise<number>((resolve, reject) => {
+        const url = new URL(`${gateway.url}/v1/tasks`);
+        request({ hostname: url.hostname, port: url.port, path: url.pathname, headers: { host } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        })
+          .on('error', reject)
+          .end();
+      });
+    expect(await status('evil.example')).toBe(403);
+    expect(await status(`localhost:${new URL(gateway.url).port}`)).toBe(200);
+    const wsUrl = `${gateway.url.replace('http', 'ws')}/v1/ws`;
+    await expect(openWs(wsUrl, { origin: 'https://evil.example' })).rejects.toThrow(/403/);
+    const allowed = await openWs(wsUrl, { origin: 'https://app.example' });
+    allowed.close();
+  });
+
   it('lets the configured origin call, and no other', async () => {
     const preflight = (origin: string) =>
       fetch(`${gateway.url}/v1/pipelines/demo/tasks`, {
@@ -570,5 +650,14 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
     expect(other.headers.get('access-control-allow-origin')).toBeNull();
     const read = await fetch(`${gateway.url}/v1/tasks`, { headers: { origin: 'https://app.example' } });
     expect(read.headers.get('access-control-allow-origin')).toBe('https://app.example');
+  });
+
+  it('closes with event streams still open', async () => {
+    let opened: () => void = () => {};
+    const ready = new Promise<void>((resolve) => (opened = resolve));
+    const live = readSse(`${gateway.url}/v1/events`, { onMessage: (m) => m.event === 'ready' && opened() });
+    await ready;
+    await gateway.close();
+    expect((await live).ended).toBe(true);
   });
 });

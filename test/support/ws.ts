@@ -13,9 +13,9 @@ export interface WsClient {
 }
 
 /** A WebSocket client for tests: connects (rejecting with the HTTP status when the upgrade is refused). */
-export function openWs(url: string): Promise<WsClient> {
+export function openWs(url: string, options: { origin?: string } = {}): Promise<WsClient> {
   return new Promise((resolve, reject) => {
-    const socket = new WebSocket(url);
+    const socket = new WebSocket(url, options.origin ? { origin: options.origin } : {});
     const received: Message[] = [];
     const taken = new Set<Message>();
     const waiting: (() => void)[] = [];

@@ -67,10 +67,15 @@ export class GatewayActions {
       const submitted = await submitToPipeline(this.#bus, pipeline, task);
       const flag = submitted.duplicate ? { duplicate: true } : {};
       const known = submitted.record;
+      // An id another pipeline's task has is not this one's: say it is taken, show nothing of that task.
+      if (known && known.pipeline !== pipeline) {
+        throw new OperationError('conflict', `task id ${task.id} is taken by a task of another pipeline`);
+      }
       if (known && known.status !== 'running') return { done: true, view: { ...viewOf(known), ...flag } };
       if (final && (await final.within(wait * 1_000))) {
-        const record = await readTask(this.#bus, task.id);
-        return { done: record.status !== 'running', view: { ...viewOf(record), ...flag } };
+        // Published already: a record that cannot be read now is no error, the task is there.
+        const record = await readTask(this.#bus, task.id).catch(() => undefined);
+        if (record) return { done: record.status !== 'running', view: { ...viewOf(record), ...flag } };
       }
       const view: TaskView = known
         ? viewOf(known)
@@ -151,8 +156,7 @@ export class GatewayActions {
     taskId: string,
     reason?: string,
   ): Promise<{ taskId: string; status: 'cancelled' }> {
-    const record = await readTask(this.#bus, taskId);
-    authorize(who, 'submit', record.pipeline);
+    this.#visible(who, 'submit', await readTask(this.#bus, taskId));
     await cancelTask(
       this.#bus,
       taskId,
@@ -176,8 +180,12 @@ export class GatewayActions {
     requestId: string,
     body: z.infer<typeof DecisionBody>,
   ): Promise<z.infer<typeof DecisionResult>> {
+    authorize(who, 'approve');
     const request = (await listHumanRequests(this.#bus, { all: true })).find((r) => r.id === requestId);
-    if (!request) throw new OperationError('not_found', `no approval or question named ${requestId}`);
+    // One of a pipeline the token may not touch is answered as if there were none.
+    if (!request || !mayTouch(who, request.pipeline)) {
+      throw new OperationError('not_found', `no approval or question named ${requestId}`);
+    }
     authorize(who, 'approve', request.pipeline);
     const by = body.by ? `${body.by} (token ${who.name})` : who.name;
     if ('decision' in body && body.decision === 'deny' && !body.reason) {
@@ -204,8 +212,18 @@ export class GatewayActions {
   }
 
   async #readable(who: Principal, taskId: string): Promise<WorkflowRecord> {
-    const record = await readTask(this.#bus, taskId);
-    authorize(who, 'read', record.pipeline);
+    return this.#visible(who, 'read', await readTask(this.#bus, taskId));
+  }
+
+  /**
+   * The record, when the principal may act on its pipeline with `scope`. A task of a pipeline it may not touch is
+   * answered as if there were none: a 404, not a 403 that would say it exists.
+   */
+  #visible(who: Principal, scope: 'read' | 'submit', record: WorkflowRecord): WorkflowRecord {
+    authorize(who, scope);
+    if (!mayTouch(who, record.pipeline))
+      throw new OperationError('not_found', `no task ${record.taskId} is known on this server`);
+    authorize(who, scope, record.pipeline);
     return record;
   }
 

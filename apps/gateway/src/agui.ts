@@ -19,11 +19,17 @@ import type { TroupeEvent } from '@troupe/protocol';
  * | anything else                     | `CUSTOM`, named `troupe.<kind>` (approvals, questions, retries, …)     |
  *
  * Each carries the Troupe event it came from as `rawEvent`. `llm.request` and tool-call deltas are not mapped
- * (the request is not a message; a call's arguments come whole with `tool.call`).
+ * (the request is not a message; a call's arguments come whole with `tool.call`). A streamed message is ended when
+ * its attempt fails (`llm.retry`, `llm.fallback`, `llm.error`); the next attempt's text is a message of its own
+ * (`<stepId>.<turn>.<attempt>`). A run's end first ends whatever it left open: messages, then steps.
  */
 export class AgUiMapper {
-  /** Model turns whose text was streamed: their message is open until the reply ends it. */
-  readonly #streamed = new Set<string>();
+  /** Streamed messages not ended yet, by model turn (`<stepId>.<turn>`). */
+  readonly #open = new Map<string, string>();
+  /** The attempt a model turn is at: a retry or a fallback starts a new message, the failed one ended. */
+  readonly #attempts = new Map<string, number>();
+  /** Steps started and not finished, by step id, with their flow step's name. */
+  readonly #steps = new Map<string, string>();
   readonly #threadId: string;
 
   /** `threadId`: the task's session, when it has one; else its own id. */
@@ -38,16 +44,22 @@ export class AgUiMapper {
       case 'task.accepted':
         return [{ type: EventType.RUN_STARTED, ...base, threadId, runId: event.taskId }];
       case 'step.started':
+        this.#steps.set(event.data.stepId, event.data.step);
         return [{ type: EventType.STEP_STARTED, ...base, stepName: event.data.step }];
-      case 'step.completed':
-        return [{ type: EventType.STEP_FINISHED, ...base, stepName: event.data.step }];
+      case 'step.completed': {
+        const closing = this.#endMessages(base, (turn) => turn.startsWith(`${event.data.stepId}.`));
+        this.#steps.delete(event.data.stepId);
+        return [...closing, { type: EventType.STEP_FINISHED, ...base, stepName: event.data.step }];
+      }
       case 'llm.request':
         return [];
       case 'llm.delta': {
-        const messageId = messageOf(event.data);
+        const turn = turnOf(event.data);
         const out: AGUIEvent[] = [];
-        if (!this.#streamed.has(messageId)) {
-          this.#streamed.add(messageId);
+        let messageId = this.#open.get(turn);
+        if (messageId === undefined) {
+          messageId = this.#messageId(turn);
+          this.#open.set(turn, messageId);
           out.push({
             type: EventType.TEXT_MESSAGE_START,
             ...base,
@@ -60,11 +72,27 @@ export class AgUiMapper {
           out.push({ type: EventType.TEXT_MESSAGE_CONTENT, ...base, messageId, delta: event.data.text });
         return out;
       }
+      case 'llm.retry':
+      case 'llm.fallback':
+      case 'llm.error': {
+        // The attempt's streamed text ends here; what the next attempt streams is a message of its own.
+        const turn = turnOf(event.data);
+        const closing = this.#endMessages(base, (t) => t === turn);
+        this.#attempts.set(turn, (this.#attempts.get(turn) ?? 1) + 1);
+        return [
+          ...closing,
+          { type: EventType.CUSTOM, ...base, name: `troupe.${event.kind}`, value: event.data },
+        ];
+      }
       case 'llm.response': {
-        const messageId = messageOf(event.data);
-        if (this.#streamed.delete(messageId))
-          return [{ type: EventType.TEXT_MESSAGE_END, ...base, messageId }];
+        const turn = turnOf(event.data);
+        const open = this.#open.get(turn);
+        if (open !== undefined) {
+          this.#open.delete(turn);
+          return [{ type: EventType.TEXT_MESSAGE_END, ...base, messageId: open }];
+        }
         if (event.data.content === '') return [];
+        const messageId = this.#messageId(turn);
         return [
           {
             type: EventType.TEXT_MESSAGE_START,
@@ -87,7 +115,7 @@ export class AgUiMapper {
             toolCallName: event.data.tool,
             ...(event.data.turn === undefined
               ? {}
-              : { parentMessageId: messageOf({ ...event.data, turn: event.data.turn }) }),
+              : { parentMessageId: this.#messageId(turnOf({ ...event.data, turn: event.data.turn })) }),
           },
           ...(event.data.arguments === ''
             ? []
@@ -115,8 +143,10 @@ export class AgUiMapper {
           },
         ];
       }
+      // A run ends with whatever it left open closed first: messages, then steps.
       case 'task.completed':
         return [
+          ...this.#endAll(base),
           {
             type: EventType.RUN_FINISHED,
             ...base,
@@ -128,6 +158,7 @@ export class AgUiMapper {
         ];
       case 'task.cancelled':
         return [
+          ...this.#endAll(base),
           {
             type: EventType.RUN_FINISHED,
             ...base,
@@ -137,15 +168,46 @@ export class AgUiMapper {
           },
         ];
       case 'task.failed':
-        return [{ type: EventType.RUN_ERROR, ...base, message: event.data.message, code: event.data.reason }];
+        return [
+          ...this.#endAll(base),
+          { type: EventType.RUN_ERROR, ...base, message: event.data.message, code: event.data.reason },
+        ];
       default:
         return [{ type: EventType.CUSTOM, ...base, name: `troupe.${event.kind}`, value: event.data }];
     }
   }
+
+  /** A turn's message id: `<stepId>.<turn>`, and `.<attempt>` from its second attempt on. */
+  #messageId(turn: string): string {
+    const attempt = this.#attempts.get(turn) ?? 1;
+    return attempt > 1 ? `${turn}.${attempt}` : turn;
+  }
+
+  /** Ends the open messages of the turns `which` picks. */
+  #endMessages(
+    base: { timestamp: number; rawEvent: TroupeEvent },
+    which: (turn: string) => boolean,
+  ): AGUIEvent[] {
+    const ended: AGUIEvent[] = [];
+    for (const [turn, messageId] of [...this.#open]) {
+      if (!which(turn)) continue;
+      this.#open.delete(turn);
+      ended.push({ type: EventType.TEXT_MESSAGE_END, ...base, messageId });
+    }
+    return ended;
+  }
+
+  #endAll(base: { timestamp: number; rawEvent: TroupeEvent }): AGUIEvent[] {
+    const ended = this.#endMessages(base, () => true);
+    for (const step of this.#steps.values())
+      ended.push({ type: EventType.STEP_FINISHED, ...base, stepName: step });
+    this.#steps.clear();
+    return ended;
+  }
 }
 
-/** A model turn's message: one per step and turn. */
-const messageOf = (d: { stepId: string; turn: number }) => `${d.stepId}.${d.turn}`;
+/** A model turn: one per step and turn. */
+const turnOf = (d: { stepId: string; turn: number }) => `${d.stepId}.${d.turn}`;
 
 /** A tool call, by its place (models may repeat call ids across turns, or send none). */
 const callOf = (d: {

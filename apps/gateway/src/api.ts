@@ -156,7 +156,9 @@ export const Health = z.object({
   message: z.string().optional(),
 });
 
-export const SessionParams = z.object({ id: z.string().min(1).max(56) });
+export const SessionParams = z.object({
+  id: z.string().regex(/^[A-Za-z0-9_-]{1,48}$/, 'a session id: letters, digits, _ and -, at most 48'),
+});
 
 export const OpenSessionBody = z
   .strictObject({
@@ -164,7 +166,7 @@ export const OpenSessionBody = z
     /** The session's id; one is made when absent. */
     id: z
       .string()
-      .regex(/^[A-Za-z0-9_-]{1,56}$/, 'letters, digits, _ and -, at most 56')
+      .regex(/^[A-Za-z0-9_-]{1,48}$/, 'letters, digits, _ and -, at most 48')
       .optional(),
   })
   .meta({ id: 'OpenSession' });

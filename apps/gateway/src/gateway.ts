@@ -63,7 +63,7 @@ import {
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
-import { followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
+import { eventsAfter, followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import { WsSession } from './ws.ts';
 
 export interface GatewayOptions {
@@ -170,8 +170,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     }
     if (error instanceof AuthRefusal) {
       request.log.warn(
-        { token: request.principal?.name, method: request.method, url: request.url, reason: error.message },
-        `refused ${request.method} ${request.routeOptions.url ?? request.url}: ${error.message}`,
+        {
+          token: request.principal?.name,
+          method: request.method,
+          route: routeOf(request),
+          reason: error.message,
+        },
+        `refused ${request.method} ${routeOf(request)}: ${error.message}`,
       );
       return reply.code(error.status).send({ error: { code: error.code, message: error.message } });
     }
@@ -184,7 +189,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       const code = CLIENT_ERROR_CODES[status] ?? (error as { code?: string }).code ?? 'bad_request';
       return reply.code(status).send({ error: { code, message: (error as Error).message } });
     }
-    request.log.error({ err: error, url: request.url }, 'request failed');
+    request.log.error({ err: error, route: routeOf(request) }, 'request failed');
     return reply
       .code(500)
       .send({ error: { code: 'internal', message: `internal error (request ${request.id})` } });
@@ -193,17 +198,36 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   app.setNotFoundHandler((request, reply) =>
     reply
       .code(404)
-      .send({ error: { code: 'not_found', message: `no route ${request.method} ${request.url}` } }),
+      .send({ error: { code: 'not_found', message: `no route ${request.method} ${routeOf(request)}` } }),
   );
 
   // Every /v1 route needs a token; which scope each needs is its own to say.
   app.addHook('onRequest', async (request) => {
-    if (!request.url.startsWith('/v1/')) return;
-    if (options.auth === 'none') {
-      request.principal = ANONYMOUS;
-      return;
-    }
     try {
+      // Without tokens the gateway trusts this machine: a page elsewhere that rebinds a name to 127.0.0.1 does not
+      // reach it, since its requests name another host.
+      if (options.auth === 'none' && !isLoopback(request.headers.host)) {
+        throw new AuthRefusal(
+          403,
+          `without tokens this gateway serves 127.0.0.1 only, not host ${request.headers.host}`,
+        );
+      }
+      // Browsers apply no CORS to WebSockets: a page may open one only from this gateway's origin or an allowed one.
+      if (
+        request.headers.upgrade?.toLowerCase() === 'websocket' &&
+        !originAllowed(request, options.corsOrigins ?? [])
+      ) {
+        throw new AuthRefusal(
+          403,
+          `a WebSocket from ${request.headers.origin} is not allowed (see --cors-origin)`,
+        );
+      }
+      // By the route matched, not the raw URL: `/%761/tasks` is `/v1/tasks` once decoded.
+      if (!request.routeOptions.url?.startsWith('/v1/')) return;
+      if (options.auth === 'none') {
+        request.principal = ANONYMOUS;
+        return;
+      }
       // Browsers cannot set headers on EventSource or WebSocket: they may send the token as ?access_token=.
       const fromQuery = (request.query as { access_token?: unknown } | undefined)?.access_token;
       request.principal = options.tokens.authenticate(
@@ -212,16 +236,21 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     } catch (error) {
       if (error instanceof AuthRefusal) {
         request.log.warn(
-          { method: request.method, url: request.url, reason: error.message },
-          `refused ${request.method} ${request.url}: ${error.message}`,
+          { method: request.method, route: routeOf(request), reason: error.message },
+          `refused ${request.method} ${routeOf(request)}: ${error.message}`,
         );
       }
       throw error;
     }
   });
 
-  const principal = (request: FastifyRequest): Principal => request.principal ?? ANONYMOUS;
+  /** Who made the request; a /v1 route reached without the hook's check is refused, never served as anyone. */
+  const principal = (request: FastifyRequest): Principal => {
+    if (!request.principal) throw new AuthRefusal(401, 'no bearer token: send Authorization: Bearer <token>');
+    return request.principal;
+  };
   const actions = new GatewayActions(bus, options.maxWaitSeconds);
+  const openStreams: OpenStreams = new Set();
   const sessions = new Sessions(bus, actions);
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
@@ -341,7 +370,12 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
           '`?format=ag-ui` sends the same flow as AG-UI events.',
         params: TaskParams,
         querystring: EventsQuery,
-        response: { 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+        response: {
+          204: z.null().describe('the task has ended and nothing came after Last-Event-ID'),
+          401: ErrorBody,
+          403: ErrorBody,
+          404: ErrorBody,
+        },
       },
     },
     async (request, reply) => {
@@ -350,8 +384,21 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         request.query.format === 'ag-ui'
           ? new AgUiMapper(record.metadata?.session ?? record.taskId)
           : undefined;
-      await streamSse(request, reply, mapper, (after, signal, onEvent) =>
-        followTaskEvents(bus, record.taskId, { ...(after === undefined ? {} : { after }), signal, onEvent }),
+      // A browser reconnects when a stream ends: after a task's last event, 204 tells it there is nothing more.
+      const after = resumeAfter(request);
+      if (
+        record.status !== 'running' &&
+        after !== undefined &&
+        (await eventsAfter(bus, record.taskId, after)) === 0
+      ) {
+        return reply.code(204).send(null);
+      }
+      await streamSse(request, reply, openStreams, mapper, (from, signal, onEvent) =>
+        followTaskEvents(bus, record.taskId, {
+          ...(from === undefined ? {} : { after: from }),
+          signal,
+          onEvent,
+        }),
       );
     },
   );
@@ -372,7 +419,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     async (request, reply) => {
       const who = principal(request);
       authorize(who, 'read', request.query.pipeline);
-      await streamSse(request, reply, undefined, (after, signal, onEvent, stream) =>
+      await streamSse(request, reply, openStreams, undefined, (after, signal, onEvent, stream) =>
         followAllEvents(bus, {
           ...(after === undefined ? {} : { after }),
           pipeline: request.query.pipeline,
@@ -552,7 +599,40 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     { url, auth: options.auth ?? 'tokens', tokens: options.tokens.size },
     `gateway listening on ${url}`,
   );
-  return { url, openapi: () => app.swagger(), close: () => app.close() };
+  return {
+    url,
+    openapi: () => app.swagger(),
+    close: async () => {
+      // Open streams end first: the server closes only once every connection has.
+      for (const stop of [...openStreams]) stop();
+      await app.close();
+    },
+  };
+}
+
+/** What a log line says of a request: its route, or its path, never its query (which may hold a token). */
+function routeOf(request: FastifyRequest): string {
+  return request.routeOptions.url ?? request.url.split('?')[0] ?? '';
+}
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]']);
+
+/** Whether a Host header names this machine's loopback (any port). */
+function isLoopback(host: string | undefined): boolean {
+  if (!host) return false;
+  const name = host.startsWith('[') ? host.slice(0, host.indexOf(']') + 1) : host.split(':')[0];
+  return LOOPBACK_HOSTS.has(name ?? '');
+}
+
+/** A WebSocket's page may open it: no Origin (not a browser), this gateway's own origin, or an allowed one. */
+function originAllowed(request: FastifyRequest, allowed: readonly string[]): boolean {
+  const origin = request.headers.origin;
+  if (!origin || allowed.includes('*') || allowed.includes(origin)) return true;
+  try {
+    return new URL(origin).host === request.headers.host;
+  } catch {
+    return false;
+  }
 }
 
 /** The dashboard's built files, beside the gateway's package (wherever the gateway's code was bundled to). */
@@ -624,9 +704,26 @@ function sessionView(
  * its stream sequence as id (in AG-UI form, only the last event of a group carries it, so a resume skips none of
  * the rest), until the source ends or the client goes.
  */
+/** Open event streams, each ended when the gateway closes: a client that never goes must not keep it up. */
+type OpenStreams = Set<() => void>;
+
+/** Where a client resumes: the `Last-Event-ID` of its reconnect first (EventSource keeps its URL), else `?after=`. */
+function resumeAfter(request: FastifyRequest): number | undefined {
+  const header = request.headers['last-event-id'];
+  const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
+  if (Number.isSafeInteger(lastId) && lastId >= 0) return lastId;
+  return (request.query as { after?: number }).after;
+}
+
+/**
+ * Streams events as Server-Sent Events: resuming after the client's `Last-Event-ID` (or `?after=`), each event with
+ * its stream sequence as id (in AG-UI form, only the last event of a group carries it, so a resume skips none of
+ * the rest), until the source ends, the client goes, or the gateway closes.
+ */
 async function streamSse(
   request: FastifyRequest,
   reply: FastifyReply,
+  open: OpenStreams,
   mapper: AgUiMapper | undefined,
   follow: (
     after: number | undefined,
@@ -635,32 +732,36 @@ async function streamSse(
     stream: SseStream,
   ) => Promise<void>,
 ): Promise<void> {
-  const header = request.headers['last-event-id'];
-  const lastId = Number.parseInt(Array.isArray(header) ? (header[0] ?? '') : (header ?? ''), 10);
-  const fromQuery = (request.query as { after?: number }).after;
-  const after = fromQuery ?? (Number.isSafeInteger(lastId) && lastId >= 0 ? lastId : undefined);
+  const after = resumeAfter(request);
   reply.hijack();
   const stream = new SseStream(reply.raw, corsHeaders(reply));
   const stopped = new AbortController();
-  reply.raw.on('close', () => stopped.abort());
+  const stop = () => stopped.abort();
+  reply.raw.on('close', stop);
+  open.add(stop);
+  // The client may have gone while the request was checked: its close came before anyone listened.
+  if (request.raw.socket?.destroyed || reply.raw.destroyed) stop();
   try {
-    await follow(
-      after,
-      stopped.signal,
-      async ({ seq, event }) => {
-        if (!mapper) return stream.send({ id: seq, event: event.kind, data: event });
-        const mapped = mapper.map(event);
-        for (const [i, agui] of mapped.entries()) {
-          await stream.send({ ...(i === mapped.length - 1 ? { id: seq } : {}), data: agui });
-        }
-      },
-      stream,
-    );
+    if (!stopped.signal.aborted) {
+      await follow(
+        after,
+        stopped.signal,
+        async ({ seq, event }) => {
+          if (!mapper) return stream.send({ id: seq, event: event.kind, data: event });
+          const mapped = mapper.map(event);
+          for (const [i, agui] of mapped.entries()) {
+            await stream.send({ ...(i === mapped.length - 1 ? { id: seq } : {}), data: agui });
+          }
+        },
+        stream,
+      );
+    }
   } catch (error) {
-    request.log.warn({ err: error, url: request.url }, 'event stream ended by an error');
+    request.log.warn({ err: error, route: routeOf(request) }, 'event stream ended by an error');
     if (!stream.closed)
       await stream.send({ event: 'error', data: { code: 'unavailable', message: errorMessage(error) } });
   } finally {
+    open.delete(stop);
     stream.end();
   }
 }

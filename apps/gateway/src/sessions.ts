@@ -15,10 +15,13 @@ import type { TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
 
 /**
- * A session id: `s-` and 16 random characters, or the client's own: letters, digits, `_` and `-`, at most 56 (its
- * tasks are `<session>-<n>`, and a task id has at most 64).
+ * A session id: `s-` and 16 random characters, or the client's own: letters, digits, `_` and `-`, at most 48 (its
+ * tasks are `<session>-<n>-<6 random characters>`, and a task id has at most 64).
  */
-export const SessionId = z.string().regex(/^[A-Za-z0-9_-]{1,56}$/, 'letters, digits, _ and -, at most 56');
+export const SessionId = z.string().regex(/^[A-Za-z0-9_-]{1,48}$/, 'letters, digits, _ and -, at most 48');
+
+/** How long a turn may go without a task record before it counts as lost (its submit never reached NATS). */
+const LOST_TURN_MS = 60_000;
 
 /** What the KV bucket `sessions` keeps of a session: its pipeline and the tasks its messages ran, in order. */
 export const SessionRecord = z.object({
@@ -89,8 +92,7 @@ export class Sessions {
     who: Principal,
     id: string,
   ): Promise<{ session: SessionRecord; tasks: (WorkflowRecord | undefined)[] }> {
-    const session = await this.#session(id);
-    authorize(who, 'read', session.pipeline);
+    const session = await this.#session(who, 'read', id);
     const workflows = await workflowStoreIfAny(this.#bus);
     const tasks = await Promise.all(session.turns.map(async (t) => (await workflows?.get(t.taskId))?.value));
     return { session, tasks };
@@ -118,9 +120,7 @@ export class Sessions {
     const store = await this.#store();
     for (let attempt = 0; attempt < 5; attempt++) {
       const entry = await store.get(id);
-      if (!entry) throw new OperationError('not_found', `no session named ${id}`);
-      const session = entry.value;
-      authorize(who, 'submit', session.pipeline);
+      const session = visible(who, 'submit', id, entry?.value);
       const earlier = await Promise.all(
         session.turns.map(async (turn) => ({
           turn,
@@ -128,13 +128,16 @@ export class Sessions {
         })),
       );
       const last = earlier.at(-1);
-      if (last?.record?.status === 'running' || (last && !last.record)) {
+      // A last turn with no record yet is on its way, unless it has been so long that its submit was lost.
+      const pending = last && !last.record && Date.now() - Date.parse(last.turn.at) < LOST_TURN_MS;
+      if (last?.record?.status === 'running' || pending) {
         throw new OperationError(
           'conflict',
           `the session's last task ${last.turn.taskId} has not ended yet; send the follow-up once it has`,
         );
       }
-      const taskId = `${id}-${session.turns.length + 1}`;
+      // A random part makes the id unguessable: nobody can take it first with a task of their own.
+      const taskId = `${id}-${session.turns.length + 1}-${randomBytes(4).toString('base64url').slice(0, 6)}`;
       const context = sessionContext(
         id,
         earlier.map(({ turn, record }) => ({ taskId: turn.taskId, goal: turn.goal, record })),
@@ -146,10 +149,11 @@ export class Sessions {
         turns: [...session.turns, { taskId, goal: message.goal, at: now }],
       };
       // The turn is claimed first: a message sent twice at once makes one task, and the loser tries again.
-      const claimed = await store.update(id, next, entry.revision);
+      const claimed = await store.update(id, next, entry?.revision ?? 0);
       if (claimed === undefined) continue;
+      let submitted: Awaited<ReturnType<GatewayActions['submit']>>;
       try {
-        return await this.#actions.submit(
+        submitted = await this.#actions.submit(
           who,
           session.pipeline,
           {
@@ -166,19 +170,38 @@ export class Sessions {
         await store.update(id, session, claimed).catch(() => undefined);
         throw error;
       }
+      if (submitted.view.duplicate) {
+        throw new OperationError(
+          'conflict',
+          `task id ${taskId} was taken before this session's turn; send it again`,
+        );
+      }
+      return submitted;
     }
     throw new OperationError('conflict', `session ${id} kept changing; send the message again`);
   }
 
-  async #session(id: string): Promise<SessionRecord> {
-    const session = (await (await this.#store()).get(id))?.value;
-    if (!session) throw new OperationError('not_found', `no session named ${id}`);
-    return session;
+  async #session(who: Principal, scope: 'read' | 'submit', id: string): Promise<SessionRecord> {
+    return visible(who, scope, id, (await (await this.#store()).get(id))?.value);
   }
 
   #store(): Promise<KvStore<typeof SessionRecord>> {
     return openBucket(this.#bus, BUCKETS.sessions, SessionRecord);
   }
+}
+
+/** The session, when the principal may act on its pipeline; one of a pipeline it may not touch is answered as none. */
+function visible(
+  who: Principal,
+  scope: 'read' | 'submit',
+  id: string,
+  session: SessionRecord | undefined,
+): SessionRecord {
+  authorize(who, scope);
+  if (!session || !mayTouch(who, session.pipeline))
+    throw new OperationError('not_found', `no session named ${id}`);
+  authorize(who, scope, session.pipeline);
+  return session;
 }
 
 /**

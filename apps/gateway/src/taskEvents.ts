@@ -1,6 +1,6 @@
-import { DeliverPolicy, JetStreamApiCodes } from '@nats-io/jetstream';
+import { JetStreamApiCodes } from '@nats-io/jetstream';
 import { FINAL_EVENT_KINDS, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
-import { jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime';
+import { jetstreamManagerOf, jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
 export interface SequencedEvent {
@@ -37,63 +37,95 @@ export function followTaskEvents(bus: NatsBus, taskId: string, options: FollowOp
  * Follows the events of every task (or of one pipeline's), as they are stored: from now, or after a stream
  * sequence to resume. Runs until `signal` aborts.
  */
-export function followAllEvents(
+export async function followAllEvents(
   bus: NatsBus,
   options: FollowOptions & { pipeline?: string | undefined },
 ): Promise<void> {
   const { pipeline, ...rest } = options;
+  // "From now" is a sequence, not a deliver policy: nats.js rebuilds an ordered consumer from the last sequence it
+  // delivered, and with none delivered yet, a `new` one would start again from the stream's first event.
+  const after = options.after ?? (await lastSequence(bus));
   return followEvents(bus, {
     ...rest,
+    after,
     subject: pipeline ? subjects.pipelineEvents(pipeline) : subjects.allTaskEvents,
-    ...(options.after === undefined ? { fromNow: true } : {}),
   });
+}
+
+/** How many events of a task are stored after `after`: none, for a task that has ended, means nothing will come. */
+export async function eventsAfter(bus: NatsBus, taskId: string, after: number): Promise<number> {
+  const consumer = await openConsumer(bus, subjects.taskEvents(taskId), after);
+  try {
+    return (await consumer.info(true)).num_pending;
+  } finally {
+    await consumer.delete().catch(() => undefined);
+  }
+}
+
+async function lastSequence(bus: NatsBus): Promise<number> {
+  try {
+    return (await (await jetstreamManagerOf(bus)).streams.info(STREAMS.events)).state.last_seq;
+  } catch (cause) {
+    throw streamMissing(cause);
+  }
+}
+
+function streamMissing(cause: unknown): unknown {
+  if (
+    (cause as { api_error?: { err_code?: number } }).api_error?.err_code === JetStreamApiCodes.StreamNotFound
+  ) {
+    return new TransportError(
+      'stream_missing',
+      `the stream ${STREAMS.events} does not exist on this NATS server`,
+      {
+        cause,
+      },
+    );
+  }
+  return cause;
+}
+
+async function openConsumer(bus: NatsBus, subject: string, after: number | undefined) {
+  try {
+    return await jetstreamOf(bus).consumers.get(STREAMS.events, {
+      filter_subjects: subject,
+      ...(after === undefined ? {} : { opt_start_seq: after + 1 }),
+    });
+  } catch (cause) {
+    throw streamMissing(cause);
+  }
 }
 
 async function followEvents(
   bus: NatsBus,
-  options: FollowOptions & { subject: string; fromNow?: boolean; until?: (event: TroupeEvent) => boolean },
+  options: FollowOptions & { subject: string; until?: (event: TroupeEvent) => boolean },
 ): Promise<void> {
-  const js = jetstreamOf(bus);
-  let consumer: Awaited<ReturnType<typeof js.consumers.get>>;
-  try {
-    consumer = await js.consumers.get(STREAMS.events, {
-      filter_subjects: options.subject,
-      ...(options.after === undefined ? {} : { opt_start_seq: options.after + 1 }),
-      ...(options.fromNow ? { deliver_policy: DeliverPolicy.New } : {}),
-    });
-  } catch (cause) {
-    if (
-      (cause as { api_error?: { err_code?: number } }).api_error?.err_code ===
-      JetStreamApiCodes.StreamNotFound
-    ) {
-      throw new TransportError(
-        'stream_missing',
-        `the stream ${STREAMS.events} does not exist on this NATS server`,
-        { cause },
-      );
-    }
-    throw cause;
-  }
+  const { signal } = options;
+  const consumer = await openConsumer(bus, options.subject, options.after);
   const messages = await consumer.consume();
-  await options.onReady?.();
   const stop = () => messages.stop();
-  options.signal.addEventListener('abort', stop, { once: true });
+  signal.addEventListener('abort', stop, { once: true });
   const seen = new RecentIds();
   try {
+    // The client may have gone while the consumer was made: nothing is left running for it.
+    if (signal.aborted) return;
+    await options.onReady?.();
     for await (const msg of messages) {
+      // An ordered consumer rebuilt after a gap starts where it left off; never hand back what came before.
+      if (options.after !== undefined && msg.seq <= options.after) continue;
       const parsed = parseMessage(TroupeEvent, msg.data);
       if (!parsed.ok || !seen.add(parsed.value.id)) continue;
       await options.onEvent({ seq: msg.seq, event: parsed.value });
-      if (options.until?.(parsed.value)) return;
+      if (options.until?.(parsed.value) || signal.aborted) return;
     }
   } finally {
-    options.signal.removeEventListener('abort', stop);
+    signal.removeEventListener('abort', stop);
     messages.stop();
     await consumer.delete().catch(() => undefined);
   }
 }
 
-/** Ids delivered lately, the oldest forgotten past a bound: a stream that runs for days stays small. */
+/** Ids delivered lately, the oldest forgotten past a bound: a republished event comes within minutes of the first. */
 class RecentIds {
   readonly #ids = new Set<string>();
 
@@ -101,7 +133,7 @@ class RecentIds {
   add(id: string): boolean {
     if (this.#ids.has(id)) return false;
     this.#ids.add(id);
-    if (this.#ids.size > 50_000) {
+    if (this.#ids.size > 5_000) {
       const oldest = this.#ids.values().next().value;
       if (oldest !== undefined) this.#ids.delete(oldest);
     }

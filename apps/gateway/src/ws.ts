@@ -6,7 +6,7 @@ import { z } from 'zod';
 import type { GatewayActions } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
-import { followTaskEvents } from './taskEvents.ts';
+import { eventsAfter, followTaskEvents } from './taskEvents.ts';
 
 /** How many tasks one connection may follow at once. */
 export const MAX_SUBSCRIPTIONS = 100;
@@ -76,6 +76,7 @@ export class WsSession {
   readonly #bus: NatsBus;
   readonly #log: FastifyBaseLogger;
   readonly #following = new Map<string, AbortController>();
+  #closed = false;
 
   constructor(
     socket: WebSocket,
@@ -100,6 +101,7 @@ export class WsSession {
       void this.#receive(data.toString());
     });
     socket.on('close', () => {
+      this.#closed = true;
       for (const stop of this.#following.values()) stop.abort();
       this.#following.clear();
     });
@@ -178,9 +180,28 @@ export class WsSession {
         code: 'too_many_subscriptions',
       });
     }
-    const record = await this.#actions.readable(this.#who, taskId);
+    // Taken before anything is awaited: subscribes sent together count against the cap, and follow a task once.
     const stop = new AbortController();
     this.#following.set(taskId, stop);
+    let record: Awaited<ReturnType<GatewayActions['readable']>>;
+    try {
+      record = await this.#actions.readable(this.#who, taskId);
+    } catch (error) {
+      if (this.#following.get(taskId) === stop) this.#following.delete(taskId);
+      throw error;
+    }
+    // Closed or unsubscribed meanwhile: nothing is started for it.
+    if (stop.signal.aborted || this.#closed) return { taskId, subscribed: false };
+    // A task that has ended with nothing after `after`: no event will come, so the subscription ends at once.
+    if (
+      record.status !== 'running' &&
+      message.after !== undefined &&
+      (await eventsAfter(this.#bus, taskId, message.after)) === 0
+    ) {
+      this.#following.delete(taskId);
+      setImmediate(() => void this.#send({ type: 'end', taskId }));
+      return { taskId, subscribed: true };
+    }
     const mapper =
       message.format === 'ag-ui' ? new AgUiMapper(record.metadata?.session ?? record.taskId) : undefined;
     followTaskEvents(this.#bus, taskId, {

@@ -1,4 +1,4 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { hashToken, newToken, Scope, TokenEntry, TokensFile } from '@troupe/gateway';
 import { errorMessage, formatIssues } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
@@ -81,6 +81,8 @@ export async function token(name: string, options: TokenCommandOptions): Promise
   const secret = newToken();
   const entry: TokenEntry = { ...parsed.data, sha256: hashToken(secret) };
   await writeFile(options.file, stringify({ tokens: [...existing, entry] }), { mode: 0o600 });
+  // The mode above applies to a file made now; one that was there is narrowed too.
+  await chmod(options.file, 0o600);
   process.stderr.write(
     `token ${name} (${entry.scopes.join(', ')}) added to ${options.file}; it is shown once:\n`,
   );

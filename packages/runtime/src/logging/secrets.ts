@@ -7,7 +7,8 @@
  *   `*_TOKEN`, `*_SECRET`, `*_PASSWORD`, `*_CREDENTIALS`, …) — wherever the value turns up, in whatever text, it is
  *   replaced;
  * - **shapes**: `Bearer <token>`, `Basic <credentials>`, provider keys (`sk-…`, `sk-ant-…`), NATS seeds (`SU…`,
- *   `SA…`, `SO…`) and `user:password@` in URLs, for secrets nobody registered.
+ *   `SA…`, `SO…`), gateway tokens (`trp_…`), `access_token=` in URLs and `user:password@` in URLs, for secrets
+ *   nobody registered.
  */
 
 export const REDACTED = '[redacted]';
@@ -30,6 +31,9 @@ const SHAPES: readonly { pattern: RegExp; replace: string }[] = [
   },
   { pattern: /\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}/g, replace: REDACTED },
   { pattern: /\bS[UAO][A-Z2-7]{56}\b/g, replace: REDACTED },
+  // The gateway's own tokens, and any token a URL carries as `access_token=` (a browser's event stream does).
+  { pattern: /\btrp_[A-Za-z0-9_-]{20,}/g, replace: REDACTED },
+  { pattern: /\baccess_token=[^&\s"'#]+/g, replace: `access_token=${REDACTED}` },
   // `scheme://user:password@`: neither part crosses a quote, a bracket, a comma or whitespace.
   {
     pattern: /(\b[a-z][a-z0-9+.-]{0,20}:\/\/[^\s:/@"'<>{}[\],;]{1,200}):[^\s@/"'<>{}[\],;]{1,200}@/gi,
@@ -37,7 +41,7 @@ const SHAPES: readonly { pattern: RegExp; replace: string }[] = [
   },
 ];
 /** A cheap look before the shapes are tried: none of them can match text without one of these. */
-const SHAPE_HINT = /Bearer|Basic|sk-|S[UAO][A-Z2-7]{20}|:\/\/[^\s/@]+@/;
+const SHAPE_HINT = /Bearer|Basic|sk-|trp_|access_token=|S[UAO][A-Z2-7]{20}|:\/\/[^\s/@]+@/;
 
 const known = new Set<string>();
 let knownPattern: RegExp | undefined;

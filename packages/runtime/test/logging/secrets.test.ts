@@ -55,6 +55,10 @@ describe('redactSecrets', () => {
     );
     const seed = `SU${'A'.repeat(56)}`;
     expect(redactSecrets(`seed ${seed}`)).toBe('seed [redacted]');
+    expect(redactSecrets('token trp_AbCdEfGhIjKlMnOpQrStUvWx0123')).toBe('token [redacted]');
+    expect(redactSecrets('GET /v1/events?pipeline=demo&access_token=opaque.value-1&after=3')).toBe(
+      'GET /v1/events?pipeline=demo&access_token=[redacted]&after=3',
+    );
     // Prose is not a token.
     for (const prose of [
       'Bearer authentication failed; Basic auth is off',
