@@ -19,7 +19,7 @@ describe('the dashboard, in a real browser', () => {
   let page: Page;
 
   beforeAll(async () => {
-    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml')]);
+    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml'), fixturePath('asker.yaml')]);
     gateway = await startGateway({
       bus: h.bus,
       logger: createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' }),
@@ -61,6 +61,7 @@ describe('the dashboard, in a real browser', () => {
     await page.getByTestId('token').fill(TOKEN);
     await page.getByRole('button', { name: 'Open' }).click();
     await page.getByTestId('live').filter({ hasText: 'live' }).waitFor();
+    await page.getByTestId('pipeline').selectOption('demo');
     for (const step of ['plan', 'execute', 'review']) await page.getByTestId(`node-${step}`).waitFor();
 
     const taskId = await submit('demo', 'Write a short hello note');
@@ -104,5 +105,18 @@ describe('the dashboard, in a real browser', () => {
       .poll(() => page.getByTestId('timeline').textContent(), { timeout: 15_000 })
       .toContain('denied by ops');
     await page.screenshot({ path: join(ARTIFACTS, 'dashboard-denied.png'), fullPage: true });
+  }, 60_000);
+
+  it('answers an agent’s question from the page', async () => {
+    const taskId = await submit('asker', 'pick a colour');
+    const card = page.locator('[data-testid=request]').filter({ hasText: taskId });
+    await card.waitFor({ timeout: 30_000 });
+    await card.getByTestId('answer-text').fill('teal');
+    await card.getByTestId('answer').click();
+    await row(taskId).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data).toMatchObject({
+      answer: 'teal',
+      by: 'ops',
+    });
   }, 60_000);
 });
