@@ -61,10 +61,22 @@ await build({
   outdir: next,
   plugins: [commandsApart],
 });
+/** A command's `import('./other.ts')` of another command stays an import too: it loads only when reached. */
+const siblingsApart = {
+  name: 'siblings-apart',
+  setup(build) {
+    build.onResolve({ filter: /^\.\/[A-Za-z]+\.ts$/ }, (args) =>
+      args.kind === 'dynamic-import' && args.resolveDir === commandsDir
+        ? { path: args.path.replace(/\.ts$/, '.js'), external: true }
+        : undefined,
+    );
+  },
+};
 await build({
   ...common,
   entryPoints: commands.map((file) => join(commandsDir, file)),
   outdir: join(next, 'commands'),
+  plugins: [siblingsApart],
 });
 await rename(outdir, old).catch((error) => {
   if (error.code !== 'ENOENT') throw error;

@@ -4,6 +4,10 @@ import { errorMessage, formatIssues } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { parse as parseYaml, stringify } from 'yaml';
 import { type GatewayServeOptions, serveGateway } from '../gatewayOption.ts';
+
+/** For `troupe up --gateway`, which loads this bundle only then. */
+export { serveGateway };
+
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError, resolveServer } from '../server.ts';
 import { untilStopped } from '../signals.ts';

@@ -14,7 +14,7 @@ import {
   TransportError,
   type TroupeMetrics,
 } from '@troupe/runtime';
-import { type Gateway, serveGateway } from '../gatewayOption.ts';
+import type { Gateway } from '../gatewayOption.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
@@ -74,6 +74,8 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   const service = await starting;
   if (options.gateway !== undefined) {
     try {
+      // Loaded only when asked for (another bundle): the HTTP server's modules are not part of a plain start.
+      const { serveGateway } = await import('./gateway.ts');
       gateway = await serveGateway(
         service.bus,
         {
