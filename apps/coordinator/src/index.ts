@@ -38,6 +38,7 @@ export {
   type HumanReply,
   listHumanRequests,
   type ReplyOutcome,
+  readHumanRequest,
   replyToHuman,
 } from './operations/humanRequests.ts';
 export { OperationError, type OperationErrorCode } from './operations/operationError.ts';

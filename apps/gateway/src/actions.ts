@@ -5,6 +5,7 @@ import {
   listHumanRequests,
   OperationError,
   openWorkflowStore,
+  readHumanRequest,
   readTask,
   readTaskEvents,
   readValues,
@@ -181,7 +182,7 @@ export class GatewayActions {
     body: z.infer<typeof DecisionBody>,
   ): Promise<z.infer<typeof DecisionResult>> {
     authorize(who, 'approve');
-    const request = (await listHumanRequests(this.#bus, { all: true })).find((r) => r.id === requestId);
+    const request = await readHumanRequest(this.#bus, requestId);
     // One of a pipeline the token may not touch is answered as if there were none.
     if (!request || !mayTouch(who, request.pipeline)) {
       throw new OperationError('not_found', `no approval or question named ${requestId}`);

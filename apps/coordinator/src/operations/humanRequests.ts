@@ -3,6 +3,7 @@ import {
   DecisionReceipt,
   HumanAnswer,
   type HumanRequest,
+  isTaskId,
   subjects,
   type TaskEnding,
 } from '@troupe/protocol';
@@ -20,6 +21,12 @@ export async function listHumanRequests(
   return (await readValues(store))
     .filter((r) => (filter.all || r.status === 'pending') && (!filter.taskId || r.taskId === filter.taskId))
     .sort((a, b) => a.requestedAt.localeCompare(b.requestedAt));
+}
+
+/** One approval or question by its id; undefined when there is none (an id no request could have included). */
+export async function readHumanRequest(bus: NatsBus, id: string): Promise<HumanRequest | undefined> {
+  if (!isTaskId(id)) return undefined;
+  return (await (await openHumanRequests(bus)).get(id))?.value;
 }
 
 /** A person's decision on an approval, or answer to a question. */
