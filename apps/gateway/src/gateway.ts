@@ -6,13 +6,7 @@ import fastifyCors from '@fastify/cors';
 import fastifyStatic from '@fastify/static';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import {
-  CLIENT_WAIT,
-  OperationError,
-  type OperationErrorCode,
-  PipelineRegistry,
-  type WorkflowRecord,
-} from '@troupe/coordinator';
+import { CLIENT_WAIT, OperationError, PipelineRegistry, type WorkflowRecord } from '@troupe/coordinator';
 import { errorMessage, STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, {
@@ -61,6 +55,7 @@ import {
   TaskView,
 } from './api.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
+import { answerTo } from './errors.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
 import { eventsAfter, followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
@@ -98,21 +93,7 @@ declare module 'fastify' {
   }
 }
 
-const CLIENT_ERROR_CODES: Record<number, string> = {
-  400: 'invalid_request',
-  413: 'too_large',
-  415: 'unsupported_media_type',
-};
-
 const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
-
-const STATUS_OF: Record<OperationErrorCode, number> = {
-  not_found: 404,
-  wrong_kind: 409,
-  conflict: 409,
-  no_coordinator: 503,
-  unavailable: 503,
-};
 
 /**
  * Starts the gateway: Troupe over HTTP, stateless — every answer comes from NATS (the `TASKS` and `EVENTS` streams,
@@ -178,17 +159,10 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         },
         `refused ${request.method} ${routeOf(request)}: ${error.message}`,
       );
-      return reply.code(error.status).send({ error: { code: error.code, message: error.message } });
     }
-    if (OperationError.is(error)) {
-      return reply.code(STATUS_OF[error.code]).send({ error: { code: error.code, message: error.message } });
-    }
-    const status = (error as { statusCode?: number }).statusCode;
-    if (status !== undefined && status >= 400 && status < 500) {
-      // Fastify's own refusals (a body that is not JSON, too large, of another type) get our codes.
-      const code = CLIENT_ERROR_CODES[status] ?? (error as { code?: string }).code ?? 'bad_request';
-      return reply.code(status).send({ error: { code, message: (error as Error).message } });
-    }
+    const answer = answerTo(error);
+    if (answer)
+      return reply.code(answer.status).send({ error: { code: answer.code, message: answer.message } });
     request.log.error({ err: error, route: routeOf(request) }, 'request failed');
     return reply
       .code(500)

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import type { GatewayActions } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
+import { answerTo } from './errors.ts';
 import { eventsAfter, followTaskEvents } from './taskEvents.ts';
 
 /** How many tasks one connection may follow at once. */
@@ -247,14 +248,8 @@ const by = (message: { by?: string | undefined }) => (message.by === undefined ?
 
 /** An error as a reply's `error`: the code and message the HTTP routes would give. */
 function errorBody(error: unknown): { code: string; message: string } {
-  if (error instanceof Error) {
-    const code = (error as { code?: unknown }).code;
-    const status =
-      (error as { statusCode?: unknown; status?: unknown }).statusCode ??
-      (error as { status?: unknown }).status;
-    if (typeof code === 'string' && (error.name === 'OperationError' || typeof status === 'number')) {
-      return { code, message: error.message };
-    }
-  }
-  return { code: 'internal', message: 'internal error' };
+  const answer = answerTo(error);
+  return answer
+    ? { code: answer.code, message: answer.message }
+    : { code: 'internal', message: 'internal error' };
 }
