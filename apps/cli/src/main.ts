@@ -51,6 +51,12 @@ const size = (value: string): number => {
   return bytes;
 };
 
+/** The pino level of a long-running command's logs. */
+const logLevelOption = () =>
+  new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
+    .env('TROUPE_LOG_LEVEL')
+    .default('info');
+
 const homeOption = () =>
   new Option(
     '--home <dir>',
@@ -155,11 +161,7 @@ program
     'most the EVENTS stream keeps, oldest dropped first, e.g. 512MiB, 2GB (default no limit; else unchanged)',
     size,
   )
-  .addOption(
-    new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
-      .env('TROUPE_LOG_LEVEL')
-      .default('info'),
-  )
+  .addOption(logLevelOption())
   .option(
     '--gateway <[host:]port>',
     'also serve the HTTP/SSE gateway and dashboard (host 127.0.0.1 unless given; see troupe gateway)',
@@ -187,11 +189,7 @@ program
     'serve Prometheus metrics on http://<host:port>/metrics (host 127.0.0.1 unless given, e.g. 0.0.0.0:9464)',
   )
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
-  .addOption(
-    new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
-      .env('TROUPE_LOG_LEVEL')
-      .default('info'),
-  )
+  .addOption(logLevelOption())
   .option('--json', 'JSON logs even on a terminal', false)
   .addOption(homeOption())
   .addOption(serverOption())
@@ -218,11 +216,7 @@ program
     collect,
     [],
   )
-  .addOption(
-    new Option('--log-level <level>', 'trace, debug, info, warn, error, fatal or silent')
-      .env('TROUPE_LOG_LEVEL')
-      .default('info'),
-  )
+  .addOption(logLevelOption())
   .option('--json', 'JSON logs even on a terminal', false)
   .addOption(homeOption())
   .addOption(serverOption())

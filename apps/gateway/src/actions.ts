@@ -89,7 +89,7 @@ export class GatewayActions {
 
   /** A task as its record says, with its steps from its events when asked. */
   async task(who: Principal, taskId: string, withSteps = false): Promise<TaskView> {
-    const record = await this.#readable(who, taskId);
+    const record = await this.readable(who, taskId);
     const view = viewOf(record);
     if (!withSteps) return view;
     const trace = await this.#trace(record);
@@ -113,13 +113,8 @@ export class GatewayActions {
     };
   }
 
-  /** The task's record, once the principal may read its pipeline: for the event stream. */
-  async readable(who: Principal, taskId: string): Promise<WorkflowRecord> {
-    return this.#readable(who, taskId);
-  }
-
   async trace(who: Principal, taskId: string): Promise<TaskTrace> {
-    return this.#trace(await this.#readable(who, taskId));
+    return this.#trace(await this.readable(who, taskId));
   }
 
   /** Tasks newest first, filtered, a page at a time; a cursor is the last task of the page before. */
@@ -212,7 +207,8 @@ export class GatewayActions {
     };
   }
 
-  async #readable(who: Principal, taskId: string): Promise<WorkflowRecord> {
+  /** The task's record, once the principal may read its pipeline. */
+  async readable(who: Principal, taskId: string): Promise<WorkflowRecord> {
     return this.#visible(who, 'read', await readTask(this.#bus, taskId));
   }
 
