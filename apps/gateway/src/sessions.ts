@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import {
   OperationError,
   openBucket,
-  readTask,
   readValues,
   type WorkflowRecord,
   workflowStoreIfAny,
@@ -93,9 +92,7 @@ export class Sessions {
     id: string,
   ): Promise<{ session: SessionRecord; tasks: (WorkflowRecord | undefined)[] }> {
     const session = await this.#session(who, 'read', id);
-    const workflows = await workflowStoreIfAny(this.#bus);
-    const tasks = await Promise.all(session.turns.map(async (t) => (await workflows?.get(t.taskId))?.value));
-    return { session, tasks };
+    return { session, tasks: await this.#records(session.turns) };
   }
 
   /** Sessions the principal may see, newest first. */
@@ -121,12 +118,8 @@ export class Sessions {
     for (let attempt = 0; attempt < 5; attempt++) {
       const entry = await store.get(id);
       const session = visible(who, 'submit', id, entry?.value);
-      const earlier = await Promise.all(
-        session.turns.map(async (turn) => ({
-          turn,
-          record: await readTask(this.#bus, turn.taskId).catch(() => undefined),
-        })),
-      );
+      const records = await this.#records(session.turns);
+      const earlier = session.turns.map((turn, i) => ({ turn, record: records[i] }));
       const last = earlier.at(-1);
       // A last turn with no record yet is on its way, unless it has been so long that its submit was lost.
       const pending = last && !last.record && Date.now() - Date.parse(last.turn.at) < LOST_TURN_MS;
@@ -179,6 +172,12 @@ export class Sessions {
       return submitted;
     }
     throw new OperationError('conflict', `session ${id} kept changing; send the message again`);
+  }
+
+  /** Each turn's task record as it stands; undefined for one no coordinator has taken up yet. */
+  async #records(turns: SessionRecord['turns']): Promise<(WorkflowRecord | undefined)[]> {
+    const workflows = await workflowStoreIfAny(this.#bus);
+    return Promise.all(turns.map(async (t) => (await workflows?.get(t.taskId))?.value));
   }
 
   async #session(who: Principal, scope: 'read' | 'submit', id: string): Promise<SessionRecord> {
