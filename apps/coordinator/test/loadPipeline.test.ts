@@ -298,6 +298,16 @@ describe('parsePipeline refuses', () => {
     });
   });
 
+  it('a session summarizer that is no agent, suggesting the agent meant', () => {
+    const text = edit(VALID, 'flow:\n', 'sessions:\n  summarizer: plannr\nflow:\n');
+    const error = refusal(text);
+    expect(error.issues).toHaveLength(1);
+    expectIssue(error, 'sessions.summarizer', {
+      line: lineOf(text, 'summarizer: plannr'),
+      message: 'no agent named "plannr" under agents (did you mean "planner"?)',
+    });
+  });
+
   it('a review whose onReject is itself', () => {
     const text = edit(VALID, 'onReject: execute', 'onReject: review');
     const error = refusal(text);

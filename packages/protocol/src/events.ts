@@ -114,6 +114,20 @@ export const EventData = {
     /** The summary was recorded by an earlier run of the step; the model was not asked again. */
     journaled: z.boolean().optional(),
   }),
+  /** A gateway session's older turns were folded into its summary, for the follow-up task these events belong to. */
+  'session.compacted': z.object({
+    session: z.string(),
+    agent: Name,
+    /** How many of the session's turns the summary covers now, and how many were folded in by this call. */
+    turns: z.number().int().positive(),
+    folded: z.number().int().positive(),
+    summary: z.string(),
+    provider: z.string(),
+    model: z.string(),
+    usage: TokenUsage,
+    costUsd: z.number().nonnegative(),
+    durationMs: z.number().nonnegative(),
+  }),
   'tool.call': z.object({
     ...CallRef,
     /** The model call (turn of the step) that asked for it; absent in events from before it was added. */
@@ -244,6 +258,7 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('llm.retry'),
   eventSchema('llm.fallback'),
   eventSchema('context.compacted'),
+  eventSchema('session.compacted'),
   eventSchema('tool.call'),
   eventSchema('tool.progress'),
   eventSchema('tool.result'),

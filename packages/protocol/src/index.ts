@@ -41,6 +41,7 @@ export {
   parseMessage,
   validateMessage,
 } from './parse.ts';
+export { SessionSummaryReply, SessionSummaryRequest, SessionTurn } from './session.ts';
 export {
   AgentStepReply,
   AgentStepRequest,

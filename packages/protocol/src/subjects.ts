@@ -20,6 +20,8 @@ export const subjects = {
   task: (pipeline: string) => `${ROOT}.tasks.${pipeline}`,
   allTasks: `${ROOT}.tasks.>`,
   agent: (pipeline: string, agent: string) => `${ROOT}.agents.${pipeline}.${agent}`,
+  /** Where the agent that summarizes a pipeline's sessions takes requests to fold older turns into a summary. */
+  sessionSummary: (pipeline: string, agent: string) => `${ROOT}.agents.${pipeline}.${agent}.summarize`,
   event: (pipeline: string, taskId: string, kind: string) => `${ROOT}.events.${pipeline}.${taskId}.${kind}`,
   taskEvents: (taskId: string, pipeline = '*') => `${ROOT}.events.${pipeline}.${taskId}.>`,
   /** Every task's events in one pipeline. */
@@ -44,6 +46,7 @@ export const subjects = {
 export type ParsedSubject =
   | { type: 'task'; pipeline: string }
   | { type: 'agent'; pipeline: string; agent: string }
+  | { type: 'session-summary'; pipeline: string; agent: string }
   | { type: 'event'; pipeline: string; taskId: string; kind: string }
   | { type: 'invalid' }
   | { type: 'approval'; taskId: string; approvalId: string }
@@ -60,10 +63,14 @@ export function parseSubject(subject: string): ParsedSubject | undefined {
 const parsers: Record<string, (tokens: string[]) => ParsedSubject | undefined> = {
   tasks: ([pipeline, ...more]) =>
     pipeline !== undefined && more.length === 0 && isName(pipeline) ? { type: 'task', pipeline } : undefined,
-  agents: ([pipeline, agent, ...more]) =>
-    pipeline !== undefined && agent !== undefined && more.length === 0 && isName(pipeline) && isName(agent)
-      ? { type: 'agent', pipeline, agent }
-      : undefined,
+  agents: ([pipeline, agent, ...more]) => {
+    if (pipeline === undefined || agent === undefined || !isName(pipeline) || !isName(agent))
+      return undefined;
+    if (more.length === 0) return { type: 'agent', pipeline, agent };
+    return more.length === 1 && more[0] === 'summarize'
+      ? { type: 'session-summary', pipeline, agent }
+      : undefined;
+  },
   events: (tokens) => {
     if (tokens.length === 1 && tokens[0] === '_invalid') return { type: 'invalid' };
     const [pipeline, taskId, ...kind] = tokens;

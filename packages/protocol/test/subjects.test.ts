@@ -41,6 +41,11 @@ describe('parseSubject', () => {
       { type: 'agent', pipeline: 'code-review', agent: 'planner' },
     ],
     [
+      'session summary',
+      subjects.sessionSummary('code-review', 'planner'),
+      { type: 'session-summary', pipeline: 'code-review', agent: 'planner' },
+    ],
+    [
       'event with a dotted kind',
       subjects.event('demo', 'Task_1', 'task.completed'),
       { type: 'event', pipeline: 'demo', taskId: 'Task_1', kind: 'task.completed' },
@@ -102,6 +107,7 @@ describe('parseSubject', () => {
     ['a task subject with an extra token', 'troupe.tasks.demo.extra'],
     ['an agent subject without an agent', 'troupe.agents.demo'],
     ['an agent subject with an extra token', 'troupe.agents.demo.planner.extra'],
+    ['a session-summary subject with an extra token', 'troupe.agents.demo.planner.summarize.more'],
     ['an event subject without a kind', 'troupe.events.demo.task-1'],
     ['an event subject with only a pipeline', 'troupe.events.demo'],
     ['an events subject with nothing after it', 'troupe.events'],

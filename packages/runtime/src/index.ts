@@ -17,6 +17,7 @@ export {
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { taskWorkspace } from './agent/journaledTools.ts';
 export { type AgentStep, runAgentStep, type StepDeps, startAgentStep } from './agent/runAgentStep.ts';
+export { SESSION_SUMMARY_TIMEOUT_MS, sessionSummaryMessages } from './agent/sessionSummary.ts';
 export { buildStepMessages } from './agent/stepPrompt.ts';
 export { failedReply } from './agent/stepReply.ts';
 export { stepTimeoutError } from './agent/stepTimeout.ts';

@@ -88,6 +88,8 @@ function summarize(event: TroupeEvent): string {
       return `${event.data.code}: ${oneLine(event.data.message)}`;
     case 'context.compacted':
       return `${event.data.before} → ${event.data.after} messages (~${event.data.estimatedTokens} tokens): ${oneLine(event.data.summary, 70)}`;
+    case 'session.compacted':
+      return `session ${event.data.session}: turns 1–${event.data.turns} summarized by ${event.data.agent} · ${tokens(event.data.usage)}${usd(event.data.costUsd)} · ${oneLine(event.data.summary, 60)}`;
     case 'tool.call':
       return `${event.data.tool} ${oneLine(event.data.arguments, 80)}`;
     case 'tool.progress': {

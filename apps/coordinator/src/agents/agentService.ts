@@ -22,6 +22,7 @@ import { builtinTools } from '../config/builtinTools.ts';
 import { ConfigError, type ConfigIssue } from '../config/configError.ts';
 import { suggestion } from '../config/didYouMean.ts';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import { sessionSummarizer } from '../config/pipelineSchema.ts';
 
 export interface AgentServiceOptions {
   bus: NatsBus;
@@ -98,6 +99,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           memory,
           journal,
           heartbeats,
+          sessionSummarizer: sessionSummarizer(pipeline.config),
         }),
       );
     }

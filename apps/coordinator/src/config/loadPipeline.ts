@@ -192,6 +192,13 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       });
     }
   }
+  const summarizer = config.sessions?.summarizer;
+  if (summarizer !== undefined && !(summarizer in config.agents)) {
+    problems.push({
+      path: ['sessions', 'summarizer'],
+      message: `no agent named "${summarizer}" under agents${suggestion(summarizer, agents)}`,
+    });
+  }
   const seen: string[] = [];
   config.flow.forEach((step, i) => {
     if ((FINAL_STATES as readonly string[]).includes(step.id)) {

@@ -214,6 +214,15 @@ export const DefaultsConfig = withExtensions({
     .default(300),
 });
 
+/** How the gateway's sessions on this pipeline are kept. */
+export const SessionsConfig = withExtensions({
+  /**
+   * The agent whose model folds a session's older turns into its running summary; the agent of the first step
+   * when absent. A cheap model is enough: it only condenses goals and results.
+   */
+  summarizer: Name.optional(),
+});
+
 /** A pipeline file. */
 export const PipelineConfig = withExtensions({
   version: z.literal(1),
@@ -229,5 +238,10 @@ export const PipelineConfig = withExtensions({
   defaults: DefaultsConfig.prefault({}),
   agents: z.record(Name, AgentConfig),
   flow: z.array(StepConfig).min(1, 'needs at least one step'),
+  sessions: SessionsConfig.optional(),
 });
 export type PipelineConfig = z.infer<typeof PipelineConfig>;
+
+/** The agent that summarizes the pipeline's sessions: the one named under `sessions`, else the first step's. */
+export const sessionSummarizer = (config: PipelineConfig): string =>
+  config.sessions?.summarizer ?? (config.flow[0] as StepConfig).agent;

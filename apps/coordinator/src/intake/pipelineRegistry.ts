@@ -2,7 +2,7 @@ import { BUCKETS, Name } from '@troupe/protocol';
 import { KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
 import { z } from 'zod';
 import { FlowGraph, flowGraph } from '../config/flowGraph.ts';
-import type { PipelineConfig } from '../config/pipelineSchema.ts';
+import { type PipelineConfig, sessionSummarizer } from '../config/pipelineSchema.ts';
 
 /** What the KV bucket `pipelines` says of a pipeline some coordinator has loaded. */
 export const PipelineRegistration = z.object({
@@ -12,6 +12,8 @@ export const PipelineRegistration = z.object({
   steps: z.array(z.string()),
   /** The flow as a graph of steps; absent in registrations from before it was added. */
   graph: FlowGraph.optional(),
+  /** The agent that summarizes the pipeline's gateway sessions; absent in registrations from before it was added. */
+  summarizer: Name.optional(),
   host: z.string(),
   registeredAt: z.string(),
 });
@@ -37,6 +39,7 @@ export class PipelineRegistry {
       agents: Object.keys(config.agents),
       steps: config.flow.map((s) => s.id),
       graph: flowGraph(config),
+      summarizer: sessionSummarizer(config),
       host,
       registeredAt: now.toISOString(),
     });

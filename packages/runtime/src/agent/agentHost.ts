@@ -24,6 +24,7 @@ import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartb
 import type { AgentDefinition } from './agentDefinition.ts';
 import type { StepStop } from './agentMachine.ts';
 import { type AgentStep, startAgentStep } from './runAgentStep.ts';
+import { serveSessionSummaries } from './sessionSummary.ts';
 import { failedReply } from './stepReply.ts';
 
 /** How many recent step replies a host keeps for resends. */
@@ -85,6 +86,8 @@ export interface AgentHostOptions {
    * process, so a busy event loop cannot starve them (and make a live step look dead).
    */
   heartbeats?: HeartbeatSender;
+  /** The agent that folds the pipeline's older session turns into a summary (see `SessionSummaryRequest`). */
+  sessionSummarizer?: string;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -97,7 +100,8 @@ export interface AgentHost {
 
 /**
  * Serves `troupe.agents.<pipeline>.<agent>` for each agent, in a queue group, so any number of hosts share
- * the work. Each step request starts an agent actor; its reply goes back to the requester.
+ * the work. Each step request starts an agent actor; its reply goes back to the requester. The session summarizer
+ * also serves `troupe.agents.<pipeline>.<agent>.summarize`.
  */
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger } = options;
@@ -267,6 +271,19 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       }),
     });
     subscriptions.push(subscription);
+    if (options.sessionSummarizer === agent.name) {
+      subscriptions.push(
+        serveSessionSummaries(agent, {
+          bus,
+          pipeline,
+          clock,
+          events,
+          logger,
+          ...(options.price ? { price: options.price } : {}),
+          stopping: () => stopping,
+        }),
+      );
+    }
   }
   /**
    * A model call of the run starts or ends. One that lasts is reported in the next heartbeat, sent then; its end is

@@ -37,6 +37,7 @@ const IDENTITY: Identity = {
   'llm.retry': (d) => [d.stepId, d.turn, `${d.provider}:${d.model}`, d.attempt],
   'llm.fallback': (d) => [d.stepId, d.turn, d.from],
   'context.compacted': (d) => [d.stepId, digest(d.summary)],
+  'session.compacted': (d) => [d.session, d.turns],
   // By position, as the journal keys calls: models may repeat call ids, or send none.
   'tool.call': (d) => [d.stepId, d.turn, d.index ?? d.callId],
   'tool.progress': (d) => [d.stepId, d.turn, d.index ?? d.callId, d.seq],

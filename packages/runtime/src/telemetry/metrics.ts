@@ -170,6 +170,11 @@ export class TroupeMetrics {
           this.#modelCall(d.provider, d.model, d.usage, d.costUsd ?? 0, d.durationMs ?? 0);
         break;
       }
+      case 'session.compacted': {
+        const d = event.data;
+        this.#modelCall(d.provider, d.model, d.usage, d.costUsd, d.durationMs);
+        break;
+      }
       case 'llm.error':
         this.#modelCalls.inc({
           provider: event.data.provider,

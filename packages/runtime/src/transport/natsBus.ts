@@ -607,6 +607,10 @@ function metaFromSubject(subject: string): MessageMeta {
   if ('taskId' in parsed) meta.taskId = parsed.taskId;
   if (parsed.type === 'event') meta.kind = parsed.kind;
   if (parsed.type === 'agent') meta.to = parsed.agent;
+  if (parsed.type === 'session-summary') {
+    meta.to = parsed.agent;
+    meta.kind = 'session.summarize';
+  }
   if (parsed.type === 'control') meta.kind = 'control';
   return meta;
 }
