@@ -1,7 +1,11 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { EventSchemas } from '@ag-ui/core/schemas';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { TroupeEvent } from '@troupe/protocol';
 import { createLogger, jetstreamManagerOf } from '@troupe/runtime';
+import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,
@@ -25,14 +29,24 @@ const TOKENS = {
 describe('the gateway: Troupe over HTTP', () => {
   let h: Harness;
   let gateway: Gateway;
+  /** The model of `chronicle`'s session summarizer. */
+  let historian: FakeModelServer;
+  let dir: string;
   const logLines: string[] = [];
 
   beforeAll(async () => {
-    h = await startHarness([
-      examplePath('demo.yaml'),
-      fixturePath('gated.yaml'),
-      fixturePath('slowpoke.yaml'),
-    ]);
+    historian = await startFakeOpenAI();
+    dir = await mkdtemp(join(tmpdir(), 'troupe-gateway-'));
+    await writeChronicle(dir, historian.baseURL);
+    h = await startHarness(
+      [
+        examplePath('demo.yaml'),
+        fixturePath('gated.yaml'),
+        fixturePath('slowpoke.yaml'),
+        join(dir, 'chronicle.yaml'),
+      ],
+      { env: { ...process.env, HISTORIAN_KEY: 'sk-test-historian' } },
+    );
     const tokens = new TokenStore([
       { name: 'ops', sha256: hashToken(TOKENS.admin), scopes: ['admin'] },
       { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
@@ -52,6 +66,8 @@ describe('the gateway: Troupe over HTTP', () => {
   afterAll(async () => {
     await gateway?.close();
     await h?.stop();
+    await historian?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
   });
 
   const call = async (
@@ -491,6 +507,81 @@ describe('the gateway: Troupe over HTTP', () => {
     ).toBe(403);
   });
 
+  it('folds a session’s older turns into a summary written by the summarizer agent’s model', async () => {
+    await call('POST', '/v1/sessions', { body: { pipeline: 'chronicle', id: 'gw-sess-3' } });
+    const say = async (n: number) => {
+      const said = await call('POST', '/v1/sessions/gw-sess-3/messages?wait=60', {
+        body: { goal: `goal ${n}` },
+      });
+      expect(said).toMatchObject({ status: 200, body: { status: 'completed' } });
+      return said.body.taskId as string;
+    };
+    const sessionOf = (taskId: string) =>
+      ofKind(h.eventsOf(taskId), 'task.accepted')[0]?.data.input?.session as {
+        summary?: { text: string; turns: number };
+        earlier: { goal: string; result: string }[];
+      };
+    const ids: string[] = [];
+    for (let n = 1; n <= 4; n++) ids.push(await say(n));
+    // Three earlier turns fit whole: no summary yet, and the summarizer was not asked.
+    expect(sessionOf(ids[3] as string).earlier.map((t) => t.goal)).toEqual(['goal 1', 'goal 2', 'goal 3']);
+    expect(historian.requests).toHaveLength(0);
+
+    // Turn 1 leaves the last three, but the summarizer's model fails: turn 1 goes condensed instead, and is kept
+    // for the next summary.
+    historian.enqueue({ kind: 'error', status: 500, message: 'the historian is out' });
+    ids.push(await say(5));
+    expect(historian.requests).toHaveLength(1);
+    expect(sessionOf(ids[4] as string)).not.toHaveProperty('summary');
+    expect(sessionOf(ids[4] as string).earlier.map((t) => t.goal)).toEqual([
+      'goal 1',
+      'goal 2',
+      'goal 3',
+      'goal 4',
+    ]);
+    expect(logLines.some((l) => l.includes('could not summarize session gw-sess-3'))).toBe(true);
+
+    // The next message folds turns 1 and 2 in one call.
+    historian.enqueue({ kind: 'message', content: 'S1: goals 1 and 2 were done.' });
+    ids.push(await say(6));
+    const first = JSON.stringify(historian.requests[1]?.body.messages);
+    expect(first).toContain('Turn 1 (task');
+    expect(first).toContain('Goal: goal 2');
+    expect(first).toContain('Result: done');
+    expect(first).not.toContain('Summary so far');
+    expect(sessionOf(ids[5] as string)).toMatchObject({
+      summary: { text: 'S1: goals 1 and 2 were done.', turns: 2 },
+    });
+    expect(sessionOf(ids[5] as string).earlier.map((t) => t.goal)).toEqual(['goal 3', 'goal 4', 'goal 5']);
+    // The call is reported on the follow-up task, like any model call.
+    const compacted = ofKind(h.eventsOf(ids[5] as string), 'session.compacted')[0];
+    expect(compacted?.data).toMatchObject({ session: 'gw-sess-3', agent: 'historian', turns: 2, folded: 2 });
+    expect(compacted?.data.usage.outputTokens).toBeGreaterThan(0);
+
+    // Then the running summary grows by one turn per message, the summary so far given to the model.
+    historian.enqueue({ kind: 'message', content: 'S2: goals 1 to 3 were done.' });
+    ids.push(await say(7));
+    const second = JSON.stringify(historian.requests[2]?.body.messages);
+    expect(second).toContain('Summary so far (turns 1–2)');
+    expect(second).toContain('S1: goals 1 and 2 were done.');
+    expect(second).toContain('Goal: goal 3');
+    expect(second).not.toContain('Goal: goal 2');
+    expect(sessionOf(ids[6] as string)).toMatchObject({
+      summary: { text: 'S2: goals 1 to 3 were done.', turns: 3 },
+    });
+    const session = await call('GET', '/v1/sessions/gw-sess-3', { token: 'reader' });
+    expect(session.body.summary).toMatchObject({
+      text: 'S2: goals 1 to 3 were done.',
+      turns: 3,
+      agent: 'historian',
+    });
+    expect(session.body.turns).toHaveLength(7);
+    // In AG-UI form the run still starts first, the summary's event after it.
+    const agui = (await events(ids[6] as string, '?format=ag-ui')).messages.map((m) => JSON.parse(m.data));
+    expect(agui[0]).toMatchObject({ type: 'RUN_STARTED', runId: ids[6] });
+    expect(agui[1]).toMatchObject({ type: 'CUSTOM', name: 'troupe.session.compacted' });
+  });
+
   it('refuses a follow-up while the session’s last task still runs', async () => {
     await call('POST', '/v1/sessions', { body: { pipeline: 'slowpoke', id: 'gw-sess-2' } });
     const first = await call('POST', '/v1/sessions/gw-sess-2/messages', { body: { goal: 'take your time' } });
@@ -516,6 +607,7 @@ describe('the gateway: Troupe over HTTP', () => {
       ]),
     );
     expect(all.body.pipelines.map((p: { name: string }) => p.name).sort()).toEqual([
+      'chronicle',
       'demo',
       'gated',
       'slowpoke',
@@ -661,3 +753,24 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
     expect((await live).ended).toBe(true);
   });
 });
+
+/** A one-step pipeline whose sessions are summarized by `historian`, an agent on a fake OpenAI-compatible server. */
+async function writeChronicle(dir: string, baseURL: string): Promise<void> {
+  await writeFile(
+    join(dir, 'chronicle.yaml'),
+    `version: 1
+name: chronicle
+models:
+  scripted: { provider: scripted, script: ./chronicle.script.yaml }
+  cheap: { provider: openai-compatible, model: small-1, baseURL: "${baseURL}", apiKeyEnv: HISTORIAN_KEY, maxAttempts: 1 }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: Do what is asked. }
+  historian: { model: cheap, instructions: Keep the record. }
+sessions: { summarizer: historian }
+flow:
+  - { id: write, kind: agent, agent: writer }
+`,
+  );
+  await writeFile(join(dir, 'chronicle.script.yaml'), 'agents:\n  writer:\n    - content: done\n');
+}

@@ -22,6 +22,10 @@ import type { TroupeEvent } from '@troupe/protocol';
  * (the request is not a message; a call's arguments come whole with `tool.call`). A streamed message is ended when
  * its attempt fails (`llm.retry`, `llm.fallback`, `llm.error`); the next attempt's text is a message of its own
  * (`<stepId>.<turn>.<attempt>`). A run's end first ends whatever it left open: messages, then steps.
+ *
+ * `RUN_STARTED` always comes first, as AG-UI requires: a stream whose first event is not `task.accepted` (a
+ * session's `session.compacted` is stored before it; a stream resumed past it) opens with a `RUN_STARTED` of its
+ * own, and `task.accepted` adds nothing after it.
  */
 export class AgUiMapper {
   /** Streamed messages not ended yet, by model turn (`<stepId>.<turn>`). */
@@ -31,6 +35,7 @@ export class AgUiMapper {
   /** Steps started and not finished, by step id, with their flow step's name. */
   readonly #steps = new Map<string, string>();
   readonly #threadId: string;
+  #started = false;
 
   /** `threadId`: the task's session, when it has one; else its own id. */
   constructor(threadId: string) {
@@ -38,11 +43,23 @@ export class AgUiMapper {
   }
 
   map(event: TroupeEvent): AGUIEvent[] {
+    if (this.#started) return event.kind === 'task.accepted' ? [] : this.#map(event);
+    this.#started = true;
+    const accepted = event.kind === 'task.accepted';
+    const started: AGUIEvent = {
+      type: EventType.RUN_STARTED,
+      timestamp: Date.parse(event.ts),
+      ...(accepted ? { rawEvent: event } : {}),
+      threadId: this.#threadId,
+      runId: event.taskId,
+    };
+    return accepted ? [started] : [started, ...this.#map(event)];
+  }
+
+  #map(event: TroupeEvent): AGUIEvent[] {
     const base = { timestamp: Date.parse(event.ts), rawEvent: event };
     const threadId = this.#threadId;
     switch (event.kind) {
-      case 'task.accepted':
-        return [{ type: EventType.RUN_STARTED, ...base, threadId, runId: event.taskId }];
       case 'step.started':
         this.#steps.set(event.data.stepId, event.data.step);
         return [{ type: EventType.STEP_STARTED, ...base, stepName: event.data.step }];

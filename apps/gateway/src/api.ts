@@ -1,5 +1,6 @@
 import { HumanRequest, Name, TaskId, TaskSubmission, UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
+import { SessionSummary } from './sessions.ts';
 
 /**
  * The gateway's request and response bodies: validated on the way in, and the source of its OpenAPI document.
@@ -193,10 +194,12 @@ export const SessionView = z
         failure: z.object({ reason: z.string(), message: z.string() }).optional(),
       }),
     ),
+    /** The summary of the older turns a follow-up sees in place of them, written by the summarizer agent. */
+    summary: SessionSummary.optional(),
   })
   .meta({ id: 'Session' });
 
-export const SessionList = z.object({ sessions: z.array(SessionView.omit({ turns: true })) });
+export const SessionList = z.object({ sessions: z.array(SessionView.omit({ turns: true, summary: true })) });
 
 export const SessionListQuery = z.object({ pipeline: Name.optional() });
 

@@ -225,7 +225,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   };
   const actions = new GatewayActions(bus, options.maxWaitSeconds);
   const openStreams: OpenStreams = new Set();
-  const sessions = new Sessions(bus, actions);
+  const sessions = new Sessions(bus, actions, logger);
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
@@ -673,11 +673,6 @@ function sessionView(
   };
 }
 
-/**
- * Streams events as Server-Sent Events: resuming after the client's `Last-Event-ID` (or `?after=`), each event with
- * its stream sequence as id (in AG-UI form, only the last event of a group carries it, so a resume skips none of
- * the rest), until the source ends or the client goes.
- */
 /** Open event streams, each ended when the gateway closes: a client that never goes must not keep it up. */
 type OpenStreams = Set<() => void>;
 

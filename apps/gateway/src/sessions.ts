@@ -1,13 +1,24 @@
 import { randomBytes } from 'node:crypto';
 import {
+  CLIENT_WAIT,
   OperationError,
   openBucket,
+  PipelineRegistry,
   readValues,
   type WorkflowRecord,
   workflowStoreIfAny,
 } from '@troupe/coordinator';
-import { BUCKETS, Name, type TaskSubmission } from '@troupe/protocol';
-import type { KvStore, NatsBus } from '@troupe/runtime';
+import {
+  BUCKETS,
+  ConversationSummary,
+  Name,
+  type SessionSummaryRequest,
+  type SessionTurn,
+  subjects,
+  type TaskSubmission,
+  TokenUsage,
+} from '@troupe/protocol';
+import { type KvStore, type Logger, type NatsBus, SESSION_SUMMARY_TIMEOUT_MS } from '@troupe/runtime';
 import { z } from 'zod';
 import type { GatewayActions } from './actions.ts';
 import type { TaskView } from './api.ts';
@@ -22,7 +33,25 @@ export const SessionId = z.string().regex(/^[A-Za-z0-9_-]{1,48}$/, 'letters, dig
 /** How long a turn may go without a task record before it counts as lost (its submit never reached NATS). */
 const LOST_TURN_MS = 60_000;
 
-/** What the KV bucket `sessions` keeps of a session: its pipeline and the tasks its messages ran, in order. */
+/** The running summary of a session's older turns, written by the pipeline's summarizer agent. */
+export const SessionSummary = z.object({
+  text: z.string(),
+  /** How many of the session's first turns it covers. */
+  turns: z.number().int().positive(),
+  /** The agent and model that wrote it, and what the last call that folded turns into it spent. */
+  agent: Name,
+  provider: z.string(),
+  model: z.string(),
+  usage: TokenUsage,
+  costUsd: z.number(),
+  at: z.string(),
+});
+export type SessionSummary = z.infer<typeof SessionSummary>;
+
+/**
+ * What the KV bucket `sessions` keeps of a session: its pipeline, the tasks its messages ran, in order, and the
+ * summary of the older ones.
+ */
 export const SessionRecord = z.object({
   id: SessionId,
   pipeline: Name,
@@ -31,28 +60,33 @@ export const SessionRecord = z.object({
   createdAt: z.string(),
   updatedAt: z.string(),
   turns: z.array(z.object({ taskId: z.string(), goal: z.string(), at: z.string() })),
+  summary: SessionSummary.optional(),
 });
 export type SessionRecord = z.infer<typeof SessionRecord>;
 
 /**
- * How much of the earlier turns a follow-up carries. The last turns go whole (their goal and result, each result cut
- * at `RESULT_CHARS`); older ones are condensed to their goal and the start of their result; past `BUDGET_CHARS` in
- * all, the oldest are left out, and the follow-up says how many.
+ * How much of the earlier turns a follow-up carries. The last `wholeTurns` go whole (their goal and result, each
+ * result cut at `resultChars`); older ones are folded into the session's summary by the pipeline's summarizer agent
+ * (cut at `summaryChars`). When no summarizer answers, the older turns not yet in the summary are condensed to their
+ * goal and the start of their result; past `budgetChars` in all, the oldest are left out, and the follow-up says
+ * how many.
  */
-export const CONTEXT_LIMITS = { wholeTurns: 3, resultChars: 4_000, condensedChars: 300, budgetChars: 16_000 };
+export const CONTEXT_LIMITS = {
+  wholeTurns: 3,
+  resultChars: 4_000,
+  condensedChars: 300,
+  budgetChars: 16_000,
+  summaryChars: 16_000,
+};
 
-/** One earlier turn as a follow-up sees it. */
-export interface EarlierTurn {
-  taskId: string;
-  goal: string;
-  status: string;
-  /** The task's output, or why it failed; cut to fit (see {@link CONTEXT_LIMITS}). */
-  result: string;
-}
+/** One earlier turn as a follow-up (and the summarizer) sees it; its result cut to fit (see {@link CONTEXT_LIMITS}). */
+export type EarlierTurn = SessionTurn;
 
 /** What a follow-up task gets as `input.session`. */
 export interface SessionContext {
   id: string;
+  /** The summary of the session's first `turns` turns; the turns in `earlier` come after them. */
+  summary?: { text: string; turns: number };
   earlier: EarlierTurn[];
   /** Older turns left out to stay within the budget. */
   omitted?: number;
@@ -61,10 +95,12 @@ export interface SessionContext {
 export class Sessions {
   readonly #bus: NatsBus;
   readonly #actions: GatewayActions;
+  readonly #logger: Logger;
 
-  constructor(bus: NatsBus, actions: GatewayActions) {
+  constructor(bus: NatsBus, actions: GatewayActions, logger: Logger) {
     this.#bus = bus;
     this.#actions = actions;
+    this.#logger = logger;
   }
 
   /** Opens a session on a pipeline the principal may submit to. */
@@ -105,7 +141,8 @@ export class Sessions {
 
   /**
    * Runs a follow-up goal as a new task of the session's pipeline that sees the session's earlier goals and results
-   * (`input.session`, see {@link SessionContext}), and adds it to the session. Refused (409) while the last turn's
+   * (`input.session`, see {@link SessionContext}), and adds it to the session. Turns that leave the last few are
+   * first folded into the session's summary by the pipeline's summarizer agent. Refused (409) while the last turn's
    * task still runs: its result is not known yet.
    */
   async say(
@@ -131,13 +168,13 @@ export class Sessions {
       }
       // A random part makes the id unguessable: nobody can take it first with a task of their own.
       const taskId = `${id}-${session.turns.length + 1}-${randomBytes(4).toString('base64url').slice(0, 6)}`;
-      const context = sessionContext(
-        id,
-        earlier.map(({ turn, record }) => ({ taskId: turn.taskId, goal: turn.goal, record })),
-      );
+      const turns = earlier.map(({ turn, record }) => ({ taskId: turn.taskId, goal: turn.goal, record }));
+      const summary = await this.#summary(session, turns, taskId);
+      const context = sessionContext(id, turns, summary);
       const now = new Date().toISOString();
       const next: SessionRecord = {
         ...session,
+        ...(summary ? { summary } : {}),
         updatedAt: now,
         turns: [...session.turns, { taskId, goal: message.goal, at: now }],
       };
@@ -174,6 +211,71 @@ export class Sessions {
     throw new OperationError('conflict', `session ${id} kept changing; send the message again`);
   }
 
+  /**
+   * The session's summary, with the turns that have left the last {@link CONTEXT_LIMITS.wholeTurns} folded in by
+   * the pipeline's summarizer agent. When none answers (no worker serves it, its model failed), the summary stays
+   * as it was and the follow-up gets those turns condensed instead; the next message tries again.
+   */
+  async #summary(
+    session: SessionRecord,
+    turns: readonly Turn[],
+    taskId: string,
+  ): Promise<SessionSummary | undefined> {
+    const older = Math.max(0, turns.length - CONTEXT_LIMITS.wholeTurns);
+    const kept = session.summary;
+    const covered = kept?.turns ?? 0;
+    if (older <= covered) return kept;
+    const agent = await this.#summarizer(session.pipeline);
+    if (agent === undefined) return kept;
+    const request: SessionSummaryRequest = {
+      pipeline: session.pipeline,
+      agent,
+      session: session.id,
+      taskId,
+      ...(kept ? { previous: kept.text } : {}),
+      covered,
+      turns: turns.slice(covered, older).map(({ taskId, goal, record }) => ({
+        taskId,
+        goal,
+        status: record?.status ?? 'unknown',
+        result: cut(resultOf(record), CONTEXT_LIMITS.resultChars),
+      })),
+    };
+    try {
+      const { summary } = await this.#bus.request(
+        subjects.sessionSummary(session.pipeline, agent),
+        request,
+        SummaryWritten,
+        { timeoutMs: SESSION_SUMMARY_TIMEOUT_MS + 10_000 },
+      );
+      return {
+        text: cut(summary.summary, CONTEXT_LIMITS.summaryChars),
+        turns: older,
+        agent,
+        provider: summary.provider,
+        model: summary.model,
+        usage: summary.usage,
+        costUsd: summary.costUsd,
+        at: new Date().toISOString(),
+      };
+    } catch (error) {
+      this.#logger.warn(
+        { err: error, session: session.id, agent },
+        `agent ${agent} could not summarize session ${session.id}; its older turns go condensed instead`,
+      );
+      return kept;
+    }
+  }
+
+  /** The agent that summarizes the pipeline's sessions, as its coordinator registered it. */
+  async #summarizer(pipeline: string): Promise<string | undefined> {
+    try {
+      return (await (await PipelineRegistry.open(this.#bus, CLIENT_WAIT)).get(pipeline))?.summarizer;
+    } catch {
+      return undefined;
+    }
+  }
+
   /** Each turn's task record as it stands; undefined for one no coordinator has taken up yet. */
   async #records(turns: SessionRecord['turns']): Promise<(WorkflowRecord | undefined)[]> {
     const workflows = await workflowStoreIfAny(this.#bus);
@@ -203,17 +305,30 @@ function visible(
   return session;
 }
 
+/** A reply with the summary written. */
+const SummaryWritten = z.object({
+  ok: z.literal(true),
+  summary: ConversationSummary.required({ provider: true, model: true }),
+});
+
+/** One turn of a session with its task's record, when there is one. */
+interface Turn {
+  taskId: string;
+  goal: string;
+  record: WorkflowRecord | undefined;
+}
+
 /**
- * The earlier turns of a session as a follow-up sees them: the last few whole, older ones condensed, the oldest left
- * out past the budget — so a long session stays within what a model can read, as an agent's own conversation does.
+ * The earlier turns of a session as a follow-up sees them: the summary of the older ones, then the last few whole.
+ * Older turns the summary does not cover are condensed, and past the budget the oldest are left out — so a long
+ * session stays within what a model can read, as an agent's own conversation does.
  */
-export function sessionContext(
-  id: string,
-  turns: readonly { taskId: string; goal: string; record: WorkflowRecord | undefined }[],
-): SessionContext {
+export function sessionContext(id: string, all: readonly Turn[], summary?: SessionSummary): SessionContext {
   const { wholeTurns, resultChars, condensedChars, budgetChars } = CONTEXT_LIMITS;
+  const covered = Math.min(summary?.turns ?? 0, all.length);
+  const turns = all.slice(covered);
   const earlier: EarlierTurn[] = turns.map(({ taskId, goal, record }, i) => {
-    const whole = i >= turns.length - wholeTurns;
+    const whole = covered + i >= all.length - wholeTurns;
     return {
       taskId,
       goal,
@@ -230,7 +345,12 @@ export function sessionContext(
     kept = i;
   }
   const omitted = kept;
-  return { id, earlier: earlier.slice(kept), ...(omitted > 0 ? { omitted } : {}) };
+  return {
+    id,
+    ...(summary && covered > 0 ? { summary: { text: summary.text, turns: covered } } : {}),
+    earlier: earlier.slice(kept),
+    ...(omitted > 0 ? { omitted } : {}),
+  };
 }
 
 function resultOf(record: WorkflowRecord | undefined): string {

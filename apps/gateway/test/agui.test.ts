@@ -96,11 +96,37 @@ describe('AgUiMapper', () => {
         make('llm.error', { ...ref, turn: 1, ...model, code: 'timeout', message: 'timed out' }),
       ]),
     ).toEqual([
+      'RUN_STARTED',
       'STEP_STARTED:code',
       'TEXT_MESSAGE_START:t1.code.1.1',
       'TEXT_MESSAGE_CONTENT:t1.code.1.1',
       'TEXT_MESSAGE_END:t1.code.1.1',
       'CUSTOM',
     ]);
+  });
+
+  it('starts the run first, once, when events come before task.accepted or the stream resumes past it', () => {
+    const summary = {
+      session: 's',
+      agent: 'historian',
+      turns: 2,
+      folded: 2,
+      summary: 'so far',
+      ...model,
+      usage: { inputTokens: 10, outputTokens: 5, cachedTokens: 0 },
+      costUsd: 0,
+      durationMs: 3,
+    };
+    expect(
+      mapped([
+        make('session.compacted', summary),
+        make('task.accepted', { goal: 'g' }),
+        make('step.started', { step: 'code', agent: 'coder', round: 1, stepId: 't1.code.1' }),
+      ]),
+    ).toEqual(['RUN_STARTED', 'CUSTOM', 'STEP_STARTED:code']);
+    expect(
+      mapped([make('step.started', { step: 'code', agent: 'coder', round: 1, stepId: 't1.code.1' })]),
+    ).toEqual(['RUN_STARTED', 'STEP_STARTED:code']);
+    expect(mapped([make('task.accepted', { goal: 'g' })])).toEqual(['RUN_STARTED']);
   });
 });

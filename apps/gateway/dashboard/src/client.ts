@@ -134,6 +134,7 @@ export const EVENT_KINDS = [
   'llm.retry',
   'llm.fallback',
   'context.compacted',
+  'session.compacted',
   'tool.call',
   'tool.progress',
   'tool.result',
