@@ -28,6 +28,32 @@ export const EventData = {
     deliveries: z.number().int().positive(),
   }),
   'step.started': z.object(StepRef),
+  /** A step whose `when` was false: it did not run. */
+  'step.skipped': z.object({ step: z.string(), round: z.number().int().positive(), when: z.string() }),
+  /** A route picked where the flow goes: a later step, or `end`. */
+  'route.chosen': z.object({
+    step: z.string(),
+    round: z.number().int().positive(),
+    /** The value `on` gave, as text, and the case it matched (absent when the default was taken). */
+    value: z.string(),
+    case: z.string().optional(),
+    target: z.string(),
+    /** A router agent that picked the target, and why it did. */
+    agent: Name.optional(),
+    reason: z.string().optional(),
+  }),
+  /** A parallel step's branches were joined: how each ended. */
+  'branches.joined': z.object({
+    step: z.string(),
+    round: z.number().int().positive(),
+    join: z.enum(['all', 'any', 'first']),
+    /** Each branch: `completed`, `failed` (with why) or `stopped` (a `first` join ended it, or a failure did). */
+    branches: z.record(
+      z.string(),
+      z.object({ status: z.enum(['completed', 'failed', 'stopped']), message: z.string().optional() }),
+    ),
+    ok: z.boolean(),
+  }),
   'agent.handoff': z.object({ step: z.string(), round: z.number().int().positive(), reason: z.string() }),
   'llm.request': z.object({
     ...CallRef,
@@ -250,6 +276,9 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('task.accepted'),
   eventSchema('task.resumed'),
   eventSchema('step.started'),
+  eventSchema('step.skipped'),
+  eventSchema('route.chosen'),
+  eventSchema('branches.joined'),
   eventSchema('agent.handoff'),
   eventSchema('llm.request'),
   eventSchema('llm.response'),

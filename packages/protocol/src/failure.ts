@@ -87,6 +87,8 @@ export const TaskFailureReason = z.enum([
   'max_rounds',
   /** A review step replied without a verdict. */
   'invalid_output',
+  /** A step's `when` or a route's `on` could not be evaluated, or a route's value matched no case. */
+  'condition_failed',
   /** Any other failure to reach the step's agent over NATS. */
   'transport',
   /** The workflow actor crashed. */

@@ -74,6 +74,12 @@ export const AgentStepRequest = z.object({
   /** The agent of the previous step, for the handoff trail. */
   from: z.string().optional(),
   traceparent: z.string().optional(),
+  /** What this step adds to the agent's instructions (a router's choices, say). */
+  instructions: z.string().max(20_000).optional(),
+  /** A JSON Schema this step's reply must match, in place of the agent's own `output` (a router's choice). */
+  output: z
+    .object({ name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/), schema: z.record(z.string(), z.unknown()) })
+    .optional(),
 });
 export type AgentStepRequest = z.infer<typeof AgentStepRequest>;
 

@@ -111,6 +111,7 @@ describe('TaskFailureReason', () => {
       'approval_timeout',
       'budget_exceeded',
       'checkpoint_failed',
+      'condition_failed',
       'internal',
       'invalid_output',
       'max_deliveries',

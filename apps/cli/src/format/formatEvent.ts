@@ -69,6 +69,16 @@ function summarize(event: TroupeEvent): string {
       return `in step ${event.data.state}, round ${event.data.round} (delivery ${event.data.deliveries})`;
     case 'step.started':
       return `${event.data.step} (round ${event.data.round})`;
+    case 'step.skipped':
+      return `${event.data.step}: when ${oneLine(event.data.when, 80)} was false`;
+    case 'route.chosen':
+      return `${event.data.step} → ${event.data.target} (${oneLine(event.data.value, 40)}${event.data.case === undefined ? ', default' : ''})`;
+    case 'branches.joined':
+      return `${event.data.step} (${event.data.join}) ${event.data.ok ? 'ok' : 'failed'}: ${Object.entries(
+        event.data.branches,
+      )
+        .map(([branch, b]) => `${branch} ${b.status}`)
+        .join(', ')}`;
     case 'agent.handoff':
       return `${event.data.step}${event.data.reason === 'rework' ? ' — rework' : ''}`;
     case 'llm.request':

@@ -555,7 +555,7 @@ export const agentMachine = setup({
                 type: 'fail',
                 params: ({ context }) => ({
                   code: 'invalid_output',
-                  message: `agent ${context.agent}: the reply does not match the required ${outputName(context)} after ${MAX_REPAIRS} repair turn(s)`,
+                  message: `agent ${context.agent}: the reply does not match the required ${outputName(context)} after ${MAX_REPAIRS} repair turn(s)${whyNotMatching(context)}`,
                 }),
               },
             },
@@ -691,4 +691,20 @@ function errorCode(error: unknown): string {
 function failureCode(error: unknown): StepErrorCode {
   const code = errorCode(error);
   return isStepErrorCode(code) ? code : 'model_failed';
+}
+
+/** What was wrong with the last reply a structured step got, for the message of its failure: `; target: …`. */
+function whyNotMatching(context: AgentContext): string {
+  const last = context.messages.at(-1);
+  if (last?.role !== 'assistant') return '';
+  const schema = outputSchemaOf(context);
+  let value: unknown = last.content;
+  try {
+    value = JSON.parse(last.content);
+  } catch {
+    // Not JSON: the schema says what it wanted of the text.
+  }
+  const issue = schema?.safeParse(value).error?.issues[0];
+  const where = issue ? `${issue.path.join('.') || 'the reply'}: ${issue.message}` : 'no JSON value in it';
+  return `; ${where} (its last reply: ${JSON.stringify(last.content.slice(0, 200))})`;
 }

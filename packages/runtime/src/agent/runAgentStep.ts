@@ -98,7 +98,9 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
       ...(timeLeftMs === undefined ? {} : { timeLeftMs }),
       ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs }),
       ...(agent.contextTokens === undefined ? {} : { contextTokens: agent.contextTokens }),
-      ...(agent.outputSchema && request.expect === 'text' ? { outputSchema: agent.outputSchema } : {}),
+      ...(request.expect === 'text' && (request.output ?? agent.outputSchema)
+        ? { outputSchema: request.output ?? agent.outputSchema }
+        : {}),
     },
   });
   actor.on('*', (emitted) => {

@@ -7,8 +7,8 @@ const VERDICT_INSTRUCTIONS =
 
 /** The opening conversation of a step: the agent's instructions, then the task and what earlier steps produced. */
 export function buildStepMessages(instructions: string, request: AgentStepRequest): ChatMessage[] {
-  const system =
-    request.expect === 'verdict' ? `${instructions.trim()}\n\n${VERDICT_INSTRUCTIONS}` : instructions.trim();
+  const own = request.instructions === undefined ? instructions.trim() : `${instructions.trim()}\n\n${request.instructions}`;
+  const system = request.expect === 'verdict' ? `${own}\n\n${VERDICT_INSTRUCTIONS}` : own;
   return [
     { role: 'system', content: system },
     { role: 'user', content: buildTaskText(request) },

@@ -28,6 +28,9 @@ const IDENTITY: Identity = {
   'task.accepted': () => [],
   'task.resumed': (d) => [d.deliveries],
   'step.started': (d) => [d.stepId],
+  'step.skipped': (d) => [d.step, d.round],
+  'route.chosen': (d) => [d.step, d.round],
+  'branches.joined': (d) => [d.step, d.round],
   'agent.handoff': (d) => [d.step, d.round],
   'llm.request': (d) => [d.stepId, d.turn],
   // A reply asked for again (it could not be journaled before a crash) may differ: each reply is a fact of its own.
