@@ -4,10 +4,12 @@ import {
   type BusSubscription,
   type Clock,
   closeTaskRequests,
+  EventFactory,
   ensureTroupeStreams,
   KvStore,
   type Logger,
   type NatsBus,
+  NatsHumanGate,
   StepJournal,
   systemClock,
   type ToolRegistry,
@@ -93,6 +95,17 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const pipelineRegistry = await PipelineRegistry.open(bus);
   const journal = await StepJournal.open(bus);
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
+  // Asks for `human` steps. A wait cut short (a shutdown, a takeover) leaves its question pending for the run that
+  // resumes the task; the task's ending closes it.
+  const people = new NatsHumanGate({
+    bus,
+    store: approvals,
+    events: new EventFactory(clock),
+    clock,
+    logger,
+    timeoutMs: 300_000,
+  });
+  people.detach();
 
   const agents =
     (options.hostAgents ?? true)
@@ -119,6 +132,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           clock,
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+          people: { gate: people, journal, clock },
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, { journal, store: approvals, now: () => clock.now() }),
           ...(options.limits === undefined ? {} : { limits: options.limits }),

@@ -3,7 +3,7 @@ export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
 export { suggestion } from './config/didYouMean.ts';
-export { FLOW_END, FlowGraph, flowGraph } from './config/flowGraph.ts';
+export { FLOW_END, FlowGraph, flowGraph, flowMermaid } from './config/flowGraph.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
 export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
 export {

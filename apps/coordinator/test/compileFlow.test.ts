@@ -1,37 +1,11 @@
-import type {
-  AgentStepRequest,
-  StepErrorCode,
-  TaskFailureReason,
-  UsageTotals,
-  Verdict,
-} from '@troupe/protocol';
+import type { StepErrorCode, TaskFailureReason } from '@troupe/protocol';
 import { TransportError } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { compileFlow } from '../src/workflow/compileFlow.ts';
-import type {
-  StepRunInput,
-  StepRunOutput,
-  WorkflowEmitted,
-  WorkflowInput,
-  WorkflowOutput,
-} from '../src/workflow/workflowTypes.ts';
-
-const task: WorkflowInput = {
-  taskId: 'task-1',
-  pipeline: 'demo',
-  goal: 'Write a short note.',
-  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
-};
-
-const usage = (inputTokens: number, outputTokens = 1): UsageTotals => ({
-  inputTokens,
-  outputTokens,
-  cachedTokens: 0,
-  costUsd: 0,
-  modelCalls: 1,
-});
+import type { StepRunInput, StepRunOutput } from '../src/workflow/workflowTypes.ts';
+import { run, type Script, task, text, usage, verdict } from './support/runFlow.ts';
 
 /** plan → execute → review, as in the demo; `review` overrides the review step's settings. */
 function pipeline(
@@ -55,53 +29,6 @@ function pipeline(
       ...extraSteps,
     ],
   });
-}
-
-/** A reply without its step id, which the fake runStep copies from the request. */
-type WithoutStepId<T> = T extends unknown ? Omit<T, 'stepId'> : never;
-type Reply = WithoutStepId<StepRunOutput>;
-
-const text = (output: string, spent = usage(10)): Reply => ({
-  ok: true,
-  output,
-  usage: spent,
-  turns: 1,
-  durationMs: 5,
-});
-const verdict = (decision: Verdict['decision'], feedback: string, spent = usage(1)): Reply => ({
-  ok: true,
-  output: JSON.stringify({ decision, feedback }),
-  verdict: { decision, feedback },
-  usage: spent,
-  turns: 1,
-  durationMs: 5,
-});
-
-/** A reply function per agent, given the agent's request and how many times that agent was called before. */
-type Script = Record<string, (request: AgentStepRequest, call: number) => Reply | Promise<Reply>>;
-
-/** Runs the compiled flow to its end with a fake `runStep`, recording every request and emitted event. */
-async function run(config: PipelineConfig, script: Script) {
-  const requests: StepRunInput[] = [];
-  const events: WorkflowEmitted[] = [];
-  const machine = compileFlow(config).provide({
-    actors: {
-      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
-        const { request } = input;
-        const call = requests.filter((r) => r.request.agent === request.agent).length;
-        requests.push(input);
-        const reply = script[request.agent];
-        if (!reply) throw new Error(`no reply scripted for agent ${request.agent}`);
-        return { ...(await reply(request, call)), stepId: request.stepId } as StepRunOutput;
-      }),
-    },
-  });
-  const actor = createActor(machine, { input: task });
-  actor.on('event', (event) => events.push(event));
-  actor.start();
-  const output: WorkflowOutput = await toPromise(actor);
-  const calls = (agent: string) => requests.filter((r) => r.request.agent === agent).map((r) => r.request);
-  return { output, requests, events, calls, actor, machine };
 }
 
 const approving: Script = {

@@ -572,3 +572,124 @@ describe('parsePipeline and MCP servers', () => {
     expect(() => parsePipeline(text, FILE, { toolNames, allowMcpCommands: true })).not.toThrow();
   });
 });
+
+describe('parsePipeline refuses a flow construct used wrongly, at its line', () => {
+  const FLOWS = `version: 1
+name: flows
+models:
+  scripted: { provider: scripted, script: ./flows.script.yaml }
+defaults: { model: scripted }
+agents:
+  planner: { instructions: Plan. }
+  fixer: { instructions: Fix. }
+  builder: { instructions: Build. }
+  reviewer: { instructions: Review. }
+flow:
+  - id: plan
+    kind: agent
+    agent: planner
+  - id: triage
+    kind: route
+    on: steps.plan.output.category
+    cases: { bug: fix, feature: build }
+    default: end
+  - id: fix
+    kind: agent
+    agent: fixer
+    when: steps.plan.output.risky == false
+  - id: build
+    kind: parallel
+    branches:
+      code:
+        - { id: code, kind: agent, agent: builder }
+      docs:
+        - { id: docs, kind: agent, agent: builder }
+`;
+
+  it('accepts the flow as written', () => {
+    expect(parsePipeline(FLOWS, FILE, { toolNames }).flow.map((s) => s.kind)).toEqual([
+      'agent',
+      'route',
+      'agent',
+      'parallel',
+    ]);
+  });
+
+  it('a route to a step that is not later in the list, suggesting the step meant', () => {
+    const text = edit(FLOWS, 'cases: { bug: fix, feature: build }', 'cases: { bug: fixx, feature: plan }');
+    const error = refusal(text);
+    expectIssue(error, 'flow[1].cases.bug', {
+      line: lineOf(text, 'cases: { bug: fixx'),
+      message: '"fixx" is not a later step of the same list, nor "end" (did you mean "fix"?)',
+    });
+    expectIssue(error, 'flow[1].cases.feature', { message: 'the flow only jumps forward' });
+  });
+
+  it('a condition that is not CEL, or that reads a step that has not run by then', () => {
+    const broken = refusal(
+      edit(FLOWS, 'when: steps.plan.output.risky == false', 'when: steps.plan.output.risky =='),
+    );
+    expectIssue(broken, 'flow[2].when', { message: 'not a valid CEL expression' });
+    const text = edit(FLOWS, 'when: steps.plan.output.risky == false', 'when: steps.bild.output == "x"');
+    expectIssue(refusal(text), 'flow[2].when', {
+      line: lineOf(text, 'when: steps.bild'),
+      message: 'reads steps.bild, which is not a step that has run by then',
+    });
+    const notBool = refusal(edit(FLOWS, 'when: steps.plan.output.risky == false', 'when: \'"yes"\''));
+    expectIssue(notBool, 'flow[2].when', { message: 'must give a bool, but gives a string' });
+  });
+
+  it('a step id used twice, even in another branch', () => {
+    const text = edit(
+      FLOWS,
+      '- { id: docs, kind: agent, agent: builder }',
+      '- { id: code, kind: agent, agent: builder }',
+    );
+    expectIssue(refusal(text), 'flow[3].branches.docs[0].id', {
+      message: 'duplicate step id "code": step ids are unique across the whole flow, branches too',
+    });
+  });
+
+  it('a parallel step with one branch, or a review inside a branch', () => {
+    const one = refusal(
+      edit(FLOWS, '      docs:\n        - { id: docs, kind: agent, agent: builder }\n', ''),
+    );
+    expectIssue(one, 'flow[3].branches', { message: 'needs at least two branches' });
+    const review = refusal(
+      edit(
+        FLOWS,
+        '- { id: docs, kind: agent, agent: builder }',
+        '- { id: docs, kind: agent, agent: builder }\n        - { id: check, kind: review, agent: reviewer, onReject: docs, maxRounds: 2 }',
+      ),
+    );
+    expectIssue(review, 'flow[3].branches.docs[1].kind', { message: 'a review cannot be inside a branch' });
+  });
+
+  it('an onError or onTimeout that jumps back, and a retry without its bound', () => {
+    const text = edit(
+      FLOWS,
+      '    when: steps.plan.output.risky == false',
+      '    when: steps.plan.output.risky == false\n    onError: plan',
+    );
+    expectIssue(refusal(text), 'flow[2].onError', {
+      line: lineOf(text, 'onError: plan'),
+      message: '"plan" is not a later step of the same list, nor "end"',
+    });
+    const unbounded = refusal(
+      edit(FLOWS, '    agent: fixer\n', '    agent: fixer\n    retry: { backoff: 2 }\n'),
+    );
+    expectIssue(unbounded, 'flow[2].retry.max', { message: 'missing (required: number)' });
+  });
+
+  it('an agent in a branch that does not exist, at its nested path', () => {
+    const text = edit(
+      FLOWS,
+      '- { id: code, kind: agent, agent: builder }',
+      '- { id: code, kind: agent, agent: bilder }',
+    );
+    expectIssue(refusal(text), 'flow[3].branches.code[0].agent', {
+      line: lineOf(text, 'agent: bilder'),
+      message: 'no agent named "bilder" under agents (did you mean "builder"?)',
+    });
+  });
+});

@@ -1,3 +1,4 @@
+import { FlowGraph } from '@troupe/coordinator';
 import { HumanRequest, Name, TaskId, TaskSubmission, UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
 import { SessionSummary } from './sessions.ts';
@@ -217,13 +218,11 @@ export const PipelineList = z
         description: z.string().optional(),
         agents: z.array(Name),
         steps: z.array(z.string()),
-        /** The flow: each step a node, each way the work can go an edge (`to: "end"` ends the task). */
-        graph: z
-          .object({
-            nodes: z.array(z.object({ id: z.string(), kind: z.string(), agent: z.string() })),
-            edges: z.array(z.object({ from: z.string(), to: z.string(), when: z.string().optional() })),
-          })
-          .optional(),
+        /**
+         * The flow: each step a node (with the parallel step and branch it runs in, and its condition), each way the
+         * work can go an edge (`to: "end"` ends the task) — as `troupe graph --json` prints it.
+         */
+        graph: FlowGraph.optional(),
         registeredAt: z.string(),
       }),
     ),

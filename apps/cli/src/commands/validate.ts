@@ -32,12 +32,26 @@ export async function validate(files: string[], options: ValidateOptions): Promi
   return failures > 0 ? 1 : 0;
 }
 
+function describeStep(step: PipelineConfig['flow'][number]): string {
+  const when = step.when === undefined ? '' : ' (when …)';
+  switch (step.kind) {
+    case 'review':
+      return `${step.id} (review: reject → ${step.onReject}, ≤${step.maxRounds} rounds)${when}`;
+    case 'parallel':
+      return `${step.id} (parallel, join ${step.join}: ${Object.keys(step.branches).join(' | ')})${when}`;
+    case 'route':
+      return step.agent !== undefined
+        ? `${step.id} (${step.agent} picks: ${Object.keys(step.targets ?? {}).join(', ')})${when}`
+        : `${step.id} (route: ${Object.entries(step.cases ?? {})
+            .map(([value, to]) => `${value} → ${to}`)
+            .join(', ')}${step.default === undefined ? '' : `, else → ${step.default}`})${when}`;
+    default:
+      return `${step.id}${when}`;
+  }
+}
+
 function describe(config: PipelineConfig): string {
-  const flow = config.flow
-    .map((s) =>
-      s.kind === 'review' ? `${s.id} (review: reject → ${s.onReject}, ≤${s.maxRounds} rounds)` : s.id,
-    )
-    .join(' → ');
+  const flow = config.flow.map(describeStep).join(' → ');
   const agents = Object.keys(config.agents).length;
   return `${agents} agent${agents === 1 ? '' : 's'}; flow: ${flow}`;
 }

@@ -3,10 +3,10 @@ import { dirname, resolve } from 'node:path';
 import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath } from '@troupe/protocol';
 import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
-import { z } from 'zod';
-import { FINAL_STATES } from '../workflow/workflowTypes.ts';
+import { checkFlow, jsonSchemaProblem, type Problem } from './checkFlow.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
 import { suggestion } from './didYouMean.ts';
+import { agentSteps } from './flowLayout.ts';
 import {
   createProvider,
   type Env,
@@ -116,11 +116,6 @@ function parseLocated(
   return { config: parsed.data, locate };
 }
 
-interface Problem {
-  path: PropertyKey[];
-  message: string;
-}
-
 /** Checks what a schema cannot: that every name used is defined, and that the flow's loops point backwards. */
 function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[] {
   const problems: Problem[] = [];
@@ -132,7 +127,11 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
     }
   };
   checkRef(config.defaults.model, ['defaults', 'model']);
-  const reviewers = new Set(config.flow.filter((s) => s.kind === 'review').map((s) => s.agent));
+  const reviewers = new Set(
+    agentSteps(config.flow)
+      .filter((s) => s.kind === 'review')
+      .map((s) => s.agent),
+  );
   for (const [name, agent] of Object.entries(config.agents)) {
     const model = agent.model ?? config.defaults.model;
     if (model === undefined) {
@@ -199,51 +198,7 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       message: `no agent named "${summarizer}" under agents${suggestion(summarizer, agents)}`,
     });
   }
-  const seen: string[] = [];
-  config.flow.forEach((step, i) => {
-    if ((FINAL_STATES as readonly string[]).includes(step.id)) {
-      problems.push({
-        path: ['flow', i, 'id'],
-        message: `"${step.id}" is reserved for the workflow's final state; pick another step id`,
-      });
-    }
-    if (seen.includes(step.id)) {
-      problems.push({ path: ['flow', i, 'id'], message: `duplicate step id "${step.id}"` });
-    }
-    if (!(step.agent in config.agents)) {
-      problems.push({
-        path: ['flow', i, 'agent'],
-        message: `no agent named "${step.agent}" under agents${suggestion(step.agent, agents)}`,
-      });
-    }
-    step.context?.forEach((ref, j) => {
-      if (!seen.includes(ref)) {
-        problems.push({
-          path: ['flow', i, 'context', j],
-          message: `"${ref}" is not an earlier step${suggestion(ref, seen)}`,
-        });
-      }
-    });
-    if (step.kind === 'review' && !seen.includes(step.onReject)) {
-      problems.push({
-        path: ['flow', i, 'onReject'],
-        message: `"${step.onReject}" is not an earlier step${suggestion(step.onReject, seen)}; a review sends work back to a step before it`,
-      });
-    }
-    seen.push(step.id);
-    const agent = config.agents[step.agent];
-    const asksPeople =
-      agent !== undefined &&
-      (agent.tools.includes('ask_human') || agent.permissions.some((r) => r.decision === 'ask'));
-    const waits = agent?.approvalTimeout ?? config.defaults.approvalTimeout;
-    const stepTimeout = step.timeout ?? config.defaults.stepTimeout;
-    if (asksPeople && waits >= stepTimeout) {
-      problems.push({
-        path: ['flow', i, 'timeout'],
-        message: `step ${step.id} times out after ${stepTimeout} s, but agent ${step.agent} gives a person ${waits} s to decide; make the step timeout longer than the approval timeout`,
-      });
-    }
-  });
+  problems.push(...checkFlow(config));
   return problems;
 }
 
@@ -311,15 +266,6 @@ function readable(message: string): string {
 }
 
 type Built = { provider: ModelProvider } | { error: string };
-
-function jsonSchemaProblem(schema: Record<string, unknown>): string | undefined {
-  try {
-    z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]);
-    return undefined;
-  } catch (error) {
-    return (error as Error).message;
-  }
-}
 
 /** Finds the line of the deepest key or item on `path` that exists in the document. */
 function locateIn(

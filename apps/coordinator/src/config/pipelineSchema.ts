@@ -2,6 +2,7 @@ import { Name } from '@troupe/protocol';
 import { McpServerConfig } from '@troupe/runtime';
 import { z } from 'zod';
 import { suggestion } from './didYouMean.ts';
+import { agentSteps } from './flowLayout.ts';
 
 /**
  * An object with known keys only, except keys starting with `x-`: the sanctioned place for a user's own
@@ -170,20 +171,47 @@ const StepId = z
     'must be 1-63 characters of a-z, 0-9, "_" and "-", starting with a letter or digit',
   );
 
+/** A CEL expression over `input`, `steps.<id>.output` and `task` (see `expressions.ts`). */
+const Expression = z.string().min(1).max(2_000);
+
+/** Where a route may send the flow: a later step of the same list, or `end` (the end of that list). */
+const RouteTarget = StepId;
+
+/** What a failed step does: `fail` its list (the task, at the top level), `continue` without it, or jump on. */
+const OnError = z.union([z.enum(['fail', 'continue']), RouteTarget]);
+
+/** What every step may say besides its kind. */
+const stepBase = {
+  id: StepId,
+  /** A CEL condition: the step runs only when it is true, and is skipped (`step.skipped`) when it is false. */
+  when: Expression.optional(),
+  /** Where the flow goes after this step, instead of the step below it: a later step of the same list, or `end`. */
+  next: RouteTarget.optional(),
+};
+
 /** A step that hands the work to an agent and takes its text reply. */
 export const AgentStepConfig = withExtensions({
-  id: StepId,
+  ...stepBase,
   kind: z.literal('agent'),
   agent: Name,
   /** Which earlier steps' outputs this step sees; all earlier steps when absent. */
   context: z.array(StepId).optional(),
   /** How long the step may take, in seconds, before it fails. */
   timeout: z.number().positive().max(86_400).optional(),
+  /** Runs a failed step again, afresh, after `backoff` seconds (doubling each time), at most `max` more times. */
+  retry: withExtensions({
+    max: z.number().int().min(1).max(10),
+    backoff: z.number().nonnegative().max(600).default(1),
+  }).optional(),
+  /** When the step has failed (its retries too): `fail` (default), `continue` without its output, or a later step. */
+  onError: OnError.optional(),
+  /** What one run of the step may spend, besides the task's and the agent's budgets. */
+  budget: AgentBudgetConfig.optional(),
 });
 
 /** A step whose agent returns a verdict: approve moves on, reject sends the work back with feedback. */
 export const ReviewStepConfig = withExtensions({
-  id: StepId,
+  ...stepBase,
   kind: z.literal('review'),
   agent: Name,
   context: z.array(StepId).optional(),
@@ -196,10 +224,109 @@ export const ReviewStepConfig = withExtensions({
   onMaxRounds: z.enum(['fail', 'complete']).default('fail'),
 });
 
-export const StepConfig = z.discriminatedUnion('kind', [AgentStepConfig, ReviewStepConfig]);
-export type StepConfig = z.infer<typeof StepConfig>;
+/**
+ * Branches that run at once, each a list of steps. `join`: `all` needs every branch to succeed, `any` waits for all
+ * and needs one, `first` ends with the first to succeed and stops the rest. Its output, for the steps after it, is
+ * a JSON object of each branch's last output by branch id.
+ */
+export const ParallelStepConfig = withExtensions({
+  ...stepBase,
+  kind: z.literal('parallel'),
+  branches: z
+    .record(
+      StepId,
+      z.array(z.lazy((): z.ZodType<StepConfig> => StepConfig)).min(1, 'a branch needs at least one step'),
+    )
+    .refine((b) => Object.keys(b).length >= 2, 'needs at least two branches'),
+  join: z.enum(['all', 'any', 'first']).default('all'),
+  /**
+   * `fail` (default): the step fails as its join says; `continue`: a failed branch is recorded in the output and
+   * never fails the step; a later step's id: where the flow goes when the step fails.
+   */
+  onError: OnError.default('fail'),
+});
+
+/**
+ * Picks the next step: from a value (`on`, a CEL expression, matched against `cases`; else `default`), or by a
+ * router agent (`agent`), whose model chooses one of `targets` through structured output.
+ */
+export const RouteStepConfig = withExtensions({
+  ...stepBase,
+  kind: z.literal('route'),
+  on: Expression.optional(),
+  cases: z
+    .record(z.string().min(1).max(200), RouteTarget)
+    .refine((c) => Object.keys(c).length > 0, 'needs at least one case')
+    .optional(),
+  /** Where the flow goes when no case matches; without it, no match fails the task. */
+  default: RouteTarget.optional(),
+  /** The router agent: its model picks one of `targets`, saying why. */
+  agent: Name.optional(),
+  /** The targets a router agent may pick, each with what it is for (the model reads it). */
+  targets: z
+    .record(RouteTarget, z.string().min(1).max(1_000))
+    .refine((t) => Object.keys(t).length >= 2, 'needs at least two targets to choose from')
+    .optional(),
+  /** Which earlier steps' outputs the router agent sees; all earlier steps when absent. */
+  context: z.array(StepId).optional(),
+  /** How long the router agent may take, in seconds. */
+  timeout: z.number().positive().max(86_400).optional(),
+});
+
+/**
+ * Asks a person mid-flow and waits: `prompt` is put to them as a question (`troupe answer`, the gateway), and the
+ * answer is the step's output.
+ */
+export const HumanStepConfig = withExtensions({
+  ...stepBase,
+  kind: z.literal('human'),
+  prompt: z.string().min(1).max(10_000),
+  /** A JSON Schema the answer must match (as JSON); a mismatch asks again, saying why, at most three times. */
+  answer: z.record(z.string(), z.unknown()).optional(),
+  /** Seconds a person has to answer; `defaults.approvalTimeout` when absent. */
+  timeout: z
+    .number()
+    .positive()
+    .max(30 * 86_400)
+    .optional(),
+  /** When nobody answers in time: `fail` the task, `continue` with no answer, or go to a later step. */
+  onTimeout: OnError.default('fail'),
+  /** When the answers kept missing `answer`: as for an agent step. */
+  onError: OnError.optional(),
+});
+
+export const StepConfig = z.discriminatedUnion('kind', [
+  AgentStepConfig,
+  ReviewStepConfig,
+  ParallelStepConfig,
+  RouteStepConfig,
+  HumanStepConfig,
+]);
+export type StepConfig =
+  | AgentStepConfig
+  | ReviewStepConfig
+  | ParallelStepConfig
+  | RouteStepConfig
+  | HumanStepConfig;
+export type HumanStepConfig = z.infer<typeof HumanStepConfig>;
 export type AgentStepConfig = z.infer<typeof AgentStepConfig>;
 export type ReviewStepConfig = z.infer<typeof ReviewStepConfig>;
+/** Written out, since a parallel step holds steps: its type cannot be inferred from its own schema. */
+export interface ParallelStepConfig {
+  id: string;
+  when?: string | undefined;
+  next?: string | undefined;
+  kind: 'parallel';
+  branches: Record<string, StepConfig[]>;
+  join: 'all' | 'any' | 'first';
+  onError: string;
+  [extension: `x-${string}`]: unknown;
+}
+export type RouteStepConfig = z.infer<typeof RouteStepConfig>;
+/** A step that hands work to an agent. */
+export type AgentWorkStep = AgentStepConfig | ReviewStepConfig;
+/** A step whose agent is asked something: work, a verdict, or a router's choice. */
+export type AgentAskedStep = AgentWorkStep | (RouteStepConfig & { agent: string });
 
 export const DefaultsConfig = withExtensions({
   model: ModelRef.optional(),
@@ -244,4 +371,4 @@ export type PipelineConfig = z.infer<typeof PipelineConfig>;
 
 /** The agent that summarizes the pipeline's sessions: the one named under `sessions`, else the first step's. */
 export const sessionSummarizer = (config: PipelineConfig): string =>
-  config.sessions?.summarizer ?? (config.flow[0] as StepConfig).agent;
+  config.sessions?.summarizer ?? (agentSteps(config.flow)[0] as AgentWorkStep).agent;

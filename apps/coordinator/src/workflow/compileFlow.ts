@@ -7,9 +7,25 @@ import type {
 } from '@troupe/protocol';
 import { emptyUsage, errorMessage, StepErrorCode, sumUsage, taskFailureReason } from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
-import { assign, emit, fromPromise, setup } from 'xstate';
-import type { PipelineConfig, ReviewStepConfig, StepConfig } from '../config/pipelineSchema.ts';
+import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
+import { ROUTE_END } from '../config/checkFlow.ts';
+import { type ExpressionScope, evaluate } from '../config/expressions.ts';
+import { isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
 import type {
+  AgentAskedStep,
+  AgentStepConfig,
+  AgentWorkStep,
+  HumanStepConfig,
+  ParallelStepConfig,
+  PipelineConfig,
+  ReviewStepConfig,
+  RouteStepConfig,
+  StepConfig,
+} from '../config/pipelineSchema.ts';
+import type {
+  BranchOutcome,
+  HumanRunInput,
+  HumanRunOutput,
   StepRunInput,
   StepRunOutput,
   WorkflowContext,
@@ -34,9 +50,20 @@ const workflowSetup = setup({
     runStep: fromPromise<StepRunOutput, StepRunInput>(async () => {
       throw new Error('runStep is not provided');
     }),
+    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async () => {
+      throw new Error('askPerson is not provided');
+    }),
+    /** Waits before a step is retried; stopped (its timer cleared) when the workflow leaves the state. */
+    backoff: fromPromise<void, { ms: number }>(
+      ({ input, signal }) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, input.ms);
+          signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
+        }),
+    ),
   },
   actions: {
-    recordOutput: assign(({ context }, p: { step: StepConfig; reply: StepRunOutput }) => {
+    recordOutput: assign(({ context }, p: { step: AgentAskedStep; reply: StepRunOutput }) => {
       if (!p.reply.ok) return {};
       const output: StepOutput = {
         step: p.step.id,
@@ -51,7 +78,7 @@ const workflowSetup = setup({
       };
     }),
     /** What a step spent counts towards the task whether the step succeeded or not. */
-    recordUsage: assign(({ context }, p: { step: StepConfig; reply: StepRunOutput }) => ({
+    recordUsage: assign(({ context }, p: { step: AgentAskedStep; reply: StepRunOutput }) => ({
       usage: sumUsage(context.usage, p.reply.usage),
       usageByAgent: {
         ...context.usageByAgent,
@@ -67,63 +94,42 @@ const workflowSetup = setup({
       rejections: { ...context.rejections, [p.step.id]: (context.rejections[p.step.id] ?? 0) + 1 },
     })),
     fail: assign((_, failure: WorkflowFailure) => ({ failure })),
+    /** How a branch of a parallel step ended. */
+    recordBranch: assign(({ context }, p: { parallel: string; branch: string; outcome: BranchOutcome }) => ({
+      branches: {
+        ...context.branches,
+        [p.parallel]: { ...context.branches?.[p.parallel], [p.branch]: p.outcome },
+      },
+    })),
   },
 });
 
 /**
- * Compiles a pipeline's `flow` into a workflow state machine: one state per step, each invoking `runStep`
- * (injected with `.provide()`), and the final states `completed`, `failed`, `cancelled` and `released`. A review step's
- * verdict picks the next state: approve moves on; reject goes back to `onReject` with the feedback, at most
- * `maxRounds` rounds, then fails (or completes unapproved, as `onMaxRounds` says). A `cancel` event, in any step,
- * ends the workflow `cancelled`; a `release` event ends this run of it `released`, leaving the task to resume
- * elsewhere (leaving the step stops its call to the agent, either way).
+ * Compiles a pipeline's `flow` into a workflow state machine. Each agent or review step is a state invoking
+ * `runStep` (injected with `.provide()`); a parallel step is a parallel state with a region per branch, each region
+ * its branch's steps; a route and a step's `when` are transient states whose eventless transitions pick where the
+ * flow goes. The final states are `completed`, `failed`, `cancelled` and `released`. A review step's verdict picks
+ * the next state: approve moves on; reject goes back to `onReject` with the feedback, at most `maxRounds` rounds,
+ * then fails (or completes unapproved, as `onMaxRounds` says). A `cancel` event, in any state, ends the workflow
+ * `cancelled`; a `release` event ends this run of it `released`, leaving the task to resume elsewhere (leaving a
+ * step stops its call to the agent, either way).
+ *
+ * Every state that waits (a step's call, a branch's) is keyed by its step id, so a checkpoint names where the task
+ * is; transient states are never in one.
  */
 export function compileFlow(config: PipelineConfig) {
-  const stepTimeoutMs = (step: StepConfig) => (step.timeout ?? config.defaults.stepTimeout) * 1_000;
-  const states: Record<string, object> = {};
-  config.flow.forEach((step, index) => {
-    const next = config.flow[index + 1]?.id ?? 'completed';
-    states[step.id] = {
-      entry: [
-        emit(({ context }: { context: WorkflowContext }) => handoff(context, step)),
-        emit(({ context }: { context: WorkflowContext }) => ({
-          type: 'event' as const,
-          kind: 'step.started' as const,
-          from: 'workflow',
-          to: step.agent,
-          data: { step: step.id, agent: step.agent, round: context.round, stepId: stepId(context, step) },
-        })),
-      ],
-      invoke: {
-        src: 'runStep',
-        input: ({ context }: { context: WorkflowContext }): StepRunInput => ({
-          request: buildRequest(config, context, step, index),
-          timeoutMs: stepTimeoutMs(step),
-        }),
-        onDone: [
-          ...stepCompleted(step),
-          ...(step.kind === 'review'
-            ? reviewTransitions(step, next)
-            : [{ target: next, actions: record(step) }]),
-        ],
-        onError: {
-          target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ event }: { event: { error: unknown } }) => ({
-              reason: callFailureReason(event.error),
-              message: `step ${step.id} (${step.agent}) could not be run: ${errorMessage(event.error)}`,
-              step: step.id,
-            }),
-          },
-        },
-      },
-    };
-  });
-  states.completed = { type: 'final' };
-  states.failed = { type: 'final' };
-  states.cancelled = { type: 'final' };
-  states.released = { type: 'final' };
+  const places = placesOf(config.flow);
+  const top: ListScope = {
+    exit: `#${FINAL_IDS.completed}`,
+    fail: (failure) => ({
+      target: `#${FINAL_IDS.failed}`,
+      actions: [{ type: 'fail' as const, params: failure }],
+    }),
+  };
+  const states: Record<string, object> = compileList(config, places, config.flow, top);
+  for (const final of ['completed', 'failed', 'cancelled', 'released'] as const) {
+    states[final] = { id: FINAL_IDS[final], type: 'final' };
+  }
 
   return workflowSetup.createMachine({
     id: `workflow:${config.name}`,
@@ -135,7 +141,7 @@ export function compileFlow(config: PipelineConfig) {
       usage: emptyUsage(),
       usageByAgent: {},
     }),
-    initial: config.flow[0]?.id ?? 'completed',
+    initial: initialKey(config.flow),
     on: {
       cancel: {
         target: '.cancelled',
@@ -154,35 +160,527 @@ export function compileFlow(config: PipelineConfig) {
   });
 }
 
+/**
+ * The steps a workflow is in, from its state value: one for a line of steps, one a branch for a parallel step
+ * (a branch that has ended adds none). What the task record's `state` says, joined by `+`.
+ */
+export function activeSteps(value: unknown): string[] {
+  if (typeof value === 'string') return [value];
+  if (typeof value !== 'object' || value === null) return [];
+  return Object.values(value).flatMap((inner) =>
+    typeof inner === 'string' ? (inner.startsWith('_') ? [] : [inner]) : activeSteps(inner),
+  );
+}
+
+/** Ids of the final states, which transitions anywhere in the machine target. */
+const FINAL_IDS = {
+  completed: 'final:completed',
+  failed: 'final:failed',
+  cancelled: 'final:cancelled',
+  released: 'final:released',
+} as const;
+
+/** A transition's target and actions, in the form xstate takes. */
+interface Transition {
+  target: string;
+  actions?: unknown[];
+}
+
+/** Where a list of steps ends: its exit after the last step (or a route's `end`), and what a failure in it does. */
+interface ListScope {
+  exit: string;
+  fail: (failure: ContextParam<WorkflowFailure>) => Transition;
+}
+
+type Args = { context: WorkflowContext; event: unknown };
+/** An action parameter given whole or computed from the context and event. */
+type ContextParam<T> = T | ((args: Args) => T);
+
+/** The key of a step's gate state (its `when`); never in a checkpoint, since it leaves at once. */
+const gateKey = (step: StepConfig) => `when:${step.id}`;
+/** The key a list is entered by: its first step's gate, or the step. */
+const initialKey = (list: readonly StepConfig[]) => {
+  const first = list[0] as StepConfig;
+  return first.when === undefined ? first.id : gateKey(first);
+};
+/** The target that enters a step: through its gate when it has a `when`. */
+const enter = (step: StepConfig) => `#${step.when === undefined ? step.id : gateKey(step)}`;
+
+function compileList(
+  config: PipelineConfig,
+  places: Map<string, StepPlace>,
+  list: readonly StepConfig[],
+  scope: ListScope,
+): Record<string, object> {
+  const states: Record<string, object> = {};
+  /** Where a route's target, a step's `next` or a review's `onReject` leads. */
+  const resolve = (id: string) => {
+    if (id === ROUTE_END) return scope.exit;
+    const target = list.find((s) => s.id === id);
+    return target ? enter(target) : `#${id}`;
+  };
+  list.forEach((step, index) => {
+    const following = list[index + 1];
+    const next = step.next !== undefined ? resolve(step.next) : following ? enter(following) : scope.exit;
+    if (step.when !== undefined) states[gateKey(step)] = gateState(step, step.when, next, scope);
+    const place = places.get(step.id) as StepPlace;
+    switch (step.kind) {
+      case 'agent':
+      case 'review':
+        states[step.id] = agentState(config, place, step, next, resolve, scope);
+        if (step.kind === 'agent' && step.retry) states[retryKey(step)] = retryState(step);
+        break;
+      case 'parallel':
+        states[step.id] = parallelState(config, places, step, next, recoveryOf(step, scope, next, resolve));
+        break;
+      case 'route':
+        states[step.id] =
+          step.agent === undefined
+            ? routeState(step, resolve, scope)
+            : agentState(config, place, step as AgentAskedStep, next, resolve, scope);
+        break;
+      case 'human':
+        states[step.id] = humanState(config, step, next, resolve, scope);
+        break;
+    }
+  });
+  return states;
+}
+
+/** The scope a CEL condition sees: the task, its input and what each step that has run produced. */
+function scopeOf(context: WorkflowContext): ExpressionScope {
+  const steps: ExpressionScope['steps'] = {};
+  for (const [id, out] of Object.entries(context.latest)) steps[id] = { output: parsedOutput(out.output) };
+  for (const [id, failure] of Object.entries(context.errors ?? {})) {
+    steps[id] = { ...steps[id], output: steps[id]?.output ?? null, error: failure.message };
+  }
+  const { task } = context;
+  return {
+    input: task.input ?? {},
+    steps,
+    task: {
+      id: task.taskId,
+      goal: task.goal,
+      pipeline: task.pipeline,
+      metadata: task.metadata ?? {},
+      round: context.round,
+    },
+  };
+}
+
+/** A step's output as conditions read it: its JSON when it is JSON, else its text. */
+function parsedOutput(output: string): unknown {
+  try {
+    return JSON.parse(output);
+  } catch {
+    return output;
+  }
+}
+
+/** A step's `when`: true enters the step; false skips to the next, saying so; an error fails the list. */
+function gateState(step: StepConfig, when: string, next: string, scope: ListScope) {
+  const test = ({ context }: Args) => evaluate(when, scopeOf(context));
+  const failed = (args: Args) => {
+    const result = test(args);
+    return !result.ok || typeof result.value !== 'boolean';
+  };
+  return {
+    id: gateKey(step),
+    always: [
+      {
+        guard: failed,
+        ...scope.fail((args) => {
+          const result = test(args);
+          return {
+            reason: 'condition_failed',
+            message: `step ${step.id}: its condition could not be evaluated: ${
+              result.ok ? `${when} gave ${JSON.stringify(result.value)}, not true or false` : result.message
+            }`,
+            step: step.id,
+          };
+        }),
+      },
+      { guard: (args: Args) => (test(args) as { value: unknown }).value === true, target: `#${step.id}` },
+      {
+        target: next,
+        actions: [
+          emit(({ context }: Args) => ({
+            type: 'event' as const,
+            kind: 'step.skipped' as const,
+            from: 'workflow',
+            data: { step: step.id, round: context.round, when },
+          })),
+        ],
+      },
+    ],
+  };
+}
+
+/** An agent or review step: a state that invokes `runStep` and goes where the reply says. */
+function agentState(
+  config: PipelineConfig,
+  place: StepPlace,
+  step: AgentAskedStep,
+  next: string,
+  resolve: (id: string) => string,
+  scope: ListScope,
+) {
+  const timeoutMs = (step.timeout ?? config.defaults.stepTimeout) * 1_000;
+  const recovery = recoveryOf(step, scope, next, resolve);
+  return {
+    id: step.id,
+    entry: [
+      emit(({ context }: { context: WorkflowContext }) => handoff(context, step)),
+      emit(({ context }: { context: WorkflowContext }) => ({
+        type: 'event' as const,
+        kind: 'step.started' as const,
+        from: 'workflow',
+        to: step.agent,
+        data: { step: step.id, agent: step.agent, round: context.round, stepId: stepId(context, step) },
+      })),
+    ],
+    invoke: {
+      src: 'runStep',
+      input: ({ context }: { context: WorkflowContext }): StepRunInput => ({
+        request: buildRequest(config, context, step, place),
+        timeoutMs,
+      }),
+      onDone: [
+        ...stepCompleted(step, recovery),
+        ...(step.kind === 'review'
+          ? reviewTransitions(step, next, resolve, scope)
+          : step.kind === 'route'
+            ? routerTransitions(step, resolve, scope)
+            : [{ target: next, actions: record(step) }]),
+      ],
+      // The request itself failed (no worker, a timeout): no reply, so no `step.completed`.
+      onError: recovery(({ event }) => {
+        const error = (event as { error: unknown }).error;
+        return {
+          reason: callFailureReason(error),
+          message: `step ${step.id} (${step.agent}) could not be run: ${errorMessage(error)}`,
+          step: step.id,
+        };
+      }, []).map(({ guard, ...t }) => (guard ? { ...t, guard: (args: Args) => guard(args, true) } : t)),
+    },
+  };
+}
+
+/** A router agent's reply: the target it picked (its structured output names one), with `route.chosen`. */
+function routerTransitions(
+  step: AgentAskedStep & RouteStepConfig,
+  resolve: (id: string) => string,
+  scope: ListScope,
+) {
+  const choice = (event: Done['event']) =>
+    (event.output.ok ? event.output.structured : undefined) as
+      | { target?: unknown; reason?: unknown }
+      | undefined;
+  return [
+    ...Object.keys(step.targets ?? {}).map((target) => ({
+      guard: ({ event }: Done) => choice(event)?.target === target,
+      target: resolve(target),
+      actions: [
+        ...record(step),
+        emit(({ context, event }: Args) => ({
+          type: 'event' as const,
+          kind: 'route.chosen' as const,
+          from: step.agent,
+          data: {
+            step: step.id,
+            round: context.round,
+            value: target,
+            case: target,
+            target,
+            agent: step.agent,
+            reason: String(choice(event as Done['event'])?.reason ?? ''),
+          },
+        })),
+      ],
+    })),
+    // The reply matched the schema, which names only the targets: this is a bug, said as such.
+    failing(scope, record(step), {
+      reason: 'invalid_output',
+      message: `route ${step.id}: ${step.agent} picked no target of ${Object.keys(step.targets ?? {}).join(', ')}`,
+      step: step.id,
+    }),
+  ];
+}
+
+/** A route: a transient state whose value picks a case's target, the default's, or fails the list. */
+function routeState(step: RouteStepConfig, resolve: (id: string) => string, scope: ListScope) {
+  const on = step.on as string;
+  const cases = step.cases ?? {};
+  const routeValue = ({ context }: Args) => {
+    const result = evaluate(on, scopeOf(context));
+    return result.ok ? { ok: true as const, text: asText(result.value) } : result;
+  };
+  const chosen = (target: string, matched: string | undefined) => [
+    assign(({ context }: Args) => ({
+      latest: {
+        ...context.latest,
+        [step.id]: { step: step.id, agent: 'route', round: context.round, output: target },
+      },
+    })),
+    emit((args: Args) => ({
+      type: 'event' as const,
+      kind: 'route.chosen' as const,
+      from: 'workflow',
+      data: {
+        step: step.id,
+        round: args.context.round,
+        value: (routeValue(args) as { text: string }).text,
+        ...(matched === undefined ? {} : { case: matched }),
+        target,
+      },
+    })),
+  ];
+  return {
+    id: step.id,
+    always: [
+      {
+        guard: (args: Args) => !routeValue(args).ok,
+        ...scope.fail((args) => ({
+          reason: 'condition_failed',
+          message: `route ${step.id}: ${(routeValue(args) as { message: string }).message}`,
+          step: step.id,
+        })),
+      },
+      ...Object.entries(cases).map(([value, target]) => ({
+        guard: (args: Args) => (routeValue(args) as { text: string }).text === value,
+        target: resolve(target),
+        actions: chosen(target, value),
+      })),
+      step.default === undefined
+        ? scope.fail((args) => ({
+            reason: 'condition_failed',
+            message: `route ${step.id}: ${step.on} gave ${JSON.stringify((routeValue(args) as { text: string }).text)}, which matches none of its cases (${Object.keys(cases).join(', ')}) and it has no default`,
+            step: step.id,
+          }))
+        : { target: resolve(step.default), actions: chosen(step.default, undefined) },
+    ],
+  };
+}
+
+type Answered = { event: { output: HumanRunOutput } };
+
+/**
+ * A person's step: invokes `askPerson` with the prompt and waits. An answer is the step's output; no answer in time
+ * goes as `onTimeout` says (`fail`: the task fails with `approval_timeout`; `continue`: on, with no output; a step id:
+ * there); an answer that kept missing the step's schema fails it with `invalid_output`.
+ */
+function humanState(
+  config: PipelineConfig,
+  step: HumanStepConfig,
+  next: string,
+  resolve: (id: string) => string,
+  scope: ListScope,
+) {
+  const timeoutMs = (step.timeout ?? config.defaults.approvalTimeout) * 1_000;
+  const completed = emit(({ context, event }: Args) => {
+    const reply = (event as Answered['event']).output;
+    return {
+      type: 'event' as const,
+      kind: 'step.completed' as const,
+      from: 'human',
+      to: 'workflow',
+      data: {
+        step: step.id,
+        agent: 'human',
+        round: context.round,
+        stepId: stepId(context, step),
+        ok: reply.ok,
+        output: reply.ok ? preview(reply.answer, 256 * 1024) : '',
+        ...(reply.ok ? {} : { error: { code: reply.code, message: reply.message } }),
+        usage: emptyUsage(),
+        turns: 0,
+        durationMs: reply.durationMs,
+      },
+    };
+  });
+  const answered = assign(({ context, event }: Args) => {
+    const reply = (event as Answered['event']).output;
+    if (!reply.ok) return {};
+    return {
+      latest: {
+        ...context.latest,
+        [step.id]: { step: step.id, agent: 'human', round: context.round, output: reply.answer },
+      },
+    };
+  });
+  const failure = (reason: TaskFailureReason) =>
+    scope.fail(({ event }) => ({
+      reason,
+      message: `step ${step.id} (a person): ${(event as { output?: { message?: string } }).output?.message ?? ''}`,
+      step: step.id,
+    }));
+  const timedOut = ({ event }: Answered) => !event.output.ok && event.output.code === 'timeout';
+  const onTimeout =
+    step.onTimeout === 'fail'
+      ? {
+          ...failure('approval_timeout'),
+          actions: [completed, ...(failure('approval_timeout').actions ?? [])],
+        }
+      : { target: step.onTimeout === 'continue' ? next : resolve(step.onTimeout), actions: [completed] };
+  const invalid = recoveryOf(
+    step,
+    scope,
+    next,
+    resolve,
+  )(
+    ({ event }) => ({
+      reason: 'invalid_output',
+      message: `step ${step.id} (a person): ${(event as { output?: { message?: string } }).output?.message ?? ''}`,
+      step: step.id,
+    }),
+    [completed],
+  )[0] as Transition;
+  return {
+    id: step.id,
+    entry: [
+      emit(({ context }: Args) => ({
+        type: 'event' as const,
+        kind: 'step.started' as const,
+        from: 'workflow',
+        to: 'human',
+        data: { step: step.id, agent: 'human', round: context.round, stepId: stepId(context, step) },
+      })),
+    ],
+    invoke: {
+      src: 'askPerson',
+      input: ({ context }: { context: WorkflowContext }): HumanRunInput => ({
+        taskId: context.task.taskId,
+        pipeline: context.task.pipeline,
+        step: step.id,
+        stepId: stepId(context, step),
+        prompt: step.prompt,
+        timeoutMs,
+        ...(step.answer === undefined ? {} : { answer: step.answer }),
+        traceparent: context.task.traceparent,
+      }),
+      onDone: [
+        { guard: ({ event }: Answered) => event.output.ok, target: next, actions: [completed, answered] },
+        { guard: timedOut, ...onTimeout },
+        invalid,
+      ],
+      onError: scope.fail(({ event }) => ({
+        reason: 'internal',
+        message: `step ${step.id} could not ask a person: ${errorMessage((event as { error: unknown }).error)}`,
+        step: step.id,
+      })),
+    },
+  };
+}
+
+/** What a route matches its cases against: a string as it is, anything else as JSON (`true`, `3`). */
+const asText = (value: unknown) => (typeof value === 'string' ? value : JSON.stringify(value));
 export type WorkflowMachine = ReturnType<typeof compileFlow>;
 
 type Done = { event: { output: StepRunOutput } };
 
-/** Every step ends with `step.completed`; a failed reply ends the task. */
-function stepCompleted(step: StepConfig) {
-  return [
-    {
-      guard: ({ event }: Done) => !event.output.ok,
-      target: 'failed',
-      actions: [
-        completedEvent(step),
-        { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
-        {
-          type: 'fail',
-          params: ({ event }: Done) => ({
-            reason: event.output.ok ? 'step_failed' : taskFailureReason(event.output.error.code),
-            message: event.output.ok
-              ? ''
-              : `step ${step.id} (${step.agent}) failed: ${event.output.error.message}`,
-            step: step.id,
-          }),
-        },
-      ],
-    },
+/**
+ * Every step ends with `step.completed`; a failed reply is retried (`retry`), then handled as the step's `onError`
+ * says — by default it fails the list it is in.
+ */
+function stepCompleted(step: AgentAskedStep, recovery: Recovery) {
+  const failure: ContextParam<WorkflowFailure> = ({ event }) => {
+    const reply = (event as Done['event']).output;
+    return {
+      reason: reply.ok ? 'step_failed' : taskFailureReason(reply.error.code),
+      message: reply.ok ? '' : `step ${step.id} (${step.agent}) failed: ${reply.error.message}`,
+      step: step.id,
+    };
+  };
+  const before = [
+    completedEvent(step),
+    { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
   ];
+  const failed = ({ event }: Done) => !event.output.ok;
+  const retriable = ({ event }: Done) => event.output.ok || event.output.error.code !== 'budget_exceeded';
+  return recovery(failure, before).map((t) => ({
+    ...t,
+    guard: (args: Done & { context: WorkflowContext }) =>
+      failed(args) && (t.guard === undefined || t.guard(args, retriable(args))),
+  }));
 }
 
-function record(step: StepConfig) {
+/** A transition out of a failed step, after its own records: a retry, or what `onError` says. */
+interface Recovering extends Transition {
+  guard?: (args: Args, retriable: boolean) => boolean;
+}
+
+/** The transitions a failure of a step takes, given the failure and the actions that come first. */
+type Recovery = (failure: ContextParam<WorkflowFailure>, before: unknown[]) => Recovering[];
+
+/**
+ * How a step's failure is handled: `retry` sends a retriable failure back to the step (through its backoff state)
+ * while it has retries left; then `onError` — `fail` the list (default), `continue` to the next step without its
+ * output, or jump to a later step. A failure that does not fail the list is kept in `errors`
+ * (`steps.<id>.error` in conditions).
+ */
+function recoveryOf(
+  step: StepConfig,
+  scope: ListScope,
+  next: string,
+  resolve: (id: string) => string,
+): Recovery {
+  const onError = (step as { onError?: string }).onError;
+  const retry = step.kind === 'agent' ? step.retry : undefined;
+  return (failure, before) => {
+    const resolved = (args: Args) => (typeof failure === 'function' ? failure(args) : failure);
+    const keep = assign(({ context, event }: Args) => ({
+      errors: { ...context.errors, [step.id]: resolved({ context, event }) },
+    }));
+    const transitions: Recovering[] = [];
+    if (retry) {
+      transitions.push({
+        guard: ({ context }, retriable) => retriable && retriesOf(context, step) < retry.max,
+        target: `#${retryKey(step)}`,
+        actions: [
+          ...before,
+          assign(({ context }: Args) => ({
+            attempts: { ...context.attempts, [attemptKey(context, step)]: retriesOf(context, step) + 1 },
+          })),
+        ],
+      });
+    }
+    if (onError === undefined || onError === 'fail') transitions.push(failing(scope, before, failure));
+    else
+      transitions.push({
+        target: onError === 'continue' ? next : resolve(onError),
+        actions: [...before, keep],
+      });
+    return transitions;
+  };
+}
+
+/** The key of the state a step waits in before it is retried. */
+const retryKey = (step: StepConfig) => `retry:${step.id}`;
+const attemptKey = (context: WorkflowContext, step: Pick<StepConfig, 'id'>) => `${step.id}.${context.round}`;
+/** How many times the step has been retried in this round. */
+const retriesOf = (context: WorkflowContext, step: Pick<StepConfig, 'id'>) =>
+  context.attempts?.[attemptKey(context, step)] ?? 0;
+
+/**
+ * The state a step waits in before its next attempt: `backoff` seconds before the first retry, doubling. The wait is
+ * an invoked actor, not an `after` timer: a task restored from a checkpoint in this state starts it again (xstate
+ * does not restore timers), so the retry still comes.
+ */
+function retryState(step: AgentStepConfig) {
+  const retry = step.retry as NonNullable<AgentStepConfig['retry']>;
+  return {
+    id: retryKey(step),
+    invoke: {
+      src: 'backoff',
+      input: ({ context }: { context: WorkflowContext }) => ({
+        ms: Math.round(retry.backoff * 1_000 * 2 ** (retriesOf(context, step) - 1)),
+      }),
+      onDone: { target: `#${step.id}` },
+    },
+  };
+}
+
+function record(step: AgentAskedStep) {
   return [
     completedEvent(step),
     { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
@@ -190,25 +688,29 @@ function record(step: StepConfig) {
   ];
 }
 
-function reviewTransitions(step: ReviewStepConfig, next: string) {
+/** A transition that fails the list after `before` (its step's records), as the scope fails it. */
+function failing(scope: ListScope, before: unknown[], failure: ContextParam<WorkflowFailure>) {
+  const transition = scope.fail(failure);
+  return { target: transition.target, actions: [...before, ...(transition.actions ?? [])] };
+}
+
+function reviewTransitions(
+  step: ReviewStepConfig,
+  next: string,
+  resolve: (id: string) => string,
+  scope: ListScope,
+) {
   const verdictOf = (event: Done['event']) => (event.output.ok ? event.output.verdict : undefined);
   const atBound = ({ context }: { context: WorkflowContext }) =>
     (context.rejections[step.id] ?? 0) + 1 >= step.maxRounds;
   return [
     {
       guard: ({ event }: Done) => verdictOf(event) === undefined,
-      target: 'failed',
-      actions: [
-        ...record(step),
-        {
-          type: 'fail',
-          params: () => ({
-            reason: 'invalid_output',
-            message: `review ${step.id} returned no verdict`,
-            step: step.id,
-          }),
-        },
-      ],
+      ...failing(scope, record(step), {
+        reason: 'invalid_output',
+        message: `review ${step.id} returned no verdict`,
+        step: step.id,
+      }),
     },
     {
       guard: ({ event }: Done) => verdictOf(event)?.decision === 'approve',
@@ -217,7 +719,7 @@ function reviewTransitions(step: ReviewStepConfig, next: string) {
     },
     {
       guard: (args: Done & { context: WorkflowContext }) => !atBound(args),
-      target: step.onReject,
+      target: resolve(step.onReject),
       actions: [
         ...record(step),
         {
@@ -227,26 +729,171 @@ function reviewTransitions(step: ReviewStepConfig, next: string) {
       ],
     },
     step.onMaxRounds === 'complete'
-      ? { target: 'completed', actions: [...record(step), assign({ approved: false })] }
-      : {
-          target: 'failed',
-          actions: [
-            ...record(step),
-            assign({ approved: false }),
-            {
-              type: 'fail',
-              params: ({ event }: Done) => ({
-                reason: 'max_rounds',
-                message: `review ${step.id} rejected the work in all ${step.maxRounds} rounds; last feedback: ${verdictOf(event)?.feedback ?? ''}`,
-                step: step.id,
-              }),
-            },
-          ],
-        },
+      ? { target: scope.exit, actions: [...record(step), assign({ approved: false })] }
+      : failing(scope, [...record(step), assign({ approved: false })], ({ event }) => ({
+          reason: 'max_rounds',
+          message: `review ${step.id} rejected the work in all ${step.maxRounds} rounds; last feedback: ${verdictOf(event as Done['event'])?.feedback ?? ''}`,
+          step: step.id,
+        })),
   ];
 }
 
-function completedEvent(step: StepConfig) {
+/**
+ * A parallel step: a region per branch, each its branch's steps and two final states, `_done` and `_failed`. A
+ * branch's failure is recorded in `branches` rather than failing the task, and the join decides: `all` with
+ * `onError: fail` fails as soon as one branch does; `first` moves on as soon as one succeeds (leaving the state stops
+ * the others' steps); otherwise the step ends when every branch has, and fails when none succeeded (unless
+ * `onError: continue`).
+ */
+function parallelState(
+  config: PipelineConfig,
+  places: Map<string, StepPlace>,
+  step: ParallelStepConfig,
+  next: string,
+  recovery: Recovery,
+) {
+  /** The step has failed: as its `onError` says (failing the list, unless it names a step to go to). */
+  const failStep = (failure: ContextParam<WorkflowFailure>) =>
+    recovery(failure, [joined(step, false)])[0] as Transition;
+  const regions: Record<string, object> = {};
+  for (const [branch, list] of Object.entries(step.branches)) {
+    const done = `branch:${step.id}:${branch}:done`;
+    const failed = `branch:${step.id}:${branch}:failed`;
+    const branchScope: ListScope = {
+      exit: `#${done}`,
+      fail: (failure) => ({
+        target: `#${failed}`,
+        actions: [
+          {
+            type: 'recordBranch',
+            params: (args: Args) => ({
+              parallel: step.id,
+              branch,
+              outcome: { ok: false, failure: typeof failure === 'function' ? failure(args) : failure },
+            }),
+          },
+        ],
+      }),
+    };
+    regions[branch] = {
+      initial: initialKey(list),
+      states: {
+        ...compileList(config, places, list, branchScope),
+        _done: {
+          id: done,
+          type: 'final',
+          entry: [{ type: 'recordBranch', params: { parallel: step.id, branch, outcome: { ok: true } } }],
+        },
+        _failed: { id: failed, type: 'final' },
+      },
+      onDone: regionDone(step, branch, next, failStep),
+    };
+  }
+  return {
+    id: step.id,
+    type: 'parallel',
+    entry: [assign(({ context }: Args) => ({ branches: { ...context.branches, [step.id]: {} } }))],
+    states: regions,
+    onDone: [
+      {
+        guard: ({ context }: Args) =>
+          step.onError !== 'continue' && !Object.values(outcomesOf(context, step)).some((o) => o.ok),
+        ...failStep(({ context }) => ({
+          reason: 'step_failed',
+          message: `parallel step ${step.id}: no branch succeeded; ${failureSummary(outcomesOf(context, step))}`,
+          step: step.id,
+        })),
+      },
+      { target: next, actions: [joined(step, true)] },
+    ],
+  };
+}
+
+/** When one branch ends: `all` + `fail` fails at its first failure; `first` moves on at its first success. */
+function regionDone(
+  step: ParallelStepConfig,
+  branch: string,
+  next: string,
+  failStep: (failure: ContextParam<WorkflowFailure>) => Transition,
+) {
+  const outcome = (context: WorkflowContext) => outcomesOf(context, step)[branch];
+  const transitions: object[] = [];
+  if (step.join === 'all' && step.onError !== 'continue') {
+    transitions.push({
+      guard: ({ context }: Args) => outcome(context)?.ok === false,
+      ...failStep(({ context }) => {
+        const failure = (outcome(context) as { failure: WorkflowFailure }).failure;
+        return { ...failure, message: `branch ${branch} of ${step.id}: ${failure.message}` };
+      }),
+    });
+  }
+  if (step.join === 'first') {
+    transitions.push({
+      guard: ({ context }: Args) => outcome(context)?.ok === true,
+      target: next,
+      actions: [joined(step, true)],
+    });
+  }
+  return transitions;
+}
+
+const outcomesOf = (context: WorkflowContext, step: ParallelStepConfig): Record<string, BranchOutcome> =>
+  context.branches?.[step.id] ?? {};
+
+const failureSummary = (outcomes: Record<string, BranchOutcome>) =>
+  Object.entries(outcomes)
+    .flatMap(([branch, o]) => (o.ok ? [] : [`${branch}: ${o.failure.message}`]))
+    .join('; ');
+
+/**
+ * Ends a parallel step: its output (each completed branch's last output by branch id, and each failed branch's
+ * error) for the steps after it, and `branches.joined` saying how each branch ended.
+ */
+function joined(step: ParallelStepConfig, ok: boolean) {
+  return enqueueActions(({ context, enqueue }: { context: WorkflowContext; enqueue: EnqueueLike }) => {
+    const outcomes = outcomesOf(context, step);
+    const merged: Record<string, unknown> = {};
+    const branches: Record<string, { status: 'completed' | 'failed' | 'stopped'; message?: string }> = {};
+    for (const [branch, list] of Object.entries(step.branches)) {
+      const outcome = outcomes[branch];
+      if (outcome?.ok) {
+        const last = [...list].reverse().find((s) => isWork(s) && context.latest[s.id]);
+        merged[branch] = last ? parsedOutput(context.latest[last.id]?.output ?? '') : null;
+        branches[branch] = { status: 'completed' };
+      } else if (outcome) {
+        merged[branch] = { error: outcome.failure.message };
+        branches[branch] = { status: 'failed', message: outcome.failure.message };
+      } else branches[branch] = { status: 'stopped' };
+    }
+    if (ok) {
+      enqueue.assign({
+        latest: {
+          ...context.latest,
+          [step.id]: {
+            step: step.id,
+            agent: 'parallel',
+            round: context.round,
+            output: JSON.stringify(merged),
+          },
+        },
+      });
+    }
+    enqueue.emit({
+      type: 'event',
+      kind: 'branches.joined',
+      from: 'workflow',
+      data: { step: step.id, round: context.round, join: step.join, branches, ok },
+    });
+  });
+}
+
+/** What `joined` needs of xstate's `enqueue`: the states are built from config, so it is not inferred. */
+interface EnqueueLike {
+  assign(values: Partial<WorkflowContext>): void;
+  emit(event: WorkflowEmitted): void;
+}
+
+function completedEvent(step: AgentAskedStep) {
   return emit(({ context, event }: { context: WorkflowContext; event: unknown }) => {
     const reply = (event as Done['event']).output;
     return {
@@ -271,7 +918,7 @@ function completedEvent(step: StepConfig) {
   });
 }
 
-function handoff(context: WorkflowContext, step: StepConfig): WorkflowEmitted {
+function handoff(context: WorkflowContext, step: AgentAskedStep): WorkflowEmitted {
   const from = context.lastAgent ?? 'task';
   const reason = context.reworkTarget === step.id ? 'rework' : 'next';
   return {
@@ -283,17 +930,20 @@ function handoff(context: WorkflowContext, step: StepConfig): WorkflowEmitted {
   };
 }
 
-export const stepId = (context: WorkflowContext, step: StepConfig): string =>
-  `${context.task.taskId}.${step.id}.${context.round}`;
+/** `<taskId>.<step>.<round>`, and `-r<n>` for its n-th retry (a fresh run, with a journal of its own). */
+export const stepId = (context: WorkflowContext, step: Pick<StepConfig, 'id'>): string => {
+  const retries = retriesOf(context, step);
+  return `${context.task.taskId}.${step.id}.${context.round}${retries > 0 ? `-r${retries}` : ''}`;
+};
 
 /** The request for a step: the task, the outputs it may see, and the reviewer's feedback when reworking. */
 function buildRequest(
   config: PipelineConfig,
   context: WorkflowContext,
-  step: StepConfig,
-  index: number,
+  step: AgentAskedStep,
+  place: StepPlace,
 ): AgentStepRequest {
-  const visible = step.context ?? config.flow.slice(0, index).map((s) => s.id);
+  const visible = step.context ?? place.before;
   const own = context.latest[step.id];
   const outputs = [...visible.map((id) => context.latest[id]), ...(own ? [own] : [])].filter(
     (o): o is StepOutput => o !== undefined,
@@ -311,15 +961,40 @@ function buildRequest(
     context: outputs,
     ...(reworking && step.kind === 'agent' ? { feedback: context.feedback } : {}),
     expect: step.kind === 'review' ? 'verdict' : 'text',
-    ...budgetFor(config, context, step.agent),
+    ...budgetFor(config, context, step.agent, step.kind === 'agent' ? step : undefined),
     priorModelCalls: context.usageByAgent[step.agent]?.modelCalls ?? 0,
     ...(context.lastAgent ? { from: context.lastAgent } : {}),
     traceparent: context.task.traceparent,
+    ...(step.kind === 'route' ? routerAsk(step) : {}),
+  };
+}
+
+/**
+ * What a router agent is asked: to pick one of the route's targets, saying why, as structured output whose schema
+ * names only those targets — a reply naming any other gets the runtime's one repair turn, then fails the step.
+ */
+function routerAsk(step: RouteStepConfig): Pick<AgentStepRequest, 'instructions' | 'output'> {
+  const targets = step.targets ?? {};
+  const choices = Object.entries(targets)
+    .map(([target, what]) => `- ${target}: ${what}`)
+    .join('\n');
+  return {
+    instructions:
+      `Decide where the work goes next. The choices:\n${choices}\n\n` +
+      'Reply with only a JSON object: {"target": "<one of the choices>", "reason": "<why, in a sentence>"}.',
+    output: {
+      name: `${step.id.replaceAll('-', '_')}_route`,
+      schema: {
+        type: 'object',
+        properties: { target: { type: 'string', enum: Object.keys(targets) }, reason: { type: 'string' } },
+        required: ['target', 'reason'],
+      },
+    },
   };
 }
 
 function workflowOutput(config: PipelineConfig, context: WorkflowContext): WorkflowOutput {
-  const lastWork = [...config.flow].reverse().find((s) => s.kind === 'agent' && context.latest[s.id]);
+  const lastWork = [...config.flow].reverse().find((s) => isWork(s) && context.latest[s.id]);
   return {
     status: context.released
       ? 'released'
@@ -345,10 +1020,17 @@ function callFailureReason(error: unknown): TaskFailureReason {
   return taskFailureReason(code.data, 'call');
 }
 
-/** What the step may still spend: the tighter of the task's remaining budget and the agent's. */
-function budgetFor(config: PipelineConfig, context: WorkflowContext, agent: string): { budget?: StepBudget } {
+/** What the step may still spend: the tightest of the task's remaining budget, the agent's, and the step's own. */
+function budgetFor(
+  config: PipelineConfig,
+  context: WorkflowContext,
+  agent: string,
+  step?: AgentStepConfig,
+): { budget?: StepBudget } {
   const task = config.budget;
   const own = config.agents[agent]?.budget;
+  // A step's own budget is for each run of it: nothing of it is spent when the step is sent.
+  const mine = step?.budget;
   const spentByAgent = context.usageByAgent[agent] ?? emptyUsage();
   const budget: StepBudget = { sources: {} };
   const limit = (
@@ -369,10 +1051,12 @@ function budgetFor(config: PipelineConfig, context: WorkflowContext, agent: stri
   limit('tokens', [
     [task?.maxTokens, tokens(context.usage), `the task budget of ${task?.maxTokens} tokens`],
     [own?.maxTokens, tokens(spentByAgent), `agent ${agent}'s budget of ${own?.maxTokens} tokens`],
+    [mine?.maxTokens, 0, `step ${step?.id}'s budget of ${mine?.maxTokens} tokens`],
   ]);
   limit('costUsd', [
     [task?.maxCostUsd, context.usage.costUsd, `the task budget of $${task?.maxCostUsd}`],
     [own?.maxCostUsd, spentByAgent.costUsd, `agent ${agent}'s budget of $${own?.maxCostUsd}`],
+    [mine?.maxCostUsd, 0, `step ${step?.id}'s budget of $${mine?.maxCostUsd}`],
   ]);
   limit('modelCalls', [
     [task?.maxModelCalls, context.usage.modelCalls, `the task budget of ${task?.maxModelCalls} model calls`],
@@ -381,6 +1065,7 @@ function budgetFor(config: PipelineConfig, context: WorkflowContext, agent: stri
       spentByAgent.modelCalls,
       `agent ${agent}'s budget of ${own?.maxModelCalls} model calls`,
     ],
+    [mine?.maxModelCalls, 0, `step ${step?.id}'s budget of ${mine?.maxModelCalls} model calls`],
   ]);
   if (context.task.deadline !== undefined) {
     budget.deadline = context.task.deadline;

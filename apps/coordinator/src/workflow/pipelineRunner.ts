@@ -26,16 +26,18 @@ import {
   throughOutages,
 } from '@troupe/runtime';
 import { createActor, fromPromise, toPromise } from 'xstate';
+import { agentSteps } from '../config/flowLayout.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { compileFlow } from './compileFlow.ts';
+import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
 import { createStepRunner } from './stepRunner.ts';
 import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
 import type { WorkflowRecord } from './workflowRecord.ts';
 import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
-import type { StepRunInput, WorkflowInput } from './workflowTypes.ts';
+import type { HumanRunInput, HumanRunOutput, StepRunInput, WorkflowInput } from './workflowTypes.ts';
 
 export interface PipelineRunnerOptions {
   bus: Bus;
@@ -60,6 +62,8 @@ export interface PipelineRunnerOptions {
   stepHeartbeatMs?: number;
   /** How large and deep a task payload may be. */
   limits?: IntakeLimits;
+  /** What `human` steps ask people with; without it, a `human` step fails the task saying so. */
+  people?: Omit<HumanStepDeps, 'onActivity'>;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
   closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
 }
@@ -100,11 +104,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       runStep: fromPromise(({ input, signal }) =>
         runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
       ),
+      askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) => askPerson(input, signal)),
     },
   });
+  const people = options.people;
+  const askPerson = people
+    ? createHumanStepRunner({
+        ...people,
+        onActivity: (taskId, activity) => running.get(taskId)?.noteActivity(activity),
+      })
+    : async () => {
+        throw new Error('this coordinator was started without a way to ask people (no `people` option)');
+      };
   const running = new Map<string, RunningTask>();
   /** The agent of each step, by the step's id (the workflow's state while it runs). */
-  const agentOfStep = new Map(config.flow.map((step) => [step.id, step.agent]));
+  const agentOfStep = new Map(agentSteps(config.flow).map((step) => [step.id, step.agent]));
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   const maxDeliver = options.maxDeliver ?? 10;
   /** How often a task being handled tells the server it is still working on it. */

@@ -15,7 +15,7 @@ import {
 } from '@troupe/runtime';
 import { createActor, type Snapshot } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
-import type { WorkflowMachine } from './compileFlow.ts';
+import { activeSteps, type WorkflowMachine } from './compileFlow.ts';
 import type { TaskEvents } from './taskEvents.ts';
 import type { Stage } from './taskLifecycle.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
@@ -266,7 +266,8 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     let checkpoint: WorkflowRecord;
     try {
       const snap = actor.getSnapshot();
-      const state = typeof snap.value === 'string' ? snap.value : JSON.stringify(snap.value);
+      const active = activeSteps(snap.value);
+      const state = active.join('+');
       const ended = snap.status === 'done' && endedTask(snap.output) ? snap.output : undefined;
       const status = ended?.status ?? 'running';
       const snapshot = actor.getPersistedSnapshot();
@@ -277,9 +278,13 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       if (!firstCheckpoint) progress += 1;
       firstCheckpoint = false;
       const { round, usage } = snap.context;
-      const agent = status === 'running' ? agentOfStep.get(state) : undefined;
+      // One of the steps at work, for `troupe status` and the dashboard: the first, when branches run at once.
+      const working = status === 'running' ? active.find((step) => agentOfStep.has(step)) : undefined;
+      const agent = working === undefined ? undefined : agentOfStep.get(working);
       const activity =
-        agent === undefined ? undefined : { kind: 'agent' as const, step: state, agent, since: now() };
+        working === undefined || agent === undefined
+          ? undefined
+          : { kind: 'agent' as const, step: working, agent, since: now() };
       checkpoint = recordOf({ status, state, round, usage, snapshot, final, activity });
     } catch (error) {
       poisoned(error);
@@ -337,7 +342,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
           'task.resumed',
           scope,
           {
-            state: String(restored.value),
+            state: activeSteps(restored.value).join('+'),
             round: restored.context.round,
             deliveries: delivery.deliveryCount,
           },

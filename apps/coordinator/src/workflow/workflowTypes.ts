@@ -34,6 +34,25 @@ export interface StepRunInput {
   firstDelivery?: boolean;
 }
 
+/** What the injected `askPerson` actor is given: the question for a `human` step and how long a person has. */
+export interface HumanRunInput {
+  taskId: string;
+  pipeline: string;
+  step: string;
+  /** `<taskId>.<step>.<round>`, as for an agent step: the question's journal key is made from it. */
+  stepId: string;
+  prompt: string;
+  timeoutMs: number;
+  /** A JSON Schema the answer must match, as JSON. */
+  answer?: Record<string, unknown>;
+  traceparent: string;
+}
+
+/** A person's answer (its text, and who gave it), or why there is none. */
+export type HumanRunOutput =
+  | { ok: true; answer: string; by?: string; durationMs: number }
+  | { ok: false; code: 'timeout' | 'invalid_answer'; message: string; durationMs: number };
+
 /** The agent's reply and how long the step took. */
 export type StepRunOutput = AgentStepReply & { durationMs: number };
 
@@ -63,7 +82,16 @@ export interface WorkflowContext {
   cancelled?: { reason?: string };
   /** Set when this run let the task go without ending it (see {@link WorkflowEvent}). */
   released?: { why: ReleaseReason };
+  /** Retries made of a step, by `<step id>.<round>`. */
+  attempts?: Record<string, number>;
+  /** Failures that did not fail the task (a step's `onError: continue` or a jump), by step id. */
+  errors?: Record<string, WorkflowFailure>;
+  /** How each branch of a parallel step has ended so far, by step id and branch id (reset on entering the step). */
+  branches?: Record<string, Record<string, BranchOutcome>>;
 }
+
+/** How a branch of a parallel step ended: done, or failed with why. */
+export type BranchOutcome = { ok: true } | { ok: false; failure: WorkflowFailure };
 
 /**
  * Why a run lets its task go without ending it: this process is shutting down (the task is handed back, to resume

@@ -1,0 +1,100 @@
+import { type Clock, type HumanGate, StepJournal } from '@troupe/runtime';
+import { z } from 'zod';
+import type { StepActivity } from './workflowRecord.ts';
+import type { HumanRunInput, HumanRunOutput } from './workflowTypes.ts';
+
+/** How many times a `human` step asks when the answers keep missing its schema. */
+export const MAX_ASKS = 3;
+
+export interface HumanStepDeps {
+  /** A gate that leaves its questions pending when a wait is cut short: the task's ending closes them. */
+  gate: HumanGate;
+  journal: StepJournal;
+  clock: Clock;
+  /** Says the task waits on a person (it parks, and `troupe status` shows the question). */
+  onActivity: (taskId: string, activity: StepActivity) => void;
+}
+
+/**
+ * Runs a `human` step: puts its prompt to people as a question (`troupe answer`, the gateway) and waits for the
+ * answer, the deadline, or the step being left. The question's id is journaled before anyone is asked, so a run of
+ * the task resumed after a crash waits on the same question — and takes an answer given while nothing ran.
+ */
+export function createHumanStepRunner(deps: HumanStepDeps) {
+  return async (input: HumanRunInput, signal: AbortSignal): Promise<HumanRunOutput> => {
+    const started = deps.clock.now();
+    const durationMs = () => Math.max(0, deps.clock.now() - started);
+    const schema = input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as never);
+    let prompt = input.prompt;
+    for (let asked = 1; asked <= MAX_ASKS; asked++) {
+      const key = StepJournal.humanKey(`${input.stepId}.${asked}`, 'question');
+      const waiting = (id: string) =>
+        deps.onActivity(input.taskId, {
+          kind: 'person',
+          step: input.step,
+          agent: 'human',
+          request: { kind: 'question', id },
+          since: new Date(deps.clock.now()).toISOString(),
+        });
+      const earlier = await deps.journal.humanRequest(key);
+      if (earlier) waiting(earlier);
+      let answer: string;
+      try {
+        answer = await deps.gate.ask(
+          prompt,
+          {
+            pipeline: input.pipeline,
+            taskId: input.taskId,
+            traceparent: input.traceparent,
+            agent: 'workflow',
+            stepId: input.stepId,
+            timeoutMs: input.timeoutMs,
+          },
+          signal,
+          {
+            ...(earlier ? { id: earlier } : {}),
+            onAsked: async (id) => {
+              await deps.journal.recordHumanRequest(key, id, new Date(deps.clock.now()));
+              waiting(id);
+            },
+          },
+        );
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== 'timeout') throw error;
+        return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
+      }
+      if (!schema) return { ok: true, answer, durationMs: durationMs() };
+      const checked = schema.safeParse(asJson(answer));
+      if (checked.success) {
+        const value = checked.data;
+        return {
+          ok: true,
+          answer: typeof value === 'string' ? value : JSON.stringify(value),
+          durationMs: durationMs(),
+        };
+      }
+      const why = checked.error.issues
+        .map((i) => `${i.path.join('.') || '(the answer)'}: ${i.message}`)
+        .join('; ');
+      if (asked === MAX_ASKS) {
+        return {
+          ok: false,
+          code: 'invalid_answer',
+          message: `${MAX_ASKS} answers in a row did not match the step's answer schema; the last: ${why}`,
+          durationMs: durationMs(),
+        };
+      }
+      prompt = `${input.prompt}\n\nYour last answer could not be used (${why}). Answer with JSON matching this JSON Schema: ${JSON.stringify(input.answer)}`;
+    }
+    throw new Error('unreachable');
+  };
+}
+
+/** An answer as JSON when it is JSON (`{"ship": true}`, `3`), else as the text it is. */
+function asJson(answer: string): unknown {
+  try {
+    return JSON.parse(answer);
+  } catch {
+    return answer;
+  }
+}

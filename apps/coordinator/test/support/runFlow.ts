@@ -1,0 +1,102 @@
+import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
+import { createActor, fromPromise, type Snapshot, toPromise } from 'xstate';
+import type { PipelineConfig } from '../../src/config/pipelineSchema.ts';
+import { compileFlow } from '../../src/workflow/compileFlow.ts';
+import type {
+  HumanRunInput,
+  HumanRunOutput,
+  StepRunInput,
+  StepRunOutput,
+  WorkflowEmitted,
+  WorkflowInput,
+  WorkflowOutput,
+} from '../../src/workflow/workflowTypes.ts';
+
+export const task: WorkflowInput = {
+  taskId: 'task-1',
+  pipeline: 'demo',
+  goal: 'Write a short note.',
+  traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+};
+
+export const usage = (inputTokens: number, outputTokens = 1): UsageTotals => ({
+  inputTokens,
+  outputTokens,
+  cachedTokens: 0,
+  costUsd: 0,
+  modelCalls: 1,
+});
+
+/** A reply without its step id, which the fake runStep copies from the request. */
+type WithoutStepId<T> = T extends unknown ? Omit<T, 'stepId'> : never;
+export type Reply = WithoutStepId<StepRunOutput>;
+
+export const text = (output: string, spent = usage(10)): Reply => ({
+  ok: true,
+  output,
+  usage: spent,
+  turns: 1,
+  durationMs: 5,
+});
+export const verdict = (decision: Verdict['decision'], feedback: string, spent = usage(1)): Reply => ({
+  ok: true,
+  output: JSON.stringify({ decision, feedback }),
+  verdict: { decision, feedback },
+  usage: spent,
+  turns: 1,
+  durationMs: 5,
+});
+
+/** A reply function per agent, given the agent's request and how many times that agent was called before. */
+export type Script = Record<
+  string,
+  (request: AgentStepRequest, call: number, signal: AbortSignal) => Reply | Promise<Reply>
+>;
+
+export interface RunOptions {
+  /** Resume from this persisted snapshot instead of starting the task afresh. */
+  snapshot?: unknown;
+  /** The task; {@link task} by default. */
+  input?: WorkflowInput;
+  /** Called on each snapshot of the run, with the persisted snapshot (a checkpoint). */
+  onCheckpoint?: (snapshot: unknown) => void;
+  /** Answers the `human` steps' questions. */
+  people?: (input: HumanRunInput, signal: AbortSignal) => HumanRunOutput | Promise<HumanRunOutput>;
+}
+
+/** Runs the compiled flow to its end with a fake `runStep`, recording every request and emitted event. */
+export async function run(config: PipelineConfig, script: Script, options: RunOptions = {}) {
+  const requests: StepRunInput[] = [];
+  const asked: HumanRunInput[] = [];
+  const events: WorkflowEmitted[] = [];
+  const machine = compileFlow(config).provide({
+    actors: {
+      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
+        const { request } = input;
+        const call = requests.filter((r) => r.request.agent === request.agent).length;
+        requests.push(input);
+        const reply = script[request.agent];
+        if (!reply) throw new Error(`no reply scripted for agent ${request.agent}`);
+        return { ...(await reply(request, call, signal)), stepId: request.stepId } as StepRunOutput;
+      }),
+      askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async ({ input, signal }) => {
+        asked.push(input);
+        if (!options.people) throw new Error(`nobody answers step ${input.step}`);
+        return options.people(input, signal);
+      }),
+    },
+  });
+  const actor = createActor(machine, {
+    input: options.input ?? task,
+    ...(options.snapshot === undefined ? {} : { snapshot: options.snapshot as Snapshot<unknown> }),
+  });
+  actor.on('event', (event) => events.push(event));
+  if (options.onCheckpoint) {
+    const checkpoint = options.onCheckpoint;
+    actor.subscribe({ next: () => checkpoint(actor.getPersistedSnapshot()), error: () => {} });
+  }
+  actor.start();
+  const output: WorkflowOutput = await toPromise(actor);
+  const calls = (agent: string) => requests.filter((r) => r.request.agent === agent).map((r) => r.request);
+  return { output, requests, asked, events, calls, actor, machine };
+}

@@ -1,0 +1,154 @@
+import { readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { fixturePath, ofKind, waiter } from './support/harness.ts';
+
+/**
+ * A coordinator killed with SIGKILL while a parallel step has one branch done and one running: the next one
+ * resumes the task from its checkpoint and runs only the branch that had not finished.
+ */
+describe('kill -9 in a parallel step', () => {
+  let nats: TestNats;
+  let client: NatsConnection;
+  let home: string;
+  const events: TroupeEvent[] = [];
+  const processes: CliProcess[] = [];
+  const { notify, waitFor: until } = waiter();
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    home = await mkdtemp(join(tmpdir(), 'troupe-forked-'));
+    client = await connect({ servers: nats.url, name: 'forked-test' });
+    client.subscribe(subjects.allTaskEvents, {
+      callback: (_error, msg) => {
+        events.push(TroupeEvent.parse(msg.json()));
+        notify();
+      },
+    });
+    await client.flush();
+  });
+  afterAll(async () => {
+    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    await client?.close();
+    await nats?.stop();
+    await rm(home, { recursive: true, force: true });
+  });
+
+  const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+  const up = (pipeline = 'forked.yaml') => {
+    const p = startTroupe(
+      ['up', fixturePath(pipeline), '--ack-wait', '2', '--server', nats.url, '--home', home],
+      cliEnv(),
+    );
+    processes.push(p);
+    return p;
+  };
+  const ledger = (id: string) => {
+    try {
+      return readFileSync(join(home, 'workspaces', 'forked', id, 'ledger.txt'), 'utf8')
+        .split('\n')
+        .filter(Boolean);
+    } catch {
+      return [];
+    }
+  };
+
+  it('resumes without running the finished branch again', async () => {
+    const ids = ['fork-1', 'fork-2', 'fork-3'];
+    const first = up();
+    await first.waitFor(/troupe is up/);
+    const js = jetstream(client);
+    for (const id of ids) {
+      await js.publish(subjects.task('forked'), JSON.stringify({ id, goal: 'record and think' }), {
+        msgID: id,
+      });
+    }
+    // Killed once every task's checkpoint says the fast branch is done and the long one runs.
+    const workflows = await new Kvm(client).open(BUCKETS.workflows);
+    await expect
+      .poll(
+        async () =>
+          Promise.all(ids.map(async (id) => (await workflows.get(id))?.json<{ state: string }>().state)),
+        { timeout: 30_000, interval: 100 },
+      )
+      .toEqual(ids.map(() => 'slow'));
+    expect(ids.map((id) => ofKind(eventsOf(id), 'step.completed').map((e) => e.data.step))).toEqual(
+      ids.map(() => ['quick']),
+    );
+    await first.stop('SIGKILL');
+    processes.splice(processes.indexOf(first), 1);
+
+    up();
+    await until(
+      () =>
+        ids.every((id) => eventsOf(id).some((e) => FINAL_EVENT_KINDS.includes(e.kind))) ? true : undefined,
+      'every task to end',
+      60_000,
+    );
+    for (const id of ids) {
+      const mine = eventsOf(id);
+      expect(ofKind(mine, 'task.completed')[0]?.data.output, id).toBe('joined');
+      expect(ofKind(mine, 'task.resumed'), id).toHaveLength(1);
+      // The fast branch ran once: one start, one line in the ledger; the long one ran again after the kill.
+      expect(
+        ofKind(mine, 'step.started').filter((e) => e.data.step === 'quick'),
+        id,
+      ).toHaveLength(1);
+      expect(ledger(id), id).toEqual(['quick']);
+      expect(
+        ofKind(mine, 'step.started').filter((e) => e.data.step === 'slow').length,
+        id,
+      ).toBeGreaterThanOrEqual(1);
+      const joinedEvents = ofKind(mine, 'branches.joined');
+      expect(joinedEvents.at(-1)?.data, id).toMatchObject({
+        ok: true,
+        branches: { fast: { status: 'completed' }, long: { status: 'completed' } },
+      });
+      const joiner = ofKind(mine, 'step.completed').find((e) => e.data.step === 'join');
+      expect(joiner?.data.ok, id).toBe(true);
+    }
+  });
+
+  it('keeps a human step waiting on the same question across a kill, and takes the answer given meanwhile', async () => {
+    const first = up('confirming.yaml');
+    await first.waitFor(/troupe is up/);
+    await jetstream(client).publish(
+      subjects.task('confirming'),
+      JSON.stringify({ id: 'hold-1', goal: 'Release 2.0' }),
+      { msgID: 'hold-1' },
+    );
+    const question = await until(() => ofKind(eventsOf('hold-1'), 'human.asked')[0], 'the question');
+    await first.stop('SIGKILL');
+    processes.splice(processes.indexOf(first), 1);
+
+    // Answered while no coordinator runs: recorded for the question, taken when the task resumes.
+    const answered = await troupe([
+      'answer',
+      question.data.questionId,
+      '{"ship": true}',
+      '--server',
+      nats.url,
+    ]);
+    expect(answered.stdout).toMatch(/recorded/);
+    up('confirming.yaml');
+    const final = await until(
+      () => eventsOf('hold-1').find((e) => FINAL_EVENT_KINDS.includes(e.kind)),
+      'hold-1 to end',
+      60_000,
+    );
+    expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'Release is shipped.' } });
+    const mine = eventsOf('hold-1');
+    // The question was asked once; the draft was not written again.
+    expect(ofKind(mine, 'human.asked')).toHaveLength(1);
+    expect(ofKind(mine, 'step.started').filter((e) => e.data.step === 'draft')).toHaveLength(1);
+    expect(ofKind(mine, 'task.resumed')).toHaveLength(1);
+  });
+});

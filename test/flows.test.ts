@@ -1,0 +1,107 @@
+import { replyToHuman, submitTask } from '@troupe/coordinator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { examplePath, fixturePath, type Harness, kinds, ofKind, startHarness } from './support/harness.ts';
+
+/** examples/triage.yaml over a real NATS: a route, a parallel step and a conditional step, end to end. */
+describe('a flow beyond a line', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([
+      examplePath('triage.yaml'),
+      fixturePath('confirming.yaml'),
+      fixturePath('routed.yaml'),
+      fixturePath('misrouted.yaml'),
+    ]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('routes a feature to the build, builds code and docs at once, and announces the risky change', async () => {
+    await submitTask(h.bus, 'triage', { id: 'triage-1', goal: 'Add an export command' });
+    const final = await h.finalOf('triage-1');
+    expect(final).toMatchObject({
+      kind: 'task.completed',
+      data: { output: 'Built the export feature (code and docs) and announced it as a risky change.' },
+    });
+    const events = h.eventsOf('triage-1');
+    expect(ofKind(events, 'route.chosen')[0]?.data).toMatchObject({
+      step: 'triage',
+      value: 'feature',
+      target: 'build',
+    });
+    // The fixer was routed around; both branches ran; the risky change was announced.
+    expect(
+      ofKind(events, 'step.started')
+        .map((e) => e.data.step)
+        .sort(),
+    ).toEqual(['announce', 'classify', 'code', 'docs', 'summarize'].sort());
+    expect(ofKind(events, 'branches.joined')[0]?.data).toMatchObject({
+      step: 'build',
+      join: 'all',
+      ok: true,
+    });
+    expect(kinds(events)).not.toContain('step.skipped');
+    expect(ofKind(events, 'step.completed').every((e) => e.data.ok)).toBe(true);
+  });
+
+  /** The questions a task has been asked so far. */
+  const questions = (taskId: string) => ofKind(h.eventsOf(taskId), 'human.asked');
+  const answer = (id: string, text: string) =>
+    replyToHuman(h.bus, id, { kind: 'question', answer: { answer: text, by: 'ana' } });
+  const asked = async (taskId: string, count: number) => {
+    await expect.poll(() => questions(taskId).length, { timeout: 30_000 }).toBe(count);
+    return questions(taskId)[count - 1]?.data.questionId as string;
+  };
+
+  it('asks a person mid-flow, asks again when the answer misses the schema, and goes on with the answer', async () => {
+    await submitTask(h.bus, 'confirming', { id: 'confirm-1', goal: 'Release 1.2' });
+    const first = await asked('confirm-1', 1);
+    expect(questions('confirm-1')[0]?.data.question).toBe('Ship the draft?');
+    await answer(first, 'sure');
+    const second = await asked('confirm-1', 2);
+    expect(questions('confirm-1')[1]?.data.question).toContain('Your last answer could not be used');
+    await answer(second, '{"ship": true}');
+    const final = await h.finalOf('confirm-1');
+    expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'Release is shipped.' } });
+    const answered = ofKind(h.eventsOf('confirm-1'), 'human.answered').map((e) => e.data.answer);
+    expect(answered).toEqual(['sure', '{"ship": true}']);
+  });
+
+  it('skips what the answer rules out', async () => {
+    await submitTask(h.bus, 'confirming', { id: 'confirm-2', goal: 'Release 1.3' });
+    await answer(await asked('confirm-2', 1), '{"ship": false}');
+    const final = await h.finalOf('confirm-2');
+    expect(final).toMatchObject({ kind: 'task.completed', data: { output: '{"ship":false}' } });
+    expect(ofKind(h.eventsOf('confirm-2'), 'step.skipped').map((e) => e.data.step)).toEqual(['ship']);
+  });
+
+  it('lets a router agent pick the target, repairing a target that does not exist, and says why it chose', async () => {
+    await submitTask(h.bus, 'routed', { id: 'routed-1', goal: 'Add an export command' });
+    expect(await h.finalOf('routed-1')).toMatchObject({
+      kind: 'task.completed',
+      data: { output: 'Built the export command.' },
+    });
+    const events = h.eventsOf('routed-1');
+    expect(ofKind(events, 'route.chosen')[0]?.data).toMatchObject({
+      step: 'pick',
+      target: 'build',
+      agent: 'picker',
+      reason: 'a new export command is a feature',
+    });
+    // Two model calls: the miss, and the repair.
+    expect(ofKind(events, 'llm.response').filter((e) => e.data.agent === 'picker')).toHaveLength(2);
+    expect(ofKind(events, 'step.started').map((e) => e.data.step)).toEqual(['pick', 'build']);
+  });
+
+  it('fails a router that keeps naming a target that does not exist, saying so', async () => {
+    await submitTask(h.bus, 'misrouted', { id: 'misrouted-1', goal: 'Sort this out' });
+    const final = await h.finalOf('misrouted-1');
+    expect(final).toMatchObject({ kind: 'task.failed', data: { reason: 'step_failed', step: 'pick' } });
+    expect((final.data as { message: string }).message).toContain(
+      'step pick (stubborn) failed: agent stubborn: the reply does not match the required output "pick_route" after 1 repair turn(s); target: Invalid option: expected one of "fix"|"end"',
+    );
+    expect(ofKind(h.eventsOf('misrouted-1'), 'step.started').map((e) => e.data.step)).toEqual(['pick']);
+  });
+});
