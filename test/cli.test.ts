@@ -9,6 +9,52 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { examplePath, repoRoot } from './support/harness.ts';
 
+describe('troupe graph', () => {
+  it('draws a flow with a route, a parallel step and a condition as Mermaid, or as JSON', async () => {
+    const drawn = await troupe(['graph', examplePath('triage.yaml')]);
+    expect(drawn.code).toBe(0);
+    expect(drawn.stdout.startsWith('flowchart TD\n')).toBe(true);
+    for (const line of [
+      '  s_triage{"triage<br/><i>route</i>"}',
+      '  subgraph s_build__code ["build · code"]',
+      '  s_triage -->|"= bug"| s_fix',
+      '  s_fix --> s_summarize',
+      '  s_build -->|"branch docs"| s_docs',
+      '  s_summarize --> finish',
+    ]) {
+      expect(drawn.stdout.split('\n')).toContain(line);
+    }
+    expect(drawn.stdout).toContain('when steps.classify.output.risky');
+    const json = JSON.parse((await troupe(['graph', examplePath('triage.yaml'), '--json'])).stdout);
+    expect(json.nodes).toContainEqual({
+      id: 'docs',
+      kind: 'agent',
+      agent: 'documenter',
+      parent: 'build',
+      branch: 'docs',
+    });
+    // The demo's review loop: the reject edge goes back, dotted.
+    expect((await troupe(['graph', examplePath('demo.yaml')])).stdout).toContain(
+      's_review -.->|"reject"| s_execute',
+    );
+  });
+
+  it('refuses an invalid file as validate does', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-cli-'));
+    const file = join(dir, 'bad.yaml');
+    await writeFile(
+      file,
+      (await readFile(examplePath('triage.yaml'), 'utf8'))
+        .replace('./triage.script.yaml', examplePath('triage.script.yaml'))
+        .replace('cases: { bug: fix, feature: build }', 'cases: { bug: fixx, feature: build }'),
+    );
+    const result = await troupe(['graph', file]);
+    await rm(dir, { recursive: true, force: true });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('flow[1].cases.bug: "fixx" is not a later step of the same list');
+  });
+});
+
 describe('troupe validate', () => {
   it('accepts the demo pipeline and describes it', async () => {
     const result = await troupe(['validate', examplePath('demo.yaml')]);

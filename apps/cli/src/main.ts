@@ -15,6 +15,7 @@ const commands = {
   init: () => import('./commands/init.ts'),
   logs: () => import('./commands/logs.ts'),
   gateway: () => import('./commands/gateway.ts'),
+  graph: () => import('./commands/graph.ts'),
   replay: () => import('./commands/replay.ts'),
   runs: () => import('./commands/runs.ts'),
   submit: () => import('./commands/submit.ts'),
@@ -397,6 +398,13 @@ program
   .option('--no-keys', 'do not require the API key variables to be set (for CI without secrets)')
   .option('--allow-mcp-commands', 'accept MCP servers that start a local command (stdio transport)', false)
   .action(run(async (files: string[], options) => (await commands.validate()).validate(files, options)));
+
+program
+  .command('graph')
+  .description("print a pipeline's flow as a Mermaid flowchart (--json: as the graph the dashboard draws)")
+  .argument('<pipeline.yaml>', 'the pipeline file')
+  .option('--json', 'print the graph as JSON: its nodes and edges', false)
+  .action(run(async (file: string, options) => (await commands.graph()).graph(file, options)));
 
 program
   .command('init')
