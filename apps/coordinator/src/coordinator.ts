@@ -24,6 +24,7 @@ import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
 import { natsTaskIntake } from './intake/taskQueue.ts';
 import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
+import { createSubPipelineRunner } from './workflow/subPipeline.ts';
 import { WorkflowRecord } from './workflow/workflowRecord.ts';
 
 export interface CoordinatorOptions {
@@ -133,6 +134,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           people: { gate: people, journal, clock },
+          subPipelines: createSubPipelineRunner(bus, clock),
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, { journal, store: approvals, now: () => clock.now() }),
           ...(options.limits === undefined ? {} : { limits: options.limits }),

@@ -525,6 +525,63 @@ describe('retry and onError', () => {
   });
 });
 
+describe('kind: pipeline', () => {
+  const steps = (extra: Record<string, unknown> = {}) => [
+    { id: 'plan', kind: 'agent', agent: 'planner' },
+    { id: 'sub', kind: 'pipeline', pipeline: 'outline', ...extra },
+    { id: 'close', kind: 'agent', agent: 'closer' },
+  ];
+  const script: Script = {
+    planner: () => text(JSON.stringify({ parts: 2 })),
+    closer: (request) => text(request.context.map((c) => `${c.step}=${c.output}`).join(' | ')),
+  };
+  const spent = { inputTokens: 7, outputTokens: 3, cachedTokens: 0, costUsd: 0.5, modelCalls: 2 };
+
+  it('submits a sub-task with an id made from the step, linked to its parent, and takes its result and usage', async () => {
+    const { output, submitted } = await run(flow(steps({ goal: 'Outline it' })), script, {
+      pipelines: () => ({ ok: true, output: 'the outline', usage: spent, durationMs: 3 }),
+    });
+    expect(submitted).toEqual([
+      {
+        pipeline: 'outline',
+        timeoutMs: 600_000,
+        task: {
+          id: 'task-1-sub-1',
+          goal: 'Outline it',
+          input: { context: { plan: { parts: 2 } } },
+          parent: {
+            taskId: 'task-1',
+            pipeline: 'demo',
+            step: 'sub',
+            depth: 1,
+            traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          },
+        },
+      },
+    ]);
+    expect(output.output).toBe('plan={"parts":2} | sub=the outline');
+    expect(output.usage.modelCalls).toBe(2 + 2);
+    expect(output.usage.costUsd).toBe(0.5);
+  });
+
+  it('fails with the sub-task, unless onError says otherwise', async () => {
+    const failedSub = () => ({
+      ok: false as const,
+      code: 'step_failed',
+      message: 'task task-1-sub-1 failed (step_failed): no outline',
+      usage: spent,
+      durationMs: 3,
+    });
+    const failed = await run(flow(steps()), script, { pipelines: failedSub });
+    expect(failed.output).toMatchObject({ status: 'failed', failure: { step: 'sub' } });
+    expect(failed.output.failure?.message).toBe(
+      'step sub (pipeline outline): task task-1-sub-1 failed (step_failed): no outline',
+    );
+    const going = await run(flow(steps({ onError: 'continue' })), script, { pipelines: failedSub });
+    expect(going.output).toMatchObject({ status: 'completed', output: 'plan={"parts":2}' });
+  });
+});
+
 describe('restoring from a checkpoint', () => {
   const steps = [
     { id: 'plan', kind: 'agent', agent: 'planner' },

@@ -19,6 +19,10 @@ export const EventData = {
     goal: z.string(),
     input: z.record(z.string(), z.unknown()).optional(),
     metadata: z.record(z.string(), z.string()).optional(),
+    /** The task whose `pipeline` step runs this one. */
+    parent: z
+      .object({ taskId: TaskId, pipeline: Name, step: z.string(), depth: z.number().int().positive() })
+      .optional(),
   }),
   'task.resumed': z.object({
     /** The workflow state the task resumed in (a step id). */

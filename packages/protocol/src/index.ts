@@ -53,6 +53,6 @@ export {
   Verdict,
 } from './step.ts';
 export { BUCKETS, type ParsedSubject, parseSubject, ROOT, STREAMS, subjects } from './subjects.ts';
-export { TaskSubmission } from './task.ts';
+export { MAX_PIPELINE_DEPTH, TaskParent, TaskSubmission } from './task.ts';
 export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';

@@ -1,5 +1,19 @@
 import { z } from 'zod';
-import { TaskId } from './names.ts';
+import { Name, TaskId } from './names.ts';
+
+/** How deep pipelines may run inside one another (`kind: pipeline`): a task at this depth runs no sub-pipeline. */
+export const MAX_PIPELINE_DEPTH = 5;
+
+/** The task whose `pipeline` step submitted this one, and how deep in such steps it is (1: a direct child). */
+export const TaskParent = z.strictObject({
+  taskId: TaskId,
+  pipeline: Name,
+  step: z.string().min(1).max(64),
+  depth: z.number().int().min(1).max(MAX_PIPELINE_DEPTH),
+  /** The parent's trace context: the child's trace continues it. */
+  traceparent: z.string().max(200).optional(),
+});
+export type TaskParent = z.infer<typeof TaskParent>;
 
 /** A task as users publish it on `troupe.tasks.<pipeline>`. Unknown keys are refused, so a typo is not lost silently. */
 export const TaskSubmission = z.strictObject({
@@ -10,5 +24,7 @@ export const TaskSubmission = z.strictObject({
   input: z.record(z.string(), z.unknown()).optional(),
   /** Labels carried on every event of the task (who submitted it, a ticket number, …). */
   metadata: z.record(z.string(), z.string().max(1_000)).optional(),
+  /** Set by a `pipeline` step: the task that runs this one as a step. */
+  parent: TaskParent.optional(),
 });
 export type TaskSubmission = z.infer<typeof TaskSubmission>;

@@ -99,7 +99,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           memory,
           journal,
           heartbeats,
-          sessionSummarizer: sessionSummarizer(pipeline.config),
+          ...summarizerOf(pipeline.config),
         }),
       );
     }
@@ -172,3 +172,8 @@ async function pipelineTools(
   if (issues.length > 0) throw new ConfigError(pipeline.file, issues);
   return registry;
 }
+
+const summarizerOf = (config: LoadedPipeline['config']): { sessionSummarizer?: string } => {
+  const agent = sessionSummarizer(config);
+  return agent === undefined ? {} : { sessionSummarizer: agent };
+};

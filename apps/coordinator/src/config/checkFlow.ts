@@ -97,6 +97,12 @@ export function checkFlow(config: PipelineConfig): Problem[] {
     const onError = (step as { onError?: unknown }).onError;
     if (typeof onError === 'string' && onError !== 'fail' && onError !== 'continue')
       target(onError, ['onError']);
+    if (step.kind === 'pipeline') {
+      step.context?.forEach((ref, j) => {
+        if (!visible.includes(ref))
+          problem(['context', j], `"${ref}" is not an earlier step${suggestion(ref, visible)}`);
+      });
+    }
     if (step.kind === 'human') {
       if (step.onTimeout !== 'fail' && step.onTimeout !== 'continue') target(step.onTimeout, ['onTimeout']);
       const invalid = step.answer === undefined ? undefined : jsonSchemaProblem(step.answer);

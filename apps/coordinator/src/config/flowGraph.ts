@@ -51,12 +51,15 @@ export function flowGraph(config: Pick<PipelineConfig, 'flow'>): FlowGraph {
       nodes.push({
         id: step.id,
         kind: step.kind,
-        agent: actorOf(step),
+        agent: step.kind === 'pipeline' ? `pipeline ${step.pipeline}` : actorOf(step),
         ...within,
         ...(step.when === undefined ? {} : { when: step.when }),
       });
       switch (step.kind) {
         case 'agent':
+          edges.push({ from: step.id, to: next });
+          break;
+        case 'pipeline':
           edges.push({ from: step.id, to: next });
           break;
         case 'human':
@@ -105,7 +108,9 @@ export function flowMermaid(graph: FlowGraph): string {
   const lines = ['flowchart TD', '  start([start])'];
   const label = (node: FlowGraph['nodes'][number]) => {
     const what =
-      node.kind === 'agent' ? node.agent : `${node.kind === 'review' ? `${node.agent} · ` : ''}${node.kind}`;
+      node.kind === 'agent' || node.kind === 'pipeline'
+        ? node.agent
+        : `${node.kind === 'review' || (node.kind === 'route' && node.agent !== 'route') ? `${node.agent} · ` : ''}${node.kind}`;
     const when = node.when === undefined ? '' : `<br/>when ${escapeHtml(node.when)}`;
     return `"${escapeHtml(node.id)}<br/><i>${escapeHtml(what)}</i>${when}"`;
   };

@@ -67,4 +67,4 @@ export const actorOf = (step: StepConfig): string =>
 
 /** Steps whose output is work — not a verdict, not a route's choice: what a list's result is taken from. */
 export const isWork = (step: StepConfig): boolean =>
-  step.kind === 'agent' || step.kind === 'parallel' || step.kind === 'human';
+  step.kind === 'agent' || step.kind === 'parallel' || step.kind === 'human' || step.kind === 'pipeline';

@@ -295,19 +295,44 @@ export const HumanStepConfig = withExtensions({
   onError: OnError.optional(),
 });
 
+/**
+ * Runs another pipeline as a step: a task of its own (`<task>-<step>-<round>`), linked to this one by its `parent`,
+ * whose result is the step's output. Pipelines nest at most `MAX_PIPELINE_DEPTH` deep.
+ */
+export const PipelineStepConfig = withExtensions({
+  ...stepBase,
+  kind: z.literal('pipeline'),
+  /** The pipeline to run: any pipeline a coordinator on this NATS has loaded. */
+  pipeline: Name,
+  /** The sub-task's goal; this task's goal when absent. */
+  goal: z.string().min(1).max(100_000).optional(),
+  /** Which earlier steps' outputs the sub-task gets as `input.context`; all earlier steps when absent. */
+  context: z.array(StepId).optional(),
+  /** How long the sub-task may take, in seconds; `defaults.stepTimeout` when absent. */
+  timeout: z
+    .number()
+    .positive()
+    .max(7 * 86_400)
+    .optional(),
+  onError: OnError.optional(),
+});
+
 export const StepConfig = z.discriminatedUnion('kind', [
   AgentStepConfig,
   ReviewStepConfig,
   ParallelStepConfig,
   RouteStepConfig,
   HumanStepConfig,
+  PipelineStepConfig,
 ]);
 export type StepConfig =
   | AgentStepConfig
   | ReviewStepConfig
   | ParallelStepConfig
   | RouteStepConfig
-  | HumanStepConfig;
+  | HumanStepConfig
+  | PipelineStepConfig;
+export type PipelineStepConfig = z.infer<typeof PipelineStepConfig>;
 export type HumanStepConfig = z.infer<typeof HumanStepConfig>;
 export type AgentStepConfig = z.infer<typeof AgentStepConfig>;
 export type ReviewStepConfig = z.infer<typeof ReviewStepConfig>;
@@ -369,6 +394,9 @@ export const PipelineConfig = withExtensions({
 });
 export type PipelineConfig = z.infer<typeof PipelineConfig>;
 
-/** The agent that summarizes the pipeline's sessions: the one named under `sessions`, else the first step's. */
-export const sessionSummarizer = (config: PipelineConfig): string =>
-  config.sessions?.summarizer ?? (agentSteps(config.flow)[0] as AgentWorkStep).agent;
+/**
+ * The agent that summarizes the pipeline's sessions: the one named under `sessions`, else the first step's that has
+ * an agent, else the first declared; none in a pipeline without agents.
+ */
+export const sessionSummarizer = (config: PipelineConfig): string | undefined =>
+  config.sessions?.summarizer ?? agentSteps(config.flow)[0]?.agent ?? Object.keys(config.agents)[0];

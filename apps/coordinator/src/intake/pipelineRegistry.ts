@@ -39,7 +39,7 @@ export class PipelineRegistry {
       agents: Object.keys(config.agents),
       steps: config.flow.map((s) => s.id),
       graph: flowGraph(config),
-      summarizer: sessionSummarizer(config),
+      ...(sessionSummarizer(config) === undefined ? {} : { summarizer: sessionSummarizer(config) }),
       host,
       registeredAt: now.toISOString(),
     });

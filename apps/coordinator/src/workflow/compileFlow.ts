@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type {
   AgentStepRequest,
   StepBudget,
@@ -18,6 +19,7 @@ import type {
   HumanStepConfig,
   ParallelStepConfig,
   PipelineConfig,
+  PipelineStepConfig,
   ReviewStepConfig,
   RouteStepConfig,
   StepConfig,
@@ -26,6 +28,8 @@ import type {
   BranchOutcome,
   HumanRunInput,
   HumanRunOutput,
+  PipelineRunInput,
+  PipelineRunOutput,
   StepRunInput,
   StepRunOutput,
   WorkflowContext,
@@ -52,6 +56,9 @@ const workflowSetup = setup({
     }),
     askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async () => {
       throw new Error('askPerson is not provided');
+    }),
+    runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async () => {
+      throw new Error('runPipeline is not provided');
     }),
     /** Waits before a step is retried; stopped (its timer cleared) when the workflow leaves the state. */
     backoff: fromPromise<void, { ms: number }>(
@@ -241,6 +248,9 @@ function compileList(
         break;
       case 'human':
         states[step.id] = humanState(config, step, next, resolve, scope);
+        break;
+      case 'pipeline':
+        states[step.id] = pipelineState(config, place, step, next, recoveryOf(step, scope, next, resolve));
         break;
     }
   });
@@ -460,6 +470,134 @@ function routeState(step: RouteStepConfig, resolve: (id: string) => string, scop
         : { target: resolve(step.default), actions: chosen(step.default, undefined) },
     ],
   };
+}
+
+type Ran = { event: { output: PipelineRunOutput } };
+
+/**
+ * A sub-pipeline: invokes `runPipeline` with the sub-task — its id made from this step's (so a resumed task submits
+ * the same one, which runs once), its parent this task one level deeper — and waits for it to end. Its output is
+ * the step's; its usage counts in this task's. A sub-task that failed or was cancelled fails the step, and the
+ * step's `onError` decides.
+ */
+function pipelineState(
+  config: PipelineConfig,
+  place: StepPlace,
+  step: PipelineStepConfig,
+  next: string,
+  recovery: Recovery,
+) {
+  const timeoutMs = (step.timeout ?? config.defaults.stepTimeout) * 1_000;
+  const agent = 'pipeline';
+  const completed = emit(({ context, event }: Args) => {
+    const reply = (event as Ran['event']).output;
+    return {
+      type: 'event' as const,
+      kind: 'step.completed' as const,
+      from: agent,
+      to: 'workflow',
+      data: {
+        step: step.id,
+        agent,
+        round: context.round,
+        stepId: stepId(context, step),
+        ok: reply.ok,
+        output: reply.ok ? preview(reply.output, 256 * 1024) : '',
+        ...(reply.ok ? {} : { error: { code: reply.code, message: reply.message } }),
+        usage: reply.usage,
+        turns: 0,
+        durationMs: reply.durationMs,
+      },
+    };
+  });
+  const spent = assign(({ context, event }: Args) => ({
+    usage: sumUsage(context.usage, (event as Ran['event']).output.usage),
+  }));
+  const before = [completed, spent];
+  return {
+    id: step.id,
+    entry: [
+      emit(({ context }: Args) => ({
+        type: 'event' as const,
+        kind: 'step.started' as const,
+        from: 'workflow',
+        to: agent,
+        data: { step: step.id, agent, round: context.round, stepId: stepId(context, step) },
+      })),
+    ],
+    invoke: {
+      src: 'runPipeline',
+      input: ({ context }: { context: WorkflowContext }): PipelineRunInput => {
+        const visible = step.context ?? place.before;
+        const outputs = Object.fromEntries(
+          visible.flatMap((id) => {
+            const out = context.latest[id];
+            return out ? [[id, parsedOutput(out.output)]] : [];
+          }),
+        );
+        const { task } = context;
+        return {
+          pipeline: step.pipeline,
+          timeoutMs,
+          task: {
+            id: subTaskId(stepId(context, step)),
+            goal: step.goal ?? task.goal,
+            input: { ...task.input, context: outputs },
+            ...(task.metadata ? { metadata: task.metadata } : {}),
+            parent: {
+              taskId: task.taskId,
+              pipeline: task.pipeline,
+              step: step.id,
+              depth: (task.parent?.depth ?? 0) + 1,
+              traceparent: task.traceparent,
+            },
+          },
+        };
+      },
+      onDone: [
+        {
+          guard: ({ event }: Ran) => event.output.ok,
+          target: next,
+          actions: [
+            ...before,
+            assign(({ context, event }: Args) => ({
+              latest: {
+                ...context.latest,
+                [step.id]: {
+                  step: step.id,
+                  agent,
+                  round: context.round,
+                  output: ((event as Ran['event']).output as { output: string }).output,
+                },
+              },
+            })),
+          ],
+        },
+        ...recovery(({ event }) => {
+          const reply = (event as Ran['event']).output as Extract<PipelineRunOutput, { ok: false }>;
+          return {
+            reason: 'step_failed',
+            message: `step ${step.id} (pipeline ${step.pipeline}): ${reply.message}`,
+            step: step.id,
+          };
+        }, before).map(({ guard: _ignored, ...t }) => t),
+      ],
+      onError: recovery(
+        ({ event }) => ({
+          reason: 'internal',
+          message: `step ${step.id} could not run pipeline ${step.pipeline}: ${errorMessage((event as { error: unknown }).error)}`,
+          step: step.id,
+        }),
+        [],
+      ).map(({ guard: _ignored, ...t }) => t),
+    },
+  };
+}
+
+/** A sub-task's id, made from its step's: `<task>-<step>-<round>`, or a digest of it when that is too long. */
+export function subTaskId(stepId: string): string {
+  const id = stepId.replaceAll('.', '-');
+  return id.length <= 64 ? id : `sub-${createHash('sha256').update(stepId).digest('base64url').slice(0, 40)}`;
 }
 
 type Answered = { event: { output: HumanRunOutput } };

@@ -4,12 +4,13 @@ import {
   type ControlReceipt,
   type ErrorReply,
   emptyUsage,
+  FINAL_EVENT_KINDS,
   isTaskId,
   parseMessage,
   subjects,
   type TaskEnding,
   TaskSubmission,
-  type TroupeEvent,
+  TroupeEvent,
 } from '@troupe/protocol';
 import {
   type Bus,
@@ -37,7 +38,14 @@ import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
 import type { WorkflowRecord } from './workflowRecord.ts';
 import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
-import type { HumanRunInput, HumanRunOutput, StepRunInput, WorkflowInput } from './workflowTypes.ts';
+import type {
+  HumanRunInput,
+  HumanRunOutput,
+  PipelineRunInput,
+  PipelineRunOutput,
+  StepRunInput,
+  WorkflowInput,
+} from './workflowTypes.ts';
 
 export interface PipelineRunnerOptions {
   bus: Bus;
@@ -62,6 +70,8 @@ export interface PipelineRunnerOptions {
   stepHeartbeatMs?: number;
   /** How large and deep a task payload may be. */
   limits?: IntakeLimits;
+  /** Runs `pipeline` steps' sub-tasks; without it, a `pipeline` step fails the task saying so. */
+  subPipelines?: (input: PipelineRunInput, signal: AbortSignal) => Promise<PipelineRunOutput>;
   /** What `human` steps ask people with; without it, a `human` step fails the task saying so. */
   people?: Omit<HumanStepDeps, 'onActivity'>;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
@@ -105,8 +115,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
       ),
       askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) => askPerson(input, signal)),
+      runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
+        if (!options.subPipelines)
+          throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
+        return options.subPipelines(input, signal);
+      }),
     },
   });
+  /** The parent of each task here that a `pipeline` step submitted: when the parent ends, so does the child. */
+  const parents = new Map<string, string>();
   const people = options.people;
   const askPerson = people
     ? createHumanStepRunner({
@@ -237,6 +254,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
       if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
       await closeRequests(taskId, endingOf(final) ?? { status: 'failed' });
+      parents.delete(taskId);
       return 'settled';
     } finally {
       stopKeepAlive();
@@ -329,15 +347,19 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   /** Claims the task in its record for this run (or creates the record), as the workflow's input. */
   async function claim({ delivery, taskId, submission, entry, stalls }: Triaged): Promise<Stage> {
     const existing = entry;
+    const parent = submission.parent;
     const input: WorkflowInput = {
       taskId,
       pipeline,
       goal: submission.goal,
       ...(submission.input ? { input: submission.input } : {}),
       ...(submission.metadata ? { metadata: submission.metadata } : {}),
-      traceparent: existing ? traceOf(existing.value.snapshot) : newTraceparent(),
+      // A sub-task's trace continues its parent's.
+      traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
       ...deadlineOf(existing?.value.createdAt),
+      ...(parent ? { parent } : {}),
     };
+    if (parent) parents.set(taskId, parent.taskId);
     const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
     const createdAt = existing?.value.createdAt ?? now();
     const progress = existing?.value.progress ?? 0;
@@ -392,8 +414,18 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
             goal: submission.goal,
             ...(submission.input ? { input: submission.input } : {}),
             ...(submission.metadata ? { metadata: submission.metadata } : {}),
+            ...(parent
+              ? {
+                  parent: {
+                    taskId: parent.taskId,
+                    pipeline: parent.pipeline,
+                    step: parent.step,
+                    depth: parent.depth,
+                  },
+                }
+              : {}),
           },
-          { from: 'user', to: pipeline },
+          { from: parent ? `task:${parent.taskId}` : 'user', to: pipeline },
         ),
       );
     }
@@ -497,6 +529,27 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     { reporter: 'coordinator' },
   );
 
+  // A sub-task ends with its parent: any final event of a parent cancels its children running here.
+  const parentWatch = bus.subscribeText(
+    `${subjects.allEvents.slice(0, -1)}*.*.task.*`,
+    (delivery) => {
+      if (parents.size === 0) return;
+      const parsed = parseMessage(TroupeEvent, delivery.value);
+      if (!parsed.ok || !FINAL_EVENT_KINDS.includes(parsed.value.kind)) return;
+      for (const [child, parent] of parents) {
+        if (parent !== parsed.value.taskId) continue;
+        const kind = parsed.value.kind.slice('task.'.length);
+        if (running.get(child)?.cancel(`its parent task ${parent} ${kind}`)) {
+          logger.info(
+            { taskId: child, parent },
+            `task ${child} cancelled: its parent task ${parent} ${kind}`,
+          );
+        }
+      }
+    },
+    { messageLogLevel: 'debug' },
+  );
+
   const queue: TaskQueue = await options.intake.start({
     pipeline,
     concurrency: options.concurrency,
@@ -517,6 +570,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       stopping = true;
       markStopping();
       control.unsubscribe();
+      parentWatch.unsubscribe();
       for (const task of lifecycles) task.send({ type: 'stop' });
       await queue.stop();
     },
@@ -544,6 +598,13 @@ function idFromHeader(message: { headers: Record<string, string> }): string | un
 /** Deterministic for a stored message, so every redelivery of it gets the same id. */
 function derivedId(message: { streamSequence: number; storedAt: number }): string {
   return `t${message.streamSequence}-${message.storedAt.toString(36)}`;
+}
+
+/** A new trace context for a task: in its parent task's trace (a new span id) when it has one, else a new trace. */
+function childTraceparent(parent: string | undefined): string {
+  const traceId = parent?.match(/^00-([0-9a-f]{32})-[0-9a-f]{16}-([0-9a-f]{2})$/);
+  if (!traceId) return newTraceparent();
+  return `00-${traceId[1]}-${newTraceparent().split('-')[2]}-${traceId[2]}`;
 }
 
 function traceOf(snapshot: unknown): string {

@@ -11,6 +11,8 @@ import type {
   EventKind,
   StepOutput,
   TaskFailureReason,
+  TaskParent,
+  TaskSubmission,
   UsageTotals,
 } from '@troupe/protocol';
 
@@ -24,7 +26,21 @@ export interface WorkflowInput {
   traceparent: string;
   /** End of the task's wall-clock budget, ms since the epoch. */
   deadline?: number;
+  /** The task whose `pipeline` step runs this one. */
+  parent?: TaskParent;
 }
+
+/** What the injected `runPipeline` actor is given: the sub-task to submit, where, and how long it may take. */
+export interface PipelineRunInput {
+  pipeline: string;
+  task: TaskSubmission & { id: string; parent: TaskParent };
+  timeoutMs: number;
+}
+
+/** How a sub-task ended: its output, or why it did not complete. */
+export type PipelineRunOutput =
+  | { ok: true; output: string; usage: UsageTotals; durationMs: number }
+  | { ok: false; code: string; message: string; usage: UsageTotals; durationMs: number };
 
 /** What the injected `runStep` actor is given: the request for the agent and how long it may take. */
 export interface StepRunInput {

@@ -5,6 +5,8 @@ import { compileFlow } from '../../src/workflow/compileFlow.ts';
 import type {
   HumanRunInput,
   HumanRunOutput,
+  PipelineRunInput,
+  PipelineRunOutput,
   StepRunInput,
   StepRunOutput,
   WorkflowEmitted,
@@ -60,6 +62,11 @@ export interface RunOptions {
   input?: WorkflowInput;
   /** Called on each snapshot of the run, with the persisted snapshot (a checkpoint). */
   onCheckpoint?: (snapshot: unknown) => void;
+  /** Runs the `pipeline` steps' sub-tasks. */
+  pipelines?: (
+    input: PipelineRunInput,
+    signal: AbortSignal,
+  ) => PipelineRunOutput | Promise<PipelineRunOutput>;
   /** Answers the `human` steps' questions. */
   people?: (input: HumanRunInput, signal: AbortSignal) => HumanRunOutput | Promise<HumanRunOutput>;
 }
@@ -68,6 +75,7 @@ export interface RunOptions {
 export async function run(config: PipelineConfig, script: Script, options: RunOptions = {}) {
   const requests: StepRunInput[] = [];
   const asked: HumanRunInput[] = [];
+  const submitted: PipelineRunInput[] = [];
   const events: WorkflowEmitted[] = [];
   const machine = compileFlow(config).provide({
     actors: {
@@ -78,6 +86,11 @@ export async function run(config: PipelineConfig, script: Script, options: RunOp
         const reply = script[request.agent];
         if (!reply) throw new Error(`no reply scripted for agent ${request.agent}`);
         return { ...(await reply(request, call, signal)), stepId: request.stepId } as StepRunOutput;
+      }),
+      runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal }) => {
+        submitted.push(input);
+        if (!options.pipelines) throw new Error(`nothing runs pipeline ${input.pipeline}`);
+        return options.pipelines(input, signal);
       }),
       askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async ({ input, signal }) => {
         asked.push(input);
@@ -98,5 +111,5 @@ export async function run(config: PipelineConfig, script: Script, options: RunOp
   actor.start();
   const output: WorkflowOutput = await toPromise(actor);
   const calls = (agent: string) => requests.filter((r) => r.request.agent === agent).map((r) => r.request);
-  return { output, requests, asked, events, calls, actor, machine };
+  return { output, requests, asked, submitted, events, calls, actor, machine };
 }

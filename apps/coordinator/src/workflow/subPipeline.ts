@@ -1,0 +1,118 @@
+import {
+  emptyUsage,
+  FINAL_EVENT_KINDS,
+  MAX_PIPELINE_DEPTH,
+  parseMessage,
+  subjects,
+  TroupeEvent,
+} from '@troupe/protocol';
+import type { Clock, NatsBus } from '@troupe/runtime';
+import { OperationError } from '../operations/operationError.ts';
+import { cancelTask, submitToPipeline } from '../operations/taskOperations.ts';
+import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
+
+/**
+ * Runs a `pipeline` step: submits the sub-task (its id is the step's, so submitting it again after a crash runs
+ * nothing new) and waits for its final event, its timeout, or the step being left. The final event is listened for
+ * before the task is submitted, and a sub-task that ended already is read from its record, so no ending is missed.
+ */
+export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
+  return async (input: PipelineRunInput, signal: AbortSignal): Promise<PipelineRunOutput> => {
+    const started = clock.now();
+    const ended = (code: string, message: string): PipelineRunOutput => ({
+      ok: false,
+      code,
+      message,
+      usage: emptyUsage(),
+      durationMs: Math.max(0, clock.now() - started),
+    });
+    const { task, pipeline } = input;
+    if (task.parent.depth > MAX_PIPELINE_DEPTH) {
+      return ended(
+        'too_deep',
+        `pipelines nest at most ${MAX_PIPELINE_DEPTH} deep; task ${task.parent.taskId} is already at depth ${task.parent.depth - 1}`,
+      );
+    }
+    let settle: (event: TroupeEvent) => void = () => {};
+    const final = new Promise<TroupeEvent>((resolve) => (settle = resolve));
+    const subscription = bus.subscribeText(subjects.event(pipeline, task.id, 'task.*'), (delivery) => {
+      const parsed = parseMessage(TroupeEvent, delivery.value);
+      if (parsed.ok && FINAL_EVENT_KINDS.includes(parsed.value.kind)) settle(parsed.value);
+    });
+    let timer: unknown;
+    try {
+      await bus.flush();
+      try {
+        const submitted = await submitToPipeline(bus, pipeline, task);
+        const known = submitted.record;
+        if (known && known.pipeline !== pipeline) {
+          return ended('conflict', `task id ${task.id} is taken by a task of pipeline ${known.pipeline}`);
+        }
+        if (known?.final) settle(known.final);
+      } catch (error) {
+        if (error instanceof OperationError) return ended(error.code, error.message);
+        throw error;
+      }
+      const outcome = await new Promise<TroupeEvent | 'timeout' | 'left'>((resolve) => {
+        timer = clock.setTimeout(() => resolve('timeout'), input.timeoutMs);
+        signal.addEventListener('abort', () => resolve('left'), { once: true });
+        void final.then(resolve);
+      });
+      if (outcome === 'left') return ended('aborted', 'the step was left');
+      if (outcome === 'timeout') {
+        // The step has given up on it: it must not go on unobserved.
+        await cancelTask(
+          bus,
+          task.id,
+          `its parent step ${task.parent.taskId}/${task.parent.step} timed out`,
+        ).catch(() => undefined);
+        return ended(
+          'step_timeout',
+          `task ${task.id} did not end within ${Math.round(input.timeoutMs / 1000)} s`,
+        );
+      }
+      return outcomeOf(outcome, Math.max(0, clock.now() - started));
+    } finally {
+      clock.clearTimeout(timer);
+      subscription.unsubscribe();
+    }
+  };
+}
+
+function outcomeOf(final: TroupeEvent, durationMs: number): PipelineRunOutput {
+  switch (final.kind) {
+    case 'task.completed': {
+      const { output } = final.data;
+      return {
+        ok: true,
+        output: typeof output === 'string' ? output : JSON.stringify(output),
+        usage: final.data.usage,
+        durationMs,
+      };
+    }
+    case 'task.failed':
+      return {
+        ok: false,
+        code: final.data.reason,
+        message: `task ${final.taskId} failed (${final.data.reason}): ${final.data.message}`,
+        usage: final.data.usage,
+        durationMs,
+      };
+    case 'task.cancelled':
+      return {
+        ok: false,
+        code: 'cancelled',
+        message: `task ${final.taskId} was cancelled${final.data.reason ? `: ${final.data.reason}` : ''}`,
+        usage: final.data.usage,
+        durationMs,
+      };
+    default:
+      return {
+        ok: false,
+        code: 'internal',
+        message: `task ${final.taskId} ended with ${final.kind}`,
+        usage: emptyUsage(),
+        durationMs,
+      };
+  }
+}
