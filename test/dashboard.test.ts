@@ -19,7 +19,12 @@ describe('the dashboard, in a real browser', () => {
   let page: Page;
 
   beforeAll(async () => {
-    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml'), fixturePath('asker.yaml')]);
+    h = await startHarness([
+      examplePath('demo.yaml'),
+      fixturePath('gated.yaml'),
+      fixturePath('asker.yaml'),
+      examplePath('triage.yaml'),
+    ]);
     gateway = await startGateway({
       bus: h.bus,
       logger: createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' }),
@@ -118,5 +123,31 @@ describe('the dashboard, in a real browser', () => {
       answer: 'teal',
       by: 'ops',
     });
+  }, 60_000);
+
+  it('draws a flow with a route and a parallel step: branches on rows of their own, the route’s targets apart', async () => {
+    await page.goto(gateway.url);
+    await page.getByTestId('pipeline').selectOption('triage');
+    const box = async (step: string) => {
+      const node = page.getByTestId(`node-${step}`).locator('rect');
+      await node.waitFor();
+      const b = await node.boundingBox();
+      if (!b) throw new Error(`node ${step} is not drawn`);
+      return b;
+    };
+    const [triage, fix, build, code, docs, announce] = await Promise.all(
+      ['triage', 'fix', 'build', 'code', 'docs', 'announce'].map(box),
+    );
+    // The branches start in the column after their parallel step, one below the other.
+    expect(code?.x).toBeGreaterThan((build?.x ?? 0) + 1);
+    expect(docs?.x).toBe(code?.x);
+    expect(docs?.y).toBeGreaterThan((code?.y ?? 0) + 1);
+    // What follows the parallel step comes after its branches, on the first row.
+    expect(announce?.x).toBeGreaterThan((code?.x ?? 0) + 1);
+    expect(announce?.y).toBe(triage?.y);
+    expect(fix?.x).toBeGreaterThan((triage?.x ?? 0) + 1);
+    const labels = await page.getByTestId('flow-graph').locator('.edge text').allTextContents();
+    expect(labels).toEqual(expect.arrayContaining(['= bug', '= feature', 'branch code', 'branch docs']));
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-triage.png'), fullPage: true });
   }, 60_000);
 });

@@ -29,7 +29,7 @@ export interface Pipeline {
   agents: string[];
   steps: string[];
   graph?: {
-    nodes: { id: string; kind: string; agent: string }[];
+    nodes: { id: string; kind: string; agent: string; parent?: string; branch?: string; when?: string }[];
     edges: { from: string; to: string; when?: string }[];
   };
 }
