@@ -96,8 +96,8 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const pipelineRegistry = await PipelineRegistry.open(bus);
   const journal = await StepJournal.open(bus);
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
-  // Asks for `human` steps. A wait cut short (a shutdown, a takeover) leaves its question pending for the run that
-  // resumes the task; the task's ending closes it.
+  // Asks for `human` steps. A wait cut short by the workflow (a branch stopped, the task cancelled) closes its
+  // question; one cut short by this coordinator stopping leaves it pending for the run that resumes the task.
   const people = new NatsHumanGate({
     bus,
     store: approvals,
@@ -106,7 +106,6 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     logger,
     timeoutMs: 300_000,
   });
-  people.detach();
 
   const agents =
     (options.hostAgents ?? true)
@@ -169,6 +168,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     async stop() {
       guard.unsubscribe();
       controls.unsubscribe();
+      people.detach();
       await Promise.all(runners.map((r) => r.stop()));
       await agents?.stop();
       await bus.flush();

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { activeSteps } from '../src/workflow/compileFlow.ts';
 import type { WorkflowEmitted } from '../src/workflow/workflowTypes.ts';
-import { type Reply, run, type Script, text } from './support/runFlow.ts';
+import { type Reply, run, type Script, text, verdict } from './support/runFlow.ts';
 
 /** A pipeline of these steps, each agent named after what it does. */
 function flow(steps: unknown[]): PipelineConfig {
@@ -197,6 +197,38 @@ describe('kind: route with a router agent', () => {
       agent: 'router',
       reason: 'it is new',
     });
+  });
+});
+
+describe('a rework loop around a route', () => {
+  it('forgets what the rejected round produced: the task ends with this round’s work, conditions see only it', async () => {
+    const config = PipelineConfig.parse({
+      version: 1,
+      name: 'demo',
+      models: { scripted: { provider: 'scripted', script: './demo.script.yaml' } },
+      defaults: { model: 'scripted' },
+      agents: Object.fromEntries(
+        ['planner', 'fixer', 'builder', 'reviewer', 'closer'].map((a) => [a, { instructions: a }]),
+      ),
+      flow: [
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        { id: 'pick', kind: 'route', on: 'steps.plan.output', cases: { a: 'fix', b: 'build' } },
+        { id: 'fix', kind: 'agent', agent: 'fixer', next: 'review' },
+        { id: 'build', kind: 'agent', agent: 'builder' },
+        { id: 'review', kind: 'review', agent: 'reviewer', onReject: 'plan', maxRounds: 2 },
+        { id: 'close', kind: 'agent', agent: 'closer', when: '!has(steps.build)' },
+      ],
+    });
+    const { output, calls } = await run(config, {
+      planner: (_request, call) => text(call === 0 ? 'b' : 'a'),
+      builder: () => text('BUILT-round1'),
+      fixer: () => text('FIXED'),
+      reviewer: (_request, call) => (call === 0 ? verdict('reject', 'wrong way') : verdict('approve', 'ok')),
+      closer: (request) => text(`closed after ${request.context.map((c) => c.step).join(',')}`),
+    });
+    // Round 2 took the other case: the build of round 1 is no output of this task, nor seen by the reviewer.
+    expect(calls('reviewer')[1]?.context.map((c) => c.step)).toEqual(['plan', 'pick', 'fix', 'review']);
+    expect(output).toMatchObject({ status: 'completed', output: 'closed after plan,pick,fix,review' });
   });
 });
 

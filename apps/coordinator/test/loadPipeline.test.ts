@@ -635,6 +635,16 @@ flow:
       line: lineOf(text, 'when: steps.bild'),
       message: 'reads steps.bild, which is not a step that has run by then',
     });
+    const dashed = refusal(
+      edit(FLOWS, 'when: steps.plan.output.risky == false', 'when: steps.my-plan.output == 1'),
+    );
+    expectIssue(dashed, 'flow[2].when', { message: 'a step id with "-" is read as steps["my-plan"]' });
+    const bracketed = refusal(
+      edit(FLOWS, 'when: steps.plan.output.risky == false', 'when: steps["nosuch"].output == "x"'),
+    );
+    expectIssue(bracketed, 'flow[2].when', {
+      message: 'reads steps.nosuch, which is not a step that has run by then',
+    });
     const notBool = refusal(edit(FLOWS, 'when: steps.plan.output.risky == false', 'when: \'"yes"\''));
     expectIssue(notBool, 'flow[2].when', { message: 'must give a bool, but gives a string' });
   });

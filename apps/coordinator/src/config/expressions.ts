@@ -42,7 +42,12 @@ export function expressionProblem(expression: string, type?: 'bool' | 'list'): s
   } catch (error) {
     return `not a valid CEL expression: ${firstLine(error)}`;
   }
-  if (!checked.valid) return `not a valid CEL expression: ${firstLine(checked.error)}`;
+  if (!checked.valid) {
+    // `steps.fix-b.output` reads as `steps.fix - b.output`: a step id with "-" is selected with brackets.
+    const dashed = expression.match(/\bsteps\s*\.\s*([a-z0-9_]+-[a-z0-9_-]+)/);
+    const hint = dashed ? `; a step id with "-" is read as steps["${dashed[1]}"]` : '';
+    return `not a valid CEL expression: ${firstLine(checked.error)}${hint}`;
+  }
   const given = checked.type ?? 'dyn';
   if (type !== undefined && given !== 'dyn' && !given.startsWith(type)) {
     return `must give a ${type}, but gives a ${given}`;
@@ -50,11 +55,13 @@ export function expressionProblem(expression: string, type?: 'bool' | 'list'): s
   return undefined;
 }
 
-/** The step ids an expression reads as `steps.<id>`, to check them against the flow. */
+/** The step ids an expression reads as `steps.<id>` or `steps["<id>"]`, to check them against the flow. */
 export function stepsReadBy(expression: string): string[] {
-  return [
-    ...new Set([...expression.matchAll(/\bsteps\s*\.\s*([a-z0-9][a-z0-9_-]*)/g)].map((m) => m[1] as string)),
-  ];
+  const bracketed = [...expression.matchAll(/\bsteps\s*\[\s*["']([^"']+)["']\s*\]/g)].map(
+    (m) => m[1] as string,
+  );
+  const dotted = [...expression.matchAll(/\bsteps\s*\.\s*([a-z0-9_]+)/g)].map((m) => m[1] as string);
+  return [...new Set([...dotted, ...bracketed])];
 }
 
 /** Evaluates `expression` over `scope`; an error (a missing key, a type mismatch) is a value, never thrown. */

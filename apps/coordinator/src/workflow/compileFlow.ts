@@ -11,7 +11,7 @@ import { preview } from '@troupe/runtime';
 import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
 import { ROUTE_END } from '../config/checkFlow.ts';
 import { type ExpressionScope, evaluate } from '../config/expressions.ts';
-import { isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
+import { allSteps, isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
 import type {
   AgentAskedStep,
   AgentStepConfig,
@@ -93,13 +93,34 @@ const workflowSetup = setup({
       },
     })),
     recordApproval: assign({ approved: true, feedback: undefined }),
-    recordRejection: assign(({ context }, p: { step: ReviewStepConfig; feedback: string }) => ({
-      approved: false,
-      feedback: p.feedback,
-      reworkTarget: p.step.onReject,
-      round: context.round + 1,
-      rejections: { ...context.rejections, [p.step.id]: (context.rejections[p.step.id] ?? 0) + 1 },
-    })),
+    /**
+     * A rejection: the next round starts at `onReject`. What the steps from there to the review produced is no
+     * longer current — a route may not take them again, a condition must not see it — so it moves to `previous`,
+     * where only each step's own next run reads it (its last output, the reviewer's last verdict).
+     */
+    recordRejection: assign(
+      ({ context }, p: { step: ReviewStepConfig; feedback: string; stale: readonly string[] }) => {
+        const latest = { ...context.latest };
+        const previous = { ...context.previous };
+        const errors = { ...context.errors };
+        for (const id of p.stale) {
+          const out = latest[id];
+          if (out) previous[id] = out;
+          delete latest[id];
+          delete errors[id];
+        }
+        return {
+          approved: false,
+          feedback: p.feedback,
+          reworkTarget: p.step.onReject,
+          round: context.round + 1,
+          rejections: { ...context.rejections, [p.step.id]: (context.rejections[p.step.id] ?? 0) + 1 },
+          latest,
+          previous,
+          errors,
+        };
+      },
+    ),
     fail: assign((_, failure: WorkflowFailure) => ({ failure })),
     /** How a branch of a parallel step ended. */
     recordBranch: assign(({ context }, p: { parallel: string; branch: string; outcome: BranchOutcome }) => ({
@@ -358,7 +379,7 @@ function agentState(
       onDone: [
         ...stepCompleted(step, recovery),
         ...(step.kind === 'review'
-          ? reviewTransitions(step, next, resolve, scope)
+          ? reviewTransitions(step, reworked(place, step), next, resolve, scope)
           : step.kind === 'route'
             ? routerTransitions(step, resolve, scope)
             : [{ target: next, actions: record(step) }]),
@@ -374,6 +395,12 @@ function agentState(
       }, []).map(({ guard, ...t }) => (guard ? { ...t, guard: (args: Args) => guard(args, true) } : t)),
     },
   };
+}
+
+/** The steps a review's rejection runs again: from its `onReject` to the review, branches included. */
+function reworked(place: StepPlace, step: ReviewStepConfig): string[] {
+  const from = place.list.findIndex((s) => s.id === step.onReject);
+  return allSteps(place.list.slice(Math.max(0, from), place.index + 1)).map((s) => s.id);
 }
 
 /** A router agent's reply: the target it picked (its structured output names one), with `route.chosen`. */
@@ -834,6 +861,7 @@ function failing(scope: ListScope, before: unknown[], failure: ContextParam<Work
 
 function reviewTransitions(
   step: ReviewStepConfig,
+  stale: readonly string[],
   next: string,
   resolve: (id: string) => string,
   scope: ListScope,
@@ -862,7 +890,7 @@ function reviewTransitions(
         ...record(step),
         {
           type: 'recordRejection',
-          params: ({ event }: Done) => ({ step, feedback: verdictOf(event)?.feedback ?? '' }),
+          params: ({ event }: Done) => ({ step, feedback: verdictOf(event)?.feedback ?? '', stale }),
         },
       ],
     },
@@ -1082,7 +1110,7 @@ function buildRequest(
   place: StepPlace,
 ): AgentStepRequest {
   const visible = step.context ?? place.before;
-  const own = context.latest[step.id];
+  const own = context.latest[step.id] ?? context.previous?.[step.id];
   const outputs = [...visible.map((id) => context.latest[id]), ...(own ? [own] : [])].filter(
     (o): o is StepOutput => o !== undefined,
   );

@@ -48,7 +48,8 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
             traceparent: input.traceparent,
             agent: 'workflow',
             stepId: input.stepId,
-            timeoutMs: input.timeoutMs,
+            // Asked again, people have what is left of the step's time, not all of it anew.
+            timeoutMs: Math.max(1_000, input.timeoutMs - durationMs()),
           },
           signal,
           {
@@ -64,7 +65,9 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
         return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
       }
       if (!schema) return { ok: true, answer, durationMs: durationMs() };
-      const checked = schema.safeParse(asJson(answer));
+      // Read as JSON first (`{"ship": true}`, `3`); when that does not fit, as the text it is (`123` for a string).
+      const asJsonValue = schema.safeParse(asJson(answer));
+      const checked = asJsonValue.success ? asJsonValue : schema.safeParse(answer);
       if (checked.success) {
         const value = checked.data;
         return {
@@ -73,7 +76,7 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
           durationMs: durationMs(),
         };
       }
-      const why = checked.error.issues
+      const why = (asJsonValue.error?.issues ?? [])
         .map((i) => `${i.path.join('.') || '(the answer)'}: ${i.message}`)
         .join('; ');
       if (asked === MAX_ASKS) {

@@ -27,7 +27,7 @@ import {
   throughOutages,
 } from '@troupe/runtime';
 import { createActor, fromPromise, toPromise } from 'xstate';
-import { agentSteps } from '../config/flowLayout.ts';
+import { agentSteps, allSteps } from '../config/flowLayout.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
@@ -136,6 +136,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const running = new Map<string, RunningTask>();
   /** The agent of each step, by the step's id (the workflow's state while it runs). */
   const agentOfStep = new Map(agentSteps(config.flow).map((step) => [step.id, step.agent]));
+  const humanSteps = new Set(
+    allSteps(config.flow)
+      .filter((step) => step.kind === 'human')
+      .map((step) => step.id),
+  );
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   const maxDeliver = options.maxDeliver ?? 10;
   /** How often a task being handled tells the server it is still working on it. */
@@ -471,6 +476,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           events,
           taskEvents,
           agentOfStep,
+          humanSteps,
           keepAliveMs,
           publish: publishSafely,
           running,

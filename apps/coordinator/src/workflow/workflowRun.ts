@@ -67,6 +67,8 @@ export interface WorkflowRunServices {
   taskEvents: TaskEvents;
   /** The agent of each step, by the step's id (the workflow's state while it runs). */
   agentOfStep: ReadonlyMap<string, string>;
+  /** The `human` steps: a task whose every active step is one waits on people, and holds no working slot. */
+  humanSteps: ReadonlySet<string>;
   /** How often the task's message is kept alive while it runs. */
   keepAliveMs: number;
   /** Publishes an event, logging (never throwing) when it cannot be made or sent. */
@@ -100,8 +102,19 @@ export interface Run {
  * from what this returns.
  */
 export async function runWorkflow(run: Run, services: WorkflowRunServices): Promise<Stage> {
-  const { pipeline, store, clock, logger, machine, events, taskEvents, agentOfStep, keepAliveMs, running } =
-    services;
+  const {
+    pipeline,
+    store,
+    clock,
+    logger,
+    machine,
+    events,
+    taskEvents,
+    agentOfStep,
+    humanSteps,
+    keepAliveMs,
+    running,
+  } = services;
   const now = () => new Date(clock.now()).toISOString();
   const { input, delivery, scope, createdAt, lease } = run;
   const { taskId } = input;
@@ -261,12 +274,15 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       error,
     });
   const persist = () => {
-    // A transition: the workflow works again (a step replied), so the task takes a working slot.
-    delivery.park(false);
     let checkpoint: WorkflowRecord;
     try {
       const snap = actor.getSnapshot();
       const active = activeSteps(snap.value);
+      // A transition: the workflow works again (a step replied), so the task takes a working slot — unless all it
+      // does now is wait on people (a person's step, alone or in every branch still going).
+      const onPeople =
+        snap.status === 'active' && active.length > 0 && active.every((s) => humanSteps.has(s));
+      delivery.park(onPeople);
       const state = active.join('+');
       const ended = snap.status === 'done' && endedTask(snap.output) ? snap.output : undefined;
       const status = ended?.status ?? 'running';
@@ -281,10 +297,14 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       // One of the steps at work, for `troupe status` and the dashboard: the first, when branches run at once.
       const working = status === 'running' ? active.find((step) => agentOfStep.has(step)) : undefined;
       const agent = working === undefined ? undefined : agentOfStep.get(working);
+      // Waiting on people only: the question their step put keeps being what the task waits on.
+      const asked = latest?.activity?.kind === 'person' && active.includes(latest.activity.step);
       const activity =
-        working === undefined || agent === undefined
-          ? undefined
-          : { kind: 'agent' as const, step: working, agent, since: now() };
+        working !== undefined && agent !== undefined
+          ? { kind: 'agent' as const, step: working, agent, since: now() }
+          : onPeople && asked
+            ? latest?.activity
+            : undefined;
       checkpoint = recordOf({ status, state, round, usage, snapshot, final, activity });
     } catch (error) {
       poisoned(error);

@@ -84,8 +84,10 @@ export interface WorkflowContext {
   /** 1 + the number of rejections so far; part of every step id. */
   round: number;
   rejections: Record<string, number>;
-  /** Latest output of each step, by step id. */
+  /** Latest output of each step, by step id: what this round's flow has produced so far. */
   latest: Record<string, StepOutput>;
+  /** The outputs a rejection made stale (their steps run again), for each one's own next run to see. */
+  previous?: Record<string, StepOutput>;
   feedback?: string | undefined;
   /** The step the last rejection sent the work back to, until it has run again. */
   reworkTarget?: string | undefined;
