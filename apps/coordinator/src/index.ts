@@ -93,7 +93,7 @@ export {
   type Worker,
   type WorkerOptions,
 } from './service.ts';
-export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
+export { compileFlow, subTaskId, type WorkflowMachine } from './workflow/compileFlow.ts';
 export {
   createStepRunner,
   DEFAULT_STEP_HEARTBEAT_MS,

@@ -578,7 +578,7 @@ describe('kind: pipeline', () => {
         pipeline: 'outline',
         timeoutMs: 600_000,
         task: {
-          id: 'task-1-sub-1',
+          id: expect.stringMatching(/^task-1-sub-1-[A-Za-z0-9]{6}$/),
           goal: 'Outline it',
           input: { context: { plan: { parts: 2 } } },
           parent: {

@@ -15,7 +15,6 @@ import { allSteps, isWork, placesOf, type StepPlace } from '../config/flowLayout
 import type {
   AgentAskedStep,
   AgentStepConfig,
-  AgentWorkStep,
   HumanStepConfig,
   ParallelStepConfig,
   PipelineConfig,
@@ -569,7 +568,17 @@ function pipelineState(
           task: {
             id: subTaskId(stepId(context, step)),
             goal: step.goal ?? task.goal,
-            input: { ...task.input, context: outputs },
+            input: {
+              ...task.input,
+              context: outputs,
+              // Sent back by a review: what it said, and what this step's sub-task gave last time.
+              ...(context.approved === false && context.feedback !== undefined
+                ? { feedback: context.feedback }
+                : {}),
+              ...(context.previous?.[step.id]
+                ? { previous: parsedOutput(context.previous[step.id]?.output ?? '') }
+                : {}),
+            },
             ...(task.metadata ? { metadata: task.metadata } : {}),
             parent: {
               taskId: task.taskId,
@@ -621,10 +630,17 @@ function pipelineState(
   };
 }
 
-/** A sub-task's id, made from its step's: `<task>-<step>-<round>`, or a digest of it when that is too long. */
+/**
+ * A sub-task's id, made from its step's: `<task>-<step>-<round>-<6 characters of its digest>` (the digest tells
+ * task `a-b`'s step `c` from task `a`'s step `b-c`), or `sub-` and a longer digest when that is over 64 characters.
+ */
 export function subTaskId(stepId: string): string {
-  const id = stepId.replaceAll('.', '-');
-  return id.length <= 64 ? id : `sub-${createHash('sha256').update(stepId).digest('base64url').slice(0, 40)}`;
+  const digest = createHash('sha256')
+    .update(stepId)
+    .digest('base64url')
+    .replaceAll(/[^A-Za-z0-9]/g, 'x');
+  const id = `${stepId.replaceAll('.', '-')}-${digest.slice(0, 6)}`;
+  return id.length <= 64 ? id : `sub-${digest.slice(0, 40)}`;
 }
 
 type Answered = { event: { output: HumanRunOutput } };

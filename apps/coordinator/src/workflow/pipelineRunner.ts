@@ -71,7 +71,11 @@ export interface PipelineRunnerOptions {
   /** How large and deep a task payload may be. */
   limits?: IntakeLimits;
   /** Runs `pipeline` steps' sub-tasks; without it, a `pipeline` step fails the task saying so. */
-  subPipelines?: (input: PipelineRunInput, signal: AbortSignal) => Promise<PipelineRunOutput>;
+  subPipelines?: (
+    input: PipelineRunInput,
+    signal: AbortSignal,
+    stopping: () => boolean,
+  ) => Promise<PipelineRunOutput>;
   /** What `human` steps ask people with; without it, a `human` step fails the task saying so. */
   people?: Omit<HumanStepDeps, 'onActivity'>;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
@@ -118,7 +122,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
         if (!options.subPipelines)
           throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
-        return options.subPipelines(input, signal);
+        // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
+        return options.subPipelines(input, signal, () => stopping);
       }),
     },
   });
@@ -136,9 +141,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const running = new Map<string, RunningTask>();
   /** The agent of each step, by the step's id (the workflow's state while it runs). */
   const agentOfStep = new Map(agentSteps(config.flow).map((step) => [step.id, step.agent]));
-  const humanSteps = new Set(
+  const waitingSteps = new Set(
     allSteps(config.flow)
-      .filter((step) => step.kind === 'human')
+      .filter((step) => step.kind === 'human' || step.kind === 'pipeline')
       .map((step) => step.id),
   );
   const ackWaitMs = options.ackWaitMs ?? 30_000;
@@ -364,7 +369,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       ...deadlineOf(existing?.value.createdAt),
       ...(parent ? { parent } : {}),
     };
-    if (parent) parents.set(taskId, parent.taskId);
+
     const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
     const createdAt = existing?.value.createdAt ?? now();
     const progress = existing?.value.progress ?? 0;
@@ -448,6 +453,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       }
       return { next: 'handBack' };
     }
+    // Watched for its parent's ending only while it runs here (see `parentWatch`).
+    if (parent) parents.set(taskId, parent.taskId);
+    else parents.delete(taskId);
     const run: Run = {
       firstDelivery: existing === undefined && delivery.deliveryCount === 1,
       input,
@@ -476,7 +484,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           events,
           taskEvents,
           agentOfStep,
-          humanSteps,
+          waitingSteps,
+          orphaned: async (task) => {
+            if (!task.parent) return undefined;
+            const parent = (await store.get(task.parent.taskId))?.value;
+            return parent && parent.status !== 'running'
+              ? `its parent task ${task.parent.taskId} ${parent.status}`
+              : undefined;
+          },
           keepAliveMs,
           publish: publishSafely,
           running,

@@ -6,9 +6,9 @@ import {
   subjects,
   TroupeEvent,
 } from '@troupe/protocol';
-import type { Clock, NatsBus } from '@troupe/runtime';
+import { type Clock, every, type NatsBus } from '@troupe/runtime';
 import { OperationError } from '../operations/operationError.ts';
-import { cancelTask, submitToPipeline } from '../operations/taskOperations.ts';
+import { cancelTask, readTask, submitToPipeline } from '../operations/taskOperations.ts';
 import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
 /**
@@ -17,7 +17,11 @@ import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
  * before the task is submitted, and a sub-task that ended already is read from its record, so no ending is missed.
  */
 export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
-  return async (input: PipelineRunInput, signal: AbortSignal): Promise<PipelineRunOutput> => {
+  return async (
+    input: PipelineRunInput,
+    signal: AbortSignal,
+    stopping: () => boolean,
+  ): Promise<PipelineRunOutput> => {
     const started = clock.now();
     const ended = (code: string, message: string): PipelineRunOutput => ({
       ok: false,
@@ -40,6 +44,13 @@ export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
       if (parsed.ok && FINAL_EVENT_KINDS.includes(parsed.value.kind)) settle(parsed.value);
     });
     let timer: unknown;
+    // The event may be missed (a reconnect while it went by): the sub-task's record says it too.
+    const stopPolling = every(clock, RECHECK_MS, () => {
+      void readTask(bus, task.id).then(
+        (record) => record.final && settle(record.final),
+        () => undefined,
+      );
+    });
     try {
       await bus.flush();
       try {
@@ -58,7 +69,13 @@ export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
         signal.addEventListener('abort', () => resolve('left'), { once: true });
         void final.then(resolve);
       });
-      if (outcome === 'left') return ended('aborted', 'the step was left');
+      if (outcome === 'left') {
+        // Left by the flow (a join that went on without it, the task cancelled): the sub-task is not needed. Left
+        // because this coordinator stops: it goes on, for the run that resumes this task.
+        if (!stopping())
+          await cancelQuietly(task.id, `its parent step ${task.parent.taskId}/${task.parent.step} was left`);
+        return ended('aborted', 'the step was left');
+      }
       if (outcome === 'timeout') {
         // The step has given up on it: it must not go on unobserved.
         await cancelTask(
@@ -74,10 +91,22 @@ export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
       return outcomeOf(outcome, Math.max(0, clock.now() - started));
     } finally {
       clock.clearTimeout(timer);
+      stopPolling();
       subscription.unsubscribe();
     }
   };
+
+  /**
+   * Cancels a sub-task the parent no longer waits for. One not running yet cannot be cancelled now: it cancels
+   * itself when it starts if its parent task has ended by then (`orphaned` in the pipeline runner).
+   */
+  async function cancelQuietly(taskId: string, reason: string): Promise<void> {
+    await cancelTask(bus, taskId, reason).catch(() => undefined);
+  }
 }
+
+/** How often a step waiting on its sub-task reads the sub-task's record, in case its final event went by unseen. */
+const RECHECK_MS = 10_000;
 
 function outcomeOf(final: TroupeEvent, durationMs: number): PipelineRunOutput {
   switch (final.kind) {

@@ -67,8 +67,13 @@ export interface WorkflowRunServices {
   taskEvents: TaskEvents;
   /** The agent of each step, by the step's id (the workflow's state while it runs). */
   agentOfStep: ReadonlyMap<string, string>;
-  /** The `human` steps: a task whose every active step is one waits on people, and holds no working slot. */
-  humanSteps: ReadonlySet<string>;
+  /**
+   * The steps that wait on something other than this task's work — a person (`human`), a sub-task (`pipeline`): a
+   * task whose every active step is one holds no working slot.
+   */
+  waitingSteps: ReadonlySet<string>;
+  /** Why a task must be cancelled as soon as it runs (a sub-task whose parent ended meanwhile), if it must. */
+  orphaned?: (input: WorkflowInput) => Promise<string | undefined>;
   /** How often the task's message is kept alive while it runs. */
   keepAliveMs: number;
   /** Publishes an event, logging (never throwing) when it cannot be made or sent. */
@@ -111,7 +116,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     events,
     taskEvents,
     agentOfStep,
-    humanSteps,
+    waitingSteps,
     keepAliveMs,
     running,
   } = services;
@@ -279,9 +284,9 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       const snap = actor.getSnapshot();
       const active = activeSteps(snap.value);
       // A transition: the workflow works again (a step replied), so the task takes a working slot — unless all it
-      // does now is wait on people (a person's step, alone or in every branch still going).
+      // does now is wait (on people, or on a sub-task), alone or in every branch still going.
       const onPeople =
-        snap.status === 'active' && active.length > 0 && active.every((s) => humanSteps.has(s));
+        snap.status === 'active' && active.length > 0 && active.every((s) => waitingSteps.has(s));
       delivery.park(onPeople);
       const state = active.join('+');
       const ended = snap.status === 'done' && endedTask(snap.output) ? snap.output : undefined;
@@ -370,6 +375,11 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
         ),
       );
     }
+    // A sub-task whose parent ended while it waited to run here ends too.
+    void services.orphaned?.(run.input).then(
+      (why) => why !== undefined && cancel(why),
+      () => undefined,
+    );
     const outcome = await ended;
     await writes;
     // Another coordinator runs the task now: it publishes, acks or hands back; this one leaves it alone.

@@ -7,7 +7,10 @@ const VERDICT_INSTRUCTIONS =
 
 /** The opening conversation of a step: the agent's instructions, then the task and what earlier steps produced. */
 export function buildStepMessages(instructions: string, request: AgentStepRequest): ChatMessage[] {
-  const own = request.instructions === undefined ? instructions.trim() : `${instructions.trim()}\n\n${request.instructions}`;
+  const own =
+    request.instructions === undefined
+      ? instructions.trim()
+      : `${instructions.trim()}\n\n${request.instructions}`;
   const system = request.expect === 'verdict' ? `${own}\n\n${VERDICT_INSTRUCTIONS}` : own;
   return [
     { role: 'system', content: system },
