@@ -80,12 +80,15 @@ describe('a pipeline as a step', () => {
         .toBe(1);
       await cancelTask(one.bus, 'wait-2', 'no longer needed');
       expect(await one.finalOf('wait-2')).toMatchObject({ kind: 'task.cancelled' });
-      // The slot frees; the sub-task starts, finds its parent ended, and ends too.
+      // The slot frees; the sub-task starts, finds its parent ended, and ends too. (On a loaded machine the
+      // sub-task may have been taken up before the parent's step was left: then that cancels it.)
       await cancelTask(one.bus, 'blocker');
       const child = subTaskId('wait-2.slow.1');
       expect(await one.finalOf(child, 30_000)).toMatchObject({
         kind: 'task.cancelled',
-        data: { reason: 'its parent task wait-2 cancelled' },
+        data: {
+          reason: expect.stringMatching(/^its parent (task wait-2 cancelled|step wait-2\/slow was left)$/),
+        },
       });
       // Its first step was stopped as it began: it finished nothing.
       expect(ofKind(one.eventsOf(child), 'step.completed').filter((e) => e.data.ok)).toHaveLength(0);
