@@ -55,17 +55,16 @@ export function checkFlow(config: PipelineConfig): Problem[] {
       }
     };
     if (step.when !== undefined) readable(step.when, ['when'], 'bool');
-    if (step.kind === 'agent' || step.kind === 'review') {
-      if (!(step.agent in config.agents)) {
-        problem(['agent'], `no agent named "${step.agent}" under agents${suggestion(step.agent, agents)}`);
-      }
-      step.context?.forEach((ref, j) => {
-        if (!visible.includes(ref)) {
-          problem(['context', j], `"${ref}" is not an earlier step${suggestion(ref, visible)}`);
-        }
-      });
-      checkApprovalWait(config, step, problem);
+    // Every kind that names an agent (agent, review, a router) or the outputs it sees (those and a sub-pipeline).
+    const { agent, context } = step as { agent?: string; context?: string[] };
+    if (agent !== undefined && !(agent in config.agents)) {
+      problem(['agent'], `no agent named "${agent}" under agents${suggestion(agent, agents)}`);
     }
+    context?.forEach((ref, j) => {
+      if (!visible.includes(ref))
+        problem(['context', j], `"${ref}" is not an earlier step${suggestion(ref, visible)}`);
+    });
+    if (step.kind === 'agent' || step.kind === 'review') checkApprovalWait(config, step, problem);
     if (step.kind === 'review' && place.branch) {
       problem(
         ['kind'],
@@ -97,12 +96,6 @@ export function checkFlow(config: PipelineConfig): Problem[] {
     const onError = (step as { onError?: unknown }).onError;
     if (typeof onError === 'string' && onError !== 'fail' && onError !== 'continue')
       target(onError, ['onError']);
-    if (step.kind === 'pipeline') {
-      step.context?.forEach((ref, j) => {
-        if (!visible.includes(ref))
-          problem(['context', j], `"${ref}" is not an earlier step${suggestion(ref, visible)}`);
-      });
-    }
     if (step.kind === 'human') {
       if (step.onTimeout !== 'fail' && step.onTimeout !== 'continue') target(step.onTimeout, ['onTimeout']);
       const invalid = step.answer === undefined ? undefined : jsonSchemaProblem(step.answer);
@@ -125,13 +118,6 @@ export function checkFlow(config: PipelineConfig): Problem[] {
       for (const [value, to] of Object.entries(step.cases ?? {})) target(to, ['cases', value]);
       if (step.default !== undefined) target(step.default, ['default']);
       for (const to of Object.keys(step.targets ?? {})) target(to, ['targets', to]);
-      if (step.agent !== undefined && !(step.agent in config.agents)) {
-        problem(['agent'], `no agent named "${step.agent}" under agents${suggestion(step.agent, agents)}`);
-      }
-      step.context?.forEach((ref, j) => {
-        if (!visible.includes(ref))
-          problem(['context', j], `"${ref}" is not an earlier step${suggestion(ref, visible)}`);
-      });
     }
   }
   return problems;

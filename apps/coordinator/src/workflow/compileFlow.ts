@@ -346,6 +346,17 @@ function gateState(step: StepConfig, when: string, next: string, scope: ListScop
   };
 }
 
+/** `step.started`, as a step that waits on `agent` (an agent, `human`, `pipeline`) enters its state. */
+function startedEvent(step: Pick<StepConfig, 'id'>, agent: string) {
+  return emit(({ context }: { context: WorkflowContext }) => ({
+    type: 'event' as const,
+    kind: 'step.started' as const,
+    from: 'workflow',
+    to: agent,
+    data: { step: step.id, agent, round: context.round, stepId: stepId(context, step) },
+  }));
+}
+
 /** An agent or review step: a state that invokes `runStep` and goes where the reply says. */
 function agentState(
   config: PipelineConfig,
@@ -361,13 +372,7 @@ function agentState(
     id: step.id,
     entry: [
       emit(({ context }: { context: WorkflowContext }) => handoff(context, step)),
-      emit(({ context }: { context: WorkflowContext }) => ({
-        type: 'event' as const,
-        kind: 'step.started' as const,
-        from: 'workflow',
-        to: step.agent,
-        data: { step: step.id, agent: step.agent, round: context.round, stepId: stepId(context, step) },
-      })),
+      startedEvent(step, step.agent),
     ],
     invoke: {
       src: 'runStep',
@@ -542,15 +547,7 @@ function pipelineState(
   const before = [completed, spent];
   return {
     id: step.id,
-    entry: [
-      emit(({ context }: Args) => ({
-        type: 'event' as const,
-        kind: 'step.started' as const,
-        from: 'workflow',
-        to: agent,
-        data: { step: step.id, agent, round: context.round, stepId: stepId(context, step) },
-      })),
-    ],
+    entry: [startedEvent(step, agent)],
     invoke: {
       src: 'runPipeline',
       input: ({ context }: { context: WorkflowContext }): PipelineRunInput => {
@@ -718,15 +715,7 @@ function humanState(
   )[0] as Transition;
   return {
     id: step.id,
-    entry: [
-      emit(({ context }: Args) => ({
-        type: 'event' as const,
-        kind: 'step.started' as const,
-        from: 'workflow',
-        to: 'human',
-        data: { step: step.id, agent: 'human', round: context.round, stepId: stepId(context, step) },
-      })),
-    ],
+    entry: [startedEvent(step, 'human')],
     invoke: {
       src: 'askPerson',
       input: ({ context }: { context: WorkflowContext }): HumanRunInput => ({
