@@ -370,15 +370,13 @@ describe('compileFlow: a run that fails', () => {
 /** A workflow whose planner answers and whose executor never does: started, and waiting in `execute`. */
 async function startedInExecute() {
   let signal: AbortSignal | undefined;
-  const machine = compileFlow(pipeline()).provide({
-    actors: {
-      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal: stepSignal }) => {
-        if (input.request.agent === 'planner')
-          return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
-        signal = stepSignal;
-        return new Promise<StepRunOutput>(() => {});
-      }),
-    },
+  const machine = compileFlow(pipeline(), {
+    runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal: stepSignal }) => {
+      if (input.request.agent === 'planner')
+        return { ...text('the plan', usage(100, 10)), stepId: input.request.stepId } as StepRunOutput;
+      signal = stepSignal;
+      return new Promise<StepRunOutput>(() => {});
+    }),
   });
   const actor = createActor(machine, { input: task });
   actor.start();

@@ -703,3 +703,105 @@ flow:
     });
   });
 });
+
+describe('parsePipeline refuses a foreach step used wrongly, at its line', () => {
+  const EACH = `version: 1
+name: fanout
+models:
+  scripted: { provider: scripted, script: ./fanout.script.yaml }
+defaults: { model: scripted }
+agents:
+  planner: { instructions: Plan. }
+  builder: { instructions: Build. }
+  reviewer: { instructions: Review. }
+flow:
+  - id: plan
+    kind: agent
+    agent: planner
+  - id: build-each
+    kind: foreach
+    items: steps.plan.output.parts
+    maxItems: 20
+    do:
+      - id: build
+        kind: agent
+        agent: builder
+  - id: close
+    kind: agent
+    agent: builder
+`;
+
+  it('accepts the flow as written, with its defaults', () => {
+    const step = parsePipeline(EACH, FILE, { toolNames }).flow[1];
+    expect(step).toMatchObject({ kind: 'foreach', concurrency: 4, onError: 'fail', maxItems: 20 });
+  });
+
+  it('a foreach step without its bound', () => {
+    const text = edit(EACH, '    maxItems: 20\n', '');
+    expectIssue(refusal(text), 'flow[1].maxItems', { message: 'missing (required: number)' });
+  });
+
+  it('items that are not CEL, or read a step that has not run by then', () => {
+    const broken = refusal(edit(EACH, 'items: steps.plan.output.parts', 'items: steps.plan.output.parts['));
+    expectIssue(broken, 'flow[1].items', { message: 'not a valid CEL expression' });
+    const text = edit(EACH, 'items: steps.plan.output.parts', 'items: steps.plon.output.parts');
+    expectIssue(refusal(text), 'flow[1].items', {
+      line: lineOf(text, 'items: steps.plon'),
+      message: 'reads steps.plon, which is not a step that has run by then (did you mean "plan"?)',
+    });
+    const literal = refusal(edit(EACH, 'items: steps.plan.output.parts', `items: '"abc"'`));
+    expectIssue(literal, 'flow[1].items', { message: 'must give a list, but gives a string' });
+  });
+
+  it('a step after it reading a step of its items, which ran once per item', () => {
+    const text = edit(
+      EACH,
+      '  - id: close\n    kind: agent\n    agent: builder\n',
+      '  - id: close\n    kind: agent\n    agent: builder\n    context: [build]\n',
+    );
+    expectIssue(refusal(text), 'flow[2].context[0]', { message: '"build" is not an earlier step' });
+  });
+
+  it('a review or a foreach step inside it, and failFast with onError: continue', () => {
+    const review = refusal(
+      edit(
+        EACH,
+        '        agent: builder\n  - id: close',
+        '        agent: builder\n      - { id: check, kind: review, agent: reviewer, onReject: build, maxRounds: 2 }\n  - id: close',
+      ),
+    );
+    expectIssue(review, 'flow[1].do[1].kind', {
+      message: 'a review cannot be inside foreach step build-each',
+    });
+    const nested = refusal(
+      edit(
+        EACH,
+        '        agent: builder\n  - id: close',
+        '        agent: builder\n      - { id: again, kind: foreach, items: input.item.parts, maxItems: 3, do: [{ id: part, kind: agent, agent: builder }] }\n  - id: close',
+      ),
+    );
+    expectIssue(nested, 'flow[1].do[1].kind', {
+      message: 'a foreach step cannot be inside foreach step build-each',
+    });
+    const text = edit(
+      EACH,
+      '    maxItems: 20\n',
+      '    maxItems: 20\n    failFast: true\n    onError: continue\n',
+    );
+    expectIssue(refusal(text), 'flow[1].failFast', {
+      line: lineOf(text, 'failFast: true'),
+      message: 'drop one',
+    });
+  });
+
+  it('a jump out of its steps', () => {
+    const text = edit(
+      EACH,
+      '        agent: builder\n  - id: close',
+      '        agent: builder\n        next: close\n  - id: close',
+    );
+    expectIssue(refusal(text), 'flow[1].do[0].next', {
+      message: '"close" is not a later step of the same list, nor "end"',
+    });
+  });
+});

@@ -10,7 +10,15 @@ const TokenUsage = z.object({
   cachedTokens: z.number().int().nonnegative(),
 });
 
-const StepRef = { step: z.string(), agent: Name, round: z.number().int().positive(), stepId: z.string() };
+/** In the events of a foreach step's item: the item's place in the step's list. */
+const ItemRef = { item: z.number().int().nonnegative().optional() };
+const StepRef = {
+  step: z.string(),
+  agent: Name,
+  round: z.number().int().positive(),
+  stepId: z.string(),
+  ...ItemRef,
+};
 const CallRef = { agent: Name, stepId: z.string() };
 
 /** The payload (`data`) of each event kind. */
@@ -33,7 +41,12 @@ export const EventData = {
   }),
   'step.started': z.object(StepRef),
   /** A step whose `when` was false: it did not run. */
-  'step.skipped': z.object({ step: z.string(), round: z.number().int().positive(), when: z.string() }),
+  'step.skipped': z.object({
+    step: z.string(),
+    round: z.number().int().positive(),
+    when: z.string(),
+    ...ItemRef,
+  }),
   /** A route picked where the flow goes: a later step, or `end`. */
   'route.chosen': z.object({
     step: z.string(),
@@ -45,6 +58,7 @@ export const EventData = {
     /** A router agent that picked the target, and why it did. */
     agent: Name.optional(),
     reason: z.string().optional(),
+    ...ItemRef,
   }),
   /** A parallel step's branches were joined: how each ended. */
   'branches.joined': z.object({
@@ -57,8 +71,26 @@ export const EventData = {
       z.object({ status: z.enum(['completed', 'failed', 'stopped']), message: z.string().optional() }),
     ),
     ok: z.boolean(),
+    ...ItemRef,
   }),
-  'agent.handoff': z.object({ step: z.string(), round: z.number().int().positive(), reason: z.string() }),
+  /** A foreach step's items have all ended, or it stopped them: how many there were and how they ended. */
+  'items.joined': z.object({
+    step: z.string(),
+    round: z.number().int().positive(),
+    items: z.number().int().nonnegative(),
+    completed: z.number().int().nonnegative(),
+    /** Each failed item, by its place in the list, with why it failed. */
+    failed: z.array(z.object({ index: z.number().int().nonnegative(), message: z.string() })),
+    /** Items not run or stopped: the step failed fast, or could not list its items. */
+    stopped: z.number().int().nonnegative(),
+    ok: z.boolean(),
+  }),
+  'agent.handoff': z.object({
+    step: z.string(),
+    round: z.number().int().positive(),
+    reason: z.string(),
+    ...ItemRef,
+  }),
   'llm.request': z.object({
     ...CallRef,
     turn: z.number().int().positive(),
@@ -283,6 +315,7 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('step.skipped'),
   eventSchema('route.chosen'),
   eventSchema('branches.joined'),
+  eventSchema('items.joined'),
   eventSchema('agent.handoff'),
   eventSchema('llm.request'),
   eventSchema('llm.response'),

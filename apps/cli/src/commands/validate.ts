@@ -39,6 +39,10 @@ function describeStep(step: PipelineConfig['flow'][number]): string {
       return `${step.id} (review: reject → ${step.onReject}, ≤${step.maxRounds} rounds)${when}`;
     case 'parallel':
       return `${step.id} (parallel, join ${step.join}: ${Object.keys(step.branches).join(' | ')})${when}`;
+    case 'foreach':
+      return `${step.id} (foreach ≤${step.maxItems} of ${step.items}, ${step.concurrency} at a time: ${step.do
+        .map((s) => describeStep(s as PipelineConfig['flow'][number]))
+        .join(' → ')})${when}`;
     case 'route':
       return step.agent !== undefined
         ? `${step.id} (${step.agent} picks: ${Object.keys(step.targets ?? {}).join(', ')})${when}`

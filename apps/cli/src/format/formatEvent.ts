@@ -58,6 +58,10 @@ const oneLine = (text: string, max = 100): string => {
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 };
 
+/** A step, and the foreach item it ran for: `build[3]`. */
+const stepOf = (d: { step: string; item?: number | undefined }) =>
+  d.item === undefined ? d.step : `${d.step}[${d.item}]`;
+
 const tokens = (u: { inputTokens: number; outputTokens: number }) => `${u.inputTokens}→${u.outputTokens} tok`;
 const usd = (cost: number) => (cost > 0 ? ` $${cost.toFixed(4)}` : '');
 
@@ -68,19 +72,28 @@ function summarize(event: TroupeEvent): string {
     case 'task.resumed':
       return `in step ${event.data.state}, round ${event.data.round} (delivery ${event.data.deliveries})`;
     case 'step.started':
-      return `${event.data.step} (round ${event.data.round})`;
+      return `${stepOf(event.data)} (round ${event.data.round})`;
     case 'step.skipped':
-      return `${event.data.step}: when ${oneLine(event.data.when, 80)} was false`;
+      return `${stepOf(event.data)}: when ${oneLine(event.data.when, 80)} was false`;
     case 'route.chosen':
-      return `${event.data.step} → ${event.data.target} (${oneLine(event.data.value, 40)}${event.data.case === undefined ? ', default' : ''})`;
+      return `${stepOf(event.data)} → ${event.data.target} (${oneLine(event.data.value, 40)}${event.data.case === undefined ? ', default' : ''})`;
     case 'branches.joined':
       return `${event.data.step} (${event.data.join}) ${event.data.ok ? 'ok' : 'failed'}: ${Object.entries(
         event.data.branches,
       )
         .map(([branch, b]) => `${branch} ${b.status}`)
         .join(', ')}`;
+    case 'items.joined':
+      return `${event.data.step}: ${event.data.completed} of ${event.data.items} items done${
+        event.data.failed.length > 0
+          ? `, ${event.data.failed.length} failed (${event.data.failed
+              .slice(0, 3)
+              .map((f) => `#${f.index}: ${oneLine(f.message, 60)}`)
+              .join('; ')})`
+          : ''
+      }${event.data.stopped > 0 ? `, ${event.data.stopped} not run` : ''}`;
     case 'agent.handoff':
-      return `${event.data.step}${event.data.reason === 'rework' ? ' — rework' : ''}`;
+      return `${stepOf(event.data)}${event.data.reason === 'rework' ? ' — rework' : ''}`;
     case 'llm.request':
       return `turn ${event.data.turn} · ${event.data.provider}:${event.data.model} · ${event.data.messages} messages`;
     case 'llm.response': {
@@ -126,7 +139,7 @@ function summarize(event: TroupeEvent): string {
       const body = event.data.ok
         ? verdict || oneLine(event.data.output, 70)
         : `failed: ${event.data.error?.message ?? ''}`;
-      return `${event.data.step} · ${tokens(event.data.usage)} · ${body}`;
+      return `${stepOf(event.data)} · ${tokens(event.data.usage)} · ${body}`;
     }
     case 'task.completed':
       return `${event.data.approved === false ? 'UNAPPROVED (review bound reached) · ' : ''}${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}`;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { FINAL_STATES } from '../workflow/workflowTypes.ts';
 import { suggestion } from './didYouMean.ts';
 import { expressionProblem, stepsReadBy } from './expressions.ts';
-import { allSteps, placesOf, type StepPlace } from './flowLayout.ts';
+import { allSteps, innerLists, placesOf, type StepPlace } from './flowLayout.ts';
 import type { PipelineConfig, StepConfig } from './pipelineSchema.ts';
 
 /** A problem with a pipeline, at its path in the file. */
@@ -11,7 +11,7 @@ export interface Problem {
   message: string;
 }
 
-/** Where a route ends its list of steps (the task, at the top level; the branch, in a parallel step). */
+/** Where a route ends its list of steps (the task, at the top level; the branch, or the item, in a step holding steps). */
 export const ROUTE_END = 'end';
 
 /**
@@ -42,7 +42,7 @@ export function checkFlow(config: PipelineConfig): Problem[] {
     }
     seen.add(step.id);
     const visible = visibleFrom(place, places);
-    const readable = (expression: string, key: PropertyKey[], type?: 'bool') => {
+    const readable = (expression: string, key: PropertyKey[], type?: 'bool' | 'list') => {
       const invalid = expressionProblem(expression, type);
       if (invalid) return problem(key, invalid);
       for (const ref of stepsReadBy(expression)) {
@@ -70,6 +70,27 @@ export function checkFlow(config: PipelineConfig): Problem[] {
         ['kind'],
         `a review cannot be inside a branch of parallel step ${place.branch.parallel.id}: its rework rounds count for the whole task; review after the parallel step`,
       );
+    }
+    if (step.kind === 'review' && place.foreach) {
+      problem(
+        ['kind'],
+        `a review cannot be inside foreach step ${place.foreach.id}: its rework rounds count for the whole task; review after the foreach step`,
+      );
+    }
+    if (step.kind === 'foreach') {
+      readable(step.items, ['items'], 'list');
+      if (place.foreach) {
+        problem(
+          ['kind'],
+          `a foreach step cannot be inside foreach step ${place.foreach.id}; run a pipeline with a foreach step of its own for each item instead (kind: pipeline)`,
+        );
+      }
+      if (step.failFast === true && step.onError === 'continue') {
+        problem(
+          ['failFast'],
+          'failFast stops the items at the first failure, but onError: continue lets items fail without failing the step; drop one',
+        );
+      }
     }
     if (step.kind === 'review') {
       const earlier = place.list.slice(0, place.index).map((s) => s.id);
@@ -123,11 +144,16 @@ export function checkFlow(config: PipelineConfig): Problem[] {
   return problems;
 }
 
-/** The steps whose outputs a step may read: those before it, and the steps inside the parallel ones among them. */
+/**
+ * The steps whose outputs a step may read: those before it, and the steps inside the parallel ones among them (not
+ * a foreach step's: they ran once per item, and the foreach step's output has each item's result).
+ */
 function visibleFrom(place: StepPlace, places: Map<string, StepPlace>): string[] {
+  const inside = (step: StepConfig): string[] =>
+    step.kind === 'parallel' ? [step.id, ...Object.values(step.branches).flat().flatMap(inside)] : [step.id];
   return place.before.flatMap((id) => {
     const step = places.get(id)?.step;
-    return step?.kind === 'parallel' ? allSteps([step]).map((s) => s.id) : [id];
+    return step ? inside(step) : [id];
   });
 }
 
@@ -162,9 +188,8 @@ function pathOf(
 ): PropertyKey[] | undefined {
   for (const [i, step] of list.entries()) {
     if (step === target) return [...at, i];
-    if (step.kind !== 'parallel') continue;
-    for (const [id, steps] of Object.entries(step.branches)) {
-      const found = pathOf(steps, target, [...at, i, 'branches', id]);
+    for (const [key, steps] of innerLists(step)) {
+      const found = pathOf(steps, target, [...at, i, ...key]);
       if (found) return found;
     }
   }

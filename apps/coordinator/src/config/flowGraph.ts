@@ -16,7 +16,7 @@ export const FlowGraph = z.object({
       kind: z.string(),
       /** The step's agent; for a step without one, its kind (`parallel`, `route`). */
       agent: z.string(),
-      /** The parallel step and branch it runs in, when it does. */
+      /** The parallel step and branch it runs in, when it does; a foreach step's steps are in its branch `each`. */
       parent: z.string().optional(),
       branch: z.string().optional(),
       /** Its condition, when it only runs sometimes. */
@@ -30,13 +30,16 @@ export const FlowGraph = z.object({
       to: z.string(),
       /**
        * When it is taken: `approve` and `reject` after a review, a route's case (`= bug`) or `default`, a parallel
-       * step's branch (`branch docs`), `answered` or `timeout` after a person's step; absent when it always is.
+       * step's branch (`branch docs`), a foreach step's items (`each of steps.plan.output.parts`), `answered` or `timeout` after a person's step; absent when it always is.
        */
       when: z.string().optional(),
     }),
   ),
 });
 export type FlowGraph = z.infer<typeof FlowGraph>;
+
+/** The branch a foreach step's `do` steps are drawn in. */
+export const FOREACH_BRANCH = 'each';
 
 /** The end of every flow, as an edge's `to`. */
 export const FLOW_END = 'end';
@@ -93,6 +96,11 @@ export function flowGraph(config: Pick<PipelineConfig, 'flow'>): FlowGraph {
             walk(steps, next, { parent: step.id, branch });
           }
           break;
+        case 'foreach':
+          // Drawn as a parallel step with one branch, which runs once for each item.
+          edges.push({ from: step.id, to: (step.do[0] as StepConfig).id, when: `each of ${step.items}` });
+          walk(step.do, next, { parent: step.id, branch: FOREACH_BRANCH });
+          break;
       }
     });
   };
@@ -117,13 +125,13 @@ export function flowMermaid(graph: FlowGraph): string {
   const shape = (node: FlowGraph['nodes'][number]) =>
     node.kind === 'route'
       ? `{${label(node)}}`
-      : node.kind === 'parallel'
+      : node.kind === 'parallel' || node.kind === 'foreach'
         ? `[[${label(node)}]]`
         : `[${label(node)}]`;
   const emit = (parent: string | undefined, branch: string | undefined, indent: string) => {
     for (const node of graph.nodes.filter((n) => n.parent === parent && n.branch === branch)) {
       lines.push(`${indent}${id(node.id)}${shape(node)}`);
-      if (node.kind !== 'parallel') continue;
+      if (node.kind !== 'parallel' && node.kind !== 'foreach') continue;
       const branches = [...new Set(graph.nodes.filter((n) => n.parent === node.id).map((n) => n.branch))];
       for (const b of branches) {
         lines.push(`${indent}subgraph ${id(`${node.id}__${b}`)} ["${escapeHtml(`${node.id} · ${b}`)}"]`);

@@ -317,6 +317,34 @@ export const PipelineStepConfig = withExtensions({
   onError: OnError.optional(),
 });
 
+/**
+ * Runs its `do` steps once for each item of a list an earlier step produced (`items`, a CEL expression), each item
+ * in a workflow of its own, `concurrency` at a time. `maxItems` bounds the list: a longer one fails the step. Its
+ * output, for the steps after it, is a JSON array of each item's result in the order of the list.
+ */
+export const ForeachStepConfig = withExtensions({
+  ...stepBase,
+  kind: z.literal('foreach'),
+  /** A CEL expression giving the list, e.g. `steps.plan.output.parts`. */
+  items: Expression,
+  /** The most items the step runs; a list longer than this fails the step rather than running part of it. */
+  maxItems: z.number().int().min(1).max(1_000),
+  /** How many items run at once. */
+  concurrency: z.number().int().min(1).max(100).default(4),
+  /**
+   * Whether the first failed item stops the others and fails the step at once; by default it does, unless
+   * `onError: continue`. Without it, every item runs and the step fails at the end if one did.
+   */
+  failFast: z.boolean().optional(),
+  /** The steps each item runs: they see the item as `input.item` (and its place in the list as `input.index`). */
+  do: z.array(z.lazy((): z.ZodType<StepConfig> => StepConfig)).min(1, 'needs at least one step'),
+  /**
+   * `fail` (default): a failed item fails the step; `continue`: failed items are in the output as
+   * `{"error": ...}` and never fail the step; a later step's id: where the flow goes when the step fails.
+   */
+  onError: OnError.default('fail'),
+});
+
 export const StepConfig = z.discriminatedUnion('kind', [
   AgentStepConfig,
   ReviewStepConfig,
@@ -324,6 +352,7 @@ export const StepConfig = z.discriminatedUnion('kind', [
   RouteStepConfig,
   HumanStepConfig,
   PipelineStepConfig,
+  ForeachStepConfig,
 ]);
 export type StepConfig =
   | AgentStepConfig
@@ -331,7 +360,8 @@ export type StepConfig =
   | ParallelStepConfig
   | RouteStepConfig
   | HumanStepConfig
-  | PipelineStepConfig;
+  | PipelineStepConfig
+  | ForeachStepConfig;
 export type PipelineStepConfig = z.infer<typeof PipelineStepConfig>;
 export type HumanStepConfig = z.infer<typeof HumanStepConfig>;
 export type AgentStepConfig = z.infer<typeof AgentStepConfig>;
@@ -344,6 +374,20 @@ export interface ParallelStepConfig {
   kind: 'parallel';
   branches: Record<string, StepConfig[]>;
   join: 'all' | 'any' | 'first';
+  onError: string;
+  [extension: `x-${string}`]: unknown;
+}
+/** Written out, like {@link ParallelStepConfig}: a foreach step holds steps. */
+export interface ForeachStepConfig {
+  id: string;
+  when?: string | undefined;
+  next?: string | undefined;
+  kind: 'foreach';
+  items: string;
+  maxItems: number;
+  concurrency: number;
+  failFast?: boolean | undefined;
+  do: StepConfig[];
   onError: string;
   [extension: `x-${string}`]: unknown;
 }

@@ -207,18 +207,16 @@ export async function replayTask(
         replayed.push(event);
       },
     };
-    const machine = compileFlow(config).provide({
-      actors: {
-        runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
-          const agent = agents.get(input.request.agent);
-          if (!agent) throw new Error(`agent ${input.request.agent} is not in pipeline ${config.name}`);
-          // Token, cost and call budgets hold as recorded; the wall clock of the recorded run does not.
-          const { budget, ...rest } = input.request;
-          const { deadline: _deadline, ...untimed } = budget ?? { sources: {} };
-          const request = budget ? { ...rest, budget: untimed } : rest;
-          return { ...(await runAgentStep(agent, request, deps)), durationMs: 0 };
-        }),
-      },
+    const machine = compileFlow(config, {
+      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
+        const agent = agents.get(input.request.agent);
+        if (!agent) throw new Error(`agent ${input.request.agent} is not in pipeline ${config.name}`);
+        // Token, cost and call budgets hold as recorded; the wall clock of the recorded run does not.
+        const { budget, ...rest } = input.request;
+        const { deadline: _deadline, ...untimed } = budget ?? { sources: {} };
+        const request = budget ? { ...rest, budget: untimed } : rest;
+        return { ...(await runAgentStep(agent, request, deps)), durationMs: 0 };
+      }),
     });
     const accepted = recording.accepted.data;
     const input: WorkflowInput = {

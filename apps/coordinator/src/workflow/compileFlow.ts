@@ -10,11 +10,12 @@ import { emptyUsage, errorMessage, StepErrorCode, sumUsage, taskFailureReason } 
 import { preview } from '@troupe/runtime';
 import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
 import { ROUTE_END } from '../config/checkFlow.ts';
-import { type ExpressionScope, evaluate } from '../config/expressions.ts';
+import { type ExpressionScope, evaluate, stepsReadBy } from '../config/expressions.ts';
 import { allSteps, isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
 import type {
   AgentAskedStep,
   AgentStepConfig,
+  ForeachStepConfig,
   HumanStepConfig,
   ParallelStepConfig,
   PipelineConfig,
@@ -25,8 +26,11 @@ import type {
 } from '../config/pipelineSchema.ts';
 import type {
   BranchOutcome,
+  ForeachProgress,
   HumanRunInput,
   HumanRunOutput,
+  ItemOutcome,
+  ItemOutput,
   PipelineRunInput,
   PipelineRunOutput,
   StepRunInput,
@@ -144,47 +148,59 @@ const workflowSetup = setup({
  * Every state that waits (a step's call, a branch's) is keyed by its step id, so a checkpoint names where the task
  * is; transient states are never in one.
  */
-export function compileFlow(config: PipelineConfig) {
-  const places = placesOf(config.flow);
-  const top: ListScope = {
-    exit: `#${FINAL_IDS.completed}`,
-    fail: (failure) => ({
-      target: `#${FINAL_IDS.failed}`,
-      actions: [{ type: 'fail' as const, params: failure }],
-    }),
-  };
-  const states: Record<string, object> = compileList(config, places, config.flow, top);
+export function compileFlow(config: PipelineConfig, provided: StepActors = {}) {
+  const compiling: Compiling = { config, places: placesOf(config.flow), provided, actors: {} };
+  const states: Record<string, object> = compileList(compiling, config.flow, TOP_SCOPE);
   for (const final of ['completed', 'failed', 'cancelled', 'released'] as const) {
     states[final] = { id: FINAL_IDS[final], type: 'final' };
   }
 
-  return workflowSetup.createMachine({
-    id: `workflow:${config.name}`,
-    context: ({ input }) => ({
-      task: input,
-      round: 1,
-      rejections: {},
-      latest: {},
-      usage: emptyUsage(),
-      usageByAgent: {},
-    }),
-    initial: initialKey(config.flow),
-    on: {
-      cancel: {
-        target: '.cancelled',
-        actions: assign(({ event }) => ({
-          cancelled: event.reason === undefined ? {} : { reason: event.reason },
-        })),
+  return workflowSetup
+    .createMachine({
+      id: `workflow:${config.name}`,
+      context: ({ input }) => ({
+        task: input,
+        round: 1,
+        rejections: {},
+        latest: {},
+        usage: emptyUsage(),
+        usageByAgent: {},
+      }),
+      initial: initialKey(config.flow),
+      on: {
+        cancel: {
+          target: '.cancelled',
+          actions: assign(({ event }) => ({
+            cancelled: event.reason === undefined ? {} : { reason: event.reason },
+          })),
+        },
+        release: {
+          target: '.released',
+          actions: assign(({ event }) => ({ released: { why: event.why } })),
+        },
+        'item.said': { actions: emit(({ event }) => event.event) },
       },
-      release: {
-        target: '.released',
-        actions: assign(({ event }) => ({ released: { why: event.why } })),
-      },
-    },
-    // The states are built from config, so their shape is checked by the tests, not the compiler.
-    states: states as never,
-    output: ({ context }) => workflowOutput(config, context),
-  });
+      // The states are built from config, so their shape is checked by the tests, not the compiler.
+      states: states as never,
+      output: ({ context }) => workflowOutput(config, context),
+    })
+    .provide({ actors: { ...provided, ...compiling.actors } as never });
+}
+
+/** The actors a workflow's steps invoke, as the host provides them (the defaults throw). */
+export interface StepActors {
+  runStep?: ActorLogic<StepRunOutput, StepRunInput>;
+  askPerson?: ActorLogic<HumanRunOutput, HumanRunInput>;
+  runPipeline?: ActorLogic<PipelineRunOutput, PipelineRunInput>;
+}
+type ActorLogic<Output, Input> = ReturnType<typeof fromPromise<Output, Input>>;
+
+/** What compiling a list of steps needs, and collects: the item workflow of each foreach step, by actor key. */
+interface Compiling {
+  config: PipelineConfig;
+  places: Map<string, StepPlace>;
+  provided: StepActors;
+  actors: Record<string, unknown>;
 }
 
 /**
@@ -206,6 +222,15 @@ const FINAL_IDS = {
   cancelled: 'final:cancelled',
   released: 'final:released',
 } as const;
+
+/** The scope of a workflow's own list of steps: it ends `completed`, or `failed` with the failure recorded. */
+const TOP_SCOPE: ListScope = {
+  exit: `#${FINAL_IDS.completed}`,
+  fail: (failure) => ({
+    target: `#${FINAL_IDS.failed}`,
+    actions: [{ type: 'fail' as const, params: failure }],
+  }),
+};
 
 /** A transition's target and actions, in the form xstate takes. */
 interface Transition {
@@ -233,12 +258,8 @@ const initialKey = (list: readonly StepConfig[]) => {
 /** The target that enters a step: through its gate when it has a `when`. */
 const enter = (step: StepConfig) => `#${step.when === undefined ? step.id : gateKey(step)}`;
 
-function compileList(
-  config: PipelineConfig,
-  places: Map<string, StepPlace>,
-  list: readonly StepConfig[],
-  scope: ListScope,
-): Record<string, object> {
+function compileList(c: Compiling, list: readonly StepConfig[], scope: ListScope): Record<string, object> {
+  const { config, places } = c;
   const states: Record<string, object> = {};
   /** Where a route's target, a step's `next` or a review's `onReject` leads. */
   const resolve = (id: string) => {
@@ -258,7 +279,7 @@ function compileList(
         if (step.kind === 'agent' && step.retry) states[retryKey(step)] = retryState(step);
         break;
       case 'parallel':
-        states[step.id] = parallelState(config, places, step, next, recoveryOf(step, scope, next, resolve));
+        states[step.id] = parallelState(c, step, next, recoveryOf(step, scope, next, resolve));
         break;
       case 'route':
         states[step.id] =
@@ -271,6 +292,9 @@ function compileList(
         break;
       case 'pipeline':
         states[step.id] = pipelineState(config, place, step, next, recoveryOf(step, scope, next, resolve));
+        break;
+      case 'foreach':
+        states[step.id] = foreachState(c, step, next, recoveryOf(step, scope, next, resolve));
         break;
     }
   });
@@ -334,7 +358,7 @@ function gateState(step: StepConfig, when: string, next: string, scope: ListScop
       {
         target: next,
         actions: [
-          emit(({ context }: Args) => ({
+          say(({ context }: Args) => ({
             type: 'event' as const,
             kind: 'step.skipped' as const,
             from: 'workflow',
@@ -348,7 +372,7 @@ function gateState(step: StepConfig, when: string, next: string, scope: ListScop
 
 /** `step.started`, as a step that waits on `agent` (an agent, `human`, `pipeline`) enters its state. */
 function startedEvent(step: Pick<StepConfig, 'id'>, agent: string) {
-  return emit(({ context }: { context: WorkflowContext }) => ({
+  return say(({ context }: Args) => ({
     type: 'event' as const,
     kind: 'step.started' as const,
     from: 'workflow',
@@ -370,10 +394,7 @@ function agentState(
   const recovery = recoveryOf(step, scope, next, resolve);
   return {
     id: step.id,
-    entry: [
-      emit(({ context }: { context: WorkflowContext }) => handoff(context, step)),
-      startedEvent(step, step.agent),
-    ],
+    entry: [say(({ context }: Args) => handoff(context, step)), startedEvent(step, step.agent)],
     invoke: {
       src: 'runStep',
       input: ({ context }: { context: WorkflowContext }): StepRunInput => ({
@@ -423,7 +444,7 @@ function routerTransitions(
       target: resolve(target),
       actions: [
         ...record(step),
-        emit(({ context, event }: Args) => ({
+        say(({ context, event }: Args) => ({
           type: 'event' as const,
           kind: 'route.chosen' as const,
           from: step.agent,
@@ -463,7 +484,7 @@ function routeState(step: RouteStepConfig, resolve: (id: string) => string, scop
         [step.id]: { step: step.id, agent: 'route', round: context.round, output: target },
       },
     })),
-    emit((args: Args) => ({
+    say((args: Args) => ({
       type: 'event' as const,
       kind: 'route.chosen' as const,
       from: 'workflow',
@@ -520,7 +541,7 @@ function pipelineState(
 ) {
   const timeoutMs = (step.timeout ?? config.defaults.stepTimeout) * 1_000;
   const agent = 'pipeline';
-  const completed = emit(({ context, event }: Args) => {
+  const completed = say(({ context, event }: Args) => {
     const reply = (event as Ran['event']).output;
     return {
       type: 'event' as const,
@@ -655,7 +676,7 @@ function humanState(
   scope: ListScope,
 ) {
   const timeoutMs = (step.timeout ?? config.defaults.approvalTimeout) * 1_000;
-  const completed = emit(({ context, event }: Args) => {
+  const completed = say(({ context, event }: Args) => {
     const reply = (event as Answered['event']).output;
     return {
       type: 'event' as const,
@@ -916,13 +937,7 @@ function reviewTransitions(
  * the others' steps); otherwise the step ends when every branch has, and fails when none succeeded (unless
  * `onError: continue`).
  */
-function parallelState(
-  config: PipelineConfig,
-  places: Map<string, StepPlace>,
-  step: ParallelStepConfig,
-  next: string,
-  recovery: Recovery,
-) {
+function parallelState(c: Compiling, step: ParallelStepConfig, next: string, recovery: Recovery) {
   /** The step has failed: as its `onError` says (failing the list, unless it names a step to go to). */
   const failStep = (failure: ContextParam<WorkflowFailure>) =>
     recovery(failure, [joined(step, false)])[0] as Transition;
@@ -949,7 +964,7 @@ function parallelState(
     regions[branch] = {
       initial: initialKey(list),
       states: {
-        ...compileList(config, places, list, branchScope),
+        ...compileList(c, list, branchScope),
         _done: {
           id: done,
           type: 'final',
@@ -1049,7 +1064,7 @@ function joined(step: ParallelStepConfig, ok: boolean) {
         },
       });
     }
-    enqueue.emit({
+    sayNow(context, enqueue, {
       type: 'event',
       kind: 'branches.joined',
       from: 'workflow',
@@ -1058,14 +1073,344 @@ function joined(step: ParallelStepConfig, ok: boolean) {
   });
 }
 
+/**
+ * A foreach step: on entry, `items` gives the list and the first `concurrency` items are spawned, each a workflow of
+ * its own (its `do` steps, see {@link itemMachine}) kept in the task's checkpoint with its progress. As an item ends,
+ * its outcome and spending are recorded, the item's workflow is stopped, and the next item is spawned. The step ends
+ * when every item has: with each item's result, by its place in the list; it fails as soon as an item does when
+ * `failFast`, else at the end if an item failed (never, with `onError: continue`). Leaving the state stops the items
+ * still running.
+ */
+function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recovery: Recovery) {
+  const src = `foreach:${step.id}`;
+  c.actors[src] = itemMachine(c, step);
+  const outside = outsideOutputs(c, step);
+  const failFast = step.failFast ?? step.onError !== 'continue';
+  const progressOf = (context: WorkflowContext) => context.foreach?.[step.id] as ForeachProgress;
+  const childId = (round: number, index: number) => `each.${step.id}.${round}.${index}`;
+  const spawn = (context: WorkflowContext, enqueue: EnqueueLike, items: readonly unknown[], index: number) =>
+    enqueue.spawnChild(src, {
+      id: childId(context.round, index),
+      input: itemContext(context, step, outside, index, items[index]),
+      syncSnapshot: true,
+    });
+  /** The step has failed: as its `onError` says, after `items.joined`. */
+  const failStep = (failure: ContextParam<WorkflowFailure>) => {
+    const { guard: _ignored, ...transition } = recovery(failure, [itemsJoined(step, false)])[0] as Recovering;
+    return transition;
+  };
+  const failures = (context: WorkflowContext) =>
+    progressOf(context).results.flatMap((r, index) => (r && !r.ok ? [{ index, failure: r.failure }] : []));
+  const settled = (context: WorkflowContext) => progressOf(context).results.every((r) => r !== null);
+  const ended = ({ context, event, enqueue }: Args & { enqueue: EnqueueLike }) => {
+    const { type } = event as { type: string };
+    const id =
+      type === 'item.ended'
+        ? (event as { id: string }).id
+        : type.replace(/^xstate\.(done|error)\.actor\./, '');
+    if (!id.startsWith(`each.${step.id}.`)) return;
+    const [round, index] = id.split('.').slice(-2).map(Number) as [number, number];
+    const progress = progressOf(context);
+    // A stopped item's last word, or a round's before this one: nothing to record.
+    if (round !== context.round || progress.results[index] !== null) return;
+    const output = (event as { output?: ItemOutput }).output;
+    const outcome: ItemOutcome = output
+      ? output.ok
+        ? { ok: true, output: output.output }
+        : { ok: false, failure: output.failure }
+      : {
+          ok: false,
+          failure: {
+            reason: 'internal',
+            message: `its workflow crashed: ${errorMessage((event as { error?: unknown }).error)}`,
+            step: step.id,
+          },
+        };
+    const results = progress.results.map((r, i) => (i === index ? outcome : r));
+    const more = !(failFast && !outcome.ok) && progress.started < progress.items.length;
+    const started = progress.started + (more ? 1 : 0);
+    const usage = output?.usage ?? emptyUsage();
+    const usageByAgent = { ...context.usageByAgent };
+    for (const [agent, spent] of Object.entries(output?.usageByAgent ?? {}))
+      usageByAgent[agent] = sumUsage(usageByAgent[agent] ?? emptyUsage(), spent);
+    const updated: WorkflowContext = {
+      ...context,
+      usage: sumUsage(context.usage, usage),
+      usageByAgent,
+      foreach: { ...context.foreach, [step.id]: { ...progress, results, started } },
+    };
+    enqueue.assign({
+      usage: updated.usage,
+      usageByAgent,
+      foreach: updated.foreach as Record<string, ForeachProgress>,
+    });
+    enqueue.stopChild(id);
+    if (more) spawn(updated, enqueue, progress.items, progress.started);
+  };
+  return {
+    id: step.id,
+    entry: [
+      enqueueActions(({ context, enqueue }: Args & { enqueue: EnqueueLike }) => {
+        const listed = listItems(step, context);
+        if (!listed.ok) {
+          const progress: ForeachProgress = { items: [], started: 0, results: [], problem: listed.failure };
+          enqueue.assign({ foreach: { ...context.foreach, [step.id]: progress } });
+          return;
+        }
+        const { items } = listed;
+        const started = Math.min(step.concurrency, items.length);
+        const progress: ForeachProgress = { items, started, results: items.map(() => null) };
+        const updated = { ...context, foreach: { ...context.foreach, [step.id]: progress } };
+        enqueue.assign({ foreach: updated.foreach });
+        for (let index = 0; index < started; index++) spawn(updated, enqueue, items, index);
+      }),
+    ],
+    always: [
+      {
+        guard: ({ context }: Args) => progressOf(context).problem !== undefined,
+        ...failStep(({ context }) => progressOf(context).problem as WorkflowFailure),
+      },
+      {
+        guard: ({ context }: Args) => failFast && failures(context).length > 0,
+        ...failStep(({ context }) => {
+          const { index, failure } = failures(context)[0] as { index: number; failure: WorkflowFailure };
+          return { ...failure, message: `item ${index} of ${step.id}: ${failure.message}`, step: step.id };
+        }),
+      },
+      {
+        guard: ({ context }: Args) =>
+          settled(context) && step.onError !== 'continue' && failures(context).length > 0,
+        ...failStep(({ context }) => ({
+          reason: 'step_failed',
+          message: `foreach step ${step.id}: ${failures(context).length} of ${progressOf(context).items.length} items failed; ${failures(
+            context,
+          )
+            .map(({ index, failure }) => `item ${index}: ${failure.message}`)
+            .join('; ')}`,
+          step: step.id,
+        })),
+      },
+      { guard: ({ context }: Args) => settled(context), target: next, actions: [itemsJoined(step, true)] },
+    ],
+    on: {
+      [`xstate.done.actor.each.${step.id}.*`]: { actions: enqueueActions(ended) },
+      [`xstate.error.actor.each.${step.id}.*`]: { actions: enqueueActions(ended) },
+      'item.ended': { actions: enqueueActions(ended) },
+    },
+    // Leaving the step — it failed fast, the task was cancelled, a `first` join moved on — stops what still runs.
+    exit: [
+      enqueueActions(({ context, enqueue }: Args & { enqueue: EnqueueLike }) => {
+        const progress = context.foreach?.[step.id];
+        progress?.results.forEach((r, index) => {
+          if (r === null && index < progress.started) enqueue.stopChild(childId(context.round, index));
+        });
+      }),
+    ],
+  };
+}
+
+/**
+ * Tells a restored workflow again of the items whose workflows had ended when its checkpoint was taken but whose
+ * ends it had not yet taken (an item's last step says what it did before the item ends, and that is checkpointed):
+ * xstate restores them ended and starts only those still active, so their ends would never be heard.
+ */
+export function hearEndedItems(actor: {
+  getSnapshot(): { children: Record<string, { getSnapshot(): unknown } | undefined> };
+  send(event: WorkflowEvent): void;
+}): void {
+  for (const [id, child] of Object.entries(actor.getSnapshot().children)) {
+    const snapshot = child?.getSnapshot() as
+      | { status: string; output?: unknown; error?: unknown }
+      | undefined;
+    if (!id.startsWith('each.') || (snapshot?.status !== 'done' && snapshot?.status !== 'error')) continue;
+    actor.send(
+      snapshot.status === 'done'
+        ? { type: 'item.ended', id, output: snapshot.output as ItemOutput }
+        : { type: 'item.ended', id, error: snapshot.error },
+    );
+  }
+}
+
+/** A foreach step's list: what `items` gives, when it is a list no longer than `maxItems`; else why not. */
+function listItems(
+  step: ForeachStepConfig,
+  context: WorkflowContext,
+): { ok: true; items: unknown[] } | { ok: false; failure: WorkflowFailure } {
+  const result = evaluate(step.items, scopeOf(context));
+  const failure = (reason: TaskFailureReason, message: string) => ({
+    ok: false as const,
+    failure: { reason, message: `foreach step ${step.id}: ${message}`, step: step.id },
+  });
+  if (!result.ok) return failure('condition_failed', `its items could not be evaluated: ${result.message}`);
+  if (!Array.isArray(result.value)) {
+    return failure(
+      'condition_failed',
+      `${step.items} gave ${preview(JSON.stringify(result.value) ?? 'nothing', 200)}, not a list`,
+    );
+  }
+  if (result.value.length > step.maxItems) {
+    return failure(
+      'step_failed',
+      `${step.items} gave ${result.value.length} items, more than its maxItems of ${step.maxItems}; none was run`,
+    );
+  }
+  return { ok: true, items: result.value };
+}
+
+/**
+ * The workflow of one item of a foreach step: its `do` steps as a list of their own, ending `completed` or `failed`.
+ * It starts from the task's workflow as the item starts (see {@link itemContext}), and passes what it emits up.
+ */
+function itemMachine(c: Compiling, step: ForeachStepConfig) {
+  const inner: Compiling = { ...c, actors: {} };
+  const states: Record<string, object> = compileList(inner, step.do, TOP_SCOPE);
+  states.completed = { id: FINAL_IDS.completed, type: 'final' };
+  states.failed = { id: FINAL_IDS.failed, type: 'final' };
+  return workflowSetup
+    .createMachine({
+      id: `workflow:${c.config.name}:${step.id}`,
+      context: ({ input }) => input as unknown as WorkflowContext,
+      initial: initialKey(step.do),
+      on: {
+        'item.said': { actions: say(({ event }) => (event as { event: WorkflowEmitted }).event) as never },
+      },
+      states: states as never,
+      output: ({ context }) => itemOutput(step, context) as never,
+    })
+    .provide({ actors: { ...c.provided, ...inner.actors } as never });
+}
+
+/**
+ * Where an item starts: the task as it is, its input with the item (`input.item`, `input.index`), the outputs of
+ * earlier steps its `do` steps may read, the round and any feedback of a rework, and what the task has spent (its
+ * budgets count it). Its own spending starts at nothing, and is added to the task's when it ends.
+ */
+function itemContext(
+  context: WorkflowContext,
+  step: ForeachStepConfig,
+  outside: ReadonlySet<string>,
+  index: number,
+  item: unknown,
+): WorkflowContext {
+  const pick = <T>(record: Record<string, T> | undefined) =>
+    Object.fromEntries(Object.entries(record ?? {}).filter(([id]) => outside.has(id)));
+  const { task } = context;
+  return {
+    task: { ...task, input: { ...task.input, item, index } },
+    round: context.round,
+    rejections: {},
+    latest: pick(context.latest),
+    errors: pick(context.errors),
+    usage: emptyUsage(),
+    usageByAgent: {},
+    ...(context.approved === undefined ? {} : { approved: context.approved }),
+    ...(context.feedback === undefined ? {} : { feedback: context.feedback }),
+    ...(context.lastAgent === undefined ? {} : { lastAgent: context.lastAgent }),
+    item: { step: step.id, index },
+    spent: { usage: taskSpent(context), byAgent: context.usageByAgent },
+  };
+}
+
+/**
+ * The earlier steps whose outputs a foreach step's `do` steps may read (their `context`, else every step before
+ * them, and what their conditions name): only those are copied into each item's checkpoint.
+ */
+function outsideOutputs(c: Compiling, step: ForeachStepConfig): Set<string> {
+  const inside = new Set(allSteps(step.do).map((s) => s.id));
+  const read = allSteps(step.do).flatMap((s) => {
+    const place = c.places.get(s.id) as StepPlace;
+    const context = (s as { context?: string[] }).context ?? place.before;
+    const conditions = [s.when, s.kind === 'route' ? s.on : undefined].filter((e) => e !== undefined);
+    return [...context, ...conditions.flatMap(stepsReadBy)];
+  });
+  // A parallel step before the foreach: its branches' steps may be read too.
+  const expanded = read.flatMap((id) => {
+    const held = c.places.get(id)?.step;
+    return held?.kind === 'parallel' ? allSteps([held]).map((s) => s.id) : [id];
+  });
+  return new Set(expanded.filter((id) => !inside.has(id)));
+}
+
+/** How an item's workflow ended: the output of its last step of work, or its failure; and what it spent. */
+function itemOutput(step: ForeachStepConfig, context: WorkflowContext): ItemOutput {
+  const spending = { usage: context.usage, usageByAgent: context.usageByAgent };
+  if (context.failure) return { ok: false, failure: context.failure, ...spending };
+  const lastWork = [...step.do].reverse().find((s) => isWork(s) && context.latest[s.id]);
+  return { ok: true, output: lastWork ? (context.latest[lastWork.id]?.output ?? '') : '', ...spending };
+}
+
+/**
+ * Ends a foreach step: its output (each item's result by its place in the list: its parsed output, `{"error": ...}`
+ * for a failed item, null for one never run or stopped), and `items.joined` saying how the items ended.
+ */
+function itemsJoined(step: ForeachStepConfig, ok: boolean) {
+  return enqueueActions(({ context, enqueue }: { context: WorkflowContext; enqueue: EnqueueLike }) => {
+    const progress = context.foreach?.[step.id] as ForeachProgress;
+    const results = progress.results.map((r) =>
+      r === null ? null : r.ok ? parsedOutput(r.output) : { error: r.failure.message },
+    );
+    if (ok) {
+      enqueue.assign({
+        latest: {
+          ...context.latest,
+          [step.id]: {
+            step: step.id,
+            agent: 'foreach',
+            round: context.round,
+            output: JSON.stringify(results),
+          },
+        },
+      });
+    }
+    sayNow(context, enqueue, {
+      type: 'event',
+      kind: 'items.joined',
+      from: 'workflow',
+      data: {
+        step: step.id,
+        round: context.round,
+        items: progress.items.length,
+        completed: progress.results.filter((r) => r?.ok).length,
+        failed: progress.results.flatMap((r, index) =>
+          r && !r.ok ? [{ index, message: r.failure.message }] : [],
+        ),
+        stopped: progress.results.filter((r) => r === null).length,
+        ok,
+      },
+    });
+  });
+}
+
 /** What `joined` needs of xstate's `enqueue`: the states are built from config, so it is not inferred. */
 interface EnqueueLike {
   assign(values: Partial<WorkflowContext>): void;
   emit(event: WorkflowEmitted): void;
+  sendParent(event: WorkflowEvent): void;
+  spawnChild(src: string, options: { id: string; input: unknown; syncSnapshot: boolean }): void;
+  stopChild(id: string): void;
+}
+
+/**
+ * An event of the task's, as the workflow says it: emitted (the runner publishes it), or, in an item's workflow,
+ * passed up to the task's workflow to emit, marked with the item it is about.
+ */
+function say(make: (args: Args) => WorkflowEmitted) {
+  return enqueueActions(({ context, event, enqueue }: Args & { enqueue: EnqueueLike }) =>
+    sayNow(context, enqueue, make({ context, event })),
+  );
+}
+
+function sayNow(context: WorkflowContext, enqueue: EnqueueLike, said: WorkflowEmitted): void {
+  if (context.item === undefined) enqueue.emit(said);
+  else
+    enqueue.sendParent({
+      type: 'item.said',
+      event: { ...said, data: { ...said.data, item: context.item.index } },
+    });
 }
 
 function completedEvent(step: AgentAskedStep) {
-  return emit(({ context, event }: { context: WorkflowContext; event: unknown }) => {
+  return say(({ context, event }: Args) => {
     const reply = (event as Done['event']).output;
     return {
       type: 'event' as const,
@@ -1101,10 +1446,14 @@ function handoff(context: WorkflowContext, step: AgentAskedStep): WorkflowEmitte
   };
 }
 
-/** `<taskId>.<step>.<round>`, and `-r<n>` for its n-th retry (a fresh run, with a journal of its own). */
+/**
+ * `<taskId>.<step>.<round>`, and `-r<n>` for its n-th retry (a fresh run, with a journal of its own); a foreach step's
+ * item adds `.i<index>`, so each item's run of a step is a step of its own.
+ */
 export const stepId = (context: WorkflowContext, step: Pick<StepConfig, 'id'>): string => {
   const retries = retriesOf(context, step);
-  return `${context.task.taskId}.${step.id}.${context.round}${retries > 0 ? `-r${retries}` : ''}`;
+  const item = context.item === undefined ? '' : `.i${context.item.index}`;
+  return `${context.task.taskId}.${step.id}.${context.round}${retries > 0 ? `-r${retries}` : ''}${item}`;
 };
 
 /** The request for a step: the task, the outputs it may see, and the reviewer's feedback when reworking. */
@@ -1133,7 +1482,7 @@ function buildRequest(
     ...(reworking && step.kind === 'agent' ? { feedback: context.feedback } : {}),
     expect: step.kind === 'review' ? 'verdict' : 'text',
     ...budgetFor(config, context, step.agent, step.kind === 'agent' ? step : undefined),
-    priorModelCalls: context.usageByAgent[step.agent]?.modelCalls ?? 0,
+    priorModelCalls: agentSpent(context, step.agent).modelCalls,
     ...(context.lastAgent ? { from: context.lastAgent } : {}),
     traceparent: context.task.traceparent,
     ...(step.kind === 'route' ? routerAsk(step) : {}),
@@ -1185,6 +1534,13 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
   };
 }
 
+/** What the task has spent: in an item's workflow, what it had when the item started and what the item has. */
+const taskSpent = (context: WorkflowContext): UsageTotals =>
+  context.spent ? sumUsage(context.spent.usage, context.usage) : context.usage;
+
+const agentSpent = (context: WorkflowContext, agent: string): UsageTotals =>
+  sumUsage(context.spent?.byAgent[agent] ?? emptyUsage(), context.usageByAgent[agent] ?? emptyUsage());
+
 /** The task's failure reason for a step that could not be run, from the code of the error its call threw. */
 function callFailureReason(error: unknown): TaskFailureReason {
   const code = StepErrorCode.safeParse((error as { code?: unknown } | undefined)?.code);
@@ -1202,7 +1558,8 @@ function budgetFor(
   const own = config.agents[agent]?.budget;
   // A step's own budget is for each run of it: nothing of it is spent when the step is sent.
   const mine = step?.budget;
-  const spentByAgent = context.usageByAgent[agent] ?? emptyUsage();
+  const spent = taskSpent(context);
+  const spentByAgent = agentSpent(context, agent);
   const budget: StepBudget = { sources: {} };
   const limit = (
     key: 'tokens' | 'costUsd' | 'modelCalls',
@@ -1220,17 +1577,17 @@ function budgetFor(
   };
   const tokens = (u: UsageTotals) => u.inputTokens + u.outputTokens;
   limit('tokens', [
-    [task?.maxTokens, tokens(context.usage), `the task budget of ${task?.maxTokens} tokens`],
+    [task?.maxTokens, tokens(spent), `the task budget of ${task?.maxTokens} tokens`],
     [own?.maxTokens, tokens(spentByAgent), `agent ${agent}'s budget of ${own?.maxTokens} tokens`],
     [mine?.maxTokens, 0, `step ${step?.id}'s budget of ${mine?.maxTokens} tokens`],
   ]);
   limit('costUsd', [
-    [task?.maxCostUsd, context.usage.costUsd, `the task budget of $${task?.maxCostUsd}`],
+    [task?.maxCostUsd, spent.costUsd, `the task budget of $${task?.maxCostUsd}`],
     [own?.maxCostUsd, spentByAgent.costUsd, `agent ${agent}'s budget of $${own?.maxCostUsd}`],
     [mine?.maxCostUsd, 0, `step ${step?.id}'s budget of $${mine?.maxCostUsd}`],
   ]);
   limit('modelCalls', [
-    [task?.maxModelCalls, context.usage.modelCalls, `the task budget of ${task?.maxModelCalls} model calls`],
+    [task?.maxModelCalls, spent.modelCalls, `the task budget of ${task?.maxModelCalls} model calls`],
     [
       own?.maxModelCalls,
       spentByAgent.modelCalls,

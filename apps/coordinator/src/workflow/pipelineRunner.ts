@@ -113,19 +113,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     ...(options.stepHeartbeatMs === undefined ? {} : { heartbeatMs: options.stepHeartbeatMs }),
     onActivity: (taskId, activity) => running.get(taskId)?.noteActivity(activity),
   });
-  const machine = compileFlow(config).provide({
-    actors: {
-      runStep: fromPromise(({ input, signal }) =>
-        runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
-      ),
-      askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) => askPerson(input, signal)),
-      runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
-        if (!options.subPipelines)
-          throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
-        // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
-        return options.subPipelines(input, signal, () => stopping);
-      }),
-    },
+  const machine = compileFlow(config, {
+    runStep: fromPromise(({ input, signal }) =>
+      runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
+    ),
+    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) => askPerson(input, signal)),
+    runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
+      if (!options.subPipelines)
+        throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
+      // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
+      return options.subPipelines(input, signal, () => stopping);
+    }),
   });
   /** The parent of each task here that a `pipeline` step submitted: when the parent ends, so does the child. */
   const parents = new Map<string, string>();

@@ -15,7 +15,7 @@ import {
 } from '@troupe/runtime';
 import { createActor, type Snapshot } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
-import { activeSteps, type WorkflowMachine } from './compileFlow.ts';
+import { activeSteps, hearEndedItems, type WorkflowMachine } from './compileFlow.ts';
 import type { TaskEvents } from './taskEvents.ts';
 import type { Stage } from './taskLifecycle.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
@@ -359,6 +359,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
   const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
   try {
     actor.start();
+    hearEndedItems(actor);
     // Stopping began after the claim, before this run was in `running` for stop() to release: release it now.
     if (services.stopping()) end({ kind: 'stopped' });
     else if (run.snapshot !== undefined) {

@@ -106,7 +106,29 @@ export interface WorkflowContext {
   errors?: Record<string, WorkflowFailure>;
   /** How each branch of a parallel step has ended so far, by step id and branch id (reset on entering the step). */
   branches?: Record<string, Record<string, BranchOutcome>>;
+  /** Each foreach step's items and how far they have got, by step id (reset on entering the step). */
+  foreach?: Record<string, ForeachProgress>;
+  /** Set in the workflow of one item of a foreach step: which step, and which item of its list. */
+  item?: { step: string; index: number };
+  /** In an item's workflow: what the task had spent when the item started, which its budgets count too. */
+  spent?: { usage: UsageTotals; byAgent: Record<string, UsageTotals> };
 }
+
+/** A foreach step's items, how many have been started (in list order), and how each that ended did. */
+export interface ForeachProgress {
+  items: unknown[];
+  started: number;
+  /** By item: how it ended, or null while it has not. */
+  results: (ItemOutcome | null)[];
+  /** Why the list could not be run (not a list, too long), when it could not. */
+  problem?: WorkflowFailure;
+}
+
+/** How one item of a foreach step ended: the output of its last step of work, or why it failed. */
+export type ItemOutcome = { ok: true; output: string } | { ok: false; failure: WorkflowFailure };
+
+/** What an item's workflow ends with: its outcome and what it spent. */
+export type ItemOutput = ItemOutcome & { usage: UsageTotals; usageByAgent: Record<string, UsageTotals> };
 
 /** How a branch of a parallel step ended: done, or failed with why. */
 export type BranchOutcome = { ok: true } | { ok: false; failure: WorkflowFailure };
@@ -122,7 +144,13 @@ export type ReleaseReason = 'shutdown' | 'takenOver' | 'checkpointFailed';
  * What the workflow actor receives from outside: a person cancelling the task (over NATS), and its runner letting
  * the task go (`release`). Both end the step in progress, whose call to the agent stops with it.
  */
-export type WorkflowEvent = { type: 'cancel'; reason?: string } | { type: 'release'; why: ReleaseReason };
+export type WorkflowEvent =
+  | { type: 'cancel'; reason?: string }
+  | { type: 'release'; why: ReleaseReason }
+  /** An event an item's workflow emitted, passed up to be emitted by the task's. */
+  | { type: 'item.said'; event: WorkflowEmitted }
+  /** An item's workflow had ended when the task's was checkpointed, before the task's took its end (restored). */
+  | { type: 'item.ended'; id: string; output?: ItemOutput; error?: unknown };
 
 /** A workflow's result once it reaches a final state; `released` is no ending of the task. */
 export interface WorkflowOutput {

@@ -1,7 +1,7 @@
 import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
 import { createActor, fromPromise, type Snapshot, toPromise } from 'xstate';
 import type { PipelineConfig } from '../../src/config/pipelineSchema.ts';
-import { compileFlow } from '../../src/workflow/compileFlow.ts';
+import { compileFlow, hearEndedItems } from '../../src/workflow/compileFlow.ts';
 import type {
   HumanRunInput,
   HumanRunOutput,
@@ -10,6 +10,7 @@ import type {
   StepRunInput,
   StepRunOutput,
   WorkflowEmitted,
+  WorkflowEvent,
   WorkflowInput,
   WorkflowOutput,
 } from '../../src/workflow/workflowTypes.ts';
@@ -69,6 +70,8 @@ export interface RunOptions {
   ) => PipelineRunOutput | Promise<PipelineRunOutput>;
   /** Answers the `human` steps' questions. */
   people?: (input: HumanRunInput, signal: AbortSignal) => HumanRunOutput | Promise<HumanRunOutput>;
+  /** Called with the workflow actor once it has started, to send it events (a cancel) while it runs. */
+  onStart?: (actor: { send(event: WorkflowEvent): void }) => void;
 }
 
 /** Runs the compiled flow to its end with a fake `runStep`, recording every request and emitted event. */
@@ -77,27 +80,25 @@ export async function run(config: PipelineConfig, script: Script, options: RunOp
   const asked: HumanRunInput[] = [];
   const submitted: PipelineRunInput[] = [];
   const events: WorkflowEmitted[] = [];
-  const machine = compileFlow(config).provide({
-    actors: {
-      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
-        const { request } = input;
-        const call = requests.filter((r) => r.request.agent === request.agent).length;
-        requests.push(input);
-        const reply = script[request.agent];
-        if (!reply) throw new Error(`no reply scripted for agent ${request.agent}`);
-        return { ...(await reply(request, call, signal)), stepId: request.stepId } as StepRunOutput;
-      }),
-      runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal }) => {
-        submitted.push(input);
-        if (!options.pipelines) throw new Error(`nothing runs pipeline ${input.pipeline}`);
-        return options.pipelines(input, signal);
-      }),
-      askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async ({ input, signal }) => {
-        asked.push(input);
-        if (!options.people) throw new Error(`nobody answers step ${input.step}`);
-        return options.people(input, signal);
-      }),
-    },
+  const machine = compileFlow(config, {
+    runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
+      const { request } = input;
+      const call = requests.filter((r) => r.request.agent === request.agent).length;
+      requests.push(input);
+      const reply = script[request.agent];
+      if (!reply) throw new Error(`no reply scripted for agent ${request.agent}`);
+      return { ...(await reply(request, call, signal)), stepId: request.stepId } as StepRunOutput;
+    }),
+    runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal }) => {
+      submitted.push(input);
+      if (!options.pipelines) throw new Error(`nothing runs pipeline ${input.pipeline}`);
+      return options.pipelines(input, signal);
+    }),
+    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async ({ input, signal }) => {
+      asked.push(input);
+      if (!options.people) throw new Error(`nobody answers step ${input.step}`);
+      return options.people(input, signal);
+    }),
   });
   const actor = createActor(machine, {
     input: options.input ?? task,
@@ -109,6 +110,8 @@ export async function run(config: PipelineConfig, script: Script, options: RunOp
     actor.subscribe({ next: () => checkpoint(actor.getPersistedSnapshot()), error: () => {} });
   }
   actor.start();
+  hearEndedItems(actor);
+  options.onStart?.(actor);
   const output: WorkflowOutput = await toPromise(actor);
   const calls = (agent: string) => requests.filter((r) => r.request.agent === agent).map((r) => r.request);
   return { output, requests, asked, submitted, events, calls, actor, machine };

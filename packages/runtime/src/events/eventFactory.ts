@@ -28,10 +28,12 @@ const IDENTITY: Identity = {
   'task.accepted': () => [],
   'task.resumed': (d) => [d.deliveries],
   'step.started': (d) => [d.stepId],
-  'step.skipped': (d) => [d.step, d.round],
-  'route.chosen': (d) => [d.step, d.round],
-  'branches.joined': (d) => [d.step, d.round],
-  'agent.handoff': (d) => [d.step, d.round],
+  // A foreach step's items run the same steps: the item tells them apart.
+  'step.skipped': (d) => [d.step, d.round, d.item],
+  'route.chosen': (d) => [d.step, d.round, d.item],
+  'branches.joined': (d) => [d.step, d.round, d.item],
+  'items.joined': (d) => [d.step, d.round],
+  'agent.handoff': (d) => [d.step, d.round, d.item],
   'llm.request': (d) => [d.stepId, d.turn],
   // A reply asked for again (it could not be journaled before a crash) may differ: each reply is a fact of its own.
   'llm.response': (d) => [d.stepId, d.turn, digest(JSON.stringify([d.content, d.toolCalls]))],
