@@ -15,7 +15,7 @@ import { fixturePath, ofKind, waiter } from './support/harness.ts';
  * A coordinator killed with SIGKILL while a parallel step has one branch done and one running: the next one
  * resumes the task from its checkpoint and runs only the branch that had not finished.
  */
-describe('kill -9 in a parallel step', () => {
+describe('kill -9 in a parallel, foreach or human step', () => {
   let nats: TestNats;
   let client: NatsConnection;
   let home: string;
@@ -51,9 +51,9 @@ describe('kill -9 in a parallel step', () => {
     processes.push(p);
     return p;
   };
-  const ledger = (id: string) => {
+  const ledger = (id: string, pipeline = 'forked') => {
     try {
-      return readFileSync(join(home, 'workspaces', 'forked', id, 'ledger.txt'), 'utf8')
+      return readFileSync(join(home, 'workspaces', pipeline, id, 'ledger.txt'), 'utf8')
         .split('\n')
         .filter(Boolean);
     } catch {
@@ -115,6 +115,63 @@ describe('kill -9 in a parallel step', () => {
       const joiner = ofKind(mine, 'step.completed').find((e) => e.data.step === 'join');
       expect(joiner?.data.ok, id).toBe(true);
     }
+  });
+
+  it('resumes a foreach of 20 items killed half done, running no finished item again and no side effect twice', async () => {
+    const taskId = 'fan-1';
+    const first = up('fanned.yaml');
+    await first.waitFor(/troupe is up/);
+    await jetstream(client).publish(
+      subjects.task('fanned'),
+      JSON.stringify({ id: taskId, goal: 'record 20 parts' }),
+      {
+        msgID: taskId,
+      },
+    );
+    const recorded = () =>
+      ofKind(eventsOf(taskId), 'step.completed').filter((e) => e.data.step === 'record' && e.data.ok).length;
+    await until(() => (recorded() >= 8 ? true : undefined), 'eight items to be done', 30_000);
+    await first.stop('SIGKILL');
+    processes.splice(processes.indexOf(first), 1);
+    const killedAt = eventsOf(taskId).length;
+
+    // The items the last checkpoint has as done, and those it has at work.
+    const workflows = await new Kvm(client).open(BUCKETS.workflows);
+    const record = (await workflows.get(taskId))?.json<{
+      snapshot: { context: { foreach: { each: { results: unknown[]; started: number } } }; children: object };
+    }>();
+    const progress = record?.snapshot.context.foreach.each;
+    const done = (progress?.results ?? []).flatMap((r, index) => (r === null ? [] : [index]));
+    expect(done.length).toBeGreaterThan(0);
+    expect(done.length).toBeLessThan(20);
+    expect(Object.keys(record?.snapshot.children ?? {}).length).toBeGreaterThan(0);
+
+    up('fanned.yaml');
+    const final = await until(
+      () => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind)),
+      `${taskId} to end`,
+      60_000,
+    );
+    expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'joined' } });
+    const mine = eventsOf(taskId);
+    expect(ofKind(mine, 'task.resumed')).toHaveLength(1);
+    expect(ofKind(mine, 'items.joined').at(-1)?.data).toMatchObject({
+      items: 20,
+      completed: 20,
+      failed: [],
+      ok: true,
+    });
+    // No item the checkpoint had as done was started again after the kill.
+    const startedAfter = ofKind(mine.slice(killedAt), 'step.started').map((e) => e.data.item);
+    for (const index of done) expect(startedAfter, `item ${index}`).not.toContain(index);
+    // Every item wrote its ledger line once, those at work at the kill included (their tool call was journaled).
+    expect(ledger(taskId, 'fanned')).toHaveLength(20);
+    // Each item was started at least once, and only once before the kill.
+    const startedBefore = ofKind(mine.slice(0, killedAt), 'step.started').map((e) => e.data.item);
+    expect(new Set(startedBefore).size).toBe(startedBefore.length);
+    expect(new Set(ofKind(mine, 'step.started').map((e) => e.data.item))).toEqual(
+      new Set([undefined, ...Array.from({ length: 20 }, (_, i) => i)]),
+    );
   });
 
   it('keeps a human step waiting on the same question across a kill, and takes the answer given meanwhile', async () => {

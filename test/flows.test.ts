@@ -9,6 +9,7 @@ describe('a flow beyond a line', () => {
   beforeAll(async () => {
     h = await startHarness([
       examplePath('triage.yaml'),
+      examplePath('fanout.yaml'),
       fixturePath('confirming.yaml'),
       fixturePath('routed.yaml'),
       fixturePath('misrouted.yaml'),
@@ -44,6 +45,41 @@ describe('a flow beyond a line', () => {
     });
     expect(kinds(events)).not.toContain('step.skipped');
     expect(ofKind(events, 'step.completed').every((e) => e.data.ok)).toBe(true);
+  });
+
+  it('builds each part of the plan in a workflow of its own, checks the risky one, and summarizes them all', async () => {
+    await submitTask(h.bus, 'fanout', { id: 'fanout-1', goal: 'Add sync to the notes app' });
+    const final = await h.finalOf('fanout-1');
+    expect(final).toMatchObject({
+      kind: 'task.completed',
+      data: { output: 'Built the parser, storage and cli parts; the risky storage part was checked.' },
+    });
+    const events = h.eventsOf('fanout-1');
+    const startedFor = (step: string) =>
+      ofKind(events, 'step.started')
+        .filter((e) => e.data.step === step)
+        .map((e) => e.data.item)
+        .sort();
+    expect(startedFor('build')).toEqual([0, 1, 2]);
+    // Only the risky part (the second) was checked; the others skipped the check.
+    expect(startedFor('check')).toEqual([1]);
+    expect(
+      ofKind(events, 'step.skipped')
+        .map((e) => e.data.item)
+        .sort(),
+    ).toEqual([0, 2]);
+    expect(ofKind(events, 'items.joined')[0]?.data).toMatchObject({
+      step: 'build-each',
+      items: 3,
+      completed: 3,
+      failed: [],
+      ok: true,
+    });
+    // The summarizer got every part's result, in the plan's order.
+    const summarize = ofKind(events, 'step.completed').find((e) => e.data.step === 'summarize');
+    expect(summarize?.data.ok).toBe(true);
+    const items = ofKind(events, 'step.completed').filter((e) => e.data.step === 'build');
+    expect(new Set(items.map((e) => e.data.stepId)).size).toBe(3);
   });
 
   /** The questions a task has been asked so far. */
