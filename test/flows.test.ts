@@ -134,10 +134,60 @@ describe('a flow beyond a line', () => {
   it('fails a router that keeps naming a target that does not exist, saying so', async () => {
     await submitTask(h.bus, 'misrouted', { id: 'misrouted-1', goal: 'Sort this out' });
     const final = await h.finalOf('misrouted-1');
-    expect(final).toMatchObject({ kind: 'task.failed', data: { reason: 'step_failed', step: 'pick' } });
+    expect(final).toMatchObject({ kind: 'task.failed', data: { reason: 'invalid_output', step: 'pick' } });
     expect((final.data as { message: string }).message).toContain(
       'step pick (stubborn) failed: agent stubborn: the reply does not match the required output "pick_route" after 1 repair turn(s); target: Invalid option: expected one of "fix"|"end"',
     );
     expect(ofKind(h.eventsOf('misrouted-1'), 'step.started').map((e) => e.data.step)).toEqual(['pick']);
+  });
+});
+
+/** A foreach step whose items each wait on a person, with one working slot for the whole coordinator. */
+describe('a foreach step whose items ask people', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('polled.yaml'), examplePath('fanout.yaml')], { concurrency: 1 });
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('asks one question per item, naming the item, holds no slot while they wait, and takes each answer', async () => {
+    await submitTask(h.bus, 'polled', {
+      id: 'poll-1',
+      goal: 'Agree on the plan',
+      input: { people: ['ana', 'bo'] },
+    });
+    const questions = () => ofKind(h.eventsOf('poll-1'), 'human.asked');
+    await expect.poll(() => questions().length, { timeout: 30_000 }).toBe(2);
+    expect(
+      questions()
+        .map((q) => q.data.question)
+        .sort(),
+    ).toEqual([
+      'Do you agree?\n\n(item 0 of ask-each: "ana")',
+      'Do you agree?\n\n(item 1 of ask-each: "bo")',
+    ]);
+    // The only slot is free while both items wait: another task runs to its end meanwhile.
+    await submitTask(h.bus, 'fanout', { id: 'meanwhile', goal: 'Add sync' });
+    expect(await h.finalOf('meanwhile')).toMatchObject({ kind: 'task.completed' });
+    const [first, second] = questions().sort((a, b) =>
+      String(a.data.question).localeCompare(String(b.data.question)),
+    );
+    await replyToHuman(h.bus, first?.data.questionId as string, {
+      kind: 'question',
+      answer: { answer: 'yes', by: 'ana' },
+    });
+    await replyToHuman(h.bus, second?.data.questionId as string, {
+      kind: 'question',
+      answer: { answer: 'no', by: 'bo' },
+    });
+    expect(await h.finalOf('poll-1')).toMatchObject({ kind: 'task.completed', data: { output: 'tallied' } });
+    const votes = ofKind(h.eventsOf('poll-1'), 'step.completed').filter((e) => e.data.step === 'vote');
+    expect(votes.map((e) => [e.data.item, e.data.output]).sort()).toEqual([
+      [0, 'yes'],
+      [1, 'no'],
+    ]);
   });
 });

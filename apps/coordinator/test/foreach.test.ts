@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
+import { stepsAtWork } from '../src/workflow/compileFlow.ts';
 import type { WorkflowEmitted } from '../src/workflow/workflowTypes.ts';
 import { type Reply, run, type Script, text, usage } from './support/runFlow.ts';
 
@@ -245,6 +246,40 @@ describe('kind: foreach', () => {
     const second = calls('builder')[1];
     expect(second?.budget?.tokens).toBe(697);
     expect(second?.budget?.sources.tokens).toBe('the task budget of 1000 tokens');
+  });
+
+  it('is at work in the steps its items are in, and asks people about their item', async () => {
+    let workflow: { getSnapshot(): Parameters<typeof stepsAtWork>[0] } | undefined;
+    let at: string[] = [];
+    let questions: string[] = [];
+    const { output } = await run(
+      flow([
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        {
+          id: 'ask-each',
+          kind: 'foreach',
+          items: 'steps.plan.output.parts',
+          maxItems: 3,
+          do: [{ id: 'vote', kind: 'human', prompt: 'Agree?' }],
+        },
+      ]),
+      { planner: plan(['ana', 'bo']) },
+      {
+        onStart: (actor) => (workflow = actor as unknown as typeof workflow),
+        people: async (input) => {
+          questions = [...questions, input.prompt];
+          // Both items wait on a person: the task's workflow is at work in neither step of its own.
+          if (questions.length === 2 && workflow) at = stepsAtWork(workflow.getSnapshot());
+          return { ok: true, answer: 'yes', durationMs: 1 };
+        },
+      },
+    );
+    expect(output.status).toBe('completed');
+    expect(questions.sort()).toEqual([
+      'Agree?\n\n(item 0 of ask-each: "ana")',
+      'Agree?\n\n(item 1 of ask-each: "bo")',
+    ]);
+    expect(at).toEqual(['vote', 'vote']);
   });
 
   it('stops its items when the task is cancelled', async () => {

@@ -85,7 +85,10 @@ export const TaskFailureReason = z.enum([
   'no_worker',
   /** A review rejected the work in all its rounds (`onMaxRounds: fail`). */
   'max_rounds',
-  /** A review step replied without a verdict. */
+  /**
+   * A review step replied without a verdict, a step's reply missed its agent's `output` schema after the repair turn
+   * (a router agent's naming no target among them), or a person's answers kept missing a `human` step's schema.
+   */
   'invalid_output',
   /** A step's `when` or a route's `on` could not be evaluated, or a route's value matched no case. */
   'condition_failed',
@@ -125,6 +128,7 @@ export type StepFailureSource = 'reply' | 'call';
 const OWN_REASONS: Record<StepFailureSource, Partial<Record<StepErrorCode, TaskFailureReason>>> = {
   reply: {
     budget_exceeded: 'budget_exceeded',
+    invalid_output: 'invalid_output',
     step_timeout: 'step_timeout',
     approval_timeout: 'approval_timeout',
   },
@@ -142,8 +146,8 @@ const OTHER_FAILURE: Record<StepFailureSource, TaskFailureReason> = {
 };
 
 /**
- * The reason a task fails with when a step fails with `code`: from a reply, `budget_exceeded`, `step_timeout` and
- * `approval_timeout` are their own reason and any other code is `step_failed`; from the request for the step,
+ * The reason a task fails with when a step fails with `code`: from a reply, `budget_exceeded`, `step_timeout`,
+ * `approval_timeout` and `invalid_output` are their own reason and any other code is `step_failed`; from the request for the step,
  * `no_responders` is `no_worker`, `timeout` is `step_timeout`, the two step timeouts are their own, and anything
  * else (`undefined`: a code this version does not know) is `transport`.
  *

@@ -20,7 +20,7 @@ const EXPECTED: Record<StepErrorCode, { retry: boolean; reply: TaskFailureReason
     failed: { retry: false, reply: 'step_failed', call: 'transport' },
     max_steps: { retry: false, reply: 'step_failed', call: 'transport' },
     empty_reply: { retry: false, reply: 'step_failed', call: 'transport' },
-    invalid_output: { retry: false, reply: 'step_failed', call: 'transport' },
+    invalid_output: { retry: false, reply: 'invalid_output', call: 'transport' },
     compaction_failed: { retry: false, reply: 'step_failed', call: 'transport' },
     tool_runner_failed: { retry: false, reply: 'step_failed', call: 'transport' },
     journal_unavailable: { retry: true, reply: 'step_failed', call: 'transport' },

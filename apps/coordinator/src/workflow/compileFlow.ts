@@ -215,6 +215,24 @@ export function activeSteps(value: unknown): string[] {
   );
 }
 
+/**
+ * The steps a workflow is at work in: its active steps, a foreach step giving way to the steps its items are in (it
+ * has none of its own). What decides whether the task only waits, and which agent works on it.
+ */
+export function stepsAtWork(snapshot: {
+  value: unknown;
+  children: Record<string, { getSnapshot(): unknown } | undefined>;
+}): string[] {
+  const items = new Map<string, string[]>();
+  for (const [id, child] of Object.entries(snapshot.children)) {
+    const item = child?.getSnapshot() as { status: string; value: unknown } | undefined;
+    if (!id.startsWith('each.') || item?.status !== 'active') continue;
+    const step = id.split('.')[1] as string;
+    items.set(step, [...(items.get(step) ?? []), ...activeSteps(item.value)]);
+  }
+  return activeSteps(snapshot.value).flatMap((step) => items.get(step) ?? [step]);
+}
+
 /** Ids of the final states, which transitions anywhere in the machine target. */
 const FINAL_IDS = {
   completed: 'final:completed',
@@ -744,7 +762,7 @@ function humanState(
         pipeline: context.task.pipeline,
         step: step.id,
         stepId: stepId(context, step),
-        prompt: step.prompt,
+        prompt: promptOf(step, context),
         timeoutMs,
         ...(step.answer === undefined ? {} : { answer: step.answer }),
         traceparent: context.task.traceparent,
@@ -761,6 +779,13 @@ function humanState(
       })),
     },
   };
+}
+
+/** A person's question: the step's prompt, and in a foreach step's item, which item it is about. */
+function promptOf(step: HumanStepConfig, context: WorkflowContext): string {
+  if (context.item === undefined) return step.prompt;
+  const item = preview(JSON.stringify(context.task.input?.item) ?? 'null', 2_000);
+  return `${step.prompt}\n\n(item ${context.item.index} of ${context.item.step}: ${item})`;
 }
 
 /** What a route matches its cases against: a string as it is, anything else as JSON (`true`, `3`). */

@@ -15,7 +15,7 @@ import {
 } from '@troupe/runtime';
 import { createActor, type Snapshot } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
-import { activeSteps, hearEndedItems, type WorkflowMachine } from './compileFlow.ts';
+import { activeSteps, hearEndedItems, stepsAtWork, type WorkflowMachine } from './compileFlow.ts';
 import type { TaskEvents } from './taskEvents.ts';
 import type { Stage } from './taskLifecycle.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
@@ -283,10 +283,12 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     try {
       const snap = actor.getSnapshot();
       const active = activeSteps(snap.value);
+      // A foreach step works in its items: the steps they are in.
+      const atWork = stepsAtWork(snap);
       // A transition: the workflow works again (a step replied), so the task takes a working slot — unless all it
-      // does now is wait (on people, or on a sub-task), alone or in every branch still going.
+      // does now is wait (on people, or on a sub-task), alone or in every branch or item still going.
       const onPeople =
-        snap.status === 'active' && active.length > 0 && active.every((s) => waitingSteps.has(s));
+        snap.status === 'active' && atWork.length > 0 && atWork.every((s) => waitingSteps.has(s));
       delivery.park(onPeople);
       const state = active.join('+');
       const ended = snap.status === 'done' && endedTask(snap.output) ? snap.output : undefined;
@@ -300,10 +302,10 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       firstCheckpoint = false;
       const { round, usage } = snap.context;
       // One of the steps at work, for `troupe status` and the dashboard: the first, when branches run at once.
-      const working = status === 'running' ? active.find((step) => agentOfStep.has(step)) : undefined;
+      const working = status === 'running' ? atWork.find((step) => agentOfStep.has(step)) : undefined;
       const agent = working === undefined ? undefined : agentOfStep.get(working);
       // Waiting on people only: the question their step put keeps being what the task waits on.
-      const asked = latest?.activity?.kind === 'person' && active.includes(latest.activity.step);
+      const asked = latest?.activity?.kind === 'person' && atWork.includes(latest.activity.step);
       const activity =
         working !== undefined && agent !== undefined
           ? { kind: 'agent' as const, step: working, agent, since: now() }

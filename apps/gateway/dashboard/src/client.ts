@@ -129,6 +129,7 @@ export const EVENT_KINDS = [
   'step.skipped',
   'route.chosen',
   'branches.joined',
+  'items.joined',
   'agent.handoff',
   'llm.request',
   'llm.response',

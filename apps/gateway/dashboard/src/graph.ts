@@ -27,7 +27,7 @@ type Node = NonNullable<Pipeline['graph']>['nodes'][number];
 /**
  * Where each step is drawn: a column per step along the flow, and a row per branch — a parallel step's branches side
  * by side below one another, starting in the column after it, the step after the parallel one past its longest
- * branch. The end comes last, on the first row.
+ * branch; a foreach step's steps likewise, as its one branch. The end comes last, on the first row.
  */
 function layout(nodes: readonly Node[]): {
   pos: Map<string, { col: number; row: number }>;
@@ -40,12 +40,14 @@ function layout(nodes: readonly Node[]): {
   const branchesOf = (node: Node) => [
     ...new Set(nodes.filter((n) => n.parent === node.id).map((n) => n.branch as string)),
   ];
+  /** A parallel step (its branches) or a foreach step (its one branch, `each`): drawn with its steps after it. */
+  const holdsSteps = (node: Node) => node.kind === 'parallel' || node.kind === 'foreach';
   /** How many rows a list of steps takes: one, or its widest parallel step's branches stacked. */
   const height = (list: readonly Node[]): number =>
     Math.max(
       1,
       ...list.map((n) =>
-        n.kind === 'parallel' ? branchesOf(n).reduce((sum, b) => sum + height(listOf(n.id, b)), 0) : 1,
+        holdsSteps(n) ? branchesOf(n).reduce((sum, b) => sum + height(listOf(n.id, b)), 0) : 1,
       ),
     );
   /** Places a list from `col` on `row`; returns the column after it. */
@@ -53,7 +55,7 @@ function layout(nodes: readonly Node[]): {
     let col = start;
     for (const node of list) {
       pos.set(node.id, { col, row });
-      if (node.kind !== 'parallel') {
+      if (!holdsSteps(node)) {
         col += 1;
         continue;
       }
