@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import { createActor, type Snapshot } from 'xstate';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
-import { stepsAtWork } from '../src/workflow/compileFlow.ts';
+import { compileFlow, stepsAtWork, unfitItem } from '../src/workflow/compileFlow.ts';
 import type { WorkflowEmitted } from '../src/workflow/workflowTypes.ts';
-import { type Reply, run, type Script, text, usage } from './support/runFlow.ts';
+import { type Reply, run, type Script, text, usage, verdict } from './support/runFlow.ts';
 
 /** A pipeline of these steps, each agent named after what it does. */
 function flow(steps: unknown[], extra: Record<string, unknown> = {}): PipelineConfig {
@@ -211,6 +212,30 @@ describe('kind: foreach', () => {
     expect(calls('builder').map(itemOf)).toEqual(['a', 'b']);
   });
 
+  it('counts what a stopped item had spent in the task’s usage', async () => {
+    let bBuilt: () => void = () => {};
+    const built = new Promise<void>((resolve) => (bBuilt = resolve));
+    const { output } = await run(flow(steps({ onError: 'close' })), {
+      planner: plan(['a', 'b']),
+      builder: async (request) => {
+        if (itemOf(request) === 'b') {
+          bBuilt();
+          return text('built b', usage(1000));
+        }
+        // a fails once b's build has replied and b is at its check.
+        await built;
+        await new Promise((resolve) => setImmediate(resolve));
+        return failedReply('a broke');
+      },
+      checker: () => new Promise<Reply>(() => {}),
+      closer: () => text('closed'),
+    });
+    expect(output.status).toBe('completed');
+    // The plan, b's build (1000), a's failed build and the close: b's build counts though b was stopped.
+    expect(output.usage.inputTokens).toBe(10 + 1000 + 1 + 10);
+    expect(output.usageByAgent.builder?.inputTokens).toBe(1001);
+  });
+
   it('without failFast runs every item and fails at the end; with onError: continue it goes on with the errors', async () => {
     const script: Script = {
       planner: plan(['a', 'b', 'c']),
@@ -366,5 +391,82 @@ describe('a foreach step resumed from a checkpoint', () => {
     expect(resumed.requests.map((r) => `${r.request.step}:${itemOf(r.request) ?? ''}`).sort()).toEqual(
       ['build:c', 'build:d', 'check:b', 'check:c', 'check:d', 'close:'].sort(),
     );
+  });
+
+  it('drops its items from the checkpoint once it has ended: their results are its output', async () => {
+    const checkpoints: unknown[] = [];
+    await run(flow(steps()), script, { onCheckpoint: (s) => checkpoints.push(s) });
+    const after = checkpoints.filter((s) => (s as { value: unknown }).value === 'close');
+    expect(after.length).toBeGreaterThan(0);
+    for (const snapshot of after) {
+      const context = (snapshot as { context: { foreach?: object; latest: Record<string, unknown> } })
+        .context;
+      expect(context.foreach).toEqual({});
+      expect(context.latest).toHaveProperty('build-each');
+    }
+  });
+
+  it('finds an item that no longer fits the pipeline as loaded now', async () => {
+    const checkpoints: unknown[] = [];
+    const never = () => new Promise<Reply>(() => {});
+    let stop = () => {};
+    const first = run(
+      flow(steps()),
+      { ...script, checker: never },
+      {
+        onCheckpoint: (s) => checkpoints.push(s),
+        onStart: (actor) => (stop = () => actor.send({ type: 'cancel' })),
+      },
+    );
+    await expect.poll(() => JSON.stringify(checkpoints.at(-1) ?? {}).includes('"check"')).toBe(true);
+    const midway = checkpoints.at(-1) as Snapshot<unknown>;
+    stop();
+    await first;
+    const same = createActor(compileFlow(flow(steps())), {
+      input: { taskId: 't', pipeline: 'demo', goal: 'g', traceparent: '' },
+      snapshot: midway,
+    });
+    expect(unfitItem(same.getSnapshot())).toBeUndefined();
+    // The item's step `check` was renamed since the checkpoint.
+    const renamed = steps({
+      do: [
+        { id: 'build', kind: 'agent', agent: 'builder' },
+        { id: 'verify', kind: 'agent', agent: 'checker' },
+      ],
+    });
+    const changed = createActor(compileFlow(flow(renamed)), {
+      input: { taskId: 't', pipeline: 'demo', goal: 'g', traceparent: '' },
+      snapshot: midway,
+    });
+    expect(changed.getSnapshot().status).toBe('active');
+    expect(String((unfitItem(changed.getSnapshot()) as { error: Error }).error)).toContain('check');
+  });
+});
+
+describe('a foreach step reworked after a review', () => {
+  it('gives each item’s last step its own result of the rejected round, and the feedback', async () => {
+    const seen: string[] = [];
+    await run(
+      flow([
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        each({ do: [{ id: 'build', kind: 'agent', agent: 'builder' }] }),
+        { id: 'check', kind: 'review', agent: 'checker', onReject: 'build-each', maxRounds: 2 },
+      ]),
+      {
+        planner: plan(['a', 'b']),
+        builder: (request) => {
+          seen.push(
+            `${itemOf(request)}@${request.round}: ${request.context.map((c) => `${c.output}@${c.round}`).join(', ')} ${request.feedback ?? ''}`,
+          );
+          return text(`built ${itemOf(request)}`);
+        },
+        checker: (request) =>
+          request.round === 1 ? verdict('reject', 'smaller parts') : verdict('approve', 'ok'),
+      },
+    );
+    expect(seen.filter((line) => line.includes('@2:')).sort()).toEqual([
+      'a@2: {"parts":["a","b"]}@1, built a@1 smaller parts',
+      'b@2: {"parts":["a","b"]}@1, built b@1 smaller parts',
+    ]);
   });
 });

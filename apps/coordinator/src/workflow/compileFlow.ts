@@ -11,7 +11,7 @@ import { preview } from '@troupe/runtime';
 import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
 import { ROUTE_END } from '../config/checkFlow.ts';
 import { type ExpressionScope, evaluate, stepsReadBy } from '../config/expressions.ts';
-import { allSteps, isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
+import { actorOf, allSteps, isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
 import type {
   AgentAskedStep,
   AgentStepConfig,
@@ -147,6 +147,9 @@ const workflowSetup = setup({
  *
  * Every state that waits (a step's call, a branch's) is keyed by its step id, so a checkpoint names where the task
  * is; transient states are never in one.
+ *
+ * The host's step actors are given here (`provided`), not with `.provide()`: a foreach step's items are workflows
+ * of their own, compiled here, and only these reach them.
  */
 export function compileFlow(config: PipelineConfig, provided: StepActors = {}) {
   const compiling: Compiling = { config, places: placesOf(config.flow), provided, actors: {} };
@@ -1122,7 +1125,7 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
   /** The step has failed: as its `onError` says, after `items.joined`. */
   const failStep = (failure: ContextParam<WorkflowFailure>) => {
     const { guard: _ignored, ...transition } = recovery(failure, [itemsJoined(step, false)])[0] as Recovering;
-    return transition;
+    return { ...transition, actions: [...(transition.actions ?? []), forgetItems(step)] };
   };
   const failures = (context: WorkflowContext) =>
     progressOf(context).results.flatMap((r, index) => (r && !r.ok ? [{ index, failure: r.failure }] : []));
@@ -1207,28 +1210,42 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
           settled(context) && step.onError !== 'continue' && failures(context).length > 0,
         ...failStep(({ context }) => ({
           reason: 'step_failed',
-          message: `foreach step ${step.id}: ${failures(context).length} of ${progressOf(context).items.length} items failed; ${failures(
-            context,
-          )
-            .map(({ index, failure }) => `item ${index}: ${failure.message}`)
-            .join('; ')}`,
+          message: `foreach step ${step.id}: ${failures(context).length} of ${progressOf(context).items.length} items failed; ${failureList(failures(context))}`,
           step: step.id,
         })),
       },
-      { guard: ({ context }: Args) => settled(context), target: next, actions: [itemsJoined(step, true)] },
+      {
+        guard: ({ context }: Args) => settled(context),
+        target: next,
+        actions: [itemsJoined(step, true), forgetItems(step)],
+      },
     ],
     on: {
       [`xstate.done.actor.each.${step.id}.*`]: { actions: enqueueActions(ended) },
       [`xstate.error.actor.each.${step.id}.*`]: { actions: enqueueActions(ended) },
       'item.ended': { actions: enqueueActions(ended) },
     },
-    // Leaving the step — it failed fast, the task was cancelled, a `first` join moved on — stops what still runs.
+    // Leaving the step — it failed fast, the task was cancelled, a `first` join moved on — stops what still runs,
+    // counting what it spent (its steps that had finished) in the task's usage.
     exit: [
-      enqueueActions(({ context, enqueue }: Args & { enqueue: EnqueueLike }) => {
+      enqueueActions(({ context, enqueue, self }: Args & { enqueue: EnqueueLike; self: ActorLike }) => {
         const progress = context.foreach?.[step.id];
-        progress?.results.forEach((r, index) => {
-          if (r === null && index < progress.started) enqueue.stopChild(childId(context.round, index));
+        if (!progress) return;
+        const children = self.getSnapshot().children;
+        let usage = context.usage;
+        const usageByAgent = { ...context.usageByAgent };
+        progress.results.forEach((r, index) => {
+          if (r !== null || index >= progress.started) return;
+          const id = childId(context.round, index);
+          const spent = (children[id]?.getSnapshot() as { context?: WorkflowContext } | undefined)?.context;
+          if (spent) {
+            usage = sumUsage(usage, spent.usage);
+            for (const [agent, u] of Object.entries(spent.usageByAgent))
+              usageByAgent[agent] = sumUsage(usageByAgent[agent] ?? emptyUsage(), u);
+          }
+          enqueue.stopChild(id);
         });
+        enqueue.assign({ usage, usageByAgent });
       }),
     ],
   };
@@ -1254,6 +1271,39 @@ export function hearEndedItems(actor: {
         : { type: 'item.ended', id, error: snapshot.error },
     );
   }
+}
+
+/**
+ * Forgets a foreach step's items once it has ended (its output has their results): later checkpoints need not carry
+ * them twice. Last in the step's final transition, after whatever reads them.
+ */
+function forgetItems(step: ForeachStepConfig) {
+  return assign(({ context }: Args) => {
+    const { [step.id]: _ended, ...others } = context.foreach ?? {};
+    return { foreach: others };
+  });
+}
+
+/** Failed items for a message: the first five, each its message cut at 500 characters, and how many more. */
+function failureList(failed: readonly { index: number; failure: WorkflowFailure }[]): string {
+  const shown = failed
+    .slice(0, 5)
+    .map(({ index, failure }) => `item ${index}: ${preview(failure.message, 500)}`);
+  return `${shown.join('; ')}${failed.length > 5 ? `; and ${failed.length - 5} more` : ''}`;
+}
+
+/**
+ * A foreach item whose workflow could not be restored from the task's checkpoint (its steps changed since), with
+ * why; xstate restores each item apart, so the task's workflow restores fine without it.
+ */
+export function unfitItem(snapshot: {
+  children: Record<string, { getSnapshot(): unknown } | undefined>;
+}): { error: unknown } | undefined {
+  for (const [id, child] of Object.entries(snapshot.children)) {
+    const item = child?.getSnapshot() as { status: string; error?: unknown } | undefined;
+    if (id.startsWith('each.') && item?.status === 'error') return { error: item.error };
+  }
+  return undefined;
 }
 
 /** A foreach step's list: what `items` gives, when it is a list no longer than `maxItems`; else why not. */
@@ -1320,11 +1370,13 @@ function itemContext(
   const pick = <T>(record: Record<string, T> | undefined) =>
     Object.fromEntries(Object.entries(record ?? {}).filter(([id]) => outside.has(id)));
   const { task } = context;
+  const previous = previousResult(context, step, index);
   return {
     task: { ...task, input: { ...task.input, item, index } },
     round: context.round,
     rejections: {},
     latest: pick(context.latest),
+    ...(previous ? { previous } : {}),
     errors: pick(context.errors),
     usage: emptyUsage(),
     usageByAgent: {},
@@ -1334,6 +1386,26 @@ function itemContext(
     item: { step: step.id, index },
     spent: { usage: taskSpent(context), byAgent: context.usageByAgent },
   };
+}
+
+/**
+ * What an item gave in the round a review rejected: its result, as its last step of work's own previous output, so
+ * that step sees what it did last time, as any reworked step does.
+ */
+function previousResult(
+  context: WorkflowContext,
+  step: ForeachStepConfig,
+  index: number,
+): WorkflowContext['previous'] {
+  const stale = context.previous?.[step.id];
+  const last = [...step.do].reverse().find(isWork);
+  if (!stale || !last) return undefined;
+  const results = parsedOutput(stale.output);
+  const result = Array.isArray(results) ? results[index] : undefined;
+  if (result === undefined || result === null || (typeof result === 'object' && 'error' in result))
+    return undefined;
+  const output = typeof result === 'string' ? result : JSON.stringify(result);
+  return { [last.id]: { step: last.id, agent: actorOf(last), round: stale.round, output } };
 }
 
 /**
@@ -1397,13 +1469,18 @@ function itemsJoined(step: ForeachStepConfig, ok: boolean) {
         items: progress.items.length,
         completed: progress.results.filter((r) => r?.ok).length,
         failed: progress.results.flatMap((r, index) =>
-          r && !r.ok ? [{ index, message: r.failure.message }] : [],
+          r && !r.ok ? [{ index, message: preview(r.failure.message, 500) }] : [],
         ),
         stopped: progress.results.filter((r) => r === null).length,
         ok,
       },
     });
   });
+}
+
+/** What the foreach step's exit reads of the workflow actor: the items' workflows, to count what they spent. */
+interface ActorLike {
+  getSnapshot(): { children: Record<string, { getSnapshot(): unknown } | undefined> };
 }
 
 /** What `joined` needs of xstate's `enqueue`: the states are built from config, so it is not inferred. */

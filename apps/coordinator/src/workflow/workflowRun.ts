@@ -15,7 +15,7 @@ import {
 } from '@troupe/runtime';
 import { createActor, type Snapshot } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
-import { activeSteps, hearEndedItems, stepsAtWork, type WorkflowMachine } from './compileFlow.ts';
+import { activeSteps, hearEndedItems, stepsAtWork, unfitItem, type WorkflowMachine } from './compileFlow.ts';
 import type { TaskEvents } from './taskEvents.ts';
 import type { Stage } from './taskLifecycle.ts';
 import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
@@ -227,9 +227,11 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     });
 
   const restored = actor.getSnapshot();
-  if (restored.status === 'error') {
+  // A foreach item's workflow is restored apart from the task's: one that does not fit leaves the task's active.
+  const unfit = restored.status === 'error' ? { error: restored.error } : unfitItem(restored);
+  if (unfit) {
     // The checkpoint does not fit the flow as loaded now (the pipeline changed since): end the task, loudly.
-    const message = `task ${taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(restored.error)})`;
+    const message = `task ${taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(unfit.error)})`;
     logger.error({ taskId }, message);
     const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
     const final = taskEvents.failed(scope, 'unresumable', message, emptyUsage(), durationMs);
