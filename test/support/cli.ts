@@ -10,9 +10,22 @@ export interface CliResult {
   stderr: string;
 }
 
-/** The environment for CLI children: this one's, minus NATS_URL unless given. */
+/** How a CLI child connects to NATS: none of these is taken from this process's environment. */
+const NATS_ENV = [
+  'NATS_URL',
+  'NATS_CREDS',
+  'NATS_USER',
+  'NATS_PASSWORD',
+  'NATS_NKEY',
+  'NATS_CA',
+  'NATS_CERT',
+  'NATS_KEY',
+  'TROUPE_INBOX',
+];
+
+/** The environment for CLI children: this one's, minus how to reach NATS unless given. */
 export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const { NATS_URL: _ignored, ...env } = process.env;
+  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !NATS_ENV.includes(key)));
   return { ...env, TROUPE_LOG_LEVEL: 'warn', ...extra };
 }
 

@@ -69,6 +69,26 @@ const serverOption = () =>
     'NATS server URL (default: $NATS_URL, else the embedded one a running `troupe up` recorded)',
   );
 
+/** How to log in to NATS and talk TLS to it (docs/permissions.md), on every command that has `--server`. */
+const natsAccessOptions = () => [
+  new Option('--creds <file>', 'NATS credentials file (a user JWT and its nkey seed)').env('NATS_CREDS'),
+  new Option('--user <name>', 'NATS user').env('NATS_USER'),
+  new Option(
+    '--password <password>',
+    'NATS password (safer in the environment than on the command line)',
+  ).env('NATS_PASSWORD'),
+  new Option('--nkey <file>', 'file holding a NATS user nkey seed (SU…)').env('NATS_NKEY'),
+  new Option('--tls-ca <file>', 'CA certificate (PEM) that signed the NATS server’s').env('NATS_CA'),
+  new Option('--tls-cert <file>', 'client certificate (PEM), for a server that verifies clients').env(
+    'NATS_CERT',
+  ),
+  new Option('--tls-key <file>', 'the client certificate’s key (PEM)').env('NATS_KEY'),
+  new Option(
+    '--inbox <prefix>',
+    `this client's reply inboxes, under ${'troupe._inbox'} (as its NATS user may read)`,
+  ).env('TROUPE_INBOX'),
+];
+
 /** Runs a command and turns its outcome into an exit code; user errors print without a stack. */
 const run =
   <A extends unknown[]>(command: (...args: A) => Promise<number>) =>
@@ -421,5 +441,12 @@ program
   .option('--timeout <seconds>', 'how long to wait for the task', positive, 120)
   .addOption(homeOption())
   .action(run(async (file: string, options) => (await commands.demo()).demo(file, options)));
+
+// Every command that talks to NATS logs in the same way, with the nats CLI's environment variables.
+for (const command of program.commands) {
+  if (command.options.some((option) => option.long === '--server')) {
+    for (const option of natsAccessOptions()) command.addOption(option);
+  }
+}
 
 await program.parseAsync(process.argv);

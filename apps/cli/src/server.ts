@@ -1,6 +1,15 @@
 import { readServerRecord } from '@troupe/coordinator';
 import { isTaskId } from '@troupe/protocol';
-import { createLogger, type Logger, NatsBus, type UntilReachableOptions } from '@troupe/runtime';
+import {
+  createLogger,
+  type Logger,
+  type NatsAccess,
+  NatsAccessError,
+  type NatsAccessSources,
+  NatsBus,
+  readNatsAccess,
+  type UntilReachableOptions,
+} from '@troupe/runtime';
 import { CliError, explain } from './cliError.ts';
 import { natsUrlFromEnv, resolveHome } from './home.ts';
 
@@ -14,11 +23,37 @@ export function checkTaskId(taskId: string): void {
 /** A command a person waits for gives up on an unreachable JetStream in seconds, not minutes as services do. */
 export const CLI_WAIT: UntilReachableOptions = { outageMs: 5_000, noJetStreamMs: 2_000 };
 
-export interface ServerOptions {
+export interface ServerOptions extends NatsAccessSources {
   server?: string;
   /** See {@link resolveHome}. */
   home?: string;
 }
+
+/**
+ * How a command logs in to NATS and talks TLS to it, from its options (or their environment variables); a file that
+ * cannot be read, or options that cannot go together, are a usage error.
+ */
+export async function natsAccessOf(options: NatsAccessSources): Promise<NatsAccess | undefined> {
+  const given = Object.values(pickAccess(options)).some((v) => v !== undefined);
+  if (!given) return undefined;
+  try {
+    return await readNatsAccess(pickAccess(options));
+  } catch (error) {
+    if (error instanceof NatsAccessError) throw new CliError(error.message, 2);
+    throw error;
+  }
+}
+
+const pickAccess = (o: NatsAccessSources): NatsAccessSources => ({
+  user: o.user,
+  password: o.password,
+  nkey: o.nkey,
+  creds: o.creds,
+  tlsCa: o.tlsCa,
+  tlsCert: o.tlsCert,
+  tlsKey: o.tlsKey,
+  inbox: o.inbox,
+});
 
 /** The NATS URL to use: `--server`, else `NATS_URL`, else the one a running `troupe up` recorded. */
 export async function resolveServer(options: ServerOptions): Promise<string> {
@@ -40,8 +75,15 @@ export async function connectCli(options: ServerOptions, name: string): Promise<
     destination: process.stderr as never,
     pretty: process.stderr.isTTY,
   });
+  const access = await natsAccessOf(options);
   try {
-    return await NatsBus.connect({ servers, name, logger, messageLogLevel: 'debug' });
+    return await NatsBus.connect({
+      servers,
+      name,
+      logger,
+      messageLogLevel: 'debug',
+      ...(access ? { access } : {}),
+    });
   } catch (error) {
     throw new CliError((error as Error).message);
   }

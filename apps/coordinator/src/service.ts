@@ -4,6 +4,7 @@ import {
   type EmbeddedNats,
   ensureTroupeStreams,
   type Logger,
+  type NatsAccess,
   NatsBus,
   registerSecretsFromEnv,
   startNatsServer,
@@ -23,6 +24,8 @@ export interface ServiceOptions {
   files: readonly string[];
   /** Join this NATS server or cluster; without it an embedded nats-server is started. */
   natsUrl?: string;
+  /** How to log in to the NATS server joined, and talk TLS to it. */
+  natsAccess?: NatsAccess;
   /** Where the embedded server keeps its data, workspaces live and the server URL is recorded (default `.troupe`). */
   home?: string;
   hostAgents?: boolean;
@@ -92,6 +95,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
     bus = await NatsBus.connect({
       servers: url,
       name: 'troupe-coordinator',
+      ...(options.natsAccess && !embedded ? { access: options.natsAccess } : {}),
       logger: options.logger,
       // Joining a server that may be restarting: wait for it, as start-up waits for JetStream.
       ...(embedded ? {} : { waitForServerMs: DEFAULT_OUTAGE_MS }),
@@ -157,6 +161,8 @@ export interface WorkerOptions {
   files: readonly string[];
   /** The NATS server the coordinators use. */
   natsUrl: string;
+  /** How to log in to it, and talk TLS to it. */
+  natsAccess?: NatsAccess;
   /** Workspaces live under `<home>/workspaces` (default `.troupe`). */
   home?: string;
   /** Only these agents; all agents of the pipelines when absent. */
@@ -202,6 +208,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     waitForServerMs: DEFAULT_OUTAGE_MS,
     servers: options.natsUrl,
     name: 'troupe-worker',
+    ...(options.natsAccess ? { access: options.natsAccess } : {}),
     logger: options.logger,
   });
   const unwatch = options.metrics?.watch(bus);

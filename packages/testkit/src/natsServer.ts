@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type EmbeddedNats, startNatsServer } from '@troupe/runtime';
@@ -16,6 +16,8 @@ export interface TestNats extends EmbeddedNats {
 export interface TestNatsOptions {
   /** Default true. */
   jetstream?: boolean;
+  /** nats-server configuration (users and permissions, TLS), written to a file in the data dir. */
+  config?: string;
 }
 
 /**
@@ -29,9 +31,12 @@ export interface TestNatsOptions {
 export async function startTestNats(opts: TestNatsOptions = {}): Promise<TestNats> {
   const dataDir = await mkdtemp(join(tmpdir(), 'troupe-nats-'));
   const jetstream = opts.jetstream ?? true;
+  const configFile = opts.config === undefined ? undefined : join(dataDir, 'nats-server.conf');
+  if (configFile !== undefined) await writeFile(configFile, opts.config as string);
+  const launch = configFile === undefined ? {} : { configFile };
   let server: EmbeddedNats;
   try {
-    server = await startNatsServer({ dataDir, jetstream });
+    server = await startNatsServer({ dataDir, jetstream, ...launch });
   } catch (error) {
     await rm(dataDir, { recursive: true, force: true });
     throw error;
@@ -44,7 +49,7 @@ export async function startTestNats(opts: TestNatsOptions = {}): Promise<TestNat
   };
   const resume = async (): Promise<void> => {
     if (running) return;
-    server = await startNatsServer({ dataDir, jetstream, port });
+    server = await startNatsServer({ dataDir, jetstream, port, ...launch });
     running = true;
   };
   return {

@@ -1,6 +1,7 @@
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { hashToken, newToken, Scope, TokenEntry, TokensFile } from '@troupe/gateway';
 import { errorMessage, formatIssues } from '@troupe/protocol';
+import type { NatsAccessSources } from '@troupe/runtime';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { parse as parseYaml, stringify } from 'yaml';
 import { type GatewayServeOptions, serveGateway } from '../gatewayOption.ts';
@@ -9,10 +10,10 @@ import { type GatewayServeOptions, serveGateway } from '../gatewayOption.ts';
 export { serveGateway };
 
 import { logUnhandledRejections } from '../lastResort.ts';
-import { CliError, resolveServer } from '../server.ts';
+import { CliError, natsAccessOf, resolveServer } from '../server.ts';
 import { untilStopped } from '../signals.ts';
 
-export interface GatewayCommandOptions extends GatewayServeOptions {
+export interface GatewayCommandOptions extends GatewayServeOptions, NatsAccessSources {
   home?: string;
   server?: string;
   logLevel: string;
@@ -24,9 +25,15 @@ export async function gateway(options: GatewayCommandOptions): Promise<number> {
   const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
   logUnhandledRejections(logger);
   const natsUrl = await resolveServer(options);
+  const access = await natsAccessOf(options);
   let bus: NatsBus;
   try {
-    bus = await NatsBus.connect({ servers: natsUrl, name: 'troupe-gateway', logger });
+    bus = await NatsBus.connect({
+      servers: natsUrl,
+      name: 'troupe-gateway',
+      logger,
+      ...(access ? { access } : {}),
+    });
   } catch (error) {
     throw new CliError(`cannot reach NATS at ${natsUrl}: ${errorMessage(error)}`);
   }

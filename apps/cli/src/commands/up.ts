@@ -7,6 +7,7 @@ import {
   type Service,
   startService,
 } from '@troupe/coordinator';
+import type { NatsAccess, NatsAccessSources } from '@troupe/runtime';
 import {
   createLogger,
   McpServerError,
@@ -18,10 +19,10 @@ import type { Gateway } from '../gatewayOption.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
-import { CliError } from '../server.ts';
+import { CliError, natsAccessOf } from '../server.ts';
 import { untilStopped } from '../signals.ts';
 
-export interface UpOptions {
+export interface UpOptions extends NatsAccessSources {
   home?: string;
   server?: string;
   /** Join the server of the `troupe up` already running on this home instead of refusing to start. */
@@ -62,7 +63,8 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   // Traces go out over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is loaded.
   const tracing = await startTracing({ service: 'troupe-coordinator', logger });
   const served = await startMetrics(options.metrics, logger);
-  const starting = start(files, { ...options, home }, natsUrl, logger, served?.metrics);
+  const natsAccess = natsUrl === undefined ? undefined : await natsAccessOf(options);
+  const starting = start(files, { ...options, home }, natsUrl, logger, served?.metrics, natsAccess);
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   let gateway: Gateway | undefined;
   const stopped = untilStopped(async () => {
@@ -129,6 +131,7 @@ export async function start(
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
   metrics?: TroupeMetrics,
+  natsAccess?: NatsAccess,
 ): Promise<Service> {
   if (options.maxTaskDepth !== undefined && options.maxTaskDepth > MAX_TASK_DEPTH) {
     throw new CliError(
@@ -160,6 +163,7 @@ export async function start(
       logger,
       ...(metrics ? { metrics } : {}),
       ...(natsUrl === undefined ? {} : { natsUrl }),
+      ...(natsAccess ? { natsAccess } : {}),
     });
   } catch (error) {
     if (error instanceof HomeBusyError) {

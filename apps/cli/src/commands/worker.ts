@@ -1,12 +1,13 @@
 import { ConfigError, startWorker } from '@troupe/coordinator';
+import type { NatsAccessSources } from '@troupe/runtime';
 import { createLogger, McpServerError, startTracing, TransportError } from '@troupe/runtime';
 import { resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
-import { CliError, resolveServer } from '../server.ts';
+import { CliError, natsAccessOf, resolveServer } from '../server.ts';
 import { untilStopped } from '../signals.ts';
 
-export interface WorkerCommandOptions {
+export interface WorkerCommandOptions extends NatsAccessSources {
   home?: string;
   server?: string;
   agents?: string;
@@ -22,6 +23,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
   const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
   logUnhandledRejections(logger);
   const natsUrl = await resolveServer(options);
+  const natsAccess = await natsAccessOf(options);
   const agents = options.agents
     ?.split(',')
     .map((a) => a.trim())
@@ -32,6 +34,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
   const starting = startWorker({
     files,
     natsUrl,
+    ...(natsAccess ? { natsAccess } : {}),
     home: resolveHome(options.home),
     logger,
     allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',

@@ -21,6 +21,8 @@ export interface NatsServerOptions {
   binary?: string;
   /** How long to wait for the server to accept clients; default 10 s. */
   readyTimeoutMs?: number;
+  /** A nats-server configuration file (users and permissions, TLS, a cluster); the options above override it. */
+  configFile?: string;
 }
 
 /** A nats-server process this process started and owns. */
@@ -108,7 +110,10 @@ type LaunchOptions = NatsServerOptions & { host: string; port: number };
 async function launch(binary: string, opts: LaunchOptions): Promise<EmbeddedNats> {
   // A unique server name lets the readiness check tell our server from another one already on the port.
   const serverName = `troupe-${randomBytes(6).toString('hex')}`;
-  const args = ['-a', opts.host, '-p', String(opts.port), '-n', serverName, '--store_dir', opts.dataDir];
+  const args = [
+    ...(opts.configFile === undefined ? [] : ['-c', opts.configFile]),
+    ...['-a', opts.host, '-p', String(opts.port), '-n', serverName, '--store_dir', opts.dataDir],
+  ];
   if (opts.jetstream ?? true) args.push('-js');
   if (opts.logFile !== undefined) args.push('--log', opts.logFile);
   const child = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });

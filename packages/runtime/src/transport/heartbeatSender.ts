@@ -1,11 +1,11 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import type { StepHeartbeat } from '@troupe/protocol';
-import { subjects } from '@troupe/protocol';
 import { type Clock, every, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
 import { withTimeout } from '../withTimeout.ts';
 import type { Bus } from './bus.ts';
+import { connectionOptions, type NatsAccess } from './natsAccess.ts';
 import type { NatsBus } from './natsBus.ts';
 
 /** Whether a requester still listens on its inbox, as the last heartbeat found out. */
@@ -96,7 +96,7 @@ export class InlineHeartbeatSender implements HeartbeatSender {
  */
 const PROGRAM = `
 const { parentPort, workerData } = require('node:worker_threads');
-const { connect } = require(workerData.natsPath);
+const { connect, nkeyAuthenticator, credsAuthenticator } = require(workerData.natsPath);
 const tick = new BigInt64Array(workerData.tick);
 const steps = new Map();
 let nc;
@@ -138,10 +138,16 @@ parentPort.on('message', (message) => {
     Promise.resolve(nc && nc.close()).finally(() => parentPort.postMessage({ type: 'closed' }));
   }
 });
+const { nkeySeed, creds, ...plain } = workerData.access;
+const authenticator = [
+  ...(nkeySeed === undefined ? [] : [nkeyAuthenticator(new TextEncoder().encode(nkeySeed))]),
+  ...(creds === undefined ? [] : [credsAuthenticator(new TextEncoder().encode(creds))]),
+];
 connect({
+  ...plain,
+  ...(authenticator.length > 0 ? { authenticator } : {}),
   servers: workerData.servers,
   name: workerData.name,
-  inboxPrefix: workerData.inboxPrefix,
   reconnect: true,
   maxReconnectAttempts: -1,
 }).then(
@@ -206,7 +212,8 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
         natsPath: createRequire(import.meta.url).resolve('@nats-io/transport-node'),
         servers: [...bus.servers],
         name: `${bus.name}-heartbeats`,
-        inboxPrefix: subjects.inboxPrefix,
+        // Logged in as the bus is, with the same inbox prefix: text only, as a worker thread takes it.
+        access: heartbeatAccess(bus.access),
         tick: this.#tick.buffer,
         hungAfterMs: options.hungAfterMs ?? HUNG_AFTER_MS,
       },
@@ -320,3 +327,14 @@ class Listeners {
 
 /** Step ids are `<taskId>.<step>.<round>`. */
 const taskOf = (stepId: string): string => stepId.slice(0, stepId.indexOf('.'));
+
+/** The bus's access as the heartbeat thread connects with it: plain options, and the seeds it wraps itself. */
+function heartbeatAccess(access: NatsAccess | undefined): Record<string, unknown> {
+  const { nkeySeed, creds, ...rest } = access ?? {};
+  const plain = connectionOptions(rest);
+  return {
+    ...plain,
+    ...(nkeySeed === undefined ? {} : { nkeySeed }),
+    ...(creds === undefined ? {} : { creds }),
+  };
+}

@@ -32,6 +32,13 @@ export {
   type TroupeBucket,
   type TroupeStreamsOptions,
 } from './jetstreamSetup.ts';
+export {
+  connectionOptions,
+  type NatsAccess,
+  NatsAccessError,
+  type NatsAccessSources,
+  readNatsAccess,
+} from './natsAccess.ts';
 export { type BusOptions, type MessageMeta, NatsBus } from './natsBus.ts';
 export { TransportError, type TransportErrorCode } from './transportError.ts';
 export {

@@ -45,6 +45,7 @@ import type {
   SubscribeOptions,
 } from './bus.ts';
 import { EventOutbox } from './eventOutbox.ts';
+import { connectionOptions, type NatsAccess } from './natsAccess.ts';
 import { TransportError } from './transportError.ts';
 
 export type { MessageMeta } from '../logging/messageLog.ts';
@@ -66,6 +67,8 @@ export interface BusOptions {
   maxPendingEvents?: number;
   /** How long one attempt to store an event waits for JetStream's acknowledgement; default 5 s. */
   eventAckTimeoutMs?: number;
+  /** How to log in to NATS and talk TLS to it; nothing (and the shared inbox prefix) by default. */
+  access?: NatsAccess;
   /**
    * How long to keep trying to make the first connection, backing off and logging each wait, for a service that
    * may start while NATS is down; 0 (the default) fails at once, as a command someone waits for should.
@@ -87,6 +90,8 @@ function decodeText(data: Uint8Array): ParseResult<string> {
 /** Characters of an invalid payload quoted in its report. */
 const PAYLOAD_EXCERPT = 2_000;
 const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
+/** How long a command's first connection may take, handshake and login included. */
+const FIRST_CONNECT_TIMEOUT_MS = 5_000;
 
 const lenientDecoder = new TextDecoder('utf-8', { fatal: false });
 
@@ -112,6 +117,8 @@ export class NatsBus implements Bus {
   readonly name: string;
   /** The servers it was told to connect to, for a second connection to the same place (see HeartbeatSender). */
   readonly servers: readonly string[];
+  /** How it logged in, for a second connection made the same way. */
+  readonly access: NatsAccess | undefined;
   /** The logger the bus writes its message lines to. */
   readonly logger: Logger;
   readonly #level: MessageLogLevel;
@@ -126,6 +133,7 @@ export class NatsBus implements Bus {
     this.connection = connection;
     this.name = opts.name;
     this.servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
+    this.access = opts.access;
     this.logger = opts.logger;
     this.#level = opts.messageLogLevel ?? 'info';
     this.#now = opts.now ?? (() => new Date());
@@ -143,19 +151,22 @@ export class NatsBus implements Bus {
   static async connect(opts: BusOptions): Promise<NatsBus> {
     const servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
     const reconnect = opts.reconnect ?? true;
+    const waitMs = opts.waitForServerMs ?? 0;
     let connection: NatsConnection;
     const attempt = () =>
       connect({
+        ...connectionOptions(opts.access),
         servers,
         name: opts.name,
-        inboxPrefix: subjects.inboxPrefix,
+        // A command someone waits for gives up on a handshake that stalls (a server that wants a client
+        // certificate drops a TLS 1.3 client without one only after the handshake, and nats.js then waits) in 5 s.
+        timeout: waitMs <= 0 ? FIRST_CONNECT_TIMEOUT_MS : 20_000,
         reconnect,
         maxReconnectAttempts: reconnect ? -1 : 0,
         // No stack captured up front for every request (it cost ~8% of the CPU under load); a failed request
         // still rejects with the same error classes, and callers add the context that matters.
         noAsyncTraces: true,
       });
-    const waitMs = opts.waitForServerMs ?? 0;
     try {
       connection =
         waitMs <= 0
@@ -176,10 +187,13 @@ export class NatsBus implements Bus {
                 ),
             });
     } catch (cause) {
+      const timedOut = (cause as Error | undefined)?.name === 'TimeoutError';
       throw new TransportError(
         'connect_failed',
         `cannot connect to NATS at ${servers.join(', ')}: ${errorMessage(cause)}. ` +
-          'Check that nats-server (with JetStream, -js) is running there; `troupe up` without NATS_URL starts one.',
+          (timedOut && opts.access?.tls
+            ? 'The TLS handshake or the login did not complete: a server that verifies clients needs a client certificate its CA signed (--tls-cert and --tls-key, or NATS_CERT and NATS_KEY).'
+            : 'Check that nats-server (with JetStream, -js) is running there; `troupe up` without NATS_URL starts one.'),
         { cause },
       );
     }
