@@ -57,6 +57,19 @@ const steps = (extra: Record<string, unknown> = {}) => [
   { id: 'close', kind: 'agent', agent: 'closer' },
 ];
 
+/** A builder that fails item a at once and works on any other until it is stopped, noting which were. */
+const aFailsOthersWait =
+  (stopped: string[]): Script['builder'] =>
+  (request, _call, signal) => {
+    if (itemOf(request) === 'a') return failedReply('a broke');
+    return new Promise<Reply>((_resolve, reject) =>
+      signal.addEventListener('abort', () => {
+        stopped.push(itemOf(request));
+        reject(new Error('stopped'));
+      }),
+    );
+  };
+
 /** Replies that count how many builds run at once, each waiting a tick so they overlap. */
 function counting() {
   const state = { now: 0, most: 0 };
@@ -162,16 +175,8 @@ describe('kind: foreach', () => {
     const stopped: string[] = [];
     const { output, calls, events } = await run(flow(steps({ concurrency: 2 })), {
       planner: plan(['a', 'b', 'c', 'd']),
-      builder: (request, _call, signal) => {
-        if (itemOf(request) === 'a') return failedReply('a broke');
-        // b is still at work when a fails: it is stopped.
-        return new Promise<Reply>((_resolve, reject) =>
-          signal.addEventListener('abort', () => {
-            stopped.push(itemOf(request));
-            reject(new Error('stopped'));
-          }),
-        );
-      },
+      // b is still at work when a fails: it is stopped.
+      builder: aFailsOthersWait(stopped),
     });
     expect(output.status).toBe('failed');
     expect(output.failure).toEqual({
@@ -197,15 +202,7 @@ describe('kind: foreach', () => {
     const stopped: string[] = [];
     const { output, calls } = await run(flow(steps({ onError: 'close' })), {
       planner: plan(['a', 'b', 'c']),
-      builder: (request, _call, signal) => {
-        if (itemOf(request) === 'a') return failedReply('a broke');
-        return new Promise<Reply>((_resolve, reject) =>
-          signal.addEventListener('abort', () => {
-            stopped.push(itemOf(request));
-            reject(new Error('stopped'));
-          }),
-        );
-      },
+      builder: aFailsOthersWait(stopped),
       closer: () => text(`closed, stopped so far: ${stopped.join(',')}`),
     });
     expect(output).toMatchObject({ status: 'completed', output: 'closed, stopped so far: b' });

@@ -1079,19 +1079,7 @@ function joined(step: ParallelStepConfig, ok: boolean) {
         branches[branch] = { status: 'failed', message: outcome.failure.message };
       } else branches[branch] = { status: 'stopped' };
     }
-    if (ok) {
-      enqueue.assign({
-        latest: {
-          ...context.latest,
-          [step.id]: {
-            step: step.id,
-            agent: 'parallel',
-            round: context.round,
-            output: JSON.stringify(merged),
-          },
-        },
-      });
-    }
+    if (ok) enqueue.assign(withOutput(context, step, 'parallel', merged));
     sayNow(context, enqueue, {
       type: 'event',
       kind: 'branches.joined',
@@ -1446,19 +1434,7 @@ function itemsJoined(step: ForeachStepConfig, ok: boolean) {
     const results = progress.results.map((r) =>
       r === null ? null : r.ok ? parsedOutput(r.output) : { error: r.failure.message },
     );
-    if (ok) {
-      enqueue.assign({
-        latest: {
-          ...context.latest,
-          [step.id]: {
-            step: step.id,
-            agent: 'foreach',
-            round: context.round,
-            output: JSON.stringify(results),
-          },
-        },
-      });
-    }
+    if (ok) enqueue.assign(withOutput(context, step, 'foreach', results));
     sayNow(context, enqueue, {
       type: 'event',
       kind: 'items.joined',
@@ -1481,6 +1457,21 @@ function itemsJoined(step: ForeachStepConfig, ok: boolean) {
 /** What the foreach step's exit reads of the workflow actor: the items' workflows, to count what they spent. */
 interface ActorLike {
   getSnapshot(): { children: Record<string, { getSnapshot(): unknown } | undefined> };
+}
+
+/** The outputs with a step's own: what a step holding steps (parallel, foreach) gives, as JSON. */
+function withOutput(
+  context: WorkflowContext,
+  step: Pick<StepConfig, 'id'>,
+  agent: string,
+  output: unknown,
+): Pick<WorkflowContext, 'latest'> {
+  return {
+    latest: {
+      ...context.latest,
+      [step.id]: { step: step.id, agent, round: context.round, output: JSON.stringify(output) },
+    },
+  };
 }
 
 /** What `joined` needs of xstate's `enqueue`: the states are built from config, so it is not inferred. */
