@@ -14,6 +14,7 @@ const commands = {
   demo: () => import('./commands/demo.ts'),
   init: () => import('./commands/init.ts'),
   logs: () => import('./commands/logs.ts'),
+  natsConfig: () => import('./commands/natsConfig.ts'),
   gateway: () => import('./commands/gateway.ts'),
   graph: () => import('./commands/graph.ts'),
   replay: () => import('./commands/replay.ts'),
@@ -441,6 +442,52 @@ program
   .option('--timeout <seconds>', 'how long to wait for the task', positive, 120)
   .addOption(homeOption())
   .action(run(async (file: string, options) => (await commands.demo()).demo(file, options)));
+
+program
+  .command('nats-config')
+  .description(
+    'write a nats-server authorization block with one nkey user per role, each allowed the least it needs, and their seeds',
+  )
+  .argument('<pipeline.yaml...>', 'the pipelines the roles name')
+  .requiredOption('--out <dir>', "where to write troupe-auth.conf and each user's <name>.nk and <name>.env")
+  .option(
+    '--coordinator <name>',
+    'a coordinator user (repeatable; default one named coordinator)',
+    collect,
+    [],
+  )
+  .option(
+    '--worker <name=pipeline:agents>',
+    'a worker serving these agents, comma-separated (repeatable)',
+    collect,
+    [],
+  )
+  .option(
+    '--submitter <name=pipelines>',
+    'a user that submits tasks to these pipelines (repeatable)',
+    collect,
+    [],
+  )
+  .option(
+    '--observer <name=pipelines>',
+    "a user that reads these pipelines' events and tasks (repeatable)",
+    collect,
+    [],
+  )
+  .option(
+    '--approver <name=pipelines>',
+    'a user that decides approvals and answers questions (repeatable)',
+    collect,
+    [],
+  )
+  .action(
+    run(async (files: string[], options) =>
+      (await commands.natsConfig()).natsConfig(files, {
+        ...options,
+        coordinator: options.coordinator.length > 0 ? options.coordinator : ['coordinator'],
+      }),
+    ),
+  );
 
 // Every command that talks to NATS logs in the same way, with the nats CLI's environment variables.
 for (const command of program.commands) {

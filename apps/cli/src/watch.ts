@@ -61,10 +61,15 @@ export function finalTracker(): FinalTracker {
 }
 
 /** Resolves with a task's final event. */
-export function waitForFinal(bus: NatsBus, taskId: string, onEvent: (event: TroupeEvent) => void) {
+export function waitForFinal(
+  bus: NatsBus,
+  task: { taskId: string; pipeline: string },
+  onEvent: (event: TroupeEvent) => void,
+) {
   const final = finalTracker();
+  // The task's own pipeline, not any: a user allowed to read only that pipeline's events may wait for it.
   const subscriptions = watchEvents(bus, {
-    taskId,
+    ...task,
     onEvent: (event) => {
       onEvent(event);
       final.note(event);

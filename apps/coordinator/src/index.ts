@@ -35,6 +35,16 @@ export {
   taskConsumerName,
 } from './intake/taskQueue.ts';
 export {
+  authorizationBlock,
+  type ConfiguredUser,
+  describeRole,
+  inboxOf,
+  isIdentityName,
+  type Permissions,
+  permissionsOf,
+  type Role,
+} from './nats/roles.ts';
+export {
   type HumanReply,
   listHumanRequests,
   type ReplyOutcome,

@@ -31,7 +31,9 @@ export async function demo(file: string, options: DemoOptions): Promise<number> 
       `troupe: NATS on ${service.url}${service.embedded ? ' (embedded)' : ''}; pipeline ${pipeline}; log in ${relative(process.cwd(), logFile)}`,
     );
     const taskId = newTaskId();
-    const watcher = waitForFinal(service.bus, taskId, (event) => say(formatEvent(event, { color })));
+    const watcher = waitForFinal(service.bus, { taskId, pipeline }, (event) =>
+      say(formatEvent(event, { color })),
+    );
     await service.bus.flush();
     say(`submitting task ${taskId}: ${options.goal}\n`);
     await submitTask(service.bus, pipeline, { id: taskId, goal: options.goal });

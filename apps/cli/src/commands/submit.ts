@@ -24,7 +24,7 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
   const bus = await connectCli(options, 'troupe-submit');
   try {
     const watcher = options.wait
-      ? waitForFinal(bus, task.id, (event) => print(event, options.json))
+      ? waitForFinal(bus, { taskId: task.id, pipeline }, (event) => print(event, options.json))
       : undefined;
     await bus.flush();
     const submitted = await submitToPipeline(bus, pipeline, task).catch((error) => {

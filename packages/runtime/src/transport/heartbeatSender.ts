@@ -153,6 +153,12 @@ connect({
 }).then(
   (connection) => {
     nc = connection;
+    // A refusal by the server (a heartbeat its user may not send) is said in the host's log, not lost here.
+    (async () => {
+      for await (const status of connection.status()) {
+        if (status.type === 'error') parentPort.postMessage({ type: 'error', message: String(status.error && status.error.message) });
+      }
+    })().catch(() => {});
     for (const stepId of steps.keys()) send(stepId);
     parentPort.postMessage({ type: 'ready' });
   },
@@ -270,6 +276,8 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
       this.#listeners.report(message.stepId, message.inbox, message.listening);
     else if (message.type === 'ready') this.#ready();
     else if (message.type === 'failed') this.#fail(message.message);
+    else if (message.type === 'error')
+      this.#logger.error(`NATS connection error (heartbeats): ${message.message}`);
     else if (message.type === 'closed') void this.#worker.terminate();
   }
 
@@ -303,7 +311,9 @@ type WorkerMessage =
   | { type: 'listening'; stepId: string; inbox: string; listening: boolean }
   | { type: 'ready' }
   | { type: 'closed' }
-  | { type: 'failed'; message: string };
+  | { type: 'failed'; message: string }
+  /** The server refused something the thread sent (a permission violation, say). */
+  | { type: 'error'; message: string };
 
 /** The listeners of a sender; one that throws does not keep the report from the others. */
 class Listeners {

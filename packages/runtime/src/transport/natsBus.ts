@@ -363,7 +363,8 @@ export class NatsBus implements Bus {
   }
 
   requestReplies(subject: string, payload: unknown, onReply: (reply: ReplyMessage) => void): () => void {
-    const inbox = createInbox(subjects.inboxPrefix);
+    // Under this client's own prefix, which its NATS user may be allowed to read alone.
+    const inbox = createInbox(this.access?.inboxPrefix ?? subjects.inboxPrefix);
     const subscription = this.connection.subscribe(inbox, {
       callback: (error, msg) => {
         if (error) {

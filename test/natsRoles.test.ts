@@ -1,0 +1,175 @@
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  connect,
+  type NatsConnection,
+  nkeyAuthenticator,
+  PermissionViolationError,
+} from '@nats-io/transport-node';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { examplePath } from './support/harness.ts';
+
+/**
+ * A nats-server whose users are the ones `troupe nats-config` wrote for the demo pipeline: a coordinator, a worker per
+ * agent, a submitter, an observer and an approver, each with its own nkey and inbox. The demo runs with every part on
+ * its own credentials, and what the issue found forgeable from outside is refused by the broker.
+ */
+describe('NATS users with least privilege, from troupe nats-config', () => {
+  let nats: TestNats;
+  let dir: string;
+  const processes: CliProcess[] = [];
+  const clients: NatsConnection[] = [];
+  const roles = ['coordinator', 'planner', 'executor', 'reviewer', 'ci', 'watcher', 'ana'];
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-roles-'));
+    const written = await troupe([
+      'nats-config',
+      examplePath('demo.yaml'),
+      '--out',
+      dir,
+      '--worker',
+      'planner=demo:planner',
+      '--worker',
+      'executor=demo:executor',
+      '--worker',
+      'reviewer=demo:reviewer',
+      '--submitter',
+      'ci=demo',
+      '--observer',
+      'watcher=demo',
+      '--approver',
+      'ana=demo',
+    ]);
+    expect(written.code, written.stderr).toBe(0);
+    expect(written.stdout).toContain('with 7 users');
+    // The server's configuration is the block as written (an operator would include it in theirs).
+    nats = await startTestNats({ config: await readFile(join(dir, 'troupe-auth.conf'), 'utf8') });
+  });
+  afterAll(async () => {
+    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    for (const c of clients.splice(0)) await c.close();
+    await nats?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** The environment a role's process runs with: the server, its seed and its inbox, from its .env file. */
+  const envOf = async (role: string) => {
+    const lines = (await readFile(join(dir, `${role}.env`), 'utf8')).split('\n');
+    const vars = Object.fromEntries(
+      lines
+        .filter((l) => l.includes('=') && !l.startsWith('#'))
+        .map((l) => l.split('=', 2) as [string, string]),
+    );
+    return cliEnv({ ...vars, NATS_URL: nats.url });
+  };
+
+  /** A raw connection as a role's user, watching for permission violations the server reports. */
+  const as = async (role: string) => {
+    const seed = (await readFile(join(dir, `${role}.nk`), 'utf8')).trim();
+    const nc = await connect({
+      servers: nats.url,
+      authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)),
+      inboxPrefix: `troupe._inbox.${role}`,
+      name: `forger-${role}`,
+    });
+    clients.push(nc);
+    const violations: PermissionViolationError[] = [];
+    void (async () => {
+      for await (const status of nc.status()) {
+        if (status.type === 'error' && status.error instanceof PermissionViolationError)
+          violations.push(status.error);
+      }
+    })();
+    return { nc, violations };
+  };
+
+  it('runs the demo with every part on its own credentials', async () => {
+    const home = join(dir, 'home');
+    const up = startTroupe(
+      ['up', examplePath('demo.yaml'), '--no-agents', '--home', home],
+      await envOf('coordinator'),
+    );
+    processes.push(up);
+    await up.waitFor(/troupe is up/, 30_000);
+    for (const agent of ['planner', 'executor', 'reviewer']) {
+      const worker = startTroupe(
+        ['worker', examplePath('demo.yaml'), '--agents', agent, '--home', home],
+        await envOf(agent),
+      );
+      processes.push(worker);
+      await worker.waitFor(/serving|ready|worker is up/i, 30_000);
+    }
+    const submitted = await troupe(
+      ['submit', 'demo', 'Write a short hello note in notes/hello.md', '--wait'],
+      await envOf('ci'),
+      90_000,
+    );
+    expect(submitted.code, `${submitted.stdout}\n${submitted.stderr}`).toBe(0);
+    expect(submitted.stdout).toContain('task.completed');
+    // Nobody was refused anything it needed.
+    for (const p of processes) expect(p.output()).not.toMatch(/Permissions Violation/i);
+  });
+
+  it('refuses a forged reviewer: no user but the reviewer worker may take the reviewer’s steps', async () => {
+    for (const role of ['executor', 'ci', 'watcher', 'ana']) {
+      const { nc } = await as(role);
+      const queued = nc.subscribe('troupe.agents.demo.reviewer', { queue: 'troupe-demo-reviewer' });
+      const plain = nc.subscribe('troupe.agents.demo.reviewer');
+      expect(await queued.closed, role).toBeInstanceOf(PermissionViolationError);
+      expect(await plain.closed, role).toBeInstanceOf(PermissionViolationError);
+    }
+    // The reviewer itself may, in its queue group only.
+    const { nc } = await as('reviewer');
+    const own = nc.subscribe('troupe.agents.demo.reviewer', { queue: 'troupe-demo-reviewer' });
+    const outside = nc.subscribe('troupe.agents.demo.reviewer');
+    expect(await outside.closed).toBeInstanceOf(PermissionViolationError);
+    await nc.flush();
+    expect(own.isClosed()).toBe(false);
+  });
+
+  it('refuses a forged step request, a forged task ending, a forged decision and reading another’s replies', async () => {
+    const forgeries: [string, string][] = [
+      ['ci', 'troupe.agents.demo.executor'],
+      ['watcher', 'troupe.agents.demo.executor'],
+      ['executor', 'troupe.agents.demo.reviewer'],
+      ['ci', 'troupe.events.demo.t-1.task.completed'],
+      ['executor', 'troupe.events.demo.t-1.task.completed'],
+      ['reviewer', 'troupe.events.demo.t-1.task.failed'],
+      ['ci', 'troupe.approvals.t-1.ap-1'],
+      ['executor', 'troupe.approvals.t-1.ap-1'],
+      ['ci', '$KV.approvals.ap-1'],
+      ['ci', 'troupe.tasks.other'],
+      ['ana', 'troupe.tasks.demo'],
+    ];
+    for (const [role, subject] of forgeries) {
+      const { nc, violations } = await as(role);
+      nc.publish(subject, '{}');
+      await expect.poll(() => violations.map((v) => v.subject), { timeout: 5_000 }).toContain(subject);
+      expect(violations.find((v) => v.subject === subject)?.operation, `${role} → ${subject}`).toBe(
+        'publish',
+      );
+    }
+    // Replies to others are theirs alone.
+    const { nc } = await as('ci');
+    const snooping = nc.subscribe('troupe._inbox.coordinator.>');
+    expect(await snooping.closed).toBeInstanceOf(PermissionViolationError);
+  });
+
+  it('lets each role do what it is for', async () => {
+    const allowed: [string, string][] = [
+      ['ana', 'troupe.approvals.t-1.ap-1'],
+      ['executor', 'troupe.events.demo.t-1.tool.call'],
+      ['coordinator', 'troupe.events.demo.t-1.task.completed'],
+    ];
+    for (const [role, subject] of allowed) {
+      const { nc, violations } = await as(role);
+      nc.publish(subject, '{}');
+      await nc.flush();
+      expect(violations, `${role} → ${subject}`).toEqual([]);
+    }
+  });
+});
