@@ -11,6 +11,8 @@ import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { examplePath } from './support/harness.ts';
+import { seededRandom } from './support/seed.ts';
+import { messageStorm } from './support/storm.ts';
 
 /**
  * A nats-server whose users are the ones `troupe nats-config` wrote for the demo pipeline: a coordinator, a worker per
@@ -48,6 +50,22 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(written.stdout).toContain('with 7 users');
     // The server's configuration is the block as written (an operator would include it in theirs).
     nats = await startTestNats({ config: await readFile(join(dir, 'troupe-auth.conf'), 'utf8') });
+    // The demo's parts, each on its own user: a coordinator running workflows only, a worker per agent.
+    const home = join(dir, 'home');
+    const up = startTroupe(
+      ['up', examplePath('demo.yaml'), '--no-agents', '--home', home],
+      await envOf('coordinator'),
+    );
+    processes.push(up);
+    await up.waitFor(/troupe is up/, 30_000);
+    for (const agent of ['planner', 'executor', 'reviewer']) {
+      const worker = startTroupe(
+        ['worker', examplePath('demo.yaml'), '--agents', agent, '--home', home],
+        await envOf(agent),
+      );
+      processes.push(worker);
+      await worker.waitFor(/serving|ready|worker is up/i, 30_000);
+    }
   });
   afterAll(async () => {
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
@@ -88,21 +106,6 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
   };
 
   it('runs the demo with every part on its own credentials', async () => {
-    const home = join(dir, 'home');
-    const up = startTroupe(
-      ['up', examplePath('demo.yaml'), '--no-agents', '--home', home],
-      await envOf('coordinator'),
-    );
-    processes.push(up);
-    await up.waitFor(/troupe is up/, 30_000);
-    for (const agent of ['planner', 'executor', 'reviewer']) {
-      const worker = startTroupe(
-        ['worker', examplePath('demo.yaml'), '--agents', agent, '--home', home],
-        await envOf(agent),
-      );
-      processes.push(worker);
-      await worker.waitFor(/serving|ready|worker is up/i, 30_000);
-    }
     const submitted = await troupe(
       ['submit', 'demo', 'Write a short hello note in notes/hello.md', '--wait'],
       await envOf('ci'),
@@ -159,6 +162,35 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(await snooping.closed).toBeInstanceOf(PermissionViolationError);
   });
 
+  it('keeps serving through a storm of messages from a submitter, refusing visibly all it may not send', async () => {
+    const { seed, random } = seededRandom('message storm as a submitter');
+    const { pick, payloads, subjectsHeard } = messageStorm(random);
+    const { nc, violations } = await as('ci');
+    const sentTo = new Set<string>();
+    const started = Date.now();
+    for (let sent = 1; sent <= 1_000 && Date.now() - started < 10_000; sent++) {
+      const subject = pick(subjectsHeard)();
+      // What it may send, tasks of its pipeline, the robustness suite storms already: here, what it may not.
+      if (subject === 'troupe.tasks.demo') continue;
+      sentTo.add(subject);
+      nc.publish(subject, pick(payloads)());
+      if (sent % 100 === 0) await nc.flush();
+    }
+    await nc.flush();
+    // Every subject was refused, and the refusal said so to the client.
+    const refusable = [...sentTo].sort();
+    await expect
+      .poll(() => [...new Set(violations.map((v) => v.subject))].sort(), { timeout: 10_000 })
+      .toEqual(refusable);
+    expect(refusable.length, `seed ${seed}`).toBeGreaterThan(3);
+    // The deployment still serves it: a valid task it submits after the storm completes.
+    const after = await troupe(['submit', 'demo', 'write a hello note', '--wait'], await envOf('ci'), 90_000);
+    expect(after.code, `seed ${seed}: ${after.stdout}\n${after.stderr}`).toBe(0);
+    console.info(
+      `message storm as a submitter: ${sentTo.size} subjects, ${violations.length} refusals (seed ${seed})`,
+    );
+  }, 120_000);
+
   it('lets each role do what it is for', async () => {
     const allowed: [string, string][] = [
       ['ana', 'troupe.approvals.t-1.ap-1'],
@@ -171,5 +203,32 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       await nc.flush();
       expect(violations, `${role} → ${subject}`).toEqual([]);
     }
+  });
+});
+
+describe('troupe nats-config refuses roles that cannot work', () => {
+  const config = (...args: string[]) =>
+    troupe([
+      'nats-config',
+      examplePath('demo.yaml'),
+      '--out',
+      join(tmpdir(), 'troupe-never-written'),
+      ...args,
+    ]);
+
+  it('names the pipeline or agent that is not there, and a name used twice or unusable', async () => {
+    const pipeline = await config('--submitter', 'ci=demo,dmeo');
+    expect(pipeline).toMatchObject({ code: 2, stderr: expect.stringContaining('no pipeline named "dmeo"') });
+    const agent = await config('--worker', 'w=demo:planner,writer');
+    expect(agent.stderr).toContain(
+      'pipeline demo has no agent "writer" (it has planner, executor, reviewer)',
+    );
+    const twice = await config('--worker', 'ci=demo:planner', '--submitter', 'ci=demo');
+    expect(twice.stderr).toContain('two roles are named "ci"');
+    const unusable = await config('--observer', 'Ops.Team=demo');
+    expect(unusable.stderr).toContain('"Ops.Team" cannot name a NATS user here');
+    const form = await config('--approver', 'ana');
+    expect(form.stderr).toContain('--approver takes <name>=<pipeline>[,<pipeline>…]');
+    for (const result of [agent, twice, unusable, form]) expect(result.code).toBe(2);
   });
 });
