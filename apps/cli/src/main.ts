@@ -70,6 +70,20 @@ const serverOption = () =>
     'NATS server URL (default: $NATS_URL, else the embedded one a running `troupe up` recorded)',
   );
 
+/** Replicas of Troupe's streams and buckets on a JetStream cluster (docs/operations.md). */
+const replicasOption = () =>
+  new Option(
+    '--replicas <n>',
+    'how many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster; default 1)',
+  )
+    .argParser((value) => {
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < 1 || n > 5)
+        throw new InvalidArgumentError('must be a whole number from 1 to 5');
+      return n;
+    })
+    .env('TROUPE_REPLICAS');
+
 /** How to log in to NATS and talk TLS to it (docs/permissions.md), on every command that has `--server`. */
 const natsAccessOptions = () => [
   new Option('--creds <file>', 'NATS credentials file (a user JWT and its nkey seed)').env('NATS_CREDS'),
@@ -132,6 +146,7 @@ program
     false,
   )
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
+  .addOption(replicasOption())
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
   .option(
     '--concurrency <n>',
@@ -206,6 +221,7 @@ program
   )
   .argument('<pipeline.yaml...>', 'pipeline files whose agents to serve')
   .option('--agents <names>', 'only these agents, comma-separated')
+  .addOption(replicasOption())
   .option(
     '--metrics <[host:]port>',
     'serve Prometheus metrics on http://<host:port>/metrics (host 127.0.0.1 unless given, e.g. 0.0.0.0:9464)',

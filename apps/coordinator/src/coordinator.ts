@@ -60,6 +60,8 @@ export interface CoordinatorOptions {
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
    */
   eventRetention?: { maxAgeMs?: number; maxBytes?: number };
+  /** How many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster). */
+  replicas?: number;
   /** Told what the steps here wait on people for (`troupe_approvals_pending`), when agents are hosted here. */
   metrics?: TroupeMetrics;
   registry?: ToolRegistry;
@@ -91,6 +93,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   await ensureTroupeStreams(bus, {
     ...(retention?.maxAgeMs === undefined ? {} : { eventsMaxAge: retention.maxAgeMs }),
     ...(retention?.maxBytes === undefined ? {} : { eventsMaxBytes: retention.maxBytes }),
+    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
   });
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);

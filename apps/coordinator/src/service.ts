@@ -46,6 +46,8 @@ export interface ServiceOptions {
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
    */
   eventRetention?: { maxAgeMs?: number; maxBytes?: number };
+  /** How many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster). */
+  replicas?: number;
   /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
   metrics?: TroupeMetrics;
   logger: Logger;
@@ -115,6 +117,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
       ...(options.limits === undefined ? {} : { limits: options.limits }),
       ...(options.eventRetention === undefined ? {} : { eventRetention: options.eventRetention }),
+      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(options.metrics ? { metrics: options.metrics } : {}),
     });
     if (embedded) {
@@ -163,6 +166,8 @@ export interface WorkerOptions {
   natsUrl: string;
   /** How to log in to it, and talk TLS to it. */
   natsAccess?: NatsAccess;
+  /** How many servers of a JetStream cluster keep each stream and bucket, should this worker make them. */
+  replicas?: number;
   /** Workspaces live under `<home>/workspaces` (default `.troupe`). */
   home?: string;
   /** Only these agents; all agents of the pipelines when absent. */
@@ -213,7 +218,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   const unwatch = options.metrics?.watch(bus);
   try {
-    await ensureTroupeStreams(bus);
+    await ensureTroupeStreams(bus, options.replicas === undefined ? {} : { replicas: options.replicas });
     const agents = await startAgentService({
       bus,
       pipelines,

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,7 +34,9 @@ export async function startTestNats(opts: TestNatsOptions = {}): Promise<TestNat
   const jetstream = opts.jetstream ?? true;
   const configFile = opts.config === undefined ? undefined : join(dataDir, 'nats-server.conf');
   if (configFile !== undefined) await writeFile(configFile, opts.config as string);
-  const launch = configFile === undefined ? {} : { configFile };
+  // One name for the server's life, restarts included: a cluster knows its nodes by name.
+  const serverName = `troupe-test-${randomBytes(6).toString('hex')}`;
+  const launch = { serverName, ...(configFile === undefined ? {} : { configFile }) };
   let server: EmbeddedNats;
   try {
     server = await startNatsServer({ dataDir, jetstream, ...launch });

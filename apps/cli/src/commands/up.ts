@@ -41,6 +41,8 @@ export interface UpOptions extends NatsAccessSources {
   eventsMaxAge?: number;
   /** Bytes. */
   eventsMaxBytes?: number;
+  /** Servers of a JetStream cluster that keep each stream and bucket. */
+  replicas?: number;
   /** `[host:]port` of the metrics server. */
   metrics?: string;
   logLevel: string;
@@ -127,6 +129,7 @@ export async function start(
     | 'maxTaskDepth'
     | 'eventsMaxAge'
     | 'eventsMaxBytes'
+    | 'replicas'
   >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
@@ -164,6 +167,7 @@ export async function start(
       ...(metrics ? { metrics } : {}),
       ...(natsUrl === undefined ? {} : { natsUrl }),
       ...(natsAccess ? { natsAccess } : {}),
+      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
     });
   } catch (error) {
     if (error instanceof HomeBusyError) {

@@ -8,6 +8,8 @@ import { CliError, natsAccessOf, resolveServer } from '../server.ts';
 import { untilStopped } from '../signals.ts';
 
 export interface WorkerCommandOptions extends NatsAccessSources {
+  /** Servers of a JetStream cluster that keep each stream and bucket, should this worker make them. */
+  replicas?: number;
   home?: string;
   server?: string;
   agents?: string;
@@ -35,6 +37,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     files,
     natsUrl,
     ...(natsAccess ? { natsAccess } : {}),
+    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
     home: resolveHome(options.home),
     logger,
     allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',

@@ -23,6 +23,11 @@ export interface NatsServerOptions {
   readyTimeoutMs?: number;
   /** A nats-server configuration file (users and permissions, TLS, a cluster); the options above override it. */
   configFile?: string;
+  /**
+   * The server's name; a fresh one by default. A node of a JetStream cluster keeps its name across restarts: the
+   * cluster knows its peers by name.
+   */
+  serverName?: string;
 }
 
 /** A nats-server process this process started and owns. */
@@ -109,7 +114,7 @@ type LaunchOptions = NatsServerOptions & { host: string; port: number };
 
 async function launch(binary: string, opts: LaunchOptions): Promise<EmbeddedNats> {
   // A unique server name lets the readiness check tell our server from another one already on the port.
-  const serverName = `troupe-${randomBytes(6).toString('hex')}`;
+  const serverName = opts.serverName ?? `troupe-${randomBytes(6).toString('hex')}`;
   const args = [
     ...(opts.configFile === undefined ? [] : ['-c', opts.configFile]),
     ...['-a', opts.host, '-p', String(opts.port), '-n', serverName, '--store_dir', opts.dataDir],

@@ -27,6 +27,11 @@ export interface TroupeStreamsOptions {
   eventsMaxBytes?: number;
   /** Window in which a message with a repeated `Nats-Msg-Id` is dropped, in milliseconds; default 2 minutes. */
   duplicateWindowMs?: number;
+  /**
+   * How many servers of a JetStream cluster keep each stream and bucket (1–5; 3 in a three-node cluster). Set on a
+   * stream that exists, it changes the stream's; a bucket keeps the count it was made with. Default 1.
+   */
+  replicas?: number;
   /** How long set-up waits for NATS and JetStream through an outage before it gives up. */
   wait?: UntilReachableOptions;
 }
@@ -59,7 +64,7 @@ type TroupeStreamConfig = Pick<
 >;
 
 /** The limits of a stream that set-up changes on a stream that exists: only those the caller gave. */
-type Limits = Partial<Pick<StreamConfig, 'max_age' | 'max_bytes' | 'duplicate_window'>>;
+type Limits = Partial<Pick<StreamConfig, 'max_age' | 'max_bytes' | 'duplicate_window' | 'num_replicas'>>;
 
 /**
  * Creates the streams `TASKS`, `EVENTS` and `DEADLETTER` and the KV buckets, or brings their subjects up to date.
@@ -69,34 +74,53 @@ type Limits = Partial<Pick<StreamConfig, 'max_age' | 'max_bytes' | 'duplicate_wi
  * Waits (logging each wait) while NATS cannot be reached; see {@link untilReachable}.
  */
 export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptions = {}): Promise<void> {
-  const { wait, ...given } = opts;
+  const { wait, replicas, ...given } = opts;
   const settings = { ...DEFAULTS, ...definedOnly(given) };
+  const copies = replicas ?? 1;
+  const replicated = (config: TroupeStreamConfig): TroupeStreamConfig => ({
+    ...config,
+    num_replicas: copies,
+  });
+  const withReplicas = (limits: Limits): Limits =>
+    replicas === undefined ? limits : { ...limits, num_replicas: replicas };
   const jsm = await jetstreamManagerOf(bus, wait);
   const window = given.duplicateWindowMs;
   const streams: [TroupeStreamConfig, Limits][] = [
     [
-      streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, -1, settings.duplicateWindowMs),
-      limitsGiven(given.tasksMaxAge, undefined, window),
+      replicated(
+        streamConfig(STREAMS.tasks, subjects.allTasks, settings.tasksMaxAge, -1, settings.duplicateWindowMs),
+      ),
+      withReplicas(limitsGiven(given.tasksMaxAge, undefined, window)),
     ],
     [
-      streamConfig(
-        STREAMS.events,
-        subjects.allEvents,
-        settings.eventsMaxAge,
-        settings.eventsMaxBytes,
-        settings.duplicateWindowMs,
+      replicated(
+        streamConfig(
+          STREAMS.events,
+          subjects.allEvents,
+          settings.eventsMaxAge,
+          settings.eventsMaxBytes,
+          settings.duplicateWindowMs,
+        ),
       ),
-      limitsGiven(given.eventsMaxAge, given.eventsMaxBytes, window),
+      withReplicas(limitsGiven(given.eventsMaxAge, given.eventsMaxBytes, window)),
     ],
     // Dead letters wait for a person, so they are kept longer.
     [
-      streamConfig(STREAMS.deadLetters, subjects.allDeadLetters, 30 * DAY_MS, -1, settings.duplicateWindowMs),
-      limitsGiven(undefined, undefined, window),
+      replicated(
+        streamConfig(
+          STREAMS.deadLetters,
+          subjects.allDeadLetters,
+          30 * DAY_MS,
+          -1,
+          settings.duplicateWindowMs,
+        ),
+      ),
+      withReplicas(limitsGiven(undefined, undefined, window)),
     ],
   ];
   for (const [config, limits] of streams) await ensureStream(bus, jsm, config, limits, wait);
   const kvm = new Kvm(jetstreamOf(bus));
-  for (const bucket of Object.values(BUCKETS)) await ensureBucket(bus, kvm, bucket, wait);
+  for (const bucket of Object.values(BUCKETS)) await ensureBucket(bus, kvm, bucket, copies, wait);
   bus.logger.info(
     { streams: streams.map(([config]) => config.name), buckets: Object.values(BUCKETS) },
     'JetStream streams and KV buckets are ready',
@@ -224,9 +248,10 @@ async function ensureBucket(
   bus: NatsBus,
   kvm: Kvm,
   bucket: string,
+  replicas: number,
   wait: UntilReachableOptions | undefined,
 ): Promise<void> {
-  const create = () => kvm.create(bucket, { history: 1, storage: StorageType.File });
+  const create = () => kvm.create(bucket, { history: 1, storage: StorageType.File, replicas });
   try {
     await untilReachable(bus, `KV bucket ${bucket}`, () => throughRaces(create), wait);
   } catch (error) {

@@ -149,7 +149,13 @@ export class NatsBus implements Bus {
 
   /** Connects to NATS; fails with `connect_failed` naming the servers when none answers. */
   static async connect(opts: BusOptions): Promise<NatsBus> {
-    const servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
+    // `nats://a:4222,nats://b:4222`, as NATS_URL often lists a cluster's servers.
+    const servers = (Array.isArray(opts.servers) ? opts.servers : [opts.servers]).flatMap((s) =>
+      s
+        .split(',')
+        .map((part) => part.trim())
+        .filter(Boolean),
+    );
     const reconnect = opts.reconnect ?? true;
     const waitMs = opts.waitForServerMs ?? 0;
     let connection: NatsConnection;
