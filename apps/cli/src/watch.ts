@@ -1,4 +1,10 @@
-import { FINAL_EVENT_KINDS, InvalidMessageEvent, subjects, TroupeEvent } from '@troupe/protocol';
+import {
+  FINAL_EVENT_KINDS,
+  InvalidMessageEvent,
+  onItsSubject,
+  subjects,
+  TroupeEvent,
+} from '@troupe/protocol';
 import type { BusSubscription, NatsBus } from '@troupe/runtime';
 
 export interface WatchOptions {
@@ -20,7 +26,15 @@ export function eventsSubject(options: { taskId?: string; pipeline?: string }): 
 export function watchEvents(bus: NatsBus, options: WatchOptions): BusSubscription[] {
   const subject = eventsSubject(options);
   const subscriptions = [
-    bus.subscribe(subject, TroupeEvent, (d) => options.onEvent(d.value), { reporter: 'cli:tail' }),
+    // An event not on its own subject is forged (see parseEvent): the broker checked who sent the subject, not it.
+    bus.subscribe(
+      subject,
+      TroupeEvent,
+      (d) => {
+        if (onItsSubject(d.value, d.subject)) options.onEvent(d.value);
+      },
+      { reporter: 'cli:tail' },
+    ),
   ];
   if (options.invalid && options.onInvalid) {
     const onInvalid = options.onInvalid;

@@ -17,6 +17,7 @@ import {
 import {
   FINAL_EVENT_KINDS,
   type HumanRequest,
+  onItsSubject,
   subjects,
   type TaskSubmission,
   TroupeEvent,
@@ -294,7 +295,9 @@ function finalEventOf(bus: NatsBus, taskId: string) {
     subjects.taskEvents(taskId),
     TroupeEvent,
     (delivery) => {
-      if (FINAL_EVENT_KINDS.includes(delivery.value.kind)) resolve(delivery.value);
+      // Only on its own subject: a final event on another's is forged.
+      if (FINAL_EVENT_KINDS.includes(delivery.value.kind) && onItsSubject(delivery.value, delivery.subject))
+        resolve(delivery.value);
     },
     { reporter: 'gateway:wait' },
   );

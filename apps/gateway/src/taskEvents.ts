@@ -1,5 +1,5 @@
 import { JetStreamApiCodes } from '@nats-io/jetstream';
-import { FINAL_EVENT_KINDS, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { FINAL_EVENT_KINDS, parseEvent, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { jetstreamManagerOf, jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
@@ -113,7 +113,7 @@ async function followEvents(
     for await (const msg of messages) {
       // An ordered consumer rebuilt after a gap starts where it left off; never hand back what came before.
       if (options.after !== undefined && msg.seq <= options.after) continue;
-      const parsed = parseMessage(TroupeEvent, msg.data);
+      const parsed = parseEvent(msg.data, msg.subject);
       if (!parsed.ok || !seen.add(parsed.value.id)) continue;
       await options.onEvent({ seq: msg.seq, event: parsed.value });
       if (options.until?.(parsed.value) || signal.aborted) return;

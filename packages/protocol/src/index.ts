@@ -9,6 +9,7 @@ export {
   HumanRequest,
   TaskEnding,
 } from './control.ts';
+export { onItsSubject, parseEvent } from './eventSubject.ts';
 export {
   EVENT_KINDS,
   EventData,

@@ -54,7 +54,8 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
     await chmod(seedFile, 0o600);
     await writeFile(
       join(out, `${role.name}.env`),
-      `# ${describeRole(role)}\nNATS_NKEY=${seedFile}\nTROUPE_INBOX=${inboxOf(role.name)}\n`,
+      // Plain NAME=value lines, so `env $(cat <name>.env) troupe …` works.
+      `NATS_NKEY=${seedFile}\nTROUPE_INBOX=${inboxOf(role.name)}\n`,
     );
     users.push({ role, nkey: user.getPublicKey() });
   }

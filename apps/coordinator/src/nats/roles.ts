@@ -72,8 +72,9 @@ export function permissionsOf(role: Role, coordinators: readonly string[]): Perm
             ...common.publish,
             // Its agents' events, but no task's ending: only a coordinator ends a task.
             `troupe.events.${pipeline}.>`,
-            // Step replies and heartbeats go to the coordinators that asked.
-            ...coordinators.map((c) => `${inboxOf(c)}.>`),
+            // Step replies and heartbeats go to the coordinators that asked, where their step calls wait (not
+            // where the server answers them).
+            ...coordinators.map((c) => `${inboxOf(c)}.steps.>`),
             ...streamInfo(),
             ...kvRead(BUCKETS.journal),
             ...kvWrite(BUCKETS.journal),
@@ -148,6 +149,8 @@ const streamInfo = () => [`$JS.API.STREAM.INFO.>`];
 const kvRead = (bucket: string) => [
   `$JS.API.STREAM.INFO.KV_${bucket}`,
   `$JS.API.DIRECT.GET.KV_${bucket}.>`,
+  // A bucket with more than one replica is read from its leader, by a request whose key the server cannot see.
+  `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
   `$JS.API.CONSUMER.CREATE.KV_${bucket}.>`,
   `$JS.API.CONSUMER.INFO.KV_${bucket}.>`,
   `$JS.API.CONSUMER.DELETE.KV_${bucket}.>`,

@@ -6,11 +6,12 @@ import {
   emptyUsage,
   FINAL_EVENT_KINDS,
   isTaskId,
+  parseEvent,
   parseMessage,
   subjects,
   type TaskEnding,
   TaskSubmission,
-  TroupeEvent,
+  type TroupeEvent,
 } from '@troupe/protocol';
 import {
   type Bus,
@@ -553,7 +554,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     `${subjects.allEvents.slice(0, -1)}*.*.task.*`,
     (delivery) => {
       if (parents.size === 0) return;
-      const parsed = parseMessage(TroupeEvent, delivery.value);
+      const parsed = parseEvent(delivery.value, delivery.subject);
       if (!parsed.ok || !FINAL_EVENT_KINDS.includes(parsed.value.kind)) return;
       for (const [child, parent] of parents) {
         if (parent !== parsed.value.taskId) continue;

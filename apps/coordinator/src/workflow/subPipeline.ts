@@ -2,9 +2,9 @@ import {
   emptyUsage,
   FINAL_EVENT_KINDS,
   MAX_PIPELINE_DEPTH,
-  parseMessage,
+  parseEvent,
   subjects,
-  TroupeEvent,
+  type TroupeEvent,
 } from '@troupe/protocol';
 import { type Clock, every, type NatsBus } from '@troupe/runtime';
 import { OperationError } from '../operations/operationError.ts';
@@ -40,7 +40,7 @@ export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
     let settle: (event: TroupeEvent) => void = () => {};
     const final = new Promise<TroupeEvent>((resolve) => (settle = resolve));
     const subscription = bus.subscribeText(subjects.event(pipeline, task.id, 'task.*'), (delivery) => {
-      const parsed = parseMessage(TroupeEvent, delivery.value);
+      const parsed = parseEvent(delivery.value, delivery.subject);
       if (parsed.ok && FINAL_EVENT_KINDS.includes(parsed.value.kind)) settle(parsed.value);
     });
     let timer: unknown;

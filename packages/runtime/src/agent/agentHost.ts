@@ -4,12 +4,11 @@ import {
   AgentStepRequest,
   FINAL_EVENT_KINDS,
   isRetryable,
-  parseMessage,
+  parseEvent,
   type StepErrorCode,
   type StepHeartbeat,
   subjects,
   type TaskEnding,
-  TroupeEvent,
 } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
 import { endingOf } from '../approvals/taskEnded.ts';
@@ -326,7 +325,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     subscriptions.push(
       bus.subscribeText(subjects.event(pipeline, '*', kind), (delivery) => {
         if (runs.size === 0) return;
-        const parsed = parseMessage(TroupeEvent, delivery.value);
+        const parsed = parseEvent(delivery.value, delivery.subject);
         const ending = parsed.ok ? endingOf(parsed.value) : undefined;
         if (parsed.ok && ending) endTask(parsed.value.taskId, ending);
       }),

@@ -1,5 +1,12 @@
 import { type Consumer, JetStreamApiCodes } from '@nats-io/jetstream';
-import { InvalidMessageEvent, parseMessage, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import {
+  InvalidMessageEvent,
+  parseEvent,
+  parseMessage,
+  STREAMS,
+  subjects,
+  type TroupeEvent,
+} from '@troupe/protocol';
 import { isApiError, jetstreamOf } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
@@ -97,6 +104,6 @@ function parseStored(subject: string, data: Uint8Array): StoredEvent | undefined
     const parsed = parseMessage(InvalidMessageEvent, data);
     return parsed.ok ? { type: 'invalid', event: parsed.value } : undefined;
   }
-  const parsed = parseMessage(TroupeEvent, data);
+  const parsed = parseEvent(data, subject);
   return parsed.ok ? { type: 'event', event: parsed.value } : undefined;
 }

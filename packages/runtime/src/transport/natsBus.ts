@@ -1,9 +1,8 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import {
   ClosedConnectionError,
   connect,
   headers as createHeaders,
-  createInbox,
   DrainingConnectionError,
   type Msg,
   type MsgHdrs,
@@ -87,6 +86,19 @@ function decodeText(data: Uint8Array): ParseResult<string> {
   }
 }
 
+/** The servers to connect to: a list, or `nats://a:4222,nats://b:4222` as NATS_URL often lists a cluster's. */
+function serverList(servers: string | readonly string[]): string[] {
+  return (typeof servers === 'string' ? [servers] : [...servers]).flatMap((s) =>
+    s
+      .split(',')
+      .map((part) => part.trim())
+      .filter(Boolean),
+  );
+}
+
+/** The part of a client's inbox prefix where the replies of agent hosts, to its step calls, come. */
+export const STEP_INBOXES = 'steps';
+
 /** Characters of an invalid payload quoted in its report. */
 const PAYLOAD_EXCERPT = 2_000;
 const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
@@ -132,7 +144,7 @@ export class NatsBus implements Bus {
   private constructor(connection: NatsConnection, opts: BusOptions) {
     this.connection = connection;
     this.name = opts.name;
-    this.servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
+    this.servers = serverList(opts.servers);
     this.access = opts.access;
     this.logger = opts.logger;
     this.#level = opts.messageLogLevel ?? 'info';
@@ -149,13 +161,7 @@ export class NatsBus implements Bus {
 
   /** Connects to NATS; fails with `connect_failed` naming the servers when none answers. */
   static async connect(opts: BusOptions): Promise<NatsBus> {
-    // `nats://a:4222,nats://b:4222`, as NATS_URL often lists a cluster's servers.
-    const servers = (Array.isArray(opts.servers) ? opts.servers : [opts.servers]).flatMap((s) =>
-      s
-        .split(',')
-        .map((part) => part.trim())
-        .filter(Boolean),
-    );
+    const servers = serverList(opts.servers);
     const reconnect = opts.reconnect ?? true;
     const waitMs = opts.waitForServerMs ?? 0;
     let connection: NatsConnection;
@@ -369,8 +375,10 @@ export class NatsBus implements Bus {
   }
 
   requestReplies(subject: string, payload: unknown, onReply: (reply: ReplyMessage) => void): () => void {
-    // Under this client's own prefix, which its NATS user may be allowed to read alone.
-    const inbox = createInbox(this.access?.inboxPrefix ?? subjects.inboxPrefix);
+    // Under this client's own prefix, which its NATS user may be allowed to read alone, in `.steps.` (where agent
+    // hosts may answer, while the rest of the prefix takes only the server's replies), and random: a host that may
+    // answer one agent's steps cannot guess where another's go (nats.js's inbox ids count up).
+    const inbox = `${this.access?.inboxPrefix ?? subjects.inboxPrefix}.${STEP_INBOXES}.${randomBytes(16).toString('hex')}`;
     const subscription = this.connection.subscribe(inbox, {
       callback: (error, msg) => {
         if (error) {
