@@ -1,24 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { activeSteps } from '../src/workflow/compileFlow.ts';
-import type { WorkflowEmitted } from '../src/workflow/workflowTypes.ts';
-import { type Reply, run, type Script, text, verdict } from './support/runFlow.ts';
+import {
+  failedReply,
+  ofKind,
+  pipelineOf,
+  type Reply,
+  run,
+  type Script,
+  text,
+  verdict,
+} from './support/runFlow.ts';
 
 /** A pipeline of these steps, each agent named after what it does. */
-function flow(steps: unknown[]): PipelineConfig {
-  return PipelineConfig.parse({
-    version: 1,
-    name: 'demo',
-    models: { scripted: { provider: 'scripted', script: './demo.script.yaml' } },
-    defaults: { model: 'scripted' },
-    agents: Object.fromEntries(
-      ['planner', 'fixer', 'builder', 'writer', 'tester', 'closer'].map((a) => [a, { instructions: a }]),
-    ),
-    flow: steps,
-  });
-}
-
-const ofKind = (events: WorkflowEmitted[], kind: string) => events.filter((e) => e.kind === kind);
+const flow = (steps: unknown[]) =>
+  pipelineOf(['planner', 'fixer', 'builder', 'writer', 'tester', 'closer'], steps);
 
 /** A reply held until the test lets it go, and whether its step was stopped meanwhile. */
 function held() {
@@ -31,14 +27,6 @@ function held() {
   };
   return { reply, state, release: (r: Reply) => release(r) };
 }
-
-const failedReply = (message: string): Reply => ({
-  ok: false,
-  error: { code: 'failed', message },
-  usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
-  turns: 1,
-  durationMs: 1,
-});
 
 describe('when: a step that runs only sometimes', () => {
   const plan =

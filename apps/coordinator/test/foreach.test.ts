@@ -1,34 +1,21 @@
 import { describe, expect, it } from 'vitest';
 import { createActor, type Snapshot } from 'xstate';
-import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { compileFlow, stepsAtWork, unfitItem } from '../src/workflow/compileFlow.ts';
-import type { WorkflowEmitted } from '../src/workflow/workflowTypes.ts';
-import { type Reply, run, type Script, text, usage, verdict } from './support/runFlow.ts';
+import {
+  failedReply,
+  ofKind,
+  pipelineOf,
+  type Reply,
+  run,
+  type Script,
+  text,
+  usage,
+  verdict,
+} from './support/runFlow.ts';
 
 /** A pipeline of these steps, each agent named after what it does. */
-function flow(steps: unknown[], extra: Record<string, unknown> = {}): PipelineConfig {
-  return PipelineConfig.parse({
-    version: 1,
-    name: 'demo',
-    models: { scripted: { provider: 'scripted', script: './demo.script.yaml' } },
-    defaults: { model: 'scripted' },
-    agents: Object.fromEntries(
-      ['planner', 'builder', 'checker', 'closer'].map((a) => [a, { instructions: a }]),
-    ),
-    flow: steps,
-    ...extra,
-  });
-}
-
-const ofKind = (events: WorkflowEmitted[], kind: string) => events.filter((e) => e.kind === kind);
-
-const failedReply = (message: string): Reply => ({
-  ok: false,
-  error: { code: 'failed', message },
-  usage: usage(1),
-  turns: 1,
-  durationMs: 1,
-});
+const flow = (steps: unknown[], extra: Record<string, unknown> = {}) =>
+  pipelineOf(['planner', 'builder', 'checker', 'closer'], steps, extra);
 
 /** The item a request was made for, from its input. */
 const itemOf = (request: { input?: Record<string, unknown> | undefined }) => request.input?.item as string;

@@ -1,6 +1,6 @@
 import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
 import { createActor, fromPromise, type Snapshot, toPromise } from 'xstate';
-import type { PipelineConfig } from '../../src/config/pipelineSchema.ts';
+import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
 import { compileFlow, hearEndedItems } from '../../src/workflow/compileFlow.ts';
 import type {
   HumanRunInput,
@@ -49,6 +49,35 @@ export const verdict = (decision: Verdict['decision'], feedback: string, spent =
   turns: 1,
   durationMs: 5,
 });
+
+/** A failed reply, as an agent's step gives one. */
+export const failedReply = (message: string): Reply => ({
+  ok: false,
+  error: { code: 'failed', message },
+  usage: usage(1),
+  turns: 1,
+  durationMs: 1,
+});
+
+/** The events of one kind among those a run emitted. */
+export const ofKind = (events: WorkflowEmitted[], kind: string) => events.filter((e) => e.kind === kind);
+
+/** A pipeline of these steps on the scripted model, with these agents (each instructed with its own name). */
+export function pipelineOf(
+  agents: readonly string[],
+  steps: unknown[],
+  extra: Record<string, unknown> = {},
+): PipelineConfig {
+  return PipelineConfig.parse({
+    version: 1,
+    name: 'demo',
+    models: { scripted: { provider: 'scripted', script: './demo.script.yaml' } },
+    defaults: { model: 'scripted' },
+    agents: Object.fromEntries(agents.map((a) => [a, { instructions: a }])),
+    flow: steps,
+    ...extra,
+  });
+}
 
 /** A reply function per agent, given the agent's request and how many times that agent was called before. */
 export type Script = Record<
