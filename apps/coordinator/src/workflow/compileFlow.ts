@@ -222,18 +222,33 @@ export function activeSteps(value: unknown): string[] {
  * The steps a workflow is at work in: its active steps, a foreach step giving way to the steps its items are in (it
  * has none of its own). What decides whether the task only waits, and which agent works on it.
  */
-export function stepsAtWork(snapshot: {
-  value: unknown;
-  children: Record<string, { getSnapshot(): unknown } | undefined>;
-}): string[] {
+export function stepsAtWork(snapshot: { value: unknown; children: Children }): string[] {
   const items = new Map<string, string[]>();
-  for (const [id, child] of Object.entries(snapshot.children)) {
-    const item = child?.getSnapshot() as { status: string; value: unknown } | undefined;
-    if (!id.startsWith('each.') || item?.status !== 'active') continue;
+  for (const { id, item } of itemsOf(snapshot.children)) {
+    if (item.status !== 'active') continue;
     const step = id.split('.')[1] as string;
     items.set(step, [...(items.get(step) ?? []), ...activeSteps(item.value)]);
   }
   return activeSteps(snapshot.value).flatMap((step) => items.get(step) ?? [step]);
+}
+
+/** A workflow's child actors, by id, as a snapshot holds them. */
+type Children = Record<string, { getSnapshot(): unknown } | undefined>;
+
+/** What is read of a foreach item's workflow: where it is, and how it ended. */
+interface ItemSnapshot {
+  status: string;
+  value: unknown;
+  output?: unknown;
+  error?: unknown;
+}
+
+/** The workflows of foreach items among a workflow's children (ids `each.<step>.<round>.<index>`). */
+function itemsOf(children: Children): { id: string; item: ItemSnapshot }[] {
+  return Object.entries(children).flatMap(([id, child]) => {
+    const item = child?.getSnapshot() as ItemSnapshot | undefined;
+    return id.startsWith('each.') && item ? [{ id, item }] : [];
+  });
 }
 
 /** Ids of the final states, which transitions anywhere in the machine target. */
@@ -1245,19 +1260,12 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
  * xstate restores them ended and starts only those still active, so their ends would never be heard.
  */
 export function hearEndedItems(actor: {
-  getSnapshot(): { children: Record<string, { getSnapshot(): unknown } | undefined> };
+  getSnapshot(): { children: Children };
   send(event: WorkflowEvent): void;
 }): void {
-  for (const [id, child] of Object.entries(actor.getSnapshot().children)) {
-    const snapshot = child?.getSnapshot() as
-      | { status: string; output?: unknown; error?: unknown }
-      | undefined;
-    if (!id.startsWith('each.') || (snapshot?.status !== 'done' && snapshot?.status !== 'error')) continue;
-    actor.send(
-      snapshot.status === 'done'
-        ? { type: 'item.ended', id, output: snapshot.output as ItemOutput }
-        : { type: 'item.ended', id, error: snapshot.error },
-    );
+  for (const { id, item } of itemsOf(actor.getSnapshot().children)) {
+    if (item.status === 'done') actor.send({ type: 'item.ended', id, output: item.output as ItemOutput });
+    else if (item.status === 'error') actor.send({ type: 'item.ended', id, error: item.error });
   }
 }
 
@@ -1284,14 +1292,9 @@ function failureList(failed: readonly { index: number; failure: WorkflowFailure 
  * A foreach item whose workflow could not be restored from the task's checkpoint (its steps changed since), with
  * why; xstate restores each item apart, so the task's workflow restores fine without it.
  */
-export function unfitItem(snapshot: {
-  children: Record<string, { getSnapshot(): unknown } | undefined>;
-}): { error: unknown } | undefined {
-  for (const [id, child] of Object.entries(snapshot.children)) {
-    const item = child?.getSnapshot() as { status: string; error?: unknown } | undefined;
-    if (id.startsWith('each.') && item?.status === 'error') return { error: item.error };
-  }
-  return undefined;
+export function unfitItem(snapshot: { children: Children }): { error: unknown } | undefined {
+  const unfit = itemsOf(snapshot.children).find(({ item }) => item.status === 'error');
+  return unfit && { error: unfit.item.error };
 }
 
 /** A foreach step's list: what `items` gives, when it is a list no longer than `maxItems`; else why not. */
@@ -1456,7 +1459,7 @@ function itemsJoined(step: ForeachStepConfig, ok: boolean) {
 
 /** What the foreach step's exit reads of the workflow actor: the items' workflows, to count what they spent. */
 interface ActorLike {
-  getSnapshot(): { children: Record<string, { getSnapshot(): unknown } | undefined> };
+  getSnapshot(): { children: Children };
 }
 
 /** The outputs with a step's own: what a step holding steps (parallel, foreach) gives, as JSON. */
