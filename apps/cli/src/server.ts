@@ -34,26 +34,15 @@ export interface ServerOptions extends NatsAccessSources {
  * cannot be read, or options that cannot go together, are a usage error.
  */
 export async function natsAccessOf(options: NatsAccessSources): Promise<NatsAccess | undefined> {
-  const given = Object.values(pickAccess(options)).some((v) => v !== undefined);
-  if (!given) return undefined;
   try {
-    return await readNatsAccess(pickAccess(options));
+    // It reads only the access options among a command's; none given makes an empty access.
+    const access = await readNatsAccess(options);
+    return Object.keys(access).length > 0 ? access : undefined;
   } catch (error) {
     if (error instanceof NatsAccessError) throw new CliError(error.message, 2);
     throw error;
   }
 }
-
-const pickAccess = (o: NatsAccessSources): NatsAccessSources => ({
-  user: o.user,
-  password: o.password,
-  nkey: o.nkey,
-  creds: o.creds,
-  tlsCa: o.tlsCa,
-  tlsCert: o.tlsCert,
-  tlsKey: o.tlsKey,
-  inbox: o.inbox,
-});
 
 /** The NATS URL to use: `--server`, else `NATS_URL`, else the one a running `troupe up` recorded. */
 export async function resolveServer(options: ServerOptions): Promise<string> {
