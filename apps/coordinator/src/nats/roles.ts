@@ -48,7 +48,7 @@ export function permissionsOf(role: Role, coordinators: readonly string[]): Perm
             '$KV.>',
             '$JS.ACK.>',
             '$JS.FC.>',
-            `${subjects.inboxPrefix}.>`,
+            // Every Troupe subject, the inboxes under troupe._inbox included (it hosts agents that answer steps).
             'troupe.>',
           ],
         },
