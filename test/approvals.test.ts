@@ -2,7 +2,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, type EventOf, HumanRequest, subjects } from '@troupe/protocol';
-import { KvStore } from '@troupe/runtime';
+import { KvStore, underPrefix } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
 import {
@@ -88,9 +88,13 @@ describe('approvals and questions for people', () => {
     expect(forged.code).toBe(1);
     expect(forged.stderr).toContain('no approval named ap-forged-id');
     const raw = await h.client
-      .request(subjects.approval('gate-forge', 'ap-guessed'), JSON.stringify({ decision: 'allow' }), {
-        timeout: 2_000,
-      })
+      .request(
+        subjects.approval('gated', 'gate-forge', 'ap-guessed'),
+        JSON.stringify({ decision: 'allow' }),
+        {
+          timeout: 2_000,
+        },
+      )
       .then(
         () => 'answered',
         (error: Error) => error.message,
@@ -98,7 +102,7 @@ describe('approvals and questions for people', () => {
     expect(raw).toMatch(/no responders|503/i);
     // A malformed decision on the real subject is refused and leaves the call waiting.
     const bad = await h.client.request(
-      subjects.approval('gate-forge', ask.data.approvalId),
+      subjects.approval('gated', 'gate-forge', ask.data.approvalId),
       '{"decision":"maybe"}',
       {
         timeout: 2_000,
@@ -140,7 +144,7 @@ describe('approvals and questions for people', () => {
     expect(decided?.data).toMatchObject({ decision: 'deny', expired: true, by: 'timeout' });
     const release = ofKind(h.eventsOf('gate-late'), 'tool.result').find((r) => r.data.decision === 'ask');
     expect(release?.data.output).toContain('no decision within 1 s; denied by default');
-    const store = await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest);
+    const store = underPrefix(await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest), 'hurried');
     expect((await store.get(decided?.data.approvalId ?? ''))?.value.status).toBe('expired');
   });
 
@@ -166,7 +170,7 @@ describe('approvals and questions for people', () => {
   it('settles an approval whose decision is written to KV while the agent waits', async () => {
     publishTask(h, 'gated', { id: 'gate-kv', goal: 'release v1' });
     const ask = await requested('gate-kv');
-    const store = await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest);
+    const store = underPrefix(await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest), 'gated');
     const entry = await store.get(ask.data.approvalId);
     if (!entry) throw new Error('no approval record');
     await store.update(
@@ -188,7 +192,7 @@ describe('approvals and questions for people', () => {
     await waitUntil(() => ofKind(h.eventsOf('ask-restart'), 'human.asked').length > 0);
     const asked = ofKind(h.eventsOf('ask-restart'), 'human.asked')[0] as EventOf<'human.asked'>;
     await h.coordinator.stop();
-    const store = await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest);
+    const store = underPrefix(await KvStore.open(h.bus, BUCKETS.approvals, HumanRequest), 'asker');
     expect((await store.get(asked.data.questionId))?.value.status).toBe('pending');
 
     const answered = await troupe(['answer', asked.data.questionId, 'amber', '--by', 'eve'], env);

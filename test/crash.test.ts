@@ -339,7 +339,9 @@ describe('kill -9', () => {
     await worker.waitFor(/nobody waits for step orphan-gate\.release\.1 any more/, 20_000);
     // The stopped step's approval stays pending for the run that gets the step next.
     const approvals = await new Kvm(client).open(BUCKETS.approvals);
-    expect((await approvals.get(asked.data.approvalId))?.json<{ status: string }>().status).toBe('pending');
+    expect(
+      (await approvals.get(`crashgate.${asked.data.approvalId}`))?.json<{ status: string }>().status,
+    ).toBe('pending');
 
     coordinator = workflows();
     await until(

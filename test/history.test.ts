@@ -216,7 +216,7 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
     await workflows.put('act-worker', running('act-worker', { kind: 'worker', ...step }));
     await workflows.put('act-agent', running('act-agent', { kind: 'agent', ...step }));
     await workflows.put('act-quiet', running('act-quiet'));
-    await approvals.put('q-act-2', {
+    await approvals.put('release.q-act-2', {
       id: 'q-act-2',
       kind: 'question',
       taskId: 'act-quiet',

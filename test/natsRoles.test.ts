@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -9,29 +9,30 @@ import {
 } from '@nats-io/transport-node';
 import { TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { examplePath } from './support/harness.ts';
+import { examplePath, fixturePath } from './support/harness.ts';
 import { seededRandom } from './support/seed.ts';
 import { messageStorm } from './support/storm.ts';
 
 /**
- * A nats-server whose users are the ones `troupe nats-config` wrote for the demo pipeline: a coordinator, a worker per
- * agent, a submitter, an observer and an approver, each with its own nkey and inbox. The demo runs with every part on
- * its own credentials, and what the issue found forgeable from outside is refused by the broker.
+ * A nats-server whose users are the ones `troupe nats-config` wrote for the demo pipeline and `gated` (whose releases
+ * need a person's approval): a coordinator, a worker per agent, a submitter, an observer and two approvers, each with
+ * its own nkey and inbox. Both run with every part on its own credentials, and what the issue found forgeable from
+ * outside is refused by the broker.
  */
 describe('NATS users with least privilege, from troupe nats-config', () => {
   let nats: TestNats;
   let dir: string;
   const processes: CliProcess[] = [];
   const clients: NatsConnection[] = [];
-  const roles = ['coordinator', 'planner', 'executor', 'reviewer', 'ci', 'watcher', 'ana'];
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'troupe-roles-'));
     const written = await troupe([
       'nats-config',
       examplePath('demo.yaml'),
+      fixturePath('gated.yaml'),
       '--out',
       dir,
       '--worker',
@@ -40,29 +41,39 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       'executor=demo:executor',
       '--worker',
       'reviewer=demo:reviewer',
+      '--worker',
+      'releaser=gated:executor',
       '--submitter',
-      'ci=demo',
+      'ci=demo,gated',
       '--observer',
       'watcher=demo',
       '--approver',
-      'ana=demo',
+      'ana=demo,gated',
+      '--approver',
+      'bo=demo',
     ]);
     expect(written.code, written.stderr).toBe(0);
-    expect(written.stdout).toContain('with 7 users');
+    expect(written.stdout).toContain('with 9 users');
     // The server's configuration is the block as written (an operator would include it in theirs).
     nats = await startTestNats({ config: await readFile(join(dir, 'troupe-auth.conf'), 'utf8') });
     // The demo's parts, each on its own user: a coordinator running workflows only, a worker per agent.
     const home = join(dir, 'home');
     const up = startTroupe(
-      ['up', examplePath('demo.yaml'), '--no-agents', '--home', home],
+      ['up', examplePath('demo.yaml'), fixturePath('gated.yaml'), '--no-agents', '--home', home],
       await envOf('coordinator'),
     );
     processes.push(up);
     await up.waitFor(/troupe is up/, 30_000);
-    for (const agent of ['planner', 'executor', 'reviewer']) {
+    const workers = [
+      ['planner', examplePath('demo.yaml'), 'planner'],
+      ['executor', examplePath('demo.yaml'), 'executor'],
+      ['reviewer', examplePath('demo.yaml'), 'reviewer'],
+      ['releaser', fixturePath('gated.yaml'), 'executor'],
+    ];
+    for (const [user, file, agent] of workers) {
       const worker = startTroupe(
-        ['worker', examplePath('demo.yaml'), '--agents', agent, '--home', home],
-        await envOf(agent),
+        ['worker', file as string, '--agents', agent as string, '--home', home],
+        await envOf(user as string),
       );
       processes.push(worker);
       await worker.waitFor(/serving|ready|worker is up/i, 30_000);
@@ -133,6 +144,9 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(await outside.closed).toBeInstanceOf(PermissionViolationError);
     await nc.flush();
     expect(own.isClosed()).toBe(false);
+    // It answers nothing: left in the queue group, it would take half the reviewer's steps from here on.
+    own.unsubscribe();
+    await nc.flush();
   });
 
   it('refuses a forged step request, a forged task ending, a forged decision and reading another’s replies', async () => {
@@ -143,9 +157,20 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       ['ci', 'troupe.events.demo.t-1.task.completed'],
       ['executor', 'troupe.events.demo.t-1.task.completed'],
       ['reviewer', 'troupe.events.demo.t-1.task.failed'],
-      ['ci', 'troupe.approvals.t-1.ap-1'],
-      ['executor', 'troupe.approvals.t-1.ap-1'],
-      ['ci', '$KV.approvals.ap-1'],
+      ['ci', 'troupe.approvals.demo.t-1.ap-1'],
+      ['executor', 'troupe.approvals.demo.t-1.ap-1'],
+      ['ci', '$KV.approvals.demo.ap-1'],
+      // Another pipeline's decisions: neither its workers nor an approver of other pipelines may make them.
+      ['planner', 'troupe.approvals.gated.t-1.ap-1'],
+      ['planner', '$KV.approvals.gated.ap-1'],
+      ['bo', 'troupe.approvals.gated.t-1.ap-1'],
+      ['bo', '$KV.approvals.gated.ap-1'],
+      // Another pipeline's step journal and task memory, another agent's long-term memory.
+      ['planner', '$KV.journal.gated.t-1.work.1.1.0'],
+      ['planner', '$JS.API.DIRECT.GET.KV_journal.$KV.journal.gated.t-1.work.1.1.0'],
+      ['planner', '$KV.memory.task.gated.t-1.notes'],
+      ['planner', '$KV.memory.agent.demo.executor.notes'],
+      ['planner', '$JS.API.DIRECT.GET.KV_memory.$KV.memory.agent.demo.executor.notes'],
       ['ci', 'troupe.tasks.other'],
       ['ana', 'troupe.tasks.demo'],
     ];
@@ -210,6 +235,57 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(result.stdout).toContain('task.completed');
   }, 120_000);
 
+  it('keeps a pipeline’s approvals to its own workers and approvers, and lets its approver decide them', async () => {
+    const taskId = 'roles-gate-1';
+    const waiting = troupe(
+      ['submit', 'gated', 'release v1', '--wait', '--id', taskId],
+      await envOf('ci'),
+      90_000,
+    );
+    // The approver of both pipelines sees the request (its .env names its pipelines; it may read no others).
+    const listed = async (role: string) =>
+      (await troupe(['approvals', '--json'], await envOf(role))).stdout
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => JSON.parse(line) as { id: string; taskId: string });
+    const { id } = await vi.waitFor(
+      async () => {
+        const request = (await listed('ana')).find((r) => r.taskId === taskId);
+        if (!request) throw new Error(`no approval listed for ${taskId} yet`);
+        return request;
+      },
+      { timeout: 60_000, interval: 250 },
+    );
+    // Another pipeline's worker can neither hear the request's decision nor read or watch its record.
+    const { nc, violations } = await as('planner');
+    for (const subject of [`troupe.approvals.gated.${taskId}.${id}`, 'troupe.approvals.gated.>']) {
+      expect(await nc.subscribe(subject).closed, subject).toBeInstanceOf(PermissionViolationError);
+    }
+    const reads = [
+      `$JS.API.DIRECT.GET.KV_approvals.$KV.approvals.gated.${id}`,
+      '$JS.API.STREAM.MSG.GET.KV_approvals',
+      '$JS.API.CONSUMER.CREATE.KV_approvals.snoop.$KV.approvals.gated.>',
+      '$JS.API.CONSUMER.CREATE.KV_approvals.snoop.$KV.approvals.>',
+    ];
+    for (const subject of reads)
+      nc.publish(subject, JSON.stringify({ last_by_subj: `$KV.approvals.gated.${id}` }));
+    const published = () => violations.filter((v) => v.operation === 'publish').map((v) => v.subject);
+    await expect.poll(() => published().sort(), { timeout: 5_000 }).toEqual(reads.sort());
+    // An approver of the demo only does not see it, and cannot decide it.
+    expect((await listed('bo')).map((r) => r.id)).not.toContain(id);
+    const refused = await troupe(['approve', id], await envOf('bo'));
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(`no approval named ${id}`);
+    // Its own approver decides it; the waiting worker gets the decision and the task completes.
+    const approved = await troupe(['approve', id, '--by', 'ana'], await envOf('ana'));
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(approved.stdout).toContain(`${id}: allow`);
+    const result = await waiting;
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0);
+    expect(result.stdout).toContain('task.completed');
+    for (const p of processes) expect(p.output()).not.toMatch(/Permissions Violation/i);
+  }, 120_000);
+
   it('keeps serving through a storm of messages from a submitter, refusing visibly all it may not send', async () => {
     const { seed, random } = seededRandom('message storm as a submitter');
     const { pick, payloads, subjectsHeard } = messageStorm(random);
@@ -241,7 +317,9 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
 
   it('lets each role do what it is for', async () => {
     const allowed: [string, string][] = [
-      ['ana', 'troupe.approvals.t-1.ap-1'],
+      ['ana', 'troupe.approvals.demo.t-1.ap-1'],
+      ['ana', 'troupe.approvals.gated.t-1.ap-1'],
+      ['bo', 'troupe.approvals.demo.t-1.ap-1'],
       ['executor', 'troupe.events.demo.t-1.tool.call'],
       ['coordinator', 'troupe.events.demo.t-1.task.completed'],
     ];

@@ -29,7 +29,7 @@ describe('replaying recorded tasks', () => {
     replayTask(h.eventsOf(taskId), taskId, {
       pipeline: await loadPipeline(pipelineFile(name), { toolNames: builtinTools().names() }),
       ...(options.tools ? { tools: options.tools } : {}),
-      ...(options.journal === false ? {} : { journal }),
+      ...(options.journal === false ? {} : { journal: journal.forPipeline(name) }),
     });
 
   beforeAll(async () => {
@@ -140,7 +140,9 @@ flow:
         asked.kind === 'approval.requested'
           ? asked.data.approvalId
           : (asked as EventOf<'human.asked'>).data.questionId;
-      await h.client.request(subjects.approval(taskId, id), JSON.stringify(body), { timeout: 5_000 });
+      await h.client.request(subjects.approval(asked.pipeline, taskId, id), JSON.stringify(body), {
+        timeout: 5_000,
+      });
     };
     publishTask(h, 'gated', { id: 'replay-gated', goal: 'release v1' });
     await decide('replay-gated', 'approval.requested', { decision: 'allow', by: 'ana' });

@@ -71,11 +71,10 @@ const serverOption = () =>
   );
 
 /** Replicas of Troupe's streams and buckets on a JetStream cluster (docs/operations.md). */
-const replicasOption = () =>
-  new Option(
-    '--replicas <n>',
-    'how many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster; default 1)',
-  )
+const replicasOption = (
+  description = 'how many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster; default 1)',
+) =>
+  new Option('--replicas <n>', description)
     .argParser((value) => {
       const n = Number(value);
       if (!Number.isInteger(n) || n < 1 || n > 5)
@@ -83,6 +82,20 @@ const replicasOption = () =>
       return n;
     })
     .env('TROUPE_REPLICAS');
+
+/** The pipelines whose approvals a person may see, when their NATS user may read only those (an approver's). */
+const pipelinesOption = () =>
+  new Option(
+    '--pipelines <names>',
+    "only these pipelines' requests, comma-separated (an approver made by troupe nats-config may read no others)",
+  )
+    .argParser((value) =>
+      value
+        .split(',')
+        .map((name) => name.trim())
+        .filter((name) => name !== ''),
+    )
+    .env('TROUPE_PIPELINES');
 
 /** How to log in to NATS and talk TLS to it (docs/permissions.md), on every command that has `--server`. */
 const natsAccessOptions = () => [
@@ -393,6 +406,7 @@ program
   .option('--json', 'one JSON record per line', false)
   .addOption(homeOption())
   .addOption(serverOption())
+  .addOption(pipelinesOption())
   .action(run(async (options) => (await commands.approvals()).listApprovals(options)));
 
 program
@@ -403,6 +417,7 @@ program
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
+  .addOption(pipelinesOption())
   .action(run(async (id: string, options) => (await commands.approvals()).decide(id, 'allow', options)));
 
 program
@@ -413,6 +428,7 @@ program
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
+  .addOption(pipelinesOption())
   .action(run(async (id: string, options) => (await commands.approvals()).decide(id, 'deny', options)));
 
 program
@@ -423,6 +439,7 @@ program
   .option('--by <name>', 'who answers (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
+  .addOption(pipelinesOption())
   .action(
     run(async (id: string, text: string, options) => (await commands.approvals()).answer(id, text, options)),
   );
@@ -495,6 +512,11 @@ program
     'a user that decides approvals and answers questions (repeatable)',
     collect,
     [],
+  )
+  .addOption(
+    replicasOption(
+      'the --replicas the deployment runs with (above 1, workers may read every pipeline’s journal and memory; default 1)',
+    ),
   )
   .action(
     run(async (files: string[], options) =>

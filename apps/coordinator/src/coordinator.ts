@@ -14,6 +14,7 @@ import {
   systemClock,
   type ToolRegistry,
   type TroupeMetrics,
+  underPrefix,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
@@ -135,10 +136,14 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           clock,
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
-          people: { gate: people, journal, clock },
+          people: { gate: people, journal: journal.forPipeline(pipeline.config.name), clock },
           subPipelines: createSubPipelineRunner(bus, clock),
           closeRequests: (taskId, ending) =>
-            closeTaskRequests(taskId, ending, { journal, store: approvals, now: () => clock.now() }),
+            closeTaskRequests(taskId, ending, {
+              journal: journal.forPipeline(pipeline.config.name),
+              store: underPrefix(approvals, pipeline.config.name),
+              now: () => clock.now(),
+            }),
           ...(options.limits === undefined ? {} : { limits: options.limits }),
           ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
           ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),

@@ -31,8 +31,11 @@ export const subjects = {
   allTaskEvents: `${ROOT}.events.*.*.>`,
   /** Where messages that failed validation are reported when the sender asked for no reply. */
   invalid: `${ROOT}.events._invalid`,
-  approval: (taskId: string, approvalId: string) => `${ROOT}.approvals.${taskId}.${approvalId}`,
-  taskApprovals: (taskId: string) => `${ROOT}.approvals.${taskId}.*`,
+  /** Where the step waiting on a person's decision or answer listens: pipeline first, so permissions can scope it. */
+  approval: (pipeline: string, taskId: string, approvalId: string) =>
+    `${ROOT}.approvals.${pipeline}.${taskId}.${approvalId}`,
+  /** Every approval and question of a pipeline. */
+  pipelineApprovals: (pipeline: string) => `${ROOT}.approvals.${pipeline}.*.*`,
   control: (taskId: string) => `${ROOT}.control.${taskId}`,
   /** Tasks given up on after too many deliveries, with the reason in headers; stored in stream `DEADLETTER`. */
   deadLetter: (pipeline: string) => `${ROOT}.deadletter.${pipeline}`,
@@ -49,7 +52,7 @@ export type ParsedSubject =
   | { type: 'session-summary'; pipeline: string; agent: string }
   | { type: 'event'; pipeline: string; taskId: string; kind: string }
   | { type: 'invalid' }
-  | { type: 'approval'; taskId: string; approvalId: string }
+  | { type: 'approval'; pipeline: string; taskId: string; approvalId: string }
   | { type: 'control'; taskId: string };
 
 /** Parses a Troupe subject; returns undefined for anything that is not one (wrong root, bad token, wrong arity). */
@@ -78,13 +81,15 @@ const parsers: Record<string, (tokens: string[]) => ParsedSubject | undefined> =
     if (!isName(pipeline) || !isTaskId(taskId)) return undefined;
     return { type: 'event', pipeline, taskId, kind: kind.join('.') };
   },
-  approvals: ([taskId, approvalId, ...more]) =>
+  approvals: ([pipeline, taskId, approvalId, ...more]) =>
+    pipeline !== undefined &&
     taskId !== undefined &&
     approvalId !== undefined &&
     more.length === 0 &&
+    isName(pipeline) &&
     isTaskId(taskId) &&
     isTaskId(approvalId)
-      ? { type: 'approval', taskId, approvalId }
+      ? { type: 'approval', pipeline, taskId, approvalId }
       : undefined,
   control: ([taskId, ...more]) =>
     taskId !== undefined && more.length === 0 && isTaskId(taskId) ? { type: 'control', taskId } : undefined,

@@ -13,8 +13,8 @@ describe('subjects', () => {
     expect(subjects.pipelineEvents('demo')).toBe('troupe.events.demo.*.>');
     expect(subjects.allEvents).toBe('troupe.events.>');
     expect(subjects.invalid).toBe('troupe.events._invalid');
-    expect(subjects.approval('task-1', 'ap-2')).toBe('troupe.approvals.task-1.ap-2');
-    expect(subjects.taskApprovals('task-1')).toBe('troupe.approvals.task-1.*');
+    expect(subjects.approval('demo', 'task-1', 'ap-2')).toBe('troupe.approvals.demo.task-1.ap-2');
+    expect(subjects.pipelineApprovals('demo')).toBe('troupe.approvals.demo.*.*');
     expect(subjects.control('task-1')).toBe('troupe.control.task-1');
     expect(subjects.inboxPrefix).toBe('troupe._inbox');
   });
@@ -58,8 +58,8 @@ describe('parseSubject', () => {
     ['invalid-message report', subjects.invalid, { type: 'invalid' }],
     [
       'approval',
-      subjects.approval('task-1', 'ap_2'),
-      { type: 'approval', taskId: 'task-1', approvalId: 'ap_2' },
+      subjects.approval('demo', 'task-1', 'ap_2'),
+      { type: 'approval', pipeline: 'demo', taskId: 'task-1', approvalId: 'ap_2' },
     ],
     ['control', subjects.control('task-1'), { type: 'control', taskId: 'task-1' }],
   ];
@@ -91,7 +91,8 @@ describe('parseSubject', () => {
     ['an upper-case event pipeline', 'troupe.events.Demo.task-1.step.started'],
     ['an underscore pipeline', 'troupe.events.my_pipe.task-1.step.started'],
     ['a bad event task id', 'troupe.events.demo.task*.step.started'],
-    ['a bad approval id', 'troupe.approvals.task-1.ap*'],
+    ['a bad approval id', 'troupe.approvals.demo.task-1.ap*'],
+    ['an upper-case approval pipeline', 'troupe.approvals.Demo.task-1.ap-1'],
     ['a bad control task id', 'troupe.control.t>'],
   ])('refuses %s', (_label, subject) => {
     expect(parseSubject(subject)).toBeUndefined();
@@ -112,8 +113,9 @@ describe('parseSubject', () => {
     ['an event subject with only a pipeline', 'troupe.events.demo'],
     ['an events subject with nothing after it', 'troupe.events'],
     ['the invalid subject with an extra token', 'troupe.events._invalid.more'],
-    ['an approval subject without an approval id', 'troupe.approvals.task-1'],
-    ['an approval subject with an extra token', 'troupe.approvals.task-1.ap-1.extra'],
+    ['an approval subject without an approval id', 'troupe.approvals.demo.task-1'],
+    ['an approval subject without a pipeline', 'troupe.approvals.task-1.ap-1'],
+    ['an approval subject with an extra token', 'troupe.approvals.demo.task-1.ap-1.extra'],
     ['a control subject without a task id', 'troupe.control'],
     ['a control subject with an extra token', 'troupe.control.task-1.extra'],
   ])('refuses %s (wrong arity)', (_label, subject) => {

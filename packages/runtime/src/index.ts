@@ -37,7 +37,14 @@ export {
   TaskEndedError,
 } from './approvals/taskEnded.ts';
 export { type EventHistoryOptions, readEventHistory, type StoredEvent } from './durable/eventHistory.ts';
-export { isOutage, type KeyValue, type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
+export {
+  isOutage,
+  type KeyValue,
+  type KvEntry,
+  KvStore,
+  throughOutages,
+  underPrefix,
+} from './durable/kvStore.ts';
 export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
 export { type Clock, every, newTraceparent, sleep, systemClock, timeoutSignal } from './events/clock.ts';
 export {

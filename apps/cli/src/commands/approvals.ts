@@ -5,7 +5,12 @@ import { describeEnding } from '@troupe/runtime';
 import type { z } from 'zod';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 
-export interface ApprovalsOptions extends ServerOptions {
+/** `pipelines`: only theirs (a user whose NATS permissions cover only those). */
+export interface ScopeOptions extends ServerOptions {
+  pipelines?: string[];
+}
+
+export interface ApprovalsOptions extends ScopeOptions {
   all: boolean;
   json: boolean;
 }
@@ -14,7 +19,9 @@ export interface ApprovalsOptions extends ServerOptions {
 export async function listApprovals(options: ApprovalsOptions): Promise<number> {
   const bus = await connectCli(options, 'troupe-approvals');
   try {
-    const records = await listHumanRequests(bus, { all: options.all }).catch(explain);
+    const records = await listHumanRequests(bus, { all: options.all, pipelines: options.pipelines }).catch(
+      explain,
+    );
     if (options.json) {
       for (const record of records) process.stdout.write(`${JSON.stringify(record)}\n`);
       return 0;
@@ -41,7 +48,7 @@ function describe(r: HumanRequest): string {
   return `${r.id}  ${r.kind.padEnd(8)}  ${r.pipeline}/${r.taskId}  ${r.agent}  ${what}  (${state})`;
 }
 
-export interface DecideOptions extends ServerOptions {
+export interface DecideOptions extends ScopeOptions {
   reason?: string;
   by?: string;
 }
@@ -72,7 +79,7 @@ async function reply(
   id: string,
   kind: HumanRequest['kind'],
   payload: unknown,
-  options: ServerOptions,
+  options: ScopeOptions,
 ): Promise<number> {
   const bus = await connectCli(options, 'troupe-decide');
   try {
@@ -82,6 +89,7 @@ async function reply(
       kind === 'approval'
         ? { kind, decision: payload as ApprovalDecision }
         : { kind, answer: payload as HumanAnswer },
+      { pipelines: options.pipelines },
     );
     const { taskId, agent } = result.request;
     process.stdout.write(

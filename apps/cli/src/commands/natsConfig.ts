@@ -21,6 +21,7 @@ export interface NatsConfigOptions {
   submitter: string[];
   observer: string[];
   approver: string[];
+  replicas?: number;
 }
 
 /**
@@ -55,7 +56,7 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
     await writeFile(
       join(out, `${role.name}.env`),
       // Plain NAME=value lines, so `env $(cat <name>.env) troupe …` works.
-      `NATS_NKEY=${seedFile}\nTROUPE_INBOX=${inboxOf(role.name)}\n`,
+      envOf(role, seedFile),
     );
     users.push({ role, nkey: user.getPublicKey() });
   }
@@ -66,7 +67,7 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
     '# docs/permissions.md for what each role may do.',
     '',
   ].join('\n');
-  await writeFile(join(out, 'troupe-auth.conf'), `${header}${authorizationBlock(users)}`);
+  await writeFile(join(out, 'troupe-auth.conf'), `${header}${authorizationBlock(users, options.replicas)}`);
   process.stdout.write(
     `wrote ${join(out, 'troupe-auth.conf')} with ${users.length} user${users.length === 1 ? '' : 's'}:\n${users
       .map(({ role }) => `  ${role.name}: ${describeRole(role)} (${role.name}.nk, ${role.name}.env)`)
@@ -135,4 +136,14 @@ function rolesOf(options: NatsConfigOptions, pipelines: Map<string, string[]>): 
     throw new CliError('name at least one coordinator: workers reply to coordinators', 2);
   }
   return roles;
+}
+
+/**
+ * A user's settings for `troupe`: its seed, its inbox, and for an approver the pipelines whose requests it may read
+ * (`troupe approvals` reads only theirs).
+ */
+function envOf(role: Role, seedFile: string): string {
+  const lines = [`NATS_NKEY=${seedFile}`, `TROUPE_INBOX=${inboxOf(role.name)}`];
+  if (role.kind === 'approver') lines.push(`TROUPE_PIPELINES=${role.pipelines.join(',')}`);
+  return `${lines.join('\n')}\n`;
 }

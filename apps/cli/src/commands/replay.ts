@@ -1,5 +1,5 @@
 import { builtinTools, ConfigError, loadPipeline, type RunFact, replayTask } from '@troupe/coordinator';
-import { errorMessage } from '@troupe/protocol';
+import { errorMessage, type TroupeEvent } from '@troupe/protocol';
 import { StepJournal } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
@@ -42,7 +42,8 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
     const events = await taskHistory(bus, taskId);
     if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
     // The journal keeps whole what events keep only the start of: long replies, arguments and summaries.
-    const journal = await StepJournal.open(bus);
+    // Kept under the pipeline that ran the task.
+    const journal = (await StepJournal.open(bus)).forPipeline((events[0] as TroupeEvent).pipeline);
     result = await replayTask(events, taskId, {
       pipeline,
       tools: options.tools === false ? 'recorded' : 'run',

@@ -97,7 +97,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           },
           human,
           memory,
-          journal,
+          journal: journal.forPipeline(pipeline.config.name),
           heartbeats,
           ...summarizerOf(pipeline.config),
         }),

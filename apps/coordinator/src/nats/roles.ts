@@ -30,11 +30,20 @@ export const inboxOf = (name: string): string => `${subjects.inboxPrefix}.${name
 /** A role's user name: a subject token, so it can name the user's inbox. */
 export const isIdentityName = (name: string): boolean => /^[a-z0-9][a-z0-9-]{0,62}$/.test(name);
 
-/**
- * The least a role needs, as subject permissions. `coordinators` are the coordinator users there are: workers reply
- * to their inboxes.
- */
-export function permissionsOf(role: Role, coordinators: readonly string[]): Permissions {
+/** What every role's permissions depend on beyond the role itself. */
+export interface Deployment {
+  /** The coordinator users there are: workers reply to their inboxes. */
+  coordinators: readonly string[];
+  /**
+   * Replicas of the streams and buckets (`--replicas`). Above 1, the `journal` and `memory` buckets are read from
+   * their leaders, by a request whose key the server cannot see: workers may then read all of them.
+   */
+  replicas?: number;
+}
+
+/** The least a role needs, as subject permissions. */
+export function permissionsOf(role: Role, deployment: Deployment): Permissions {
+  const { coordinators, replicas = 1 } = deployment;
   const inbox = `${inboxOf(role.name)}.>`;
   // Every client: its own replies; the JetStream probe; reports of messages it could not read.
   const common = { publish: ['$JS.API.INFO', subjects.invalid], subscribe: [inbox] };
@@ -76,13 +85,14 @@ export function permissionsOf(role: Role, coordinators: readonly string[]): Perm
             // where the server answers them).
             ...coordinators.map((c) => `${inboxOf(c)}.steps.>`),
             ...streamInfo(),
-            ...kvRead(BUCKETS.journal),
-            ...kvWrite(BUCKETS.journal),
-            ...kvRead(BUCKETS.approvals),
-            ...kvWrite(BUCKETS.approvals),
-            `$JS.API.STREAM.MSG.GET.KV_${BUCKETS.memory}`,
-            `$KV.${BUCKETS.memory}.task.>`,
-            ...agents.map((agent) => `$KV.${BUCKETS.memory}.agent.${pipeline}.${agent}.>`),
+            // Its pipeline's step journal, approvals and questions, and task memory; its agents' own memory.
+            ...kvReadWrite(BUCKETS.journal, `${pipeline}.>`),
+            ...kvReadWrite(BUCKETS.approvals, `${pipeline}.>`),
+            ...kvReadWrite(BUCKETS.memory, `task.${pipeline}.>`),
+            ...agents.flatMap((agent) => kvReadWrite(BUCKETS.memory, `agent.${pipeline}.${agent}.>`)),
+            ...(replicas > 1
+              ? [BUCKETS.journal, BUCKETS.memory].map((bucket) => `$JS.API.STREAM.MSG.GET.KV_${bucket}`)
+              : []),
           ],
           deny: [`troupe.events.${pipeline}.*.task.>`],
         },
@@ -95,7 +105,7 @@ export function permissionsOf(role: Role, coordinators: readonly string[]): Perm
               `${subjects.sessionSummary(pipeline, agent)} troupe-${pipeline}-${agent}-summarize`,
             ]),
             `troupe.events.${pipeline}.*.task.>`,
-            'troupe.approvals.*.*',
+            subjects.pipelineApprovals(pipeline),
           ],
         },
         allow_responses: true,
@@ -130,11 +140,11 @@ export function permissionsOf(role: Role, coordinators: readonly string[]): Perm
         publish: {
           allow: [
             ...common.publish,
-            'troupe.approvals.*.*',
-            ...kvRead(BUCKETS.approvals),
-            ...kvWrite(BUCKETS.approvals),
+            ...role.pipelines.flatMap((p) => [
+              subjects.pipelineApprovals(p),
+              ...kvReadWrite(BUCKETS.approvals, `${p}.>`),
+            ]),
             ...kvRead(BUCKETS.workflows),
-            ...kvRead(BUCKETS.journal),
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },
@@ -145,19 +155,23 @@ export function permissionsOf(role: Role, coordinators: readonly string[]): Perm
 /** Looking up Troupe's streams and buckets, as a client checks them before use. */
 const streamInfo = () => [`$JS.API.STREAM.INFO.>`];
 
-/** Reading a bucket: by key, and listing or watching its keys (an ordered consumer of its own). */
-const kvRead = (bucket: string) => [
+/**
+ * Reading a bucket, or only its `keys` (a subject filter): by key, and listing or watching keys (an ordered consumer
+ * of its own, whose filter is in the request's subject).
+ */
+const kvRead = (bucket: string, keys = '>') => [
   `$JS.API.STREAM.INFO.KV_${bucket}`,
-  `$JS.API.DIRECT.GET.KV_${bucket}.>`,
-  // A bucket with more than one replica is read from its leader, by a request whose key the server cannot see.
-  `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
-  `$JS.API.CONSUMER.CREATE.KV_${bucket}.>`,
-  `$JS.API.CONSUMER.INFO.KV_${bucket}.>`,
-  `$JS.API.CONSUMER.DELETE.KV_${bucket}.>`,
+  `$JS.API.DIRECT.GET.KV_${bucket}.$KV.${bucket}.${keys}`,
+  // A bucket with more than one replica is read from its leader, by a request whose key the server cannot see:
+  // allowed only to a reader of the whole bucket. (Part of `approvals` is read directly at any replica count.)
+  ...(keys === '>' ? [`$JS.API.STREAM.MSG.GET.KV_${bucket}`] : []),
+  `$JS.API.CONSUMER.CREATE.KV_${bucket}.*.$KV.${bucket}.${keys}`,
+  `$JS.API.CONSUMER.INFO.KV_${bucket}.*`,
+  `$JS.API.CONSUMER.DELETE.KV_${bucket}.*`,
   `$JS.FC.KV_${bucket}.>`,
 ];
 
-const kvWrite = (bucket: string) => [`$KV.${bucket}.>`];
+const kvReadWrite = (bucket: string, keys: string) => [...kvRead(bucket, keys), `$KV.${bucket}.${keys}`];
 
 /** Reading a pipeline's stored events: an ordered consumer of `EVENTS` filtered to the pipeline. */
 const eventHistory = (pipeline: string) => [
@@ -175,11 +189,14 @@ export interface ConfiguredUser {
   nkey: string;
 }
 
-/** The `authorization` block of a nats-server configuration with these users, one per role instance. */
-export function authorizationBlock(users: readonly ConfiguredUser[]): string {
+/**
+ * The `authorization` block of a nats-server configuration with these users, one per role instance, for streams and
+ * buckets of `replicas` copies.
+ */
+export function authorizationBlock(users: readonly ConfiguredUser[], replicas = 1): string {
   const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
   const entries = users.map(({ role, nkey }) => {
-    const permissions = permissionsOf(role, coordinators);
+    const permissions = permissionsOf(role, { coordinators, replicas });
     return [
       `    # ${role.name}: ${describeRole(role)}`,
       `    { nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`,

@@ -3,30 +3,63 @@ import {
   DecisionReceipt,
   HumanAnswer,
   type HumanRequest,
+  isName,
   isTaskId,
   subjects,
   type TaskEnding,
 } from '@troupe/protocol';
-import { closedByEnding, describeEnding, type NatsBus, TransportError } from '@troupe/runtime';
+import { closedByEnding, describeEnding, type KvEntry, type NatsBus, TransportError } from '@troupe/runtime';
 import { endingOfRecord } from '../workflow/workflowRecord.ts';
 import { OperationError } from './operationError.ts';
-import { openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
+import { type HumanRequestStore, openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
+
+/**
+ * Which pipelines' requests a caller reads. Records are kept as `<pipeline>.<id>` in KV `approvals`; a user whose
+ * NATS permissions cover only some pipelines (an approver made by `troupe nats-config`) names them, and only their
+ * keys are read. Without `pipelines`, every pipeline's.
+ */
+export interface RequestScope {
+  pipelines?: readonly string[] | undefined;
+}
 
 /** What people are asked now (approvals and questions), oldest first; every request ever asked with `all`. */
 export async function listHumanRequests(
   bus: NatsBus,
-  filter: { all?: boolean; taskId?: string } = {},
+  filter: { all?: boolean; taskId?: string } & RequestScope = {},
 ): Promise<HumanRequest[]> {
   const store = await openHumanRequests(bus);
-  return (await readValues(store))
+  const keys = filter.pipelines
+    ? (await Promise.all(filter.pipelines.filter(isName).map((p) => store.keys(`${p}.>`)))).flat()
+    : await store.keys();
+  return (await readValues(store, keys))
     .filter((r) => (filter.all || r.status === 'pending') && (!filter.taskId || r.taskId === filter.taskId))
     .sort((a, b) => a.requestedAt.localeCompare(b.requestedAt));
 }
 
 /** One approval or question by its id; undefined when there is none (an id no request could have included). */
-export async function readHumanRequest(bus: NatsBus, id: string): Promise<HumanRequest | undefined> {
+export async function readHumanRequest(
+  bus: NatsBus,
+  id: string,
+  scope: RequestScope = {},
+): Promise<HumanRequest | undefined> {
+  return (await findRequest(await openHumanRequests(bus), id, scope))?.value;
+}
+
+/** The record of request `id`, in whichever pipeline of the scope it was asked. */
+async function findRequest(
+  store: HumanRequestStore,
+  id: string,
+  scope: RequestScope,
+): Promise<KvEntry<HumanRequest> | undefined> {
   if (!isTaskId(id)) return undefined;
-  return (await (await openHumanRequests(bus)).get(id))?.value;
+  const keys = scope.pipelines
+    ? scope.pipelines.filter(isName).map((p) => `${p}.${id}`)
+    : await store.keys(`*.${id}`);
+  for (const key of keys) {
+    const entry = await store.get(key);
+    if (entry?.value.id === id) return entry;
+  }
+  return undefined;
 }
 
 /** A person's decision on an approval, or answer to a question. */
@@ -50,13 +83,14 @@ export async function replyToHuman(
   bus: NatsBus,
   id: string,
   reply: HumanReply,
-  now: () => number = Date.now,
+  options: RequestScope & { now?: () => number } = {},
 ): Promise<ReplyOutcome> {
   const { kind } = reply;
+  const now = options.now ?? Date.now;
   const payload =
     reply.kind === 'approval' ? ApprovalDecision.parse(reply.decision) : HumanAnswer.parse(reply.answer);
   const store = await openHumanRequests(bus);
-  const entry = await store.get(id);
+  const entry = await findRequest(store, id, options);
   const record = entry?.value;
   if (!entry || !record) throw new OperationError('not_found', `no ${kind} named ${id}`);
   if (record.kind !== kind) {
@@ -82,7 +116,7 @@ export async function replyToHuman(
   const ended = await taskEnding(bus, record.taskId);
   if (ended !== undefined) {
     if (record.status === 'pending')
-      await store.update(id, closedByEnding(record, ended, now()), entry.revision);
+      await store.update(entry.key, closedByEnding(record, ended, now()), entry.revision);
     throw new OperationError(
       'conflict',
       `${id}: task ${record.taskId} has ended: ${describeEnding(ended)}; nothing waits for it, nothing changed`,
@@ -91,10 +125,15 @@ export async function replyToHuman(
   if (record.status === 'expired')
     throw new OperationError('conflict', `${id} was already expired; nothing changed`);
   try {
-    const receipt = await bus.request(subjects.approval(record.taskId, id), payload, DecisionReceipt, {
-      timeoutMs: 10_000,
-      meta: { taskId: record.taskId, from: 'human', to: record.agent, kind },
-    });
+    const receipt = await bus.request(
+      subjects.approval(record.pipeline, record.taskId, id),
+      payload,
+      DecisionReceipt,
+      {
+        timeoutMs: 10_000,
+        meta: { taskId: record.taskId, from: 'human', to: record.agent, kind },
+      },
+    );
     return { delivered: true, outcome: receipt.outcome, request: record };
   } catch (error) {
     if (!TransportError.is(error, 'no_responders')) {
@@ -105,8 +144,8 @@ export async function replyToHuman(
     throw new OperationError('conflict', `${id} expired at ${record.expiresAt}; nothing changed`);
   }
   const decided = decidedRecord(record, payload, now());
-  if ((await store.update(id, decided, entry.revision)) === undefined) {
-    const current = (await store.get(id))?.value;
+  if ((await store.update(entry.key, decided, entry.revision)) === undefined) {
+    const current = (await store.get(entry.key))?.value;
     throw new OperationError(
       'conflict',
       `${id} was decided meanwhile (${current?.status ?? 'gone'}); nothing changed`,

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { ApprovalDecision, type DecisionReceipt, HumanAnswer, type HumanRequest } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import type { z } from 'zod';
-import type { KeyValue } from '../durable/kvStore.ts';
+import { type KeyValue, underPrefix } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -64,7 +64,7 @@ export interface WaitingOn {
 
 export interface NatsHumanGateOptions {
   bus: Bus;
-  /** The KV bucket `approvals`, where `troupe approvals` finds what is pending. */
+  /** The KV bucket `approvals`, where `troupe approvals` finds what is pending: `<pipeline>.<id>`. */
   store: KeyValue<HumanRequest>;
   events: EventFactory;
   clock: Clock;
@@ -75,7 +75,7 @@ export interface NatsHumanGateOptions {
 
 /**
  * Asks people over NATS. Each request gets an unguessable id, is recorded in KV as pending, announced as an
- * event, and waits on `troupe.approvals.<taskId>.<id>` for one valid reply. Only that subject resumes the
+ * event, and waits on `troupe.approvals.<pipeline>.<taskId>.<id>` for one valid reply. Only that subject resumes the
  * call: a reply for another id finds nobody waiting, and a second reply finds the subscription gone.
  *
  * Requests outlive the process that asked: a decision recorded in KV while nobody waited (`troupe approve`
@@ -270,7 +270,8 @@ export class NatsHumanGate implements HumanGate {
     announce: (id: string, expiresAt: string) => void,
     signal: AbortSignal,
   ): Promise<{ id: string; outcome: HumanOutcome<z.infer<S>> }> {
-    const { bus, store, clock } = this.#o;
+    const { bus, clock } = this.#o;
+    const store = underPrefix(this.#o.store, scope.pipeline);
     const earlierEntry = options.id === undefined ? undefined : await store.get(options.id);
     const earlier = earlierEntry?.value;
     let record: HumanRequest;
@@ -372,7 +373,7 @@ export class NatsHumanGate implements HumanGate {
         ? closedByEnding(record, abortReason.ending, now)
         : closedRecord(record, outcome, now);
     // Only a still-pending record is changed: a decision that reached KV first is not overwritten.
-    await this.#o.store
+    await underPrefix(this.#o.store, record.pipeline)
       .update(record.id, ended, pendingRevision)
       .catch((error: unknown) =>
         this.#o.logger.warn({ err: error, id: record.id }, 'cannot record how the request ended'),

@@ -39,6 +39,7 @@ export interface HumanRequestInput {
   /** Who reports an invalid reply. */
   reporter: string;
   bus: Bus;
+  /** The pipeline's requests (keys without the pipeline). */
   store: KeyValue<HumanRequest>;
   clock: Clock;
   logger: Logger;
@@ -74,7 +75,7 @@ export function decidedFrom<T extends { by?: string | undefined }>(
 /**
  * One request to a person, from the moment it is recorded pending until it is settled, as an actor:
  *
- * - `waiting`: listening on `troupe.approvals.<taskId>.<id>` for one valid reply, until the request's `expiresAt`
+ * - `waiting`: listening on `troupe.approvals.<pipeline>.<taskId>.<id>` for one valid reply, until the request's `expiresAt`
  *   (on the clock) or the step stopping;
  * - `deciding`: the reply is being written to the request's record (only over the pending revision, so one
  *   decision wins); then the person gets a receipt, or `already_decided` when a decision reached KV first. The
@@ -99,7 +100,7 @@ export const humanRequestMachine = setup({
       try {
         subscription = bridgeToActor(
           bus,
-          subjects.approval(record.taskId, record.id),
+          subjects.approval(record.pipeline, record.taskId, record.id),
           schema,
           { send: sendBack },
           (_, delivery): HumanRequestEvent => ({ type: 'reply', delivery }),

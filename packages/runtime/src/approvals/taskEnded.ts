@@ -1,6 +1,5 @@
 import type { HumanRequest, TaskEnding, TroupeEvent } from '@troupe/protocol';
-import type { KvStore } from '../durable/kvStore.ts';
-import { throughOutages } from '../durable/kvStore.ts';
+import { type KeyValue, throughOutages } from '../durable/kvStore.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
 
 /**
@@ -38,12 +37,13 @@ export function closedByEnding(record: HumanRequest, ending: TaskEnding, now: nu
 /**
  * Closes every approval and question of a task that is still pending, once the task has ended: nothing will wait
  * for them again, and `troupe approve` on one then says how the task ended. The task's step journal says which
- * requests its steps asked. Returns how many were closed; a record decided meanwhile is left as it is.
+ * requests its steps asked; `store` holds the task's pipeline's requests. Returns how many were closed; a record decided
+ * meanwhile is left as it is.
  */
 export async function closeTaskRequests(
   taskId: string,
   ending: TaskEnding,
-  deps: { journal: StepJournal; store: KvStore<typeof HumanRequest>; now: () => number },
+  deps: { journal: StepJournal; store: KeyValue<HumanRequest>; now: () => number },
 ): Promise<number> {
   let closed = 0;
   for (const id of await deps.journal.humanRequestsOf(taskId)) {

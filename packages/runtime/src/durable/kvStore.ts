@@ -1,5 +1,6 @@
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
+import { BUCKETS } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { z } from 'zod';
 import { isApiError, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
@@ -91,6 +92,61 @@ export interface KeyValue<T> {
 }
 
 /**
+ * Buckets read directly from any replica. Every write to `approvals` compares revisions and every waiter also
+ * watches the record, so a replica behind the leader costs a lost compare, never a wrong decision; and a direct get
+ * names its key in its subject, where the broker's permissions can keep each pipeline to its own requests.
+ */
+const READ_ANY_REPLICA: ReadonlySet<string> = new Set([BUCKETS.approvals]);
+
+/**
+ * The keys of `store` under `<prefix>.`, seen without the prefix: what one pipeline's parts may touch, when the
+ * broker's permissions allow only that part of a bucket (`approvals` and `journal` are kept by pipeline).
+ */
+export function underPrefix<T>(store: KeyValue<T>, prefix: string): KeyValue<T> {
+  const full = (key: string) => `${prefix}.${key}`;
+  const short = <E extends { key: string }>(entry: E): E => ({
+    ...entry,
+    key: entry.key.slice(prefix.length + 1),
+  });
+  return {
+    get: async (key) => {
+      const entry = await store.get(full(key));
+      return entry && short(entry);
+    },
+    put: (key, value) => store.put(full(key), value),
+    create: (key, value) => store.create(full(key), value),
+    update: (key, value, revision) => store.update(full(key), value, revision),
+    delete: (key) => store.delete(full(key)),
+    keys: async (filter = '>') => (await store.keys(full(filter))).map((key) => key.slice(prefix.length + 1)),
+    watch: (key, onValue) => store.watch(full(key), (entry) => onValue(short(entry))),
+  };
+}
+
+/**
+ * Opens an existing bucket, waiting (logging each wait) while NATS cannot be reached; fails at once with
+ * `bucket_missing` when no coordinator has created it on this server. Reads go straight to the stream when it allows
+ * (a get through the JetStream API also costs an advisory, and names no key the broker's permissions could check).
+ */
+export async function openKv(bus: NatsBus, bucket: TroupeBucket, wait?: UntilReachableOptions): Promise<KV> {
+  const kv = await kvOf(bus, bucket);
+  let direct: boolean;
+  try {
+    const status = await untilReachable(bus, `KV bucket ${bucket}`, () => kv.status(), wait);
+    // Replicas may answer a direct get while behind the leader; claims and fencing need the latest value, so
+    // only a bucket with one copy reads directly, or one whose stale read is harmless (see READ_ANY_REPLICA).
+    const { allow_direct, num_replicas } = status.streamInfo.config;
+    direct = allow_direct === true && (num_replicas <= 1 || READ_ANY_REPLICA.has(bucket));
+  } catch (cause) {
+    // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
+    if (!isApiError(cause, JetStreamApiCodes.StreamNotFound)) throw cause;
+    throw new TransportError('bucket_missing', `the KV bucket ${bucket} does not exist on this NATS server`, {
+      cause,
+    });
+  }
+  return direct ? kvOf(bus, bucket, true) : kv;
+}
+
+/**
  * A typed view of one of Troupe's KV buckets: values are JSON validated by a zod schema on the way in and
  * out. A stored value that no longer parses is reported as absent with a logged warning, never thrown.
  */
@@ -115,25 +171,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     schema: S,
     wait?: UntilReachableOptions,
   ): Promise<KvStore<S>> {
-    const kv = await kvOf(bus, bucket);
-    let direct: boolean;
-    try {
-      const status = await untilReachable(bus, `KV bucket ${bucket}`, () => kv.status(), wait);
-      // Replicas may answer a direct get while behind the leader; claims and fencing need the latest value, so
-      // only a bucket with one copy reads directly.
-      const { allow_direct, num_replicas } = status.streamInfo.config;
-      direct = allow_direct === true && num_replicas <= 1;
-    } catch (cause) {
-      // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
-      if (!isApiError(cause, JetStreamApiCodes.StreamNotFound)) throw cause;
-      throw new TransportError(
-        'bucket_missing',
-        `the KV bucket ${bucket} does not exist on this NATS server`,
-        { cause },
-      );
-    }
-    // Reads go straight to the stream when it allows (a get through the JetStream API also costs an advisory).
-    return new KvStore(direct ? await kvOf(bus, bucket, true) : kv, schema, bus);
+    return new KvStore(await openKv(bus, bucket, wait), schema, bus);
   }
 
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {

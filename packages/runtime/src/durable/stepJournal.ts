@@ -12,7 +12,7 @@ import {
 } from '@troupe/protocol';
 import { z } from 'zod';
 import type { NatsBus } from '../transport/natsBus.ts';
-import { type KeyValue, KvStore, throughOutages } from './kvStore.ts';
+import { type KeyValue, KvStore, throughOutages, underPrefix } from './kvStore.ts';
 
 /** What the journal keeps of a tool call's result: what a run that finds it needs to hand it back. */
 const ToolResultRecord = ToolResult.pick({
@@ -89,7 +89,7 @@ export type ToolCallRecord =
   | { state: 'in_doubt'; startedAt?: string };
 
 /**
- * A step's journal in the KV bucket `journal`. Keys are deterministic — the step id (task, step, round), the
+ * A step's journal in the KV bucket `journal`, under its pipeline's name. Keys are deterministic — the step id (task, step, round), the
  * agent's turn in the step and the position of the call — so a step run again meets its own records:
  *
  * | key                                  | record                        |
@@ -108,8 +108,17 @@ export class StepJournal {
     this.#store = store;
   }
 
+  /** The whole `journal` bucket: {@link forPipeline} gives the part a pipeline's steps write. */
   static async open(bus: NatsBus): Promise<StepJournal> {
     return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalEntry));
+  }
+
+  /**
+   * The journal of one pipeline's tasks, kept under `<pipeline>.` so the broker can keep each pipeline's workers to
+   * their own tasks' records. The keys below are within it.
+   */
+  forPipeline(pipeline: string): StepJournal {
+    return new StepJournal(underPrefix(this.#store, pipeline));
   }
 
   static toolKey(stepId: string, turn: number, index: number): string {

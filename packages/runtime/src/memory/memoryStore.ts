@@ -1,6 +1,6 @@
 import type { KV } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
-import { kvOf } from '../transport/jetstreamSetup.ts';
+import { openKv } from '../durable/kvStore.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 
 /** Where a memory lives: this task only, or this agent across tasks. */
@@ -23,7 +23,10 @@ export interface MemoryView {
   keys(scope: MemoryScope): Promise<string[]>;
 }
 
-/** Memory in the KV bucket `memory`: `task.<taskId>.<key>`, and `agent.<pipeline>.<agent>.<key>` for long-term. */
+/**
+ * Memory in the KV bucket `memory`: `task.<pipeline>.<taskId>.<key>`, and `agent.<pipeline>.<agent>.<key>` for
+ * long-term (the pipeline in both, so the broker can keep each pipeline's workers to their own).
+ */
 export class KvMemory {
   readonly #kv: KV;
 
@@ -32,13 +35,13 @@ export class KvMemory {
   }
 
   static async open(bus: NatsBus): Promise<KvMemory> {
-    return new KvMemory(await kvOf(bus, BUCKETS.memory));
+    return new KvMemory(await openKv(bus, BUCKETS.memory));
   }
 
   /** A view scoped to one agent in one task. */
   view(owner: MemoryOwner): MemoryView {
     const prefix = (scope: MemoryScope) =>
-      scope === 'task' ? `task.${owner.taskId}` : `agent.${owner.pipeline}.${owner.agent}`;
+      scope === 'task' ? `task.${owner.pipeline}.${owner.taskId}` : `agent.${owner.pipeline}.${owner.agent}`;
     const kv = this.#kv;
     return {
       longTerm: owner.longTerm,

@@ -3,6 +3,7 @@ import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { NatsHumanGate } from '../../src/approvals/humanGate.ts';
 import { TaskEndedError } from '../../src/approvals/taskEnded.ts';
+import { underPrefix } from '../../src/durable/kvStore.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { createLogger } from '../../src/logging/logger.ts';
 
@@ -26,10 +27,10 @@ const ask = {
 function setUp() {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
-  const store = new MemoryKv<HumanRequest>();
+  const bucket = new MemoryKv<HumanRequest>();
   const gate = new NatsHumanGate({
     bus,
-    store,
+    store: bucket,
     events: new EventFactory(clock),
     clock,
     logger: createLogger({ level: 'silent' }),
@@ -42,15 +43,19 @@ function setUp() {
     return gate.waitingOn(scope.stepId)?.id as string;
   };
   const decide = (id: string, payload: unknown, timeoutMs = 1_000) =>
-    bus.request(subjects.approval(scope.taskId, id), payload, DecisionReceipt, { timeoutMs });
-  return { clock, bus, store, gate, pendingId, decide };
+    bus.request(subjects.approval(scope.pipeline, scope.taskId, id), payload, DecisionReceipt, { timeoutMs });
+  // The pipeline's requests: records are kept under `<pipeline>.<id>`.
+  const store = underPrefix(bucket, scope.pipeline);
+  return { clock, bus, bucket, store, gate, pendingId, decide };
 }
 
 describe('the human gate', () => {
   it('records the request as pending, announces it, and resolves with the decision that arrives', async () => {
-    const { clock, bus, store, gate, pendingId, decide } = setUp();
+    const { clock, bus, bucket, store, gate, pendingId, decide } = setUp();
     const decision = gate.approve(ask, scope, new AbortController().signal);
     const id = await pendingId();
+    // Kept by pipeline, where the broker can limit who reads and writes it.
+    expect(await bucket.keys()).toEqual([`p.${id}`]);
     expect((await store.get(id))?.value).toMatchObject({
       kind: 'approval',
       status: 'pending',
@@ -121,14 +126,14 @@ describe('the human gate', () => {
   });
 
   it('answers already_decided to a reply that loses to a decision written to KV meanwhile; that one stands', async () => {
-    const { store, gate, pendingId, decide } = setUp();
+    const { bucket, store, gate, pendingId, decide } = setUp();
     // `troupe approve` writes its decision just before the reply's own write lands.
-    const update = store.update.bind(store);
+    const update = bucket.update.bind(bucket);
     let raced = false;
-    store.update = async (key, value, revision) => {
+    bucket.update = async (key, value, revision) => {
       if (!raced) {
         raced = true;
-        const entry = await store.get(key);
+        const entry = await bucket.get(key);
         await update(key, { ...(entry?.value as HumanRequest), status: 'denied', by: 'ops' }, revision);
       }
       return update(key, value, revision);
@@ -143,12 +148,12 @@ describe('the human gate', () => {
   });
 
   it('lets a decision being written when the deadline passes stand: the agent, the record and the receipt agree', async () => {
-    const { clock, store, gate, pendingId, decide } = setUp();
-    const update = store.update.bind(store);
+    const { clock, bucket, store, gate, pendingId, decide } = setUp();
+    const update = bucket.update.bind(bucket);
     let release: () => void = () => {};
     const held = new Promise<void>((resolve) => (release = resolve));
     let writing = false;
-    store.update = async (key, value, revision) => {
+    bucket.update = async (key, value, revision) => {
       writing = true;
       await held;
       return update(key, value, revision);
