@@ -315,6 +315,29 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     );
   }, 120_000);
 
+  it('lets an observer follow its pipeline’s tasks: status, logs and trace', async () => {
+    const taskId = 'roles-observed-1';
+    const submitted = await troupe(
+      ['submit', 'demo', 'Write a short hello note in notes/hello.md', '--wait', '--id', taskId],
+      await envOf('ci'),
+      90_000,
+    );
+    expect(submitted.code, submitted.stderr).toBe(0);
+    const env = await envOf('watcher');
+    const commands: [string[], string][] = [
+      [['status', taskId], 'completed'],
+      [['status', '--all'], taskId],
+      [['logs', taskId], 'task.completed'],
+      [['trace', taskId], 'review'],
+    ];
+    for (const [args, shown] of commands) {
+      const result = await troupe(args, env);
+      expect(result.code, `troupe ${args.join(' ')}: ${result.stderr}`).toBe(0);
+      expect(result.stdout, `troupe ${args.join(' ')}`).toContain(shown);
+      expect(result.stderr, `troupe ${args.join(' ')}`).not.toMatch(/violation|warning/i);
+    }
+  }, 120_000);
+
   it('lets each role do what it is for', async () => {
     const allowed: [string, string][] = [
       ['ana', 'troupe.approvals.demo.t-1.ap-1'],

@@ -130,6 +130,6 @@ class RecentIds {
 }
 
 /** Every stored event of one task, in the order the stream kept them, each once. */
-export function taskHistory(bus: NatsBus, taskId: string): Promise<TroupeEvent[]> {
-  return readTaskEvents(bus, taskId).catch(explain);
+export function taskHistory(bus: NatsBus, taskId: string, pipeline?: string): Promise<TroupeEvent[]> {
+  return readTaskEvents(bus, taskId, pipeline).catch(explain);
 }

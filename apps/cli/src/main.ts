@@ -87,7 +87,7 @@ const replicasOption = (
 const pipelinesOption = () =>
   new Option(
     '--pipelines <names>',
-    "only these pipelines' requests, comma-separated (an approver made by troupe nats-config may read no others)",
+    "only these pipelines', comma-separated (a NATS user made by troupe nats-config may read no others' requests)",
   )
     .argParser((value) =>
       value
@@ -375,6 +375,7 @@ program
   .option('--json', 'one JSON record per line', false)
   .addOption(homeOption())
   .addOption(serverOption())
+  .addOption(pipelinesOption())
   .action(
     run(async (taskId: string | undefined, options) => (await commands.control()).status(taskId, options)),
   );

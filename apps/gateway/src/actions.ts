@@ -226,7 +226,7 @@ export class GatewayActions {
   }
 
   async #trace(record: WorkflowRecord): Promise<TaskTrace> {
-    return buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId));
+    return buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId, record.pipeline));
   }
 }
 

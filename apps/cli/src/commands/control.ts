@@ -1,5 +1,5 @@
-import { cancelTask, humanRequestsIfAny, OperationError, type WorkflowRecord } from '@troupe/coordinator';
-import type { HumanRequest } from '@troupe/protocol';
+import { cancelTask, listHumanRequests, OperationError, type WorkflowRecord } from '@troupe/coordinator';
+import { errorMessage, type HumanRequest } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
@@ -29,6 +29,8 @@ export async function cancel(taskId: string, options: CancelOptions): Promise<nu
 export interface StatusOptions extends ServerOptions {
   all: boolean;
   json: boolean;
+  /** Only these pipelines' tasks, when no task is named (a user whose NATS permissions cover only those). */
+  pipelines?: string[];
 }
 
 /**
@@ -41,7 +43,10 @@ export async function status(taskId: string | undefined, options: StatusOptions)
   try {
     const store = await openWorkflows(bus);
     const records = (await readValues(store, taskId ? [taskId] : undefined)).filter(
-      (r) => taskId || options.all || r.status === 'running',
+      (r) =>
+        taskId !== undefined ||
+        ((options.all || r.status === 'running') &&
+          (!options.pipelines || options.pipelines.includes(r.pipeline))),
     );
     if (taskId && records.length === 0) throw new CliError(`no task ${taskId} is known on this server`);
     records.sort((a, b) => a.createdAt.localeCompare(b.createdAt));
@@ -55,7 +60,8 @@ export async function status(taskId: string | undefined, options: StatusOptions)
       process.stdout.write(options.all ? 'no tasks\n' : 'no task is running\n');
       return 0;
     }
-    const pending = records.some((r) => r.status === 'running') ? await pendingRequests(bus) : [];
+    const running = records.filter((r) => r.status === 'running').map((r) => r.pipeline);
+    const pending = running.length > 0 ? await pendingRequests(bus, [...new Set(running)]) : [];
     const now = Date.now();
     for (const r of records) {
       process.stdout.write(`${line(r, now)}\n`);
@@ -75,8 +81,18 @@ function line(r: WorkflowRecord, now: number): string {
   return `${r.taskId}  ${r.pipeline}  ${r.status.padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${time}  ${r.goal.slice(0, 60)}`;
 }
 
-/** Approvals and questions waiting for a person; none when no coordinator has made the bucket. */
-async function pendingRequests(bus: NatsBus): Promise<HumanRequest[]> {
-  const store = await humanRequestsIfAny(bus).catch(explain);
-  return store ? (await readValues(store)).filter((request) => request.status === 'pending') : [];
+/**
+ * Approvals and questions of these pipelines waiting for a person; none when no coordinator has made the bucket, or
+ * when this NATS user may not read them (said once: the tasks are shown without them).
+ */
+async function pendingRequests(bus: NatsBus, pipelines: string[]): Promise<HumanRequest[]> {
+  try {
+    return await listHumanRequests(bus, { pipelines });
+  } catch (error) {
+    if (OperationError.is(error, 'no_coordinator')) return [];
+    process.stderr.write(
+      `warning: cannot read what the tasks wait on people for (${errorMessage(error)}); shown without it\n`,
+    );
+    return [];
+  }
 }

@@ -40,6 +40,7 @@ export async function logs(taskId: string, options: LogsOptions): Promise<number
     };
     const feed = await openEventFeed(bus, {
       taskId,
+      ...(record === undefined ? {} : { pipeline: record.pipeline }),
       history: {},
       live: options.follow && !ended,
       invalid: false,

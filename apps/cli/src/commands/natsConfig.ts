@@ -139,11 +139,12 @@ function rolesOf(options: NatsConfigOptions, pipelines: Map<string, string[]>): 
 }
 
 /**
- * A user's settings for `troupe`: its seed, its inbox, and for an approver the pipelines whose requests it may read
- * (`troupe approvals` reads only theirs).
+ * A user's settings for `troupe`: its seed, its inbox, and for an approver or an observer the pipelines whose
+ * requests it may read (`troupe approvals` and `troupe status` read only theirs).
  */
 function envOf(role: Role, seedFile: string): string {
   const lines = [`NATS_NKEY=${seedFile}`, `TROUPE_INBOX=${inboxOf(role.name)}`];
-  if (role.kind === 'approver') lines.push(`TROUPE_PIPELINES=${role.pipelines.join(',')}`);
+  if (role.kind === 'approver' || role.kind === 'observer')
+    lines.push(`TROUPE_PIPELINES=${role.pipelines.join(',')}`);
   return `${lines.join('\n')}\n`;
 }

@@ -21,7 +21,7 @@ export async function trace(taskId: string, options: TraceOptions): Promise<numb
   try {
     const store = await workflowsIfAny(bus);
     const record = (await store?.get(taskId))?.value;
-    const events = await taskHistory(bus, taskId);
+    const events = await taskHistory(bus, taskId, record?.pipeline);
     if (events.length === 0 && record === undefined)
       throw new CliError(`no task ${taskId} is known on this server`);
     // The record keeps the final event, stored before it is published: use it if the stream missed it.

@@ -130,7 +130,7 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...common.publish,
             ...kvRead(BUCKETS.workflows),
             ...kvRead(BUCKETS.pipelines),
-            ...role.pipelines.flatMap((p) => eventHistory(p)),
+            ...role.pipelines.flatMap((p) => [...eventHistory(p), ...kvRead(BUCKETS.approvals, `${p}.>`)]),
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },

@@ -95,14 +95,19 @@ export async function cancelTask(bus: NatsBus, taskId: string, reason?: string):
 
 /**
  * Every event of a task the `EVENTS` stream keeps, in the order it kept them, each once (an event republished
- * beyond the stream's duplicate window is stored twice).
+ * beyond the stream's duplicate window is stored twice). Give the task's `pipeline` when it is known: a reader whose
+ * NATS user may read only some pipelines' events may not filter on every pipeline's.
  */
-export async function readTaskEvents(bus: NatsBus, taskId: string): Promise<TroupeEvent[]> {
+export async function readTaskEvents(
+  bus: NatsBus,
+  taskId: string,
+  pipeline?: string,
+): Promise<TroupeEvent[]> {
   const events: TroupeEvent[] = [];
   const seen = new Set<string>();
   try {
     for await (const stored of readEventHistory(bus, {
-      subject: subjects.taskEvents(taskId),
+      subject: subjects.taskEvents(taskId, pipeline),
       wait: CLIENT_WAIT,
     })) {
       if (stored.type !== 'event' || seen.has(stored.event.id)) continue;
