@@ -51,9 +51,11 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       'ana=demo,gated',
       '--approver',
       'bo=demo',
+      '--gateway',
+      'front',
     ]);
     expect(written.code, written.stderr).toBe(0);
-    expect(written.stdout).toContain('with 9 users');
+    expect(written.stdout).toContain('with 10 users');
     // The server's configuration is the block as written (an operator would include it in theirs).
     nats = await startTestNats({ config: await readFile(join(dir, 'troupe-auth.conf'), 'utf8') });
     // The demo's parts, each on its own user: a coordinator running workflows only, a worker per agent.
@@ -130,7 +132,7 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
   }, 120_000);
 
   it('refuses a forged reviewer: no user but the reviewer worker may take the reviewer’s steps', async () => {
-    for (const role of ['executor', 'ci', 'watcher', 'ana']) {
+    for (const role of ['executor', 'ci', 'watcher', 'ana', 'front']) {
       const { nc } = await as(role);
       const queued = nc.subscribe('troupe.agents.demo.reviewer', { queue: 'troupe-demo-reviewer' });
       const plain = nc.subscribe('troupe.agents.demo.reviewer');
@@ -157,6 +159,11 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       ['ci', 'troupe.events.demo.t-1.task.completed'],
       ['executor', 'troupe.events.demo.t-1.task.completed'],
       ['reviewer', 'troupe.events.demo.t-1.task.failed'],
+      // The gateway submits and decides, but neither ends a task nor writes what steps keep.
+      ['front', 'troupe.events.demo.t-1.task.completed'],
+      ['front', 'troupe.agents.demo.executor'],
+      ['front', '$KV.workflows.t-1'],
+      ['front', '$KV.journal.demo.t-1.work.1.1.0'],
       ['ci', 'troupe.approvals.demo.t-1.ap-1'],
       ['executor', 'troupe.approvals.demo.t-1.ap-1'],
       ['ci', '$KV.approvals.demo.ap-1'],
@@ -336,6 +343,27 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       expect(result.stdout, `troupe ${args.join(' ')}`).toContain(shown);
       expect(result.stderr, `troupe ${args.join(' ')}`).not.toMatch(/violation|warning/i);
     }
+  }, 120_000);
+
+  it('serves the gateway on its own user: a task submitted over HTTP completes, and its trace reads back', async () => {
+    const gateway = startTroupe(['gateway', '--listen', '127.0.0.1:0', '--no-auth'], await envOf('front'));
+    processes.push(gateway);
+    await gateway.waitFor(/troupe gateway on http/, 30_000);
+    const url = /gateway on (http:\/\/[\d.]+:\d+)/.exec(gateway.output())?.[1] ?? '';
+    const done = await fetch(`${url}/v1/pipelines/demo/tasks?wait=60`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ goal: 'Write a short hello note in notes/hello.md' }),
+    });
+    const task = (await done.json()) as { taskId: string; status: string };
+    expect(done.status, JSON.stringify(task)).toBe(200);
+    expect(task.status).toBe('completed');
+    const trace = await fetch(`${url}/v1/tasks/${task.taskId}/trace`);
+    expect(trace.status).toBe(200);
+    expect(JSON.stringify(await trace.json())).toContain('review');
+    const listed = await fetch(`${url}/v1/tasks?pipeline=demo`);
+    expect(JSON.stringify(await listed.json())).toContain(task.taskId);
+    expect(gateway.output()).not.toMatch(/Permissions Violation/i);
   }, 120_000);
 
   it('lets each role do what it is for', async () => {

@@ -514,6 +514,12 @@ program
     collect,
     [],
   )
+  .option(
+    '--gateway <name>',
+    'a user for troupe gateway: submits, cancels, decides and reads for every pipeline (repeatable)',
+    collect,
+    [],
+  )
   .addOption(
     replicasOption(
       'the --replicas the deployment runs with (above 1, workers may read every pipeline’s journal and memory; default 1)',

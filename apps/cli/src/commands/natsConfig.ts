@@ -21,6 +21,7 @@ export interface NatsConfigOptions {
   submitter: string[];
   observer: string[];
   approver: string[];
+  gateway: string[];
   replicas?: number;
 }
 
@@ -98,7 +99,10 @@ function rolesOf(options: NatsConfigOptions, pipelines: Map<string, string[]>): 
       .split(',')
       .map((v) => v.trim())
       .filter(Boolean);
-  const roles: Role[] = options.coordinator.map((name) => ({ kind: 'coordinator', name }));
+  const roles: Role[] = [
+    ...options.coordinator.map((name): Role => ({ kind: 'coordinator', name })),
+    ...options.gateway.map((name): Role => ({ kind: 'gateway', name })),
+  ];
   for (const spec of options.worker) {
     const [name, value] = split(spec, 'worker', '<name>=<pipeline>:<agent>[,<agent>…]');
     const [pipeline = '', agentList = ''] = value.split(':');

@@ -14,7 +14,12 @@ export type Role =
   /** Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`). */
   | { kind: 'observer'; name: string; pipelines: readonly string[] }
   /** Decides approvals and answers questions (`troupe approve`, `deny`, `answer`, `approvals`). */
-  | { kind: 'approver'; name: string; pipelines: readonly string[] };
+  | { kind: 'approver'; name: string; pipelines: readonly string[] }
+  /**
+   * Serves the HTTP gateway (`troupe gateway`) for every pipeline, its tokens saying which caller may touch which:
+   * submits, cancels, decides and reads, but takes no step and sends no event.
+   */
+  | { kind: 'gateway'; name: string };
 
 /** nats-server subject permissions, as its configuration writes them. */
 export interface Permissions {
@@ -130,7 +135,10 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...common.publish,
             ...kvRead(BUCKETS.workflows),
             ...kvRead(BUCKETS.pipelines),
-            ...role.pipelines.flatMap((p) => [...eventHistory(p), ...kvRead(BUCKETS.approvals, `${p}.>`)]),
+            ...role.pipelines.flatMap((p) => [
+              ...eventHistory(`troupe.events.${p}.>`),
+              ...kvRead(BUCKETS.approvals, `${p}.>`),
+            ]),
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },
@@ -148,6 +156,26 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },
+      };
+    case 'gateway':
+      return {
+        publish: {
+          allow: [
+            ...common.publish,
+            ...streamInfo(),
+            subjects.task('*'),
+            subjects.allControl,
+            'troupe.approvals.*.*.*',
+            // Sessions' summaries, asked of each pipeline's summarizer agent.
+            subjects.sessionSummary('*', '*'),
+            ...kvRead(BUCKETS.workflows),
+            ...kvRead(BUCKETS.pipelines),
+            ...kvReadWrite(BUCKETS.approvals, '>'),
+            ...kvReadWrite(BUCKETS.sessions, '>'),
+            ...eventHistory(subjects.allEvents),
+          ],
+        },
+        subscribe: { allow: [...common.subscribe, subjects.allEvents] },
       };
   }
 }
@@ -173,10 +201,10 @@ const kvRead = (bucket: string, keys = '>') => [
 
 const kvReadWrite = (bucket: string, keys: string) => [...kvRead(bucket, keys), `$KV.${bucket}.${keys}`];
 
-/** Reading a pipeline's stored events: an ordered consumer of `EVENTS` filtered to the pipeline. */
-const eventHistory = (pipeline: string) => [
+/** Reading stored events on `filter` (a pipeline's, or all): an ordered consumer of `EVENTS` filtered to them. */
+const eventHistory = (filter: string) => [
   `$JS.API.STREAM.INFO.${STREAMS.events}`,
-  `$JS.API.CONSUMER.CREATE.${STREAMS.events}.*.troupe.events.${pipeline}.>`,
+  `$JS.API.CONSUMER.CREATE.${STREAMS.events}.*.${filter}`,
   `$JS.API.CONSUMER.MSG.NEXT.${STREAMS.events}.*`,
   `$JS.API.CONSUMER.INFO.${STREAMS.events}.*`,
   `$JS.API.CONSUMER.DELETE.${STREAMS.events}.*`,
@@ -211,6 +239,8 @@ export function describeRole(role: Role): string {
       return 'coordinator (troupe up --no-agents)';
     case 'worker':
       return `worker for ${role.agents.join(', ')} of pipeline ${role.pipeline}`;
+    case 'gateway':
+      return 'gateway for every pipeline (troupe gateway; its tokens scope callers)';
     default:
       return `${role.kind} for pipeline${role.pipelines.length === 1 ? '' : 's'} ${role.pipelines.join(', ')}`;
   }
