@@ -10,6 +10,7 @@ import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
+import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
 import { seededRandom } from './support/seed.ts';
 
 const { random } = seededRandom('kill -9 tests');
@@ -18,18 +19,54 @@ const { random } = seededRandom('kill -9 tests');
  * Real processes killed with SIGKILL: no shutdown code runs, nothing is handed back. Tasks must still end
  * once each, resumed by the next process, with every side effect (a line in ledger.txt per call) at most
  * once — exactly once for every call whose result was recorded.
+ *
+ * Each runs on an open server, and again on one whose users `troupe nats-config` wrote, every part on its own:
+ * coordinators, a worker per pipeline, an approver (and the test's own client as a second coordinator).
  */
-describe('kill -9', () => {
+const servers = [
+  { server: 'an open server', users: false },
+  { server: 'a server where every part logs in as its own user', users: true },
+];
+
+describe.each(servers)('kill -9 on $server', ({ users: withUsers }) => {
   let nats: TestNats;
+  let users: NatsUsers | undefined;
+  /** Each part's environment: its user's, on a server with users. */
+  const envs = new Map<string, NodeJS.ProcessEnv>();
+  const envOf = (part: string) => envs.get(part) ?? cliEnv();
   let client: NatsConnection;
   let home: string;
   const events: TroupeEvent[] = [];
   const processes: CliProcess[] = [];
+  /** Every process this test started, killed or not. */
+  const started: CliProcess[] = [];
   const { notify, waitFor: until } = waiter();
 
   beforeAll(async () => {
-    nats = await startTestNats();
-    client = await connect({ servers: nats.url, name: 'crash-test' });
+    if (withUsers) {
+      users = await writeNatsUsers([
+        ...['crashy', 'crashgate', 'lingering'].map((name) => fixturePath(`${name}.yaml`)),
+        '--coordinator',
+        'coordinator',
+        '--coordinator',
+        'harness',
+        '--worker',
+        'clerk=crashy:clerk',
+        '--worker',
+        'releaser=crashgate:releaser',
+        '--worker',
+        'thinker=lingering:thinker',
+        '--approver',
+        'ana=crashgate',
+      ]);
+      nats = await startTestNats({ config: users.config });
+      for (const part of ['coordinator', 'clerk', 'releaser', 'thinker', 'ana'])
+        envs.set(part, await users.env(part, nats.url));
+      client = await users.connect('harness', nats.url, 'crash-test');
+    } else {
+      nats = await startTestNats();
+      client = await connect({ servers: nats.url, name: 'crash-test' });
+    }
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
         events.push(TroupeEvent.parse(msg.json()));
@@ -39,12 +76,15 @@ describe('kill -9', () => {
     await client.flush();
   });
   afterEach(async () => {
+    // Nothing any part needed was refused it, killed ones included.
+    for (const p of started.splice(0)) expect(p.output()).not.toMatch(/Permissions Violation/i);
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
     await rm(home, { recursive: true, force: true });
   });
   afterAll(async () => {
     await client?.close();
     await nats?.stop();
+    await users?.remove();
   });
 
   const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
@@ -71,11 +111,14 @@ describe('kill -9', () => {
       return pending && (!effected || ledgerOf(id).length >= calls.size);
     });
 
-  const start = (args: string[]): CliProcess => {
-    const p = startTroupe([...args, '--server', nats.url, '--home', home], cliEnv());
+  /** Starts `troupe <args>` as `part` (a coordinator unless said). */
+  const start = (args: string[], part = 'coordinator'): CliProcess => {
+    const p = startTroupe([...args, '--server', nats.url, '--home', home], envOf(part));
     processes.push(p);
+    started.push(p);
     return p;
   };
+  const approve = (id: string) => troupe(['approve', id, '--server', nats.url], envOf('ana'));
   const up = (...extra: string[]) =>
     start([
       'up',
@@ -141,7 +184,7 @@ describe('kill -9', () => {
 
     // While nothing runs, a person approves one release: the decision is recorded and applied on resume.
     const approvalIds = approvals.flatMap((a) => (a ? [a.data.approvalId] : []));
-    const whileDown = await troupe(['approve', approvalIds[0] ?? '', '--server', nats.url]);
+    const whileDown = await approve(approvalIds[0] ?? '');
     expect(whileDown.stdout).toMatch(/recorded .*applied when the task resumes/);
 
     // Kill 2: after the tasks resumed, mid-tool-call again.
@@ -158,7 +201,7 @@ describe('kill -9', () => {
     await kill(coordinator);
 
     // A second release is approved while nothing runs; kill 3 comes at an arbitrary moment.
-    await troupe(['approve', approvalIds[1] ?? '', '--server', nats.url]);
+    await approve(approvalIds[1] ?? '');
     coordinator = up();
     await coordinator.waitFor(/troupe is up/);
     await new Promise((resolve) => setTimeout(resolve, 1_500 + random() * 1_500));
@@ -170,7 +213,7 @@ describe('kill -9', () => {
       () => (eventsOf('gate-2').some((e) => e.kind === 'task.resumed') ? true : undefined),
       'gate-2 resumed',
     );
-    const live = await troupe(['approve', approvalIds[2] ?? '', '--server', nats.url]);
+    const live = await approve(approvalIds[2] ?? '');
     // Either the resumed step was waiting already (a receipt), or not yet (recorded for it): both apply it.
     expect(live.stdout).toMatch(/: allow \(task gate-2|allowed, recorded/);
     await until(
@@ -208,8 +251,8 @@ describe('kill -9', () => {
     const coordinator = start(['up', fixturePath('crashy.yaml'), '--no-agents', '--step-heartbeat', '0.5']);
     await coordinator.waitFor(/troupe is up/);
     // The doomed worker logs each step it receives, so the test knows which steps die with it.
-    const doomed = start(['worker', fixturePath('crashy.yaml'), '--log-level', 'info', '--json']);
-    const survivor = start(['worker', fixturePath('crashy.yaml')]);
+    const doomed = start(['worker', fixturePath('crashy.yaml'), '--log-level', 'info', '--json'], 'clerk');
+    const survivor = start(['worker', fixturePath('crashy.yaml')], 'clerk');
     await Promise.all([doomed.waitFor(/serving/), survivor.waitFor(/serving/)]);
     for (const id of ids) await submit('crashy', id);
 
@@ -324,8 +367,10 @@ describe('kill -9', () => {
       start(['up', ...files, '--no-agents', '--ack-wait', '2', '--step-heartbeat', '0.5']);
     let coordinator = workflows();
     await coordinator.waitFor(/troupe is up/);
-    const worker = start(['worker', ...files]);
-    await worker.waitFor(/serving/);
+    // A worker per pipeline, each its own user on a server with users.
+    const thinker = start(['worker', fixturePath('lingering.yaml')], 'thinker');
+    const releaser = start(['worker', fixturePath('crashgate.yaml')], 'releaser');
+    await Promise.all([thinker.waitFor(/serving/), releaser.waitFor(/serving/)]);
     await submit('lingering', 'orphan-1');
     await submit('crashgate', 'orphan-gate');
     const asked = await until(() => ofKind(eventsOf('orphan-gate'), 'approval.requested')[0], 'the approval');
@@ -335,8 +380,8 @@ describe('kill -9', () => {
     );
     await kill(coordinator);
     // Nobody listens for the steps' replies now: the worker stops them instead of finishing them for nobody.
-    await worker.waitFor(/nobody waits for step orphan-1\.think\.1 any more/, 20_000);
-    await worker.waitFor(/nobody waits for step orphan-gate\.release\.1 any more/, 20_000);
+    await thinker.waitFor(/nobody waits for step orphan-1\.think\.1 any more/, 20_000);
+    await releaser.waitFor(/nobody waits for step orphan-gate\.release\.1 any more/, 20_000);
     // The stopped step's approval stays pending for the run that gets the step next.
     const approvals = await new Kvm(client).open(BUCKETS.approvals);
     expect(
@@ -348,7 +393,7 @@ describe('kill -9', () => {
       () => (eventsOf('orphan-gate').some((e) => e.kind === 'task.resumed') ? true : undefined),
       'resumed',
     );
-    await troupe(['approve', asked.data.approvalId, '--server', nats.url]);
+    await approve(asked.data.approvalId);
     for (const id of ['orphan-1', 'orphan-gate']) {
       const final = await until(() => finalsOf(id)[0], `${id} to end`);
       expect(final.kind).toBe('task.completed');

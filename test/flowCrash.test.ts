@@ -7,26 +7,55 @@ import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
+import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
 
 /**
  * A coordinator killed with SIGKILL while a parallel step has one branch done and one running: the next one
- * resumes the task from its checkpoint and runs only the branch that had not finished.
+ * resumes the task from its checkpoint and runs only the branch that had not finished. On an open server, and again
+ * on one whose users `troupe nats-config` wrote (the coordinator, the person answering and the test's own client
+ * each on its own).
  */
-describe('kill -9 in a parallel, foreach or human step', () => {
+const servers = [
+  { server: 'an open server', users: false },
+  { server: 'a server where every part logs in as its own user', users: true },
+];
+
+describe.each(servers)('kill -9 in a parallel, foreach or human step, on $server', ({ users: withUsers }) => {
   let nats: TestNats;
+  let users: NatsUsers | undefined;
+  let coordinatorEnv = cliEnv();
+  let approverEnv = cliEnv();
   let client: NatsConnection;
   let home: string;
   const events: TroupeEvent[] = [];
   const processes: CliProcess[] = [];
+  /** Every process the test started, killed or not. */
+  const started: CliProcess[] = [];
   const { notify, waitFor: until } = waiter();
 
   beforeAll(async () => {
-    nats = await startTestNats();
     home = await mkdtemp(join(tmpdir(), 'troupe-forked-'));
-    client = await connect({ servers: nats.url, name: 'forked-test' });
+    if (withUsers) {
+      users = await writeNatsUsers([
+        fixturePath('confirming.yaml'),
+        '--coordinator',
+        'coordinator',
+        '--coordinator',
+        'harness',
+        '--approver',
+        'ana=confirming',
+      ]);
+      nats = await startTestNats({ config: users.config });
+      coordinatorEnv = await users.env('coordinator', nats.url);
+      approverEnv = await users.env('ana', nats.url);
+      client = await users.connect('harness', nats.url, 'forked-test');
+    } else {
+      nats = await startTestNats();
+      client = await connect({ servers: nats.url, name: 'forked-test' });
+    }
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
         events.push(TroupeEvent.parse(msg.json()));
@@ -35,10 +64,15 @@ describe('kill -9 in a parallel, foreach or human step', () => {
     });
     await client.flush();
   });
+  afterEach(() => {
+    // Nothing any part needed was refused it.
+    for (const p of started.splice(0)) expect(p.output()).not.toMatch(/Permissions Violation/i);
+  });
   afterAll(async () => {
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
     await client?.close();
     await nats?.stop();
+    await users?.remove();
     await rm(home, { recursive: true, force: true });
   });
 
@@ -46,9 +80,10 @@ describe('kill -9 in a parallel, foreach or human step', () => {
   const up = (pipeline = 'forked.yaml') => {
     const p = startTroupe(
       ['up', fixturePath(pipeline), '--ack-wait', '2', '--server', nats.url, '--home', home],
-      cliEnv(),
+      coordinatorEnv,
     );
     processes.push(p);
+    started.push(p);
     return p;
   };
   const ledger = (id: string, pipeline = 'forked') => {
@@ -187,13 +222,10 @@ describe('kill -9 in a parallel, foreach or human step', () => {
     processes.splice(processes.indexOf(first), 1);
 
     // Answered while no coordinator runs: recorded for the question, taken when the task resumes.
-    const answered = await troupe([
-      'answer',
-      question.data.questionId,
-      '{"ship": true}',
-      '--server',
-      nats.url,
-    ]);
+    const answered = await troupe(
+      ['answer', question.data.questionId, '{"ship": true}', '--server', nats.url],
+      approverEnv,
+    );
     expect(answered.stdout).toMatch(/recorded/);
     up('confirming.yaml');
     const final = await until(

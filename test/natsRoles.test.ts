@@ -1,17 +1,13 @@
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  connect,
-  type NatsConnection,
-  nkeyAuthenticator,
-  PermissionViolationError,
-} from '@nats-io/transport-node';
+import { type NatsConnection, PermissionViolationError } from '@nats-io/transport-node';
 import { TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { type CliProcess, startTroupe, troupe } from './support/cli.ts';
 import { examplePath, fixturePath } from './support/harness.ts';
+import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
 import { seededRandom } from './support/seed.ts';
 import { messageStorm } from './support/storm.ts';
 
@@ -23,18 +19,16 @@ import { messageStorm } from './support/storm.ts';
  */
 describe('NATS users with least privilege, from troupe nats-config', () => {
   let nats: TestNats;
+  let users: NatsUsers;
   let dir: string;
   const processes: CliProcess[] = [];
   const clients: NatsConnection[] = [];
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'troupe-roles-'));
-    const written = await troupe([
-      'nats-config',
+    users = await writeNatsUsers([
       examplePath('demo.yaml'),
       fixturePath('gated.yaml'),
-      '--out',
-      dir,
       '--worker',
       'planner=demo:planner',
       '--worker',
@@ -54,10 +48,9 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       '--gateway',
       'front',
     ]);
-    expect(written.code, written.stderr).toBe(0);
-    expect(written.stdout).toContain('with 10 users');
+    expect(users.summary).toContain('with 10 users');
     // The server's configuration is the block as written (an operator would include it in theirs).
-    nats = await startTestNats({ config: await readFile(join(dir, 'troupe-auth.conf'), 'utf8') });
+    nats = await startTestNats({ config: users.config });
     // The demo's parts, each on its own user: a coordinator running workflows only, a worker per agent.
     const home = join(dir, 'home');
     const up = startTroupe(
@@ -85,29 +78,16 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
     for (const c of clients.splice(0)) await c.close();
     await nats?.stop();
+    await users?.remove();
     await rm(dir, { recursive: true, force: true });
   });
 
   /** The environment a role's process runs with: the server, its seed and its inbox, from its .env file. */
-  const envOf = async (role: string) => {
-    const lines = (await readFile(join(dir, `${role}.env`), 'utf8')).split('\n');
-    const vars = Object.fromEntries(
-      lines
-        .filter((l) => l.includes('=') && !l.startsWith('#'))
-        .map((l) => l.split('=', 2) as [string, string]),
-    );
-    return cliEnv({ ...vars, NATS_URL: nats.url });
-  };
+  const envOf = (role: string) => users.env(role, nats.url);
 
   /** A raw connection as a role's user, watching for permission violations the server reports. */
   const as = async (role: string) => {
-    const seed = (await readFile(join(dir, `${role}.nk`), 'utf8')).trim();
-    const nc = await connect({
-      servers: nats.url,
-      authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)),
-      inboxPrefix: `troupe._inbox.${role}`,
-      name: `forger-${role}`,
-    });
+    const nc = await users.connect(role, nats.url, `forger-${role}`);
     clients.push(nc);
     const violations: PermissionViolationError[] = [];
     void (async () => {

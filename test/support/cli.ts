@@ -21,6 +21,7 @@ const NATS_ENV = [
   'NATS_CERT',
   'NATS_KEY',
   'TROUPE_INBOX',
+  'TROUPE_PIPELINES',
 ];
 
 /** The environment for CLI children: this one's, minus how to reach NATS unless given. */
