@@ -365,6 +365,40 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
   });
 });
 
+describe('a worker started before any coordinator on a locked-down server', () => {
+  it('waits for a coordinator to create the streams and buckets it may not create, then serves', async () => {
+    const users = await writeNatsUsers([examplePath('demo.yaml'), '--worker', 'planner=demo:planner']);
+    const nats = await startTestNats({ config: users.config });
+    const home = await mkdtemp(join(tmpdir(), 'troupe-early-worker-'));
+    const started: CliProcess[] = [];
+    try {
+      const worker = startTroupe(
+        ['worker', examplePath('demo.yaml'), '--agents', 'planner', '--home', home],
+        await users.env('planner', nats.url),
+      );
+      started.push(worker);
+      await worker.waitFor(/waiting for a coordinator to create Troupe's streams and buckets/, 30_000);
+      const up = startTroupe(
+        ['up', examplePath('demo.yaml'), '--no-agents', '--home', home],
+        await users.env('coordinator', nats.url),
+      );
+      started.push(up);
+      await up.waitFor(/troupe is up/, 30_000);
+      await worker.waitFor(/serving/, 30_000);
+      // It was refused creating a stream, once, and said so; nothing else.
+      const refused = [...worker.output().matchAll(/Permissions Violation for (\w+) to \\?"([^"\\]+)/g)].map(
+        ([, operation, subject]) => `${operation} ${subject}`,
+      );
+      expect(new Set(refused)).toEqual(new Set(['Publish $JS.API.STREAM.CREATE.TASKS']));
+    } finally {
+      for (const p of started) await p.stop('SIGKILL');
+      await nats.stop();
+      await users.remove();
+      await rm(home, { recursive: true, force: true });
+    }
+  }, 90_000);
+});
+
 describe('troupe nats-config refuses roles that cannot work', () => {
   const config = (...args: string[]) =>
     troupe([

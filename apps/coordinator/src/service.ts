@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import {
   DEFAULT_OUTAGE_MS,
   type EmbeddedNats,
-  ensureTroupeStreams,
+  ensureOrAwaitTroupeStreams,
   type Logger,
   type NatsAccess,
   NatsBus,
@@ -218,7 +218,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   const unwatch = options.metrics?.watch(bus);
   try {
-    await ensureTroupeStreams(bus, options.replicas === undefined ? {} : { replicas: options.replicas });
+    // A worker's NATS user may not create them on a locked-down server: it then waits for a coordinator to.
+    await ensureOrAwaitTroupeStreams(
+      bus,
+      options.replicas === undefined ? {} : { replicas: options.replicas },
+    );
     const agents = await startAgentService({
       bus,
       pipelines,

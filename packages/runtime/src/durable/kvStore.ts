@@ -8,6 +8,7 @@ import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import {
   CONNECTION_ERRORS,
+  isPermissionRefusal,
   UNREACHABLE_API_CODES,
   type UntilReachableOptions,
   untilReachable,
@@ -59,6 +60,7 @@ const OUTAGE_API_CODES = new Set([...UNREACHABLE_API_CODES, JetStreamApiCodes.St
  */
 export function isOutage(error: unknown): boolean {
   if (error instanceof JetStreamApiError) return OUTAGE_API_CODES.has(error.code);
+  if (isPermissionRefusal(error)) return false;
   return error instanceof Error && OUTAGE_ERRORS.has(error.name);
 }
 

@@ -25,6 +25,7 @@ export {
   ThreadedHeartbeatSender,
 } from './heartbeatSender.ts';
 export {
+  ensureOrAwaitTroupeStreams,
   ensureTroupeStreams,
   jetstreamManagerOf,
   jetstreamOf,

@@ -127,6 +127,52 @@ export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptio
   );
 }
 
+/**
+ * Sets up Troupe's streams and buckets as {@link ensureTroupeStreams} does, or — when this client's NATS user may use
+ * them but not create or change them (a worker on a locked-down server) — waits until a coordinator has created them,
+ * saying so at `warn` when it starts waiting and every minute after.
+ */
+export async function ensureOrAwaitTroupeStreams(
+  bus: NatsBus,
+  opts: TroupeStreamsOptions = {},
+): Promise<void> {
+  try {
+    await ensureTroupeStreams(bus, opts);
+    return;
+  } catch (error) {
+    if (!TransportError.is(error, 'permission_denied')) throw error;
+  }
+  const jsm = await jetstreamManagerOf(bus, opts.wait);
+  const names = [...Object.values(STREAMS), ...Object.values(BUCKETS).map((bucket) => `KV_${bucket}`)];
+  const missing = async () => {
+    for (const name of names) {
+      try {
+        await untilReachable(bus, `stream ${name}`, () => jsm.streams.info(name), opts.wait);
+      } catch (error) {
+        if (isApiError(error, JetStreamApiCodes.StreamNotFound)) return name;
+        throw error;
+      }
+    }
+    return undefined;
+  };
+  const started = Date.now();
+  let said = 0;
+  for (let name = await missing(); name !== undefined; name = await missing()) {
+    if (Date.now() - said >= AWAIT_STREAMS_LOG_MS) {
+      said = Date.now();
+      bus.logger.warn(
+        { missing: name, waitedMs: said - started },
+        `waiting for a coordinator to create Troupe's streams and buckets (${name} is missing, and this NATS user may not create it)`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, AWAIT_STREAMS_POLL_MS));
+  }
+  bus.logger.info({ waitedMs: Date.now() - started }, "Troupe's streams and buckets are there");
+}
+
+const AWAIT_STREAMS_POLL_MS = 500;
+const AWAIT_STREAMS_LOG_MS = 60_000;
+
 /** A JetStream client on the bus's connection, for publishing to streams and consuming them. */
 export function jetstreamOf(bus: NatsBus): JetStreamClient {
   return jetstream(bus.connection);

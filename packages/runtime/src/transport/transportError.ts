@@ -11,6 +11,8 @@ export type TransportErrorCode =
   | 'request_failed'
   | 'jetstream_unavailable'
   | 'stream_setup_failed'
+  /** The NATS server refused this client's user a subject it needed (its permissions). */
+  | 'permission_denied'
   | 'nats_server_missing'
   | 'nats_server_failed'
   | 'unencodable'

@@ -26,8 +26,8 @@ export const DEFAULT_NO_JETSTREAM_MS = 30_000;
 /** Waits between attempts: 250 ms, doubling, at most 5 s. */
 const BACKOFF = { minTimeout: 250, factor: 2, maxTimeout: 5_000 } as const;
 
-/** What a failed attempt says: wait for NATS, wait (not long) for JetStream, or give up now. */
-type Failure = 'unreachable' | 'no_jetstream' | 'final';
+/** What a failed attempt says: wait for NATS, wait (not long) for JetStream, or give up now (refused, or else). */
+type Failure = 'unreachable' | 'no_jetstream' | 'refused' | 'final';
 
 /**
  * JetStream API answers that mean "not now" rather than "no": the system is temporarily unavailable (10008), the
@@ -44,8 +44,20 @@ export const CONNECTION_ERRORS: ReadonlySet<string> = new Set([
   'ConnectionError',
 ]);
 
+/**
+ * Whether the server refused the request's subject to this client's user. nats.js fails such a request at once with
+ * a `RequestError` caused by the refusal, which no wait cures.
+ */
+export function isPermissionRefusal(error: unknown): boolean {
+  for (let e = error; e instanceof Error; e = e.cause) {
+    if (e.name === 'PermissionViolationError') return true;
+  }
+  return false;
+}
+
 function failureOf(error: unknown): Failure {
   if (!(error instanceof Error)) return 'final';
+  if (isPermissionRefusal(error)) return 'refused';
   // nats.js turns "no responders" on the JetStream API, and the account's "not enabled", into this error; its
   // public module does not export the class.
   if (error.name === 'JetStreamNotEnabled') return 'no_jetstream';
@@ -84,7 +96,7 @@ export async function untilReachable<T>(
       maxRetryTime: outageMs,
       shouldRetry: ({ error, attemptNumber, retriesConsumed }) => {
         const failure = failureOf(error);
-        if (failure === 'final') return false;
+        if (failure === 'final' || failure === 'refused') return false;
         const now = performance.now();
         noJetStreamSince = failure === 'no_jetstream' ? (noJetStreamSince ?? now) : undefined;
         const givesUpInMs = Math.min(
@@ -127,6 +139,14 @@ export async function untilReachable<T>(
 function givenUp(bus: NatsBus, what: string, error: unknown, outageMs: number): unknown {
   const server = bus.connection.getServer();
   const failure = failureOf(error);
+  if (failure === 'refused') {
+    return new TransportError(
+      'permission_denied',
+      `the NATS server at ${server} refused this client's user (${what}): ${errorMessage(error)}. ` +
+        'Its permissions do not allow it; docs/permissions.md lists what each role may do.',
+      { cause: error },
+    );
+  }
   if (failure === 'no_jetstream') {
     return new TransportError(
       'jetstream_unavailable',

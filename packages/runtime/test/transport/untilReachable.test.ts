@@ -1,5 +1,5 @@
 import { JetStreamApiError, jetstreamManager } from '@nats-io/jetstream';
-import { TimeoutError } from '@nats-io/transport-node';
+import { PermissionViolationError, RequestError, TimeoutError } from '@nats-io/transport-node';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NatsBus } from '../../src/transport/natsBus.ts';
@@ -119,6 +119,20 @@ describe('untilReachable', () => {
     await expect(untilReachable(bus, 'stream OVERLAP', op)).rejects.toBe(overlap);
     expect(calls()).toBe(1);
     expect(waitsFor('stream OVERLAP')).toEqual([]);
+  });
+
+  it('fails at once with permission_denied when the server refuses the user the request, saying so', async () => {
+    // What nats.js gives a request whose subject the user may not publish to.
+    const refusal = new RequestError('Permissions Violation for Publish to "$JS.API.STREAM.CREATE.TASKS"', {
+      cause: new PermissionViolationError('Permissions Violation', 'publish', '$JS.API.STREAM.CREATE.TASKS'),
+    });
+    const { op, calls } = failing([refusal], 'never');
+
+    const error = await untilReachable(bus, 'stream TASKS', op).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'TransportError', code: 'permission_denied' });
+    expect((error as Error).message).toContain("refused this client's user (stream TASKS)");
+    expect(calls()).toBe(1);
+    expect(waitsFor('stream TASKS')).toEqual([]);
   });
 
   it('fails at once on a closed connection', async () => {
