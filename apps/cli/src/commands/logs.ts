@@ -1,22 +1,16 @@
-import type { WorkflowRecord } from '@troupe/coordinator';
 import type { TroupeEvent } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
-import { type EventFeed, openEventFeed } from '../eventFeed.ts';
+import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
-import { type FinalTracker, finalTracker } from '../watch.ts';
-import { type WorkflowStore, workflowsIfAny } from '../workflowRecords.ts';
+import { exitCodeOf, untilEnded } from '../taskEnding.ts';
+import { finalTracker } from '../watch.ts';
+import { workflowsIfAny } from '../workflowRecords.ts';
 
 export interface LogsOptions extends ServerOptions {
   json: boolean;
   follow: boolean;
 }
-
-/**
- * How long a follower that reads in the task's record that it has ended waits for the final event to arrive
- * live (the record is written just before the event is published) before it reads the stream again.
- */
-const FINAL_EVENT_GRACE_MS = 3_000;
 
 /**
  * `troupe logs`: a task's whole flow from the `EVENTS` stream, in the format of `tail`; with `--follow`, then
@@ -68,52 +62,5 @@ export async function logs(taskId: string, options: LogsOptions): Promise<number
     }
   } finally {
     await bus.close();
-  }
-}
-
-/**
- * Waits for the task's final event. The record in KV says it too, and first: should the live subscription have
- * missed the event (a reconnect), the stream is read again, and as a last resort the record's copy is shown.
- */
-async function untilEnded(follow: {
-  taskId: string;
-  store: WorkflowStore | undefined;
-  feed: EventFeed;
-  final: FinalTracker;
-  print(event: TroupeEvent): void;
-}): Promise<number> {
-  let onRecordEnded: (record: WorkflowRecord) => void = () => {};
-  const recordEnded = new Promise<WorkflowRecord>((resolve) => (onRecordEnded = resolve));
-  const unwatch = await follow.store?.watch(follow.taskId, (entry) => {
-    if (entry.value.status !== 'running') onRecordEnded(entry.value);
-  });
-  try {
-    const first = await Promise.race([follow.final.arrived, recordEnded]);
-    if ('kind' in first) return exitCodeOf(first.kind);
-    const late = await within(follow.final.arrived, FINAL_EVENT_GRACE_MS);
-    if (late) return exitCodeOf(late.kind);
-    await follow.feed.catchUp();
-    const caught = follow.final.current;
-    if (caught) return exitCodeOf(caught.kind);
-    if (first.final) follow.print(first.final);
-    return exitCodeOf(first.status);
-  } finally {
-    unwatch?.();
-  }
-}
-
-const exitCodeOf = (ending: string): number =>
-  ending === 'task.completed' || ending === 'completed' ? 0 : 1;
-
-/** What `work` resolves with within `ms`, else undefined; the timer does not outlive the wait. */
-async function within<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
   }
 }

@@ -1,9 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { OperationError, submitToPipeline } from '@troupe/coordinator';
 import { formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
+import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
-import { waitForFinal } from '../watch.ts';
+import { untilEnded } from '../taskEnding.ts';
+import { finalTracker } from '../watch.ts';
+import { workflowsIfAny } from '../workflowRecords.ts';
 
 export interface SubmitOptions extends ServerOptions {
   id?: string;
@@ -23,10 +26,20 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
   const task = buildTask(goal, options);
   const bus = await connectCli(options, 'troupe-submit');
   try {
+    // Its own pipeline's events, not any: a user allowed to read only that pipeline's may wait for it.
+    const final = finalTracker();
     const watcher = options.wait
-      ? waitForFinal(bus, { taskId: task.id, pipeline }, (event) => print(event, options.json))
+      ? await openEventFeed(bus, {
+          taskId: task.id,
+          pipeline,
+          live: true,
+          invalid: false,
+          onEvent: (event) => {
+            print(event, options.json);
+            final.note(event);
+          },
+        })
       : undefined;
-    await bus.flush();
     const submitted = await submitToPipeline(bus, pipeline, task).catch((error) => {
       watcher?.stop();
       if (OperationError.is(error, 'not_found'))
@@ -56,13 +69,22 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
         ? `following ${task.id} until it finishes\n`
         : `submitted ${task.id} to ${pipeline}; waiting for it to finish\n`,
     );
-    const final = await Promise.race([watcher.final, timeout(options.timeout)]);
+    // The task's record says when it ended too: should a failover cost the live final event, it is read from the
+    // stream again, else taken from the record.
+    const ended = untilEnded({
+      taskId: task.id,
+      store: await workflowsIfAny(bus),
+      feed: watcher,
+      final,
+      print: (event) => print(event, options.json),
+    });
+    const code = await Promise.race([ended, timeout(options.timeout)]);
     watcher.stop();
-    if (final === undefined) {
+    if (code === undefined) {
       process.stderr.write(`task ${task.id} did not finish within ${options.timeout} s; it keeps running\n`);
       return 3;
     }
-    return final.kind === 'task.completed' ? 0 : 1;
+    return code;
   } finally {
     await bus.close();
   }
