@@ -184,8 +184,9 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
 const streamInfo = () => [`$JS.API.STREAM.INFO.>`];
 
 /**
- * Reading a bucket, or only its `keys` (a subject filter): by key, and listing or watching keys (an ordered consumer
- * of its own, whose filter is in the request's subject).
+ * Reading a bucket, or only its `keys` (a subject filter): by key, directly, and listing keys from the stream's info
+ * (its subjects filter is in the request's body, so any reader may list every key's name). No consumers: a user
+ * that may create one could aim its deliveries at any subject, nats-server checking no permission on it.
  */
 const kvRead = (bucket: string, keys = '>') => [
   `$JS.API.STREAM.INFO.KV_${bucket}`,
@@ -193,10 +194,6 @@ const kvRead = (bucket: string, keys = '>') => [
   // A bucket with more than one replica is read from its leader, by a request whose key the server cannot see:
   // allowed only to a reader of the whole bucket. (Part of `approvals` is read directly at any replica count.)
   ...(keys === '>' ? [`$JS.API.STREAM.MSG.GET.KV_${bucket}`] : []),
-  `$JS.API.CONSUMER.CREATE.KV_${bucket}.*.$KV.${bucket}.${keys}`,
-  `$JS.API.CONSUMER.INFO.KV_${bucket}.*`,
-  `$JS.API.CONSUMER.DELETE.KV_${bucket}.*`,
-  `$JS.FC.KV_${bucket}.>`,
 ];
 
 const kvReadWrite = (bucket: string, keys: string) => [...kvRead(bucket, keys), `$KV.${bucket}.${keys}`];

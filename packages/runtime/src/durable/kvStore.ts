@@ -3,7 +3,7 @@ import type { KV } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { z } from 'zod';
-import { isApiError, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
+import { isApiError, jetstreamManagerOf, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import {
@@ -100,6 +100,26 @@ export interface KeyValue<T> {
  */
 const READ_ANY_REPLICA: ReadonlySet<string> = new Set([BUCKETS.approvals]);
 
+/** nats-server's answer to a write that expected another last revision of the key (10071). */
+const WRONG_LAST_SEQUENCE = 10071;
+
+/** How often a watched key is read again. */
+const WATCH_POLL_MS = 500;
+
+/**
+ * The keys of a bucket that match `filter`, from the list of subjects its stream keeps, without making a consumer:
+ * a user that may create consumers could aim their deliveries at any subject (nats-server checks no permission on a
+ * push consumer's deliver subject), so Troupe's users get none on the buckets. A deleted key is listed until the
+ * bucket is compacted; reading it gives nothing.
+ */
+export async function listKeys(bus: NatsBus, bucket: string, filter = '>'): Promise<string[]> {
+  const prefix = `$KV.${bucket}.`;
+  const info = await jetstreamManagerOf(bus).then((jsm) =>
+    jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${filter}` }),
+  );
+  return Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length));
+}
+
 /**
  * The keys of `store` under `<prefix>.`, seen without the prefix: what one pipeline's parts may touch, when the
  * broker's permissions allow only that part of a bucket (`approvals` and `journal` are kept by pipeline).
@@ -157,7 +177,10 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   readonly #schema: S;
   readonly #bus: NatsBus;
 
-  private constructor(kv: KV, schema: S, bus: NatsBus) {
+  readonly #bucket: string;
+
+  private constructor(kv: KV, bucket: string, schema: S, bus: NatsBus) {
+    this.#bucket = bucket;
     this.#kv = kv;
     this.#schema = schema;
     this.#bus = bus;
@@ -173,7 +196,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     schema: S,
     wait?: UntilReachableOptions,
   ): Promise<KvStore<S>> {
-    return new KvStore(await openKv(bus, bucket, wait), schema, bus);
+    return new KvStore(await openKv(bus, bucket, wait), bucket, schema, bus);
   }
 
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {
@@ -201,7 +224,8 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     try {
       return await this.#kv.create(key, data);
     } catch (error) {
-      if (await this.#kv.get(key)) return undefined;
+      // The server's own answer that the key is there; else look (a read from a replica may lag, the answer not).
+      if (isApiError(error, WRONG_LAST_SEQUENCE) || (await this.#kv.get(key))) return undefined;
       throw error;
     }
   }
@@ -212,6 +236,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     try {
       return await this.#kv.update(key, data, revision);
     } catch (error) {
+      if (isApiError(error, WRONG_LAST_SEQUENCE)) return undefined;
       if ((await this.#kv.get(key))?.revision !== revision) return undefined;
       throw error;
     }
@@ -222,15 +247,28 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
    * function is called. Values that do not match the schema are skipped.
    */
   async watch(key: string, onValue: (entry: KvEntry<z.infer<S>>) => void): Promise<() => void> {
-    const watcher = await this.#kv.watch({ key, ignoreDeletes: true });
-    void (async () => {
-      for await (const entry of watcher) {
-        if (entry.operation !== 'PUT' || entry.length === 0) continue;
-        const parsed = this.#schema.safeParse(entry.json());
-        if (parsed.success) onValue({ key, value: parsed.data, revision: entry.revision });
+    // Read, not a consumer: a user that may create consumers could aim their deliveries at any subject (nats-server
+    // checks no permission on a push consumer's deliver subject), so Troupe's users get none on the buckets.
+    let seen = 0;
+    let timer: NodeJS.Timeout | undefined;
+    let stopped = false;
+    const look = async () => {
+      try {
+        const entry = await this.get(key);
+        if (entry !== undefined && entry.revision > seen) {
+          seen = entry.revision;
+          onValue(entry);
+        }
+      } catch (error) {
+        this.#bus.logger.warn({ err: error, key }, 'cannot read a watched KV key; trying again');
       }
-    })().catch((error: unknown) => this.#bus.logger.warn({ err: error, key }, 'a KV watch stopped'));
-    return () => watcher.stop();
+      if (!stopped) timer = setTimeout(look, WATCH_POLL_MS);
+    };
+    await look();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
   }
 
   /**
@@ -256,8 +294,6 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
 
   /** Every key, or those matching `filter` (NATS wildcards: `*` one token, `>` the rest, e.g. `task-1.>`). */
   async keys(filter?: string): Promise<string[]> {
-    const keys: string[] = [];
-    for await (const key of await this.#kv.keys(filter)) keys.push(key);
-    return keys;
+    return listKeys(this.#bus, this.#bucket, filter);
   }
 }

@@ -1,6 +1,6 @@
 import type { KV } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
-import { openKv } from '../durable/kvStore.ts';
+import { listKeys, openKv } from '../durable/kvStore.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 
 /** Where a memory lives: this task only, or this agent across tasks. */
@@ -29,13 +29,15 @@ export interface MemoryView {
  */
 export class KvMemory {
   readonly #kv: KV;
+  readonly #bus: NatsBus;
 
-  private constructor(kv: KV) {
+  private constructor(kv: KV, bus: NatsBus) {
     this.#kv = kv;
+    this.#bus = bus;
   }
 
   static async open(bus: NatsBus): Promise<KvMemory> {
-    return new KvMemory(await openKv(bus, BUCKETS.memory));
+    return new KvMemory(await openKv(bus, BUCKETS.memory), bus);
   }
 
   /** A view scoped to one agent in one task. */
@@ -43,6 +45,7 @@ export class KvMemory {
     const prefix = (scope: MemoryScope) =>
       scope === 'task' ? `task.${owner.pipeline}.${owner.taskId}` : `agent.${owner.pipeline}.${owner.agent}`;
     const kv = this.#kv;
+    const bus = this.#bus;
     return {
       longTerm: owner.longTerm,
       async put(scope, key, value) {
@@ -53,10 +56,9 @@ export class KvMemory {
         return entry && entry.operation === 'PUT' ? entry.string() : undefined;
       },
       async keys(scope) {
-        const found: string[] = [];
         const start = `${prefix(scope)}.`;
-        for await (const key of await kv.keys(`${start}>`)) found.push(key.slice(start.length));
-        return found.sort();
+        const found = await listKeys(bus, BUCKETS.memory, `${start}>`);
+        return found.map((key) => key.slice(start.length)).sort();
       },
     };
   }
