@@ -158,6 +158,11 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       ['planner', '$KV.memory.task.gated.t-1.notes'],
       ['planner', '$KV.memory.agent.demo.executor.notes'],
       ['planner', '$JS.API.DIRECT.GET.KV_memory.$KV.memory.agent.demo.executor.notes'],
+      // No consumer on a bucket, even its own part: nats-server would deliver what it wrote to any subject it names.
+      ['planner', '$JS.API.CONSUMER.CREATE.KV_journal.x.$KV.journal.demo.>'],
+      ['ana', '$JS.API.CONSUMER.CREATE.KV_approvals.x.$KV.approvals.demo.>'],
+      ['front', '$JS.API.CONSUMER.CREATE.KV_sessions.x.$KV.sessions.>'],
+      ['ci', '$JS.API.CONSUMER.CREATE.KV_workflows.x.$KV.workflows.>'],
       ['ci', 'troupe.tasks.other'],
       ['ana', 'troupe.tasks.demo'],
     ];
@@ -378,6 +383,14 @@ describe('a worker started before any coordinator on a locked-down server', () =
       );
       started.push(worker);
       await worker.waitFor(/waiting for a coordinator to create Troupe's streams and buckets/, 30_000);
+      // One that is told to stop while it waits stops, at once and cleanly.
+      const stopping = startTroupe(
+        ['worker', examplePath('demo.yaml'), '--agents', 'planner', '--home', home],
+        await users.env('planner', nats.url),
+      );
+      started.push(stopping);
+      await stopping.waitFor(/waiting for a coordinator/, 30_000);
+      expect(await stopping.stop('SIGTERM')).toBe(0);
       const up = startTroupe(
         ['up', examplePath('demo.yaml'), '--no-agents', '--home', home],
         await users.env('coordinator', nats.url),

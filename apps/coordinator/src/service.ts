@@ -175,6 +175,8 @@ export interface WorkerOptions {
   allowMcpCommands?: boolean;
   /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
   metrics?: TroupeMetrics;
+  /** Stops a start-up still waiting (for a coordinator to create the streams): it then fails with `aborted`. */
+  signal?: AbortSignal;
   logger: Logger;
 }
 
@@ -219,10 +221,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const unwatch = options.metrics?.watch(bus);
   try {
     // A worker's NATS user may not create them on a locked-down server: it then waits for a coordinator to.
-    await ensureOrAwaitTroupeStreams(
-      bus,
-      options.replicas === undefined ? {} : { replicas: options.replicas },
-    );
+    await ensureOrAwaitTroupeStreams(bus, {
+      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
     const agents = await startAgentService({
       bus,
       pipelines,

@@ -33,7 +33,10 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
   // Traces go out over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise nothing is loaded.
   const tracing = await startTracing({ service: 'troupe-worker', logger });
   const served = await startMetrics(options.metrics, logger);
+  // A stop signal during start-up ends a wait for a coordinator too.
+  const startUp = new AbortController();
   const starting = startWorker({
+    signal: startUp.signal,
     files,
     natsUrl,
     ...(natsAccess ? { natsAccess } : {}),
@@ -46,7 +49,8 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
   });
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   const stopped = untilStopped(async () => {
-    await (await starting).stop();
+    startUp.abort();
+    await (await starting.catch(() => undefined))?.stop();
     await served?.server.close();
     await tracing?.shutdown();
   }, 'stopping: steps in flight are handed back to be retried by another worker');
@@ -54,6 +58,10 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
   try {
     running = await starting;
   } catch (error) {
+    if (startUp.signal.aborted) {
+      await stopped;
+      return 0;
+    }
     if (error instanceof ConfigError) throw new CliError(error.message, 2);
     if (error instanceof TransportError || error instanceof McpServerError) throw new CliError(error.message);
     throw error;

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   DiscardPolicy,
   JetStreamApiCodes,
@@ -134,10 +135,11 @@ export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptio
  */
 export async function ensureOrAwaitTroupeStreams(
   bus: NatsBus,
-  opts: TroupeStreamsOptions = {},
+  opts: TroupeStreamsOptions & { signal?: AbortSignal } = {},
 ): Promise<void> {
+  const { signal, ...setUp } = opts;
   try {
-    await ensureTroupeStreams(bus, opts);
+    await ensureTroupeStreams(bus, setUp);
     return;
   } catch (error) {
     if (!TransportError.is(error, 'permission_denied')) throw error;
@@ -158,6 +160,11 @@ export async function ensureOrAwaitTroupeStreams(
   const started = Date.now();
   let said = 0;
   for (let name = await missing(); name !== undefined; name = await missing()) {
+    if (signal?.aborted) {
+      throw new TransportError('aborted', "stopped while waiting for Troupe's streams and buckets", {
+        cause: signal.reason,
+      });
+    }
     if (Date.now() - said >= AWAIT_STREAMS_LOG_MS) {
       said = Date.now();
       bus.logger.warn(
@@ -165,7 +172,7 @@ export async function ensureOrAwaitTroupeStreams(
         `waiting for a coordinator to create Troupe's streams and buckets (${name} is missing, and this NATS user may not create it)`,
       );
     }
-    await new Promise((resolve) => setTimeout(resolve, AWAIT_STREAMS_POLL_MS));
+    await sleep(AWAIT_STREAMS_POLL_MS, undefined, { signal }).catch(() => undefined);
   }
   bus.logger.info({ waitedMs: Date.now() - started }, "Troupe's streams and buckets are there");
 }
