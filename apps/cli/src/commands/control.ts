@@ -82,17 +82,23 @@ function line(r: WorkflowRecord, now: number): string {
 }
 
 /**
- * Approvals and questions of these pipelines waiting for a person; none when no coordinator has made the bucket, or
- * when this NATS user may not read them (said once: the tasks are shown without them).
+ * Approvals and questions of these pipelines waiting for a person; none when no coordinator has made the bucket.
+ * Those of a pipeline whose requests this NATS user may not read are left out, which is said once.
  */
 async function pendingRequests(bus: NatsBus, pipelines: string[]): Promise<HumanRequest[]> {
-  try {
-    return await listHumanRequests(bus, { pipelines });
-  } catch (error) {
-    if (OperationError.is(error, 'no_coordinator')) return [];
+  const unread: string[] = [];
+  const found = await Promise.all(
+    pipelines.map((pipeline) =>
+      listHumanRequests(bus, { pipelines: [pipeline] }).catch((error: unknown) => {
+        if (!OperationError.is(error, 'no_coordinator')) unread.push(`${pipeline} (${errorMessage(error)})`);
+        return [];
+      }),
+    ),
+  );
+  if (unread.length > 0) {
     process.stderr.write(
-      `warning: cannot read what the tasks wait on people for (${errorMessage(error)}); shown without it\n`,
+      `warning: cannot read what tasks of ${unread.join(', ')} wait on people for; shown without it\n`,
     );
-    return [];
   }
+  return found.flat();
 }

@@ -71,14 +71,19 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
     );
     // The task's record says when it ended too: should a failover cost the live final event, it is read from the
     // stream again, else taken from the record.
-    const ended = untilEnded({
-      taskId: task.id,
-      store: await workflowsIfAny(bus),
-      feed: watcher,
-      final,
-      print: (event) => print(event, options.json),
-    });
-    const code = await Promise.race([ended, timeout(options.timeout)]);
+    const timedOut = timeout(options.timeout);
+    const ended = workflowsIfAny(bus).then((store) =>
+      untilEnded({
+        taskId: task.id,
+        store,
+        feed: watcher,
+        final,
+        print: (event) => print(event, options.json),
+      }),
+    );
+    // Once the wait has timed out, nothing is left to tell of a later failure (the connection closing under it).
+    ended.catch(() => undefined);
+    const code = await Promise.race([ended, timedOut]);
     watcher.stop();
     if (code === undefined) {
       process.stderr.write(`task ${task.id} did not finish within ${options.timeout} s; it keeps running\n`);
