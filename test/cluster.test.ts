@@ -4,13 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import type { NatsConnection } from '@nats-io/transport-node';
 import { BUCKETS, FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
 import { findFreePort } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type CliProcess, cliEnv, startTroupe } from './support/cli.ts';
+import { type CliProcess, startTroupe } from './support/cli.ts';
 import { fixturePath, waiter } from './support/harness.ts';
+import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
 
 /** Whether every stream, and every consumer of TASKS, has all three replicas current. */
 async function clusterHealthy(jsm: Awaited<ReturnType<typeof jetstreamManager>>): Promise<boolean> {
@@ -31,11 +32,14 @@ async function clusterHealthy(jsm: Awaited<ReturnType<typeof jetstreamManager>>)
 
 /**
  * Three nats-servers clustered on loopback, Troupe's streams and buckets on all three (`--replicas 3`), two
- * coordinators and a worker each connected to a different node. A node is killed with tasks mid-step, brought back,
- * then the node leading the TASKS stream is killed: every task completes once, and every event is stored.
+ * coordinators and a worker each connected to a different node, each logged in as its own user of the block
+ * `troupe nats-config --replicas 3` wrote. A node is killed with tasks mid-step, brought back, then the node leading
+ * the TASKS stream is killed: every task completes once, and every event is stored.
  */
 describe('a three-node JetStream cluster losing nodes mid-run', () => {
   const nodes: TestNats[] = [];
+  let users: NatsUsers;
+  const envs = new Map<string, NodeJS.ProcessEnv>();
   const processes: CliProcess[] = [];
   let client: NatsConnection;
   let home: string;
@@ -45,13 +49,36 @@ describe('a three-node JetStream cluster losing nodes mid-run', () => {
 
   beforeAll(async () => {
     home = await mkdtemp(join(tmpdir(), 'troupe-cluster-'));
+    users = await writeNatsUsers([
+      fixturePath('clustered.yaml'),
+      '--coordinator',
+      'a',
+      '--coordinator',
+      'b',
+      '--coordinator',
+      'harness',
+      '--worker',
+      'w=clustered:recorder,closer',
+      '--replicas',
+      '3',
+    ]);
     const routes = await Promise.all(nodes.length === 0 ? [0, 1, 2].map(() => findFreePort()) : []);
     const config = (port: number) =>
       `cluster {\n  name: troupe-test\n  listen: 127.0.0.1:${port}\n  routes: [${routes
         .map((p) => `nats-route://127.0.0.1:${p}`)
-        .join(', ')}]\n}\n`;
+        .join(', ')}]\n}\n${users.config}`;
     nodes.push(...(await Promise.all(routes.map((port) => startTestNats({ config: config(port) })))));
-    client = await connect({ servers: nodes.map((n) => n.url), name: 'cluster-test' });
+    for (const [user, node] of [
+      ['a', 0],
+      ['b', 1],
+      ['w', 2],
+    ] as const)
+      envs.set(user, await users.env(user, (nodes[node] as TestNats).url));
+    client = await users.connect(
+      'harness',
+      nodes.map((n) => n.url),
+      'cluster-test',
+    );
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
         live.push(TroupeEvent.parse(msg.json()));
@@ -64,17 +91,19 @@ describe('a three-node JetStream cluster losing nodes mid-run', () => {
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
     await client?.close();
     for (const node of nodes) await node.stop();
+    await users?.remove();
     await rm(home, { recursive: true, force: true });
   });
 
-  const start = (args: string[], node: TestNats) => {
-    const p = startTroupe([...args, '--server', node.url, '--replicas', '3'], cliEnv());
+  /** Starts `troupe <args>` as `user`, on `node`. */
+  const start = (args: string[], user: string, node: TestNats) => {
+    const p = startTroupe([...args, '--server', node.url, '--replicas', '3'], envs.get(user));
     processes.push(p);
     return p;
   };
   /** The name of the server each node runs as, to find the one a stream's leader is. */
   const serverName = async (node: TestNats) => {
-    const nc = await connect({ servers: node.url });
+    const nc = await users.connect('harness', node.url);
     const name = nc.info?.server_name;
     await nc.close();
     return name;
@@ -83,10 +112,10 @@ describe('a three-node JetStream cluster losing nodes mid-run', () => {
 
   it('completes every task once, with every event stored, through two killed nodes', async () => {
     const [n1, n2, n3] = nodes as [TestNats, TestNats, TestNats];
-    const a = start(['up', fixturePath('clustered.yaml'), '--no-agents', '--home', join(home, 'a')], n1);
+    const a = start(['up', fixturePath('clustered.yaml'), '--no-agents', '--home', join(home, 'a')], 'a', n1);
     await a.waitFor(/troupe is up/, 60_000);
-    const b = start(['up', fixturePath('clustered.yaml'), '--no-agents', '--home', join(home, 'b')], n2);
-    const worker = start(['worker', fixturePath('clustered.yaml'), '--home', join(home, 'w')], n3);
+    const b = start(['up', fixturePath('clustered.yaml'), '--no-agents', '--home', join(home, 'b')], 'b', n2);
+    const worker = start(['worker', fixturePath('clustered.yaml'), '--home', join(home, 'w')], 'w', n3);
     await b.waitFor(/troupe is up/, 60_000);
     await worker.waitFor(/serving|ready|worker is up/i, 60_000);
     const jsm = await jetstreamManager(client);
@@ -140,6 +169,8 @@ describe('a three-node JetStream cluster losing nodes mid-run', () => {
     expect(await completed(second)).toBeLessThan(second.length);
     await expect.poll(() => completed(second), { timeout: 120_000, interval: 500 }).toBe(second.length);
     const allDone = Date.now();
+    // Nothing any part needed was refused it, through the failovers too.
+    for (const p of processes) expect(p.output()).not.toMatch(/Permissions Violation/i);
 
     // Every task completed once; its side effect happened once.
     for (const id of ids) {

@@ -12,8 +12,8 @@ export interface NatsUsers {
   summary: string;
   /** The environment a `troupe` process runs with as `user` against `url`, from the user's .env file. */
   env(user: string, url: string): Promise<NodeJS.ProcessEnv>;
-  /** A raw connection as `user`, on its own inbox prefix. */
-  connect(user: string, url: string, name?: string): Promise<NatsConnection>;
+  /** A raw connection as `user` to `servers`, on its own inbox prefix. */
+  connect(user: string, servers: string | string[], name?: string): Promise<NatsConnection>;
   remove(): Promise<void>;
 }
 
@@ -34,10 +34,10 @@ export async function writeNatsUsers(args: string[]): Promise<NatsUsers> {
       );
       return cliEnv({ ...vars, NATS_URL: url });
     },
-    async connect(user, url, name = `test-${user}`) {
+    async connect(user, servers, name = `test-${user}`) {
       const seed = (await readFile(join(dir, `${user}.nk`), 'utf8')).trim();
       return connect({
-        servers: url,
+        servers,
         authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)),
         inboxPrefix: `troupe._inbox.${user}`,
         name,
