@@ -50,7 +50,7 @@ export function messageStorm(random: () => number) {
     () => `troupe.tasks.${pick(['nope', 'UPPER', '_invalid', 'a.b', 'x'.repeat(70)])}`,
     () => `troupe.agents.demo.${pick(['planner', 'executor', 'reviewer', 'ghost'])}`,
     () => `troupe.control.${pick(['fuzz-task', 'x', 'a-b-c'])}`,
-    () => `troupe.approvals.fuzz-task.${pick(['ap-x', 'q-y', 'z'])}`,
+    () => `troupe.approvals.demo.fuzz-task.${pick(['ap-x', 'q-y', 'z'])}`,
     () => `troupe.events.demo.fuzz-task.${pick(['task.failed', 'task.completed', 'task.cancelled'])}`,
     () => `troupe._inbox.${text(12).replace(/[^a-zA-Z0-9]/g, 'x') || 'x'}`,
   ];

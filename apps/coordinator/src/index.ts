@@ -76,7 +76,6 @@ export {
   bucketIfAny,
   CLIENT_WAIT,
   type HumanRequestStore,
-  humanRequestsIfAny,
   openBucket,
   openHumanRequests,
   openWorkflowStore,

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { TaskId } from './names.ts';
 
-/** A person's decision on a pending approval, on `troupe.approvals.<taskId>.<approvalId>`. */
+/** A person's decision on a pending approval, on `troupe.approvals.<pipeline>.<taskId>.<approvalId>`. */
 export const ApprovalDecision = z.strictObject({
   decision: z.enum(['allow', 'deny']),
   reason: z.string().max(10_000).optional(),
@@ -9,7 +9,7 @@ export const ApprovalDecision = z.strictObject({
 });
 export type ApprovalDecision = z.infer<typeof ApprovalDecision>;
 
-/** A person's answer to an agent's question (the `ask_human` tool), on `troupe.approvals.<taskId>.<questionId>`. */
+/** A person's answer to an agent's question (the `ask_human` tool), on `troupe.approvals.<pipeline>.<taskId>.<questionId>`. */
 export const HumanAnswer = z.strictObject({
   answer: z.string().min(1).max(100_000),
   by: z.string().max(200).optional(),

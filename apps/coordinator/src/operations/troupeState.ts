@@ -62,10 +62,6 @@ export const openHumanRequests = (bus: NatsBus, wait?: UntilReachableOptions): P
 export const workflowStoreIfAny = (bus: NatsBus): Promise<WorkflowStore | undefined> =>
   bucketIfAny(bus, BUCKETS.workflows, WorkflowRecord);
 
-/** KV `approvals`, or undefined when no coordinator has run on the server. */
-export const humanRequestsIfAny = (bus: NatsBus): Promise<HumanRequestStore | undefined> =>
-  bucketIfAny(bus, BUCKETS.approvals, HumanRequest);
-
 /** Reads this many records at once: a server far away answers a thousand tasks in seconds, not minutes. */
 const PARALLEL_READS = 32;
 
