@@ -70,4 +70,14 @@ authorization {
     // It saw nothing live: the ending came from the record, which keeps the final event.
     expect(kinds).toEqual(['task.completed']);
   }, 120_000);
+
+  it('gives up at its timeout with exit code 3, and exits: nothing it watched keeps it running', async () => {
+    const result = await troupe(
+      ['submit', 'demo', 'Write a short hello note in notes/hello.md', '--wait', '--timeout', '0.01'],
+      cliEnv({ NATS_URL: nats.url, NATS_USER: 'admin', NATS_PASSWORD: 'admin-pass' }),
+      20_000,
+    );
+    expect(result.code, result.stderr).toBe(3);
+    expect(result.stderr).toContain('did not finish within 0.01 s; it keeps running');
+  });
 });

@@ -262,7 +262,8 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
       } catch (error) {
         this.#bus.logger.warn({ err: error, key }, 'cannot read a watched KV key; trying again');
       }
-      if (!stopped) timer = setTimeout(look, WATCH_POLL_MS);
+      // Nothing to read once the connection is closed; and a watch alone keeps no process alive.
+      if (!stopped && !this.#bus.connection.isClosed()) timer = setTimeout(look, WATCH_POLL_MS).unref();
     };
     await look();
     return () => {
