@@ -1,9 +1,14 @@
-import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamManager,
+  jetstreamManager,
+} from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { z } from 'zod';
-import { isApiError, jetstreamManagerOf, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
+import { isApiError, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import {
@@ -87,8 +92,8 @@ export interface KeyValue<T> {
   /** Every key, or those matching `filter` (NATS wildcards: `*` one token, `>` the rest, e.g. `task-1.>`). */
   keys(filter?: string): Promise<string[]>;
   /**
-   * Calls `onValue` with the key's current value, then with each value written to it, until the returned
-   * function is called.
+   * Calls `onValue` with the key's current value, then with later values as they are seen, until the returned
+   * function is called. A value written and replaced between two looks may be missed: watchers want the latest.
    */
   watch(key: string, onValue: (entry: KvEntry<T>) => void): Promise<() => void>;
 }
@@ -100,11 +105,21 @@ export interface KeyValue<T> {
  */
 const READ_ANY_REPLICA: ReadonlySet<string> = new Set([BUCKETS.approvals]);
 
-/** nats-server's answer to a write that expected another last revision of the key (10071). */
-const WRONG_LAST_SEQUENCE = 10071;
+/**
+ * nats-server's answers to a write that expected another last revision of the key: 10071, and 10164 from a cluster
+ * (2.11 and later) while another write to the key is still being applied.
+ */
+const LOST_COMPARE: readonly number[] = [
+  JetStreamApiCodes.StreamWrongLastSequence,
+  JetStreamApiCodes.StreamWrongLastSequenceUnknown,
+];
+export const lostCompare = (error: unknown): boolean => LOST_COMPARE.some((code) => isApiError(error, code));
 
-/** How often a watched key is read again. */
-const WATCH_POLL_MS = 500;
+/** How often a watched key is read again: soon after it changed, then less often, down to every 5 s. */
+const WATCH_POLL = { firstMs: 500, maxMs: 5_000 } as const;
+
+/** A JetStream manager per connection, for listing keys: one `$JS.API.INFO` check, not one per listing. */
+const managers = new WeakMap<NatsBus, Promise<JetStreamManager>>();
 
 /**
  * The keys of a bucket that match `filter`, from the list of subjects its stream keeps, without making a consumer:
@@ -114,9 +129,12 @@ const WATCH_POLL_MS = 500;
  */
 export async function listKeys(bus: NatsBus, bucket: string, filter = '>'): Promise<string[]> {
   const prefix = `$KV.${bucket}.`;
-  const info = await jetstreamManagerOf(bus).then((jsm) =>
-    jsm.streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${filter}` }),
-  );
+  let jsm = managers.get(bus);
+  if (jsm === undefined) {
+    jsm = jetstreamManager(bus.connection, { checkAPI: false });
+    managers.set(bus, jsm);
+  }
+  const info = await (await jsm).streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${filter}` });
   return Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length));
 }
 
@@ -225,7 +243,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
       return await this.#kv.create(key, data);
     } catch (error) {
       // The server's own answer that the key is there; else look (a read from a replica may lag, the answer not).
-      if (isApiError(error, WRONG_LAST_SEQUENCE) || (await this.#kv.get(key))) return undefined;
+      if (lostCompare(error) || (await this.#kv.get(key))) return undefined;
       throw error;
     }
   }
@@ -236,7 +254,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     try {
       return await this.#kv.update(key, data, revision);
     } catch (error) {
-      if (isApiError(error, WRONG_LAST_SEQUENCE)) return undefined;
+      if (lostCompare(error)) return undefined;
       if ((await this.#kv.get(key))?.revision !== revision) return undefined;
       throw error;
     }
@@ -250,20 +268,33 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     // Read, not a consumer: a user that may create consumers could aim their deliveries at any subject (nats-server
     // checks no permission on a push consumer's deliver subject), so Troupe's users get none on the buckets.
     let seen = 0;
+    let waitMs: number = WATCH_POLL.firstMs;
+    let failing = false;
     let timer: NodeJS.Timeout | undefined;
     let stopped = false;
+    const connection = this.#bus.connection;
     const look = async () => {
       try {
-        const entry = await this.get(key);
-        if (entry !== undefined && entry.revision > seen) {
+        const entry = await this.#kv.get(key);
+        failing = false;
+        if (entry?.operation === 'PUT' && entry.length > 0 && entry.revision > seen) {
           seen = entry.revision;
-          onValue(entry);
+          waitMs = WATCH_POLL.firstMs;
+          // A value that does not match the schema is skipped, once.
+          const parsed = this.#schema.safeParse(entry.json());
+          if (parsed.success) onValue({ key, value: parsed.data, revision: entry.revision });
+        } else {
+          waitMs = Math.min(waitMs * 2, WATCH_POLL.maxMs);
         }
       } catch (error) {
-        this.#bus.logger.warn({ err: error, key }, 'cannot read a watched KV key; trying again');
+        if (!failing && !connection.isClosed() && !connection.isDraining()) {
+          this.#bus.logger.warn({ err: error, key }, 'cannot read a watched KV key; trying again');
+        }
+        failing = true;
+        waitMs = WATCH_POLL.maxMs;
       }
       // Nothing to read once the connection is closed; and a watch alone keeps no process alive.
-      if (!stopped && !this.#bus.connection.isClosed()) timer = setTimeout(look, WATCH_POLL_MS).unref();
+      if (!stopped && !connection.isClosed()) timer = setTimeout(look, waitMs).unref();
     };
     await look();
     return () => {

@@ -147,6 +147,11 @@ export async function ensureOrAwaitTroupeStreams(
   const jsm = await jetstreamManagerOf(bus, opts.wait);
   const names = [...Object.values(STREAMS), ...Object.values(BUCKETS).map((bucket) => `KV_${bucket}`)];
   const missing = async () => {
+    if (signal?.aborted) {
+      throw new TransportError('aborted', "stopped while waiting for Troupe's streams and buckets", {
+        cause: signal.reason,
+      });
+    }
     for (const name of names) {
       try {
         await untilReachable(bus, `stream ${name}`, () => jsm.streams.info(name), opts.wait);
@@ -160,11 +165,6 @@ export async function ensureOrAwaitTroupeStreams(
   const started = Date.now();
   let said = 0;
   for (let name = await missing(); name !== undefined; name = await missing()) {
-    if (signal?.aborted) {
-      throw new TransportError('aborted', "stopped while waiting for Troupe's streams and buckets", {
-        cause: signal.reason,
-      });
-    }
     if (Date.now() - said >= AWAIT_STREAMS_LOG_MS) {
       said = Date.now();
       bus.logger.warn(

@@ -1,9 +1,10 @@
-import { DiscardPolicy, jetstreamManager } from '@nats-io/jetstream';
+import { DiscardPolicy, JetStreamApiError, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { KvStore } from '../../src/durable/kvStore.ts';
+import { KvStore, lostCompare } from '../../src/durable/kvStore.ts';
 import { ensureTroupeStreams } from '../../src/transport/jetstreamSetup.ts';
 import { NatsBus } from '../../src/transport/natsBus.ts';
 import { captureLogger, type LogLine } from '../transport/natsFixture.ts';
@@ -99,5 +100,58 @@ describe('KvStore reads', () => {
     const requests = await readRequests(async () => (value = (await store.get('k'))?.value));
     expect(value).toEqual({ text: 'kept' });
     expect(requests).toEqual(['$JS.API.STREAM.MSG.GET.KV_memory']);
+  });
+});
+
+describe('KvStore without consumers', () => {
+  /** The JetStream API requests `work` makes. */
+  async function apiRequests(work: () => Promise<unknown>): Promise<string[]> {
+    const seen: string[] = [];
+    const spy = bus.connection.subscribe('$JS.API.>', { callback: (_e, msg) => void seen.push(msg.subject) });
+    await bus.connection.flush();
+    await work();
+    await bus.connection.flush();
+    spy.unsubscribe();
+    return seen;
+  }
+
+  it('lists keys from the stream’s info, making no consumer', async () => {
+    await ensureTroupeStreams(bus);
+    const store = await KvStore.open(bus, BUCKETS.approvals, Note);
+    for (const key of ['demo.a', 'demo.b', 'gated.c']) await store.put(key, { text: key });
+    let keys: string[] = [];
+    const requests = await apiRequests(async () => (keys = await store.keys('demo.>')));
+    expect(keys.sort()).toEqual(['demo.a', 'demo.b']);
+    expect(await store.keys('other.>')).toEqual([]);
+    expect(requests.some((s) => s.includes('.CONSUMER.'))).toBe(false);
+  });
+
+  it('watches a key by reading it: the latest value, and a bad one skipped quietly', async () => {
+    await ensureTroupeStreams(bus);
+    const store = await KvStore.open(bus, BUCKETS.approvals, Note);
+    const raw = await new Kvm(bus.connection).open(BUCKETS.approvals);
+    await store.put('demo.w', { text: 'first' });
+    const seen: string[] = [];
+    const requests = await apiRequests(async () => {
+      const stop = await store.watch('demo.w', (entry) => seen.push(entry.value.text));
+      expect(seen).toEqual(['first']);
+      await raw.put('demo.w', '{"not":"a note"}');
+      await store.put('demo.w', { text: 'second' });
+      await expect.poll(() => seen, { timeout: 10_000 }).toEqual(['first', 'second']);
+      stop();
+    });
+    expect(requests.some((s) => s.includes('.CONSUMER.'))).toBe(false);
+    // A value that does not match is skipped without a warning at every look.
+    expect(lines.filter((l) => l.level >= 40)).toEqual([]);
+  });
+
+  it('takes both of nats-server’s answers to a write that expected another revision as a lost compare', () => {
+    for (const code of [10071, 10164]) {
+      const answer = new JetStreamApiError({ code: 400, err_code: code, description: 'wrong last sequence' });
+      expect(lostCompare(answer), String(code)).toBe(true);
+    }
+    expect(lostCompare(new JetStreamApiError({ code: 500, err_code: 10077, description: 'other' }))).toBe(
+      false,
+    );
   });
 });
