@@ -126,6 +126,9 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const runners: PipelineRunner[] = [];
   try {
     for (const pipeline of options.pipelines) {
+      // What this pipeline's tasks asked of people is kept under its name.
+      const pipelineJournal = journal.forPipeline(pipeline.config.name);
+      const pipelineRequests = underPrefix(approvals, pipeline.config.name);
       runners.push(
         await startPipelineRunner({
           bus,
@@ -136,12 +139,12 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           clock,
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
-          people: { gate: people, journal: journal.forPipeline(pipeline.config.name), clock },
+          people: { gate: people, journal: pipelineJournal, clock },
           subPipelines: createSubPipelineRunner(bus, clock),
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
-              journal: journal.forPipeline(pipeline.config.name),
-              store: underPrefix(approvals, pipeline.config.name),
+              journal: pipelineJournal,
+              store: pipelineRequests,
               now: () => clock.now(),
             }),
           ...(options.limits === undefined ? {} : { limits: options.limits }),
