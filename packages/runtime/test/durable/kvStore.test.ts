@@ -62,17 +62,21 @@ describe('KvStore.open', () => {
   }, 60_000);
 });
 
+/** The subjects of the JetStream API requests `work` makes. */
+async function apiRequests(work: () => Promise<unknown>): Promise<string[]> {
+  const seen: string[] = [];
+  const spy = bus.connection.subscribe('$JS.API.>', { callback: (_e, msg) => void seen.push(msg.subject) });
+  await bus.connection.flush();
+  await work();
+  await bus.connection.flush();
+  spy.unsubscribe();
+  return seen;
+}
+
 describe('KvStore reads', () => {
   /** The subjects of the read requests `read` makes, through the JetStream API or the stream's direct get. */
-  async function readRequests(read: () => Promise<unknown>): Promise<string[]> {
-    const seen: string[] = [];
-    const spy = bus.connection.subscribe('$JS.API.>', { callback: (_e, msg) => void seen.push(msg.subject) });
-    await bus.connection.flush();
-    await read();
-    await bus.connection.flush();
-    spy.unsubscribe();
-    return seen.filter((s) => s.includes('.MSG.GET.') || s.includes('.DIRECT.GET.'));
-  }
+  const readRequests = async (read: () => Promise<unknown>): Promise<string[]> =>
+    (await apiRequests(read)).filter((s) => s.includes('.MSG.GET.') || s.includes('.DIRECT.GET.'));
 
   it("use the stream's direct get when the bucket allows it, as Troupe's buckets do", async () => {
     await ensureTroupeStreams(bus);
@@ -104,17 +108,6 @@ describe('KvStore reads', () => {
 });
 
 describe('KvStore without consumers', () => {
-  /** The JetStream API requests `work` makes. */
-  async function apiRequests(work: () => Promise<unknown>): Promise<string[]> {
-    const seen: string[] = [];
-    const spy = bus.connection.subscribe('$JS.API.>', { callback: (_e, msg) => void seen.push(msg.subject) });
-    await bus.connection.flush();
-    await work();
-    await bus.connection.flush();
-    spy.unsubscribe();
-    return seen;
-  }
-
   it('lists keys from the stream’s info, making no consumer', async () => {
     await ensureTroupeStreams(bus);
     const store = await KvStore.open(bus, BUCKETS.approvals, Note);
