@@ -2,33 +2,25 @@ import type { StepErrorCode, TaskFailureReason } from '@troupe/protocol';
 import { TransportError } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
-import { PipelineConfig } from '../src/config/pipelineSchema.ts';
+import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { compileFlow } from '../src/workflow/compileFlow.ts';
 import type { StepRunInput, StepRunOutput } from '../src/workflow/workflowTypes.ts';
-import { run, type Script, task, text, usage, verdict } from './support/runFlow.ts';
+import { pipelineOf, run, type Script, task, text, usage, verdict } from './support/runFlow.ts';
 
 /** plan → execute → review, as in the demo; `review` overrides the review step's settings. */
 function pipeline(
   review: Record<string, unknown> = {},
   extraSteps: Record<string, unknown>[] = [],
 ): PipelineConfig {
-  return PipelineConfig.parse({
-    version: 1,
-    name: 'demo',
-    models: { scripted: { provider: 'scripted', script: './demo.script.yaml' } },
-    defaults: { model: 'scripted' },
-    agents: {
-      planner: { instructions: 'Plan.' },
-      executor: { instructions: 'Do.' },
-      reviewer: { instructions: 'Review.' },
-    },
-    flow: [
+  return pipelineOf(
+    ['planner', 'executor', 'reviewer'],
+    [
       { id: 'plan', kind: 'agent', agent: 'planner' },
       { id: 'execute', kind: 'agent', agent: 'executor' },
       { id: 'review', kind: 'review', agent: 'reviewer', onReject: 'execute', maxRounds: 3, ...review },
       ...extraSteps,
     ],
-  });
+  );
 }
 
 const approving: Script = {
