@@ -10,7 +10,7 @@ import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
-import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
+import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts';
 import { seededRandom } from './support/seed.ts';
 
 const { random } = seededRandom('kill -9 tests');
@@ -23,12 +23,7 @@ const { random } = seededRandom('kill -9 tests');
  * Each runs on an open server, and again on one whose users `troupe nats-config` wrote, every part on its own:
  * coordinators, a worker per pipeline, an approver (and the test's own client as a second coordinator).
  */
-const servers = [
-  { server: 'an open server', users: false },
-  { server: 'a server where every part logs in as its own user', users: true },
-];
-
-describe.each(servers)('kill -9 on $server', ({ users: withUsers }) => {
+describe.each(SERVERS)('kill -9 on $server', ({ users: withUsers }) => {
   let nats: TestNats;
   let users: NatsUsers | undefined;
   /** Each part's environment: its user's, on a server with users. */

@@ -10,7 +10,7 @@ import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
-import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
+import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts';
 
 /**
  * A coordinator killed with SIGKILL while a parallel step has one branch done and one running: the next one
@@ -18,12 +18,7 @@ import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
  * on one whose users `troupe nats-config` wrote (the coordinator, the person answering and the test's own client
  * each on its own).
  */
-const servers = [
-  { server: 'an open server', users: false },
-  { server: 'a server where every part logs in as its own user', users: true },
-];
-
-describe.each(servers)('kill -9 in a parallel, foreach or human step, on $server', ({ users: withUsers }) => {
+describe.each(SERVERS)('kill -9 in a parallel, foreach or human step, on $server', ({ users: withUsers }) => {
   let nats: TestNats;
   let users: NatsUsers | undefined;
   let coordinatorEnv = cliEnv();

@@ -4,6 +4,12 @@ import { join } from 'node:path';
 import { connect, type NatsConnection, nkeyAuthenticator } from '@nats-io/transport-node';
 import { cliEnv, troupe } from './cli.ts';
 
+/** The servers a test runs on twice: an open one, and one whose users `troupe nats-config` wrote (`users`). */
+export const SERVERS = [
+  { server: 'an open server', users: false },
+  { server: 'a server where every part logs in as its own user', users: true },
+] as const;
+
 /** The users `troupe nats-config` wrote: the server's `authorization` block, and each user's seed and settings. */
 export interface NatsUsers {
   /** The block to start a nats-server with. */
