@@ -55,5 +55,11 @@ export {
 } from './step.ts';
 export { BUCKETS, type ParsedSubject, parseSubject, ROOT, STREAMS, subjects } from './subjects.ts';
 export { MAX_PIPELINE_DEPTH, TaskParent, TaskSubmission } from './task.ts';
+export {
+  DEFAULT_TASK_LIMITS,
+  MAX_TASK_DEPTH,
+  parseTask,
+  type TaskLimits,
+} from './taskLimits.ts';
 export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';
