@@ -19,6 +19,8 @@ import {
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
+import { PipelineConfig } from './config/pipelineSchema.ts';
+import { PipelineVersions } from './config/pipelineVersions.ts';
 import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
@@ -99,6 +101,9 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
   const journal = await StepJournal.open(bus);
+  // Each pipeline's version is stored before any task can start on it, so any coordinator can run that task.
+  const versions = await PipelineVersions.open(bus);
+  for (const pipeline of options.pipelines) await versions.save(pipeline.version);
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
   // Asks for `human` steps. A wait cut short by the workflow (a branch stopped, the task cancelled) closes its
   // question; one cut short by this coordinator stopping leaves it pending for the run that resumes the task.
@@ -134,6 +139,11 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
           bus,
           intake: natsTaskIntake(bus),
           config: pipeline.config,
+          version: pipeline.version.hash,
+          loadVersion: async (hash) => {
+            const stored = await versions.get(pipeline.config.name, hash);
+            return stored && PipelineConfig.parse(stored.config);
+          },
           store,
           logger: logger.child({ pipeline: pipeline.config.name }),
           clock,
@@ -160,7 +170,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     // Registered once their consumers exist, so a task the registry lets through is never lost.
     const host = `${hostname()}:${process.pid}`;
     for (const pipeline of options.pipelines) {
-      await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()));
+      await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()), pipeline.version.hash);
     }
   } catch (error) {
     // Half started: stop what did start (MCP children among it) before reporting.

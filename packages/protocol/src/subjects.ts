@@ -13,6 +13,11 @@ export const BUCKETS = {
   journal: 'journal',
   /** The gateway's sessions: follow-up goals and the tasks that ran them. */
   sessions: 'sessions',
+  /**
+   * Each pipeline version some task started on (key `<pipeline>.<hash>`): what a coordinator runs that task on,
+   * whatever its own file says now.
+   */
+  versions: 'versions',
 } as const;
 
 /** Builders for every subject on the wire. Arguments are assumed valid names and ids. */

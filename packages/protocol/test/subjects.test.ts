@@ -28,6 +28,7 @@ describe('subjects', () => {
       approvals: 'approvals',
       journal: 'journal',
       sessions: 'sessions',
+      versions: 'versions',
     });
   });
 });

@@ -10,17 +10,21 @@ import { agentSteps } from './flowLayout.ts';
 import {
   createProvider,
   type Env,
+  type FileSource,
   keyEnvOf,
   modelLabel,
   resolveModelRef,
   withRetries,
 } from './modelFactory.ts';
 import { type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
+import { type PipelineVersion, pipelineVersion } from './pipelineVersion.ts';
 
 /** A pipeline file, validated, with each agent's model built. */
 export interface LoadedPipeline {
   file: string;
   config: PipelineConfig;
+  /** The version this file makes: its config and the files it refers to, with their content hash. */
+  version: PipelineVersion;
   /** Each agent's model: its primary with retries, then its fallbacks. */
   agentModels: ReadonlyMap<string, ModelProvider>;
   prices: PriceTable;
@@ -56,14 +60,70 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     throw new ConfigError(file, [{ path: '', message: why }], { headline: `${file}: ${why}` });
   }
   const { config, locate } = parseLocated(text, file, options);
+  const baseDir = dirname(resolve(file));
+  const files: Record<string, string> = {};
+  const fromDisk: FileSource = async (path) => {
+    const source = resolve(baseDir, path);
+    try {
+      files[path] = await readFile(source, 'utf8');
+    } catch (error) {
+      throw new ModelError('config', `cannot read script ${source}: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    return { text: files[path], source };
+  };
   const agentModels = await buildAgentModels(
     config,
     file,
+    fromDisk,
     options.env ?? process.env,
     locate,
     options.requireKeys ?? true,
   );
-  return { file, config, agentModels, prices: new PriceTable(config.prices) };
+  const version = pipelineVersion(config, files, new Date());
+  return { file, config, version, agentModels, prices: new PriceTable(config.prices) };
+}
+
+/**
+ * A stored version of a pipeline, loaded as its file was: validated again and its agents' models built, each
+ * script from the version itself. `label` names it in messages (`pipeline demo version 3f2a…`).
+ */
+export async function loadStoredVersion(
+  version: PipelineVersion,
+  label: string,
+  options: Pick<LoadOptions, 'env' | 'requireKeys'>,
+): Promise<LoadedPipeline> {
+  const parsed = PipelineConfig.safeParse(version.config);
+  if (!parsed.success) {
+    throw new ConfigError(
+      label,
+      parsed.error.issues.map((issue) => ({
+        path: formatPath(issue.path),
+        message: readable(issue.message),
+      })),
+    );
+  }
+  const fromVersion: FileSource = async (path) => {
+    const text = version.files[path];
+    if (text === undefined) throw new ModelError('config', `${label} holds no file ${path}`);
+    return { text, source: `${label}: ${path}` };
+  };
+  const agentModels = await buildAgentModels(
+    parsed.data,
+    label,
+    fromVersion,
+    options.env ?? process.env,
+    (path, message) => ({ path: formatPath(path), message }),
+    options.requireKeys ?? true,
+  );
+  return {
+    file: label,
+    config: parsed.data,
+    version,
+    agentModels,
+    prices: new PriceTable(parsed.data.prices),
+  };
 }
 
 /** Why a pipeline file cannot be read, in a person's words. */
@@ -209,16 +269,16 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
 async function buildAgentModels(
   config: PipelineConfig,
   file: string,
+  files: FileSource,
   env: Env,
   locate: Locate,
   requireKeys: boolean,
 ): Promise<Map<string, ModelProvider>> {
-  const baseDir = dirname(resolve(file));
   const built = new Map<string, Promise<Built>>();
   const build = (ref: string, model: ModelConfig): Promise<Built> => {
     let result = built.get(ref);
     if (!result) {
-      result = createProvider(model, baseDir, env).then(
+      result = createProvider(model, files, env).then(
         (provider) => ({ provider }),
         (error: unknown) => ({ error: error instanceof ModelError ? error.message : String(error) }),
       );

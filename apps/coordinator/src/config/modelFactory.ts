@@ -1,9 +1,8 @@
-import { resolve } from 'node:path';
 import {
   AnthropicProvider,
-  loadScript,
   type ModelProvider,
   OpenAIProvider,
+  parseScript,
   ResilientModel,
   ScriptedProvider,
 } from '@troupe/llm';
@@ -44,15 +43,27 @@ export function keyEnvOf(model: ModelConfig): string | undefined {
 /** `provider:model`, as events and messages name a model. */
 export const modelLabel = (model: ModelConfig): string => `${model.provider}:${model.model}`;
 
-/** Builds the provider for one entry; a scripted model's script is read relative to `baseDir`. */
-export async function createProvider(model: ModelConfig, baseDir: string, env: Env): Promise<ModelProvider> {
+/**
+ * The text of a file a pipeline refers to, by the path it names it with: read next to the pipeline file, or taken
+ * from a stored version of the pipeline. Throws a `ModelError` saying why when there is none.
+ */
+export type FileSource = (path: string) => Promise<{ text: string; source: string }>;
+
+/** Builds the provider for one entry; a scripted model's script comes from `files`. */
+export async function createProvider(
+  model: ModelConfig,
+  files: FileSource,
+  env: Env,
+): Promise<ModelProvider> {
   const keyEnv = keyEnvOf(model);
   const apiKey = keyEnv === undefined ? undefined : env[keyEnv];
   // A provider's error may quote the key it was given: it is redacted wherever it appears.
   registerSecret(apiKey);
   switch (model.provider) {
-    case 'scripted':
-      return new ScriptedProvider(await loadScript(resolve(baseDir, model.script)), model.model);
+    case 'scripted': {
+      const { text, source } = await files(model.script);
+      return new ScriptedProvider(parseScript(text, source), model.model);
+    }
     case 'openai':
     case 'openai-compatible':
       return new OpenAIProvider({

@@ -16,6 +16,11 @@ export const PipelineRegistration = z.object({
   summarizer: Name.optional(),
   host: z.string(),
   registeredAt: z.string(),
+  /** The hash of the version the last coordinator to start with it loaded: what new tasks run on. */
+  version: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
 });
 export type PipelineRegistration = z.infer<typeof PipelineRegistration>;
 
@@ -32,7 +37,7 @@ export class PipelineRegistry {
     return new PipelineRegistry(await KvStore.open(bus, BUCKETS.pipelines, PipelineRegistration, wait));
   }
 
-  async register(config: PipelineConfig, host: string, now: Date): Promise<void> {
+  async register(config: PipelineConfig, host: string, now: Date, version?: string): Promise<void> {
     await this.#store.put(config.name, {
       name: config.name,
       ...(config.description === undefined ? {} : { description: config.description }),
@@ -42,6 +47,7 @@ export class PipelineRegistry {
       ...(sessionSummarizer(config) === undefined ? {} : { summarizer: sessionSummarizer(config) }),
       host,
       registeredAt: now.toISOString(),
+      ...(version === undefined ? {} : { version }),
     });
     this.#cache = undefined;
   }

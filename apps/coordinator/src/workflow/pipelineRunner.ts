@@ -4,6 +4,7 @@ import {
   type ControlReceipt,
   type ErrorReply,
   emptyUsage,
+  errorMessage,
   FINAL_EVENT_KINDS,
   isTaskId,
   parseEvent,
@@ -30,9 +31,10 @@ import {
 import { createActor, fromPromise, toPromise } from 'xstate';
 import { agentSteps, allSteps } from '../config/flowLayout.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
+import { versionHash } from '../config/pipelineVersion.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
-import { compileFlow } from './compileFlow.ts';
+import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
 import { createStepRunner } from './stepRunner.ts';
 import { TaskEvents } from './taskEvents.ts';
@@ -45,12 +47,24 @@ import type {
   PipelineRunInput,
   PipelineRunOutput,
   StepRunInput,
+  StepRunOutput,
   WorkflowInput,
 } from './workflowTypes.ts';
 
 export interface PipelineRunnerOptions {
   bus: Bus;
+  /** The pipeline as this coordinator loaded it: what new tasks run on. */
   config: PipelineConfig;
+  /**
+   * The content hash of `config` and its files (see `pipelineVersion.ts`), recorded on each task it starts; the
+   * hash of `config` alone when absent.
+   */
+  version?: string;
+  /**
+   * The config of another stored version of the pipeline, for a task that started on it (undefined when none is
+   * stored); without it, such a task runs on `config`.
+   */
+  loadVersion?: (hash: string) => Promise<PipelineConfig | undefined>;
   store: WorkflowStore;
   /** Where the tasks come from and the given-up ones go (`natsTaskIntake(bus)` in production). */
   intake: TaskIntake;
@@ -114,8 +128,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     ...(options.stepHeartbeatMs === undefined ? {} : { heartbeatMs: options.stepHeartbeatMs }),
     onActivity: (taskId, activity) => running.get(taskId)?.noteActivity(activity),
   });
-  const machine = compileFlow(config, {
-    runStep: fromPromise(({ input, signal }) =>
+  const stepActors = {
+    runStep: fromPromise<StepRunOutput, StepRunInput>(({ input, signal }) =>
       runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
     ),
     askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) => askPerson(input, signal)),
@@ -125,7 +139,52 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
       return options.subPipelines(input, signal, () => stopping);
     }),
+  };
+  /** A version's flow, compiled with this runner's steps. */
+  const flowOf = (versionConfig: PipelineConfig, hash: string): FlowVersion => ({
+    hash,
+    config: versionConfig,
+    machine: compileFlow(versionConfig, stepActors),
+    agentOfStep: new Map(agentSteps(versionConfig.flow).map((step) => [step.id, step.agent])),
+    waitingSteps: new Set(
+      allSteps(versionConfig.flow)
+        .filter((step) => step.kind === 'human' || step.kind === 'pipeline')
+        .map((step) => step.id),
+    ),
   });
+  const current = flowOf(config, options.version ?? versionHash(config, {}));
+  /** Older versions' flows, compiled once each as their tasks come. */
+  const flows = new Map<string, Promise<FlowVersion | string>>([[current.hash, Promise.resolve(current)]]);
+  /**
+   * The flow a task runs on: its version's, read from the store when it is not this coordinator's; a string saying
+   * why when that version cannot be had. A task from before versions were kept runs on this coordinator's.
+   */
+  function flowFor(hash: string | undefined): Promise<FlowVersion | string> {
+    if (hash === undefined) return Promise.resolve(current);
+    let found = flows.get(hash);
+    if (found === undefined) {
+      found = loadFlow(hash);
+      flows.set(hash, found);
+      // Only a flow is kept: a version missing now may be stored by the time it is asked for again.
+      void found.then((flow) => typeof flow === 'string' && flows.delete(hash));
+    }
+    return found;
+  }
+  async function loadFlow(hash: string): Promise<FlowVersion | string> {
+    const short = hash.slice(0, 12);
+    if (!options.loadVersion)
+      return `this coordinator keeps no versions, and runs only ${current.hash.slice(0, 12)}`;
+    try {
+      const versionConfig = await throughOutages(
+        () => options.loadVersion?.(hash) ?? Promise.resolve(undefined),
+      );
+      if (versionConfig === undefined) return `version ${short} of pipeline ${pipeline} is not stored`;
+      return flowOf(versionConfig, hash);
+    } catch (error) {
+      logger.error({ err: error, version: hash }, `cannot load version ${short} of pipeline ${pipeline}`);
+      return `version ${short} of pipeline ${pipeline} cannot be loaded: ${errorMessage(error)}`;
+    }
+  }
   /** The parent of each task here that a `pipeline` step submitted: when the parent ends, so does the child. */
   const parents = new Map<string, string>();
   const people = options.people;
@@ -138,13 +197,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         throw new Error('this coordinator was started without a way to ask people (no `people` option)');
       };
   const running = new Map<string, RunningTask>();
-  /** The agent of each step, by the step's id (the workflow's state while it runs). */
-  const agentOfStep = new Map(agentSteps(config.flow).map((step) => [step.id, step.agent]));
-  const waitingSteps = new Set(
-    allSteps(config.flow)
-      .filter((step) => step.kind === 'human' || step.kind === 'pipeline')
-      .map((step) => step.id),
-  );
   const ackWaitMs = options.ackWaitMs ?? 30_000;
   const maxDeliver = options.maxDeliver ?? 10;
   /** How often a task being handled tells the server it is still working on it. */
@@ -203,9 +255,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     return { next: 'conclude', final, settle: 'term' };
   }
 
-  /** The task's wall-clock deadline, counted from its acceptance (first delivery), when the pipeline sets one. */
-  function deadlineOf(createdAt: string | undefined): { deadline?: number } {
-    const timeout = config.budget?.timeout;
+  /** The task's wall-clock deadline, counted from its acceptance (first delivery), when its version sets one. */
+  function deadlineOf(flow: FlowVersion, createdAt: string | undefined): { deadline?: number } {
+    const timeout = flow.config.budget?.timeout;
     if (timeout === undefined) return {};
     const accepted = createdAt === undefined ? clock.now() : Date.parse(createdAt);
     return { deadline: accepted + timeout * 1_000 };
@@ -357,6 +409,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   async function claim({ delivery, taskId, submission, entry, stalls }: Triaged): Promise<Stage> {
     const existing = entry;
     const parent = submission.parent;
+    // A task runs on the version it started on (or was migrated to); a new one on this coordinator's.
+    const version = existing ? existing.value.version : current.hash;
+    const flow = await flowFor(version);
     const input: WorkflowInput = {
       taskId,
       pipeline,
@@ -365,7 +420,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       ...(submission.metadata ? { metadata: submission.metadata } : {}),
       // A sub-task's trace continues its parent's.
       traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
-      ...deadlineOf(existing?.value.createdAt),
+      ...(typeof flow === 'string' ? {} : deadlineOf(flow, existing?.value.createdAt)),
       ...(parent ? { parent } : {}),
     };
 
@@ -393,6 +448,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         streamSequence: delivery.streamSequence,
         status: 'running',
         state: config.flow[0]?.id ?? 'completed',
+        version: current.hash,
         goal: input.goal,
         ...(submission.metadata ? { metadata: submission.metadata } : {}),
         round: 1,
@@ -463,8 +519,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       createdAt,
       snapshot: existing?.value.snapshot,
       lease,
+      ...(version === undefined ? {} : { version }),
     };
-    return { next: 'run', work: run };
+    return { next: 'run', work: { run, flow } satisfies Claimed };
   }
 
   /** Each delivery's lifecycle, with this runner's stages. */
@@ -473,17 +530,24 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       triage: fromPromise(({ input }) => triage(input)),
       claim: fromPromise(({ input }) => claim(input as Triaged)),
       giveUp: fromPromise(({ input }) => giveUp(input as Triaged)),
-      run: fromPromise(({ input }) =>
-        runWorkflow(input as Run, {
+      run: fromPromise(({ input }) => {
+        const { run, flow } = input as Claimed;
+        return runWorkflow(run, {
           pipeline,
           store,
           clock,
           logger,
-          machine,
+          // A task whose version cannot be had is failed by its run, saying why, without starting it.
+          ...(typeof flow === 'string'
+            ? {
+                machine: current.machine,
+                agentOfStep: current.agentOfStep,
+                waitingSteps: current.waitingSteps,
+                unavailable: flow,
+              }
+            : { machine: flow.machine, agentOfStep: flow.agentOfStep, waitingSteps: flow.waitingSteps }),
           events,
           taskEvents,
-          agentOfStep,
-          waitingSteps,
           orphaned: async (task) => {
             if (!task.parent) return undefined;
             const parent = (await store.get(task.parent.taskId))?.value;
@@ -495,12 +559,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           publish: publishSafely,
           running,
           stopping: () => stopping,
-        }),
-      ),
+        });
+      }),
       conclude: fromPromise(({ input }) => conclude(input)),
     },
     actions: {
-      release: ({ context }) => running.get((context.work as Run).input.taskId)?.end({ kind: 'stopped' }),
+      release: ({ context }) =>
+        running.get((context.work as Claimed).run.input.taskId)?.end({ kind: 'stopped' }),
     },
   });
   /** The lifecycles of the deliveries being handled. */
@@ -516,6 +581,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     } finally {
       lifecycles.delete(task);
     }
+  }
+
+  /** A claimed task: its run, and the flow of its version (or why that cannot be had). */
+  interface Claimed {
+    run: Run;
+    flow: FlowVersion | string;
   }
 
   /** A delivery of a task that may run: what it carries, and the task's record as read. */
@@ -640,4 +711,16 @@ function stepOfRun(input: StepRunInput, run: RunningTask | undefined): StepRunIn
     firstDelivery: run?.firstDelivery === true,
     ...(run ? { request: { ...input.request, traceparent: run.traceparent } } : {}),
   };
+}
+
+/** One version of the pipeline, as this runner runs it. */
+interface FlowVersion {
+  hash: string;
+  config: PipelineConfig;
+  /** Its workflow machine, with this runner's steps. */
+  machine: WorkflowMachine;
+  /** The agent of each step, by the step's id (the workflow's state while it runs). */
+  agentOfStep: ReadonlyMap<string, string>;
+  /** Its `human` and `pipeline` steps: a task waiting only on them holds no working slot. */
+  waitingSteps: ReadonlySet<string>;
 }

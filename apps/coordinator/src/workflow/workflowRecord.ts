@@ -29,6 +29,14 @@ const WorkflowRecordShape = z.object({
   status: z.enum(['running', 'completed', 'failed', 'cancelled']),
   /** The workflow state (a step id, `completed` or `failed`). */
   state: z.string(),
+  /**
+   * The hash of the pipeline version the task runs on: the one it started on, or one `troupe migrate` moved it to.
+   * Absent in records from before versions were kept: such a task runs on whatever the coordinator has loaded.
+   */
+  version: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
   goal: z.string(),
   /** The task's labels (who submitted it, a ticket, the gateway session it belongs to). */
   metadata: z.record(z.string(), z.string()).optional(),

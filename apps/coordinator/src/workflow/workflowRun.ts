@@ -82,6 +82,8 @@ export interface WorkflowRunServices {
   running: Map<string, RunningTask>;
   /** Whether this process is stopping: a run that starts then is released at once (its task handed back). */
   stopping(): boolean;
+  /** Why the task's version cannot be run here (it is not stored): the task fails as `unresumable`, saying so. */
+  unavailable?: string;
 }
 
 export /** This run's claim on a task: its token, the record revision it last wrote, and its delivery's progress mark. */
@@ -100,6 +102,8 @@ export interface Run {
   createdAt: string;
   snapshot: unknown;
   lease: Lease;
+  /** The hash of the pipeline version the task runs on; absent for a task from before versions were kept. */
+  version?: string;
 }
 
 /**
@@ -165,6 +169,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     lease: lease.token,
     progress,
     delivery: lease.delivery,
+    ...(run.version === undefined ? {} : { version: run.version }),
     ...definedOnly(fields),
   });
   /**
@@ -228,10 +233,18 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
 
   const restored = actor.getSnapshot();
   // A foreach item's workflow is restored apart from the task's: one that does not fit leaves the task's active.
-  const unfit = restored.status === 'error' ? { error: restored.error } : unfitItem(restored);
+  const unfit =
+    services.unavailable !== undefined
+      ? { error: new Error(services.unavailable) }
+      : restored.status === 'error'
+        ? { error: restored.error }
+        : unfitItem(restored);
   if (unfit) {
-    // The checkpoint does not fit the flow as loaded now (the pipeline changed since): end the task, loudly.
-    const message = `task ${taskId} cannot resume: its checkpoint does not fit pipeline ${pipeline} as loaded now (${errorMessage(unfit.error)})`;
+    // The checkpoint does not fit its version's flow (or that version is gone): end the task, loudly.
+    const message =
+      services.unavailable !== undefined
+        ? `task ${taskId} cannot resume: ${services.unavailable}`
+        : `task ${taskId} cannot resume: its checkpoint does not fit ${run.version === undefined ? `pipeline ${pipeline} as loaded now` : `version ${run.version.slice(0, 12)} of pipeline ${pipeline}`} (${errorMessage(unfit.error)})`;
     logger.error({ taskId }, message);
     const durationMs = Math.max(0, clock.now() - Date.parse(createdAt));
     const final = taskEvents.failed(scope, 'unresumable', message, emptyUsage(), durationMs);

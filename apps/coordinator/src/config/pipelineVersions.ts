@@ -1,0 +1,57 @@
+import { BUCKETS } from '@troupe/protocol';
+import { type KeyValue, KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
+import { PipelineVersion } from './pipelineVersion.ts';
+
+/**
+ * The versions of every pipeline some task started on, in the KV bucket `versions` (key `<pipeline>.<hash>`): a
+ * coordinator whose file has changed since runs such a task on the version it started on, read from here.
+ */
+export class PipelineVersions {
+  readonly #store: KeyValue<PipelineVersion>;
+  /** A version never changes once stored: each is read once per process. */
+  readonly #read = new Map<string, Promise<PipelineVersion | undefined>>();
+
+  constructor(store: KeyValue<PipelineVersion>) {
+    this.#store = store;
+  }
+
+  static async open(bus: NatsBus, wait?: UntilReachableOptions): Promise<PipelineVersions> {
+    return new PipelineVersions(await KvStore.open(bus, BUCKETS.versions, PipelineVersion, wait));
+  }
+
+  /** Stores a version unless it is stored already (a version is its content, so the first write stands). */
+  async save(version: PipelineVersion): Promise<void> {
+    const key = keyOf(version.pipeline, version.hash);
+    await this.#store.create(key, version);
+    this.#read.set(key, Promise.resolve(version));
+  }
+
+  /** The version of `pipeline` with this hash, or undefined when none is stored. */
+  get(pipeline: string, hash: string): Promise<PipelineVersion | undefined> {
+    const key = keyOf(pipeline, hash);
+    let found = this.#read.get(key);
+    if (found === undefined) {
+      found = this.#store.get(key).then((entry) => entry?.value);
+      this.#read.set(key, found);
+      // A miss or a failed read is not kept: the version may be stored by the time it is asked for again.
+      found.then(
+        (version) => version === undefined && this.#read.delete(key),
+        () => this.#read.delete(key),
+      );
+    }
+    return found;
+  }
+
+  /** The hashes of every stored version of `pipeline`. */
+  async hashes(pipeline: string): Promise<string[]> {
+    return (await this.#store.keys(`${pipeline}.*`)).map((key) => key.slice(pipeline.length + 1));
+  }
+
+  /** Removes a stored version (see `pruneVersions` for when that is safe). */
+  async remove(pipeline: string, hash: string): Promise<void> {
+    this.#read.delete(keyOf(pipeline, hash));
+    await this.#store.delete(keyOf(pipeline, hash));
+  }
+}
+
+const keyOf = (pipeline: string, hash: string): string => `${pipeline}.${hash}`;
