@@ -158,6 +158,11 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       ['planner', '$KV.memory.task.gated.t-1.notes'],
       ['planner', '$KV.memory.agent.demo.executor.notes'],
       ['planner', '$JS.API.DIRECT.GET.KV_memory.$KV.memory.agent.demo.executor.notes'],
+      // Pipeline versions are written by coordinators only; a worker reads only its own pipeline's.
+      ['planner', '$KV.versions.demo.x'],
+      ['planner', '$JS.API.DIRECT.GET.KV_versions.$KV.versions.gated.x'],
+      ['front', '$KV.versions.demo.x'],
+      ['ci', '$KV.versions.demo.x'],
       // No consumer on a bucket, even its own part: nats-server would deliver what it wrote to any subject it names.
       ['planner', '$JS.API.CONSUMER.CREATE.KV_journal.x.$KV.journal.demo.>'],
       ['ana', '$JS.API.CONSUMER.CREATE.KV_approvals.x.$KV.approvals.demo.>'],
@@ -178,6 +183,15 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     const { nc } = await as('ci');
     const snooping = nc.subscribe('troupe._inbox.coordinator.>');
     expect(await snooping.closed).toBeInstanceOf(PermissionViolationError);
+  });
+
+  it('lets a worker read its own pipeline’s stored versions, to run a step of a task on an older one', async () => {
+    const { nc, violations } = await as('planner');
+    const key = '$JS.API.DIRECT.GET.KV_versions.$KV.versions.demo.x';
+    // Answered by the server (the key is absent), not refused.
+    await nc.request(key, '', { timeout: 5_000 }).catch(() => undefined);
+    await nc.flush();
+    expect(violations.map((v) => v.subject)).not.toContain(key);
   });
 
   it('does not take an event for what its body says when it came on another subject', async () => {

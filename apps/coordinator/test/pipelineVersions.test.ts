@@ -134,7 +134,7 @@ function agentsOn(bus: MemoryBus) {
 
 describe('a task of an older version', () => {
   const start = (
-    parts: { bus: MemoryBus; clock: SimulatedClock; store: MemoryKv<typeof WorkflowRecord> },
+    parts: { bus: MemoryBus; clock: SimulatedClock; store: MemoryKv<WorkflowRecord> },
     config: PipelineConfig,
     intake: MemoryTaskIntake,
     loadVersion?: (hash: string) => Promise<PipelineConfig | undefined>,

@@ -60,6 +60,8 @@ export const StepErrorCode = z.enum([
   'scripted_failure',
   /** The model call failed with an error that has no code this version knows. */
   'model_failed',
+  /** The step names a pipeline version its host cannot load (not stored), or whose agents do not include it. */
+  'version_unavailable',
   /** Of the request for the step: nobody serves the agent (yet). Never in a reply. */
   'no_responders',
   /** Of the request for the step: its host sent neither heartbeats nor a reply. Never in a reply. */

@@ -71,6 +71,15 @@ export const AgentStepRequest = z.object({
    * host need not look in the step journal for what an earlier run recorded. Absent on every resend.
    */
   fresh: z.literal(true).optional(),
+  /**
+   * The hash of the pipeline version the task runs on: the host runs the agent as that version defines it (its
+   * prompt, model, tools), loading the version from the `versions` bucket when it is not its own file's. Absent
+   * (a workflow from before versions): the host's own definition.
+   */
+  version: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
   /** The agent of the previous step, for the handoff trail. */
   from: z.string().optional(),
   traceparent: z.string().optional(),

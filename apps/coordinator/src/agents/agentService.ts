@@ -1,5 +1,6 @@
 import { BUCKETS, formatPath, HumanRequest } from '@troupe/protocol';
 import {
+  type AgentDefinition,
   type AgentHost,
   type Clock,
   connectMcpServers,
@@ -21,8 +22,10 @@ import { agentDefinitions } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
 import { ConfigError, type ConfigIssue } from '../config/configError.ts';
 import { suggestion } from '../config/didYouMean.ts';
-import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import { type LoadedPipeline, loadStoredVersion } from '../config/loadPipeline.ts';
 import { sessionSummarizer } from '../config/pipelineSchema.ts';
+import { shortVersion } from '../config/pipelineVersion.ts';
+import { PipelineVersions } from '../config/pipelineVersions.ts';
 
 export interface AgentServiceOptions {
   bus: NatsBus;
@@ -66,6 +69,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const memory = await KvMemory.open(bus);
   const stopCounting = options.metrics?.countPending(() => human.pending);
   const journal = await StepJournal.open(bus);
+  const versions = await PipelineVersions.open(bus);
   // One heartbeat thread for every host here: a busy event loop must not make a live step look dead.
   const heartbeats = new ThreadedHeartbeatSender({ bus, logger });
   await heartbeats.started;
@@ -76,12 +80,10 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   try {
     for (const pipeline of options.pipelines) {
       const agents = agentDefinitions(pipeline, options.only);
-      if (agents.length === 0) continue;
+      const olderAgents = await agentsOfOlderVersions(versions, pipeline, options.only);
+      if (agents.length === 0 && olderAgents.length === 0) continue;
       const registry = await pipelineTools(pipeline, base, mcp, logger);
-      serving.set(
-        pipeline.config.name,
-        agents.map((a) => a.name),
-      );
+      serving.set(pipeline.config.name, [...agents.map((a) => a.name), ...olderAgents]);
       hosts.push(
         startAgentHost({
           bus,
@@ -100,6 +102,9 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           journal: journal.forPipeline(pipeline.config.name),
           heartbeats,
           ...summarizerOf(pipeline.config),
+          version: pipeline.version.hash,
+          agentOf: agentsOfVersions(versions, pipeline.config.name, logger),
+          olderAgents,
         }),
       );
     }
@@ -119,6 +124,62 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       await Promise.all(mcp.map((m) => m.close()));
       await heartbeats.close();
     },
+  };
+}
+
+/**
+ * The agents that only other stored versions of the pipeline have (renamed or removed in this file), among `only`
+ * when given: this host serves them for those versions' tasks. Read once, at start.
+ */
+async function agentsOfOlderVersions(
+  versions: PipelineVersions,
+  pipeline: LoadedPipeline,
+  only: readonly string[] | undefined,
+): Promise<string[]> {
+  const name = pipeline.config.name;
+  const own = new Set(Object.keys(pipeline.config.agents));
+  const older = new Set<string>();
+  for (const hash of await versions.hashes(name)) {
+    if (hash === pipeline.version.hash) continue;
+    const version = await versions.get(name, hash);
+    const agents = (version?.config as { agents?: Record<string, unknown> } | undefined)?.agents ?? {};
+    for (const agent of Object.keys(agents)) {
+      if (!own.has(agent) && (only === undefined || only.includes(agent))) older.add(agent);
+    }
+  }
+  return [...older].sort();
+}
+
+/**
+ * Each agent as a stored version of the pipeline defines it, its models built from the version (scripts included)
+ * and keys from this host's environment; loaded once per version.
+ */
+function agentsOfVersions(
+  versions: PipelineVersions,
+  pipeline: string,
+  logger: Logger,
+): (hash: string, agent: string) => Promise<AgentDefinition | undefined> {
+  const loaded = new Map<string, Promise<Map<string, AgentDefinition> | undefined>>();
+  const load = async (hash: string) => {
+    const version = await versions.get(pipeline, hash);
+    if (version === undefined) return undefined;
+    const label = `pipeline ${pipeline} version ${shortVersion(hash)}`;
+    const pipelineVersion = await loadStoredVersion(version, label, {});
+    logger.info({ pipeline, version: hash }, `loaded ${label} to run its tasks' steps`);
+    return new Map(agentDefinitions(pipelineVersion).map((agent) => [agent.name, agent]));
+  };
+  return async (hash, agent) => {
+    let found = loaded.get(hash);
+    if (found === undefined) {
+      found = load(hash);
+      loaded.set(hash, found);
+      // Only a version that loaded is kept: one missing or failing now is looked for again next time.
+      found.then(
+        (agents) => agents === undefined && loaded.delete(hash),
+        () => loaded.delete(hash),
+      );
+    }
+    return (await found)?.get(agent);
   };
 }
 

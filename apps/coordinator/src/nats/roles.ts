@@ -95,8 +95,12 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...kvReadWrite(BUCKETS.approvals, `${pipeline}.>`),
             ...kvReadWrite(BUCKETS.memory, `task.${pipeline}.>`),
             ...agents.flatMap((agent) => kvReadWrite(BUCKETS.memory, `agent.${pipeline}.${agent}.>`)),
+            // Its pipeline's stored versions, read only: a step of a task on another version runs that version's agent.
+            ...kvRead(BUCKETS.versions, `${pipeline}.>`),
             ...(replicas > 1
-              ? [BUCKETS.journal, BUCKETS.memory].map((bucket) => `$JS.API.STREAM.MSG.GET.KV_${bucket}`)
+              ? [BUCKETS.journal, BUCKETS.memory, BUCKETS.versions].map(
+                  (bucket) => `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
+                )
               : []),
           ],
           deny: [`troupe.events.${pipeline}.*.task.>`],

@@ -704,12 +704,20 @@ function traceOf(snapshot: unknown): string {
   return typeof trace === 'string' ? trace : newTraceparent();
 }
 
-/** A step as the task's run in this process sends it: `fresh` on its first delivery, traced as a child of the run. */
+/**
+ * A step as the task's run in this process sends it: `fresh` on its first delivery, traced as a child of the run,
+ * naming the version the task runs on.
+ */
 function stepOfRun(input: StepRunInput, run: RunningTask | undefined): StepRunInput {
+  if (!run) return { ...input, firstDelivery: false };
   return {
     ...input,
-    firstDelivery: run?.firstDelivery === true,
-    ...(run ? { request: { ...input.request, traceparent: run.traceparent } } : {}),
+    firstDelivery: run.firstDelivery,
+    request: {
+      ...input.request,
+      traceparent: run.traceparent,
+      ...(run.version === undefined ? {} : { version: run.version }),
+    },
   };
 }
 

@@ -53,6 +53,8 @@ export interface RunningTask {
   readonly firstDelivery: boolean;
   /** The `traceparent` the run's steps carry: its `invoke_workflow` span's, when traces are exported. */
   readonly traceparent: string;
+  /** The pipeline version the task runs on, which its steps name so hosts run that version's agents. */
+  readonly version?: string;
 }
 
 /** What a run needs of its pipeline runner. */
@@ -372,6 +374,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     noteActivity,
     firstDelivery: run.firstDelivery,
     traceparent: traceparentOf(span, scope.traceparent),
+    ...(run.version === undefined ? {} : { version: run.version }),
   });
   const stopHeartbeat = every(clock, keepAliveMs, () => delivery.working());
   try {

@@ -87,6 +87,19 @@ export interface AgentHostOptions {
   heartbeats?: HeartbeatSender;
   /** The agent that folds the pipeline's older session turns into a summary (see `SessionSummaryRequest`). */
   sessionSummarizer?: string;
+  /** The hash of the pipeline version `agents` come from: a step of that version (or of none) runs them as given. */
+  version?: string;
+  /**
+   * An agent as another version of the pipeline defines it, for a step of a task that runs on that version;
+   * undefined when that version is not stored or has no such agent. Without it, such a step fails
+   * `version_unavailable`.
+   */
+  agentOf?: (version: string, agent: string) => Promise<AgentDefinition | undefined>;
+  /**
+   * Agents that only other versions of the pipeline have (renamed or removed since): served too, each step run as
+   * its version defines the agent, so a task of such a version finds its steps served.
+   */
+  olderAgents?: readonly string[];
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -170,24 +183,50 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     }
   };
 
-  for (const agent of options.agents) {
-    const subject = subjects.agent(pipeline, agent.name);
-    const serve = (delivery: Delivery<AgentStepRequest>): void => {
+  /**
+   * The agent a step runs: this host's own for a step of its version (or of none), else as the step's version
+   * defines it; a reply saying why when there is none.
+   */
+  const agentFor = async (
+    own: AgentDefinition | undefined,
+    name: string,
+    request: AgentStepRequest,
+  ): Promise<AgentDefinition | AgentStepReply> => {
+    const version = request.version;
+    if (own && (version === undefined || version === options.version)) return own;
+    const short = version?.slice(0, 12);
+    const unavailable = (why: string) => failedReply(request.stepId, 'version_unavailable', why);
+    if (version === undefined)
+      return unavailable(`agent ${name} of pipeline ${pipeline} is served here only for older versions`);
+    if (!options.agentOf)
+      return unavailable(`this host runs only its own version of pipeline ${pipeline}, not ${short}`);
+    try {
+      const defined = await options.agentOf(version, name);
+      return (
+        defined ??
+        unavailable(`version ${short} of pipeline ${pipeline} is not stored or has no agent ${name}`)
+      );
+    } catch (error) {
+      logger.error({ err: error, version, agent: name }, `cannot load agent ${name} of version ${short}`);
+      return failedReply(
+        request.stepId,
+        'journal_unavailable',
+        `cannot load agent ${name} of version ${short} of pipeline ${pipeline}: ${(error as Error).message}`,
+      );
+    }
+  };
+
+  const ownAgents = new Map(options.agents.map((agent) => [agent.name, agent]));
+  const older = (options.olderAgents ?? []).filter((name) => !ownAgents.has(name));
+  for (const name of [...ownAgents.keys(), ...older]) {
+    const own = ownAgents.get(name);
+    const subject = subjects.agent(pipeline, name);
+    const serve = (delivery: Delivery<AgentStepRequest>, agent: AgentDefinition): void => {
       const request = delivery.value;
       // A step that waited for an earlier run to unwind may come back after stop(): it goes to another worker.
       if (stopping) {
         delivery.respond(
           failedReply(request.stepId, 'worker_stopped', `the worker serving ${agent.name} is stopping`),
-        );
-        return;
-      }
-      if (request.pipeline !== pipeline || request.agent !== agent.name) {
-        delivery.respond(
-          failedReply(
-            request.stepId,
-            'misrouted',
-            `step for ${request.pipeline}/${request.agent} arrived on ${subject}`,
-          ),
         );
         return;
       }
@@ -201,7 +240,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       }
       // A run stopped for want of a requester is unwinding: the new one starts once it is done.
       if (underway) {
-        void underway.done.then(() => serve(delivery));
+        void underway.done.then(() => serve(delivery, agent));
         return;
       }
       const recent = finished.get(request.stepId);
@@ -259,9 +298,32 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         });
       runs.set(request.stepId, run);
     };
-    const subscription = bus.subscribe(subject, AgentStepRequest, (delivery) => serve(delivery), {
-      queue: `troupe-${pipeline}-${agent.name}`,
-      reporter: `agent:${pipeline}/${agent.name}`,
+    const receive = (delivery: Delivery<AgentStepRequest>): void => {
+      const request = delivery.value;
+      if (request.pipeline !== pipeline || request.agent !== name) {
+        delivery.respond(
+          failedReply(
+            request.stepId,
+            'misrouted',
+            `step for ${request.pipeline}/${request.agent} arrived on ${subject}`,
+          ),
+        );
+        return;
+      }
+      // The host's own agent is used at once; another version's is loaded first (once per version, then cached).
+      const versionOwn = own && (request.version === undefined || request.version === options.version);
+      if (versionOwn) {
+        serve(delivery, own);
+        return;
+      }
+      void agentFor(own, name, request).then((found) => {
+        if ('stepId' in found) delivery.respond(found);
+        else serve(delivery, found);
+      });
+    };
+    const subscription = bus.subscribe(subject, AgentStepRequest, receive, {
+      queue: `troupe-${pipeline}-${name}`,
+      reporter: `agent:${pipeline}/${name}`,
       meta: (request) => ({
         taskId: request.taskId,
         from: request.from ?? 'workflow',
@@ -270,9 +332,9 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       }),
     });
     subscriptions.push(subscription);
-    if (options.sessionSummarizer === agent.name) {
+    if (own && options.sessionSummarizer === name) {
       subscriptions.push(
-        serveSessionSummaries(agent, {
+        serveSessionSummaries(own, {
           bus,
           pipeline,
           clock,
@@ -331,7 +393,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       }),
     );
   }
-  logger.info({ pipeline, agents: options.agents.map((a) => a.name) }, 'agent host started');
+  logger.info(
+    { pipeline, agents: [...ownAgents.keys()], ...(older.length > 0 ? { olderAgents: older } : {}) },
+    'agent host started',
+  );
 
   return {
     get inFlight() {
