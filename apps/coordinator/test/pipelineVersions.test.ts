@@ -191,6 +191,8 @@ describe('a task of an older version', () => {
       output: 'executor did it',
     });
     expect(asked).toEqual([v1Hash]);
+    // Every step named the task's version, so its hosts run the agents as v1 defined them.
+    expect(agents.steps.map((s) => s.version)).toEqual([v1Hash, v1Hash, v1Hash]);
 
     await secondIntake.deliver({ id: 'task-2', goal: 'new' }).handled;
     expect(agents.steps.filter((s) => s.taskId === 'task-2').map((s) => s.stepId)).toEqual([
@@ -198,6 +200,34 @@ describe('a task of an older version', () => {
       'task-2.check.1',
     ]);
     expect((await store.get('task-2'))?.value).toMatchObject({ status: 'completed', version: v2Hash });
+  });
+
+  it('starts a new task on the newest version, even on a coordinator of an older one', async () => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    const store = new MemoryKv(WorkflowRecord);
+    const agents = agentsOn(bus);
+    const intake = new MemoryTaskIntake();
+    let newest: string | undefined = v2Hash;
+    await startPipelineRunner({
+      bus,
+      clock,
+      store,
+      intake,
+      config: v1,
+      version: v1Hash,
+      loadVersion: async (hash) => (hash === v2Hash ? v2 : undefined),
+      newest: () => newest,
+      logger: createLogger({ level: 'silent' }),
+      concurrency: 4,
+    }).then((runner) => running.push(runner));
+    await intake.deliver({ id: 'task-4', goal: 'new' }).handled;
+    expect(agents.steps.map((s) => s.stepId)).toEqual(['task-4.plan.1', 'task-4.check.1']);
+    expect((await store.get('task-4'))?.value).toMatchObject({ status: 'completed', version: v2Hash });
+    // A newest version that cannot be loaded: its own, rather than none.
+    newest = 'd'.repeat(64);
+    await intake.deliver({ id: 'task-5', goal: 'new' }).handled;
+    expect((await store.get('task-5'))?.value).toMatchObject({ status: 'completed', version: v1Hash });
   });
 
   it('fails as unresumable, naming the version, when its version is not stored', async () => {

@@ -65,6 +65,12 @@ export interface PipelineRunnerOptions {
    * stored); without it, such a task runs on `config`.
    */
   loadVersion?: (hash: string) => Promise<PipelineConfig | undefined>;
+  /**
+   * The newest version of the pipeline (the one the last coordinator to start with it loaded, as the registry says):
+   * what a new task starts on, loaded with `loadVersion`, so coordinators of two versions side by side in a rolling
+   * restart start every new task on the same one. Without it, or when that version cannot be loaded, `version`.
+   */
+  newest?: () => string | undefined;
   store: WorkflowStore;
   /** Where the tasks come from and the given-up ones go (`natsTaskIntake(bus)` in production). */
   intake: TaskIntake;
@@ -170,6 +176,16 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     }
     return found;
   }
+  /** The flow a new task starts on: the newest version's, or this coordinator's when that cannot be had. */
+  async function newestFlow(): Promise<FlowVersion> {
+    const newest = options.newest?.();
+    if (newest === undefined || newest === current.hash) return current;
+    const flow = await flowFor(newest);
+    if (typeof flow !== 'string') return flow;
+    logger.warn({ version: newest }, `${flow}; new tasks start on this coordinator's version meanwhile`);
+    return current;
+  }
+
   async function loadFlow(hash: string): Promise<FlowVersion | string> {
     const short = hash.slice(0, 12);
     if (!options.loadVersion)
@@ -409,9 +425,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   async function claim({ delivery, taskId, submission, entry, stalls }: Triaged): Promise<Stage> {
     const existing = entry;
     const parent = submission.parent;
-    // A task runs on the version it started on (or was migrated to); a new one on this coordinator's.
-    const version = existing ? existing.value.version : current.hash;
-    const flow = await flowFor(version);
+    // A task runs on the version it started on (or was migrated to); a new one on the newest.
+    const started = existing ? undefined : await newestFlow();
+    const version = existing ? existing.value.version : started?.hash;
+    const flow = started ?? (await flowFor(version));
     const input: WorkflowInput = {
       taskId,
       pipeline,
@@ -447,8 +464,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         pipeline,
         streamSequence: delivery.streamSequence,
         status: 'running',
-        state: config.flow[0]?.id ?? 'completed',
-        version: current.hash,
+        state: started?.config.flow[0]?.id ?? 'completed',
+        ...(version === undefined ? {} : { version }),
         goal: input.goal,
         ...(submission.metadata ? { metadata: submission.metadata } : {}),
         round: 1,
