@@ -10,12 +10,23 @@ export interface WsClient {
   /** Resolves with the first message received (before or after the call) that matches and was not taken yet. */
   next(match: (message: Message) => boolean, timeoutMs?: number): Promise<Message>;
   close(): void;
+  /** Resolves with the close code and reason once the server (or the client) has closed the connection. */
+  closed: Promise<{ code: number; reason: string }>;
 }
 
 /** A WebSocket client for tests: connects (rejecting with the HTTP status when the upgrade is refused). */
-export function openWs(url: string, options: { origin?: string } = {}): Promise<WsClient> {
+export function openWs(
+  url: string,
+  options: { origin?: string; headers?: Record<string, string> } = {},
+): Promise<WsClient> {
   return new Promise((resolve, reject) => {
-    const socket = new WebSocket(url, options.origin ? { origin: options.origin } : {});
+    const socket = new WebSocket(url, {
+      ...(options.origin ? { origin: options.origin } : {}),
+      ...(options.headers ? { headers: options.headers } : {}),
+    });
+    const closed = new Promise<{ code: number; reason: string }>((done) =>
+      socket.on('close', (code, reason) => done({ code, reason: reason.toString() })),
+    );
     const received: Message[] = [];
     const taken = new Set<Message>();
     const waiting: (() => void)[] = [];
@@ -45,6 +56,7 @@ export function openWs(url: string, options: { origin?: string } = {}): Promise<
             look();
           }),
         close: () => socket.close(),
+        closed,
       }),
     );
   });

@@ -1,4 +1,3 @@
-import { createHash, randomBytes } from 'node:crypto';
 import {
   buildTaskTrace,
   cancelTask,
@@ -15,22 +14,41 @@ import {
   type WorkflowRecord,
 } from '@troupe/coordinator';
 import {
+  DEFAULT_TASK_LIMITS,
   FINAL_EVENT_KINDS,
   type HumanRequest,
   onItsSubject,
+  parseTask,
   subjects,
+  type TaskLimits,
   type TaskSubmission,
   TroupeEvent,
 } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { z } from 'zod';
-import type { DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
+import type { ClientTask, DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
+import { TaskIds } from './taskIds.ts';
 
 /** A request the gateway refuses before doing anything: 400 `invalid_request`. */
 export class InvalidRequest extends Error {
   readonly statusCode = 400;
   readonly code = 'invalid_request';
+}
+
+/** A task larger than the coordinators take: 413 `too_large`. */
+export class TaskTooLarge extends Error {
+  readonly statusCode = 413;
+  readonly code = 'too_large';
+}
+
+export interface GatewayActionsOptions {
+  /** The longest `?wait=` honoured, in seconds (300). */
+  maxWaitSeconds?: number;
+  /** What a task may be: the coordinators' own limits (the protocol's defaults unless they were changed). */
+  taskLimits?: TaskLimits;
+  /** Makes the ids of idempotency keys; a random secret (ids that hold in this process only) when absent. */
+  taskIds?: TaskIds;
 }
 
 /**
@@ -41,28 +59,40 @@ export class InvalidRequest extends Error {
 export class GatewayActions {
   readonly #bus: NatsBus;
   readonly #maxWaitSeconds: number;
+  readonly #limits: TaskLimits;
+  readonly #ids: TaskIds;
 
-  constructor(bus: NatsBus, maxWaitSeconds = 300) {
+  constructor(bus: NatsBus, options: GatewayActionsOptions = {}) {
     this.#bus = bus;
-    this.#maxWaitSeconds = maxWaitSeconds;
+    this.#maxWaitSeconds = options.maxWaitSeconds ?? 300;
+    this.#limits = options.taskLimits ?? DEFAULT_TASK_LIMITS;
+    this.#ids = options.taskIds ?? TaskIds.random();
   }
 
   /**
    * Submits a task. The id is the task's own, else derived from an idempotency key (the same key from the same token
    * is the same task), else fresh. With `waitSeconds`, waits that long for it to end. `done` says whether the view
-   * holds its result.
+   * holds its result. A task the coordinators would refuse (larger or deeper than their limits) is refused here,
+   * before anything is stored: 413 or 400, with the reason.
    */
   async submit(
     who: Principal,
     pipeline: string,
-    body: TaskSubmission,
+    body: ClientTask,
     options: { idempotencyKey?: string; waitSeconds?: number } = {},
   ): Promise<{ done: boolean; view: TaskView }> {
     authorize(who, 'submit', pipeline);
-    const task: TaskSubmission & { id: string } = {
+    // Only a pipeline step says whose child a task is: a client's `parent` would tie its task to another's end.
+    if ((body as TaskSubmission).parent !== undefined) {
+      throw new InvalidRequest('parent: set by a pipeline step, never by a client');
+    }
+    const task: ClientTask & { id: string } = {
       ...body,
-      id: body.id ?? (options.idempotencyKey ? idFromKey(who.name, options.idempotencyKey) : newTaskId()),
+      id:
+        body.id ??
+        (options.idempotencyKey ? this.#ids.fromKey(who.name, options.idempotencyKey) : this.#ids.fresh()),
     };
+    this.#check(task);
     const wait = Math.min(options.waitSeconds ?? 0, this.#maxWaitSeconds);
     const final = wait > 0 ? finalEventOf(this.#bus, task.id) : undefined;
     try {
@@ -225,6 +255,15 @@ export class GatewayActions {
     return record;
   }
 
+  /** Refuses a task the coordinators' intake would: the same check on the same bytes it would read. */
+  #check(task: ClientTask): void {
+    const checked = parseTask(JSON.stringify(task), this.#limits);
+    if (checked.ok) return;
+    const reason = checked.reason.replace(/^payload/, 'the task');
+    if (checked.limit === 'maxBytes') throw new TaskTooLarge(reason);
+    throw new InvalidRequest(reason);
+  }
+
   async #trace(record: WorkflowRecord): Promise<TaskTrace> {
     return buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId, record.pipeline));
   }
@@ -257,16 +296,6 @@ function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'failure'> {
 }
 
 const linksOf = (taskId: string) => ({ self: `/v1/tasks/${taskId}`, events: `/v1/tasks/${taskId}/events` });
-
-/** A fresh task id: time-ordered, subject-safe (as `troupe submit` makes them). */
-const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
-
-/**
- * The task id of an idempotency key: the same key from the same token is the same task, whatever it holds (a key
- * may have any characters; a task id may not).
- */
-const idFromKey = (token: string, key: string): string =>
-  `k-${createHash('sha256').update(`${token}\n${key}`).digest('base64url').slice(0, 32)}`;
 
 type Ordered = Pick<WorkflowRecord, 'createdAt' | 'taskId'>;
 

@@ -23,8 +23,20 @@ export const PipelineParams = z.object({ name: Name });
 export const TaskParams = z.object({ id: TaskId });
 export const RequestParams = z.object({ id: z.string().min(1).max(200) });
 
+/**
+ * A task as a client submits it: a task without `parent`, which only a pipeline step sets (a client's would tie its
+ * task to the end of another's, and tell it how that one ended). One that has it is refused, saying so.
+ */
+export const ClientTask = z.strictObject(TaskSubmission.omit({ parent: true }).shape, {
+  error: (issue) =>
+    issue.code === 'unrecognized_keys' && issue.keys.includes('parent')
+      ? 'parent: set by a pipeline step, never by a client'
+      : undefined,
+});
+export type ClientTask = z.infer<typeof ClientTask>;
+
 /** A task to submit: its goal, and optionally input, metadata and an id of the client's choosing. */
-export const SubmitBody = TaskSubmission.meta({ id: 'SubmitTask' });
+export const SubmitBody = ClientTask.meta({ id: 'SubmitTask' });
 
 export const SubmitQuery = z.object({
   /** Wait up to this many seconds for the task to end, and answer with its result when it does. */
@@ -173,7 +185,7 @@ export const OpenSessionBody = z
   })
   .meta({ id: 'OpenSession' });
 
-export const SessionMessageBody = TaskSubmission.pick({ goal: true, input: true, metadata: true }).meta({
+export const SessionMessageBody = ClientTask.pick({ goal: true, input: true, metadata: true }).meta({
   id: 'SessionMessage',
 });
 

@@ -37,6 +37,8 @@ export interface Principal {
   name: string;
   scopes: readonly Scope[];
   pipelines?: readonly string[];
+  /** The SHA-256 of the token it authenticated with: a stream stays open only while that token is still valid. */
+  tokenSha256?: string;
 }
 
 /** Why a request was refused: 401 (no or unknown token) or 403 (the token may not), with the reason. */
@@ -58,19 +60,25 @@ export const hashToken = (token: string): string => createHash('sha256').update(
 export const newToken = (): string => `trp_${randomBytes(32).toString('base64url')}`;
 
 export class TokenStore {
-  readonly #entries: { entry: TokenEntry; hash: Buffer }[];
+  #entries: { entry: TokenEntry; hash: Buffer }[] = [];
+  readonly #listeners = new Set<() => void>();
+  readonly #file: string | undefined;
+  readonly #fromEnv: TokenEntry[];
 
-  constructor(entries: readonly TokenEntry[]) {
-    const names = new Set<string>();
-    for (const entry of entries) {
-      if (names.has(entry.name)) throw new Error(`two tokens are named ${entry.name}`);
-      names.add(entry.name);
-    }
-    this.#entries = entries.map((entry) => ({ entry, hash: Buffer.from(entry.sha256, 'hex') }));
+  /** `file`: where the entries came from, read again by {@link reload}; `fromEnv`: entries kept across reloads. */
+  constructor(entries: readonly TokenEntry[], source: { file?: string; fromEnv?: TokenEntry[] } = {}) {
+    this.#file = source.file;
+    this.#fromEnv = source.fromEnv ?? [];
+    this.#set(entries);
   }
 
   get size(): number {
     return this.#entries.length;
+  }
+
+  /** The tokens file, when the tokens came from one. */
+  get file(): string | undefined {
+    return this.#file;
   }
 
   /**
@@ -78,15 +86,38 @@ export class TokenStore {
    * `TROUPE_GATEWAY_TOKEN` is an admin token named `env` (hashed as it is read; the variable holds the token itself).
    */
   static async load(file: string | undefined, env: NodeJS.ProcessEnv = process.env): Promise<TokenStore> {
-    const entries: TokenEntry[] = [];
-    if (file !== undefined) entries.push(...(await readTokensFile(file)));
-    const fromEnv = env.TROUPE_GATEWAY_TOKEN;
-    if (fromEnv) {
-      if (fromEnv.length < 16)
+    const fromEnv: TokenEntry[] = [];
+    const token = env.TROUPE_GATEWAY_TOKEN;
+    if (token) {
+      if (token.length < 16)
         throw new Error('TROUPE_GATEWAY_TOKEN is shorter than 16 characters: too easy to guess');
-      entries.push({ name: 'env', sha256: hashToken(fromEnv), scopes: ['admin'] });
+      fromEnv.push({ name: 'env', sha256: hashToken(token), scopes: ['admin'] });
     }
-    return new TokenStore(entries);
+    const fromFile = file === undefined ? [] : await readTokensFile(file);
+    return new TokenStore([...fromFile, ...fromEnv], { ...(file === undefined ? {} : { file }), fromEnv });
+  }
+
+  /**
+   * Reads the tokens file again and, when it says something else, takes its tokens (with the environment's) and
+   * tells every listener. Throws, keeping the tokens as they were, when the file cannot be read or is not valid.
+   * True when the tokens changed.
+   */
+  async reload(): Promise<boolean> {
+    if (this.#file === undefined) return false;
+    const entries = [...(await readTokensFile(this.#file)), ...this.#fromEnv];
+    const same =
+      entries.length === this.#entries.length &&
+      entries.every((e, i) => JSON.stringify(e) === JSON.stringify(this.#entries[i]?.entry));
+    if (same) return false;
+    this.#set(entries);
+    for (const listener of this.#listeners) listener();
+    return true;
+  }
+
+  /** Calls `listener` each time the tokens change; the function returned stops it. */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
   }
 
   /** The principal of an `Authorization: Bearer <token>` header; refuses a missing, malformed or unknown one. */
@@ -103,9 +134,33 @@ export class TokenStore {
       name: found.name,
       scopes: found.scopes,
       ...(found.pipelines ? { pipelines: found.pipelines } : {}),
+      tokenSha256: found.sha256,
     };
   }
+
+  /** Whether the principal's token is still here with the same scopes and pipelines (false once revoked or changed). */
+  holds(who: Principal): boolean {
+    const entry = this.#entries.find((e) => e.entry.name === who.name)?.entry;
+    return (
+      entry !== undefined &&
+      entry.sha256 === who.tokenSha256 &&
+      sameList(entry.scopes, who.scopes) &&
+      sameList(entry.pipelines, who.pipelines)
+    );
+  }
+
+  #set(entries: readonly TokenEntry[]): void {
+    const names = new Set<string>();
+    for (const entry of entries) {
+      if (names.has(entry.name)) throw new Error(`two tokens are named ${entry.name}`);
+      names.add(entry.name);
+    }
+    this.#entries = entries.map((entry) => ({ entry, hash: Buffer.from(entry.sha256, 'hex') }));
+  }
 }
+
+const sameList = (a: readonly string[] | undefined, b: readonly string[] | undefined): boolean =>
+  (a ?? []).length === (b ?? []).length && (a ?? []).every((x, i) => x === (b ?? [])[i]);
 
 /** What a scope lets a token do, beyond itself. */
 const GRANTS: Record<Scope, readonly Scope[]> = {

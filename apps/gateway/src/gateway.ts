@@ -7,7 +7,7 @@ import fastifyStatic from '@fastify/static';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
 import { CLIENT_WAIT, OperationError, PipelineRegistry, type WorkflowRecord } from '@troupe/coordinator';
-import { errorMessage, STREAMS } from '@troupe/protocol';
+import { errorMessage, exceedsDepth, MAX_MESSAGE_DEPTH, STREAMS, type TaskLimits } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, {
   type FastifyPluginAsync,
@@ -56,9 +56,13 @@ import {
 } from './api.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
 import { answerTo } from './errors.ts';
+import { isLoopback, webSocketRefusal } from './origins.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
+import { type StreamCaps, StreamQuota } from './streamQuota.ts';
 import { eventsAfter, followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
+import { TaskIds } from './taskIds.ts';
+import { watchTokens } from './tokenWatch.ts';
 import { WsSession } from './ws.ts';
 
 export interface GatewayOptions {
@@ -71,8 +75,24 @@ export interface GatewayOptions {
   host?: string;
   /** 0: any free port. */
   port: number;
-  /** Origins allowed to call from a browser (CORS); none by default. `*` allows any. */
+  /** Origins allowed to call from a browser (CORS) and to open WebSockets; none by default. `*` allows any. */
   corsOrigins?: readonly string[];
+  /**
+   * The URL clients reach this gateway at (`https://troupe.example.com`): pages of its origin may open WebSockets,
+   * and its host is trusted as this gateway's own name.
+   */
+  publicUrl?: string;
+  /**
+   * The secret idempotency keys' task ids are made with (at least 32 bytes): every gateway of a deployment needs the
+   * same one, so a key means the same task on each. A random one when absent (ids that hold in this process only).
+   */
+  idSecret?: Uint8Array | string;
+  /** What a task may be at most: the coordinators' limits (the protocol's defaults unless they were changed). */
+  taskLimits?: TaskLimits;
+  /** Per-token caps on open event streams and the NATS consumers they hold (100 and 300). */
+  streamCaps?: Partial<StreamCaps>;
+  /** How often the tokens file is read again besides when it signals a change, in ms (1,000). */
+  tokensReloadMs?: number;
   /** The longest `?wait=` honoured, in seconds (300). */
   maxWaitSeconds?: number;
   /** Where the built dashboard is (`apps/gateway/dashboard/dist` by default); `false` serves none. */
@@ -109,6 +129,27 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     genReqId: () => randomBytes(6).toString('hex'),
     bodyLimit: 1_048_576,
   }).withTypeProvider<ZodTypeProvider>();
+  // JSON as Fastify parses it (prototype poisoning refused), and refused past the depth every Troupe message is held
+  // to, before anything walks it: deeper JSON would exhaust the stack of the code that does (zod, JSON.stringify).
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) =>
+    parseJson(request, body as string, (error, value) => {
+      if (error) return done(error, undefined);
+      if (exceedsDepth(value, MAX_MESSAGE_DEPTH)) {
+        return done(
+          Object.assign(
+            new Error(`the body nests objects and arrays more than ${MAX_MESSAGE_DEPTH} levels deep`),
+            {
+              statusCode: 400,
+            },
+          ),
+          undefined,
+        );
+      }
+      return done(null, value);
+    }),
+  );
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorateRequest('principal', undefined);
@@ -186,15 +227,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
           `without tokens this gateway serves 127.0.0.1 only, not host ${request.headers.host}`,
         );
       }
-      // Browsers apply no CORS to WebSockets: a page may open one only from this gateway's origin or an allowed one.
-      if (
-        request.headers.upgrade?.toLowerCase() === 'websocket' &&
-        !originAllowed(request, options.corsOrigins ?? [])
-      ) {
-        throw new AuthRefusal(
-          403,
-          `a WebSocket from ${request.headers.origin} is not allowed (see --cors-origin)`,
-        );
+      // Browsers apply no CORS to WebSockets: the gateway checks a page's origin itself.
+      if (request.headers.upgrade?.toLowerCase() === 'websocket') {
+        const refusal = webSocketRefusal(request.headers.origin, request.headers.host, {
+          allowed: options.corsOrigins ?? [],
+          publicUrl: options.publicUrl,
+        });
+        if (refusal) throw new AuthRefusal(403, refusal);
       }
       // By the route matched, not the raw URL: `/%761/tasks` is `/v1/tasks` once decoded.
       if (!request.routeOptions.url?.startsWith('/v1/')) return;
@@ -223,8 +262,30 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     if (!request.principal) throw new AuthRefusal(401, 'no bearer token: send Authorization: Bearer <token>');
     return request.principal;
   };
-  const actions = new GatewayActions(bus, options.maxWaitSeconds);
-  const openStreams: OpenStreams = new Set();
+  if (options.idSecret === undefined && options.auth !== 'none') {
+    logger.warn(
+      'the gateway has no id secret: an Idempotency-Key names the same task on this gateway only, until it restarts',
+    );
+  }
+  const actions = new GatewayActions(bus, {
+    ...(options.maxWaitSeconds === undefined ? {} : { maxWaitSeconds: options.maxWaitSeconds }),
+    ...(options.taskLimits ? { taskLimits: options.taskLimits } : {}),
+    taskIds: options.idSecret === undefined ? TaskIds.random() : new TaskIds(options.idSecret),
+  });
+  const openStreams: OpenStreams = new Map();
+  const quota = new StreamQuota(options.streamCaps);
+  // A token revoked or changed in the tokens file ends the streams it opened, not only its next request.
+  const stopWatching = watchTokens(options.tokens, logger, options.tokensReloadMs);
+  const stopListening = options.tokens.onChange(() => {
+    for (const [stop, who] of [...openStreams]) {
+      if (options.auth !== 'none' && !options.tokens.holds(who)) {
+        stop({
+          code: 'unauthenticated',
+          message: `token ${who.name} was revoked or changed; connect again with a valid token`,
+        });
+      }
+    }
+  });
   const sessions = new Sessions(bus, actions, logger);
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
@@ -367,7 +428,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       ) {
         return reply.code(204).send(null);
       }
-      await streamSse(request, reply, openStreams, mapper, (from, signal, onEvent) =>
+      await streamSse(request, reply, { open: openStreams, quota }, mapper, (from, signal, onEvent) =>
         followTaskEvents(bus, record.taskId, {
           ...(from === undefined ? {} : { after: from }),
           signal,
@@ -393,15 +454,21 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     async (request, reply) => {
       const who = principal(request);
       authorize(who, 'read', request.query.pipeline);
-      await streamSse(request, reply, openStreams, undefined, (after, signal, onEvent, stream) =>
-        followAllEvents(bus, {
-          ...(after === undefined ? {} : { after }),
-          pipeline: request.query.pipeline,
-          signal,
-          onEvent: (sequenced) => (mayTouch(who, sequenced.event.pipeline) ? onEvent(sequenced) : undefined),
-          // Live from now: the client is told when "now" is, so it knows nothing stored since will be missed.
-          onReady: () => stream.send({ event: 'ready', data: { live: true } }),
-        }),
+      await streamSse(
+        request,
+        reply,
+        { open: openStreams, quota },
+        undefined,
+        (after, signal, onEvent, stream) =>
+          followAllEvents(bus, {
+            ...(after === undefined ? {} : { after }),
+            pipeline: request.query.pipeline,
+            signal,
+            onEvent: (sequenced) =>
+              mayTouch(who, sequenced.event.pipeline) ? onEvent(sequenced) : undefined,
+            // Live from now: the client is told when "now" is, so it knows nothing stored since will be missed.
+            onReady: () => stream.send({ event: 'ready', data: { live: true } }),
+          }),
       );
     },
   );
@@ -559,9 +626,29 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       schema: {
         summary: 'A WebSocket: follow tasks, submit, cancel, approve, deny and answer (see docs/gateway.md)',
       },
+      // Refused as HTTP (429) while the upgrade can still be answered.
+      preValidation: async (request) => quota.check(principal(request), 'streams'),
     },
     (socket, request) => {
-      new WsSession(socket, principal(request), actions, bus, request.log);
+      const who = principal(request);
+      let release: () => void;
+      try {
+        release = quota.take(who, 'streams');
+      } catch (error) {
+        // Another connection of the token took the last slot since the check.
+        socket.close(1013, (error as Error).message.slice(0, 120));
+        return;
+      }
+      const session = new WsSession(socket, who, actions, bus, request.log, quota);
+      const stop: StopStream = (why) =>
+        why
+          ? session.close(1008, `${why.code}: ${why.message}`)
+          : session.close(1001, 'the gateway is closing');
+      openStreams.set(stop, who);
+      socket.on('close', () => {
+        openStreams.delete(stop);
+        release();
+      });
     },
   );
 
@@ -578,7 +665,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     openapi: () => app.swagger(),
     close: async () => {
       // Open streams end first: the server closes only once every connection has.
-      for (const stop of [...openStreams]) stop();
+      for (const stop of [...openStreams.keys()]) stop();
+      stopWatching();
+      stopListening();
       await app.close();
     },
   };
@@ -587,26 +676,6 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 /** What a log line says of a request: its route, or its path, never its query (which may hold a token). */
 function routeOf(request: FastifyRequest): string {
   return request.routeOptions.url ?? request.url.split('?')[0] ?? '';
-}
-
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]']);
-
-/** Whether a Host header names this machine's loopback (any port). */
-function isLoopback(host: string | undefined): boolean {
-  if (!host) return false;
-  const name = host.startsWith('[') ? host.slice(0, host.indexOf(']') + 1) : host.split(':')[0];
-  return LOOPBACK_HOSTS.has(name ?? '');
-}
-
-/** A WebSocket's page may open it: no Origin (not a browser), this gateway's own origin, or an allowed one. */
-function originAllowed(request: FastifyRequest, allowed: readonly string[]): boolean {
-  const origin = request.headers.origin;
-  if (!origin || allowed.includes('*') || allowed.includes(origin)) return true;
-  try {
-    return new URL(origin).host === request.headers.host;
-  } catch {
-    return false;
-  }
 }
 
 /** The dashboard's built files, beside the gateway's package (wherever the gateway's code was bundled to). */
@@ -673,8 +742,14 @@ function sessionView(
   };
 }
 
-/** Open event streams, each ended when the gateway closes: a client that never goes must not keep it up. */
-type OpenStreams = Set<() => void>;
+/** Ends a stream: with the reason the client is told (a revoked token), or none when the gateway closes. */
+type StopStream = (why?: { code: string; message: string }) => void;
+
+/**
+ * Open event streams and WebSockets with the principal each serves: ended when the gateway closes (a client that
+ * never goes must not keep it up) or when the principal's token is revoked.
+ */
+type OpenStreams = Map<StopStream, Principal>;
 
 /** Where a client resumes: the `Last-Event-ID` of its reconnect first (EventSource keeps its URL), else `?after=`. */
 function resumeAfter(request: FastifyRequest): number | undefined {
@@ -692,7 +767,7 @@ function resumeAfter(request: FastifyRequest): number | undefined {
 async function streamSse(
   request: FastifyRequest,
   reply: FastifyReply,
-  open: OpenStreams,
+  streams: { open: OpenStreams; quota: StreamQuota },
   mapper: AgUiMapper | undefined,
   follow: (
     after: number | undefined,
@@ -702,12 +777,26 @@ async function streamSse(
   ) => Promise<void>,
 ): Promise<void> {
   const after = resumeAfter(request);
+  const who = request.principal ?? ANONYMOUS;
+  // Slots taken while a refusal can still be an HTTP answer (429); given back however the stream ends.
+  const releaseStream = streams.quota.take(who, 'streams');
+  let releaseConsumer: () => void;
+  try {
+    releaseConsumer = streams.quota.take(who, 'consumers');
+  } catch (error) {
+    releaseStream();
+    throw error;
+  }
   reply.hijack();
   const stream = new SseStream(reply.raw, corsHeaders(reply));
   const stopped = new AbortController();
-  const stop = () => stopped.abort();
-  reply.raw.on('close', stop);
-  open.add(stop);
+  let why: { code: string; message: string } | undefined;
+  const stop: StopStream = (reason) => {
+    why ??= reason;
+    stopped.abort();
+  };
+  reply.raw.on('close', () => stop());
+  streams.open.set(stop, who);
   // The client may have gone while the request was checked: its close came before anyone listened.
   if (request.raw.socket?.destroyed || reply.raw.destroyed) stop();
   try {
@@ -730,7 +819,10 @@ async function streamSse(
     if (!stream.closed)
       await stream.send({ event: 'error', data: { code: 'unavailable', message: errorMessage(error) } });
   } finally {
-    open.delete(stop);
+    if (why && !stream.closed) await stream.send({ event: 'error', data: why });
+    streams.open.delete(stop);
+    releaseConsumer();
+    releaseStream();
     stream.end();
   }
 }

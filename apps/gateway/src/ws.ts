@@ -1,12 +1,14 @@
-import { Name, parseMessage, TaskId, TaskSubmission } from '@troupe/protocol';
+import { Name, parseMessage, TaskId } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebSocket } from 'ws';
 import { z } from 'zod';
 import type { GatewayActions } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
+import { ClientTask } from './api.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
 import { answerTo } from './errors.ts';
+import type { StreamQuota } from './streamQuota.ts';
 import { eventsAfter, followTaskEvents } from './taskEvents.ts';
 
 /** How many tasks one connection may follow at once. */
@@ -32,7 +34,7 @@ export const ClientMessage = z.discriminatedUnion('type', [
     type: z.literal('submit'),
     id: RequestId,
     pipeline: Name,
-    task: TaskSubmission,
+    task: ClientTask,
     idempotencyKey: z.string().min(1).max(200).optional(),
   }),
   z.strictObject({
@@ -76,6 +78,7 @@ export class WsSession {
   readonly #actions: GatewayActions;
   readonly #bus: NatsBus;
   readonly #log: FastifyBaseLogger;
+  readonly #quota: StreamQuota;
   readonly #following = new Map<string, AbortController>();
   #closed = false;
 
@@ -85,12 +88,14 @@ export class WsSession {
     actions: GatewayActions,
     bus: NatsBus,
     log: FastifyBaseLogger,
+    quota: StreamQuota,
   ) {
     this.#socket = socket;
     this.#who = who;
     this.#actions = actions;
     this.#bus = bus;
     this.#log = log;
+    this.#quota = quota;
     socket.on('message', (data, isBinary) => {
       if (isBinary) {
         void this.#send({
@@ -106,6 +111,13 @@ export class WsSession {
       for (const stop of this.#following.values()) stop.abort();
       this.#following.clear();
     });
+  }
+
+  /** Ends the connection with a close code and the reason (cut to the 123 bytes a close frame holds). */
+  close(code: number, reason: string): void {
+    let cut = reason;
+    while (Buffer.byteLength(cut) > 123) cut = `${cut.slice(0, cut.length - 2)}…`;
+    this.#socket.close(code, cut);
   }
 
   async #receive(text: string): Promise<void> {
@@ -181,6 +193,8 @@ export class WsSession {
         code: 'too_many_subscriptions',
       });
     }
+    // Each followed task holds a consumer on the NATS server: counted against the token's cap across connections.
+    const release = this.#quota.take(this.#who, 'consumers');
     // Taken before anything is awaited: subscribes sent together count against the cap, and follow a task once.
     const stop = new AbortController();
     this.#following.set(taskId, stop);
@@ -189,10 +203,14 @@ export class WsSession {
       record = await this.#actions.readable(this.#who, taskId);
     } catch (error) {
       if (this.#following.get(taskId) === stop) this.#following.delete(taskId);
+      release();
       throw error;
     }
     // Closed or unsubscribed meanwhile: nothing is started for it.
-    if (stop.signal.aborted || this.#closed) return { taskId, subscribed: false };
+    if (stop.signal.aborted || this.#closed) {
+      release();
+      return { taskId, subscribed: false };
+    }
     // A task that has ended with nothing after `after`: no event will come, so the subscription ends at once.
     if (
       record.status !== 'running' &&
@@ -200,6 +218,7 @@ export class WsSession {
       (await eventsAfter(this.#bus, taskId, message.after)) === 0
     ) {
       this.#following.delete(taskId);
+      release();
       setImmediate(() => void this.#send({ type: 'end', taskId }));
       return { taskId, subscribed: true };
     }
@@ -231,6 +250,7 @@ export class WsSession {
       })
       .finally(() => {
         if (this.#following.get(taskId) === stop) this.#following.delete(taskId);
+        release();
       });
     return { taskId, subscribed: true };
   }
