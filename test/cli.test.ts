@@ -412,7 +412,7 @@ describe('troupe up, submit and tail against a NATS server', () => {
       client.publish('troupe.tasks.demo', JSON.stringify({ gaol: 'typo' }));
       client.publish('troupe.tasks.nope', JSON.stringify({ goal: 'nobody runs this' }));
       await client.flush();
-      await up.waitFor(/task on troupe\.tasks\.nope refused/);
+      await up.waitFor(/task on troupe\.tasks\.nope not run now/);
       await up.waitFor(/task for pipeline demo refused/);
       // Time for a second line about either, if there were one.
       await new Promise((resolve) => setTimeout(resolve, 500));
@@ -428,7 +428,7 @@ describe('troupe up, submit and tail against a NATS server', () => {
       /^task for pipeline demo refused: payload failed validation: .*gaol/,
     );
     expect(about.find((l) => l.subject === 'troupe.tasks.nope')).toMatchObject({
-      reason: 'no pipeline named "nope" is loaded; loaded: demo',
+      reason: 'no pipeline named "nope" is loaded; loaded: demo; the task is kept and runs once a coordinator serves "nope"',
       dir: 'in',
       kind: 'task',
     });

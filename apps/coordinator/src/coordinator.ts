@@ -89,17 +89,43 @@ export interface Coordinator {
  * const coordinator = await startCoordinator({ bus, pipelines: [pipeline], logger, workspaceRoot: '.troupe/work' });
  */
 export async function startCoordinator(options: CoordinatorOptions): Promise<Coordinator> {
-  const { bus, logger } = options;
+  const { bus } = options;
   const clock = options.clock ?? systemClock;
   const registry = options.registry ?? builtinTools();
+  // The guard listens before `TASKS` exists, so a task stored the moment the stream appears is run or reported.
+  const local = new Set(options.pipelines.map((p) => p.config.name));
+  let registryOpened: (registry: PipelineRegistry) => void = () => {};
+  const registryOpen = new Promise<PipelineRegistry>((resolve) => (registryOpened = resolve));
+  const guard: BusSubscription = startIntakeGuard(bus, local, async () => (await registryOpen).names());
+  try {
+    return await startParts(options, { clock, registry, guard, registryOpened });
+  } catch (error) {
+    guard.unsubscribe();
+    throw error;
+  }
+}
+
+/** The coordinator's parts past its intake guard, started in order: streams, stores, agents, runners, registry. */
+async function startParts(
+  options: CoordinatorOptions,
+  started: {
+    clock: Clock;
+    registry: ToolRegistry;
+    guard: BusSubscription;
+    registryOpened: (registry: PipelineRegistry) => void;
+  },
+): Promise<Coordinator> {
+  const { bus, logger } = options;
+  const { clock, registry, guard } = started;
   const retention = options.eventRetention;
   await ensureTroupeStreams(bus, {
     ...(retention?.maxAgeMs === undefined ? {} : { eventsMaxAge: retention.maxAgeMs }),
     ...(retention?.maxBytes === undefined ? {} : { eventsMaxBytes: retention.maxBytes }),
     ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
   });
-  const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const pipelineRegistry = await PipelineRegistry.open(bus);
+  started.registryOpened(pipelineRegistry);
+  const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
   const journal = await StepJournal.open(bus);
   // Each pipeline's version is stored before any task can start on it, so any coordinator can run that task.
   const versions = await PipelineVersions.open(bus);
@@ -189,8 +215,6 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     await agents?.stop();
     throw error;
   }
-  const local = new Set(options.pipelines.map((p) => p.config.name));
-  const guard: BusSubscription = startIntakeGuard(bus, local, () => pipelineRegistry.names());
   const runsHere = (taskId: string) => runners.some((r) => r.running().includes(taskId));
   const controls: BusSubscription = startControlResponder({ bus, store, runsHere });
 

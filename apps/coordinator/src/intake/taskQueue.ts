@@ -124,8 +124,9 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
     durable_name: name,
     filter_subject: subjects.task(options.pipeline),
     ack_policy: AckPolicy.Explicit,
-    // Tasks stored before any coordinator served the pipeline were refused as unknown then; they are not run now.
-    deliver_policy: DeliverPolicy.New,
+    // Every task stored for the pipeline runs, those stored before any coordinator served it included: a task the
+    // stream acknowledged is never dropped for having come early (as it would be while `troupe up` starts).
+    deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(options.ackWaitMs ?? 30_000),
     max_deliver: options.maxDeliver ?? -1,
     // No cap across coordinators (the server's default is 1,000 unacknowledged tasks, and a task stays unacknowledged
