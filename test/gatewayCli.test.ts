@@ -55,6 +55,34 @@ describe('troupe token, troupe gateway and troupe up --gateway', () => {
       const done = await submit(secret);
       expect(done.status).toBe(200);
       expect(await done.json()).toMatchObject({ status: 'completed', pipeline: 'demo' });
+
+      // The id secret is made beside the tokens file, for the owner only; a second gateway there shares it, so an
+      // Idempotency-Key is the same task through either.
+      const secretFile = join(dir, 'troupe-gateway-secret');
+      expect((await stat(secretFile)).mode & 0o077).toBe(0);
+      expect((await readFile(secretFile, 'utf8')).trim()).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      const second = startTroupe(
+        ['gateway', '--listen', '127.0.0.1:0', '--tokens', file, '--json'],
+        cliEnv({ NATS_URL: nats.url }),
+      );
+      try {
+        await second.waitFor(/troupe gateway on http/);
+        const keyed = (at: string) =>
+          fetch(`${at}/v1/pipelines/demo/tasks`, {
+            method: 'POST',
+            headers: {
+              authorization: `Bearer ${secret}`,
+              'content-type': 'application/json',
+              'idempotency-key': 'deploy-7',
+            },
+            body: JSON.stringify({ goal: 'once only' }),
+          }).then((r) => r.json() as Promise<{ taskId: string; duplicate?: boolean }>);
+        const first = await keyed(url);
+        const again = await keyed(urlIn(second.output()));
+        expect(again).toMatchObject({ taskId: first.taskId, duplicate: true });
+      } finally {
+        await second.stop();
+      }
     } finally {
       await gateway.stop();
       await up.stop();
@@ -93,6 +121,8 @@ describe('troupe token, troupe gateway and troupe up --gateway', () => {
       expect(health.status).toBe(200);
       const tasks = await fetch(`${url}/v1/tasks`);
       expect(tasks.status).toBe(200);
+      // With no tokens file, the id secret is kept in the home.
+      expect((await stat(join(dir, 'home-2', 'troupe-gateway-secret'))).isFile()).toBe(true);
     } finally {
       expect(await up.stop()).toBe(0);
     }

@@ -1,9 +1,18 @@
-import { type Gateway, startGateway, TokenStore } from '@troupe/gateway';
+import { mkdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import {
+  type Gateway,
+  loadOrCreateSecret,
+  MIN_SECRET_CHARS,
+  startGateway,
+  TokenStore,
+} from '@troupe/gateway';
 
 export type { Gateway };
 
-import { errorMessage } from '@troupe/protocol';
+import { DEFAULT_TASK_LIMITS, errorMessage, MAX_TASK_DEPTH, type TaskLimits } from '@troupe/protocol';
 import { type Logger, type NatsBus, parseListen } from '@troupe/runtime';
+import { resolveHome } from './home.ts';
 import { CliError } from './server.ts';
 
 /** How `troupe gateway` and `troupe up --gateway` serve HTTP. */
@@ -14,8 +23,43 @@ export interface GatewayServeOptions {
   tokens?: string;
   /** False with `--no-auth`: no token asked (loopback only). */
   auth: boolean;
-  /** Origins a browser page may call from (CORS). */
+  /** Origins a browser page may call from (CORS) and open WebSockets from. */
   corsOrigin: string[];
+  /** The URL clients reach the gateway at: its origin may open WebSockets, its host is trusted. */
+  publicUrl?: string;
+  /** The file of the secret idempotency keys' task ids are made with; made when absent. */
+  idSecret?: string;
+  /** Per-token caps on open event streams and on the NATS consumers they hold. */
+  maxStreams?: number;
+  maxConsumers?: number;
+  /** The coordinators' task limits, when changed from the defaults (`troupe up` passes its own). */
+  maxTaskBytes?: number;
+  maxTaskDepth?: number;
+  /** The Troupe home: where the id secret is kept when there is no tokens file to keep it beside. */
+  home?: string;
+}
+
+/**
+ * The secret idempotency keys' ids are made with: `$TROUPE_GATEWAY_SECRET`, else the file `--id-secret` names, else
+ * `troupe-gateway-secret` beside the tokens file (or in the home without one), made on first use. Every gateway of a
+ * deployment must have the same.
+ */
+async function idSecretOf(options: GatewayServeOptions): Promise<string> {
+  const fromEnv = process.env.TROUPE_GATEWAY_SECRET;
+  if (fromEnv) {
+    if (fromEnv.length < MIN_SECRET_CHARS)
+      throw new CliError(`TROUPE_GATEWAY_SECRET is shorter than ${MIN_SECRET_CHARS} characters`, 2);
+    return fromEnv;
+  }
+  const file =
+    options.idSecret ??
+    join(options.tokens ? dirname(options.tokens) : resolveHome(options.home), 'troupe-gateway-secret');
+  try {
+    await mkdir(dirname(file), { recursive: true });
+    return await loadOrCreateSecret(file);
+  } catch (error) {
+    throw new CliError(errorMessage(error), 2);
+  }
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1']);
@@ -49,6 +93,24 @@ export async function serveGateway(
   if (!options.auth && !LOOPBACK.has(where.host)) {
     throw new CliError(`--no-auth serves only on this machine (127.0.0.1), not on ${where.host}`, 2);
   }
+  if (options.publicUrl !== undefined && !URL.canParse(options.publicUrl)) {
+    throw new CliError(
+      `--public-url must be a URL such as https://troupe.example.com (got "${options.publicUrl}")`,
+      2,
+    );
+  }
+  if (options.maxTaskDepth !== undefined && options.maxTaskDepth > MAX_TASK_DEPTH) {
+    throw new CliError(
+      `--max-task-depth must be at most ${MAX_TASK_DEPTH} (every message is capped deeper)`,
+      2,
+    );
+  }
+  const idSecret = await idSecretOf(options);
+  // The coordinators' own limits: a task the gateway takes is one they run.
+  const taskLimits: TaskLimits = {
+    maxTaskBytes: options.maxTaskBytes ?? DEFAULT_TASK_LIMITS.maxTaskBytes,
+    maxTaskDepth: options.maxTaskDepth ?? DEFAULT_TASK_LIMITS.maxTaskDepth,
+  };
   try {
     return await startGateway({
       bus,
@@ -58,6 +120,13 @@ export async function serveGateway(
       host: where.host,
       port: where.port,
       corsOrigins: options.corsOrigin,
+      idSecret,
+      ...(options.publicUrl === undefined ? {} : { publicUrl: options.publicUrl }),
+      taskLimits,
+      streamCaps: {
+        ...(options.maxStreams === undefined ? {} : { streams: options.maxStreams }),
+        ...(options.maxConsumers === undefined ? {} : { consumers: options.maxConsumers }),
+      },
     });
   } catch (error) {
     throw new CliError(`cannot serve the gateway on ${where.host}:${where.port}: ${errorMessage(error)}`);

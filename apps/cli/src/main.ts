@@ -224,6 +224,24 @@ program
     collect,
     [],
   )
+  .option(
+    '--gateway-public-url <url>',
+    'the URL clients reach the gateway at (its pages may open WebSockets; see troupe gateway --public-url)',
+  )
+  .option(
+    '--gateway-id-secret <file>',
+    'the secret Idempotency-Keys become task ids with (made when absent; default beside the tokens file)',
+  )
+  .option(
+    '--gateway-max-streams <n>',
+    'event streams and WebSockets one gateway token may hold open (default 100)',
+    positiveInteger,
+  )
+  .option(
+    '--gateway-max-consumers <n>',
+    'NATS consumers the streams of one gateway token may hold (default 300)',
+    positiveInteger,
+  )
   .option('--json', 'JSON logs even on a terminal', false)
   .action(run(async (files: string[], options) => (await commands.up()).up(files, options)));
 
@@ -263,9 +281,38 @@ program
   .option('--no-auth', 'accept requests without a token (127.0.0.1 only)')
   .option(
     '--cors-origin <origin>',
-    'an origin browser pages may call from (repeatable; * for any)',
+    'an origin browser pages may call and open WebSockets from (repeatable; * for any)',
     collect,
     [],
+  )
+  .option(
+    '--public-url <url>',
+    'the URL clients reach this gateway at: its pages may open WebSockets, its host name is trusted',
+  )
+  .option(
+    '--id-secret <file>',
+    'the secret Idempotency-Keys become task ids with, the same for every gateway (made when absent; ' +
+      'default troupe-gateway-secret beside the tokens file; or $TROUPE_GATEWAY_SECRET)',
+  )
+  .option(
+    '--max-streams <n>',
+    'event streams and WebSockets one token may hold open (default 100)',
+    positiveInteger,
+  )
+  .option(
+    '--max-consumers <n>',
+    'NATS consumers the streams of one token may hold (default 300)',
+    positiveInteger,
+  )
+  .option(
+    '--max-task-bytes <n>',
+    `largest task accepted, in bytes: the coordinators' own (default ${HELP_DEFAULTS.maxTaskBytes})`,
+    positiveInteger,
+  )
+  .option(
+    '--max-task-depth <n>',
+    `deepest nesting in a task accepted: the coordinators' own (default ${HELP_DEFAULTS.maxTaskDepth})`,
+    positiveInteger,
   )
   .addOption(logLevelOption())
   .option('--json', 'JSON logs even on a terminal', false)

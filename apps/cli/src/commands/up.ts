@@ -51,6 +51,10 @@ export interface UpOptions extends NatsAccessSources {
   gateway?: string;
   gatewayTokens?: string;
   gatewayNoAuth?: boolean;
+  gatewayPublicUrl?: string;
+  gatewayIdSecret?: string;
+  gatewayMaxStreams?: number;
+  gatewayMaxConsumers?: number;
   corsOrigin?: string[];
   json: boolean;
 }
@@ -87,6 +91,14 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
           ...(options.gatewayTokens === undefined ? {} : { tokens: options.gatewayTokens }),
           auth: !options.gatewayNoAuth,
           corsOrigin: options.corsOrigin ?? [],
+          home,
+          ...(options.gatewayPublicUrl === undefined ? {} : { publicUrl: options.gatewayPublicUrl }),
+          ...(options.gatewayIdSecret === undefined ? {} : { idSecret: options.gatewayIdSecret }),
+          ...(options.gatewayMaxStreams === undefined ? {} : { maxStreams: options.gatewayMaxStreams }),
+          ...(options.gatewayMaxConsumers === undefined ? {} : { maxConsumers: options.gatewayMaxConsumers }),
+          // The gateway refuses what this coordinator would.
+          ...(options.maxTaskBytes === undefined ? {} : { maxTaskBytes: options.maxTaskBytes }),
+          ...(options.maxTaskDepth === undefined ? {} : { maxTaskDepth: options.maxTaskDepth }),
         },
         logger,
       );
