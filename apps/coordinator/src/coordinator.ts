@@ -130,9 +130,6 @@ async function startParts(
   // Each pipeline's version is stored before any task can start on it, so any coordinator can run that task.
   const versions = await PipelineVersions.open(bus);
   for (const pipeline of options.pipelines) await versions.save(pipeline.version);
-  /** The newest version of each pipeline, as the registry says: what new tasks start on. */
-  const newest = new Map<string, string>();
-  const unwatch: (() => void)[] = [];
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
   // Asks for `human` steps. A wait cut short by the workflow (a branch stopped, the task cancelled) closes its
   // question; one cut short by this coordinator stopping leaves it pending for the run that resumes the task.
@@ -169,7 +166,12 @@ async function startParts(
           intake: natsTaskIntake(bus),
           config: pipeline.config,
           version: pipeline.version.hash,
-          newest: () => newest.get(pipeline.config.name),
+          // Read as each new task is claimed, so a coordinator started with another version is followed at once.
+          newest: () =>
+            pipelineRegistry.get(pipeline.config.name).then(
+              (registration) => registration?.version,
+              () => undefined,
+            ),
           loadVersion: async (hash) => {
             const stored = await versions.get(pipeline.config.name, hash);
             return stored && PipelineConfig.parse(stored.config);
@@ -201,13 +203,6 @@ async function startParts(
     const host = `${hostname()}:${process.pid}`;
     for (const pipeline of options.pipelines) {
       await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()), pipeline.version.hash);
-      // Another coordinator starting with another version of it later makes that one the newest.
-      const name = pipeline.config.name;
-      unwatch.push(
-        await pipelineRegistry.watch(name, (registration) => {
-          if (registration.version !== undefined) newest.set(name, registration.version);
-        }),
-      );
     }
   } catch (error) {
     // Half started: stop what did start (MCP children among it) before reporting.
@@ -225,7 +220,6 @@ async function startParts(
       guard.unsubscribe();
       controls.unsubscribe();
       people.detach();
-      for (const stop of unwatch) stop();
       await Promise.all(runners.map((r) => r.stop()));
       await agents?.stop();
       await bus.flush();

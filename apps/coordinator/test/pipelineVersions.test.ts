@@ -217,7 +217,7 @@ describe('a task of an older version', () => {
       config: v1,
       version: v1Hash,
       loadVersion: async (hash) => (hash === v2Hash ? v2 : undefined),
-      newest: () => newest,
+      newest: async () => newest,
       logger: createLogger({ level: 'silent' }),
       concurrency: 4,
     }).then((runner) => running.push(runner));

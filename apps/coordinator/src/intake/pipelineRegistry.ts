@@ -75,11 +75,6 @@ export class PipelineRegistry {
       .sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Calls `onChange` with the registration of `name`, then each time a coordinator registers it again; until stopped. */
-  watch(name: string, onChange: (registration: PipelineRegistration) => void): Promise<() => void> {
-    return this.#store.watch(name, (entry) => onChange(entry.value));
-  }
-
   get(name: string): Promise<PipelineRegistration | undefined> {
     return this.#store.get(name).then((entry) => entry?.value);
   }

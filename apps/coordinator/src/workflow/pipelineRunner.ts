@@ -70,7 +70,7 @@ export interface PipelineRunnerOptions {
    * what a new task starts on, loaded with `loadVersion`, so coordinators of two versions side by side in a rolling
    * restart start every new task on the same one. Without it, or when that version cannot be loaded, `version`.
    */
-  newest?: () => string | undefined;
+  newest?: () => Promise<string | undefined>;
   store: WorkflowStore;
   /** Where the tasks come from and the given-up ones go (`natsTaskIntake(bus)` in production). */
   intake: TaskIntake;
@@ -178,7 +178,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   }
   /** The flow a new task starts on: the newest version's, or this coordinator's when that cannot be had. */
   async function newestFlow(): Promise<FlowVersion> {
-    const newest = options.newest?.();
+    const newest = await options.newest?.();
     if (newest === undefined || newest === current.hash) return current;
     const flow = await flowFor(newest);
     if (typeof flow !== 'string') return flow;

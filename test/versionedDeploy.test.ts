@@ -1,0 +1,203 @@
+import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, startTroupe, troupe } from './support/cli.ts';
+import { fixturePath, ofKind, waiter } from './support/harness.ts';
+
+const script = (writer: string, last: { agent: string; content: string }) => `agents:
+  recorder:
+    - toolCalls: [{ name: run_command, arguments: { command: "echo record >> ledger.txt" } }]
+    - content: recorded
+  thinker:
+    - { content: thought it over, delayMs: 6000 }
+  writer:
+    - content: ${writer}
+    - content: ${writer}
+  checker:
+    - { content: '{"decision": "approve", "feedback": "ok"}', delayMs: 6000 }
+  ${last.agent}:
+    - content: ${last.content}
+`;
+
+/** Version 2 of test/fixtures/versioned.yaml: a prompt changed, an agent renamed, a step removed, a step added. */
+function secondVersion(text: string): string {
+  const edits: [string, string][] = [
+    ['writer: { instructions: Write the note. }', 'writer: { instructions: Write the note well. }'],
+    ['finisher: { instructions: Finish up. }', 'closer: { instructions: Close up. }'],
+    [`  - { id: think, kind: agent, agent: thinker, when: "input.path == 'agent'" }\n`, ''],
+    [
+      '  - { id: finish, kind: agent, agent: finisher }',
+      '  - { id: close, kind: agent, agent: closer }\n  - { id: extra, kind: agent, agent: writer }',
+    ],
+  ];
+  return edits.reduce((edited, [from, to]) => {
+    if (!edited.includes(from)) throw new Error(`the fixture has no "${from}" to edit`);
+    return edited.replace(from, to);
+  }, text);
+}
+
+/**
+ * A deploy of a changed pipeline while its tasks are in flight: a coordinator killed with SIGKILL while its tasks
+ * wait in a slow agent step, a parallel step with one branch done, a person's question and a slow review, then
+ * started again on the edited file. Every task ends on the version it started on, no step run again; new tasks run on
+ * the new version; and a coordinator of a third version started beside it shares the new tasks, all on the newest.
+ */
+describe('deploying a changed pipeline under in-flight tasks', () => {
+  let nats: TestNats;
+  let client: NatsConnection;
+  let dir: string;
+  let home: string;
+  const events: TroupeEvent[] = [];
+  const processes: CliProcess[] = [];
+  const { notify, waitFor: until } = waiter();
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-deploy-'));
+    home = join(dir, 'home');
+    nats = await startTestNats();
+    client = await connect({ servers: nats.url, name: 'deploy-test' });
+    client.subscribe(subjects.allTaskEvents, {
+      callback: (_error, msg) => {
+        events.push(TroupeEvent.parse(msg.json()));
+        notify();
+      },
+    });
+    await client.flush();
+  });
+  afterAll(async () => {
+    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    await client?.close();
+    await nats?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+  const ended = (taskId: string) => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind));
+  const started = (taskId: string, step: string) =>
+    ofKind(eventsOf(taskId), 'step.started').filter((e) => e.data.step === step);
+  const up = (file: string) => {
+    const p = startTroupe(['up', file, '--ack-wait', '2', '--server', nats.url, '--home', home]);
+    processes.push(p);
+    return p;
+  };
+  const submit = (id: string, path: string) =>
+    jetstream(client).publish(
+      subjects.task('versioned'),
+      JSON.stringify({ id, goal: 'go', input: { path } }),
+      {
+        msgID: id,
+      },
+    );
+  const versionOf = async (taskId: string) =>
+    (await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId))?.json<{ version?: string }>().version;
+  const ledger = async (taskId: string) =>
+    (await readFile(join(home, 'workspaces', 'versioned', taskId, 'ledger.txt'), 'utf8'))
+      .split('\n')
+      .filter(Boolean);
+
+  it('ends every in-flight task on its old version with no step repeated, and starts new ones on the new', async () => {
+    const file = join(dir, 'versioned.yaml');
+    await copyFile(fixturePath('versioned.yaml'), file);
+    await copyFile(fixturePath('versioned.script.yaml'), join(dir, 'versioned.script.yaml'));
+    const first = up(file);
+    await first.waitFor(/troupe is up/);
+    const inFlight = { agent: 'v-agent', fork: 'v-fork', human: 'v-human', review: 'v-review' };
+    for (const [path, id] of Object.entries(inFlight)) await submit(id, path);
+    // Killed with each task inside its step: the slow agent, the long branch (the short one done), the question,
+    // the slow review.
+    await until(
+      () =>
+        started(inFlight.agent, 'think').length > 0 &&
+        ofKind(eventsOf(inFlight.fork), 'step.completed').some((e) => e.data.step === 'note') &&
+        started(inFlight.fork, 'ponder').length > 0 &&
+        ofKind(eventsOf(inFlight.human), 'human.asked').length > 0 &&
+        started(inFlight.review, 'check').length > 0
+          ? true
+          : undefined,
+      'every task to be inside its step',
+      30_000,
+    );
+    await first.stop('SIGKILL');
+    processes.splice(processes.indexOf(first), 1);
+    const v1 = await versionOf(inFlight.agent);
+    expect(v1).toMatch(/^[0-9a-f]{64}$/);
+    for (const id of Object.values(inFlight)) expect(await versionOf(id), id).toBe(v1);
+
+    // The deploy: the file and its script edited in place, the coordinator started again on them.
+    await writeFile(file, secondVersion(await readFile(file, 'utf8')));
+    await writeFile(
+      join(dir, 'versioned.script.yaml'),
+      script('noted by v2', { agent: 'closer', content: 'closed by v2' }),
+    );
+    const second = up(file);
+    await second.waitFor(/troupe is up/);
+    const question = ofKind(eventsOf(inFlight.human), 'human.asked')[0];
+    const answered = await troupe([
+      'answer',
+      String(question?.data.questionId),
+      '{"go": true}',
+      '--server',
+      nats.url,
+    ]);
+    expect(answered.stdout).toMatch(/recorded/);
+    for (const id of Object.values(inFlight)) await until(() => ended(id), `${id} to end`, 60_000);
+
+    for (const id of Object.values(inFlight)) {
+      const mine = eventsOf(id);
+      // Ended as version 1 ends: by its finisher, an agent version 2 renamed, on version 1's script.
+      expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'finished by v1' } });
+      expect(ofKind(mine, 'task.resumed'), id).toHaveLength(1);
+      expect(started(id, 'record'), id).toHaveLength(1);
+      expect(await ledger(id), id).toEqual(['record']);
+      expect(started(id, 'close'), id).toHaveLength(0);
+      expect(started(id, 'extra'), id).toHaveLength(0);
+      expect(await versionOf(id), id).toBe(v1);
+    }
+    // The step version 2 removed ran for the task inside it; the branch done before the kill did not run again.
+    expect(
+      ofKind(eventsOf(inFlight.agent), 'step.completed').find((e) => e.data.step === 'think')?.data.ok,
+    ).toBe(true);
+    expect(started(inFlight.fork, 'note')).toHaveLength(1);
+    expect(ofKind(eventsOf(inFlight.human), 'human.asked')).toHaveLength(1);
+
+    // A new task runs on version 2: its renamed agent, its added step, its script.
+    await submit('v-new', 'none');
+    await until(() => ended('v-new'), 'v-new to end', 30_000);
+    expect(ended('v-new')).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v2' } });
+    expect(ofKind(eventsOf('v-new'), 'step.completed').map((e) => e.data.step)).toEqual([
+      'record',
+      'close',
+      'extra',
+    ]);
+    const v2 = await versionOf('v-new');
+    expect(v2).toMatch(/^[0-9a-f]{64}$/);
+    expect(v2).not.toBe(v1);
+
+    // A rolling restart: a coordinator of version 3 (the writer's script changed again) starts beside version 2's.
+    // It is the newest now: every new task runs on it, whichever of the two takes it.
+    const thirdDir = await mkdtemp(join(dir, 'v3-'));
+    await copyFile(file, join(thirdDir, 'versioned.yaml'));
+    await writeFile(
+      join(thirdDir, 'versioned.script.yaml'),
+      script('noted by v3', { agent: 'closer', content: 'closed by v3' }),
+    );
+    const beside = up(join(thirdDir, 'versioned.yaml'));
+    await beside.waitFor(/troupe is up/);
+    const shared = Array.from({ length: 8 }, (_, i) => `v-shared-${i}`);
+    for (const id of shared) await submit(id, 'none');
+    for (const id of shared) await until(() => ended(id), `${id} to end`, 60_000);
+    const v3 = await versionOf(shared[0] ?? '');
+    expect(v3).not.toBe(v2);
+    for (const id of shared) {
+      expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v3' } });
+      expect(await versionOf(id), id).toBe(v3);
+      expect(started(id, 'record'), id).toHaveLength(1);
+    }
+  }, 180_000);
+});
