@@ -253,6 +253,7 @@ describe('the gateway under attack', () => {
     const refusal = (await over.response.json()) as { error: { code: string; message: string } };
     expect(refusal.error.code).toBe('too_many_streams');
     expect(refusal.error.message).toContain('token capped has 3 event streams and WebSockets open');
+    expect(logLines.some((l) => l.includes('refused GET /v1/events: token capped has 3'))).toBe(true);
     // A WebSocket counts as a stream: refused before the upgrade.
     await expect(openWs(wsUrl('capped'))).rejects.toThrow(/429/);
     // Another token is not held back by this one.

@@ -59,7 +59,7 @@ import { answerTo } from './errors.ts';
 import { isLoopback, webSocketRefusal } from './origins.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
-import { type StreamCaps, StreamQuota } from './streamQuota.ts';
+import { type StreamCaps, StreamQuota, TooManyStreams } from './streamQuota.ts';
 import { eventsAfter, followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import { TaskIds } from './taskIds.ts';
 import { watchTokens } from './tokenWatch.ts';
@@ -190,7 +190,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         },
       });
     }
-    if (error instanceof AuthRefusal) {
+    if (error instanceof AuthRefusal || error instanceof TooManyStreams) {
       request.log.warn(
         {
           token: request.principal?.name,
