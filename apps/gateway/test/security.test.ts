@@ -67,11 +67,13 @@ describe('StreamQuota', () => {
     expect(() => quota.check(ana, 'streams')).toThrow(/token ana has 2 event streams and WebSockets open/);
     expect(() => quota.take(bo, 'streams')).not.toThrow();
     quota.take(ana, 'consumers');
+    let refused: unknown;
     try {
       quota.take(ana, 'consumers');
     } catch (error) {
-      expect(error).toMatchObject({ statusCode: 429, code: 'too_many_consumers' });
+      refused = error;
     }
+    expect(refused).toMatchObject({ statusCode: 429, code: 'too_many_consumers' });
     first();
     first();
     expect(quota.held(ana)).toEqual({ streams: 1, consumers: 1 });
