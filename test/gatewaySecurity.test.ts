@@ -174,6 +174,19 @@ describe('the gateway under attack', () => {
         task: { goal: 'big', input: { blob: 'x'.repeat(300_000) } },
       });
       expect(await ws.next((m) => m.id === 'big')).toMatchObject({ ok: false, error: { code: 'too_large' } });
+      ws.sendRaw(
+        `{"type":"submit","id":"deep","pipeline":"demo","task":{"goal":"g","input":${nest(100_000)}}}`,
+      );
+      expect(await ws.next((m) => m.type === 'error')).toMatchObject({ error: { code: 'invalid_message' } });
+      ws.send({
+        type: 'submit',
+        id: 'deep-64',
+        pipeline: 'demo',
+        task: { goal: 'g', input: JSON.parse(nest(64)) },
+      });
+      const deepReply = await ws.next((m) => m.id === 'deep-64');
+      expect(deepReply).toMatchObject({ ok: false, error: { code: 'invalid_request' } });
+      expect(deepReply.error.message).toContain('more than 64 levels deep');
     } finally {
       ws.close();
     }
