@@ -3,6 +3,7 @@ import { TaskFailureReason } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { StepError, Verdict } from './step.ts';
 import { UsageTotals } from './usage.ts';
+import { ValueRef } from './valueRef.ts';
 
 const TokenUsage = z.object({
   inputTokens: z.number().int().nonnegative(),
@@ -226,6 +227,8 @@ export const EventData = {
     error: z.object({ code: z.string(), message: z.string() }).optional(),
     durationMs: z.number().nonnegative(),
     truncated: z.object({ originalBytes: z.number().int() }).optional(),
+    /** Where the whole output is kept, when `output` is only its start. */
+    outputRef: ValueRef.optional(),
     /** True when the call had already run (before a restart) and its journaled result was used instead. */
     journaled: z.boolean().optional(),
   }),
@@ -260,6 +263,8 @@ export const EventData = {
     ...StepRef,
     ok: z.boolean(),
     output: z.string(),
+    /** Where the whole output is kept, when `output` is only its preview. */
+    outputRef: ValueRef.optional(),
     verdict: Verdict.optional(),
     error: StepError.optional(),
     usage: UsageTotals,
@@ -268,6 +273,8 @@ export const EventData = {
   }),
   'task.completed': z.object({
     output: z.string(),
+    /** Where the whole output is kept, when `output` is only its preview. */
+    outputRef: ValueRef.optional(),
     /** False when the flow ended at a review bound with `onMaxRounds: complete`: the work was never approved. */
     approved: z.boolean().optional(),
     rounds: z.number().int().nonnegative(),

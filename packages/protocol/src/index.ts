@@ -63,3 +63,4 @@ export {
 } from './taskLimits.ts';
 export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';
+export { ValueRef, valueBucket } from './valueRef.ts';

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { isStepErrorCode, type StepErrorCode } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { UsageTotals } from './usage.ts';
+import { ValueRef } from './valueRef.ts';
 
 /** A reviewer's decision on the work so far. */
 export const Verdict = z.strictObject({
@@ -16,7 +17,9 @@ export const StepOutput = z.object({
   step: z.string(),
   agent: Name,
   round: z.number().int().positive(),
+  /** The output, or its preview when it is too large for a message (then `outputRef` says where the whole is). */
   output: z.string(),
+  outputRef: ValueRef.optional(),
 });
 export type StepOutput = z.infer<typeof StepOutput>;
 
@@ -123,7 +126,9 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
   z.object({
     ok: z.literal(true),
     stepId: z.string(),
+    /** The output, or its preview when it is too large for a message (then `outputRef` says where the whole is). */
     output: z.string(),
+    outputRef: ValueRef.optional(),
     verdict: Verdict.optional(),
     /** The reply parsed as JSON, when the agent declares an `output` schema. */
     structured: z.unknown().optional(),

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ValueRef } from './valueRef.ts';
 
 /** How a tool call was judged: run it, refuse it, or ask a person first. */
 export const ToolDecision = z.enum(['allow', 'deny', 'ask']);
@@ -19,6 +20,8 @@ export const ToolResult = z.object({
   durationMs: z.number(),
   /** The output was cut to fit; how long it was. */
   truncated: z.object({ originalBytes: z.number() }).optional(),
+  /** Where the whole output is kept when `output` is cut (the model and the events see the cut one). */
+  outputRef: ValueRef.optional(),
   /** The call had run before (an earlier run of the step); this is its recorded result. */
   journaled: z.boolean().optional(),
 });

@@ -46,6 +46,15 @@ export {
   underPrefix,
 } from './durable/kvStore.ts';
 export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
+export {
+  OFFLOAD_BYTES,
+  type Offloaded,
+  PREVIEW_BYTES,
+  previewOf,
+  ValueStore,
+  type ValueStoreOptions,
+} from './durable/valueStore.ts';
+export { ValueStoreError, type ValueStoreErrorCode } from './durable/valueStoreError.ts';
 export { type Clock, every, newTraceparent, sleep, systemClock, timeoutSignal } from './events/clock.ts';
 export {
   EventFactory,

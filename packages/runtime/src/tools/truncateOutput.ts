@@ -8,12 +8,19 @@ export interface TruncatedText {
 export function truncateOutput(text: string, maxBytes: number): TruncatedText {
   const bytes = Buffer.from(text, 'utf8');
   if (bytes.length <= maxBytes) return { text };
-  let cut = maxBytes;
-  // Step back over continuation bytes (10xxxxxx) to the start of the character the budget splits.
-  while (cut > 0 && ((bytes[cut] ?? 0) & 0xc0) === 0x80) cut -= 1;
-  const head = bytes.subarray(0, cut).toString('utf8');
+  const head = utf8Head(bytes, maxBytes);
+  const cut = Buffer.byteLength(head, 'utf8');
   return {
     text: `${head}\n…[truncated: ${bytes.length} bytes total, showing first ${cut}]`,
     originalBytes: bytes.length,
   };
+}
+
+/** The longest start of `bytes` (UTF-8) within `maxBytes` that splits no character, as text. */
+export function utf8Head(bytes: Uint8Array, maxBytes: number): string {
+  if (bytes.length <= maxBytes) return Buffer.from(bytes).toString('utf8');
+  let cut = maxBytes;
+  // Step back over continuation bytes (10xxxxxx) to the start of the character the budget splits.
+  while (cut > 0 && ((bytes[cut] ?? 0) & 0xc0) === 0x80) cut -= 1;
+  return Buffer.from(bytes.subarray(0, cut)).toString('utf8');
 }

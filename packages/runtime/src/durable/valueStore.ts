@@ -1,0 +1,221 @@
+import { createHash } from 'node:crypto';
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamManager,
+  jetstreamManager,
+  type MsgRequest,
+} from '@nats-io/jetstream';
+import { Base64UrlPaddedCodec, type ObjectStore, Objm, StorageType } from '@nats-io/obj';
+import { nanos } from '@nats-io/transport-node';
+import { errorMessage, type ValueRef, valueBucket } from '@troupe/protocol';
+import { utf8Head } from '../tools/truncateOutput.ts';
+import type { NatsBus } from '../transport/natsBus.ts';
+import { ValueStoreError } from './valueStoreError.ts';
+
+/** Values above this many UTF-8 bytes leave the message for the object store: a reply, an event or a checkpoint holding a few of them still fits NATS's 1 MiB. */
+export const OFFLOAD_BYTES = 256 * 1024;
+/** How much of an offloaded value its message keeps, to read without a fetch (and for conditions on it). */
+export const PREVIEW_BYTES = 8 * 1024;
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+export interface ValueStoreOptions {
+  /** Values above this many UTF-8 bytes are stored; {@link OFFLOAD_BYTES} by default. */
+  offloadBytes?: number;
+  /** How much of a stored value stays in the message; {@link PREVIEW_BYTES} by default. */
+  previewBytes?: number;
+  /** How long a bucket this store makes keeps its values: the `TASKS` stream's max age, 7 days by default. */
+  maxAgeMs?: number;
+  /** Replicas of a bucket this store makes; 1 by default. */
+  replicas?: number;
+}
+
+/** A value as a message carries it: whole, or a preview with the reference to the whole. */
+export interface Offloaded {
+  text: string;
+  ref?: ValueRef;
+}
+
+/**
+ * Large values (step outputs, tool results, task outputs) in NATS object stores, one bucket per pipeline
+ * (`troupe-values-<pipeline>`), so that no message has to cut one to fit: the message keeps a preview and a
+ * {@link ValueRef}; {@link read} gives the whole back, checked against its size and SHA-256. Objects are named from
+ * the ids of what made them, so a step run again writes the same object (and a write of what is there is skipped).
+ * A bucket's values age out with its `max_age`, set to the task retention. Reads use plain message gets, never a
+ * consumer, so a role that may only read needs no right to create consumers (see docs/permissions.md).
+ *
+ * @example
+ * const values = new ValueStore(bus);
+ * const { text, ref } = await values.offload('demo', 'task-1.write.1.output', hugeText);
+ * const whole = ref ? await values.read(ref) : text;
+ */
+export class ValueStore {
+  readonly #bus: NatsBus;
+  readonly #offloadBytes: number;
+  readonly #previewBytes: number;
+  readonly #maxAgeMs: number;
+  readonly #replicas: number;
+  readonly #buckets = new Map<string, Promise<ObjectStore>>();
+  #jsm: Promise<JetStreamManager> | undefined;
+
+  constructor(bus: NatsBus, opts: ValueStoreOptions = {}) {
+    this.#bus = bus;
+    this.#offloadBytes = opts.offloadBytes ?? OFFLOAD_BYTES;
+    this.#previewBytes = opts.previewBytes ?? PREVIEW_BYTES;
+    this.#maxAgeMs = opts.maxAgeMs ?? 7 * DAY_MS;
+    this.#replicas = opts.replicas ?? 1;
+  }
+
+  /** The size above which {@link offload} stores a value. */
+  get offloadBytes(): number {
+    return this.#offloadBytes;
+  }
+
+  /** Makes the pipeline's bucket when it does not exist (a coordinator does this at start, with the retention). */
+  async ensureBucket(pipeline: string): Promise<void> {
+    await this.#create(valueBucket(pipeline));
+  }
+
+  /**
+   * The value as a message may carry it: itself when it is small, else its preview and a reference to the whole,
+   * which is stored under `name` in the pipeline's bucket first.
+   */
+  async offload(pipeline: string, name: string, text: string): Promise<Offloaded> {
+    const bytes = Buffer.from(text, 'utf8');
+    if (bytes.length <= this.#offloadBytes) return { text };
+    const ref: ValueRef = {
+      bucket: valueBucket(pipeline),
+      name,
+      bytes: bytes.length,
+      sha256: createHash('sha256').update(bytes).digest('hex'),
+    };
+    await this.#put(ref, bytes);
+    return { text: previewOf(bytes, ref, this.#previewBytes), ref };
+  }
+
+  /** The whole value a reference names; fails with `value_missing`, `value_corrupt` or `value_unavailable`. */
+  async read(ref: ValueRef): Promise<string> {
+    const where = `${ref.bucket}/${ref.name}`;
+    try {
+      const jsm = await this.#manager();
+      const stream = `OBJ_${ref.bucket}`;
+      const meta = await jsm.streams.getMessage(stream, { last_by_subj: metaSubject(ref) });
+      const info = meta?.json<{ nuid: string; size: number; chunks: number; deleted?: boolean }>();
+      if (!info || info.deleted) throw missing(where);
+      const chunkSubject = `$O.${ref.bucket}.C.${info.nuid}`;
+      const parts: Uint8Array[] = [];
+      let seq = 0;
+      for (let chunk = 0; chunk < info.chunks; chunk += 1) {
+        // A get by subject from the stream's leader: no consumer, and no replica that has not caught up yet.
+        const next = { seq: seq + 1, next_by_subj: chunkSubject } as unknown as MsgRequest;
+        const message = await jsm.streams.getMessage(stream, next);
+        if (!message) throw missing(where);
+        parts.push(message.data);
+        seq = message.seq;
+      }
+      const whole = Buffer.concat(parts);
+      const sha256 = createHash('sha256').update(whole).digest('hex');
+      if (whole.length !== ref.bytes || sha256 !== ref.sha256) {
+        throw new ValueStoreError(
+          'value_corrupt',
+          `value ${where} read back as ${whole.length} bytes with SHA-256 ${sha256}, not the ${ref.bytes} bytes with SHA-256 ${ref.sha256} its reference names`,
+        );
+      }
+      return whole.toString('utf8');
+    } catch (error) {
+      throw asValueError(error, `cannot read value ${where}`);
+    }
+  }
+
+  /** The whole of a value a message carries: the text itself, or what its reference names. */
+  whole(value: Offloaded): Promise<string> {
+    return value.ref ? this.read(value.ref) : Promise.resolve(value.text);
+  }
+
+  async #put(ref: ValueRef, bytes: Buffer): Promise<void> {
+    const where = `${ref.bucket}/${ref.name}`;
+    try {
+      const jsm = await this.#manager();
+      const stored = await this.#stored(jsm, ref);
+      // A step run again writes what its first run did: what is there already is kept, not written twice.
+      if (stored) return;
+      const store = await this.#open(ref.bucket);
+      await store.putBlob({ name: ref.name }, bytes);
+    } catch (error) {
+      throw asValueError(error, `cannot store value ${where} (${ref.bytes} bytes)`);
+    }
+  }
+
+  /** Whether the object is stored with the reference's size and digest; false when its bucket does not exist yet. */
+  async #stored(jsm: JetStreamManager, ref: ValueRef): Promise<boolean> {
+    try {
+      const meta = await jsm.streams.getMessage(`OBJ_${ref.bucket}`, { last_by_subj: metaSubject(ref) });
+      const info = meta?.json<{ size: number; digest: string; deleted?: boolean }>();
+      const digest = `SHA-256=${Base64UrlPaddedCodec.encode(Buffer.from(ref.sha256, 'hex'))}`;
+      return info !== undefined && !info.deleted && info.size === ref.bytes && info.digest === digest;
+    } catch (error) {
+      if (streamMissing(error)) {
+        await this.#create(ref.bucket);
+        return false;
+      }
+      throw error;
+    }
+  }
+
+  #open(bucket: string): Promise<ObjectStore> {
+    let store = this.#buckets.get(bucket);
+    if (!store) {
+      store = new Objm(this.#bus.connection).open(bucket, false);
+      store.catch(() => this.#buckets.delete(bucket));
+      this.#buckets.set(bucket, store);
+    }
+    return store;
+  }
+
+  #create(bucket: string): Promise<ObjectStore> {
+    const store = new Objm(this.#bus.connection).create(bucket, {
+      ttl: nanos(this.#maxAgeMs),
+      replicas: this.#replicas,
+      storage: StorageType.File,
+      description: 'Troupe: large step outputs, tool results and task outputs of one pipeline',
+    });
+    store.catch(() => this.#buckets.delete(bucket));
+    this.#buckets.set(bucket, store);
+    return store;
+  }
+
+  #manager(): Promise<JetStreamManager> {
+    this.#jsm ??= jetstreamManager(this.#bus.connection, { checkAPI: false });
+    return this.#jsm;
+  }
+}
+
+/** The start of a value and a line saying how large the whole is and where it is kept. */
+export function previewOf(bytes: Uint8Array, ref: ValueRef, previewBytes = PREVIEW_BYTES): string {
+  const head = utf8Head(bytes, previewBytes);
+  const shown = Buffer.byteLength(head, 'utf8');
+  return `${head}\n…[cut: showing ${shown} of ${ref.bytes} bytes; the whole is object "${ref.name}" in NATS object store ${ref.bucket}, sha256 ${ref.sha256}]`;
+}
+
+function metaSubject(ref: ValueRef): string {
+  return `$O.${ref.bucket}.M.${Base64UrlPaddedCodec.encode(ref.name)}`;
+}
+
+function missing(where: string): ValueStoreError {
+  return new ValueStoreError(
+    'value_missing',
+    `value ${where} is not stored: its bucket's retention removed it, or it was never written`,
+  );
+}
+
+function streamMissing(error: unknown): boolean {
+  return error instanceof JetStreamApiError && error.code === JetStreamApiCodes.StreamNotFound;
+}
+
+function asValueError(error: unknown, what: string): ValueStoreError {
+  if (ValueStoreError.is(error)) return error;
+  if (streamMissing(error)) {
+    return new ValueStoreError('value_missing', `${what}: its bucket does not exist`, { cause: error });
+  }
+  return new ValueStoreError('value_unavailable', `${what}: ${errorMessage(error)}`, { cause: error });
+}
