@@ -24,7 +24,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { GatewayActions, viewOf } from './actions.ts';
+import { GatewayActions, InvalidRequest, viewOf } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import {
   AllEventsQuery,
@@ -137,15 +137,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     parseJson(request, body as string, (error, value) => {
       if (error) return done(error, undefined);
       if (exceedsDepth(value, MAX_MESSAGE_DEPTH)) {
-        return done(
-          Object.assign(
-            new Error(`the body nests objects and arrays more than ${MAX_MESSAGE_DEPTH} levels deep`),
-            {
-              statusCode: 400,
-            },
-          ),
-          undefined,
-        );
+        const refusal = `the body nests objects and arrays more than ${MAX_MESSAGE_DEPTH} levels deep`;
+        return done(new InvalidRequest(refusal), undefined);
       }
       return done(null, value);
     }),
