@@ -190,8 +190,17 @@ describe('the gateway under attack', () => {
     } finally {
       ws.close();
     }
-    // Only the task that fits was stored; the gateway serves on, and logged no failure.
-    expect(await lastTaskSeq()).toBe(before + 1);
+    // A session's message too: refused, and the turn given back, so the session takes the next one.
+    const session = await call('POST', '/v1/sessions', { body: { pipeline: 'demo' } });
+    const tooBig = await call('POST', `/v1/sessions/${session.body.id}/messages`, {
+      body: { goal: 'big', input: { blob: 'x'.repeat(DEFAULT_TASK_LIMITS.maxTaskBytes) } },
+    });
+    expect(tooBig).toMatchObject({ status: 413, body: { error: { code: 'too_large' } } });
+    expect((await call('GET', `/v1/sessions/${session.body.id}`)).body.turns).toEqual([]);
+    const next = await call('POST', `/v1/sessions/${session.body.id}/messages`, { body: { goal: 'small' } });
+    expect(next.status).toBe(202);
+    // Only the tasks that fit were stored; the gateway serves on, and logged no failure.
+    expect(await lastTaskSeq()).toBe(before + 2);
     expect((await fetch(`${gateway.url}/healthz`)).status).toBe(200);
     expect(logLines.filter((l) => l.includes('request failed'))).toEqual([]);
     expect(timings[100_000]).toBeLessThan(5_000);
