@@ -192,7 +192,7 @@ describe('troupe up, submit and tail against a NATS server', () => {
     const result = await troupe(['trace', 'cli-1', '--server', nats.url]);
     expect(result.code, result.stderr).toBe(0);
     const lines = result.stdout.trimEnd().split('\n');
-    expect(lines[0]).toMatch(/^task cli-1 · demo · completed in /);
+    expect(lines[0]).toMatch(/^task cli-1 · demo@[0-9a-f]{12} · completed in /);
     expect(lines.filter((l) => /^[├└]─ /.test(l)).map((l) => l.split(' · ').slice(0, 3).join(' · '))).toEqual(
       [
         '├─ plan · planner · round 1',
@@ -211,6 +211,7 @@ describe('troupe up, submit and tail against a NATS server', () => {
     expect(tree).toMatchObject({
       taskId: 'cli-1',
       pipeline: 'demo',
+      version: expect.stringMatching(/^[0-9a-f]{64}$/),
       status: 'completed',
       totals: { modelCalls: 11 },
     });

@@ -142,6 +142,8 @@ describe('the gateway: Troupe over HTTP', () => {
     expect(done.body).toMatchObject({ taskId: 'gw-wait-1', pipeline: 'demo', status: 'completed', round: 2 });
     expect(done.body.output).toBeTruthy();
     expect(done.body.usage.modelCalls).toBeGreaterThan(0);
+    // The pipeline version it ran on, as its record says.
+    expect(done.body.version).toMatch(/^[0-9a-f]{64}$/);
 
     const task = await call('GET', '/v1/tasks/gw-wait-1?steps=true', { token: 'reader' });
     expect(task.status).toBe(200);

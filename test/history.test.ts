@@ -42,17 +42,19 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
     const all = await troupe(['runs'], env);
     expect(all.code, all.stderr).toBe(0);
     const [header, ...rows] = lines(all.stdout);
-    expect(header).toMatch(/^PIPELINE\s+TASK\s+STATE\s+ROUNDS\s+DURATION\s+TOKENS\s+COST\s+AGE$/);
+    expect(header).toMatch(/^PIPELINE\s+VERSION\s+TASK\s+STATE\s+ROUNDS\s+DURATION\s+TOKENS\s+COST\s+AGE$/);
     const failed = rows.findIndex((row) => row.includes('hist-fail'));
     const completed = rows.findIndex((row) => row.includes('hist-ok'));
     expect(failed).toBeGreaterThanOrEqual(0);
     expect(failed).toBeLessThan(completed);
     expect(rows[failed]).toMatch(
-      /^stingy\s+hist-fail\s+failed \(budget_exceeded\)\s+1\s+\d+\.\d s\s+\d+→\d+\s+-\s+.+ ago$/,
+      /^stingy\s+[0-9a-f]{12}\s+hist-fail\s+failed \(budget_exceeded\)\s+1\s+\d+\.\d s\s+\d+→\d+\s+-\s+.+ ago$/,
     );
-    expect(rows[completed]).toMatch(/^demo\s+hist-ok\s+completed\s+2\s+\d+\.\d s\s+\d+→\d+\s+-\s+.+ ago$/);
+    expect(rows[completed]).toMatch(
+      /^demo\s+[0-9a-f]{12}\s+hist-ok\s+completed\s+2\s+\d+\.\d s\s+\d+→\d+\s+-\s+.+ ago$/,
+    );
     // Aligned: every column starts where its header does.
-    for (const column of ['TASK', 'STATE', 'DURATION', 'AGE']) {
+    for (const column of ['VERSION', 'TASK', 'STATE', 'DURATION', 'AGE']) {
       const at = header?.indexOf(column) ?? -1;
       for (const row of [rows[failed], rows[completed]])
         expect(row?.[at - 1], `${column} in ${row}`).toBe(' ');
@@ -114,7 +116,7 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
     await waitUntil(() => kinds(h.eventsOf('hist-slow')).includes('llm.request'));
 
     const running = await troupe(['runs', '--state', 'running'], env);
-    expect(running.stdout).toMatch(/slowpoke\s+hist-slow\s+running\s+1\s+[\d.]+ s so far/);
+    expect(running.stdout).toMatch(/slowpoke\s+[0-9a-f]{12}\s+hist-slow\s+running\s+1\s+[\d.]+ s so far/);
     const snapshot = await troupe(['logs', 'hist-slow'], env);
     expect(snapshot.code).toBe(0);
     expect(snapshot.stderr).toContain('task hist-slow is still running');
@@ -182,7 +184,7 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
   it("shows a finished task's duration, which does not grow", async () => {
     const first = await troupe(['status', 'hist-ok'], env);
     expect(first.stdout).toMatch(
-      /^hist-ok\s+demo\s+completed\s+step completed \(round 2\)\s+.*took \d+\.\d s\s+write a hello note/,
+      /^hist-ok\s+demo@[0-9a-f]{12}\s+completed\s+step completed \(round 2\)\s+.*took \d+\.\d s\s+write a hello note/,
     );
     const then = Date.now();
     await expect.poll(() => Date.now() - then, { timeout: 5_000 }).toBeGreaterThanOrEqual(1_100);

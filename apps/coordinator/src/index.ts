@@ -6,6 +6,7 @@ export { suggestion } from './config/didYouMean.ts';
 export { FLOW_END, FlowGraph, flowGraph, flowMermaid } from './config/flowGraph.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
 export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
+export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
 export {
   AgentConfig,
   ModelConfig,

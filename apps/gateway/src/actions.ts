@@ -278,6 +278,7 @@ export function viewOf(record: WorkflowRecord): TaskView {
     ...(record.metadata ? { metadata: record.metadata } : {}),
     status: record.status,
     state: record.state,
+    ...(record.version === undefined ? {} : { version: record.version }),
     round: record.round,
     usage: record.usage,
     createdAt: record.createdAt,

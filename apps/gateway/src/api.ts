@@ -56,6 +56,8 @@ export const TaskView = z
     status: TaskStatus,
     /** The workflow's state: the step it is at, or how it ended. */
     state: z.string().optional(),
+    /** The hash of the pipeline version the task runs on (absent for a task from before versions were kept). */
+    version: z.string().optional(),
     round: z.number().int().optional(),
     usage: UsageTotals.optional(),
     createdAt: z.string().optional(),

@@ -1,4 +1,10 @@
-import { cancelTask, listHumanRequests, OperationError, type WorkflowRecord } from '@troupe/coordinator';
+import {
+  cancelTask,
+  listHumanRequests,
+  OperationError,
+  shortVersion,
+  type WorkflowRecord,
+} from '@troupe/coordinator';
 import { errorMessage, type HumanRequest } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
@@ -78,7 +84,9 @@ function line(r: WorkflowRecord, now: number): string {
   const tokens = `${r.usage.inputTokens}→${r.usage.outputTokens} tok${cost}`;
   const duration = taskDuration(r, now);
   const time = duration.finished ? `took ${formatDuration(duration.ms)}` : formatDuration(duration.ms);
-  return `${r.taskId}  ${r.pipeline}  ${r.status.padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${time}  ${r.goal.slice(0, 60)}`;
+  // The pipeline as `name@version` (the version's short hash), as the task runs on it.
+  const pipeline = r.version === undefined ? r.pipeline : `${r.pipeline}@${shortVersion(r.version)}`;
+  return `${r.taskId}  ${pipeline}  ${r.status.padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${time}  ${r.goal.slice(0, 60)}`;
 }
 
 /**

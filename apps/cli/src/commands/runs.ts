@@ -1,4 +1,4 @@
-import { endingOfRecord, suggestion, type WorkflowRecord } from '@troupe/coordinator';
+import { endingOfRecord, shortVersion, suggestion, type WorkflowRecord } from '@troupe/coordinator';
 import { describeEnding } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { formatDuration } from '../format/duration.ts';
@@ -15,9 +15,9 @@ export interface RunsOptions extends ServerOptions {
 
 const STATES: readonly WorkflowRecord['status'][] = ['running', 'completed', 'failed', 'cancelled'];
 
-const HEADER = ['PIPELINE', 'TASK', 'STATE', 'ROUNDS', 'DURATION', 'TOKENS', 'COST', 'AGE'];
+const HEADER = ['PIPELINE', 'VERSION', 'TASK', 'STATE', 'ROUNDS', 'DURATION', 'TOKENS', 'COST', 'AGE'];
 /** ROUNDS, TOKENS and COST are numbers: aligned right. */
-const NUMERIC = [3, 5, 6];
+const NUMERIC = [4, 6, 7];
 
 /** `troupe runs`: the tasks KV `workflows` remembers, newest first, with how each went and what it cost. */
 export async function runs(options: RunsOptions): Promise<number> {
@@ -61,6 +61,8 @@ function row(r: WorkflowRecord, now: number): string[] {
   const duration = taskDuration(r, now);
   return [
     r.pipeline,
+    // The pipeline version the task runs on; `-` for a task from before versions were kept.
+    r.version === undefined ? '-' : shortVersion(r.version),
     r.taskId,
     ending ? describeEnding(ending) : r.status,
     String(r.round),

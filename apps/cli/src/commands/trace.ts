@@ -29,6 +29,7 @@ export async function trace(taskId: string, options: TraceOptions): Promise<numb
     if (final && !events.some((e) => e.id === final.id)) events.push(final);
     const tree = buildTaskTrace(taskId, events);
     if (tree.pipeline === '' && record) tree.pipeline = record.pipeline;
+    if (record?.version !== undefined) tree.version = record.version;
     process.stdout.write(
       options.json
         ? `${JSON.stringify(tree)}\n`

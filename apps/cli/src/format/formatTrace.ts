@@ -32,7 +32,7 @@ export function formatTrace(trace: TaskTrace, options: { color: boolean }): stri
         : paint('red', trace.status);
   const took = trace.durationMs === undefined ? '' : ` in ${formatDuration(trace.durationMs)}`;
   lines.push(
-    `${paint('bold', `task ${trace.taskId}`)} · ${trace.pipeline} · ${status}${took}` +
+    `${paint('bold', `task ${trace.taskId}`)} · ${trace.pipeline}${trace.version === undefined ? '' : `@${trace.version.slice(0, 12)}`} · ${status}${took}` +
       (trace.resumed > 0 ? ` · resumed ${plural(trace.resumed, 'time')}` : ''),
   );
   if (trace.goal !== undefined) lines.push(`goal: ${preview(trace.goal, 100)}`);

@@ -8,6 +8,8 @@ import { emptyUsage, type TroupeEvent, type UsageTotals } from '@troupe/protocol
 export interface TaskTrace {
   taskId: string;
   pipeline: string;
+  /** The hash of the pipeline version the task runs on, from its record (the events do not say). */
+  version?: string;
   status: 'running' | 'completed' | 'failed' | 'cancelled';
   goal?: string;
   startedAt?: string;

@@ -14,6 +14,8 @@ export interface TaskView {
   goal: string;
   status: 'submitted' | 'running' | 'completed' | 'failed' | 'cancelled';
   state?: string;
+  /** The hash of the pipeline version the task runs on. */
+  version?: string;
   round?: number;
   usage?: Usage;
   createdAt?: string;

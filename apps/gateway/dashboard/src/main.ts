@@ -345,7 +345,7 @@ function TaskList(props: {
   if (props.tasks.length === 0) return html`<p class="hint">No tasks yet.</p>`;
   return html`<table class="task-list" data-testid="tasks">
     <thead>
-      <tr><th>task</th><th>status</th><th>at</th><th>round</th><th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
+      <tr><th>task</th><th>version</th><th>status</th><th>at</th><th>round</th><th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
     </thead>
     <tbody>
       ${props.tasks.map(
@@ -356,8 +356,10 @@ function TaskList(props: {
           data-testid="task-row"
           data-task=${t.taskId}
           data-status=${t.status}
+          data-version=${t.version ?? ''}
         >
           <td class="id">${t.taskId}</td>
+          <td class="version" title=${t.version ?? ''}>${t.version?.slice(0, 12) ?? ''}</td>
           <td><span class=${`status ${t.status}`}>${t.status}</span></td>
           <td>${t.state ?? ''}</td>
           <td>${t.round ?? ''}</td>
