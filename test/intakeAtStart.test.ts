@@ -10,6 +10,7 @@ import {
   startCoordinator,
   WorkflowRecord,
 } from '@troupe/coordinator';
+import { startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, InvalidMessageEvent, parseMessage, STREAMS, subjects } from '@troupe/protocol';
 import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
@@ -145,12 +146,41 @@ describe('tasks stored while a coordinator starts', () => {
     const first = running.shift();
     await first?.coordinator.stop();
     await first?.bus.close();
-    // Stored while nothing runs: `memo` has never been served, so it has no consumer yet.
-    const waiting = await publishFromTheStart('down', ['outline', 'memo'], Promise.resolve(), 5);
-    const starting = start(['outline.yaml', 'memo.yaml']);
-    const during = await publishFromTheStart('restart', ['outline', 'memo'], starting, 5);
-    await starting;
-    const ids = [...waiting.values(), ...during.values()].flat();
+    // A client can tell when a pipeline is served: the gateway's /readyz?pipeline= says so.
+    const logger = createLogger({ level: 'silent' });
+    const gatewayBus = await NatsBus.connect({ servers: nats.url, name: 'readiness-gateway', logger });
+    const gateway = await startGateway({
+      bus: gatewayBus,
+      logger,
+      tokens: await TokenStore.load(undefined, {}),
+      auth: 'none',
+      port: 0,
+      idSecret: 'a-secret-for-this-test-only-0123456789',
+      dashboardDir: false,
+    });
+    const readiness = async (query: string) => {
+      const response = await fetch(`${gateway.url}/readyz${query}`);
+      return { status: response.status, body: (await response.json()) as { message?: string } };
+    };
+    let stored: Map<string, string[]>[];
+    try {
+      expect((await readiness('')).status).toBe(200);
+      expect((await readiness('?pipeline=outline')).status).toBe(200);
+      const notYet = await readiness('?pipeline=outline,memo');
+      expect(notYet.status).toBe(503);
+      expect(notYet.body.message).toMatch(/no coordinator has served "memo" yet; served: outline/);
+      // Stored while nothing runs: `memo` has never been served, so it has no consumer yet.
+      const waiting = await publishFromTheStart('down', ['outline', 'memo'], Promise.resolve(), 5);
+      const starting = start(['outline.yaml', 'memo.yaml']);
+      const during = await publishFromTheStart('restart', ['outline', 'memo'], starting, 5);
+      await starting;
+      expect((await readiness('?pipeline=outline&pipeline=memo')).status).toBe(200);
+      stored = [waiting, during];
+    } finally {
+      await gateway.close();
+      await gatewayBus.close();
+    }
+    const ids = stored.flatMap((byPipeline) => [...byPipeline.values()].flat());
     await allEnded(ids);
     expect(ids.filter((id) => finals.get(id) !== 'completed')).toEqual([]);
   });

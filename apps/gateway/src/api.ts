@@ -169,7 +169,14 @@ export const Health = z.object({
   nats: z.enum(['connected', 'reconnecting', 'closed']),
   jetstream: z.enum(['ok', 'unreachable']).optional(),
   streams: z.enum(['ok', 'missing']).optional(),
+  /** With `/readyz?pipeline=`: whether a coordinator has served each pipeline named. */
+  pipelines: z.enum(['ok', 'missing']).optional(),
   message: z.string().optional(),
+});
+
+export const ReadyQuery = z.object({
+  /** Ready only once a coordinator has served each of these pipelines (repeat it, or separate names by commas). */
+  pipeline: z.union([z.string(), z.array(z.string())]).optional(),
 });
 
 export const SessionParams = z.object({

@@ -40,6 +40,7 @@ import {
   OpenSessionBody,
   PipelineList,
   PipelineParams,
+  ReadyQuery,
   RequestParams,
   SessionList,
   SessionListQuery,
@@ -290,10 +291,19 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     return reply.code(health.ok ? 200 : 503).send(health);
   });
 
-  app.get('/readyz', { schema: { response: { 200: Health, 503: Health } } }, async (_request, reply) => {
-    const health = await checkHealth(bus, true);
-    return reply.code(health.ok ? 200 : 503).send(health);
-  });
+  app.get(
+    '/readyz',
+    { schema: { querystring: ReadyQuery, response: { 200: Health, 503: Health } } },
+    async (request, reply) => {
+      const health = await checkHealth(bus, true);
+      const wanted = [request.query.pipeline ?? []]
+        .flat()
+        .flatMap((names) => names.split(','))
+        .filter(Boolean);
+      const ready = health.ok && wanted.length > 0 ? await checkPipelines(bus, health, wanted) : health;
+      return reply.code(ready.ok ? 200 : 503).send(ready);
+    },
+  );
 
   app.post(
     '/v1/pipelines/:name/tasks',
@@ -845,6 +855,31 @@ async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {
     }
   } catch (error) {
     return { ok: false, nats, jetstream: 'unreachable', message: (error as Error).message };
+  }
+}
+
+/**
+ * Ready for these pipelines: a coordinator has served each, so its consumer exists. (A task published before that is
+ * kept and runs once one does; this tells a client that it will not wait for a deploy.)
+ */
+async function checkPipelines(bus: NatsBus, health: HealthBody, wanted: string[]): Promise<HealthBody> {
+  try {
+    const known = await (await PipelineRegistry.open(bus, CLIENT_WAIT)).names();
+    const missing = wanted.filter((name) => !known.includes(name));
+    if (missing.length === 0) return { ...health, pipelines: 'ok' };
+    return {
+      ...health,
+      ok: false,
+      pipelines: 'missing',
+      message: `no coordinator has served ${missing.map((name) => `"${name}"`).join(', ')} yet; served: ${known.join(', ') || 'none'}`,
+    };
+  } catch (error) {
+    return {
+      ...health,
+      ok: false,
+      pipelines: 'missing',
+      message: `cannot read the pipeline registry: ${errorMessage(error)}`,
+    };
   }
 }
 
