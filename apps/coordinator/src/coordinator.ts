@@ -15,6 +15,7 @@ import {
   type ToolRegistry,
   type TroupeMetrics,
   underPrefix,
+  ValueStore,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
@@ -130,6 +131,9 @@ async function startParts(
   // Each pipeline's version is stored before any task can start on it, so any coordinator can run that task.
   const versions = await PipelineVersions.open(bus);
   for (const pipeline of options.pipelines) await versions.save(pipeline.version);
+  // Each pipeline's bucket of large values is made here, with the tasks' retention and the deployment's replicas.
+  const values = new ValueStore(bus, options.replicas === undefined ? {} : { replicas: options.replicas });
+  for (const pipeline of options.pipelines) await values.ensureBucket(pipeline.config.name);
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
   // Asks for `human` steps. A wait cut short by the workflow (a branch stopped, the task cancelled) closes its
   // question; one cut short by this coordinator stopping leaves it pending for the run that resumes the task.
@@ -151,6 +155,7 @@ async function startParts(
           workspaceRoot: options.workspaceRoot,
           registry,
           clock,
+          values,
           ...(options.metrics ? { metrics: options.metrics } : {}),
         })
       : undefined;

@@ -17,6 +17,7 @@ import {
   ThreadedHeartbeatSender,
   ToolRegistry,
   type TroupeMetrics,
+  ValueStore,
 } from '@troupe/runtime';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
@@ -41,6 +42,8 @@ export interface AgentServiceOptions {
   approvalTimeoutMs?: number;
   /** Told what the steps here wait on people for (`troupe_approvals_pending`). */
   metrics?: TroupeMetrics;
+  /** Where outputs and tool results too large for a message go; a store on `bus` with its defaults when absent. */
+  values?: ValueStore;
 }
 
 /** The agents of some pipelines, served in this process. */
@@ -69,6 +72,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const memory = await KvMemory.open(bus);
   const stopCounting = options.metrics?.countPending(() => human.pending);
   const journal = await StepJournal.open(bus);
+  const values = options.values ?? new ValueStore(bus);
   const versions = await PipelineVersions.open(bus);
   // One heartbeat thread for every host here: a busy event loop must not make a live step look dead.
   const heartbeats = new ThreadedHeartbeatSender({ bus, logger });
@@ -100,6 +104,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           human,
           memory,
           journal: journal.forPipeline(pipeline.config.name),
+          values,
           heartbeats,
           ...summarizerOf(pipeline.config),
           version: pipeline.version.hash,

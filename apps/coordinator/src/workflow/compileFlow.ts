@@ -80,6 +80,7 @@ const workflowSetup = setup({
         agent: p.step.agent,
         round: context.round,
         output: p.reply.output,
+        ...(p.reply.outputRef ? { outputRef: p.reply.outputRef } : {}),
       };
       return {
         latest: { ...context.latest, [p.step.id]: output },
@@ -1520,6 +1521,7 @@ function completedEvent(step: AgentAskedStep) {
         stepId: stepId(context, step),
         ok: reply.ok,
         output: reply.ok ? preview(reply.output, 256 * 1024) : '',
+        ...(reply.ok && reply.outputRef ? { outputRef: reply.outputRef } : {}),
         ...(reply.ok && reply.verdict ? { verdict: reply.verdict } : {}),
         ...(reply.ok ? {} : { error: reply.error }),
         usage: reply.usage,
@@ -1611,6 +1613,7 @@ function routerAsk(step: RouteStepConfig): Pick<AgentStepRequest, 'instructions'
 
 function workflowOutput(config: PipelineConfig, context: WorkflowContext): WorkflowOutput {
   const lastWork = [...config.flow].reverse().find((s) => isWork(s) && context.latest[s.id]);
+  const outputRef = lastWork ? context.latest[lastWork.id]?.outputRef : undefined;
   return {
     status: context.released
       ? 'released'
@@ -1620,6 +1623,7 @@ function workflowOutput(config: PipelineConfig, context: WorkflowContext): Workf
           ? 'failed'
           : 'completed',
     output: lastWork ? (context.latest[lastWork.id]?.output ?? '') : '',
+    ...(outputRef ? { outputRef } : {}),
     approved: context.approved,
     rounds: context.round,
     usage: context.usage,

@@ -2,7 +2,10 @@ import type { TaskFailureReason, TroupeEvent, UsageTotals } from '@troupe/protoc
 import { type EventFactory, type EventScope, preview } from '@troupe/runtime';
 import type { TaskOutput, WorkflowFailure } from './workflowTypes.ts';
 
-/** Outputs in events are cut here (the whole output stays in the checkpoint), so an event fits a NATS message. */
+/**
+ * A last guard on what an event carries: a step's output over the object store's threshold is already a preview
+ * with a reference to the whole (see `ValueStore`), and a failure's message is never this long.
+ */
 const MAX_EVENT_OUTPUT = 256 * 1024;
 
 /** The events that end a task of a pipeline: `task.completed`, `task.failed`, `task.cancelled`. */
@@ -31,6 +34,7 @@ export class TaskEvents {
         scope,
         {
           output: preview(output.output, MAX_EVENT_OUTPUT),
+          ...(output.outputRef ? { outputRef: output.outputRef } : {}),
           ...(output.approved === undefined ? {} : { approved: output.approved }),
           rounds: output.rounds,
           usage: output.usage,

@@ -14,6 +14,7 @@ import type {
   TaskParent,
   TaskSubmission,
   UsageTotals,
+  ValueRef,
 } from '@troupe/protocol';
 
 /** What a workflow actor starts from: one task. */
@@ -155,7 +156,9 @@ export type WorkflowEvent =
 /** A workflow's result once it reaches a final state; `released` is no ending of the task. */
 export interface WorkflowOutput {
   status: 'completed' | 'failed' | 'cancelled' | 'released';
+  /** The last work step's output, or its preview when `outputRef` says where the whole is kept. */
   output: string;
+  outputRef?: ValueRef;
   approved: boolean | undefined;
   rounds: number;
   usage: UsageTotals;

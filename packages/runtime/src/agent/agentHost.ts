@@ -13,6 +13,7 @@ import {
 import type { HumanGate } from '../approvals/humanGate.ts';
 import { endingOf } from '../approvals/taskEnded.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
+import type { ValueStore } from '../durable/valueStore.ts';
 import { type Clock, every, systemClock } from '../events/clock.ts';
 import { EventFactory } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -80,6 +81,8 @@ export interface AgentHostOptions {
   memory?: KvMemory;
   /** Records tool calls so a step run again after a crash runs none twice. */
   journal?: StepJournal;
+  /** Keeps outputs and tool results too large for a message, and reads earlier steps' back whole. */
+  values?: ValueStore;
   /**
    * Sends steps' heartbeats; by default from this thread. Give a {@link ThreadedHeartbeatSender} in a real
    * process, so a busy event loop cannot starve them (and make a live step look dead).
@@ -262,6 +265,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         ...(options.human ? { human: options.human } : {}),
         ...(options.memory ? { memory: options.memory } : {}),
         ...(options.journal ? { journal: options.journal } : {}),
+        ...(options.values ? { values: options.values } : {}),
         logger,
       });
       const reply = step.reply;

@@ -31,6 +31,7 @@ export function toolServices(
   /** Made when the first call runs: an agent that calls no tool never makes it. */
   let workspaceMade: Promise<unknown> | undefined;
   const human = deps.human;
+  const values = deps.values;
   /**
    * The turn each tool call was asked for in, and its position in it, for its progress events and the journal key
    * of the questions it asks.
@@ -57,6 +58,9 @@ export function toolServices(
     agent: agent.name,
     workspace,
     taskId: request.taskId,
+    ...(values
+      ? { keepWhole: (name: string, whole: string) => values.store(request.pipeline, name, whole) }
+      : {}),
     onProgress: (callId, tool, update) => {
       // Progress that cannot be published is lost, never the call.
       try {
@@ -165,11 +169,12 @@ async function runOnce(
     journal?.claimToolCall(key, call.name, call.arguments, run, now(), { expectNew: claim.expectNew }),
   );
   if (record?.state === 'done') {
-    const { error, truncated, ...rest } = record.result;
+    const { error, truncated, outputRef, ...rest } = record.result;
     const result: ToolResult = {
       ...rest,
       ...(error ? { error } : {}),
       ...(truncated ? { truncated } : {}),
+      ...(outputRef ? { outputRef } : {}),
       callId: call.id,
       tool: call.name,
       durationMs: 0,
@@ -198,7 +203,8 @@ async function runOnce(
     return { result, claimed: record.state };
   }
   const span = startToolSpan(step, call, turn);
-  const result = await executor.execute(call, signal, approval);
+  // Named by its journal key: a call run again (its result never recorded) keeps its whole under the same name.
+  const result = await executor.execute(call, signal, approval, `${key}.result`);
   endToolSpan(span, result);
   if (journal && !signal.aborted)
     await unlessUnavailable(() => journal.recordToolResult(key, call.arguments, result, now()));

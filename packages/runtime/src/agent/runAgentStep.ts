@@ -13,6 +13,7 @@ import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 import { failedReply, outOfTimeReply, toReply } from './stepReply.ts';
 import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
+import { offloadReply, unreadContextReply, withWholeContext } from './stepValues.ts';
 
 export type { StepDeps };
 
@@ -64,11 +65,33 @@ function startStep(step: StepContext): AgentStep {
   const deadline = request.budget?.deadline;
   const timeLeftMs = deadline === undefined ? undefined : deadline - deps.clock.now();
   if (timeLeftMs !== undefined && timeLeftMs <= 0) return { reply: outOfTimeReply(step), stop: () => {} };
+  if (!request.context.some((output) => output.outputRef)) return startActorSafely(step, timeLeftMs);
+  // Earlier outputs kept in the object store are read back whole first; a stop meanwhile reaches the actor once it runs.
+  let started: AgentStep | undefined;
+  let stopBefore: StepStop | undefined;
+  const reply = withWholeContext(step).then(
+    (whole) => {
+      started = startActorSafely({ ...step, request: whole }, timeLeftMs);
+      if (stopBefore) started.stop(stopBefore);
+      return started.reply;
+    },
+    (error: unknown) => unreadContextReply(request, error),
+  );
+  return {
+    reply,
+    stop: (stop) => {
+      stopBefore ??= stop;
+      started?.stop(stop);
+    },
+  };
+}
+
+function startActorSafely(step: StepContext, timeLeftMs: number | undefined): AgentStep {
   try {
     return startActor(step, timeLeftMs);
   } catch (error) {
     // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
-    return { reply: Promise.resolve(crashedReply(request, error)), stop: () => {} };
+    return { reply: Promise.resolve(crashedReply(step.request, error)), stop: () => {} };
   }
 }
 
@@ -115,7 +138,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
     }
   });
   const reply = toPromise(actor).then(
-    (output) => toReply(request.stepId, output),
+    (output) => offloadReply(step, toReply(request.stepId, output)),
     (error: unknown) => crashedReply(request, error),
   );
   actor.start();

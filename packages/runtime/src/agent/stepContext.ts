@@ -3,6 +3,7 @@ import type { ModelResponse } from '@troupe/llm';
 import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
+import type { ValueStore } from '../durable/valueStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
@@ -25,6 +26,11 @@ export interface StepDeps {
    * (here or on another worker) goes on from its records: no model turn asked twice, no tool call run twice.
    */
   journal?: StepJournal;
+  /**
+   * Where values too large for a message go (a long output, a tool's large result) and where the earlier steps'
+   * are read back whole from. Without it, a reply is sent as it is and a large tool result is cut.
+   */
+  values?: ValueStore;
   /** Where problems that must not fail the step are reported. */
   logger?: Logger;
   /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */

@@ -21,6 +21,7 @@ const ToolResultRecord = ToolResult.pick({
   error: true,
   decision: true,
   truncated: true,
+  outputRef: true,
 });
 
 /** What the journal keeps of a model's reply: the reply itself (whether it was replayed is the reader's to say). */
@@ -252,12 +253,19 @@ export class StepJournal {
   }
 
   async recordToolResult(key: string, args: string, result: ToolResult, now: Date): Promise<void> {
-    const { ok, output, error, decision, truncated } = result;
+    const { ok, output, error, decision, truncated, outputRef } = result;
     await this.#put(key, {
       kind: 'tool.result',
       tool: result.tool,
       arguments: args,
-      result: { ok, output, decision, ...(error ? { error } : {}), ...(truncated ? { truncated } : {}) },
+      result: {
+        ok,
+        output,
+        decision,
+        ...(error ? { error } : {}),
+        ...(truncated ? { truncated } : {}),
+        ...(outputRef ? { outputRef } : {}),
+      },
       recordedAt: now.toISOString(),
     });
   }

@@ -83,6 +83,16 @@ export class ValueStore {
   async offload(pipeline: string, name: string, text: string): Promise<Offloaded> {
     const bytes = Buffer.from(text, 'utf8');
     if (bytes.length <= this.#offloadBytes) return { text };
+    const ref = await this.#store(pipeline, name, bytes);
+    return { text: previewOf(bytes, ref, this.#previewBytes), ref };
+  }
+
+  /** Stores a value whatever its size (a tool result its message cuts shorter than {@link offload} would). */
+  store(pipeline: string, name: string, text: string): Promise<ValueRef> {
+    return this.#store(pipeline, name, Buffer.from(text, 'utf8'));
+  }
+
+  async #store(pipeline: string, name: string, bytes: Buffer): Promise<ValueRef> {
     const ref: ValueRef = {
       bucket: valueBucket(pipeline),
       name,
@@ -90,7 +100,7 @@ export class ValueStore {
       sha256: createHash('sha256').update(bytes).digest('hex'),
     };
     await this.#put(ref, bytes);
-    return { text: previewOf(bytes, ref, this.#previewBytes), ref };
+    return ref;
   }
 
   /** The whole value a reference names; fails with `value_missing`, `value_corrupt` or `value_unavailable`. */

@@ -1,5 +1,5 @@
 import type { ToolCall } from '@troupe/llm';
-import type { ApprovalDecision, ToolDecision, ToolResult } from '@troupe/protocol';
+import type { ApprovalDecision, ToolDecision, ToolResult, ValueRef } from '@troupe/protocol';
 import { errorMessage } from '@troupe/protocol';
 import type { MemoryView } from '../memory/memoryStore.ts';
 import { type AgentPolicy, evaluatePolicy, type PermissionRule, type PolicyVerdict } from './policy.ts';
@@ -7,7 +7,7 @@ import { ProgressThrottle, type ToolProgressUpdate } from './progressThrottle.ts
 import type { HumanChannel, Tool, ToolContext } from './tool.ts';
 import { ToolError } from './toolError.ts';
 import type { ToolRegistry } from './toolRegistry.ts';
-import { truncateOutput } from './truncateOutput.ts';
+import { truncateOutput, utf8Head } from './truncateOutput.ts';
 
 /** What the executor needs: the tools, the agent's policy, and where and for whom it runs. */
 export interface ToolExecutorOptions {
@@ -25,6 +25,11 @@ export interface ToolExecutorOptions {
   defaultTimeoutMs?: number;
   /** Output beyond this many UTF-8 bytes is cut with a marker; 64 KiB by default. */
   maxOutputBytes?: number;
+  /**
+   * Keeps the whole of an output that is cut (under the name {@link ToolExecutor.execute} is given), so the result
+   * can say where it is; without it, or without a name, a cut output's rest is lost (the marker says so).
+   */
+  keepWhole?: (name: string, whole: string) => Promise<ValueRef>;
   /** Clock for `durationMs`, in milliseconds. */
   now?: () => number;
   /**
@@ -62,6 +67,7 @@ export class ToolExecutor {
   readonly #human: HumanChannel | undefined;
   readonly #memory: MemoryView | undefined;
   readonly #onProgress: ToolExecutorOptions['onProgress'];
+  readonly #keepWhole: ToolExecutorOptions['keepWhole'];
 
   constructor(opts: ToolExecutorOptions) {
     this.#human = opts.human;
@@ -75,6 +81,7 @@ export class ToolExecutor {
     this.#maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024;
     this.#now = opts.now ?? (() => performance.now());
     this.#onProgress = opts.onProgress;
+    this.#keepWhole = opts.keepWhole;
   }
 
   /**
@@ -99,9 +106,15 @@ export class ToolExecutor {
 
   /**
    * Runs one call; resolves with a result whatever happens. A call the policy marks `ask` runs only with an
-   * `allow` decision for it; a `deny` decision refuses it with the person's reason.
+   * `allow` decision for it; a `deny` decision refuses it with the person's reason. An output over the cap is cut
+   * for the model; its whole is kept as `wholeName` (see `keepWhole`) and the result's `outputRef` names it.
    */
-  async execute(call: ToolCall, signal?: AbortSignal, approval?: ApprovalDecision): Promise<ToolResult> {
+  async execute(
+    call: ToolCall,
+    signal?: AbortSignal,
+    approval?: ApprovalDecision,
+    wholeName?: string,
+  ): Promise<ToolResult> {
     const started = this.#now();
     let decision: ToolDecision = 'deny';
     try {
@@ -117,9 +130,32 @@ export class ToolExecutor {
         if (approval.decision === 'deny') throw deniedByPerson(tool.name, approval);
       }
       const output = await this.#run(tool, input, call.id, signal, verdict.rule);
-      return this.#result(call, started, decision, { output });
+      return await this.#kept(this.#result(call, started, decision, { output }), output, wholeName);
     } catch (error) {
       return this.#result(call, started, decision, { error: asToolError(error, call.name) });
+    }
+  }
+
+  /** A cut result with its whole kept and named; the cut says where the whole is, or that it could not be kept. */
+  async #kept(result: ToolResult, whole: string, name: string | undefined): Promise<ToolResult> {
+    if (result.truncated === undefined || !this.#keepWhole || name === undefined) return result;
+    const head = utf8Head(Buffer.from(whole, 'utf8'), this.#maxOutputBytes);
+    const shown = Buffer.byteLength(head, 'utf8');
+    const total = result.truncated.originalBytes;
+    try {
+      const ref = await this.#keepWhole(name, whole);
+      const where = `the whole is object "${ref.name}" in NATS object store ${ref.bucket}`;
+      return {
+        ...result,
+        output: `${head}\n…[truncated: ${total} bytes total, showing first ${shown}; ${where}]`,
+        outputRef: ref,
+      };
+    } catch (error) {
+      const why = `the whole could not be kept: ${errorMessage(error)}`;
+      return {
+        ...result,
+        output: `${head}\n…[truncated: ${total} bytes total, showing first ${shown}; ${why}]`,
+      };
     }
   }
 

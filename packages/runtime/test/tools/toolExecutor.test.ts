@@ -321,6 +321,45 @@ describe('ToolExecutor.execute: output cap', () => {
     expect(result.output.startsWith('x'.repeat(65_536))).toBe(true);
     expect(result.output.endsWith('[truncated: 70000 bytes total, showing first 65536]')).toBe(true);
   });
+
+  it('keeps the whole of a cut output under the name it is given, and says where it is', async () => {
+    const kept: [string, string][] = [];
+    const ref = { bucket: 'troupe-values-demo', name: 'k.result', bytes: 16, sha256: 'a'.repeat(64) };
+    const keepWhole = async (name: string, whole: string) => {
+      kept.push([name, whole]);
+      return { ...ref, name };
+    };
+    const result = await executor([echo], { maxOutputBytes: 10, keepWhole }).execute(
+      callOf('echo', { text: 'abcdefghijklmnop' }),
+      undefined,
+      undefined,
+      'k.result',
+    );
+
+    expect(kept).toEqual([['k.result', 'abcdefghijklmnop']]);
+    expect(result.outputRef).toEqual(ref);
+    expect(result.output).toBe(
+      'abcdefghij\n…[truncated: 16 bytes total, showing first 10; the whole is object "k.result" in NATS object store troupe-values-demo]',
+    );
+  });
+
+  it('says so when the whole of a cut output cannot be kept', async () => {
+    const keepWhole = async () => {
+      throw new Error('NATS is down');
+    };
+    const result = await executor([echo], { maxOutputBytes: 10, keepWhole }).execute(
+      callOf('echo', { text: 'abcdefghijklmnop' }),
+      undefined,
+      undefined,
+      'k.result',
+    );
+
+    expect(result.ok).toBe(true);
+    expect(result).not.toHaveProperty('outputRef');
+    expect(result.output).toBe(
+      'abcdefghij\n…[truncated: 16 bytes total, showing first 10; the whole could not be kept: NATS is down]',
+    );
+  });
 });
 
 describe('ToolExecutor.executeAll', () => {

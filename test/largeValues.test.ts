@@ -1,0 +1,105 @@
+import { createHash } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Kvm } from '@nats-io/kv';
+import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
+import { defineTool, ValueStore } from '@troupe/runtime';
+import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+
+/** Text of `bytes` bytes that is not one byte repeated, so a chunk out of place would show. */
+const numbered = (tag: string, bytes: number): string =>
+  Array.from({ length: Math.ceil(bytes / 16) }, (_, i) => `${tag}${String(i).padStart(14, '0')}\n`)
+    .join('')
+    .slice(0, bytes);
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+/**
+ * Issue 27, item 4: nothing is cut in silence. A tool returns 5 MB, a step replies 2 MB and the task ends with
+ * 2 MB: the model sees a capped tool result that says where the whole is, the next step gets the earlier step's
+ * whole output, and every message that could not hold a value carries a preview and a reference to it.
+ */
+describe('large values', () => {
+  const toolResult = numbered('T', 5 * 1024 * 1024);
+  const written = numbered('W', 2 * 1024 * 1024);
+  const answer = numbered('A', 2 * 1024 * 1024);
+  let h: Harness;
+  let dir: string;
+  let openai: FakeModelServer;
+  let values: ValueStore;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-large-'));
+    openai = await startFakeOpenAI();
+    await writeFile(
+      join(dir, 'bulky.yaml'),
+      `version: 1
+name: bulky
+models:
+  gpt: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}" }
+defaults: { model: gpt }
+agents:
+  writer: { instructions: Gather the data., tools: [big_result] }
+  reader: { instructions: Read what was written. }
+flow:
+  - { id: write, kind: agent, agent: writer }
+  - { id: read, kind: agent, agent: reader }
+`,
+    );
+    const bigResult = defineTool({
+      name: 'big_result',
+      description: 'Returns 5 MB of data',
+      input: z.object({}),
+      run: async () => toolResult,
+    });
+    h = await startHarness([join(dir, 'bulky.yaml')], {
+      tools: [bigResult],
+      env: { OPENAI_API_KEY: 'sk-test' },
+    });
+    values = new ValueStore(h.bus);
+  }, 60_000);
+  afterAll(async () => {
+    await h?.stop();
+    await openai?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('carries a 5 MB tool result and 2 MB outputs through a task, each whole where it is used', async () => {
+    openai.enqueue(
+      { kind: 'message', toolCalls: [{ name: 'big_result', arguments: '{}' }] },
+      { kind: 'message', content: written },
+      { kind: 'message', content: answer },
+    );
+    publishTask(h, 'bulky', { id: 'big-1', goal: 'move a lot of data' });
+    const final = await h.finalOf('big-1', 60_000);
+    expect(final.kind).toBe('task.completed');
+    const completed = final as EventOf<'task.completed'>;
+
+    // The tool result: the model and the event see 64 KiB that say where the whole is; the whole is kept.
+    const [tool] = ofKind(h.eventsOf('big-1'), 'tool.result');
+    const toolRef = tool?.data.outputRef as ValueRef;
+    expect(toolRef).toMatchObject({ bucket: 'troupe-values-bulky', bytes: toolResult.length });
+    expect(tool?.data.truncated).toEqual({ originalBytes: toolResult.length });
+    expect(await values.read(toolRef)).toBe(toolResult);
+
+    // The writer's 2 MB reply: a preview and a reference in its event; the reader's prompt had all of it.
+    const steps = ofKind(h.eventsOf('big-1'), 'step.completed');
+    const write = steps.find((e) => e.data.step === 'write');
+    expect(write?.data.outputRef).toMatchObject({ bytes: written.length, sha256: sha256(written) });
+    expect(write?.data.output).toContain('the whole is object "big-1.write.1.output"');
+    expect(Buffer.byteLength(write?.data.output ?? '')).toBeLessThan(16 * 1024);
+    const prompt = JSON.stringify(openai.requests.at(-1)?.body.messages);
+    expect(prompt).toContain(JSON.stringify(written).slice(1, -1));
+
+    // The task's 2 MB output: a preview and a reference in task.completed, whole in the store.
+    expect(completed.data.outputRef).toMatchObject({ bytes: answer.length, sha256: sha256(answer) });
+    expect(await values.read(completed.data.outputRef as ValueRef)).toBe(answer);
+
+    // The checkpoint holds previews and references, so it fits a KV value.
+    const workflows = await new Kvm(h.client).open(BUCKETS.workflows);
+    expect((await workflows.get('big-1'))?.length).toBeLessThan(256 * 1024);
+  }, 90_000);
+});
