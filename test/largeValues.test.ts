@@ -3,8 +3,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
+import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
-import { defineTool, ValueStore } from '@troupe/runtime';
+import { createLogger, defineTool, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -30,6 +31,15 @@ describe('large values', () => {
   let dir: string;
   let openai: FakeModelServer;
   let values: ValueStore;
+  let gateway: Gateway;
+  const token = 'tok-large-values-admin';
+  const get = async (path: string, init: RequestInit = {}) => {
+    const response = await fetch(`${gateway.url}${path}`, {
+      ...init,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'troupe-large-'));
@@ -60,8 +70,15 @@ flow:
       env: { OPENAI_API_KEY: 'sk-test' },
     });
     values = new ValueStore(h.bus);
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(token), scopes: ['admin'] }]),
+      port: 0,
+    });
   }, 60_000);
   afterAll(async () => {
+    await gateway?.close();
     await h?.stop();
     await openai?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
@@ -101,5 +118,36 @@ flow:
     // The checkpoint holds previews and references, so it fits a KV value.
     const workflows = await new Kvm(h.client).open(BUCKETS.workflows);
     expect((await workflows.get('big-1'))?.length).toBeLessThan(256 * 1024);
+  }, 90_000);
+
+  it('answers the gateway with the whole output: a task, a submit that waits, a trace', async () => {
+    await h.finalOf('big-1', 60_000);
+    const task = await get('/v1/tasks/big-1');
+    expect(task.status).toBe(200);
+    expect(task.body.output).toBe(answer);
+    expect(task.body).not.toHaveProperty('outputRef');
+
+    const trace = await get('/v1/tasks/big-1/trace');
+    expect(trace.body.output).toBe(answer);
+    const steps = trace.body.steps as { entries: { kind: string; result?: { output: string } }[] }[];
+    const tool = steps.flatMap((step) => step.entries).find((entry) => entry.kind === 'tool');
+    expect(tool?.result?.output).toBe(toolResult);
+
+    // A list shows each task's preview, and says where the whole is.
+    const list = await get('/v1/tasks?pipeline=bulky');
+    const listed = (list.body.tasks as { taskId: string; output: string; outputRef?: ValueRef }[]).find(
+      (t) => t.taskId === 'big-1',
+    );
+    expect(listed?.outputRef).toMatchObject({ bucket: 'troupe-values-bulky', bytes: answer.length });
+
+    const second = numbered('S', 2 * 1024 * 1024);
+    openai.enqueue({ kind: 'message', content: 'no tools this time' }, { kind: 'message', content: second });
+    const waited = await get('/v1/pipelines/bulky/tasks?wait=60', {
+      method: 'POST',
+      body: JSON.stringify({ id: 'big-2', goal: 'again' }),
+    });
+    expect(waited.status).toBe(200);
+    expect(waited.body.status).toBe('completed');
+    expect(waited.body.output).toBe(second);
   }, 90_000);
 });

@@ -73,6 +73,7 @@ export {
   type TraceEntry,
   type TraceTotals,
 } from './operations/taskTrace.ts';
+  wholeTrace,
 export {
   bucketIfAny,
   CLIENT_WAIT,

@@ -12,6 +12,7 @@ import {
   submitToPipeline,
   type TaskTrace,
   type WorkflowRecord,
+  wholeTrace,
 } from '@troupe/coordinator';
 import {
   DEFAULT_TASK_LIMITS,
@@ -24,7 +25,7 @@ import {
   type TaskSubmission,
   TroupeEvent,
 } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import { type NatsBus, ValueStore } from '@troupe/runtime';
 import type { z } from 'zod';
 import type { ClientTask, DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
@@ -49,6 +50,8 @@ export interface GatewayActionsOptions {
   taskLimits?: TaskLimits;
   /** Makes the ids of idempotency keys; a random secret (ids that hold in this process only) when absent. */
   taskIds?: TaskIds;
+  /** Where outputs too large for a message are read back whole; a store on the bus when absent. */
+  values?: ValueStore;
 }
 
 /**
@@ -61,8 +64,10 @@ export class GatewayActions {
   readonly #maxWaitSeconds: number;
   readonly #limits: TaskLimits;
   readonly #ids: TaskIds;
+  readonly #values: ValueStore;
 
   constructor(bus: NatsBus, options: GatewayActionsOptions = {}) {
+    this.#values = options.values ?? new ValueStore(bus);
     this.#bus = bus;
     this.#maxWaitSeconds = options.maxWaitSeconds ?? 300;
     this.#limits = options.taskLimits ?? DEFAULT_TASK_LIMITS;
@@ -103,11 +108,13 @@ export class GatewayActions {
       if (known && known.pipeline !== pipeline) {
         throw new OperationError('conflict', `task id ${task.id} is taken by a task of another pipeline`);
       }
-      if (known && known.status !== 'running') return { done: true, view: { ...viewOf(known), ...flag } };
+      if (known && known.status !== 'running')
+        return { done: true, view: { ...(await this.#wholeView(known)), ...flag } };
       if (final && (await final.within(wait * 1_000))) {
         // Published already: a record that cannot be read now is no error, the task is there.
         const record = await readTask(this.#bus, task.id).catch(() => undefined);
-        if (record) return { done: record.status !== 'running', view: { ...viewOf(record), ...flag } };
+        if (record)
+          return { done: record.status !== 'running', view: { ...(await this.#wholeView(record)), ...flag } };
       }
       const view: TaskView = known
         ? viewOf(known)
@@ -121,7 +128,7 @@ export class GatewayActions {
   /** A task as its record says, with its steps from its events when asked. */
   async task(who: Principal, taskId: string, withSteps = false): Promise<TaskView> {
     const record = await this.readable(who, taskId);
-    const view = viewOf(record);
+    const view = await this.#wholeView(record);
     if (!withSteps) return view;
     const trace = await this.#trace(record);
     return {
@@ -144,8 +151,10 @@ export class GatewayActions {
     };
   }
 
+  /** A task's trace, with the outputs its events name by reference read back whole. */
   async trace(who: Principal, taskId: string): Promise<TaskTrace> {
-    return this.#trace(await this.readable(who, taskId));
+    const trace = await this.#trace(await this.readable(who, taskId));
+    return wholeTrace(trace, (ref) => this.#values.read(ref));
   }
 
   /** Tasks newest first, filtered, a page at a time; a cursor is the last task of the page before. */
@@ -264,6 +273,22 @@ export class GatewayActions {
     throw new InvalidRequest(reason);
   }
 
+  /**
+   * A task's view with its whole output: read back from the pipeline's object store when the final event holds
+   * only a preview. One that cannot be read keeps the preview (which says where the whole is) and `outputRef`.
+   */
+  async #wholeView(record: WorkflowRecord): Promise<TaskView> {
+    const view = viewOf(record);
+    const ref = view.outputRef;
+    if (!ref) return view;
+    try {
+      const { outputRef: _read, ...whole } = view;
+      return { ...whole, output: await this.#values.read(ref) };
+    } catch {
+      return view;
+    }
+  }
+
   async #trace(record: WorkflowRecord): Promise<TaskTrace> {
     return buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId, record.pipeline));
   }
@@ -289,8 +314,11 @@ export function viewOf(record: WorkflowRecord): TaskView {
   };
 }
 
-function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'failure'> {
-  if (final.kind === 'task.completed') return { output: final.data.output };
+function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'outputRef' | 'failure'> {
+  if (final.kind === 'task.completed') {
+    const { output, outputRef } = final.data;
+    return { output, ...(outputRef ? { outputRef } : {}) };
+  }
   if (final.kind === 'task.failed')
     return { failure: { reason: final.data.reason, message: final.data.message } };
   return {};

@@ -1,5 +1,5 @@
 import { FlowGraph } from '@troupe/coordinator';
-import { HumanRequest, Name, TaskId, TaskSubmission, UsageTotals } from '@troupe/protocol';
+import { HumanRequest, Name, TaskId, TaskSubmission, UsageTotals, ValueRef } from '@troupe/protocol';
 import { z } from 'zod';
 import { SessionSummary } from './sessions.ts';
 
@@ -64,8 +64,10 @@ export const TaskView = z
     updatedAt: z.string().optional(),
     /** What its current step is doing (an agent working, waiting on its model, on a person, or on a worker). */
     activity: z.record(z.string(), z.unknown()).optional(),
-    /** The final output of a completed task. */
+    /** The final output of a completed task: whole for a single task, a preview in a list when `outputRef` is set. */
     output: z.unknown().optional(),
+    /** Where the whole output is kept, when `output` is only its preview (in a list of tasks). */
+    outputRef: ValueRef.optional(),
     /** Why a failed task failed. */
     failure: z.object({ reason: z.string(), message: z.string() }).optional(),
     /** Each agent step, from the task's events (`?steps=true` on a single task). */

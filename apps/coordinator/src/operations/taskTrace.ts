@@ -1,4 +1,4 @@
-import { emptyUsage, type TroupeEvent, type UsageTotals } from '@troupe/protocol';
+import { emptyUsage, type TroupeEvent, type UsageTotals, type ValueRef } from '@troupe/protocol';
 
 /**
  * A task as a tree, built from its events (`troupe trace`): its steps in order, and in each step what the agent did
@@ -20,7 +20,9 @@ export interface TaskTrace {
   failure?: { reason: string; message: string; step?: string };
   /** Why it was cancelled, when the person said. */
   cancelReason?: string;
+  /** The task's output; only its preview when `outputRef` is set and the trace was not read whole ({@link wholeTrace}). */
   output?: string;
+  outputRef?: ValueRef;
   steps: StepTrace[];
   totals: TraceTotals;
 }
@@ -88,7 +90,9 @@ export interface ToolCallTrace {
   result?: {
     ok: boolean;
     decision: string;
+    /** What the event kept: the start of a long output, whole when read with {@link wholeTrace} and `outputRef` is set. */
     output: string;
+    outputRef?: ValueRef;
     durationMs: number;
     error?: { code: string; message: string };
     journaled: boolean;
@@ -121,6 +125,38 @@ export interface CompactionTrace {
   estimatedTokens: number;
   /** The model call that wrote the summary, where the event says (events from before it was added do not). */
   reply?: ModelSpend;
+}
+
+/**
+ * The trace with each output its events name by reference read back whole (the task's output, large tool results).
+ * One that cannot be read keeps its preview, which says where the whole was, and its reference.
+ */
+export async function wholeTrace(
+  trace: TaskTrace,
+  read: (ref: ValueRef) => Promise<string>,
+): Promise<TaskTrace> {
+  const whole = async (preview: string, ref: ValueRef | undefined) =>
+    ref ? read(ref).catch(() => preview) : preview;
+  const steps = await Promise.all(
+    trace.steps.map(async (step) => ({
+      ...step,
+      entries: await Promise.all(
+        step.entries.map(async (entry) =>
+          entry.kind === 'tool' && entry.result?.outputRef
+            ? {
+                ...entry,
+                result: { ...entry.result, output: await whole(entry.result.output, entry.result.outputRef) },
+              }
+            : entry,
+        ),
+      ),
+    })),
+  );
+  return {
+    ...trace,
+    ...(trace.output === undefined ? {} : { output: await whole(trace.output, trace.outputRef) }),
+    steps,
+  };
 }
 
 const ms = (from: string, to: string) => Math.max(0, Date.parse(to) - Date.parse(from));
@@ -303,6 +339,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
           ok: d.ok,
           decision: d.decision,
           output: d.output,
+          ...(d.outputRef ? { outputRef: d.outputRef } : {}),
           durationMs: d.durationMs,
           ...(d.error ? { error: d.error } : {}),
           journaled: d.journaled === true,
@@ -363,6 +400,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       case 'task.completed':
         ended(trace, event, 'completed', event.data.usage, event.data.durationMs);
         trace.output = event.data.output;
+        if (event.data.outputRef) trace.outputRef = event.data.outputRef;
         break;
       case 'task.failed':
         ended(trace, event, 'failed', event.data.usage, event.data.durationMs);
