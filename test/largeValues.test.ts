@@ -9,6 +9,7 @@ import { createLogger, defineTool, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { troupe } from './support/cli.ts';
 import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 /** Text of `bytes` bytes that is not one byte repeated, so a chunk out of place would show. */
@@ -149,5 +150,18 @@ flow:
     expect(waited.status).toBe(200);
     expect(waited.body.status).toBe('completed');
     expect(waited.body.output).toBe(second);
+  }, 90_000);
+
+  it('prints the whole outputs in troupe trace --json', async () => {
+    await h.finalOf('big-1', 60_000);
+    const result = await troupe(['trace', 'big-1', '--json', '--server', h.nats.url], undefined, 60_000);
+    expect(result.code).toBe(0);
+    const tree = JSON.parse(result.stdout) as {
+      output: string;
+      steps: { entries: { kind: string; result?: { output: string } }[] }[];
+    };
+    expect(tree.output).toBe(answer);
+    const tool = tree.steps.flatMap((step) => step.entries).find((entry) => entry.kind === 'tool');
+    expect(tool?.result?.output).toBe(toolResult);
   }, 90_000);
 });

@@ -1,4 +1,5 @@
-import { buildTaskTrace } from '@troupe/coordinator';
+import { buildTaskTrace, wholeTrace } from '@troupe/coordinator';
+import { ValueStore } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
 import { formatTrace } from '../format/formatTrace.ts';
@@ -12,7 +13,7 @@ export interface TraceOptions extends ServerOptions {
 /**
  * `troupe trace`: a task as a tree — its steps, and in each the agent's model calls, tool calls and the people it
  * asked — with totals, from the `EVENTS` stream (so for a finished task, or for one still running as far as it
- * got). `--json` prints the same tree as one JSON document.
+ * got). `--json` prints the same tree as one JSON document, with outputs too large for an event read back whole.
  */
 export async function trace(taskId: string, options: TraceOptions): Promise<number> {
   checkTaskId(taskId);
@@ -30,9 +31,11 @@ export async function trace(taskId: string, options: TraceOptions): Promise<numb
     const tree = buildTaskTrace(taskId, events);
     if (tree.pipeline === '' && record) tree.pipeline = record.pipeline;
     if (record?.version !== undefined) tree.version = record.version;
+    // The JSON tree is the whole record: outputs kept in the object store are read back into it.
+    const values = new ValueStore(bus);
     process.stdout.write(
       options.json
-        ? `${JSON.stringify(tree)}\n`
+        ? `${JSON.stringify(await wholeTrace(tree, (ref) => values.read(ref)))}\n`
         : `${formatTrace(tree, { color: process.stdout.isTTY === true })}\n`,
     );
     return 0;
