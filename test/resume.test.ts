@@ -1,8 +1,15 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import { createLogger, NatsBus } from '@troupe/runtime';
+import {
+  builtinTools,
+  loadPipeline,
+  PipelineVersion,
+  startCoordinator,
+  WorkflowRecord,
+} from '@troupe/coordinator';
+import { BUCKETS } from '@troupe/protocol';
+import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventOf,
@@ -51,7 +58,9 @@ describe('a coordinator stopped mid-task', () => {
     }
   });
 
-  it('ends a task whose checkpoint no longer fits the pipeline, instead of hanging it', async () => {
+  // Its own version stored, a task resumes on it whatever the file says now (test/versionedDeploy.test.ts); without it,
+  // the checkpoint fits nothing this coordinator has.
+  it('ends a task whose version is no longer stored and whose checkpoint does not fit the pipeline, instead of hanging it', async () => {
     const logger = createLogger({ level: 'silent' });
     const registry = builtinTools();
     const start = async (file: string, name: string) => {
@@ -70,6 +79,10 @@ describe('a coordinator stopped mid-task', () => {
     await eventOf(h, 'res-2', 'step.started');
     await first.coordinator.stop();
     await first.bus.close();
+    const version = (await (await KvStore.open(h.bus, BUCKETS.workflows, WorkflowRecord)).get('res-2'))?.value
+      .version;
+    expect(version).toMatch(/^[0-9a-f]{64}$/);
+    await (await KvStore.open(h.bus, BUCKETS.versions, PipelineVersion)).delete(`resume.${version}`);
 
     const dir = await mkdtemp(join(tmpdir(), 'troupe-changed-'));
     const text = (await readFile(fixturePath('resume.yaml'), 'utf8'))
@@ -81,6 +94,9 @@ describe('a coordinator stopped mid-task', () => {
       const final = await h.finalOf('res-2', 30_000);
       expect(final.kind).toBe('task.failed');
       expect(final.kind === 'task.failed' && final.data.reason).toBe('unresumable');
+      expect(final.kind === 'task.failed' && final.data.message).toContain(
+        `version ${version?.slice(0, 12)} of pipeline resume is not stored`,
+      );
       expect(changed.coordinator.running()).not.toContain('res-2');
     } finally {
       await changed.coordinator.stop();

@@ -448,6 +448,18 @@ program
   .action(run(async (taskId: string, options) => (await commands.control()).cancel(taskId, options)));
 
 program
+  .command('migrate')
+  .description(
+    'move a running task to another version of its pipeline, only where its state fits that version (else say why)',
+  )
+  .argument('<task-id>', 'the task')
+  .option('--to <hash>', 'the version: its hash, or a prefix of it (troupe runs shows 12 digits)')
+  .option('--latest', 'the newest version (the one the last coordinator to start loaded)', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (taskId: string, options) => (await commands.control()).migrate(taskId, options)));
+
+program
   .command('approvals')
   .description('list what agents are waiting on a person for: approvals of `ask` calls and questions')
   .option('-a, --all', 'include decided, answered and expired ones', false)

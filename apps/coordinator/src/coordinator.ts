@@ -177,6 +177,7 @@ async function startParts(
               (registration) => registration?.version,
               () => undefined,
             ),
+          versionHashes: () => versions.hashes(pipeline.config.name),
           loadVersion: async (hash) => {
             const stored = await versions.get(pipeline.config.name, hash);
             return stored && PipelineConfig.parse(stored.config);

@@ -55,6 +55,7 @@ export {
 export { OperationError, type OperationErrorCode } from './operations/operationError.ts';
 export {
   cancelTask,
+  migrateTask,
   readTask,
   readTaskEvents,
   type Submitted,

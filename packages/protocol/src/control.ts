@@ -61,27 +61,52 @@ export const HumanRequest = z.object({
 });
 export type HumanRequest = z.infer<typeof HumanRequest>;
 
-/** A control message for a running task, on `troupe.control.<taskId>`. */
-export const ControlMessage = z.strictObject({
-  action: z.literal('cancel'),
-  reason: z.string().max(10_000).optional(),
-});
+/**
+ * A control message for a running task, on `troupe.control.<taskId>`: `cancel` it, or `migrate` it to another
+ * version of its pipeline (`to`: a version's hash, or a unique prefix of at least 4 digits; the newest when absent).
+ */
+export const ControlMessage = z.discriminatedUnion('action', [
+  z.strictObject({
+    action: z.literal('cancel'),
+    reason: z.string().max(10_000).optional(),
+  }),
+  z.strictObject({
+    action: z.literal('migrate'),
+    to: z
+      .string()
+      .regex(/^[0-9a-f]{4,64}$/, 'must be a version hash, or a prefix of one of at least 4 hex digits')
+      .optional(),
+  }),
+]);
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
-/** The reply to a cancel: the coordinator running the task has stopped it. */
+/**
+ * The reply to a control message that changed the task: the coordinator running it stopped it (`cancelled`), or
+ * moved it to version `to` from `from` (`migrated`: it resumes there at once).
+ */
 export const ControlReceipt = z.object({
   ok: z.literal(true),
   taskId: TaskId,
-  outcome: z.literal('cancelled'),
+  outcome: z.enum(['cancelled', 'migrated']),
+  from: z.string().optional(),
+  to: z.string().optional(),
 });
 export type ControlReceipt = z.infer<typeof ControlReceipt>;
 
 /**
  * Error codes of the answer to a control message that changed nothing, each with a message saying the task's state:
  * `unknown_task` (no task has this id), `task_ended` (it already completed, failed or was cancelled), `not_running`
- * (it has not ended, but no coordinator runs it right now: it resumes when its message is delivered again).
+ * (it has not ended, but no coordinator runs it right now: it resumes when its message is delivered again),
+ * `unknown_version` (a migration to a version that is not stored, or a prefix that names none or several),
+ * `not_migratable` (the task's state does not fit the version asked for, with the reason).
  */
-export const ControlRefusal = z.enum(['unknown_task', 'task_ended', 'not_running']);
+export const ControlRefusal = z.enum([
+  'unknown_task',
+  'task_ended',
+  'not_running',
+  'unknown_version',
+  'not_migratable',
+]);
 export type ControlRefusal = z.infer<typeof ControlRefusal>;
 
 /** The reply sent when a request fails validation or cannot be served. */

@@ -1,6 +1,7 @@
 import {
   cancelTask,
   listHumanRequests,
+  migrateTask,
   OperationError,
   shortVersion,
   type WorkflowRecord,
@@ -26,6 +27,42 @@ export async function cancel(taskId: string, options: CancelOptions): Promise<nu
       return explain(error);
     });
     process.stdout.write(`${taskId}: cancelled\n`);
+    return 0;
+  } finally {
+    await bus.close();
+  }
+}
+
+export interface MigrateOptions extends ServerOptions {
+  to?: string;
+  latest: boolean;
+}
+
+/**
+ * `troupe migrate`: asks the coordinator running a task to move it to another version of its pipeline; it does so
+ * only where the task's state fits that version, and otherwise says why, changing nothing.
+ */
+export async function migrate(taskId: string, options: MigrateOptions): Promise<number> {
+  if ((options.to === undefined) === !options.latest) {
+    throw new CliError('say which version: --to <hash> (a prefix will do) or --latest', 2);
+  }
+  const to = options.to?.trim().toLowerCase();
+  if (to !== undefined && !/^[0-9a-f]{4,64}$/.test(to)) {
+    throw new CliError(
+      `--to: "${options.to}" is not a version hash, nor a prefix of one of at least 4 hex digits`,
+      2,
+    );
+  }
+  const bus = await connectCli(options, 'troupe-migrate');
+  try {
+    const moved = await migrateTask(bus, taskId, to).catch((error) => {
+      if (OperationError.is(error, 'no_coordinator'))
+        throw new CliError(`${error.message} — start one with troupe up`);
+      return explain(error);
+    });
+    process.stdout.write(
+      `${taskId}: moved from version ${shortVersion(moved.from)} to ${shortVersion(moved.to)}; it resumes there\n`,
+    );
     return 0;
   } finally {
     await bus.close();

@@ -53,7 +53,7 @@ export function pipelineVersion(
 }
 
 /** JSON with every object's keys sorted, and undefined members left out as JSON.stringify does. */
-function canonicalJson(value: unknown): string {
+export function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map((v) => canonicalJson(v ?? null)).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const members = Object.entries(value)

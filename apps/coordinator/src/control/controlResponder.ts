@@ -44,7 +44,8 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
       // The coordinator running it (in another process) answers at once; give it the time to.
       await new Promise((resolve) => setTimeout(resolve, graceMs));
       const now = (await record(taskId)) ?? first;
-      if (now.status === 'cancelled') {
+      const migrating = actionOf(delivery.value) === 'migrate';
+      if (now.status === 'cancelled' && !migrating) {
         return delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
       }
       if (now.status !== 'running') return delivery.respond(ended(now));
@@ -52,7 +53,10 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
         refusal(
           'not_running',
           `task ${taskId} has not ended (it is at ${now.state}, round ${now.round}) but no coordinator runs it right now; ` +
-            'it resumes when its message is delivered again (within the ack wait); nothing was changed',
+            'it resumes when its message is delivered again (within the ack wait); nothing was changed' +
+            (migrating
+              ? '; a task is migrated by the coordinator running it, so try again once it runs'
+              : ''),
         ),
       );
     },
@@ -61,6 +65,15 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
 
   async function record(taskId: string): Promise<WorkflowRecord | undefined> {
     return (await throughOutages(() => store.get(taskId)))?.value;
+  }
+}
+
+/** The action a control message asks for, read leniently: the coordinators' own subscription reports a bad one. */
+function actionOf(text: string): unknown {
+  try {
+    return (JSON.parse(text) as { action?: unknown } | null)?.action;
+  } catch {
+    return undefined;
   }
 }
 

@@ -94,6 +94,45 @@ export async function cancelTask(bus: NatsBus, taskId: string, reason?: string):
 }
 
 /**
+ * Moves a running task to another version of its pipeline (`to`: a hash or a unique prefix; the newest when absent),
+ * through the coordinator running it, which does so only when the task's state fits that version. Answers with the
+ * versions it moved from and to; throws `conflict` with the reason when it refused, changing nothing.
+ */
+export async function migrateTask(
+  bus: NatsBus,
+  taskId: string,
+  to?: string,
+): Promise<{ from: string; to: string }> {
+  const record = await readTask(bus, taskId);
+  if (record.status !== 'running') {
+    throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to migrate`);
+  }
+  try {
+    const receipt = await bus.request(
+      subjects.control(taskId),
+      { action: 'migrate', ...(to === undefined ? {} : { to }) },
+      ControlReceipt,
+      { timeoutMs: 30_000, meta: { taskId, from: 'user', kind: 'migrate' } },
+    );
+    return { from: receipt.from ?? '', to: receipt.to ?? '' };
+  } catch (error) {
+    if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
+      throw new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
+        cause: error,
+      });
+    }
+    if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
+      throw new OperationError(
+        'no_coordinator',
+        `no coordinator answered for task ${taskId} (it is at ${record.state}); none is running on this server`,
+        { cause: error },
+      );
+    }
+    throw new OperationError('unavailable', (error as Error).message, { cause: error });
+  }
+}
+
+/**
  * Every event of a task the `EVENTS` stream keeps, in the order it kept them, each once (an event republished
  * beyond the stream's duplicate window is stored twice). Give the task's `pipeline` when it is known: a reader whose
  * NATS user may read only some pipelines' events may not filter on every pipeline's.

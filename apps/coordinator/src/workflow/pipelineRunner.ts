@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import {
   ControlMessage,
   type ControlReceipt,
+  type ControlRefusal,
   type ErrorReply,
   emptyUsage,
   errorMessage,
@@ -36,6 +37,7 @@ import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
+import { migrationProblem } from './migration.ts';
 import { createStepRunner } from './stepRunner.ts';
 import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
@@ -71,6 +73,8 @@ export interface PipelineRunnerOptions {
    * restart start every new task on the same one. Without it, or when that version cannot be loaded, `version`.
    */
   newest?: () => Promise<string | undefined>;
+  /** The hashes of every stored version of the pipeline, to find the one a migration names by a prefix. */
+  versionHashes?: () => Promise<string[]>;
   store: WorkflowStore;
   /** Where the tasks come from and the given-up ones go (`natsTaskIntake(bus)` in production). */
   intake: TaskIntake;
@@ -138,12 +142,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     runStep: fromPromise<StepRunOutput, StepRunInput>(({ input, signal }) =>
       runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
     ),
-    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) => askPerson(input, signal)),
+    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async ({ input, signal }) => {
+      const asking = questionsOf(input.taskId);
+      asking.add(input.stepId);
+      try {
+        return await askPerson(input, signal);
+      } finally {
+        asking.delete(input.stepId);
+        if (asking.size === 0) questions.delete(input.taskId);
+      }
+    }),
     runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
       if (!options.subPipelines)
         throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
       // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
-      return options.subPipelines(input, signal, () => stopping);
+      return options.subPipelines(input, signal, () => stopping || migrating.has(input.task.parent.taskId));
     }),
   };
   /** A version's flow, compiled with this runner's steps. */
@@ -201,6 +214,18 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       return `version ${short} of pipeline ${pipeline} cannot be loaded: ${errorMessage(error)}`;
     }
   }
+  /** The `human` steps of each task here waiting on a person now, by step id. */
+  const questions = new Map<string, Set<string>>();
+  const questionsOf = (taskId: string): Set<string> => {
+    const asking = questions.get(taskId) ?? new Set<string>();
+    questions.set(taskId, asking);
+    return asking;
+  };
+  /**
+   * Tasks being moved to another version: their run is let go as at a shutdown, what its steps wait on (a person's
+   * answer, a sub-task) kept for the run that resumes them.
+   */
+  const migrating = new Set<string>();
   /** The parent of each task here that a `pipeline` step submitted: when the parent ends, so does the child. */
   const parents = new Map<string, string>();
   const people = options.people;
@@ -625,7 +650,20 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const taskId = delivery.subject.slice(subjects.control('').length);
       const task = running.get(taskId);
       if (!task) return;
-      if (task.cancel(delivery.value.reason))
+      const message = delivery.value;
+      if (message.action === 'migrate') {
+        void migrateHere(taskId, task, message.to).then(
+          (reply) => delivery.respond(reply),
+          (error: unknown) => {
+            logger.error({ err: error, taskId }, 'cannot migrate the task');
+            delivery.respond(
+              refusal('not_migratable', `cannot migrate task ${taskId}: ${errorMessage(error)}`),
+            );
+          },
+        );
+        return;
+      }
+      if (task.cancel(message.reason))
         delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
       else {
         delivery.respond({
@@ -636,6 +674,59 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     },
     { reporter: 'coordinator' },
   );
+
+  /**
+   * Moves a task running here to another version (`to`, a hash or a unique prefix; the newest when absent) when its
+   * state fits that version (see `migrationProblem`); says why not otherwise, changing nothing.
+   */
+  async function migrateHere(
+    taskId: string,
+    task: RunningTask,
+    to: string | undefined,
+  ): Promise<ControlReceipt | ErrorReply> {
+    const target = to === undefined ? ((await options.newest?.()) ?? current.hash) : await versionNamed(to);
+    if (target === undefined) {
+      const known = (await options.versionHashes?.()) ?? [current.hash];
+      return refusal(
+        'unknown_version',
+        `no single stored version of pipeline ${pipeline} starts with ${to}; stored: ${known.map((h) => h.slice(0, 12)).join(', ')}`,
+      );
+    }
+    const from = task.version ?? current.hash;
+    if (target === from)
+      return refusal(
+        'not_migratable',
+        `task ${taskId} runs on version ${from.slice(0, 12)} already; nothing was changed`,
+      );
+    const [source, destination] = await Promise.all([flowFor(from), flowFor(target)]);
+    if (typeof destination === 'string')
+      return refusal('unknown_version', `${destination}; nothing was changed`);
+    if (typeof source === 'string') return refusal('not_migratable', `${source}; nothing was changed`);
+    const why = await task
+      .migrate(target, (snapshot, input) => {
+        const problem = migrationProblem(snapshot, input, source.config, destination);
+        if (problem !== undefined) return problem;
+        // Let go as at a shutdown: its questions stay pending, its sub-tasks running, for the run that resumes it.
+        migrating.add(taskId);
+        for (const stepId of questions.get(taskId) ?? []) people?.gate.leavePending?.(stepId);
+        return undefined;
+      })
+      .finally(() => migrating.delete(taskId));
+    if (why !== undefined) {
+      return refusal(
+        'not_migratable',
+        `task ${taskId} cannot move from version ${from.slice(0, 12)} to ${target.slice(0, 12)}: ${why}; nothing was changed`,
+      );
+    }
+    return { ok: true, taskId, outcome: 'migrated', from, to: target };
+  }
+
+  /** The stored version `prefix` names: the one hash that starts with it, or undefined when none or several do. */
+  async function versionNamed(prefix: string): Promise<string | undefined> {
+    const hashes = (await options.versionHashes?.()) ?? [current.hash];
+    const matching = hashes.filter((hash) => hash.startsWith(prefix));
+    return matching.length === 1 ? matching[0] : undefined;
+  }
 
   // A sub-task ends with its parent: any final event of a parent cancels its children running here.
   const parentWatch = bus.subscribeText(
@@ -736,6 +827,10 @@ function stepOfRun(input: StepRunInput, run: RunningTask | undefined): StepRunIn
       ...(run.version === undefined ? {} : { version: run.version }),
     },
   };
+}
+
+function refusal(code: ControlRefusal, message: string): ErrorReply {
+  return { ok: false, error: { code, message } };
 }
 
 /** One version of the pipeline, as this runner runs it. */

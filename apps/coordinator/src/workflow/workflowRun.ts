@@ -29,6 +29,8 @@ type Ending =
   | { kind: 'done'; output: TaskOutput }
   /** This process is shutting down: the task is handed back to be resumed elsewhere. */
   | { kind: 'stopped' }
+  /** Moved to another version of its pipeline (`troupe migrate`): handed back, to resume on that version. */
+  | { kind: 'migrated'; version: string }
   /** Another coordinator owns the task now; this run leaves it alone. */
   | { kind: 'takenOver' }
   /** A fault while running the task (not while running a step): the task fails with `reason`. */
@@ -37,6 +39,8 @@ type Ending =
 /** What the workflow is told when its run ends from outside. */
 const RELEASES: Record<Exclude<Ending, { kind: 'done' }>['kind'], ReleaseReason> = {
   stopped: 'shutdown',
+  // As at a shutdown: what the step waits on (a person's answer, a sub-task) stays, for the run that resumes it.
+  migrated: 'shutdown',
   takenOver: 'takenOver',
   crashed: 'checkpointFailed',
 };
@@ -49,6 +53,15 @@ export interface RunningTask {
   cancel(reason: string | undefined): boolean;
   /** Records what the current step is doing, for `troupe status`. */
   noteActivity(activity: StepActivity): void;
+  /**
+   * Moves the task to pipeline version `version` when `problem` (given its checkpoint and input as they are now)
+   * finds nothing against it: the run ends, and the task is handed back to resume on that version. Resolves once
+   * the new version is recorded, to undefined; else to why the task was not moved.
+   */
+  migrate(
+    version: string,
+    problem: (snapshot: unknown, input: WorkflowInput) => string | undefined,
+  ): Promise<string | undefined>;
   /** The run is the task's first delivery: its steps' first sends are `fresh`. */
   readonly firstDelivery: boolean;
   /** The `traceparent` the run's steps carry: its `invoke_workflow` span's, when traces are exported. */
@@ -357,6 +370,23 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
         error,
       }),
   });
+  /** Settles with whether the version a migration ended this run for was recorded. */
+  let migrationRecorded: (recorded: boolean) => void = () => {};
+  const migrate = async (
+    version: string,
+    problem: (snapshot: unknown, input: WorkflowInput) => string | undefined,
+  ): Promise<string | undefined> => {
+    if (ending !== undefined || actor.getSnapshot().status !== 'active')
+      return `task ${taskId} is ending already`;
+    // Checked and ended in one turn: no step reply can move the workflow in between.
+    const why = problem(actor.getPersistedSnapshot(), input);
+    if (why !== undefined) return why;
+    const recorded = new Promise<boolean>((resolve) => (migrationRecorded = resolve));
+    end({ kind: 'migrated', version });
+    return (await recorded)
+      ? undefined
+      : `task ${taskId} could not be recorded on the new version; it resumes on its own`;
+  };
   /** A cancel is an event of the workflow: it ends in `cancelled`, by the same path as any end of its own. */
   const cancel = (reason: string | undefined): boolean => {
     if (ending !== undefined || actor.getSnapshot().status !== 'active') return false;
@@ -372,6 +402,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     end,
     cancel,
     noteActivity,
+    migrate,
     firstDelivery: run.firstDelivery,
     traceparent: traceparentOf(span, scope.traceparent),
     ...(run.version === undefined ? {} : { version: run.version }),
@@ -419,6 +450,14 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       case 'stopped':
         await recordHandBack(taskId, fenced, services);
         return { next: 'handBack' };
+      case 'migrated':
+        // Not handed back unless the new version is recorded: else the task would resume on the old one, as it is.
+        migrationRecorded(await recordHandBack(taskId, fenced, services, outcome.version));
+        logger.info(
+          { taskId, version: outcome.version },
+          `task ${taskId} moved to version ${outcome.version.slice(0, 12)}`,
+        );
+        return { next: 'handBack' };
       case 'crashed': {
         // A fault of ours or of the task's data, not of the network: retrying would fail again.
         logger.error({ err: outcome.error, taskId }, outcome.message);
@@ -429,6 +468,8 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       }
     }
   } finally {
+    // A migration whose run ended otherwise (taken over meanwhile) moved nothing.
+    migrationRecorded(false);
     stopHeartbeat();
     running.delete(taskId);
     endRunSpan(span, ending);
@@ -458,14 +499,22 @@ async function recordHandBack(
   taskId: string,
   fenced: (value: WorkflowRecord) => Promise<boolean>,
   { store, logger }: Pick<WorkflowRunServices, 'store' | 'logger'>,
-): Promise<void> {
-  await throughOutages(() => store.get(taskId))
+  version?: string,
+): Promise<boolean> {
+  return throughOutages(() => store.get(taskId))
     .then((current) => {
       if (!current?.value.delivery) return false;
       // A clean stop is not a failure to make progress: the next delivery does not count this one.
-      return fenced({ ...current.value, delivery: { ...current.value.delivery, handedBack: true } });
+      return fenced({
+        ...current.value,
+        delivery: { ...current.value.delivery, handedBack: true },
+        ...(version === undefined ? {} : { version }),
+      });
     })
-    .catch((error: unknown) => logger.warn({ err: error, taskId }, 'cannot record the hand-back'));
+    .catch((error: unknown) => {
+      logger.warn({ err: error, taskId }, 'cannot record the hand-back');
+      return false;
+    });
 }
 
 /** Whether a step's activity is the one already recorded (its `since` aside). */

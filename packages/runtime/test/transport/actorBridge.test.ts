@@ -30,7 +30,11 @@ describe('bridgeToActor', () => {
       subjects.control('task-9'),
       ControlMessage,
       { send: (event: WorkflowEvent) => void received.push(event) },
-      (msg, delivery) => ({ type: 'CANCEL', reason: msg.reason, subject: delivery.subject }),
+      (msg, delivery) => ({
+        type: 'CANCEL',
+        reason: msg.action === 'cancel' ? msg.reason : undefined,
+        subject: delivery.subject,
+      }),
       { reporter: 'coordinator' },
     );
     await bus.flush();
