@@ -3,9 +3,10 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
+import { builtinTools, loadPipeline, replayTask } from '@troupe/coordinator';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
-import { createLogger, defineTool, ValueStore } from '@troupe/runtime';
+import { createLogger, defineTool, StepJournal, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -163,5 +164,27 @@ flow:
     expect(tree.output).toBe(answer);
     const tool = tree.steps.flatMap((step) => step.entries).find((entry) => entry.kind === 'tool');
     expect(tool?.result?.output).toBe(toolResult);
+  }, 90_000);
+
+  it('replays the task from its record with the whole tool result and outputs', async () => {
+    await h.finalOf('big-1', 60_000);
+    const pipeline = await loadPipeline(join(dir, 'bulky.yaml'), {
+      toolNames: [...builtinTools().names(), 'big_result'],
+      env: { OPENAI_API_KEY: 'sk-test' },
+    });
+    const result = await replayTask(h.eventsOf('big-1'), 'big-1', {
+      pipeline,
+      tools: 'recorded',
+      journal: (await StepJournal.open(h.bus)).forPipeline('bulky'),
+      values,
+    });
+
+    expect(result.divergence).toBeUndefined();
+    // Both 2 MB replies were too large for their events and for the journal: read whole from the object store.
+    expect(result.truncated).toEqual([]);
+    const [tool] = ofKind(result.events, 'tool.result');
+    expect(tool?.data.truncated).toEqual({ originalBytes: toolResult.length });
+    const [end] = ofKind(result.events, 'task.completed');
+    expect(end?.data.output).toBe(answer);
   }, 90_000);
 });

@@ -1,6 +1,6 @@
 import { builtinTools, ConfigError, loadPipeline, type RunFact, replayTask } from '@troupe/coordinator';
 import { errorMessage, type TroupeEvent } from '@troupe/protocol';
-import { StepJournal } from '@troupe/runtime';
+import { StepJournal, ValueStore } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
@@ -48,6 +48,8 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
       pipeline,
       tools: options.tools === false ? 'recorded' : 'run',
       journal,
+      // And the object store keeps whole what was too large for either: long outputs and tool results.
+      values: new ValueStore(bus),
     });
   } catch (error) {
     if (error instanceof CliError) throw error;

@@ -1,6 +1,6 @@
 import type { ModelProvider, ModelRequest, ModelResponse, ToolCall } from '@troupe/llm';
 import { ModelError, type ModelErrorCode } from '@troupe/llm';
-import type { ApprovalDecision, EventOf, TroupeEvent } from '@troupe/protocol';
+import type { ApprovalDecision, EventOf, TroupeEvent, ValueRef } from '@troupe/protocol';
 import {
   type ApprovalAsk,
   type HumanGate,
@@ -21,6 +21,11 @@ type RecordedTurn =
 /** Where the whole of what events kept only in part is read: the step journal, which keeps every reply whole. */
 export interface JournalReader {
   entry(key: string): Promise<JournalEntry | undefined>;
+}
+
+/** Where values too large for an event are read back whole: the pipeline's object store (`ValueStore`). */
+export interface ValueReader {
+  read(ref: ValueRef): Promise<string>;
 }
 
 /** Something the events kept only in part, and how the journal's record under its key makes it whole. */
@@ -48,6 +53,10 @@ export class Recording {
   readonly #byCallId = new Map<string, EventOf<'tool.result'>>();
   /** What the events kept only in part, by the journal key that holds it whole. */
   readonly #partial = new Map<string, PartKept>();
+  /** Each step's last reply (no tool calls) kept in part, by step id, with the journal key of its part. */
+  readonly #lastReplies = new Map<string, { key: string; response: ModelResponse }>();
+  /** Where each step's whole output is kept, when its `step.completed` held only a preview. */
+  readonly #outputRefs = new Map<string, ValueRef>();
 
   constructor(taskId: string, events: readonly TroupeEvent[]) {
     this.taskId = taskId;
@@ -60,6 +69,8 @@ export class Recording {
         const key = turnKey(event.data.stepId, event.data.turn ?? 0);
         calls.set(key, [...(calls.get(key) ?? []), event]);
       }
+      if (event.kind === 'step.completed' && event.data.outputRef)
+        this.#outputRefs.set(event.data.stepId, event.data.outputRef);
       if (event.kind === 'tool.result') {
         this.#results.set(callKey(event.data.stepId, event.data.turn ?? 0, event.data.index ?? 0), event);
         if (!this.#byCallId.has(event.data.callId) || !event.data.journaled)
@@ -104,6 +115,8 @@ export class Recording {
       };
       this.#turns.set(key, { kind: 'reply', response });
       if (TRUNCATED.test(d.content) || toolCalls.some((c) => TRUNCATED.test(c.arguments))) {
+        if (toolCalls.length === 0)
+          this.#lastReplies.set(d.stepId, { key: StepJournal.modelKey(d.stepId, d.turn), response });
         this.#partial.set(StepJournal.modelKey(d.stepId, d.turn), {
           label: `${d.stepId} turn ${d.turn}`,
           restore: (entry) => {
@@ -131,6 +144,23 @@ export class Recording {
       [...this.#partial].map(async ([key, part]) => {
         const entry = await journal.entry(key);
         if (entry && part.restore(entry)) this.#partial.delete(key);
+      }),
+    );
+  }
+
+  /**
+   * Reads whole from the object store each step's last reply the events and the journal kept only in part (a reply
+   * too large for either): it is the step's output, which its `step.completed` names by reference.
+   */
+  async restoreValues(values: ValueReader): Promise<void> {
+    await Promise.all(
+      [...this.#lastReplies].map(async ([stepId, { key, response }]) => {
+        const ref = this.#outputRefs.get(stepId);
+        if (!ref || !this.#partial.has(key)) return;
+        const whole = await values.read(ref).catch(() => undefined);
+        if (whole === undefined || !whole.startsWith(kept(response.content))) return;
+        response.content = whole;
+        this.#partial.delete(key);
       }),
     );
   }

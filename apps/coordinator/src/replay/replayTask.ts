@@ -20,7 +20,7 @@ import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { resolveModelRef } from '../config/modelFactory.ts';
 import { compileFlow } from '../workflow/compileFlow.ts';
 import type { StepRunInput, StepRunOutput, WorkflowInput } from '../workflow/workflowTypes.ts';
-import { type JournalReader, Recording } from './recording.ts';
+import { type JournalReader, Recording, type ValueReader } from './recording.ts';
 
 /**
  * One fact of a run that a replay must reproduce: the flow's path, each tool call with its arguments and what the
@@ -126,6 +126,11 @@ export interface ReplayOptions {
    * keeps are read whole from it. Without it they replay as the events kept them (see `truncated`).
    */
   journal?: JournalReader;
+  /**
+   * The pipeline's object store, if it can be read: step outputs and tool results too large for an event (or the
+   * journal) are read whole from it. Without it, recorded tool calls answer with what their events kept.
+   */
+  values?: ValueReader;
 }
 
 export interface ReplayResult {
@@ -160,6 +165,7 @@ export async function replayTask(
     throw new Error(`task ${taskId} ran on pipeline ${recording.pipeline}, not ${config.name}`);
   }
   if (options.journal) await recording.restore(options.journal);
+  if (options.values) await recording.restoreValues(options.values);
   const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
   const replayed: TroupeEvent[] = [];
   const factory = new EventFactory(systemClock);
@@ -168,11 +174,11 @@ export async function replayTask(
     // Tools run again in a fresh workspace (MCP tools on the pipeline's servers, connected now), or answer from the
     // record; either way under the (possibly edited) pipeline's policies, which decide before any tool runs.
     let registry: ToolRegistry;
-    if (options.tools === 'recorded') registry = recordedTools(recording, config);
+    if (options.tools === 'recorded') registry = recordedTools(recording, config, undefined, options.values);
     else {
       // Memory is shared with other tasks and holds what it holds now, not what the recorded run read: its tools
       // answer from the record, and the replay writes nothing to it.
-      registry = recordedTools(recording, config, (name) => MEMORY_TOOLS.has(name));
+      registry = recordedTools(recording, config, (name) => MEMORY_TOOLS.has(name), options.values);
       const builtins = builtinTools();
       for (const name of builtins.names()) {
         const tool = builtins.get(name);
@@ -282,6 +288,7 @@ export function recordedTools(
   recording: Recording,
   config: LoadedPipeline['config'],
   which: (name: string) => boolean = () => true,
+  values?: ValueReader,
 ): ToolRegistry {
   const real = builtinTools();
   const registry = new ToolRegistry();
@@ -301,7 +308,9 @@ export function recordedTools(
           const code = (result.data.error?.code ?? 'failed') as ToolErrorCode;
           throw new ToolError(code, result.data.error?.message ?? result.data.output);
         }
-        return result.data.output;
+        // A result too large for its event is read whole from the object store, where the run kept it.
+        const ref = result.data.outputRef;
+        return ref && values ? values.read(ref) : result.data.output;
       },
     });
   }
