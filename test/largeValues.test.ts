@@ -61,13 +61,27 @@ flow:
   - { id: read, kind: agent, agent: reader }
 `,
     );
+    await writeFile(
+      join(dir, 'nested.yaml'),
+      `version: 1
+name: nested
+models:
+  gpt: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}" }
+defaults: { model: gpt }
+agents:
+  wrapper: { instructions: Wrap up what the sub-task gave. }
+flow:
+  - { id: sub, kind: pipeline, pipeline: bulky, goal: Gather it }
+  - { id: wrap, kind: agent, agent: wrapper }
+`,
+    );
     const bigResult = defineTool({
       name: 'big_result',
       description: 'Returns 5 MB of data',
       input: z.object({}),
       run: async () => toolResult,
     });
-    h = await startHarness([join(dir, 'bulky.yaml')], {
+    h = await startHarness([join(dir, 'bulky.yaml'), join(dir, 'nested.yaml')], {
       tools: [bigResult],
       env: { OPENAI_API_KEY: 'sk-test' },
     });
@@ -186,5 +200,23 @@ flow:
     expect(tool?.data.truncated).toEqual({ originalBytes: toolResult.length });
     const [end] = ofKind(result.events, 'task.completed');
     expect(end?.data.output).toBe(answer);
+  }, 90_000);
+
+  it('hands a sub-task’s 2 MB output whole to the next step, kept in the parent pipeline’s own bucket', async () => {
+    const sub = numbered('P', 2 * 1024 * 1024);
+    openai.enqueue(
+      { kind: 'message', content: 'gathered' },
+      { kind: 'message', content: sub },
+      { kind: 'message', content: 'wrapped' },
+    );
+    publishTask(h, 'nested', { id: 'nest-1', goal: 'nest a large output' });
+    const final = await h.finalOf('nest-1', 60_000);
+    expect(final.kind).toBe('task.completed');
+
+    const step = ofKind(h.eventsOf('nest-1'), 'step.completed').find((e) => e.data.step === 'sub');
+    expect(step?.data.outputRef).toMatchObject({ bucket: 'troupe-values-nested', bytes: sub.length });
+    expect(await values.read(step?.data.outputRef as ValueRef)).toBe(sub);
+    const prompt = JSON.stringify(openai.requests.at(-1)?.body.messages);
+    expect(prompt).toContain(JSON.stringify(sub).slice(1, -1));
   }, 90_000);
 });

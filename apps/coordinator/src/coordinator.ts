@@ -188,7 +188,7 @@ async function startParts(
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           people: { gate: people, journal: pipelineJournal, clock },
-          subPipelines: createSubPipelineRunner(bus, clock),
+          subPipelines: createSubPipelineRunner(bus, clock, values),
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
               journal: pipelineJournal,

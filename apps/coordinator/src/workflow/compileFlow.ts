@@ -592,6 +592,7 @@ function pipelineState(
         stepId: stepId(context, step),
         ok: reply.ok,
         output: reply.ok ? preview(reply.output, 256 * 1024) : '',
+        ...(reply.ok && reply.outputRef ? { outputRef: reply.outputRef } : {}),
         ...(reply.ok ? {} : { error: { code: reply.code, message: reply.message } }),
         usage: reply.usage,
         turns: 0,
@@ -658,7 +659,7 @@ function pipelineState(
                   step: step.id,
                   agent,
                   round: context.round,
-                  output: ((event as Ran['event']).output as { output: string }).output,
+                  ...withRef((event as Ran['event']).output),
                 },
               },
             })),
@@ -683,6 +684,12 @@ function pipelineState(
       ).map(({ guard: _ignored, ...t }) => t),
     },
   };
+}
+
+/** A sub-task's output as a step output: its text (a preview when it is kept in the object store) and its reference. */
+function withRef(ran: PipelineRunOutput): Pick<StepOutput, 'output' | 'outputRef'> {
+  if (!ran.ok) return { output: '' };
+  return { output: ran.output, ...(ran.outputRef ? { outputRef: ran.outputRef } : {}) };
 }
 
 /**

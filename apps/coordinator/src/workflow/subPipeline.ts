@@ -1,12 +1,13 @@
 import {
   emptyUsage,
+  errorMessage,
   FINAL_EVENT_KINDS,
   MAX_PIPELINE_DEPTH,
   parseEvent,
   subjects,
   type TroupeEvent,
 } from '@troupe/protocol';
-import { type Clock, every, type NatsBus } from '@troupe/runtime';
+import { type Clock, every, type NatsBus, type ValueStore } from '@troupe/runtime';
 import { OperationError } from '../operations/operationError.ts';
 import { cancelTask, readTask, submitToPipeline } from '../operations/taskOperations.ts';
 import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
@@ -16,7 +17,7 @@ import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
  * nothing new) and waits for its final event, its timeout, or the step being left. The final event is listened for
  * before the task is submitted, and a sub-task that ended already is read from its record, so no ending is missed.
  */
-export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
+export function createSubPipelineRunner(bus: NatsBus, clock: Clock, values?: ValueStore) {
   return async (
     input: PipelineRunInput,
     signal: AbortSignal,
@@ -88,7 +89,20 @@ export function createSubPipelineRunner(bus: NatsBus, clock: Clock) {
           `task ${task.id} did not end within ${Math.round(input.timeoutMs / 1000)} s`,
         );
       }
-      return outcomeOf(outcome, Math.max(0, clock.now() - started));
+      const result = outcomeOf(outcome, Math.max(0, clock.now() - started));
+      if (!values || !result.ok || !result.outputRef) return result;
+      // A large output is copied into this pipeline's own bucket, so this pipeline's workers read it from their own.
+      try {
+        const whole = await values.read(result.outputRef);
+        const kept = await values.offload(task.parent.pipeline, `${task.id}.output`, whole);
+        const { outputRef: _theirs, ...rest } = result;
+        return { ...rest, output: kept.text, ...(kept.ref ? { outputRef: kept.ref } : {}) };
+      } catch (error) {
+        return ended(
+          'value_unavailable',
+          `the output of task ${task.id} cannot be read back whole from ${result.outputRef.bucket}: ${errorMessage(error)}`,
+        );
+      }
     } finally {
       clock.clearTimeout(timer);
       stopPolling();
@@ -111,10 +125,11 @@ const RECHECK_MS = 10_000;
 function outcomeOf(final: TroupeEvent, durationMs: number): PipelineRunOutput {
   switch (final.kind) {
     case 'task.completed': {
-      const { output } = final.data;
+      const { output, outputRef } = final.data;
       return {
         ok: true,
         output: typeof output === 'string' ? output : JSON.stringify(output),
+        ...(outputRef ? { outputRef } : {}),
         usage: final.data.usage,
         durationMs,
       };

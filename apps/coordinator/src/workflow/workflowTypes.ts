@@ -40,7 +40,7 @@ export interface PipelineRunInput {
 
 /** How a sub-task ended: its output, or why it did not complete. */
 export type PipelineRunOutput =
-  | { ok: true; output: string; usage: UsageTotals; durationMs: number }
+  | { ok: true; output: string; outputRef?: ValueRef; usage: UsageTotals; durationMs: number }
   | { ok: false; code: string; message: string; usage: UsageTotals; durationMs: number };
 
 /** What the injected `runStep` actor is given: the request for the agent and how long it may take. */
