@@ -33,7 +33,7 @@ describe('troupe status and troupe cancel', () => {
     await waitUntil(() => kinds(h.eventsOf('slow-cancel')).includes('llm.request'));
 
     const running = await troupe(['status'], env);
-    expect(running.stdout).toMatch(/slow-cancel\s+slowpoke\s+running\s+step plan \(round 1\)/);
+    expect(running.stdout).toMatch(/slow-cancel\s+slowpoke@[0-9a-f]{12}\s+running\s+step plan \(round 1\)/);
 
     const cancelled = await troupe(['cancel', 'slow-cancel', '--reason', 'changed my mind'], env);
     expect(cancelled.code).toBe(0);
@@ -44,7 +44,7 @@ describe('troupe status and troupe cancel', () => {
     expect(h.coordinator.running()).not.toContain('slow-cancel');
 
     const after = await troupe(['status', 'slow-cancel'], env);
-    expect(after.stdout).toMatch(/slow-cancel\s+slowpoke\s+cancelled/);
+    expect(after.stdout).toMatch(/slow-cancel\s+slowpoke@[0-9a-f]{12}\s+cancelled/);
     expect((await troupe(['status'], env)).stdout).toContain('no task is running');
     const again = await troupe(['cancel', 'slow-cancel'], env);
     expect(again.code).toBe(1);

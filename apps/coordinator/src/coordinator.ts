@@ -22,11 +22,13 @@ import { builtinTools } from './config/builtinTools.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
 import { PipelineVersions } from './config/pipelineVersions.ts';
+import { pruneVersions } from './config/versionRetention.ts';
 import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { PipelineRegistry } from './intake/pipelineRegistry.ts';
 import { natsTaskIntake } from './intake/taskQueue.ts';
+import { readValues } from './operations/troupeState.ts';
 import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
 import { createSubPipelineRunner } from './workflow/subPipeline.ts';
 import { WorkflowRecord } from './workflow/workflowRecord.ts';
@@ -188,7 +190,7 @@ async function startParts(
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           people: { gate: people, journal: pipelineJournal, clock },
-          subPipelines: createSubPipelineRunner(bus, clock, values),
+          subPipelines: createSubPipelineRunner(bus, clock),
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
               journal: pipelineJournal,
@@ -210,6 +212,31 @@ async function startParts(
     for (const pipeline of options.pipelines) {
       await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()), pipeline.version.hash);
     }
+    // Versions nothing needs any more go, in the background: a failure only leaves them stored.
+    void Promise.all(
+      options.pipelines.map((pipeline) => {
+        const name = pipeline.config.name;
+        return pruneVersions({
+          versions,
+          pipeline: name,
+          keep: new Set([pipeline.version.hash]),
+          inUse: async () => {
+            const newest = (await pipelineRegistry.get(name))?.version;
+            const records = await readValues(store);
+            return new Set([
+              ...(newest === undefined ? [] : [newest]),
+              ...records.flatMap((r) =>
+                r.pipeline === name && r.status === 'running' && r.version ? [r.version] : [],
+              ),
+            ]);
+          },
+          now: clock.now(),
+          logger,
+        });
+      }),
+    ).catch((error: unknown) =>
+      logger.warn({ err: error }, 'cannot remove stored pipeline versions no task uses'),
+    );
   } catch (error) {
     // Half started: stop what did start (MCP children among it) before reporting.
     await Promise.allSettled(runners.map((r) => r.stop()));

@@ -11,6 +11,7 @@ import { loadPipeline, loadStoredVersion } from '../src/config/loadPipeline.ts';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { PipelineVersion, versionHash } from '../src/config/pipelineVersion.ts';
 import { PipelineVersions } from '../src/config/pipelineVersions.ts';
+import { pruneVersions } from '../src/config/versionRetention.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
@@ -86,7 +87,7 @@ describe('a pipeline version', () => {
     }
   });
 
-  it('is stored once under its pipeline and hash, and read back', async () => {
+  it('is stored under its pipeline and hash, again at each start, and read back', async () => {
     const kv = new MemoryKv(PipelineVersion);
     const versions = new PipelineVersions(kv);
     const version = {
@@ -98,10 +99,69 @@ describe('a pipeline version', () => {
     };
     await versions.save(version);
     await versions.save({ ...version, storedAt: new Date(1).toISOString() });
-    expect((await kv.get(`unit.${v1Hash}`))?.value.storedAt).toBe(new Date(0).toISOString());
-    expect(await new PipelineVersions(kv).get('unit', v1Hash)).toEqual(version);
+    expect((await kv.get(`unit.${v1Hash}`))?.value.storedAt).toBe(new Date(1).toISOString());
+    expect(await new PipelineVersions(kv).get('unit', v1Hash)).toEqual({
+      ...version,
+      storedAt: new Date(1).toISOString(),
+    });
     expect(await versions.get('unit', v2Hash)).toBeUndefined();
     expect(await versions.hashes('unit')).toEqual([v1Hash]);
+  });
+});
+
+describe('the retention of stored versions', () => {
+  it('removes only versions past the retention that no unfinished task uses and that are not kept', async () => {
+    const kv = new MemoryKv(PipelineVersion);
+    const versions = new PipelineVersions(kv);
+    const day = 24 * 60 * 60 * 1_000;
+    const now = 30 * day;
+    const store = (hash: string, daysAgo: number) =>
+      versions.save({
+        pipeline: 'unit',
+        hash,
+        config: v1 as unknown as Record<string, unknown>,
+        files: {},
+        storedAt: new Date(now - daysAgo * day).toISOString(),
+      });
+    const [own, used, old, recent] = ['a', 'b', 'c', 'd'].map((c) => c.repeat(64)) as [
+      string,
+      string,
+      string,
+      string,
+    ];
+    await store(own, 20);
+    await store(used, 20);
+    await store(old, 20);
+    await store(recent, 1);
+    let asked = 0;
+    const removed = await pruneVersions({
+      versions,
+      pipeline: 'unit',
+      keep: new Set([own]),
+      inUse: async () => {
+        asked += 1;
+        return new Set([used]);
+      },
+      now,
+      logger: createLogger({ level: 'silent' }),
+    });
+    expect(removed).toEqual([old]);
+    expect((await versions.hashes('unit')).sort()).toEqual([own, used, recent].sort());
+    // Nothing to remove: the tasks' records are not read at all.
+    expect(
+      await pruneVersions({
+        versions,
+        pipeline: 'unit',
+        keep: new Set([own, used]),
+        inUse: async () => {
+          asked += 1;
+          return new Set();
+        },
+        now: now + day,
+        logger: createLogger({ level: 'silent' }),
+      }),
+    ).toEqual([]);
+    expect(asked).toBe(1);
   });
 });
 

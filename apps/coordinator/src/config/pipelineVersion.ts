@@ -18,7 +18,7 @@ export const PipelineVersion = z.object({
   config: z.record(z.string(), z.unknown()),
   /** The files the config refers to, by the path it names them with. */
   files: z.record(z.string(), z.string()),
-  /** When the version was first stored. */
+  /** When a coordinator last started with this version (and stored it again): what its retention counts from. */
   storedAt: z.string(),
 });
 export type PipelineVersion = z.infer<typeof PipelineVersion>;

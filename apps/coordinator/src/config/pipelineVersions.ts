@@ -19,10 +19,13 @@ export class PipelineVersions {
     return new PipelineVersions(await KvStore.open(bus, BUCKETS.versions, PipelineVersion, wait));
   }
 
-  /** Stores a version unless it is stored already (a version is its content, so the first write stands). */
+  /**
+   * Stores a version, or stores it again with its new `storedAt` (a version is its content, so nothing else
+   * changes): each coordinator that starts with it does, so a version in use is never one the retention removes.
+   */
   async save(version: PipelineVersion): Promise<void> {
     const key = keyOf(version.pipeline, version.hash);
-    await this.#store.create(key, version);
+    await this.#store.put(key, version);
     this.#read.set(key, Promise.resolve(version));
   }
 
