@@ -105,6 +105,7 @@ export {
   type Worker,
   type WorkerOptions,
 } from './service.ts';
+export { DEFAULT_STOP_TIMEOUT_MS } from './stopWithin.ts';
 export { compileFlow, subTaskId, type WorkflowMachine } from './workflow/compileFlow.ts';
 export {
   createStepRunner,

@@ -18,6 +18,7 @@ import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { claimHome, removeServerRecord, writeServerRecord } from './serverRecord.ts';
+import { DEFAULT_STOP_TIMEOUT_MS, stopWithin } from './stopWithin.ts';
 
 export interface ServiceOptions {
   /** Pipeline files to load. */
@@ -50,6 +51,8 @@ export interface ServiceOptions {
   replicas?: number;
   /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
   metrics?: TroupeMetrics;
+  /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
+  signal?: AbortSignal;
   logger: Logger;
 }
 
@@ -60,7 +63,12 @@ export interface Service {
   pipelines: readonly LoadedPipeline[];
   coordinator: Coordinator;
   bus: NatsBus;
-  stop(): Promise<void>;
+  /**
+   * Hands the running tasks back to NATS, drains the connection and stops the embedded server, all within
+   * `timeoutMs` (default {@link DEFAULT_STOP_TIMEOUT_MS}) whatever NATS is doing: what cannot be handed back in
+   * that time (NATS unreachable) is left to redelivery after the ack wait. Never rejects.
+   */
+  stop(timeoutMs?: number): Promise<void>;
 }
 
 /**
@@ -101,7 +109,12 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       logger: options.logger,
       // Joining a server that may be restarting: wait for it, as start-up waits for JetStream.
       ...(embedded ? {} : { waitForServerMs: DEFAULT_OUTAGE_MS }),
+      ...(options.signal ? { signal: options.signal } : {}),
     });
+    // A stop while the coordinator waits for JetStream closes the connection, which ends every such wait.
+    const connecting = bus;
+    const abortStart = () => void connecting.close();
+    options.signal?.addEventListener('abort', abortStart, { once: true });
     const unwatch = options.metrics?.watch(bus);
     const coordinator = await startCoordinator({
       bus,
@@ -119,7 +132,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.eventRetention === undefined ? {} : { eventRetention: options.eventRetention }),
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(options.metrics ? { metrics: options.metrics } : {}),
-    });
+    }).finally(() => options.signal?.removeEventListener('abort', abortStart));
     if (embedded) {
       await writeServerRecord(home, {
         url,
@@ -134,18 +147,45 @@ export async function startService(options: ServiceOptions): Promise<Service> {
     );
     const connected = bus;
     const server = embedded;
+    const { logger } = options;
+    const ackWaitMs = options.ackWaitMs ?? 30_000;
     return {
       url,
       embedded,
       pipelines,
       coordinator,
       bus: connected,
-      async stop() {
-        await coordinator.stop();
+      async stop(timeoutMs = DEFAULT_STOP_TIMEOUT_MS) {
+        const started = performance.now();
+        const left = () => timeoutMs - (performance.now() - started);
+        // The embedded server's own stop (which kills it after 5 s) comes last and gets the end of the time.
+        const serverShare = server ? Math.min(5_000, timeoutMs / 4) : 0;
+        const inHand = coordinator.running();
+        if (!connected.reachable && inHand.length > 0) {
+          logger.warn(
+            { tasks: inHand, ackWaitMs },
+            `stopping while NATS is unreachable: ${inHand.length} tasks running here are handed back only if it ` +
+              `returns within the stop; else NATS gives them to a coordinator again after the ack wait (${ackWaitMs / 1000} s)`,
+          );
+        }
+        const handingBack = await stopWithin(
+          'the coordinator',
+          () => coordinator.stop(),
+          (timeoutMs - serverShare) * 0.6,
+          logger,
+        );
+        if (handingBack === 'timeout') {
+          const unsettled = coordinator.running();
+          logger.warn(
+            { tasks: unsettled, ackWaitMs },
+            `the coordinator had not handed back ${unsettled.length} tasks within the stop's time; they are left to ` +
+              `redelivery after the ack wait (${ackWaitMs / 1000} s)`,
+          );
+        }
         unwatch?.();
-        await connected.drain();
+        await connected.drain(left() - serverShare);
         if (server) {
-          await removeServerRecord(home, process.pid);
+          await removeServerRecord(home, process.pid).catch(() => undefined);
           await server.stop();
         }
         await claim?.release();
@@ -184,7 +224,11 @@ export interface WorkerOptions {
 export interface Worker {
   url: string;
   serving: ReadonlyMap<string, readonly string[]>;
-  stop(): Promise<void>;
+  /**
+   * Stops its steps (their coordinators send them to another worker), drains the connection: all within
+   * `timeoutMs` (default {@link DEFAULT_STOP_TIMEOUT_MS}) whatever NATS is doing. Never rejects.
+   */
+  stop(timeoutMs?: number): Promise<void>;
 }
 
 /**
@@ -217,7 +261,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     name: 'troupe-worker',
     ...(options.natsAccess ? { access: options.natsAccess } : {}),
     logger: options.logger,
+    ...(options.signal ? { signal: options.signal } : {}),
   });
+  // A stop while it waits for JetStream closes the connection, which ends every such wait.
+  const abortStart = () => void bus.close();
+  options.signal?.addEventListener('abort', abortStart, { once: true });
   const unwatch = options.metrics?.watch(bus);
   try {
     // A worker's NATS user may not create them on a locked-down server: it then waits for a coordinator to.
@@ -237,14 +285,17 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     return {
       url: options.natsUrl,
       serving: agents.serving,
-      async stop() {
-        await agents.stop();
+      async stop(timeoutMs = DEFAULT_STOP_TIMEOUT_MS) {
+        const started = performance.now();
+        await stopWithin('the agents', () => agents.stop(), timeoutMs * 0.6, options.logger);
         unwatch?.();
-        await bus.drain();
+        await bus.drain(timeoutMs - (performance.now() - started));
       },
     };
   } catch (error) {
     await bus.close();
     throw error;
+  } finally {
+    options.signal?.removeEventListener('abort', abortStart);
   }
 }

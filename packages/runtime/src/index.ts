@@ -89,3 +89,4 @@ export { askHumanTool } from './tools/askHumanTool.ts';
 export * from './tools/index.ts';
 export { recallTool, rememberTool } from './tools/memoryTools.ts';
 export * from './transport/index.ts';
+export { type WithTimeoutOptions, withTimeout } from './withTimeout.ts';

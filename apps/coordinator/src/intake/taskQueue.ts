@@ -155,6 +155,8 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
   const parked = new Set<object>();
   let stopped = false;
   let wake: (() => void) | undefined;
+  // The pull in progress: ended at stop(), as nats.js waits out a lost connection inside it until NATS is back.
+  let batch: { close(): Promise<unknown> } | undefined;
   const settled = () => new Promise<void>((resolve) => (wake = resolve));
   const room = () => Math.min(options.concurrency - (running.size - parked.size), maxInFlight - running.size);
 
@@ -170,8 +172,10 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
         continue;
       }
       try {
-        const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
-        for await (const msg of batch) {
+        const pulled = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
+        batch = pulled;
+        if (stopped) void pulled.close();
+        for await (const msg of pulled) {
           const slot = {};
           let ended = false;
           const park = (park: boolean) => {
@@ -213,6 +217,7 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
     async stop() {
       stopped = true;
       wake?.();
+      void batch?.close();
       await loop;
       await Promise.allSettled([...running]);
     },

@@ -73,6 +73,8 @@ export interface BusOptions {
    * may start while NATS is down; 0 (the default) fails at once, as a command someone waits for should.
    */
   waitForServerMs?: number;
+  /** Ends a wait for the server (see `waitForServerMs`) at once: the connect then fails with `aborted`. */
+  signal?: AbortSignal;
 }
 
 /** Marks a subscription that takes raw text (see {@link NatsBus.subscribeText}). */
@@ -140,6 +142,10 @@ export class NatsBus implements Bus {
   readonly #eventListeners = new Set<(event: TroupeEvent) => void>();
   readonly #subscriptions = new Set<TrackedSubscription>();
   readonly #events: EventOutbox;
+  /** Aborted once the bus closes or drains: every wait on NATS (see untilReachable) ends then. */
+  readonly #closing = new AbortController();
+  /** False from a lost connection until it is back. */
+  #reachable = true;
 
   private constructor(connection: NatsConnection, opts: BusOptions) {
     this.connection = connection;
@@ -179,26 +185,33 @@ export class NatsBus implements Bus {
         // still rejects with the same error classes, and callers add the context that matters.
         noAsyncTraces: true,
       });
+    if (opts.signal?.aborted) throw connectAborted(servers, opts.signal);
     try {
       connection =
         waitMs <= 0
           ? await attempt()
-          : await pRetry(attempt, {
-              retries: Number.POSITIVE_INFINITY,
-              maxRetryTime: waitMs,
-              minTimeout: 250,
-              factor: 2,
-              maxTimeout: 5_000,
-              // Refused credentials or a bad URL will not get better by waiting.
-              shouldRetry: ({ error }) =>
-                !['AuthorizationError', 'InvalidArgumentError', 'TypeError'].includes(error.name),
-              onFailedAttempt: ({ error, attemptNumber }) =>
-                opts.logger.warn(
-                  { servers, attempt: attemptNumber, err: error },
-                  `cannot reach NATS at ${servers.join(', ')} yet (${error.message}); trying again`,
-                ),
-            });
+          : await untilAborted(
+              pRetry(attempt, {
+                retries: Number.POSITIVE_INFINITY,
+                maxRetryTime: waitMs,
+                minTimeout: 250,
+                factor: 2,
+                maxTimeout: 5_000,
+                // Refused credentials or a bad URL will not get better by waiting.
+                shouldRetry: ({ error }) =>
+                  !['AuthorizationError', 'InvalidArgumentError', 'TypeError'].includes(error.name),
+                onFailedAttempt: ({ error, attemptNumber }) =>
+                  opts.logger.warn(
+                    { servers, attempt: attemptNumber, err: error },
+                    `cannot reach NATS at ${servers.join(', ')} yet (${error.message}); trying again`,
+                  ),
+                ...(opts.signal ? { signal: opts.signal } : {}),
+              }),
+              opts.signal,
+              servers,
+            );
     } catch (cause) {
+      if (TransportError.is(cause, 'aborted')) throw cause;
       const timedOut = (cause as Error | undefined)?.name === 'TimeoutError';
       throw new TransportError(
         'connect_failed',
@@ -424,48 +437,82 @@ export class NatsBus implements Bus {
     return true;
   }
 
+  /** Whether the connection is up now: false while it is lost and being made again. */
+  get reachable(): boolean {
+    return this.#reachable && !this.connection.isClosed();
+  }
+
+  /** Aborted once the bus starts to drain or close, so that a wait on NATS need not outlive it. */
+  get closing(): AbortSignal {
+    return this.#closing.signal;
+  }
+
   /** Resolves once the server has seen everything published so far. */
   flush(): Promise<void> {
     return this.connection.flush();
   }
 
   /**
-   * Stops taking messages, lets running handlers finish (up to `timeoutMs`), waits for the events they published to
-   * be stored (up to `timeoutMs` more), sends what is pending and closes.
+   * Stops taking messages, lets running handlers finish, waits for the events they published to be stored, sends
+   * what is pending and closes: all of it within `timeoutMs`, after which (or at once, for what needs the server,
+   * while NATS is unreachable) it closes anyway. Never rejects; the connection is closed when it resolves.
    */
   async drain(timeoutMs = DEFAULT_DRAIN_TIMEOUT_MS): Promise<void> {
     if (this.connection.isClosed() || this.connection.isDraining()) return;
+    this.#closing.abort(closedError('the NATS connection is draining'));
+    const deadline = performance.now() + timeoutMs;
+    const left = () => Math.max(0, deadline - performance.now());
     const subscriptions = [...this.#subscriptions];
-    await Promise.allSettled(subscriptions.map(({ sub }) => sub.drain()));
+    // A subscription's drain is a round trip to the server, which a lost connection never completes.
+    if (this.reachable) {
+      await withTimeout(Promise.allSettled(subscriptions.map(({ sub }) => sub.drain())), left());
+    }
+    for (const { sub } of subscriptions) if (!sub.isClosed()) sub.unsubscribe();
     const handlersDone = Promise.allSettled(subscriptions.map(({ settled }) => settled()));
-    if ((await withTimeout(handlersDone, timeoutMs)) === 'timeout') {
+    if ((await withTimeout(handlersDone, left())) === 'timeout') {
       this.logger.warn(
         { timeoutMs },
-        `handlers still running after ${timeoutMs} ms; closing the connection anyway`,
+        'handlers still running at the end of the drain; closing the connection anyway',
       );
     }
-    const unstored = await this.#events.settle(timeoutMs);
+    // Events wait for the server to come back only as long as the drain may last.
+    const unstored = await this.#events.settle(left());
     this.#events.stop();
     if (unstored > 0) {
       this.logger.error(
-        { pendingEvents: unstored, timeoutMs },
-        `${unstored} events were not stored within ${timeoutMs} ms; closing without them`,
+        { pendingEvents: unstored, timeoutMs, reachable: this.reachable },
+        `${unstored} events were not stored within ${timeoutMs} ms${this.reachable ? '' : ' (NATS is unreachable)'}; closing without them`,
       );
     }
-    if (this.connection.isClosed() || this.connection.isDraining()) return;
-    await this.connection.drain();
+    if (this.connection.isClosed()) return;
+    const drained = this.reachable
+      ? await withTimeout(
+          this.connection.drain().then(
+            () => 'drained' as const,
+            () => 'failed' as const,
+          ),
+          left(),
+        )
+      : 'unreachable';
+    if (drained !== 'drained') await this.close().catch(() => undefined);
   }
 
   /** Closes the connection at once; pending requests fail, and events not yet stored are abandoned (and counted). */
   async close(): Promise<void> {
+    this.#closing.abort(closedError('the NATS connection is closed'));
     if (this.connection.isClosed()) return;
-    const abandoned = this.#events.stop();
+    // A drain has stopped the outbox already, and said what it left.
+    const abandoned = this.#events.stopped ? 0 : this.#events.stop();
     if (abandoned > 0) {
       this.logger.error(
         { pendingEvents: abandoned },
         `closing with ${abandoned} events not yet stored; they are lost`,
       );
     }
+    // Writes queued just before (unsubscribes) go out first: on a socket the server has just ended, nats.js's
+    // close would otherwise remove the socket's error listener before the failed write reports, and crash the process.
+    await new Promise((resolve) => setImmediate(resolve));
+    if (this.connection.isClosed()) return;
     await this.connection.close();
   }
 
@@ -588,6 +635,9 @@ export class NatsBus implements Bus {
         const { type, ...data } = status;
         const log = statusLogs[type] ?? statusLogs.default;
         log?.(this.logger, data);
+        if (type === 'disconnect') this.#reachable = false;
+        else if (type === 'reconnect') this.#reachable = true;
+        else if (type === 'close') this.#closing.abort(closedError('the NATS connection is closed'));
         this.#events.connectionChanged(type);
         for (const listener of this.#listeners) {
           try {
@@ -708,6 +758,45 @@ function asClosedError(error: unknown, subject: string): TransportError | undefi
     );
   }
   return undefined;
+}
+
+function closedError(why: string): TransportError {
+  return new TransportError('closed', why);
+}
+
+function connectAborted(servers: readonly string[], signal: AbortSignal): TransportError {
+  return new TransportError('aborted', `stopped while waiting for NATS at ${servers.join(', ')}`, {
+    cause: signal.reason,
+  });
+}
+
+/**
+ * The connection `connecting` makes, or `aborted` as soon as `signal` is: an attempt under way may take its whole
+ * handshake timeout, which a stop does not wait for (a connection it makes later is closed at once).
+ */
+function untilAborted(
+  connecting: Promise<NatsConnection>,
+  signal: AbortSignal | undefined,
+  servers: readonly string[],
+): Promise<NatsConnection> {
+  if (signal === undefined) return connecting;
+  return new Promise<NatsConnection>((resolve, reject) => {
+    const onAbort = (): void => {
+      reject(connectAborted(servers, signal));
+      void connecting.then((late) => late.close()).catch(() => undefined);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    connecting.then(
+      (connection) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(connection);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(signal.aborted ? connectAborted(servers, signal) : error);
+      },
+    );
+  });
 }
 
 function abortedError(subject: string): TransportError {

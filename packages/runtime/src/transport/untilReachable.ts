@@ -73,7 +73,8 @@ function failureOf(error: unknown): Failure {
  * Runs a start-up call to JetStream (setting up a stream, a bucket, a consumer), trying it again with backoff
  * while NATS cannot be reached or JetStream is not ready, and logging each wait at `warn`. Gives up with
  * `jetstream_unavailable` after `outageMs`, or after `noJetStreamMs` of answers that the server has no JetStream.
- * Any other failure (an API error such as overlapping subjects, a closed connection) is thrown at once, as is.
+ * Any other failure (an API error such as overlapping subjects, a closed connection) is thrown at once, as is; a
+ * wait ends with `closed` as soon as the bus starts to close or drain, so a stop never waits out an outage here.
  *
  * @example
  * const info = await untilReachable(bus, 'stream TASKS', () => jsm.streams.info('TASKS'), { outageMs: 60_000 });
@@ -92,6 +93,8 @@ export async function untilReachable<T>(
   try {
     const result = await pRetry(() => op(), {
       ...BACKOFF,
+      // A wait ends when the bus closes or drains (a stop); a bus closed already fails the first attempt itself.
+      ...(bus.closing.aborted ? {} : { signal: bus.closing }),
       retries: Number.POSITIVE_INFINITY,
       maxRetryTime: outageMs,
       shouldRetry: ({ error, attemptNumber, retriesConsumed }) => {
@@ -132,6 +135,15 @@ export async function untilReachable<T>(
       bus.logger.info({ waitingFor: what, waits }, `JetStream answered after ${waits} wait(s): ${what}`);
     return result;
   } catch (error) {
+    if (error === bus.closing.reason) {
+      throw new TransportError(
+        'closed',
+        `stopped waiting for JetStream (${what}): the NATS connection was closed`,
+        {
+          cause: error,
+        },
+      );
+    }
     throw givenUp(bus, what, error, outageMs);
   }
 }
