@@ -59,6 +59,16 @@ const logLevelOption = () =>
     .env('TROUPE_LOG_LEVEL')
     .default('info');
 
+/** The bound on a long-running command's stop (docs/operations.md, "Stopping"). */
+const stopTimeoutOption = () =>
+  new Option(
+    '--stop-timeout <seconds>',
+    'after a stop signal, exit within this long whatever NATS is doing (what is not handed back by then is redelivered)',
+  )
+    .argParser(positive)
+    .env('TROUPE_STOP_TIMEOUT')
+    .default(HELP_DEFAULTS.stopTimeoutSeconds);
+
 const homeOption = () =>
   new Option(
     '--home <dir>',
@@ -242,6 +252,7 @@ program
     'NATS consumers the streams of one gateway token may hold (default 300)',
     positiveInteger,
   )
+  .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)
   .action(run(async (files: string[], options) => (await commands.up()).up(files, options)));
 
@@ -259,6 +270,7 @@ program
   )
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
   .addOption(logLevelOption())
+  .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)
   .addOption(homeOption())
   .addOption(serverOption())
@@ -315,6 +327,7 @@ program
     positiveInteger,
   )
   .addOption(logLevelOption())
+  .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)
   .addOption(homeOption())
   .addOption(serverOption())

@@ -1,4 +1,4 @@
-import { DEFAULT_INTAKE_LIMITS, MAX_TASK_DEPTH } from '@troupe/coordinator';
+import { DEFAULT_INTAKE_LIMITS, DEFAULT_STOP_TIMEOUT_MS, MAX_TASK_DEPTH } from '@troupe/coordinator';
 import { describe, expect, it } from 'vitest';
 import { HELP_DEFAULTS } from '../src/helpDefaults.ts';
 
@@ -8,6 +8,7 @@ describe('the defaults troupe --help shows', () => {
       maxTaskBytes: DEFAULT_INTAKE_LIMITS.maxTaskBytes,
       maxTaskDepth: DEFAULT_INTAKE_LIMITS.maxTaskDepth,
       maxTaskDepthLimit: MAX_TASK_DEPTH,
+      stopTimeoutSeconds: DEFAULT_STOP_TIMEOUT_MS / 1000,
     });
   });
 });

@@ -2,7 +2,7 @@ import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { hashToken, newToken, Scope, TokenEntry, TokensFile } from '@troupe/gateway';
 import { errorMessage, formatIssues } from '@troupe/protocol';
 import type { NatsAccessSources } from '@troupe/runtime';
-import { createLogger, NatsBus } from '@troupe/runtime';
+import { createLogger, NatsBus, withTimeout } from '@troupe/runtime';
 import { parse as parseYaml, stringify } from 'yaml';
 import { type GatewayServeOptions, serveGateway } from '../gatewayOption.ts';
 
@@ -11,12 +11,14 @@ export { serveGateway };
 
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError, natsAccessOf, resolveServer } from '../server.ts';
-import { untilStopped } from '../signals.ts';
+import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
 
 export interface GatewayCommandOptions extends GatewayServeOptions, NatsAccessSources {
   home?: string;
   server?: string;
   logLevel: string;
+  /** Seconds a stop may take before the process exits anyway. */
+  stopTimeout?: number;
   json: boolean;
 }
 
@@ -45,10 +47,15 @@ export async function gateway(options: GatewayCommandOptions): Promise<number> {
     throw error;
   }
   process.stderr.write(`troupe gateway on ${served.url} over ${natsUrl}\n`);
-  await untilStopped(async () => {
-    await served.close();
-    await bus.close();
-  }, 'stopping the gateway');
+  await untilStopped(
+    async (timeoutMs) => {
+      // Requests still waiting on NATS get most of the time; the connection closes whatever they do.
+      await withTimeout(served.close(), timeoutMs * 0.8).catch(() => undefined);
+      await bus.close();
+    },
+    'stopping the gateway',
+    { timeoutMs: stopTimeoutMsOf(options.stopTimeout) },
+  );
   return 0;
 }
 

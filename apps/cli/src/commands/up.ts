@@ -14,13 +14,14 @@ import {
   startTracing,
   TransportError,
   type TroupeMetrics,
+  withTimeout,
 } from '@troupe/runtime';
 import type { Gateway } from '../gatewayOption.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
 import { CliError, natsAccessOf } from '../server.ts';
-import { untilStopped } from '../signals.ts';
+import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
 
 export interface UpOptions extends NatsAccessSources {
   home?: string;
@@ -56,8 +57,13 @@ export interface UpOptions extends NatsAccessSources {
   gatewayMaxStreams?: number;
   gatewayMaxConsumers?: number;
   corsOrigin?: string[];
+  /** Seconds a stop may take before the process exits anyway. */
+  stopTimeout?: number;
   json: boolean;
 }
+
+/** Of a stop's time, what is kept for the metrics server and the traces to close once the service has stopped. */
+const AFTER_SERVICE_MS = 500;
 
 /** `troupe up`: runs the coordinator (and an embedded nats-server without NATS_URL) until SIGINT or SIGTERM. */
 export async function up(files: string[], options: UpOptions): Promise<number> {
@@ -70,16 +76,46 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   const tracing = await startTracing({ service: 'troupe-coordinator', logger });
   const served = await startMetrics(options.metrics, logger);
   const natsAccess = natsUrl === undefined ? undefined : await natsAccessOf(options);
-  const starting = start(files, { ...options, home }, natsUrl, logger, served?.metrics, natsAccess);
+  // A stop signal during start-up ends a wait for NATS too.
+  const startUp = new AbortController();
+  const starting = start(
+    files,
+    { ...options, home },
+    natsUrl,
+    logger,
+    served?.metrics,
+    natsAccess,
+    startUp.signal,
+  );
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   let gateway: Gateway | undefined;
-  const stopped = untilStopped(async () => {
-    await gateway?.close();
-    await (await starting).stop();
-    await served?.server.close();
-    await tracing?.shutdown();
-  }, 'stopping: running tasks are handed back to NATS and resume on the next start');
-  const service = await starting;
+  let started: Service | undefined;
+  const stopped = untilStopped(
+    async (timeoutMs) => {
+      const deadline = performance.now() + timeoutMs;
+      const left = () => Math.max(0, deadline - performance.now());
+      startUp.abort();
+      if (gateway) await withTimeout(gateway.close(), left() / 4).catch(() => undefined);
+      await (await starting.catch(() => undefined))?.stop(left() - AFTER_SERVICE_MS);
+      await withTimeout(Promise.allSettled([served?.server.close(), tracing?.shutdown()]), left());
+    },
+    'stopping: running tasks are handed back to NATS and resume on the next start',
+    {
+      timeoutMs: stopTimeoutMsOf(options.stopTimeout),
+      leftBehind: () => (started ? leftBehind(started) : undefined),
+      // The embedded server is this process's child: it does not outlive it.
+      beforeExit: () => started?.embedded && killQuietly(started.embedded.pid),
+    },
+  );
+  let service: Service;
+  try {
+    service = await starting;
+  } catch (error) {
+    if (!startUp.signal.aborted) throw error;
+    await stopped;
+    return 0;
+  }
+  started = service;
   if (options.gateway !== undefined) {
     try {
       // Loaded only when asked for (another bundle): the HTTP server's modules are not part of a plain start.
@@ -118,6 +154,27 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   return 0;
 }
 
+/** What a stop cut short leaves: the tasks running here (NATS redelivers them) and events not yet stored. */
+function leftBehind(service: Service): string | undefined {
+  const tasks = service.coordinator.running();
+  const events = service.bus.pendingEvents;
+  const parts = [
+    ...(tasks.length > 0
+      ? [`${tasks.length} tasks (${tasks.join(', ')}) to NATS, which redelivers them after the ack wait`]
+      : []),
+    ...(events > 0 ? [`${events} events not stored`] : []),
+  ];
+  return parts.length > 0 ? parts.join(' and ') : undefined;
+}
+
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    // Gone already.
+  }
+}
+
 /** The URL of the `troupe up` running on this home, for `--join`. */
 async function runningServer(home: string): Promise<string> {
   const record = await readServerRecord(home);
@@ -147,6 +204,7 @@ export async function start(
   logger: ReturnType<typeof createLogger>,
   metrics?: TroupeMetrics,
   natsAccess?: NatsAccess,
+  signal?: AbortSignal,
 ): Promise<Service> {
   if (options.maxTaskDepth !== undefined && options.maxTaskDepth > MAX_TASK_DEPTH) {
     throw new CliError(
@@ -180,6 +238,7 @@ export async function start(
       ...(natsUrl === undefined ? {} : { natsUrl }),
       ...(natsAccess ? { natsAccess } : {}),
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+      ...(signal ? { signal } : {}),
     });
   } catch (error) {
     if (error instanceof HomeBusyError) {

@@ -1,11 +1,11 @@
 import { ConfigError, startWorker } from '@troupe/coordinator';
 import type { NatsAccessSources } from '@troupe/runtime';
-import { createLogger, McpServerError, startTracing, TransportError } from '@troupe/runtime';
+import { createLogger, McpServerError, startTracing, TransportError, withTimeout } from '@troupe/runtime';
 import { resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
 import { CliError, natsAccessOf, resolveServer } from '../server.ts';
-import { untilStopped } from '../signals.ts';
+import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
 
 export interface WorkerCommandOptions extends NatsAccessSources {
   /** Servers of a JetStream cluster that keep each stream and bucket, should this worker make them. */
@@ -17,8 +17,13 @@ export interface WorkerCommandOptions extends NatsAccessSources {
   metrics?: string;
   allowMcpCommands: boolean;
   logLevel: string;
+  /** Seconds a stop may take before the process exits anyway. */
+  stopTimeout?: number;
   json: boolean;
 }
+
+/** Of a stop's time, what is kept for the metrics server and the traces to close once the worker has stopped. */
+const AFTER_WORKER_MS = 500;
 
 /** `troupe worker`: serves agents of the given pipelines on the coordinators' NATS server until SIGINT/SIGTERM. */
 export async function worker(files: string[], options: WorkerCommandOptions): Promise<number> {
@@ -48,12 +53,21 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     ...(served ? { metrics: served.metrics } : {}),
   });
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
-  const stopped = untilStopped(async () => {
-    startUp.abort();
-    await (await starting.catch(() => undefined))?.stop();
-    await served?.server.close();
-    await tracing?.shutdown();
-  }, 'stopping: steps in flight are handed back to be retried by another worker');
+  const stopped = untilStopped(
+    async (timeoutMs) => {
+      const deadline = performance.now() + timeoutMs;
+      const left = () => Math.max(0, deadline - performance.now());
+      startUp.abort();
+      await (await starting.catch(() => undefined))?.stop(left() - AFTER_WORKER_MS);
+      await withTimeout(Promise.allSettled([served?.server.close(), tracing?.shutdown()]), left());
+    },
+    'stopping: steps in flight are handed back to be retried by another worker',
+    {
+      timeoutMs: stopTimeoutMsOf(options.stopTimeout),
+      // A step cut short here goes to another worker once its coordinator misses its heartbeats.
+      leftBehind: () => 'the steps running here to their coordinators, which retry them on another worker',
+    },
+  );
   let running: Awaited<typeof starting>;
   try {
     running = await starting;
