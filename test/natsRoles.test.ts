@@ -2,7 +2,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type NatsConnection, PermissionViolationError } from '@nats-io/transport-node';
-import { TroupeEvent } from '@troupe/protocol';
+import { TroupeEvent, type ValueRef } from '@troupe/protocol';
+import { ValueStore } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type CliProcess, startTroupe, troupe } from './support/cli.ts';
@@ -192,6 +193,41 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     await nc.request(key, '', { timeout: 5_000 }).catch(() => undefined);
     await nc.flush();
     expect(violations.map((v) => v.subject)).not.toContain(key);
+  });
+
+  it('keeps each pipeline’s large values its own: its workers write and read them, observers and the gateway read', async () => {
+    const whole = 'v'.repeat(300 * 1024);
+    const { nc: planner } = await as('planner');
+    const { ref } = await new ValueStore({ connection: planner }).offload(
+      'demo',
+      'roles-1.plan.1.output',
+      whole,
+    );
+    const stored = ref as ValueRef;
+    expect(stored.bucket).toBe('troupe-values-demo');
+    for (const role of ['planner', 'executor', 'watcher', 'front']) {
+      const { nc } = await as(role);
+      expect(await new ValueStore({ connection: nc }).read(stored), role).toBe(whole);
+    }
+    // Another pipeline's worker, a submitter and an approver may not read them.
+    for (const role of ['releaser', 'ci', 'ana']) {
+      const { nc, violations } = await as(role);
+      await expect(new ValueStore({ connection: nc }).read(stored), role).rejects.toMatchObject({
+        code: 'value_unavailable',
+      });
+      await nc.flush();
+      expect(
+        violations.map((v) => v.subject),
+        role,
+      ).toContain('$JS.API.STREAM.MSG.GET.OBJ_troupe-values-demo');
+    }
+    // Only the pipeline's workers (and coordinators) write them.
+    for (const role of ['releaser', 'watcher', 'front']) {
+      const { nc } = await as(role);
+      const writing = new ValueStore({ connection: nc }).offload('demo', `forged-by-${role}`, `${whole}!`);
+      await expect(writing, role).rejects.toMatchObject({ name: 'ValueStoreError' });
+    }
+    expect(await new ValueStore({ connection: planner }).read(stored)).toBe(whole);
   });
 
   it('does not take an event for what its body says when it came on another subject', async () => {

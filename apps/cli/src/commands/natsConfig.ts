@@ -68,7 +68,10 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
     '# docs/permissions.md for what each role may do.',
     '',
   ].join('\n');
-  await writeFile(join(out, 'troupe-auth.conf'), `${header}${authorizationBlock(users, options.replicas)}`);
+  await writeFile(
+    join(out, 'troupe-auth.conf'),
+    `${header}${authorizationBlock(users, options.replicas, [...pipelines.keys()])}`,
+  );
   process.stdout.write(
     `wrote ${join(out, 'troupe-auth.conf')} with ${users.length} user${users.length === 1 ? '' : 's'}:\n${users
       .map(({ role }) => `  ${role.name}: ${describeRole(role)} (${role.name}.nk, ${role.name}.env)`)

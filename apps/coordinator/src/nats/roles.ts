@@ -1,4 +1,4 @@
-import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
+import { BUCKETS, STREAMS, subjects, valueBucket } from '@troupe/protocol';
 
 /**
  * The parts of a Troupe deployment, each a NATS user of its own (`troupe nats-config` makes one per instance).
@@ -44,11 +44,13 @@ export interface Deployment {
    * their leaders, by a request whose key the server cannot see: workers may then read all of them.
    */
   replicas?: number;
+  /** The deployment's pipelines: the gateway reads each one's large values. */
+  pipelines?: readonly string[];
 }
 
 /** The least a role needs, as subject permissions. */
 export function permissionsOf(role: Role, deployment: Deployment): Permissions {
-  const { coordinators, replicas = 1 } = deployment;
+  const { coordinators, replicas = 1, pipelines = [] } = deployment;
   const inbox = `${inboxOf(role.name)}.>`;
   // Every client: its own replies; the JetStream probe; reports of messages it could not read.
   const common = { publish: ['$JS.API.INFO', subjects.invalid], subscribe: [inbox] };
@@ -60,6 +62,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...common.publish,
             '$JS.API.>',
             '$KV.>',
+            // Large values in every pipeline's object store (a sub-task's output is copied into its parent's).
+            '$O.>',
             '$JS.ACK.>',
             '$JS.FC.>',
             // Every Troupe subject, the inboxes under troupe._inbox included (it hosts agents that answer steps).
@@ -97,6 +101,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...agents.flatMap((agent) => kvReadWrite(BUCKETS.memory, `agent.${pipeline}.${agent}.>`)),
             // Its pipeline's stored versions, read only: a step of a task on another version runs that version's agent.
             ...kvRead(BUCKETS.versions, `${pipeline}.>`),
+            // Its pipeline's large values: outputs and tool results too large for a message, and earlier steps'.
+            ...valuesReadWrite(pipeline),
             ...(replicas > 1
               ? [BUCKETS.journal, BUCKETS.memory, BUCKETS.versions].map(
                   (bucket) => `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
@@ -142,6 +148,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...role.pipelines.flatMap((p) => [
               ...eventHistory(`troupe.events.${p}.>`),
               ...kvRead(BUCKETS.approvals, `${p}.>`),
+              // `troupe trace --json` and `replay` read large outputs back whole.
+              ...valuesRead(p),
             ]),
           ],
         },
@@ -177,6 +185,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...kvReadWrite(BUCKETS.approvals, '>'),
             ...kvReadWrite(BUCKETS.sessions, '>'),
             ...eventHistory(subjects.allEvents),
+            // Task results and traces give large outputs whole, read back from each pipeline's object store.
+            ...pipelines.flatMap(valuesRead),
           ],
         },
         subscribe: { allow: [...common.subscribe, subjects.allEvents] },
@@ -202,6 +212,28 @@ const kvRead = (bucket: string, keys = '>') => [
 
 const kvReadWrite = (bucket: string, keys: string) => [...kvRead(bucket, keys), `$KV.${bucket}.${keys}`];
 
+/**
+ * Reading a pipeline's large values: by a message get from the object store's stream, whose
+ * answer is a JSON envelope sent to the asker's inbox — never a consumer, and never the stored bytes raw on a subject.
+ * The request's body names the object, which permissions cannot see: a reader of a bucket may read all of it.
+ */
+const valuesRead = (pipeline: string) => [`$JS.API.STREAM.MSG.GET.OBJ_${valueBucket(pipeline)}`];
+
+/**
+ * Keeping a pipeline's large values: publishing an object's chunks and its description (with JetStream acks), and
+ * purging the chunks of an object written again (a retried step whose output changed). The bucket is made by a
+ * coordinator; a writer only looks it up.
+ */
+const valuesReadWrite = (pipeline: string) => {
+  const bucket = valueBucket(pipeline);
+  return [
+    ...valuesRead(pipeline),
+    `$O.${bucket}.C.>`,
+    `$O.${bucket}.M.>`,
+    `$JS.API.STREAM.PURGE.OBJ_${bucket}`,
+  ];
+};
+
 /** Reading stored events on `filter` (a pipeline's, or all): an ordered consumer of `EVENTS` filtered to them. */
 const eventHistory = (filter: string) => [
   `$JS.API.STREAM.INFO.${STREAMS.events}`,
@@ -222,10 +254,14 @@ export interface ConfiguredUser {
  * The `authorization` block of a nats-server configuration with these users, one per role instance, for streams and
  * buckets of `replicas` copies.
  */
-export function authorizationBlock(users: readonly ConfiguredUser[], replicas = 1): string {
+export function authorizationBlock(
+  users: readonly ConfiguredUser[],
+  replicas = 1,
+  pipelines: readonly string[] = [],
+): string {
   const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
   const entries = users.map(({ role, nkey }) => {
-    const permissions = permissionsOf(role, { coordinators, replicas });
+    const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
     return [
       `    # ${role.name}: ${describeRole(role)}`,
       `    { nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`,

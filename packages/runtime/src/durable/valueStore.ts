@@ -50,7 +50,7 @@ export interface Offloaded {
  * const whole = ref ? await values.read(ref) : text;
  */
 export class ValueStore {
-  readonly #bus: NatsBus;
+  readonly #bus: Pick<NatsBus, 'connection'>;
   readonly #offloadBytes: number;
   readonly #previewBytes: number;
   readonly #maxAgeMs: number;
@@ -58,7 +58,7 @@ export class ValueStore {
   readonly #buckets = new Map<string, Promise<ObjectStore>>();
   #jsm: Promise<JetStreamManager> | undefined;
 
-  constructor(bus: NatsBus, opts: ValueStoreOptions = {}) {
+  constructor(bus: Pick<NatsBus, 'connection'>, opts: ValueStoreOptions = {}) {
     this.#bus = bus;
     this.#offloadBytes = opts.offloadBytes ?? OFFLOAD_BYTES;
     this.#previewBytes = opts.previewBytes ?? PREVIEW_BYTES;
