@@ -33,3 +33,34 @@ describe('formatEvent: tool.progress', () => {
     expect(formatEvent(progress({}), { color: false }).endsWith('  files.copy 40')).toBe(true);
   });
 });
+
+describe('formatEvent: values kept in the object store', () => {
+  it('says where the whole of a task output shown in part is', () => {
+    const event: TroupeEvent = {
+      id: 'task-1:task.completed',
+      ts: '2026-11-29T12:00:02.000Z',
+      pipeline: 'demo',
+      taskId: 'task-1',
+      kind: 'task.completed',
+      traceparent: '00-228501cfd9ddc401a594405b2e1a9608-214fbd37f4df7231-01',
+      data: {
+        output: 'xxxx\n…[cut: showing 4 of 2097152 bytes; …]',
+        outputRef: {
+          bucket: 'troupe-values-demo',
+          name: 'task-1.write.1.output',
+          bytes: 2_097_152,
+          sha256: 'a'.repeat(64),
+        },
+        rounds: 1,
+        usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
+        usageByAgent: {},
+        durationMs: 2_000,
+      },
+    };
+    expect(
+      formatEvent(event, { color: false }).endsWith(
+        '(whole: 2097152 bytes, nats object get troupe-values-demo task-1.write.1.output)',
+      ),
+    ).toBe(true);
+  });
+});

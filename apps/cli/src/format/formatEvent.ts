@@ -1,5 +1,5 @@
 import { styleText } from 'node:util';
-import type { InvalidMessageEvent, TroupeEvent } from '@troupe/protocol';
+import type { InvalidMessageEvent, TroupeEvent, ValueRef } from '@troupe/protocol';
 
 type Style = Parameters<typeof styleText>[0];
 
@@ -33,6 +33,11 @@ export interface FormatOptions {
 }
 
 /** One readable line per event: time, task, from → to, kind, and what it says. */
+/** Where the whole of a value shown only in part is kept, so a line never hides that it was cut. */
+function whereWhole(ref: ValueRef | undefined): string {
+  return ref ? `  (whole: ${ref.bytes} bytes, nats object get ${ref.bucket} ${ref.name})` : '';
+}
+
 export function formatEvent(event: TroupeEvent, options: FormatOptions): string {
   const paint = (style: Style | undefined, text: string) =>
     options.color && style ? styleText(style, text) : text;
@@ -122,7 +127,7 @@ function summarize(event: TroupeEvent): string {
     }
     case 'tool.result':
       return event.data.ok
-        ? `${event.data.tool} ok (${Math.round(event.data.durationMs)} ms) ${oneLine(event.data.output, 60)}`
+        ? `${event.data.tool} ok (${Math.round(event.data.durationMs)} ms) ${oneLine(event.data.output, 60)}${whereWhole(event.data.outputRef)}`
         : `${event.data.tool} ${event.data.error?.code ?? 'error'}: ${oneLine(event.data.error?.message ?? event.data.output, 80)}`;
     case 'approval.requested':
       return `${event.data.tool} ${oneLine(event.data.arguments, 60)} — ${event.data.reason}  (troupe approve|deny ${event.data.approvalId})`;
@@ -137,12 +142,12 @@ function summarize(event: TroupeEvent): string {
         ? `${event.data.verdict.decision}: ${oneLine(event.data.verdict.feedback, 70)}`
         : '';
       const body = event.data.ok
-        ? verdict || oneLine(event.data.output, 70)
+        ? (verdict || oneLine(event.data.output, 70)) + whereWhole(event.data.outputRef)
         : `failed: ${event.data.error?.message ?? ''}`;
       return `${stepOf(event.data)} · ${tokens(event.data.usage)} · ${body}`;
     }
     case 'task.completed':
-      return `${event.data.approved === false ? 'UNAPPROVED (review bound reached) · ' : ''}${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}`;
+      return `${event.data.approved === false ? 'UNAPPROVED (review bound reached) · ' : ''}${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}${whereWhole(event.data.outputRef)}`;
     case 'task.failed':
       return `${event.data.reason}: ${oneLine(event.data.message, 120)}`;
     case 'task.cancelled':
