@@ -1,7 +1,9 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DEFAULT_STOP_TIMEOUT_MS } from '@troupe/coordinator';
+import { DEFAULT_STOP_TIMEOUT_MS, WorkflowRecord } from '@troupe/coordinator';
+import { BUCKETS } from '@troupe/protocol';
+import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
@@ -134,6 +136,54 @@ describe('a stop signal while NATS is out', () => {
         .map((p) => p.output())
         .join('\n---\n'),
     ).toEqual(allStoppedCleanly);
+  }, 90_000);
+
+  it('leaves a task it could not hand back to redelivery: the next coordinator runs it to its end', async () => {
+    await nats.resume();
+    // A short ack wait, so the task left unacknowledged comes back soon.
+    const up = start([
+      'up',
+      fixturePath('pondering.yaml'),
+      '--ack-wait',
+      '2',
+      '--home',
+      join(dir, 'up-left'),
+    ]);
+    await up.waitFor(/troupe is up on/);
+    const tail = start(['tail', '--json']);
+    await tail.waitFor(/watching all tasks/);
+    const submitted = await troupe(['submit', 'pondering', 'ponder', '--id', 'left-1'], env());
+    expect(submitted.code, submitted.stderr).toBe(0);
+    await tail.waitFor(/"taskId":"left-1".*"kind":"step\.started"/);
+    await crashNats();
+    expect(await stopAll({ up, tail })).toEqual({ up: everyOneStopped, tail: everyOneStopped });
+
+    await nats.resume();
+    const next = start([
+      'up',
+      fixturePath('pondering.yaml'),
+      '--ack-wait',
+      '2',
+      '--home',
+      join(dir, 'up-next'),
+    ]);
+    await next.waitFor(/troupe is up on/);
+    const bus = await NatsBus.connect({
+      servers: nats.url,
+      name: 'stop-test',
+      logger: createLogger({ level: 'silent' }),
+    });
+    try {
+      const records = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+      await expect
+        .poll(async () => (await records.get('left-1').catch(() => undefined))?.value.status, {
+          timeout: 30_000,
+          interval: 250,
+        })
+        .toBe('completed');
+    } finally {
+      await bus.close();
+    }
   }, 90_000);
 
   it('ends up and worker started while the server is down, as they wait for it', async () => {
