@@ -56,6 +56,7 @@ describe('ensureTroupeStreams', () => {
       'KV_memory',
       'KV_pipelines',
       'KV_sessions',
+      'KV_versions',
       'KV_workflows',
       'TASKS',
     ]);
