@@ -186,9 +186,11 @@ export async function startService(options: ServiceOptions): Promise<Service> {
         await connected.drain(left() - serverShare);
         if (server) {
           await removeServerRecord(home, process.pid).catch(() => undefined);
-          await server.stop();
+          await stopWithin('the embedded nats-server', () => server.stop(), left(), logger);
         }
-        await claim?.release();
+        await claim
+          ?.release()
+          .catch((error: unknown) => logger.warn({ err: error }, 'could not release the home'));
       },
     };
   } catch (error) {
