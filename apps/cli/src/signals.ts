@@ -3,7 +3,7 @@ import { HELP_DEFAULTS } from './helpDefaults.ts';
 const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 /** A repeat within this long is the same Ctrl-C delivered twice (`npx` passes it on to the child it also reached). */
 const REPEAT_MS = 1_000;
-/** Of a stop's time, what is kept back for the process to say what it left and exit. */
+/** Of a stop's time, what is kept back for the process to say what it left and exit: a tenth, at most this. */
 const EXIT_MARGIN_MS = 1_000;
 
 /** Exit code of a process whose stop did not finish in its time (1), as opposed to one stopped cleanly (0). */
@@ -63,7 +63,7 @@ export function untilStopped(
         finished = true;
         resolve();
       };
-      stop(Math.max(0, bound.timeoutMs - EXIT_MARGIN_MS)).then(ended, (error: unknown) => {
+      stop(bound.timeoutMs - Math.min(EXIT_MARGIN_MS, bound.timeoutMs / 10)).then(ended, (error: unknown) => {
         process.stderr.write(`error while stopping: ${(error as Error).message}\n`);
         ended();
       });

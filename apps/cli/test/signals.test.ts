@@ -62,12 +62,12 @@ describe('untilStopped', () => {
         process.stderr.write('given ' + ms + '\\n');
         await new Promise((resolve) => setTimeout(resolve, 100));
         clearInterval(keepAlive);
-      }, 'stopping', { timeoutMs: 5_000 }).then(() => process.stderr.write('stopped\\n'));
+      }, 'stopping', { timeoutMs: 20_000 }).then(() => process.stderr.write('stopped\\n'));
       console.log('ready');
     `;
     const { code, stderr } = await stopChild(program);
     expect(code, stderr).toBe(0);
-    expect(stderr).toContain('given 4000');
+    expect(stderr).toContain('given 19000');
     expect(stderr).toContain('stopped');
     expect(stderr).not.toContain('did not finish');
   });
