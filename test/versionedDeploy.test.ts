@@ -46,7 +46,8 @@ function secondVersion(text: string): string {
  * A deploy of a changed pipeline while its tasks are in flight: a coordinator killed with SIGKILL while its tasks
  * wait in a slow agent step, a parallel step with one branch done, a person's question and a slow review, then
  * started again on the edited file. Every task ends on the version it started on, no step run again; new tasks run on
- * the new version; and a coordinator of a third version started beside it shares the new tasks, all on the newest.
+ * the new version; and a coordinator of a third version started beside it makes that the version of every new task,
+ * which the second one ends once the third is killed in their middle.
  */
 describe('deploying a changed pipeline under in-flight tasks', () => {
   let nats: TestNats;
@@ -229,7 +230,8 @@ describe('deploying a changed pipeline under in-flight tasks', () => {
     expect(v2).not.toBe(v1);
 
     // A rolling restart: a coordinator of version 3 (the writer's script changed again) starts beside version 2's.
-    // It is the newest now: every new task runs on it, whichever of the two takes it.
+    // It is the newest now: every new task starts on it, whichever of the two takes it. Then it is killed with the
+    // tasks in their slow review, so version 2's coordinator (the only one left) ends them all, on version 3.
     const thirdDir = await mkdtemp(join(dir, 'v3-'));
     await copyFile(file, join(thirdDir, 'versioned.yaml'));
     await writeFile(
@@ -239,7 +241,14 @@ describe('deploying a changed pipeline under in-flight tasks', () => {
     const beside = up(join(thirdDir, 'versioned.yaml'));
     await beside.waitFor(/troupe is up/);
     const shared = Array.from({ length: 8 }, (_, i) => `v-shared-${i}`);
-    for (const id of shared) await submit(id, 'none');
+    for (const id of shared) await submit(id, 'review');
+    await until(
+      () => (shared.every((id) => started(id, 'check').length > 0) ? true : undefined),
+      'every shared task to be in its review',
+      30_000,
+    );
+    await beside.stop('SIGKILL');
+    processes.splice(processes.indexOf(beside), 1);
     for (const id of shared) await until(() => ended(id), `${id} to end`, 60_000);
     const v3 = await versionOf(shared[0] ?? '');
     expect(v3).not.toBe(v2);
@@ -247,6 +256,8 @@ describe('deploying a changed pipeline under in-flight tasks', () => {
       expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v3' } });
       expect(await versionOf(id), id).toBe(v3);
       expect(started(id, 'record'), id).toHaveLength(1);
+      expect(started(id, 'close'), id).toHaveLength(1);
+      expect(await ledger(id), id).toEqual(['record']);
     }
   }, 180_000);
 });
