@@ -30,12 +30,12 @@ import {
   throughOutages,
 } from '@troupe/runtime';
 import { createActor, fromPromise, toPromise } from 'xstate';
-import { agentSteps, allSteps } from '../config/flowLayout.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { versionHash } from '../config/pipelineVersion.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
-import { compileFlow, type WorkflowMachine } from './compileFlow.ts';
+import { compileFlow } from './compileFlow.ts';
+import { type FlowVersion, FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
 import { migrationProblem } from './migration.ts';
 import { createStepRunner } from './stepRunner.ts';
@@ -159,61 +159,21 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       return options.subPipelines(input, signal, () => stopping || migrating.has(input.task.parent.taskId));
     }),
   };
-  /** A version's flow, compiled with this runner's steps. */
-  const flowOf = (versionConfig: PipelineConfig, hash: string): FlowVersion => ({
-    hash,
-    config: versionConfig,
-    machine: compileFlow(versionConfig, stepActors),
-    agentOfStep: new Map(agentSteps(versionConfig.flow).map((step) => [step.id, step.agent])),
-    waitingSteps: new Set(
-      allSteps(versionConfig.flow)
-        .filter((step) => step.kind === 'human' || step.kind === 'pipeline')
-        .map((step) => step.id),
-    ),
+  /** The pipeline's versions this runner runs tasks on: its own, and the others its tasks started on. */
+  const versions = new FlowVersions({
+    pipeline,
+    config,
+    hash: options.version ?? versionHash(config, {}),
+    compile: (versionConfig) => compileFlow(versionConfig, stepActors),
+    source: {
+      ...(options.loadVersion ? { load: options.loadVersion } : {}),
+      ...(options.newest ? { newest: options.newest } : {}),
+      ...(options.versionHashes ? { hashes: options.versionHashes } : {}),
+    },
+    logger,
   });
-  const current = flowOf(config, options.version ?? versionHash(config, {}));
-  /** Older versions' flows, compiled once each as their tasks come. */
-  const flows = new Map<string, Promise<FlowVersion | string>>([[current.hash, Promise.resolve(current)]]);
-  /**
-   * The flow a task runs on: its version's, read from the store when it is not this coordinator's; a string saying
-   * why when that version cannot be had. A task from before versions were kept runs on this coordinator's.
-   */
-  function flowFor(hash: string | undefined): Promise<FlowVersion | string> {
-    if (hash === undefined) return Promise.resolve(current);
-    let found = flows.get(hash);
-    if (found === undefined) {
-      found = loadFlow(hash);
-      flows.set(hash, found);
-      // Only a flow is kept: a version missing now may be stored by the time it is asked for again.
-      void found.then((flow) => typeof flow === 'string' && flows.delete(hash));
-    }
-    return found;
-  }
-  /** The flow a new task starts on: the newest version's, or this coordinator's when that cannot be had. */
-  async function newestFlow(): Promise<FlowVersion> {
-    const newest = await options.newest?.();
-    if (newest === undefined || newest === current.hash) return current;
-    const flow = await flowFor(newest);
-    if (typeof flow !== 'string') return flow;
-    logger.warn({ version: newest }, `${flow}; new tasks start on this coordinator's version meanwhile`);
-    return current;
-  }
+  const current = versions.current;
 
-  async function loadFlow(hash: string): Promise<FlowVersion | string> {
-    const short = hash.slice(0, 12);
-    if (!options.loadVersion)
-      return `this coordinator keeps no versions, and runs only ${current.hash.slice(0, 12)}`;
-    try {
-      const versionConfig = await throughOutages(
-        () => options.loadVersion?.(hash) ?? Promise.resolve(undefined),
-      );
-      if (versionConfig === undefined) return `version ${short} of pipeline ${pipeline} is not stored`;
-      return flowOf(versionConfig, hash);
-    } catch (error) {
-      logger.error({ err: error, version: hash }, `cannot load version ${short} of pipeline ${pipeline}`);
-      return `version ${short} of pipeline ${pipeline} cannot be loaded: ${errorMessage(error)}`;
-    }
-  }
   /** The `human` steps of each task here waiting on a person now, by step id. */
   const questions = new Map<string, Set<string>>();
   const questionsOf = (taskId: string): Set<string> => {
@@ -451,9 +411,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const existing = entry;
     const parent = submission.parent;
     // A task runs on the version it started on (or was migrated to); a new one on the newest.
-    const started = existing ? undefined : await newestFlow();
+    const started = existing ? undefined : await versions.newest();
     const version = existing ? existing.value.version : started?.hash;
-    const flow = started ?? (await flowFor(version));
+    const flow = started ?? (await versions.flowFor(version));
     const input: WorkflowInput = {
       taskId,
       pipeline,
@@ -684,9 +644,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     task: RunningTask,
     to: string | undefined,
   ): Promise<ControlReceipt | ErrorReply> {
-    const target = to === undefined ? ((await options.newest?.()) ?? current.hash) : await versionNamed(to);
+    const target = to === undefined ? await versions.newestHash() : await versions.named(to);
     if (target === undefined) {
-      const known = (await options.versionHashes?.()) ?? [current.hash];
+      const known = await versions.hashes();
       return refusal(
         'unknown_version',
         `no single stored version of pipeline ${pipeline} starts with ${to}; stored: ${known.map((h) => h.slice(0, 12)).join(', ')}`,
@@ -698,7 +658,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         'not_migratable',
         `task ${taskId} runs on version ${from.slice(0, 12)} already; nothing was changed`,
       );
-    const [source, destination] = await Promise.all([flowFor(from), flowFor(target)]);
+    const [source, destination] = await Promise.all([versions.flowFor(from), versions.flowFor(target)]);
     if (typeof destination === 'string')
       return refusal('unknown_version', `${destination}; nothing was changed`);
     if (typeof source === 'string') return refusal('not_migratable', `${source}; nothing was changed`);
@@ -719,13 +679,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       );
     }
     return { ok: true, taskId, outcome: 'migrated', from, to: target };
-  }
-
-  /** The stored version `prefix` names: the one hash that starts with it, or undefined when none or several do. */
-  async function versionNamed(prefix: string): Promise<string | undefined> {
-    const hashes = (await options.versionHashes?.()) ?? [current.hash];
-    const matching = hashes.filter((hash) => hash.startsWith(prefix));
-    return matching.length === 1 ? matching[0] : undefined;
   }
 
   // A sub-task ends with its parent: any final event of a parent cancels its children running here.
@@ -831,16 +784,4 @@ function stepOfRun(input: StepRunInput, run: RunningTask | undefined): StepRunIn
 
 function refusal(code: ControlRefusal, message: string): ErrorReply {
   return { ok: false, error: { code, message } };
-}
-
-/** One version of the pipeline, as this runner runs it. */
-interface FlowVersion {
-  hash: string;
-  config: PipelineConfig;
-  /** Its workflow machine, with this runner's steps. */
-  machine: WorkflowMachine;
-  /** The agent of each step, by the step's id (the workflow's state while it runs). */
-  agentOfStep: ReadonlyMap<string, string>;
-  /** Its `human` and `pipeline` steps: a task waiting only on them holds no working slot. */
-  waitingSteps: ReadonlySet<string>;
 }
