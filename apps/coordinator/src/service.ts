@@ -18,7 +18,7 @@ import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { claimHome, removeServerRecord, writeServerRecord } from './serverRecord.ts';
-import { DEFAULT_STOP_TIMEOUT_MS, stopWithin } from './stopWithin.ts';
+import { DEFAULT_STOP_TIMEOUT_MS, STOP_OUTAGE_WAIT_MS, stopWithin } from './stopWithin.ts';
 
 export interface ServiceOptions {
   /** Pipeline files to load. */
@@ -165,20 +165,24 @@ export async function startService(options: ServiceOptions): Promise<Service> {
           logger.warn(
             { tasks: inHand, ackWaitMs },
             `stopping while NATS is unreachable: ${inHand.length} tasks running here are handed back only if it ` +
-              `returns within the stop; else NATS gives them to a coordinator again after the ack wait (${ackWaitMs / 1000} s)`,
+              `returns within ${STOP_OUTAGE_WAIT_MS / 1000} s; else NATS gives them to a coordinator again after the ack wait (${ackWaitMs / 1000} s)`,
           );
         }
         const handingBack = await stopWithin(
           'the coordinator',
           () => coordinator.stop(),
           (timeoutMs - serverShare) * 0.6,
-          logger,
+          { logger, bus: connected },
         );
-        if (handingBack === 'timeout') {
+        if (handingBack === 'timeout' || handingBack === 'unreachable') {
           const unsettled = coordinator.running();
+          const why =
+            handingBack === 'timeout'
+              ? "within the stop's time"
+              : `with NATS unreachable for ${STOP_OUTAGE_WAIT_MS / 1000} s`;
           logger.warn(
             { tasks: unsettled, ackWaitMs },
-            `the coordinator had not handed back ${unsettled.length} tasks within the stop's time; they are left to ` +
+            `the coordinator had not handed back ${unsettled.length} tasks ${why}; they are left to ` +
               `redelivery after the ack wait (${ackWaitMs / 1000} s)`,
           );
         }
@@ -186,7 +190,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
         await connected.drain(left() - serverShare);
         if (server) {
           await removeServerRecord(home, process.pid).catch(() => undefined);
-          await stopWithin('the embedded nats-server', () => server.stop(), left(), logger);
+          await stopWithin('the embedded nats-server', () => server.stop(), left(), { logger });
         }
         await claim
           ?.release()
@@ -289,7 +293,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       serving: agents.serving,
       async stop(timeoutMs = DEFAULT_STOP_TIMEOUT_MS) {
         const started = performance.now();
-        await stopWithin('the agents', () => agents.stop(), timeoutMs * 0.6, options.logger);
+        await stopWithin('the agents', () => agents.stop(), timeoutMs * 0.6, { logger: options.logger, bus });
         unwatch?.();
         await bus.drain(timeoutMs - (performance.now() - started));
       },
