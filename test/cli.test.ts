@@ -61,6 +61,8 @@ describe('troupe validate', () => {
     expect(result.code).toBe(0);
     expect(result.stdout).toContain('pipeline demo');
     expect(result.stdout).toContain('review: reject → execute');
+    // The version a coordinator started with the file records on its tasks (the trace test compares them).
+    expect(result.stdout).toMatch(/; version [0-9a-f]{12}\n$/);
   });
 
   it('refuses a bad file with its file, line and path, and a suggestion', async () => {
@@ -216,6 +218,9 @@ describe('troupe up, submit and tail against a NATS server', () => {
       totals: { modelCalls: 11 },
     });
     expect(tree.steps).toHaveLength(5);
+    // The version troupe validate names for the file the coordinator runs.
+    const validated = await troupe(['validate', examplePath('demo.yaml')]);
+    expect(validated.stdout).toContain(`; version ${tree.version.slice(0, 12)}\n`);
     const toolEntries = tree.steps.flatMap((step: { entries: { kind: string }[] }) =>
       step.entries.filter((entry) => entry.kind === 'tool'),
     );
@@ -429,7 +434,8 @@ describe('troupe up, submit and tail against a NATS server', () => {
       /^task for pipeline demo refused: payload failed validation: .*gaol/,
     );
     expect(about.find((l) => l.subject === 'troupe.tasks.nope')).toMatchObject({
-      reason: 'no pipeline named "nope" is loaded; loaded: demo; the task is kept and runs once a coordinator serves "nope"',
+      reason:
+        'no pipeline named "nope" is loaded; loaded: demo; the task is kept and runs once a coordinator serves "nope"',
       dir: 'in',
       kind: 'task',
     });

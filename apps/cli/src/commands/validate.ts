@@ -1,4 +1,10 @@
-import { builtinTools, ConfigError, loadPipeline, type PipelineConfig } from '@troupe/coordinator';
+import {
+  builtinTools,
+  ConfigError,
+  loadPipeline,
+  type PipelineConfig,
+  shortVersion,
+} from '@troupe/coordinator';
 import { CliError } from '../server.ts';
 
 export interface ValidateOptions {
@@ -14,13 +20,17 @@ export async function validate(files: string[], options: ValidateOptions): Promi
   let failures = 0;
   for (const file of files) {
     try {
-      const { config } = await loadPipeline(file, {
+      const { config, version } = await loadPipeline(file, {
         toolNames,
         requireKeys: options.keys,
         allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
       });
       if (options.print) process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
-      else process.stdout.write(`✓ ${file}: pipeline ${config.name} — ${describe(config)}\n`);
+      // The version a coordinator started with this file would record on its tasks (`troupe migrate --to` takes it).
+      else
+        process.stdout.write(
+          `✓ ${file}: pipeline ${config.name} — ${describe(config)}; version ${shortVersion(version.hash)}\n`,
+        );
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error;
       failures++;
