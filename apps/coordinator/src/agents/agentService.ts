@@ -163,15 +163,22 @@ function agentsOfVersions(
   versions: PipelineVersions,
   pipeline: string,
   logger: Logger,
-): (hash: string, agent: string) => Promise<AgentDefinition | undefined> {
-  const loaded = new Map<string, Promise<Map<string, AgentDefinition> | undefined>>();
+): (hash: string, agent: string) => Promise<AgentDefinition | string | undefined> {
+  const loaded = new Map<string, Promise<Map<string, AgentDefinition> | string | undefined>>();
   const load = async (hash: string) => {
     const version = await versions.get(pipeline, hash);
     if (version === undefined) return undefined;
     const label = `pipeline ${pipeline} version ${shortVersion(hash)}`;
-    const pipelineVersion = await loadStoredVersion(version, label, {});
-    logger.info({ pipeline, version: hash }, `loaded ${label} to run its tasks' steps`);
-    return new Map(agentDefinitions(pipelineVersion).map((agent) => [agent.name, agent]));
+    try {
+      const pipelineVersion = await loadStoredVersion(version, label, {});
+      logger.info({ pipeline, version: hash }, `loaded ${label} to run its tasks' steps`);
+      return new Map(agentDefinitions(pipelineVersion).map((agent) => [agent.name, agent]));
+    } catch (error) {
+      // Not something a retry mends (an API key this host lacks, say): the step fails saying so.
+      if (!(error instanceof ConfigError)) throw error;
+      logger.error({ pipeline, version: hash }, error.message);
+      return `${label} cannot run here: ${error.message}`;
+    }
   };
   return async (hash, agent) => {
     let found = loaded.get(hash);
@@ -180,11 +187,12 @@ function agentsOfVersions(
       loaded.set(hash, found);
       // Only a version that loaded is kept: one missing or failing now is looked for again next time.
       found.then(
-        (agents) => agents === undefined && loaded.delete(hash),
+        (agents) => !(agents instanceof Map) && loaded.delete(hash),
         () => loaded.delete(hash),
       );
     }
-    return (await found)?.get(agent);
+    const agents = await found;
+    return agents instanceof Map ? agents.get(agent) : agents;
   };
 }
 

@@ -94,10 +94,10 @@ export interface AgentHostOptions {
   version?: string;
   /**
    * An agent as another version of the pipeline defines it, for a step of a task that runs on that version;
-   * undefined when that version is not stored or has no such agent. Without it, such a step fails
-   * `version_unavailable`.
+   * undefined when that version is not stored or has no such agent, a string saying why when it cannot run here
+   * (an API key this host lacks, say). Without it, such a step fails `version_unavailable`.
    */
-  agentOf?: (version: string, agent: string) => Promise<AgentDefinition | undefined>;
+  agentOf?: (version: string, agent: string) => Promise<AgentDefinition | string | undefined>;
   /**
    * Agents that only other versions of the pipeline have (renamed or removed since): served too, each step run as
    * its version defines the agent, so a task of such a version finds its steps served.
@@ -205,6 +205,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       return unavailable(`this host runs only its own version of pipeline ${pipeline}, not ${short}`);
     try {
       const defined = await options.agentOf(version, name);
+      if (typeof defined === 'string') return unavailable(defined);
       return (
         defined ??
         unavailable(`version ${short} of pipeline ${pipeline} is not stored or has no agent ${name}`)

@@ -35,6 +35,8 @@ const agent = (name: string, content: string): AgentDefinition => ({
 const OWN = 'a'.repeat(64);
 const OLD = 'b'.repeat(64);
 const GONE = 'c'.repeat(64);
+/** A version stored, whose agents cannot run on this host (a key it lacks). */
+const KEYLESS = 'e'.repeat(64);
 
 /**
  * An agent host of one pipeline version serving steps of tasks on other versions: each step runs the agent its own
@@ -67,6 +69,7 @@ describe('an agent host serving steps of several pipeline versions', () => {
       version: OWN,
       agentOf: async (version, name) => {
         loads.push(`${version.slice(0, 1)}:${name}`);
+        if (version === KEYLESS) return 'agent writer needs OPENAI_API_KEY, which is not set here';
         if (version !== OLD) return undefined;
         return { writer: agent('writer', 'as written then'), drafter: agent('drafter', 'drafted then') }[
           name as 'writer'
@@ -123,5 +126,13 @@ describe('an agent host serving steps of several pipeline versions', () => {
     expect(reply.ok ? '' : reply.error.message).toContain(
       `version ${GONE.slice(0, 12)} of pipeline versioned`,
     );
+    // One that cannot run here says why; not retryable, so the workflow does not send it again.
+    expect(await step('writer', KEYLESS)).toMatchObject({
+      ok: false,
+      error: {
+        code: 'version_unavailable',
+        message: 'agent writer needs OPENAI_API_KEY, which is not set here',
+      },
+    });
   });
 });
