@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
@@ -62,6 +62,19 @@ flow:
 `,
     );
     await writeFile(
+      join(dir, 'scribe.yaml'),
+      `version: 1
+name: scribe
+models:
+  gpt: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}" }
+defaults: { model: gpt }
+agents:
+  scribe: { instructions: Write the file., tools: [write_file] }
+flow:
+  - { id: write, kind: agent, agent: scribe }
+`,
+    );
+    await writeFile(
       join(dir, 'nested.yaml'),
       `version: 1
 name: nested
@@ -81,10 +94,13 @@ flow:
       input: z.object({}),
       run: async () => toolResult,
     });
-    h = await startHarness([join(dir, 'bulky.yaml'), join(dir, 'nested.yaml')], {
-      tools: [bigResult],
-      env: { OPENAI_API_KEY: 'sk-test' },
-    });
+    h = await startHarness(
+      ['bulky.yaml', 'nested.yaml', 'scribe.yaml'].map((f) => join(dir, f)),
+      {
+        tools: [bigResult],
+        env: { OPENAI_API_KEY: 'sk-test' },
+      },
+    );
     values = new ValueStore(h.bus);
     gateway = await startGateway({
       bus: h.bus,
@@ -130,6 +146,11 @@ flow:
     // The task's 2 MB output: a preview and a reference in task.completed, whole in the store.
     expect(completed.data.outputRef).toMatchObject({ bytes: answer.length, sha256: sha256(answer) });
     expect(await values.read(completed.data.outputRef as ValueRef)).toBe(answer);
+
+    // The writer's 2 MB model reply is journaled, whole, though no KV value could hold it.
+    const journal = (await StepJournal.open(h.bus)).forPipeline('bulky', values);
+    const recorded = await journal.entry('big-1.write.1.2.model');
+    expect(recorded?.kind === 'model.reply' && recorded.reply.content).toBe(written);
 
     // The checkpoint holds previews and references, so it fits a KV value.
     const workflows = await new Kvm(h.client).open(BUCKETS.workflows);
@@ -189,7 +210,7 @@ flow:
     const result = await replayTask(h.eventsOf('big-1'), 'big-1', {
       pipeline,
       tools: 'recorded',
-      journal: (await StepJournal.open(h.bus)).forPipeline('bulky'),
+      journal: (await StepJournal.open(h.bus)).forPipeline('bulky', values),
       values,
     });
 
@@ -218,5 +239,26 @@ flow:
     expect(await values.read(step?.data.outputRef as ValueRef)).toBe(sub);
     const prompt = JSON.stringify(openai.requests.at(-1)?.body.messages);
     expect(prompt).toContain(JSON.stringify(sub).slice(1, -1));
+  }, 90_000);
+
+  it('runs a tool call whose arguments are 2 MB, journaling its claim and the reply that made it', async () => {
+    const content = numbered('F', 2 * 1024 * 1024);
+    openai.enqueue(
+      {
+        kind: 'message',
+        toolCalls: [{ name: 'write_file', arguments: JSON.stringify({ path: 'big.md', content }) }],
+      },
+      { kind: 'message', content: 'written' },
+    );
+    publishTask(h, 'scribe', { id: 'scribe-1', goal: 'write a large file' });
+    const final = await h.finalOf('scribe-1', 60_000);
+
+    expect(final.kind).toBe('task.completed');
+    expect(await readFile(join(h.workspaceRoot, 'scribe', 'scribe-1', 'big.md'), 'utf8')).toBe(content);
+    const journal = (await StepJournal.open(h.bus)).forPipeline('scribe', values);
+    expect(await journal.entry('scribe-1.write.1.1.0')).toMatchObject({
+      kind: 'tool.result',
+      tool: 'write_file',
+    });
   }, 90_000);
 });

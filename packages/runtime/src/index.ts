@@ -45,7 +45,13 @@ export {
   throughOutages,
   underPrefix,
 } from './durable/kvStore.ts';
-export { JournalEntry, StepJournal, type ToolCallRecord } from './durable/stepJournal.ts';
+export {
+  JournalEntry,
+  type JournalValues,
+  MAX_RECORD_BYTES,
+  StepJournal,
+  type ToolCallRecord,
+} from './durable/stepJournal.ts';
 export {
   OFFLOAD_BYTES,
   type Offloaded,

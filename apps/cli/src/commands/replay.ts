@@ -43,13 +43,14 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
     if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
     // The journal keeps whole what events keep only the start of: long replies, arguments and summaries.
     // Kept under the pipeline that ran the task.
-    const journal = (await StepJournal.open(bus)).forPipeline((events[0] as TroupeEvent).pipeline);
+    // And the object store keeps whole what was too large for either: long outputs, tool results and records.
+    const values = new ValueStore(bus);
+    const journal = (await StepJournal.open(bus)).forPipeline((events[0] as TroupeEvent).pipeline, values);
     result = await replayTask(events, taskId, {
       pipeline,
       tools: options.tools === false ? 'recorded' : 'run',
       journal,
-      // And the object store keeps whole what was too large for either: long outputs and tool results.
-      values: new ValueStore(bus),
+      values,
     });
   } catch (error) {
     if (error instanceof CliError) throw error;

@@ -103,7 +103,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           },
           human,
           memory,
-          journal: journal.forPipeline(pipeline.config.name),
+          journal: journal.forPipeline(pipeline.config.name, values),
           values,
           heartbeats,
           ...summarizerOf(pipeline.config),

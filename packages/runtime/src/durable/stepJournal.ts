@@ -9,10 +9,11 @@ import {
   TokenUsage,
   ToolResult,
   type UsageTotals,
+  ValueRef,
 } from '@troupe/protocol';
 import { z } from 'zod';
 import type { NatsBus } from '../transport/natsBus.ts';
-import { type KeyValue, KvStore, throughOutages, underPrefix } from './kvStore.ts';
+import { type KeyValue, type KvEntry, KvStore, throughOutages, underPrefix } from './kvStore.ts';
 
 /** What the journal keeps of a tool call's result: what a run that finds it needs to hand it back. */
 const ToolResultRecord = ToolResult.pick({
@@ -79,6 +80,14 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     kind: z.literal('people'),
     requestIds: z.array(z.string()),
   }),
+  /**
+   * A record too large for a KV value (a model's 2 MB reply, a tool call's 2 MB arguments): it is kept whole, as
+   * JSON, in the pipeline's object store, and this names it. Reads of the journal give the record itself.
+   */
+  z.object({
+    kind: z.literal('stored'),
+    ref: ValueRef,
+  }),
 ]);
 export type JournalEntry = z.infer<typeof JournalEntry>;
 
@@ -103,10 +112,15 @@ export type ToolCallRecord =
  */
 export class StepJournal {
   readonly #store: KeyValue<JournalEntry>;
+  readonly #large: LargeRecords | undefined;
 
-  /** A journal kept in `store`; {@link StepJournal.open} opens the `journal` bucket. */
-  constructor(store: KeyValue<JournalEntry>) {
+  /**
+   * A journal kept in `store`; {@link StepJournal.open} opens the `journal` bucket. With `large`, a record too large
+   * for a KV value is kept there instead (see {@link forPipeline}).
+   */
+  constructor(store: KeyValue<JournalEntry>, large?: LargeRecords) {
     this.#store = store;
+    this.#large = large;
   }
 
   /** The whole `journal` bucket: {@link forPipeline} gives the part a pipeline's steps write. */
@@ -116,10 +130,11 @@ export class StepJournal {
 
   /**
    * The journal of one pipeline's tasks, kept under `<pipeline>.` so the broker can keep each pipeline's workers to
-   * their own tasks' records. The keys below are within it.
+   * their own tasks' records. The keys below are within it. With `values` (the pipeline's object store), a record
+   * over {@link MAX_RECORD_BYTES} is kept there whole and found again by its key; without it, such a write fails.
    */
-  forPipeline(pipeline: string): StepJournal {
-    return new StepJournal(underPrefix(this.#store, pipeline));
+  forPipeline(pipeline: string, values?: JournalValues): StepJournal {
+    return new StepJournal(underPrefix(this.#store, pipeline), values && { values, pipeline });
   }
 
   static toolKey(stepId: string, turn: number, index: number): string {
@@ -330,17 +345,47 @@ export class StepJournal {
   }
 
   // A nats-server restart takes a few seconds; reads and writes of the journal wait it out.
-  #get(key: string) {
-    return throughOutages(() => this.#store.get(key));
+  async #get(key: string): Promise<KvEntry<JournalEntry> | undefined> {
+    const entry = await throughOutages(() => this.#store.get(key));
+    if (entry?.value.kind !== 'stored') return entry;
+    const { ref } = entry.value;
+    if (!this.#large)
+      throw new Error(`journal record ${key} is kept in ${ref.bucket}, which this reader cannot read`);
+    return { ...entry, value: JournalEntry.parse(JSON.parse(await this.#large.values.read(ref))) };
   }
 
-  #put(key: string, entry: JournalEntry) {
-    return throughOutages(() => this.#store.put(key, entry));
+  async #put(key: string, entry: JournalEntry) {
+    const kept = await this.#kept(key, entry);
+    return throughOutages(() => this.#store.put(key, kept));
   }
 
-  #create(key: string, entry: JournalEntry) {
-    return throughOutages(() => this.#store.create(key, entry));
+  async #create(key: string, entry: JournalEntry) {
+    const kept = await this.#kept(key, entry);
+    return throughOutages(() => this.#store.create(key, kept));
   }
+
+  /** The record as the KV bucket can hold it: itself, or a reference to it in the object store. */
+  async #kept(key: string, entry: JournalEntry): Promise<JournalEntry> {
+    const json = JSON.stringify(entry);
+    if (!this.#large || Buffer.byteLength(json, 'utf8') <= MAX_RECORD_BYTES) return entry;
+    // Named by its content too: a record replaced under its key never overwrites the object an older read names.
+    const name = `journal.${key}.${createHash('sha256').update(json).digest('hex').slice(0, 16)}`;
+    return { kind: 'stored', ref: await this.#large.values.store(this.#large.pipeline, name, json) };
+  }
+}
+
+/** Records above this many bytes of JSON go to the object store: a KV value is one NATS message (1 MiB at most). */
+export const MAX_RECORD_BYTES = 256 * 1024;
+
+/** Where a pipeline's journal keeps records too large for a KV value: its object store (`ValueStore`). */
+export interface JournalValues {
+  store(pipeline: string, name: string, text: string): Promise<ValueRef>;
+  read(ref: ValueRef): Promise<string>;
+}
+
+interface LargeRecords {
+  values: JournalValues;
+  pipeline: string;
 }
 
 /** Writers racing on a task's list of requests to people: each retry has seen a newer list. */

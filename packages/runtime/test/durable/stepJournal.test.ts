@@ -152,3 +152,67 @@ describe('throughOutages', () => {
     expect(tries).toBe(1);
   });
 });
+
+describe('StepJournal: records too large for a KV value', () => {
+  /** An object store in memory, as `ValueStore` keeps values: by name, read back by reference. */
+  const memoryValues = () => {
+    const objects = new Map<string, string>();
+    return {
+      objects,
+      store: async (pipeline: string, name: string, text: string) => {
+        objects.set(name, text);
+        return {
+          bucket: `troupe-values-${pipeline}`,
+          name,
+          bytes: Buffer.byteLength(text),
+          sha256: 'a'.repeat(64),
+        };
+      },
+      read: async (ref: { name: string }) => objects.get(ref.name) ?? '',
+    };
+  };
+  const big = 'w'.repeat(2 * 1024 * 1024);
+
+  it('keeps a 2 MB claim and result in the object store and reads them back by key', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const values = memoryValues();
+    const journal = new StepJournal(kv).forPipeline('demo', values);
+    const args = JSON.stringify({ path: 'big.md', content: big });
+
+    expect(await journal.claimToolCall(key, 'write_file', args, 'run-1', now)).toEqual({ state: 'new' });
+    // What the bucket holds is small: a reference, named from the key and the record's digest.
+    const stub = (await kv.get(`demo.${key}`))?.value;
+    expect(stub).toMatchObject({ kind: 'stored', ref: { bucket: 'troupe-values-demo' } });
+    expect(JSON.stringify(stub).length).toBeLessThan(1_000);
+    expect(await journal.claimToolCall(key, 'write_file', args, 'run-2', now)).toMatchObject({
+      state: 'in_doubt',
+    });
+
+    await journal.recordToolResult(
+      key,
+      args,
+      { callId: 'c-1', tool: 'write_file', ok: true, output: 'wrote', decision: 'allow', durationMs: 1 },
+      now,
+    );
+    expect(await journal.claimToolCall(key, 'write_file', args, 'run-3', now)).toMatchObject({
+      state: 'done',
+      result: { output: 'wrote' },
+    });
+    expect((await journal.entry(key))?.kind).toBe('tool.result');
+    expect(values.objects.size).toBe(2);
+  });
+
+  it('keeps small records in the bucket, and refuses to read a stored one without the object store', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const values = memoryValues();
+    const journal = new StepJournal(kv).forPipeline('demo', values);
+    await journal.claimToolCall(key, 'append', '{"line":"one"}', 'run-1', now);
+    expect((await kv.get(`demo.${key}`))?.value.kind).toBe('tool.started');
+    expect(values.objects.size).toBe(0);
+
+    await journal.claimToolCall('task-1.code.1.1.1', 'write_file', big, 'run-1', now);
+    await expect(new StepJournal(kv).forPipeline('demo').entry('task-1.code.1.1.1')).rejects.toThrow(
+      /is kept in troupe-values-demo/,
+    );
+  });
+});
