@@ -156,7 +156,7 @@ describe('a stop signal while NATS is out', () => {
     expect(submitted.code, submitted.stderr).toBe(0);
     await tail.waitFor(/"taskId":"left-1".*"kind":"step\.started"/);
     await crashNats();
-    expect(await stopAll({ up, tail })).toEqual({ up: everyOneStopped, tail: everyOneStopped });
+    expect(await stopAll({ up, tail }), up.output()).toEqual({ up: everyOneStopped, tail: everyOneStopped });
 
     await nats.resume();
     const next = start([
@@ -178,6 +178,43 @@ describe('a stop signal while NATS is out', () => {
       await expect
         .poll(async () => (await records.get('left-1').catch(() => undefined))?.value.status, {
           timeout: 30_000,
+          interval: 250,
+        })
+        .toBe('completed');
+    } finally {
+      await bus.close();
+    }
+  }, 90_000);
+
+  it('hands a task back when NATS returns during the stop, so the next coordinator need not wait out the ack wait', async () => {
+    await nats.resume();
+    // The default ack wait (30 s): only a hand-back brings the task to the next coordinator sooner.
+    const up = start(['up', fixturePath('pondering.yaml'), '--home', join(dir, 'up-back')]);
+    await up.waitFor(/troupe is up on/);
+    const tail = start(['tail', '--json']);
+    await tail.waitFor(/watching all tasks/);
+    const submitted = await troupe(['submit', 'pondering', 'ponder', '--id', 'back-1'], env());
+    expect(submitted.code, submitted.stderr).toBe(0);
+    await tail.waitFor(/"taskId":"back-1".*"kind":"step\.started"/);
+    await crashNats();
+    const stopping = stopAll({ up, tail });
+    await nats.resume();
+    expect(await stopping, up.output()).toEqual({ up: everyOneStopped, tail: everyOneStopped });
+    expect(up.output()).not.toContain('had not handed back');
+
+    const next = start(['up', fixturePath('pondering.yaml'), '--home', join(dir, 'up-after-back')]);
+    await next.waitFor(/troupe is up on/);
+    const bus = await NatsBus.connect({
+      servers: nats.url,
+      name: 'stop-test',
+      logger: createLogger({ level: 'silent' }),
+    });
+    try {
+      const records = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+      // Its 4 s step runs again from the start: well inside the 30 s a task left to redelivery would wait first.
+      await expect
+        .poll(async () => (await records.get('back-1').catch(() => undefined))?.value.status, {
+          timeout: 15_000,
           interval: 250,
         })
         .toBe('completed');
