@@ -24,9 +24,9 @@ export interface ValueStoreOptions {
   offloadBytes?: number;
   /** How much of a stored value stays in the message; {@link PREVIEW_BYTES} by default. */
   previewBytes?: number;
-  /** How long a bucket this store makes keeps its values: the `TASKS` stream's max age, 7 days by default. */
+  /** How long a bucket {@link ValueStore.ensureBucket} makes keeps its values: the `TASKS` stream's, 7 days by default. */
   maxAgeMs?: number;
-  /** Replicas of a bucket this store makes; 1 by default. */
+  /** Replicas of a bucket {@link ValueStore.ensureBucket} makes; 1 by default. */
   replicas?: number;
 }
 
@@ -164,9 +164,13 @@ export class ValueStore {
       const digest = `SHA-256=${Base64UrlPaddedCodec.encode(Buffer.from(ref.sha256, 'hex'))}`;
       return info !== undefined && !info.deleted && info.size === ref.bytes && info.digest === digest;
     } catch (error) {
+      // Made by a coordinator, with the deployment's retention and replicas: a writer never makes one of its own.
       if (streamMissing(error)) {
-        await this.#create(ref.bucket);
-        return false;
+        throw new ValueStoreError(
+          'value_unavailable',
+          `the object store ${ref.bucket} does not exist: a coordinator running its pipeline makes it when it starts`,
+          { cause: error },
+        );
       }
       throw error;
     }

@@ -41,6 +41,7 @@ describe('ValueStore', () => {
   it('stores a 5 MB value, keeps a preview that says where the whole is, and reads it back whole', async () => {
     const values = new ValueStore(bus, { maxAgeMs: 3_600_000 });
     const text = large(5 * 1024 * 1024);
+    await values.ensureBucket('demo');
 
     const { text: preview, ref } = await values.offload('demo', 'task-1.write.1.output', text);
 
@@ -63,6 +64,7 @@ describe('ValueStore', () => {
   it('writes a value offloaded again under the same name once', async () => {
     const values = new ValueStore(bus);
     const text = large(600 * 1024);
+    await values.ensureBucket('again');
     await values.offload('again', 'task-2.write.1.output', text);
     const before = await messagesOf('troupe-values-again');
 
@@ -74,13 +76,28 @@ describe('ValueStore', () => {
 
   it('cuts a preview between characters, never inside one', async () => {
     const values = new ValueStore(bus, { offloadBytes: 10, previewBytes: 5 });
+    await values.ensureBucket('utf');
     const { text } = await values.offload('utf', 'task-3.a.1.output', 'ééééééééé');
 
     expect(text.startsWith('éé\n…[cut: showing 4 of 18 bytes')).toBe(true);
   });
 
+  it('refuses to write where no coordinator made the bucket, saying who makes it', async () => {
+    await expect(
+      new ValueStore(bus).offload('unmade', 'task-5.a.1.output', large(300 * 1024)),
+    ).rejects.toMatchObject({
+      code: 'value_unavailable',
+      message: expect.stringContaining(
+        'troupe-values-unmade does not exist: a coordinator running its pipeline makes it',
+      ),
+    });
+    const jsm = await jetstreamManager(bus.connection);
+    await expect(jsm.streams.info('OBJ_troupe-values-unmade')).rejects.toThrow(/stream not found/);
+  });
+
   it('refuses a value that is gone, or that is not what its reference says, with a code', async () => {
     const values = new ValueStore(bus);
+    await values.ensureBucket('demo');
     const { ref } = await values.offload('demo', 'task-4.a.1.output', large(300 * 1024));
     const stored = ref as NonNullable<typeof ref>;
 
