@@ -475,8 +475,8 @@ export class NatsBus implements Bus {
         'handlers still running at the end of the drain; closing the connection anyway',
       );
     }
-    // Events wait for the server to come back only as long as the drain may last.
-    const unstored = await this.#events.settle(left());
+    // Events wait for the server only while it answers: a caller that would wait for a lost one does so before.
+    const unstored = this.reachable ? await this.#events.settle(left()) : this.#events.size;
     this.#events.stop();
     if (unstored > 0) {
       this.logger.error(
