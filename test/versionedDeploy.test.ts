@@ -6,9 +6,10 @@ import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type CliProcess, startTroupe, troupe } from './support/cli.ts';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
+import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts';
 
 const script = (writer: string, last: { agent: string; content: string }) => `agents:
   recorder:
@@ -49,215 +50,247 @@ function secondVersion(text: string): string {
  * the new version; and a coordinator of a third version started beside it makes that the version of every new task,
  * which the second one ends once the third is killed in their middle.
  */
-describe('deploying a changed pipeline under in-flight tasks', () => {
-  let nats: TestNats;
-  let client: NatsConnection;
-  let dir: string;
-  let home: string;
-  const events: TroupeEvent[] = [];
-  const processes: CliProcess[] = [];
-  const { notify, waitFor: until } = waiter();
+describe.each(SERVERS)(
+  'deploying a changed pipeline under in-flight tasks, on $server',
+  ({ users: withUsers }) => {
+    let nats: TestNats;
+    let client: NatsConnection;
+    let users: NatsUsers | undefined;
+    let coordinatorEnv = cliEnv();
+    /** The test's own user, a coordinator's: `troupe migrate` sends on the control subjects. */
+    let harnessEnv = cliEnv();
+    let approverEnv = cliEnv();
+    /** Every process the test started, killed or not. */
+    const everyProcess: CliProcess[] = [];
+    let dir: string;
+    let home: string;
+    const events: TroupeEvent[] = [];
+    const processes: CliProcess[] = [];
+    const { notify, waitFor: until } = waiter();
 
-  beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'troupe-deploy-'));
-    home = join(dir, 'home');
-    nats = await startTestNats();
-    client = await connect({ servers: nats.url, name: 'deploy-test' });
-    client.subscribe(subjects.allTaskEvents, {
-      callback: (_error, msg) => {
-        events.push(TroupeEvent.parse(msg.json()));
-        notify();
-      },
+    beforeAll(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'troupe-deploy-'));
+      home = join(dir, 'home');
+      if (withUsers) {
+        users = await writeNatsUsers([
+          fixturePath('versioned.yaml'),
+          '--coordinator',
+          'coordinator',
+          '--coordinator',
+          'harness',
+          '--approver',
+          'ana=versioned',
+        ]);
+        nats = await startTestNats({ config: users.config });
+        coordinatorEnv = await users.env('coordinator', nats.url);
+        harnessEnv = await users.env('harness', nats.url);
+        approverEnv = await users.env('ana', nats.url);
+        client = await users.connect('harness', nats.url, 'deploy-test');
+      } else {
+        nats = await startTestNats();
+        client = await connect({ servers: nats.url, name: 'deploy-test' });
+      }
+      client.subscribe(subjects.allTaskEvents, {
+        callback: (_error, msg) => {
+          events.push(TroupeEvent.parse(msg.json()));
+          notify();
+        },
+      });
+      await client.flush();
     });
-    await client.flush();
-  });
-  afterAll(async () => {
-    for (const p of processes.splice(0)) await p.stop('SIGKILL');
-    await client?.close();
-    await nats?.stop();
-    await rm(dir, { recursive: true, force: true });
-  });
+    afterEach(() => {
+      // Nothing any part needed was refused it.
+      for (const p of everyProcess.splice(0)) expect(p.output()).not.toMatch(/Permissions Violation/i);
+    });
+    afterAll(async () => {
+      for (const p of processes.splice(0)) await p.stop('SIGKILL');
+      await client?.close();
+      await nats?.stop();
+      await users?.remove();
+      await rm(dir, { recursive: true, force: true });
+    });
 
-  const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
-  const ended = (taskId: string) => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind));
-  const started = (taskId: string, step: string) =>
-    ofKind(eventsOf(taskId), 'step.started').filter((e) => e.data.step === step);
-  const up = (file: string) => {
-    const p = startTroupe(['up', file, '--ack-wait', '2', '--server', nats.url, '--home', home]);
-    processes.push(p);
-    return p;
-  };
-  const submit = (id: string, path: string) =>
-    jetstream(client).publish(
-      subjects.task('versioned'),
-      JSON.stringify({ id, goal: 'go', input: { path } }),
-      {
-        msgID: id,
-      },
-    );
-  const versionOf = async (taskId: string) =>
-    (await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId))?.json<{ version?: string }>().version;
-  const ledger = async (taskId: string) =>
-    (await readFile(join(home, 'workspaces', 'versioned', taskId, 'ledger.txt'), 'utf8'))
-      .split('\n')
-      .filter(Boolean);
-
-  it('ends every in-flight task on its old version with no step repeated, and starts new ones on the new', async () => {
-    const file = join(dir, 'versioned.yaml');
-    await copyFile(fixturePath('versioned.yaml'), file);
-    await copyFile(fixturePath('versioned.script.yaml'), join(dir, 'versioned.script.yaml'));
-    const first = up(file);
-    await first.waitFor(/troupe is up/);
-    const inFlight = { agent: 'v-agent', fork: 'v-fork', human: 'v-human', review: 'v-review' };
-    for (const [path, id] of Object.entries(inFlight)) await submit(id, path);
-    // One more waiting on a person, to be moved to version 2 on purpose.
-    await submit('v-move', 'human');
-    // Killed with each task inside its step: the slow agent, the long branch (the short one done), the question,
-    // the slow review.
-    await until(
-      () =>
-        started(inFlight.agent, 'think').length > 0 &&
-        ofKind(eventsOf(inFlight.fork), 'step.completed').some((e) => e.data.step === 'note') &&
-        started(inFlight.fork, 'ponder').length > 0 &&
-        ofKind(eventsOf(inFlight.human), 'human.asked').length > 0 &&
-        ofKind(eventsOf('v-move'), 'human.asked').length > 0 &&
-        started(inFlight.review, 'check').length > 0
-          ? true
-          : undefined,
-      'every task to be inside its step',
-      30_000,
-    );
-    await first.stop('SIGKILL');
-    processes.splice(processes.indexOf(first), 1);
-    const v1 = await versionOf(inFlight.agent);
-    expect(v1).toMatch(/^[0-9a-f]{64}$/);
-    for (const id of Object.values(inFlight)) expect(await versionOf(id), id).toBe(v1);
-
-    // The deploy: the file and its script edited in place, the coordinator started again on them.
-    await writeFile(file, secondVersion(await readFile(file, 'utf8')));
-    await writeFile(
-      join(dir, 'versioned.script.yaml'),
-      script('noted by v2', { agent: 'closer', content: 'closed by v2' }),
-    );
-    const second = up(file);
-    await second.waitFor(/troupe is up/);
-    // troupe migrate: refused for the task inside the step version 2 removed, saying why; done for the one waiting
-    // on a person, whose done steps version 2 keeps unchanged. Each asked of the coordinator once it runs the task.
-    const migrate = (taskId: string) => troupe(['migrate', taskId, '--latest', '--server', nats.url]);
-    let refused = await migrate(inFlight.agent);
-    await expect
-      .poll(
-        async () => {
-          if (!/not_running|no coordinator runs it/.test(refused.stderr)) return refused.stderr;
-          refused = await migrate(inFlight.agent);
-          return refused.stderr;
+    const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+    const ended = (taskId: string) => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind));
+    const started = (taskId: string, step: string) =>
+      ofKind(eventsOf(taskId), 'step.started').filter((e) => e.data.step === step);
+    const up = (file: string) => {
+      const p = startTroupe(
+        ['up', file, '--ack-wait', '2', '--server', nats.url, '--home', home],
+        coordinatorEnv,
+      );
+      processes.push(p);
+      everyProcess.push(p);
+      return p;
+    };
+    const submit = (id: string, path: string) =>
+      jetstream(client).publish(
+        subjects.task('versioned'),
+        JSON.stringify({ id, goal: 'go', input: { path } }),
+        {
+          msgID: id,
         },
-        { timeout: 20_000, interval: 200 },
-      )
-      .toContain('its checkpoint does not fit the version asked for');
-    expect(refused.code).toBe(1);
-    let moved = await migrate('v-move');
-    await expect
-      .poll(
-        async () => {
-          if (moved.code !== 0) moved = await migrate('v-move');
-          return moved.code;
-        },
-        { timeout: 20_000, interval: 200 },
-      )
-      .toBe(0);
-    expect(moved.stdout).toMatch(
-      /^v-move: moved from version [0-9a-f]{12} to [0-9a-f]{12}; it resumes there$/m,
-    );
-    await expect.poll(() => versionOf('v-move')).not.toBe(v1);
+      );
+    const versionOf = async (taskId: string) =>
+      (await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId))?.json<{ version?: string }>()
+        .version;
+    const ledger = async (taskId: string) =>
+      (await readFile(join(home, 'workspaces', 'versioned', taskId, 'ledger.txt'), 'utf8'))
+        .split('\n')
+        .filter(Boolean);
 
-    const question = ofKind(eventsOf(inFlight.human), 'human.asked')[0];
-    const answered = await troupe([
-      'answer',
-      String(question?.data.questionId),
-      '{"go": true}',
-      '--server',
-      nats.url,
-    ]);
-    expect(answered.stdout).toMatch(/recorded|answered/);
-    for (const id of Object.values(inFlight)) await until(() => ended(id), `${id} to end`, 60_000);
+    it('ends every in-flight task on its old version with no step repeated, and starts new ones on the new', async () => {
+      const file = join(dir, 'versioned.yaml');
+      await copyFile(fixturePath('versioned.yaml'), file);
+      await copyFile(fixturePath('versioned.script.yaml'), join(dir, 'versioned.script.yaml'));
+      const first = up(file);
+      await first.waitFor(/troupe is up/);
+      const inFlight = { agent: 'v-agent', fork: 'v-fork', human: 'v-human', review: 'v-review' };
+      for (const [path, id] of Object.entries(inFlight)) await submit(id, path);
+      // One more waiting on a person, to be moved to version 2 on purpose.
+      await submit('v-move', 'human');
+      // Killed with each task inside its step: the slow agent, the long branch (the short one done), the question,
+      // the slow review.
+      await until(
+        () =>
+          started(inFlight.agent, 'think').length > 0 &&
+          ofKind(eventsOf(inFlight.fork), 'step.completed').some((e) => e.data.step === 'note') &&
+          started(inFlight.fork, 'ponder').length > 0 &&
+          ofKind(eventsOf(inFlight.human), 'human.asked').length > 0 &&
+          ofKind(eventsOf('v-move'), 'human.asked').length > 0 &&
+          started(inFlight.review, 'check').length > 0
+            ? true
+            : undefined,
+        'every task to be inside its step',
+        30_000,
+      );
+      await first.stop('SIGKILL');
+      processes.splice(processes.indexOf(first), 1);
+      const v1 = await versionOf(inFlight.agent);
+      expect(v1).toMatch(/^[0-9a-f]{64}$/);
+      for (const id of Object.values(inFlight)) expect(await versionOf(id), id).toBe(v1);
 
-    for (const id of Object.values(inFlight)) {
-      const mine = eventsOf(id);
-      // Ended as version 1 ends: by its finisher, an agent version 2 renamed, on version 1's script.
-      expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'finished by v1' } });
-      expect(ofKind(mine, 'task.resumed'), id).toHaveLength(1);
-      expect(started(id, 'record'), id).toHaveLength(1);
-      expect(await ledger(id), id).toEqual(['record']);
-      expect(started(id, 'close'), id).toHaveLength(0);
-      expect(started(id, 'extra'), id).toHaveLength(0);
-      expect(await versionOf(id), id).toBe(v1);
-    }
-    // The step version 2 removed ran for the task inside it; the branch done before the kill did not run again.
-    expect(
-      ofKind(eventsOf(inFlight.agent), 'step.completed').find((e) => e.data.step === 'think')?.data.ok,
-    ).toBe(true);
-    expect(started(inFlight.fork, 'note')).toHaveLength(1);
-    expect(ofKind(eventsOf(inFlight.human), 'human.asked')).toHaveLength(1);
+      // The deploy: the file and its script edited in place, the coordinator started again on them.
+      await writeFile(file, secondVersion(await readFile(file, 'utf8')));
+      await writeFile(
+        join(dir, 'versioned.script.yaml'),
+        script('noted by v2', { agent: 'closer', content: 'closed by v2' }),
+      );
+      const second = up(file);
+      await second.waitFor(/troupe is up/);
+      // troupe migrate: refused for the task inside the step version 2 removed, saying why; done for the one waiting
+      // on a person, whose done steps version 2 keeps unchanged. Each asked of the coordinator once it runs the task.
+      const migrate = (taskId: string) =>
+        troupe(['migrate', taskId, '--latest', '--server', nats.url], harnessEnv);
+      let refused = await migrate(inFlight.agent);
+      await expect
+        .poll(
+          async () => {
+            if (!/not_running|no coordinator runs it/.test(refused.stderr)) return refused.stderr;
+            refused = await migrate(inFlight.agent);
+            return refused.stderr;
+          },
+          { timeout: 20_000, interval: 200 },
+        )
+        .toContain('its checkpoint does not fit the version asked for');
+      expect(refused.code).toBe(1);
+      let moved = await migrate('v-move');
+      await expect
+        .poll(
+          async () => {
+            if (moved.code !== 0) moved = await migrate('v-move');
+            return moved.code;
+          },
+          { timeout: 20_000, interval: 200 },
+        )
+        .toBe(0);
+      expect(moved.stdout).toMatch(
+        /^v-move: moved from version [0-9a-f]{12} to [0-9a-f]{12}; it resumes there$/m,
+      );
+      await expect.poll(() => versionOf('v-move')).not.toBe(v1);
 
-    // The moved task asks again on version 2 (the question stays the same one) and ends as version 2 ends.
-    const asked = ofKind(eventsOf('v-move'), 'human.asked').at(-1);
-    const reply = await troupe([
-      'answer',
-      String(asked?.data.questionId),
-      '{"go": true}',
-      '--server',
-      nats.url,
-    ]);
-    expect(reply.stdout, reply.stderr).toMatch(/recorded|answered/);
-    await until(() => ended('v-move'), 'v-move to end', 30_000);
-    expect(ended('v-move')).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v2' } });
-    expect(started('v-move', 'record')).toHaveLength(1);
-    expect(ofKind(eventsOf('v-move'), 'human.asked')).toHaveLength(1);
-    expect(await ledger('v-move')).toEqual(['record']);
+      const question = ofKind(eventsOf(inFlight.human), 'human.asked')[0];
+      const answered = await troupe(
+        ['answer', String(question?.data.questionId), '{"go": true}', '--server', nats.url],
+        approverEnv,
+      );
+      expect(answered.stdout).toMatch(/recorded|answered/);
+      for (const id of Object.values(inFlight)) await until(() => ended(id), `${id} to end`, 60_000);
 
-    // A new task runs on version 2: its renamed agent, its added step, its script.
-    await submit('v-new', 'none');
-    await until(() => ended('v-new'), 'v-new to end', 30_000);
-    expect(ended('v-new')).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v2' } });
-    expect(ofKind(eventsOf('v-new'), 'step.completed').map((e) => e.data.step)).toEqual([
-      'record',
-      'close',
-      'extra',
-    ]);
-    const v2 = await versionOf('v-new');
-    expect(v2).toMatch(/^[0-9a-f]{64}$/);
-    expect(v2).not.toBe(v1);
+      for (const id of Object.values(inFlight)) {
+        const mine = eventsOf(id);
+        // Ended as version 1 ends: by its finisher, an agent version 2 renamed, on version 1's script.
+        expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'finished by v1' } });
+        expect(ofKind(mine, 'task.resumed'), id).toHaveLength(1);
+        expect(started(id, 'record'), id).toHaveLength(1);
+        expect(await ledger(id), id).toEqual(['record']);
+        expect(started(id, 'close'), id).toHaveLength(0);
+        expect(started(id, 'extra'), id).toHaveLength(0);
+        expect(await versionOf(id), id).toBe(v1);
+      }
+      // The step version 2 removed ran for the task inside it; the branch done before the kill did not run again.
+      expect(
+        ofKind(eventsOf(inFlight.agent), 'step.completed').find((e) => e.data.step === 'think')?.data.ok,
+      ).toBe(true);
+      expect(started(inFlight.fork, 'note')).toHaveLength(1);
+      expect(ofKind(eventsOf(inFlight.human), 'human.asked')).toHaveLength(1);
 
-    // A rolling restart: a coordinator of version 3 (the writer's script changed again) starts beside version 2's.
-    // It is the newest now: every new task starts on it, whichever of the two takes it. Then it is killed with the
-    // tasks in their slow review, so version 2's coordinator (the only one left) ends them all, on version 3.
-    const thirdDir = await mkdtemp(join(dir, 'v3-'));
-    await copyFile(file, join(thirdDir, 'versioned.yaml'));
-    await writeFile(
-      join(thirdDir, 'versioned.script.yaml'),
-      script('noted by v3', { agent: 'closer', content: 'closed by v3' }),
-    );
-    const beside = up(join(thirdDir, 'versioned.yaml'));
-    await beside.waitFor(/troupe is up/);
-    const shared = Array.from({ length: 8 }, (_, i) => `v-shared-${i}`);
-    for (const id of shared) await submit(id, 'review');
-    await until(
-      () => (shared.every((id) => started(id, 'check').length > 0) ? true : undefined),
-      'every shared task to be in its review',
-      30_000,
-    );
-    await beside.stop('SIGKILL');
-    processes.splice(processes.indexOf(beside), 1);
-    for (const id of shared) await until(() => ended(id), `${id} to end`, 60_000);
-    const v3 = await versionOf(shared[0] ?? '');
-    expect(v3).not.toBe(v2);
-    for (const id of shared) {
-      expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v3' } });
-      expect(await versionOf(id), id).toBe(v3);
-      expect(started(id, 'record'), id).toHaveLength(1);
-      expect(started(id, 'close'), id).toHaveLength(1);
-      expect(await ledger(id), id).toEqual(['record']);
-    }
-  }, 180_000);
-});
+      // The moved task asks again on version 2 (the question stays the same one) and ends as version 2 ends.
+      const asked = ofKind(eventsOf('v-move'), 'human.asked').at(-1);
+      const reply = await troupe(
+        ['answer', String(asked?.data.questionId), '{"go": true}', '--server', nats.url],
+        approverEnv,
+      );
+      expect(reply.stdout, reply.stderr).toMatch(/recorded|answered/);
+      await until(() => ended('v-move'), 'v-move to end', 30_000);
+      expect(ended('v-move')).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v2' } });
+      expect(started('v-move', 'record')).toHaveLength(1);
+      expect(ofKind(eventsOf('v-move'), 'human.asked')).toHaveLength(1);
+      expect(await ledger('v-move')).toEqual(['record']);
+
+      // A new task runs on version 2: its renamed agent, its added step, its script.
+      await submit('v-new', 'none');
+      await until(() => ended('v-new'), 'v-new to end', 30_000);
+      expect(ended('v-new')).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v2' } });
+      expect(ofKind(eventsOf('v-new'), 'step.completed').map((e) => e.data.step)).toEqual([
+        'record',
+        'close',
+        'extra',
+      ]);
+      const v2 = await versionOf('v-new');
+      expect(v2).toMatch(/^[0-9a-f]{64}$/);
+      expect(v2).not.toBe(v1);
+
+      // A rolling restart: a coordinator of version 3 (the writer's script changed again) starts beside version 2's.
+      // It is the newest now: every new task starts on it, whichever of the two takes it. Then it is killed with the
+      // tasks in their slow review, so version 2's coordinator (the only one left) ends them all, on version 3.
+      const thirdDir = await mkdtemp(join(dir, 'v3-'));
+      await copyFile(file, join(thirdDir, 'versioned.yaml'));
+      await writeFile(
+        join(thirdDir, 'versioned.script.yaml'),
+        script('noted by v3', { agent: 'closer', content: 'closed by v3' }),
+      );
+      const beside = up(join(thirdDir, 'versioned.yaml'));
+      await beside.waitFor(/troupe is up/);
+      const shared = Array.from({ length: 8 }, (_, i) => `v-shared-${i}`);
+      for (const id of shared) await submit(id, 'review');
+      await until(
+        () => (shared.every((id) => started(id, 'check').length > 0) ? true : undefined),
+        'every shared task to be in its review',
+        30_000,
+      );
+      await beside.stop('SIGKILL');
+      processes.splice(processes.indexOf(beside), 1);
+      for (const id of shared) await until(() => ended(id), `${id} to end`, 60_000);
+      const v3 = await versionOf(shared[0] ?? '');
+      expect(v3).not.toBe(v2);
+      for (const id of shared) {
+        expect(ended(id), id).toMatchObject({ kind: 'task.completed', data: { output: 'noted by v3' } });
+        expect(await versionOf(id), id).toBe(v3);
+        expect(started(id, 'record'), id).toHaveLength(1);
+        expect(started(id, 'close'), id).toHaveLength(1);
+        expect(await ledger(id), id).toEqual(['record']);
+      }
+    }, 180_000);
+  },
+);
