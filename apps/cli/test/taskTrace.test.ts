@@ -347,4 +347,19 @@ describe('formatTrace', () => {
       'totals: 3 model calls · 200→40 tok · $0.0040 · 1 tool call · 1 approval · 1 retry · 1 fallback · 2 errors',
     ]);
   });
+
+  it('says where a tool result too large for its event is kept, and how to see it whole', () => {
+    const outputRef = {
+      bucket: 'troupe-values-demo',
+      name: 't1.code.1.1.0.result',
+      bytes: 5_242_880,
+      sha256: 'a'.repeat(64),
+    };
+    const events = finished.map((event) =>
+      event.kind === 'tool.result' ? { ...event, data: { ...event.data, outputRef } } : event,
+    );
+    expect(formatTrace(buildTaskTrace('t1', events), { color: false })).toContain(
+      'wrote 8 bytes to hello.md (5242880 bytes in troupe-values-demo; troupe trace --json gives it whole)',
+    );
+  });
 });

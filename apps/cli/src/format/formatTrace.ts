@@ -100,8 +100,12 @@ function entryLines(entry: TraceEntry, paint: (style: Style, text: string) => st
       if (!result) return [`${call} · ${paint('yellow', 'running')}`];
       const outcome = result.ok ? paint('green', 'ok') : paint('red', result.error?.code ?? 'error');
       const replayed = result.journaled ? ' · replayed from the journal' : '';
+      // A result too large for its event is in the object store: say so, and how to see it whole.
+      const whole = result.outputRef
+        ? ` (${result.outputRef.bytes} bytes in ${result.outputRef.bucket}; troupe trace --json gives it whole)`
+        : '';
       return [
-        `${call} · ${result.decision} · ${outcome} · ${formatDuration(result.durationMs)}${replayed} · ${preview(result.output)}`,
+        `${call} · ${result.decision} · ${outcome} · ${formatDuration(result.durationMs)}${replayed} · ${preview(result.output)}${whole}`,
       ];
     }
     case 'approval': {
