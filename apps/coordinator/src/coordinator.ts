@@ -15,6 +15,7 @@ import {
   type ToolRegistry,
   type TroupeMetrics,
   underPrefix,
+  untilReachable,
   ValueStore,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
@@ -135,7 +136,11 @@ async function startParts(
   for (const pipeline of options.pipelines) await versions.save(pipeline.version);
   // Each pipeline's bucket of large values is made here, with the tasks' retention and the deployment's replicas.
   const values = new ValueStore(bus, options.replicas === undefined ? {} : { replicas: options.replicas });
-  for (const pipeline of options.pipelines) await values.ensureBucket(pipeline.config.name);
+  for (const { config } of options.pipelines) {
+    await untilReachable(bus, `object store of pipeline ${config.name}`, () =>
+      values.ensureBucket(config.name),
+    );
+  }
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
   // Asks for `human` steps. A wait cut short by the workflow (a branch stopped, the task cancelled) closes its
   // question; one cut short by this coordinator stopping leaves it pending for the run that resumes the task.
@@ -190,7 +195,7 @@ async function startParts(
           concurrency: options.concurrency ?? 16,
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           people: { gate: people, journal: pipelineJournal, clock },
-          subPipelines: createSubPipelineRunner(bus, clock),
+          subPipelines: createSubPipelineRunner(bus, clock, values),
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
               journal: pipelineJournal,
