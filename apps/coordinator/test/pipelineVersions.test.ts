@@ -109,6 +109,28 @@ describe('a pipeline version', () => {
   });
 });
 
+describe('storing a version', () => {
+  it('says which version of which pipeline, and how big, when the server refuses it', async () => {
+    const kv = new MemoryKv(PipelineVersion);
+    kv.put = async () => {
+      throw new Error('maximum payload exceeded');
+    };
+    const version = {
+      pipeline: 'unit',
+      hash: v1Hash,
+      config: v1 as unknown as Record<string, unknown>,
+      files: { './unit.script.yaml': 'x'.repeat(2_000) },
+      storedAt: new Date(0).toISOString(),
+    };
+    const error = await new PipelineVersions(kv).save(version).catch((e: unknown) => e as Error);
+    expect(error?.message).toMatch(
+      new RegExp(
+        `^cannot store version ${v1Hash.slice(0, 12)} of pipeline unit \\(\\d+ bytes with the files it names\\) in the KV bucket versions: maximum payload exceeded$`,
+      ),
+    );
+  });
+});
+
 describe('the retention of stored versions', () => {
   it('removes only versions past the retention that no unfinished task uses and that are not kept', async () => {
     const kv = new MemoryKv(PipelineVersion);

@@ -25,7 +25,16 @@ export class PipelineVersions {
    */
   async save(version: PipelineVersion): Promise<void> {
     const key = keyOf(version.pipeline, version.hash);
-    await this.#store.put(key, version);
+    try {
+      await this.#store.put(key, version);
+    } catch (error) {
+      // Most often a pipeline whose scripts outgrow one NATS message (max_payload, 1 MB by default).
+      const bytes = Buffer.byteLength(JSON.stringify(version));
+      throw new Error(
+        `cannot store version ${version.hash.slice(0, 12)} of pipeline ${version.pipeline} (${bytes} bytes with the files it names) in the KV bucket versions: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
     this.#read.set(key, Promise.resolve(version));
   }
 
