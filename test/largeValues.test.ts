@@ -3,15 +3,15 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { builtinTools, loadPipeline, replayTask } from '@troupe/coordinator';
+import { builtinTools, loadPipeline, replayTask, startCoordinator } from '@troupe/coordinator';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
-import { createLogger, defineTool, StepJournal, ValueStore } from '@troupe/runtime';
+import { createLogger, defineTool, NatsBus, StepJournal, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { troupe } from './support/cli.ts';
-import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+import { found, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 /** Text of `bytes` bytes that is not one byte repeated, so a chunk out of place would show. */
 const numbered = (tag: string, bytes: number): string =>
@@ -72,6 +72,22 @@ agents:
   scribe: { instructions: Write the file., tools: [write_file] }
 flow:
   - { id: write, kind: agent, agent: scribe }
+`,
+    );
+    // Run by coordinators of the test's own (not the harness's), so one can stop mid-task and another resume.
+    await writeFile(
+      join(dir, 'relay.yaml'),
+      `version: 1
+name: relay
+models:
+  gpt: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}" }
+defaults: { model: gpt }
+agents:
+  writer: { instructions: Write it all. }
+  reader: { instructions: Read it all. }
+flow:
+  - { id: write, kind: agent, agent: writer }
+  - { id: read, kind: agent, agent: reader }
 `,
     );
     await writeFile(
@@ -261,4 +277,52 @@ flow:
       tool: 'write_file',
     });
   }, 90_000);
+
+  it('resumes a task whose checkpoint names a 2 MB output on another coordinator, which hands it on whole', async () => {
+    const startRelay = async (name: string) => {
+      const logger = createLogger({ level: 'silent' });
+      const bus = await NatsBus.connect({ servers: h.nats.url, name, logger });
+      const registry = builtinTools();
+      const pipeline = await loadPipeline(join(dir, 'relay.yaml'), {
+        toolNames: registry.names(),
+        env: { OPENAI_API_KEY: 'sk-test' },
+      });
+      const coordinator = await startCoordinator({
+        bus,
+        pipelines: [pipeline],
+        logger,
+        workspaceRoot: h.workspaceRoot,
+        registry,
+        noResponderWaitMs: 5_000,
+      });
+      return async () => {
+        await coordinator.stop();
+        await bus.close();
+      };
+    };
+    const written = numbered('R', 2 * 1024 * 1024);
+    openai.enqueue({ kind: 'message', content: written }, { kind: 'hang' });
+    const stopFirst = await startRelay('relay-a');
+    publishTask(h, 'relay', { id: 'relay-1', goal: 'relay a large output' });
+    // The reader's model call hangs: the writer's output is in the checkpoint, by reference, when the first stops.
+    await found(
+      () => ofKind(h.eventsOf('relay-1'), 'llm.request').find((e) => e.data.stepId === 'relay-1.read.1'),
+      'the reader asking its model',
+    );
+    await stopFirst();
+    openai.enqueue({ kind: 'message', content: 'read it all' });
+    const stopSecond = await startRelay('relay-b');
+    try {
+      const final = await h.finalOf('relay-1', 60_000);
+      expect(final.kind).toBe('task.completed');
+      expect(ofKind(h.eventsOf('relay-1'), 'task.resumed').length).toBeGreaterThan(0);
+      const writes = ofKind(h.eventsOf('relay-1'), 'step.completed').filter((e) => e.data.step === 'write');
+      expect(new Set(writes.map((e) => e.id)).size).toBe(1);
+      expect(JSON.stringify(openai.requests.at(-1)?.body.messages)).toContain(
+        JSON.stringify(written).slice(1, -1),
+      );
+    } finally {
+      await stopSecond();
+    }
+  }, 120_000);
 });
