@@ -73,8 +73,8 @@ export {
   type ToolCallTrace,
   type TraceEntry,
   type TraceTotals,
-} from './operations/taskTrace.ts';
   wholeTrace,
+} from './operations/taskTrace.ts';
 export {
   bucketIfAny,
   CLIENT_WAIT,
