@@ -6,7 +6,6 @@ export { suggestion } from './config/didYouMean.ts';
 export { FLOW_END, FlowGraph, flowGraph, flowMermaid } from './config/flowGraph.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
 export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
-export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
 export {
   AgentConfig,
   ModelConfig,
@@ -14,6 +13,7 @@ export {
   PipelineConfig,
   StepConfig,
 } from './config/pipelineSchema.ts';
+export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {

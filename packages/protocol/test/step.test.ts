@@ -142,7 +142,10 @@ describe('control messages', () => {
   it('accepts a cancel and an approval decision, and refuses unknown keys', () => {
     expect(ControlMessage.parse({ action: 'cancel' })).toEqual({ action: 'cancel' });
     expect(ControlMessage.safeParse({ action: 'pause' }).success).toBe(false);
-    expect(ControlMessage.parse({ action: 'migrate', to: 'abcd' })).toEqual({ action: 'migrate', to: 'abcd' });
+    expect(ControlMessage.parse({ action: 'migrate', to: 'abcd' })).toEqual({
+      action: 'migrate',
+      to: 'abcd',
+    });
     expect(ControlMessage.parse({ action: 'migrate' })).toEqual({ action: 'migrate' });
     expect(ControlMessage.safeParse({ action: 'migrate', to: 'abc' }).success).toBe(false);
     expect(ControlMessage.safeParse({ action: 'migrate', to: 'not-hex!' }).success).toBe(false);
