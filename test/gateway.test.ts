@@ -656,6 +656,8 @@ describe('the gateway: Troupe over HTTP', () => {
     const trace = await call('GET', '/v1/tasks/gw-wait-1/trace', { token: 'reader' });
     expect(trace.status).toBe(200);
     expect(trace.body).toMatchObject({ taskId: 'gw-wait-1', status: 'completed' });
+    // The pipeline version it ran on, which only its record names.
+    expect(trace.body.version).toMatch(/^[0-9a-f]{64}$/);
     expect(trace.body.steps).toHaveLength(5);
     expect(trace.body.totals.modelCalls).toBeGreaterThan(0);
     expect((await call('GET', '/v1/tasks/gw-wait-1/trace', { token: null })).status).toBe(401);

@@ -290,7 +290,9 @@ export class GatewayActions {
   }
 
   async #trace(record: WorkflowRecord): Promise<TaskTrace> {
-    return buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId, record.pipeline));
+    const trace = buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId, record.pipeline));
+    // The events do not name the version; the record does.
+    return record.version === undefined ? trace : { ...trace, version: record.version };
   }
 }
 
