@@ -62,6 +62,8 @@ export const StepErrorCode = z.enum([
   'model_failed',
   /** The step names a pipeline version its host cannot load (not stored), or whose agents do not include it. */
   'version_unavailable',
+  /** The task's workspace passed a limit (a file's size, the task's total, the number of files): not handed on. */
+  'workspace_too_large',
   /** Of the request for the step: nobody serves the agent (yet). Never in a reply. */
   'no_responders',
   /** Of the request for the step: its host sent neither heartbeats nor a reply. Never in a reply. */

@@ -64,3 +64,15 @@ export {
 export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';
 export { ValueRef, valueBucket } from './valueRef.ts';
+export {
+  applyWorkspaceChanges,
+  MAX_WORKSPACE_FILES,
+  noWorkspaceChanges,
+  WorkspaceChanges,
+  WorkspaceFile,
+  WorkspaceManifest,
+  WorkspacePath,
+  workspaceDiff,
+  workspaceObject,
+  workspaceRef,
+} from './workspace.ts';

@@ -3,6 +3,7 @@ import { isStepErrorCode, type StepErrorCode } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { UsageTotals } from './usage.ts';
 import { ValueRef } from './valueRef.ts';
+import { WorkspaceChanges, WorkspaceManifest } from './workspace.ts';
 
 /** A reviewer's decision on the work so far. */
 export const Verdict = z.strictObject({
@@ -92,6 +93,11 @@ export const AgentStepRequest = z.object({
   output: z
     .object({ name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/), schema: z.record(z.string(), z.unknown()) })
     .optional(),
+  /**
+   * The files of the task's workspace that its earlier steps handed on: the host brings its local workspace to
+   * this before the step runs, reading each file it lacks from the pipeline's values bucket. Absent: none.
+   */
+  workspace: WorkspaceManifest.optional(),
 });
 export type AgentStepRequest = z.infer<typeof AgentStepRequest>;
 
@@ -134,6 +140,8 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     structured: z.unknown().optional(),
     usage: UsageTotals,
     turns: z.number().int().nonnegative(),
+    /** What the step changed in the task's workspace, each written file stored in the values bucket first. */
+    workspace: WorkspaceChanges.optional(),
   }),
   z.object({
     ok: z.literal(false),
@@ -141,6 +149,8 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     error: StepError,
     usage: UsageTotals,
     turns: z.number().int().nonnegative(),
+    /** What the step changed in the task's workspace, each written file stored in the values bucket first. */
+    workspace: WorkspaceChanges.optional(),
   }),
 ]);
 export type AgentStepReply = z.infer<typeof AgentStepReply>;

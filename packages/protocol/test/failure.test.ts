@@ -46,6 +46,7 @@ const EXPECTED: Record<StepErrorCode, { retry: boolean; reply: TaskFailureReason
     scripted_failure: { retry: false, reply: 'step_failed', call: 'transport' },
     model_failed: { retry: false, reply: 'step_failed', call: 'transport' },
     version_unavailable: { retry: false, reply: 'step_failed', call: 'transport' },
+    workspace_too_large: { retry: false, reply: 'step_failed', call: 'transport' },
     no_responders: { retry: true, reply: 'step_failed', call: 'no_worker' },
     stalled: { retry: true, reply: 'step_failed', call: 'transport' },
   };
