@@ -96,3 +96,11 @@ export * from './tools/index.ts';
 export { recallTool, rememberTool } from './tools/memoryTools.ts';
 export * from './transport/index.ts';
 export { type WithTimeoutOptions, withTimeout } from './withTimeout.ts';
+export {
+  DEFAULT_WORKSPACE_LIMITS,
+  WorkspaceLimitError,
+  type WorkspaceLimits,
+  workspaceLimitsFromEnv,
+} from './workspace/workspaceLimits.ts';
+export { scanWorkspace, type WorkspaceScan } from './workspace/workspaceScan.ts';
+export { WorkspaceSync, type WorkspaceSyncOptions } from './workspace/workspaceSync.ts';

@@ -18,6 +18,8 @@ import {
   ToolRegistry,
   type TroupeMetrics,
   ValueStore,
+  type WorkspaceLimits,
+  workspaceLimitsFromEnv,
 } from '@troupe/runtime';
 import { agentDefinitions } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
@@ -44,6 +46,8 @@ export interface AgentServiceOptions {
   metrics?: TroupeMetrics;
   /** Where outputs and tool results too large for a message go; a store on `bus` with its defaults when absent. */
   values?: ValueStore;
+  /** How much of a task's workspace is handed on between steps; `TROUPE_WORKSPACE_MAX_*_MIB` or the defaults when absent. */
+  workspaceLimits?: WorkspaceLimits;
 }
 
 /** The agents of some pipelines, served in this process. */
@@ -73,6 +77,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const stopCounting = options.metrics?.countPending(() => human.pending);
   const journal = await StepJournal.open(bus);
   const values = options.values ?? new ValueStore(bus);
+  const workspaceLimits = options.workspaceLimits ?? workspaceLimitsFromEnv();
   const versions = await PipelineVersions.open(bus);
   // One heartbeat thread for every host here: a busy event loop must not make a live step look dead.
   const heartbeats = new ThreadedHeartbeatSender({ bus, logger });
@@ -105,6 +110,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           memory,
           journal: journal.forPipeline(pipeline.config.name, values),
           values,
+          workspaceLimits,
           heartbeats,
           ...summarizerOf(pipeline.config),
           version: pipeline.version.hash,

@@ -21,6 +21,8 @@ import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
 import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartbeatSender.ts';
+import type { WorkspaceLimits } from '../workspace/workspaceLimits.ts';
+import { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import type { StepStop } from './agentMachine.ts';
 import { type AgentStep, startAgentStep } from './runAgentStep.ts';
@@ -84,6 +86,11 @@ export interface AgentHostOptions {
   /** Keeps outputs and tool results too large for a message, and reads earlier steps' back whole. */
   values?: ValueStore;
   /**
+   * How much of a task's workspace is handed on between steps (through `values`; without it, files stay on this
+   * host's disk); the defaults when absent.
+   */
+  workspaceLimits?: WorkspaceLimits;
+  /**
    * Sends steps' heartbeats; by default from this thread. Give a {@link ThreadedHeartbeatSender} in a real
    * process, so a busy event loop cannot starve them (and make a live step look dead).
    */
@@ -123,6 +130,14 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const clock = options.clock ?? systemClock;
   const events = new EventFactory(clock);
   const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus, clock);
+  const workspace = options.values
+    ? new WorkspaceSync({
+        values: options.values,
+        workspaceRoot: options.workspaceRoot,
+        logger,
+        ...(options.workspaceLimits ? { limits: options.workspaceLimits } : {}),
+      })
+    : undefined;
   /** Steps running here, by step id. */
   const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
@@ -267,6 +282,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         ...(options.memory ? { memory: options.memory } : {}),
         ...(options.journal ? { journal: options.journal } : {}),
         ...(options.values ? { values: options.values } : {}),
+        ...(workspace ? { workspace } : {}),
         logger,
       });
       const reply = step.reply;

@@ -14,6 +14,7 @@ import { buildStepMessages } from './stepPrompt.ts';
 import { failedReply, outOfTimeReply, toReply } from './stepReply.ts';
 import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
 import { offloadReply, unreadContextReply, withWholeContext } from './stepValues.ts';
+import { handOnWorkspace, unpulledWorkspaceReply } from './stepWorkspace.ts';
 
 export type { StepDeps };
 
@@ -65,17 +66,29 @@ function startStep(step: StepContext): AgentStep {
   const deadline = request.budget?.deadline;
   const timeLeftMs = deadline === undefined ? undefined : deadline - deps.clock.now();
   if (timeLeftMs !== undefined && timeLeftMs <= 0) return { reply: outOfTimeReply(step), stop: () => {} };
-  if (!request.context.some((output) => output.outputRef)) return startActorSafely(step, timeLeftMs);
-  // Earlier outputs kept in the object store are read back whole first; a stop meanwhile reaches the actor once it runs.
+  const sync = deps.workspace;
+  if (!sync && !request.context.some((output) => output.outputRef)) return startActorSafely(step, timeLeftMs);
+  // The workspace is brought to the step's manifest, and earlier outputs kept in the object store are read back
+  // whole, first; a stop meanwhile reaches the actor once it runs.
   let started: AgentStep | undefined;
   let stopBefore: StepStop | undefined;
-  const reply = withWholeContext(step).then(
-    (whole) => {
-      started = startActorSafely({ ...step, request: whole }, timeLeftMs);
-      if (stopBefore) started.stop(stopBefore);
-      return started.reply;
-    },
-    (error: unknown) => unreadContextReply(request, error),
+  const pulled = sync
+    ? sync.pull(request.pipeline, request.taskId, request.workspace).then(
+        () => undefined,
+        (error: unknown) => unpulledWorkspaceReply(request, error),
+      )
+    : Promise.resolve(undefined);
+  const reply = pulled.then((failed) =>
+    failed
+      ? failed
+      : withWholeContext(step).then(
+          (whole) => {
+            started = startActorSafely({ ...step, request: whole }, timeLeftMs);
+            if (stopBefore) started.stop(stopBefore);
+            return sync ? started.reply.then((ended) => handOnWorkspace(step, sync, ended)) : started.reply;
+          },
+          (error: unknown) => unreadContextReply(request, error),
+        ),
   );
   return {
     reply,

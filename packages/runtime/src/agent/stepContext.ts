@@ -9,6 +9,7 @@ import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
+import type { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 
 /** What a step needs from the world. */
@@ -31,6 +32,11 @@ export interface StepDeps {
    * are read back whole from. Without it, a reply is sent as it is and a large tool result is cut.
    */
   values?: ValueStore;
+  /**
+   * Hands the task's workspace files between steps and hosts: brings the workspace to the request's manifest before
+   * the step, and stores what the step changed after it. Without it, files stay on this host's disk only.
+   */
+  workspace?: WorkspaceSync;
   /** Where problems that must not fail the step are reported. */
   logger?: Logger;
   /** Where `ask` calls and `ask_human` questions go; without it, they are denied. */

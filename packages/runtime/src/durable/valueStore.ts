@@ -92,6 +92,11 @@ export class ValueStore {
     return this.#store(pipeline, name, Buffer.from(text, 'utf8'));
   }
 
+  /** Stores bytes as they are (a workspace file, which need not be text). */
+  storeBytes(pipeline: string, name: string, bytes: Uint8Array): Promise<ValueRef> {
+    return this.#store(pipeline, name, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  }
+
   async #store(pipeline: string, name: string, bytes: Buffer): Promise<ValueRef> {
     const ref: ValueRef = {
       bucket: valueBucket(pipeline),
@@ -105,6 +110,11 @@ export class ValueStore {
 
   /** The whole value a reference names; fails with `value_missing`, `value_corrupt` or `value_unavailable`. */
   async read(ref: ValueRef): Promise<string> {
+    return (await this.readBytes(ref)).toString('utf8');
+  }
+
+  /** {@link read}, as the bytes stored. */
+  async readBytes(ref: ValueRef): Promise<Buffer> {
     const where = `${ref.bucket}/${ref.name}`;
     try {
       const jsm = await this.#manager();
@@ -131,7 +141,7 @@ export class ValueStore {
           `value ${where} read back as ${whole.length} bytes with SHA-256 ${sha256}, not the ${ref.bytes} bytes with SHA-256 ${ref.sha256} its reference names`,
         );
       }
-      return whole.toString('utf8');
+      return whole;
     } catch (error) {
       throw asValueError(error, `cannot read value ${where}`);
     }

@@ -1,0 +1,90 @@
+import { createHash } from 'node:crypto';
+import { constants } from 'node:fs';
+import { open, readdir, realpath } from 'node:fs/promises';
+import path from 'node:path';
+import type { WorkspaceFile, WorkspaceManifest } from '@troupe/protocol';
+import { WorkspaceLimitError, type WorkspaceLimits } from './workspaceLimits.ts';
+
+/** What a scan of a workspace found: its regular files, and what it passed over (symlinks, FIFOs, sockets). */
+export interface WorkspaceScan {
+  files: WorkspaceManifest;
+  skipped: string[];
+}
+
+/**
+ * The regular files of a workspace with their sizes and SHA-256s, by `/`-separated relative path. Symlinks are never
+ * followed (a link to a file or out of the workspace is passed over, and said so), nor is anything that is not a
+ * regular file or a directory. Fails {@link WorkspaceLimitError} past a limit, naming the file or the total.
+ */
+export async function scanWorkspace(root: string, limits: WorkspaceLimits): Promise<WorkspaceScan> {
+  const realRoot = await realpath(root);
+  const scan: WorkspaceScan = { files: {}, skipped: [] };
+  let total = 0;
+  const walk = async (dir: string, relative: string): Promise<void> => {
+    // A directory swapped for a link since it was listed must not take the walk out of the workspace.
+    const real = await realpath(dir);
+    if (real !== realRoot && !real.startsWith(realRoot + path.sep)) {
+      scan.skipped.push(relative);
+      return;
+    }
+    const entries = await readdir(dir, { withFileTypes: true });
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of entries) {
+      const child = relative === '' ? entry.name : `${relative}/${entry.name}`;
+      // Dirent types come from lstat: a symlink is never a directory or a file here.
+      if (entry.isDirectory()) await walk(path.join(dir, entry.name), child);
+      else if (!entry.isFile()) scan.skipped.push(child);
+      else {
+        const file = await hashFile(path.join(dir, entry.name));
+        if (file === undefined) {
+          scan.skipped.push(child);
+          continue;
+        }
+        if (file.bytes > limits.maxFileBytes) {
+          throw new WorkspaceLimitError(
+            `workspace file ${child} is ${file.bytes} bytes, over the ${limits.maxFileBytes}-byte limit for one file (TROUPE_WORKSPACE_MAX_FILE_MIB); it is not handed on to later steps`,
+          );
+        }
+        total += file.bytes;
+        if (total > limits.maxTaskBytes) {
+          throw new WorkspaceLimitError(
+            `the task's workspace files come to more than its ${limits.maxTaskBytes}-byte limit (TROUPE_WORKSPACE_MAX_TASK_MIB) at ${child}; they are not handed on to later steps`,
+          );
+        }
+        if (Object.keys(scan.files).length >= limits.maxFiles) {
+          throw new WorkspaceLimitError(
+            `the task's workspace holds more than ${limits.maxFiles} files (at ${child}); they are not handed on to later steps`,
+          );
+        }
+        scan.files[child] = file;
+      }
+    }
+  };
+  await walk(root, '');
+  return scan;
+}
+
+/** A file's size and SHA-256, read without following a symlink; undefined when it is no longer a regular file. */
+export async function hashFile(file: string): Promise<WorkspaceFile | undefined> {
+  const bytes = await readRegularFile(file);
+  if (bytes === undefined) return undefined;
+  return { bytes: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') };
+}
+
+/** A regular file's bytes, opened with `O_NOFOLLOW`; undefined when it is gone, a link, or not a regular file. */
+export async function readRegularFile(file: string): Promise<Buffer | undefined> {
+  let handle: Awaited<ReturnType<typeof open>>;
+  try {
+    handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENXIO') return undefined;
+    throw error;
+  }
+  try {
+    if (!(await handle.stat()).isFile()) return undefined;
+    return await handle.readFile();
+  } finally {
+    await handle.close();
+  }
+}

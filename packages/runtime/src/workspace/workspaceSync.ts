@@ -1,0 +1,200 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import {
+  type WorkspaceChanges,
+  WorkspaceManifest,
+  workspaceDiff,
+  workspaceObject,
+  workspaceRef,
+} from '@troupe/protocol';
+import type { ValueStore } from '../durable/valueStore.ts';
+import type { Logger } from '../logging/index.ts';
+import { locateInWorkspace } from '../tools/workspace.ts';
+import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceLimits } from './workspaceLimits.ts';
+import { hashFile, readRegularFile, scanWorkspace } from './workspaceScan.ts';
+
+export interface WorkspaceSyncOptions {
+  values: Pick<ValueStore, 'storeBytes' | 'readBytes'>;
+  /** Task workspaces live under `<workspaceRoot>/<pipeline>/<taskId>`. */
+  workspaceRoot: string;
+  limits?: WorkspaceLimits;
+  logger?: Logger;
+}
+
+/**
+ * Hands a task's workspace files between its steps, wherever each runs: before a step, {@link pull} brings the local
+ * workspace to the manifest the step was sent (reading what it lacks from the pipeline's values bucket); after it,
+ * {@link push} stores the files the step changed and gives the changes for its reply. Each file is stored as
+ * `ws.<taskId>.<sha256>`, so identical content is kept once and a step run again writes the same objects.
+ *
+ * The host remembers, outside the workspace, the manifest it last brought each task's workspace to. Only a file
+ * that came from that manifest, unchanged since, is removed when a later manifest drops it: anything else found in
+ * the workspace is left alone (and handed on by the next push, as the step's own).
+ */
+export class WorkspaceSync {
+  readonly #values: Pick<ValueStore, 'storeBytes' | 'readBytes'>;
+  readonly #root: string;
+  readonly #limits: WorkspaceLimits;
+  readonly #logger: Logger | undefined;
+  /** One pull or push at a time per task on this host: parallel steps of a task share its workspace. */
+  readonly #busy = new Map<string, Promise<unknown>>();
+
+  constructor(options: WorkspaceSyncOptions) {
+    this.#values = options.values;
+    this.#root = options.workspaceRoot;
+    this.#limits = options.limits ?? DEFAULT_WORKSPACE_LIMITS;
+    this.#logger = options.logger;
+  }
+
+  /**
+   * Brings the task's local workspace to `manifest`: each file missing or different is read from the values bucket
+   * (checked against its SHA-256) and written in place; a file the last synced manifest had and this one lacks is
+   * removed when it is unchanged. Fails with the store's `ValueStoreError` when a file cannot be read.
+   */
+  pull(pipeline: string, taskId: string, manifest: WorkspaceManifest | undefined): Promise<void> {
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest ?? {}));
+  }
+
+  /**
+   * Stores what the step changed in the task's workspace since `base` (the manifest it started from) and gives the
+   * changes; undefined when the workspace does not exist and nothing was handed on. Fails `WorkspaceLimitError` past
+   * a limit, or with the store's error.
+   */
+  push(
+    pipeline: string,
+    taskId: string,
+    base: WorkspaceManifest | undefined,
+  ): Promise<WorkspaceChanges | undefined> {
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#push(pipeline, taskId, base ?? {}));
+  }
+
+  async #pull(pipeline: string, taskId: string, manifest: WorkspaceManifest): Promise<void> {
+    const dir = this.#workspace(pipeline, taskId);
+    const synced = await this.#synced(pipeline, taskId);
+    if (Object.keys(manifest).length === 0 && synced === undefined) return;
+    await mkdir(dir, { recursive: true });
+    for (const [relative, file] of Object.entries(manifest)) {
+      const target = await locateInWorkspace(dir, relative, { tool: 'workspace sync' });
+      if (target.exists) {
+        const local = await hashFile(target.path);
+        if (local?.sha256 === file.sha256 && local.bytes === file.bytes) continue;
+      }
+      const bytes = await this.#values.readBytes(workspaceRef(pipeline, taskId, file));
+      await mkdir(path.dirname(target.path), { recursive: true });
+      await writeAtomically(target.path, bytes);
+    }
+    for (const [relative, file] of Object.entries(synced ?? {})) {
+      if (relative in manifest) continue;
+      const target = await locateInWorkspace(dir, relative, { tool: 'workspace sync' });
+      if (!target.exists) continue;
+      const local = await hashFile(target.path);
+      // Changed here since it was synced: someone's own work, which a manifest never removes.
+      if (local?.sha256 !== file.sha256) {
+        this.#logger?.warn(
+          { pipeline, taskId, path: relative },
+          `workspace file ${relative} was removed by an earlier step elsewhere but changed here; it is kept`,
+        );
+        continue;
+      }
+      await rm(target.path, { force: true });
+    }
+    await this.#remember(pipeline, taskId, manifest);
+  }
+
+  async #push(
+    pipeline: string,
+    taskId: string,
+    base: WorkspaceManifest,
+  ): Promise<WorkspaceChanges | undefined> {
+    const dir = this.#workspace(pipeline, taskId);
+    let scan: Awaited<ReturnType<typeof scanWorkspace>>;
+    try {
+      scan = await scanWorkspace(dir, this.#limits);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      // No workspace here: the step made none, and whatever it was sent is still the task's.
+      return Object.keys(base).length === 0 ? undefined : { files: {}, removed: [] };
+    }
+    if (scan.skipped.length > 0) {
+      this.#logger?.warn(
+        { pipeline, taskId, skipped: scan.skipped.slice(0, 20) },
+        `${scan.skipped.length} workspace entries are not regular files (symlinks, FIFOs); they are not handed on to later steps`,
+      );
+    }
+    const changes = workspaceDiff(base, scan.files);
+    for (const [relative, file] of Object.entries(changes.files)) {
+      const bytes = await readRegularFile(path.join(dir, ...relative.split('/')));
+      if (bytes === undefined)
+        throw new Error(`workspace file ${relative} went away while it was being stored`);
+      const ref = await this.#values.storeBytes(pipeline, workspaceObject(taskId, file.sha256), bytes);
+      // Changed since the scan (a process the step left behind): what was stored is what is handed on.
+      if (ref.sha256 !== file.sha256) {
+        throw new Error(
+          `workspace file ${relative} changed while it was being stored; the step's run is sent again`,
+        );
+      }
+    }
+    await this.#remember(pipeline, taskId, scan.files);
+    return changes;
+  }
+
+  #workspace(pipeline: string, taskId: string): string {
+    return path.join(this.#root, pipeline, taskId);
+  }
+
+  /** Where the manifest last synced is kept: beside the task workspaces, out of every one (a task id has no dot). */
+  #record(pipeline: string, taskId: string): string {
+    return path.join(this.#root, pipeline, '.troupe-sync', `${taskId}.json`);
+  }
+
+  async #synced(pipeline: string, taskId: string): Promise<WorkspaceManifest | undefined> {
+    let text: string;
+    try {
+      text = await readFile(this.#record(pipeline, taskId), 'utf8');
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw error;
+    }
+    const parsed = WorkspaceManifest.safeParse(safeJson(text));
+    // A record this host cannot read removes nothing: files are kept rather than lost.
+    return parsed.success ? parsed.data : undefined;
+  }
+
+  async #remember(pipeline: string, taskId: string, manifest: WorkspaceManifest): Promise<void> {
+    const record = this.#record(pipeline, taskId);
+    await mkdir(path.dirname(record), { recursive: true });
+    await writeAtomically(record, Buffer.from(JSON.stringify(manifest)));
+  }
+
+  async #serially<T>(key: string, op: () => Promise<T>): Promise<T> {
+    const before = this.#busy.get(key) ?? Promise.resolve();
+    const mine = before.catch(() => {}).then(op);
+    this.#busy.set(key, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.#busy.get(key) === mine) this.#busy.delete(key);
+    }
+  }
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A reader never sees half a file: the bytes land in a sibling temp file renamed over the target. */
+async function writeAtomically(file: string, bytes: Uint8Array): Promise<void> {
+  const temp = path.join(path.dirname(file), `.${path.basename(file)}.${randomUUID()}.tmp`);
+  try {
+    await writeFile(temp, bytes, { flag: 'wx' });
+    await rename(temp, file);
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw error;
+  }
+}

@@ -1,0 +1,132 @@
+import { createHash } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { ValueRef } from '@troupe/protocol';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ValueStoreError, WorkspaceLimitError, WorkspaceSync } from '../../src/index.ts';
+
+/** The two calls the sync makes of a value store, in memory, checking digests as the real one does. */
+class MemoryValues {
+  readonly objects = new Map<string, Buffer>();
+  writes = 0;
+  async storeBytes(pipeline: string, name: string, bytes: Uint8Array): Promise<ValueRef> {
+    this.writes += 1;
+    const whole = Buffer.from(bytes);
+    this.objects.set(name, whole);
+    const sha256 = createHash('sha256').update(whole).digest('hex');
+    return { bucket: `troupe-values-${pipeline}`, name, bytes: whole.length, sha256 };
+  }
+  async readBytes(ref: ValueRef): Promise<Buffer> {
+    const found = this.objects.get(ref.name);
+    if (!found) throw new ValueStoreError('value_missing', `value ${ref.name} is not stored`);
+    return found;
+  }
+}
+
+let roots: string[];
+let values: MemoryValues;
+beforeEach(async () => {
+  roots = [await mkdtemp(path.join(tmpdir(), 'ws-a-')), await mkdtemp(path.join(tmpdir(), 'ws-b-'))];
+  values = new MemoryValues();
+});
+afterEach(async () => {
+  await Promise.all(roots.map((root) => rm(root, { recursive: true, force: true })));
+});
+
+const host = (i: number, limits?: ConstructorParameters<typeof WorkspaceSync>[0]['limits']) =>
+  new WorkspaceSync({ values, workspaceRoot: roots[i] as string, ...(limits ? { limits } : {}) });
+const ws = (i: number) => path.join(roots[i] as string, 'demo', 'task-1');
+
+describe('WorkspaceSync', () => {
+  it("hands a step's files to another host whole, and only what changed", async () => {
+    const a = host(0);
+    await a.pull('demo', 'task-1', undefined);
+    await mkdir(path.join(ws(0), 'src'), { recursive: true });
+    const big = Buffer.alloc(3 * 1024 * 1024, 7);
+    await writeFile(path.join(ws(0), 'src', 'big.bin'), big);
+    await writeFile(path.join(ws(0), 'notes.md'), 'plan');
+    const first = await a.push('demo', 'task-1', undefined);
+    expect(Object.keys(first?.files ?? {}).sort()).toEqual(['notes.md', 'src/big.bin']);
+    expect(values.writes).toBe(2);
+
+    const b = host(1);
+    await b.pull('demo', 'task-1', first?.files);
+    expect((await readFile(path.join(ws(1), 'src', 'big.bin'))).equals(big)).toBe(true);
+    expect(await readFile(path.join(ws(1), 'notes.md'), 'utf8')).toBe('plan');
+
+    // The reviewer changes one file and removes the other: only those are its changes.
+    await writeFile(path.join(ws(1), 'notes.md'), 'reviewed');
+    await rm(path.join(ws(1), 'src', 'big.bin'));
+    const second = await b.push('demo', 'task-1', first?.files);
+    expect(Object.keys(second?.files ?? {})).toEqual(['notes.md']);
+    expect(second?.removed).toEqual(['src/big.bin']);
+    expect(values.writes).toBe(3);
+  });
+
+  it('removes on pull only files an earlier manifest brought and nobody changed since', async () => {
+    const a = host(0);
+    await mkdir(ws(0), { recursive: true });
+    await writeFile(path.join(ws(0), 'old.txt'), 'old');
+    await writeFile(path.join(ws(0), 'kept.txt'), 'kept');
+    const made = await a.push('demo', 'task-1', undefined);
+    const manifest = made?.files ?? {};
+    // Someone edits kept.txt here, and leaves a file of their own.
+    await writeFile(path.join(ws(0), 'kept.txt'), 'my own edit');
+    await writeFile(path.join(ws(0), 'mine.txt'), 'unrelated');
+    // A later step elsewhere removed both files the manifest had.
+    await a.pull('demo', 'task-1', {});
+    await expect(readFile(path.join(ws(0), 'old.txt'))).rejects.toMatchObject({ code: 'ENOENT' });
+    expect(await readFile(path.join(ws(0), 'kept.txt'), 'utf8')).toBe('my own edit');
+    expect(await readFile(path.join(ws(0), 'mine.txt'), 'utf8')).toBe('unrelated');
+    expect(Object.keys(manifest).sort()).toEqual(['kept.txt', 'old.txt']);
+  });
+
+  it('replaces a local file whose content differs from the manifest, and fails when a file is gone', async () => {
+    await mkdir(ws(0), { recursive: true });
+    await writeFile(path.join(ws(0), 'a.txt'), 'from the executor');
+    const made = await host(0).push('demo', 'task-1', undefined);
+    await mkdir(ws(1), { recursive: true });
+    await writeFile(path.join(ws(1), 'a.txt'), 'stale');
+    await host(1).pull('demo', 'task-1', made?.files);
+    expect(await readFile(path.join(ws(1), 'a.txt'), 'utf8')).toBe('from the executor');
+
+    values.objects.clear();
+    await rm(path.join(ws(1), 'a.txt'));
+    await expect(host(1).pull('demo', 'task-1', made?.files)).rejects.toSatisfy((e) =>
+      ValueStoreError.is(e, 'value_missing'),
+    );
+  });
+
+  it('never follows a symlink: neither one the step made, nor one in the way of a pull', async () => {
+    const outside = path.join(roots[1] as string, 'secret.txt');
+    await writeFile(outside, 'secret');
+    await mkdir(ws(0), { recursive: true });
+    await symlink(outside, path.join(ws(0), 'link.txt'));
+    await writeFile(path.join(ws(0), 'real.txt'), 'real');
+    const made = await host(0).push('demo', 'task-1', undefined);
+    expect(Object.keys(made?.files ?? {})).toEqual(['real.txt']);
+
+    // A directory of the workspace that is a link out of it is refused, not written through.
+    await mkdir(ws(1), { recursive: true });
+    await symlink(roots[0] as string, path.join(ws(1), 'out'));
+    const real = { bytes: 4, sha256: createHash('sha256').update('real').digest('hex') };
+    expect(made?.files['real.txt']).toEqual(real);
+    await expect(host(1).pull('demo', 'task-1', { 'out/x.txt': real })).rejects.toThrow(/outside|refused/);
+  });
+
+  it('fails past a limit, naming the file or the total, rather than handing on part', async () => {
+    await mkdir(ws(0), { recursive: true });
+    await writeFile(path.join(ws(0), 'a.bin'), Buffer.alloc(600));
+    await writeFile(path.join(ws(0), 'b.bin'), Buffer.alloc(600));
+    const perFile = host(0, { maxFileBytes: 500, maxTaskBytes: 10_000, maxFiles: 10 });
+    await expect(perFile.push('demo', 'task-1', undefined)).rejects.toThrow(
+      /workspace file a\.bin is 600 bytes, over the 500-byte limit/,
+    );
+    const perTask = host(0, { maxFileBytes: 1_000, maxTaskBytes: 1_000, maxFiles: 10 });
+    await expect(perTask.push('demo', 'task-1', undefined)).rejects.toBeInstanceOf(WorkspaceLimitError);
+    const files = host(0, { maxFileBytes: 1_000, maxTaskBytes: 10_000, maxFiles: 1 });
+    await expect(files.push('demo', 'task-1', undefined)).rejects.toThrow(/more than 1 files/);
+    expect(values.writes).toBe(0);
+  });
+});
