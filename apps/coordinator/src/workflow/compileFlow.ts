@@ -6,7 +6,16 @@ import type {
   TaskFailureReason,
   UsageTotals,
 } from '@troupe/protocol';
-import { emptyUsage, errorMessage, StepErrorCode, sumUsage, taskFailureReason } from '@troupe/protocol';
+import {
+  applyWorkspaceChanges,
+  emptyUsage,
+  errorMessage,
+  noWorkspaceChanges,
+  StepErrorCode,
+  sumUsage,
+  taskFailureReason,
+  workspaceDiff,
+} from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
 import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
 import { ROUTE_END } from '../config/checkFlow.ts';
@@ -88,6 +97,14 @@ const workflowSetup = setup({
         ...(context.reworkTarget === p.step.id ? { reworkTarget: undefined } : {}),
       };
     }),
+    /**
+     * What a step changed in the task's workspace, whether it succeeded or not (a retry goes on from the files a
+     * failed run left). Parallel steps' changes apply in the order the steps end: the last to end wins a path both
+     * wrote (see docs/durability.md).
+     */
+    recordWorkspace: assign(({ context }, p: { step: AgentAskedStep; reply: StepRunOutput }) =>
+      p.reply.workspace ? { workspace: applyWorkspaceChanges(context.workspace, p.reply.workspace) } : {},
+    ),
     /** What a step spent counts towards the task whether the step succeeded or not. */
     recordUsage: assign(({ context }, p: { step: AgentAskedStep; reply: StepRunOutput }) => ({
       usage: sumUsage(context.usage, p.reply.usage),
@@ -836,6 +853,7 @@ function stepCompleted(step: AgentAskedStep, recovery: Recovery) {
   const before = [
     completedEvent(step),
     { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
+    { type: 'recordWorkspace', params: ({ event }: Done) => ({ step, reply: event.output }) },
   ];
   const failed = ({ event }: Done) => !event.output.ok;
   const retriable = ({ event }: Done) => event.output.ok || event.output.error.code !== 'budget_exceeded';
@@ -926,6 +944,7 @@ function record(step: AgentAskedStep) {
   return [
     completedEvent(step),
     { type: 'recordUsage', params: ({ event }: Done) => ({ step, reply: event.output }) },
+    { type: 'recordWorkspace', params: ({ event }: Done) => ({ step, reply: event.output }) },
     { type: 'recordOutput', params: ({ event }: Done) => ({ step, reply: event.output }) },
   ];
 }
@@ -1172,16 +1191,22 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
     const usageByAgent = { ...context.usageByAgent };
     for (const [agent, spent] of Object.entries(output?.usageByAgent ?? {}))
       usageByAgent[agent] = sumUsage(usageByAgent[agent] ?? emptyUsage(), spent);
+    // An item's files join the task's as it ends, as a step's do: the last item to end wins a path two wrote.
+    const workspace = output?.workspace
+      ? applyWorkspaceChanges(context.workspace, output.workspace)
+      : context.workspace;
     const updated: WorkflowContext = {
       ...context,
       usage: sumUsage(context.usage, usage),
       usageByAgent,
       foreach: { ...context.foreach, [step.id]: { ...progress, results, started } },
+      ...(workspace ? { workspace } : {}),
     };
     enqueue.assign({
       usage: updated.usage,
       usageByAgent,
       foreach: updated.foreach as Record<string, ForeachProgress>,
+      ...(workspace ? { workspace } : {}),
     });
     enqueue.stopChild(id);
     if (more) spawn(updated, enqueue, progress.items, progress.started);
@@ -1384,6 +1409,7 @@ function itemContext(
     ...(context.lastAgent === undefined ? {} : { lastAgent: context.lastAgent }),
     item: { step: step.id, index },
     spent: { usage: taskSpent(context), byAgent: context.usageByAgent },
+    ...(context.workspace ? { workspace: context.workspace, itemBase: context.workspace } : {}),
   };
 }
 
@@ -1429,7 +1455,12 @@ function outsideOutputs(c: Compiling, step: ForeachStepConfig): Set<string> {
 
 /** How an item's workflow ended: the output of its last step of work, or its failure; and what it spent. */
 function itemOutput(step: ForeachStepConfig, context: WorkflowContext): ItemOutput {
-  const spending = { usage: context.usage, usageByAgent: context.usageByAgent };
+  const changed = context.workspace ? workspaceDiff(context.itemBase, context.workspace) : undefined;
+  const spending = {
+    usage: context.usage,
+    usageByAgent: context.usageByAgent,
+    ...(changed && !noWorkspaceChanges(changed) ? { workspace: changed } : {}),
+  };
   if (context.failure) return { ok: false, failure: context.failure, ...spending };
   const lastWork = [...step.do].reverse().find((s) => isWork(s) && context.latest[s.id]);
   return { ok: true, output: lastWork ? (context.latest[lastWork.id]?.output ?? '') : '', ...spending };
@@ -1591,6 +1622,7 @@ function buildRequest(
     ...(context.lastAgent ? { from: context.lastAgent } : {}),
     traceparent: context.task.traceparent,
     ...(step.kind === 'route' ? routerAsk(step) : {}),
+    ...(context.workspace ? { workspace: context.workspace } : {}),
   };
 }
 

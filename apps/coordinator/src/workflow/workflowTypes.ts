@@ -15,6 +15,8 @@ import type {
   TaskSubmission,
   UsageTotals,
   ValueRef,
+  WorkspaceChanges,
+  WorkspaceManifest,
 } from '@troupe/protocol';
 
 /** What a workflow actor starts from: one task. */
@@ -111,6 +113,13 @@ export interface WorkflowContext {
   foreach?: Record<string, ForeachProgress>;
   /** Set in the workflow of one item of a foreach step: which step, and which item of its list. */
   item?: { step: string; index: number };
+  /**
+   * The files of the task's workspace its steps have handed on so far (each step's changes applied in the order the
+   * steps ended), sent with every step request; checkpointed with the rest, so a resumed task has them.
+   */
+  workspace?: WorkspaceManifest;
+  /** In an item's workflow: the task's workspace as the item started, which its changes are counted from. */
+  itemBase?: WorkspaceManifest;
   /** In an item's workflow: what the task had spent when the item started, which its budgets count too. */
   spent?: { usage: UsageTotals; byAgent: Record<string, UsageTotals> };
 }
@@ -129,7 +138,12 @@ export interface ForeachProgress {
 export type ItemOutcome = { ok: true; output: string } | { ok: false; failure: WorkflowFailure };
 
 /** What an item's workflow ends with: its outcome and what it spent. */
-export type ItemOutput = ItemOutcome & { usage: UsageTotals; usageByAgent: Record<string, UsageTotals> };
+export type ItemOutput = ItemOutcome & {
+  usage: UsageTotals;
+  usageByAgent: Record<string, UsageTotals>;
+  /** What the item's steps changed in the task's workspace. */
+  workspace?: WorkspaceChanges;
+};
 
 /** How a branch of a parallel step ended: done, or failed with why. */
 export type BranchOutcome = { ok: true } | { ok: false; failure: WorkflowFailure };
