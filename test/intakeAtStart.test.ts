@@ -200,3 +200,40 @@ describe('tasks stored while a coordinator starts', () => {
     expect(ids.filter((id) => finals.get(id) !== 'completed')).toEqual([]);
   });
 });
+
+describe('a coordinator that waits for JetStream to start', () => {
+  it('lets its intake guard go of each task after a bound, saying it could not tell, and stops cleanly', async () => {
+    const plain = await startTestNats({ jetstream: false });
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: 'warn',
+      destination: { write: (line: string) => void lines.push(line) },
+    });
+    const bus = await NatsBus.connect({ servers: plain.url, name: 'waiting-coordinator', logger });
+    const client = await connect({ servers: plain.url, name: 'outside-publisher' });
+    try {
+      const registry = builtinTools();
+      const pipelines = [await loadPipeline(fixturePath('outline.yaml'), { toolNames: registry.names() })];
+      const starting = startCoordinator({ bus, pipelines, logger, workspaceRoot: '/nonexistent', registry });
+      starting.catch(() => {});
+      // Sent until one reaches the guard, whose subscription the server may not know of yet.
+      await waitUntil(
+        () => {
+          client.publish(subjects.task('nope'), JSON.stringify({ goal: 'published while JetStream is off' }));
+          return lines.some((l) => l.includes('cannot tell whether a coordinator serves troupe.tasks.nope'));
+        },
+        'the guard to give up on the task',
+        20_000,
+      );
+      // Once, however many tasks arrive meanwhile.
+      expect(lines.filter((l) => l.includes('cannot tell whether a coordinator serves')).length).toBe(1);
+      // Stopping the connection ends the start-up's wait for JetStream with an error, not a hang.
+      await bus.close();
+      await expect(starting).rejects.toThrow();
+    } finally {
+      await client.close();
+      await bus.close();
+      await plain.stop();
+    }
+  });
+});

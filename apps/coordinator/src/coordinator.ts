@@ -17,6 +17,7 @@ import {
   underPrefix,
   untilReachable,
   ValueStore,
+  withTimeout,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
@@ -99,15 +100,32 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   // The guard listens before `TASKS` exists, so a task stored the moment the stream appears is run or reported.
   const local = new Set(options.pipelines.map((p) => p.config.name));
   let registryOpened: (registry: PipelineRegistry) => void = () => {};
-  const registryOpen = new Promise<PipelineRegistry>((resolve) => (registryOpened = resolve));
-  const guard: BusSubscription = startIntakeGuard(bus, local, async () => (await registryOpen).names());
+  let registryFailed: (error: unknown) => void = () => {};
+  const registryOpen = new Promise<PipelineRegistry>((resolve, reject) => {
+    registryOpened = resolve;
+    registryFailed = reject;
+  });
+  // Nothing may wait on it yet: a start-up that fails says so itself.
+  registryOpen.catch(() => {});
+  const knownPipelines = async () => {
+    // A start-up still waiting for JetStream must not pile up a guard's handlers, one per task message.
+    const opened = await withTimeout(registryOpen, GUARD_REGISTRY_WAIT_MS, { unref: true });
+    if (opened === 'timeout')
+      throw new Error('the pipeline registry is not open yet: JetStream is still starting');
+    return opened.names();
+  };
+  const guard: BusSubscription = startIntakeGuard(bus, local, knownPipelines);
   try {
     return await startParts(options, { clock, registry, guard, registryOpened });
   } catch (error) {
     guard.unsubscribe();
+    registryFailed(error);
     throw error;
   }
 }
+
+/** How long the intake guard waits for the registry while its coordinator starts, before it lets a task pass. */
+const GUARD_REGISTRY_WAIT_MS = 5_000;
 
 /** The coordinator's parts past its intake guard, started in order: streams, stores, agents, runners, registry. */
 async function startParts(

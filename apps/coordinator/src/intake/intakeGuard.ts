@@ -18,13 +18,27 @@ export function startIntakeGuard(
   local: ReadonlySet<string>,
   knownPipelines: () => Promise<string[]>,
 ): BusSubscription {
+  let toldUnsure = false;
   return bus.subscribeText(
     subjects.allTasks,
     async (delivery) => {
       const parsed = parseSubject(delivery.subject);
       // This coordinator's own pipelines need no lookup: their runners read the tasks.
       if (parsed?.type === 'task' && local.has(parsed.pipeline)) return;
-      const known = await knownPipelines();
+      let known: string[];
+      try {
+        known = await knownPipelines();
+      } catch (error) {
+        // Not reported, but not lost either: a task stored on a pipeline's subject runs once that pipeline is served.
+        // Said once at `warn`, so a flood of tasks while JetStream starts is not a flood of lines.
+        const level = toldUnsure ? 'debug' : 'warn';
+        toldUnsure = true;
+        bus.logger[level](
+          { err: error, subject: delivery.subject },
+          `cannot tell whether a coordinator serves ${delivery.subject}; the task is not reported (said once)`,
+        );
+        return;
+      }
       if (parsed?.type === 'task' && known.includes(parsed.pipeline)) return;
       const name = delivery.subject.slice('troupe.tasks.'.length);
       const loaded = `loaded: ${known.join(', ') || 'none'}`;
