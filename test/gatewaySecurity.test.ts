@@ -3,11 +3,18 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { jetstream } from '@nats-io/jetstream';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
-import { DEFAULT_TASK_LIMITS, STREAMS } from '@troupe/protocol';
+import { DEFAULT_TASK_LIMITS, STREAMS, subjects } from '@troupe/protocol';
 import { createLogger, jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { examplePath, fixturePath, type Harness, startHarness } from './support/harness.ts';
+import {
+  examplePath,
+  fixturePath,
+  type Harness,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
 import { readSse, type SseMessage } from './support/sse.ts';
 import { openWs } from './support/ws.ts';
 
@@ -130,6 +137,33 @@ describe('the gateway under attack', () => {
     expect(said.body.error.message).toContain('parent: set by a pipeline step, never by a client');
     // Nothing reached the TASKS stream.
     expect(await lastTaskSeq()).toBe(before);
+  });
+
+  it('gives a token nothing of another pipeline’s task whose id it submits again while that task is queued', async () => {
+    // Pipeline outline's task, stored while no coordinator serves outline: queued, with no record yet.
+    const js = jetstream(h.client);
+    await js.publish(subjects.task('outline'), JSON.stringify({ id: 'sec-queued-1', goal: 'secret work' }), {
+      msgID: 'sec-queued-1',
+    });
+    // A demo-only token submits the same id and waits: TASKS drops it as a duplicate, so no record tells whose it is.
+    const probe = call('POST', '/v1/pipelines/demo/tasks?wait=5', {
+      token: 'demoOnly',
+      body: { goal: 'probe', id: 'sec-queued-1' },
+    });
+    // The queued task ends meanwhile, on a coordinator that serves outline from now on.
+    const outline = await startSecondCoordinator(h, ['outline.yaml']);
+    try {
+      const answer = await probe;
+      expect(answer.status).toBe(202);
+      expect(answer.body).toMatchObject({ taskId: 'sec-queued-1', pipeline: 'demo', duplicate: true });
+      expect(answer.body.status).toBe('submitted');
+      expect(JSON.stringify(answer.body)).not.toContain('outline');
+      expect(answer.body.output).toBeUndefined();
+      // And asked afterwards, the task is not the token's to see.
+      expect((await call('GET', '/v1/tasks/sec-queued-1', { token: 'demoOnly' })).status).toBe(404);
+    } finally {
+      await outline.stop();
+    }
   });
 
   it('refuses at the edge, with 413 or 400 and the reason, a task the coordinators would refuse; deep JSON does not crash it', async () => {

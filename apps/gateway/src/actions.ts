@@ -99,7 +99,8 @@ export class GatewayActions {
     };
     this.#check(task);
     const wait = Math.min(options.waitSeconds ?? 0, this.#maxWaitSeconds);
-    const final = wait > 0 ? finalEventOf(this.#bus, task.id) : undefined;
+    // This pipeline's events only: an id TASKS took for a duplicate may be another pipeline's queued task.
+    const final = wait > 0 ? finalEventOf(this.#bus, task.id, pipeline) : undefined;
     try {
       const submitted = await submitToPipeline(this.#bus, pipeline, task);
       const flag = submitted.duplicate ? { duplicate: true } : {};
@@ -113,7 +114,7 @@ export class GatewayActions {
       if (final && (await final.within(wait * 1_000))) {
         // Published already: a record that cannot be read now is no error, the task is there.
         const record = await readTask(this.#bus, task.id).catch(() => undefined);
-        if (record)
+        if (record?.pipeline === pipeline)
           return { done: record.status !== 'running', view: { ...(await this.#wholeView(record)), ...flag } };
       }
       const view: TaskView = known
@@ -290,7 +291,10 @@ export class GatewayActions {
   }
 
   async #trace(record: WorkflowRecord): Promise<TaskTrace> {
-    const trace = buildTaskTrace(record.taskId, await readTaskEvents(this.#bus, record.taskId, record.pipeline));
+    const trace = buildTaskTrace(
+      record.taskId,
+      await readTaskEvents(this.#bus, record.taskId, record.pipeline),
+    );
     // The events do not name the version; the record does.
     return record.version === undefined ? trace : { ...trace, version: record.version };
   }
@@ -348,11 +352,11 @@ function decodeCursor(cursor: string): Ordered {
 }
 
 /** Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed. */
-function finalEventOf(bus: NatsBus, taskId: string) {
+function finalEventOf(bus: NatsBus, taskId: string, pipeline: string) {
   let resolve: (event: TroupeEvent | undefined) => void = () => {};
   const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
   const subscription = bus.subscribe(
-    subjects.taskEvents(taskId),
+    subjects.taskEvents(taskId, pipeline),
     TroupeEvent,
     (delivery) => {
       // Only on its own subject: a final event on another's is forged.

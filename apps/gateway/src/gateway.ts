@@ -427,12 +427,12 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       if (
         record.status !== 'running' &&
         after !== undefined &&
-        (await eventsAfter(bus, record.taskId, after)) === 0
+        (await eventsAfter(bus, record, after)) === 0
       ) {
         return reply.code(204).send(null);
       }
       await streamSse(request, reply, { open: openStreams, quota }, mapper, (from, signal, onEvent) =>
-        followTaskEvents(bus, record.taskId, {
+        followTaskEvents(bus, record, {
           ...(from === undefined ? {} : { after: from }),
           signal,
           onEvent,

@@ -25,10 +25,15 @@ export interface FollowOptions {
  * event, or when `signal` aborts. An event stored twice (republished beyond the stream's duplicate window) is
  * delivered once. Fails with `stream_missing` when no coordinator made the stream.
  */
-export function followTaskEvents(bus: NatsBus, taskId: string, options: FollowOptions): Promise<void> {
+export function followTaskEvents(
+  bus: NatsBus,
+  task: { taskId: string; pipeline: string },
+  options: FollowOptions,
+): Promise<void> {
   return followEvents(bus, {
     ...options,
-    subject: subjects.taskEvents(taskId),
+    // On its own pipeline's subjects only, as its record says: a task id is not a pipeline's to claim.
+    subject: subjects.taskEvents(task.taskId, task.pipeline),
     until: (event) => FINAL_EVENT_KINDS.includes(event.kind),
   });
 }
@@ -53,8 +58,12 @@ export async function followAllEvents(
 }
 
 /** How many events of a task are stored after `after`: none, for a task that has ended, means nothing will come. */
-export async function eventsAfter(bus: NatsBus, taskId: string, after: number): Promise<number> {
-  const consumer = await openConsumer(bus, subjects.taskEvents(taskId), after);
+export async function eventsAfter(
+  bus: NatsBus,
+  task: { taskId: string; pipeline: string },
+  after: number,
+): Promise<number> {
+  const consumer = await openConsumer(bus, subjects.taskEvents(task.taskId, task.pipeline), after);
   try {
     return (await consumer.info(true)).num_pending;
   } finally {

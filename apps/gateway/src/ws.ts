@@ -215,7 +215,7 @@ export class WsSession {
     if (
       record.status !== 'running' &&
       message.after !== undefined &&
-      (await eventsAfter(this.#bus, taskId, message.after)) === 0
+      (await eventsAfter(this.#bus, record, message.after)) === 0
     ) {
       this.#following.delete(taskId);
       release();
@@ -224,7 +224,7 @@ export class WsSession {
     }
     const mapper =
       message.format === 'ag-ui' ? new AgUiMapper(record.metadata?.session ?? record.taskId) : undefined;
-    followTaskEvents(this.#bus, taskId, {
+    followTaskEvents(this.#bus, record, {
       ...(message.after === undefined ? {} : { after: message.after }),
       signal: stop.signal,
       onEvent: async ({ seq, event }) => {
