@@ -4,8 +4,10 @@ import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { versionHash } from '../src/config/pipelineVersion.ts';
+import { startControlResponder } from '../src/control/controlResponder.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
+import type { WorkflowStore } from '../src/workflow/workflowRun.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
@@ -49,6 +51,24 @@ async function taskInExecute() {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
+  // Writes wait while a test holds them back (a slow KV, as under load): reads do not.
+  let writes: Promise<void> = Promise.resolve();
+  const slowStore: WorkflowStore = {
+    get: (key) => store.get(key),
+    create: (key, value) => writes.then(() => store.create(key, value)),
+    update: (key, value, revision) => writes.then(() => store.update(key, value, revision)),
+  };
+  const holdWrites = (): (() => void) => {
+    let open: () => void = () => {};
+    writes = new Promise<void>((resolve) => (open = resolve));
+    return open;
+  };
+  let loads: Promise<void> = Promise.resolve();
+  const holdLoads = (): (() => void) => {
+    let open: () => void = () => {};
+    loads = new Promise<void>((resolve) => (open = resolve));
+    return open;
+  };
   const steps: AgentStepRequest[] = [];
   let holding = true;
   let arrived: () => void = () => {};
@@ -70,11 +90,11 @@ async function taskInExecute() {
     startPipelineRunner({
       bus,
       clock,
-      store,
+      store: slowStore,
       intake,
       config: v1,
       version: hashOf(v1),
-      loadVersion: async (hash) => configs.get(hash),
+      loadVersion: (hash) => loads.then(() => configs.get(hash)),
       versionHashes: async () => [...configs.keys()],
       logger: createLogger({ level: 'silent' }),
       concurrency: 4,
@@ -97,7 +117,7 @@ async function taskInExecute() {
   const release = () => {
     holding = false;
   };
-  return { bus, store, steps, task, migrate, release, start };
+  return { bus, clock, store, steps, task, migrate, release, start, holdWrites, holdLoads };
 }
 
 describe('troupe migrate, at the coordinator running the task', () => {
@@ -153,5 +173,54 @@ describe('troupe migrate, at the coordinator running the task', () => {
     expect(task.settlement()).toBeUndefined();
     expect((await store.get('task-m'))?.value).toMatchObject({ status: 'running', version: hashOf(v1) });
     release();
+  });
+
+  it('is answered by the coordinator running the task, not by the control responder of another one, however slow the record write', async () => {
+    const { bus, store, task, migrate, release, holdWrites } = await taskInExecute();
+    // A second coordinator, running none of it: its responder answers a task nobody seems to run after its grace.
+    const other = startControlResponder({ bus, store, runsHere: () => false, ownerGraceMs: 10 });
+    const open = holdWrites();
+    try {
+      const receipt = await migrate(hashOf(added));
+      expect(receipt).toMatchObject({ ok: true, outcome: 'migrated', from: hashOf(v1), to: hashOf(added) });
+      open();
+      await task.handled;
+      expect(task.settlement()).toMatchObject({ kind: 'nak' });
+      expect((await store.get('task-m'))?.value).toMatchObject({ status: 'running', version: hashOf(added) });
+    } finally {
+      open();
+      other.unsubscribe();
+      release();
+    }
+  });
+
+  it('says "ask again" before the grace of the control responder is up while the version asked for is still being read', async () => {
+    const { bus, clock, store, task, migrate, release, holdLoads } = await taskInExecute();
+    const other = startControlResponder({ bus, store, runsHere: () => false, ownerGraceMs: 60_000 });
+    const open = holdLoads();
+    try {
+      const first = migrate(hashOf(added)).then(
+        () => undefined,
+        (error: unknown) => error as TransportError,
+      );
+      // Once the migration waits on its timer, 500 ms of test time pass.
+      await expect.poll(() => clock.pending().length).toBeGreaterThan(0);
+      clock.advance(500);
+      const slow = await first;
+      expect(slow?.code).toBe('not_migratable');
+      expect(slow?.message).toContain('still being read; ask again in a moment; nothing was changed');
+      expect((await store.get('task-m'))?.value).toMatchObject({ status: 'running', version: hashOf(v1) });
+      open();
+      expect(await migrate(hashOf(added))).toMatchObject({
+        ok: true,
+        outcome: 'migrated',
+        to: hashOf(added),
+      });
+      await task.handled;
+    } finally {
+      open();
+      other.unsubscribe();
+      release();
+    }
   });
 });

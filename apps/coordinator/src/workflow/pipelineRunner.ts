@@ -37,10 +37,10 @@ import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts
 import { compileFlow } from './compileFlow.ts';
 import { type FlowVersion, FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
-import { migrationProblem } from './migration.ts';
 import { createStepRunner } from './stepRunner.ts';
 import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
+import { TaskMigrations } from './taskMigrations.ts';
 import type { WorkflowRecord } from './workflowRecord.ts';
 import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
 import type {
@@ -142,21 +142,18 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     runStep: fromPromise<StepRunOutput, StepRunInput>(({ input, signal }) =>
       runStep(stepOfRun(input, running.get(input.request.taskId)), signal),
     ),
-    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(async ({ input, signal }) => {
-      const asking = questionsOf(input.taskId);
-      asking.add(input.stepId);
-      try {
-        return await askPerson(input, signal);
-      } finally {
-        asking.delete(input.stepId);
-        if (asking.size === 0) questions.delete(input.taskId);
-      }
-    }),
+    askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal }) =>
+      migrations.asking(input.taskId, input.stepId, () => askPerson(input, signal)),
+    ),
     runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
       if (!options.subPipelines)
         throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
       // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
-      return options.subPipelines(input, signal, () => stopping || migrating.has(input.task.parent.taskId));
+      return options.subPipelines(
+        input,
+        signal,
+        () => stopping || migrations.moving(input.task.parent.taskId),
+      );
     }),
   };
   /** The pipeline's versions this runner runs tasks on: its own, and the others its tasks started on. */
@@ -173,22 +170,16 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     logger,
   });
   const current = versions.current;
-
-  /** The `human` steps of each task here waiting on a person now, by step id. */
-  const questions = new Map<string, Set<string>>();
-  const questionsOf = (taskId: string): Set<string> => {
-    const asking = questions.get(taskId) ?? new Set<string>();
-    questions.set(taskId, asking);
-    return asking;
-  };
-  /**
-   * Tasks being moved to another version: their run is let go as at a shutdown, what its steps wait on (a person's
-   * answer, a sub-task) kept for the run that resumes them.
-   */
-  const migrating = new Set<string>();
+  const people = options.people;
+  const migrations = new TaskMigrations({
+    pipeline,
+    versions,
+    ...(people?.gate.leavePending ? { leavePending: (stepId) => people.gate.leavePending?.(stepId) } : {}),
+    clock,
+    logger,
+  });
   /** The parent of each task here that a `pipeline` step submitted: when the parent ends, so does the child. */
   const parents = new Map<string, string>();
-  const people = options.people;
   const askPerson = people
     ? createHumanStepRunner({
         ...people,
@@ -612,7 +603,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       if (!task) return;
       const message = delivery.value;
       if (message.action === 'migrate') {
-        void migrateHere(taskId, task, message.to).then(
+        void migrations.migrate(taskId, task, message.to).then(
           (reply) => delivery.respond(reply),
           (error: unknown) => {
             logger.error({ err: error, taskId }, 'cannot migrate the task');
@@ -634,52 +625,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     },
     { reporter: 'coordinator' },
   );
-
-  /**
-   * Moves a task running here to another version (`to`, a hash or a unique prefix; the newest when absent) when its
-   * state fits that version (see `migrationProblem`); says why not otherwise, changing nothing.
-   */
-  async function migrateHere(
-    taskId: string,
-    task: RunningTask,
-    to: string | undefined,
-  ): Promise<ControlReceipt | ErrorReply> {
-    const target = to === undefined ? await versions.newestHash() : await versions.named(to);
-    if (target === undefined) {
-      const known = await versions.hashes();
-      return refusal(
-        'unknown_version',
-        `no single stored version of pipeline ${pipeline} starts with ${to}; stored: ${known.map((h) => h.slice(0, 12)).join(', ')}`,
-      );
-    }
-    const from = task.version ?? current.hash;
-    if (target === from)
-      return refusal(
-        'not_migratable',
-        `task ${taskId} runs on version ${from.slice(0, 12)} already; nothing was changed`,
-      );
-    const [source, destination] = await Promise.all([versions.flowFor(from), versions.flowFor(target)]);
-    if (typeof destination === 'string')
-      return refusal('unknown_version', `${destination}; nothing was changed`);
-    if (typeof source === 'string') return refusal('not_migratable', `${source}; nothing was changed`);
-    const why = await task
-      .migrate(target, (snapshot, input) => {
-        const problem = migrationProblem(snapshot, input, source.config, destination);
-        if (problem !== undefined) return problem;
-        // Let go as at a shutdown: its questions stay pending, its sub-tasks running, for the run that resumes it.
-        migrating.add(taskId);
-        for (const stepId of questions.get(taskId) ?? []) people?.gate.leavePending?.(stepId);
-        return undefined;
-      })
-      .finally(() => migrating.delete(taskId));
-    if (why !== undefined) {
-      return refusal(
-        'not_migratable',
-        `task ${taskId} cannot move from version ${from.slice(0, 12)} to ${target.slice(0, 12)}: ${why}; nothing was changed`,
-      );
-    }
-    return { ok: true, taskId, outcome: 'migrated', from, to: target };
-  }
 
   // A sub-task ends with its parent: any final event of a parent cancels its children running here.
   const parentWatch = bus.subscribeText(

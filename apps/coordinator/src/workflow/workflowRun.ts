@@ -55,13 +55,14 @@ export interface RunningTask {
   noteActivity(activity: StepActivity): void;
   /**
    * Moves the task to pipeline version `version` when `problem` (given its checkpoint and input as they are now)
-   * finds nothing against it: the run ends, and the task is handed back to resume on that version. Resolves once
-   * the new version is recorded, to undefined; else to why the task was not moved.
+   * finds nothing against it: checked and let go in one turn, so no step reply can move the workflow in between. The
+   * run then ends, writes the new version into the record and hands the task back, to resume on that version.
+   * Returns why the task was not moved, or `recorded`, which settles with whether the new version was written.
    */
   migrate(
     version: string,
     problem: (snapshot: unknown, input: WorkflowInput) => string | undefined,
-  ): Promise<string | undefined>;
+  ): string | { recorded: Promise<boolean> };
   /** The run is the task's first delivery: its steps' first sends are `fresh`. */
   readonly firstDelivery: boolean;
   /** The `traceparent` the run's steps carry: its `invoke_workflow` span's, when traces are exported. */
@@ -372,10 +373,10 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
   });
   /** Settles with whether the version a migration ended this run for was recorded. */
   let migrationRecorded: (recorded: boolean) => void = () => {};
-  const migrate = async (
+  const migrate = (
     version: string,
     problem: (snapshot: unknown, input: WorkflowInput) => string | undefined,
-  ): Promise<string | undefined> => {
+  ): string | { recorded: Promise<boolean> } => {
     if (ending !== undefined || actor.getSnapshot().status !== 'active')
       return `task ${taskId} is ending already`;
     // Checked and ended in one turn: no step reply can move the workflow in between.
@@ -383,9 +384,7 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
     if (why !== undefined) return why;
     const recorded = new Promise<boolean>((resolve) => (migrationRecorded = resolve));
     end({ kind: 'migrated', version });
-    return (await recorded)
-      ? undefined
-      : `task ${taskId} could not be recorded on the new version; it resumes on its own`;
+    return { recorded };
   };
   /** A cancel is an event of the workflow: it ends in `cancelled`, by the same path as any end of its own. */
   const cancel = (reason: string | undefined): boolean => {
@@ -450,14 +449,23 @@ export async function runWorkflow(run: Run, services: WorkflowRunServices): Prom
       case 'stopped':
         await recordHandBack(taskId, fenced, services);
         return { next: 'handBack' };
-      case 'migrated':
-        // Not handed back unless the new version is recorded: else the task would resume on the old one, as it is.
-        migrationRecorded(await recordHandBack(taskId, fenced, services, outcome.version));
-        logger.info(
-          { taskId, version: outcome.version },
-          `task ${taskId} moved to version ${outcome.version.slice(0, 12)}`,
-        );
+      case 'migrated': {
+        const recorded = await recordHandBack(taskId, fenced, services, outcome.version);
+        migrationRecorded(recorded);
+        if (recorded) {
+          logger.info(
+            { taskId, version: outcome.version },
+            `task ${taskId} moved to version ${outcome.version.slice(0, 12)}`,
+          );
+        } else {
+          // Taken over meanwhile, or NATS out of reach past every retry: the record still names the old version.
+          logger.error(
+            { taskId, version: outcome.version },
+            `task ${taskId} was let go to move to version ${outcome.version.slice(0, 12)}, but its record could not be written; it resumes on the version it ran on`,
+          );
+        }
         return { next: 'handBack' };
+      }
       case 'crashed': {
         // A fault of ours or of the task's data, not of the network: retrying would fail again.
         logger.error({ err: outcome.error, taskId }, outcome.message);
@@ -503,11 +511,13 @@ async function recordHandBack(
 ): Promise<boolean> {
   return throughOutages(() => store.get(taskId))
     .then((current) => {
-      if (!current?.value.delivery) return false;
+      const delivery = current?.value.delivery;
+      // A record from before deliveries were tracked has nothing to mark, but a migration still names its version.
+      if (current === undefined || (delivery === undefined && version === undefined)) return false;
       // A clean stop is not a failure to make progress: the next delivery does not count this one.
       return fenced({
         ...current.value,
-        delivery: { ...current.value.delivery, handedBack: true },
+        ...(delivery === undefined ? {} : { delivery: { ...delivery, handedBack: true } }),
         ...(version === undefined ? {} : { version }),
       });
     })
