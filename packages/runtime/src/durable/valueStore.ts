@@ -40,7 +40,8 @@ export interface Offloaded {
  * Large values (step outputs, tool results, task outputs) in NATS object stores, one bucket per pipeline
  * (`troupe-values-<pipeline>`), so that no message has to cut one to fit: the message keeps a preview and a
  * {@link ValueRef}; {@link read} gives the whole back, checked against its size and SHA-256. Objects are named from
- * the ids of what made them, so a step run again writes the same object (and a write of what is there is skipped).
+ * the ids of what made them and the value's digest, so a step run again that makes the same value writes the same
+ * object (and a write of what is there is skipped), and one that makes another value never replaces the first.
  * A bucket's values age out with its `max_age`, set to the task retention. Reads use plain message gets, never a
  * consumer, so a role that may only read needs no right to create consumers (see docs/permissions.md).
  *
@@ -98,11 +99,14 @@ export class ValueStore {
   }
 
   async #store(pipeline: string, name: string, bytes: Buffer): Promise<ValueRef> {
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
     const ref: ValueRef = {
       bucket: valueBucket(pipeline),
-      name,
+      // The digest is in the name: two runs of one step that made different values (a step may run in two places
+      // at once) store two objects, so neither replaces the value the other's reference names.
+      name: `${name}.${sha256.slice(0, 16)}`,
       bytes: bytes.length,
-      sha256: createHash('sha256').update(bytes).digest('hex'),
+      sha256,
     };
     await this.#put(ref, bytes);
     return ref;

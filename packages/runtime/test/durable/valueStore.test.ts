@@ -45,15 +45,16 @@ describe('ValueStore', () => {
 
     const { text: preview, ref } = await values.offload('demo', 'task-1.write.1.output', text);
 
+    const sha256 = createHash('sha256').update(text).digest('hex');
     expect(ref).toEqual({
       bucket: 'troupe-values-demo',
-      name: 'task-1.write.1.output',
+      name: `task-1.write.1.output.${sha256.slice(0, 16)}`,
       bytes: 5 * 1024 * 1024,
-      sha256: createHash('sha256').update(text).digest('hex'),
+      sha256,
     });
     expect(preview.startsWith(text.slice(0, 8 * 1024))).toBe(true);
     expect(preview).toContain(
-      `[cut: showing 8192 of 5242880 bytes; the whole is object "task-1.write.1.output" in NATS object store troupe-values-demo`,
+      `[cut: showing 8192 of 5242880 bytes; the whole is object "task-1.write.1.output.${sha256.slice(0, 16)}" in NATS object store troupe-values-demo`,
     );
     expect(await values.read(ref as NonNullable<typeof ref>)).toBe(text);
     // The bucket keeps values as long as tasks are kept.
@@ -72,6 +73,19 @@ describe('ValueStore', () => {
 
     expect(await messagesOf('troupe-values-again')).toBe(before);
     expect(await new ValueStore(bus).read(second.ref as NonNullable<typeof second.ref>)).toBe(text);
+  });
+
+  it('keeps both values of a step that ran twice and made two: each reference reads its own', async () => {
+    const values = new ValueStore(bus);
+    await values.ensureBucket('twice');
+    const first = await values.offload('twice', 'task-6.write.1.output', large(300 * 1024));
+    const second = await values.offload('twice', 'task-6.write.1.output', `${large(300 * 1024)} and more`);
+
+    expect(second.ref?.name).not.toBe(first.ref?.name);
+    expect(await values.read(first.ref as NonNullable<typeof first.ref>)).toBe(large(300 * 1024));
+    expect(await values.read(second.ref as NonNullable<typeof second.ref>)).toBe(
+      `${large(300 * 1024)} and more`,
+    );
   });
 
   it('cuts a preview between characters, never inside one', async () => {
