@@ -24,7 +24,7 @@ import { builtinTools } from './config/builtinTools.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
 import { PipelineVersions } from './config/pipelineVersions.ts';
-import { pruneVersions } from './config/versionRetention.ts';
+import { pruneVersions, type VersionsByPipeline } from './config/versionRetention.ts';
 import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
@@ -126,6 +126,29 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
 
 /** How long the intake guard waits for the registry while its coordinator starts, before it lets a task pass. */
 const GUARD_REGISTRY_WAIT_MS = 5_000;
+
+/** The names of the pipelines this coordinator runs. */
+const local = (options: CoordinatorOptions): string[] => options.pipelines.map((p) => p.config.name);
+
+/**
+ * The versions of `pipelines` still needed: the newest each has in the registry, and those its `running` tasks run
+ * on. Every task's record is read, once for all of them (the bucket has no index by status).
+ */
+async function versionsInUse(
+  store: KvStore<typeof WorkflowRecord>,
+  registry: PipelineRegistry,
+  pipelines: readonly string[],
+): Promise<VersionsByPipeline> {
+  const used = new Map(pipelines.map((name) => [name, new Set<string>()]));
+  for (const name of pipelines) {
+    const newest = (await registry.get(name))?.version;
+    if (newest !== undefined) used.get(name)?.add(newest);
+  }
+  for (const record of await readValues(store)) {
+    if (record.status === 'running' && record.version) used.get(record.pipeline)?.add(record.version);
+  }
+  return used;
+}
 
 /** The coordinator's parts past its intake guard, started in order: streams, stores, agents, runners, registry. */
 async function startParts(
@@ -236,28 +259,13 @@ async function startParts(
       await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()), pipeline.version.hash);
     }
     // Versions nothing needs any more go, in the background: a failure only leaves them stored.
-    void Promise.all(
-      options.pipelines.map((pipeline) => {
-        const name = pipeline.config.name;
-        return pruneVersions({
-          versions,
-          pipeline: name,
-          keep: new Set([pipeline.version.hash]),
-          inUse: async () => {
-            const newest = (await pipelineRegistry.get(name))?.version;
-            const records = await readValues(store);
-            return new Set([
-              ...(newest === undefined ? [] : [newest]),
-              ...records.flatMap((r) =>
-                r.pipeline === name && r.status === 'running' && r.version ? [r.version] : [],
-              ),
-            ]);
-          },
-          now: clock.now(),
-          logger,
-        });
-      }),
-    ).catch((error: unknown) =>
+    void pruneVersions({
+      versions,
+      keep: new Map(options.pipelines.map((p) => [p.config.name, new Set([p.version.hash])])),
+      inUse: () => versionsInUse(store, pipelineRegistry, local(options)),
+      now: clock.now(),
+      logger,
+    }).catch((error: unknown) =>
       logger.warn({ err: error }, 'cannot remove stored pipeline versions no task uses'),
     );
   } catch (error) {

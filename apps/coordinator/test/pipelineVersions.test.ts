@@ -132,58 +132,86 @@ describe('storing a version', () => {
 });
 
 describe('the retention of stored versions', () => {
+  const day = 24 * 60 * 60 * 1_000;
+  const now = 30 * day;
+  const [own, used, old, recent] = ['a', 'b', 'c', 'd'].map((c) => c.repeat(64)) as [
+    string,
+    string,
+    string,
+    string,
+  ];
+  const storeIn = (versions: PipelineVersions, pipeline: string, hash: string, daysAgo: number) =>
+    versions.save({
+      pipeline,
+      hash,
+      config: v1 as unknown as Record<string, unknown>,
+      files: {},
+      storedAt: new Date(now - daysAgo * day).toISOString(),
+    });
+
   it('removes only versions past the retention that no unfinished task uses and that are not kept', async () => {
-    const kv = new MemoryKv(PipelineVersion);
-    const versions = new PipelineVersions(kv);
-    const day = 24 * 60 * 60 * 1_000;
-    const now = 30 * day;
-    const store = (hash: string, daysAgo: number) =>
-      versions.save({
-        pipeline: 'unit',
-        hash,
-        config: v1 as unknown as Record<string, unknown>,
-        files: {},
-        storedAt: new Date(now - daysAgo * day).toISOString(),
-      });
-    const [own, used, old, recent] = ['a', 'b', 'c', 'd'].map((c) => c.repeat(64)) as [
-      string,
-      string,
-      string,
-      string,
-    ];
-    await store(own, 20);
-    await store(used, 20);
-    await store(old, 20);
-    await store(recent, 1);
+    const versions = new PipelineVersions(new MemoryKv(PipelineVersion));
+    await storeIn(versions, 'unit', own, 20);
+    await storeIn(versions, 'unit', used, 20);
+    await storeIn(versions, 'unit', old, 20);
+    await storeIn(versions, 'unit', recent, 1);
     let asked = 0;
     const removed = await pruneVersions({
       versions,
-      pipeline: 'unit',
-      keep: new Set([own]),
+      keep: new Map([['unit', new Set([own])]]),
       inUse: async () => {
         asked += 1;
-        return new Set([used]);
+        return new Map([['unit', new Set([used])]]);
       },
       now,
       logger: createLogger({ level: 'silent' }),
     });
-    expect(removed).toEqual([old]);
+    expect(removed).toEqual(new Map([['unit', [old]]]));
     expect((await versions.hashes('unit')).sort()).toEqual([own, used, recent].sort());
     // Nothing to remove: the tasks' records are not read at all.
     expect(
       await pruneVersions({
         versions,
-        pipeline: 'unit',
-        keep: new Set([own, used]),
+        keep: new Map([['unit', new Set([own, used])]]),
         inUse: async () => {
           asked += 1;
-          return new Set();
+          return new Map();
         },
         now: now + day,
         logger: createLogger({ level: 'silent' }),
       }),
-    ).toEqual([]);
+    ).toEqual(new Map());
     expect(asked).toBe(1);
+  });
+
+  it('reads the tasks once for all the pipelines of a coordinator, not once per pipeline', async () => {
+    const versions = new PipelineVersions(new MemoryKv(PipelineVersion));
+    for (const pipeline of ['one', 'two', 'three']) {
+      await storeIn(versions, pipeline, own, 20);
+      await storeIn(versions, pipeline, old, 20);
+      await storeIn(versions, pipeline, used, 20);
+    }
+    let asked = 0;
+    const removed = await pruneVersions({
+      versions,
+      keep: new Map(['one', 'two', 'three'].map((pipeline) => [pipeline, new Set([own])])),
+      inUse: async () => {
+        asked += 1;
+        return new Map([
+          ['one', new Set([used])],
+          ['two', new Set([used, old])],
+        ]);
+      },
+      now,
+      logger: createLogger({ level: 'silent' }),
+    });
+    expect(asked).toBe(1);
+    expect(removed).toEqual(
+      new Map([
+        ['one', [old]],
+        ['three', [old, used]],
+      ]),
+    );
   });
 });
 
