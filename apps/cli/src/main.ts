@@ -24,6 +24,7 @@ const commands = {
   trace: () => import('./commands/trace.ts'),
   up: () => import('./commands/up.ts'),
   validate: () => import('./commands/validate.ts'),
+  versions: () => import('./commands/versions.ts'),
   worker: () => import('./commands/worker.ts'),
 };
 
@@ -467,10 +468,27 @@ program
   )
   .argument('<task-id>', 'the task')
   .option('--to <hash>', 'the version: its hash, or a prefix of it (troupe runs shows 12 digits)')
-  .option('--latest', 'the newest version (the one the last coordinator to start loaded)', false)
+  .option('--latest', 'the newest version, the one new tasks start on', false)
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (taskId: string, options) => (await commands.control()).migrate(taskId, options)));
+
+program
+  .command('versions')
+  .description('the stored versions of pipelines')
+  .command('use')
+  .description(
+    'make a stored version of a pipeline the one new tasks start on (a rollback); coordinators of older versions restarting leave it so',
+  )
+  .argument('<pipeline>', 'the pipeline')
+  .argument('<version>', 'its hash, or a prefix of it (troupe validate prints it for a file)')
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(
+    run(async (pipeline: string, version: string, options) =>
+      (await commands.versions()).use(pipeline, version, options),
+    ),
+  );
 
 program
   .command('approvals')

@@ -23,7 +23,8 @@ import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
-import { PipelineVersions } from './config/pipelineVersions.ts';
+import { type PipelineVersion, shortVersion } from './config/pipelineVersion.ts';
+import { introducedAt, PipelineVersions } from './config/pipelineVersions.ts';
 import { pruneVersions, type VersionsByPipeline } from './config/versionRetention.ts';
 import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
@@ -174,7 +175,12 @@ async function startParts(
   const journal = await StepJournal.open(bus);
   // Each pipeline's version is stored before any task can start on it, so any coordinator can run that task.
   const versions = await PipelineVersions.open(bus);
-  for (const pipeline of options.pipelines) await versions.save(pipeline.version);
+  const stored = new Map<string, PipelineVersion>();
+  for (const { version } of options.pipelines) {
+    // Stamped now, not when the file was loaded: which version is newer is told by when each was first stored.
+    const saving = { ...version, storedAt: new Date(clock.now()).toISOString() };
+    stored.set(version.pipeline, await versions.save(saving));
+  }
   // Each pipeline's bucket of large values is made here, with the tasks' retention and the deployment's replicas.
   const values = new ValueStore(bus, options.replicas === undefined ? {} : { replicas: options.replicas });
   for (const { config } of options.pipelines) {
@@ -255,8 +261,25 @@ async function startParts(
     }
     // Registered once their consumers exist, so a task the registry lets through is never lost.
     const host = `${hostname()}:${process.pid}`;
-    for (const pipeline of options.pipelines) {
-      await pipelineRegistry.register(pipeline.config, host, new Date(clock.now()), pipeline.version.hash);
+    for (const { config, version } of options.pipelines) {
+      const mine = stored.get(config.name) ?? version;
+      // A version introduced later stays the newest: restarting a coordinator of an older file rolls nothing back.
+      const newest = await pipelineRegistry.register(
+        config,
+        host,
+        new Date(clock.now()),
+        mine.hash,
+        async (other) => {
+          const theirs = await versions.get(config.name, other);
+          return theirs !== undefined && introducedAt(theirs) > introducedAt(mine);
+        },
+      );
+      if (!newest) {
+        logger.info(
+          { pipeline: config.name, version: mine.hash },
+          `pipeline ${config.name}: version ${shortVersion(mine.hash)} of this coordinator is older than the newest, which new tasks keep starting on (troupe versions use changes that)`,
+        );
+      }
     }
     // Versions nothing needs any more go, in the background: a failure only leaves them stored.
     void pruneVersions({

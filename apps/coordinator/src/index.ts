@@ -86,6 +86,7 @@ export {
   type WorkflowStore,
   workflowStoreIfAny,
 } from './operations/troupeState.ts';
+export { useVersion } from './operations/versionOperations.ts';
 export { Recording } from './replay/recording.ts';
 export {
   type Divergence,

@@ -87,7 +87,7 @@ describe('a pipeline version', () => {
     }
   });
 
-  it('is stored under its pipeline and hash, again at each start, and read back', async () => {
+  it('is stored under its pipeline and hash, again at each start keeping when it was first stored, and read back', async () => {
     const kv = new MemoryKv(PipelineVersion);
     const versions = new PipelineVersions(kv);
     const version = {
@@ -103,6 +103,7 @@ describe('a pipeline version', () => {
     expect(await new PipelineVersions(kv).get('unit', v1Hash)).toEqual({
       ...version,
       storedAt: new Date(1).toISOString(),
+      introducedAt: new Date(0).toISOString(),
     });
     expect(await versions.get('unit', v2Hash)).toBeUndefined();
     expect(await versions.hashes('unit')).toEqual([v1Hash]);
@@ -122,7 +123,10 @@ describe('storing a version', () => {
       files: { './unit.script.yaml': 'x'.repeat(2_000) },
       storedAt: new Date(0).toISOString(),
     };
-    const error = await new PipelineVersions(kv).save(version).catch((e: unknown) => e as Error);
+    const error = await new PipelineVersions(kv).save(version).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
     expect(error?.message).toMatch(
       new RegExp(
         `^cannot store version ${v1Hash.slice(0, 12)} of pipeline unit \\(\\d+ bytes with the files it names\\) in the KV bucket versions: maximum payload exceeded$`,

@@ -20,6 +20,12 @@ export const PipelineVersion = z.object({
   files: z.record(z.string(), z.string()),
   /** When a coordinator last started with this version (and stored it again): what its retention counts from. */
   storedAt: z.string(),
+  /**
+   * When this version was first stored, or chosen as the newest since (`troupe versions use`): a coordinator makes
+   * its version the newest only when it is no older than the newest by this, so restarting an old one rolls nothing
+   * back. Absent in versions stored before it was kept: their `storedAt` stands in.
+   */
+  introducedAt: z.string().optional(),
 });
 export type PipelineVersion = z.infer<typeof PipelineVersion>;
 

@@ -22,8 +22,25 @@ export class PipelineVersions {
   /**
    * Stores a version, or stores it again with its new `storedAt` (a version is its content, so nothing else
    * changes): each coordinator that starts with it does, so a version in use is never one the retention removes.
+   * When it was first stored (`introducedAt`) is kept from the stored one. Returns the version as stored.
    */
-  async save(version: PipelineVersion): Promise<void> {
+  async save(version: PipelineVersion): Promise<PipelineVersion> {
+    const key = keyOf(version.pipeline, version.hash);
+    const stored = (await this.#store.get(key))?.value;
+    const saved: PipelineVersion = {
+      ...version,
+      introducedAt: stored ? introducedAt(stored) : (version.introducedAt ?? version.storedAt),
+    };
+    await this.#put(saved);
+    return saved;
+  }
+
+  /** Marks a stored version as introduced `at` (`troupe versions use`): coordinators of older ones then leave it newest. */
+  async introduce(version: PipelineVersion, at: Date): Promise<void> {
+    await this.#put({ ...version, introducedAt: at.toISOString() });
+  }
+
+  async #put(version: PipelineVersion): Promise<void> {
     const key = keyOf(version.pipeline, version.hash);
     try {
       await this.#store.put(key, version);
@@ -67,3 +84,6 @@ export class PipelineVersions {
 }
 
 const keyOf = (pipeline: string, hash: string): string => `${pipeline}.${hash}`;
+
+/** When a version was first stored, or chosen as the newest since. */
+export const introducedAt = (version: PipelineVersion): string => version.introducedAt ?? version.storedAt;

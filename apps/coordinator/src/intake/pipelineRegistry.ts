@@ -16,7 +16,10 @@ export const PipelineRegistration = z.object({
   summarizer: Name.optional(),
   host: z.string(),
   registeredAt: z.string(),
-  /** The hash of the version the last coordinator to start with it loaded: what new tasks run on. */
+  /**
+   * The hash of the newest version: what new tasks run on. A coordinator that starts names its own unless the one
+   * named was introduced later (see `register`); `troupe versions use` names any stored one.
+   */
   version: z
     .string()
     .regex(/^[0-9a-f]{64}$/)
@@ -37,8 +40,20 @@ export class PipelineRegistry {
     return new PipelineRegistry(await KvStore.open(bus, BUCKETS.pipelines, PipelineRegistration, wait));
   }
 
-  async register(config: PipelineConfig, host: string, now: Date, version?: string): Promise<void> {
-    await this.#store.put(config.name, {
+  /**
+   * Registers the pipeline as loaded at version `version`, which becomes the newest — unless `keeps` says the
+   * registered version stays the newest (one introduced later than `version`): then the registration is left as it
+   * is, since it describes that version. Written over the registration as read, so of two coordinators starting at
+   * once the one that reads the other's write decides again. Returns whether `version` is the newest now.
+   */
+  async register(
+    config: PipelineConfig,
+    host: string,
+    now: Date,
+    version?: string,
+    keeps?: (registered: string) => Promise<boolean>,
+  ): Promise<boolean> {
+    const registration: PipelineRegistration = {
       name: config.name,
       ...(config.description === undefined ? {} : { description: config.description }),
       agents: Object.keys(config.agents),
@@ -48,8 +63,19 @@ export class PipelineRegistry {
       host,
       registeredAt: now.toISOString(),
       ...(version === undefined ? {} : { version }),
-    });
+    };
+    for (;;) {
+      const entry = await this.#store.get(config.name);
+      const registered = entry?.value.version;
+      if (registered !== undefined && registered !== version && keeps && (await keeps(registered)))
+        return false;
+      const written = entry
+        ? await this.#store.update(config.name, registration, entry.revision)
+        : await this.#store.create(config.name, registration);
+      if (written !== undefined) break;
+    }
     this.#cache = undefined;
+    return true;
   }
 
   /**

@@ -1,0 +1,136 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  builtinTools,
+  type Coordinator,
+  type LoadedPipeline,
+  loadPipeline,
+  startCoordinator,
+  submitTask,
+  useVersion,
+  WorkflowRecord,
+} from '@troupe/coordinator';
+import { BUCKETS } from '@troupe/protocol';
+import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliEnv, troupe } from './support/cli.ts';
+
+const pipelineFile = (instructions: string) => `version: 1
+name: rolling
+models:
+  scripted: { provider: scripted, script: ./rolling.script.yaml }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: ${instructions} }
+flow:
+  - { id: write, kind: agent, agent: writer }
+`;
+
+/**
+ * Which version new tasks start on while coordinators of several versions come and go: the newest one stored, never
+ * an older one because its coordinator restarted; an older one only when an operator says so (`troupe versions use`).
+ */
+describe('the newest version of a pipeline', () => {
+  let nats: TestNats;
+  let dir: string;
+  let client: NatsBus;
+  const files = new Map<string, LoadedPipeline>();
+  const running = new Map<string, { coordinator: Coordinator; bus: NatsBus }>();
+  let submitted = 0;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    dir = await mkdtemp(join(tmpdir(), 'troupe-newest-'));
+    await writeFile(join(dir, 'rolling.script.yaml'), 'agents:\n  writer:\n    - content: written\n');
+    for (const name of ['v1', 'v2', 'v3']) {
+      const path = join(dir, `${name}.yaml`);
+      await writeFile(path, pipelineFile(`Write as ${name}.`));
+      files.set(name, await loadPipeline(path, { toolNames: builtinTools().names() }));
+    }
+    client = await NatsBus.connect({ servers: nats.url, name: 'newest-test', logger: silent() });
+  });
+  afterAll(async () => {
+    for (const name of [...running.keys()]) await stop(name);
+    await client?.close();
+    await nats?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  const silent = () => createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
+  const hashOf = (name: string) => files.get(name)?.version.hash ?? '';
+
+  async function start(name: string, file: string): Promise<void> {
+    const pipeline = files.get(file);
+    if (!pipeline) throw new Error(`no file ${file}`);
+    const bus = await NatsBus.connect({ servers: nats.url, name, logger: silent() });
+    const coordinator = await startCoordinator({
+      bus,
+      pipelines: [pipeline],
+      logger: silent(),
+      workspaceRoot: join(dir, 'work', name),
+      registry: builtinTools(),
+    });
+    running.set(name, { coordinator, bus });
+  }
+
+  async function stop(name: string): Promise<void> {
+    const started = running.get(name);
+    running.delete(name);
+    await started?.coordinator.stop();
+    await started?.bus.close();
+  }
+
+  /** Submits a task and answers the version it ran on, once it completed. */
+  async function versionOfNewTask(): Promise<string | undefined> {
+    const id = `task-${++submitted}`;
+    await submitTask(client, 'rolling', { id, goal: 'write' });
+    const records = await KvStore.open(client, BUCKETS.workflows, WorkflowRecord);
+    let record: WorkflowRecord | undefined;
+    await expect
+      .poll(async () => (record = (await records.get(id))?.value)?.status, { timeout: 20_000 })
+      .toBe('completed');
+    return record?.version;
+  }
+
+  it('stays the one stored last when a coordinator of an older one restarts; an older one only when chosen', async () => {
+    await start('a', 'v1');
+    await start('b', 'v2');
+    expect(await versionOfNewTask()).toBe(hashOf('v2'));
+
+    // A crash-restart of the old replica mid rolling deploy: it runs v2's tasks, and new ones still start on v2.
+    await stop('a');
+    await start('a', 'v1');
+    expect(await versionOfNewTask()).toBe(hashOf('v2'));
+
+    // A rollback is said out loud, and holds when a coordinator of v2 restarts.
+    expect(await useVersion(client, 'rolling', hashOf('v1').slice(0, 12))).toEqual({
+      from: hashOf('v2'),
+      to: hashOf('v1'),
+    });
+    expect(await versionOfNewTask()).toBe(hashOf('v1'));
+    await stop('b');
+    await start('b', 'v2');
+    expect(await versionOfNewTask()).toBe(hashOf('v1'));
+
+    // A version never stored before is a deploy: it becomes the newest by starting.
+    await start('c', 'v3');
+    expect(await versionOfNewTask()).toBe(hashOf('v3'));
+
+    // The command line does the same, and says what it changed.
+    const used = await troupe(
+      ['versions', 'use', 'rolling', hashOf('v2').slice(0, 12), '--server', nats.url],
+      cliEnv(),
+    );
+    expect(used.stderr).toBe('');
+    expect(used.stdout).toBe(
+      `rolling: new tasks start on version ${hashOf('v2').slice(0, 12)} (was ${hashOf('v3').slice(0, 12)})\n`,
+    );
+    expect(used.code).toBe(0);
+    expect(await versionOfNewTask()).toBe(hashOf('v2'));
+    const unknown = await troupe(['versions', 'use', 'rolling', 'ffffff', '--server', nats.url], cliEnv());
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr).toContain('no stored version of pipeline rolling starts with ffffff');
+  }, 120_000);
+});
