@@ -25,8 +25,9 @@ import { agentDefinitions } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
 import { ConfigError, type ConfigIssue } from '../config/configError.ts';
 import { suggestion } from '../config/didYouMean.ts';
+import { LoadCache } from '../config/loadCache.ts';
 import { type LoadedPipeline, loadStoredVersion } from '../config/loadPipeline.ts';
-import { sessionSummarizer } from '../config/pipelineSchema.ts';
+import { PipelineConfig, sessionSummarizer } from '../config/pipelineSchema.ts';
 import { shortVersion } from '../config/pipelineVersion.ts';
 import { PipelineVersions } from '../config/pipelineVersions.ts';
 
@@ -153,7 +154,9 @@ async function agentsOfOlderVersions(
   for (const hash of await versions.hashes(name)) {
     if (hash === pipeline.version.hash) continue;
     const version = await versions.get(name, hash);
-    const agents = (version?.config as { agents?: Record<string, unknown> } | undefined)?.agents ?? {};
+    // A stored version that does not parse has no agents to serve; its steps fail version_unavailable, saying why.
+    const parsed = version === undefined ? undefined : PipelineConfig.safeParse(version.config);
+    const agents = parsed?.success ? parsed.data.agents : {};
     for (const agent of Object.keys(agents)) {
       if (!own.has(agent) && (only === undefined || only.includes(agent))) older.add(agent);
     }
@@ -170,8 +173,7 @@ function agentsOfVersions(
   pipeline: string,
   logger: Logger,
 ): (hash: string, agent: string) => Promise<AgentDefinition | string | undefined> {
-  const loaded = new Map<string, Promise<Map<string, AgentDefinition> | string | undefined>>();
-  const load = async (hash: string) => {
+  const load = async (hash: string): Promise<Map<string, AgentDefinition> | string | undefined> => {
     const version = await versions.get(pipeline, hash);
     if (version === undefined) return undefined;
     const label = `pipeline ${pipeline} version ${shortVersion(hash)}`;
@@ -186,18 +188,10 @@ function agentsOfVersions(
       return `${label} cannot run here: ${error.message}`;
     }
   };
+  // Only a version that loaded is kept: one missing or failing now is looked for again next time.
+  const loaded = new LoadCache(load, (agents) => agents instanceof Map);
   return async (hash, agent) => {
-    let found = loaded.get(hash);
-    if (found === undefined) {
-      found = load(hash);
-      loaded.set(hash, found);
-      // Only a version that loaded is kept: one missing or failing now is looked for again next time.
-      found.then(
-        (agents) => !(agents instanceof Map) && loaded.delete(hash),
-        () => loaded.delete(hash),
-      );
-    }
-    const agents = await found;
+    const agents = await loaded.get(hash);
     return agents instanceof Map ? agents.get(agent) : agents;
   };
 }

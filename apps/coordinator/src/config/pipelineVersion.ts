@@ -52,7 +52,7 @@ export function pipelineVersion(
   return {
     pipeline: config.name,
     hash: versionHash(config, files),
-    config: config as unknown as Record<string, unknown>,
+    config,
     files: { ...files },
     storedAt: storedAt.toISOString(),
   };

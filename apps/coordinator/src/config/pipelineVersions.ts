@@ -1,5 +1,6 @@
 import { BUCKETS } from '@troupe/protocol';
 import { type KeyValue, KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
+import { LoadCache } from './loadCache.ts';
 import { PipelineVersion } from './pipelineVersion.ts';
 
 /**
@@ -8,11 +9,15 @@ import { PipelineVersion } from './pipelineVersion.ts';
  */
 export class PipelineVersions {
   readonly #store: KeyValue<PipelineVersion>;
-  /** A version never changes once stored: each is read once per process. */
-  readonly #read = new Map<string, Promise<PipelineVersion | undefined>>();
+  /** A version never changes once stored: each is read once per process (a miss is read again next time). */
+  readonly #read: LoadCache<PipelineVersion | undefined>;
 
   constructor(store: KeyValue<PipelineVersion>) {
     this.#store = store;
+    this.#read = new LoadCache(
+      (key) => store.get(key).then((entry) => entry?.value),
+      (version) => version !== undefined,
+    );
   }
 
   static async open(bus: NatsBus, wait?: UntilReachableOptions): Promise<PipelineVersions> {
@@ -52,23 +57,12 @@ export class PipelineVersions {
         { cause: error },
       );
     }
-    this.#read.set(key, Promise.resolve(version));
+    this.#read.set(key, version);
   }
 
   /** The version of `pipeline` with this hash, or undefined when none is stored. */
   get(pipeline: string, hash: string): Promise<PipelineVersion | undefined> {
-    const key = keyOf(pipeline, hash);
-    let found = this.#read.get(key);
-    if (found === undefined) {
-      found = this.#store.get(key).then((entry) => entry?.value);
-      this.#read.set(key, found);
-      // A miss or a failed read is not kept: the version may be stored by the time it is asked for again.
-      found.then(
-        (version) => version === undefined && this.#read.delete(key),
-        () => this.#read.delete(key),
-      );
-    }
-    return found;
+    return this.#read.get(keyOf(pipeline, hash));
   }
 
   /** The hashes of every stored version of `pipeline`. */

@@ -77,19 +77,7 @@ export async function cancelTask(bus: NatsBus, taskId: string, reason?: string):
     );
   } catch (error) {
     // A coordinator answers with the task's state when none runs it (unknown_task, task_ended, not_running).
-    if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
-      throw new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
-        cause: error,
-      });
-    }
-    if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
-      throw new OperationError(
-        'no_coordinator',
-        `no coordinator answered for task ${taskId} (it is at ${record.state}); none is running on this server`,
-        { cause: error },
-      );
-    }
-    throw new OperationError('unavailable', (error as Error).message, { cause: error });
+    throw controlFailure(error, record);
   }
 }
 
@@ -116,20 +104,25 @@ export async function migrateTask(
     );
     return { from: receipt.from ?? '', to: receipt.to ?? '' };
   } catch (error) {
-    if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
-      throw new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
-        cause: error,
-      });
-    }
-    if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
-      throw new OperationError(
-        'no_coordinator',
-        `no coordinator answered for task ${taskId} (it is at ${record.state}); none is running on this server`,
-        { cause: error },
-      );
-    }
-    throw new OperationError('unavailable', (error as Error).message, { cause: error });
+    throw controlFailure(error, record);
   }
+}
+
+/** Why a control message to a task's coordinator changed nothing, as an `OperationError` a user can act on. */
+function controlFailure(error: unknown, record: WorkflowRecord): OperationError {
+  if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
+    return new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
+      cause: error,
+    });
+  }
+  if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
+    return new OperationError(
+      'no_coordinator',
+      `no coordinator answered for task ${record.taskId} (it is at ${record.state}); none is running on this server`,
+      { cause: error },
+    );
+  }
+  return new OperationError('unavailable', (error as Error).message, { cause: error });
 }
 
 /**

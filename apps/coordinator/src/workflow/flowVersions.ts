@@ -1,6 +1,7 @@
 import { errorMessage } from '@troupe/protocol';
 import { type Logger, throughOutages } from '@troupe/runtime';
 import { agentSteps, allSteps } from '../config/flowLayout.ts';
+import { LoadCache } from '../config/loadCache.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { shortVersion } from '../config/pipelineVersion.ts';
 import type { WorkflowMachine } from './compileFlow.ts';
@@ -46,12 +47,16 @@ export class FlowVersions {
   /** This coordinator's version: what a task from before versions were kept runs on. */
   readonly current: FlowVersion;
   readonly #o: FlowVersionsOptions;
-  readonly #flows = new Map<string, Promise<FlowVersion | string>>();
+  /** Only a flow is kept: a version missing now may be stored by the time it is asked for again. */
+  readonly #flows = new LoadCache<FlowVersion | string>(
+    (hash) => this.#load(hash),
+    (flow) => typeof flow !== 'string',
+  );
 
   constructor(options: FlowVersionsOptions) {
     this.#o = options;
     this.current = this.#compiled(options.config, options.hash);
-    this.#flows.set(options.hash, Promise.resolve(this.current));
+    this.#flows.set(options.hash, this.current);
   }
 
   /**
@@ -60,14 +65,7 @@ export class FlowVersions {
    */
   flowFor(hash: string | undefined): Promise<FlowVersion | string> {
     if (hash === undefined) return Promise.resolve(this.current);
-    let found = this.#flows.get(hash);
-    if (found === undefined) {
-      found = this.#load(hash);
-      this.#flows.set(hash, found);
-      // Only a flow is kept: a version missing now may be stored by the time it is asked for again.
-      void found.then((flow) => typeof flow === 'string' && this.#flows.delete(hash));
-    }
-    return found;
+    return this.#flows.get(hash);
   }
 
   /** The newest version's hash, as the source says; this coordinator's when it says none. */
