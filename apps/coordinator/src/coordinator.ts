@@ -12,6 +12,7 @@ import {
   NatsHumanGate,
   StepJournal,
   systemClock,
+  throughOutages,
   type ToolRegistry,
   type TroupeMetrics,
   underPrefix,
@@ -270,7 +271,7 @@ async function startParts(
         new Date(clock.now()),
         mine.hash,
         async (other) => {
-          const theirs = await versions.get(config.name, other);
+          const theirs = await throughOutages(() => versions.get(config.name, other));
           return theirs !== undefined && introducedAt(theirs) > introducedAt(mine);
         },
       );
