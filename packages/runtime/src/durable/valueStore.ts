@@ -93,18 +93,21 @@ export class ValueStore {
     return this.#store(pipeline, name, Buffer.from(text, 'utf8'));
   }
 
-  /** Stores bytes as they are (a workspace file, which need not be text). */
+  /**
+   * Stores bytes as they are (a workspace file, which need not be text) under `name` exactly: the caller's name
+   * already says what the content is (see `workspaceObject`), so nothing is added to it.
+   */
   storeBytes(pipeline: string, name: string, bytes: Uint8Array): Promise<ValueRef> {
-    return this.#store(pipeline, name, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    return this.#store(pipeline, name, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), false);
   }
 
-  async #store(pipeline: string, name: string, bytes: Buffer): Promise<ValueRef> {
+  async #store(pipeline: string, name: string, bytes: Buffer, digestInName = true): Promise<ValueRef> {
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     const ref: ValueRef = {
       bucket: valueBucket(pipeline),
       // The digest is in the name: two runs of one step that made different values (a step may run in two places
       // at once) store two objects, so neither replaces the value the other's reference names.
-      name: `${name}.${sha256.slice(0, 16)}`,
+      name: digestInName ? `${name}.${sha256.slice(0, 16)}` : name,
       bytes: bytes.length,
       sha256,
     };

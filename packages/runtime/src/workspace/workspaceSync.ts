@@ -127,8 +127,11 @@ export class WorkspaceSync {
       const bytes = await readRegularFile(path.join(dir, ...relative.split('/')));
       if (bytes === undefined)
         throw new Error(`workspace file ${relative} went away while it was being stored`);
-      const ref = await this.#values.storeBytes(pipeline, workspaceObject(taskId, file.sha256), bytes);
-      // Changed since the scan (a process the step left behind): what was stored is what is handed on.
+      const name = workspaceObject(taskId, file.sha256);
+      const ref = await this.#values.storeBytes(pipeline, name, bytes);
+      if (ref.name !== name)
+        throw new Error(`workspace file ${relative} was stored as ${ref.name}, not ${name}`);
+      // Changed since the scan (a process the step left behind): what was stored is not what is handed on.
       if (ref.sha256 !== file.sha256) {
         throw new Error(
           `workspace file ${relative} changed while it was being stored; the step's run is sent again`,
