@@ -1,4 +1,12 @@
-import { AgentStepReply, type AgentStepRequest, isRetryable, StepHeartbeat } from '@troupe/protocol';
+import {
+  AgentStepReply,
+  type AgentStepRequest,
+  applyWorkspaceChanges,
+  isRetryable,
+  StepHeartbeat,
+  type WorkspaceManifest,
+  workspaceDiff,
+} from '@troupe/protocol';
 import {
   type Bus,
   type Clock,
@@ -69,6 +77,12 @@ interface StepCallContext extends StepCallInput {
   /** The failure that ended the call. */
   error?: Error;
   reply?: AgentStepReply;
+  /**
+   * The workspace manifest the workflow sent the step with, once a run that did not end the step (its worker stopped,
+   * its journal was out of reach) handed on files: the step is sent again with them, and its reply's changes are
+   * counted from here.
+   */
+  workspaceBase?: WorkspaceManifest | undefined;
 }
 
 type Ctx = { context: StepCallContext };
@@ -99,6 +113,16 @@ function report(context: StepCallContext, kind: StepActivity['kind']): string {
       : { kind: kind === 'person' ? 'agent' : kind, ...where },
   );
   return key;
+}
+
+/** The reply with the workspace changes of every run of the step, counted from the manifest the workflow sent. */
+function withAllChanges(context: StepCallContext, reply: AgentStepReply): AgentStepReply {
+  const base = context.workspaceBase;
+  if (base === undefined) return reply;
+  const now = reply.workspace
+    ? applyWorkspaceChanges(context.request.workspace, reply.workspace)
+    : (context.request.workspace ?? {});
+  return { ...reply, workspace: workspaceDiff(base, now) };
 }
 
 function explain(context: StepCallContext, error: unknown): Error {
@@ -216,6 +240,15 @@ export const stepCallMachine = setup({
       return { noWorkerSince, lastActivity: report({ ...context, noWorkerSince }, 'worker') };
     }),
     fail: assign((_, error: Error) => ({ error })),
+    /** A run that did not end the step handed on files: the next run starts from them (and sees what it wrote). */
+    carryWorkspace: assign(({ context }, reply: AgentStepReply) => {
+      if (!reply.workspace) return {};
+      const workspace = applyWorkspaceChanges(context.request.workspace, reply.workspace);
+      return {
+        request: { ...context.request, workspace },
+        workspaceBase: context.workspaceBase ?? context.request.workspace ?? {},
+      };
+    }),
   },
 }).createMachine({
   id: 'stepCall',
@@ -253,19 +286,25 @@ export const stepCallMachine = setup({
             // The host could not reach the step journal (NATS trouble): the step goes again once it can.
             guard: { type: 'journalUnavailable', params: ({ event }) => event.reply },
             target: 'backingOff',
-            actions: {
-              type: 'takenOver',
-              params: ({ context, event }) =>
-                `step ${context.request.stepId} stopped: ${event.reply.ok ? '' : event.reply.error.message}; sending it again`,
-            },
+            actions: [
+              { type: 'carryWorkspace', params: ({ event }) => event.reply },
+              {
+                type: 'takenOver',
+                params: ({ context, event }) =>
+                  `step ${context.request.stepId} stopped: ${event.reply.ok ? '' : event.reply.error.message}; sending it again`,
+              },
+            ],
           },
           {
             guard: { type: 'final', params: ({ event }) => event.reply },
             target: 'replied',
-            actions: assign({ reply: ({ event }) => event.reply }),
+            actions: assign({ reply: ({ context, event }) => withAllChanges(context, event.reply) }),
           },
           // Its worker stopped mid-step: another worker may take the step, as when none served the agent.
-          { target: 'waitingForWorker', actions: 'noWorker' },
+          {
+            target: 'waitingForWorker',
+            actions: [{ type: 'carryWorkspace', params: ({ event }) => event.reply }, 'noWorker'],
+          },
         ],
         failed: [
           {
