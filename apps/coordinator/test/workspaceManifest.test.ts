@@ -37,7 +37,7 @@ describe("the task's workspace manifest", () => {
       writer: () => {
         tries += 1;
         return tries === 1
-          ? withFiles(failedReply('failed', 'half done'), { 'draft.md': 'c' })
+          ? withFiles(failedReply('half done'), { 'draft.md': 'c' })
           : withFiles(text('written'), { 'draft.md': 'd' }, ['scratch.txt']);
       },
       closer: () => text('closed'),
