@@ -50,10 +50,14 @@ export class WorkspaceSync {
   /**
    * Brings the task's local workspace to `manifest`: each file missing or different is read from the values bucket
    * (checked against its SHA-256) and written in place; a file the last synced manifest had and this one lacks is
-   * removed when it is unchanged. Fails with the store's `ValueStoreError` when a file cannot be read.
+   * removed when it is unchanged. Without a manifest, nothing is done. Fails with the store's `ValueStoreError` when a
+   * file cannot be read.
    */
   pull(pipeline: string, taskId: string, manifest: WorkspaceManifest | undefined): Promise<void> {
-    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest ?? {}));
+    // No manifest: no step has handed files on yet, or the workflow is from before workspaces were handed on. The
+    // workspace is left as it is; removing what an earlier step left here would lose its files.
+    if (manifest === undefined) return Promise.resolve();
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest));
   }
 
   /**

@@ -74,6 +74,9 @@ describe('WorkspaceSync', () => {
     // Someone edits kept.txt here, and leaves a file of their own.
     await writeFile(path.join(ws(0), 'kept.txt'), 'my own edit');
     await writeFile(path.join(ws(0), 'mine.txt'), 'unrelated');
+    // A request without a manifest (a workflow from before manifests) removes nothing.
+    await a.pull('demo', 'task-1', undefined);
+    expect(await readFile(path.join(ws(0), 'old.txt'), 'utf8')).toBe('old');
     // A later step elsewhere removed both files the manifest had.
     await a.pull('demo', 'task-1', {});
     await expect(readFile(path.join(ws(0), 'old.txt'))).rejects.toMatchObject({ code: 'ENOENT' });
