@@ -87,10 +87,10 @@ describe('the newest version of a pipeline', () => {
     const id = `task-${++submitted}`;
     await submitTask(client, 'rolling', { id, goal: 'write' });
     const records = await KvStore.open(client, BUCKETS.workflows, WorkflowRecord);
-    let record: WorkflowRecord | undefined;
     await expect
-      .poll(async () => (record = (await records.get(id))?.value)?.status, { timeout: 20_000 })
+      .poll(async () => (await records.get(id))?.value.status, { timeout: 20_000 })
       .toBe('completed');
+    const record = (await records.get(id))?.value;
     return record?.version;
   }
 
