@@ -24,7 +24,7 @@ const DEFAULT_OWNER_GRACE_MS = 1_000;
  * Answers control messages for tasks no coordinator runs, so a sender never waits for a timeout: one member of the
  * queue group `troupe-control` (across every coordinator) reads the task's record and says what it knows — no such
  * task, the task already ended (and how), or it has not ended but nobody runs it right now. A task some coordinator
- * runs is answered by that coordinator (`cancelled`); the responder stays silent for it.
+ * runs is answered by that coordinator (`cancelled`, `migrated`, or why not); the responder stays silent for it.
  */
 export function startControlResponder(options: ControlResponderOptions): BusSubscription {
   const { bus, store } = options;
