@@ -266,7 +266,8 @@ describe('a task of an older version', () => {
       return runner;
     });
 
-  it('resumes on the version it started on after the pipeline changed; a new task runs on the new one', async () => {
+  /** A task of v1 whose runner stopped while it was in its `execute` step, its agent held there. */
+  async function stoppedInExecute(id: string, goal: string) {
     const clock = new SimulatedClock();
     const bus = new MemoryBus({ clock });
     const store = new MemoryKv(WorkflowRecord);
@@ -274,14 +275,19 @@ describe('a task of an older version', () => {
     agents.held.add('executor');
     const firstIntake = new MemoryTaskIntake();
     const first = await start({ bus, clock, store }, v1, firstIntake);
-    const task = firstIntake.deliver({ id: 'task-1', goal: 'resume me' });
+    const task = firstIntake.deliver({ id, goal });
     await agents.arrived;
     await expect
-      .poll(async () => (await store.get('task-1'))?.value)
+      .poll(async () => (await store.get(id))?.value)
       .toMatchObject({ version: v1Hash, state: 'execute' });
     await first.stop();
     await task.handled;
     agents.held.clear();
+    return { clock, bus, store, agents, task };
+  }
+
+  it('resumes on the version it started on after the pipeline changed; a new task runs on the new one', async () => {
+    const { clock, bus, store, agents, task } = await stoppedInExecute('task-1', 'resume me');
 
     // Restarted with the edited file: the task still runs v1's flow, its done step not run again.
     const secondIntake = new MemoryTaskIntake();
@@ -345,17 +351,7 @@ describe('a task of an older version', () => {
   });
 
   it('fails as unresumable, naming the version, when its version is not stored', async () => {
-    const clock = new SimulatedClock();
-    const bus = new MemoryBus({ clock });
-    const store = new MemoryKv(WorkflowRecord);
-    const agents = agentsOn(bus);
-    agents.held.add('executor');
-    const firstIntake = new MemoryTaskIntake();
-    const first = await start({ bus, clock, store }, v1, firstIntake);
-    const task = firstIntake.deliver({ id: 'task-3', goal: 'lost' });
-    await agents.arrived;
-    await first.stop();
-    await task.handled;
+    const { clock, bus, store, task } = await stoppedInExecute('task-3', 'lost');
 
     const secondIntake = new MemoryTaskIntake();
     await start({ bus, clock, store }, v2, secondIntake, async () => undefined);
