@@ -9,16 +9,37 @@ import { WorkspaceLimitError, type WorkspaceLimits } from './workspaceLimits.ts'
 export interface WorkspaceScan {
   files: WorkspaceManifest;
   skipped: string[];
+  /** Directories of {@link PASSED_OVER_DIRS} found, which are not handed on. */
+  passedOver: string[];
 }
+
+/**
+ * Directories a step may fill with thousands of files that a tool makes again (installed dependencies, caches) or
+ * that belong to one machine's tools (version control): not handed on to later steps, not counted against the
+ * limits. A step that needs them on another host makes them there (`npm ci`, `git clone`).
+ */
+export const PASSED_OVER_DIRS: ReadonlySet<string> = new Set([
+  'node_modules',
+  '.git',
+  '.hg',
+  '.svn',
+  '.venv',
+  'venv',
+  '__pycache__',
+  '.pytest_cache',
+  '.mypy_cache',
+  '.cache',
+]);
 
 /**
  * The regular files of a workspace with their sizes and SHA-256s, by `/`-separated relative path. Symlinks are never
  * followed (a link to a file or out of the workspace is passed over, and said so), nor is anything that is not a
- * regular file or a directory. Fails {@link WorkspaceLimitError} past a limit, naming the file or the total.
+ * regular file or a directory, nor are the directories of {@link PASSED_OVER_DIRS}. Fails {@link WorkspaceLimitError}
+ * past a limit, naming the file or the total.
  */
 export async function scanWorkspace(root: string, limits: WorkspaceLimits): Promise<WorkspaceScan> {
   const realRoot = await realpath(root);
-  const scan: WorkspaceScan = { files: {}, skipped: [] };
+  const scan: WorkspaceScan = { files: {}, skipped: [], passedOver: [] };
   let total = 0;
   const walk = async (dir: string, relative: string): Promise<void> => {
     // A directory swapped for a link since it was listed must not take the walk out of the workspace.
@@ -32,7 +53,8 @@ export async function scanWorkspace(root: string, limits: WorkspaceLimits): Prom
     for (const entry of entries) {
       const child = relative === '' ? entry.name : `${relative}/${entry.name}`;
       // Dirent types come from lstat: a symlink is never a directory or a file here.
-      if (entry.isDirectory()) await walk(path.join(dir, entry.name), child);
+      if (entry.isDirectory() && PASSED_OVER_DIRS.has(entry.name)) scan.passedOver.push(child);
+      else if (entry.isDirectory()) await walk(path.join(dir, entry.name), child);
       else if (!entry.isFile()) scan.skipped.push(child);
       else {
         const file = await hashFile(path.join(dir, entry.name));

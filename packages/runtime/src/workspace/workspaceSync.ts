@@ -126,6 +126,12 @@ export class WorkspaceSync {
         `${scan.skipped.length} workspace entries are not regular files (symlinks, FIFOs); they are not handed on to later steps`,
       );
     }
+    if (scan.passedOver.length > 0) {
+      this.#logger?.debug(
+        { pipeline, taskId, passedOver: scan.passedOver.slice(0, 20) },
+        `${scan.passedOver.length} dependency, cache or version-control directories are not handed on to later steps`,
+      );
+    }
     const changes = workspaceDiff(base, scan.files);
     for (const [relative, file] of Object.entries(changes.files)) {
       const bytes = await readRegularFile(path.join(dir, ...relative.split('/')));

@@ -118,6 +118,23 @@ describe('WorkspaceSync', () => {
     await expect(host(1).pull('demo', 'task-1', { 'out/x.txt': real })).rejects.toThrow(/outside|refused/);
   });
 
+  it('passes over installed dependencies, caches and version control, which count against no limit', async () => {
+    await mkdir(path.join(ws(0), 'node_modules', 'left-pad'), { recursive: true });
+    await mkdir(path.join(ws(0), '.git', 'objects'), { recursive: true });
+    await mkdir(path.join(ws(0), 'src'), { recursive: true });
+    for (let i = 0; i < 5; i++) {
+      await writeFile(path.join(ws(0), 'node_modules', 'left-pad', `f${i}.js`), `module ${i}`);
+      await writeFile(path.join(ws(0), '.git', 'objects', `o${i}`), `object ${i}`);
+    }
+    await writeFile(path.join(ws(0), 'src', 'index.js'), 'mine');
+    const pushed = await host(0, { maxFileBytes: 1_000, maxTaskBytes: 10_000, maxFiles: 2 }).push(
+      'demo',
+      'task-1',
+      undefined,
+    );
+    expect(Object.keys(pushed?.files ?? {})).toEqual(['src/index.js']);
+  });
+
   it('fails past a limit, naming the file or the total, rather than handing on part', async () => {
     await mkdir(ws(0), { recursive: true });
     await writeFile(path.join(ws(0), 'a.bin'), Buffer.alloc(600));
