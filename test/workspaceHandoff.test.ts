@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AgentService, builtinTools, loadPipeline, startAgentService } from '@troupe/coordinator';
-import { createLogger, defineTool, NatsBus } from '@troupe/runtime';
+import { createLogger, defineTool, jetstreamManagerOf, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { found, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
@@ -92,6 +92,7 @@ name: handoff
 models:
   scripted: { provider: scripted, script: ./handoff.script.yaml }
 defaults: { model: scripted }
+workspace: { handOff: true }
 agents:
   executor: { instructions: Do it., tools: [make_data, write_file] }
   reviewer: { instructions: Check it., tools: [read_file, list_files] }
@@ -195,5 +196,71 @@ flow:
     expect(finisher[2]?.data.output).toBe('finished on C');
     expect(await readFile(join(rootD, 'handoff', 'handoff-1', 'summary.md'), 'utf8')).toBe('finished on C');
     expect(sha256(await readFile(join(rootD, 'handoff', 'handoff-1', 'data', 'big.txt')))).toBe(sha256(big));
+  });
+});
+
+describe('a pipeline that does not hand its workspace on', () => {
+  let h: Harness;
+  let dir: string;
+  /** Writes more files than a hand-off may carry, as an `npm install` or a build would. */
+  const scatter = defineTool({
+    name: 'scatter',
+    description: 'Writes many files.',
+    input: z.object({}),
+    async run(_input, ctx) {
+      await mkdir(join(ctx.workspace, 'out'), { recursive: true });
+      for (let i = 0; i < 2_100; i++) await writeFile(join(ctx.workspace, 'out', `f${i}.txt`), `file ${i}`);
+      return 'wrote 2100 files';
+    },
+  });
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-nohandoff-'));
+    await writeFile(
+      join(dir, 'local.yaml'),
+      `version: 1
+name: local
+models:
+  scripted: { provider: scripted, script: ./local.script.yaml }
+defaults: { model: scripted }
+agents:
+  builder: { instructions: Build it., tools: [scatter] }
+  reader: { instructions: Read it., tools: [read_file] }
+flow:
+  - { id: build, kind: agent, agent: builder }
+  - { id: read, kind: agent, agent: reader }
+`,
+    );
+    await writeFile(
+      join(dir, 'local.script.yaml'),
+      `agents:
+  builder:
+    - toolCalls: [{ name: scatter, arguments: {} }]
+    - content: built
+  reader:
+    - toolCalls: [{ name: read_file, arguments: { path: out/f2099.txt } }]
+    - content: read
+`,
+    );
+    h = await startHarness([join(dir, 'local.yaml')], { tools: [scatter] });
+  }, 60_000);
+  afterAll(async () => {
+    await h?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('leaves the files on the one host’s disk: a step past the hand-off limits completes, and nothing is stored', async () => {
+    publishTask(h, 'local', { id: 'local-1', goal: 'build many files' });
+    const final = await h.finalOf('local-1', 60_000);
+    expect(final.kind).toBe('task.completed');
+    const read = ofKind(h.eventsOf('local-1'), 'tool.result').find((e) => e.data.tool === 'read_file');
+    expect(read?.data.output).toContain('file 2099');
+    // No step carried a manifest: no workspace object was stored.
+    const jsm = await jetstreamManagerOf(h.bus);
+    const stored = await jsm.streams.info('OBJ_troupe-values-local').then(
+      (info) => info.state.messages,
+      () => 0,
+    );
+    expect(stored).toBe(0);
   });
 });

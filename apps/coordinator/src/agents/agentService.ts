@@ -111,7 +111,8 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
           memory,
           journal: journal.forPipeline(pipeline.config.name, values),
           values,
-          workspaceLimits,
+          // Files go between hosts only where the pipeline asks: on one host they are on its disk already.
+          ...(pipeline.config.workspace?.handOff ? { workspaceLimits, handOffWorkspace: true } : {}),
           heartbeats,
           ...summarizerOf(pipeline.config),
           version: pipeline.version.hash,

@@ -419,6 +419,15 @@ export const SessionsConfig = withExtensions({
   summarizer: Name.optional(),
 });
 
+export const WorkspaceConfig = withExtensions({
+  /**
+   * Hand each task's workspace files between its steps through the pipeline's object store, so a step on another
+   * host (a `troupe worker` elsewhere, or a step resumed there) sees the files earlier steps wrote. Off by default:
+   * with every agent on one host the files are on its disk already.
+   */
+  handOff: z.boolean().default(false),
+});
+
 /** A pipeline file. */
 export const PipelineConfig = withExtensions({
   version: z.literal(1),
@@ -435,6 +444,8 @@ export const PipelineConfig = withExtensions({
   agents: z.record(Name, AgentConfig),
   flow: z.array(StepConfig).min(1, 'needs at least one step'),
   sessions: SessionsConfig.optional(),
+  /** How a task's workspace files reach its steps on other hosts. */
+  workspace: WorkspaceConfig.optional(),
 });
 export type PipelineConfig = z.infer<typeof PipelineConfig>;
 

@@ -86,9 +86,11 @@ export interface AgentHostOptions {
   /** Keeps outputs and tool results too large for a message, and reads earlier steps' back whole. */
   values?: ValueStore;
   /**
-   * How much of a task's workspace is handed on between steps (through `values`; without it, files stay on this
-   * host's disk); the defaults when absent.
+   * Hand each task's workspace files between its steps and hosts through `values` (the pipeline's `workspace.handOff`);
+   * without it, files stay on this host's disk and steps carry no manifest.
    */
+  handOffWorkspace?: boolean;
+  /** How much of a task's workspace is handed on between steps; the defaults when absent. */
   workspaceLimits?: WorkspaceLimits;
   /**
    * Sends steps' heartbeats; by default from this thread. Give a {@link ThreadedHeartbeatSender} in a real
@@ -130,14 +132,15 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const clock = options.clock ?? systemClock;
   const events = new EventFactory(clock);
   const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus, clock);
-  const workspace = options.values
-    ? new WorkspaceSync({
-        values: options.values,
-        workspaceRoot: options.workspaceRoot,
-        logger,
-        ...(options.workspaceLimits ? { limits: options.workspaceLimits } : {}),
-      })
-    : undefined;
+  const workspace =
+    options.values && options.handOffWorkspace
+      ? new WorkspaceSync({
+          values: options.values,
+          workspaceRoot: options.workspaceRoot,
+          logger,
+          ...(options.workspaceLimits ? { limits: options.workspaceLimits } : {}),
+        })
+      : undefined;
   /** Steps running here, by step id. */
   const runs = new Map<string, StepRun>();
   const subscriptions: BusSubscription[] = [];
