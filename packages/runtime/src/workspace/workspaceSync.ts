@@ -8,11 +8,24 @@ import {
   workspaceObject,
   workspaceRef,
 } from '@troupe/protocol';
+import { z } from 'zod';
 import type { ValueStore } from '../durable/valueStore.ts';
 import type { Logger } from '../logging/index.ts';
 import { locateInWorkspace } from '../tools/workspace.ts';
 import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceLimits } from './workspaceLimits.ts';
 import { hashFile, readRegularFile, scanWorkspace } from './workspaceScan.ts';
+
+/**
+ * What a host remembers of a task's workspace, outside it: the manifest it last brought the workspace to, and what
+ * the last step it ran here changed (`ownStep`), which the workflow may not have taken yet.
+ */
+const SyncRecord = z.object({
+  manifest: WorkspaceManifest,
+  ownStep: z
+    .object({ stepId: z.string(), files: WorkspaceManifest, removed: z.array(z.string()) })
+    .optional(),
+});
+type SyncRecord = z.infer<typeof SyncRecord>;
 
 export interface WorkspaceSyncOptions {
   values: Pick<ValueStore, 'storeBytes' | 'readBytes'>;
@@ -28,9 +41,12 @@ export interface WorkspaceSyncOptions {
  * {@link push} stores the files the step changed and gives the changes for its reply. Each file is stored as
  * `ws.<taskId>.<sha256>`, so identical content is kept once and a step run again writes the same objects.
  *
- * The host remembers, outside the workspace, the manifest it last brought each task's workspace to. Only a file
- * that came from that manifest, unchanged since, is removed when a later manifest drops it: anything else found in
- * the workspace is left alone (and handed on by the next push, as the step's own).
+ * The host remembers, outside the workspace, the manifest it last brought each task's workspace to, and what the last
+ * step it ran here changed. Only a file that came from one of those, unchanged since, is removed when a later
+ * manifest drops it: anything else found in the workspace is left alone (and handed on by the next push, as the
+ * step's own). A step sent again to this host (a stop, a restart) keeps what its own earlier run changed: the
+ * manifest it is sent again with is from before that run, and its journal replays the calls that made the changes
+ * without making them again.
  */
 export class WorkspaceSync {
   readonly #values: Pick<ValueStore, 'storeBytes' | 'readBytes'>;
@@ -53,11 +69,16 @@ export class WorkspaceSync {
    * removed when it is unchanged. Without a manifest, nothing is done. Fails with the store's `ValueStoreError` when a
    * file cannot be read.
    */
-  pull(pipeline: string, taskId: string, manifest: WorkspaceManifest | undefined): Promise<void> {
+  pull(
+    pipeline: string,
+    taskId: string,
+    manifest: WorkspaceManifest | undefined,
+    stepId?: string,
+  ): Promise<void> {
     // No manifest: no step has handed files on yet, or the workflow is from before workspaces were handed on. The
     // workspace is left as it is; removing what an earlier step left here would lose its files.
     if (manifest === undefined) return Promise.resolve();
-    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest));
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest, stepId));
   }
 
   /**
@@ -69,16 +90,27 @@ export class WorkspaceSync {
     pipeline: string,
     taskId: string,
     base: WorkspaceManifest | undefined,
+    stepId?: string,
   ): Promise<WorkspaceChanges | undefined> {
-    return this.#serially(`${pipeline}/${taskId}`, () => this.#push(pipeline, taskId, base ?? {}));
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#push(pipeline, taskId, base ?? {}, stepId));
   }
 
-  async #pull(pipeline: string, taskId: string, manifest: WorkspaceManifest): Promise<void> {
+  async #pull(
+    pipeline: string,
+    taskId: string,
+    manifest: WorkspaceManifest,
+    stepId: string | undefined,
+  ): Promise<void> {
     const dir = this.#workspace(pipeline, taskId);
-    const synced = await this.#synced(pipeline, taskId);
-    if (Object.keys(manifest).length === 0 && synced === undefined) return;
+    const record = await this.#synced(pipeline, taskId);
+    if (Object.keys(manifest).length === 0 && record === undefined) return;
+    // The same step again: what its earlier run here changed stands, whatever the manifest (from before it) says.
+    const again = stepId !== undefined && record?.ownStep?.stepId === stepId ? record.ownStep : undefined;
+    const keep = new Set([...Object.keys(again?.files ?? {}), ...(again?.removed ?? [])]);
+    const synced = { ...record?.manifest, ...(again ? {} : record?.ownStep?.files) };
     await mkdir(dir, { recursive: true });
     for (const [relative, file] of Object.entries(manifest)) {
+      if (keep.has(relative)) continue;
       const target = await locateInWorkspace(dir, relative, { tool: 'workspace sync' });
       if (target.exists) {
         const local = await hashFile(target.path);
@@ -88,8 +120,8 @@ export class WorkspaceSync {
       await mkdir(path.dirname(target.path), { recursive: true });
       await writeAtomically(target.path, bytes);
     }
-    for (const [relative, file] of Object.entries(synced ?? {})) {
-      if (relative in manifest) continue;
+    for (const [relative, file] of Object.entries(synced)) {
+      if (relative in manifest || keep.has(relative)) continue;
       const target = await locateInWorkspace(dir, relative, { tool: 'workspace sync' });
       if (!target.exists) continue;
       const local = await hashFile(target.path);
@@ -103,13 +135,14 @@ export class WorkspaceSync {
       }
       await rm(target.path, { force: true });
     }
-    await this.#remember(pipeline, taskId, manifest);
+    await this.#remember(pipeline, taskId, again ? { manifest, ownStep: again } : { manifest });
   }
 
   async #push(
     pipeline: string,
     taskId: string,
     base: WorkspaceManifest,
+    stepId: string | undefined,
   ): Promise<WorkspaceChanges | undefined> {
     const dir = this.#workspace(pipeline, taskId);
     let scan: Awaited<ReturnType<typeof scanWorkspace>>;
@@ -148,7 +181,13 @@ export class WorkspaceSync {
         );
       }
     }
-    await this.#remember(pipeline, taskId, scan.files);
+    // The workspace stands at `base` as the workflow knows it, plus this step's changes, which it has not taken yet.
+    await this.#remember(pipeline, taskId, {
+      manifest: base,
+      ...(stepId === undefined
+        ? {}
+        : { ownStep: { stepId, files: changes.files, removed: changes.removed } }),
+    });
     return changes;
   }
 
@@ -161,7 +200,7 @@ export class WorkspaceSync {
     return path.join(this.#root, pipeline, '.troupe-sync', `${taskId}.json`);
   }
 
-  async #synced(pipeline: string, taskId: string): Promise<WorkspaceManifest | undefined> {
+  async #synced(pipeline: string, taskId: string): Promise<SyncRecord | undefined> {
     let text: string;
     try {
       text = await readFile(this.#record(pipeline, taskId), 'utf8');
@@ -169,15 +208,15 @@ export class WorkspaceSync {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw error;
     }
-    const parsed = WorkspaceManifest.safeParse(safeJson(text));
+    const parsed = SyncRecord.safeParse(safeJson(text));
     // A record this host cannot read removes nothing: files are kept rather than lost.
     return parsed.success ? parsed.data : undefined;
   }
 
-  async #remember(pipeline: string, taskId: string, manifest: WorkspaceManifest): Promise<void> {
+  async #remember(pipeline: string, taskId: string, synced: SyncRecord): Promise<void> {
     const record = this.#record(pipeline, taskId);
     await mkdir(path.dirname(record), { recursive: true });
-    await writeAtomically(record, Buffer.from(JSON.stringify(manifest)));
+    await writeAtomically(record, Buffer.from(JSON.stringify(synced)));
   }
 
   async #serially<T>(key: string, op: () => Promise<T>): Promise<T> {

@@ -69,7 +69,7 @@ describe('WorkspaceSync', () => {
     await mkdir(ws(0), { recursive: true });
     await writeFile(path.join(ws(0), 'old.txt'), 'old');
     await writeFile(path.join(ws(0), 'kept.txt'), 'kept');
-    const made = await a.push('demo', 'task-1', undefined);
+    const made = await a.push('demo', 'task-1', undefined, 'task-1.write.1');
     const manifest = made?.files ?? {};
     // Someone edits kept.txt here, and leaves a file of their own.
     await writeFile(path.join(ws(0), 'kept.txt'), 'my own edit');
@@ -78,11 +78,35 @@ describe('WorkspaceSync', () => {
     await a.pull('demo', 'task-1', undefined);
     expect(await readFile(path.join(ws(0), 'old.txt'), 'utf8')).toBe('old');
     // A later step elsewhere removed both files the manifest had.
-    await a.pull('demo', 'task-1', {});
+    await a.pull('demo', 'task-1', {}, 'task-1.tidy.1');
     await expect(readFile(path.join(ws(0), 'old.txt'))).rejects.toMatchObject({ code: 'ENOENT' });
     expect(await readFile(path.join(ws(0), 'kept.txt'), 'utf8')).toBe('my own edit');
     expect(await readFile(path.join(ws(0), 'mine.txt'), 'utf8')).toBe('unrelated');
     expect(Object.keys(manifest).sort()).toEqual(['kept.txt', 'old.txt']);
+  });
+
+  it('keeps what a step changed here when it is sent again with the manifest from before it, and only then', async () => {
+    const a = host(0);
+    await mkdir(ws(0), { recursive: true });
+    await writeFile(path.join(ws(0), 'plan.md'), 'plan');
+    await writeFile(path.join(ws(0), 'old.md'), 'old');
+    const before = (await a.push('demo', 'task-1', undefined, 'task-1.plan.1'))?.files ?? {};
+    await a.pull('demo', 'task-1', before, 'task-1.code.1');
+    // The coder writes, edits and removes; its host is stopped and hands on, but the workflow never takes the reply.
+    await writeFile(path.join(ws(0), 'src.ts'), 'code');
+    await writeFile(path.join(ws(0), 'plan.md'), 'plan, edited');
+    await rm(path.join(ws(0), 'old.md'));
+    await a.push('demo', 'task-1', before, 'task-1.code.1');
+    // After the restart the step comes again with the manifest from before it: its journal will not redo the calls.
+    await a.pull('demo', 'task-1', before, 'task-1.code.1');
+    expect(await readFile(path.join(ws(0), 'src.ts'), 'utf8')).toBe('code');
+    expect(await readFile(path.join(ws(0), 'plan.md'), 'utf8')).toBe('plan, edited');
+    await expect(readFile(path.join(ws(0), 'old.md'))).rejects.toMatchObject({ code: 'ENOENT' });
+    // Another step with that manifest: the workflow went on without those changes, so they are undone here.
+    await a.pull('demo', 'task-1', before, 'task-1.other.1');
+    await expect(readFile(path.join(ws(0), 'src.ts'))).rejects.toMatchObject({ code: 'ENOENT' });
+    expect(await readFile(path.join(ws(0), 'plan.md'), 'utf8')).toBe('plan');
+    expect(await readFile(path.join(ws(0), 'old.md'), 'utf8')).toBe('old');
   });
 
   it('replaces a local file whose content differs from the manifest, and fails when a file is gone', async () => {
