@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
@@ -107,7 +107,8 @@ export class WorkspaceSync {
     // The same step again: what its earlier run here changed stands, whatever the manifest (from before it) says.
     const again = stepId !== undefined && record?.ownStep?.stepId === stepId ? record.ownStep : undefined;
     const keep = new Set([...Object.keys(again?.files ?? {}), ...(again?.removed ?? [])]);
-    const synced = { ...record?.manifest, ...(again ? {} : record?.ownStep?.files) };
+    // What this host last knew each file to be: as synced, or as the last step here left it.
+    const synced = { ...record?.manifest, ...record?.ownStep?.files };
     await mkdir(dir, { recursive: true });
     for (const [relative, file] of Object.entries(manifest)) {
       if (keep.has(relative)) continue;
@@ -115,6 +116,15 @@ export class WorkspaceSync {
       if (target.exists) {
         const local = await hashFile(target.path);
         if (local?.sha256 === file.sha256 && local.bytes === file.bytes) continue;
+        // Changed here since this host last knew it (a step of the task still at work here, a person): not reverted.
+        const known = synced[relative];
+        if (known !== undefined && local !== undefined && local.sha256 !== known.sha256) {
+          this.#logger?.warn(
+            { pipeline, taskId, path: relative },
+            `workspace file ${relative} changed here since it was last handed on; this copy is kept, and the next step to end here hands it on`,
+          );
+          continue;
+        }
       }
       const bytes = await this.#values.readBytes(workspaceRef(pipeline, taskId, file));
       await mkdir(path.dirname(target.path), { recursive: true });
@@ -166,20 +176,22 @@ export class WorkspaceSync {
       );
     }
     const changes = workspaceDiff(base, scan.files);
-    for (const [relative, file] of Object.entries(changes.files)) {
+    for (const relative of Object.keys(changes.files)) {
       const bytes = await readRegularFile(path.join(dir, ...relative.split('/')));
-      if (bytes === undefined)
-        throw new Error(`workspace file ${relative} went away while it was being stored`);
+      // Gone since the scan (a temporary file of a build still at work here): handed on as gone, not as an error
+      // that would send the step again and again.
+      if (bytes === undefined) {
+        delete changes.files[relative];
+        if (relative in base) changes.removed.push(relative);
+        continue;
+      }
+      // What is handed on is what was read and stored, even if the file changed since the scan.
+      const file = { bytes: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') };
       const name = workspaceObject(taskId, file.sha256);
       const ref = await this.#values.storeBytes(pipeline, name, bytes);
       if (ref.name !== name)
         throw new Error(`workspace file ${relative} was stored as ${ref.name}, not ${name}`);
-      // Changed since the scan (a process the step left behind): what was stored is not what is handed on.
-      if (ref.sha256 !== file.sha256) {
-        throw new Error(
-          `workspace file ${relative} changed while it was being stored; the step's run is sent again`,
-        );
-      }
+      changes.files[relative] = file;
     }
     // The workspace stands at `base` as the workflow knows it, plus this step's changes, which it has not taken yet.
     await this.#remember(pipeline, taskId, {

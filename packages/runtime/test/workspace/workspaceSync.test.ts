@@ -109,6 +109,33 @@ describe('WorkspaceSync', () => {
     expect(await readFile(path.join(ws(0), 'old.md'), 'utf8')).toBe('old');
   });
 
+  it('does not revert a file a step still at work here changed since this host last handed it on', async () => {
+    const a = host(0);
+    await mkdir(ws(0), { recursive: true });
+    await writeFile(path.join(ws(0), 'shared.md'), 'v1');
+    const manifest = (await a.push('demo', 'task-1', undefined, 'task-1.first.1'))?.files ?? {};
+    await a.pull('demo', 'task-1', manifest, 'task-1.left.1');
+    // A parallel branch's step, running here, edits the file; the other branch's next step starts meanwhile.
+    await writeFile(path.join(ws(0), 'shared.md'), 'the other branch at work');
+    await a.pull('demo', 'task-1', manifest, 'task-1.left2.1');
+    expect(await readFile(path.join(ws(0), 'shared.md'), 'utf8')).toBe('the other branch at work');
+  });
+
+  it('hands on as gone a file removed while it was being stored, rather than failing the step', async () => {
+    await mkdir(ws(0), { recursive: true });
+    await writeFile(path.join(ws(0), 'a.txt'), 'kept');
+    await writeFile(path.join(ws(0), 'b.tmp'), 'a build’s temporary file');
+    // A process still at work in the workspace removes b.tmp just after the scan, while a.txt is being stored.
+    const storeBytes = values.storeBytes.bind(values);
+    values.storeBytes = async (pipeline, name, bytes) => {
+      await rm(path.join(ws(0), 'b.tmp'), { force: true });
+      return storeBytes(pipeline, name, bytes);
+    };
+    const pushed = await host(0).push('demo', 'task-1', undefined, 'task-1.build.1');
+    expect(Object.keys(pushed?.files ?? {})).toEqual(['a.txt']);
+    expect(pushed?.removed).toEqual([]);
+  });
+
   it('replaces a local file whose content differs from the manifest, and fails when a file is gone', async () => {
     await mkdir(ws(0), { recursive: true });
     await writeFile(path.join(ws(0), 'a.txt'), 'from the executor');
