@@ -52,6 +52,21 @@ describe('a stop signal while NATS is out', () => {
     return child;
   };
 
+  /** A task's status as its record says, read over a connection of its own; undefined while it cannot be read. */
+  async function statusOf(taskId: string): Promise<string | undefined> {
+    const bus = await NatsBus.connect({
+      servers: nats.url,
+      name: 'stop-test',
+      logger: createLogger({ level: 'silent' }),
+    });
+    try {
+      const records = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+      return (await records.get(taskId).catch(() => undefined))?.value.status;
+    } finally {
+      await bus.close();
+    }
+  }
+
   /** `troupe up` (with a task in the middle of a 12 s model call), a worker, a gateway and a tail, all on `nats`. */
   async function startEveryCommand(round: string): Promise<Record<string, CliProcess>> {
     await nats.resume();
@@ -168,22 +183,7 @@ describe('a stop signal while NATS is out', () => {
       join(dir, 'up-next'),
     ]);
     await next.waitFor(/troupe is up on/);
-    const bus = await NatsBus.connect({
-      servers: nats.url,
-      name: 'stop-test',
-      logger: createLogger({ level: 'silent' }),
-    });
-    try {
-      const records = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
-      await expect
-        .poll(async () => (await records.get('left-1').catch(() => undefined))?.value.status, {
-          timeout: 30_000,
-          interval: 250,
-        })
-        .toBe('completed');
-    } finally {
-      await bus.close();
-    }
+    await expect.poll(() => statusOf('left-1'), { timeout: 30_000, interval: 250 }).toBe('completed');
   }, 90_000);
 
   it('hands a task back when NATS returns during the stop, so the next coordinator need not wait out the ack wait', async () => {
@@ -204,23 +204,8 @@ describe('a stop signal while NATS is out', () => {
 
     const next = start(['up', fixturePath('pondering.yaml'), '--home', join(dir, 'up-after-back')]);
     await next.waitFor(/troupe is up on/);
-    const bus = await NatsBus.connect({
-      servers: nats.url,
-      name: 'stop-test',
-      logger: createLogger({ level: 'silent' }),
-    });
-    try {
-      const records = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
-      // Its 4 s step runs again from the start: well inside the 30 s a task left to redelivery would wait first.
-      await expect
-        .poll(async () => (await records.get('back-1').catch(() => undefined))?.value.status, {
-          timeout: 15_000,
-          interval: 250,
-        })
-        .toBe('completed');
-    } finally {
-      await bus.close();
-    }
+    // Its 4 s step runs again from the start: well inside the 30 s a task left to redelivery would wait first.
+    await expect.poll(() => statusOf('back-1'), { timeout: 15_000, interval: 250 }).toBe('completed');
   }, 90_000);
 
   it('ends up and worker started while the server is down, as they wait for it', async () => {
