@@ -61,7 +61,7 @@ describe('the newest version of a pipeline', () => {
   const silent = () => createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
   const hashOf = (name: string) => files.get(name)?.version.hash ?? '';
 
-  async function start(name: string, file: string): Promise<void> {
+  async function start(name: string, file: string, takeNewest = false): Promise<void> {
     const pipeline = files.get(file);
     if (!pipeline) throw new Error(`no file ${file}`);
     const bus = await NatsBus.connect({ servers: nats.url, name, logger: silent() });
@@ -71,6 +71,7 @@ describe('the newest version of a pipeline', () => {
       logger: silent(),
       workspaceRoot: join(dir, 'work', name),
       registry: builtinTools(),
+      ...(takeNewest ? { takeNewest } : {}),
     });
     running.set(name, { coordinator, bus });
   }
@@ -132,5 +133,11 @@ describe('the newest version of a pipeline', () => {
     const unknown = await troupe(['versions', 'use', 'rolling', 'ffffff', '--server', nats.url], cliEnv());
     expect(unknown.code).not.toBe(0);
     expect(unknown.stderr).toContain('no stored version of pipeline rolling starts with ffffff');
+
+    // A troupe up on its own embedded server takes its file's version, whatever came before: an edit undone by hand
+    // is back in use at the restart.
+    for (const name of [...running.keys()]) await stop(name);
+    await start('alone', 'v1', true);
+    expect(await versionOfNewTask()).toBe(hashOf('v1'));
   }, 120_000);
 });

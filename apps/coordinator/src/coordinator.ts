@@ -72,6 +72,13 @@ export interface CoordinatorOptions {
   eventRetention?: { maxAgeMs?: number; maxBytes?: number };
   /** How many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster). */
   replicas?: number;
+  /**
+   * New tasks start on this coordinator's versions of its pipelines, even where the registry names one introduced
+   * later: a `troupe up` on its own embedded server is the only coordinator there, so its file is the truth (an edit
+   * undone by hand goes back into use). Coordinators that share a server leave it unset, so an older one restarting
+   * rolls nothing back (`troupe versions use` does, on purpose).
+   */
+  takeNewest?: boolean;
   /** Told what the steps here wait on people for (`troupe_approvals_pending`), when agents are hosted here. */
   metrics?: TroupeMetrics;
   registry?: ToolRegistry;
@@ -271,12 +278,13 @@ async function startParts(
         new Date(clock.now()),
         mine.hash,
         async (other) => {
+          if (options.takeNewest) return false;
           const theirs = await throughOutages(() => versions.get(config.name, other));
           return theirs !== undefined && introducedAt(theirs) > introducedAt(mine);
         },
       );
       if (!newest) {
-        logger.info(
+        logger.warn(
           { pipeline: config.name, version: mine.hash },
           `pipeline ${config.name}: version ${shortVersion(mine.hash)} of this coordinator is older than the newest, which new tasks keep starting on (troupe versions use changes that)`,
         );

@@ -132,6 +132,8 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       ...(options.eventRetention === undefined ? {} : { eventRetention: options.eventRetention }),
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(options.metrics ? { metrics: options.metrics } : {}),
+      // Its own server: no other coordinator's version can be the one to keep.
+      ...(embedded ? { takeNewest: true } : {}),
     }).finally(() => options.signal?.removeEventListener('abort', abortStart));
     if (embedded) {
       await writeServerRecord(home, {
