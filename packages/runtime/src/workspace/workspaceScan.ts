@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
-import { open, readdir, realpath } from 'node:fs/promises';
+import { open, readdir, readlink, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import type { WorkspaceFile, WorkspaceManifest } from '@troupe/protocol';
 import { WorkspaceLimitError, type WorkspaceLimits } from './workspaceLimits.ts';
@@ -57,7 +57,7 @@ export async function scanWorkspace(root: string, limits: WorkspaceLimits): Prom
       else if (entry.isDirectory()) await walk(path.join(dir, entry.name), child);
       else if (!entry.isFile()) scan.skipped.push(child);
       else {
-        const file = await hashFile(path.join(dir, entry.name));
+        const file = await hashFile(path.join(dir, entry.name), realRoot);
         if (file === undefined) {
           scan.skipped.push(child);
           continue;
@@ -87,14 +87,19 @@ export async function scanWorkspace(root: string, limits: WorkspaceLimits): Prom
 }
 
 /** A file's size and SHA-256, read without following a symlink; undefined when it is no longer a regular file. */
-export async function hashFile(file: string): Promise<WorkspaceFile | undefined> {
-  const bytes = await readRegularFile(file);
+export async function hashFile(file: string, within?: string): Promise<WorkspaceFile | undefined> {
+  const bytes = await readRegularFile(file, within);
   if (bytes === undefined) return undefined;
   return { bytes: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') };
 }
 
-/** A regular file's bytes, opened with `O_NOFOLLOW`; undefined when it is gone, a link, or not a regular file. */
-export async function readRegularFile(file: string): Promise<Buffer | undefined> {
+/**
+ * A regular file's bytes, opened with `O_NOFOLLOW`; undefined when it is gone, a link, or not a regular file, or —
+ * given `within`, a real directory — when the file opened is not under it. `O_NOFOLLOW` guards the last component
+ * only: a directory on the way swapped for a symlink after it was checked (a step at work in the workspace can do
+ * that) would lead the open elsewhere, so where the opened file really is is read back from the open descriptor.
+ */
+export async function readRegularFile(file: string, within?: string): Promise<Buffer | undefined> {
   let handle: Awaited<ReturnType<typeof open>>;
   try {
     handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
@@ -105,8 +110,15 @@ export async function readRegularFile(file: string): Promise<Buffer | undefined>
   }
   try {
     if (!(await handle.stat()).isFile()) return undefined;
+    if (within !== undefined && !(await openedWithin(handle.fd, within))) return undefined;
     return await handle.readFile();
   } finally {
     await handle.close();
   }
+}
+
+/** Whether an open descriptor's file is under `dir`, where the system says (Linux's /proc); true where it cannot. */
+async function openedWithin(fd: number, dir: string): Promise<boolean> {
+  const real = await readlink(`/proc/self/fd/${fd}`).catch(() => undefined);
+  return real === undefined || real.startsWith(dir + path.sep);
 }

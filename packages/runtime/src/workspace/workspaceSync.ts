@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, realpath, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type WorkspaceChanges,
@@ -176,8 +176,9 @@ export class WorkspaceSync {
       );
     }
     const changes = workspaceDiff(base, scan.files);
+    const realDir = await realpath(dir);
     for (const relative of Object.keys(changes.files)) {
-      const bytes = await readRegularFile(path.join(dir, ...relative.split('/')));
+      const bytes = await readRegularFile(path.join(dir, ...relative.split('/')), realDir);
       // Gone since the scan (a temporary file of a build still at work here): handed on as gone, not as an error
       // that would send the step again and again.
       if (bytes === undefined) {

@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { ValueRef } from '@troupe/protocol';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ValueStoreError, WorkspaceLimitError, WorkspaceSync } from '../../src/index.ts';
+import { readRegularFile } from '../../src/workspace/workspaceScan.ts';
 
 /** The two calls the sync makes of a value store, in memory, checking digests as the real one does. */
 class MemoryValues {
@@ -150,6 +151,18 @@ describe('WorkspaceSync', () => {
     await expect(host(1).pull('demo', 'task-1', made?.files)).rejects.toSatisfy((e) =>
       ValueStoreError.is(e, 'value_missing'),
     );
+  });
+
+  it('reads no file that a directory swapped for a symlink leads out of the workspace to', async () => {
+    const outside = path.join(roots[1] as string, 'private');
+    await mkdir(outside, { recursive: true });
+    await writeFile(path.join(outside, 'id_rsa'), 'secret');
+    await mkdir(ws(0), { recursive: true });
+    // As a step at work could leave it between the scan's check of a directory and the read of a file in it.
+    await symlink(outside, path.join(ws(0), 'keys'));
+    const realWorkspace = await realpath(ws(0));
+    expect(await readRegularFile(path.join(ws(0), 'keys', 'id_rsa'), realWorkspace)).toBeUndefined();
+    expect((await readRegularFile(path.join(ws(0), 'keys', 'id_rsa')))?.toString()).toBe('secret');
   });
 
   it('never follows a symlink: neither one the step made, nor one in the way of a pull', async () => {
