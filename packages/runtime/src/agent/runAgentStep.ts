@@ -73,7 +73,7 @@ function startStep(step: StepContext): AgentStep {
   let started: AgentStep | undefined;
   let stopBefore: StepStop | undefined;
   const pulled = sync
-    ? sync.pull(request.pipeline, request.taskId, request.workspace, request.stepId).then(
+    ? sync.pull(request.pipeline, request.taskId, request.workspace).then(
         () => undefined,
         (error: unknown) => unpulledWorkspaceReply(request, error),
       )

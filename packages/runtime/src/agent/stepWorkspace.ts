@@ -17,7 +17,7 @@ export async function handOnWorkspace(
   reply: AgentStepReply,
 ): Promise<AgentStepReply> {
   try {
-    const workspace = await sync.push(request.pipeline, request.taskId, request.workspace, request.stepId);
+    const workspace = await sync.push(request.pipeline, request.taskId, request.workspace);
     return workspace ? { ...reply, workspace } : reply;
   } catch (error) {
     const tooLarge = error instanceof WorkspaceLimitError;

@@ -3,6 +3,7 @@ import { mkdir, readFile, realpath, rename, rm, writeFile } from 'node:fs/promis
 import path from 'node:path';
 import {
   type WorkspaceChanges,
+  type WorkspaceFile,
   WorkspaceManifest,
   workspaceDiff,
   workspaceObject,
@@ -16,14 +17,14 @@ import { DEFAULT_WORKSPACE_LIMITS, type WorkspaceLimits } from './workspaceLimit
 import { hashFile, readRegularFile, scanWorkspace } from './workspaceScan.ts';
 
 /**
- * What a host remembers of a task's workspace, outside it: the manifest it last brought the workspace to, and what
- * the last step it ran here changed (`ownStep`), which the workflow may not have taken yet.
+ * What a host remembers of a task's workspace, outside it: the manifest it last brought the workspace to
+ * (`manifest`), and what its own steps changed since that no manifest has carried back yet (`own`, `ownRemoved`):
+ * changes the workflow may not have taken yet (a sibling step at work, a reply lost to a stop), which no pull undoes.
  */
 const SyncRecord = z.object({
   manifest: WorkspaceManifest,
-  ownStep: z
-    .object({ stepId: z.string(), files: WorkspaceManifest, removed: z.array(z.string()) })
-    .optional(),
+  own: WorkspaceManifest.default({}),
+  ownRemoved: z.array(z.string()).default([]),
 });
 type SyncRecord = z.infer<typeof SyncRecord>;
 
@@ -69,16 +70,11 @@ export class WorkspaceSync {
    * removed when it is unchanged. Without a manifest, nothing is done. Fails with the store's `ValueStoreError` when a
    * file cannot be read.
    */
-  pull(
-    pipeline: string,
-    taskId: string,
-    manifest: WorkspaceManifest | undefined,
-    stepId?: string,
-  ): Promise<void> {
+  pull(pipeline: string, taskId: string, manifest: WorkspaceManifest | undefined): Promise<void> {
     // No manifest: no step has handed files on yet, or the workflow is from before workspaces were handed on. The
     // workspace is left as it is; removing what an earlier step left here would lose its files.
     if (manifest === undefined) return Promise.resolve();
-    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest, stepId));
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#pull(pipeline, taskId, manifest));
   }
 
   /**
@@ -90,48 +86,41 @@ export class WorkspaceSync {
     pipeline: string,
     taskId: string,
     base: WorkspaceManifest | undefined,
-    stepId?: string,
   ): Promise<WorkspaceChanges | undefined> {
-    return this.#serially(`${pipeline}/${taskId}`, () => this.#push(pipeline, taskId, base ?? {}, stepId));
+    return this.#serially(`${pipeline}/${taskId}`, () => this.#push(pipeline, taskId, base ?? {}));
   }
 
-  async #pull(
-    pipeline: string,
-    taskId: string,
-    manifest: WorkspaceManifest,
-    stepId: string | undefined,
-  ): Promise<void> {
+  async #pull(pipeline: string, taskId: string, manifest: WorkspaceManifest): Promise<void> {
     const dir = this.#workspace(pipeline, taskId);
     const record = await this.#synced(pipeline, taskId);
     if (Object.keys(manifest).length === 0 && record === undefined) return;
-    // The same step again: what its earlier run here changed stands, whatever the manifest (from before it) says.
-    const again = stepId !== undefined && record?.ownStep?.stepId === stepId ? record.ownStep : undefined;
-    const keep = new Set([...Object.keys(again?.files ?? {}), ...(again?.removed ?? [])]);
-    // What this host last knew each file to be: as synced, or as the last step here left it.
-    const synced = { ...record?.manifest, ...record?.ownStep?.files };
+    const own = { ...record?.own };
+    const ownRemoved = new Set(record?.ownRemoved);
     await mkdir(dir, { recursive: true });
     for (const [relative, file] of Object.entries(manifest)) {
-      if (keep.has(relative)) continue;
       const target = await locateInWorkspace(dir, relative, { tool: 'workspace sync' });
-      if (target.exists) {
-        const local = await hashFile(target.path);
-        if (local?.sha256 === file.sha256 && local.bytes === file.bytes) continue;
-        // Changed here since this host last knew it (a step of the task still at work here, a person): not reverted.
-        const known = synced[relative];
-        if (known !== undefined && local !== undefined && local.sha256 !== known.sha256) {
-          this.#logger?.warn(
-            { pipeline, taskId, path: relative },
-            `workspace file ${relative} changed here since it was last handed on; this copy is kept, and the next step to end here hands it on`,
-          );
-          continue;
-        }
+      const local = target.exists ? await hashFile(target.path) : undefined;
+      if (local?.sha256 === file.sha256 && local.bytes === file.bytes) {
+        // The workflow has it now: no longer a change of this host's own.
+        delete own[relative];
+        ownRemoved.delete(relative);
+        continue;
+      }
+      if (record !== undefined && changedHere(local, record, relative)) {
+        this.#logger?.debug(
+          { pipeline, taskId, path: relative },
+          `workspace file ${relative} was changed here and not handed back yet; this copy is kept`,
+        );
+        continue;
       }
       const bytes = await this.#values.readBytes(workspaceRef(pipeline, taskId, file));
       await mkdir(path.dirname(target.path), { recursive: true });
       await writeAtomically(target.path, bytes);
+      delete own[relative];
+      ownRemoved.delete(relative);
     }
-    for (const [relative, file] of Object.entries(synced)) {
-      if (relative in manifest || keep.has(relative)) continue;
+    for (const [relative, file] of Object.entries(record?.manifest ?? {})) {
+      if (relative in manifest || relative in own) continue;
       const target = await locateInWorkspace(dir, relative, { tool: 'workspace sync' });
       if (!target.exists) continue;
       const local = await hashFile(target.path);
@@ -145,14 +134,13 @@ export class WorkspaceSync {
       }
       await rm(target.path, { force: true });
     }
-    await this.#remember(pipeline, taskId, again ? { manifest, ownStep: again } : { manifest });
+    await this.#remember(pipeline, taskId, { manifest, own, ownRemoved: [...ownRemoved] });
   }
 
   async #push(
     pipeline: string,
     taskId: string,
     base: WorkspaceManifest,
-    stepId: string | undefined,
   ): Promise<WorkspaceChanges | undefined> {
     const dir = this.#workspace(pipeline, taskId);
     let scan: Awaited<ReturnType<typeof scanWorkspace>>;
@@ -194,12 +182,17 @@ export class WorkspaceSync {
         throw new Error(`workspace file ${relative} was stored as ${ref.name}, not ${name}`);
       changes.files[relative] = file;
     }
-    // The workspace stands at `base` as the workflow knows it, plus this step's changes, which it has not taken yet.
+    // The step's changes are this host's own until a manifest carries them back: no pull undoes them meanwhile.
+    const record = await this.#synced(pipeline, taskId);
+    const own = { ...record?.own, ...changes.files };
+    for (const removed of changes.removed) delete own[removed];
+    const ownRemoved = new Set(record?.ownRemoved);
+    for (const removed of changes.removed) ownRemoved.add(removed);
+    for (const written of Object.keys(changes.files)) ownRemoved.delete(written);
     await this.#remember(pipeline, taskId, {
-      manifest: base,
-      ...(stepId === undefined
-        ? {}
-        : { ownStep: { stepId, files: changes.files, removed: changes.removed } }),
+      manifest: record?.manifest ?? base,
+      own,
+      ownRemoved: [...ownRemoved],
     });
     return changes;
   }
@@ -242,6 +235,18 @@ export class WorkspaceSync {
       if (this.#busy.get(key) === mine) this.#busy.delete(key);
     }
   }
+}
+
+/**
+ * Whether a file differs here from what this host last knew of it: written or removed by one of its own steps since
+ * (and not carried back by a manifest yet), or changed by hand since the last pull.
+ */
+function changedHere(local: WorkspaceFile | undefined, record: SyncRecord, relative: string): boolean {
+  if (record.ownRemoved.includes(relative)) return local === undefined;
+  if (relative in record.own) return true;
+  const known = record.manifest[relative];
+  if (known === undefined) return false;
+  return local === undefined || local.sha256 !== known.sha256;
 }
 
 function safeJson(text: string): unknown {

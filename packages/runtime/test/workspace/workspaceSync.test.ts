@@ -70,8 +70,10 @@ describe('WorkspaceSync', () => {
     await mkdir(ws(0), { recursive: true });
     await writeFile(path.join(ws(0), 'old.txt'), 'old');
     await writeFile(path.join(ws(0), 'kept.txt'), 'kept');
-    const made = await a.push('demo', 'task-1', undefined, 'task-1.write.1');
+    const made = await a.push('demo', 'task-1', undefined);
     const manifest = made?.files ?? {};
+    // The next step comes with the manifest that carries them: the workflow has them.
+    await a.pull('demo', 'task-1', manifest);
     // Someone edits kept.txt here, and leaves a file of their own.
     await writeFile(path.join(ws(0), 'kept.txt'), 'my own edit');
     await writeFile(path.join(ws(0), 'mine.txt'), 'unrelated');
@@ -79,46 +81,57 @@ describe('WorkspaceSync', () => {
     await a.pull('demo', 'task-1', undefined);
     expect(await readFile(path.join(ws(0), 'old.txt'), 'utf8')).toBe('old');
     // A later step elsewhere removed both files the manifest had.
-    await a.pull('demo', 'task-1', {}, 'task-1.tidy.1');
+    await a.pull('demo', 'task-1', {});
     await expect(readFile(path.join(ws(0), 'old.txt'))).rejects.toMatchObject({ code: 'ENOENT' });
     expect(await readFile(path.join(ws(0), 'kept.txt'), 'utf8')).toBe('my own edit');
     expect(await readFile(path.join(ws(0), 'mine.txt'), 'utf8')).toBe('unrelated');
     expect(Object.keys(manifest).sort()).toEqual(['kept.txt', 'old.txt']);
   });
 
-  it('keeps what a step changed here when it is sent again with the manifest from before it, and only then', async () => {
+  it('keeps what a step changed here until a manifest carries it back: a step sent again or a sibling does not undo it', async () => {
     const a = host(0);
     await mkdir(ws(0), { recursive: true });
     await writeFile(path.join(ws(0), 'plan.md'), 'plan');
     await writeFile(path.join(ws(0), 'old.md'), 'old');
-    const before = (await a.push('demo', 'task-1', undefined, 'task-1.plan.1'))?.files ?? {};
-    await a.pull('demo', 'task-1', before, 'task-1.code.1');
+    const before = (await a.push('demo', 'task-1', undefined))?.files ?? {};
+    await a.pull('demo', 'task-1', before);
     // The coder writes, edits and removes; its host is stopped and hands on, but the workflow never takes the reply.
     await writeFile(path.join(ws(0), 'src.ts'), 'code');
     await writeFile(path.join(ws(0), 'plan.md'), 'plan, edited');
     await rm(path.join(ws(0), 'old.md'));
-    await a.push('demo', 'task-1', before, 'task-1.code.1');
+    await a.push('demo', 'task-1', before);
     // After the restart the step comes again with the manifest from before it: its journal will not redo the calls.
-    await a.pull('demo', 'task-1', before, 'task-1.code.1');
+    await a.pull('demo', 'task-1', before);
     expect(await readFile(path.join(ws(0), 'src.ts'), 'utf8')).toBe('code');
     expect(await readFile(path.join(ws(0), 'plan.md'), 'utf8')).toBe('plan, edited');
     await expect(readFile(path.join(ws(0), 'old.md'))).rejects.toMatchObject({ code: 'ENOENT' });
-    // Another step with that manifest: the workflow went on without those changes, so they are undone here.
-    await a.pull('demo', 'task-1', before, 'task-1.other.1');
-    await expect(readFile(path.join(ws(0), 'src.ts'))).rejects.toMatchObject({ code: 'ENOENT' });
-    expect(await readFile(path.join(ws(0), 'plan.md'), 'utf8')).toBe('plan');
-    expect(await readFile(path.join(ws(0), 'old.md'), 'utf8')).toBe('old');
+    // Again, as a sibling step that started before the workflow took the coder's reply would come: still kept.
+    await a.pull('demo', 'task-1', before);
+    expect(await readFile(path.join(ws(0), 'src.ts'), 'utf8')).toBe('code');
+    // Once a manifest carries the changes back, a later change elsewhere comes through again.
+    const after = {
+      ...before,
+      'src.ts': { bytes: 4, sha256: createHash('sha256').update('code').digest('hex') },
+    };
+    await a.pull('demo', 'task-1', after);
+    const elsewhere = (await host(1).push('demo', 'task-1', after)) ?? { files: {}, removed: [] };
+    expect(elsewhere.files).toEqual({});
+    await mkdir(ws(1), { recursive: true });
+    await writeFile(path.join(ws(1), 'src.ts'), 'code, reviewed');
+    const reviewed = (await host(1).push('demo', 'task-1', {}))?.files ?? {};
+    await a.pull('demo', 'task-1', { ...after, ...reviewed });
+    expect(await readFile(path.join(ws(0), 'src.ts'), 'utf8')).toBe('code, reviewed');
   });
 
   it('does not revert a file a step still at work here changed since this host last handed it on', async () => {
     const a = host(0);
     await mkdir(ws(0), { recursive: true });
     await writeFile(path.join(ws(0), 'shared.md'), 'v1');
-    const manifest = (await a.push('demo', 'task-1', undefined, 'task-1.first.1'))?.files ?? {};
-    await a.pull('demo', 'task-1', manifest, 'task-1.left.1');
+    const manifest = (await a.push('demo', 'task-1', undefined))?.files ?? {};
+    await a.pull('demo', 'task-1', manifest);
     // A parallel branch's step, running here, edits the file; the other branch's next step starts meanwhile.
     await writeFile(path.join(ws(0), 'shared.md'), 'the other branch at work');
-    await a.pull('demo', 'task-1', manifest, 'task-1.left2.1');
+    await a.pull('demo', 'task-1', manifest);
     expect(await readFile(path.join(ws(0), 'shared.md'), 'utf8')).toBe('the other branch at work');
   });
 
@@ -132,7 +145,7 @@ describe('WorkspaceSync', () => {
       await rm(path.join(ws(0), 'b.tmp'), { force: true });
       return storeBytes(pipeline, name, bytes);
     };
-    const pushed = await host(0).push('demo', 'task-1', undefined, 'task-1.build.1');
+    const pushed = await host(0).push('demo', 'task-1', undefined);
     expect(Object.keys(pushed?.files ?? {})).toEqual(['a.txt']);
     expect(pushed?.removed).toEqual([]);
   });
@@ -146,9 +159,9 @@ describe('WorkspaceSync', () => {
     await host(1).pull('demo', 'task-1', made?.files);
     expect(await readFile(path.join(ws(1), 'a.txt'), 'utf8')).toBe('from the executor');
 
+    // A host new to a task whose file the store no longer has (its retention passed).
     values.objects.clear();
-    await rm(path.join(ws(1), 'a.txt'));
-    await expect(host(1).pull('demo', 'task-1', made?.files)).rejects.toSatisfy((e) =>
+    await expect(host(1).pull('demo', 'task-2', made?.files)).rejects.toSatisfy((e) =>
       ValueStoreError.is(e, 'value_missing'),
     );
   });
