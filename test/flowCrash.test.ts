@@ -4,13 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
-import { startTestNats, type TestNats } from '@troupe/testkit';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { BUCKETS, FINAL_EVENT_KINDS, subjects } from '@troupe/protocol';
+import type { TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
-import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts';
+import { type KillTestServer, SERVERS, startKillTestServer } from './support/natsUsers.ts';
 
 /**
  * A coordinator killed with SIGKILL while a parallel step has one branch done and one running: the next one
@@ -19,13 +19,12 @@ import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts'
  * each on its own).
  */
 describe.each(SERVERS)('kill -9 in a parallel, foreach or human step, on $server', ({ users: withUsers }) => {
+  let server: KillTestServer;
   let nats: TestNats;
-  let users: NatsUsers | undefined;
   let coordinatorEnv = cliEnv();
   let approverEnv = cliEnv();
   let client: NatsConnection;
   let home: string;
-  const events: TroupeEvent[] = [];
   const processes: CliProcess[] = [];
   /** Every process the test started, killed or not. */
   const started: CliProcess[] = [];
@@ -33,31 +32,10 @@ describe.each(SERVERS)('kill -9 in a parallel, foreach or human step, on $server
 
   beforeAll(async () => {
     home = await mkdtemp(join(tmpdir(), 'troupe-forked-'));
-    if (withUsers) {
-      users = await writeNatsUsers([
-        fixturePath('confirming.yaml'),
-        '--coordinator',
-        'coordinator',
-        '--coordinator',
-        'harness',
-        '--approver',
-        'ana=confirming',
-      ]);
-      nats = await startTestNats({ config: users.config });
-      coordinatorEnv = await users.env('coordinator', nats.url);
-      approverEnv = await users.env('ana', nats.url);
-      client = await users.connect('harness', nats.url, 'forked-test');
-    } else {
-      nats = await startTestNats();
-      client = await connect({ servers: nats.url, name: 'forked-test' });
-    }
-    client.subscribe(subjects.allTaskEvents, {
-      callback: (_error, msg) => {
-        events.push(TroupeEvent.parse(msg.json()));
-        notify();
-      },
-    });
-    await client.flush();
+    server = await startKillTestServer(fixturePath('confirming.yaml'), withUsers, 'forked-test', notify);
+    ({ nats, client } = server);
+    coordinatorEnv = server.env.coordinator;
+    approverEnv = server.env.approver;
   });
   afterEach(() => {
     // Nothing any part needed was refused it.
@@ -65,13 +43,11 @@ describe.each(SERVERS)('kill -9 in a parallel, foreach or human step, on $server
   });
   afterAll(async () => {
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
-    await client?.close();
-    await nats?.stop();
-    await users?.remove();
+    await server?.stop();
     await rm(home, { recursive: true, force: true });
   });
 
-  const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+  const eventsOf = (taskId: string) => server.events.filter((e) => e.taskId === taskId);
   const up = (pipeline = 'forked.yaml') => {
     const p = startTroupe(
       ['up', fixturePath(pipeline), '--ack-wait', '2', '--server', nats.url, '--home', home],

@@ -3,13 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
-import { startTestNats, type TestNats } from '@troupe/testkit';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { BUCKETS, FINAL_EVENT_KINDS, subjects } from '@troupe/protocol';
+import type { TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
 import { fixturePath, ofKind, waiter } from './support/harness.ts';
-import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts';
+import { type KillTestServer, SERVERS, startKillTestServer } from './support/natsUsers.ts';
 
 const script = (writer: string, last: { agent: string; content: string }) => `agents:
   recorder:
@@ -53,9 +53,9 @@ function secondVersion(text: string): string {
 describe.each(SERVERS)(
   'deploying a changed pipeline under in-flight tasks, on $server',
   ({ users: withUsers }) => {
+    let server: KillTestServer;
     let nats: TestNats;
     let client: NatsConnection;
-    let users: NatsUsers | undefined;
     let coordinatorEnv = cliEnv();
     /** The test's own user, a coordinator's: `troupe migrate` sends on the control subjects. */
     let harnessEnv = cliEnv();
@@ -64,39 +64,17 @@ describe.each(SERVERS)(
     const everyProcess: CliProcess[] = [];
     let dir: string;
     let home: string;
-    const events: TroupeEvent[] = [];
     const processes: CliProcess[] = [];
     const { notify, waitFor: until } = waiter();
 
     beforeAll(async () => {
       dir = await mkdtemp(join(tmpdir(), 'troupe-deploy-'));
       home = join(dir, 'home');
-      if (withUsers) {
-        users = await writeNatsUsers([
-          fixturePath('versioned.yaml'),
-          '--coordinator',
-          'coordinator',
-          '--coordinator',
-          'harness',
-          '--approver',
-          'ana=versioned',
-        ]);
-        nats = await startTestNats({ config: users.config });
-        coordinatorEnv = await users.env('coordinator', nats.url);
-        harnessEnv = await users.env('harness', nats.url);
-        approverEnv = await users.env('ana', nats.url);
-        client = await users.connect('harness', nats.url, 'deploy-test');
-      } else {
-        nats = await startTestNats();
-        client = await connect({ servers: nats.url, name: 'deploy-test' });
-      }
-      client.subscribe(subjects.allTaskEvents, {
-        callback: (_error, msg) => {
-          events.push(TroupeEvent.parse(msg.json()));
-          notify();
-        },
-      });
-      await client.flush();
+      server = await startKillTestServer(fixturePath('versioned.yaml'), withUsers, 'deploy-test', notify);
+      ({ nats, client } = server);
+      coordinatorEnv = server.env.coordinator;
+      harnessEnv = server.env.harness;
+      approverEnv = server.env.approver;
     });
     afterEach(() => {
       // Nothing any part needed was refused it.
@@ -104,13 +82,11 @@ describe.each(SERVERS)(
     });
     afterAll(async () => {
       for (const p of processes.splice(0)) await p.stop('SIGKILL');
-      await client?.close();
-      await nats?.stop();
-      await users?.remove();
+      await server?.stop();
       await rm(dir, { recursive: true, force: true });
     });
 
-    const eventsOf = (taskId: string) => events.filter((e) => e.taskId === taskId);
+    const eventsOf = (taskId: string) => server.events.filter((e) => e.taskId === taskId);
     const ended = (taskId: string) => eventsOf(taskId).find((e) => FINAL_EVENT_KINDS.includes(e.kind));
     const started = (taskId: string, step: string) =>
       ofKind(eventsOf(taskId), 'step.started').filter((e) => e.data.step === step);

@@ -1,7 +1,9 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { connect, type NatsConnection, nkeyAuthenticator } from '@nats-io/transport-node';
+import { subjects, TroupeEvent } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
 import { cliEnv, troupe } from './cli.ts';
 
 /** The servers a test runs on twice: an open one, and one whose users `troupe nats-config` wrote (`users`). */
@@ -50,5 +52,72 @@ export async function writeNatsUsers(args: string[]): Promise<NatsUsers> {
       });
     },
     remove: () => rm(dir, { recursive: true, force: true }),
+  };
+}
+
+/** A server for a kill -9 test, the environments of its parts, and the test's own client on it. */
+export interface KillTestServer {
+  nats: TestNats;
+  /** The test's client: a coordinator's user on a server with users. */
+  client: NatsConnection;
+  /** What a coordinator, the test's own `troupe` commands and the person answering run with. */
+  env: { coordinator: NodeJS.ProcessEnv; harness: NodeJS.ProcessEnv; approver: NodeJS.ProcessEnv };
+  /** Every task event the client heard, in order. */
+  events: TroupeEvent[];
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a nats-server for a kill -9 test of `pipelineFile`: open, or with the users `troupe nats-config` writes for
+ * it (`coordinator`, `harness` — a second coordinator, the test's own — and `ana`, who approves for it). The test's
+ * client records every task event, calling `heard` after each.
+ */
+export async function startKillTestServer(
+  pipelineFile: string,
+  withUsers: boolean,
+  name: string,
+  heard: () => void,
+): Promise<KillTestServer> {
+  const pipeline = basename(pipelineFile, '.yaml');
+  const users = withUsers
+    ? await writeNatsUsers([
+        pipelineFile,
+        '--coordinator',
+        'coordinator',
+        '--coordinator',
+        'harness',
+        '--approver',
+        `ana=${pipeline}`,
+      ])
+    : undefined;
+  const nats = await startTestNats(users ? { config: users.config } : {});
+  const env = users
+    ? {
+        coordinator: await users.env('coordinator', nats.url),
+        harness: await users.env('harness', nats.url),
+        approver: await users.env('ana', nats.url),
+      }
+    : { coordinator: cliEnv(), harness: cliEnv(), approver: cliEnv() };
+  const client = users
+    ? await users.connect('harness', nats.url, name)
+    : await connect({ servers: nats.url, name });
+  const events: TroupeEvent[] = [];
+  client.subscribe(subjects.allTaskEvents, {
+    callback: (_error, msg) => {
+      events.push(TroupeEvent.parse(msg.json()));
+      heard();
+    },
+  });
+  await client.flush();
+  return {
+    nats,
+    client,
+    env,
+    events,
+    async stop() {
+      await client.close();
+      await nats.stop();
+      await users?.remove();
+    },
   };
 }
