@@ -125,7 +125,7 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
   };
   const guard: BusSubscription = startIntakeGuard(bus, local, knownPipelines);
   try {
-    return await startParts(options, { clock, registry, guard, registryOpened });
+    return await startParts(options, { clock, registry, local, guard, registryOpened });
   } catch (error) {
     guard.unsubscribe();
     registryFailed(error);
@@ -135,9 +135,6 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
 
 /** How long the intake guard waits for the registry while its coordinator starts, before it lets a task pass. */
 const GUARD_REGISTRY_WAIT_MS = 5_000;
-
-/** The names of the pipelines this coordinator runs. */
-const local = (options: CoordinatorOptions): string[] => options.pipelines.map((p) => p.config.name);
 
 /**
  * The versions of `pipelines` still needed: the newest each has in the registry, and those its `running` tasks run
@@ -165,6 +162,8 @@ async function startParts(
   started: {
     clock: Clock;
     registry: ToolRegistry;
+    /** The names of the pipelines it runs. */
+    local: ReadonlySet<string>;
     guard: BusSubscription;
     registryOpened: (registry: PipelineRegistry) => void;
   },
@@ -294,7 +293,7 @@ async function startParts(
     void pruneVersions({
       versions,
       keep: new Map(options.pipelines.map((p) => [p.config.name, new Set([p.version.hash])])),
-      inUse: () => versionsInUse(store, pipelineRegistry, local(options)),
+      inUse: () => versionsInUse(store, pipelineRegistry, [...started.local]),
       now: clock.now(),
       logger,
     }).catch((error: unknown) =>
