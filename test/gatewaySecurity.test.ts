@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
-import { DEFAULT_TASK_LIMITS, STREAMS, subjects } from '@troupe/protocol';
+import { STREAMS, subjects } from '@troupe/protocol';
 import { createLogger, jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -168,9 +168,11 @@ describe('the gateway under attack', () => {
 
   it('refuses at the edge, with 413 or 400 and the reason, a task the coordinators would refuse; deep JSON does not crash it', async () => {
     const before = await lastTaskSeq();
-    const large = await call('POST', '/v1/pipelines/demo/tasks', {
-      body: { goal: 'big', input: { blob: 'x'.repeat(DEFAULT_TASK_LIMITS.maxTaskBytes) } },
-    });
+    // Large apart from its input (which would be stored, and referred to): 300 labels of 1,000 bytes.
+    const labels = Object.fromEntries(
+      Array.from({ length: 300 }, (_, i) => [`label${i}`, 'x'.repeat(1_000)]),
+    );
+    const large = await call('POST', '/v1/pipelines/demo/tasks', { body: { goal: 'big', metadata: labels } });
     expect(large.status).toBe(413);
     expect(large.body.error).toMatchObject({ code: 'too_large' });
     expect(large.body.error.message).toMatch(/the task is \d+ bytes; the limit is 262144/);
@@ -205,7 +207,7 @@ describe('the gateway under attack', () => {
         type: 'submit',
         id: 'big',
         pipeline: 'demo',
-        task: { goal: 'big', input: { blob: 'x'.repeat(300_000) } },
+        task: { goal: 'big', metadata: labels },
       });
       expect(await ws.next((m) => m.id === 'big')).toMatchObject({ ok: false, error: { code: 'too_large' } });
       ws.sendRaw(
@@ -227,7 +229,7 @@ describe('the gateway under attack', () => {
     // A session's message too: refused, and the turn given back, so the session takes the next one.
     const session = await call('POST', '/v1/sessions', { body: { pipeline: 'demo' } });
     const tooBig = await call('POST', `/v1/sessions/${session.body.id}/messages`, {
-      body: { goal: 'big', input: { blob: 'x'.repeat(DEFAULT_TASK_LIMITS.maxTaskBytes) } },
+      body: { goal: 'big', metadata: labels },
     });
     expect(tooBig).toMatchObject({ status: 413, body: { error: { code: 'too_large' } } });
     expect((await call('GET', `/v1/sessions/${session.body.id}`)).body.turns).toEqual([]);

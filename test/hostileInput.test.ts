@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { taskConsumerName, WorkflowRecord } from '@troupe/coordinator';
+import { DEFAULT_INTAKE_LIMITS, taskConsumerName, WorkflowRecord } from '@troupe/coordinator';
 import { BUCKETS, STREAMS, subjects } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -89,7 +89,7 @@ describe('a task that passes validation and cannot be checkpointed', () => {
   beforeAll(async () => {
     // The depth limit raised past what a snapshot can hold: the poison gets through intake, as it once did.
     h = await startHarness([examplePath('demo.yaml')], {
-      limits: { maxTaskBytes: 1024 * 1024, maxTaskDepth: 1_000_000 },
+      limits: { ...DEFAULT_INTAKE_LIMITS, maxTaskBytes: 1024 * 1024, maxTaskDepth: 1_000_000 },
     });
   });
   afterAll(async () => {

@@ -230,6 +230,35 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(await new ValueStore({ connection: planner }).read(stored)).toBe(whole);
   });
 
+  it('lets a submitter store a task input too large for its message, which the pipeline’s workers read, and no more', async () => {
+    const input = JSON.stringify({ doc: 'd'.repeat(400 * 1024) });
+    const { nc: ci } = await as('ci');
+    const ref = await new ValueStore({ connection: ci }).storeInput('demo', 'roles-in-1', input);
+    expect(ref.bucket).toBe('troupe-inputs-demo');
+    for (const role of ['planner', 'watcher', 'front', 'ci']) {
+      const { nc } = await as(role);
+      expect(await new ValueStore({ connection: nc }).read(ref), role).toBe(input);
+    }
+    // Stored inputs are the submitter's only objects: it writes no step's value, and another pipeline's worker reads
+    // no input of this one.
+    await expect(
+      new ValueStore({ connection: ci }).offload('demo', 'forged-by-ci', 'x'.repeat(300 * 1024)),
+    ).rejects.toMatchObject({ name: 'ValueStoreError' });
+    const { nc: releaser, violations } = await as('releaser');
+    await expect(new ValueStore({ connection: releaser }).read(ref)).rejects.toMatchObject({
+      code: 'value_unavailable',
+    });
+    await releaser.flush();
+    expect(violations.map((v) => v.subject)).toContain('$JS.API.STREAM.MSG.GET.OBJ_troupe-inputs-demo');
+    // An observer may not store one.
+    const { nc: watcher } = await as('watcher');
+    await expect(
+      new ValueStore({ connection: watcher }).storeInput('demo', 'roles-in-2', input),
+    ).rejects.toMatchObject({
+      name: 'ValueStoreError',
+    });
+  });
+
   it('does not take an event for what its body says when it came on another subject', async () => {
     const { nc, violations } = await as('executor');
     const taskId = 'forged-end-1';

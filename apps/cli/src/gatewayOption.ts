@@ -35,6 +35,7 @@ export interface GatewayServeOptions {
   /** The coordinators' task limits, when changed from the defaults (`troupe up` passes its own). */
   maxTaskBytes?: number;
   maxTaskDepth?: number;
+  maxInputBytes?: number;
   /** The Troupe home: where the id secret is kept when there is no tokens file to keep it beside. */
   home?: string;
 }
@@ -110,6 +111,7 @@ export async function serveGateway(
   const taskLimits: TaskLimits = {
     maxTaskBytes: options.maxTaskBytes ?? DEFAULT_TASK_LIMITS.maxTaskBytes,
     maxTaskDepth: options.maxTaskDepth ?? DEFAULT_TASK_LIMITS.maxTaskDepth,
+    maxInputBytes: options.maxInputBytes ?? DEFAULT_TASK_LIMITS.maxInputBytes,
   };
   try {
     return await startGateway({

@@ -5,6 +5,7 @@
 export const HELP_DEFAULTS = {
   maxTaskBytes: 262_144,
   maxTaskDepth: 64,
+  maxInputBytes: 16_777_216,
   maxTaskDepthLimit: 124,
   stopTimeoutSeconds: 20,
 };

@@ -204,6 +204,11 @@ program
     positiveInteger,
   )
   .option(
+    '--max-input-bytes <n>',
+    `largest task input stored in place of a task payload's input, in bytes (default ${HELP_DEFAULTS.maxInputBytes})`,
+    positiveInteger,
+  )
+  .option(
     '--step-heartbeat <seconds>',
     'how often agent hosts report on a step; after 3 missed reports it goes to another worker (default 5)',
     positive,
@@ -327,6 +332,11 @@ program
     `deepest nesting in a task accepted: the coordinators' own (default ${HELP_DEFAULTS.maxTaskDepth})`,
     positiveInteger,
   )
+  .option(
+    '--max-input-bytes <n>',
+    `largest task input accepted, stored when the task would pass --max-task-bytes: the coordinators' own (default ${HELP_DEFAULTS.maxInputBytes})`,
+    positiveInteger,
+  )
   .addOption(logLevelOption())
   .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)
@@ -350,6 +360,12 @@ program
   .argument('<goal>', 'what the task should achieve')
   .option('--id <id>', 'task id (idempotency key); generated when absent')
   .option('--input <json>', 'structured input for every step, as a JSON object')
+  .addOption(
+    new Option(
+      '--input-file <path>',
+      'the input read from a file holding a JSON object ("-": standard input); one too large for the task message is stored and referred to',
+    ).conflicts('input'),
+  )
   .option('--meta <key=value>', 'metadata label (repeatable)', (v: string, all: string[]) => [...all, v], [])
   .option('-w, --wait', 'follow the task until it ends; exit code 0 completed, 1 failed, 3 timed out', false)
   .option('--timeout <seconds>', 'with --wait, how long to wait', positive, 600)

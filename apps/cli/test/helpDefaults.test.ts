@@ -7,6 +7,7 @@ describe('the defaults troupe --help shows', () => {
     expect(HELP_DEFAULTS).toEqual({
       maxTaskBytes: DEFAULT_INTAKE_LIMITS.maxTaskBytes,
       maxTaskDepth: DEFAULT_INTAKE_LIMITS.maxTaskDepth,
+      maxInputBytes: DEFAULT_INTAKE_LIMITS.maxInputBytes,
       maxTaskDepthLimit: MAX_TASK_DEPTH,
       stopTimeoutSeconds: DEFAULT_STOP_TIMEOUT_MS / 1000,
     });

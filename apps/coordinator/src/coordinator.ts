@@ -250,6 +250,7 @@ async function startParts(
           ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           people: { gate: people, journal: pipelineJournal, clock },
           subPipelines: createSubPipelineRunner(bus, clock, values),
+          values,
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
               journal: pipelineJournal,

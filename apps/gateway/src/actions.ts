@@ -15,11 +15,11 @@ import {
   wholeTrace,
 } from '@troupe/coordinator';
 import {
+  checkTaskToSubmit,
   DEFAULT_TASK_LIMITS,
   FINAL_EVENT_KINDS,
   type HumanRequest,
   onItsSubject,
-  parseTask,
   subjects,
   type TaskLimits,
   type TaskSubmission,
@@ -102,7 +102,10 @@ export class GatewayActions {
     // This pipeline's events only: an id TASKS took for a duplicate may be another pipeline's queued task.
     const final = wait > 0 ? finalEventOf(this.#bus, task.id, pipeline) : undefined;
     try {
-      const submitted = await submitToPipeline(this.#bus, pipeline, task);
+      const submitted = await submitToPipeline(this.#bus, pipeline, task, {
+        values: this.#values,
+        limits: this.#limits,
+      });
       const flag = submitted.duplicate ? { duplicate: true } : {};
       const known = submitted.record;
       // An id another pipeline's task has is not this one's: say it is taken, show nothing of that task.
@@ -267,7 +270,7 @@ export class GatewayActions {
 
   /** Refuses a task the coordinators' intake would: the same check on the same bytes it would read. */
   #check(task: ClientTask): void {
-    const checked = parseTask(JSON.stringify(task), this.#limits);
+    const checked = checkTaskToSubmit(task, this.#limits);
     if (checked.ok) return;
     const reason = checked.reason.replace(/^payload/, 'the task');
     if (checked.limit === 'maxBytes') throw new TaskTooLarge(reason);

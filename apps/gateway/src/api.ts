@@ -1,5 +1,5 @@
 import { FlowGraph } from '@troupe/coordinator';
-import { HumanRequest, Name, TaskId, TaskSubmission, UsageTotals, ValueRef } from '@troupe/protocol';
+import { HumanRequest, Name, TaskFields, TaskId, UsageTotals, ValueRef } from '@troupe/protocol';
 import { z } from 'zod';
 import { SessionSummary } from './sessions.ts';
 
@@ -27,7 +27,7 @@ export const RequestParams = z.object({ id: z.string().min(1).max(200) });
  * A task as a client submits it: a task without `parent`, which only a pipeline step sets (a client's would tie its
  * task to the end of another's, and tell it how that one ended). One that has it is refused, saying so.
  */
-export const ClientTask = z.strictObject(TaskSubmission.omit({ parent: true }).shape, {
+export const ClientTask = z.strictObject(TaskFields.omit({ parent: true, inputRef: true }).shape, {
   error: (issue) =>
     issue.code === 'unrecognized_keys' && issue.keys.includes('parent')
       ? 'parent: set by a pipeline step, never by a client'

@@ -14,6 +14,7 @@ const STATUS_OF: Record<OperationErrorCode, number> = {
   conflict: 409,
   no_coordinator: 503,
   unavailable: 503,
+  invalid: 400,
 };
 
 /** Fastify's own refusals (a body that is not JSON, too large, of another type) get our codes. */

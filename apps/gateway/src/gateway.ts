@@ -7,7 +7,14 @@ import fastifyStatic from '@fastify/static';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
 import { CLIENT_WAIT, OperationError, PipelineRegistry, type WorkflowRecord } from '@troupe/coordinator';
-import { errorMessage, exceedsDepth, MAX_MESSAGE_DEPTH, STREAMS, type TaskLimits } from '@troupe/protocol';
+import {
+  DEFAULT_TASK_LIMITS,
+  errorMessage,
+  exceedsDepth,
+  MAX_MESSAGE_DEPTH,
+  STREAMS,
+  type TaskLimits,
+} from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, {
   type FastifyPluginAsync,
@@ -308,6 +315,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   app.post(
     '/v1/pipelines/:name/tasks',
     {
+      // Room for an input as large as the coordinators store, beside the rest of the task.
+      bodyLimit: taskBodyLimit(options.taskLimits ?? DEFAULT_TASK_LIMITS),
       schema: {
         summary: 'Submit a task',
         description:
@@ -724,6 +733,9 @@ const dashboard: FastifyPluginAsync<{ dir: string | false }> = async (app, { dir
     },
   });
 };
+
+/** The largest body a task is sent in: an input as large as may be stored, and a task as large as may be published. */
+const taskBodyLimit = (limits: TaskLimits) => limits.maxInputBytes + limits.maxTaskBytes;
 
 /** A session with its turns' tasks as they stand (a task not yet accepted is `submitted`). */
 function sessionView(

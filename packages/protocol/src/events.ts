@@ -3,7 +3,7 @@ import { TaskFailureReason } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { StepError, Verdict } from './step.ts';
 import { UsageTotals } from './usage.ts';
-import { ValueRef } from './valueRef.ts';
+import { InputCut, ValueRef } from './valueRef.ts';
 
 const TokenUsage = z.object({
   inputTokens: z.number().int().nonnegative(),
@@ -27,6 +27,8 @@ export const EventData = {
   'task.accepted': z.object({
     goal: z.string(),
     input: z.record(z.string(), z.unknown()).optional(),
+    /** The keys of `input` shown as previews, and where the whole input is stored. */
+    inputCut: InputCut.optional(),
     metadata: z.record(z.string(), z.string()).optional(),
     /** The task whose `pipeline` step runs this one. */
     parent: z

@@ -54,16 +54,18 @@ export {
   Verdict,
 } from './step.ts';
 export { BUCKETS, type ParsedSubject, parseSubject, ROOT, STREAMS, subjects } from './subjects.ts';
-export { MAX_PIPELINE_DEPTH, TaskParent, TaskSubmission } from './task.ts';
+export { MAX_PIPELINE_DEPTH, TaskFields, TaskParent, TaskSubmission } from './task.ts';
 export {
+  checkTaskToSubmit,
   DEFAULT_TASK_LIMITS,
   MAX_TASK_DEPTH,
+  parseStoredInput,
   parseTask,
   type TaskLimits,
 } from './taskLimits.ts';
 export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';
-export { ValueRef, valueBucket } from './valueRef.ts';
+export { fillInput, InputCut, inputBucket, inputObjectPrefix, ValueRef, valueBucket } from './valueRef.ts';
 export {
   applyWorkspaceChanges,
   MAX_WORKSPACE_FILES,

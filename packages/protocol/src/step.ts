@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { isStepErrorCode, type StepErrorCode } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { UsageTotals } from './usage.ts';
-import { ValueRef } from './valueRef.ts';
+import { InputCut, ValueRef } from './valueRef.ts';
 import { WorkspaceChanges, WorkspaceManifest } from './workspace.ts';
 
 /** A reviewer's decision on the work so far. */
@@ -55,6 +55,8 @@ export const AgentStepRequest = z.object({
   round: z.number().int().positive(),
   goal: z.string(),
   input: z.record(z.string(), z.unknown()).optional(),
+  /** Keys of `input` that hold only a preview of a stored input: the host reads the whole back before the step runs. */
+  inputCut: InputCut.optional(),
   /** Outputs of the earlier steps this step was given, oldest first. */
   context: z.array(StepOutput),
   /** The reviewer's feedback when work is sent back. */

@@ -23,3 +23,35 @@ export function valueBucket(pipeline: string): string {
   if (!isName(pipeline)) throw new Error(`not a pipeline name: ${pipeline}`);
   return `troupe-values-${pipeline}`;
 }
+
+/**
+ * The object store bucket of a pipeline's task inputs too large for a task message: apart from its values, so that
+ * submitters, who may write here, can touch no step's output.
+ */
+export function inputBucket(pipeline: string): string {
+  if (!isName(pipeline)) throw new Error(`not a pipeline name: ${pipeline}`);
+  return `troupe-inputs-${pipeline}`;
+}
+
+/** The name a task's stored input starts with: `<taskId>.input.`, followed by the start of its digest. */
+export const inputObjectPrefix = (taskId: string): string => `${taskId}.input.`;
+
+/**
+ * What a task's input as its workflow carries it leaves out: the keys of `input` that hold only a preview, and where
+ * the whole input is. A step's host reads the whole back and puts each of those keys' values in place.
+ */
+export const InputCut = z.strictObject({
+  ref: ValueRef,
+  keys: z.array(z.string()).min(1),
+});
+export type InputCut = z.infer<typeof InputCut>;
+
+/** `input` with each key the cut names given its value in the whole input (`stored`: its JSON, as it was stored). */
+export function fillInput(
+  input: Record<string, unknown> | undefined,
+  cut: InputCut,
+  stored: string,
+): Record<string, unknown> {
+  const whole = JSON.parse(stored) as Record<string, unknown>;
+  return { ...input, ...Object.fromEntries(cut.keys.map((key) => [key, whole[key]])) };
+}

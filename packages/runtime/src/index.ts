@@ -94,6 +94,7 @@ export {
 export { askHumanTool } from './tools/askHumanTool.ts';
 export * from './tools/index.ts';
 export { recallTool, rememberTool } from './tools/memoryTools.ts';
+export { utf8Head } from './tools/truncateOutput.ts';
 export * from './transport/index.ts';
 export { type WithTimeoutOptions, withTimeout } from './withTimeout.ts';
 export {

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { text } from 'node:stream/consumers';
 import { OperationError, submitToPipeline } from '@troupe/coordinator';
-import { formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
+import { checkTaskToSubmit, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
@@ -11,6 +13,7 @@ import { workflowsIfAny } from '../workflowRecords.ts';
 export interface SubmitOptions extends ServerOptions {
   id?: string;
   input?: string;
+  inputFile?: string;
   meta: string[];
   wait: boolean;
   timeout: number;
@@ -23,7 +26,7 @@ export const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomByt
 /** `troupe submit`: validates the task here, stores it in the TASKS stream, and with --wait follows it to the end. */
 export async function submit(pipeline: string, goal: string, options: SubmitOptions): Promise<number> {
   if (!isName(pipeline)) throw new CliError(`"${pipeline}" is not a pipeline name (a-z, 0-9 and "-")`, 2);
-  const task = buildTask(goal, options);
+  const task = await buildTask(goal, options);
   const bus = await connectCli(options, 'troupe-submit');
   try {
     // Its own pipeline's events, not any: a user allowed to read only that pipeline's may wait for it.
@@ -95,13 +98,17 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
   }
 }
 
-function buildTask(goal: string, options: SubmitOptions): TaskSubmission & { id: string } {
+async function buildTask(goal: string, options: SubmitOptions): Promise<TaskSubmission & { id: string }> {
   let input: unknown;
-  if (options.input !== undefined) {
+  const [flag, text] =
+    options.inputFile === undefined
+      ? ['--input', options.input]
+      : ['--input-file', await readInputFile(options.inputFile)];
+  if (text !== undefined) {
     try {
-      input = JSON.parse(options.input);
+      input = JSON.parse(text);
     } catch (error) {
-      throw new CliError(`--input is not JSON: ${(error as Error).message}`, 2);
+      throw new CliError(`${flag} is not JSON: ${(error as Error).message}`, 2);
     }
   }
   const metadata = Object.fromEntries(
@@ -122,7 +129,18 @@ function buildTask(goal: string, options: SubmitOptions): TaskSubmission & { id:
     const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'task'}: ${i.message}`);
     throw new CliError(`invalid task: ${problems.join('; ')}`, 2);
   }
+  // Refused here as a coordinator would refuse it, rather than stored and refused there.
+  const checked = checkTaskToSubmit(parsed.data);
+  if (!checked.ok) throw new CliError(`invalid task: ${checked.reason.replace(/^payload/, 'the task')}`, 2);
   return { ...parsed.data, id: candidate.id };
+}
+
+async function readInputFile(path: string): Promise<string> {
+  try {
+    return path === '-' ? await text(process.stdin) : await readFile(path, 'utf8');
+  } catch (error) {
+    throw new CliError(`cannot read --input-file ${path}: ${(error as Error).message}`, 2);
+  }
 }
 
 function print(event: TroupeEvent, json: boolean): void {

@@ -38,6 +38,7 @@ export interface UpOptions extends NatsAccessSources {
   maxDeliver?: number;
   maxTaskBytes?: number;
   maxTaskDepth?: number;
+  maxInputBytes?: number;
   /** Milliseconds. */
   eventsMaxAge?: number;
   /** Bytes. */
@@ -196,6 +197,7 @@ export async function start(
     | 'maxDeliver'
     | 'maxTaskBytes'
     | 'maxTaskDepth'
+    | 'maxInputBytes'
     | 'eventsMaxAge'
     | 'eventsMaxBytes'
     | 'replicas'
@@ -232,6 +234,7 @@ export async function start(
       limits: {
         maxTaskBytes: options.maxTaskBytes ?? DEFAULT_INTAKE_LIMITS.maxTaskBytes,
         maxTaskDepth: options.maxTaskDepth ?? DEFAULT_INTAKE_LIMITS.maxTaskDepth,
+        maxInputBytes: options.maxInputBytes ?? DEFAULT_INTAKE_LIMITS.maxInputBytes,
       },
       logger,
       ...(metrics ? { metrics } : {}),

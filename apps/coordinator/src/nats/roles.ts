@@ -1,4 +1,4 @@
-import { BUCKETS, STREAMS, subjects, valueBucket } from '@troupe/protocol';
+import { BUCKETS, inputBucket, STREAMS, subjects, valueBucket } from '@troupe/protocol';
 
 /**
  * The parts of a Troupe deployment, each a NATS user of its own (`troupe nats-config` makes one per instance).
@@ -103,6 +103,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...kvRead(BUCKETS.versions, `${pipeline}.>`),
             // Its pipeline's large values: outputs and tool results too large for a message, and earlier steps'.
             ...valuesReadWrite(pipeline),
+            // Its tasks' inputs too large for their message, read whole for each step.
+            ...inputsRead(pipeline),
             ...(replicas > 1
               ? [BUCKETS.journal, BUCKETS.memory, BUCKETS.versions].map(
                   (bucket) => `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
@@ -132,6 +134,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
           allow: [
             ...common.publish,
             ...role.pipelines.map(subjects.task),
+            // An input too large for the task message is stored first, and the task refers to it.
+            ...role.pipelines.flatMap(inputsWrite),
             ...kvRead(BUCKETS.pipelines),
             ...kvRead(BUCKETS.workflows),
           ],
@@ -148,8 +152,9 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...role.pipelines.flatMap((p) => [
               ...eventHistory(`troupe.events.${p}.>`),
               ...kvRead(BUCKETS.approvals, `${p}.>`),
-              // `troupe trace --json` and `replay` read large outputs back whole.
+              // `troupe trace --json` and `replay` read large inputs and outputs back whole.
               ...valuesRead(p),
+              ...inputsRead(p),
             ]),
           ],
         },
@@ -187,6 +192,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...eventHistory(subjects.allEvents),
             // Task results and traces give large outputs whole, read back from each pipeline's object store.
             ...pipelines.flatMap(valuesRead),
+            // A task submitted with an input too large for its message has it stored first.
+            ...pipelines.flatMap(inputsWrite),
           ],
         },
         subscribe: { allow: [...common.subscribe, subjects.allEvents] },
@@ -231,6 +238,24 @@ const valuesReadWrite = (pipeline: string) => {
     `$O.${bucket}.C.>`,
     `$O.${bucket}.M.>`,
     `$JS.API.STREAM.PURGE.OBJ_${bucket}`,
+  ];
+};
+
+/** Reading a pipeline's stored task inputs (those too large for their task message), as its values are read. */
+const inputsRead = (pipeline: string) => [`$JS.API.STREAM.MSG.GET.OBJ_${inputBucket(pipeline)}`];
+
+/**
+ * Storing a pipeline's task inputs too large for their message: a submitter's chunks and descriptions, in a bucket of
+ * their own, so a submitter can touch no step's output. Never a purge: a stored input is named by its digest, and
+ * is never written again.
+ */
+const inputsWrite = (pipeline: string) => {
+  const bucket = inputBucket(pipeline);
+  return [
+    ...inputsRead(pipeline),
+    `$JS.API.STREAM.INFO.OBJ_${bucket}`,
+    `$O.${bucket}.C.>`,
+    `$O.${bucket}.M.>`,
   ];
 };
 

@@ -7,8 +7,15 @@
  * - `conflict`: the task or request is past the point the operation needs (ended, decided, expired).
  * - `no_coordinator`: nothing on the server runs Troupe, or no coordinator answered for the task.
  * - `unavailable`: NATS or JetStream did not answer in time.
+ * - `invalid`: what was asked for is refused as it is (a task larger or deeper than the limits), with the reason.
  */
-export type OperationErrorCode = 'not_found' | 'wrong_kind' | 'conflict' | 'no_coordinator' | 'unavailable';
+export type OperationErrorCode =
+  | 'not_found'
+  | 'wrong_kind'
+  | 'conflict'
+  | 'no_coordinator'
+  | 'unavailable'
+  | 'invalid';
 
 export class OperationError extends Error {
   readonly code: OperationErrorCode;

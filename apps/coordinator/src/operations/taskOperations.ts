@@ -1,12 +1,17 @@
 import {
   ControlReceipt,
   ControlRefusal,
+  checkTaskToSubmit,
+  errorMessage,
+  type InputCut,
   subjects,
+  type TaskLimits,
   type TaskSubmission,
   type TroupeEvent,
 } from '@troupe/protocol';
-import { type NatsBus, readEventHistory, TransportError } from '@troupe/runtime';
+import { type NatsBus, readEventHistory, TransportError, ValueStore } from '@troupe/runtime';
 import { PipelineRegistry } from '../intake/pipelineRegistry.ts';
+import { withStoredInput } from '../intake/storedInput.ts';
 import { submitTask } from '../intake/taskQueue.ts';
 import type { WorkflowRecord } from '../workflow/workflowRecord.ts';
 import { OperationError } from './operationError.ts';
@@ -20,14 +25,26 @@ export interface Submitted {
   record?: WorkflowRecord;
 }
 
+export interface SubmitOptions {
+  /** Where an input too large for the task message is stored; one on the same connection when absent. */
+  values?: ValueStore;
+  /** The coordinators' limits; the defaults when absent. */
+  limits?: TaskLimits;
+  /** Keys of the task's input that hold previews of another task's stored input (a sub-task's), read whole first. */
+  inputCut?: InputCut;
+}
+
 /**
  * Stores a task in the `TASKS` stream for a pipeline a coordinator has loaded. A known id is never run again,
  * whenever it was first submitted: the answer says it was a duplicate, with the task's record when there is one.
+ * A task the coordinators would refuse is refused here (`invalid`), before anything is stored; one whose input alone
+ * makes it too large has its input stored in the pipeline's inputs bucket first, and carries an `inputRef` to it.
  */
 export async function submitToPipeline(
   bus: NatsBus,
   pipeline: string,
   task: TaskSubmission & { id: string },
+  options: SubmitOptions = {},
 ): Promise<Submitted> {
   let registry: PipelineRegistry;
   try {
@@ -49,10 +66,34 @@ export async function submitToPipeline(
   const store = await openWorkflowStore(bus);
   const existing = (await store.get(task.id))?.value;
   if (existing) return { taskId: task.id, duplicate: true, record: existing };
-  const { duplicate } = await submitTask(bus, pipeline, task);
+  const { duplicate } = await submitTask(bus, pipeline, await readyToPublish(bus, pipeline, task, options));
   if (!duplicate) return { taskId: task.id, duplicate };
   const record = (await store.get(task.id))?.value;
   return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
+}
+
+/** The task as it is published: checked against the limits, its input whole, and stored when it is too large. */
+async function readyToPublish<T extends TaskSubmission & { id: string }>(
+  bus: NatsBus,
+  pipeline: string,
+  task: T,
+  options: SubmitOptions,
+): Promise<T> {
+  const values = options.values ?? new ValueStore(bus);
+  const failed = (what: string) => (error: unknown) => {
+    throw new OperationError('unavailable', `cannot ${what} of task ${task.id}: ${errorMessage(error)}`, {
+      cause: error,
+    });
+  };
+  const whole = options.inputCut
+    ? await values
+        .wholeInput(task.input, options.inputCut)
+        .then((input) => ({ ...task, input }))
+        .catch(failed('read the stored input'))
+    : task;
+  const checked = checkTaskToSubmit(whole, options.limits);
+  if (!checked.ok) throw new OperationError('invalid', `task ${task.id} refused: ${checked.reason}`);
+  return withStoredInput(values, pipeline, whole, checked.storeInput).catch(failed('store the input'));
 }
 
 /** A task's record in KV `workflows`; throws `not_found` when the server knows no such task. */

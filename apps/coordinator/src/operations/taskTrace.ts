@@ -1,4 +1,11 @@
-import { emptyUsage, type TroupeEvent, type UsageTotals, type ValueRef } from '@troupe/protocol';
+import {
+  emptyUsage,
+  fillInput,
+  type InputCut,
+  type TroupeEvent,
+  type UsageTotals,
+  type ValueRef,
+} from '@troupe/protocol';
 
 /**
  * A task as a tree, built from its events (`troupe trace`): its steps in order, and in each step what the agent did
@@ -12,6 +19,9 @@ export interface TaskTrace {
   version?: string;
   status: 'running' | 'completed' | 'failed' | 'cancelled';
   goal?: string;
+  /** The task's input; with `inputCut`, some keys hold only previews unless the trace was read whole. */
+  input?: Record<string, unknown>;
+  inputCut?: InputCut;
   startedAt?: string;
   endedAt?: string;
   durationMs?: number;
@@ -128,7 +138,8 @@ export interface CompactionTrace {
 }
 
 /**
- * The trace with each output its events name by reference read back whole (the task's output, large tool results).
+ * The trace with each value its events name by reference read back whole (the task's input and output, large tool
+ * results).
  * One that cannot be read keeps its preview, which says where the whole was, and its reference.
  */
 export async function wholeTrace(
@@ -152,8 +163,17 @@ export async function wholeTrace(
       ),
     })),
   );
+  const { inputCut, ...rest } = trace;
+  const input = inputCut
+    ? await read(inputCut.ref).then(
+        (stored) => fillInput(trace.input, inputCut, stored),
+        () => undefined,
+      )
+    : undefined;
   return {
-    ...trace,
+    ...rest,
+    // Read whole, the input is cut no more; else it keeps its previews, and the cut says where the whole was.
+    ...(input ? { input } : inputCut ? { inputCut } : {}),
     ...(trace.output === undefined ? {} : { output: await whole(trace.output, trace.outputRef) }),
     steps,
   };
@@ -217,6 +237,8 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
     switch (event.kind) {
       case 'task.accepted':
         trace.goal = event.data.goal;
+        if (event.data.input) trace.input = event.data.input;
+        if (event.data.inputCut) trace.inputCut = event.data.inputCut;
         trace.startedAt = event.ts;
         break;
       case 'task.resumed':

@@ -230,6 +230,8 @@ export async function replayTask(
       pipeline: config.name,
       goal: accepted.goal,
       ...(accepted.input ? { input: accepted.input } : {}),
+      // Its steps read the whole input back, as the recorded run's did.
+      ...(accepted.inputCut ? { inputCut: accepted.inputCut } : {}),
       ...(accepted.metadata ? { metadata: accepted.metadata } : {}),
       traceparent: recording.accepted.traceparent,
     };

@@ -635,23 +635,25 @@ function pipelineState(
           }),
         );
         const { task } = context;
+        const own = {
+          context: outputs,
+          // Sent back by a review: what it said, and what this step's sub-task gave last time.
+          ...(context.approved === false && context.feedback !== undefined
+            ? { feedback: context.feedback }
+            : {}),
+          ...(context.previous?.[step.id]
+            ? { previous: parsedOutput(context.previous[step.id]?.output ?? '') }
+            : {}),
+        };
+        const given = withInput(task, own);
         return {
           pipeline: step.pipeline,
           timeoutMs,
+          ...(given.inputCut ? { inputCut: given.inputCut } : {}),
           task: {
             id: subTaskId(stepId(context, step)),
             goal: step.goal ?? task.goal,
-            input: {
-              ...task.input,
-              context: outputs,
-              // Sent back by a review: what it said, and what this step's sub-task gave last time.
-              ...(context.approved === false && context.feedback !== undefined
-                ? { feedback: context.feedback }
-                : {}),
-              ...(context.previous?.[step.id]
-                ? { previous: parsedOutput(context.previous[step.id]?.output ?? '') }
-                : {}),
-            },
+            input: given.input ?? {},
             ...(task.metadata ? { metadata: task.metadata } : {}),
             parent: {
               taskId: task.taskId,
@@ -1380,6 +1382,17 @@ function itemMachine(c: Compiling, step: ForeachStepConfig) {
 }
 
 /**
+ * The task with keys laid over its input (an item's, a sub-task's). A key laid over one cut to a preview is no
+ * longer cut: the stored whole is not put back over it.
+ */
+function withInput(task: WorkflowInput, over: Record<string, unknown>): WorkflowInput {
+  const { inputCut, ...rest } = task;
+  const input = { ...task.input, ...over };
+  const keys = inputCut?.keys.filter((key) => !(key in over)) ?? [];
+  return { ...rest, input, ...(inputCut && keys.length > 0 ? { inputCut: { ...inputCut, keys } } : {}) };
+}
+
+/**
  * Where an item starts: the task as it is, its input with the item (`input.item`, `input.index`), the outputs of
  * earlier steps its `do` steps may read, the round and any feedback of a rework, and what the task has spent (its
  * budgets count it). Its own spending starts at nothing, and is added to the task's when it ends.
@@ -1396,7 +1409,7 @@ function itemContext(
   const { task } = context;
   const previous = previousResult(context, step, index);
   return {
-    task: { ...task, input: { ...task.input, item, index } },
+    task: withInput(task, { item, index }),
     round: context.round,
     rejections: {},
     latest: pick(context.latest),
@@ -1614,6 +1627,7 @@ function buildRequest(
     round: context.round,
     goal: context.task.goal,
     ...(context.task.input ? { input: context.task.input } : {}),
+    ...(context.task.inputCut ? { inputCut: context.task.inputCut } : {}),
     context: outputs,
     ...(reworking && step.kind === 'agent' ? { feedback: context.feedback } : {}),
     expect: step.kind === 'review' ? 'verdict' : 'text',

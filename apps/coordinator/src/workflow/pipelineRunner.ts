@@ -7,6 +7,7 @@ import {
   emptyUsage,
   errorMessage,
   FINAL_EVENT_KINDS,
+  type InputCut,
   isTaskId,
   parseEvent,
   parseMessage,
@@ -28,11 +29,13 @@ import {
   newTraceparent,
   sleep,
   throughOutages,
+  type ValueStore,
 } from '@troupe/runtime';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { versionHash } from '../config/pipelineVersion.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits, LIMIT_FLAGS } from '../intake/intakeLimits.ts';
+import { readStoredInput } from '../intake/storedInput.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { compileFlow } from './compileFlow.ts';
 import { type FlowVersion, FlowVersions } from './flowVersions.ts';
@@ -95,6 +98,8 @@ export interface PipelineRunnerOptions {
   stepHeartbeatMs?: number;
   /** How large and deep a task payload may be. */
   limits?: IntakeLimits;
+  /** Where inputs too large for a task message are read from (the pipeline's inputs bucket); without it, a task with one is refused. */
+  values?: Pick<ValueStore, 'read'>;
   /** Runs `pipeline` steps' sub-tasks; without it, a `pipeline` step fails the task saying so. */
   subPipelines?: (
     input: PipelineRunInput,
@@ -394,11 +399,30 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     // never recorded died before its claim: every delivery of it so far made no progress.
     const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
     const work: Triaged = { delivery, taskId, submission, entry, stalls };
-    return stalls >= maxDeliver ? { next: 'giveUp', work } : { next: 'claim', work };
+    if (stalls >= maxDeliver) return { next: 'giveUp', work };
+    if (!submission.inputRef) return { next: 'claim', work };
+    // An input too large for the message: read whole from where its submitter stored it. A store out of reach
+    // throws, and the delivery comes back (each one counted as a stall, so one never readable ends dead-lettered).
+    const stored = options.values
+      ? await readStoredInput(options.values, pipeline, taskId, submission.inputRef, limits)
+      : { ok: false as const, reason: 'this coordinator reads no stored inputs' };
+    if (!stored.ok) {
+      refuse(delivery, { ok: false, reason: stored.reason, issues: [] });
+      return { next: 'refuse' };
+    }
+    const { inputRef: _read, ...rest } = submission;
+    return {
+      next: 'claim',
+      work: {
+        ...work,
+        submission: { ...rest, input: stored.input },
+        ...(stored.cut ? { inputCut: stored.cut } : {}),
+      },
+    };
   }
 
   /** Claims the task in its record for this run (or creates the record), as the workflow's input. */
-  async function claim({ delivery, taskId, submission, entry, stalls }: Triaged): Promise<Stage> {
+  async function claim({ delivery, taskId, submission, entry, stalls, inputCut }: Triaged): Promise<Stage> {
     const existing = entry;
     const parent = submission.parent;
     // A task runs on the version it started on (or was migrated to); a new one on the newest.
@@ -410,6 +434,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       pipeline,
       goal: submission.goal,
       ...(submission.input ? { input: submission.input } : {}),
+      ...(inputCut ? { inputCut } : {}),
       ...(submission.metadata ? { metadata: submission.metadata } : {}),
       // A sub-task's trace continues its parent's.
       traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
@@ -471,6 +496,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           {
             goal: submission.goal,
             ...(submission.input ? { input: submission.input } : {}),
+            ...(inputCut ? { inputCut } : {}),
             ...(submission.metadata ? { metadata: submission.metadata } : {}),
             ...(parent
               ? {
@@ -590,6 +616,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     entry: KvEntry<WorkflowRecord> | undefined;
     /** Deliveries in a row, this one included, that made no progress. */
     stalls: number;
+    /** The keys of `submission.input` cut to previews of the stored input, and where the whole is. */
+    inputCut?: InputCut;
   }
 
   // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the

@@ -55,7 +55,10 @@ export function createSubPipelineRunner(bus: NatsBus, clock: Clock, values?: Val
     try {
       await bus.flush();
       try {
-        const submitted = await submitToPipeline(bus, pipeline, task);
+        const submitted = await submitToPipeline(bus, pipeline, task, {
+          ...(values ? { values } : {}),
+          ...(input.inputCut ? { inputCut: input.inputCut } : {}),
+        });
         const known = submitted.record;
         if (known && known.pipeline !== pipeline) {
           return ended('conflict', `task id ${task.id} is taken by a task of pipeline ${known.pipeline}`);

@@ -9,6 +9,7 @@ import type {
   AgentStepReply,
   AgentStepRequest,
   EventKind,
+  InputCut,
   StepOutput,
   TaskFailureReason,
   TaskParent,
@@ -25,6 +26,8 @@ export interface WorkflowInput {
   pipeline: string;
   goal: string;
   input?: Record<string, unknown>;
+  /** The keys of `input` cut to previews of the task's stored input, and where the whole is. */
+  inputCut?: InputCut;
   metadata?: Record<string, string>;
   traceparent: string;
   /** End of the task's wall-clock budget, ms since the epoch. */
@@ -37,6 +40,8 @@ export interface WorkflowInput {
 export interface PipelineRunInput {
   pipeline: string;
   task: TaskSubmission & { id: string; parent: TaskParent };
+  /** The keys of the sub-task's input that hold previews of its parent's stored input, read whole before it goes. */
+  inputCut?: InputCut;
   timeoutMs: number;
 }
 

@@ -67,9 +67,10 @@ function startStep(step: StepContext): AgentStep {
   const timeLeftMs = deadline === undefined ? undefined : deadline - deps.clock.now();
   if (timeLeftMs !== undefined && timeLeftMs <= 0) return { reply: outOfTimeReply(step), stop: () => {} };
   const sync = deps.workspace;
-  if (!sync && !request.context.some((output) => output.outputRef)) return startActorSafely(step, timeLeftMs);
-  // The workspace is brought to the step's manifest, and earlier outputs kept in the object store are read back
-  // whole, first; a stop meanwhile reaches the actor once it runs.
+  const stored = request.inputCut !== undefined || request.context.some((output) => output.outputRef);
+  if (!sync && !stored) return startActorSafely(step, timeLeftMs);
+  // The workspace is brought to the step's manifest, and the input and earlier outputs kept in the object store are
+  // read back whole, first; a stop meanwhile reaches the actor once it runs.
   let started: AgentStep | undefined;
   let stopBefore: StepStop | undefined;
   const pulled = sync

@@ -4,18 +4,22 @@ import type { StepContext } from './stepContext.ts';
 import { failedReply } from './stepReply.ts';
 
 /**
- * The request with the whole of each earlier output it names by reference, so the agent reads what the earlier
- * steps produced, not their previews. Without a store, the previews stay (they say where the whole is).
+ * The request with the whole of each earlier output it names by reference, and the whole of each input value its
+ * message holds a preview of, so the agent reads what the task was given and what the earlier steps produced, not
+ * their previews. Without a store, the previews stay (they say where the whole is).
  */
 export async function withWholeContext({ request, deps }: StepContext): Promise<AgentStepRequest> {
   const values = deps.values;
-  if (!values || !request.context.some((output) => output.outputRef)) return request;
+  if (!values) return request;
+  const { inputCut, ...rest } = request;
+  const whole = inputCut ? { ...rest, input: await values.wholeInput(request.input, inputCut) } : request;
+  if (!whole.context.some((output) => output.outputRef)) return whole;
   const context = await Promise.all(
-    request.context.map(async ({ outputRef, ...output }) =>
+    whole.context.map(async ({ outputRef, ...output }) =>
       outputRef ? { ...output, output: await values.read(outputRef) } : output,
     ),
   );
-  return { ...request, context };
+  return { ...whole, context };
 }
 
 /**
@@ -49,6 +53,6 @@ export function unreadContextReply(request: AgentStepRequest, error: unknown): A
   return failedReply(
     request.stepId,
     gone ? 'failed' : 'journal_unavailable',
-    `cannot read the whole output of an earlier step for step ${request.stepId}: ${errorMessage(error)}`,
+    `cannot read the whole ${request.inputCut ? 'task input or output of an earlier step' : 'output of an earlier step'} for step ${request.stepId}: ${errorMessage(error)}`,
   );
 }

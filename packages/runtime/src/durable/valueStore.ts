@@ -8,7 +8,14 @@ import {
 } from '@nats-io/jetstream';
 import { Base64UrlPaddedCodec, type ObjectStore, Objm, StorageType } from '@nats-io/obj';
 import { nanos } from '@nats-io/transport-node';
-import { errorMessage, type ValueRef, valueBucket } from '@troupe/protocol';
+import {
+  errorMessage,
+  fillInput,
+  type InputCut,
+  inputBucket,
+  type ValueRef,
+  valueBucket,
+} from '@troupe/protocol';
 import { utf8Head } from '../tools/truncateOutput.ts';
 import type { NatsBus } from '../transport/natsBus.ts';
 import { ValueStoreError } from './valueStoreError.ts';
@@ -72,9 +79,12 @@ export class ValueStore {
     return this.#offloadBytes;
   }
 
-  /** Makes the pipeline's bucket when it does not exist (a coordinator does this at start, with the retention). */
+  /**
+   * Makes the pipeline's buckets when they do not exist, its values' and its task inputs' (a coordinator does this at
+   * start, with the retention).
+   */
   async ensureBucket(pipeline: string): Promise<void> {
-    await this.#create(valueBucket(pipeline));
+    await Promise.all([this.#create(valueBucket(pipeline)), this.#create(inputBucket(pipeline))]);
   }
 
   /**
@@ -101,10 +111,25 @@ export class ValueStore {
     return this.#store(pipeline, name, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), false);
   }
 
-  async #store(pipeline: string, name: string, bytes: Buffer, digestInName = true): Promise<ValueRef> {
+  /**
+   * Stores a task's input too large for its message (its JSON) in the pipeline's inputs bucket, named
+   * `<taskId>.input.<digest>`: the `inputRef` the task then carries in place of `input`.
+   */
+  storeInput(pipeline: string, taskId: string, json: string): Promise<ValueRef> {
+    const bytes = Buffer.from(json, 'utf8');
+    return this.#store(pipeline, `${taskId}.input`, bytes, true, inputBucket(pipeline));
+  }
+
+  async #store(
+    pipeline: string,
+    name: string,
+    bytes: Buffer,
+    digestInName = true,
+    bucket = valueBucket(pipeline),
+  ): Promise<ValueRef> {
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     const ref: ValueRef = {
-      bucket: valueBucket(pipeline),
+      bucket,
       // The digest is in the name: two runs of one step that made different values (a step may run in two places
       // at once) store two objects, so neither replaces the value the other's reference names.
       name: digestInName ? `${name}.${sha256.slice(0, 16)}` : name,
@@ -152,6 +177,17 @@ export class ValueStore {
     } catch (error) {
       throw asValueError(error, `cannot read value ${where}`);
     }
+  }
+
+  /**
+   * A task's input with each key cut to a preview given its whole value again, read from the stored input the cut
+   * names.
+   */
+  async wholeInput(
+    input: Record<string, unknown> | undefined,
+    cut: InputCut,
+  ): Promise<Record<string, unknown>> {
+    return fillInput(input, cut, await this.read(cut.ref));
   }
 
   /** The whole of a value a message carries: the text itself, or what its reference names. */
@@ -208,7 +244,9 @@ export class ValueStore {
       ttl: nanos(this.#maxAgeMs),
       replicas: this.#replicas,
       storage: StorageType.File,
-      description: 'Troupe: large step outputs, tool results and task outputs of one pipeline',
+      description: bucket.startsWith('troupe-inputs-')
+        ? 'Troupe: task inputs of one pipeline too large for their task message'
+        : 'Troupe: large step outputs, tool results and task outputs of one pipeline',
     });
     store.catch(() => this.#buckets.delete(bucket));
     this.#buckets.set(bucket, store);
