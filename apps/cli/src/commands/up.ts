@@ -136,6 +136,7 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
           // The gateway refuses what this coordinator would.
           ...(options.maxTaskBytes === undefined ? {} : { maxTaskBytes: options.maxTaskBytes }),
           ...(options.maxTaskDepth === undefined ? {} : { maxTaskDepth: options.maxTaskDepth }),
+          ...(options.maxInputBytes === undefined ? {} : { maxInputBytes: options.maxInputBytes }),
         },
         logger,
       );
