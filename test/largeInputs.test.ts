@@ -2,20 +2,21 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { builtinTools, DEFAULT_INTAKE_LIMITS, loadPipeline, replayTask } from '@troupe/coordinator';
+import {
+  builtinTools,
+  DEFAULT_INTAKE_LIMITS,
+  loadPipeline,
+  replayTask,
+} from '@troupe/coordinator';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, inputBucket, type ValueRef } from '@troupe/protocol';
 import { createLogger, StepJournal, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { troupe } from './support/cli.ts';
-import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
-
-/** Text of `bytes` bytes that is not one byte repeated, so a chunk out of place would show. */
-const numbered = (tag: string, bytes: number): string =>
-  Array.from({ length: Math.ceil(bytes / 16) }, (_, i) => `${tag}${String(i).padStart(14, '0')}\n`)
-    .join('')
-    .slice(0, bytes);
+import { startExtraCoordinator } from './support/extraCoordinator.ts';
+import { found, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+import { numbered } from './support/numbered.ts';
 
 /** Whether a model request's prompt holds all of `text` (as the prompt's JSON of the input escapes it), not a preview. */
 const promptHolds = (body: { messages: { content: unknown }[] }, text: string) =>
@@ -96,6 +97,19 @@ name: lite
 ${model}agents:
   reader: { instructions: Read the book. }
 flow:
+  - { id: read, kind: agent, agent: reader }
+`,
+    );
+    // Run by coordinators of the test's own (not the harness's), so one can stop mid-task and another resume.
+    await writeFile(
+      join(dir, 'relay.yaml'),
+      `version: 1
+name: relay
+${model}agents:
+  writer: { instructions: Write. }
+  reader: { instructions: Read the book. }
+flow:
+  - { id: write, kind: agent, agent: writer }
   - { id: read, kind: agent, agent: reader }
 `,
     );
@@ -240,6 +254,43 @@ flow:
     );
     expect(child?.data.parent?.taskId).toBe('out-1');
     expect(child?.data.inputCut?.ref.bucket).toBe(inputBucket('lite'));
+  }, 120_000);
+
+  it('resumes on another coordinator a task a plain NATS client gave a stored input, whose steps read it whole', async () => {
+    const startRelay = (name: string) =>
+      startExtraCoordinator(h, join(dir, 'relay.yaml'), name, { OPENAI_API_KEY: 'sk-test' });
+    openai.enqueue({ kind: 'message', content: 'written' }, { kind: 'hang' });
+    const stopFirst = await startRelay('relay-a');
+    // As any client can: the input stored in the pipeline's inputs bucket, then the task published naming it.
+    const inputRef = await new ValueStore({ connection: h.client }).storeInput(
+      'relay',
+      'relay-in-1',
+      JSON.stringify({ book, note: 'small' }),
+    );
+    publishTask(h, 'relay', { id: 'relay-in-1', goal: 'relay a large input', inputRef });
+    // The reader's model call hangs: the cut input is in the checkpoint when the first coordinator stops.
+    await found(
+      () =>
+        ofKind(h.eventsOf('relay-in-1'), 'llm.request').find((e) => e.data.stepId === 'relay-in-1.read.1'),
+      'the reader asking its model',
+    );
+    await stopFirst();
+    openai.enqueue({ kind: 'message', content: 'read it all' });
+    const before = openai.requests.length;
+    const stopSecond = await startRelay('relay-b');
+    try {
+      expect((await h.finalOf('relay-in-1', 60_000)).kind).toBe('task.completed');
+      expect(ofKind(h.eventsOf('relay-in-1'), 'task.resumed').length).toBeGreaterThan(0);
+      const writes = ofKind(h.eventsOf('relay-in-1'), 'step.completed').filter(
+        (e) => e.data.step === 'write',
+      );
+      expect(new Set(writes.map((e) => e.id)).size).toBe(1);
+      const resumed = openai.requests.slice(before);
+      expect(resumed).toHaveLength(1);
+      expect(promptHolds(resumed[0]?.body, book)).toBe(true);
+    } finally {
+      await stopSecond();
+    }
   }, 120_000);
 
   it('refuses a stored input that is not the task’s own, or not there, on troupe.events._invalid', async () => {

@@ -3,21 +3,18 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { builtinTools, loadPipeline, replayTask, startCoordinator } from '@troupe/coordinator';
+import { builtinTools, loadPipeline, replayTask, } from '@troupe/coordinator';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
-import { createLogger, defineTool, NatsBus, StepJournal, ValueStore } from '@troupe/runtime';
+import { createLogger, defineTool, StepJournal, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { troupe } from './support/cli.ts';
+import { startExtraCoordinator } from './support/extraCoordinator.ts';
 import { found, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
+import { numbered } from './support/numbered.ts';
 
-/** Text of `bytes` bytes that is not one byte repeated, so a chunk out of place would show. */
-const numbered = (tag: string, bytes: number): string =>
-  Array.from({ length: Math.ceil(bytes / 16) }, (_, i) => `${tag}${String(i).padStart(14, '0')}\n`)
-    .join('')
-    .slice(0, bytes);
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
 /**
@@ -280,27 +277,8 @@ flow:
   }, 90_000);
 
   it('resumes a task whose checkpoint names a 2 MB output on another coordinator, which hands it on whole', async () => {
-    const startRelay = async (name: string) => {
-      const logger = createLogger({ level: 'silent' });
-      const bus = await NatsBus.connect({ servers: h.nats.url, name, logger });
-      const registry = builtinTools();
-      const pipeline = await loadPipeline(join(dir, 'relay.yaml'), {
-        toolNames: registry.names(),
-        env: { OPENAI_API_KEY: 'sk-test' },
-      });
-      const coordinator = await startCoordinator({
-        bus,
-        pipelines: [pipeline],
-        logger,
-        workspaceRoot: h.workspaceRoot,
-        registry,
-        noResponderWaitMs: 5_000,
-      });
-      return async () => {
-        await coordinator.stop();
-        await bus.close();
-      };
-    };
+    const startRelay = (name: string) =>
+      startExtraCoordinator(h, join(dir, 'relay.yaml'), name, { OPENAI_API_KEY: 'sk-test' });
     const written = numbered('R', 2 * 1024 * 1024);
     openai.enqueue({ kind: 'message', content: written }, { kind: 'hang' });
     const stopFirst = await startRelay('relay-a');
