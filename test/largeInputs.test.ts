@@ -2,12 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import {
-  builtinTools,
-  DEFAULT_INTAKE_LIMITS,
-  loadPipeline,
-  replayTask,
-} from '@troupe/coordinator';
+import { builtinTools, DEFAULT_INTAKE_LIMITS, loadPipeline, replayTask } from '@troupe/coordinator';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, inputBucket, type ValueRef } from '@troupe/protocol';
 import { createLogger, StepJournal, ValueStore } from '@troupe/runtime';

@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { builtinTools, loadPipeline, replayTask, } from '@troupe/coordinator';
+import { builtinTools, loadPipeline, replayTask } from '@troupe/coordinator';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
 import { createLogger, defineTool, StepJournal, ValueStore } from '@troupe/runtime';
