@@ -3,11 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { builtinTools, DEFAULT_INTAKE_LIMITS, loadPipeline, replayTask } from '@troupe/coordinator';
-import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import type { Gateway } from '@troupe/gateway';
 import { BUCKETS, type EventOf, inputBucket, type ValueRef } from '@troupe/protocol';
-import { createLogger, StepJournal, ValueStore } from '@troupe/runtime';
+import { StepJournal, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startAdminGateway } from './support/adminGateway.ts';
 import { troupe } from './support/cli.ts';
 import { startExtraCoordinator } from './support/extraCoordinator.ts';
 import { found, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
@@ -113,12 +114,7 @@ flow:
       { env: { OPENAI_API_KEY: 'sk-test' } },
     );
     values = new ValueStore(h.bus);
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(token), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, token);
   }, 60_000);
   afterAll(async () => {
     await gateway?.close();
@@ -308,11 +304,7 @@ flow:
   }, 60_000);
 
   it('refuses at the gateway an input past the stored limit with a 413 that names it', async () => {
-    const small = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(token), scopes: ['admin'] }]),
-      port: 0,
+    const small = await startAdminGateway(h.bus, token, {
       taskLimits: { ...DEFAULT_INTAKE_LIMITS, maxInputBytes: 1024 * 1024 },
     });
     try {

@@ -4,12 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { builtinTools, loadPipeline, replayTask } from '@troupe/coordinator';
-import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import type { Gateway } from '@troupe/gateway';
 import { BUCKETS, type EventOf, type ValueRef } from '@troupe/protocol';
-import { createLogger, defineTool, StepJournal, ValueStore } from '@troupe/runtime';
+import { defineTool, StepJournal, ValueStore } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { startAdminGateway } from './support/adminGateway.ts';
 import { troupe } from './support/cli.ts';
 import { startExtraCoordinator } from './support/extraCoordinator.ts';
 import { found, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
@@ -115,12 +116,7 @@ flow:
       },
     );
     values = new ValueStore(h.bus);
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(token), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, token);
   }, 60_000);
   afterAll(async () => {
     await gateway?.close();
