@@ -6,7 +6,7 @@ import {
   type TroupeEvent,
   type UsageTotals,
 } from '@troupe/protocol';
-import { createLogger, type Delivery } from '@troupe/runtime';
+import { createLogger, type Delivery, type ValueStore, ValueStoreError } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
@@ -34,7 +34,7 @@ type StepHandler = (delivery: Delivery<AgentStepRequest>) => void;
  * A pipeline runner on an in-memory bus, KV bucket and task intake, with agents played by the test: each agent
  * answers its steps with `answer`, unless the test gives it a handler of its own.
  */
-async function setUp(options: { maxDeliver?: number } = {}) {
+async function setUp(options: { maxDeliver?: number; values?: Pick<ValueStore, 'read'> } = {}) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -64,6 +64,7 @@ async function setUp(options: { maxDeliver?: number } = {}) {
     clock,
     concurrency: 4,
     ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
+    ...(options.values ? { values: options.values } : {}),
   });
   running.push(runner);
   const kinds = (taskId: string) => bus.events.filter((e) => e.taskId === taskId).map((e) => e.kind);
@@ -200,6 +201,77 @@ describe('the pipeline runner', () => {
     expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ reason: 'max_deliveries' });
     expect(task.settlement()).toEqual({ kind: 'term' });
     expect(steps).toHaveLength(0);
+  });
+
+  describe('a task whose input is stored', () => {
+    const ref = (taskId: string) => ({
+      bucket: 'troupe-inputs-unit',
+      name: `${taskId}.input.0123456789abcdef`,
+      bytes: 20,
+      sha256: 'a'.repeat(64),
+    });
+    /** The inputs bucket, as the runner reads it: the objects it holds, and how many reads it was asked for. */
+    const inputs = (objects: Record<string, string>) => {
+      const store = {
+        reads: 0,
+        read: async ({ name }: { name: string }) => {
+          store.reads += 1;
+          const text = objects[name];
+          if (text === undefined) throw new ValueStoreError('value_missing', `value ${name} is not stored`);
+          return text;
+        },
+      };
+      return store;
+    };
+
+    it('reads it once, and gives every step the input it names', async () => {
+      const values = inputs({ 't-in.input.0123456789abcdef': '{"doc":"the text"}' });
+      const { intake, steps } = await setUp({ values });
+      const task = intake.deliver({ id: 't-in', goal: 'read it', inputRef: ref('t-in') });
+      await task.handled;
+      expect(task.settlement()).toEqual({ kind: 'ack' });
+      expect(steps.map((step) => step.input)).toEqual([{ doc: 'the text' }, { doc: 'the text' }]);
+      expect(values.reads).toBe(1);
+    });
+
+    it('refuses a new task whose input is not stored, and fails one claimed before, never checkpointed', async () => {
+      const values = inputs({});
+      const { intake, store, bus, kinds } = await setUp({ values });
+      const reports: InvalidMessageEvent[] = [];
+      bus.subscribe(subjects.invalid, InvalidMessageEvent, (d) => void reports.push(d.value));
+      const fresh = intake.deliver({ id: 't-none', goal: 'read nothing', inputRef: ref('t-none') });
+      await fresh.handled;
+      expect(fresh.settlement()).toEqual({ kind: 'term' });
+      expect(await store.get('t-none')).toBeUndefined();
+      expect(reports.at(-1)?.reason).toMatch(/t-none\.input\.0123456789abcdef is not stored/);
+
+      // Claimed by a coordinator that died before its first checkpoint; meanwhile the input went.
+      const now = new Date().toISOString();
+      await store.create('t-gone', {
+        taskId: 't-gone',
+        pipeline: 'unit',
+        streamSequence: 77,
+        status: 'running',
+        state: 'plan',
+        goal: 'read what went',
+        round: 1,
+        usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+        createdAt: now,
+        updatedAt: now,
+        lease: 'the-dead-one',
+        progress: 0,
+      });
+      const again = intake.deliver(
+        { id: 't-gone', goal: 'read what went', inputRef: ref('t-gone') },
+        { streamSequence: 77, deliveryCount: 2 },
+      );
+      await again.handled;
+      expect(kinds('t-gone')).toContain('task.failed');
+      expect((await store.get('t-gone'))?.value.final?.data).toMatchObject({
+        reason: 'unresumable',
+        message: expect.stringMatching(/cannot resume: cannot read the task's stored input/),
+      });
+    });
   });
 
   it('hands a running task back when it stops, leaving its record running to be resumed', async () => {

@@ -400,12 +400,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
     const work: Triaged = { delivery, taskId, submission, entry, stalls };
     if (stalls >= maxDeliver) return { next: 'giveUp', work };
-    if (!submission.inputRef) return { next: 'claim', work };
+    // A task that resumes from a checkpoint has its input there (cut, with where the whole is): nothing to read.
+    if (!submission.inputRef || entry?.value.snapshot !== undefined) return { next: 'claim', work };
     // An input too large for the message: read whole from where its submitter stored it. A store out of reach
     // throws, and the delivery comes back (each one counted as a stall, so one never readable ends dead-lettered).
     const stored = options.values
       ? await readStoredInput(options.values, pipeline, taskId, submission.inputRef, limits)
       : { ok: false as const, reason: 'this coordinator reads no stored inputs' };
+    if (!stored.ok && entry) {
+      // Claimed before, never checkpointed: the task is known, so it fails, saying why, rather than vanish.
+      return { next: 'claim', work: { ...work, inputProblem: stored.reason } };
+    }
     if (!stored.ok) {
       refuse(delivery, { ok: false, reason: stored.reason, issues: [] });
       return { next: 'refuse' };
@@ -422,13 +427,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   }
 
   /** Claims the task in its record for this run (or creates the record), as the workflow's input. */
-  async function claim({ delivery, taskId, submission, entry, stalls, inputCut }: Triaged): Promise<Stage> {
+  async function claim(work: Triaged): Promise<Stage> {
+    const { delivery, taskId, submission, entry, stalls, inputCut, inputProblem } = work;
     const existing = entry;
     const parent = submission.parent;
     // A task runs on the version it started on (or was migrated to); a new one on the newest.
     const started = existing ? undefined : await versions.newest();
     const version = existing ? existing.value.version : started?.hash;
-    const flow = started ?? (await versions.flowFor(version));
+    const flow = inputProblem ?? started ?? (await versions.flowFor(version));
     const input: WorkflowInput = {
       taskId,
       pipeline,
@@ -618,6 +624,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     stalls: number;
     /** The keys of `submission.input` cut to previews of the stored input, and where the whole is. */
     inputCut?: InputCut;
+    /** Why the stored input of a task claimed before cannot be read: its run fails it, saying so. */
+    inputProblem?: string;
   }
 
   // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the
