@@ -62,7 +62,7 @@ describe('approvals and questions for people', () => {
 
     const approved = await troupe(['approve', ask.data.approvalId, '--by', 'alice'], env);
     expect(approved.code).toBe(0);
-    expect(approved.stdout).toContain(`${ask.data.approvalId}: allow`);
+    expect(approved.stdout).toContain(`${ask.data.approvalId}: allowed`);
 
     const final = await h.finalOf('gate-allow');
     expect(final.kind).toBe('task.completed');
@@ -128,7 +128,7 @@ describe('approvals and questions for people', () => {
       ['deny', ask.data.approvalId, '--reason', 'release freeze', '--by', 'carol'],
       env,
     );
-    expect(denied.stdout).toContain(`${ask.data.approvalId}: deny`);
+    expect(denied.stdout).toContain(`${ask.data.approvalId}: denied`);
     expect((await h.finalOf('gate-deny')).kind).toBe('task.completed');
     const release = ofKind(h.eventsOf('gate-deny'), 'tool.result').find((r) => r.data.decision === 'ask');
     expect(release?.data).toMatchObject({ ok: false, error: { code: 'denied' } });
@@ -196,7 +196,7 @@ describe('approvals and questions for people', () => {
     expect((await store.get(asked.data.questionId))?.value.status).toBe('pending');
 
     const answered = await troupe(['answer', asked.data.questionId, 'amber', '--by', 'eve'], env);
-    expect(answered.stdout).toMatch(/answered, recorded .*applied when the task resumes/);
+    expect(answered.stdout).toMatch(/answered \(task .*takes it when its task resumes/);
 
     const second = await startSecondCoordinator(h, ['asker.yaml']);
     try {

@@ -350,7 +350,7 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     // Its own approver decides it; the waiting worker gets the decision and the task completes.
     const approved = await troupe(['approve', id, '--by', 'ana'], await envOf('ana'));
     expect(approved.code, approved.stderr).toBe(0);
-    expect(approved.stdout).toContain(`${id}: allow`);
+    expect(approved.stdout).toContain(`${id}: allowed`);
     const result = await waiting;
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0);
     expect(result.stdout).toContain('task.completed');

@@ -36,6 +36,7 @@ export {
   taskConsumerName,
 } from './intake/taskQueue.ts';
 export {
+  accountsBlock,
   authorizationBlock,
   type ConfiguredUser,
   describeRole,

@@ -245,8 +245,7 @@ export class GatewayActions {
       id: requestId,
       taskId: result.request.taskId,
       agent: result.request.agent,
-      outcome: result.delivered ? result.outcome : result.status,
-      delivered: result.delivered,
+      outcome: result.status,
       by,
     };
   }

@@ -158,10 +158,11 @@ export const DecisionResult = z
     id: z.string(),
     taskId: TaskId,
     agent: z.string(),
-    /** `allow`, `deny` or `answered` when the waiting step got it; else the status recorded for it to find. */
-    outcome: z.string(),
-    /** False when nothing waited on the request right now: the reply was recorded, applied when the task resumes. */
-    delivered: z.boolean(),
+    /**
+     * The request's status as recorded: `allowed`, `denied` or `answered`. The step waiting on it goes on at once; one
+     * not waiting right now takes it when its task resumes.
+     */
+    outcome: z.enum(['allowed', 'denied', 'answered']),
     by: z.string(),
   })
   .meta({ id: 'DecisionResult' });

@@ -93,9 +93,7 @@ async function reply(
     );
     const { taskId, agent } = result.request;
     process.stdout.write(
-      result.delivered
-        ? `${id}: ${result.outcome} (task ${taskId}, agent ${agent})\n`
-        : `${id}: ${result.status}, recorded (task ${taskId}, agent ${agent}); nothing waits on it right now, so it is applied when the task resumes\n`,
+      `${id}: ${result.status} (task ${taskId}, agent ${agent}); the step waiting on it goes on, or takes it when its task resumes\n`,
     );
     return 0;
   } catch (error) {

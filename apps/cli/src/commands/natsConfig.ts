@@ -2,7 +2,7 @@ import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { nkeys } from '@nats-io/transport-node';
 import {
-  authorizationBlock,
+  accountsBlock,
   builtinTools,
   ConfigError,
   type ConfiguredUser,
@@ -70,7 +70,7 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
   ].join('\n');
   await writeFile(
     join(out, 'troupe-auth.conf'),
-    `${header}${authorizationBlock(users, options.replicas, [...pipelines.keys()])}`,
+    `${header}${accountsBlock(users, options.replicas, [...pipelines.keys()])}`,
   );
   process.stdout.write(
     `wrote ${join(out, 'troupe-auth.conf')} with ${users.length} user${users.length === 1 ? '' : 's'}:\n${users

@@ -307,3 +307,67 @@ export function describeRole(role: Role): string {
       return `${role.kind} for pipeline${role.pipelines.length === 1 ? '' : 's'} ${role.pipelines.join(', ')}`;
   }
 }
+
+/** The account Troupe's streams, buckets and coordinators live in; every other role has an account of its own. */
+export const TROUPE_ACCOUNT = 'TROUPE';
+
+/**
+ * The `accounts` block of a nats-server configuration with these users: coordinators in {@link TROUPE_ACCOUNT},
+ * which holds JetStream, and every other role in an account of its own that imports from it exactly what the role
+ * may publish (as services) and hear (as streams). An answer nats-server sends for a request (a JetStream API
+ * answer above all) goes to the reply subject in the requester's own account, where only the role itself listens:
+ * no role can make the server speak for it on Troupe's subjects.
+ */
+export function accountsBlock(
+  users: readonly ConfiguredUser[],
+  replicas = 1,
+  pipelines: readonly string[] = [],
+): string {
+  const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
+  const exports = new Map<string, { kind: 'service' | 'stream'; accounts: Set<string> }>();
+  const exported = (kind: 'service' | 'stream', subject: string, account: string) => {
+    const key = `${kind} ${subject}`;
+    const entry = exports.get(key) ?? { kind, accounts: new Set<string>() };
+    entry.accounts.add(account);
+    exports.set(key, entry);
+  };
+  const own: string[] = [];
+  const accounts: string[] = [];
+  for (const { role, nkey } of users) {
+    const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
+    const user = [
+      `      # ${role.name}: ${describeRole(role)}`,
+      `      { nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`,
+    ].join('\n');
+    if (role.kind === 'coordinator') {
+      own.push(user);
+      continue;
+    }
+    const inbox = `${inboxOf(role.name)}.>`;
+    const imports: string[] = [];
+    for (const subject of new Set(permissions.publish.allow)) {
+      exported('service', subject, role.name);
+      imports.push(`      { service: { account: ${TROUPE_ACCOUNT}, subject: ${JSON.stringify(subject)} } }`);
+    }
+    // A subscribe permission may name a queue group after the subject (`<subject> <queue>`): the import is the subject's.
+    for (const subject of new Set(
+      permissions.subscribe.allow.map((allowed) => allowed.split(' ')[0] as string),
+    )) {
+      if (subject === inbox) continue;
+      exported('stream', subject, role.name);
+      imports.push(`      { stream: { account: ${TROUPE_ACCOUNT}, subject: ${JSON.stringify(subject)} } }`);
+    }
+    accounts.push(
+      `  ${role.name} {\n    users = [\n${user}\n    ]\n    imports = [\n${imports.join('\n')}\n    ]\n  }`,
+    );
+  }
+  const exportLines = [...exports].map(([key, { kind, accounts: to }]) => {
+    const subject = key.slice(kind.length + 1);
+    // A pull consumer's fetch is answered with many messages.
+    const stream =
+      kind === 'service' && subject.startsWith('$JS.API.CONSUMER.MSG.NEXT.') ? ', response_type: stream' : '';
+    return `      { ${kind}: ${JSON.stringify(subject)}, accounts: ${JSON.stringify([...to])}${stream} }`;
+  });
+  const troupe = `  ${TROUPE_ACCOUNT} {\n    jetstream: enabled\n    users = [\n${own.join('\n')}\n    ]\n    exports = [\n${exportLines.join('\n')}\n    ]\n  }`;
+  return `accounts {\n${[troupe, ...accounts].join('\n')}\n}\n`;
+}

@@ -67,17 +67,22 @@ export type HumanReply =
   | { kind: 'approval'; decision: ApprovalDecision }
   | { kind: 'question'; answer: HumanAnswer };
 
-/** What became of a reply: the waiting step got it, or — nothing waiting right now — it was recorded for the step. */
-export type ReplyOutcome =
-  | { delivered: true; outcome: DecisionReceipt['outcome']; request: HumanRequest }
-  | { delivered: false; status: HumanRequest['status']; request: HumanRequest };
+/** What became of a reply: recorded, with the request's status now (`allowed`, `denied` or `answered`). */
+export interface ReplyOutcome {
+  status: DecidedStatus;
+  request: HumanRequest;
+}
+
+/** The status of a request a person replied to. */
+export type DecidedStatus = 'allowed' | 'denied' | 'answered';
 
 /**
- * Sends a person's decision or answer to the step waiting on request `id`. When nothing waits on it (its process
- * died or is restarting), the reply is written into the request's record, where the step finds it when it resumes;
- * only a still-pending record is changed, so one reply wins. Throws an {@link OperationError} saying why nothing
- * changed: no such request (`not_found`), the other kind (`wrong_kind`), or one already decided, expired or whose
- * task ended (`conflict`).
+ * Records a person's decision or answer on request `id`, then tells the step waiting on it, which takes it at once
+ * (a step that is not waiting now finds it when its task resumes). Only a still-pending record is changed, so one
+ * reply wins. The record is written here, not by the step, so nothing depends on the step's answer coming back:
+ * with each role in a NATS account of its own, a worker's answer could not reach the person's account.
+ * Throws an {@link OperationError} saying why nothing changed: no such request (`not_found`), the other kind
+ * (`wrong_kind`), or one already decided, expired or whose task ended (`conflict`).
  */
 export async function replyToHuman(
   bus: NatsBus,
@@ -124,22 +129,6 @@ export async function replyToHuman(
   }
   if (record.status === 'expired')
     throw new OperationError('conflict', `${id} was already expired; nothing changed`);
-  try {
-    const receipt = await bus.request(
-      subjects.approval(record.pipeline, record.taskId, id),
-      payload,
-      DecisionReceipt,
-      {
-        timeoutMs: 10_000,
-        meta: { taskId: record.taskId, from: 'human', to: record.agent, kind },
-      },
-    );
-    return { delivered: true, outcome: receipt.outcome, request: record };
-  } catch (error) {
-    if (!TransportError.is(error, 'no_responders')) {
-      throw new OperationError('unavailable', `${id}: ${(error as Error).message}`, { cause: error });
-    }
-  }
   if (Date.parse(record.expiresAt) <= now()) {
     throw new OperationError('conflict', `${id} expired at ${record.expiresAt}; nothing changed`);
   }
@@ -151,7 +140,19 @@ export async function replyToHuman(
       `${id} was decided meanwhile (${current?.status ?? 'gone'}); nothing changed`,
     );
   }
-  return { delivered: false, status: decided.status, request: decided };
+  // The waiting step also watches the record; this tells it now. Lost, it only delays the step by a few seconds.
+  try {
+    bus.publish(subjects.approval(record.pipeline, record.taskId, id), payload, {
+      taskId: record.taskId,
+      from: 'human',
+      to: record.agent,
+      kind,
+    });
+    await bus.flush();
+  } catch {
+    // Recorded: the step's watch of its record brings the decision.
+  }
+  return { status: decided.status, request: decided };
 }
 
 /** The record with a person's decision or answer, as the waiting step would have stored it. */
@@ -159,7 +160,7 @@ function decidedRecord(
   record: HumanRequest,
   payload: ApprovalDecision | HumanAnswer,
   at: number,
-): HumanRequest {
+): HumanRequest & { status: DecidedStatus } {
   const value = payload as { decision?: 'allow' | 'deny'; answer?: string; reason?: string; by?: string };
   return {
     ...record,

@@ -64,6 +64,12 @@ interface HumanRequestContext extends HumanRequestInput {
   storedMeanwhile?: HumanReply;
 }
 
+/** What writing a reply over the pending record came to: its revision (0: not stored), or the decision that won. */
+interface Recorded {
+  written?: number;
+  stored?: HumanReply;
+}
+
 /** A decision as an outcome; `stored` when it is in KV. */
 export function decidedFrom<T extends { by?: string | undefined }>(
   value: T,
@@ -139,17 +145,27 @@ export const humanRequestMachine = setup({
         stop();
       };
     }),
-    /** Writes the reply over the pending record: its revision, undefined when another decision got there first. */
-    record: fromPromise<number | undefined, HumanRequestContext>(async ({ input }) => {
+    /**
+     * Writes the reply over the pending record: its revision; undefined when another decision got there first, with
+     * that decision when the record holds one (as it does when `troupe approve` or the gateway recorded the reply
+     * before telling the step).
+     */
+    record: fromPromise<Recorded, HumanRequestContext>(async ({ input }) => {
       const value = input.delivery?.value as HumanReply;
       const decided = input.closedRecord(input.record, decidedFrom(value, false), input.clock.now());
-      return input.store.update(input.record.id, decided, input.pendingRevision).catch((error: unknown) => {
-        input.logger.warn(
-          { err: error, id: input.record.id },
-          'cannot record the decision; it applies to this run only',
-        );
-        return 0;
-      });
+      const written = await input.store
+        .update(input.record.id, decided, input.pendingRevision)
+        .catch((error: unknown) => {
+          input.logger.warn(
+            { err: error, id: input.record.id },
+            'cannot record the decision; it applies to this run only',
+          );
+          return 0;
+        });
+      if (written !== undefined) return { written };
+      const current = await input.store.get(input.record.id).catch(() => undefined);
+      const stored = current === undefined ? undefined : input.storedValue(current.value);
+      return stored === undefined ? {} : { stored };
     }),
   },
   delays: {
@@ -174,7 +190,7 @@ export const humanRequestMachine = setup({
       } satisfies ErrorReply),
   },
   guards: {
-    lost: (_, written: number | undefined) => written === undefined,
+    lost: (_, recorded: Recorded) => recorded.written === undefined,
     stopped: ({ context }) => context.stoppedBecause !== undefined,
     decided: ({ context }) => context.outcome !== undefined,
   },
@@ -229,8 +245,10 @@ export const humanRequestMachine = setup({
                 actions: [
                   'alreadyDecided',
                   assign({
-                    outcome: ({ context }) =>
-                      context.storedMeanwhile ? decidedFrom(context.storedMeanwhile, true) : undefined,
+                    outcome: ({ context, event }) => {
+                      const stored = context.storedMeanwhile ?? event.output.stored;
+                      return stored ? decidedFrom(stored, true) : undefined;
+                    },
                   }),
                 ],
                 target: 'lost',
@@ -241,7 +259,7 @@ export const humanRequestMachine = setup({
                   'receipt',
                   assign({
                     outcome: ({ context, event }) =>
-                      decidedFrom(context.delivery?.value as HumanReply, event.output !== 0),
+                      decidedFrom(context.delivery?.value as HumanReply, event.output.written !== 0),
                   }),
                 ],
               },
