@@ -13,6 +13,7 @@ import {
   type Clock,
   createLogger,
   type Delivery,
+  type Listening,
   type Logger,
   type MessageLogLevel,
   type MessageMeta,
@@ -217,10 +218,14 @@ export class MemoryBus implements Bus {
     return () => subscription.unsubscribe();
   }
 
-  async stillListening(subject: string, payload: unknown): Promise<boolean> {
-    if (!this.hasListener(subject)) return false;
+  acknowledge(reply: string): void {
+    this.publish(reply, {});
+  }
+
+  async stillListening(subject: string, payload: unknown): Promise<Listening> {
+    if (!this.hasListener(subject)) return 'gone';
     this.publish(subject, payload);
-    return true;
+    return 'unanswered';
   }
 
   async flush(): Promise<void> {

@@ -49,8 +49,14 @@ export type StatusListener = (status: { type: string; data?: unknown }) => void;
  * itself (`no_responders` when nobody listens on the subject, `request_failed` when the subscription broke).
  */
 export type ReplyMessage =
-  | { ok: true; subject: string; data: Uint8Array }
-  | { ok: false; error: TransportError };
+  /** `reply`: where the answer's sender asked to be answered (a heartbeat's sender, to learn its requester is there). */
+  { ok: true; subject: string; data: Uint8Array; reply?: string } | { ok: false; error: TransportError };
+
+/**
+ * What a progress message found: `answered` (its listener acknowledged it), `unanswered` (no answer in time: a
+ * listener that never acknowledges, or one that stopped), `gone` (the server said nobody listens).
+ */
+export type Listening = 'answered' | 'unanswered' | 'gone';
 
 /**
  * What every part of Troupe that sends or receives messages depends on: JSON messages validated by protocol
@@ -107,11 +113,15 @@ export interface Bus {
    * `request_failed` when the request cannot be sent.
    */
   requestReplies(subject: string, payload: unknown, onReply: (reply: ReplyMessage) => void): () => void;
-  /**
-   * Sends a progress message to a subject someone is expected to listen on (a requester's inbox); resolves false
-   * when nobody listens there any more.
-   */
-  stillListening(subject: string, payload: unknown, timeoutMs: number, meta?: MessageMeta): Promise<boolean>;
+  /** Acknowledges a progress message (a heartbeat) at the subject its sender gave; logged at trace level, as it. */
+  acknowledge(reply: string, meta?: MessageMeta): void;
+  /** Sends a progress message to a subject someone is expected to listen on (a requester's inbox): what it found. */
+  stillListening(
+    subject: string,
+    payload: unknown,
+    timeoutMs: number,
+    meta?: MessageMeta,
+  ): Promise<Listening>;
   /** Resolves once everything published so far has reached the server. */
   flush(): Promise<void>;
   /** Calls `listener` on every connection status change (`disconnect`, `reconnect`, …); returns how to stop. */

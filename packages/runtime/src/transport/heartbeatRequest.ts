@@ -97,6 +97,8 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
         const heartbeat = validateMessage(heartbeatSchema, json);
         if (heartbeat.ok) {
           logMessage(bus.logger, 'trace', 'in', reply.subject, heartbeatMeta);
+          // Its sender learns this request still waits: across NATS accounts, silence is all it would hear else.
+          if (reply.reply !== undefined) bus.acknowledge(reply.reply, heartbeatMeta);
           lastHeard = clock.now();
           watchIdle();
           options.onHeartbeat?.(heartbeat.value);

@@ -4,12 +4,22 @@ import type { StepHeartbeat } from '@troupe/protocol';
 import { type Clock, every, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
 import { withTimeout } from '../withTimeout.ts';
-import type { Bus } from './bus.ts';
+import type { Bus, Listening } from './bus.ts';
 import { connectionOptions, type NatsAccess } from './natsAccess.ts';
 import type { NatsBus } from './natsBus.ts';
 
 /** Whether a requester still listens on its inbox, as the last heartbeat found out. */
 export type ListeningReport = (stepId: string, inbox: string, listening: boolean) => void;
+
+/**
+ * Whether a heartbeat's requester is still there. Gone when the server says nobody listens; also when it has
+ * acknowledged heartbeats before and now does not: across NATS accounts nats-server 2.9 reports no listener as
+ * silence, so a workflow acknowledges each heartbeat. Silence from one that never acknowledged (a workflow of an
+ * earlier release) says nothing.
+ */
+export function stillThere(found: Listening, acknowledgedBefore: boolean): boolean {
+  return found === 'answered' || (found === 'unanswered' && !acknowledgedBefore);
+}
 
 /**
  * Sends a running step's heartbeats to the inboxes of those waiting for it, every `intervalMs`, and reports for each
@@ -37,7 +47,13 @@ export class InlineHeartbeatSender implements HeartbeatSender {
   readonly #clock: Clock;
   readonly #steps = new Map<
     string,
-    { inboxes: readonly string[]; heartbeat: StepHeartbeat; stop: () => void }
+    {
+      inboxes: readonly string[];
+      heartbeat: StepHeartbeat;
+      stop: () => void;
+      /** The inboxes whose requesters have acknowledged a heartbeat. */
+      acknowledged: Set<string>;
+    }
   >();
   readonly #listeners = new Listeners();
 
@@ -59,6 +75,7 @@ export class InlineHeartbeatSender implements HeartbeatSender {
       inboxes,
       heartbeat,
       stop: every(this.#clock, intervalMs, () => this.#send(stepId, intervalMs)),
+      acknowledged: new Set<string>(),
     };
     this.#steps.set(stepId, step);
     this.#send(stepId, intervalMs);
@@ -83,7 +100,11 @@ export class InlineHeartbeatSender implements HeartbeatSender {
     for (const inbox of step.inboxes) {
       void this.#bus
         .stillListening(inbox, step.heartbeat, intervalMs, { taskId: taskOf(stepId), kind: 'step.heartbeat' })
-        .then((listening) => this.#listeners.report(stepId, inbox, listening));
+        .then((found) => {
+          const there = stillThere(found, step.acknowledged.has(inbox));
+          if (found === 'answered') step.acknowledged.add(inbox);
+          this.#listeners.report(stepId, inbox, there);
+        });
     }
   }
 }
@@ -106,10 +127,16 @@ function send(stepId) {
   if (!step || !nc || nc.isClosed() || !mainAlive()) return;
   const data = JSON.stringify(step.heartbeat);
   for (const inbox of step.inboxes) {
+    // As stillThere() says: gone when nobody listens, or when a requester that acknowledged before is silent.
     nc.request(inbox, data, { timeout: step.intervalMs }).then(
-      () => parentPort.postMessage({ type: 'listening', stepId, inbox, listening: true }),
+      () => {
+        step.acknowledged.add(inbox);
+        parentPort.postMessage({ type: 'listening', stepId, inbox, listening: true });
+      },
       (error) => {
-        const gone = typeof error?.isNoResponders === 'function' && error.isNoResponders();
+        const gone =
+          (typeof error?.isNoResponders === 'function' && error.isNoResponders()) ||
+          (error?.name === 'TimeoutError' && step.acknowledged.has(inbox));
         parentPort.postMessage({ type: 'listening', stepId, inbox, listening: !gone });
       },
     );
@@ -125,7 +152,12 @@ parentPort.on('message', (message) => {
       if (changed) send(message.stepId);
       return;
     }
-    const step = { inboxes: message.inboxes, heartbeat: message.heartbeat, intervalMs: message.intervalMs };
+    const step = {
+      inboxes: message.inboxes,
+      heartbeat: message.heartbeat,
+      intervalMs: message.intervalMs,
+      acknowledged: new Set(),
+    };
     step.timer = setInterval(() => send(message.stepId), message.intervalMs);
     steps.set(message.stepId, step);
     send(message.stepId);

@@ -3,6 +3,7 @@ export type {
   Bus,
   BusSubscription,
   Delivery,
+  Listening,
   ReplyMessage,
   RequestOptions,
   StatusListener,

@@ -38,6 +38,7 @@ import type {
   Bus,
   BusSubscription,
   Delivery,
+  Listening,
   ReplyMessage,
   RequestOptions,
   StatusListener,
@@ -399,7 +400,13 @@ export class NatsBus implements Bus {
           onReply({ ok: false, error: new TransportError('request_failed', failure, { cause: error }) });
         } else if (msg.headers?.code === 503) {
           onReply({ ok: false, error: new TransportError('no_responders', `no one is serving ${subject}`) });
-        } else onReply({ ok: true, subject: msg.subject, data: msg.data });
+        } else
+          onReply({
+            ok: true,
+            subject: msg.subject,
+            data: msg.data,
+            ...(msg.reply ? { reply: msg.reply } : {}),
+          });
       },
     });
     try {
@@ -416,10 +423,20 @@ export class NatsBus implements Bus {
     return () => subscription.unsubscribe();
   }
 
+  acknowledge(reply: string, meta?: MessageMeta): void {
+    try {
+      this.connection.publish(reply, '{}');
+    } catch {
+      // Closing: the sender takes the silence for what it is once the connection is back, or not at all.
+      return;
+    }
+    logMessage(this.logger, 'trace', 'out', reply, meta ?? metaFromSubject(reply));
+  }
+
   /**
    * Sends a progress message (a step heartbeat) to a subject someone is expected to listen on, such as a
-   * requester's reply inbox, and resolves false when the server says nobody listens there any more. Nobody
-   * answers such messages: a timeout means a listener got it; a lost connection counts as "still there".
+   * requester's reply inbox: `gone` when the server says nobody listens there any more, `answered` when the
+   * listener acknowledged it (workflows do), else `unanswered` (a timeout, or a lost connection).
    * Logged at trace level, being frequent.
    */
   async stillListening(
@@ -427,14 +444,14 @@ export class NatsBus implements Bus {
     payload: unknown,
     timeoutMs: number,
     meta?: MessageMeta,
-  ): Promise<boolean> {
+  ): Promise<Listening> {
     logMessage(this.logger, 'trace', 'out', subject, meta ?? metaFromSubject(subject));
     try {
       await this.connection.request(subject, JSON.stringify(payload), { timeout: timeoutMs });
     } catch (error) {
-      return !(error instanceof RequestError && error.isNoResponders());
+      return error instanceof RequestError && error.isNoResponders() ? 'gone' : 'unanswered';
     }
-    return true;
+    return 'answered';
   }
 
   /** Whether the connection is up now: false while it is lost and being made again. */
