@@ -1,6 +1,5 @@
 import {
   ApprovalDecision,
-  DecisionReceipt,
   HumanAnswer,
   type HumanRequest,
   isName,
@@ -8,7 +7,7 @@ import {
   subjects,
   type TaskEnding,
 } from '@troupe/protocol';
-import { closedByEnding, describeEnding, type KvEntry, type NatsBus, TransportError } from '@troupe/runtime';
+import { closedByEnding, describeEnding, type KvEntry, type NatsBus } from '@troupe/runtime';
 import { endingOfRecord } from '../workflow/workflowRecord.ts';
 import { OperationError } from './operationError.ts';
 import { type HumanRequestStore, openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
