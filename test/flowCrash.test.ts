@@ -208,7 +208,7 @@ describe.each(SERVERS)('kill -9 in a parallel, foreach or human step, on $server
       ['answer', question.data.questionId, '{"ship": true}', '--server', nats.url],
       approverEnv,
     );
-    expect(answered.stdout).toMatch(/recorded/);
+    expect(answered.stdout).toMatch(/: answered \(task hold-1/);
     up('confirming.yaml');
     const final = await until(
       () => eventsOf('hold-1').find((e) => FINAL_EVENT_KINDS.includes(e.kind)),

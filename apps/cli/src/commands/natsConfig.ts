@@ -120,6 +120,18 @@ function rolesOf(options: NatsConfigOptions, pipelines: Map<string, string[]>): 
         );
       }
     }
+    for (const agent of agents) {
+      // Each role has a NATS account of its own, and an agent's requests are served from one account.
+      const other = roles.find(
+        (r) => r.kind === 'worker' && r.pipeline === pipeline && r.agents.includes(agent),
+      );
+      if (other) {
+        throw new CliError(
+          `--worker ${spec}: agent ${agent} of ${pipeline} is served by worker ${other.name} already; run more processes of that worker instead (they share its credentials)`,
+          2,
+        );
+      }
+    }
     roles.push({ kind: 'worker', name, pipeline, agents });
   }
   for (const kind of ['submitter', 'observer', 'approver'] as const) {

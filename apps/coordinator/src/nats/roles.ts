@@ -324,50 +324,83 @@ export function accountsBlock(
   pipelines: readonly string[] = [],
 ): string {
   const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
-  const exports = new Map<string, { kind: 'service' | 'stream'; accounts: Set<string> }>();
-  const exported = (kind: 'service' | 'stream', subject: string, account: string) => {
+  const troupe: Account = { name: TROUPE_ACCOUNT, users: [], imports: [], exports: new Map() };
+  const others: Account[] = [];
+  const exportFrom = (account: Account, kind: 'service' | 'stream', subject: string, to: string) => {
     const key = `${kind} ${subject}`;
-    const entry = exports.get(key) ?? { kind, accounts: new Set<string>() };
-    entry.accounts.add(account);
-    exports.set(key, entry);
+    const entry = account.exports.get(key) ?? { kind, subject, to: new Set<string>() };
+    entry.to.add(to);
+    account.exports.set(key, entry);
   };
-  const own: string[] = [];
-  const accounts: string[] = [];
   for (const { role, nkey } of users) {
     const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
-    const user = [
-      `      # ${role.name}: ${describeRole(role)}`,
-      `      { nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`,
-    ].join('\n');
+    const user = `# ${role.name}: ${describeRole(role)}\n{ nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`;
     if (role.kind === 'coordinator') {
-      own.push(user);
+      troupe.users.push(user);
       continue;
     }
-    const inbox = `${inboxOf(role.name)}.>`;
-    const imports: string[] = [];
+    const account: Account = { name: role.name, users: [user], imports: [], exports: new Map() };
+    others.push(account);
+    // What the role answers for requesters outside TROUPE (the gateway's session summaries) it exports as a
+    // service, so the answer finds its way back; TROUPE imports it, and exports it on to whoever may ask.
+    const served = new Set(
+      role.kind === 'worker' ? role.agents.map((agent) => subjects.sessionSummary(role.pipeline, agent)) : [],
+    );
     for (const subject of new Set(permissions.publish.allow)) {
-      exported('service', subject, role.name);
-      imports.push(`      { service: { account: ${TROUPE_ACCOUNT}, subject: ${JSON.stringify(subject)} } }`);
+      exportFrom(troupe, 'service', subject, role.name);
+      account.imports.push({ kind: 'service', from: TROUPE_ACCOUNT, subject });
     }
     // A subscribe permission may name a queue group after the subject (`<subject> <queue>`): the import is the subject's.
     for (const subject of new Set(
       permissions.subscribe.allow.map((allowed) => allowed.split(' ')[0] as string),
     )) {
-      if (subject === inbox) continue;
-      exported('stream', subject, role.name);
-      imports.push(`      { stream: { account: ${TROUPE_ACCOUNT}, subject: ${JSON.stringify(subject)} } }`);
+      if (subject === `${inboxOf(role.name)}.>`) continue;
+      if (served.has(subject)) {
+        exportFrom(account, 'service', subject, TROUPE_ACCOUNT);
+        troupe.imports.push({ kind: 'service', from: role.name, subject });
+        continue;
+      }
+      exportFrom(troupe, 'stream', subject, role.name);
+      account.imports.push({ kind: 'stream', from: TROUPE_ACCOUNT, subject });
     }
-    accounts.push(
-      `  ${role.name} {\n    users = [\n${user}\n    ]\n    imports = [\n${imports.join('\n')}\n    ]\n  }`,
-    );
   }
-  const exportLines = [...exports].map(([key, { kind, accounts: to }]) => {
-    const subject = key.slice(kind.length + 1);
-    // A pull consumer's fetch is answered with many messages.
-    const stream =
-      kind === 'service' && subject.startsWith('$JS.API.CONSUMER.MSG.NEXT.') ? ', response_type: stream' : '';
-    return `      { ${kind}: ${JSON.stringify(subject)}, accounts: ${JSON.stringify([...to])}${stream} }`;
+  return `accounts {\n${[troupe, ...others].map(renderAccount).join('\n')}\n}\n`;
+}
+
+interface Account {
+  name: string;
+  /** Each user's entry, after a comment line saying who it is. */
+  users: string[];
+  imports: { kind: 'service' | 'stream'; from: string; subject: string }[];
+  exports: Map<string, { kind: 'service' | 'stream'; subject: string; to: Set<string> }>;
+}
+
+function renderAccount(account: Account): string {
+  const list = (name: string, lines: string[]) =>
+    lines.length === 0 ? [] : [`    ${name} = [`, ...lines.map((line) => `      ${line}`), '    ]'];
+  const exports = [...account.exports.values()].map(({ kind, subject, to }) => {
+    // A pull consumer's fetch is answered with many messages; a summary may take a model call of minutes, longer
+    // than the 2 minutes nats-server keeps a service's way back by default.
+    const more = subject.startsWith('$JS.API.CONSUMER.MSG.NEXT.')
+      ? ', response_type: stream'
+      : subject.endsWith('.summarize')
+        ? ', response_threshold: "15m"'
+        : '';
+    return `{ ${kind}: ${JSON.stringify(subject)}, accounts: ${JSON.stringify([...to])}${more} }`;
   });
-  const troupe = `  ${TROUPE_ACCOUNT} {\n    jetstream: enabled\n    users = [\n${own.join('\n')}\n    ]\n    exports = [\n${exportLines.join('\n')}\n    ]\n  }`;
-  return `accounts {\n${[troupe, ...accounts].join('\n')}\n}\n`;
+  const imports = account.imports.map(
+    ({ kind, from, subject }) =>
+      `{ ${kind}: { account: ${JSON.stringify(from)}, subject: ${JSON.stringify(subject)} } }`,
+  );
+  return [
+    `  ${JSON.stringify(account.name)} {`,
+    ...(account.name === TROUPE_ACCOUNT ? ['    jetstream: enabled'] : []),
+    ...list(
+      'users',
+      account.users.flatMap((user) => user.split('\n')),
+    ),
+    ...list('exports', exports),
+    ...list('imports', imports),
+    '  }',
+  ].join('\n');
 }
