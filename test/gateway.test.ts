@@ -343,7 +343,7 @@ describe('the gateway: Troupe over HTTP', () => {
     });
     expect(allowed).toMatchObject({
       status: 200,
-      body: { id: request.id, outcome: 'allow', delivered: true, by: 'Ana Lima (token ana)' },
+      body: { id: request.id, outcome: 'allowed', by: 'Ana Lima (token ana)' },
     });
     expect((await h.finalOf('gw-gate-1')).kind).toBe('task.completed');
     expect(ofKind(h.eventsOf('gw-gate-1'), 'approval.decided')[0]?.data).toMatchObject({
@@ -388,7 +388,7 @@ describe('the gateway: Troupe over HTTP', () => {
       token: 'approver',
       body: { decision: 'deny', reason: 'release freeze until Monday' },
     });
-    expect(denied.body).toMatchObject({ outcome: 'deny', delivered: true });
+    expect(denied.body).toMatchObject({ outcome: 'denied' });
     await h.finalOf('gw-gate-2');
     const result = ofKind(h.eventsOf('gw-gate-2'), 'tool.result').find((r) => r.data.decision !== 'allow');
     expect(result?.data.output).toContain('release freeze until Monday');
@@ -432,7 +432,7 @@ describe('the gateway: Troupe over HTTP', () => {
       ws.send({ type: 'approve', id: 'a1', requestId: asked.event.data.approvalId, by: 'Bo' });
       expect(await ws.next((m) => m.id === 'a1')).toMatchObject({
         ok: true,
-        result: { outcome: 'allow', by: 'Bo (token ops)' },
+        result: { outcome: 'allowed', by: 'Bo (token ops)' },
       });
       expect(await ws.next((m) => m.type === 'end' && m.taskId === 'gw-ws-1')).toBeTruthy();
       const seqs = ws.received.filter((m) => m.type === 'event').map((m) => m.seq as number);
