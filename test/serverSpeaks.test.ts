@@ -175,6 +175,30 @@ describe.each(CONFIGS)(
       if (!forged) expect(after?.json()).toEqual({ taskId: 'running-1', status: 'running' });
     });
 
+    it('passes on into TROUPE only what a role may say itself: an answer aimed at a subject it publishes to', async () => {
+      // nats-server passes an answer aimed at one of the role's own imports (by its literal name) on through it:
+      // the copy arrives as if the role had published it, on a subject its permissions already let it use.
+      const ci = ROLES.find((role) => role.name === 'ci') as Role;
+      expect(permissionsOf(ci, { coordinators: ['core'], pipelines: PIPELINES }).publish.allow).toContain(
+        'troupe.tasks.demo',
+      );
+      const heard: { data: string; reply: string | undefined }[] = [];
+      const core = await as('core');
+      core.subscribe('troupe.tasks.demo', {
+        callback: (_, m) => void heard.push({ data: m.string(), reply: m.reply }),
+      });
+      await core.flush();
+      const nc = await as('ci');
+      nc.publish('$JS.API.INFO', '', { reply: 'troupe.tasks.demo' });
+      await nc.request('$JS.API.INFO', '', { timeout: 5_000 });
+      await expect.poll(() => heard.length).toBe(1);
+      // An account's info, with no reply subject: a task the coordinators refuse, as they would ci's own.
+      expect(heard[0]).toMatchObject({
+        data: expect.stringContaining('account_info_response'),
+        reply: '',
+      });
+    });
+
     it('gets no answer of any JetStream API request a role may send to where a coordinator listens', async () => {
       const probe = 'troupe.tasks.probe';
       const heard: string[] = [];
