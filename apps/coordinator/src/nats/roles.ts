@@ -1,4 +1,4 @@
-import { BUCKETS, inputBucket, STREAMS, subjects, valueBucket } from '@troupe/protocol';
+import { BUCKETS, EVENT_KINDS, inputBucket, STREAMS, subjects, valueBucket } from '@troupe/protocol';
 
 /**
  * The parts of a Troupe deployment, each a NATS user of its own (`troupe nats-config` makes one per instance).
@@ -89,7 +89,7 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
           allow: [
             ...common.publish,
             // Its agents' events, but no task's ending: only a coordinator ends a task.
-            `troupe.events.${pipeline}.>`,
+            ...workerEvents(pipeline),
             // Step replies and heartbeats go to the coordinators that asked, where their step calls wait (not
             // where the server answers them).
             ...coordinators.map((c) => `${inboxOf(c)}.steps.>`),
@@ -111,7 +111,6 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
                 )
               : []),
           ],
-          deny: [`troupe.events.${pipeline}.*.task.>`],
         },
         subscribe: {
           allow: [
@@ -196,10 +195,22 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...pipelines.flatMap(inputsWrite),
           ],
         },
-        subscribe: { allow: [...common.subscribe, subjects.allEvents] },
+        // Every pipeline's task events (`troupe.events.<pipeline>.<task>.<kind>`), not reports of invalid messages
+        // (`troupe.events._invalid`), which it publishes: its account would send what it hears back to TROUPE.
+        subscribe: { allow: [...common.subscribe, `${subjects.allEvents.slice(0, -1)}*.>`] },
       };
   }
 }
+
+/**
+ * The events a worker of `pipeline` may publish: every kind but a task's (`task.*`: only a coordinator ends a task),
+ * named by kind rather than allowed whole and denied in part, so that an account's import of them is exactly as
+ * wide (an import has no deny, and one that took in the task events the worker hears would send them straight back).
+ */
+const workerEvents = (pipeline: string) =>
+  [...new Set(EVENT_KINDS.map((kind) => kind.split('.')[0] as string))]
+    .filter((family) => family !== 'task')
+    .map((family) => `troupe.events.${pipeline}.*.${family}.>`);
 
 /** Looking up Troupe's streams and buckets, as a client checks them before use. */
 const streamInfo = () => [`$JS.API.STREAM.INFO.>`];
@@ -355,6 +366,13 @@ export function accountsBlock(
       permissions.subscribe.allow.map((allowed) => allowed.split(' ')[0] as string),
     )) {
       if (subject === `${inboxOf(role.name)}.>`) continue;
+      // What the account hears from TROUPE must not be what it may send there: nats-server would send it back.
+      const loop = permissions.publish.allow.find((sent) => subjectsOverlap(sent, subject));
+      if (loop !== undefined) {
+        throw new Error(
+          `role ${role.name} would both hear ${subject} and send ${loop}: its account would echo them`,
+        );
+      }
       if (served.has(subject)) {
         exportFrom(account, 'service', subject, TROUPE_ACCOUNT);
         troupe.imports.push({ kind: 'service', from: role.name, subject });
@@ -365,6 +383,18 @@ export function accountsBlock(
     }
   }
   return `accounts {\n${[troupe, ...others].map(renderAccount).join('\n')}\n}\n`;
+}
+
+/** Whether two subject patterns (with `*` and `>`) match a subject in common. */
+export function subjectsOverlap(a: string, b: string): boolean {
+  const x = a.split('.');
+  const y = b.split('.');
+  for (let i = 0; i < Math.max(x.length, y.length); i += 1) {
+    if (x[i] === '>' || y[i] === '>') return x[i] !== undefined && y[i] !== undefined;
+    if (x[i] === undefined || y[i] === undefined) return false;
+    if (x[i] !== '*' && y[i] !== '*' && x[i] !== y[i]) return false;
+  }
+  return true;
 }
 
 interface Account {
