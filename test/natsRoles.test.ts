@@ -409,7 +409,7 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     }
   }, 120_000);
 
-  it('serves the gateway on its own user: a task submitted over HTTP completes, and its trace reads back', async () => {
+  it('serves the gateway on its own user: a task completes, its trace reads back, an approval is decided, a task cancelled', async () => {
     const gateway = startTroupe(['gateway', '--listen', '127.0.0.1:0', '--no-auth'], await envOf('front'));
     processes.push(gateway);
     await gateway.waitFor(/troupe gateway on http/, 30_000);
@@ -427,8 +427,49 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(JSON.stringify(await trace.json())).toContain('review');
     const listed = await fetch(`${url}/v1/tasks?pipeline=demo`);
     expect(JSON.stringify(await listed.json())).toContain(task.taskId);
+
+    // A decision and a cancel over HTTP: the worker waiting on the approval is in an account of its own.
+    const json = { 'content-type': 'application/json' };
+    const submitGated = async (goal: string) => {
+      const answer = await fetch(`${url}/v1/pipelines/gated/tasks`, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ goal }),
+      });
+      return ((await answer.json()) as { taskId: string }).taskId;
+    };
+    const pendingOf = (taskId: string) =>
+      vi.waitFor(
+        async () => {
+          const answer = await fetch(`${url}/v1/approvals?taskId=${taskId}`);
+          const [request] = ((await answer.json()) as { requests: { id: string }[] }).requests;
+          if (!request) throw new Error(`no approval for ${taskId} yet`);
+          return request.id;
+        },
+        { timeout: 60_000, interval: 250 },
+      );
+    const statusOf = async (taskId: string) =>
+      ((await (await fetch(`${url}/v1/tasks/${taskId}`)).json()) as { status: string }).status;
+    const released = await submitGated('release over HTTP');
+    const id = await pendingOf(released);
+    const decided = await fetch(`${url}/v1/approvals/${id}`, {
+      method: 'POST',
+      headers: json,
+      body: JSON.stringify({ decision: 'allow', by: 'gw' }),
+    });
+    expect(await decided.json()).toMatchObject({ id, outcome: 'allowed' });
+    await expect.poll(() => statusOf(released), { timeout: 60_000 }).toBe('completed');
+    const stopped = await submitGated('release to cancel');
+    await pendingOf(stopped);
+    const cancel = await fetch(`${url}/v1/tasks/${stopped}/cancel`, {
+      method: 'POST',
+      headers: json,
+      body: '{}',
+    });
+    expect(cancel.status).toBe(200);
+    await expect.poll(() => statusOf(stopped), { timeout: 60_000 }).toBe('cancelled');
     expect(gateway.output()).not.toMatch(/Permissions Violation/i);
-  }, 120_000);
+  }, 180_000);
 
   it('lets each role do what it is for', async () => {
     const allowed: [string, string][] = [
