@@ -204,6 +204,43 @@ describe.each(CONFIGS)(
       });
     });
 
+    it("has an observer's consumer of EVENTS deliver real events only, which no bucket stores", async () => {
+      // nats-server does not check a push consumer's deliver subject (nats-server#8274); the consumer lives in
+      // TROUPE whichever account asked. What it can deliver is stored events, never bytes a role chose.
+      const core = await as('core');
+      const workflows = await new Kvm(core).open('workflows');
+      const before = await workflows.get('running-1');
+      const watcher = await as('watcher');
+      const create = async (name: string, deliver: string) =>
+        watcher.request(
+          `$JS.API.CONSUMER.CREATE.${STREAMS.events}.${name}.troupe.events.demo.>`,
+          JSON.stringify({
+            stream_name: STREAMS.events,
+            config: {
+              name,
+              deliver_subject: deliver,
+              filter_subject: 'troupe.events.demo.>',
+              ack_policy: 'none',
+              deliver_policy: 'all',
+            },
+          }),
+          { timeout: 5_000 },
+        );
+      await create('aimed', '$KV.workflows.running-1');
+      // A second consumer, delivering where the test listens: once it has delivered, so has the first.
+      const heard: string[] = [];
+      const sub = core.subscribe('troupe._inbox.core.seen', {
+        callback: (_, m) => void heard.push(m.subject),
+      });
+      await core.flush();
+      await core.request('troupe.events.demo.t-3.llm.request', '{"kind":"llm.request"}', { timeout: 5_000 });
+      await create('seen', 'troupe._inbox.core.seen');
+      await expect.poll(() => heard.length).toBeGreaterThan(0);
+      sub.unsubscribe();
+      await workflows.put('sentinel', '{}');
+      expect((await workflows.get('running-1'))?.revision).toBe(before?.revision);
+    });
+
     it('gets no answer of any JetStream API request a role may send to where a coordinator listens', async () => {
       const probe = 'troupe.tasks.probe';
       const heard: string[] = [];
