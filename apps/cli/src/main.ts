@@ -586,7 +586,7 @@ program
 program
   .command('nats-config')
   .description(
-    'write a nats-server authorization block with one nkey user per role, each allowed the least it needs, and their seeds',
+    'write a nats-server accounts block with an account and an nkey user per role, each allowed the least it needs, and their seeds',
   )
   .argument('<pipeline.yaml...>', 'the pipelines the roles name')
   .requiredOption('--out <dir>', "where to write troupe-auth.conf and each user's <name>.nk and <name>.env")

@@ -26,7 +26,7 @@ export interface NatsConfigOptions {
 }
 
 /**
- * `troupe nats-config`: a nats-server `authorization` block with one nkey user per role instance, each allowed the
+ * `troupe nats-config`: a nats-server `accounts` block with one nkey user per role instance, each allowed the
  * least its role needs (docs/permissions.md), and each user's seed and environment. Pipelines and agents named in
  * the roles are checked against the pipeline files.
  */

@@ -287,8 +287,8 @@ export interface ConfiguredUser {
 }
 
 /**
- * The `authorization` block of a nats-server configuration with these users, one per role instance, for streams and
- * buckets of `replicas` copies.
+ * The `authorization` block Troupe wrote before {@link accountsBlock}: every role's user in one account, where any
+ * JetStream answer can be aimed at any subject. Kept to test and measure the accounts block against.
  */
 export function authorizationBlock(
   users: readonly ConfiguredUser[],
