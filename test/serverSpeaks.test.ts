@@ -1,12 +1,6 @@
 import { AckPolicy, jetstreamManager, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import {
-  connect,
-  type NatsConnection,
-  nkeyAuthenticator,
-  nkeys,
-  PermissionViolationError,
-} from '@nats-io/transport-node';
+import { connect, type NatsConnection, nkeyAuthenticator, nkeys } from '@nats-io/transport-node';
 import {
   accountsBlock,
   authorizationBlock,
@@ -245,20 +239,6 @@ describe.each(CONFIGS)(
       sub.unsubscribe();
       await workflows.put('sentinel', '{}');
       expect((await workflows.get('running-1'))?.revision).toBe(before?.revision);
-    });
-
-    it('keeps a coordinator from taking the steps of an agent a worker role serves, with accounts', async () => {
-      // Each account that hears an agent's subject takes each of its steps: a coordinator hosting the planner too
-      // would run each of its steps twice. Under one account the two shared a queue group, so it was allowed.
-      const core = await as('core');
-      const taking = core.subscribe('troupe.agents.demo.planner', { queue: 'troupe-demo-planner' });
-      // An agent no worker role serves stays the coordinators' to host.
-      const hosting = core.subscribe('troupe.agents.gated.reviewer', { queue: 'troupe-gated-reviewer' });
-      // The server answers a subscription it refuses before the flush's round trip ends.
-      await core.flush();
-      expect(hosting.isClosed()).toBe(false);
-      if (forged) expect(taking.isClosed()).toBe(false);
-      else await expect(taking.closed).resolves.toBeInstanceOf(PermissionViolationError);
     });
 
     it('gets no answer of any JetStream API request a role may send to where a coordinator listens', async () => {

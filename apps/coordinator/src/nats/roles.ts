@@ -46,16 +46,11 @@ export interface Deployment {
   replicas?: number;
   /** The deployment's pipelines: the gateway reads each one's large values. */
   pipelines?: readonly string[];
-  /**
-   * The subjects (steps and summaries) of the agents worker roles serve, with each role in an account of its own:
-   * every account that hears an agent's subject takes each of its steps, so coordinators may not host those agents.
-   */
-  workerAgents?: readonly string[];
 }
 
 /** The least a role needs, as subject permissions. */
 export function permissionsOf(role: Role, deployment: Deployment): Permissions {
-  const { coordinators, replicas = 1, pipelines = [], workerAgents = [] } = deployment;
+  const { coordinators, replicas = 1, pipelines = [] } = deployment;
   const inbox = `${inboxOf(role.name)}.>`;
   // Every client: its own replies; the JetStream probe; reports of messages it could not read.
   const common = { publish: ['$JS.API.INFO', subjects.invalid], subscribe: [inbox] };
@@ -84,8 +79,6 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             subjects.allControl,
             'troupe.approvals.>',
           ],
-          // The agents worker roles serve: a coordinator hosting one too would run each of its steps a second time.
-          ...(workerAgents.length > 0 ? { deny: [...workerAgents] } : {}),
         },
         allow_responses: true,
       };
@@ -342,14 +335,6 @@ export function accountsBlock(
   pipelines: readonly string[] = [],
 ): string {
   const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
-  const workerAgents = users.flatMap(({ role }) =>
-    role.kind === 'worker'
-      ? role.agents.flatMap((agent) => [
-          subjects.agent(role.pipeline, agent),
-          subjects.sessionSummary(role.pipeline, agent),
-        ])
-      : [],
-  );
   const troupe: Account = { name: TROUPE_ACCOUNT, users: [], imports: [], exports: new Map() };
   const others: Account[] = [];
   const exportFrom = (account: Account, kind: 'service' | 'stream', subject: string, to: string) => {
@@ -359,7 +344,7 @@ export function accountsBlock(
     account.exports.set(key, entry);
   };
   for (const { role, nkey } of users) {
-    const permissions = permissionsOf(role, { coordinators, replicas, pipelines, workerAgents });
+    const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
     const user = `# ${role.name}: ${describeRole(role)}\n{ nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`;
     if (role.kind === 'coordinator') {
       troupe.users.push(user);
