@@ -15,7 +15,6 @@ import {
   wholeTrace,
 } from '@troupe/coordinator';
 import {
-  checkTaskToSubmit,
   DEFAULT_TASK_LIMITS,
   FINAL_EVENT_KINDS,
   type HumanRequest,
@@ -35,12 +34,6 @@ import { TaskIds } from './taskIds.ts';
 export class InvalidRequest extends Error {
   readonly statusCode = 400;
   readonly code = 'invalid_request';
-}
-
-/** A task larger than the coordinators take: 413 `too_large`. */
-export class TaskTooLarge extends Error {
-  readonly statusCode = 413;
-  readonly code = 'too_large';
 }
 
 export interface GatewayActionsOptions {
@@ -97,7 +90,6 @@ export class GatewayActions {
         body.id ??
         (options.idempotencyKey ? this.#ids.fromKey(who.name, options.idempotencyKey) : this.#ids.fresh()),
     };
-    this.#check(task);
     const wait = Math.min(options.waitSeconds ?? 0, this.#maxWaitSeconds);
     // This pipeline's events only: an id TASKS took for a duplicate may be another pipeline's queued task.
     const final = wait > 0 ? finalEventOf(this.#bus, task.id, pipeline) : undefined;
@@ -265,15 +257,6 @@ export class GatewayActions {
       throw new OperationError('not_found', `no task ${record.taskId} is known on this server`);
     authorize(who, scope, record.pipeline);
     return record;
-  }
-
-  /** Refuses a task the coordinators' intake would: the same check on the same bytes it would read. */
-  #check(task: ClientTask): void {
-    const checked = checkTaskToSubmit(task, this.#limits);
-    if (checked.ok) return;
-    const reason = checked.reason.replace(/^payload/, 'the task');
-    if (checked.limit === 'maxBytes') throw new TaskTooLarge(reason);
-    throw new InvalidRequest(reason);
   }
 
   /**

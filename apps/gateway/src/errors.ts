@@ -14,7 +14,8 @@ const STATUS_OF: Record<OperationErrorCode, number> = {
   conflict: 409,
   no_coordinator: 503,
   unavailable: 503,
-  invalid: 400,
+  invalid_request: 400,
+  too_large: 413,
 };
 
 /** Fastify's own refusals (a body that is not JSON, too large, of another type) get our codes. */

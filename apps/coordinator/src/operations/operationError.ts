@@ -7,7 +7,8 @@
  * - `conflict`: the task or request is past the point the operation needs (ended, decided, expired).
  * - `no_coordinator`: nothing on the server runs Troupe, or no coordinator answered for the task.
  * - `unavailable`: NATS or JetStream did not answer in time.
- * - `invalid`: what was asked for is refused as it is (a task larger or deeper than the limits), with the reason.
+ * - `invalid_request`: what was asked for is refused as it is (a task deeper than the limits), with the reason.
+ * - `too_large`: a task, or its input, larger than the limits.
  */
 export type OperationErrorCode =
   | 'not_found'
@@ -15,7 +16,8 @@ export type OperationErrorCode =
   | 'conflict'
   | 'no_coordinator'
   | 'unavailable'
-  | 'invalid';
+  | 'invalid_request'
+  | 'too_large';
 
 export class OperationError extends Error {
   readonly code: OperationErrorCode;

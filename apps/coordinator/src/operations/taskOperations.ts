@@ -37,7 +37,7 @@ export interface SubmitOptions {
 /**
  * Stores a task in the `TASKS` stream for a pipeline a coordinator has loaded. A known id is never run again,
  * whenever it was first submitted: the answer says it was a duplicate, with the task's record when there is one.
- * A task the coordinators would refuse is refused here (`invalid`), before anything is stored; one whose input alone
+ * A task the coordinators would refuse is refused here (`too_large` or `invalid_request`), before anything is stored; one whose input alone
  * makes it too large has its input stored in the pipeline's inputs bucket first, and carries an `inputRef` to it.
  */
 export async function submitToPipeline(
@@ -46,6 +46,24 @@ export async function submitToPipeline(
   task: TaskSubmission & { id: string },
   options: SubmitOptions = {},
 ): Promise<Submitted> {
+  const values = options.values ?? new ValueStore(bus);
+  const failed = (what: string) => (error: unknown) => {
+    throw new OperationError('unavailable', `cannot ${what} of task ${task.id}: ${errorMessage(error)}`, {
+      cause: error,
+    });
+  };
+  // Checked first, whole: a task the coordinators would refuse is refused before anything is looked up or stored.
+  const whole = options.inputCut
+    ? await values
+        .wholeInput(task.input, options.inputCut)
+        .then((input) => ({ ...task, input }))
+        .catch(failed('read the stored input'))
+    : task;
+  const checked = checkTaskToSubmit(whole, options.limits);
+  if (!checked.ok) {
+    const reason = checked.reason.replace(/^payload/, 'the task');
+    throw new OperationError(checked.limit === 'maxBytes' ? 'too_large' : 'invalid_request', reason);
+  }
   let registry: PipelineRegistry;
   try {
     registry = await PipelineRegistry.open(bus, CLIENT_WAIT);
@@ -66,34 +84,13 @@ export async function submitToPipeline(
   const store = await openWorkflowStore(bus);
   const existing = (await store.get(task.id))?.value;
   if (existing) return { taskId: task.id, duplicate: true, record: existing };
-  const { duplicate } = await submitTask(bus, pipeline, await readyToPublish(bus, pipeline, task, options));
+  const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
+    failed('store the input'),
+  );
+  const { duplicate } = await submitTask(bus, pipeline, ready);
   if (!duplicate) return { taskId: task.id, duplicate };
   const record = (await store.get(task.id))?.value;
   return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
-}
-
-/** The task as it is published: checked against the limits, its input whole, and stored when it is too large. */
-async function readyToPublish<T extends TaskSubmission & { id: string }>(
-  bus: NatsBus,
-  pipeline: string,
-  task: T,
-  options: SubmitOptions,
-): Promise<T> {
-  const values = options.values ?? new ValueStore(bus);
-  const failed = (what: string) => (error: unknown) => {
-    throw new OperationError('unavailable', `cannot ${what} of task ${task.id}: ${errorMessage(error)}`, {
-      cause: error,
-    });
-  };
-  const whole = options.inputCut
-    ? await values
-        .wholeInput(task.input, options.inputCut)
-        .then((input) => ({ ...task, input }))
-        .catch(failed('read the stored input'))
-    : task;
-  const checked = checkTaskToSubmit(whole, options.limits);
-  if (!checked.ok) throw new OperationError('invalid', `task ${task.id} refused: ${checked.reason}`);
-  return withStoredInput(values, pipeline, whole, checked.storeInput).catch(failed('store the input'));
 }
 
 /** A task's record in KV `workflows`; throws `not_found` when the server knows no such task. */
