@@ -286,6 +286,19 @@ export interface ConfiguredUser {
   nkey: string;
 }
 
+/** Each user with its role's permissions, and its entry in a server configuration: a comment saying who, then it. */
+function configured(users: readonly ConfiguredUser[], replicas: number, pipelines: readonly string[]) {
+  const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
+  return users.map(({ role, nkey }) => {
+    const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
+    const entry = [
+      `# ${role.name}: ${describeRole(role)}`,
+      `{ nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`,
+    ];
+    return { role, permissions, entry };
+  });
+}
+
 /**
  * The `authorization` block Troupe wrote before {@link accountsBlock}: every role's user in one account, where any
  * JetStream answer can be aimed at any subject. Kept to test and measure the accounts block against.
@@ -295,14 +308,9 @@ export function authorizationBlock(
   replicas = 1,
   pipelines: readonly string[] = [],
 ): string {
-  const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
-  const entries = users.map(({ role, nkey }) => {
-    const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
-    return [
-      `    # ${role.name}: ${describeRole(role)}`,
-      `    { nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`,
-    ].join('\n');
-  });
+  const entries = configured(users, replicas, pipelines).flatMap(({ entry }) =>
+    entry.map((line) => `    ${line}`),
+  );
   return `authorization {\n  users = [\n${entries.join('\n')}\n  ]\n}\n`;
 }
 
@@ -334,7 +342,6 @@ export function accountsBlock(
   replicas = 1,
   pipelines: readonly string[] = [],
 ): string {
-  const coordinators = users.filter((u) => u.role.kind === 'coordinator').map((u) => u.role.name);
   const troupe: Account = { name: TROUPE_ACCOUNT, users: [], imports: [], exports: new Map() };
   const others: Account[] = [];
   const exportFrom = (account: Account, kind: 'service' | 'stream', subject: string, to: string) => {
@@ -343,14 +350,12 @@ export function accountsBlock(
     entry.to.add(to);
     account.exports.set(key, entry);
   };
-  for (const { role, nkey } of users) {
-    const permissions = permissionsOf(role, { coordinators, replicas, pipelines });
-    const user = `# ${role.name}: ${describeRole(role)}\n{ nkey: ${JSON.stringify(nkey)}, permissions: ${JSON.stringify(permissions)} }`;
+  for (const { role, permissions, entry: user } of configured(users, replicas, pipelines)) {
     if (role.kind === 'coordinator') {
-      troupe.users.push(user);
+      troupe.users.push(...user);
       continue;
     }
-    const account: Account = { name: role.name, users: [user], imports: [], exports: new Map() };
+    const account: Account = { name: role.name, users: user, imports: [], exports: new Map() };
     others.push(account);
     // What the role answers for requesters outside TROUPE (the gateway's session summaries) it exports as a
     // service, so the answer finds its way back; TROUPE imports it, and exports it on to whoever may ask.
@@ -399,7 +404,7 @@ export function subjectsOverlap(a: string, b: string): boolean {
 
 interface Account {
   name: string;
-  /** Each user's entry, after a comment line saying who it is. */
+  /** Its users' entries, line by line: each a comment line saying who, then the user. */
   users: string[];
   imports: { kind: 'service' | 'stream'; from: string; subject: string }[];
   exports: Map<string, { kind: 'service' | 'stream'; subject: string; to: Set<string> }>;
@@ -425,10 +430,7 @@ function renderAccount(account: Account): string {
   return [
     `  ${JSON.stringify(account.name)} {`,
     ...(account.name === TROUPE_ACCOUNT ? ['    jetstream: enabled'] : []),
-    ...list(
-      'users',
-      account.users.flatMap((user) => user.split('\n')),
-    ),
+    ...list('users', account.users),
     ...list('exports', exports),
     ...list('imports', imports),
     '  }',
