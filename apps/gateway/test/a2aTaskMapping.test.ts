@@ -80,7 +80,9 @@ describe('TaskFold: a Troupe task as an A2A task', () => {
       make('approval.decided', { agent: 'coder', stepId: 't1.code.1', approvalId: 'a1', decision: 'allow' }),
     );
     expect(after.map(stateOf)).toEqual([TaskState.TASK_STATE_INPUT_REQUIRED]);
-    const status = wire(after)[0] as { statusUpdate: { status: { message: { parts: unknown[] } } } };
+    const status = wire(after)[0] as unknown as {
+      statusUpdate: { status: { message: { parts: unknown[] } } };
+    };
     expect(status.statusUpdate.status.message.parts[1]).toMatchObject({
       data: {
         requests: [{ kind: 'question', requestId: 'q1', prompt: 'Why?', answerSchema: { type: 'string' } }],
