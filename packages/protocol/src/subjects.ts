@@ -18,6 +18,8 @@ export const BUCKETS = {
    * whatever its own file says now.
    */
   versions: 'versions',
+  /** The A2A server's push-notification configs (key `<taskId>.<configId>`) and how far each one's webhook got. */
+  a2aPush: 'a2a-push',
 } as const;
 
 /** Builders for every subject on the wire. Arguments are assumed valid names and ids. */
