@@ -1,7 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, type EventOf, HumanRequest, subjects } from '@troupe/protocol';
+import { BUCKETS, type EventOf, HumanRequest, subjects, WorkflowRecord } from '@troupe/protocol';
 import { KvStore, underPrefix } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';

@@ -1,8 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, type ErrorReply, subjects } from '@troupe/protocol';
+import { BUCKETS, type ErrorReply, subjects, WorkflowRecord } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';

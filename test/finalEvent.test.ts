@@ -1,6 +1,5 @@
 import { jetstream } from '@nats-io/jetstream';
-import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, subjects, type TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, subjects, type TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fixturePath, type Harness, startHarness, startSecondCoordinator } from './support/harness.ts';

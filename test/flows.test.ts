@@ -1,4 +1,4 @@
-import { replyToHuman, submitTask } from '@troupe/coordinator';
+import { replyToHuman, submitTask } from '@troupe/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { examplePath, fixturePath, type Harness, kinds, ofKind, startHarness } from './support/harness.ts';
 

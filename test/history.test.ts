@@ -1,6 +1,5 @@
 import { jetstream } from '@nats-io/jetstream';
-import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS, HumanRequest, subjects, type TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, HumanRequest, subjects, type TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, startTroupe, troupe } from './support/cli.ts';

@@ -3,15 +3,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import {
-  builtinTools,
-  type Coordinator,
-  loadPipeline,
-  startCoordinator,
-  WorkflowRecord,
-} from '@troupe/coordinator';
+import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { startGateway, TokenStore } from '@troupe/gateway';
-import { BUCKETS, InvalidMessageEvent, parseMessage, STREAMS, subjects } from '@troupe/protocol';
+import {
+  BUCKETS,
+  InvalidMessageEvent,
+  parseMessage,
+  STREAMS,
+  subjects,
+  WorkflowRecord,
+} from '@troupe/protocol';
 import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,17 +1,16 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { submitTask } from '@troupe/client';
 import {
   builtinTools,
   type Coordinator,
   type LoadedPipeline,
   loadPipeline,
   startCoordinator,
-  submitTask,
   useVersion,
-  WorkflowRecord,
 } from '@troupe/coordinator';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, WorkflowRecord } from '@troupe/protocol';
 import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

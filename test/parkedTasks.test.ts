@@ -1,5 +1,4 @@
-import { WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, WorkflowRecord } from '@troupe/protocol';
 import { KvStore } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fixturePath, type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';

@@ -1,6 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { submitTask } from '@troupe/coordinator';
+import { submitTask } from '@troupe/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,

@@ -1,8 +1,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DEFAULT_STOP_TIMEOUT_MS, WorkflowRecord } from '@troupe/coordinator';
-import { BUCKETS } from '@troupe/protocol';
+import { DEFAULT_STOP_TIMEOUT_MS } from '@troupe/coordinator';
+import { BUCKETS, WorkflowRecord } from '@troupe/protocol';
 import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';

@@ -1,4 +1,5 @@
-import { cancelTask, readTask, submitTask, subTaskId } from '@troupe/coordinator';
+import { cancelTask, readTask, submitTask } from '@troupe/client';
+import { subTaskId } from '@troupe/coordinator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fixturePath, type Harness, ofKind, startHarness } from './support/harness.ts';
 

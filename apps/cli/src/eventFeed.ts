@@ -1,4 +1,4 @@
-import { readTaskEvents } from '@troupe/coordinator';
+import { readTaskEvents } from '@troupe/client';
 import { type InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import {
   type BusSubscription,

@@ -1,5 +1,4 @@
-import type { WorkflowRecord } from '@troupe/coordinator';
-import type { TroupeEvent } from '@troupe/protocol';
+import type { TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { EventFeed } from './eventFeed.ts';
 import type { FinalTracker } from './watch.ts';
 import type { WorkflowStore } from './workflowRecords.ts';

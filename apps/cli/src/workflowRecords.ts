@@ -1,10 +1,5 @@
-import {
-  openWorkflowStore,
-  readValues,
-  type WorkflowRecord,
-  type WorkflowStore,
-  workflowStoreIfAny,
-} from '@troupe/coordinator';
+import { openWorkflowStore, readValues, type WorkflowStore, workflowStoreIfAny } from '@troupe/client';
+import type { WorkflowRecord } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import { explain } from './server.ts';
 

@@ -1,4 +1,4 @@
-import type { WorkflowRecord } from '@troupe/coordinator';
+import type { WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { formatDuration, parseDuration } from '../src/format/duration.ts';
 import { taskDuration } from '../src/workflowRecords.ts';

@@ -1,4 +1,5 @@
-import { DEFAULT_INTAKE_LIMITS, DEFAULT_STOP_TIMEOUT_MS, MAX_TASK_DEPTH } from '@troupe/coordinator';
+import { DEFAULT_INTAKE_LIMITS, DEFAULT_STOP_TIMEOUT_MS } from '@troupe/coordinator';
+import { MAX_TASK_DEPTH } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { HELP_DEFAULTS } from '../src/helpDefaults.ts';
 

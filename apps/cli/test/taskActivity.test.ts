@@ -1,5 +1,4 @@
-import type { WorkflowRecord } from '@troupe/coordinator';
-import type { HumanRequest } from '@troupe/protocol';
+import type { HumanRequest, WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { describeActivity } from '../src/format/taskActivity.ts';
 

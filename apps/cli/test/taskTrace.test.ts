@@ -1,4 +1,4 @@
-import { buildTaskTrace } from '@troupe/coordinator';
+import { buildTaskTrace } from '@troupe/client';
 import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
 import { EventFactory } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';

@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
-import { BUCKETS, HumanRequest } from '@troupe/protocol';
+import { PipelineRegistry, readValues } from '@troupe/client';
+import { BUCKETS, HumanRequest, WorkflowRecord } from '@troupe/protocol';
 import {
   type BusSubscription,
   type Clock,
@@ -30,12 +31,10 @@ import { pruneVersions, type VersionsByPipeline } from './config/versionRetentio
 import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
-import { PipelineRegistry } from './intake/pipelineRegistry.ts';
+import { registrationOf } from './intake/pipelineRegistry.ts';
 import { natsTaskIntake } from './intake/taskQueue.ts';
-import { readValues } from './operations/troupeState.ts';
 import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
 import { createSubPipelineRunner } from './workflow/subPipeline.ts';
-import { WorkflowRecord } from './workflow/workflowRecord.ts';
 
 export interface CoordinatorOptions {
   bus: NatsBus;
@@ -273,10 +272,7 @@ async function startParts(
       const mine = stored.get(config.name) ?? version;
       // A version introduced later stays the newest: restarting a coordinator of an older file rolls nothing back.
       const newest = await pipelineRegistry.register(
-        config,
-        host,
-        new Date(clock.now()),
-        mine.hash,
+        registrationOf(config, host, new Date(clock.now()), mine.hash),
         async (other) => {
           if (options.takeNewest) return false;
           const theirs = await throughOutages(() => versions.get(config.name, other));

@@ -3,7 +3,7 @@ export { agentDefinitions } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
 export { suggestion } from './config/didYouMean.ts';
-export { FLOW_END, FlowGraph, flowGraph, flowMermaid } from './config/flowGraph.ts';
+export { FLOW_END, flowGraph, flowMermaid } from './config/flowGraph.ts';
 export { type LoadedPipeline, type LoadOptions, loadPipeline, parsePipeline } from './config/loadPipeline.ts';
 export { pipelineJsonSchema } from './config/pipelineJsonSchema.ts';
 export {
@@ -14,6 +14,7 @@ export {
   StepConfig,
 } from './config/pipelineSchema.ts';
 export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
+export { useVersion } from './config/useVersion.ts';
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {
@@ -21,14 +22,11 @@ export {
   type IntakeLimits,
   MAX_TASK_DEPTH,
 } from './intake/intakeLimits.ts';
-export { PipelineRegistration, PipelineRegistry } from './intake/pipelineRegistry.ts';
 export {
   DEFAULT_MAX_IN_FLIGHT,
   HAND_BACK_DELAY_MS,
   natsTaskIntake,
-  type SubmitResult,
   startTaskQueue,
-  submitTask,
   type TaskDelivery,
   type TaskIntake,
   type TaskQueue,
@@ -46,48 +44,6 @@ export {
   permissionsOf,
   type Role,
 } from './nats/roles.ts';
-export {
-  type HumanReply,
-  listHumanRequests,
-  type ReplyOutcome,
-  readHumanRequest,
-  replyToHuman,
-} from './operations/humanRequests.ts';
-export { OperationError, type OperationErrorCode } from './operations/operationError.ts';
-export {
-  cancelTask,
-  migrateTask,
-  readTask,
-  readTaskEvents,
-  type Submitted,
-  submitToPipeline,
-} from './operations/taskOperations.ts';
-export {
-  type ApprovalTrace,
-  buildTaskTrace,
-  type CompactionTrace,
-  type ModelCallTrace,
-  type ModelSpend,
-  type QuestionTrace,
-  type StepTrace,
-  type TaskTrace,
-  type ToolCallTrace,
-  type TraceEntry,
-  type TraceTotals,
-  wholeTrace,
-} from './operations/taskTrace.ts';
-export {
-  bucketIfAny,
-  CLIENT_WAIT,
-  type HumanRequestStore,
-  openBucket,
-  openHumanRequests,
-  openWorkflowStore,
-  readValues,
-  type WorkflowStore,
-  workflowStoreIfAny,
-} from './operations/troupeState.ts';
-export { useVersion } from './operations/versionOperations.ts';
 export { Recording } from './replay/recording.ts';
 export {
   type Divergence,
@@ -114,7 +70,6 @@ export {
   DEFAULT_STEP_HEARTBEAT_MS,
   type StepRunnerOptions,
 } from './workflow/stepRunner.ts';
-export { endingOfRecord, StepActivity, WorkflowRecord } from './workflow/workflowRecord.ts';
 export type {
   StepRunInput,
   StepRunOutput,

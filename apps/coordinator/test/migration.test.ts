@@ -1,4 +1,10 @@
-import { AgentStepRequest, ControlReceipt, subjects, type UsageTotals } from '@troupe/protocol';
+import {
+  AgentStepRequest,
+  ControlReceipt,
+  subjects,
+  type UsageTotals,
+  WorkflowRecord,
+} from '@troupe/protocol';
 import { createLogger, TransportError } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -6,7 +12,6 @@ import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { versionHash } from '../src/config/pipelineVersion.ts';
 import { startControlResponder } from '../src/control/controlResponder.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
 import type { WorkflowStore } from '../src/workflow/workflowRun.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 

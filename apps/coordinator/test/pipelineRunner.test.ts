@@ -5,13 +5,13 @@ import {
   subjects,
   type TroupeEvent,
   type UsageTotals,
+  WorkflowRecord,
 } from '@troupe/protocol';
 import { createLogger, type Delivery, type ValueStore, ValueStoreError } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };

@@ -1,7 +1,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AgentStepRequest, subjects, type UsageTotals } from '@troupe/protocol';
+import { AgentStepRequest, subjects, type UsageTotals, WorkflowRecord } from '@troupe/protocol';
 import { createLogger } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -13,7 +13,6 @@ import { PipelineVersion, versionHash } from '../src/config/pipelineVersion.ts';
 import { PipelineVersions } from '../src/config/pipelineVersions.ts';
 import { pruneVersions } from '../src/config/versionRetention.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };

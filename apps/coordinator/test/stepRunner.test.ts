@@ -1,3 +1,4 @@
+import type { StepActivity } from '@troupe/protocol';
 import {
   type AgentStepReply,
   AgentStepRequest,
@@ -10,7 +11,6 @@ import { type Delivery, every, TransportError } from '@troupe/runtime';
 import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { createStepRunner } from '../src/workflow/stepRunner.ts';
-import type { StepActivity } from '../src/workflow/workflowRecord.ts';
 import type { StepRunOutput } from '../src/workflow/workflowTypes.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };

@@ -1,9 +1,10 @@
 import { AckPolicy, jetstreamManager } from '@nats-io/jetstream';
+import { submitTask } from '@troupe/client';
 import { STREAMS } from '@troupe/protocol';
 import { ensureTroupeStreams, NatsBus } from '@troupe/runtime';
 import { captureLogger, type LogLine, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { startTaskQueue, submitTask, type TaskDelivery } from '../src/intake/taskQueue.ts';
+import { startTaskQueue, type TaskDelivery } from '../src/intake/taskQueue.ts';
 
 let nats: TestNats;
 let bus: NatsBus;

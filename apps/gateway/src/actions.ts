@@ -11,9 +11,8 @@ import {
   replyToHuman,
   submitToPipeline,
   type TaskTrace,
-  type WorkflowRecord,
   wholeTrace,
-} from '@troupe/coordinator';
+} from '@troupe/client';
 import {
   DEFAULT_TASK_LIMITS,
   FINAL_EVENT_KINDS,
@@ -23,6 +22,7 @@ import {
   type TaskLimits,
   type TaskSubmission,
   TroupeEvent,
+  type WorkflowRecord,
 } from '@troupe/protocol';
 import { type NatsBus, ValueStore } from '@troupe/runtime';
 import type { z } from 'zod';

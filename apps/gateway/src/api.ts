@@ -1,5 +1,4 @@
-import { FlowGraph } from '@troupe/coordinator';
-import { HumanRequest, Name, TaskFields, TaskId, UsageTotals, ValueRef } from '@troupe/protocol';
+import { FlowGraph, HumanRequest, Name, TaskFields, TaskId, UsageTotals, ValueRef } from '@troupe/protocol';
 import { z } from 'zod';
 import { SessionSummary } from './sessions.ts';
 

@@ -1,4 +1,4 @@
-import { OperationError, type OperationErrorCode } from '@troupe/coordinator';
+import { OperationError, type OperationErrorCode } from '@troupe/client';
 import { AuthRefusal } from './auth.ts';
 
 /** What an error a request ran into is answered with, over HTTP or a WebSocket. */

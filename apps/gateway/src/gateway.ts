@@ -6,7 +6,15 @@ import fastifyCors from '@fastify/cors';
 import fastifyStatic from '@fastify/static';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import { CLIENT_WAIT, OperationError, PipelineRegistry, type WorkflowRecord } from '@troupe/coordinator';
+import {
+  CLIENT_WAIT,
+  eventsAfter,
+  followAllEvents,
+  followTaskEvents,
+  OperationError,
+  PipelineRegistry,
+  type SequencedEvent,
+} from '@troupe/client';
 import {
   DEFAULT_TASK_LIMITS,
   errorMessage,
@@ -14,6 +22,7 @@ import {
   MAX_MESSAGE_DEPTH,
   STREAMS,
   type TaskLimits,
+  type WorkflowRecord,
 } from '@troupe/protocol';
 import { jetstreamManagerOf, type Logger, type NatsBus } from '@troupe/runtime';
 import Fastify, {
@@ -68,7 +77,6 @@ import { isLoopback, webSocketRefusal } from './origins.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
 import { type StreamCaps, StreamQuota, TooManyStreams } from './streamQuota.ts';
-import { eventsAfter, followAllEvents, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import { TaskIds } from './taskIds.ts';
 import { watchTokens } from './tokenWatch.ts';
 import { WsSession } from './ws.ts';

@@ -1,3 +1,4 @@
+export { type FollowOptions, followTaskEvents, type SequencedEvent } from '@troupe/client';
 export { AgUiMapper } from './agui.ts';
 export * as api from './api.ts';
 export {
@@ -14,6 +15,5 @@ export {
 export { type Gateway, type GatewayOptions, startGateway } from './gateway.ts';
 export { type BrowserOrigins, webSocketRefusal } from './origins.ts';
 export { DEFAULT_STREAM_CAPS, type StreamCaps, StreamQuota, TooManyStreams } from './streamQuota.ts';
-export { type FollowOptions, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 export { loadOrCreateSecret, MIN_SECRET_CHARS, TaskIds } from './taskIds.ts';
 export { TOKENS_RELOAD_MS, watchTokens } from './tokenWatch.ts';

@@ -5,9 +5,8 @@ import {
   openBucket,
   PipelineRegistry,
   readValues,
-  type WorkflowRecord,
   workflowStoreIfAny,
-} from '@troupe/coordinator';
+} from '@troupe/client';
 import {
   BUCKETS,
   ConversationSummary,
@@ -17,6 +16,7 @@ import {
   subjects,
   type TaskSubmission,
   TokenUsage,
+  type WorkflowRecord,
 } from '@troupe/protocol';
 import { type KvStore, type Logger, type NatsBus, SESSION_SUMMARY_TIMEOUT_MS } from '@troupe/runtime';
 import { z } from 'zod';

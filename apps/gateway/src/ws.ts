@@ -1,3 +1,4 @@
+import { eventsAfter, followTaskEvents } from '@troupe/client';
 import { Name, parseMessage, TaskId } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { FastifyBaseLogger } from 'fastify';
@@ -9,7 +10,6 @@ import { ClientTask } from './api.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
 import { answerTo } from './errors.ts';
 import type { StreamQuota } from './streamQuota.ts';
-import { eventsAfter, followTaskEvents } from './taskEvents.ts';
 
 /** How many tasks one connection may follow at once. */
 export const MAX_SUBSCRIPTIONS = 100;

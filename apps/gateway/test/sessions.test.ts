@@ -1,4 +1,4 @@
-import type { WorkflowRecord } from '@troupe/coordinator';
+import type { WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { CONTEXT_LIMITS, type SessionSummary, sessionContext } from '../src/sessions.ts';
 

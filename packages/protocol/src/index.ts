@@ -42,6 +42,7 @@ export {
   parseMessage,
   validateMessage,
 } from './parse.ts';
+export { FlowGraph, PipelineRegistration } from './pipelineRegistration.ts';
 export { SessionSummaryReply, SessionSummaryRequest, SessionTurn } from './session.ts';
 export {
   AgentStepReply,
@@ -66,6 +67,7 @@ export {
 export { ToolDecision, ToolResult } from './toolResult.ts';
 export { emptyUsage, sumUsage, UsageTotals } from './usage.ts';
 export { fillInput, InputCut, inputBucket, inputObjectPrefix, ValueRef, valueBucket } from './valueRef.ts';
+export { endingOfRecord, StepActivity, WorkflowRecord } from './workflowRecord.ts';
 export {
   applyWorkspaceChanges,
   MAX_WORKSPACE_FILES,

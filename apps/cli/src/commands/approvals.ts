@@ -1,5 +1,5 @@
 import { hostname, userInfo } from 'node:os';
-import { listHumanRequests, OperationError, replyToHuman } from '@troupe/coordinator';
+import { listHumanRequests, OperationError, replyToHuman } from '@troupe/client';
 import { ApprovalDecision, formatIssues, HumanAnswer, type HumanRequest } from '@troupe/protocol';
 import { describeEnding } from '@troupe/runtime';
 import type { z } from 'zod';

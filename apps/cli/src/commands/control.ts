@@ -1,12 +1,6 @@
-import {
-  cancelTask,
-  listHumanRequests,
-  migrateTask,
-  OperationError,
-  shortVersion,
-  type WorkflowRecord,
-} from '@troupe/coordinator';
-import { errorMessage, type HumanRequest } from '@troupe/protocol';
+import { cancelTask, listHumanRequests, migrateTask, OperationError } from '@troupe/client';
+import { shortVersion } from '@troupe/coordinator';
+import { errorMessage, type HumanRequest, type WorkflowRecord } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';

@@ -1,6 +1,6 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import { submitTask } from '@troupe/coordinator';
+import { submitTask } from '@troupe/client';
 import { createLogger, taskWorkspace } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';

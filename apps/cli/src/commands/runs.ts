@@ -1,4 +1,5 @@
-import { endingOfRecord, shortVersion, suggestion, type WorkflowRecord } from '@troupe/coordinator';
+import { shortVersion, suggestion } from '@troupe/coordinator';
+import { endingOfRecord, type WorkflowRecord } from '@troupe/protocol';
 import { describeEnding } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { formatDuration } from '../format/duration.ts';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
-import { OperationError, submitToPipeline } from '@troupe/coordinator';
+import { OperationError, submitToPipeline } from '@troupe/client';
 import { checkTaskToSubmit, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';

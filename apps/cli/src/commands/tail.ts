@@ -1,5 +1,5 @@
-import { endingOfRecord, type WorkflowRecord } from '@troupe/coordinator';
 import type { TroupeEvent } from '@troupe/protocol';
+import { endingOfRecord, type WorkflowRecord } from '@troupe/protocol';
 import { describeEnding, endingOf } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { openEventFeed } from '../eventFeed.ts';

@@ -1,4 +1,4 @@
-import { buildTaskTrace, wholeTrace } from '@troupe/coordinator';
+import { buildTaskTrace, wholeTrace } from '@troupe/client';
 import { ValueStore } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';

@@ -2,11 +2,11 @@ import {
   ConfigError,
   DEFAULT_INTAKE_LIMITS,
   HomeBusyError,
-  MAX_TASK_DEPTH,
   readServerRecord,
   type Service,
   startService,
 } from '@troupe/coordinator';
+import { MAX_TASK_DEPTH } from '@troupe/protocol';
 import type { NatsAccess, NatsAccessSources } from '@troupe/runtime';
 import {
   createLogger,

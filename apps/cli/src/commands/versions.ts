@@ -1,4 +1,5 @@
-import { OperationError, shortVersion, useVersion } from '@troupe/coordinator';
+import { OperationError } from '@troupe/client';
+import { shortVersion, useVersion } from '@troupe/coordinator';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { styleText } from 'node:util';
-import type { StepTrace, TaskTrace, TraceEntry, TraceTotals } from '@troupe/coordinator';
+import type { StepTrace, TaskTrace, TraceEntry, TraceTotals } from '@troupe/client';
 import { formatDuration } from './duration.ts';
 
 type Style = Parameters<typeof styleText>[0];

@@ -1,5 +1,4 @@
-import type { StepActivity, WorkflowRecord } from '@troupe/coordinator';
-import type { HumanRequest } from '@troupe/protocol';
+import type { HumanRequest, StepActivity, WorkflowRecord } from '@troupe/protocol';
 import { formatDuration } from './duration.ts';
 
 type PersonRequest = { kind: 'approval' | 'question'; id: string };

@@ -1,42 +1,7 @@
-import { z } from 'zod';
+import type { FlowGraph } from '@troupe/protocol';
 import { ROUTE_END } from './checkFlow.ts';
 import { actorOf } from './flowLayout.ts';
 import type { PipelineConfig, StepConfig } from './pipelineSchema.ts';
-
-/**
- * A pipeline's flow as a graph, for views that draw it (the dashboard, `troupe graph`): each step a node — with its
- * agent, or its kind for steps without one, and the parallel step and branch it runs in — and each way the work can
- * go an edge: on to the next step, into each branch of a parallel step, to each target of a route, back to the step
- * that reworks it on a reject, and to the end.
- */
-export const FlowGraph = z.object({
-  nodes: z.array(
-    z.object({
-      id: z.string(),
-      kind: z.string(),
-      /** The step's agent; for a step without one, its kind (`parallel`, `route`). */
-      agent: z.string(),
-      /** The parallel step and branch it runs in, when it does; a foreach step's steps are in its branch `each`. */
-      parent: z.string().optional(),
-      branch: z.string().optional(),
-      /** Its condition, when it only runs sometimes. */
-      when: z.string().optional(),
-    }),
-  ),
-  edges: z.array(
-    z.object({
-      from: z.string(),
-      /** A step id, or `end`. */
-      to: z.string(),
-      /**
-       * When it is taken: `approve` and `reject` after a review, a route's case (`= bug`) or `default`, a parallel
-       * step's branch (`branch docs`), a foreach step's items (`each of steps.plan.output.parts`), `answered` or `timeout` after a person's step; absent when it always is.
-       */
-      when: z.string().optional(),
-    }),
-  ),
-});
-export type FlowGraph = z.infer<typeof FlowGraph>;
 
 /** The branch a foreach step's `do` steps are drawn in. */
 export const FOREACH_BRANCH = 'each';

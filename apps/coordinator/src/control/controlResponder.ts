@@ -2,11 +2,12 @@ import {
   type ControlReceipt,
   type ControlRefusal,
   type ErrorReply,
+  endingOfRecord,
   isTaskId,
   subjects,
+  type WorkflowRecord,
 } from '@troupe/protocol';
 import { type Bus, type BusSubscription, describeEnding, throughOutages } from '@troupe/runtime';
-import { endingOfRecord, type WorkflowRecord } from '../workflow/workflowRecord.ts';
 import type { WorkflowStore } from '../workflow/workflowRun.ts';
 
 export interface ControlResponderOptions {

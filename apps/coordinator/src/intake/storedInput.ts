@@ -4,7 +4,6 @@ import {
   inputBucket,
   inputObjectPrefix,
   parseStoredInput,
-  type TaskSubmission,
   type ValueRef,
 } from '@troupe/protocol';
 import { PREVIEW_BYTES, utf8Head, type ValueStore, ValueStoreError } from '@troupe/runtime';
@@ -109,19 +108,3 @@ function previewOfKey(key: string, value: unknown, size: number, ref: ValueRef):
 }
 
 const jsonBytes = (value: unknown) => Buffer.byteLength(JSON.stringify(value) ?? 'null', 'utf8');
-
-/**
- * The task to publish: as it is, or, when its input was found too large for the message ({@link
- * checkTaskToSubmit}'s `storeInput`), with that input stored in the pipeline's inputs bucket and an `inputRef`
- * to it in its place.
- */
-export async function withStoredInput<T extends TaskSubmission & { id: string }>(
-  values: Pick<ValueStore, 'storeInput'>,
-  pipeline: string,
-  task: T,
-  storeInput: string | undefined,
-): Promise<T> {
-  if (storeInput === undefined) return task;
-  const { input: _stored, ...rest } = task;
-  return { ...rest, inputRef: await values.storeInput(pipeline, task.id, storeInput) } as T;
-}

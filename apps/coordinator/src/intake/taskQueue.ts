@@ -1,10 +1,9 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/transport-node';
-import { STREAMS, subjects, type TaskSubmission } from '@troupe/protocol';
+import { STREAMS, subjects } from '@troupe/protocol';
 import {
   jetstreamManagerOf,
   jetstreamOf,
-  logMessage,
   type NatsBus,
   type UntilReachableOptions,
   untilReachable,
@@ -240,31 +239,4 @@ function toDelivery(msg: JsMsg, park: (parked: boolean) => void): TaskDelivery {
     term: () => msg.term(),
     park,
   };
-}
-
-/** The outcome of storing a task in the `TASKS` stream. */
-export interface SubmitResult {
-  streamSequence: number;
-  /** True when a task with this id was stored within the stream's duplicate window: nothing new was stored. */
-  duplicate: boolean;
-}
-
-/**
- * Stores a task on `troupe.tasks.<pipeline>` in the `TASKS` stream, with its id as `Nats-Msg-Id` so a
- * resubmission within the duplicate window is dropped by the server.
- */
-export async function submitTask(
-  bus: NatsBus,
-  pipeline: string,
-  task: TaskSubmission & { id: string },
-): Promise<SubmitResult> {
-  const subject = subjects.task(pipeline);
-  const ack = await jetstreamOf(bus).publish(subject, JSON.stringify(task), { msgID: task.id });
-  logMessage(bus.logger, bus.messageLogLevel, 'out', subject, {
-    taskId: task.id,
-    from: 'user',
-    to: pipeline,
-    kind: 'task',
-  });
-  return { streamSequence: ack.seq, duplicate: ack.duplicate };
 }

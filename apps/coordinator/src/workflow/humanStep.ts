@@ -1,6 +1,6 @@
+import type { StepActivity } from '@troupe/protocol';
 import { type Clock, type HumanGate, StepJournal } from '@troupe/runtime';
 import { z } from 'zod';
-import type { StepActivity } from './workflowRecord.ts';
 import type { HumanRunInput, HumanRunOutput } from './workflowTypes.ts';
 
 /** How many times a `human` step asks when the answers keep missing its schema. */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { WorkflowRecord } from '@troupe/protocol';
 import {
   ControlMessage,
   type ControlReceipt,
@@ -44,7 +45,6 @@ import { createStepRunner } from './stepRunner.ts';
 import { TaskEvents } from './taskEvents.ts';
 import { type Stage, taskLifecycleMachine } from './taskLifecycle.ts';
 import { TaskMigrations } from './taskMigrations.ts';
-import type { WorkflowRecord } from './workflowRecord.ts';
 import { type Lease, type Run, type RunningTask, runWorkflow, type WorkflowStore } from './workflowRun.ts';
 import type {
   HumanRunInput,

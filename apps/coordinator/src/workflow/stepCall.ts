@@ -1,3 +1,4 @@
+import type { StepActivity } from '@troupe/protocol';
 import {
   AgentStepReply,
   type AgentStepRequest,
@@ -17,7 +18,6 @@ import {
   TransportError,
 } from '@troupe/runtime';
 import { assign, fromCallback, setup } from 'xstate';
-import type { StepActivity } from './workflowRecord.ts';
 
 /** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
 export const REPLY_GRACE_MS = 2_000;

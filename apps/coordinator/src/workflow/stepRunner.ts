@@ -1,8 +1,8 @@
+import type { StepActivity } from '@troupe/protocol';
 import { subjects } from '@troupe/protocol';
 import type { Bus, Clock, Logger } from '@troupe/runtime';
 import { createActor, toPromise } from 'xstate';
 import { stepCallMachine } from './stepCall.ts';
-import type { StepActivity } from './workflowRecord.ts';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
 /** How much longer than the task's deadline the workflow waits for the agent's own account of running out. */

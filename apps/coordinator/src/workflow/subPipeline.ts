@@ -1,3 +1,4 @@
+import { cancelTask, OperationError, readTask, submitToPipeline } from '@troupe/client';
 import {
   emptyUsage,
   errorMessage,
@@ -8,8 +9,6 @@ import {
   type TroupeEvent,
 } from '@troupe/protocol';
 import { type Clock, every, type NatsBus, type ValueStore } from '@troupe/runtime';
-import { OperationError } from '../operations/operationError.ts';
-import { cancelTask, readTask, submitToPipeline } from '../operations/taskOperations.ts';
 import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
 /**

@@ -1,3 +1,4 @@
+import type { StepActivity, WorkflowRecord } from '@troupe/protocol';
 import { emptyUsage, errorMessage, type TroupeEvent, type UsageTotals } from '@troupe/protocol';
 import {
   type Clock,
@@ -18,7 +19,6 @@ import type { TaskDelivery } from '../intake/taskQueue.ts';
 import { activeSteps, hearEndedItems, stepsAtWork, unfitItem, type WorkflowMachine } from './compileFlow.ts';
 import type { TaskEvents } from './taskEvents.ts';
 import type { Stage } from './taskLifecycle.ts';
-import type { StepActivity, WorkflowRecord } from './workflowRecord.ts';
 import { endedTask, type ReleaseReason, type TaskOutput, type WorkflowInput } from './workflowTypes.ts';
 
 /** Where workflow records live: the KV bucket `workflows`, as far as the runner uses it. */

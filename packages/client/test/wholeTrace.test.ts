@@ -1,6 +1,6 @@
 import type { ValueRef } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
-import { type TaskTrace, wholeTrace } from '../src/operations/taskTrace.ts';
+import { type TaskTrace, wholeTrace } from '../src/taskTrace.ts';
 
 const ref = (name: string): ValueRef => ({
   bucket: 'troupe-values-demo',

@@ -1,10 +1,9 @@
+import { CLIENT_WAIT, OperationError, PipelineRegistry } from '@troupe/client';
 import type { NatsBus } from '@troupe/runtime';
-import { PipelineConfig } from '../config/pipelineSchema.ts';
-import { shortVersion } from '../config/pipelineVersion.ts';
-import { PipelineVersions } from '../config/pipelineVersions.ts';
-import { PipelineRegistry } from '../intake/pipelineRegistry.ts';
-import { OperationError } from './operationError.ts';
-import { CLIENT_WAIT } from './troupeState.ts';
+import { registrationOf } from '../intake/pipelineRegistry.ts';
+import { PipelineConfig } from './pipelineSchema.ts';
+import { shortVersion } from './pipelineVersion.ts';
+import { PipelineVersions } from './pipelineVersions.ts';
 
 /**
  * Makes a stored version of a pipeline the newest, the one new tasks start on (`troupe versions use`), as Temporal's
@@ -53,10 +52,12 @@ export async function useVersion(
   // Introduced now: coordinators of the versions stored before, restarting, leave it the newest.
   await versions.introduce(version, now);
   await registry.register(
-    PipelineConfig.parse(version.config),
-    registered?.host ?? 'troupe versions use',
-    now,
-    hash,
+    registrationOf(
+      PipelineConfig.parse(version.config),
+      registered?.host ?? 'troupe versions use',
+      now,
+      hash,
+    ),
   );
   return { ...(registered?.version === undefined ? {} : { from: registered.version }), to: hash };
 }

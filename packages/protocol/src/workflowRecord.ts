@@ -1,5 +1,8 @@
-import { Name, type TaskEnding, TaskId, TroupeEvent, UsageTotals } from '@troupe/protocol';
 import { z } from 'zod';
+import type { TaskEnding } from './control.ts';
+import { TroupeEvent } from './events.ts';
+import { Name, TaskId } from './names.ts';
+import { UsageTotals } from './usage.ts';
 
 /** What the step a task waits on is doing, as its workflow last heard: for `troupe status`. */
 export const StepActivity = z.discriminatedUnion('kind', [

@@ -1,4 +1,4 @@
-import { BUCKETS, HumanRequest } from '@troupe/protocol';
+import { BUCKETS, HumanRequest, WorkflowRecord } from '@troupe/protocol';
 import {
   KvStore,
   type NatsBus,
@@ -7,7 +7,6 @@ import {
   type UntilReachableOptions,
 } from '@troupe/runtime';
 import type { z } from 'zod';
-import { WorkflowRecord } from '../workflow/workflowRecord.ts';
 import { OperationError } from './operationError.ts';
 
 /** How long a client waits for a server in trouble before it says so: clients answer people, who should not wait. */

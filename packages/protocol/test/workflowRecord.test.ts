@@ -1,6 +1,6 @@
-import { emptyUsage } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
-import { WorkflowRecord } from '../src/workflow/workflowRecord.ts';
+import { emptyUsage } from '../src/usage.ts';
+import { WorkflowRecord } from '../src/workflowRecord.ts';
 
 const record = {
   taskId: 'task-1',

@@ -1,3 +1,4 @@
+import type { WorkflowRecord } from '@troupe/protocol';
 import {
   ControlReceipt,
   ControlRefusal,
@@ -9,12 +10,16 @@ import {
   type TaskSubmission,
   type TroupeEvent,
 } from '@troupe/protocol';
-import { type NatsBus, readEventHistory, TransportError, ValueStore } from '@troupe/runtime';
-import { PipelineRegistry } from '../intake/pipelineRegistry.ts';
-import { withStoredInput } from '../intake/storedInput.ts';
-import { submitTask } from '../intake/taskQueue.ts';
-import type { WorkflowRecord } from '../workflow/workflowRecord.ts';
+import {
+  jetstreamOf,
+  logMessage,
+  type NatsBus,
+  readEventHistory,
+  TransportError,
+  ValueStore,
+} from '@troupe/runtime';
 import { OperationError } from './operationError.ts';
+import { PipelineRegistry } from './pipelineRegistry.ts';
 import { CLIENT_WAIT, openWorkflowStore } from './troupeState.ts';
 
 export interface Submitted {
@@ -198,4 +203,47 @@ export async function readTaskEvents(
     throw error;
   }
   return events;
+}
+
+/** The outcome of storing a task in the `TASKS` stream. */
+export interface SubmitResult {
+  streamSequence: number;
+  /** True when a task with this id was stored within the stream's duplicate window: nothing new was stored. */
+  duplicate: boolean;
+}
+
+/**
+ * Stores a task on `troupe.tasks.<pipeline>` in the `TASKS` stream, with its id as `Nats-Msg-Id` so a
+ * resubmission within the duplicate window is dropped by the server.
+ */
+export async function submitTask(
+  bus: NatsBus,
+  pipeline: string,
+  task: TaskSubmission & { id: string },
+): Promise<SubmitResult> {
+  const subject = subjects.task(pipeline);
+  const ack = await jetstreamOf(bus).publish(subject, JSON.stringify(task), { msgID: task.id });
+  logMessage(bus.logger, bus.messageLogLevel, 'out', subject, {
+    taskId: task.id,
+    from: 'user',
+    to: pipeline,
+    kind: 'task',
+  });
+  return { streamSequence: ack.seq, duplicate: ack.duplicate };
+}
+
+/**
+ * The task to publish: as it is, or, when its input was found too large for the message ({@link
+ * checkTaskToSubmit}'s `storeInput`), with that input stored in the pipeline's inputs bucket and an `inputRef`
+ * to it in its place.
+ */
+export async function withStoredInput<T extends TaskSubmission & { id: string }>(
+  values: Pick<ValueStore, 'storeInput'>,
+  pipeline: string,
+  task: T,
+  storeInput: string | undefined,
+): Promise<T> {
+  if (storeInput === undefined) return task;
+  const { input: _stored, ...rest } = task;
+  return { ...rest, inputRef: await values.storeInput(pipeline, task.id, storeInput) } as T;
 }

@@ -1,5 +1,6 @@
 import {
   ApprovalDecision,
+  endingOfRecord,
   HumanAnswer,
   type HumanRequest,
   isName,
@@ -8,7 +9,6 @@ import {
   type TaskEnding,
 } from '@troupe/protocol';
 import { closedByEnding, describeEnding, type KvEntry, type NatsBus } from '@troupe/runtime';
-import { endingOfRecord } from '../workflow/workflowRecord.ts';
 import { OperationError } from './operationError.ts';
 import { type HumanRequestStore, openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
 

@@ -1,0 +1,65 @@
+export {
+  type DecidedStatus,
+  type HumanReply,
+  listHumanRequests,
+  type ReplyOutcome,
+  type RequestScope,
+  readHumanRequest,
+  replyToHuman,
+} from './humanRequests.ts';
+export { OperationError, type OperationErrorCode } from './operationError.ts';
+export { PipelineRegistry } from './pipelineRegistry.ts';
+export {
+  eventsAfter,
+  type FollowOptions,
+  followAllEvents,
+  followTaskEvents,
+  type SequencedEvent,
+} from './taskEvents.ts';
+export {
+  cancelTask,
+  migrateTask,
+  readTask,
+  readTaskEvents,
+  type SubmitOptions,
+  type SubmitResult,
+  type Submitted,
+  submitTask,
+  submitToPipeline,
+  withStoredInput,
+} from './taskOperations.ts';
+export {
+  type ApprovalTrace,
+  buildTaskTrace,
+  type CompactionTrace,
+  type ModelCallTrace,
+  type ModelSpend,
+  type QuestionTrace,
+  type StepTrace,
+  type TaskTrace,
+  type ToolCallTrace,
+  type TraceEntry,
+  type TraceTotals,
+  wholeTrace,
+} from './taskTrace.ts';
+export {
+  type ClientOptions,
+  type ConnectOptions,
+  type Decided,
+  type EventsOptions,
+  type NewTask,
+  type TaskResult,
+  TroupeClient,
+  type WaitOptions,
+} from './troupeClient.ts';
+export {
+  bucketIfAny,
+  CLIENT_WAIT,
+  type HumanRequestStore,
+  openBucket,
+  openHumanRequests,
+  openWorkflowStore,
+  readValues,
+  type WorkflowStore,
+  workflowStoreIfAny,
+} from './troupeState.ts';

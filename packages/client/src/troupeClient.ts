@@ -1,0 +1,374 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  DEFAULT_TASK_LIMITS,
+  type HumanRequest,
+  type PipelineRegistration,
+  type TaskFailureReason,
+  type TaskLimits,
+  type TaskSubmission,
+  type UsageTotals,
+  type WorkflowRecord,
+} from '@troupe/protocol';
+import { createLogger, type Logger, type NatsAccess, NatsBus, ValueStore } from '@troupe/runtime';
+import {
+  type DecidedStatus,
+  type HumanReply,
+  listHumanRequests,
+  readHumanRequest,
+  replyToHuman,
+} from './humanRequests.ts';
+import { OperationError } from './operationError.ts';
+import { PipelineRegistry } from './pipelineRegistry.ts';
+import { followTaskEvents, type SequencedEvent } from './taskEvents.ts';
+import { cancelTask, readTask, readTaskEvents, type Submitted, submitToPipeline } from './taskOperations.ts';
+import { buildTaskTrace, type TaskTrace, wholeTrace } from './taskTrace.ts';
+import { CLIENT_WAIT, openWorkflowStore, readValues } from './troupeState.ts';
+
+/** How often `wait` reads the task's record when it may not read the task's events. */
+const RECORD_POLL_MS = 1_000;
+
+/** How many submitted tasks' pipelines a client remembers. */
+const REMEMBERED_TASKS = 10_000;
+
+/** The clients `connect` made, whose connection `close` closes. */
+const OWN_CONNECTION = new WeakSet<TroupeClient>();
+
+export interface ConnectOptions {
+  /** The NATS servers: a URL, a list, or `nats://a:4222,nats://b:4222`. `nats://127.0.0.1:4222` when absent. */
+  servers?: string | string[];
+  /** How to log in and talk TLS: a user and password, an nkey seed or a `.creds` file's text, and PEM texts. */
+  access?: NatsAccess;
+  /** The name NATS shows for this connection; `troupe-client` when absent. */
+  name?: string;
+  /** Where the connection logs (pino); errors only, to stderr, when absent. */
+  logger?: Logger;
+  /** How long to keep trying to reach the servers before `connect` fails; 0 (fail at once) by default. */
+  waitForServerMs?: number;
+}
+
+export interface ClientOptions {
+  /** Where inputs and outputs too large for a message are stored and read; one on the same connection when absent. */
+  values?: ValueStore;
+  /** The coordinators' task limits, when they were changed from the protocol's defaults. */
+  limits?: TaskLimits;
+}
+
+/** A task to submit: its goal, and optionally an id (a fresh one when absent), an input and labels. */
+export type NewTask = Omit<TaskSubmission, 'id' | 'parent'> & { id?: string };
+
+/** How a task ended: its output when it completed, the reason when it failed. */
+export interface TaskResult {
+  taskId: string;
+  pipeline: string;
+  status: 'completed' | 'failed' | 'cancelled';
+  /** The final output, read back whole when the task's final event held only a preview of it. */
+  output?: string;
+  failure?: { reason: TaskFailureReason; message: string };
+  usage: UsageTotals;
+}
+
+export interface WaitOptions {
+  /** The task's pipeline: needed only for a task still queued that this client did not submit. */
+  pipeline?: string;
+  /** Gives up after this long, with `OperationError` `unavailable`; waits as long as the task runs when absent. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface EventsOptions {
+  /** The task's pipeline: needed only for a task still queued that this client did not submit. */
+  pipeline?: string;
+  /** Events stored after this stream sequence (the `seq` of the last one seen): how a dropped reader resumes. */
+  after?: number;
+  /** Ends the iteration. */
+  signal?: AbortSignal;
+}
+
+/** The answer to a decision: what the request's record now says, and whose it was. */
+export interface Decided {
+  request: HumanRequest;
+  status: DecidedStatus;
+}
+
+/**
+ * A typed client of a running Troupe, over NATS alone: what `troupe` (the CLI), the gateway and its A2A and MCP
+ * servers do to tasks, for any TypeScript application. Every method throws {@link OperationError} with a stable
+ * `code` when the operation changed nothing (`not_found`, `conflict`, `no_coordinator`, `unavailable`, …).
+ *
+ * ```ts
+ * const troupe = await TroupeClient.connect({ servers: 'nats://127.0.0.1:4222' });
+ * const { taskId } = await troupe.submit('review', { goal: 'Review the README' });
+ * for await (const { event } of troupe.events(taskId)) console.log(event.kind);
+ * console.log((await troupe.wait(taskId)).output);
+ * await troupe.close();
+ * ```
+ */
+export class TroupeClient {
+  /** The connection this client works over; `close` drains it when `connect` made it. */
+  readonly bus: NatsBus;
+  readonly #values: ValueStore;
+  readonly #limits: TaskLimits;
+  /** The pipelines of the tasks this client submitted lately: a task still queued has no record to say it. */
+  readonly #submitted = new Map<string, string>();
+
+  /** A client over a connection the caller made and closes. */
+  constructor(bus: NatsBus, options: ClientOptions = {}) {
+    this.bus = bus;
+    this.#values = options.values ?? new ValueStore(bus);
+    this.#limits = options.limits ?? DEFAULT_TASK_LIMITS;
+  }
+
+  /** Connects to NATS; fails with a `TransportError` (`connect_failed`) naming the servers when none answers. */
+  static async connect(options: ConnectOptions = {}, client: ClientOptions = {}): Promise<TroupeClient> {
+    const bus = await NatsBus.connect({
+      servers: options.servers ?? 'nats://127.0.0.1:4222',
+      name: options.name ?? 'troupe-client',
+      logger: options.logger ?? createLogger({ level: 'error', name: 'troupe-client' }),
+      messageLogLevel: 'debug',
+      ...(options.access === undefined ? {} : { access: options.access }),
+      ...(options.waitForServerMs === undefined ? {} : { waitForServerMs: options.waitForServerMs }),
+    });
+    const made = new TroupeClient(bus, client);
+    OWN_CONNECTION.add(made);
+    return made;
+  }
+
+  /**
+   * Stores a task for a pipeline some coordinator has loaded. An id submitted before is never run again: the answer
+   * says `duplicate`, with the task's record when it has one. An input too large for the task message is stored in
+   * the pipeline's inputs bucket first. Refused before anything is stored: an unknown pipeline (`not_found`), a task
+   * over the limits (`too_large`, `invalid_request`).
+   */
+  async submit(pipeline: string, task: NewTask): Promise<Submitted> {
+    const submitted = await submitToPipeline(
+      this.bus,
+      pipeline,
+      { ...task, id: task.id ?? randomUUID() },
+      { values: this.#values, limits: this.#limits },
+    );
+    this.#submitted.delete(submitted.taskId);
+    this.#submitted.set(submitted.taskId, submitted.record?.pipeline ?? pipeline);
+    if (this.#submitted.size > REMEMBERED_TASKS)
+      this.#submitted.delete(this.#submitted.keys().next().value ?? '');
+    return submitted;
+  }
+
+  /** The task's record: where it stands (`status`, `state`, `activity`), its usage, its final event once it ended. */
+  task(taskId: string): Promise<WorkflowRecord> {
+    return readTask(this.bus, taskId);
+  }
+
+  /** Every task this server keeps a record of (of one pipeline, or with one status, when asked), newest first. */
+  async tasks(
+    filter: { pipeline?: string; status?: WorkflowRecord['status'] } = {},
+  ): Promise<WorkflowRecord[]> {
+    const records = await readValues(await openWorkflowStore(this.bus, CLIENT_WAIT));
+    return records
+      .filter(
+        (r) =>
+          (filter.pipeline === undefined || r.pipeline === filter.pipeline) &&
+          (filter.status === undefined || r.status === filter.status),
+      )
+      .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || a.taskId.localeCompare(b.taskId));
+  }
+
+  /** How the task ended, or undefined while it runs. */
+  async result(taskId: string): Promise<TaskResult | undefined> {
+    return this.#resultOf(await readTask(this.bus, taskId));
+  }
+
+  /**
+   * Waits for the task to end and answers how it did. Fails with `OperationError` `unavailable` when `timeoutMs`
+   * passes first, and with the signal's reason when it aborts.
+   */
+  async wait(taskId: string, options: WaitOptions = {}): Promise<TaskResult> {
+    const task = await this.#located(taskId, options.pipeline);
+    const ended = task.record && (await this.#resultOf(task.record));
+    if (ended) return ended;
+    const stop = new AbortController();
+    const timer =
+      options.timeoutMs === undefined
+        ? undefined
+        : setTimeout(
+            () =>
+              stop.abort(
+                new OperationError(
+                  'unavailable',
+                  `task ${taskId} did not end within ${options.timeoutMs} ms`,
+                ),
+              ),
+            options.timeoutMs,
+          );
+    const onAbort = () => stop.abort(options.signal?.reason);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      // Its events from the first: the final one is among them however late this reader came. A user who may not
+      // read the stored events learns the ending from the task's record instead, read every second.
+      await followTaskEvents(this.bus, task, { signal: stop.signal, onEvent: () => undefined }).catch(
+        async () => {
+          while (!stop.signal.aborted) {
+            const record = await this.#recordIfAny(taskId);
+            if (record && record.status !== 'running') return;
+            await sleep(RECORD_POLL_MS, undefined, { signal: stop.signal }).catch(() => undefined);
+          }
+        },
+      );
+      if (stop.signal.aborted) throw stop.signal.reason;
+      const last = await this.#resultOf(await readTask(this.bus, taskId));
+      if (!last)
+        throw new OperationError('unavailable', `task ${taskId} ended but its record does not say so yet`);
+      return last;
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /**
+   * The task's events, in the order the `EVENTS` stream stored them: those so far, then each as it comes, ending
+   * after the final one (or when `signal` aborts). Each carries its stream sequence: pass the last one seen as
+   * `after` to resume where a dropped reader stopped, with nothing lost and nothing twice.
+   */
+  async *events(taskId: string, options: EventsOptions = {}): AsyncGenerator<SequencedEvent> {
+    const task = await this.#located(taskId, options.pipeline);
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    const queue: SequencedEvent[] = [];
+    let wake: () => void = () => {};
+    let finished = false;
+    let failure: unknown;
+    const following = followTaskEvents(this.bus, task, {
+      signal: stop.signal,
+      ...(options.after === undefined ? {} : { after: options.after }),
+      onEvent: (event) => {
+        queue.push(event);
+        wake();
+      },
+    }).then(
+      () => {
+        finished = true;
+        wake();
+      },
+      (error: unknown) => {
+        failure = error;
+        finished = true;
+        wake();
+      },
+    );
+    try {
+      for (;;) {
+        const next = queue.shift();
+        if (next) {
+          yield next;
+          continue;
+        }
+        if (finished) break;
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+      if (failure !== undefined) throw failure;
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+      stop.abort();
+      await following;
+    }
+  }
+
+  /** Asks the coordinator running the task to stop it (`conflict` when it has ended already). */
+  cancel(taskId: string, reason?: string): Promise<void> {
+    return cancelTask(this.bus, taskId, reason);
+  }
+
+  /** What people are asked and have not answered (or ever were, with `all`), of one task when asked. */
+  approvals(filter: { taskId?: string; all?: boolean } = {}): Promise<HumanRequest[]> {
+    return listHumanRequests(this.bus, filter);
+  }
+
+  /**
+   * Decides an approval (`{ kind: 'approval', decision: { decision: 'allow' | 'deny', reason?, by? } }`) or answers
+   * a question (`{ kind: 'question', answer: { answer, by? } }`). The decision is recorded first, so it holds whether
+   * or not the agent is listening now; `conflict` when it was decided already or has expired.
+   */
+  async decide(requestId: string, reply: HumanReply): Promise<Decided> {
+    const outcome = await replyToHuman(this.bus, requestId, reply);
+    return { request: outcome.request, status: outcome.status };
+  }
+
+  /** The human request named, or undefined. */
+  request(requestId: string): Promise<HumanRequest | undefined> {
+    return readHumanRequest(this.bus, requestId);
+  }
+
+  /**
+   * The task's trace: each step with its model calls, tool calls and decisions, and the totals, with the outputs its
+   * events name by reference read back whole.
+   */
+  async trace(taskId: string): Promise<TaskTrace> {
+    const record = await readTask(this.bus, taskId);
+    const trace = buildTaskTrace(taskId, await readTaskEvents(this.bus, taskId, record.pipeline));
+    const versioned = record.version === undefined ? trace : { ...trace, version: record.version };
+    return wholeTrace(versioned, (ref) => this.#values.read(ref));
+  }
+
+  /** The pipelines the coordinators on this server have loaded, by name. */
+  async pipelines(): Promise<PipelineRegistration[]> {
+    try {
+      return await (await PipelineRegistry.open(this.bus, CLIENT_WAIT)).all();
+    } catch (error) {
+      throw new OperationError('no_coordinator', `no Troupe coordinator has run on this server yet`, {
+        cause: error,
+      });
+    }
+  }
+
+  /** Closes the connection, when this client made it (`connect`); a connection passed in is left to its owner. */
+  async close(): Promise<void> {
+    if (OWN_CONNECTION.has(this)) await this.bus.close();
+  }
+
+  /**
+   * Where a task's events are: the pipeline its record names; for a task still queued (no record yet), the one asked
+   * for, or the one this client submitted it to.
+   */
+  async #located(
+    taskId: string,
+    pipeline?: string,
+  ): Promise<{ taskId: string; pipeline: string; record?: WorkflowRecord }> {
+    const record = await this.#recordIfAny(taskId);
+    if (record) return { taskId, pipeline: record.pipeline, record };
+    const queued = pipeline ?? this.#submitted.get(taskId);
+    if (queued === undefined) {
+      throw new OperationError(
+        'not_found',
+        `no task ${taskId} is known on this server (one still queued is found with its pipeline: pass { pipeline })`,
+      );
+    }
+    return { taskId, pipeline: queued };
+  }
+
+  #recordIfAny(taskId: string): Promise<WorkflowRecord | undefined> {
+    return readTask(this.bus, taskId).catch((error: unknown) => {
+      if (OperationError.is(error, 'not_found')) return undefined;
+      throw error;
+    });
+  }
+
+  async #resultOf(record: WorkflowRecord): Promise<TaskResult | undefined> {
+    if (record.status === 'running') return undefined;
+    const base = {
+      taskId: record.taskId,
+      pipeline: record.pipeline,
+      status: record.status,
+      usage: record.usage,
+    };
+    const final = record.final;
+    if (final?.kind === 'task.completed') {
+      const { output, outputRef } = final.data;
+      return { ...base, output: outputRef ? await this.#values.read(outputRef).catch(() => output) : output };
+    }
+    if (final?.kind === 'task.failed')
+      return { ...base, failure: { reason: final.data.reason, message: final.data.message } };
+    return base;
+  }
+}

@@ -1,0 +1,104 @@
+import { OperationError, type SequencedEvent, TroupeClient } from '@troupe/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { examplePath, fixturePath, type Harness, startHarness } from './support/harness.ts';
+
+/** `@troupe/client` as a user's application uses it: its own connection, against a running coordinator. */
+describe('@troupe/client', () => {
+  let h: Harness;
+  let troupe: TroupeClient;
+
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml')]);
+    troupe = await TroupeClient.connect({ servers: h.nats.url, name: 'client-test' });
+  });
+  afterAll(async () => {
+    await troupe?.close();
+    await h?.stop();
+  });
+
+  it('lists the pipelines the coordinators loaded', async () => {
+    const names = (await troupe.pipelines()).map((p) => p.name);
+    expect(names).toEqual(['demo', 'gated']);
+  });
+
+  it('submits a task, follows its events to the end, and reads its result and trace', async () => {
+    const { taskId, duplicate } = await troupe.submit('demo', { goal: 'Write a short hello note' });
+    expect(duplicate).toBe(false);
+    const seen: SequencedEvent[] = [];
+    for await (const event of troupe.events(taskId)) seen.push(event);
+    const kinds = seen.map((e) => e.event.kind);
+    expect(kinds[0]).toBe('task.accepted');
+    expect(kinds.at(-1)).toBe('task.completed');
+    // Stream order: every sequence after the one before it.
+    expect(seen.every((e, i) => i === 0 || e.seq > (seen[i - 1]?.seq ?? 0))).toBe(true);
+
+    const result = await troupe.wait(taskId);
+    expect(result).toMatchObject({ taskId, pipeline: 'demo', status: 'completed' });
+    expect(result.output).toEqual(expect.any(String));
+    expect(await troupe.result(taskId)).toEqual(result);
+
+    const trace = await troupe.trace(taskId);
+    // Each of the pipeline's steps ran (a review may send the work round again), and each model call is counted.
+    expect(new Set(trace.steps.map((s) => s.step))).toEqual(
+      new Set((await troupe.pipelines()).find((p) => p.name === 'demo')?.steps),
+    );
+    expect(trace.totals.modelCalls).toBeGreaterThanOrEqual(trace.steps.length);
+    expect((await troupe.tasks({ pipeline: 'demo' })).map((r) => r.taskId)).toContain(taskId);
+  });
+
+  it('resumes events after the last sequence a reader saw: nothing lost, nothing twice', async () => {
+    const { taskId } = await troupe.submit('demo', { goal: 'Write another note' });
+    await troupe.wait(taskId);
+    const all: SequencedEvent[] = [];
+    for await (const event of troupe.events(taskId)) all.push(event);
+    const cut = Math.floor(all.length / 2);
+    const first: SequencedEvent[] = [];
+    for await (const event of troupe.events(taskId)) {
+      first.push(event);
+      if (first.length === cut) break;
+    }
+    const rest: SequencedEvent[] = [];
+    for await (const event of troupe.events(taskId, { after: first.at(-1)?.seq ?? 0 })) rest.push(event);
+    expect([...first, ...rest].map((e) => e.event.id)).toEqual(all.map((e) => e.event.id));
+  });
+
+  it('refuses a second task with the same id, and names an unknown pipeline', async () => {
+    const { taskId } = await troupe.submit('demo', { id: 'client-once', goal: 'Once' });
+    await troupe.wait(taskId);
+    const again = await troupe.submit('demo', { id: 'client-once', goal: 'Once more' });
+    expect(again.duplicate).toBe(true);
+    expect(again.record?.status).toBe('completed');
+    const unknown = await troupe.submit('nope', { goal: 'x' }).catch((e: unknown) => e);
+    expect(OperationError.is(unknown, 'not_found')).toBe(true);
+    expect((unknown as Error).message).toContain('loaded: demo, gated');
+  });
+
+  it('lists a pending approval and decides it: the task goes on to complete', async () => {
+    const { taskId } = await troupe.submit('gated', { goal: 'release v1' });
+    await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
+    const [request] = await troupe.approvals({ taskId });
+    expect(request).toMatchObject({ kind: 'approval', taskId, pipeline: 'gated', agent: 'executor' });
+    const decided = await troupe.decide(request?.id ?? '', {
+      kind: 'approval',
+      decision: { decision: 'allow', by: 'client-test' },
+    });
+    expect(decided.status).toBe('allowed');
+    expect((await troupe.wait(taskId, { timeoutMs: 30_000 })).status).toBe('completed');
+    // Decided once: a second decision changes nothing and says why.
+    const twice = await troupe
+      .decide(request?.id ?? '', { kind: 'approval', decision: { decision: 'deny', reason: 'late' } })
+      .catch((e: unknown) => e);
+    expect(OperationError.is(twice, 'conflict')).toBe(true);
+  });
+
+  it('cancels a running task, and gives up waiting at its timeout', async () => {
+    const { taskId } = await troupe.submit('gated', { goal: 'release v2' });
+    await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
+    const early = await troupe.wait(taskId, { timeoutMs: 200 }).catch((e: unknown) => e);
+    expect(OperationError.is(early, 'unavailable')).toBe(true);
+    await troupe.cancel(taskId, 'not today');
+    expect(await troupe.wait(taskId, { timeoutMs: 30_000 })).toMatchObject({ taskId, status: 'cancelled' });
+    const again = await troupe.cancel(taskId).catch((e: unknown) => e);
+    expect(OperationError.is(again, 'conflict')).toBe(true);
+  });
+});
