@@ -1,4 +1,5 @@
 import type { PipelineRegistration } from '@troupe/protocol';
+import { finalOutputSchema } from '../config/finalOutput.ts';
 import { flowGraph } from '../config/flowGraph.ts';
 import { type PipelineConfig, sessionSummarizer } from '../config/pipelineSchema.ts';
 
@@ -10,6 +11,10 @@ export function registrationOf(
   version?: string,
 ): PipelineRegistration {
   const summarizer = sessionSummarizer(config);
+  const last = config.flow.at(-1);
+  // The task's output is its last step's: an agent's that declares its output's schema says what it is.
+  const outputSchema = last?.kind === 'agent' ? config.agents[last.agent]?.output : undefined;
+  const output = finalOutputSchema(config);
   return {
     name: config.name,
     ...(config.description === undefined ? {} : { description: config.description }),
@@ -17,6 +22,9 @@ export function registrationOf(
     steps: config.flow.map((s) => s.id),
     graph: flowGraph(config),
     ...(summarizer === undefined ? {} : { summarizer }),
+    ...(config.input === undefined ? {} : { input: config.input }),
+    ...(outputSchema === undefined ? {} : { output: outputSchema }),
+    ...(output === undefined ? {} : { output }),
     host,
     registeredAt: now.toISOString(),
     ...(version === undefined ? {} : { version }),
