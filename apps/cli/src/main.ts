@@ -14,6 +14,7 @@ const commands = {
   demo: () => import('./commands/demo.ts'),
   init: () => import('./commands/init.ts'),
   logs: () => import('./commands/logs.ts'),
+  mcp: () => import('./commands/mcp.ts'),
   natsConfig: () => import('./commands/natsConfig.ts'),
   gateway: () => import('./commands/gateway.ts'),
   graph: () => import('./commands/graph.ts'),
@@ -343,6 +344,20 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (options) => (await commands.gateway()).gateway(options)));
+
+program
+  .command('mcp')
+  .description(
+    'serve the pipelines as MCP tools on stdin/stdout, for MCP hosts that start a command (Claude Desktop, VS Code, …)',
+  )
+  .option('--pipeline <name>', 'only this pipeline as a tool (repeatable; default every one)', collect, [])
+  .option(
+    '--by <name>',
+    'who approvals and answers given through the host are recorded as (default: user@host)',
+  )
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(run(async (options) => (await commands.mcp()).mcp(options)));
 
 program
   .command('token')

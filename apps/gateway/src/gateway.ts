@@ -73,6 +73,8 @@ import {
 } from './api.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
 import { answerTo } from './errors.ts';
+import { mcpEndpoint } from './mcp/mcpEndpoint.ts';
+import { troupeMcpOptions } from './mcp/mcpOptions.ts';
 import { isLoopback, webSocketRefusal } from './origins.ts';
 import { type SessionRecord, Sessions } from './sessions.ts';
 import { SseStream } from './sse.ts';
@@ -296,6 +298,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     }
   });
   const sessions = new Sessions(bus, actions, logger);
+  // MCP over streamable HTTP (docs/interop.md): pipelines as tools, with the same tokens.
+  const mcp = troupeMcpOptions(bus, actions, options.idSecret);
+  await app.register(mcpEndpoint, { mcp, tokens: options.tokens, auth: options.auth ?? 'tokens', logger });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 

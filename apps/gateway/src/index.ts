@@ -13,6 +13,7 @@ export {
   TokensFile,
 } from './auth.ts';
 export { type Gateway, type GatewayOptions, startGateway } from './gateway.ts';
+export { serveMcpStdio } from './mcp/serveStdio.ts';
 export { type BrowserOrigins, webSocketRefusal } from './origins.ts';
 export { DEFAULT_STREAM_CAPS, type StreamCaps, StreamQuota, TooManyStreams } from './streamQuota.ts';
 export { loadOrCreateSecret, MIN_SECRET_CHARS, TaskIds } from './taskIds.ts';

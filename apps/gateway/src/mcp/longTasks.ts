@@ -1,0 +1,128 @@
+import type { CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
+import { followTaskEvents } from '@troupe/client';
+import type { NatsBus } from '@troupe/runtime';
+import { z } from 'zod';
+import type { GatewayActions } from '../actions.ts';
+import type { TaskView } from '../api.ts';
+import type { Principal } from '../auth.ts';
+import { elsewhere } from './humanAsk.ts';
+import { taskUri } from './taskResult.ts';
+
+/** The longest `waitSeconds` of `troupe_get`: below the 60 s a client waits for an answer by default. */
+export const MAX_GET_WAIT_SECONDS = 50;
+
+const TaskState = z.object({
+  taskId: z.string(),
+  pipeline: z.string(),
+  status: z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']),
+  /** The output, once it completed. */
+  output: z.unknown().optional(),
+  failure: z.object({ reason: z.string(), message: z.string() }).optional(),
+  /** Approvals and questions it waits on now, each with how to settle it. */
+  waitingFor: z.array(
+    z.object({ id: z.string(), kind: z.enum(['approval', 'question']), prompt: z.string(), how: z.string() }),
+  ),
+  trace: z.string(),
+});
+type TaskState = z.infer<typeof TaskState>;
+
+/**
+ * A pair of tools for tasks longer than a client waits on one call (MCP 2026-07-28 moved long calls to the Tasks
+ * extension, which the SDK's server does not implement): `troupe_start` submits a task of any pipeline the caller
+ * may submit to and answers at once with its id; `troupe_get` says where it stands, its output once it has ended,
+ * and what it waits on — waiting up to `waitSeconds` for it to end. One pair for every pipeline (not one per
+ * pipeline), so a host's tool list grows by two, not twice.
+ */
+export function registerLongTaskTools(
+  server: McpServer,
+  deps: { bus: NatsBus; actions: GatewayActions; who: Principal; clientName(ctx: ServerContext): string },
+  pipelines: readonly string[],
+): void {
+  const { actions, who } = deps;
+  const [first, ...rest] = pipelines;
+  if (first !== undefined) {
+    server.registerTool(
+      'troupe_start',
+      {
+        title: 'Start a Troupe task',
+        description:
+          'Starts a task of a Troupe pipeline and answers at once with its id; read it with troupe_get. For tasks ' +
+          'longer than a call may wait. The pipeline tools of the same name describe each pipeline and its input.',
+        inputSchema: z.object({
+          pipeline: z.enum([first, ...rest]).describe('the pipeline to run'),
+          goal: z.string().min(1).describe('what the task should achieve'),
+          input: z.record(z.string(), z.unknown()).optional().describe("the pipeline's structured input"),
+        }),
+        outputSchema: TaskState,
+      },
+      async ({ pipeline, goal, input }, ctx) => {
+        const { view } = await actions.submit(who, pipeline, {
+          goal,
+          ...(input ? { input } : {}),
+          metadata: { via: 'mcp', 'mcp.client': deps.clientName(ctx).slice(0, 200) },
+        });
+        return resultOf(await stateOf(actions, who, view));
+      },
+    );
+  }
+  server.registerTool(
+    'troupe_get',
+    {
+      title: 'Read a Troupe task',
+      description:
+        'Where a Troupe task stands: its status, its output once completed, why it failed, and the approvals or ' +
+        `questions it waits on (with how to settle them). waitSeconds (at most ${MAX_GET_WAIT_SECONDS}) waits that long for it to end.`,
+      inputSchema: z.object({
+        taskId: z.string().min(1).describe('as troupe_start answered'),
+        waitSeconds: z
+          .number()
+          .min(0)
+          .max(MAX_GET_WAIT_SECONDS)
+          .optional()
+          .describe('wait up to this long for the task to end'),
+      }),
+      outputSchema: TaskState,
+      annotations: { readOnlyHint: true },
+    },
+    async ({ taskId, waitSeconds }, ctx) => {
+      const record = await actions.readable(who, taskId);
+      if (record.status === 'running' && waitSeconds)
+        await untilEnded(deps.bus, record, waitSeconds, ctx.mcpReq.signal);
+      return resultOf(await stateOf(actions, who, await actions.task(who, taskId)));
+    },
+  );
+}
+
+async function stateOf(actions: GatewayActions, who: Principal, view: TaskView): Promise<TaskState> {
+  const running = view.status === 'running' || view.status === 'submitted';
+  const waiting = running ? await actions.approvals(who, { taskId: view.taskId }) : [];
+  return {
+    taskId: view.taskId,
+    pipeline: view.pipeline,
+    status: view.status,
+    ...(view.output === undefined ? {} : { output: view.output }),
+    ...(view.failure ? { failure: view.failure } : {}),
+    waitingFor: waiting.map((r) => ({ id: r.id, kind: r.kind, prompt: r.prompt, how: elsewhere(r) })),
+    trace: taskUri(view.taskId, 'trace'),
+  };
+}
+
+function resultOf(state: TaskState): CallToolResult {
+  const lines = [`task ${state.taskId} (${state.pipeline}): ${state.status}`];
+  if (state.output !== undefined)
+    lines.push(typeof state.output === 'string' ? state.output : JSON.stringify(state.output));
+  if (state.failure) lines.push(`${state.failure.reason}: ${state.failure.message}`);
+  for (const w of state.waitingFor) lines.push(w.how);
+  return { content: [{ type: 'text', text: lines.join('\n') }], structuredContent: state };
+}
+
+/** Waits until the task's final event, `seconds` at most, or until the call is cancelled. */
+async function untilEnded(
+  bus: NatsBus,
+  task: { taskId: string; pipeline: string },
+  seconds: number,
+  cancelled: AbortSignal,
+): Promise<void> {
+  const stop = AbortSignal.any([cancelled, AbortSignal.timeout(seconds * 1_000)]);
+  await followTaskEvents(bus, task, { signal: stop, onEvent: () => undefined });
+}

@@ -1,0 +1,144 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { NodeStreamableHTTPServerTransport, toNodeHandler } from '@modelcontextprotocol/node';
+import { type AuthInfo, createMcpHandler, isInitializeRequest } from '@modelcontextprotocol/server';
+import type { Logger } from '@troupe/runtime';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { AuthRefusal, type Principal, type TokenStore } from '../auth.ts';
+import { type TroupeMcpOptions, troupeMcpServer } from './troupeMcpServer.ts';
+
+export interface McpEndpointOptions {
+  mcp: TroupeMcpOptions;
+  tokens: TokenStore;
+  /** `none`: every request acts as `anonymous` with every scope (the gateway serves 127.0.0.1 only then). */
+  auth: 'tokens' | 'none';
+  logger: Logger;
+  /** The 2025-11-25 sessions one token may hold open; past it, its oldest is closed (20). */
+  maxSessionsPerToken?: number;
+}
+
+const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
+
+/** A 2025-11-25 session: kept in this gateway's memory, for the principal that opened it. */
+interface LegacySession {
+  transport: NodeStreamableHTTPServerTransport;
+  who: Principal;
+}
+
+/**
+ * `/mcp`: Troupe as an MCP server over streamable HTTP, with the gateway's bearer tokens (a token sees and calls
+ * the pipelines its scope allows). A 2026-07-28 request is served statelessly by a server built for it, as every
+ * gateway route is. A 2025-11-25 client gets a session of its own (`Mcp-Session-Id`), held by this gateway, since
+ * only a session can carry the server's elicitation requests and the client's cancellations in that revision: route
+ * such clients to one gateway (sticky sessions) when several serve.
+ */
+export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, options) => {
+  const { tokens, logger } = options;
+  const maxSessions = options.maxSessionsPerToken ?? 20;
+  const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(options.mcp, who, { era });
+  const modern = createMcpHandler(({ authInfo, era }) => build(principalOf(authInfo), era), {
+    legacy: 'reject',
+    onerror: (error) => logger.warn({ err: error }, `mcp: ${error.message}`),
+  });
+  const serveModern = toNodeHandler(modern);
+  const sessions = new Map<string, LegacySession>();
+
+  const closeSession = (id: string) => {
+    const session = sessions.get(id);
+    sessions.delete(id);
+    void session?.transport.close().catch(() => undefined);
+  };
+  // A token revoked or changed ends its sessions, not only its next request.
+  const stopListening = tokens.onChange(() => {
+    if (options.auth === 'none') return;
+    for (const [id, session] of sessions) if (!tokens.holds(session.who)) closeSession(id);
+  });
+  app.addHook('preClose', async () => {
+    stopListening();
+    for (const id of [...sessions.keys()]) closeSession(id);
+    await modern.close();
+  });
+
+  const authenticate = (request: FastifyRequest, reply: FastifyReply): Principal | undefined => {
+    if (options.auth === 'none') return ANONYMOUS;
+    try {
+      return tokens.authenticate(request.headers.authorization);
+    } catch (error) {
+      if (!(error instanceof AuthRefusal)) throw error;
+      logger.warn(
+        { route: '/mcp', reason: error.message },
+        `refused ${request.method} /mcp: ${error.message}`,
+      );
+      void reply
+        .code(error.status)
+        .header('www-authenticate', 'Bearer')
+        .send({ error: { code: error.code, message: error.message } });
+      return undefined;
+    }
+  };
+
+  const openSession = async (who: Principal): Promise<NodeStreamableHTTPServerTransport> => {
+    const own = [...sessions].filter(([, s]) => s.who.name === who.name);
+    for (const [id] of own.slice(0, Math.max(0, own.length - maxSessions + 1))) closeSession(id);
+    const transport: NodeStreamableHTTPServerTransport = new NodeStreamableHTTPServerTransport({
+      sessionIdGenerator: randomUUID,
+      onsessioninitialized: (id) => void sessions.set(id, { transport, who }),
+    });
+    transport.onclose = () => {
+      if (transport.sessionId) sessions.delete(transport.sessionId);
+    };
+    await (await build(who, 'legacy')).connect(transport);
+    return transport;
+  };
+
+  app.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
+    const who = authenticate(request, reply);
+    if (!who) return reply;
+    const raw = Object.assign(request.raw, { auth: authInfoOf(who) }) as IncomingMessage & {
+      auth: AuthInfo;
+      method: string;
+      url: string;
+    };
+    const header = request.headers['mcp-session-id'];
+    const sessionId = Array.isArray(header) ? header[0] : header;
+    if (sessionId !== undefined) {
+      const session = sessions.get(sessionId);
+      // Another token's session is answered as one that does not exist.
+      if (!session || session.who.name !== who.name || session.who.tokenSha256 !== who.tokenSha256) {
+        return reply.code(404).send({
+          jsonrpc: '2.0',
+          id: null,
+          error: {
+            code: -32001,
+            message: `no MCP session ${sessionId} on this gateway: initialize a new one`,
+          },
+        });
+      }
+      reply.hijack();
+      return session.transport.handleRequest(raw, reply.raw, request.body);
+    }
+    if (request.method === 'POST' && isInitializeRequest(request.body)) {
+      const transport = await openSession(who);
+      reply.hijack();
+      return transport.handleRequest(raw, reply.raw, request.body);
+    }
+    reply.hijack();
+    return serveModern(raw, reply.raw, request.body);
+  });
+};
+
+/** What the SDK hands each server about the caller: the principal rides in `extra`, never the token itself. */
+function authInfoOf(who: Principal): AuthInfo {
+  return {
+    token: who.tokenSha256 ?? 'none',
+    clientId: who.name,
+    scopes: [...who.scopes],
+    extra: { principal: who },
+  };
+}
+
+function principalOf(authInfo: AuthInfo | undefined): Principal {
+  const who = authInfo?.extra?.principal as Principal | undefined;
+  if (!who) throw new AuthRefusal(401, 'no bearer token: send Authorization: Bearer <token>');
+  return who;
+}

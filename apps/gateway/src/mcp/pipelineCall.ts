@@ -1,0 +1,188 @@
+import {
+  type CallToolResult,
+  type InputRequiredResult,
+  inputRequired,
+  inputResponse,
+  type RequestStateCodec,
+  type ServerContext,
+} from '@modelcontextprotocol/server';
+import { followTaskEvents } from '@troupe/client';
+import type { HumanRequest } from '@troupe/protocol';
+import type { NatsBus } from '@troupe/runtime';
+import type { GatewayActions } from '../actions.ts';
+import { authorize, type Principal } from '../auth.ts';
+import { elicitationFor, elsewhere, replyOf } from './humanAsk.ts';
+import { ProgressReporter } from './progress.ts';
+import { RoundState } from './roundState.ts';
+import { toolResultOf } from './taskResult.ts';
+
+/** What a pipeline tool's calls need from the server that serves them. */
+export interface PipelineCallContext {
+  bus: NatsBus;
+  actions: GatewayActions;
+  codec: RequestStateCodec<RoundState>;
+  who: Principal;
+  /** Who the client says it is (its `clientInfo.name`): recorded as who decided, beside the principal. */
+  clientName(ctx: ServerContext): string;
+  /** Whether the client can show its user a form (declared the elicitation capability, form mode). */
+  canElicit(ctx: ServerContext): boolean;
+}
+
+export interface PipelineCallArgs {
+  goal: string;
+  input?: Record<string, unknown>;
+}
+
+/**
+ * One `tools/call` of a pipeline tool: submits the task (or, on a later round, takes the user's answer to what the
+ * last round asked), then follows the task's events, as progress, to its end. An approval or question of the task
+ * ends the round with `input_required` when the client can ask its user and the principal may decide (the next
+ * round answers it and follows on from there); otherwise the call keeps waiting and says how to decide it elsewhere.
+ * A call the client cancels cancels the task.
+ */
+export async function callPipeline(
+  call: PipelineCallContext,
+  pipeline: string,
+  args: PipelineCallArgs,
+  structured: boolean,
+  ctx: ServerContext,
+): Promise<CallToolResult | InputRequiredResult> {
+  const round = roundOf(ctx, call.who, pipeline);
+  const progress = new ProgressReporter(ctx, round?.progress);
+  let taskId: string;
+  if (round) {
+    taskId = round.taskId;
+    await answer(call, round, ctx, progress);
+  } else {
+    const client = call.clientName(ctx);
+    const { view } = await call.actions.submit(call.who, pipeline, {
+      goal: args.goal,
+      ...(args.input ? { input: args.input } : {}),
+      metadata: { via: 'mcp', 'mcp.client': client.slice(0, 200) },
+    });
+    taskId = view.taskId;
+    await progress.say(`task ${taskId} submitted to ${pipeline}`);
+  }
+  const asked = await follow(call, { taskId, pipeline }, round?.after, ctx, progress);
+  if (ctx.mcpReq.signal.aborted) {
+    await call.actions
+      .cancel(call.who, taskId, `the MCP client ${call.clientName(ctx)} cancelled its call`)
+      .catch(() => undefined);
+    return {
+      content: [{ type: 'text', text: `task ${taskId} cancelled: the call was cancelled` }],
+      isError: true,
+    };
+  }
+  if (asked) {
+    const state: RoundState = {
+      taskId,
+      pipeline,
+      who: call.who.name,
+      after: asked.seq,
+      asked: asked.request.id,
+      progress: progress.count,
+    };
+    return inputRequired({
+      inputRequests: { [asked.request.id]: elicitationFor(asked.request) },
+      requestState: await call.codec.mint(state, ctx),
+    });
+  }
+  return toolResultOf(await call.actions.task(call.who, taskId), structured);
+}
+
+/** The round state the client echoed, when this is a later round; refused when it was minted for another call. */
+function roundOf(ctx: ServerContext, who: Principal, pipeline: string): RoundState | undefined {
+  const echoed = ctx.mcpReq.requestState<unknown>();
+  if (echoed === undefined) return undefined;
+  const state = RoundState.parse(echoed);
+  if (state.who !== who.name || state.pipeline !== pipeline)
+    throw new Error('this requestState belongs to another caller or tool: call the tool afresh');
+  return state;
+}
+
+/** Records the user's response to what the last round asked; one the request no longer waits for is only told. */
+async function answer(
+  call: PipelineCallContext,
+  round: RoundState,
+  ctx: ServerContext,
+  progress: ProgressReporter,
+) {
+  const request = await pending(call, round.taskId, round.asked);
+  if (!request) return progress.say(`${round.asked} was settled meanwhile`);
+  const reply = replyOf(
+    request,
+    inputResponse(ctx.mcpReq.inputResponses, round.asked),
+    `${call.clientName(ctx)} (MCP)`,
+  );
+  if (reply.kind === 'leave')
+    return progress.say(`${request.id} stays open: ${reply.why}; ${elsewhere(request)}`);
+  try {
+    const decided = await call.actions.decide(call.who, request.id, reply.body);
+    await progress.say(`${request.id}: ${decided.outcome}`);
+  } catch (error) {
+    // Decided by someone else between the rounds: theirs stands, and the task goes on.
+    await progress.say(`${request.id} was not recorded: ${(error as Error).message}`);
+  }
+}
+
+/**
+ * Follows the task's events after `after` to its end, reporting progress. Stops early at an approval or question
+ * still pending that this call should ask the user, or when the client cancels.
+ */
+async function follow(
+  call: PipelineCallContext,
+  task: { taskId: string; pipeline: string },
+  after: number | undefined,
+  ctx: ServerContext,
+  progress: ProgressReporter,
+): Promise<{ request: HumanRequest; seq: number } | undefined> {
+  const stop = new AbortController();
+  const cancelled = () => stop.abort();
+  ctx.mcpReq.signal.addEventListener('abort', cancelled, { once: true });
+  let asked: { request: HumanRequest; seq: number } | undefined;
+  const mayAsk = call.canElicit(ctx) && mayDecide(call.who);
+  try {
+    if (ctx.mcpReq.signal.aborted) return undefined;
+    await followTaskEvents(call.bus, task, {
+      ...(after === undefined ? {} : { after }),
+      signal: stop.signal,
+      onEvent: async ({ seq, event }) => {
+        await progress.event(event);
+        const id =
+          event.kind === 'approval.requested'
+            ? event.data.approvalId
+            : event.kind === 'human.asked'
+              ? event.data.questionId
+              : undefined;
+        if (id === undefined) return;
+        // A request the history shows that someone has settled since is not asked again.
+        const request = await pending(call, task.taskId, id);
+        if (!request) return;
+        if (!mayAsk) return progress.say(elsewhere(request));
+        asked = { request, seq };
+        stop.abort();
+      },
+    });
+  } finally {
+    ctx.mcpReq.signal.removeEventListener('abort', cancelled);
+  }
+  return asked;
+}
+
+async function pending(
+  call: PipelineCallContext,
+  taskId: string,
+  id: string,
+): Promise<HumanRequest | undefined> {
+  const requests = await call.actions.approvals(call.who, { taskId });
+  return requests.find((r) => r.id === id && r.status === 'pending');
+}
+
+function mayDecide(who: Principal): boolean {
+  try {
+    authorize(who, 'approve');
+    return true;
+  } catch {
+    return false;
+  }
+}

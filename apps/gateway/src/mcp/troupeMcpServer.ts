@@ -1,0 +1,120 @@
+import {
+  CLIENT_CAPABILITIES_META_KEY,
+  CLIENT_INFO_META_KEY,
+  type ClientCapabilities,
+  fromJsonSchema,
+  type Implementation,
+  type McpRequestContext,
+  McpServer,
+  type RequestStateCodec,
+  type ServerContext,
+} from '@modelcontextprotocol/server';
+import type { PipelineRegistration } from '@troupe/protocol';
+import type { NatsBus } from '@troupe/runtime';
+import type { GatewayActions } from '../actions.ts';
+import { authorize, mayTouch, type Principal } from '../auth.ts';
+import { registerLongTaskTools } from './longTasks.ts';
+import { callPipeline, type PipelineCallArgs, type PipelineCallContext } from './pipelineCall.ts';
+import { pipelineToolShape } from './pipelineTool.ts';
+import type { RoundState } from './roundState.ts';
+import { registerTaskResources } from './taskResources.ts';
+
+/** What every MCP server instance is built over, the same for HTTP (`/mcp`) and stdio (`troupe mcp`). */
+export interface TroupeMcpOptions {
+  bus: NatsBus;
+  actions: GatewayActions;
+  /** The pipelines coordinators have registered (read per instance, so a new one shows without a restart). */
+  pipelines(): Promise<PipelineRegistration[]>;
+  codec: RequestStateCodec<RoundState>;
+  version: string;
+}
+
+/**
+ * Human approvals and questions may take as long as they last (days); the 2025 shim's elicitation round waits that
+ * long (a timer's longest, ~24 days), and a task may ask many times.
+ */
+const INPUT_ROUNDS = { maxRounds: 1_000, roundTimeoutMs: 2_000_000_000 };
+
+/**
+ * An MCP server over Troupe for one principal: each pipeline it may submit to is a tool, beside `troupe_start` and
+ * `troupe_get`, and each task it may read offers its trace and output as resources. Built per HTTP request (a
+ * 2026-07-28 request, or a 2025 session) and per stdio connection, by the SDK's serving entries.
+ */
+export async function troupeMcpServer(
+  options: TroupeMcpOptions,
+  who: Principal,
+  context: Pick<McpRequestContext, 'era'>,
+): Promise<McpServer> {
+  const server = new McpServer(
+    { name: 'troupe', version: options.version },
+    {
+      capabilities: { tools: {}, resources: {} },
+      instructions:
+        'Each tool but troupe_start and troupe_get runs a Troupe pipeline as one task and answers with its output. ' +
+        'Approvals and questions of the task are asked through elicitation when the client supports it.',
+      inputRequired: INPUT_ROUNDS,
+      requestState: { verify: options.codec.verify },
+    },
+  );
+  // A 2026-07-28 request says who sent it and what it can do in its own `_meta`; a 2025 session said so once.
+  const envelope = (ctx: ServerContext) => ctx.mcpReq.envelope as Record<string, unknown> | undefined;
+  const clientName = (ctx: ServerContext): string =>
+    (envelope(ctx)?.[CLIENT_INFO_META_KEY] as Implementation | undefined)?.name ??
+    server.server.getClientVersion()?.name ??
+    'an MCP client';
+  const canElicit = (ctx: ServerContext): boolean => {
+    const caps =
+      context.era === 'modern'
+        ? (envelope(ctx)?.[CLIENT_CAPABILITIES_META_KEY] as ClientCapabilities | undefined)
+        : server.server.getClientCapabilities();
+    // An empty `elicitation: {}` declares form mode (the 2025-06-18 form of the capability).
+    return (
+      caps?.elicitation !== undefined &&
+      (caps.elicitation.form !== undefined || caps.elicitation.url === undefined)
+    );
+  };
+  const call: PipelineCallContext = {
+    bus: options.bus,
+    actions: options.actions,
+    codec: options.codec,
+    who,
+    clientName,
+    canElicit,
+  };
+
+  const submittable = mayHave(who, 'submit')
+    ? (await options.pipelines()).filter((p) => mayTouch(who, p.name))
+    : [];
+  for (const pipeline of submittable) {
+    const shape = pipelineToolShape(pipeline);
+    server.registerTool(
+      shape.name,
+      {
+        title: shape.title,
+        description: shape.description,
+        inputSchema: fromJsonSchema<PipelineCallArgs>(shape.inputSchema as never),
+        ...(shape.outputSchema ? { outputSchema: fromJsonSchema(shape.outputSchema as never) } : {}),
+        annotations: { destructiveHint: false, openWorldHint: true },
+      },
+      (args, ctx) => callPipeline(call, pipeline.name, args, shape.outputSchema !== undefined, ctx),
+    );
+  }
+  if (mayHave(who, 'read')) {
+    registerLongTaskTools(
+      server,
+      { bus: options.bus, actions: options.actions, who, clientName },
+      submittable.map((p) => p.name),
+    );
+    registerTaskResources(server, options.actions, who);
+  }
+  return server;
+}
+
+function mayHave(who: Principal, scope: 'read' | 'submit'): boolean {
+  try {
+    authorize(who, scope);
+    return true;
+  } catch {
+    return false;
+  }
+}

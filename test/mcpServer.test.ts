@@ -1,0 +1,353 @@
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { readHumanRequest, readTask } from '@troupe/client';
+import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import { createLogger } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { examplePath, fixturePath, found, type Harness, ofKind, startHarness } from './support/harness.ts';
+
+const TOKENS = {
+  admin: 'mcp-admin-token-0123456789abcdef',
+  tabulatedOnly: 'mcp-tabulated-token-0123456789ab',
+  reader: 'mcp-reader-token-0123456789abcdef',
+};
+
+type Mode = 'legacy' | 'auto';
+type ElicitAnswer = {
+  action: 'accept' | 'decline' | 'cancel';
+  content?: Record<string, string | number | boolean | string[]>;
+};
+interface Elicited {
+  message: string;
+  requestedSchema: unknown;
+}
+
+/** The task id a pipeline tool's progress names (`task <id> submitted to <pipeline>`). */
+const submittedTask = (messages: string[]) =>
+  messages.map((m) => /^task (\S+) submitted to /.exec(m)?.[1]).find((id) => id !== undefined);
+
+describe('the MCP server on the gateway: pipelines as tools over streamable HTTP', () => {
+  let h: Harness;
+  let gateway: Gateway;
+  const clients: Client[] = [];
+
+  beforeAll(async () => {
+    h = await startHarness([
+      fixturePath('tabulated.yaml'),
+      fixturePath('gated.yaml'),
+      fixturePath('slowpoke.yaml'),
+      fixturePath('confirming.yaml'),
+      examplePath('demo.yaml'),
+    ]);
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([
+        { name: 'ops', sha256: hashToken(TOKENS.admin), scopes: ['admin'] },
+        {
+          name: 'counter',
+          sha256: hashToken(TOKENS.tabulatedOnly),
+          scopes: ['submit', 'approve'],
+          pipelines: ['tabulated'],
+        },
+        { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
+      ]),
+      port: 0,
+      dashboardDir: false,
+    });
+  });
+  afterAll(async () => {
+    for (const client of clients) await client.close().catch(() => undefined);
+    await gateway?.close();
+    await h?.stop();
+  });
+
+  /** An MCP client of the official SDK on `/mcp`: 2025-11-25 (`legacy`) or negotiated (`auto`, 2026-07-28 here). */
+  async function connect(
+    token: keyof typeof TOKENS,
+    mode: Mode,
+    elicit?: (asked: Elicited) => ElicitAnswer,
+  ): Promise<Client> {
+    const client = new Client(
+      { name: `mcp-test-${mode}`, version: '1.0.0' },
+      { capabilities: elicit ? { elicitation: { form: {} } } : {}, versionNegotiation: { mode } },
+    );
+    if (elicit) {
+      client.setRequestHandler('elicitation/create', async (request) =>
+        elicit(request.params as unknown as Elicited),
+      );
+    }
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${TOKENS[token]}` } },
+      }),
+    );
+    clients.push(client);
+    return client;
+  }
+
+  it('negotiates 2025-11-25 with a legacy client and 2026-07-28 with an auto one, on the one endpoint', async () => {
+    expect((await connect('admin', 'legacy')).getProtocolEra()).toBe('legacy');
+    expect((await connect('admin', 'auto')).getProtocolEra()).toBe('modern');
+  });
+
+  it('lists each pipeline as a tool with its input and, when it declares one, its output schema', async () => {
+    const { tools } = await (await connect('admin', 'legacy')).listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual([
+      'confirming',
+      'demo',
+      'gated',
+      'slowpoke',
+      'tabulated',
+      'troupe_get',
+      'troupe_start',
+    ]);
+    const tabulated = tools.find((t) => t.name === 'tabulated');
+    expect(tabulated?.description).toContain('Count the words of the goal');
+    expect(tabulated?.inputSchema).toMatchObject({
+      type: 'object',
+      properties: { goal: { type: 'string' }, input: { type: 'object' } },
+      required: ['goal'],
+    });
+    expect(tabulated?.outputSchema).toMatchObject({
+      type: 'object',
+      properties: { words: { type: 'integer' }, summary: { type: 'string' } },
+      required: ['words', 'summary'],
+    });
+    // A pipeline whose last reply is free text declares no output schema.
+    expect(tools.find((t) => t.name === 'demo')?.outputSchema).toBeUndefined();
+  });
+
+  for (const mode of ['legacy', 'auto'] as const) {
+    it(`runs a pipeline to completion: its output as text and structuredContent, with progress (${mode})`, async () => {
+      const client = await connect('admin', mode);
+      const progress: string[] = [];
+      const result = await client.callTool(
+        { name: 'tabulated', arguments: { goal: 'count these words' } },
+        { onprogress: (p) => void progress.push(p.message ?? '') },
+      );
+      expect(result.isError).toBeFalsy();
+      expect(result.structuredContent).toEqual({ words: 3, summary: 'three words' });
+      const text = result.content.find((c) => c.type === 'text');
+      expect(JSON.parse(text?.type === 'text' ? text.text : '')).toEqual({
+        words: 3,
+        summary: 'three words',
+      });
+      const taskId = result._meta?.['troupe/taskId'] as string;
+      expect((await readTask(h.bus, taskId)).status).toBe('completed');
+      expect(progress[0]).toBe(`task ${taskId} submitted to tabulated`);
+      expect(progress).toContain('step count started (agent counter)');
+      expect(result.content).toContainEqual(
+        expect.objectContaining({ type: 'resource_link', uri: `troupe://tasks/${taskId}/trace` }),
+      );
+    });
+
+    it(`cancels the task when the client cancels its call (${mode})`, async () => {
+      const client = await connect('admin', mode);
+      const progress: string[] = [];
+      const stop = new AbortController();
+      const call = client.callTool(
+        { name: 'slowpoke', arguments: { goal: 'think for a long time' } },
+        {
+          signal: stop.signal,
+          onprogress: (p) => {
+            progress.push(p.message ?? '');
+            // The planner's model call takes 30 s: cancel once its step has started.
+            if (p.message?.startsWith('step plan started')) stop.abort('the user stopped it');
+          },
+        },
+      );
+      await expect(call).rejects.toThrow(/the user stopped it/);
+      const taskId = submittedTask(progress);
+      expect(taskId).toBeDefined();
+      const final = await h.finalOf(taskId as string, 20_000);
+      expect(final.kind).toBe('task.cancelled');
+      expect(final.kind === 'task.cancelled' ? final.data.reason : '').toContain(
+        `the MCP client mcp-test-${mode} cancelled its call`,
+      );
+    });
+
+    it(`asks the user for an approval through elicitation; accepting allows the call (${mode})`, async () => {
+      const asked: Elicited[] = [];
+      const client = await connect('admin', mode, (request) => {
+        asked.push(request);
+        return { action: 'accept', content: { decision: 'allow', reason: 'looks fine' } };
+      });
+      const result = await client.callTool({ name: 'gated', arguments: { goal: 'ship the release' } });
+      expect(result.isError).toBeFalsy();
+      expect(asked).toHaveLength(1);
+      expect(asked[0]?.message).toContain('agent executor asks to run write_file');
+      expect(asked[0]?.requestedSchema).toMatchObject({
+        type: 'object',
+        properties: { decision: { type: 'string', enum: ['allow', 'deny'] } },
+        required: ['decision'],
+      });
+      const taskId = result._meta?.['troupe/taskId'] as string;
+      const decided = ofKind(h.eventsOf(taskId), 'approval.decided');
+      expect(decided).toHaveLength(1);
+      expect(decided[0]?.data).toMatchObject({ decision: 'allow', reason: 'looks fine' });
+      expect(decided[0]?.data.by).toContain(`mcp-test-${mode} (MCP)`);
+      const write = ofKind(h.eventsOf(taskId), 'tool.result').find(
+        (e) => e.data.tool === 'write_file' && e.data.ok,
+      );
+      expect(write).toBeDefined();
+      expect(ofKind(h.eventsOf(taskId), 'tool.result').every((e) => e.data.ok)).toBe(true);
+    });
+
+    it(`declining the elicitation denies the approval, with the reason, and the task goes on (${mode})`, async () => {
+      const client = await connect('admin', mode, () => ({ action: 'decline' }));
+      const result = await client.callTool({ name: 'gated', arguments: { goal: 'ship the release' } });
+      const taskId = result._meta?.['troupe/taskId'] as string;
+      const decided = ofKind(h.eventsOf(taskId), 'approval.decided');
+      expect(decided).toHaveLength(1);
+      expect(decided[0]?.data.decision).toBe('deny');
+      expect(decided[0]?.data.reason).toBe(`the user declined it in mcp-test-${mode} (MCP)`);
+      const request = await readHumanRequest(h.bus, decided[0]?.data.approvalId as string);
+      expect(request?.status).toBe('denied');
+      // The agent was told no, and finished without the release file.
+      expect((await readTask(h.bus, taskId)).status).toBe('completed');
+      const refused = ofKind(h.eventsOf(taskId), 'tool.result').find((e) => !e.data.ok);
+      expect(refused?.data.tool).toBe('write_file');
+    });
+  }
+
+  it("answers a human step's question through elicitation (2026-07-28)", async () => {
+    const client = await connect('admin', 'auto', () => ({
+      action: 'accept',
+      content: { answer: '{"ship": false}' },
+    }));
+    const result = await client.callTool({ name: 'confirming', arguments: { goal: 'release 1.2' } });
+    expect(result.isError).toBeFalsy();
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data.answer).toBe('{"ship": false}');
+    // {"ship": false}: the shipping step was skipped.
+    expect(ofKind(h.eventsOf(taskId), 'step.skipped').map((e) => e.data.step)).toEqual(['ship']);
+  });
+
+  it('without the elicitation capability, keeps waiting and says how to decide elsewhere', async () => {
+    const client = await connect('admin', 'auto');
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'gated', arguments: { goal: 'ship the release' } },
+      { onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    const told = await found(() => progress.find((m) => m.includes('this MCP client cannot be asked')));
+    const approvalId = /troupe approve (\S+),/.exec(told)?.[1];
+    expect(approvalId).toBeDefined();
+    expect(told).toContain('or on the dashboard');
+    // Someone decides it on the gateway; the call then ends with the task.
+    const decided = await fetch(`${gateway.url}/v1/approvals/${approvalId}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ decision: 'allow' }),
+    });
+    expect(decided.status).toBe(200);
+    const result = await call;
+    expect(result.isError).toBeFalsy();
+    expect(result.content[0]).toMatchObject({ type: 'text', text: 'Done with the release.' });
+  });
+
+  it('a token limited to one pipeline sees and calls only that one', async () => {
+    const client = await connect('tabulatedOnly', 'auto');
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual(['tabulated', 'troupe_get', 'troupe_start']);
+    await expect(client.callTool({ name: 'gated', arguments: { goal: 'x' } })).rejects.toThrow(/gated/);
+    const started = await client.callTool({
+      name: 'troupe_start',
+      arguments: { pipeline: 'gated', goal: 'x' },
+    });
+    expect(started.isError).toBe(true);
+    // Another pipeline's task is not there for it.
+    const admin = await connect('admin', 'auto');
+    const other = await admin.callTool({
+      name: 'troupe_start',
+      arguments: { pipeline: 'demo', goal: 'a note' },
+    });
+    const otherId = (other.structuredContent as { taskId: string }).taskId;
+    await expect(client.readResource({ uri: `troupe://tasks/${otherId}/trace` })).rejects.toThrow(/no task/);
+    const got = await client.callTool({ name: 'troupe_get', arguments: { taskId: otherId } });
+    expect(got.isError).toBe(true);
+  });
+
+  it('a read-only token gets no pipeline tools, and a request without a token is refused', async () => {
+    const { tools } = await (await connect('reader', 'legacy')).listTools();
+    expect(tools.map((t) => t.name)).toEqual(['troupe_get']);
+    const anonymous = new Client({ name: 'nobody', version: '1' });
+    await expect(
+      anonymous.connect(new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`))),
+    ).rejects.toThrow(/401|no bearer token/);
+  });
+
+  it('starts a long task with troupe_start and reads its state and result with troupe_get', async () => {
+    const client = await connect('admin', 'auto');
+    const started = await client.callTool({
+      name: 'troupe_start',
+      arguments: { pipeline: 'tabulated', goal: 'count the words' },
+    });
+    expect(started.isError).toBeFalsy();
+    const state = started.structuredContent as { taskId: string; status: string };
+    expect(['submitted', 'running', 'completed']).toContain(state.status);
+    const got = await client.callTool({
+      name: 'troupe_get',
+      arguments: { taskId: state.taskId, waitSeconds: 30 },
+    });
+    expect(got.structuredContent).toMatchObject({
+      taskId: state.taskId,
+      pipeline: 'tabulated',
+      status: 'completed',
+      output: '{"words": 3, "summary": "three words"}',
+      waitingFor: [],
+      trace: `troupe://tasks/${state.taskId}/trace`,
+    });
+  });
+
+  it('troupe_get names the approval a task waits on, and how to settle it', async () => {
+    const client = await connect('admin', 'legacy');
+    const started = await client.callTool({
+      name: 'troupe_start',
+      arguments: { pipeline: 'gated', goal: 'ship' },
+    });
+    const { taskId } = started.structuredContent as { taskId: string };
+    const waiting = await vi.waitFor(
+      async () => {
+        const got = await client.callTool({ name: 'troupe_get', arguments: { taskId } });
+        const state = got.structuredContent as { waitingFor: { id: string; kind: string; how: string }[] };
+        expect(state.waitingFor).toHaveLength(1);
+        return state.waitingFor;
+      },
+      { timeout: 20_000, interval: 100 },
+    );
+    expect(waiting).toMatchObject([{ kind: 'approval' }]);
+    expect(waiting[0]?.how).toContain(`troupe approve ${waiting[0]?.id}`);
+    await fetch(`${gateway.url}/v1/tasks/${taskId}/cancel`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
+  });
+
+  it("offers each task's trace and output as resources", async () => {
+    const client = await connect('admin', 'legacy');
+    const { resourceTemplates } = await client.listResourceTemplates();
+    expect(resourceTemplates.map((t) => t.uriTemplate).sort()).toEqual([
+      'troupe://tasks/{taskId}/output',
+      'troupe://tasks/{taskId}/trace',
+    ]);
+    const result = await client.callTool({ name: 'tabulated', arguments: { goal: 'count' } });
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    const trace = await client.readResource({ uri: `troupe://tasks/${taskId}/trace` });
+    const body = JSON.parse((trace.contents[0] as { text: string }).text);
+    expect(body).toMatchObject({
+      taskId,
+      steps: [expect.objectContaining({ step: 'count', agent: 'counter' })],
+    });
+    const output = await client.readResource({ uri: `troupe://tasks/${taskId}/output` });
+    expect(output.contents[0]).toMatchObject({
+      uri: `troupe://tasks/${taskId}/output`,
+      mimeType: 'text/plain',
+      text: '{"words": 3, "summary": "three words"}',
+    });
+    const { resources } = await client.listResources();
+    expect(resources.map((r) => r.uri)).toContain(`troupe://tasks/${taskId}/trace`);
+    await expect(client.readResource({ uri: 'troupe://tasks/t-none/trace' })).rejects.toThrow();
+  });
+});

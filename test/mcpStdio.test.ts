@@ -1,0 +1,137 @@
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { readTask } from '@troupe/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliEnv } from './support/cli.ts';
+import { fixturePath, type Harness, ofKind, repoRoot, startHarness } from './support/harness.ts';
+
+const bin = join(repoRoot, 'apps', 'cli', 'bin', 'troupe.mjs');
+
+type ElicitAnswer = {
+  action: 'accept' | 'decline' | 'cancel';
+  content?: Record<string, string | number | boolean | string[]>;
+};
+
+describe('troupe mcp: pipelines as tools over stdio, for hosts that start a command', () => {
+  let h: Harness;
+  const clients: Client[] = [];
+
+  beforeAll(async () => {
+    h = await startHarness([
+      fixturePath('tabulated.yaml'),
+      fixturePath('gated.yaml'),
+      fixturePath('slowpoke.yaml'),
+    ]);
+  });
+  afterAll(async () => {
+    for (const client of clients) await client.close().catch(() => undefined);
+    await h?.stop();
+  });
+
+  /**
+   * The official client, starting the built `troupe mcp` as a host does. Anything on the child's stdout that is not
+   * an MCP message would reach `errors`.
+   */
+  async function connect(
+    mode: 'legacy' | 'auto',
+    elicit?: () => ElicitAnswer,
+    args: string[] = [],
+  ): Promise<{ client: Client; errors: Error[]; stderr: string[] }> {
+    const client = new Client(
+      { name: `host-${mode}`, version: '1.0.0' },
+      { capabilities: elicit ? { elicitation: { form: {} } } : {}, versionNegotiation: { mode } },
+    );
+    if (elicit) client.setRequestHandler('elicitation/create', async () => elicit());
+    const errors: Error[] = [];
+    const stderr: string[] = [];
+    client.onerror = (error) => void errors.push(error);
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [bin, 'mcp', '--server', h.nats.url, ...args],
+      env: cliEnv() as Record<string, string>,
+      cwd: repoRoot,
+      stderr: 'pipe',
+    });
+    transport.stderr?.on('data', (chunk: Buffer) => void stderr.push(chunk.toString()));
+    await client.connect(transport);
+    clients.push(client);
+    return { client, errors, stderr };
+  }
+
+  it('lists the pipelines as tools and runs one to its structured output (2025-11-25)', async () => {
+    const { client, errors, stderr } = await connect('legacy');
+    expect(client.getProtocolEra()).toBe('legacy');
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual([
+      'gated',
+      'slowpoke',
+      'tabulated',
+      'troupe_get',
+      'troupe_start',
+    ]);
+    const progress: string[] = [];
+    const result = await client.callTool(
+      { name: 'tabulated', arguments: { goal: 'count these words' } },
+      { onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    expect(result.structuredContent).toEqual({ words: 3, summary: 'three words' });
+    expect(progress).toContain('step count started (agent counter)');
+    // Its log line went to stderr; stdout held MCP messages only.
+    expect(stderr.join('')).toContain('troupe mcp: serving MCP on stdio as ');
+    expect(errors).toEqual([]);
+  });
+
+  it('asks for an approval through elicitation and records the decision as the host user (2026-07-28)', async () => {
+    const { client, errors } = await connect(
+      'auto',
+      () => ({ action: 'accept', content: { decision: 'allow' } }),
+      ['--by', 'ana'],
+    );
+    expect(client.getProtocolEra()).toBe('modern');
+    const result = await client.callTool({ name: 'gated', arguments: { goal: 'ship the release' } });
+    expect(result.isError).toBeFalsy();
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    const decided = ofKind(h.eventsOf(taskId), 'approval.decided');
+    expect(decided.map((e) => [e.data.decision, e.data.by])).toEqual([
+      ['allow', 'host-auto (MCP) (token ana)'],
+    ]);
+    expect(errors).toEqual([]);
+  });
+
+  it('declines through elicitation on 2025-11-25: the approval is denied with the reason', async () => {
+    const { client } = await connect('legacy', () => ({ action: 'cancel' }));
+    const result = await client.callTool({ name: 'gated', arguments: { goal: 'ship the release' } });
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    const decided = ofKind(h.eventsOf(taskId), 'approval.decided');
+    expect(decided.map((e) => [e.data.decision, e.data.reason])).toEqual([
+      ['deny', 'the user cancelled it in host-legacy (MCP)'],
+    ]);
+  });
+
+  it('cancels the task when the host cancels the call', async () => {
+    const { client } = await connect('legacy');
+    const stop = new AbortController();
+    let taskId: string | undefined;
+    const call = client.callTool(
+      { name: 'slowpoke', arguments: { goal: 'think' } },
+      {
+        signal: stop.signal,
+        onprogress: (p) => {
+          taskId ??= /^task (\S+) submitted/.exec(p.message ?? '')?.[1];
+          if (p.message?.startsWith('step plan started')) stop.abort('stopped by the user');
+        },
+      },
+    );
+    await expect(call).rejects.toThrow(/stopped by the user/);
+    expect(taskId).toBeDefined();
+    expect((await h.finalOf(taskId as string, 20_000)).kind).toBe('task.cancelled');
+    expect((await readTask(h.bus, taskId as string)).status).toBe('cancelled');
+  });
+
+  it('--pipeline limits the tools to the pipelines named', async () => {
+    const { client } = await connect('legacy', undefined, ['--pipeline', 'tabulated']);
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual(['tabulated', 'troupe_get', 'troupe_start']);
+  });
+});
