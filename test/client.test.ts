@@ -1,6 +1,6 @@
 import { OperationError, type SequencedEvent, TroupeClient } from '@troupe/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { examplePath, fixturePath, type Harness, startHarness } from './support/harness.ts';
+import { examplePath, fixturePath, type Harness, publishTask, startHarness } from './support/harness.ts';
 
 /** `@troupe/client` as a user's application uses it: its own connection, against a running coordinator. */
 describe('@troupe/client', () => {
@@ -100,5 +100,47 @@ describe('@troupe/client', () => {
     expect(await troupe.wait(taskId, { timeoutMs: 30_000 })).toMatchObject({ taskId, status: 'cancelled' });
     const again = await troupe.cancel(taskId).catch((e: unknown) => e);
     expect(OperationError.is(again, 'conflict')).toBe(true);
+  });
+});
+
+describe('a pipeline that declares its input schema', () => {
+  let h: Harness;
+  let troupe: TroupeClient;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('summing.yaml')]);
+    troupe = await TroupeClient.connect({ servers: h.nats.url });
+  });
+  afterAll(async () => {
+    await troupe?.close();
+    await h?.stop();
+  });
+
+  it('registers the schema, runs a task that fits it, and refuses one that does not before storing it', async () => {
+    const [registration] = await troupe.pipelines();
+    expect(registration?.input).toMatchObject({ required: ['numbers'] });
+
+    const { taskId } = await troupe.submit('summing', { goal: 'add', input: { numbers: [1, 2, 3] } });
+    expect(await troupe.wait(taskId)).toMatchObject({ status: 'completed', output: '6' });
+
+    const refused = await troupe
+      .submit('summing', { id: 'sum-bad', goal: 'add', input: { numbers: ['one'] } })
+      .catch((e: unknown) => e);
+    expect(OperationError.is(refused, 'invalid_request')).toBe(true);
+    expect((refused as Error).message).toContain('input.numbers[0]');
+    const missing = await troupe.submit('summing', { goal: 'add' }).catch((e: unknown) => e);
+    expect((missing as Error).message).toContain('input.numbers');
+    // Nothing was stored: the id is free.
+    await expect(troupe.task('sum-bad')).rejects.toMatchObject({ code: 'not_found' });
+  });
+
+  it('refuses a task published straight onto NATS whose input does not fit, and reports why', async () => {
+    publishTask(h, 'summing', { id: 'sum-raw', goal: 'add', input: { numbers: [] } });
+    const report = await h.nextInvalid(
+      (e) => e.payload.includes('sum-raw'),
+    );
+    expect(report.reason).toContain("does not match the pipeline's input schema");
+    expect(report.issues.map((i) => i.path)).toContain('input.numbers');
+    await expect(troupe.task('sum-raw')).rejects.toMatchObject({ code: 'not_found' });
   });
 });

@@ -288,6 +288,24 @@ describe('parsePipeline refuses', () => {
     });
   });
 
+  it('an input schema that is no JSON Schema of an object', () => {
+    const notObject = refusal(
+      edit(VALID, 'agents:\n  planner:', 'input: { type: string }\nagents:\n  planner:'),
+    );
+    expect(notObject.issues.map((i) => [i.path, i.message])).toEqual([
+      ['input.type', 'a task input is an object: the schema must say type: object'],
+    ]);
+    const unusable = refusal(
+      edit(
+        VALID,
+        'agents:\n  planner:',
+        'input: { type: object, properties: { n: { type: nosuch } } }\nagents:\n  planner:',
+      ),
+    );
+    expect(unusable.issues[0]?.path).toBe('input');
+    expect(unusable.issues[0]?.message).toMatch(/^not a usable JSON Schema/);
+  });
+
   it('a step naming an unknown agent, suggesting the agent meant', () => {
     const text = edit(VALID, '    agent: executor', '    agent: executer');
     const error = refusal(text);

@@ -2,6 +2,7 @@ import type { WorkflowRecord } from '@troupe/protocol';
 import {
   ControlReceipt,
   ControlRefusal,
+  checkTaskInput,
   checkTaskToSubmit,
   errorMessage,
   type InputCut,
@@ -89,6 +90,10 @@ export async function submitToPipeline(
   const store = await openWorkflowStore(bus);
   const existing = (await store.get(task.id))?.value;
   if (existing) return { taskId: task.id, duplicate: true, record: existing };
+  // The newest version's schema, which a new task runs on; the coordinator checks it again as the task starts.
+  const schema = (await registry.get(pipeline))?.input;
+  const fits = schema === undefined ? { ok: true as const } : checkTaskInput(schema, whole.input);
+  if (!fits.ok) throw new OperationError('invalid_request', fits.reason);
   const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
     failed('store the input'),
   );

@@ -187,6 +187,15 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
     }
   };
   checkRef(config.defaults.model, ['defaults', 'model']);
+  if (config.input !== undefined) {
+    const invalid = jsonSchemaProblem(config.input);
+    if (invalid) problems.push({ path: ['input'], message: `not a usable JSON Schema: ${invalid}` });
+    else if (config.input.type !== undefined && config.input.type !== 'object')
+      problems.push({
+        path: ['input', 'type'],
+        message: 'a task input is an object: the schema must say type: object',
+      });
+  }
   const reviewers = new Set(
     agentSteps(config.flow)
       .filter((s) => s.kind === 'review')

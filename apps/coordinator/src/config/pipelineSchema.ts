@@ -441,6 +441,11 @@ export const PipelineConfig = withExtensions({
   /** Price overrides, by `provider:model`. */
   prices: z.record(z.string().regex(/^[a-z-]+:.+$/, 'must be provider:model'), PriceConfig).default({}),
   defaults: DefaultsConfig.prefault({}),
+  /**
+   * A JSON Schema the task's `input` must match (an object's): a task whose input does not is refused before it
+   * runs. It is the input schema the A2A agent card, the MCP tool and the gateway show. Any object when absent.
+   */
+  input: z.record(z.string(), z.unknown()).optional(),
   agents: z.record(Name, AgentConfig),
   flow: z.array(StepConfig).min(1, 'needs at least one step'),
   sessions: SessionsConfig.optional(),

@@ -11,9 +11,6 @@ export function registrationOf(
   version?: string,
 ): PipelineRegistration {
   const summarizer = sessionSummarizer(config);
-  const last = config.flow.at(-1);
-  // The task's output is its last step's: an agent's that declares its output's schema says what it is.
-  const outputSchema = last?.kind === 'agent' ? config.agents[last.agent]?.output : undefined;
   const output = finalOutputSchema(config);
   return {
     name: config.name,
@@ -23,7 +20,6 @@ export function registrationOf(
     graph: flowGraph(config),
     ...(summarizer === undefined ? {} : { summarizer }),
     ...(config.input === undefined ? {} : { input: config.input }),
-    ...(outputSchema === undefined ? {} : { output: outputSchema }),
     ...(output === undefined ? {} : { output }),
     host,
     registeredAt: now.toISOString(),

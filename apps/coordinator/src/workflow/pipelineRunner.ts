@@ -4,6 +4,7 @@ import {
   ControlMessage,
   type ControlReceipt,
   type ControlRefusal,
+  checkTaskInput,
   type ErrorReply,
   emptyUsage,
   errorMessage,
@@ -401,7 +402,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const work: Triaged = { delivery, taskId, submission, entry, stalls };
     if (stalls >= maxDeliver) return { next: 'giveUp', work };
     // A task that resumes from a checkpoint has its input there (cut, with where the whole is): nothing to read.
-    if (!submission.inputRef || entry?.value.snapshot !== undefined) return { next: 'claim', work };
+    if (!submission.inputRef || entry?.value.snapshot !== undefined)
+      return (await misfit(work)) ?? { next: 'claim', work };
     // An input too large for the message: read whole from where its submitter stored it. A store out of reach
     // throws, and the delivery comes back (each one counted as a stall, so one never readable ends dead-lettered).
     const stored = options.values
@@ -416,14 +418,25 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       return { next: 'refuse' };
     }
     const { inputRef: _read, ...rest } = submission;
-    return {
-      next: 'claim',
-      work: {
-        ...work,
-        submission: { ...rest, input: stored.input },
-        ...(stored.cut ? { inputCut: stored.cut } : {}),
-      },
+    const whole: Triaged = {
+      ...work,
+      submission: { ...rest, input: stored.input },
+      ...(stored.cut ? { inputCut: stored.cut } : {}),
     };
+    return (await misfit(whole)) ?? { next: 'claim', work: whole };
+  }
+
+  /**
+   * Refuses a new task whose input does not match the input schema of the version it would start on: it was never
+   * meant for this pipeline. Clients check it before they submit; this is for any other NATS publisher.
+   */
+  async function misfit(work: Triaged): Promise<Stage | undefined> {
+    if (work.entry) return undefined;
+    const schema = (await versions.newest()).config.input;
+    const fits = schema === undefined ? undefined : checkTaskInput(schema, work.submission.input);
+    if (fits === undefined || fits.ok) return undefined;
+    refuse(work.delivery, { ok: false, reason: fits.reason, issues: fits.issues });
+    return { next: 'refuse' };
   }
 
   /** Claims the task in its record for this run (or creates the record), as the workflow's input. */
