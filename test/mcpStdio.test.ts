@@ -2,9 +2,16 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { readTask } from '@troupe/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { cliEnv } from './support/cli.ts';
-import { fixturePath, type Harness, ofKind, repoRoot, startHarness } from './support/harness.ts';
+import {
+  fixturePath,
+  type Harness,
+  ofKind,
+  repoRoot,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
 
 const bin = join(repoRoot, 'apps', 'cli', 'bin', 'troupe.mjs');
 
@@ -127,6 +134,20 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
     expect(taskId).toBeDefined();
     expect((await h.finalOf(taskId as string, 20_000)).kind).toBe('task.cancelled');
     expect((await readTask(h.bus, taskId as string)).status).toBe('cancelled');
+  });
+
+  it('a pipeline loaded after the host connected becomes a tool, and the host is told its list changed', async () => {
+    const { client } = await connect('legacy');
+    let changed = 0;
+    client.setNotificationHandler('notifications/tools/list_changed', () => void changed++);
+    expect((await client.listTools()).tools.map((t) => t.name)).not.toContain('confirming');
+    const second = await startSecondCoordinator(h, ['confirming.yaml']);
+    try {
+      await vi.waitFor(() => expect(changed).toBeGreaterThan(0), { timeout: 20_000, interval: 100 });
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain('confirming');
+    } finally {
+      await second.stop();
+    }
   });
 
   it('--pipeline limits the tools to the pipelines named', async () => {

@@ -1,4 +1,4 @@
-import type { CallToolResult, McpServer, ServerContext } from '@modelcontextprotocol/server';
+import type { CallToolResult, McpServer, RegisteredTool, ServerContext } from '@modelcontextprotocol/server';
 import { followTaskEvents } from '@troupe/client';
 import type { NatsBus } from '@troupe/runtime';
 import { z } from 'zod';
@@ -7,6 +7,14 @@ import type { TaskView } from '../api.ts';
 import type { Principal } from '../auth.ts';
 import { elsewhere } from './humanAsk.ts';
 import { taskUri } from './taskResult.ts';
+
+/*
+ * A pair of tools for tasks longer than a client waits on one call (MCP 2026-07-28 moved long calls to the Tasks
+ * extension, which the SDK's server does not implement): `troupe_start` submits a task of any pipeline the caller
+ * may submit to and answers at once with its id; `troupe_get` says where it stands, its output once it has ended,
+ * and what it waits on, waiting up to `waitSeconds` for it to end. One pair for every pipeline (not one per
+ * pipeline), so a host's tool list grows by two, not twice.
+ */
 
 /** The longest `waitSeconds` of `troupe_get`: below the 60 s a client waits for an answer by default. */
 export const MAX_GET_WAIT_SECONDS = 50;
@@ -26,46 +34,55 @@ const TaskState = z.object({
 });
 type TaskState = z.infer<typeof TaskState>;
 
+/** Who the long-task tools act for, and over what. */
+export interface LongTaskDeps {
+  bus: NatsBus;
+  actions: GatewayActions;
+  who: Principal;
+  clientName(ctx: ServerContext): string;
+}
+
 /**
- * A pair of tools for tasks longer than a client waits on one call (MCP 2026-07-28 moved long calls to the Tasks
- * extension, which the SDK's server does not implement): `troupe_start` submits a task of any pipeline the caller
- * may submit to and answers at once with its id; `troupe_get` says where it stands, its output once it has ended,
- * and what it waits on — waiting up to `waitSeconds` for it to end. One pair for every pipeline (not one per
- * pipeline), so a host's tool list grows by two, not twice.
+ * `troupe_start`: submits a task of one of `pipelines` (those the caller may submit to) and answers at once with its
+ * id and state. None when there are no such pipelines.
  */
-export function registerLongTaskTools(
+export function registerStartTool(
   server: McpServer,
-  deps: { bus: NatsBus; actions: GatewayActions; who: Principal; clientName(ctx: ServerContext): string },
+  deps: LongTaskDeps,
   pipelines: readonly string[],
-): void {
+): RegisteredTool | undefined {
   const { actions, who } = deps;
   const [first, ...rest] = pipelines;
-  if (first !== undefined) {
-    server.registerTool(
-      'troupe_start',
-      {
-        title: 'Start a Troupe task',
-        description:
-          'Starts a task of a Troupe pipeline and answers at once with its id; read it with troupe_get. For tasks ' +
-          'longer than a call may wait. The pipeline tools of the same name describe each pipeline and its input.',
-        inputSchema: z.object({
-          pipeline: z.enum([first, ...rest]).describe('the pipeline to run'),
-          goal: z.string().min(1).describe('what the task should achieve'),
-          input: z.record(z.string(), z.unknown()).optional().describe("the pipeline's structured input"),
-        }),
-        outputSchema: TaskState,
-      },
-      async ({ pipeline, goal, input }, ctx) => {
-        const { view } = await actions.submit(who, pipeline, {
-          goal,
-          ...(input ? { input } : {}),
-          metadata: { via: 'mcp', 'mcp.client': deps.clientName(ctx).slice(0, 200) },
-        });
-        return resultOf(await stateOf(actions, who, view));
-      },
-    );
-  }
-  server.registerTool(
+  if (first === undefined) return undefined;
+  return server.registerTool(
+    'troupe_start',
+    {
+      title: 'Start a Troupe task',
+      description:
+        'Starts a task of a Troupe pipeline and answers at once with its id; read it with troupe_get. For tasks ' +
+        'longer than a call may wait. The pipeline tools of the same name describe each pipeline and its input.',
+      inputSchema: z.object({
+        pipeline: z.enum([first, ...rest]).describe('the pipeline to run'),
+        goal: z.string().min(1).describe('what the task should achieve'),
+        input: z.record(z.string(), z.unknown()).optional().describe("the pipeline's structured input"),
+      }),
+      outputSchema: TaskState,
+    },
+    async ({ pipeline, goal, input }, ctx) => {
+      const { view } = await actions.submit(who, pipeline, {
+        goal,
+        ...(input ? { input } : {}),
+        metadata: { via: 'mcp', 'mcp.client': deps.clientName(ctx).slice(0, 200) },
+      });
+      return resultOf(await stateOf(actions, who, view));
+    },
+  );
+}
+
+/** `troupe_get`: where a task stands, waiting up to `waitSeconds` for it to end. */
+export function registerGetTool(server: McpServer, deps: LongTaskDeps): RegisteredTool {
+  const { actions, who } = deps;
+  return server.registerTool(
     'troupe_get',
     {
       title: 'Read a Troupe task',

@@ -35,7 +35,8 @@ interface LegacySession {
 export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, options) => {
   const { tokens, logger } = options;
   const maxSessions = options.maxSessionsPerToken ?? 20;
-  const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(options.mcp, who, { era });
+  const mcp = { ...options.mcp, warn: (message: string) => logger.warn(`mcp: ${message}`) };
+  const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(mcp, who, { era });
   const modern = createMcpHandler(({ authInfo, era }) => build(principalOf(authInfo), era), {
     legacy: 'reject',
     onerror: (error) => logger.warn({ err: error }, `mcp: ${error.message}`),

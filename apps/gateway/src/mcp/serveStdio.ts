@@ -14,6 +14,9 @@ export function serveMcpStdio(
   who: Principal,
   onerror: (error: Error) => void,
 ): StdioServerHandle {
-  const options = troupeMcpOptions(bus, new GatewayActions(bus));
+  const options = {
+    ...troupeMcpOptions(bus, new GatewayActions(bus)),
+    warn: (message: string) => onerror(new Error(message)),
+  };
   return serveStdio(({ era }) => troupeMcpServer(options, who, { era }), { onerror });
 }

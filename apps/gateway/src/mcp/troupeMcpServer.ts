@@ -2,7 +2,6 @@ import {
   CLIENT_CAPABILITIES_META_KEY,
   CLIENT_INFO_META_KEY,
   type ClientCapabilities,
-  fromJsonSchema,
   type Implementation,
   type McpRequestContext,
   McpServer,
@@ -12,10 +11,10 @@ import {
 import type { PipelineRegistration } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
-import { authorize, mayTouch, type Principal } from '../auth.ts';
-import { registerLongTaskTools } from './longTasks.ts';
-import { callPipeline, type PipelineCallArgs, type PipelineCallContext } from './pipelineCall.ts';
-import { pipelineToolShape } from './pipelineTool.ts';
+import { authorize, type Principal } from '../auth.ts';
+import { registerGetTool } from './longTasks.ts';
+import type { PipelineCallContext } from './pipelineCall.ts';
+import { PipelineTools } from './pipelineTools.ts';
 import type { RoundState } from './roundState.ts';
 import { registerTaskResources } from './taskResources.ts';
 
@@ -27,6 +26,10 @@ export interface TroupeMcpOptions {
   pipelines(): Promise<PipelineRegistration[]>;
   codec: RequestStateCodec<RoundState>;
   version: string;
+  /** Where a problem that ends no request is told (a pipeline registry that cannot be read). */
+  warn?(message: string): void;
+  /** How often a 2025 session's pipeline tools are brought up to date, in ms (5,000). */
+  refreshMs?: number;
 }
 
 /**
@@ -82,30 +85,31 @@ export async function troupeMcpServer(
     canElicit,
   };
 
-  const submittable = mayHave(who, 'submit')
-    ? (await options.pipelines()).filter((p) => mayTouch(who, p.name))
-    : [];
-  for (const pipeline of submittable) {
-    const shape = pipelineToolShape(pipeline);
-    server.registerTool(
-      shape.name,
-      {
-        title: shape.title,
-        description: shape.description,
-        inputSchema: fromJsonSchema<PipelineCallArgs>(shape.inputSchema as never),
-        ...(shape.outputSchema ? { outputSchema: fromJsonSchema(shape.outputSchema as never) } : {}),
-        annotations: { destructiveHint: false, openWorldHint: true },
-      },
-      (args, ctx) => callPipeline(call, pipeline.name, args, shape.outputSchema !== undefined, ctx),
-    );
-  }
+  const longTasks = { bus: options.bus, actions: options.actions, who, clientName };
   if (mayHave(who, 'read')) {
-    registerLongTaskTools(
-      server,
-      { bus: options.bus, actions: options.actions, who, clientName },
-      submittable.map((p) => p.name),
-    );
+    registerGetTool(server, longTasks);
     registerTaskResources(server, options.actions, who);
+  }
+  if (!mayHave(who, 'submit')) return server;
+  const tools = new PipelineTools(server, call, longTasks);
+  const sync = async () => {
+    try {
+      tools.sync(await options.pipelines());
+    } catch (error) {
+      // No coordinator yet, or NATS away: no pipeline tools for now; a later look may find them.
+      options.warn?.(`cannot read the pipelines: ${(error as Error).message}`);
+    }
+  };
+  await sync();
+  // A 2026-07-28 instance serves one request; a 2025 one a whole connection, which sees pipelines loaded since.
+  if (context.era === 'legacy') {
+    const timer = setInterval(() => void sync(), options.refreshMs ?? 5_000);
+    timer.unref();
+    const closed = server.server.onclose;
+    server.server.onclose = () => {
+      clearInterval(timer);
+      closed?.();
+    };
   }
   return server;
 }
