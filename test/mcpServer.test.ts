@@ -103,10 +103,17 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     ]);
     const tabulated = tools.find((t) => t.name === 'tabulated');
     expect(tabulated?.description).toContain('Count the words of the goal');
+    // The goal, and the input the pipeline declares.
     expect(tabulated?.inputSchema).toMatchObject({
       type: 'object',
-      properties: { goal: { type: 'string' }, input: { type: 'object' } },
+      properties: {
+        goal: { type: 'string' },
+        input: { type: 'object', properties: { language: { type: 'string', enum: ['en', 'fr'] } } },
+      },
       required: ['goal'],
+    });
+    expect(tools.find((t) => t.name === 'demo')?.inputSchema).toMatchObject({
+      properties: { input: { type: 'object' } },
     });
     expect(tabulated?.outputSchema).toMatchObject({
       type: 'object',
@@ -221,6 +228,23 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data.answer).toBe('{"ship": false}');
     // {"ship": false}: the shipping step was skipped.
     expect(ofKind(h.eventsOf(taskId), 'step.skipped').map((e) => e.data.step)).toEqual(['ship']);
+  });
+
+  it('refuses input the pipeline does not take, saying which key, and starts no task', async () => {
+    const client = await connect('admin', 'auto');
+    const before = (await fetch(`${gateway.url}/v1/tasks?pipeline=tabulated&limit=100`, {
+      headers: { authorization: `Bearer ${TOKENS.admin}` },
+    }).then((r) => r.json())) as { tasks: unknown[] };
+    const result = await client.callTool({
+      name: 'tabulated',
+      arguments: { goal: 'count', input: { language: 'de' } },
+    });
+    expect(result.isError).toBe(true);
+    expect(result.content[0]).toMatchObject({ type: 'text', text: expect.stringMatching(/language/) });
+    const after = (await fetch(`${gateway.url}/v1/tasks?pipeline=tabulated&limit=100`, {
+      headers: { authorization: `Bearer ${TOKENS.admin}` },
+    }).then((r) => r.json())) as { tasks: unknown[] };
+    expect(after.tasks).toHaveLength(before.tasks.length);
   });
 
   it('without the elicitation capability, keeps waiting and says how to decide elsewhere', async () => {
