@@ -1,6 +1,16 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { OperationError, type SequencedEvent, TroupeClient } from '@troupe/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { examplePath, fixturePath, type Harness, publishTask, startHarness } from './support/harness.ts';
+import {
+  examplePath,
+  fixturePath,
+  type Harness,
+  publishTask,
+  repoRoot,
+  startHarness,
+} from './support/harness.ts';
 
 /** `@troupe/client` as a user's application uses it: its own connection, against a running coordinator. */
 describe('@troupe/client', () => {
@@ -91,6 +101,20 @@ describe('@troupe/client', () => {
     expect(OperationError.is(twice, 'conflict')).toBe(true);
   });
 
+  it('runs examples/client.ts, as docs/client.md shows it', async () => {
+    const run = promisify(execFile);
+    const { stdout } = await run(
+      process.execPath,
+      ['--import', 'tsx', join(repoRoot, 'examples', 'client.ts'), 'demo', 'Write a short hello note'],
+      { cwd: repoRoot, env: { ...process.env, NATS_URL: h.nats.url }, timeout: 60_000 },
+    );
+    const lines = stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^submitted \S+ to demo$/);
+    expect(lines).toContainEqual(expect.stringMatching(/^#\d+ task\.accepted$/));
+    expect(lines).toContainEqual(expect.stringMatching(/^#\d+ step\.started planner$/));
+    expect(lines.at(-1)).toMatch(/^completed: /);
+  }, 90_000);
+
   it('cancels a running task, and gives up waiting at its timeout', async () => {
     const { taskId } = await troupe.submit('gated', { goal: 'release v2' });
     await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
@@ -136,9 +160,7 @@ describe('a pipeline that declares its input schema', () => {
 
   it('refuses a task published straight onto NATS whose input does not fit, and reports why', async () => {
     publishTask(h, 'summing', { id: 'sum-raw', goal: 'add', input: { numbers: [] } });
-    const report = await h.nextInvalid(
-      (e) => e.payload.includes('sum-raw'),
-    );
+    const report = await h.nextInvalid((e) => e.payload.includes('sum-raw'));
     expect(report.reason).toContain("does not match the pipeline's input schema");
     expect(report.issues.map((i) => i.path)).toContain('input.numbers');
     await expect(troupe.task('sum-raw')).rejects.toMatchObject({ code: 'not_found' });
