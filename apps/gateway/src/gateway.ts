@@ -40,6 +40,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { PushDelivery, type PushSettings } from './a2a/pushDelivery.ts';
 import { GatewayActions, InvalidRequest, viewOf } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import {
@@ -115,6 +116,8 @@ export interface GatewayOptions {
   maxWaitSeconds?: number;
   /** Where the built dashboard is (`apps/gateway/dashboard/dist` by default); `false` serves none. */
   dashboardDir?: string | false;
+  /** A2A push notifications: where webhooks may go and how they are retried; `false` runs no delivery worker here. */
+  a2aPush?: PushSettings | false;
 }
 
 export interface Gateway {
@@ -678,6 +681,10 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   );
 
   await app.listen({ host: options.host ?? '127.0.0.1', port: options.port });
+  // Every gateway takes part in delivering webhooks: a config is worked on by one at a time (docs/interop.md).
+  const pushDelivery =
+    options.a2aPush === false ? undefined : new PushDelivery({ bus, logger, ...options.a2aPush });
+  pushDelivery?.start();
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;
   const url = `http://${options.host ?? '127.0.0.1'}:${port}`;
@@ -693,6 +700,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       for (const stop of [...openStreams.keys()]) stop();
       stopWatching();
       stopListening();
+      await pushDelivery?.stop();
       await app.close();
     },
   };

@@ -1,4 +1,15 @@
 export { type FollowOptions, followTaskEvents, type SequencedEvent } from '@troupe/client';
+export {
+  MAX_CONFIGS_PER_TASK,
+  type PushConfigEntry,
+  PushConfigs,
+  type PushConfigsOptions,
+  type StoredPushConfig,
+} from './a2a/pushConfigs.ts';
+export { PushDelivery, type PushSettings } from './a2a/pushDelivery.ts';
+export { PushError, type PushErrorCode } from './a2a/pushError.ts';
+export { checkPushUrl, type PushUrlPolicy } from './a2a/pushUrls.ts';
+export { TaskFold } from './a2a/taskMapping.ts';
 export { AgUiMapper } from './agui.ts';
 export * as api from './api.ts';
 export {

@@ -49,6 +49,8 @@ export const StoredPushConfig = z.object({
   taskId: TaskId,
   /** The task's pipeline: only a token that may read the pipeline's tasks may see or change its configs. */
   pipeline: Name,
+  /** The A2A context (session) of the task, which every body names; else the one the task was submitted with. */
+  contextId: z.string().optional(),
   /** The token that made it. */
   createdBy: z.string(),
   createdAt: z.string(),
@@ -125,7 +127,7 @@ export class PushConfigs {
    * must fix, with why.
    */
   async create(
-    task: { taskId: string; pipeline: string },
+    task: { taskId: string; pipeline: string; contextId?: string },
     given: TaskPushNotificationConfig,
     createdBy: string,
   ): Promise<TaskPushNotificationConfig> {
@@ -141,6 +143,7 @@ export class PushConfigs {
         const record: StoredPushConfig = {
           taskId: task.taskId,
           pipeline: task.pipeline,
+          ...(task.contextId ? { contextId: task.contextId } : {}),
           createdBy,
           createdAt: this.#now(),
           config: wire,

@@ -1,0 +1,199 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import type { JsMsg } from '@nats-io/jetstream';
+import { errorMessage } from '@troupe/protocol';
+import { jetstreamOf, type KeyValue, type Logger, type NatsBus } from '@troupe/runtime';
+import {
+  ConfigDelivery,
+  DEFAULT_PUSH_RETRY,
+  type DeliveryEnd,
+  type PushRenderer,
+  type PushRetry,
+} from './configDelivery.ts';
+import { openPushBucket, pushConfigKey, type StoredPushConfig } from './pushConfigs.ts';
+import {
+  DEFAULT_PUSH_ACK_WAIT_MS,
+  ensurePushQueue,
+  PUSH_CONSUMER,
+  PUSH_STREAM,
+  pushJobOf,
+} from './pushJobs.ts';
+import type { PushUrlPolicy } from './pushUrls.ts';
+import { DEFAULT_WEBHOOK_TIMEOUT_MS } from './webhookPost.ts';
+
+/** What a gateway's operator may set of A2A push notifications. */
+export interface PushSettings {
+  /** Where webhooks may go; private, loopback and link-local addresses are refused unless allowed. */
+  urlPolicy?: PushUrlPolicy;
+  /** How failed deliveries are tried again, and when a receiver is given up on (1 s doubling to 5 min; 24 h). */
+  retry?: Partial<PushRetry>;
+  /** One POST's time limit, in ms (15 s). */
+  timeoutMs?: number;
+  /**
+   * How long a gateway may hold a config without a sign of life before another gateway takes it over, in ms (30 s):
+   * how soon a crashed gateway's webhooks resume elsewhere. The last gateway started sets it for all.
+   */
+  ackWaitMs?: number;
+  /** The most configs this gateway delivers at once (256); more wait in the queue for a free slot here or elsewhere. */
+  concurrency?: number;
+}
+
+export interface PushDeliveryOptions extends PushSettings {
+  bus: NatsBus;
+  logger: Logger;
+  /** How a Troupe event becomes webhook bodies: the A2A server's own mapping unless a test says otherwise. */
+  render?: PushRenderer;
+}
+
+/** How long to wait before trying again after NATS refused or failed a queue operation. */
+const RETRY_SETUP_MS = 2_000;
+/** How long one pull waits for a job: also how late a stopping gateway may see one, which it hands back at once. */
+const PULL_EXPIRES_MS = 2_000;
+
+/**
+ * The worker every gateway runs that sends A2A push notifications: it takes push configs from the queue all
+ * gateways share (`A2A_PUSH`, one message per config, see pushJobs.ts) and delivers each with a
+ * {@link ConfigDelivery}: every A2A state change of the task, in order, at least once, from the config's cursor in
+ * the bucket `a2a-push` — so neither a gateway's nor a coordinator's restart loses or reorders one. While it holds a
+ * config it tells the server it is alive; on {@link stop} it hands its configs back at once; if it dies, another
+ * gateway takes them over when the ack wait runs out.
+ */
+export class PushDelivery {
+  readonly #options: PushDeliveryOptions;
+  readonly #logger: Logger;
+  readonly #retry: PushRetry;
+  readonly #ackWaitMs: number;
+  readonly #concurrency: number;
+  readonly #stopped = new AbortController();
+  readonly #active = new Map<string, { stop: AbortController; done: Promise<void> }>();
+  #loop: Promise<void> | undefined;
+  #freed: (() => void) | undefined;
+
+  constructor(options: PushDeliveryOptions) {
+    this.#options = options;
+    this.#logger = options.logger.child({ component: 'a2a-push' });
+    this.#retry = { ...DEFAULT_PUSH_RETRY, ...options.retry };
+    this.#ackWaitMs = options.ackWaitMs ?? DEFAULT_PUSH_ACK_WAIT_MS;
+    this.#concurrency = options.concurrency ?? 256;
+  }
+
+  /** Starts taking configs; set-up trouble (NATS away, the bucket not made yet) is logged and tried again. */
+  start(): void {
+    this.#loop ??= this.#run().catch((error: unknown) =>
+      this.#logger.error({ err: error }, 'the push delivery worker stopped'),
+    );
+  }
+
+  /** Stops: each config held is handed back to the queue for another gateway, after its POST under way ends. */
+  async stop(): Promise<void> {
+    this.#stopped.abort();
+    this.#freed?.();
+    for (const { stop } of this.#active.values()) stop.abort();
+    await Promise.all([...this.#active.values()].map(({ done }) => done));
+    await this.#loop;
+  }
+
+  /** How many configs this gateway is delivering now. */
+  get active(): number {
+    return this.#active.size;
+  }
+
+  async #run(): Promise<void> {
+    const signal = this.#stopped.signal;
+    let store: KeyValue<StoredPushConfig> | undefined;
+    let warned = false;
+    while (!signal.aborted && store === undefined) {
+      try {
+        await ensurePushQueue(this.#options.bus, this.#ackWaitMs);
+        store = await openPushBucket(this.#options.bus);
+      } catch (error) {
+        if (!warned) {
+          this.#logger.warn(
+            { err: error },
+            `A2A push notifications wait: cannot set up their queue or bucket (${errorMessage(error)}); trying again`,
+          );
+        }
+        warned = true;
+        await delay(RETRY_SETUP_MS, undefined, { signal }).catch(() => undefined);
+      }
+    }
+    if (store === undefined) return;
+    if (warned) this.#logger.info('A2A push notifications are set up');
+    const consumer = await jetstreamOf(this.#options.bus).consumers.get(PUSH_STREAM, PUSH_CONSUMER);
+    let failing = false;
+    while (!signal.aborted) {
+      if (this.#active.size >= this.#concurrency) {
+        await new Promise<void>((resolve) => {
+          this.#freed = resolve;
+        });
+        continue;
+      }
+      let msg: JsMsg | null;
+      try {
+        msg = await consumer.next({ expires: PULL_EXPIRES_MS });
+        failing = false;
+      } catch (error) {
+        if (!failing) this.#logger.warn({ err: error }, 'cannot take push jobs from the queue; trying again');
+        failing = true;
+        await delay(RETRY_SETUP_MS, undefined, { signal }).catch(() => undefined);
+        continue;
+      }
+      if (!msg) continue;
+      if (signal.aborted) {
+        settle(msg, 'handBack');
+        break;
+      }
+      this.#take(msg, store);
+    }
+  }
+
+  /** Delivers one config, keeping its queue message alive meanwhile, and settles the message by how it ended. */
+  #take(msg: JsMsg, store: KeyValue<StoredPushConfig>): void {
+    const job = pushJobOf(msg.subject);
+    if (!job) {
+      this.#logger.warn({ subject: msg.subject }, 'dropping a push job on a subject that names no config');
+      msg.term();
+      return;
+    }
+    const key = pushConfigKey(job.taskId, job.configId);
+    // Redelivered while this gateway still holds it (a late sign of life): the holder goes on.
+    if (this.#active.has(key)) return;
+    const stop = new AbortController();
+    const alive = setInterval(() => msg.working(), Math.max(100, Math.floor(this.#ackWaitMs / 3)));
+    const delivery = new ConfigDelivery(job.taskId, job.configId, {
+      bus: this.#options.bus,
+      logger: this.#logger,
+      store,
+      urlPolicy: this.#options.urlPolicy ?? {},
+      retry: this.#retry,
+      timeoutMs: this.#options.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS,
+      ...(this.#options.render ? { render: this.#options.render } : {}),
+    });
+    const done = delivery
+      .run(stop.signal)
+      .then((end: DeliveryEnd) => settle(msg, end))
+      .catch((error: unknown) => {
+        this.#logger.error(
+          { err: error, taskId: job.taskId, pushConfig: job.configId },
+          'push delivery failed; the config goes back to the queue',
+        );
+        settle(msg, 'handBack', RETRY_SETUP_MS);
+      })
+      .finally(() => {
+        clearInterval(alive);
+        this.#active.delete(key);
+        this.#freed?.();
+        this.#freed = undefined;
+      });
+    this.#active.set(key, { stop, done });
+  }
+}
+
+/** `over`: the job is done; `handBack`: another gateway may take it now; `lost`: another gateway has it already. */
+function settle(msg: JsMsg, end: DeliveryEnd, delayMs?: number): void {
+  try {
+    if (end === 'over') msg.ack();
+    else if (end === 'handBack') msg.nak(delayMs);
+  } catch {
+    // The connection is gone: the server hands the config on when its ack wait runs out.
+  }
+}

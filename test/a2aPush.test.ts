@@ -1,0 +1,357 @@
+import { StreamResponse, TaskPushNotificationConfig } from '@a2a-js/sdk';
+import { followTaskEvents } from '@troupe/client';
+import {
+  type Gateway,
+  hashToken,
+  PushConfigs,
+  PushError,
+  type PushSettings,
+  startGateway,
+  TaskFold,
+  TokenStore,
+} from '@troupe/gateway';
+import type { TroupeEvent } from '@troupe/protocol';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  examplePath,
+  fixturePath,
+  type Harness,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
+import { WebhookReceiver } from './support/webhookReceiver.ts';
+
+const ADMIN = 'admin-token-0123456789abcdef';
+
+/** Short waits, so a receiver that is down a few seconds is tried again several times, and given up on after 6 s. */
+const PUSH: PushSettings = {
+  urlPolicy: { allowPrivate: true },
+  retry: { firstMs: 100, maxMs: 400, giveUpAfterMs: 6_000 },
+  ackWaitMs: 2_000,
+  timeoutMs: 2_000,
+};
+
+describe('A2A push notifications: every state change, at least once, in order, through restarts', () => {
+  let h: Harness;
+  /** Submits and decides over HTTP; delivers no webhooks, so each test says which gateway does. */
+  let api: Gateway;
+  let configs: PushConfigs;
+  const receiver = new WebhookReceiver();
+  const logLines: string[] = [];
+  const tokens = new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]);
+
+  /** A gateway that delivers webhooks, on a NATS connection of its own (so a test can cut it as a crash would). */
+  const pushGateway = async () => {
+    const logger = createLogger({
+      level: 'info',
+      destination: { write: (line: string) => void logLines.push(line) },
+    });
+    const bus = await NatsBus.connect({ servers: h.nats.url, name: 'push-gateway', logger });
+    const gateway = await startGateway({ bus, logger, tokens, port: 0, dashboardDir: false, a2aPush: PUSH });
+    return {
+      gateway,
+      bus,
+      async close() {
+        await gateway.close();
+        await bus.close();
+      },
+    };
+  };
+
+  const call = async (method: string, path: string, body?: unknown) => {
+    const response = await fetch(`${api.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    expect(response.status, `${method} ${path}`).toBeLessThan(300);
+    return response.json() as Promise<Record<string, unknown>>;
+  };
+
+  const submit = (pipeline: string, taskId: string) =>
+    call('POST', `/v1/pipelines/${pipeline}/tasks`, { id: taskId, goal: `push test ${taskId}` });
+
+  const configFor = (taskId: string, extra: Partial<TaskPushNotificationConfig> = {}) =>
+    configs.create(
+      { taskId, pipeline: taskId.startsWith('gated') ? 'gated' : 'demo', contextId: `ctx-${taskId}` },
+      TaskPushNotificationConfig.fromJSON({ url: receiver.url, ...extra }),
+      'ops',
+    );
+
+  /** The bodies the receiver got for a task, each once (a redelivery repeats a body whole). */
+  const bodiesOf = (taskId: string) => {
+    const seen = new Set<string>();
+    return receiver.received
+      .map((hook) => hook.body as Record<string, { taskId?: string; id?: string }>)
+      .filter((body) => Object.values(body)[0]?.taskId === taskId || Object.values(body)[0]?.id === taskId)
+      .filter((body) => {
+        const key = JSON.stringify(body);
+        if (seen.has(key)) return false;
+        seen.add(key);
+        return true;
+      });
+  };
+
+  /** Every update A2A shows of the task, from its events as `EVENTS` stored them: what its webhook must get. */
+  const expectedBodies = async (taskId: string, pipeline: string) => {
+    const events: TroupeEvent[] = [];
+    await followTaskEvents(
+      h.bus,
+      { taskId, pipeline },
+      {
+        signal: AbortSignal.timeout(30_000),
+        onEvent: ({ event }) => void events.push(event),
+      },
+    );
+    const fold = new TaskFold({ taskId, contextId: `ctx-${taskId}` });
+    return events.flatMap((event) => fold.apply(event)).map((update) => StreamResponse.toJSON(update));
+  };
+
+  const stateOf = (body: unknown) =>
+    (body as { statusUpdate?: { status?: { state?: string } } }).statusUpdate?.status?.state;
+
+  /** Waits until the receiver got a status of `state` for the task. */
+  const receivedState = (taskId: string, state: string) =>
+    expect
+      .poll(() => bodiesOf(taskId).some((body) => stateOf(body) === state), { timeout: 30_000 })
+      .toBe(true);
+
+  const approvePending = async (taskId: string) => {
+    const pending = (await call('GET', '/v1/approvals')) as { requests?: { id: string; taskId: string }[] };
+    const request = pending.requests?.find((a) => a.taskId === taskId);
+    expect(request, `a pending approval of ${taskId}`).toBeDefined();
+    await call('POST', `/v1/approvals/${request?.id}`, { decision: 'allow' });
+  };
+
+  beforeAll(async () => {
+    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml')]);
+    api = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens,
+      port: 0,
+      dashboardDir: false,
+      a2aPush: false,
+    });
+    configs = await PushConfigs.open(h.bus, { urlPolicy: PUSH.urlPolicy ?? {} });
+    await receiver.start();
+  });
+  afterAll(async () => {
+    await api?.close();
+    await receiver.stop();
+    await h?.stop();
+  });
+
+  it('sends each state change of a task to its webhook, in order, with the config’s credentials', async () => {
+    const pusher = await pushGateway();
+    try {
+      const made = await configFor('push-all', {
+        token: 'task-token-1',
+        authentication: { scheme: 'Bearer', credentials: 'hook-secret' },
+      });
+      expect(made.id).toMatch(/^[0-9a-f-]{36}$/);
+      await submit('demo', 'push-all');
+      await receivedState('push-all', 'TASK_STATE_COMPLETED');
+      const expected = await expectedBodies('push-all', 'demo');
+      expect(expected.length).toBeGreaterThan(3);
+      expect(bodiesOf('push-all')).toEqual(expected);
+      const states = expected.map(stateOf).filter(Boolean);
+      expect(states[0]).toBe('TASK_STATE_SUBMITTED');
+      expect(states).toContain('TASK_STATE_WORKING');
+      expect(states.at(-1)).toBe('TASK_STATE_COMPLETED');
+      // The final output arrives as an artifact, before the completed status.
+      expect(Object.keys(expected.at(-2) ?? {})).toEqual(['artifactUpdate']);
+      const hook = receiver.received.find((r) => Object.values(r.body as object)[0]?.taskId === 'push-all');
+      expect(hook?.headers).toMatchObject({
+        'content-type': 'application/a2a+json',
+        authorization: 'Bearer hook-secret',
+        'x-a2a-notification-token': 'task-token-1',
+      });
+      await expect
+        .poll(async () => (await configs.get('push-all', made.id))?.delivery.state, { timeout: 10_000 })
+        .toBe('done');
+    } finally {
+      await pusher.close();
+    }
+  });
+
+  it('still delivers every state change when the receiver is down mid-task and comes back on the same port', async () => {
+    const pusher = await pushGateway();
+    try {
+      const made = await configFor('gated-receiver');
+      await submit('gated', 'gated-receiver');
+      await receivedState('gated-receiver', 'TASK_STATE_INPUT_REQUIRED');
+      await receiver.stop();
+      await approvePending('gated-receiver');
+      await h.finalOf('gated-receiver');
+      // The receiver refused at least once while the task went on and ended.
+      await expect
+        .poll(async () => (await configs.get('gated-receiver', made.id))?.delivery.attempts ?? 0, {
+          timeout: 10_000,
+        })
+        .toBeGreaterThan(0);
+      expect((await configs.get('gated-receiver', made.id))?.delivery.lastError).toMatch(/ECONNREFUSED/);
+      await receiver.start();
+      await receivedState('gated-receiver', 'TASK_STATE_COMPLETED');
+      expect(bodiesOf('gated-receiver')).toEqual(await expectedBodies('gated-receiver', 'gated'));
+    } finally {
+      if (!receiver.running) await receiver.start();
+      await pusher.close();
+    }
+  });
+
+  it('hands a task’s webhook to the next gateway when the one delivering it stops mid-task', async () => {
+    const first = await pushGateway();
+    let second: Awaited<ReturnType<typeof pushGateway>> | undefined;
+    try {
+      await configFor('gated-handover');
+      await submit('gated', 'gated-handover');
+      await receivedState('gated-handover', 'TASK_STATE_INPUT_REQUIRED');
+      await first.close();
+      await approvePending('gated-handover');
+      await h.finalOf('gated-handover');
+      second = await pushGateway();
+      await receivedState('gated-handover', 'TASK_STATE_COMPLETED');
+      expect(bodiesOf('gated-handover')).toEqual(await expectedBodies('gated-handover', 'gated'));
+    } finally {
+      await second?.close();
+    }
+  });
+
+  it('takes over the webhooks of a gateway that died mid-task, once its hold runs out', async () => {
+    const doomed = await pushGateway();
+    let survivor: Awaited<ReturnType<typeof pushGateway>> | undefined;
+    try {
+      await configFor('gated-crash');
+      await submit('gated', 'gated-crash');
+      // Delivered so far by the only gateway that delivers: it holds the config.
+      await receivedState('gated-crash', 'TASK_STATE_INPUT_REQUIRED');
+      survivor = await pushGateway();
+      // A crash, as the server sees it: the connection goes with no goodbye, the config still held.
+      await doomed.bus.connection.close();
+      await approvePending('gated-crash');
+      await h.finalOf('gated-crash');
+      await receivedState('gated-crash', 'TASK_STATE_COMPLETED');
+      expect(bodiesOf('gated-crash')).toEqual(await expectedBodies('gated-crash', 'gated'));
+    } finally {
+      await doomed.close().catch(() => undefined);
+      await survivor?.close();
+    }
+  });
+
+  it('gives a receiver that stays down up after the limit, saying so in the log and the config', async () => {
+    const pusher = await pushGateway();
+    try {
+      const dead = new WebhookReceiver();
+      await dead.start();
+      const url = dead.url;
+      await dead.stop();
+      const made = await configs.create(
+        { taskId: 'push-dead', pipeline: 'demo' },
+        TaskPushNotificationConfig.fromJSON({ url }),
+        'ops',
+      );
+      await submit('demo', 'push-dead');
+      await expect
+        .poll(async () => (await configs.get('push-dead', made.id))?.delivery.state, { timeout: 20_000 })
+        .toBe('dropped');
+      const line = logLines
+        .map((l) => JSON.parse(l) as { level: number; msg: string })
+        .find((l) => l.msg.includes(`gave up on push config ${made.id} of task push-dead`));
+      expect(line?.level).toBe(50);
+      expect(line?.msg).toContain('nothing more is sent to it');
+    } finally {
+      await pusher.close();
+    }
+  });
+
+  it('keeps, lists and deletes configs, and refuses ones it cannot deliver', async () => {
+    const strict = await PushConfigs.open(h.bus);
+    const refusal = (url: string) =>
+      strict
+        .create(
+          { taskId: 'push-crud', pipeline: 'demo' },
+          TaskPushNotificationConfig.fromJSON({ url }),
+          'ops',
+        )
+        .then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+    for (const url of [
+      'http://127.0.0.1:9/x',
+      'http://localhost/x',
+      'http://10.1.2.3/',
+      'http://[::1]/',
+      'http://169.254.169.254/latest',
+    ]) {
+      const error = await refusal(url);
+      expect(PushError.is(error, 'url_refused'), url).toBe(true);
+      expect((error as Error).message).toMatch(/private, loopback or link-local/);
+    }
+    expect(PushError.is(await refusal('file:///etc/passwd'), 'url_refused')).toBe(true);
+    expect(PushError.is(await refusal('not a url'), 'invalid_config')).toBe(true);
+    expect(PushError.is(await refusal('https://user:pw@hooks.example.com/'), 'url_refused')).toBe(true);
+    const allowList = await PushConfigs.open(h.bus, { urlPolicy: { allowHosts: ['*.example.com'] } });
+    await expect(
+      allowList.create(
+        { taskId: 'push-crud', pipeline: 'demo' },
+        TaskPushNotificationConfig.fromJSON({ url: 'https://hooks.elsewhere.org/' }),
+        'ops',
+      ),
+    ).rejects.toThrow(/sends webhooks only to \*\.example\.com/);
+
+    const made = await configs.create(
+      { taskId: 'push-crud', pipeline: 'demo' },
+      TaskPushNotificationConfig.fromJSON({ id: 'mine', url: receiver.url, token: 't' }),
+      'ops',
+    );
+    expect(made).toMatchObject({ id: 'mine', taskId: 'push-crud', url: receiver.url, token: 't' });
+    await expect(
+      configs.create(
+        { taskId: 'push-crud', pipeline: 'demo' },
+        TaskPushNotificationConfig.fromJSON({ id: 'no spaces', url: receiver.url }),
+        'ops',
+      ),
+    ).rejects.toThrow(/push config id "no spaces" refused/);
+    await expect(
+      configs.create(
+        { taskId: 'push-crud', pipeline: 'demo' },
+        TaskPushNotificationConfig.fromJSON({ url: receiver.url, token: 'a\r\nX-Injected: 1' }),
+        'ops',
+      ),
+    ).rejects.toThrow(/line break/);
+    const other = await configs.create(
+      { taskId: 'push-crud', pipeline: 'demo' },
+      TaskPushNotificationConfig.fromJSON({ url: receiver.url }),
+      'ops',
+    );
+    const listed = await configs.list('push-crud');
+    expect(listed.map((e) => e.config.id)).toEqual(['mine', other.id]);
+    expect(listed[0]).toMatchObject({ pipeline: 'demo', createdBy: 'ops', delivery: { state: 'active' } });
+    expect(await configs.delete('push-crud', 'mine')).toBe(true);
+    expect(await configs.delete('push-crud', 'mine')).toBe(false);
+    expect(await configs.get('push-crud', 'mine')).toBeUndefined();
+    expect((await configs.list('push-crud')).map((e) => e.config.id)).toEqual([other.id]);
+  });
+  // Last: it stops the harness's coordinator.
+  it('goes on delivering across a coordinator restart', async () => {
+    const pusher = await pushGateway();
+    let coordinator: Awaited<ReturnType<typeof startSecondCoordinator>> | undefined;
+    try {
+      await configFor('gated-coordinator');
+      await submit('gated', 'gated-coordinator');
+      await receivedState('gated-coordinator', 'TASK_STATE_INPUT_REQUIRED');
+      await h.coordinator.stop();
+      await approvePending('gated-coordinator');
+      coordinator = await startSecondCoordinator(h, ['gated.yaml']);
+      await h.finalOf('gated-coordinator');
+      await receivedState('gated-coordinator', 'TASK_STATE_COMPLETED');
+      expect(bodiesOf('gated-coordinator')).toEqual(await expectedBodies('gated-coordinator', 'gated'));
+    } finally {
+      await pusher.close();
+      await coordinator?.stop();
+    }
+  });
+});
