@@ -13,6 +13,7 @@ export {
   eventsAfter,
   type FollowOptions,
   followAllEvents,
+  followTaskEnding,
   followTaskEvents,
   type SequencedEvent,
 } from './taskEvents.ts';

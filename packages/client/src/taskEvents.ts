@@ -39,6 +39,22 @@ export function followTaskEvents(
 }
 
 /**
+ * Follows a task's `task.*` events only (accepted, migrated, and the final one), as {@link followTaskEvents} does
+ * all of them: what a waiter for the task's end needs, without reading every step's events on the way.
+ */
+export function followTaskEnding(
+  bus: NatsBus,
+  task: { taskId: string; pipeline: string },
+  options: FollowOptions,
+): Promise<void> {
+  return followEvents(bus, {
+    ...options,
+    subject: subjects.event(task.pipeline, task.taskId, 'task.>'),
+    until: (event) => FINAL_EVENT_KINDS.includes(event.kind),
+  });
+}
+
+/**
  * Follows the events of every task (or of one pipeline's), as they are stored: from now, or after a stream
  * sequence to resume. Runs until `signal` aborts.
  */

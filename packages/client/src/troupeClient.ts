@@ -20,7 +20,7 @@ import {
 } from './humanRequests.ts';
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
-import { followTaskEvents, type SequencedEvent } from './taskEvents.ts';
+import { followTaskEnding, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import { cancelTask, readTask, readTaskEvents, type Submitted, submitToPipeline } from './taskOperations.ts';
 import { buildTaskTrace, type TaskTrace, wholeTrace } from './taskTrace.ts';
 import { CLIENT_WAIT, openWorkflowStore, readValues } from './troupeState.ts';
@@ -203,9 +203,9 @@ export class TroupeClient {
     const onAbort = () => stop.abort(options.signal?.reason);
     options.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      // Its events from the first: the final one is among them however late this reader came. A user who may not
-      // read the stored events learns the ending from the task's record instead, read every second.
-      await followTaskEvents(this.bus, task, { signal: stop.signal, onEvent: () => undefined }).catch(
+      // Its task events from the first: the final one is among them however late this reader came. A user who may
+      // not read the stored events learns the ending from the task's record instead, read every second.
+      await followTaskEnding(this.bus, task, { signal: stop.signal, onEvent: () => undefined }).catch(
         async () => {
           while (!stop.signal.aborted) {
             const record = await this.#recordIfAny(taskId);
