@@ -40,6 +40,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { a2aRoutes } from './a2a/a2aRoutes.ts';
 import { PushDelivery, type PushSettings } from './a2a/pushDelivery.ts';
 import { GatewayActions, InvalidRequest, viewOf } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
@@ -304,6 +305,18 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   // MCP over streamable HTTP (docs/interop.md): pipelines as tools, with the same tokens.
   const mcp = troupeMcpOptions(bus, actions, options.idSecret);
   await app.register(mcpEndpoint, { mcp, tokens: options.tokens, auth: options.auth ?? 'tokens', logger });
+  // A2A v1.0 (docs/interop.md): every pipeline an A2A agent, with the same tokens and stream caps.
+  await app.register(a2aRoutes, {
+    bus,
+    actions,
+    sessions,
+    tokens: options.tokens,
+    auth: options.auth ?? 'tokens',
+    logger,
+    publicUrl: options.publicUrl,
+    push: options.a2aPush === false ? false : { ...options.a2aPush },
+    streams: { quota, open: openStreams },
+  });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 

@@ -104,9 +104,11 @@ export class TaskFold {
   readonly #pending = new Map<string, AskedRequest>();
   #pipeline: string | undefined;
 
-  constructor(ref: A2aTaskRef, createdAt?: string) {
+  /** `userMessage`: the message that started the task, when it is known before the task's first event. */
+  constructor(ref: A2aTaskRef, createdAt?: string, userMessage?: Message) {
     this.ref = ref;
     this.#status = { state: TaskState.TASK_STATE_SUBMITTED, message: undefined, timestamp: createdAt };
+    if (userMessage) this.#history.push(userMessage);
   }
 
   get state(): TaskState {
@@ -142,10 +144,16 @@ export class TaskFold {
     switch (event.kind) {
       case 'task.accepted': {
         const { goal, input } = event.data;
+        const messageId = event.data.metadata?.a2aMessageId ?? `${event.id}.goal`;
+        // The client's own message, when the fold began with it, is not told twice.
+        if (this.#history.some((m) => m.messageId === messageId)) {
+          status(TaskState.TASK_STATE_SUBMITTED, `accepted by pipeline ${event.pipeline}`);
+          break;
+        }
         this.#history.push(
           agentMessage(
             this.ref,
-            event.data.metadata?.a2aMessageId ?? `${event.id}.goal`,
+            messageId,
             [textPart(goal), ...(input && Object.keys(input).length > 0 ? [dataPart(input)] : [])],
             Role.ROLE_USER,
           ),

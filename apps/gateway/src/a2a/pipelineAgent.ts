@@ -1,0 +1,506 @@
+import { randomUUID } from 'node:crypto';
+import {
+  type AgentCard,
+  type CancelTaskRequest,
+  type DeleteTaskPushNotificationConfigRequest,
+  type GetExtendedAgentCardRequest,
+  type GetTaskPushNotificationConfigRequest,
+  type GetTaskRequest,
+  type ListTaskPushNotificationConfigsRequest,
+  type ListTaskPushNotificationConfigsResponse,
+  type ListTasksRequest,
+  type ListTasksResponse,
+  type Message,
+  type SendMessageRequest,
+  type StreamResponse,
+  type SubscribeToTaskRequest,
+  type Task,
+  type TaskPushNotificationConfig,
+  TaskState,
+} from '@a2a-js/sdk';
+import {
+  ExtendedAgentCardNotConfiguredError,
+  PushNotificationNotSupportedError,
+  RequestMalformedError,
+  TaskNotCancelableError,
+  TaskNotFoundError,
+  UnsupportedOperationError,
+} from '@a2a-js/sdk/errors';
+import type { A2ARequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
+import { OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
+import type { WorkflowRecord } from '@troupe/protocol';
+import type { GatewayActions } from '../actions.ts';
+import { authorize, mayTouch, type Principal } from '../auth.ts';
+import { SessionId, type Sessions } from '../sessions.ts';
+import { decisionOf } from './inputAnswer.ts';
+import type { PushConfigs } from './pushConfigs.ts';
+import { PushError } from './pushError.ts';
+import { taskInputOf } from './taskInput.ts';
+import { pageOfTasks, pageSizeOf } from './taskList.ts';
+import {
+  type A2aTaskRef,
+  agentMessage,
+  isTerminal,
+  rejectedTask,
+  TaskFold,
+  textPart,
+} from './taskMapping.ts';
+import { refOf, type TaskReader } from './taskReader.ts';
+
+/** What every A2A request is served with: Troupe's own layer over NATS, nothing kept in this process. */
+export interface A2aServices {
+  actions: GatewayActions;
+  sessions: Sessions;
+  reader: TaskReader;
+  bus: Parameters<typeof openWorkflowStore>[0];
+  /** Where push configs are kept; undefined when this gateway does not offer push notifications. */
+  pushConfigs: (() => Promise<PushConfigs>) | undefined;
+  /** The longest a blocking SendMessage waits for its task to settle, in ms; then it answers with the task as it is. */
+  blockingMs: number;
+  /** How long CancelTask waits for the task's coordinator to record the cancel, in ms. */
+  cancelWaitMs: number;
+}
+
+/** Who asks, at which endpoint. */
+export interface A2aCaller {
+  who: Principal;
+  /** The pipeline the endpoint serves; absent at the gateway's own endpoint, where a request's `tenant` names it. */
+  pipeline: string | undefined;
+  card: AgentCard;
+}
+
+/** The state key of a request's AbortSignal in its `ServerCallContext`: set when the client goes. */
+export const SIGNAL_KEY = 'troupe.signal';
+
+/** How a stream ends: a SendStreamingMessage when its task settles (ends, or asks for input); a subscription at its end. */
+type Until = 'settled' | 'terminal';
+
+/** A message that started or answered a task. */
+type Begun =
+  | { rejected: Task }
+  | {
+      ref: A2aTaskRef;
+      pipeline: string;
+      /** The task's record when it existed before this message (an answer to it). */
+      record?: WorkflowRecord;
+      /** The request this message answered: the task has not settled again until it is no longer pending. */
+      answered?: string;
+      message: Message;
+    };
+
+/**
+ * A pipeline as an A2A agent: the SDK's request-handler interface over Troupe's tasks. The A2A task is the Troupe
+ * task (same id); its state is read from the task's events and record on every call, so any gateway answers for any
+ * task and a restart loses nothing. A message without a task id starts a task in the message's context (a gateway
+ * session, made when new); one with a task id answers what that task asks (an approval or a question).
+ */
+export class PipelineAgent implements A2ARequestHandler {
+  readonly #services: A2aServices;
+  readonly #caller: A2aCaller;
+
+  constructor(services: A2aServices, caller: A2aCaller) {
+    this.#services = services;
+    this.#caller = caller;
+  }
+
+  async getAgentCard(): Promise<AgentCard> {
+    return this.#caller.card;
+  }
+
+  async getAuthenticatedExtendedAgentCard(
+    _p: GetExtendedAgentCardRequest,
+    _c: ServerCallContext,
+  ): Promise<AgentCard> {
+    throw new ExtendedAgentCardNotConfiguredError(
+      'this agent has no extended card: its card is served to authenticated callers only already',
+    );
+  }
+
+  async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<Task> {
+    const begun = await this.#begin(params);
+    if ('rejected' in begun) return begun.rejected;
+    const historyLength = params.configuration?.historyLength;
+    if (params.configuration?.returnImmediately) return (await this.#current(begun)).task({ historyLength });
+    const signal = AbortSignal.any([signalOf(context), AbortSignal.timeout(this.#services.blockingMs)]);
+    const run = this.#run(begun, 'settled', signal);
+    let last: IteratorResult<StreamResponse, TaskFold>;
+    do last = await run.next();
+    while (!last.done);
+    return last.value.task({ historyLength });
+  }
+
+  async *sendMessageStream(
+    params: SendMessageRequest,
+    context: ServerCallContext,
+  ): AsyncGenerator<StreamResponse, void, undefined> {
+    const begun = await this.#begin(params);
+    if ('rejected' in begun) {
+      yield { payload: { $case: 'task', value: begun.rejected } };
+      return;
+    }
+    yield* this.#run(begun, 'settled', signalOf(context));
+  }
+
+  async *resubscribe(
+    params: SubscribeToTaskRequest,
+    context: ServerCallContext,
+  ): AsyncGenerator<StreamResponse, void, undefined> {
+    const record = await this.#record(params.id, params.tenant);
+    const snapshot = await this.#services.reader.snapshot(record);
+    if (isTerminal(snapshot.fold.state)) {
+      throw new UnsupportedOperationError(
+        `task ${params.id} has ended (${record.status}): there is nothing to subscribe to; GetTask reads it`,
+      );
+    }
+    yield { payload: { $case: 'task', value: snapshot.fold.task() } };
+    for await (const event of this.#services.reader.follow(record, signalOf(context), snapshot.seen)) {
+      yield* snapshot.fold.apply(event);
+      if (isTerminal(snapshot.fold.state)) return;
+    }
+  }
+
+  async getTask(params: GetTaskRequest, _context: ServerCallContext): Promise<Task> {
+    if (params.historyLength !== undefined && params.historyLength < 0) {
+      throw new RequestMalformedError('historyLength: must not be negative');
+    }
+    let record: WorkflowRecord;
+    try {
+      record = await this.#record(params.id, params.tenant);
+    } catch (error) {
+      const waiting = await this.#submittedTurn(params.id, params.tenant);
+      if (!waiting) throw error;
+      return waiting.task({ historyLength: params.historyLength });
+    }
+    return (await this.#services.reader.snapshot(record)).fold.task({ historyLength: params.historyLength });
+  }
+
+  async listTasks(params: ListTasksRequest, _context: ServerCallContext): Promise<ListTasksResponse> {
+    const { who } = this.#caller;
+    const pipeline = this.#pipelineOf(params.tenant);
+    authorize(who, 'read', pipeline);
+    if (params.historyLength !== undefined && params.historyLength < 0) {
+      throw new RequestMalformedError('historyLength: must not be negative');
+    }
+    if (params.statusTimestampAfter !== undefined && Number.isNaN(Date.parse(params.statusTimestampAfter))) {
+      throw new RequestMalformedError(
+        `statusTimestampAfter: ${params.statusTimestampAfter} is not an ISO time`,
+      );
+    }
+    const pageSize = pageSizeOf(params.pageSize);
+    const records = await readValues(await openWorkflowStore(this.#services.bus));
+    const { page, nextPageToken, totalSize } = pageOfTasks(records, {
+      visible: (p) => mayTouch(who, p) && (pipeline === undefined || p === pipeline),
+      pageSize,
+      ...(params.contextId ? { contextId: params.contextId } : {}),
+      ...(params.status !== TaskState.TASK_STATE_UNSPECIFIED ? { state: params.status } : {}),
+      ...(params.statusTimestampAfter ? { after: new Date(params.statusTimestampAfter).toISOString() } : {}),
+      ...(params.pageToken ? { pageToken: params.pageToken } : {}),
+    });
+    const tasks = await Promise.all(
+      page.map(async (record) =>
+        (await this.#services.reader.snapshot(record)).fold.task({
+          historyLength: params.historyLength ?? 0,
+          includeArtifacts: params.includeArtifacts ?? false,
+        }),
+      ),
+    );
+    return { tasks, nextPageToken, pageSize, totalSize };
+  }
+
+  async cancelTask(params: CancelTaskRequest, _context: ServerCallContext): Promise<Task> {
+    const record = await this.#record(params.id, params.tenant);
+    if (record.status === 'cancelled') return (await this.#services.reader.snapshot(record)).fold.task();
+    if (record.status !== 'running') {
+      throw new TaskNotCancelableError(
+        `task ${params.id} has already ${record.status}: it cannot be cancelled`,
+      );
+    }
+    try {
+      await this.#services.actions.cancel(this.#caller.who, params.id, 'cancelled over A2A');
+    } catch (error) {
+      // It ended while the cancel was on its way: cancelled by someone else is still cancelled.
+      if (!OperationError.is(error, 'conflict')) throw error;
+      const now = await this.#record(params.id, params.tenant);
+      if (now.status === 'cancelled') return (await this.#services.reader.snapshot(now)).fold.task();
+      throw new TaskNotCancelableError(`task ${params.id} has already ${now.status}: it cannot be cancelled`);
+    }
+    // The coordinator took the cancel; the task is CANCELED once its event is stored.
+    const snapshot = await this.#services.reader.snapshot(record);
+    if (!isTerminal(snapshot.fold.state)) {
+      for await (const event of this.#services.reader.follow(
+        record,
+        AbortSignal.timeout(this.#services.cancelWaitMs),
+        snapshot.seen,
+      )) {
+        snapshot.fold.apply(event);
+        if (isTerminal(snapshot.fold.state)) break;
+      }
+    }
+    return snapshot.fold.task();
+  }
+
+  async createTaskPushNotificationConfig(
+    params: TaskPushNotificationConfig,
+    _context: ServerCallContext,
+  ): Promise<TaskPushNotificationConfig> {
+    const record = await this.#record(params.taskId, params.tenant);
+    authorize(this.#caller.who, 'submit', record.pipeline);
+    const configs = await this.#pushConfigs();
+    return pushCall(() =>
+      configs.create(
+        { taskId: record.taskId, pipeline: record.pipeline, contextId: refOf(record).contextId },
+        params,
+        this.#caller.who.name,
+      ),
+    );
+  }
+
+  async getTaskPushNotificationConfig(
+    params: GetTaskPushNotificationConfigRequest,
+    _context: ServerCallContext,
+  ): Promise<TaskPushNotificationConfig> {
+    const record = await this.#record(params.taskId, params.tenant);
+    const entry = await pushCall(async () => (await this.#pushConfigs()).get(record.taskId, params.id));
+    if (!entry || entry.pipeline !== record.pipeline) {
+      throw new TaskNotFoundError(`task ${params.taskId} has no push notification config ${params.id}`);
+    }
+    return entry.config;
+  }
+
+  async listTaskPushNotificationConfigs(
+    params: ListTaskPushNotificationConfigsRequest,
+    _context: ServerCallContext,
+  ): Promise<ListTaskPushNotificationConfigsResponse> {
+    const record = await this.#record(params.taskId, params.tenant);
+    const entries = await pushCall(async () => (await this.#pushConfigs()).list(record.taskId));
+    // A task has at most a few configs: they come in one page.
+    return {
+      configs: entries.filter((e) => e.pipeline === record.pipeline).map((e) => e.config),
+      nextPageToken: '',
+    };
+  }
+
+  async deleteTaskPushNotificationConfig(
+    params: DeleteTaskPushNotificationConfigRequest,
+    _context: ServerCallContext,
+  ): Promise<void> {
+    const record = await this.#record(params.taskId, params.tenant);
+    authorize(this.#caller.who, 'submit', record.pipeline);
+    await pushCall(async () => (await this.#pushConfigs()).delete(record.taskId, params.id));
+  }
+
+  /** Starts the task a message asks for, or answers the task it names; a task the service refuses is REJECTED. */
+  async #begin(params: SendMessageRequest): Promise<Begun> {
+    const message = params.message;
+    if (!message) throw new RequestMalformedError('message: a SendMessage needs a message');
+    if (message.messageId === '') throw new RequestMalformedError('message.messageId: must not be empty');
+    if (message.taskId) return this.#answer(message, params.tenant);
+    const pipeline = this.#pipelineOf(params.tenant);
+    if (pipeline === undefined) {
+      throw new RequestMalformedError(
+        'this endpoint serves every pipeline: name one in the request’s tenant, or use the pipeline’s own card',
+      );
+    }
+    const { who } = this.#caller;
+    authorize(who, 'submit', pipeline);
+    const given = taskInputOf(message);
+    const contextId = message.contextId || undefined;
+    if (contextId !== undefined && !SessionId.safeParse(contextId).success) {
+      throw new RequestMalformedError(
+        `contextId: ${JSON.stringify(contextId)} is not a context this agent can take (letters, digits, _ and -, at most 48)`,
+      );
+    }
+    const reject = (reason: string) => ({
+      rejected: rejectedTask({ taskId: randomUUID(), contextId: contextId ?? randomUUID() }, reason, message),
+    });
+    const registry = await PipelineRegistry.open(this.#services.bus);
+    if (!(await registry.get(pipeline))) return reject(`no pipeline named ${pipeline} is served here`);
+    if (given.goal === '') {
+      return reject('the message has no text: its text parts are the goal of the task it starts');
+    }
+    const session = await this.#session(pipeline, contextId);
+    try {
+      const { view } = await this.#services.sessions.say(who, session, {
+        goal: given.goal,
+        ...(given.input ? { input: given.input } : {}),
+        metadata: { a2aMessageId: message.messageId },
+      });
+      return { ref: { taskId: view.taskId, contextId: session }, pipeline, message };
+    } catch (error) {
+      if (OperationError.is(error, 'invalid_request') || OperationError.is(error, 'too_large')) {
+        return reject(`the task was refused: ${error.message}`);
+      }
+      throw error;
+    }
+  }
+
+  /** The client's answer to what its task asks, decided as the token's holder (who needs the approve scope). */
+  async #answer(message: Message, tenant: string): Promise<Begun> {
+    const record = await this.#record(message.taskId, tenant);
+    const ref = refOf(record);
+    if (message.contextId && message.contextId !== ref.contextId) {
+      throw new RequestMalformedError(
+        `contextId: task ${record.taskId} is in context ${ref.contextId}, not ${message.contextId}`,
+      );
+    }
+    if (record.status !== 'running') {
+      throw new UnsupportedOperationError(
+        `task ${record.taskId} has ended (${record.status}) and takes no more messages; send a new message ` +
+          `with contextId ${ref.contextId} to follow it up`,
+      );
+    }
+    const pending = await this.#services.actions.approvals(this.#caller.who, { taskId: record.taskId });
+    if (pending.length === 0) {
+      throw new UnsupportedOperationError(
+        `task ${record.taskId} is working and asks nothing now; send a message to it when it is INPUT_REQUIRED`,
+      );
+    }
+    const decision = decisionOf(message, pending);
+    await this.#services.actions.decide(this.#caller.who, decision.requestId, decision.body);
+    return { ref, pipeline: record.pipeline, record, answered: decision.requestId, message };
+  }
+
+  /** The session a new task runs in: the context named (opened when this is its first task), else a new one. */
+  async #session(pipeline: string, contextId: string | undefined): Promise<string> {
+    const { sessions } = this.#services;
+    const { who } = this.#caller;
+    if (contextId === undefined) return (await sessions.open(who, pipeline)).id;
+    try {
+      const { session } = await sessions.read(who, contextId);
+      if (session.pipeline !== pipeline) {
+        throw new RequestMalformedError(
+          `contextId: context ${contextId} belongs to another pipeline; start a new context here`,
+        );
+      }
+      return session.id;
+    } catch (error) {
+      if (!OperationError.is(error, 'not_found')) throw error;
+    }
+    try {
+      return (await sessions.open(who, pipeline, contextId)).id;
+    } catch (error) {
+      // Another message opened it first, or it is another pipeline's that this token may not see.
+      if (!OperationError.is(error, 'conflict')) throw error;
+      const { session } = await sessions.read(who, contextId).catch(() => {
+        throw new RequestMalformedError(
+          `contextId: context ${contextId} cannot be used here; start a new one`,
+        );
+      });
+      if (session.pipeline !== pipeline) {
+        throw new RequestMalformedError(
+          `contextId: context ${contextId} cannot be used here; start a new one`,
+        );
+      }
+      return session.id;
+    }
+  }
+
+  /**
+   * The task's updates as they happen, opened by the task as it stands: a new task from its first event, an
+   * answered one from its snapshot. Returns the fold, with the task as it stood when the stream ended.
+   */
+  async *#run(
+    begun: Exclude<Begun, { rejected: Task }>,
+    until: Until,
+    signal: AbortSignal,
+  ): AsyncGenerator<StreamResponse, TaskFold, undefined> {
+    const { reader } = this.#services;
+    const task = { taskId: begun.ref.taskId, pipeline: begun.pipeline };
+    const snapshot = begun.record ? await reader.snapshot(begun.record) : undefined;
+    const fold = snapshot?.fold ?? this.#submitted(begun);
+    const settled = () =>
+      isTerminal(fold.state) ||
+      (until === 'settled' &&
+        fold.state === TaskState.TASK_STATE_INPUT_REQUIRED &&
+        !fold.pending.some((p) => p.requestId === begun.answered));
+    yield { payload: { $case: 'task', value: fold.task() } };
+    if (settled()) return fold;
+    for await (const event of reader.follow(task, signal, snapshot?.seen)) {
+      yield* fold.apply(event);
+      if (settled()) break;
+    }
+    return fold;
+  }
+
+  /** A task just submitted, before any event of it: SUBMITTED, with the message that started it. */
+  #submitted(begun: Exclude<Begun, { rejected: Task }>): TaskFold {
+    return new TaskFold(begun.ref, new Date().toISOString(), begun.message);
+  }
+
+  /** The task as it stands now, for a SendMessage that does not wait. */
+  async #current(begun: Exclude<Begun, { rejected: Task }>): Promise<TaskFold> {
+    const record = await this.#services.actions
+      .readable(this.#caller.who, begun.ref.taskId)
+      .catch(() => undefined);
+    return record ? (await this.#services.reader.snapshot(record)).fold : this.#submitted(begun);
+  }
+
+  /**
+   * A task a session's turn has submitted that no coordinator has taken up yet: it has no record, but it exists —
+   * SUBMITTED. Undefined for any other id.
+   */
+  async #submittedTurn(taskId: string, tenant: string): Promise<TaskFold | undefined> {
+    const sessionId = /^(.+)-\d+-[A-Za-z0-9_-]{6}$/.exec(taskId)?.[1];
+    if (!sessionId) return undefined;
+    try {
+      const { session, tasks } = await this.#services.sessions.read(this.#caller.who, sessionId);
+      const pipeline = this.#pipelineOf(tenant);
+      const at = session.turns.findIndex((t) => t.taskId === taskId);
+      const turn = session.turns[at];
+      if (!turn || tasks[at] || (pipeline !== undefined && session.pipeline !== pipeline)) return undefined;
+      const ref = { taskId, contextId: session.id };
+      return new TaskFold(ref, turn.at, agentMessage(ref, `${taskId}.goal`, [textPart(turn.goal)]));
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** A task's record, when the caller may read it at this endpoint; TaskNotFound for any other. */
+  async #record(taskId: string, tenant: string): Promise<WorkflowRecord> {
+    if (!taskId) throw new RequestMalformedError('id: a task id is needed');
+    const pipeline = this.#pipelineOf(tenant);
+    const record = await this.#services.actions.readable(this.#caller.who, taskId);
+    if (pipeline !== undefined && record.pipeline !== pipeline) {
+      throw new TaskNotFoundError(`no task ${taskId} is known on this server`);
+    }
+    return record;
+  }
+
+  /** The pipeline a request is for: the endpoint's, or the one its `tenant` names at the gateway's endpoint. */
+  #pipelineOf(tenant: string): string | undefined {
+    const fixed = this.#caller.pipeline;
+    if (tenant && fixed !== undefined && tenant !== fixed) {
+      throw new RequestMalformedError(`tenant: this endpoint serves pipeline ${fixed}, not ${tenant}`);
+    }
+    const pipeline = fixed ?? (tenant || undefined);
+    if (pipeline !== undefined) authorize(this.#caller.who, 'read', pipeline);
+    return pipeline;
+  }
+
+  async #pushConfigs(): Promise<PushConfigs> {
+    const open = this.#services.pushConfigs;
+    if (!open) throw new PushNotificationNotSupportedError('this gateway does not send push notifications');
+    return pushCall(open);
+  }
+}
+
+/** The request's AbortSignal: aborted when its client goes. */
+function signalOf(context: ServerCallContext): AbortSignal {
+  const signal = context.state.get(SIGNAL_KEY);
+  return signal instanceof AbortSignal ? signal : new AbortController().signal;
+}
+
+/** Runs a push-config operation; what the caller must fix is an invalid request. */
+async function pushCall<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (PushError.is(error, 'invalid_config') || PushError.is(error, 'url_refused')) {
+      throw new RequestMalformedError({ message: error.message, cause: error });
+    }
+    if (PushError.is(error, 'unavailable')) {
+      throw new OperationError('unavailable', error.message, { cause: error });
+    }
+    throw error;
+  }
+}
