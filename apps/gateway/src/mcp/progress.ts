@@ -52,7 +52,7 @@ function describe(event: TroupeEvent): string | undefined {
     case 'step.completed':
       return `step ${event.data.step} ${event.data.ok ? 'done' : `failed${event.data.error ? `: ${event.data.error.message}` : ''}`}`;
     case 'agent.handoff':
-      return `${event.from ?? 'the flow'} hands over to ${event.to ?? 'the next step'}: ${event.data.reason}`;
+      return `handoff ${event.from ?? 'task'} → ${event.to ?? 'next step'} (${event.data.reason})`;
     case 'approval.decided':
       return `approval ${event.data.approvalId}: ${event.data.decision}${event.data.by ? ` by ${event.data.by}` : ''}`;
     case 'human.answered':
