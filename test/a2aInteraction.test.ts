@@ -1,0 +1,227 @@
+import { type StreamResponse, TaskState } from '@a2a-js/sdk';
+import { RequestMalformedError, TaskNotFoundError } from '@a2a-js/sdk/errors';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type A2aEnv,
+  a2aClient,
+  asTask,
+  BINDINGS,
+  data,
+  describeUpdate,
+  send,
+  startA2aEnv,
+  stateName,
+  text,
+} from './support/a2aServer.ts';
+
+/** What an INPUT_REQUIRED status asks, from its data part. */
+function askedOf(status: {
+  message?: { parts: { content?: { $case: string; value: unknown } }[] } | undefined;
+}) {
+  const part = status.message?.parts.find((p) => p.content?.$case === 'data');
+  return (part?.content?.value as { requests: Record<string, unknown>[] } | undefined)?.requests ?? [];
+}
+
+describe('the A2A server: people, contexts, dropped streams and scoped tokens', () => {
+  let env: A2aEnv;
+
+  beforeAll(async () => {
+    env = await startA2aEnv();
+  });
+  afterAll(async () => {
+    await env?.stop();
+  });
+
+  describe.each(BINDINGS)('over %s', (binding) => {
+    it('asks for an approval as INPUT_REQUIRED; the next message on the task answers it and the task completes', async () => {
+      const client = await a2aClient(env, 'gated', binding);
+      const waiting = asTask(await client.sendMessage(send([text('ship the release')])));
+      expect(stateName(waiting.status?.state)).toBe('INPUT_REQUIRED');
+      const [asked] = askedOf(waiting.status as never);
+      expect(asked).toMatchObject({
+        kind: 'approval',
+        agent: 'executor',
+        tool: 'write_file',
+        answerSchema: { properties: { decision: { enum: ['approve', 'deny'] } }, required: ['decision'] },
+      });
+      expect(waiting.status?.message?.parts[0]?.content).toMatchObject({
+        $case: 'text',
+        value: expect.stringMatching(/write_file.*approve, or deny with a reason/),
+      });
+      // A deny needs its reason: refused, and the approval still waits.
+      const bare = await client
+        .sendMessage(send([text('deny')], { taskId: waiting.id, contextId: waiting.contextId }))
+        .catch((e: unknown) => e);
+      expect(bare).toBeInstanceOf(RequestMalformedError);
+      const done = asTask(
+        await client.sendMessage(
+          send([data({ decision: 'approve', reason: 'release approved' })], {
+            taskId: waiting.id,
+            contextId: waiting.contextId,
+          }),
+        ),
+      );
+      expect(stateName(done.status?.state)).toBe('COMPLETED');
+      expect(done.id).toBe(waiting.id);
+      const decided = env.h.eventsOf(waiting.id).find((e) => e.kind === 'approval.decided');
+      expect(decided?.data).toMatchObject({ decision: 'allow', reason: 'release approved', by: 'ops' });
+      // The conversation: the goal, the question, the answer.
+      expect(done.history.map((m) => m.role)).toEqual([1, 2, 1]);
+    });
+
+    it('asks a human step’s question; a data part answers it, and the flow goes on with that answer', async () => {
+      const client = await a2aClient(env, 'confirming', binding);
+      const updates: string[] = [];
+      let taskId = '';
+      let contextId = '';
+      for await (const update of client.sendMessageStream(send([text('release 2.0')]))) {
+        updates.push(describeUpdate(update));
+        if (update.payload?.$case === 'task') ({ id: taskId, contextId } = update.payload.value);
+      }
+      // A stream ends when its task asks for input.
+      expect(updates.at(-1)).toBe('status:INPUT_REQUIRED Ship the draft?');
+      const done = asTask(
+        await client.sendMessage(send([data({ answer: { ship: true } })], { taskId, contextId })),
+      );
+      expect(stateName(done.status?.state)).toBe('COMPLETED');
+      expect(
+        env.h.eventsOf(taskId).some((e) => e.kind === 'step.started' && e.data.agent === 'shipper'),
+      ).toBe(true);
+    });
+
+    it('runs a follow-up in the same context as a task that sees the conversation so far', async () => {
+      const client = await a2aClient(env, 'echo', binding);
+      const first = asTask(await client.sendMessage(send([text('a haiku about rain')])));
+      const second = asTask(
+        await client.sendMessage(send([text('now one about snow')], { contextId: first.contextId })),
+      );
+      expect(second.contextId).toBe(first.contextId);
+      expect(second.id).not.toBe(first.id);
+      const accepted = env.h.eventsOf(second.id).find((e) => e.kind === 'task.accepted');
+      expect(accepted?.data).toMatchObject({
+        input: {
+          session: { id: first.contextId, earlier: [{ taskId: first.id, goal: 'a haiku about rain' }] },
+        },
+      });
+      // A context the client names is kept; one of another pipeline is refused.
+      const named = asTask(
+        await client.sendMessage(send([text('mine')], { contextId: `chat-${binding.length}-a` })),
+      );
+      expect(named.contextId).toBe(`chat-${binding.length}-a`);
+      const gated = await a2aClient(env, 'gated', binding);
+      const elsewhere = await gated
+        .sendMessage(send([text('hijack')], { contextId: first.contextId }))
+        .catch((e: unknown) => e);
+      expect(elsewhere).toBeInstanceOf(RequestMalformedError);
+    });
+
+    it('resubscribes after a dropped stream: the task as it stands, then every later change, none lost', async () => {
+      const client = await a2aClient(env, 'paced', binding);
+      const dropped = new AbortController();
+      const before: string[] = [];
+      let taskId = '';
+      try {
+        for await (const update of client.sendMessageStream(send([text('count slowly')]), {
+          signal: dropped.signal,
+        })) {
+          before.push(describeUpdate(update));
+          if (update.payload?.$case === 'task') taskId = update.payload.value.id;
+          // The connection drops as soon as the first agent is at work.
+          if (before.at(-1) === 'status:WORKING agent first is working on step one') dropped.abort();
+        }
+      } catch (error) {
+        expect((error as Error).name).toBe('AbortError');
+      }
+      expect(before.at(-1)).toBe('status:WORKING agent first is working on step one');
+      // While nobody listens, the task moves on to its second agent.
+      await expect
+        .poll(
+          async () => (await client.getTask({ id: taskId, tenant: '' })).status?.message?.parts[0]?.content,
+          {
+            timeout: 10_000,
+          },
+        )
+        .toEqual({ $case: 'text', value: 'agent second is working on step two' });
+      const after: StreamResponse[] = [];
+      for await (const update of client.resubscribeTask({ id: taskId, tenant: '' })) after.push(update);
+      const seen = after.map(describeUpdate);
+      // It opens with the whole task as it stands: the change missed while away is in it.
+      expect(seen[0]).toBe('task:WORKING');
+      const opening = after[0]?.payload?.$case === 'task' ? after[0].payload.value : undefined;
+      expect(opening?.status?.message?.parts[0]?.content).toEqual({
+        $case: 'text',
+        value: 'agent second is working on step two',
+      });
+      expect(opening?.history[0]?.parts[0]?.content).toEqual({ $case: 'text', value: 'count slowly' });
+      // Then every change after it, in order, to the end — and nothing from before it again.
+      expect(seen.slice(1)).toEqual([
+        'status:WORKING agent second finished step two',
+        'status:WORKING agent second hands step three over to agent third',
+        'status:WORKING agent third is working on step three',
+        'status:WORKING agent third finished step three',
+        'artifact:output',
+        'status:COMPLETED completed in 1 round(s)',
+      ]);
+    });
+  });
+
+  describe('a token’s pipelines apply to every method', () => {
+    it('refuses another pipeline’s endpoint, and hides its tasks from GetTask and ListTasks', async () => {
+      const admin = await a2aClient(env, undefined, 'JSONRPC');
+      const gatedTask = asTask(await admin.sendMessage(send([text('ship it')], { tenant: 'gated' })));
+      const echoTask = asTask(await admin.sendMessage(send([text('a haiku')], { tenant: 'echo' })));
+      expect(stateName(echoTask.status?.state)).toBe('COMPLETED');
+      // The scoped token has no card for gated, and its requests there are refused.
+      await expect(a2aClient(env, 'gated', 'JSONRPC', 'echoOnly')).rejects.toThrow(/404/);
+      const scoped = await a2aClient(env, undefined, 'JSONRPC', 'echoOnly');
+      const forbidden = await scoped
+        .sendMessage(send([text('sneak')], { tenant: 'gated' }))
+        .catch((e: unknown) => e);
+      expect((forbidden as Error).message).toMatch(/may not touch pipeline gated/);
+      expect(await scoped.getTask({ id: gatedTask.id, tenant: '' }).catch((e: unknown) => e)).toBeInstanceOf(
+        TaskNotFoundError,
+      );
+      const listed = await scoped.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 100,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
+      const pipelines = new Set(listed.tasks.map((t) => t.metadata?.pipeline));
+      expect([...pipelines]).toEqual(['echo']);
+      expect(listed.tasks.map((t) => t.id)).toContain(echoTask.id);
+      expect(listed.tasks.map((t) => t.id)).not.toContain(gatedTask.id);
+      // Its own pipeline works through the gateway's endpoint too.
+      expect(
+        stateName(asTask(await scoped.sendMessage(send([text('ok')], { tenant: 'echo' }))).status?.state),
+      ).toBe('COMPLETED');
+      await admin.cancelTask({ id: gatedTask.id, tenant: '', metadata: undefined });
+    });
+
+    it('lets a read-only token read a task but not answer what it asks', async () => {
+      const admin = await a2aClient(env, 'gated', 'HTTP+JSON');
+      const waiting = asTask(await admin.sendMessage(send([text('needs a person')])));
+      expect(stateName(waiting.status?.state)).toBe('INPUT_REQUIRED');
+      const reader = await a2aClient(env, 'gated', 'HTTP+JSON', 'reader');
+      expect(stateName((await reader.getTask({ id: waiting.id, tenant: '' })).status?.state)).toBe(
+        'INPUT_REQUIRED',
+      );
+      const refused = await reader
+        .sendMessage(send([text('approve')], { taskId: waiting.id, contextId: waiting.contextId }))
+        .catch((e: unknown) => e);
+      expect((refused as Error).message).toMatch(/lacks the approve scope/);
+      await admin.cancelTask({ id: waiting.id, tenant: '', metadata: undefined });
+    });
+
+    it('asks the gateway’s endpoint to name the pipeline in tenant', async () => {
+      const client = await a2aClient(env, undefined, 'HTTP+JSON');
+      const unnamed = await client.sendMessage(send([text('which one?')])).catch((e: unknown) => e);
+      expect(unnamed).toBeInstanceOf(RequestMalformedError);
+      expect((unnamed as Error).message).toMatch(/name one in the request’s tenant/);
+      const named = asTask(await client.sendMessage(send([text('this one')], { tenant: 'echo' })));
+      expect(stateName(named.status?.state)).toBe('COMPLETED');
+    });
+  });
+});
