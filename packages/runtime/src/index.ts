@@ -16,9 +16,10 @@ export {
 } from './agent/agentMachine.ts';
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { taskWorkspace } from './agent/journaledTools.ts';
+export { type HostedAgent, isRemoteAgent, type RemoteAgent } from './agent/remoteAgent.ts';
 export { type AgentStep, runAgentStep, type StepDeps, startAgentStep } from './agent/runAgentStep.ts';
 export { SESSION_SUMMARY_TIMEOUT_MS, sessionSummaryMessages } from './agent/sessionSummary.ts';
-export { buildStepMessages } from './agent/stepPrompt.ts';
+export { buildStepMessages, buildTaskText, VERDICT_INSTRUCTIONS } from './agent/stepPrompt.ts';
 export { failedReply } from './agent/stepReply.ts';
 export { stepTimeoutError } from './agent/stepTimeout.ts';
 export { parseStructured, parseVerdict } from './agent/structuredReply.ts';
@@ -49,6 +50,7 @@ export {
   JournalEntry,
   type JournalValues,
   MAX_RECORD_BYTES,
+  type RemoteCallRecord,
   StepJournal,
   type ToolCallRecord,
 } from './durable/stepJournal.ts';
@@ -85,6 +87,7 @@ export {
   contextOf,
   endSpan,
   startChildSpan,
+  startClientSpan,
   startTracing,
   startWorkflowSpan,
   type Tracing,

@@ -1,10 +1,10 @@
 import { BUCKETS, formatPath, HumanRequest } from '@troupe/protocol';
 import {
-  type AgentDefinition,
   type AgentHost,
   type Clock,
   connectMcpServers,
   EventFactory,
+  type HostedAgent,
   KvMemory,
   KvStore,
   type Logger,
@@ -21,7 +21,7 @@ import {
   type WorkspaceLimits,
   workspaceLimitsFromEnv,
 } from '@troupe/runtime';
-import { agentDefinitions } from '../config/agentDefinitions.ts';
+import { hostedAgents } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
 import { ConfigError, type ConfigIssue } from '../config/configError.ts';
 import { suggestion } from '../config/didYouMean.ts';
@@ -89,7 +89,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const serving = new Map<string, string[]>();
   try {
     for (const pipeline of options.pipelines) {
-      const agents = agentDefinitions(pipeline, options.only);
+      const agents = hostedAgents(pipeline, options.only);
       const olderAgents = await agentsOfOlderVersions(versions, pipeline, options.only);
       if (agents.length === 0 && olderAgents.length === 0) continue;
       const registry = await pipelineTools(pipeline, base, mcp, logger);
@@ -173,15 +173,15 @@ function agentsOfVersions(
   versions: PipelineVersions,
   pipeline: string,
   logger: Logger,
-): (hash: string, agent: string) => Promise<AgentDefinition | string | undefined> {
-  const load = async (hash: string): Promise<Map<string, AgentDefinition> | string | undefined> => {
+): (hash: string, agent: string) => Promise<HostedAgent | string | undefined> {
+  const load = async (hash: string): Promise<Map<string, HostedAgent> | string | undefined> => {
     const version = await versions.get(pipeline, hash);
     if (version === undefined) return undefined;
     const label = `pipeline ${pipeline} version ${shortVersion(hash)}`;
     try {
       const pipelineVersion = await loadStoredVersion(version, label, {});
       logger.info({ pipeline, version: hash }, `loaded ${label} to run its tasks' steps`);
-      return new Map(agentDefinitions(pipelineVersion).map((agent) => [agent.name, agent]));
+      return new Map(hostedAgents(pipelineVersion).map((agent) => [agent.name, agent]));
     } catch (error) {
       // Not something a retry mends (an API key this host lacks, say): the step fails saying so.
       if (!(error instanceof ConfigError)) throw error;

@@ -1,12 +1,23 @@
-import type { AgentDefinition } from '@troupe/runtime';
+import type { AgentDefinition, HostedAgent } from '@troupe/runtime';
+import { a2aRemoteAgent } from '../a2a/a2aRemoteAgent.ts';
 import type { LoadedPipeline } from './loadPipeline.ts';
 import { resolveModelRef } from './modelFactory.ts';
+import { isRemoteAgentConfig } from './pipelineSchema.ts';
 
-/** Turns a loaded pipeline's agents into what the runtime runs. */
+/** Every agent a host serves for a loaded pipeline: those it runs, and those it calls in other systems (A2A). */
+export function hostedAgents(pipeline: LoadedPipeline, only?: readonly string[]): HostedAgent[] {
+  const local = agentDefinitions(pipeline, only);
+  const remote = [...pipeline.remoteAgents.values()]
+    .filter(({ name }) => only === undefined || only.includes(name))
+    .map((settings) => a2aRemoteAgent(settings));
+  return [...local, ...remote];
+}
+
+/** Turns a loaded pipeline's local agents into what the runtime runs (remote ones are {@link hostedAgents}'). */
 export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly string[]): AgentDefinition[] {
   const { config, agentModels } = pipeline;
   return Object.entries(config.agents)
-    .filter(([name]) => only === undefined || only.includes(name))
+    .filter(([name, agent]) => (only === undefined || only.includes(name)) && !isRemoteAgentConfig(agent))
     .map(([name, agent]) => {
       const model = agentModels.get(name);
       // loadPipeline has built every agent's model or refused the file, so a miss here is a bug, not bad input.
@@ -17,7 +28,8 @@ export function agentDefinitions(pipeline: LoadedPipeline, only?: readonly strin
       const maxTokens = agent.maxTokens ?? remote?.maxTokens;
       return {
         name,
-        instructions: agent.instructions,
+        // The schema requires instructions of every agent that is not remote.
+        instructions: agent.instructions ?? '',
         model,
         tools: agent.tools,
         rules: agent.permissions.map(({ tool, decision, paths, commands, hosts, network }) => ({

@@ -60,6 +60,12 @@ export function checkFlow(config: PipelineConfig): Problem[] {
     if (agent !== undefined && !(agent in config.agents)) {
       problem(['agent'], `no agent named "${agent}" under agents${suggestion(agent, agents)}`);
     }
+    if (step.kind === 'route' && agent !== undefined && config.agents[agent]?.a2a !== undefined) {
+      problem(
+        ['agent'],
+        `agent ${agent} is remote (a2a) and cannot be a router: a router picks its target through its model's structured output here; route on a value (on: steps.<id>.output…) from a step the remote agent ran instead`,
+      );
+    }
     context?.forEach((ref, j) => {
       if (!visible.includes(ref))
         problem(['context', j], `"${ref}" is not an earlier step${suggestion(ref, visible)}`);

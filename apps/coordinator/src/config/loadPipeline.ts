@@ -16,8 +16,9 @@ import {
   resolveModelRef,
   withRetries,
 } from './modelFactory.ts';
-import { type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
+import { isRemoteAgentConfig, type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
 import { type PipelineVersion, pipelineVersion } from './pipelineVersion.ts';
+import { type RemoteAgentSettings, remoteAgentSettings } from './remoteAgents.ts';
 
 /** A pipeline file, validated, with each agent's model built. */
 export interface LoadedPipeline {
@@ -27,6 +28,8 @@ export interface LoadedPipeline {
   version: PipelineVersion;
   /** Each agent's model: its primary with retries, then its fallbacks. */
   agentModels: ReadonlyMap<string, ModelProvider>;
+  /** The agents that live in other systems (A2A), as the host calls them. */
+  remoteAgents: ReadonlyMap<string, RemoteAgentSettings>;
   prices: PriceTable;
 }
 
@@ -73,16 +76,24 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     }
     return { text: files[path], source };
   };
-  const agentModels = await buildAgentModels(
-    config,
-    file,
-    fromDisk,
-    options.env ?? process.env,
-    locate,
-    options.requireKeys ?? true,
-  );
+  const env = options.env ?? process.env;
+  const requireKeys = options.requireKeys ?? true;
+  const remote = remoteAgentSettings(config, env, requireKeys);
+  if (remote.problems.length > 0)
+    throw new ConfigError(
+      file,
+      remote.problems.map((p) => locate(p.path, p.message)),
+    );
+  const agentModels = await buildAgentModels(config, file, fromDisk, env, locate, requireKeys);
   const version = pipelineVersion(config, files, new Date());
-  return { file, config, version, agentModels, prices: new PriceTable(config.prices) };
+  return {
+    file,
+    config,
+    version,
+    agentModels,
+    remoteAgents: remote.agents,
+    prices: new PriceTable(config.prices),
+  };
 }
 
 /**
@@ -109,11 +120,18 @@ export async function loadStoredVersion(
     if (text === undefined) throw new ModelError('config', `${label} holds no file ${path}`);
     return { text, source: `${label}: ${path}` };
   };
+  const env = options.env ?? process.env;
+  const remote = remoteAgentSettings(parsed.data, env, options.requireKeys ?? true);
+  if (remote.problems.length > 0)
+    throw new ConfigError(
+      label,
+      remote.problems.map((p) => ({ path: formatPath(p.path), message: p.message })),
+    );
   const agentModels = await buildAgentModels(
     parsed.data,
     label,
     fromVersion,
-    options.env ?? process.env,
+    env,
     (path, message) => ({ path: formatPath(path), message }),
     options.requireKeys ?? true,
   );
@@ -122,6 +140,7 @@ export async function loadStoredVersion(
     config: parsed.data,
     version,
     agentModels,
+    remoteAgents: remote.agents,
     prices: new PriceTable(parsed.data.prices),
   };
 }
@@ -202,6 +221,8 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       .map((s) => s.agent),
   );
   for (const [name, agent] of Object.entries(config.agents)) {
+    // A remote agent has no model, tools or output schema here (the schema refused them).
+    if (isRemoteAgentConfig(agent)) continue;
     const model = agent.model ?? config.defaults.model;
     if (model === undefined) {
       problems.push({ path: ['agents', name], message: 'no model: set model here or defaults.model' });
@@ -266,6 +287,11 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
       path: ['sessions', 'summarizer'],
       message: `no agent named "${summarizer}" under agents${suggestion(summarizer, agents)}`,
     });
+  } else if (summarizer !== undefined && config.agents[summarizer]?.a2a !== undefined) {
+    problems.push({
+      path: ['sessions', 'summarizer'],
+      message: `agent ${summarizer} is remote (a2a): it has no model here to summarize with; name a local agent`,
+    });
   }
   problems.push(...checkFlow(config));
   return problems;
@@ -302,6 +328,7 @@ async function buildAgentModels(
   const issues: ConfigIssue[] = [];
   const agentModels = new Map<string, ModelProvider>();
   for (const [name, agent] of Object.entries(config.agents)) {
+    if (isRemoteAgentConfig(agent)) continue;
     const refs = [agent.model ?? config.defaults.model ?? '', ...agent.fallback];
     const chain: ModelProvider[] = [];
     for (const [i, ref] of refs.entries()) {

@@ -132,8 +132,54 @@ export const TaskBudgetConfig = withExtensions({
     .optional(),
 });
 
+/** A bearer token by reference: `${VAR}` names an environment variable of the host that calls the agent. */
+const SecretRef = z.string().regex(
+  /^\$\{[A-Za-z_][A-Za-z0-9_]*\}$/,
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: ${VAR} is what the user writes.
+  'must name an environment variable as ${VAR} (the token itself never goes in the file)',
+);
+
+/**
+ * An agent that lives in another system and speaks A2A v1.0: each step is sent to it as a message, and its task's
+ * artifacts are the step's output. It has no model, instructions or tools here: its own system decides those.
+ */
+export const A2aAgentConfig = withExtensions({
+  /** The URL of its agent card (e.g. `https://host/.well-known/agent-card.json`). */
+  card: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL of the agent card' }),
+  /** The bearer token sent with every request, as `${VAR}`; resolved from the host's environment. */
+  auth: SecretRef.optional(),
+  /** Seconds one request to the agent may take before it counts as a network fault. */
+  timeout: z.number().positive().max(600).default(30),
+  /** Attempts per request before the step fails (network faults, 429 and 5xx are retried). */
+  maxAttempts: z.number().int().min(1).max(20).default(4),
+  /** First backoff in seconds; doubles per attempt, jittered. */
+  retryDelay: z.number().nonnegative().max(600).default(0.5),
+  /** Seconds between reads of the remote task while it works, when the agent cannot stream. */
+  pollInterval: z.number().positive().max(600).default(2),
+});
+export type A2aAgentConfig = z.infer<typeof A2aAgentConfig>;
+
+/** The keys that describe an agent run here, which a remote (`a2a`) agent cannot take. */
+const LOCAL_AGENT_KEYS = [
+  'model',
+  'fallback',
+  'stream',
+  'output',
+  'instructions',
+  'tools',
+  'permissions',
+  'maxTurns',
+  'contextTokens',
+  'memory',
+  'budget',
+  'temperature',
+  'maxTokens',
+] as const;
+
 export const AgentConfig = withExtensions({
   description: z.string().optional(),
+  /** An agent in another system, called over A2A; it takes none of the keys below but `approvalTimeout`. */
+  a2a: A2aAgentConfig.optional(),
   /** A name under `models:` or `openai:<model>` / `anthropic:<model>`; `defaults.model` when absent. */
   model: ModelRef.optional(),
   /** Models tried in order when the model keeps failing. */
@@ -142,7 +188,8 @@ export const AgentConfig = withExtensions({
   stream: z.boolean().default(false),
   /** A JSON Schema the agent's final reply must match; asked of the provider natively, validated, repaired once. */
   output: z.record(z.string(), z.unknown()).optional(),
-  instructions: z.string().trim().min(1, 'must not be empty'),
+  /** Required, unless the agent is remote (`a2a`). */
+  instructions: z.string().trim().min(1, 'must not be empty').optional(),
   tools: z.array(z.string().min(1)).default([]),
   permissions: z.array(PermissionRuleConfig).default([]),
   /** The most model calls in one step; `defaults.maxTurns` when absent. */
@@ -161,8 +208,33 @@ export const AgentConfig = withExtensions({
     .optional(),
   temperature: z.number().min(0).max(2).optional(),
   maxTokens: z.number().int().positive().optional(),
+}).superRefine((agent, ctx) => {
+  if (agent.a2a === undefined) {
+    if (agent.instructions === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['instructions'],
+        message:
+          'missing: an agent needs instructions (or, for an agent in another system, a2a: { card: <url> })',
+      });
+    return;
+  }
+  for (const key of LOCAL_AGENT_KEYS) {
+    const value: unknown = agent[key];
+    const given = value !== undefined && value !== false && !(Array.isArray(value) && value.length === 0);
+    if (given)
+      ctx.addIssue({
+        code: 'custom',
+        path: [key],
+        message: `a remote agent (a2a) takes no ${key}: its own system decides that; remove ${key}, or a2a to run the agent here`,
+      });
+  }
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
+/** An agent that lives in another system, called over A2A. */
+export type RemoteAgentConfig = AgentConfig & { a2a: A2aAgentConfig };
+export const isRemoteAgentConfig = (agent: AgentConfig): agent is RemoteAgentConfig =>
+  agent.a2a !== undefined;
 
 const StepId = z
   .string()
@@ -456,7 +528,16 @@ export type PipelineConfig = z.infer<typeof PipelineConfig>;
 
 /**
  * The agent that summarizes the pipeline's sessions: the one named under `sessions`, else the first step's that has
- * an agent, else the first declared; none in a pipeline without agents.
+ * a local agent, else the first local one declared; none in a pipeline without local agents.
  */
-export const sessionSummarizer = (config: PipelineConfig): string | undefined =>
-  config.sessions?.summarizer ?? agentSteps(config.flow)[0]?.agent ?? Object.keys(config.agents)[0];
+export const sessionSummarizer = (config: PipelineConfig): string | undefined => {
+  if (config.sessions?.summarizer) return config.sessions.summarizer;
+  // A remote agent has no model here to summarize with.
+  const local = (name: string) =>
+    config.agents[name] !== undefined && !isRemoteAgentConfig(config.agents[name]);
+  return (
+    agentSteps(config.flow)
+      .map((s) => s.agent)
+      .find(local) ?? Object.keys(config.agents).find(local)
+  );
+};

@@ -23,9 +23,9 @@ import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
 import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartbeatSender.ts';
 import type { WorkspaceLimits } from '../workspace/workspaceLimits.ts';
 import { WorkspaceSync } from '../workspace/workspaceSync.ts';
-import type { AgentDefinition } from './agentDefinition.ts';
 import type { StepStop } from './agentMachine.ts';
-import { type AgentStep, startAgentStep } from './runAgentStep.ts';
+import { type HostedAgent, isRemoteAgent } from './remoteAgent.ts';
+import { type AgentStep, type StepDeps, startAgentStep } from './runAgentStep.ts';
 import { serveSessionSummaries } from './sessionSummary.ts';
 import { failedReply } from './stepReply.ts';
 
@@ -71,7 +71,8 @@ interface StepRun {
 export interface AgentHostOptions {
   bus: Bus;
   pipeline: string;
-  agents: readonly AgentDefinition[];
+  /** The agents served here: run by this host, or called where they live (see {@link HostedAgent}). */
+  agents: readonly HostedAgent[];
   registry: ToolRegistry;
   workspaceRoot: string;
   logger: Logger;
@@ -106,7 +107,7 @@ export interface AgentHostOptions {
    * undefined when that version is not stored or has no such agent, a string saying why when it cannot run here
    * (an API key this host lacks, say). Without it, such a step fails `version_unavailable`.
    */
-  agentOf?: (version: string, agent: string) => Promise<AgentDefinition | string | undefined>;
+  agentOf?: (version: string, agent: string) => Promise<HostedAgent | string | undefined>;
   /**
    * Agents that only other versions of the pipeline have (renamed or removed since): served too, each step run as
    * its version defines the agent, so a task of such a version finds its steps served.
@@ -209,10 +210,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
    * defines it; a reply saying why when there is none.
    */
   const agentFor = async (
-    own: AgentDefinition | undefined,
+    own: HostedAgent | undefined,
     name: string,
     request: AgentStepRequest,
-  ): Promise<AgentDefinition | AgentStepReply> => {
+  ): Promise<HostedAgent | AgentStepReply> => {
     const version = request.version;
     if (own && (version === undefined || version === options.version)) return own;
     const short = version?.slice(0, 12);
@@ -243,7 +244,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   for (const name of [...ownAgents.keys(), ...older]) {
     const own = ownAgents.get(name);
     const subject = subjects.agent(pipeline, name);
-    const serve = (delivery: Delivery<AgentStepRequest>, agent: AgentDefinition): void => {
+    const serve = (delivery: Delivery<AgentStepRequest>, agent: HostedAgent): void => {
       const request = delivery.value;
       // A step that waited for an earlier run to unwind may come back after stop(): it goes to another worker.
       if (stopping) {
@@ -270,7 +271,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         void recent.then((reply) => delivery.respond(reply));
         return;
       }
-      const step = startAgentStep(agent, request, {
+      const deps: StepDeps = {
         registry: options.registry,
         workspaceRoot: options.workspaceRoot,
         clock,
@@ -287,7 +288,10 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
         ...(options.values ? { values: options.values } : {}),
         ...(workspace ? { workspace } : {}),
         logger,
-      });
+      };
+      const step = isRemoteAgent(agent)
+        ? agent.startStep(request, deps)
+        : startAgentStep(agent, request, deps);
       const reply = step.reply;
       const run: StepRun = {
         request,
@@ -356,7 +360,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       }),
     });
     subscriptions.push(subscription);
-    if (own && options.sessionSummarizer === name) {
+    if (own && !isRemoteAgent(own) && options.sessionSummarizer === name) {
       subscriptions.push(
         serveSessionSummaries(own, {
           bus,

@@ -1,7 +1,8 @@
 import type { ChatMessage } from '@troupe/llm';
 import type { AgentStepRequest } from '@troupe/protocol';
 
-const VERDICT_INSTRUCTIONS =
+/** What a reviewer is told to answer with: its verdict as JSON. */
+export const VERDICT_INSTRUCTIONS =
   'You are reviewing the work above. When you have decided, reply with only a JSON object: ' +
   '{"decision": "approve" | "reject", "feedback": "<what must change, or a short note>"}.';
 
@@ -18,7 +19,8 @@ export function buildStepMessages(instructions: string, request: AgentStepReques
   ];
 }
 
-function buildTaskText(request: AgentStepRequest): string {
+/** What a step asks of its agent: the task, its input, the earlier steps' outputs and a reviewer's feedback. */
+export function buildTaskText(request: AgentStepRequest): string {
   const sections = [`# Task\n${request.goal}`];
   if (request.input !== undefined) sections.push(`# Input\n${JSON.stringify(request.input, null, 2)}`);
   for (const previous of request.context) {

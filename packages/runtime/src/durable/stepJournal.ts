@@ -81,6 +81,24 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     requestIds: z.array(z.string()),
   }),
   /**
+   * A call to an agent in another system (A2A): written before the message goes, with the ids it goes with, so a run
+   * that finds it looks for the remote task instead of sending again; `taskId` once the remote system named its task,
+   * `answers` the replies to its questions sent since.
+   */
+  z.object({
+    kind: z.literal('remote.call'),
+    endpoint: z.string(),
+    messageId: z.string(),
+    contextId: z.string(),
+    taskId: z.string().optional(),
+    answers: z.number().int().nonnegative(),
+    /** The question (its status: time, message id, text) the next answer replies to, set before that answer goes. */
+    asking: z.string().optional(),
+    /** The question the last answer sent replied to: while the task still shows it, the agent has not moved on. */
+    answered: z.string().optional(),
+    recordedAt: z.string(),
+  }),
+  /**
    * A record too large for a KV value (a model's 2 MB reply, a tool call's 2 MB arguments): it is kept whole, as
    * JSON, in the pipeline's object store, and this names it. Reads of the journal give the record itself.
    */
@@ -90,6 +108,9 @@ export const JournalEntry = z.discriminatedUnion('kind', [
   }),
 ]);
 export type JournalEntry = z.infer<typeof JournalEntry>;
+
+/** A step's call to a remote agent, as the journal keeps it. */
+export type RemoteCallRecord = Extract<JournalEntry, { kind: 'remote.call' }>;
 
 /** What the journal knows of a tool call before it runs. */
 export type ToolCallRecord =
@@ -109,6 +130,8 @@ export type ToolCallRecord =
  * | `<stepId>.<turn>.<index>`            | tool call: started, result    |
  * | `<stepId>.<turn>.<index>.approval`   | the approval asked for it     |
  * | `<stepId>.<turn>.<index>.question`   | the question it asked         |
+ * | `<stepId>.remote`                    | a call to a remote agent      |
+ * | `<stepId>.remote.<n>.question`       | its n-th question to a person |
  */
 export class StepJournal {
   readonly #store: KeyValue<JournalEntry>;
@@ -152,6 +175,22 @@ export class StepJournal {
   /** Where the approval asked for a tool call (see {@link toolKey}), or the question it asked, is recorded. */
   static humanKey(toolKey: string, kind: 'approval' | 'question'): string {
     return `${toolKey}.${kind}`;
+  }
+
+  /** Where a step's call to a remote agent is recorded. */
+  static remoteKey(stepId: string): string {
+    return `${stepId}.remote`;
+  }
+
+  /** The call to a remote agent recorded under this key, if any. */
+  async remoteCall(key: string): Promise<RemoteCallRecord | undefined> {
+    const entry = (await this.#get(key))?.value;
+    return entry?.kind === 'remote.call' ? entry : undefined;
+  }
+
+  /** Records (or updates) a step's call to a remote agent. */
+  async recordRemoteCall(key: string, record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>, now: Date) {
+    await this.#put(key, { kind: 'remote.call', ...record, recordedAt: now.toISOString() });
   }
 
   /** What is recorded under a key, whatever it answered; `troupe replay` reads what events kept only in part. */

@@ -101,6 +101,14 @@ export function startChildSpan(
   return tracer().startSpan(name, { kind, attributes }, context);
 }
 
+/**
+ * Starts the span of a call this process makes to another system (a remote agent), as a child of the span
+ * `traceparent` names; {@link traceparentOf} it gives the header that carries the trace on.
+ */
+export function startClientSpan(traceparent: string | undefined, name: string, attributes: Attributes): Span {
+  return tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, contextOf(traceparent));
+}
+
 /** Ends a span; with a failure, marks it an error of that type (a low-cardinality code). */
 export function endSpan(
   span: Span,

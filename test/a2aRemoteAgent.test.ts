@@ -1,0 +1,237 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { subjects, TroupeEvent } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { startTestAgent, type TestAgent } from './support/a2aTestAgent.ts';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { type Harness, kinds, ofKind, publishTask, startHarness, waiter } from './support/harness.ts';
+
+const TOKEN = 'remote-s3cret';
+
+/** Polls until `find` gives something (what the remote agent received is not an event anything announces). */
+const found = <T>(find: () => T | undefined, what: string): Promise<T> =>
+  vi.waitFor(
+    () => {
+      const value = find();
+      if (value === undefined) throw new Error(`no ${what} yet`);
+      return value;
+    },
+    { timeout: 20_000, interval: 50 },
+  );
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((ready) => server.listen(0, '127.0.0.1', ready));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((done) => server.close(() => done()));
+  return port;
+}
+
+/** A pipeline whose one step is the remote agent at `card`. */
+function remotePipeline(name: string, card: string, extra = ''): string {
+  return `version: 1
+name: ${name}
+agents:
+  researcher:
+    description: a research agent in another system
+    approvalTimeout: 60
+    a2a:
+      card: ${card}
+      auth: \${REMOTE_TOKEN}
+      pollInterval: 0.05
+      retryDelay: 0.05
+      maxAttempts: 3
+      timeout: 2
+flow:
+  - id: research
+    kind: agent
+    agent: researcher
+${extra}`;
+}
+
+describe('a remote A2A agent as a step', () => {
+  let agent: TestAgent;
+  let h: Harness;
+  let dir: string;
+  let downCard: string;
+
+  beforeAll(async () => {
+    agent = await startTestAgent();
+    dir = await mkdtemp(join(tmpdir(), 'troupe-a2a-'));
+    const file = join(dir, 'remote.yaml');
+    await writeFile(file, remotePipeline('remote', agent.cardUrl));
+    // A port that was free a moment ago: every request to it is refused.
+    downCard = `http://127.0.0.1:${await freePort()}/.well-known/agent-card.json`;
+    const down = join(dir, 'down.yaml');
+    await writeFile(down, remotePipeline('remote-down', downCard));
+    h = await startHarness([file, down], { env: { REMOTE_TOKEN: TOKEN } });
+  });
+  afterAll(async () => {
+    await h?.stop();
+    await agent?.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('completes with the remote task artifact as its output, the token and the trace passed on', async () => {
+    publishTask(h, 'remote', { id: 'echo-1', goal: 'echo' });
+    const final = await h.finalOf('echo-1');
+    expect(final.kind).toBe('task.completed');
+    const events = h.eventsOf('echo-1');
+    const [completed] = ofKind(events, 'step.completed');
+    expect(completed?.data).toMatchObject({
+      agent: 'researcher',
+      ok: true,
+      output: 'researcher found: echo',
+    });
+    expect(ofKind(events, 'step.started')[0]?.data.agent).toBe('researcher');
+    // The call shows as a call of the step, like a tool's: where it went, and what came back.
+    const [call] = ofKind(events, 'tool.call');
+    expect(call?.data).toMatchObject({ agent: 'researcher', tool: 'a2a' });
+    expect(JSON.parse(call?.data.arguments ?? '{}')).toMatchObject({ card: agent.cardUrl });
+    expect(ofKind(events, 'tool.result')[0]?.data).toMatchObject({
+      ok: true,
+      output: 'researcher found: echo',
+    });
+    const sent = agent.messages.filter((m) => m.messageId === 'troupe-echo-1.research.1');
+    expect(sent).toHaveLength(1);
+    // The message carries the step as text and as data.
+    const parts = sent[0]?.parts.map((p) => p.content?.$case);
+    expect(parts).toEqual(['text', 'data']);
+    const rpc = agent.requests.filter((r) => r.method === 'SendMessage');
+    expect(rpc.at(-1)?.authorization).toBe(`Bearer ${TOKEN}`);
+    // The trace goes on: the task's trace id, in a W3C traceparent.
+    const traceId = final.traceparent.split('-')[1];
+    expect(rpc.at(-1)?.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-0[01]$`));
+  });
+
+  it('shows the remote call in troupe trace', async () => {
+    const trace = await troupe(['trace', 'echo-1', '--server', h.nats.url, '--json']);
+    expect(trace.code, trace.stderr).toBe(0);
+    expect(trace.stdout).toContain('a2a');
+    expect(trace.stdout).toContain('researcher');
+  });
+
+  it('turns a remote INPUT_REQUIRED into a question a person answers, sent back as the next message', async () => {
+    publishTask(h, 'remote', { id: 'ask-1', goal: 'ask' });
+    const asked = await found(
+      () => ofKind(h.eventsOf('ask-1'), 'human.asked')[0],
+      'the question to a person',
+    );
+    expect(asked.data.question).toContain('Which year should the report cover?');
+    expect(asked.data.agent).toBe('researcher');
+    const answered = await troupe(['answer', asked.data.questionId, '2025', '--server', h.nats.url]);
+    expect(answered.code, answered.stderr).toBe(0);
+    const final = await h.finalOf('ask-1');
+    expect(final.kind).toBe('task.completed');
+    expect(ofKind(h.eventsOf('ask-1'), 'step.completed')[0]?.data.output).toBe('researcher was told: 2025');
+    const answers = agent.messages.filter((m) => m.messageId === 'troupe-ask-1.research.1-answer-1');
+    expect(answers).toHaveLength(1);
+  });
+
+  it('cancels the remote task when the Troupe task is cancelled', async () => {
+    publishTask(h, 'remote', { id: 'slow-1', goal: 'slow' });
+    await found(
+      () => agent.messages.find((m) => m.messageId === 'troupe-slow-1.research.1'),
+      'the message at the remote agent',
+    );
+    const cancelled = await troupe(['cancel', 'slow-1', '--server', h.nats.url]);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect((await h.finalOf('slow-1')).kind).toBe('task.cancelled');
+    await expect.poll(() => agent.cancelled.length, { timeout: 10_000 }).toBe(1);
+  });
+
+  it('retries a remote agent that cannot be reached, then fails naming it and its URL', async () => {
+    publishTask(h, 'remote-down', { id: 'down-1', goal: 'echo' });
+    const final = await h.finalOf('down-1');
+    expect(final.kind).toBe('task.failed');
+    const [completed] = ofKind(h.eventsOf('down-1'), 'step.completed');
+    expect(completed?.data.error?.code).toBe('connection');
+    const message = final.kind === 'task.failed' ? final.data.message : '';
+    expect(message).toContain(`remote agent researcher (${downCard})`);
+    expect(message).toContain('after 3 attempts');
+    expect(message).toContain('ECONNREFUSED');
+    expect(kinds(h.eventsOf('down-1'))).toContain('step.started');
+  });
+});
+
+describe('a coordinator killed mid-call', () => {
+  let nats: TestNats;
+  let agent: TestAgent;
+  let client: NatsConnection;
+  let home: string;
+  const events: TroupeEvent[] = [];
+  const processes: CliProcess[] = [];
+  const { notify, waitFor } = waiter();
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    agent = await startTestAgent();
+    home = await mkdtemp(join(tmpdir(), 'troupe-a2a-kill-'));
+    client = await connect({ servers: nats.url, name: 'a2a-kill-test' });
+    client.subscribe(subjects.allTaskEvents, {
+      callback: (_error, msg) => {
+        events.push(TroupeEvent.parse(msg.json()));
+        notify();
+      },
+    });
+    await client.flush();
+  });
+  afterEach(async () => {
+    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+  });
+  afterAll(async () => {
+    await client?.close();
+    await agent?.close();
+    await nats?.stop();
+    await rm(home, { recursive: true, force: true });
+  });
+
+  it('resumes the call from the journal: the message reached the remote agent once, and the step completes', async () => {
+    const file = join(home, 'remote.yaml');
+    await writeFile(file, remotePipeline('remote-kill', agent.cardUrl));
+    const up = () => {
+      const p = startTroupe(
+        ['up', file, '--server', nats.url, '--home', home, '--ack-wait', '2'],
+        cliEnv({ REMOTE_TOKEN: TOKEN }),
+      );
+      processes.push(p);
+      return p;
+    };
+    const first = up();
+    await first.waitFor(/troupe is up/);
+    client.publish(subjects.task('remote-kill'), JSON.stringify({ id: 'kill-1', goal: 'hold' }));
+    // The remote task is under way and its id journaled: the coordinator reads it while it waits.
+    await found(
+      () => agent.requests.find((r) => r.method === 'GetTask'),
+      'the coordinator waiting on the remote task',
+    );
+    expect(await first.stop('SIGKILL')).toBeNull();
+    await up().waitFor(/troupe is up/);
+    agent.release();
+    const final = await waitFor(
+      () =>
+        events.find(
+          (e) =>
+            e.taskId === 'kill-1' &&
+            e.kind.startsWith('task.') &&
+            e.kind !== 'task.accepted' &&
+            e.kind !== 'task.resumed',
+        ),
+      'the end of task kill-1',
+      60_000,
+    );
+    expect(final.kind).toBe('task.completed');
+    expect(agent.messages.filter((m) => m.messageId === 'troupe-kill-1.research.1')).toHaveLength(1);
+    expect(agent.requests.filter((r) => r.method === 'SendMessage')).toHaveLength(1);
+    const [completed] = ofKind(
+      events.filter((e) => e.taskId === 'kill-1'),
+      'step.completed',
+    );
+    expect(completed?.data.output).toBe('researcher found: hold');
+  }, 120_000);
+});
