@@ -217,6 +217,27 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     });
   }
 
+  it('cancelling the call while its user is being asked (2025-11-25) cancels the task', async () => {
+    const stop = new AbortController();
+    let asked = false;
+    // A host that can ask (declared here), whose user never answers: the call is cancelled while they are asked.
+    const client = await connect('admin', 'legacy', () => ({ action: 'cancel' }));
+    client.setRequestHandler('elicitation/create', async () => {
+      asked = true;
+      stop.abort('the user closed the dialog');
+      return new Promise(() => {});
+    });
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'gated', arguments: { goal: 'ship the release' } },
+      { signal: stop.signal, onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    await expect(call).rejects.toThrow(/closed the dialog/);
+    expect(asked).toBe(true);
+    const taskId = submittedTask(progress) as string;
+    expect((await h.finalOf(taskId, 20_000)).kind).toBe('task.cancelled');
+  });
+
   it("answers a human step's question through elicitation (2026-07-28)", async () => {
     const client = await connect('admin', 'auto', () => ({
       action: 'accept',

@@ -22,6 +22,8 @@ export interface PipelineCallContext {
   actions: GatewayActions;
   codec: RequestStateCodec<RoundState>;
   who: Principal;
+  /** The revision the server instance serves: `legacy` for 2025-11-25 (and older), `modern` for 2026-07-28. */
+  era: 'legacy' | 'modern';
   /** Who the client says it is (its `clientInfo.name`): recorded as who decided, beside the principal. */
   clientName(ctx: ServerContext): string;
   /** Whether the client can show its user a form (declared the elicitation capability, form mode). */
@@ -65,15 +67,16 @@ export async function callPipeline(
   }
   const asked = await follow(call, { taskId, pipeline }, round?.after, ctx, progress);
   if (ctx.mcpReq.signal.aborted) {
-    await call.actions
-      .cancel(call.who, taskId, `the MCP client ${call.clientName(ctx)} cancelled its call`)
-      .catch(() => undefined);
+    await cancel(call, taskId, ctx);
     return {
       content: [{ type: 'text', text: `task ${taskId} cancelled: the call was cancelled` }],
       isError: true,
     };
   }
   if (asked) {
+    // On 2025-11-25 the SDK asks the user while no round of ours runs: a cancel meanwhile reaches only this signal.
+    if (call.era === 'legacy')
+      ctx.mcpReq.signal.addEventListener('abort', () => void cancel(call, taskId, ctx), { once: true });
     const state: RoundState = {
       taskId,
       pipeline,
@@ -88,6 +91,13 @@ export async function callPipeline(
     });
   }
   return toolResultOf(await call.actions.task(call.who, taskId), structured);
+}
+
+/** Cancels the task of a call the client cancelled; one that has ended already stays as it ended. */
+async function cancel(call: PipelineCallContext, taskId: string, ctx: ServerContext): Promise<void> {
+  await call.actions
+    .cancel(call.who, taskId, `the MCP client ${call.clientName(ctx)} cancelled its call`)
+    .catch(() => undefined);
 }
 
 /** The round state the client echoed, when this is a later round; refused when it was minted for another call. */

@@ -81,6 +81,7 @@ export async function troupeMcpServer(
     actions: options.actions,
     codec: options.codec,
     who,
+    era: context.era,
     clientName,
     canElicit,
   };
