@@ -74,12 +74,22 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
       const updates: string[] = [];
       let taskId = '';
       let contextId = '';
+      let last: StreamResponse | undefined;
       for await (const update of client.sendMessageStream(send([text('release 2.0')]))) {
         updates.push(describeUpdate(update));
+        last = update;
         if (update.payload?.$case === 'task') ({ id: taskId, contextId } = update.payload.value);
       }
-      // A stream ends when its task asks for input.
+      // A stream ends when its task asks for input: what, and the JSON Schema the step declares for the answer.
       expect(updates.at(-1)).toBe('status:INPUT_REQUIRED Ship the draft?');
+      const status = last?.payload?.$case === 'statusUpdate' ? last.payload.value.status : undefined;
+      expect(askedOf(status as never)).toEqual([
+        expect.objectContaining({
+          kind: 'question',
+          prompt: 'Ship the draft?',
+          answerSchema: { type: 'object', properties: { ship: { type: 'boolean' } }, required: ['ship'] },
+        }),
+      ]);
       const done = asTask(
         await client.sendMessage(send([data({ answer: { ship: true } })], { taskId, contextId })),
       );

@@ -153,8 +153,9 @@ export class PipelineAgent implements A2ARequestHandler {
       );
     }
     yield { payload: { $case: 'task', value: snapshot.fold.task() } };
-    for await (const event of this.#services.reader.follow(record, signalOf(context), snapshot.seen)) {
-      yield* snapshot.fold.apply(event);
+    const { reader } = this.#services;
+    for await (const event of reader.follow(record, signalOf(context), snapshot.seen)) {
+      yield* await reader.applyTo(snapshot.fold, event);
       if (isTerminal(snapshot.fold.state)) return;
     }
   }
@@ -232,7 +233,7 @@ export class PipelineAgent implements A2ARequestHandler {
         AbortSignal.timeout(this.#services.cancelWaitMs),
         snapshot.seen,
       )) {
-        snapshot.fold.apply(event);
+        await this.#services.reader.applyTo(snapshot.fold, event);
         if (isTerminal(snapshot.fold.state)) break;
       }
     }
@@ -416,7 +417,7 @@ export class PipelineAgent implements A2ARequestHandler {
     yield { payload: { $case: 'task', value: fold.task() } };
     if (settled()) return fold;
     for await (const event of reader.follow(task, signal, snapshot?.seen)) {
-      yield* fold.apply(event);
+      yield* await reader.applyTo(fold, event);
       if (settled()) break;
     }
     return fold;

@@ -102,6 +102,8 @@ export class TaskFold {
   readonly #artifacts: Artifact[] = [];
   /** Approvals and questions asked and not yet answered, by request id, in the order they were asked. */
   readonly #pending = new Map<string, AskedRequest>();
+  /** The schemas questions' answers must match, where their step declares one (see {@link expectAnswer}). */
+  readonly #answerSchemas = new Map<string, unknown>();
   #pipeline: string | undefined;
 
   /** `userMessage`: the message that started the task, when it is known before the task's first event. */
@@ -118,6 +120,11 @@ export class TaskFold {
   /** What the task waits on a person for, oldest first. */
   get pending(): readonly AskedRequest[] {
     return [...this.#pending.values()];
+  }
+
+  /** Says what a question's answer must match, before its `human.asked` event is folded in (plain text otherwise). */
+  expectAnswer(questionId: string, schema: unknown): void {
+    this.#answerSchemas.set(questionId, schema);
   }
 
   /** Folds one event in; answers with the A2A updates it makes (none for events that change nothing A2A shows). */
@@ -200,7 +207,7 @@ export class TaskFold {
           requestId: questionId,
           agent,
           prompt: question,
-          answerSchema: TEXT_ANSWER_SCHEMA,
+          answerSchema: this.#answerSchemas.get(questionId) ?? TEXT_ANSWER_SCHEMA,
         });
         this.#ask(event.id, questionId, status);
         break;

@@ -1,6 +1,8 @@
+import type { StreamResponse } from '@a2a-js/sdk';
 import { followTaskEvents, readTaskEvents } from '@troupe/client';
 import type { TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { NatsBus, ValueStore } from '@troupe/runtime';
+import { AnswerSchemas } from './answerSchemas.ts';
 import { type A2aTaskRef, isTerminal, TaskFold } from './taskMapping.ts';
 
 /** A Troupe task's A2A form as its events make it now, and which of its events that took in. */
@@ -26,9 +28,24 @@ export class TaskReader {
   readonly #bus: NatsBus;
   readonly #values: ValueStore;
 
+  readonly #schemas: AnswerSchemas;
+
   constructor(bus: NatsBus, values: ValueStore) {
     this.#bus = bus;
     this.#values = values;
+    this.#schemas = new AnswerSchemas(bus);
+  }
+
+  /**
+   * Folds an event into a task, with what the fold cannot know from the event alone: a completed task's whole
+   * output, and the schema a question's answer must match.
+   */
+  async applyTo(fold: TaskFold, event: TroupeEvent): Promise<StreamResponse[]> {
+    if (event.kind === 'human.asked') {
+      const schema = await this.#schemas.of(event.taskId, event.data.stepId);
+      if (schema !== undefined) fold.expectAnswer(event.data.questionId, schema);
+    }
+    return fold.apply(await this.whole(event));
   }
 
   async snapshot(record: WorkflowRecord): Promise<TaskSnapshot> {
@@ -37,14 +54,15 @@ export class TaskReader {
     const seen = new Set<string>();
     for (const event of await readTaskEvents(this.#bus, record.taskId, record.pipeline)) {
       seen.add(event.id);
-      fold.apply(await this.whole(event));
+      await this.applyTo(fold, event);
     }
     if (record.final && !isTerminal(fold.state)) fold.apply(await this.whole(record.final));
     return { record, ref, fold, seen };
   }
 
   /**
-   * The task's events from its first, live once the stored ones are read, leaving out those `skip` names; ends
+   * The task's events from its first, live once the stored ones are read, leaving out those `skip` names (fold them
+   * in with {@link applyTo}); ends
    * after its final event, when `signal` aborts, or when the consumer of the returned iterator stops.
    */
   async *follow(
@@ -67,7 +85,7 @@ export class TaskReader {
       for (;;) {
         const next = await queue.take();
         if (next === undefined) return;
-        yield await this.whole(next);
+        yield next;
       }
     } finally {
       signal.removeEventListener('abort', onAbort);
