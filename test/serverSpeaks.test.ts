@@ -76,6 +76,7 @@ describe.each(CONFIGS)(
         'versions',
         'pipelines',
         'sessions',
+        'a2a-push',
       ]) {
         await kvm.create(bucket, { history: 1 });
       }

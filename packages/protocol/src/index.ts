@@ -55,7 +55,15 @@ export {
   StepOutput,
   Verdict,
 } from './step.ts';
-export { BUCKETS, type ParsedSubject, parseSubject, ROOT, STREAMS, subjects } from './subjects.ts';
+export {
+  A2A_PUSH_QUEUE,
+  BUCKETS,
+  type ParsedSubject,
+  parseSubject,
+  ROOT,
+  STREAMS,
+  subjects,
+} from './subjects.ts';
 export { MAX_PIPELINE_DEPTH, TaskFields, TaskParent, TaskSubmission } from './task.ts';
 export {
   checkTaskToSubmit,

@@ -22,6 +22,12 @@ export const BUCKETS = {
   a2aPush: 'a2a-push',
 } as const;
 
+/**
+ * The queue of A2A webhook deliveries the gateways share: a work-queue stream with one message per push config,
+ * taken from one durable pull consumer (the gateway makes both; its role may, no other's).
+ */
+export const A2A_PUSH_QUEUE = { stream: 'A2A_PUSH', consumer: 'a2a-push' } as const;
+
 /** Builders for every subject on the wire. Arguments are assumed valid names and ids. */
 export const subjects = {
   task: (pipeline: string) => `${ROOT}.tasks.${pipeline}`,
@@ -48,6 +54,9 @@ export const subjects = {
   deadLetter: (pipeline: string) => `${ROOT}.deadletter.${pipeline}`,
   allDeadLetters: `${ROOT}.deadletter.>`,
   allControl: `${ROOT}.control.*`,
+  /** A push config's place in the A2A webhook queue (see {@link A2A_PUSH_QUEUE}). */
+  a2aPushJob: (taskId: string, configId: string) => `${ROOT}.a2a.push.${taskId}.${configId}`,
+  allA2aPushJobs: `${ROOT}.a2a.push.*.*`,
   /** Prefix for request/reply inboxes, kept under `troupe.` so `troupe.>` permissions cover them. */
   inboxPrefix: `${ROOT}._inbox`,
 } as const;

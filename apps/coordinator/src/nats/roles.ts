@@ -1,4 +1,12 @@
-import { BUCKETS, EVENT_KINDS, inputBucket, STREAMS, subjects, valueBucket } from '@troupe/protocol';
+import {
+  A2A_PUSH_QUEUE,
+  BUCKETS,
+  EVENT_KINDS,
+  inputBucket,
+  STREAMS,
+  subjects,
+  valueBucket,
+} from '@troupe/protocol';
 
 /**
  * The parts of a Troupe deployment, each a NATS user of its own (`troupe nats-config` makes one per instance).
@@ -188,6 +196,9 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...kvRead(BUCKETS.pipelines),
             ...kvReadWrite(BUCKETS.approvals, '>'),
             ...kvReadWrite(BUCKETS.sessions, '>'),
+            // A2A push notifications: their configs, and the queue of deliveries the gateways share.
+            ...kvReadWrite(BUCKETS.a2aPush, '>'),
+            ...a2aPushQueue(),
             ...eventHistory(subjects.allEvents),
             // Task results and traces give large outputs whole, read back from each pipeline's object store.
             ...pipelines.flatMap(valuesRead),
@@ -278,6 +289,23 @@ const eventHistory = (filter: string) => [
   `$JS.API.CONSUMER.INFO.${STREAMS.events}.*`,
   `$JS.API.CONSUMER.DELETE.${STREAMS.events}.*`,
 ];
+
+/**
+ * The gateways' queue of webhook deliveries: making its work-queue stream and durable pull consumer (in the 2.9 and
+ * the 2.10 form of the request), queueing a config, taking configs and acking them.
+ */
+const a2aPushQueue = () => {
+  const { stream, consumer } = A2A_PUSH_QUEUE;
+  return [
+    subjects.allA2aPushJobs,
+    `$JS.API.STREAM.CREATE.${stream}`,
+    `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.${consumer}`,
+    `$JS.API.CONSUMER.CREATE.${stream}.${consumer}`,
+    `$JS.API.CONSUMER.INFO.${stream}.${consumer}`,
+    `$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`,
+    `$JS.ACK.${stream}.${consumer}.>`,
+  ];
+};
 
 /** A role's user in the server configuration: its nkey and permissions. */
 export interface ConfiguredUser {

@@ -6,7 +6,7 @@ import {
   RetentionPolicy,
   StorageType,
 } from '@nats-io/jetstream';
-import { ROOT } from '@troupe/protocol';
+import { A2A_PUSH_QUEUE, ROOT, subjects } from '@troupe/protocol';
 import { jetstreamManagerOf, jetstreamOf, type NatsBus } from '@troupe/runtime';
 import { PushError } from './pushError.ts';
 
@@ -16,17 +16,16 @@ import { PushError } from './pushError.ts';
  * take from one durable consumer, so each config is worked on by one gateway at a time, in order; a gateway that
  * stops hands its configs back at once, one that dies has them taken over when their ack wait runs out.
  */
-export const PUSH_STREAM = 'A2A_PUSH';
+export const PUSH_STREAM = A2A_PUSH_QUEUE.stream;
 /** The durable consumer every gateway pulls from. */
-export const PUSH_CONSUMER = 'a2a-push';
+export const PUSH_CONSUMER = A2A_PUSH_QUEUE.consumer;
 /** The subjects of the queue: `troupe.a2a.push.<taskId>.<configId>`. */
-export const PUSH_SUBJECTS = `${ROOT}.a2a.push.>`;
+export const PUSH_SUBJECTS = subjects.allA2aPushJobs;
 
 /** How long a gateway may hold a config without a sign of life before another takes it over (it signals every third). */
 export const DEFAULT_PUSH_ACK_WAIT_MS = 30_000;
 
-export const pushJobSubject = (taskId: string, configId: string): string =>
-  `${ROOT}.a2a.push.${taskId}.${configId}`;
+export const pushJobSubject = subjects.a2aPushJob;
 
 /** The task and config a queue message is for, from its subject; undefined for a subject that is not one. */
 export function pushJobOf(subject: string): { taskId: string; configId: string } | undefined {
