@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { type Message, type Task, TaskState } from '@a2a-js/sdk';
 import type { Client } from '@a2a-js/sdk/client';
 import {
@@ -142,7 +143,7 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   run.record = found ?? {
     endpoint: settings.card,
     messageId: `troupe-${request.stepId}`,
-    contextId: `troupe-${request.pipeline}-${request.taskId}`,
+    contextId: contextIdOf(request),
     answers: 0,
   };
   publishCall(run);
@@ -500,6 +501,13 @@ function publish(run: RemoteRun, make: () => Parameters<StepDeps['publish']>[0])
 }
 
 const callIdOf = (request: AgentStepRequest) => `${request.stepId}.a2a`;
+
+/**
+ * The A2A context of a Troupe task's calls: one per task, so a remote agent sees its rounds (a rework after a review)
+ * as one conversation; made from the pipeline and task, short and plain enough for any server's context ids.
+ */
+export const contextIdOf = (request: Pick<AgentStepRequest, 'pipeline' | 'taskId'>): string =>
+  `troupe-${createHash('sha256').update(`${request.pipeline}/${request.taskId}`).digest('hex').slice(0, 32)}`;
 const scopeOf = (run: RemoteRun) => ({
   pipeline: run.request.pipeline,
   taskId: run.request.taskId,
