@@ -57,13 +57,43 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       const all = await raw(env, 'GET', '/.well-known/agent-card.json');
       expect(all.status).toBe(200);
       const card = AgentCard.fromJSON(all.body);
-      expect(card.skills.map((s) => s.id)).toEqual(['confirming', 'echo', 'gated', 'paced', 'slowpoke']);
+      expect(card.skills.map((s) => s.id)).toEqual([
+        'confirming',
+        'echo',
+        'gated',
+        'paced',
+        'slowpoke',
+        'summing',
+      ]);
       expect(card.supportedInterfaces.map((i) => i.url)).toEqual([
         `${env.gateway.url}/a2a/jsonrpc`,
         `${env.gateway.url}/a2a/rest`,
       ]);
       const scoped = await raw(env, 'GET', '/.well-known/agent-card.json', { token: 'echoOnly' });
       expect(AgentCard.fromJSON(scoped.body).skills.map((s) => s.id)).toEqual(['echo']);
+    });
+
+    it('carries a pipeline’s input schema in a card extension; a message whose data misses it is REJECTED', async () => {
+      const card = await raw(env, 'GET', '/a2a/summing/.well-known/agent-card.json');
+      expect(card.body).toMatchObject({
+        capabilities: {
+          extensions: [
+            {
+              uri: 'https://troupe.dev/a2a/extensions/pipeline-schemas/v1',
+              params: { input: { required: ['numbers'] } },
+            },
+          ],
+        },
+      });
+      const client = await a2aClient(env, 'summing', 'JSONRPC');
+      const refused = asTask(await client.sendMessage(send([text('add'), data({ numbers: 'three' })])));
+      expect(stateName(refused.status?.state)).toBe('REJECTED');
+      expect(refused.status?.message?.parts[0]?.content).toEqual({
+        $case: 'text',
+        value: expect.stringMatching(/input\.numbers/),
+      });
+      const added = asTask(await client.sendMessage(send([text('add'), data({ numbers: [1, 2] })])));
+      expect(stateName(added.status?.state)).toBe('COMPLETED');
     });
 
     it('refuses a card without a token, and answers 404 for a pipeline that is not served or not the token’s', async () => {
