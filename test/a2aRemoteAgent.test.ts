@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { subjects, TroupeEvent } from '@troupe/protocol';
-import { startTestNats, type TestNats } from '@troupe/testkit';
+import { type OtlpReceiver, startOtlpReceiver, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestAgent, type TestAgent } from './support/a2aTestAgent.ts';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
@@ -69,7 +69,30 @@ describe('a remote A2A agent as a step', () => {
     downCard = `http://127.0.0.1:${await freePort()}/.well-known/agent-card.json`;
     const down = join(dir, 'down.yaml');
     await writeFile(down, remotePipeline('remote-down', downCard));
-    h = await startHarness([file, down], { env: { REMOTE_TOKEN: TOKEN } });
+    // The remote agent in a foreach step's items, and as a reviewer.
+    const flow = join(dir, 'flow.yaml');
+    await writeFile(join(dir, 'flow.script.yaml'), 'agents:\n  writer:\n    - content: the draft\n');
+    await writeFile(
+      flow,
+      `version: 1
+name: remote-flow
+models: { scripted: { provider: scripted, script: ./flow.script.yaml } }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: Write it up. }
+  researcher:
+    a2a: { card: ${agent.cardUrl}, auth: "\${REMOTE_TOKEN}", pollInterval: 0.05 }
+flow:
+  - id: each
+    kind: foreach
+    items: "['north', 'south']"
+    maxItems: 5
+    do: [{ id: look, kind: agent, agent: researcher }]
+  - { id: draft, kind: agent, agent: writer }
+  - { id: check, kind: review, agent: researcher, onReject: draft, maxRounds: 2 }
+`,
+    );
+    h = await startHarness([file, down, flow], { env: { REMOTE_TOKEN: TOKEN } });
   });
   afterAll(async () => {
     await h?.stop();
@@ -112,8 +135,20 @@ describe('a remote A2A agent as a step', () => {
   it('shows the remote call in troupe trace', async () => {
     const trace = await troupe(['trace', 'echo-1', '--server', h.nats.url, '--json']);
     expect(trace.code, trace.stderr).toBe(0);
-    expect(trace.stdout).toContain('a2a');
-    expect(trace.stdout).toContain('researcher');
+    const report = JSON.parse(trace.stdout) as {
+      steps: {
+        agent: string;
+        entries: { kind: string; tool?: string; result?: { ok: boolean; output: string } }[];
+      }[];
+    };
+    expect(report.steps.map((s) => s.agent)).toEqual(['researcher']);
+    expect(report.steps[0]?.entries).toEqual([
+      expect.objectContaining({
+        kind: 'tool',
+        tool: 'a2a',
+        result: expect.objectContaining({ ok: true, output: 'researcher found: echo' }),
+      }),
+    ]);
   });
 
   it('turns a remote INPUT_REQUIRED into a question a person answers, sent back as the next message', async () => {
@@ -131,6 +166,23 @@ describe('a remote A2A agent as a step', () => {
     expect(ofKind(h.eventsOf('ask-1'), 'step.completed')[0]?.data.output).toBe('researcher was told: 2025');
     const answers = agent.messages.filter((m) => m.messageId === 'troupe-ask-1.research.1-answer-1');
     expect(answers).toHaveLength(1);
+  });
+
+  it('serves a foreach step’s items and a review step: the verdict comes from the remote agent’s data', async () => {
+    publishTask(h, 'remote-flow', { id: 'flow-1', goal: 'scan' });
+    const final = await h.finalOf('flow-1');
+    expect(final.kind).toBe('task.completed');
+    const events = h.eventsOf('flow-1');
+    const [joined] = ofKind(events, 'items.joined');
+    expect(joined).toBeDefined();
+    const outputs = ofKind(events, 'step.completed')
+      .filter((e) => e.data.step === 'look')
+      .map((e) => e.data.output)
+      .sort();
+    expect(outputs).toEqual(['researcher found: scan north', 'researcher found: scan south']);
+    const [review] = ofKind(events, 'step.completed').filter((e) => e.data.step === 'check');
+    expect(review?.data.verdict).toEqual({ decision: 'approve', feedback: 'looks good' });
+    expect(final.kind === 'task.completed' && final.data.approved).not.toBe(false);
   });
 
   it('cancels the remote task when the Troupe task is cancelled', async () => {
@@ -159,7 +211,7 @@ describe('a remote A2A agent as a step', () => {
   });
 });
 
-describe('a coordinator killed mid-call', () => {
+describe('a remote call in a coordinator process', () => {
   let nats: TestNats;
   let agent: TestAgent;
   let client: NatsConnection;
@@ -168,8 +220,11 @@ describe('a coordinator killed mid-call', () => {
   const processes: CliProcess[] = [];
   const { notify, waitFor } = waiter();
 
+  let receiver: OtlpReceiver;
+
   beforeAll(async () => {
     nats = await startTestNats();
+    receiver = await startOtlpReceiver();
     agent = await startTestAgent();
     home = await mkdtemp(join(tmpdir(), 'troupe-a2a-kill-'));
     client = await connect({ servers: nats.url, name: 'a2a-kill-test' });
@@ -187,8 +242,47 @@ describe('a coordinator killed mid-call', () => {
   afterAll(async () => {
     await client?.close();
     await agent?.close();
+    await receiver?.stop();
     await nats?.stop();
     await rm(home, { recursive: true, force: true });
+  });
+
+  it('traces the call as an invoke_agent client span with a2a.* attributes, and passes its trace on', async () => {
+    const file = join(home, 'traced.yaml');
+    await writeFile(file, remotePipeline('remote-traced', agent.cardUrl));
+    const p = startTroupe(
+      ['up', file, '--server', nats.url, '--home', home],
+      cliEnv({
+        REMOTE_TOKEN: TOKEN,
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_BSP_SCHEDULE_DELAY: '100',
+      }),
+    );
+    processes.push(p);
+    await p.waitFor(/troupe is up/);
+    client.publish(subjects.task('remote-traced'), JSON.stringify({ id: 'traced-1', goal: 'echo' }));
+    const span = await found(
+      () => receiver.spans.find((s) => s.name === 'invoke_agent researcher'),
+      'the span of the remote call',
+    );
+    const workflow = await found(
+      () => receiver.spans.find((s) => s.name === 'invoke_workflow remote-traced'),
+      'the workflow span',
+    );
+    expect(span.kind).toBe(3);
+    expect(span.traceId).toBe(workflow.traceId);
+    expect(span.attributes).toMatchObject({
+      'gen_ai.operation.name': 'invoke_agent',
+      'gen_ai.provider.name': 'a2a',
+      'gen_ai.agent.name': 'researcher',
+      'a2a.agent.url': agent.cardUrl,
+      'a2a.task.id': expect.any(String),
+      'a2a.context.id': expect.stringMatching(/^troupe-[0-9a-f]{32}$/),
+      'a2a.task.state': 'TASK_STATE_COMPLETED',
+    });
+    // The remote agent was handed the trace at this very span.
+    const sent = agent.requests.filter((r) => r.method === 'SendMessage').at(-1);
+    expect(sent?.traceparent).toBe(`00-${span.traceId}-${span.spanId}-01`);
   });
 
   it('resumes the call from the journal: the message reached the remote agent once, and the step completes', async () => {
@@ -202,6 +296,7 @@ describe('a coordinator killed mid-call', () => {
       processes.push(p);
       return p;
     };
+    const sendsBefore = agent.requests.filter((r) => r.method === 'SendMessage').length;
     const first = up();
     await first.waitFor(/troupe is up/);
     client.publish(subjects.task('remote-kill'), JSON.stringify({ id: 'kill-1', goal: 'hold' }));
@@ -227,7 +322,7 @@ describe('a coordinator killed mid-call', () => {
     );
     expect(final.kind).toBe('task.completed');
     expect(agent.messages.filter((m) => m.messageId === 'troupe-kill-1.research.1')).toHaveLength(1);
-    expect(agent.requests.filter((r) => r.method === 'SendMessage')).toHaveLength(1);
+    expect(agent.requests.filter((r) => r.method === 'SendMessage')).toHaveLength(sendsBefore + 1);
     const [completed] = ofKind(
       events.filter((e) => e.taskId === 'kill-1'),
       'step.completed',

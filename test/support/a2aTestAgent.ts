@@ -25,8 +25,9 @@ export interface ReceivedRequest {
 /**
  * A minimal A2A v1.0 agent built from the official SDK's server pieces (`DefaultRequestHandler`, `InMemoryTaskStore`,
  * an `AgentExecutor`) on a plain node:http server with `JsonRpcTransportHandler`: the remote side of the tests.
- * The step's goal picks the behaviour: `echo` completes at once with a text and a data artifact, `hold` works until
- * {@link TestAgent.release}, `ask` asks for input and completes with the answer, `slow` works until cancelled.
+ * The step's goal picks the behaviour: `echo` (or any other) completes at once with a text and a data artifact (about
+ * the foreach item, when there is one), `hold` works until {@link TestAgent.release}, `ask` asks for input and
+ * completes with the answer, `slow` works until cancelled. A reviewer's step is approved, its verdict a data part.
  */
 export interface TestAgent {
   url: string;
@@ -54,11 +55,12 @@ const data = (value: unknown): Part => ({
   mediaType: 'application/json',
 });
 
-function goalOf(message: Message): string {
+/** The step as the message's data part gives it. */
+function stepOf(message: Message): { goal: string; expect?: string; input?: { item?: unknown } } {
   for (const part of message.parts) {
-    if (part.content?.$case === 'data') return String((part.content.value as { goal?: unknown }).goal ?? '');
+    if (part.content?.$case === 'data') return part.content.value as { goal: string };
   }
-  return '';
+  return { goal: '' };
 }
 
 export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
@@ -140,7 +142,17 @@ export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
         bus.finished();
         return;
       }
-      const goal = goalOf(message) as Behaviour;
+      const step = stepOf(message);
+      const goal = step.goal as Behaviour;
+      // A reviewer's step: its verdict, as data.
+      if (step.expect === 'verdict') {
+        bus.publish(
+          artifact(ctx, [text('looks good'), data({ decision: 'approve', feedback: 'looks good' })]),
+        );
+        bus.publish(status(ctx, TaskState.TASK_STATE_COMPLETED));
+        bus.finished();
+        return;
+      }
       bus.publish(status(ctx, TaskState.TASK_STATE_WORKING));
       if (goal === 'ask') {
         bus.publish(status(ctx, TaskState.TASK_STATE_INPUT_REQUIRED, 'Which year should the report cover?'));
@@ -152,7 +164,8 @@ export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
         await new Promise<void>((stop) => cancelling.set(ctx.taskId, stop));
         return;
       }
-      bus.publish(artifact(ctx, [text(`${name} found: ${goal}`), data({ findings: [goal], by: name })]));
+      const about = step.input?.item === undefined ? goal : `${goal} ${String(step.input.item)}`;
+      bus.publish(artifact(ctx, [text(`${name} found: ${about}`), data({ findings: [about], by: name })]));
       bus.publish(status(ctx, TaskState.TASK_STATE_COMPLETED));
       bus.finished();
     },
