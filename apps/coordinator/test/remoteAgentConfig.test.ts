@@ -31,7 +31,7 @@ ${flow}
 `;
 }
 
-function issuesOf(text: string): { path: string; message: string }[] {
+function issuesOf(text: string): readonly { path: string; message: string }[] {
   try {
     parsePipeline(text, 'remote.yaml', { toolNames });
   } catch (error) {
