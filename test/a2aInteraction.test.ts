@@ -113,6 +113,11 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
           session: { id: first.contextId, earlier: [{ taskId: first.id, goal: 'a haiku about rain' }] },
         },
       });
+      // The earlier turns the task was given are not shown back as the client's message.
+      const read = await client.getTask({ id: second.id, tenant: '' });
+      expect(read.history[0]?.parts.map((p) => p.content)).toEqual([
+        { $case: 'text', value: 'now one about snow' },
+      ]);
       // A context the client names is kept; one of another pipeline is refused.
       const named = asTask(
         await client.sendMessage(send([text('mine')], { contextId: `chat-${binding.length}-a` })),

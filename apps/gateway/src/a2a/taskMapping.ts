@@ -150,7 +150,11 @@ export class TaskFold {
     };
     switch (event.kind) {
       case 'task.accepted': {
-        const { goal, input } = event.data;
+        const { goal, metadata } = event.data;
+        // A session's earlier turns, which the gateway adds to a follow-up's input, are not the client's to see again.
+        const input = Object.fromEntries(
+          Object.entries(event.data.input ?? {}).filter(([key]) => !(metadata?.session && key === 'session')),
+        );
         const messageId = event.data.metadata?.a2aMessageId ?? `${event.id}.goal`;
         // The client's own message, when the fold began with it, is not told twice.
         if (this.#history.some((m) => m.messageId === messageId)) {
@@ -161,7 +165,7 @@ export class TaskFold {
           agentMessage(
             this.ref,
             messageId,
-            [textPart(goal), ...(input && Object.keys(input).length > 0 ? [dataPart(input)] : [])],
+            [textPart(goal), ...(Object.keys(input).length > 0 ? [dataPart(input)] : [])],
             Role.ROLE_USER,
           ),
         );
@@ -175,8 +179,12 @@ export class TaskFold {
         working(`agent ${event.data.agent} is working on step ${event.data.step}${itemOf(event.data.item)}`);
         break;
       case 'agent.handoff':
-        // The envelope names who hands over to whom.
-        working(`agent ${event.from ?? '?'} hands step ${event.data.step} over to agent ${event.to ?? '?'}`);
+        // The envelope names who hands over to whom; the task itself hands its first step over.
+        working(
+          event.from && event.from !== 'task'
+            ? `agent ${event.from} hands step ${event.data.step} over to agent ${event.to ?? '?'}`
+            : `agent ${event.to ?? '?'} takes step ${event.data.step}`,
+        );
         break;
       case 'step.completed':
         working(
