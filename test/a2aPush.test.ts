@@ -1,4 +1,5 @@
 import { StreamResponse, TaskPushNotificationConfig } from '@a2a-js/sdk';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { followTaskEvents } from '@troupe/client';
 import {
   type Gateway,
@@ -10,7 +11,7 @@ import {
   TaskFold,
   TokenStore,
 } from '@troupe/gateway';
-import type { TroupeEvent } from '@troupe/protocol';
+import { A2A_PUSH_QUEUE, subjects, type TroupeEvent } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -237,6 +238,56 @@ describe('A2A push notifications: every state change, at least once, in order, t
     } finally {
       await doomed.close().catch(() => undefined);
       await survivor?.close();
+    }
+  });
+
+  it('sends nothing more to a config deleted while its task waits, and ends its place in the queue', async () => {
+    const pusher = await pushGateway();
+    try {
+      const kept = await configFor('gated-deleted', { url: `${receiver.url}?config=kept` });
+      const deleted = await configFor('gated-deleted', { url: `${receiver.url}?config=deleted` });
+      const toDeleted = () => receiver.received.filter((hook) => hook.path.endsWith('config=deleted')).length;
+      await submit('gated', 'gated-deleted');
+      await expect
+        .poll(
+          () =>
+            receiver.received.some(
+              (hook) =>
+                hook.path.endsWith('config=deleted') && stateOf(hook.body) === 'TASK_STATE_INPUT_REQUIRED',
+            ),
+          { timeout: 30_000 },
+        )
+        .toBe(true);
+      await receivedState('gated-deleted', 'TASK_STATE_INPUT_REQUIRED');
+      const before = toDeleted();
+      expect(await configs.delete('gated-deleted', deleted.id)).toBe(true);
+      await approvePending('gated-deleted');
+      await expect
+        .poll(
+          () =>
+            receiver.received.some(
+              (hook) => hook.path.endsWith('config=kept') && stateOf(hook.body) === 'TASK_STATE_COMPLETED',
+            ),
+          { timeout: 30_000 },
+        )
+        .toBe(true);
+      // The deleted config's place in the queue is acked once its worker sees it gone; the kept one's once done.
+      const jsm = await jetstreamManager(h.bus.connection);
+      await expect
+        .poll(
+          async () =>
+            (await jsm.streams.info(A2A_PUSH_QUEUE.stream, { subjects_filter: '>' })).state.subjects ?? {},
+          {
+            timeout: 10_000,
+          },
+        )
+        .not.toHaveProperty(subjects.a2aPushJob('gated-deleted', deleted.id));
+      await expect
+        .poll(async () => (await configs.get('gated-deleted', kept.id))?.delivery.state, { timeout: 10_000 })
+        .toBe('done');
+      expect(toDeleted()).toBe(before);
+    } finally {
+      await pusher.close();
     }
   });
 

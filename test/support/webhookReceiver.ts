@@ -3,6 +3,8 @@ import type { AddressInfo } from 'node:net';
 
 /** One POST the receiver took. */
 export interface ReceivedHook {
+  /** The path and query it was sent to. */
+  path: string;
   headers: IncomingHttpHeaders;
   /** The body parsed as JSON. */
   body: unknown;
@@ -33,6 +35,7 @@ export class WebhookReceiver {
       req.on('data', (chunk: Buffer) => chunks.push(chunk));
       req.on('end', () => {
         this.received.push({
+          path: req.url ?? '',
           headers: req.headers,
           body: JSON.parse(Buffer.concat(chunks).toString('utf8')),
         });

@@ -120,6 +120,14 @@ export class ConfigDelivery {
             if (seq < cursor.seq) return;
             for (let part = seq === cursor.seq ? cursor.part : 0; part < updates.length; part++) {
               const update = updates[part] as StreamResponse;
+              // Read again before each POST: a config deleted (or taken over) while its task was quiet gets nothing more.
+              const fresh = await this.#options.store.get(this.#key);
+              if (!fresh || !sameCursor(fresh.value.delivery.cursor, entry.value.delivery.cursor)) {
+                gone = fresh ? 'lost' : 'over';
+                stop.abort();
+                return;
+              }
+              entry = fresh;
               try {
                 await this.#post(entry.value, update, stop.signal);
               } catch (error) {
