@@ -1,3 +1,6 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { AgentCard, type ListTasksRequest, TaskState } from '@a2a-js/sdk';
 import {
   ContentTypeNotSupportedError,
@@ -18,8 +21,10 @@ import {
   send,
   startA2aEnv,
   stateName,
+  TOKENS,
   text,
 } from './support/a2aServer.ts';
+import { repoRoot } from './support/harness.ts';
 
 describe('the A2A server: every pipeline is an A2A agent', () => {
   let env: A2aEnv;
@@ -106,6 +111,25 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       ).toBe(404);
     });
   });
+
+  it('runs examples/a2aClient.ts, as docs/interop.md shows it', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        join(repoRoot, 'examples', 'a2aClient.ts'),
+        `${env.gateway.url}/a2a/paced/`,
+        'count',
+      ],
+      { cwd: repoRoot, env: { ...process.env, TROUPE_TOKEN: TOKENS.admin }, timeout: 60_000 },
+    );
+    const lines = stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^task s-\S+ in context s-\S+$/);
+    expect(lines).toContain('TASK_STATE_WORKING: agent first takes step one');
+    expect(lines).toContain('TASK_STATE_WORKING: agent second is working on step two');
+    expect(lines.slice(-2)).toEqual(['three done', 'TASK_STATE_COMPLETED: completed in 1 round(s)']);
+  }, 90_000);
 
   describe.each(BINDINGS)('over %s', (binding) => {
     it('runs a task to COMPLETED, its output an artifact with a text and a data part', async () => {
