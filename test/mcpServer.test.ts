@@ -1,6 +1,9 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { readHumanRequest, readTask } from '@troupe/client';
-import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import { type Gateway, hashToken, startGateway, type TokenEntry, TokenStore } from '@troupe/gateway';
 import { createLogger } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { examplePath, fixturePath, found, type Harness, ofKind, startHarness } from './support/harness.ts';
@@ -9,6 +12,7 @@ const TOKENS = {
   admin: 'mcp-admin-token-0123456789abcdef',
   tabulatedOnly: 'mcp-tabulated-token-0123456789ab',
   reader: 'mcp-reader-token-0123456789abcdef',
+  revoked: 'mcp-revoked-token-0123456789abcd',
 };
 
 type Mode = 'legacy' | 'auto';
@@ -25,12 +29,32 @@ interface Elicited {
 const submittedTask = (messages: string[]) =>
   messages.map((m) => /^task (\S+) submitted to /.exec(m)?.[1]).find((id) => id !== undefined);
 
+const TOKEN_ENTRIES: TokenEntry[] = [
+  { name: 'ops', sha256: hashToken(TOKENS.admin), scopes: ['admin'] },
+  {
+    name: 'counter',
+    sha256: hashToken(TOKENS.tabulatedOnly),
+    scopes: ['submit', 'approve'],
+    pipelines: ['tabulated'],
+  },
+  { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
+  { name: 'temp', sha256: hashToken(TOKENS.revoked), scopes: ['admin'] },
+];
+
 describe('the MCP server on the gateway: pipelines as tools over streamable HTTP', () => {
   let h: Harness;
   let gateway: Gateway;
+  let dir: string;
+  let tokensFile: string;
+  let tokens: TokenStore;
+  const writeTokens = (entries: TokenEntry[]) => writeFile(tokensFile, JSON.stringify({ tokens: entries }));
   const clients: Client[] = [];
 
   beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-mcp-'));
+    tokensFile = join(dir, 'tokens.yaml');
+    await writeTokens(TOKEN_ENTRIES);
+    tokens = await TokenStore.load(tokensFile, {});
     h = await startHarness([
       fixturePath('tabulated.yaml'),
       fixturePath('gated.yaml'),
@@ -41,16 +65,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     gateway = await startGateway({
       bus: h.bus,
       logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([
-        { name: 'ops', sha256: hashToken(TOKENS.admin), scopes: ['admin'] },
-        {
-          name: 'counter',
-          sha256: hashToken(TOKENS.tabulatedOnly),
-          scopes: ['submit', 'approve'],
-          pipelines: ['tabulated'],
-        },
-        { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
-      ]),
+      tokens,
       port: 0,
       dashboardDir: false,
     });
@@ -59,6 +74,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     for (const client of clients) await client.close().catch(() => undefined);
     await gateway?.close();
     await h?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
   });
 
   /** An MCP client of the official SDK on `/mcp`: 2025-11-25 (`legacy`) or negotiated (`auto`, 2026-07-28 here). */
@@ -311,6 +327,43 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     await expect(client.readResource({ uri: `troupe://tasks/${otherId}/trace` })).rejects.toThrow(/no task/);
     const got = await client.callTool({ name: 'troupe_get', arguments: { taskId: otherId } });
     expect(got.isError).toBe(true);
+  });
+
+  it("a 2025-11-25 session is its token's alone, and ends when its token is revoked", async () => {
+    const client = await connect('revoked', 'legacy');
+    const sessionId = (client.transport as StreamableHTTPClientTransport).sessionId as string;
+    expect(sessionId).toMatch(/^[0-9a-f-]{36}$/);
+    // Another token naming that session is told there is none.
+    const stolen = await fetch(`${gateway.url}/mcp`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${TOKENS.reader}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': sessionId,
+        'mcp-protocol-version': '2025-11-25',
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    });
+    expect(stolen.status).toBe(404);
+    expect(await stolen.json()).toMatchObject({
+      error: { message: expect.stringContaining('no MCP session') },
+    });
+    // A call under way when the token is taken out of the file ends with its session: its task is cancelled.
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'slowpoke', arguments: { goal: 'think' } },
+      { timeout: 5_000, onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    call.catch(() => undefined);
+    const started = await found(() => progress.find((m) => m.startsWith('step plan started')));
+    expect(started).toBeDefined();
+    await writeTokens(TOKEN_ENTRIES.filter((t) => t.name !== 'temp'));
+    // Read at once (the gateway's watch of the file may have taken it already).
+    await tokens.reload();
+    const final = await h.finalOf(submittedTask(progress) as string, 20_000);
+    expect(final.kind).toBe('task.cancelled');
+    await expect(client.listTools()).rejects.toThrow();
   });
 
   it('a read-only token gets no pipeline tools, and a request without a token is refused', async () => {

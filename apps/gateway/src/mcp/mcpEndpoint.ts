@@ -1,10 +1,10 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import { NodeStreamableHTTPServerTransport, toNodeHandler } from '@modelcontextprotocol/node';
+import { toNodeHandler } from '@modelcontextprotocol/node';
 import { type AuthInfo, createMcpHandler, isInitializeRequest } from '@modelcontextprotocol/server';
 import type { Logger } from '@troupe/runtime';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { AuthRefusal, type Principal, type TokenStore } from '../auth.ts';
+import { type LegacySessionLimits, LegacySessions } from './legacySessions.ts';
 import { type TroupeMcpOptions, troupeMcpServer } from './troupeMcpServer.ts';
 
 export interface McpEndpointOptions {
@@ -13,17 +13,11 @@ export interface McpEndpointOptions {
   /** `none`: every request acts as `anonymous` with every scope (the gateway serves 127.0.0.1 only then). */
   auth: 'tokens' | 'none';
   logger: Logger;
-  /** The 2025-11-25 sessions one token may hold open; past it, its oldest is closed (20). */
-  maxSessionsPerToken?: number;
+  /** How many 2025-11-25 sessions a token may hold, and how long one may sit idle. */
+  sessions?: LegacySessionLimits;
 }
 
 const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
-
-/** A 2025-11-25 session: kept in this gateway's memory, for the principal that opened it. */
-interface LegacySession {
-  transport: NodeStreamableHTTPServerTransport;
-  who: Principal;
-}
 
 /**
  * `/mcp`: Troupe as an MCP server over streamable HTTP, with the gateway's bearer tokens (a token sees and calls
@@ -34,7 +28,6 @@ interface LegacySession {
  */
 export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, options) => {
   const { tokens, logger } = options;
-  const maxSessions = options.maxSessionsPerToken ?? 20;
   const mcp = { ...options.mcp, warn: (message: string) => logger.warn(`mcp: ${message}`) };
   const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(mcp, who, { era });
   const modern = createMcpHandler(({ authInfo, era }) => build(principalOf(authInfo), era), {
@@ -42,21 +35,14 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
     onerror: (error) => logger.warn({ err: error }, `mcp: ${error.message}`),
   });
   const serveModern = toNodeHandler(modern);
-  const sessions = new Map<string, LegacySession>();
-
-  const closeSession = (id: string) => {
-    const session = sessions.get(id);
-    sessions.delete(id);
-    void session?.transport.close().catch(() => undefined);
-  };
+  const sessions = new LegacySessions(options.sessions);
   // A token revoked or changed ends its sessions, not only its next request.
   const stopListening = tokens.onChange(() => {
-    if (options.auth === 'none') return;
-    for (const [id, session] of sessions) if (!tokens.holds(session.who)) closeSession(id);
+    if (options.auth !== 'none') sessions.closeWhere((who) => !tokens.holds(who));
   });
   app.addHook('preClose', async () => {
     stopListening();
-    for (const id of [...sessions.keys()]) closeSession(id);
+    sessions.closeAll();
     await modern.close();
   });
 
@@ -78,20 +64,6 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
     }
   };
 
-  const openSession = async (who: Principal): Promise<NodeStreamableHTTPServerTransport> => {
-    const own = [...sessions].filter(([, s]) => s.who.name === who.name);
-    for (const [id] of own.slice(0, Math.max(0, own.length - maxSessions + 1))) closeSession(id);
-    const transport: NodeStreamableHTTPServerTransport = new NodeStreamableHTTPServerTransport({
-      sessionIdGenerator: randomUUID,
-      onsessioninitialized: (id) => void sessions.set(id, { transport, who }),
-    });
-    transport.onclose = () => {
-      if (transport.sessionId) sessions.delete(transport.sessionId);
-    };
-    await (await build(who, 'legacy')).connect(transport);
-    return transport;
-  };
-
   app.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
     const who = authenticate(request, reply);
     if (!who) return reply;
@@ -103,9 +75,9 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
     const header = request.headers['mcp-session-id'];
     const sessionId = Array.isArray(header) ? header[0] : header;
     if (sessionId !== undefined) {
-      const session = sessions.get(sessionId);
+      const transport = sessions.find(sessionId, who);
       // Another token's session is answered as one that does not exist.
-      if (!session || session.who.name !== who.name || session.who.tokenSha256 !== who.tokenSha256) {
+      if (!transport) {
         return reply.code(404).send({
           jsonrpc: '2.0',
           id: null,
@@ -116,10 +88,11 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
         });
       }
       reply.hijack();
-      return session.transport.handleRequest(raw, reply.raw, request.body);
+      sessions.track(sessionId, reply.raw);
+      return transport.handleRequest(raw, reply.raw, request.body);
     }
     if (request.method === 'POST' && isInitializeRequest(request.body)) {
-      const transport = await openSession(who);
+      const transport = await sessions.open(who, await build(who, 'legacy'));
       reply.hijack();
       return transport.handleRequest(raw, reply.raw, request.body);
     }
