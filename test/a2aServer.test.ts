@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import { AgentCard, type ListTasksRequest, TaskState } from '@a2a-js/sdk';
 import {
   ContentTypeNotSupportedError,
+  RequestMalformedError,
   TaskNotCancelableError,
   TaskNotFoundError,
   UnsupportedOperationError,
@@ -310,6 +311,39 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         .getTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id })
         .catch((e: unknown) => e);
       expect(missing).toBeInstanceOf(TaskNotFoundError);
+    });
+
+    it('keeps the push config a message carries for the task it starts, and refuses a bad one before any task', async () => {
+      const client = await a2aClient(env, 'echo', binding);
+      const withHook = (url: string) => ({
+        ...send([text('tell my hook')]),
+        configuration: {
+          acceptedOutputModes: [],
+          returnImmediately: true,
+          taskPushNotificationConfig: {
+            tenant: '',
+            id: 'inline',
+            taskId: '',
+            url,
+            token: '',
+            authentication: undefined,
+          },
+        },
+      });
+      const task = asTask(await client.sendMessage(withHook('http://127.0.0.1:9/inline')));
+      const listed = await client.listTaskPushNotificationConfig({
+        tenant: '',
+        taskId: task.id,
+        pageSize: 0,
+        pageToken: '',
+      });
+      expect(listed.configs.map((c) => [c.id, c.url])).toEqual([['inline', 'http://127.0.0.1:9/inline']]);
+      const before = env.h.events.filter((e) => e.kind === 'task.accepted').length;
+      const refused = await client.sendMessage(withHook('ftp://127.0.0.1/hook')).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(RequestMalformedError);
+      // A task sent after it runs to its end; had the refused one started before it, it would be counted too.
+      asTask(await client.sendMessage(send([text('after the refusal')])));
+      expect(env.h.events.filter((e) => e.kind === 'task.accepted')).toHaveLength(before + 1);
     });
   });
 

@@ -194,6 +194,8 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     }
     const id = rpc.id === undefined ? null : (rpc.id as string | number | null);
     const stopped = new AbortController();
+    // A client that goes stops what its request waits on (a blocking SendMessage's consumer).
+    reply.raw.on('close', () => stopped.abort());
     let prepared: Awaited<ReturnType<typeof prepare>>;
     try {
       prepared = await prepare(request, 'JSONRPC', pipeline, stopped.signal);
@@ -225,6 +227,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     reply.type(A2A_CONTENT_TYPE);
     const pipeline = request.params.pipeline;
     const stopped = new AbortController();
+    reply.raw.on('close', () => stopped.abort());
     try {
       const body = request.body as { text?: string; unsupported?: string } | undefined;
       if (body?.unsupported !== undefined) {

@@ -35,6 +35,7 @@ import { SessionId, type Sessions } from '../sessions.ts';
 import { decisionOf } from './inputAnswer.ts';
 import type { PushConfigs } from './pushConfigs.ts';
 import { PushError } from './pushError.ts';
+import { checkPushUrl } from './pushUrls.ts';
 import { taskInputOf } from './taskInput.ts';
 import { pageOfTasks, pageSizeOf } from './taskList.ts';
 import {
@@ -119,6 +120,7 @@ export class PipelineAgent implements A2ARequestHandler {
   async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<Task> {
     const begun = await this.#begin(params);
     if ('rejected' in begun) return begun.rejected;
+    await this.#pushConfigOf(params, begun);
     const historyLength = params.configuration?.historyLength;
     if (params.configuration?.returnImmediately) return (await this.#current(begun)).task({ historyLength });
     const signal = AbortSignal.any([signalOf(context), AbortSignal.timeout(this.#services.blockingMs)]);
@@ -138,6 +140,7 @@ export class PipelineAgent implements A2ARequestHandler {
       yield { payload: { $case: 'task', value: begun.rejected } };
       return;
     }
+    await this.#pushConfigOf(params, begun);
     yield* this.#run(begun, 'settled', signalOf(context));
   }
 
@@ -290,11 +293,37 @@ export class PipelineAgent implements A2ARequestHandler {
     await pushCall(async () => (await this.#pushConfigs()).delete(record.taskId, params.id));
   }
 
+  /**
+   * Keeps the push config a SendMessage carries for its task. Checked before the task starts (see {@link #begin}),
+   * so what could refuse it now is NATS alone.
+   */
+  async #pushConfigOf(params: SendMessageRequest, begun: Exclude<Begun, { rejected: Task }>): Promise<void> {
+    const given = params.configuration?.taskPushNotificationConfig;
+    if (!given) return;
+    const configs = await this.#pushConfigs();
+    await pushCall(() =>
+      configs.create(
+        { taskId: begun.ref.taskId, pipeline: begun.pipeline, contextId: begun.ref.contextId },
+        { ...given, taskId: begun.ref.taskId },
+        this.#caller.who.name,
+      ),
+    );
+  }
+
   /** Starts the task a message asks for, or answers the task it names; a task the service refuses is REJECTED. */
   async #begin(params: SendMessageRequest): Promise<Begun> {
     const message = params.message;
     if (!message) throw new RequestMalformedError('message: a SendMessage needs a message');
     if (message.messageId === '') throw new RequestMalformedError('message.messageId: must not be empty');
+    const push = params.configuration?.taskPushNotificationConfig;
+    if (push) {
+      // A config that would be refused is refused before the task starts, not after.
+      const configs = await this.#pushConfigs();
+      if (push.taskId && push.taskId !== message.taskId) {
+        throw new RequestMalformedError('configuration.taskPushNotificationConfig.taskId: leave it empty');
+      }
+      await pushCall(async () => checkPushUrl(push.url, configs.urlPolicy));
+    }
     if (message.taskId) return this.#answer(message, params.tenant);
     const pipeline = this.#pipelineOf(params.tenant);
     if (pipeline === undefined) {
