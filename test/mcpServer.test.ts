@@ -366,6 +366,45 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     await expect(client.listTools()).rejects.toThrow();
   });
 
+  for (const mode of ['legacy', 'auto'] as const) {
+    it(`a gateway that stops ends its calls but leaves their tasks running (${mode})`, async () => {
+      const second = await startGateway({
+        bus: h.bus,
+        logger: createLogger({ level: 'silent' }),
+        tokens,
+        port: 0,
+        dashboardDir: false,
+      });
+      const client = new Client({ name: 'leaving', version: '1' }, { versionNegotiation: { mode } });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${second.url}/mcp`), {
+          requestInit: { headers: { authorization: `Bearer ${TOKENS.admin}` } },
+        }),
+      );
+      const progress: string[] = [];
+      const call = client.callTool(
+        { name: 'slowpoke', arguments: { goal: 'think' } },
+        { timeout: 5_000, onprogress: (p) => void progress.push(p.message ?? '') },
+      );
+      call.catch(() => undefined);
+      await found(() => progress.find((m) => m.startsWith('step plan started')));
+      const taskId = submittedTask(progress) as string;
+      await second.close();
+      await client.close().catch(() => undefined);
+      expect((await readTask(h.bus, taskId)).status).toBe('running');
+      // Still running: it is cancelled here, by the test, and that is the cancel its events record.
+      await fetch(`${gateway.url}/v1/tasks/${taskId}/cancel`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ reason: 'cleaned up by the test' }),
+      });
+      const final = await h.finalOf(taskId, 20_000);
+      expect(final.kind === 'task.cancelled' ? final.data.reason : final.kind).toContain(
+        'cleaned up by the test',
+      );
+    });
+  }
+
   it('a read-only token gets no pipeline tools, and a request without a token is refused', async () => {
     const { tools } = await (await connect('reader', 'legacy')).listTools();
     expect(tools.map((t) => t.name)).toEqual(['troupe_get']);

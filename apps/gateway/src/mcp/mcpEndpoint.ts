@@ -28,7 +28,12 @@ const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
  */
 export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, options) => {
   const { tokens, logger } = options;
-  const mcp = { ...options.mcp, warn: (message: string) => logger.warn(`mcp: ${message}`) };
+  const closing = new AbortController();
+  const mcp = {
+    ...options.mcp,
+    closing: closing.signal,
+    warn: (message: string) => logger.warn(`mcp: ${message}`),
+  };
   const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(mcp, who, { era });
   const modern = createMcpHandler(({ authInfo, era }) => build(principalOf(authInfo), era), {
     legacy: 'reject',
@@ -41,6 +46,8 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
     if (options.auth !== 'none') sessions.closeWhere((who) => !tokens.holds(who));
   });
   app.addHook('preClose', async () => {
+    // The calls the gateway ends by stopping are not cancelled by their clients: their tasks go on.
+    closing.abort();
     stopListening();
     sessions.closeAll();
     await modern.close();

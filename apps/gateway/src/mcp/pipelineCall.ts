@@ -24,6 +24,8 @@ export interface PipelineCallContext {
   who: Principal;
   /** The revision the server instance serves: `legacy` for 2025-11-25 (and older), `modern` for 2026-07-28. */
   era: 'legacy' | 'modern';
+  /** Aborted when the server itself is closing, not the client cancelling. */
+  closing?: AbortSignal;
   /** Who the client says it is (its `clientInfo.name`): recorded as who decided, beside the principal. */
   clientName(ctx: ServerContext): string;
   /** Whether the client can show its user a form (declared the elicitation capability, form mode). */
@@ -93,8 +95,12 @@ export async function callPipeline(
   return toolResultOf(await call.actions.task(call.who, taskId), structured);
 }
 
-/** Cancels the task of a call the client cancelled; one that has ended already stays as it ended. */
+/**
+ * Cancels the task of a call the client cancelled; one that has ended already stays as it ended. A call ended by
+ * the server closing (a gateway stopping) leaves its task running: it is durable, and `troupe_get` reads it.
+ */
 async function cancel(call: PipelineCallContext, taskId: string, ctx: ServerContext): Promise<void> {
+  if (call.closing?.aborted) return;
   await call.actions
     .cancel(call.who, taskId, `the MCP client ${call.clientName(ctx)} cancelled its call`)
     .catch(() => undefined);

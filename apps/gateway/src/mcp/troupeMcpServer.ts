@@ -28,6 +28,8 @@ export interface TroupeMcpOptions {
   version: string;
   /** Where a problem that ends no request is told (a pipeline registry that cannot be read). */
   warn?(message: string): void;
+  /** Aborted when the server is closing: calls it ends then leave their tasks running. */
+  closing?: AbortSignal;
   /** How often a 2025 session's pipeline tools are brought up to date, in ms (5,000). */
   refreshMs?: number;
 }
@@ -82,6 +84,7 @@ export async function troupeMcpServer(
     codec: options.codec,
     who,
     era: context.era,
+    ...(options.closing ? { closing: options.closing } : {}),
     clientName,
     canElicit,
   };
