@@ -1,5 +1,7 @@
+export { a2aRemoteAgent } from './a2a/a2aRemoteAgent.ts';
+export { contextIdOf } from './a2a/remoteStep.ts';
 export { type AgentService, type AgentServiceOptions, startAgentService } from './agents/agentService.ts';
-export { agentDefinitions } from './config/agentDefinitions.ts';
+export { agentDefinitions, hostedAgents } from './config/agentDefinitions.ts';
 export { builtinTools } from './config/builtinTools.ts';
 export { ConfigError, type ConfigIssue, formatIssue } from './config/configError.ts';
 export { suggestion } from './config/didYouMean.ts';
@@ -14,6 +16,7 @@ export {
   StepConfig,
 } from './config/pipelineSchema.ts';
 export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
+export type { RemoteAgentSettings } from './config/remoteAgents.ts';
 export { useVersion } from './config/useVersion.ts';
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
