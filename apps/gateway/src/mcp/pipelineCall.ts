@@ -10,7 +10,8 @@ import { followTaskEvents } from '@troupe/client';
 import type { HumanRequest } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
-import { authorize, type Principal } from '../auth.ts';
+import type { Principal } from '../auth.ts';
+import { holdsScope } from './holdsScope.ts';
 import { elicitationFor, elsewhere, replyOf } from './humanAsk.ts';
 import { ProgressReporter } from './progress.ts';
 import { RoundState } from './roundState.ts';
@@ -156,7 +157,7 @@ async function follow(
   const cancelled = () => stop.abort();
   ctx.mcpReq.signal.addEventListener('abort', cancelled, { once: true });
   let asked: { request: HumanRequest; seq: number } | undefined;
-  const mayAsk = call.canElicit(ctx) && mayDecide(call.who);
+  const mayAsk = call.canElicit(ctx) && holdsScope(call.who, 'approve');
   try {
     if (ctx.mcpReq.signal.aborted) return undefined;
     await followTaskEvents(call.bus, task, {
@@ -192,13 +193,4 @@ async function pending(
 ): Promise<HumanRequest | undefined> {
   const requests = await call.actions.approvals(call.who, { taskId });
   return requests.find((r) => r.id === id && r.status === 'pending');
-}
-
-function mayDecide(who: Principal): boolean {
-  try {
-    authorize(who, 'approve');
-    return true;
-  } catch {
-    return false;
-  }
 }

@@ -6,7 +6,7 @@ export const taskUri = (taskId: string, what: 'trace' | 'output') => `troupe://t
 
 /**
  * A task that has ended, as a tool's result: its output as text, parsed into `structuredContent` when the tool
- * declares an output schema (the SDK checks it against the schema), with links to its trace and output. A failed or
+ * declares an output schema (the SDK checks it against the schema), with a link to its trace. A failed or
  * cancelled task is an error result saying why.
  */
 export function toolResultOf(view: TaskView, structured: boolean): CallToolResult {

@@ -11,7 +11,8 @@ import {
 import type { PipelineRegistration } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
-import { authorize, type Principal } from '../auth.ts';
+import type { Principal } from '../auth.ts';
+import { holdsScope } from './holdsScope.ts';
 import { registerGetTool } from './longTasks.ts';
 import type { PipelineCallContext } from './pipelineCall.ts';
 import { PipelineTools } from './pipelineTools.ts';
@@ -90,11 +91,11 @@ export async function troupeMcpServer(
   };
 
   const longTasks = { bus: options.bus, actions: options.actions, who, clientName };
-  if (mayHave(who, 'read')) {
+  if (holdsScope(who, 'read')) {
     registerGetTool(server, longTasks);
     registerTaskResources(server, options.actions, who);
   }
-  if (!mayHave(who, 'submit')) return server;
+  if (!holdsScope(who, 'submit')) return server;
   const tools = new PipelineTools(server, call, longTasks);
   const sync = async () => {
     try {
@@ -116,13 +117,4 @@ export async function troupeMcpServer(
     };
   }
   return server;
-}
-
-function mayHave(who: Principal, scope: 'read' | 'submit'): boolean {
-  try {
-    authorize(who, scope);
-    return true;
-  } catch {
-    return false;
-  }
 }
