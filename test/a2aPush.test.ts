@@ -1,4 +1,11 @@
 import { StreamResponse, TaskPushNotificationConfig } from '@a2a-js/sdk';
+import {
+  type Client,
+  ClientFactory,
+  ClientFactoryOptions,
+  JsonRpcTransportFactory,
+  RestTransportFactory,
+} from '@a2a-js/sdk/client';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { followTaskEvents } from '@troupe/client';
 import {
@@ -14,6 +21,8 @@ import {
 import { A2A_PUSH_QUEUE, subjects, type TroupeEvent } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { asTask, send, text } from './support/a2aServer.ts';
+import { type CliProcess, startTroupe } from './support/cli.ts';
 import {
   examplePath,
   fixturePath,
@@ -95,7 +104,7 @@ describe('A2A push notifications: every state change, at least once, in order, t
   };
 
   /** Every update A2A shows of the task, from its events as `EVENTS` stored them: what its webhook must get. */
-  const expectedBodies = async (taskId: string, pipeline: string) => {
+  const expectedBodies = async (taskId: string, pipeline: string, contextId = `ctx-${taskId}`) => {
     const events: TroupeEvent[] = [];
     await followTaskEvents(
       h.bus,
@@ -105,7 +114,7 @@ describe('A2A push notifications: every state change, at least once, in order, t
         onEvent: ({ event }) => void events.push(event),
       },
     );
-    const fold = new TaskFold({ taskId, contextId: `ctx-${taskId}` });
+    const fold = new TaskFold({ taskId, contextId });
     return events.flatMap((event) => fold.apply(event)).map((update) => StreamResponse.toJSON(update));
   };
 
@@ -116,6 +125,11 @@ describe('A2A push notifications: every state change, at least once, in order, t
   const receivedState = (taskId: string, state: string) =>
     expect
       .poll(() => bodiesOf(taskId).some((body) => stateOf(body) === state), { timeout: 30_000 })
+      .toBe(true);
+
+  const accepted = (taskId: string) =>
+    expect
+      .poll(() => h.eventsOf(taskId).some((e) => e.kind === 'task.accepted'), { timeout: 30_000 })
       .toBe(true);
 
   const approvePending = async (taskId: string) => {
@@ -386,6 +400,74 @@ describe('A2A push notifications: every state change, at least once, in order, t
     expect(await configs.get('push-crud', 'mine')).toBeUndefined();
     expect((await configs.list('push-crud')).map((e) => e.config.id)).toEqual([other.id]);
   });
+  it('takes push configs from the official A2A client, on a gateway started with troupe gateway --push-private', async () => {
+    const serve = (...flags: string[]) =>
+      startTroupe(['gateway', '--listen', '127.0.0.1:0', '--no-auth', '--server', h.nats.url, ...flags]);
+    const urlOf = async (cli: CliProcess) => {
+      await cli.waitFor(/troupe gateway on http/, 30_000);
+      return /gateway on (http:\/\/[\d.]+:\d+)/.exec(cli.output())?.[1] ?? '';
+    };
+    const strict = serve();
+    try {
+      // Without --push-private, a webhook on this machine is refused, saying why.
+      const client = await sdkClient(await urlOf(strict), 'gated', 'JSONRPC');
+      const task = asTask(
+        await client.sendMessage(send([text('no hooks here')], { returnImmediately: true })),
+      );
+      // The server knows a task's configs once a coordinator has taken the task.
+      await accepted(task.id);
+      await expect(
+        client.createTaskPushNotificationConfig(
+          TaskPushNotificationConfig.fromJSON({ taskId: task.id, url: receiver.url }),
+        ),
+      ).rejects.toThrow(/private, loopback or link-local address/);
+      await approvePending(task.id);
+    } finally {
+      await strict.stop();
+    }
+    const open = serve('--push-private');
+    try {
+      const client = await sdkClient(await urlOf(open), 'gated', 'HTTP+JSON');
+      const task = asTask(
+        await client.sendMessage(send([text('release with a webhook')], { returnImmediately: true })),
+      );
+      await accepted(task.id);
+      const made = await client.createTaskPushNotificationConfig(
+        TaskPushNotificationConfig.fromJSON({
+          taskId: task.id,
+          url: `${receiver.url}?config=sdk`,
+          token: 'sdk-token',
+          authentication: { scheme: 'Bearer', credentials: 'sdk-secret' },
+        }),
+      );
+      expect(made.id).not.toBe('');
+      const listing = { tenant: '', taskId: task.id, pageSize: 0, pageToken: '' };
+      expect((await client.listTaskPushNotificationConfig(listing)).configs.map((c) => c.id)).toEqual([
+        made.id,
+      ]);
+      expect(
+        await client.getTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id }),
+      ).toMatchObject({
+        url: `${receiver.url}?config=sdk`,
+        token: 'sdk-token',
+      });
+      await receivedState(task.id, 'TASK_STATE_INPUT_REQUIRED');
+      await approvePending(task.id);
+      await receivedState(task.id, 'TASK_STATE_COMPLETED');
+      // Made after the task began, the config still gets its every state, from SUBMITTED on.
+      expect(bodiesOf(task.id)).toEqual(await expectedBodies(task.id, 'gated', task.contextId));
+      const hook = receiver.received.find((r) => r.path.endsWith('config=sdk'));
+      expect(hook?.headers).toMatchObject({
+        authorization: 'Bearer sdk-secret',
+        'x-a2a-notification-token': 'sdk-token',
+      });
+      await client.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id });
+      expect((await client.listTaskPushNotificationConfig(listing)).configs).toEqual([]);
+    } finally {
+      await open.stop();
+    }
+  }, 90_000);
+
   // Last: it stops the harness's coordinator.
   it('goes on delivering across a coordinator restart', async () => {
     const pusher = await pushGateway();
@@ -406,3 +488,14 @@ describe('A2A push notifications: every state change, at least once, in order, t
     }
   });
 });
+
+/** The official A2A client of a pipeline on a gateway that asks no token. */
+function sdkClient(gatewayUrl: string, pipeline: string, binding: 'JSONRPC' | 'HTTP+JSON'): Promise<Client> {
+  const factory = new ClientFactory(
+    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+      transports: [new JsonRpcTransportFactory(), new RestTransportFactory()],
+      preferredTransports: [binding],
+    }),
+  );
+  return factory.createFromUrl(`${gatewayUrl}/a2a/${pipeline}/`);
+}

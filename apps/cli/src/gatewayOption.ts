@@ -38,6 +38,10 @@ export interface GatewayServeOptions {
   maxInputBytes?: number;
   /** The Troupe home: where the id secret is kept when there is no tokens file to keep it beside. */
   home?: string;
+  /** Hosts A2A push webhooks may go to (any public host when none). */
+  pushHost?: string[];
+  /** Let A2A push webhooks reach private, loopback and link-local addresses. */
+  pushPrivate?: boolean;
 }
 
 /**
@@ -128,6 +132,9 @@ export async function serveGateway(
       streamCaps: {
         ...(options.maxStreams === undefined ? {} : { streams: options.maxStreams }),
         ...(options.maxConsumers === undefined ? {} : { consumers: options.maxConsumers }),
+      },
+      a2aPush: {
+        urlPolicy: { allowHosts: options.pushHost ?? [], allowPrivate: options.pushPrivate === true },
       },
     });
   } catch (error) {

@@ -338,6 +338,13 @@ program
     `largest task input accepted, stored when the task would pass --max-task-bytes: the coordinators' own (default ${HELP_DEFAULTS.maxInputBytes})`,
     positiveInteger,
   )
+  .option(
+    '--push-host <host>',
+    'a host A2A push webhooks may go to (repeatable; *.example.com for its subdomains; default any public host)',
+    collect,
+    [],
+  )
+  .option('--push-private', 'let A2A push webhooks reach private, loopback and link-local addresses')
   .addOption(logLevelOption())
   .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)

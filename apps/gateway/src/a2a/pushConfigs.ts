@@ -203,6 +203,14 @@ export class PushConfigs {
     return true;
   }
 
+  /**
+   * Refuses, as {@link create} would, a config that could not be stored whatever its task: for a config sent with
+   * the message that starts a task, checked before the task starts.
+   */
+  check(given: TaskPushNotificationConfig): void {
+    this.#checkedFields(given.id || this.#newId(), given);
+  }
+
   /** The config as it will be stored, or why not. */
   #checked(taskId: string, given: TaskPushNotificationConfig): TaskPushNotificationConfig {
     if (!TaskId.safeParse(taskId).success) {
@@ -215,6 +223,11 @@ export class PushConfigs {
       );
     }
     const id = given.id || this.#newId();
+    this.#checkedFields(id, given);
+    return { ...given, id, taskId };
+  }
+
+  #checkedFields(id: string, given: TaskPushNotificationConfig): void {
     if (!PUSH_CONFIG_ID_PATTERN.test(id)) {
       throw new PushError(
         'invalid_config',
@@ -232,7 +245,6 @@ export class PushConfigs {
       }
       checkSecret('authentication credentials', given.authentication.credentials);
     }
-    return { ...given, id, taskId };
   }
 
   async #refuseIfFull(taskId: string): Promise<void> {
