@@ -67,6 +67,7 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         'confirming',
         'echo',
         'gated',
+        'hasty',
         'paced',
         'slowpoke',
         'summing',
@@ -218,6 +219,16 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       const withArtifacts = await list({ pageSize: 1, includeArtifacts: true });
       expect(withArtifacts.tasks[0]?.artifacts[0]?.name).toBe('output');
       expect((await list({ status: TaskState.TASK_STATE_WORKING })).tasks).toEqual([]);
+    });
+
+    it('maps a failed task to FAILED with its reason', async () => {
+      const client = await a2aClient(env, 'hasty', binding);
+      const failed = asTask(await client.sendMessage(send([text('think fast')])));
+      expect(stateName(failed.status?.state)).toBe('FAILED');
+      expect(failed.status?.message?.parts.map((p) => p.content)).toEqual([
+        { $case: 'text', value: expect.stringMatching(/^failed \(budget_exceeded\): /) },
+        { $case: 'data', value: expect.objectContaining({ reason: 'budget_exceeded' }) },
+      ]);
     });
 
     it('cancels a running task (again: still CANCELED), and refuses to cancel one that ended', async () => {
@@ -410,6 +421,19 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         body: 'hello',
       });
       expect(plain.body).toMatchObject({ error: { details: [{ reason: 'CONTENT_TYPE_NOT_SUPPORTED' }] } });
+    });
+
+    it('refuses a body over the gateway’s limit in the binding’s own form', async () => {
+      const huge = JSON.stringify({ ...getTask, params: { id: 'x'.repeat(2_000_000) } });
+      const tooLarge = await rpc(huge);
+      expect(tooLarge.status).toBe(413);
+      expect(tooLarge.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } });
+      const rest = await raw(env, 'POST', '/a2a/echo/rest/message:send', {
+        headers: { 'a2a-version': '1.0' },
+        body: huge,
+      });
+      expect(rest.status).toBe(413);
+      expect(rest.body).toMatchObject({ error: { code: 413, status: 'INVALID_ARGUMENT' } });
     });
 
     it('refuses a request without a token with 401 on both bindings', async () => {

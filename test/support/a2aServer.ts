@@ -49,7 +49,7 @@ export interface A2aEnv {
  * A coordinator on a real nats-server with the pipelines the A2A tests drive, and a gateway in front: `echo` (one
  * step, structured output), `paced` (three agents one after another, each slow enough to drop a stream between),
  * and the fixtures `gated` (an approval), `confirming` (a human step), `slowpoke` (a model that takes 30 s) and
- * `summing` (an input schema).
+ * `summing` (an input schema) and `hasty` (a task budget of 1 s against a model that takes 3 s: it fails).
  */
 export async function startA2aEnv(): Promise<A2aEnv> {
   const dir = await mkdtemp(join(tmpdir(), 'troupe-a2a-'));
@@ -102,6 +102,7 @@ export async function startA2aEnv(): Promise<A2aEnv> {
     fixturePath('confirming.yaml'),
     fixturePath('slowpoke.yaml'),
     fixturePath('summing.yaml'),
+    fixturePath('hasty.yaml'),
   ]);
   const logLines: string[] = [];
   const gateway = await startGateway({

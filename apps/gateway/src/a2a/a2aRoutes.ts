@@ -85,6 +85,23 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     done(null, { unsupported: request.headers['content-type'] ?? 'none' }),
   );
 
+  // What Fastify refuses before a handler runs (a body over its limit) is answered in the binding's own form.
+  app.setErrorHandler((thrown, request, reply) => {
+    const error = thrown as { statusCode?: unknown; message?: string };
+    const status = typeof error.statusCode === 'number' && error.statusCode >= 400 ? error.statusCode : 500;
+    if (status >= 500)
+      request.log.error({ err: error, route: request.routeOptions.url }, 'A2A request failed');
+    const message = status >= 500 ? `internal error (request ${request.id})` : (error.message ?? 'refused');
+    if (request.routeOptions.url?.endsWith('/jsonrpc')) {
+      return reply
+        .code(status)
+        .send({ jsonrpc: '2.0', id: null, error: { code: A2A_ERROR_CODE.INVALID_REQUEST, message } });
+    }
+    return reply.code(status).send({
+      error: { code: status, status: status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT', message, details: [] },
+    });
+  });
+
   const cardOptions = (request: FastifyRequest): CardOptions => ({
     baseUrl: (options.publicUrl ?? `${request.protocol}://${request.host}`).replace(/\/+$/, ''),
     bearer: options.auth !== 'none',
