@@ -22,6 +22,7 @@ export { SESSION_SUMMARY_TIMEOUT_MS, sessionSummaryMessages } from './agent/sess
 export { buildStepMessages, buildTaskText, VERDICT_INSTRUCTIONS } from './agent/stepPrompt.ts';
 export { failedReply } from './agent/stepReply.ts';
 export { stepTimeoutError } from './agent/stepTimeout.ts';
+export { offloadReply, unreadContextReply, withWholeContext } from './agent/stepValues.ts';
 export { parseStructured, parseVerdict } from './agent/structuredReply.ts';
 export {
   type HumanGate,

@@ -13,17 +13,21 @@ import {
   type AgentStep,
   endSpan,
   failedReply,
+  offloadReply,
   parseVerdict,
   preview,
   type RemoteCallRecord,
   type StepDeps,
   StepJournal,
   type StepStop,
+  sleep,
   startClientSpan,
   TaskEndedError,
   ToolError,
   type TraceSpan,
   traceparentOf,
+  unreadContextReply,
+  withWholeContext,
 } from '@troupe/runtime';
 import type { RemoteAgentSettings } from '../config/remoteAgents.ts';
 import { A2aCallError } from './a2aCallError.ts';
@@ -120,6 +124,7 @@ export function startRemoteStep(
         await cancelRemote(run, reply.error.message);
       return reply;
     })
+    .then((result) => offloadReply(run, result))
     .then((result) => finish(run, result))
     .finally(() => deps.clock.clearTimeout(timer));
   return { reply, stop };
@@ -154,7 +159,9 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
     result = await getTask(run, client, record.taskId);
   } else {
     if (!found) await save(run, record);
-    const message = stepMessage(await withWholeContext(run), record);
+    const whole = await withWholeContext(run).catch((error: unknown) => unreadContextReply(request, error));
+    if ('ok' in whole) return whole;
+    const message = stepMessage(whole, record);
     // Found with no task id: this step's message may have gone before a crash; look before sending it again.
     result =
       (found ? await findSent(run, client) : undefined) ??
@@ -317,7 +324,7 @@ async function answer(run: RemoteRun, client: Client, task: Task): Promise<Task>
 
 /** The task, read again after the poll interval. */
 async function later(run: RemoteRun, client: Client, id: string): Promise<Task> {
-  await sleepFor(run, run.settings.pollIntervalMs);
+  await sleep(run.deps.clock, run.settings.pollIntervalMs, run.call.signal);
   return getTask(run, client, id);
 }
 
@@ -533,34 +540,6 @@ async function journaled<T>(op: () => Promise<T> | undefined): Promise<T | undef
       },
     );
   }
-}
-
-/** The request with the earlier steps' outputs that were kept in the object store read back whole. */
-async function withWholeContext(run: RemoteRun): Promise<AgentStepRequest> {
-  const { request, deps } = run;
-  const values = deps.values;
-  if (!values || !request.context.some((c) => c.outputRef)) return request;
-  const context = await Promise.all(
-    request.context.map(async (c) => (c.outputRef ? { ...c, output: await values.read(c.outputRef) } : c)),
-  );
-  return { ...request, context };
-}
-
-function sleepFor(run: RemoteRun, ms: number): Promise<void> {
-  const { clock } = run.deps;
-  const signal = run.call.signal;
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clock.clearTimeout(handle);
-      reject(signal.reason);
-    };
-    const handle = clock.setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /** Why the run was stopped, in the form a person's open request reads it (see the agent step's own). */

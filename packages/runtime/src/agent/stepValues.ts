@@ -8,7 +8,10 @@ import { failedReply } from './stepReply.ts';
  * message holds a preview of, so the agent reads what the task was given and what the earlier steps produced, not
  * their previews. Without a store, the previews stay (they say where the whole is).
  */
-export async function withWholeContext({ request, deps }: StepContext): Promise<AgentStepRequest> {
+export async function withWholeContext({
+  request,
+  deps,
+}: Pick<StepContext, 'request' | 'deps'>): Promise<AgentStepRequest> {
   const values = deps.values;
   if (!values) return request;
   const { inputCut, ...rest } = request;
@@ -28,7 +31,7 @@ export async function withWholeContext({ request, deps }: StepContext): Promise<
  * parsed, and would not fit either. A reply that cannot be stored fails the step so that it is sent again.
  */
 export async function offloadReply(
-  { request, deps }: StepContext,
+  { request, deps }: Pick<StepContext, 'request' | 'deps'>,
   reply: AgentStepReply,
 ): Promise<AgentStepReply> {
   const values = deps.values;
