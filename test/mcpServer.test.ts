@@ -60,6 +60,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       fixturePath('gated.yaml'),
       fixturePath('slowpoke.yaml'),
       fixturePath('confirming.yaml'),
+      fixturePath('asker.yaml'),
       examplePath('demo.yaml'),
     ]);
     gateway = await startGateway({
@@ -109,6 +110,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
   it('lists each pipeline as a tool with its input and, when it declares one, its output schema', async () => {
     const { tools } = await (await connect('admin', 'legacy')).listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
+      'asker',
       'confirming',
       'demo',
       'gated',
@@ -254,17 +256,41 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect((await h.finalOf(taskId, 20_000)).kind).toBe('task.cancelled');
   });
 
-  it("answers a human step's question through elicitation (2026-07-28)", async () => {
-    const client = await connect('admin', 'auto', () => ({
-      action: 'accept',
-      content: { answer: '{"ship": false}' },
-    }));
+  it("asks a human step's question with the form its answer schema declares (2026-07-28)", async () => {
+    const asked: Elicited[] = [];
+    const client = await connect('admin', 'auto', (request) => {
+      asked.push(request);
+      return { action: 'accept', content: { ship: false } };
+    });
     const result = await client.callTool({ name: 'confirming', arguments: { goal: 'release 1.2' } });
     expect(result.isError).toBeFalsy();
+    expect(asked[0]?.message).toContain('Ship the draft?');
+    expect(asked[0]?.requestedSchema).toEqual({
+      type: 'object',
+      properties: { ship: { type: 'boolean' } },
+      required: ['ship'],
+    });
     const taskId = result._meta?.['troupe/taskId'] as string;
-    expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data.answer).toBe('{"ship": false}');
+    expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data.answer).toBe('{"ship":false}');
     // {"ship": false}: the shipping step was skipped.
     expect(ofKind(h.eventsOf(taskId), 'step.skipped').map((e) => e.data.step)).toEqual(['ship']);
+  });
+
+  it("asks an agent's question for text (2025-11-25)", async () => {
+    const asked: Elicited[] = [];
+    const client = await connect('admin', 'legacy', (request) => {
+      asked.push(request);
+      return { action: 'accept', content: { answer: 'teal' } };
+    });
+    const result = await client.callTool({ name: 'asker', arguments: { goal: 'a logo' } });
+    expect(result.content[0]).toMatchObject({ type: 'text', text: 'Wrote the colour down.' });
+    expect(asked[0]?.message).toContain('executor asks: Which colour should the logo be?');
+    expect(asked[0]?.requestedSchema).toMatchObject({ properties: { answer: { type: 'string' } } });
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data).toMatchObject({
+      answer: 'teal',
+      by: 'mcp-test-legacy (MCP) (token ops)',
+    });
   });
 
   it('refuses input the pipeline does not take, saying which key, and starts no task', async () => {

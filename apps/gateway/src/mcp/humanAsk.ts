@@ -5,6 +5,7 @@ import {
   inputRequired,
 } from '@modelcontextprotocol/server';
 import type { HumanRequest } from '@troupe/protocol';
+import type { ElicitationForm } from './elicitationForm.ts';
 
 /** The form a person fills in for an approval: allow or deny, and why (the agent is told). */
 const APPROVAL_FORM: ElicitRequestFormParams['requestedSchema'] = {
@@ -21,15 +22,19 @@ const APPROVAL_FORM: ElicitRequestFormParams['requestedSchema'] = {
   required: ['decision'],
 };
 
-/** The form for an agent's or a `human` step's question: the answer, as text (a step with an `answer` schema checks it and asks again on a miss). */
+/** The form for a question asked as text (a step with an `answer` schema reads it as JSON when it fits, and asks again on a miss). */
 const QUESTION_FORM: ElicitRequestFormParams['requestedSchema'] = {
   type: 'object',
   properties: { answer: { type: 'string', title: 'Answer' } },
   required: ['answer'],
 };
 
-/** What an approval or a question asks the MCP caller's user, as a form-mode elicitation. */
-export function elicitationFor(request: HumanRequest): InputRequest {
+/**
+ * What an approval or a question asks the MCP caller's user, as a form-mode elicitation. A question whose step
+ * declares an answer schema a form can show (`declared`, see `elicitationForm`) is asked with that form; any other
+ * is asked for text.
+ */
+export function elicitationFor(request: HumanRequest, declared?: ElicitationForm): InputRequest {
   if (request.kind === 'approval') {
     const call = request.arguments ? `${request.tool}(${clip(request.arguments, 500)})` : request.tool;
     return inputRequired.elicit({
@@ -41,7 +46,7 @@ export function elicitationFor(request: HumanRequest): InputRequest {
   return inputRequired.elicit({
     mode: 'form',
     message: `Task ${request.taskId} (${request.pipeline}): ${request.agent} asks: ${request.prompt}`,
-    requestedSchema: QUESTION_FORM,
+    requestedSchema: declared ?? QUESTION_FORM,
   });
 }
 
@@ -56,7 +61,12 @@ export type HumanReply =
  * approval denies it with a reason, since the user said no; a question cannot be denied, so it stays open for
  * `troupe answer` or the dashboard.
  */
-export function replyOf(request: HumanRequest, response: InputResponseView, by: string): HumanReply {
+export function replyOf(
+  request: HumanRequest,
+  response: InputResponseView,
+  by: string,
+  declared = false,
+): HumanReply {
   if (response.kind !== 'elicit') return { kind: 'leave', why: 'the client sent no answer' };
   const content = response.content ?? {};
   if (request.kind === 'approval') {
@@ -89,6 +99,8 @@ export function replyOf(request: HumanRequest, response: InputResponseView, by: 
       kind: 'leave',
       why: `the user ${response.action === 'decline' ? 'declined' : 'cancelled'} the question`,
     };
+  // The declared form's fields are the answer itself: the step reads it as JSON.
+  if (declared) return { kind: 'answer', body: { answer: JSON.stringify(content), by } };
   if (typeof content.answer !== 'string' || content.answer === '')
     return { kind: 'leave', why: 'the answer was empty' };
   return { kind: 'answer', body: { answer: content.answer, by } };

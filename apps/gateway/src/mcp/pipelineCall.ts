@@ -9,8 +9,10 @@ import {
 import { followTaskEvents } from '@troupe/client';
 import type { HumanRequest } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
+import { AnswerSchemas } from '../a2a/answerSchemas.ts';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
+import { type ElicitationForm, elicitationForm } from './elicitationForm.ts';
 import { holdsScope } from './holdsScope.ts';
 import { elicitationFor, elsewhere, replyOf } from './humanAsk.ts';
 import { ProgressReporter } from './progress.ts';
@@ -80,6 +82,7 @@ export async function callPipeline(
     // On 2025-11-25 the SDK asks the user while no round of ours runs: a cancel meanwhile reaches only this signal.
     if (call.era === 'legacy')
       ctx.mcpReq.signal.addEventListener('abort', () => void cancel(call, taskId, ctx), { once: true });
+    const declared = await declaredForm(call, asked.request);
     const state: RoundState = {
       taskId,
       pipeline,
@@ -87,9 +90,10 @@ export async function callPipeline(
       after: asked.seq,
       asked: asked.request.id,
       progress: progress.count,
+      ...(declared ? { declared: true } : {}),
     };
     return inputRequired({
-      inputRequests: { [asked.request.id]: elicitationFor(asked.request) },
+      inputRequests: { [asked.request.id]: elicitationFor(asked.request, declared) },
       requestState: await call.codec.mint(state, ctx),
     });
   }
@@ -130,6 +134,7 @@ async function answer(
     request,
     inputResponse(ctx.mcpReq.inputResponses, round.asked),
     `${call.clientName(ctx)} (MCP)`,
+    round.declared === true,
   );
   if (reply.kind === 'leave')
     return progress.say(`${request.id} stays open: ${reply.why}; ${elsewhere(request)}`);
@@ -184,6 +189,15 @@ async function follow(
     ctx.mcpReq.signal.removeEventListener('abort', cancelled);
   }
   return asked;
+}
+
+/** The form a question's `human` step declares for its answer, when a form can show it. */
+async function declaredForm(
+  call: PipelineCallContext,
+  request: HumanRequest,
+): Promise<ElicitationForm | undefined> {
+  if (request.kind !== 'question') return undefined;
+  return elicitationForm(await new AnswerSchemas(call.bus).of(request.taskId, request.stepId));
 }
 
 async function pending(

@@ -17,6 +17,8 @@ export const RoundState = z.strictObject({
   /** The approval or question asked. */
   asked: z.string(),
   progress: z.number().int().nonnegative(),
+  /** True when the question was asked with its step's declared answer form, whose fields are the answer. */
+  declared: z.boolean().optional(),
 });
 export type RoundState = z.infer<typeof RoundState>;
 
