@@ -10,6 +10,7 @@ import {
   describeUpdate,
   send,
   startA2aEnv,
+  startA2aGateway,
   stateName,
   text,
 } from './support/a2aServer.ts';
@@ -178,6 +179,32 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
         'status:COMPLETED completed in 1 round(s)',
       ]);
     });
+  });
+
+  it('serves any task from any gateway: asked on one, answered on another, read on a third after the second is gone', async () => {
+    const second = await startA2aGateway(env.h);
+    const third = await startA2aGateway(env.h);
+    try {
+      const onFirst = await a2aClient(env, 'gated', 'JSONRPC');
+      const waiting = asTask(await onFirst.sendMessage(send([text('release from one gateway')])));
+      expect(stateName(waiting.status?.state)).toBe('INPUT_REQUIRED');
+      const onSecond = await a2aClient({ gateway: second }, 'gated', 'HTTP+JSON');
+      const done = asTask(
+        await onSecond.sendMessage(
+          send([text('approve')], { taskId: waiting.id, contextId: waiting.contextId }),
+        ),
+      );
+      expect(stateName(done.status?.state)).toBe('COMPLETED');
+      await second.close();
+      const onThird = await a2aClient({ gateway: third }, 'gated', 'JSONRPC');
+      const read = await onThird.getTask({ id: waiting.id, tenant: '' });
+      expect(read.status?.state).toBe(done.status?.state);
+      expect(read.artifacts).toEqual(done.artifacts);
+      expect(read.history.map((m) => m.messageId)).toEqual(done.history.map((m) => m.messageId));
+    } finally {
+      await second.close();
+      await third.close();
+    }
   });
 
   describe('a token’s pipelines apply to every method', () => {

@@ -105,7 +105,22 @@ export async function startA2aEnv(): Promise<A2aEnv> {
     fixturePath('hasty.yaml'),
   ]);
   const logLines: string[] = [];
-  const gateway = await startGateway({
+  const gateway = await startA2aGateway(h, logLines);
+  return {
+    h,
+    gateway,
+    logLines,
+    async stop() {
+      await gateway.close();
+      await h.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A gateway on the harness's NATS with the tests' tokens: any number may serve the same Troupe. */
+export function startA2aGateway(h: Harness, logLines: string[] = []): Promise<Gateway> {
+  return startGateway({
     bus: h.bus,
     logger: createLogger({
       level: 'info',
@@ -120,16 +135,6 @@ export async function startA2aEnv(): Promise<A2aEnv> {
     dashboardDir: false,
     a2aPush: { urlPolicy: { allowPrivate: true } },
   });
-  return {
-    h,
-    gateway,
-    logLines,
-    async stop() {
-      await gateway.close();
-      await h.stop();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
 }
 
 /** A fetch that sends the token, as a deployment's A2A client is configured to. */
@@ -143,7 +148,7 @@ export const fetchWithToken =
 
 /** The official client for a pipeline's card (or the gateway's, without one), on one binding, with a token. */
 export async function a2aClient(
-  env: A2aEnv,
+  env: Pick<A2aEnv, 'gateway'>,
   pipeline: string | undefined,
   binding: Binding,
   token: TokenName = 'admin',

@@ -14,7 +14,7 @@ import {
   ServerCallContext,
   validateVersion,
 } from '@a2a-js/sdk/server';
-import { PipelineRegistry } from '@troupe/client';
+import { CLIENT_WAIT, PipelineRegistry } from '@troupe/client';
 import { exceedsDepth, MAX_MESSAGE_DEPTH, type PipelineRegistration } from '@troupe/protocol';
 import type { Logger, NatsBus } from '@troupe/runtime';
 import { ValueStore } from '@troupe/runtime';
@@ -70,6 +70,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     sessions: options.sessions,
     reader: new TaskReader(bus, new ValueStore(bus)),
     pushConfigs: push === false ? undefined : () => PushConfigs.open(bus, push),
+    quota: options.streams.quota,
     blockingMs: options.blockingMs ?? 600_000,
     cancelWaitMs: CANCEL_WAIT_MS,
   };
@@ -117,7 +118,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     pipeline: string,
   ): Promise<PipelineRegistration | undefined> => {
     if (!mayTouch(who, pipeline)) return undefined;
-    return (await PipelineRegistry.open(bus)).get(pipeline);
+    return (await PipelineRegistry.open(bus, CLIENT_WAIT)).get(pipeline);
   };
 
   const serveCard = async (reply: FastifyReply, card: AgentCard) =>
@@ -130,7 +131,9 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     try {
       const who = principal(request);
       authorize(who, 'read');
-      const pipelines = (await (await PipelineRegistry.open(bus)).all()).filter((p) => mayTouch(who, p.name));
+      const pipelines = (await (await PipelineRegistry.open(bus, CLIENT_WAIT)).all()).filter((p) =>
+        mayTouch(who, p.name),
+      );
       return await serveCard(reply, gatewayCard(pipelines, cardOptions(request)));
     } catch (error) {
       return sendPlainError(request, reply, error);

@@ -27,11 +27,12 @@ import {
   UnsupportedOperationError,
 } from '@a2a-js/sdk/errors';
 import type { A2ARequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
-import { OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
+import { CLIENT_WAIT, OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
 import type { WorkflowRecord } from '@troupe/protocol';
 import type { GatewayActions } from '../actions.ts';
 import { authorize, mayTouch, type Principal } from '../auth.ts';
 import { SessionId, type Sessions } from '../sessions.ts';
+import type { StreamQuota } from '../streamQuota.ts';
 import { decisionOf } from './inputAnswer.ts';
 import type { PushConfigs } from './pushConfigs.ts';
 import { PushError } from './pushError.ts';
@@ -60,6 +61,8 @@ export interface A2aServices {
   blockingMs: number;
   /** How long CancelTask waits for the task's coordinator to record the cancel, in ms. */
   cancelWaitMs: number;
+  /** The gateway's per-token caps: a blocking SendMessage holds a NATS consumer while it waits. */
+  quota: StreamQuota;
 }
 
 /** Who asks, at which endpoint. */
@@ -124,11 +127,22 @@ export class PipelineAgent implements A2ARequestHandler {
     const historyLength = params.configuration?.historyLength;
     if (params.configuration?.returnImmediately) return (await this.#current(begun)).task({ historyLength });
     const signal = AbortSignal.any([signalOf(context), AbortSignal.timeout(this.#services.blockingMs)]);
-    const run = this.#run(begun, 'settled', signal);
-    let last: IteratorResult<StreamResponse, TaskFold>;
-    do last = await run.next();
-    while (!last.done);
-    return last.value.task({ historyLength });
+    // The task has started (or been answered) already: with no consumer slot left, it is answered as it stands.
+    let release: () => void;
+    try {
+      release = this.#services.quota.take(this.#caller.who, 'consumers');
+    } catch {
+      return (await this.#current(begun)).task({ historyLength });
+    }
+    try {
+      const run = this.#run(begun, 'settled', signal);
+      let last: IteratorResult<StreamResponse, TaskFold>;
+      do last = await run.next();
+      while (!last.done);
+      return last.value.task({ historyLength });
+    } finally {
+      release();
+    }
   }
 
   async *sendMessageStream(
@@ -343,7 +357,7 @@ export class PipelineAgent implements A2ARequestHandler {
     const reject = (reason: string) => ({
       rejected: rejectedTask({ taskId: randomUUID(), contextId: contextId ?? randomUUID() }, reason, message),
     });
-    const registry = await PipelineRegistry.open(this.#services.bus);
+    const registry = await PipelineRegistry.open(this.#services.bus, CLIENT_WAIT);
     if (!(await registry.get(pipeline))) return reject(`no pipeline named ${pipeline} is served here`);
     if (given.goal === '') {
       return reject('the message has no text: its text parts are the goal of the task it starts');
