@@ -326,6 +326,22 @@ describe('A2A push notifications: every state change, at least once, in order, t
         .find((l) => l.msg.includes(`gave up on push config ${made.id} of task push-dead`));
       expect(line?.level).toBe(50);
       expect(line?.msg).toContain('nothing more is sent to it');
+      // Made again once its receiver is back, the config goes on from where it stopped: here, the task's first update.
+      await h.finalOf('push-dead');
+      await dead.start();
+      await configs.create(
+        { taskId: 'push-dead', pipeline: 'demo' },
+        TaskPushNotificationConfig.fromJSON({ id: made.id, url }),
+        'ops',
+      );
+      await expect
+        .poll(() => dead.received.some((hook) => stateOf(hook.body) === 'TASK_STATE_COMPLETED'), {
+          timeout: 30_000,
+        })
+        .toBe(true);
+      const got = [...new Map(dead.received.map((hook) => [JSON.stringify(hook.body), hook.body])).values()];
+      expect(got).toEqual(await expectedBodies('push-dead', 'demo', ''));
+      await dead.stop();
     } finally {
       await pusher.close();
     }

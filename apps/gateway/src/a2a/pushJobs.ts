@@ -86,14 +86,12 @@ export async function ensurePushQueue(
 }
 
 /**
- * Queues a config's deliveries. Queued twice within two minutes (a retried create), it is one message.
- * Fails with `unavailable` when the queue cannot be written.
+ * Queues a config's deliveries (again, for a config that was dropped and made anew: no message id, so no duplicate
+ * window swallows it). Fails with `unavailable` when the queue cannot be written.
  */
 export async function enqueuePushJob(bus: NatsBus, taskId: string, configId: string): Promise<void> {
   try {
-    await jetstreamOf(bus).publish(pushJobSubject(taskId, configId), new Uint8Array(), {
-      msgID: `${taskId}.${configId}`,
-    });
+    await jetstreamOf(bus).publish(pushJobSubject(taskId, configId), new Uint8Array());
   } catch (cause) {
     throw new PushError(
       'unavailable',
