@@ -1,12 +1,22 @@
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { readHumanRequest, readTask } from '@troupe/client';
 import { type Gateway, hashToken, startGateway, type TokenEntry, TokenStore } from '@troupe/gateway';
 import { createLogger } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { examplePath, fixturePath, found, type Harness, ofKind, startHarness } from './support/harness.ts';
+import {
+  examplePath,
+  fixturePath,
+  found,
+  type Harness,
+  ofKind,
+  repoRoot,
+  startHarness,
+} from './support/harness.ts';
 
 const TOKENS = {
   admin: 'mcp-admin-token-0123456789abcdef',
@@ -487,6 +497,28 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       body: '{}',
     });
   });
+
+  it('runs examples/mcpClient.ts, as docs/interop.md shows it', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        join(repoRoot, 'examples', 'mcpClient.ts'),
+        `${gateway.url}/mcp`,
+        'tabulated',
+        'count these words',
+      ],
+      { cwd: repoRoot, env: { ...process.env, TROUPE_TOKEN: TOKENS.admin }, timeout: 60_000 },
+    );
+    const lines = stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^tools: .*tabulated/);
+    expect(lines).toContain('progress: step count started (agent counter)');
+    expect(lines.slice(-2)).toEqual([
+      '{"words": 3, "summary": "three words"}',
+      'structured: {"words":3,"summary":"three words"}',
+    ]);
+  }, 90_000);
 
   it("offers each task's trace and output as resources", async () => {
     const client = await connect('admin', 'legacy');
