@@ -1,5 +1,7 @@
 import { type StreamResponse, TaskState } from '@a2a-js/sdk';
 import { RequestMalformedError, TaskNotFoundError } from '@a2a-js/sdk/errors';
+import { STREAMS } from '@troupe/protocol';
+import { jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type A2aEnv,
@@ -133,6 +135,9 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
 
     it('resubscribes after a dropped stream: the task as it stands, then every later change, none lost', async () => {
       const client = await a2aClient(env, 'paced', binding);
+      const jsm = await jetstreamManagerOf(env.h.bus);
+      const consumers = async () => (await jsm.consumers.list(STREAMS.events).next()).length;
+      const idle = await consumers();
       const dropped = new AbortController();
       const before: string[] = [];
       let taskId = '';
@@ -149,6 +154,8 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
         expect((error as Error).name).toBe('AbortError');
       }
       expect(before.at(-1)).toBe('status:WORKING agent first is working on step one');
+      // The gateway saw the client go: the stream's consumer is gone from the server.
+      await expect.poll(consumers, { timeout: 5_000 }).toBe(idle);
       // While nobody listens, the task moves on to its second agent.
       await expect
         .poll(
