@@ -25,7 +25,7 @@ import type { Sessions } from '../sessions.ts';
 import { SseStream } from '../sse.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { ServiceUnavailable, TransportRefusal } from './a2aErrors.ts';
-import { A2A_VERSION, a2aPaths, type CardOptions, gatewayCard, pipelineCard } from './agentCard.ts';
+import { type CardOptions, gatewayCard, pipelineCard } from './agentCard.ts';
 import { guarded, internalError } from './guardedHandler.ts';
 import { type A2aServices, PipelineAgent, SIGNAL_KEY } from './pipelineAgent.ts';
 import { PushConfigs } from './pushConfigs.ts';
@@ -52,7 +52,7 @@ export interface A2aRoutesOptions {
 
 const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
 const A2A_CONTENT_TYPE = 'application/a2a+json';
-/** How long a stream stays open with nothing to say before the gateway ends it: a client reconnects with SubscribeToTask. */
+/** How long CancelTask waits for the coordinator to record the cancel before answering with the task as it is. */
 const CANCEL_WAIT_MS = 15_000;
 
 /**
@@ -520,5 +520,3 @@ function corsHeaders(reply: FastifyReply): Record<string, string> {
   }
   return headers;
 }
-
-export { A2A_VERSION, a2aPaths };
