@@ -181,6 +181,33 @@ describe('a remote step resumed from its journal', () => {
     expect(received(`${idsOf(request).messageId}-answer-1`)).toBe(1);
   });
 
+  it('follows an agent that streams on SubscribeToTask: the end is seen at once, not at the next poll', async () => {
+    const streaming = await startTestAgent('streamer', { streaming: true });
+    try {
+      streaming.hold();
+      const request = stepRequest('hold');
+      const started = Date.now();
+      const reply = a2aRemoteAgent({
+        ...settings,
+        card: streaming.cardUrl,
+        pollIntervalMs: 60_000,
+      }).startStep(request, {
+        registry: new ToolRegistry(),
+        workspaceRoot: '/nonexistent',
+        clock: systemClock,
+        events: new EventFactory(),
+        publish: () => {},
+        journal,
+      }).reply;
+      await expect.poll(() => streaming.requests.map((r) => r.method)).toContain('SubscribeToTask');
+      streaming.release();
+      expect(await reply).toMatchObject({ ok: true, output: 'streamer found: hold' });
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await streaming.close();
+    }
+  });
+
   it('says in its events that it called the agent, and how that ended', async () => {
     const request = stepRequest('echo');
     await run(request);

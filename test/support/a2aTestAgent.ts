@@ -1,6 +1,15 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AgentCard, type Message, type Part, Role, type Task, TaskState } from '@a2a-js/sdk';
+import {
+  AgentCard,
+  formatSSEEvent,
+  type Message,
+  type Part,
+  Role,
+  SSE_HEADERS,
+  type Task,
+  TaskState,
+} from '@a2a-js/sdk';
 import {
   AgentEvent,
   type AgentExecutor,
@@ -35,8 +44,10 @@ export interface TestAgent {
   /** Every message the executor was given, in order (a message sent twice shows twice). */
   messages: Message[];
   requests: ReceivedRequest[];
-  /** Lets every held task complete. */
+  /** Lets every held task complete (and every task held after this). */
   release(): void;
+  /** Holds the tasks that come after this until the next {@link release}. */
+  hold(): void;
   /** The ids of the tasks cancelled through CancelTask. */
   cancelled: string[];
   close(): Promise<void>;
@@ -63,7 +74,10 @@ function stepOf(message: Message): { goal: string; expect?: string; input?: { it
   return { goal: '' };
 }
 
-export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
+export async function startTestAgent(
+  name = 'researcher',
+  options: { streaming?: boolean } = {},
+): Promise<TestAgent> {
   const messages: Message[] = [];
   const requests: ReceivedRequest[] = [];
   const cancelled: string[] = [];
@@ -195,7 +209,7 @@ export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
       description: `test agent ${name}`,
       version: '1.0.0',
       supportedInterfaces: [{ url: `${base}/rpc`, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }],
-      capabilities: { streaming: false, pushNotifications: false },
+      capabilities: { streaming: options.streaming === true, pushNotifications: false },
       defaultInputModes: ['text/plain', 'application/json'],
       defaultOutputModes: ['text/plain', 'application/json'],
       skills: [{ id: 'research', name: 'research', description: 'finds things', tags: ['test'] }],
@@ -222,6 +236,14 @@ export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
         traceparent: req.headers.traceparent as string | undefined,
       });
       const result = await transport().handle(body, new ServerCallContext({ requestedVersion: '1.0' }));
+      if (Symbol.asyncIterator in result) {
+        // A stream (SubscribeToTask): server-sent events, one per update, until the task ends or the client leaves.
+        res.writeHead(200, SSE_HEADERS);
+        req.on('close', () => void result.return(undefined));
+        for await (const event of result) res.write(formatSSEEvent(event));
+        res.end();
+        return;
+      }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(result));
     })().catch((error: unknown) => {
@@ -237,6 +259,9 @@ export async function startTestAgent(name = 'researcher'): Promise<TestAgent> {
     messages,
     requests,
     release,
+    hold: () => {
+      released = false;
+    },
     cancelled,
     async close() {
       release();

@@ -153,6 +153,7 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   };
   publishCall(run);
   const client = await retrying(run.call, 'read its agent card', () => connectA2a(run.call));
+  const streams = (await client.getAgentCard()).capabilities?.streaming === true;
   const record = run.record;
   let result: Task | Message;
   if (record.taskId !== undefined) {
@@ -180,13 +181,13 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   for (;;) {
     const state = task.status?.state ?? TaskState.TASK_STATE_UNSPECIFIED;
     if (TERMINAL.includes(state)) return endedReply(run, task);
-    if (state === TaskState.TASK_STATE_INPUT_REQUIRED) task = await answer(run, client, task);
+    if (state === TaskState.TASK_STATE_INPUT_REQUIRED) task = await answer(run, client, task, streams);
     else if (state === TaskState.TASK_STATE_AUTH_REQUIRED)
       throw new A2aCallError(
         'auth',
         `remote agent ${settings.name} (${settings.card}) asks for authentication in task ${task.id}, which Troupe cannot give mid-task; give the token in a2a.auth`,
       );
-    else task = await later(run, client, task.id);
+    else task = await changed(run, client, task, streams);
   }
 }
 
@@ -253,11 +254,11 @@ function questionKey(task: Task): string {
  * answer goes: a run that finds the answer in the task's history counts it sent, and one that finds the task still
  * showing the question it answered waits for the agent to move on rather than asking again.
  */
-async function answer(run: RemoteRun, client: Client, task: Task): Promise<Task> {
+async function answer(run: RemoteRun, client: Client, task: Task, streams: boolean): Promise<Task> {
   const { settings, request, deps } = run;
   const record = { ...(run.record as RemoteCallRecord), taskId: task.id };
   const question = questionKey(task);
-  if (question === record.answered) return later(run, client, task.id);
+  if (question === record.answered) return changed(run, client, task, streams);
   const n = record.answers + 1;
   const messageId = `${record.messageId}-answer-${n}`;
   if (holdsMessage(task, messageId)) {
@@ -320,6 +321,46 @@ async function answer(run: RemoteRun, client: Client, task: Task): Promise<Task>
   const { asking: _sent, ...rest } = record;
   await save(run, { ...rest, answers: n, answered: question });
   return getTask(run, client, task.id);
+}
+
+/** The states a waiting step acts on: the task ended, or asks for something. */
+const DECISIVE: readonly TaskState[] = [
+  ...TERMINAL,
+  TaskState.TASK_STATE_INPUT_REQUIRED,
+  TaskState.TASK_STATE_AUTH_REQUIRED,
+];
+
+const statusKey = (status: Task['status']): string =>
+  [status?.state ?? '', status?.timestamp ?? '', status?.message?.messageId ?? ''].join('|');
+
+/**
+ * Waits for the task to reach a state other than `task`'s that the step acts on, then reads it (GetTask). An agent
+ * that streams is followed on SubscribeToTask; a stream refused, cut (by the request's timeout, too) or ended without
+ * such a state falls back to a poll interval, as for an agent that does not stream.
+ */
+async function changed(run: RemoteRun, client: Client, task: Task, streams: boolean): Promise<Task> {
+  if (!streams) return later(run, client, task.id);
+  const from = statusKey(task.status);
+  let decided = false;
+  // Leaving the stream closes its connection at once, rather than when the agent or the request's timeout ends it.
+  const done = new AbortController();
+  const signal = AbortSignal.any([run.call.signal, done.signal]);
+  try {
+    for await (const event of client.resubscribeTask({ tenant: '', id: task.id }, { signal })) {
+      const payload = event.payload;
+      const status =
+        payload?.$case === 'task' || payload?.$case === 'statusUpdate' ? payload.value.status : undefined;
+      if (status && DECISIVE.includes(status.state) && statusKey(status) !== from) {
+        decided = true;
+        break;
+      }
+    }
+  } catch (error) {
+    if (run.call.signal.aborted) throw error;
+  } finally {
+    done.abort();
+  }
+  return decided ? getTask(run, client, task.id) : later(run, client, task.id);
 }
 
 /** The task, read again after the poll interval. */
