@@ -384,6 +384,9 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       ).toMatchObject({
         error: { code: -32602, message: expect.stringMatching(/pageSize/) },
       });
+      expect(
+        (await rpc({ jsonrpc: '2.0', id: 4, method: 'GetExtendedAgentCard', params: {} })).body,
+      ).toMatchObject({ error: { code: -32007 } });
       const notFound = await rpc(getTask);
       expect(notFound.status).toBe(200);
       expect(notFound.body).toMatchObject({
@@ -415,6 +418,11 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       expect(unknown.headers.get('content-type')).toMatch(/application\/a2a\+json/);
       expect(unknown.body).toMatchObject({ error: { code: 404, status: 'NOT_FOUND' } });
       expect((await raw(env, 'GET', '/a2a/echo/rest/nothing/here', { headers: v1 })).status).toBe(404);
+      expect((await raw(env, 'GET', '/a2a/echo/rest/extendedAgentCard', { headers: v1 })).body).toMatchObject(
+        {
+          error: { code: 400, details: [{ reason: 'EXTENDED_AGENT_CARD_NOT_CONFIGURED' }] },
+        },
+      );
       expect((await raw(env, 'DELETE', '/a2a/echo/rest/message:send', { headers: v1 })).status).toBe(405);
       const plain = await raw(env, 'POST', '/a2a/echo/rest/message:send', {
         headers: { ...v1, 'content-type': 'text/plain' },
