@@ -1,5 +1,7 @@
 import { hostname, userInfo } from 'node:os';
 import { serveMcpStdio } from '@troupe/gateway';
+import { createLogger } from '@troupe/runtime';
+import { logUnhandledRejections } from '../lastResort.ts';
 import { connectCli, type ServerOptions } from '../server.ts';
 
 export interface McpCommandOptions extends ServerOptions {
@@ -15,6 +17,10 @@ export interface McpCommandOptions extends ServerOptions {
  */
 export async function mcp(options: McpCommandOptions): Promise<number> {
   const bus = await connectCli(options, 'troupe-mcp');
+  // A host's server must not die of one stray rejection: it is logged (on stderr, like every line but MCP's).
+  logUnhandledRejections(
+    createLogger({ level: 'warn', destination: process.stderr as never, pretty: process.stderr.isTTY }),
+  );
   const who = {
     name: options.by ?? `${userInfo().username}@${hostname()}`,
     scopes: ['admin' as const],
