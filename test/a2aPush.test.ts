@@ -443,7 +443,8 @@ describe('A2A push notifications: every state change, at least once, in order, t
     }
     const open = serve('--push-private');
     try {
-      const client = await sdkClient(await urlOf(open), 'gated', 'HTTP+JSON');
+      const url = await urlOf(open);
+      const client = await sdkClient(url, 'gated', 'HTTP+JSON');
       const task = asTask(
         await client.sendMessage(send([text('release with a webhook')], { returnImmediately: true })),
       );
@@ -479,6 +480,27 @@ describe('A2A push notifications: every state change, at least once, in order, t
       });
       await client.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id });
       expect((await client.listTaskPushNotificationConfig(listing)).configs).toEqual([]);
+
+      // A config sent with the message that starts a task gets that task's every update too.
+      const rpc = await sdkClient(url, 'demo', 'JSONRPC');
+      const sent = asTask(
+        await rpc.sendMessage({
+          ...send([text('a note, pushed')]),
+          configuration: {
+            acceptedOutputModes: [],
+            taskPushNotificationConfig: TaskPushNotificationConfig.fromJSON({
+              url: `${receiver.url}?config=send`,
+              token: 'send-token',
+            }),
+            returnImmediately: false,
+          },
+        }),
+      );
+      await receivedState(sent.id, 'TASK_STATE_COMPLETED');
+      expect(bodiesOf(sent.id)).toEqual(await expectedBodies(sent.id, 'demo', sent.contextId));
+      expect(receiver.received.find((r) => r.path.endsWith('config=send'))?.headers).toMatchObject({
+        'x-a2a-notification-token': 'send-token',
+      });
     } finally {
       await open.stop();
     }
