@@ -303,6 +303,19 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     });
   });
 
+  it('takes an input larger than a NATS message, as the gateway API does', async () => {
+    const client = await connect('admin', 'auto');
+    const text = 'word '.repeat(300_000);
+    const result = await client.callTool({
+      name: 'tabulated',
+      arguments: { goal: 'count', input: { text } },
+    });
+    expect(result.isError).toBeFalsy();
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    const accepted = ofKind(h.eventsOf(taskId), 'task.accepted')[0];
+    expect(accepted?.data.inputCut).toBeDefined();
+  });
+
   it('refuses input the pipeline does not take, saying which key, and starts no task', async () => {
     const client = await connect('admin', 'auto');
     const before = (await fetch(`${gateway.url}/v1/tasks?pipeline=tabulated&limit=100`, {

@@ -304,7 +304,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   const sessions = new Sessions(bus, actions, logger);
   // MCP over streamable HTTP (docs/interop.md): pipelines as tools, with the same tokens.
   const mcp = troupeMcpOptions(bus, actions, options.idSecret);
-  await app.register(mcpEndpoint, { mcp, tokens: options.tokens, auth: options.auth ?? 'tokens', logger });
+  await app.register(mcpEndpoint, {
+    mcp,
+    tokens: options.tokens,
+    auth: options.auth ?? 'tokens',
+    logger,
+    bodyLimit: taskBodyLimit(options.taskLimits ?? DEFAULT_TASK_LIMITS),
+  });
   // A2A v1.0 (docs/interop.md): every pipeline an A2A agent, with the same tokens and stream caps.
   await app.register(a2aRoutes, {
     bus,

@@ -13,6 +13,8 @@ export interface McpEndpointOptions {
   /** `none`: every request acts as `anonymous` with every scope (the gateway serves 127.0.0.1 only then). */
   auth: 'tokens' | 'none';
   logger: Logger;
+  /** The largest request body, in bytes: room for a task's input as large as the coordinators store (1 MiB). */
+  bodyLimit?: number;
   /** How many 2025-11-25 sessions a token may hold, and how long one may sit idle. */
   sessions?: LegacySessionLimits;
 }
@@ -71,41 +73,45 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
     }
   };
 
-  app.all('/mcp', { schema: { hide: true } }, async (request, reply) => {
-    const who = authenticate(request, reply);
-    if (!who) return reply;
-    const raw = Object.assign(request.raw, { auth: authInfoOf(who) }) as IncomingMessage & {
-      auth: AuthInfo;
-      method: string;
-      url: string;
-    };
-    const header = request.headers['mcp-session-id'];
-    const sessionId = Array.isArray(header) ? header[0] : header;
-    if (sessionId !== undefined) {
-      const transport = sessions.find(sessionId, who);
-      // Another token's session is answered as one that does not exist.
-      if (!transport) {
-        return reply.code(404).send({
-          jsonrpc: '2.0',
-          id: null,
-          error: {
-            code: -32001,
-            message: `no MCP session ${sessionId} on this gateway: initialize a new one`,
-          },
-        });
+  app.all(
+    '/mcp',
+    { schema: { hide: true }, bodyLimit: options.bodyLimit ?? 1_048_576 },
+    async (request, reply) => {
+      const who = authenticate(request, reply);
+      if (!who) return reply;
+      const raw = Object.assign(request.raw, { auth: authInfoOf(who) }) as IncomingMessage & {
+        auth: AuthInfo;
+        method: string;
+        url: string;
+      };
+      const header = request.headers['mcp-session-id'];
+      const sessionId = Array.isArray(header) ? header[0] : header;
+      if (sessionId !== undefined) {
+        const transport = sessions.find(sessionId, who);
+        // Another token's session is answered as one that does not exist.
+        if (!transport) {
+          return reply.code(404).send({
+            jsonrpc: '2.0',
+            id: null,
+            error: {
+              code: -32001,
+              message: `no MCP session ${sessionId} on this gateway: initialize a new one`,
+            },
+          });
+        }
+        reply.hijack();
+        sessions.track(sessionId, reply.raw);
+        return transport.handleRequest(raw, reply.raw, request.body);
+      }
+      if (request.method === 'POST' && isInitializeRequest(request.body)) {
+        const transport = await sessions.open(who, await build(who, 'legacy'));
+        reply.hijack();
+        return transport.handleRequest(raw, reply.raw, request.body);
       }
       reply.hijack();
-      sessions.track(sessionId, reply.raw);
-      return transport.handleRequest(raw, reply.raw, request.body);
-    }
-    if (request.method === 'POST' && isInitializeRequest(request.body)) {
-      const transport = await sessions.open(who, await build(who, 'legacy'));
-      reply.hijack();
-      return transport.handleRequest(raw, reply.raw, request.body);
-    }
-    reply.hijack();
-    return serveModern(raw, reply.raw, request.body);
-  });
+      return serveModern(raw, reply.raw, request.body);
+    },
+  );
 };
 
 /** What the SDK hands each server about the caller: the principal rides in `extra`, never the token itself. */
