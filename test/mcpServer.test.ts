@@ -23,6 +23,7 @@ const TOKENS = {
   tabulatedOnly: 'mcp-tabulated-token-0123456789ab',
   reader: 'mcp-reader-token-0123456789abcdef',
   revoked: 'mcp-revoked-token-0123456789abcd',
+  submitter: 'mcp-submitter-token-0123456789ab',
 };
 
 type Mode = 'legacy' | 'auto';
@@ -49,6 +50,7 @@ const TOKEN_ENTRIES: TokenEntry[] = [
   },
   { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
   { name: 'temp', sha256: hashToken(TOKENS.revoked), scopes: ['admin'] },
+  { name: 'runner', sha256: hashToken(TOKENS.submitter), scopes: ['submit'] },
 ];
 
 describe('the MCP server on the gateway: pipelines as tools over streamable HTTP', () => {
@@ -354,6 +356,35 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     const result = await call;
     expect(result.isError).toBeFalsy();
     expect(result.content[0]).toMatchObject({ type: 'text', text: 'Done with the release.' });
+  });
+
+  it('does not ask the user for a token that may not approve, even when the host can ask (2025-11-25)', async () => {
+    let asked = 0;
+    const client = await connect('submitter', 'legacy', () => {
+      asked++;
+      return { action: 'accept', content: { decision: 'allow' } };
+    });
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'gated', arguments: { goal: 'ship the release' } },
+      { onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    const told = await found(() => progress.find((m) => m.includes('this MCP client cannot be asked')));
+    const approvalId = /troupe approve (\S+),/.exec(told)?.[1];
+    const decided = await fetch(`${gateway.url}/v1/approvals/${approvalId}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ decision: 'deny', reason: 'not today' }),
+    });
+    expect(decided.status).toBe(200);
+    const result = await call;
+    expect(asked).toBe(0);
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    expect(ofKind(h.eventsOf(taskId), 'approval.decided')[0]?.data).toMatchObject({
+      decision: 'deny',
+      reason: 'not today',
+      by: 'ops',
+    });
   });
 
   it('a token limited to one pipeline sees and calls only that one', async () => {
