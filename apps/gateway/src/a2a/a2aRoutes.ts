@@ -50,6 +50,9 @@ export interface A2aRoutesOptions {
   blockingMs?: number;
 }
 
+/** A2A's routes are described by the A2A spec and the cards, not by the gateway's OpenAPI document. */
+const HIDDEN = { schema: { hide: true } };
+
 const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
 const A2A_CONTENT_TYPE = 'application/a2a+json';
 /** How long CancelTask waits for the coordinator to record the cancel before answering with the task as it is. */
@@ -127,7 +130,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       .type('application/json')
       .send(AgentCard.toJSON(card));
 
-  app.get('/.well-known/agent-card.json', async (request, reply) => {
+  app.get('/.well-known/agent-card.json', HIDDEN, async (request, reply) => {
     try {
       const who = principal(request);
       authorize(who, 'read');
@@ -142,6 +145,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
 
   app.get<{ Params: { pipeline: string } }>(
     '/a2a/:pipeline/.well-known/agent-card.json',
+    HIDDEN,
     async (request, reply) => {
       try {
         const who = principal(request);
@@ -235,8 +239,8 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     });
   };
 
-  app.post('/a2a/jsonrpc', (request, reply) => jsonRpcRoute(request, reply, undefined));
-  app.post<{ Params: { pipeline: string } }>('/a2a/:pipeline/jsonrpc', (request, reply) =>
+  app.post('/a2a/jsonrpc', HIDDEN, (request, reply) => jsonRpcRoute(request, reply, undefined));
+  app.post<{ Params: { pipeline: string } }>('/a2a/:pipeline/jsonrpc', HIDDEN, (request, reply) =>
     jsonRpcRoute(request, reply, request.params.pipeline),
   );
 
@@ -277,8 +281,8 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     }
   };
 
-  app.all('/a2a/rest/*', restRoute);
-  app.all('/a2a/:pipeline/rest/*', restRoute);
+  app.all('/a2a/rest/*', HIDDEN, restRoute);
+  app.all('/a2a/:pipeline/rest/*', HIDDEN, restRoute);
 
   /**
    * Streams an answer as Server-Sent Events once its first item is there: an error before it is an ordinary error
