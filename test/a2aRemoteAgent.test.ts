@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { builtinTools, loadPipeline, replayTask } from '@troupe/coordinator';
 import { subjects, TroupeEvent } from '@troupe/protocol';
 import { type OtlpReceiver, startOtlpReceiver, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -183,6 +184,19 @@ flow:
     const [review] = ofKind(events, 'step.completed').filter((e) => e.data.step === 'check');
     expect(review?.data.verdict).toEqual({ decision: 'approve', feedback: 'looks good' });
     expect(final.kind === 'task.completed' && final.data.approved).not.toBe(false);
+  });
+
+  it('replays a task with remote steps from its record, calling no remote agent', async () => {
+    const before = agent.messages.length;
+    const pipeline = await loadPipeline(join(dir, 'remote.yaml'), {
+      toolNames: builtinTools().names(),
+      env: { REMOTE_TOKEN: TOKEN },
+    });
+    const result = await replayTask(h.eventsOf('echo-1'), 'echo-1', { pipeline });
+    expect(result.divergence).toBeUndefined();
+    expect(result.replayed).toEqual(result.recorded);
+    expect(result.replayed.map((f) => f.kind)).toEqual(['step', 'tool', 'tool result', 'step end', 'task end']);
+    expect(agent.messages.length).toBe(before);
   });
 
   it('cancels the remote task when the Troupe task is cancelled', async () => {

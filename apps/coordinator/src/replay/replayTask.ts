@@ -20,6 +20,7 @@ import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { resolveModelRef } from '../config/modelFactory.ts';
 import { compileFlow } from '../workflow/compileFlow.ts';
 import type { StepRunInput, StepRunOutput, WorkflowInput } from '../workflow/workflowTypes.ts';
+import { recordedRemoteStep } from './recordedRemoteStep.ts';
 import { type JournalReader, Recording, type ValueReader } from './recording.ts';
 
 /**
@@ -215,6 +216,11 @@ export async function replayTask(
     };
     const machine = compileFlow(config, {
       runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
+        if (options.pipeline.remoteAgents.has(input.request.agent))
+          return {
+            ...(await recordedRemoteStep(recording.events, input.request, deps.publish)),
+            durationMs: 0,
+          };
         const agent = agents.get(input.request.agent);
         if (!agent) throw new Error(`agent ${input.request.agent} is not in pipeline ${config.name}`);
         // Token, cost and call budgets hold as recorded; the wall clock of the recorded run does not.
