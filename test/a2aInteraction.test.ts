@@ -1,7 +1,9 @@
 import { type StreamResponse, TaskState } from '@a2a-js/sdk';
+import { ClientFactory } from '@a2a-js/sdk/client';
 import { RequestMalformedError, TaskNotFoundError } from '@a2a-js/sdk/errors';
+import { startGateway, TokenStore } from '@troupe/gateway';
 import { STREAMS } from '@troupe/protocol';
-import { jetstreamManagerOf } from '@troupe/runtime';
+import { createLogger, jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type A2aEnv,
@@ -211,6 +213,31 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
     } finally {
       await second.close();
       await third.close();
+    }
+  });
+
+  it('without tokens (auth none), cards name no security scheme and requests need none', async () => {
+    const open = await startGateway({
+      bus: env.h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([]),
+      auth: 'none',
+      port: 0,
+      dashboardDir: false,
+      a2aPush: false,
+    });
+    try {
+      const card = (await (await fetch(`${open.url}/a2a/echo/.well-known/agent-card.json`)).json()) as {
+        capabilities: Record<string, unknown>;
+      };
+      expect(card).not.toHaveProperty('securitySchemes');
+      expect(card.capabilities).toMatchObject({ streaming: true });
+      expect(card.capabilities.pushNotifications).not.toBe(true);
+      const client = await new ClientFactory().createFromUrl(`${open.url}/a2a/echo/`);
+      const task = asTask(await client.sendMessage(send([text('no token needed')])));
+      expect(stateName(task.status?.state)).toBe('COMPLETED');
+    } finally {
+      await open.close();
     }
   });
 
