@@ -485,6 +485,44 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     });
   }
 
+  it("calls under way count against the token's NATS consumer cap, as its event streams do", async () => {
+    const capped = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens,
+      port: 0,
+      dashboardDir: false,
+      streamCaps: { consumers: 1 },
+    });
+    try {
+      const client = new Client({ name: 'capped', version: '1' }, { versionNegotiation: { mode: 'auto' } });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${capped.url}/mcp`), {
+          requestInit: { headers: { authorization: `Bearer ${TOKENS.admin}` } },
+        }),
+      );
+      const stop = new AbortController();
+      const progress: string[] = [];
+      const first = client.callTool(
+        { name: 'slowpoke', arguments: { goal: 'think' } },
+        { signal: stop.signal, onprogress: (p) => void progress.push(p.message ?? '') },
+      );
+      first.catch(() => undefined);
+      await found(() => progress.find((m) => m.startsWith('step plan started')));
+      const second = await client.callTool({ name: 'tabulated', arguments: { goal: 'count' } });
+      expect(second.isError).toBe(true);
+      expect(second.content[0]).toMatchObject({ type: 'text', text: expect.stringContaining('consumers') });
+      stop.abort('done');
+      expect((await h.finalOf(submittedTask(progress) as string, 20_000)).kind).toBe('task.cancelled');
+      // The slot is given back when the call ends.
+      const third = await client.callTool({ name: 'tabulated', arguments: { goal: 'count' } });
+      expect(third.isError).toBeFalsy();
+      await client.close();
+    } finally {
+      await capped.close();
+    }
+  });
+
   it('a read-only token gets no pipeline tools, and a request without a token is refused', async () => {
     const { tools } = await (await connect('reader', 'legacy')).listTools();
     expect(tools.map((t) => t.name)).toEqual(['troupe_get']);

@@ -310,6 +310,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     auth: options.auth ?? 'tokens',
     logger,
     bodyLimit: taskBodyLimit(options.taskLimits ?? DEFAULT_TASK_LIMITS),
+    quota,
   });
   // A2A v1.0 (docs/interop.md): every pipeline an A2A agent, with the same tokens and stream caps.
   await app.register(a2aRoutes, {

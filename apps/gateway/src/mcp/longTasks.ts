@@ -5,6 +5,7 @@ import { z } from 'zod';
 import type { GatewayActions } from '../actions.ts';
 import type { TaskView } from '../api.ts';
 import type { Principal } from '../auth.ts';
+import type { StreamQuota } from '../streamQuota.ts';
 import { elsewhere } from './humanAsk.ts';
 import { taskUri } from './taskResult.ts';
 
@@ -40,6 +41,8 @@ export interface LongTaskDeps {
   actions: GatewayActions;
   who: Principal;
   clientName(ctx: ServerContext): string;
+  /** The gateway's per-token caps: a `troupe_get` that waits holds one of the token's NATS consumers. */
+  quota?: StreamQuota;
 }
 
 /**
@@ -103,8 +106,14 @@ export function registerGetTool(server: McpServer, deps: LongTaskDeps): Register
     },
     async ({ taskId, waitSeconds }, ctx) => {
       const record = await actions.readable(who, taskId);
-      if (record.status === 'running' && waitSeconds)
-        await untilEnded(deps.bus, record, waitSeconds, ctx.mcpReq.signal);
+      if (record.status === 'running' && waitSeconds) {
+        const release = deps.quota?.take(who, 'consumers');
+        try {
+          await untilEnded(deps.bus, record, waitSeconds, ctx.mcpReq.signal);
+        } finally {
+          release?.();
+        }
+      }
       return resultOf(await stateOf(actions, who, await actions.task(who, taskId)));
     },
   );

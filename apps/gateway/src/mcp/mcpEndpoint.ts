@@ -4,6 +4,7 @@ import { type AuthInfo, createMcpHandler, isInitializeRequest } from '@modelcont
 import type { Logger } from '@troupe/runtime';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { AuthRefusal, type Principal, type TokenStore } from '../auth.ts';
+import type { StreamQuota } from '../streamQuota.ts';
 import { type LegacySessionLimits, LegacySessions } from './legacySessions.ts';
 import { type TroupeMcpOptions, troupeMcpServer } from './troupeMcpServer.ts';
 
@@ -15,6 +16,8 @@ export interface McpEndpointOptions {
   logger: Logger;
   /** The largest request body, in bytes: room for a task's input as large as the coordinators store (1 MiB). */
   bodyLimit?: number;
+  /** The gateway's per-token caps on NATS consumers, which MCP calls share with its event streams. */
+  quota?: StreamQuota;
   /** How many 2025-11-25 sessions a token may hold, and how long one may sit idle. */
   sessions?: LegacySessionLimits;
 }
@@ -34,6 +37,7 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
   const mcp = {
     ...options.mcp,
     closing: closing.signal,
+    ...(options.quota ? { quota: options.quota } : {}),
     warn: (message: string) => logger.warn(`mcp: ${message}`),
   };
   const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(mcp, who, { era });

@@ -12,6 +12,7 @@ import type { NatsBus } from '@troupe/runtime';
 import { AnswerSchemas } from '../a2a/answerSchemas.ts';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
+import type { StreamQuota } from '../streamQuota.ts';
 import { type ElicitationForm, elicitationForm } from './elicitationForm.ts';
 import { holdsScope } from './holdsScope.ts';
 import { elicitationFor, elsewhere, replyOf } from './humanAsk.ts';
@@ -27,6 +28,8 @@ export interface PipelineCallContext {
   who: Principal;
   /** The revision the server instance serves: `legacy` for 2025-11-25 (and older), `modern` for 2026-07-28. */
   era: 'legacy' | 'modern';
+  /** The gateway's per-token caps: following a task holds one of the token's NATS consumers. */
+  quota?: StreamQuota;
   /** Aborted when the server itself is closing, not the client cancelling. */
   closing?: AbortSignal;
   /** Who the client says it is (its `clientInfo.name`): recorded as who decided, beside the principal. */
@@ -163,6 +166,8 @@ async function follow(
   ctx.mcpReq.signal.addEventListener('abort', cancelled, { once: true });
   let asked: { request: HumanRequest; seq: number } | undefined;
   const mayAsk = call.canElicit(ctx) && holdsScope(call.who, 'approve');
+  // Past the token's cap the call is refused (an error result naming the cap), like an event stream past it.
+  const release = call.quota?.take(call.who, 'consumers');
   try {
     if (ctx.mcpReq.signal.aborted) return undefined;
     await followTaskEvents(call.bus, task, {
@@ -187,6 +192,7 @@ async function follow(
     });
   } finally {
     ctx.mcpReq.signal.removeEventListener('abort', cancelled);
+    release?.();
   }
   return asked;
 }

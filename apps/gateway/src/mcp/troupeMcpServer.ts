@@ -12,6 +12,7 @@ import type { PipelineRegistration } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
+import type { StreamQuota } from '../streamQuota.ts';
 import { holdsScope } from './holdsScope.ts';
 import { registerGetTool } from './longTasks.ts';
 import type { PipelineCallContext } from './pipelineCall.ts';
@@ -29,6 +30,8 @@ export interface TroupeMcpOptions {
   version: string;
   /** Where a problem that ends no request is told (a pipeline registry that cannot be read). */
   warn?(message: string): void;
+  /** Per-token caps on the NATS consumers calls hold while they follow a task (the gateway's); none on stdio. */
+  quota?: StreamQuota;
   /** Aborted when the server is closing: calls it ends then leave their tasks running. */
   closing?: AbortSignal;
   /** How often a 2025 session's pipeline tools are brought up to date, in ms (5,000). */
@@ -86,11 +89,18 @@ export async function troupeMcpServer(
     who,
     era: context.era,
     ...(options.closing ? { closing: options.closing } : {}),
+    ...(options.quota ? { quota: options.quota } : {}),
     clientName,
     canElicit,
   };
 
-  const longTasks = { bus: options.bus, actions: options.actions, who, clientName };
+  const longTasks = {
+    bus: options.bus,
+    actions: options.actions,
+    who,
+    clientName,
+    ...(options.quota ? { quota: options.quota } : {}),
+  };
   if (holdsScope(who, 'read')) {
     registerGetTool(server, longTasks);
     registerTaskResources(server, options.actions, who);
