@@ -52,7 +52,8 @@ export class PipelineTools {
         description: shape.description,
         inputSchema: fromJsonSchema<PipelineCallArgs>(shape.inputSchema as never),
         ...(shape.outputSchema ? { outputSchema: fromJsonSchema(shape.outputSchema as never) } : {}),
-        annotations: { destructiveHint: false, openWorldHint: true },
+        // A pipeline's agents may write files, run commands and call models: no hint says it is harmless.
+        annotations: { openWorldHint: true },
       },
       (args, ctx) => callPipeline(this.#call, shape.name, args, structured, ctx),
     );
