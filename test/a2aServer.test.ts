@@ -387,6 +387,17 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       expect(
         (await rpc({ jsonrpc: '2.0', id: 4, method: 'GetExtendedAgentCard', params: {} })).body,
       ).toMatchObject({ error: { code: -32007 } });
+      expect(
+        (await rpc({ jsonrpc: '2.0', id: 5, method: 'GetTask', params: { id: 'x', historyLength: 'all' } }))
+          .body,
+      ).toMatchObject({ error: { code: -32602, message: expect.stringMatching(/historyLength/) } });
+      for (const id of ['a.b*c', ' ', '$KV.x', 'a>b']) {
+        expect((await rpc({ ...getTask, params: { id } })).body).toMatchObject({ error: { code: -32001 } });
+      }
+      expect(
+        (await rpc({ jsonrpc: '2.0', id: 6, method: 'ListTasks', params: { status: 'TASK_STATE_NOPE' } }))
+          .body,
+      ).toMatchObject({ error: { code: -32602, message: expect.stringMatching(/^status/) } });
       const notFound = await rpc(getTask);
       expect(notFound.status).toBe(200);
       expect(notFound.body).toMatchObject({

@@ -28,7 +28,7 @@ import {
 } from '@a2a-js/sdk/errors';
 import type { A2ARequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
 import { CLIENT_WAIT, OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
-import type { WorkflowRecord } from '@troupe/protocol';
+import { isTaskId, type WorkflowRecord } from '@troupe/protocol';
 import type { GatewayActions } from '../actions.ts';
 import { authorize, mayTouch, type Principal } from '../auth.ts';
 import { SessionId, type Sessions } from '../sessions.ts';
@@ -124,7 +124,7 @@ export class PipelineAgent implements A2ARequestHandler {
     const begun = await this.#begin(params);
     if ('rejected' in begun) return begun.rejected;
     await this.#pushConfigOf(params, begun);
-    const historyLength = params.configuration?.historyLength;
+    const historyLength = historyLengthOf(params.configuration?.historyLength);
     if (params.configuration?.returnImmediately) return (await this.#current(begun)).task({ historyLength });
     const signal = AbortSignal.any([signalOf(context), AbortSignal.timeout(this.#services.blockingMs)]);
     // The task has started (or been answered) already: with no consumer slot left, it is answered as it stands.
@@ -178,26 +178,27 @@ export class PipelineAgent implements A2ARequestHandler {
   }
 
   async getTask(params: GetTaskRequest, _context: ServerCallContext): Promise<Task> {
-    if (params.historyLength !== undefined && params.historyLength < 0) {
-      throw new RequestMalformedError('historyLength: must not be negative');
-    }
+    const historyLength = historyLengthOf(params.historyLength);
     let record: WorkflowRecord;
     try {
       record = await this.#record(params.id, params.tenant);
     } catch (error) {
       const waiting = await this.#submittedTurn(params.id, params.tenant);
       if (!waiting) throw error;
-      return waiting.task({ historyLength: params.historyLength });
+      return waiting.task({ historyLength });
     }
-    return (await this.#services.reader.snapshot(record)).fold.task({ historyLength: params.historyLength });
+    return (await this.#services.reader.snapshot(record)).fold.task({ historyLength });
   }
 
   async listTasks(params: ListTasksRequest, _context: ServerCallContext): Promise<ListTasksResponse> {
     const { who } = this.#caller;
     const pipeline = this.#pipelineOf(params.tenant);
     authorize(who, 'read', pipeline);
-    if (params.historyLength !== undefined && params.historyLength < 0) {
-      throw new RequestMalformedError('historyLength: must not be negative');
+    const historyLength = historyLengthOf(params.historyLength) ?? 0;
+    if (!(params.status in STATE_NAMES) || params.status === TaskState.UNRECOGNIZED) {
+      throw new RequestMalformedError(
+        'status: not a task state (TASK_STATE_SUBMITTED, TASK_STATE_WORKING, …)',
+      );
     }
     if (params.statusTimestampAfter !== undefined && Number.isNaN(Date.parse(params.statusTimestampAfter))) {
       throw new RequestMalformedError(
@@ -217,7 +218,7 @@ export class PipelineAgent implements A2ARequestHandler {
     const tasks = await Promise.all(
       page.map(async (record) =>
         (await this.#services.reader.snapshot(record)).fold.task({
-          historyLength: params.historyLength ?? 0,
+          historyLength,
           includeArtifacts: params.includeArtifacts ?? false,
         }),
       ),
@@ -502,6 +503,9 @@ export class PipelineAgent implements A2ARequestHandler {
   /** A task's record, when the caller may read it at this endpoint; TaskNotFound for any other. */
   async #record(taskId: string, tenant: string): Promise<WorkflowRecord> {
     if (!taskId) throw new RequestMalformedError('id: a task id is needed');
+    // An id no task could have (a KV key would refuse it) names no task.
+    if (!isTaskId(taskId))
+      throw new TaskNotFoundError(`no task ${JSON.stringify(taskId)} is known: not a task id`);
     const pipeline = this.#pipelineOf(tenant);
     const record = await this.#services.actions.readable(this.#caller.who, taskId);
     if (pipeline !== undefined && record.pipeline !== pipeline) {
@@ -526,6 +530,22 @@ export class PipelineAgent implements A2ARequestHandler {
     if (!open) throw new PushNotificationNotSupportedError('this gateway does not send push notifications');
     return pushCall(open);
   }
+}
+
+/** Every task state by number: what a ListTasks filter may name. */
+const STATE_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(TaskState)
+    .filter(([, v]) => typeof v === 'number' && v >= 0)
+    .map(([k, v]) => [v, k]),
+);
+
+/** A history length asked for: a whole number from 0, or none (the whole history). */
+function historyLengthOf(asked: number | undefined): number | undefined {
+  if (asked === undefined) return undefined;
+  if (!Number.isInteger(asked) || asked < 0) {
+    throw new RequestMalformedError(`historyLength: ${asked} is not a whole number from 0`);
+  }
+  return asked;
 }
 
 /** The request's AbortSignal: aborted when its client goes. */
