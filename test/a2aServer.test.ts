@@ -376,6 +376,10 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         id: 1,
         error: { code: -32601 },
       });
+      const asAgent = { messageId: 'm-agent', role: 'ROLE_AGENT', parts: [{ text: 'hello' }] };
+      expect(
+        (await rpc({ jsonrpc: '2.0', id: 2, method: 'SendMessage', params: { message: asAgent } })).body,
+      ).toMatchObject({ error: { code: -32602, message: expect.stringMatching(/message\.role/) } });
       expect((await rpc({ jsonrpc: '2.0', id: 2, method: 'SendMessage', params: {} })).body).toMatchObject({
         error: { code: -32602 },
       });

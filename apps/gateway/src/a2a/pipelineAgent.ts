@@ -11,6 +11,7 @@ import {
   type ListTasksRequest,
   type ListTasksResponse,
   type Message,
+  Role,
   type SendMessageRequest,
   type StreamResponse,
   type SubscribeToTaskRequest,
@@ -330,6 +331,11 @@ export class PipelineAgent implements A2ARequestHandler {
     const message = params.message;
     if (!message) throw new RequestMalformedError('message: a SendMessage needs a message');
     if (message.messageId === '') throw new RequestMalformedError('message.messageId: must not be empty');
+    if (message.role === Role.ROLE_AGENT) {
+      throw new RequestMalformedError(
+        'message.role: a client sends ROLE_USER messages; ROLE_AGENT is the agent’s',
+      );
+    }
     const push = params.configuration?.taskPushNotificationConfig;
     if (push) {
       // A config that would be refused is refused before the task starts, not after.
