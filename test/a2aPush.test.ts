@@ -158,6 +158,15 @@ describe('A2A push notifications: every state change, at least once, in order, t
     await h?.stop();
   });
 
+  // First: no gateway's worker has made the queue yet.
+  it('queues a config made before any gateway has started delivering', async () => {
+    const made = await configFor('push-early');
+    const jsm = await jetstreamManager(h.bus.connection);
+    const queued = await jsm.streams.info(A2A_PUSH_QUEUE.stream, { subjects_filter: '>' });
+    expect(queued.state.subjects).toHaveProperty(subjects.a2aPushJob('push-early', made.id));
+    expect(await configs.delete('push-early', made.id)).toBe(true);
+  });
+
   it('sends each state change of a task to its webhook, in order, with the config’s credentials', async () => {
     const pusher = await pushGateway();
     try {

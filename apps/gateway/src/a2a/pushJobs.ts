@@ -36,13 +36,11 @@ export function pushJobOf(subject: string): { taskId: string; configId: string }
 }
 
 /**
- * Makes the queue's stream and consumer, or brings the consumer's ack wait to `ackWaitMs`. Safe on every start and
- * from several gateways at once. Uses only what nats-server 2.9 has (a work-queue stream, a durable pull consumer).
+ * Makes the queue's stream and consumer, or brings the consumer's ack wait to `ackWaitMs` when one is given. Safe on
+ * every start and from several gateways at once. Uses only what nats-server 2.9 has (a work-queue stream, a durable
+ * pull consumer).
  */
-export async function ensurePushQueue(
-  bus: NatsBus,
-  ackWaitMs: number = DEFAULT_PUSH_ACK_WAIT_MS,
-): Promise<void> {
+export async function ensurePushQueue(bus: NatsBus, ackWaitMs?: number): Promise<void> {
   const jsm = await jetstreamManagerOf(bus);
   try {
     await jsm.streams.info(PUSH_STREAM);
@@ -67,15 +65,16 @@ export async function ensurePushQueue(
     durable_name: PUSH_CONSUMER,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
-    ack_wait: nanos(ackWaitMs),
+    ack_wait: nanos(ackWaitMs ?? DEFAULT_PUSH_ACK_WAIT_MS),
     // A receiver down for a while is retried by the gateway holding its config, not by redelivery: no cap here.
     max_deliver: -1,
     max_ack_pending: 10_000,
   };
   try {
     const info = await jsm.consumers.info(PUSH_STREAM, PUSH_CONSUMER);
-    if (info.config.ack_wait !== wanted.ack_wait)
+    if (ackWaitMs !== undefined && info.config.ack_wait !== wanted.ack_wait) {
       await jsm.consumers.update(PUSH_STREAM, PUSH_CONSUMER, wanted);
+    }
   } catch (error) {
     if (!isNotFound(error, JetStreamApiCodes.ConsumerNotFound)) throw error;
     await jsm.consumers.add(PUSH_STREAM, wanted).catch(async (raced) => {
@@ -90,8 +89,14 @@ export async function ensurePushQueue(
  * window swallows it). Fails with `unavailable` when the queue cannot be written.
  */
 export async function enqueuePushJob(bus: NatsBus, taskId: string, configId: string): Promise<void> {
+  const publish = () => jetstreamOf(bus).publish(pushJobSubject(taskId, configId), new Uint8Array());
   try {
-    await jetstreamOf(bus).publish(pushJobSubject(taskId, configId), new Uint8Array());
+    await publish().catch(async () => {
+      // No stream yet: no gateway's worker has made the queue so far (a first config, made as the first gateway
+      // starts). Make it, then queue.
+      await ensurePushQueue(bus);
+      await publish();
+    });
   } catch (cause) {
     throw new PushError(
       'unavailable',
