@@ -446,6 +446,25 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       expect(plain.body).toMatchObject({ error: { details: [{ reason: 'CONTENT_TYPE_NOT_SUPPORTED' }] } });
     });
 
+    it('HTTP+JSON: SubscribeToTask by GET as the proto has it, beside the POST the client sends', async () => {
+      const client = await a2aClient(env, 'slowpoke', 'HTTP+JSON');
+      const task = asTask(await client.sendMessage(send([text('ponder')], { returnImmediately: true })));
+      const stop = new AbortController();
+      const response = await fetch(`${env.gateway.url}/a2a/slowpoke/rest/tasks/${task.id}:subscribe`, {
+        headers: { authorization: `Bearer ${TOKENS.admin}`, 'a2a-version': '1.0' },
+        signal: stop.signal,
+      });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('content-type')).toMatch(/text\/event-stream/);
+      const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+      const { value } = await reader.read();
+      const first = new TextDecoder().decode(value);
+      expect(first).toMatch(/^data: /);
+      expect(JSON.parse(first.slice('data: '.length))).toMatchObject({ task: { id: task.id } });
+      stop.abort();
+      await client.cancelTask({ id: task.id, tenant: '', metadata: undefined });
+    });
+
     it('refuses a body over the gateway’s limit in the binding’s own form', async () => {
       const huge = JSON.stringify({ ...getTask, params: { id: 'x'.repeat(2_000_000) } });
       const tooLarge = await rpc(huge);
