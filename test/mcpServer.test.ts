@@ -24,6 +24,7 @@ const TOKENS = {
   reader: 'mcp-reader-token-0123456789abcdef',
   revoked: 'mcp-revoked-token-0123456789abcd',
   submitter: 'mcp-submitter-token-0123456789ab',
+  revokedModern: 'mcp-revoked-modern-token-012345',
 };
 
 type Mode = 'legacy' | 'auto';
@@ -51,6 +52,7 @@ const TOKEN_ENTRIES: TokenEntry[] = [
   { name: 'watcher', sha256: hashToken(TOKENS.reader), scopes: ['read'] },
   { name: 'temp', sha256: hashToken(TOKENS.revoked), scopes: ['admin'] },
   { name: 'runner', sha256: hashToken(TOKENS.submitter), scopes: ['submit'] },
+  { name: 'temp-modern', sha256: hashToken(TOKENS.revokedModern), scopes: ['admin'] },
 ];
 
 describe('the MCP server on the gateway: pipelines as tools over streamable HTTP', () => {
@@ -444,6 +446,23 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     const final = await h.finalOf(submittedTask(progress) as string, 20_000);
     expect(final.kind).toBe('task.cancelled');
     await expect(client.listTools()).rejects.toThrow();
+  });
+
+  it('a 2026-07-28 call under way ends when its token is revoked, and its task is cancelled', async () => {
+    const client = await connect('revokedModern', 'auto');
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'slowpoke', arguments: { goal: 'think' } },
+      { timeout: 50_000, onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    call.catch(() => undefined);
+    await found(() => progress.find((m) => m.startsWith('step plan started')));
+    await writeTokens(TOKEN_ENTRIES.filter((t) => t.name !== 'temp-modern' && t.name !== 'temp'));
+    await tokens.reload();
+    // Long before the client would give up, or the planner's 30 s model call would end.
+    const final = await h.finalOf(submittedTask(progress) as string, 10_000);
+    expect(final.kind).toBe('task.cancelled');
+    await client.close();
   });
 
   for (const mode of ['legacy', 'auto'] as const) {

@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { type AuthInfo, createMcpHandler, isInitializeRequest } from '@modelcontextprotocol/server';
 import type { Logger } from '@troupe/runtime';
@@ -47,9 +47,13 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
   });
   const serveModern = toNodeHandler(modern);
   const sessions = new LegacySessions(options.sessions);
-  // A token revoked or changed ends its sessions, not only its next request.
+  /** The 2026-07-28 requests under way (a call streaming its progress), with whom each serves. */
+  const requests = new Map<ServerResponse, Principal>();
+  // A token revoked or changed ends its sessions and its requests under way, not only its next request.
   const stopListening = tokens.onChange(() => {
-    if (options.auth !== 'none') sessions.closeWhere((who) => !tokens.holds(who));
+    if (options.auth === 'none') return;
+    sessions.closeWhere((who) => !tokens.holds(who));
+    for (const [response, who] of requests) if (!tokens.holds(who)) response.destroy();
   });
   app.addHook('preClose', async () => {
     // The calls the gateway ends by stopping are not cancelled by their clients: their tasks go on.
@@ -113,6 +117,8 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
         return transport.handleRequest(raw, reply.raw, request.body);
       }
       reply.hijack();
+      requests.set(reply.raw, who);
+      reply.raw.once('close', () => requests.delete(reply.raw));
       return serveModern(raw, reply.raw, request.body);
     },
   );
