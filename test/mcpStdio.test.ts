@@ -116,25 +116,27 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
     ]);
   });
 
-  it('cancels the task when the host cancels the call', async () => {
-    const { client } = await connect('legacy');
-    const stop = new AbortController();
-    let taskId: string | undefined;
-    const call = client.callTool(
-      { name: 'slowpoke', arguments: { goal: 'think' } },
-      {
-        signal: stop.signal,
-        onprogress: (p) => {
-          taskId ??= /^task (\S+) submitted/.exec(p.message ?? '')?.[1];
-          if (p.message?.startsWith('step plan started')) stop.abort('stopped by the user');
+  for (const mode of ['legacy', 'auto'] as const) {
+    it(`cancels the task when the host cancels the call (${mode})`, async () => {
+      const { client } = await connect(mode);
+      const stop = new AbortController();
+      let taskId: string | undefined;
+      const call = client.callTool(
+        { name: 'slowpoke', arguments: { goal: 'think' } },
+        {
+          signal: stop.signal,
+          onprogress: (p) => {
+            taskId ??= /^task (\S+) submitted/.exec(p.message ?? '')?.[1];
+            if (p.message?.startsWith('step plan started')) stop.abort('stopped by the user');
+          },
         },
-      },
-    );
-    await expect(call).rejects.toThrow(/stopped by the user/);
-    expect(taskId).toBeDefined();
-    expect((await h.finalOf(taskId as string, 20_000)).kind).toBe('task.cancelled');
-    expect((await readTask(h.bus, taskId as string)).status).toBe('cancelled');
-  });
+      );
+      await expect(call).rejects.toThrow(/stopped by the user/);
+      expect(taskId).toBeDefined();
+      expect((await h.finalOf(taskId as string, 20_000)).kind).toBe('task.cancelled');
+      expect((await readTask(h.bus, taskId as string)).status).toBe('cancelled');
+    });
+  }
 
   it('a pipeline loaded after the host connected becomes a tool, and the host is told its list changed', async () => {
     const { client } = await connect('legacy');
