@@ -314,6 +314,23 @@ describe('A2A push notifications: every state change, at least once, in order, t
     }
   });
 
+  it('makes the queue’s consumer again when it is deleted under a running gateway, and delivers', async () => {
+    const pusher = await pushGateway();
+    try {
+      const jsm = await jetstreamManager(h.bus.connection);
+      await expect
+        .poll(async () => (await jsm.consumers.list(A2A_PUSH_QUEUE.stream).next()).map((c) => c.name))
+        .toEqual([A2A_PUSH_QUEUE.consumer]);
+      await jsm.consumers.delete(A2A_PUSH_QUEUE.stream, A2A_PUSH_QUEUE.consumer);
+      await configFor('push-healed');
+      await submit('demo', 'push-healed');
+      await receivedState('push-healed', 'TASK_STATE_COMPLETED');
+      expect(bodiesOf('push-healed')).toEqual(await expectedBodies('push-healed', 'demo'));
+    } finally {
+      await pusher.close();
+    }
+  });
+
   it('gives a receiver that stays down up after the limit, saying so in the log and the config', async () => {
     const pusher = await pushGateway();
     try {

@@ -1,5 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import type { JsMsg } from '@nats-io/jetstream';
+import type { Consumer, JsMsg } from '@nats-io/jetstream';
 import { errorMessage } from '@troupe/protocol';
 import { jetstreamOf, type KeyValue, type Logger, type NatsBus } from '@troupe/runtime';
 import {
@@ -97,29 +97,36 @@ export class PushDelivery {
     return this.#active.size;
   }
 
+  /**
+   * Sets the queue up, then takes configs from it; any failure of NATS (an outage, a stream or consumer deleted under
+   * it) is logged once per run of failures and the whole is tried again, set-up included, until {@link stop}.
+   */
   async #run(): Promise<void> {
     const signal = this.#stopped.signal;
-    let store: KeyValue<StoredPushConfig> | undefined;
-    let warned = false;
-    while (!signal.aborted && store === undefined) {
+    let failing = false;
+    while (!signal.aborted) {
       try {
         await ensurePushQueue(this.#options.bus, this.#ackWaitMs);
-        store = await openPushBucket(this.#options.bus);
+        const store = await openPushBucket(this.#options.bus);
+        const consumer = await jetstreamOf(this.#options.bus).consumers.get(PUSH_STREAM, PUSH_CONSUMER);
+        if (failing) this.#logger.info('A2A push notifications are set up again');
+        failing = false;
+        await this.#pull(consumer, store, signal);
       } catch (error) {
-        if (!warned) {
+        if (!failing) {
           this.#logger.warn(
             { err: error },
-            `A2A push notifications wait: cannot set up their queue or bucket (${errorMessage(error)}); trying again`,
+            `A2A push notifications wait: cannot use their queue or bucket (${errorMessage(error)}); trying again`,
           );
         }
-        warned = true;
+        failing = true;
         await delay(RETRY_SETUP_MS, undefined, { signal }).catch(() => undefined);
       }
     }
-    if (store === undefined) return;
-    if (warned) this.#logger.info('A2A push notifications are set up');
-    const consumer = await jetstreamOf(this.#options.bus).consumers.get(PUSH_STREAM, PUSH_CONSUMER);
-    let failing = false;
+  }
+
+  /** Takes configs while this gateway has room for them, until `signal` aborts or NATS fails. */
+  async #pull(consumer: Consumer, store: KeyValue<StoredPushConfig>, signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       if (this.#active.size >= this.#concurrency) {
         await new Promise<void>((resolve) => {
@@ -127,20 +134,11 @@ export class PushDelivery {
         });
         continue;
       }
-      let msg: JsMsg | null;
-      try {
-        msg = await consumer.next({ expires: PULL_EXPIRES_MS });
-        failing = false;
-      } catch (error) {
-        if (!failing) this.#logger.warn({ err: error }, 'cannot take push jobs from the queue; trying again');
-        failing = true;
-        await delay(RETRY_SETUP_MS, undefined, { signal }).catch(() => undefined);
-        continue;
-      }
+      const msg = await consumer.next({ expires: PULL_EXPIRES_MS });
       if (!msg) continue;
       if (signal.aborted) {
         settle(msg, 'handBack');
-        break;
+        return;
       }
       this.#take(msg, store);
     }
@@ -158,7 +156,16 @@ export class PushDelivery {
     // Redelivered while this gateway still holds it (a late sign of life): the holder goes on.
     if (this.#active.has(key)) return;
     const stop = new AbortController();
-    const alive = setInterval(() => msg.working(), Math.max(100, Math.floor(this.#ackWaitMs / 3)));
+    const alive = setInterval(
+      () => {
+        try {
+          msg.working();
+        } catch {
+          // The connection is gone; the run ends on its next NATS call.
+        }
+      },
+      Math.max(100, Math.floor(this.#ackWaitMs / 3)),
+    );
     const delivery = new ConfigDelivery(job.taskId, job.configId, {
       bus: this.#options.bus,
       logger: this.#logger,
