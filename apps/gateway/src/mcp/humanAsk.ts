@@ -106,17 +106,22 @@ export function replyOf(
   return { kind: 'answer', body: { answer: content.answer, by } };
 }
 
-/** How to settle a request some other way, for a caller whose client cannot ask its user (or whose token may not). */
+/** How to settle a request without the MCP client: the command, or the gateway's route the dashboard uses. */
+export function howToSettle(request: HumanRequest): string {
+  const command =
+    request.kind === 'approval'
+      ? `troupe approve ${request.id}, or troupe deny ${request.id} --reason "…"`
+      : `troupe answer ${request.id} "…"`;
+  return `\`${command}\` or on the dashboard (POST /v1/approvals/${request.id} on the gateway)`;
+}
+
+/** What a call says while it waits on a request it cannot ask its user (the client cannot, or its token may not). */
 export function elsewhere(request: HumanRequest): string {
   const what =
     request.kind === 'approval'
       ? `approval ${request.id} (agent ${request.agent} wants to run ${request.tool ?? 'a tool'})`
       : `question ${request.id} (${clip(request.prompt, 200)})`;
-  const how =
-    request.kind === 'approval'
-      ? `troupe approve ${request.id}, or troupe deny ${request.id} --reason "…"`
-      : `troupe answer ${request.id} "…"`;
-  return `task ${request.taskId} waits for ${what}: this MCP client cannot be asked; decide it with \`${how}\` or on the dashboard (POST /v1/approvals/${request.id} on the gateway)`;
+  return `task ${request.taskId} waits for ${what}: this MCP client cannot be asked; decide it with ${howToSettle(request)}`;
 }
 
 const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0, max)}…` : text);

@@ -6,7 +6,7 @@ import type { GatewayActions } from '../actions.ts';
 import type { TaskView } from '../api.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
-import { elsewhere } from './humanAsk.ts';
+import { howToSettle } from './humanAsk.ts';
 import { taskUri } from './taskResult.ts';
 
 /*
@@ -128,7 +128,7 @@ async function stateOf(actions: GatewayActions, who: Principal, view: TaskView):
     status: view.status,
     ...(view.output === undefined ? {} : { output: view.output }),
     ...(view.failure ? { failure: view.failure } : {}),
-    waitingFor: waiting.map((r) => ({ id: r.id, kind: r.kind, prompt: r.prompt, how: elsewhere(r) })),
+    waitingFor: waiting.map((r) => ({ id: r.id, kind: r.kind, prompt: r.prompt, how: howToSettle(r) })),
     trace: taskUri(view.taskId, 'trace'),
   };
 }

@@ -15,7 +15,7 @@ import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { type ElicitationForm, elicitationForm } from './elicitationForm.ts';
 import { holdsScope } from './holdsScope.ts';
-import { elicitationFor, elsewhere, replyOf } from './humanAsk.ts';
+import { elicitationFor, elsewhere, howToSettle, replyOf } from './humanAsk.ts';
 import { ProgressReporter } from './progress.ts';
 import { RoundState } from './roundState.ts';
 import { toolResultOf } from './taskResult.ts';
@@ -140,7 +140,7 @@ async function answer(
     round.declared === true,
   );
   if (reply.kind === 'leave')
-    return progress.say(`${request.id} stays open: ${reply.why}; ${elsewhere(request)}`);
+    return progress.say(`${request.id} stays open: ${reply.why}; settle it with ${howToSettle(request)}`);
   try {
     const decided = await call.actions.decide(call.who, request.id, reply.body);
     await progress.say(`${request.id}: ${decided.outcome}`);
