@@ -320,6 +320,32 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect(accepted?.data.inputCut).toBeDefined();
   });
 
+  it('declining a question leaves it open: the call waits until someone answers it elsewhere (2026-07-28)', async () => {
+    const client = await connect('admin', 'auto', () => ({ action: 'decline' }));
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'asker', arguments: { goal: 'a logo' } },
+      { onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    const told = await found(() =>
+      progress.find((m) => m.includes('stays open: the user declined the question')),
+    );
+    const questionId = /troupe answer (\S+) /.exec(told)?.[1];
+    const answered = await fetch(`${gateway.url}/v1/approvals/${questionId}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ answer: 'orange' }),
+    });
+    expect(answered.status).toBe(200);
+    const result = await call;
+    expect(result.isError).toBeFalsy();
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    expect(ofKind(h.eventsOf(taskId), 'human.answered')[0]?.data).toMatchObject({
+      answer: 'orange',
+      by: 'ops',
+    });
+  });
+
   it('refuses input the pipeline does not take, saying which key, and starts no task', async () => {
     const client = await connect('admin', 'auto');
     const before = (await fetch(`${gateway.url}/v1/tasks?pipeline=tabulated&limit=100`, {
