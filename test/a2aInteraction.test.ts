@@ -216,6 +216,25 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
     }
   });
 
+  it('answers a blocking SendMessage with the task as it stands when its gateway closes, and closes at once', async () => {
+    const closing = await startA2aGateway(env.h);
+    const client = await a2aClient({ gateway: closing }, 'slowpoke', 'JSONRPC');
+    const steps = () =>
+      env.h.events.filter((e) => e.kind === 'step.started' && e.pipeline === 'slowpoke').length;
+    const before = steps();
+    const waiting = client.sendMessage(send([text('ponder for a long time')]));
+    await expect.poll(steps, { timeout: 10_000 }).toBeGreaterThan(before);
+    const closedAt = Date.now();
+    await closing.close();
+    const task = asTask(await waiting);
+    expect(Date.now() - closedAt).toBeLessThan(5_000);
+    expect(stateName(task.status?.state)).toBe('WORKING');
+    // The task itself goes on; any gateway answers for it.
+    const other = await a2aClient(env, 'slowpoke', 'JSONRPC');
+    expect(stateName((await other.getTask({ id: task.id, tenant: '' })).status?.state)).toBe('WORKING');
+    await other.cancelTask({ id: task.id, tenant: '', metadata: undefined });
+  });
+
   it('without tokens (auth none), cards name no security scheme and requests need none', async () => {
     const open = await startGateway({
       bus: env.h.bus,

@@ -181,11 +181,16 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
   /** What every A2A request needs: who asks (refused without a token), the version it speaks, its handler. */
   const prepare = async (
     request: FastifyRequest,
+    reply: FastifyReply,
     binding: 'JSONRPC' | 'HTTP+JSON',
     pipeline: string | undefined,
-    signal: AbortSignal,
+    stopped: AbortController,
   ) => {
     const who = principal(request);
+    // A request that waits (a blocking SendMessage) ends, answering the task as it stands, when the gateway closes.
+    const held = () => stopped.abort();
+    options.streams.open.set(held, who);
+    reply.raw.on('close', () => options.streams.open.delete(held));
     if (pipeline !== undefined) authorize(who, 'read', pipeline);
     const card = await endpointCard(request, who, pipeline);
     const requestedVersion = versionOf(request);
@@ -193,7 +198,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       user: { isAuthenticated: options.auth !== 'none', userName: who.name },
       ...(requestedVersion === undefined ? {} : { requestedVersion }),
     });
-    context.state.set(SIGNAL_KEY, signal);
+    context.state.set(SIGNAL_KEY, stopped.signal);
     // An absent version is 0.3, which this gateway does not speak: the spec's error says which it does.
     validateVersion(context.requestedVersion, card, binding);
     const handler = guarded(new PipelineAgent(services, { who, pipeline, card }), (error) => {
@@ -222,7 +227,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     reply.raw.on('close', () => stopped.abort());
     let prepared: Awaited<ReturnType<typeof prepare>>;
     try {
-      prepared = await prepare(request, 'JSONRPC', pipeline, stopped.signal);
+      prepared = await prepare(request, reply, 'JSONRPC', pipeline, stopped);
     } catch (error) {
       return sendRpcRefusal(request, reply, id, error);
     }
@@ -266,7 +271,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
         request.query as Record<string, string | undefined>,
         parsed,
       );
-      const { who, context, handler } = await prepare(request, 'HTTP+JSON', pipeline, stopped.signal);
+      const { who, context, handler } = await prepare(request, reply, 'HTTP+JSON', pipeline, stopped);
       if (call.kind === 'once') {
         const { status, body: answer } = await call.run(handler, context);
         return status === 204 ? reply.code(204).send() : reply.code(status).send(answer);
