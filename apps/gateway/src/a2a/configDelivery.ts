@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { StreamResponse, TaskPushNotificationConfig } from '@a2a-js/sdk';
 import { followTaskEvents } from '@troupe/client';
-import type { TroupeEvent } from '@troupe/protocol';
+import { FINAL_EVENT_KINDS, type TroupeEvent } from '@troupe/protocol';
 import type { KeyValue, KvEntry, Logger, NatsBus } from '@troupe/runtime';
 import { type PushCursor, pushConfigKey, type StoredPushConfig } from './pushConfigs.ts';
 import { checkPushUrl, type PushUrlPolicy } from './pushUrls.ts';
@@ -75,22 +75,14 @@ export class ConfigDelivery {
       const entry = await this.#options.store.get(this.#key);
       if (entry?.value.delivery.state !== 'active') return 'over';
       const pass = await this.#pass(entry, signal);
-      if (pass.end) {
-        if (pass.end === 'over' && pass.failure === undefined)
-          log.info('push deliveries of this config are done');
-        return pass.end;
-      }
+      if (pass.done)
+        log.info('push deliveries of this config are done: its task ended and all was delivered');
+      if (pass.end) return pass.end;
       if (signal.aborted) return 'handBack';
       const failure = pass.failure ?? new WebhookFailed('the delivery pass ended without an answer');
       const wait = await this.#failed(pass.entry, failure, log);
       if (wait === undefined) return 'over';
-      if (
-        !(await delay(wait, undefined, { signal }).then(
-          () => true,
-          () => false,
-        ))
-      )
-        return 'handBack';
+      if (!(await sleep(wait, signal))) return 'handBack';
     }
   }
 
@@ -98,7 +90,7 @@ export class ConfigDelivery {
   async #pass(
     start: KvEntry<StoredPushConfig>,
     signal: AbortSignal,
-  ): Promise<{ end?: DeliveryEnd; failure?: Error; entry: KvEntry<StoredPushConfig> }> {
+  ): Promise<{ end?: DeliveryEnd; done?: boolean; failure?: Error; entry: KvEntry<StoredPushConfig> }> {
     let entry = start;
     let fold: TaskFold | undefined;
     let failure: Error | undefined;
@@ -143,7 +135,7 @@ export class ConfigDelivery {
               }
               entry = moved;
             }
-            if (fold.state !== undefined && isFinal(event)) ended = true;
+            if (FINAL_EVENT_KINDS.includes(event.kind)) ended = true;
           },
         },
       );
@@ -157,8 +149,8 @@ export class ConfigDelivery {
     if (signal.aborted) return { end: 'handBack', entry };
     if (failure) return { failure, entry };
     if (ended) {
-      const done = await this.#finish(entry, 'done');
-      return { end: done === 'lost' ? 'lost' : 'over', entry };
+      const finished = await this.#finish(entry, 'done');
+      return finished === 'lost' ? { end: 'lost', entry } : { end: 'over', done: true, entry };
     }
     return { failure: new Error('the task events ended before its final event'), entry };
   }
@@ -263,9 +255,6 @@ export class ConfigDelivery {
   }
 }
 
-const FINAL = new Set(['task.completed', 'task.failed', 'task.cancelled']);
-const isFinal = (event: TroupeEvent) => FINAL.has(event.kind);
-
 const sameCursor = (a: PushCursor, b: PushCursor) => a.seq === b.seq && a.part === b.part;
 
 /** The A2A context of the task: as the config was made with, else as the task was submitted with. */
@@ -283,3 +272,10 @@ function hostOf(stored: StoredPushConfig): string {
     return '(an invalid url)';
   }
 }
+
+/** Waits `ms`; false when `signal` aborted first. */
+const sleep = (ms: number, signal: AbortSignal): Promise<boolean> =>
+  delay(ms, undefined, { signal }).then(
+    () => true,
+    () => false,
+  );

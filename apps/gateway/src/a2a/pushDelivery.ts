@@ -83,7 +83,7 @@ export class PushDelivery {
     );
   }
 
-  /** Stops: each config held is handed back to the queue for another gateway, after its POST under way ends. */
+  /** Stops: a POST under way is cut off, and each config held is handed back to the queue for another gateway. */
   async stop(): Promise<void> {
     this.#stopped.abort();
     this.#freed?.();
