@@ -135,6 +135,30 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
       expect(elsewhere).toBeInstanceOf(RequestMalformedError);
     });
 
+    it('starts one task for a message sent twice (its messageId), in a new context or a follow-up', async () => {
+      const client = await a2aClient(env, 'echo', binding);
+      const request = send([text('only once')]);
+      const first = asTask(await client.sendMessage(request));
+      const again = asTask(await client.sendMessage(request));
+      expect(again.id).toBe(first.id);
+      expect(again.contextId).toBe(first.contextId);
+      const followUp = send([text('and once more')], { contextId: first.contextId });
+      const next = asTask(await client.sendMessage(followUp));
+      expect(asTask(await client.sendMessage(followUp)).id).toBe(next.id);
+      expect(next.id).not.toBe(first.id);
+      const listed = await client.listTasks({
+        tenant: '',
+        contextId: first.contextId,
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
+      expect(listed.tasks.map((t) => t.id).sort()).toEqual([first.id, next.id].sort());
+      // Another token's message with the same id is its own.
+      const other = await a2aClient(env, 'echo', binding, 'echoOnly');
+      expect(asTask(await other.sendMessage(request)).id).not.toBe(first.id);
+    });
+
     it('resubscribes after a dropped stream: the task as it stands, then every later change, none lost', async () => {
       const client = await a2aClient(env, 'paced', binding);
       const jsm = await jetstreamManagerOf(env.h.bus);

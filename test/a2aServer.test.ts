@@ -127,7 +127,7 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       { cwd: repoRoot, env: { ...process.env, TROUPE_TOKEN: TOKENS.admin }, timeout: 60_000 },
     );
     const lines = stdout.trim().split('\n');
-    expect(lines[0]).toMatch(/^task s-\S+ in context s-\S+$/);
+    expect(lines[0]).toMatch(/^task k-\S+ in context k-\S+$/);
     expect(lines).toContain('TASK_STATE_WORKING: agent first takes step one');
     expect(lines).toContain('TASK_STATE_WORKING: agent second is working on step two');
     expect(lines.slice(-2)).toEqual(['three done', 'TASK_STATE_COMPLETED: completed in 1 round(s)']);
@@ -138,7 +138,7 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       const client = await a2aClient(env, 'echo', binding);
       const task = asTask(await client.sendMessage(send([text('the sea'), data({ mood: 'calm' })])));
       expect(stateName(task.status?.state)).toBe('COMPLETED');
-      expect(task.contextId).toMatch(/^s-/);
+      expect(task.contextId).toMatch(/^k-/);
       expect(task.artifacts[0]?.parts.map((p) => p.content)).toEqual([
         { $case: 'text', value: JSON.stringify(ECHO_OUTPUT) },
         { $case: 'data', value: ECHO_OUTPUT },

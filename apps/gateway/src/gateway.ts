@@ -321,6 +321,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     auth: options.auth ?? 'tokens',
     logger,
     publicUrl: options.publicUrl,
+    idSecret: options.idSecret,
     push: options.a2aPush === false ? false : { ...options.a2aPush },
     streams: { quota, open: openStreams },
   });

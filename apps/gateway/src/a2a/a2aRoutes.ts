@@ -24,6 +24,7 @@ import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } fro
 import type { Sessions } from '../sessions.ts';
 import { SseStream } from '../sse.ts';
 import type { StreamQuota } from '../streamQuota.ts';
+import { TaskIds } from '../taskIds.ts';
 import { ServiceUnavailable, TransportRefusal } from './a2aErrors.ts';
 import { type CardOptions, gatewayCard, pipelineCard } from './agentCard.ts';
 import { guarded, internalError } from './guardedHandler.ts';
@@ -48,6 +49,8 @@ export interface A2aRoutesOptions {
   streams: { quota: StreamQuota; open: Map<(why?: { code: string; message: string }) => void, Principal> };
   /** The longest a blocking SendMessage waits, in ms (10 minutes). */
   blockingMs?: number;
+  /** The gateway's id secret: the same message id from the same token is the same task on every gateway. */
+  idSecret?: Uint8Array | string | undefined;
 }
 
 /** A2A's routes are described by the A2A spec and the cards, not by the gateway's OpenAPI document. */
@@ -74,6 +77,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
     reader: new TaskReader(bus, new ValueStore(bus)),
     pushConfigs: push === false ? undefined : () => PushConfigs.open(bus, push),
     quota: options.streams.quota,
+    ids: options.idSecret === undefined ? TaskIds.random() : new TaskIds(options.idSecret),
     blockingMs: options.blockingMs ?? 600_000,
     cancelWaitMs: CANCEL_WAIT_MS,
   };

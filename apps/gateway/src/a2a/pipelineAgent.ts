@@ -34,6 +34,7 @@ import type { GatewayActions } from '../actions.ts';
 import { authorize, mayTouch, type Principal } from '../auth.ts';
 import { SessionId, type Sessions } from '../sessions.ts';
 import type { StreamQuota } from '../streamQuota.ts';
+import type { TaskIds } from '../taskIds.ts';
 import { decisionOf } from './inputAnswer.ts';
 import type { PushConfigs } from './pushConfigs.ts';
 import { PushError } from './pushError.ts';
@@ -60,6 +61,8 @@ export interface A2aServices {
   pushConfigs: (() => Promise<PushConfigs>) | undefined;
   /** The longest a blocking SendMessage waits for its task to settle, in ms; then it answers with the task as it is. */
   blockingMs: number;
+  /** Names the session a conversation's first message opens, from the token and the message's id. */
+  ids: TaskIds;
   /** How long CancelTask waits for the task's coordinator to record the cancel, in ms. */
   cancelWaitMs: number;
   /** The gateway's per-token caps: a blocking SendMessage holds a NATS consumer while it waits. */
@@ -369,7 +372,21 @@ export class PipelineAgent implements A2ARequestHandler {
     if (given.goal === '') {
       return reject('the message has no text: its text parts are the goal of the task it starts');
     }
-    const session = await this.#session(pipeline, contextId);
+    // The first message of a conversation opens a session named after it (and the token): sent again, by a client
+    // that lost the answer, it finds that session and its task rather than starting another.
+    const first = contextId === undefined;
+    const session = await this.#session(
+      pipeline,
+      contextId ?? this.#services.ids.fromKey(who.name, `a2a\n${pipeline}\n${message.messageId}`),
+    );
+    const sentBefore = async (): Promise<Begun | undefined> => {
+      const earlier = await this.#sentBefore(session, message.messageId, first);
+      if (!earlier) return undefined;
+      const ref = { taskId: earlier.taskId, contextId: session };
+      return { ref, pipeline, message, ...(earlier.record ? { record: earlier.record } : {}) };
+    };
+    const again = await sentBefore();
+    if (again) return again;
     try {
       const { view } = await this.#services.sessions.say(who, session, {
         goal: given.goal,
@@ -381,8 +398,29 @@ export class PipelineAgent implements A2ARequestHandler {
       if (OperationError.is(error, 'invalid_request') || OperationError.is(error, 'too_large')) {
         return reject(`the task was refused: ${error.message}`);
       }
+      // The same message sent twice at once: the one that lost the race answers with the winner's task.
+      if (OperationError.is(error, 'conflict')) {
+        const raced = await sentBefore();
+        if (raced) return raced;
+      }
       throw error;
     }
+  }
+
+  /**
+   * The task a message already started in this session: the turn whose task records the message's id, or (in a
+   * session opened for the message itself) its first turn, whose task may not have been taken up yet.
+   */
+  async #sentBefore(
+    sessionId: string,
+    messageId: string,
+    openedForIt: boolean,
+  ): Promise<{ taskId: string; record: WorkflowRecord | undefined } | undefined> {
+    const { session, tasks } = await this.#services.sessions.read(this.#caller.who, sessionId);
+    const at = openedForIt ? 0 : tasks.findIndex((r) => r?.metadata?.a2aMessageId === messageId);
+    const turn = at >= 0 ? session.turns[at] : undefined;
+    if (!turn) return undefined;
+    return { taskId: turn.taskId, record: tasks[at] };
   }
 
   /** The client's answer to what its task asks, decided as the token's holder (who needs the approve scope). */
