@@ -20,7 +20,7 @@ import {
 } from '@troupe/gateway';
 import { A2A_PUSH_QUEUE, subjects, type TroupeEvent } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { asTask, send, text } from './support/a2aServer.ts';
 import { type CliProcess, startTroupe } from './support/cli.ts';
 import {
@@ -531,6 +531,23 @@ describe('A2A push notifications: every state change, at least once, in order, t
       await open.stop();
     }
   }, 90_000);
+
+  it('goes on delivering across a restart of the NATS server', async () => {
+    const pusher = await pushGateway();
+    try {
+      await configFor('gated-nats');
+      await submit('gated', 'gated-nats');
+      await receivedState('gated-nats', 'TASK_STATE_INPUT_REQUIRED');
+      await h.nats.restart();
+      // The gateway's own requests wait out the reconnect.
+      await vi.waitFor(() => approvePending('gated-nats'), { timeout: 30_000, interval: 500 });
+      await h.finalOf('gated-nats');
+      await receivedState('gated-nats', 'TASK_STATE_COMPLETED');
+      expect(bodiesOf('gated-nats')).toEqual(await expectedBodies('gated-nats', 'gated'));
+    } finally {
+      await pusher.close();
+    }
+  });
 
   // Last: it stops the harness's coordinator.
   it('goes on delivering across a coordinator restart', async () => {
