@@ -507,8 +507,25 @@ describe('A2A push notifications: every state change, at least once, in order, t
       await client.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id });
       expect((await client.listTaskPushNotificationConfig(listing)).configs).toEqual([]);
 
-      // A config sent with the message that starts a task gets that task's every update too.
+      // A config sent with the message that starts a task gets that task's every update too; one that would be
+      // refused (a token that would break its header) is refused before any task starts.
       const rpc = await sdkClient(url, 'demo', 'JSONRPC');
+      const jsm = await jetstreamManager(h.bus.connection);
+      const tasksBefore = (await jsm.streams.info('TASKS')).state.messages;
+      await expect(
+        rpc.sendMessage({
+          ...send([text('a note, never started')]),
+          configuration: {
+            acceptedOutputModes: [],
+            taskPushNotificationConfig: TaskPushNotificationConfig.fromJSON({
+              url: receiver.url,
+              token: 'a\r\nX-Injected: 1',
+            }),
+            returnImmediately: true,
+          },
+        }),
+      ).rejects.toThrow(/line break/);
+      expect((await jsm.streams.info('TASKS')).state.messages).toBe(tasksBefore);
       const sent = asTask(
         await rpc.sendMessage({
           ...send([text('a note, pushed')]),

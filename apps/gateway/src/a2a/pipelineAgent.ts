@@ -38,7 +38,6 @@ import type { TaskIds } from '../taskIds.ts';
 import { decisionOf } from './inputAnswer.ts';
 import type { PushConfigs } from './pushConfigs.ts';
 import { PushError } from './pushError.ts';
-import { checkPushUrl } from './pushUrls.ts';
 import { taskInputOf } from './taskInput.ts';
 import { pageOfTasks, pageSizeOf } from './taskList.ts';
 import {
@@ -346,7 +345,7 @@ export class PipelineAgent implements A2ARequestHandler {
       if (push.taskId && push.taskId !== message.taskId) {
         throw new RequestMalformedError('configuration.taskPushNotificationConfig.taskId: leave it empty');
       }
-      await pushCall(async () => checkPushUrl(push.url, configs.urlPolicy));
+      await pushCall(async () => configs.check(push));
     }
     if (message.taskId) return this.#answer(message, params.tenant);
     const pipeline = this.#pipelineOf(params.tenant);
