@@ -1,7 +1,12 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { readTask } from '@troupe/client';
+import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { startTestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { cliEnv } from './support/cli.ts';
 import {
@@ -149,6 +154,52 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       expect((await client.listTools()).tools.map((t) => t.name)).toContain('confirming');
     } finally {
       await second.stop();
+    }
+  });
+
+  it('started before any coordinator, it says so on stderr and gets its tools once one runs', async () => {
+    const nats = await startTestNats();
+    const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-mcp-ws-'));
+    const client = new Client({ name: 'early-host', version: '1' });
+    const stderr: string[] = [];
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [bin, 'mcp', '--server', nats.url],
+      env: cliEnv() as Record<string, string>,
+      cwd: repoRoot,
+      stderr: 'pipe',
+    });
+    transport.stderr?.on('data', (chunk: Buffer) => void stderr.push(chunk.toString()));
+    let coordinator: Coordinator | undefined;
+    let bus: NatsBus | undefined;
+    try {
+      await client.connect(transport);
+      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['troupe_get']);
+      await vi.waitFor(() => expect(stderr.join('')).toContain('cannot read the pipelines'), {
+        timeout: 20_000,
+      });
+      const logger = createLogger({ level: 'silent' });
+      bus = await NatsBus.connect({ servers: nats.url, name: 'late-coordinator', logger });
+      const registry = builtinTools();
+      coordinator = await startCoordinator({
+        bus,
+        pipelines: [await loadPipeline(fixturePath('tabulated.yaml'), { toolNames: registry.names() })],
+        logger,
+        workspaceRoot,
+        registry,
+      });
+      await vi.waitFor(
+        async () => expect((await client.listTools()).tools.map((t) => t.name)).toContain('tabulated'),
+        { timeout: 20_000, interval: 200 },
+      );
+      const result = await client.callTool({ name: 'tabulated', arguments: { goal: 'count' } });
+      expect(result.structuredContent).toEqual({ words: 3, summary: 'three words' });
+    } finally {
+      await client.close().catch(() => undefined);
+      await coordinator?.stop();
+      await bus?.close();
+      await nats.stop();
+      await rm(workspaceRoot, { recursive: true, force: true });
     }
   });
 

@@ -6,6 +6,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { AuthRefusal, type Principal, type TokenStore } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { type LegacySessionLimits, LegacySessions } from './legacySessions.ts';
+import { withoutRepeats } from './repeatedWarnings.ts';
 import { type TroupeMcpOptions, troupeMcpServer } from './troupeMcpServer.ts';
 
 export interface McpEndpointOptions {
@@ -38,7 +39,7 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
     ...options.mcp,
     closing: closing.signal,
     ...(options.quota ? { quota: options.quota } : {}),
-    warn: (message: string) => logger.warn(`mcp: ${message}`),
+    warn: withoutRepeats((message) => logger.warn(`mcp: ${message}`)),
   };
   const build = (who: Principal, era: 'legacy' | 'modern') => troupeMcpServer(mcp, who, { era });
   const modern = createMcpHandler(({ authInfo, era }) => build(principalOf(authInfo), era), {

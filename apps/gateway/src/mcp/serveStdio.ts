@@ -3,6 +3,7 @@ import type { NatsBus } from '@troupe/runtime';
 import { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import { troupeMcpOptions } from './mcpOptions.ts';
+import { withoutRepeats } from './repeatedWarnings.ts';
 import { troupeMcpServer } from './troupeMcpServer.ts';
 
 /**
@@ -16,7 +17,7 @@ export function serveMcpStdio(
 ): StdioServerHandle {
   const options = {
     ...troupeMcpOptions(bus, new GatewayActions(bus)),
-    warn: (message: string) => onerror(new Error(message)),
+    warn: withoutRepeats((message) => onerror(new Error(message))),
   };
   return serveStdio(({ era }) => troupeMcpServer(options, who, { era }), { onerror });
 }
