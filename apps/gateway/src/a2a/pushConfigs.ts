@@ -124,7 +124,8 @@ export class PushConfigs {
    * Stores a config for a task and queues its deliveries; returns it with its id (made when empty) and task id.
    * A config with an id the task has already replaces that one's URL and credentials and keeps its place (one that
    * was dropped starts again from where it stopped). Refuses (`invalid_config`, `url_refused`) a config the caller
-   * must fix, with why.
+   * must fix, with why. `task.contextId` is the A2A context every body names (else the one the task was submitted
+   * with, from its `a2aContextId` metadata).
    */
   async create(
     task: { taskId: string; pipeline: string; contextId?: string },
