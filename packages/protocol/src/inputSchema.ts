@@ -16,15 +16,22 @@ function validatorOf(schema: Record<string, unknown>): z.ZodType {
   return validator;
 }
 
+/** The key a gateway session adds to each follow-up's input: the conversation so far. */
+const SESSION_KEY = 'session';
+
 /**
  * Whether a task's input matches the JSON Schema its pipeline declares under `input:` (an absent input is checked as
  * `{}`, so a schema's required keys are required of every task). The reason names each key that does not fit.
+ * `input.session`, which the gateway's sessions add, is the runtime's, not the submitter's: it is checked only when
+ * the schema declares it, so a closed schema (`additionalProperties: false`) still takes a session's follow-ups.
  */
 export function checkTaskInput(
   schema: Record<string, unknown>,
   input: Record<string, unknown> | undefined,
 ): { ok: true } | { ok: false; reason: string; issues: Issue[] } {
-  const parsed = validatorOf(schema).safeParse(input ?? {});
+  const declared = (schema.properties as Record<string, unknown> | undefined)?.[SESSION_KEY] !== undefined;
+  const { [SESSION_KEY]: _session, ...own } = input ?? {};
+  const parsed = validatorOf(schema).safeParse(declared ? (input ?? {}) : own);
   if (parsed.success) return { ok: true };
   const issues = formatIssues(parsed.error.issues).map((i) => ({
     ...i,
