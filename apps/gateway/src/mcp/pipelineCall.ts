@@ -16,7 +16,7 @@ import type { StreamQuota } from '../streamQuota.ts';
 import { type ElicitationForm, elicitationForm } from './elicitationForm.ts';
 import { holdsScope } from './holdsScope.ts';
 import { elicitationFor, elsewhere, howToSettle, replyOf } from './humanAsk.ts';
-import { ProgressReporter } from './progress.ts';
+import { ProgressReporter } from './progressReporter.ts';
 import { RoundState } from './roundState.ts';
 import { toolResultOf } from './taskResult.ts';
 

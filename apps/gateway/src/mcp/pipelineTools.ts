@@ -3,7 +3,7 @@ import type { PipelineRegistration } from '@troupe/protocol';
 import { mayTouch } from '../auth.ts';
 import { type LongTaskDeps, registerStartTool } from './longTasks.ts';
 import { callPipeline, type PipelineCallArgs, type PipelineCallContext } from './pipelineCall.ts';
-import { type PipelineToolShape, pipelineToolShape } from './pipelineTool.ts';
+import { type PipelineToolShape, pipelineToolShape } from './pipelineToolShape.ts';
 
 /**
  * The tools of one server that start tasks: one per pipeline the principal may submit to, and `troupe_start` over
