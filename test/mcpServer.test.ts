@@ -130,6 +130,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       'gated',
       'slowpoke',
       'tabulated',
+      'troupe_cancel',
       'troupe_get',
       'troupe_start',
     ]);
@@ -418,7 +419,12 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
   it('a token limited to one pipeline sees and calls only that one', async () => {
     const client = await connect('tabulatedOnly', 'auto');
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name).sort()).toEqual(['tabulated', 'troupe_get', 'troupe_start']);
+    expect(tools.map((t) => t.name).sort()).toEqual([
+      'tabulated',
+      'troupe_cancel',
+      'troupe_get',
+      'troupe_start',
+    ]);
     await expect(client.callTool({ name: 'gated', arguments: { goal: 'x' } })).rejects.toThrow(/gated/);
     const started = await client.callTool({
       name: 'troupe_start',
@@ -600,7 +606,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     });
   });
 
-  it('troupe_get names the approval a task waits on, and how to settle it', async () => {
+  it('troupe_get names the approval a task waits on, and how to settle it; troupe_cancel stops it', async () => {
     const client = await connect('admin', 'legacy');
     const started = await client.callTool({
       name: 'troupe_start',
@@ -618,11 +624,16 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     );
     expect(waiting).toMatchObject([{ kind: 'approval' }]);
     expect(waiting[0]?.how).toContain(`troupe approve ${waiting[0]?.id}`);
-    await fetch(`${gateway.url}/v1/tasks/${taskId}/cancel`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
-      body: '{}',
+    // troupe_cancel stops it, with the reason given.
+    const cancelled = await client.callTool({
+      name: 'troupe_cancel',
+      arguments: { taskId, reason: 'not this one' },
     });
+    expect(cancelled.isError).toBeFalsy();
+    const final = await h.finalOf(taskId, 20_000);
+    expect(final.kind === 'task.cancelled' ? final.data.reason : final.kind).toContain('not this one');
+    const after = await client.callTool({ name: 'troupe_get', arguments: { taskId } });
+    expect(after.structuredContent).toMatchObject({ status: 'cancelled', waitingFor: [] });
   });
 
   it('runs examples/mcpClient.ts, as docs/interop.md shows it', async () => {

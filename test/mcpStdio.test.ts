@@ -79,6 +79,7 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       'gated',
       'slowpoke',
       'tabulated',
+      'troupe_cancel',
       'troupe_get',
       'troupe_start',
     ]);
@@ -174,7 +175,10 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
     let bus: NatsBus | undefined;
     try {
       await client.connect(transport);
-      expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['troupe_get']);
+      expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual([
+        'troupe_cancel',
+        'troupe_get',
+      ]);
       await vi.waitFor(() => expect(stderr.join('')).toContain('cannot read the pipelines'), {
         timeout: 20_000,
       });
@@ -206,6 +210,11 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
   it('--pipeline limits the tools to the pipelines named', async () => {
     const { client } = await connect('legacy', undefined, ['--pipeline', 'tabulated']);
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name).sort()).toEqual(['tabulated', 'troupe_get', 'troupe_start']);
+    expect(tools.map((t) => t.name).sort()).toEqual([
+      'tabulated',
+      'troupe_cancel',
+      'troupe_get',
+      'troupe_start',
+    ]);
   });
 });

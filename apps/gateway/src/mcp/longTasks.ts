@@ -119,6 +119,33 @@ export function registerGetTool(server: McpServer, deps: LongTaskDeps): Register
   );
 }
 
+/**
+ * `troupe_cancel`: stops a running task (one `troupe_start` started, say), with the reason recorded. Deciding its
+ * approvals is left to people (the host's user, `troupe approve`, the dashboard): no tool lets the model that called
+ * the pipeline approve what the pipeline's policy asks a person about.
+ */
+export function registerCancelTool(server: McpServer, deps: LongTaskDeps): RegisteredTool {
+  const { actions, who } = deps;
+  return server.registerTool(
+    'troupe_cancel',
+    {
+      title: 'Cancel a Troupe task',
+      description:
+        'Cancels a running Troupe task (its model call in flight is aborted); says how it stands after.',
+      inputSchema: z.object({
+        taskId: z.string().min(1).describe('as troupe_start answered'),
+        reason: z.string().max(1_000).optional().describe('why, recorded with the cancel'),
+      }),
+      outputSchema: TaskState,
+      annotations: { destructiveHint: true, idempotentHint: true },
+    },
+    async ({ taskId, reason }, ctx) => {
+      await actions.cancel(who, taskId, reason ?? `cancelled through the MCP client ${deps.clientName(ctx)}`);
+      return resultOf(await stateOf(actions, who, await actions.task(who, taskId)));
+    },
+  );
+}
+
 async function stateOf(actions: GatewayActions, who: Principal, view: TaskView): Promise<TaskState> {
   const running = view.status === 'running' || view.status === 'submitted';
   const waiting = running ? await actions.approvals(who, { taskId: view.taskId }) : [];

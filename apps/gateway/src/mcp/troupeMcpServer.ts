@@ -14,7 +14,7 @@ import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { holdsScope } from './holdsScope.ts';
-import { registerGetTool } from './longTasks.ts';
+import { registerCancelTool, registerGetTool } from './longTasks.ts';
 import type { PipelineCallContext } from './pipelineCall.ts';
 import { PipelineTools } from './pipelineTools.ts';
 import type { RoundState } from './roundState.ts';
@@ -106,6 +106,7 @@ export async function troupeMcpServer(
     registerTaskResources(server, options.actions, who);
   }
   if (!holdsScope(who, 'submit')) return server;
+  registerCancelTool(server, longTasks);
   const tools = new PipelineTools(server, call, longTasks);
   const sync = async () => {
     try {
