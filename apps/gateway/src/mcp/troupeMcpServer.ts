@@ -59,7 +59,8 @@ export async function troupeMcpServer(
     {
       capabilities: { tools: {}, resources: {} },
       instructions:
-        'Each tool but troupe_start and troupe_get runs a Troupe pipeline as one task and answers with its output. ' +
+        'Each tool but troupe_start, troupe_get and troupe_cancel runs a Troupe pipeline as one task and answers ' +
+        'with its output. ' +
         'Approvals and questions of the task are asked through elicitation when the client supports it.',
       inputRequired: INPUT_ROUNDS,
       requestState: { verify: options.codec.verify },
