@@ -747,6 +747,19 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
     expect(other.headers.get('access-control-allow-origin')).toBeNull();
     const read = await fetch(`${gateway.url}/v1/tasks`, { headers: { origin: 'https://app.example' } });
     expect(read.headers.get('access-control-allow-origin')).toBe('https://app.example');
+    // A browser's A2A and MCP clients send their protocols' headers: the preflight lets them.
+    const protocols = await fetch(`${gateway.url}/mcp`, {
+      method: 'OPTIONS',
+      headers: {
+        origin: 'https://app.example',
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'a2a-version, mcp-session-id, mcp-protocol-version',
+      },
+    });
+    const allowedHeaders = protocols.headers.get('access-control-allow-headers') ?? '';
+    for (const header of ['a2a-version', 'a2a-extensions', 'mcp-session-id', 'mcp-protocol-version'])
+      expect(allowedHeaders).toContain(header);
+    expect(protocols.headers.get('access-control-expose-headers')).toContain('mcp-session-id');
   });
 
   it('closes with event streams still open', async () => {

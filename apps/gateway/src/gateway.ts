@@ -171,8 +171,18 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
 
   await app.register(fastifyCors, {
     origin: corsOrigin(options.corsOrigins ?? []),
-    exposedHeaders: ['location'],
-    allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id'],
+    // The A2A and MCP bindings' own headers too, so browser clients of /a2a and /mcp pass the preflight.
+    exposedHeaders: ['location', 'mcp-session-id'],
+    allowedHeaders: [
+      'authorization',
+      'content-type',
+      'idempotency-key',
+      'last-event-id',
+      'a2a-version',
+      'a2a-extensions',
+      'mcp-session-id',
+      'mcp-protocol-version',
+    ],
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 1_048_576 } });
   await app.register(fastifySwagger, {
