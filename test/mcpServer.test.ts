@@ -560,9 +560,18 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       );
       first.catch(() => undefined);
       await found(() => progress.find((m) => m.startsWith('step plan started')));
+      const tabulatedTasks = async () =>
+        (
+          (await fetch(`${gateway.url}/v1/tasks?pipeline=tabulated&limit=100`, {
+            headers: { authorization: `Bearer ${TOKENS.admin}` },
+          }).then((r) => r.json())) as { tasks: unknown[] }
+        ).tasks.length;
+      const before = await tabulatedTasks();
       const second = await client.callTool({ name: 'tabulated', arguments: { goal: 'count' } });
       expect(second.isError).toBe(true);
       expect(second.content[0]).toMatchObject({ type: 'text', text: expect.stringContaining('consumers') });
+      // The refused call started no task: a client that retries once a slot is free runs it once.
+      expect(await tabulatedTasks()).toBe(before);
       stop.abort('done');
       expect((await h.finalOf(submittedTask(progress) as string, 20_000)).kind).toBe('task.cancelled');
       // The slot is given back when the call ends.

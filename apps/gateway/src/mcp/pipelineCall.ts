@@ -58,6 +58,24 @@ export async function callPipeline(
   ctx: ServerContext,
 ): Promise<CallToolResult | InputRequiredResult> {
   const round = roundOf(ctx, call.who, pipeline);
+  // Following the task holds one of the token's NATS consumers: past its cap the call is refused (an error result
+  // naming the cap) before it starts a task or records an answer, so a refused call leaves nothing behind.
+  const release = call.quota?.take(call.who, 'consumers');
+  try {
+    return await run(call, pipeline, args, structured, ctx, round);
+  } finally {
+    release?.();
+  }
+}
+
+async function run(
+  call: PipelineCallContext,
+  pipeline: string,
+  args: PipelineCallArgs,
+  structured: boolean,
+  ctx: ServerContext,
+  round: RoundState | undefined,
+): Promise<CallToolResult | InputRequiredResult> {
   const progress = new ProgressReporter(ctx, round?.progress);
   let taskId: string;
   if (round) {
@@ -166,8 +184,6 @@ async function follow(
   ctx.mcpReq.signal.addEventListener('abort', cancelled, { once: true });
   let asked: { request: HumanRequest; seq: number } | undefined;
   const mayAsk = call.canElicit(ctx) && holdsScope(call.who, 'approve');
-  // Past the token's cap the call is refused (an error result naming the cap), like an event stream past it.
-  const release = call.quota?.take(call.who, 'consumers');
   try {
     if (ctx.mcpReq.signal.aborted) return undefined;
     await followTaskEvents(call.bus, task, {
@@ -192,7 +208,6 @@ async function follow(
     });
   } finally {
     ctx.mcpReq.signal.removeEventListener('abort', cancelled);
-    release?.();
   }
   return asked;
 }
