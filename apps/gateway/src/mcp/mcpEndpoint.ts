@@ -115,7 +115,11 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
       if (request.method === 'POST' && isInitializeRequest(request.body)) {
         const transport = await sessions.open(who, await build(who, 'legacy'));
         reply.hijack();
-        return transport.handleRequest(raw, reply.raw, request.body);
+        await transport.handleRequest(raw, reply.raw, request.body);
+        // An initialize the transport refused (no `Accept: text/event-stream`, say) opened no session that a later
+        // request could reach or the sweep close: its server (and its refresh timer) would be left behind.
+        if (transport.sessionId === undefined) await transport.close();
+        return;
       }
       reply.hijack();
       requests.set(reply.raw, who);
