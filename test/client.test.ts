@@ -2,6 +2,8 @@ import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { OperationError, type SequencedEvent, TroupeClient } from '@troupe/client';
+import { STREAMS } from '@troupe/protocol';
+import { jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,
@@ -114,6 +116,58 @@ describe('@troupe/client', () => {
     expect(lines).toContainEqual(expect.stringMatching(/^#\d+ step\.started planner$/));
     expect(lines.at(-1)).toMatch(/^completed: /);
   }, 90_000);
+
+  /** The consumers on EVENTS that read this task's events: each follower of the task makes one. */
+  async function consumersOf(taskId: string): Promise<number> {
+    const jsm = await jetstreamManagerOf(h.bus);
+    let n = 0;
+    for await (const c of jsm.consumers.list(STREAMS.events)) {
+      const filters = [c.config.filter_subject, ...(c.config.filter_subjects ?? [])];
+      if (filters.some((f) => f?.includes(taskId))) n++;
+    }
+    return n;
+  }
+
+  it('leaves no consumer on the server when an events() reader stops early or waiting times out', async () => {
+    const { taskId } = await troupe.submit('gated', { goal: 'release v3' });
+    await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
+    // A reader that breaks off after the first event.
+    for await (const _ of troupe.events(taskId)) break;
+    expect(await consumersOf(taskId)).toBe(0);
+    // A reader waiting for the next event when its signal aborts.
+    const stop = new AbortController();
+    const read: string[] = [];
+    const reading = (async () => {
+      for await (const { event } of troupe.events(taskId, { signal: stop.signal })) read.push(event.kind);
+    })();
+    await expect.poll(() => read.length).toBeGreaterThan(0);
+    await expect.poll(() => consumersOf(taskId)).toBe(1);
+    stop.abort();
+    await reading;
+    expect(await consumersOf(taskId)).toBe(0);
+    // A wait that times out, and one whose signal aborts.
+    await expect(troupe.wait(taskId, { timeoutMs: 300 })).rejects.toMatchObject({ code: 'unavailable' });
+    expect(await consumersOf(taskId)).toBe(0);
+    const give = new AbortController();
+    const waiting = troupe.wait(taskId, { signal: give.signal });
+    await expect.poll(() => consumersOf(taskId)).toBe(1);
+    give.abort(new Error('gave up'));
+    await expect(waiting).rejects.toThrow('gave up');
+    expect(await consumersOf(taskId)).toBe(0);
+    await troupe.cancel(taskId);
+  });
+
+  it('honours a signal aborted before the call: wait rejects and events end at once, following nothing', async () => {
+    const { taskId } = await troupe.submit('gated', { goal: 'release v4' });
+    await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
+    const aborted = AbortSignal.abort(new Error('already gone'));
+    await expect(troupe.wait(taskId, { signal: aborted })).rejects.toThrow('already gone');
+    const read: SequencedEvent[] = [];
+    for await (const event of troupe.events(taskId, { signal: aborted })) read.push(event);
+    expect(read).toEqual([]);
+    expect(await consumersOf(taskId)).toBe(0);
+    await troupe.cancel(taskId);
+  }, 30_000);
 
   it('cancels a running task, and gives up waiting at its timeout', async () => {
     const { taskId } = await troupe.submit('gated', { goal: 'release v2' });

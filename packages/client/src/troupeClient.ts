@@ -183,6 +183,8 @@ export class TroupeClient {
    * passes first, and with the signal's reason when it aborts.
    */
   async wait(taskId: string, options: WaitOptions = {}): Promise<TaskResult> {
+    // An abort listener never hears a signal aborted already: it is checked here, or the wait would ignore it.
+    options.signal?.throwIfAborted();
     const task = await this.#located(taskId, options.pipeline);
     const ended = task.record && (await this.#resultOf(task.record));
     if (ended) return ended;
@@ -202,6 +204,8 @@ export class TroupeClient {
           );
     const onAbort = () => stop.abort(options.signal?.reason);
     options.signal?.addEventListener('abort', onAbort, { once: true });
+    // Aborted while the task was looked up: the listener came too late to hear it.
+    if (options.signal?.aborted) onAbort();
     try {
       // Its task events from the first: the final one is among them however late this reader came. A user who may
       // not read the stored events learns the ending from the task's record instead, read every second.
@@ -231,10 +235,13 @@ export class TroupeClient {
    * `after` to resume where a dropped reader stopped, with nothing lost and nothing twice.
    */
   async *events(taskId: string, options: EventsOptions = {}): AsyncGenerator<SequencedEvent> {
+    // An abort listener never hears a signal aborted already: such a reader gets nothing, and nothing is followed.
+    if (options.signal?.aborted) return;
     const task = await this.#located(taskId, options.pipeline);
     const stop = new AbortController();
     const onAbort = () => stop.abort();
     options.signal?.addEventListener('abort', onAbort, { once: true });
+    if (options.signal?.aborted) onAbort();
     const queue: SequencedEvent[] = [];
     let wake: () => void = () => {};
     let finished = false;
