@@ -159,6 +159,21 @@ describe('a remote step resumed from its journal', () => {
     expect(agent.requests.filter((r) => r.method === 'SendMessage').length).toBe(sends);
   });
 
+  it('a first delivery that arrives after a resend’s run recorded the task goes on with that task, sending nothing', async () => {
+    // The resend's run sent the message and journaled its task while the first delivery waited on its way here.
+    const request = stepRequest('echo');
+    const task = await sendAsTheDeadRun(request);
+    const taskId = 'id' in task ? task.id : '';
+    await record(request, { taskId });
+    const sends = agent.requests.filter((r) => r.method === 'SendMessage').length;
+    expect(await run({ ...request, fresh: true })).toMatchObject({
+      ok: true,
+      output: 'researcher found: echo',
+    });
+    expect(agent.requests.filter((r) => r.method === 'SendMessage').length).toBe(sends);
+    expect((await journal.remoteCall(StepJournal.remoteKey(request.stepId)))?.taskId).toBe(taskId);
+  });
+
   it('does not ask anyone again, nor answer again, a question the dead run had answered', async () => {
     const request = stepRequest('ask');
     const asked = await sendAsTheDeadRun(request);

@@ -143,14 +143,22 @@ function timeLimit(request: AgentStepRequest, deps: StepDeps): { ms: number; sto
 async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   const { settings, request, deps } = run;
   const key = StepJournal.remoteKey(request.stepId);
+  const read = () => journaled(() => deps.journal?.remoteCall(key));
   // No run of a fresh step can have recorded anything.
-  const found = request.fresh ? undefined : await journaled(() => deps.journal?.remoteCall(key));
-  run.record = found ?? {
+  let found = request.fresh ? undefined : await read();
+  const first = {
     endpoint: settings.card,
     messageId: `troupe-${request.stepId}`,
     contextId: contextIdOf(request),
     answers: 0,
   };
+  // Recorded only if no other run of the step has: one that has may have sent the message and named its task.
+  if (!found && !(await claim(run, first))) {
+    found = await read();
+    // What is there is no call's record (it cannot be read): this run's replaces it.
+    if (!found) await save(run, first);
+  }
+  run.record = found ?? first;
   publishCall(run);
   const client = await retrying(run.call, 'read its agent card', () => connectA2a(run.call));
   const streams = (await client.getAgentCard()).capabilities?.streaming === true;
@@ -159,7 +167,6 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   if (record.taskId !== undefined) {
     result = await getTask(run, client, record.taskId);
   } else {
-    if (!found) await save(run, record);
     const whole = await withWholeContext(run).catch((error: unknown) => unreadContextReply(request, error));
     if ('ok' in whole) return whole;
     const message = stepMessage(whole, record);
@@ -561,6 +568,16 @@ const scopeOf = (run: RemoteRun) => ({
   taskId: run.request.taskId,
   traceparent: run.call.traceparent,
 });
+
+/** Records the call before anything is sent, unless another run of the step has: false then. */
+async function claim(
+  run: RemoteRun,
+  record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>,
+): Promise<boolean> {
+  const key = StepJournal.remoteKey(run.request.stepId);
+  const now = new Date(run.deps.clock.now());
+  return (await journaled(() => run.deps.journal?.createRemoteCall(key, record, now))) ?? true;
+}
 
 async function save(run: RemoteRun, record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>): Promise<void> {
   run.record = record;

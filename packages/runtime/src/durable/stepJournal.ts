@@ -188,6 +188,22 @@ export class StepJournal {
     return entry?.kind === 'remote.call' ? entry : undefined;
   }
 
+  /**
+   * Records a step's call to a remote agent if no run of the step has yet: false when one has (two runs of a step may
+   * start together, a resend on another host beside a first delivery that came late), so the caller goes on from what
+   * that run recorded rather than replacing it — a remote task id among it.
+   */
+  async createRemoteCall(
+    key: string,
+    record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>,
+    now: Date,
+  ): Promise<boolean> {
+    return (
+      (await this.#create(key, { kind: 'remote.call', ...record, recordedAt: now.toISOString() })) !==
+      undefined
+    );
+  }
+
   /** Records (or updates) a step's call to a remote agent. */
   async recordRemoteCall(key: string, record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>, now: Date) {
     await this.#put(key, { kind: 'remote.call', ...record, recordedAt: now.toISOString() });
