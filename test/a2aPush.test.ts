@@ -321,7 +321,15 @@ describe('A2A push notifications: every state change, at least once, in order, t
       await expect
         .poll(async () => (await jsm.consumers.list(A2A_PUSH_QUEUE.stream).next()).map((c) => c.name))
         .toEqual([A2A_PUSH_QUEUE.consumer]);
-      await jsm.consumers.delete(A2A_PUSH_QUEUE.stream, A2A_PUSH_QUEUE.consumer);
+      // nats-server 2.9 may refuse a delete while the consumer's state is being written ("directory not empty").
+      await vi.waitFor(
+        async () => {
+          const names = (await jsm.consumers.list(A2A_PUSH_QUEUE.stream).next()).map((c) => c.name);
+          if (names.includes(A2A_PUSH_QUEUE.consumer))
+            await jsm.consumers.delete(A2A_PUSH_QUEUE.stream, A2A_PUSH_QUEUE.consumer);
+        },
+        { timeout: 10_000, interval: 200 },
+      );
       await configFor('push-healed');
       await submit('demo', 'push-healed');
       await receivedState('push-healed', 'TASK_STATE_COMPLETED');
