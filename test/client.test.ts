@@ -12,6 +12,7 @@ import {
   publishTask,
   repoRoot,
   startHarness,
+  startSecondCoordinator,
 } from './support/harness.ts';
 
 /** `@troupe/client` as a user's application uses it: its own connection, against a running coordinator. */
@@ -218,5 +219,38 @@ describe('a pipeline that declares its input schema', () => {
     expect(report.reason).toContain("does not match the pipeline's input schema");
     expect(report.issues.map((i) => i.path)).toContain('input.numbers');
     await expect(troupe.task('sum-raw')).rejects.toMatchObject({ code: 'not_found' });
+  });
+});
+
+describe('a task still queued: submitted while no coordinator runs', () => {
+  let h: Harness;
+  let troupe: TroupeClient;
+  let second: { stop(): Promise<void> } | undefined;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('summing.yaml')]);
+    // The pipeline stays registered; nothing takes its tasks until another coordinator starts.
+    await h.coordinator.stop();
+    troupe = await TroupeClient.connect({ servers: h.nats.url });
+  });
+  afterAll(async () => {
+    await troupe?.close();
+    await second?.stop();
+    await h?.stop();
+  });
+
+  it('is found by the client that submitted it, and waited for until a coordinator runs it', async () => {
+    const { taskId } = await troupe.submit('summing', { goal: 'add', input: { numbers: [1, 2, 3] } });
+    await expect(troupe.task(taskId)).rejects.toMatchObject({ code: 'not_found' });
+    expect(await troupe.result(taskId)).toBeUndefined();
+    await expect(troupe.wait(taskId, { timeoutMs: 200 })).rejects.toMatchObject({ code: 'unavailable' });
+    // Another client knows it only with its pipeline.
+    const other = new TroupeClient(h.bus);
+    await expect(other.result(taskId)).rejects.toMatchObject({ code: 'not_found' });
+    await expect(other.wait(taskId)).rejects.toMatchObject({ code: 'not_found' });
+    const waiting = other.wait(taskId, { pipeline: 'summing', timeoutMs: 30_000 });
+    second = await startSecondCoordinator(h, ['summing.yaml']);
+    expect(await waiting).toMatchObject({ taskId, status: 'completed', output: '6' });
+    expect(await troupe.result(taskId)).toMatchObject({ status: 'completed', output: '6' });
   });
 });

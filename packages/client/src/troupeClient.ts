@@ -173,9 +173,13 @@ export class TroupeClient {
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || a.taskId.localeCompare(b.taskId));
   }
 
-  /** How the task ended, or undefined while it runs. */
+  /** How the task ended, or undefined while it runs (or is still queued, when this client submitted it). */
   async result(taskId: string): Promise<TaskResult | undefined> {
-    return this.#resultOf(await readTask(this.bus, taskId));
+    const record = await this.#recordIfAny(taskId);
+    if (record) return this.#resultOf(record);
+    // Submitted here and not yet taken by a coordinator: it has no record, but it is not unknown.
+    if (this.#submitted.has(taskId)) return undefined;
+    throw new OperationError('not_found', `no task ${taskId} is known on this server`);
   }
 
   /**
