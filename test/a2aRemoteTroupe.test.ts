@@ -1,6 +1,10 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { a2aRemoteAgent } from '@troupe/coordinator';
+import type { AgentStepRequest } from '@troupe/protocol';
+import { EventFactory, JournalEntry, StepJournal, systemClock, ToolRegistry } from '@troupe/runtime';
+import { MemoryKv } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type A2aEnv, ECHO_OUTPUT, startA2aEnv, TOKENS } from './support/a2aServer.ts';
 import { troupe } from './support/cli.ts';
@@ -52,6 +56,59 @@ flow:
     const accepted = remote.h.events.filter((e) => e.kind === 'task.accepted' && e.pipeline === 'echo');
     expect(accepted).toHaveLength(1);
     expect(JSON.stringify(accepted[0]?.data)).toContain('the sea');
+  });
+
+  it('calls an agent whose card offers only HTTP+JSON on that binding, and follows its task to the end', async () => {
+    const urls: string[] = [];
+    // The gateway's card names both bindings; this one is read with only its HTTP+JSON interface left.
+    const restOnly: typeof fetch = async (input, init) => {
+      const url = String(input instanceof Request ? input.url : input);
+      urls.push(url);
+      const response = await fetch(input, init);
+      if (!url.endsWith('/agent-card.json')) return response;
+      const card = (await response.json()) as { supportedInterfaces: { protocolBinding: string }[] };
+      card.supportedInterfaces = card.supportedInterfaces.filter((i) => i.protocolBinding === 'HTTP+JSON');
+      return Response.json(card);
+    };
+    const card = `${remote.gateway.url}/a2a/echo/.well-known/agent-card.json`;
+    const request: AgentStepRequest = {
+      stepId: 'rest-1.ask-poet.1',
+      taskId: 'rest-1',
+      pipeline: 'haiku',
+      agent: 'poet',
+      step: 'ask-poet',
+      round: 1,
+      goal: 'the river',
+      context: [],
+      expect: 'text',
+      timeoutMs: 30_000,
+    };
+    const reply = await a2aRemoteAgent(
+      {
+        name: 'poet',
+        card,
+        token: TOKENS.admin,
+        requestTimeoutMs: 10_000,
+        maxAttempts: 2,
+        retryDelayMs: 50,
+        pollIntervalMs: 100,
+        answerTimeoutMs: 10_000,
+      },
+      { fetch: restOnly },
+    ).startStep(request, {
+      registry: new ToolRegistry(),
+      workspaceRoot: '/nonexistent',
+      clock: systemClock,
+      events: new EventFactory(),
+      publish: () => {},
+      journal: new StepJournal(new MemoryKv(JournalEntry)),
+    }).reply;
+    expect(reply).toMatchObject({ ok: true, structured: ECHO_OUTPUT });
+    // Every request after the card's went to the HTTP+JSON routes: the send, the stream (the gateway streams), the read.
+    const rest = `${remote.gateway.url}/a2a/echo/rest/`;
+    expect(urls.slice(1).every((u) => u.startsWith(rest))).toBe(true);
+    expect(urls[1]).toBe(`${rest}message:send`);
+    expect(urls.some((u) => u.endsWith(':subscribe'))).toBe(true);
   });
 
   it('asks a person here what the other Troupe’s human step asks, and sends the answer there', async () => {
