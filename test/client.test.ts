@@ -104,6 +104,19 @@ describe('@troupe/client', () => {
     expect(OperationError.is(twice, 'conflict')).toBe(true);
   });
 
+  it('refuses a malformed decision or answer with invalid_request, naming what is wrong', async () => {
+    const empty = await troupe
+      .decide('some-request', { kind: 'question', answer: { answer: '' } })
+      .catch((e: unknown) => e);
+    expect(OperationError.is(empty, 'invalid_request')).toBe(true);
+    expect((empty as Error).message).toMatch(/^the answer failed validation: answer: /);
+    const maybe = await troupe
+      .decide('some-request', { kind: 'approval', decision: { decision: 'maybe' } } as never)
+      .catch((e: unknown) => e);
+    expect(OperationError.is(maybe, 'invalid_request')).toBe(true);
+    expect((maybe as Error).message).toContain('decision');
+  });
+
   it('runs examples/client.ts, as docs/client.md shows it', async () => {
     const run = promisify(execFile);
     const { stdout } = await run(

@@ -7,6 +7,7 @@ import {
   isTaskId,
   subjects,
   type TaskEnding,
+  validateMessage,
 } from '@troupe/protocol';
 import { closedByEnding, describeEnding, type KvEntry, type NatsBus } from '@troupe/runtime';
 import { OperationError } from './operationError.ts';
@@ -91,8 +92,16 @@ export async function replyToHuman(
 ): Promise<ReplyOutcome> {
   const { kind } = reply;
   const now = options.now ?? Date.now;
-  const payload =
-    reply.kind === 'approval' ? ApprovalDecision.parse(reply.decision) : HumanAnswer.parse(reply.answer);
+  // From a user's application the reply is untyped at run time: a bad one is refused with why, not a ZodError.
+  const parsed =
+    reply.kind === 'approval'
+      ? validateMessage(ApprovalDecision, reply.decision)
+      : validateMessage(HumanAnswer, reply.answer);
+  if (!parsed.ok) {
+    const what = reply.kind === 'approval' ? 'decision' : 'answer';
+    throw new OperationError('invalid_request', parsed.reason.replace(/^payload/, `the ${what}`));
+  }
+  const payload = parsed.value;
   const store = await openHumanRequests(bus);
   const entry = await findRequest(store, id, options);
   const record = entry?.value;
