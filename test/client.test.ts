@@ -86,6 +86,27 @@ describe('@troupe/client', () => {
     expect((unknown as Error).message).toContain('loaded: demo, gated');
   });
 
+  it('says not_found for an id no task can have, and follows no wildcard of one', async () => {
+    for (const id of ['>', '*', 'a b', 'x.y', '']) {
+      for (const call of [
+        troupe.task(id),
+        troupe.result(id),
+        troupe.cancel(id),
+        troupe.trace(id),
+        troupe.wait(id, { pipeline: 'demo', timeoutMs: 5_000 }),
+        (async () => {
+          for await (const _ of troupe.events(id, { pipeline: 'demo' })) return 'followed';
+        })(),
+      ]) {
+        await expect(call).rejects.toMatchObject({ name: 'OperationError', code: 'not_found' });
+      }
+    }
+    const wild = (async () => {
+      for await (const _ of troupe.events('no-such-task', { pipeline: '>' })) return 'followed';
+    })();
+    await expect(wild).rejects.toMatchObject({ name: 'OperationError', code: 'not_found' });
+  });
+
   it('lists a pending approval and decides it: the task goes on to complete', async () => {
     const { taskId } = await troupe.submit('gated', { goal: 'release v1' });
     await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);

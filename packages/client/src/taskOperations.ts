@@ -6,6 +6,7 @@ import {
   checkTaskToSubmit,
   errorMessage,
   type InputCut,
+  isTaskId,
   subjects,
   type TaskLimits,
   type TaskSubmission,
@@ -103,8 +104,17 @@ export async function submitToPipeline(
   return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
 }
 
+/** An id no task can have: not a key to look up (the store throws a bare "invalid key"), nor a subject token. */
+export function noSuchTaskId(taskId: string): OperationError {
+  return new OperationError(
+    'not_found',
+    `no task ${JSON.stringify(taskId)} can exist: a task id is 1-64 characters of A-Z, a-z, 0-9, "_" and "-"`,
+  );
+}
+
 /** A task's record in KV `workflows`; throws `not_found` when the server knows no such task. */
 export async function readTask(bus: NatsBus, taskId: string): Promise<WorkflowRecord> {
+  if (!isTaskId(taskId)) throw noSuchTaskId(taskId);
   const record = (await (await openWorkflowStore(bus)).get(taskId))?.value;
   if (!record) throw new OperationError('not_found', `no task ${taskId} is known on this server`);
   return record;

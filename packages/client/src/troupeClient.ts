@@ -3,6 +3,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   DEFAULT_TASK_LIMITS,
   type HumanRequest,
+  isName,
+  isTaskId,
   type PipelineRegistration,
   type TaskFailureReason,
   type TaskLimits,
@@ -21,7 +23,14 @@ import {
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
 import { followTaskEnding, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
-import { cancelTask, readTask, readTaskEvents, type Submitted, submitToPipeline } from './taskOperations.ts';
+import {
+  cancelTask,
+  noSuchTaskId,
+  readTask,
+  readTaskEvents,
+  type Submitted,
+  submitToPipeline,
+} from './taskOperations.ts';
 import { buildTaskTrace, type TaskTrace, wholeTrace } from './taskTrace.ts';
 import { CLIENT_WAIT, openWorkflowStore, readValues } from './troupeState.ts';
 
@@ -346,9 +355,14 @@ export class TroupeClient {
     taskId: string,
     pipeline?: string,
   ): Promise<{ taskId: string; pipeline: string; record?: WorkflowRecord }> {
+    // A wildcard id would follow other tasks' events.
+    if (!isTaskId(taskId)) throw noSuchTaskId(taskId);
     const record = await this.#recordIfAny(taskId);
     if (record) return { taskId, pipeline: record.pipeline, record };
     const queued = pipeline ?? this.#submitted.get(taskId);
+    // A wildcard would follow other pipelines' events, and the server refuses such a filter anyway.
+    if (queued !== undefined && !isName(queued))
+      throw new OperationError('not_found', `no pipeline can be named ${JSON.stringify(queued)}`);
     if (queued === undefined) {
       throw new OperationError(
         'not_found',
