@@ -271,6 +271,33 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect((await h.finalOf(taskId, 20_000)).kind).toBe('task.cancelled');
   });
 
+  it("records a decision made in a client whose name is longer than a decision's `by` holds", async () => {
+    const name = `host-${'x'.repeat(300)}`;
+    const client = new Client(
+      { name, version: '1.0.0' },
+      { capabilities: { elicitation: { form: {} } }, versionNegotiation: { mode: 'auto' } },
+    );
+    client.setRequestHandler('elicitation/create', async () => ({
+      action: 'accept',
+      content: { decision: 'allow' },
+    }));
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${TOKENS.admin}` } },
+      }),
+    );
+    clients.push(client);
+    const result = await client.callTool(
+      { name: 'gated', arguments: { goal: 'ship the release' } },
+      { timeout: 20_000 },
+    );
+    expect(result.isError).toBeFalsy();
+    const taskId = result._meta?.['troupe/taskId'] as string;
+    const decided = ofKind(h.eventsOf(taskId), 'approval.decided');
+    expect(decided.map((e) => e.data.decision)).toEqual(['allow']);
+    expect(decided[0]?.data.by).toMatch(/^host-x{95}… \(MCP\) \(token ops\)$/);
+  });
+
   it("asks a human step's question with the form its answer schema declares (2026-07-28)", async () => {
     const asked: Elicited[] = [];
     const client = await connect('admin', 'auto', (request) => {

@@ -44,6 +44,9 @@ export interface TroupeMcpOptions {
  */
 const INPUT_ROUNDS = { maxRounds: 1_000, roundTimeoutMs: 2_000_000_000 };
 
+/** How much of a client's `clientInfo.name` is recorded (as who decided, why a task was cancelled). */
+const CLIENT_NAME_MAX = 100;
+
 /**
  * An MCP server over Troupe for one principal: each pipeline it may submit to is a tool, beside `troupe_start` and
  * `troupe_get`, and each task it may read offers its trace and output as resources. Built per HTTP request (a
@@ -68,10 +71,15 @@ export async function troupeMcpServer(
   );
   // A 2026-07-28 request says who sent it and what it can do in its own `_meta`; a 2025 session said so once.
   const envelope = (ctx: ServerContext) => ctx.mcpReq.envelope as Record<string, unknown> | undefined;
-  const clientName = (ctx: ServerContext): string =>
-    (envelope(ctx)?.[CLIENT_INFO_META_KEY] as Implementation | undefined)?.name ??
-    server.server.getClientVersion()?.name ??
-    'an MCP client';
+  const clientName = (ctx: ServerContext): string => {
+    const name =
+      (envelope(ctx)?.[CLIENT_INFO_META_KEY] as Implementation | undefined)?.name ??
+      server.server.getClientVersion()?.name ??
+      'an MCP client';
+    // The client chooses it, at any length; it goes into a decision's `by` (200 characters at most, with the
+    // token's name) and a cancel's reason, which a longer one would make the coordinator refuse.
+    return name.length > CLIENT_NAME_MAX ? `${name.slice(0, CLIENT_NAME_MAX)}…` : name;
+  };
   const canElicit = (ctx: ServerContext): boolean => {
     const caps =
       context.era === 'modern'
