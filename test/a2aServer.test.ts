@@ -388,9 +388,10 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       ).toMatchObject({
         error: { code: -32602, message: expect.stringMatching(/pageSize/) },
       });
+      // The card says extendedAgentCard: false, so the spec wants UnsupportedOperation (not "not configured").
       expect(
         (await rpc({ jsonrpc: '2.0', id: 4, method: 'GetExtendedAgentCard', params: {} })).body,
-      ).toMatchObject({ error: { code: -32007 } });
+      ).toMatchObject({ error: { code: -32004 } });
       expect(
         (await rpc({ jsonrpc: '2.0', id: 5, method: 'GetTask', params: { id: 'x', historyLength: 'all' } }))
           .body,
@@ -435,7 +436,7 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       expect((await raw(env, 'GET', '/a2a/echo/rest/nothing/here', { headers: v1 })).status).toBe(404);
       expect((await raw(env, 'GET', '/a2a/echo/rest/extendedAgentCard', { headers: v1 })).body).toMatchObject(
         {
-          error: { code: 400, details: [{ reason: 'EXTENDED_AGENT_CARD_NOT_CONFIGURED' }] },
+          error: { code: 400, details: [{ reason: 'UNSUPPORTED_OPERATION' }] },
         },
       );
       expect((await raw(env, 'DELETE', '/a2a/echo/rest/message:send', { headers: v1 })).status).toBe(405);

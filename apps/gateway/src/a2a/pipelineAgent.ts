@@ -20,7 +20,6 @@ import {
   TaskState,
 } from '@a2a-js/sdk';
 import {
-  ExtendedAgentCardNotConfiguredError,
   PushNotificationNotSupportedError,
   RequestMalformedError,
   TaskNotCancelableError,
@@ -118,8 +117,9 @@ export class PipelineAgent implements A2ARequestHandler {
     _p: GetExtendedAgentCardRequest,
     _c: ServerCallContext,
   ): Promise<AgentCard> {
-    throw new ExtendedAgentCardNotConfiguredError(
-      'this agent has no extended card: its card is served to authenticated callers only already',
+    // The card says `extendedAgentCard: false`, for which the spec (§3.3.4) prescribes UnsupportedOperation.
+    throw new UnsupportedOperationError(
+      'this agent has no extended card (its card says extendedAgentCard: false): the card is served to token holders only already',
     );
   }
 
