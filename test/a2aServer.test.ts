@@ -420,6 +420,8 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       expect((await rpc(getTask, {}, '/a2a/echo/jsonrpc?A2A-Version=1.0')).body).toMatchObject({
         error: { code: -32001 },
       });
+      // A patch number is not considered (spec §3.6): 1.0.1 is 1.0.
+      expect((await rpc(getTask, { 'a2a-version': '1.0.1' })).body).toMatchObject({ error: { code: -32001 } });
       const rest = await raw(env, 'GET', '/a2a/echo/rest/tasks/no-such-task');
       expect(rest.status).toBe(400);
       expect(rest.body).toMatchObject({

@@ -516,13 +516,16 @@ function refusalIn(answer: unknown): { status: number } | undefined {
 const isStream = (value: unknown): value is AsyncGenerator<unknown> =>
   typeof (value as { [Symbol.asyncIterator]?: unknown })?.[Symbol.asyncIterator] === 'function';
 
-/** The version a request asks for: the `A2A-Version` header, else the query parameter; empty is read as 0.3. */
+/**
+ * The version a request asks for: the `A2A-Version` header, else the query parameter; empty is read as 0.3. Only
+ * `Major.Minor` counts: the spec says a patch number must not be considered, so `1.0.1` asks for 1.0.
+ */
 function versionOf(request: FastifyRequest): string | undefined {
   const header = request.headers['a2a-version'];
   const fromHeader = Array.isArray(header) ? header[0] : header;
   const fromQuery = (request.query as Record<string, unknown> | undefined)?.['A2A-Version'];
   const asked = fromHeader?.trim() || (typeof fromQuery === 'string' ? fromQuery.trim() : '');
-  return asked === '' ? undefined : asked;
+  return asked === '' ? undefined : asked.replace(/^(\d+\.\d+)\.\d+$/, '$1');
 }
 
 /** The CORS headers @fastify/cors set on the reply, for a response written past Fastify (SSE). */
