@@ -25,7 +25,7 @@ export interface A2aCallOptions {
 
 /**
  * A `fetch` for the SDK's transports and card resolver that adds the bearer token and the traceparent, bounds each
- * request by the agent's `timeout` (a stream only until its response starts), and turns what the SDK would report
+ * request by the agent's `timeout` (its body and a stream too: a stream cut is then read again) and its size, and turns what the SDK would report
  * as a bare Error into an {@link A2aCallError} that says whether trying again may help.
  */
 function callingFetch(options: A2aCallOptions): typeof fetch {
@@ -55,8 +55,70 @@ function callingFetch(options: A2aCallOptions): typeof fetch {
         `${url} refused the credentials (HTTP ${response.status}); check the token in a2a.auth`,
       );
     }
-    return response;
+    return guarded(response, url, timeout, options);
   };
+}
+
+/**
+ * The most bytes one response of a remote agent may have: the SDK reads a body whole (a stream, one event whole), so
+ * an agent that sends without end would otherwise take the host's memory, and every step it runs with it.
+ */
+export const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The response with its body read under the same rules as its head: past {@link MAX_RESPONSE_BYTES} it is cut off,
+ * and a body cut by the request's timeout or the network is a fault that may pass, as a request that got no head is.
+ */
+function guarded(response: Response, url: string, timeout: AbortSignal, options: A2aCallOptions): Response {
+  const { settings, signal } = options;
+  const tooLarge = () =>
+    new A2aCallError(
+      'invalid_response',
+      `${url} sent a response larger than ${MAX_RESPONSE_BYTES / 1024 / 1024} MiB, more than Troupe reads of a remote agent`,
+    );
+  if (Number(response.headers.get('content-length') ?? 0) > MAX_RESPONSE_BYTES) {
+    void response.body?.cancel().catch(() => {});
+    throw tooLarge();
+  }
+  if (!response.body) return response;
+  const reader = response.body.getReader();
+  let seen = 0;
+  const body = new ReadableStream<Uint8Array>({
+    async pull(out) {
+      let next: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        next = await reader.read();
+      } catch (error) {
+        if (signal.aborted) out.error(error);
+        else {
+          const why = timeout.aborted
+            ? `no whole answer within ${settings.requestTimeoutMs / 1000} s`
+            : causeOf(error);
+          out.error(
+            new A2aCallError('connection', `cannot read ${url}: ${why}`, { retryable: true, cause: error }),
+          );
+        }
+        return;
+      }
+      if (next.done) {
+        out.close();
+        return;
+      }
+      seen += next.value.byteLength;
+      if (seen > MAX_RESPONSE_BYTES) {
+        out.error(tooLarge());
+        void reader.cancel().catch(() => {});
+        return;
+      }
+      out.enqueue(next.value);
+    },
+    cancel: (reason) => reader.cancel(reason),
+  });
+  return new Response(body, {
+    status: response.status,
+    statusText: response.statusText,
+    headers: response.headers,
+  });
 }
 
 /** The innermost reason of a failed fetch: `ECONNREFUSED`, not undici's "fetch failed". */
@@ -104,11 +166,10 @@ export async function retrying<T>(
       const fault = asCallError(error);
       if (!fault.retryable || attempt >= settings.maxAttempts) {
         const tries = fault.retryable ? ` after ${attempt} attempt${attempt === 1 ? '' : 's'}` : '';
-        throw new A2aCallError(
-          fault.code,
-          `remote agent ${settings.name} (${settings.card}): cannot ${what}${tries}: ${fault.message}`,
-          { cause: error },
-        );
+        const named = `remote agent ${settings.name} (${settings.card}): `;
+        // A fault of a look made between attempts names the agent already.
+        const said = fault.message.startsWith(named) ? fault.message.slice(named.length) : fault.message;
+        throw new A2aCallError(fault.code, `${named}cannot ${what}${tries}: ${said}`, { cause: error });
       }
       const base = settings.retryDelayMs * 2 ** (attempt - 1);
       await sleep(clock, Math.min(base / 2 + (Math.random() * base) / 2, 30_000), signal);
