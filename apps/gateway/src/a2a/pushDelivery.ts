@@ -1,5 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Consumer, JsMsg } from '@nats-io/jetstream';
+import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { errorMessage } from '@troupe/protocol';
 import { jetstreamOf, type KeyValue, type Logger, type NatsBus } from '@troupe/runtime';
 import {
@@ -46,7 +46,7 @@ export interface PushDeliveryOptions extends PushSettings {
 
 /** How long to wait before trying again after NATS refused or failed a queue operation. */
 const RETRY_SETUP_MS = 2_000;
-/** How long one pull waits for a job: also how late a stopping gateway may see one, which it hands back at once. */
+/** How long one pull waits for a job before it asks again. */
 const PULL_EXPIRES_MS = 2_000;
 
 /**
@@ -67,6 +67,8 @@ export class PushDelivery {
   readonly #active = new Map<string, { stop: AbortController; done: Promise<void> }>();
   #loop: Promise<void> | undefined;
   #freed: (() => void) | undefined;
+  /** The pull under way, which a stop ends. */
+  #fetching: ConsumerMessages | undefined;
 
   constructor(options: PushDeliveryOptions) {
     this.#options = options;
@@ -87,6 +89,7 @@ export class PushDelivery {
   async stop(): Promise<void> {
     this.#stopped.abort();
     this.#freed?.();
+    this.#fetching?.stop();
     for (const { stop } of this.#active.values()) stop.abort();
     await Promise.all([...this.#active.values()].map(({ done }) => done));
     await this.#loop;
@@ -134,7 +137,18 @@ export class PushDelivery {
         });
         continue;
       }
-      const msg = await consumer.next({ expires: PULL_EXPIRES_MS });
+      // A fetch of one, not `next()`: a stop ends it at once instead of after its expiry.
+      const batch = await consumer.fetch({ max_messages: 1, expires: PULL_EXPIRES_MS });
+      this.#fetching = batch;
+      let msg: JsMsg | undefined;
+      try {
+        for await (const delivered of batch) {
+          msg = delivered;
+          break;
+        }
+      } finally {
+        this.#fetching = undefined;
+      }
       if (!msg) continue;
       if (signal.aborted) {
         settle(msg, 'handBack');
