@@ -155,17 +155,25 @@ describe('loading a pipeline with a remote agent', () => {
     });
   });
 
-  it('refuses a token variable that is not set, at the agent, unless keys are not required', async () => {
+  it('refuses a token variable that is not set, or empty, at the agent, unless keys are not required', async () => {
     await withFile(text, async (file) => {
-      const error = await loadPipeline(file, { toolNames, env: {} }).catch((e: unknown) => e);
-      expect(error).toBeInstanceOf(ConfigError);
-      expect((error as ConfigError).issues).toContainEqual(
-        expect.objectContaining({
-          path: 'agents.researcher.a2a.auth',
-          message: `agent researcher sends the token in \${RESEARCH_TOKEN}, which is not set in this environment`,
-        }),
-      );
-      await expect(loadPipeline(file, { toolNames, env: {}, requireKeys: false })).resolves.toBeDefined();
+      for (const env of [{}, { RESEARCH_TOKEN: '' }]) {
+        const error = await loadPipeline(file, { toolNames, env }).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(ConfigError);
+        expect((error as ConfigError).issues).toContainEqual(
+          expect.objectContaining({
+            path: 'agents.researcher.a2a.auth',
+            message: `agent researcher sends the token in \${RESEARCH_TOKEN}, which is not set (or empty) in this environment`,
+          }),
+        );
+      }
+      const unchecked = await loadPipeline(file, {
+        toolNames,
+        env: { RESEARCH_TOKEN: '' },
+        requireKeys: false,
+      });
+      // No token is sent rather than an empty one.
+      expect(unchecked.remoteAgents.get('researcher')?.token).toBeUndefined();
     });
   });
 });

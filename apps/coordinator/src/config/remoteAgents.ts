@@ -33,11 +33,12 @@ export function remoteAgentSettings(
     let token: string | undefined;
     if (a2a.auth !== undefined) {
       const variable = a2a.auth.slice(2, -1);
-      token = env[variable];
+      // Set but empty counts as not set, as for API keys: it would go as a bare "Bearer" and be refused.
+      token = env[variable] || undefined;
       if (token === undefined && requireKeys) {
         problems.push({
           path: ['agents', name, 'a2a', 'auth'],
-          message: `agent ${name} sends the token in \${${variable}}, which is not set in this environment`,
+          message: `agent ${name} sends the token in \${${variable}}, which is not set (or empty) in this environment`,
         });
       }
       // A token is never logged or published.
