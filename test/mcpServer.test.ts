@@ -25,6 +25,7 @@ const TOKENS = {
   revoked: 'mcp-revoked-token-0123456789abcd',
   submitter: 'mcp-submitter-token-0123456789ab',
   revokedModern: 'mcp-revoked-modern-token-012345',
+  otherAdmin: 'mcp-other-admin-token-0123456789',
 };
 
 type Mode = 'legacy' | 'auto';
@@ -53,6 +54,7 @@ const TOKEN_ENTRIES: TokenEntry[] = [
   { name: 'temp', sha256: hashToken(TOKENS.revoked), scopes: ['admin'] },
   { name: 'runner', sha256: hashToken(TOKENS.submitter), scopes: ['submit'] },
   { name: 'temp-modern', sha256: hashToken(TOKENS.revokedModern), scopes: ['admin'] },
+  { name: 'ops2', sha256: hashToken(TOKENS.otherAdmin), scopes: ['admin'] },
 ];
 
 describe('the MCP server on the gateway: pipelines as tools over streamable HTTP', () => {
@@ -296,6 +298,49 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     const decided = ofKind(h.eventsOf(taskId), 'approval.decided');
     expect(decided.map((e) => e.data.decision)).toEqual(['allow']);
     expect(decided[0]?.data.by).toMatch(/^host-x{95}… \(MCP\) \(token ops\)$/);
+  });
+
+  it('a 2026-07-28 requestState is refused on a retry with another token, and answers nothing', async () => {
+    let swapped = false;
+    const client = new Client(
+      { name: 'mcp-test-swap', version: '1.0.0' },
+      { capabilities: { elicitation: { form: {} } }, versionNegotiation: { mode: 'auto' } },
+    );
+    client.setRequestHandler('elicitation/create', async () => ({
+      action: 'accept',
+      content: { decision: 'allow' },
+    }));
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${gateway.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${TOKENS.admin}` } },
+        // The retry that carries the state minted for `ops` is sent with the token of `ops2`.
+        fetch: async (url, init) => {
+          if (typeof init?.body !== 'string' || !init.body.includes('"requestState"'))
+            return fetch(url, init);
+          swapped = true;
+          const headers = new Headers(init.headers);
+          headers.set('authorization', `Bearer ${TOKENS.otherAdmin}`);
+          return fetch(url, { ...init, headers });
+        },
+      }),
+    );
+    clients.push(client);
+    const progress: string[] = [];
+    const call = client.callTool(
+      { name: 'gated', arguments: { goal: 'ship the release' } },
+      { onprogress: (p) => void progress.push(p.message ?? '') },
+    );
+    await expect(call).rejects.toThrow(/requestState/);
+    expect(swapped).toBe(true);
+    const taskId = submittedTask(progress) as string;
+    const [waiting] = ofKind(h.eventsOf(taskId), 'approval.requested');
+    expect(waiting).toBeDefined();
+    expect((await readHumanRequest(h.bus, waiting?.data.approvalId as string))?.status).toBe('pending');
+    await fetch(`${gateway.url}/v1/tasks/${taskId}/cancel`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ reason: 'cleaned up by the test' }),
+    });
   });
 
   it("asks a human step's question with the form its answer schema declares (2026-07-28)", async () => {
