@@ -137,6 +137,39 @@ describe('a remote agent that answers badly', () => {
     expect(sends).toBe(1);
   });
 
+  it('retries the extended card as any request, and goes on with it', async () => {
+    const methods: string[] = [];
+    const card = await agentAt(
+      (body, res) => {
+        methods.push(body.method ?? '');
+        const answer = (result: unknown) => res.end(JSON.stringify({ jsonrpc: '2.0', id: body.id, result }));
+        if (body.method === 'GetExtendedAgentCard') {
+          // Busy the first time.
+          if (methods.filter((m) => m === body.method).length === 1) {
+            res.writeHead(503);
+            res.end();
+            return;
+          }
+          answer(cardOf(''));
+          return;
+        }
+        answer({
+          task: {
+            id: 't-1',
+            contextId: 'c-1',
+            status: { state: 'TASK_STATE_COMPLETED' },
+            artifacts: [{ artifactId: 'a', parts: [{ text: 'found it' }] }],
+          },
+        });
+      },
+      (base) =>
+        JSON.stringify({ ...cardOf(base), capabilities: { streaming: false, extendedAgentCard: true } }),
+    );
+    const { reply } = await step(card);
+    expect(reply).toMatchObject({ ok: true, output: 'found it' });
+    expect(methods).toEqual(['GetExtendedAgentCard', 'GetExtendedAgentCard', 'SendMessage']);
+  });
+
   it('fails a step whose card is no card, or is not JSON', async () => {
     for (const body of ['{"hello": "world"}', 'not json {']) {
       const card = await agentAt(

@@ -161,7 +161,11 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   run.record = found ?? first;
   publishCall(run);
   const client = await retrying(run.call, 'read its agent card', () => connectA2a(run.call));
-  const streams = (await client.getAgentCard()).capabilities?.streaming === true;
+  // A card that says there is an extended one is read again (GetExtendedAgentCard), a request like any other.
+  const card = await retrying(run.call, 'read its extended agent card', () =>
+    client.getAgentCard({ signal: run.call.signal }),
+  );
+  const streams = card.capabilities?.streaming === true;
   const record = run.record;
   let result: Task | Message;
   if (record.taskId !== undefined) {
