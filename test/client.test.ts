@@ -204,6 +204,31 @@ describe('@troupe/client', () => {
     await troupe.cancel(taskId);
   }, 30_000);
 
+  it('ends an events() reader with unavailable, not as if the task ended, when its connection closes', async () => {
+    const { taskId } = await troupe.submit('gated', { goal: 'release v5' });
+    await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
+    const own = await TroupeClient.connect({ servers: h.nats.url, name: 'client-test-closing' });
+    const seen: SequencedEvent[] = [];
+    const reading = (async () => {
+      for await (const event of own.events(taskId)) seen.push(event);
+    })();
+    await expect.poll(() => seen.length).toBeGreaterThan(0);
+    await own.close();
+    const error = await reading.catch((e: unknown) => e);
+    expect(OperationError.is(error, 'unavailable')).toBe(true);
+    expect((error as Error).message).toContain('stopped before it ended');
+    await troupe.cancel(taskId);
+  });
+
+  it('refuses an after that is no stream sequence', async () => {
+    for (const after of [-1, 1.5, Number.NaN]) {
+      const read = (async () => {
+        for await (const _ of troupe.events('any-task', { pipeline: 'demo', after })) return 'followed';
+      })();
+      await expect(read).rejects.toMatchObject({ name: 'OperationError', code: 'invalid_request' });
+    }
+  });
+
   it('cancels a running task, and gives up waiting at its timeout', async () => {
     const { taskId } = await troupe.submit('gated', { goal: 'release v2' });
     await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   DEFAULT_TASK_LIMITS,
+  FINAL_EVENT_KINDS,
   type HumanRequest,
   isName,
   isTaskId,
@@ -250,6 +251,13 @@ export class TroupeClient {
   async *events(taskId: string, options: EventsOptions = {}): AsyncGenerator<SequencedEvent> {
     // An abort listener never hears a signal aborted already: such a reader gets nothing, and nothing is followed.
     if (options.signal?.aborted) return;
+    const { after } = options;
+    if (after !== undefined && !(Number.isSafeInteger(after) && after >= 0)) {
+      throw new OperationError(
+        'invalid_request',
+        `after is a stream sequence (an integer from 0), not ${after}`,
+      );
+    }
     const task = await this.#located(taskId, options.pipeline);
     const stop = new AbortController();
     const onAbort = () => stop.abort();
@@ -259,9 +267,12 @@ export class TroupeClient {
     let wake: () => void = () => {};
     let finished = false;
     let failure: unknown;
+    /** The task's final event was handed on: the following ended because the task did. */
+    let ended = false;
+    let lastSeq = after;
     const following = followTaskEvents(this.bus, task, {
       signal: stop.signal,
-      ...(options.after === undefined ? {} : { after: options.after }),
+      ...(after === undefined ? {} : { after }),
       onEvent: (event) => {
         queue.push(event);
         wake();
@@ -281,6 +292,8 @@ export class TroupeClient {
       for (;;) {
         const next = queue.shift();
         if (next) {
+          ended = FINAL_EVENT_KINDS.includes(next.event.kind);
+          lastSeq = next.seq;
           yield next;
           continue;
         }
@@ -288,6 +301,13 @@ export class TroupeClient {
         await new Promise<void>((resolve) => (wake = resolve));
       }
       if (failure !== undefined) throw failure;
+      // Neither the task's end nor the reader's signal: the connection closed under it, which must not pass for an end.
+      if (!ended && !stop.signal.aborted) {
+        throw new OperationError(
+          'unavailable',
+          `the events of task ${taskId} stopped before it ended: the NATS connection closed; resume with { after: ${lastSeq ?? 0} }`,
+        );
+      }
     } finally {
       options.signal?.removeEventListener('abort', onAbort);
       stop.abort();
