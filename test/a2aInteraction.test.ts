@@ -12,6 +12,7 @@ import {
   BINDINGS,
   data,
   describeUpdate,
+  raw,
   send,
   startA2aEnv,
   startA2aGateway,
@@ -343,4 +344,40 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
       expect(stateName(named.status?.state)).toBe('COMPLETED');
     });
   });
+
+  // Last in the file: NATS is paused under the gateway, then started again.
+  it('answers while NATS is down that the service is unavailable, on both bindings and for cards, never as an internal error', async () => {
+    const v1 = { 'a2a-version': '1.0' };
+    await env.h.nats.pause();
+    try {
+      const rpc = await raw(env, 'POST', '/a2a/echo/jsonrpc', {
+        headers: v1,
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'some-task' } }),
+      });
+      expect(rpc.body).toMatchObject({
+        id: 1,
+        error: { message: expect.stringMatching(/cannot reach NATS/) },
+      });
+      const rest = await raw(env, 'GET', '/a2a/echo/rest/tasks/some-task', { headers: v1 });
+      expect(rest.status).toBe(503);
+      expect(rest.body).toMatchObject({ error: { code: 503, status: 'UNAVAILABLE' } });
+      const card = await raw(env, 'GET', '/a2a/echo/.well-known/agent-card.json');
+      expect(card.status).toBe(503);
+    } finally {
+      await env.h.nats.resume();
+    }
+    // Once NATS is back, so is the service.
+    await expect
+      .poll(
+        async () =>
+          (
+            await raw(env, 'POST', '/a2a/echo/jsonrpc', {
+              headers: v1,
+              body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'GetTask', params: { id: 'some-task' } }),
+            })
+          ).body,
+        { timeout: 30_000, interval: 500 },
+      )
+      .toMatchObject({ error: { code: -32001 } });
+  }, 90_000);
 });

@@ -5,6 +5,7 @@ import {
   UnsupportedOperationError,
 } from '@a2a-js/sdk/errors';
 import { OperationError } from '@troupe/client';
+import { TransportError } from '@troupe/runtime';
 import { InvalidRequest } from '../actions.ts';
 import { AuthRefusal } from '../auth.ts';
 import { TooManyStreams } from '../streamQuota.ts';
@@ -57,9 +58,33 @@ export class ServiceUnavailable extends A2AError {
   }
 }
 
+/** Transport failures that mean NATS (or what a coordinator sets up on it) is not there now: the client may retry. */
+const OUTAGES = new Set([
+  'connect_failed',
+  'no_responders',
+  'timeout',
+  'stalled',
+  'closed',
+  'jetstream_unavailable',
+  'bucket_missing',
+  'stream_missing',
+]);
+
+/**
+ * A {@link ServiceUnavailable} for a NATS outage, undefined for anything else. Its message names no server: the
+ * cause (with the address) stays in the error, not in the answer.
+ */
+export function unavailableOf(error: unknown): ServiceUnavailable | undefined {
+  if (!TransportError.is(error) || !OUTAGES.has(error.code)) return undefined;
+  return new ServiceUnavailable(`the gateway cannot reach NATS now (${error.code}); try again later`, {
+    cause: error,
+  });
+}
+
 /**
  * The A2A error for what a Troupe operation threw: the spec's own where one fits (TaskNotFound, InvalidParams,
- * UnsupportedOperation), a {@link TransportRefusal} for a token's refusal, and undefined for a fault nobody expects
+ * UnsupportedOperation), a {@link TransportRefusal} for a token's refusal, a {@link ServiceUnavailable} for a NATS
+ * outage, and undefined for a fault nobody expects
  * (logged, and answered as an internal error that says nothing of it).
  */
 export function a2aErrorOf(error: unknown): Error | undefined {
@@ -84,5 +109,5 @@ export function a2aErrorOf(error: unknown): Error | undefined {
         return new ServiceUnavailable(error.message, { cause: error });
     }
   }
-  return undefined;
+  return unavailableOf(error);
 }

@@ -25,7 +25,7 @@ import type { Sessions } from '../sessions.ts';
 import { SseStream } from '../sse.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { TaskIds } from '../taskIds.ts';
-import { ServiceUnavailable, TransportRefusal } from './a2aErrors.ts';
+import { ServiceUnavailable, TransportRefusal, unavailableOf } from './a2aErrors.ts';
 import { type CardOptions, gatewayCard, pipelineCard } from './agentCard.ts';
 import { guarded, internalError } from './guardedHandler.ts';
 import { type A2aServices, PipelineAgent, SIGNAL_KEY } from './pipelineAgent.ts';
@@ -476,7 +476,7 @@ function transportError(error: unknown): Error | undefined {
   }
   if (error instanceof RestRouteMissing) return error;
   if (error instanceof URIError) return new RequestMalformedError(`the path is not valid: ${error.message}`);
-  return undefined;
+  return unavailableOf(error);
 }
 
 /** The HTTP+JSON binding's error answer: the spec's status and `google.rpc.Status` body. */
