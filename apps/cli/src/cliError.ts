@@ -22,7 +22,7 @@ export class CliError extends Error {
 }
 
 /**
- * For `.catch(explain)`: an operation's refusal (`OperationError` of @troupe/coordinator: no such task, a
+ * For `.catch(explain)`: an operation's refusal (`OperationError` of @troupe/client: no such task, a
  * conflict, no coordinator) becomes a CliError with its message; anything else is thrown on as it is.
  */
 export function explain(error: unknown): never {
