@@ -174,6 +174,60 @@ describe('a remote step resumed from its journal', () => {
     expect((await journal.remoteCall(StepJournal.remoteKey(request.stepId)))?.taskId).toBe(taskId);
   });
 
+  it('when two live runs both sent the message, the one whose task was journaled second cancels it and follows the first', async () => {
+    const request = stepRequest('hold');
+    // The other run's record: it is about to send.
+    await record(request);
+    let other: string | undefined;
+    const racing: typeof fetch = async (input, init) => {
+      if (other === undefined && String(init?.body ?? '').includes('"SendMessage"')) {
+        // The other run's message goes, and its task's id is journaled, while this run's is on its way.
+        other = '';
+        const task = await client.sendMessage({
+          tenant: '',
+          message: {
+            ...idsOf(request),
+            taskId: '',
+            role: Role.ROLE_USER,
+            parts: [
+              {
+                content: { $case: 'data', value: { goal: 'hold' } },
+                metadata: undefined,
+                filename: '',
+                mediaType: '',
+              },
+            ],
+            metadata: undefined,
+            extensions: [],
+            referenceTaskIds: [],
+          },
+          configuration: {
+            acceptedOutputModes: [],
+            taskPushNotificationConfig: undefined,
+            returnImmediately: true,
+          },
+          metadata: undefined,
+        });
+        other = 'id' in task ? task.id : '';
+        await record(request, { taskId: other });
+      }
+      return fetch(input, init);
+    };
+    const reply = a2aRemoteAgent(settings, { fetch: racing }).startStep(request, {
+      registry: new ToolRegistry(),
+      workspaceRoot: '/nonexistent',
+      clock: systemClock,
+      events: new EventFactory(),
+      publish: () => {},
+      journal,
+    }).reply;
+    await expect.poll(() => agent.cancelled.length).toBe(1);
+    expect(agent.cancelled[0]).not.toBe(other);
+    agent.release();
+    expect(await reply).toMatchObject({ ok: true, output: 'researcher found: hold' });
+    expect((await journal.remoteCall(StepJournal.remoteKey(request.stepId)))?.taskId).toBe(other);
+  });
+
   it('does not ask anyone again, nor answer again, a question the dead run had answered', async () => {
     const request = stepRequest('ask');
     const asked = await sendAsTheDeadRun(request);

@@ -63,6 +63,8 @@ interface RemoteRun {
   span: TraceSpan;
   /** The journal record of the call, as far as it has got. */
   record?: RemoteCallRecord | Omit<RemoteCallRecord, 'kind' | 'recordedAt'> | undefined;
+  /** The journal revision of the record as this run read or first wrote it, until the remote task's id is written. */
+  revision?: number | undefined;
   started: number;
 }
 
@@ -143,7 +145,11 @@ function timeLimit(request: AgentStepRequest, deps: StepDeps): { ms: number; sto
 async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
   const { settings, request, deps } = run;
   const key = StepJournal.remoteKey(request.stepId);
-  const read = () => journaled(() => deps.journal?.remoteCall(key));
+  const read = async () => {
+    const at = await journaled(() => deps.journal?.remoteCallAt(key));
+    run.revision = at?.revision;
+    return at?.record;
+  };
   // No run of a fresh step can have recorded anything.
   let found = request.fresh ? undefined : await read();
   const first = {
@@ -185,8 +191,7 @@ async function callRemote(run: RemoteRun): Promise<AgentStepReply> {
       ));
   }
   if (!('status' in result)) return okReply(run, messageOutput(result));
-  let task: Task = result;
-  await save(run, { ...run.record, taskId: task.id });
+  let task: Task = record.taskId === undefined ? await recordTask(run, client, result) : result;
   run.span.setAttribute('a2a.task.id', task.id);
   run.span.setAttribute('a2a.context.id', task.contextId);
   for (;;) {
@@ -458,8 +463,7 @@ async function stoppedReply(run: RemoteRun, stop: StepStop): Promise<AgentStepRe
 }
 
 /** Cancels the remote task, once, quickly: a failure to is logged, never the step's outcome. */
-async function cancelRemote(run: RemoteRun, why: string): Promise<void> {
-  const taskId = run.record?.taskId;
+async function cancelRemote(run: RemoteRun, why: string, taskId = run.record?.taskId): Promise<void> {
   if (taskId === undefined) return;
   const signal = AbortSignal.timeout(run.settings.requestTimeoutMs);
   const call = {
@@ -578,9 +582,51 @@ async function claim(
   run: RemoteRun,
   record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>,
 ): Promise<boolean> {
+  const journal = run.deps.journal;
+  if (!journal) return true;
   const key = StepJournal.remoteKey(run.request.stepId);
   const now = new Date(run.deps.clock.now());
-  return (await journaled(() => run.deps.journal?.createRemoteCall(key, record, now))) ?? true;
+  run.revision = await journaled(() => journal.createRemoteCall(key, record, now));
+  if (run.revision === undefined) return false;
+  run.record = record;
+  return true;
+}
+
+/**
+ * Journals the id of the task this run's message made, unless another run of the step (live at the same time, both
+ * in the window before an id was journaled) journaled its own first: then that task is the step's, followed from here
+ * on, and this run's is cancelled, so the remote agent does the work once.
+ */
+async function recordTask(run: RemoteRun, client: Client, task: Task): Promise<Task> {
+  const { deps, request } = run;
+  const record = { ...(run.record as RemoteCallRecord), taskId: task.id };
+  const revision = run.revision;
+  if (!deps.journal || revision === undefined) {
+    await save(run, record);
+    return task;
+  }
+  const journal = deps.journal;
+  const key = StepJournal.remoteKey(request.stepId);
+  const now = new Date(deps.clock.now());
+  run.revision = undefined;
+  if ((await journaled(() => journal.updateRemoteCall(key, record, revision, now))) !== undefined) {
+    run.record = record;
+    return task;
+  }
+  const written = await journaled(() => journal.remoteCall(key));
+  const other = written?.taskId;
+  // Another run wrote, but named no other task (or this one): this run's task stands.
+  if (written === undefined || other === undefined || other === task.id) {
+    await save(run, record);
+    return task;
+  }
+  await cancelRemote(
+    run,
+    `another run of step ${request.stepId} sent the message too, and its task ${other} is followed`,
+    task.id,
+  );
+  run.record = written;
+  return getTask(run, client, other);
 }
 
 async function save(run: RemoteRun, record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>): Promise<void> {

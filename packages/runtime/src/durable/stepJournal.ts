@@ -188,20 +188,36 @@ export class StepJournal {
     return entry?.kind === 'remote.call' ? entry : undefined;
   }
 
+  /** The call to a remote agent recorded under this key, with its revision, for a write that must not replace another's. */
+  async remoteCallAt(key: string): Promise<{ record: RemoteCallRecord; revision: number } | undefined> {
+    const entry = await this.#get(key);
+    return entry?.value.kind === 'remote.call'
+      ? { record: entry.value, revision: entry.revision }
+      : undefined;
+  }
+
   /**
-   * Records a step's call to a remote agent if no run of the step has yet: false when one has (two runs of a step may
-   * start together, a resend on another host beside a first delivery that came late), so the caller goes on from what
-   * that run recorded rather than replacing it — a remote task id among it.
+   * Records a step's call to a remote agent if no run of the step has yet, and gives its revision: undefined when one
+   * has (two runs of a step may start together, a resend on another host beside a first delivery that came late), so
+   * the caller goes on from what that run recorded rather than replacing it — a remote task id among it.
    */
   async createRemoteCall(
     key: string,
     record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>,
     now: Date,
-  ): Promise<boolean> {
-    return (
-      (await this.#create(key, { kind: 'remote.call', ...record, recordedAt: now.toISOString() })) !==
-      undefined
-    );
+  ): Promise<number | undefined> {
+    return this.#create(key, { kind: 'remote.call', ...record, recordedAt: now.toISOString() });
+  }
+
+  /** Replaces the record at `revision` with this one, and gives the new revision: undefined when another run wrote since. */
+  async updateRemoteCall(
+    key: string,
+    record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>,
+    revision: number,
+    now: Date,
+  ): Promise<number | undefined> {
+    const kept = await this.#kept(key, { kind: 'remote.call', ...record, recordedAt: now.toISOString() });
+    return throughOutages(() => this.#store.update(key, kept, revision));
   }
 
   /** Records (or updates) a step's call to a remote agent. */
