@@ -31,7 +31,10 @@ export function checkTaskInput(
 ): { ok: true } | { ok: false; reason: string; issues: Issue[] } {
   const declared = (schema.properties as Record<string, unknown> | undefined)?.[SESSION_KEY] !== undefined;
   const { [SESSION_KEY]: _session, ...own } = input ?? {};
-  const parsed = validatorOf(schema).safeParse(declared ? (input ?? {}) : own);
+  // zod's fromJSONSchema applies properties, required and additionalProperties only under type: object, where JSON
+  // Schema applies them to any object; an input is always one, so a schema without a type is read as an object's.
+  const objectSchema = schema.type === undefined ? { ...schema, type: 'object' } : schema;
+  const parsed = validatorOf(objectSchema).safeParse(declared ? (input ?? {}) : own);
   if (parsed.success) return { ok: true };
   const issues = formatIssues(parsed.error.issues).map((i) => ({
     ...i,

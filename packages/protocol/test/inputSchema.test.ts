@@ -24,6 +24,14 @@ describe('checkTaskInput', () => {
     expect(missing.ok ? [] : missing.issues.map((i) => i.path)).toEqual(['input.numbers']);
   });
 
+  it('checks the keys of a schema that names no type, as JSON Schema applies them to any object', () => {
+    const untyped = { properties: { n: { type: 'number' } }, required: ['n'], additionalProperties: false };
+    expect(checkTaskInput(untyped, { n: 1 })).toEqual({ ok: true });
+    const wrong = checkTaskInput(untyped, { n: 'x', m: 1 });
+    expect(wrong.ok ? [] : wrong.issues.map((i) => i.path).sort()).toEqual(['input', 'input.n']);
+    expect(checkTaskInput(untyped, undefined).ok).toBe(false);
+  });
+
   it("leaves a gateway session's input.session to the runtime, unless the schema declares it", () => {
     const session = { summary: 'earlier turns', turns: [] };
     expect(checkTaskInput(closed, { numbers: [1], session })).toEqual({ ok: true });
