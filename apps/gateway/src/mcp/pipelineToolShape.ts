@@ -28,14 +28,37 @@ export function pipelineToolShape(pipeline: PipelineRegistration): PipelineToolS
       type: 'object',
       properties: {
         goal: { type: 'string', minLength: 1, description: 'What the task should achieve.' },
-        input: declared ?? {
-          type: 'object',
-          description: 'Structured input handed to every step (any object).',
-        },
+        input: declared
+          ? nestedAt(declared, '#/properties/input')
+          : { type: 'object', description: 'Structured input handed to every step (any object).' },
       },
       required: needsInput ? ['goal', 'input'] : ['goal'],
       additionalProperties: false,
     },
     ...(pipeline.output?.type === 'object' ? { outputSchema: pipeline.output } : {}),
   };
+}
+
+/** Keywords whose values are data, not schemas: a `$ref` key inside them is not a reference. */
+const DATA_KEYWORDS = new Set(['const', 'enum', 'default', 'examples']);
+
+/**
+ * The pipeline's input schema placed at `at` in the tool's: its own references (`#/$defs/…`), which pointed into it
+ * as a root, are made to point where it now is, or no JSON Schema validator could resolve them. One with an `$id`
+ * is a resource of its own, whose references resolve within it already.
+ */
+function nestedAt(schema: Record<string, unknown>, at: string): Record<string, unknown> {
+  if (typeof schema.$id === 'string') return schema;
+  const move = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(move);
+    if (value === null || typeof value !== 'object') return value;
+    return Object.fromEntries(
+      Object.entries(value).map(([key, v]) => {
+        if (key === '$ref' && typeof v === 'string' && (v === '#' || v.startsWith('#/')))
+          return [key, `${at}${v.slice(1)}`];
+        return [key, DATA_KEYWORDS.has(key) ? v : move(v)];
+      }),
+    );
+  };
+  return move(schema) as Record<string, unknown>;
 }
