@@ -383,6 +383,16 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       expect((await rpc({ jsonrpc: '2.0', id: 2, method: 'SendMessage', params: {} })).body).toMatchObject({
         error: { code: -32602 },
       });
+      // What the SDK's reader cannot take is the client's to fix, not an internal error.
+      const nullPart = { messageId: 'm-null', role: 'ROLE_USER', parts: [null] };
+      for (const method of ['SendMessage', 'SendStreamingMessage']) {
+        expect(
+          (await rpc({ jsonrpc: '2.0', id: 8, method, params: { message: nullPart } })).body,
+        ).toMatchObject({
+          id: 8,
+          error: { code: -32602 },
+        });
+      }
       expect(
         (await rpc({ jsonrpc: '2.0', id: 3, method: 'ListTasks', params: { pageSize: 500 } })).body,
       ).toMatchObject({
@@ -421,7 +431,9 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         error: { code: -32001 },
       });
       // A patch number is not considered (spec §3.6): 1.0.1 is 1.0.
-      expect((await rpc(getTask, { 'a2a-version': '1.0.1' })).body).toMatchObject({ error: { code: -32001 } });
+      expect((await rpc(getTask, { 'a2a-version': '1.0.1' })).body).toMatchObject({
+        error: { code: -32001 },
+      });
       const rest = await raw(env, 'GET', '/a2a/echo/rest/tasks/no-such-task');
       expect(rest.status).toBe(400);
       expect(rest.body).toMatchObject({
@@ -442,6 +454,17 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         },
       );
       expect((await raw(env, 'DELETE', '/a2a/echo/rest/message:send', { headers: v1 })).status).toBe(405);
+      const nullPart = await raw(env, 'POST', '/a2a/echo/rest/message:send', {
+        headers: v1,
+        body: JSON.stringify({ message: { messageId: 'm-null', role: 'ROLE_USER', parts: [null] } }),
+      });
+      expect(nullPart.status).toBe(400);
+      expect(nullPart.body).toMatchObject({ error: { details: [{ reason: 'INVALID_PARAMS' }] } });
+      const twice = await raw(env, 'GET', '/a2a/echo/rest/tasks?pageSize=1&pageSize=2', { headers: v1 });
+      expect(twice.status).toBe(400);
+      expect(twice.body).toMatchObject({
+        error: { message: expect.stringMatching(/^pageSize: given more than once/) },
+      });
       const plain = await raw(env, 'POST', '/a2a/echo/rest/message:send', {
         headers: { ...v1, 'content-type': 'text/plain' },
         body: 'hello',

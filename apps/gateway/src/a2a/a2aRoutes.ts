@@ -1,4 +1,16 @@
-import { AgentCard, StreamResponse } from '@a2a-js/sdk';
+import {
+  AgentCard,
+  CancelTaskRequest,
+  DeleteTaskPushNotificationConfigRequest,
+  GetTaskPushNotificationConfigRequest,
+  GetTaskRequest,
+  ListTaskPushNotificationConfigsRequest,
+  ListTasksRequest,
+  SendMessageRequest,
+  StreamResponse,
+  SubscribeToTaskRequest,
+  TaskPushNotificationConfig,
+} from '@a2a-js/sdk';
 import {
   A2A_ERROR_CODE,
   A2AError,
@@ -31,7 +43,7 @@ import { guarded, internalError } from './guardedHandler.ts';
 import { type A2aServices, PipelineAgent, SIGNAL_KEY } from './pipelineAgent.ts';
 import { PushConfigs } from './pushConfigs.ts';
 import type { PushUrlPolicy } from './pushUrls.ts';
-import { RestRouteMissing, restCall } from './restBinding.ts';
+import { decode, RestRouteMissing, restCall } from './restBinding.ts';
 import { TaskReader } from './taskReader.ts';
 
 export interface A2aRoutesOptions {
@@ -226,6 +238,11 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       return reply.send(rpcError(null, error));
     }
     const id = rpc.id === undefined ? null : (rpc.id as string | number | null);
+    try {
+      checkParams(rpc);
+    } catch (error) {
+      return reply.send(rpcError(id, error));
+    }
     const stopped = new AbortController();
     // A client that goes stops what its request waits on (a blocking SendMessage's consumer).
     reply.raw.on('close', () => stopped.abort());
@@ -442,6 +459,27 @@ function parseRpc(text: string): Record<string, unknown> {
     throw invalid('id is not a string, an integer or null');
   }
   return rpc;
+}
+
+/** The SDK's reader of each method's params, which its JSON-RPC transport runs outside our handler. */
+const PARAMS_OF: Record<string, { fromJSON(object: unknown): unknown }> = {
+  SendMessage: SendMessageRequest,
+  SendStreamingMessage: SendMessageRequest,
+  GetTask: GetTaskRequest,
+  ListTasks: ListTasksRequest,
+  CancelTask: CancelTaskRequest,
+  SubscribeToTask: SubscribeToTaskRequest,
+  CreateTaskPushNotificationConfig: TaskPushNotificationConfig,
+  GetTaskPushNotificationConfig: GetTaskPushNotificationConfigRequest,
+  ListTaskPushNotificationConfigs: ListTaskPushNotificationConfigsRequest,
+  DeleteTaskPushNotificationConfig: DeleteTaskPushNotificationConfigRequest,
+};
+
+/** Reads a request's params as the SDK will, first: what it cannot read is InvalidParams, not an internal error. */
+function checkParams(rpc: Record<string, unknown>): void {
+  const type = PARAMS_OF[rpc.method as string];
+  const params = rpc.params;
+  if (type && typeof params === 'object' && params !== null && !Array.isArray(params)) decode(type, params);
 }
 
 /** JSON as the gateway takes it: parsed without prototype keys, and refused past the depth every message is held to. */

@@ -44,6 +44,9 @@ export function restCall(
   query: Record<string, string | undefined>,
   body: unknown,
 ): RestCall {
+  for (const [name, value] of Object.entries(query)) {
+    if (Array.isArray(value)) throw new RequestMalformedError(`${name}: given more than once; give it once`);
+  }
   const segments = path
     .split('/')
     .filter((s) => s !== '')
@@ -59,7 +62,7 @@ export function restCall(
   if (first === 'message:send' && second === undefined) {
     need('POST');
     return once(async (h, c) => {
-      const task = await h.sendMessage(SendMessageRequest.fromJSON(json(body)), c);
+      const task = await h.sendMessage(decode(SendMessageRequest, json(body)), c);
       const payload =
         'messageId' in task
           ? { $case: 'message' as const, value: task }
@@ -69,7 +72,7 @@ export function restCall(
   }
   if (first === 'message:stream' && second === undefined) {
     need('POST');
-    return { kind: 'stream', run: (h, c) => h.sendMessageStream(SendMessageRequest.fromJSON(json(body)), c) };
+    return { kind: 'stream', run: (h, c) => h.sendMessageStream(decode(SendMessageRequest, json(body)), c) };
   }
   if (first === 'extendedAgentCard' && second === undefined) {
     need('GET');
@@ -134,7 +137,7 @@ export function restCall(
         status: 201,
         body: TaskPushNotificationConfig.toJSON(
           await h.createTaskPushNotificationConfig(
-            TaskPushNotificationConfig.fromJSON({ ...json(body), taskId }),
+            decode(TaskPushNotificationConfig, { ...json(body), taskId }),
             c,
           ),
         ),
@@ -181,6 +184,20 @@ export function listBody(listed: ListTasksResponse): Record<string, unknown> {
     pageSize: listed.pageSize,
     totalSize: listed.totalSize,
   };
+}
+
+/**
+ * A request's JSON in the SDK's form. What the SDK's reader cannot take (a `null` among a message's parts) is the
+ * client's to fix, so it is InvalidParams, never an internal error.
+ */
+export function decode<T>(type: { fromJSON(object: unknown): T }, value: unknown): T {
+  try {
+    return type.fromJSON(value);
+  } catch (error) {
+    throw new RequestMalformedError(
+      `the request is not one A2A v1.0 takes (a null where an object belongs?): ${(error as Error).message}`,
+    );
+  }
 }
 
 const once = (run: Extract<RestCall, { kind: 'once' }>['run']): RestCall => ({ kind: 'once', run });
