@@ -263,6 +263,8 @@ describe('the gateway: Troupe over HTTP', () => {
     await call('POST', '/v1/pipelines/slowpoke/tasks', {
       body: { goal: 'take your time', id: 'gw-leave-1' },
     });
+    // Until a coordinator takes it, the task has no record and its event stream is a 404.
+    await expect.poll(async () => (await call('GET', '/v1/tasks/gw-leave-1')).status).toBe(200);
     const cut = await events('gw-leave-1', '', {}, 1);
     expect(cut.ended).toBe(false);
     const ws = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${TOKENS.admin}`);
