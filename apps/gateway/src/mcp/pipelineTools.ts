@@ -17,10 +17,18 @@ export class PipelineTools {
   readonly #tools = new Map<string, { shape: string; tool: RegisteredTool }>();
   #start: { names: string; tool: RegisteredTool | undefined } = { names: '', tool: undefined };
 
-  constructor(server: McpServer, call: PipelineCallContext, longTasks: LongTaskDeps) {
+  readonly #warn: (message: string) => void;
+
+  constructor(
+    server: McpServer,
+    call: PipelineCallContext,
+    longTasks: LongTaskDeps,
+    warn: (message: string) => void = () => undefined,
+  ) {
     this.#server = server;
     this.#call = call;
     this.#longTasks = longTasks;
+    this.#warn = warn;
   }
 
   sync(pipelines: readonly PipelineRegistration[]): void {
@@ -33,8 +41,13 @@ export class PipelineTools {
       this.#tools.delete(name);
     }
     for (const [name, shape] of shapes) {
-      if (!this.#tools.has(name))
+      if (this.#tools.has(name)) continue;
+      try {
         this.#tools.set(name, { shape: JSON.stringify(shape), tool: this.#register(shape) });
+      } catch (error) {
+        // A schema the SDK cannot compile leaves that pipeline out (troupe_start still runs it), not every other.
+        this.#warn(`pipeline ${name} is not offered as a tool: ${(error as Error).message}`);
+      }
     }
     const names = [...shapes.keys()].sort();
     if (names.join(',') !== this.#start.names) {

@@ -116,7 +116,7 @@ export async function troupeMcpServer(
   }
   if (!holdsScope(who, 'submit')) return server;
   registerCancelTool(server, longTasks);
-  const tools = new PipelineTools(server, call, longTasks);
+  const tools = new PipelineTools(server, call, longTasks, (message) => options.warn?.(message));
   const sync = async () => {
     try {
       tools.sync(await options.pipelines());
