@@ -47,7 +47,7 @@ describe('PipelineTools: the pipeline tools of one server', () => {
     const warnings: string[] = [];
     const tools = new PipelineTools(
       server,
-      { who: { name: 'ops', scopes: ['admin'] } } as PipelineCallContext,
+      { who: { name: 'ops', scopes: ['admin'] } } as unknown as PipelineCallContext,
       { who: { name: 'ops', scopes: ['admin'] } } as never,
       (message) => void warnings.push(message),
     );
