@@ -302,6 +302,9 @@ describe('a task still queued: submitted while no coordinator runs', () => {
     const { taskId } = await troupe.submit('summing', { goal: 'add', input: { numbers: [1, 2, 3] } });
     await expect(troupe.task(taskId)).rejects.toMatchObject({ code: 'not_found' });
     expect(await troupe.result(taskId)).toBeUndefined();
+    const early = await troupe.cancel(taskId).catch((e: unknown) => e);
+    expect(OperationError.is(early, 'not_found')).toBe(true);
+    expect((early as Error).message).toContain(`task ${taskId} is still queued`);
     await expect(troupe.wait(taskId, { timeoutMs: 200 })).rejects.toMatchObject({ code: 'unavailable' });
     // Another client knows it only with its pipeline.
     const other = new TroupeClient(h.bus);

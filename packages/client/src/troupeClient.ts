@@ -316,8 +316,20 @@ export class TroupeClient {
   }
 
   /** Asks the coordinator running the task to stop it (`conflict` when it has ended already). */
-  cancel(taskId: string, reason?: string): Promise<void> {
-    return cancelTask(this.bus, taskId, reason);
+  async cancel(taskId: string, reason?: string): Promise<void> {
+    try {
+      await cancelTask(this.bus, taskId, reason);
+    } catch (error) {
+      // Submitted here and not yet taken: only the coordinator running a task can stop it, and none does yet.
+      if (OperationError.is(error, 'not_found') && this.#submitted.has(taskId)) {
+        throw new OperationError(
+          'not_found',
+          `task ${taskId} is still queued: no coordinator has taken it yet, and only the one running it can cancel it; try again once task(${JSON.stringify(taskId)}) finds it`,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
   }
 
   /** What people are asked and have not answered (or ever were, with `all`), of one task when asked. */
