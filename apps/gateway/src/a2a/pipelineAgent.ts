@@ -265,25 +265,19 @@ export class PipelineAgent implements A2ARequestHandler {
     params: TaskPushNotificationConfig,
     _context: ServerCallContext,
   ): Promise<TaskPushNotificationConfig> {
-    const record = await this.#record(params.taskId, params.tenant);
-    authorize(this.#caller.who, 'submit', record.pipeline);
+    const task = await this.#pushTarget(params.taskId, params.tenant);
+    authorize(this.#caller.who, 'submit', task.pipeline);
     const configs = await this.#pushConfigs();
-    return pushCall(() =>
-      configs.create(
-        { taskId: record.taskId, pipeline: record.pipeline, contextId: refOf(record).contextId },
-        params,
-        this.#caller.who.name,
-      ),
-    );
+    return pushCall(() => configs.create(task, params, this.#caller.who.name));
   }
 
   async getTaskPushNotificationConfig(
     params: GetTaskPushNotificationConfigRequest,
     _context: ServerCallContext,
   ): Promise<TaskPushNotificationConfig> {
-    const record = await this.#record(params.taskId, params.tenant);
-    const entry = await pushCall(async () => (await this.#pushConfigs()).get(record.taskId, params.id));
-    if (!entry || entry.pipeline !== record.pipeline) {
+    const task = await this.#pushTarget(params.taskId, params.tenant);
+    const entry = await pushCall(async () => (await this.#pushConfigs()).get(task.taskId, params.id));
+    if (!entry || entry.pipeline !== task.pipeline) {
       throw new TaskNotFoundError(`task ${params.taskId} has no push notification config ${params.id}`);
     }
     return entry.config;
@@ -293,11 +287,11 @@ export class PipelineAgent implements A2ARequestHandler {
     params: ListTaskPushNotificationConfigsRequest,
     _context: ServerCallContext,
   ): Promise<ListTaskPushNotificationConfigsResponse> {
-    const record = await this.#record(params.taskId, params.tenant);
-    const entries = await pushCall(async () => (await this.#pushConfigs()).list(record.taskId));
+    const task = await this.#pushTarget(params.taskId, params.tenant);
+    const entries = await pushCall(async () => (await this.#pushConfigs()).list(task.taskId));
     // A task has at most a few configs: they come in one page.
     return {
-      configs: entries.filter((e) => e.pipeline === record.pipeline).map((e) => e.config),
+      configs: entries.filter((e) => e.pipeline === task.pipeline).map((e) => e.config),
       nextPageToken: '',
     };
   }
@@ -306,9 +300,32 @@ export class PipelineAgent implements A2ARequestHandler {
     params: DeleteTaskPushNotificationConfigRequest,
     _context: ServerCallContext,
   ): Promise<void> {
-    const record = await this.#record(params.taskId, params.tenant);
-    authorize(this.#caller.who, 'submit', record.pipeline);
-    await pushCall(async () => (await this.#pushConfigs()).delete(record.taskId, params.id));
+    const task = await this.#pushTarget(params.taskId, params.tenant);
+    authorize(this.#caller.who, 'submit', task.pipeline);
+    await pushCall(async () => (await this.#pushConfigs()).delete(task.taskId, params.id));
+  }
+
+  /**
+   * The task a push config is for: from its record, or — submitted a moment ago (`returnImmediately`) and not yet
+   * taken by a coordinator — from its turn in its session, so a client may give its webhook right after sending.
+   */
+  async #pushTarget(
+    taskId: string,
+    tenant: string,
+  ): Promise<{ taskId: string; pipeline: string; contextId: string }> {
+    const recorded = async () => {
+      const record = await this.#record(taskId, tenant);
+      return { taskId: record.taskId, pipeline: record.pipeline, contextId: refOf(record).contextId };
+    };
+    try {
+      return await recorded();
+    } catch {
+      const waiting = await this.#submittedTurn(taskId, tenant);
+      // Not waiting any more: a coordinator may have taken it between the two looks.
+      if (!waiting) return recorded();
+      const { session } = await this.#services.sessions.read(this.#caller.who, waiting.ref.contextId);
+      return { taskId, pipeline: session.pipeline, contextId: session.id };
+    }
   }
 
   /**
