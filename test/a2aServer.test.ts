@@ -512,6 +512,22 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
       });
       expect(rpcRefused.status).toBe(401);
       expect(rpcRefused.body).toMatchObject({ id: 7, error: { code: -32040 } });
+      // Its params are not looked at before its token.
+      const badParams = {
+        jsonrpc: '2.0',
+        id: 8,
+        method: 'SendMessage',
+        params: { message: { parts: [null] } },
+      };
+      expect(
+        (
+          await raw(env, 'POST', '/a2a/echo/jsonrpc', {
+            token: null,
+            body: JSON.stringify(badParams),
+            headers: { 'a2a-version': '1.0' },
+          })
+        ).status,
+      ).toBe(401);
       const restRefused = await raw(env, 'GET', '/a2a/echo/rest/tasks', {
         token: null,
         headers: { 'a2a-version': '1.0' },

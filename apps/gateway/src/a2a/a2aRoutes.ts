@@ -238,17 +238,14 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       return reply.send(rpcError(null, error));
     }
     const id = rpc.id === undefined ? null : (rpc.id as string | number | null);
-    try {
-      checkParams(rpc);
-    } catch (error) {
-      return reply.send(rpcError(id, error));
-    }
     const stopped = new AbortController();
     // A client that goes stops what its request waits on (a blocking SendMessage's consumer).
     reply.raw.on('close', () => stopped.abort());
     let prepared: Awaited<ReturnType<typeof prepare>>;
     try {
       prepared = await prepare(request, reply, 'JSONRPC', pipeline, stopped);
+      // Its token and version first: a caller without a token learns nothing of the params.
+      checkParams(rpc);
     } catch (error) {
       return sendRpcRefusal(request, reply, id, error);
     }
