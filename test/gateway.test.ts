@@ -755,11 +755,19 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
       headers: {
         origin: 'https://app.example',
         'access-control-request-method': 'POST',
-        'access-control-request-headers': 'a2a-version, mcp-session-id, mcp-protocol-version',
+        'access-control-request-headers':
+          'a2a-version, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name',
       },
     });
     const allowedHeaders = protocols.headers.get('access-control-allow-headers') ?? '';
-    for (const header of ['a2a-version', 'a2a-extensions', 'mcp-session-id', 'mcp-protocol-version'])
+    for (const header of [
+      'a2a-version',
+      'a2a-extensions',
+      'mcp-session-id',
+      'mcp-protocol-version',
+      'mcp-method',
+      'mcp-name',
+    ])
       expect(allowedHeaders).toContain(header);
     expect(protocols.headers.get('access-control-expose-headers')).toContain('mcp-session-id');
   });

@@ -182,6 +182,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       'a2a-extensions',
       'mcp-session-id',
       'mcp-protocol-version',
+      // MCP 2026-07-28 requests name their method and target in headers too (SEP-2243).
+      'mcp-method',
+      'mcp-name',
     ],
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 1_048_576 } });
