@@ -250,6 +250,56 @@ describe('a remote step resumed from its journal', () => {
     expect(received(`${idsOf(request).messageId}-answer-1`)).toBe(1);
   });
 
+  it('counts as sent an answer the agent moved on from, though its history does not hold it: a new question is asked anew', async () => {
+    const request = stepRequest('ask-twice');
+    const asked = await sendAsTheDeadRun(request);
+    const taskId = 'id' in asked ? asked.id : '';
+    const first = (await client.getTask({ tenant: '', id: taskId })).status;
+    const key = [
+      first?.timestamp ?? '',
+      first?.message?.messageId ?? '',
+      'Which year should the report cover?',
+    ].join('|');
+    // The dead run asked a person (request q-1, answered 1999), recorded which question it answered, sent the
+    // answer — kept by the agent under an id of its own, as Troupe's gateway keeps it — and died.
+    await record(request, { taskId, asking: key });
+    await journal.recordHumanRequest(
+      StepJournal.humanKey(`${StepJournal.remoteKey(request.stepId)}.1`, 'question'),
+      'q-1',
+      new Date(),
+    );
+    await sendAsTheDeadRun(request, { messageId: 'kept-under-its-own-id', taskId }, [
+      { content: { $case: 'text', value: '1999' }, metadata: undefined, filename: '', mediaType: '' },
+    ]);
+    const questions: string[] = [];
+    // A person: request q-1 was answered 1999; a new request is answered March.
+    const human = {
+      approve: () => Promise.reject(new Error('no approvals here')),
+      ask: async (
+        question: string,
+        _scope: unknown,
+        _signal: AbortSignal,
+        options?: { id?: string; onAsked?: (id: string) => Promise<void> },
+      ) => {
+        if (options?.id === 'q-1') return '1999';
+        questions.push(question);
+        await options?.onAsked?.('q-2');
+        return 'March';
+      },
+    };
+    const reply = await a2aRemoteAgent(settings).startStep(request, {
+      registry: new ToolRegistry(),
+      workspaceRoot: '/nonexistent',
+      clock: systemClock,
+      events: new EventFactory(),
+      publish: () => {},
+      journal,
+      human,
+    }).reply;
+    expect(reply).toMatchObject({ ok: true, output: 'researcher was told: March' });
+    expect(questions).toEqual(['researcher asks: And which month of 1999?']);
+  });
+
   it('follows an agent that streams on SubscribeToTask: the end is seen at once, not at the next poll', async () => {
     const streaming = await startTestAgent('streamer', { streaming: true });
     try {

@@ -22,7 +22,7 @@ import {
 } from '@a2a-js/sdk/server';
 
 /** What a test agent does with a message: decided by the `goal` of the step's data part. */
-export type Behaviour = 'echo' | 'hold' | 'ask' | 'slow';
+export type Behaviour = 'echo' | 'hold' | 'ask' | 'ask-twice' | 'slow';
 
 /** One request the agent's HTTP server received: its JSON-RPC method and headers. */
 export interface ReceivedRequest {
@@ -36,7 +36,7 @@ export interface ReceivedRequest {
  * an `AgentExecutor`) on a plain node:http server with `JsonRpcTransportHandler`: the remote side of the tests.
  * The step's goal picks the behaviour: `echo` (or any other) completes at once with a text and a data artifact (about
  * the foreach item, when there is one), `hold` works until {@link TestAgent.release}, `ask` asks for input and
- * completes with the answer, `slow` works until cancelled. A reviewer's step is approved, its verdict a data part.
+ * completes with the answer, `ask-twice` asks a second question after the first answer, `slow` works until cancelled. A reviewer's step is approved, its verdict a data part.
  */
 export interface TestAgent {
   url: string;
@@ -89,6 +89,8 @@ export async function startTestAgent(
   };
   const untilReleased = () => (released ? Promise.resolve() : new Promise<void>((go) => waiting.add(go)));
   const cancelling = new Map<string, () => void>();
+  /** Tasks of `ask-twice` whose first question is not answered yet. */
+  const twice = new Set<string>();
 
   const status = (ctx: RequestContext, state: TaskState, said?: string) =>
     AgentEvent.statusUpdate({
@@ -146,11 +148,16 @@ export async function startTestAgent(
         metadata: undefined,
       };
       bus.publish(AgentEvent.task(task));
-      // A follow-up on a task that asked: the answer completes it.
+      // A follow-up on a task that asked: the answer completes it (the first of two questions asks the second).
       if (ctx.task) {
         const answer = message.parts
           .map((p) => (p.content?.$case === 'text' ? p.content.value : ''))
           .join('');
+        if (twice.delete(ctx.taskId)) {
+          bus.publish(status(ctx, TaskState.TASK_STATE_INPUT_REQUIRED, `And which month of ${answer}?`));
+          bus.finished();
+          return;
+        }
         bus.publish(artifact(ctx, [text(`${name} was told: ${answer}`)]));
         bus.publish(status(ctx, TaskState.TASK_STATE_COMPLETED));
         bus.finished();
@@ -168,7 +175,8 @@ export async function startTestAgent(
         return;
       }
       bus.publish(status(ctx, TaskState.TASK_STATE_WORKING));
-      if (goal === 'ask') {
+      if (goal === 'ask-twice') twice.add(ctx.taskId);
+      if (goal === 'ask' || goal === 'ask-twice') {
         bus.publish(status(ctx, TaskState.TASK_STATE_INPUT_REQUIRED, 'Which year should the report cover?'));
         bus.finished();
         return;

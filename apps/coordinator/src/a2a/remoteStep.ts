@@ -272,9 +272,16 @@ function questionKey(task: Task): string {
  */
 async function answer(run: RemoteRun, client: Client, task: Task, streams: boolean): Promise<Task> {
   const { settings, request, deps } = run;
-  const record = { ...(run.record as RemoteCallRecord), taskId: task.id };
+  let record = { ...(run.record as RemoteCallRecord), taskId: task.id };
   const question = questionKey(task);
   if (question === record.answered) return changed(run, client, task, streams);
+  if (record.asking !== undefined && record.asking !== question) {
+    // A run that died had sent the answer to another question, and the agent moved on from it: it went (an agent
+    // may keep it under an id of its own). Counted, so this question is asked anew, not given that answer.
+    const { asking, ...rest } = record;
+    record = { ...rest, answers: record.answers + 1, answered: asking };
+    await save(run, record);
+  }
   const n = record.answers + 1;
   const messageId = `${record.messageId}-answer-${n}`;
   if (holdsMessage(task, messageId)) {
