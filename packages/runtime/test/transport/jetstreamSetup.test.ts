@@ -51,6 +51,7 @@ describe('ensureTroupeStreams', () => {
     expect(names.sort()).toEqual([
       'DEADLETTER',
       'EVENTS',
+      'KV_a2a-push',
       'KV_approvals',
       'KV_journal',
       'KV_memory',
