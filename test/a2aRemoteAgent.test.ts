@@ -195,7 +195,13 @@ flow:
     const result = await replayTask(h.eventsOf('echo-1'), 'echo-1', { pipeline });
     expect(result.divergence).toBeUndefined();
     expect(result.replayed).toEqual(result.recorded);
-    expect(result.replayed.map((f) => f.kind)).toEqual(['step', 'tool', 'tool result', 'step end', 'task end']);
+    expect(result.replayed.map((f) => f.kind)).toEqual([
+      'step',
+      'tool',
+      'tool result',
+      'step end',
+      'task end',
+    ]);
     expect(agent.messages.length).toBe(before);
   });
 
