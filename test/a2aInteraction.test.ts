@@ -1,4 +1,4 @@
-import { type StreamResponse, TaskState } from '@a2a-js/sdk';
+import { Role, type StreamResponse, TaskState } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
 import { RequestMalformedError, TaskNotFoundError } from '@a2a-js/sdk/errors';
 import { startGateway, TokenStore } from '@troupe/gateway';
@@ -19,6 +19,7 @@ import {
   stateName,
   text,
 } from './support/a2aServer.ts';
+import { startSecondCoordinator } from './support/harness.ts';
 
 /** What an INPUT_REQUIRED status asks, from its data part. */
 function askedOf(status: {
@@ -379,5 +380,36 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
         { timeout: 30_000, interval: 500 },
       )
       .toMatchObject({ error: { code: -32001 } });
+  }, 90_000);
+});
+
+describe('a task no coordinator has taken yet', () => {
+  it('is SUBMITTED to GetTask and SubscribeToTask right after a send that returned at once, and followed to its end once a coordinator takes it', async () => {
+    const quiet = await startA2aEnv();
+    let second: { stop(): Promise<void> } | undefined;
+    try {
+      await quiet.h.coordinator.stop();
+      const client = await a2aClient(quiet, 'summing', 'JSONRPC');
+      const sent = asTask(
+        await client.sendMessage(send([text('add'), data({ numbers: [1, 2] })], { returnImmediately: true })),
+      );
+      expect(stateName(sent.status?.state)).toBe('SUBMITTED');
+      const read = await client.getTask({ id: sent.id, tenant: '' });
+      expect(read.history[0]).toMatchObject({ role: Role.ROLE_USER });
+      const seen: string[] = [];
+      const following = (async () => {
+        for await (const update of client.resubscribeTask({ id: sent.id, tenant: '' })) {
+          seen.push(describeUpdate(update));
+        }
+      })();
+      await expect.poll(() => seen[0], { timeout: 10_000 }).toBe('task:SUBMITTED');
+      second = await startSecondCoordinator(quiet.h, ['summing.yaml']);
+      await following;
+      expect(seen).toContain('artifact:output');
+      expect(seen.at(-1)).toMatch(/^status:COMPLETED/);
+    } finally {
+      await second?.stop();
+      await quiet.stop();
+    }
   }, 90_000);
 });

@@ -165,16 +165,18 @@ export class PipelineAgent implements A2ARequestHandler {
     params: SubscribeToTaskRequest,
     context: ServerCallContext,
   ): AsyncGenerator<StreamResponse, void, undefined> {
-    const record = await this.#record(params.id, params.tenant);
-    const snapshot = await this.#services.reader.snapshot(record);
-    if (isTerminal(snapshot.fold.state)) {
+    const { reader } = this.#services;
+    const found = await this.#recordOrTurn(params.id, params.tenant);
+    const snapshot =
+      'record' in found ? await reader.snapshot(found.record) : { fold: found.fold, seen: new Set<string>() };
+    if ('record' in found && isTerminal(snapshot.fold.state)) {
       throw new UnsupportedOperationError(
-        `task ${params.id} has ended (${record.status}): there is nothing to subscribe to; GetTask reads it`,
+        `task ${params.id} has ended (${found.record.status}): there is nothing to subscribe to; GetTask reads it`,
       );
     }
     yield { payload: { $case: 'task', value: snapshot.fold.task() } };
-    const { reader } = this.#services;
-    for await (const event of reader.follow(record, signalOf(context), snapshot.seen)) {
+    const task = 'record' in found ? found.record : { taskId: params.id, pipeline: found.pipeline };
+    for await (const event of reader.follow(task, signalOf(context), snapshot.seen)) {
       yield* await reader.applyTo(snapshot.fold, event);
       if (isTerminal(snapshot.fold.state)) return;
     }
@@ -325,6 +327,25 @@ export class PipelineAgent implements A2ARequestHandler {
       if (!waiting) return recorded();
       const { session } = await this.#services.sessions.read(this.#caller.who, waiting.ref.contextId);
       return { taskId, pipeline: session.pipeline, contextId: session.id };
+    }
+  }
+
+  /**
+   * A task's record; or, for one sent a moment ago (`returnImmediately`) that no coordinator has taken yet, its
+   * SUBMITTED form and its pipeline, so a client may subscribe to it right after sending.
+   */
+  async #recordOrTurn(
+    taskId: string,
+    tenant: string,
+  ): Promise<{ record: WorkflowRecord } | { fold: TaskFold; pipeline: string }> {
+    try {
+      return { record: await this.#record(taskId, tenant) };
+    } catch {
+      const waiting = await this.#submittedTurn(taskId, tenant);
+      // Not waiting any more: a coordinator may have taken it between the two looks.
+      if (!waiting) return { record: await this.#record(taskId, tenant) };
+      const { session } = await this.#services.sessions.read(this.#caller.who, waiting.ref.contextId);
+      return { fold: waiting, pipeline: session.pipeline };
     }
   }
 
@@ -554,7 +575,12 @@ export class PipelineAgent implements A2ARequestHandler {
       const turn = session.turns[at];
       if (!turn || tasks[at] || (pipeline !== undefined && session.pipeline !== pipeline)) return undefined;
       const ref = { taskId, contextId: session.id };
-      return new TaskFold(ref, turn.at, agentMessage(ref, `${taskId}.goal`, [textPart(turn.goal)]));
+      // The goal is the client's message.
+      return new TaskFold(
+        ref,
+        turn.at,
+        agentMessage(ref, `${taskId}.goal`, [textPart(turn.goal)], Role.ROLE_USER),
+      );
     } catch {
       return undefined;
     }
