@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import { OperationError, type SequencedEvent, TroupeClient } from '@troupe/client';
 import { STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf } from '@troupe/runtime';
+import { startTestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   examplePath,
@@ -314,5 +315,21 @@ describe('a task still queued: submitted while no coordinator runs', () => {
     second = await startSecondCoordinator(h, ['summing.yaml']);
     expect(await waiting).toMatchObject({ taskId, status: 'completed', output: '6' });
     expect(await troupe.result(taskId)).toMatchObject({ status: 'completed', output: '6' });
+  });
+});
+
+describe('a client of a NATS server no coordinator has used', () => {
+  it('says no_coordinator there, and unavailable once its own connection is closed', async () => {
+    const nats = await startTestNats();
+    try {
+      const troupe = await TroupeClient.connect({ servers: nats.url });
+      await expect(troupe.pipelines()).rejects.toMatchObject({ code: 'no_coordinator' });
+      await expect(troupe.submit('demo', { goal: 'x' })).rejects.toMatchObject({ code: 'no_coordinator' });
+      await troupe.close();
+      await expect(troupe.pipelines()).rejects.toMatchObject({ code: 'unavailable' });
+      await expect(troupe.submit('demo', { goal: 'x' })).rejects.toMatchObject({ code: 'unavailable' });
+    } finally {
+      await nats.stop();
+    }
   });
 });

@@ -75,6 +75,11 @@ export async function submitToPipeline(
   try {
     registry = await PipelineRegistry.open(bus, CLIENT_WAIT);
   } catch (error) {
+    if (!TransportError.is(error, 'bucket_missing')) {
+      throw new OperationError('unavailable', `cannot read the pipelines: ${errorMessage(error)}`, {
+        cause: error,
+      });
+    }
     throw new OperationError(
       'no_coordinator',
       `no Troupe coordinator has run on ${bus.connection.getServer()} yet (${(error as Error).message})`,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   DEFAULT_TASK_LIMITS,
+  errorMessage,
   FINAL_EVENT_KINDS,
   type HumanRequest,
   isName,
@@ -13,7 +14,14 @@ import {
   type UsageTotals,
   type WorkflowRecord,
 } from '@troupe/protocol';
-import { createLogger, type Logger, type NatsAccess, NatsBus, ValueStore } from '@troupe/runtime';
+import {
+  createLogger,
+  type Logger,
+  type NatsAccess,
+  NatsBus,
+  TransportError,
+  ValueStore,
+} from '@troupe/runtime';
 import {
   type DecidedStatus,
   type HumanReply,
@@ -368,7 +376,12 @@ export class TroupeClient {
     try {
       return await (await PipelineRegistry.open(this.bus, CLIENT_WAIT)).all();
     } catch (error) {
-      throw new OperationError('no_coordinator', `no Troupe coordinator has run on this server yet`, {
+      if (TransportError.is(error, 'bucket_missing')) {
+        throw new OperationError('no_coordinator', `no Troupe coordinator has run on this server yet`, {
+          cause: error,
+        });
+      }
+      throw new OperationError('unavailable', `cannot read the pipelines: ${errorMessage(error)}`, {
         cause: error,
       });
     }
