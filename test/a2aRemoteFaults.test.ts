@@ -170,6 +170,29 @@ describe('a remote agent that answers badly', () => {
     expect(methods).toEqual(['GetExtendedAgentCard', 'GetExtendedAgentCard', 'SendMessage']);
   });
 
+  it('waits out an agent that cannot be read for longer than its retries, once its task is there', async () => {
+    let reads = 0;
+    const card = await agentAt((body, res) => {
+      const answer = (result: unknown) => res.end(JSON.stringify({ jsonrpc: '2.0', id: body.id, result }));
+      const task = (state: string, artifacts: unknown[] = []) => ({
+        task: { id: 't-out', contextId: 'c-out', status: { state }, artifacts },
+      });
+      if (body.method === 'SendMessage') return answer(task('TASK_STATE_WORKING'));
+      reads += 1;
+      // Down for five reads, past the two attempts each read may make: a restart, a network blip.
+      if (reads <= 5) {
+        res.writeHead(503);
+        res.end();
+        return;
+      }
+      const { task: done } = task('TASK_STATE_COMPLETED', [{ artifactId: 'a', parts: [{ text: 'back' }] }]);
+      answer(done);
+    });
+    const { reply } = await step(card);
+    expect(reply).toMatchObject({ ok: true, output: 'back' });
+    expect(reads).toBe(6);
+  });
+
   it('fails a step whose card is no card, or is not JSON', async () => {
     for (const body of ['{"hello": "world"}', 'not json {']) {
       const card = await agentAt(

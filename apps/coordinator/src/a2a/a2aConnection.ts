@@ -177,6 +177,14 @@ export async function retrying<T>(
   }
 }
 
+/** Whether a failure, its attempts spent, is of a kind that may pass (the network, 429, 5xx, a timeout). */
+export function mayPass(error: unknown): boolean {
+  for (let current: unknown = error; current instanceof Error; current = current.cause) {
+    if (A2aCallError.is(current) && current.retryable) return true;
+  }
+  return false;
+}
+
 /** Any failure of a request, as an {@link A2aCallError}: the SDK's protocol errors are no fault that may pass. */
 function asCallError(error: unknown): A2aCallError {
   if (A2aCallError.is(error)) return error;

@@ -31,7 +31,7 @@ import {
 } from '@troupe/runtime';
 import type { RemoteAgentSettings } from '../config/remoteAgents.ts';
 import { A2aCallError } from './a2aCallError.ts';
-import { type A2aCallOptions, connectA2a, retrying } from './a2aConnection.ts';
+import { type A2aCallOptions, connectA2a, mayPass, retrying } from './a2aConnection.ts';
 import {
   answerMessage,
   holdsMessage,
@@ -383,13 +383,36 @@ async function changed(run: RemoteRun, client: Client, task: Task, streams: bool
   } finally {
     done.abort();
   }
-  return decided ? getTask(run, client, task.id) : later(run, client, task.id);
+  return decided ? readWhileWaiting(run, client, task.id) : later(run, client, task.id);
 }
 
 /** The task, read again after the poll interval. */
 async function later(run: RemoteRun, client: Client, id: string): Promise<Task> {
   await sleep(run.deps.clock, run.settings.pollIntervalMs, run.call.signal);
-  return getTask(run, client, id);
+  return readWhileWaiting(run, client, id);
+}
+
+/** The longest wait between reads of a remote task that cannot be reached. */
+const UNREACHABLE_WAIT_MS = 30_000;
+
+/**
+ * The task read while the step waits on it. The remote task exists and works on: a fault that outlasts the request's
+ * retries (the agent restarting, a network down for minutes) is waited out, read again at growing intervals, until
+ * the step's own timeout ends the wait. A fault that will not pass (refused, no such task) fails the step.
+ */
+async function readWhileWaiting(run: RemoteRun, client: Client, id: string): Promise<Task> {
+  for (let wait = run.settings.pollIntervalMs; ; wait = Math.min(wait * 2, UNREACHABLE_WAIT_MS)) {
+    try {
+      return await getTask(run, client, id);
+    } catch (error) {
+      if (run.call.signal.aborted || !mayPass(error)) throw error;
+      run.deps.logger?.warn(
+        { stepId: run.request.stepId, agent: run.settings.name, a2aTaskId: id },
+        `${errorMessage(error)}; reading it again in ${Math.round(wait / 1_000)} s, until the step's timeout`,
+      );
+      await sleep(run.deps.clock, wait, run.call.signal);
+    }
+  }
 }
 
 /** The reply for a task that ended: its artifacts when it completed, else why not, naming the agent. */
