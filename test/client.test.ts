@@ -74,6 +74,10 @@ describe('@troupe/client', () => {
     const rest: SequencedEvent[] = [];
     for await (const event of troupe.events(taskId, { after: first.at(-1)?.seq ?? 0 })) rest.push(event);
     expect([...first, ...rest].map((e) => e.event.id)).toEqual(all.map((e) => e.event.id));
+    // Resumed after the final event itself: nothing is to come, and the iteration ends at once.
+    const after: SequencedEvent[] = [];
+    for await (const event of troupe.events(taskId, { after: all.at(-1)?.seq ?? 0 })) after.push(event);
+    expect(after).toEqual([]);
   });
 
   it('refuses a second task with the same id, and names an unknown pipeline', async () => {

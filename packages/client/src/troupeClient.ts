@@ -31,7 +31,7 @@ import {
 } from './humanRequests.ts';
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
-import { followTaskEnding, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
+import { eventsAfter, followTaskEnding, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import {
   cancelTask,
   noSuchTaskId,
@@ -267,6 +267,10 @@ export class TroupeClient {
       );
     }
     const task = await this.#located(taskId, options.pipeline);
+    // A reader resuming after the last event of a task that has ended: nothing is to come, so nothing is awaited.
+    if (after !== undefined && task.record && task.record.status !== 'running') {
+      if ((await eventsAfter(this.bus, task, after)) === 0) return;
+    }
     const stop = new AbortController();
     const onAbort = () => stop.abort();
     options.signal?.addEventListener('abort', onAbort, { once: true });
