@@ -86,6 +86,14 @@ describe('@troupe/client', () => {
     const again = await troupe.submit('demo', { id: 'client-once', goal: 'Once more' });
     expect(again.duplicate).toBe(true);
     expect(again.record?.status).toBe('completed');
+    for (const extra of [
+      { inputRef: { bucket: 'troupe-inputs-demo', name: 'client-ref.input.1' } },
+      { parent: { taskId: 'p', pipeline: 'demo', step: 's', depth: 1 } },
+    ]) {
+      // Not a NewTask's: an application in JavaScript may still send it.
+      const refused = await troupe.submit('demo', { goal: 'x', ...extra } as never).catch((e: unknown) => e);
+      expect(OperationError.is(refused, 'invalid_request')).toBe(true);
+    }
     const unknown = await troupe.submit('nope', { goal: 'x' }).catch((e: unknown) => e);
     expect(OperationError.is(unknown, 'not_found')).toBe(true);
     expect((unknown as Error).message).toContain('loaded: demo, gated');

@@ -73,7 +73,7 @@ export interface ClientOptions {
 }
 
 /** A task to submit: its goal, and optionally an id (a fresh one when absent), an input and labels. */
-export type NewTask = Omit<TaskSubmission, 'id' | 'parent'> & { id?: string };
+export type NewTask = Omit<TaskSubmission, 'id' | 'parent' | 'inputRef'> & { id?: string };
 
 /** How a task ended: its output when it completed, the reason when it failed. */
 export interface TaskResult {
@@ -159,6 +159,15 @@ export class TroupeClient {
    * over the limits (`too_large`, `invalid_request`).
    */
   async submit(pipeline: string, task: NewTask): Promise<Submitted> {
+    // Set by the client itself (a large input's place) and by pipeline steps (the parent): never by the caller.
+    for (const key of ['inputRef', 'parent'] as const) {
+      if (key in task) {
+        throw new OperationError(
+          'invalid_request',
+          `a task's ${key} is not the submitter's to give: ${key === 'inputRef' ? 'give input, and one too large for a message is stored for you' : 'only a pipeline step sets it'}`,
+        );
+      }
+    }
     const submitted = await submitToPipeline(
       this.bus,
       pipeline,
