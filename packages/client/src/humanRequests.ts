@@ -9,7 +9,7 @@ import {
   type TaskEnding,
   validateMessage,
 } from '@troupe/protocol';
-import { closedByEnding, describeEnding, type KvEntry, type NatsBus } from '@troupe/runtime';
+import { closedByEnding, describeEnding, type KvEntry, type NatsBus } from '@troupe/runtime/bus';
 import { OperationError } from './operationError.ts';
 import { type HumanRequestStore, openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
 

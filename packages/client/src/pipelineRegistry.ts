@@ -1,5 +1,5 @@
 import { BUCKETS, PipelineRegistration } from '@troupe/protocol';
-import { KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
+import { KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime/bus';
 
 /** The pipelines known across every coordinator on this NATS, so any process can tell an unknown one. */
 export class PipelineRegistry {

@@ -1,6 +1,6 @@
 import { JetStreamApiCodes } from '@nats-io/jetstream';
 import { FINAL_EVENT_KINDS, parseEvent, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
-import { jetstreamManagerOf, jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime';
+import { jetstreamManagerOf, jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime/bus';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
 export interface SequencedEvent {

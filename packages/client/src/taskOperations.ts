@@ -19,7 +19,7 @@ import {
   readEventHistory,
   TransportError,
   ValueStore,
-} from '@troupe/runtime';
+} from '@troupe/runtime/bus';
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
 import { CLIENT_WAIT, openWorkflowStore } from './troupeState.ts';

@@ -21,7 +21,7 @@ import {
   NatsBus,
   TransportError,
   ValueStore,
-} from '@troupe/runtime';
+} from '@troupe/runtime/bus';
 import {
   type DecidedStatus,
   type HumanReply,

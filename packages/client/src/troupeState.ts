@@ -5,7 +5,7 @@ import {
   TransportError,
   type TroupeBucket,
   type UntilReachableOptions,
-} from '@troupe/runtime';
+} from '@troupe/runtime/bus';
 import type { z } from 'zod';
 import { OperationError } from './operationError.ts';
 
