@@ -261,6 +261,28 @@ describe('the A2A server: people, contexts, dropped streams and scoped tokens', 
     await other.cancelTask({ id: task.id, tenant: '', metadata: undefined });
   });
 
+  it('closes at once while an A2A stream is open, ending the stream and its connection', async () => {
+    const closing = await startA2aGateway(env.h);
+    const client = await a2aClient({ gateway: closing }, 'slowpoke', 'HTTP+JSON');
+    const task = asTask(
+      await client.sendMessage(send([text('ponder at length')], { returnImmediately: true })),
+    );
+    const seen: string[] = [];
+    const following = (async () => {
+      for await (const update of client.resubscribeTask({ id: task.id, tenant: '' })) {
+        seen.push(describeUpdate(update));
+      }
+    })();
+    await expect.poll(() => seen.length, { timeout: 10_000 }).toBeGreaterThan(0);
+    const closedAt = Date.now();
+    await closing.close();
+    // A connection kept alive after its stream ended would hold the close for as long as the client keeps it.
+    expect(Date.now() - closedAt).toBeLessThan(2_000);
+    await following;
+    const other = await a2aClient(env, 'slowpoke', 'JSONRPC');
+    await other.cancelTask({ id: task.id, tenant: '', metadata: undefined });
+  });
+
   it('without tokens (auth none), cards name no security scheme and requests need none', async () => {
     const open = await startGateway({
       bus: env.h.bus,

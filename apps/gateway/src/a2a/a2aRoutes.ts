@@ -204,7 +204,11 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
   ) => {
     const who = principal(request);
     // A request that waits (a blocking SendMessage) ends, answering the task as it stands, when the gateway closes.
-    const held = () => stopped.abort();
+    // Its connection closes with that answer: a closing server waits for every connection, a kept-alive one too.
+    const held = () => {
+      if (!reply.raw.headersSent) reply.header('connection', 'close');
+      stopped.abort();
+    };
     options.streams.open.set(held, who);
     reply.raw.on('close', () => options.streams.open.delete(held));
     if (pipeline !== undefined) authorize(who, 'read', pipeline);
@@ -367,6 +371,8 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       request.log.warn({ err: error, route: request.routeOptions.url }, 'A2A stream ended by an error');
       if (!sse.closed) await sse.send({ event: 'error', data: write.error(error) });
     } finally {
+      // Stopped from outside (the gateway closing, the token revoked), not ended by its task.
+      const stoppedOutside = stopped.signal.aborted;
       if (why && !sse.closed)
         await sse.send({ event: 'error', data: write.error(new TransportRefusal(401, why.message)) });
       open.delete(stop);
@@ -375,6 +381,8 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       releaseConsumer();
       releaseStream();
       sse.end();
+      // Its connection goes too: a closing server waits for every connection, a kept-alive one too.
+      if (stoppedOutside) request.raw.socket?.end();
     }
   }
 
