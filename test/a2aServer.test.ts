@@ -229,6 +229,24 @@ describe('the A2A server: every pipeline is an A2A agent', () => {
         { $case: 'text', value: expect.stringMatching(/^failed \(budget_exceeded\): /) },
         { $case: 'data', value: expect.objectContaining({ reason: 'budget_exceeded' }) },
       ]);
+      // Listed with its artifacts asked for, it has none: an empty list, on either binding.
+      const query = `contextId=${failed.contextId}&includeArtifacts=true`;
+      const listed =
+        binding === 'HTTP+JSON'
+          ? (await raw(env, 'GET', `/a2a/hasty/rest/tasks?${query}`, { headers: { 'a2a-version': '1.0' } }))
+              .body
+          : ((
+              await raw(env, 'POST', '/a2a/hasty/jsonrpc', {
+                headers: { 'a2a-version': '1.0' },
+                body: JSON.stringify({
+                  jsonrpc: '2.0',
+                  id: 1,
+                  method: 'ListTasks',
+                  params: { contextId: failed.contextId, includeArtifacts: true },
+                }),
+              })
+            ).body.result as Record<string, unknown>);
+      expect(listed).toMatchObject({ tasks: [{ id: failed.id, artifacts: [] }] });
     });
 
     it('cancels a running task (again: still CANCELED), and refuses to cancel one that ended', async () => {

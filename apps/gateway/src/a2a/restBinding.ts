@@ -99,7 +99,7 @@ export function restCall(
         },
         c,
       );
-      return { status: 200, body: listBody(listed) };
+      return { status: 200, body: listBody(listed, includeArtifacts) };
     });
   }
   const action = /^(.+):(cancel|subscribe)$/.exec(second);
@@ -174,12 +174,16 @@ export function restCall(
   }));
 }
 
-/** ListTasks' answer as JSON, its page fields always present (the SDK's JSON leaves out empty and zero values). */
-export function listBody(listed: ListTasksResponse): Record<string, unknown> {
+/**
+ * ListTasks' answer as JSON, its page fields always present (the SDK's JSON leaves out empty and zero values), and
+ * each task's artifacts too when asked for, if none (`[]`), as the JSON-RPC binding gives them.
+ */
+export function listBody(listed: ListTasksResponse, includeArtifacts = false): Record<string, unknown> {
   const json = ListTasksResponse.toJSON(listed) as Record<string, unknown>;
+  const tasks = (json.tasks ?? []) as Record<string, unknown>[];
   return {
     ...json,
-    tasks: json.tasks ?? [],
+    tasks: includeArtifacts ? tasks.map((t) => ({ ...t, artifacts: t.artifacts ?? [] })) : tasks,
     nextPageToken: listed.nextPageToken,
     pageSize: listed.pageSize,
     totalSize: listed.totalSize,
