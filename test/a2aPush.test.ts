@@ -495,15 +495,16 @@ describe('A2A push notifications: every state change, at least once, in order, t
       );
       expect(made.id).not.toBe('');
       const listing = { tenant: '', taskId: task.id, pageSize: 0, pageToken: '' };
-      expect((await client.listTaskPushNotificationConfig(listing)).configs.map((c) => c.id)).toEqual([
-        made.id,
-      ]);
-      expect(
-        await client.getTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id }),
-      ).toMatchObject({
+      // Read back, a config shows where it goes and how, never its secrets: any token that reads the task may ask.
+      const listed = (await client.listTaskPushNotificationConfig(listing)).configs;
+      expect(listed.map((c) => c.id)).toEqual([made.id]);
+      const read = await client.getTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: made.id });
+      expect(read).toMatchObject({
         url: `${receiver.url}?config=sdk`,
-        token: 'sdk-token',
+        token: '',
+        authentication: { scheme: 'Bearer', credentials: '' },
       });
+      expect(JSON.stringify([read, listed])).not.toMatch(/sdk-(token|secret)/);
       await receivedState(task.id, 'TASK_STATE_INPUT_REQUIRED');
       await approvePending(task.id);
       await receivedState(task.id, 'TASK_STATE_COMPLETED');

@@ -282,7 +282,7 @@ export class PipelineAgent implements A2ARequestHandler {
     if (!entry || entry.pipeline !== task.pipeline) {
       throw new TaskNotFoundError(`task ${params.taskId} has no push notification config ${params.id}`);
     }
-    return entry.config;
+    return withoutSecrets(entry.config);
   }
 
   async listTaskPushNotificationConfigs(
@@ -293,7 +293,7 @@ export class PipelineAgent implements A2ARequestHandler {
     const entries = await pushCall(async () => (await this.#pushConfigs()).list(task.taskId));
     // A task has at most a few configs: they come in one page.
     return {
-      configs: entries.filter((e) => e.pipeline === task.pipeline).map((e) => e.config),
+      configs: entries.filter((e) => e.pipeline === task.pipeline).map((e) => withoutSecrets(e.config)),
       nextPageToken: '',
     };
   }
@@ -653,4 +653,16 @@ async function pushCall<T>(run: () => Promise<T>): Promise<T> {
     }
     throw error;
   }
+}
+
+/**
+ * A push config as Get and List show it: its webhook's token and credentials withheld. They are kept only to send
+ * with each webhook; any token that may read the task may read its configs, and must not learn another's secrets.
+ */
+function withoutSecrets(config: TaskPushNotificationConfig): TaskPushNotificationConfig {
+  return {
+    ...config,
+    token: '',
+    ...(config.authentication ? { authentication: { ...config.authentication, credentials: '' } } : {}),
+  };
 }
