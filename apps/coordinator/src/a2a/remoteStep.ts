@@ -20,7 +20,6 @@ import {
   type StepDeps,
   StepJournal,
   type StepStop,
-  sleep,
   startClientSpan,
   TaskEndedError,
   ToolError,
@@ -31,7 +30,7 @@ import {
 } from '@troupe/runtime';
 import type { RemoteAgentSettings } from '../config/remoteAgents.ts';
 import { A2aCallError } from './a2aCallError.ts';
-import { type A2aCallOptions, connectA2a, mayPass, retrying } from './a2aConnection.ts';
+import { type A2aCallOptions, connectA2a, retrying } from './a2aConnection.ts';
 import {
   answerMessage,
   holdsMessage,
@@ -40,14 +39,8 @@ import {
   stepMessage,
   taskOutput,
 } from './a2aParts.ts';
-
-/** The states after which a remote task changes no more. */
-const TERMINAL: readonly TaskState[] = [
-  TaskState.TASK_STATE_COMPLETED,
-  TaskState.TASK_STATE_FAILED,
-  TaskState.TASK_STATE_CANCELED,
-  TaskState.TASK_STATE_REJECTED,
-];
+import { claim, journaled, save } from './remoteCallJournal.ts';
+import { changed, getTask, TERMINAL } from './remoteTaskWatch.ts';
 
 /** Stops after which nothing needs the remote task any more: it is cancelled. Any other stop leaves it running. */
 const GIVES_UP: readonly StepStop['why'][] = ['task_ended', 'step_timeout', 'deadline', 'aborted'];
@@ -55,7 +48,7 @@ const GIVES_UP: readonly StepStop['why'][] = ['task_ended', 'step_timeout', 'dea
 /** The tool name the remote call has in events and traces. */
 export const A2A_CALL_TOOL = 'a2a';
 
-interface RemoteRun {
+export interface RemoteRun {
   settings: RemoteAgentSettings;
   request: AgentStepRequest;
   deps: StepDeps;
@@ -224,12 +217,6 @@ function send(client: Client, message: Message, run: RemoteRun): Promise<Task | 
   );
 }
 
-function getTask(run: RemoteRun, client: Client, id: string): Promise<Task> {
-  return retrying(run.call, `read task ${id}`, () =>
-    client.getTask({ tenant: '', id }, { signal: run.call.signal }),
-  );
-}
-
 /**
  * The task this step's first message made, if it reached the agent: among the tasks of the step's context, the one
  * whose history holds the message's id.
@@ -344,75 +331,6 @@ async function answer(run: RemoteRun, client: Client, task: Task, streams: boole
   const { asking: _sent, ...rest } = record;
   await save(run, { ...rest, answers: n, answered: question });
   return getTask(run, client, task.id);
-}
-
-/** The states a waiting step acts on: the task ended, or asks for something. */
-const DECISIVE: readonly TaskState[] = [
-  ...TERMINAL,
-  TaskState.TASK_STATE_INPUT_REQUIRED,
-  TaskState.TASK_STATE_AUTH_REQUIRED,
-];
-
-const statusKey = (status: Task['status']): string =>
-  [status?.state ?? '', status?.timestamp ?? '', status?.message?.messageId ?? ''].join('|');
-
-/**
- * Waits for the task to reach a state other than `task`'s that the step acts on, then reads it (GetTask). An agent
- * that streams is followed on SubscribeToTask; a stream refused, cut (by the request's timeout, too) or ended without
- * such a state falls back to a poll interval, as for an agent that does not stream.
- */
-async function changed(run: RemoteRun, client: Client, task: Task, streams: boolean): Promise<Task> {
-  if (!streams) return later(run, client, task.id);
-  const from = statusKey(task.status);
-  let decided = false;
-  // Leaving the stream closes its connection at once, rather than when the agent or the request's timeout ends it.
-  const done = new AbortController();
-  const signal = AbortSignal.any([run.call.signal, done.signal]);
-  try {
-    for await (const event of client.resubscribeTask({ tenant: '', id: task.id }, { signal })) {
-      const payload = event.payload;
-      const status =
-        payload?.$case === 'task' || payload?.$case === 'statusUpdate' ? payload.value.status : undefined;
-      if (status && DECISIVE.includes(status.state) && statusKey(status) !== from) {
-        decided = true;
-        break;
-      }
-    }
-  } catch (error) {
-    if (run.call.signal.aborted) throw error;
-  } finally {
-    done.abort();
-  }
-  return decided ? readWhileWaiting(run, client, task.id) : later(run, client, task.id);
-}
-
-/** The task, read again after the poll interval. */
-async function later(run: RemoteRun, client: Client, id: string): Promise<Task> {
-  await sleep(run.deps.clock, run.settings.pollIntervalMs, run.call.signal);
-  return readWhileWaiting(run, client, id);
-}
-
-/** The longest wait between reads of a remote task that cannot be reached. */
-const UNREACHABLE_WAIT_MS = 30_000;
-
-/**
- * The task read while the step waits on it. The remote task exists and works on: a fault that outlasts the request's
- * retries (the agent restarting, a network down for minutes) is waited out, read again at growing intervals, until
- * the step's own timeout ends the wait. A fault that will not pass (refused, no such task) fails the step.
- */
-async function readWhileWaiting(run: RemoteRun, client: Client, id: string): Promise<Task> {
-  for (let wait = run.settings.pollIntervalMs; ; wait = Math.min(wait * 2, UNREACHABLE_WAIT_MS)) {
-    try {
-      return await getTask(run, client, id);
-    } catch (error) {
-      if (run.call.signal.aborted || !mayPass(error)) throw error;
-      run.deps.logger?.warn(
-        { stepId: run.request.stepId, agent: run.settings.name, a2aTaskId: id },
-        `${errorMessage(error)}; reading it again in ${Math.round(wait / 1_000)} s, until the step's timeout`,
-      );
-      await sleep(run.deps.clock, wait, run.call.signal);
-    }
-  }
 }
 
 /** The reply for a task that ended: its artifacts when it completed, else why not, naming the agent. */
@@ -607,21 +525,6 @@ const scopeOf = (run: RemoteRun) => ({
   traceparent: run.call.traceparent,
 });
 
-/** Records the call before anything is sent, unless another run of the step has: false then. */
-async function claim(
-  run: RemoteRun,
-  record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>,
-): Promise<boolean> {
-  const journal = run.deps.journal;
-  if (!journal) return true;
-  const key = StepJournal.remoteKey(run.request.stepId);
-  const now = new Date(run.deps.clock.now());
-  run.revision = await journaled(() => journal.createRemoteCall(key, record, now));
-  if (run.revision === undefined) return false;
-  run.record = record;
-  return true;
-}
-
 /**
  * Journals the id of the task this run's message made, unless another run of the step (live at the same time, both
  * in the window before an id was journaled) journaled its own first: then that task is the step's, followed from here
@@ -657,27 +560,6 @@ async function recordTask(run: RemoteRun, client: Client, task: Task): Promise<T
   );
   run.record = written;
   return getTask(run, client, other);
-}
-
-async function save(run: RemoteRun, record: Omit<RemoteCallRecord, 'kind' | 'recordedAt'>): Promise<void> {
-  run.record = record;
-  const key = StepJournal.remoteKey(run.request.stepId);
-  await journaled(() => run.deps.journal?.recordRemoteCall(key, record, new Date(run.deps.clock.now())));
-}
-
-/** A journal out of reach fails the step `journal_unavailable`: the workflow sends it again, and that run goes on. */
-async function journaled<T>(op: () => Promise<T> | undefined): Promise<T | undefined> {
-  try {
-    return await op();
-  } catch (error) {
-    throw new A2aCallError(
-      'journal_unavailable',
-      `the step journal cannot be reached: ${errorMessage(error)}`,
-      {
-        cause: error,
-      },
-    );
-  }
 }
 
 /** Why the run was stopped, in the form a person's open request reads it (see the agent step's own). */
