@@ -54,4 +54,67 @@ describe('/mcp: 2025-11-25 sessions', () => {
     vi.advanceTimersByTime(1_000);
     expect(looks).toBe(built);
   });
+
+  it('past its limit a token gives up an idle session, never one with a request open, whose calls would be cancelled', async () => {
+    app = Fastify();
+    await app.register(mcpEndpoint, {
+      mcp: {
+        bus: {} as never,
+        actions: {} as never,
+        pipelines: async () => [],
+        codec: roundStateCodec(),
+        version: '0.0.0',
+      },
+      tokens: new TokenStore([]),
+      auth: 'none',
+      logger: createLogger({ level: 'silent' }),
+      sessions: { perToken: 1 },
+    });
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    const headers = {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25',
+    };
+    const initialize = async () => {
+      const response = await fetch(`${url}/mcp`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify(INITIALIZE),
+      });
+      await response.text();
+      return { status: response.status, id: response.headers.get('mcp-session-id') };
+    };
+    const alive = async (id: string) => {
+      const response = await fetch(`${url}/mcp`, {
+        method: 'POST',
+        headers: { ...headers, 'mcp-session-id': id },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'ping' }),
+      });
+      await response.text();
+      return response.status;
+    };
+    const first = await initialize();
+    expect(first.status).toBe(200);
+    // The first is idle: a second session takes its place.
+    const second = await initialize();
+    expect(second.status).toBe(200);
+    expect(await alive(first.id ?? '')).toBe(404);
+    expect(await alive(second.id ?? '')).toBe(200);
+    // The second holds its event stream open: a third is refused, and the second lives on.
+    const stream = new AbortController();
+    const listening = await fetch(`${url}/mcp`, {
+      headers: {
+        accept: 'text/event-stream',
+        'mcp-session-id': second.id ?? '',
+        'mcp-protocol-version': '2025-11-25',
+      },
+      signal: stream.signal,
+    });
+    expect(listening.status).toBe(200);
+    const third = await initialize();
+    expect(third.status).toBe(429);
+    expect(await alive(second.id ?? '')).toBe(200);
+    stream.abort();
+  });
 });

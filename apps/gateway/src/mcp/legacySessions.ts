@@ -5,7 +5,7 @@ import type { McpServer } from '@modelcontextprotocol/server';
 import type { Principal } from '../auth.ts';
 
 export interface LegacySessionLimits {
-  /** The sessions one token may hold; past it, its oldest is closed (20). */
+  /** The sessions one token may hold (20); past it, one idle is closed, or the new one refused (see `makeRoom`). */
   perToken?: number;
   /** A session with no request open for this long is closed; its client initializes a new one (30 minutes). */
   idleMs?: number;
@@ -37,10 +37,30 @@ export class LegacySessions {
     this.#sweep.unref();
   }
 
-  /** A new session for `who`, served by `server`; its id exists once the client's `initialize` has been handled. */
-  async open(who: Principal, server: McpServer): Promise<NodeStreamableHTTPServerTransport> {
+  /**
+   * Makes room for one more session of `who`: past its limit, its sessions with no request open are closed, the
+   * longest idle first. A session with a request open (a call under way, its event stream) is never closed for another,
+   * since that would cancel its calls' tasks: false when every one is in use.
+   */
+  makeRoom(who: Principal): boolean {
     const own = [...this.#sessions].filter(([, s]) => s.who.name === who.name);
-    for (const [id] of own.slice(0, Math.max(0, own.length - this.#perToken + 1))) this.close(id);
+    const excess = own.length - this.#perToken + 1;
+    if (excess <= 0) return true;
+    const idle = own.filter(([, s]) => s.open === 0).sort(([, a], [, b]) => a.lastSeen - b.lastSeen);
+    for (const [id] of idle.slice(0, excess)) this.close(id);
+    return idle.length >= excess;
+  }
+
+  /** The most sessions a token holds at once. */
+  get perToken(): number {
+    return this.#perToken;
+  }
+
+  /**
+   * A new session for `who`, served by `server` (ask {@link makeRoom} first); its id exists once the client's
+   * `initialize` has been handled.
+   */
+  async open(who: Principal, server: McpServer): Promise<NodeStreamableHTTPServerTransport> {
     const transport: NodeStreamableHTTPServerTransport = new NodeStreamableHTTPServerTransport({
       sessionIdGenerator: randomUUID,
       onsessioninitialized: (id) =>

@@ -113,6 +113,16 @@ export const mcpEndpoint: FastifyPluginAsync<McpEndpointOptions> = async (app, o
         return transport.handleRequest(raw, reply.raw, request.body);
       }
       if (request.method === 'POST' && isInitializeRequest(request.body)) {
+        if (!sessions.makeRoom(who)) {
+          return reply.code(429).send({
+            jsonrpc: '2.0',
+            id: null,
+            error: {
+              code: -32000,
+              message: `token ${who.name} holds ${sessions.perToken} MCP sessions on this gateway, each with a request open: end one first (or use the 2026-07-28 revision, which needs no session)`,
+            },
+          });
+        }
         const transport = await sessions.open(who, await build(who, 'legacy'));
         reply.hijack();
         await transport.handleRequest(raw, reply.raw, request.body);
