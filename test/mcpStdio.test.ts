@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
-import { readTask } from '@troupe/client';
+import { listHumanRequests, readTask, replyToHuman } from '@troupe/client';
 import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
@@ -120,6 +120,34 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
     expect(decided.map((e) => [e.data.decision, e.data.reason])).toEqual([
       ['deny', 'the user cancelled it in host-legacy (MCP)'],
     ]);
+  });
+
+  it('leaves the task of a call under way running when the host goes: it is durable, and ends when decided', async () => {
+    const { client } = await connect('legacy');
+    let taskId: string | undefined;
+    const asked = new Promise<void>((resolve) => {
+      void client
+        .callTool(
+          { name: 'gated', arguments: { goal: 'release v9' } },
+          {
+            onprogress: (p) => {
+              taskId ??= /^task (\S+) submitted/.exec(p.message ?? '')?.[1];
+              if (p.message?.includes('troupe approve')) resolve();
+            },
+          },
+        )
+        .catch(() => undefined);
+    });
+    await asked;
+    // The host quits: stdin closes and `troupe mcp` exits, ending the call.
+    await client.close();
+    const [request] = await listHumanRequests(h.bus, { taskId: taskId as string });
+    expect(request?.status).toBe('pending');
+    await replyToHuman(h.bus, request?.id ?? '', {
+      kind: 'approval',
+      decision: { decision: 'allow', by: 'ops' },
+    });
+    expect((await h.finalOf(taskId as string, 20_000)).kind).toBe('task.completed');
   });
 
   for (const mode of ['legacy', 'auto'] as const) {
