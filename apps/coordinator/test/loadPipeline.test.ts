@@ -667,6 +667,39 @@ flow:
     expectIssue(notBool, 'flow[2].when', { message: 'must give a bool, but gives a string' });
   });
 
+  it('a when that reads a declared output which is not a boolean, naming what it reads', () => {
+    const typed = edit(
+      FLOWS,
+      '  planner: { instructions: Plan. }',
+      '  planner:\n    instructions: Plan.\n    output:\n      type: object\n      properties: { risky: { type: string }, urgent: { type: boolean } }',
+    );
+    const text = edit(typed, 'when: steps.plan.output.risky == false', 'when: steps.plan.output.risky');
+    expectIssue(refusal(text), 'flow[2].when', {
+      line: lineOf(text, 'when: steps.plan.output.risky'),
+      message: 'must give a bool, but steps.plan.output.risky is a string',
+    });
+    const negated = edit(
+      typed,
+      'when: steps.plan.output.risky == false',
+      'when: \'!steps["plan"].output.risky\'',
+    );
+    expectIssue(refusal(negated), 'flow[2].when', {
+      message: 'must give a bool, but steps.plan.output.risky is a string',
+    });
+    // A boolean it declares, a comparison, and an output no schema describes all load.
+    for (const when of [
+      'steps.plan.output.urgent',
+      'steps.plan.output.risky == "yes"',
+      'steps.plan.output.other',
+    ]) {
+      expect(() =>
+        parsePipeline(edit(typed, 'when: steps.plan.output.risky == false', `when: ${when}`), FILE, {
+          toolNames,
+        }),
+      ).not.toThrow();
+    }
+  });
+
   it('a step id used twice, even in another branch', () => {
     const text = edit(
       FLOWS,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { FINAL_STATES } from '../workflow/workflowTypes.ts';
+import { declaredOutputType } from './declaredOutput.ts';
 import { suggestion } from './didYouMean.ts';
 import { expressionProblem, stepsReadBy } from './expressions.ts';
 import { allSteps, innerLists, placesOf, type StepPlace } from './flowLayout.ts';
@@ -16,14 +17,15 @@ export const ROUTE_END = 'end';
 
 /**
  * The flow's references, checked: unique step ids, agents that exist, `context`, `onReject` and route targets that
- * name steps where they must be, conditions that are CEL and read steps that will have run, and step timeouts that
- * outlast a person's approval.
+ * name steps where they must be, conditions that are CEL, read steps that will have run and (a `when` reading a
+ * declared output) give a bool, and step timeouts that outlast a person's approval.
  */
 export function checkFlow(config: PipelineConfig): Problem[] {
   const problems: Problem[] = [];
   const agents = Object.keys(config.agents);
   const places = placesOf(config.flow);
   const seen = new Set<string>();
+  const stepsById = new Map([...places].map(([id, place]) => [id, place.step]));
   for (const step of allSteps(config.flow)) {
     const place = places.get(step.id) as StepPlace;
     // A duplicate's own place is the first one's: find where this one is written for the error.
@@ -42,19 +44,31 @@ export function checkFlow(config: PipelineConfig): Problem[] {
     }
     seen.add(step.id);
     const visible = visibleFrom(place, places);
-    const readable = (expression: string, key: PropertyKey[], type?: 'bool' | 'list') => {
+    /** Checks an expression; whether it had a problem. */
+    const readable = (expression: string, key: PropertyKey[], type?: 'bool' | 'list'): boolean => {
       const invalid = expressionProblem(expression, type);
-      if (invalid) return problem(key, invalid);
-      for (const ref of stepsReadBy(expression)) {
-        if (!visible.includes(ref)) {
-          problem(
-            key,
-            `reads steps.${ref}, which is not a step that has run by then${suggestion(ref, visible)}`,
-          );
-        }
+      if (invalid) {
+        problem(key, invalid);
+        return true;
       }
+      const unseen = stepsReadBy(expression).filter((ref) => !visible.includes(ref));
+      for (const ref of unseen) {
+        problem(
+          key,
+          `reads steps.${ref}, which is not a step that has run by then${suggestion(ref, visible)}`,
+        );
+      }
+      return unseen.length > 0;
     };
-    if (step.when !== undefined) readable(step.when, ['when'], 'bool');
+    if (step.when !== undefined && !readable(step.when, ['when'], 'bool')) {
+      const declared = declaredOutputType(step.when, config, stepsById);
+      if (declared && declared.type !== 'boolean') {
+        problem(
+          ['when'],
+          `must give a bool, but ${declared.read} is ${/^[aeiou]/.test(declared.type) ? 'an' : 'a'} ${declared.type} (its step's declared output schema says so); compare it, e.g. ${declared.read} == …`,
+        );
+      }
+    }
     // Every kind that names an agent (agent, review, a router) or the outputs it sees (those and a sub-pipeline).
     const { agent, context } = step as { agent?: string; context?: string[] };
     if (agent !== undefined && !(agent in config.agents)) {
