@@ -1,21 +1,30 @@
 import { errorMessage } from '@troupe/protocol';
 import { ModelError, type ModelErrorCode } from './errors.ts';
 
-/** How a failed SDK call is classified; the same for the OpenAI and Anthropic SDKs, whose errors share a shape. */
-export function toModelError(error: unknown, label: string): ModelError {
+/**
+ * How a failed SDK call is classified; the same for the OpenAI and Anthropic SDKs, whose errors share a shape.
+ * `endpoint`: the base URL the SDK called, named when the call never got an answer (a connection failed or timed
+ * out), since then the first question is which server was tried (a wrong `baseURL`, Ollama not running).
+ */
+export function toModelError(error: unknown, label: string, endpoint?: string): ModelError {
+  const at = endpoint === undefined ? '' : ` (${safeEndpoint(endpoint)})`;
   if (error instanceof ModelError) return error;
   const name = (error as { constructor?: { name?: string } })?.constructor?.name ?? '';
   const message = errorMessage(error);
   if (name === 'APIUserAbortError')
     return new ModelError('aborted', `${label}: request aborted`, { cause: error });
   if (name === 'APIConnectionTimeoutError') {
-    return new ModelError('timeout', `${label}: request timed out`, { retryable: true, cause: error });
+    return new ModelError('timeout', `${label}: request timed out${at}`, { retryable: true, cause: error });
   }
   if (name === 'APIConnectionError') {
-    return new ModelError('connection', `${label}: connection failed: ${message}`, {
-      retryable: true,
-      cause: error,
-    });
+    return new ModelError(
+      'connection',
+      `${label}: connection${endpoint === undefined ? '' : ` to ${safeEndpoint(endpoint)}`} failed: ${message}`,
+      {
+        retryable: true,
+        cause: error,
+      },
+    );
   }
   const status = (error as { status?: unknown } | null | undefined)?.status;
   if (typeof status === 'number') {
@@ -54,4 +63,17 @@ function retryAfter(headers: Headers | undefined): number | undefined {
   if (Number.isFinite(seconds)) return Math.max(0, seconds * 1_000);
   const date = Date.parse(value);
   return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+}
+
+/**
+ * A base URL as it may be shown: scheme, host, port and path, never a user, password, query or fragment, where
+ * a key may be written (`?api-key=…`, `https://user:key@host`).
+ */
+export function safeEndpoint(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.protocol}//${parsed.host}${parsed.pathname.replace(/\/$/, '')}`;
+  } catch {
+    return 'an endpoint whose URL does not parse';
+  }
 }

@@ -319,6 +319,8 @@ describe('AnthropicProvider failures', () => {
     const error = await rejection(provider().complete(request()));
     expect(error.code).toBe('connection');
     expect(error.retryable).toBe(true);
+    // Which server was tried is the first question when no answer came.
+    expect(error.message).toContain(`connection to ${fake.baseURL.replace(/\/$/, '')} failed`);
   });
 
   it('turns a body that is not JSON into invalid_response, retryable', async () => {

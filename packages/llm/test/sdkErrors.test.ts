@@ -168,4 +168,15 @@ describe('toModelError', () => {
       'anthropic claude-x: request timed out',
     );
   });
+
+  it('names the endpoint a connection failed to, without a user, password or query', () => {
+    const failed = new OpenAI.APIConnectionError({ message: 'Connection error.' });
+    const error = toModelError(failed, LABEL, 'http://me:hunter2@localhost:11434/v1/?api-key=sk-secret');
+    expect(error.code).toBe('connection');
+    expect(error.message).toBe(
+      'openai gpt-test: connection to http://localhost:11434/v1 failed: Connection error.',
+    );
+    const timedOut = toModelError(new OpenAI.APIConnectionTimeoutError(), LABEL, 'https://api.openai.com/v1');
+    expect(timedOut.message).toBe('openai gpt-test: request timed out (https://api.openai.com/v1)');
+  });
 });

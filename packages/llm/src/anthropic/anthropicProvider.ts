@@ -27,6 +27,8 @@ export class AnthropicProvider implements ModelProvider {
   readonly provider = 'anthropic';
   readonly model: string;
   readonly #options: AnthropicProviderOptions;
+  /** The base URL the SDK calls (the SDK's default, or its environment variable, when no `baseURL` is given). */
+  #endpoint: string | undefined;
   /** Made on the first call: the SDK takes a while to load, and validating or starting a pipeline needs none. */
   #client: Promise<Anthropic> | undefined;
   readonly #defaultMaxTokens: number;
@@ -39,15 +41,16 @@ export class AnthropicProvider implements ModelProvider {
 
   #sdk(): Promise<Anthropic> {
     const options = this.#options;
-    this.#client ??= import('@anthropic-ai/sdk').then(
-      ({ default: Anthropic }) =>
-        new Anthropic({
-          apiKey: options.apiKey,
-          maxRetries: 0,
-          timeout: options.timeoutMs ?? 120_000,
-          ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
-        }),
-    );
+    this.#client ??= import('@anthropic-ai/sdk').then(({ default: Anthropic }) => {
+      const client = new Anthropic({
+        apiKey: options.apiKey,
+        maxRetries: 0,
+        timeout: options.timeoutMs ?? 120_000,
+        ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
+      });
+      this.#endpoint = client.baseURL;
+      return client;
+    });
     return this.#client;
   }
 
@@ -56,7 +59,7 @@ export class AnthropicProvider implements ModelProvider {
       const reply = request.stream ? await this.#streamed(request) : await this.#plain(request);
       return this.#finish(request, reply);
     } catch (error) {
-      throw toModelError(error, `anthropic ${this.model}`);
+      throw toModelError(error, `anthropic ${this.model}`, this.#endpoint ?? this.#options.baseURL);
     }
   }
 

@@ -22,6 +22,8 @@ export class OpenAIProvider implements ModelProvider {
   readonly provider: 'openai' | 'openai-compatible';
   readonly model: string;
   readonly #options: OpenAIProviderOptions;
+  /** The base URL the SDK calls (the SDK's default, or its environment variable, when no `baseURL` is given). */
+  #endpoint: string | undefined;
   /** Made on the first call: the SDK takes a while to load, and validating or starting a pipeline needs none. */
   #client: Promise<OpenAI> | undefined;
 
@@ -33,15 +35,16 @@ export class OpenAIProvider implements ModelProvider {
 
   #sdk(): Promise<OpenAI> {
     const options = this.#options;
-    this.#client ??= import('openai').then(
-      ({ default: OpenAI }) =>
-        new OpenAI({
-          apiKey: options.apiKey,
-          maxRetries: 0,
-          timeout: options.timeoutMs ?? 120_000,
-          ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
-        }),
-    );
+    this.#client ??= import('openai').then(({ default: OpenAI }) => {
+      const client = new OpenAI({
+        apiKey: options.apiKey,
+        maxRetries: 0,
+        timeout: options.timeoutMs ?? 120_000,
+        ...(options.baseURL === undefined ? {} : { baseURL: options.baseURL }),
+      });
+      this.#endpoint = client.baseURL;
+      return client;
+    });
     return this.#client;
   }
 
@@ -50,7 +53,7 @@ export class OpenAIProvider implements ModelProvider {
     try {
       return request.stream ? await this.#streamed(request) : await this.#plain(request);
     } catch (error) {
-      throw toModelError(error, label);
+      throw toModelError(error, label, this.#endpoint ?? this.#options.baseURL);
     }
   }
 
