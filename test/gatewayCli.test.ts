@@ -100,6 +100,25 @@ describe('troupe token, troupe gateway and troupe up --gateway', () => {
     expect(open.stderr).toContain('--no-auth serves only on this machine');
   });
 
+  it("names up's own flags when troupe up --gateway cannot serve", async () => {
+    const env = cliEnv({ NATS_URL: nats.url });
+    const home = join(dir, 'home-hints');
+    const none = await troupe(
+      ['up', examplePath('demo.yaml'), '--home', home, '--gateway', '127.0.0.1:0'],
+      env,
+    );
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('give --gateway-tokens <file>');
+    expect(none.stderr).toContain('for a gateway on this machine only, --gateway-no-auth');
+    expect(none.stderr).not.toMatch(/give --tokens|only, --no-auth/);
+    const badPort = await troupe(
+      ['up', examplePath('demo.yaml'), '--home', home, '--gateway', 'nope', '--gateway-no-auth'],
+      env,
+    );
+    expect(badPort.code).toBe(2);
+    expect(badPort.stderr).toContain('--gateway must be a port or host:port');
+  }, 60_000);
+
   it('serves the gateway beside the coordinator with troupe up --gateway', async () => {
     const up = startTroupe(
       [

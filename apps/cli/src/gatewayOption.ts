@@ -42,7 +42,42 @@ export interface GatewayServeOptions {
   pushHost?: string[];
   /** Let A2A push webhooks reach private, loopback and link-local addresses. */
   pushPrivate?: boolean;
+  /** The flags these options came from, for the hints of an error: `troupe up` names them its own way. */
+  flags?: GatewayFlags;
 }
+
+/** The command-line flags a gateway's start-up errors point to. */
+export interface GatewayFlags {
+  listen: string;
+  tokens: string;
+  noAuth: string;
+  publicUrl: string;
+  corsOrigin: string;
+  maxStreams: string;
+  maxConsumers: string;
+}
+
+/** `troupe gateway`'s own flags. */
+export const GATEWAY_FLAGS: GatewayFlags = {
+  listen: '--listen',
+  tokens: '--tokens',
+  noAuth: '--no-auth',
+  publicUrl: '--public-url',
+  corsOrigin: '--cors-origin',
+  maxStreams: '--max-streams',
+  maxConsumers: '--max-consumers',
+};
+
+/** `troupe up --gateway`'s: the same options, under `up`'s names. */
+export const UP_GATEWAY_FLAGS: GatewayFlags = {
+  listen: '--gateway',
+  tokens: '--gateway-tokens',
+  noAuth: '--gateway-no-auth',
+  publicUrl: '--gateway-public-url',
+  corsOrigin: '--cors-origin',
+  maxStreams: '--gateway-max-streams',
+  maxConsumers: '--gateway-max-consumers',
+};
 
 /**
  * The secret idempotency keys' ids are made with: `$TROUPE_GATEWAY_SECRET`, else the file `--id-secret` names, else
@@ -75,10 +110,11 @@ export async function serveGateway(
   options: GatewayServeOptions,
   logger: Logger,
 ): Promise<Gateway> {
+  const flags = options.flags ?? GATEWAY_FLAGS;
   const where = parseListen(options.listen);
   if (!where) {
     throw new CliError(
-      `--listen must be a port or host:port, such as 8080 or 0.0.0.0:8080 (got "${options.listen}")`,
+      `${flags.listen} must be a port or host:port, such as 8080 or 0.0.0.0:8080 (got "${options.listen}")`,
       2,
     );
   }
@@ -90,17 +126,17 @@ export async function serveGateway(
   }
   if (options.auth && tokens.size === 0) {
     throw new CliError(
-      'the gateway has no token to accept: give --tokens <file> (troupe token writes one) or set TROUPE_GATEWAY_TOKEN; ' +
-        'for a gateway on this machine only, --no-auth',
+      `the gateway has no token to accept: give ${flags.tokens} <file> (troupe token writes one) or set TROUPE_GATEWAY_TOKEN; ` +
+        `for a gateway on this machine only, ${flags.noAuth}`,
       2,
     );
   }
   if (!options.auth && !LOOPBACK.has(where.host)) {
-    throw new CliError(`--no-auth serves only on this machine (127.0.0.1), not on ${where.host}`, 2);
+    throw new CliError(`${flags.noAuth} serves only on this machine (127.0.0.1), not on ${where.host}`, 2);
   }
   if (options.publicUrl !== undefined && !URL.canParse(options.publicUrl)) {
     throw new CliError(
-      `--public-url must be a URL such as https://troupe.example.com (got "${options.publicUrl}")`,
+      `${flags.publicUrl} must be a URL such as https://troupe.example.com (got "${options.publicUrl}")`,
       2,
     );
   }
@@ -127,6 +163,7 @@ export async function serveGateway(
       port: where.port,
       corsOrigins: options.corsOrigin,
       idSecret,
+      flags,
       ...(options.publicUrl === undefined ? {} : { publicUrl: options.publicUrl }),
       taskLimits,
       streamCaps: {

@@ -111,6 +111,11 @@ export interface GatewayOptions {
   taskLimits?: TaskLimits;
   /** Per-token caps on open event streams and the NATS consumers they hold (100 and 300). */
   streamCaps?: Partial<StreamCaps>;
+  /**
+   * The command-line flags a refusal tells the operator to change, when the gateway was started with others than
+   * `troupe gateway`'s (`troupe up --gateway` names them `--gateway-public-url`, `--gateway-max-streams`, …).
+   */
+  flags?: GatewayFlagNames;
   /** How often the tokens file is read again besides when it signals a change, in ms (1,000). */
   tokensReloadMs?: number;
   /** The longest `?wait=` honoured, in seconds (300). */
@@ -119,6 +124,14 @@ export interface GatewayOptions {
   dashboardDir?: string | false;
   /** A2A push notifications: where webhooks may go and how they are retried; `false` runs no delivery worker here. */
   a2aPush?: PushSettings | false;
+}
+
+/** The command-line flags behind the options a refusal may point to. */
+export interface GatewayFlagNames {
+  publicUrl: string;
+  corsOrigin: string;
+  maxStreams: string;
+  maxConsumers: string;
 }
 
 export interface Gateway {
@@ -260,6 +273,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         const refusal = webSocketRefusal(request.headers.origin, request.headers.host, {
           allowed: options.corsOrigins ?? [],
           publicUrl: options.publicUrl,
+          ...(options.flags ? { flags: options.flags } : {}),
         });
         if (refusal) throw new AuthRefusal(403, refusal);
       }
@@ -301,7 +315,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     taskIds: options.idSecret === undefined ? TaskIds.random() : new TaskIds(options.idSecret),
   });
   const openStreams: OpenStreams = new Map();
-  const quota = new StreamQuota(options.streamCaps);
+  const quota = new StreamQuota(options.streamCaps, {
+    ...(options.flags ? { streams: options.flags.maxStreams, consumers: options.flags.maxConsumers } : {}),
+  });
   // A token revoked or changed in the tokens file ends the streams it opened, not only its next request.
   const stopWatching = watchTokens(options.tokens, logger, options.tokensReloadMs);
   const stopListening = options.tokens.onChange(() => {

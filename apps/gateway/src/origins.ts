@@ -6,6 +6,8 @@ export interface BrowserOrigins {
   allowed: readonly string[];
   /** The URL the gateway is reached at (`--public-url`): its origin is allowed, and its host trusted. */
   publicUrl?: string | undefined;
+  /** The flags a refusal points to, when the gateway was started with others than `troupe gateway`'s. */
+  flags?: { publicUrl: string; corsOrigin: string } | undefined;
 }
 
 const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '::1']);
@@ -43,14 +45,15 @@ export function webSocketRefusal(
   } catch {
     return `a WebSocket from origin ${origin} is not allowed: not an origin`;
   }
+  const flags = config.flags ?? { publicUrl: '--public-url', corsOrigin: '--cors-origin' };
   if (host === undefined || page.host !== host) {
-    return `a WebSocket from ${origin} is not allowed (allow it with --cors-origin)`;
+    return `a WebSocket from ${origin} is not allowed (allow it with ${flags.corsOrigin})`;
   }
   const name = hostnameOf(host).toLowerCase();
   const trusted = LOOPBACK_NAMES.has(name) || isIP(name) !== 0 || name === publicUrl?.hostname.toLowerCase();
   if (trusted) return undefined;
   return (
     `a WebSocket from ${origin} is not allowed: the gateway does not know the name ${name} ` +
-    '(give it as --public-url, or allow the origin with --cors-origin)'
+    `(give it as ${flags.publicUrl}, or allow the origin with ${flags.corsOrigin})`
   );
 }

@@ -21,8 +21,8 @@ export class TooManyStreams extends Error {
   readonly statusCode = 429;
   readonly code: (typeof CAP_NAMES)[keyof StreamCaps]['code'];
 
-  constructor(who: Principal, kind: keyof StreamCaps, cap: number) {
-    const { code, what, flag } = CAP_NAMES[kind];
+  constructor(who: Principal, kind: keyof StreamCaps, cap: number, flag: string = CAP_NAMES[kind].flag) {
+    const { code, what } = CAP_NAMES[kind];
     super(
       `token ${who.name} has ${cap} ${what} on this gateway, its cap (${flag}); close one before opening another`,
     );
@@ -39,13 +39,18 @@ export class StreamQuota {
   readonly #caps: StreamCaps;
   readonly #held = new Map<string, StreamCaps>();
 
-  constructor(caps: Partial<StreamCaps> = {}) {
+  /** The flags that set the caps, for the refusal to name (`troupe gateway`'s when absent). */
+  readonly #flags: Partial<Record<keyof StreamCaps, string>>;
+
+  constructor(caps: Partial<StreamCaps> = {}, flags: Partial<Record<keyof StreamCaps, string>> = {}) {
     this.#caps = { ...DEFAULT_STREAM_CAPS, ...caps };
+    this.#flags = flags;
   }
 
   /** Throws {@link TooManyStreams} when the token has every slot of `kind`. */
   check(who: Principal, kind: keyof StreamCaps): void {
-    if (this.held(who)[kind] >= this.#caps[kind]) throw new TooManyStreams(who, kind, this.#caps[kind]);
+    if (this.held(who)[kind] >= this.#caps[kind])
+      throw new TooManyStreams(who, kind, this.#caps[kind], this.#flags[kind]);
   }
 
   /** Takes a slot of `kind`, or throws {@link TooManyStreams}; the function returned gives it back (once). */

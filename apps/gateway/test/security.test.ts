@@ -53,6 +53,13 @@ describe('webSocketRefusal', () => {
       'give it as --public-url, or allow the origin with --cors-origin',
     );
   });
+
+  it('names the flags the gateway was started with, as troupe up --gateway names them', () => {
+    const flags = { publicUrl: '--gateway-public-url', corsOrigin: '--cors-origin' };
+    expect(webSocketRefusal('http://rebind.example', 'rebind.example', { ...none, flags })).toContain(
+      'give it as --gateway-public-url, or allow the origin with --cors-origin',
+    );
+  });
 });
 
 describe('StreamQuota', () => {
@@ -79,6 +86,13 @@ describe('StreamQuota', () => {
     expect(quota.held(ana)).toEqual({ streams: 1, consumers: 1 });
     expect(() => quota.take(ana, 'streams')).not.toThrow();
     expect(() => quota.take(ana, 'streams')).toThrow(TooManyStreams);
+  });
+
+  it('names the flag that set the cap, as troupe up --gateway names it', () => {
+    const quota = new StreamQuota({ streams: 1 }, { streams: '--gateway-max-streams' });
+    quota.take(ana, 'streams');
+    expect(() => quota.take(ana, 'streams')).toThrow(/its cap \(--gateway-max-streams\)/);
+    expect(() => new StreamQuota({ streams: 0 }).check(ana, 'streams')).toThrow(/its cap \(--max-streams\)/);
   });
 });
 

@@ -4,10 +4,10 @@ import { errorMessage, formatIssues } from '@troupe/protocol';
 import type { NatsAccessSources } from '@troupe/runtime';
 import { createLogger, NatsBus, withTimeout } from '@troupe/runtime';
 import { parse as parseYaml, stringify } from 'yaml';
-import { type GatewayServeOptions, serveGateway } from '../gatewayOption.ts';
+import { type GatewayServeOptions, serveGateway, UP_GATEWAY_FLAGS } from '../gatewayOption.ts';
 
 /** For `troupe up --gateway`, which loads this bundle only then. */
-export { serveGateway };
+export { serveGateway, UP_GATEWAY_FLAGS };
 
 import { logUnhandledRejections } from '../lastResort.ts';
 import { CliError, natsAccessOf, resolveServer } from '../server.ts';

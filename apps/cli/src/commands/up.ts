@@ -120,11 +120,12 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
   if (options.gateway !== undefined) {
     try {
       // Loaded only when asked for (another bundle): the HTTP server's modules are not part of a plain start.
-      const { serveGateway } = await import('./gateway.ts');
+      const { serveGateway, UP_GATEWAY_FLAGS } = await import('./gateway.ts');
       gateway = await serveGateway(
         service.bus,
         {
           listen: options.gateway,
+          flags: UP_GATEWAY_FLAGS,
           ...(options.gatewayTokens === undefined ? {} : { tokens: options.gatewayTokens }),
           auth: !options.gatewayNoAuth,
           corsOrigin: options.corsOrigin ?? [],
