@@ -454,3 +454,64 @@ describe('a foreach step reworked after a review', () => {
     ]);
   });
 });
+
+describe('kind: foreach, where its events place each step', () => {
+  it('names the item and its place in `within`, inside a parallel step too, and hands on from the join', async () => {
+    const { output, events } = await run(
+      flow([
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        {
+          id: 'build-each',
+          kind: 'foreach',
+          items: 'steps.plan.output.parts',
+          maxItems: 5,
+          concurrency: 1,
+          do: [
+            {
+              id: 'both',
+              kind: 'parallel',
+              branches: {
+                code: [{ id: 'build', kind: 'agent', agent: 'builder' }],
+                review: [{ id: 'check', kind: 'agent', agent: 'checker' }],
+              },
+            },
+          ],
+        },
+        { id: 'close', kind: 'agent', agent: 'closer' },
+      ]),
+      {
+        planner: plan(['a', { name: 'b' }]),
+        builder: () => text('built'),
+        checker: () => text('checked'),
+        closer: () => text('closed'),
+      },
+    );
+    expect(output.status).toBe('completed');
+    const started = ofKind(events, 'step.started');
+    expect(started.find((e) => e.data.step === 'plan')?.data).not.toHaveProperty('within');
+    expect(started.filter((e) => e.data.step === 'check').map((e) => e.data.within)).toEqual([
+      [
+        { step: 'build-each', item: 0, value: '"a"' },
+        { step: 'both', branch: 'review' },
+      ],
+      [
+        { step: 'build-each', item: 1, value: '{"name":"b"}' },
+        { step: 'both', branch: 'review' },
+      ],
+    ]);
+    // The join of each item's parallel step says where it is too, without the item itself.
+    expect(ofKind(events, 'branches.joined').map((e) => e.data.within)).toEqual([
+      [{ step: 'build-each', item: 0 }],
+      [{ step: 'build-each', item: 1 }],
+    ]);
+    const handoffs = ofKind(events, 'agent.handoff');
+    expect(handoffs.find((e) => e.data.step === 'close')).toMatchObject({
+      from: 'build-each',
+      to: 'closer',
+      data: { join: 'build-each' },
+    });
+    // Inside an item, the first step is handed on by whoever came before the foreach: here the planner.
+    expect(handoffs.find((e) => e.data.step === 'build')).toMatchObject({ from: 'planner' });
+    expect(handoffs.find((e) => e.data.step === 'build')?.data).not.toHaveProperty('join');
+  });
+});

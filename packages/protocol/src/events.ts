@@ -22,6 +22,24 @@ const StepRef = {
 };
 const CallRef = { agent: Name, stepId: z.string() };
 
+/**
+ * Where in the flow a step is: the parallel and foreach steps holding it, outermost first — a parallel step with the
+ * branch, a foreach step with the item's place in its list and, in `step.started`, the item itself as JSON text (its
+ * start). Absent for a step at the top of the flow, and in events from before it was added.
+ */
+const Within = {
+  within: z
+    .array(
+      z.object({
+        step: z.string(),
+        branch: z.string().optional(),
+        item: z.number().int().nonnegative().optional(),
+        value: z.string().optional(),
+      }),
+    )
+    .optional(),
+};
+
 /** The payload (`data`) of each event kind. */
 export const EventData = {
   'task.accepted': z.object({
@@ -42,13 +60,19 @@ export const EventData = {
     /** How many times the task message has been delivered, this time included. */
     deliveries: z.number().int().positive(),
   }),
-  'step.started': z.object(StepRef),
+  'step.started': z.object({
+    ...StepRef,
+    ...Within,
+    /** A `pipeline` step's sub-task: its id and pipeline, so a trace can nest it. */
+    subTask: z.object({ taskId: TaskId, pipeline: Name }).optional(),
+  }),
   /** A step whose `when` was false: it did not run. */
   'step.skipped': z.object({
     step: z.string(),
     round: z.number().int().positive(),
     when: z.string(),
     ...ItemRef,
+    ...Within,
   }),
   /** A route picked where the flow goes: a later step, or `end`. */
   'route.chosen': z.object({
@@ -62,6 +86,7 @@ export const EventData = {
     agent: Name.optional(),
     reason: z.string().optional(),
     ...ItemRef,
+    ...Within,
   }),
   /** A parallel step's branches were joined: how each ended. */
   'branches.joined': z.object({
@@ -75,6 +100,7 @@ export const EventData = {
     ),
     ok: z.boolean(),
     ...ItemRef,
+    ...Within,
   }),
   /** A foreach step's items have all ended, or it stopped them: how many there were and how they ended. */
   'items.joined': z.object({
@@ -87,12 +113,17 @@ export const EventData = {
     /** Items not run or stopped: the step failed fast, or could not list its items. */
     stopped: z.number().int().nonnegative(),
     ok: z.boolean(),
+    ...ItemRef,
+    ...Within,
   }),
   'agent.handoff': z.object({
     step: z.string(),
     round: z.number().int().positive(),
     reason: z.string(),
+    /** The parallel or foreach step whose join the hand-off follows (then `from` is that step, not an agent). */
+    join: z.string().optional(),
     ...ItemRef,
+    ...Within,
   }),
   'llm.request': z.object({
     ...CallRef,

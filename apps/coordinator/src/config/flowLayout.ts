@@ -10,6 +10,8 @@ export interface StepPlace {
   branch?: { parallel: ParallelStepConfig; id: string };
   /** The foreach step it runs for each item of (the innermost, when they nest), when it does. */
   foreach?: ForeachStepConfig;
+  /** The parallel steps (with the branch) and foreach steps holding it, outermost first: where events place it. */
+  within: readonly FlowScope[];
   /**
    * The steps whose outputs it sees by default, oldest first: the steps before it in its list, and what the step
    * holding that list sees. A step after a parallel step sees the parallel step (its merged output), not its
@@ -18,6 +20,12 @@ export interface StepPlace {
   before: readonly string[];
   /** Its path in the pipeline file, for errors: `['flow', 2, 'branches', 'docs', 0]`. */
   path: readonly PropertyKey[];
+}
+
+/** A step holding others: a parallel step and the branch, or a foreach step. */
+export interface FlowScope {
+  step: string;
+  branch?: string;
 }
 
 /** The lists of steps a step holds: a parallel step's branches by branch id, a foreach step's `do`. */
@@ -50,6 +58,7 @@ export function placesOf(flow: readonly StepConfig[]): Map<string, StepPlace> {
     seen: readonly string[],
     branch: StepPlace['branch'],
     foreach: ForeachStepConfig | undefined,
+    within: readonly FlowScope[],
   ) => {
     list.forEach((step, index) => {
       const before = [...seen, ...list.slice(0, index).map((s) => s.id)];
@@ -62,19 +71,24 @@ export function placesOf(flow: readonly StepConfig[]): Map<string, StepPlace> {
           index,
           ...(branch ? { branch } : {}),
           ...(foreach ? { foreach } : {}),
+          within,
           before,
           path,
         });
       }
       if (step.kind === 'parallel') {
         for (const [id, steps] of Object.entries(step.branches)) {
-          visit(steps, [...path, 'branches', id], before, { parallel: step, id }, foreach);
+          visit(steps, [...path, 'branches', id], before, { parallel: step, id }, foreach, [
+            ...within,
+            { step: step.id, branch: id },
+          ]);
         }
       }
-      if (step.kind === 'foreach') visit(step.do, [...path, 'do'], before, undefined, step);
+      if (step.kind === 'foreach')
+        visit(step.do, [...path, 'do'], before, undefined, step, [...within, { step: step.id }]);
     });
   };
-  visit(flow, ['flow'], [], undefined, undefined);
+  visit(flow, ['flow'], [], undefined, undefined, []);
   return places;
 }
 

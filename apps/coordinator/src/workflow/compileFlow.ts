@@ -20,7 +20,7 @@ import { preview } from '@troupe/runtime';
 import { assign, emit, enqueueActions, fromPromise, setup } from 'xstate';
 import { ROUTE_END } from '../config/checkFlow.ts';
 import { type ExpressionScope, evaluate, stepsReadBy } from '../config/expressions.ts';
-import { actorOf, allSteps, isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
+import { actorOf, allSteps, type FlowScope, isWork, placesOf, type StepPlace } from '../config/flowLayout.ts';
 import type {
   AgentAskedStep,
   AgentStepConfig,
@@ -94,6 +94,7 @@ const workflowSetup = setup({
       return {
         latest: { ...context.latest, [p.step.id]: output },
         lastAgent: p.step.agent,
+        joined: undefined,
         ...(context.reworkTarget === p.step.id ? { reworkTarget: undefined } : {}),
       };
     }),
@@ -324,8 +325,9 @@ function compileList(c: Compiling, list: readonly StepConfig[], scope: ListScope
   list.forEach((step, index) => {
     const following = list[index + 1];
     const next = step.next !== undefined ? resolve(step.next) : following ? enter(following) : scope.exit;
-    if (step.when !== undefined) states[gateKey(step)] = gateState(step, step.when, next, scope);
     const place = places.get(step.id) as StepPlace;
+    if (step.when !== undefined)
+      states[gateKey(step)] = gateState(step, step.when, next, scope, place.within);
     switch (step.kind) {
       case 'agent':
       case 'review':
@@ -338,11 +340,11 @@ function compileList(c: Compiling, list: readonly StepConfig[], scope: ListScope
       case 'route':
         states[step.id] =
           step.agent === undefined
-            ? routeState(step, resolve, scope)
+            ? routeState(step, resolve, scope, place.within)
             : agentState(config, place, step as AgentAskedStep, next, resolve, scope);
         break;
       case 'human':
-        states[step.id] = humanState(config, step, next, resolve, scope);
+        states[step.id] = humanState(config, place, step, next, resolve, scope);
         break;
       case 'pipeline':
         states[step.id] = pipelineState(config, place, step, next, recoveryOf(step, scope, next, resolve));
@@ -386,7 +388,13 @@ function parsedOutput(output: string): unknown {
 }
 
 /** A step's `when`: true enters the step; false skips to the next, saying so; an error fails the list. */
-function gateState(step: StepConfig, when: string, next: string, scope: ListScope) {
+function gateState(
+  step: StepConfig,
+  when: string,
+  next: string,
+  scope: ListScope,
+  within: readonly FlowScope[],
+) {
   const test = ({ context }: Args) => evaluate(when, scopeOf(context));
   const failed = (args: Args) => {
     const result = test(args);
@@ -416,7 +424,7 @@ function gateState(step: StepConfig, when: string, next: string, scope: ListScop
             type: 'event' as const,
             kind: 'step.skipped' as const,
             from: 'workflow',
-            data: { step: step.id, round: context.round, when },
+            data: { step: step.id, round: context.round, when, ...placed(within) },
           })),
         ],
       },
@@ -424,14 +432,32 @@ function gateState(step: StepConfig, when: string, next: string, scope: ListScop
   };
 }
 
-/** `step.started`, as a step that waits on `agent` (an agent, `human`, `pipeline`) enters its state. */
-function startedEvent(step: Pick<StepConfig, 'id'>, agent: string) {
+/** Where a step is in the flow, for its events: nothing at the top of the flow. */
+const placed = (within: readonly FlowScope[]) => (within.length > 0 ? { within: [...within] } : {});
+
+/**
+ * `step.started`, as a step that waits on `agent` (an agent, `human`, `pipeline`) enters its state, saying where in
+ * the flow it is (and, for a `pipeline` step, which sub-task it runs).
+ */
+function startedEvent(
+  place: Pick<StepPlace, 'within'>,
+  step: Pick<StepConfig, 'id'>,
+  agent: string,
+  subTask?: (context: WorkflowContext) => { taskId: string; pipeline: string },
+) {
   return say(({ context }: Args) => ({
     type: 'event' as const,
     kind: 'step.started' as const,
     from: 'workflow',
     to: agent,
-    data: { step: step.id, agent, round: context.round, stepId: stepId(context, step) },
+    data: {
+      step: step.id,
+      agent,
+      round: context.round,
+      stepId: stepId(context, step),
+      ...placed(place.within),
+      ...(subTask ? { subTask: subTask(context) } : {}),
+    },
   }));
 }
 
@@ -448,7 +474,7 @@ function agentState(
   const recovery = recoveryOf(step, scope, next, resolve);
   return {
     id: step.id,
-    entry: [say(({ context }: Args) => handoff(context, step)), startedEvent(step, step.agent)],
+    entry: [say(({ context }: Args) => handoff(context, place, step)), startedEvent(place, step, step.agent)],
     invoke: {
       src: 'runStep',
       input: ({ context }: { context: WorkflowContext }): StepRunInput => ({
@@ -460,7 +486,7 @@ function agentState(
         ...(step.kind === 'review'
           ? reviewTransitions(step, reworked(place, step), next, resolve, scope)
           : step.kind === 'route'
-            ? routerTransitions(step, resolve, scope)
+            ? routerTransitions(step, resolve, scope, place.within)
             : [{ target: next, actions: record(step) }]),
       ],
       // The request itself failed (no worker, a timeout): no reply, so no `step.completed`.
@@ -487,6 +513,7 @@ function routerTransitions(
   step: AgentAskedStep & RouteStepConfig,
   resolve: (id: string) => string,
   scope: ListScope,
+  within: readonly FlowScope[],
 ) {
   const choice = (event: Done['event']) =>
     (event.output.ok ? event.output.structured : undefined) as
@@ -510,6 +537,7 @@ function routerTransitions(
             target,
             agent: step.agent,
             reason: String(choice(event as Done['event'])?.reason ?? ''),
+            ...placed(within),
           },
         })),
       ],
@@ -524,7 +552,12 @@ function routerTransitions(
 }
 
 /** A route: a transient state whose value picks a case's target, the default's, or fails the list. */
-function routeState(step: RouteStepConfig, resolve: (id: string) => string, scope: ListScope) {
+function routeState(
+  step: RouteStepConfig,
+  resolve: (id: string) => string,
+  scope: ListScope,
+  within: readonly FlowScope[],
+) {
   const on = step.on as string;
   const cases = step.cases ?? {};
   const routeValue = ({ context }: Args) => {
@@ -548,6 +581,7 @@ function routeState(step: RouteStepConfig, resolve: (id: string) => string, scop
         value: (routeValue(args) as { text: string }).text,
         ...(matched === undefined ? {} : { case: matched }),
         target,
+        ...placed(within),
       },
     })),
   ];
@@ -623,7 +657,12 @@ function pipelineState(
   const before = [completed, spent];
   return {
     id: step.id,
-    entry: [startedEvent(step, agent)],
+    entry: [
+      startedEvent(place, step, agent, (context) => ({
+        taskId: subTaskId(stepId(context, step)),
+        pipeline: step.pipeline,
+      })),
+    ],
     invoke: {
       src: 'runPipeline',
       input: ({ context }: { context: WorkflowContext }): PipelineRunInput => {
@@ -733,6 +772,7 @@ type Answered = { event: { output: HumanRunOutput } };
  */
 function humanState(
   config: PipelineConfig,
+  place: StepPlace,
   step: HumanStepConfig,
   next: string,
   resolve: (id: string) => string,
@@ -799,7 +839,7 @@ function humanState(
   )[0] as Transition;
   return {
     id: step.id,
-    entry: [startedEvent(step, 'human')],
+    entry: [startedEvent(place, step, 'human')],
     invoke: {
       src: 'askPerson',
       input: ({ context }: { context: WorkflowContext }): HumanRunInput => ({
@@ -1010,9 +1050,10 @@ function reviewTransitions(
  * `onError: continue`).
  */
 function parallelState(c: Compiling, step: ParallelStepConfig, next: string, recovery: Recovery) {
+  const within = (c.places.get(step.id) as StepPlace).within;
   /** The step has failed: as its `onError` says (failing the list, unless it names a step to go to). */
   const failStep = (failure: ContextParam<WorkflowFailure>) =>
-    recovery(failure, [joined(step, false)])[0] as Transition;
+    recovery(failure, [joined(step, false, within)])[0] as Transition;
   const regions: Record<string, object> = {};
   for (const [branch, list] of Object.entries(step.branches)) {
     const done = `branch:${step.id}:${branch}:done`;
@@ -1044,7 +1085,7 @@ function parallelState(c: Compiling, step: ParallelStepConfig, next: string, rec
         },
         _failed: { id: failed, type: 'final' },
       },
-      onDone: regionDone(step, branch, next, failStep),
+      onDone: regionDone(step, branch, next, failStep, within),
     };
   }
   return {
@@ -1062,7 +1103,7 @@ function parallelState(c: Compiling, step: ParallelStepConfig, next: string, rec
           step: step.id,
         })),
       },
-      { target: next, actions: [joined(step, true)] },
+      { target: next, actions: [joined(step, true, within)] },
     ],
   };
 }
@@ -1073,6 +1114,7 @@ function regionDone(
   branch: string,
   next: string,
   failStep: (failure: ContextParam<WorkflowFailure>) => Transition,
+  within: readonly FlowScope[],
 ) {
   const outcome = (context: WorkflowContext) => outcomesOf(context, step)[branch];
   const transitions: object[] = [];
@@ -1089,7 +1131,7 @@ function regionDone(
     transitions.push({
       guard: ({ context }: Args) => outcome(context)?.ok === true,
       target: next,
-      actions: [joined(step, true)],
+      actions: [joined(step, true, within)],
     });
   }
   return transitions;
@@ -1105,9 +1147,10 @@ const failureSummary = (outcomes: Record<string, BranchOutcome>) =>
 
 /**
  * Ends a parallel step: its output (each completed branch's last output by branch id, and each failed branch's
- * error) for the steps after it, and `branches.joined` saying how each branch ended.
+ * error) for the steps after it, and `branches.joined` saying how each branch ended. The next hand-off is from the
+ * join, not from whichever branch's agent answered last.
  */
-function joined(step: ParallelStepConfig, ok: boolean) {
+function joined(step: ParallelStepConfig, ok: boolean, within: readonly FlowScope[]) {
   return enqueueActions(({ context, enqueue }: { context: WorkflowContext; enqueue: EnqueueLike }) => {
     const outcomes = outcomesOf(context, step);
     const merged: Record<string, unknown> = {};
@@ -1123,12 +1166,12 @@ function joined(step: ParallelStepConfig, ok: boolean) {
         branches[branch] = { status: 'failed', message: outcome.failure.message };
       } else branches[branch] = { status: 'stopped' };
     }
-    if (ok) enqueue.assign(withOutput(context, step, 'parallel', merged));
+    enqueue.assign({ ...(ok ? withOutput(context, step, 'parallel', merged) : {}), joined: step.id });
     sayNow(context, enqueue, {
       type: 'event',
       kind: 'branches.joined',
       from: 'workflow',
-      data: { step: step.id, round: context.round, join: step.join, branches, ok },
+      data: { step: step.id, round: context.round, join: step.join, branches, ok, ...placed(within) },
     });
   });
 }
@@ -1146,6 +1189,7 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
   c.actors[src] = itemMachine(c, step);
   const outside = outsideOutputs(c, step);
   const failFast = step.failFast ?? step.onError !== 'continue';
+  const within = (c.places.get(step.id) as StepPlace).within;
   const progressOf = (context: WorkflowContext) => context.foreach?.[step.id] as ForeachProgress;
   const childId = (round: number, index: number) => `each.${step.id}.${round}.${index}`;
   const spawn = (context: WorkflowContext, enqueue: EnqueueLike, items: readonly unknown[], index: number) =>
@@ -1156,7 +1200,9 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
     });
   /** The step has failed: as its `onError` says, after `items.joined`. */
   const failStep = (failure: ContextParam<WorkflowFailure>) => {
-    const { guard: _ignored, ...transition } = recovery(failure, [itemsJoined(step, false)])[0] as Recovering;
+    const { guard: _ignored, ...transition } = recovery(failure, [
+      itemsJoined(step, false, within),
+    ])[0] as Recovering;
     return { ...transition, actions: [...(transition.actions ?? []), forgetItems(step)] };
   };
   const failures = (context: WorkflowContext) =>
@@ -1255,7 +1301,7 @@ function foreachState(c: Compiling, step: ForeachStepConfig, next: string, recov
       {
         guard: ({ context }: Args) => settled(context),
         target: next,
-        actions: [itemsJoined(step, true), forgetItems(step)],
+        actions: [itemsJoined(step, true, within), forgetItems(step)],
       },
     ],
     on: {
@@ -1420,6 +1466,7 @@ function itemContext(
     ...(context.approved === undefined ? {} : { approved: context.approved }),
     ...(context.feedback === undefined ? {} : { feedback: context.feedback }),
     ...(context.lastAgent === undefined ? {} : { lastAgent: context.lastAgent }),
+    ...(context.joined === undefined ? {} : { joined: context.joined }),
     item: { step: step.id, index },
     spent: { usage: taskSpent(context), byAgent: context.usageByAgent },
     ...(context.workspace ? { workspace: context.workspace, itemBase: context.workspace } : {}),
@@ -1481,15 +1528,16 @@ function itemOutput(step: ForeachStepConfig, context: WorkflowContext): ItemOutp
 
 /**
  * Ends a foreach step: its output (each item's result by its place in the list: its parsed output, `{"error": ...}`
- * for a failed item, null for one never run or stopped), and `items.joined` saying how the items ended.
+ * for a failed item, null for one never run or stopped), and `items.joined` saying how the items ended. The next
+ * hand-off is from the join.
  */
-function itemsJoined(step: ForeachStepConfig, ok: boolean) {
+function itemsJoined(step: ForeachStepConfig, ok: boolean, within: readonly FlowScope[]) {
   return enqueueActions(({ context, enqueue }: { context: WorkflowContext; enqueue: EnqueueLike }) => {
     const progress = context.foreach?.[step.id] as ForeachProgress;
     const results = progress.results.map((r) =>
       r === null ? null : r.ok ? parsedOutput(r.output) : { error: r.failure.message },
     );
-    if (ok) enqueue.assign(withOutput(context, step, 'foreach', results));
+    enqueue.assign({ ...(ok ? withOutput(context, step, 'foreach', results) : {}), joined: step.id });
     sayNow(context, enqueue, {
       type: 'event',
       kind: 'items.joined',
@@ -1504,6 +1552,7 @@ function itemsJoined(step: ForeachStepConfig, ok: boolean) {
         ),
         stopped: progress.results.filter((r) => r === null).length,
         ok,
+        ...placed(within),
       },
     });
   });
@@ -1553,8 +1602,30 @@ function sayNow(context: WorkflowContext, enqueue: EnqueueLike, said: WorkflowEm
   else
     enqueue.sendParent({
       type: 'item.said',
-      event: { ...said, data: { ...said.data, item: context.item.index } },
+      event: { ...said, data: { ...said.data, item: context.item.index, ...itemPlaced(context, said) } },
     });
+}
+
+/**
+ * The item an item's workflow runs for, written into where its event says it is: the item's place in the list and,
+ * as a step starts, the item itself (its start, as JSON). Each workflow fills its own foreach step's entry as the
+ * event passes up, so nested items each name theirs.
+ */
+function itemPlaced(context: WorkflowContext, said: WorkflowEmitted): { within?: FlowScope[] } {
+  const item = context.item;
+  const within = said.data.within as (FlowScope & { item?: number; value?: string })[] | undefined;
+  if (!item || !within) return {};
+  const value =
+    said.kind === 'step.started'
+      ? preview(JSON.stringify(context.task.input?.item) ?? 'null', 200)
+      : undefined;
+  return {
+    within: within.map((scope) =>
+      scope.step === item.step && scope.branch === undefined && scope.item === undefined
+        ? { ...scope, item: item.index, ...(value === undefined ? {} : { value }) }
+        : scope,
+    ),
+  };
 }
 
 function completedEvent(step: AgentAskedStep) {
@@ -1583,15 +1654,22 @@ function completedEvent(step: AgentAskedStep) {
   });
 }
 
-function handoff(context: WorkflowContext, step: AgentAskedStep): WorkflowEmitted {
-  const from = context.lastAgent ?? 'task';
+/** Who hands the work on: the join of a parallel or foreach step that just ended, the last agent, or the task. */
+function handoff(context: WorkflowContext, place: StepPlace, step: AgentAskedStep): WorkflowEmitted {
+  const from = context.joined ?? context.lastAgent ?? 'task';
   const reason = context.reworkTarget === step.id ? 'rework' : 'next';
   return {
     type: 'event',
     kind: 'agent.handoff',
     from,
     to: step.agent,
-    data: { step: step.id, round: context.round, reason },
+    data: {
+      step: step.id,
+      round: context.round,
+      reason,
+      ...(context.joined === undefined ? {} : { join: context.joined }),
+      ...placed(place.within),
+    },
   };
 }
 

@@ -100,6 +100,8 @@ export interface WorkflowContext {
   /** The step the last rejection sent the work back to, until it has run again. */
   reworkTarget?: string | undefined;
   lastAgent?: string;
+  /** The parallel or foreach step that ended last, until an agent's step does: the next hand-off is from its join. */
+  joined?: string | undefined;
   usage: UsageTotals;
   usageByAgent: Record<string, UsageTotals>;
   approved?: boolean;
