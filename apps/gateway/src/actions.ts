@@ -10,8 +10,10 @@ import {
   readValues,
   replyToHuman,
   submitToPipeline,
+  subTaskReader,
   type TaskTrace,
   wholeTrace,
+  withSubTasks,
 } from '@troupe/client';
 import {
   DEFAULT_TASK_LIMITS,
@@ -150,7 +152,9 @@ export class GatewayActions {
   /** A task's trace, with the outputs its events name by reference read back whole. */
   async trace(who: Principal, taskId: string): Promise<TaskTrace> {
     const trace = await this.#trace(await this.readable(who, taskId));
-    return wholeTrace(trace, (ref) => this.#values.read(ref));
+    // A pipeline step's sub-task is the task's own work: its trace goes in its step.
+    const nested = await withSubTasks(trace, subTaskReader(this.#bus));
+    return wholeTrace(nested, (ref) => this.#values.read(ref));
   }
 
   /** Tasks newest first, filtered, a page at a time; a cursor is the last task of the page before. */

@@ -9,6 +9,7 @@ export {
 } from './humanRequests.ts';
 export { OperationError, type OperationErrorCode } from './operationError.ts';
 export { PipelineRegistry } from './pipelineRegistry.ts';
+export { type SubTaskReader, subTaskReader, withSubTasks } from './subTaskTraces.ts';
 export {
   eventsAfter,
   type FollowOptions,
@@ -31,11 +32,19 @@ export {
 } from './taskOperations.ts';
 export {
   type ApprovalTrace,
+  type BranchesJoinNode,
   buildTaskTrace,
   type CompactionTrace,
+  type FlowNode,
+  type FlowPlace,
+  type HandoffNode,
+  type ItemsJoinNode,
   type ModelCallTrace,
   type ModelSpend,
   type QuestionTrace,
+  type RouteNode,
+  type SkipNode,
+  type StepNode,
   type StepTrace,
   type TaskTrace,
   type ToolCallTrace,

@@ -34,7 +34,94 @@ export interface TaskTrace {
   output?: string;
   outputRef?: ValueRef;
   steps: StepTrace[];
+  /**
+   * The flow's shape, in the order it happened: each step (by `stepId`, as in `steps`) as it first appears, with the
+   * route choices, skipped steps, joins of parallel and foreach steps, and hand-offs between them. Each names where in
+   * the flow it is (`within`), so a reader can nest branches and items.
+   */
+  flow: FlowNode[];
   totals: TraceTotals;
+}
+
+/** A parallel step and its branch, or a foreach step and the item (its place in the list and its start, as JSON). */
+export interface FlowPlace {
+  step: string;
+  branch?: string | undefined;
+  item?: number | undefined;
+  value?: string | undefined;
+}
+
+export type FlowNode = StepNode | RouteNode | SkipNode | BranchesJoinNode | ItemsJoinNode | HandoffNode;
+
+/** A step, its details in `steps` under the same id. */
+export interface StepNode {
+  kind: 'step';
+  stepId: string;
+}
+
+/** Where a route sent the flow, and why: the value that matched a case, or a router agent's reason. */
+export interface RouteNode {
+  kind: 'route';
+  at: string;
+  step: string;
+  round: number;
+  value: string;
+  /** Absent when the route's default was taken. */
+  case?: string;
+  target: string;
+  agent?: string;
+  reason?: string;
+  within?: FlowPlace[];
+}
+
+/** A step whose `when` was false. */
+export interface SkipNode {
+  kind: 'skipped';
+  at: string;
+  step: string;
+  round: number;
+  when: string;
+  within?: FlowPlace[];
+}
+
+/** A parallel step's join: how each branch ended. */
+export interface BranchesJoinNode {
+  kind: 'branches';
+  at: string;
+  step: string;
+  round: number;
+  join: 'all' | 'any' | 'first';
+  branches: Record<string, { status: 'completed' | 'failed' | 'stopped'; message?: string | undefined }>;
+  ok: boolean;
+  within?: FlowPlace[];
+}
+
+/** A foreach step's join: how many items there were and how they ended. */
+export interface ItemsJoinNode {
+  kind: 'items';
+  at: string;
+  step: string;
+  round: number;
+  items: number;
+  completed: number;
+  failed: { index: number; message: string }[];
+  stopped: number;
+  ok: boolean;
+  within?: FlowPlace[];
+}
+
+/** The work handed on to the agent of `step`: from an agent, the task, or the join of a parallel or foreach step. */
+export interface HandoffNode {
+  kind: 'handoff';
+  at: string;
+  from: string;
+  to: string;
+  step: string;
+  round: number;
+  reason: string;
+  /** The parallel or foreach step whose join handed the work on. */
+  join?: string;
+  within?: FlowPlace[];
 }
 
 export interface TraceTotals extends UsageTotals {
@@ -51,6 +138,10 @@ export interface StepTrace {
   step: string;
   agent: string;
   round: number;
+  /** Where in the flow the step ran: the parallel branches and foreach items holding it, outermost first. */
+  within?: FlowPlace[];
+  /** A `pipeline` step's sub-task; its trace when it was read too (see {@link withSubTasks}). */
+  subTask?: { taskId: string; pipeline: string; trace?: TaskTrace };
   startedAt?: string;
   /** Absent while the step runs. */
   outcome?: {
@@ -151,6 +242,9 @@ export async function wholeTrace(
   const steps = await Promise.all(
     trace.steps.map(async (step) => ({
       ...step,
+      ...(step.subTask?.trace
+        ? { subTask: { ...step.subTask, trace: await wholeTrace(step.subTask.trace, read) } }
+        : {}),
       entries: await Promise.all(
         step.entries.map(async (entry) =>
           entry.kind === 'tool' && entry.result?.outputRef
@@ -181,6 +275,10 @@ export async function wholeTrace(
 
 const ms = (from: string, to: string) => Math.max(0, Date.parse(to) - Date.parse(from));
 
+/** Which run of a step an event is about, beyond step and round: the branches and items it is in. */
+const placeKey = (within: readonly FlowPlace[] | undefined, item: number | undefined) =>
+  within ? within.map((p) => `${p.step}/${p.branch ?? ''}/${p.item ?? ''}`).join('>') : `${item ?? ''}`;
+
 /** Builds the tree of one task from its events, in the order they were stored. */
 export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): TaskTrace {
   const trace: TaskTrace = {
@@ -189,6 +287,7 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
     status: 'running',
     resumed: 0,
     steps: [],
+    flow: [],
     totals: {
       ...emptyUsage(),
       toolCalls: 0,
@@ -207,9 +306,18 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
       step = { stepId, step: stepId, agent, round: 1, entries: [] };
       steps.set(stepId, step);
       trace.steps.push(step);
+      trace.flow.push({ kind: 'step', stepId });
     }
     return step;
   };
+  /** Each flow decision once: a resumed task may say one again. */
+  const decided = new Set<string>();
+  const decision = (key: string, node: FlowNode) => {
+    if (decided.has(key)) return;
+    decided.add(key);
+    trace.flow.push(node);
+  };
+  const where = (within: FlowPlace[] | undefined) => (within ? { within } : {});
   const models = new Map<string, ModelCallTrace>();
   const modelOf = (data: { stepId: string; agent: string; turn: number }, at: string, model: string) => {
     const key = `${data.stepId}:${data.turn}`;
@@ -245,14 +353,89 @@ export function buildTaskTrace(taskId: string, events: readonly TroupeEvent[]): 
         trace.resumed += 1;
         break;
       case 'step.started': {
-        const { stepId, step, agent, round } = event.data;
-        const known = steps.get(stepId);
-        if (known) Object.assign(known, { step, agent, round, startedAt: known.startedAt ?? event.ts });
-        else {
-          const started: StepTrace = { stepId, step, agent, round, startedAt: event.ts, entries: [] };
-          steps.set(stepId, started);
-          trace.steps.push(started);
-        }
+        const { stepId, step, agent, round, within, subTask } = event.data;
+        const known = stepOf(stepId, agent);
+        Object.assign(known, {
+          step,
+          agent,
+          round,
+          startedAt: known.startedAt ?? event.ts,
+          ...where(within),
+          ...(subTask ? { subTask: { ...subTask, ...known.subTask } } : {}),
+        });
+        break;
+      }
+      case 'step.skipped': {
+        const d = event.data;
+        decision(`skipped:${d.step}:${d.round}:${placeKey(d.within, d.item)}`, {
+          kind: 'skipped',
+          at: event.ts,
+          step: d.step,
+          round: d.round,
+          when: d.when,
+          ...where(d.within),
+        });
+        break;
+      }
+      case 'route.chosen': {
+        const d = event.data;
+        decision(`route:${d.step}:${d.round}:${placeKey(d.within, d.item)}`, {
+          kind: 'route',
+          at: event.ts,
+          step: d.step,
+          round: d.round,
+          value: d.value,
+          ...(d.case === undefined ? {} : { case: d.case }),
+          target: d.target,
+          ...(d.agent === undefined ? {} : { agent: d.agent }),
+          ...(d.reason === undefined ? {} : { reason: d.reason }),
+          ...where(d.within),
+        });
+        break;
+      }
+      case 'branches.joined': {
+        const d = event.data;
+        decision(`branches:${d.step}:${d.round}:${placeKey(d.within, d.item)}`, {
+          kind: 'branches',
+          at: event.ts,
+          step: d.step,
+          round: d.round,
+          join: d.join,
+          branches: d.branches,
+          ok: d.ok,
+          ...where(d.within),
+        });
+        break;
+      }
+      case 'items.joined': {
+        const d = event.data;
+        decision(`items:${d.step}:${d.round}:${placeKey(d.within, d.item)}`, {
+          kind: 'items',
+          at: event.ts,
+          step: d.step,
+          round: d.round,
+          items: d.items,
+          completed: d.completed,
+          failed: d.failed,
+          stopped: d.stopped,
+          ok: d.ok,
+          ...where(d.within),
+        });
+        break;
+      }
+      case 'agent.handoff': {
+        const d = event.data;
+        decision(`handoff:${d.step}:${d.round}:${placeKey(d.within, d.item)}:${event.id}`, {
+          kind: 'handoff',
+          at: event.ts,
+          from: event.from ?? '',
+          to: event.to ?? '',
+          step: d.step,
+          round: d.round,
+          reason: d.reason,
+          ...(d.join === undefined ? {} : { join: d.join }),
+          ...where(d.within),
+        });
         break;
       }
       case 'step.completed': {

@@ -31,6 +31,7 @@ import {
 } from './humanRequests.ts';
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
+import { subTaskReader, withSubTasks } from './subTaskTraces.ts';
 import { eventsAfter, followTaskEnding, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
 import {
   cancelTask,
@@ -374,14 +375,16 @@ export class TroupeClient {
   }
 
   /**
-   * The task's trace: each step with its model calls, tool calls and decisions, and the totals, with the outputs its
-   * events name by reference read back whole.
+   * The task's trace: each step with its model calls, tool calls and decisions, the flow's shape (routes, branches,
+   * items, joins), sub-tasks' traces in their steps, and the totals, with the outputs its events name by reference
+   * read back whole.
    */
   async trace(taskId: string): Promise<TaskTrace> {
     const record = await readTask(this.bus, taskId);
     const trace = buildTaskTrace(taskId, await readTaskEvents(this.bus, taskId, record.pipeline));
     const versioned = record.version === undefined ? trace : { ...trace, version: record.version };
-    return wholeTrace(versioned, (ref) => this.#values.read(ref));
+    const nested = await withSubTasks(versioned, subTaskReader(this.bus));
+    return wholeTrace(nested, (ref) => this.#values.read(ref));
   }
 
   /** The pipelines the coordinators on this server have loaded, by name. */

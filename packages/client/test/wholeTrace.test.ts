@@ -54,6 +54,7 @@ const traced = (outputRef: ValueRef): TaskTrace => ({
       ],
     },
   ],
+  flow: [{ kind: 'step', stepId: 't-1.a.1' }],
   totals,
 });
 
@@ -68,6 +69,27 @@ describe('wholeTrace', () => {
     expect(whole.output).toBe('the whole output');
     const [entry] = whole.steps[0]?.entries ?? [];
     expect(entry?.kind === 'tool' && entry.result?.output).toBe('the whole result');
+  });
+
+  it('reads the values of a sub-task nested in a pipeline step back whole too', async () => {
+    const sub: TaskTrace = { ...traced(ref('sub.b.1.output')), taskId: 'sub' };
+    const parent = traced(ref('t-1.b.1.output'));
+    const nested: TaskTrace = {
+      ...parent,
+      steps: parent.steps.map((step) => ({
+        ...step,
+        subTask: { taskId: 'sub', pipeline: 'inner', trace: sub },
+      })),
+    };
+    const stored = new Map([
+      ['t-1.b.1.output', 'the whole output'],
+      ['sub.b.1.output', 'the sub-task output'],
+      ['t-1.a.1.1.0.result', 'the whole result'],
+    ]);
+    const whole = await wholeTrace(nested, async (r) => stored.get(r.name) ?? '');
+
+    expect(whole.steps[0]?.subTask?.trace?.output).toBe('the sub-task output');
+    expect(whole.steps[0]?.subTask).toMatchObject({ taskId: 'sub', pipeline: 'inner' });
   });
 
   it('keeps the preview, which says where the whole was, when a value cannot be read', async () => {
