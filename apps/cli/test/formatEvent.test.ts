@@ -64,3 +64,67 @@ describe('formatEvent: values kept in the object store', () => {
     ).toBe(true);
   });
 });
+
+describe('formatEvent: the flow', () => {
+  const envelope = {
+    ts: '2026-11-29T12:00:02.000Z',
+    pipeline: 'demo',
+    taskId: 'task-1',
+    traceparent: '00-228501cfd9ddc401a594405b2e1a9608-214fbd37f4df7231-01',
+  };
+
+  it('says a step that failed failed, with its code', () => {
+    const event: TroupeEvent = {
+      ...envelope,
+      id: 'task-1:step.completed:task-1.docs.1',
+      kind: 'step.completed',
+      from: 'writer',
+      to: 'workflow',
+      data: {
+        step: 'docs',
+        agent: 'writer',
+        round: 1,
+        stepId: 'task-1.docs.1',
+        ok: false,
+        output: '',
+        error: { code: 'server_error', message: 'the docs site is down' },
+        usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+        turns: 1,
+        durationMs: 90,
+      },
+    };
+    expect(
+      formatEvent(event, { color: false }).endsWith(
+        'docs · 0→0 tok · FAILED (server_error): the docs site is down',
+      ),
+    ).toBe(true);
+  });
+
+  it('names the join a hand-off follows, and why a router chose its target', () => {
+    const handoff: TroupeEvent = {
+      ...envelope,
+      id: 'task-1:agent.handoff:wrap',
+      kind: 'agent.handoff',
+      from: 'each',
+      to: 'wrapper',
+      data: { step: 'wrap', round: 1, reason: 'next', join: 'each' },
+    };
+    expect(formatEvent(handoff, { color: false }).endsWith('wrap — after the join of each')).toBe(true);
+    const route: TroupeEvent = {
+      ...envelope,
+      id: 'task-1:route.chosen:pick',
+      kind: 'route.chosen',
+      from: 'router',
+      data: {
+        step: 'pick',
+        round: 1,
+        value: 'build',
+        case: 'build',
+        target: 'build',
+        agent: 'router',
+        reason: 'a feature',
+      },
+    };
+    expect(formatEvent(route, { color: false }).endsWith('pick → build (build): a feature')).toBe(true);
+  });
+});

@@ -337,7 +337,7 @@ describe('formatTrace', () => {
       '│  └─ model anthropic:claude-y · turn 1 · 100→20 tok (40 cached) · $0.0020 · 0.3 s · stop',
       '│        retry after attempt 1: rate_limited, waited 0.5 s',
       '│        fallback openai:gpt-x → anthropic:claude-y (rate_limited)',
-      '└─ code · coder · round 1 · server_error · 12 s · 100→20 tok · $0.0020',
+      '└─ code · coder · round 1 · failed (server_error) · 12 s · 100→20 tok · $0.0020',
       '   ├─ model openai:gpt-x · turn 1 · 100→20 tok (40 cached) · $0.0020 · 0.3 s · tool_calls',
       '   ├─ tool write_file({"path":"hello.md"}) · allow · ok · 0.0 s · wrote 8 bytes to hello.md',
       '   ├─ approval appr-1 for write_file · allowed by ana after 12 s',
@@ -360,6 +360,216 @@ describe('formatTrace', () => {
     );
     expect(formatTrace(buildTaskTrace('t1', events), { color: false })).toContain(
       'wrote 8 bytes to hello.md (5242880 bytes in troupe-values-demo; troupe trace --json gives it whole)',
+    );
+  });
+});
+
+/** A step that ran and ended well, with where it ran. */
+const ran = (atMs: number, step: string, agent: string, extra: Record<string, unknown> = {}) => {
+  const item = (extra.within as { item?: number }[] | undefined)?.at(-1)?.item;
+  const stepId = `t1.${step}.1${item === undefined ? '' : `.i${item}`}`;
+  return [
+    at(atMs, 'step.started', { step, agent, round: 1, stepId, ...extra }),
+    at(atMs + 100, 'step.completed', {
+      step,
+      agent,
+      round: 1,
+      stepId,
+      ok: true,
+      output: 'done',
+      usage: usage(10, 5),
+      turns: 1,
+      durationMs: 100,
+    }),
+  ];
+};
+
+/** A task whose flow routes, runs branches (one failing, one never run), items (one failing) and a sub-pipeline. */
+const shaped: TroupeEvent[] = [
+  at(0, 'task.accepted', { goal: 'ship it' }),
+  ...ran(10, 'plan', 'planner'),
+  at(200, 'route.chosen', {
+    step: 'pick',
+    round: 1,
+    value: 'build',
+    case: 'build',
+    target: 'build',
+    agent: 'router',
+    reason: 'it asks for a feature',
+  }),
+  at(210, 'step.skipped', { step: 'notify', round: 1, when: 'input.loud' }),
+  ...ran(300, 'code', 'coder', { within: [{ step: 'build', branch: 'code' }] }),
+  at(310, 'step.started', {
+    step: 'docs',
+    agent: 'writer',
+    round: 1,
+    stepId: 't1.docs.1',
+    within: [{ step: 'build', branch: 'docs' }],
+  }),
+  at(400, 'step.completed', {
+    step: 'docs',
+    agent: 'writer',
+    round: 1,
+    stepId: 't1.docs.1',
+    ok: false,
+    output: '',
+    error: { code: 'server_error', message: 'the docs site is down' },
+    usage: usage(0, 0),
+    turns: 1,
+    durationMs: 90,
+  }),
+  at(410, 'branches.joined', {
+    step: 'build',
+    round: 1,
+    join: 'all',
+    branches: {
+      code: { status: 'completed' },
+      docs: { status: 'failed', message: 'the docs site is down' },
+      tests: { status: 'stopped' },
+    },
+    ok: true,
+  }),
+  at(420, 'route.chosen', { step: 'size', round: 1, value: 'huge', target: 'each' }),
+  {
+    ...at(500, 'agent.handoff', {
+      step: 'part',
+      round: 1,
+      reason: 'next',
+      join: 'build',
+      item: 0,
+      within: [{ step: 'each', item: 0 }],
+    }),
+    from: 'build',
+    to: 'builder',
+  } as TroupeEvent,
+  ...ran(510, 'part', 'builder', { item: 0, within: [{ step: 'each', item: 0, value: '"parser"' }] }),
+  ...ran(700, 'part', 'builder', { item: 1, within: [{ step: 'each', item: 1, value: '"storage"' }] }),
+  at(900, 'items.joined', {
+    step: 'each',
+    round: 1,
+    items: 3,
+    completed: 2,
+    failed: [{ index: 2, message: 'no such part' }],
+    stopped: 0,
+    ok: true,
+  }),
+  ...ran(1_000, 'sub', 'pipeline', { subTask: { taskId: 't1-sub-1-abcdef', pipeline: 'outline' } }),
+  at(1_200, 'task.completed', {
+    output: 'done',
+    rounds: 1,
+    usage: usage(50, 25),
+    usageByAgent: {},
+    durationMs: 1_200,
+  }),
+];
+
+describe('the flow in a trace', () => {
+  it('keeps the flow in order: steps, routes with their reason, skips, joins and hand-offs, each where it ran', () => {
+    const trace = buildTaskTrace('t1', shaped);
+    expect(trace.flow.map((n) => (n.kind === 'step' ? n.stepId : `${n.kind} ${n.step}`))).toEqual([
+      't1.plan.1',
+      'route pick',
+      'skipped notify',
+      't1.code.1',
+      't1.docs.1',
+      'branches build',
+      'route size',
+      'handoff part',
+      't1.part.1.i0',
+      't1.part.1.i1',
+      'items each',
+      't1.sub.1',
+    ]);
+    expect(trace.flow[1]).toMatchObject({
+      kind: 'route',
+      target: 'build',
+      agent: 'router',
+      reason: 'it asks for a feature',
+    });
+    expect(trace.flow[7]).toMatchObject({
+      kind: 'handoff',
+      join: 'build',
+      within: [{ step: 'each', item: 0 }],
+    });
+    expect(trace.steps.find((s) => s.stepId === 't1.part.1.i1')?.within).toEqual([
+      { step: 'each', item: 1, value: '"storage"' },
+    ]);
+    expect(trace.steps.find((s) => s.step === 'sub')?.subTask).toEqual({
+      taskId: 't1-sub-1-abcdef',
+      pipeline: 'outline',
+    });
+  });
+
+  it('takes a flow decision said again by a resumed run once', () => {
+    const again = shaped.filter((e) => e.kind === 'route.chosen' || e.kind === 'branches.joined');
+    const trace = buildTaskTrace('t1', [...shaped.slice(0, -1), ...again, ...shaped.slice(-1)]);
+    expect(trace.flow.filter((n) => n.kind === 'route')).toHaveLength(2);
+    expect(trace.flow.filter((n) => n.kind === 'branches')).toHaveLength(1);
+  });
+
+  it('reads events from before the flow was recorded as a line of steps', () => {
+    const trace = buildTaskTrace('t1', finished);
+    expect(trace.flow).toEqual([
+      { kind: 'step', stepId: 't1.plan.1' },
+      { kind: 'step', stepId: 't1.code.1' },
+    ]);
+    expect(trace.steps.every((s) => s.within === undefined)).toBe(true);
+  });
+
+  it('draws branches and items nested under their step, with how each ended, and the sub-task under its step', () => {
+    const trace = buildTaskTrace('t1', shaped);
+    const sub = buildTaskTrace(
+      't1-sub-1-abcdef',
+      [
+        at(1_010, 'task.accepted', { goal: 'outline' }),
+        ...ran(1_020, 'outline', 'outliner'),
+        at(1_150, 'task.completed', {
+          output: 'o',
+          rounds: 1,
+          usage: usage(1, 1),
+          usageByAgent: {},
+          durationMs: 140,
+        }),
+      ].map((event) => ({ ...event, taskId: 't1-sub-1-abcdef' })),
+    );
+    const nested = {
+      ...trace,
+      steps: trace.steps.map((s) => (s.subTask ? { ...s, subTask: { ...s.subTask, trace: sub } } : s)),
+    };
+    const lines = formatTrace(nested, { color: false })
+      .split('\n')
+      .map((line) => line.replace(/ · 0\.1 s · .*$/, ''));
+    expect(lines).toEqual([
+      'task t1 · demo · completed in 1.2 s',
+      'goal: ship it',
+      '├─ plan · planner · round 1 · ok',
+      '├─ route pick → build · by router: it asks for a feature',
+      '├─ notify · skipped: input.loud was false',
+      '├─ build · parallel · joined (all) · ok',
+      '│  ├─ branch code · completed',
+      '│  │  └─ code · coder · round 1 · ok',
+      '│  ├─ branch docs · failed: the docs site is down',
+      '│  │  └─ docs · writer · round 1 · failed (server_error)',
+      '│  │        server_error: the docs site is down',
+      '│  └─ branch tests · stopped',
+      '├─ route size → each · "huge" matched no case: default',
+      '├─ each · foreach · 3 items, 2 completed, 1 failed · ok',
+      '│  ├─ item 0: "parser"',
+      '│  │  ├─ hand-off from the join of build → builder (part)',
+      '│  │  └─ part · builder · round 1 · ok',
+      '│  ├─ item 1: "storage"',
+      '│  │  └─ part · builder · round 1 · ok',
+      '│  └─ item 2 · failed: no such part',
+      '└─ sub · pipeline · round 1 · ok',
+      '   └─ sub-task t1-sub-1-abcdef · outline · completed in 0.1 s',
+      '      └─ outline · outliner · round 1 · ok',
+      'totals: 1 model call · 50→25 tok · $0.0000 · 0 tool calls · 1 error',
+    ]);
+  });
+
+  it('says when a sub-task named by its step has no stored events', () => {
+    expect(formatTrace(buildTaskTrace('t1', shaped), { color: false })).toContain(
+      '└─ sub-task t1-sub-1-abcdef · outline · its events are not stored',
     );
   });
 });

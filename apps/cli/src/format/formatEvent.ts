@@ -47,7 +47,11 @@ export function formatEvent(event: TroupeEvent, options: FormatOptions): string 
     paint('gray', time),
     paint('gray', `${event.pipeline}/${event.taskId}`),
     route.padEnd(30),
-    paint(KIND_STYLE[event.kind], event.kind.padEnd(16)),
+    // A step that failed stands out as a failure, not as one more step that ended.
+    paint(
+      event.kind === 'step.completed' && !event.data.ok ? 'red' : KIND_STYLE[event.kind],
+      event.kind.padEnd(16),
+    ),
     paint(SUMMARY_STYLE[event.kind], summarize(event)),
   ].join('  ');
 }
@@ -81,7 +85,7 @@ function summarize(event: TroupeEvent): string {
     case 'step.skipped':
       return `${stepOf(event.data)}: when ${oneLine(event.data.when, 80)} was false`;
     case 'route.chosen':
-      return `${stepOf(event.data)} → ${event.data.target} (${oneLine(event.data.value, 40)}${event.data.case === undefined ? ', default' : ''})`;
+      return `${stepOf(event.data)} → ${event.data.target} (${oneLine(event.data.value, 40)}${event.data.case === undefined ? ', default' : ''})${event.data.reason ? `: ${oneLine(event.data.reason, 80)}` : ''}`;
     case 'branches.joined':
       return `${event.data.step} (${event.data.join}) ${event.data.ok ? 'ok' : 'failed'}: ${Object.entries(
         event.data.branches,
@@ -98,7 +102,7 @@ function summarize(event: TroupeEvent): string {
           : ''
       }${event.data.stopped > 0 ? `, ${event.data.stopped} not run` : ''}`;
     case 'agent.handoff':
-      return `${stepOf(event.data)}${event.data.reason === 'rework' ? ' — rework' : ''}`;
+      return `${stepOf(event.data)}${event.data.reason === 'rework' ? ' — rework' : ''}${event.data.join === undefined ? '' : ` — after the join of ${event.data.join}`}`;
     case 'llm.request':
       return `turn ${event.data.turn} · ${event.data.provider}:${event.data.model} · ${event.data.messages} messages`;
     case 'llm.response': {
@@ -143,7 +147,7 @@ function summarize(event: TroupeEvent): string {
         : '';
       const body = event.data.ok
         ? (verdict || oneLine(event.data.output, 70)) + whereWhole(event.data.outputRef)
-        : `failed: ${event.data.error?.message ?? ''}`;
+        : `FAILED (${event.data.error?.code ?? 'error'}): ${oneLine(event.data.error?.message ?? '', 120)}`;
       return `${stepOf(event.data)} · ${tokens(event.data.usage)} · ${body}`;
     }
     case 'task.completed':

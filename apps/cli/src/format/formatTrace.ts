@@ -1,8 +1,27 @@
 import { styleText } from 'node:util';
-import type { StepTrace, TaskTrace, TraceEntry, TraceTotals } from '@troupe/client';
+import type {
+  BranchesJoinNode,
+  FlowPlace,
+  HandoffNode,
+  ItemsJoinNode,
+  RouteNode,
+  SkipNode,
+  StepTrace,
+  TaskTrace,
+  TraceEntry,
+  TraceTotals,
+} from '@troupe/client';
 import { formatDuration } from './duration.ts';
 
 type Style = Parameters<typeof styleText>[0];
+type Paint = (style: Style, text: string) => string;
+
+/** A line of the tree with the lines it continues onto, what hangs under it, and lines said after those. */
+interface Branch {
+  lines: string[];
+  children: Branch[];
+  after?: string[];
+}
 
 /** How much of a tool's arguments and output a line shows. */
 const PREVIEW = 60;
@@ -17,7 +36,8 @@ const cost = (usd: number) => `$${usd.toFixed(4)}`;
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 /**
- * A task's trace as a tree for the terminal: the task and its totals, each step with its outcome, and under it
+ * A task's trace as a tree for the terminal: the task and its totals, each step with its outcome in the flow's
+ * shape (route choices, parallel branches and their join, foreach items, sub-pipeline tasks), and under it
  * each model call (model, tokens, cost, latency, finish reason; retries and fallbacks), tool call (arguments,
  * permission decision, result, duration), approval (who decided, after how long), question and summary.
  */
@@ -36,22 +56,7 @@ export function formatTrace(trace: TaskTrace, options: { color: boolean }): stri
       (trace.resumed > 0 ? ` · resumed ${plural(trace.resumed, 'time')}` : ''),
   );
   if (trace.goal !== undefined) lines.push(`goal: ${preview(trace.goal, 100)}`);
-  trace.steps.forEach((step, i) => {
-    const last = i === trace.steps.length - 1;
-    lines.push(`${last ? '└─' : '├─'} ${stepLine(step, paint)}`);
-    const indent = last ? '   ' : '│  ';
-    step.entries.forEach((entry, j) => {
-      const lastEntry = j === step.entries.length - 1;
-      const [head, ...rest] = entryLines(entry, paint);
-      lines.push(`${indent}${lastEntry ? '└─' : '├─'} ${head}`);
-      for (const more of rest) lines.push(`${indent}${lastEntry ? '   ' : '│  '}   ${more}`);
-    });
-    if (step.outcome?.error) {
-      lines.push(
-        `${indent}   ${paint('red', `${step.outcome.error.code}: ${preview(step.outcome.error.message, 160)}`)}`,
-      );
-    }
-  });
+  draw(flowTree(trace, paint), '', lines);
   if (trace.failure) {
     lines.push(paint('red', `failed: ${trace.failure.reason}: ${preview(trace.failure.message, 200)}`));
   }
@@ -60,16 +65,212 @@ export function formatTrace(trace: TaskTrace, options: { color: boolean }): stri
   return lines.join('\n');
 }
 
-function stepLine(step: StepTrace, paint: (style: Style, text: string) => string): string {
+/** Draws branches under `indent`, each with its connector, the lines it continues onto, and its own branches. */
+function draw(branches: readonly Branch[], indent: string, lines: string[]): void {
+  branches.forEach((branch, i) => {
+    const last = i === branches.length - 1;
+    const [head, ...rest] = branch.lines;
+    lines.push(`${indent}${last ? '└─' : '├─'} ${head}`);
+    const under = `${indent}${last ? '   ' : '│  '}`;
+    for (const more of rest) lines.push(`${under}   ${more}`);
+    draw(branch.children, under, lines);
+    for (const more of branch.after ?? []) lines.push(`${under}   ${more}`);
+  });
+}
+
+/** A parallel or foreach step as the trace met it: its branches or items, each a lane of what ran in it. */
+interface Group {
+  kind: 'group';
+  step: string;
+  parallel: boolean;
+  lanes: { key: string; value?: string | undefined; nodes: Placed[] }[];
+  joined?: BranchesJoinNode | ItemsJoinNode;
+}
+type Placed =
+  | Group
+  | { kind: 'step'; step: StepTrace }
+  | { kind: 'mark'; node: RouteNode | SkipNode | HandoffNode };
+
+/**
+ * The flow as a tree: steps, route choices, skipped steps and hand-offs from a join in the order they happened, each
+ * parallel step's branches and each foreach step's items nested under it with how its join ended, and each
+ * sub-pipeline's task under its step.
+ */
+function flowTree(trace: TaskTrace, paint: Paint): Branch[] {
+  const steps = new Map(trace.steps.map((step) => [step.stepId, step]));
+  const root: Placed[] = [];
+  /** The open group of a step in a list: the one its join has not closed. */
+  const groupIn = (list: Placed[], step: string, parallel: boolean): Group => {
+    const open = list.findLast((p): p is Group => p.kind === 'group' && p.step === step && !p.joined);
+    if (open) return open;
+    const group: Group = { kind: 'group', step, parallel, lanes: [] };
+    list.push(group);
+    return group;
+  };
+  const listAt = (within: readonly FlowPlace[] | undefined): Placed[] => {
+    let list = root;
+    for (const place of within ?? []) {
+      const parallel = place.branch !== undefined;
+      const group = groupIn(list, place.step, parallel);
+      const key = parallel ? (place.branch as string) : `${place.item ?? '?'}`;
+      let lane = group.lanes.find((l) => l.key === key);
+      if (!lane) {
+        lane = { key, value: place.value, nodes: [] };
+        group.lanes.push(lane);
+      }
+      lane.value ??= place.value;
+      list = lane.nodes;
+    }
+    return list;
+  };
+  for (const node of trace.flow) {
+    switch (node.kind) {
+      case 'step': {
+        const step = steps.get(node.stepId);
+        if (step) listAt(step.within).push({ kind: 'step', step });
+        break;
+      }
+      case 'branches':
+      case 'items':
+        groupIn(listAt(node.within), node.step, node.kind === 'branches').joined = node;
+        break;
+      case 'handoff':
+        // Every step is handed its work; only a hand-off from a join says more than the order does (a rework's
+        // shows as the step's next round).
+        if (node.join !== undefined) listAt(node.within).push({ kind: 'mark', node });
+        break;
+      default:
+        listAt(node.within).push({ kind: 'mark', node });
+    }
+  }
+  return root.map((placed) => branchOf(placed, paint));
+}
+
+function branchOf(placed: Placed, paint: Paint): Branch {
+  switch (placed.kind) {
+    case 'step':
+      return stepBranch(placed.step, paint);
+    case 'mark':
+      return { lines: [markLine(placed.node, paint)], children: [] };
+    case 'group':
+      return placed.parallel ? parallelBranch(placed, paint) : foreachBranch(placed, paint);
+  }
+}
+
+function stepBranch(step: StepTrace, paint: Paint): Branch {
+  const children: Branch[] = step.entries.map((entry) => ({ lines: entryLines(entry, paint), children: [] }));
+  const sub = step.subTask;
+  if (sub) {
+    const head = `sub-task ${sub.taskId} · ${sub.pipeline}`;
+    children.push(
+      sub.trace
+        ? { lines: [`${head} · ${statusOf(sub.trace, paint)}`], children: flowTree(sub.trace, paint) }
+        : { lines: [`${head} · its events are not stored`], children: [] },
+    );
+  }
+  const error = step.outcome?.error;
+  return {
+    lines: [stepLine(step, paint)],
+    children,
+    ...(error ? { after: [paint('red', `${error.code}: ${preview(error.message, 160)}`)] } : {}),
+  };
+}
+
+function parallelBranch(group: Group, paint: Paint): Branch {
+  const joined = group.joined as BranchesJoinNode | undefined;
+  // Branches that ran nothing (all skipped, or stopped first) are known from the join.
+  for (const name of Object.keys(joined?.branches ?? {})) {
+    if (!group.lanes.some((l) => l.key === name)) group.lanes.push({ key: name, nodes: [] });
+  }
+  const head = `${paint('bold', group.step)} · parallel`;
+  const state = joined
+    ? `joined (${joined.join}) · ${joined.ok ? paint('green', 'ok') : paint('red', 'failed')}`
+    : paint('yellow', 'running');
+  return {
+    lines: [`${head} · ${state}`],
+    children: group.lanes.map((lane) => {
+      const ended = joined?.branches[lane.key];
+      const how = !ended
+        ? ''
+        : ended.status === 'completed'
+          ? ` · ${paint('green', 'completed')}`
+          : ended.status === 'failed'
+            ? ` · ${paint('red', `failed: ${preview(ended.message ?? '', 120)}`)}`
+            : ` · ${paint('yellow', 'stopped')}`;
+      return { lines: [`branch ${lane.key}${how}`], children: lane.nodes.map((p) => branchOf(p, paint)) };
+    }),
+  };
+}
+
+function foreachBranch(group: Group, paint: Paint): Branch {
+  const joined = group.joined as ItemsJoinNode | undefined;
+  // An item that failed before any of its steps started (its `when` could not be read) is known from the join.
+  for (const { index } of joined?.failed ?? []) {
+    if (!group.lanes.some((l) => l.key === `${index}`)) group.lanes.push({ key: `${index}`, nodes: [] });
+  }
+  group.lanes.sort((a, b) => Number(a.key) - Number(b.key));
+  const head = `${paint('bold', group.step)} · foreach`;
+  const counts = joined
+    ? [
+        plural(joined.items, 'item'),
+        `${joined.completed} completed`,
+        ...(joined.failed.length > 0 ? [paint('red', `${joined.failed.length} failed`)] : []),
+        ...(joined.stopped > 0 ? [paint('yellow', `${joined.stopped} stopped`)] : []),
+      ].join(', ')
+    : paint('yellow', 'running');
+  const state = joined ? ` · ${joined.ok ? paint('green', 'ok') : paint('red', 'failed')}` : '';
+  return {
+    lines: [`${head} · ${counts}${state}`],
+    children: group.lanes.map((lane) => {
+      const failed = joined?.failed.find((f) => `${f.index}` === lane.key);
+      const value = lane.value === undefined ? '' : `: ${preview(lane.value)}`;
+      const how = failed ? ` · ${paint('red', `failed: ${preview(failed.message, 120)}`)}` : '';
+      return {
+        lines: [`item ${lane.key}${value}${how}`],
+        children: lane.nodes.map((p) => branchOf(p, paint)),
+      };
+    }),
+  };
+}
+
+function markLine(node: RouteNode | SkipNode | HandoffNode, paint: Paint): string {
+  switch (node.kind) {
+    case 'route': {
+      const why =
+        node.agent !== undefined
+          ? ` · by ${node.agent}${node.reason ? `: ${preview(node.reason, 120)}` : ''}`
+          : node.case !== undefined
+            ? ` · ${JSON.stringify(preview(node.value))} matched`
+            : ` · ${JSON.stringify(preview(node.value))} matched no case: default`;
+      return `route ${paint('bold', node.step)} → ${node.target}${why}`;
+    }
+    case 'skipped':
+      return `${paint('bold', node.step)} · skipped: ${preview(node.when, 100)} was false`;
+    case 'handoff':
+      return `hand-off from the join of ${node.join ?? node.from} → ${node.to} (${node.step})`;
+  }
+}
+
+function statusOf(trace: TaskTrace, paint: Paint): string {
+  const took = trace.durationMs === undefined ? '' : ` in ${formatDuration(trace.durationMs)}`;
+  if (trace.status === 'completed') return `${paint('green', 'completed')}${took}`;
+  if (trace.status === 'running') return paint('yellow', 'running');
+  const why = trace.failure ? `: ${trace.failure.reason}` : '';
+  return `${paint('red', `${trace.status}${why}`)}${took}`;
+}
+
+function stepLine(step: StepTrace, paint: Paint): string {
   const head = `${paint('bold', step.step)} · ${step.agent} · round ${step.round}`;
   const outcome = step.outcome;
   if (!outcome) return `${head} · ${paint('yellow', 'running')}`;
   const verdict = outcome.verdict ? ` · ${outcome.verdict.decision}` : '';
-  const result = outcome.ok ? paint('green', `ok${verdict}`) : paint('red', outcome.error?.code ?? 'failed');
+  const result = outcome.ok
+    ? paint('green', `ok${verdict}`)
+    : paint('red', `failed${outcome.error ? ` (${outcome.error.code})` : ''}`);
   return `${head} · ${result} · ${formatDuration(outcome.durationMs)} · ${tokens(outcome.usage)} · ${cost(outcome.usage.costUsd)}`;
 }
 
-function entryLines(entry: TraceEntry, paint: (style: Style, text: string) => string): string[] {
+function entryLines(entry: TraceEntry, paint: Paint): string[] {
   switch (entry.kind) {
     case 'model': {
       const lines: string[] = [];
