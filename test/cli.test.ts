@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -623,6 +623,27 @@ flow: [{ id: plan, kind: agent, agent: planner }]
     );
     expect((await troupe(['validate', one])).stdout).toContain('pipeline solo — 1 agent; flow: plan');
     expect((await troupe(['validate', examplePath('demo.yaml')])).stdout).toContain('3 agents;');
+  });
+
+  it('has every command the docs name', async () => {
+    const help = await troupe(['--help']);
+    const commands = new Set([...help.stdout.matchAll(/^ {2}([a-z][a-z-]*) /gm)].map((m) => m[1]));
+    expect(commands).toContain('up');
+    const docs = [
+      join(repoRoot, 'README.md'),
+      ...(await readdir(join(repoRoot, 'docs')))
+        .filter((f) => f.endsWith('.md'))
+        .map((f) => join(repoRoot, 'docs', f)),
+    ];
+    const unknown: string[] = [];
+    for (const file of docs) {
+      const text = await readFile(file, 'utf8');
+      // `troupe <command>` in code, and a command line in a code block.
+      for (const m of text.matchAll(/(?:`|^\$? ?)troupe ([a-z][a-z-]*)/gm)) {
+        if (!commands.has(m[1] as string)) unknown.push(`${file.slice(repoRoot.length + 1)}: troupe ${m[1]}`);
+      }
+    }
+    expect(unknown).toEqual([]);
   });
 
   it('marks required options in help', async () => {
