@@ -651,6 +651,20 @@ flow: [{ id: plan, kind: agent, agent: planner }]
     expect(help.stdout).toMatch(/--reason <text>\s+why, passed to the agent \(required\)/);
   });
 
+  it('answers a usage error with one line that points to the help, not the whole help', async () => {
+    const missing = await troupe(['submit', 'demo']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toBe("troupe: missing required argument 'goal' (see troupe submit --help)\n");
+    const unknown = await troupe(['sumbit']);
+    expect(unknown.stderr).toBe(
+      "troupe: unknown command 'sumbit' (Did you mean submit?) (see troupe --help)\n",
+    );
+    const refused = await troupe(['runs', '--limit', 'x']);
+    expect(refused.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(refused.stderr).toContain('(see troupe runs --help)');
+    expect(refused.stdout).toBe('');
+  });
+
   it('writes a starter pipeline with troupe init that runs at once, offline', async () => {
     const project = join(dir, 'Starter Project');
     const result = await troupe(['init', project]);

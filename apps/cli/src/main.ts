@@ -154,7 +154,6 @@ registerSecretsFromEnv();
 const program = new Command('troupe')
   .description('Troupe: run LLM agent pipelines over NATS, durable and observable')
   .version(cli.version, '-V, --version', 'print the version')
-  .showHelpAfterError()
   .configureHelp({ sortSubcommands: false });
 
 program
@@ -668,5 +667,25 @@ for (const command of program.commands) {
     for (const option of natsAccessOptions()) command.addOption(option);
   }
 }
+
+/**
+ * A usage error (an argument missing, an option's value refused, a command unknown) is one line, as every other
+ * error is, and points to the command's help instead of filling the terminal with it.
+ */
+const pointToHelp = (command: Command, path: string) => {
+  command.showHelpAfterError(false).configureOutput({
+    outputError: (message, write) =>
+      write(
+        `troupe: ${redactSecrets(
+          message
+            .replace(/^error: /, '')
+            .trim()
+            .replace(/\s*\n\s*/g, ' '),
+        )} (see ${path} --help)\n`,
+      ),
+  });
+  for (const sub of command.commands) pointToHelp(sub, `${path} ${sub.name()}`);
+};
+pointToHelp(program, 'troupe');
 
 await program.parseAsync(process.argv);
