@@ -123,10 +123,9 @@ describe('approvals and questions for people', () => {
   it('sends a denial and its reason back to the model as a tool error', async () => {
     publishTask(h, 'gated', { id: 'gate-deny', goal: 'release v1' });
     const ask = await requested('gate-deny');
-    const denied = await troupe(
-      ['deny', ask.data.approvalId, '--reason', 'release freeze', '--by', 'carol'],
-      env,
-    );
+    // The reason follows the id, as an answer's text does.
+    const denied = await troupe(['deny', ask.data.approvalId, 'release freeze', '--by', 'carol'], env);
+    expect(denied.code, denied.stderr).toBe(0);
     expect(denied.stdout).toContain(`${ask.data.approvalId}: denied`);
     expect((await h.finalOf('gate-deny')).kind).toBe('task.completed');
     const release = ofKind(h.eventsOf('gate-deny'), 'tool.result').find((r) => r.data.decision === 'ask');

@@ -647,8 +647,8 @@ flow: [{ id: plan, kind: agent, agent: planner }]
   });
 
   it('marks required options in help', async () => {
-    const help = await troupe(['deny', '--help']);
-    expect(help.stdout).toMatch(/--reason <text>\s+why, passed to the agent \(required\)/);
+    const help = await troupe(['nats-config', '--help']);
+    expect(help.stdout).toMatch(/--out <dir>\s+where to write[\s\S]*\(required\)/);
   });
 
   it('answers a usage error with one line that points to the help, not the whole help', async () => {
@@ -663,6 +663,17 @@ flow: [{ id: plan, kind: agent, agent: planner }]
     expect(refused.stderr.trimEnd().split('\n')).toHaveLength(1);
     expect(refused.stderr).toContain('(see troupe runs --help)');
     expect(refused.stdout).toBe('');
+  });
+
+  it('takes the reason of a deny after its id, and refuses a deny without one', async () => {
+    const help = await troupe(['deny', '--help']);
+    expect(help.stdout).toContain('Usage: troupe deny [options] <approval-id> [reason]');
+    const none = await troupe(['deny', 'ap-1']);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('troupe deny needs a reason');
+    const twice = await troupe(['deny', 'ap-1', 'one reason', '--reason', 'another']);
+    expect(twice.code).toBe(2);
+    expect(twice.stderr).toContain('give the reason once');
   });
 
   it('writes a starter pipeline with troupe init that runs at once, offline', async () => {

@@ -239,7 +239,7 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
     };
     expect(status.stdout).toMatch(/^act-person\s+release\s+running\s+step ship \(round 1\)/m);
     expect(below('act-person')).toBe(
-      '  waiting for a person: approval ap-act-1 (troupe approve ap-act-1 / troupe deny ap-act-1 --reason …)',
+      '  waiting for a person: approval ap-act-1 (troupe approve ap-act-1 / troupe deny ap-act-1 "<reason>")',
     );
     expect(below('act-worker')).toBe(
       '  waiting for a worker that serves agent engineer (start one: troupe worker <pipeline.yaml>)',

@@ -129,6 +129,16 @@ const natsAccessOptions = () => [
   ).env('TROUPE_INBOX'),
 ];
 
+/**
+ * A decision's reason, given after the id as `answer` takes its text (`troupe deny ap-1 "not on a Friday"`) or, as
+ * before, with `--reason`; both at once is a mistake to point out, not to choose between.
+ */
+const reasonOf = (positional: string | undefined, options: { reason?: string }): string | undefined => {
+  if (positional !== undefined && options.reason !== undefined && positional !== options.reason)
+    throw new CliError('give the reason once: after the id, or with --reason', 2);
+  return positional ?? options.reason;
+};
+
 /** Runs a command and turns its outcome into an exit code; user errors print without a stack. */
 const run =
   <A extends unknown[]>(command: (...args: A) => Promise<number>) =>
@@ -541,23 +551,33 @@ program
   .command('approve')
   .description('allow a pending call; the agent runs it')
   .argument('<approval-id>', 'as listed by troupe approvals')
-  .option('--reason <text>', 'why, passed to the agent')
+  .argument('[reason]', 'why, passed to the agent')
+  .option('--reason <text>', 'the reason, as an option')
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
   .addOption(pipelinesOption())
-  .action(run(async (id: string, options) => (await commands.approvals()).decide(id, 'allow', options)));
+  .action(
+    run(async (id: string, reason: string | undefined, options) =>
+      (await commands.approvals()).decide(id, 'allow', { ...options, reason: reasonOf(reason, options) }),
+    ),
+  );
 
 program
   .command('deny')
   .description('refuse a pending call; the agent is told the reason')
   .argument('<approval-id>', 'as listed by troupe approvals')
-  .requiredOption('--reason <text>', 'why, passed to the agent (required)')
+  .argument('[reason]', 'why, passed to the agent (required, here or as --reason)')
+  .option('--reason <text>', 'the reason, as an option')
   .option('--by <name>', 'who decides (default: user@host)')
   .addOption(homeOption())
   .addOption(serverOption())
   .addOption(pipelinesOption())
-  .action(run(async (id: string, options) => (await commands.approvals()).decide(id, 'deny', options)));
+  .action(
+    run(async (id: string, reason: string | undefined, options) =>
+      (await commands.approvals()).decide(id, 'deny', { ...options, reason: reasonOf(reason, options) }),
+    ),
+  );
 
 program
   .command('answer')
@@ -610,7 +630,10 @@ program
     'write a nats-server accounts block with an account and an nkey user per role, each allowed the least it needs, and their seeds',
   )
   .argument('<pipeline.yaml...>', 'the pipelines the roles name')
-  .requiredOption('--out <dir>', "where to write troupe-auth.conf and each user's <name>.nk and <name>.env")
+  .requiredOption(
+    '--out <dir>',
+    "where to write troupe-auth.conf and each user's <name>.nk and <name>.env (required)",
+  )
   .option(
     '--coordinator <name>',
     'a coordinator user (repeatable; default one named coordinator)',

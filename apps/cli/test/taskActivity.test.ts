@@ -75,7 +75,7 @@ describe('describeActivity', () => {
       },
     });
     expect(describeActivity(asking, [request('ap-1')], NOW)).toEqual([
-      'waiting for a person: approval ap-1 (troupe approve ap-1 / troupe deny ap-1 --reason …)',
+      'waiting for a person: approval ap-1 (troupe approve ap-1 / troupe deny ap-1 "<reason>")',
     ]);
   });
 
@@ -87,7 +87,7 @@ describe('describeActivity', () => {
       request('ap-4', { taskId: 'other' }),
     ];
     expect(describeActivity(record(), requests, NOW)).toEqual([
-      'waiting for a person: approval ap-2 (troupe approve ap-2 / troupe deny ap-2 --reason …)',
+      'waiting for a person: approval ap-2 (troupe approve ap-2 / troupe deny ap-2 "<reason>")',
       'waiting for a person: question q-1 (troupe answer q-1 "…")',
     ]);
   });

@@ -60,7 +60,10 @@ export async function decide(
   options: DecideOptions,
 ): Promise<number> {
   if (decision === 'deny' && !options.reason)
-    throw new CliError('troupe deny needs --reason: the agent is told why', 2);
+    throw new CliError(
+      'troupe deny needs a reason, the agent is told why: troupe deny <approval-id> "<reason>"',
+      2,
+    );
   const payload = valid(ApprovalDecision, {
     decision,
     ...(options.reason ? { reason: options.reason } : {}),

@@ -46,7 +46,7 @@ function forHowLong(since: string, now: number): string {
 function personLine(request: PersonRequest): string {
   const how =
     request.kind === 'approval'
-      ? `troupe approve ${request.id} / troupe deny ${request.id} --reason …`
+      ? `troupe approve ${request.id} / troupe deny ${request.id} "<reason>"`
       : `troupe answer ${request.id} "…"`;
   return `waiting for a person: ${request.kind} ${request.id} (${how})`;
 }
