@@ -314,6 +314,36 @@ describe('troupe up, submit and tail against a NATS server', () => {
     expect(diverged.stdout).toMatch(/ {2}replayed: step execute, turn \d+, call 0: deny, failed/);
   });
 
+  it('replays against the one file here that declares the pipeline when none is given, and never guesses', async () => {
+    const found = await troupe(
+      ['replay', 'cli-1', '--no-tools', '--server', nats.url],
+      cliEnv(),
+      30_000,
+      join(repoRoot, 'examples'),
+    );
+    expect(found.code, found.stdout + found.stderr).toBe(0);
+    expect(found.stderr).toContain(`replaying against ${examplePath('demo.yaml')}`);
+    expect(found.stdout).toMatch(
+      /^replayed task cli-1 against .*demo\.yaml: the same \d+ facts as recorded$/m,
+    );
+
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-replay-find-'));
+    try {
+      const none = await troupe(['replay', 'cli-1', '--server', nats.url], cliEnv(), 30_000, dir);
+      expect(none.code).toBe(2);
+      expect(none.stderr).toContain('declares pipeline demo; give the file with --pipeline <file>');
+      const text = await readFile(examplePath('demo.yaml'), 'utf8');
+      await writeFile(join(dir, 'a.yaml'), text);
+      await writeFile(join(dir, 'b.yml'), text);
+      const two = await troupe(['replay', 'cli-1', '--server', nats.url], cliEnv(), 30_000, dir);
+      expect(two.code).toBe(2);
+      expect(two.stderr).toContain('2 files in');
+      expect(two.stderr).toContain('say which with --pipeline <file>');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('says plainly when trace is asked for a task nobody knows', async () => {
     const result = await troupe(['trace', 'no-such-task', '--server', nats.url]);
     expect(result.code).toBe(1);

@@ -449,9 +449,9 @@ program
     'run a recorded task again offline (model replies from its events, tools run again) and report where it diverges',
   )
   .argument('<task-id>', 'the recorded task')
-  .requiredOption(
+  .option(
     '-p, --pipeline <file>',
-    'the pipeline file to replay against: the one it ran with, or an edited one',
+    "the pipeline file to replay against: the one it ran with, or an edited one (default: the one file here that declares the task's pipeline)",
   )
   .option('--no-tools', "run no tool: each call the policy allows answers with the recorded call's result")
   .option(

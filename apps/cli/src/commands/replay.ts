@@ -3,10 +3,12 @@ import { errorMessage, type TroupeEvent } from '@troupe/protocol';
 import { StepJournal, ValueStore } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
+import { findPipelineFile } from '../pipelineFile.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
 
 export interface ReplayCommandOptions extends ServerOptions {
-  pipeline: string;
+  /** The file to replay against; without it, the one file in this directory that declares the task's pipeline. */
+  pipeline?: string;
   /** False with `--no-tools`: calls answer from the record. */
   tools: boolean;
   json: boolean;
@@ -23,24 +25,19 @@ export interface ReplayCommandOptions extends ServerOptions {
 export async function replay(taskId: string, options: ReplayCommandOptions): Promise<number> {
   checkTaskId(taskId);
   exitWhenStdoutCloses();
-  let pipeline: Awaited<ReturnType<typeof loadPipeline>>;
-  try {
-    pipeline = await loadPipeline(options.pipeline, {
-      toolNames: builtinTools().names(),
-      requireKeys: false,
-      // With --no-tools no MCP server is started.
-      allowMcpCommands:
-        !options.tools || options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
-    });
-  } catch (error) {
-    if (error instanceof ConfigError) throw new CliError(error.message, 2);
-    throw error;
-  }
   let result: Awaited<ReturnType<typeof replayTask>>;
+  let file = options.pipeline;
+  // A file given is checked before anything connects.
+  let pipeline = file === undefined ? undefined : await load(file, options);
   const bus = await connectCli(options, 'troupe-replay');
   try {
     const events = await taskHistory(bus, taskId);
     if (events.length === 0) throw new CliError(`no events of task ${taskId} are kept on this server`);
+    if (file === undefined || pipeline === undefined) {
+      file = await findPipelineFile((events[0] as TroupeEvent).pipeline);
+      process.stderr.write(`replaying against ${file}\n`);
+      pipeline = await load(file, options);
+    }
     // The journal keeps whole what events keep only the start of: long replies, arguments and summaries.
     // Kept under the pipeline that ran the task.
     // And the object store keeps whole what was too large for either: long outputs, tool results and records.
@@ -59,9 +56,10 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
     await bus.close();
   }
   const { divergence, recorded, replayed, truncated } = result;
+  const against = file;
   if (options.json) {
     process.stdout.write(
-      `${JSON.stringify({ taskId, pipeline: options.pipeline, divergence, truncated, recorded, replayed })}\n`,
+      `${JSON.stringify({ taskId, pipeline: against, divergence, truncated, recorded, replayed })}\n`,
     );
     return divergence ? 1 : 0;
   }
@@ -72,16 +70,32 @@ export async function replay(taskId: string, options: ReplayCommandOptions): Pro
   }
   if (!divergence) {
     process.stdout.write(
-      `replayed task ${taskId} against ${options.pipeline}: the same ${recorded.length} facts as recorded\n`,
+      `replayed task ${taskId} against ${against}: the same ${recorded.length} facts as recorded\n`,
     );
     return 0;
   }
   process.stdout.write(
-    `replayed task ${taskId} against ${options.pipeline}: diverged at fact ${divergence.at + 1} of ${recorded.length}\n` +
+    `replayed task ${taskId} against ${against}: diverged at fact ${divergence.at + 1} of ${recorded.length}\n` +
       `  recorded: ${describe(divergence.recorded)}\n` +
       `  replayed: ${describe(divergence.replayed)}\n`,
   );
   return 1;
+}
+
+/** The pipeline file, loaded as `troupe up` would load it, keys aside; a bad one is refused with its problems. */
+async function load(file: string, options: ReplayCommandOptions) {
+  try {
+    return await loadPipeline(file, {
+      toolNames: builtinTools().names(),
+      requireKeys: false,
+      // With --no-tools no MCP server is started.
+      allowMcpCommands:
+        !options.tools || options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+    });
+  } catch (error) {
+    if (error instanceof ConfigError) throw new CliError(error.message, 2);
+    throw error;
+  }
 }
 
 function describe(fact: RunFact | undefined): string {
