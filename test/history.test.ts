@@ -47,10 +47,10 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
     expect(failed).toBeGreaterThanOrEqual(0);
     expect(failed).toBeLessThan(completed);
     expect(rows[failed]).toMatch(
-      /^stingy\s+[0-9a-f]{12}\s+hist-fail\s+failed \(budget_exceeded\)\s+1\s+\d+\.\d s\s+\d+→\d+\s+-\s+.+ ago$/,
+      /^stingy\s+[0-9a-f]{12}\s+hist-fail\s+failed \(budget_exceeded\)\s+1\s+\d+\.\d s\s+\d+→\d+\s+\$0\.0000\s+.+ ago$/,
     );
     expect(rows[completed]).toMatch(
-      /^demo\s+[0-9a-f]{12}\s+hist-ok\s+completed\s+2\s+\d+\.\d s\s+\d+→\d+\s+-\s+.+ ago$/,
+      /^demo\s+[0-9a-f]{12}\s+hist-ok\s+completed\s+2\s+\d+\.\d s\s+\d+→\d+\s+\$0\.0000\s+.+ ago$/,
     );
     // Aligned: every column starts where its header does.
     for (const column of ['VERSION', 'TASK', 'STATE', 'DURATION', 'AGE']) {

@@ -1,11 +1,10 @@
-import { shortVersion, suggestion } from '@troupe/coordinator';
-import { endingOfRecord, type WorkflowRecord } from '@troupe/protocol';
-import { describeEnding } from '@troupe/runtime';
+import { suggestion } from '@troupe/coordinator';
+import type { WorkflowRecord } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
-import { formatDuration } from '../format/duration.ts';
+import { RUNS_HEADER, RUNS_NUMERIC, runRow } from '../format/runsTable.ts';
 import { alignColumns } from '../format/table.ts';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
-import { openWorkflows, readValues, taskDuration } from '../workflowRecords.ts';
+import { openWorkflows, readValues } from '../workflowRecords.ts';
 
 export interface RunsOptions extends ServerOptions {
   pipeline?: string;
@@ -15,10 +14,6 @@ export interface RunsOptions extends ServerOptions {
 }
 
 const STATES: readonly WorkflowRecord['status'][] = ['running', 'completed', 'failed', 'cancelled'];
-
-const HEADER = ['PIPELINE', 'VERSION', 'TASK', 'STATE', 'ROUNDS', 'DURATION', 'TOKENS', 'COST', 'AGE'];
-/** ROUNDS, TOKENS and COST are numbers: aligned right. */
-const NUMERIC = [4, 6, 7];
 
 /** `troupe runs`: the tasks KV `workflows` remembers, newest first, with how each went and what it cost. */
 export async function runs(options: RunsOptions): Promise<number> {
@@ -42,7 +37,9 @@ export async function runs(options: RunsOptions): Promise<number> {
       process.stdout.write(`${nothingToShow(records, options.pipeline, state)}\n`);
     } else {
       const now = Date.now();
-      for (const line of alignColumns([HEADER, ...shown.map((r) => row(r, now))], { right: NUMERIC })) {
+      for (const line of alignColumns([RUNS_HEADER, ...shown.map((r) => runRow(r, now))], {
+        right: RUNS_NUMERIC,
+      })) {
         process.stdout.write(`${line}\n`);
       }
     }
@@ -55,23 +52,6 @@ export async function runs(options: RunsOptions): Promise<number> {
   } finally {
     await bus.close();
   }
-}
-
-function row(r: WorkflowRecord, now: number): string[] {
-  const ending = endingOfRecord(r);
-  const duration = taskDuration(r, now);
-  return [
-    r.pipeline,
-    // The pipeline version the task runs on; `-` for a task from before versions were kept.
-    r.version === undefined ? '-' : shortVersion(r.version),
-    r.taskId,
-    ending ? describeEnding(ending) : r.status,
-    String(r.round),
-    duration.finished ? formatDuration(duration.ms) : `${formatDuration(duration.ms)} so far`,
-    `${r.usage.inputTokens}→${r.usage.outputTokens}`,
-    r.usage.costUsd > 0 ? `$${r.usage.costUsd.toFixed(4)}` : '-',
-    `${formatDuration(now - Date.parse(r.createdAt))} ago`,
-  ];
 }
 
 function stateNamed(value: string): WorkflowRecord['status'] {
