@@ -84,6 +84,33 @@ describe('what happened: troupe runs, logs, tail --since and status', () => {
     expect(otherPipeline.stdout).toContain('no tasks of pipeline dmeo (did you mean "demo"?)');
   });
 
+  it('totals tokens and cost per pipeline and per day, over every task the filters keep', async () => {
+    const records = jsonLines<WorkflowRecord>(
+      (await troupe(['runs', '--json', '--limit', '1000'], env)).stdout,
+    );
+    const sum = (of: WorkflowRecord[]) => of.reduce((n, r) => n + r.usage.inputTokens, 0);
+    const byPipeline = await troupe(['runs', '--totals', 'pipeline', '--limit', '1'], env);
+    expect(byPipeline.code, byPipeline.stderr).toBe(0);
+    const [header, ...rows] = lines(byPipeline.stdout);
+    expect(header).toMatch(/^PIPELINE\s+TASKS\s+CALLS\s+TOKENS\s+COST$/);
+    const demo = records.filter((r) => r.pipeline === 'demo');
+    expect(rows).toContainEqual(
+      expect.stringMatching(
+        new RegExp(`^demo\\s+${demo.length}\\s+\\d+\\s+${sum(demo)}→\\d+\\s+\\$0\\.0000$`),
+      ),
+    );
+    expect(rows.at(-1)).toMatch(new RegExp(`^total\\s+${records.length}\\s+\\d+\\s+${sum(records)}→`));
+    const byDay = jsonLines<{ day: string; tasks: number }>(
+      (await troupe(['runs', '--totals', 'day', '--json', '--state', 'failed'], env)).stdout,
+    );
+    const failed = records.filter((r) => r.status === 'failed');
+    expect(byDay.reduce((n, t) => n + t.tasks, 0)).toBe(failed.length);
+    expect(byDay.map((t) => t.day)).toContain(failed[0]?.createdAt.slice(0, 10));
+    const unknown = await troupe(['runs', '--totals', 'week'], env);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('--totals: cannot total by "week"');
+  });
+
   it("prints a finished task's whole flow in order, each event once, ending with task.completed", async () => {
     // An event stored twice, as when it is republished beyond the stream's duplicate window.
     const stored = h.eventsOf('hist-ok');

@@ -490,11 +490,17 @@ program
 
 program
   .command('runs')
-  .description('list tasks, newest first: state, rounds, duration, tokens, cost, age')
+  .description(
+    'list tasks, newest first: state, rounds, duration, tokens, cost, age (--totals: per pipeline or day)',
+  )
   .option('-p, --pipeline <name>', 'only this pipeline')
   .option('--state <state>', 'only tasks in this state: running, completed, failed or cancelled')
   .option('--limit <n>', 'at most this many tasks', positiveInteger, 50)
-  .option('--json', 'one JSON record per line, without its snapshot', false)
+  .option(
+    '--totals <by>',
+    'instead of the tasks, their tokens and cost summed per pipeline or per day (UTC): pipeline or day',
+  )
+  .option('--json', 'one JSON record per line, without its snapshot (with --totals: one per total)', false)
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (options) => (await commands.runs()).runs(options)));

@@ -1,6 +1,6 @@
 import type { UsageTotals, WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
-import { runRow } from '../src/format/runsTable.ts';
+import { runRow, runTotals, totalsRows } from '../src/format/runsTable.ts';
 
 const NOW = Date.parse('2026-12-06T12:00:00.000Z');
 
@@ -32,5 +32,36 @@ describe('troupe runs', () => {
     expect(paid.slice(6, 8)).toEqual(['100→20 (40 cached)', '$0.0020']);
     const free = runRow(record('t2', { usage: usage(1700, 215, 0) }), NOW);
     expect(free.slice(6, 8)).toEqual(['1700→215', '$0.0000']);
+  });
+
+  it('totals tokens and cost per pipeline, and per day newest first, with a line for all', () => {
+    const records = [
+      record('a', { pipeline: 'release', usage: usage(100, 10, 0.01) }),
+      record('b', { pipeline: 'demo', usage: usage(50, 5, 0), createdAt: '2026-12-05T23:59:59.000Z' }),
+      record('c', {
+        pipeline: 'release',
+        usage: usage(200, 20, 0.02, 30),
+        createdAt: '2026-12-04T08:00:00.000Z',
+      }),
+    ];
+    const byPipeline = runTotals(records, 'pipeline');
+    expect(byPipeline.map((t) => [t.pipeline, t.tasks, t.usage.inputTokens, t.usage.costUsd])).toEqual([
+      ['demo', 1, 50, 0],
+      ['release', 2, 300, 0.03],
+    ]);
+    expect(totalsRows(byPipeline, 'pipeline')).toEqual([
+      ['PIPELINE', 'TASKS', 'CALLS', 'TOKENS', 'COST'],
+      ['demo', '1', '1', '50→5', '$0.0000'],
+      ['release', '2', '2', '300→30 (30 cached)', '$0.0300'],
+      ['total', '3', '3', '350→35 (30 cached)', '$0.0300'],
+    ]);
+    const byDay = runTotals(records, 'day');
+    expect(byDay.map((t) => [t.day, t.tasks])).toEqual([
+      ['2026-12-06', 1],
+      ['2026-12-05', 1],
+      ['2026-12-04', 1],
+    ]);
+    // One group is its own total.
+    expect(totalsRows(runTotals([records[0] as WorkflowRecord], 'day'), 'day')).toHaveLength(2);
   });
 });

@@ -1,7 +1,15 @@
 import { suggestion } from '@troupe/coordinator';
 import type { WorkflowRecord } from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
-import { RUNS_HEADER, RUNS_NUMERIC, runRow } from '../format/runsTable.ts';
+import {
+  RUNS_HEADER,
+  RUNS_NUMERIC,
+  runRow,
+  runTotals,
+  TOTALS_BY,
+  type TotalsBy,
+  totalsRows,
+} from '../format/runsTable.ts';
 import { alignColumns } from '../format/table.ts';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
 import { openWorkflows, readValues } from '../workflowRecords.ts';
@@ -11,6 +19,8 @@ export interface RunsOptions extends ServerOptions {
   state?: string;
   limit: number;
   json: boolean;
+  /** Sum tokens and cost per pipeline or per day instead of listing tasks. */
+  totals?: string;
 }
 
 const STATES: readonly WorkflowRecord['status'][] = ['running', 'completed', 'failed', 'cancelled'];
@@ -18,6 +28,7 @@ const STATES: readonly WorkflowRecord['status'][] = ['running', 'completed', 'fa
 /** `troupe runs`: the tasks KV `workflows` remembers, newest first, with how each went and what it cost. */
 export async function runs(options: RunsOptions): Promise<number> {
   const state = options.state === undefined ? undefined : stateNamed(options.state);
+  const totals = options.totals === undefined ? undefined : totalsNamed(options.totals);
   exitWhenStdoutCloses();
   const bus = await connectCli(options, 'troupe-runs');
   try {
@@ -29,6 +40,10 @@ export async function runs(options: RunsOptions): Promise<number> {
           (!state || r.status === state),
       )
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+    if (totals) {
+      printTotals(matching, totals, options.json, () => nothingToShow(records, options.pipeline, state));
+      return 0;
+    }
     const shown = matching.slice(0, options.limit);
     if (options.json) {
       for (const { snapshot: _snapshot, ...summary } of shown)
@@ -52,6 +67,28 @@ export async function runs(options: RunsOptions): Promise<number> {
   } finally {
     await bus.close();
   }
+}
+
+/** Every matching task counts in the totals, --limit or not: a total of the newest fifty would mislead. */
+function printTotals(records: WorkflowRecord[], by: TotalsBy, json: boolean, nothing: () => string) {
+  const totals = runTotals(records, by);
+  if (json) {
+    for (const total of totals) process.stdout.write(`${JSON.stringify(total)}\n`);
+  } else if (totals.length === 0) {
+    process.stdout.write(`${nothing()}\n`);
+  } else {
+    for (const line of alignColumns(totalsRows(totals, by), { right: [1, 2, 3, 4] }))
+      process.stdout.write(`${line}\n`);
+  }
+}
+
+function totalsNamed(value: string): TotalsBy {
+  const by = TOTALS_BY.find((b) => b === value.trim().toLowerCase());
+  if (by) return by;
+  throw new CliError(
+    `--totals: cannot total by "${value}"${suggestion(value, TOTALS_BY)}; by: ${TOTALS_BY.join(' or ')}`,
+    2,
+  );
 }
 
 function stateNamed(value: string): WorkflowRecord['status'] {

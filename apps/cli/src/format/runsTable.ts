@@ -49,3 +49,53 @@ export function runRow(r: WorkflowRecord, now: number): string[] {
     `${formatDuration(now - Date.parse(r.createdAt))} ago`,
   ];
 }
+
+/** What `troupe runs --totals` groups by: a pipeline, or the day (UTC) a task was accepted. */
+export const TOTALS_BY = ['pipeline', 'day'] as const;
+export type TotalsBy = (typeof TOTALS_BY)[number];
+
+/** The tasks of one pipeline or one day, and what they spent together. */
+export interface RunTotal {
+  pipeline?: string;
+  day?: string;
+  tasks: number;
+  usage: UsageTotals;
+}
+
+/** The records' usage summed per pipeline (by name) or per day (newest first). */
+export function runTotals(records: readonly WorkflowRecord[], by: TotalsBy): RunTotal[] {
+  const groups = new Map<string, RunTotal>();
+  for (const r of records) {
+    const key = by === 'pipeline' ? r.pipeline : r.createdAt.slice(0, 10);
+    const total = groups.get(key) ?? { [by]: key, tasks: 0, usage: emptyUsage() };
+    total.tasks += 1;
+    total.usage = sumUsage(total.usage, r.usage);
+    groups.set(key, total);
+  }
+  const keys = [...groups.keys()].sort();
+  if (by === 'day') keys.reverse();
+  return keys.map((key) => groups.get(key) as RunTotal);
+}
+
+/** The totals as a table, with a last line summing them all when there is more than one. */
+export function totalsRows(totals: readonly RunTotal[], by: TotalsBy): string[][] {
+  const line = (name: string, tasks: number, usage: UsageTotals) => [
+    name,
+    String(tasks),
+    String(usage.modelCalls),
+    formatTokens(usage),
+    formatCost(usage.costUsd),
+  ];
+  const rows = totals.map((t) => line((by === 'pipeline' ? t.pipeline : t.day) ?? '', t.tasks, t.usage));
+  if (totals.length > 1) {
+    const all = totals.reduce((sum, t) => sumUsage(sum, t.usage), emptyUsage());
+    rows.push(
+      line(
+        'total',
+        totals.reduce((n, t) => n + t.tasks, 0),
+        all,
+      ),
+    );
+  }
+  return [[by.toUpperCase(), 'TASKS', 'CALLS', 'TOKENS', 'COST'], ...rows];
+}
