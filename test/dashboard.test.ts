@@ -24,6 +24,8 @@ describe('the dashboard, in a real browser', () => {
       fixturePath('gated.yaml'),
       fixturePath('asker.yaml'),
       examplePath('triage.yaml'),
+      fixturePath('shaped.yaml'),
+      fixturePath('outline.yaml'),
     ]);
     gateway = await startGateway({
       bus: h.bus,
@@ -149,5 +151,42 @@ describe('the dashboard, in a real browser', () => {
     const labels = await page.getByTestId('flow-graph').locator('.edge text').allTextContents();
     expect(labels).toEqual(expect.arrayContaining(['= bug', '= feature', 'branch code', 'branch docs']));
     await page.screenshot({ path: join(ARTIFACTS, 'dashboard-triage.png'), fullPage: true });
+  }, 60_000);
+
+  it('shows the flow’s shape in a timeline: the route, branches and their join, items, a failed step and the sub-task', async () => {
+    await page.goto(gateway.url);
+    const taskId = await submit('shaped', 'Add an export command');
+    await row(taskId).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    const timeline = page.getByTestId('timeline');
+    const subTask = timeline.getByTestId('timeline-subtask');
+    await expect.poll(() => subTask.textContent(), { timeout: 15_000 }).toMatch(/· outline · completed/);
+    expect(
+      await subTask.getByTestId('timeline-step').evaluateAll((els) => els.map((e) => e.dataset.step)),
+    ).toEqual(['outline']);
+    expect(await timeline.getByTestId('timeline-mark').allTextContents()).toEqual([
+      'route triage → build · "feature" matched',
+      'hand-off from the join of build → builder (part)',
+      'hand-off from the join of build → builder (part)',
+      'hand-off from the join of each → wrapper (wrap)',
+    ]);
+    const groups = timeline.getByTestId('timeline-group');
+    expect(await groups.evaluateAll((els) => els.map((e) => e.dataset.step))).toEqual(['build', 'each']);
+    const build = groups.and(page.locator('[data-step=build]'));
+    expect(await build.locator('.step-head').first().textContent()).toMatch(
+      /build · parallel · joined \(all\) · ok/,
+    );
+    const docs = build.getByTestId('timeline-lane').and(page.locator('[data-lane=docs]'));
+    expect(await docs.locator('.lane-head').textContent()).toMatch(
+      /^branch docs · failed: .*the docs site is down/,
+    );
+    expect(await docs.getByTestId('timeline-step').locator('.step-head').textContent()).toMatch(
+      /docs · writer · round 1 · failed \(scripted_failure\)/,
+    );
+    const items = groups.and(page.locator('[data-step=each]')).getByTestId('timeline-lane');
+    expect(await items.locator('.lane-head').allTextContents()).toEqual([
+      'item 0: "parser"',
+      'item 1: "storage"',
+    ]);
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-trace-shape.png'), fullPage: true });
   }, 60_000);
 });

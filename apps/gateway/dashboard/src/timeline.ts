@@ -22,13 +22,60 @@ export interface Trace {
     errors: number;
   };
   steps: StepTrace[];
+  /** The flow's shape, in order (absent from a gateway older than it). */
+  flow?: FlowNode[];
 }
+
+/** Where a step ran: a parallel step and its branch, or a foreach step and the item. */
+interface FlowPlace {
+  step: string;
+  branch?: string;
+  item?: number;
+  value?: string;
+}
+
+type FlowNode =
+  | { kind: 'step'; stepId: string }
+  | {
+      kind: 'route';
+      step: string;
+      value: string;
+      case?: string;
+      target: string;
+      agent?: string;
+      reason?: string;
+      within?: FlowPlace[];
+    }
+  | { kind: 'skipped'; step: string; when: string; within?: FlowPlace[] }
+  | { kind: 'handoff'; step: string; to: string; join?: string; within?: FlowPlace[] }
+  | {
+      kind: 'branches';
+      step: string;
+      join: string;
+      branches: Record<string, { status: string; message?: string }>;
+      ok: boolean;
+      within?: FlowPlace[];
+    }
+  | {
+      kind: 'items';
+      step: string;
+      items: number;
+      completed: number;
+      failed: { index: number; message: string }[];
+      stopped: number;
+      ok: boolean;
+      within?: FlowPlace[];
+    };
+type Mark = Extract<FlowNode, { kind: 'route' | 'skipped' | 'handoff' }>;
+type Join = Extract<FlowNode, { kind: 'branches' | 'items' }>;
 
 interface StepTrace {
   stepId: string;
   step: string;
   agent: string;
   round: number;
+  within?: FlowPlace[];
+  subTask?: { taskId: string; pipeline: string; trace?: Trace };
   outcome?: {
     ok: boolean;
     durationMs: number;
@@ -80,26 +127,18 @@ type Entry =
   | { kind: 'question'; questionId: string; question: string; answered?: { answer: string; by?: string } }
   | { kind: 'compaction'; before: number; after: number };
 
-/** A task's timeline: each step with its outcome, and under it each model and tool call, opened on a click. */
+/**
+ * A task's timeline in the flow's shape: each step with its outcome, and under it each model and tool call, opened
+ * on a click; route choices and skipped steps where they happened; a parallel step's branches and a foreach step's
+ * items nested under it with how its join ended; a sub-pipeline's task under its step.
+ */
 export function Timeline(props: { trace: Trace }) {
   const { trace } = props;
   return html`<div class="timeline" data-testid="timeline">
     <h3>${trace.taskId} <span class=${`status ${trace.status}`}>${trace.status}</span></h3>
     ${trace.goal ? html`<p class="goal">${trace.goal}</p>` : null}
     <ol class="steps">
-      ${trace.steps.map(
-        (
-          s,
-        ) => html`<li class="step" data-testid="timeline-step" data-step=${s.step} data-verdict=${s.outcome?.verdict?.decision ?? ''}>
-          <div class="step-head">
-            <strong>${s.step}</strong>${` · ${s.agent} · round ${s.round} · `}${stepOutcome(s)}
-          </div>
-          ${s.outcome?.verdict?.feedback ? html`<p class=${`feedback ${s.outcome.verdict.decision}`}>${s.outcome.verdict.feedback}</p>` : null}
-          <ul class="entries">
-            ${s.entries.map((e) => html`<li>${entry(e)}</li>`)}
-          </ul>
-        </li>`,
-      )}
+      ${outline(trace).map(placedItem)}
     </ol>
     ${trace.failure ? html`<p class="bad">failed: ${trace.failure.reason}: ${trace.failure.message}</p>` : null}
     <p class="totals">
@@ -110,11 +149,152 @@ export function Timeline(props: { trace: Trace }) {
   </div>`;
 }
 
+/** A parallel or foreach step as the trace met it: its branches or items, each a lane of what ran in it. */
+interface Group {
+  kind: 'group';
+  step: string;
+  parallel: boolean;
+  lanes: { key: string; value?: string | undefined; placed: Placed[] }[];
+  joined?: Join;
+}
+type Placed = Group | { kind: 'step'; step: StepTrace } | { kind: 'mark'; node: Mark };
+
+/** The flow as a tree (as `troupe trace` draws it); a trace without `flow` is its steps in order. */
+function outline(trace: Trace): Placed[] {
+  const steps = new Map(trace.steps.map((s) => [s.stepId, s]));
+  const flow: FlowNode[] = trace.flow ?? trace.steps.map((s) => ({ kind: 'step', stepId: s.stepId }));
+  const root: Placed[] = [];
+  const groupIn = (list: Placed[], step: string, parallel: boolean): Group => {
+    const open = list.findLast((p): p is Group => p.kind === 'group' && p.step === step && !p.joined);
+    if (open) return open;
+    const group: Group = { kind: 'group', step, parallel, lanes: [] };
+    list.push(group);
+    return group;
+  };
+  const listAt = (within: FlowPlace[] | undefined): Placed[] => {
+    let list = root;
+    for (const place of within ?? []) {
+      const parallel = place.branch !== undefined;
+      const group = groupIn(list, place.step, parallel);
+      const key = parallel ? (place.branch as string) : `${place.item ?? '?'}`;
+      let lane = group.lanes.find((l) => l.key === key);
+      if (!lane) {
+        lane = { key, value: place.value, placed: [] };
+        group.lanes.push(lane);
+      }
+      lane.value ??= place.value;
+      list = lane.placed;
+    }
+    return list;
+  };
+  for (const node of flow) {
+    if (node.kind === 'step') {
+      const step = steps.get(node.stepId);
+      if (step) listAt(step.within).push({ kind: 'step', step });
+    } else if (node.kind === 'branches' || node.kind === 'items') {
+      groupIn(listAt(node.within), node.step, node.kind === 'branches').joined = node;
+    } else if (node.kind !== 'handoff' || node.join !== undefined) {
+      // Only a hand-off from a join says more than the order of the steps does.
+      listAt(node.within).push({ kind: 'mark', node });
+    }
+  }
+  return root;
+}
+
+function placedItem(placed: Placed): unknown {
+  if (placed.kind === 'step') return stepItem(placed.step);
+  if (placed.kind === 'mark')
+    return html`<li class="flow-mark" data-testid="timeline-mark">${markText(placed.node)}</li>`;
+  return groupItem(placed);
+}
+
+function stepItem(s: StepTrace) {
+  const sub = s.subTask;
+  return html`<li class="step" data-testid="timeline-step" data-step=${s.step} data-verdict=${s.outcome?.verdict?.decision ?? ''}>
+    <div class="step-head">
+      <strong>${s.step}</strong>${` · ${s.agent} · round ${s.round} · `}${stepOutcome(s)}
+    </div>
+    ${s.outcome?.verdict?.feedback ? html`<p class=${`feedback ${s.outcome.verdict.decision}`}>${s.outcome.verdict.feedback}</p>` : null}
+    ${s.outcome?.error ? html`<p class="bad">${s.outcome.error.code}: ${s.outcome.error.message}</p>` : null}
+    <ul class="entries">
+      ${s.entries.map((e) => html`<li>${entry(e)}</li>`)}
+    </ul>
+    ${
+      sub
+        ? html`<div class="subtask" data-testid="timeline-subtask">
+            sub-task ${sub.taskId} · ${sub.pipeline} · ${sub.trace ? html`<span class=${`status ${sub.trace.status}`}>${sub.trace.status}</span>` : 'its events are not stored'}
+            ${sub.trace ? html`<ol class="steps">${outline(sub.trace).map(placedItem)}</ol>` : null}
+          </div>`
+        : null
+    }
+  </li>`;
+}
+
+function groupItem(group: Group) {
+  const joined = group.joined;
+  if (joined?.kind === 'branches') {
+    for (const name of Object.keys(joined.branches)) {
+      if (!group.lanes.some((l) => l.key === name)) group.lanes.push({ key: name, placed: [] });
+    }
+  }
+  if (joined?.kind === 'items') {
+    for (const { index } of joined.failed) {
+      if (!group.lanes.some((l) => l.key === `${index}`)) group.lanes.push({ key: `${index}`, placed: [] });
+    }
+    group.lanes.sort((a, b) => Number(a.key) - Number(b.key));
+  }
+  const state = !joined
+    ? html`<span class="running">running</span>`
+    : html`${joined.kind === 'branches' ? `joined (${joined.join}) · ` : `${joined.items} items, ${joined.completed} completed${joined.failed.length ? `, ${joined.failed.length} failed` : ''}${joined.stopped ? `, ${joined.stopped} stopped` : ''} · `}<span class=${joined.ok ? 'ok' : 'bad'}>${joined.ok ? 'ok' : 'failed'}</span>`;
+  return html`<li class="group" data-testid="timeline-group" data-step=${group.step}>
+    <div class="step-head"><strong>${group.step}</strong> · ${group.parallel ? 'parallel' : 'foreach'} · ${state}</div>
+    <ol class="lanes">
+      ${group.lanes.map(
+        (lane) => html`<li class="lane" data-testid="timeline-lane" data-lane=${lane.key}>
+        <div class="lane-head">${laneHead(group, lane)}</div>
+        <ol class="steps">${lane.placed.map(placedItem)}</ol>
+      </li>`,
+      )}
+    </ol>
+  </li>`;
+}
+
+function laneHead(group: Group, lane: Group['lanes'][number]) {
+  const joined = group.joined;
+  if (group.parallel) {
+    const ended = joined?.kind === 'branches' ? joined.branches[lane.key] : undefined;
+    return html`branch ${lane.key}${
+      ended
+        ? html` · <span class=${ended.status === 'completed' ? 'ok' : ended.status === 'failed' ? 'bad' : 'running'}>${ended.status}${ended.message ? `: ${ended.message}` : ''}</span>`
+        : null
+    }`;
+  }
+  const failed = joined?.kind === 'items' ? joined.failed.find((f) => `${f.index}` === lane.key) : undefined;
+  return html`item ${lane.key}${lane.value === undefined ? '' : `: ${lane.value}`}${
+    failed ? html` · <span class="bad">failed: ${failed.message}</span>` : null
+  }`;
+}
+
+function markText(node: Mark): string {
+  switch (node.kind) {
+    case 'route':
+      return `route ${node.step} → ${node.target}${
+        node.agent !== undefined
+          ? ` · by ${node.agent}${node.reason ? `: ${node.reason}` : ''}`
+          : ` · ${JSON.stringify(node.value)} ${node.case === undefined ? 'matched no case: default' : 'matched'}`
+      }`;
+    case 'skipped':
+      return `${node.step} · skipped: ${node.when} was false`;
+    case 'handoff':
+      return `hand-off from the join of ${node.join} → ${node.to} (${node.step})`;
+  }
+}
+
 function stepOutcome(s: StepTrace) {
   const o = s.outcome;
   if (!o) return html`<span class="running">running</span>`;
   const spent = ` · ${duration(o.durationMs)} · ${tokens(o.usage)} · ${cost(o.usage.costUsd)}`;
-  return html`<span class=${o.ok ? 'ok' : 'bad'}>${o.ok ? 'ok' : (o.error?.code ?? 'failed')}</span>${
+  return html`<span class=${o.ok ? 'ok' : 'bad'}>${o.ok ? 'ok' : `failed${o.error ? ` (${o.error.code})` : ''}`}</span>${
     o.verdict
       ? html`${' · '}<span class=${`verdict ${o.verdict.decision}`}>${o.verdict.decision}</span>`
       : null
