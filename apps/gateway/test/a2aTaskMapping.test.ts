@@ -60,6 +60,23 @@ describe('TaskFold: a Troupe task as an A2A task', () => {
     expect(fold.apply(make('step.started', step))).toEqual([]);
   });
 
+  it('names the join a hand-off after a parallel or foreach step comes from, not an agent', () => {
+    const fold = new TaskFold(ref);
+    fold.apply(make('task.accepted', { goal: 'build it' }));
+    const handed = fold.apply({
+      ...make('agent.handoff', { step: 'wrap', round: 1, reason: 'next', join: 'each' }),
+      from: 'each',
+      to: 'wrapper',
+    } as TroupeEvent);
+    expect(wire(handed)[0]).toMatchObject({
+      statusUpdate: {
+        status: {
+          message: { parts: [{ text: 'the join of step each hands step wrap over to agent wrapper' }] },
+        },
+      },
+    });
+  });
+
   it('stays INPUT_REQUIRED while any request is pending, with what is asked and the answer’s schema', () => {
     const fold = new TaskFold(ref);
     fold.apply(make('task.accepted', { goal: 'deploy' }));

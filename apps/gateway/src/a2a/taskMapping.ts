@@ -179,11 +179,14 @@ export class TaskFold {
         working(`agent ${event.data.agent} is working on step ${event.data.step}${itemOf(event.data.item)}`);
         break;
       case 'agent.handoff':
-        // The envelope names who hands over to whom; the task itself hands its first step over.
+        // The envelope names who hands over to whom; the task itself hands its first step over, and after a
+        // parallel or foreach step its join does.
         working(
-          event.from && event.from !== 'task'
-            ? `agent ${event.from} hands step ${event.data.step} over to agent ${event.to ?? '?'}`
-            : `agent ${event.to ?? '?'} takes step ${event.data.step}`,
+          event.data.join !== undefined
+            ? `the join of step ${event.data.join} hands step ${event.data.step} over to agent ${event.to ?? '?'}`
+            : event.from && event.from !== 'task'
+              ? `agent ${event.from} hands step ${event.data.step} over to agent ${event.to ?? '?'}`
+              : `agent ${event.to ?? '?'} takes step ${event.data.step}`,
         );
         break;
       case 'step.completed':
