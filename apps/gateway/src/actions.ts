@@ -152,8 +152,12 @@ export class GatewayActions {
   /** A task's trace, with the outputs its events name by reference read back whole. */
   async trace(who: Principal, taskId: string): Promise<TaskTrace> {
     const trace = await this.#trace(await this.readable(who, taskId));
-    // A pipeline step's sub-task is the task's own work: its trace goes in its step.
-    const nested = await withSubTasks(trace, subTaskReader(this.#bus));
+    // A pipeline step's sub-task is the task's own work: its trace goes in its step, unless it is of a pipeline this
+    // token may not touch (then it stays its id and pipeline, as the task list would show it).
+    const read = subTaskReader(this.#bus);
+    const nested = await withSubTasks(trace, async (id, pipeline) =>
+      mayTouch(who, pipeline) ? read(id, pipeline) : undefined,
+    );
     return wholeTrace(nested, (ref) => this.#values.read(ref));
   }
 
