@@ -30,6 +30,7 @@ import { type NatsBus, ValueStore } from '@troupe/runtime';
 import type { z } from 'zod';
 import type { ClientTask, DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
+import { decodePlace, encodePlace } from './pageCursor.ts';
 import { TaskIds } from './taskIds.ts';
 
 /** A request the gateway refuses before doing anything: 400 `invalid_request`. */
@@ -331,17 +332,12 @@ type Ordered = Pick<WorkflowRecord, 'createdAt' | 'taskId'>;
 const newestFirst = (a: Ordered, b: Ordered) =>
   b.createdAt.localeCompare(a.createdAt) || a.taskId.localeCompare(b.taskId);
 
-const encodeCursor = (r: Ordered): string =>
-  Buffer.from(JSON.stringify([r.createdAt, r.taskId])).toString('base64url');
+const encodeCursor = (r: Ordered): string => encodePlace({ at: r.createdAt, taskId: r.taskId });
 
 function decodeCursor(cursor: string): Ordered {
-  try {
-    const [createdAt, taskId] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
-    if (typeof createdAt === 'string' && typeof taskId === 'string') return { createdAt, taskId };
-  } catch {
-    // Refused below, as any cursor this gateway did not give.
-  }
-  throw new InvalidRequest('cursor: not one this gateway gave');
+  const place = decodePlace(cursor);
+  if (!place) throw new InvalidRequest('cursor: not one this gateway gave');
+  return { createdAt: place.at, taskId: place.taskId };
 }
 
 /** Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed. */

@@ -1,6 +1,7 @@
 import { TaskState } from '@a2a-js/sdk';
 import { RequestMalformedError } from '@a2a-js/sdk/errors';
 import type { WorkflowRecord } from '@troupe/protocol';
+import { decodePlace, encodePlace } from '../pageCursor.ts';
 
 /** What ListTasks asks for, once read. */
 export interface TaskListQuery {
@@ -70,17 +71,12 @@ type Ordered = Pick<WorkflowRecord, 'updatedAt' | 'taskId'>;
 const newestFirst = (a: Ordered, b: Ordered) =>
   b.updatedAt.localeCompare(a.updatedAt) || a.taskId.localeCompare(b.taskId);
 
-const encodePageToken = (r: Ordered): string =>
-  Buffer.from(JSON.stringify([r.updatedAt, r.taskId])).toString('base64url');
+const encodePageToken = (r: Ordered): string => encodePlace({ at: r.updatedAt, taskId: r.taskId });
 
 function decodePageToken(token: string): Ordered {
-  try {
-    const [updatedAt, taskId] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
-    if (typeof updatedAt === 'string' && typeof taskId === 'string') return { updatedAt, taskId };
-  } catch {
-    // Refused below, as any token this gateway did not give.
-  }
-  throw new RequestMalformedError('pageToken: not one this gateway gave; start again without it');
+  const place = decodePlace(token);
+  if (!place) throw new RequestMalformedError('pageToken: not one this gateway gave; start again without it');
+  return { updatedAt: place.at, taskId: place.taskId };
 }
 
 /** The page size asked for, within 1 to {@link MAX_PAGE_SIZE}; {@link DEFAULT_PAGE_SIZE} when not given. */
