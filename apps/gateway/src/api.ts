@@ -251,3 +251,13 @@ export const PipelineList = z
     ),
   })
   .meta({ id: 'PipelineList' });
+
+/** The token a request came with, so a page offers only what it may do (a refusal still says why). */
+export const TokenInfo = z
+  .object({
+    name: z.string(),
+    scopes: z.array(z.enum(['read', 'submit', 'approve', 'admin'])),
+    /** The pipelines it may touch; every one when absent. */
+    pipelines: z.array(z.string()).optional(),
+  })
+  .meta({ id: 'TokenInfo' });

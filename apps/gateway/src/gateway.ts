@@ -72,6 +72,7 @@ import {
   TaskParams,
   TaskQuery,
   TaskView,
+  TokenInfo,
 } from './api.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
 import { answerTo } from './errors.ts';
@@ -548,6 +549,20 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             onReady: () => stream.send({ event: 'ready', data: { live: true } }),
           }),
       );
+    },
+  );
+
+  app.get(
+    '/v1/token',
+    {
+      schema: {
+        summary: 'The token this request came with: its name, scopes and pipelines',
+        response: { 200: TokenInfo, 401: ErrorBody },
+      },
+    },
+    async (request) => {
+      const { name, scopes, pipelines } = principal(request);
+      return { name, scopes: [...scopes], ...(pipelines ? { pipelines: [...pipelines] } : {}) };
     },
   );
 
