@@ -1,5 +1,5 @@
 import { html } from 'htm/preact';
-import { cost, duration, tokens } from './format.ts';
+import { cost, count, duration, tokens } from './format.ts';
 
 /** The trace of a task, as `GET /v1/tasks/{id}/trace` gives it (the shape `troupe trace --json` prints). */
 export interface Trace {
@@ -141,12 +141,21 @@ export function Timeline(props: { trace: Trace }) {
       ${outline(trace).map(placedItem)}
     </ol>
     ${trace.failure ? html`<p class="bad">failed: ${trace.failure.reason}: ${trace.failure.message}</p>` : null}
-    <p class="totals">
-      ${trace.totals.modelCalls} model calls · ${tokens(trace.totals)} · ${cost(trace.totals.costUsd)} ·
-      ${trace.totals.toolCalls} tool calls${trace.totals.approvals ? ` · ${trace.totals.approvals} approvals` : ''}
-      ${trace.durationMs === undefined ? '' : ` · ${duration(trace.durationMs)}`}
-    </p>
+    <p class="totals" data-testid="totals">${totalsText(trace)}</p>
   </div>`;
+}
+
+/** The task's totals in one line; one string, since htm drops the spaces that end a line of a template. */
+function totalsText(trace: Trace): string {
+  const t = trace.totals;
+  return [
+    count(t.modelCalls, 'model call'),
+    tokens(t),
+    cost(t.costUsd),
+    count(t.toolCalls, 'tool call'),
+    ...(t.approvals ? [count(t.approvals, 'approval')] : []),
+    ...(trace.durationMs === undefined ? [] : [duration(trace.durationMs)]),
+  ].join(' · ');
 }
 
 /** A parallel or foreach step as the trace met it: its branches or items, each a lane of what ran in it. */
@@ -245,7 +254,7 @@ function groupItem(group: Group) {
   }
   const state = !joined
     ? html`<span class="running">running</span>`
-    : html`${joined.kind === 'branches' ? `joined (${joined.join}) · ` : `${joined.items} items, ${joined.completed} completed${joined.failed.length ? `, ${joined.failed.length} failed` : ''}${joined.stopped ? `, ${joined.stopped} stopped` : ''} · `}<span class=${joined.ok ? 'ok' : 'bad'}>${joined.ok ? 'ok' : 'failed'}</span>`;
+    : html`${joined.kind === 'branches' ? `joined (${joined.join}) · ` : `${count(joined.items, 'item')}, ${joined.completed} completed${joined.failed.length ? `, ${joined.failed.length} failed` : ''}${joined.stopped ? `, ${joined.stopped} stopped` : ''} · `}<span class=${joined.ok ? 'ok' : 'bad'}>${joined.ok ? 'ok' : 'failed'}</span>`;
   return html`<li class="group" data-testid="timeline-group" data-step=${group.step}>
     <div class="step-head"><strong>${group.step}</strong> · ${group.parallel ? 'parallel' : 'foreach'} · ${state}</div>
     <ol class="lanes">
@@ -348,6 +357,6 @@ function entry(e: Entry) {
     case 'question':
       return html`<span>question: ${e.question} · ${e.answered ? `answered by ${e.answered.by ?? 'someone'}: ${e.answered.answer}` : html`<span class="running">waiting for an answer</span>`}</span>`;
     case 'compaction':
-      return html`<span>summary: ${e.before} messages → ${e.after}</span>`;
+      return html`<span>summary: ${count(e.before, 'message')} → ${e.after}</span>`;
   }
 }
