@@ -260,7 +260,7 @@ function TokenPrompt(props: { onToken: (token: string) => void }) {
     }}
   >
     <h1>Troupe</h1>
-    <p>This gateway asks for a token (<code>troupe token &lt;name&gt;</code> makes one).</p>
+    <p>This gateway asks for a token (<code>${'troupe token <name>'}</code> makes one).</p>
     <input type="password" placeholder="trp_…" value=${token} onInput=${(e: Event) => setToken((e.target as HTMLInputElement).value)} data-testid="token" autofocus />
     <button type="submit">Open</button>
   </form>`;
@@ -366,7 +366,7 @@ function TaskList(props: {
           <td>${t.createdAt ? (t.status === 'running' || t.status === 'submitted' ? since(t.createdAt) : duration(Date.parse(t.updatedAt ?? t.createdAt) - Date.parse(t.createdAt))) : ''}</td>
           <td>${t.usage ? tokens(t.usage) : ''}</td>
           <td>${t.usage ? cost(t.usage.costUsd) : ''}</td>
-          <td class="goal">${t.goal}</td>
+          <td class="goal" title=${t.goal}>${t.goal}</td>
         </tr>`,
       )}
     </tbody>
