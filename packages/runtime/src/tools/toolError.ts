@@ -1,17 +1,19 @@
 /** Stable reasons a tool call produced no result; callers and tests branch on these, never on messages. */
-export type ToolErrorCode =
-  | 'invalid_tool'
-  | 'invalid_arguments'
-  | 'unknown_tool'
-  | 'not_declared'
-  | 'denied'
-  | 'approval_required'
-  | 'timeout'
-  | 'cancelled'
-  | 'path_outside_workspace'
-  | 'not_found'
-  | 'too_large'
-  | 'failed';
+export const TOOL_ERROR_CODES = [
+  'invalid_tool',
+  'invalid_arguments',
+  'unknown_tool',
+  'not_declared',
+  'denied',
+  'approval_required',
+  'timeout',
+  'cancelled',
+  'path_outside_workspace',
+  'not_found',
+  'too_large',
+  'failed',
+] as const;
+export type ToolErrorCode = (typeof TOOL_ERROR_CODES)[number];
 
 /**
  * An expected failure of a tool or of a tool call, with a stable `code` and a message a model or a person can act on.
@@ -26,5 +28,16 @@ export class ToolError extends Error {
   constructor(code: ToolErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;
+  }
+
+  /**
+   * True for a ToolError of any copy of this package: a tool module loaded by `troupe up` imports
+   * `@troupe/runtime` from its own node_modules, whose class is not this one, so it is known by name and code.
+   */
+  static is(error: unknown): error is ToolError {
+    if (error instanceof ToolError) return true;
+    if (!(error instanceof Error) || error.name !== 'ToolError') return false;
+    const { code } = error as { code?: unknown };
+    return typeof code === 'string' && (TOOL_ERROR_CODES as readonly string[]).includes(code);
   }
 }

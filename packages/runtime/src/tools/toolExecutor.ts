@@ -316,6 +316,7 @@ function deniedByPerson(toolName: string, approval: ApprovalDecision): ToolError
 
 function asToolError(error: unknown, toolName: string): ToolError {
   if (error instanceof ToolError) return error;
+  if (ToolError.is(error)) return new ToolError(error.code, error.message, { cause: error });
   const reason = errorMessage(error);
   return new ToolError('failed', `${toolName} failed: ${reason}`, { cause: error });
 }

@@ -227,6 +227,28 @@ describe('ToolExecutor.execute: refused calls', () => {
     });
   });
 
+  it("keeps the code of a ToolError from another copy of the runtime (a tool module's own node_modules)", async () => {
+    // What `instanceof` cannot see: a class of the same name and shape, from another copy of the package.
+    class ToolError extends Error {
+      override readonly name = 'ToolError';
+      constructor(
+        readonly code: string,
+        message: string,
+      ) {
+        super(message);
+      }
+    }
+    const result = await executor([
+      fails('count', new ToolError('not_found', 'count: no file a.txt')),
+    ]).execute(callOf('count', {}));
+    expect(result.error).toEqual({ code: 'not_found', message: 'count: no file a.txt' });
+    // A code this runtime does not know is not trusted: the call failed.
+    const odd = await executor([fails('odd', new ToolError('exploded', 'odd: bang'))]).execute(
+      callOf('odd', {}),
+    );
+    expect(odd.error).toEqual({ code: 'failed', message: 'odd failed: odd: bang' });
+  });
+
   it('turns any other throw into failed', async () => {
     const result = await executor([fails('boom', new Error('disk on fire'))]).execute(callOf('boom', {}));
     expect(result.error).toEqual({ code: 'failed', message: 'boom failed: disk on fire' });
