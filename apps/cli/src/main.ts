@@ -180,6 +180,11 @@ program
     false,
   )
   .option('--no-agents', 'run workflows only; leave agents to worker processes')
+  .option(
+    '--watch',
+    'reload a pipeline when its file changes: new tasks start on the new version, running ones finish on theirs',
+    false,
+  )
   .addOption(replicasOption())
   .option('--allow-mcp-commands', 'let pipelines start local MCP server commands (stdio transport)', false)
   .option(

@@ -23,6 +23,7 @@ import {
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
+import { ConfigError } from './config/configError.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
 import { type PipelineVersion, shortVersion } from './config/pipelineVersion.ts';
@@ -89,6 +90,13 @@ export interface Coordinator {
   readonly pipelines: readonly string[];
   /** Task ids this process is running now. */
   running(): string[];
+  /**
+   * Makes a new version of one of its pipelines (its file, loaded again) the one new tasks start on, without a
+   * restart: stored, compiled, its new agents served, then registered as the newest. Tasks already running finish on
+   * the version they started on, read from the `versions` bucket as after a restart. Refuses, changing nothing, a
+   * pipeline it does not run or one its agents cannot run here (`ConfigError`).
+   */
+  reload(pipeline: LoadedPipeline): Promise<PipelineReload>;
   /** Stops taking tasks; running ones are handed back to NATS to be resumed by a coordinator. */
   stop(): Promise<void>;
 }
@@ -130,6 +138,13 @@ export async function startCoordinator(options: CoordinatorOptions): Promise<Coo
     registryFailed(error);
     throw error;
   }
+}
+
+/** What a reload changed: the version new tasks started on before (when there was one), and the one they start on now. */
+export interface PipelineReload {
+  pipeline: string;
+  from?: string;
+  to: string;
 }
 
 /** How long the intake guard waits for the registry while its coordinator starts, before it lets a task pass. */
@@ -305,9 +320,33 @@ async function startParts(
   const runsHere = (taskId: string) => runners.some((r) => r.running().includes(taskId));
   const controls: BusSubscription = startControlResponder({ bus, store, runsHere });
 
+  async function reload(next: LoadedPipeline): Promise<PipelineReload> {
+    const { config } = next;
+    const runner = runners.find((r) => r.pipeline === config.name);
+    if (!runner) {
+      const why = `this coordinator runs no pipeline named ${config.name} (it runs ${[...started.local].join(', ')})`;
+      throw new ConfigError(next.file, [{ path: 'name', message: why }]);
+    }
+    const issues = agents?.check(next) ?? [];
+    if (issues.length > 0) throw new ConfigError(next.file, issues);
+    const from = (await pipelineRegistry.get(config.name))?.version;
+    const now = new Date(clock.now());
+    // Introduced now, whatever was stored before: a save that undoes an edit puts the earlier version back in use.
+    const saved = await versions.save({ ...next.version, storedAt: now.toISOString() });
+    await versions.introduce(saved, now);
+    // Compiled before any task can start on it, so a version the runner cannot run is never the newest.
+    const unusable = await runner.prepare(saved.hash);
+    if (unusable !== undefined) throw new Error(unusable);
+    // Its agents are served before it is the newest: a task's first step on it finds them.
+    await agents?.serveVersion(config.name, saved.hash);
+    await pipelineRegistry.register(registrationOf(config, `${hostname()}:${process.pid}`, now, saved.hash));
+    return { pipeline: config.name, ...(from === undefined ? {} : { from }), to: saved.hash };
+  }
+
   return {
     pipelines: options.pipelines.map((p) => p.config.name),
     running: () => runners.flatMap((r) => r.running()),
+    reload,
     async stop() {
       guard.unsubscribe();
       controls.unsubscribe();

@@ -9,6 +9,7 @@ import {
   registerSecretsFromEnv,
   startNatsServer,
   type TroupeMetrics,
+  withTimeout,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
@@ -17,6 +18,7 @@ import { suggestion } from './config/didYouMean.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
+import { type PipelineWatchOptions, watchPipelines } from './pipelineWatch.ts';
 import { claimHome, removeServerRecord, writeServerRecord } from './serverRecord.ts';
 import { DEFAULT_STOP_TIMEOUT_MS, STOP_OUTAGE_WAIT_MS, stopWithin } from './stopWithin.ts';
 
@@ -53,6 +55,8 @@ export interface ServiceOptions {
   metrics?: TroupeMetrics;
   /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
   signal?: AbortSignal;
+  /** Reload a pipeline when its file changes (`troupe up --watch`); see {@link watchPipelines}. */
+  watch?: boolean | Pick<PipelineWatchOptions, 'debounceMs' | 'onOutcome'>;
   logger: Logger;
 }
 
@@ -82,15 +86,13 @@ export async function startService(options: ServiceOptions): Promise<Service> {
   const registry = builtinTools();
   // Without agents here, nothing calls a model, so their API keys need not be set.
   const requireKeys = options.hostAgents ?? true;
-  const pipelines = await Promise.all(
-    options.files.map((f) =>
-      loadPipeline(f, {
-        toolNames: registry.names(),
-        requireKeys,
-        allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
-      }),
-    ),
-  );
+  const load = (file: string) =>
+    loadPipeline(file, {
+      toolNames: registry.names(),
+      requireKeys,
+      allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+    });
+  const pipelines = await Promise.all(options.files.map(load));
   // One embedded server per home: a second `troupe up` there fails here, before it starts anything.
   const claim = options.natsUrl === undefined ? await claimHome(home) : undefined;
   let embedded: EmbeddedNats | undefined;
@@ -147,6 +149,15 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       { url, embedded: embedded !== undefined, pipelines: coordinator.pipelines },
       `troupe is up on ${url}`,
     );
+    const watching = options.watch
+      ? watchPipelines({
+          pipelines,
+          load,
+          reload: (pipeline) => coordinator.reload(pipeline),
+          logger: options.logger,
+          ...(options.watch === true ? {} : options.watch),
+        })
+      : undefined;
     const connected = bus;
     const server = embedded;
     const { logger } = options;
@@ -162,6 +173,8 @@ export async function startService(options: ServiceOptions): Promise<Service> {
         const left = () => timeoutMs - (performance.now() - started);
         // The embedded server's own stop (which kills it after 5 s) comes last and gets the end of the time.
         const serverShare = server ? Math.min(5_000, timeoutMs / 4) : 0;
+        // A reload under way finishes first: it stores and registers a version, which a half-closed connection would cut short.
+        if (watching) await withTimeout(watching.close(), Math.min(5_000, timeoutMs / 10));
         const inHand = coordinator.running();
         if (!connected.reachable && inHand.length > 0) {
           logger.warn(

@@ -60,6 +60,8 @@ export interface UpOptions extends NatsAccessSources {
   corsOrigin?: string[];
   /** Seconds a stop may take before the process exits anyway. */
   stopTimeout?: number;
+  /** Reload a pipeline when its file (or a script it names) changes. */
+  watch?: boolean;
   json: boolean;
 }
 
@@ -203,6 +205,7 @@ export async function start(
     | 'eventsMaxAge'
     | 'eventsMaxBytes'
     | 'replicas'
+    | 'watch'
   >,
   natsUrl: string | undefined,
   logger: ReturnType<typeof createLogger>,
@@ -244,6 +247,7 @@ export async function start(
       ...(natsAccess ? { natsAccess } : {}),
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(signal ? { signal } : {}),
+      ...(options.watch ? { watch: true } : {}),
     });
   } catch (error) {
     if (error instanceof HomeBusyError) {

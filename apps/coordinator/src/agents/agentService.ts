@@ -28,7 +28,7 @@ import { suggestion } from '../config/didYouMean.ts';
 import { LoadCache } from '../config/loadCache.ts';
 import { type LoadedPipeline, loadStoredVersion } from '../config/loadPipeline.ts';
 import { PipelineConfig, sessionSummarizer } from '../config/pipelineSchema.ts';
-import { shortVersion } from '../config/pipelineVersion.ts';
+import { canonicalJson, shortVersion } from '../config/pipelineVersion.ts';
 import { PipelineVersions } from '../config/pipelineVersions.ts';
 
 export interface AgentServiceOptions {
@@ -55,6 +55,16 @@ export interface AgentServiceOptions {
 export interface AgentService {
   /** Agent names served, per pipeline. */
   readonly serving: ReadonlyMap<string, readonly string[]>;
+  /**
+   * What keeps a new version of a pipeline served here from running its agents: MCP servers changed (they are
+   * connected at start), or a tool no server here offers. Empty when it can run.
+   */
+  check(pipeline: LoadedPipeline): ConfigIssue[];
+  /**
+   * Serves the agents a stored version of a pipeline has that are not served here yet (added since this process
+   * started), each step run as that version defines the agent; among `only` when given. Returns the agents added.
+   */
+  serveVersion(pipeline: string, hash: string): Promise<string[]>;
   stop(): Promise<void>;
 }
 
@@ -87,39 +97,57 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const mcp: McpConnections[] = [];
   const hosts: AgentHost[] = [];
   const serving = new Map<string, string[]>();
+  /** Each pipeline as this process loaded it, its tools (once connected) and its agents of other versions. */
+  const loaded = new Map<
+    string,
+    {
+      pipeline: LoadedPipeline;
+      registry?: ToolRegistry;
+      agentOf: (hash: string, agent: string) => Promise<HostedAgent | string | undefined>;
+    }
+  >();
+  const host = (
+    pipeline: LoadedPipeline,
+    registry: ToolRegistry,
+    agents: readonly HostedAgent[],
+    olderAgents: readonly string[],
+  ): AgentHost =>
+    startAgentHost({
+      bus,
+      pipeline: pipeline.config.name,
+      agents,
+      registry,
+      workspaceRoot: options.workspaceRoot,
+      logger,
+      clock,
+      price: (provider, model, response) => {
+        warnIfUnpriced(provider, model);
+        return pipeline.prices.cost(provider, model, response.usage);
+      },
+      human,
+      memory,
+      journal: journal.forPipeline(pipeline.config.name, values),
+      values,
+      // Files go between hosts only where the pipeline asks: on one host they are on its disk already.
+      ...(pipeline.config.workspace?.handOff ? { workspaceLimits, handOffWorkspace: true } : {}),
+      heartbeats,
+      ...summarizerOf(pipeline.config),
+      version: pipeline.version.hash,
+      agentOf: loaded.get(pipeline.config.name)?.agentOf ?? (async () => undefined),
+      olderAgents,
+    });
   try {
     for (const pipeline of options.pipelines) {
+      const name = pipeline.config.name;
+      loaded.set(name, { pipeline, agentOf: agentsOfVersions(versions, name, logger) });
       const agents = hostedAgents(pipeline, options.only);
       const olderAgents = await agentsOfOlderVersions(versions, pipeline, options.only);
       if (agents.length === 0 && olderAgents.length === 0) continue;
       const registry = await pipelineTools(pipeline, base, mcp, logger);
-      serving.set(pipeline.config.name, [...agents.map((a) => a.name), ...olderAgents]);
-      hosts.push(
-        startAgentHost({
-          bus,
-          pipeline: pipeline.config.name,
-          agents,
-          registry,
-          workspaceRoot: options.workspaceRoot,
-          logger,
-          clock,
-          price: (provider, model, response) => {
-            warnIfUnpriced(provider, model);
-            return pipeline.prices.cost(provider, model, response.usage);
-          },
-          human,
-          memory,
-          journal: journal.forPipeline(pipeline.config.name, values),
-          values,
-          // Files go between hosts only where the pipeline asks: on one host they are on its disk already.
-          ...(pipeline.config.workspace?.handOff ? { workspaceLimits, handOffWorkspace: true } : {}),
-          heartbeats,
-          ...summarizerOf(pipeline.config),
-          version: pipeline.version.hash,
-          agentOf: agentsOfVersions(versions, pipeline.config.name, logger),
-          olderAgents,
-        }),
-      );
+      const entry = loaded.get(name);
+      if (entry) entry.registry = registry;
+      serving.set(name, [...agents.map((a) => a.name), ...olderAgents]);
+      hosts.push(host(pipeline, registry, agents, olderAgents));
     }
   } catch (error) {
     await Promise.all(hosts.map((h) => h.stop()));
@@ -127,9 +155,46 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     await heartbeats.close();
     throw error;
   }
+  /** Starts a host for the agents of a stored version not served here yet; see {@link AgentService.serveVersion}. */
+  const serveNew = async (pipeline: string, hash: string): Promise<string[]> => {
+    const entry = loaded.get(pipeline);
+    if (!entry || stopped) return [];
+    const version = await versions.get(pipeline, hash);
+    const parsed = version === undefined ? undefined : PipelineConfig.safeParse(version.config);
+    if (!parsed?.success) return [];
+    const served = new Set(serving.get(pipeline) ?? []);
+    const added = Object.keys(parsed.data.agents)
+      .filter((agent) => !served.has(agent) && (options.only === undefined || options.only.includes(agent)))
+      .sort();
+    if (added.length === 0 || stopped) return [];
+    entry.registry ??= await pipelineTools(entry.pipeline, base, mcp, logger);
+    // Served as another version's agents are: each step loads the agent its version defines.
+    hosts.push(host(entry.pipeline, entry.registry, [], added));
+    serving.set(pipeline, [...served, ...added]);
+    logger.info(
+      { pipeline, version: hash, agents: added },
+      `serving agents ${added.join(', ')} of pipeline ${pipeline}, new in version ${shortVersion(hash)}`,
+    );
+    return added;
+  };
+  let serial: Promise<unknown> = Promise.resolve();
+  let stopped = false;
   return {
     serving,
+    check(next) {
+      const entry = loaded.get(next.config.name);
+      if (!entry) return [];
+      return versionToolIssues(entry.pipeline, entry.registry ?? base, next);
+    },
+    serveVersion(pipeline, hash) {
+      // One at a time: two calls for one version must not both start a host for its new agents.
+      const adding = serial.then(() => serveNew(pipeline, hash));
+      serial = adding.catch(() => undefined);
+      return adding;
+    },
     async stop() {
+      stopped = true;
+      await serial;
       // Approvals and questions cut short by the stop stay pending: the process that resumes the step waits on them.
       human.detach();
       stopCounting?.();
@@ -195,6 +260,37 @@ function agentsOfVersions(
     const agents = await loaded.get(hash);
     return agents instanceof Map ? agents.get(agent) : agents;
   };
+}
+
+/**
+ * What keeps `next`, a new version of `running`, from running on this host's tools: its MCP servers are connected
+ * when the host starts, so a change to them needs a restart, and every tool its agents declare must be here.
+ */
+function versionToolIssues(
+  running: LoadedPipeline,
+  registry: ToolRegistry,
+  next: LoadedPipeline,
+): ConfigIssue[] {
+  if (canonicalJson(running.config.mcpServers) !== canonicalJson(next.config.mcpServers)) {
+    return [
+      {
+        path: 'mcpServers',
+        message:
+          'the MCP servers changed; they are connected when the process starts, so restart it to use them',
+      },
+    ];
+  }
+  const issues: ConfigIssue[] = [];
+  for (const [agent, config] of Object.entries(next.config.agents)) {
+    for (const [i, tool] of config.tools.entries()) {
+      if (registry.has(tool)) continue;
+      issues.push({
+        path: formatPath(['agents', agent, 'tools', i]),
+        message: `no tool "${tool}" is loaded in this process; restart it to load the tools this version names`,
+      });
+    }
+  }
+  return issues;
 }
 
 /** Cost counts as 0 for a model the price table lacks; say so once rather than report a wrong total quietly. */

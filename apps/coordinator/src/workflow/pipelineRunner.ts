@@ -118,6 +118,8 @@ export interface PipelineRunner {
   readonly pipeline: string;
   /** Task ids running in this process now. */
   running(): string[];
+  /** Reads and compiles a stored version ahead of its tasks; says why when it cannot be run. */
+  prepare(hash: string): Promise<string | undefined>;
   stop(): Promise<void>;
 }
 
@@ -712,6 +714,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   return {
     pipeline,
     running: () => [...running.keys()],
+    async prepare(hash) {
+      const flow = await versions.flowFor(hash);
+      return typeof flow === 'string' ? flow : undefined;
+    },
     async stop() {
       stopping = true;
       markStopping();
