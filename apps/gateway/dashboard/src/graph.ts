@@ -1,5 +1,6 @@
 import { html } from 'htm/preact';
 import type { Pipeline } from './client.ts';
+import { fitText, textWidth } from './textWidth.ts';
 
 /** A message moving between two steps of the flow: a task going on to the next step, or back to rework. */
 export interface Move {
@@ -16,11 +17,24 @@ export interface Busy {
   label: string;
 }
 
-const W = 150;
 const H = 56;
-const GAP = 60;
 const ROW = H + 44;
 const TOP = 40;
+const MARGIN = 20;
+/** A node is as wide as its labels need, within these bounds; a column as wide as its widest node. */
+const MIN_W = 110;
+const MAX_W = 220;
+const NODE_PAD = 28;
+/** The gap between two columns: room for an arrow, or for the widest edge label drawn in it. */
+const MIN_GAP = 40;
+const LABEL_PAD = 20;
+/** An edge label's lines are at most this wide; a longer label goes on two lines, then is cut (its title has it all). */
+const LABEL_MAX = 150;
+const LINE = 13;
+/** How far the graph shrinks to fit its section before the section scrolls instead, so its text stays readable. */
+const MIN_SCALE = 0.6;
+/** The fonts style.css gives the graph's texts, for measuring them. */
+const FONT = { step: '600 13px', agent: '12px', edge: '11px' } as const;
 
 type Node = NonNullable<Pipeline['graph']>['nodes'][number];
 
@@ -76,11 +90,45 @@ function layout(nodes: readonly Node[]): {
   return { pos, cols: end + 1, rows: height(top) };
 }
 
+type Edge = NonNullable<Pipeline['graph']>['edges'][number];
+
+/** Edges between the same two steps are drawn once, with their conditions in one label (`answered · timeout`). */
+function merged(edges: readonly Edge[]): { from: string; to: string; whens: string[] }[] {
+  const byEnds = new Map<string, { from: string; to: string; whens: string[] }>();
+  for (const e of edges) {
+    const key = `${e.from}\u0000${e.to}`;
+    const seen = byEnds.get(key) ?? { from: e.from, to: e.to, whens: [] };
+    if (e.when !== undefined) seen.whens.push(e.when);
+    byEnds.set(key, seen);
+  }
+  return [...byEnds.values()];
+}
+
+/**
+ * An edge label in lines of at most LABEL_MAX pixels: one, or two cut at a space (a dot only when no space will do),
+ * the narrower the better.
+ */
+function labelLines(text: string): string[] {
+  const width = (t: string) => textWidth(t, FONT.edge);
+  if (width(text) <= LABEL_MAX) return [text];
+  const cuts: { lines: string[]; widest: number; rank: number }[] = [];
+  for (let i = 1; i < text.length - 1; i++) {
+    if (text[i] !== ' ' && text[i] !== '.') continue;
+    const lines = [text.slice(0, i), text.slice(text[i] === ' ' ? i + 1 : i)];
+    const widest = Math.max(...lines.map(width));
+    cuts.push({ lines, widest, rank: (widest > LABEL_MAX ? 2 : 0) + (text[i] === '.' ? 1 : 0) });
+  }
+  const best = cuts.sort((a, b) => a.rank - b.rank || a.widest - b.widest)[0];
+  return (best?.lines ?? [text]).map((line) => fitText(line, FONT.edge, LABEL_MAX));
+}
+
 /**
  * The pipeline as a graph: its steps left to right (the end last), a parallel step's branches on rows of their own,
  * an arrow for each way the work can go — on, into a branch, to a route's target, and back to the step that reworks
  * it on a reject — with a dot moving along an arrow for each hand-over as it happens, and the steps whose agent is at
- * work lit, saying on what.
+ * work lit, saying on what. Each column is as wide as its names and each gap as its labels; a graph wider than its
+ * section shrinks to fit it (down to MIN_SCALE), and its labels are drawn over the nodes and arrows, inside the
+ * drawing.
  */
 export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; busy: readonly Busy[] }) {
   const graph: NonNullable<Pipeline['graph']> = props.pipeline.graph ?? {
@@ -89,48 +137,98 @@ export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; b
   };
   const { pos, cols, rows } = layout(graph.nodes);
   const at = (id: string) => pos.get(id) ?? { col: 0, row: 0 };
+  const edges = merged(graph.edges).map((e) => ({
+    ...e,
+    lines: e.whens.length > 0 ? labelLines(e.whens.join(' · ')) : [],
+  }));
+  const names = (n: Node) => ({
+    step: `${n.id}${n.when ? ' ?' : ''}`,
+    agent: `${n.agent}${n.kind === 'review' ? ' · review' : ''}`,
+  });
   /** A forward edge that passes over steps of its row (a route's target, a `next`) arcs above them. */
   const span = (e: { from: string; to: string }) =>
     at(e.to).row === at(e.from).row ? at(e.to).col - at(e.from).col : 0;
-  const arc = (e: { from: string; to: string }) => 18 + 8 * span(e);
-  const lift = Math.max(0, ...graph.edges.filter((e) => span(e) > 1).map(arc));
-  const x = (id: string) => 20 + at(id).col * (W + GAP);
-  const y = (id: string) => TOP + lift + at(id).row * ROW;
-  const width = 40 + cols * (W + GAP) - GAP;
   const back = (e: { from: string; to: string }) => at(e.to).col <= at(e.from).col;
-  const backEdges = graph.edges.filter(back);
+  const arc = (e: { from: string; to: string }) => 18 + 8 * span(e);
+  /** How far below its steps a rework's arc reaches for: the further back, the deeper. */
+  const under = (e: { from: string; to: string }) => 30 + 10 * (at(e.from).col - at(e.to).col);
+  /** Where a label sits: over an arc, under a rework's arc, or in the gap before the step an arrow goes to. */
+  const placeOf = (e: { from: string; to: string }) => (span(e) > 1 ? 'over' : back(e) ? 'under' : 'gap');
+
+  // Columns as wide as their nodes' names, gaps as wide as the labels drawn in them.
+  const colW = Array.from({ length: cols }, () => MIN_W);
+  for (const n of graph.nodes) {
+    const { step, agent } = names(n);
+    const need = Math.max(textWidth(step, FONT.step), textWidth(agent, FONT.agent)) + NODE_PAD;
+    const col = at(n.id).col;
+    colW[col] = Math.min(MAX_W, Math.max(colW[col] ?? MIN_W, need));
+  }
+  const gap = Array.from({ length: cols }, () => MIN_GAP);
+  for (const e of edges) {
+    if (e.lines.length === 0 || placeOf(e) !== 'gap') continue;
+    const before = at(e.to).col - 1;
+    const need = Math.max(...e.lines.map((l) => textWidth(l, FONT.edge))) + LABEL_PAD;
+    gap[before] = Math.max(gap[before] ?? MIN_GAP, need);
+  }
+  const colX: number[] = [];
+  for (let c = 0, left = MARGIN; c < cols; c++) {
+    colX.push(left);
+    left += (colW[c] ?? MIN_W) + (gap[c] ?? MIN_GAP);
+  }
+  const w = (id: string) => colW[at(id).col] ?? MIN_W;
+  const x = (id: string) => colX[at(id).col] ?? MARGIN;
+  const cx = (id: string) => x(id) + w(id) / 2;
+
+  const lift = Math.max(
+    0,
+    ...edges.filter((e) => span(e) > 1).map((e) => arc(e) + Math.max(0, e.lines.length - 1) * LINE),
+  );
+  const y = (id: string) => TOP + lift + at(id).row * ROW;
+  const width = (colX[cols - 1] ?? MARGIN) + (colW[cols - 1] ?? MIN_W) + MARGIN;
+  const backEdges = edges.filter(back);
   const deepest = Math.max(0, ...backEdges.map((e) => at(e.from).col - at(e.to).col));
-  const height = TOP + lift + (rows - 1) * ROW + H + (backEdges.length > 0 ? 50 + 10 * deepest : 16);
+  const underLines = Math.max(1, ...backEdges.map((e) => e.lines.length));
+  const height =
+    TOP +
+    lift +
+    (rows - 1) * ROW +
+    H +
+    (backEdges.length > 0 ? 50 + 10 * deepest + (underLines - 1) * LINE : 16);
   const path = (from: string, to: string) => {
     if (span({ from, to }) > 1) {
       const top = y(from) - arc({ from, to });
-      return `M ${x(from) + W / 2} ${y(from)} C ${x(from) + W / 2} ${top}, ${x(to) + W / 2} ${top}, ${x(to) + W / 2} ${y(to)}`;
+      return `M ${cx(from)} ${y(from)} C ${cx(from)} ${top}, ${cx(to)} ${top}, ${cx(to)} ${y(to)}`;
     }
     if (!back({ from, to })) {
-      const [x1, y1, x2, y2] = [x(from) + W, y(from) + H / 2, x(to), y(to) + H / 2];
+      const [x1, y1, x2, y2] = [x(from) + w(from), y(from) + H / 2, x(to), y(to) + H / 2];
       if (y1 === y2) return `M ${x1} ${y1} L ${x2} ${y2}`;
       const mid = (x1 + x2) / 2;
       return `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`;
     }
     // Back to an earlier step: an arc below both.
-    const depth = Math.max(y(from), y(to)) + H + 30 + 10 * (at(from).col - at(to).col);
-    return `M ${x(from) + W / 2} ${y(from) + H} C ${x(from) + W / 2} ${depth}, ${x(to) + W / 2} ${depth}, ${x(to) + W / 2} ${y(to) + H}`;
+    const depth = Math.max(y(from), y(to)) + H + under({ from, to });
+    return `M ${cx(from)} ${y(from) + H} C ${cx(from)} ${depth}, ${cx(to)} ${depth}, ${cx(to)} ${y(to) + H}`;
   };
-  const label = (e: { from: string; to: string }) =>
-    span(e) > 1
-      ? { x: (x(e.from) + x(e.to) + W) / 2, y: y(e.from) - arc(e) + 4 }
-      : back(e)
-        ? {
-            x: (x(e.from) + x(e.to) + W) / 2,
-            y: Math.max(y(e.from), y(e.to)) + H + 26 + 10 * (at(e.from).col - at(e.to).col),
-          }
-        : { x: (x(e.from) + W + x(e.to)) / 2, y: (y(e.from) + y(e.to)) / 2 + H / 2 - 8 };
+  /** The first line's baseline; further lines go up over an arc, down elsewhere. */
+  const label = (e: { from: string; to: string; lines: string[] }) => {
+    const more = (e.lines.length - 1) * LINE;
+    switch (placeOf(e)) {
+      case 'over':
+        return { x: (cx(e.from) + cx(e.to)) / 2, y: y(e.from) - arc(e) + 4 - more };
+      case 'under':
+        // Under the arc's lowest point, which a cubic curve reaches at three quarters of its control points' depth.
+        return { x: (cx(e.from) + cx(e.to)) / 2, y: Math.max(y(e.from), y(e.to)) + H + 0.75 * under(e) + 13 };
+      default:
+        return { x: x(e.to) - (gap[at(e.to).col - 1] ?? MIN_GAP) / 2, y: y(e.to) + H / 2 - 6 - more };
+    }
+  };
   return html`<svg
     class="flow"
     data-testid="flow-graph"
     viewBox="0 0 ${width} ${height}"
     width=${width}
     height=${height}
+    style=${`max-width: ${width}px; min-width: ${Math.round(width * MIN_SCALE)}px`}
     role="img"
     aria-label=${`flow of ${props.pipeline.name}`}
   >
@@ -139,31 +237,39 @@ export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; b
         <path d="M0,0 L10,5 L0,10 z" class="arrowhead" />
       </marker>
     </defs>
-    ${graph.edges.map(
-      (e) => html`<g class=${`edge ${e.when ?? ''}`}>
+    ${edges.map(
+      (e) => html`<g class=${`edge ${e.whens.join(' ')}`}>
         <path d=${path(e.from, e.to)} marker-end="url(#arrow)" />
-        ${e.when ? html`<text x=${label(e).x} y=${label(e).y}>${e.when}</text>` : null}
       </g>`,
     )}
     ${graph.nodes.map((n) => {
       const busy = props.busy.filter((b) => b.step === n.id);
+      const { step, agent } = names(n);
       return html`<g class=${`node ${busy.length > 0 ? 'busy' : ''}`} data-testid=${`node-${n.id}`}>
-        <rect x=${x(n.id)} y=${y(n.id)} width=${W} height=${H} rx=${n.kind === 'route' ? 2 : 10} class=${n.kind} />
-        <text x=${x(n.id) + W / 2} y=${y(n.id) + 22} class="step">${n.id}${n.when ? ' ?' : ''}</text>
-        <text x=${x(n.id) + W / 2} y=${y(n.id) + 40} class="agent">${n.agent}${n.kind === 'review' ? ' · review' : ''}</text>
-        ${n.when ? html`<title>runs when ${n.when}</title>` : null}
+        <rect x=${x(n.id)} y=${y(n.id)} width=${w(n.id)} height=${H} rx=${n.kind === 'route' ? 2 : 10} class=${n.kind} />
+        <text x=${cx(n.id)} y=${y(n.id) + 22} class="step">${fitText(step, FONT.step, w(n.id) - 12)}</text>
+        <text x=${cx(n.id)} y=${y(n.id) + 40} class="agent">${fitText(agent, FONT.agent, w(n.id) - 12)}</text>
+        <title>${`${n.id} · ${agent}${n.when ? `\nruns when ${n.when}` : ''}`}</title>
         ${busy
           .slice(0, 1)
           .map(
-            (b) =>
-              html`<text x=${x(n.id) + W / 2} y=${y(n.id) - 10} class=${`doing ${b.what}`}>${b.label}</text>`,
+            (b) => html`<text x=${cx(n.id)} y=${y(n.id) - 10} class=${`doing ${b.what}`}>${b.label}</text>`,
           )}
       </g>`;
     })}
     <g class="node end">
-      <rect x=${x('end')} y=${y('end') + 8} width=${W} height=${H - 16} rx="20" />
-      <text x=${x('end') + W / 2} y=${y('end') + H / 2 + 5} class="step">end</text>
+      <rect x=${x('end')} y=${y('end') + 8} width=${w('end')} height=${H - 16} rx="20" />
+      <text x=${cx('end')} y=${y('end') + H / 2 + 5} class="step">end</text>
     </g>
+    ${edges
+      .filter((e) => e.lines.length > 0)
+      .map((e) => {
+        const spot = label(e);
+        return html`<g class=${`edge label ${e.whens.join(' ')}`} data-testid="edge-label">
+          <text x=${spot.x} y=${spot.y}>${e.lines.map((line, i) => html`<tspan x=${spot.x} dy=${i === 0 ? 0 : LINE}>${line}</tspan>`)}</text>
+          <title>${e.whens.join(' · ')}</title>
+        </g>`;
+      })}
     ${props.moves.map(
       (m) => html`<circle key=${m.key} r="7" class=${`message ${m.rework ? 'rework' : ''}`}>
         <animateMotion dur="1.2s" fill="freeze" path=${path(m.from, m.to)} />
