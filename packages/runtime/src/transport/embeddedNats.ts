@@ -50,10 +50,12 @@ const TAIL_LINES = 20;
 /** A free port can be taken by someone else before the server binds it; we pick another this many times. */
 const PORT_ATTEMPTS = 3;
 
+/** Says every way to get a NATS server: Troupe's npm packages cannot bring the binary with them. */
 export const NATS_SERVER_MISSING_HELP =
-  'nats-server was not found. Install it (Debian/Ubuntu: `sudo apt-get install nats-server`; ' +
-  'macOS: `brew install nats-server`; or download from the NATS releases page), ' +
-  'set NATS_SERVER_BIN to its path, or set NATS_URL to use a running server.';
+  `nats-server was not found (looked on PATH and in ${FALLBACK_DIRS.join(', ')}). Install it ` +
+  '(Debian/Ubuntu: `sudo apt-get install nats-server`; macOS: `brew install nats-server`; elsewhere: ' +
+  'download the nats-server binary for your system from https://github.com/nats-io/nats-server/releases ' +
+  'and put it on PATH), set NATS_SERVER_BIN to its path, or set NATS_URL to use a running server.';
 
 /**
  * Finds the nats-server executable: `NATS_SERVER_BIN` when set (and then only there), else `PATH`,

@@ -52,6 +52,7 @@ describe('startNatsServer', () => {
     expect(failure.message).toContain('nats-server was not found');
     expect(failure.message).toContain('sudo apt-get install nats-server');
     expect(failure.message).toContain('brew install nats-server');
+    expect(failure.message).toContain('https://github.com/nats-io/nats-server/releases');
     expect(failure.message).toContain('set NATS_URL to use a running server');
   });
 
