@@ -1,6 +1,7 @@
 import { access, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { basename, join, relative, resolve } from 'node:path';
 import { CliError } from '../cliError.ts';
+import { troupeCommand } from '../invocation.ts';
 
 export interface InitOptions {
   /** The pipeline's name; by default the directory's, made a valid name. */
@@ -32,11 +33,12 @@ export async function init(dir: string, options: InitOptions): Promise<number> {
   const ignored = await ignoreHome(target);
   const at = shown(target);
   const cd = at === '.' ? '' : `cd ${at} && `;
+  const troupe = troupeCommand();
   process.stdout.write(
     `wrote ${join(at, PIPELINE)} (pipeline ${name}) and ${join(at, SCRIPT)}${ignored ? `; .troupe/ added to ${join(at, '.gitignore')}` : ''}\n\n` +
-      `  run it:          ${cd}troupe up ${PIPELINE}\n` +
-      `  give it a task:  troupe submit ${name} "Write a haiku about NATS" --wait\n` +
-      `  or all at once:  ${cd}troupe demo ${PIPELINE}\n\n` +
+      `  run it:          ${cd}${troupe} up ${PIPELINE}\n` +
+      `  give it a task:  ${troupe} submit ${name} "Write a haiku about NATS" --wait\n` +
+      `  or all at once:  ${cd}${troupe} demo ${PIPELINE}\n\n` +
       `It runs offline on scripted replies (${SCRIPT}); to use a real model, see the comments at the top of ${PIPELINE}.\n`,
   );
   return 0;
