@@ -76,6 +76,7 @@ import {
 } from './api.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
 import { answerTo } from './errors.ts';
+import { DEFAULT_MAX_FILE_BYTES, fileRoutes } from './files/fileRoutes.ts';
 import { mcpEndpoint } from './mcp/mcpEndpoint.ts';
 import { troupeMcpOptions } from './mcp/mcpOptions.ts';
 import { isLoopback, webSocketRefusal } from './origins.ts';
@@ -125,6 +126,13 @@ export interface GatewayOptions {
   dashboardDir?: string | false;
   /** A2A push notifications: where webhooks may go and how they are retried; `false` runs no delivery worker here. */
   a2aPush?: PushSettings | false;
+  /**
+   * The directory task workspaces are under (`<dir>/<pipeline>/<taskId>`: a `troupe up`'s or worker's
+   * `<home>/workspaces`, or a volume they share), served by `GET /v1/tasks/{id}/files`; none served when absent.
+   */
+  workspaces?: string;
+  /** The largest workspace file served, in bytes (16 MiB). */
+  maxFileBytes?: number;
 }
 
 /** The command-line flags behind the options a refusal may point to. */
@@ -357,6 +365,14 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  // A task's workspace files (files/fileRoutes.ts), where this host holds them.
+  await app.register(fileRoutes, {
+    actions,
+    principal,
+    workspaces: options.workspaces,
+    maxFileBytes: options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES,
+  });
 
   await app.register(dashboard, { dir: options.dashboardDir ?? defaultDashboardDir() });
 

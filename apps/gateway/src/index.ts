@@ -23,6 +23,9 @@ export {
   TokenStore,
   TokensFile,
 } from './auth.ts';
+export { contentTypeOf } from './files/contentType.ts';
+export { DEFAULT_MAX_FILE_BYTES } from './files/fileRoutes.ts';
+export * as filesApi from './files/filesApi.ts';
 export { type Gateway, type GatewayOptions, startGateway } from './gateway.ts';
 export { serveMcpStdio } from './mcp/serveStdio.ts';
 export { type BrowserOrigins, webSocketRefusal } from './origins.ts';

@@ -102,6 +102,19 @@ export { utf8Head } from './tools/truncateOutput.ts';
 export * from './transport/index.ts';
 export { type WithTimeoutOptions, withTimeout } from './withTimeout.ts';
 export {
+  WorkspaceFileError,
+  type WorkspaceFileErrorCode,
+} from './workspace/workspaceFileError.ts';
+export {
+  DEFAULT_LISTING_MAX_FILES,
+  listWorkspaceFiles,
+  type OmittedReason,
+  type OpenedWorkspaceFile,
+  openWorkspaceFile,
+  type WorkspaceFileEntry,
+  type WorkspaceListing,
+} from './workspace/workspaceFiles.ts';
+export {
   DEFAULT_WORKSPACE_LIMITS,
   WorkspaceLimitError,
   type WorkspaceLimits,
