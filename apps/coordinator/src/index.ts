@@ -17,6 +17,13 @@ export {
 } from './config/pipelineSchema.ts';
 export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
 export type { RemoteAgentSettings } from './config/remoteAgents.ts';
+export {
+  type ImportModule,
+  importWithNode,
+  type ModuleTool,
+  ToolModuleError,
+  type ToolModuleErrorCode,
+} from './config/toolModules.ts';
 export { useVersion } from './config/useVersion.ts';
 export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';

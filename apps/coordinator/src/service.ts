@@ -16,6 +16,7 @@ import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
 import { suggestion } from './config/didYouMean.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
+import type { ImportModule } from './config/toolModules.ts';
 import { type Coordinator, startCoordinator } from './coordinator.ts';
 import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { type PipelineWatchOptions, watchPipelines } from './pipelineWatch.ts';
@@ -57,6 +58,8 @@ export interface ServiceOptions {
   signal?: AbortSignal;
   /** Reload a pipeline when its file changes (`troupe up --watch`); see {@link watchPipelines}. */
   watch?: boolean | Pick<PipelineWatchOptions, 'debounceMs' | 'onOutcome'>;
+  /** Loads the pipelines' tool modules (`tools.modules`); Node's `import()`, JavaScript only, when absent. */
+  importModule?: ImportModule;
   logger: Logger;
 }
 
@@ -91,6 +94,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       toolNames: registry.names(),
       requireKeys,
       allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+      ...(options.importModule ? { importModule: options.importModule } : {}),
     });
   const pipelines = await Promise.all(options.files.map(load));
   // One embedded server per home: a second `troupe up` there fails here, before it starts anything.
@@ -238,6 +242,8 @@ export interface WorkerOptions {
   metrics?: TroupeMetrics;
   /** Stops a start-up still waiting (for a coordinator to create the streams): it then fails with `aborted`. */
   signal?: AbortSignal;
+  /** Loads the pipelines' tool modules (`tools.modules`); Node's `import()`, JavaScript only, when absent. */
+  importModule?: ImportModule;
   logger: Logger;
 }
 
@@ -265,6 +271,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       loadPipeline(f, {
         toolNames: registry.names(),
         allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+        ...(options.importModule ? { importModule: options.importModule } : {}),
       }),
     ),
   );

@@ -1,5 +1,6 @@
 import { builtinTools, ConfigError, flowGraph, flowMermaid, loadPipeline } from '@troupe/coordinator';
 import { CliError } from '../server.ts';
+import { importToolModule } from '../toolModuleImport.ts';
 
 export interface GraphOptions {
   json: boolean;
@@ -16,6 +17,7 @@ export async function graph(file: string, options: GraphOptions): Promise<number
       toolNames: builtinTools().names(),
       requireKeys: false,
       allowMcpCommands: true,
+      importModule: importToolModule,
     }));
   } catch (error) {
     if (error instanceof ConfigError) throw new CliError(error.message);

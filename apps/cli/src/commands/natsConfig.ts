@@ -13,6 +13,7 @@ import {
   type Role,
 } from '@troupe/coordinator';
 import { CliError } from '../server.ts';
+import { importToolModule } from '../toolModuleImport.ts';
 
 export interface NatsConfigOptions {
   out: string;
@@ -38,6 +39,7 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
         toolNames: builtinTools().names(),
         requireKeys: false,
         allowMcpCommands: true,
+        importModule: importToolModule,
       });
       pipelines.set(config.name, Object.keys(config.agents));
     } catch (error) {

@@ -5,6 +5,7 @@ import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { taskHistory } from '../eventFeed.ts';
 import { findPipelineFile } from '../pipelineFile.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
+import { importToolModule } from '../toolModuleImport.ts';
 
 export interface ReplayCommandOptions extends ServerOptions {
   /** The file to replay against; without it, the one file in this directory that declares the task's pipeline. */
@@ -88,6 +89,7 @@ async function load(file: string, options: ReplayCommandOptions) {
     return await loadPipeline(file, {
       toolNames: builtinTools().names(),
       requireKeys: false,
+      importModule: importToolModule,
       // With --no-tools no MCP server is started.
       allowMcpCommands:
         !options.tools || options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',

@@ -22,6 +22,7 @@ import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
 import { CliError, natsAccessOf } from '../server.ts';
 import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
+import { importToolModule } from '../toolModuleImport.ts';
 
 export interface UpOptions extends NatsAccessSources {
   home?: string;
@@ -224,6 +225,7 @@ export async function start(
       files,
       home: resolveHome(options.home),
       hostAgents: options.agents,
+      importModule: importToolModule,
       concurrency: options.concurrency,
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),

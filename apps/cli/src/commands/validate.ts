@@ -6,6 +6,7 @@ import {
   shortVersion,
 } from '@troupe/coordinator';
 import { CliError } from '../server.ts';
+import { importToolModule } from '../toolModuleImport.ts';
 
 export interface ValidateOptions {
   print: boolean;
@@ -20,16 +21,17 @@ export async function validate(files: string[], options: ValidateOptions): Promi
   let failures = 0;
   for (const file of files) {
     try {
-      const { config, version } = await loadPipeline(file, {
+      const { config, version, tools } = await loadPipeline(file, {
         toolNames,
         requireKeys: options.keys,
         allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+        importModule: importToolModule,
       });
       if (options.print) process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
       // The version a coordinator started with this file would record on its tasks (`troupe migrate --to` takes it).
       else
         process.stdout.write(
-          `✓ ${file}: pipeline ${config.name} — ${describe(config)}; version ${shortVersion(version.hash)}\n`,
+          `✓ ${file}: pipeline ${config.name} — ${describe(config, tools)}; version ${shortVersion(version.hash)}\n`,
         );
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error;
@@ -64,8 +66,10 @@ function describeStep(step: PipelineConfig['flow'][number]): string {
   }
 }
 
-function describe(config: PipelineConfig): string {
+function describe(config: PipelineConfig, tools: readonly { name: string }[]): string {
   const flow = config.flow.map(describeStep).join(' → ');
   const agents = Object.keys(config.agents).length;
-  return `${agents} agent${agents === 1 ? '' : 's'}; flow: ${flow}`;
+  // The tools its modules gave, so a module that loaded but exported fewer tools than meant shows here.
+  const own = tools.length > 0 ? `; own tools: ${tools.map((t) => t.name).join(', ')}` : '';
+  return `${agents} agent${agents === 1 ? '' : 's'}${own}; flow: ${flow}`;
 }

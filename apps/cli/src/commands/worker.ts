@@ -6,6 +6,7 @@ import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
 import { CliError, natsAccessOf, resolveServer } from '../server.ts';
 import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
+import { importToolModule } from '../toolModuleImport.ts';
 
 export interface WorkerCommandOptions extends NatsAccessSources {
   /** Servers of a JetStream cluster that keep each stream and bucket, should this worker make them. */
@@ -49,6 +50,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     home: resolveHome(options.home),
     logger,
     allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
+    importModule: importToolModule,
     ...(agents && agents.length > 0 ? { agents } : {}),
     ...(served ? { metrics: served.metrics } : {}),
   });

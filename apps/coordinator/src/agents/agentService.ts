@@ -27,7 +27,7 @@ import { ConfigError, type ConfigIssue } from '../config/configError.ts';
 import { suggestion } from '../config/didYouMean.ts';
 import { LoadCache } from '../config/loadCache.ts';
 import { type LoadedPipeline, loadStoredVersion } from '../config/loadPipeline.ts';
-import { PipelineConfig, sessionSummarizer } from '../config/pipelineSchema.ts';
+import { isRemoteAgentConfig, PipelineConfig, sessionSummarizer } from '../config/pipelineSchema.ts';
 import { canonicalJson, shortVersion } from '../config/pipelineVersion.ts';
 import { PipelineVersions } from '../config/pipelineVersions.ts';
 
@@ -139,7 +139,9 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   try {
     for (const pipeline of options.pipelines) {
       const name = pipeline.config.name;
-      loaded.set(name, { pipeline, agentOf: agentsOfVersions(versions, name, logger) });
+      // The tools are looked up when a step comes: the registry is made below, or when a new version needs it.
+      const hasTool = (tool: string) => (loaded.get(name)?.registry ?? base).has(tool);
+      loaded.set(name, { pipeline, agentOf: agentsOfVersions(versions, name, logger, hasTool) });
       const agents = hostedAgents(pipeline, options.only);
       const olderAgents = await agentsOfOlderVersions(versions, pipeline, options.only);
       if (agents.length === 0 && olderAgents.length === 0) continue;
@@ -238,6 +240,7 @@ function agentsOfVersions(
   versions: PipelineVersions,
   pipeline: string,
   logger: Logger,
+  hasTool: (name: string) => boolean,
 ): (hash: string, agent: string) => Promise<HostedAgent | string | undefined> {
   const load = async (hash: string): Promise<Map<string, HostedAgent> | string | undefined> => {
     const version = await versions.get(pipeline, hash);
@@ -245,6 +248,11 @@ function agentsOfVersions(
     const label = `pipeline ${pipeline} version ${shortVersion(hash)}`;
     try {
       const pipelineVersion = await loadStoredVersion(version, label, {});
+      const lacking = lackingTools(pipelineVersion, hasTool);
+      if (lacking) {
+        logger.error({ pipeline, version: hash }, `${label} cannot run here: ${lacking}`);
+        return `${label} cannot run here: ${lacking}`;
+      }
       logger.info({ pipeline, version: hash }, `loaded ${label} to run its tasks' steps`);
       return new Map(hostedAgents(pipelineVersion).map((agent) => [agent.name, agent]));
     } catch (error) {
@@ -260,6 +268,21 @@ function agentsOfVersions(
     const agents = await loaded.get(hash);
     return agents instanceof Map ? agents.get(agent) : agents;
   };
+}
+
+/**
+ * The tools a version's agents declare that this host lacks, said so a person knows what to do: a version started
+ * elsewhere may name tool modules this host's pipeline file does not.
+ */
+function lackingTools(pipeline: LoadedPipeline, hasTool: (name: string) => boolean): string | undefined {
+  const lacking = Object.entries(pipeline.config.agents).flatMap(([agent, config]) =>
+    isRemoteAgentConfig(config) ? [] : config.tools.filter((t) => !hasTool(t)).map((t) => `${agent}: ${t}`),
+  );
+  if (lacking.length === 0) return undefined;
+  return (
+    `its agents declare tools this host does not have (${lacking.join(', ')}); start this host with a pipeline ` +
+    'file whose tools.modules provide them'
+  );
 }
 
 /**
@@ -309,8 +332,9 @@ function unpricedWarning(pipelines: readonly LoadedPipeline[], logger: Logger) {
 }
 
 /**
- * A pipeline's tools: the built-ins plus the tools of its MCP servers (connected now). Every MCP tool an agent
- * declares must exist on its server; a missing one is a config error naming the agent and what the server offers.
+ * A pipeline's tools: the built-ins, the tools of its modules (`tools.modules`, loaded with the file) and the tools
+ * of its MCP servers (connected now). Every MCP tool an agent declares must exist on its server; a missing one is a
+ * config error naming the agent and what the server offers.
  */
 async function pipelineTools(
   pipeline: LoadedPipeline,
@@ -319,12 +343,14 @@ async function pipelineTools(
   logger: Logger,
 ): Promise<ToolRegistry> {
   const servers = pipeline.config.mcpServers;
-  if (Object.keys(servers).length === 0) return builtins;
+  if (Object.keys(servers).length === 0 && pipeline.tools.length === 0) return builtins;
   const registry = new ToolRegistry();
   for (const name of builtins.names()) {
     const tool = builtins.get(name);
     if (tool) registry.register(tool);
   }
+  for (const tool of pipeline.tools) registry.register(tool);
+  if (Object.keys(servers).length === 0) return registry;
   const connected = await connectMcpServers(servers, { logger });
   connections.push(connected);
   for (const tool of connected.tools) registry.register(tool);

@@ -4,6 +4,8 @@ export interface ConfigIssue {
   message: string;
   line?: number;
   column?: number;
+  /** A stable code where the problem has one (a tool module's: `tool_module_not_found`, …). */
+  code?: string;
 }
 
 /** A pipeline file that cannot be used. The message lists every problem as `file:line:col path: what`. */

@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath } from '@troupe/protocol';
+import type { Tool } from '@troupe/runtime';
 import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { checkFlow, jsonSchemaProblem, type Problem } from './checkFlow.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
@@ -19,6 +20,7 @@ import {
 import { isRemoteAgentConfig, type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
 import { type PipelineVersion, pipelineVersion } from './pipelineVersion.ts';
 import { type RemoteAgentSettings, remoteAgentSettings } from './remoteAgents.ts';
+import { type ImportModule, loadToolModules } from './toolModules.ts';
 
 /** A pipeline file, validated, with each agent's model built. */
 export interface LoadedPipeline {
@@ -31,6 +33,8 @@ export interface LoadedPipeline {
   /** The agents that live in other systems (A2A), as the host calls them. */
   remoteAgents: ReadonlyMap<string, RemoteAgentSettings>;
   prices: PriceTable;
+  /** The tools of the modules the file names under `tools.modules`, which its agents may declare beside the host's. */
+  tools: readonly Tool[];
 }
 
 export interface LoadOptions {
@@ -42,6 +46,11 @@ export interface LoadOptions {
   requireKeys?: boolean;
   /** Allow `mcpServers` that start a local command (stdio); off unless the operator opts in. */
   allowMcpCommands?: boolean;
+  /**
+   * Loads the file's tool modules (`tools.modules`), given each one's absolute path. Node's `import()` when absent,
+   * which loads JavaScript only; `troupe` passes one that loads TypeScript too.
+   */
+  importModule?: ImportModule;
 }
 
 /**
@@ -62,8 +71,23 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
       'the file is empty; a pipeline needs at least version, name, agents and flow (`troupe init` writes one to start from)';
     throw new ConfigError(file, [{ path: '', message: why }], { headline: `${file}: ${why}` });
   }
-  const { config, locate } = parseLocated(text, file, options);
+  const { config, locate } = parseLocated(text, file);
   const baseDir = dirname(resolve(file));
+  // A module's code runs here, at load: its tools' names are what agents may declare.
+  const modules = await loadToolModules(config.tools?.modules ?? [], {
+    baseDir,
+    taken: options.toolNames,
+    ...(options.importModule ? { importModule: options.importModule } : {}),
+  });
+  const moduleIssues = modules.problems.map(({ index, error }) => ({
+    ...locate(['tools', 'modules', index], error.message),
+    code: error.code,
+  }));
+  // Where a module did not load, the tools it would have given are unknown: not naming them again is clearer.
+  const toolNames = [...options.toolNames, ...modules.tools.map((t) => t.tool.name)];
+  const problems = checkReferences(config, { ...options, toolNames }, moduleIssues.length === 0);
+  if (moduleIssues.length > 0 || problems.length > 0)
+    throw new ConfigError(file, [...moduleIssues, ...problems.map((p) => locate(p.path, p.message))]);
   const files: Record<string, string> = {};
   const fromDisk: FileSource = async (path) => {
     const source = resolve(baseDir, path);
@@ -93,6 +117,7 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     agentModels,
     remoteAgents: remote.agents,
     prices: new PriceTable(config.prices),
+    tools: modules.tools.map((t) => t.tool),
   };
 }
 
@@ -142,6 +167,8 @@ export async function loadStoredVersion(
     agentModels,
     remoteAgents: remote.agents,
     prices: new PriceTable(parsed.data.prices),
+    // A stored version's modules are not loaded: its agents get the tools of the host that runs them.
+    tools: [],
   };
 }
 
@@ -153,18 +180,25 @@ function unreadable(error: NodeJS.ErrnoException): string {
   return `cannot read it: ${error.message}`;
 }
 
-/** Parses and validates pipeline YAML text; `file` is used in messages. */
+/**
+ * Parses and validates pipeline YAML text; `file` is used in messages. Its tool modules are not loaded, so their
+ * tools are unknown here: `loadPipeline` loads them.
+ */
 export function parsePipeline(text: string, file: string, options: LoadOptions): PipelineConfig {
-  return parseLocated(text, file, options).config;
+  const { config, locate } = parseLocated(text, file);
+  const problems = checkReferences(config, options, true);
+  if (problems.length > 0)
+    throw new ConfigError(
+      file,
+      problems.map((p) => locate(p.path, p.message)),
+    );
+  return config;
 }
 
 type Locate = (path: readonly PropertyKey[], message: string) => ConfigIssue;
 
-function parseLocated(
-  text: string,
-  file: string,
-  options: LoadOptions,
-): { config: PipelineConfig; locate: Locate } {
+/** Parses and validates the text against the schema; names that refer to others are checked by the caller. */
+function parseLocated(text: string, file: string): { config: PipelineConfig; locate: Locate } {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true, merge: true });
   if (doc.errors.length > 0) {
@@ -186,17 +220,14 @@ function parseLocated(
       parsed.error.issues.map((issue) => locate(issue.path, readable(issue.message))),
     );
   }
-  const problems = checkReferences(parsed.data, options);
-  if (problems.length > 0)
-    throw new ConfigError(
-      file,
-      problems.map((p) => locate(p.path, p.message)),
-    );
   return { config: parsed.data, locate };
 }
 
-/** Checks what a schema cannot: that every name used is defined, and that the flow's loops point backwards. */
-function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[] {
+/**
+ * Checks what a schema cannot: that every name used is defined, and that the flow's loops point backwards.
+ * `toolsKnown` false: some tools could not be learnt (a module did not load), so unknown tool names are not reported.
+ */
+function checkReferences(config: PipelineConfig, options: LoadOptions, toolsKnown: boolean): Problem[] {
   const problems: Problem[] = [];
   const models = Object.keys(config.models);
   const agents = Object.keys(config.agents);
@@ -255,7 +286,7 @@ function checkReferences(config: PipelineConfig, options: LoadOptions): Problem[
         }
         return;
       }
-      if (!options.toolNames.includes(tool)) {
+      if (toolsKnown && !options.toolNames.includes(tool)) {
         problems.push({
           path: ['agents', name, 'tools', i],
           message: `unknown tool "${tool}"${suggestion(tool, options.toolNames)}; available: ${options.toolNames.join(', ')}`,

@@ -500,6 +500,18 @@ export const WorkspaceConfig = withExtensions({
   handOff: z.boolean().default(false),
 });
 
+/** A tool module's path: relative to the pipeline file (or absolute), TypeScript or JavaScript. */
+const ToolModulePath = z
+  .string()
+  .regex(/^(\.\.?\/|\/)/, 'a tool module is a path starting with ./ or ../ (relative to this file), or /')
+  .regex(/\.(ts|mts|js|mjs)$/, 'a tool module is a .ts, .mts, .js or .mjs file');
+
+/** Tools of one's own, from modules the stock `troupe up` and `troupe worker` load (docs/tools.md). */
+export const ToolsConfig = withExtensions({
+  /** Files whose exports are tools; agents of this pipeline may then declare those tools by name. */
+  modules: z.array(ToolModulePath).min(1, 'name at least one module, or leave tools out').max(100),
+});
+
 /** A pipeline file. */
 export const PipelineConfig = withExtensions({
   version: z.literal(1),
@@ -510,6 +522,8 @@ export const PipelineConfig = withExtensions({
   budget: TaskBudgetConfig.optional(),
   /** MCP servers whose tools agents may declare as `<server>.<tool>`. */
   mcpServers: z.record(Name, McpServerConfig).default({}),
+  /** Tools of one's own: the modules that provide them, which agents may then declare by name. */
+  tools: ToolsConfig.optional(),
   /** Price overrides, by `provider:model`. */
   prices: z.record(z.string().regex(/^[a-z-]+:.+$/, 'must be provider:model'), PriceConfig).default({}),
   defaults: DefaultsConfig.prefault({}),

@@ -185,6 +185,7 @@ export async function replayTask(
         const tool = builtins.get(name);
         if (tool && !MEMORY_TOOLS.has(name)) registry.register(tool);
       }
+      for (const tool of options.pipeline.tools) registry.register(tool);
       if (Object.keys(config.mcpServers).length > 0) {
         mcp = await connectMcpServers(config.mcpServers);
         for (const tool of mcp.tools) registry.register(tool);

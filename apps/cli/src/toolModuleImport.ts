@@ -1,0 +1,42 @@
+import { execFile } from 'node:child_process';
+import { pathToFileURL } from 'node:url';
+import type { ImportModule } from '@troupe/coordinator';
+
+const TYPESCRIPT = /\.(ts|mts|cts)$/;
+
+/**
+ * How `troupe` loads a pipeline's tool modules: JavaScript with Node's `import()`, TypeScript with tsx, which strips
+ * types without checking them (run `tsc` for that). tsx is loaded only when a TypeScript module is named, so a
+ * start without one does not pay for it.
+ */
+export const importToolModule: ImportModule = async (file) => {
+  const url = pathToFileURL(file).href;
+  if (TYPESCRIPT.test(file)) {
+    const { tsImport } = await import('tsx/esm/api');
+    return tsImport(url, import.meta.url);
+  }
+  try {
+    return await import(url);
+  } catch (error) {
+    if (error instanceof SyntaxError) await locateSyntaxError(error, file);
+    throw error;
+  }
+};
+
+/**
+ * Node's `import()` keeps where a JavaScript module fails to parse to itself (it prints it only for an uncaught
+ * error), so `node --check` is asked, and the place is given as esbuild gives it for TypeScript: `errors[0].location`.
+ */
+async function locateSyntaxError(error: SyntaxError, file: string): Promise<void> {
+  const report = await new Promise<string>((resolve) => {
+    execFile(process.execPath, ['--check', file], { timeout: 10_000 }, (_failed, _stdout, stderr) =>
+      resolve(stderr),
+    );
+  });
+  // `file:///…/tool.mjs:2`, the line itself, then carets under the offending part.
+  const [header = '', , carets = ''] = report.split('\n');
+  const line = /:(\d+)$/.exec(header)?.[1];
+  if (line === undefined) return;
+  const column = Math.max(0, carets.indexOf('^'));
+  Object.assign(error, { errors: [{ text: error.message, location: { line: Number(line), column } }] });
+}
