@@ -684,7 +684,7 @@ flow:
       'when: \'!steps["plan"].output.risky\'',
     );
     expectIssue(refusal(negated), 'flow[2].when', {
-      message: 'must give a bool, but steps.plan.output.risky is a string',
+      message: 'steps["plan"].output.risky is a string, not a bool',
     });
     // A boolean it declares, a comparison, and an output no schema describes all load.
     for (const when of [

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { FINAL_STATES } from '../workflow/workflowTypes.ts';
-import { declaredOutputType } from './declaredOutput.ts';
+import { conditionTypeChecker, type Want } from './conditionTypes.ts';
 import { suggestion } from './didYouMean.ts';
 import { expressionProblem, stepsReadBy } from './expressions.ts';
 import { allSteps, innerLists, placesOf, type StepPlace } from './flowLayout.ts';
@@ -17,15 +17,18 @@ export const ROUTE_END = 'end';
 
 /**
  * The flow's references, checked: unique step ids, agents that exist, `context`, `onReject` and route targets that
- * name steps where they must be, conditions that are CEL, read steps that will have run and (a `when` reading a
- * declared output) give a bool, and step timeouts that outlast a person's approval.
+ * name steps where they must be, conditions that are CEL, read steps that will have run and type-check against the
+ * JSON Schemas the pipeline declares, and step timeouts that outlast a person's approval.
  */
 export function checkFlow(config: PipelineConfig): Problem[] {
   const problems: Problem[] = [];
   const agents = Object.keys(config.agents);
   const places = placesOf(config.flow);
   const seen = new Set<string>();
-  const stepsById = new Map([...places].map(([id, place]) => [id, place.step]));
+  const typeProblem = conditionTypeChecker(
+    config,
+    [...places.values()].map((place) => place.step),
+  );
   for (const step of allSteps(config.flow)) {
     const place = places.get(step.id) as StepPlace;
     // A duplicate's own place is the first one's: find where this one is written for the error.
@@ -44,12 +47,12 @@ export function checkFlow(config: PipelineConfig): Problem[] {
     }
     seen.add(step.id);
     const visible = visibleFrom(place, places);
-    /** Checks an expression; whether it had a problem. */
-    const readable = (expression: string, key: PropertyKey[], type?: 'bool' | 'list'): boolean => {
-      const invalid = expressionProblem(expression, type);
+    /** Checks an expression: that it is CEL, reads steps that have run by then, and gives what it must. */
+    const readable = (expression: string, key: PropertyKey[], want: Want) => {
+      const invalid = expressionProblem(expression, want === 'any' ? undefined : want);
       if (invalid) {
         problem(key, invalid);
-        return true;
+        return;
       }
       const unseen = stepsReadBy(expression).filter((ref) => !visible.includes(ref));
       for (const ref of unseen) {
@@ -58,17 +61,10 @@ export function checkFlow(config: PipelineConfig): Problem[] {
           `reads steps.${ref}, which is not a step that has run by then${suggestion(ref, visible)}`,
         );
       }
-      return unseen.length > 0;
+      const mistyped = unseen.length === 0 ? typeProblem(expression, want, place.foreach) : undefined;
+      if (mistyped) problem(key, mistyped);
     };
-    if (step.when !== undefined && !readable(step.when, ['when'], 'bool')) {
-      const declared = declaredOutputType(step.when, config, stepsById);
-      if (declared && declared.type !== 'boolean') {
-        problem(
-          ['when'],
-          `must give a bool, but ${declared.read} is ${/^[aeiou]/.test(declared.type) ? 'an' : 'a'} ${declared.type} (its step's declared output schema says so); compare it, e.g. ${declared.read} == …`,
-        );
-      }
-    }
+    if (step.when !== undefined) readable(step.when, ['when'], 'bool');
     // Every kind that names an agent (agent, review, a router) or the outputs it sees (those and a sub-pipeline).
     const { agent, context } = step as { agent?: string; context?: string[] };
     if (agent !== undefined && !(agent in config.agents)) {
@@ -155,7 +151,7 @@ export function checkFlow(config: PipelineConfig): Problem[] {
           'a route needs either `on` and `cases` (and maybe `default`), to route on a value, or `agent` and `targets`, for a router agent to choose',
         );
       }
-      if (step.on !== undefined) readable(step.on, ['on']);
+      if (step.on !== undefined) readable(step.on, ['on'], 'any');
       for (const [value, to] of Object.entries(step.cases ?? {})) target(to, ['cases', value]);
       if (step.default !== undefined) target(step.default, ['default']);
       for (const to of Object.keys(step.targets ?? {})) target(to, ['targets', to]);

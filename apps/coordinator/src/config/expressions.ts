@@ -1,5 +1,12 @@
 import { Environment } from '@marcbachmann/cel-js';
 
+/** How conditions are parsed, here and where the loader checks their types (`conditionTypes.ts`). */
+export const CEL_OPTIONS = {
+  enableOptionalTypes: true,
+  homogeneousAggregateLiterals: false,
+  limits: { maxAstNodes: 500, maxDepth: 32, maxListElements: 100, maxMapEntries: 100, maxCallArguments: 8 },
+};
+
 /**
  * Conditions in pipeline files (`when:`, a route's `on:`) are CEL, the Common Expression Language of Kubernetes
  * admission policies and Envoy: not Turing-complete, no `eval`, no access to the process — an expression sees only
@@ -11,11 +18,7 @@ import { Environment } from '@marcbachmann/cel-js';
  *   `steps.<id>.error`: why a step failed, when its `onError` let the flow go on;
  * - `task`: `id`, `goal`, `pipeline`, `metadata` and `round`.
  */
-const environment = new Environment({
-  enableOptionalTypes: true,
-  homogeneousAggregateLiterals: false,
-  limits: { maxAstNodes: 500, maxDepth: 32, maxListElements: 100, maxMapEntries: 100, maxCallArguments: 8 },
-})
+const environment = new Environment(CEL_OPTIONS)
   .registerVariable('input', 'map')
   .registerVariable('steps', 'map')
   .registerVariable('task', 'map');
