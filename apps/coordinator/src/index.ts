@@ -25,7 +25,12 @@ export {
   type ToolModuleErrorCode,
 } from './config/toolModules.ts';
 export { useVersion } from './config/useVersion.ts';
-export { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
+export {
+  type Coordinator,
+  type CoordinatorOptions,
+  type PipelineReload,
+  startCoordinator,
+} from './coordinator.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {
   DEFAULT_INTAKE_LIMITS,
@@ -54,6 +59,12 @@ export {
   permissionsOf,
   type Role,
 } from './nats/roles.ts';
+export {
+  type PipelineWatch,
+  type PipelineWatchOptions,
+  type ReloadOutcome,
+  watchPipelines,
+} from './pipelineWatch.ts';
 export { Recording } from './replay/recording.ts';
 export {
   type Divergence,

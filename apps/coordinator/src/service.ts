@@ -12,6 +12,7 @@ import {
   withTimeout,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
+import { serveNewestAgents } from './agents/newestAgents.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
 import { suggestion } from './config/didYouMean.ts';
@@ -310,11 +311,22 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       ...(options.agents ? { only: options.agents } : {}),
       ...(options.metrics ? { metrics: options.metrics } : {}),
     });
+    // A pipeline reloaded or deployed with a new agent gets it served here too, without a restart.
+    const unfollow = await serveNewestAgents(
+      bus,
+      pipelines.map((p) => p.config.name),
+      agents,
+      options.logger,
+    ).catch(async (error: unknown) => {
+      await agents.stop();
+      throw error;
+    });
     return {
       url: options.natsUrl,
       serving: agents.serving,
       async stop(timeoutMs = DEFAULT_STOP_TIMEOUT_MS) {
         const started = performance.now();
+        unfollow();
         await stopWithin('the agents', () => agents.stop(), timeoutMs * 0.6, { logger: options.logger, bus });
         unwatch?.();
         await bus.drain(timeoutMs - (performance.now() - started));
