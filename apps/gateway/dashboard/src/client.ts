@@ -12,6 +12,8 @@ export interface TaskView {
   taskId: string;
   pipeline: string;
   goal: string;
+  /** The task's labels; `session` names the session it is a turn of. */
+  metadata?: Record<string, string>;
   status: 'submitted' | 'running' | 'completed' | 'failed' | 'cancelled';
   state?: string;
   /** The hash of the pipeline version the task runs on. */
@@ -48,6 +50,36 @@ export interface HumanRequest {
   prompt: string;
   requestedAt: string;
   expiresAt: string;
+}
+
+/** The token the page signed in with, as `GET /v1/token` says: what it may do. */
+export interface TokenInfo {
+  name: string;
+  scopes: ('read' | 'submit' | 'approve' | 'admin')[];
+  /** The pipelines it may touch; every one when absent. */
+  pipelines?: string[];
+}
+
+/** A session as `GET /v1/sessions` lists it. */
+export interface SessionHead {
+  id: string;
+  pipeline: string;
+  createdBy: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A session with each message's task as it stands, as `GET /v1/sessions/{id}` gives it. */
+export interface Session extends SessionHead {
+  turns: {
+    taskId: string;
+    goal: string;
+    at: string;
+    status: TaskView['status'];
+    output?: unknown;
+    failure?: { reason: string; message: string };
+  }[];
+  summary?: { text: string; turns: number };
 }
 
 /** One Troupe event, as the gateway streams it. */
@@ -92,6 +124,13 @@ export class Api {
     return this.#call<T>('POST', path, body);
   }
 
+  /** A response as it comes (a file's bytes and type), with the token; a refusal is an {@link ApiError}. */
+  async raw(path: string): Promise<Response> {
+    const response = await fetch(path, { headers: this.#headers() });
+    if (!response.ok) throw await errorOf(response);
+    return response;
+  }
+
   /** Server-Sent Events of a path; EventSource cannot send headers, so the token goes as `access_token`. */
   events(path: string, onEvent: (event: TroupeEvent) => void, onState: (open: boolean) => void): EventSource {
     const url = new URL(path, location.href);
@@ -109,19 +148,33 @@ export class Api {
     const response = await fetch(path, {
       method,
       headers: {
-        ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+        ...this.#headers(),
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
       },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
+    if (!response.ok) throw await errorOf(response);
     const text = await response.text();
-    const parsed = text ? JSON.parse(text) : undefined;
-    if (!response.ok) {
-      const error = parsed?.error ?? { code: 'http_error', message: `HTTP ${response.status}` };
-      throw new ApiError(response.status, error.code, error.message);
-    }
-    return parsed as T;
+    return (text ? JSON.parse(text) : undefined) as T;
   }
+
+  #headers(): Record<string, string> {
+    return this.token ? { authorization: `Bearer ${this.token}` } : {};
+  }
+}
+
+/** The gateway's `{"error": {code, message}}`, or the status when the body is not that (a proxy's page). */
+async function errorOf(response: Response): Promise<ApiError> {
+  const text = await response.text();
+  let error: { code?: unknown; message?: unknown } | undefined;
+  try {
+    error = (JSON.parse(text) as { error?: typeof error }).error;
+  } catch {
+    error = undefined;
+  }
+  return typeof error?.message === 'string'
+    ? new ApiError(response.status, String(error.code ?? 'http_error'), error.message)
+    : new ApiError(response.status, 'http_error', `HTTP ${response.status} ${response.statusText}`.trim());
 }
 
 export const EVENT_KINDS = [

@@ -7,10 +7,15 @@ import {
   type HumanRequest,
   type Pipeline,
   type TaskView,
+  type TokenInfo,
   type TroupeEvent,
 } from './client.ts';
 import { cost, duration, since, tokens } from './format.ts';
 import { type Busy, FlowGraph, type Move } from './graph.ts';
+import { liveEvents } from './liveEvents.ts';
+import { TaskOutput } from './output.ts';
+import { SessionList, SessionView } from './sessions.ts';
+import { TaskActions } from './taskActions.ts';
 import { Timeline, type Trace } from './timeline.ts';
 import './style.css';
 
@@ -37,6 +42,10 @@ function App() {
   const [busy, setBusy] = useState<Map<string, Busy & { until: number }>>(new Map());
   const [live, setLive] = useState(false);
   const [error, setError] = useState<string | undefined>(undefined);
+  /** What the token may do (absent from a gateway without `GET /v1/token`: everything is offered). */
+  const [who, setWho] = useState<TokenInfo | undefined>(undefined);
+  /** The session shown in place of a task's timeline. */
+  const [openSession, setOpenSession] = useState<string | undefined>(undefined);
   const selectedRef = useRef<string | undefined>(undefined);
   selectedRef.current = selected;
   /** The step each task was last at, to draw the hand-over to its next one. */
@@ -54,6 +63,9 @@ function App() {
   const loadRequests = useCallback(async () => {
     setRequests((await api.get<{ requests: HumanRequest[] }>('/v1/approvals')).requests);
   }, []);
+  const loadWho = useCallback(async () => {
+    setWho(await api.get<TokenInfo>('/v1/token').catch(() => undefined));
+  }, []);
   const loadTrace = useCallback(async (taskId: string) => {
     const loaded = await api.get<Trace>(`/v1/tasks/${taskId}/trace`);
     if (selectedRef.current === taskId) setTrace(loaded);
@@ -67,11 +79,11 @@ function App() {
       setPipeline((current) => current || list.pipelines[0]?.name || '');
       setNeedToken(false);
       setError(undefined);
-      await Promise.all([loadTasks(), loadRequests()]);
+      await Promise.all([loadTasks(), loadRequests(), loadWho()]);
     } catch (e) {
       failed(e);
     }
-  }, [failed, loadTasks, loadRequests]);
+  }, [failed, loadTasks, loadRequests, loadWho]);
 
   useEffect(() => {
     void start();
@@ -113,6 +125,7 @@ function App() {
   }, [needToken]);
 
   function onEvent(event: TroupeEvent) {
+    liveEvents.emit(event);
     refresh.task(event.taskId);
     if (event.taskId === selectedRef.current) refresh.trace();
     if (
@@ -186,12 +199,18 @@ function App() {
   const submitted = (task: TaskView) => {
     setTasks((all) => new Map(all).set(task.taskId, task));
     setSelected(task.taskId);
+    setOpenSession(undefined);
+  };
+  const selectTask = (taskId: string) => {
+    setSelected(taskId);
+    setOpenSession(undefined);
   };
   if (needToken) return html`<${TokenPrompt} onToken=${signIn} />`;
   const current = pipelines.find((p) => p.name === pipeline);
   const shown = [...tasks.values()]
     .filter((t) => !pipeline || t.pipeline === pipeline)
     .sort((a, b) => (b.createdAt ?? '').localeCompare(a.createdAt ?? ''));
+  const selectedTask = selected ? tasks.get(selected) : undefined;
   const busyHere = [...busy.values()].filter((b) => current?.steps.includes(b.step));
   return html`<div class="page">
     <header>
@@ -219,10 +238,21 @@ function App() {
       </section>
       <section class="tasks">
         <h2>Tasks</h2>
-        <${TaskList} tasks=${shown} selected=${selected} onSelect=${setSelected} />
+        <${TaskList} tasks=${shown} selected=${selected} onSelect=${selectTask} />
       </section>
       <section class="detail">
-        ${selected ? (trace ? html`<${Timeline} trace=${trace} />` : html`<p>Loading ${selected}…</p>`) : html`<p class="hint">Pick a task to see its timeline.</p>`}
+        ${
+          openSession
+            ? html`<${SessionView} key=${openSession} api=${api} id=${openSession} who=${who} onOpenTask=${selectTask} onSent=${(task: TaskView) => setTasks((all) => new Map(all).set(task.taskId, task))} onError=${failed} />`
+            : selected
+              ? html`${selectedTask ? html`<${TaskActions} api=${api} task=${selectedTask} trace=${trace} who=${who} onCancelled=${refresh.task} onRerun=${submitted} onRefused=${() => void loadWho()} />` : null}
+                ${trace ? html`<${Timeline} trace=${trace} />` : html`<p>Loading ${selected}…</p>`}
+                ${trace?.taskId === selected && trace.output !== undefined ? html`<${TaskOutput} output=${trace.output} />` : null}`
+              : html`<p class="hint">Pick a task to see its timeline, or a session to see its conversation.</p>`
+        }
+      </section>
+      <section class="sessions-panel">
+        <${SessionList} api=${api} pipeline=${pipeline} who=${who} selected=${openSession} onOpen=${setOpenSession} onError=${failed} />
       </section>
     </main>
   </div>`;

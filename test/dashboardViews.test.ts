@@ -1,0 +1,277 @@
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import { createLogger } from '@troupe/runtime';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { examplePath, fixturePath, type Harness, ofKind, startHarness } from './support/harness.ts';
+
+/** Debian's chromium (`.ci/run` and `npm test` install it when missing); CHROMIUM_PATH names another. */
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const ADMIN = 'dashboard-admin-0123456789abcdef';
+const READER = 'dashboard-reader-0123456789abcdef';
+const CI = 'dashboard-ci-0123456789abcdef01';
+/** Screenshots for people to look at; git ignores the folder (the ones looked at are copied to docs/img). */
+const ARTIFACTS = join(import.meta.dirname, 'artifacts');
+
+const tokenEntries = (ciScopes: string[]) =>
+  JSON.stringify({
+    tokens: [
+      { name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] },
+      { name: 'watcher', sha256: hashToken(READER), scopes: ['read'] },
+      { name: 'ci', sha256: hashToken(CI), scopes: ciScopes },
+    ],
+  });
+
+describe('the dashboard’s task actions, output and sessions, in a real browser', () => {
+  let h: Harness;
+  let gateway: Gateway;
+  let tokens: TokenStore;
+  let tokensFile: string;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+
+  beforeAll(async () => {
+    h = await startHarness([
+      fixturePath('gated.yaml'),
+      fixturePath('reporter.yaml'),
+      examplePath('demo.yaml'),
+    ]);
+    tokensFile = join(await mkdtemp(join(tmpdir(), 'troupe-dash-')), 'tokens.json');
+    await writeFile(tokensFile, tokenEntries(['submit']));
+    tokens = await TokenStore.load(tokensFile, {});
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' }),
+      tokens,
+      port: 0,
+    });
+    await mkdir(ARTIFACTS, { recursive: true });
+    // Tests run as root in CI containers, where Chromium's own sandbox cannot start.
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+    context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gateway.url });
+    page = await context.newPage();
+    await signIn(page, ADMIN);
+  }, 60_000);
+  afterAll(async () => {
+    await browser?.close();
+    await gateway?.close();
+    await h?.stop();
+    if (tokensFile) await rm(join(tokensFile, '..'), { recursive: true, force: true });
+  });
+
+  async function signIn(on: Page, token: string) {
+    await on.goto(gateway.url);
+    await on.getByTestId('token').fill(token);
+    await on.getByRole('button', { name: 'Open' }).click();
+    await on.getByTestId('live').filter({ hasText: 'live' }).waitFor();
+  }
+  const shownTask = async (on: Page) =>
+    (await on.getByTestId('timeline').locator('h3').count()) === 0
+      ? ''
+      : ((await on.getByTestId('timeline').locator('h3').textContent())?.split(' ')[0] ?? '');
+  /** Waits for the timeline to show another task than `before`, and gives its id. */
+  const nextShown = async (on: Page, before: string): Promise<string> => {
+    let taskId = '';
+    await expect
+      .poll(async () => (taskId = await shownTask(on)), { timeout: 15_000 })
+      .toSatisfy((shown: string) => shown !== '' && shown !== before);
+    return taskId;
+  };
+  const submit = async (on: Page, pipeline: string, goal: string): Promise<string> => {
+    const before = await shownTask(on);
+    await on.getByTestId('pipeline').selectOption(pipeline);
+    await on.getByTestId('goal').fill(goal);
+    await on.getByTestId('submit').click();
+    return nextShown(on, before);
+  };
+  const row = (on: Page, taskId: string) => on.locator(`[data-testid=task-row][data-task="${taskId}"]`);
+
+  it('cancels a running task after asking, and the task ends cancelled in the view', async () => {
+    const taskId = await submit(page, 'gated', 'release v9');
+    // Parked on its approval: running, and it would stay so for 30 s.
+    await page.locator('[data-testid=request]').filter({ hasText: taskId }).waitFor({ timeout: 30_000 });
+    await page.getByTestId('cancel').click();
+    await expect.poll(() => page.getByTestId('task-actions').textContent()).toContain(`Cancel ${taskId}?`);
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-cancel.png'), fullPage: true });
+    // Keeping it running changes nothing.
+    await page.getByTestId('cancel-keep').click();
+    expect(await page.getByTestId('cancel-confirm').count()).toBe(0);
+    await page.getByTestId('cancel').click();
+    await page.getByTestId('cancel-confirm').click();
+    await row(page, taskId).and(page.locator('[data-status=cancelled]')).waitFor({ timeout: 15_000 });
+    await expect
+      .poll(() => page.getByTestId('timeline').locator('h3 .status').textContent(), { timeout: 15_000 })
+      .toBe('cancelled');
+    expect(ofKind(h.eventsOf(taskId), 'task.cancelled')).toHaveLength(1);
+    // Ended, it offers a re-run, not a cancel.
+    expect(await page.getByTestId('cancel').count()).toBe(0);
+    await page.getByTestId('rerun').waitFor();
+  }, 60_000);
+
+  it('re-runs a finished task as a new task with the same goal and input, and opens it', async () => {
+    // A task with an input, as a client sends it: the dashboard's form sends goals only.
+    const first = await fetch(`${gateway.url}/v1/pipelines/reporter/tasks?wait=30`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        goal: 'Report on Q3',
+        input: { quarter: 'Q3', regions: ['north', 'south'] },
+        metadata: { ticket: 'OPS-7' },
+      }),
+    }).then((r) => r.json() as Promise<{ taskId: string; status: string }>);
+    expect(first.status).toBe('completed');
+    await page.getByTestId('pipeline').selectOption('reporter');
+    await row(page, first.taskId).click();
+    await page.getByTestId('rerun').waitFor();
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-output.png'), fullPage: true });
+    await page.getByTestId('rerun').click();
+    const again = await nextShown(page, first.taskId);
+    await row(page, again).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    const accepted = (id: string) => ofKind(h.eventsOf(id), 'task.accepted')[0]?.data;
+    await expect.poll(() => accepted(again)).toBeDefined();
+    expect(accepted(again)?.goal).toBe('Report on Q3');
+    expect(accepted(again)?.input).toEqual({ quarter: 'Q3', regions: ['north', 'south'] });
+    const record = await fetch(`${gateway.url}/v1/tasks/${again}`, {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    }).then((r) => r.json() as Promise<{ metadata?: Record<string, string> }>);
+    expect(record.metadata).toEqual({ ticket: 'OPS-7', rerunOf: first.taskId });
+  }, 60_000);
+
+  it('shows a finished task’s output as text, JSON pretty-printed, markup never made into elements, and copies it', async () => {
+    const taskId = await submit(page, 'reporter', 'Write the report');
+    await row(page, taskId).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    const output = page.getByTestId('output');
+    await output.waitFor({ timeout: 15_000 });
+    const text = (await output.getByTestId('output-text').textContent()) ?? '';
+    // Pretty-printed: one key a line, indented.
+    expect(text).toBe(
+      JSON.stringify(
+        {
+          summary: `Wrote the report <img src=x onerror="document.body.dataset.pwned='output'">`,
+          files: ['notes/report.md', 'data/chart.png'],
+        },
+        null,
+        2,
+      ),
+    );
+    // The markup is text: no element was made of it, and its handler never ran.
+    expect(await output.locator('img').count()).toBe(0);
+    expect(await page.locator('img').count()).toBe(0);
+    expect(await page.locator('body').getAttribute('data-pwned')).toBeNull();
+    await output.getByTestId('copy-output').click();
+    await expect.poll(() => output.getByTestId('copy-output').textContent()).toBe('Copied');
+    expect(await page.evaluate('navigator.clipboard.readText()')).toBe(text);
+  }, 60_000);
+
+  it('lists sessions, opens one, continues it with a message and follows the new turn live', async () => {
+    await page.getByTestId('pipeline').selectOption('reporter');
+    await page.getByTestId('new-session').click();
+    const session = page.getByTestId('session');
+    await session.waitFor();
+    const id = (await session.getAttribute('data-session')) ?? '';
+    expect(id).not.toBe('');
+    await page.locator(`[data-testid=session-row][data-session="${id}"]`).waitFor();
+
+    await session.getByTestId('session-goal').fill('Write the first report');
+    await session.getByTestId('session-send').click();
+    const turns = session.getByTestId('turn');
+    await expect.poll(() => turns.count(), { timeout: 15_000 }).toBe(1);
+    await turns.first().and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    expect(await turns.first().getByTestId('output-text').textContent()).toContain('"summary"');
+
+    await session.getByTestId('session-goal').fill('Now add the chart');
+    await session.getByTestId('session-send').click();
+    await expect.poll(() => turns.count(), { timeout: 15_000 }).toBe(2);
+    await turns.nth(1).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    const second = (await turns.nth(1).getAttribute('data-task')) ?? '';
+    expect(await turns.allTextContents()).toEqual([
+      expect.stringContaining('Write the first report'),
+      expect.stringContaining('Now add the chart'),
+    ]);
+    // The second turn ran as the API's follow-up: a task that saw the first turn.
+    const input = ofKind(h.eventsOf(second), 'task.accepted')[0]?.data.input as
+      | { session?: { earlier?: { goal: string }[] } }
+      | undefined;
+    expect(input?.session?.earlier).toEqual([expect.objectContaining({ goal: 'Write the first report' })]);
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-session.png'), fullPage: true });
+
+    // Opened again from the list, after a reload of the page, it shows the same conversation.
+    await page.reload();
+    await page.getByTestId('pipeline').selectOption('reporter');
+    await page.locator(`[data-testid=session-row][data-session="${id}"]`).click();
+    await expect.poll(() => page.getByTestId('turn').count(), { timeout: 15_000 }).toBe(2);
+    // A turn's task opens its timeline.
+    await page.getByTestId('turn').nth(1).getByTestId('turn-task').click();
+    expect(await nextShown(page, '')).toBe(second);
+  }, 90_000);
+
+  it('follows a session’s running turn live, its timeline growing as its events arrive', async () => {
+    await page.getByTestId('pipeline').selectOption('gated');
+    await page.getByTestId('new-session').click();
+    const session = page.getByTestId('session');
+    await session.waitFor();
+    await session.getByTestId('session-goal').fill('release v10');
+    await session.getByTestId('session-send').click();
+    // Parked on its approval: the turn runs, its timeline is followed, and the box waits for it.
+    const following = session.getByTestId('following');
+    await expect.poll(() => following.textContent(), { timeout: 30_000 }).toContain('waiting for a person');
+    expect(await session.getByTestId('session-send').isDisabled()).toBe(true);
+    const turn = session.getByTestId('turn').first();
+    const taskId = (await turn.getAttribute('data-task')) ?? '';
+    await page.locator('[data-testid=request]').filter({ hasText: taskId }).getByTestId('approve').click();
+    await turn.and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    expect(await turn.getByTestId('output-text').textContent()).toBe('Done with the release.');
+    expect(await following.count()).toBe(0);
+  }, 60_000);
+
+  it('offers no cancel, re-run or new session to a token that may only read', async () => {
+    // A context of its own: the page keeps its token in the origin's local storage.
+    const readerContext = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    const reader = await readerContext.newPage();
+    try {
+      await signIn(reader, READER);
+      await reader.getByTestId('pipeline').selectOption('reporter');
+      await reader.getByTestId('task-row').first().click();
+      await reader.getByTestId('timeline').waitFor();
+      await reader.getByTestId('output').waitFor();
+      expect(await reader.getByTestId('task-actions').count()).toBe(0);
+      expect(await reader.getByTestId('new-session').count()).toBe(0);
+      await reader.getByTestId('session-row').first().click();
+      await reader.getByTestId('session').waitFor();
+      expect(await reader.getByTestId('session-goal').count()).toBe(0);
+    } finally {
+      await readerContext.close();
+    }
+  }, 60_000);
+
+  it('shows the gateway’s refusal when the token loses the right to cancel, then stops offering it', async () => {
+    const ciContext = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    const ci = await ciContext.newPage();
+    try {
+      await signIn(ci, CI);
+      const taskId = await submit(ci, 'gated', 'release v11');
+      await ci.locator('[data-testid=request]').filter({ hasText: taskId }).waitFor({ timeout: 30_000 });
+      await ci.getByTestId('cancel').click();
+      // The token is narrowed to read while the question is on the screen.
+      await writeFile(tokensFile, tokenEntries(['read']));
+      await tokens.reload();
+      await ci.getByTestId('cancel-confirm').click();
+      await expect
+        .poll(() => ci.getByTestId('action-refused').textContent(), { timeout: 15_000 })
+        .toContain('token ci lacks the submit scope (it has read)');
+      await ci.screenshot({ path: join(ARTIFACTS, 'dashboard-cancel-refused.png'), fullPage: true });
+      // Told so, the page reads what the token may do again and takes the button away.
+      await expect.poll(() => ci.getByTestId('cancel').count(), { timeout: 15_000 }).toBe(0);
+      expect(await ci.getByTestId('cancel-confirm').count()).toBe(0);
+      await row(ci, taskId).and(ci.locator('[data-status=running]')).waitFor();
+    } finally {
+      await ciContext.close();
+      await writeFile(tokensFile, tokenEntries(['submit']));
+      await tokens.reload();
+    }
+  }, 60_000);
+});
