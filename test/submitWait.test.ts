@@ -63,12 +63,20 @@ authorization {
       90_000,
     );
     expect(result.code, result.stderr).toBe(0);
-    const kinds = result.stdout
+    const lines = result.stdout
       .split('\n')
       .filter((line) => line.startsWith('{'))
-      .map((line) => (JSON.parse(line) as { kind: string }).kind);
+      .map((line) => JSON.parse(line) as { kind?: string; data?: { output: string } });
     // It saw nothing live: the ending came from the record, which keeps the final event.
-    expect(kinds).toEqual(['task.completed']);
+    expect(lines.filter((line) => line.kind !== undefined).map((line) => line.kind)).toEqual([
+      'task.completed',
+    ]);
+    // Then the result, its last line: the output that final event holds.
+    expect(lines.at(-1)).toMatchObject({
+      taskId: 'blind-1',
+      status: 'completed',
+      output: lines[0]?.data?.output,
+    });
   }, 120_000);
 
   it('gives up at its timeout with exit code 3, and exits: nothing it watched keeps it running', async () => {

@@ -1,5 +1,5 @@
-import { mkdir } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { mkdir, stat } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import {
   type Gateway,
   loadOrCreateSecret,
@@ -42,6 +42,13 @@ export interface GatewayServeOptions {
   pushHost?: string[];
   /** Let A2A push webhooks reach private, loopback and link-local addresses. */
   pushPrivate?: boolean;
+  /**
+   * Where task workspaces are (`<dir>/<pipeline>/<taskId>`), served by `GET /v1/tasks/{id}/files`: `<home>/workspaces`
+   * when absent (where `troupe up` and `troupe worker` on this home keep them); false serves none.
+   */
+  workspaces?: string | false;
+  /** The largest workspace file served, in bytes. */
+  maxFileSize?: number;
   /** The flags these options came from, for the hints of an error: `troupe up` names them its own way. */
   flags?: GatewayFlags;
 }
@@ -102,6 +109,27 @@ async function idSecretOf(options: GatewayServeOptions): Promise<string> {
   }
 }
 
+/**
+ * The workspaces the gateway serves files from: `--workspaces`, which must be a directory, else the home's (which
+ * need not exist yet: `troupe up` makes it with the first task), or none with `--no-workspaces`.
+ */
+async function workspacesOf(options: GatewayServeOptions): Promise<string | undefined> {
+  if (options.workspaces === false) return undefined;
+  if (options.workspaces === undefined) return join(resolveHome(options.home), 'workspaces');
+  const dir = resolve(options.workspaces);
+  const isDir = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  if (!isDir) {
+    throw new CliError(
+      `--workspaces ${options.workspaces} is not a directory: give the workspaces directory of a troupe up or troupe worker (<home>/workspaces), or a volume they share`,
+      2,
+    );
+  }
+  return dir;
+}
+
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1']);
 
 /** Starts the gateway on `bus`; a bad option, an unreadable tokens file or a taken port stops the command. */
@@ -146,6 +174,7 @@ export async function serveGateway(
       2,
     );
   }
+  const workspaces = await workspacesOf(options);
   const idSecret = await idSecretOf(options);
   // The coordinators' own limits: a task the gateway takes is one they run.
   const taskLimits: TaskLimits = {
@@ -170,6 +199,8 @@ export async function serveGateway(
         ...(options.maxStreams === undefined ? {} : { streams: options.maxStreams }),
         ...(options.maxConsumers === undefined ? {} : { consumers: options.maxConsumers }),
       },
+      ...(workspaces === undefined ? {} : { workspaces }),
+      ...(options.maxFileSize === undefined ? {} : { maxFileBytes: options.maxFileSize }),
       a2aPush: {
         urlPolicy: { allowHosts: options.pushHost ?? [], allowPrivate: options.pushPrivate === true },
       },

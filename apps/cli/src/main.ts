@@ -12,6 +12,7 @@ const commands = {
   approvals: () => import('./commands/approvals.ts'),
   control: () => import('./commands/control.ts'),
   demo: () => import('./commands/demo.ts'),
+  files: () => import('./commands/files.ts'),
   init: () => import('./commands/init.ts'),
   logs: () => import('./commands/logs.ts'),
   mcp: () => import('./commands/mcp.ts'),
@@ -273,6 +274,11 @@ program
     'NATS consumers the streams of one gateway token may hold (default 300)',
     positiveInteger,
   )
+  .option(
+    '--gateway-max-file-size <size>',
+    "the largest task workspace file the gateway serves from this home's workspaces (default 16MiB)",
+    size,
+  )
   .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)
   .action(run(async (files: string[], options) => (await commands.up()).up(files, options)));
@@ -359,6 +365,12 @@ program
     [],
   )
   .option('--push-private', 'let A2A push webhooks reach private, loopback and link-local addresses')
+  .option(
+    '--workspaces <dir>',
+    'serve task workspace files from here, <dir>/<pipeline>/<task> (default: <home>/workspaces)',
+  )
+  .option('--no-workspaces', 'serve no task workspace files')
+  .option('--max-file-size <size>', 'the largest workspace file served, e.g. 64MiB (default 16MiB)', size)
   .addOption(logLevelOption())
   .addOption(stopTimeoutOption())
   .option('--json', 'JSON logs even on a terminal', false)
@@ -479,6 +491,25 @@ program
   .addOption(homeOption())
   .addOption(serverOption())
   .action(run(async (taskId: string, options) => (await commands.trace()).trace(taskId, options)));
+
+program
+  .command('files')
+  .description("list a task's workspace files (recursively), or print one as it is")
+  .argument('<task-id>', 'the task')
+  .argument('[path]', 'a file to print, or a directory to list (default: the whole workspace)')
+  .option(
+    '--workspaces <dir>',
+    'where task workspaces are (default: <home>/workspaces, where troupe up and troupe worker keep them)',
+  )
+  .option('--force', 'print a binary file to a terminal all the same', false)
+  .option('--json', 'the listing as one JSON document', false)
+  .addOption(homeOption())
+  .addOption(serverOption())
+  .action(
+    run(async (taskId: string, path: string | undefined, options) =>
+      (await commands.files()).files(taskId, path, options),
+    ),
+  );
 
 program
   .command('status')

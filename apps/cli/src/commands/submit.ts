@@ -3,10 +3,12 @@ import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
 import { OperationError, submitToPipeline } from '@troupe/client';
 import { checkTaskToSubmit, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
+import type { NatsBus } from '@troupe/runtime';
 import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 import { untilEnded } from '../taskEnding.ts';
+import { formatTaskResult, taskResultOf } from '../taskResult.ts';
 import { finalTracker } from '../watch.ts';
 import { workflowsIfAny } from '../workflowRecords.ts';
 
@@ -23,7 +25,10 @@ export interface SubmitOptions extends ServerOptions {
 /** A fresh task id: time-ordered, subject-safe. */
 export const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
 
-/** `troupe submit`: validates the task here, stores it in the TASKS stream, and with --wait follows it to the end. */
+/**
+ * `troupe submit`: validates the task here, stores it in the TASKS stream, and with --wait follows it to the end and
+ * prints what it left: its output and where its files are.
+ */
 export async function submit(pipeline: string, goal: string, options: SubmitOptions): Promise<number> {
   if (!isName(pipeline)) throw new CliError(`"${pipeline}" is not a pipeline name (a-z, 0-9 and "-")`, 2);
   const task = await buildTask(goal, options);
@@ -60,6 +65,9 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
       if (status !== 'running' || !watcher) {
         watcher?.stop();
         process.stdout.write(`${task.id}\n`);
+        // Waiting for a task that has ended: what it left, as for one that ends now.
+        const ended = submitted.record?.final;
+        if (watcher && ended) await printResult(bus, ended, options);
         return status === 'failed' || status === 'cancelled' ? 1 : 0;
       }
     }
@@ -81,7 +89,10 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
         store,
         feed: watcher,
         final,
-        print: (event) => print(event, options.json),
+        print: (event) => {
+          print(event, options.json);
+          final.note(event);
+        },
       }),
     );
     // Once the wait has timed out, nothing is left to tell of a later failure (the connection closing under it).
@@ -92,6 +103,8 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
       process.stderr.write(`task ${task.id} did not finish within ${options.timeout} s; it keeps running\n`);
       return 3;
     }
+    // What the task left: its output, whole, and where its files are (a last JSON line with --json).
+    if (final.current) await printResult(bus, final.current, options);
     return code;
   } finally {
     await bus.close();
@@ -141,6 +154,12 @@ async function readInputFile(path: string): Promise<string> {
   } catch (error) {
     throw new CliError(`cannot read --input-file ${path}: ${(error as Error).message}`, 2);
   }
+}
+
+/** The task's output and where its files are: text after its events, or a last JSON line (no `kind`) with --json. */
+async function printResult(bus: NatsBus, final: TroupeEvent, options: SubmitOptions): Promise<void> {
+  const result = await taskResultOf(bus, final, options);
+  process.stdout.write(options.json ? `${JSON.stringify(result)}\n` : formatTaskResult(result));
 }
 
 function print(event: TroupeEvent, json: boolean): void {

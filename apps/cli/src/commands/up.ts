@@ -58,6 +58,8 @@ export interface UpOptions extends NatsAccessSources {
   gatewayIdSecret?: string;
   gatewayMaxStreams?: number;
   gatewayMaxConsumers?: number;
+  /** Bytes: the largest workspace file the gateway serves (it serves this home's workspaces). */
+  gatewayMaxFileSize?: number;
   corsOrigin?: string[];
   /** Seconds a stop may take before the process exits anyway. */
   stopTimeout?: number;
@@ -137,6 +139,7 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
           ...(options.gatewayIdSecret === undefined ? {} : { idSecret: options.gatewayIdSecret }),
           ...(options.gatewayMaxStreams === undefined ? {} : { maxStreams: options.gatewayMaxStreams }),
           ...(options.gatewayMaxConsumers === undefined ? {} : { maxConsumers: options.gatewayMaxConsumers }),
+          ...(options.gatewayMaxFileSize === undefined ? {} : { maxFileSize: options.gatewayMaxFileSize }),
           // The gateway refuses what this coordinator would.
           ...(options.maxTaskBytes === undefined ? {} : { maxTaskBytes: options.maxTaskBytes }),
           ...(options.maxTaskDepth === undefined ? {} : { maxTaskDepth: options.maxTaskDepth }),
