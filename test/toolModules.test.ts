@@ -166,6 +166,20 @@ describe('a tool module named by a pipeline file, in the stock CLI', () => {
     ]);
     expect(task.lines.some((l) => l.kind === 'task.completed')).toBe(true);
     expect(await up.stop()).toBe(0);
+
+    // Replayed offline against the file, the module's tool runs again and gives what it gave.
+    const taskId = (task.lines[0] as unknown as { taskId: string }).taskId;
+    const replay = await troupe(
+      ['replay', taskId, '--pipeline', file],
+      cliEnv({ NATS_URL: nats.url }),
+      60_000,
+      project,
+    );
+    expect(replay.stderr).toBe('');
+    expect(replay.stdout).toMatch(
+      new RegExp(`^replayed task ${taskId} against .*: the same \\d+ facts as recorded\n$`),
+    );
+    expect(replay.code).toBe(0);
   });
 
   it('troupe worker loads it on the agents’ host, while the coordinator hosts none', async () => {
