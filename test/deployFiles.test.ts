@@ -452,6 +452,18 @@ function validateOnce(files: string[]): ReturnType<typeof troupe> {
   return validated;
 }
 
+/** `<pipeline>.<agent>` of each agent a worker of these files serves (`only`: its --agents). */
+async function agentsServed(files: string[], only: string[] | undefined): Promise<string[]> {
+  const served: string[] = [];
+  for (const file of files) {
+    const printed = await troupe(['validate', '--print', '--no-keys', file]);
+    const pipeline = JSON.parse(printed.stdout) as { name: string; agents: Record<string, unknown> };
+    for (const agent of Object.keys(pipeline.agents))
+      if (!only || only.includes(agent)) served.push(`${pipeline.name}.${agent}`);
+  }
+  return served;
+}
+
 interface ComposeContext {
   composeDir: string;
   dockerfile: DockerfileFacts;
@@ -607,6 +619,7 @@ async function composeProblems(raw: unknown, ctx: ComposeContext): Promise<strin
     const env = (service.environment ?? {}) as Record<string, string>;
 
     // The pipeline files, where the container reads them: bound from this repository, and valid.
+    let pipelineFiles: string[] = [];
     if (['up', 'worker', 'nats-config'].includes(parsed.command)) {
       const files = parsed.positionals.map((file) =>
         hostPathOf(mounts, posix.resolve('/pipelines', file), ctx.composeDir),
@@ -615,7 +628,8 @@ async function composeProblems(raw: unknown, ctx: ComposeContext): Promise<strin
       if (missing.length > 0)
         problems.push(`${name}: pipeline files ${missing} are not mounted from the repository`);
       else {
-        const validated = await validateOnce(files as string[]);
+        pipelineFiles = files as string[];
+        const validated = await validateOnce(pipelineFiles);
         if (validated.code !== 0) problems.push(`${name}: troupe validate: ${validated.stderr.trim()}`);
       }
     }
@@ -658,6 +672,23 @@ async function composeProblems(raw: unknown, ctx: ComposeContext): Promise<strin
         problems.push(
           `${name}: NATS_NKEY ${seed} is not ${role.name}'s seed on the volume nats-config writes`,
         );
+    }
+    // A worker's NATS user may serve only the agents it was made for: one more, and its subscription is refused.
+    const workerRole =
+      parsed.command === 'worker'
+        ? /worker for (.+) of pipeline ([a-z0-9-]+)/.exec(role?.description ?? '')
+        : null;
+    if (workerRole) {
+      const allowed = (workerRole[1] ?? '').split(', ').map((agent) => `${workerRole[2]}.${agent}`);
+      const only = parsed.flags.get('--agents');
+      for (const served of await agentsServed(
+        pipelineFiles,
+        typeof only === 'string' ? only.split(',') : undefined,
+      ))
+        if (!allowed.includes(served))
+          problems.push(
+            `${name}: serves agent ${served}, which its NATS user ${role?.name} was not made for`,
+          );
     }
     if (parsed.command === 'up' && ctx.natsConfig) {
       const replicas = Number(parsed.flags.get('--replicas') ?? env.TROUPE_REPLICAS ?? 1);
@@ -1068,6 +1099,19 @@ describe('deploy/compose.yaml', () => {
   ])('finds %s', async (_, edit, problem) => {
     const problems = await composeProblems(edited(edit), composeContext());
     expect(problems.join('\n')).toContain(problem);
+  });
+
+  it('finds a worker serving an agent its NATS user was not made for', async () => {
+    const narrower = roles.map((role) =>
+      role.name === 'agents' ? { ...role, description: role.description.replace(', reviewer', '') } : role,
+    );
+    const problems = await composeProblems(parseCompose(composeText()), {
+      ...composeContext(),
+      roles: narrower,
+    });
+    expect(problems).toEqual([
+      'worker: serves agent demo.reviewer, which its NATS user agents was not made for',
+    ]);
   });
 
   it('finds NATS nodes that do not form one cluster', async () => {
