@@ -239,6 +239,13 @@ function filesTheBuildNeeds(rootPackage: {
   return files;
 }
 
+/** How `npm pack` names the CLI's tarball, without its version: @troupe/cli gives troupe-cli. */
+const cliTarballPrefix = (
+  JSON.parse(readFileSync(join(repoRoot, 'apps', 'cli', 'package.json'), 'utf8')) as { name: string }
+).name
+  .replace(/^@/, '')
+  .replace('/', '-');
+
 function dockerfileProblems(
   text: string,
   dockerignore: string,
@@ -302,6 +309,12 @@ function dockerfileProblems(
     }
     if (keyword === 'RUN') {
       const body = instruction.getArgumentsContent() ?? '';
+      // npm names a scoped package's tarball <scope>-<name>-<version>.tgz: the glob must be the CLI's.
+      for (const match of body.matchAll(/dist\/pack\/([\w.-]+)-\*\.tgz/g))
+        if (match[1] !== cliTarballPrefix)
+          problems.push(
+            `${line}: dist/pack/${match[1]}-*.tgz is not the CLI's tarball (${cliTarballPrefix}-<version>.tgz)`,
+          );
       for (const match of body.matchAll(/npm run ([\w:-]+)/g))
         if (match[1] && !(match[1] in scripts))
           problems.push(`${line}: npm run ${match[1]}: package.json has no script ${match[1]}`);
@@ -936,6 +949,11 @@ describe('deploy/Dockerfile', () => {
       'another Node',
       (t: string) => t.replace('node:20-bookworm-slim', 'node:22-bookworm-slim'),
       'not node:20',
+    ],
+    [
+      "a tarball that is not the CLI's",
+      (t: string) => t.replaceAll('dist/pack/troupe-cli-*.tgz', 'dist/pack/troupe-client-*.tgz'),
+      "not the CLI's tarball",
     ],
     [
       'installing what was not copied',
