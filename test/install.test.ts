@@ -1,0 +1,275 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { repoRoot } from './support/harness.ts';
+
+// Troupe as a user gets it: `npm run pack`'s tarballs installed into an empty directory, from the npm registry
+// (the default npm cache makes a rerun fast), with nothing reachable of this repository's node_modules.
+
+const run = promisify(execFile);
+const manifest = (dir: string) =>
+  readFile(join(repoRoot, dir, 'package.json'), 'utf8').then((text) => JSON.parse(text));
+const LIBRARIES = ['protocol', 'llm', 'runtime', 'client', 'coordinator'];
+
+let tmp: string;
+let prefix: string;
+let env: NodeJS.ProcessEnv;
+let version: string;
+const tarball = (name: string) => join(tmp, 'pack', `troupe-${name}-${version}.tgz`);
+
+/**
+ * This process's environment without what would lead a child back into the repository: npm run's
+ * node_modules/.bin on PATH, NODE_PATH and NODE_OPTIONS, npm's settings for this project, how to reach a NATS.
+ */
+function isolatedEnv(): NodeJS.ProcessEnv {
+  const kept = Object.entries(process.env).filter(
+    ([key]) =>
+      !/^(npm_|NATS_|TROUPE_|NODE_PATH$|NODE_OPTIONS$|INIT_CWD$)/.test(key) ||
+      /^npm_config_(cache|registry|userconfig|cafile|strict_ssl|https?_proxy|proxy|noproxy)$/i.test(key),
+  );
+  const path = (process.env.PATH ?? '')
+    .split(delimiter)
+    .filter((dir) => dir !== '' && !dir.startsWith(repoRoot));
+  return {
+    ...Object.fromEntries(kept),
+    PATH: [join(prefix, 'bin'), ...path].join(delimiter),
+    NODE_PATH: '',
+    TROUPE_LOG_LEVEL: 'warn',
+  };
+}
+
+function sh(command: string, args: string[], cwd: string, extra: NodeJS.ProcessEnv = {}) {
+  return run(command, args, { cwd, env: { ...env, ...extra }, maxBuffer: 64 * 1024 * 1024 });
+}
+
+/** Runs a command to its end, whatever its exit code. */
+async function result(command: string, args: string[], cwd: string, extra: NodeJS.ProcessEnv = {}) {
+  try {
+    const { stdout, stderr } = await sh(command, args, cwd, extra);
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
+  }
+}
+
+const npmInstall = ['--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'];
+
+beforeAll(async () => {
+  tmp = await realpath(await mkdtemp(join(tmpdir(), 'troupe-install-')));
+  prefix = join(tmp, 'prefix');
+  env = isolatedEnv();
+  version = (await manifest('apps/cli')).version;
+  // The e2e global setup has just built the CLI bundle and the dashboard, which `npm run pack` would build first.
+  await run(process.execPath, [join(repoRoot, 'scripts', 'pack.mjs'), '--out', join(tmp, 'pack')], {
+    cwd: repoRoot,
+  });
+
+  const app = join(tmp, 'app');
+  await mkdir(app);
+  await writeFile(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
+  const pins = (await manifest('packages/protocol')).dependencies;
+  const typesNode = (await manifest('.')).devDependencies['@types/node'];
+  await Promise.all([
+    sh('npm', ['install', '-g', '--prefix', prefix, ...npmInstall, tarball('cli')], tmp),
+    sh(
+      'npm',
+      ['install', ...npmInstall, ...LIBRARIES.map(tarball), `zod@${pins.zod}`, `@types/node@${typesNode}`],
+      app,
+    ),
+  ]);
+}, 300_000);
+
+afterAll(async () => {
+  if (tmp !== undefined) await rm(tmp, { recursive: true, force: true });
+});
+
+describe('the packed tarballs, installed', () => {
+  it('give a troupe on PATH that inits, runs and finishes a task from an empty directory', async () => {
+    const { stdout: which } = await sh('sh', ['-c', 'command -v troupe'], tmp);
+    expect(which.trim()).toBe(join(prefix, 'bin', 'troupe'));
+    const installed = join(prefix, 'lib', 'node_modules', '@troupe', 'cli');
+    expect(await realpath(which.trim())).toBe(join(installed, 'bin', 'troupe.mjs'));
+    // The CLI's npm packages come from its own install, never from the repository.
+    const { stdout: commander } = await sh(
+      process.execPath,
+      ['-p', `require.resolve('commander', { paths: [${JSON.stringify(installed)}] })`],
+      tmp,
+    );
+    expect(commander.startsWith(installed)).toBe(true);
+
+    const work = join(tmp, 'work');
+    await mkdir(work);
+    expect((await sh('troupe', ['--version'], work)).stdout.trim()).toBe(version);
+    const init = await sh('troupe', ['init'], work);
+    expect(init.stdout).toContain('(pipeline work)');
+    expect(init.stdout).toContain('run it:          troupe up pipeline.yaml');
+
+    const up = startUp(work);
+    try {
+      await vi.waitFor(
+        () => expect(up.output()).toMatch(/troupe is up on nats:\/\/127\.0\.0\.1:\d+ \(embedded/),
+        {
+          timeout: 30_000,
+          interval: 50,
+        },
+      );
+      const submitted = await result(
+        'troupe',
+        ['submit', 'work', 'Write a haiku about NATS', '--wait'],
+        work,
+      );
+      expect(submitted.code, submitted.stderr).toBe(0);
+      expect(submitted.stdout).toMatch(/task\.completed/);
+
+      // A user's own program, on the installed libraries, submits to the same service and gets the result.
+      const app = join(tmp, 'app');
+      await writeFile(join(app, 'app.ts'), CONSUMER);
+      await writeFile(join(app, 'tsconfig.json'), JSON.stringify(consumerConfig('Node16', 'Node16')));
+      await sh(
+        process.execPath,
+        [join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'],
+        app,
+      );
+      const record = JSON.parse(await readFile(join(work, '.troupe', 'server.json'), 'utf8'));
+      const { stdout } = await sh(
+        process.execPath,
+        ['out/app.js', join(work, 'pipeline.yaml'), record.url],
+        app,
+      );
+      expect(JSON.parse(stdout)).toEqual({
+        pipeline: 'work',
+        tools: true,
+        status: 'completed',
+        bus: 'function',
+        redacted: 'x',
+      });
+      for (const name of ['@troupe/client', '@troupe/runtime', '@troupe/coordinator', 'zod']) {
+        const { stdout: resolved } = await sh(process.execPath, ['-p', `require.resolve('${name}')`], app);
+        expect(resolved.startsWith(join(app, 'node_modules')), `${name}: ${resolved}`).toBe(true);
+      }
+    } finally {
+      expect(await up.stop()).toBe(0);
+    }
+  });
+
+  it("type the libraries for a consumer's node16 and bundler resolution", async () => {
+    const app = join(tmp, 'app');
+    await writeFile(join(app, 'typed.ts'), CONSUMER);
+    const tsc = join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc');
+    await writeFile(
+      join(app, 'tsconfig.bundler.json'),
+      JSON.stringify(consumerConfig('Preserve', 'Bundler')),
+    );
+    const bundler = await result(process.execPath, [tsc, '-p', 'tsconfig.bundler.json'], app);
+    expect(bundler.stdout + bundler.stderr).toBe('');
+    expect(bundler.code).toBe(0);
+    // The types are real: a wrong use of them is an error.
+    await writeFile(
+      join(app, 'typed.ts'),
+      CONSUMER.replace("const status: 'completed' | 'failed' | 'cancelled' =", 'const status: number ='),
+    );
+    const wrong = await result(process.execPath, [tsc, '-p', 'tsconfig.bundler.json'], app);
+    expect(wrong.code).not.toBe(0);
+    expect(wrong.stdout).toContain("is not assignable to type 'number'");
+  });
+
+  it('say how to get a nats-server when troupe up finds none', async () => {
+    const work = join(tmp, 'no-nats');
+    await mkdir(work);
+    await sh('troupe', ['init'], work);
+    const up = await result('troupe', ['up', 'pipeline.yaml'], work, {
+      NATS_SERVER_BIN: join(tmp, 'nats-server'),
+    });
+    expect(up.code).toBe(1);
+    for (const way of [
+      'sudo apt-get install nats-server',
+      'brew install nats-server',
+      'https://github.com/nats-io/nats-server/releases',
+      'set NATS_SERVER_BIN to its path',
+      'set NATS_URL to use a running server',
+    ]) {
+      expect(up.stderr).toContain(way);
+    }
+  });
+});
+
+/** `troupe up` in the background, its output collected; stopped by its own pid. */
+function startUp(cwd: string) {
+  const child: ChildProcess = spawn('troupe', ['up', 'pipeline.yaml'], {
+    cwd,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.on('data', (chunk) => (output += chunk));
+  child.stderr?.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+  return {
+    output: () => output,
+    async stop() {
+      if (child.exitCode === null && child.pid !== undefined) process.kill(child.pid, 'SIGTERM');
+      return exited;
+    },
+  };
+}
+
+function consumerConfig(module: string, moduleResolution: string) {
+  return {
+    compilerOptions: {
+      target: 'ES2022',
+      module,
+      moduleResolution,
+      strict: true,
+      // Under node16, Troupe's own .d.ts (and what they import) are checked too, not only this program against
+      // them; once is enough, and it is the slow part.
+      skipLibCheck: moduleResolution !== 'Node16',
+      types: ['node'],
+      outDir: 'out',
+      ...(moduleResolution === 'Bundler' ? { noEmit: true } : {}),
+    },
+    files: [moduleResolution === 'Bundler' ? 'typed.ts' : 'app.ts'],
+  };
+}
+
+/** A program of a user's own: a tool for the coordinator's start-up API, and a client that submits a task. */
+const CONSUMER = `import { readFile } from 'node:fs/promises';
+import { TroupeClient } from '@troupe/client';
+import { builtinTools, loadPipeline } from '@troupe/coordinator';
+import { defineTool, resolveInWorkspace, ToolError } from '@troupe/runtime';
+import { NatsBus } from '@troupe/runtime/bus';
+import { redactSecrets } from '@troupe/runtime/secrets';
+import { z } from 'zod';
+
+const wordCount = defineTool({
+  name: 'word_count',
+  description: 'Count the words in a text file of the workspace',
+  input: z.object({ path: z.string().min(1) }),
+  async run({ path }, ctx) {
+    const file = await resolveInWorkspace(ctx.workspace, path, { tool: 'word_count', mustExist: true });
+    const text = await readFile(file, 'utf8');
+    if (text.length === 0) throw new ToolError('invalid_arguments', \`word_count: \${path} is empty\`);
+    return \`\${text.split(/\\s+/).filter(Boolean).length} words in \${path}\`;
+  },
+});
+const [pipelineFile = '', servers = ''] = process.argv.slice(2);
+const registry = builtinTools().register(wordCount);
+const pipeline = await loadPipeline(pipelineFile, { toolNames: registry.names() });
+const client = await TroupeClient.connect({ servers });
+const { taskId } = await client.submit(pipeline.config.name, { goal: 'Write a haiku from a program' });
+const result = await client.wait(taskId, { timeoutMs: 30_000 });
+await client.close();
+const status: 'completed' | 'failed' | 'cancelled' = result.status;
+console.log(
+  JSON.stringify({
+    pipeline: pipeline.config.name,
+    tools: registry.names().includes('word_count'),
+    status,
+    bus: typeof NatsBus.connect,
+    redacted: redactSecrets('x'),
+  }),
+);
+`;
