@@ -45,7 +45,9 @@ try {
 } catch (error) {
   if (!(error instanceof PackError)) throw error;
   process.stderr.write(`pack: ${error.message}\n`);
-  process.exit(1);
+  process.exitCode = 1;
+} finally {
+  rmSync(stage, { recursive: true, force: true });
 }
 
 function main() {
@@ -77,7 +79,6 @@ function main() {
       `${relative(process.cwd(), join(out, packed.filename))}  ${kib(packed.size)} packed, ${kib(packed.unpackedSize)} unpacked, ${packed.entryCount} files\n`,
     );
   }
-  rmSync(stage, { recursive: true, force: true });
 }
 
 /** Every workspace's directory (relative to the root) → its package.json and where it is. */
@@ -162,10 +163,12 @@ function compileLibraries(workspaces) {
   try {
     execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', file], {
       cwd: root,
-      stdio: 'inherit',
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
-  } catch {
-    throw new PackError('tsc could not compile the libraries (errors above)');
+  } catch (error) {
+    const said = `${error.stdout ?? ''}${error.stderr ?? ''}`.trim();
+    throw new PackError(`tsc could not compile the libraries; nothing was packed:\n${said}`);
   }
 }
 
