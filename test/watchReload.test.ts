@@ -37,7 +37,7 @@ const script = (v: string) => `agents:
   writer:
     - content: written by ${v}
   thinker:
-    - { content: thought by ${v}, delayMs: 5000 }
+    - { content: thought by ${v}, delayMs: 8000 }
   closer:
     - content: closed by ${v}
   polisher:

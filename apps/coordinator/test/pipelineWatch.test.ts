@@ -55,7 +55,7 @@ describe('watchPipelines', () => {
       load,
       reload,
       logger: createLogger({ level: 'silent' }),
-      debounceMs: 50,
+      debounceMs: 200,
       onOutcome: (outcome) => outcomes.push(outcome),
     });
     return files;
@@ -142,7 +142,7 @@ describe('watchPipelines', () => {
         throw new Error('the versions bucket is out of reach');
       },
       logger: createLogger({ level: 'silent' }),
-      debounceMs: 50,
+      debounceMs: 200,
       onOutcome: (outcome) => outcomes.push(outcome),
     });
     await writeFile(file, pipelineText('alpha', 'Changed.'));
