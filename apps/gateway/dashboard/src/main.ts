@@ -67,8 +67,13 @@ function App() {
     setWho(await api.get<TokenInfo>('/v1/token').catch(() => undefined));
   }, []);
   const loadTrace = useCallback(async (taskId: string) => {
-    const loaded = await api.get<Trace>(`/v1/tasks/${taskId}/trace`);
-    if (selectedRef.current === taskId) setTrace(loaded);
+    try {
+      const loaded = await api.get<Trace>(`/v1/tasks/${taskId}/trace`);
+      if (selectedRef.current === taskId) setTrace(loaded);
+    } catch (e) {
+      // A task just submitted has no record until a coordinator takes it; its first event loads its trace again.
+      if (!(e instanceof ApiError && e.status === 404)) throw e;
+    }
   }, []);
 
   // Everything a page needs at first; a 401 asks for a token.
@@ -336,6 +341,12 @@ function RequestCard(props: { request: HumanRequest; onDone: () => void; onError
   const r = props.request;
   const [text, setText] = useState('');
   const [busy, setBusy] = useState(false);
+  // Its deadline counts down: the card draws itself again every second.
+  const [, setNow] = useState(Date.now());
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), 1_000);
+    return () => clearInterval(timer);
+  }, []);
   const send = async (body: Record<string, string>) => {
     setBusy(true);
     try {
@@ -348,7 +359,7 @@ function RequestCard(props: { request: HumanRequest; onDone: () => void; onError
     }
   };
   return html`<li class="request" data-testid="request" data-request=${r.id}>
-    <div><strong>${r.kind === 'approval' ? `${r.agent} wants to run ${r.tool}` : `${r.agent} asks`}</strong> · ${r.taskId} · expires in ${since(new Date().toISOString(), Date.parse(r.expiresAt))}</div>
+    <div><strong>${r.kind === 'approval' ? `${r.agent} wants to run ${r.tool}` : `${r.agent} asks`}</strong> · ${r.taskId} · <span data-testid="expires">expires in ${since(new Date().toISOString(), Date.parse(r.expiresAt))}</span></div>
     ${
       r.kind === 'approval'
         ? html`<pre class="args">${r.arguments}</pre>
