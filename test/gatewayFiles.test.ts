@@ -239,7 +239,7 @@ describe('the gateway: a task’s workspace files', () => {
     const doc = (await get('/openapi.json', null)).body;
     const paths = Object.keys(doc.paths);
     expect(paths).toContain('/v1/tasks/{id}/files');
-    expect(paths.some((p) => p.startsWith('/v1/tasks/{id}/files/'))).toBe(true);
+    expect(paths).toContain('/v1/tasks/{id}/files/{*}');
     expect(doc.components.schemas.WorkspaceListing).toBeDefined();
     expect(doc.components.schemas.WorkspaceFile.properties).toHaveProperty('contentType');
   });
