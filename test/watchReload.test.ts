@@ -218,10 +218,22 @@ describe('troupe up --watch', () => {
     await writeFile(file, pipeline().replace('name: reloading', 'name: renamed'));
     expect((await untilRefusals(2))?.msg).toMatch(/now names pipeline renamed; .*restart to run renamed/);
 
+    // MCP servers are connected when up starts: a save that changes them is refused, saying to restart.
+    await writeFile(
+      file,
+      pipeline().replace(
+        'defaults: { model: scripted }',
+        'defaults: { model: scripted }\nmcpServers:\n  docs: { transport: http, url: "http://127.0.0.1:9/mcp" }',
+      ),
+    );
+    expect((await untilRefusals(3))?.msg).toMatch(
+      /reloading\.yaml mcpServers: the MCP servers changed; they are connected when the process starts, so restart it/,
+    );
+
     // The next good save, by rename, with a new agent and step: its agent is served here from now on.
     await writeFile(scriptFile, script('v3'));
     await saveByRename(file, pipeline('  - { id: polish, kind: agent, agent: polisher }\n'));
-    // The script saved alone is refused (the file still names another pipeline); the two together make one version.
+    // The script saved alone is refused (the file still changes the MCP servers); the two together make one version.
     const v3 = (await untilReloads(2))?.to;
     expect(up.output()).toMatch(/serving agents polisher of pipeline reloading, new in version/);
     await submit('w-polished');
