@@ -745,12 +745,26 @@ async function composeProblems(raw: unknown, ctx: ComposeContext): Promise<strin
         problems.push(
           `${name}: --tokens ${tokens} is on no writable volume (troupe token and the id secret write there)`,
         );
+      // The files it serves (GET /v1/tasks/{id}/files) are where a worker keeps them: <worker's home>/workspaces.
       const home = ctx.dockerfile.env.TROUPE_HOME ?? '';
-      const workerHome = mapValues(services)
+      const flag = parsed.flags.get('--workspaces');
+      const served = typeof flag === 'string' ? flag : `${home}/workspaces`;
+      const servedOn = mountOf(mounts, served);
+      const workerWorkspaces = mapValues(services)
         .filter(([, other]) => JSON.stringify(other.command ?? '').startsWith('["worker"'))
-        .map(([, other]) => mountOf(mountsOf(other), home)?.source);
-      if (!workerHome.includes(mountOf(mounts, home)?.source ?? '-'))
-        problems.push(`${name}: its home ${home} is not a worker's: it cannot serve the workspace files`);
+        .map(([, other]) => {
+          const workerHome = mountOf(mountsOf(other), home);
+          return `${workerHome?.source}:${posix.relative(workerHome?.target ?? '/', `${home}/workspaces`)}`;
+        });
+      const here = `${servedOn?.source}:${posix.relative(servedOn?.target ?? '/', served)}`;
+      if (
+        parsed.flags.has('--no-workspaces') ||
+        servedOn?.kind !== 'volume' ||
+        !workerWorkspaces.includes(here)
+      )
+        problems.push(
+          `${name}: serves workspaces from ${served}, which is no worker's: it cannot serve task files`,
+        );
     }
   }
   for (const volume of declaredVolumes)
@@ -1092,7 +1106,17 @@ describe('deploy/compose.yaml', () => {
     [
       "a gateway whose home is not the worker's",
       volumes('gateway', (v) => v.filter((volume) => !volume.startsWith('workspaces'))),
-      'cannot serve the workspace files',
+      'cannot serve task files',
+    ],
+    [
+      'a gateway serving workspaces from elsewhere',
+      push(['gateway', 'command'], '--workspaces', '/tmp/workspaces'),
+      'cannot serve task files',
+    ],
+    [
+      'a gateway serving no workspaces',
+      push(['gateway', 'command'], '--no-workspaces'),
+      'cannot serve task files',
     ],
     [
       'a tokens file on a read-only mount',
