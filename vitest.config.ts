@@ -5,7 +5,15 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'unit', include: ['packages/*/test/**/*.test.ts', 'apps/*/test/**/*.test.ts'] },
+        test: {
+          name: 'unit',
+          include: [
+            'packages/*/test/**/*.test.ts',
+            'apps/*/test/**/*.test.ts',
+            // The dashboard is a project of its own (browser code, built by Vite): its unit tests sit beside it.
+            'apps/gateway/dashboard/test/**/*.test.ts',
+          ],
+        },
       },
       {
         extends: true,

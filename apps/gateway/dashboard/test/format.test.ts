@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { count, duration, since } from '../dashboard/src/format.ts';
+import { count, duration, since } from '../src/format.ts';
 
 describe('the dashboard’s numbers', () => {
   it('writes a duration rounded to the unit it shows, so no part reads 60 or 1000', () => {
