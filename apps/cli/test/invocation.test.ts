@@ -7,6 +7,7 @@ const npx = { npm_command: 'exec', npm_lifecycle_event: 'npx' };
 describe('troupeCommand', () => {
   it('is troupe for an installed CLI, and under npm run', () => {
     expect(troupeCommand({})).toBe('troupe');
+    expect(troupeCommand({}, '/usr/local/bin/troupe')).toBe('troupe');
     expect(troupeCommand({ npm_command: 'run-script', npm_lifecycle_event: 'troupe' })).toBe('troupe');
   });
 
@@ -19,7 +20,10 @@ describe('troupeCommand', () => {
     );
   });
 
-  it('names the published package under a plain npx', () => {
-    expect(troupeCommand(npx)).toBe('npx @troupe/cli');
+  it("names the published package when npx fetched it, and the project's troupe when it ran that", () => {
+    expect(troupeCommand(npx, '/home/ada/.npm/_npx/c795ce218a08d2b8/node_modules/.bin/troupe')).toBe(
+      'npx @troupe/cli',
+    );
+    expect(troupeCommand(npx, '/home/ada/project/node_modules/.bin/troupe')).toBe('npx troupe');
   });
 });
