@@ -407,7 +407,7 @@ function TaskList(props: {
           <td>${t.createdAt ? (t.status === 'running' || t.status === 'submitted' ? since(t.createdAt) : duration(Date.parse(t.updatedAt ?? t.createdAt) - Date.parse(t.createdAt))) : ''}</td>
           <td>${t.usage ? tokens(t.usage) : ''}</td>
           <td>${t.usage ? cost(t.usage.costUsd) : ''}</td>
-          <td class="goal" title=${t.goal}>${t.goal}</td>
+          <td class="goal" title=${t.goal}><div>${t.goal}</div></td>
         </tr>`,
       )}
     </tbody>
