@@ -1,15 +1,21 @@
+import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type CliProcess, startTroupe, troupe } from './support/cli.ts';
-import { examplePath } from './support/harness.ts';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { examplePath, repoRoot } from './support/harness.ts';
+
+const cliBin = join(repoRoot, 'apps', 'cli', 'bin', 'troupe.mjs');
 
 /**
  * A task's results from the command line: `troupe submit --wait` ends with the task's output and where its files
  * are, and `troupe files` lists and prints them — with no server running too — and says clearly when they are not on
  * this host.
  */
+/** 300 KB of JSON: more than a final event holds. */
+const BIG_OUTPUT = JSON.stringify({ report: 'r'.repeat(300 * 1024) });
+
 describe('troupe files and what troupe submit --wait prints at the end', () => {
   let home: string;
   let up: CliProcess | undefined;
@@ -19,8 +25,35 @@ describe('troupe files and what troupe submit --wait prints at the end', () => {
 
   beforeAll(async () => {
     home = await mkdtemp(join(tmpdir(), 'troupe-cli-files-'));
+    // A pipeline whose output is too large for its final event (kept in the object store) and that writes no file.
+    await writeFile(
+      join(home, 'bigout.yaml'),
+      `version: 1
+name: bigout
+models:
+  scripted: { provider: scripted, script: ./bigout.script.yaml }
+defaults: { model: scripted }
+agents:
+  reporter: { instructions: Report. }
+flow:
+  - { id: report, kind: agent, agent: reporter }
+`,
+    );
+    await writeFile(
+      join(home, 'bigout.script.yaml'),
+      `agents:\n  reporter:\n    - content: '${BIG_OUTPUT}'\n`,
+    );
     // With the gateway beside it, which serves this home's workspaces.
-    up = startTroupe(['up', examplePath('demo.yaml'), '--home', home, '--gateway', '0', '--gateway-no-auth']);
+    up = startTroupe([
+      'up',
+      examplePath('demo.yaml'),
+      join(home, 'bigout.yaml'),
+      '--home',
+      home,
+      '--gateway',
+      '0',
+      '--gateway-no-auth',
+    ]);
     await up.waitFor(/gateway: +http:\/\/\S+/, 30_000);
     gatewayUrl = /gateway: +(http:\/\/\S+)/.exec(up.output())?.[1] ?? '';
     workspace = join(home, 'workspaces', 'demo', taskId);
@@ -85,6 +118,48 @@ describe('troupe files and what troupe submit --wait prints at the end', () => {
     const again = await troupe(['submit', 'demo', 'again', '--wait', '--json', '--id', id, '--home', home]);
     expect(again.code, again.stderr).toBe(0);
     expect(JSON.parse(again.stdout.trim().split('\n').at(-1) as string)).toEqual(last);
+  }, 120_000);
+
+  it('submit --wait gives an output too large for the event whole, and says a task with no files has none here', async () => {
+    const result = await troupe(
+      ['submit', 'bigout', 'report', '--wait', '--json', '--id', 'cli-files-big', '--home', home],
+      undefined,
+      90_000,
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const lines = result.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const final = lines.find((line) => line.kind === 'task.completed') as {
+      data: { output: string; outputRef?: unknown };
+    };
+    // The event holds a preview and where the whole is; the result holds the whole.
+    expect(final.data.outputRef).toBeDefined();
+    expect(final.data.output.length).toBeLessThan(BIG_OUTPUT.length);
+    const last = lines.at(-1) as {
+      output: string;
+      outputPreview?: boolean;
+      files: { here: boolean; hint?: string };
+    };
+    expect(last.output).toBe(BIG_OUTPUT);
+    expect(last.outputPreview).toBeUndefined();
+    expect(last.files.here).toBe(false);
+    expect(last.files.hint).toContain('troupe files cli-files-big on that host');
+
+    const text = await troupe([
+      'submit',
+      'bigout',
+      'report',
+      '--wait',
+      '--id',
+      'cli-files-big',
+      '--home',
+      home,
+    ]);
+    // The JSON output indented, then where the files are not.
+    expect(text.stdout).toContain('output of cli-files-big:\n{\n  "report": "rrr');
+    expect(text.stdout).toContain('files of cli-files-big: not on this host;');
   }, 120_000);
 
   it('lists the workspace as a tree, and prints a file as it is, nested ones too', async () => {
@@ -154,6 +229,36 @@ describe('troupe files and what troupe submit --wait prints at the end', () => {
     ]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain(`--workspaces ${join(home, 'nope')} is not a directory`);
+  });
+
+  it('on a terminal, prints text but not a binary file, saying how to save it, unless --force', async () => {
+    await writeFile(join(workspace, 'blob.bin'), Buffer.from([0x89, 0x50, 0x00, 0xff]));
+    // util-linux's script gives the command a terminal of its own.
+    const onTerminal = (args: string[]) =>
+      new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+        const command = [process.execPath, cliBin, ...args].map((a) => `'${a}'`).join(' ');
+        const child = spawn('script', ['-qec', command, '/dev/null'], { env: cliEnv() });
+        let output = '';
+        child.stdout.on('data', (chunk) => (output += chunk));
+        child.on('error', reject);
+        child.on('close', (code) => resolve({ code, output }));
+      });
+    const binary = await onTerminal(['files', taskId, 'blob.bin', '--home', home]);
+    expect(binary.code).toBe(1);
+    expect(binary.output).toContain(
+      `blob.bin is binary (4 bytes): save it with troupe files ${taskId} blob.bin > blob.bin, or print it here with --force`,
+    );
+    const forced = await onTerminal(['files', taskId, 'blob.bin', '--force', '--home', home]);
+    expect(forced.code).toBe(0);
+    expect(forced.output).toContain('P\u0000');
+    const text = await onTerminal(['files', taskId, 'notes/hello.md', '--home', home]);
+    expect(text.code).toBe(0);
+    expect(text.output).toContain('# Hello');
+    // Into a pipe, a binary file is written as it is.
+    const piped = await troupe(['files', taskId, 'blob.bin', '--home', home]);
+    expect(Buffer.from(piped.stdout, 'latin1').length).toBeGreaterThan(0);
+    expect(piped.code).toBe(0);
+    await rm(join(workspace, 'blob.bin'));
   });
 
   it('refuses a path outside the workspace, a link that leads out, and a missing file, saying which', async () => {
