@@ -5,16 +5,13 @@ import type { ImportModule } from '@troupe/coordinator';
 const TYPESCRIPT = /\.(ts|mts|cts)$/;
 
 /**
- * How `troupe` loads a pipeline's tool modules: JavaScript with Node's `import()`, TypeScript with tsx, which strips
- * types without checking them (run `tsc` for that). tsx is loaded only when a TypeScript module is named, so a
- * start without one does not pay for it.
+ * How `troupe` loads a pipeline's tool modules: JavaScript with Node's `import()`, TypeScript too once tsx's loader is
+ * registered, which strips types without checking them (run `tsc` for that). tsx is loaded only when a TypeScript
+ * module is named, so a start without one does not pay for it.
  */
 export const importToolModule: ImportModule = async (file) => {
   const url = pathToFileURL(file).href;
-  if (TYPESCRIPT.test(file)) {
-    const { tsImport } = await import('tsx/esm/api');
-    return tsImport(url, import.meta.url);
-  }
+  if (TYPESCRIPT.test(file)) await registerTsx();
   try {
     return await import(url);
   } catch (error) {
@@ -22,6 +19,19 @@ export const importToolModule: ImportModule = async (file) => {
     throw error;
   }
 };
+
+let tsx: Promise<void> | undefined;
+
+/**
+ * Registers tsx's loader for the rest of the process, once. Not `tsImport`: its private namespace loads every package
+ * a module imports again through tsx (a module on @troupe/runtime took 1.9 s that way, 1.1 s this way).
+ */
+function registerTsx(): Promise<void> {
+  tsx ??= import('tsx/esm/api').then(({ register }) => {
+    register();
+  });
+  return tsx;
+}
 
 /**
  * Node's `import()` keeps where a JavaScript module fails to parse to itself (it prints it only for an uncaught
