@@ -177,6 +177,43 @@ describe('the packed tarballs, installed', () => {
     expect(wrong.stdout).toContain("is not assignable to type 'number'");
   });
 
+  it("run a TypeScript tool module of the user's own, on the installed @troupe/runtime and zod, under troupe up", async () => {
+    // Beside the app's node_modules: the module imports the app's @troupe/runtime and zod, not the CLI's copies.
+    const own = join(tmp, 'app', 'own-tools');
+    await mkdir(join(own, 'tools'), { recursive: true });
+    await writeFile(join(own, 'tools', 'wordCount.ts'), OWN_TOOL);
+    await writeFile(join(own, 'pipeline.yaml'), OWN_PIPELINE);
+    await writeFile(join(own, 'pipeline.script.yaml'), OWN_SCRIPT);
+    const validated = await result('troupe', ['validate', 'pipeline.yaml'], own);
+    expect(validated.stderr).toBe('');
+    expect(validated.stdout).toContain('own tools: word_count');
+    const up = startUp(own);
+    try {
+      await vi.waitFor(() => expect(up.output()).toMatch(/troupe is up on/), {
+        timeout: 30_000,
+        interval: 50,
+      });
+      const submitted = await result(
+        'troupe',
+        ['submit', 'counted', 'Count a note', '--wait', '--json'],
+        own,
+      );
+      expect(submitted.code, submitted.stderr).toBe(0);
+      const results = submitted.stdout
+        .split('\n')
+        .filter((line) => line.includes('"kind":"tool.result"'))
+        .map((line) => JSON.parse(line).data)
+        .filter((data) => data.tool === 'word_count');
+      expect(results.map((r) => (r.ok ? r.output : r.error.code))).toEqual([
+        'notes/note.md: 5 words',
+        // A ToolError of the app's own @troupe/runtime keeps its code in the CLI's bundled one.
+        'not_found',
+      ]);
+    } finally {
+      expect(await up.stop()).toBe(0);
+    }
+  });
+
   it('say how to get a nats-server when troupe up finds none', async () => {
     const work = join(tmp, 'no-nats');
     await mkdir(work);
@@ -272,4 +309,43 @@ console.log(
     redacted: redactSecrets('x'),
   }),
 );
+`;
+
+/** A tool module as a user writes one, with the pipeline that names it and a script whose model calls it. */
+const OWN_TOOL = `import { readFile } from 'node:fs/promises';
+import { defineTool, resolveInWorkspace, ToolError } from '@troupe/runtime';
+import { z } from 'zod';
+
+export default defineTool({
+  name: 'word_count',
+  description: 'Count the words of a file in the workspace',
+  input: z.object({ path: z.string().min(1).describe('File path relative to the workspace') }),
+  async run({ path }, ctx) {
+    const file = await resolveInWorkspace(ctx.workspace, path, { tool: 'word_count', mustExist: true });
+    const text: string = await readFile(file, 'utf8');
+    if (text.trim() === '') throw new ToolError('invalid_arguments', path + ' is empty');
+    return path + ': ' + text.split(/\\s+/).filter(Boolean).length + ' words';
+  },
+});
+`;
+const OWN_PIPELINE = `version: 1
+name: counted
+models: { scripted: { provider: scripted, script: ./pipeline.script.yaml } }
+defaults: { model: scripted }
+tools:
+  modules: [./tools/wordCount.ts]
+agents:
+  writer:
+    instructions: Write and count.
+    tools: [write_file, word_count]
+    permissions: [{ tool: write_file, decision: allow, paths: ["notes/**"] }]
+flow: [{ id: write, kind: agent, agent: writer }]
+`;
+const OWN_SCRIPT = `agents:
+  writer:
+    - toolCalls: [{ name: write_file, arguments: { path: notes/note.md, content: "one two three four five" } }]
+    - toolCalls:
+        - { name: word_count, arguments: { path: notes/note.md } }
+        - { name: word_count, arguments: { path: notes/missing.md } }
+    - content: Counted.
 `;
