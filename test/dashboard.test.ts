@@ -88,6 +88,7 @@ describe('the dashboard, in a real browser', () => {
       fixturePath('shaped.yaml'),
       fixturePath('outline.yaml'),
       fixturePath('longflow.yaml'),
+      fixturePath('reworked.yaml'),
     ]);
     gateway = await startGateway({
       bus: h.bus,
@@ -331,6 +332,19 @@ describe('the dashboard, in a real browser', () => {
     );
     expect(lefts).toEqual([...lefts].sort((a, b) => a - b));
     await snap('dashboard-long-flow');
+  }, 60_000);
+
+  it('draws a rework that goes back past a parallel step below its lower branch, the labels apart', async () => {
+    await page.getByTestId('pipeline').selectOption('reworked');
+    await page.getByTestId('node-sketch').waitFor();
+    expect(await hiddenLabels(page)).toEqual({ labels: 4, hidden: [] });
+    const reject = await page.locator('.flow .edge.reject path').boundingBox();
+    const sketch = await page.getByTestId('node-sketch').locator('rect').boundingBox();
+    expect(reject?.y ?? 0).toBeGreaterThan(0);
+    expect((reject?.y ?? 0) + (reject?.height ?? 0)).toBeGreaterThan(
+      (sketch?.y ?? 0) + (sketch?.height ?? 0) + 10,
+    );
+    await snap('dashboard-rework');
   }, 60_000);
 
   it('keeps a long goal inside the task list, cut with its whole text as a title, and wraps it in the timeline', async () => {

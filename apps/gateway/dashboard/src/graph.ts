@@ -150,8 +150,8 @@ export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; b
     at(e.to).row === at(e.from).row ? at(e.to).col - at(e.from).col : 0;
   const back = (e: { from: string; to: string }) => at(e.to).col <= at(e.from).col;
   const arc = (e: { from: string; to: string }) => 18 + 8 * span(e);
-  /** How far below its steps a rework's arc reaches for: the further back, the deeper. */
-  const under = (e: { from: string; to: string }) => 30 + 10 * (at(e.from).col - at(e.to).col);
+  /** How far below the steps it passes a rework's line runs: the further back it goes, the deeper, so they nest. */
+  const under = (e: { from: string; to: string }) => 20 + 10 * (at(e.from).col - at(e.to).col);
   /** Where a label sits: over an arc, under a rework's arc, or in the gap before the step an arrow goes to. */
   const placeOf = (e: { from: string; to: string }) => (span(e) > 1 ? 'over' : back(e) ? 'under' : 'gap');
 
@@ -184,16 +184,18 @@ export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; b
     ...edges.filter((e) => span(e) > 1).map((e) => arc(e) + Math.max(0, e.lines.length - 1) * LINE),
   );
   const y = (id: string) => TOP + lift + at(id).row * ROW;
+  /** The top of the lowest node in the columns a rework's arc spans: the arc passes below it, not through it. */
+  const floor = (e: { from: string; to: string }) => {
+    const [first, last] = [at(e.to).col, at(e.from).col];
+    const spanned = [...pos.values()].filter((p) => p.col >= first && p.col <= last);
+    return TOP + lift + Math.max(0, ...spanned.map((p) => p.row)) * ROW;
+  };
   const width = (colX[cols - 1] ?? MARGIN) + (colW[cols - 1] ?? MIN_W) + MARGIN;
-  const backEdges = edges.filter(back);
-  const deepest = Math.max(0, ...backEdges.map((e) => at(e.from).col - at(e.to).col));
-  const underLines = Math.max(1, ...backEdges.map((e) => e.lines.length));
-  const height =
-    TOP +
-    lift +
-    (rows - 1) * ROW +
-    H +
-    (backEdges.length > 0 ? 50 + 10 * deepest + (underLines - 1) * LINE : 16);
+  // Down to the lowest row, or to the last line of the lowest rework's label.
+  const height = Math.max(
+    TOP + lift + (rows - 1) * ROW + H + 16,
+    ...edges.filter(back).map((e) => floor(e) + H + under(e) + 14 + (e.lines.length - 1) * LINE + 10),
+  );
   const path = (from: string, to: string) => {
     if (span({ from, to }) > 1) {
       const top = y(from) - arc({ from, to });
@@ -205,9 +207,10 @@ export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; b
       const mid = (x1 + x2) / 2;
       return `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`;
     }
-    // Back to an earlier step: an arc below both.
-    const depth = Math.max(y(from), y(to)) + H + under({ from, to });
-    return `M ${cx(from)} ${y(from) + H} C ${cx(from)} ${depth}, ${cx(to)} ${depth}, ${cx(to)} ${y(to) + H}`;
+    // Back to an earlier step: down, along below every step between them, and up, with rounded corners.
+    const level = floor({ from, to }) + H + under({ from, to });
+    const [fx, tx, r] = [cx(from), cx(to), 12];
+    return `M ${fx} ${y(from) + H} L ${fx} ${level - r} Q ${fx} ${level} ${fx - r} ${level} L ${tx + r} ${level} Q ${tx} ${level} ${tx} ${level - r} L ${tx} ${y(to) + H}`;
   };
   /** The first line's baseline; further lines go up over an arc, down elsewhere. */
   const label = (e: { from: string; to: string; lines: string[] }) => {
@@ -216,8 +219,7 @@ export function FlowGraph(props: { pipeline: Pipeline; moves: readonly Move[]; b
       case 'over':
         return { x: (cx(e.from) + cx(e.to)) / 2, y: y(e.from) - arc(e) + 4 - more };
       case 'under':
-        // Under the arc's lowest point, which a cubic curve reaches at three quarters of its control points' depth.
-        return { x: (cx(e.from) + cx(e.to)) / 2, y: Math.max(y(e.from), y(e.to)) + H + 0.75 * under(e) + 13 };
+        return { x: (cx(e.from) + cx(e.to)) / 2, y: floor(e) + H + under(e) + 14 };
       default:
         return { x: x(e.to) - (gap[at(e.to).col - 1] ?? MIN_GAP) / 2, y: y(e.to) + H / 2 - 6 - more };
     }
