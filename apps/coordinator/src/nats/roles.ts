@@ -109,12 +109,14 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...agents.flatMap((agent) => kvReadWrite(BUCKETS.memory, `agent.${pipeline}.${agent}.>`)),
             // Its pipeline's stored versions, read only: a step of a task on another version runs that version's agent.
             ...kvRead(BUCKETS.versions, `${pipeline}.>`),
+            // Its pipeline's registration, read only: a reload that adds an agent is served without a restart.
+            ...kvRead(BUCKETS.pipelines, pipeline),
             // Its pipeline's large values: outputs and tool results too large for a message, and earlier steps'.
             ...valuesReadWrite(pipeline),
             // Its tasks' inputs too large for their message, read whole for each step.
             ...inputsRead(pipeline),
             ...(replicas > 1
-              ? [BUCKETS.journal, BUCKETS.memory, BUCKETS.versions].map(
+              ? [BUCKETS.journal, BUCKETS.memory, BUCKETS.versions, BUCKETS.pipelines].map(
                   (bucket) => `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
                 )
               : []),
