@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -108,7 +109,8 @@ describe('the packed tarballs, installed', () => {
     expect(init.stdout).toContain('(pipeline work)');
     expect(init.stdout).toContain('run it:          troupe up pipeline.yaml');
 
-    const up = startUp(work);
+    const port = await freePort();
+    const up = startUp(work, ['--gateway', `127.0.0.1:${port}`, '--gateway-no-auth']);
     try {
       await vi.waitFor(
         () => expect(up.output()).toMatch(/troupe is up on nats:\/\/127\.0\.0\.1:\d+ \(embedded/),
@@ -124,6 +126,11 @@ describe('the packed tarballs, installed', () => {
       );
       expect(submitted.code, submitted.stderr).toBe(0);
       expect(submitted.stdout).toMatch(/task\.completed/);
+      // The dashboard travels in the CLI's tarball, and the gateway finds it there.
+      expect(up.output()).toMatch(new RegExp(`gateway: +http://127\\.0\\.0\\.1:${port}`));
+      const dashboard = await fetch(`http://127.0.0.1:${port}/`);
+      expect(dashboard.status).toBe(200);
+      expect(await dashboard.text()).toMatch(/^<!doctype html>/i);
 
       // A user's own program, on the installed libraries, submits to the same service and gets the result.
       const app = join(tmp, 'app');
@@ -235,8 +242,8 @@ describe('the packed tarballs, installed', () => {
 });
 
 /** `troupe up` in the background, its output collected; stopped by its own pid. */
-function startUp(cwd: string) {
-  const child: ChildProcess = spawn('troupe', ['up', 'pipeline.yaml'], {
+function startUp(cwd: string, args: string[] = []) {
+  const child: ChildProcess = spawn('troupe', ['up', 'pipeline.yaml', ...args], {
     cwd,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -252,6 +259,18 @@ function startUp(cwd: string) {
       return exited;
     },
   };
+}
+
+/** A port nothing listens on at this moment, chosen by the OS. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address !== null ? address.port : 0));
+    });
+  });
 }
 
 function consumerConfig(module: string, moduleResolution: string) {
