@@ -161,7 +161,7 @@ describe('the packed tarballs, installed', () => {
     } finally {
       expect(await up.stop()).toBe(0);
     }
-  });
+  }, 180_000);
 
   it("type the libraries for a consumer's node16 and bundler resolution", async () => {
     const app = join(tmp, 'app');
@@ -182,7 +182,7 @@ describe('the packed tarballs, installed', () => {
     const wrong = await result(process.execPath, [tsc, '-p', 'tsconfig.bundler.json'], app);
     expect(wrong.code).not.toBe(0);
     expect(wrong.stdout).toContain("is not assignable to type 'number'");
-  });
+  }, 180_000);
 
   it("run a TypeScript tool module of the user's own, on the installed @troupe/runtime and zod, under troupe up", async () => {
     // Beside the app's node_modules: the module imports the app's @troupe/runtime and zod, not the CLI's copies.
