@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
@@ -12,8 +12,9 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ADMIN = 'dashboard-admin-0123456789abcdef';
 const READER = 'dashboard-reader-0123456789abcdef';
 const CI = 'dashboard-ci-0123456789abcdef01';
-/** Screenshots for people to look at; git ignores the folder (the ones looked at are copied to docs/img). */
-const ARTIFACTS = join(import.meta.dirname, 'artifacts');
+/** A screenshot of each view, where docs/gateway.md links them: a change to the page shows in review. */
+const SHOTS = join(import.meta.dirname, '..', 'docs', 'img');
+const shot = (name: string) => join(SHOTS, `${name}.png`);
 
 const tokenEntries = (ciScopes: string[]) =>
   JSON.stringify({
@@ -27,6 +28,8 @@ const tokenEntries = (ciScopes: string[]) =>
 describe('the dashboard’s task actions, output and sessions, in a real browser', () => {
   let h: Harness;
   let gateway: Gateway;
+  /** A gateway that holds no workspaces. */
+  let elsewhere: Gateway | undefined;
   let tokens: TokenStore;
   let tokensFile: string;
   let browser: Browser;
@@ -47,8 +50,9 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       logger: createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' }),
       tokens,
       port: 0,
+      workspaces: h.workspaceRoot,
     });
-    await mkdir(ARTIFACTS, { recursive: true });
+    await mkdir(SHOTS, { recursive: true });
     // Tests run as root in CI containers, where Chromium's own sandbox cannot start.
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
     context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
@@ -58,6 +62,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
   }, 60_000);
   afterAll(async () => {
     await browser?.close();
+    await elsewhere?.close();
     await gateway?.close();
     await h?.stop();
     if (tokensFile) await rm(join(tokensFile, '..'), { recursive: true, force: true });
@@ -96,7 +101,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     await page.locator('[data-testid=request]').filter({ hasText: taskId }).waitFor({ timeout: 30_000 });
     await page.getByTestId('cancel').click();
     await expect.poll(() => page.getByTestId('task-actions').textContent()).toContain(`Cancel ${taskId}?`);
-    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-cancel.png'), fullPage: true });
+    await page.screenshot({ path: shot('dashboard-cancel'), fullPage: true });
     // Keeping it running changes nothing.
     await page.getByTestId('cancel-keep').click();
     expect(await page.getByTestId('cancel-confirm').count()).toBe(0);
@@ -127,7 +132,8 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     await page.getByTestId('pipeline').selectOption('reporter');
     await row(page, first.taskId).click();
     await page.getByTestId('rerun').waitFor();
-    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-output.png'), fullPage: true });
+    await page.getByTestId('file').first().waitFor();
+    await page.screenshot({ path: shot('dashboard-output'), fullPage: true });
     await page.getByTestId('rerun').click();
     const again = await nextShown(page, first.taskId);
     await row(page, again).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
@@ -197,7 +203,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       | { session?: { earlier?: { goal: string }[] } }
       | undefined;
     expect(input?.session?.earlier).toEqual([expect.objectContaining({ goal: 'Write the first report' })]);
-    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-session.png'), fullPage: true });
+    await page.screenshot({ path: shot('dashboard-session'), fullPage: true });
 
     // Opened again from the list, after a reload of the page, it shows the same conversation.
     await page.reload();
@@ -220,6 +226,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     const following = session.getByTestId('following');
     await expect.poll(() => following.textContent(), { timeout: 30_000 }).toContain('waiting for a person');
     expect(await session.getByTestId('session-send').isDisabled()).toBe(true);
+    await page.screenshot({ path: shot('dashboard-session-following'), fullPage: true });
     const turn = session.getByTestId('turn').first();
     const taskId = (await turn.getAttribute('data-task')) ?? '';
     await page.locator('[data-testid=request]').filter({ hasText: taskId }).getByTestId('approve').click();
@@ -262,8 +269,8 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       await ci.getByTestId('cancel-confirm').click();
       await expect
         .poll(() => ci.getByTestId('action-refused').textContent(), { timeout: 15_000 })
-        .toContain('token ci lacks the submit scope (it has read)');
-      await ci.screenshot({ path: join(ARTIFACTS, 'dashboard-cancel-refused.png'), fullPage: true });
+        .toBe('The gateway did not cancel it: token ci lacks the submit scope (it has read)');
+      await ci.screenshot({ path: shot('dashboard-cancel-refused'), fullPage: true });
       // Told so, the page reads what the token may do again and takes the button away.
       await expect.poll(() => ci.getByTestId('cancel').count(), { timeout: 15_000 }).toBe(0);
       expect(await ci.getByTestId('cancel-confirm').count()).toBe(0);
@@ -272,6 +279,79 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       await ciContext.close();
       await writeFile(tokensFile, tokenEntries(['submit']));
       await tokens.reload();
+    }
+    // Nothing is left parked for the tests after this one.
+    const left = await fetch(`${gateway.url}/v1/tasks?pipeline=gated&status=running`, {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    }).then((r) => r.json() as Promise<{ tasks: { taskId: string }[] }>);
+    for (const { taskId } of left.tasks) {
+      await fetch(`${gateway.url}/v1/tasks/${taskId}/cancel`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
+    }
+  }, 60_000);
+
+  it('lists a finished task’s files, opens a text file as text and saves another', async () => {
+    const taskId = await submit(page, 'reporter', 'Write the files');
+    await row(page, taskId).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
+    const files = page.getByTestId('files');
+    await expect
+      .poll(() => files.getByTestId('file').evaluateAll((els) => els.map((e) => e.dataset.path)), {
+        timeout: 15_000,
+      })
+      .toEqual(['data/chart.png', 'notes/report.md']);
+    const report = files.locator('[data-testid=file][data-path="notes/report.md"]');
+    await report.getByTestId('file-open').click();
+    await expect
+      .poll(() => files.getByTestId('file-text').textContent(), { timeout: 15_000 })
+      .toBe(
+        `# Report\n\nMarkup stays text here too: <b>not bold</b> <img src=x onerror="document.body.dataset.pwned='file'">\n`,
+      );
+    // The file's markup is text too.
+    expect(await files.getByTestId('file-view').locator('b, img').count()).toBe(0);
+    expect(await page.locator('body').getAttribute('data-pwned')).toBeNull();
+    await page.screenshot({ path: shot('dashboard-files'), fullPage: true });
+    // An image is not drawn as text: it is saved, with the token, under its own name.
+    const chart = files.locator('[data-testid=file][data-path="data/chart.png"]');
+    expect(await chart.getByTestId('file-open').count()).toBe(0);
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      chart.getByTestId('file-download').click(),
+    ]);
+    expect(download.suggestedFilename()).toBe('chart.png');
+    expect(await readFile(await download.path(), 'utf8')).toBe('not really a PNG');
+  }, 60_000);
+
+  it('shows the gateway’s word when it does not hold the task’s workspace', async () => {
+    // Closed after the browser, in afterAll: a gateway waits for the connections a browser still holds to it.
+    elsewhere = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' }),
+      tokens,
+      port: 0,
+    });
+    const thereContext = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    const there = await thereContext.newPage();
+    try {
+      await there.goto(elsewhere.url);
+      await there.getByTestId('token').fill(ADMIN);
+      await there.getByRole('button', { name: 'Open' }).click();
+      const task = await fetch(`${elsewhere.url}/v1/pipelines/reporter/tasks?wait=30`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ goal: 'Write the report elsewhere' }),
+      }).then((r) => r.json() as Promise<{ taskId: string; status: string }>);
+      expect(task.status).toBe('completed');
+      await there.getByTestId('pipeline').selectOption('reporter');
+      await row(there, task.taskId).click();
+      await expect
+        .poll(() => there.getByTestId('files-refused').textContent(), { timeout: 15_000 })
+        .toContain('this gateway serves no task workspaces');
+      expect(await there.getByTestId('file').count()).toBe(0);
+    } finally {
+      await thereContext.close();
     }
   }, 60_000);
 });

@@ -10,6 +10,7 @@ import {
   type TokenInfo,
   type TroupeEvent,
 } from './client.ts';
+import { TaskFiles } from './files.ts';
 import { cost, duration, since, tokens } from './format.ts';
 import { type Busy, FlowGraph, type Move } from './graph.ts';
 import { liveEvents } from './liveEvents.ts';
@@ -20,6 +21,7 @@ import { Timeline, type Trace } from './timeline.ts';
 import './style.css';
 
 const api = new Api();
+const ENDED = new Set(['completed', 'failed', 'cancelled']);
 
 /** Calls `run` once `ms` after the last call: a burst of events makes one refresh. */
 function debounced(run: () => void, ms: number): () => void {
@@ -252,7 +254,8 @@ function App() {
             : selected
               ? html`${selectedTask ? html`<${TaskActions} api=${api} task=${selectedTask} trace=${trace} who=${who} onCancelled=${refresh.task} onRerun=${submitted} onRefused=${() => void loadWho()} />` : null}
                 ${trace ? html`<${Timeline} trace=${trace} />` : html`<p>Loading ${selected}…</p>`}
-                ${trace?.taskId === selected && trace.output !== undefined ? html`<${TaskOutput} output=${trace.output} />` : null}`
+                ${trace?.taskId === selected && trace.output !== undefined ? html`<${TaskOutput} output=${trace.output} />` : null}
+                ${selectedTask && ENDED.has(selectedTask.status) ? html`<${TaskFiles} key=${selected} api=${api} taskId=${selected} />` : null}`
               : html`<p class="hint">Pick a task to see its timeline, or a session to see its conversation.</p>`
         }
       </section>

@@ -41,13 +41,13 @@ export function TaskActions(props: {
   // A refusal stays in view after the buttons go: it says why they went.
   if (!allowed && !refusal) return null;
 
-  const act = async (run: () => Promise<void>) => {
+  const act = async (what: string, run: () => Promise<void>) => {
     setBusy(true);
     setRefusal(undefined);
     try {
       await run();
     } catch (error) {
-      setRefusal(error instanceof Error ? error.message : String(error));
+      setRefusal(`${what}: ${error instanceof Error ? error.message : String(error)}`);
       if (error instanceof ApiError && (error.status === 401 || error.status === 403)) props.onRefused();
     } finally {
       setBusy(false);
@@ -55,7 +55,7 @@ export function TaskActions(props: {
     }
   };
   const cancel = () =>
-    act(async () => {
+    act('The gateway did not cancel it', async () => {
       await api.post(`/v1/tasks/${task.taskId}/cancel`, { reason: 'cancelled from the dashboard' });
       props.onCancelled(task.taskId);
     });
@@ -63,7 +63,7 @@ export function TaskActions(props: {
   const input = trace?.taskId === task.taskId ? trace.input : undefined;
   const inputCut = trace?.taskId === task.taskId && trace.inputCut !== undefined;
   const rerun = () =>
-    act(async () => {
+    act('The gateway did not take the re-run', async () => {
       const { session: _session, ...labels } = task.metadata ?? {};
       const body = {
         goal: task.goal,
