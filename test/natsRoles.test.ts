@@ -195,6 +195,18 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(violations.map((v) => v.subject)).not.toContain(key);
   });
 
+  it('lets a worker read its own pipeline’s registration, to serve the agents a reload adds, and no other’s', async () => {
+    const { nc, violations } = await as('planner');
+    const own = '$JS.API.DIRECT.GET.KV_pipelines.$KV.pipelines.demo';
+    const other = '$JS.API.DIRECT.GET.KV_pipelines.$KV.pipelines.gated';
+    // Its own is answered by the server (the registration the coordinator wrote), not refused.
+    const answer = await nc.request(own, '', { timeout: 5_000 });
+    expect(answer.headers?.get('Nats-Subject')).toBe('$KV.pipelines.demo');
+    nc.publish(other, '');
+    await expect.poll(() => violations.map((v) => v.subject), { timeout: 5_000 }).toContain(other);
+    expect(violations.map((v) => v.subject)).not.toContain(own);
+  });
+
   it('keeps each pipeline’s large values its own: its workers write and read them, observers and the gateway read', async () => {
     const whole = 'v'.repeat(300 * 1024);
     const { nc: planner } = await as('planner');
