@@ -216,6 +216,13 @@ flow:
     const hello = await fetch(`${gatewayUrl}/v1/tasks/${taskId}/files/notes/hello.md`);
     expect(hello.headers.get('content-type')).toBe('text/markdown; charset=utf-8');
     expect(await hello.text()).toBe(await readFile(join(workspace, 'notes', 'hello.md'), 'utf8'));
+    // Over the cap, the refusal names up's own flag for it, not troupe gateway's.
+    await writeFile(join(workspace, 'huge.bin'), Buffer.alloc(16 * 1024 * 1024 + 1));
+    const huge = await fetch(`${gatewayUrl}/v1/tasks/${taskId}/files/huge.bin`);
+    expect(huge.status).toBe(413);
+    const hugeError = ((await huge.json()) as { error: { message: string } }).error.message;
+    expect(hugeError).toContain('a larger --gateway-max-file-size');
+    await rm(join(workspace, 'huge.bin'));
 
     const refused = await troupe([
       'gateway',

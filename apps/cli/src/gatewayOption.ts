@@ -62,6 +62,7 @@ export interface GatewayFlags {
   corsOrigin: string;
   maxStreams: string;
   maxConsumers: string;
+  maxFileSize: string;
 }
 
 /** `troupe gateway`'s own flags. */
@@ -73,6 +74,7 @@ export const GATEWAY_FLAGS: GatewayFlags = {
   corsOrigin: '--cors-origin',
   maxStreams: '--max-streams',
   maxConsumers: '--max-consumers',
+  maxFileSize: '--max-file-size',
 };
 
 /** `troupe up --gateway`'s: the same options, under `up`'s names. */
@@ -84,6 +86,7 @@ export const UP_GATEWAY_FLAGS: GatewayFlags = {
   corsOrigin: '--cors-origin',
   maxStreams: '--gateway-max-streams',
   maxConsumers: '--gateway-max-consumers',
+  maxFileSize: '--gateway-max-file-size',
 };
 
 /**

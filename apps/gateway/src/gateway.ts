@@ -141,6 +141,7 @@ export interface GatewayFlagNames {
   corsOrigin: string;
   maxStreams: string;
   maxConsumers: string;
+  maxFileSize: string;
 }
 
 export interface Gateway {
@@ -372,6 +373,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     principal,
     workspaces: options.workspaces,
     maxFileBytes: options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES,
+    maxFileSizeFlag: options.flags?.maxFileSize ?? '--max-file-size',
   });
 
   await app.register(dashboard, { dir: options.dashboardDir ?? defaultDashboardDir() });

@@ -22,6 +22,8 @@ export interface FileRoutesOptions {
   workspaces: string | undefined;
   /** The largest file served, in bytes. */
   maxFileBytes: number;
+  /** The flag that sets it, named in a refusal: `troupe up --gateway` calls it `--gateway-max-file-size`. */
+  maxFileSizeFlag: string;
 }
 
 /** Why a file request is refused, with the HTTP status it is answered with. */
@@ -39,7 +41,7 @@ const STATUS_OF: Record<WorkspaceFileError['code'], number> = {
  * workspace: elsewhere the answer is 404 `workspace_not_here`, saying where the files are kept.
  */
 export const fileRoutes: FastifyPluginAsyncZod<FileRoutesOptions> = async (app, options) => {
-  const { actions, principal, maxFileBytes } = options;
+  const { actions, principal, maxFileBytes, maxFileSizeFlag } = options;
 
   /** The task's workspace on this host, once the token may read the task. */
   const workspaceOf = async (request: FastifyRequest, taskId: string) => {
@@ -146,7 +148,7 @@ export const fileRoutes: FastifyPluginAsyncZod<FileRoutesOptions> = async (app, 
             'too_large',
             `${file.path} is ${mib(file.bytes)}, over this gateway's ${mib(maxFileBytes)} cap on one file: ` +
               `read it on the host that holds the workspace with troupe files ${record.taskId} ${file.path} > ${baseName(file.path)}, ` +
-              'or start the gateway with a larger --max-file-size',
+              `or start the gateway with a larger ${maxFileSizeFlag}`,
           ),
         );
       }
