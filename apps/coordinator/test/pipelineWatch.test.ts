@@ -8,6 +8,23 @@ import { type LoadedPipeline, loadPipeline } from '../src/config/loadPipeline.ts
 import type { PipelineReload } from '../src/coordinator.ts';
 import { type PipelineWatch, type ReloadOutcome, watchPipelines } from '../src/pipelineWatch.ts';
 
+/** The directory watchers open now: each `fs.watch` is counted until it is closed. */
+const watchers = vi.hoisted(() => new Set<unknown>());
+vi.mock('node:fs', async (importOriginal) => {
+  const fs = await importOriginal<typeof import('node:fs')>();
+  const watch = ((...args: Parameters<typeof fs.watch>) => {
+    const watcher = fs.watch(...args);
+    watchers.add(watcher);
+    const close = watcher.close.bind(watcher);
+    watcher.close = () => {
+      watchers.delete(watcher);
+      close();
+    };
+    return watcher;
+  }) as typeof fs.watch;
+  return { ...fs, watch, default: { ...fs, watch } };
+});
+
 const pipelineText = (name: string, instructions: string) => `version: 1
 name: ${name}
 models:
@@ -150,5 +167,37 @@ describe('watchPipelines', () => {
     expect(refused.kind === 'refused' && refused.message).toMatch(
       /keeps serving: the versions bucket is out of reach$/,
     );
+  });
+
+  it('leaves no directory watched once closed, even when it closes during a reload', async () => {
+    const [file = ''] = await watched('alpha');
+    await watching?.close();
+    expect(watchers.size).toBe(0);
+    let release = () => {};
+    const loading = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let loads = 0;
+    watching = watchPipelines({
+      pipelines: [await load(file)],
+      load: async (path) => {
+        loads += 1;
+        await loading;
+        return load(path);
+      },
+      reload,
+      logger: createLogger({ level: 'silent' }),
+      debounceMs: 200,
+      onOutcome: (outcome) => outcomes.push(outcome),
+    });
+    expect(watchers.size).toBe(1);
+    await writeFile(file, pipelineText('alpha', 'Changed.'));
+    await vi.waitFor(() => expect(loads).toBe(1), { timeout: 5_000, interval: 20 });
+    // Stopped while the reload is under way: the reload finishes, and no watcher is opened again after it.
+    const closing = watching.close();
+    release();
+    await closing;
+    expect(outcomes.at(-1)).toMatchObject({ kind: 'reloaded' });
+    expect(watchers.size).toBe(0);
   });
 });

@@ -71,6 +71,8 @@ export function watchFiles(files: readonly string[], options: FileWatchOptions):
   };
 
   const follow = (list: readonly string[]) => {
+    // A reload that ends after the close asks to follow its files: nothing may be watched again.
+    if (closed) return;
     const wanted = new Map<string, Map<string, string>>();
     for (const file of list) {
       const path = resolve(file);
