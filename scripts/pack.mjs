@@ -202,7 +202,7 @@ function stageLibrary(workspace, version) {
     engines: ENGINES,
     types: main?.types,
     exports: { ...exports, './package.json': './package.json' },
-    files: ['dist', 'README.md'],
+    files: ['dist', 'README.md', 'LICENSE'],
     sideEffects: manifest.sideEffects,
     dependencies,
   });
@@ -308,7 +308,7 @@ function stageCli(workspaces, version, pins) {
       './package.json': './package.json',
       './schema/pipeline.schema.json': './schema/pipeline.schema.json',
     },
-    files: ['bin', 'dist', 'schema', 'README.md'],
+    files: ['bin', 'dist', 'schema', 'README.md', 'LICENSE'],
     dependencies,
     bundleDependencies: [gateway.name],
   });
@@ -377,6 +377,8 @@ function copyReadme(from, to, name) {
   const file = join(from, 'README.md');
   if (!existsSync(file)) throw new PackError(`${name} has no README.md (${relative(root, file)})`);
   cpSync(file, join(to, 'README.md'));
+  // Every package carries the repository's licence text, as Apache-2.0 asks of each copy.
+  cpSync(join(root, 'LICENSE'), join(to, 'LICENSE'));
 }
 
 function kib(bytes) {

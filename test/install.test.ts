@@ -94,6 +94,12 @@ describe('the packed tarballs, installed', () => {
     expect(which.trim()).toBe(join(prefix, 'bin', 'troupe'));
     const installed = join(prefix, 'lib', 'node_modules', '@troupe', 'cli');
     expect(await realpath(which.trim())).toBe(join(installed, 'bin', 'troupe.mjs'));
+    // Each installed package carries the licence text with it.
+    for (const dir of [
+      installed,
+      ...['protocol', 'runtime', 'client'].map((name) => join(tmp, 'app', 'node_modules', '@troupe', name)),
+    ])
+      expect(await readFile(join(dir, 'LICENSE'), 'utf8')).toContain('Apache License');
     // The CLI's npm packages come from its own install, never from the repository.
     const { stdout: commander } = await sh(
       process.execPath,
