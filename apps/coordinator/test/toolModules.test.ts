@@ -245,6 +245,8 @@ describe('tool modules named by a pipeline file', () => {
         zod3: { ...wordCount, input: { _def: { typeName: 'ZodObject' }, parse: () => ({}) } },
         lazy: { ...wordCount, run: 'later' },
         typo: { ...wordCount, timeout: 5_000 },
+        // Past what Node's timers hold: it would time out at once.
+        forever: { ...wordCount, timeoutMs: 30 * 24 * 3_600_000 },
         mute: { ...wordCount, description: '' },
         dated: { ...wordCount, input: z.object({ when: z.date() }) },
       },
@@ -269,6 +271,9 @@ describe('tool modules named by a pipeline file', () => {
     expect(why('lazy')).toBe('run must be a function (it is a string)');
     expect(why('typo')).toBe(
       'unknown key "timeout" (did you mean "timeoutMs"?); a tool has name, description, input, run, timeoutMs, rerunnable',
+    );
+    expect(why('forever')).toBe(
+      'timeoutMs must be at most 2147483647 (about 24 days; Node ends a longer timer at once) (it is 2592000000)',
     );
     expect(why('mute')).toBe('description must be a text that tells the model what the tool does');
     expect(why('dated')).toMatch(/^tool word_count: its input schema has no JSON Schema form/);

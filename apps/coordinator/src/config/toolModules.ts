@@ -198,6 +198,8 @@ function asTool(spec: Record<string, unknown>): Tool {
   };
 }
 
+// The longest delay Node's setTimeout keeps: a longer one fires after 1 ms, which would time every call out.
+const MAX_TIMER_MS = 2_147_483_647;
 const TOOL_KEYS = ['name', 'description', 'input', 'run', 'timeoutMs', 'rerunnable'];
 // A module's own tools have no dot: `<server>.<tool>` names are MCP servers' tools.
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -220,6 +222,10 @@ function toolProblem(value: unknown): string | undefined {
   if (typeof run !== 'function') problems.push(`run must be a function (it is ${kindOf(run)})`);
   if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && (timeoutMs as number) > 0)) {
     problems.push(`timeoutMs must be a whole number of milliseconds above 0 (it is ${shown(timeoutMs)})`);
+  } else if (typeof timeoutMs === 'number' && timeoutMs > MAX_TIMER_MS) {
+    problems.push(
+      `timeoutMs must be at most ${MAX_TIMER_MS} (about 24 days; Node ends a longer timer at once) (it is ${timeoutMs})`,
+    );
   }
   if (rerunnable !== undefined && typeof rerunnable !== 'boolean') {
     problems.push(`rerunnable must be true or false (it is ${shown(rerunnable)})`);
