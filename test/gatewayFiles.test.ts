@@ -56,6 +56,7 @@ describe('the gateway: a task’s workspace files', () => {
     await writeFile(join(workspace, 'big.txt'), 'x'.repeat(2048));
     await writeFile(join(workspace, 'empty.txt'), '');
     await writeFile(join(workspace, 'name with spaces & ü.md'), '# spaced\n');
+    await writeFile(join(workspace, 'it\'s "(1)"*\r\nX-Injected: 1.txt'), 'odd\n');
     await mkdir(join(workspace, 'node_modules', 'left-pad'), { recursive: true });
     await writeFile(join(workspace, 'node_modules', 'left-pad', 'index.js'), 'module.exports = 1;\n');
     await symlink('/etc/hostname', join(workspace, 'leak.txt'));
@@ -114,6 +115,7 @@ describe('the gateway: a task’s workspace files', () => {
       'blob.bin',
       'chart.png',
       'empty.txt',
+      'it\'s "(1)"*\r\nX-Injected: 1.txt',
       'name with spaces & ü.md',
       'nested/deep/data.json',
       'notes/hello.md',
@@ -154,6 +156,15 @@ describe('the gateway: a task’s workspace files', () => {
     expect(empty.bytes.length).toBe(0);
     const spaced = await get(`/v1/tasks/${taskId}/files/${encodeURIComponent('name with spaces & ü.md')}`);
     expect(spaced.bytes.toString()).toBe('# spaced\n');
+    // A name's quotes, parentheses and line breaks stay inside the header's one value, encoded as RFC 8187 has it.
+    const odd = await get(
+      `/v1/tasks/${taskId}/files/${encodeURIComponent('it\'s "(1)"*\r\nX-Injected: 1.txt')}`,
+    );
+    expect(odd.bytes.toString()).toBe('odd\n');
+    expect(odd.headers.get('x-injected')).toBeNull();
+    expect(odd.headers.get('content-disposition')).toBe(
+      "inline; filename*=UTF-8''it%27s%20%22%281%29%22%2A%0D%0AX-Injected%3A%201.txt",
+    );
     // A link that stays inside the workspace is followed.
     const latest = await get(`/v1/tasks/${taskId}/files/latest.md`);
     expect(latest.status).toBe(200);

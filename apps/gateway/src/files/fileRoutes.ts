@@ -166,7 +166,7 @@ export const fileRoutes: FastifyPluginAsyncZod<FileRoutesOptions> = async (app, 
         .header('x-content-type-options', 'nosniff')
         .header(
           'content-disposition',
-          `${request.query.download ? 'attachment' : 'inline'}; filename*=UTF-8''${encodeURIComponent(name)}`,
+          `${request.query.download ? 'attachment' : 'inline'}; filename*=UTF-8''${extValue(name)}`,
         );
       if (file.bytes === 0) {
         await file.handle.close();
@@ -203,6 +203,13 @@ function refuse(reply: FastifyReply, error: unknown): FastifyReply {
   }
   throw error;
 }
+
+/**
+ * A file name as RFC 8187 writes it in `filename*`: `encodeURIComponent` leaves `'`, `(`, `)` and `*`, which that value
+ * may not hold unencoded.
+ */
+const extValue = (name: string) =>
+  encodeURIComponent(name).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 
 const baseName = (relative: string) => relative.split('/').at(-1) ?? relative;
 
