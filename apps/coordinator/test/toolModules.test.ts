@@ -1,7 +1,7 @@
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { builtinTools } from '../src/config/builtinTools.ts';
 import { ConfigError } from '../src/config/configError.ts';
@@ -233,6 +233,33 @@ describe('tool modules named by a pipeline file', () => {
     expect(error.issues[0]?.message).toMatch(
       /^\.\/tools\/count\.ts: cannot load what it imports: Cannot find package 'left-pad' .*; install the packages it imports/,
     );
+  });
+
+  it('refuses a module that never finishes loading (a top-level await that never settles), in time', async () => {
+    const { file } = await pipelineWith({ 'tools/count.ts': {} }, { tools: ['word_count'] });
+    let importing = false;
+    // A module awaiting a server that never answers: its import never settles.
+    const importModule: ImportModule = () => {
+      importing = true;
+      return new Promise(() => {});
+    };
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const refused = refusal(file, importModule);
+      await vi.waitFor(() => expect(importing).toBe(true), { timeout: 5_000, interval: 10 });
+      await vi.advanceTimersByTimeAsync(30_000);
+      const error = await refused;
+      expect(error.issues).toEqual([
+        expect.objectContaining({
+          path: 'tools.modules[0]',
+          code: 'tool_module_failed',
+          message:
+            './tools/count.ts: did not finish loading in 30 s: an await at its top level (or in a module it imports) never settled; connect to what a tool needs when the tool runs, not as the module loads',
+        }),
+      ]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('says why each bad export is not a tool: which export, and what is wrong with it', async () => {

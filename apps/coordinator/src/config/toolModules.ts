@@ -2,7 +2,7 @@ import { stat } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { errorMessage } from '@troupe/protocol';
-import { type Tool, ToolError, ToolRegistry } from '@troupe/runtime';
+import { type Tool, ToolError, ToolRegistry, withTimeout } from '@troupe/runtime';
 import { suggestion } from './didYouMean.ts';
 
 /** Stable reasons a tool module named under `tools.modules` cannot be used. */
@@ -32,6 +32,9 @@ export class ToolModuleError extends Error {
     this.module = module;
   }
 }
+
+/** How long a module may take to load: its code runs once, at start, and should only define its tools. */
+const MODULE_LOAD_TIMEOUT_MS = 30_000;
 
 /** Imports a module given its absolute path, and gives its namespace. */
 export type ImportModule = (file: string) => Promise<Record<string, unknown>>;
@@ -105,11 +108,18 @@ async function loadToolModule(
     const why = `${written}: ${missing} (looked for ${file})`;
     return { tools: [], errors: [new ToolModuleError('tool_module_not_found', written, why)] };
   }
-  let namespace: Record<string, unknown>;
+  let namespace: Record<string, unknown> | 'timeout';
   try {
-    namespace = await importModule(file);
+    // A ref'd timer: an import that never settles would otherwise end the process with code 13 and no word.
+    namespace = await withTimeout(importModule(file), MODULE_LOAD_TIMEOUT_MS);
   } catch (error) {
     return { tools: [], errors: [loadFailure(written, file, error)] };
+  }
+  if (namespace === 'timeout') {
+    const why =
+      `${written}: did not finish loading in ${MODULE_LOAD_TIMEOUT_MS / 1000} s: an await at its top level (or in a ` +
+      'module it imports) never settled; connect to what a tool needs when the tool runs, not as the module loads';
+    return { tools: [], errors: [new ToolModuleError('tool_module_failed', written, why)] };
   }
   const exported = exportsOf(namespace);
   const tools: ModuleTool[] = [];
