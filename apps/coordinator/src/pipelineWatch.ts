@@ -13,7 +13,9 @@ export type ReloadOutcome =
   /** Nothing changed: the version already serving. */
   | { kind: 'unchanged'; file: string; pipeline: string; version: string }
   /** The file cannot be used now; `version` keeps serving. */
-  | { kind: 'refused'; file: string; pipeline: string; version: string; message: string };
+  | { kind: 'refused'; file: string; pipeline: string; version: string; message: string }
+  /** A tool module the pipeline names changed: its code is loaded once, so only a restart runs the change. */
+  | { kind: 'restart'; file: string; pipeline: string; module: string; message: string };
 
 export interface PipelineWatchOptions {
   /** The pipelines as loaded at start, each with its file. */
@@ -58,6 +60,20 @@ export function watchPipelines(options: PipelineWatchOptions): PipelineWatch {
     return owners;
   };
   let owners = followed();
+
+  /** Each pipeline's tool modules, by path, with the pipeline files naming them and the path as each writes it. */
+  const modulesFollowed = () => {
+    const named = new Map<string, { file: string; written: string }[]>();
+    for (const [file, pipeline] of serving) {
+      for (const written of pipeline.config.tools?.modules ?? []) {
+        const path = resolve(dirname(resolve(file)), written);
+        named.set(path, [...(named.get(path) ?? []), { file, written }]);
+      }
+    }
+    return named;
+  };
+  let modules = modulesFollowed();
+  const following = () => [...new Set([...owners.keys(), ...modules.keys()])];
 
   const reloadOne = async (file: string): Promise<ReloadOutcome> => {
     const current = serving.get(file);
@@ -106,6 +122,7 @@ export function watchPipelines(options: PipelineWatchOptions): PipelineWatch {
       logger.info({ ...fields, from: outcome.from, to: outcome.to }, outcome.message);
     else if (outcome.kind === 'refused')
       logger.error({ ...fields, version: outcome.version }, outcome.message);
+    else if (outcome.kind === 'restart') logger.warn({ ...fields, module: outcome.module }, outcome.message);
     else
       logger.debug(
         { ...fields, version: outcome.version },
@@ -116,7 +133,18 @@ export function watchPipelines(options: PipelineWatchOptions): PipelineWatch {
 
   const changed = (paths: string[]) => {
     const files = [...new Set(paths.flatMap((path) => owners.get(path) ?? []))];
+    const restarts = paths.flatMap((path) => modules.get(path) ?? []);
     queue = queue.then(async () => {
+      for (const { file, written } of restarts) {
+        const pipeline = serving.get(file)?.config.name ?? file;
+        report({
+          kind: 'restart',
+          file,
+          pipeline,
+          module: written,
+          message: `pipeline ${pipeline}: its tool module ${written} changed, but tool modules are loaded once, at start: the tools that run are still those loaded then; restart troupe up (and the workers that load it) to run the change`,
+        });
+      }
       for (const file of files) {
         const outcome = await reloadOne(file).catch((error: unknown) =>
           refusedUnexpectedly(file, serving.get(file), error),
@@ -125,11 +153,12 @@ export function watchPipelines(options: PipelineWatchOptions): PipelineWatch {
       }
       // A version may name other scripts than the last: follow those.
       owners = followed();
-      watch.follow([...owners.keys()]);
+      modules = modulesFollowed();
+      watch.follow(following());
     });
   };
 
-  const watch: FileWatch = watchFiles([...owners.keys()], {
+  const watch: FileWatch = watchFiles(following(), {
     onChange: changed,
     onError: (error, directory) =>
       logger.error(

@@ -200,4 +200,36 @@ describe('watchPipelines', () => {
     expect(outcomes.at(-1)).toMatchObject({ kind: 'reloaded' });
     expect(watchers.size).toBe(0);
   });
+
+  it('says a changed tool module needs a restart, and reloads nothing for it', async () => {
+    const module = (reply: string) =>
+      `import { z } from 'zod';\nexport default { name: 'echo', description: 'Echo', input: z.object({}), run: async () => '${reply}' };\n`;
+    await writeFile(join(dir, 'echo.mjs'), module('one'));
+    const file = join(dir, 'alpha.yaml');
+    await writeFile(
+      file,
+      pipelineText('alpha', 'Write.').replace('agents:', 'tools: { modules: [./echo.mjs] }\nagents:'),
+    );
+    await writeFile(join(dir, 'alpha.script.yaml'), scriptText('one'));
+    watching = watchPipelines({
+      pipelines: [await load(file)],
+      load,
+      reload,
+      logger: createLogger({ level: 'silent' }),
+      debounceMs: 200,
+      onOutcome: (outcome) => outcomes.push(outcome),
+    });
+    await writeFile(join(dir, 'echo.mjs'), module('two'));
+    const outcome = await until(nth('restart', 1));
+    expect(outcome).toEqual({
+      kind: 'restart',
+      file,
+      pipeline: 'alpha',
+      module: './echo.mjs',
+      message: `pipeline alpha: its tool module ./echo.mjs changed, but tool modules are loaded once, at start: the tools that run are still those loaded then; restart troupe up (and the workers that load it) to run the change`,
+    });
+    await watching.settled();
+    expect(outcomes.map((o) => o.kind)).toEqual(['restart']);
+    expect(reloaded).toEqual([]);
+  });
 });
