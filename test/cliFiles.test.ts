@@ -117,7 +117,12 @@ flow:
     // Asking again for a task that has ended gives the same result, without running it again.
     const again = await troupe(['submit', 'demo', 'again', '--wait', '--json', '--id', id, '--home', home]);
     expect(again.code, again.stderr).toBe(0);
-    expect(JSON.parse(again.stdout.trim().split('\n').at(-1) as string)).toEqual(last);
+    expect(
+      again.stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line)),
+    ).toEqual([last]);
   }, 120_000);
 
   it('submit --wait gives an output too large for the event whole, and says a task with no files has none here', async () => {

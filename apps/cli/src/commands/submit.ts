@@ -64,10 +64,11 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
       );
       if (status !== 'running' || !watcher) {
         watcher?.stop();
-        process.stdout.write(`${task.id}\n`);
-        // Waiting for a task that has ended: what it left, as for one that ends now.
-        const ended = submitted.record?.final;
-        if (watcher && ended) await printResult(bus, ended, options);
+        // Waiting for a task that has ended: what it left, as for one that ends now (with --json, its line alone:
+        // it names the task, and every line stays JSON).
+        const ended = watcher ? submitted.record?.final : undefined;
+        if (!(ended && options.json)) process.stdout.write(`${task.id}\n`);
+        if (ended) await printResult(bus, ended, options);
         return status === 'failed' || status === 'cancelled' ? 1 : 0;
       }
     }
