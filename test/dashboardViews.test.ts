@@ -94,6 +94,21 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     return nextShown(on, before);
   };
   const row = (on: Page, taskId: string) => on.locator(`[data-testid=task-row][data-task="${taskId}"]`);
+  /** Opens a new session of the pipeline selected, and waits for it to be the one shown. */
+  const openNewSession = async () => {
+    const shown = page.getByTestId('session');
+    const before = (await shown.count()) > 0 ? await shown.getAttribute('data-session') : null;
+    await page.getByTestId('new-session').click();
+    const session = page.locator('[data-testid=session]:not([data-session=""])');
+    let id = '';
+    await expect
+      .poll(
+        async () =>
+          (id = (await session.count()) > 0 ? ((await session.getAttribute('data-session')) ?? '') : ''),
+      )
+      .toSatisfy((now: string) => now !== '' && now !== before);
+    return { session: page.locator(`[data-testid=session][data-session="${id}"]`), id };
+  };
 
   it('cancels a running task after asking, and the task ends cancelled in the view', async () => {
     const taskId = await submit(page, 'gated', 'release v9');
@@ -175,10 +190,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
 
   it('lists sessions, opens one, continues it with a message and follows the new turn live', async () => {
     await page.getByTestId('pipeline').selectOption('reporter');
-    await page.getByTestId('new-session').click();
-    const session = page.getByTestId('session');
-    await session.waitFor();
-    const id = (await session.getAttribute('data-session')) ?? '';
+    const { session, id } = await openNewSession();
     expect(id).not.toBe('');
     await page.locator(`[data-testid=session-row][data-session="${id}"]`).waitFor();
 
@@ -215,11 +227,47 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     expect(await nextShown(page, '')).toBe(second);
   }, 90_000);
 
+  it('shows a turn as ended when it ends before the session is read back, and a late answer does not undo it', async () => {
+    await page.getByTestId('pipeline').selectOption('reporter');
+    const { session, id } = await openNewSession();
+    // A slow network: the session read right after the message answers only once its turn has ended and the page has
+    // heard so, with the session as it stood when asked (the turn not ended yet).
+    let hold = true;
+    let staleStatus = '';
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    await page.route(`**/v1/sessions/${id}`, async (route) => {
+      if (!hold || route.request().method() !== 'GET') return route.continue();
+      hold = false;
+      const stale = await route.fetch();
+      staleStatus = ((await stale.json()) as { turns: { status: string }[] }).turns[0]?.status ?? '';
+      await page
+        .locator('[data-testid=task-row][data-status=completed]')
+        .filter({ hasText: `${id}-1-` })
+        .waitFor({ timeout: 15_000 });
+      await route.fulfill({ response: stale });
+      release();
+    });
+    try {
+      await session.getByTestId('session-goal').fill('A quick one');
+      await session.getByTestId('session-send').click();
+      await released;
+      expect(staleStatus).not.toBe('completed');
+      // Whichever answer came last, the turn shows how it ended.
+      await session
+        .getByTestId('turn')
+        .and(page.locator('[data-status=completed]'))
+        .waitFor({ timeout: 15_000 });
+    } finally {
+      await page.unroute(`**/v1/sessions/${id}`);
+    }
+  }, 60_000);
+
   it('follows a session’s running turn live, its timeline growing as its events arrive', async () => {
     await page.getByTestId('pipeline').selectOption('gated');
-    await page.getByTestId('new-session').click();
-    const session = page.getByTestId('session');
-    await session.waitFor();
+    const { session } = await openNewSession();
     await session.getByTestId('session-goal').fill('release v10');
     await session.getByTestId('session-send').click();
     // Parked on its approval: the turn runs, its timeline is followed, and the box waits for it.
@@ -236,6 +284,11 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
   }, 60_000);
 
   it('offers no cancel, re-run or new session to a token that may only read', async () => {
+    // What the page asks the gateway: the token's name and scopes; no token, no answer.
+    const token = (value?: string) =>
+      fetch(`${gateway.url}/v1/token`, value ? { headers: { authorization: `Bearer ${value}` } } : {});
+    expect(await (await token(READER)).json()).toEqual({ name: 'watcher', scopes: ['read'] });
+    expect((await token()).status).toBe(401);
     // A context of its own: the page keeps its token in the origin's local storage.
     const readerContext = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
     const reader = await readerContext.newPage();

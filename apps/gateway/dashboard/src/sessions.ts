@@ -1,5 +1,5 @@
 import { html } from 'htm/preact';
-import { useCallback, useEffect, useMemo, useState } from 'preact/hooks';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { may } from './access.ts';
 import type { Api, Session, SessionHead, TaskView, TokenInfo } from './client.ts';
 import { since } from './format.ts';
@@ -108,13 +108,19 @@ export function SessionView(props: {
   const { api, id, onError } = props;
   const [session, setSession] = useState<Session | undefined>(undefined);
   const [trace, setTrace] = useState<Trace | undefined>(undefined);
+  /** The latest read asked for: an answer to an earlier one that comes after it is older news, and dropped. */
+  const reads = useRef(0);
   const load = useCallback(async () => {
+    const read = ++reads.current;
     const loaded = await api.get<Session>(`/v1/sessions/${id}`);
-    setSession((current) => (current === undefined || current.id === loaded.id ? loaded : current));
     const last = loaded.turns.at(-1);
     // The last turn is followed live while it runs; its timeline stays once it has ended, until the next message.
-    if (last) setTrace(await api.get<Trace>(`/v1/tasks/${last.taskId}/trace`).catch(() => undefined));
-    else setTrace(undefined);
+    const followed = last
+      ? await api.get<Trace>(`/v1/tasks/${last.taskId}/trace`).catch(() => undefined)
+      : undefined;
+    if (read !== reads.current) return;
+    setSession(loaded);
+    setTrace(followed);
   }, [api, id]);
   useEffect(() => {
     setSession(undefined);
@@ -122,8 +128,10 @@ export function SessionView(props: {
     void load().catch(onError);
   }, [load, onError]);
   const reload = useMemo(() => debounced(() => void load().catch(onError), 250), [load, onError]);
+  // A turn's task is `<session>-<n>-<random>` (docs/gateway.md, "Sessions"): known by its id even before the session
+  // read back lists it, so a turn that ends before that read is not missed.
   useLiveEvents((event) => {
-    if (session?.turns.some((t) => t.taskId === event.taskId)) reload();
+    if (event.taskId.startsWith(`${id}-`)) reload();
   });
 
   if (!session) return html`<p>Loading session ${id}…</p>`;
