@@ -145,6 +145,23 @@ describe('a tool module named by a pipeline file, in the stock CLI', () => {
     expect(result.stdout).toContain('pipeline counted — 1 agent; own tools: word_count; flow: write');
   });
 
+  it('loads it from a project whose package.json says commonjs, as `npm init` writes it, or says nothing', async () => {
+    for (const [dir, manifest] of [
+      ['made-by-npm-init', '{ "name": "mine", "version": "1.0.0", "type": "commonjs" }\n'],
+      ['no-type', '{ "name": "mine", "version": "1.0.0" }\n'],
+    ] as const) {
+      await mkdir(join(project, dir, 'tools'), { recursive: true });
+      await writeFile(join(project, dir, 'package.json'), manifest);
+      await writeFile(join(project, dir, 'tools', 'wordCount.ts'), TOOL);
+      await writeFile(join(project, dir, 'script.yaml'), SCRIPT);
+      const file = join(project, dir, 'counted.yaml');
+      await writeFile(file, pipelineText('counted', './tools/wordCount.ts', 'write_file, word_count'));
+      const result = await troupe(['validate', file], cliEnv(), 60_000, project);
+      expect(result.stderr, dir).toBe('');
+      expect(result.stdout, dir).toContain('own tools: word_count');
+    }
+  });
+
   it('troupe up runs it where a scripted model calls it, and its result and its ToolError reach the task', async () => {
     const file = await pipelineFile(
       'counted.yaml',

@@ -23,12 +23,16 @@ export const importToolModule: ImportModule = async (file) => {
 let tsx: Promise<void> | undefined;
 
 /**
- * Registers tsx's loader for the rest of the process, once. Not `tsImport`: its private namespace loads every package
- * a module imports again through tsx (a module on @troupe/runtime took 1.9 s that way, 1.1 s this way).
+ * Registers tsx's loaders for the rest of the process, once. Not `tsImport`: its private namespace loads every package
+ * a module imports again through tsx (a module on @troupe/runtime took 1.9 s that way, 1.1 s this way). Both loaders:
+ * a `.ts` file in a package that is not `"type": "module"` (what `npm init` writes, or no package.json at all) is
+ * CommonJS to Node, which then requires it, and without tsx's require hook Node failed it as an ES module required
+ * in a cycle.
  */
 function registerTsx(): Promise<void> {
-  tsx ??= import('tsx/esm/api').then(({ register }) => {
-    register();
+  tsx ??= Promise.all([import('tsx/esm/api'), import('tsx/cjs/api')]).then(([esm, cjs]) => {
+    esm.register();
+    cjs.register();
   });
   return tsx;
 }
