@@ -20,7 +20,20 @@ import { parseArgs } from 'node:util';
 import { buildSync } from 'esbuild';
 
 const root = join(import.meta.dirname, '..');
-const { values: args } = parseArgs({ options: { out: { type: 'string' } } });
+const USAGE = 'usage: node scripts/pack.mjs [--out <dir>]   (default dist/pack; npm run pack builds first)';
+let args;
+try {
+  ({ values: args } = parseArgs({
+    options: { out: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  }));
+} catch (error) {
+  console.error(`${error.message}\n${USAGE}`);
+  process.exit(2);
+}
+if (args.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
 const out = resolve(args.out ?? join(root, 'dist', 'pack'));
 const stage = join(out, '.stage');
 
