@@ -1,4 +1,4 @@
-import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, symlink, truncate, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { submitToPipeline } from '@troupe/client';
@@ -180,6 +180,56 @@ describe('the gateway: a task’s workspace files', () => {
     expect(big.body.error.message).toContain(`troupe files ${taskId} big.txt > big.txt`);
     expect(big.body.error.message).toContain('--max-file-size');
   });
+
+  it('closes the connection when a file is cut shorter while it is sent, rather than leave the client waiting', async () => {
+    // A command that rewrites a file in place (`> file`) while a client downloads it: fewer bytes than announced.
+    const roomy = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(TOKENS.admin), scopes: ['admin'] }]),
+      port: 0,
+      workspaces: h.workspaceRoot,
+      maxFileBytes: 64 * 1024 * 1024,
+      dashboardDir: false,
+      a2aPush: false,
+    });
+    const file = join(workspace, 'shrinking.bin');
+    // Larger than the socket buffers hold, so the gateway is still reading when the file is cut.
+    const bytes = 32 * 1024 * 1024;
+    await writeFile(file, Buffer.alloc(bytes, 7));
+    try {
+      const outcome = await new Promise<string>((resolve) => {
+        const url = new URL(roomy.url);
+        const req = httpRequest(
+          {
+            host: url.hostname,
+            port: url.port,
+            path: `/v1/tasks/${taskId}/files/shrinking.bin`,
+            headers: { authorization: `Bearer ${TOKENS.admin}` },
+          },
+          (res) => {
+            let received = 0;
+            res.pause();
+            void truncate(file, 10).then(() => res.resume());
+            res.on('data', (chunk: Buffer) => (received += chunk.length));
+            res.on('end', () => resolve(`ended with ${received} of ${res.headers['content-length']} bytes`));
+            res.on('error', () => resolve(`failed after ${received} bytes`));
+          },
+        );
+        // Far longer than a closed connection takes to be seen; the gateway's keep-alive would hold it 72 s.
+        req.setTimeout(20_000, () => req.destroy(new Error('still waiting')));
+        req.on('error', (error) => resolve(`request: ${error.message}`));
+        req.end();
+      });
+      expect(outcome).toMatch(/^failed after \d+ bytes$|^request: (aborted|socket hang up)$/);
+      expect(outcome).not.toContain(String(bytes));
+      // The gateway serves on.
+      expect((await get(`/v1/tasks/${taskId}/files/notes/hello.md`, 'admin', roomy)).status).toBe(200);
+    } finally {
+      await roomy.close();
+      await rm(file, { force: true });
+    }
+  }, 60_000);
 
   it('refuses paths that leave the workspace: .., encoded .., absolute, and symlinks that lead out', async () => {
     for (const path of [

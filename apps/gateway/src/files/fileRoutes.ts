@@ -174,7 +174,13 @@ export const fileRoutes: FastifyPluginAsyncZod<FileRoutesOptions> = async (app, 
       }
       // No more than the size announced, should the file grow meanwhile; the stream closes the file when it ends or
       // the client goes.
-      return reply.send(file.handle.createReadStream({ start: 0, end: file.bytes - 1 }));
+      const body = file.handle.createReadStream({ start: 0, end: file.bytes - 1 });
+      // Cut shorter meanwhile (a command rewriting it in place): the connection is closed, which the client sees as a
+      // failed download, rather than kept open waiting for the bytes Content-Length promised.
+      body.once('end', () => {
+        if (body.bytesRead < file.bytes) reply.raw.destroy();
+      });
+      return reply.send(body);
     },
   );
 };
