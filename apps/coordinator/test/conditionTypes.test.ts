@@ -298,3 +298,37 @@ describe('every example pipeline still loads', () => {
     }
   });
 });
+
+describe('a pipeline with many typed steps and conditions', () => {
+  it('loads in seconds, not minutes, declaring only the schemas each condition reads', () => {
+    // 60 agents, each with an output schema of 16 objects, and a when on every step after the first.
+    const fields = Array.from(
+      { length: 15 },
+      (_, i) =>
+        `        f${i}: { type: object, additionalProperties: false, properties: { a: { type: string }, b: { type: integer }, c: { type: array, items: { type: object, properties: { x: { type: boolean } } } } } }`,
+    ).join('\n');
+    const ids = Array.from({ length: 60 }, (_, i) => i);
+    const agents = ids
+      .map(
+        (i) =>
+          `  a${i}:\n    instructions: Work.\n    output:\n      type: object\n      additionalProperties: false\n      properties:\n        ok: { type: boolean }\n${fields}\n`,
+      )
+      .join('');
+    const flow = ids
+      .map((i) =>
+        i === 0
+          ? '  - { id: s0, kind: agent, agent: a0 }\n'
+          : `  - { id: s${i}, kind: agent, agent: a${i}, when: 'steps.s${i - 1}.output.ok && steps.s0.output.f3.b > 2 && steps.s0.output.f1.c.exists(c, c.x)' }\n`,
+      )
+      .join('');
+    const text = `version: 1\nname: big\nmodels:\n  scripted: { provider: scripted, script: ./big.script.yaml }\ndefaults: { model: scripted }\nagents:\n${agents}flow:\n${flow}`;
+    const started = performance.now();
+    loads(text);
+    // Declaring every schema for every condition took 44 s here; declaring only what is selected, 0.4 s.
+    expect(performance.now() - started).toBeLessThan(4_000);
+    // The pruned declarations still type what is read.
+    expect(() => loads(text.replace('steps.s0.output.f3.b > 2 &&', 'steps.s0.output.f3.a &&'))).toThrow(
+      'steps.s0.output.f3.a is a string, not a bool',
+    );
+  }, 120_000);
+});

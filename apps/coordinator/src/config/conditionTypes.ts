@@ -160,9 +160,10 @@ class Declared {
     while (this.names.has(name)) name = `${name}_`;
     this.names.set(name, shape);
     const fields: Record<string, string> = Object.create(null);
-    // Fields first: a type's fields must be declared before it is.
+    // Fields first: a type's fields must be declared before it is. A field the expression never selects is `dyn`:
+    // declaring every schema a pipeline holds for each of its conditions made a load of 60 steps take 44 s.
     for (const [key, field] of Object.entries(shape.fields))
-      fields[key] = this.celType(field, `${path}.${key}`);
+      fields[key] = this.selected.has(key) ? this.celType(field, `${path}.${key}`) : 'dyn';
     if (!shape.closed) for (const key of this.selected) fields[key] ??= 'dyn';
     this.env.registerType(name, { fields });
     // At run time every object is a map: what CEL allows on a map, it allows here.
