@@ -1,4 +1,4 @@
-import { type FSWatcher, watch } from 'node:fs';
+import { existsSync, type FSWatcher, watch } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { type Clock, systemClock } from '@troupe/runtime';
 
@@ -52,6 +52,13 @@ export function watchFiles(files: readonly string[], options: FileWatchOptions):
       const watcher = watch(directory, { persistent: false }, (_event, name) => {
         const entry = directories.get(directory);
         if (!entry) return;
+        // The directory removed: Linux says so once, naming it, and then nothing, whatever is made in its place.
+        if (!existsSync(directory)) {
+          directories.delete(directory);
+          watcher.close();
+          const why = `${directory} was removed; a directory made again in its place is not followed`;
+          options.onError?.(new Error(why), directory);
+        }
         // Some platforms do not say which file: every file followed there may have changed.
         const names = name === null ? [...entry.files.keys()] : [name.toString()];
         for (const n of names) {
