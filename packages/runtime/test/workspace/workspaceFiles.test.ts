@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -90,4 +91,13 @@ describe('openWorkspaceFile', () => {
     expect(await codeOf(openWorkspaceFile(workspace, 'a'))).toBe('not_a_file');
     expect(await codeOf(openWorkspaceFile(path.join(root, 'demo', 'gone'), 'a.txt'))).toBe('no_workspace');
   });
+
+  it('refuses a FIFO at once, with no writer, and lists it as a special file', async () => {
+    // Opened as a file, a FIFO with no writer would block the open (and a thread of libuv's pool) for good.
+    execFileSync('mkfifo', [path.join(workspace, 'pipe')]);
+    expect(await codeOf(openWorkspaceFile(workspace, 'pipe'))).toBe('not_a_file');
+    const listing = await listWorkspaceFiles(workspace);
+    expect(listing.omitted).toContainEqual({ path: 'pipe', reason: 'special_file' });
+    expect(listing.files.map((f) => f.path)).not.toContain('pipe');
+  }, 5_000);
 });
