@@ -144,6 +144,37 @@ describe('a condition is type-checked at load against the JSON Schemas the pipel
     expect(whenIssue('steps.plan.output.status in ["open", "closed"]')).toContain('never "closed"');
   });
 
+  it('refuses a declared string, bool or list compared with null, saying how to test that the key is there', () => {
+    expect(whenIssue('steps.plan.output.summary != null')).toBe(
+      'steps.plan.output.summary is a string, never null (the output schema of step plan says so); to test that it is there: has(steps.plan.output.summary)',
+    );
+    expect(whenIssue('steps.plan.error == null')).toBe(
+      'steps.plan.error is a string, never null; to test that it is absent: !has(steps.plan.error)',
+    );
+    expect(whenIssue('null != steps["plan"].output.owner.active')).toContain(
+      'steps["plan"].output.owner.active is a bool, never null (the output schema of step plan says so); to test that it is there: steps["plan"].output.owner.?active.hasValue()',
+    );
+    expect(whenIssue('steps.plan.output["tags"] != null')).toContain(
+      'is a list, never null (the output schema of step plan says so); to test that it is there: steps.plan.output[?"tags"].hasValue()',
+    );
+    // What the messages offer loads.
+    for (const when of [
+      'has(steps.plan.output.summary)',
+      '!has(steps.plan.error)',
+      'steps["plan"].output.owner.?active.hasValue()',
+      'steps.plan.output[?"tags"].hasValue()',
+    ]) {
+      expect(() => loads(withWhen(when)), when).not.toThrow();
+    }
+  });
+
+  it("refuses a macro over a declared object's keys, saying how to iterate them", () => {
+    expect(whenIssue('steps.plan.output.owner.exists(k, k == "name")')).toBe(
+      'steps.plan.output.owner is typed as an object, whose keys all, exists, map and filter do not iterate; iterate them as dyn(steps.plan.output.owner).exists(…), or test a key with has(…) or "key" in …',
+    );
+    expect(() => loads(withWhen('dyn(steps.plan.output.owner).exists(k, k == "name")'))).not.toThrow();
+  });
+
   it('refuses what the evaluator would refuse, with a JSON number read as the double it is', () => {
     expect(whenIssue('steps.plan.output.count + 1 > 2')).toBe(
       'no such overload: double + int in steps.plan.output.count + 1 (a JSON number is a double: write 1.0, not 1, or convert with int(…))',

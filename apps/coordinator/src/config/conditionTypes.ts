@@ -314,6 +314,8 @@ function explainError(error: CelTypeError, names: Map<string, Shape>): string {
     if (type !== undefined)
       return `reads ${at}, but ${whose} is ${describe(type, names)}${origin(whose)}, which has no keys`;
   }
+  const never = nullComparison(node, names);
+  if (never) return never;
   // A logical operator, a negation or a ternary given something that is not a bool: name the operand.
   const operands: unknown[] = NOT_BOOL.has(error.code)
     ? node.op === '&&' || node.op === '||'
@@ -331,10 +333,35 @@ function explainError(error: CelTypeError, names: Map<string, Shape>): string {
     return `${what} is ${describe(type, names)}, not a bool${read ? origin(read) : ''}${fix ? `; compare it: ${fix}` : ''}`;
   }
   if (summary.includes('cannot be range of a comprehension')) {
-    return `${summary} in ${at}: a declared object is typed as an object, whose keys macros do not iterate; test a key with has(…) or "key" in …`;
+    return `${at} is typed as an object, whose keys all, exists, map and filter do not iterate; iterate them as dyn(${at}).exists(…), or test a key with has(…) or "key" in …`;
   }
   // The evaluator's own name for a JSON number; the user wrote a number.
   return `${summary.replaceAll('dyn<double>', 'double')} in ${at}${hintFor(summary)}`;
+}
+
+/**
+ * A declared string, bool or list compared with `null`: the checker has no such overload, and the value is never
+ * null — when the key is absent, reading it fails the task. What was meant is a test that it is there.
+ */
+function nullComparison(node: ASTNode, names: Map<string, Shape>): string | undefined {
+  if (node.op !== '==' && node.op !== '!=') return undefined;
+  const [left, right] = node.args as [ASTNode, ASTNode];
+  const isNull = (side: ASTNode) => side.op === 'value' && side.args === null;
+  const read = isNull(right) ? left : isNull(left) ? right : undefined;
+  const type = read && checkedTypeOf(read);
+  const chain = read && readOf(read);
+  if (read === undefined || type === undefined || chain === undefined || read.op === 'id') return undefined;
+  const present = presenceTest(read, chain);
+  const test = node.op === '==' ? `that it is absent: !${present}` : `that it is there: ${present}`;
+  return `${chain} is ${describe(type, names)}, never null${origin(chain)}; to test ${test}`;
+}
+
+/** `has(a.b)`; cel-js takes no brackets in has(), so `a["b"].c` is tested as `a["b"].?c.hasValue()`. */
+function presenceTest(read: ASTNode, chain: string): string {
+  const [left, right] = read.args as [ASTNode, unknown];
+  if (!chain.includes('[')) return `has(${chain})`;
+  const key = typeof right === 'string' ? `.?${right}` : `[?${source(right as ASTNode)}]`;
+  return `${source(left)}${key}.hasValue()`;
 }
 
 /** A key an object's schema does not declare, read from it. */
