@@ -253,8 +253,15 @@ function filesTheBuildNeeds(rootPackage: {
           )
           .map((entry) => `${dir}/${entry.name}`)
       : [dir];
-    for (const member of members) files.push(`${member}/package.json`);
+    for (const member of members) {
+      files.push(`${member}/package.json`);
+      // What the CLI's bundle and pack's tsc compile, and the README pack puts in each package.
+      for (const part of ['src', 'README.md'])
+        if (existsSync(join(repoRoot, member, part))) files.push(`${member}/${part}`);
+    }
   }
+  // What scripts/pack.mjs reads besides: the compiler settings, the licence and the pipeline schema it ships.
+  files.push('tsconfig.base.json', 'LICENSE', 'docs/schema/pipeline.schema.json');
   for (const script of ['prepare', 'postinstall', 'pack']) {
     const text = rootPackage.scripts?.[script] ?? '';
     for (const match of text.matchAll(/(?:node|bash|sh|tsx)\s+((?:scripts|patches)\/[\w./-]+)/g))
@@ -1011,6 +1018,18 @@ describe('deploy/Dockerfile', () => {
     const broken = `${read(join(repoRoot, '.dockerignore'))}\nscripts\n`;
     const { problems } = dockerfileProblems(read(dockerfilePath), broken, rootPackage);
     expect(problems.join('\n')).toContain('leaves out scripts/buildCli.mjs');
+    // A context without docs or READMEs is usual elsewhere; here pack ships the pipeline schema and a README each.
+    for (const [line, left] of [
+      ['docs', 'docs/schema/pipeline.schema.json'],
+      ['**/*.md', 'packages/client/README.md'],
+      ['apps/gateway/src', 'apps/gateway/src'],
+    ]) {
+      const without = `${read(join(repoRoot, '.dockerignore'))}\n${line}\n`;
+      expect(
+        dockerfileProblems(read(dockerfilePath), without, rootPackage).problems.join('\n'),
+        line,
+      ).toContain(`leaves out ${left}`);
+    }
     const ignored = ignoreMatcher(read(join(repoRoot, '.dockerignore')).split('\n'));
     for (const path of [
       'node_modules',
