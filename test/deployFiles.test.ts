@@ -27,8 +27,8 @@ const composePath = join(deployDir, 'compose.yaml');
 const unitsDir = join(deployDir, 'systemd');
 /**
  * The keys Compose knows at the top level and in a service (the Compose specification), with `x-` extensions
- * allowed: a misspelt key (`depend_on`, `healthcheck:` under the wrong parent) is otherwise ignored by an engine
- * we cannot run here.
+ * allowed: a misspelt key (`depend_on`, `healthcheck:` under the wrong parent), which Compose refuses at `up`, is
+ * found here, where no engine runs.
  */
 const COMPOSE_TOP_KEYS = new Set([
   'name',
@@ -52,6 +52,19 @@ const COMPOSE_SERVICE_KEYS = new Set(
     'sysctls tmpfs tty ulimits user userns_mode uts volumes volumes_from working_dir'
   ).split(' '),
 );
+/** The keys of the maps inside a service that this file uses, as the Compose specification defines them. */
+const COMPOSE_NESTED_KEYS: Record<string, Set<string>> = {
+  healthcheck: new Set('disable interval retries start_interval start_period test timeout'.split(' ')),
+  build: new Set(
+    (
+      'additional_contexts args cache_from cache_to context dockerfile dockerfile_inline entitlements extra_hosts ' +
+      'isolation labels network no_cache platforms privileged pull secrets shm_size ssh tags target ulimits'
+    ).split(' '),
+  ),
+};
+/** The keys of one `depends_on` entry in its long form, and the conditions it may wait for. */
+const COMPOSE_DEPENDS_ON_KEYS = new Set(['condition', 'restart', 'required']);
+const COMPOSE_CONDITIONS = new Set(['service_started', 'service_healthy', 'service_completed_successfully']);
 const isExtension = (key: string) => key.startsWith('x-');
 
 const read = (file: string) => readFileSync(file, 'utf8');
@@ -547,10 +560,29 @@ async function composeProblems(raw: unknown, ctx: ComposeContext): Promise<strin
   for (const key of Object.keys(doc))
     if (!COMPOSE_TOP_KEYS.has(key) && !isExtension(key))
       problems.push(`compose: unknown top-level key ${key}`);
-  for (const [name, service] of Object.entries(doc.services ?? {}))
+  for (const [name, service] of Object.entries(doc.services ?? {})) {
     for (const key of Object.keys(service ?? {}))
       if (!COMPOSE_SERVICE_KEYS.has(key) && !isExtension(key))
         problems.push(`compose: ${name}: unknown key ${key}`);
+    for (const [parent, known] of Object.entries(COMPOSE_NESTED_KEYS)) {
+      const inner = service?.[parent];
+      if (!isRecord(inner)) continue;
+      for (const key of Object.keys(inner))
+        if (!known.has(key) && !isExtension(key))
+          problems.push(`compose: ${name}: unknown key ${parent}.${key}`);
+    }
+    const dependsOn = service?.depends_on;
+    for (const [on, entry] of isRecord(dependsOn) ? Object.entries(dependsOn) : []) {
+      if (!isRecord(entry)) continue;
+      for (const key of Object.keys(entry))
+        if (!COMPOSE_DEPENDS_ON_KEYS.has(key))
+          problems.push(`compose: ${name}: unknown key depends_on.${on}.${key}`);
+      if (entry.condition !== undefined && !COMPOSE_CONDITIONS.has(String(entry.condition)))
+        problems.push(
+          `compose: ${name}: depends_on.${on}.condition ${String(entry.condition)} is no condition`,
+        );
+    }
+  }
   const services = doc.services ?? {};
   const declaredVolumes = new Set(Object.keys(doc.volumes ?? {}));
   const usedVolumes = new Set<string>();
@@ -1095,6 +1127,21 @@ describe('deploy/compose.yaml', () => {
       'a key Compose does not know',
       set(['worker', 'restart_policy'], 'always'),
       'unknown key restart_policy',
+    ],
+    [
+      'a key a health check does not know',
+      set(['gateway', 'healthcheck', 'intervall'], '15s'),
+      'unknown key healthcheck.intervall',
+    ],
+    [
+      'a key a depends_on entry does not know',
+      set(['worker', 'depends_on', 'coordinator', 'conditon'], 'service_healthy'),
+      'unknown key depends_on.coordinator.conditon',
+    ],
+    [
+      'a condition Compose does not know',
+      set(['worker', 'depends_on', 'coordinator', 'condition'], 'service_ready'),
+      'service_ready is no condition',
     ],
     ['an unknown troupe command', set(['worker', 'command', 0], 'workers'), 'is no command'],
     ['an option the command lacks', push(['coordinator', 'command'], '--agents'), 'has no option --agents'],
