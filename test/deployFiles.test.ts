@@ -515,6 +515,8 @@ async function agentsServed(files: string[], only: string[] | undefined): Promis
   const served: string[] = [];
   for (const file of files) {
     const printed = await troupe(['validate', '--print', '--no-keys', file]);
+    // A file troupe validate refuses is reported as such; it serves no agents.
+    if (printed.code !== 0) continue;
     const pipeline = JSON.parse(printed.stdout) as { name: string; agents: Record<string, unknown> };
     for (const agent of Object.keys(pipeline.agents))
       if (!only || only.includes(agent)) served.push(`${pipeline.name}.${agent}`);
@@ -1036,6 +1038,11 @@ describe('deploy/Dockerfile', () => {
       "not the CLI's tarball",
     ],
     [
+      'a COPY of what .dockerignore leaves out',
+      (t: string) => t.replace('COPY . .', 'COPY .git .'),
+      'is in .dockerignore',
+    ],
+    [
       'installing what was not copied',
       (t: string) => t.replace('npm install -g /tmp/troupe-cli.tgz', 'npm install -g /tmp/x.tgz'),
       'installs nothing copied',
@@ -1147,6 +1154,51 @@ describe('deploy/compose.yaml', () => {
     ['an option the command lacks', push(['coordinator', 'command'], '--agents'), 'has no option --agents'],
     ['an option without its value', push(['gateway', 'command'], '--max-streams'), 'needs a value'],
     ['a pipeline file not mounted', set(['worker', 'command', 1], '/pipelines/nope.yaml'), 'not mounted'],
+    [
+      'a flag given a value',
+      set(['worker', 'command', 4], '--json=yes'),
+      '--json of troupe worker takes no value',
+    ],
+    [
+      'a command without its arguments',
+      set(['worker', 'command'], ['worker', '--json']),
+      'troupe worker needs',
+    ],
+    [
+      'a pipeline file troupe validate refuses',
+      set(['worker', 'command', 1], '/pipelines/demo.script.yaml'),
+      'troupe validate:',
+    ],
+    [
+      'an inbox of no user',
+      set(['gateway', 'environment', 'TROUPE_INBOX'], 'troupe._inbox.nobody'),
+      'TROUPE_INBOX troupe._inbox.nobody is no user nats-config makes',
+    ],
+    [
+      "users made for another cluster's replicas",
+      set(['nats-config', 'command', 11], '1'),
+      'nats-config: --replicas 1 for 3 NATS servers',
+    ],
+    [
+      'waiting for a service that restarts to complete',
+      set(['nats-config', 'restart'], 'always'),
+      'which restarts',
+    ],
+    [
+      'a build from another context',
+      set(['coordinator', 'build'], { context: '.', dockerfile: 'deploy/Dockerfile' }),
+      "build context is not the repository's root",
+    ],
+    [
+      'a NATS config that is not mounted',
+      set(['nats-1', 'command'], ['nats-server', '--config', '/etc/nats/other.conf']),
+      'is no file mounted from deploy/',
+    ],
+    [
+      'a declared volume no service mounts',
+      volumes('nats-3', (v) => v.filter((volume) => !volume.startsWith('nats-3-data'))),
+      'volume nats-3-data is never used',
+    ],
     ['a depends_on on no service', set(['worker', 'depends_on'], { coordinater: {} }), 'which is no service'],
     ['waiting for health that is never checked', drop(['coordinator', 'healthcheck']), 'has no health check'],
     [
@@ -1342,6 +1394,18 @@ describe('deploy/systemd', () => {
       'Restart=no',
     ],
     ['root', 'troupe-coordinator.service', (t) => t.replace('User=troupe', 'User=root'), 'runs as root'],
+    [
+      'troupe found on PATH',
+      'troupe-worker.service',
+      (t) => t.replace('ExecStart=/usr/local/bin/troupe ', 'ExecStart=troupe '),
+      'not troupe by its absolute path',
+    ],
+    [
+      'a restart after a configuration error',
+      'troupe-gateway.service',
+      (t) => t.replace('RestartPreventExitStatus=2', ''),
+      'restarts after exit code 2',
+    ],
     [
       'no NATS user',
       'troupe-worker.service',
