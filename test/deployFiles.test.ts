@@ -1121,6 +1121,14 @@ const volumes =
 describe('deploy/compose.yaml', () => {
   it('is a valid Compose file whose services run real troupe commands on real files, in the right order', async () => {
     expect(await composeProblems(parseCompose(composeText()), composeContext())).toEqual([]);
+    // The checks of a Troupe process apply to a service built from deploy/Dockerfile: each of Troupe's must be one,
+    // or dropping its build would drop its checks with it.
+    const services = parseCompose(composeText()).services as Record<string, Record<string, unknown>>;
+    expect(
+      Object.keys(services)
+        .filter((name) => isTroupeService(services[name] ?? {}))
+        .sort(),
+    ).toEqual(['coordinator', 'gateway', 'nats-config', 'worker']);
   });
 
   const edited = (edit: Edit) => {
