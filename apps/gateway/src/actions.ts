@@ -58,6 +58,8 @@ export interface GatewayActionsOptions {
 export class GatewayActions {
   readonly #bus: NatsBus;
   readonly #maxWaitSeconds: number;
+  /** Aborted when the gateway stops: a `?wait=` under way is answered then, not cut when the stop's grace ends. */
+  readonly #stopping = new AbortController();
   readonly #limits: TaskLimits;
   readonly #ids: TaskIds;
   readonly #values: ValueStore;
@@ -68,6 +70,11 @@ export class GatewayActions {
     this.#maxWaitSeconds = options.maxWaitSeconds ?? 300;
     this.#limits = options.taskLimits ?? DEFAULT_TASK_LIMITS;
     this.#ids = options.taskIds ?? TaskIds.random();
+  }
+
+  /** Ends every `?wait=` under way, each answered with its task as it stands (`202`): the gateway is stopping. */
+  stopWaiting(): void {
+    this.#stopping.abort();
   }
 
   /**
@@ -95,7 +102,7 @@ export class GatewayActions {
     };
     const wait = Math.min(options.waitSeconds ?? 0, this.#maxWaitSeconds);
     // This pipeline's events only: an id TASKS took for a duplicate may be another pipeline's queued task.
-    const final = wait > 0 ? finalEventOf(this.#bus, task.id, pipeline) : undefined;
+    const final = wait > 0 ? finalEventOf(this.#bus, task.id, pipeline, this.#stopping.signal) : undefined;
     try {
       const submitted = await submitToPipeline(this.#bus, pipeline, task, {
         values: this.#values,
@@ -340,8 +347,11 @@ function decodeCursor(cursor: string): Ordered {
   return { createdAt: place.at, taskId: place.taskId };
 }
 
-/** Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed. */
-function finalEventOf(bus: NatsBus, taskId: string, pipeline: string) {
+/**
+ * Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed.
+ * `stopping` ends the wait early, with no event.
+ */
+function finalEventOf(bus: NatsBus, taskId: string, pipeline: string, stopping: AbortSignal) {
   let resolve: (event: TroupeEvent | undefined) => void = () => {};
   const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
   const subscription = bus.subscribe(
@@ -356,11 +366,15 @@ function finalEventOf(bus: NatsBus, taskId: string, pipeline: string) {
   );
   return {
     within: async (ms: number): Promise<TroupeEvent | undefined> => {
-      const timer = setTimeout(() => resolve(undefined), ms);
+      const end = () => resolve(undefined);
+      const timer = setTimeout(end, ms);
+      if (stopping.aborted) end();
+      stopping.addEventListener('abort', end);
       try {
         return await arrived;
       } finally {
         clearTimeout(timer);
+        stopping.removeEventListener('abort', end);
       }
     },
     stop: () => subscription.unsubscribe(),

@@ -75,6 +75,7 @@ import {
   TokenInfo,
 } from './api.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from './auth.ts';
+import { Connections } from './connections.ts';
 import { answerTo } from './errors.ts';
 import { DEFAULT_MAX_FILE_BYTES, fileRoutes } from './files/fileRoutes.ts';
 import { mcpEndpoint } from './mcp/mcpEndpoint.ts';
@@ -149,8 +150,18 @@ export interface Gateway {
   url: string;
   /** The OpenAPI document of the routes, generated from their schemas (also served at `/openapi.json`). */
   openapi(): unknown;
-  close(): Promise<void>;
+  /**
+   * Stops: ends open event streams (a last `gateway_stopping` message) and WebSockets (`1001`), closes every socket
+   * with nothing under way at once and the others as their last request is answered, and cuts what is still open
+   * after `graceMs` (10 s by default), so a client never holds a stop up.
+   */
+  close(options?: { graceMs?: number }): Promise<void>;
+  /** The sockets open now, and those with a request under way. */
+  connections(): { open: number; busy: number };
 }
+
+/** How long requests under way when the gateway stops may take to be answered before their sockets are cut. */
+export const CLOSE_GRACE_MS = 10_000;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -764,6 +775,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   );
 
   await app.listen({ host: options.host ?? '127.0.0.1', port: options.port });
+  const connections = new Connections(app.server);
   // Every gateway takes part in delivering webhooks: a config is worked on by one at a time (docs/interop.md).
   const pushDelivery =
     options.a2aPush === false ? undefined : new PushDelivery({ bus, logger, ...options.a2aPush });
@@ -778,13 +790,21 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
   return {
     url,
     openapi: () => app.swagger(),
-    close: async () => {
+    connections: () => connections.count(),
+    close: async ({ graceMs = CLOSE_GRACE_MS } = {}) => {
       // Open streams end first: the server closes only once every connection has.
       for (const stop of [...openStreams.keys()]) stop();
+      actions.stopWaiting();
       stopWatching();
       stopListening();
-      await pushDelivery?.stop();
-      await app.close();
+      const closed = app.close();
+      const cancel = connections.close(graceMs);
+      try {
+        await pushDelivery?.stop();
+        await closed;
+      } finally {
+        cancel();
+      }
     },
   };
 }
@@ -860,6 +880,12 @@ function sessionView(
     }),
   };
 }
+
+/** The last message of an event stream ended by the gateway's stop. */
+const STOPPING = {
+  code: 'gateway_stopping',
+  message: 'the gateway is stopping; connect again, with Last-Event-ID, to resume where this stream ended',
+};
 
 /** Ends a stream: with the reason the client is told (a revoked token), or none when the gateway closes. */
 type StopStream = (why?: { code: string; message: string }) => void;
@@ -938,7 +964,9 @@ async function streamSse(
     if (!stream.closed)
       await stream.send({ event: 'error', data: { code: 'unavailable', message: errorMessage(error) } });
   } finally {
-    if (why && !stream.closed) await stream.send({ event: 'error', data: why });
+    // Stopped with no reason: the gateway is stopping, which the client is told, so it connects again elsewhere.
+    if (stopped.signal.aborted && !stream.closed)
+      await stream.send({ event: 'error', data: why ?? STOPPING });
     streams.open.delete(stop);
     releaseConsumer();
     releaseStream();

@@ -26,7 +26,7 @@ export {
 export { contentTypeOf } from './files/contentType.ts';
 export { DEFAULT_MAX_FILE_BYTES } from './files/fileRoutes.ts';
 export * as filesApi from './files/filesApi.ts';
-export { type Gateway, type GatewayOptions, startGateway } from './gateway.ts';
+export { CLOSE_GRACE_MS, type Gateway, type GatewayOptions, startGateway } from './gateway.ts';
 export { serveMcpStdio } from './mcp/serveStdio.ts';
 export { type BrowserOrigins, webSocketRefusal } from './origins.ts';
 export { DEFAULT_STREAM_CAPS, type StreamCaps, StreamQuota, TooManyStreams } from './streamQuota.ts';
