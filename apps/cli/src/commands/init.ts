@@ -97,6 +97,12 @@ const pipelineYaml = (
 #   defaults: { model: gpt }
 #
 # or \`{ provider: anthropic, model: claude-sonnet-4-6 }\` with ANTHROPIC_API_KEY.
+#
+# Tools of your own: export them from a module of yours (TypeScript or JavaScript), name it here and list the tool
+# under an agent's \`tools\`; \`troupe up\` and \`troupe worker\` load it (docs/tools.md, "Writing your own tool"):
+#
+#   tools:
+#     modules: [./tools/wordCount.ts]
 version: 1
 name: ${name}
 description: Draft a short text and review it.
