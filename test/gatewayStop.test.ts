@@ -143,6 +143,62 @@ describe('stopping the gateway', () => {
     expect(JSON.parse(last?.data ?? '{}')).toMatchObject({ code: 'gateway_stopping' });
   });
 
+  it('ends an A2A stream and an MCP session’s event stream (these ended on their own already)', async () => {
+    const served = await start();
+    const a2a = await fetch(`${served.url}/a2a/slowpoke/jsonrpc`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'a2a-version': '1.0' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'SendStreamingMessage',
+        params: { message: { messageId: 'm-stop', role: 'ROLE_USER', parts: [{ text: 'Think it over' }] } },
+      }),
+    });
+    expect(a2a.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const a2aBody = a2a.text();
+    const mcpHeaders = {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-11-25',
+    };
+    const init = await fetch(`${served.url}/mcp`, {
+      method: 'POST',
+      headers: mcpHeaders,
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: {
+          protocolVersion: '2025-11-25',
+          capabilities: {},
+          clientInfo: { name: 'stop', version: '1' },
+        },
+      }),
+    });
+    const session = init.headers.get('mcp-session-id') ?? '';
+    expect(session).not.toBe('');
+    await init.text();
+    await fetch(`${served.url}/mcp`, {
+      method: 'POST',
+      headers: { ...mcpHeaders, 'mcp-session-id': session },
+      body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
+    }).then((r) => r.text());
+    const mcp = await fetch(`${served.url}/mcp`, {
+      headers: {
+        accept: 'text/event-stream',
+        'mcp-protocol-version': '2025-11-25',
+        'mcp-session-id': session,
+      },
+    });
+    expect(mcp.status).toBe(200);
+    const mcpBody = mcp.text();
+    expect(await timedClose(served)).toBeLessThan(PROMPT_MS);
+    // Both streams end, neither is cut: the body reads to its end.
+    expect(await a2aBody).toContain('"jsonrpc"');
+    expect(await mcpBody).toBeTypeOf('string');
+  });
+
   it('closes a WebSocket with 1001, and promptly when its client never answers the close', async () => {
     const served = await start();
     const polite = await openWs(`${served.url.replace('http', 'ws')}/v1/ws`);
