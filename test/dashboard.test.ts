@@ -6,6 +6,7 @@ import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gatew
 import { createLogger } from '@troupe/runtime';
 import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { screenshotAtRest } from './support/dashboard.ts';
 import { examplePath, fixturePath, type Harness, ofKind, startHarness } from './support/harness.ts';
 
 /** Debian's chromium (`.ci/run` and `npm test` install it when missing); CHROMIUM_PATH names another. */
@@ -125,11 +126,7 @@ describe('the dashboard, in a real browser', () => {
     return taskId;
   };
   const row = (taskId: string) => page.locator(`[data-testid=task-row][data-task="${taskId}"]`);
-  /** A screenshot of the page at rest: the dot of each hand-over gone (it fades 1.5 s after it starts). */
-  const snap = async (name: string) => {
-    await expect.poll(() => page.locator('.flow circle.message').count(), { timeout: 5_000 }).toBe(0);
-    await page.screenshot({ path: shot(name), fullPage: true });
-  };
+  const snap = (name: string) => screenshotAtRest(page, shot(name));
 
   it('asks for a token, then shows the flow, and a goal submitted from the page runs with its rework visible', async () => {
     await page.goto(gateway.url);

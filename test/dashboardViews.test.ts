@@ -5,6 +5,7 @@ import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gatew
 import { createLogger } from '@troupe/runtime';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { screenshotAtRest } from './support/dashboard.ts';
 import { examplePath, fixturePath, type Harness, ofKind, startHarness } from './support/harness.ts';
 
 /** Debian's chromium (`.ci/run` and `npm test` install it when missing); CHROMIUM_PATH names another. */
@@ -116,7 +117,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     await page.locator('[data-testid=request]').filter({ hasText: taskId }).waitFor({ timeout: 30_000 });
     await page.getByTestId('cancel').click();
     await expect.poll(() => page.getByTestId('task-actions').textContent()).toContain(`Cancel ${taskId}?`);
-    await page.screenshot({ path: shot('dashboard-cancel'), fullPage: true });
+    await screenshotAtRest(page, shot('dashboard-cancel'));
     // Keeping it running changes nothing.
     await page.getByTestId('cancel-keep').click();
     expect(await page.getByTestId('cancel-confirm').count()).toBe(0);
@@ -148,7 +149,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     await row(page, first.taskId).click();
     await page.getByTestId('rerun').waitFor();
     await page.getByTestId('file').first().waitFor();
-    await page.screenshot({ path: shot('dashboard-output'), fullPage: true });
+    await screenshotAtRest(page, shot('dashboard-output'));
     await page.getByTestId('rerun').click();
     const again = await nextShown(page, first.taskId);
     await row(page, again).and(page.locator('[data-status=completed]')).waitFor({ timeout: 30_000 });
@@ -215,7 +216,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       | { session?: { earlier?: { goal: string }[] } }
       | undefined;
     expect(input?.session?.earlier).toEqual([expect.objectContaining({ goal: 'Write the first report' })]);
-    await page.screenshot({ path: shot('dashboard-session'), fullPage: true });
+    await screenshotAtRest(page, shot('dashboard-session'));
 
     // Opened again from the list, after a reload of the page, it shows the same conversation.
     await page.reload();
@@ -274,7 +275,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     const following = session.getByTestId('following');
     await expect.poll(() => following.textContent(), { timeout: 30_000 }).toContain('waiting for a person');
     expect(await session.getByTestId('session-send').isDisabled()).toBe(true);
-    await page.screenshot({ path: shot('dashboard-session-following'), fullPage: true });
+    await screenshotAtRest(page, shot('dashboard-session-following'));
     const turn = session.getByTestId('turn').first();
     const taskId = (await turn.getAttribute('data-task')) ?? '';
     await page.locator('[data-testid=request]').filter({ hasText: taskId }).getByTestId('approve').click();
@@ -323,7 +324,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       await expect
         .poll(() => ci.getByTestId('action-refused').textContent(), { timeout: 15_000 })
         .toBe('The gateway did not cancel it: token ci lacks the submit scope (it has read)');
-      await ci.screenshot({ path: shot('dashboard-cancel-refused'), fullPage: true });
+      await screenshotAtRest(ci, shot('dashboard-cancel-refused'));
       // Told so, the page reads what the token may do again and takes the button away.
       await expect.poll(() => ci.getByTestId('cancel').count(), { timeout: 15_000 }).toBe(0);
       expect(await ci.getByTestId('cancel-confirm').count()).toBe(0);
@@ -365,7 +366,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     // The file's markup is text too.
     expect(await files.getByTestId('file-view').locator('b, img').count()).toBe(0);
     expect(await page.locator('body').getAttribute('data-pwned')).toBeNull();
-    await page.screenshot({ path: shot('dashboard-files'), fullPage: true });
+    await screenshotAtRest(page, shot('dashboard-files'));
     // An image is not drawn as text: it is saved, with the token, under its own name.
     const chart = files.locator('[data-testid=file][data-path="data/chart.png"]');
     expect(await chart.getByTestId('file-open').count()).toBe(0);
