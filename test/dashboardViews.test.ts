@@ -5,7 +5,7 @@ import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gatew
 import { createLogger } from '@troupe/runtime';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { screenshotAtRest } from './support/dashboard.ts';
+import { goalsShown, screenshotAtRest } from './support/dashboard.ts';
 import { examplePath, fixturePath, type Harness, ofKind, startHarness } from './support/harness.ts';
 
 /** Debian's chromium (`.ci/run` and `npm test` install it when missing); CHROMIUM_PATH names another. */
@@ -216,6 +216,26 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       | { session?: { earlier?: { goal: string }[] } }
       | undefined;
     expect(input?.session?.earlier).toEqual([expect.objectContaining({ goal: 'Write the first report' })]);
+    // The turns' long ids (`s-…-2-…`) leave the goal room to read at 1400 px: a dozen characters or more on its first
+    // line (all of a shorter goal), and no word broken across lines.
+    const goals = await goalsShown(page);
+    expect(goals.filter((g) => g.task.startsWith(`${id}-`))).toHaveLength(2);
+    expect(
+      goals.filter((g) => g.firstLine.length < Math.min(12, g.goal.length) || g.split.length > 0),
+    ).toEqual([]);
+    // The id is cut in its middle to make that room, but stays whole in the page: its title, and what is copied.
+    const idCell = row(page, second).locator('td.id');
+    expect(await idCell.getAttribute('title')).toBe(second);
+    expect(
+      await idCell.evaluate((td) => {
+        const head = td.querySelector('.head') as HTMLElement;
+        const selection = getSelection();
+        selection?.selectAllChildren(td);
+        const copied = selection?.toString();
+        selection?.removeAllRanges();
+        return { cut: head.scrollWidth > head.clientWidth, copied };
+      }),
+    ).toEqual({ cut: true, copied: second });
     await screenshotAtRest(page, shot('dashboard-session'));
 
     // Opened again from the list, after a reload of the page, it shows the same conversation.

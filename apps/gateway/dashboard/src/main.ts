@@ -389,7 +389,7 @@ function TaskList(props: {
   if (props.tasks.length === 0) return html`<p class="hint">No tasks yet.</p>`;
   return html`<table class="task-list" data-testid="tasks">
     <thead>
-      <tr><th>task</th><th>version</th><th>status</th><th>at</th><th>round</th><th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
+      <tr><th>task</th><th>version</th><th>status</th><th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
     </thead>
     <tbody>
       ${props.tasks.map(
@@ -402,11 +402,9 @@ function TaskList(props: {
           data-status=${t.status}
           data-version=${t.version ?? ''}
         >
-          <td class="id">${t.taskId}</td>
+          <td class="id" title=${t.taskId}><${TaskId} id=${t.taskId} /></td>
           <td class="version" title=${t.version ?? ''}>${t.version?.slice(0, 12) ?? ''}</td>
-          <td><span class=${`status ${t.status}`}>${t.status}</span></td>
-          <td>${t.state ?? ''}</td>
-          <td>${t.round ?? ''}</td>
+          <td><span class=${`status ${t.status}`}>${t.status}</span>${where(t) ? html`<span class="at">${where(t)}</span>` : null}</td>
           <td>${t.createdAt ? (t.status === 'running' || t.status === 'submitted' ? since(t.createdAt) : duration(Date.parse(t.updatedAt ?? t.createdAt) - Date.parse(t.createdAt))) : ''}</td>
           <td>${t.usage ? tokens(t.usage) : ''}</td>
           <td>${t.usage ? cost(t.usage.costUsd) : ''}</td>
@@ -415,6 +413,22 @@ function TaskList(props: {
       )}
     </tbody>
   </table>`;
+}
+
+/**
+ * A task id cut in its middle when its column is narrow: its start and its last characters (a session turn's number
+ * and random part) stay in view. The whole id is the element's text, so it is selected and copied whole.
+ */
+function TaskId(props: { id: string }) {
+  const tail = props.id.length > 16 ? 8 : 0;
+  return html`<span class="cut-id"><span class="head">${props.id.slice(0, props.id.length - tail)}</span>${tail ? html`<span class="tail">${props.id.slice(-tail)}</span>` : null}</span>`;
+}
+
+/** Where a running task is and in which round, when its state says more than its status does. */
+function where(t: TaskView): string {
+  const at = t.state && t.state !== t.status ? `at ${t.state}` : '';
+  const round = (t.round ?? 1) > 1 ? `round ${t.round}` : '';
+  return [at, round].filter(Boolean).join(' · ');
 }
 
 const root = document.getElementById('app');
