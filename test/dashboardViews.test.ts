@@ -304,7 +304,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     expect(await following.count()).toBe(0);
   }, 60_000);
 
-  it('offers no cancel, re-run or new session to a token that may only read', async () => {
+  it('offers no cancel, re-run, new session or decision to a token that may only read', async () => {
     // What the page asks the gateway: the token's name and scopes; no token, no answer.
     const token = (value?: string) =>
       fetch(`${gateway.url}/v1/token`, value ? { headers: { authorization: `Bearer ${value}` } } : {});
@@ -324,6 +324,33 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       await reader.getByTestId('session-row').first().click();
       await reader.getByTestId('session').waitFor();
       expect(await reader.getByTestId('session-goal').count()).toBe(0);
+
+      // An approval waiting is shown to it read-only, saying who may decide: no Approve, Deny or reason box, which
+      // the gateway would refuse it.
+      const parked = await fetch(`${gateway.url}/v1/pipelines/gated/tasks`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ goal: 'release v12' }),
+      }).then((r) => r.json() as Promise<{ taskId: string }>);
+      try {
+        await reader.getByTestId('pipeline').selectOption('gated');
+        const card = reader.locator('[data-testid=request]').filter({ hasText: parked.taskId });
+        await card.waitFor({ timeout: 30_000 });
+        expect(await card.locator('pre.args').textContent()).not.toBe('');
+        expect(await card.getByTestId('decided-by').textContent()).toBe(
+          'Read-only: a token with the approve or admin scope on gated may approve or deny it (watcher has read).',
+        );
+        for (const control of ['approve', 'deny', 'reason']) {
+          expect(await card.getByTestId(control).count(), control).toBe(0);
+        }
+        await screenshotAtRest(reader, shot('dashboard-approval-read-only'));
+      } finally {
+        await fetch(`${gateway.url}/v1/tasks/${parked.taskId}/cancel`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+          body: '{}',
+        });
+      }
     } finally {
       await readerContext.close();
     }

@@ -1,6 +1,7 @@
 import { html } from 'htm/preact';
 import { render } from 'preact';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { may } from './access.ts';
 import {
   Api,
   ApiError,
@@ -241,7 +242,7 @@ function App() {
       </section>
       <section class="approvals">
         <h2>Waiting for a person</h2>
-        <${Approvals} requests=${requests} onDone=${() => void loadRequests().catch(failed)} onError=${failed} />
+        <${Approvals} requests=${requests} who=${who} onDone=${() => void loadRequests().catch(failed)} onError=${failed} />
       </section>
       <section class="tasks">
         <h2>Tasks</h2>
@@ -333,14 +334,29 @@ function SubmitForm(props: {
   </form>`;
 }
 
-function Approvals(props: { requests: HumanRequest[]; onDone: () => void; onError: (e: unknown) => void }) {
+function Approvals(props: {
+  requests: HumanRequest[];
+  who: TokenInfo | undefined;
+  onDone: () => void;
+  onError: (e: unknown) => void;
+}) {
   if (props.requests.length === 0) return html`<p class="hint">Nothing is waiting.</p>`;
   return html`<ul class="requests">
-    ${props.requests.map((r) => html`<${RequestCard} key=${r.id} request=${r} onDone=${props.onDone} onError=${props.onError} />`)}
+    ${props.requests.map((r) => html`<${RequestCard} key=${r.id} request=${r} who=${props.who} onDone=${props.onDone} onError=${props.onError} />`)}
   </ul>`;
 }
 
-function RequestCard(props: { request: HumanRequest; onDone: () => void; onError: (e: unknown) => void }) {
+/**
+ * One approval or question waiting for a person. Approve, Deny and the answer box are offered only to a token that
+ * may decide it (the approve scope on its pipeline, as the gateway requires); any other sees it read-only, told who
+ * may decide.
+ */
+function RequestCard(props: {
+  request: HumanRequest;
+  who: TokenInfo | undefined;
+  onDone: () => void;
+  onError: (e: unknown) => void;
+}) {
   const r = props.request;
   const [text, setText] = useState('');
   const [busy, setBusy] = useState(false);
@@ -364,21 +380,31 @@ function RequestCard(props: { request: HumanRequest; onDone: () => void; onError
   return html`<li class="request" data-testid="request" data-request=${r.id}>
     <div><strong>${r.kind === 'approval' ? `${r.agent} wants to run ${r.tool}` : `${r.agent} asks`}</strong> · ${r.taskId} · <span data-testid="expires">expires in ${since(new Date().toISOString(), Date.parse(r.expiresAt))}</span></div>
     ${
-      r.kind === 'approval'
-        ? html`<pre class="args">${r.arguments}</pre>
+      !may(props.who, 'approve', r.pipeline)
+        ? html`${r.kind === 'approval' ? html`<pre class="args">${r.arguments}</pre>` : null}
+          <p class="why">${r.prompt}</p>
+          <p class="hint" data-testid="decided-by">${readOnly(r, props.who)}</p>`
+        : r.kind === 'approval'
+          ? html`<pre class="args">${r.arguments}</pre>
           <p class="why">${r.prompt}</p>
           <div class="actions">
             <button disabled=${busy} onClick=${() => send({ decision: 'allow' })} data-testid="approve">Approve</button>
             <input placeholder="reason to deny" value=${text} onInput=${(e: Event) => setText((e.target as HTMLInputElement).value)} data-testid="reason" />
             <button class="deny" disabled=${busy || !text.trim()} onClick=${() => send({ decision: 'deny', reason: text.trim() })} data-testid="deny">Deny</button>
           </div>`
-        : html`<p class="why">${r.prompt}</p>
+          : html`<p class="why">${r.prompt}</p>
           <div class="actions">
             <input placeholder="your answer" value=${text} onInput=${(e: Event) => setText((e.target as HTMLInputElement).value)} data-testid="answer-text" />
             <button disabled=${busy || !text.trim()} onClick=${() => send({ answer: text.trim() })} data-testid="answer">Answer</button>
           </div>`
     }
   </li>`;
+}
+
+/** Who may decide a request the signed-in token may only read. */
+function readOnly(r: HumanRequest, who: TokenInfo | undefined): string {
+  const act = r.kind === 'approval' ? 'approve or deny it' : 'answer it';
+  return `Read-only: a token with the approve or admin scope on ${r.pipeline} may ${act}${who ? ` (${who.name} has ${who.scopes.join(', ')})` : ''}.`;
 }
 
 function TaskList(props: {
