@@ -455,4 +455,40 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       await thereContext.close();
     }
   }, 60_000);
+
+  it('counts in words: a summary of one earlier turn, a file list cut after one file', async () => {
+    await page.getByTestId('pipeline').selectOption('reporter');
+    const { id } = await openNewSession();
+    // As the gateway gives a session once its summarizer has summed up the first turn.
+    await page.route(`**/v1/sessions/${id}`, async (route) => {
+      if (route.request().method() !== 'GET') return route.continue();
+      const real = await route.fetch();
+      const session = (await real.json()) as Record<string, unknown>;
+      await route.fulfill({ response: real, json: { ...session, summary: { text: 'A report.', turns: 1 } } });
+    });
+    // As the gateway lists a workspace holding more files than it lists.
+    await page.route('**/v1/tasks/*/files', async (route) => {
+      const real = await route.fetch();
+      const listing = (await real.json()) as { files: unknown[] };
+      await route.fulfill({
+        response: real,
+        json: { ...listing, files: listing.files.slice(0, 1), truncated: true },
+      });
+    });
+    try {
+      await page.reload();
+      await page.getByTestId('pipeline').selectOption('reporter');
+      await page.locator(`[data-testid=session-row][data-session="${id}"]`).click();
+      await expect
+        .poll(() => page.getByTestId('session-summary').textContent(), { timeout: 15_000 })
+        .toBe('Summed up for later turns: 1 earlier turn.');
+      await page.locator('[data-testid=task-row][data-status=completed]').first().click();
+      await expect
+        .poll(() => page.getByTestId('files-cut').textContent(), { timeout: 15_000 })
+        .toBe('The list is cut after 1 file.');
+    } finally {
+      await page.unroute(`**/v1/sessions/${id}`);
+      await page.unroute('**/v1/tasks/*/files');
+    }
+  }, 60_000);
 });

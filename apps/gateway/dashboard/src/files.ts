@@ -1,6 +1,7 @@
 import { html } from 'htm/preact';
 import { useEffect, useState } from 'preact/hooks';
 import type { Api } from './client.ts';
+import { count } from './format.ts';
 
 /** One file of a task's workspace, as `GET /v1/tasks/{id}/files` lists it. */
 interface WorkspaceFile {
@@ -111,7 +112,7 @@ export function TaskFiles(props: { api: Api; taskId: string }) {
                   </li>`;
                 })}
               </ul>
-              ${listing.truncated ? html`<p class="hint">Only the first ${listing.files.length} files are listed.</p>` : null}
+              ${listing.truncated ? html`<p class="hint" data-testid="files-cut">The list is cut after ${count(listing.files.length, 'file')}.</p>` : null}
               ${listing.omitted.length > 0 ? html`<p class="hint">Not listed: ${listing.omitted.map((o) => `${o.path} (${o.reason.replace('_', ' ')})`).join(', ')}</p>` : null}`
     }
     ${

@@ -2,7 +2,7 @@ import { html } from 'htm/preact';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { may } from './access.ts';
 import type { Api, Session, SessionHead, TaskView, TokenInfo } from './client.ts';
-import { since } from './format.ts';
+import { count, since } from './format.ts';
 import { useLiveEvents } from './liveEvents.ts';
 import { TaskOutput } from './output.ts';
 import { Timeline, type Trace } from './timeline.ts';
@@ -139,7 +139,7 @@ export function SessionView(props: {
   const running = last !== undefined && !ENDED.has(last.status);
   return html`<div class="session" data-testid="session" data-session=${session.id}>
     <h3>Session ${session.id} <span class="hint">· ${session.pipeline} · opened by ${session.createdBy}</span></h3>
-    ${session.summary ? html`<p class="hint">The first ${session.summary.turns} turns are summed up for the next ones.</p>` : null}
+    ${session.summary ? html`<p class="hint" data-testid="session-summary">Summed up for later turns: ${count(session.summary.turns, 'earlier turn')}.</p>` : null}
     ${session.turns.length === 0 ? html`<p class="hint">No messages yet: write the first goal below.</p>` : null}
     <ol class="turns">
       ${session.turns.map(
