@@ -439,6 +439,8 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       await there.goto(elsewhere.url);
       await there.getByTestId('token').fill(ADMIN);
       await there.getByRole('button', { name: 'Open' }).click();
+      // The page hears of the task only through its event stream, which must be open before the task runs.
+      await there.getByTestId('live').filter({ hasText: 'live' }).waitFor();
       const task = await fetch(`${elsewhere.url}/v1/pipelines/reporter/tasks?wait=30`, {
         method: 'POST',
         headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
