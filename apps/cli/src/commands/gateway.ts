@@ -49,8 +49,8 @@ export async function gateway(options: GatewayCommandOptions): Promise<number> {
   process.stderr.write(`troupe gateway on ${served.url} over ${natsUrl}\n`);
   await untilStopped(
     async (timeoutMs) => {
-      // Requests still waiting on NATS get most of the time; the connection closes whatever they do.
-      await withTimeout(served.close(), timeoutMs * 0.8).catch(() => undefined);
+      // Requests still under way get most of the time (then their sockets are cut); the connection closes after.
+      await withTimeout(served.close({ graceMs: timeoutMs * 0.7 }), timeoutMs * 0.8).catch(() => undefined);
       await bus.close();
     },
     'stopping the gateway',

@@ -101,7 +101,9 @@ export async function up(files: string[], options: UpOptions): Promise<number> {
       const deadline = performance.now() + timeoutMs;
       const left = () => Math.max(0, deadline - performance.now());
       startUp.abort();
-      if (gateway) await withTimeout(gateway.close(), left() / 4).catch(() => undefined);
+      // Its requests under way get a fifth of the time: it has cut their sockets itself within its quarter.
+      if (gateway)
+        await withTimeout(gateway.close({ graceMs: left() / 5 }), left() / 4).catch(() => undefined);
       await (await starting.catch(() => undefined))?.stop(left() - AFTER_SERVICE_MS);
       await withTimeout(Promise.allSettled([served?.server.close(), tracing?.shutdown()]), left());
     },
