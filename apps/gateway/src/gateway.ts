@@ -774,8 +774,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     },
   );
 
-  await app.listen({ host: options.host ?? '127.0.0.1', port: options.port });
+  // Counted from the first connection on, so a stop knows what each socket owes.
   const connections = new Connections(app.server);
+  await app.listen({ host: options.host ?? '127.0.0.1', port: options.port });
   // Every gateway takes part in delivering webhooks: a config is worked on by one at a time (docs/interop.md).
   const pushDelivery =
     options.a2aPush === false ? undefined : new PushDelivery({ bus, logger, ...options.a2aPush });
