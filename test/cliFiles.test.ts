@@ -227,6 +227,8 @@ flow:
     expect(huge.status).toBe(413);
     const hugeError = ((await huge.json()) as { error: { message: string } }).error.message;
     expect(hugeError).toContain('a larger --gateway-max-file-size');
+    // One byte over is not written as the cap itself.
+    expect(hugeError).toContain("huge.bin is 16777217 bytes (16 MiB), over this gateway's 16 MiB cap");
     await rm(join(workspace, 'huge.bin'));
 
     const refused = await troupe([

@@ -219,5 +219,9 @@ const extValue = (name: string) =>
 
 const baseName = (relative: string) => relative.split('/').at(-1) ?? relative;
 
-const mib = (bytes: number) =>
-  bytes < 1024 * 1024 ? `${bytes} bytes` : `${(bytes / (1024 * 1024)).toFixed(1).replace(/\.0$/, '')} MiB`;
+/** A size in MiB, with its exact bytes when the rounding would hide them (16 MiB + 1 byte is not "16 MiB"). */
+const mib = (bytes: number) => {
+  if (bytes < 1024 * 1024) return `${bytes} bytes`;
+  const rounded = (bytes / (1024 * 1024)).toFixed(1).replace(/\.0$/, '');
+  return Number(rounded) * 1024 * 1024 === bytes ? `${rounded} MiB` : `${bytes} bytes (${rounded} MiB)`;
+};
