@@ -340,6 +340,8 @@ async function startParts(
     // Its agents are served before it is the newest: a task's first step on it finds them.
     await agents?.serveVersion(config.name, saved.hash);
     await pipelineRegistry.register(registrationOf(config, `${hostname()}:${process.pid}`, now, saved.hash));
+    // Prepared above, so it cannot be refused here.
+    await runner.adopt(saved.hash);
     return { pipeline: config.name, ...(from === undefined ? {} : { from }), to: saved.hash };
   }
 

@@ -46,6 +46,11 @@ export interface FlowVersionsOptions {
 export class FlowVersions {
   /** This coordinator's version: what a task from before versions were kept runs on. */
   readonly current: FlowVersion;
+  /**
+   * What a new task starts on when the source cannot say which version is newest: this coordinator's, until a reload
+   * here makes its saved version the newest (as a restart with the saved file would make it this coordinator's).
+   */
+  #fallback: FlowVersion;
   readonly #o: FlowVersionsOptions;
   /** Only a flow is kept: a version missing now may be stored by the time it is asked for again. */
   readonly #flows = new LoadCache<FlowVersion | string>(
@@ -56,6 +61,7 @@ export class FlowVersions {
   constructor(options: FlowVersionsOptions) {
     this.#o = options;
     this.current = this.#compiled(options.config, options.hash);
+    this.#fallback = this.current;
     this.#flows.set(options.hash, this.current);
   }
 
@@ -68,22 +74,33 @@ export class FlowVersions {
     return this.#flows.get(hash);
   }
 
-  /** The newest version's hash, as the source says; this coordinator's when it says none. */
+  /** The newest version's hash, as the source says; this coordinator's (or its last reload's) when it says none. */
   async newestHash(): Promise<string> {
-    return (await this.#o.source.newest?.()) ?? this.current.hash;
+    return (await this.#o.source.newest?.()) ?? this.#fallback.hash;
   }
 
   /** The flow a new task starts on: the newest version's, or this coordinator's when that cannot be had. */
   async newest(): Promise<FlowVersion> {
     const newest = await this.newestHash();
-    if (newest === this.current.hash) return this.current;
+    if (newest === this.#fallback.hash) return this.#fallback;
     const flow = await this.flowFor(newest);
     if (typeof flow !== 'string') return flow;
     this.#o.logger.warn(
       { version: newest },
       `${flow}; new tasks start on this coordinator's version meanwhile`,
     );
-    return this.current;
+    return this.#fallback;
+  }
+
+  /**
+   * Makes version `hash` what new tasks fall back to when the source cannot say which is newest: a reload that made
+   * it the newest. A string saying why when that version cannot be had (nothing changes then).
+   */
+  async adopt(hash: string): Promise<string | undefined> {
+    const flow = await this.flowFor(hash);
+    if (typeof flow === 'string') return flow;
+    this.#fallback = flow;
+    return undefined;
   }
 
   /** Every stored version's hash (this coordinator's alone when the source keeps none). */

@@ -120,6 +120,11 @@ export interface PipelineRunner {
   running(): string[];
   /** Reads and compiles a stored version ahead of its tasks; says why when it cannot be run. */
   prepare(hash: string): Promise<string | undefined>;
+  /**
+   * Makes a prepared version what new tasks start on when the registry cannot be read: a reload here made it the
+   * newest, as a restart with its file would make it this coordinator's own.
+   */
+  adopt(hash: string): Promise<string | undefined>;
   stop(): Promise<void>;
 }
 
@@ -718,6 +723,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       const flow = await versions.flowFor(hash);
       return typeof flow === 'string' ? flow : undefined;
     },
+    adopt: (hash) => versions.adopt(hash),
     async stop() {
       stopping = true;
       markStopping();
