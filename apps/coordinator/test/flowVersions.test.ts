@@ -33,7 +33,7 @@ describe('the version a new task starts on', () => {
     expect((await versions.newest()).config.description).toBe('saved again');
     expect(await versions.newestHash()).toBe('saved');
     // A task from before versions were kept still runs on what this coordinator started with.
-    expect((await versions.flowFor(undefined)).hash).toBe('started');
+    expect(await versions.flowFor(undefined)).toMatchObject({ hash: 'started' });
   });
 
   it('keeps its fallback when the version to adopt cannot be had', async () => {
