@@ -18,20 +18,11 @@ import { liveEvents } from './liveEvents.ts';
 import { TaskOutput } from './output.ts';
 import { SessionList, SessionView } from './sessions.ts';
 import { TaskActions } from './taskActions.ts';
+import { debounced, ENDED } from './taskEnds.ts';
 import { Timeline, type Trace } from './timeline.ts';
 import './style.css';
 
 const api = new Api();
-const ENDED = new Set(['completed', 'failed', 'cancelled']);
-
-/** Calls `run` once `ms` after the last call: a burst of events makes one refresh. */
-function debounced(run: () => void, ms: number): () => void {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return () => {
-    clearTimeout(timer);
-    timer = setTimeout(run, ms);
-  };
-}
 
 function App() {
   const [needToken, setNeedToken] = useState(false);

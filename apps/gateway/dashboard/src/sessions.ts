@@ -5,18 +5,8 @@ import type { Api, Session, SessionHead, TaskView, TokenInfo } from './client.ts
 import { count, since } from './format.ts';
 import { useLiveEvents } from './liveEvents.ts';
 import { TaskOutput } from './output.ts';
+import { debounced, ENDED } from './taskEnds.ts';
 import { Timeline, type Trace } from './timeline.ts';
-
-const ENDED = new Set(['completed', 'failed', 'cancelled']);
-
-/** Calls `run` once `ms` after the last call: a burst of events makes one reload. */
-function debounced(run: () => void, ms: number): () => void {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return () => {
-    clearTimeout(timer);
-    timer = setTimeout(run, ms);
-  };
-}
 
 /**
  * The pipeline's sessions, newest first (`GET /v1/sessions?pipeline=`), each opened on a click, and **New session**

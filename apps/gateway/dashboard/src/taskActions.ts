@@ -2,9 +2,8 @@ import { html } from 'htm/preact';
 import { useEffect, useState } from 'preact/hooks';
 import { may } from './access.ts';
 import { type Api, ApiError, type TaskView, type TokenInfo } from './client.ts';
+import { ENDED } from './taskEnds.ts';
 import type { Trace } from './timeline.ts';
-
-const ENDED = new Set(['completed', 'failed', 'cancelled']);
 
 /** The trace's part a re-run needs: the task's input, whole unless `inputCut` says it could not be read back. */
 type WithInput = Trace & { input?: Record<string, unknown>; inputCut?: unknown };
