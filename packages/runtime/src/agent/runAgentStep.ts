@@ -4,6 +4,7 @@ import { TaskEndedError } from '../approvals/taskEnded.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { type AgentServices, agentMachine, type StepStop } from './agentMachine.ts';
+import { AgentStepError } from './agentStepError.ts';
 import { callModel, summarize } from './journaledModel.ts';
 import { toolServices } from './journaledTools.ts';
 import { RecordedReplies } from './recordedReplies.ts';
@@ -180,12 +181,10 @@ function abortReason(stop: StepStop, { agent, request }: StepContext): Error {
     case 'task_ended':
       return new TaskEndedError(stop.taskId, stop.ending);
     case 'deadline':
-      return Object.assign(new Error(timeBudgetMessage(agent.name, request.budget)), {
-        name: 'BudgetExceeded',
-      });
+      return new AgentStepError('budget_exceeded', timeBudgetMessage(agent.name, request.budget));
     case 'step_timeout':
-      return Object.assign(new Error(`step ${request.stepId} ran out of time`), { name: 'TimeoutError' });
+      return new AgentStepError('step_timeout', `step ${request.stepId} ran out of time`);
     default:
-      return new Error(`step ${request.stepId} was stopped (${stop.why})`);
+      return new AgentStepError('aborted', `step ${request.stepId} was stopped (${stop.why})`);
   }
 }

@@ -11,6 +11,7 @@ import type { KvMemory } from '../memory/memoryStore.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
+import { AgentStepError } from './agentStepError.ts';
 
 /** What a step needs from the world. */
 export interface StepDeps {
@@ -90,9 +91,10 @@ export async function unlessUnavailable<T>(op: () => Promise<T> | undefined): Pr
   try {
     return await op();
   } catch (error) {
-    throw Object.assign(new Error(`the step journal cannot be reached: ${(error as Error).message}`), {
-      code: 'journal_unavailable',
-      cause: error,
-    });
+    throw new AgentStepError(
+      'journal_unavailable',
+      `the step journal cannot be reached: ${(error as Error).message}`,
+      { cause: error },
+    );
   }
 }

@@ -6,6 +6,7 @@ import type { AgentStepRequest, EventKind, EventOf, TroupeEvent } from '@troupe/
 import { MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
+import { AgentStepError } from '../../src/agent/agentStepError.ts';
 import { taskWorkspace } from '../../src/agent/journaledTools.ts';
 import { runAgentStep, type StepDeps, startAgentStep } from '../../src/agent/runAgentStep.ts';
 import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
@@ -429,6 +430,70 @@ describe('runAgentStep', () => {
     const reply = await runAgentStep(coder(model), request, { ...deps, workspaceRoot: file });
     expect(reply).toMatchObject({ ok: false, error: { code: 'tool_runner_failed' } });
     expect(!reply.ok && reply.error.message).toContain('not-a-dir');
+  });
+});
+
+describe('runAgentStep: why a person’s pending request stopped', () => {
+  /** A human gate that never decides; it keeps the reason each wait was stopped with. */
+  function waitingHuman() {
+    const reasons: unknown[] = [];
+    let asked = 0;
+    const human: StepDeps['human'] = {
+      approve: (_ask, _scope, signal) =>
+        new Promise((resolve) => {
+          asked += 1;
+          signal.addEventListener('abort', () => {
+            reasons.push(signal.reason);
+            resolve({ decision: 'deny', reason: 'stopped' });
+          });
+        }),
+      ask: async () => 'never',
+    };
+    return { human, reasons, asked: () => asked };
+  }
+  const gated = () =>
+    coder(
+      recordingModel({
+        agents: { coder: [{ toolCalls: [writeCall('notes/hello.md', '# Hi')] }, { content: 'x' }] },
+      }).model,
+      { rules: [{ tool: 'write_file', decision: 'ask' }] as AgentDefinition['rules'] },
+    );
+
+  it('is a TimeoutError coded step_timeout when the step runs out of its time', async () => {
+    const { human, reasons, asked } = waitingHuman();
+    const clock = new SimulatedClock();
+    const { deps } = await setup({ clock, human });
+    const step = startAgentStep(gated(), { ...request, timeoutMs: 2_000 }, deps);
+    await vi.waitFor(() => expect(asked()).toBe(1));
+    clock.advance(2_000);
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'step_timeout' } });
+    expect(reasons).toHaveLength(1);
+    expect(AgentStepError.is(reasons[0], 'step_timeout')).toBe(true);
+    expect(reasons[0]).toMatchObject({ name: 'TimeoutError', message: 'step task-1.code.1 ran out of time' });
+  });
+
+  it('is a BudgetExceeded coded budget_exceeded when the task’s deadline passes', async () => {
+    const { human, reasons, asked } = waitingHuman();
+    const clock = new SimulatedClock();
+    const { deps } = await setup({ clock, human });
+    const budget = { deadline: clock.now() + 1_000, sources: { deadline: 'task timeout (1 s)' } };
+    const step = startAgentStep(gated(), { ...request, budget }, deps);
+    await vi.waitFor(() => expect(asked()).toBe(1));
+    clock.advance(1_000);
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'budget_exceeded' } });
+    expect(AgentStepError.is(reasons[0], 'budget_exceeded')).toBe(true);
+    expect(reasons[0]).toMatchObject({ name: 'BudgetExceeded' });
+  });
+
+  it('is coded aborted, naming why, for any other stop', async () => {
+    const { human, reasons, asked } = waitingHuman();
+    const { deps } = await setup({ human });
+    const step = startAgentStep(gated(), request, deps);
+    await vi.waitFor(() => expect(asked()).toBe(1));
+    step.stop({ why: 'orphaned' });
+    await step.reply;
+    expect(AgentStepError.is(reasons[0], 'aborted')).toBe(true);
+    expect(reasons[0]).toMatchObject({ message: 'step task-1.code.1 was stopped (orphaned)' });
   });
 });
 
