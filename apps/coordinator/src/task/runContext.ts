@@ -1,0 +1,58 @@
+import type { StepActivity } from '@troupe/protocol';
+import { type ActorSystem, type CallbackSnapshot, fromCallback } from 'xstate';
+
+/** Any task's actor system, as an actor's creator receives it. */
+// biome-ignore lint/suspicious/noExplicitAny: xstate types a system by its registered actors, which a provided actor cannot know.
+type AnyActorSystem = ActorSystem<any>;
+
+/** The `systemId` of a task's run context: one per task actor system, while its workflow runs. */
+export const RUN_CONTEXT_ID = 'troupe.runContext';
+
+/** What every step of a task's run in this process shares, fixed when the run starts. */
+export interface RunFacts {
+  taskId: string;
+  /** The task's first delivery, which created its record: none of its steps can have run before (`fresh`). */
+  firstDelivery: boolean;
+  /** The `traceparent` the run's steps carry: its `invoke_workflow` span's, when traces are exported. */
+  traceparent: string;
+  /** The pipeline version the task runs on, which its steps name so hosts run that version's agents. */
+  version?: string;
+}
+
+/** What an actor of the run tells its task: what the current step is doing (for `troupe status`, and parking). */
+export type RunContextEvent = { type: 'activity'; activity: StepActivity };
+
+/**
+ * A task's run context: an actor the task actor invokes beside its workflow with `systemId` {@link RUN_CONTEXT_ID},
+ * holding the run's {@link RunFacts} as its input and passing each activity report on to the task actor.
+ *
+ * Any actor in the task's tree reaches it through the system it was created in, with no table of running tasks:
+ * a provided actor's creator receives `system` (`fromPromise(({ input, system }) => …)`, `fromCallback`, or a
+ * machine's `({ system }) => …` in an action), reads the facts with {@link runFactsOf} and reports what its step is
+ * doing with {@link reportActivity}. Both are no-ops (undefined) outside a task's run, e.g. in a unit test that runs
+ * a workflow alone.
+ *
+ * @example
+ * ```ts
+ * runStep: fromPromise(({ input, system, signal }) => {
+ *   const facts = runFactsOf(system);
+ *   return call({ ...input, firstDelivery: facts?.firstDelivery ?? false }, signal, (activity) =>
+ *     reportActivity(system, activity),
+ *   );
+ * });
+ * ```
+ */
+export const runContextLogic = fromCallback<RunContextEvent, RunFacts>(({ receive, sendBack }) => {
+  receive((event) => sendBack(event));
+});
+
+/** The facts of the run whose actor system this is, or undefined outside a task's run. */
+export function runFactsOf(system: AnyActorSystem): RunFacts | undefined {
+  const snapshot: CallbackSnapshot<RunFacts> | undefined = system.get(RUN_CONTEXT_ID)?.getSnapshot();
+  return snapshot?.status === 'active' ? snapshot.input : undefined;
+}
+
+/** Tells the task of this actor system what its current step is doing; nothing outside a task's run. */
+export function reportActivity(system: AnyActorSystem, activity: StepActivity): void {
+  system.get(RUN_CONTEXT_ID)?.send({ type: 'activity', activity } satisfies RunContextEvent);
+}
