@@ -1,5 +1,5 @@
 import type { StepErrorCode, TaskFailureReason } from '@troupe/protocol';
-import { TransportError } from '@troupe/runtime';
+import { TransportError, type TransportErrorCode } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
@@ -291,7 +291,7 @@ describe('compileFlow: a run that fails', () => {
     expect(calls('reviewer')).toHaveLength(0);
   });
 
-  it.each([
+  it.each<[TransportErrorCode, string]>([
     ['no_responders', 'no_worker'],
     ['timeout', 'step_timeout'],
     ['approval_timeout', 'approval_timeout'],

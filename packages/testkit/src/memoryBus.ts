@@ -190,7 +190,7 @@ export class MemoryBus implements Bus {
           const refusal = parseMessage(ErrorReply, reply.data);
           finish(
             refusal.ok
-              ? new TransportError(refusal.value.error.code, refusal.value.error.message)
+              ? TransportError.fromReply(refusal.value)
               : new TransportError(
                   'invalid_reply',
                   `the reply from ${subject} is not valid: ${parsed.reason}`,

@@ -16,6 +16,7 @@ import {
   requestWithHeartbeats,
   stepTimeoutError,
   TransportError,
+  type TransportErrorCode,
 } from '@troupe/runtime';
 import { assign, fromCallback, setup } from 'xstate';
 
@@ -213,7 +214,7 @@ export const stepCallMachine = setup({
     outOfTime: ({ context }) => timeLeft(context) <= 0,
     journalUnavailable: (_, reply: AgentStepReply) => !reply.ok && reply.error.code === 'journal_unavailable',
     final: (_, reply: AgentStepReply) => reply.ok || !isRetryable(reply.error.code),
-    failedWith: (_, p: { error: unknown; code: string }) => TransportError.is(p.error, p.code),
+    failedWith: (_, p: { error: unknown; code: TransportErrorCode }) => TransportError.is(p.error, p.code),
     gaveUpOnWorkers: ({ context }) =>
       !context.takenOver &&
       context.noWorkerSince !== undefined &&

@@ -114,7 +114,7 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
       const refusal = decoded.ok ? validateMessage(ErrorReply, json) : decoded;
       finish(
         refusal.ok
-          ? new TransportError(refusal.value.error.code, refusal.value.error.message)
+          ? TransportError.fromReply(refusal.value)
           : new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`),
       );
     };

@@ -42,7 +42,7 @@ export {
   readNatsAccess,
 } from './natsAccess.ts';
 export { type BusOptions, type MessageMeta, NatsBus } from './natsBus.ts';
-export { TransportError, type TransportErrorCode } from './transportError.ts';
+export { type ReplyErrorCode, TransportError, type TransportErrorCode } from './transportError.ts';
 export {
   DEFAULT_NO_JETSTREAM_MS,
   DEFAULT_OUTAGE_MS,

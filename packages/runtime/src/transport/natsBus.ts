@@ -384,7 +384,7 @@ export class NatsBus implements Bus {
     const parsed = parseMessage(replySchema, reply.data);
     if (parsed.ok) return parsed.value;
     const refusal = parseMessage(ErrorReply, reply.data);
-    if (refusal.ok) throw new TransportError(refusal.value.error.code, refusal.value.error.message);
+    if (refusal.ok) throw TransportError.fromReply(refusal.value);
     throw new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`);
   }
 

@@ -1,7 +1,33 @@
-/** Stable codes of transport failures. A request answered with an `ErrorReply` carries the replier's own code. */
+import { ControlRefusal, type ErrorReply, StepErrorCode } from '@troupe/protocol';
+
+/**
+ * Codes a responder's `ErrorReply` carries that this version knows: the bus's own answers (`invalid_message`,
+ * `handler_failed`, `invalid_subject`), a person's request already decided, the refusals of a control message, and
+ * the step error codes an agent host refuses a step with (`misrouted`, `version_unavailable`, …).
+ * A request answered with one of them fails with it as its code; any other code is read as `refused`.
+ */
+const REPLY_CODES = new Set<string>([
+  'invalid_message',
+  'handler_failed',
+  'invalid_subject',
+  'already_decided',
+  ...ControlRefusal.options,
+  ...StepErrorCode.options,
+]);
+export type ReplyErrorCode =
+  | 'invalid_message'
+  | 'handler_failed'
+  | 'invalid_subject'
+  | 'already_decided'
+  | ControlRefusal
+  | StepErrorCode;
+
+/** Stable codes of transport failures, and of the refusals a request may be answered with (see {@link ReplyErrorCode}). */
 export type TransportErrorCode =
   | 'connect_failed'
   | 'bucket_missing'
+  /** A JetStream stream Troupe needs (`TASKS`, `EVENTS`) does not exist on the server. */
+  | 'stream_missing'
   | 'no_responders'
   | 'timeout'
   | 'stalled'
@@ -15,8 +41,11 @@ export type TransportErrorCode =
   | 'permission_denied'
   | 'nats_server_missing'
   | 'nats_server_failed'
+  /** A value could not be encoded for a KV bucket. */
   | 'unencodable'
-  | (string & {});
+  /** The responder refused the request with a code this version does not know; the message names it. */
+  | 'refused'
+  | ReplyErrorCode;
 
 /** A failure to talk over NATS or to run a local nats-server, with a stable `code` and the underlying `cause`. */
 export class TransportError extends Error {
@@ -32,4 +61,15 @@ export class TransportError extends Error {
   static is(error: unknown, code?: TransportErrorCode): error is TransportError {
     return error instanceof TransportError && (code === undefined || error.code === code);
   }
+
+  /** The failure of a request its responder answered with `reply`: its code when known, else `refused`. */
+  static fromReply(reply: ErrorReply): TransportError {
+    const { code, message } = reply.error;
+    if (isReplyErrorCode(code)) return new TransportError(code, message);
+    return new TransportError('refused', `refused (${code}): ${message}`);
+  }
+}
+
+function isReplyErrorCode(code: string): code is ReplyErrorCode {
+  return REPLY_CODES.has(code);
 }
