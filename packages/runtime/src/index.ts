@@ -31,6 +31,7 @@ export {
   type NatsHumanGateOptions,
   type WaitingOn,
 } from './approvals/humanGate.ts';
+export { StepTimedOutError } from './approvals/stepTimedOutError.ts';
 export {
   closedByEnding,
   closeTaskRequests,

@@ -20,6 +20,7 @@ import {
   type StepDeps,
   StepJournal,
   type StepStop,
+  StepTimedOutError,
   startClientSpan,
   TaskEndedError,
   ToolError,
@@ -565,7 +566,6 @@ async function recordTask(run: RemoteRun, client: Client, task: Task): Promise<T
 /** Why the run was stopped, in the form a person's open request reads it (see the agent step's own). */
 function abortReason(stop: StepStop, request: AgentStepRequest): Error {
   if (stop.why === 'task_ended') return new TaskEndedError(stop.taskId, stop.ending);
-  if (stop.why === 'step_timeout')
-    return Object.assign(new Error(`step ${request.stepId} ran out of time`), { name: 'TimeoutError' });
+  if (stop.why === 'step_timeout') return new StepTimedOutError(request.stepId);
   return new Error(`step ${request.stepId} was stopped (${stop.why})`);
 }
