@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import type { FastifyReply } from 'fastify';
 
 /** How often a quiet stream sends a comment, so proxies and load balancers keep the connection open. */
 const KEEPALIVE_MS = 15_000;
@@ -67,4 +68,13 @@ export class SseStream {
     this.#closed = true;
     clearInterval(this.#keepalive);
   }
+}
+
+/** The CORS headers @fastify/cors set on the reply, for a response written past Fastify (SSE). */
+export function corsHeaders(reply: FastifyReply): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (name.startsWith('access-control-') && value !== undefined) headers[name] = String(value);
+  }
+  return headers;
 }

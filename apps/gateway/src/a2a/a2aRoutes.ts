@@ -33,8 +33,9 @@ import { ValueStore } from '@troupe/runtime';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { GatewayActions } from '../actions.ts';
 import { AuthRefusal, authorize, mayTouch, type Principal, type TokenStore } from '../auth.ts';
+import type { OpenStreams } from '../openStreams.ts';
 import type { Sessions } from '../sessions.ts';
-import { SseStream } from '../sse.ts';
+import { corsHeaders, SseStream } from '../sse.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { TaskIds } from '../taskIds.ts';
 import { ServiceUnavailable, TransportRefusal, unavailableOf } from './a2aErrors.ts';
@@ -58,7 +59,7 @@ export interface A2aRoutesOptions {
   /** Push notifications: where webhooks may go; `false` offers none. */
   push: { urlPolicy?: PushUrlPolicy } | false;
   /** The gateway's per-token caps on open streams, and the streams it ends when a token is revoked. */
-  streams: { quota: StreamQuota; open: Map<(why?: { code: string; message: string }) => void, Principal> };
+  streams: { quota: StreamQuota; open: OpenStreams };
   /** The longest a blocking SendMessage waits, in ms (10 minutes). */
   blockingMs?: number;
   /** The gateway's id secret: the same message id from the same token is the same task on every gateway. */
@@ -209,8 +210,8 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       if (!reply.raw.headersSent) reply.header('connection', 'close');
       stopped.abort();
     };
-    options.streams.open.set(held, who);
-    reply.raw.on('close', () => options.streams.open.delete(held));
+    const release = options.streams.open.hold(held, who);
+    reply.raw.on('close', release);
     if (pipeline !== undefined) authorize(who, 'read', pipeline);
     const card = await endpointCard(request, who, pipeline);
     const requestedVersion = versionOf(request);
@@ -359,7 +360,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       stopped.abort();
     };
     reply.raw.on('close', () => stop());
-    open.set(stop, who);
+    const letGo = open.hold(stop, who);
     try {
       if (!first.done) await sse.send({ data: write.event(first.value) });
       while (!stopped.signal.aborted && !sse.closed) {
@@ -375,7 +376,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRoutesOptions> = async (app, optio
       const stoppedOutside = stopped.signal.aborted;
       if (why && !sse.closed)
         await sse.send({ event: 'error', data: write.error(new TransportRefusal(401, why.message)) });
-      open.delete(stop);
+      letGo();
       stopped.abort();
       await stream.return(undefined).catch(() => undefined);
       releaseConsumer();
@@ -569,13 +570,4 @@ function versionOf(request: FastifyRequest): string | undefined {
   const fromQuery = (request.query as Record<string, unknown> | undefined)?.['A2A-Version'];
   const asked = fromHeader?.trim() || (typeof fromQuery === 'string' ? fromQuery.trim() : '');
   return asked === '' ? undefined : asked.replace(/^(\d+\.\d+)\.\d+$/, '$1');
-}
-
-/** The CORS headers @fastify/cors set on the reply, for a response written past Fastify (SSE). */
-function corsHeaders(reply: FastifyReply): Record<string, string> {
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (name.startsWith('access-control-') && value !== undefined) headers[name] = String(value);
-  }
-  return headers;
 }
