@@ -1,0 +1,141 @@
+import type { AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
+import type { HumanGate } from '../approvals/humanGate.ts';
+import { type Clock, every } from '../events/clock.ts';
+import type { Logger } from '../logging/index.ts';
+import type { HeartbeatSender } from '../transport/heartbeatSender.ts';
+import type { StepRequesters } from './stepRequesters.ts';
+
+/**
+ * Heartbeats in a row with nobody waiting after which a step is stopped: 50 s at the default 5 s, longer than
+ * the default ack wait (30 s), so a coordinator that resumes the task usually resends the step in time to join.
+ */
+const ORPHANED_AFTER = 10;
+/**
+ * How long a model call runs before the step's requesters are told it waits on the model (the workflow then parks
+ * the task and starts another in its working slot). Quicker calls count as work and are never reported; real model
+ * calls seldom are.
+ */
+const MODEL_WAIT_REPORT_MS = 100;
+
+/** What a step's heartbeats need from its host. */
+export interface StepLivenessServices {
+  clock: Clock;
+  heartbeats: HeartbeatSender;
+  /** Whom a step waits on, and where its pending requests are left when nobody waits for the step any more. */
+  human?: HumanGate | undefined;
+  logger: Logger;
+}
+
+/**
+ * A running step's heartbeats: where they go (the requesters still listening), what they say (whom the step waits
+ * on, whether its model call has lasted), and when nobody has waited for the step for {@link ORPHANED_AFTER}
+ * heartbeats, `orphaned` is called to stop it: its journal keeps what it did, for the run that gets the step next.
+ */
+export class StepLiveness {
+  readonly #request: AgentStepRequest;
+  readonly #requesters: StepRequesters;
+  readonly #services: StepLivenessServices;
+  readonly #orphaned: () => void;
+  /** When a requester was last known to listen. */
+  #lastWaitedFor: number;
+  #isOrphaned = false;
+  #ticking: (() => void) | undefined;
+  /** The model call in flight: the timer that reports it once it has lasted, and whether it was reported. */
+  #model: { timer: unknown; reported: boolean } | undefined;
+
+  constructor(
+    request: AgentStepRequest,
+    requesters: StepRequesters,
+    services: StepLivenessServices,
+    orphaned: () => void,
+  ) {
+    this.#request = request;
+    this.#requesters = requesters;
+    this.#services = services;
+    this.#orphaned = orphaned;
+    this.#lastWaitedFor = services.clock.now();
+  }
+
+  /** Nobody waited for the step any more, so it was stopped. */
+  get orphaned(): boolean {
+    return this.#isOrphaned;
+  }
+
+  /**
+   * While the step runs, its requesters hear from this host (if they asked to), so they can tell a long step from
+   * a dead worker; the first heartbeat goes at once.
+   */
+  start(): void {
+    const heartbeatMs = this.#request.heartbeatMs;
+    if (heartbeatMs === undefined) return;
+    this.#ticking = every(this.#services.clock, heartbeatMs, () => this.beat(heartbeatMs));
+    this.beat(heartbeatMs);
+  }
+
+  /** Beats now at the interval the step's request asked for, if it asked for heartbeats (what they say changed). */
+  beatAsAsked(): void {
+    if (this.#request.heartbeatMs !== undefined) this.beat(this.#request.heartbeatMs);
+  }
+
+  /**
+   * Tells the heartbeat sender where the step's heartbeats go and what they say; finds the step orphaned when
+   * nobody has listened for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`.
+   */
+  beat(heartbeatMs: number): void {
+    const { clock, heartbeats, human, logger } = this.#services;
+    const { stepId, taskId } = this.#request;
+    const inboxes = this.#requesters.inboxes();
+    const waitingFor = human?.waitingOn?.(stepId);
+    const heartbeat: StepHeartbeat = {
+      stepId,
+      heartbeat: true,
+      ...(waitingFor ? { waitingFor } : {}),
+      ...(this.#model?.reported ? { waitingOnModel: true as const } : {}),
+    };
+    heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat);
+    if (inboxes.length > 0) this.#lastWaitedFor = clock.now();
+    else if (clock.now() - this.#lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !this.#isOrphaned) {
+      this.#isOrphaned = true;
+      logger.warn(
+        { stepId, taskId },
+        `nobody waits for step ${stepId} any more (its workflow died or sent it elsewhere); stopping it here`,
+      );
+      // Its approvals and questions stay pending for the run that gets the step next.
+      human?.leavePending?.(stepId);
+      this.#orphaned();
+    }
+  }
+
+  /**
+   * A model call of the step starts or ends. One that lasts is reported in the next heartbeat, sent then; its end is
+   * reported at once too, so the workflow counts the task as working again without waiting for a heartbeat.
+   */
+  modelWait(waiting: boolean): void {
+    const heartbeatMs = this.#request.heartbeatMs;
+    if (heartbeatMs === undefined) return;
+    const { clock } = this.#services;
+    if (waiting) {
+      clock.clearTimeout(this.#model?.timer);
+      const model = {
+        reported: false,
+        timer: clock.setTimeout(() => {
+          model.reported = true;
+          this.beat(heartbeatMs);
+        }, MODEL_WAIT_REPORT_MS),
+      };
+      this.#model = model;
+      return;
+    }
+    const ended = this.#model;
+    if (!ended) return;
+    clock.clearTimeout(ended.timer);
+    this.#model = undefined;
+    if (ended.reported) this.beat(heartbeatMs);
+  }
+
+  /** The step has ended: no timer of it is left. */
+  end(): void {
+    this.#ticking?.();
+    this.#services.clock.clearTimeout(this.#model?.timer);
+  }
+}

@@ -1,0 +1,97 @@
+import { type AgentStepRequest, isRetryable, type StepErrorCode } from '@troupe/protocol';
+import type { Delivery } from '../transport/bus.ts';
+import type { StepStop } from './agentMachine.ts';
+import type { RecentReplies } from './recentReplies.ts';
+import type { AgentStep } from './runAgentStep.ts';
+import { StepLiveness, type StepLivenessServices } from './stepLiveness.ts';
+import { StepRequesters } from './stepRequesters.ts';
+
+/**
+ * Whether a resend of a step that failed with `code` runs it again rather than getting this reply: a failure the
+ * workflow retries, or a run stopped before its end (by this host stopping, or for want of a requester).
+ */
+const runsAgain = (code: StepErrorCode): boolean => isRetryable(code) || code === 'aborted';
+
+/** What a run of a step needs from its host. */
+export interface StepRunServices extends StepLivenessServices {
+  /** Where a reply that ended the step is kept, for a resend whose first reply was lost. */
+  recent: RecentReplies;
+  /** Told once the run's reply has gone out and its timers are stopped. */
+  ended(run: StepRun): void;
+}
+
+/**
+ * One run of a step on this host: the agent step under way, who waits for its reply, its heartbeats and its
+ * stop. Its reply goes to every requester; a reply that ended the step is kept for resends.
+ */
+export class StepRun {
+  readonly request: AgentStepRequest;
+  /** Settles once the reply has gone to the requesters and the run has ended. */
+  readonly done: Promise<void>;
+  readonly #agentStep: AgentStep;
+  readonly #requesters: StepRequesters;
+  readonly #liveness: StepLiveness;
+  #stopped = false;
+
+  constructor(delivery: Delivery<AgentStepRequest>, agentStep: AgentStep, services: StepRunServices) {
+    const request = delivery.value;
+    this.request = request;
+    this.#agentStep = agentStep;
+    this.#requesters = new StepRequesters(delivery);
+    this.#liveness = new StepLiveness(request, this.#requesters, services, () =>
+      this.stop({ why: 'orphaned' }),
+    );
+    this.#liveness.start();
+    this.done = agentStep.reply
+      .then((reply) => {
+        this.#requesters.respond(reply);
+        // A run stopped for want of a requester, or a failure a resend retries, did not end the step: the next
+        // request for it runs it again (from its journal) rather than getting this reply.
+        if (!this.orphaned && (reply.ok || !runsAgain(reply.error.code)))
+          services.recent.remember(request.stepId, agentStep.reply);
+      })
+      .finally(() => {
+        this.#liveness.end();
+        services.ended(this);
+      });
+  }
+
+  /** Sent a stop already (the task ended, nobody waits, or this host is stopping). */
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+
+  /** Stopped because nobody waited for it any more: it is unwinding, and a resend starts a new run after it. */
+  get orphaned(): boolean {
+    return this.#liveness.orphaned;
+  }
+
+  /** The same step sent again (its first reply was lost to a reconnect) waits for this run's reply. */
+  join(delivery: Delivery<AgentStepRequest>): void {
+    this.#requesters.add(delivery);
+    const heartbeatMs = delivery.value.heartbeatMs;
+    if (heartbeatMs !== undefined) this.#liveness.beat(heartbeatMs);
+  }
+
+  /** What a heartbeat to `inbox` found: whether its requester still listens. */
+  heard(inbox: string, listening: boolean): void {
+    this.#requesters.heard(inbox, listening);
+  }
+
+  /** The step started or stopped waiting for a person: its requesters hear it at once, not at the next heartbeat. */
+  waitingChanged(): void {
+    this.#liveness.beatAsAsked();
+  }
+
+  /** The step's model call started (true) or ended (false). */
+  modelWait(waiting: boolean): void {
+    this.#liveness.modelWait(waiting);
+  }
+
+  /** Sends the agent step a stop, once: the first reason is the one its reply gives. */
+  stop(stop: StepStop): void {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#agentStep.stop(stop);
+  }
+}

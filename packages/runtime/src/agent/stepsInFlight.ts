@@ -1,0 +1,114 @@
+import type { AgentStepRequest, TaskEnding } from '@troupe/protocol';
+import type { Delivery } from '../transport/bus.ts';
+import { RecentReplies } from './recentReplies.ts';
+import type { HostedAgent } from './remoteAgent.ts';
+import type { AgentStep } from './runAgentStep.ts';
+import type { StepLivenessServices } from './stepLiveness.ts';
+import { failedReply } from './stepReply.ts';
+import { StepRun, type StepRunServices } from './stepRun.ts';
+
+/** What the steps in flight need from their host. */
+export interface StepsInFlightServices extends StepLivenessServices {
+  /** Starts a step of `agent`: an agent actor here, or a call to where the agent lives. */
+  start(agent: HostedAgent, request: AgentStepRequest): AgentStep;
+}
+
+/**
+ * The steps running on this host, by step id, and the replies of those that ended lately. A step sent again joins
+ * its run or gets its reply rather than running twice; a task's end and the host's stop reach each of its runs.
+ */
+export class StepsInFlight {
+  readonly #runs = new Map<string, StepRun>();
+  readonly #services: StepsInFlightServices;
+  /** What each run is given: one object for them all, so a run costs little more than its agent step. */
+  readonly #runServices: StepRunServices;
+  #stopping = false;
+
+  constructor(services: StepsInFlightServices) {
+    this.#services = services;
+    this.#runServices = { ...services, recent: new RecentReplies(), ended: (run) => this.#ended(run) };
+  }
+
+  /** Steps being worked on now. */
+  get size(): number {
+    return this.#runs.size;
+  }
+
+  /** The host is stopping: it takes no more steps. */
+  get stopping(): boolean {
+    return this.#stopping;
+  }
+
+  /** Takes a step delivered for `agent`: starts it, joins it to its run under way, or answers it from its reply. */
+  take(delivery: Delivery<AgentStepRequest>, agent: HostedAgent): void {
+    const request = delivery.value;
+    // A step that waited for an earlier run to unwind may come back after stop(): it goes to another worker.
+    if (this.#stopping) {
+      delivery.respond(
+        failedReply(request.stepId, 'worker_stopped', `the worker serving ${agent.name} is stopping`),
+      );
+      return;
+    }
+    // The same step sent again (its first reply was lost to a reconnect) joins the run already going here, or
+    // gets the reply that run gave, rather than running twice.
+    const underway = this.#runs.get(request.stepId);
+    if (underway && !underway.orphaned) {
+      underway.join(delivery);
+      return;
+    }
+    // A run stopped for want of a requester is unwinding: the new one starts once it is done.
+    if (underway) {
+      void underway.done.then(() => this.take(delivery, agent));
+      return;
+    }
+    const recent = this.#runServices.recent.of(request.stepId);
+    if (recent) {
+      void recent.then((reply) => delivery.respond(reply));
+      return;
+    }
+    const run = new StepRun(delivery, this.#services.start(agent, request), this.#runServices);
+    this.#runs.set(request.stepId, run);
+  }
+
+  /** What a heartbeat of a step found: whether the requester at `inbox` still listens. */
+  heard(stepId: string, inbox: string, listening: boolean): void {
+    this.#runs.get(stepId)?.heard(inbox, listening);
+  }
+
+  /** A step started or stopped waiting for a person. */
+  waitingChanged(stepId: string): void {
+    this.#runs.get(stepId)?.waitingChanged();
+  }
+
+  /** A step's model call started (true) or ended (false). */
+  modelWait(stepId: string, waiting: boolean): void {
+    this.#runs.get(stepId)?.modelWait(waiting);
+  }
+
+  /** Stops every step of a task that has ended: nothing it would still do (a tool call, a question) matters. */
+  endTask(taskId: string, ending: TaskEnding): void {
+    for (const run of this.#runs.values()) {
+      if (run.request.taskId !== taskId || run.stopped) continue;
+      this.#services.logger.info(
+        { taskId, stepId: run.request.stepId },
+        `task ${taskId} has ended; stopping its step here`,
+      );
+      run.stop({ why: 'task_ended', taskId, ending });
+    }
+  }
+
+  /** Takes no more steps, stops the ones in flight and waits for their replies to go out. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    const runs = [...this.#runs.values()];
+    for (const run of runs) run.stop({ why: 'worker_stopping' });
+    await Promise.allSettled(runs.map((run) => run.done));
+  }
+
+  #ended(run: StepRun): void {
+    const { stepId } = run.request;
+    if (this.#runs.get(stepId) !== run) return;
+    this.#runs.delete(stepId);
+    this.#services.heartbeats.stop(stepId);
+  }
+}
