@@ -30,13 +30,17 @@ import { type NatsBus, ValueStore } from '@troupe/runtime';
 import type { z } from 'zod';
 import type { ClientTask, DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
+import { GatewayError } from './gatewayError.ts';
 import { decodePlace, encodePlace } from './pageCursor.ts';
 import { TaskIds } from './taskIds.ts';
 
 /** A request the gateway refuses before doing anything: 400 `invalid_request`. */
-export class InvalidRequest extends Error {
-  readonly statusCode = 400;
-  readonly code = 'invalid_request';
+export class InvalidRequest extends GatewayError {
+  override readonly name = 'InvalidRequest';
+
+  constructor(message: string, options?: ErrorOptions) {
+    super('invalid_request', 400, message, options);
+  }
 }
 
 export interface GatewayActionsOptions {

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { formatIssues, Name } from '@troupe/protocol';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { GatewayError } from './gatewayError.ts';
 
 /**
  * Who may do what through the gateway. Each bearer token has a name, scopes and optionally the pipelines it is
@@ -42,15 +43,14 @@ export interface Principal {
 }
 
 /** Why a request was refused: 401 (no or unknown token) or 403 (the token may not), with the reason. */
-export class AuthRefusal extends Error {
+export class AuthRefusal extends GatewayError {
+  override readonly name = 'AuthRefusal';
+  declare readonly code: 'unauthenticated' | 'forbidden';
   readonly status: 401 | 403;
-  readonly code: 'unauthenticated' | 'forbidden';
 
   constructor(status: 401 | 403, message: string) {
-    super(message);
-    this.name = 'AuthRefusal';
+    super(status === 401 ? 'unauthenticated' : 'forbidden', status, message);
     this.status = status;
-    this.code = status === 401 ? 'unauthenticated' : 'forbidden';
   }
 }
 

@@ -1,5 +1,5 @@
 import { OperationError, type OperationErrorCode } from '@troupe/client';
-import { AuthRefusal } from './auth.ts';
+import { GatewayError } from './gatewayError.ts';
 
 /** What an error a request ran into is answered with, over HTTP or a WebSocket. */
 export interface ErrorAnswer {
@@ -26,11 +26,11 @@ const CLIENT_ERROR_CODES: Record<number, string> = {
 };
 
 /**
- * The answer to an error the gateway expects — a refused token, an operation that changed nothing, a request it
- * refuses (any error with a 4xx `statusCode`) — or undefined for one it does not: that one is a 500, and logged.
+ * The answer to an error the gateway expects — its own refusals, an operation that changed nothing, a request
+ * Fastify refuses (any error with a 4xx `statusCode`) — or undefined for one it does not: that one is a 500, and logged.
  */
 export function answerTo(error: unknown): ErrorAnswer | undefined {
-  if (error instanceof AuthRefusal) return { status: error.status, code: error.code, message: error.message };
+  if (GatewayError.is(error)) return { status: error.statusCode, code: error.code, message: error.message };
   if (OperationError.is(error))
     return { status: STATUS_OF[error.code], code: error.code, message: error.message };
   const status = (error as { statusCode?: unknown } | undefined)?.statusCode;

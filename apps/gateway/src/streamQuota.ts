@@ -1,4 +1,5 @@
 import type { Principal } from './auth.ts';
+import { GatewayError } from './gatewayError.ts';
 
 /** What one token's open streams may hold at once, across every connection to this gateway. */
 export interface StreamCaps {
@@ -17,17 +18,17 @@ const CAP_NAMES = {
 } as const;
 
 /** A token has every slot of a kind: 429, naming the cap. */
-export class TooManyStreams extends Error {
-  readonly statusCode = 429;
-  readonly code: (typeof CAP_NAMES)[keyof StreamCaps]['code'];
+export class TooManyStreams extends GatewayError {
+  override readonly name = 'TooManyStreams';
+  declare readonly code: (typeof CAP_NAMES)[keyof StreamCaps]['code'];
 
   constructor(who: Principal, kind: keyof StreamCaps, cap: number, flag: string = CAP_NAMES[kind].flag) {
     const { code, what } = CAP_NAMES[kind];
     super(
+      code,
+      429,
       `token ${who.name} has ${cap} ${what} on this gateway, its cap (${flag}); close one before opening another`,
     );
-    this.name = 'TooManyStreams';
-    this.code = code;
   }
 }
 

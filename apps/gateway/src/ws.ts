@@ -9,6 +9,7 @@ import { AgUiMapper } from './agui.ts';
 import { ClientTask } from './api.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
 import { answerTo } from './errors.ts';
+import { GatewayError } from './gatewayError.ts';
 import type { StreamQuota } from './streamQuota.ts';
 
 /** How many tasks one connection may follow at once. */
@@ -188,10 +189,11 @@ export class WsSession {
     const { taskId } = message;
     if (this.#following.has(taskId)) return { taskId, subscribed: true };
     if (this.#following.size >= MAX_SUBSCRIPTIONS) {
-      throw Object.assign(new Error(`a connection follows at most ${MAX_SUBSCRIPTIONS} tasks`), {
-        statusCode: 429,
-        code: 'too_many_subscriptions',
-      });
+      throw new GatewayError(
+        'too_many_subscriptions',
+        429,
+        `a connection follows at most ${MAX_SUBSCRIPTIONS} tasks`,
+      );
     }
     // Each followed task holds a consumer on the NATS server: counted against the token's cap across connections.
     const release = this.#quota.take(this.#who, 'consumers');

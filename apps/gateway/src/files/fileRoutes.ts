@@ -5,6 +5,7 @@ import { z } from 'zod';
 import type { GatewayActions } from '../actions.ts';
 import { ErrorBody, TaskParams } from '../api.ts';
 import type { Principal } from '../auth.ts';
+import { GatewayError } from '../gatewayError.ts';
 import { contentTypeOf } from './contentType.ts';
 import { FileParams, FileQuery, WorkspaceListing } from './filesApi.ts';
 
@@ -186,14 +187,11 @@ export const fileRoutes: FastifyPluginAsyncZod<FileRoutesOptions> = async (app, 
 };
 
 /** A file request refused, with its status and code (`statusCode`: the gateway's error handler answers it so too). */
-class FileRefusal extends Error {
-  constructor(
-    readonly statusCode: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'FileRefusal';
+class FileRefusal extends GatewayError {
+  override readonly name = 'FileRefusal';
+
+  constructor(statusCode: number, code: 'workspace_not_here' | 'too_large', message: string) {
+    super(code, statusCode, message);
   }
 }
 
