@@ -5,6 +5,7 @@ import {
   applyWorkspaceChanges,
   isRetryable,
   StepHeartbeat,
+  subjects,
   type WorkspaceManifest,
   workspaceDiff,
 } from '@troupe/protocol';
@@ -18,14 +19,26 @@ import {
   TransportError,
   type TransportErrorCode,
 } from '@troupe/runtime';
-import { assign, fromCallback, setup } from 'xstate';
+import {
+  type ActorSystem,
+  assign,
+  type CallbackActorLogic,
+  type CallbackSnapshot,
+  fromCallback,
+  type Snapshot,
+  setup,
+} from 'xstate';
+import { reportActivity, runFactsOf } from '../task/runContext.ts';
+import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
 /** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
 export const REPLY_GRACE_MS = 2_000;
 /** Heartbeats in a row a step may miss before it goes to another worker. */
 export const MISSED_HEARTBEATS = 3;
+/** How much longer than the task's deadline a step waits for the agent's own account of running out. */
+export const DEADLINE_GRACE_MS = 5_000;
 
-/** What a step call needs besides its step: the same for every step of a pipeline. */
+/** What a step call needs besides its step: the same for every step of a pipeline, built into its logic once. */
 export interface StepCallServices {
   bus: Bus;
   clock: Clock;
@@ -34,39 +47,47 @@ export interface StepCallServices {
   waitForWorkersMs: number;
   /** How often the agent host must report on the step. */
   heartbeatMs: number;
-  /** Told when what the step is doing changes: the agent works, waits for a person or a model, or for a worker. */
-  onActivity?: ((taskId: string, activity: StepActivity) => void) | undefined;
 }
 
-export interface StepCallInput {
-  services: StepCallServices;
-  request: AgentStepRequest;
-  /** The subject of the step's agent. */
-  subject: string;
-  /** How long the step may take in all, from `started`. */
-  timeoutMs: number;
-  started: number;
-  /** The task's first delivery: the first send of the step is `fresh` (no run of it can have started before). */
-  firstDelivery: boolean;
+/** Why a call ended without a reply, as plain data (it is part of a checkpoint); `code` when a transport code said it. */
+export interface StepCallFailure {
+  code?: TransportErrorCode;
+  message: string;
 }
 
-/** How the call ended: the agent's reply, or why there was none. */
-export type StepCallOutput = { ok: true; reply: AgentStepReply } | { ok: false; error: Error };
+/** What the step call starts from: the workflow's step, and whether a run of it may have started before. */
+export interface StepCallInput extends StepRunInput {
+  /** The step was sent before this call began (it resumes a checkpoint of before the upgrade): no send is `fresh`. */
+  resumed?: boolean;
+}
+
+/** How the call ended: the agent's reply and how long the step took, or why there was none (`error.code` says). */
+export type StepCallOutput = { ok: true; reply: StepRunOutput } | { ok: false; error: Error };
 
 /**
  * What the step call hears: from its request (each heartbeat, then the reply or the request's failure), from the
- * connection (a reconnect, after which a reply in flight may be lost), and from the workflow (stop waiting).
+ * connection (a reconnect, after which a reply in flight may be lost), and from its pause (time to send again).
  */
 export type StepCallEvent =
   | { type: 'heartbeat'; heartbeat: StepHeartbeat }
   | { type: 'replied'; reply: AgentStepReply }
   | { type: 'failed'; error: unknown }
   | { type: 'reconnect' }
-  | { type: 'abort' };
+  | { type: 'resume' };
 
-interface StepCallContext extends StepCallInput {
+/** The step call's state: plain data only, so a checkpoint of the workflow holds it and a restore goes on from it. */
+export interface StepCallContext {
+  request: AgentStepRequest;
+  /** The subject of the step's agent. */
+  subject: string;
+  /** How long the step may take in all, from `started` (cut to the task's deadline and its grace). */
+  timeoutMs: number;
+  /** When the step was first sent, on the services' clock: its timeout and duration count from here, across restores. */
+  started: number;
   /** Requests sent so far. */
   attempts: number;
+  /** A run of the step may have started before this call's first send (see {@link StepCallInput}). */
+  resumed: boolean;
   /** Since when no worker answered. */
   noWorkerSince?: number | undefined;
   /** A worker died or lost its journal under this step: wait for another as long as the step may take. */
@@ -75,8 +96,8 @@ interface StepCallContext extends StepCallInput {
   waitingFor?: StepHeartbeat['waitingFor'];
   /** What the step was last reported doing, so only a change is passed on. */
   lastActivity: string;
-  /** The failure that ended the call. */
-  error?: Error;
+  /** Why the call ended without a reply. */
+  failure?: StepCallFailure;
   reply?: AgentStepReply;
   /**
    * The workspace manifest the workflow sent the step with, once a run that did not end the step (its worker stopped,
@@ -86,34 +107,45 @@ interface StepCallContext extends StepCallInput {
   workspaceBase?: WorkspaceManifest | undefined;
 }
 
-type Ctx = { context: StepCallContext };
+/** What one send of the step is given: plain data, so a restored send goes out again the same way. */
+interface RequestInput {
+  request: AgentStepRequest;
+  subject: string;
+  started: number;
+  timeoutMs: number;
+  /** No run of the step can have started before this send (see `fresh`): the first send of a first delivery. */
+  fresh: boolean;
+  /** No worker served the agent at the last send: this one is logged at debug (one line said so already). */
+  quiet: boolean;
+}
 
-const timeLeft = (context: StepCallContext): number =>
-  context.timeoutMs - (context.services.clock.now() - context.started);
+/** A promise actor's persisted snapshot: what checkpoints from before the step call was a machine hold for it. */
+interface PromiseSnapshot {
+  input: StepRunInput;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: xstate types a system by its registered actors, which a provided actor cannot know.
+type AnySystem = ActorSystem<any>;
+type Ctx = { context: StepCallContext };
 
 /** The wait before sending again: 250 ms, doubling with each request, at most 2 s. */
 const backoff = (context: StepCallContext): number => Math.min(250 * 2 ** (context.attempts - 1), 2_000);
 
-/** The step's timeout as its error: `approval_timeout` when the last heartbeat said a person was being asked. */
-function timedOut(context: StepCallContext): Error {
-  const { code, message } = stepTimeoutError(context.request.agent, context.timeoutMs, context.waitingFor);
-  return new TransportError(code, message);
+/** The step's timeout as its failure: `approval_timeout` when the last heartbeat said a person was being asked. */
+function timedOut(context: StepCallContext): StepCallFailure {
+  return stepTimeoutError(context.request.agent, context.timeoutMs, context.waitingFor);
 }
 
-/** Reports what the step does now, when it changed. */
-function report(context: StepCallContext, kind: StepActivity['kind']): string {
-  const key = `${kind}:${context.waitingFor?.id ?? ''}`;
-  const { onActivity, clock } = context.services;
-  if (!onActivity || key === context.lastActivity) return context.lastActivity;
-  const { request, waitingFor } = context;
-  const where = { step: request.step, agent: request.agent, since: new Date(clock.now()).toISOString() };
-  onActivity(
-    request.taskId,
-    kind === 'person' && waitingFor
-      ? { kind, ...where, request: waitingFor }
-      : { kind: kind === 'person' ? 'agent' : kind, ...where },
-  );
-  return key;
+/** A failure as plain data: a transport failure keeps its code, anything else its message. */
+function failureOf(error: unknown): StepCallFailure {
+  if (TransportError.is(error)) return { code: error.code, message: error.message };
+  return { message: error instanceof Error ? error.message : String(error) };
+}
+
+/** The failure as the error the workflow reads its reason from (a `TransportError` when it has a code). */
+function errorOf(failure: StepCallFailure | undefined): Error {
+  if (!failure) return new Error('step call ended');
+  return failure.code ? new TransportError(failure.code, failure.message) : new Error(failure.message);
 }
 
 /** The reply with the workspace changes of every run of the step, counted from the manifest the workflow sent. */
@@ -126,239 +158,352 @@ function withAllChanges(context: StepCallContext, reply: AgentStepReply): AgentS
   return { ...reply, workspace: workspaceDiff(base, now) };
 }
 
-function explain(context: StepCallContext, error: unknown): Error {
-  if (TransportError.is(error, 'no_responders')) {
-    const waited =
-      context.noWorkerSince === undefined ? 0 : context.services.clock.now() - context.noWorkerSince;
-    return new TransportError(
-      'no_responders',
-      `no worker serves agent ${context.request.agent} on ${context.subject} (waited ${Math.round(waited / 1000)} s); ` +
-        'start `troupe worker` (or `troupe up` without --no-agents) with this pipeline on this NATS server',
-      { cause: error },
-    );
-  }
-  return error instanceof Error ? error : new Error(String(error));
+/**
+ * The request's logic, restored as never `fresh`: a send restored from a checkpoint goes out again after a run of the
+ * step may have started (its host must look in the journal), whatever the send it repeats said.
+ */
+function restoredUnfresh<Logic extends CallbackActorLogic<StepCallEvent, RequestInput>>(logic: Logic): Logic {
+  return {
+    ...logic,
+    restoreSnapshot: (snapshot: CallbackSnapshot<RequestInput>) => ({
+      ...snapshot,
+      input: { ...snapshot.input, fresh: false },
+    }),
+  };
 }
 
+/** A snapshot with an input and no state value is a promise's (a machine's always has a `value`). */
+const isPromiseSnapshot = (snapshot: Snapshot<unknown>): snapshot is Snapshot<unknown> & PromiseSnapshot =>
+  !('value' in snapshot) && 'input' in snapshot;
+
 /**
- * One step sent to its agent over NATS, as an actor: it sends the request and hears the host's heartbeats and then
- * its reply. While nobody serves the agent it sends again with backoff (`waitingForWorker`), and gives up after
- * `waitForWorkersMs` with a message that says which subject has no worker. When the host goes silent for
- * {@link MISSED_HEARTBEATS} heartbeats (its process died), or loses its journal, or stops mid-step, the step is sent
- * again with the same id and another worker takes it over from the step's journal; after that, it waits for a
- * worker as long as the step may take. A reconnect sends it again at once (a reply in flight may be lost; the host
- * joins a resend to the run it has). Its timers run on the services' clock.
+ * The step call's logic on `services`: built once per pipeline runner and invoked by the workflow as each agent
+ * step's child. It sends the step to its agent over NATS and hears the host's heartbeats and then its reply. While
+ * nobody serves the agent it sends again with backoff (`waitingForWorker`), and gives up after `waitForWorkersMs`
+ * with a message that says which subject has no worker. When the host goes silent for {@link MISSED_HEARTBEATS}
+ * heartbeats (its process died), or loses its journal, or stops mid-step, the step is sent again with the same id
+ * and another worker takes it over from the step's journal; after that, it waits for a worker as long as the step
+ * may take. A reconnect sends it again at once (a reply in flight may be lost; the host joins a resend to the run it
+ * has). The workflow leaving the step stops the call, and with it the request in flight.
+ *
+ * Its context is plain data, so a checkpoint holds it. Restored, it goes on where it was: a request in flight is sent
+ * again under the same step id (the host's journal answers a step already done), a pause waits out what is left of
+ * it, and the step's timeout still counts from its first send. Its timers are invoked actors rather than `after:`
+ * delays, because XState keeps delayed events out of a persisted snapshot and a restored `after:` never fires. The
+ * run's facts (a first delivery's `fresh`, the trace, the pipeline version) and its activity reports go through the
+ * task's run context (see `task/runContext.ts`). A checkpoint from before the step call was a machine holds the step
+ * as a promise's snapshot: such a step is started afresh from its input.
+ *
+ * @example
+ * ```ts
+ * const runStep = createStepCallLogic({ bus, clock, waitForWorkersMs: 30_000, heartbeatMs: 5_000 });
+ * const workflow = compileFlow(config, { runStep });
+ * ```
  */
-export const stepCallMachine = setup({
-  types: {
-    context: {} as StepCallContext,
-    input: {} as StepCallInput,
-    events: {} as StepCallEvent,
-    output: {} as StepCallOutput,
-  },
-  actors: {
-    /** The request: its heartbeats, reply or failure come back as events; leaving the state cancels it. */
-    request: fromCallback<StepCallEvent, StepCallContext>(({ input: context, sendBack }) => {
-      const { services, request } = context;
-      const abort = new AbortController();
-      let settled = false;
-      const left = timeLeft(context);
-      // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
-      const logLevel: MessageLogLevel | undefined = context.noWorkerSince === undefined ? undefined : 'debug';
-      requestWithHeartbeats(
-        services.bus,
-        context.subject,
-        {
-          ...request,
-          timeoutMs: left,
-          heartbeatMs: services.heartbeatMs,
-          ...(context.firstDelivery && context.attempts === 1 ? { fresh: true as const } : {}),
-        },
-        AgentStepReply,
-        StepHeartbeat,
-        {
-          // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
-          timeoutMs: left + REPLY_GRACE_MS,
-          idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
-          signal: abort.signal,
-          meta: {
-            taskId: request.taskId,
-            from: request.from ?? 'workflow',
-            to: request.agent,
-            kind: 'agent.step',
-          },
-          clock: services.clock,
-          onHeartbeat: (heartbeat) => sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
-          ...(logLevel ? { logLevel } : {}),
-        },
-      ).then(
-        (reply) => {
-          settled = true;
-          sendBack({ type: 'replied', reply });
-        },
-        (error: unknown) => {
-          settled = true;
-          sendBack({ type: 'failed', error });
-        },
-      );
-      // Leaving the state while the request still waits stops it (a settled one needs nothing, and an abort costs).
-      return () => {
-        if (!settled) abort.abort();
-      };
-    }),
-  },
-  delays: {
-    backoff: ({ context }) => backoff(context),
-  },
-  guards: {
-    outOfTime: ({ context }) => timeLeft(context) <= 0,
-    journalUnavailable: (_, reply: AgentStepReply) => !reply.ok && reply.error.code === 'journal_unavailable',
-    final: (_, reply: AgentStepReply) => reply.ok || !isRetryable(reply.error.code),
-    failedWith: (_, p: { error: unknown; code: TransportErrorCode }) => TransportError.is(p.error, p.code),
-    gaveUpOnWorkers: ({ context }) =>
-      !context.takenOver &&
-      context.noWorkerSince !== undefined &&
-      context.services.clock.now() - context.noWorkerSince >= context.services.waitForWorkersMs,
-  },
-  actions: {
-    heard: assign(({ context }, heartbeat: StepHeartbeat) => {
-      const next = { ...context, waitingFor: heartbeat.waitingFor };
-      const kind = heartbeat.waitingFor ? 'person' : heartbeat.waitingOnModel ? 'model' : 'agent';
-      return { waitingFor: heartbeat.waitingFor, lastActivity: report(next, kind) };
-    }),
-    takenOver: assign(({ context }, why: string) => {
-      context.services.logger?.warn({ stepId: context.request.stepId, agent: context.request.agent }, why);
-      return { takenOver: true, noWorkerSince: undefined };
-    }),
-    noWorker: assign(({ context }) => {
-      if (context.noWorkerSince === undefined) {
-        context.services.logger?.warn(
-          { stepId: context.request.stepId, agent: context.request.agent },
-          `no worker serves agent ${context.request.agent} yet; step ${context.request.stepId} waits for one (start one with troupe worker <pipeline.yaml>)`,
-        );
-      }
-      const noWorkerSince = context.noWorkerSince ?? context.services.clock.now();
-      return { noWorkerSince, lastActivity: report({ ...context, noWorkerSince }, 'worker') };
-    }),
-    fail: assign((_, error: Error) => ({ error })),
-    /** A run that did not end the step handed on files: the next run starts from them (and sees what it wrote). */
-    carryWorkspace: assign(({ context }, reply: AgentStepReply) => {
-      if (!reply.workspace) return {};
-      const workspace = applyWorkspaceChanges(context.request.workspace, reply.workspace);
-      return {
-        request: { ...context.request, workspace },
-        workspaceBase: context.workspaceBase ?? context.request.workspace ?? {},
-      };
-    }),
-  },
-}).createMachine({
-  id: 'stepCall',
-  context: ({ input }) => ({ ...input, attempts: 0, takenOver: false, lastActivity: '' }),
-  initial: 'sending',
-  on: {
-    abort: {
-      target: '.failed',
-      actions: {
-        type: 'fail',
-        params: ({ context }) => new TransportError('aborted', `step ${context.request.stepId} was aborted`),
-      },
+export function createStepCallLogic(services: StepCallServices) {
+  const { bus, clock, logger } = services;
+  const timeLeft = (context: Pick<StepCallContext, 'timeoutMs' | 'started'>): number =>
+    context.timeoutMs - (clock.now() - context.started);
+
+  /** Reports what the step does now to the task, when it changed; returns what it last reported. */
+  const report = (system: AnySystem, context: StepCallContext, kind: StepActivity['kind']): string => {
+    const key = `${kind}:${context.waitingFor?.id ?? ''}`;
+    if (key === context.lastActivity) return key;
+    const { request, waitingFor } = context;
+    const where = { step: request.step, agent: request.agent, since: new Date(clock.now()).toISOString() };
+    reportActivity(
+      system,
+      kind === 'person' && waitingFor
+        ? { kind, ...where, request: waitingFor }
+        : { kind: kind === 'person' ? 'agent' : kind, ...where },
+    );
+    return key;
+  };
+
+  const explain = (context: StepCallContext, error: unknown): StepCallFailure => {
+    if (!TransportError.is(error, 'no_responders')) return failureOf(error);
+    const waited = context.noWorkerSince === undefined ? 0 : clock.now() - context.noWorkerSince;
+    return {
+      code: 'no_responders',
+      message:
+        `no worker serves agent ${context.request.agent} on ${context.subject} (waited ${Math.round(waited / 1000)} s); ` +
+        'start `troupe worker` (or `troupe up` without --no-agents) with this pipeline on this NATS server',
+    };
+  };
+
+  const machine = setup({
+    types: {
+      context: {} as StepCallContext,
+      input: {} as StepCallInput,
+      events: {} as StepCallEvent,
+      output: {} as StepCallOutput,
     },
-  },
-  states: {
-    /** About to send (again): within the step's time, or it has run out. */
-    sending: {
-      always: [
-        {
-          guard: 'outOfTime',
-          target: 'failed',
-          actions: { type: 'fail', params: ({ context }: Ctx) => timedOut(context) },
-        },
-        { target: 'sent' },
-      ],
-    },
-    sent: {
-      entry: assign({ attempts: ({ context }) => context.attempts + 1 }),
-      invoke: { src: 'request', input: ({ context }) => context },
-      on: {
-        heartbeat: { actions: { type: 'heard', params: ({ event }) => event.heartbeat } },
-        reconnect: { target: 'sending', reenter: true },
-        replied: [
-          {
-            // The host could not reach the step journal (NATS trouble): the step goes again once it can.
-            guard: { type: 'journalUnavailable', params: ({ event }) => event.reply },
-            target: 'backingOff',
-            actions: [
-              { type: 'carryWorkspace', params: ({ event }) => event.reply },
-              {
-                type: 'takenOver',
-                params: ({ context, event }) =>
-                  `step ${context.request.stepId} stopped: ${event.reply.ok ? '' : event.reply.error.message}; sending it again`,
+    actors: {
+      /** One send of the step: its heartbeats, reply or failure come back as events; stopping it cancels it. */
+      request: restoredUnfresh(
+        fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
+          const left = timeLeft(input);
+          // A restored call may find its time spent while it was down: that is the step's timeout, not a send.
+          if (left <= 0) {
+            sendBack({ type: 'failed', error: new TransportError('timeout', 'the step ran out of time') });
+            return;
+          }
+          const facts = runFactsOf(system);
+          const abort = new AbortController();
+          let settled = false;
+          // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
+          const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
+          requestWithHeartbeats(
+            bus,
+            input.subject,
+            {
+              ...input.request,
+              ...(facts
+                ? {
+                    traceparent: facts.traceparent,
+                    ...(facts.version === undefined ? {} : { version: facts.version }),
+                  }
+                : {}),
+              timeoutMs: left,
+              heartbeatMs: services.heartbeatMs,
+              ...(input.fresh ? { fresh: true as const } : {}),
+            },
+            AgentStepReply,
+            StepHeartbeat,
+            {
+              // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
+              timeoutMs: left + REPLY_GRACE_MS,
+              idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
+              signal: abort.signal,
+              meta: {
+                taskId: input.request.taskId,
+                from: input.request.from ?? 'workflow',
+                to: input.request.agent,
+                kind: 'agent.step',
               },
-            ],
-          },
-          {
-            guard: { type: 'final', params: ({ event }) => event.reply },
-            target: 'replied',
-            actions: assign({ reply: ({ context, event }) => withAllChanges(context, event.reply) }),
-          },
-          // Its worker stopped mid-step: another worker may take the step, as when none served the agent.
-          {
-            target: 'waitingForWorker',
-            actions: [{ type: 'carryWorkspace', params: ({ event }) => event.reply }, 'noWorker'],
-          },
-        ],
-        failed: [
-          {
-            guard: { type: 'failedWith', params: ({ event }) => ({ error: event.error, code: 'timeout' }) },
-            target: 'failed',
-            actions: { type: 'fail', params: ({ context }) => timedOut(context) },
-          },
-          {
-            guard: { type: 'failedWith', params: ({ event }) => ({ error: event.error, code: 'stalled' }) },
-            target: 'sending',
-            reenter: true,
-            actions: {
-              type: 'takenOver',
-              params: ({ context }) =>
-                `the worker running step ${context.request.stepId} went silent; sending the step to another worker`,
+              clock,
+              onHeartbeat: (heartbeat) =>
+                sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
+              ...(logLevel ? { logLevel } : {}),
             },
-          },
-          {
-            guard: {
-              type: 'failedWith',
-              params: ({ event }) => ({ error: event.error, code: 'no_responders' }),
+          ).then(
+            (reply) => {
+              settled = true;
+              sendBack({ type: 'replied', reply });
             },
-            target: 'waitingForWorker',
-            actions: 'noWorker',
-          },
+            (error: unknown) => {
+              settled = true;
+              sendBack({ type: 'failed', error });
+            },
+          );
+          // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
+          return () => {
+            if (!settled) abort.abort();
+          };
+        }),
+      ),
+      /** The connection's reconnects, each a `reconnect` event: a reply in flight then may have been lost. */
+      connection: fromCallback<StepCallEvent>(({ sendBack }) =>
+        bus.onStatus((status) => {
+          if (status.type === 'reconnect') sendBack({ type: 'reconnect' });
+        }),
+      ),
+      /** A wait until `until` on the clock, then `resume`; a restored one waits only for what is left. */
+      pause: fromCallback<StepCallEvent, { until: number }>(({ input, sendBack }) => {
+        const timer = clock.setTimeout(
+          () => sendBack({ type: 'resume' }),
+          Math.max(0, input.until - clock.now()),
+        );
+        return () => clock.clearTimeout(timer);
+      }),
+    },
+    guards: {
+      outOfTime: ({ context }) => timeLeft(context) <= 0,
+      journalUnavailable: (_, reply: AgentStepReply) =>
+        !reply.ok && reply.error.code === 'journal_unavailable',
+      final: (_, reply: AgentStepReply) => reply.ok || !isRetryable(reply.error.code),
+      failedWith: (_, p: { error: unknown; code: TransportErrorCode }) => TransportError.is(p.error, p.code),
+      gaveUpOnWorkers: ({ context }) =>
+        !context.takenOver &&
+        context.noWorkerSince !== undefined &&
+        clock.now() - context.noWorkerSince >= services.waitForWorkersMs,
+    },
+    actions: {
+      heard: assign(({ context, system }, heartbeat: StepHeartbeat) => {
+        const next = { ...context, waitingFor: heartbeat.waitingFor };
+        const kind = heartbeat.waitingFor ? 'person' : heartbeat.waitingOnModel ? 'model' : 'agent';
+        return { waitingFor: heartbeat.waitingFor, lastActivity: report(system, next, kind) };
+      }),
+      takenOver: assign(({ context }, why: string) => {
+        logger?.warn({ stepId: context.request.stepId, agent: context.request.agent }, why);
+        return { takenOver: true, noWorkerSince: undefined };
+      }),
+      noWorker: assign(({ context, system }) => {
+        if (context.noWorkerSince === undefined) {
+          logger?.warn(
+            { stepId: context.request.stepId, agent: context.request.agent },
+            `no worker serves agent ${context.request.agent} yet; step ${context.request.stepId} waits for one (start one with troupe worker <pipeline.yaml>)`,
+          );
+        }
+        const noWorkerSince = context.noWorkerSince ?? clock.now();
+        return { noWorkerSince, lastActivity: report(system, { ...context, noWorkerSince }, 'worker') };
+      }),
+      fail: assign((_, failure: StepCallFailure) => ({ failure })),
+      /** A run that did not end the step handed on files: the next run starts from them (and sees what it wrote). */
+      carryWorkspace: assign(({ context }, reply: AgentStepReply) => {
+        if (!reply.workspace) return {};
+        const workspace = applyWorkspaceChanges(context.request.workspace, reply.workspace);
+        return {
+          request: { ...context.request, workspace },
+          workspaceBase: context.workspaceBase ?? context.request.workspace ?? {},
+        };
+      }),
+    },
+  }).createMachine({
+    id: 'stepCall',
+    context: ({ input }) => {
+      const { request } = input;
+      const started = clock.now();
+      // Past the task's deadline the agent stops itself and says so; the call waits a little longer for that reply.
+      const deadline = request.budget?.deadline;
+      const timeoutMs =
+        deadline === undefined
+          ? input.timeoutMs
+          : Math.min(input.timeoutMs, Math.max(1, deadline - started) + DEADLINE_GRACE_MS);
+      return {
+        request,
+        subject: subjects.agent(request.pipeline, request.agent),
+        timeoutMs,
+        started,
+        attempts: 0,
+        resumed: input.resumed === true,
+        takenOver: false,
+        lastActivity: '',
+      };
+    },
+    invoke: { src: 'connection' },
+    initial: 'sending',
+    states: {
+      /** About to send (again): within the step's time, or it has run out. */
+      sending: {
+        always: [
           {
+            guard: 'outOfTime',
             target: 'failed',
-            actions: { type: 'fail', params: ({ context, event }) => explain(context, event.error) },
+            actions: { type: 'fail', params: ({ context }: Ctx) => timedOut(context) },
           },
+          { target: 'sent' },
         ],
       },
-    },
-    /** Nobody serves the agent (yet), or its worker stopped: sent again after a backoff, until the wait is over. */
-    waitingForWorker: {
-      always: {
-        guard: 'gaveUpOnWorkers',
-        target: 'failed',
-        actions: {
-          type: 'fail',
-          params: ({ context }: Ctx) =>
-            explain(context, new TransportError('no_responders', `no one is serving ${context.subject}`)),
+      sent: {
+        entry: assign({ attempts: ({ context }) => context.attempts + 1 }),
+        invoke: {
+          src: 'request',
+          input: ({ context, self }) => ({
+            request: context.request,
+            subject: context.subject,
+            started: context.started,
+            timeoutMs: context.timeoutMs,
+            // A resend may follow a run of the step; so may any send of a later delivery.
+            fresh:
+              context.attempts === 1 && !context.resumed && runFactsOf(self.system)?.firstDelivery === true,
+            quiet: context.noWorkerSince !== undefined,
+          }),
+        },
+        on: {
+          heartbeat: { actions: { type: 'heard', params: ({ event }) => event.heartbeat } },
+          reconnect: { target: 'sending', reenter: true },
+          replied: [
+            {
+              // The host could not reach the step journal (NATS trouble): the step goes again once it can.
+              guard: { type: 'journalUnavailable', params: ({ event }) => event.reply },
+              target: 'backingOff',
+              actions: [
+                { type: 'carryWorkspace', params: ({ event }) => event.reply },
+                {
+                  type: 'takenOver',
+                  params: ({ context, event }) =>
+                    `step ${context.request.stepId} stopped: ${event.reply.ok ? '' : event.reply.error.message}; sending it again`,
+                },
+              ],
+            },
+            {
+              guard: { type: 'final', params: ({ event }) => event.reply },
+              target: 'replied',
+              actions: assign({ reply: ({ context, event }) => withAllChanges(context, event.reply) }),
+            },
+            // Its worker stopped mid-step: another worker may take the step, as when none served the agent.
+            {
+              target: 'waitingForWorker',
+              actions: [{ type: 'carryWorkspace', params: ({ event }) => event.reply }, 'noWorker'],
+            },
+          ],
+          failed: [
+            {
+              guard: { type: 'failedWith', params: ({ event }) => ({ error: event.error, code: 'timeout' }) },
+              target: 'failed',
+              actions: { type: 'fail', params: ({ context }) => timedOut(context) },
+            },
+            {
+              guard: { type: 'failedWith', params: ({ event }) => ({ error: event.error, code: 'stalled' }) },
+              target: 'sending',
+              reenter: true,
+              actions: {
+                type: 'takenOver',
+                params: ({ context }) =>
+                  `the worker running step ${context.request.stepId} went silent; sending the step to another worker`,
+              },
+            },
+            {
+              guard: {
+                type: 'failedWith',
+                params: ({ event }) => ({ error: event.error, code: 'no_responders' }),
+              },
+              target: 'waitingForWorker',
+              actions: 'noWorker',
+            },
+            {
+              target: 'failed',
+              actions: { type: 'fail', params: ({ context, event }) => explain(context, event.error) },
+            },
+          ],
         },
       },
-      after: { backoff: 'sending' },
+      /** Nobody serves the agent (yet), or its worker stopped: sent again after a backoff, until the wait is over. */
+      waitingForWorker: {
+        always: {
+          guard: 'gaveUpOnWorkers',
+          target: 'failed',
+          actions: {
+            type: 'fail',
+            params: ({ context }: Ctx) =>
+              explain(context, new TransportError('no_responders', `no one is serving ${context.subject}`)),
+          },
+        },
+        invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
+        on: { resume: 'sending' },
+      },
+      backingOff: {
+        invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
+        on: { resume: 'sending' },
+      },
+      replied: { type: 'final' },
+      failed: { type: 'final' },
     },
-    backingOff: {
-      after: { backoff: 'sending' },
-    },
-    replied: { type: 'final' },
-    failed: { type: 'final' },
-  },
-  output: ({ context }) =>
-    context.reply
-      ? { ok: true, reply: context.reply }
-      : { ok: false, error: context.error ?? new Error('step call ended') },
-});
+    output: ({ context }): StepCallOutput =>
+      context.reply
+        ? { ok: true, reply: { ...context.reply, durationMs: Math.max(0, clock.now() - context.started) } }
+        : { ok: false, error: errorOf(context.failure) },
+  });
+
+  // A checkpoint from before the upgrade holds the step as a promise's snapshot (its input, no state): start it afresh.
+  const restoreMachine = machine.restoreSnapshot;
+  machine.restoreSnapshot = (snapshot, scope) =>
+    isPromiseSnapshot(snapshot)
+      ? machine.getInitialSnapshot(scope, { ...snapshot.input, resumed: true })
+      : restoreMachine(snapshot, scope);
+  return machine;
+}
+
+/** The step call's logic, as {@link createStepCallLogic} builds it. */
+export type StepCallLogic = ReturnType<typeof createStepCallLogic>;

@@ -1,20 +1,14 @@
 import type { StepActivity } from '@troupe/protocol';
-import { subjects } from '@troupe/protocol';
-import type { Bus, Clock, Logger } from '@troupe/runtime';
-import { createActor, toPromise } from 'xstate';
-import { stepCallMachine } from './stepCall.ts';
+import { TransportError } from '@troupe/runtime';
+import { assign, createActor, setup, toPromise } from 'xstate';
+import { RUN_CONTEXT_ID, type RunContextEvent, type RunFacts, runContextLogic } from '../task/runContext.ts';
+import { createStepCallLogic, type StepCallOutput, type StepCallServices } from './stepCall.ts';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
-
-/** How much longer than the task's deadline the workflow waits for the agent's own account of running out. */
-const DEADLINE_GRACE_MS = 5_000;
 
 /** How often a host reports on a step by default; three missed reports and the step goes to another worker. */
 export const DEFAULT_STEP_HEARTBEAT_MS = 5_000;
 
-export interface StepRunnerOptions {
-  bus: Bus;
-  clock: Clock;
-  logger?: Logger;
+export interface StepRunnerOptions extends Pick<StepCallServices, 'bus' | 'clock' | 'logger'> {
   /** How long to keep trying while no worker serves the agent (workers may still be starting). */
   noResponderWaitMs?: number;
   /** How often the agent host must report on a step (see {@link DEFAULT_STEP_HEARTBEAT_MS}). */
@@ -23,55 +17,79 @@ export interface StepRunnerOptions {
   onActivity?: (taskId: string, activity: StepActivity) => void;
 }
 
-/**
- * Runs each step the workflow invokes as a step call actor ({@link stepCallMachine}) on the runner's clock: the
- * connection's reconnects and the workflow's abort reach it as events, and its final state is the step's reply or
- * the reason there is none.
- */
-export function createStepRunner(options: StepRunnerOptions) {
-  const services = {
+/** The step call's services from a runner's options, with their defaults. */
+export function stepCallServices(options: StepRunnerOptions): StepCallServices {
+  return {
     bus: options.bus,
     clock: options.clock,
     logger: options.logger,
     waitForWorkersMs: options.noResponderWaitMs ?? 30_000,
     heartbeatMs: options.heartbeatMs ?? DEFAULT_STEP_HEARTBEAT_MS,
-    onActivity: options.onActivity,
   };
+}
+
+interface LoneStep {
+  facts: RunFacts;
+  step: StepRunInput;
+  outcome?: StepCallOutput;
+}
+
+/**
+ * Runs one step call outside a workflow, as a promise: for a caller that asks one agent one step (a tool, a test).
+ * The call runs beside a run context made from the step's input (its first delivery, its trace and version), as it
+ * would in a task's tree, and its activity goes to `onActivity`. Aborting the signal stops the call, and with it the
+ * request in flight; the promise then fails with `aborted`.
+ */
+export function createStepRunner(options: StepRunnerOptions) {
+  const lone = setup({
+    types: {
+      context: {} as LoneStep,
+      input: {} as Omit<LoneStep, 'outcome'>,
+      events: {} as RunContextEvent,
+      output: {} as StepCallOutput | undefined,
+    },
+    actors: { runContext: runContextLogic, stepCall: createStepCallLogic(stepCallServices(options)) },
+  }).createMachine({
+    context: ({ input }) => input,
+    invoke: { src: 'runContext', systemId: RUN_CONTEXT_ID, input: ({ context }) => context.facts },
+    on: {
+      activity: {
+        actions: ({ context, event }) => options.onActivity?.(context.facts.taskId, event.activity),
+      },
+    },
+    initial: 'calling',
+    states: {
+      calling: {
+        invoke: {
+          src: 'stepCall',
+          input: ({ context }) => context.step,
+          onDone: { target: 'done', actions: assign({ outcome: ({ event }) => event.output }) },
+        },
+      },
+      done: { type: 'final' },
+    },
+    output: ({ context }) => context.outcome,
+  });
   return async (input: StepRunInput, signal: AbortSignal): Promise<StepRunOutput> => {
     const { request } = input;
-    const { clock, bus } = options;
-    // Past the task's deadline the agent stops itself and says so; wait a little longer for that reply.
-    const deadline = request.budget?.deadline;
-    const timeoutMs =
-      deadline === undefined
-        ? input.timeoutMs
-        : Math.min(input.timeoutMs, Math.max(1, deadline - clock.now()) + DEADLINE_GRACE_MS);
-    const started = clock.now();
-    const call = createActor(stepCallMachine, {
-      clock,
-      input: {
-        services,
-        request,
-        subject: subjects.agent(request.pipeline, request.agent),
-        timeoutMs,
-        started,
-        firstDelivery: input.firstDelivery === true,
-      },
-    });
-    const stopWatching = bus.onStatus((status) => {
-      if (status.type === 'reconnect') call.send({ type: 'reconnect' });
-    });
-    const onAbort = () => call.send({ type: 'abort' });
-    signal.addEventListener('abort', onAbort, { once: true });
+    const facts: RunFacts = {
+      taskId: request.taskId,
+      firstDelivery: input.firstDelivery === true,
+      traceparent: request.traceparent ?? '',
+      ...(request.version === undefined ? {} : { version: request.version }),
+    };
+    const call = createActor(lone, { clock: options.clock, input: { facts, step: input } });
+    const stop = () => call.stop();
+    signal.addEventListener('abort', stop, { once: true });
     try {
       call.start();
-      if (signal.aborted) onAbort();
+      if (signal.aborted) stop();
       const outcome = await toPromise(call);
+      if (!outcome) throw new TransportError('aborted', `step ${request.stepId} was aborted`);
       if (!outcome.ok) throw outcome.error;
-      return { ...outcome.reply, durationMs: Math.max(0, clock.now() - started) };
+      return outcome.reply;
     } finally {
-      stopWatching();
-      signal.removeEventListener('abort', onAbort);
+      signal.removeEventListener('abort', stop);
     }
   };
 }

@@ -1,0 +1,340 @@
+import type { StepActivity } from '@troupe/protocol';
+import { type AgentStepReply, AgentStepRequest, subjects, type UsageTotals } from '@troupe/protocol';
+import { type Delivery, every, TransportError } from '@troupe/runtime';
+import { MemoryBus, SimulatedClock } from '@troupe/testkit';
+import { describe, expect, it } from 'vitest';
+import { type Actor, assign, createActor, setup } from 'xstate';
+import {
+  RUN_CONTEXT_ID,
+  type RunContextEvent,
+  type RunFacts,
+  runContextLogic,
+} from '../src/task/runContext.ts';
+import { createStepCallLogic, type StepCallLogic, type StepCallOutput } from '../src/workflow/stepCall.ts';
+import type { StepRunInput } from '../src/workflow/workflowTypes.ts';
+
+const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
+const HEARTBEAT_MS = 1_000;
+const STEP_ID = 'task-1.write.1';
+const VERSION = 'a'.repeat(64);
+
+const request: AgentStepRequest = {
+  stepId: STEP_ID,
+  taskId: 'task-1',
+  pipeline: 'p',
+  agent: 'writer',
+  step: 'write',
+  round: 1,
+  goal: 'write it',
+  context: [],
+  expect: 'text',
+  traceparent: '00-workflow-trace-01',
+};
+
+const okReply = (stepId: string, output = 'done'): AgentStepReply => ({
+  ok: true,
+  stepId,
+  output,
+  usage,
+  turns: 1,
+});
+
+interface TaskContext {
+  facts: RunFacts;
+  step: StepRunInput;
+  heard: StepActivity[];
+  outcome?: StepCallOutput;
+}
+
+/**
+ * A task-like parent, as the task tree holds a step call: a run context beside a workflow state that invokes the
+ * step call as its child, and leaves it on `cancel` (stopping the call).
+ */
+function taskOf(stepCall: StepCallLogic) {
+  return setup({
+    types: {
+      context: {} as TaskContext,
+      input: {} as { facts: RunFacts; step: StepRunInput },
+      events: {} as RunContextEvent | { type: 'cancel' },
+      output: {} as StepCallOutput | undefined,
+    },
+    actors: { runContext: runContextLogic, stepCall },
+  }).createMachine({
+    context: ({ input }) => ({ ...input, heard: [] }),
+    invoke: { src: 'runContext', systemId: RUN_CONTEXT_ID, input: ({ context }) => context.facts },
+    on: {
+      activity: { actions: assign({ heard: ({ context, event }) => [...context.heard, event.activity] }) },
+    },
+    initial: 'working',
+    states: {
+      working: {
+        invoke: {
+          src: 'stepCall',
+          input: ({ context }) => context.step,
+          onDone: { target: 'done', actions: assign({ outcome: ({ event }) => event.output }) },
+        },
+        on: { cancel: 'cancelled' },
+      },
+      done: { type: 'final' },
+      cancelled: { type: 'final' },
+    },
+    output: ({ context }) => context.outcome,
+  });
+}
+type Task = ReturnType<typeof taskOf>;
+
+/** A step call inside a task on an in-memory bus and a simulated clock, with a worker the test drives. */
+function setUp(options: { noResponderWaitMs?: number } = {}) {
+  const clock = new SimulatedClock();
+  const bus = new MemoryBus({ clock });
+  const logic = createStepCallLogic({
+    bus,
+    clock,
+    heartbeatMs: HEARTBEAT_MS,
+    waitForWorkersMs: options.noResponderWaitMs ?? 30_000,
+  });
+  const task = taskOf(logic);
+  const facts: RunFacts = {
+    taskId: 'task-1',
+    firstDelivery: true,
+    traceparent: '00-run-span-01',
+    version: VERSION,
+  };
+  const input = (timeoutMs: number) => ({ facts, step: { request, timeoutMs } });
+  const start = (timeoutMs = 60_000) => createActor(task, { clock, input: input(timeoutMs) }).start();
+  const pass = async (ms: number, stepMs = 100) => {
+    for (let passed = 0; passed < ms; passed += stepMs) {
+      await bus.settled();
+      clock.advance(Math.min(stepMs, ms - passed));
+    }
+    await bus.settled();
+  };
+  const worker = (onStep: (delivery: Delivery<AgentStepRequest>) => void) => {
+    const received: AgentStepRequest[] = [];
+    const deliveries: Delivery<AgentStepRequest>[] = [];
+    const subscription = bus.subscribe(
+      subjects.agent('p', 'writer'),
+      AgentStepRequest,
+      (delivery) => {
+        received.push(delivery.value);
+        deliveries.push(delivery);
+        onStep(delivery);
+      },
+      { queue: 'writer' },
+    );
+    return { received, deliveries, subscription };
+  };
+  const heartbeat = (delivery: Delivery<AgentStepRequest>) =>
+    bus.publish(delivery.reply as string, { stepId: delivery.value.stepId, heartbeat: true });
+  const beatEvery = (delivery: Delivery<AgentStepRequest>) => {
+    heartbeat(delivery);
+    return every(clock, HEARTBEAT_MS, () => heartbeat(delivery));
+  };
+  /** The task's checkpoint as it would be stored: its persisted snapshot through JSON. */
+  const checkpoint = (actor: Actor<Task>) => JSON.parse(JSON.stringify(actor.getPersistedSnapshot()));
+  // A restored actor goes on from its snapshot; the input it is given is not read again.
+  const restore = (snapshot: unknown) =>
+    createActor(task, {
+      clock,
+      input: input(0),
+      snapshot: snapshot as ReturnType<Actor<Task>['getPersistedSnapshot']>,
+    }).start();
+  return { clock, bus, start, pass, worker, heartbeat, beatEvery, checkpoint, restore };
+}
+
+const outcomeOf = (actor: Actor<Task>) => actor.getSnapshot().output;
+const stepCallState = (actor: Actor<Task>): unknown => {
+  const child = Object.values(actor.getSnapshot().children).find((ref) => ref?.src === 'stepCall');
+  const snapshot = child?.getSnapshot();
+  return snapshot && 'value' in snapshot ? snapshot.value : undefined;
+};
+
+describe('the step call as a child of its task', () => {
+  it("sends the step fresh on the first delivery, with the run's trace and version, and ends with the reply", async () => {
+    const { start, pass, worker, heartbeat } = setUp();
+    const { received, deliveries } = worker((delivery) => heartbeat(delivery));
+    const task = start(30_000);
+    await pass(1_500);
+    expect(outcomeOf(task)).toBeUndefined();
+    deliveries[0]?.respond(okReply(STEP_ID, 'written'));
+    await pass(0);
+    expect(outcomeOf(task)).toEqual({
+      ok: true,
+      reply: expect.objectContaining({ ok: true, output: 'written', durationMs: 1_500 }),
+    });
+    expect(received).toHaveLength(1);
+    expect(received[0]).toMatchObject({
+      stepId: STEP_ID,
+      fresh: true,
+      traceparent: '00-run-span-01',
+      version: VERSION,
+      timeoutMs: 30_000,
+      heartbeatMs: HEARTBEAT_MS,
+    });
+    // The first heartbeat told the task its agent is at work, through the run context.
+    expect(task.getSnapshot().context.heard).toEqual([
+      expect.objectContaining({ kind: 'agent', step: 'write', agent: 'writer' }),
+    ]);
+  });
+
+  it('keeps waiting while the heartbeats come, long past the missed-heartbeat limit', async () => {
+    const { start, pass, worker, beatEvery } = setUp();
+    const { received } = worker((delivery) => beatEvery(delivery));
+    const task = start();
+    await pass(20 * HEARTBEAT_MS);
+    expect(outcomeOf(task)).toBeUndefined();
+    expect(received).toHaveLength(1);
+  });
+
+  it('waits while no worker serves the agent, then sends the step to the first that comes', async () => {
+    const { start, pass, worker } = setUp();
+    const task = start();
+    await pass(5_000);
+    expect(outcomeOf(task)).toBeUndefined();
+    expect(stepCallState(task)).toBe('waitingForWorker');
+    expect(task.getSnapshot().context.heard.map((a) => a.kind)).toEqual(['worker']);
+    const { received } = worker((delivery) => delivery.respond(okReply(STEP_ID)));
+    await pass(3_000);
+    expect(outcomeOf(task)).toMatchObject({ ok: true });
+    // Only the first send was fresh; this one followed others.
+    expect(received.map((r) => r.fresh)).toEqual([undefined]);
+  });
+
+  it('sends the step again, same id, after a reconnect', async () => {
+    const { bus, start, pass, worker, heartbeat } = setUp();
+    const { received, deliveries } = worker((delivery) => heartbeat(delivery));
+    const task = start();
+    await pass(200);
+    bus.emitStatus('reconnect');
+    await pass(200);
+    expect(received.map((r) => [r.stepId, r.fresh])).toEqual([
+      [STEP_ID, true],
+      [STEP_ID, undefined],
+    ]);
+    deliveries[1]?.respond(okReply(STEP_ID, 'after the reconnect'));
+    await pass(0);
+    expect(outcomeOf(task)).toMatchObject({ ok: true, reply: { output: 'after the reconnect' } });
+  });
+
+  it('ends with step_timeout at its time and the reply grace, its code kept for the task failure', async () => {
+    const { start, pass, worker, beatEvery } = setUp();
+    worker((delivery) => beatEvery(delivery));
+    const task = start(5_000);
+    await pass(6_900);
+    expect(outcomeOf(task)).toBeUndefined();
+    await pass(200);
+    const outcome = outcomeOf(task);
+    expect(outcome?.ok).toBe(false);
+    const error = outcome?.ok === false ? outcome.error : undefined;
+    expect(TransportError.is(error, 'step_timeout')).toBe(true);
+    expect(error?.message).toContain('agent writer did not finish within the step timeout (5 s)');
+  });
+
+  it('is stopped with the state that invoked it: the request in flight stops listening and no reconnect sends it', async () => {
+    const { bus, start, pass, worker, heartbeat } = setUp();
+    const { received, deliveries } = worker((delivery) => heartbeat(delivery));
+    const task = start();
+    await pass(200);
+    const inbox = deliveries[0]?.reply as string;
+    expect(bus.hasListener(inbox)).toBe(true);
+    task.send({ type: 'cancel' });
+    expect(bus.hasListener(inbox)).toBe(false);
+    bus.emitStatus('reconnect');
+    await pass(10_000);
+    expect(received).toHaveLength(1);
+    expect(task.getSnapshot().value).toBe('cancelled');
+  });
+
+  it('restored from a checkpoint mid-request, sends the step again under the same id, not fresh, its timeout still from the first send', async () => {
+    const { clock, start, pass, worker, beatEvery, checkpoint, restore } = setUp();
+    const { received, deliveries } = worker((delivery) => beatEvery(delivery));
+    const first = start(30_000);
+    await pass(2_000);
+    const stored = checkpoint(first);
+    // The coordinator dies; the task is resumed from its checkpoint 10 s later.
+    first.stop();
+    clock.advance(10_000);
+    const resumed = restore(stored);
+    await pass(0);
+    expect(received.map((r) => [r.stepId, r.fresh, r.timeoutMs])).toEqual([
+      [STEP_ID, true, 30_000],
+      [STEP_ID, undefined, 18_000],
+    ]);
+    // Unanswered, it times out 30 s (and the reply grace) after its first send, not after the restore.
+    await pass(18_000 + 1_900);
+    expect(outcomeOf(resumed)).toBeUndefined();
+    await pass(200);
+    const outcome = outcomeOf(resumed);
+    expect(outcome?.ok === false && TransportError.is(outcome.error, 'step_timeout')).toBe(true);
+    expect(deliveries).toHaveLength(2);
+  });
+
+  it('restored from a checkpoint mid-request, ends with the reply to the send it repeats, with the whole duration', async () => {
+    const { clock, start, pass, worker, heartbeat, checkpoint, restore } = setUp();
+    const { deliveries } = worker((delivery) => heartbeat(delivery));
+    const first = start();
+    await pass(1_000);
+    const stored = checkpoint(first);
+    first.stop();
+    clock.advance(4_000);
+    const resumed = restore(stored);
+    await pass(0);
+    deliveries[1]?.respond(okReply(STEP_ID, 'from the journal'));
+    await pass(0);
+    expect(outcomeOf(resumed)).toMatchObject({
+      ok: true,
+      reply: { output: 'from the journal', durationMs: 5_000 },
+    });
+  });
+
+  it('restored past its timeout, ends with step_timeout at once and sends nothing', async () => {
+    const { clock, start, pass, worker, heartbeat, checkpoint, restore } = setUp();
+    const { received } = worker((delivery) => heartbeat(delivery));
+    const first = start(5_000);
+    await pass(1_000);
+    const stored = checkpoint(first);
+    first.stop();
+    clock.advance(60_000);
+    const resumed = restore(stored);
+    await pass(0);
+    expect(received).toHaveLength(1);
+    const outcome = outcomeOf(resumed);
+    expect(outcome?.ok === false && TransportError.is(outcome.error, 'step_timeout')).toBe(true);
+  });
+
+  it('restored while waiting for a worker, sends again once its backoff is over', async () => {
+    const { start, pass, worker, checkpoint, restore } = setUp();
+    const first = start();
+    await pass(100);
+    expect(stepCallState(first)).toBe('waitingForWorker');
+    const stored = checkpoint(first);
+    first.stop();
+    const resumed = restore(stored);
+    const { received } = worker((delivery) => delivery.respond(okReply(STEP_ID)));
+    await pass(2_000);
+    expect(received).toHaveLength(1);
+    expect(outcomeOf(resumed)).toMatchObject({ ok: true });
+  });
+
+  it('restored from a checkpoint of before the upgrade, where the step was a promise, starts the step afresh from its input', async () => {
+    const { start, pass, worker, heartbeat, checkpoint, restore } = setUp();
+    const { received, deliveries } = worker((delivery) => heartbeat(delivery));
+    const first = start(30_000);
+    await pass(100);
+    const stored = checkpoint(first);
+    first.stop();
+    // What the promise actor of the old `runStep` persisted: its input, and no state value.
+    const id = Object.keys(stored.children).find((key) => stored.children[key].src === 'stepCall') as string;
+    stored.children[id].snapshot = { status: 'active', input: { request, timeoutMs: 30_000 } };
+    const resumed = restore(stored);
+    await pass(0);
+    expect(stepCallState(resumed)).toBe('sent');
+    expect(received.map((r) => [r.stepId, r.fresh, r.timeoutMs])).toEqual([
+      [STEP_ID, true, 30_000],
+      [STEP_ID, undefined, 30_000],
+    ]);
+    deliveries[1]?.respond(okReply(STEP_ID, 'resumed'));
+    await pass(0);
+    expect(outcomeOf(resumed)).toMatchObject({ ok: true, reply: { output: 'resumed' } });
+  });
+});
