@@ -85,12 +85,13 @@ export {
   type WorkerOptions,
 } from './service.ts';
 export { DEFAULT_STOP_TIMEOUT_MS } from './stopWithin.ts';
-export { compileFlow, subTaskId, type WorkflowMachine } from './workflow/compileFlow.ts';
+export { compileFlow, type WorkflowMachine } from './workflow/compileFlow.ts';
 export {
   createStepRunner,
   DEFAULT_STEP_HEARTBEAT_MS,
   type StepRunnerOptions,
 } from './workflow/stepRunner.ts';
+export { subTaskId } from './workflow/steps/pipeline.ts';
 export type {
   StepRunInput,
   StepRunOutput,
