@@ -14,10 +14,11 @@ export {
   type OutputSpec,
   type StepStop,
 } from './agent/agentMachine.ts';
+export { type AgentStep, runAgentStep, type StepDeps, startAgentStep } from './agent/agentStep.ts';
+export { AgentStepError, type AgentStepErrorCode } from './agent/agentStepError.ts';
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { taskWorkspace } from './agent/journaledTools.ts';
 export { type HostedAgent, isRemoteAgent, type RemoteAgent } from './agent/remoteAgent.ts';
-export { type AgentStep, runAgentStep, type StepDeps, startAgentStep } from './agent/runAgentStep.ts';
 export { SESSION_SUMMARY_TIMEOUT_MS, sessionSummaryMessages } from './agent/sessionSummary.ts';
 export { buildStepMessages, buildTaskText, VERDICT_INSTRUCTIONS } from './agent/stepPrompt.ts';
 export { failedReply } from './agent/stepReply.ts';

@@ -3,17 +3,16 @@ import type { StepErrorCode } from '@troupe/protocol';
 /** Stable codes of what cuts an agent step short; each is the step code its reply gives for the same failure. */
 export type AgentStepErrorCode = Extract<
   StepErrorCode,
-  'journal_unavailable' | 'step_timeout' | 'budget_exceeded' | 'aborted'
+  'journal_unavailable' | 'budget_exceeded' | 'aborted'
 >;
 
 /**
  * The name an error of each code goes by. What waits on a person tells why its step stopped by name (a
- * `TimeoutError`, as `AbortSignal.timeout` gives, or a `BudgetExceeded`), and an A2A remote step gives the same
- * reasons, so these names are part of the contract.
+ * `BudgetExceeded`; a step out of its own time is a `StepTimedOutError`, named `TimeoutError`), so these names are
+ * part of the contract.
  */
 const NAMES: Record<AgentStepErrorCode, string> = {
   journal_unavailable: 'JournalUnavailable',
-  step_timeout: 'TimeoutError',
   budget_exceeded: 'BudgetExceeded',
   aborted: 'StepStopped',
 };

@@ -45,7 +45,7 @@ export function toolServices(
       : StepJournal.humanKey(StepJournal.toolKey(request.stepId, at.turn, at.index), 'question');
   };
   /** This run of the step, as the journal knows its claims. */
-  const run = randomUUID();
+  const runId = randomUUID();
   const humanScope: HumanScope = {
     ...scope,
     agent: agent.name,
@@ -136,7 +136,7 @@ export function toolServices(
           const key = StepJournal.toolKey(request.stepId, input.turn, index);
           callTurns.set(call.id, { turn: input.turn, index });
           const expectNew = replies.madeHere(input.turn);
-          const claim = { key, run, expectNew, turn: input.turn };
+          const claim = { key, runId, expectNew, turn: input.turn };
           return runOnce(step, executor, claim, call, signal, input.approvals?.[call.id]);
         }),
       );
@@ -156,7 +156,7 @@ export function toolServices(
 async function runOnce(
   step: StepContext,
   executor: ToolExecutor,
-  claim: { key: string; run: string; expectNew: boolean; turn: number },
+  claim: { key: string; runId: string; expectNew: boolean; turn: number },
   call: ToolCall,
   signal: AbortSignal,
   approval: ApprovalDecision | undefined,
@@ -164,9 +164,9 @@ async function runOnce(
   const { deps } = step;
   const journal = deps.journal;
   const now = () => new Date(deps.clock.now());
-  const { key, run, turn } = claim;
+  const { key, runId, turn } = claim;
   const record = await unlessUnavailable(() =>
-    journal?.claimToolCall(key, call.name, call.arguments, run, now(), { expectNew: claim.expectNew }),
+    journal?.claimToolCall(key, call.name, call.arguments, runId, now(), { expectNew: claim.expectNew }),
   );
   if (record?.state === 'done') {
     const { error, truncated, outputRef, ...rest } = record.result;

@@ -1,6 +1,6 @@
 import type { AgentStepRequest } from '@troupe/protocol';
 import type { AgentDefinition } from './agentDefinition.ts';
-import type { AgentStep, StepDeps } from './runAgentStep.ts';
+import type { AgentStep, StepDeps } from './agentStep.ts';
 
 /**
  * An agent that lives in another system (an A2A agent, say): the host hands it each step in place of running an

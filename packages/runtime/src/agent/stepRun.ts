@@ -1,8 +1,8 @@
 import { type AgentStepRequest, isRetryable, type StepErrorCode } from '@troupe/protocol';
 import type { Delivery } from '../transport/bus.ts';
 import type { StepStop } from './agentMachine.ts';
+import type { AgentStep } from './agentStep.ts';
 import type { RecentReplies } from './recentReplies.ts';
-import type { AgentStep } from './runAgentStep.ts';
 import { StepLiveness, type StepLivenessServices } from './stepLiveness.ts';
 import { StepRequesters } from './stepRequesters.ts';
 

@@ -1,8 +1,8 @@
 import type { AgentStepRequest, TaskEnding } from '@troupe/protocol';
 import type { Delivery } from '../transport/bus.ts';
+import type { AgentStep } from './agentStep.ts';
 import { RecentReplies } from './recentReplies.ts';
 import type { HostedAgent } from './remoteAgent.ts';
-import type { AgentStep } from './runAgentStep.ts';
 import type { StepLivenessServices } from './stepLiveness.ts';
 import { failedReply } from './stepReply.ts';
 import { StepRun, type StepRunServices } from './stepRun.ts';

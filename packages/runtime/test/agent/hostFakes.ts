@@ -1,6 +1,6 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
 import type { StepStop } from '../../src/agent/agentMachine.ts';
-import type { AgentStep } from '../../src/agent/runAgentStep.ts';
+import type { AgentStep } from '../../src/agent/agentStep.ts';
 import type { Delivery } from '../../src/transport/bus.ts';
 import type { HeartbeatSender } from '../../src/transport/heartbeatSender.ts';
 

@@ -6,7 +6,7 @@ import type { AgentStepRequest, EventOf, TroupeEvent } from '@troupe/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
-import { runAgentStep, type StepDeps } from '../../src/agent/runAgentStep.ts';
+import { runAgentStep, type StepDeps } from '../../src/agent/agentStep.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { defineTool, ToolRegistry } from '../../src/tools/index.ts';

@@ -6,7 +6,7 @@ import { type ModelProvider, Script, ScriptedProvider } from '@troupe/llm';
 import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
-import { runAgentStep, type StepDeps } from '../../src/agent/runAgentStep.ts';
+import { runAgentStep, type StepDeps } from '../../src/agent/agentStep.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { startTracing, startWorkflowSpan, type Tracing, traceparentOf } from '../../src/telemetry/tracing.ts';

@@ -6,9 +6,10 @@ import type { AgentStepRequest, EventKind, EventOf, TroupeEvent } from '@troupe/
 import { MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
+import { runAgentStep, type StepDeps, startAgentStep } from '../../src/agent/agentStep.ts';
 import { AgentStepError } from '../../src/agent/agentStepError.ts';
 import { taskWorkspace } from '../../src/agent/journaledTools.ts';
-import { runAgentStep, type StepDeps, startAgentStep } from '../../src/agent/runAgentStep.ts';
+import { StepTimedOutError } from '../../src/approvals/stepTimedOutError.ts';
 import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
@@ -468,8 +469,12 @@ describe('runAgentStep: why a person’s pending request stopped', () => {
     clock.advance(2_000);
     expect(await step.reply).toMatchObject({ ok: false, error: { code: 'step_timeout' } });
     expect(reasons).toHaveLength(1);
-    expect(AgentStepError.is(reasons[0], 'step_timeout')).toBe(true);
-    expect(reasons[0]).toMatchObject({ name: 'TimeoutError', message: 'step task-1.code.1 ran out of time' });
+    expect(reasons[0]).toBeInstanceOf(StepTimedOutError);
+    expect(reasons[0]).toMatchObject({
+      name: 'TimeoutError',
+      code: 'step_timeout',
+      message: 'step task-1.code.1 ran out of time',
+    });
   });
 
   it('is a BudgetExceeded coded budget_exceeded when the task’s deadline passes', async () => {

@@ -1,5 +1,6 @@
 import { type AgentStepReply, type AgentStepRequest, errorMessage, isStepErrorCode } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
+import { StepTimedOutError } from '../approvals/stepTimedOutError.ts';
 import { TaskEndedError } from '../approvals/taskEnded.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
@@ -183,7 +184,7 @@ function abortReason(stop: StepStop, { agent, request }: StepContext): Error {
     case 'deadline':
       return new AgentStepError('budget_exceeded', timeBudgetMessage(agent.name, request.budget));
     case 'step_timeout':
-      return new AgentStepError('step_timeout', `step ${request.stepId} ran out of time`);
+      return new StepTimedOutError(request.stepId);
     default:
       return new AgentStepError('aborted', `step ${request.stepId} was stopped (${stop.why})`);
   }
