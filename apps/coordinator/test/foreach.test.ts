@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createActor, type Snapshot } from 'xstate';
-import { compileFlow, stepsAtWork, unfitItem } from '../src/workflow/compileFlow.ts';
+import { compileFlow, stepsAtWork } from '../src/workflow/compileFlow.ts';
+import { unfitItem } from '../src/workflow/steps/foreachItem.ts';
 import {
   failedReply,
   ofKind,

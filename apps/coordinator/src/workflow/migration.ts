@@ -3,7 +3,8 @@ import { createActor, type Snapshot } from 'xstate';
 import { allSteps } from '../config/flowLayout.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { canonicalJson } from '../config/pipelineVersion.ts';
-import { unfitItem, type WorkflowMachine } from './compileFlow.ts';
+import type { WorkflowMachine } from './compileFlow.ts';
+import { unfitItem } from './steps/foreachItem.ts';
 import type { WorkflowInput } from './workflowTypes.ts';
 
 /** A version of the pipeline as a migration compares it: its config, and its flow compiled. */

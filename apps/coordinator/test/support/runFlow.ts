@@ -1,7 +1,9 @@
 import type { AgentStepRequest, UsageTotals, Verdict } from '@troupe/protocol';
+import type { Clock } from '@troupe/runtime';
 import { createActor, fromPromise, type Snapshot, toPromise } from 'xstate';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
-import { compileFlow, hearEndedItems } from '../../src/workflow/compileFlow.ts';
+import { compileFlow } from '../../src/workflow/compileFlow.ts';
+import { hearEndedItems } from '../../src/workflow/steps/foreachItem.ts';
 import type {
   HumanRunInput,
   HumanRunOutput,
@@ -99,6 +101,8 @@ export interface RunOptions {
   ) => PipelineRunOutput | Promise<PipelineRunOutput>;
   /** Answers the `human` steps' questions. */
   people?: (input: HumanRunInput, signal: AbortSignal) => HumanRunOutput | Promise<HumanRunOutput>;
+  /** The workflow's clock (its retry backoff runs on it); the real one by default. */
+  clock?: Clock;
   /** Called with the workflow actor once it has started, to send it events (a cancel) while it runs. */
   onStart?: (actor: { send(event: WorkflowEvent): void }) => void;
 }
@@ -131,6 +135,7 @@ export async function run(config: PipelineConfig, script: Script, options: RunOp
   });
   const actor = createActor(machine, {
     input: options.input ?? task,
+    ...(options.clock ? { clock: options.clock } : {}),
     ...(options.snapshot === undefined ? {} : { snapshot: options.snapshot as Snapshot<unknown> }),
   });
   actor.on('event', (event) => events.push(event));
