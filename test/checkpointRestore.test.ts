@@ -1,0 +1,460 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Kvm } from '@nats-io/kv';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { replyToHuman } from '@troupe/client';
+import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { type ModelRequest, ScriptedProvider } from '@troupe/llm';
+import { BUCKETS, FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
+import { createLogger, defineTool, NatsBus } from '@troupe/runtime';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import { cutAfterWrite } from './support/cutAfterWrite.ts';
+import { ofKind, waiter } from './support/harness.ts';
+
+/**
+ * The net under the coordinator's task path: one task runs a flow with every step kind — an agent step whose tool
+ * has a side effect, a review that rejects once, a parallel step, a foreach step, a step that retries after a model
+ * fault, a router agent's route, a human step the test answers, and a sub-pipeline — once as the reference, and then
+ * once for each write the reference made to the task's record in the `workflows` bucket: cut off right after that
+ * write (its connection to NATS cut between two messages, as a kill -9 would leave it), and resumed by a fresh
+ * coordinator. Every run must end as the reference did, every tool call take effect exactly once, and no model call
+ * whose reply was journaled be made again.
+ */
+
+const SCRIPT = `
+agents:
+  worker:
+    - toolCalls: [{ name: tally, arguments: { label: draft-1 } }]
+    - content: Draft one.
+    - toolCalls: [{ name: tally, arguments: { label: draft-2 } }]
+    - content: Draft two.
+  reviewer:
+    - content: '{"decision": "reject", "feedback": "Say more."}'
+    - content: '{"decision": "approve", "feedback": "Good."}'
+  left:
+    - content: Left side.
+  right:
+    - content: Right side.
+  itemer:
+${Array.from({ length: 6 }, () => `    - toolCalls: [{ name: tally, arguments: { label: item } }]\n    - content: Item done.`).join('\n')}
+  flaky:
+    - error: the model is down
+    - content: Steady now.
+  router:
+    - content: '{"target": "ask", "reason": "a person decides"}'
+  closer:
+    - content: All done.
+  subworker:
+    - toolCalls: [{ name: tally, arguments: { label: sub } }]
+    - content: Sub done.
+`;
+
+const tallyRules = '[{ tool: tally, decision: allow }]';
+const pipelineYaml = (name: string) => `
+version: 1
+name: ${name}
+models:
+  scripted: { provider: scripted, script: ./restore.script.yaml }
+defaults: { model: scripted }
+agents:
+  worker: { instructions: Do the work., tools: [tally], permissions: ${tallyRules} }
+  reviewer: { instructions: Review the work. }
+  left: { instructions: The left side. }
+  right: { instructions: The right side. }
+  itemer: { instructions: Handle the item., tools: [tally], permissions: ${tallyRules} }
+  flaky: { instructions: Fail once. }
+  router: { instructions: Pick where to go. }
+  closer: { instructions: Close. }
+flow:
+  - { id: work, kind: agent, agent: worker }
+  - { id: check, kind: review, agent: reviewer, onReject: work, maxRounds: 3 }
+  - id: fork
+    kind: parallel
+    branches:
+      a: [{ id: lefty, kind: agent, agent: left }]
+      b: [{ id: righty, kind: agent, agent: right }]
+  - id: each
+    kind: foreach
+    items: input.parts
+    maxItems: 5
+    concurrency: 2
+    do:
+      - { id: item, kind: agent, agent: itemer }
+  - { id: steady, kind: agent, agent: flaky, retry: { max: 2, backoff: 0.05 } }
+  - id: pick
+    kind: route
+    agent: router
+    targets:
+      ask: a person decides
+      sub: go straight on
+  - id: ask
+    kind: human
+    prompt: Go on?
+    timeout: 300
+  - { id: sub, kind: pipeline, pipeline: ${name}-sub, goal: Do the sub-task }
+  - { id: close, kind: agent, agent: closer }
+`;
+const subPipelineYaml = (name: string) => `
+version: 1
+name: ${name}-sub
+models:
+  scripted: { provider: scripted, script: ./restore.script.yaml }
+defaults: { model: scripted }
+agents:
+  subworker: { instructions: Do the sub-task., tools: [tally], permissions: ${tallyRules} }
+flow:
+  - { id: subwork, kind: agent, agent: subworker }
+`;
+
+/** The output of a task that completed. */
+const outputOf = (final: TroupeEvent) => (final.kind === 'task.completed' ? final.data.output : undefined);
+
+/** One model call as the scripted provider saw it, with which coordinator's provider made it. */
+interface ModelCall {
+  provider: object;
+  pipeline: string;
+  taskId: string;
+  stepId: string;
+  purpose: string | undefined;
+}
+
+/** What one run of the task left behind. */
+interface RunOutcome {
+  final: TroupeEvent;
+  /** Tool side effects: how many times each call (by its step, task id left out, and label) took effect. */
+  effects: Map<string, number>;
+  /** Model calls per step (task id left out) made by the coordinator that finished the run. */
+  calls: Map<string, number>;
+  /** Model replies per step (task id left out) in the journal when the first coordinator was cut off. */
+  journaled: Map<string, number>;
+  /** Steps entered (their `step.started` events, as published) per step (task id left out). */
+  starts: Map<string, number>;
+  /** Steps with a tool call cut short before its result was recorded: told to the model as in doubt, not run again. */
+  inDoubt: Set<string>;
+  /** The active state in the record the first coordinator wrote last. */
+  cutIn?: string;
+}
+
+describe('a task restored from each checkpoint of a run through every step kind', () => {
+  let nats: TestNats;
+  let client: NatsConnection;
+  let answers: NatsBus;
+  let home: string;
+  const events: TroupeEvent[] = [];
+  const { notify, waitFor } = waiter();
+  const effects: { taskId: string; callId: string; label: string }[] = [];
+  const modelCalls: ModelCall[] = [];
+  const answered = new Set<string>();
+  const logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
+
+  const tally = defineTool({
+    name: 'tally',
+    description: 'Counts one unit of work (a side effect that must happen once per call)',
+    input: z.object({ label: z.string() }),
+    run: async ({ label }, ctx) => {
+      effects.push({ taskId: ctx.taskId, callId: ctx.callId, label });
+      return `counted ${label}`;
+    },
+  });
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    home = await mkdtemp(join(tmpdir(), 'troupe-restore-'));
+    await writeFile(join(home, 'restore.script.yaml'), SCRIPT);
+    client = await connect({ servers: nats.url, name: 'restore-test' });
+    answers = await NatsBus.connect({ servers: nats.url, name: 'restore-answers', logger });
+    client.subscribe(subjects.allTaskEvents, {
+      callback: (_error, msg) => {
+        const parsed = parseMessage(TroupeEvent, msg.data);
+        if (!parsed.ok) return;
+        const event = parsed.value;
+        events.push(event);
+        notify();
+        // A person answers each question once, whenever it is asked (while no coordinator runs the task, too).
+        if (event.kind === 'human.asked' && !answered.has(event.data.questionId)) {
+          answered.add(event.data.questionId);
+          void replyToHuman(answers, event.data.questionId, {
+            kind: 'question',
+            answer: { answer: 'yes', by: 'tester' },
+          }).catch(() => answered.delete(event.data.questionId));
+        }
+      },
+    });
+    await client.flush();
+    const complete = ScriptedProvider.prototype.complete;
+    vi.spyOn(ScriptedProvider.prototype, 'complete').mockImplementation(async function (
+      this: ScriptedProvider,
+      request: ModelRequest,
+    ) {
+      const { pipeline, taskId, stepId, purpose } = request.context;
+      modelCalls.push({ provider: this, pipeline, taskId, stepId, purpose });
+      return complete.call(this, request);
+    });
+  });
+  afterAll(async () => {
+    vi.restoreAllMocks();
+    await answers?.close();
+    await client?.close();
+    await nats?.stop();
+    await rm(home, { recursive: true, force: true });
+  });
+
+  /** A coordinator running `name` and its sub-pipeline, connected at `url`. */
+  const coordinatorAt = async (url: string, name: string, busName: string) => {
+    const bus = await NatsBus.connect({ servers: url, name: busName, logger, reconnect: false });
+    const registry = builtinTools();
+    registry.register(tally);
+    const pipelines = await Promise.all(
+      [name, `${name}-sub`].map((p) =>
+        loadPipeline(join(home, `${p}.yaml`), { toolNames: registry.names() }),
+      ),
+    );
+    const coordinator = await startCoordinator({
+      bus,
+      pipelines,
+      logger,
+      workspaceRoot: join(home, 'workspaces'),
+      registry,
+      ackWaitMs: 1_500,
+      noResponderWaitMs: 5_000,
+    });
+    /** Stops it; `cutOff` when its connection is gone, so its last flush fails (all else stopped before it). */
+    return async (cutOff = false) => {
+      await coordinator.stop().catch((error: unknown) => {
+        if (!cutOff) throw error;
+      });
+      await bus.close();
+    };
+  };
+
+  /** Whether `id` is the task `root` or its sub-task. */
+  const ofTask = (root: string, id: string) => id === root || id.startsWith(`${root}-sub-`);
+  /** A step id with its task's id left out: `T.work.1`, `T-sub.subwork.1` for the sub-task's. */
+  const stepOf = (root: string, id: string) =>
+    id.startsWith(root) ? `T${id.slice(root.length).replace(/^-sub-\d+-[0-9A-Za-z_-]+\./, '-sub.')}` : id;
+  const counted = (keys: string[]) => {
+    const counts = new Map<string, number>();
+    for (const key of keys) counts.set(key, (counts.get(key) ?? 0) + 1);
+    return new Map([...counts].sort(([a], [b]) => a.localeCompare(b)));
+  };
+  const modelReplies = async (root: string, name: string): Promise<Map<string, number>> => {
+    const journal = await new Kvm(client).open(BUCKETS.journal);
+    const keys: string[] = [];
+    for await (const key of await journal.keys()) {
+      for (const pipeline of [`${name}-sub`, name]) {
+        const prefix = `${pipeline}.${root}`;
+        if (key.startsWith(prefix) && key.endsWith('.model')) {
+          keys.push(stepOf(root, key.slice(pipeline.length + 1, -'.model'.length).replace(/\.\d+$/, '')));
+          break;
+        }
+      }
+    }
+    return counted(keys);
+  };
+
+  /**
+   * Runs task `taskId` on pipeline `name` with a coordinator cut off after its `cutAt`-th write to the task's record
+   * (none when undefined), then lets a fresh coordinator finish it.
+   */
+  const runTask = async (name: string, taskId: string, cutAt: number | undefined) => {
+    await writeFile(join(home, `${name}.yaml`), pipelineYaml(name));
+    await writeFile(join(home, `${name}-sub.yaml`), subPipelineYaml(name));
+    const proxy = await cutAfterWrite(nats.port, `$KV.${BUCKETS.workflows}.${taskId}`, cutAt);
+    const stopFirst = await coordinatorAt(proxy.url, name, `${name}-first`);
+    client.publish(
+      subjects.task(name),
+      JSON.stringify({ id: taskId, goal: 'Run every kind of step', input: { parts: ['a', 'b', 'c'] } }),
+    );
+    const ended = waitFor(
+      () => events.find((e) => e.taskId === taskId && FINAL_EVENT_KINDS.includes(e.kind)),
+      `the end of ${taskId}`,
+      90_000,
+    );
+    if (cutAt === undefined) {
+      const final = await ended;
+      await stopFirst();
+      await proxy.stop();
+      return {
+        final,
+        writes: proxy.writes(),
+        journaled: new Map<string, number>(),
+        cutIn: undefined,
+        cutOff: new Set<object>(),
+      };
+    }
+    await proxy.cut;
+    await stopFirst(true);
+    await proxy.stop();
+    const journaled = await modelReplies(taskId, name);
+    const record = await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId);
+    const cutIn = record?.json<{ state?: string }>().state;
+    // The providers the cut-off coordinator called the model through: their calls are not the resume's.
+    const cutOff = new Set(modelCalls.filter((c) => ofTask(taskId, c.taskId)).map((c) => c.provider));
+    const stopSecond = await coordinatorAt(nats.url, name, `${name}-second`);
+    const final = await ended;
+    await stopSecond();
+    return { final, writes: proxy.writes(), journaled, cutIn, cutOff };
+  };
+
+  /** What the run of `taskId` did, counting the model calls of the coordinator that finished it. */
+  const outcomeOf = (
+    taskId: string,
+    run: {
+      final: TroupeEvent;
+      journaled: Map<string, number>;
+      cutIn: string | undefined;
+      cutOff: Set<object>;
+    },
+  ): RunOutcome => ({
+    final: run.final,
+    effects: counted(
+      effects
+        .filter((e) => ofTask(taskId, e.taskId))
+        .map(
+          (e) => `${stepOf(taskId, e.callId.replace(/^call_/, '').replace(/\.\d+\.\d+$/, ''))} ${e.label}`,
+        ),
+    ),
+    calls: counted(
+      modelCalls
+        .filter((c) => ofTask(taskId, c.taskId) && !run.cutOff.has(c.provider) && c.purpose === undefined)
+        .map((c) => stepOf(taskId, c.stepId)),
+    ),
+    journaled: run.journaled,
+    starts: counted(
+      events
+        .filter((e) => ofTask(taskId, e.taskId))
+        .flatMap((e) => (e.kind === 'step.started' ? [stepOf(taskId, e.data.stepId)] : [])),
+    ),
+    inDoubt: new Set(
+      events
+        .filter((e) => ofTask(taskId, e.taskId))
+        .flatMap((e) =>
+          e.kind === 'tool.result' && e.data.error?.code === 'in_doubt'
+            ? [stepOf(taskId, e.data.stepId)]
+            : [],
+        ),
+    ),
+    ...(run.cutIn === undefined ? {} : { cutIn: run.cutIn }),
+  });
+
+  it('ends every restored run as the reference ended, each side effect once and no journaled model call again', async () => {
+    const reference = await runTask('restore-ref', 'ref', undefined);
+    expect(reference.final.kind, JSON.stringify(reference.final.data)).toBe('task.completed');
+    const ref = outcomeOf('ref', reference);
+    // The reference ran every kind of step: the review twice, each item, the retry, the question, the sub-task.
+    expect([...ref.effects]).toEqual([
+      ['T-sub.subwork.1 sub', 1],
+      ['T.item.2.i0 item', 1],
+      ['T.item.2.i1 item', 1],
+      ['T.item.2.i2 item', 1],
+      ['T.work.1 draft-1', 1],
+      ['T.work.2 draft-2', 1],
+    ]);
+    const refEvents = events.filter((e) => e.taskId === 'ref');
+    expect(ofKind(refEvents, 'human.answered')).toHaveLength(1);
+    expect(ofKind(refEvents, 'route.chosen')).toHaveLength(1);
+    expect(ofKind(refEvents, 'branches.joined')).toHaveLength(1);
+    expect(ofKind(refEvents, 'items.joined')).toHaveLength(1);
+    console.info(
+      `reference: ${reference.writes} writes to its record, model calls ${JSON.stringify([...ref.calls])}`,
+    );
+    expect(reference.writes).toBeGreaterThan(10);
+
+    // The steps in the order the reference entered them, and where each state of a checkpoint begins among them.
+    const refEntries = events.flatMap((e) =>
+      e.taskId.startsWith('ref') && e.kind === 'step.started'
+        ? [
+            {
+              key: stepOf('ref', e.data.stepId),
+              step: e.data.step,
+              within: e.data.within?.map((w) => w.step) ?? [],
+            },
+          ]
+        : [],
+    );
+    const firstEntered = (state: string) => {
+      const names = state.split('+').map((name) => name.replace(/^retry:/, ''));
+      if (names.includes('completed')) return refEntries.length;
+      const places = names.map((name) =>
+        refEntries.findIndex((e) => e.step === name || e.within.includes(name)),
+      );
+      return Math.min(...places.filter((p) => p !== -1), refEntries.length);
+    };
+    const cuts = Array.from({ length: reference.writes }, (_, i) => i + 1);
+    const failures: string[] = [];
+    const states: string[] = [];
+    const runCut = async (k: number) => {
+      const taskId = `cut-${k}`;
+      const started = performance.now();
+      const run = await runTask(`restore-${k}`, taskId, k);
+      const outcome = outcomeOf(taskId, run);
+      states.push(`${k} ${outcome.cutIn} ${((performance.now() - started) / 1000).toFixed(1)}s`);
+      const problems: string[] = [];
+      if (run.writes !== k) problems.push(`cut after ${run.writes} writes`);
+      if (outputOf(outcome.final) === undefined || outputOf(outcome.final) !== outputOf(ref.final))
+        problems.push(`ended ${outcome.final.kind} ${JSON.stringify(outcome.final.data)}`);
+      // Each tool call took effect once, as in the reference; a call cut short between its claim and its result is
+      // in doubt and not run again (it took effect at most once).
+      for (const call of new Set([...ref.effects.keys(), ...outcome.effects.keys()])) {
+        const expected = ref.effects.get(call) ?? 0;
+        const made = outcome.effects.get(call) ?? 0;
+        const doubted = outcome.inDoubt.has(call.split(' ')[0] ?? '');
+        if (made > expected || (made < expected && !doubted))
+          problems.push(`${call}: took effect ${made} times, not ${expected}`);
+      }
+      // No model reply journaled before the cut was asked for again after it.
+      for (const step of new Set([
+        ...ref.calls.keys(),
+        ...outcome.calls.keys(),
+        ...outcome.journaled.keys(),
+      ])) {
+        const journaled = outcome.journaled.get(step) ?? 0;
+        const made = outcome.calls.get(step) ?? 0;
+        const expected = ref.calls.get(step) ?? 0;
+        if (journaled + made > expected)
+          problems.push(`${step}: ${journaled} journaled + ${made} called after the cut, over ${expected}`);
+      }
+      // The restored workflow goes on from where its checkpoint has it: a step is entered again only when the
+      // checkpoint was taken before it was entered (the record's writes trail the workflow, so the first coordinator
+      // may have gone a step or two further), never one the checkpoint has behind it.
+      const from = firstEntered(outcome.cutIn ?? '');
+      for (const [step, times] of outcome.starts) {
+        const place = refEntries.findIndex((e) => e.key === step);
+        if (times > (ref.starts.get(step) ?? 0) && (place === -1 || place < from))
+          problems.push(`${step} entered ${times} times, though the checkpoint had it behind`);
+      }
+      if (problems.length > 0)
+        failures.push(`cut after write ${k} (in ${outcome.cutIn}): ${problems.join('; ')}`);
+    };
+    // A few at a time: each run has its own pipelines, so its coordinators see only its own tasks.
+    const queue = [...cuts];
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        for (let k = queue.shift(); k !== undefined; k = queue.shift()) await runCut(k);
+      }),
+    );
+    states.sort((a, b) => Number.parseInt(a, 10) - Number.parseInt(b, 10));
+    console.info(`cut after each write, in: ${states.join(', ')}`);
+    expect(failures).toEqual([]);
+    // Cut in every kind of step: the agent's, the review's, both branches, the items, the retry's wait, the route,
+    // the question, the sub-task, and after the end was written.
+    const cutIn = new Set(states.flatMap((s) => s.split(' ')[1]?.split('+') ?? []));
+    for (const state of [
+      'work',
+      'check',
+      'lefty',
+      'righty',
+      'each',
+      'steady',
+      'retry:steady',
+      'pick',
+      'ask',
+      'sub',
+    ])
+      expect(cutIn, state).toContain(state);
+    expect(cutIn).toContain('completed');
+  }, 240_000);
+});
