@@ -24,7 +24,9 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
   return async (input: HumanRunInput, signal: AbortSignal): Promise<HumanRunOutput> => {
     const started = deps.clock.now();
     const durationMs = () => Math.max(0, deps.clock.now() - started);
-    const schema = input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as never);
+    // The config holds `answer` as a JSON object (a record); zod reads it as the JSON Schema it is meant to be.
+    const schema =
+      input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as z.core.JSONSchema.JSONSchema);
     let prompt = input.prompt;
     for (let asked = 1; asked <= MAX_ASKS; asked++) {
       const key = StepJournal.humanKey(`${input.stepId}.${asked}`, 'question');

@@ -1,10 +1,3 @@
-/** Final state names of every workflow; step ids may not use them. */
-/**
- * The final states of every workflow; step ids may not use them. `released` ends this process's run of the task
- * without ending the task (see {@link WorkflowEvent}); it is never checkpointed.
- */
-export const FINAL_STATES = ['completed', 'failed', 'cancelled', 'released'] as const;
-
 import type {
   AgentStepReply,
   AgentStepRequest,
@@ -19,6 +12,12 @@ import type {
   WorkspaceChanges,
   WorkspaceManifest,
 } from '@troupe/protocol';
+
+/**
+ * The final states of every workflow; step ids may not use them. `released` ends this process's run of the task
+ * without ending the task (see {@link WorkflowEvent}); it is never checkpointed.
+ */
+export const FINAL_STATES = ['completed', 'failed', 'cancelled', 'released'] as const;
 
 /** What a workflow actor starts from: one task. */
 export interface WorkflowInput {
