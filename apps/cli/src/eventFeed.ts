@@ -2,7 +2,7 @@ import { readTaskEvents } from '@troupe/client';
 import { type InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import {
   type BusSubscription,
-  type NatsBus,
+  type JetStreamBus,
   readEventHistory,
   type StoredEvent,
   TransportError,
@@ -37,7 +37,7 @@ export interface EventFeed {
  * event falls between the two. An event stored twice (republished beyond the stream's duplicate window) or
  * seen both stored and live is delivered once, by its id.
  */
-export async function openEventFeed(bus: NatsBus, options: EventFeedOptions): Promise<EventFeed> {
+export async function openEventFeed(bus: JetStreamBus, options: EventFeedOptions): Promise<EventFeed> {
   const seen = new RecentIds();
   const deliver = (stored: StoredEvent) => {
     if (!seen.add(stored.event.id)) return;
@@ -84,7 +84,7 @@ export async function openEventFeed(bus: NatsBus, options: EventFeedOptions): Pr
 
 /** The stored events the feed's options select, as CLI errors when the stream cannot be read. */
 async function* storedEvents(
-  bus: NatsBus,
+  bus: JetStreamBus,
   options: EventFeedOptions,
   since: Date | undefined,
 ): AsyncGenerator<StoredEvent> {
@@ -130,6 +130,6 @@ class RecentIds {
 }
 
 /** Every stored event of one task, in the order the stream kept them, each once. */
-export function taskHistory(bus: NatsBus, taskId: string, pipeline?: string): Promise<TroupeEvent[]> {
+export function taskHistory(bus: JetStreamBus, taskId: string, pipeline?: string): Promise<TroupeEvent[]> {
   return readTaskEvents(bus, taskId, pipeline).catch(explain);
 }

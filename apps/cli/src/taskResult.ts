@@ -1,5 +1,5 @@
 import type { TroupeEvent } from '@troupe/protocol';
-import { listWorkspaceFiles, type NatsBus, ValueStore } from '@troupe/runtime';
+import { type JetStreamBus, listWorkspaceFiles, ValueStore } from '@troupe/runtime';
 import { elsewhereHint, workspaceHere, workspacesRoot } from './taskWorkspaces.ts';
 
 /** What a task that ended left for the person who waited: its output, whole, and where its files are. */
@@ -19,7 +19,7 @@ export interface TaskResult {
 
 /** The result of the task whose final event this is; the files are looked for under the home's workspaces. */
 export async function taskResultOf(
-  bus: NatsBus,
+  bus: JetStreamBus,
   final: TroupeEvent,
   where: { home?: string },
 ): Promise<TaskResult> {

@@ -5,7 +5,7 @@ import {
   subjects,
   TroupeEvent,
 } from '@troupe/protocol';
-import type { BusSubscription, NatsBus } from '@troupe/runtime';
+import type { Bus, BusSubscription } from '@troupe/runtime';
 
 export interface WatchOptions {
   taskId?: string;
@@ -23,7 +23,7 @@ export function eventsSubject(options: { taskId?: string; pipeline?: string }): 
 }
 
 /** Subscribes to the message flow (optionally one task's or one pipeline's) and to invalid-message reports. */
-export function watchEvents(bus: NatsBus, options: WatchOptions): BusSubscription[] {
+export function watchEvents(bus: Bus, options: WatchOptions): BusSubscription[] {
   const subject = eventsSubject(options);
   const subscriptions = [
     // An event not on its own subject is forged (see parseEvent): the broker checked who sent the subject, not it.
@@ -76,7 +76,7 @@ export function finalTracker(): FinalTracker {
 
 /** Resolves with a task's final event. */
 export function waitForFinal(
-  bus: NatsBus,
+  bus: Bus,
   task: { taskId: string; pipeline: string },
   onEvent: (event: TroupeEvent) => void,
 ) {

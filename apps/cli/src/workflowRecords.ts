@@ -1,22 +1,22 @@
 import { openWorkflowStore, readValues, type WorkflowStore, workflowStoreIfAny } from '@troupe/client';
 import type { WorkflowRecord } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import { explain } from './server.ts';
 
 export { readValues, type WorkflowStore };
 
 /** KV `workflows`; a server no coordinator has used has none, which is said plainly. */
-export function openWorkflows(bus: NatsBus): Promise<WorkflowStore> {
+export function openWorkflows(bus: JetStreamBus): Promise<WorkflowStore> {
   return openWorkflowStore(bus).catch(explain);
 }
 
 /** KV `workflows`, or undefined when no coordinator has run on the server. */
-export function workflowsIfAny(bus: NatsBus): Promise<WorkflowStore | undefined> {
+export function workflowsIfAny(bus: JetStreamBus): Promise<WorkflowStore | undefined> {
   return workflowStoreIfAny(bus).catch(explain);
 }
 
 /** A task's record in KV `workflows`; undefined when it has none, or no coordinator has run on the server. */
-export async function workflowRecord(bus: NatsBus, taskId: string): Promise<WorkflowRecord | undefined> {
+export async function workflowRecord(bus: JetStreamBus, taskId: string): Promise<WorkflowRecord | undefined> {
   return (await (await workflowsIfAny(bus))?.get(taskId))?.value;
 }
 

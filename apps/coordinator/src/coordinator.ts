@@ -7,9 +7,9 @@ import {
   closeTaskRequests,
   EventFactory,
   ensureTroupeStreams,
+  type JetStreamBus,
   KvStore,
   type Logger,
-  type NatsBus,
   NatsHumanGate,
   StepJournal,
   systemClock,
@@ -38,7 +38,7 @@ import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRun
 import { createSubPipelineRunner } from './workflow/subPipeline.ts';
 
 export interface CoordinatorOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   pipelines: readonly LoadedPipeline[];
   logger: Logger;
   /** Task workspaces live under `<workspaceRoot>/<pipeline>/<taskId>`. */

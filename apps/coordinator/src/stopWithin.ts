@@ -1,5 +1,5 @@
 import { errorMessage } from '@troupe/protocol';
-import { type Logger, type NatsBus, withTimeout } from '@troupe/runtime';
+import { type JetStreamBus, type Logger, withTimeout } from '@troupe/runtime';
 
 /**
  * How long a stop of `troupe up` or `troupe worker` takes at most unless told otherwise: well inside the 30 s a
@@ -50,7 +50,7 @@ export async function stopWithin(
 }
 
 /** What a stop watches of its connection: whether it is up, and its changes. */
-type WatchedBus = Pick<NatsBus, 'reachable' | 'onStatus'>;
+type WatchedBus = Pick<JetStreamBus, 'reachable' | 'onStatus'>;
 
 /** Resolves once `bus` has been unreachable for `ms` in a row; `cancel` stops watching. */
 function unreachableFor(bus: WatchedBus, ms: number): { elapsed: Promise<void>; cancel(): void } {

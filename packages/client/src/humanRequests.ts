@@ -9,7 +9,7 @@ import {
   type TaskEnding,
   validateMessage,
 } from '@troupe/protocol';
-import { closedByEnding, describeEnding, type KvEntry, type NatsBus } from '@troupe/runtime/bus';
+import { closedByEnding, describeEnding, type JetStreamBus, type KvEntry } from '@troupe/runtime/bus';
 import { OperationError } from './operationError.ts';
 import { type HumanRequestStore, openHumanRequests, openWorkflowStore, readValues } from './troupeState.ts';
 
@@ -24,7 +24,7 @@ export interface RequestScope {
 
 /** What people are asked now (approvals and questions), oldest first; every request ever asked with `all`. */
 export async function listHumanRequests(
-  bus: NatsBus,
+  bus: JetStreamBus,
   filter: { all?: boolean; taskId?: string } & RequestScope = {},
 ): Promise<HumanRequest[]> {
   const store = await openHumanRequests(bus);
@@ -38,7 +38,7 @@ export async function listHumanRequests(
 
 /** One approval or question by its id; undefined when there is none (an id no request could have included). */
 export async function readHumanRequest(
-  bus: NatsBus,
+  bus: JetStreamBus,
   id: string,
   scope: RequestScope = {},
 ): Promise<HumanRequest | undefined> {
@@ -85,7 +85,7 @@ export type DecidedStatus = 'allowed' | 'denied' | 'answered';
  * (`wrong_kind`), or one already decided, expired or whose task ended (`conflict`).
  */
 export async function replyToHuman(
-  bus: NatsBus,
+  bus: JetStreamBus,
   id: string,
   reply: HumanReply,
   options: RequestScope & { now?: () => number } = {},
@@ -181,7 +181,7 @@ function decidedRecord(
 }
 
 /** How the task ended, from its record in `workflows`; undefined while it runs (or when nothing is known). */
-async function taskEnding(bus: NatsBus, taskId: string): Promise<TaskEnding | undefined> {
+async function taskEnding(bus: JetStreamBus, taskId: string): Promise<TaskEnding | undefined> {
   const store = await openWorkflowStore(bus).catch(() => undefined);
   const record = (await store?.get(taskId))?.value;
   return record === undefined ? undefined : endingOfRecord(record);

@@ -1,5 +1,5 @@
 import { BUCKETS, PipelineRegistration } from '@troupe/protocol';
-import { KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime/bus';
+import { type JetStreamBus, KvStore, type UntilReachableOptions } from '@troupe/runtime/bus';
 
 /** The pipelines known across every coordinator on this NATS, so any process can tell an unknown one. */
 export class PipelineRegistry {
@@ -10,7 +10,7 @@ export class PipelineRegistry {
     this.#store = store;
   }
 
-  static async open(bus: NatsBus, wait?: UntilReachableOptions): Promise<PipelineRegistry> {
+  static async open(bus: JetStreamBus, wait?: UntilReachableOptions): Promise<PipelineRegistry> {
     return new PipelineRegistry(await KvStore.open(bus, BUCKETS.pipelines, PipelineRegistration, wait));
   }
 

@@ -1,5 +1,5 @@
 import { MAX_PIPELINE_DEPTH } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime/bus';
+import type { JetStreamBus } from '@troupe/runtime/bus';
 import { readTaskEvents } from './taskOperations.ts';
 import { buildTaskTrace, type TaskTrace } from './taskTrace.ts';
 
@@ -29,7 +29,7 @@ export async function withSubTasks(
 }
 
 /** A {@link SubTaskReader} over the `EVENTS` stream. */
-export function subTaskReader(bus: NatsBus): SubTaskReader {
+export function subTaskReader(bus: JetStreamBus): SubTaskReader {
   return async (taskId, pipeline) => {
     const events = await readTaskEvents(bus, taskId, pipeline);
     return events.length === 0 ? undefined : buildTaskTrace(taskId, events);

@@ -1,6 +1,6 @@
 import { JetStreamApiCodes } from '@nats-io/jetstream';
 import { FINAL_EVENT_KINDS, parseEvent, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
-import { jetstreamManagerOf, jetstreamOf, type NatsBus, TransportError } from '@troupe/runtime/bus';
+import { type JetStreamBus, jetstreamManagerOf, jetstreamOf, TransportError } from '@troupe/runtime/bus';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
 export interface SequencedEvent {
@@ -26,7 +26,7 @@ export interface FollowOptions {
  * delivered once. Fails with `stream_missing` when no coordinator made the stream.
  */
 export function followTaskEvents(
-  bus: NatsBus,
+  bus: JetStreamBus,
   task: { taskId: string; pipeline: string },
   options: FollowOptions,
 ): Promise<void> {
@@ -43,7 +43,7 @@ export function followTaskEvents(
  * all of them: what a waiter for the task's end needs, without reading every step's events on the way.
  */
 export function followTaskEnding(
-  bus: NatsBus,
+  bus: JetStreamBus,
   task: { taskId: string; pipeline: string },
   options: FollowOptions,
 ): Promise<void> {
@@ -59,7 +59,7 @@ export function followTaskEnding(
  * sequence to resume. Runs until `signal` aborts.
  */
 export async function followAllEvents(
-  bus: NatsBus,
+  bus: JetStreamBus,
   options: FollowOptions & { pipeline?: string | undefined },
 ): Promise<void> {
   const { pipeline, ...rest } = options;
@@ -75,7 +75,7 @@ export async function followAllEvents(
 
 /** How many events of a task are stored after `after`: none, for a task that has ended, means nothing will come. */
 export async function eventsAfter(
-  bus: NatsBus,
+  bus: JetStreamBus,
   task: { taskId: string; pipeline: string },
   after: number,
 ): Promise<number> {
@@ -87,7 +87,7 @@ export async function eventsAfter(
   }
 }
 
-async function lastSequence(bus: NatsBus): Promise<number> {
+async function lastSequence(bus: JetStreamBus): Promise<number> {
   try {
     return (await (await jetstreamManagerOf(bus)).streams.info(STREAMS.events)).state.last_seq;
   } catch (cause) {
@@ -110,7 +110,7 @@ function streamMissing(cause: unknown): unknown {
   return cause;
 }
 
-async function openConsumer(bus: NatsBus, subject: string, after: number | undefined) {
+async function openConsumer(bus: JetStreamBus, subject: string, after: number | undefined) {
   try {
     return await jetstreamOf(bus).consumers.get(STREAMS.events, {
       filter_subjects: subject,
@@ -122,7 +122,7 @@ async function openConsumer(bus: NatsBus, subject: string, after: number | undef
 }
 
 async function followEvents(
-  bus: NatsBus,
+  bus: JetStreamBus,
   options: FollowOptions & { subject: string; until?: (event: TroupeEvent) => boolean },
 ): Promise<void> {
   const { signal } = options;

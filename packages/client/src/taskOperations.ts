@@ -13,9 +13,9 @@ import {
   type TroupeEvent,
 } from '@troupe/protocol';
 import {
+  type JetStreamBus,
   jetstreamOf,
   logMessage,
-  type NatsBus,
   readEventHistory,
   TransportError,
   ValueStore,
@@ -48,7 +48,7 @@ export interface SubmitOptions {
  * makes it too large has its input stored in the pipeline's inputs bucket first, and carries an `inputRef` to it.
  */
 export async function submitToPipeline(
-  bus: NatsBus,
+  bus: JetStreamBus,
   pipeline: string,
   task: TaskSubmission & { id: string },
   options: SubmitOptions = {},
@@ -82,7 +82,7 @@ export async function submitToPipeline(
     }
     throw new OperationError(
       'no_coordinator',
-      `no Troupe coordinator has run on ${bus.connection.getServer()} yet (${(error as Error).message})`,
+      `no Troupe coordinator has run on ${bus.server} yet (${(error as Error).message})`,
       { cause: error },
     );
   }
@@ -118,7 +118,7 @@ export function noSuchTaskId(taskId: string): OperationError {
 }
 
 /** A task's record in KV `workflows`; throws `not_found` when the server knows no such task. */
-export async function readTask(bus: NatsBus, taskId: string): Promise<WorkflowRecord> {
+export async function readTask(bus: JetStreamBus, taskId: string): Promise<WorkflowRecord> {
   if (!isTaskId(taskId)) throw noSuchTaskId(taskId);
   const record = (await (await openWorkflowStore(bus)).get(taskId))?.value;
   if (!record) throw new OperationError('not_found', `no task ${taskId} is known on this server`);
@@ -126,7 +126,7 @@ export async function readTask(bus: NatsBus, taskId: string): Promise<WorkflowRe
 }
 
 /** Asks the coordinator running a task to stop it; its model call in flight is aborted. */
-export async function cancelTask(bus: NatsBus, taskId: string, reason?: string): Promise<void> {
+export async function cancelTask(bus: JetStreamBus, taskId: string, reason?: string): Promise<void> {
   const record = await readTask(bus, taskId);
   if (record.status !== 'running') {
     throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to cancel`);
@@ -150,7 +150,7 @@ export async function cancelTask(bus: NatsBus, taskId: string, reason?: string):
  * versions it moved from and to; throws `conflict` with the reason when it refused, changing nothing.
  */
 export async function migrateTask(
-  bus: NatsBus,
+  bus: JetStreamBus,
   taskId: string,
   to?: string,
 ): Promise<{ from: string; to: string }> {
@@ -194,7 +194,7 @@ function controlFailure(error: unknown, record: WorkflowRecord): OperationError 
  * NATS user may read only some pipelines' events may not filter on every pipeline's.
  */
 export async function readTaskEvents(
-  bus: NatsBus,
+  bus: JetStreamBus,
   taskId: string,
   pipeline?: string,
 ): Promise<TroupeEvent[]> {
@@ -237,7 +237,7 @@ export interface SubmitResult {
  * resubmission within the duplicate window is dropped by the server.
  */
 export async function submitTask(
-  bus: NatsBus,
+  bus: JetStreamBus,
   pipeline: string,
   task: TaskSubmission & { id: string },
 ): Promise<SubmitResult> {

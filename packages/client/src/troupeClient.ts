@@ -16,6 +16,7 @@ import {
 } from '@troupe/protocol';
 import {
   createLogger,
+  type JetStreamBus,
   type Logger,
   type NatsAccess,
   NatsBus,
@@ -125,14 +126,14 @@ export interface Decided {
  */
 export class TroupeClient {
   /** The connection this client works over; `close` drains it when `connect` made it. */
-  readonly bus: NatsBus;
+  readonly bus: JetStreamBus;
   readonly #values: ValueStore;
   readonly #limits: TaskLimits;
   /** The pipelines of the tasks this client submitted lately: a task still queued has no record to say it. */
   readonly #submitted = new Map<string, string>();
 
   /** A client over a connection the caller made and closes. */
-  constructor(bus: NatsBus, options: ClientOptions = {}) {
+  constructor(bus: JetStreamBus, options: ClientOptions = {}) {
     this.bus = bus;
     this.#values = options.values ?? new ValueStore(bus);
     this.#limits = options.limits ?? DEFAULT_TASK_LIMITS;

@@ -1,7 +1,7 @@
 import { BUCKETS, HumanRequest, WorkflowRecord } from '@troupe/protocol';
 import {
+  type JetStreamBus,
   KvStore,
-  type NatsBus,
   TransportError,
   type TroupeBucket,
   type UntilReachableOptions,
@@ -14,7 +14,7 @@ export const CLIENT_WAIT: UntilReachableOptions = { outageMs: 5_000, noJetStream
 
 /** A KV bucket; a server no coordinator has used has none, which is said plainly (`no_coordinator`). */
 export async function openBucket<S extends z.ZodType>(
-  bus: NatsBus,
+  bus: JetStreamBus,
   bucket: TroupeBucket,
   schema: S,
   wait: UntilReachableOptions = CLIENT_WAIT,
@@ -35,7 +35,7 @@ export async function openBucket<S extends z.ZodType>(
 
 /** A KV bucket, or undefined when no coordinator has made it on this server. */
 export async function bucketIfAny<S extends z.ZodType>(
-  bus: NatsBus,
+  bus: JetStreamBus,
   bucket: TroupeBucket,
   schema: S,
   wait: UntilReachableOptions = CLIENT_WAIT,
@@ -51,14 +51,16 @@ export async function bucketIfAny<S extends z.ZodType>(
 export type WorkflowStore = KvStore<typeof WorkflowRecord>;
 export type HumanRequestStore = KvStore<typeof HumanRequest>;
 
-export const openWorkflowStore = (bus: NatsBus, wait?: UntilReachableOptions): Promise<WorkflowStore> =>
+export const openWorkflowStore = (bus: JetStreamBus, wait?: UntilReachableOptions): Promise<WorkflowStore> =>
   openBucket(bus, BUCKETS.workflows, WorkflowRecord, wait);
 
-export const openHumanRequests = (bus: NatsBus, wait?: UntilReachableOptions): Promise<HumanRequestStore> =>
-  openBucket(bus, BUCKETS.approvals, HumanRequest, wait);
+export const openHumanRequests = (
+  bus: JetStreamBus,
+  wait?: UntilReachableOptions,
+): Promise<HumanRequestStore> => openBucket(bus, BUCKETS.approvals, HumanRequest, wait);
 
 /** KV `workflows`, or undefined when no coordinator has run on the server. */
-export const workflowStoreIfAny = (bus: NatsBus): Promise<WorkflowStore | undefined> =>
+export const workflowStoreIfAny = (bus: JetStreamBus): Promise<WorkflowStore | undefined> =>
   bucketIfAny(bus, BUCKETS.workflows, WorkflowRecord);
 
 /** Reads this many records at once: a server far away answers a thousand tasks in seconds, not minutes. */

@@ -1,7 +1,7 @@
 import { cancelTask, listHumanRequests, migrateTask, OperationError } from '@troupe/client';
 import { shortVersion } from '@troupe/coordinator';
 import { errorMessage, type HumanRequest, type WorkflowRecord } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
@@ -124,7 +124,7 @@ function line(r: WorkflowRecord, now: number): string {
  * Approvals and questions of these pipelines waiting for a person; none when no coordinator has made the bucket.
  * Those of a pipeline whose requests this NATS user may not read are left out, which is said once.
  */
-async function pendingRequests(bus: NatsBus, pipelines: string[]): Promise<HumanRequest[]> {
+async function pendingRequests(bus: JetStreamBus, pipelines: string[]): Promise<HumanRequest[]> {
   const unread: string[] = [];
   const found = await Promise.all(
     pipelines.map((pipeline) =>

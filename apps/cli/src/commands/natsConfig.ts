@@ -1,6 +1,5 @@
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { nkeys } from '@nats-io/transport-node';
 import {
   accountsBlock,
   builtinTools,
@@ -12,6 +11,7 @@ import {
   loadPipeline,
   type Role,
 } from '@troupe/coordinator';
+import { createNkeyUser } from '@troupe/runtime';
 import { CliError } from '../server.ts';
 import { importToolModule } from '../toolModuleImport.ts';
 
@@ -52,16 +52,16 @@ export async function natsConfig(files: string[], options: NatsConfigOptions): P
   await mkdir(out, { recursive: true });
   const users: ConfiguredUser[] = [];
   for (const role of roles) {
-    const user = nkeys.createUser();
+    const user = createNkeyUser();
     const seedFile = join(out, `${role.name}.nk`);
-    await writeFile(seedFile, `${new TextDecoder().decode(user.getSeed())}\n`, { mode: 0o600 });
+    await writeFile(seedFile, `${user.seed}\n`, { mode: 0o600 });
     await chmod(seedFile, 0o600);
     await writeFile(
       join(out, `${role.name}.env`),
       // Plain NAME=value lines, so `env $(cat <name>.env) troupe …` works.
       envOf(role, seedFile),
     );
-    users.push({ role, nkey: user.getPublicKey() });
+    users.push({ role, nkey: user.publicKey });
   }
   const header = [
     '# Troupe users for nats-server (written by `troupe nats-config`): include this file in the server',

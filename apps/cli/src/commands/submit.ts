@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
 import { OperationError, submitToPipeline } from '@troupe/client';
 import { checkTaskToSubmit, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
@@ -158,7 +158,7 @@ async function readInputFile(path: string): Promise<string> {
 }
 
 /** The task's output and where its files are: text after its events, or a last JSON line (no `kind`) with --json. */
-async function printResult(bus: NatsBus, final: TroupeEvent, options: SubmitOptions): Promise<void> {
+async function printResult(bus: JetStreamBus, final: TroupeEvent, options: SubmitOptions): Promise<void> {
   const result = await taskResultOf(bus, final, options);
   process.stdout.write(options.json ? `${JSON.stringify(result)}\n` : formatTaskResult(result));
 }

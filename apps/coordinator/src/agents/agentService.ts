@@ -5,11 +5,11 @@ import {
   connectMcpServers,
   EventFactory,
   type HostedAgent,
+  type JetStreamBus,
   KvMemory,
   KvStore,
   type Logger,
   type McpConnections,
-  type NatsBus,
   NatsHumanGate,
   StepJournal,
   startAgentHost,
@@ -32,7 +32,7 @@ import { canonicalJson, shortVersion } from '../config/pipelineVersion.ts';
 import { PipelineVersions } from '../config/pipelineVersions.ts';
 
 export interface AgentServiceOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   pipelines: readonly LoadedPipeline[];
   logger: Logger;
   /** Task workspaces live under `<workspaceRoot>/<pipeline>/<taskId>`. */

@@ -1,5 +1,5 @@
 import { BUCKETS, PipelineRegistration } from '@troupe/protocol';
-import { KvStore, type Logger, type NatsBus } from '@troupe/runtime';
+import { type JetStreamBus, KvStore, type Logger } from '@troupe/runtime';
 import { shortVersion } from '../config/pipelineVersion.ts';
 import type { AgentService } from './agentService.ts';
 
@@ -10,7 +10,7 @@ import type { AgentService } from './agentService.ts';
  * Returns what stops following.
  */
 export async function serveNewestAgents(
-  bus: NatsBus,
+  bus: JetStreamBus,
   pipelines: readonly string[],
   agents: Pick<AgentService, 'serveVersion'>,
   logger: Logger,

@@ -1,5 +1,5 @@
 import { BUCKETS } from '@troupe/protocol';
-import { type KeyValue, KvStore, type NatsBus, type UntilReachableOptions } from '@troupe/runtime';
+import { type JetStreamBus, type KeyValue, KvStore, type UntilReachableOptions } from '@troupe/runtime';
 import { LoadCache } from './loadCache.ts';
 import { PipelineVersion } from './pipelineVersion.ts';
 
@@ -20,7 +20,7 @@ export class PipelineVersions {
     );
   }
 
-  static async open(bus: NatsBus, wait?: UntilReachableOptions): Promise<PipelineVersions> {
+  static async open(bus: JetStreamBus, wait?: UntilReachableOptions): Promise<PipelineVersions> {
     return new PipelineVersions(await KvStore.open(bus, BUCKETS.versions, PipelineVersion, wait));
   }
 

@@ -1,5 +1,5 @@
 import { CLIENT_WAIT, OperationError, PipelineRegistry } from '@troupe/client';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import { registrationOf } from '../intake/pipelineRegistry.ts';
 import { PipelineConfig } from './pipelineSchema.ts';
 import { shortVersion } from './pipelineVersion.ts';
@@ -13,7 +13,7 @@ import { PipelineVersions } from './pipelineVersions.ts';
  * Answers with the version that was the newest and the one that is now.
  */
 export async function useVersion(
-  bus: NatsBus,
+  bus: JetStreamBus,
   pipeline: string,
   prefix: string,
   now: Date = new Date(),
@@ -28,7 +28,7 @@ export async function useVersion(
   } catch (error) {
     throw new OperationError(
       'no_coordinator',
-      `no Troupe coordinator has run on ${bus.connection.getServer()} yet (${(error as Error).message})`,
+      `no Troupe coordinator has run on ${bus.server} yet (${(error as Error).message})`,
       { cause: error },
     );
   }

@@ -1,6 +1,5 @@
-import { headers as natsHeaders } from '@nats-io/transport-node';
 import { subjects } from '@troupe/protocol';
-import { jetstreamOf, logMessage, type NatsBus } from '@troupe/runtime';
+import { type JetStreamBus, logMessage, publishToStream } from '@troupe/runtime';
 
 /** A task given up on: delivered more often than allowed without finishing. */
 export interface ExhaustedTask {
@@ -15,17 +14,18 @@ export interface ExhaustedTask {
 
 /** Stores a task on `troupe.deadletter.<pipeline>` with why it was given up on. */
 export async function deadLetter(
-  bus: NatsBus,
+  bus: JetStreamBus,
   pipeline: string,
   task: ExhaustedTask,
   reason: { taskId: string; message: string },
 ): Promise<void> {
   const subject = subjects.deadLetter(pipeline);
-  const h = natsHeaders();
-  h.set('Troupe-Task-Id', reason.taskId);
-  h.set('Troupe-Reason', reason.message);
-  h.set('Troupe-Deliveries', String(task.deliveries));
-  h.set('Troupe-Stream-Sequence', String(task.streamSequence));
-  await jetstreamOf(bus).publish(subject, task.data, { headers: h, msgID: `dl-${task.streamSequence}` });
+  const headers = {
+    'Troupe-Task-Id': reason.taskId,
+    'Troupe-Reason': reason.message,
+    'Troupe-Deliveries': String(task.deliveries),
+    'Troupe-Stream-Sequence': String(task.streamSequence),
+  };
+  await publishToStream(bus, subject, task.data, { headers, msgId: `dl-${task.streamSequence}` });
   logMessage(bus.logger, 'info', 'out', subject, { taskId: reason.taskId, kind: 'deadletter' });
 }

@@ -1,12 +1,9 @@
-import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-io/jetstream';
-import { nanos } from '@nats-io/transport-node';
 import { STREAMS, subjects } from '@troupe/protocol';
 import {
-  jetstreamManagerOf,
-  jetstreamOf,
-  type NatsBus,
+  type JetStreamBus,
+  openDurableConsumer,
+  type StoredMessage,
   type UntilReachableOptions,
-  untilReachable,
 } from '@troupe/runtime';
 import { deadLetter, type ExhaustedTask } from './deadLetters.ts';
 
@@ -86,7 +83,7 @@ export interface TaskIntake {
 }
 
 /** Task intake over NATS JetStream: {@link startTaskQueue} and {@link deadLetter}. */
-export function natsTaskIntake(bus: NatsBus): TaskIntake {
+export function natsTaskIntake(bus: JetStreamBus): TaskIntake {
   return {
     start: (options) => startTaskQueue(bus, options),
     deadLetter: (pipeline, task, reason) => deadLetter(bus, pipeline, task, reason),
@@ -116,37 +113,20 @@ export const HAND_BACK_DELAY_MS = FETCH_EXPIRES_MS + 500;
  * that waits on a person or a slow model parks (see {@link TaskDelivery.park}) and frees its working slot. The
  * handler settles each delivery.
  */
-export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): Promise<TaskQueue> {
+export async function startTaskQueue(bus: JetStreamBus, options: TaskQueueOptions): Promise<TaskQueue> {
   const name = taskConsumerName(options.pipeline);
-  const jsm = await jetstreamManagerOf(bus, options.wait);
-  const config = {
-    durable_name: name,
-    filter_subject: subjects.task(options.pipeline),
-    ack_policy: AckPolicy.Explicit,
-    // Every task stored for the pipeline runs, those stored before any coordinator served it included: a task the
-    // stream acknowledged is never dropped for having come early (as it would be while `troupe up` starts).
-    deliver_policy: DeliverPolicy.All,
-    ack_wait: nanos(options.ackWaitMs ?? 30_000),
-    max_deliver: options.maxDeliver ?? -1,
-    // No cap across coordinators (the server's default is 1,000 unacknowledged tasks, and a task stays unacknowledged
-    // while it runs, parked or not): each coordinator holds at most its own maxInFlight.
-    max_ack_pending: -1,
-  };
-  const setUp = async () => {
-    try {
-      await jsm.consumers.info(STREAMS.tasks, name);
-      await jsm.consumers.update(STREAMS.tasks, name, {
-        ack_wait: config.ack_wait,
-        max_deliver: config.max_deliver,
-        max_ack_pending: config.max_ack_pending,
-      });
-    } catch (error) {
-      if (!(error instanceof JetStreamApiError)) throw error;
-      await jsm.consumers.add(STREAMS.tasks, config);
-    }
-    return jetstreamOf(bus).consumers.get(STREAMS.tasks, name);
-  };
-  const consumer = await untilReachable(bus, `consumer ${name}`, setUp, options.wait);
+  // Every task stored for the pipeline runs, those stored before any coordinator served it included: a task the
+  // stream acknowledged is never dropped for having come early (as it would be while `troupe up` starts). No cap
+  // across coordinators on tasks unacknowledged (a task stays so while it runs, parked or not): each coordinator
+  // holds at most its own maxInFlight.
+  const consumer = await openDurableConsumer(bus, {
+    stream: STREAMS.tasks,
+    name,
+    filterSubject: subjects.task(options.pipeline),
+    ackWaitMs: options.ackWaitMs ?? 30_000,
+    maxDeliver: options.maxDeliver ?? -1,
+    ...(options.wait === undefined ? {} : { wait: options.wait }),
+  });
 
   const maxInFlight = options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT;
   /** Every task held, by its handling; the parked ones also in `parked`. */
@@ -171,7 +151,7 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
         continue;
       }
       try {
-        const pulled = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
+        const pulled = await consumer.fetch(free, FETCH_EXPIRES_MS);
         batch = pulled;
         if (stopped) void pulled.close();
         for await (const msg of pulled) {
@@ -223,20 +203,6 @@ export async function startTaskQueue(bus: NatsBus, options: TaskQueueOptions): P
   };
 }
 
-function toDelivery(msg: JsMsg, park: (parked: boolean) => void): TaskDelivery {
-  const headers: Record<string, string> = {};
-  for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
-  return {
-    subject: msg.subject,
-    data: msg.data,
-    headers,
-    streamSequence: msg.info.streamSequence,
-    storedAt: Number(msg.timestampNanos / 1_000_000n),
-    deliveryCount: msg.info.deliveryCount,
-    ack: () => msg.ack(),
-    working: () => msg.working(),
-    nak: (delayMs) => msg.nak(delayMs),
-    term: () => msg.term(),
-    park,
-  };
+function toDelivery(msg: StoredMessage, park: (parked: boolean) => void): TaskDelivery {
+  return { ...msg, park };
 }

@@ -8,7 +8,7 @@ import {
   subjects,
   type TroupeEvent,
 } from '@troupe/protocol';
-import { type Clock, every, type NatsBus, type ValueStore } from '@troupe/runtime';
+import { type Clock, every, type JetStreamBus, type ValueStore } from '@troupe/runtime';
 import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
 /**
@@ -16,7 +16,7 @@ import type { PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
  * nothing new) and waits for its final event, its timeout, or the step being left. The final event is listened for
  * before the task is submitted, and a sub-task that ended already is read from its record, so no ending is missed.
  */
-export function createSubPipelineRunner(bus: NatsBus, clock: Clock, values?: ValueStore) {
+export function createSubPipelineRunner(bus: JetStreamBus, clock: Clock, values?: ValueStore) {
   return async (
     input: PipelineRunInput,
     signal: AbortSignal,

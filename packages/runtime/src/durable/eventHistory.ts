@@ -7,8 +7,8 @@ import {
   subjects,
   type TroupeEvent,
 } from '@troupe/protocol';
+import type { JetStreamBus } from '../transport/bus.ts';
 import { isApiError, jetstreamOf } from '../transport/jetstreamSetup.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import { type UntilReachableOptions, untilReachable } from '../transport/untilReachable.ts';
 
@@ -48,7 +48,7 @@ const FETCH_EXPIRES_MS = 5_000;
  * }
  */
 export async function* readEventHistory(
-  bus: NatsBus,
+  bus: JetStreamBus,
   options: EventHistoryOptions,
 ): AsyncGenerator<StoredEvent, void, undefined> {
   const consumer = await openReader(bus, options);
@@ -75,7 +75,7 @@ export async function* readEventHistory(
   }
 }
 
-async function openReader(bus: NatsBus, options: EventHistoryOptions): Promise<Consumer> {
+async function openReader(bus: JetStreamBus, options: EventHistoryOptions): Promise<Consumer> {
   const js = jetstreamOf(bus);
   try {
     return await untilReachable(

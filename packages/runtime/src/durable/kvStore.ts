@@ -8,8 +8,8 @@ import type { KV } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { z } from 'zod';
+import type { JetStreamBus } from '../transport/bus.ts';
 import { isApiError, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import {
   CONNECTION_ERRORS,
@@ -119,7 +119,7 @@ export const lostCompare = (error: unknown): boolean => LOST_COMPARE.some((code)
 const WATCH_POLL = { firstMs: 500, maxMs: 5_000 } as const;
 
 /** A JetStream manager per connection, for listing keys: one `$JS.API.INFO` check, not one per listing. */
-const managers = new WeakMap<NatsBus, Promise<JetStreamManager>>();
+const managers = new WeakMap<JetStreamBus, Promise<JetStreamManager>>();
 
 /**
  * The keys of a bucket that match `filter`, from the list of subjects its stream keeps, without making a consumer:
@@ -127,7 +127,7 @@ const managers = new WeakMap<NatsBus, Promise<JetStreamManager>>();
  * push consumer's deliver subject), so Troupe's users get none on the buckets. A deleted key is listed until the
  * bucket is compacted; reading it gives nothing.
  */
-export async function listKeys(bus: NatsBus, bucket: string, filter = '>'): Promise<string[]> {
+export async function listKeys(bus: JetStreamBus, bucket: string, filter = '>'): Promise<string[]> {
   const prefix = `$KV.${bucket}.`;
   let jsm = managers.get(bus);
   if (jsm === undefined) {
@@ -167,7 +167,11 @@ export function underPrefix<T>(store: KeyValue<T>, prefix: string): KeyValue<T> 
  * `bucket_missing` when no coordinator has created it on this server. Reads go straight to the stream when it allows
  * (a get through the JetStream API also costs an advisory, and names no key the broker's permissions could check).
  */
-export async function openKv(bus: NatsBus, bucket: TroupeBucket, wait?: UntilReachableOptions): Promise<KV> {
+export async function openKv(
+  bus: JetStreamBus,
+  bucket: TroupeBucket,
+  wait?: UntilReachableOptions,
+): Promise<KV> {
   const kv = await kvOf(bus, bucket);
   let direct: boolean;
   try {
@@ -193,11 +197,11 @@ export async function openKv(bus: NatsBus, bucket: TroupeBucket, wait?: UntilRea
 export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   readonly #kv: KV;
   readonly #schema: S;
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
 
   readonly #bucket: string;
 
-  private constructor(kv: KV, bucket: string, schema: S, bus: NatsBus) {
+  private constructor(kv: KV, bucket: string, schema: S, bus: JetStreamBus) {
     this.#bucket = bucket;
     this.#kv = kv;
     this.#schema = schema;
@@ -209,7 +213,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
    * `bucket_missing` when no coordinator has created it on this server.
    */
   static async open<S extends z.ZodType>(
-    bus: NatsBus,
+    bus: JetStreamBus,
     bucket: TroupeBucket,
     schema: S,
     wait?: UntilReachableOptions,

@@ -12,7 +12,7 @@ import {
   ValueRef,
 } from '@troupe/protocol';
 import { z } from 'zod';
-import type { NatsBus } from '../transport/natsBus.ts';
+import type { JetStreamBus } from '../transport/bus.ts';
 import { type KeyValue, type KvEntry, KvStore, throughOutages, underPrefix } from './kvStore.ts';
 
 /** What the journal keeps of a tool call's result: what a run that finds it needs to hand it back. */
@@ -147,7 +147,7 @@ export class StepJournal {
   }
 
   /** The whole `journal` bucket: {@link forPipeline} gives the part a pipeline's steps write. */
-  static async open(bus: NatsBus): Promise<StepJournal> {
+  static async open(bus: JetStreamBus): Promise<StepJournal> {
     return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalEntry));
   }
 

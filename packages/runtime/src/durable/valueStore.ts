@@ -17,7 +17,7 @@ import {
   valueBucket,
 } from '@troupe/protocol';
 import { utf8Head } from '../tools/truncateOutput.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
+import type { JetStreamBus } from '../transport/bus.ts';
 import { ValueStoreError } from './valueStoreError.ts';
 
 /** Values above this many UTF-8 bytes leave the message for the object store: a reply, an event or a checkpoint holding a few of them still fits NATS's 1 MiB. */
@@ -58,7 +58,7 @@ export interface Offloaded {
  * const whole = ref ? await values.read(ref) : text;
  */
 export class ValueStore {
-  readonly #bus: Pick<NatsBus, 'connection'>;
+  readonly #bus: Pick<JetStreamBus, 'connection'>;
   readonly #offloadBytes: number;
   readonly #previewBytes: number;
   readonly #maxAgeMs: number;
@@ -66,7 +66,7 @@ export class ValueStore {
   readonly #buckets = new Map<string, Promise<ObjectStore>>();
   #jsm: Promise<JetStreamManager> | undefined;
 
-  constructor(bus: Pick<NatsBus, 'connection'>, opts: ValueStoreOptions = {}) {
+  constructor(bus: Pick<JetStreamBus, 'connection'>, opts: ValueStoreOptions = {}) {
     this.#bus = bus;
     this.#offloadBytes = opts.offloadBytes ?? OFFLOAD_BYTES;
     this.#previewBytes = opts.previewBytes ?? PREVIEW_BYTES;

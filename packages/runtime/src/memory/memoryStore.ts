@@ -1,7 +1,7 @@
 import type { KV } from '@nats-io/kv';
 import { BUCKETS } from '@troupe/protocol';
 import { listKeys, openKv } from '../durable/kvStore.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
+import type { JetStreamBus } from '../transport/bus.ts';
 
 /** Where a memory lives: this task only, or this agent across tasks. */
 export type MemoryScope = 'task' | 'agent';
@@ -29,14 +29,14 @@ export interface MemoryView {
  */
 export class KvMemory {
   readonly #kv: KV;
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
 
-  private constructor(kv: KV, bus: NatsBus) {
+  private constructor(kv: KV, bus: JetStreamBus) {
     this.#kv = kv;
     this.#bus = bus;
   }
 
-  static async open(bus: NatsBus): Promise<KvMemory> {
+  static async open(bus: JetStreamBus): Promise<KvMemory> {
     return new KvMemory(await openKv(bus, BUCKETS.memory), bus);
   }
 

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { errorMessage, isStepErrorCode, type TokenUsage, type TroupeEvent } from '@troupe/protocol';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Logger } from '../logging/index.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
+import type { JetStreamBus } from '../transport/bus.ts';
 
 /** Seconds: tasks and steps run from milliseconds (a scripted model) to hours (a person asked). */
 const TASK_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600, 14_400];
@@ -111,7 +111,7 @@ export class TroupeMetrics {
     // Read when scraped: the outbox's size then.
     collect: (): void => this.#backlog.set(this.#bus?.pendingEvents ?? 0),
   });
-  #bus: NatsBus | undefined;
+  #bus: JetStreamBus | undefined;
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
@@ -124,7 +124,7 @@ export class TroupeMetrics {
   }
 
   /** Counts what `bus` publishes and what happens to its connection; returns how to stop. */
-  watch(bus: NatsBus): () => void {
+  watch(bus: JetStreamBus): () => void {
     this.#bus = bus;
     const stopEvents = bus.onEventPublished((event) => this.observe(event));
     const stopStatus = bus.onStatus((status) => {

@@ -1,7 +1,9 @@
+import type { NatsConnection } from '@nats-io/transport-node';
 import type { InvalidMessageEvent, TroupeEvent } from '@troupe/protocol';
 import type { z } from 'zod';
 import type { Logger } from '../logging/logger.ts';
 import type { MessageLogLevel, MessageMeta } from '../logging/messageLog.ts';
+import type { NatsAccess } from './natsAccess.ts';
 import type { TransportError } from './transportError.ts';
 
 /** A validated message handed to a subscriber. */
@@ -130,4 +132,27 @@ export interface Bus {
   drain(timeoutMs?: number): Promise<void>;
   /** Closes at once. */
   close(): Promise<void>;
+}
+
+/**
+ * A {@link Bus} on a NATS server with JetStream: what the runtime's streams, KV buckets, object stores and second
+ * connections (see `ThreadedHeartbeatSender`) need besides messages. An app holds one and hands it to them
+ * (`KvStore.open(bus, …)`, `startTaskQueue(bus, …)`); it never reaches into the connection itself.
+ * {@link NatsBus} is the implementation.
+ */
+export interface JetStreamBus extends Bus {
+  /** The raw connection, for the runtime's transport and durable modules only. */
+  readonly connection: NatsConnection;
+  /** The server this connection is on now, e.g. `127.0.0.1:4222`, for messages that name it. */
+  readonly server: string;
+  /** The servers it was told to connect to, for a second connection to the same place. */
+  readonly servers: readonly string[];
+  /** How it logged in, for a second connection made the same way. */
+  readonly access: NatsAccess | undefined;
+  /** Whether the connection is up now: false while it is lost and being made again. */
+  readonly reachable: boolean;
+  /** Aborted once the bus starts to drain or close, so that a wait on NATS need not outlive it. */
+  readonly closing: AbortSignal;
+  /** Calls `listener` with each event this bus publishes; returns how to stop. */
+  onEventPublished(listener: (event: TroupeEvent) => void): () => void;
 }

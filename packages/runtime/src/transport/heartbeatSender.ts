@@ -4,9 +4,8 @@ import type { StepHeartbeat } from '@troupe/protocol';
 import { type Clock, every, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
 import { withTimeout } from '../withTimeout.ts';
-import type { Bus, Listening } from './bus.ts';
+import type { Bus, JetStreamBus, Listening } from './bus.ts';
 import { connectionOptions, type NatsAccess } from './natsAccess.ts';
-import type { NatsBus } from './natsBus.ts';
 
 /** Whether a requester still listens on its inbox, as the last heartbeat found out. */
 export type ListeningReport = (stepId: string, inbox: string, listening: boolean) => void;
@@ -204,7 +203,7 @@ const TICK_MS = 1_000;
 const HUNG_AFTER_MS = 60_000;
 
 export interface ThreadedHeartbeatOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   logger: Logger;
   /** See {@link HUNG_AFTER_MS}. */
   hungAfterMs?: number;

@@ -3,12 +3,20 @@ export type {
   Bus,
   BusSubscription,
   Delivery,
+  JetStreamBus,
   Listening,
   ReplyMessage,
   RequestOptions,
   StatusListener,
   SubscribeOptions,
 } from './bus.ts';
+export {
+  type DurableConsumer,
+  type DurableConsumerOptions,
+  openDurableConsumer,
+  type StoredBatch,
+  type StoredMessage,
+} from './durableConsumer.ts';
 export {
   type EmbeddedNats,
   findFreePort,
@@ -42,6 +50,8 @@ export {
   readNatsAccess,
 } from './natsAccess.ts';
 export { type BusOptions, type MessageMeta, NatsBus } from './natsBus.ts';
+export { createNkeyUser, type NkeyUser } from './nkeyUser.ts';
+export { publishToStream, type StreamPublishOptions } from './publishToStream.ts';
 export { type ReplyErrorCode, TransportError, type TransportErrorCode } from './transportError.ts';
 export {
   DEFAULT_NO_JETSTREAM_MS,

@@ -15,7 +15,7 @@ import { type KV, Kvm } from '@nats-io/kv';
 import { nanos } from '@nats-io/transport-node';
 import { BUCKETS, errorMessage, STREAMS, subjects } from '@troupe/protocol';
 import pRetry from 'p-retry';
-import type { NatsBus } from './natsBus.ts';
+import type { JetStreamBus } from './bus.ts';
 import { TransportError } from './transportError.ts';
 import { type UntilReachableOptions, untilReachable } from './untilReachable.ts';
 
@@ -74,7 +74,7 @@ type Limits = Partial<Pick<StreamConfig, 'max_age' | 'max_bytes' | 'duplicate_wi
  * Safe to call on every start, and from several processes at once. Uses only what nats-server 2.9 supports.
  * Waits (logging each wait) while NATS cannot be reached; see {@link untilReachable}.
  */
-export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptions = {}): Promise<void> {
+export async function ensureTroupeStreams(bus: JetStreamBus, opts: TroupeStreamsOptions = {}): Promise<void> {
   const { wait, replicas, ...given } = opts;
   const settings = { ...DEFAULTS, ...definedOnly(given) };
   const copies = replicas ?? 1;
@@ -134,7 +134,7 @@ export async function ensureTroupeStreams(bus: NatsBus, opts: TroupeStreamsOptio
  * saying so at `warn` when it starts waiting and every minute after.
  */
 export async function ensureOrAwaitTroupeStreams(
-  bus: NatsBus,
+  bus: JetStreamBus,
   opts: TroupeStreamsOptions & { signal?: AbortSignal } = {},
 ): Promise<void> {
   const { signal, ...setUp } = opts;
@@ -181,7 +181,7 @@ const AWAIT_STREAMS_POLL_MS = 500;
 const AWAIT_STREAMS_LOG_MS = 60_000;
 
 /** A JetStream client on the bus's connection, for publishing to streams and consuming them. */
-export function jetstreamOf(bus: NatsBus): JetStreamClient {
+export function jetstreamOf(bus: JetStreamBus): JetStreamClient {
   return jetstream(bus.connection);
 }
 
@@ -190,7 +190,7 @@ export function jetstreamOf(bus: NatsBus): JetStreamClient {
  * `jetstream_unavailable` when the server has no JetStream or cannot be reached in time.
  */
 export async function jetstreamManagerOf(
-  bus: NatsBus,
+  bus: JetStreamBus,
   wait?: UntilReachableOptions,
 ): Promise<JetStreamManager> {
   try {
@@ -199,7 +199,7 @@ export async function jetstreamManagerOf(
     if (TransportError.is(cause)) throw cause;
     throw new TransportError(
       'jetstream_unavailable',
-      `JetStream is not available on the NATS server at ${bus.connection.getServer()}: ${errorMessage(cause)}`,
+      `JetStream is not available on the NATS server at ${bus.server}: ${errorMessage(cause)}`,
       { cause },
     );
   }
@@ -210,7 +210,7 @@ export async function jetstreamManagerOf(
  * the stream's direct get (no JetStream API call, no API advisory per read): only for a bucket whose stream allows
  * it, as every bucket made on nats-server 2.9 or later does, and has a single replica (replicas may answer behind).
  */
-export function kvOf(bus: NatsBus, bucket: TroupeBucket, direct = false): Promise<KV> {
+export function kvOf(bus: JetStreamBus, bucket: TroupeBucket, direct = false): Promise<KV> {
   return new Kvm(jetstreamOf(bus)).open(bucket, direct ? { allow_direct: true } : {});
 }
 
@@ -247,7 +247,7 @@ function limitsGiven(maxAgeMs?: number, maxBytes?: number, duplicateWindowMs?: n
 }
 
 async function ensureStream(
-  bus: NatsBus,
+  bus: JetStreamBus,
   jsm: JetStreamManager,
   config: TroupeStreamConfig,
   limits: Limits,
@@ -298,7 +298,7 @@ async function createOrUpdate(
 }
 
 async function ensureBucket(
-  bus: NatsBus,
+  bus: JetStreamBus,
   kvm: Kvm,
   bucket: string,
   replicas: number,

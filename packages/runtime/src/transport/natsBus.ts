@@ -35,9 +35,9 @@ import {
 } from '../logging/messageLog.ts';
 import { withTimeout } from '../withTimeout.ts';
 import type {
-  Bus,
   BusSubscription,
   Delivery,
+  JetStreamBus,
   Listening,
   ReplyMessage,
   RequestOptions,
@@ -126,7 +126,7 @@ interface TrackedSubscription {
  *   reporter: 'agent:executor',
  * });
  */
-export class NatsBus implements Bus {
+export class NatsBus implements JetStreamBus {
   /** The raw connection, for JetStream and KV inside the transport folder only. */
   readonly connection: NatsConnection;
   readonly name: string;
@@ -228,6 +228,11 @@ export class NatsBus implements Bus {
       `connected to NATS at ${connection.getServer()}`,
     );
     return new NatsBus(connection, opts);
+  }
+
+  /** The server this connection is on now, e.g. `127.0.0.1:4222`. */
+  get server(): string {
+    return this.connection.getServer();
   }
 
   /** The level message lines are logged at. */

@@ -1,7 +1,7 @@
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errorMessage } from '@troupe/protocol';
 import pRetry from 'p-retry';
-import type { NatsBus } from './natsBus.ts';
+import type { JetStreamBus } from './bus.ts';
 import { TransportError } from './transportError.ts';
 
 /** How long a start-up call to JetStream keeps trying before it gives up. */
@@ -80,7 +80,7 @@ function failureOf(error: unknown): Failure {
  * const info = await untilReachable(bus, 'stream TASKS', () => jsm.streams.info('TASKS'), { outageMs: 60_000 });
  */
 export async function untilReachable<T>(
-  bus: NatsBus,
+  bus: JetStreamBus,
   what: string,
   op: () => Promise<T>,
   opts: UntilReachableOptions = {},
@@ -119,7 +119,7 @@ export async function untilReachable<T>(
         bus.logger.warn(
           {
             waitingFor: what,
-            server: bus.connection.getServer(),
+            server: bus.server,
             err: error,
             attempt: attemptNumber,
             retryInMs: Math.round(retryInMs),
@@ -148,8 +148,8 @@ export async function untilReachable<T>(
   }
 }
 
-function givenUp(bus: NatsBus, what: string, error: unknown, outageMs: number): unknown {
-  const server = bus.connection.getServer();
+function givenUp(bus: JetStreamBus, what: string, error: unknown, outageMs: number): unknown {
+  const server = bus.server;
   const failure = failureOf(error);
   if (failure === 'refused') {
     return new TransportError(

@@ -1,0 +1,114 @@
+import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/transport-node';
+import type { JetStreamBus } from './bus.ts';
+import { jetstreamManagerOf, jetstreamOf } from './jetstreamSetup.ts';
+import { type UntilReachableOptions, untilReachable } from './untilReachable.ts';
+
+/** One message a stream stored, as a durable consumer delivers it, with the means to settle it. */
+export interface StoredMessage {
+  subject: string;
+  data: Uint8Array;
+  /** The message's headers; of a header given twice, the first value. */
+  headers: Record<string, string>;
+  /** Position in the stream: the same for every redelivery of this message. */
+  streamSequence: number;
+  /** When the message was stored, in ms since the epoch. */
+  storedAt: number;
+  deliveryCount: number;
+  /** Done with it: it is not delivered again. */
+  ack(): void;
+  /** Still working on it: resets the redelivery timer. */
+  working(): void;
+  /** Give it back for redelivery after a delay. */
+  nak(delayMs?: number): void;
+  /** Never deliver it again. */
+  term(): void;
+}
+
+/** One pull: the messages as they arrive, and how to end it early. */
+export interface StoredBatch extends AsyncIterable<StoredMessage> {
+  close(): Promise<unknown>;
+}
+
+/** A durable pull consumer: each message goes to one of the processes that pull from it. */
+export interface DurableConsumer {
+  /** Pulls up to `max` messages, waiting at most `expiresMs` for them. */
+  fetch(max: number, expiresMs: number): Promise<StoredBatch>;
+}
+
+export interface DurableConsumerOptions {
+  stream: string;
+  /** The consumer's durable name, shared by every process that pulls from it. */
+  name: string;
+  filterSubject: string;
+  /** How long a message may go without `working()` or an ack before it is delivered again. */
+  ackWaitMs: number;
+  /** Deliveries of one message before the server gives up on it; -1 for no limit. */
+  maxDeliver: number;
+  /** How long setting up waits for NATS and JetStream through an outage before it gives up. */
+  wait?: UntilReachableOptions;
+}
+
+/**
+ * Opens the durable consumer `name` on `stream`, making it when it is missing and bringing its ack wait and
+ * delivery limit to those given when it is there. It delivers every message the stream holds (a message stored
+ * before any process pulled is not skipped), acknowledged one by one, with no cap on unacknowledged messages across
+ * the processes (each holds its own).
+ */
+export async function openDurableConsumer(
+  bus: JetStreamBus,
+  options: DurableConsumerOptions,
+): Promise<DurableConsumer> {
+  const { stream, name } = options;
+  const jsm = await jetstreamManagerOf(bus, options.wait);
+  const settings = {
+    ack_wait: nanos(options.ackWaitMs),
+    max_deliver: options.maxDeliver,
+    max_ack_pending: -1,
+  };
+  const setUp = async () => {
+    try {
+      await jsm.consumers.info(stream, name);
+      await jsm.consumers.update(stream, name, settings);
+    } catch (error) {
+      if (!(error instanceof JetStreamApiError)) throw error;
+      await jsm.consumers.add(stream, {
+        durable_name: name,
+        filter_subject: options.filterSubject,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ...settings,
+      });
+    }
+    return jetstreamOf(bus).consumers.get(stream, name);
+  };
+  const consumer = await untilReachable(bus, `consumer ${name}`, setUp, options.wait);
+  return {
+    async fetch(max, expiresMs) {
+      const pulled = await consumer.fetch({ max_messages: max, expires: expiresMs });
+      return {
+        close: () => pulled.close(),
+        async *[Symbol.asyncIterator]() {
+          for await (const msg of pulled) yield storedMessage(msg);
+        },
+      };
+    },
+  };
+}
+
+function storedMessage(msg: JsMsg): StoredMessage {
+  const headers: Record<string, string> = {};
+  for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
+  return {
+    subject: msg.subject,
+    data: msg.data,
+    headers,
+    streamSequence: msg.info.streamSequence,
+    storedAt: Number(msg.timestampNanos / 1_000_000n),
+    deliveryCount: msg.info.deliveryCount,
+    ack: () => msg.ack(),
+    working: () => msg.working(),
+    nak: (delayMs) => msg.nak(delayMs),
+    term: () => msg.term(),
+  };
+}
