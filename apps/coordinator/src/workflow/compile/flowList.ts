@@ -1,4 +1,4 @@
-import type { EventObject, fromPromise } from 'xstate';
+import type { EventObject, PromiseActorLogic } from 'xstate';
 import { ROUTE_END } from '../../config/checkFlow.ts';
 import { evaluate } from '../../config/expressions.ts';
 import type { FlowScope, StepPlace } from '../../config/flowLayout.ts';
@@ -34,11 +34,10 @@ import {
 
 /** The actors a workflow's steps invoke, as the host provides them (the defaults throw). */
 export interface StepActors {
-  runStep?: ActorLogic<StepRunOutput, StepRunInput>;
-  askPerson?: ActorLogic<HumanRunOutput, HumanRunInput>;
-  runPipeline?: ActorLogic<PipelineRunOutput, PipelineRunInput>;
+  runStep?: PromiseActorLogic<StepRunOutput, StepRunInput>;
+  askPerson?: PromiseActorLogic<HumanRunOutput, HumanRunInput>;
+  runPipeline?: PromiseActorLogic<PipelineRunOutput, PipelineRunInput>;
 }
-type ActorLogic<Output, Input> = ReturnType<typeof fromPromise<Output, Input>>;
 
 /** What compiling a list of steps needs, and collects: the item workflow of each foreach step, by actor key. */
 export interface Compiling {

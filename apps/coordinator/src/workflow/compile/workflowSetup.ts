@@ -281,6 +281,9 @@ export const enqueueFor = <E extends EventObject>(
   >[0],
 ): ActionOf<E> => enqueueActions(collect);
 
+/** The `enqueue` an action built with {@link enqueueFor} is given. */
+export type EnqueueOf<E extends EventObject> = Parameters<Parameters<typeof enqueueFor<E>>[0]>[0]['enqueue'];
+
 /** `assign` with the workflow's types, for an action taken on an event of type `E`. */
 export const assignFor = <E extends EventObject>(
   assignment: (args: { context: WorkflowContext; event: E }) => Partial<WorkflowContext>,

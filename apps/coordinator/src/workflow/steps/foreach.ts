@@ -19,6 +19,7 @@ import {
   type ActionOf,
   assignFor,
   type ContextParam,
+  type EnqueueOf,
   enqueueFor,
   type FlowEvent,
   type ItemSrc,
@@ -53,8 +54,12 @@ export function compileForeach(c: Compiling, step: ForeachStepConfig, at: StepAt
   const progressOf = (context: WorkflowContext): ForeachProgress =>
     context.foreach?.[step.id] ?? { items: [], started: 0, results: [] };
   const childId = (round: number, index: number) => `each.${step.id}.${round}.${index}`;
-  type Enqueue = Parameters<Parameters<typeof enqueueFor<FlowEvent>>[0]>[0]['enqueue'];
-  const spawn = (context: WorkflowContext, enqueue: Enqueue, items: readonly unknown[], index: number) =>
+  const spawn = (
+    context: WorkflowContext,
+    enqueue: EnqueueOf<FlowEvent>,
+    items: readonly unknown[],
+    index: number,
+  ) =>
     enqueue.spawnChild(src, {
       id: childId(context.round, index),
       input: itemContext(context, step, outside, index, items[index]),

@@ -11,7 +11,6 @@ import {
   assignFor,
   type ContextParam,
   enqueueFor,
-  type StepAction,
   type Transition,
   type WorkflowState,
   type WorkflowStates,
@@ -28,10 +27,10 @@ import type { BranchOutcome, WorkflowContext, WorkflowFailure } from '../workflo
 export function compileParallel(c: Compiling, step: ParallelStepConfig, at: StepAt): WorkflowStates {
   const { next, place } = at;
   const within = place.within;
-  const recovery = recoveryFor(step, at);
+  const recovery = recoveryOf(step, at.scope, next, at.resolve);
   /** The step has failed: as its `onError` says (failing the list, unless it names a step to go to). */
   const failStep = (failure: ContextParam<WorkflowFailure, DoneStateEvent>): Transition<DoneStateEvent> => {
-    const [transition] = recovery(failure, [joined<DoneStateEvent>(step, false, within)]);
+    const [transition] = recovery<DoneStateEvent>(failure, [joined<DoneStateEvent>(step, false, within)]);
     return { target: transition.target, actions: transition.actions };
   };
   const regions: WorkflowStates = {};
@@ -87,12 +86,6 @@ export function compileParallel(c: Compiling, step: ParallelStepConfig, at: Step
     ],
   };
   return { [step.id]: state };
-}
-
-/** How the parallel step's own failure is handled (its `onError`), as a recovery of a step ending on a join. */
-function recoveryFor(step: ParallelStepConfig, { scope, next, resolve }: StepAt) {
-  return (failure: ContextParam<WorkflowFailure, DoneStateEvent>, before: StepAction<DoneStateEvent>[]) =>
-    recoveryOf(step, scope, next, resolve)<DoneStateEvent>(failure, before);
 }
 
 /** When one branch ends: `all` + `fail` fails at its first failure; `first` moves on at its first success. */
