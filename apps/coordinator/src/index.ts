@@ -75,7 +75,7 @@ export {
   type RunFact,
   replayTask,
 } from './replay/replayTask.ts';
-export { HomeBusyError, readServerRecord, type ServerRecord } from './serverRecord.ts';
+export { HomeBusyError, readServerRecord } from './serverRecord.ts';
 export {
   type Service,
   type ServiceOptions,

@@ -1,18 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { link, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join, sep } from 'node:path';
-import { z } from 'zod';
-
-/** What `troupe up` leaves under its home directory so other commands find the server it started. */
-export const ServerRecord = z.object({
-  url: z.string(),
-  /** The `troupe up` process. */
-  pid: z.number().int(),
-  /** Its embedded nats-server, so the next `troupe up` can stop it if `troupe up` died without stopping it. */
-  natsPid: z.number().int().optional(),
-  startedAt: z.string(),
-});
-export type ServerRecord = z.infer<typeof ServerRecord>;
+import { HomeLock, ServerRecord } from '@troupe/protocol';
 
 const recordFile = (home: string) => join(home, 'server.json');
 const lockFile = (home: string) => join(home, 'up.lock');
@@ -45,10 +34,6 @@ export class HomeBusyError extends Error {
     this.url = url;
   }
 }
-
-/** The lock file's content: the `troupe up` holding the home, and its nats-server once started. */
-const Lock = z.object({ pid: z.number().int(), natsPid: z.number().int().optional() });
-type Lock = z.infer<typeof Lock>;
 
 /** This process's hold on a home (see {@link claimHome}). */
 export interface HomeClaim {
@@ -116,19 +101,19 @@ export async function claimHome(home: string): Promise<HomeClaim> {
   };
 }
 
-async function writeLock(path: string, lock: Lock): Promise<void> {
+async function writeLock(path: string, lock: HomeLock): Promise<void> {
   await writeFile(path, `${JSON.stringify(lock)}\n`);
 }
 
-async function readLock(path: string): Promise<Lock | undefined> {
+async function readLock(path: string): Promise<HomeLock | undefined> {
   try {
-    return Lock.parse(JSON.parse(await readFile(path, 'utf8')));
+    return HomeLock.parse(JSON.parse(await readFile(path, 'utf8')));
   } catch {
     return undefined;
   }
 }
 
-function lockIn(home: string): Promise<Lock | undefined> {
+function lockIn(home: string): Promise<HomeLock | undefined> {
   return readLock(lockFile(home));
 }
 

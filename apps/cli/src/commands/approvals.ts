@@ -1,8 +1,13 @@
 import { hostname, userInfo } from 'node:os';
 import { listHumanRequests, OperationError, replyToHuman } from '@troupe/client';
-import { ApprovalDecision, formatIssues, HumanAnswer, type HumanRequest } from '@troupe/protocol';
+import {
+  ApprovalDecision,
+  HumanAnswer,
+  type HumanRequest,
+  type ParseResult,
+  validateMessage,
+} from '@troupe/protocol';
 import { describeEnding } from '@troupe/runtime';
-import type { z } from 'zod';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 
 /** `pipelines`: only theirs (a user whose NATS permissions cover only those). */
@@ -64,17 +69,19 @@ export async function decide(
       'troupe deny needs a reason, the agent is told why: troupe deny <approval-id> "<reason>"',
       2,
     );
-  const payload = valid(ApprovalDecision, {
-    decision,
-    ...(options.reason ? { reason: options.reason } : {}),
-    by: options.by ?? whoAmI(),
-  });
+  const payload = valid(
+    validateMessage(ApprovalDecision, {
+      decision,
+      ...(options.reason ? { reason: options.reason } : {}),
+      by: options.by ?? whoAmI(),
+    }),
+  );
   return reply(id, 'approval', payload, options);
 }
 
 /** `troupe answer`: answers an agent's question. */
 export async function answer(id: string, text: string, options: DecideOptions): Promise<number> {
-  const payload = valid(HumanAnswer, { answer: text, by: options.by ?? whoAmI() });
+  const payload = valid(validateMessage(HumanAnswer, { answer: text, by: options.by ?? whoAmI() }));
   return reply(id, 'question', payload, options);
 }
 
@@ -118,9 +125,8 @@ async function reply(
 const whoAmI = (): string => `${userInfo().username}@${hostname()}`;
 
 /** The payload, or a usage error naming what is wrong with it. */
-function valid<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
-  const parsed = schema.safeParse(value);
-  if (parsed.success) return parsed.data;
-  const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'value'}: ${i.message}`);
+function valid<T>(parsed: ParseResult<T>): T {
+  if (parsed.ok) return parsed.value;
+  const problems = parsed.issues.map((i) => `${i.path || 'value'}: ${i.message}`);
   throw new CliError(problems.join('; '), 2);
 }
