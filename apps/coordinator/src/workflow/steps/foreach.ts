@@ -44,43 +44,128 @@ import { itemContext, itemMachine, outsideOutputs } from './foreachItem.ts';
  * still running.
  */
 export function compileForeach(c: Compiling, step: ForeachStepConfig, at: StepAt): WorkflowStates {
-  const { next } = at;
   const src: ItemSrc = `foreach:${step.id}`;
   c.actors[src] = itemMachine(c, step);
-  const outside = outsideOutputs(c, step);
-  const failFast = step.failFast ?? step.onError !== 'continue';
+  const items = itemsOfStep(step, src, outsideOutputs(c, step));
   const within = at.place.within;
-  const recovery = recoveryOf(step, at.scope, next, at.resolve);
-  const progressOf = (context: WorkflowContext): ForeachProgress =>
-    context.foreach?.[step.id] ?? { items: [], started: 0, results: [] };
-  const childId = (round: number, index: number) => `each.${step.id}.${round}.${index}`;
-  const spawn = (
-    context: WorkflowContext,
-    enqueue: EnqueueOf<FlowEvent>,
-    items: readonly unknown[],
-    index: number,
-  ) =>
-    enqueue.spawnChild(src, {
-      id: childId(context.round, index),
-      input: itemContext(context, step, outside, index, items[index]),
-      syncSnapshot: true,
-    });
+  const recovery = recoveryOf(step, at.scope, at.next, at.resolve);
   /** The step has failed: as its `onError` says, after `items.joined`. */
   const failStep = (failure: ContextParam<WorkflowFailure>): Transition => {
     const [transition] = recovery(failure, [itemsJoined(step, false, within)]);
     return { target: transition.target, actions: [...transition.actions, forgetItems(step)] };
   };
-  const failures = (context: WorkflowContext) =>
-    progressOf(context).results.flatMap((r, index) => (r && !r.ok ? [{ index, failure: r.failure }] : []));
-  const settled = (context: WorkflowContext) => progressOf(context).results.every((r) => r !== null);
-  const ended = enqueueFor<FlowEvent>(({ context, event, enqueue }) => {
+  const { progressOf, failures, settled } = items;
+  const ended = takeItemEnd(step, items);
+  return {
+    [step.id]: {
+      id: step.id,
+      entry: [startItems(step, items)],
+      always: [
+        {
+          guard: ({ context }) => progressOf(context).problem !== undefined,
+          ...failStep(({ context }) => progressOf(context).problem ?? unexplained(step)),
+        },
+        {
+          guard: ({ context }) => items.failFast && failures(context).length > 0,
+          ...failStep(({ context }) => {
+            const [first] = failures(context);
+            if (!first) return unexplained(step);
+            const { index, failure } = first;
+            return { ...failure, message: `item ${index} of ${step.id}: ${failure.message}`, step: step.id };
+          }),
+        },
+        {
+          guard: ({ context }) =>
+            settled(context) && step.onError !== 'continue' && failures(context).length > 0,
+          ...failStep(({ context }) => ({
+            reason: 'step_failed',
+            message: `foreach step ${step.id}: ${failures(context).length} of ${progressOf(context).items.length} items failed; ${failureList(failures(context))}`,
+            step: step.id,
+          })),
+        },
+        {
+          guard: ({ context }) => settled(context),
+          target: at.next,
+          actions: [itemsJoined(step, true, within), forgetItems(step)],
+        },
+      ],
+      on: {
+        [`xstate.done.actor.each.${step.id}.*`]: { actions: ended },
+        [`xstate.error.actor.each.${step.id}.*`]: { actions: ended },
+        'item.ended': { actions: ended },
+      },
+      exit: [stopItems(step, items)],
+    },
+  };
+}
+
+/** A foreach step's items as its actions read and start them. */
+interface StepItems {
+  /** Whether an item's failure fails the step at once. */
+  failFast: boolean;
+  progressOf(context: WorkflowContext): ForeachProgress;
+  failures(context: WorkflowContext): { index: number; failure: WorkflowFailure }[];
+  /** Whether every item has ended. */
+  settled(context: WorkflowContext): boolean;
+  /** The id of an item's workflow: `each.<step>.<round>.<index>`. */
+  childId(round: number, index: number): string;
+  /** Spawns the workflow of item `index` of `items`, from the context as it is once this action's assigns apply. */
+  spawn(
+    context: WorkflowContext,
+    enqueue: EnqueueOf<FlowEvent>,
+    items: readonly unknown[],
+    index: number,
+  ): void;
+}
+
+function itemsOfStep(step: ForeachStepConfig, src: ItemSrc, outside: ReadonlySet<string>): StepItems {
+  const progressOf = (context: WorkflowContext): ForeachProgress =>
+    context.foreach?.[step.id] ?? { items: [], started: 0, results: [] };
+  const childId = (round: number, index: number) => `each.${step.id}.${round}.${index}`;
+  return {
+    failFast: step.failFast ?? step.onError !== 'continue',
+    progressOf,
+    failures: (context) =>
+      progressOf(context).results.flatMap((r, index) => (r && !r.ok ? [{ index, failure: r.failure }] : [])),
+    settled: (context) => progressOf(context).results.every((r) => r !== null),
+    childId,
+    spawn: (context, enqueue, items, index) =>
+      enqueue.spawnChild(src, {
+        id: childId(context.round, index),
+        input: itemContext(context, step, outside, index, items[index]),
+        syncSnapshot: true,
+      }),
+  };
+}
+
+/** On entry: the list, and its first `concurrency` items started (or why there is no list). */
+function startItems(step: ForeachStepConfig, items: StepItems) {
+  return enqueueFor<FlowEvent>(({ context, enqueue }) => {
+    const listed = listItems(step, context);
+    if (!listed.ok) {
+      const progress: ForeachProgress = { items: [], started: 0, results: [], problem: listed.failure };
+      enqueue.assign({ foreach: { ...context.foreach, [step.id]: progress } });
+      return;
+    }
+    const list = listed.items;
+    const started = Math.min(step.concurrency, list.length);
+    const progress: ForeachProgress = { items: list, started, results: list.map(() => null) };
+    const updated = { ...context, foreach: { ...context.foreach, [step.id]: progress } };
+    enqueue.assign({ foreach: updated.foreach });
+    for (let index = 0; index < started; index++) items.spawn(updated, enqueue, list, index);
+  });
+}
+
+/** An item has ended: its outcome, spending and files recorded, its workflow stopped, the next item started. */
+function takeItemEnd(step: ForeachStepConfig, items: StepItems) {
+  return enqueueFor<FlowEvent>(({ context, event, enqueue }) => {
     const end = itemEnd(event);
     if (!end?.id.startsWith(`each.${step.id}.`)) return;
     const { id } = end;
     const parts = id.split('.');
     const round = Number(parts.at(-2));
     const index = Number(parts.at(-1));
-    const progress = progressOf(context);
+    const progress = items.progressOf(context);
     // A stopped item's last word, or a round's before this one: nothing to record.
     if (round !== context.round || progress.results[index] !== null) return;
     const output = end.output;
@@ -97,7 +182,7 @@ export function compileForeach(c: Compiling, step: ForeachStepConfig, at: StepAt
           },
         };
     const results = progress.results.map((r, i) => (i === index ? outcome : r));
-    const more = !(failFast && !outcome.ok) && progress.started < progress.items.length;
+    const more = !(items.failFast && !outcome.ok) && progress.started < progress.items.length;
     const started = progress.started + (more ? 1 : 0);
     const usage = output?.usage ?? emptyUsage();
     const usageByAgent = { ...context.usageByAgent };
@@ -117,87 +202,35 @@ export function compileForeach(c: Compiling, step: ForeachStepConfig, at: StepAt
     };
     enqueue.assign({ usage: updated.usage, usageByAgent, foreach, ...(workspace ? { workspace } : {}) });
     enqueue.stopChild(id);
-    if (more) spawn(updated, enqueue, progress.items, progress.started);
+    if (more) items.spawn(updated, enqueue, progress.items, progress.started);
   });
-  return {
-    [step.id]: {
-      id: step.id,
-      entry: [
-        enqueueFor<FlowEvent>(({ context, enqueue }) => {
-          const listed = listItems(step, context);
-          if (!listed.ok) {
-            const progress: ForeachProgress = { items: [], started: 0, results: [], problem: listed.failure };
-            enqueue.assign({ foreach: { ...context.foreach, [step.id]: progress } });
-            return;
-          }
-          const { items } = listed;
-          const started = Math.min(step.concurrency, items.length);
-          const progress: ForeachProgress = { items, started, results: items.map(() => null) };
-          const updated = { ...context, foreach: { ...context.foreach, [step.id]: progress } };
-          enqueue.assign({ foreach: updated.foreach });
-          for (let index = 0; index < started; index++) spawn(updated, enqueue, items, index);
-        }),
-      ],
-      always: [
-        {
-          guard: ({ context }) => progressOf(context).problem !== undefined,
-          ...failStep(({ context }) => progressOf(context).problem ?? unexplained(step)),
-        },
-        {
-          guard: ({ context }) => failFast && failures(context).length > 0,
-          ...failStep(({ context }) => {
-            const [first] = failures(context);
-            if (!first) return unexplained(step);
-            const { index, failure } = first;
-            return { ...failure, message: `item ${index} of ${step.id}: ${failure.message}`, step: step.id };
-          }),
-        },
-        {
-          guard: ({ context }) =>
-            settled(context) && step.onError !== 'continue' && failures(context).length > 0,
-          ...failStep(({ context }) => ({
-            reason: 'step_failed',
-            message: `foreach step ${step.id}: ${failures(context).length} of ${progressOf(context).items.length} items failed; ${failureList(failures(context))}`,
-            step: step.id,
-          })),
-        },
-        {
-          guard: ({ context }) => settled(context),
-          target: next,
-          actions: [itemsJoined(step, true, within), forgetItems(step)],
-        },
-      ],
-      on: {
-        [`xstate.done.actor.each.${step.id}.*`]: { actions: ended },
-        [`xstate.error.actor.each.${step.id}.*`]: { actions: ended },
-        'item.ended': { actions: ended },
-      },
-      // Leaving the step — it failed fast, the task was cancelled, a `first` join moved on — stops what still runs,
-      // counting what it spent (its steps that had finished) in the task's usage.
-      exit: [
-        enqueueFor<FlowEvent>(({ context, enqueue, self }) => {
-          const progress = context.foreach?.[step.id];
-          if (!progress) return;
-          const children = self.getSnapshot().children;
-          let usage = context.usage;
-          const usageByAgent = { ...context.usageByAgent };
-          progress.results.forEach((r, index) => {
-            if (r !== null || index >= progress.started) return;
-            const id = childId(context.round, index);
-            // An item's workflow is a machine over the workflow's own context (see ItemLogic).
-            const spent: WorkflowContext | undefined = children[id]?.getSnapshot()?.context;
-            if (spent) {
-              usage = sumUsage(usage, spent.usage);
-              for (const [agent, u] of Object.entries(spent.usageByAgent))
-                usageByAgent[agent] = sumUsage(usageByAgent[agent] ?? emptyUsage(), u);
-            }
-            enqueue.stopChild(id);
-          });
-          enqueue.assign({ usage, usageByAgent });
-        }),
-      ],
-    },
-  };
+}
+
+/**
+ * Leaving the step — it failed fast, the task was cancelled, a `first` join moved on — stops what still runs,
+ * counting what it spent (its steps that had finished) in the task's usage.
+ */
+function stopItems(step: ForeachStepConfig, items: StepItems) {
+  return enqueueFor<FlowEvent>(({ context, enqueue, self }) => {
+    const progress = context.foreach?.[step.id];
+    if (!progress) return;
+    const children = self.getSnapshot().children;
+    let usage = context.usage;
+    const usageByAgent = { ...context.usageByAgent };
+    progress.results.forEach((r, index) => {
+      if (r !== null || index >= progress.started) return;
+      const id = items.childId(context.round, index);
+      // An item's workflow is a machine over the workflow's own context (see ItemLogic).
+      const spent: WorkflowContext | undefined = children[id]?.getSnapshot()?.context;
+      if (spent) {
+        usage = sumUsage(usage, spent.usage);
+        for (const [agent, u] of Object.entries(spent.usageByAgent))
+          usageByAgent[agent] = sumUsage(usageByAgent[agent] ?? emptyUsage(), u);
+      }
+      enqueue.stopChild(id);
+    });
+    enqueue.assign({ usage, usageByAgent });
+  });
 }
 
 /** An item's end, from xstate's event for its workflow's end or the `item.ended` a restored workflow is told. */
