@@ -1,8 +1,8 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { builtinTools, loadPipeline, PipelineVersion, startCoordinator } from '@troupe/coordinator';
-import { BUCKETS, WorkflowRecord } from '@troupe/protocol';
+import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { BUCKETS, PipelineVersion, WorkflowRecord } from '@troupe/protocol';
 import { createLogger, KvStore, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { PipelineRegistry, readValues } from '@troupe/client';
-import { BUCKETS, HumanRequest, WorkflowRecord } from '@troupe/protocol';
+import { BUCKETS, HumanRequest, type PipelineVersion, WorkflowRecord } from '@troupe/protocol';
 import {
   type BusSubscription,
   type Clock,
@@ -26,7 +26,7 @@ import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
-import { type PipelineVersion, shortVersion } from './config/pipelineVersion.ts';
+import { shortVersion } from './config/pipelineVersion.ts';
 import { introducedAt, PipelineVersions } from './config/pipelineVersions.ts';
 import { pruneVersions, type VersionsByPipeline } from './config/versionRetention.ts';
 import { startControlResponder } from './control/controlResponder.ts';

@@ -15,7 +15,7 @@ export {
   PipelineConfig,
   StepConfig,
 } from './config/pipelineSchema.ts';
-export { PipelineVersion, SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
+export { SHORT_VERSION, shortVersion } from './config/pipelineVersion.ts';
 export type { RemoteAgentSettings } from './config/remoteAgents.ts';
 export {
   type ImportModule,

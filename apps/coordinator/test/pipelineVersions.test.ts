@@ -1,7 +1,13 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AgentStepRequest, subjects, type UsageTotals, WorkflowRecord } from '@troupe/protocol';
+import {
+  AgentStepRequest,
+  PipelineVersion,
+  subjects,
+  type UsageTotals,
+  WorkflowRecord,
+} from '@troupe/protocol';
 import { createLogger } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -9,7 +15,7 @@ import { agentDefinitions } from '../src/config/agentDefinitions.ts';
 import { builtinTools } from '../src/config/builtinTools.ts';
 import { loadPipeline, loadStoredVersion } from '../src/config/loadPipeline.ts';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
-import { PipelineVersion, versionHash } from '../src/config/pipelineVersion.ts';
+import { versionHash } from '../src/config/pipelineVersion.ts';
 import { PipelineVersions } from '../src/config/pipelineVersions.ts';
 import { pruneVersions } from '../src/config/versionRetention.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';

@@ -44,6 +44,7 @@ export {
   validateMessage,
 } from './parse.ts';
 export { FlowGraph, PipelineRegistration } from './pipelineRegistration.ts';
+export { PipelineVersion, VersionHash } from './pipelineVersion.ts';
 export { HomeLock, ServerRecord } from './serverRecord.ts';
 export { SessionSummaryReply, SessionSummaryRequest, SessionTurn } from './session.ts';
 export {

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
-import { formatPath } from '@troupe/protocol';
+import { formatPath, type PipelineVersion } from '@troupe/protocol';
 import type { Tool } from '@troupe/runtime';
 import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { checkFlow, jsonSchemaProblem, type Problem } from './checkFlow.ts';
@@ -18,7 +18,7 @@ import {
   withRetries,
 } from './modelFactory.ts';
 import { isRemoteAgentConfig, type ModelConfig, PipelineConfig } from './pipelineSchema.ts';
-import { type PipelineVersion, pipelineVersion } from './pipelineVersion.ts';
+import { pipelineVersion } from './pipelineVersion.ts';
 import { type RemoteAgentSettings, remoteAgentSettings } from './remoteAgents.ts';
 import { type ImportModule, loadToolModules } from './toolModules.ts';
 

@@ -1,7 +1,6 @@
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, PipelineVersion } from '@troupe/protocol';
 import { type JetStreamBus, type KeyValue, KvStore, type UntilReachableOptions } from '@troupe/runtime';
 import { LoadCache } from './loadCache.ts';
-import { PipelineVersion } from './pipelineVersion.ts';
 
 /**
  * The versions of every pipeline some task started on, in the KV bucket `versions` (key `<pipeline>.<hash>`): a
