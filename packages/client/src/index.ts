@@ -17,7 +17,7 @@ export {
   followTaskEnding,
   followTaskEvents,
   type SequencedEvent,
-} from './taskEvents.ts';
+} from './storedEvents.ts';
 export {
   cancelTask,
   migrateTask,

@@ -33,7 +33,7 @@ import {
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
 import { subTaskReader, withSubTasks } from './subTaskTraces.ts';
-import { eventsAfter, followTaskEnding, followTaskEvents, type SequencedEvent } from './taskEvents.ts';
+import { eventsAfter, followTaskEnding, followTaskEvents, type SequencedEvent } from './storedEvents.ts';
 import {
   cancelTask,
   noSuchTaskId,
