@@ -129,15 +129,15 @@ export async function startTaskQueue(bus: JetStreamBus, options: TaskQueueOption
   });
 
   const maxInFlight = options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT;
-  /** Every task held, by its handling; the parked ones also in `parked`. */
-  const running = new Set<Promise<void>>();
+  /** Every task in hand, by its handling; the parked ones also in `parked`. */
+  const inHand = new Set<Promise<void>>();
   const parked = new Set<object>();
   let stopped = false;
   let wake: (() => void) | undefined;
   // The pull in progress: ended at stop(), as nats.js waits out a lost connection inside it until NATS is back.
   let batch: { close(): Promise<unknown> } | undefined;
   const settled = () => new Promise<void>((resolve) => (wake = resolve));
-  const room = () => Math.min(options.concurrency - (running.size - parked.size), maxInFlight - running.size);
+  const room = () => Math.min(options.concurrency - (inHand.size - parked.size), maxInFlight - inHand.size);
 
   const loop = (async () => {
     while (!stopped) {
@@ -172,10 +172,10 @@ export async function startTaskQueue(bus: JetStreamBus, options: TaskQueueOption
             .finally(() => {
               ended = true;
               parked.delete(slot);
-              running.delete(work);
+              inHand.delete(work);
               wake?.();
             });
-          running.add(work);
+          inHand.add(work);
         }
       } catch (error) {
         if (stopped) break;
@@ -188,7 +188,7 @@ export async function startTaskQueue(bus: JetStreamBus, options: TaskQueueOption
   return {
     consumer: name,
     get active() {
-      return running.size;
+      return inHand.size;
     },
     get parked() {
       return parked.size;
@@ -198,7 +198,7 @@ export async function startTaskQueue(bus: JetStreamBus, options: TaskQueueOption
       wake?.();
       void batch?.close();
       await loop;
-      await Promise.allSettled([...running]);
+      await Promise.allSettled([...inHand]);
     },
   };
 }
