@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { StepOutput } from '@troupe/protocol';
 import { errorMessage, sumUsage } from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
+import type { StepPlace } from '../../config/flowLayout.ts';
 import type { PipelineStepConfig } from '../../config/pipelineSchema.ts';
 import { parsedOutput } from '../compile/conditions.ts';
 import type { Compiling, StepAt } from '../compile/flowList.ts';
@@ -15,7 +16,7 @@ import {
   type StepAction,
   type WorkflowStates,
 } from '../compile/workflowSetup.ts';
-import type { PipelineRunInput, PipelineRunOutput } from '../workflowTypes.ts';
+import type { PipelineRunInput, PipelineRunOutput, WorkflowContext } from '../workflowTypes.ts';
 
 /**
  * A sub-pipeline: invokes `runPipeline` with the sub-task — its id made from this step's (so a resumed task submits
@@ -65,45 +66,7 @@ export function compilePipeline(c: Compiling, step: PipelineStepConfig, at: Step
       ],
       invoke: {
         src: 'runPipeline',
-        input: ({ context }): PipelineRunInput => {
-          const visible = step.context ?? place.before;
-          const outputs = Object.fromEntries(
-            visible.flatMap((id) => {
-              const out = context.latest[id];
-              return out ? [[id, parsedOutput(out.output)]] : [];
-            }),
-          );
-          const { task } = context;
-          const own = {
-            context: outputs,
-            // Sent back by a review: what it said, and what this step's sub-task gave last time.
-            ...(context.approved === false && context.feedback !== undefined
-              ? { feedback: context.feedback }
-              : {}),
-            ...(context.previous?.[step.id]
-              ? { previous: parsedOutput(context.previous[step.id]?.output ?? '') }
-              : {}),
-          };
-          const given = withInput(task, own);
-          return {
-            pipeline: step.pipeline,
-            timeoutMs,
-            ...(given.inputCut ? { inputCut: given.inputCut } : {}),
-            task: {
-              id: subTaskId(stepId(context, step)),
-              goal: step.goal ?? task.goal,
-              input: given.input ?? {},
-              ...(task.metadata ? { metadata: task.metadata } : {}),
-              parent: {
-                taskId: task.taskId,
-                pipeline: task.pipeline,
-                step: step.id,
-                depth: (task.parent?.depth ?? 0) + 1,
-                traceparent: task.traceparent,
-              },
-            },
-          };
-        },
+        input: ({ context }) => subTaskRun(step, place, timeoutMs, context),
         onDone: [
           {
             guard: ({ event }) => event.output.ok,
@@ -135,6 +98,53 @@ export function compilePipeline(c: Compiling, step: PipelineStepConfig, at: Step
           }),
           [],
         ).map(({ when: _ignored, ...t }) => t),
+      },
+    },
+  };
+}
+
+/**
+ * What `runPipeline` is given: the sub-task — its id made from the step's, its input the outputs the step may see
+ * (and a review's feedback with what it gave last time, when sent back), its parent this task one level deeper.
+ */
+function subTaskRun(
+  step: PipelineStepConfig,
+  place: StepPlace,
+  timeoutMs: number,
+  context: WorkflowContext,
+): PipelineRunInput {
+  const visible = step.context ?? place.before;
+  const outputs = Object.fromEntries(
+    visible.flatMap((id) => {
+      const out = context.latest[id];
+      return out ? [[id, parsedOutput(out.output)]] : [];
+    }),
+  );
+  const { task } = context;
+  const own = {
+    context: outputs,
+    // Sent back by a review: what it said, and what this step's sub-task gave last time.
+    ...(context.approved === false && context.feedback !== undefined ? { feedback: context.feedback } : {}),
+    ...(context.previous?.[step.id]
+      ? { previous: parsedOutput(context.previous[step.id]?.output ?? '') }
+      : {}),
+  };
+  const given = withInput(task, own);
+  return {
+    pipeline: step.pipeline,
+    timeoutMs,
+    ...(given.inputCut ? { inputCut: given.inputCut } : {}),
+    task: {
+      id: subTaskId(stepId(context, step)),
+      goal: step.goal ?? task.goal,
+      input: given.input ?? {},
+      ...(task.metadata ? { metadata: task.metadata } : {}),
+      parent: {
+        taskId: task.taskId,
+        pipeline: task.pipeline,
+        step: step.id,
+        depth: (task.parent?.depth ?? 0) + 1,
+        traceparent: task.traceparent,
       },
     },
   };
