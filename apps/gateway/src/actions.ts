@@ -16,19 +16,22 @@ import {
   withSubTasks,
 } from '@troupe/client';
 import {
+  type ClientTask,
   DEFAULT_TASK_LIMITS,
+  type DecisionBody,
+  type DecisionResult,
   FINAL_EVENT_KINDS,
   type HumanRequest,
   onItsSubject,
   subjects,
   type TaskLimits,
+  type TaskList,
   type TaskSubmission,
+  type TaskView,
   TroupeEvent,
   type WorkflowRecord,
 } from '@troupe/protocol';
 import { type NatsBus, ValueStore } from '@troupe/runtime';
-import type { z } from 'zod';
-import type { ClientTask, DecisionBody, DecisionResult, TaskList, TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
 import { GatewayError } from './gatewayError.ts';
 import { decodePlace, encodePlace } from './pageCursor.ts';
@@ -182,7 +185,7 @@ export class GatewayActions {
       limit: number;
       cursor?: string | undefined;
     },
-  ): Promise<z.infer<typeof TaskList>> {
+  ): Promise<TaskList> {
     const { pipeline, status, limit, cursor } = query;
     authorize(who, 'read', pipeline);
     const after = cursor === undefined ? undefined : decodeCursor(cursor);
@@ -227,11 +230,7 @@ export class GatewayActions {
    * Decides an approval or answers a question, recorded as decided by the token's name (a `by` the caller gives is
    * kept beside it, never instead).
    */
-  async decide(
-    who: Principal,
-    requestId: string,
-    body: z.infer<typeof DecisionBody>,
-  ): Promise<z.infer<typeof DecisionResult>> {
+  async decide(who: Principal, requestId: string, body: DecisionBody): Promise<DecisionResult> {
     authorize(who, 'approve');
     const request = await readHumanRequest(this.#bus, requestId);
     // One of a pipeline the token may not touch is answered as if there were none.

@@ -1,42 +1,13 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { formatIssues, Name } from '@troupe/protocol';
+import { formatIssues, type TokenEntry, type TokenScope, TokensFile } from '@troupe/protocol';
 import { parse as parseYaml } from 'yaml';
-import { z } from 'zod';
 import { GatewayError } from './gatewayError.ts';
-
-/**
- * Who may do what through the gateway. Each bearer token has a name, scopes and optionally the pipelines it is
- * limited to. Tokens are kept as SHA-256 hashes (a tokens file holds no token); a request's token is hashed and
- * compared in constant time.
- *
- * - `read`: tasks, their events and traces, pending approvals;
- * - `submit`: `read`, and submitting, cancelling, sessions;
- * - `approve`: `read`, and deciding approvals and answering questions;
- * - `admin`: everything, on every pipeline.
- */
-export const Scope = z.enum(['read', 'submit', 'approve', 'admin']);
-export type Scope = z.infer<typeof Scope>;
-
-const SHA256_HEX = /^[0-9a-f]{64}$/;
-
-export const TokenEntry = z.strictObject({
-  /** Who holds it: recorded as who decided an approval, and in every refusal's log line. */
-  name: z.string().regex(/^[A-Za-z0-9_.@-]{1,64}$/, 'a name of letters, digits, _ . @ -, at most 64'),
-  /** The token's SHA-256, hex (`troupe gateway token` writes it). */
-  sha256: z.string().regex(SHA256_HEX, 'the token’s SHA-256 as 64 lowercase hex digits'),
-  scopes: z.array(Scope).min(1),
-  /** The pipelines it may touch; every one when absent. */
-  pipelines: z.array(Name).min(1).optional(),
-});
-export type TokenEntry = z.infer<typeof TokenEntry>;
-
-export const TokensFile = z.strictObject({ tokens: z.array(TokenEntry) });
 
 /** Who made a request, as their token says. */
 export interface Principal {
   name: string;
-  scopes: readonly Scope[];
+  scopes: readonly TokenScope[];
   pipelines?: readonly string[];
   /** The SHA-256 of the token it authenticated with: a stream stays open only while that token is still valid. */
   tokenSha256?: string;
@@ -163,7 +134,7 @@ const sameList = (a: readonly string[] | undefined, b: readonly string[] | undef
   (a ?? []).length === (b ?? []).length && (a ?? []).every((x, i) => x === (b ?? [])[i]);
 
 /** What a scope lets a token do, beyond itself. */
-const GRANTS: Record<Scope, readonly Scope[]> = {
+const GRANTS: Record<TokenScope, readonly TokenScope[]> = {
   read: ['read'],
   submit: ['read', 'submit'],
   approve: ['read', 'approve'],
@@ -171,7 +142,7 @@ const GRANTS: Record<Scope, readonly Scope[]> = {
 };
 
 /** Refuses (403) a principal without `scope`, or limited to other pipelines than `pipeline`. */
-export function authorize(principal: Principal, scope: Scope, pipeline?: string): void {
+export function authorize(principal: Principal, scope: TokenScope, pipeline?: string): void {
   if (!principal.scopes.some((s) => GRANTS[s].includes(scope))) {
     throw new AuthRefusal(
       403,

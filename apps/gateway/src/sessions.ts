@@ -9,60 +9,22 @@ import {
 } from '@troupe/client';
 import {
   BUCKETS,
-  ConversationSummary,
-  Name,
+  SessionRecord,
+  type SessionSummary,
   type SessionSummaryRequest,
+  SessionSummaryWritten,
   type SessionTurn,
   subjects,
   type TaskSubmission,
-  TokenUsage,
+  type TaskView,
   type WorkflowRecord,
 } from '@troupe/protocol';
 import { type KvStore, type Logger, type NatsBus, SESSION_SUMMARY_TIMEOUT_MS } from '@troupe/runtime';
-import { z } from 'zod';
 import type { GatewayActions } from './actions.ts';
-import type { TaskView } from './api.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
-
-/**
- * A session id: `s-` and 16 random characters, or the client's own: letters, digits, `_` and `-`, at most 48 (its
- * tasks are `<session>-<n>-<6 random characters>`, and a task id has at most 64).
- */
-export const SessionId = z.string().regex(/^[A-Za-z0-9_-]{1,48}$/, 'letters, digits, _ and -, at most 48');
 
 /** How long a turn may go without a task record before it counts as lost (its submit never reached NATS). */
 const LOST_TURN_MS = 60_000;
-
-/** The running summary of a session's older turns, written by the pipeline's summarizer agent. */
-export const SessionSummary = z.object({
-  text: z.string(),
-  /** How many of the session's first turns it covers. */
-  turns: z.number().int().positive(),
-  /** The agent and model that wrote it, and what the last call that folded turns into it spent. */
-  agent: Name,
-  provider: z.string(),
-  model: z.string(),
-  usage: TokenUsage,
-  costUsd: z.number(),
-  at: z.string(),
-});
-export type SessionSummary = z.infer<typeof SessionSummary>;
-
-/**
- * What the KV bucket `sessions` keeps of a session: its pipeline, the tasks its messages ran, in order, and the
- * summary of the older ones.
- */
-export const SessionRecord = z.object({
-  id: SessionId,
-  pipeline: Name,
-  /** The token that opened it: only tokens that may use its pipeline see it. */
-  createdBy: z.string(),
-  createdAt: z.string(),
-  updatedAt: z.string(),
-  turns: z.array(z.object({ taskId: z.string(), goal: z.string(), at: z.string() })),
-  summary: SessionSummary.optional(),
-});
-export type SessionRecord = z.infer<typeof SessionRecord>;
 
 /**
  * How much of the earlier turns a follow-up carries. The last `wholeTurns` go whole (their goal and result, each
@@ -245,7 +207,7 @@ export class Sessions {
       const { summary } = await this.#bus.request(
         subjects.sessionSummary(session.pipeline, agent),
         request,
-        SummaryWritten,
+        SessionSummaryWritten,
         { timeoutMs: SESSION_SUMMARY_TIMEOUT_MS + 10_000 },
       );
       return {
@@ -304,12 +266,6 @@ function visible(
   authorize(who, scope, session.pipeline);
   return session;
 }
-
-/** A reply with the summary written. */
-const SummaryWritten = z.object({
-  ok: z.literal(true),
-  summary: ConversationSummary.required({ provider: true, model: true }),
-});
 
 /** One turn of a session with its task's record, when there is one. */
 interface Turn {

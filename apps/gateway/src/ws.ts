@@ -1,12 +1,10 @@
 import { eventsAfter, followTaskEvents } from '@troupe/client';
-import { Name, parseMessage, TaskId } from '@troupe/protocol';
+import { ClientMessage, parseMessage } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebSocket } from 'ws';
-import { z } from 'zod';
 import type { GatewayActions } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
-import { ClientTask } from './api.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
 import { answerTo } from './errors.ts';
 import { GatewayError } from './gatewayError.ts';
@@ -14,58 +12,6 @@ import type { StreamQuota } from './streamQuota.ts';
 
 /** How many tasks one connection may follow at once. */
 export const MAX_SUBSCRIPTIONS = 100;
-
-const RequestId = z.string().min(1).max(100).optional();
-const By = z.string().min(1).max(100).optional();
-
-/**
- * What a WebSocket client sends, one JSON object per message. `id` is the client's own, echoed in the reply.
- */
-export const ClientMessage = z.discriminatedUnion('type', [
-  /** Follow a task's events: history first, then live, after `after` (a stream sequence) when given. */
-  z.strictObject({
-    type: z.literal('subscribe'),
-    id: RequestId,
-    taskId: TaskId,
-    after: z.number().int().nonnegative().optional(),
-    format: z.enum(['troupe', 'ag-ui']).optional(),
-  }),
-  z.strictObject({ type: z.literal('unsubscribe'), id: RequestId, taskId: TaskId }),
-  z.strictObject({
-    type: z.literal('submit'),
-    id: RequestId,
-    pipeline: Name,
-    task: ClientTask,
-    idempotencyKey: z.string().min(1).max(200).optional(),
-  }),
-  z.strictObject({
-    type: z.literal('cancel'),
-    id: RequestId,
-    taskId: TaskId,
-    reason: z.string().max(2_000).optional(),
-  }),
-  z.strictObject({
-    type: z.literal('approve'),
-    id: RequestId,
-    requestId: z.string().min(1).max(200),
-    by: By,
-  }),
-  z.strictObject({
-    type: z.literal('deny'),
-    id: RequestId,
-    requestId: z.string().min(1).max(200),
-    reason: z.string().min(1).max(10_000),
-    by: By,
-  }),
-  z.strictObject({
-    type: z.literal('answer'),
-    id: RequestId,
-    requestId: z.string().min(1).max(200),
-    answer: z.string().min(1).max(100_000),
-    by: By,
-  }),
-]);
-export type ClientMessage = z.infer<typeof ClientMessage>;
 
 /**
  * One client's WebSocket: it follows the tasks it subscribes to (each as the SSE endpoint streams them: every event

@@ -1,6 +1,6 @@
-import type { WorkflowRecord } from '@troupe/protocol';
+import type { SessionSummary, WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
-import { CONTEXT_LIMITS, type SessionSummary, sessionContext } from '../src/sessions.ts';
+import { CONTEXT_LIMITS, sessionContext } from '../src/sessions.ts';
 
 const completed = (output: string) =>
   ({ status: 'completed', final: { kind: 'task.completed', data: { output } } }) as unknown as WorkflowRecord;

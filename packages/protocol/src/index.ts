@@ -28,6 +28,7 @@ export {
   TaskFailureReason,
   taskFailureReason,
 } from './failure.ts';
+export * from './gateway/index.ts';
 export { checkTaskInput } from './inputSchema.ts';
 export { ConversationSummary, ModelReply, TokenUsage } from './modelReply.ts';
 export { isName, isTaskId, NAME_PATTERN, Name, TASK_ID_PATTERN, TaskId } from './names.ts';

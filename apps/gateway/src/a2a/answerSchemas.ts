@@ -1,10 +1,6 @@
 import { bucketIfAny, workflowStoreIfAny } from '@troupe/client';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, StoredVersionConfig } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
-import { z } from 'zod';
-
-/** Of a stored pipeline version, only its config is read here, and only loosely: the coordinator validated it. */
-const StoredVersion = z.object({ config: z.record(z.string(), z.unknown()) });
 
 type LooseStep = { id?: unknown; kind?: unknown; answer?: unknown; branches?: unknown; do?: unknown };
 
@@ -28,7 +24,7 @@ export class AnswerSchemas {
     try {
       const record = (await (await workflowStoreIfAny(this.#bus))?.get(taskId))?.value;
       if (!record?.version) return undefined;
-      const versions = await bucketIfAny(this.#bus, BUCKETS.versions, StoredVersion);
+      const versions = await bucketIfAny(this.#bus, BUCKETS.versions, StoredVersionConfig);
       const stored = (await versions?.get(`${record.pipeline}.${record.version}`))?.value;
       const flow = stored?.config.flow;
       return Array.isArray(flow) ? findHumanAnswer(flow as LooseStep[], step) : undefined;

@@ -1,9 +1,14 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { StreamResponse, TaskPushNotificationConfig } from '@a2a-js/sdk';
 import { followTaskEvents } from '@troupe/client';
-import { FINAL_EVENT_KINDS, type TroupeEvent } from '@troupe/protocol';
+import {
+  FINAL_EVENT_KINDS,
+  type PushCursor,
+  type StoredPushConfig,
+  type TroupeEvent,
+} from '@troupe/protocol';
 import type { KeyValue, KvEntry, Logger, NatsBus } from '@troupe/runtime';
-import { type PushCursor, pushConfigKey, type StoredPushConfig } from './pushConfigs.ts';
+import { pushConfigKey } from './pushConfigs.ts';
 import { checkPushUrl, type PushUrlPolicy } from './pushUrls.ts';
 import { TaskFold } from './taskMapping.ts';
 import { postWebhook, WebhookFailed } from './webhookPost.ts';

@@ -28,10 +28,10 @@ import {
 } from '@a2a-js/sdk/errors';
 import type { A2ARequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
 import { CLIENT_WAIT, OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
-import { isTaskId, type WorkflowRecord } from '@troupe/protocol';
+import { isTaskId, SessionId, type WorkflowRecord } from '@troupe/protocol';
 import type { GatewayActions } from '../actions.ts';
 import { authorize, mayTouch, type Principal } from '../auth.ts';
-import { SessionId, type Sessions } from '../sessions.ts';
+import type { Sessions } from '../sessions.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import type { TaskIds } from '../taskIds.ts';
 import { decisionOf } from './inputAnswer.ts';

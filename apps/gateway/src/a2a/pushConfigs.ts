@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TaskPushNotificationConfig } from '@a2a-js/sdk';
-import { BUCKETS, Name, TaskId } from '@troupe/protocol';
+import { BUCKETS, type PushDeliveryState, StoredPushConfig, TaskId } from '@troupe/protocol';
 import { type KeyValue, KvStore, type NatsBus, TransportError } from '@troupe/runtime';
-import { z } from 'zod';
 import { PushError } from './pushError.ts';
 import { enqueuePushJob } from './pushJobs.ts';
 import { checkPushUrl, type PushUrlPolicy } from './pushUrls.ts';
@@ -19,54 +18,13 @@ const MAX_SECRET_LENGTH = 4_096;
 /** An HTTP authentication scheme is a token (RFC 9110): `Bearer`, `Basic`… */
 const SCHEME_PATTERN = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$/;
 
-/** Where a config's deliveries stand: after `seq` (an `EVENTS` sequence), and `part` bodies into the event after it. */
-export const PushCursor = z.object({
-  seq: z.number().int().nonnegative(),
-  part: z.number().int().nonnegative(),
-});
-export type PushCursor = z.infer<typeof PushCursor>;
-
-/**
- * How far a config's webhook got: `active` while the task may still change, `done` once its final state was
- * delivered, `dropped` when its receiver failed for longer than the gateway waits (with the last error).
- */
-export const PushDelivery = z.object({
-  state: z.enum(['active', 'done', 'dropped']),
-  cursor: PushCursor,
-  /** How many bodies were delivered. */
-  delivered: z.number().int().nonnegative(),
-  /** Failed attempts in a row at the body the cursor points to. */
-  attempts: z.number().int().nonnegative(),
-  /** When the current run of failures began. */
-  failingSince: z.string().optional(),
-  lastError: z.string().optional(),
-  endedAt: z.string().optional(),
-});
-export type PushDelivery = z.infer<typeof PushDelivery>;
-
-/** What the bucket `a2a-push` keeps per config (key `<taskId>.<configId>`). */
-export const StoredPushConfig = z.object({
-  taskId: TaskId,
-  /** The task's pipeline: only a token that may read the pipeline's tasks may see or change its configs. */
-  pipeline: Name,
-  /** The A2A context (session) of the task, which every body names; else the one the task was submitted with. */
-  contextId: z.string().optional(),
-  /** The token that made it. */
-  createdBy: z.string(),
-  createdAt: z.string(),
-  /** The config in A2A's JSON form (`TaskPushNotificationConfig.toJSON`), its id filled. */
-  config: z.record(z.string(), z.unknown()),
-  delivery: PushDelivery,
-});
-export type StoredPushConfig = z.infer<typeof StoredPushConfig>;
-
 /** A stored config as the A2A handler uses it: the SDK's (ts-proto) form, with whose task it is. */
 export interface PushConfigEntry {
   config: TaskPushNotificationConfig;
   pipeline: string;
   createdBy: string;
   createdAt: string;
-  delivery: PushDelivery;
+  delivery: PushDeliveryState;
 }
 
 export interface PushConfigsOptions {
@@ -84,7 +42,7 @@ export const pushConfigKey = (taskId: string, configId: string): string => `${ta
 /**
  * The A2A push-notification configs of tasks, kept in the KV bucket `a2a-push` so every gateway sees them and they
  * outlive any one: what the Create/Get/List/Delete methods of the A2A server read and write. Creating a config
- * also queues its deliveries (see `PushDelivery` in pushDelivery.ts): every A2A state change of the task, from its
+ * also queues its deliveries (see `PushDeliveryState` in pushDelivery.ts): every A2A state change of the task, from its
  * first, goes to the config's URL, at least once and in order.
  *
  * The caller checks who may touch the task (its pipeline, from the task's own record) before calling; the stored
@@ -161,7 +119,7 @@ export class PushConfigs {
         );
       }
       const restart = existing.value.delivery.state === 'dropped';
-      const delivery: PushDelivery = restart
+      const delivery: PushDeliveryState = restart
         ? { ...existing.value.delivery, state: 'active', attempts: 0 }
         : existing.value.delivery;
       if (restart) {

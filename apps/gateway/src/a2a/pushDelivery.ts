@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
-import { errorMessage } from '@troupe/protocol';
+import { errorMessage, type StoredPushConfig } from '@troupe/protocol';
 import { jetstreamOf, type KeyValue, type Logger, type NatsBus } from '@troupe/runtime';
 import {
   ConfigDelivery,
@@ -9,7 +9,7 @@ import {
   type PushRenderer,
   type PushRetry,
 } from './configDelivery.ts';
-import { openPushBucket, pushConfigKey, type StoredPushConfig } from './pushConfigs.ts';
+import { openPushBucket, pushConfigKey } from './pushConfigs.ts';
 import {
   DEFAULT_PUSH_ACK_WAIT_MS,
   ensurePushQueue,

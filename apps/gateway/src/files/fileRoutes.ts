@@ -1,13 +1,18 @@
+import {
+  ErrorBody,
+  FileParams,
+  FileQuery,
+  TaskParams,
+  WorkspaceFileBytes,
+  WorkspaceListing,
+} from '@troupe/protocol';
 import { listWorkspaceFiles, openWorkspaceFile, taskWorkspace, WorkspaceFileError } from '@troupe/runtime';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { z } from 'zod';
 import type { GatewayActions } from '../actions.ts';
-import { ErrorBody, TaskParams } from '../api.ts';
 import type { Principal } from '../auth.ts';
 import { GatewayError } from '../gatewayError.ts';
 import { contentTypeOf } from './contentType.ts';
-import { FileParams, FileQuery, WorkspaceListing } from './filesApi.ts';
 
 /** The largest file served unless the gateway is told otherwise: a report, a page, an image; not a build. */
 export const DEFAULT_MAX_FILE_BYTES = 16 * 1024 * 1024;
@@ -119,7 +124,7 @@ export const fileRoutes: FastifyPluginAsyncZod<FileRoutesOptions> = async (app, 
         params: FileParams,
         querystring: FileQuery,
         response: {
-          200: z.unknown().describe('the file’s bytes, with the content type of its extension'),
+          200: WorkspaceFileBytes,
           400: ErrorBody,
           401: ErrorBody,
           403: ErrorBody,

@@ -1,9 +1,15 @@
 import type { CallToolResult, McpServer, RegisteredTool, ServerContext } from '@modelcontextprotocol/server';
 import { followTaskEvents } from '@troupe/client';
+import {
+  CancelToolInput,
+  GetToolInput,
+  MAX_GET_WAIT_SECONDS,
+  McpTaskState,
+  startToolInput,
+  type TaskView,
+} from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
-import { z } from 'zod';
 import type { GatewayActions } from '../actions.ts';
-import type { TaskView } from '../api.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { howToSettle } from './humanAsk.ts';
@@ -17,23 +23,7 @@ import { taskUri } from './taskResult.ts';
  * pipeline), so a host's tool list grows by two, not twice.
  */
 
-/** The longest `waitSeconds` of `troupe_get`: below the 60 s a client waits for an answer by default. */
-export const MAX_GET_WAIT_SECONDS = 50;
-
-const TaskState = z.object({
-  taskId: z.string(),
-  pipeline: z.string(),
-  status: z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']),
-  /** The output, once it completed. */
-  output: z.unknown().optional(),
-  failure: z.object({ reason: z.string(), message: z.string() }).optional(),
-  /** Approvals and questions it waits on now, each with how to settle it. */
-  waitingFor: z.array(
-    z.object({ id: z.string(), kind: z.enum(['approval', 'question']), prompt: z.string(), how: z.string() }),
-  ),
-  trace: z.string(),
-});
-type TaskState = z.infer<typeof TaskState>;
+export { MAX_GET_WAIT_SECONDS };
 
 /** Who the long-task tools act for, and over what. */
 export interface LongTaskDeps {
@@ -64,12 +54,8 @@ export function registerStartTool(
       description:
         'Starts a task of a Troupe pipeline and answers at once with its id; read it with troupe_get. For tasks ' +
         'longer than a call may wait. The pipeline tools of the same name describe each pipeline and its input.',
-      inputSchema: z.object({
-        pipeline: z.enum([first, ...rest]).describe('the pipeline to run'),
-        goal: z.string().min(1).describe('what the task should achieve'),
-        input: z.record(z.string(), z.unknown()).optional().describe("the pipeline's structured input"),
-      }),
-      outputSchema: TaskState,
+      inputSchema: startToolInput([first, ...rest]),
+      outputSchema: McpTaskState,
     },
     async ({ pipeline, goal, input }, ctx) => {
       const { view } = await actions.submit(who, pipeline, {
@@ -92,16 +78,8 @@ export function registerGetTool(server: McpServer, deps: LongTaskDeps): Register
       description:
         'Where a Troupe task stands: its status, its output once completed, why it failed, and the approvals or ' +
         `questions it waits on (with how to settle them). waitSeconds (at most ${MAX_GET_WAIT_SECONDS}) waits that long for it to end.`,
-      inputSchema: z.object({
-        taskId: z.string().min(1).describe('as troupe_start answered'),
-        waitSeconds: z
-          .number()
-          .min(0)
-          .max(MAX_GET_WAIT_SECONDS)
-          .optional()
-          .describe('wait up to this long for the task to end'),
-      }),
-      outputSchema: TaskState,
+      inputSchema: GetToolInput,
+      outputSchema: McpTaskState,
       annotations: { readOnlyHint: true },
     },
     async ({ taskId, waitSeconds }, ctx) => {
@@ -132,11 +110,8 @@ export function registerCancelTool(server: McpServer, deps: LongTaskDeps): Regis
       title: 'Cancel a Troupe task',
       description:
         'Cancels a running Troupe task (its model call in flight is aborted); says how it stands after.',
-      inputSchema: z.object({
-        taskId: z.string().min(1).describe('as troupe_start answered'),
-        reason: z.string().max(1_000).optional().describe('why, recorded with the cancel'),
-      }),
-      outputSchema: TaskState,
+      inputSchema: CancelToolInput,
+      outputSchema: McpTaskState,
       annotations: { destructiveHint: true, idempotentHint: true },
     },
     async ({ taskId, reason }, ctx) => {
@@ -146,7 +121,7 @@ export function registerCancelTool(server: McpServer, deps: LongTaskDeps): Regis
   );
 }
 
-async function stateOf(actions: GatewayActions, who: Principal, view: TaskView): Promise<TaskState> {
+async function stateOf(actions: GatewayActions, who: Principal, view: TaskView): Promise<McpTaskState> {
   const running = view.status === 'running' || view.status === 'submitted';
   const waiting = running ? await actions.approvals(who, { taskId: view.taskId }) : [];
   return {
@@ -160,7 +135,7 @@ async function stateOf(actions: GatewayActions, who: Principal, view: TaskView):
   };
 }
 
-function resultOf(state: TaskState): CallToolResult {
+function resultOf(state: McpTaskState): CallToolResult {
   const lines = [`task ${state.taskId} (${state.pipeline}): ${state.status}`];
   if (state.output !== undefined)
     lines.push(typeof state.output === 'string' ? state.output : JSON.stringify(state.output));

@@ -8,6 +8,7 @@ import {
 } from '@modelcontextprotocol/server';
 import { followTaskEvents } from '@troupe/client';
 import type { HumanRequest } from '@troupe/protocol';
+import { McpRoundState } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import { AnswerSchemas } from '../a2a/answerSchemas.ts';
 import type { GatewayActions } from '../actions.ts';
@@ -17,14 +18,13 @@ import { type ElicitationForm, elicitationForm } from './elicitationForm.ts';
 import { holdsScope } from './holdsScope.ts';
 import { elicitationFor, elsewhere, howToSettle, replyOf } from './humanAsk.ts';
 import { ProgressReporter } from './progressReporter.ts';
-import { RoundState } from './roundState.ts';
 import { toolResultOf } from './taskResult.ts';
 
 /** What a pipeline tool's calls need from the server that serves them. */
 export interface PipelineCallContext {
   bus: NatsBus;
   actions: GatewayActions;
-  codec: RequestStateCodec<RoundState>;
+  codec: RequestStateCodec<McpRoundState>;
   who: Principal;
   /** The revision the server instance serves: `legacy` for 2025-11-25 (and older), `modern` for 2026-07-28. */
   era: 'legacy' | 'modern';
@@ -74,7 +74,7 @@ async function run(
   args: PipelineCallArgs,
   structured: boolean,
   ctx: ServerContext,
-  round: RoundState | undefined,
+  round: McpRoundState | undefined,
 ): Promise<CallToolResult | InputRequiredResult> {
   const progress = new ProgressReporter(ctx, round?.progress);
   let taskId: string;
@@ -104,7 +104,7 @@ async function run(
     if (call.era === 'legacy')
       ctx.mcpReq.signal.addEventListener('abort', () => void cancel(call, taskId, ctx), { once: true });
     const declared = await declaredForm(call, asked.request);
-    const state: RoundState = {
+    const state: McpRoundState = {
       taskId,
       pipeline,
       who: call.who.name,
@@ -133,10 +133,10 @@ async function cancel(call: PipelineCallContext, taskId: string, ctx: ServerCont
 }
 
 /** The round state the client echoed, when this is a later round; refused when it was minted for another call. */
-function roundOf(ctx: ServerContext, who: Principal, pipeline: string): RoundState | undefined {
+function roundOf(ctx: ServerContext, who: Principal, pipeline: string): McpRoundState | undefined {
   const echoed = ctx.mcpReq.requestState<unknown>();
   if (echoed === undefined) return undefined;
-  const state = RoundState.parse(echoed);
+  const state = McpRoundState.parse(echoed);
   if (state.who !== who.name || state.pipeline !== pipeline)
     throw new Error('this requestState belongs to another caller or tool: call the tool afresh');
   return state;
@@ -145,7 +145,7 @@ function roundOf(ctx: ServerContext, who: Principal, pipeline: string): RoundSta
 /** Records the user's response to what the last round asked; one the request no longer waits for is only told. */
 async function answer(
   call: PipelineCallContext,
-  round: RoundState,
+  round: McpRoundState,
   ctx: ServerContext,
   progress: ProgressReporter,
 ) {

@@ -1,5 +1,5 @@
 import type { CallToolResult } from '@modelcontextprotocol/server';
-import type { TaskView } from '../api.ts';
+import type { TaskView } from '@troupe/protocol';
 
 /** Where a task's trace and output are read as MCP resources. */
 export const taskUri = (taskId: string, what: 'trace' | 'output') => `troupe://tasks/${taskId}/${what}`;

@@ -8,7 +8,7 @@ import {
   type RequestStateCodec,
   type ServerContext,
 } from '@modelcontextprotocol/server';
-import type { PipelineRegistration } from '@troupe/protocol';
+import type { McpRoundState, PipelineRegistration } from '@troupe/protocol';
 import type { NatsBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
@@ -17,7 +17,6 @@ import { holdsScope } from './holdsScope.ts';
 import { registerCancelTool, registerGetTool } from './longTasks.ts';
 import type { PipelineCallContext } from './pipelineCall.ts';
 import { PipelineTools } from './pipelineTools.ts';
-import type { RoundState } from './roundState.ts';
 import { registerTaskResources } from './taskResources.ts';
 
 /** What every MCP server instance is built over, the same for HTTP (`/mcp`) and stdio (`troupe mcp`). */
@@ -26,7 +25,7 @@ export interface TroupeMcpOptions {
   actions: GatewayActions;
   /** The pipelines coordinators have registered (read per instance, so a new one shows without a restart). */
   pipelines(): Promise<PipelineRegistration[]>;
-  codec: RequestStateCodec<RoundState>;
+  codec: RequestStateCodec<McpRoundState>;
   version: string;
   /** Where a problem that ends no request is told (a pipeline registry that cannot be read). */
   warn?(message: string): void;

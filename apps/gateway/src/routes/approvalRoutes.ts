@@ -1,4 +1,3 @@
-import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
   ApprovalList,
   ApprovalsQuery,
@@ -6,7 +5,8 @@ import {
   DecisionResult,
   ErrorBody,
   RequestParams,
-} from '../api.ts';
+} from '@troupe/protocol';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { GatewayServices } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';
 

@@ -1,8 +1,7 @@
 import { eventsAfter, followAllEvents, followTaskEvents } from '@troupe/client';
+import { AllEventsQuery, ErrorBody, EventsQuery, NoMoreEvents, TaskParams } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { z } from 'zod';
 import { AgUiMapper } from '../agui.ts';
-import { AllEventsQuery, ErrorBody, EventsQuery, TaskParams } from '../api.ts';
 import { authorize, mayTouch } from '../auth.ts';
 import { resumeAfter, streamSse } from '../eventStream.ts';
 import type { GatewayServices } from '../gatewayServices.ts';
@@ -25,7 +24,7 @@ export const eventRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, s
         params: TaskParams,
         querystring: EventsQuery,
         response: {
-          204: z.null().describe('the task has ended and nothing came after Last-Event-ID'),
+          204: NoMoreEvents,
           401: ErrorBody,
           403: ErrorBody,
           404: ErrorBody,

@@ -1,12 +1,8 @@
 import { CLIENT_WAIT, PipelineRegistry } from '@troupe/client';
-import { errorMessage, STREAMS } from '@troupe/protocol';
+import { errorMessage, Health, ReadyQuery, STREAMS } from '@troupe/protocol';
 import { jetstreamManagerOf, type NatsBus } from '@troupe/runtime';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { z } from 'zod';
-import { Health, ReadyQuery } from '../api.ts';
 import type { GatewayServices } from '../gatewayServices.ts';
-
-type HealthBody = z.infer<typeof Health>;
 
 /**
  * `GET /healthz` (NATS and JetStream answer) and `GET /readyz` (Troupe's streams are there, and with `?pipeline=`,
@@ -33,7 +29,7 @@ export const healthRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, 
   );
 };
 
-async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {
+async function checkHealth(bus: NatsBus, ready: boolean): Promise<Health> {
   const connection = bus.connection;
   if (connection.isClosed()) return { ok: false, nats: 'closed', message: 'the NATS connection is closed' };
   const nats = (connection as { isReconnecting?: () => boolean }).isReconnecting?.()
@@ -65,7 +61,7 @@ async function checkHealth(bus: NatsBus, ready: boolean): Promise<HealthBody> {
  * Ready for these pipelines: a coordinator has served each, so its consumer exists. (A task published before that is
  * kept and runs once one does; this tells a client that it will not wait for a deploy.)
  */
-async function checkPipelines(bus: NatsBus, health: HealthBody, wanted: string[]): Promise<HealthBody> {
+async function checkPipelines(bus: NatsBus, health: Health, wanted: string[]): Promise<Health> {
   try {
     const known = await (await PipelineRegistry.open(bus, CLIENT_WAIT)).names();
     const missing = wanted.filter((name) => !known.includes(name));

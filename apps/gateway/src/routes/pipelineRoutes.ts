@@ -1,7 +1,6 @@
 import { CLIENT_WAIT, OperationError, PipelineRegistry } from '@troupe/client';
-import { errorMessage } from '@troupe/protocol';
+import { ErrorBody, errorMessage, PipelineList } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { ErrorBody, PipelineList } from '../api.ts';
 import { authorize, mayTouch } from '../auth.ts';
 import type { GatewayServices } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';

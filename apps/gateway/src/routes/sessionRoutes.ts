@@ -1,7 +1,4 @@
 import type { WorkflowRecord } from '@troupe/protocol';
-import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { z } from 'zod';
-import { viewOf } from '../actions.ts';
 import {
   ErrorBody,
   OpenSessionBody,
@@ -9,13 +6,15 @@ import {
   SessionListQuery,
   SessionMessageBody,
   SessionParams,
+  type SessionRecord,
   SessionView,
   SubmitQuery,
   TaskView,
-} from '../api.ts';
+} from '@troupe/protocol';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { viewOf } from '../actions.ts';
 import type { GatewayServices } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';
-import type { SessionRecord } from '../sessions.ts';
 
 /** Sessions: conversations of goals on one pipeline. Open one, list them, read one, send it a follow-up goal. */
 export const sessionRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { sessions }) => {
@@ -104,10 +103,7 @@ export const sessionRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app,
 };
 
 /** A session with its turns' tasks as they stand (a task not yet accepted is `submitted`). */
-function sessionView(
-  session: SessionRecord,
-  tasks: readonly (WorkflowRecord | undefined)[],
-): z.infer<typeof SessionView> {
+function sessionView(session: SessionRecord, tasks: readonly (WorkflowRecord | undefined)[]): SessionView {
   return {
     ...session,
     turns: session.turns.map((turn, i) => {

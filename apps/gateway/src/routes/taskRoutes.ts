@@ -1,5 +1,3 @@
-import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { z } from 'zod';
 import {
   CancelBody,
   CancelResult,
@@ -11,8 +9,10 @@ import {
   TaskListQuery,
   TaskParams,
   TaskQuery,
+  TaskTrace,
   TaskView,
-} from '../api.ts';
+} from '@troupe/protocol';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { type GatewayServices, taskBodyLimit } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';
 
@@ -74,7 +74,7 @@ export const taskRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { 
         summary:
           'A task as a tree: steps, model calls, tool calls, approvals, with totals (as `troupe trace --json`)',
         params: TaskParams,
-        response: { 200: z.unknown(), 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
+        response: { 200: TaskTrace, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody },
       },
     },
     async (request) => actions.trace(principalOf(request), request.params.id),

@@ -1,5 +1,5 @@
+import { ErrorBody, TokenInfo } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { ErrorBody, TokenInfo } from '../api.ts';
 import { principalOf } from '../requestAuth.ts';
 
 /** `GET /v1/token`: the token a request came with, so a client (the dashboard) can tell what it may do. */

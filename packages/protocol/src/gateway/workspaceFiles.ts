@@ -1,10 +1,10 @@
-import { Name, TaskId } from '@troupe/protocol';
 import { z } from 'zod';
+import { Name, TaskId } from '../names.ts';
 
 /** The request and response shapes of a task's workspace files over HTTP: the source of their OpenAPI document. */
 
 /** One file of a task's workspace. */
-export const WorkspaceFile = z
+export const ListedWorkspaceFile = z
   .object({
     /** Relative to the workspace, `/`-separated: `GET /v1/tasks/{id}/files/{path}` serves it (each segment URL-encoded). */
     path: z.string(),
@@ -15,14 +15,14 @@ export const WorkspaceFile = z
     contentType: z.string(),
   })
   .meta({ id: 'WorkspaceFile' });
-export type WorkspaceFile = z.infer<typeof WorkspaceFile>;
+export type ListedWorkspaceFile = z.infer<typeof ListedWorkspaceFile>;
 
 /** A task's workspace files, recursively, sorted by path. */
 export const WorkspaceListing = z
   .object({
     taskId: TaskId,
     pipeline: Name,
-    files: z.array(WorkspaceFile),
+    files: z.array(ListedWorkspaceFile),
     /**
      * Entries that are not listed as files: `symlink` (never followed by the listing; a link that stays inside the
      * workspace is still served by its path), `special_file` (a FIFO, socket or device), `tool_directory` (a
@@ -44,6 +44,7 @@ export const FileParams = z.object({
   /** The file's path in the workspace (what the route's wildcard matched). */
   '*': z.string().min(1).max(4_096),
 });
+export type FileParams = z.infer<typeof FileParams>;
 
 export const FileQuery = z.object({
   /** `true`: served as an attachment (`Content-Disposition: attachment`), for a browser to save. */
@@ -52,3 +53,10 @@ export const FileQuery = z.object({
     .transform((v) => v === 'true')
     .optional(),
 });
+export type FileQuery = z.infer<typeof FileQuery>;
+
+/** A workspace file's bytes, as `GET /v1/tasks/{id}/files/{path}` serves them. */
+export const WorkspaceFileBytes = z
+  .unknown()
+  .describe('the file’s bytes, with the content type of its extension');
+export type WorkspaceFileBytes = z.infer<typeof WorkspaceFileBytes>;

@@ -1,9 +1,14 @@
-import { FlowGraph, HumanRequest, Name, TaskFields, TaskId, UsageTotals, ValueRef } from '@troupe/protocol';
 import { z } from 'zod';
-import { SessionSummary } from './sessions.ts';
+import { HumanRequest } from '../control.ts';
+import { Name, TaskId } from '../names.ts';
+import { FlowGraph } from '../pipelineRegistration.ts';
+import { TaskFields } from '../task.ts';
+import { UsageTotals } from '../usage.ts';
+import { ValueRef } from '../valueRef.ts';
+import { SessionSummary } from './sessionRecord.ts';
 
 /**
- * The gateway's request and response bodies: validated on the way in, and the source of its OpenAPI document.
+ * The gateway's HTTP request and response bodies: validated on the way in, and the source of its OpenAPI document.
  */
 
 export const ErrorBody = z
@@ -17,10 +22,14 @@ export const ErrorBody = z
     }),
   })
   .meta({ id: 'Error' });
+export type ErrorBody = z.infer<typeof ErrorBody>;
 
 export const PipelineParams = z.object({ name: Name });
+export type PipelineParams = z.infer<typeof PipelineParams>;
 export const TaskParams = z.object({ id: TaskId });
+export type TaskParams = z.infer<typeof TaskParams>;
 export const RequestParams = z.object({ id: z.string().min(1).max(200) });
+export type RequestParams = z.infer<typeof RequestParams>;
 
 /**
  * A task as a client submits it: a task without `parent`, which only a pipeline step sets (a client's would tie its
@@ -36,13 +45,16 @@ export type ClientTask = z.infer<typeof ClientTask>;
 
 /** A task to submit: its goal, and optionally input, metadata and an id of the client's choosing. */
 export const SubmitBody = ClientTask.meta({ id: 'SubmitTask' });
+export type SubmitBody = z.infer<typeof SubmitBody>;
 
 export const SubmitQuery = z.object({
   /** Wait up to this many seconds for the task to end, and answer with its result when it does. */
   wait: z.coerce.number().min(0).max(300).optional(),
 });
+export type SubmitQuery = z.infer<typeof SubmitQuery>;
 
 export const TaskStatus = z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']);
+export type TaskStatus = z.infer<typeof TaskStatus>;
 
 /** Where a task stands, from its record; with its result once it has ended. */
 export const TaskView = z
@@ -99,6 +111,7 @@ export const TaskListQuery = z.object({
   /** Where the previous page ended (its `next`). */
   cursor: z.string().max(200).optional(),
 });
+export type TaskListQuery = z.infer<typeof TaskListQuery>;
 
 export const TaskList = z
   .object({
@@ -107,6 +120,7 @@ export const TaskList = z
     next: z.string().optional(),
   })
   .meta({ id: 'TaskList' });
+export type TaskList = z.infer<typeof TaskList>;
 
 export const TaskQuery = z.object({
   /** Include each step, read from the task's events. */
@@ -115,10 +129,13 @@ export const TaskQuery = z.object({
     .transform((v) => v === 'true')
     .optional(),
 });
+export type TaskQuery = z.infer<typeof TaskQuery>;
 
 export const CancelBody = z.object({ reason: z.string().max(2_000).optional() }).default({});
+export type CancelBody = z.infer<typeof CancelBody>;
 
 export const CancelResult = z.object({ taskId: TaskId, status: z.literal('cancelled') });
+export type CancelResult = z.infer<typeof CancelResult>;
 
 export const EventsQuery = z.object({
   /** `troupe` (default): Troupe's own events. `ag-ui`: the same flow as AG-UI events. */
@@ -126,6 +143,7 @@ export const EventsQuery = z.object({
   /** Resume after this stream sequence (what `Last-Event-ID` says, for clients that cannot set headers). */
   after: z.coerce.number().int().nonnegative().optional(),
 });
+export type EventsQuery = z.infer<typeof EventsQuery>;
 
 export const ApprovalsQuery = z.object({
   /** Every request, decided ones included; only pending ones by default. */
@@ -135,8 +153,10 @@ export const ApprovalsQuery = z.object({
     .optional(),
   taskId: TaskId.optional(),
 });
+export type ApprovalsQuery = z.infer<typeof ApprovalsQuery>;
 
 export const ApprovalList = z.object({ requests: z.array(HumanRequest) }).meta({ id: 'HumanRequestList' });
+export type ApprovalList = z.infer<typeof ApprovalList>;
 
 /** A decision on an approval, or an answer to a question. */
 export const DecisionBody = z
@@ -151,6 +171,7 @@ export const DecisionBody = z
     z.strictObject({ answer: z.string().min(1).max(100_000), by: z.string().min(1).max(100).optional() }),
   ])
   .meta({ id: 'Decision' });
+export type DecisionBody = z.infer<typeof DecisionBody>;
 
 export const DecisionResult = z
   .object({
@@ -165,6 +186,7 @@ export const DecisionResult = z
     by: z.string(),
   })
   .meta({ id: 'DecisionResult' });
+export type DecisionResult = z.infer<typeof DecisionResult>;
 
 export const Health = z.object({
   ok: z.boolean(),
@@ -175,15 +197,18 @@ export const Health = z.object({
   pipelines: z.enum(['ok', 'missing']).optional(),
   message: z.string().optional(),
 });
+export type Health = z.infer<typeof Health>;
 
 export const ReadyQuery = z.object({
   /** Ready only once a coordinator has served each of these pipelines (repeat it, or separate names by commas). */
   pipeline: z.union([z.string(), z.array(z.string())]).optional(),
 });
+export type ReadyQuery = z.infer<typeof ReadyQuery>;
 
 export const SessionParams = z.object({
   id: z.string().regex(/^[A-Za-z0-9_-]{1,48}$/, 'a session id: letters, digits, _ and -, at most 48'),
 });
+export type SessionParams = z.infer<typeof SessionParams>;
 
 export const OpenSessionBody = z
   .strictObject({
@@ -195,10 +220,12 @@ export const OpenSessionBody = z
       .optional(),
   })
   .meta({ id: 'OpenSession' });
+export type OpenSessionBody = z.infer<typeof OpenSessionBody>;
 
 export const SessionMessageBody = ClientTask.pick({ goal: true, input: true, metadata: true }).meta({
   id: 'SessionMessage',
 });
+export type SessionMessageBody = z.infer<typeof SessionMessageBody>;
 
 export const SessionView = z
   .object({
@@ -222,16 +249,20 @@ export const SessionView = z
     summary: SessionSummary.optional(),
   })
   .meta({ id: 'Session' });
+export type SessionView = z.infer<typeof SessionView>;
 
 export const SessionList = z.object({ sessions: z.array(SessionView.omit({ turns: true, summary: true })) });
+export type SessionList = z.infer<typeof SessionList>;
 
 export const SessionListQuery = z.object({ pipeline: Name.optional() });
+export type SessionListQuery = z.infer<typeof SessionListQuery>;
 
 export const AllEventsQuery = z.object({
   pipeline: Name.optional(),
   /** Resume after this stream sequence (what `Last-Event-ID` says). */
   after: z.coerce.number().int().nonnegative().optional(),
 });
+export type AllEventsQuery = z.infer<typeof AllEventsQuery>;
 
 export const PipelineList = z
   .object({
@@ -251,6 +282,7 @@ export const PipelineList = z
     ),
   })
   .meta({ id: 'PipelineList' });
+export type PipelineList = z.infer<typeof PipelineList>;
 
 /** The token a request came with, so a page offers only what it may do (a refusal still says why). */
 export const TokenInfo = z
@@ -261,3 +293,12 @@ export const TokenInfo = z
     pipelines: z.array(z.string()).optional(),
   })
   .meta({ id: 'TokenInfo' });
+export type TokenInfo = z.infer<typeof TokenInfo>;
+
+/** A task as a tree: steps, model calls, tool calls, approvals, with totals (as `troupe trace --json` prints it). */
+export const TaskTrace = z.unknown();
+export type TaskTrace = z.infer<typeof TaskTrace>;
+
+/** The answer to a resumed event stream of an ended task with nothing after `Last-Event-ID`. */
+export const NoMoreEvents = z.null().describe('the task has ended and nothing came after Last-Event-ID');
+export type NoMoreEvents = z.infer<typeof NoMoreEvents>;

@@ -1,0 +1,52 @@
+import { z } from 'zod';
+
+/**
+ * The gateway's MCP tools for long tasks (`troupe_start`, `troupe_get`, `troupe_cancel`): their inputs and what they
+ * answer. The MCP SDK gives a host their JSON Schema and validates each call against them.
+ */
+
+/** The longest `waitSeconds` of `troupe_get`: below the 60 s a client waits for an answer by default. */
+export const MAX_GET_WAIT_SECONDS = 50;
+
+/** What the long-task tools answer: where a task stands, and what it waits on. */
+export const McpTaskState = z.object({
+  taskId: z.string(),
+  pipeline: z.string(),
+  status: z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']),
+  /** The output, once it completed. */
+  output: z.unknown().optional(),
+  failure: z.object({ reason: z.string(), message: z.string() }).optional(),
+  /** Approvals and questions it waits on now, each with how to settle it. */
+  waitingFor: z.array(
+    z.object({ id: z.string(), kind: z.enum(['approval', 'question']), prompt: z.string(), how: z.string() }),
+  ),
+  trace: z.string(),
+});
+export type McpTaskState = z.infer<typeof McpTaskState>;
+
+/** `troupe_start`'s input: a task of one of `pipelines` (those the caller may submit to). */
+export const startToolInput = (pipelines: readonly [string, ...string[]]) =>
+  z.object({
+    pipeline: z.enum(pipelines).describe('the pipeline to run'),
+    goal: z.string().min(1).describe('what the task should achieve'),
+    input: z.record(z.string(), z.unknown()).optional().describe("the pipeline's structured input"),
+  });
+
+/** `troupe_get`'s input. */
+export const GetToolInput = z.object({
+  taskId: z.string().min(1).describe('as troupe_start answered'),
+  waitSeconds: z
+    .number()
+    .min(0)
+    .max(MAX_GET_WAIT_SECONDS)
+    .optional()
+    .describe('wait up to this long for the task to end'),
+});
+export type GetToolInput = z.infer<typeof GetToolInput>;
+
+/** `troupe_cancel`'s input. */
+export const CancelToolInput = z.object({
+  taskId: z.string().min(1).describe('as troupe_start answered'),
+  reason: z.string().max(1_000).optional().describe('why, recorded with the cancel'),
+});
+export type CancelToolInput = z.infer<typeof CancelToolInput>;

@@ -1,0 +1,55 @@
+import { z } from 'zod';
+import { Name, TaskId } from '../names.ts';
+import { ClientTask } from './httpApi.ts';
+
+const RequestId = z.string().min(1).max(100).optional();
+const By = z.string().min(1).max(100).optional();
+
+/**
+ * What a WebSocket client sends, one JSON object per message. `id` is the client's own, echoed in the reply.
+ */
+export const ClientMessage = z.discriminatedUnion('type', [
+  /** Follow a task's events: history first, then live, after `after` (a stream sequence) when given. */
+  z.strictObject({
+    type: z.literal('subscribe'),
+    id: RequestId,
+    taskId: TaskId,
+    after: z.number().int().nonnegative().optional(),
+    format: z.enum(['troupe', 'ag-ui']).optional(),
+  }),
+  z.strictObject({ type: z.literal('unsubscribe'), id: RequestId, taskId: TaskId }),
+  z.strictObject({
+    type: z.literal('submit'),
+    id: RequestId,
+    pipeline: Name,
+    task: ClientTask,
+    idempotencyKey: z.string().min(1).max(200).optional(),
+  }),
+  z.strictObject({
+    type: z.literal('cancel'),
+    id: RequestId,
+    taskId: TaskId,
+    reason: z.string().max(2_000).optional(),
+  }),
+  z.strictObject({
+    type: z.literal('approve'),
+    id: RequestId,
+    requestId: z.string().min(1).max(200),
+    by: By,
+  }),
+  z.strictObject({
+    type: z.literal('deny'),
+    id: RequestId,
+    requestId: z.string().min(1).max(200),
+    reason: z.string().min(1).max(10_000),
+    by: By,
+  }),
+  z.strictObject({
+    type: z.literal('answer'),
+    id: RequestId,
+    requestId: z.string().min(1).max(200),
+    answer: z.string().min(1).max(100_000),
+    by: By,
+  }),
+]);
+export type ClientMessage = z.infer<typeof ClientMessage>;
