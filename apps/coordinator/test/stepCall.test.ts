@@ -10,8 +10,8 @@ import {
   type RunFacts,
   runContextLogic,
 } from '../src/task/runContext.ts';
-import { createStepCallLogic, type StepCallLogic, type StepCallOutput } from '../src/workflow/stepCall.ts';
-import type { StepRunInput } from '../src/workflow/workflowTypes.ts';
+import { createStepCallLogic, type StepCallLogic } from '../src/workflow/stepCall.ts';
+import type { StepRunInput, StepRunOutput } from '../src/workflow/workflowTypes.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
 const HEARTBEAT_MS = 1_000;
@@ -43,8 +43,10 @@ interface TaskContext {
   facts: RunFacts;
   step: StepRunInput;
   heard: StepActivity[];
-  outcome?: StepCallOutput;
+  /** How the call ended: its reply (`onDone`), or the error it failed with (`onError`). */
+  outcome?: Outcome;
 }
+type Outcome = { reply: StepRunOutput } | { error: unknown };
 
 /**
  * A task-like parent, as the task tree holds a step call: a run context beside a workflow state that invokes the
@@ -56,7 +58,7 @@ function taskOf(stepCall: StepCallLogic) {
       context: {} as TaskContext,
       input: {} as { facts: RunFacts; step: StepRunInput },
       events: {} as RunContextEvent | { type: 'cancel' },
-      output: {} as StepCallOutput | undefined,
+      output: {} as Outcome | undefined,
     },
     actors: { runContext: runContextLogic, stepCall },
   }).createMachine({
@@ -71,7 +73,8 @@ function taskOf(stepCall: StepCallLogic) {
         invoke: {
           src: 'stepCall',
           input: ({ context }) => context.step,
-          onDone: { target: 'done', actions: assign({ outcome: ({ event }) => event.output }) },
+          onDone: { target: 'done', actions: assign({ outcome: ({ event }) => ({ reply: event.output }) }) },
+          onError: { target: 'done', actions: assign({ outcome: ({ event }) => ({ error: event.error }) }) },
         },
         on: { cancel: 'cancelled' },
       },
@@ -83,10 +86,23 @@ function taskOf(stepCall: StepCallLogic) {
 }
 type Task = ReturnType<typeof taskOf>;
 
+/** An in-memory bus that counts its connection-status subscriptions, to show a call leaves none behind. */
+class CountingBus extends MemoryBus {
+  statusListeners = 0;
+  override onStatus(listener: Parameters<MemoryBus['onStatus']>[0]): () => void {
+    this.statusListeners++;
+    const stop = super.onStatus(listener);
+    return () => {
+      this.statusListeners--;
+      stop();
+    };
+  }
+}
+
 /** A step call inside a task on an in-memory bus and a simulated clock, with a worker the test drives. */
 function setUp(options: { noResponderWaitMs?: number } = {}) {
   const clock = new SimulatedClock();
-  const bus = new MemoryBus({ clock });
+  const bus = new CountingBus({ clock });
   const logic = createStepCallLogic({
     bus,
     clock,
@@ -143,6 +159,11 @@ function setUp(options: { noResponderWaitMs?: number } = {}) {
 }
 
 const outcomeOf = (actor: Actor<Task>) => actor.getSnapshot().output;
+/** The error the call failed with, when it did. */
+const failureOf = (actor: Actor<Task>): unknown => {
+  const outcome = outcomeOf(actor);
+  return outcome && 'error' in outcome ? outcome.error : undefined;
+};
 const stepCallState = (actor: Actor<Task>): unknown => {
   const child = Object.values(actor.getSnapshot().children).find((ref) => ref?.src === 'stepCall');
   const snapshot = child?.getSnapshot();
@@ -159,7 +180,6 @@ describe('the step call as a child of its task', () => {
     deliveries[0]?.respond(okReply(STEP_ID, 'written'));
     await pass(0);
     expect(outcomeOf(task)).toEqual({
-      ok: true,
       reply: expect.objectContaining({ ok: true, output: 'written', durationMs: 1_500 }),
     });
     expect(received).toHaveLength(1);
@@ -191,11 +211,11 @@ describe('the step call as a child of its task', () => {
     const task = start();
     await pass(5_000);
     expect(outcomeOf(task)).toBeUndefined();
-    expect(stepCallState(task)).toBe('waitingForWorker');
+    expect(stepCallState(task)).toEqual({ calling: 'waitingForWorker' });
     expect(task.getSnapshot().context.heard.map((a) => a.kind)).toEqual(['worker']);
     const { received } = worker((delivery) => delivery.respond(okReply(STEP_ID)));
     await pass(3_000);
-    expect(outcomeOf(task)).toMatchObject({ ok: true });
+    expect(outcomeOf(task)).toMatchObject({ reply: { ok: true } });
     // Only the first send was fresh; this one followed others.
     expect(received.map((r) => r.fresh)).toEqual([undefined]);
   });
@@ -213,7 +233,7 @@ describe('the step call as a child of its task', () => {
     ]);
     deliveries[1]?.respond(okReply(STEP_ID, 'after the reconnect'));
     await pass(0);
-    expect(outcomeOf(task)).toMatchObject({ ok: true, reply: { output: 'after the reconnect' } });
+    expect(outcomeOf(task)).toMatchObject({ reply: { output: 'after the reconnect' } });
   });
 
   it('ends with step_timeout at its time and the reply grace, its code kept for the task failure', async () => {
@@ -223,11 +243,9 @@ describe('the step call as a child of its task', () => {
     await pass(6_900);
     expect(outcomeOf(task)).toBeUndefined();
     await pass(200);
-    const outcome = outcomeOf(task);
-    expect(outcome?.ok).toBe(false);
-    const error = outcome?.ok === false ? outcome.error : undefined;
+    const error = failureOf(task);
     expect(TransportError.is(error, 'step_timeout')).toBe(true);
-    expect(error?.message).toContain('agent writer did not finish within the step timeout (5 s)');
+    expect((error as Error).message).toContain('agent writer did not finish within the step timeout (5 s)');
   });
 
   it('is stopped with the state that invoked it: the request in flight stops listening and no reconnect sends it', async () => {
@@ -243,6 +261,30 @@ describe('the step call as a child of its task', () => {
     await pass(10_000);
     expect(received).toHaveLength(1);
     expect(task.getSnapshot().value).toBe('cancelled');
+  });
+
+  it('leaves nothing listening once it has ended: replied, failed or stopped', async () => {
+    const { bus, start, pass, worker, heartbeat } = setUp();
+    const answered = worker((delivery) => delivery.respond(okReply(STEP_ID)));
+    const replied = start();
+    await pass(0);
+    expect(outcomeOf(replied)).toMatchObject({ reply: { ok: true } });
+    expect(bus.statusListeners).toBe(0);
+    answered.subscription.unsubscribe();
+
+    const { deliveries } = worker((delivery) => heartbeat(delivery));
+    const failed = start(2_000);
+    await pass(1_000);
+    expect(bus.statusListeners).toBe(1);
+    await pass(5_000);
+    expect(TransportError.is(failureOf(failed), 'step_timeout')).toBe(true);
+    expect(bus.statusListeners).toBe(0);
+    expect(bus.hasListener(deliveries[0]?.reply as string)).toBe(false);
+
+    const stopped = start();
+    await pass(100);
+    stopped.send({ type: 'cancel' });
+    expect(bus.statusListeners).toBe(0);
   });
 
   it('restored from a checkpoint mid-request, sends the step again under the same id, not fresh, its timeout still from the first send', async () => {
@@ -264,8 +306,7 @@ describe('the step call as a child of its task', () => {
     await pass(18_000 + 1_900);
     expect(outcomeOf(resumed)).toBeUndefined();
     await pass(200);
-    const outcome = outcomeOf(resumed);
-    expect(outcome?.ok === false && TransportError.is(outcome.error, 'step_timeout')).toBe(true);
+    expect(TransportError.is(failureOf(resumed), 'step_timeout')).toBe(true);
     expect(deliveries).toHaveLength(2);
   });
 
@@ -281,10 +322,7 @@ describe('the step call as a child of its task', () => {
     await pass(0);
     deliveries[1]?.respond(okReply(STEP_ID, 'from the journal'));
     await pass(0);
-    expect(outcomeOf(resumed)).toMatchObject({
-      ok: true,
-      reply: { output: 'from the journal', durationMs: 5_000 },
-    });
+    expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'from the journal', durationMs: 5_000 } });
   });
 
   it('restored past its timeout, ends with step_timeout at once and sends nothing', async () => {
@@ -298,22 +336,21 @@ describe('the step call as a child of its task', () => {
     const resumed = restore(stored);
     await pass(0);
     expect(received).toHaveLength(1);
-    const outcome = outcomeOf(resumed);
-    expect(outcome?.ok === false && TransportError.is(outcome.error, 'step_timeout')).toBe(true);
+    expect(TransportError.is(failureOf(resumed), 'step_timeout')).toBe(true);
   });
 
   it('restored while waiting for a worker, sends again once its backoff is over', async () => {
     const { start, pass, worker, checkpoint, restore } = setUp();
     const first = start();
     await pass(100);
-    expect(stepCallState(first)).toBe('waitingForWorker');
+    expect(stepCallState(first)).toEqual({ calling: 'waitingForWorker' });
     const stored = checkpoint(first);
     first.stop();
     const resumed = restore(stored);
     const { received } = worker((delivery) => delivery.respond(okReply(STEP_ID)));
     await pass(2_000);
     expect(received).toHaveLength(1);
-    expect(outcomeOf(resumed)).toMatchObject({ ok: true });
+    expect(outcomeOf(resumed)).toMatchObject({ reply: { ok: true } });
   });
 
   it('restored from a checkpoint of before the upgrade, where the step was a promise, starts the step afresh from its input', async () => {
@@ -328,13 +365,13 @@ describe('the step call as a child of its task', () => {
     stored.children[id].snapshot = { status: 'active', input: { request, timeoutMs: 30_000 } };
     const resumed = restore(stored);
     await pass(0);
-    expect(stepCallState(resumed)).toBe('sent');
+    expect(stepCallState(resumed)).toEqual({ calling: 'sent' });
     expect(received.map((r) => [r.stepId, r.fresh, r.timeoutMs])).toEqual([
       [STEP_ID, true, 30_000],
       [STEP_ID, undefined, 30_000],
     ]);
     deliveries[1]?.respond(okReply(STEP_ID, 'resumed'));
     await pass(0);
-    expect(outcomeOf(resumed)).toMatchObject({ ok: true, reply: { output: 'resumed' } });
+    expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'resumed' } });
   });
 });

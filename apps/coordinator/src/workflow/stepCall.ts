@@ -25,6 +25,7 @@ import {
   type CallbackActorLogic,
   type CallbackSnapshot,
   fromCallback,
+  fromPromise,
   type Snapshot,
   setup,
 } from 'xstate';
@@ -61,9 +62,6 @@ export interface StepCallInput extends StepRunInput {
   resumed?: boolean;
 }
 
-/** How the call ended: the agent's reply and how long the step took, or why there was none (`error.code` says). */
-export type StepCallOutput = { ok: true; reply: StepRunOutput } | { ok: false; error: Error };
-
 /**
  * What the step call hears: from its request (each heartbeat, then the reply or the request's failure), from the
  * connection (a reconnect, after which a reply in flight may be lost), and from its pause (time to send again).
@@ -96,7 +94,7 @@ export interface StepCallContext {
   waitingFor?: StepHeartbeat['waitingFor'];
   /** What the step was last reported doing, so only a change is passed on. */
   lastActivity: string;
-  /** Why the call ended without a reply. */
+  /** Why the call ended without a reply: what it fails with, once its children have stopped. */
   failure?: StepCallFailure;
   reply?: AgentStepReply;
   /**
@@ -236,7 +234,7 @@ export function createStepCallLogic(services: StepCallServices) {
       context: {} as StepCallContext,
       input: {} as StepCallInput,
       events: {} as StepCallEvent,
-      output: {} as StepCallOutput,
+      output: {} as StepRunOutput,
     },
     actors: {
       /** One send of the step: its heartbeats, reply or failure come back as events; stopping it cancels it. */
@@ -302,6 +300,8 @@ export function createStepCallLogic(services: StepCallServices) {
           };
         }),
       ),
+      /** Ends at once: a macrostep after the call entered `failed`, the one in which it fails (see there). */
+      giveUp: fromPromise(async () => undefined),
       /** The connection's reconnects, each a `reconnect` event: a reply in flight then may have been lost. */
       connection: fromCallback<StepCallEvent>(({ sendBack }) =>
         bus.onStatus((status) => {
@@ -329,6 +329,10 @@ export function createStepCallLogic(services: StepCallServices) {
         clock.now() - context.noWorkerSince >= services.waitForWorkersMs,
     },
     actions: {
+      /** The call fails with its failure as the error the workflow reads its reason from (see `failed`). */
+      throwFailure: ({ context }) => {
+        throw errorOf(context.failure);
+      },
       heard: assign(({ context, system }, heartbeat: StepHeartbeat) => {
         const next = { ...context, waitingFor: heartbeat.waitingFor };
         const kind = heartbeat.waitingFor ? 'person' : heartbeat.waitingOnModel ? 'model' : 'agent';
@@ -381,119 +385,144 @@ export function createStepCallLogic(services: StepCallServices) {
         lastActivity: '',
       };
     },
-    invoke: { src: 'connection' },
-    initial: 'sending',
+    initial: 'calling',
     states: {
-      /** About to send (again): within the step's time, or it has run out. */
-      sending: {
-        always: [
-          {
-            guard: 'outOfTime',
-            target: 'failed',
-            actions: { type: 'fail', params: ({ context }: Ctx) => timedOut(context) },
+      /** Talking to the agent: sending, waiting for the reply, or pausing before sending again; it hears reconnects. */
+      calling: {
+        invoke: { src: 'connection' },
+        initial: 'sending',
+        states: {
+          /** About to send (again): within the step's time, or it has run out. */
+          sending: {
+            always: [
+              {
+                guard: 'outOfTime',
+                target: '#stepCall.failed',
+                actions: { type: 'fail', params: ({ context }: Ctx) => timedOut(context) },
+              },
+              { target: 'sent' },
+            ],
           },
-          { target: 'sent' },
-        ],
-      },
-      sent: {
-        entry: assign({ attempts: ({ context }) => context.attempts + 1 }),
-        invoke: {
-          src: 'request',
-          input: ({ context, self }) => ({
-            request: context.request,
-            subject: context.subject,
-            started: context.started,
-            timeoutMs: context.timeoutMs,
-            // A resend may follow a run of the step; so may any send of a later delivery.
-            fresh:
-              context.attempts === 1 && !context.resumed && runFactsOf(self.system)?.firstDelivery === true,
-            quiet: context.noWorkerSince !== undefined,
-          }),
-        },
-        on: {
-          heartbeat: { actions: { type: 'heard', params: ({ event }) => event.heartbeat } },
-          reconnect: { target: 'sending', reenter: true },
-          replied: [
-            {
-              // The host could not reach the step journal (NATS trouble): the step goes again once it can.
-              guard: { type: 'journalUnavailable', params: ({ event }) => event.reply },
-              target: 'backingOff',
-              actions: [
-                { type: 'carryWorkspace', params: ({ event }) => event.reply },
+          sent: {
+            entry: assign({ attempts: ({ context }) => context.attempts + 1 }),
+            invoke: {
+              src: 'request',
+              input: ({ context, self }) => ({
+                request: context.request,
+                subject: context.subject,
+                started: context.started,
+                timeoutMs: context.timeoutMs,
+                // A resend may follow a run of the step; so may any send of a later delivery.
+                fresh:
+                  context.attempts === 1 &&
+                  !context.resumed &&
+                  runFactsOf(self.system)?.firstDelivery === true,
+                quiet: context.noWorkerSince !== undefined,
+              }),
+            },
+            on: {
+              heartbeat: { actions: { type: 'heard', params: ({ event }) => event.heartbeat } },
+              reconnect: { target: 'sending', reenter: true },
+              replied: [
                 {
-                  type: 'takenOver',
-                  params: ({ context, event }) =>
-                    `step ${context.request.stepId} stopped: ${event.reply.ok ? '' : event.reply.error.message}; sending it again`,
+                  // The host could not reach the step journal (NATS trouble): the step goes again once it can.
+                  guard: { type: 'journalUnavailable', params: ({ event }) => event.reply },
+                  target: 'backingOff',
+                  actions: [
+                    { type: 'carryWorkspace', params: ({ event }) => event.reply },
+                    {
+                      type: 'takenOver',
+                      params: ({ context, event }) =>
+                        `step ${context.request.stepId} stopped: ${event.reply.ok ? '' : event.reply.error.message}; sending it again`,
+                    },
+                  ],
+                },
+                {
+                  guard: { type: 'final', params: ({ event }) => event.reply },
+                  target: '#stepCall.replied',
+                  actions: assign({ reply: ({ context, event }) => withAllChanges(context, event.reply) }),
+                },
+                // Its worker stopped mid-step: another worker may take the step, as when none served the agent.
+                {
+                  target: 'waitingForWorker',
+                  actions: [{ type: 'carryWorkspace', params: ({ event }) => event.reply }, 'noWorker'],
+                },
+              ],
+              failed: [
+                {
+                  guard: {
+                    type: 'failedWith',
+                    params: ({ event }) => ({ error: event.error, code: 'timeout' }),
+                  },
+                  target: '#stepCall.failed',
+                  actions: { type: 'fail', params: ({ context }) => timedOut(context) },
+                },
+                {
+                  guard: {
+                    type: 'failedWith',
+                    params: ({ event }) => ({ error: event.error, code: 'stalled' }),
+                  },
+                  target: 'sending',
+                  reenter: true,
+                  actions: {
+                    type: 'takenOver',
+                    params: ({ context }) =>
+                      `the worker running step ${context.request.stepId} went silent; sending the step to another worker`,
+                  },
+                },
+                {
+                  guard: {
+                    type: 'failedWith',
+                    params: ({ event }) => ({ error: event.error, code: 'no_responders' }),
+                  },
+                  target: 'waitingForWorker',
+                  actions: 'noWorker',
+                },
+                {
+                  target: '#stepCall.failed',
+                  actions: { type: 'fail', params: ({ context, event }) => explain(context, event.error) },
                 },
               ],
             },
-            {
-              guard: { type: 'final', params: ({ event }) => event.reply },
-              target: 'replied',
-              actions: assign({ reply: ({ context, event }) => withAllChanges(context, event.reply) }),
-            },
-            // Its worker stopped mid-step: another worker may take the step, as when none served the agent.
-            {
-              target: 'waitingForWorker',
-              actions: [{ type: 'carryWorkspace', params: ({ event }) => event.reply }, 'noWorker'],
-            },
-          ],
-          failed: [
-            {
-              guard: { type: 'failedWith', params: ({ event }) => ({ error: event.error, code: 'timeout' }) },
-              target: 'failed',
-              actions: { type: 'fail', params: ({ context }) => timedOut(context) },
-            },
-            {
-              guard: { type: 'failedWith', params: ({ event }) => ({ error: event.error, code: 'stalled' }) },
-              target: 'sending',
-              reenter: true,
+          },
+          /** Nobody serves the agent (yet), or its worker stopped: sent again after a backoff, until the wait is over. */
+          waitingForWorker: {
+            always: {
+              guard: 'gaveUpOnWorkers',
+              target: '#stepCall.failed',
               actions: {
-                type: 'takenOver',
-                params: ({ context }) =>
-                  `the worker running step ${context.request.stepId} went silent; sending the step to another worker`,
+                type: 'fail',
+                params: ({ context }: Ctx) =>
+                  explain(
+                    context,
+                    new TransportError('no_responders', `no one is serving ${context.subject}`),
+                  ),
               },
             },
-            {
-              guard: {
-                type: 'failedWith',
-                params: ({ event }) => ({ error: event.error, code: 'no_responders' }),
-              },
-              target: 'waitingForWorker',
-              actions: 'noWorker',
-            },
-            {
-              target: 'failed',
-              actions: { type: 'fail', params: ({ context, event }) => explain(context, event.error) },
-            },
-          ],
-        },
-      },
-      /** Nobody serves the agent (yet), or its worker stopped: sent again after a backoff, until the wait is over. */
-      waitingForWorker: {
-        always: {
-          guard: 'gaveUpOnWorkers',
-          target: 'failed',
-          actions: {
-            type: 'fail',
-            params: ({ context }: Ctx) =>
-              explain(context, new TransportError('no_responders', `no one is serving ${context.subject}`)),
+            invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
+            on: { resume: 'sending' },
+          },
+          backingOff: {
+            invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
+            on: { resume: 'sending' },
           },
         },
-        invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
-        on: { resume: 'sending' },
-      },
-      backingOff: {
-        invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
-        on: { resume: 'sending' },
       },
       replied: { type: 'final' },
-      failed: { type: 'final' },
+      /**
+       * No reply: the call fails, XState's way, with an error thrown in a transition. The actor ends with status
+       * `error` and the workflow hears `xstate.error.actor` (its `onError`), with the code of the failure, as it
+       * heard a rejected promise. It is thrown one macrostep after entering this state, once its children (the request,
+       * the pause, the reconnect subscription) are stopped: XState stops no children of an actor that errors.
+       */
+      failed: {
+        invoke: { src: 'giveUp', onDone: { actions: 'throwFailure' } },
+      },
     },
-    output: ({ context }): StepCallOutput =>
-      context.reply
-        ? { ok: true, reply: { ...context.reply, durationMs: Math.max(0, clock.now() - context.started) } }
-        : { ok: false, error: errorOf(context.failure) },
+    output: ({ context }): StepRunOutput => ({
+      ...(context.reply as AgentStepReply),
+      durationMs: Math.max(0, clock.now() - context.started),
+    }),
   });
 
   // A checkpoint from before the upgrade holds the step as a promise's snapshot (its input, no state): start it afresh.

@@ -2,7 +2,7 @@ import type { StepActivity } from '@troupe/protocol';
 import { TransportError } from '@troupe/runtime';
 import { assign, createActor, setup, toPromise } from 'xstate';
 import { RUN_CONTEXT_ID, type RunContextEvent, type RunFacts, runContextLogic } from '../task/runContext.ts';
-import { createStepCallLogic, type StepCallOutput, type StepCallServices } from './stepCall.ts';
+import { createStepCallLogic, type StepCallServices } from './stepCall.ts';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
 /** How often a host reports on a step by default; three missed reports and the step goes to another worker. */
@@ -31,7 +31,8 @@ export function stepCallServices(options: StepRunnerOptions): StepCallServices {
 interface LoneStep {
   facts: RunFacts;
   step: StepRunInput;
-  outcome?: StepCallOutput;
+  /** How the call ended: its reply, or the error it failed with. */
+  outcome?: { reply: StepRunOutput } | { error: unknown };
 }
 
 /**
@@ -46,7 +47,7 @@ export function createStepRunner(options: StepRunnerOptions) {
       context: {} as LoneStep,
       input: {} as Omit<LoneStep, 'outcome'>,
       events: {} as RunContextEvent,
-      output: {} as StepCallOutput | undefined,
+      output: {} as LoneStep['outcome'],
     },
     actors: { runContext: runContextLogic, stepCall: createStepCallLogic(stepCallServices(options)) },
   }).createMachine({
@@ -63,7 +64,8 @@ export function createStepRunner(options: StepRunnerOptions) {
         invoke: {
           src: 'stepCall',
           input: ({ context }) => context.step,
-          onDone: { target: 'done', actions: assign({ outcome: ({ event }) => event.output }) },
+          onDone: { target: 'done', actions: assign({ outcome: ({ event }) => ({ reply: event.output }) }) },
+          onError: { target: 'done', actions: assign({ outcome: ({ event }) => ({ error: event.error }) }) },
         },
       },
       done: { type: 'final' },
@@ -86,7 +88,7 @@ export function createStepRunner(options: StepRunnerOptions) {
       if (signal.aborted) stop();
       const outcome = await toPromise(call);
       if (!outcome) throw new TransportError('aborted', `step ${request.stepId} was aborted`);
-      if (!outcome.ok) throw outcome.error;
+      if ('error' in outcome) throw outcome.error;
       return outcome.reply;
     } finally {
       signal.removeEventListener('abort', stop);
