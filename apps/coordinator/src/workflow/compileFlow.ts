@@ -2,9 +2,9 @@ import { emptyUsage } from '@troupe/protocol';
 import { assign, emit } from 'xstate';
 import { placesOf } from '../config/flowLayout.ts';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
-import { type Compiling, compileList, initialKey, type StepActors, TOP_SCOPE } from './compile/flowList.ts';
+import { type Compiling, compileList, initialKey, TOP_SCOPE } from './compile/flowList.ts';
 import { workflowOutput } from './compile/workflowOutput.ts';
-import { FINAL_IDS, type WorkflowStates, workflowSetup } from './compile/workflowSetup.ts';
+import { FINAL_IDS, type StepActors, type WorkflowStates, workflowSetup } from './compile/workflowSetup.ts';
 import { type Children, itemsOf } from './steps/foreachItem.ts';
 
 // pipelineRunner.ts and workflowRun.ts (being rewritten in their own lane) import these from here.

@@ -1,4 +1,4 @@
-import type { EventObject, PromiseActorLogic } from 'xstate';
+import type { EventObject } from 'xstate';
 import { ROUTE_END } from '../../config/checkFlow.ts';
 import { evaluate } from '../../config/expressions.ts';
 import type { FlowScope, StepPlace } from '../../config/flowLayout.ts';
@@ -10,15 +10,7 @@ import { compileParallel } from '../steps/parallel.ts';
 import { compilePipeline } from '../steps/pipeline.ts';
 import { compileReview } from '../steps/review.ts';
 import { compileRoute } from '../steps/route.ts';
-import type {
-  HumanRunInput,
-  HumanRunOutput,
-  PipelineRunInput,
-  PipelineRunOutput,
-  StepRunInput,
-  StepRunOutput,
-  WorkflowFailure,
-} from '../workflowTypes.ts';
+import type { WorkflowFailure } from '../workflowTypes.ts';
 import { scopeOf } from './conditions.ts';
 import { placed, say } from './stepEvents.ts';
 import {
@@ -28,16 +20,10 @@ import {
   type ItemLogic,
   type ItemSrc,
   type StepAction,
+  type StepActors,
   type WorkflowState,
   type WorkflowStates,
 } from './workflowSetup.ts';
-
-/** The actors a workflow's steps invoke, as the host provides them (the defaults throw). */
-export interface StepActors {
-  runStep?: PromiseActorLogic<StepRunOutput, StepRunInput>;
-  askPerson?: PromiseActorLogic<HumanRunOutput, HumanRunInput>;
-  runPipeline?: PromiseActorLogic<PipelineRunOutput, PipelineRunInput>;
-}
 
 /** What compiling a list of steps needs, and collects: the item workflow of each foreach step, by actor key. */
 export interface Compiling {

@@ -198,6 +198,9 @@ function workflowSetupFor<TInput, TOutput extends NonReducibleUnknown>() {
   });
 }
 
+/** The actors a workflow's steps invoke, as the host provides them (the defaults throw). */
+export type StepActors = Partial<Pick<WorkflowActors, 'runStep' | 'askPerson' | 'runPipeline'>>;
+
 /** An agent's reply to a step, as the actions that record it take it. */
 export interface StepReply {
   step: AgentAskedStep;
