@@ -26,6 +26,7 @@ import {
   type CallbackSnapshot,
   fromCallback,
   fromPromise,
+  type PromiseActorLogic,
   type Snapshot,
   setup,
 } from 'xstate';
@@ -536,3 +537,10 @@ export function createStepCallLogic(services: StepCallServices) {
 
 /** The step call's logic, as {@link createStepCallLogic} builds it. */
 export type StepCallLogic = ReturnType<typeof createStepCallLogic>;
+
+/**
+ * What a workflow invokes for a step an agent answers: the step call, or a stand-in that answers the step itself (a
+ * replay runs the agent in this process, a test answers from a script), ending with the reply or failing, as the
+ * step call does. (XState's logic types are invariant, so the two are named side by side.)
+ */
+export type StepCallActorLogic = StepCallLogic | PromiseActorLogic<StepRunOutput, StepRunInput>;
