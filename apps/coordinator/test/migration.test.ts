@@ -11,8 +11,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { versionHash } from '../src/config/pipelineVersion.ts';
 import { startControlResponder } from '../src/control/controlResponder.ts';
+import type { WorkflowStore } from '../src/task/taskServices.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import type { WorkflowStore } from '../src/workflow/workflowRun.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };

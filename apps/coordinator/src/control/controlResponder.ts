@@ -8,7 +8,7 @@ import {
   type WorkflowRecord,
 } from '@troupe/protocol';
 import { type Bus, type BusSubscription, describeEnding, throughOutages } from '@troupe/runtime';
-import type { WorkflowStore } from '../workflow/workflowRun.ts';
+import type { WorkflowStore } from '../task/taskServices.ts';
 
 export interface ControlResponderOptions {
   bus: Bus;

@@ -1,14 +1,16 @@
 import type { ControlReceipt, ControlRefusal, ErrorReply } from '@troupe/protocol';
 import { type Clock, type Logger, sleep } from '@troupe/runtime';
 import { shortVersion } from '../config/pipelineVersion.ts';
+import type { MigrateAnswer, TaskSignals } from '../task/taskSignals.ts';
 import type { FlowVersion, FlowVersions } from './flowVersions.ts';
 import { migrationProblem } from './migration.ts';
-import type { RunningTask } from './workflowRun.ts';
 
 export interface TaskMigrationsOptions {
   pipeline: string;
   /** The pipeline's versions, as the runner runs them. */
   versions: FlowVersions;
+  /** Reaches the task actors running here: a migration is a signal to one of them. */
+  signals: TaskSignals;
   /** Leaves a `human` step's question pending when its run is let go (the people gate's `leavePending`). */
   leavePending?: (stepId: string) => void;
   clock: Clock;
@@ -63,13 +65,9 @@ export class TaskMigrations {
    * as the task is checked and its run let go (one turn), not once the run has ended: a sender takes the first
    * answer, and the control responder of another coordinator answers a task nobody seems to run after its grace.
    */
-  async migrate(
-    taskId: string,
-    task: RunningTask,
-    to: string | undefined,
-  ): Promise<ControlReceipt | ErrorReply> {
-    const { pipeline, versions, clock } = this.#o;
-    const from = task.version ?? versions.current.hash;
+  async migrate(taskId: string, to: string | undefined): Promise<ControlReceipt | ErrorReply> {
+    const { pipeline, versions, clock, signals } = this.#o;
+    const from = signals.versionOf(taskId) ?? versions.current.hash;
     const timer = new AbortController();
     const prepared = await Promise.race([
       this.#prepare(taskId, from, to),
@@ -86,13 +84,21 @@ export class TaskMigrations {
     }
     if ('error' in prepared) return prepared.error;
     const { source, target } = prepared;
-    const moved = task.migrate(target.hash, (snapshot, input) => {
-      const problem = migrationProblem(snapshot, input, source.config, target);
-      if (problem !== undefined) return problem;
-      // Let go as at a shutdown: its questions stay pending, its sub-tasks running, for the run that resumes it.
-      this.#moving.add(taskId);
-      for (const stepId of this.#questions.get(taskId) ?? []) this.#o.leavePending?.(stepId);
-      return undefined;
+    const moved = await new Promise<MigrateAnswer>((answer) => {
+      const heard = signals.send(taskId, {
+        type: 'migrate',
+        version: target.hash,
+        problem: (snapshot, input) => {
+          const problem = migrationProblem(snapshot, input, source.config, target);
+          if (problem !== undefined) return problem;
+          // Let go as at a shutdown: its questions stay pending, its sub-tasks running, for the run that resumes it.
+          this.#moving.add(taskId);
+          for (const stepId of this.#questions.get(taskId) ?? []) this.#o.leavePending?.(stepId);
+          return undefined;
+        },
+        answer,
+      });
+      if (!heard) answer(`task ${taskId} is ending already`);
     });
     if (typeof moved === 'string') {
       return refusal(

@@ -1,6 +1,6 @@
 import type { TaskFailureReason, TroupeEvent, UsageTotals } from '@troupe/protocol';
 import { type EventFactory, type EventScope, preview } from '@troupe/runtime';
-import type { TaskOutput, WorkflowFailure } from './workflowTypes.ts';
+import type { TaskOutput, WorkflowFailure } from '../workflow/workflowTypes.ts';
 
 /**
  * A last guard on what an event carries: a step's output over the object store's threshold is already a preview
@@ -8,8 +8,11 @@ import type { TaskOutput, WorkflowFailure } from './workflowTypes.ts';
  */
 const MAX_EVENT_OUTPUT = 256 * 1024;
 
-/** The events that end a task of a pipeline: `task.completed`, `task.failed`, `task.cancelled`. */
-export class TaskEvents {
+/**
+ * The events that end a task of a pipeline: `task.completed`, `task.failed`, `task.cancelled` (a client's reading of
+ * a task's events is `@troupe/client`'s `taskEvents.ts`; these are the coordinator's making of its final one).
+ */
+export class FinalEvents {
   readonly #events: EventFactory;
   readonly #pipeline: string;
 

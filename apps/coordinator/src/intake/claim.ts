@@ -1,0 +1,202 @@
+import { randomUUID } from 'node:crypto';
+import { emptyUsage, errorMessage } from '@troupe/protocol';
+import type { EventScope } from '@troupe/runtime';
+import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
+import { checkpointMisfit } from '../task/workflowChild.ts';
+import type { FlowVersion } from '../workflow/flowVersions.ts';
+import type { WorkflowInput } from '../workflow/workflowTypes.ts';
+import type { TaskDelivery } from './taskQueue.ts';
+import { childTraceparent, traceOf } from './taskTrace.ts';
+import type { TriagedTask } from './triage.ts';
+
+/** A delivery's claim on its task: its token, the record revision it last wrote, and its delivery's progress mark. */
+export interface Lease {
+  token: string;
+  revision: number;
+  delivery: { progress: number; stalls: number };
+}
+
+/** A task claimed for this delivery: what its workflow starts from. */
+export interface ClaimedTask {
+  delivery: TaskDelivery;
+  /** The task's first delivery, which created its record: none of its steps can have run before. */
+  firstDelivery: boolean;
+  input: WorkflowInput;
+  scope: EventScope;
+  createdAt: string;
+  /** The workflow's persisted snapshot it resumes from, if it ran before. */
+  snapshot: unknown;
+  lease: Lease;
+  /** The hash of the pipeline version the task runs on; absent for a task from before versions were kept. */
+  version?: string;
+}
+
+/** How a claim went. */
+export type Claim =
+  /** The task's workflow runs, on `flow`. */
+  | { next: 'run'; claimed: ClaimedTask; flow: FlowVersion }
+  /** Claimed, but it cannot run (its version is gone, its input unreadable, its checkpoint unfit): it fails, saying so. */
+  | { next: 'fail'; claimed: ClaimedTask; message: string }
+  /** A resubmission of a task id another message took: nothing to do. */
+  | { next: 'ack' }
+  /** Lost a race for the record, or this process is stopping: to be delivered again. */
+  | { next: 'handBack' };
+
+export type ClaimServices = Pick<
+  TaskServices,
+  'pipeline' | 'store' | 'clock' | 'logger' | 'bus' | 'events' | 'versions' | 'stopping'
+>;
+
+/** Claims the task in its record for this delivery (or creates the record), with what its workflow starts from. */
+export async function claim(services: ClaimServices, task: TriagedTask): Promise<Claim> {
+  const { pipeline, store, logger, versions, clock } = services;
+  const { delivery, taskId, submission, entry: existing, stalls, inputCut, inputProblem } = task;
+  const parent = submission.parent;
+  // A task runs on the version it started on (or was migrated to); a new one on the newest.
+  const started = existing ? undefined : await versions.newest();
+  const version = existing ? existing.value.version : started?.hash;
+  const flow = inputProblem ?? started ?? (await versions.flowFor(version));
+  const input: WorkflowInput = {
+    taskId,
+    pipeline,
+    goal: submission.goal,
+    ...(submission.input ? { input: submission.input } : {}),
+    ...(inputCut ? { inputCut } : {}),
+    ...(submission.metadata ? { metadata: submission.metadata } : {}),
+    // A sub-task's trace continues its parent's.
+    traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
+    ...(typeof flow === 'string' ? {} : deadlineOf(services, flow, existing?.value.createdAt)),
+    ...(parent ? { parent } : {}),
+  };
+
+  const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
+  const createdAt = existing?.value.createdAt ?? isoNow(clock);
+  const progress = existing?.value.progress ?? 0;
+  const lease: Lease = { token: randomUUID(), revision: 0, delivery: { progress, stalls } };
+  if (existing) {
+    const took = await store.update(
+      taskId,
+      { ...existing.value, lease: lease.token, delivery: lease.delivery, updatedAt: isoNow(clock) },
+      existing.revision,
+    );
+    if (took === undefined) {
+      // Another coordinator wrote the record meanwhile: let this delivery come back, and look again then.
+      logger.warn({ taskId }, 'task record changed while resuming it; handing the delivery back');
+      return { next: 'handBack' };
+    }
+    lease.revision = took;
+  } else {
+    const claimed = await store.create(taskId, {
+      taskId,
+      pipeline,
+      streamSequence: delivery.streamSequence,
+      status: 'running',
+      state: started?.config.flow[0]?.id ?? 'completed',
+      ...(version === undefined ? {} : { version }),
+      goal: input.goal,
+      ...(submission.metadata ? { metadata: submission.metadata } : {}),
+      round: 1,
+      usage: emptyUsage(),
+      createdAt,
+      updatedAt: isoNow(clock),
+      lease: lease.token,
+      progress,
+      delivery: lease.delivery,
+    });
+    // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.
+    const owner = claimed === undefined ? await store.get(taskId) : undefined;
+    if (claimed === undefined && owner?.value.streamSequence !== delivery.streamSequence) {
+      logger.warn(
+        { taskId, pipeline, first: owner?.value.streamSequence, again: delivery.streamSequence },
+        'task id already submitted; ignoring the resubmission',
+      );
+      return { next: 'ack' };
+    }
+    // Ours, with its reply lost: it bears another run's token only if that run took it over since.
+    if (claimed === undefined && owner?.value.lease !== lease.token) return { next: 'handBack' };
+    lease.revision = claimed ?? owner?.revision ?? 0;
+    announce(services, scope, task);
+  }
+  if (services.stopping()) {
+    // The runner's stop began while this delivery was being claimed: leave it to the next coordinator.
+    await markHandedBack(services, taskId, lease);
+    return { next: 'handBack' };
+  }
+  const claimed: ClaimedTask = {
+    delivery,
+    firstDelivery: existing === undefined && delivery.deliveryCount === 1,
+    input,
+    scope,
+    createdAt,
+    snapshot: existing?.value.snapshot,
+    lease,
+    ...(version === undefined ? {} : { version }),
+  };
+  if (typeof flow === 'string')
+    return { next: 'fail', claimed, message: `task ${taskId} cannot resume: ${flow}` };
+  const misfit =
+    claimed.snapshot === undefined ? undefined : checkpointMisfit(flow.machine, input, claimed.snapshot);
+  if (misfit === undefined) return { next: 'run', claimed, flow };
+  const loaded =
+    version === undefined
+      ? `pipeline ${pipeline} as loaded now`
+      : `version ${version.slice(0, 12)} of pipeline ${pipeline}`;
+  return {
+    next: 'fail',
+    claimed,
+    message: `task ${taskId} cannot resume: its checkpoint does not fit ${loaded} (${errorMessage(misfit.error)})`,
+  };
+}
+
+/** The task's wall-clock deadline, counted from its acceptance (first delivery), when its version sets one. */
+function deadlineOf(
+  { clock }: Pick<ClaimServices, 'clock'>,
+  flow: FlowVersion,
+  createdAt: string | undefined,
+): { deadline?: number } {
+  const timeout = flow.config.budget?.timeout;
+  if (timeout === undefined) return {};
+  const accepted = createdAt === undefined ? clock.now() : Date.parse(createdAt);
+  return { deadline: accepted + timeout * 1_000 };
+}
+
+/** A new task's `task.accepted`. */
+function announce(services: ClaimServices, scope: EventScope, { submission, inputCut }: TriagedTask): void {
+  const parent = submission.parent;
+  publishSafely(services, scope.taskId, () =>
+    services.events.make(
+      'task.accepted',
+      scope,
+      {
+        goal: submission.goal,
+        ...(submission.input ? { input: submission.input } : {}),
+        ...(inputCut ? { inputCut } : {}),
+        ...(submission.metadata ? { metadata: submission.metadata } : {}),
+        ...(parent
+          ? {
+              parent: {
+                taskId: parent.taskId,
+                pipeline: parent.pipeline,
+                step: parent.step,
+                depth: parent.depth,
+              },
+            }
+          : {}),
+      },
+      { from: parent ? `task:${parent.taskId}` : 'user', to: scope.pipeline },
+    ),
+  );
+}
+
+/** Marks a just-claimed task handed back (not a stall), when the record is still this claim's. */
+async function markHandedBack(
+  { store }: Pick<ClaimServices, 'store'>,
+  taskId: string,
+  lease: Lease,
+): Promise<void> {
+  const claimed = await store.get(taskId).catch(() => undefined);
+  if (claimed?.value.lease !== lease.token) return;
+  await store
+    .update(taskId, { ...claimed.value, delivery: { ...lease.delivery, handedBack: true } }, claimed.revision)
+    .catch(() => undefined);
+}

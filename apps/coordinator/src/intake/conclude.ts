@@ -1,0 +1,74 @@
+import type { TaskEnding, TroupeEvent } from '@troupe/protocol';
+import { endingOf, every } from '@troupe/runtime';
+import { publishSafely, type TaskServices } from '../task/taskServices.ts';
+import type { TaskDelivery } from './taskQueue.ts';
+
+/** How long a task's end waits for its final event to be stored before it says it is still waiting. */
+export const FINAL_EVENT_WAIT_MS = 10_000;
+
+/** How a task's end went: `settled` (its message may be acked), or `left` to a redelivery (the runner stopped). */
+export type Conclusion = 'settled' | 'left';
+
+export type ConcludeServices = Pick<
+  TaskServices,
+  'bus' | 'clock' | 'logger' | 'keepAliveMs' | 'closeRequests' | 'stopped'
+>;
+
+/**
+ * The one way a task ends, whatever ended it, once its record holds its final status and final event: the
+ * event is published, the task's pending approvals and questions are closed, and its message may be settled once the
+ * event is stored. A crash in between leaves the message to be delivered again, and that delivery comes back here
+ * with the stored event (same id). The wait lasts as long as the outbox holds the event (through a NATS outage or a
+ * backlog), the message kept alive meanwhile; it ends when the event is stored or given up on.
+ */
+export async function conclude(
+  services: ConcludeServices,
+  { delivery, final }: { delivery: TaskDelivery; final: TroupeEvent },
+): Promise<Conclusion> {
+  const { clock, logger, bus } = services;
+  const { taskId } = final;
+  // Kept alive meanwhile: the wait for the event, and closing requests, can outlast a short ack wait.
+  delivery.working();
+  const stopKeepAlive = every(clock, services.keepAliveMs, () => delivery.working());
+  try {
+    const stored = publishSafely(services, taskId, () => final);
+    // Leaving the message to a redelivery would only queue the same event again behind this one: say so, and wait.
+    const slow = clock.setTimeout(
+      () =>
+        logger.warn(
+          { taskId, unsentEvents: bus.pendingEvents },
+          `the final event of task ${taskId} is not stored yet; the task's message is kept until it is`,
+        ),
+      FINAL_EVENT_WAIT_MS,
+    );
+    // Stopping for 10 s (NATS may be out of reach, and the wait endless): the message is left to be delivered again.
+    const outcome = await Promise.race([stored, services.stopped]).finally(() => clock.clearTimeout(slow));
+    if (outcome === 'stopping') {
+      logger.warn(
+        { taskId },
+        `the final event of task ${taskId} is not stored yet and this coordinator is stopping; its message is left to be delivered again`,
+      );
+      return 'left';
+    }
+    // Given up on (refused, too big, or the outbox overflowed): delivering the task again would not change that.
+    if (!outcome) logger.error({ taskId }, `the final event of task ${taskId} could not be stored`);
+    await closeRequests(services, taskId, endingOf(final) ?? { status: 'failed' });
+    return 'settled';
+  } finally {
+    stopKeepAlive();
+  }
+}
+
+async function closeRequests(
+  { closeRequests, logger }: Pick<ConcludeServices, 'closeRequests' | 'logger'>,
+  taskId: string,
+  ending: TaskEnding,
+): Promise<void> {
+  if (!closeRequests) return;
+  try {
+    const closed = await closeRequests(taskId, ending);
+    if (closed > 0) logger.info({ taskId, closed }, `closed ${closed} pending request(s) of the ended task`);
+  } catch (error) {
+    logger.warn({ err: error, taskId }, 'cannot close the pending approvals and questions of the task');
+  }
+}

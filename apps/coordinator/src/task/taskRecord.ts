@@ -1,0 +1,128 @@
+import type { StepActivity, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
+import { throughOutages } from '@troupe/runtime';
+import type { ClaimedTask } from '../intake/claim.ts';
+import { isoNow, type TaskServices } from './taskServices.ts';
+
+/** A write of the task's record under this delivery's lease: the new revision, or `lost` when another owns it now. */
+export type FencedWrite = { written: true; revision: number } | { written: false };
+
+/** A lease as a write needs it: its token, and the record revision this delivery last wrote. */
+export interface LeaseMark {
+  token: string;
+  revision: number;
+}
+
+type RecordServices = Pick<TaskServices, 'store' | 'logger'>;
+
+/**
+ * Writes the record only if it is still as this delivery last left it. A conflict means another coordinator took
+ * the task over (this one was cut off longer than the ack wait), unless the record bears this lease's token: then it
+ * was this delivery's own write whose reply was lost. Retried through outages; throws what is not one.
+ */
+export async function fencedWrite(
+  { store, logger }: RecordServices,
+  taskId: string,
+  lease: LeaseMark,
+  value: WorkflowRecord,
+): Promise<FencedWrite> {
+  const written = await throughOutages(() => store.update(taskId, value, lease.revision));
+  if (written !== undefined) return { written: true, revision: written };
+  const current = await throughOutages(() => store.get(taskId));
+  if (current?.value.lease === lease.token) return { written: true, revision: current.revision };
+  logger.warn({ taskId }, `task ${taskId} was taken over by another coordinator; stopping it here`);
+  return { written: false };
+}
+
+/** The parts of a record a checkpoint sets; the rest is the task's, from its claim. */
+export type RecordFields = Pick<
+  WorkflowRecord,
+  'status' | 'state' | 'round' | 'usage' | 'snapshot' | 'final' | 'activity'
+>;
+
+/** The record as this delivery writes it: the task, its claim and progress, and `fields` (where the workflow is). */
+export function recordOf(
+  { clock }: Pick<TaskServices, 'clock'>,
+  claimed: ClaimedTask,
+  progress: number,
+  fields: RecordFields,
+): WorkflowRecord {
+  const { input, delivery, lease } = claimed;
+  return {
+    taskId: input.taskId,
+    pipeline: input.pipeline,
+    streamSequence: delivery.streamSequence,
+    goal: input.goal,
+    ...(input.metadata ? { metadata: input.metadata } : {}),
+    createdAt: claimed.createdAt,
+    updatedAt: isoNow(clock),
+    lease: lease.token,
+    progress,
+    delivery: lease.delivery,
+    ...(claimed.version === undefined ? {} : { version: claimed.version }),
+    ...definedOnly(fields),
+  };
+}
+
+/** A failure record with its final event, written under the lease; false when another coordinator owns the task. */
+export async function recordFailure(
+  services: RecordServices & Pick<TaskServices, 'clock'>,
+  claimed: ClaimedTask,
+  lease: LeaseMark,
+  progress: number,
+  final: TroupeEvent,
+  context: Pick<WorkflowRecord, 'usage' | 'round'>,
+): Promise<boolean> {
+  const { taskId } = claimed.input;
+  const record = recordOf(services, claimed, progress, {
+    status: 'failed',
+    state: 'failed',
+    round: context.round,
+    usage: context.usage,
+    final,
+  });
+  return fencedWrite(services, taskId, lease, record).then(
+    (write) => write.written,
+    (error: unknown) => {
+      services.logger.error({ err: error, taskId }, `cannot record that task ${taskId} failed`);
+      // Concluded anyway: its final event still goes out, and a redelivery finds the task running and fails it again.
+      return true;
+    },
+  );
+}
+
+/** Shutdown or a migration: the task goes back to NATS, to be resumed from its checkpoint (on `version`, if given). */
+export async function recordHandBack(
+  services: RecordServices,
+  taskId: string,
+  lease: LeaseMark,
+  version?: string,
+): Promise<boolean> {
+  return throughOutages(() => services.store.get(taskId))
+    .then(async (current) => {
+      const delivery = current?.value.delivery;
+      // A record from before deliveries were tracked has nothing to mark, but a migration still names its version.
+      if (current === undefined || (delivery === undefined && version === undefined)) return false;
+      // A clean stop is not a failure to make progress: the next delivery does not count this one.
+      const write = await fencedWrite(services, taskId, lease, {
+        ...current.value,
+        ...(delivery === undefined ? {} : { delivery: { ...delivery, handedBack: true } }),
+        ...(version === undefined ? {} : { version }),
+      });
+      return write.written;
+    })
+    .catch((error: unknown) => {
+      services.logger.warn({ err: error, taskId }, 'cannot record the hand-back');
+      return false;
+    });
+}
+
+/** Whether a step's activity is the one already recorded (its `since` aside). */
+export function sameActivity(recorded: StepActivity | undefined, next: StepActivity): boolean {
+  if (recorded?.kind !== next.kind || recorded.step !== next.step || recorded.agent !== next.agent)
+    return false;
+  return recorded.kind !== 'person' || next.kind !== 'person' || recorded.request.id === next.request.id;
+}
+
+function definedOnly<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+}

@@ -1,0 +1,66 @@
+import type { TaskEnding, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
+import type { Bus, Clock, EventFactory, KvStore, Logger, ValueStore } from '@troupe/runtime';
+import type { IntakeLimits } from '../intake/intakeLimits.ts';
+import type { TaskIntake } from '../intake/taskQueue.ts';
+import type { FlowVersions } from '../workflow/flowVersions.ts';
+import type { FinalEvents } from './finalEvents.ts';
+import type { TaskSignals } from './taskSignals.ts';
+
+/** Where task records live: the KV bucket `workflows`, as far as a task uses it. */
+export type WorkflowStore = Pick<KvStore<typeof WorkflowRecord>, 'get' | 'create' | 'update'>;
+
+/**
+ * What every task of one pipeline runner shares, built once by the runner: intake's stages and the task actor take
+ * what they need of it (`Pick<TaskServices, …>`), so a unit test builds only that.
+ */
+export interface TaskServices {
+  pipeline: string;
+  bus: Bus;
+  store: WorkflowStore;
+  clock: Clock;
+  logger: Logger;
+  events: EventFactory;
+  finalEvents: FinalEvents;
+  /** The pipeline's versions, compiled with the runner's steps. */
+  versions: FlowVersions;
+  /** Where given-up tasks are dead-lettered. */
+  deadLetter: TaskIntake['deadLetter'];
+  /** How large and deep a task payload may be. */
+  limits: IntakeLimits;
+  /** Where inputs too large for a task message are read from; without it, a task with one is refused. */
+  values?: Pick<ValueStore, 'read'>;
+  /** Deliveries in a row without progress before a task is given up on. */
+  maxDeliver: number;
+  /** How often a task being handled tells the server it is still working on it. */
+  keepAliveMs: number;
+  /** Cancels, migrations, parents' endings and the stop, for each task actor here. */
+  signals: TaskSignals;
+  /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
+  closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
+  /** Whether the runner is stopping: a delivery that begins then is handed back. */
+  stopping(): boolean;
+  /**
+   * Settles 10 s after the runner's stop began: a task's end still waiting for its final event then leaves the
+   * message to a redelivery, so a stop with NATS out of reach does not wait for it forever.
+   */
+  stopped: Promise<'stopping'>;
+}
+
+/** An event that cannot be made or sent is logged, never thrown: it must not take the process down. */
+export function publishSafely(
+  { bus, logger }: Pick<TaskServices, 'bus' | 'logger'>,
+  taskId: string,
+  make: () => TroupeEvent,
+): Promise<boolean> {
+  try {
+    return bus.publishEvent(make());
+  } catch (error) {
+    logger.error({ err: error, taskId }, 'cannot publish an event; the task goes on');
+    return Promise.resolve(false);
+  }
+}
+
+/** The clock's time as a record stores it. */
+export function isoNow(clock: Clock): string {
+  return new Date(clock.now()).toISOString();
+}

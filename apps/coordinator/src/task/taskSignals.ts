@@ -1,0 +1,106 @@
+import { type EventObject, fromCallback } from 'xstate';
+import type { WorkflowInput } from '../workflow/workflowTypes.ts';
+
+/** What a migration asks of a running task: move it to `version` unless `problem` finds something against it. */
+export interface MigrateRequest {
+  version: string;
+  /** Why the task (its checkpoint and input as they are now) cannot move; undefined when it can. */
+  problem: (snapshot: unknown, input: WorkflowInput) => string | undefined;
+}
+
+/**
+ * How a task answers a migration: why it was not moved, or `recorded`, which settles with whether the new version
+ * was written into its record.
+ */
+export type MigrateAnswer = string | { recorded: Promise<boolean> };
+
+/** What reaches a task actor from outside while its workflow runs here. */
+export type TaskSignal =
+  /** `troupe cancel`: `answer(true)` when the cancel was taken, false when the task is ending already. */
+  | { type: 'cancel'; reason?: string; answer: (taken: boolean) => void }
+  /** `troupe migrate`: checked and let go in one turn, so no step reply can move the workflow in between. */
+  | ({ type: 'migrate'; answer: (answer: MigrateAnswer) => void } & MigrateRequest)
+  /** The task's parent task ended: the sub-task ends with it. */
+  | { type: 'parentEnded'; reason: string }
+  /** This process is stopping: the task is handed back, to be resumed elsewhere. */
+  | { type: 'stop' };
+
+/** A task actor listening here: its task, its parent task (if a `pipeline` step submitted it), its version. */
+export interface SignalListener {
+  taskId: string;
+  parent?: string;
+  version?: string;
+  deliver: (signal: TaskSignal) => void;
+}
+
+/**
+ * The runner's switchboard for its tasks' signals: the one control subscription and the one parent watch send to a
+ * task id, and the task actor running that task here hears it (through {@link taskSignalsLogic}). A signal for a
+ * task no actor here runs reaches nobody, and the sender knows it (`send` is false).
+ */
+export class TaskSignals {
+  readonly #listeners = new Map<string, SignalListener>();
+
+  /** Starts delivering a task's signals to its actor; returns how to stop. */
+  listen(listener: SignalListener): () => void {
+    this.#listeners.set(listener.taskId, listener);
+    return () => {
+      if (this.#listeners.get(listener.taskId) === listener) this.#listeners.delete(listener.taskId);
+    };
+  }
+
+  /** Sends a signal to the actor running `taskId` here; false when none does. */
+  send(taskId: string, signal: TaskSignal): boolean {
+    const listener = this.#listeners.get(taskId);
+    if (!listener) return false;
+    listener.deliver(signal);
+    return true;
+  }
+
+  /** Tells every sub-task here whose parent is `parent` that it ended; returns the sub-tasks told. */
+  parentEnded(parent: string, reason: string): string[] {
+    const children = [...this.#listeners.values()].filter((listener) => listener.parent === parent);
+    for (const child of children) child.deliver({ type: 'parentEnded', reason });
+    return children.map((child) => child.taskId);
+  }
+
+  /** Tells every task here that this process is stopping. */
+  stop(): void {
+    for (const listener of [...this.#listeners.values()]) listener.deliver({ type: 'stop' });
+  }
+
+  /** Whether an actor here runs `taskId` now. */
+  has(taskId: string): boolean {
+    return this.#listeners.has(taskId);
+  }
+
+  /** The version the task running here runs on, as its actor said when it began listening. */
+  versionOf(taskId: string): string | undefined {
+    return this.#listeners.get(taskId)?.version;
+  }
+
+  /** Whether any sub-task here waits on its parent's ending. */
+  get hasChildren(): boolean {
+    for (const listener of this.#listeners.values()) if (listener.parent !== undefined) return true;
+    return false;
+  }
+
+  /** The tasks whose actors listen here now. */
+  taskIds(): string[] {
+    return [...this.#listeners.keys()];
+  }
+}
+
+/** What a task actor's signal subscription needs. */
+export interface TaskSignalsInput {
+  signals: TaskSignals;
+  taskId: string;
+  parent?: string;
+  version?: string;
+}
+
+/** A task actor's subscription to its signals: each one is sent back to it as an event. */
+export const taskSignalsLogic = fromCallback<EventObject, TaskSignalsInput>(({ input, sendBack }) => {
+  const { signals, ...task } = input;
+  return signals.listen({ ...task, deliver: (signal) => sendBack(signal) });
+});
