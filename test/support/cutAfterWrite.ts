@@ -1,9 +1,9 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 
 /**
- * A TCP proxy in front of a nats-server that cuts its clients off the moment one of them has sent its `cutAt`-th
- * write to a subject: that message reaches the server, nothing after it does, no reply comes back, and every later
- * connection is refused. To the rest of the system the process behind it died right after that write, as with a
+ * A TCP proxy in front of a nats-server that cuts its clients off the moment one of them has sent the write to a
+ * subject that `cutAfter` picks: that message reaches the server, nothing after it does, no reply comes back, and
+ * every later connection is refused. To the rest of the system the process behind it died right after that write, as with a
  * kill -9, whatever it still does in memory; and the cut falls between two protocol messages, never inside one.
  *
  * Reads the NATS client protocol (`PUB`/`HPUB` carry a payload of a stated size; every other operation is a line).
@@ -11,21 +11,24 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 export interface CutAfterWrite {
   /** `nats://127.0.0.1:<port>`: where the process to be cut off connects. */
   url: string;
-  /** The writes to the subject that went through so far. */
-  writes(): number;
+  /** The payloads of the writes to the subject that went through so far, in order. */
+  writes(): Buffer[];
   /** Resolves once the cut is made (never, when it never is). */
   readonly cut: Promise<void>;
   isCut(): boolean;
   stop(): Promise<void>;
 }
 
-/** Cuts after the `cutAt`-th message published on `subject` (no cut when `cutAt` is undefined: it only counts). */
+/**
+ * Cuts after the message published on `subject` for which `cutAfter` (given its payload and the payloads before it)
+ * says so; without `cutAfter` it only records them.
+ */
 export async function cutAfterWrite(
   serverPort: number,
   subject: string,
-  cutAt: number | undefined,
+  cutAfter?: (payload: Buffer, before: readonly Buffer[]) => boolean,
 ): Promise<CutAfterWrite> {
-  let count = 0;
+  const written: Buffer[] = [];
   let isCut = false;
   let markCut: () => void = () => {};
   const cut = new Promise<void>((resolve) => (markCut = resolve));
@@ -69,12 +72,13 @@ export async function cutAfterWrite(
         const operation = pending.subarray(0, size);
         pending = pending.subarray(size);
         upstream.write(operation);
-        if (publishesTo(operation, subject)) {
-          count += 1;
-          if (cutAt !== undefined && count >= cutAt) {
-            cutAll();
-            return;
-          }
+        const payload = payloadTo(operation, subject);
+        if (payload === undefined) continue;
+        const cutNow = cutAfter?.(payload, written) === true;
+        written.push(payload);
+        if (cutNow) {
+          cutAll();
+          return;
         }
       }
     });
@@ -84,7 +88,7 @@ export async function cutAfterWrite(
   if (address === null || typeof address === 'string') throw new Error('the proxy has no port');
   return {
     url: `nats://127.0.0.1:${address.port}`,
-    writes: () => count,
+    writes: () => [...written],
     cut,
     isCut: () => isCut,
     async stop() {
@@ -113,9 +117,13 @@ function nextOperation(buffer: Buffer): number | undefined {
   return lineEnd + 2;
 }
 
-function publishesTo(operation: Buffer, subject: string): boolean {
-  const head = operation.subarray(0, Math.min(operation.length, 512)).toString('latin1');
-  const words = head.slice(0, head.indexOf('\r\n')).split(' ');
+/** The payload (headers left out) of a whole operation that publishes to `subject`; undefined for any other. */
+function payloadTo(operation: Buffer, subject: string): Buffer | undefined {
+  const lineEnd = operation.indexOf('\r\n');
+  const words = operation.subarray(0, lineEnd).toString('latin1').split(' ').filter(Boolean);
   const op = words[0]?.toUpperCase();
-  return (op === 'PUB' || op === 'HPUB') && words[1] === subject;
+  if ((op !== 'PUB' && op !== 'HPUB') || words[1] !== subject) return undefined;
+  const body = operation.subarray(lineEnd + 2, operation.length - 2);
+  // HPUB <subject> [reply] <header size> <total size>: the headers come first.
+  return op === 'HPUB' ? body.subarray(Number(words.at(-2))) : body;
 }
