@@ -77,6 +77,7 @@ export {
 } from './replay/replayTask.ts';
 export { HomeBusyError, readServerRecord } from './serverRecord.ts';
 export {
+  type HostOptions,
   type Service,
   type ServiceOptions,
   startService,

@@ -18,50 +18,50 @@ import { ConfigError } from './config/configError.ts';
 import { suggestion } from './config/didYouMean.ts';
 import { type LoadedPipeline, loadPipeline } from './config/loadPipeline.ts';
 import type { ImportModule } from './config/toolModules.ts';
-import { type Coordinator, startCoordinator } from './coordinator.ts';
-import type { IntakeLimits } from './intake/intakeLimits.ts';
+import { type Coordinator, type CoordinatorOptions, startCoordinator } from './coordinator.ts';
 import { type PipelineWatchOptions, watchPipelines } from './pipelineWatch.ts';
 import { claimHome, removeServerRecord, writeServerRecord } from './serverRecord.ts';
 import { DEFAULT_STOP_TIMEOUT_MS, STOP_OUTAGE_WAIT_MS, stopWithin } from './stopWithin.ts';
 
-export interface ServiceOptions {
+/** What every Troupe process that loads pipelines takes (`troupe up`, `troupe worker`), declared once for both. */
+export interface HostOptions {
   /** Pipeline files to load. */
   files: readonly string[];
-  /** Join this NATS server or cluster; without it an embedded nats-server is started. */
-  natsUrl?: string;
   /** How to log in to the NATS server joined, and talk TLS to it. */
   natsAccess?: NatsAccess;
   /** Where the embedded server keeps its data, workspaces live and the server URL is recorded (default `.troupe`). */
   home?: string;
-  hostAgents?: boolean;
-  concurrency?: number;
-  maxInFlight?: number;
-  /** How long a task may go unacknowledged before another coordinator gets it (default 30 s). */
-  ackWaitMs?: number;
-  /** Deliveries of one task in a row without progress (hand-backs at shutdown not counted) before it is dead-lettered (default 10). */
-  maxDeliver?: number;
-  /** How large and deep a task payload may be (default 256 KiB and 64 levels). */
-  limits?: IntakeLimits;
-  /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
-  stepHeartbeatMs?: number;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
-  /**
-   * How long (ms) and how much (bytes) of the `EVENTS` stream is kept; the oldest events go first. Unset, a new
-   * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
-   */
-  eventRetention?: { maxAgeMs?: number; maxBytes?: number };
   /** How many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster). */
   replicas?: number;
   /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
   metrics?: TroupeMetrics;
   /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
   signal?: AbortSignal;
-  /** Reload a pipeline when its file changes (`troupe up --watch`); see {@link watchPipelines}. */
-  watch?: boolean | Pick<PipelineWatchOptions, 'debounceMs' | 'onOutcome'>;
   /** Loads the pipelines' tool modules (`tools.modules`); Node's `import()`, JavaScript only, when absent. */
   importModule?: ImportModule;
   logger: Logger;
+}
+
+/** The coordinator's own settings, which `troupe up` passes on as given: each is documented on {@link CoordinatorOptions}. */
+type CoordinatorSettings = Pick<
+  CoordinatorOptions,
+  | 'hostAgents'
+  | 'concurrency'
+  | 'maxInFlight'
+  | 'ackWaitMs'
+  | 'maxDeliver'
+  | 'limits'
+  | 'stepHeartbeatMs'
+  | 'eventRetention'
+>;
+
+export interface ServiceOptions extends HostOptions, CoordinatorSettings {
+  /** Join this NATS server or cluster; without it an embedded nats-server is started. */
+  natsUrl?: string;
+  /** Reload a pipeline when its file changes (`troupe up --watch`); see {@link watchPipelines}. */
+  watch?: boolean | Pick<PipelineWatchOptions, 'debounceMs' | 'onOutcome'>;
 }
 
 /** Everything `troupe up` runs: the NATS connection (and embedded server), the coordinator, and how to stop them. */
@@ -124,21 +124,11 @@ export async function startService(options: ServiceOptions): Promise<Service> {
     options.signal?.addEventListener('abort', abortStart, { once: true });
     const unwatch = options.metrics?.watch(bus);
     const coordinator = await startCoordinator({
+      ...coordinatorSettings(options),
       bus,
       pipelines,
-      logger: options.logger,
       workspaceRoot: resolve(home, 'workspaces'),
       registry,
-      ...(options.hostAgents === undefined ? {} : { hostAgents: options.hostAgents }),
-      ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
-      ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
-      ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
-      ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
-      ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
-      ...(options.limits === undefined ? {} : { limits: options.limits }),
-      ...(options.eventRetention === undefined ? {} : { eventRetention: options.eventRetention }),
-      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
-      ...(options.metrics ? { metrics: options.metrics } : {}),
       // Its own server: no other coordinator's version can be the one to keep.
       ...(embedded ? { takeNewest: true } : {}),
     }).finally(() => options.signal?.removeEventListener('abort', abortStart));
@@ -226,26 +216,11 @@ export async function startService(options: ServiceOptions): Promise<Service> {
   }
 }
 
-export interface WorkerOptions {
-  files: readonly string[];
+export interface WorkerOptions extends HostOptions {
   /** The NATS server the coordinators use. */
   natsUrl: string;
-  /** How to log in to it, and talk TLS to it. */
-  natsAccess?: NatsAccess;
-  /** How many servers of a JetStream cluster keep each stream and bucket, should this worker make them. */
-  replicas?: number;
-  /** Workspaces live under `<home>/workspaces` (default `.troupe`). */
-  home?: string;
   /** Only these agents; all agents of the pipelines when absent. */
   agents?: readonly string[];
-  allowMcpCommands?: boolean;
-  /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
-  metrics?: TroupeMetrics;
-  /** Stops a start-up still waiting (for a coordinator to create the streams): it then fails with `aborted`. */
-  signal?: AbortSignal;
-  /** Loads the pipelines' tool modules (`tools.modules`); Node's `import()`, JavaScript only, when absent. */
-  importModule?: ImportModule;
-  logger: Logger;
 }
 
 /** A worker process: agents only, no workflows. */
@@ -338,4 +313,13 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   } finally {
     options.signal?.removeEventListener('abort', abortStart);
   }
+}
+
+/** What of `options` goes to the coordinator unchanged: all but what `troupe up` itself acts on. */
+function coordinatorSettings(
+  options: ServiceOptions,
+): CoordinatorSettings & Pick<HostOptions, 'replicas' | 'metrics' | 'logger'> {
+  const { files, natsUrl, natsAccess, home, allowMcpCommands, signal, watch, importModule, ...settings } =
+    options;
+  return settings;
 }
