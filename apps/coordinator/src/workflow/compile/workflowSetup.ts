@@ -16,6 +16,7 @@ import {
   type TransitionConfig,
 } from 'xstate';
 import type { AgentAskedStep, ReviewStepConfig } from '../../config/pipelineSchema.ts';
+import type { StepCallActorLogic } from '../stepCall.ts';
 import type {
   BranchOutcome,
   HumanRunInput,
@@ -59,7 +60,8 @@ export type ItemSrc = `foreach:${string}`;
  * throw); `backoff` is the wait before a retry; and each foreach step's item workflow, by {@link ItemSrc}.
  */
 type WorkflowActors = {
-  runStep: PromiseActorLogic<StepRunOutput, StepRunInput>;
+  /** The step call (`stepCall.ts`), invoked as the step's child; or a stand-in that answers the step itself. */
+  runStep: StepCallActorLogic;
   askPerson: PromiseActorLogic<HumanRunOutput, HumanRunInput>;
   runPipeline: PromiseActorLogic<PipelineRunOutput, PipelineRunInput>;
   backoff: PromiseActorLogic<void, { ms: number }>;
