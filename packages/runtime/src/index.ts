@@ -66,6 +66,13 @@ export {
   type ValueStoreOptions,
 } from './durable/valueStore.ts';
 export { ValueStoreError, type ValueStoreErrorCode } from './durable/valueStoreError.ts';
+export {
+  addWork,
+  ensureWorkQueue,
+  type WorkItem,
+  WorkQueue,
+  type WorkQueueSpec,
+} from './durable/workQueue.ts';
 export { type Clock, every, newTraceparent, sleep, systemClock, timeoutSignal } from './events/clock.ts';
 export {
   EventFactory,

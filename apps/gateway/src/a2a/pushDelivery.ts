@@ -1,7 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { errorMessage, type StoredPushConfig } from '@troupe/protocol';
-import { jetstreamOf, type KeyValue, type Logger, type NatsBus } from '@troupe/runtime';
+import { type KeyValue, type Logger, type NatsBus, type WorkItem, WorkQueue } from '@troupe/runtime';
 import {
   ConfigDelivery,
   DEFAULT_PUSH_RETRY,
@@ -10,13 +9,7 @@ import {
   type PushRetry,
 } from './configDelivery.ts';
 import { openPushBucket, pushConfigKey } from './pushConfigs.ts';
-import {
-  DEFAULT_PUSH_ACK_WAIT_MS,
-  ensurePushQueue,
-  PUSH_CONSUMER,
-  PUSH_STREAM,
-  pushJobOf,
-} from './pushJobs.ts';
+import { DEFAULT_PUSH_ACK_WAIT_MS, ensurePushQueue, pushJobOf, pushQueue } from './pushJobs.ts';
 import type { PushUrlPolicy } from './pushUrls.ts';
 import { DEFAULT_WEBHOOK_TIMEOUT_MS } from './webhookPost.ts';
 
@@ -67,8 +60,8 @@ export class PushDelivery {
   readonly #active = new Map<string, { stop: AbortController; done: Promise<void> }>();
   #loop: Promise<void> | undefined;
   #freed: (() => void) | undefined;
-  /** The pull under way, which a stop ends. */
-  #fetching: ConsumerMessages | undefined;
+  /** The queue being taken from, whose pull under way a stop ends. */
+  #queue: WorkQueue | undefined;
 
   constructor(options: PushDeliveryOptions) {
     this.#options = options;
@@ -89,7 +82,7 @@ export class PushDelivery {
   async stop(): Promise<void> {
     this.#stopped.abort();
     this.#freed?.();
-    this.#fetching?.stop();
+    this.#queue?.stop();
     for (const { stop } of this.#active.values()) stop.abort();
     await Promise.all([...this.#active.values()].map(({ done }) => done));
     await this.#loop;
@@ -111,10 +104,10 @@ export class PushDelivery {
       try {
         await ensurePushQueue(this.#options.bus, this.#ackWaitMs);
         const store = await openPushBucket(this.#options.bus);
-        const consumer = await jetstreamOf(this.#options.bus).consumers.get(PUSH_STREAM, PUSH_CONSUMER);
+        this.#queue = await WorkQueue.open(this.#options.bus, pushQueue(this.#ackWaitMs));
         if (failing) this.#logger.info('A2A push notifications are set up again');
         failing = false;
-        await this.#pull(consumer, store, signal);
+        await this.#pull(this.#queue, store, signal);
       } catch (error) {
         if (!failing) {
           this.#logger.warn(
@@ -129,7 +122,7 @@ export class PushDelivery {
   }
 
   /** Takes configs while this gateway has room for them, until `signal` aborts or NATS fails. */
-  async #pull(consumer: Consumer, store: KeyValue<StoredPushConfig>, signal: AbortSignal): Promise<void> {
+  async #pull(queue: WorkQueue, store: KeyValue<StoredPushConfig>, signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       if (this.#active.size >= this.#concurrency) {
         await new Promise<void>((resolve) => {
@@ -137,49 +130,30 @@ export class PushDelivery {
         });
         continue;
       }
-      // A fetch of one, not `next()`: a stop ends it at once instead of after its expiry.
-      const batch = await consumer.fetch({ max_messages: 1, expires: PULL_EXPIRES_MS });
-      this.#fetching = batch;
-      let msg: JsMsg | undefined;
-      try {
-        for await (const delivered of batch) {
-          msg = delivered;
-          break;
-        }
-      } finally {
-        this.#fetching = undefined;
-      }
-      if (!msg) continue;
+      const job = await queue.take(PULL_EXPIRES_MS);
+      if (!job) continue;
       if (signal.aborted) {
-        settle(msg, 'handBack');
+        settle(job, 'handBack');
         return;
       }
-      this.#take(msg, store);
+      this.#take(job, store);
     }
   }
 
   /** Delivers one config, keeping its queue message alive meanwhile, and settles the message by how it ended. */
-  #take(msg: JsMsg, store: KeyValue<StoredPushConfig>): void {
+  #take(msg: WorkItem, store: KeyValue<StoredPushConfig>): void {
     const job = pushJobOf(msg.subject);
     if (!job) {
       this.#logger.warn({ subject: msg.subject }, 'dropping a push job on a subject that names no config');
-      msg.term();
+      msg.drop();
       return;
     }
     const key = pushConfigKey(job.taskId, job.configId);
     // Redelivered while this gateway still holds it (a late sign of life): the holder goes on.
     if (this.#active.has(key)) return;
     const stop = new AbortController();
-    const alive = setInterval(
-      () => {
-        try {
-          msg.working();
-        } catch {
-          // The connection is gone; the run ends on its next NATS call.
-        }
-      },
-      Math.max(100, Math.floor(this.#ackWaitMs / 3)),
-    );
+    // A failed sign of life means the connection is gone: the run ends on its next NATS call.
+    const alive = setInterval(() => msg.working(), Math.max(100, Math.floor(this.#ackWaitMs / 3)));
     const delivery = new ConfigDelivery(job.taskId, job.configId, {
       bus: this.#options.bus,
       logger: this.#logger,
@@ -210,11 +184,7 @@ export class PushDelivery {
 }
 
 /** `over`: the job is done; `handBack`: another gateway may take it now; `lost`: another gateway has it already. */
-function settle(msg: JsMsg, end: DeliveryEnd, delayMs?: number): void {
-  try {
-    if (end === 'over') msg.ack();
-    else if (end === 'handBack') msg.nak(delayMs);
-  } catch {
-    // The connection is gone: the server hands the config on when its ack wait runs out.
-  }
+function settle(item: WorkItem, end: DeliveryEnd, delayMs?: number): void {
+  if (end === 'over') item.done();
+  else if (end === 'handBack') item.handBack(delayMs);
 }

@@ -1,13 +1,5 @@
-import {
-  AckPolicy,
-  DeliverPolicy,
-  JetStreamApiCodes,
-  JetStreamApiError,
-  RetentionPolicy,
-  StorageType,
-} from '@nats-io/jetstream';
 import { A2A_PUSH_QUEUE, ROOT, subjects } from '@troupe/protocol';
-import { jetstreamManagerOf, jetstreamOf, type NatsBus } from '@troupe/runtime';
+import { addWork, ensureWorkQueue, type NatsBus, type WorkQueueSpec } from '@troupe/runtime';
 import { PushError } from './pushError.ts';
 
 /**
@@ -37,59 +29,26 @@ export function pushJobOf(subject: string): { taskId: string; configId: string }
 
 /**
  * Makes the queue's stream and consumer, or brings the consumer's ack wait to `ackWaitMs` when one is given. Safe on
- * every start and from several gateways at once. Uses only what nats-server 2.9 has (a work-queue stream, a durable
- * pull consumer).
+ * every start and from several gateways at once.
  */
 export async function ensurePushQueue(bus: NatsBus, ackWaitMs?: number): Promise<void> {
-  const jsm = await jetstreamManagerOf(bus);
-  try {
-    await jsm.streams.info(PUSH_STREAM);
-  } catch (error) {
-    if (!isNotFound(error, JetStreamApiCodes.StreamNotFound)) throw error;
-    await jsm.streams
-      .add({
-        name: PUSH_STREAM,
-        subjects: [PUSH_SUBJECTS],
-        // A message is gone once acked: the queue holds only the configs still being delivered.
-        retention: RetentionPolicy.Workqueue,
-        storage: StorageType.File,
-        max_age: 0,
-        duplicate_window: nanos(2 * 60_000),
-      })
-      .catch((raced) => {
-        // Another gateway made it between our look and our write.
-        if (!(raced instanceof JetStreamApiError)) throw raced;
-      });
-  }
-  const wanted = {
-    durable_name: PUSH_CONSUMER,
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
-    ack_wait: nanos(ackWaitMs ?? DEFAULT_PUSH_ACK_WAIT_MS),
-    // A receiver down for a while is retried by the gateway holding its config, not by redelivery: no cap here.
-    max_deliver: -1,
-    max_ack_pending: 10_000,
-  };
-  try {
-    const info = await jsm.consumers.info(PUSH_STREAM, PUSH_CONSUMER);
-    if (ackWaitMs !== undefined && info.config.ack_wait !== wanted.ack_wait) {
-      await jsm.consumers.update(PUSH_STREAM, PUSH_CONSUMER, wanted);
-    }
-  } catch (error) {
-    if (!isNotFound(error, JetStreamApiCodes.ConsumerNotFound)) throw error;
-    await jsm.consumers.add(PUSH_STREAM, wanted).catch(async (raced) => {
-      if (!(raced instanceof JetStreamApiError)) throw raced;
-      await jsm.consumers.info(PUSH_STREAM, PUSH_CONSUMER);
-    });
-  }
+  await ensureWorkQueue(bus, pushQueue(ackWaitMs), ackWaitMs !== undefined);
 }
+
+/** The queue as every gateway takes from it, holding a config up to `ackWaitMs` without a sign of life. */
+export const pushQueue = (ackWaitMs = DEFAULT_PUSH_ACK_WAIT_MS): WorkQueueSpec => ({
+  stream: PUSH_STREAM,
+  subjects: PUSH_SUBJECTS,
+  consumer: PUSH_CONSUMER,
+  ackWaitMs,
+});
 
 /**
  * Queues a config's deliveries (again, for a config that was dropped and made anew: no message id, so no duplicate
  * window swallows it). Fails with `unavailable` when the queue cannot be written.
  */
 export async function enqueuePushJob(bus: NatsBus, taskId: string, configId: string): Promise<void> {
-  const publish = () => jetstreamOf(bus).publish(pushJobSubject(taskId, configId), new Uint8Array());
+  const publish = () => addWork(bus, pushJobSubject(taskId, configId));
   try {
     await publish().catch(async () => {
       // No stream yet: no gateway's worker has made the queue so far (a first config, made as the first gateway
@@ -104,11 +63,4 @@ export async function enqueuePushJob(bus: NatsBus, taskId: string, configId: str
       { cause },
     );
   }
-}
-
-/** JetStream's durations are in nanoseconds. */
-const nanos = (ms: number): number => ms * 1_000_000;
-
-function isNotFound(error: unknown, code: number): boolean {
-  return error instanceof JetStreamApiError && error.code === code;
 }
