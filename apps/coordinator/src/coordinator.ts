@@ -31,13 +31,27 @@ import { introducedAt, PipelineVersions } from './config/pipelineVersions.ts';
 import { pruneVersions, type VersionsByPipeline } from './config/versionRetention.ts';
 import { startControlResponder } from './control/controlResponder.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
-import type { IntakeLimits } from './intake/intakeLimits.ts';
 import { registrationOf } from './intake/pipelineRegistry.ts';
 import { natsTaskIntake } from './intake/taskQueue.ts';
-import { type PipelineRunner, startPipelineRunner } from './workflow/pipelineRunner.ts';
+import {
+  type PipelineRunner,
+  type PipelineRunnerOptions,
+  startPipelineRunner,
+} from './workflow/pipelineRunner.ts';
 import { createSubPipelineRunner } from './workflow/subPipeline.ts';
 
-export interface CoordinatorOptions {
+/** Each pipeline runner's settings, which the coordinator passes on as given: documented on {@link PipelineRunnerOptions}. */
+const RUNNER_SETTINGS = [
+  'maxInFlight',
+  'ackWaitMs',
+  'maxDeliver',
+  'noResponderWaitMs',
+  'stepHeartbeatMs',
+  'limits',
+] as const satisfies readonly (keyof PipelineRunnerOptions)[];
+type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[number]>;
+
+export interface CoordinatorOptions extends RunnerSettings {
   bus: JetStreamBus;
   pipelines: readonly LoadedPipeline[];
   logger: Logger;
@@ -50,21 +64,6 @@ export interface CoordinatorOptions {
    * a slow model is parked and does not count, so waiting tasks cannot starve the pipeline.
    */
   concurrency?: number;
-  /** The most tasks per pipeline this process holds at once, parked or working (default 1,000). */
-  maxInFlight?: number;
-  /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
-  ackWaitMs?: number;
-  /**
-   * Deliveries of one task in a row that made no progress before it is dead-lettered (default 10; a hand-back at
-   * shutdown does not count).
-   */
-  maxDeliver?: number;
-  /** How large and deep a task payload may be (default 256 KiB and 64 levels). */
-  limits?: IntakeLimits;
-  /** How long a step waits for a worker to serve its agent (default 30 s). */
-  noResponderWaitMs?: number;
-  /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
-  stepHeartbeatMs?: number;
   /**
    * How long (ms) and how much (bytes) of the `EVENTS` stream is kept; the oldest events go first. Unset, a new
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
@@ -242,6 +241,7 @@ async function startParts(
       const pipelineRequests = underPrefix(approvals, pipeline.config.name);
       runners.push(
         await startPipelineRunner({
+          ...runnerSettings(options),
           bus,
           intake: natsTaskIntake(bus),
           config: pipeline.config,
@@ -261,7 +261,6 @@ async function startParts(
           logger: logger.child({ pipeline: pipeline.config.name }),
           clock,
           concurrency: options.concurrency ?? 16,
-          ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
           people: { gate: people, journal: pipelineJournal, clock },
           subPipelines: createSubPipelineRunner(bus, clock, values),
           values,
@@ -271,13 +270,6 @@ async function startParts(
               store: pipelineRequests,
               now: () => clock.now(),
             }),
-          ...(options.limits === undefined ? {} : { limits: options.limits }),
-          ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
-          ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
-          ...(options.noResponderWaitMs === undefined
-            ? {}
-            : { noResponderWaitMs: options.noResponderWaitMs }),
-          ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
         }),
       );
     }
@@ -358,4 +350,13 @@ async function startParts(
       await bus.flush();
     },
   };
+}
+
+/** The settings of `options` each pipeline runner takes as given: those set, and no others. */
+function runnerSettings(options: CoordinatorOptions): RunnerSettings {
+  const settings: RunnerSettings = {};
+  for (const key of RUNNER_SETTINGS) {
+    if (options[key] !== undefined) Object.assign(settings, { [key]: options[key] });
+  }
+  return settings;
 }

@@ -66,16 +66,18 @@ export interface PipelineRunnerOptions {
   concurrency: number;
   /** The most tasks of this pipeline this process holds at once, parked or working (default 1,000). */
   maxInFlight?: number;
+  /** How long a task may go unacknowledged before redelivery (default 30 s; kept alive while it runs). */
   ackWaitMs?: number;
   /**
    * Deliveries in a row that made no progress (wrote no new checkpoint) before a task is given up on and
    * dead-lettered (default 10). A hand-back at shutdown is not counted.
    */
   maxDeliver?: number;
+  /** How long a step waits for a worker to serve its agent (default 30 s). */
   noResponderWaitMs?: number;
-  /** How often agent hosts report on a step (see `createStepRunner`). */
+  /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
   stepHeartbeatMs?: number;
-  /** How large and deep a task payload may be. */
+  /** How large and deep a task payload may be (default 256 KiB and 64 levels). */
   limits?: IntakeLimits;
   /** Where inputs too large for a task message are read from (the pipeline's inputs bucket); without it, a task with one is refused. */
   values?: Pick<ValueStore, 'read'>;
