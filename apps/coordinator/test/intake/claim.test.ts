@@ -1,0 +1,100 @@
+import { describe, expect, it } from 'vitest';
+import { claim } from '../../src/intake/claim.ts';
+import { intakeServices, triagedTask, V1 } from './taskServices.ts';
+
+describe('claiming a task', () => {
+  it('creates the record of a new task under a lease of its own, and announces it', async () => {
+    const { services, store, bus } = intakeServices();
+    const result = await claim(services, triagedTask({ id: 'task-1', goal: 'plan it' }));
+    if (result.next !== 'run') throw new Error(`claimed as ${result.next}`);
+    const { claimed, flow } = result;
+    expect(flow.hash).toBe(V1);
+    expect(claimed).toMatchObject({ firstDelivery: true, snapshot: undefined, version: V1 });
+    const record = (await store.get('task-1'))?.value;
+    expect(record).toMatchObject({
+      status: 'running',
+      state: 'plan',
+      lease: claimed.lease.token,
+      version: V1,
+      delivery: { progress: 0, stalls: 0 },
+    });
+    expect(claimed.lease.revision).toBe((await store.get('task-1'))?.revision);
+    await bus.settled();
+    expect(bus.eventsOf('task.accepted')).toEqual([
+      expect.objectContaining({ taskId: 'task-1', data: expect.objectContaining({ goal: 'plan it' }) }),
+    ]);
+  });
+
+  it('acks a resubmission whose id another stream message took first', async () => {
+    const { services } = intakeServices();
+    await claim(services, triagedTask({ id: 'task-1', goal: 'first' }, { streamSequence: 1 }));
+    expect(
+      await claim(services, triagedTask({ id: 'task-1', goal: 'again' }, { streamSequence: 2 })),
+    ).toEqual({
+      next: 'ack',
+    });
+  });
+
+  it('hands back a task claimed as the runner stops, marked handed back (no stall)', async () => {
+    const { services, store, stop } = intakeServices();
+    const claiming = claim(services, triagedTask({ id: 'task-1', goal: 'g' }));
+    stop();
+    expect(await claiming).toEqual({ next: 'handBack' });
+    expect((await store.get('task-1'))?.value.delivery).toMatchObject({ handedBack: true });
+  });
+
+  it('resumes a task from its record under a new lease, and hands back when the record changed meanwhile', async () => {
+    const { services, store } = intakeServices();
+    const first = await claim(services, triagedTask({ id: 'task-1', goal: 'g' }));
+    if (first.next !== 'run') throw new Error(`claimed as ${first.next}`);
+    const entry = await store.get('task-1');
+    const again = { ...triagedTask({ id: 'task-1', goal: 'g' }, { deliveryCount: 2 }), entry };
+    const resumed = await claim(services, again);
+    if (resumed.next !== 'run') throw new Error(`resumed as ${resumed.next}`);
+    expect(resumed.claimed.firstDelivery).toBe(false);
+    expect(resumed.claimed.lease.token).not.toBe(first.claimed.lease.token);
+    expect((await store.get('task-1'))?.value.lease).toBe(resumed.claimed.lease.token);
+    // Read before that claim: the record has moved on, so this delivery lost the race.
+    expect(await claim(services, again)).toEqual({ next: 'handBack' });
+  });
+
+  it('fails a claimed task whose checkpoint does not fit its version, saying so', async () => {
+    const { services, store } = intakeServices();
+    await claim(services, triagedTask({ id: 'task-1', goal: 'g' }));
+    const entry = await store.get('task-1');
+    if (!entry) throw new Error('no record');
+    const unfit = {
+      ...entry.value,
+      snapshot: { status: 'active', value: 'no-such-step', context: {}, children: {} },
+    };
+    const revision = await store.update('task-1', unfit, entry.revision);
+    const task = {
+      ...triagedTask({ id: 'task-1', goal: 'g' }, { deliveryCount: 2 }),
+      entry: { ...entry, value: unfit, revision: revision ?? 0 },
+    };
+    const result = await claim(services, task);
+    expect(result).toMatchObject({
+      next: 'fail',
+      message: expect.stringMatching(
+        /^task task-1 cannot resume: its checkpoint does not fit version aaaaaaaaaaaa/,
+      ),
+    });
+  });
+
+  it('fails a claimed task whose version is not stored, naming it', async () => {
+    const { services, store } = intakeServices({ load: async () => undefined });
+    await claim(services, triagedTask({ id: 'task-1', goal: 'g' }));
+    const entry = await store.get('task-1');
+    if (!entry) throw new Error('no record');
+    const gone = { ...entry.value, version: 'b'.repeat(64) };
+    const revision = await store.update('task-1', gone, entry.revision);
+    const task = {
+      ...triagedTask({ id: 'task-1', goal: 'g' }, { deliveryCount: 2 }),
+      entry: { ...entry, value: gone, revision: revision ?? 0 },
+    };
+    expect(await claim(services, task)).toMatchObject({
+      next: 'fail',
+      message: expect.stringMatching(/^task task-1 cannot resume: .*bbbbbbbbbbbb/),
+    });
+  });
+});
