@@ -31,7 +31,7 @@ import {
   TroupeEvent,
   type WorkflowRecord,
 } from '@troupe/protocol';
-import { type NatsBus, ValueStore } from '@troupe/runtime';
+import { type JetStreamBus, ValueStore } from '@troupe/runtime';
 import { authorize, mayTouch, type Principal } from './auth.ts';
 import { GatewayError } from './gatewayError.ts';
 import { decodePlace, encodePlace } from './pageCursor.ts';
@@ -63,7 +63,7 @@ export interface GatewayActionsOptions {
  * It throws `AuthRefusal`, `OperationError` or `InvalidRequest`, which each transport turns into its own errors.
  */
 export class GatewayActions {
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
   readonly #maxWaitSeconds: number;
   /** Aborted when the gateway stops: a `?wait=` under way is answered then, not cut when the stop's grace ends. */
   readonly #stopping = new AbortController();
@@ -71,7 +71,7 @@ export class GatewayActions {
   readonly #ids: TaskIds;
   readonly #values: ValueStore;
 
-  constructor(bus: NatsBus, options: GatewayActionsOptions = {}) {
+  constructor(bus: JetStreamBus, options: GatewayActionsOptions = {}) {
     this.#values = options.values ?? new ValueStore(bus);
     this.#bus = bus;
     this.#maxWaitSeconds = options.maxWaitSeconds ?? 300;
@@ -354,7 +354,7 @@ function decodeCursor(cursor: string): Ordered {
  * Waits for a task's final event on the live subject; subscribed before the task is submitted, so none is missed.
  * `stopping` ends the wait early, with no event.
  */
-function finalEventOf(bus: NatsBus, taskId: string, pipeline: string, stopping: AbortSignal) {
+function finalEventOf(bus: JetStreamBus, taskId: string, pipeline: string, stopping: AbortSignal) {
   let resolve: (event: TroupeEvent | undefined) => void = () => {};
   const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
   const subscription = bus.subscribe(

@@ -1,12 +1,12 @@
 import type { TaskLimits } from '@troupe/protocol';
-import type { Logger, NatsBus } from '@troupe/runtime';
+import type { JetStreamBus, Logger } from '@troupe/runtime';
 import type { PushSettings } from './a2a/pushDelivery.ts';
 import type { TokenStore } from './auth.ts';
 import type { StreamCaps } from './streamQuota.ts';
 
 /** How a gateway is started: what `troupe gateway` and `troupe up --gateway` read from their flags. */
 export interface GatewayOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   logger: Logger;
   /** Who may call; every `/v1` request needs a token of theirs unless `auth` is `none`. */
   tokens: TokenStore;

@@ -1,5 +1,5 @@
 import type { TaskLimits } from '@troupe/protocol';
-import type { Logger, NatsBus } from '@troupe/runtime';
+import type { JetStreamBus, Logger } from '@troupe/runtime';
 import type { GatewayActions } from './actions.ts';
 import type { OpenStreams } from './openStreams.ts';
 import type { Sessions } from './sessions.ts';
@@ -7,7 +7,7 @@ import type { StreamQuota } from './streamQuota.ts';
 
 /** What the gateway's route families share, built once by `startGateway` and handed to each. */
 export interface GatewayServices {
-  bus: NatsBus;
+  bus: JetStreamBus;
   logger: Logger;
   /** Tasks, approvals and questions, checked against the caller's token. */
   actions: GatewayActions;

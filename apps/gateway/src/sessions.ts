@@ -19,7 +19,7 @@ import {
   type TaskView,
   type WorkflowRecord,
 } from '@troupe/protocol';
-import { type KvStore, type Logger, type NatsBus, SESSION_SUMMARY_TIMEOUT_MS } from '@troupe/runtime';
+import { type JetStreamBus, type KvStore, type Logger, SESSION_SUMMARY_TIMEOUT_MS } from '@troupe/runtime';
 import type { GatewayActions } from './actions.ts';
 import { authorize, mayTouch, type Principal } from './auth.ts';
 
@@ -55,11 +55,11 @@ export interface SessionContext {
 }
 
 export class Sessions {
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
   readonly #actions: GatewayActions;
   readonly #logger: Logger;
 
-  constructor(bus: NatsBus, actions: GatewayActions, logger: Logger) {
+  constructor(bus: JetStreamBus, actions: GatewayActions, logger: Logger) {
     this.#bus = bus;
     this.#actions = actions;
     this.#logger = logger;

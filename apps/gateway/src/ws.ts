@@ -1,6 +1,6 @@
 import { eventsAfter, followTaskEvents } from '@troupe/client';
 import { ClientMessage, parseMessage } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebSocket } from 'ws';
 import type { GatewayActions } from './actions.ts';
@@ -23,7 +23,7 @@ export class WsSession {
   readonly #socket: WebSocket;
   readonly #who: Principal;
   readonly #actions: GatewayActions;
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
   readonly #log: FastifyBaseLogger;
   readonly #quota: StreamQuota;
   readonly #following = new Map<string, AbortController>();
@@ -33,7 +33,7 @@ export class WsSession {
     socket: WebSocket,
     who: Principal,
     actions: GatewayActions,
-    bus: NatsBus,
+    bus: JetStreamBus,
     log: FastifyBaseLogger,
     quota: StreamQuota,
   ) {

@@ -91,6 +91,7 @@ export {
 } from './logging/secrets.ts';
 export * from './mcp/index.ts';
 export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';
+export { type ConnectionState, type JetStreamProbe, probeJetStream } from './telemetry/jetStreamProbe.ts';
 export { type MetricsServer, parseListen, serveMetrics, TroupeMetrics } from './telemetry/metrics.ts';
 export {
   capturesContent,

@@ -28,7 +28,7 @@ import {
 } from '@a2a-js/sdk/server';
 import { CLIENT_WAIT, PipelineRegistry } from '@troupe/client';
 import { exceedsDepth, MAX_MESSAGE_DEPTH, type PipelineRegistration } from '@troupe/protocol';
-import type { Logger, NatsBus } from '@troupe/runtime';
+import type { JetStreamBus, Logger } from '@troupe/runtime';
 import { ValueStore } from '@troupe/runtime';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { GatewayActions } from '../actions.ts';
@@ -48,7 +48,7 @@ import { decode, RestRouteMissing, restCall } from './restBinding.ts';
 import { TaskReader } from './taskReader.ts';
 
 export interface A2aRoutesOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   actions: GatewayActions;
   sessions: Sessions;
   tokens: TokenStore;

@@ -1,6 +1,6 @@
 import { bucketIfAny, workflowStoreIfAny } from '@troupe/client';
 import { BUCKETS, StoredVersionConfig } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 
 type LooseStep = { id?: unknown; kind?: unknown; answer?: unknown; branches?: unknown; do?: unknown };
 
@@ -10,9 +10,9 @@ type LooseStep = { id?: unknown; kind?: unknown; answer?: unknown; branches?: un
  * declares none, or its version cannot be read (a gateway whose NATS user may not read `versions`).
  */
 export class AnswerSchemas {
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
 
-  constructor(bus: NatsBus) {
+  constructor(bus: JetStreamBus) {
     this.#bus = bus;
   }
 

@@ -7,7 +7,7 @@ import {
   type StoredPushConfig,
   type TroupeEvent,
 } from '@troupe/protocol';
-import type { KeyValue, KvEntry, Logger, NatsBus } from '@troupe/runtime';
+import type { JetStreamBus, KeyValue, KvEntry, Logger } from '@troupe/runtime';
 import { pushConfigKey } from './pushConfigs.ts';
 import { checkPushUrl, type PushUrlPolicy } from './pushUrls.ts';
 import { TaskFold } from './taskMapping.ts';
@@ -33,7 +33,7 @@ export const DEFAULT_PUSH_RETRY: PushRetry = {
 export type PushRenderer = (fold: TaskFold, event: TroupeEvent) => StreamResponse[];
 
 export interface ConfigDeliveryOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   logger: Logger;
   store: KeyValue<StoredPushConfig>;
   urlPolicy: PushUrlPolicy;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TaskPushNotificationConfig } from '@a2a-js/sdk';
 import { BUCKETS, type PushDeliveryState, StoredPushConfig, TaskId } from '@troupe/protocol';
-import { type KeyValue, KvStore, type NatsBus, TransportError } from '@troupe/runtime';
+import { type JetStreamBus, type KeyValue, KvStore, TransportError } from '@troupe/runtime';
 import { PushError } from './pushError.ts';
 import { enqueuePushJob } from './pushJobs.ts';
 import { checkPushUrl, type PushUrlPolicy } from './pushUrls.ts';
@@ -54,13 +54,13 @@ export const pushConfigKey = (taskId: string, configId: string): string => `${ta
  * const all = await configs.list(taskId); // [{ config, pipeline, createdBy, delivery }]
  */
 export class PushConfigs {
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
   readonly #store: KeyValue<StoredPushConfig>;
   readonly #policy: PushUrlPolicy;
   readonly #newId: () => string;
   readonly #now: () => string;
 
-  constructor(bus: NatsBus, store: KeyValue<StoredPushConfig>, options: PushConfigsOptions = {}) {
+  constructor(bus: JetStreamBus, store: KeyValue<StoredPushConfig>, options: PushConfigsOptions = {}) {
     this.#bus = bus;
     this.#store = store;
     this.#policy = options.urlPolicy ?? {};
@@ -69,7 +69,7 @@ export class PushConfigs {
   }
 
   /** Opens the bucket; `unavailable` when no coordinator (of a version that has it) has made it on this server. */
-  static async open(bus: NatsBus, options: PushConfigsOptions = {}): Promise<PushConfigs> {
+  static async open(bus: JetStreamBus, options: PushConfigsOptions = {}): Promise<PushConfigs> {
     return new PushConfigs(bus, await openPushBucket(bus), options);
   }
 
@@ -229,7 +229,7 @@ export class PushConfigs {
 }
 
 /** The bucket of push configs, as a typed store; `unavailable` with what to do when it is missing. */
-export async function openPushBucket(bus: NatsBus): Promise<KvStore<typeof StoredPushConfig>> {
+export async function openPushBucket(bus: JetStreamBus): Promise<KvStore<typeof StoredPushConfig>> {
   try {
     return await KvStore.open(bus, BUCKETS.a2aPush, StoredPushConfig);
   } catch (cause) {

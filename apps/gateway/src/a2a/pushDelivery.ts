@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { errorMessage, type StoredPushConfig } from '@troupe/protocol';
-import { type KeyValue, type Logger, type NatsBus, type WorkItem, WorkQueue } from '@troupe/runtime';
+import { type JetStreamBus, type KeyValue, type Logger, type WorkItem, WorkQueue } from '@troupe/runtime';
 import {
   ConfigDelivery,
   DEFAULT_PUSH_RETRY,
@@ -31,7 +31,7 @@ export interface PushSettings {
 }
 
 export interface PushDeliveryOptions extends PushSettings {
-  bus: NatsBus;
+  bus: JetStreamBus;
   logger: Logger;
   /** How a Troupe event becomes webhook bodies: the A2A server's own mapping unless a test says otherwise. */
   render?: PushRenderer;

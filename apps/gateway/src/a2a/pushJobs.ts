@@ -1,5 +1,5 @@
 import { A2A_PUSH_QUEUE, ROOT, subjects } from '@troupe/protocol';
-import { addWork, ensureWorkQueue, type NatsBus, type WorkQueueSpec } from '@troupe/runtime';
+import { addWork, ensureWorkQueue, type JetStreamBus, type WorkQueueSpec } from '@troupe/runtime';
 import { PushError } from './pushError.ts';
 
 /**
@@ -31,7 +31,7 @@ export function pushJobOf(subject: string): { taskId: string; configId: string }
  * Makes the queue's stream and consumer, or brings the consumer's ack wait to `ackWaitMs` when one is given. Safe on
  * every start and from several gateways at once.
  */
-export async function ensurePushQueue(bus: NatsBus, ackWaitMs?: number): Promise<void> {
+export async function ensurePushQueue(bus: JetStreamBus, ackWaitMs?: number): Promise<void> {
   await ensureWorkQueue(bus, pushQueue(ackWaitMs), ackWaitMs !== undefined);
 }
 
@@ -47,7 +47,7 @@ export const pushQueue = (ackWaitMs = DEFAULT_PUSH_ACK_WAIT_MS): WorkQueueSpec =
  * Queues a config's deliveries (again, for a config that was dropped and made anew: no message id, so no duplicate
  * window swallows it). Fails with `unavailable` when the queue cannot be written.
  */
-export async function enqueuePushJob(bus: NatsBus, taskId: string, configId: string): Promise<void> {
+export async function enqueuePushJob(bus: JetStreamBus, taskId: string, configId: string): Promise<void> {
   const publish = () => addWork(bus, pushJobSubject(taskId, configId));
   try {
     await publish().catch(async () => {

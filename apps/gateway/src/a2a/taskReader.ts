@@ -1,7 +1,7 @@
 import type { StreamResponse } from '@a2a-js/sdk';
 import { followTaskEvents, readTaskEvents } from '@troupe/client';
 import type { TroupeEvent, WorkflowRecord } from '@troupe/protocol';
-import type { NatsBus, ValueStore } from '@troupe/runtime';
+import type { JetStreamBus, ValueStore } from '@troupe/runtime';
 import { AnswerSchemas } from './answerSchemas.ts';
 import { type A2aTaskRef, isTerminal, TaskFold } from './taskMapping.ts';
 
@@ -25,12 +25,12 @@ export const refOf = (record: Pick<WorkflowRecord, 'taskId' | 'metadata'>): A2aT
  * whose event the stream no longer holds — so every gateway, and this one after a restart, gives the same task.
  */
 export class TaskReader {
-  readonly #bus: NatsBus;
+  readonly #bus: JetStreamBus;
   readonly #values: ValueStore;
 
   readonly #schemas: AnswerSchemas;
 
-  constructor(bus: NatsBus, values: ValueStore) {
+  constructor(bus: JetStreamBus, values: ValueStore) {
     this.#bus = bus;
     this.#values = values;
     this.#schemas = new AnswerSchemas(bus);

@@ -8,7 +8,7 @@ import {
   startToolInput,
   type TaskView,
 } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
@@ -27,7 +27,7 @@ export { MAX_GET_WAIT_SECONDS };
 
 /** Who the long-task tools act for, and over what. */
 export interface LongTaskDeps {
-  bus: NatsBus;
+  bus: JetStreamBus;
   actions: GatewayActions;
   who: Principal;
   clientName(ctx: ServerContext): string;
@@ -146,7 +146,7 @@ function resultOf(state: McpTaskState): CallToolResult {
 
 /** Waits until the task's final event, `seconds` at most, or until the call is cancelled. */
 async function untilEnded(
-  bus: NatsBus,
+  bus: JetStreamBus,
   task: { taskId: string; pipeline: string },
   seconds: number,
   cancelled: AbortSignal,

@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { CLIENT_WAIT, OperationError, PipelineRegistry } from '@troupe/client';
 import { errorMessage, type PipelineRegistration } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
 import { roundStateCodec } from './roundState.ts';
 import type { TroupeMcpOptions } from './troupeMcpServer.ts';
@@ -12,7 +12,7 @@ import type { TroupeMcpOptions } from './troupeMcpServer.ts';
  * deployment shares; random per process without one).
  */
 export function troupeMcpOptions(
-  bus: NatsBus,
+  bus: JetStreamBus,
   actions: GatewayActions,
   secret?: Uint8Array | string,
 ): TroupeMcpOptions {

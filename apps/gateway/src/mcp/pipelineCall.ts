@@ -9,7 +9,7 @@ import {
 import { followTaskEvents } from '@troupe/client';
 import type { HumanRequest } from '@troupe/protocol';
 import { McpRoundState } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import { AnswerSchemas } from '../a2a/answerSchemas.ts';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
@@ -22,7 +22,7 @@ import { toolResultOf } from './taskResult.ts';
 
 /** What a pipeline tool's calls need from the server that serves them. */
 export interface PipelineCallContext {
-  bus: NatsBus;
+  bus: JetStreamBus;
   actions: GatewayActions;
   codec: RequestStateCodec<McpRoundState>;
   who: Principal;

@@ -1,5 +1,5 @@
 import { type StdioServerHandle, serveStdio } from '@modelcontextprotocol/server/stdio';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import { troupeMcpOptions } from './mcpOptions.ts';
@@ -13,7 +13,7 @@ import { troupeMcpServer } from './troupeMcpServer.ts';
  * and `troupe status` or `troupe_get` reads them. A call the host cancels cancels its task.
  */
 export function serveMcpStdio(
-  bus: NatsBus,
+  bus: JetStreamBus,
   who: Principal,
   onerror: (error: Error) => void,
 ): StdioServerHandle {

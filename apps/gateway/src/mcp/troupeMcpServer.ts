@@ -9,7 +9,7 @@ import {
   type ServerContext,
 } from '@modelcontextprotocol/server';
 import type { McpRoundState, PipelineRegistration } from '@troupe/protocol';
-import type { NatsBus } from '@troupe/runtime';
+import type { JetStreamBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
@@ -21,7 +21,7 @@ import { registerTaskResources } from './taskResources.ts';
 
 /** What every MCP server instance is built over, the same for HTTP (`/mcp`) and stdio (`troupe mcp`). */
 export interface TroupeMcpOptions {
-  bus: NatsBus;
+  bus: JetStreamBus;
   actions: GatewayActions;
   /** The pipelines coordinators have registered (read per instance, so a new one shows without a restart). */
   pipelines(): Promise<PipelineRegistration[]>;

@@ -1,6 +1,6 @@
 import { CLIENT_WAIT, PipelineRegistry } from '@troupe/client';
 import { errorMessage, Health, ReadyQuery, STREAMS } from '@troupe/protocol';
-import { jetstreamManagerOf, type NatsBus } from '@troupe/runtime';
+import { type JetStreamBus, probeJetStream } from '@troupe/runtime';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { GatewayServices } from '../gatewayServices.ts';
 
@@ -29,39 +29,31 @@ export const healthRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, 
   );
 };
 
-async function checkHealth(bus: NatsBus, ready: boolean): Promise<Health> {
-  const connection = bus.connection;
-  if (connection.isClosed()) return { ok: false, nats: 'closed', message: 'the NATS connection is closed' };
-  const nats = (connection as { isReconnecting?: () => boolean }).isReconnecting?.()
-    ? 'reconnecting'
-    : 'connected';
-  try {
-    const jsm = await jetstreamManagerOf(bus);
-    await jsm.getAccountInfo();
-    if (!ready) return { ok: nats === 'connected', nats, jetstream: 'ok' };
-    try {
-      await jsm.streams.info(STREAMS.events);
-      await jsm.streams.info(STREAMS.tasks);
-      return { ok: nats === 'connected', nats, jetstream: 'ok', streams: 'ok' };
-    } catch (error) {
-      return {
-        ok: false,
-        nats,
-        jetstream: 'ok',
-        streams: 'missing',
-        message: `no Troupe coordinator has made its streams on this server (${(error as Error).message})`,
-      };
-    }
-  } catch (error) {
-    return { ok: false, nats, jetstream: 'unreachable', message: (error as Error).message };
+async function checkHealth(bus: JetStreamBus, ready: boolean): Promise<Health> {
+  const probe = await probeJetStream(bus, ready ? [STREAMS.events, STREAMS.tasks] : []);
+  const nats = probe.connection;
+  if (nats === 'closed') return { ok: false, nats, message: 'the NATS connection is closed' };
+  if (probe.jetstreamError) {
+    return { ok: false, nats, jetstream: 'unreachable', message: probe.jetstreamError.message };
   }
+  if (!ready) return { ok: nats === 'connected', nats, jetstream: 'ok' };
+  if (probe.missingStream) {
+    return {
+      ok: false,
+      nats,
+      jetstream: 'ok',
+      streams: 'missing',
+      message: `no Troupe coordinator has made its streams on this server (${probe.missingStream.error.message})`,
+    };
+  }
+  return { ok: nats === 'connected', nats, jetstream: 'ok', streams: 'ok' };
 }
 
 /**
  * Ready for these pipelines: a coordinator has served each, so its consumer exists. (A task published before that is
  * kept and runs once one does; this tells a client that it will not wait for a deploy.)
  */
-async function checkPipelines(bus: NatsBus, health: Health, wanted: string[]): Promise<Health> {
+async function checkPipelines(bus: JetStreamBus, health: Health, wanted: string[]): Promise<Health> {
   try {
     const known = await (await PipelineRegistry.open(bus, CLIENT_WAIT)).names();
     const missing = wanted.filter((name) => !known.includes(name));

@@ -9,8 +9,8 @@ import {
   RetentionPolicy,
   StorageType,
 } from '@nats-io/jetstream';
+import type { JetStreamBus } from '../transport/bus.ts';
 import { jetstreamManagerOf, jetstreamOf } from '../transport/jetstreamSetup.ts';
-import type { NatsBus } from '../transport/natsBus.ts';
 
 /**
  * A queue of work items shared by several processes: a JetStream work-queue stream and one durable pull consumer
@@ -49,7 +49,11 @@ export interface WorkItem {
  * Makes the queue's stream and consumer, or brings the consumer's ack wait to `spec.ackWaitMs` when `setAckWait`.
  * Safe on every start and from several processes at once.
  */
-export async function ensureWorkQueue(bus: NatsBus, spec: WorkQueueSpec, setAckWait = false): Promise<void> {
+export async function ensureWorkQueue(
+  bus: JetStreamBus,
+  spec: WorkQueueSpec,
+  setAckWait = false,
+): Promise<void> {
   const jsm = await jetstreamManagerOf(bus);
   try {
     await jsm.streams.info(spec.stream);
@@ -94,7 +98,7 @@ export async function ensureWorkQueue(bus: NatsBus, spec: WorkQueueSpec, setAckW
 }
 
 /** Adds an item (no message id: an item added again after it was dropped is a new one). */
-export async function addWork(bus: NatsBus, subject: string): Promise<void> {
+export async function addWork(bus: JetStreamBus, subject: string): Promise<void> {
   await jetstreamOf(bus).publish(subject, new Uint8Array());
 }
 
@@ -109,7 +113,7 @@ export class WorkQueue {
   }
 
   /** Opens the queue's consumer: fails when it is not there (see {@link ensureWorkQueue}) or NATS cannot be reached. */
-  static async open(bus: NatsBus, spec: Pick<WorkQueueSpec, 'stream' | 'consumer'>): Promise<WorkQueue> {
+  static async open(bus: JetStreamBus, spec: Pick<WorkQueueSpec, 'stream' | 'consumer'>): Promise<WorkQueue> {
     return new WorkQueue(await jetstreamOf(bus).consumers.get(spec.stream, spec.consumer));
   }
 
