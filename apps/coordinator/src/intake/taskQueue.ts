@@ -44,8 +44,6 @@ export interface TaskQueueOptions {
   maxInFlight?: number;
   /** How long a delivery may go without `working()` before it is redelivered. */
   ackWaitMs?: number;
-  /** Deliveries of one message before the server gives up on it; -1 for no limit. */
-  maxDeliver?: number;
   /** How long setting up the consumer waits for NATS and JetStream through an outage before it gives up. */
   wait?: UntilReachableOptions;
   /**
@@ -124,7 +122,8 @@ export async function startTaskQueue(bus: JetStreamBus, options: TaskQueueOption
     name,
     filterSubject: subjects.task(options.pipeline),
     ackWaitMs: options.ackWaitMs ?? 30_000,
-    maxDeliver: options.maxDeliver ?? -1,
+    // The server never gives up on a task: its runner does, counting deliveries without progress (`maxDeliver`).
+    maxDeliver: -1,
     ...(options.wait === undefined ? {} : { wait: options.wait }),
   });
 
