@@ -323,6 +323,7 @@ describe('a task restored from each checkpoint of a run through every step kind'
         journaled: new Map<string, number>(),
         cutIn: undefined,
         cutOff: new Set<object>(),
+        resumedIn: 0,
       };
     }
     await within(`stopping ${name}'s cut-off coordinator`, stopFirst(true));
@@ -332,13 +333,15 @@ describe('a task restored from each checkpoint of a run through every step kind'
     const cutIn = record?.json<{ state?: string }>().state;
     // The providers the cut-off coordinator called the model through: their calls are not the resume's.
     const cutOff = new Set(modelCalls.filter((c) => ofTask(taskId, c.taskId)).map((c) => c.provider));
+    const resumed = performance.now();
     const stopSecond = await within(
       `starting ${name}'s second coordinator`,
       coordinatorAt(nats.url, name, `${name}-second`),
     );
     const final = await ended;
+    const resumedIn = performance.now() - resumed;
     await within(`stopping ${name}'s second coordinator`, stopSecond());
-    return { final, writes: proxy.writes().map(stateIn), journaled, cutIn, cutOff };
+    return { final, writes: proxy.writes().map(stateIn), journaled, cutIn, cutOff, resumedIn };
   };
 
   /** What the run of `taskId` did, counting the model calls of the coordinator that finished it. */
@@ -445,7 +448,7 @@ describe('a task restored from each checkpoint of a run through every step kind'
       states.push(
         outcome.cutIn === undefined
           ? `${k} (its ${checkpoint.state} #${checkpoint.occurrence} never came: ended uncut) ${took}`
-          : `${k} ${outcome.cutIn} ${took}`,
+          : `${k} ${outcome.cutIn} ${took} (resumed in ${(run.resumedIn / 1000).toFixed(1)}s)`,
       );
       const problems: string[] = [];
       // Cut right after that write: it is the record's last.
