@@ -18,10 +18,15 @@ import { ofKind, waiter } from './support/harness.ts';
  * The net under the coordinator's task path: one task runs a flow with every step kind — an agent step whose tool
  * has a side effect, a review that rejects once, a parallel step, a foreach step, a step that retries after a model
  * fault, a router agent's route, a human step the test answers, and a sub-pipeline — once as the reference, and then
- * once for each write the reference made to the task's record in the `workflows` bucket: cut off right after that
- * write (its connection to NATS cut between two messages, as a kill -9 would leave it), and resumed by a fresh
- * coordinator. Every run must end as the reference did, every tool call take effect exactly once, and no model call
- * whose reply was journaled be made again.
+ * once for each write the reference made to the task's record in the `workflows` bucket: cut off right after the
+ * same write (the same state, written as many times before; its connection to NATS cut between two messages, as a
+ * kill -9 would leave it), and resumed by a fresh coordinator. Every run must end as the reference did; every tool
+ * call take effect once (at most once when the cut fell between its claim and its result: it is then in doubt and
+ * not run again); no model reply journaled before the cut be asked for again; and no step the checkpoint had behind
+ * it be entered again.
+ *
+ * The coordinators run in this process (the model calls are counted on the scripted provider, by the provider that
+ * made them); the one cut off is stopped before the next starts, so nothing it still does in memory reaches NATS.
  */
 
 const SCRIPT = `
