@@ -32,7 +32,7 @@ export interface StoredBatch extends AsyncIterable<StoredMessage> {
 
 /** A durable pull consumer: each message goes to one of the processes that pull from it. */
 export interface DurableConsumer {
-  /** Pulls up to `max` messages, waiting at most `expiresMs` for them. */
+  /** Pulls up to `max` messages, waiting at most `expiresMs` (1,000 or more) for them. */
   fetch(max: number, expiresMs: number): Promise<StoredBatch>;
 }
 
