@@ -5,7 +5,7 @@ import { GatewayActions } from './actions.ts';
 import { Connections } from './connections.ts';
 import { DEFAULT_MAX_FILE_BYTES, fileRoutes } from './files/fileRoutes.ts';
 import type { GatewayOptions } from './gatewayOptions.ts';
-import { createGatewayServer } from './gatewayServer.ts';
+import { createGatewayServer, type GatewayServer } from './gatewayServer.ts';
 import { type GatewayServices, taskBodyLimit } from './gatewayServices.ts';
 import { mcpEndpoint } from './mcp/mcpEndpoint.ts';
 import { troupeMcpOptions } from './mcp/mcpOptions.ts';
@@ -69,46 +69,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     if (auth !== 'none') services.streams.endRevoked(tokens);
   });
 
-  await app.register(healthRoutes, services);
-  await app.register(taskRoutes, services);
-  await app.register(eventRoutes, services);
-  await app.register(approvalRoutes, services);
-  await app.register(sessionRoutes, services);
-  await app.register(pipelineRoutes, services);
-  await app.register(tokenRoute);
-  await app.register(webSocketRoute, services);
-  // A task's workspace files, where this host holds them.
-  await app.register(fileRoutes, {
-    actions: services.actions,
-    principal: principalOf,
-    workspaces: options.workspaces,
-    maxFileBytes: options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES,
-    maxFileSizeFlag: options.flags?.maxFileSize ?? '--max-file-size',
-  });
-  // MCP over streamable HTTP (docs/interop.md): pipelines as tools, with the same tokens.
-  await app.register(mcpEndpoint, {
-    mcp: troupeMcpOptions(bus, services.actions, options.idSecret),
-    tokens,
-    auth,
-    logger,
-    bodyLimit: taskBodyLimit(taskLimits),
-    quota: services.quota,
-  });
-  // A2A v1.0 (docs/interop.md): every pipeline an A2A agent, with the same tokens and stream caps.
-  await app.register(a2aRoutes, {
-    bus,
-    actions: services.actions,
-    sessions: services.sessions,
-    tokens,
-    auth,
-    logger,
-    publicUrl: options.publicUrl,
-    idSecret: options.idSecret,
-    push: options.a2aPush === false ? false : { ...options.a2aPush },
-    streams: { quota: services.quota, open: services.streams },
-  });
-  await app.register(dashboardRoute, { dir: options.dashboardDir ?? defaultDashboardDir() });
-  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  await registerRoutes(app, services, options);
 
   // Counted from the first connection on, so a stop knows what each socket owes.
   const connections = new Connections(app.server);
@@ -142,6 +103,56 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
       }
     },
   };
+}
+
+/** Every route family, each a Fastify plugin of its own; the protocol adapters (MCP, A2A) share the same services. */
+async function registerRoutes(
+  app: GatewayServer,
+  services: GatewayServices,
+  options: GatewayOptions,
+): Promise<void> {
+  const { bus, logger, tokens } = options;
+  const auth = options.auth ?? 'tokens';
+  await app.register(healthRoutes, services);
+  await app.register(taskRoutes, services);
+  await app.register(eventRoutes, services);
+  await app.register(approvalRoutes, services);
+  await app.register(sessionRoutes, services);
+  await app.register(pipelineRoutes, services);
+  await app.register(tokenRoute);
+  await app.register(webSocketRoute, services);
+  // A task's workspace files, where this host holds them.
+  await app.register(fileRoutes, {
+    actions: services.actions,
+    principal: principalOf,
+    workspaces: options.workspaces,
+    maxFileBytes: options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES,
+    maxFileSizeFlag: options.flags?.maxFileSize ?? '--max-file-size',
+  });
+  // MCP over streamable HTTP (docs/interop.md): pipelines as tools, with the same tokens.
+  await app.register(mcpEndpoint, {
+    mcp: troupeMcpOptions(bus, services.actions, options.idSecret),
+    tokens,
+    auth,
+    logger,
+    bodyLimit: taskBodyLimit(services.taskLimits),
+    quota: services.quota,
+  });
+  // A2A v1.0 (docs/interop.md): every pipeline an A2A agent, with the same tokens and stream caps.
+  await app.register(a2aRoutes, {
+    bus,
+    actions: services.actions,
+    sessions: services.sessions,
+    tokens,
+    auth,
+    logger,
+    publicUrl: options.publicUrl,
+    idSecret: options.idSecret,
+    push: options.a2aPush === false ? false : { ...options.a2aPush },
+    streams: { quota: services.quota, open: services.streams },
+  });
+  await app.register(dashboardRoute, { dir: options.dashboardDir ?? defaultDashboardDir() });
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 }
 
 /** What the route families share: built once, from the options. */
