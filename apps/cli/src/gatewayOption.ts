@@ -11,7 +11,7 @@ import {
 export type { Gateway };
 
 import { DEFAULT_TASK_LIMITS, errorMessage, MAX_TASK_DEPTH, type TaskLimits } from '@troupe/protocol';
-import { type Logger, type NatsBus, parseListen } from '@troupe/runtime';
+import { type JetStreamBus, type Logger, parseListen } from '@troupe/runtime';
 import { resolveHome } from './home.ts';
 import { CliError } from './server.ts';
 
@@ -137,7 +137,7 @@ const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1']);
 
 /** Starts the gateway on `bus`; a bad option, an unreadable tokens file or a taken port stops the command. */
 export async function serveGateway(
-  bus: NatsBus,
+  bus: JetStreamBus,
   options: GatewayServeOptions,
   logger: Logger,
 ): Promise<Gateway> {

@@ -1,12 +1,13 @@
 import { readServerRecord } from '@troupe/coordinator';
 import { isTaskId } from '@troupe/protocol';
 import {
+  connectBus,
   createLogger,
+  type JetStreamBus,
   type Logger,
   type NatsAccess,
   NatsAccessError,
   type NatsAccessSources,
-  NatsBus,
   readNatsAccess,
   type UntilReachableOptions,
 } from '@troupe/runtime';
@@ -57,7 +58,7 @@ export async function resolveServer(options: ServerOptions): Promise<string> {
 }
 
 /** A quiet bus for CLI commands: only warnings and worse are logged, to stderr. */
-export async function connectCli(options: ServerOptions, name: string): Promise<NatsBus> {
+export async function connectCli(options: ServerOptions, name: string): Promise<JetStreamBus> {
   const servers = await resolveServer(options);
   const logger: Logger = createLogger({
     level: process.env.TROUPE_LOG_LEVEL ?? 'warn',
@@ -66,7 +67,7 @@ export async function connectCli(options: ServerOptions, name: string): Promise<
   });
   const access = await natsAccessOf(options);
   try {
-    return await NatsBus.connect({
+    return await connectBus({
       servers,
       name,
       logger,

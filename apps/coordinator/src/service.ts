@@ -1,11 +1,12 @@
 import { resolve } from 'node:path';
 import {
+  connectBus,
   DEFAULT_OUTAGE_MS,
   type EmbeddedNats,
   ensureOrAwaitTroupeStreams,
+  type JetStreamBus,
   type Logger,
   type NatsAccess,
-  NatsBus,
   registerSecretsFromEnv,
   startNatsServer,
   type TroupeMetrics,
@@ -70,7 +71,7 @@ export interface Service {
   embedded: EmbeddedNats | undefined;
   pipelines: readonly LoadedPipeline[];
   coordinator: Coordinator;
-  bus: NatsBus;
+  bus: JetStreamBus;
   /**
    * Hands the running tasks back to NATS, drains the connection and stops the embedded server, all within
    * `timeoutMs` (default {@link DEFAULT_STOP_TIMEOUT_MS}) whatever NATS is doing: what cannot be handed back in
@@ -101,7 +102,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
   // One embedded server per home: a second `troupe up` there fails here, before it starts anything.
   const claim = options.natsUrl === undefined ? await claimHome(home) : undefined;
   let embedded: EmbeddedNats | undefined;
-  let bus: NatsBus | undefined;
+  let bus: JetStreamBus | undefined;
   try {
     embedded =
       options.natsUrl === undefined
@@ -109,7 +110,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
         : undefined;
     if (embedded) await claim?.started(embedded.pid);
     const url = options.natsUrl ?? embedded?.url ?? '';
-    bus = await NatsBus.connect({
+    bus = await connectBus({
       servers: url,
       name: 'troupe-coordinator',
       ...(options.natsAccess && !embedded ? { access: options.natsAccess } : {}),
@@ -259,7 +260,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const why = `no agent named ${names} in ${files}; ${options.files.length === 1 ? 'it has' : 'they have'}: ${known.join(', ')}`;
     throw new ConfigError(files, [{ path: '', message: why }], { headline: why });
   }
-  const bus = await NatsBus.connect({
+  const bus = await connectBus({
     waitForServerMs: DEFAULT_OUTAGE_MS,
     servers: options.natsUrl,
     name: 'troupe-worker',

@@ -2,7 +2,7 @@ import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { hashToken, newToken, Scope, TokenEntry, TokensFile } from '@troupe/gateway';
 import { errorMessage, formatIssues } from '@troupe/protocol';
 import type { NatsAccessSources } from '@troupe/runtime';
-import { createLogger, NatsBus, withTimeout } from '@troupe/runtime';
+import { connectBus, createLogger, type JetStreamBus, withTimeout } from '@troupe/runtime';
 import { parse as parseYaml, stringify } from 'yaml';
 import { type GatewayServeOptions, serveGateway, UP_GATEWAY_FLAGS } from '../gatewayOption.ts';
 
@@ -28,9 +28,9 @@ export async function gateway(options: GatewayCommandOptions): Promise<number> {
   logUnhandledRejections(logger);
   const natsUrl = await resolveServer(options);
   const access = await natsAccessOf(options);
-  let bus: NatsBus;
+  let bus: JetStreamBus;
   try {
-    bus = await NatsBus.connect({
+    bus = await connectBus({
       servers: natsUrl,
       name: 'troupe-gateway',
       logger,

@@ -49,7 +49,7 @@ export {
   type NatsAccessSources,
   readNatsAccess,
 } from './natsAccess.ts';
-export { type BusOptions, type MessageMeta, NatsBus } from './natsBus.ts';
+export { type BusOptions, connectBus, type MessageMeta, NatsBus } from './natsBus.ts';
 export { createNkeyUser, type NkeyUser } from './nkeyUser.ts';
 export { publishToStream, type StreamPublishOptions } from './publishToStream.ts';
 export { type ReplyErrorCode, TransportError, type TransportErrorCode } from './transportError.ts';

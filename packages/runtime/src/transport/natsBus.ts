@@ -78,6 +78,14 @@ export interface BusOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * Connects to NATS (see {@link NatsBus.connect}) and hands back the connection as the interface apps hold: they take
+ * a {@link JetStreamBus} (or a plain `Bus`), never the class.
+ */
+export function connectBus(opts: BusOptions): Promise<JetStreamBus> {
+  return NatsBus.connect(opts);
+}
+
 /** Marks a subscription that takes raw text (see {@link NatsBus.subscribeText}). */
 const TEXT = z.string();
 
