@@ -17,23 +17,17 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
-import { type RunFacts, reportActivity, runFactsOf } from '../task/runContext.ts';
+import { reportActivity } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
 import { TaskSignals } from '../task/taskSignals.ts';
 import { compileFlow } from './compileFlow.ts';
 import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
-import { createStepRunner, type StepRunnerOptions } from './stepRunner.ts';
+import { createStepCallLogic } from './stepCall.ts';
+import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
 import { TaskMigrations } from './taskMigrations.ts';
-import type {
-  HumanRunInput,
-  HumanRunOutput,
-  PipelineRunInput,
-  PipelineRunOutput,
-  StepRunInput,
-  StepRunOutput,
-} from './workflowTypes.ts';
+import type { HumanRunInput, HumanRunOutput, PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
 export interface PipelineRunnerOptions {
   bus: Bus;
@@ -292,12 +286,8 @@ function stepActors(
     (_taskId: string, activity: Parameters<typeof reportActivity>[1]) =>
       reportActivity(system, activity);
   return {
-    runStep: fromPromise<StepRunOutput, StepRunInput>(({ input, signal, system }) =>
-      createStepRunner({ ...stepOptions, onActivity: reporter(system) })(
-        stepOfRun(input, runFactsOf(system)),
-        signal,
-      ),
-    ),
+    // Built once: each agent step's call is the workflow's child, reading its run's facts from the task's tree.
+    runStep: createStepCallLogic(stepCallServices(stepOptions)),
     askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal, system }) => {
       if (!people)
         throw new Error('this coordinator was started without a way to ask people (no `people` option)');
@@ -314,23 +304,6 @@ function stepActors(
         () => stopping() || migrations().moving(input.task.parent.taskId),
       );
     }),
-  };
-}
-
-/**
- * A step as its task's run in this process sends it: `fresh` on its first delivery, traced as a child of the run,
- * naming the version the task runs on.
- */
-function stepOfRun(input: StepRunInput, facts: RunFacts | undefined): StepRunInput {
-  if (!facts) return { ...input, firstDelivery: false };
-  return {
-    ...input,
-    firstDelivery: facts.firstDelivery,
-    request: {
-      ...input.request,
-      traceparent: facts.traceparent,
-      ...(facts.version === undefined ? {} : { version: facts.version }),
-    },
   };
 }
 
