@@ -7,7 +7,7 @@ import { workflowOutput } from './compile/workflowOutput.ts';
 import { FINAL_IDS, type StepActors, type WorkflowStates, workflowSetup } from './compile/workflowSetup.ts';
 import { type Children, itemsOf } from './steps/foreachItem.ts';
 
-// pipelineRunner.ts and workflowRun.ts (being rewritten in their own lane) import these from here.
+// task/workflowChild.ts imports these from here; their home is steps/foreachItem.ts.
 export { hearEndedItems, unfitItem } from './steps/foreachItem.ts';
 export type { StepActors };
 
