@@ -29,6 +29,8 @@ export interface ClaimedTask {
   lease: Lease;
   /** The hash of the pipeline version the task runs on; absent for a task from before versions were kept. */
   version?: string;
+  /** Why the task is cancelled as soon as it runs: a sub-task whose parent task ended while it waited. */
+  orphaned?: string;
 }
 
 /** How a claim went. */
@@ -122,6 +124,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     await markHandedBack(services, taskId, lease);
     return { next: 'handBack' };
   }
+  const orphaned = parent ? await parentEnded(services, parent.taskId) : undefined;
   const claimed: ClaimedTask = {
     delivery,
     firstDelivery: existing === undefined && delivery.deliveryCount === 1,
@@ -131,6 +134,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     snapshot: existing?.value.snapshot,
     lease,
     ...(version === undefined ? {} : { version }),
+    ...(orphaned === undefined ? {} : { orphaned }),
   };
   if (typeof flow === 'string')
     return { next: 'fail', claimed, message: `task ${taskId} cannot resume: ${flow}` };
@@ -158,6 +162,15 @@ function deadlineOf(
   if (timeout === undefined) return {};
   const accepted = createdAt === undefined ? clock.now() : Date.parse(createdAt);
   return { deadline: accepted + timeout * 1_000 };
+}
+
+/** How a sub-task's parent task ended, when it has (undefined while it runs, or when its record cannot be read). */
+async function parentEnded(
+  { store }: Pick<ClaimServices, 'store'>,
+  parent: string,
+): Promise<string | undefined> {
+  const record = (await store.get(parent).catch(() => undefined))?.value;
+  return record && record.status !== 'running' ? `its parent task ${parent} ${record.status}` : undefined;
 }
 
 /** A new task's `task.accepted`. */

@@ -5,8 +5,8 @@ import {
   type TroupeEvent,
   type WorkflowRecord,
 } from '@troupe/protocol';
-import { every, isOutage, startWorkflowSpan, type TraceSpan, traceparentOf } from '@troupe/runtime';
-import { assign, enqueueActions, fromCallback, fromPromise, raise, sendTo, setup, stateIn } from 'xstate';
+import { isOutage, startWorkflowSpan, type TraceSpan, traceparentOf } from '@troupe/runtime';
+import { assign, cancel, enqueueActions, fromPromise, raise, sendTo, setup, stateIn } from 'xstate';
 import { type Claim, type ClaimedTask, claim } from '../intake/claim.ts';
 import { type Conclusion, conclude } from '../intake/conclude.ts';
 import { type GiveUp, giveUp } from '../intake/giveUp.ts';
@@ -74,7 +74,8 @@ interface TakenSnapshot {
 }
 
 interface TaskContext extends TaskActorInput {
-  triaged?: TriagedTask;
+  /** Until claimed: the claim has what the workflow needs of it. */
+  triaged?: TriagedTask | undefined;
   claimed?: ClaimedTask;
   /** Why a claimed task cannot run: it fails, saying so. */
   unrunnable?: string;
@@ -95,7 +96,9 @@ type TaskEvent =
   /** A write found another coordinator's lease on the record. */
   | { type: 'lease.lost' }
   /** A checkpoint could not be made or stored: the task fails. */
-  | { type: 'checkpoint.poisoned'; error: unknown };
+  | { type: 'checkpoint.poisoned'; error: unknown }
+  /** Time to tell the server again that the task's message is being worked on. */
+  | { type: 'keepAlive' };
 
 /** What a stage's result needs of the context; one mistake here is a bug of ours, so it says so. */
 function need<T>(value: T | undefined, what: string): T {
@@ -150,17 +153,6 @@ export function createTaskMachine(services: TaskServices) {
       workflow: workflowChildLogic,
       signals: taskSignalsLogic,
       runContext: runContextLogic,
-      keepAlive: fromCallback<{ type: 'keepAlive' }, TaskDelivery>(({ input }) =>
-        every(clock, services.keepAliveMs, () => input.working()),
-      ),
-      orphaned: fromPromise<string | undefined, ClaimedTask>(async ({ input }) => {
-        const parent = input.input.parent;
-        if (!parent) return undefined;
-        const record = (await services.store.get(parent.taskId))?.value;
-        return record && record.status !== 'running'
-          ? `its parent task ${parent.taskId} ${record.status}`
-          : undefined;
-      }),
       write: fromPromise<
         FencedWrite,
         { taskId: string; token: string; revision: number; record: WorkflowRecord }
@@ -187,6 +179,8 @@ export function createTaskMachine(services: TaskServices) {
       hasWrites: ({ context }) => (context.hold?.writes.length ?? 0) > 0,
     },
     actions: {
+      /** The message's next keep-alive, on the runner's clock: a third of the ack wait from now. */
+      keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
       /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */
       hold: assign(({ context }) => {
         const claimed = need(context.claimed, 'claimed task');
@@ -375,7 +369,9 @@ export function createTaskMachine(services: TaskServices) {
               guard: ({ event }) => event.output.next === 'run',
               target: 'running',
               actions: assign(({ event }) =>
-                event.output.next === 'run' ? { claimed: event.output.claimed, flow: event.output.flow } : {},
+                event.output.next === 'run'
+                  ? { claimed: event.output.claimed, flow: event.output.flow, triaged: undefined }
+                  : {},
               ),
             },
             {
@@ -414,8 +410,8 @@ export function createTaskMachine(services: TaskServices) {
         },
       },
       running: {
-        entry: 'hold',
-        exit: 'closeHold',
+        entry: ['hold', 'keepAliveLater'],
+        exit: [cancel('keepAlive'), 'closeHold'],
         invoke: [
           {
             src: 'signals',
@@ -429,7 +425,6 @@ export function createTaskMachine(services: TaskServices) {
               };
             },
           },
-          { src: 'keepAlive', input: ({ context }) => context.delivery },
           {
             src: 'runContext',
             systemId: RUN_CONTEXT_ID,
@@ -438,6 +433,7 @@ export function createTaskMachine(services: TaskServices) {
         ],
         on: {
           activity: { actions: { type: 'noteActivity', params: ({ event }) => event.activity } },
+          keepAlive: { actions: [({ context }) => context.delivery.working(), 'keepAliveLater'] },
         },
         initial: 'live',
         states: {
@@ -449,6 +445,12 @@ export function createTaskMachine(services: TaskServices) {
                 initial: 'working',
                 states: {
                   working: {
+                    // A sub-task whose parent ended while it waited to run here ends too (unless this process stops).
+                    entry: enqueueActions(({ context, enqueue }) => {
+                      const reason = context.hold?.claimed.orphaned;
+                      if (reason !== undefined && !services.stopping())
+                        enqueue.sendTo('workflow', { type: 'cancel', reason });
+                    }),
                     invoke: [
                       {
                         id: 'workflow',
@@ -484,19 +486,6 @@ export function createTaskMachine(services: TaskServices) {
                         onError: {
                           target: 'ended',
                           actions: { type: 'crashed', params: ({ event }) => ({ error: event.error }) },
-                        },
-                      },
-                      {
-                        src: 'orphaned',
-                        input: ({ context }) => need(context.hold, 'hold').claimed,
-                        onDone: {
-                          // A sub-task whose parent ended while it waited to run here ends too.
-                          guard: ({ event, context }) =>
-                            event.output !== undefined && context.hold?.ending === undefined,
-                          actions: sendTo('workflow', ({ event }) => ({
-                            type: 'cancel' as const,
-                            ...(event.output === undefined ? {} : { reason: event.output }),
-                          })),
                         },
                       },
                     ],

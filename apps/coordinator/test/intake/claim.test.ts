@@ -97,4 +97,22 @@ describe('claiming a task', () => {
       message: expect.stringMatching(/^task task-1 cannot resume: .*bbbbbbbbbbbb/),
     });
   });
+
+  it('says a sub-task whose parent has ended is to be cancelled as soon as it runs', async () => {
+    const { services, store } = intakeServices();
+    await claim(services, triagedTask({ id: 'parent-1', goal: 'the parent' }));
+    const entry = await store.get('parent-1');
+    if (!entry) throw new Error('no record');
+    await store.update(
+      'parent-1',
+      { ...entry.value, status: 'cancelled', state: 'cancelled' },
+      entry.revision,
+    );
+    const parent = { taskId: 'parent-1', pipeline: 'unit', step: 'sub', depth: 1 };
+    const result = await claim(services, triagedTask({ id: 'child-1', goal: 'the child', parent }));
+    expect(result).toMatchObject({
+      next: 'run',
+      claimed: { orphaned: 'its parent task parent-1 cancelled' },
+    });
+  });
 });
