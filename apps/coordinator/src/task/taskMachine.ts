@@ -1,110 +1,18 @@
-import {
-  emptyUsage,
-  errorMessage,
-  type StepActivity,
-  type TroupeEvent,
-  type WorkflowRecord,
-} from '@troupe/protocol';
-import { isOutage, startWorkflowSpan, type TraceSpan, traceparentOf } from '@troupe/runtime';
-import { assign, cancel, enqueueActions, fromPromise, raise, sendTo, setup, stateIn } from 'xstate';
-import { type Claim, type ClaimedTask, claim } from '../intake/claim.ts';
-import { type Conclusion, conclude } from '../intake/conclude.ts';
-import { type GiveUp, giveUp } from '../intake/giveUp.ts';
-import { HAND_BACK_DELAY_MS, type TaskDelivery } from '../intake/taskQueue.ts';
-import { type Triage, type TriagedTask, triage } from '../intake/triage.ts';
-import { activeSteps } from '../workflow/compileFlow.ts';
-import type { FlowVersion } from '../workflow/flowVersions.ts';
+import { errorMessage, type TroupeEvent } from '@troupe/protocol';
+import { isOutage } from '@troupe/runtime';
+import { assign, cancel, enqueueActions, raise, sendTo, stateIn } from 'xstate';
+import type { GiveUp } from '../intake/giveUp.ts';
+import { HAND_BACK_DELAY_MS } from '../intake/taskQueue.ts';
+import type { Triage, TriagedTask } from '../intake/triage.ts';
 import { endedTask, type WorkflowEmitted, type WorkflowOutput } from '../workflow/workflowTypes.ts';
-import { type Checkpoint, checkpointOf } from './checkpoint.ts';
-import { RUN_CONTEXT_ID, type RunContextEvent, type RunFacts, runContextLogic } from './runContext.ts';
-import { type FencedWrite, fencedWrite, recordFailure, sameActivity } from './taskRecord.ts';
-import { publishSafely, type TaskServices } from './taskServices.ts';
-import { type MigrateAnswer, type TaskSignal, taskSignalsLogic } from './taskSignals.ts';
-import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
-import {
-  type AfterWorkflow,
-  crashMessage,
-  endWorkflowSpan,
-  RELEASES,
-  recordWorkflowEnding,
-  type WorkflowEnding,
-} from './workflowEnding.ts';
+import { RUN_CONTEXT_ID } from './runContext.ts';
+import type { TaskServices } from './taskServices.ts';
+import { type Hold, need, publishEmitted, type TaskContext, taskSetup } from './taskSetup.ts';
+import type { MigrateAnswer } from './taskSignals.ts';
+import { workflowChildLogic } from './workflowChild.ts';
+import { type AfterWorkflow, RELEASES } from './workflowEnding.ts';
 
-export interface TaskActorInput {
-  delivery: TaskDelivery;
-}
-
-/** A record write waiting its turn, and what its failure means: a lost checkpoint, or only a lost activity note. */
-interface PendingWrite {
-  record: WorkflowRecord;
-  of: 'checkpoint' | 'activity';
-}
-
-/**
- * This delivery's hold on the task while its workflow runs here: the lease and the record revision it last wrote,
- * the progress mark, the writes waiting their turn (in the workflow's order), and how the workflow's time here ends.
- */
-interface Hold {
-  claimed: ClaimedTask;
-  flow: FlowVersion;
-  facts: RunFacts;
-  span: TraceSpan;
-  revision: number;
-  progress: number;
-  /** The first checkpoint rewrites the one the task resumed from; each later one records a transition. */
-  firstCheckpoint: boolean;
-  writes: PendingWrite[];
-  /** The record as this delivery last wrote it, or is about to. */
-  latest?: WorkflowRecord;
-  final?: TroupeEvent;
-  finalWritten: boolean;
-  /** Another coordinator took the task over: nothing more is written. */
-  lost: boolean;
-  ending?: WorkflowEnding;
-  /** The workflow's totals as last seen, for an ending it did not record itself. */
-  totals: { usage: WorkflowRecord['usage']; round: number };
-  /** Told whether the version a migration let the workflow go for was recorded. */
-  migrated?: (recorded: boolean) => void;
-}
-
-/** A snapshot of the workflow, and its persisted form (what a checkpoint stores). */
-interface TakenSnapshot {
-  snapshot: WorkflowSnapshot;
-  persisted: unknown;
-}
-
-interface TaskContext extends TaskActorInput {
-  /** Until claimed: the claim has what the workflow needs of it. */
-  triaged?: TriagedTask | undefined;
-  claimed?: ClaimedTask;
-  /** Why a claimed task cannot run: it fails, saying so. */
-  unrunnable?: string;
-  flow?: FlowVersion;
-  hold?: Hold;
-  final?: TroupeEvent;
-  settle: 'ack' | 'term';
-  /** A stage failed (a fault of the code, or NATS lost for good): the message is left to a redelivery. */
-  error?: unknown;
-}
-
-/** How a task actor ended, for its handler: with an error when a stage failed. */
-export type TaskActorOutput = { error?: unknown };
-
-type TaskEvent =
-  | TaskSignal
-  | RunContextEvent
-  /** A write found another coordinator's lease on the record. */
-  | { type: 'lease.lost' }
-  /** A checkpoint could not be made or stored: the task fails. */
-  | { type: 'checkpoint.poisoned'; error: unknown }
-  /** Time to tell the server again that the task's message is being worked on. */
-  | { type: 'keepAlive' };
-
-/** What a stage's result needs of the context; one mistake here is a bug of ours, so it says so. */
-function need<T>(value: T | undefined, what: string): T {
-  if (value === undefined) throw new Error(`task actor: no ${what} at this stage (a bug in taskMachine.ts)`);
-  return value;
-}
+export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
 
 /**
  * One delivery of a task message, from its arrival to how the message is settled, as an actor tree: the task actor
@@ -124,187 +32,8 @@ function need<T>(value: T | undefined, what: string): T {
  * The message is settled only in the final states, each doing one thing. Built once per pipeline runner.
  */
 export function createTaskMachine(services: TaskServices) {
-  const { clock, logger, pipeline } = services;
-
-  return setup({
-    types: {
-      context: {} as TaskContext,
-      input: {} as TaskActorInput,
-      events: {} as TaskEvent,
-      output: {} as TaskActorOutput,
-    },
-    actors: {
-      triage: fromPromise<Triage, TaskDelivery>(({ input }) => triage(services, input)),
-      claim: fromPromise<Claim, TriagedTask>(({ input }) => claim(services, input)),
-      giveUp: fromPromise<GiveUp, TriagedTask>(({ input }) => giveUp(services, input)),
-      fail: fromPromise<AfterWorkflow, { claimed: ClaimedTask; message: string }>(async ({ input }) => {
-        const { claimed, message } = input;
-        logger.error({ taskId: claimed.input.taskId }, message);
-        const durationMs = Math.max(0, clock.now() - Date.parse(claimed.createdAt));
-        const usage = emptyUsage();
-        const final = services.finalEvents.failed(claimed.scope, 'unresumable', message, usage, durationMs);
-        const progress = claimed.lease.delivery.progress;
-        const recorded = await recordFailure(services, claimed, claimed.lease, progress, final, {
-          usage,
-          round: 1,
-        });
-        return recorded ? { next: 'conclude', final } : { next: 'leave' };
-      }),
-      workflow: workflowChildLogic,
-      signals: taskSignalsLogic,
-      runContext: runContextLogic,
-      write: fromPromise<
-        FencedWrite,
-        { taskId: string; token: string; revision: number; record: WorkflowRecord }
-      >(({ input }) => fencedWrite(services, input.taskId, input, input.record)),
-      recordEnding: fromPromise<AfterWorkflow, Hold>(({ input }) =>
-        recordWorkflowEnding(services, {
-          claimed: input.claimed,
-          ending: need(input.ending, 'ending'),
-          lease: { token: input.claimed.lease.token, revision: input.revision },
-          progress: input.progress,
-          lost: input.lost,
-          finalWritten: input.finalWritten,
-          final: input.final,
-          totals: input.totals,
-          ...(input.migrated ? { migrated: input.migrated } : {}),
-        }),
-      ),
-      conclude: fromPromise<Conclusion, { delivery: TaskDelivery; final: TroupeEvent }>(({ input }) =>
-        conclude(services, input),
-      ),
-    },
-    guards: {
-      noEnding: ({ context }) => context.hold?.ending === undefined,
-      hasWrites: ({ context }) => (context.hold?.writes.length ?? 0) > 0,
-    },
-    actions: {
-      /** The message's next keep-alive, on the runner's clock: a third of the ack wait from now. */
-      keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
-      /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */
-      hold: assign(({ context }) => {
-        const claimed = need(context.claimed, 'claimed task');
-        const { input, scope, delivery } = claimed;
-        const span = startWorkflowSpan(pipeline, scope.traceparent, claimed.firstDelivery, {
-          'troupe.task.id': input.taskId,
-          'troupe.pipeline': pipeline,
-          'troupe.delivery': delivery.deliveryCount,
-        });
-        const hold: Hold = {
-          claimed,
-          flow: need(context.flow, 'flow'),
-          facts: {
-            taskId: input.taskId,
-            firstDelivery: claimed.firstDelivery,
-            traceparent: traceparentOf(span, scope.traceparent),
-            ...(claimed.version === undefined ? {} : { version: claimed.version }),
-          },
-          span,
-          revision: claimed.lease.revision,
-          progress: claimed.lease.delivery.progress,
-          firstCheckpoint: true,
-          writes: [],
-          finalWritten: false,
-          lost: false,
-          totals: { usage: emptyUsage(), round: 1 },
-        };
-        return { hold };
-      }),
-      /** Lets go of the task: its span ends with how the workflow's time here ended. */
-      closeHold: ({ context }) => {
-        const hold = need(context.hold, 'hold');
-        // A migration whose workflow ended otherwise (taken over meanwhile) moved nothing.
-        hold.migrated?.(false);
-        endWorkflowSpan(hold.span, hold.ending);
-      },
-      /** Queues the record of the workflow's snapshot, fenced by the lease; parks or unparks the task. */
-      checkpoint: enqueueActions(({ context, enqueue, self }, taken: TakenSnapshot | 'last') => {
-        const hold = need(context.hold, 'hold');
-        const workflow = self.getSnapshot().children.workflow;
-        // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read from it.
-        const { snapshot, persisted } =
-          taken === 'last'
-            ? {
-                snapshot: need(workflow, 'workflow').getSnapshot(),
-                persisted: need(workflow, 'workflow').getPersistedSnapshot(),
-              }
-            : taken;
-        // Let go by an ending from outside (shutdown, takeover, …): the last checkpoint stands, for the next run.
-        if (snapshot.status === 'done' && !endedTask(snapshot.output)) return;
-        if (hold.lost) return;
-        const progress = hold.firstCheckpoint ? hold.progress : hold.progress + 1;
-        let made: Checkpoint;
-        try {
-          made = checkpointOf(
-            services,
-            hold.claimed,
-            hold.flow,
-            { snapshot, persisted },
-            {
-              progress,
-              latest: hold.latest,
-              final: hold.final,
-            },
-          );
-        } catch (error) {
-          // A snapshot that cannot be made fails this task (logged as it ends); it never reaches the process.
-          enqueue.raise({ type: 'checkpoint.poisoned', error });
-          return;
-        }
-        enqueue(() => hold.claimed.delivery.park(made.parked));
-        if (hold.firstCheckpoint && hold.claimed.snapshot !== undefined && !services.stopping())
-          enqueue(() => announceResumed(hold, snapshot));
-        enqueue.assign({
-          hold: {
-            ...hold,
-            progress,
-            firstCheckpoint: false,
-            latest: made.record,
-            ...(made.final ? { final: made.final } : {}),
-            totals: { usage: snapshot.context.usage, round: snapshot.context.round },
-            writes: [...hold.writes, { record: made.record, of: 'checkpoint' }],
-          },
-        });
-      }),
-      /** Settles how the workflow's time here ends (the first ending wins), and sends the workflow `release`. */
-      letGo: enqueueActions(({ context, enqueue }, ending: Exclude<WorkflowEnding, { kind: 'done' }>) => {
-        const hold = need(context.hold, 'hold');
-        if (hold.ending !== undefined) return;
-        enqueue.assign({ hold: { ...hold, ending } });
-        // By id: the workflow may have been invoked in this very step, not yet in the actor's last snapshot.
-        enqueue.sendTo('workflow', { type: 'release', why: RELEASES[ending.kind] });
-      }),
-      /** What the current step is doing: parks the task while it waits on a person or a model, and records it. */
-      noteActivity: assign(({ context }, activity: StepActivity) => {
-        const hold = need(context.hold, 'hold');
-        // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
-        hold.claimed.delivery.park(activity.kind === 'person' || activity.kind === 'model');
-        const latest = hold.latest;
-        // The checkpoint that entered the step already says its agent works on it: the first heartbeat adds nothing.
-        if (hold.lost || latest?.status !== 'running' || sameActivity(latest.activity, activity)) return {};
-        const record: WorkflowRecord = {
-          ...latest,
-          activity,
-          updatedAt: new Date(clock.now()).toISOString(),
-        };
-        return {
-          hold: { ...hold, latest: record, writes: [...hold.writes, { record, of: 'activity' as const }] },
-        };
-      }),
-      /** The workflow crashed (threw outside a step): the task fails, saying so. */
-      crashed: assign(({ context }, { error }: { error: unknown }) => {
-        const hold = need(context.hold, 'hold');
-        if (hold.ending !== undefined) return {};
-        const ending: WorkflowEnding = {
-          kind: 'crashed',
-          reason: 'internal',
-          message: crashMessage(error),
-          error,
-        };
-        return { hold: { ...hold, ending } };
-      }),
-    },
-  }).createMachine({
+  const { logger } = services;
+  return taskSetup(services).createMachine({
     id: 'task',
     context: ({ input }) => ({ ...input, settle: 'ack' }),
     initial: 'triaging',
@@ -461,7 +190,8 @@ export function createTaskMachine(services: TaskServices) {
                             machine: flow.machine,
                             input: claimed.input,
                             ...(claimed.snapshot === undefined ? {} : { saved: claimed.snapshot }),
-                            onEmitted: (emitted: WorkflowEmitted) => publishEmitted(claimed, emitted),
+                            onEmitted: (emitted: WorkflowEmitted) =>
+                              publishEmitted(services, claimed, emitted),
                           };
                         },
                         onSnapshot: {
@@ -687,34 +417,6 @@ export function createTaskMachine(services: TaskServices) {
     },
     output: ({ context }) => (context.error === undefined ? {} : { error: context.error }),
   });
-
-  /** Publishes what the workflow emits, in the task's scope. */
-  function publishEmitted(claimed: ClaimedTask, emitted: WorkflowEmitted): void {
-    const route = {
-      ...(emitted.from === undefined ? {} : { from: emitted.from }),
-      ...(emitted.to === undefined ? {} : { to: emitted.to }),
-    };
-    publishSafely(services, claimed.input.taskId, () =>
-      services.events.make(emitted.kind, claimed.scope, emitted.data as never, route),
-    );
-  }
-
-  /** `task.resumed`, when a task's workflow is restored from its checkpoint. */
-  function announceResumed(hold: Hold, restored: WorkflowSnapshot): void {
-    const { claimed } = hold;
-    publishSafely(services, claimed.input.taskId, () =>
-      services.events.make(
-        'task.resumed',
-        claimed.scope,
-        {
-          state: activeSteps(restored.value).join('+'),
-          round: restored.context.round,
-          deliveries: claimed.delivery.deliveryCount,
-        },
-        { from: 'workflow', to: pipeline },
-      ),
-    );
-  }
 }
 
 /** The workflow ended the task (or was let go, which an ending from outside already says). */
