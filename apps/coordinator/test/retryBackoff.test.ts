@@ -38,6 +38,49 @@ describe('a retried step', () => {
     expect(output).toMatchObject({ status: 'completed', output: 'closed' });
   });
 
+  it('restored from a checkpoint taken while it waits, waits its backoff again on the clock it is given, then retries', async () => {
+    const first = new SimulatedClock();
+    let waiting: unknown;
+    let cancel = () => {};
+    const cut = run(
+      flow,
+      { builder: () => failedReply('broke'), closer: () => text('closed') },
+      {
+        clock: first,
+        onCheckpoint: (snapshot) => {
+          if ((snapshot as { value: unknown }).value === 'retry:build') waiting = snapshot;
+        },
+        onStart: (actor) => {
+          cancel = () => actor.send({ type: 'cancel' });
+        },
+      },
+    );
+    await vi.waitFor(() => expect(waiting).toBeDefined());
+    cancel();
+    await cut;
+
+    const clock = new SimulatedClock();
+    const builds: string[] = [];
+    const resumed = run(
+      flow,
+      {
+        builder: (request) => {
+          builds.push(request.stepId);
+          return text('built');
+        },
+        closer: () => text('closed'),
+      },
+      { clock, snapshot: waiting },
+    );
+    await vi.waitFor(() => expect(clock.pending()).toEqual([2_000]));
+    clock.advance(1_999);
+    expect(builds).toEqual([]);
+    clock.advance(1);
+    const { output } = await resumed;
+    expect(builds).toEqual(['task-1.build.1-r1']);
+    expect(output).toMatchObject({ status: 'completed', output: 'closed' });
+  });
+
   it('clears its backoff timer when the task is cancelled while it waits', async () => {
     const clock = new SimulatedClock();
     let cancel = () => {};
