@@ -25,6 +25,7 @@ export async function removeServerRecord(home: string, pid: number): Promise<voi
 /** Another `troupe up` holds this home: its pid, and its server's URL when it has recorded one. */
 export class HomeBusyError extends Error {
   override readonly name = 'HomeBusyError';
+  readonly code = 'home_busy';
   readonly pid: number;
   readonly url: string | undefined;
 

@@ -119,7 +119,9 @@ describe('claimHome', () => {
     });
     try {
       await writeFile(join(home, 'up.lock'), `${JSON.stringify({ pid: holder.pid })}\n`);
-      await expect(claimHome(home)).rejects.toBeInstanceOf(HomeBusyError);
+      const busy = await claimHome(home).catch((error: unknown) => error);
+      expect(busy).toBeInstanceOf(HomeBusyError);
+      expect(busy).toMatchObject({ code: 'home_busy', pid: holder.pid });
     } finally {
       holder.kill('SIGKILL');
     }
