@@ -1,11 +1,12 @@
 import {
+  A2A_ERROR_CODE,
   A2AError,
   RequestMalformedError,
   restStatusFor,
   toJsonRpcError,
   toRestErrorBody,
 } from '@a2a-js/sdk/errors';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AuthRefusal } from '../auth.ts';
 import { ServiceUnavailable, TransportRefusal, unavailableOf } from './a2aErrors.ts';
 import { internalError } from './guardedHandler.ts';
@@ -121,4 +122,23 @@ function logRefusal(request: FastifyRequest, refusal: TransportRefusal) {
     { method: request.method, route: request.routeOptions.url, reason: refusal.message },
     `refused ${request.method} ${request.routeOptions.url}: ${refusal.message}`,
   );
+}
+
+/** What Fastify refuses before a handler runs (a body over its limit) is answered in the binding's own form. */
+export function answerFastifyRefusals(app: FastifyInstance): void {
+  app.setErrorHandler((thrown, request, reply) => {
+    const error = thrown as { statusCode?: unknown; message?: string };
+    const status = typeof error.statusCode === 'number' && error.statusCode >= 400 ? error.statusCode : 500;
+    if (status >= 500)
+      request.log.error({ err: error, route: request.routeOptions.url }, 'A2A request failed');
+    const message = status >= 500 ? `internal error (request ${request.id})` : (error.message ?? 'refused');
+    if (request.routeOptions.url?.endsWith('/jsonrpc')) {
+      return reply
+        .code(status)
+        .send({ jsonrpc: '2.0', id: null, error: { code: A2A_ERROR_CODE.INVALID_REQUEST, message } });
+    }
+    return reply.code(status).send({
+      error: { code: status, status: status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT', message, details: [] },
+    });
+  });
 }
