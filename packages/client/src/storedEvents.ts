@@ -1,6 +1,11 @@
-import { JetStreamApiCodes } from '@nats-io/jetstream';
 import { FINAL_EVENT_KINDS, parseEvent, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
-import { type JetStreamBus, jetstreamManagerOf, jetstreamOf, TransportError } from '@troupe/runtime/bus';
+import {
+  isStreamMissing,
+  type JetStreamBus,
+  jetstreamManagerOf,
+  jetstreamOf,
+  TransportError,
+} from '@troupe/runtime/bus';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
 export interface SequencedEvent {
@@ -96,9 +101,7 @@ async function lastSequence(bus: JetStreamBus): Promise<number> {
 }
 
 function streamMissing(cause: unknown): unknown {
-  if (
-    (cause as { api_error?: { err_code?: number } }).api_error?.err_code === JetStreamApiCodes.StreamNotFound
-  ) {
+  if (isStreamMissing(cause)) {
     return new TransportError(
       'stream_missing',
       `the stream ${STREAMS.events} does not exist on this NATS server`,

@@ -36,6 +36,7 @@ export {
 export {
   ensureOrAwaitTroupeStreams,
   ensureTroupeStreams,
+  isStreamMissing,
   jetstreamManagerOf,
   jetstreamOf,
   kvOf,

@@ -330,6 +330,11 @@ function setupFailed(what: string, error: unknown): TransportError {
   });
 }
 
+/** Whether a failure is JetStream saying that the stream asked for does not exist. */
+export function isStreamMissing(error: unknown): boolean {
+  return isApiError(error, JetStreamApiCodes.StreamNotFound);
+}
+
 /** Whether a failure is the JetStream API's answer with this code (`JetStreamApiCodes`). */
 export function isApiError(error: unknown, code: number): boolean {
   return error instanceof JetStreamApiError && error.code === code;
