@@ -4,6 +4,7 @@ import { type AuthInfo, createMcpHandler, isInitializeRequest } from '@modelcont
 import type { Logger } from '@troupe/runtime';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { AuthRefusal, type Principal, type TokenStore } from '../auth.ts';
+import { ANONYMOUS } from '../requestAuth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { type LegacySessionLimits, LegacySessions } from './legacySessions.ts';
 import { withoutRepeats } from './repeatedWarnings.ts';
@@ -22,8 +23,6 @@ export interface McpEndpointOptions {
   /** How many 2025-11-25 sessions a token may hold, and how long one may sit idle. */
   sessions?: LegacySessionLimits;
 }
-
-const ANONYMOUS: Principal = { name: 'anonymous', scopes: ['admin'] };
 
 /**
  * `/mcp`: Troupe as an MCP server over streamable HTTP, with the gateway's bearer tokens (a token sees and calls
