@@ -30,6 +30,7 @@ export {
 } from './failure.ts';
 export * from './gateway/index.ts';
 export { checkTaskInput } from './inputSchema.ts';
+export { JournalEntry, ToolResultRecord } from './journalEntry.ts';
 export { ConversationSummary, ModelReply, TokenUsage } from './modelReply.ts';
 export { isName, isTaskId, NAME_PATTERN, Name, TASK_ID_PATTERN, TaskId } from './names.ts';
 export {
