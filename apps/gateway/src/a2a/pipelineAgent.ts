@@ -19,34 +19,22 @@ import {
   type TaskPushNotificationConfig,
   TaskState,
 } from '@a2a-js/sdk';
-import {
-  PushNotificationNotSupportedError,
-  RequestMalformedError,
-  TaskNotCancelableError,
-  TaskNotFoundError,
-  UnsupportedOperationError,
-} from '@a2a-js/sdk/errors';
+import { RequestMalformedError, TaskNotCancelableError, UnsupportedOperationError } from '@a2a-js/sdk/errors';
 import type { A2ARequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
 import { CLIENT_WAIT, OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
-import { isTaskId, SessionId, type WorkflowRecord } from '@troupe/protocol';
+import { SessionId, type WorkflowRecord } from '@troupe/protocol';
 import type { GatewayActions } from '../actions.ts';
 import { authorize, mayTouch, type Principal } from '../auth.ts';
 import type { Sessions } from '../sessions.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import type { TaskIds } from '../taskIds.ts';
 import { decisionOf } from './inputAnswer.ts';
+import { openPushConfigs, PushConfigCalls, pushCall } from './pushConfigCalls.ts';
 import type { PushConfigs } from './pushConfigs.ts';
-import { PushError } from './pushError.ts';
 import { taskInputOf } from './taskInput.ts';
 import { pageOfTasks, pageSizeOf } from './taskList.ts';
-import {
-  type A2aTaskRef,
-  agentMessage,
-  isTerminal,
-  rejectedTask,
-  TaskFold,
-  textPart,
-} from './taskMapping.ts';
+import { TaskLookup } from './taskLookup.ts';
+import { type A2aTaskRef, isTerminal, rejectedTask, TaskFold } from './taskMapping.ts';
 import { refOf, type TaskReader } from './taskReader.ts';
 
 /** What every A2A request is served with: Troupe's own layer over NATS, nothing kept in this process. */
@@ -103,10 +91,14 @@ type Begun =
 export class PipelineAgent implements A2ARequestHandler {
   readonly #services: A2aServices;
   readonly #caller: A2aCaller;
+  readonly #lookup: TaskLookup;
+  readonly #push: PushConfigCalls;
 
   constructor(services: A2aServices, caller: A2aCaller) {
     this.#services = services;
     this.#caller = caller;
+    this.#lookup = new TaskLookup(services, caller);
+    this.#push = new PushConfigCalls(services, caller, this.#lookup);
   }
 
   async getAgentCard(): Promise<AgentCard> {
@@ -166,7 +158,7 @@ export class PipelineAgent implements A2ARequestHandler {
     context: ServerCallContext,
   ): AsyncGenerator<StreamResponse, void, undefined> {
     const { reader } = this.#services;
-    const found = await this.#recordOrTurn(params.id, params.tenant);
+    const found = await this.#lookup.recordOrTurn(params.id, params.tenant);
     const snapshot =
       'record' in found ? await reader.snapshot(found.record) : { fold: found.fold, seen: new Set<string>() };
     if ('record' in found && isTerminal(snapshot.fold.state)) {
@@ -186,9 +178,9 @@ export class PipelineAgent implements A2ARequestHandler {
     const historyLength = historyLengthOf(params.historyLength);
     let record: WorkflowRecord;
     try {
-      record = await this.#record(params.id, params.tenant);
+      record = await this.#lookup.record(params.id, params.tenant);
     } catch (error) {
-      const waiting = await this.#submittedTurn(params.id, params.tenant);
+      const waiting = await this.#lookup.submittedTurn(params.id, params.tenant);
       if (!waiting) throw error;
       return waiting.task({ historyLength });
     }
@@ -197,7 +189,7 @@ export class PipelineAgent implements A2ARequestHandler {
 
   async listTasks(params: ListTasksRequest, _context: ServerCallContext): Promise<ListTasksResponse> {
     const { who } = this.#caller;
-    const pipeline = this.#pipelineOf(params.tenant);
+    const pipeline = this.#lookup.pipelineOf(params.tenant);
     authorize(who, 'read', pipeline);
     const historyLength = historyLengthOf(params.historyLength) ?? 0;
     if (!(params.status in STATE_NAMES) || params.status === TaskState.UNRECOGNIZED) {
@@ -232,7 +224,7 @@ export class PipelineAgent implements A2ARequestHandler {
   }
 
   async cancelTask(params: CancelTaskRequest, _context: ServerCallContext): Promise<Task> {
-    const record = await this.#record(params.id, params.tenant);
+    const record = await this.#lookup.record(params.id, params.tenant);
     if (record.status === 'cancelled') return (await this.#services.reader.snapshot(record)).fold.task();
     if (record.status !== 'running') {
       throw new TaskNotCancelableError(
@@ -244,7 +236,7 @@ export class PipelineAgent implements A2ARequestHandler {
     } catch (error) {
       // It ended while the cancel was on its way: cancelled by someone else is still cancelled.
       if (!OperationError.is(error, 'conflict')) throw error;
-      const now = await this.#record(params.id, params.tenant);
+      const now = await this.#lookup.record(params.id, params.tenant);
       if (now.status === 'cancelled') return (await this.#services.reader.snapshot(now)).fold.task();
       throw new TaskNotCancelableError(`task ${params.id} has already ${now.status}: it cannot be cancelled`);
     }
@@ -263,90 +255,32 @@ export class PipelineAgent implements A2ARequestHandler {
     return snapshot.fold.task();
   }
 
-  async createTaskPushNotificationConfig(
+  createTaskPushNotificationConfig(
     params: TaskPushNotificationConfig,
     _context: ServerCallContext,
   ): Promise<TaskPushNotificationConfig> {
-    const task = await this.#pushTarget(params.taskId, params.tenant);
-    authorize(this.#caller.who, 'submit', task.pipeline);
-    const configs = await this.#pushConfigs();
-    return pushCall(() => configs.create(task, params, this.#caller.who.name));
+    return this.#push.create(params);
   }
 
-  async getTaskPushNotificationConfig(
+  getTaskPushNotificationConfig(
     params: GetTaskPushNotificationConfigRequest,
     _context: ServerCallContext,
   ): Promise<TaskPushNotificationConfig> {
-    const task = await this.#pushTarget(params.taskId, params.tenant);
-    const entry = await pushCall(async () => (await this.#pushConfigs()).get(task.taskId, params.id));
-    if (!entry || entry.pipeline !== task.pipeline) {
-      throw new TaskNotFoundError(`task ${params.taskId} has no push notification config ${params.id}`);
-    }
-    return withoutSecrets(entry.config);
+    return this.#push.get(params);
   }
 
-  async listTaskPushNotificationConfigs(
+  listTaskPushNotificationConfigs(
     params: ListTaskPushNotificationConfigsRequest,
     _context: ServerCallContext,
   ): Promise<ListTaskPushNotificationConfigsResponse> {
-    const task = await this.#pushTarget(params.taskId, params.tenant);
-    const entries = await pushCall(async () => (await this.#pushConfigs()).list(task.taskId));
-    // A task has at most a few configs: they come in one page.
-    return {
-      configs: entries.filter((e) => e.pipeline === task.pipeline).map((e) => withoutSecrets(e.config)),
-      nextPageToken: '',
-    };
+    return this.#push.list(params);
   }
 
-  async deleteTaskPushNotificationConfig(
+  deleteTaskPushNotificationConfig(
     params: DeleteTaskPushNotificationConfigRequest,
     _context: ServerCallContext,
   ): Promise<void> {
-    const task = await this.#pushTarget(params.taskId, params.tenant);
-    authorize(this.#caller.who, 'submit', task.pipeline);
-    await pushCall(async () => (await this.#pushConfigs()).delete(task.taskId, params.id));
-  }
-
-  /**
-   * The task a push config is for: from its record, or — submitted a moment ago (`returnImmediately`) and not yet
-   * taken by a coordinator — from its turn in its session, so a client may give its webhook right after sending.
-   */
-  async #pushTarget(
-    taskId: string,
-    tenant: string,
-  ): Promise<{ taskId: string; pipeline: string; contextId: string }> {
-    const recorded = async () => {
-      const record = await this.#record(taskId, tenant);
-      return { taskId: record.taskId, pipeline: record.pipeline, contextId: refOf(record).contextId };
-    };
-    try {
-      return await recorded();
-    } catch {
-      const waiting = await this.#submittedTurn(taskId, tenant);
-      // Not waiting any more: a coordinator may have taken it between the two looks.
-      if (!waiting) return recorded();
-      const { session } = await this.#services.sessions.read(this.#caller.who, waiting.ref.contextId);
-      return { taskId, pipeline: session.pipeline, contextId: session.id };
-    }
-  }
-
-  /**
-   * A task's record; or, for one sent a moment ago (`returnImmediately`) that no coordinator has taken yet, its
-   * SUBMITTED form and its pipeline, so a client may subscribe to it right after sending.
-   */
-  async #recordOrTurn(
-    taskId: string,
-    tenant: string,
-  ): Promise<{ record: WorkflowRecord } | { fold: TaskFold; pipeline: string }> {
-    try {
-      return { record: await this.#record(taskId, tenant) };
-    } catch {
-      const waiting = await this.#submittedTurn(taskId, tenant);
-      // Not waiting any more: a coordinator may have taken it between the two looks.
-      if (!waiting) return { record: await this.#record(taskId, tenant) };
-      const { session } = await this.#services.sessions.read(this.#caller.who, waiting.ref.contextId);
-      return { fold: waiting, pipeline: session.pipeline };
-    }
+    return this.#push.delete(params);
   }
 
   /**
@@ -356,7 +290,7 @@ export class PipelineAgent implements A2ARequestHandler {
   async #pushConfigOf(params: SendMessageRequest, begun: Exclude<Begun, { rejected: Task }>): Promise<void> {
     const given = params.configuration?.taskPushNotificationConfig;
     if (!given) return;
-    const configs = await this.#pushConfigs();
+    const configs = await openPushConfigs(this.#services);
     await pushCall(() =>
       configs.create(
         { taskId: begun.ref.taskId, pipeline: begun.pipeline, contextId: begun.ref.contextId },
@@ -379,14 +313,14 @@ export class PipelineAgent implements A2ARequestHandler {
     const push = params.configuration?.taskPushNotificationConfig;
     if (push) {
       // A config that would be refused is refused before the task starts, not after.
-      const configs = await this.#pushConfigs();
+      const configs = await openPushConfigs(this.#services);
       if (push.taskId && push.taskId !== message.taskId) {
         throw new RequestMalformedError('configuration.taskPushNotificationConfig.taskId: leave it empty');
       }
       await pushCall(async () => configs.check(push));
     }
     if (message.taskId) return this.#answer(message, params.tenant);
-    const pipeline = this.#pipelineOf(params.tenant);
+    const pipeline = this.#lookup.pipelineOf(params.tenant);
     if (pipeline === undefined) {
       throw new RequestMalformedError(
         'this endpoint serves every pipeline: name one in the request’s tenant, or use the pipeline’s own card',
@@ -462,7 +396,7 @@ export class PipelineAgent implements A2ARequestHandler {
 
   /** The client's answer to what its task asks, decided as the token's holder (who needs the approve scope). */
   async #answer(message: Message, tenant: string): Promise<Begun> {
-    const record = await this.#record(message.taskId, tenant);
+    const record = await this.#lookup.record(message.taskId, tenant);
     const ref = refOf(record);
     if (message.contextId && message.contextId !== ref.contextId) {
       throw new RequestMalformedError(
@@ -560,62 +494,6 @@ export class PipelineAgent implements A2ARequestHandler {
       .catch(() => undefined);
     return record ? (await this.#services.reader.snapshot(record)).fold : this.#submitted(begun);
   }
-
-  /**
-   * A task a session's turn has submitted that no coordinator has taken up yet: it has no record, but it exists —
-   * SUBMITTED. Undefined for any other id.
-   */
-  async #submittedTurn(taskId: string, tenant: string): Promise<TaskFold | undefined> {
-    const sessionId = /^(.+)-\d+-[A-Za-z0-9_-]{6}$/.exec(taskId)?.[1];
-    if (!sessionId) return undefined;
-    try {
-      const { session, tasks } = await this.#services.sessions.read(this.#caller.who, sessionId);
-      const pipeline = this.#pipelineOf(tenant);
-      const at = session.turns.findIndex((t) => t.taskId === taskId);
-      const turn = session.turns[at];
-      if (!turn || tasks[at] || (pipeline !== undefined && session.pipeline !== pipeline)) return undefined;
-      const ref = { taskId, contextId: session.id };
-      // The goal is the client's message.
-      return new TaskFold(
-        ref,
-        turn.at,
-        agentMessage(ref, `${taskId}.goal`, [textPart(turn.goal)], Role.ROLE_USER),
-      );
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** A task's record, when the caller may read it at this endpoint; TaskNotFound for any other. */
-  async #record(taskId: string, tenant: string): Promise<WorkflowRecord> {
-    if (!taskId) throw new RequestMalformedError('id: a task id is needed');
-    // An id no task could have (a KV key would refuse it) names no task.
-    if (!isTaskId(taskId))
-      throw new TaskNotFoundError(`no task ${JSON.stringify(taskId)} is known: not a task id`);
-    const pipeline = this.#pipelineOf(tenant);
-    const record = await this.#services.actions.readable(this.#caller.who, taskId);
-    if (pipeline !== undefined && record.pipeline !== pipeline) {
-      throw new TaskNotFoundError(`no task ${taskId} is known on this server`);
-    }
-    return record;
-  }
-
-  /** The pipeline a request is for: the endpoint's, or the one its `tenant` names at the gateway's endpoint. */
-  #pipelineOf(tenant: string): string | undefined {
-    const fixed = this.#caller.pipeline;
-    if (tenant && fixed !== undefined && tenant !== fixed) {
-      throw new RequestMalformedError(`tenant: this endpoint serves pipeline ${fixed}, not ${tenant}`);
-    }
-    const pipeline = fixed ?? (tenant || undefined);
-    if (pipeline !== undefined) authorize(this.#caller.who, 'read', pipeline);
-    return pipeline;
-  }
-
-  async #pushConfigs(): Promise<PushConfigs> {
-    const open = this.#services.pushConfigs;
-    if (!open) throw new PushNotificationNotSupportedError('this gateway does not send push notifications');
-    return pushCall(open);
-  }
 }
 
 /** Every task state by number: what a ListTasks filter may name. */
@@ -638,31 +516,4 @@ function historyLengthOf(asked: number | undefined): number | undefined {
 function signalOf(context: ServerCallContext): AbortSignal {
   const signal = context.state.get(SIGNAL_KEY);
   return signal instanceof AbortSignal ? signal : new AbortController().signal;
-}
-
-/** Runs a push-config operation; what the caller must fix is an invalid request. */
-async function pushCall<T>(run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (error) {
-    if (PushError.is(error, 'invalid_config') || PushError.is(error, 'url_refused')) {
-      throw new RequestMalformedError({ message: error.message, cause: error });
-    }
-    if (PushError.is(error, 'unavailable')) {
-      throw new OperationError('unavailable', error.message, { cause: error });
-    }
-    throw error;
-  }
-}
-
-/**
- * A push config as Get and List show it: its webhook's token and credentials withheld. They are kept only to send
- * with each webhook; any token that may read the task may read its configs, and must not learn another's secrets.
- */
-function withoutSecrets(config: TaskPushNotificationConfig): TaskPushNotificationConfig {
-  return {
-    ...config,
-    token: '',
-    ...(config.authentication ? { authentication: { ...config.authentication, credentials: '' } } : {}),
-  };
 }
