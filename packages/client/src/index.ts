@@ -9,7 +9,6 @@ export {
 } from './humanRequests.ts';
 export { OperationError, type OperationErrorCode } from './operationError.ts';
 export { PipelineRegistry } from './pipelineRegistry.ts';
-export { type SubTaskReader, subTaskReader, withSubTasks } from './subTaskTraces.ts';
 export {
   eventsAfter,
   type FollowOptions,
@@ -18,6 +17,7 @@ export {
   followTaskEvents,
   type SequencedEvent,
 } from './storedEvents.ts';
+export { type SubTaskReader, subTaskReader, withSubTasks } from './subTaskTraces.ts';
 export {
   cancelTask,
   migrateTask,

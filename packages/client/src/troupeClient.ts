@@ -32,8 +32,8 @@ import {
 } from './humanRequests.ts';
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
-import { subTaskReader, withSubTasks } from './subTaskTraces.ts';
 import { eventsAfter, followTaskEnding, followTaskEvents, type SequencedEvent } from './storedEvents.ts';
+import { subTaskReader, withSubTasks } from './subTaskTraces.ts';
 import {
   cancelTask,
   noSuchTaskId,
