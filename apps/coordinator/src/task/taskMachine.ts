@@ -1,16 +1,13 @@
-import { errorMessage, type TroupeEvent } from '@troupe/protocol';
-import { isOutage } from '@troupe/runtime';
-import { assign, cancel, enqueueActions, raise, sendTo, stateIn } from 'xstate';
+import type { TroupeEvent } from '@troupe/protocol';
+import { assign, cancel } from 'xstate';
 import type { GiveUp } from '../intake/giveUp.ts';
 import { HAND_BACK_DELAY_MS } from '../intake/taskQueue.ts';
 import type { Triage, TriagedTask } from '../intake/triage.ts';
-import { endedTask, type WorkflowEmitted, type WorkflowOutput } from '../workflow/workflowTypes.ts';
 import { RUN_CONTEXT_ID } from './runContext.ts';
 import type { TaskServices } from './taskServices.ts';
-import { type Hold, need, publishEmitted, type TaskContext, taskSetup } from './taskSetup.ts';
-import type { MigrateAnswer } from './taskSignals.ts';
-import { workflowChildLogic } from './workflowChild.ts';
-import { type AfterWorkflow, RELEASES } from './workflowEnding.ts';
+import { need, taskSetup } from './taskSetup.ts';
+import type { AfterWorkflow } from './workflowEnding.ts';
+import { checkpointsRegion, workflowRegion } from './workflowRegions.ts';
 
 export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
 
@@ -32,8 +29,8 @@ export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
  * The message is settled only in the final states, each doing one thing. Built once per pipeline runner.
  */
 export function createTaskMachine(services: TaskServices) {
-  const { logger } = services;
-  return taskSetup(services).createMachine({
+  const parts = taskSetup(services);
+  return parts.createMachine({
     id: 'task',
     context: ({ input }) => ({ ...input, settle: 'ack' }),
     initial: 'triaging',
@@ -170,208 +167,8 @@ export function createTaskMachine(services: TaskServices) {
             type: 'parallel',
             onDone: 'recording',
             states: {
-              workflow: {
-                initial: 'working',
-                states: {
-                  working: {
-                    // A sub-task whose parent ended while it waited to run here ends too (unless this process stops).
-                    entry: enqueueActions(({ context, enqueue }) => {
-                      const reason = context.hold?.claimed.orphaned;
-                      if (reason !== undefined && !services.stopping())
-                        enqueue.sendTo('workflow', { type: 'cancel', reason });
-                    }),
-                    invoke: [
-                      {
-                        id: 'workflow',
-                        src: 'workflow',
-                        input: ({ context }) => {
-                          const { claimed, flow } = need(context.hold, 'hold');
-                          return {
-                            machine: flow.machine,
-                            input: claimed.input,
-                            ...(claimed.snapshot === undefined ? {} : { saved: claimed.snapshot }),
-                            onEmitted: (emitted: WorkflowEmitted) =>
-                              publishEmitted(services, claimed, emitted),
-                          };
-                        },
-                        onSnapshot: {
-                          actions: {
-                            type: 'checkpoint',
-                            params: ({ event }) => ({
-                              snapshot: event.snapshot,
-                              persisted: workflowChildLogic.getPersistedSnapshot(event.snapshot),
-                            }),
-                          },
-                        },
-                        // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read here.
-                        onDone: {
-                          target: 'ended',
-                          actions: [
-                            { type: 'checkpoint', params: 'last' },
-                            assign(({ context, event }) =>
-                              doneEnding(need(context.hold, 'hold'), event.output),
-                            ),
-                          ],
-                        },
-                        onError: {
-                          target: 'ended',
-                          actions: { type: 'crashed', params: ({ event }) => ({ error: event.error }) },
-                        },
-                      },
-                    ],
-                    // The stop began after the claim, before this actor listened for it: let go at once.
-                    always: {
-                      guard: ({ context }) => services.stopping() && context.hold?.ending === undefined,
-                      actions: { type: 'letGo', params: { kind: 'stopped' } },
-                    },
-                    on: {
-                      cancel: {
-                        guard: 'noEnding',
-                        actions: [
-                          sendTo('workflow', ({ event }) => ({
-                            type: 'cancel' as const,
-                            ...(event.reason ? { reason: event.reason } : {}),
-                          })),
-                          ({ event }) => event.answer(true),
-                        ],
-                      },
-                      parentEnded: {
-                        guard: 'noEnding',
-                        actions: [
-                          sendTo('workflow', ({ event }) => ({
-                            type: 'cancel' as const,
-                            reason: event.reason,
-                          })),
-                          ({ context, event }) => {
-                            const taskId = context.claimed?.input.taskId;
-                            logger.info({ taskId }, `task ${taskId} cancelled: ${event.reason}`);
-                          },
-                        ],
-                      },
-                      migrate: {
-                        guard: 'noEnding',
-                        actions: enqueueActions(({ context, event, enqueue, self }) => {
-                          const hold = need(context.hold, 'hold');
-                          const workflow = need(self.getSnapshot().children.workflow, 'workflow');
-                          // Checked and let go in one turn: no step reply can move the workflow in between.
-                          const why =
-                            workflow.getSnapshot().status === 'active'
-                              ? event.problem(workflow.getPersistedSnapshot(), hold.claimed.input)
-                              : `task ${hold.claimed.input.taskId} is ending already`;
-                          if (why !== undefined) {
-                            enqueue(() => event.answer(why));
-                            return;
-                          }
-                          let migrated: (recorded: boolean) => void = () => {};
-                          const recorded = new Promise<boolean>((resolve) => {
-                            migrated = resolve;
-                          });
-                          const answer: MigrateAnswer = { recorded };
-                          enqueue.assign({
-                            hold: { ...hold, migrated, ending: { kind: 'migrated', version: event.version } },
-                          });
-                          enqueue.sendTo(workflow, { type: 'release', why: RELEASES.migrated });
-                          enqueue(() => event.answer(answer));
-                        }),
-                      },
-                      stop: { guard: 'noEnding', actions: { type: 'letGo', params: { kind: 'stopped' } } },
-                      'lease.lost': {
-                        guard: 'noEnding',
-                        actions: { type: 'letGo', params: { kind: 'takenOver' } },
-                      },
-                      'checkpoint.poisoned': {
-                        guard: 'noEnding',
-                        actions: {
-                          type: 'letGo',
-                          params: ({ event, context }) => ({
-                            kind: 'crashed',
-                            reason: 'checkpoint_failed',
-                            message: `cannot checkpoint task ${context.claimed?.input.taskId}: ${errorMessage(event.error)}`,
-                            error: event.error,
-                          }),
-                        },
-                      },
-                    },
-                  },
-                  ended: { type: 'final' },
-                },
-              },
-              checkpoints: {
-                initial: 'idle',
-                states: {
-                  idle: {
-                    always: [
-                      { guard: 'hasWrites', target: 'writing' },
-                      { guard: stateIn('#task.running.live.workflow.ended'), target: 'written' },
-                    ],
-                  },
-                  writing: {
-                    invoke: {
-                      src: 'write',
-                      input: ({ context }) => {
-                        const hold = need(context.hold, 'hold');
-                        const next = need(hold.writes[0], 'write');
-                        return {
-                          taskId: hold.claimed.input.taskId,
-                          token: hold.claimed.lease.token,
-                          revision: hold.revision,
-                          record: next.record,
-                        };
-                      },
-                      onDone: [
-                        {
-                          guard: ({ event }) => event.output.written,
-                          target: 'idle',
-                          actions: assign(({ context, event }) => {
-                            const hold = need(context.hold, 'hold');
-                            const [done, ...rest] = hold.writes;
-                            return {
-                              hold: {
-                                ...hold,
-                                revision: event.output.written ? event.output.revision : hold.revision,
-                                finalWritten: hold.finalWritten || done?.record.final !== undefined,
-                                writes: rest,
-                              },
-                            };
-                          }),
-                        },
-                        {
-                          target: 'idle',
-                          actions: [
-                            assign(({ context }) => ({
-                              hold: { ...need(context.hold, 'hold'), lost: true, writes: [] },
-                            })),
-                            raise({ type: 'lease.lost' }),
-                          ],
-                        },
-                      ],
-                      onError: {
-                        target: 'idle',
-                        actions: enqueueActions(({ context, event, enqueue }) => {
-                          const hold = need(context.hold, 'hold');
-                          const taskId = hold.claimed.input.taskId;
-                          const [failed, ...rest] = hold.writes;
-                          enqueue.assign({ hold: { ...hold, writes: rest } });
-                          if (failed?.of === 'activity')
-                            enqueue(() =>
-                              logger.warn(
-                                { err: event.error, taskId },
-                                'cannot record what the step is doing',
-                              ),
-                            );
-                          // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
-                          else if (isOutage(event.error))
-                            enqueue(() =>
-                              logger.error({ err: event.error, taskId }, 'cannot checkpoint workflow'),
-                            );
-                          else enqueue.raise({ type: 'checkpoint.poisoned', error: event.error });
-                        }),
-                      },
-                    },
-                  },
-                  written: { type: 'final' },
-                },
-              },
+              workflow: workflowRegion(parts, services),
+              checkpoints: checkpointsRegion(parts, services),
             },
           },
           /** The workflow's time here has ended and its checkpoints are written: its ending is recorded. */
@@ -417,12 +214,6 @@ export function createTaskMachine(services: TaskServices) {
     },
     output: ({ context }) => (context.error === undefined ? {} : { error: context.error }),
   });
-}
-
-/** The workflow ended the task (or was let go, which an ending from outside already says). */
-function doneEnding(hold: Hold, output: WorkflowOutput): Partial<TaskContext> {
-  if (hold.ending !== undefined || !endedTask(output)) return {};
-  return { hold: { ...hold, ending: { kind: 'done', output } } };
 }
 
 function triagedOf(triaged: Triage): TriagedTask | undefined {
