@@ -96,7 +96,8 @@ export type TaskEvent =
 
 /** What a stage's result needs of the context; one mistake here is a bug of ours, so it says so. */
 export function need<T>(value: T | undefined, what: string): T {
-  if (value === undefined) throw new Error(`task actor: no ${what} at this stage (a bug in the task actor, task/taskMachine.ts)`);
+  if (value === undefined)
+    throw new Error(`task actor: no ${what} at this stage (a bug in the task actor, task/taskMachine.ts)`);
   return value;
 }
 
