@@ -248,6 +248,25 @@ describe('the step call as a child of its task', () => {
     expect((error as Error).message).toContain('agent writer did not finish within the step timeout (5 s)');
   });
 
+  it("waits at most until the task's deadline and its grace, and asks the agent to stop by then", async () => {
+    const { clock, bus, pass, worker, beatEvery } = setUp();
+    const { received } = worker((delivery) => beatEvery(delivery));
+    const logic = createStepCallLogic({ bus, clock, heartbeatMs: HEARTBEAT_MS, waitForWorkersMs: 30_000 });
+    const facts: RunFacts = { taskId: 'task-1', firstDelivery: false, traceparent: '00-run-span-01' };
+    const budgeted = { ...request, budget: { deadline: clock.now() + 10_000, sources: {} } };
+    const task = createActor(taskOf(logic), {
+      clock,
+      input: { facts, step: { request: budgeted, timeoutMs: 60_000 } },
+    }).start();
+    await pass(0);
+    // The deadline plus 5 s for the agent's own account of running out, not the step's 60 s.
+    expect(received[0]?.timeoutMs).toBe(15_000);
+    await pass(16_900);
+    expect(outcomeOf(task)).toBeUndefined();
+    await pass(200);
+    expect(TransportError.is(failureOf(task), 'step_timeout')).toBe(true);
+  });
+
   it('is stopped with the state that invoked it: the request in flight stops listening and no reconnect sends it', async () => {
     const { bus, start, pass, worker, heartbeat } = setUp();
     const { received, deliveries } = worker((delivery) => heartbeat(delivery));
