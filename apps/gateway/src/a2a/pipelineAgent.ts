@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import {
   type AgentCard,
   type CancelTaskRequest,
@@ -10,8 +9,6 @@ import {
   type ListTaskPushNotificationConfigsResponse,
   type ListTasksRequest,
   type ListTasksResponse,
-  type Message,
-  Role,
   type SendMessageRequest,
   type StreamResponse,
   type SubscribeToTaskRequest,
@@ -21,21 +18,20 @@ import {
 } from '@a2a-js/sdk';
 import { RequestMalformedError, TaskNotCancelableError, UnsupportedOperationError } from '@a2a-js/sdk/errors';
 import type { A2ARequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
-import { CLIENT_WAIT, OperationError, openWorkflowStore, PipelineRegistry, readValues } from '@troupe/client';
-import { SessionId, type WorkflowRecord } from '@troupe/protocol';
+import { OperationError, openWorkflowStore, readValues } from '@troupe/client';
+import type { WorkflowRecord } from '@troupe/protocol';
 import type { GatewayActions } from '../actions.ts';
 import { authorize, mayTouch, type Principal } from '../auth.ts';
 import type { Sessions } from '../sessions.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import type { TaskIds } from '../taskIds.ts';
-import { decisionOf } from './inputAnswer.ts';
+import { type Begun, MessageIntake } from './messageIntake.ts';
 import { openPushConfigs, PushConfigCalls, pushCall } from './pushConfigCalls.ts';
 import type { PushConfigs } from './pushConfigs.ts';
-import { taskInputOf } from './taskInput.ts';
 import { pageOfTasks, pageSizeOf } from './taskList.ts';
 import { TaskLookup } from './taskLookup.ts';
-import { type A2aTaskRef, isTerminal, rejectedTask, TaskFold } from './taskMapping.ts';
-import { refOf, type TaskReader } from './taskReader.ts';
+import { isTerminal, TaskFold } from './taskMapping.ts';
+import type { TaskReader } from './taskReader.ts';
 
 /** What every A2A request is served with: Troupe's own layer over NATS, nothing kept in this process. */
 export interface A2aServices {
@@ -69,19 +65,6 @@ export const SIGNAL_KEY = 'troupe.signal';
 /** How a stream ends: a SendStreamingMessage when its task settles (ends, or asks for input); a subscription at its end. */
 type Until = 'settled' | 'terminal';
 
-/** A message that started or answered a task. */
-type Begun =
-  | { rejected: Task }
-  | {
-      ref: A2aTaskRef;
-      pipeline: string;
-      /** The task's record when it existed before this message (an answer to it). */
-      record?: WorkflowRecord;
-      /** The request this message answered: the task has not settled again until it is no longer pending. */
-      answered?: string;
-      message: Message;
-    };
-
 /**
  * A pipeline as an A2A agent: the SDK's request-handler interface over Troupe's tasks. The A2A task is the Troupe
  * task (same id); its state is read from the task's events and record on every call, so any gateway answers for any
@@ -93,12 +76,14 @@ export class PipelineAgent implements A2ARequestHandler {
   readonly #caller: A2aCaller;
   readonly #lookup: TaskLookup;
   readonly #push: PushConfigCalls;
+  readonly #intake: MessageIntake;
 
   constructor(services: A2aServices, caller: A2aCaller) {
     this.#services = services;
     this.#caller = caller;
     this.#lookup = new TaskLookup(services, caller);
     this.#push = new PushConfigCalls(services, caller, this.#lookup);
+    this.#intake = new MessageIntake(services, caller, this.#lookup);
   }
 
   async getAgentCard(): Promise<AgentCard> {
@@ -116,7 +101,7 @@ export class PipelineAgent implements A2ARequestHandler {
   }
 
   async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<Task> {
-    const begun = await this.#begin(params);
+    const begun = await this.#intake.begin(params);
     if ('rejected' in begun) return begun.rejected;
     await this.#pushConfigOf(params, begun);
     const historyLength = historyLengthOf(params.configuration?.historyLength);
@@ -144,7 +129,7 @@ export class PipelineAgent implements A2ARequestHandler {
     params: SendMessageRequest,
     context: ServerCallContext,
   ): AsyncGenerator<StreamResponse, void, undefined> {
-    const begun = await this.#begin(params);
+    const begun = await this.#intake.begin(params);
     if ('rejected' in begun) {
       yield { payload: { $case: 'task', value: begun.rejected } };
       return;
@@ -298,161 +283,6 @@ export class PipelineAgent implements A2ARequestHandler {
         this.#caller.who.name,
       ),
     );
-  }
-
-  /** Starts the task a message asks for, or answers the task it names; a task the service refuses is REJECTED. */
-  async #begin(params: SendMessageRequest): Promise<Begun> {
-    const message = params.message;
-    if (!message) throw new RequestMalformedError('message: a SendMessage needs a message');
-    if (message.messageId === '') throw new RequestMalformedError('message.messageId: must not be empty');
-    if (message.role === Role.ROLE_AGENT) {
-      throw new RequestMalformedError(
-        'message.role: a client sends ROLE_USER messages; ROLE_AGENT is the agent’s',
-      );
-    }
-    const push = params.configuration?.taskPushNotificationConfig;
-    if (push) {
-      // A config that would be refused is refused before the task starts, not after.
-      const configs = await openPushConfigs(this.#services);
-      if (push.taskId && push.taskId !== message.taskId) {
-        throw new RequestMalformedError('configuration.taskPushNotificationConfig.taskId: leave it empty');
-      }
-      await pushCall(async () => configs.check(push));
-    }
-    if (message.taskId) return this.#answer(message, params.tenant);
-    const pipeline = this.#lookup.pipelineOf(params.tenant);
-    if (pipeline === undefined) {
-      throw new RequestMalformedError(
-        'this endpoint serves every pipeline: name one in the request’s tenant, or use the pipeline’s own card',
-      );
-    }
-    const { who } = this.#caller;
-    authorize(who, 'submit', pipeline);
-    const given = taskInputOf(message);
-    const contextId = message.contextId || undefined;
-    if (contextId !== undefined && !SessionId.safeParse(contextId).success) {
-      throw new RequestMalformedError(
-        `contextId: ${JSON.stringify(contextId)} is not a context this agent can take (letters, digits, _ and -, at most 48)`,
-      );
-    }
-    const reject = (reason: string) => ({
-      rejected: rejectedTask({ taskId: randomUUID(), contextId: contextId ?? randomUUID() }, reason, message),
-    });
-    const registry = await PipelineRegistry.open(this.#services.bus, CLIENT_WAIT);
-    if (!(await registry.get(pipeline))) return reject(`no pipeline named ${pipeline} is served here`);
-    if (given.goal === '') {
-      return reject('the message has no text: its text parts are the goal of the task it starts');
-    }
-    // The first message of a conversation opens a session named after it (and the token): sent again, by a client
-    // that lost the answer, it finds that session and its task rather than starting another.
-    const first = contextId === undefined;
-    const session = await this.#session(
-      pipeline,
-      contextId ?? this.#services.ids.fromKey(who.name, `a2a\n${pipeline}\n${message.messageId}`),
-    );
-    const sentBefore = async (): Promise<Begun | undefined> => {
-      const earlier = await this.#sentBefore(session, message.messageId, first);
-      if (!earlier) return undefined;
-      const ref = { taskId: earlier.taskId, contextId: session };
-      return { ref, pipeline, message, ...(earlier.record ? { record: earlier.record } : {}) };
-    };
-    const again = await sentBefore();
-    if (again) return again;
-    try {
-      const { view } = await this.#services.sessions.say(who, session, {
-        goal: given.goal,
-        ...(given.input ? { input: given.input } : {}),
-        metadata: { a2aMessageId: message.messageId },
-      });
-      return { ref: { taskId: view.taskId, contextId: session }, pipeline, message };
-    } catch (error) {
-      if (OperationError.is(error, 'invalid_request') || OperationError.is(error, 'too_large')) {
-        return reject(`the task was refused: ${error.message}`);
-      }
-      // The same message sent twice at once: the one that lost the race answers with the winner's task.
-      if (OperationError.is(error, 'conflict')) {
-        const raced = await sentBefore();
-        if (raced) return raced;
-      }
-      throw error;
-    }
-  }
-
-  /**
-   * The task a message already started in this session: the turn whose task records the message's id, or (in a
-   * session opened for the message itself) its first turn, whose task may not have been taken up yet.
-   */
-  async #sentBefore(
-    sessionId: string,
-    messageId: string,
-    openedForIt: boolean,
-  ): Promise<{ taskId: string; record: WorkflowRecord | undefined } | undefined> {
-    const { session, tasks } = await this.#services.sessions.read(this.#caller.who, sessionId);
-    const at = openedForIt ? 0 : tasks.findIndex((r) => r?.metadata?.a2aMessageId === messageId);
-    const turn = at >= 0 ? session.turns[at] : undefined;
-    if (!turn) return undefined;
-    return { taskId: turn.taskId, record: tasks[at] };
-  }
-
-  /** The client's answer to what its task asks, decided as the token's holder (who needs the approve scope). */
-  async #answer(message: Message, tenant: string): Promise<Begun> {
-    const record = await this.#lookup.record(message.taskId, tenant);
-    const ref = refOf(record);
-    if (message.contextId && message.contextId !== ref.contextId) {
-      throw new RequestMalformedError(
-        `contextId: task ${record.taskId} is in context ${ref.contextId}, not ${message.contextId}`,
-      );
-    }
-    if (record.status !== 'running') {
-      throw new UnsupportedOperationError(
-        `task ${record.taskId} has ended (${record.status}) and takes no more messages; send a new message ` +
-          `with contextId ${ref.contextId} to follow it up`,
-      );
-    }
-    const pending = await this.#services.actions.approvals(this.#caller.who, { taskId: record.taskId });
-    if (pending.length === 0) {
-      throw new UnsupportedOperationError(
-        `task ${record.taskId} is working and asks nothing now; send a message to it when it is INPUT_REQUIRED`,
-      );
-    }
-    const decision = decisionOf(message, pending);
-    await this.#services.actions.decide(this.#caller.who, decision.requestId, decision.body);
-    return { ref, pipeline: record.pipeline, record, answered: decision.requestId, message };
-  }
-
-  /** The session a new task runs in: the context named (opened when this is its first task), else a new one. */
-  async #session(pipeline: string, contextId: string | undefined): Promise<string> {
-    const { sessions } = this.#services;
-    const { who } = this.#caller;
-    if (contextId === undefined) return (await sessions.open(who, pipeline)).id;
-    try {
-      const { session } = await sessions.read(who, contextId);
-      if (session.pipeline !== pipeline) {
-        throw new RequestMalformedError(
-          `contextId: context ${contextId} belongs to another pipeline; start a new context here`,
-        );
-      }
-      return session.id;
-    } catch (error) {
-      if (!OperationError.is(error, 'not_found')) throw error;
-    }
-    try {
-      return (await sessions.open(who, pipeline, contextId)).id;
-    } catch (error) {
-      // Another message opened it first, or it is another pipeline's that this token may not see.
-      if (!OperationError.is(error, 'conflict')) throw error;
-      const { session } = await sessions.read(who, contextId).catch(() => {
-        throw new RequestMalformedError(
-          `contextId: context ${contextId} cannot be used here; start a new one`,
-        );
-      });
-      if (session.pipeline !== pipeline) {
-        throw new RequestMalformedError(
-          `contextId: context ${contextId} cannot be used here; start a new one`,
-        );
-      }
-      return session.id;
-    }
   }
 
   /**
