@@ -62,10 +62,19 @@ describe('MemoryBus', () => {
     bus.subscribe('double', Ping, (d) => d.respond({ n: d.value.n * 2 }));
     await expect(bus.request('double', { n: 21 }, Ping, { timeoutMs: 1_000 })).resolves.toEqual({ n: 42 });
     bus.subscribe('refuse', Ping, (d) =>
-      d.respond({ ok: false, error: { code: 'not_today', message: 'no' } } satisfies ErrorReply),
+      d.respond({ ok: false, error: { code: 'unknown_task', message: 'no task t-1' } } satisfies ErrorReply),
     );
     await expect(bus.request('refuse', { n: 1 }, Ping, { timeoutMs: 1_000 })).rejects.toMatchObject({
-      code: 'not_today',
+      code: 'unknown_task',
+      message: 'no task t-1',
+    });
+    // A code this version does not know is read as refused, the message naming it.
+    bus.subscribe('refuse-oddly', Ping, (d) =>
+      d.respond({ ok: false, error: { code: 'not_today', message: 'no' } } satisfies ErrorReply),
+    );
+    await expect(bus.request('refuse-oddly', { n: 1 }, Ping, { timeoutMs: 1_000 })).rejects.toMatchObject({
+      code: 'refused',
+      message: 'refused (not_today): no',
     });
     bus.subscribe('silent', Ping, () => {});
     const silent = bus.request('silent', { n: 1 }, Ping, { timeoutMs: 1_000 });
