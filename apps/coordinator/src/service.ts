@@ -24,8 +24,11 @@ import { type PipelineWatchOptions, watchPipelines } from './pipelineWatch.ts';
 import { claimHome, removeServerRecord, writeServerRecord } from './serverRecord.ts';
 import { DEFAULT_STOP_TIMEOUT_MS, STOP_OUTAGE_WAIT_MS, stopWithin } from './stopWithin.ts';
 
-/** What every Troupe process that loads pipelines takes (`troupe up`, `troupe worker`), declared once for both. */
-export interface HostOptions {
+/**
+ * What every Troupe process that loads pipelines takes (`troupe up`, `troupe worker`), declared once for both;
+ * `replicas` is documented on {@link CoordinatorOptions}.
+ */
+export interface HostOptions extends Pick<CoordinatorOptions, 'replicas'> {
   /** Pipeline files to load. */
   files: readonly string[];
   /** How to log in to the NATS server joined, and talk TLS to it. */
@@ -34,8 +37,6 @@ export interface HostOptions {
   home?: string;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
-  /** How many servers of a JetStream cluster keep each stream and bucket (3 in a three-node cluster). */
-  replicas?: number;
   /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
   metrics?: TroupeMetrics;
   /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
