@@ -1,7 +1,7 @@
 import { AgentStepRequest, subjects } from '@troupe/protocol';
 import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
+import { type AgentVersions, agentForStep, isOwnVersion } from './agentForStep.ts';
 import type { HostedAgent } from './remoteAgent.ts';
-import { type AgentVersions, isOwnVersion, stepAgent } from './stepAgent.ts';
 import { failedReply } from './stepReply.ts';
 import type { StepsInFlight } from './stepsInFlight.ts';
 
@@ -15,7 +15,7 @@ export interface StepIntakeServices extends AgentVersions {
 /**
  * Serves `troupe.agents.<pipeline>.<name>` in the queue group `troupe-<pipeline>-<name>`, so any number of hosts
  * share its steps. A step for another pipeline or agent is answered `misrouted`; a step of the host's own version
- * goes to `own` at once; another version's agent is found first (see {@link stepAgent}).
+ * goes to `own` at once; another version's agent is found first (see {@link agentForStep}).
  */
 export function subscribeStepIntake(
   name: string,
@@ -40,7 +40,7 @@ export function subscribeStepIntake(
       steps.take(delivery, own);
       return;
     }
-    void stepAgent(own, name, request, intake).then((found) => {
+    void agentForStep(own, name, request, intake).then((found) => {
       if ('stepId' in found) delivery.respond(found);
       else steps.take(delivery, found);
     });

@@ -22,7 +22,7 @@ export const isOwnVersion = (request: AgentStepRequest, versions: AgentVersions)
  * step's version defines it; a reply saying why when there is none (`version_unavailable`), or when that version
  * cannot be read now (`journal_unavailable`, so the workflow sends the step again).
  */
-export async function stepAgent(
+export async function agentForStep(
   own: HostedAgent | undefined,
   name: string,
   request: AgentStepRequest,

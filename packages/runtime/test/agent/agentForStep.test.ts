@@ -1,7 +1,7 @@
 import type { ModelProvider } from '@troupe/llm';
 import { describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
-import { type AgentVersions, stepAgent } from '../../src/agent/stepAgent.ts';
+import { type AgentVersions, agentForStep } from '../../src/agent/agentForStep.ts';
 import { createLogger } from '../../src/logging/logger.ts';
 import { stepRequest } from './hostFakes.ts';
 
@@ -31,13 +31,13 @@ describe('the agent a step runs', () => {
   const own = writer('now');
 
   it('is the host’s own for a step of its version or of none', async () => {
-    expect(await stepAgent(own, 'writer', stepRequest('t.w.1'), versions())).toBe(own);
-    expect(await stepAgent(own, 'writer', stepRequest('t.w.1', { version: OWN }), versions())).toBe(own);
+    expect(await agentForStep(own, 'writer', stepRequest('t.w.1'), versions())).toBe(own);
+    expect(await agentForStep(own, 'writer', stepRequest('t.w.1', { version: OWN }), versions())).toBe(own);
   });
 
   it('is the one another version defines, for a step of that version', async () => {
     const then = writer('then');
-    const found = await stepAgent(
+    const found = await agentForStep(
       own,
       'writer',
       stepRequest('t.w.1', { version: OLD }),
@@ -48,21 +48,21 @@ describe('the agent a step runs', () => {
 
   it('is a version_unavailable reply naming the version when none can run here', async () => {
     const request = stepRequest('t.w.1', { version: OLD });
-    expect(await stepAgent(own, 'writer', request, versions())).toMatchObject({
+    expect(await agentForStep(own, 'writer', request, versions())).toMatchObject({
       ok: false,
       error: {
         code: 'version_unavailable',
         message: `this host runs only its own version of pipeline demo, not ${OLD.slice(0, 12)}`,
       },
     });
-    expect(await stepAgent(undefined, 'writer', stepRequest('t.w.1'), versions())).toMatchObject({
+    expect(await agentForStep(undefined, 'writer', stepRequest('t.w.1'), versions())).toMatchObject({
       error: {
         code: 'version_unavailable',
         message: 'agent writer of pipeline demo is served here only for older versions',
       },
     });
     expect(
-      await stepAgent(
+      await agentForStep(
         own,
         'writer',
         request,
@@ -75,7 +75,7 @@ describe('the agent a step runs', () => {
 
   it('is a journal_unavailable reply, for the workflow to send again, when the version cannot be read now', async () => {
     const failing = versions(() => Promise.reject(new Error('registry timed out')));
-    expect(await stepAgent(own, 'writer', stepRequest('t.w.1', { version: OLD }), failing)).toMatchObject({
+    expect(await agentForStep(own, 'writer', stepRequest('t.w.1', { version: OLD }), failing)).toMatchObject({
       ok: false,
       error: {
         code: 'journal_unavailable',
