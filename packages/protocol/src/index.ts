@@ -52,6 +52,8 @@ export { SessionSummaryReply, SessionSummaryRequest, SessionTurn } from './sessi
 export {
   AgentStepReply,
   AgentStepRequest,
+  MAX_TIMER_MS,
+  MIN_HEARTBEAT_MS,
   StepBudget,
   StepError,
   StepExpect,

@@ -44,6 +44,14 @@ export const StepBudget = z.object({
 });
 export type StepBudget = z.infer<typeof StepBudget>;
 
+/**
+ * The longest delay a Node timer keeps (2^31 - 1 ms, about 24.8 days): a longer one fires after 1 ms, so one
+ * request asking for it would make its host beat or time out at once, over and over.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** The shortest heartbeat a step may ask for: below it a host would spend itself on heartbeats. */
+export const MIN_HEARTBEAT_MS = 10;
+
 /** A step for an agent, sent by a workflow on `troupe.agents.<pipeline>.<agent>`. */
 export const AgentStepRequest = z.object({
   /** Deterministic: `<taskId>.<step>.<round>`; the same step resent has the same id. */
@@ -64,14 +72,14 @@ export const AgentStepRequest = z.object({
   expect: StepExpect,
   budget: StepBudget.optional(),
   /** How long the workflow waits for the reply; the agent stops the step when it runs out. */
-  timeoutMs: z.number().int().positive().optional(),
+  timeoutMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
   /** Model calls the agent made in the task's earlier steps; numbers its calls in this one (`context.call`). */
   priorModelCalls: z.number().int().nonnegative().optional(),
   /**
    * Asks the host to send `{ stepId, heartbeat: true }` to the reply subject this often while the step runs,
    * so the workflow can tell a slow step from a dead worker and send the step to another one.
    */
-  heartbeatMs: z.number().int().positive().optional(),
+  heartbeatMs: z.number().int().min(MIN_HEARTBEAT_MS).max(MAX_TIMER_MS).optional(),
   /**
    * No run of this step can have started before: the task's first delivery sends the step for the first time. The
    * host need not look in the step journal for what an earlier run recorded. Absent on every resend.

@@ -104,6 +104,10 @@ describe('AgentStepRequest', () => {
     ['an upper-case agent', { agent: 'Reviewer' }],
     ['an empty step id', { stepId: '' }],
     ['a step id over 200 characters', { stepId: 's'.repeat(201) }],
+    // A Node timer longer than 2^31 - 1 ms fires after 1 ms: the host would beat (or time out) without pause.
+    ['a heartbeat past what a timer holds', { heartbeatMs: 2 ** 31 }],
+    ['a heartbeat every millisecond', { heartbeatMs: 1 }],
+    ['a timeout past what a timer holds', { timeoutMs: 2 ** 31 }],
   ])('refuses %s', (_label, change) => {
     expect(AgentStepRequest.safeParse({ ...request, ...change }).success).toBe(false);
   });

@@ -6,7 +6,7 @@ import {
   type Service,
   startService,
 } from '@troupe/coordinator';
-import { MAX_TASK_DEPTH } from '@troupe/protocol';
+import { MAX_TASK_DEPTH, MAX_TIMER_MS, MIN_HEARTBEAT_MS } from '@troupe/protocol';
 import type { NatsAccess, NatsAccessSources } from '@troupe/runtime';
 import {
   createLogger,
@@ -225,6 +225,15 @@ export async function start(
       2,
     );
   }
+  // Hosts refuse a step asking for a heartbeat outside these bounds: every step would fail.
+  const heartbeatMs =
+    options.stepHeartbeat === undefined ? undefined : Math.round(options.stepHeartbeat * 1000);
+  if (heartbeatMs !== undefined && (heartbeatMs < MIN_HEARTBEAT_MS || heartbeatMs > MAX_TIMER_MS)) {
+    throw new CliError(
+      `--step-heartbeat must be between ${MIN_HEARTBEAT_MS / 1000} and ${Math.floor(MAX_TIMER_MS / 1000)} seconds`,
+      2,
+    );
+  }
   try {
     return await startService({
       files,
@@ -235,9 +244,7 @@ export async function start(
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
-      ...(options.stepHeartbeat === undefined
-        ? {}
-        : { stepHeartbeatMs: Math.round(options.stepHeartbeat * 1000) }),
+      ...(heartbeatMs === undefined ? {} : { stepHeartbeatMs: heartbeatMs }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
       eventRetention: {
         ...(options.eventsMaxAge === undefined ? {} : { maxAgeMs: options.eventsMaxAge }),

@@ -1,0 +1,19 @@
+import { createLogger } from '@troupe/runtime';
+import { describe, expect, it } from 'vitest';
+import { CliError } from '../src/cliError.ts';
+import { start } from '../src/commands/up.ts';
+
+const logger = createLogger({ level: 'silent' });
+const options = { home: '/nonexistent-troupe-home', agents: true, concurrency: 1 } as const;
+
+describe('troupe up options', () => {
+  // Hosts refuse a step request whose heartbeat a timer cannot hold: every step of such a `up` would fail.
+  it.each([
+    ['a millisecond', 0.001],
+    ['longer than a timer holds', 3_000_000],
+  ])('refuses a step heartbeat of %s before it starts anything', async (_label, stepHeartbeat) => {
+    const started = start([], { ...options, stepHeartbeat }, 'nats://127.0.0.1:1', logger);
+    await expect(started).rejects.toBeInstanceOf(CliError);
+    await expect(started).rejects.toThrow(/--step-heartbeat must be between 0.01 and 2147483 seconds/);
+  });
+});
