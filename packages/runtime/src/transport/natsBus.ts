@@ -567,24 +567,30 @@ export class NatsBus implements JetStreamBus {
       this.#rejectInvalid(msg, parsed, opts.reporter ?? this.name);
       return undefined;
     }
-    const meta = this.#metaOf(msg.subject, parsed.value, opts.meta);
-    logMessage(this.logger, opts.messageLogLevel ?? this.#level, 'in', msg.subject, meta);
+    const { subject } = msg;
+    const reply = replyOf(msg);
+    const meta = this.#metaOf(subject, parsed.value, opts.meta);
+    logMessage(this.logger, opts.messageLogLevel ?? this.#level, 'in', subject, meta);
+    // The closures below hold the subject and reply as strings, never `msg`: a message's bytes are a view into the
+    // socket's read buffer, so a handler that keeps `respond` (a step in flight does, for as long as it runs) would
+    // keep that whole buffer, up to 64 KiB shared with other messages, alive.
     const answerMeta = () => replyMeta(meta, opts.reporter);
     const delivery: Delivery<z.infer<S>> = {
-      subject: msg.subject,
+      subject,
       value: parsed.value,
-      respond: (payload) => this.#respond(msg, payload, answerMeta()),
+      respond: (payload) => this.#respond(subject, reply, payload, answerMeta()),
     };
-    const reply = replyOf(msg);
     if (reply !== undefined) delivery.reply = reply;
     const headers = fromMsgHdrs(msg.headers);
     if (headers !== undefined) delivery.headers = headers;
     try {
       const result = handler(delivery);
       if (result instanceof Promise)
-        return result.catch((error: unknown) => this.#handlerFailed(msg, error, meta, answerMeta()));
+        return result.catch((error: unknown) =>
+          this.#handlerFailed(subject, reply, error, meta, answerMeta()),
+        );
     } catch (error) {
-      this.#handlerFailed(msg, error, meta, answerMeta());
+      this.#handlerFailed(subject, reply, error, meta, answerMeta());
     }
     return undefined;
   }
@@ -618,7 +624,7 @@ export class NatsBus implements JetStreamBus {
     });
     if (reply !== undefined) {
       const answer: ErrorReply = { ok: false, error: { code: 'invalid_message', message: reason } };
-      this.#respond(msg, answer, replyMeta(meta, reporter));
+      this.#respond(msg.subject, reply, answer, replyMeta(meta, reporter));
       return;
     }
     this.reportInvalid({
@@ -631,31 +637,30 @@ export class NatsBus implements JetStreamBus {
     });
   }
 
-  #handlerFailed(msg: Msg, error: unknown, meta: MessageMeta, answerMeta: MessageMeta): void {
-    const message = `handler for ${msg.subject} failed: ${errorMessage(error)}`;
-    this.logger.error({ err: error, subject: msg.subject, ...meta }, message);
-    if (replyOf(msg) === undefined) return;
+  #handlerFailed(
+    subject: string,
+    reply: string | undefined,
+    error: unknown,
+    meta: MessageMeta,
+    answerMeta: MessageMeta,
+  ): void {
+    const message = `handler for ${subject} failed: ${errorMessage(error)}`;
+    this.logger.error({ err: error, subject, ...meta }, message);
+    if (reply === undefined) return;
     const answer: ErrorReply = { ok: false, error: { code: 'handler_failed', message } };
-    this.#respond(msg, answer, answerMeta);
+    this.#respond(subject, reply, answer, answerMeta);
   }
 
   // A failed reply is the requester's timeout to handle; it must not take down the handler's caller.
-  #respond(msg: Msg, payload: unknown, meta: MessageMeta): void {
-    const reply = replyOf(msg);
+  #respond(subject: string, reply: string | undefined, payload: unknown, meta: MessageMeta): void {
     if (reply === undefined) {
-      this.logger.debug(
-        { subject: msg.subject },
-        `no reply was asked for on ${msg.subject}; response dropped`,
-      );
+      this.logger.debug({ subject }, `no reply was asked for on ${subject}; response dropped`);
       return;
     }
     try {
       this.publish(reply, payload, meta);
     } catch (error) {
-      this.logger.warn(
-        { err: error, subject: msg.subject },
-        `could not reply on ${msg.subject}: ${errorMessage(error)}`,
-      );
+      this.logger.warn({ err: error, subject }, `could not reply on ${subject}: ${errorMessage(error)}`);
     }
   }
 

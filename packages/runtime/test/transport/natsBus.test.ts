@@ -1,6 +1,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { ErrorReply, InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -355,6 +357,40 @@ describe('NatsBus requests', () => {
   });
 });
 
+describe('NatsBus deliveries held while a handler works', () => {
+  it("lets the message go while the handler keeps respond: a message's bytes share the socket's read buffer", async () => {
+    const gc = collectGarbage();
+    const holder = await otherBus('bus-holder');
+    // The raw message the bus receives, watched weakly, as nats.js hands it to the bus.
+    let received: WeakRef<object> | undefined;
+    const subscribe = holder.connection.subscribe.bind(holder.connection);
+    holder.connection.subscribe = (subject, opts) =>
+      subscribe(subject, {
+        ...opts,
+        callback: (error, msg) => {
+          received = new WeakRef(msg);
+          opts?.callback?.(error, msg);
+        },
+      });
+    let respond: ((payload: unknown) => void) | undefined;
+    holder.subscribe('troupe.test.held', Ping, (d) => {
+      respond = d.respond;
+    });
+    await holder.flush();
+
+    const reply = bus.request('troupe.test.held', { taskId: 't1', n: 7 }, Pong, { timeoutMs: 5_000 });
+    await eventually(() => respond !== undefined);
+    await expect
+      .poll(() => {
+        gc();
+        return received?.deref();
+      })
+      .toBeUndefined();
+    respond?.({ ok: true, n: 7 });
+    expect(await reply).toEqual({ ok: true, n: 7 });
+  });
+});
+
 describe('NatsBus queue groups', () => {
   it('delivers each message to exactly one member of the group', async () => {
     const a: number[] = [];
@@ -447,3 +483,9 @@ describe('NatsBus lifecycle', () => {
     await watcher.close();
   });
 });
+
+/** A full collection, in a process not started with --expose-gc. */
+function collectGarbage(): () => void {
+  setFlagsFromString('--expose-gc');
+  return runInNewContext('gc') as () => void;
+}
