@@ -344,6 +344,26 @@ describe('the step call as a child of its task', () => {
     expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'from the journal', durationMs: 5_000 } });
   });
 
+  it('holds the request in flight once in a checkpoint, and restored sends it whole again', async () => {
+    const { clock, start, pass, worker, heartbeat, checkpoint, restore } = setUp();
+    const { received } = worker((delivery) => heartbeat(delivery));
+    const first = start();
+    await pass(100);
+    const stored = checkpoint(first);
+    // The request is in the step call's context only, not again in the input of its send.
+    const call = Object.values(stored.children as Record<string, { src: string; snapshot: unknown }>).find(
+      (child) => child.src === 'stepCall',
+    );
+    expect(JSON.stringify(call?.snapshot).split(request.goal)).toHaveLength(2);
+    first.stop();
+    clock.advance(1_000);
+    restore(stored);
+    await pass(0);
+    const { timeoutMs: _first, ...sent } = received[0] as AgentStepRequest;
+    const { timeoutMs: _again, ...resent } = received[1] as AgentStepRequest;
+    expect(resent).toEqual({ ...sent, fresh: undefined });
+  });
+
   it('restored past its timeout, ends with step_timeout at once and sends nothing', async () => {
     const { clock, start, pass, worker, heartbeat, checkpoint, restore } = setUp();
     const { received } = worker((delivery) => heartbeat(delivery));

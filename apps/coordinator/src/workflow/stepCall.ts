@@ -526,13 +526,47 @@ export function createStepCallLogic(services: StepCallServices) {
     }),
   });
 
+  // The send in flight carries the call's own request (`sent` is left whenever the request changes): a checkpoint
+  // holds it once, in the call's context, and a restore hands it back to the send it repeats.
+  const persistMachine = machine.getPersistedSnapshot;
+  machine.getPersistedSnapshot = (snapshot, options) => {
+    const persisted = persistMachine(snapshot, options) as PersistedCall;
+    return { ...persisted, children: withSends(persisted.children, ({ request: _, ...send }) => send) };
+  };
   // A checkpoint from before the upgrade holds the step as a promise's snapshot (its input, no state): start it afresh.
   const restoreMachine = machine.restoreSnapshot;
-  machine.restoreSnapshot = (snapshot, scope) =>
-    isPromiseSnapshot(snapshot)
-      ? machine.getInitialSnapshot(scope, { ...snapshot.input, resumed: true })
-      : restoreMachine(snapshot, scope);
+  machine.restoreSnapshot = (snapshot, scope) => {
+    if (isPromiseSnapshot(snapshot))
+      return machine.getInitialSnapshot(scope, { ...snapshot.input, resumed: true });
+    const persisted = snapshot as PersistedCall;
+    const { request } = persisted.context;
+    const restoring: PersistedCall = {
+      ...persisted,
+      children: withSends(persisted.children, (send) => ({ request, ...send })),
+    };
+    return restoreMachine(restoring, scope);
+  };
   return machine;
+}
+
+/** A step call's persisted snapshot, as far as its send in flight (its `request` child) goes. */
+type PersistedCall = Snapshot<unknown> & {
+  context: StepCallContext;
+  children: Record<string, { src?: unknown; snapshot?: { input?: Partial<RequestInput> } }>;
+};
+
+/** The persisted children with the input of the send in flight, if any, made by `change`. */
+function withSends(
+  children: PersistedCall['children'] | undefined,
+  change: (input: Partial<RequestInput>) => Partial<RequestInput>,
+): PersistedCall['children'] {
+  const changed: PersistedCall['children'] = {};
+  for (const [id, child] of Object.entries(children ?? {})) {
+    const input = child.src === 'request' ? child.snapshot?.input : undefined;
+    changed[id] =
+      input === undefined ? child : { ...child, snapshot: { ...child.snapshot, input: change(input) } };
+  }
+  return changed;
 }
 
 /** The step call's logic, as {@link createStepCallLogic} builds it. */
