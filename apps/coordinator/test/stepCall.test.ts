@@ -306,6 +306,24 @@ describe('the step call as a child of its task', () => {
     expect(bus.statusListeners).toBe(0);
   });
 
+  it('listens on one inbox at a time: a send after a reconnect or a silent worker closes the one before', async () => {
+    const { bus, start, pass, worker, heartbeat } = setUp();
+    // Only the first send is heard from: the second goes silent and is sent again after three heartbeats.
+    const { deliveries } = worker((delivery) => deliveries.length === 1 && heartbeat(delivery));
+    const task = start();
+    const listening = () => deliveries.filter((d) => bus.hasListener(d.reply as string)).length;
+    await pass(200);
+    bus.emitStatus('reconnect');
+    await pass(200);
+    expect([deliveries.length, listening()]).toEqual([2, 1]);
+    await pass(4 * HEARTBEAT_MS);
+    expect(deliveries.length).toBeGreaterThanOrEqual(3);
+    expect(listening()).toBe(1);
+    task.send({ type: 'cancel' });
+    expect(listening()).toBe(0);
+    expect(bus.statusListeners).toBe(0);
+  });
+
   it('restored from a checkpoint mid-request, sends the step again under the same id, not fresh, its timeout still from the first send', async () => {
     const { clock, start, pass, worker, beatEvery, checkpoint, restore } = setUp();
     const { received, deliveries } = worker((delivery) => beatEvery(delivery));
