@@ -732,6 +732,38 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
     allowed.close();
   });
 
+  it('without tokens, refuses another Host on the A2A and MCP routes too: 403 in each one’s form, not a 500', async () => {
+    const { request } = await import('node:http');
+    const answer = (method: string, path: string, body?: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const url = new URL(`${gateway.url}${path}`);
+        const headers = { host: 'evil.example', 'content-type': 'application/json', accept: '*/*' };
+        request({ hostname: url.hostname, port: url.port, path: url.pathname, method, headers }, (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => (text += chunk));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        })
+          .on('error', reject)
+          .end(body);
+      });
+    const rpc = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ListTasks', params: {} });
+    const refusals = [
+      await answer('GET', '/.well-known/agent-card.json'),
+      await answer('GET', '/a2a/demo/.well-known/agent-card.json'),
+      await answer('POST', '/a2a/demo/jsonrpc', rpc),
+      await answer('POST', '/a2a/jsonrpc', rpc),
+      await answer('GET', '/a2a/demo/rest/tasks'),
+      await answer('POST', '/mcp', rpc),
+    ];
+    for (const refusal of refusals) {
+      expect(refusal.status).toBe(403);
+      expect(refusal.body).toContain('serves 127.0.0.1 only, not host evil.example');
+    }
+    // JSON-RPC's refusal is still a JSON-RPC answer, so an A2A client reads it as one.
+    expect(JSON.parse(refusals[2]?.body ?? '{}')).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+  });
+
   it('lets the configured origin call, and no other', async () => {
     const preflight = (origin: string) =>
       fetch(`${gateway.url}/v1/pipelines/demo/tasks`, {
