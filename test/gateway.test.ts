@@ -760,8 +760,19 @@ describe('the gateway for browser pages elsewhere (CORS)', () => {
       expect(refusal.status).toBe(403);
       expect(refusal.body).toContain('serves 127.0.0.1 only, not host evil.example');
     }
-    // JSON-RPC's refusal is still a JSON-RPC answer, so an A2A client reads it as one.
-    expect(JSON.parse(refusals[2]?.body ?? '{}')).toMatchObject({ jsonrpc: '2.0', error: { code: -32600 } });
+    // Each binding answers it as it answers a token's refusal in a handler: JSON-RPC with Troupe's forbidden code
+    // (-32041), HTTP+JSON as google.rpc.Status PERMISSION_DENIED, the cards in the gateway's plain form.
+    for (const rpcAnswer of [refusals[2], refusals[3]]) {
+      expect(JSON.parse(rpcAnswer?.body ?? '{}')).toMatchObject({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32041 },
+      });
+    }
+    expect(JSON.parse(refusals[4]?.body ?? '{}')).toMatchObject({
+      error: { code: 403, status: 'PERMISSION_DENIED' },
+    });
+    expect(JSON.parse(refusals[0]?.body ?? '{}')).toMatchObject({ error: { code: 'refused' } });
   });
 
   it('lets the configured origin call, and no other', async () => {

@@ -124,9 +124,14 @@ function logRefusal(request: FastifyRequest, refusal: TransportRefusal) {
   );
 }
 
-/** What Fastify refuses before a handler runs (a body over its limit) is answered in the binding's own form. */
+/**
+ * What is refused before a handler runs is answered in the binding's own form: the gateway's check of every request
+ * (another Host on a gateway without tokens: logged there) as the same refusal in a handler is, and what Fastify
+ * refuses (a body over its limit) as an invalid request.
+ */
 export function answerFastifyRefusals(app: FastifyInstance): void {
   app.setErrorHandler((thrown, request, reply) => {
+    if (thrown instanceof AuthRefusal) return answerRefusal(request, reply, thrown);
     const error = thrown as { statusCode?: unknown; message?: string };
     const status = typeof error.statusCode === 'number' && error.statusCode >= 400 ? error.statusCode : 500;
     if (status >= 500)
@@ -141,4 +146,19 @@ export function answerFastifyRefusals(app: FastifyInstance): void {
       error: { code: status, status: status >= 500 ? 'INTERNAL' : 'INVALID_ARGUMENT', message, details: [] },
     });
   });
+}
+
+function answerRefusal(request: FastifyRequest, reply: FastifyReply, error: AuthRefusal) {
+  const refusal = new TransportRefusal(error.status, error.message, { cause: error });
+  const url = request.routeOptions.url ?? '';
+  if (url.endsWith('/jsonrpc')) {
+    return reply
+      .code(refusal.status)
+      .send({ jsonrpc: '2.0', id: null, error: { code: refusal.envelopeCode, message: refusal.message } });
+  }
+  if (url.includes('/rest/')) {
+    const { status, body } = restErrorBody(refusal);
+    return reply.code(status).type(A2A_CONTENT_TYPE).send(body);
+  }
+  return reply.code(refusal.status).send({ error: { code: 'refused', message: refusal.message } });
 }
