@@ -61,10 +61,9 @@ export interface Hold {
   migrated?: (recorded: boolean) => void;
 }
 
-/** A snapshot of the workflow, and its persisted form (what a checkpoint stores). */
+/** A snapshot of the workflow, as the task actor heard it. */
 export interface TakenSnapshot {
   snapshot: WorkflowSnapshot;
-  persisted: unknown;
 }
 
 export interface TaskContext extends TaskActorInput {
@@ -206,19 +205,15 @@ export function taskSetup(services: TaskServices) {
         const hold = need(context.hold, 'hold');
         const workflow = self.getSnapshot().children.workflow;
         // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read from it.
-        const { snapshot, persisted } =
-          taken === 'last'
-            ? {
-                snapshot: need(workflow, 'workflow').getSnapshot(),
-                persisted: need(workflow, 'workflow').getPersistedSnapshot(),
-              }
-            : taken;
+        const snapshot = taken === 'last' ? need(workflow, 'workflow').getSnapshot() : taken.snapshot;
         // Let go by an ending from outside (shutdown, takeover, …): the last checkpoint stands, for the next run.
         if (snapshot.status === 'done' && !endedTask(snapshot.output)) return;
         if (hold.lost) return;
         const progress = hold.firstCheckpoint ? hold.progress : hold.progress + 1;
         let made: Checkpoint;
         try {
+          // Persisted here, inside the try: a snapshot that cannot be (nested too deep, say) fails only this task.
+          const persisted = workflowChildLogic.getPersistedSnapshot(snapshot);
           made = checkpointOf(
             services,
             hold.claimed,

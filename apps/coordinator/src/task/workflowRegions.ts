@@ -5,7 +5,6 @@ import { endedTask, type WorkflowEmitted, type WorkflowOutput } from '../workflo
 import type { TaskServices } from './taskServices.ts';
 import { type Hold, need, publishEmitted, type TaskContext, type TaskSetup } from './taskSetup.ts';
 import type { MigrateAnswer } from './taskSignals.ts';
-import { workflowChildLogic } from './workflowChild.ts';
 import { RELEASES } from './workflowEnding.ts';
 
 /**
@@ -41,10 +40,7 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
             onSnapshot: {
               actions: {
                 type: 'checkpoint',
-                params: ({ event }) => ({
-                  snapshot: event.snapshot,
-                  persisted: workflowChildLogic.getPersistedSnapshot(event.snapshot),
-                }),
+                params: ({ event }) => ({ snapshot: event.snapshot }),
               },
             },
             // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read here.
