@@ -1,5 +1,5 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-io/jetstream';
-import { nanos } from '@nats-io/transport-node';
+import { type NatsConnection, nanos } from '@nats-io/transport-node';
 import type { JetStreamBus } from './bus.ts';
 import { jetstreamManagerOf, jetstreamOf } from './jetstreamSetup.ts';
 import { type UntilReachableOptions, untilReachable } from './untilReachable.ts';
@@ -89,26 +89,47 @@ export async function openDurableConsumer(
       return {
         close: () => pulled.close(),
         async *[Symbol.asyncIterator]() {
-          for await (const msg of pulled) yield storedMessage(msg);
+          for await (const msg of pulled) yield storedMessage(msg, bus.connection);
         },
       };
     },
   };
 }
 
-function storedMessage(msg: JsMsg): StoredMessage {
+// What a JetStream consumer takes as an answer to a message it delivered (JsMsg's own payloads).
+const ACK = '+ACK';
+const WORKING = '+WPI';
+const TERM = '+TERM';
+const nakAfter = (delayMs?: number) =>
+  delayMs ? `-NAK ${JSON.stringify({ delay: nanos(delayMs) })}` : '-NAK';
+
+/**
+ * The message as plain values. It keeps neither the JsMsg nor a view of its bytes: both point into the socket's
+ * read buffer (up to 64 KiB, shared with other messages), which a task holds from its claim to its ack, parked
+ * tasks for minutes. So the payload is copied, and settling answers the reply subject on the connection as
+ * JsMsg does (every answer but `working` is final, and a second final one is not sent).
+ */
+function storedMessage(msg: JsMsg, connection: NatsConnection): StoredMessage {
   const headers: Record<string, string> = {};
   for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
+  const { reply } = msg;
+  let settled = false;
+  const answer = (payload: string, final = true) => {
+    if (settled || reply === '') return;
+    settled = final;
+    connection.publish(reply, payload);
+  };
   return {
     subject: msg.subject,
-    data: msg.data,
+    // A copy: a Buffer's own slice() is a view.
+    data: new Uint8Array(msg.data),
     headers,
     streamSequence: msg.info.streamSequence,
     storedAt: Number(msg.timestampNanos / 1_000_000n),
     deliveryCount: msg.info.deliveryCount,
-    ack: () => msg.ack(),
-    working: () => msg.working(),
-    nak: (delayMs) => msg.nak(delayMs),
-    term: () => msg.term(),
+    ack: () => answer(ACK),
+    working: () => answer(WORKING, false),
+    nak: (delayMs) => answer(nakAfter(delayMs)),
+    term: () => answer(TERM),
   };
 }
