@@ -110,9 +110,11 @@ const nakAfter = (delayMs?: number) =>
  * JsMsg does (every answer but `working` is final, and a second final one is not sent).
  */
 function storedMessage(msg: JsMsg, connection: NatsConnection): StoredMessage {
-  const headers: Record<string, string> = {};
-  for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
-  const { reply } = msg;
+  // Every JsMsg has the reply subject its answers go to, but its type does not name it; lacking it, settle through
+  // the JsMsg itself (correct, only holding more).
+  const reply = (msg as { reply?: unknown }).reply;
+  if (typeof reply !== 'string') return settledThrough(msg);
+  const headers = headersOf(msg);
   let settled = false;
   const answer = (payload: string, final = true) => {
     if (settled || reply === '') return;
@@ -124,12 +126,35 @@ function storedMessage(msg: JsMsg, connection: NatsConnection): StoredMessage {
     // A copy: a Buffer's own slice() is a view.
     data: new Uint8Array(msg.data),
     headers,
-    streamSequence: msg.info.streamSequence,
-    storedAt: Number(msg.timestampNanos / 1_000_000n),
-    deliveryCount: msg.info.deliveryCount,
+    ...placeOf(msg),
     ack: () => answer(ACK),
     working: () => answer(WORKING, false),
     nak: (delayMs) => answer(nakAfter(delayMs)),
     term: () => answer(TERM),
   };
 }
+
+function settledThrough(msg: JsMsg): StoredMessage {
+  return {
+    subject: msg.subject,
+    data: msg.data,
+    headers: headersOf(msg),
+    ...placeOf(msg),
+    ack: () => msg.ack(),
+    working: () => msg.working(),
+    nak: (delayMs) => msg.nak(delayMs),
+    term: () => msg.term(),
+  };
+}
+
+function headersOf(msg: JsMsg): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [key, values] of msg.headers ?? []) headers[key] = values[0] ?? '';
+  return headers;
+}
+
+const placeOf = (msg: JsMsg) => ({
+  streamSequence: msg.info.streamSequence,
+  storedAt: Number(msg.timestampNanos / 1_000_000n),
+  deliveryCount: msg.info.deliveryCount,
+});
