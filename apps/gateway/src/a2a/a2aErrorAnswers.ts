@@ -65,8 +65,8 @@ export function restErrorBody(error: unknown): { status: number; body: unknown }
   return { status, body: toRestErrorBody(error, status) };
 }
 
-export /** A JSON-RPC answer that carries a token's refusal: sent with the refusal's HTTP status. */
-function refusalIn(answer: unknown): { status: number } | undefined {
+/** A JSON-RPC answer that carries a token's refusal: sent with the refusal's HTTP status. */
+export function refusalIn(answer: unknown): { status: number } | undefined {
   const code = (answer as { error?: { code?: number } }).error?.code;
   if (code === undefined) return undefined;
   const statuses: Record<number, number> = { [-32040]: 401, [-32041]: 403, [-32042]: 429 };

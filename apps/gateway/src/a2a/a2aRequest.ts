@@ -29,8 +29,8 @@ export class RpcEnvelopeError extends RequestMalformedError {
   }
 }
 
-export /** A JSON-RPC request's envelope, checked as JSON-RPC 2.0 says (-32700 not JSON, -32600 not a request). */
-function parseRpc(text: string): Record<string, unknown> {
+/** A JSON-RPC request's envelope, checked as JSON-RPC 2.0 says (-32700 not JSON, -32600 not a request). */
+export function parseRpc(text: string): Record<string, unknown> {
   let value: unknown;
   try {
     value = parseJson(text);
@@ -69,15 +69,15 @@ const PARAMS_OF: Record<string, { fromJSON(object: unknown): unknown }> = {
   DeleteTaskPushNotificationConfig: DeleteTaskPushNotificationConfigRequest,
 };
 
-export /** Reads a request's params as the SDK will, first: what it cannot read is InvalidParams, not an internal error. */
-function checkParams(rpc: Record<string, unknown>): void {
+/** Reads a request's params as the SDK will, first: what it cannot read is InvalidParams, not an internal error. */
+export function checkParams(rpc: Record<string, unknown>): void {
   const type = PARAMS_OF[rpc.method as string];
   const params = rpc.params;
   if (type && typeof params === 'object' && params !== null && !Array.isArray(params)) decode(type, params);
 }
 
-export /** JSON as the gateway takes it: parsed without prototype keys, and refused past the depth every message is held to. */
-function parseJson(text: string): unknown {
+/** JSON as the gateway takes it: parsed without prototype keys, and refused past the depth every message is held to. */
+export function parseJson(text: string): unknown {
   let value: unknown;
   try {
     value = JSON.parse(text, (key, v: unknown) => (key === '__proto__' ? undefined : v));
@@ -92,11 +92,11 @@ function parseJson(text: string): unknown {
   return value;
 }
 
-export /**
+/**
  * The version a request asks for: the `A2A-Version` header, else the query parameter; empty is read as 0.3. Only
  * `Major.Minor` counts: the spec says a patch number must not be considered, so `1.0.1` asks for 1.0.
  */
-function versionOf(request: FastifyRequest): string | undefined {
+export function versionOf(request: FastifyRequest): string | undefined {
   const header = request.headers['a2a-version'];
   const fromHeader = Array.isArray(header) ? header[0] : header;
   const fromQuery = (request.query as Record<string, unknown> | undefined)?.['A2A-Version'];
