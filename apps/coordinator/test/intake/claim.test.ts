@@ -35,6 +35,27 @@ describe('claiming a task', () => {
     });
   });
 
+  it('goes on with its own create whose reply was lost, and hands back when another run took the record since', async () => {
+    const { services, store } = intakeServices();
+    const create = store.create.bind(store);
+    // The write lands, its reply does not: the store finds the key there and says it was not created.
+    store.create = async (key, value) => {
+      await create(key, value);
+      return undefined;
+    };
+    const ours = await claim(services, triagedTask({ id: 'task-1', goal: 'g' }));
+    if (ours.next !== 'run') throw new Error(`claimed as ${ours.next}`);
+    const entry = await store.get('task-1');
+    expect(entry?.value.lease).toBe(ours.claimed.lease.token);
+    expect(ours.claimed.lease.revision).toBe(entry?.revision);
+    // Same stream message, but the record bears another run's lease: that run owns the task now.
+    store.create = async (key, value) => {
+      await create(key, { ...value, lease: 'another-run' });
+      return undefined;
+    };
+    expect(await claim(services, triagedTask({ id: 'task-2', goal: 'g' }))).toEqual({ next: 'handBack' });
+  });
+
   it('hands back a task claimed as the runner stops, marked handed back (no stall)', async () => {
     const { services, store, stop } = intakeServices();
     const claiming = claim(services, triagedTask({ id: 'task-1', goal: 'g' }));
