@@ -33,7 +33,10 @@ export interface HostOptions extends Pick<CoordinatorOptions, 'replicas'> {
   files: readonly string[];
   /** How to log in to the NATS server joined, and talk TLS to it. */
   natsAccess?: NatsAccess;
-  /** Where the embedded server keeps its data, workspaces live and the server URL is recorded (default `.troupe`). */
+  /**
+   * Where workspaces live (`<home>/workspaces`, default `.troupe`) and, for a `troupe up` that starts its own
+   * nats-server, where that server keeps its data and its URL is recorded.
+   */
   home?: string;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
