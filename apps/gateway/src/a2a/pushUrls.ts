@@ -117,18 +117,22 @@ export function guardedLookup(policy: PushUrlPolicy = {}): LookupFunction {
         : addresses.filter((entry) => !isPrivateAddress(entry.address));
       const first = usable[0];
       if (!first) {
-        const refusal = Object.assign(
-          new Error(
-            `webhook host ${hostname} resolves only to private addresses, which this gateway does not send to`,
-          ),
-          { code: 'EPUSHREFUSED' },
-        );
-        return callback(refusal, '', 0);
+        return callback(new PrivateAddressRefused(hostname), '', 0);
       }
       if ((options as { all?: boolean }).all) return (callback as AllCallback)(null, usable);
       return callback(null, first.address, first.family);
     });
   };
+}
+
+/** A webhook host that resolves only inward, as a lookup's error: with an errno-style code, as Node's lookups fail. */
+class PrivateAddressRefused extends Error {
+  override readonly name = 'PrivateAddressRefused';
+  readonly code = 'EPUSHREFUSED';
+
+  constructor(hostname: string) {
+    super(`webhook host ${hostname} resolves only to private addresses, which this gateway does not send to`);
+  }
 }
 
 type AllCallback = (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
