@@ -301,52 +301,72 @@ describe('a task restored from each checkpoint of a run through every step kind'
       `$KV.${BUCKETS.workflows}.${taskId}`,
       cutAt && ((payload, before) => sameCheckpoint(cutAt, [...before, payload].map(stateIn))),
     );
-    const stopFirst = await within(
-      `starting ${name}'s first coordinator`,
-      coordinatorAt(proxy.url, name, `${name}-first`),
-    );
-    client.publish(
-      subjects.task(name),
-      JSON.stringify({ id: taskId, goal: 'Run every kind of step', input: { parts: ['a', 'b', 'c'] } }),
-    );
-    const ended = waitFor(
-      () => events.find((e) => e.taskId === taskId && FINAL_EVENT_KINDS.includes(e.kind)),
-      `the end of ${taskId}`,
-      90_000,
-    );
-    // A run may write a state fewer times than the reference did (a step's activity is written when it changes): it
-    // then ends with no cut.
-    const cut =
-      cutAt === undefined ? false : await Promise.race([proxy.cut.then(() => true), ended.then(() => false)]);
-    if (!cut) {
-      const final = await ended;
-      await within(`stopping ${name}'s coordinator`, stopFirst());
-      await proxy.stop();
-      return {
-        final,
-        writes: proxy.writes().map(stateIn),
-        journaled: new Map<string, number>(),
-        cutIn: undefined,
-        cutOff: new Set<object>(),
-        resumedIn: 0,
+    // The coordinators still running: whichever stage fails (one that times out, too), none is left behind.
+    const running = new Set<(cutOff?: boolean) => Promise<void>>();
+    let over = false;
+    /** A coordinator started within the stage's time; one that starts after it ran out is stopped at once. */
+    const start = async (url: string, busName: string) => {
+      const starting = coordinatorAt(url, name, busName).then(async (stop) => {
+        if (over) await stop(true);
+        else running.add(stop);
+        return stop;
+      });
+      const stop = await within(`starting ${busName}`, starting);
+      return async (cutOff = false) => {
+        await within(`stopping ${busName}`, stop(cutOff));
+        running.delete(stop);
       };
+    };
+    try {
+      const stopFirst = await start(proxy.url, `${name}-first`);
+      client.publish(
+        subjects.task(name),
+        JSON.stringify({ id: taskId, goal: 'Run every kind of step', input: { parts: ['a', 'b', 'c'] } }),
+      );
+      const ended = waitFor(
+        () => events.find((e) => e.taskId === taskId && FINAL_EVENT_KINDS.includes(e.kind)),
+        `the end of ${taskId}`,
+        90_000,
+      );
+      // A run may write a state fewer times than the reference did (a step's activity is written when it changes):
+      // it then ends with no cut.
+      const cut =
+        cutAt === undefined
+          ? false
+          : await Promise.race([proxy.cut.then(() => true), ended.then(() => false)]);
+      if (!cut) {
+        const final = await ended;
+        await stopFirst();
+        await proxy.stop();
+        return {
+          final,
+          writes: proxy.writes().map(stateIn),
+          journaled: new Map<string, number>(),
+          cutIn: undefined,
+          cutOff: new Set<object>(),
+          resumedIn: 0,
+        };
+      }
+      await stopFirst(true);
+      await proxy.stop();
+      const journaled = await modelReplies(taskId, name);
+      const record = await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId);
+      const cutIn = record?.json<{ state?: string }>().state;
+      // The providers the cut-off coordinator called the model through: their calls are not the resume's.
+      const cutOff = new Set(modelCalls.filter((c) => ofTask(taskId, c.taskId)).map((c) => c.provider));
+      const resumed = performance.now();
+      const stopSecond = await start(nats.url, `${name}-second`);
+      const final = await ended;
+      const resumedIn = performance.now() - resumed;
+      await stopSecond();
+      return { final, writes: proxy.writes().map(stateIn), journaled, cutIn, cutOff, resumedIn };
+    } finally {
+      over = true;
+      await Promise.allSettled(
+        [...running].map((stop) => within('stopping a coordinator left behind', stop(true), 10_000)),
+      );
+      await proxy.stop();
     }
-    await within(`stopping ${name}'s cut-off coordinator`, stopFirst(true));
-    await proxy.stop();
-    const journaled = await modelReplies(taskId, name);
-    const record = await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId);
-    const cutIn = record?.json<{ state?: string }>().state;
-    // The providers the cut-off coordinator called the model through: their calls are not the resume's.
-    const cutOff = new Set(modelCalls.filter((c) => ofTask(taskId, c.taskId)).map((c) => c.provider));
-    const resumed = performance.now();
-    const stopSecond = await within(
-      `starting ${name}'s second coordinator`,
-      coordinatorAt(nats.url, name, `${name}-second`),
-    );
-    const final = await ended;
-    const resumedIn = performance.now() - resumed;
-    await within(`stopping ${name}'s second coordinator`, stopSecond());
-    return { final, writes: proxy.writes().map(stateIn), journaled, cutIn, cutOff, resumedIn };
   };
 
   /** What the run of `taskId` did, counting the model calls of the coordinator that finished it. */
