@@ -13,7 +13,7 @@ export interface CutAfterWrite {
   url: string;
   /** The payloads of the writes to the subject that went through so far, in order. */
   writes(): Buffer[];
-  /** Resolves once the cut is made (never, when it never is). */
+  /** Resolves once the cut is made and the server has read the last write (never, when no cut is made). */
   readonly cut: Promise<void>;
   isCut(): boolean;
   stop(): Promise<void>;
@@ -36,12 +36,19 @@ export async function cutAfterWrite(
 
   const cutAll = () => {
     isCut = true;
-    for (const { client, upstream } of pairs) {
-      // end() sends what was written (the last write included) before it closes the server's side.
-      upstream.end();
-      client.destroy();
-    }
-    markCut();
+    const closed = [...pairs].map(
+      ({ client, upstream }) =>
+        new Promise<void>((resolve) => {
+          upstream.once('close', () => resolve());
+          // end() sends what was written (the last write included) before it closes the server's side; the server
+          // closes its own once it has read it all. Destroyed now, the socket would drop what it still buffers (a
+          // large record, or any write on a busy machine), and the cut would fall before the write it is after.
+          upstream.end();
+          client.destroy();
+        }),
+    );
+    // Cut once the server has read the last write: whoever then reads what the process left behind finds it.
+    void Promise.all(closed).then(() => markCut());
   };
 
   const proxy: Server = createServer((client) => {
@@ -56,7 +63,8 @@ export async function cutAfterWrite(
     upstream.on('error', () => {});
     client.on('close', () => {
       pairs.delete(pair);
-      upstream.destroy();
+      // Cut, the upstream is ending: it closes once its last write has gone through (see cutAll).
+      if (!isCut) upstream.destroy();
     });
     upstream.on('close', () => client.destroy());
     upstream.on('data', (chunk: Buffer) => {
