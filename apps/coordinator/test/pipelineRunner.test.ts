@@ -383,4 +383,26 @@ describe('the pipeline runner', () => {
     ).toEqual([]);
     expect((await store.get('task-9'))?.value.lease).toBe('another');
   });
+
+  it('lets go of a task whose actor fails on a fault of ours: nothing of it is left running, and a redelivery runs it', async () => {
+    const { intake, runner, store } = await setUp();
+    const first = intake.deliver({ id: 'task-10', goal: 'meet a bug' });
+    // A fault inside the task actor (here: its delivery throws when the step parks it), not a fault of the task.
+    first.delivery.park = () => {
+      throw new Error('a bug of ours');
+    };
+    await expect(first.handled).rejects.toThrow('a bug of ours');
+    // XState leaves an errored actor's children running; left so, the task would be heard as running here forever.
+    expect(runner.running()).toEqual([]);
+    const again = intake.deliver(
+      { id: 'task-10', goal: 'meet a bug' },
+      {
+        streamSequence: first.delivery.streamSequence,
+        deliveryCount: 2,
+      },
+    );
+    await again.handled;
+    expect(again.settlement()).toEqual({ kind: 'ack' });
+    expect((await store.get('task-10'))?.value.status).toBe('completed');
+  });
 });

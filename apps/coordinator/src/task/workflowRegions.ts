@@ -94,7 +94,7 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
               // Checked and let go in one turn: no step reply can move the workflow in between.
               const why =
                 workflow.getSnapshot().status === 'active'
-                  ? event.problem(workflow.getPersistedSnapshot(), hold.claimed.input)
+                  ? migrationProblem(() => event.problem(workflow.getPersistedSnapshot(), hold.claimed.input))
                   : `task ${hold.claimed.input.taskId} is ending already`;
               if (why !== undefined) {
                 enqueue(() => event.answer(why));
@@ -219,4 +219,13 @@ export function checkpointsRegion(parts: TaskSetup, services: TaskServices) {
 function doneEnding(hold: Hold, output: WorkflowOutput): Partial<TaskContext> {
   if (hold.ending !== undefined || !endedTask(output)) return {};
   return { hold: { ...hold, ending: { kind: 'done', output } } };
+}
+
+/** What stands against a migration; a check that throws is a refusal saying why, never a fault of the task actor. */
+function migrationProblem(check: () => string | undefined): string | undefined {
+  try {
+    return check();
+  } catch (error) {
+    return `its checkpoint cannot be checked against that version (${errorMessage(error)})`;
+  }
 }
