@@ -158,6 +158,8 @@ function setUp(options: { noResponderWaitMs?: number } = {}) {
   return { clock, bus, start, pass, worker, heartbeat, beatEvery, checkpoint, restore };
 }
 
+/** A step call's persisted snapshot, as far as the test reads it. */
+type StoredCall = { children: Record<string, unknown> };
 const outcomeOf = (actor: Actor<Task>) => actor.getSnapshot().output;
 /** The error the call failed with, when it did. */
 const failureOf = (actor: Actor<Task>): unknown => {
@@ -380,6 +382,41 @@ describe('the step call as a child of its task', () => {
     const { timeoutMs: _first, ...sent } = received[0] as AgentStepRequest;
     const { timeoutMs: _again, ...resent } = received[1] as AgentStepRequest;
     expect(resent).toEqual({ ...sent, fresh: undefined });
+  });
+
+  it('restored from a checkpoint whose call still had its connection child, drops that child and still hears reconnects', async () => {
+    const { clock, bus, start, pass, worker, heartbeat, checkpoint, restore } = setUp();
+    const { deliveries } = worker((delivery) => heartbeat(delivery));
+    const first = start();
+    await pass(100);
+    const stored = checkpoint(first);
+    // As a checkpoint of before the send heard reconnects itself: a `connection` child beside the send.
+    const call = Object.values(stored.children as Record<string, { src: string; snapshot: StoredCall }>).find(
+      (child) => child.src === 'stepCall',
+    );
+    const children = call?.snapshot.children as Record<string, unknown>;
+    children['0.stepCall.calling'] = {
+      snapshot: { status: 'active', output: undefined, error: undefined },
+      src: 'connection',
+      syncSnapshot: false,
+    };
+    first.stop();
+    clock.advance(1_000);
+    const resumed = restore(stored);
+    await pass(0);
+    expect(deliveries).toHaveLength(2);
+    // One child, the send, which also hears the reconnects: a parked task keeps no actor for them.
+    const restoredCall = Object.values(resumed.getSnapshot().children).find((ref) => ref?.src === 'stepCall');
+    const restoredChildren = (restoredCall?.getSnapshot() as StoredCall | undefined)?.children ?? {};
+    expect(Object.keys(restoredChildren)).toHaveLength(1);
+    expect(bus.statusListeners).toBe(1);
+    bus.emitStatus('reconnect');
+    await pass(0);
+    expect(deliveries).toHaveLength(3);
+    deliveries[2]?.respond(okReply(STEP_ID, 'after the reconnect'));
+    await pass(0);
+    expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'after the reconnect' } });
+    expect(bus.statusListeners).toBe(0);
   });
 
   it('restored past its timeout, ends with step_timeout at once and sends nothing', async () => {

@@ -103,7 +103,8 @@ export class MemoryBus implements Bus {
 
   /** Tells status listeners of a connection change, as NATS would (`disconnect`, `reconnect`, …). */
   emitStatus(type: string, data?: unknown): void {
-    for (const listener of this.#statusListeners) listener({ type, data });
+    // Over a copy: a listener added while a change is told (a step call's next send) does not hear that change.
+    for (const listener of [...this.#statusListeners]) listener({ type, data });
   }
 
   /** Resolves once every message sent so far has been delivered and the handlers it started have finished. */

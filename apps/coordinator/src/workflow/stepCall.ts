@@ -238,7 +238,12 @@ export function createStepCallLogic(services: StepCallServices) {
       output: {} as StepRunOutput,
     },
     actors: {
-      /** One send of the step: its heartbeats, reply or failure come back as events; stopping it cancels it. */
+      /**
+       * One send of the step: its heartbeats, reply or failure, and the connection's reconnects (after one, the reply
+       * may have been lost), come back as events; stopping it cancels it. The reconnects are heard here, not by an
+       * actor of their own beside it: only a send in flight has a reply to lose, and each actor a parked task keeps
+       * costs it about 2 KB of heap.
+       */
       request: restoredUnfresh(
         fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
           const left = timeLeft(input);
@@ -250,6 +255,9 @@ export function createStepCallLogic(services: StepCallServices) {
           const facts = runFactsOf(system);
           const abort = new AbortController();
           let settled = false;
+          const stopHearing = bus.onStatus((status) => {
+            if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
+          });
           // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
           const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
           requestWithHeartbeats(
@@ -297,18 +305,13 @@ export function createStepCallLogic(services: StepCallServices) {
           );
           // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
           return () => {
+            stopHearing();
             if (!settled) abort.abort();
           };
         }),
       ),
       /** Ends at once: a macrostep after the call entered `failed`, the one in which it fails (see there). */
       giveUp: fromPromise(async () => undefined),
-      /** The connection's reconnects, each a `reconnect` event: a reply in flight then may have been lost. */
-      connection: fromCallback<StepCallEvent>(({ sendBack }) =>
-        bus.onStatus((status) => {
-          if (status.type === 'reconnect') sendBack({ type: 'reconnect' });
-        }),
-      ),
       /** A wait until `until` on the clock, then `resume`; a restored one waits only for what is left. */
       pause: fromCallback<StepCallEvent, { until: number }>(({ input, sendBack }) => {
         const timer = clock.setTimeout(
@@ -388,9 +391,12 @@ export function createStepCallLogic(services: StepCallServices) {
     },
     initial: 'calling',
     states: {
-      /** Talking to the agent: sending, waiting for the reply, or pausing before sending again; it hears reconnects. */
+      /**
+       * Talking to the agent: sending, waiting for the reply, or pausing before sending again. (A checkpoint from
+       * before the send heard reconnects itself holds a `connection` child here: no logic has that name now, so
+       * XState leaves it out of the restored call.)
+       */
       calling: {
-        invoke: { src: 'connection' },
         initial: 'sending',
         states: {
           /** About to send (again): within the step's time, or it has run out. */
@@ -514,7 +520,7 @@ export function createStepCallLogic(services: StepCallServices) {
        * No reply: the call fails, XState's way, with an error thrown in a transition. The actor ends with status
        * `error` and the workflow hears `xstate.error.actor` (its `onError`), with the code of the failure, as it
        * heard a rejected promise. It is thrown one macrostep after entering this state, once its children (the request,
-       * the pause, the reconnect subscription) are stopped: XState stops no children of an actor that errors.
+       * the pause) are stopped: XState stops no children of an actor that errors.
        */
       failed: {
         invoke: { src: 'giveUp', onDone: { actions: 'throwFailure' } },

@@ -674,7 +674,8 @@ export class NatsBus implements JetStreamBus {
         else if (type === 'reconnect') this.#reachable = true;
         else if (type === 'close') this.#closing.abort(closedError('the NATS connection is closed'));
         this.#events.connectionChanged(type);
-        for (const listener of this.#listeners) {
+        // Over a copy: a listener added while a change is told (a step call's next send) does not hear that change.
+        for (const listener of [...this.#listeners]) {
           try {
             listener({ type, data });
           } catch (error) {
