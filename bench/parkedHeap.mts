@@ -1,0 +1,76 @@
+/**
+ * The parked phase of bench/core.mts alone (its fixture, tasks whose model answers after 20 s, coordinator and agent
+ * host in this process), with a heap snapshot once 20 tasks are in flight and another once N more are: what a parked
+ * task keeps, for bench/heapSnapshotDiff.mjs to break down. Prints the heap per task in flight as core.mts does.
+ * N must be in flight within the model's 20 s (1,000 takes about 10 s here).
+ *
+ *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [nosnap]
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeHeapSnapshot } from 'node:v8';
+import { connect } from '@nats-io/transport-node';
+import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
+import { parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { startTestNats } from '@troupe/testkit';
+
+const parked = Number(process.argv[2] ?? 1000);
+const outDir = process.argv[3] ?? '.';
+const snap = process.argv[4] !== 'nosnap';
+const heapUsed = () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  return process.memoryUsage().heapUsed;
+};
+const nats = await startTestNats();
+const logger = createLogger({ level: 'silent' });
+const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-bench-heap-'));
+const client = await connect({ servers: nats.url, name: 'bench-client' });
+const registry = builtinTools();
+const parkedBus = await NatsBus.connect({ servers: nats.url, name: 'bench-parked', logger });
+await startCoordinator({
+  bus: parkedBus,
+  pipelines: [
+    await loadPipeline(join(import.meta.dirname, 'fixtures', 'parked.yaml'), { toolNames: registry.names() }),
+  ],
+  logger,
+  workspaceRoot,
+  registry,
+  maxInFlight: parked + 20,
+});
+const submit = (id: string) =>
+  client.publish(subjects.task('parked'), JSON.stringify({ id, goal: 'write out.txt' }));
+const started = new Set<string>();
+let onStarted: (() => void) | undefined;
+client.subscribe(subjects.event('parked', '*', 'step.started'), {
+  callback: (_e, msg) => {
+    const parsed = parseMessage(TroupeEvent, msg.data);
+    if (!parsed.ok) return;
+    started.add(parsed.value.taskId);
+    onStarted?.();
+  },
+});
+await client.flush();
+const until = (n: number) =>
+  new Promise<void>((resolve) => {
+    onStarted = () => started.size >= n && resolve();
+    onStarted();
+  });
+// Warm: 20 tasks so code paths, streams and consumers exist before the baseline.
+for (let i = 0; i < 20; i++) submit(`warm-${i}`);
+await client.flush();
+await until(20);
+const before = heapUsed();
+if (snap) writeHeapSnapshot(join(outDir, 'before.heapsnapshot'));
+const t0 = performance.now();
+for (let i = 0; i < parked; i++) submit(`parked-${i}`);
+await client.flush();
+await until(parked + 20);
+const inFlight = performance.now() - t0;
+const after = heapUsed();
+console.log(
+  JSON.stringify({ parked, allInFlightS: inFlight / 1000, perTaskKB: (after - before) / parked / 1024 }),
+);
+if (snap) writeHeapSnapshot(join(outDir, 'after.heapsnapshot'));
+process.exit(0);
