@@ -4,7 +4,10 @@
  * task keeps, for bench/heapSnapshotDiff.mjs to break down. Prints the heap per task in flight as core.mts does.
  * N must be in flight within the model's 20 s (1,000 takes about 10 s here).
  *
- *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [nosnap]
+ * With `ended` last, it then waits for every task to end and reports (and snapshots, as ended.heapsnapshot) what the
+ * coordinator still holds.
+ *
+ *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [snap|nosnap] [ended]
  */
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -73,4 +76,26 @@ console.log(
   JSON.stringify({ parked, allInFlightS: inFlight / 1000, perTaskKB: (after - before) / parked / 1024 }),
 );
 if (snap) writeHeapSnapshot(join(outDir, 'after.heapsnapshot'));
+if (process.argv[5] === 'ended') {
+  // Once every task has ended, with the coordinator still running: what it keeps of ended tasks.
+  const ended = new Set<string>();
+  await new Promise<void>((resolve) => {
+    client.subscribe(subjects.event('parked', '*', 'task.completed'), {
+      callback: (_e, msg) => {
+        const parsed = parseMessage(TroupeEvent, msg.data);
+        if (parsed.ok) ended.add(parsed.value.taskId);
+        if (ended.size >= parked) resolve();
+      },
+    });
+  });
+  await new Promise((resolve) => setTimeout(resolve, 2_000));
+  const end = heapUsed();
+  console.log(
+    JSON.stringify({
+      endedAgainstBeforePct: ((end - before) / before) * 100,
+      perTaskKB: (end - before) / parked / 1024,
+    }),
+  );
+  if (snap) writeHeapSnapshot(join(outDir, 'ended.heapsnapshot'));
+}
 process.exit(0);
