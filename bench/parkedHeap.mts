@@ -83,7 +83,7 @@ if (process.argv[5] === 'ended') {
     client.subscribe(subjects.event('parked', '*', 'task.completed'), {
       callback: (_e, msg) => {
         const parsed = parseMessage(TroupeEvent, msg.data);
-        if (parsed.ok) ended.add(parsed.value.taskId);
+        if (parsed.ok && parsed.value.taskId.startsWith('parked-')) ended.add(parsed.value.taskId);
         if (ended.size >= parked) resolve();
       },
     });
