@@ -7,27 +7,8 @@ import {
 } from '@troupe/runtime';
 import { deadLetter, type ExhaustedTask } from './deadLetters.ts';
 
-/** One stored task message, handed to the runner with the means to settle it. */
-export interface TaskDelivery {
-  subject: string;
-  data: Uint8Array;
-  headers: Record<string, string>;
-  /** Position in the `TASKS` stream: the same for every redelivery of this message. */
-  streamSequence: number;
-  /** When the message was stored, in ms since the epoch. */
-  storedAt: number;
-  deliveryCount: number;
-  /** Done with it, whatever the outcome: it is not delivered again. */
-  ack(): void;
-  /** Still working on it: resets the redelivery timer. */
-  working(): void;
-  /** Give it back for redelivery after a delay. */
-  nak(delayMs?: number): void;
-  /**
-   * Never deliver it again (it can never succeed). Sent without a reason: nats-server 2.9 reads `+TERM <reason>`
-   * as no acknowledgement at all and delivers the message again. Say why in a log line or a report instead.
-   */
-  term(): void;
+/** One stored task message of the `TASKS` stream, handed to the runner with the means to settle or park it. */
+export interface TaskDelivery extends StoredMessage {
   /**
    * The task waits (on a person, or a slow model) and does no work meanwhile: it stops counting against the
    * queue's `concurrency` (it still counts against `maxInFlight`), so more tasks may start. `false` when it works

@@ -21,7 +21,10 @@ export interface StoredMessage {
   working(): void;
   /** Give it back for redelivery after a delay. */
   nak(delayMs?: number): void;
-  /** Never deliver it again. */
+  /**
+   * Never deliver it again (it can never succeed). Sent without a reason: nats-server 2.9 reads `+TERM <reason>`
+   * as no acknowledgement at all and delivers the message again. Say why in a log line or a report instead.
+   */
   term(): void;
 }
 
