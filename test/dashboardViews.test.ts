@@ -252,9 +252,10 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     await page.getByTestId('pipeline').selectOption('reporter');
     const { session, id } = await openNewSession();
     // A slow network: the session read right after the message answers only once its turn has ended and the page has
-    // heard so, with the session as it stood when asked (the turn not ended yet).
+    // heard so, with the session as it stood before the turn ended. The gateway's own answer is made stale here (the
+    // turn still running, no output), because on a loaded machine the quick turn can end before the read is even asked.
     let hold = true;
-    let staleStatus = '';
+    let staleTurns: { status: string }[] = [];
     let release: () => void = () => {};
     const released = new Promise<void>((resolve) => {
       release = resolve;
@@ -262,20 +263,29 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
     await page.route(`**/v1/sessions/${id}`, async (route) => {
       if (!hold || route.request().method() !== 'GET') return route.continue();
       hold = false;
-      const stale = await route.fetch();
-      staleStatus = ((await stale.json()) as { turns: { status: string }[] }).turns[0]?.status ?? '';
+      const answer = await route.fetch();
+      const body = (await answer.json()) as { turns: { status: string; output?: unknown }[] };
+      staleTurns = body.turns.map(({ output: _, ...turn }) => ({ ...turn, status: 'running' }));
       await page
         .locator('[data-testid=task-row][data-status=completed]')
         .filter({ hasText: `${id}-1-` })
         .waitFor({ timeout: 15_000 });
-      await route.fulfill({ response: stale });
+      // The stale read goes on to read its turn's timeline before it is applied, or dropped.
+      const traced = page.waitForResponse((r) => r.url().endsWith('/trace') && r.url().includes(`/${id}-1-`));
+      await route.fulfill({ response: answer, json: { ...body, turns: staleTurns } });
+      await (await traced).finished();
       release();
     });
     try {
       await session.getByTestId('session-goal').fill('A quick one');
       await session.getByTestId('session-send').click();
       await released;
-      expect(staleStatus).not.toBe('completed');
+      expect(staleTurns).toEqual([expect.objectContaining({ status: 'running' })]);
+      // Once the page has had two frames to apply what it read, the late answer has not undone the turn's end.
+      await page.evaluate(
+        () => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))),
+      );
+      expect(await session.getByTestId('turn').getAttribute('data-status')).toBe('completed');
       // Whichever answer came last, the turn shows how it ended.
       await session
         .getByTestId('turn')
