@@ -14,14 +14,13 @@ import {
   StepJournal,
   systemClock,
   type ToolRegistry,
-  type TroupeMetrics,
   throughOutages,
   underPrefix,
   untilReachable,
   ValueStore,
   withTimeout,
 } from '@troupe/runtime';
-import { startAgentService } from './agents/agentService.ts';
+import { type AgentServiceOptions, startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
 import type { LoadedPipeline } from './config/loadPipeline.ts';
@@ -51,7 +50,13 @@ const RUNNER_SETTINGS = [
 ] as const satisfies readonly (keyof PipelineRunnerOptions)[];
 type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[number]>;
 
-export interface CoordinatorOptions extends RunnerSettings {
+/** Tasks per pipeline a coordinator works on at once when not told (see {@link PipelineRunnerOptions.concurrency}). */
+const DEFAULT_CONCURRENCY = 16;
+
+export interface CoordinatorOptions
+  extends RunnerSettings,
+    Partial<Pick<PipelineRunnerOptions, 'concurrency'>>,
+    Pick<AgentServiceOptions, 'metrics'> {
   bus: JetStreamBus;
   pipelines: readonly LoadedPipeline[];
   logger: Logger;
@@ -59,11 +64,6 @@ export interface CoordinatorOptions extends RunnerSettings {
   workspaceRoot: string;
   /** Host the pipelines' agents in this process too (default true); false leaves them to workers. */
   hostAgents?: boolean;
-  /**
-   * The most tasks per pipeline this process works on at once (default 16). A task whose step waits on a person or
-   * a slow model is parked and does not count, so waiting tasks cannot starve the pipeline.
-   */
-  concurrency?: number;
   /**
    * How long (ms) and how much (bytes) of the `EVENTS` stream is kept; the oldest events go first. Unset, a new
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
@@ -78,8 +78,6 @@ export interface CoordinatorOptions extends RunnerSettings {
    * rolls nothing back (`troupe versions use` does, on purpose).
    */
   takeNewest?: boolean;
-  /** Told what the steps here wait on people for (`troupe_approvals_pending`), when agents are hosted here. */
-  metrics?: TroupeMetrics;
   registry?: ToolRegistry;
   clock?: Clock;
 }
@@ -260,7 +258,7 @@ async function startParts(
           store,
           logger: logger.child({ pipeline: pipeline.config.name }),
           clock,
-          concurrency: options.concurrency ?? 16,
+          concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
           people: { gate: people, journal: pipelineJournal, clock },
           subPipelines: createSubPipelineRunner(bus, clock, values),
           values,

@@ -9,7 +9,6 @@ import {
   type NatsAccess,
   registerSecretsFromEnv,
   startNatsServer,
-  type TroupeMetrics,
   withTimeout,
 } from '@troupe/runtime';
 import { startAgentService } from './agents/agentService.ts';
@@ -26,9 +25,10 @@ import { DEFAULT_STOP_TIMEOUT_MS, STOP_OUTAGE_WAIT_MS, stopWithin } from './stop
 
 /**
  * What every Troupe process that loads pipelines takes (`troupe up`, `troupe worker`), declared once for both;
- * `replicas` is documented on {@link CoordinatorOptions}.
+ * `replicas` and `metrics` are documented where they are declared ({@link CoordinatorOptions}, and the agent service's
+ * options).
  */
-export interface HostOptions extends Pick<CoordinatorOptions, 'replicas'> {
+export interface HostOptions extends Pick<CoordinatorOptions, 'replicas' | 'metrics'> {
   /** Pipeline files to load. */
   files: readonly string[];
   /** How to log in to the NATS server joined, and talk TLS to it. */
@@ -40,8 +40,6 @@ export interface HostOptions extends Pick<CoordinatorOptions, 'replicas'> {
   home?: string;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
-  /** Counts what this process publishes and how its NATS connection fares, for `--metrics`. */
-  metrics?: TroupeMetrics;
   /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
   signal?: AbortSignal;
   /** Loads the pipelines' tool modules (`tools.modules`); Node's `import()`, JavaScript only, when absent. */

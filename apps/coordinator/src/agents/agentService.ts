@@ -43,7 +43,10 @@ export interface AgentServiceOptions {
   clock?: Clock;
   /** Milliseconds a person has when neither the pipeline nor the agent says. */
   approvalTimeoutMs?: number;
-  /** Told what the steps here wait on people for (`troupe_approvals_pending`). */
+  /**
+   * The process's `--metrics` counters: told what the steps here wait on people for (`troupe_approvals_pending`).
+   * The service (`troupe up`, `troupe worker`) also counts its NATS traffic and connection on them.
+   */
   metrics?: TroupeMetrics;
   /** Where outputs and tool results too large for a message go; a store on `bus` with its defaults when absent. */
   values?: ValueStore;

@@ -56,7 +56,10 @@ export interface PipelineRunnerOptions {
   intake: TaskIntake;
   logger: Logger;
   clock: Clock;
-  /** The most tasks of this pipeline this process works on at once; tasks parked on a person or a model do not count. */
+  /**
+   * The most tasks of this pipeline this process works on at once (the coordinator's default is 16). A task whose
+   * step waits on a person or a slow model is parked and does not count, so waiting tasks cannot starve the pipeline.
+   */
   concurrency: number;
   /** The most tasks of this pipeline this process holds at once, parked or working (default 1,000). */
   maxInFlight?: number;
