@@ -14,6 +14,7 @@ import { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import { type StepDeps, startAgentStep } from './agentStep.ts';
 import { type HostedAgent, isRemoteAgent } from './remoteAgent.ts';
 import { serveSessionSummaries } from './sessionSummary.ts';
+import { StepActors } from './stepActors.ts';
 import { subscribeStepIntake } from './stepIntake.ts';
 import { StepsInFlight } from './stepsInFlight.ts';
 import { watchTaskEnds } from './taskEndWatch.ts';
@@ -86,7 +87,11 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const clock = options.clock ?? systemClock;
   const events = new EventFactory(clock);
   const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus, clock);
-  const deps = stepDeps(options, clock, events, (stepId, waiting) => steps.modelWait(stepId, waiting));
+  // One root actor for the host's lifetime: each step's agent actor is its child, not a root (a system) of its own.
+  const actors = new StepActors(clock);
+  const deps = stepDeps(options, clock, events, actors, (stepId, waiting) =>
+    steps.modelWait(stepId, waiting),
+  );
   const steps = new StepsInFlight({
     clock,
     heartbeats,
@@ -136,6 +141,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     async stop() {
       for (const subscription of subscriptions) subscription.unsubscribe();
       await steps.stop();
+      actors.stop();
       stopListening();
       stopWatchingWaits?.();
     },
@@ -147,6 +153,7 @@ function stepDeps(
   options: AgentHostOptions,
   clock: Clock,
   events: EventFactory,
+  actors: StepActors,
   modelWait: (stepId: string, waiting: boolean) => void,
 ): StepDeps {
   const { bus, logger, values } = options;
@@ -167,6 +174,7 @@ function stepDeps(
     publish: (event) => bus.publishEvent(event),
     ...(options.price ? { price: options.price } : {}),
     modelWait,
+    actors,
     ...(options.human ? { human: options.human } : {}),
     ...(options.memory ? { memory: options.memory } : {}),
     ...(options.journal ? { journal: options.journal } : {}),

@@ -146,7 +146,7 @@ export interface AgentFailure {
   message: string;
 }
 
-interface AgentContext extends AgentMachineInput {
+export interface AgentContext extends AgentMachineInput {
   turn: number;
   /** The policy's word on each pending call. */
   checks: CallDecision[];

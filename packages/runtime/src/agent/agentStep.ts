@@ -4,11 +4,12 @@ import { StepTimedOutError } from '../approvals/stepTimedOutError.ts';
 import { TaskEndedError } from '../approvals/taskEnded.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
-import { type AgentServices, agentMachine, type StepStop } from './agentMachine.ts';
+import { type AgentMachineInput, type AgentServices, agentMachine, type StepStop } from './agentMachine.ts';
 import { AgentStepError } from './agentStepError.ts';
 import { callModel, summarize } from './journaledModel.ts';
 import { toolServices } from './journaledTools.ts';
 import { RecordedReplies } from './recordedReplies.ts';
+import type { AgentActorRef } from './stepActors.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
@@ -123,41 +124,51 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
     waitingOn: () => deps.human?.waitingOn?.(request.stepId),
     stopping: (stop) => stopped.abort(abortReason(stop, step)),
   };
-  const actor = createActor(agentMachine, {
-    clock: deps.clock,
-    input: {
-      services,
-      agent: agent.name,
-      stepId: request.stepId,
-      messages: buildStepMessages(agent.instructions, request),
-      tools: deps.registry.definitions(agent.tools),
-      maxTurns: agent.maxTurns,
-      expect: request.expect,
-      ...(request.budget ? { budget: request.budget } : {}),
-      ...(timeLeftMs === undefined ? {} : { timeLeftMs }),
-      ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs }),
-      ...(agent.contextTokens === undefined ? {} : { contextTokens: agent.contextTokens }),
-      ...(request.expect === 'text' && (request.output ?? agent.outputSchema)
-        ? { outputSchema: request.output ?? agent.outputSchema }
-        : {}),
-    },
-  });
-  actor.on('*', (emitted) => {
-    // An event that cannot be made or sent must not take the process down (xstate rethrows listener errors).
-    try {
-      deps.publish(toWireEvent(emitted, step));
-    } catch (error) {
-      deps.logger?.error(
-        { err: error, stepId: request.stepId },
-        `cannot publish ${emitted.type}; the step goes on`,
-      );
-    }
-  });
-  const reply = toPromise(actor).then(
-    (output) => offloadReply(step, toReply(request.stepId, output)),
-    (error: unknown) => crashedReply(request, error),
-  );
-  actor.start();
+  const input: AgentMachineInput = {
+    services,
+    agent: agent.name,
+    stepId: request.stepId,
+    messages: buildStepMessages(agent.instructions, request),
+    tools: deps.registry.definitions(agent.tools),
+    maxTurns: agent.maxTurns,
+    expect: request.expect,
+    ...(request.budget ? { budget: request.budget } : {}),
+    ...(timeLeftMs === undefined ? {} : { timeLeftMs }),
+    ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs }),
+    ...(agent.contextTokens === undefined ? {} : { contextTokens: agent.contextTokens }),
+    ...(request.expect === 'text' && (request.output ?? agent.outputSchema)
+      ? { outputSchema: request.output ?? agent.outputSchema }
+      : {}),
+  };
+  const listened: { reply?: Promise<AgentStepReply> } = {};
+  // Listened to before it starts, so its first events (the first `llm.request`) are published too.
+  const listen = (actor: AgentActorRef): void => {
+    actor.on('*', (emitted) => {
+      // An event that cannot be made or sent must not take the process down (xstate rethrows listener errors).
+      try {
+        deps.publish(toWireEvent(emitted, step));
+      } catch (error) {
+        deps.logger?.error(
+          { err: error, stepId: request.stepId },
+          `cannot publish ${emitted.type}; the step goes on`,
+        );
+      }
+    });
+    // An actor in error (an action that threw) rejects: that step's failure, never its host's or its neighbours'.
+    listened.reply = toPromise(actor).then(
+      (output) => offloadReply(step, toReply(request.stepId, output)),
+      (error: unknown) => crashedReply(request, error),
+    );
+  };
+  let actor: AgentActorRef;
+  if (deps.actors) actor = deps.actors.spawn(request.stepId, input, listen);
+  else {
+    actor = createActor(agentMachine, { clock: deps.clock, input });
+    listen(actor);
+    actor.start();
+  }
+  const { reply } = listened;
+  if (!reply) throw new Error(`the agent actor of step ${request.stepId} was not listened to`);
   return { reply, stop: (stop) => actor.send({ type: 'stop', stop }) };
 }
 

@@ -12,6 +12,7 @@ import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { AgentStepError } from './agentStepError.ts';
+import type { StepActors } from './stepActors.ts';
 
 /** What a step needs from the world. */
 export interface StepDeps {
@@ -44,6 +45,11 @@ export interface StepDeps {
   human?: HumanGate;
   /** Cost in USD of one call; zero when absent. */
   price?: (provider: string, model: string, response: ModelResponse) => number;
+  /**
+   * The host's actor, under which each step's agent actor runs as a child (one actor system for all the host's
+   * steps); without it, a step's agent actor is a root of its own.
+   */
+  actors?: StepActors;
   /** Told when the step starts (true) and stops (false) waiting on its model's reply. */
   modelWait?: (stepId: string, waiting: boolean) => void;
 }

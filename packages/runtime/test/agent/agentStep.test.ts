@@ -9,6 +9,7 @@ import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps, startAgentStep } from '../../src/agent/agentStep.ts';
 import { AgentStepError } from '../../src/agent/agentStepError.ts';
 import { taskWorkspace } from '../../src/agent/journaledTools.ts';
+import { StepActors } from '../../src/agent/stepActors.ts';
 import { StepTimedOutError } from '../../src/approvals/stepTimedOutError.ts';
 import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
 import { systemClock } from '../../src/events/clock.ts';
@@ -68,9 +69,13 @@ function coder(model: ModelProvider, overrides: Partial<AgentDefinition> = {}): 
   };
 }
 
-/** Real registry, real event factory, events collected; a clock that moves 5 ms each time it is read. */
+/**
+ * Real registry, real event factory, events collected; a clock that moves 5 ms each time it is read. The step's
+ * agent actor runs as a child of a host's actor on the same clock, as in an agent host, unless `alone`.
+ */
 async function setup(
   overrides: Partial<StepDeps> = {},
+  { alone = false }: { alone?: boolean } = {},
 ): Promise<{ deps: StepDeps; events: TroupeEvent[]; root: string }> {
   const registry = new ToolRegistry();
   for (const tool of fileTools) registry.register(tool);
@@ -85,6 +90,7 @@ async function setup(
     publish: (event) => events.push(event),
     ...overrides,
   };
+  if (!alone) deps.actors = new StepActors(deps.clock);
   return { deps, events, root };
 }
 
@@ -139,6 +145,15 @@ describe('runAgentStep', () => {
       name: 'write_file',
       content: 'wrote 4 bytes to notes/hello.md',
     });
+  });
+
+  it('runs alone too, its agent actor a root of its own, when no host gives it actors (a replay, a library caller)', async () => {
+    const { model } = recordingModel({ agents: { coder: [{ content: 'done alone' }] } });
+    const { deps, events } = await setup({}, { alone: true });
+    expect(deps.actors).toBeUndefined();
+    const reply = await runAgentStep(coder(model), request, deps);
+    expect(reply).toMatchObject({ ok: true, output: 'done alone', turns: 1 });
+    expect(events.map((e) => e.kind)).toEqual(['llm.request', 'llm.response']);
   });
 
   it('publishes the step as events, the tool call and result sharing one call id', async () => {

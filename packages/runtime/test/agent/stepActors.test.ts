@@ -1,0 +1,192 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { type ModelProvider, type ModelResponse, Script, ScriptedProvider } from '@troupe/llm';
+import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
+import { SimulatedClock } from '@troupe/testkit';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
+import type { AgentMachineInput } from '../../src/agent/agentMachine.ts';
+import { type StepDeps, startAgentStep } from '../../src/agent/agentStep.ts';
+import { StepActors } from '../../src/agent/stepActors.ts';
+import { EventFactory } from '../../src/events/eventFactory.ts';
+import { ToolRegistry } from '../../src/tools/index.ts';
+
+const roots: string[] = [];
+afterEach(async () => {
+  await Promise.all(roots.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+const requestOf = (n: number): AgentStepRequest => ({
+  stepId: `task-${n}.code.1`,
+  taskId: `task-${n}`,
+  pipeline: 'demo',
+  agent: 'coder',
+  step: 'code',
+  round: 1,
+  goal: 'say hello',
+  context: [],
+  expect: 'text',
+});
+
+/** A model that answers each call when the test says so. */
+function heldModel(): { provider: ModelProvider; calls: number; answer(content: string): void } {
+  const pending: ((response: ModelResponse) => void)[] = [];
+  const held = {
+    calls: 0,
+    provider: {
+      provider: 'held',
+      model: 'held-1',
+      complete: () =>
+        new Promise<ModelResponse>((resolve) => {
+          held.calls += 1;
+          pending.push(resolve);
+        }),
+    },
+    answer: (content: string) =>
+      pending.shift()?.({
+        content,
+        toolCalls: [],
+        usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+        finishReason: 'stop',
+        model: 'held-1',
+      }),
+  };
+  return held;
+}
+
+function model(script: unknown): ModelProvider {
+  return new ScriptedProvider(Script.parse(script));
+}
+
+const coder = (provider: ModelProvider): AgentDefinition => ({
+  name: 'coder',
+  instructions: 'You say hello.',
+  model: provider,
+  tools: [],
+  rules: [],
+  maxTurns: 3,
+});
+
+async function hostDeps(clock: SimulatedClock, overrides: Partial<StepDeps> = {}) {
+  const root = await mkdtemp(path.join(os.tmpdir(), 'troupe-step-actors-'));
+  roots.push(root);
+  const actors = new StepActors(clock);
+  const events: TroupeEvent[] = [];
+  const deps: StepDeps = {
+    registry: new ToolRegistry(),
+    workspaceRoot: root,
+    clock,
+    events: new EventFactory(clock),
+    publish: (event) => events.push(event),
+    actors,
+    ...overrides,
+  };
+  return { deps, actors, events };
+}
+
+const inputOf = (stepId: string): AgentMachineInput => ({
+  agent: 'coder',
+  stepId,
+  messages: [{ role: 'user', content: 'hi' }],
+  tools: [],
+  maxTurns: 1,
+  expect: 'text',
+  services: {
+    callModel: () => new Promise(() => {}),
+    runTools: async () => [],
+    compactConversation: () => new Promise(() => {}),
+  },
+});
+
+describe('StepActors: one host actor, each step’s agent actor its child', () => {
+  it('runs the steps under way as its children, and drops each once its step has ended', async () => {
+    const clock = new SimulatedClock();
+    const { deps, actors, events } = await hostDeps(clock);
+    const slow = coder(model({ agents: { coder: [{ content: 'hello', delayMs: 60_000 }] } }));
+    const first = startAgentStep(slow, requestOf(1), deps);
+    const second = startAgentStep(slow, requestOf(2), deps);
+    expect(actors.size).toBe(2);
+    // Heard from before they started: each step's first model request is published.
+    await vi.waitFor(() => expect(events.filter((e) => e.kind === 'llm.request')).toHaveLength(2));
+
+    first.stop({ why: 'aborted' });
+    expect(await first.reply).toMatchObject({ ok: false, error: { code: 'aborted' } });
+    expect(actors.size).toBe(1);
+    second.stop({ why: 'worker_stopping' });
+    expect(await second.reply).toMatchObject({ ok: false, error: { code: 'worker_stopped' } });
+    expect(actors.size).toBe(0);
+    // A step whose actor has ended may run again under the same id (a resend after an orphaned run).
+    const again = startAgentStep(
+      coder(model({ agents: { coder: [{ content: 'hi again' }] } })),
+      requestOf(1),
+      deps,
+    );
+    expect(await again.reply).toMatchObject({ ok: true, output: 'hi again' });
+    expect(actors.size).toBe(0);
+  });
+
+  it('fails only the step whose agent actor errored: the host actor and the other steps go on', async () => {
+    const clock = new SimulatedClock();
+    // Asked whom a timed-out step waits on, this gate throws inside the agent actor's `halt` action: an actor error.
+    const { deps, actors } = await hostDeps(clock, {
+      human: {
+        approve: async () => ({ decision: 'deny', reason: 'no' }),
+        ask: async () => 'no',
+        waitingOn: () => {
+          throw new Error('the gate broke');
+        },
+      },
+    });
+    const held = heldModel();
+    const breaking = startAgentStep(coder(held.provider), { ...requestOf(1), timeoutMs: 1_000 }, deps);
+    const neighbour = startAgentStep(coder(held.provider), requestOf(2), deps);
+    await vi.waitFor(() => expect(held.calls).toBe(2));
+
+    clock.advance(1_000);
+    expect(await breaking.reply).toMatchObject({
+      ok: false,
+      stepId: 'task-1.code.1',
+      error: { code: 'agent_crashed', message: 'the gate broke' },
+    });
+    expect(actors.size).toBe(1);
+
+    // The neighbour's call was the second asked; the first, the broken step's, was abandoned.
+    held.answer('ignored');
+    held.answer('late but fine');
+    expect(await neighbour.reply).toMatchObject({ ok: true, output: 'late but fine' });
+    const later = startAgentStep(
+      coder(model({ agents: { coder: [{ content: 'still here' }] } })),
+      requestOf(3),
+      deps,
+    );
+    expect(await later.reply).toMatchObject({ ok: true, output: 'still here' });
+    expect(actors.size).toBe(0);
+  });
+
+  it('refuses a second actor under the id of one still running, which the host could not tell apart', () => {
+    const actors = new StepActors(new SimulatedClock());
+    const listened: string[] = [];
+    actors.spawn('step-1', inputOf('step-1'), (agent) => listened.push(agent.id));
+    expect(() => actors.spawn('step-1', inputOf('step-1'), () => {})).toThrow(
+      'step step-1 has an agent actor running here already',
+    );
+    expect(listened).toEqual(['step-1']);
+    expect(actors.size).toBe(1);
+    actors.stop();
+  });
+
+  it('drops an actor whose listener threw, unstarted, and spawns none once stopped', () => {
+    const actors = new StepActors(new SimulatedClock());
+    expect(() =>
+      actors.spawn('step-1', inputOf('step-1'), () => {
+        throw new Error('cannot listen');
+      }),
+    ).toThrow('cannot listen');
+    expect(actors.size).toBe(0);
+    const running = actors.spawn('step-2', inputOf('step-2'), () => {});
+    actors.stop();
+    expect(running.getSnapshot().status).toBe('stopped');
+    expect(() => actors.spawn('step-3', inputOf('step-3'), () => {})).toThrow('the agent host has stopped');
+  });
+});
