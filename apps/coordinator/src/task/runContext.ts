@@ -1,5 +1,6 @@
 import type { StepActivity } from '@troupe/protocol';
 import { type ActorSystem, type CallbackSnapshot, fromCallback } from 'xstate';
+import type { TaskSignal, TaskSignals } from './taskSignals.ts';
 
 /** Any task's actor system, as an actor's creator receives it. */
 // biome-ignore lint/suspicious/noExplicitAny: xstate types a system by its registered actors, which a provided actor cannot know.
@@ -19,12 +20,21 @@ export interface RunFacts {
   version?: string;
 }
 
+/** A run context's input: the run's facts and, in a task's run, where the task's signals come from. */
+export interface RunContextInput extends RunFacts {
+  /** The runner's signals and the task's parent task (if a `pipeline` step submitted it); none for a step alone. */
+  signals?: { from: TaskSignals; parent?: string };
+}
+
 /** What an actor of the run tells its task: what the current step is doing (for `troupe status`, and parking). */
 export type RunContextEvent = { type: 'activity'; activity: StepActivity };
 
 /**
  * A task's run context: an actor the task actor invokes beside its workflow with `systemId` {@link RUN_CONTEXT_ID},
- * holding the run's {@link RunFacts} as its input and passing each activity report on to the task actor.
+ * holding the run's {@link RunFacts} as its input and passing each activity report on to the task actor. In a task's
+ * run it is also the task's ear for its signals (cancel, migrate, a parent's end, stop; see `taskSignals.ts`): it
+ * listens for them while the run lasts and passes each one on too. One actor for both, since each actor a parked
+ * task holds costs it a few KB of heap.
  *
  * Any actor in the task's tree reaches it through the system it was created in, with no table of running tasks:
  * a provided actor's creator receives `system` (`fromPromise(({ input, system }) => …)`, `fromCallback`, or a
@@ -42,9 +52,19 @@ export type RunContextEvent = { type: 'activity'; activity: StepActivity };
  * });
  * ```
  */
-export const runContextLogic = fromCallback<RunContextEvent, RunFacts>(({ receive, sendBack }) => {
-  receive((event) => sendBack(event));
-});
+export const runContextLogic = fromCallback<RunContextEvent, RunContextInput>(
+  ({ input, receive, sendBack }) => {
+    receive((event) => sendBack(event));
+    const { signals, taskId, version } = input;
+    // The listener goes when the run does: xstate stops this actor when its task leaves `running`, or fails.
+    return signals?.from.listen({
+      taskId,
+      ...(signals.parent === undefined ? {} : { parent: signals.parent }),
+      ...(version === undefined ? {} : { version }),
+      deliver: (signal: TaskSignal) => sendBack(signal),
+    });
+  },
+);
 
 /** The facts of the run whose actor system this is, or undefined outside a task's run. */
 export function runFactsOf(system: AnyActorSystem): RunFacts | undefined {

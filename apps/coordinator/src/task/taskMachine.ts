@@ -24,8 +24,8 @@ export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
  * ```
  *
  * While the workflow runs, cancels, migrations, a parent's ending and the process's stop arrive as events from the
- * runner's {@link TaskSignals} (see `taskSignals.ts`); a write that finds another coordinator's lease ends it
- * `takenOver`. Every ending of the task goes through `concluding`, once its record holds the final status and event.
+ * runner's {@link TaskSignals} (see `taskSignals.ts`), heard through the run context (`runContext.ts`); a write that
+ * finds another coordinator's lease ends it `takenOver`. Every ending of the task goes through `concluding`, once its record holds the final status and event.
  * The message is settled only in the final states, each doing one thing. Built once per pipeline runner.
  */
 export function createTaskMachine(services: TaskServices) {
@@ -138,25 +138,16 @@ export function createTaskMachine(services: TaskServices) {
       running: {
         entry: ['hold', 'keepAliveLater'],
         exit: [cancel('keepAlive'), 'closeHold'],
-        invoke: [
-          {
-            src: 'signals',
-            input: ({ context }) => {
-              const { input, version } = need(context.claimed, 'claimed task');
-              return {
-                signals: services.signals,
-                taskId: input.taskId,
-                ...(input.parent ? { parent: input.parent.taskId } : {}),
-                ...(version === undefined ? {} : { version }),
-              };
-            },
+        // The run's facts for its steps, their activity reports, and the task's signals, all through one actor.
+        invoke: {
+          src: 'runContext',
+          systemId: RUN_CONTEXT_ID,
+          input: ({ context }) => {
+            const { claimed, facts } = need(context.hold, 'hold');
+            const parent = claimed.input.parent?.taskId;
+            return { ...facts, signals: { from: services.signals, ...(parent ? { parent } : {}) } };
           },
-          {
-            src: 'runContext',
-            systemId: RUN_CONTEXT_ID,
-            input: ({ context }) => need(context.hold, 'hold').facts,
-          },
-        ],
+        },
         on: {
           activity: { actions: { type: 'noteActivity', params: ({ event }) => event.activity } },
           keepAlive: { actions: [({ context }) => context.delivery.working(), 'keepAliveLater'] },

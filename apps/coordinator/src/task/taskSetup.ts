@@ -13,7 +13,7 @@ import { type Checkpoint, checkpointOf } from './checkpoint.ts';
 import { type RunContextEvent, type RunFacts, runContextLogic } from './runContext.ts';
 import { type FencedWrite, fencedWrite, recordFailure, sameActivity } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
-import { type TaskSignal, taskSignalsLogic } from './taskSignals.ts';
+import type { TaskSignal } from './taskSignals.ts';
 import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
 import {
   type AfterWorkflow,
@@ -134,7 +134,6 @@ export function taskSetup(services: TaskServices) {
         return recorded ? { next: 'conclude', final } : { next: 'leave' };
       }),
       workflow: workflowChildLogic,
-      signals: taskSignalsLogic,
       runContext: runContextLogic,
       write: fromPromise<
         FencedWrite,

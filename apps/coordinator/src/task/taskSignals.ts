@@ -1,4 +1,3 @@
-import { type EventObject, fromCallback } from 'xstate';
 import type { WorkflowInput } from '../workflow/workflowTypes.ts';
 
 /** What a migration asks of a running task: move it to `version` unless `problem` finds something against it. */
@@ -35,7 +34,7 @@ export interface SignalListener {
 
 /**
  * The runner's switchboard for its tasks' signals: the one control subscription and the one parent watch send to a
- * task id, and the task actor running that task here hears it (through {@link taskSignalsLogic}). A signal for a
+ * task id, and the task actor running that task here hears it (through its run context, `runContext.ts`). A signal for a
  * task no actor here runs reaches nobody, and the sender knows it (`send` is false).
  */
 export class TaskSignals {
@@ -90,17 +89,3 @@ export class TaskSignals {
     return [...this.#listeners.keys()];
   }
 }
-
-/** What a task actor's signal subscription needs. */
-export interface TaskSignalsInput {
-  signals: TaskSignals;
-  taskId: string;
-  parent?: string;
-  version?: string;
-}
-
-/** A task actor's subscription to its signals: each one is sent back to it as an event. */
-export const taskSignalsLogic = fromCallback<EventObject, TaskSignalsInput>(({ input, sendBack }) => {
-  const { signals, ...task } = input;
-  return signals.listen({ ...task, deliver: (signal) => sendBack(signal) });
-});

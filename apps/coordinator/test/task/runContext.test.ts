@@ -9,6 +9,7 @@ import {
   runContextLogic,
   runFactsOf,
 } from '../../src/task/runContext.ts';
+import { type TaskSignal, TaskSignals } from '../../src/task/taskSignals.ts';
 
 const facts: RunFacts = { taskId: 't1', firstDelivery: true, traceparent: '00-a-b-01', version: 'v1' };
 const activity: StepActivity = {
@@ -72,5 +73,50 @@ describe('a run context', () => {
       }),
     ).start();
     expect(await toPromise(alone)).toBe('none');
+  });
+});
+
+describe("a task's run context", () => {
+  const signals = new TaskSignals();
+  /** A task-like parent whose run context also listens for the task's signals, and keeps what it hears. */
+  const listening = setup({
+    types: {
+      context: {} as { heard: string[] },
+      events: {} as TaskSignal | RunContextEvent | { type: 'end' },
+    },
+    actors: { runContext: runContextLogic },
+  }).createMachine({
+    context: { heard: [] },
+    initial: 'running',
+    states: {
+      running: {
+        invoke: {
+          src: 'runContext',
+          systemId: RUN_CONTEXT_ID,
+          input: { ...facts, signals: { from: signals, parent: 'p1' } },
+        },
+        on: {
+          stop: { actions: assign({ heard: ({ context }) => [...context.heard, 'stop'] }) },
+          parentEnded: {
+            actions: assign({ heard: ({ context, event }) => [...context.heard, `parent: ${event.reason}`] }),
+          },
+          end: 'ended',
+        },
+      },
+      ended: {},
+    },
+  });
+
+  it('passes the signals for its task to the task while the run lasts, and stops listening when it ends', () => {
+    const actor = createActor(listening).start();
+    expect(signals.has('t1')).toBe(true);
+    expect(signals.versionOf('t1')).toBe('v1');
+    expect(signals.send('t1', { type: 'stop' })).toBe(true);
+    expect(signals.parentEnded('p1', 'the parent failed')).toEqual(['t1']);
+    expect(actor.getSnapshot().context.heard).toEqual(['stop', 'parent: the parent failed']);
+    actor.send({ type: 'end' });
+    expect(signals.has('t1')).toBe(false);
+    expect(signals.send('t1', { type: 'stop' })).toBe(false);
+    actor.stop();
   });
 });
