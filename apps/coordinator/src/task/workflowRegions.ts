@@ -18,11 +18,16 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
     initial: 'working',
     states: {
       working: {
-        // A sub-task whose parent ended while it waited to run here ends too (unless this process stops).
         entry: enqueueActions(({ context, enqueue }) => {
+          // The stop began after the claim looked, before the run context listened for it: let go at once. Checked
+          // once, here: the run context starts listening in this same turn, so every later stop reaches it as `stop`.
+          if (services.stopping()) {
+            enqueue({ type: 'letGo', params: { kind: 'stopped' } });
+            return;
+          }
+          // A sub-task whose parent ended while it waited to run here ends too.
           const reason = context.hold?.claimed.orphaned;
-          if (reason !== undefined && !services.stopping())
-            enqueue.sendTo('workflow', { type: 'cancel', reason });
+          if (reason !== undefined) enqueue.sendTo('workflow', { type: 'cancel', reason });
         }),
         invoke: [
           {
@@ -57,11 +62,6 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
             },
           },
         ],
-        // The stop began after the claim, before this actor listened for it: let go at once.
-        always: {
-          guard: ({ context }) => services.stopping() && context.hold?.ending === undefined,
-          actions: { type: 'letGo', params: { kind: 'stopped' } },
-        },
         on: {
           cancel: {
             guard: 'noEnding',
