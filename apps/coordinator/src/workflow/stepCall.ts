@@ -1,44 +1,14 @@
-import type { StepActivity } from '@troupe/protocol';
-import {
-  AgentStepReply,
-  type AgentStepRequest,
-  applyWorkspaceChanges,
-  isRetryable,
-  StepHeartbeat,
-  subjects,
-  type WorkspaceManifest,
-  workspaceDiff,
-} from '@troupe/protocol';
-import {
-  type Bus,
-  type Clock,
-  type Logger,
-  type MessageLogLevel,
-  requestWithHeartbeats,
-  stepTimeoutError,
-  TransportError,
-  type TransportErrorCode,
-} from '@troupe/runtime';
-import {
-  type ActorSystem,
-  assign,
-  type CallbackActorLogic,
-  type CallbackSnapshot,
-  fromCallback,
-  fromPromise,
-  type PromiseActorLogic,
-  type Snapshot,
-  setup,
-} from 'xstate';
-import { reportActivity, runFactsOf } from '../task/runContext.ts';
+import type { AgentStepReply, AgentStepRequest, StepHeartbeat, WorkspaceManifest } from '@troupe/protocol';
+import { type Bus, type Clock, type Logger, TransportError } from '@troupe/runtime';
+import { assign, fromCallback, fromPromise, type PromiseActorLogic, setup } from 'xstate';
+import { runFactsOf } from '../task/runContext.ts';
+import { withCallCheckpoints } from './stepCallCheckpoint.ts';
+import { failureOf, type StepCallFailure, timedOut } from './stepCallFailure.ts';
+import { backoff, startingContext, stepCallActions, stepCallGuards } from './stepCallRules.ts';
+import { stepSendLogic } from './stepCallSend.ts';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 
-/** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
-export const REPLY_GRACE_MS = 2_000;
-/** Heartbeats in a row a step may miss before it goes to another worker. */
-export const MISSED_HEARTBEATS = 3;
-/** How much longer than the task's deadline a step waits for the agent's own account of running out. */
-export const DEADLINE_GRACE_MS = 5_000;
+export type { StepCallFailure } from './stepCallFailure.ts';
 
 /** What a step call needs besides its step: the same for every step of a pipeline, built into its logic once. */
 export interface StepCallServices {
@@ -49,12 +19,6 @@ export interface StepCallServices {
   waitForWorkersMs: number;
   /** How often the agent host must report on the step. */
   heartbeatMs: number;
-}
-
-/** Why a call ended without a reply, as plain data (it is part of a checkpoint); `code` when a transport code said it. */
-export interface StepCallFailure {
-  code?: TransportErrorCode;
-  message: string;
 }
 
 /** What the step call starts from: the workflow's step, and whether a run of it may have started before. */
@@ -106,80 +70,13 @@ export interface StepCallContext {
   workspaceBase?: WorkspaceManifest | undefined;
 }
 
-/** What one send of the step is given: plain data, so a restored send goes out again the same way. */
-interface RequestInput {
-  request: AgentStepRequest;
-  subject: string;
-  started: number;
-  timeoutMs: number;
-  /** No run of the step can have started before this send (see `fresh`): the first send of a first delivery. */
-  fresh: boolean;
-  /** No worker served the agent at the last send: this one is logged at debug (one line said so already). */
-  quiet: boolean;
-}
-
-/** A promise actor's persisted snapshot: what checkpoints from before the step call was a machine hold for it. */
-interface PromiseSnapshot {
-  input: StepRunInput;
-}
-
-// biome-ignore lint/suspicious/noExplicitAny: xstate types a system by its registered actors, which a provided actor cannot know.
-type AnySystem = ActorSystem<any>;
 type Ctx = { context: StepCallContext };
-
-/** The wait before sending again: 250 ms, doubling with each request, at most 2 s. */
-const backoff = (context: StepCallContext): number => Math.min(250 * 2 ** (context.attempts - 1), 2_000);
-
-/** The step's timeout as its failure: `approval_timeout` when the last heartbeat said a person was being asked. */
-function timedOut(context: StepCallContext): StepCallFailure {
-  return stepTimeoutError(context.request.agent, context.timeoutMs, context.waitingFor);
-}
-
-/** A failure as plain data: a transport failure keeps its code, anything else its message. */
-function failureOf(error: unknown): StepCallFailure {
-  if (TransportError.is(error)) return { code: error.code, message: error.message };
-  return { message: error instanceof Error ? error.message : String(error) };
-}
-
-/** The failure as the error the workflow reads its reason from (a `TransportError` when it has a code). */
-function errorOf(failure: StepCallFailure | undefined): Error {
-  if (!failure) return new Error('step call ended');
-  return failure.code ? new TransportError(failure.code, failure.message) : new Error(failure.message);
-}
-
-/** The reply with the workspace changes of every run of the step, counted from the manifest the workflow sent. */
-function withAllChanges(context: StepCallContext, reply: AgentStepReply): AgentStepReply {
-  const base = context.workspaceBase;
-  if (base === undefined) return reply;
-  const now = reply.workspace
-    ? applyWorkspaceChanges(context.request.workspace, reply.workspace)
-    : (context.request.workspace ?? {});
-  return { ...reply, workspace: workspaceDiff(base, now) };
-}
-
-/**
- * The request's logic, restored as never `fresh`: a send restored from a checkpoint goes out again after a run of the
- * step may have started (its host must look in the journal), whatever the send it repeats said.
- */
-function restoredUnfresh<Logic extends CallbackActorLogic<StepCallEvent, RequestInput>>(logic: Logic): Logic {
-  return {
-    ...logic,
-    restoreSnapshot: (snapshot: CallbackSnapshot<RequestInput>) => ({
-      ...snapshot,
-      input: { ...snapshot.input, fresh: false },
-    }),
-  };
-}
-
-/** A snapshot with an input and no state value is a promise's (a machine's always has a `value`). */
-const isPromiseSnapshot = (snapshot: Snapshot<unknown>): snapshot is Snapshot<unknown> & PromiseSnapshot =>
-  !('value' in snapshot) && 'input' in snapshot;
 
 /**
  * The step call's logic on `services`: built once per pipeline runner and invoked by the workflow as each agent
  * step's child. It sends the step to its agent over NATS and hears the host's heartbeats and then its reply. While
  * nobody serves the agent it sends again with backoff (`waitingForWorker`), and gives up after `waitForWorkersMs`
- * with a message that says which subject has no worker. When the host goes silent for {@link MISSED_HEARTBEATS}
+ * with a message that says which subject has no worker. When the host goes silent for `MISSED_HEARTBEATS`
  * heartbeats (its process died), or loses its journal, or stops mid-step, the step is sent again with the same id
  * and another worker takes it over from the step's journal; after that, it waits for a worker as long as the step
  * may take. A reconnect sends it again at once (a reply in flight may be lost; the host joins a resend to the run it
@@ -193,6 +90,10 @@ const isPromiseSnapshot = (snapshot: Snapshot<unknown>): snapshot is Snapshot<un
  * task's run context (see `task/runContext.ts`). A checkpoint from before the step call was a machine holds the step
  * as a promise's snapshot: such a step is started afresh from its input.
  *
+ * This factory is the chart; its parts are beside it: one send of the step (`stepCallSend.ts`), the conditions and
+ * context changes of its transitions (`stepCallRules.ts`), its failures as plain data (`stepCallFailure.ts`) and the
+ * shape of its checkpoint (`stepCallCheckpoint.ts`).
+ *
  * @example
  * ```ts
  * const runStep = createStepCallLogic({ bus, clock, waitForWorkersMs: 30_000, heartbeatMs: 5_000 });
@@ -200,36 +101,9 @@ const isPromiseSnapshot = (snapshot: Snapshot<unknown>): snapshot is Snapshot<un
  * ```
  */
 export function createStepCallLogic(services: StepCallServices) {
-  const { bus, clock, logger } = services;
-  const timeLeft = (context: Pick<StepCallContext, 'timeoutMs' | 'started'>): number =>
-    context.timeoutMs - (clock.now() - context.started);
-
-  /** Reports what the step does now to the task, when it changed; returns what it last reported. */
-  const report = (system: AnySystem, context: StepCallContext, kind: StepActivity['kind']): string => {
-    const key = `${kind}:${context.waitingFor?.id ?? ''}`;
-    if (key === context.lastActivity) return key;
-    const { request, waitingFor } = context;
-    const where = { step: request.step, agent: request.agent, since: new Date(clock.now()).toISOString() };
-    reportActivity(
-      system,
-      kind === 'person' && waitingFor
-        ? { kind, ...where, request: waitingFor }
-        : { kind: kind === 'person' ? 'agent' : kind, ...where },
-    );
-    return key;
-  };
-
-  const explain = (context: StepCallContext, error: unknown): StepCallFailure => {
-    if (!TransportError.is(error, 'no_responders')) return failureOf(error);
-    const waited = context.noWorkerSince === undefined ? 0 : clock.now() - context.noWorkerSince;
-    return {
-      code: 'no_responders',
-      message:
-        `no worker serves agent ${context.request.agent} on ${context.subject} (waited ${Math.round(waited / 1000)} s); ` +
-        'start `troupe worker` (or `troupe up` without --no-agents) with this pipeline on this NATS server',
-    };
-  };
-
+  const { clock } = services;
+  const guards = stepCallGuards(services);
+  const rules = stepCallActions(services);
   const machine = setup({
     types: {
       context: {} as StepCallContext,
@@ -238,78 +112,7 @@ export function createStepCallLogic(services: StepCallServices) {
       output: {} as StepRunOutput,
     },
     actors: {
-      /**
-       * One send of the step: its heartbeats, reply or failure, and the connection's reconnects (after one, the reply
-       * may have been lost), come back as events; stopping it cancels it. The reconnects are heard here, not by an
-       * actor of their own beside it: only a send in flight has a reply to lose, and each actor a parked task keeps
-       * costs it about 2 KB of heap.
-       */
-      request: restoredUnfresh(
-        fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
-          const left = timeLeft(input);
-          // A restored call may find its time spent while it was down: that is the step's timeout, not a send.
-          if (left <= 0) {
-            sendBack({ type: 'failed', error: new TransportError('timeout', 'the step ran out of time') });
-            return;
-          }
-          const facts = runFactsOf(system);
-          const abort = new AbortController();
-          let settled = false;
-          const stopHearing = bus.onStatus((status) => {
-            if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
-          });
-          // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
-          const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
-          requestWithHeartbeats(
-            bus,
-            input.subject,
-            {
-              ...input.request,
-              ...(facts
-                ? {
-                    traceparent: facts.traceparent,
-                    ...(facts.version === undefined ? {} : { version: facts.version }),
-                  }
-                : {}),
-              timeoutMs: left,
-              heartbeatMs: services.heartbeatMs,
-              ...(input.fresh ? { fresh: true as const } : {}),
-            },
-            AgentStepReply,
-            StepHeartbeat,
-            {
-              // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
-              timeoutMs: left + REPLY_GRACE_MS,
-              idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
-              signal: abort.signal,
-              meta: {
-                taskId: input.request.taskId,
-                from: input.request.from ?? 'workflow',
-                to: input.request.agent,
-                kind: 'agent.step',
-              },
-              clock,
-              onHeartbeat: (heartbeat) =>
-                sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
-              ...(logLevel ? { logLevel } : {}),
-            },
-          ).then(
-            (reply) => {
-              settled = true;
-              sendBack({ type: 'replied', reply });
-            },
-            (error: unknown) => {
-              settled = true;
-              sendBack({ type: 'failed', error });
-            },
-          );
-          // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
-          return () => {
-            stopHearing();
-            if (!settled) abort.abort();
-          };
-        }),
-      ),
+      request: stepSendLogic(services),
       /** Ends at once: a macrostep after the call entered `failed`, the one in which it fails (see there). */
       giveUp: fromPromise(async () => undefined),
       /** A wait until `until` on the clock, then `resume`; a restored one waits only for what is left. */
@@ -321,74 +124,20 @@ export function createStepCallLogic(services: StepCallServices) {
         return () => clock.clearTimeout(timer);
       }),
     },
-    guards: {
-      outOfTime: ({ context }) => timeLeft(context) <= 0,
-      journalUnavailable: (_, reply: AgentStepReply) =>
-        !reply.ok && reply.error.code === 'journal_unavailable',
-      final: (_, reply: AgentStepReply) => reply.ok || !isRetryable(reply.error.code),
-      failedWith: (_, p: { error: unknown; code: TransportErrorCode }) => TransportError.is(p.error, p.code),
-      gaveUpOnWorkers: ({ context }) =>
-        !context.takenOver &&
-        context.noWorkerSince !== undefined &&
-        clock.now() - context.noWorkerSince >= services.waitForWorkersMs,
-    },
+    guards,
     actions: {
-      /** The call fails with its failure as the error the workflow reads its reason from (see `failed`). */
-      throwFailure: ({ context }) => {
-        throw errorOf(context.failure);
-      },
-      heard: assign(({ context, system }, heartbeat: StepHeartbeat) => {
-        const next = { ...context, waitingFor: heartbeat.waitingFor };
-        const kind = heartbeat.waitingFor ? 'person' : heartbeat.waitingOnModel ? 'model' : 'agent';
-        return { waitingFor: heartbeat.waitingFor, lastActivity: report(system, next, kind) };
-      }),
-      takenOver: assign(({ context }, why: string) => {
-        logger?.warn({ stepId: context.request.stepId, agent: context.request.agent }, why);
-        return { takenOver: true, noWorkerSince: undefined };
-      }),
-      noWorker: assign(({ context, system }) => {
-        if (context.noWorkerSince === undefined) {
-          logger?.warn(
-            { stepId: context.request.stepId, agent: context.request.agent },
-            `no worker serves agent ${context.request.agent} yet; step ${context.request.stepId} waits for one (start one with troupe worker <pipeline.yaml>)`,
-          );
-        }
-        const noWorkerSince = context.noWorkerSince ?? clock.now();
-        return { noWorkerSince, lastActivity: report(system, { ...context, noWorkerSince }, 'worker') };
-      }),
-      fail: assign((_, failure: StepCallFailure) => ({ failure })),
-      /** A run that did not end the step handed on files: the next run starts from them (and sees what it wrote). */
-      carryWorkspace: assign(({ context }, reply: AgentStepReply) => {
-        if (!reply.workspace) return {};
-        const workspace = applyWorkspaceChanges(context.request.workspace, reply.workspace);
-        return {
-          request: { ...context.request, workspace },
-          workspaceBase: context.workspaceBase ?? context.request.workspace ?? {},
-        };
-      }),
+      throwFailure: rules.throwFailure,
+      countAttempt: assign(rules.countAttempt),
+      heard: assign(rules.heard),
+      takenOver: assign(rules.takenOver),
+      noWorker: assign(rules.noWorker),
+      fail: assign(rules.fail),
+      carryWorkspace: assign(rules.carryWorkspace),
+      keepReply: assign(rules.keepReply),
     },
   }).createMachine({
     id: 'stepCall',
-    context: ({ input }) => {
-      const { request } = input;
-      const started = clock.now();
-      // Past the task's deadline the agent stops itself and says so; the call waits a little longer for that reply.
-      const deadline = request.budget?.deadline;
-      const timeoutMs =
-        deadline === undefined
-          ? input.timeoutMs
-          : Math.min(input.timeoutMs, Math.max(1, deadline - started) + DEADLINE_GRACE_MS);
-      return {
-        request,
-        subject: subjects.agent(request.pipeline, request.agent),
-        timeoutMs,
-        started,
-        attempts: 0,
-        resumed: input.resumed === true,
-        takenOver: false,
-        lastActivity: '',
-      };
-    },
+    context: ({ input }) => startingContext(clock, input),
     initial: 'calling',
     states: {
       /**
@@ -411,7 +160,7 @@ export function createStepCallLogic(services: StepCallServices) {
             ],
           },
           sent: {
-            entry: assign({ attempts: ({ context }) => context.attempts + 1 }),
+            entry: 'countAttempt',
             invoke: {
               src: 'request',
               input: ({ context, self }) => ({
@@ -447,7 +196,7 @@ export function createStepCallLogic(services: StepCallServices) {
                 {
                   guard: { type: 'final', params: ({ event }) => event.reply },
                   target: '#stepCall.replied',
-                  actions: assign({ reply: ({ context, event }) => withAllChanges(context, event.reply) }),
+                  actions: { type: 'keepReply', params: ({ event }) => event.reply },
                 },
                 // Its worker stopped mid-step: another worker may take the step, as when none served the agent.
                 {
@@ -487,7 +236,10 @@ export function createStepCallLogic(services: StepCallServices) {
                 },
                 {
                   target: '#stepCall.failed',
-                  actions: { type: 'fail', params: ({ context, event }) => explain(context, event.error) },
+                  actions: {
+                    type: 'fail',
+                    params: ({ context, event }) => failureOf(context, event.error, clock.now()),
+                  },
                 },
               ],
             },
@@ -500,9 +252,10 @@ export function createStepCallLogic(services: StepCallServices) {
               actions: {
                 type: 'fail',
                 params: ({ context }: Ctx) =>
-                  explain(
+                  failureOf(
                     context,
                     new TransportError('no_responders', `no one is serving ${context.subject}`),
+                    clock.now(),
                   ),
               },
             },
@@ -531,48 +284,7 @@ export function createStepCallLogic(services: StepCallServices) {
       durationMs: Math.max(0, clock.now() - context.started),
     }),
   });
-
-  // The send in flight carries the call's own request (`sent` is left whenever the request changes): a checkpoint
-  // holds it once, in the call's context, and a restore hands it back to the send it repeats.
-  const persistMachine = machine.getPersistedSnapshot;
-  machine.getPersistedSnapshot = (snapshot, options) => {
-    const persisted = persistMachine(snapshot, options) as PersistedCall;
-    return { ...persisted, children: withSends(persisted.children, ({ request: _, ...send }) => send) };
-  };
-  // A checkpoint from before the upgrade holds the step as a promise's snapshot (its input, no state): start it afresh.
-  const restoreMachine = machine.restoreSnapshot;
-  machine.restoreSnapshot = (snapshot, scope) => {
-    if (isPromiseSnapshot(snapshot))
-      return machine.getInitialSnapshot(scope, { ...snapshot.input, resumed: true });
-    const persisted = snapshot as PersistedCall;
-    const { request } = persisted.context;
-    const restoring: PersistedCall = {
-      ...persisted,
-      children: withSends(persisted.children, (send) => ({ request, ...send })),
-    };
-    return restoreMachine(restoring, scope);
-  };
-  return machine;
-}
-
-/** A step call's persisted snapshot, as far as its send in flight (its `request` child) goes. */
-type PersistedCall = Snapshot<unknown> & {
-  context: StepCallContext;
-  children: Record<string, { src?: unknown; snapshot?: { input?: Partial<RequestInput> } }>;
-};
-
-/** The persisted children with the input of the send in flight, if any, made by `change`. */
-function withSends(
-  children: PersistedCall['children'] | undefined,
-  change: (input: Partial<RequestInput>) => Partial<RequestInput>,
-): PersistedCall['children'] {
-  const changed: PersistedCall['children'] = {};
-  for (const [id, child] of Object.entries(children ?? {})) {
-    const input = child.src === 'request' ? child.snapshot?.input : undefined;
-    changed[id] =
-      input === undefined ? child : { ...child, snapshot: { ...child.snapshot, input: change(input) } };
-  }
-  return changed;
+  return withCallCheckpoints(machine);
 }
 
 /** The step call's logic, as {@link createStepCallLogic} builds it. */

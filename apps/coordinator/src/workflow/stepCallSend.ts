@@ -1,0 +1,110 @@
+import { AgentStepReply, type AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
+import { type MessageLogLevel, requestWithHeartbeats, TransportError } from '@troupe/runtime';
+import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
+import { runFactsOf } from '../task/runContext.ts';
+import type { StepCallEvent, StepCallServices } from './stepCall.ts';
+import { timeLeft } from './stepCallRules.ts';
+
+/** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
+export const REPLY_GRACE_MS = 2_000;
+/** Heartbeats in a row a step may miss before it goes to another worker. */
+export const MISSED_HEARTBEATS = 3;
+
+/** What one send of the step is given: plain data, so a restored send goes out again the same way. */
+export interface RequestInput {
+  request: AgentStepRequest;
+  subject: string;
+  started: number;
+  timeoutMs: number;
+  /** No run of the step can have started before this send (see `fresh`): the first send of a first delivery. */
+  fresh: boolean;
+  /** No worker served the agent at the last send: this one is logged at debug (one line said so already). */
+  quiet: boolean;
+}
+
+/**
+ * One send of the step, the step call's `request` child: its heartbeats, reply or failure, and the connection's
+ * reconnects (after one, the reply may have been lost), come back as events; stopping it cancels it. The reconnects
+ * are heard here, not by an actor of their own beside it: only a send in flight has a reply to lose, and each actor a
+ * parked task keeps costs it about 2 KB of heap. Restored from a checkpoint it is never `fresh`: it goes out again
+ * after a run of the step may have started (its host must look in the journal), whatever the send it repeats said.
+ */
+export function stepSendLogic(services: StepCallServices) {
+  const { bus, clock } = services;
+  return restoredUnfresh(
+    fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
+      const left = timeLeft(clock, input);
+      // A restored call may find its time spent while it was down: that is the step's timeout, not a send.
+      if (left <= 0) {
+        sendBack({ type: 'failed', error: new TransportError('timeout', 'the step ran out of time') });
+        return;
+      }
+      const facts = runFactsOf(system);
+      const abort = new AbortController();
+      let settled = false;
+      const stopHearing = bus.onStatus((status) => {
+        if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
+      });
+      // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
+      const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
+      requestWithHeartbeats(
+        bus,
+        input.subject,
+        {
+          ...input.request,
+          ...(facts
+            ? {
+                traceparent: facts.traceparent,
+                ...(facts.version === undefined ? {} : { version: facts.version }),
+              }
+            : {}),
+          timeoutMs: left,
+          heartbeatMs: services.heartbeatMs,
+          ...(input.fresh ? { fresh: true as const } : {}),
+        },
+        AgentStepReply,
+        StepHeartbeat,
+        {
+          // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
+          timeoutMs: left + REPLY_GRACE_MS,
+          idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
+          signal: abort.signal,
+          meta: {
+            taskId: input.request.taskId,
+            from: input.request.from ?? 'workflow',
+            to: input.request.agent,
+            kind: 'agent.step',
+          },
+          clock,
+          onHeartbeat: (heartbeat) => sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
+          ...(logLevel ? { logLevel } : {}),
+        },
+      ).then(
+        (reply) => {
+          settled = true;
+          sendBack({ type: 'replied', reply });
+        },
+        (error: unknown) => {
+          settled = true;
+          sendBack({ type: 'failed', error });
+        },
+      );
+      // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
+      return () => {
+        stopHearing();
+        if (!settled) abort.abort();
+      };
+    }),
+  );
+}
+
+/** The send's logic, restored as never `fresh` (see {@link stepSendLogic}). */
+function restoredUnfresh<Logic extends CallbackActorLogic<StepCallEvent, RequestInput>>(logic: Logic): Logic {
+  return {
+    ...logic,
+    restoreSnapshot: (snapshot: CallbackSnapshot<RequestInput>) => ({
+      ...snapshot,
+      input: { ...snapshot.input, fresh: false },
+    }),
+  };
+}
