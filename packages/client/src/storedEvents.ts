@@ -1,11 +1,5 @@
 import { FINAL_EVENT_KINDS, parseEvent, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
-import {
-  isStreamMissing,
-  type JetStreamBus,
-  jetstreamManagerOf,
-  jetstreamOf,
-  TransportError,
-} from '@troupe/runtime/bus';
+import { type JetStreamBus, lastStreamSequence, openStreamReader } from '@troupe/runtime/bus';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
 export interface SequencedEvent {
@@ -70,7 +64,7 @@ export async function followAllEvents(
   const { pipeline, ...rest } = options;
   // "From now" is a sequence, not a deliver policy: nats.js rebuilds an ordered consumer from the last sequence it
   // delivered, and with none delivered yet, a `new` one would start again from the stream's first event.
-  const after = options.after ?? (await lastSequence(bus));
+  const after = options.after ?? (await lastStreamSequence(bus, STREAMS.events));
   return followEvents(bus, {
     ...rest,
     after,
@@ -84,43 +78,14 @@ export async function eventsAfter(
   task: { taskId: string; pipeline: string },
   after: number,
 ): Promise<number> {
-  const consumer = await openConsumer(bus, subjects.taskEvents(task.taskId, task.pipeline), after);
+  const reader = await openStreamReader(bus, STREAMS.events, {
+    subject: subjects.taskEvents(task.taskId, task.pipeline),
+    after,
+  });
   try {
-    return (await consumer.info(true)).num_pending;
+    return await reader.pending();
   } finally {
-    await consumer.delete().catch(() => undefined);
-  }
-}
-
-async function lastSequence(bus: JetStreamBus): Promise<number> {
-  try {
-    return (await (await jetstreamManagerOf(bus)).streams.info(STREAMS.events)).state.last_seq;
-  } catch (cause) {
-    throw streamMissing(cause);
-  }
-}
-
-function streamMissing(cause: unknown): unknown {
-  if (isStreamMissing(cause)) {
-    return new TransportError(
-      'stream_missing',
-      `the stream ${STREAMS.events} does not exist on this NATS server`,
-      {
-        cause,
-      },
-    );
-  }
-  return cause;
-}
-
-async function openConsumer(bus: JetStreamBus, subject: string, after: number | undefined) {
-  try {
-    return await jetstreamOf(bus).consumers.get(STREAMS.events, {
-      filter_subjects: subject,
-      ...(after === undefined ? {} : { opt_start_seq: after + 1 }),
-    });
-  } catch (cause) {
-    throw streamMissing(cause);
+    await reader.close();
   }
 }
 
@@ -129,8 +94,11 @@ async function followEvents(
   options: FollowOptions & { subject: string; until?: (event: TroupeEvent) => boolean },
 ): Promise<void> {
   const { signal } = options;
-  const consumer = await openConsumer(bus, options.subject, options.after);
-  const messages = await consumer.consume();
+  const reader = await openStreamReader(bus, STREAMS.events, {
+    subject: options.subject,
+    ...(options.after === undefined ? {} : { after: options.after }),
+  });
+  const messages = await reader.read();
   const stop = () => messages.stop();
   signal.addEventListener('abort', stop, { once: true });
   const seen = new RecentIds();
@@ -149,7 +117,7 @@ async function followEvents(
   } finally {
     signal.removeEventListener('abort', stop);
     messages.stop();
-    await consumer.delete().catch(() => undefined);
+    await reader.close();
   }
 }
 

@@ -14,8 +14,8 @@ import {
 } from '@troupe/protocol';
 import {
   type JetStreamBus,
-  jetstreamOf,
   logMessage,
+  publishToStream,
   readEventHistory,
   TransportError,
   ValueStore,
@@ -242,7 +242,7 @@ export async function submitTask(
   task: TaskSubmission & { id: string },
 ): Promise<SubmitResult> {
   const subject = subjects.task(pipeline);
-  const ack = await jetstreamOf(bus).publish(subject, JSON.stringify(task), { msgID: task.id });
+  const ack = await publishToStream(bus, subject, JSON.stringify(task), { msgId: task.id });
   logMessage(bus.logger, bus.messageLogLevel, 'out', subject, {
     taskId: task.id,
     from: 'user',

@@ -10,6 +10,7 @@ import pRetry from 'p-retry';
 import type { z } from 'zod';
 import type { JetStreamBus } from '../transport/bus.ts';
 import { isApiError, kvOf, type TroupeBucket } from '../transport/jetstreamSetup.ts';
+import { natsConnectionOf } from '../transport/natsBus.ts';
 import { TransportError } from '../transport/transportError.ts';
 import {
   CONNECTION_ERRORS,
@@ -131,7 +132,7 @@ export async function listKeys(bus: JetStreamBus, bucket: string, filter = '>'):
   const prefix = `$KV.${bucket}.`;
   let jsm = managers.get(bus);
   if (jsm === undefined) {
-    jsm = jetstreamManager(bus.connection, { checkAPI: false });
+    jsm = jetstreamManager(natsConnectionOf(bus), { checkAPI: false });
     managers.set(bus, jsm);
   }
   const info = await (await jsm).streams.info(`KV_${bucket}`, { subjects_filter: `${prefix}${filter}` });
@@ -276,7 +277,7 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     let failing = false;
     let timer: NodeJS.Timeout | undefined;
     let stopped = false;
-    const connection = this.#bus.connection;
+    const connection = natsConnectionOf(this.#bus);
     const look = async () => {
       try {
         const entry = await this.#kv.get(key);

@@ -7,7 +7,7 @@ import {
   type MsgRequest,
 } from '@nats-io/jetstream';
 import { Base64UrlPaddedCodec, type ObjectStore, Objm, StorageType } from '@nats-io/obj';
-import { nanos } from '@nats-io/transport-node';
+import { type NatsConnection, nanos } from '@nats-io/transport-node';
 import {
   errorMessage,
   fillInput,
@@ -18,6 +18,7 @@ import {
 } from '@troupe/protocol';
 import { utf8Head } from '../tools/truncateOutput.ts';
 import type { JetStreamBus } from '../transport/bus.ts';
+import { natsConnectionOf } from '../transport/natsBus.ts';
 import { ValueStoreError } from './valueStoreError.ts';
 
 /** Values above this many UTF-8 bytes leave the message for the object store: a reply, an event or a checkpoint holding a few of them still fits NATS's 1 MiB. */
@@ -44,6 +45,12 @@ export interface Offloaded {
 }
 
 /**
+ * What a {@link ValueStore} works over: the bus an app holds, or a bare nats.js connection (a test of what one NATS
+ * user may do with its own credentials).
+ */
+export type ValueStoreConnection = JetStreamBus | { readonly connection: NatsConnection };
+
+/**
  * Large values (step outputs, tool results, task outputs) in NATS object stores, one bucket per pipeline
  * (`troupe-values-<pipeline>`), so that no message has to cut one to fit: the message keeps a preview and a
  * {@link ValueRef}; {@link read} gives the whole back, checked against its size and SHA-256. Objects are named from
@@ -58,7 +65,7 @@ export interface Offloaded {
  * const whole = ref ? await values.read(ref) : text;
  */
 export class ValueStore {
-  readonly #bus: Pick<JetStreamBus, 'connection'>;
+  readonly #bus: ValueStoreConnection;
   readonly #offloadBytes: number;
   readonly #previewBytes: number;
   readonly #maxAgeMs: number;
@@ -66,7 +73,7 @@ export class ValueStore {
   readonly #buckets = new Map<string, Promise<ObjectStore>>();
   #jsm: Promise<JetStreamManager> | undefined;
 
-  constructor(bus: Pick<JetStreamBus, 'connection'>, opts: ValueStoreOptions = {}) {
+  constructor(bus: ValueStoreConnection, opts: ValueStoreOptions = {}) {
     this.#bus = bus;
     this.#offloadBytes = opts.offloadBytes ?? OFFLOAD_BYTES;
     this.#previewBytes = opts.previewBytes ?? PREVIEW_BYTES;
@@ -232,7 +239,7 @@ export class ValueStore {
   #open(bucket: string): Promise<ObjectStore> {
     let store = this.#buckets.get(bucket);
     if (!store) {
-      store = new Objm(this.#bus.connection).open(bucket, false);
+      store = new Objm(this.#connection()).open(bucket, false);
       store.catch(() => this.#buckets.delete(bucket));
       this.#buckets.set(bucket, store);
     }
@@ -240,7 +247,7 @@ export class ValueStore {
   }
 
   #create(bucket: string): Promise<ObjectStore> {
-    const store = new Objm(this.#bus.connection).create(bucket, {
+    const store = new Objm(this.#connection()).create(bucket, {
       ttl: nanos(this.#maxAgeMs),
       replicas: this.#replicas,
       storage: StorageType.File,
@@ -253,8 +260,12 @@ export class ValueStore {
     return store;
   }
 
+  #connection(): NatsConnection {
+    return 'connection' in this.#bus ? this.#bus.connection : natsConnectionOf(this.#bus);
+  }
+
   #manager(): Promise<JetStreamManager> {
-    this.#jsm ??= jetstreamManager(this.#bus.connection, { checkAPI: false });
+    this.#jsm ??= jetstreamManager(this.#connection(), { checkAPI: false });
     return this.#jsm;
   }
 }

@@ -1,5 +1,6 @@
 import type { JetStreamBus } from '../transport/bus.ts';
 import { jetstreamManagerOf } from '../transport/jetstreamSetup.ts';
+import { natsConnectionOf } from '../transport/natsBus.ts';
 
 /** The bus's connection: up, being made again after it was lost, or closed for good. */
 export type ConnectionState = 'connected' | 'reconnecting' | 'closed';
@@ -21,7 +22,7 @@ export async function probeJetStream(
   bus: JetStreamBus,
   streams: readonly string[] = [],
 ): Promise<JetStreamProbe> {
-  const connection = bus.connection;
+  const connection = natsConnectionOf(bus);
   if (connection.isClosed()) return { connection: 'closed' };
   const state = (connection as { isReconnecting?: () => boolean }).isReconnecting?.()
     ? 'reconnecting'

@@ -1,4 +1,3 @@
-import type { NatsConnection } from '@nats-io/transport-node';
 import type { InvalidMessageEvent, TroupeEvent } from '@troupe/protocol';
 import type { z } from 'zod';
 import type { Logger } from '../logging/logger.ts';
@@ -137,12 +136,11 @@ export interface Bus {
 /**
  * A {@link Bus} on a NATS server with JetStream: what the runtime's streams, KV buckets, object stores and second
  * connections (see `ThreadedHeartbeatSender`) need besides messages. An app holds one and hands it to them
- * (`KvStore.open(bus, …)`, `startTaskQueue(bus, …)`); it never reaches into the connection itself.
+ * (`KvStore.open(bus, …)`, `openStreamReader(bus, …)`, `publishToStream(bus, …)`): the nats.js connection under it
+ * is not part of this interface, and only the runtime's own modules reach it.
  * {@link NatsBus} is the implementation.
  */
 export interface JetStreamBus extends Bus {
-  /** The raw connection, for the runtime's transport and durable modules only. */
-  readonly connection: NatsConnection;
   /** The server this connection is on now, e.g. `127.0.0.1:4222`, for messages that name it. */
   readonly server: string;
   /** The servers it was told to connect to, for a second connection to the same place. */

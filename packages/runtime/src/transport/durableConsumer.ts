@@ -2,6 +2,7 @@ import { AckPolicy, DeliverPolicy, JetStreamApiError, type JsMsg } from '@nats-i
 import { type NatsConnection, nanos } from '@nats-io/transport-node';
 import type { JetStreamBus } from './bus.ts';
 import { jetstreamManagerOf, jetstreamOf } from './jetstreamSetup.ts';
+import { natsConnectionOf } from './natsBus.ts';
 import { type UntilReachableOptions, untilReachable } from './untilReachable.ts';
 
 /** One message a stream stored, as a durable consumer delivers it, with the means to settle it. */
@@ -86,13 +87,14 @@ export async function openDurableConsumer(
     return jetstreamOf(bus).consumers.get(stream, name);
   };
   const consumer = await untilReachable(bus, `consumer ${name}`, setUp, options.wait);
+  const connection = natsConnectionOf(bus);
   return {
     async fetch(max, expiresMs) {
       const pulled = await consumer.fetch({ max_messages: max, expires: expiresMs });
       return {
         close: () => pulled.close(),
         async *[Symbol.asyncIterator]() {
-          for await (const msg of pulled) yield storedMessage(msg, bus.connection);
+          for await (const msg of pulled) yield storedMessage(msg, connection);
         },
       };
     },

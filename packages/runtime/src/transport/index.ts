@@ -38,8 +38,6 @@ export {
   ensureTroupeStreams,
   isStreamMissing,
   jetstreamManagerOf,
-  jetstreamOf,
-  kvOf,
   type TroupeBucket,
   type TroupeStreamsOptions,
 } from './jetstreamSetup.ts';
@@ -51,8 +49,17 @@ export {
   readNatsAccess,
 } from './natsAccess.ts';
 export { type BusOptions, connectBus, type MessageMeta, NatsBus } from './natsBus.ts';
+export type { ConnectOptions } from './natsConnect.ts';
 export { createNkeyUser, type NkeyUser } from './nkeyUser.ts';
-export { publishToStream, type StreamPublishOptions } from './publishToStream.ts';
+export { publishToStream, type StreamAck, type StreamPublishOptions } from './publishToStream.ts';
+export {
+  lastStreamSequence,
+  openStreamReader,
+  type StreamMessage,
+  type StreamMessages,
+  type StreamReader,
+  type StreamReaderOptions,
+} from './streamReader.ts';
 export { type ReplyErrorCode, TransportError, type TransportErrorCode } from './transportError.ts';
 export {
   DEFAULT_NO_JETSTREAM_MS,

@@ -16,6 +16,7 @@ import { nanos } from '@nats-io/transport-node';
 import { BUCKETS, errorMessage, STREAMS, subjects } from '@troupe/protocol';
 import pRetry from 'p-retry';
 import type { JetStreamBus } from './bus.ts';
+import { natsConnectionOf } from './natsBus.ts';
 import { TransportError } from './transportError.ts';
 import { type UntilReachableOptions, untilReachable } from './untilReachable.ts';
 
@@ -182,7 +183,7 @@ const AWAIT_STREAMS_LOG_MS = 60_000;
 
 /** A JetStream client on the bus's connection, for publishing to streams and consuming them. */
 export function jetstreamOf(bus: JetStreamBus): JetStreamClient {
-  return jetstream(bus.connection);
+  return jetstream(natsConnectionOf(bus));
 }
 
 /**
@@ -194,7 +195,12 @@ export async function jetstreamManagerOf(
   wait?: UntilReachableOptions,
 ): Promise<JetStreamManager> {
   try {
-    return await untilReachable(bus, 'the JetStream API', () => jetstreamManager(bus.connection), wait);
+    return await untilReachable(
+      bus,
+      'the JetStream API',
+      () => jetstreamManager(natsConnectionOf(bus)),
+      wait,
+    );
   } catch (cause) {
     if (TransportError.is(cause)) throw cause;
     throw new TransportError(

@@ -25,7 +25,7 @@ import { asClosedError, closedError } from './natsErrors.ts';
 import { toMsgHdrs } from './natsHeaders.ts';
 import { NatsRequests } from './natsRequests.ts';
 import { SubscriptionSet } from './subscriptionSet.ts';
-import type { TransportError } from './transportError.ts';
+import { TransportError } from './transportError.ts';
 
 export type { MessageMeta } from '../logging/messageLog.ts';
 
@@ -68,7 +68,8 @@ const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
  */
 export class NatsBus implements JetStreamBus {
   /**
-   * The raw connection, for JetStream and KV inside the transport folder only.
+   * The raw nats.js connection: for the runtime's JetStream, KV and object-store modules (through
+   * {@link natsConnectionOf}) and for tests. Not part of {@link JetStreamBus}, which is what apps hold.
    */
   readonly connection: NatsConnection;
   readonly name: string;
@@ -303,4 +304,16 @@ export class NatsBus implements JetStreamBus {
     if (this.connection.isClosed()) return;
     await this.connection.close();
   }
+}
+
+/**
+ * The nats.js connection under a bus, for the runtime's JetStream, KV and object-store modules: what apps hold is
+ * the {@link JetStreamBus} interface, which has none. Fails with `not_nats` for a bus that is not over NATS.
+ */
+export function natsConnectionOf(bus: JetStreamBus): NatsConnection {
+  if (bus instanceof NatsBus) return bus.connection;
+  throw new TransportError(
+    'not_nats',
+    `the bus ${bus.name} is not a NATS connection; JetStream needs one (NatsBus)`,
+  );
 }

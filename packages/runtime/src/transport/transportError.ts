@@ -43,6 +43,8 @@ export type TransportErrorCode =
   | 'nats_server_failed'
   /** A value could not be encoded for a KV bucket. */
   | 'unencodable'
+  /** A JetStream operation was given a bus that is not over NATS (only `NatsBus` is). */
+  | 'not_nats'
   /** The responder refused the request with a code this version does not know; the message names it. */
   | 'refused'
   | ReplyErrorCode;

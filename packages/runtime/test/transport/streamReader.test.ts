@@ -1,0 +1,106 @@
+import { STREAMS, subjects } from '@troupe/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
+import { ensureTroupeStreams, jetstreamManagerOf } from '../../src/transport/jetstreamSetup.ts';
+import { NatsBus, natsConnectionOf } from '../../src/transport/natsBus.ts';
+import { publishToStream } from '../../src/transport/publishToStream.ts';
+import {
+  lastStreamSequence,
+  openStreamReader,
+  type StreamMessage,
+} from '../../src/transport/streamReader.ts';
+import { TransportError } from '../../src/transport/transportError.ts';
+import { captureLogger, startServer } from './natsFixture.ts';
+
+let server: EmbeddedNats;
+let bus: NatsBus;
+
+beforeAll(async () => {
+  server = await startServer();
+  bus = await NatsBus.connect({ servers: server.url, name: 'reader-test', logger: captureLogger().logger });
+});
+
+afterAll(async () => {
+  await bus?.close();
+  await server?.stop();
+});
+
+const text = (msg: StreamMessage) => new TextDecoder().decode(msg.data);
+
+describe('before the stream exists', () => {
+  it('openStreamReader and lastStreamSequence fail with stream_missing, naming the stream', async () => {
+    const opening = openStreamReader(bus, STREAMS.events, { subject: subjects.allTaskEvents });
+    await expect(opening).rejects.toMatchObject({
+      name: 'TransportError',
+      code: 'stream_missing',
+      message: `the stream ${STREAMS.events} does not exist on this NATS server`,
+    });
+    const last = await lastStreamSequence(bus, STREAMS.events).catch((e: unknown) => e);
+    expect(TransportError.is(last, 'stream_missing')).toBe(true);
+  });
+});
+
+describe('with the streams made', () => {
+  beforeAll(async () => {
+    await ensureTroupeStreams(bus);
+  });
+
+  it('publishToStream says where the stream stored a message, and that a second one with its id was a duplicate', async () => {
+    const subject = subjects.task('acked');
+    const first = await publishToStream(bus, subject, '{"goal":"a"}', { msgId: 'acked-1' });
+    const again = await publishToStream(bus, subject, '{"goal":"a"}', { msgId: 'acked-1' });
+    expect(first).toEqual({ seq: expect.any(Number), duplicate: false });
+    expect(again).toEqual({ seq: first.seq, duplicate: true });
+  });
+
+  it('reads one subject in stream order after a sequence: what is stored, then what comes; pending counts what is left', async () => {
+    const subject = subjects.event('demo', 'r-1', 'step.started');
+    const before = await lastStreamSequence(bus, STREAMS.events);
+    const stored = [];
+    for (const n of [1, 2, 3]) stored.push(await publishToStream(bus, subject, `{"n":${n}}`));
+    // Another task's event between them is not this reader's.
+    await publishToStream(bus, subjects.event('demo', 'r-2', 'step.started'), '{"n":0}');
+    expect(await lastStreamSequence(bus, STREAMS.events)).toBe(before + 4);
+
+    const reader = await openStreamReader(bus, STREAMS.events, { subject, after: stored[0]?.seq });
+    expect(await reader.pending()).toBe(2);
+    const got: string[] = [];
+    const messages = await reader.read();
+    const reading = (async () => {
+      for await (const msg of messages) {
+        got.push(`${msg.seq}:${msg.subject}:${text(msg)}`);
+        if (got.length === 3) messages.stop();
+      }
+    })();
+    await expect.poll(() => got.length).toBe(2);
+    const live = await publishToStream(bus, subject, '{"n":4}');
+    await reading;
+    await reader.close();
+    expect(got).toEqual([
+      `${stored[1]?.seq}:${subject}:{"n":2}`,
+      `${stored[2]?.seq}:${subject}:{"n":3}`,
+      `${live.seq}:${subject}:{"n":4}`,
+    ]);
+  });
+
+  it('close removes the reader from the server, and a second close does no harm', async () => {
+    const jsm = await jetstreamManagerOf(bus);
+    const count = async () => (await jsm.streams.info(STREAMS.events)).state.consumer_count;
+    const was = await count();
+    const reader = await openStreamReader(bus, STREAMS.events, { subject: subjects.allTaskEvents });
+    expect(await count()).toBe(was + 1);
+    await reader.close();
+    await reader.close();
+    expect(await count()).toBe(was);
+  });
+});
+
+describe('natsConnectionOf', () => {
+  it('gives the runtime the connection under a NatsBus, and refuses a bus that is not over NATS with not_nats', () => {
+    expect(natsConnectionOf(bus)).toBe(bus.connection);
+    const other = { name: 'memory' } as unknown as NatsBus;
+    expect(() => natsConnectionOf(other)).toThrow(
+      expect.objectContaining({ code: 'not_nats', message: expect.stringContaining('memory') }),
+    );
+  });
+});
