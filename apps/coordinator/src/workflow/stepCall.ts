@@ -1,9 +1,10 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat, WorkspaceManifest } from '@troupe/protocol';
 import { type Bus, type Clock, type Logger, TransportError } from '@troupe/runtime';
-import { assign, fromCallback, fromPromise, type PromiseActorLogic, setup } from 'xstate';
+import { assign, fromPromise, type PromiseActorLogic, setup } from 'xstate';
 import { runFactsOf } from '../task/runContext.ts';
 import { withCallCheckpoints } from './stepCallCheckpoint.ts';
 import { failureOf, type StepCallFailure, timedOut } from './stepCallFailure.ts';
+import { pauseLogic } from './stepCallPause.ts';
 import { backoff, startingContext, stepCallActions, stepCallGuards } from './stepCallRules.ts';
 import { stepSendLogic } from './stepCallSend.ts';
 import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
@@ -91,8 +92,8 @@ type Ctx = { context: StepCallContext };
  * as a promise's snapshot: such a step is started afresh from its input.
  *
  * This factory is the chart; its parts are beside it: one send of the step (`stepCallSend.ts`), the conditions and
- * context changes of its transitions (`stepCallRules.ts`), its failures as plain data (`stepCallFailure.ts`) and the
- * shape of its checkpoint (`stepCallCheckpoint.ts`).
+ * context changes of its transitions (`stepCallRules.ts`), its failures as plain data (`stepCallFailure.ts`), its pause
+ * (`stepCallPause.ts`) and the shape of its checkpoint (`stepCallCheckpoint.ts`).
  *
  * @example
  * ```ts
@@ -115,14 +116,7 @@ export function createStepCallLogic(services: StepCallServices) {
       request: stepSendLogic(services),
       /** Ends at once: a macrostep after the call entered `failed`, the one in which it fails (see there). */
       giveUp: fromPromise(async () => undefined),
-      /** A wait until `until` on the clock, then `resume`; a restored one waits only for what is left. */
-      pause: fromCallback<StepCallEvent, { until: number }>(({ input, sendBack }) => {
-        const timer = clock.setTimeout(
-          () => sendBack({ type: 'resume' }),
-          Math.max(0, input.until - clock.now()),
-        );
-        return () => clock.clearTimeout(timer);
-      }),
+      pause: pauseLogic(clock),
     },
     guards,
     actions: {
