@@ -114,15 +114,20 @@ function startActorSafely(step: StepContext, timeLeftMs: number | undefined): Ag
 
 function startActor(step: StepContext, timeLeftMs: number | undefined): AgentStep {
   const { agent, request, deps } = step;
-  // What waits on a person learns why the step stopped from this signal's reason, before the wait is stopped.
-  const stopped = new AbortController();
+  // What waits on a person learns why the step stopped from this signal's reason, before the wait is stopped. Made
+  // when the step first calls a tool or stops: a step waiting on its model holds none.
+  let stopped: AbortController | undefined;
+  const stoppedController = (): AbortController => {
+    stopped ??= new AbortController();
+    return stopped;
+  };
   const replies = new RecordedReplies(deps.journal, request.stepId, request.fresh === true);
   const services: AgentServices = {
     callModel: (input, signal) => callModel(step, replies, input, signal),
     compactConversation: (input, signal) => summarize(step, input, signal),
-    ...toolServices(step, replies, stopped.signal),
+    ...toolServices(step, replies, () => stoppedController().signal),
     waitingOn: () => deps.human?.waitingOn?.(request.stepId),
-    stopping: (stop) => stopped.abort(abortReason(stop, step)),
+    stopping: (stop) => stoppedController().abort(abortReason(stop, step)),
   };
   const input: AgentMachineInput = {
     services,

@@ -119,6 +119,8 @@ export class StepLiveness {
       const model = {
         reported: false,
         timer: clock.setTimeout(() => {
+          // Fired, the timer is let go: a step parked on its model keeps no spent Timeout.
+          model.timer = undefined;
           model.reported = true;
           this.beat(heartbeatMs);
         }, MODEL_WAIT_REPORT_MS),
