@@ -15,11 +15,11 @@ import {
   type WorkflowRecord,
 } from '@troupe/protocol';
 import {
+  connectBus,
   createLogger,
   type JetStreamBus,
   type Logger,
   type NatsAccess,
-  NatsBus,
   TransportError,
   ValueStore,
 } from '@troupe/runtime/bus';
@@ -141,7 +141,7 @@ export class TroupeClient {
 
   /** Connects to NATS; fails with a `TransportError` (`connect_failed`) naming the servers when none answers. */
   static async connect(options: ConnectOptions = {}, client: ClientOptions = {}): Promise<TroupeClient> {
-    const bus = await NatsBus.connect({
+    const bus = await connectBus({
       servers: options.servers ?? 'nats://127.0.0.1:4222',
       name: options.name ?? 'troupe-client',
       logger: options.logger ?? createLogger({ level: 'error', name: 'troupe-client' }),

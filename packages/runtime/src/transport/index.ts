@@ -49,7 +49,6 @@ export {
   readNatsAccess,
 } from './natsAccess.ts';
 export { type BusOptions, connectBus, type MessageMeta, NatsBus } from './natsBus.ts';
-export type { ConnectOptions } from './natsConnect.ts';
 export { createNkeyUser, type NkeyUser } from './nkeyUser.ts';
 export { publishToStream, type StreamAck, type StreamPublishOptions } from './publishToStream.ts';
 export {

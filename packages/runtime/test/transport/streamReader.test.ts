@@ -56,13 +56,14 @@ describe('with the streams made', () => {
   it('reads one subject in stream order after a sequence: what is stored, then what comes; pending counts what is left', async () => {
     const subject = subjects.event('demo', 'r-1', 'step.started');
     const before = await lastStreamSequence(bus, STREAMS.events);
-    const stored = [];
-    for (const n of [1, 2, 3]) stored.push(await publishToStream(bus, subject, `{"n":${n}}`));
+    const one = await publishToStream(bus, subject, '{"n":1}');
+    const two = await publishToStream(bus, subject, '{"n":2}');
+    const three = await publishToStream(bus, subject, '{"n":3}');
     // Another task's event between them is not this reader's.
     await publishToStream(bus, subjects.event('demo', 'r-2', 'step.started'), '{"n":0}');
     expect(await lastStreamSequence(bus, STREAMS.events)).toBe(before + 4);
 
-    const reader = await openStreamReader(bus, STREAMS.events, { subject, after: stored[0]?.seq });
+    const reader = await openStreamReader(bus, STREAMS.events, { subject, after: one.seq });
     expect(await reader.pending()).toBe(2);
     const got: string[] = [];
     const messages = await reader.read();
@@ -77,8 +78,8 @@ describe('with the streams made', () => {
     await reading;
     await reader.close();
     expect(got).toEqual([
-      `${stored[1]?.seq}:${subject}:{"n":2}`,
-      `${stored[2]?.seq}:${subject}:{"n":3}`,
+      `${two.seq}:${subject}:{"n":2}`,
+      `${three.seq}:${subject}:{"n":3}`,
       `${live.seq}:${subject}:{"n":4}`,
     ]);
   });
