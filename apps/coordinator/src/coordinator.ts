@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { PipelineRegistry, readValues } from '@troupe/client';
-import { BUCKETS, HumanRequest, type PipelineVersion, WorkflowRecord } from '@troupe/protocol';
+import { BUCKETS, HumanRequest, type PipelineVersion, QueuedTask, WorkflowRecord } from '@troupe/protocol';
 import {
   type BusSubscription,
   type Clock,
@@ -190,6 +190,7 @@ async function startParts(
   const pipelineRegistry = await PipelineRegistry.open(bus);
   started.registryOpened(pipelineRegistry);
   const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+  const queued = await KvStore.open(bus, BUCKETS.queued, QueuedTask);
   const journal = await StepJournal.open(bus);
   // Each pipeline's version is stored before any task can start on it, so any coordinator can run that task.
   const versions = await PipelineVersions.open(bus);
@@ -262,6 +263,7 @@ async function startParts(
           people: { gate: people, journal: pipelineJournal, clock },
           subPipelines: createSubPipelineRunner(bus, clock, values),
           values,
+          queued,
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
               journal: pipelineJournal,

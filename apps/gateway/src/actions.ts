@@ -1,10 +1,13 @@
 import {
   buildTaskTrace,
+  cancelQueued,
   cancelTask,
   listHumanRequests,
   OperationError,
+  openQueuedStore,
   openWorkflowStore,
   readHumanRequest,
+  readQueued,
   readTask,
   readTaskEvents,
   readValues,
@@ -23,6 +26,7 @@ import {
   FINAL_EVENT_KINDS,
   type HumanRequest,
   onItsSubject,
+  type QueuedTask,
   subjects,
   type TaskLimits,
   type TaskList,
@@ -70,6 +74,8 @@ export class GatewayActions {
   readonly #limits: TaskLimits;
   readonly #ids: TaskIds;
   readonly #values: ValueStore;
+  /** KV `queued`, once a coordinator has made it. */
+  #queued: Awaited<ReturnType<typeof openQueuedStore>>;
 
   constructor(bus: JetStreamBus, options: GatewayActionsOptions = {}) {
     this.#values = options.values ?? new ValueStore(bus);
@@ -111,9 +117,11 @@ export class GatewayActions {
     // This pipeline's events only: an id TASKS took for a duplicate may be another pipeline's queued task.
     const final = wait > 0 ? finalEventOf(this.#bus, task.id, pipeline, this.#stopping.signal) : undefined;
     try {
+      const queued = await this.#queuedStore();
       const submitted = await submitToPipeline(this.#bus, pipeline, task, {
         values: this.#values,
         limits: this.#limits,
+        ...(queued ? { queued: { store: queued, now: () => new Date().toISOString() } } : {}),
       });
       const flag = submitted.duplicate ? { duplicate: true } : {};
       const known = submitted.record;
@@ -140,7 +148,9 @@ export class GatewayActions {
 
   /** A task as its record says, with its steps from its events when asked. */
   async task(who: Principal, taskId: string, withSteps = false): Promise<TaskView> {
-    const record = await this.readable(who, taskId);
+    const found = await this.followable(who, taskId);
+    if (isQueued(found)) return { ...queuedViewOf(found), ...(withSteps ? { steps: [] } : {}) };
+    const record = found;
     const view = await this.#wholeView(record);
     if (!withSteps) return view;
     const trace = await this.#trace(record);
@@ -189,34 +199,45 @@ export class GatewayActions {
     const { pipeline, status, limit, cursor } = query;
     authorize(who, 'read', pipeline);
     const after = cursor === undefined ? undefined : decodeCursor(cursor);
-    const records = (await readValues(await openWorkflowStore(this.#bus)))
+    const records = await readValues(await openWorkflowStore(this.#bus));
+    const views = [...records.map(viewOf), ...(await this.#queuedViews(records))]
       .filter(
-        (r) =>
-          (!pipeline || r.pipeline === pipeline) &&
-          (!status || r.status === status) &&
-          mayTouch(who, r.pipeline),
+        (v) =>
+          (!pipeline || v.pipeline === pipeline) &&
+          (!status || v.status === status) &&
+          mayTouch(who, v.pipeline),
       )
+      .map((v) => ({ ...v, createdAt: v.createdAt ?? '', taskId: v.taskId }))
       .sort(newestFirst)
-      .filter((r) => after === undefined || newestFirst(r, after) > 0);
-    const page = records.slice(0, limit);
+      .filter((v) => after === undefined || newestFirst(v, after) > 0);
+    const page = views.slice(0, limit);
     const last = page.at(-1);
     return {
-      tasks: page.map(viewOf),
-      ...(records.length > limit && last ? { next: encodeCursor(last) } : {}),
+      tasks: page,
+      ...(views.length > limit && last ? { next: encodeCursor(last) } : {}),
     };
   }
 
+  /**
+   * Cancels a task: one still queued through its mark (the coordinator that claims it ends it as cancelled before any
+   * step runs), one running through its coordinator.
+   */
   async cancel(
     who: Principal,
     taskId: string,
     reason?: string,
   ): Promise<{ taskId: string; status: 'cancelled' }> {
-    this.#visible(who, 'submit', await readTask(this.#bus, taskId));
-    await cancelTask(
-      this.#bus,
-      taskId,
-      reason ? `${reason} (token ${who.name})` : `cancelled by token ${who.name}`,
-    );
+    const found = this.#visible(who, 'submit', await this.#lookup(taskId));
+    const why = reason ? `${reason} (token ${who.name})` : `cancelled by token ${who.name}`;
+    const store = this.#queued;
+    if (isQueued(found) && store) {
+      const at = new Date().toISOString();
+      if ((await cancelQueued(store, taskId, { reason: why, at })) === 'queued')
+        return { taskId, status: 'cancelled' };
+      // Claimed meanwhile: it has its record now, and a coordinator to stop it.
+      this.#visible(who, 'submit', await readTask(this.#bus, taskId));
+    }
+    await cancelTask(this.#bus, taskId, why);
     return { taskId, status: 'cancelled' };
   }
 
@@ -267,10 +288,52 @@ export class GatewayActions {
   }
 
   /**
+   * The task's record, or its mark while it is queued (stored in `TASKS`, claimed by no coordinator yet), once the
+   * principal may read its pipeline: what its events can be followed by from the moment it was submitted.
+   */
+  async followable(who: Principal, taskId: string): Promise<WorkflowRecord | QueuedTask> {
+    return this.#visible(who, 'read', await this.#lookup(taskId));
+  }
+
+  /** The record, else the queued mark; `not_found` when there is neither. */
+  async #lookup(taskId: string): Promise<WorkflowRecord | QueuedTask> {
+    try {
+      return await readTask(this.#bus, taskId);
+    } catch (error) {
+      if (!OperationError.is(error, 'not_found')) throw error;
+      const store = await this.#queuedStore();
+      const mark = store && (await readQueued(store, taskId));
+      if (mark) return mark;
+      if (!store) throw error;
+    }
+    // Claimed between the two reads: the claim writes the record before it takes the mark.
+    return readTask(this.#bus, taskId);
+  }
+
+  /** KV `queued`; undefined while no coordinator that makes it has run (nothing is marked then). */
+  async #queuedStore() {
+    this.#queued ??= await openQueuedStore(this.#bus);
+    return this.#queued;
+  }
+
+  /** The queued tasks (marks not taken, with no record yet), as views. */
+  async #queuedViews(records: WorkflowRecord[]): Promise<TaskView[]> {
+    const store = await this.#queuedStore();
+    if (!store) return [];
+    const recorded = new Set(records.map((r) => r.taskId));
+    const marks = await readValues(store);
+    return marks.filter((m) => m.takenAt === undefined && !recorded.has(m.taskId)).map(queuedViewOf);
+  }
+
+  /**
    * The record, when the principal may act on its pipeline with `scope`. A task of a pipeline it may not touch is
    * answered as if there were none: a 404, not a 403 that would say it exists.
    */
-  #visible(who: Principal, scope: 'read' | 'submit', record: WorkflowRecord): WorkflowRecord {
+  #visible<T extends { taskId: string; pipeline: string }>(
+    who: Principal,
+    scope: 'read' | 'submit',
+    record: T,
+  ): T {
     authorize(who, scope);
     if (!mayTouch(who, record.pipeline))
       throw new OperationError('not_found', `no task ${record.taskId} is known on this server`);
@@ -323,6 +386,23 @@ export function viewOf(record: WorkflowRecord): TaskView {
     links: linksOf(record.taskId),
   };
 }
+
+/** A task queued in `TASKS` that no coordinator has claimed yet, from its mark. */
+export function queuedViewOf(mark: QueuedTask): TaskView {
+  return {
+    taskId: mark.taskId,
+    pipeline: mark.pipeline,
+    goal: mark.goal,
+    ...(mark.metadata ? { metadata: mark.metadata } : {}),
+    status: 'submitted',
+    createdAt: mark.submittedAt,
+    updatedAt: mark.cancel?.at ?? mark.submittedAt,
+    links: linksOf(mark.taskId),
+  };
+}
+
+/** Whether a task found is still queued: a mark, which has no status of its own. */
+export const isQueued = (found: WorkflowRecord | QueuedTask): found is QueuedTask => !('status' in found);
 
 function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'outputRef' | 'failure'> {
   if (final.kind === 'task.completed') {

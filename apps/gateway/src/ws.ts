@@ -3,7 +3,7 @@ import { ClientMessage, parseMessage } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebSocket } from 'ws';
-import type { GatewayActions } from './actions.ts';
+import { type GatewayActions, isQueued } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
 import { answerTo } from './errors.ts';
@@ -146,9 +146,10 @@ export class WsSession {
     // Taken before anything is awaited: subscribes sent together count against the cap, and follow a task once.
     const stop = new AbortController();
     this.#following.set(taskId, stop);
-    let record: Awaited<ReturnType<GatewayActions['readable']>>;
+    // A task still queued is followed too: its events come once a coordinator takes it.
+    let record: Awaited<ReturnType<GatewayActions['followable']>>;
     try {
-      record = await this.#actions.readable(this.#who, taskId);
+      record = await this.#actions.followable(this.#who, taskId);
     } catch (error) {
       if (this.#following.get(taskId) === stop) this.#following.delete(taskId);
       release();
@@ -161,6 +162,7 @@ export class WsSession {
     }
     // A task that has ended with nothing after `after`: no event will come, so the subscription ends at once.
     if (
+      !isQueued(record) &&
       record.status !== 'running' &&
       message.after !== undefined &&
       (await eventsAfter(this.#bus, record, message.after)) === 0

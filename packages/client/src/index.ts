@@ -10,6 +10,13 @@ export {
 export { OperationError, type OperationErrorCode } from './operationError.ts';
 export { PipelineRegistry } from './pipelineRegistry.ts';
 export {
+  cancelQueued,
+  openQueuedStore,
+  type QueuedStore,
+  readQueued,
+  takeQueued,
+} from './queuedTasks.ts';
+export {
   eventsAfter,
   type FollowOptions,
   followAllEvents,

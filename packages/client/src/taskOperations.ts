@@ -22,6 +22,7 @@ import {
 } from '@troupe/runtime/bus';
 import { OperationError } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
+import type { QueuedStore } from './queuedTasks.ts';
 import { CLIENT_WAIT, openWorkflowStore } from './troupeState.ts';
 
 export interface Submitted {
@@ -39,6 +40,11 @@ export interface SubmitOptions {
   limits?: TaskLimits;
   /** Keys of the task's input that hold previews of another task's stored input (a sub-task's), read whole first. */
   inputCut?: InputCut;
+  /**
+   * Marks the task queued here before it is published (the gateway does), so it can be read and cancelled before a
+   * coordinator claims it; `now` stamps the mark.
+   */
+  queued?: { store: QueuedStore; now: () => string };
 }
 
 /**
@@ -103,10 +109,42 @@ export async function submitToPipeline(
   const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
     failed('store the input'),
   );
-  const { duplicate } = await submitTask(bus, pipeline, ready);
+  const marked = options.queued ? await markQueued(options.queued, pipeline, ready) : false;
+  let duplicate: boolean;
+  try {
+    ({ duplicate } = await submitTask(bus, pipeline, ready));
+  } catch (error) {
+    // Nothing was stored: a mark left would show a task that does not exist.
+    if (marked) await options.queued?.store.delete(task.id).catch(() => undefined);
+    throw error;
+  }
   if (!duplicate) return { taskId: task.id, duplicate };
+  // TASKS already held a message with this id that had no mark: not this submission's, maybe not this pipeline's.
+  if (marked) await options.queued?.store.delete(task.id).catch(() => undefined);
   const record = (await store.get(task.id))?.value;
   return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
+}
+
+/** Marks a task queued; false when it was marked already (the same id was submitted before). */
+async function markQueued(
+  queued: NonNullable<SubmitOptions['queued']>,
+  pipeline: string,
+  task: TaskSubmission & { id: string },
+): Promise<boolean> {
+  const mark = {
+    taskId: task.id,
+    pipeline,
+    goal: task.goal,
+    ...(task.metadata ? { metadata: task.metadata } : {}),
+    submittedAt: queued.now(),
+  };
+  try {
+    return (await queued.store.create(task.id, mark)) !== undefined;
+  } catch (error) {
+    throw new OperationError('unavailable', `cannot mark task ${task.id} queued: ${errorMessage(error)}`, {
+      cause: error,
+    });
+  }
 }
 
 /** An id no task can have: not a key to look up (the store throws a bare "invalid key"), nor a subject token. */

@@ -18,6 +18,8 @@ export const BUCKETS = {
    * whatever its own file says now.
    */
   versions: 'versions',
+  /** Tasks submitted through the gateway and not claimed yet (key = task id), see {@link QueuedTask}. */
+  queued: 'queued',
   /** The A2A server's push-notification configs (key `<taskId>.<configId>`) and how far each one's webhook got. */
   a2aPush: 'a2a-push',
 } as const;

@@ -29,6 +29,7 @@ describe('subjects', () => {
       journal: 'journal',
       sessions: 'sessions',
       versions: 'versions',
+      queued: 'queued',
       a2aPush: 'a2a-push',
     });
   });

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { takeQueued } from '@troupe/client';
 import { emptyUsage, errorMessage } from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
 import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
@@ -29,7 +30,10 @@ export interface ClaimedTask {
   lease: Lease;
   /** The hash of the pipeline version the task runs on; absent for a task from before versions were kept. */
   version?: string;
-  /** Why the task is cancelled as soon as it runs: a sub-task whose parent task ended while it waited. */
+  /**
+   * Why the task is cancelled as soon as it runs, before any step: a sub-task whose parent task ended while it waited,
+   * or a task cancelled while it was queued (the reason its cancel gave).
+   */
   orphaned?: string;
 }
 
@@ -46,7 +50,7 @@ export type Claim =
 
 export type ClaimServices = Pick<
   TaskServices,
-  'pipeline' | 'store' | 'clock' | 'logger' | 'bus' | 'events' | 'versions' | 'stopping'
+  'pipeline' | 'store' | 'clock' | 'logger' | 'bus' | 'events' | 'versions' | 'stopping' | 'queued'
 >;
 
 /** Claims the task in its record for this delivery (or creates the record), with what its workflow starts from. */
@@ -124,7 +128,13 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     await markHandedBack(services, taskId, lease);
     return { next: 'handBack' };
   }
-  const orphaned = parent ? await parentEnded(services, parent.taskId) : undefined;
+  // Taken only now that the record is this claim's: a cancel written to the mark before this is honoured, and one
+  // asked after it finds the record and goes to this coordinator.
+  const queuedCancel =
+    services.queued && task.queued
+      ? (await takeQueued(services.queued, taskId, isoNow(clock), task.queued)).cancel
+      : undefined;
+  const orphaned = queuedCancel ?? (parent ? await parentEnded(services, parent.taskId) : undefined);
   const claimed: ClaimedTask = {
     delivery,
     firstDelivery: existing === undefined && delivery.deliveryCount === 1,
@@ -174,7 +184,11 @@ async function parentEnded(
 }
 
 /** A new task's `task.accepted`. */
-function announce(services: ClaimServices, scope: EventScope, { submission, inputCut }: TriagedTask): void {
+export function announce(
+  services: Pick<ClaimServices, 'bus' | 'logger' | 'events'>,
+  scope: EventScope,
+  { submission, inputCut }: TriagedTask,
+): void {
   const parent = submission.parent;
   publishSafely(services, scope.taskId, () =>
     services.events.make(

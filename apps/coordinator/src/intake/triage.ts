@@ -3,6 +3,7 @@ import {
   type InputCut,
   isTaskId,
   parseMessage,
+  type QueuedTask,
   TaskSubmission,
   type TroupeEvent,
   type WorkflowRecord,
@@ -10,6 +11,7 @@ import {
 import { type KvEntry, logMessage } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
 import { LIMIT_FLAGS } from './intakeLimits.ts';
+import { endCancelledWhileQueued } from './queuedCancel.ts';
 import { readStoredInput } from './storedInput.ts';
 import type { TaskDelivery } from './taskQueue.ts';
 
@@ -25,6 +27,8 @@ export interface TriagedTask {
   inputCut?: InputCut;
   /** Why the stored input of a task claimed before cannot be read: it fails, saying so. */
   inputProblem?: string;
+  /** Its mark in KV `queued`, when it was submitted through the gateway and the mark is still there. */
+  queued?: KvEntry<QueuedTask>;
 }
 
 /** What to do with a delivery, as triage finds it. */
@@ -57,6 +61,9 @@ export type TriageServices = Pick<
   | 'maxDeliver'
   | 'signals'
   | 'stopping'
+  | 'queued'
+  | 'clock'
+  | 'events'
 >;
 
 /** Reads a delivered message and the task's record: what this delivery is, and what to do with it. */
@@ -105,7 +112,11 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
   // Checked after the finished and duplicate cases, so only a task that would run again is given up on. A task
   // never recorded died before its claim: every delivery of it so far made no progress.
   const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
-  const task: TriagedTask = { delivery, taskId, submission, entry, stalls };
+  const queued = services.queued ? await services.queued.get(taskId) : undefined;
+  const task: TriagedTask = { delivery, taskId, submission, entry, stalls, ...(queued ? { queued } : {}) };
+  // Cancelled while it waited in the stream: ended here, before any claim, so none of its steps runs.
+  const cancelled = entry ? undefined : await endCancelledWhileQueued(services, task);
+  if (cancelled) return cancelled;
   if (stalls >= services.maxDeliver) return { next: 'giveUp', task };
   // A task that resumes from a checkpoint has its input there (cut, with where the whole is): nothing to read.
   if (!submission.inputRef || entry?.value.snapshot !== undefined)

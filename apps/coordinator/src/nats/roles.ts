@@ -198,6 +198,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...kvRead(BUCKETS.pipelines),
             ...kvReadWrite(BUCKETS.approvals, '>'),
             ...kvReadWrite(BUCKETS.sessions, '>'),
+            // Marks of the tasks it submits, read and cancelled before a coordinator claims them.
+            ...kvReadWrite(BUCKETS.queued, '>'),
             // A2A push notifications: their configs, and the queue of deliveries the gateways share.
             ...kvReadWrite(BUCKETS.a2aPush, '>'),
             ...a2aPushQueue(),

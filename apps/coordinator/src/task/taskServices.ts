@@ -1,3 +1,4 @@
+import type { QueuedStore } from '@troupe/client';
 import type { TaskEnding, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { Bus, Clock, EventFactory, KvStore, Logger, ValueStore } from '@troupe/runtime';
 import type { IntakeLimits } from '../intake/intakeLimits.ts';
@@ -29,6 +30,8 @@ export interface TaskServices {
   limits: IntakeLimits;
   /** Where inputs too large for a task message are read from; without it, a task with one is refused. */
   values?: Pick<ValueStore, 'read'>;
+  /** Marks of tasks queued through the gateway (KV `queued`): a claim takes its task's, and honours its cancel. */
+  queued?: QueuedStore;
   /** Deliveries in a row without progress before a task is given up on. */
   maxDeliver: number;
   /** How often a task being handled tells the server it is still working on it. */

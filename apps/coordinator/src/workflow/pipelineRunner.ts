@@ -1,3 +1,4 @@
+import type { QueuedStore } from '@troupe/client';
 import {
   ControlMessage,
   type ControlReceipt,
@@ -78,6 +79,8 @@ export interface PipelineRunnerOptions {
   limits?: IntakeLimits;
   /** Where inputs too large for a task message are read from (the pipeline's inputs bucket); without it, a task with one is refused. */
   values?: Pick<ValueStore, 'read'>;
+  /** Marks of tasks submitted through the gateway and not claimed yet (KV `queued`): a claim takes them. */
+  queued?: QueuedStore;
   /** Runs `pipeline` steps' sub-tasks; without it, a `pipeline` step fails the task saying so. */
   subPipelines?: (
     input: PipelineRunInput,
@@ -170,6 +173,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     deadLetter: (...args) => options.intake.deadLetter(...args),
     limits: options.limits ?? DEFAULT_INTAKE_LIMITS,
     ...(options.values ? { values: options.values } : {}),
+    ...(options.queued ? { queued: options.queued } : {}),
     maxDeliver: options.maxDeliver ?? 10,
     // How often a task being handled tells the server it is still working on it.
     keepAliveMs: Math.max(100, Math.floor(ackWaitMs / 3)),

@@ -1,6 +1,7 @@
 import { eventsAfter, followAllEvents, followTaskEvents } from '@troupe/client';
 import { AllEventsQuery, ErrorBody, EventsQuery, NoMoreEvents, TaskParams } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { isQueued } from '../actions.ts';
 import { AgUiMapper } from '../agui.ts';
 import { authorize, mayTouch } from '../auth.ts';
 import { resumeAfter, streamSse } from '../eventStream.ts';
@@ -32,7 +33,8 @@ export const eventRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, s
       },
     },
     async (request, reply) => {
-      const record = await actions.readable(principalOf(request), request.params.id);
+      // A task still queued is followed too: its events come once a coordinator takes it.
+      const record = await actions.followable(principalOf(request), request.params.id);
       const mapper =
         request.query.format === 'ag-ui'
           ? new AgUiMapper(record.metadata?.session ?? record.taskId)
@@ -40,6 +42,7 @@ export const eventRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, s
       // A browser reconnects when a stream ends: after a task's last event, 204 tells it there is nothing more.
       const after = resumeAfter(request);
       if (
+        !isQueued(record) &&
         record.status !== 'running' &&
         after !== undefined &&
         (await eventsAfter(bus, record, after)) === 0

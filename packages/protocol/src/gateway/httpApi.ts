@@ -106,7 +106,7 @@ export type TaskView = z.infer<typeof TaskView>;
 
 export const TaskListQuery = z.object({
   pipeline: Name.optional(),
-  status: z.enum(['running', 'completed', 'failed', 'cancelled']).optional(),
+  status: TaskStatus.optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   /** Where the previous page ended (its `next`). */
   cursor: z.string().max(200).optional(),

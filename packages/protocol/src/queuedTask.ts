@@ -1,0 +1,22 @@
+import { z } from 'zod';
+import { Name, TaskId } from './names.ts';
+
+/**
+ * A task stored in `TASKS` that no coordinator has claimed yet, as its submitter marked it in the KV bucket `queued`
+ * (key = task id) just before publishing it: what makes it visible, and cancellable, before it has a record in
+ * `workflows`. The claim that creates the record takes the mark (`takenAt`, then deletes it); a mark with `cancel`
+ * that a claim finds ends the task as cancelled before any step runs.
+ */
+export const QueuedTask = z.object({
+  taskId: TaskId,
+  pipeline: Name,
+  goal: z.string(),
+  metadata: z.record(z.string(), z.string()).optional(),
+  /** When it was submitted (ISO 8601). */
+  submittedAt: z.string(),
+  /** A cancel asked while it waited: the claim ends it as cancelled with this reason, running none of its steps. */
+  cancel: z.object({ reason: z.string().max(2_000), at: z.string() }).optional(),
+  /** Set by the claim that took the task: a cancel written after it would be lost, so none may be. */
+  takenAt: z.string().optional(),
+});
+export type QueuedTask = z.infer<typeof QueuedTask>;

@@ -1,0 +1,183 @@
+import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import { TroupeEvent } from '@troupe/protocol';
+import { createLogger, defineTool } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { fixturePath, type Harness, kinds, startHarness, waitUntil } from './support/harness.ts';
+import { readSse } from './support/sse.ts';
+import { openWs } from './support/ws.ts';
+
+const ADMIN = 'admin-token-0123456789abcdef';
+const DEMO_ONLY = 'demo-submit-token-0123456789ab';
+
+/** Each task's `spin` call holds its working slot until the test lets that task go. */
+const held = new Map<string, () => void>();
+const letGo = new Map<string, Promise<void>>();
+const gateOf = (taskId: string) => {
+  let gate = letGo.get(taskId);
+  if (!gate) {
+    gate = new Promise<void>((resolve) => held.set(taskId, resolve));
+    letGo.set(taskId, gate);
+  }
+  return gate;
+};
+const spin = defineTool({
+  name: 'spin',
+  description: 'Keep busy until let go',
+  input: z.object({ ms: z.number() }),
+  run: async (_input, ctx) => {
+    await gateOf(ctx.taskId);
+    return 'spun';
+  },
+});
+
+/**
+ * A task stored in TASKS that no coordinator has claimed yet: the one working slot (busy's concurrency is 1) is held
+ * by a task whose tool is still running, so the next waits in the stream. Through the gateway it is visible,
+ * followable and cancellable at once.
+ */
+describe('the gateway: a queued task', () => {
+  let h: Harness;
+  let gateway: Gateway;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('busy.yaml')], { concurrency: 1, tools: [spin] });
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([
+        { name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] },
+        { name: 'ci', sha256: hashToken(DEMO_ONLY), scopes: ['submit'], pipelines: ['demo'] },
+      ]),
+      port: 0,
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await h?.stop();
+  });
+
+  const call = async (method: string, path: string, body?: unknown, token = ADMIN) => {
+    const response = await fetch(`${gateway.url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  };
+  /** Holds busy's one slot: the task's tool runs until it is let go. */
+  const holdTheSlot = async (id: string) => {
+    expect((await call('POST', '/v1/pipelines/busy/tasks', { goal: 'spin', id })).status).toBe(202);
+    await waitUntil(() => kinds(h.eventsOf(id)).includes('tool.call'));
+  };
+  const releaseTheSlot = async (id: string) => {
+    gateOf(id);
+    held.get(id)?.();
+    expect((await h.finalOf(id)).kind).toBe('task.completed');
+  };
+
+  it('shows a queued task as submitted, lists it, follows it, and runs it once there is room', async () => {
+    await holdTheSlot('q-hold-1');
+    const submitted = await call('POST', '/v1/pipelines/busy/tasks', {
+      goal: 'release v2',
+      id: 'q-wait-1',
+      metadata: { ticket: 'T-7' },
+    });
+    expect(submitted).toMatchObject({ status: 202, body: { taskId: 'q-wait-1', status: 'submitted' } });
+    // Straight after the 202, with no coordinator free to take it: it is there, as submitted.
+    const got = await call('GET', '/v1/tasks/q-wait-1');
+    expect(got).toMatchObject({
+      status: 200,
+      body: {
+        taskId: 'q-wait-1',
+        pipeline: 'busy',
+        goal: 'release v2',
+        status: 'submitted',
+        metadata: { ticket: 'T-7' },
+      },
+    });
+    expect(got.body.createdAt).toEqual(expect.any(String));
+    const listed = await call('GET', '/v1/tasks?status=submitted');
+    expect(listed.body.tasks.map((t: { taskId: string }) => t.taskId)).toEqual(['q-wait-1']);
+    // A token limited to another pipeline is told there is no such task, as for a running one.
+    expect((await call('GET', '/v1/tasks/q-wait-1', undefined, DEMO_ONLY)).status).toBe(404);
+    // Its event stream and a WebSocket subscription open now and carry its events once it runs.
+    const sse = readSse(`${gateway.url}/v1/tasks/q-wait-1/events`, {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    });
+    const ws = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${ADMIN}`);
+    try {
+      ws.send({ type: 'subscribe', id: 'f1', taskId: 'q-wait-1' });
+      expect(await ws.next((m) => m.id === 'f1')).toMatchObject({ ok: true, result: { subscribed: true } });
+      expect(kinds(h.eventsOf('q-wait-1'))).toEqual([]);
+      await releaseTheSlot('q-hold-1');
+      // Now it runs, holding the slot in its turn until it is let go.
+      await waitUntil(() => kinds(h.eventsOf('q-wait-1')).includes('tool.call'));
+      expect((await call('GET', '/v1/tasks/q-wait-1')).body).toMatchObject({
+        status: 'running',
+        goal: 'release v2',
+      });
+      await releaseTheSlot('q-wait-1');
+      expect(await ws.next((m) => m.type === 'end' && m.taskId === 'q-wait-1', 30_000)).toBeTruthy();
+      const read = await sse;
+      expect(read.ended).toBe(true);
+      const streamed = read.messages.map((m) => TroupeEvent.parse(JSON.parse(m.data)).kind);
+      expect(streamed[0]).toBe('task.accepted');
+      expect(streamed.at(-1)).toBe('task.completed');
+      expect(ws.received.filter((m) => m.type === 'event').map((m) => m.event.kind)).toEqual(streamed);
+    } finally {
+      ws.close();
+    }
+    // Claimed: the record says where it stands, and the list shows it once.
+    const list = await call('GET', '/v1/tasks?pipeline=busy');
+    expect(list.body.tasks.filter((t: { taskId: string }) => t.taskId === 'q-wait-1')).toEqual([
+      expect.objectContaining({ status: 'completed' }),
+    ]);
+  }, 90_000);
+
+  it('cancels a queued task: once a coordinator has room it ends it cancelled, running none of its steps', async () => {
+    await holdTheSlot('q-hold-2');
+    expect(
+      (await call('POST', '/v1/pipelines/busy/tasks', { goal: 'release v3', id: 'q-cancel-1' })).status,
+    ).toBe(202);
+    const sse = readSse(`${gateway.url}/v1/tasks/q-cancel-1/events`, {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    });
+    expect(
+      await call('POST', '/v1/tasks/q-cancel-1/cancel', { reason: 'not needed' }, DEMO_ONLY),
+    ).toMatchObject({
+      status: 404,
+    });
+    const cancelled = await call('POST', '/v1/tasks/q-cancel-1/cancel', { reason: 'not needed' });
+    expect(cancelled).toMatchObject({ status: 200, body: { taskId: 'q-cancel-1', status: 'cancelled' } });
+    // Asked again while it still waits: the same answer.
+    expect((await call('POST', '/v1/tasks/q-cancel-1/cancel', {})).status).toBe(200);
+    await releaseTheSlot('q-hold-2');
+    const final = await h.finalOf('q-cancel-1');
+    expect(final.kind).toBe('task.cancelled');
+    expect(final.kind === 'task.cancelled' && final.data.reason).toBe('not needed (token ops)');
+    // Its usual first and last events, and nothing between: no step of it started.
+    expect(kinds(h.eventsOf('q-cancel-1'))).toEqual(['task.accepted', 'task.cancelled']);
+    await expect.poll(async () => (await call('GET', '/v1/tasks/q-cancel-1')).body.status).toBe('cancelled');
+    const read = await sse;
+    expect(read.ended).toBe(true);
+    expect(TroupeEvent.parse(JSON.parse(read.messages.at(-1)?.data ?? '{}')).kind).toBe('task.cancelled');
+    // Ended: a cancel now is refused as for any ended task.
+    expect((await call('POST', '/v1/tasks/q-cancel-1/cancel', {})).status).toBe(409);
+  }, 90_000);
+
+  it('says a task published by a plain NATS client is not known until a coordinator takes it', async () => {
+    await holdTheSlot('q-hold-3');
+    h.client.publish('troupe.tasks.busy', JSON.stringify({ id: 'q-plain-1', goal: 'release v4' }));
+    await h.client.flush();
+    expect((await call('GET', '/v1/tasks/q-plain-1')).status).toBe(404);
+    await releaseTheSlot('q-hold-3');
+    await waitUntil(() => kinds(h.eventsOf('q-plain-1')).includes('tool.call'));
+    expect((await call('GET', '/v1/tasks/q-plain-1')).body).toMatchObject({ status: 'running' });
+    await releaseTheSlot('q-plain-1');
+  }, 90_000);
+});
