@@ -42,7 +42,6 @@ export {
   type TroupeStreamsOptions,
 } from './jetstreamSetup.ts';
 export {
-  connectionOptions,
   type NatsAccess,
   NatsAccessError,
   type NatsAccessSources,
