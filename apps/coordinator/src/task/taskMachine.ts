@@ -3,11 +3,12 @@ import { assign, cancel } from 'xstate';
 import type { GiveUp } from '../intake/giveUp.ts';
 import { HAND_BACK_DELAY_MS } from '../intake/taskQueue.ts';
 import type { Triage, TriagedTask } from '../intake/triage.ts';
+import { checkpointsRegion } from './checkpoint.ts';
 import { RUN_CONTEXT_ID } from './runContext.ts';
 import type { TaskServices } from './taskServices.ts';
 import { need, taskSetup } from './taskSetup.ts';
 import type { AfterWorkflow } from './workflowEnding.ts';
-import { checkpointsRegion, workflowRegion } from './workflowRegions.ts';
+import { workflowRegion } from './workflowRegions.ts';
 
 export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
 

@@ -1,4 +1,4 @@
-import type { StepActivity, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
+import type { TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import { throughOutages } from '@troupe/runtime';
 import type { ClaimedTask } from '../intake/claim.ts';
 import { isoNow, type TaskServices } from './taskServices.ts';
@@ -114,13 +114,6 @@ export async function recordHandBack(
       services.logger.warn({ err: error, taskId }, 'cannot record the hand-back');
       return false;
     });
-}
-
-/** Whether a step's activity is the one already recorded (its `since` aside). */
-export function sameActivity(recorded: StepActivity | undefined, next: StepActivity): boolean {
-  if (recorded?.kind !== next.kind || recorded.step !== next.step || recorded.agent !== next.agent)
-    return false;
-  return recorded.kind !== 'person' || next.kind !== 'person' || recorded.request.id === next.request.id;
 }
 
 function definedOnly<T extends object>(value: T): T {

@@ -8,10 +8,10 @@ import type { TaskDelivery } from '../intake/taskQueue.ts';
 import { type Triage, type TriagedTask, triage } from '../intake/triage.ts';
 import { activeSteps } from '../workflow/compileFlow.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
-import { endedTask, type WorkflowEmitted } from '../workflow/workflowTypes.ts';
-import { type Checkpoint, checkpointOf } from './checkpoint.ts';
+import type { WorkflowEmitted } from '../workflow/workflowTypes.ts';
+import { noteActivity, type PendingWrite, takeCheckpoint } from './checkpoint.ts';
 import { type RunContextEvent, type RunFacts, runContextLogic } from './runContext.ts';
-import { type FencedWrite, fencedWrite, recordFailure, sameActivity } from './taskRecord.ts';
+import { type FencedWrite, fencedWrite, recordFailure } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
 import type { TaskSignal } from './taskSignals.ts';
 import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
@@ -26,12 +26,6 @@ import {
 
 export interface TaskActorInput {
   delivery: TaskDelivery;
-}
-
-/** A record write waiting its turn, and what its failure means: a lost checkpoint, or only a lost activity note. */
-export interface PendingWrite {
-  record: WorkflowRecord;
-  of: 'checkpoint' | 'activity';
 }
 
 /**
@@ -202,47 +196,18 @@ export function taskSetup(services: TaskServices) {
       /** Queues the record of the workflow's snapshot, fenced by the lease; parks or unparks the task. */
       checkpoint: enqueueActions(({ context, enqueue, self }, taken: TakenSnapshot | 'last') => {
         const hold = need(context.hold, 'hold');
-        const workflow = self.getSnapshot().children.workflow;
         // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read from it.
-        const snapshot = taken === 'last' ? need(workflow, 'workflow').getSnapshot() : taken.snapshot;
-        // Let go by an ending from outside (shutdown, takeover, …): the last checkpoint stands, for the next run.
-        if (snapshot.status === 'done' && !endedTask(snapshot.output)) return;
-        if (hold.lost) return;
-        const progress = hold.firstCheckpoint ? hold.progress : hold.progress + 1;
-        let made: Checkpoint;
-        try {
-          // Persisted here, inside the try: a snapshot that cannot be (nested too deep, say) fails only this task.
-          const persisted = workflowChildLogic.getPersistedSnapshot(snapshot);
-          made = checkpointOf(
-            services,
-            hold.claimed,
-            hold.flow,
-            { snapshot, persisted },
-            {
-              progress,
-              latest: hold.latest,
-              final: hold.final,
-            },
-          );
-        } catch (error) {
-          // A snapshot that cannot be made fails this task (logged as it ends); it never reaches the process.
-          enqueue.raise({ type: 'checkpoint.poisoned', error });
-          return;
-        }
-        enqueue(() => hold.claimed.delivery.park(made.parked));
-        if (hold.firstCheckpoint && hold.claimed.snapshot !== undefined && !services.stopping())
-          enqueue(() => announceResumed(services, hold, snapshot));
-        enqueue.assign({
-          hold: {
-            ...hold,
-            progress,
-            firstCheckpoint: false,
-            latest: made.record,
-            ...(made.final ? { final: made.final } : {}),
-            totals: { usage: snapshot.context.usage, round: snapshot.context.round },
-            writes: [...hold.writes, { record: made.record, of: 'checkpoint' }],
-          },
-        });
+        const snapshot =
+          taken === 'last'
+            ? need(self.getSnapshot().children.workflow, 'workflow').getSnapshot()
+            : taken.snapshot;
+        const next = takeCheckpoint(services, hold, snapshot);
+        // A checkpoint that cannot be made fails this task (logged as it ends); it never reaches the process.
+        if (next.kind === 'poisoned') enqueue.raise({ type: 'checkpoint.poisoned', error: next.error });
+        if (next.kind !== 'queued') return;
+        enqueue(() => hold.claimed.delivery.park(next.parked));
+        if (next.resumed && !services.stopping()) enqueue(() => announceResumed(services, hold, snapshot));
+        enqueue.assign({ hold: next.hold });
       }),
       /** Settles how the workflow's time here ends (the first ending wins), and sends the workflow `release`. */
       letGo: enqueueActions(({ context, enqueue }, ending: Exclude<WorkflowEnding, { kind: 'done' }>) => {
@@ -253,21 +218,12 @@ export function taskSetup(services: TaskServices) {
         enqueue.sendTo('workflow', { type: 'release', why: RELEASES[ending.kind] });
       }),
       /** What the current step is doing: parks the task while it waits on a person or a model, and records it. */
-      noteActivity: assign(({ context }, activity: StepActivity) => {
+      noteActivity: enqueueActions(({ context, enqueue }, activity: StepActivity) => {
         const hold = need(context.hold, 'hold');
         // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
-        hold.claimed.delivery.park(activity.kind === 'person' || activity.kind === 'model');
-        const latest = hold.latest;
-        // The checkpoint that entered the step already says its agent works on it: the first heartbeat adds nothing.
-        if (hold.lost || latest?.status !== 'running' || sameActivity(latest.activity, activity)) return {};
-        const record: WorkflowRecord = {
-          ...latest,
-          activity,
-          updatedAt: new Date(clock.now()).toISOString(),
-        };
-        return {
-          hold: { ...hold, latest: record, writes: [...hold.writes, { record, of: 'activity' as const }] },
-        };
+        enqueue(() => hold.claimed.delivery.park(activity.kind === 'person' || activity.kind === 'model'));
+        const noted = noteActivity(services, hold, activity);
+        if (noted !== undefined) enqueue.assign({ hold: noted });
       }),
       /** The workflow crashed (threw outside a step): the task fails, saying so. */
       crashed: assign(({ context }, { error }: { error: unknown }) => {

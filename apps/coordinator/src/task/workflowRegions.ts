@@ -1,6 +1,5 @@
 import { errorMessage } from '@troupe/protocol';
-import { isOutage } from '@troupe/runtime';
-import { assign, enqueueActions, raise, sendTo, stateIn } from 'xstate';
+import { assign, enqueueActions, sendTo } from 'xstate';
 import { endedTask, type WorkflowEmitted, type WorkflowOutput } from '../workflow/workflowTypes.ts';
 import type { TaskServices } from './taskServices.ts';
 import { type Hold, need, publishEmitted, type TaskContext, type TaskSetup } from './taskSetup.ts';
@@ -132,85 +131,6 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
         },
       },
       ended: { type: 'final' },
-    },
-  });
-}
-
-/**
- * The task record's writes while the workflow runs: one at a time, in the workflow's order, each fenced by the lease;
- * written once the workflow has ended and nothing is left to write.
- */
-export function checkpointsRegion(parts: TaskSetup, services: TaskServices) {
-  const { logger } = services;
-  return parts.createStateConfig({
-    initial: 'idle',
-    states: {
-      idle: {
-        always: [
-          { guard: 'hasWrites', target: 'writing' },
-          { guard: stateIn('#task.running.live.workflow.ended'), target: 'written' },
-        ],
-      },
-      writing: {
-        invoke: {
-          src: 'write',
-          input: ({ context }) => {
-            const hold = need(context.hold, 'hold');
-            const next = need(hold.writes[0], 'write');
-            return {
-              taskId: hold.claimed.input.taskId,
-              token: hold.claimed.lease.token,
-              revision: hold.revision,
-              record: next.record,
-            };
-          },
-          onDone: [
-            {
-              guard: ({ event }) => event.output.written,
-              target: 'idle',
-              actions: assign(({ context, event }) => {
-                const hold = need(context.hold, 'hold');
-                const [done, ...rest] = hold.writes;
-                return {
-                  hold: {
-                    ...hold,
-                    revision: event.output.written ? event.output.revision : hold.revision,
-                    finalWritten: hold.finalWritten || done?.record.final !== undefined,
-                    writes: rest,
-                  },
-                };
-              }),
-            },
-            {
-              target: 'idle',
-              actions: [
-                assign(({ context }) => ({
-                  hold: { ...need(context.hold, 'hold'), lost: true, writes: [] },
-                })),
-                raise({ type: 'lease.lost' }),
-              ],
-            },
-          ],
-          onError: {
-            target: 'idle',
-            actions: enqueueActions(({ context, event, enqueue }) => {
-              const hold = need(context.hold, 'hold');
-              const taskId = hold.claimed.input.taskId;
-              const [failed, ...rest] = hold.writes;
-              enqueue.assign({ hold: { ...hold, writes: rest } });
-              if (failed?.of === 'activity')
-                enqueue(() =>
-                  logger.warn({ err: event.error, taskId }, 'cannot record what the step is doing'),
-                );
-              // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
-              else if (isOutage(event.error))
-                enqueue(() => logger.error({ err: event.error, taskId }, 'cannot checkpoint workflow'));
-              else enqueue.raise({ type: 'checkpoint.poisoned', error: event.error });
-            }),
-          },
-        },
-      },
-      written: { type: 'final' },
     },
   });
 }
