@@ -124,15 +124,7 @@ export function createTaskMachine(services: TaskServices) {
             claimed: need(context.claimed, 'claimed task'),
             message: need(context.unrunnable, 'reason'),
           }),
-          onDone: [
-            {
-              guard: ({ event }) => event.output.next === 'conclude',
-              target: '#task.concluding',
-              actions: assign({ final: ({ event }) => finalOf(event.output) }),
-            },
-            { guard: ({ event }) => event.output.next === 'handBack', target: '#task.handedBack' },
-            { target: '#task.left' },
-          ],
+          onDone: afterWorkflow(),
           onError: 'failed',
         },
       },
@@ -168,15 +160,7 @@ export function createTaskMachine(services: TaskServices) {
             invoke: {
               src: 'recordEnding',
               input: ({ context }) => need(context.hold, 'hold'),
-              onDone: [
-                {
-                  guard: ({ event }) => event.output.next === 'conclude',
-                  target: '#task.concluding',
-                  actions: assign({ final: ({ event }) => finalOf(event.output) }),
-                },
-                { guard: ({ event }) => event.output.next === 'handBack', target: '#task.handedBack' },
-                { target: '#task.left' },
-              ],
+              onDone: afterWorkflow(),
               onError: '#task.failed',
             },
           },
@@ -206,6 +190,29 @@ export function createTaskMachine(services: TaskServices) {
     },
     output: ({ context }) => (context.error === undefined ? {} : { error: context.error }),
   });
+}
+
+/** A stage's result that says what the delivery does once the workflow's time here is over (or never began). */
+type AfterWorkflowDone = { event: { output: AfterWorkflow } };
+
+/**
+ * Where `failing` and `recording` go, by what their stage returned: conclude with the final event, hand the task
+ * back, or leave it to the run that owns it now. One definition for both; the guards and the action's params are typed by
+ * the stage's output alone, so they fit either state's done event.
+ */
+function afterWorkflow() {
+  return [
+    {
+      guard: ({ event }: AfterWorkflowDone) => event.output.next === 'conclude',
+      target: '#task.concluding',
+      actions: {
+        type: 'noteFinal' as const,
+        params: ({ event }: AfterWorkflowDone) => finalOf(event.output),
+      },
+    },
+    { guard: ({ event }: AfterWorkflowDone) => event.output.next === 'handBack', target: '#task.handedBack' },
+    { target: '#task.left' },
+  ];
 }
 
 function triagedOf(triaged: Triage): TriagedTask | undefined {

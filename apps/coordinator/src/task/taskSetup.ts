@@ -68,7 +68,7 @@ export interface TaskContext extends TaskActorInput {
   unrunnable?: string;
   flow?: FlowVersion;
   hold?: Hold;
-  final?: TroupeEvent;
+  final?: TroupeEvent | undefined;
   settle: 'ack' | 'term';
   /** A stage failed (a fault of the code, or NATS lost for good): the message is left to a redelivery. */
   error?: unknown;
@@ -155,6 +155,8 @@ export function taskSetup(services: TaskServices) {
       hasWrites: ({ context }) => (context.hold?.writes.length ?? 0) > 0,
     },
     actions: {
+      /** The task's final event, as the stage that ended it made it. */
+      noteFinal: assign((_, final: TroupeEvent | undefined) => ({ final })),
       /** The message's next keep-alive, on the runner's clock: a third of the ack wait from now. */
       keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
       /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */
