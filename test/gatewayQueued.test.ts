@@ -1,3 +1,4 @@
+import { type QueuedStore, submitToPipeline } from '@troupe/client';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { TroupeEvent } from '@troupe/protocol';
 import { createLogger, defineTool } from '@troupe/runtime';
@@ -168,6 +169,23 @@ describe('the gateway: a queued task', () => {
     expect(TroupeEvent.parse(JSON.parse(read.messages.at(-1)?.data ?? '{}')).kind).toBe('task.cancelled');
     // Ended: a cancel now is refused as for any ended task.
     expect((await call('POST', '/v1/tasks/q-cancel-1/cancel', {})).status).toBe(409);
+  }, 90_000);
+
+  it('submits a task whose mark cannot be written all the same, unmarked', async () => {
+    const refusing = {
+      create: async () => {
+        throw new Error('Permissions Violation for Publish to "$KV.queued.q-unmarked-1"');
+      },
+    } as unknown as QueuedStore;
+    const submitted = await submitToPipeline(
+      h.bus,
+      'busy',
+      { id: 'q-unmarked-1', goal: 'spin' },
+      { queued: { store: refusing, now: () => new Date().toISOString() } },
+    );
+    expect(submitted).toMatchObject({ taskId: 'q-unmarked-1', duplicate: false });
+    await waitUntil(() => kinds(h.eventsOf('q-unmarked-1')).includes('tool.call'));
+    await releaseTheSlot('q-unmarked-1');
   }, 90_000);
 
   it('says a task published by a plain NATS client is not known until a coordinator takes it', async () => {

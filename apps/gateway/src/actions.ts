@@ -76,6 +76,8 @@ export class GatewayActions {
   readonly #values: ValueStore;
   /** KV `queued`, once a coordinator has made it. */
   #queued: Awaited<ReturnType<typeof openQueuedStore>>;
+  /** When to try opening KV `queued` again, after it could not be. */
+  #queuedRetryAt = 0;
 
   constructor(bus: JetStreamBus, options: GatewayActionsOptions = {}) {
     this.#values = options.values ?? new ValueStore(bus);
@@ -302,7 +304,8 @@ export class GatewayActions {
     } catch (error) {
       if (!OperationError.is(error, 'not_found')) throw error;
       const store = await this.#queuedStore();
-      const mark = store && (await readQueued(store, taskId));
+      // A mark that cannot be read is as good as none: the task is then unknown until it is claimed.
+      const mark = store && (await readQueued(store, taskId).catch(() => undefined));
       if (mark) return mark;
       if (!store) throw error;
     }
@@ -310,9 +313,21 @@ export class GatewayActions {
     return readTask(this.#bus, taskId);
   }
 
-  /** KV `queued`; undefined while no coordinator that makes it has run (nothing is marked then). */
+  /**
+   * KV `queued`; undefined while it cannot be opened (no coordinator that makes it has run, or this gateway's NATS user
+   * may not use it): tasks are then submitted unmarked, as before marks were kept. Tried again after a while.
+   */
   async #queuedStore() {
-    this.#queued ??= await openQueuedStore(this.#bus);
+    if (this.#queued || Date.now() < this.#queuedRetryAt) return this.#queued;
+    try {
+      this.#queued = await openQueuedStore(this.#bus, QUEUED_WAIT);
+    } catch (error) {
+      this.#bus.logger.warn(
+        { err: error },
+        'cannot open the KV bucket queued: tasks are submitted unmarked, unknown to the gateway until a coordinator takes each',
+      );
+    }
+    if (!this.#queued) this.#queuedRetryAt = Date.now() + QUEUED_RETRY_MS;
     return this.#queued;
   }
 
@@ -321,7 +336,7 @@ export class GatewayActions {
     const store = await this.#queuedStore();
     if (!store) return [];
     const recorded = new Set(records.map((r) => r.taskId));
-    const marks = await readValues(store);
+    const marks = await readValues(store).catch(() => []);
     return marks.filter((m) => m.takenAt === undefined && !recorded.has(m.taskId)).map(queuedViewOf);
   }
 
@@ -413,6 +428,10 @@ function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'outputRef' | '
     return { failure: { reason: final.data.reason, message: final.data.message } };
   return {};
 }
+
+/** How long opening KV `queued` may wait for NATS; and how long after a failure it is tried again. */
+const QUEUED_WAIT = { outageMs: 2_000, noJetStreamMs: 1_000 };
+const QUEUED_RETRY_MS = 30_000;
 
 const linksOf = (taskId: string) => ({ self: `/v1/tasks/${taskId}`, events: `/v1/tasks/${taskId}/events` });
 

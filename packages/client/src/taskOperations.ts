@@ -109,7 +109,7 @@ export async function submitToPipeline(
   const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
     failed('store the input'),
   );
-  const marked = options.queued ? await markQueued(options.queued, pipeline, ready) : false;
+  const marked = options.queued ? await markQueued(bus, options.queued, pipeline, ready) : false;
   let duplicate: boolean;
   try {
     ({ duplicate } = await submitTask(bus, pipeline, ready));
@@ -125,8 +125,12 @@ export async function submitToPipeline(
   return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
 }
 
-/** Marks a task queued; false when it was marked already (the same id was submitted before). */
+/**
+ * Marks a task queued; false when it was marked already (the same id was submitted before), or when the mark cannot
+ * be written: the task is still submitted, and is unknown to readers until a coordinator claims it, as an unmarked one.
+ */
 async function markQueued(
+  { logger }: Pick<JetStreamBus, 'logger'>,
   queued: NonNullable<SubmitOptions['queued']>,
   pipeline: string,
   task: TaskSubmission & { id: string },
@@ -141,9 +145,8 @@ async function markQueued(
   try {
     return (await queued.store.create(task.id, mark)) !== undefined;
   } catch (error) {
-    throw new OperationError('unavailable', `cannot mark task ${task.id} queued: ${errorMessage(error)}`, {
-      cause: error,
-    });
+    logger.warn({ err: error, taskId: task.id }, 'cannot mark the task queued; submitting it unmarked');
+    return false;
   }
 }
 
