@@ -4,7 +4,14 @@ import { TroupeEvent } from '@troupe/protocol';
 import { createLogger, defineTool } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { fixturePath, type Harness, kinds, startHarness, waitUntil } from './support/harness.ts';
+import {
+  fixturePath,
+  type Harness,
+  kinds,
+  startHarness,
+  startSecondCoordinator,
+  waitUntil,
+} from './support/harness.ts';
 import { readSse } from './support/sse.ts';
 import { openWs } from './support/ws.ts';
 
@@ -197,5 +204,63 @@ describe('the gateway: a queued task', () => {
     await waitUntil(() => kinds(h.eventsOf('q-plain-1')).includes('tool.call'));
     expect((await call('GET', '/v1/tasks/q-plain-1')).body).toMatchObject({ status: 'running' });
     await releaseTheSlot('q-plain-1');
+  }, 90_000);
+});
+
+describe('the gateway: a task submitted while no coordinator runs', () => {
+  let h: Harness;
+  let gateway: Gateway;
+  let second: { stop(): Promise<void> } | undefined;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('summing.yaml')]);
+    // The pipeline stays registered; nothing takes its tasks until another coordinator starts.
+    await h.coordinator.stop();
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
+      port: 0,
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await second?.stop();
+    await h?.stop();
+  });
+
+  const call = async (method: string, path: string, body?: unknown) => {
+    const response = await fetch(`${gateway.url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${ADMIN}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  };
+
+  it('is there as submitted, is cancelled, and the coordinator that starts later ends it without running it', async () => {
+    const sum = { goal: 'add', input: { numbers: [1, 2, 3] } };
+    expect((await call('POST', '/v1/pipelines/summing/tasks', { ...sum, id: 'q-down-1' })).status).toBe(202);
+    expect((await call('POST', '/v1/pipelines/summing/tasks', { ...sum, id: 'q-down-2' })).status).toBe(202);
+    expect((await call('GET', '/v1/tasks/q-down-1')).body).toMatchObject({
+      status: 'submitted',
+      goal: 'add',
+    });
+    expect(await call('POST', '/v1/tasks/q-down-1/cancel', { reason: 'wrong numbers' })).toMatchObject({
+      status: 200,
+      body: { status: 'cancelled' },
+    });
+    second = await startSecondCoordinator(h, ['summing.yaml']);
+    const cancelled = await h.finalOf('q-down-1');
+    expect(cancelled.kind === 'task.cancelled' && cancelled.data.reason).toBe('wrong numbers (token ops)');
+    expect(kinds(h.eventsOf('q-down-1'))).toEqual(['task.accepted', 'task.cancelled']);
+    // The one not cancelled runs as any task.
+    expect((await h.finalOf('q-down-2')).kind).toBe('task.completed');
+    await expect.poll(async () => (await call('GET', '/v1/tasks/q-down-1')).body.status).toBe('cancelled');
+    expect((await call('GET', '/v1/tasks?status=submitted')).body.tasks).toEqual([]);
   }, 90_000);
 });
