@@ -112,7 +112,9 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
   // Checked after the finished and duplicate cases, so only a task that would run again is given up on. A task
   // never recorded died before its claim: every delivery of it so far made no progress.
   const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
-  const queued = services.queued ? await services.queued.get(taskId) : undefined;
+  // Only this pipeline's mark: one of another pipeline's task with the same id is that task's, not this one's.
+  const marked = services.queued ? await services.queued.get(taskId) : undefined;
+  const queued = marked?.value.pipeline === pipeline ? marked : undefined;
   const task: TriagedTask = { delivery, taskId, submission, entry, stalls, ...(queued ? { queued } : {}) };
   // Cancelled while it waited in the stream: ended here, before any claim, so none of its steps runs.
   const cancelled = entry ? undefined : await endCancelledWhileQueued(services, task);

@@ -103,6 +103,19 @@ describe('a task queued through the gateway', () => {
     expect(answered).toBe('claimed');
   });
 
+  it("leaves alone another pipeline's mark of the same id: neither its cancel nor its take", async () => {
+    const { services, queued } = withQueued();
+    await queued.create('task-1', { ...mark('task-1'), pipeline: 'other' });
+    await cancelQueued(queued, 'task-1', { reason: 'not this one', at: AT });
+    const { claimed } = await deliver(services, 'task-1');
+    expect(claimed).toMatchObject({ next: 'run' });
+    expect(claimed?.next === 'run' && claimed.claimed.orphaned).toBeUndefined();
+    expect((await queued.get('task-1'))?.value).toMatchObject({
+      pipeline: 'other',
+      cancel: { reason: 'not this one' },
+    });
+  });
+
   it('runs a task published with no mark (a plain NATS client) as before', async () => {
     const { services } = withQueued();
     const { claimed } = await deliver(services, 'plain-1');
