@@ -176,6 +176,17 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     actors.stop();
   });
 
+  it('holds many steps at once, spread over its groups, and stops them all with the host', () => {
+    const actors = new StepActors(new SimulatedClock());
+    const agents = Array.from({ length: 300 }, (_, i) =>
+      actors.spawn(`task-${i}.code.1`, inputOf(`s${i}`), () => {}),
+    );
+    expect(actors.size).toBe(300);
+    expect(new Set(agents.map((agent) => agent.getSnapshot().status))).toEqual(new Set(['active']));
+    actors.stop();
+    expect(new Set(agents.map((agent) => agent.getSnapshot().status))).toEqual(new Set(['stopped']));
+  });
+
   it('drops an actor whose listener threw, unstarted, and spawns none once stopped', () => {
     const actors = new StepActors(new SimulatedClock());
     expect(() =>
