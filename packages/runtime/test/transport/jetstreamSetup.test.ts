@@ -56,6 +56,7 @@ describe('ensureTroupeStreams', () => {
       'KV_journal',
       'KV_memory',
       'KV_pipelines',
+      'KV_queued',
       'KV_sessions',
       'KV_versions',
       'KV_workflows',
@@ -63,6 +64,9 @@ describe('ensureTroupeStreams', () => {
     ]);
     const workflows = await jsm.streams.info('KV_workflows');
     expect(workflows.config).toMatchObject({ max_msgs_per_subject: 1, storage: 'file' });
+    // The gateway's marks of queued tasks: one value per task, kept on disk like the records they stand in for.
+    const queued = await jsm.streams.info('KV_queued');
+    expect(queued.config).toMatchObject({ max_msgs_per_subject: 1, storage: 'file' });
   });
 
   it('captures tasks and events in their streams and de-duplicates by Nats-Msg-Id', async () => {
