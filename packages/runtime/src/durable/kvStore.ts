@@ -225,7 +225,13 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {
     const entry = await this.#kv.get(key);
     if (entry?.operation !== 'PUT' || entry.length === 0) return undefined;
-    const parsed = this.#schema.safeParse(entry.json());
+    const json = jsonOf(entry);
+    if (!json.ok) {
+      // Bytes no Troupe writer stores (a hand-made put, a broken client): a reader must not fail on them.
+      this.#bus.logger.warn({ key, error: json.error }, 'ignoring a KV value that is not JSON');
+      return undefined;
+    }
+    const parsed = this.#schema.safeParse(json.value);
     if (!parsed.success) {
       this.#bus.logger.warn(
         { key, issues: parsed.error.issues },
@@ -285,9 +291,10 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
         if (entry?.operation === 'PUT' && entry.length > 0 && entry.revision > seen) {
           seen = entry.revision;
           waitMs = WATCH_POLL.firstMs;
-          // A value that does not match the schema is skipped, once.
-          const parsed = this.#schema.safeParse(entry.json());
-          if (parsed.success) onValue({ key, value: parsed.data, revision: entry.revision });
+          // A value that is not JSON or does not match the schema is skipped, once.
+          const json = jsonOf(entry);
+          const parsed = json.ok ? this.#schema.safeParse(json.value) : undefined;
+          if (parsed?.success) onValue({ key, value: parsed.data, revision: entry.revision });
         } else {
           waitMs = Math.min(waitMs * 2, WATCH_POLL.maxMs);
         }
@@ -332,5 +339,14 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   /** Every key, or those matching `filter` (NATS wildcards: `*` one token, `>` the rest, e.g. `task-1.>`). */
   async keys(filter?: string): Promise<string[]> {
     return listKeys(this.#bus, this.#bucket, filter);
+  }
+}
+
+/** A stored value's JSON, or why it is none. */
+function jsonOf(entry: { json<T>(): T }): { ok: true; value: unknown } | { ok: false; error: string } {
+  try {
+    return { ok: true, value: entry.json<unknown>() };
+  } catch (error) {
+    return { ok: false, error: (error as Error).message };
   }
 }

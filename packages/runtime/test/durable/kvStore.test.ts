@@ -105,6 +105,18 @@ describe('KvStore reads', () => {
     expect(value).toEqual({ text: 'kept' });
     expect(requests).toEqual(['$JS.API.STREAM.MSG.GET.KV_memory']);
   });
+
+  it('read a value that is not JSON as absent, with a warning, never throwing', async () => {
+    // A mark written by hand or by a broken client: a reader of the bucket (triage, the gateway) must not fail on it.
+    await ensureTroupeStreams(bus);
+    const store = await KvStore.open(bus, BUCKETS.queued, Note);
+    const raw = await new Kvm(bus.connection).open(BUCKETS.queued);
+    await raw.put('t-garbage', '{"text": "cut sho');
+    await expect(store.get('t-garbage')).resolves.toBeUndefined();
+    expect(lines.filter((l) => l.level === 40).map((l) => [l.key, l.msg])).toEqual([
+      ['t-garbage', 'ignoring a KV value that is not JSON'],
+    ]);
+  });
 });
 
 describe('KvStore without consumers', () => {
