@@ -87,7 +87,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   const clock = options.clock ?? systemClock;
   const events = new EventFactory(clock);
   const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus, clock);
-  // One root actor for the host's lifetime: each step's agent actor is its child, not a root (a system) of its own.
+  // One root actor for the host's lifetime: each step's agent actor runs under it, not as a root (a system) of its own.
   const actors = new StepActors(clock);
   const deps = stepDeps(options, clock, events, actors, (stepId, waiting) =>
     steps.modelWait(stepId, waiting),

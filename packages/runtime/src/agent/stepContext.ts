@@ -46,7 +46,7 @@ export interface StepDeps {
   /** Cost in USD of one call; zero when absent. */
   price?: (provider: string, model: string, response: ModelResponse) => number;
   /**
-   * The host's actor, under which each step's agent actor runs as a child (one actor system for all the host's
+   * The host's actor, under which each step's agent actor runs (one actor system for all the host's
    * steps); without it, a step's agent actor is a root of its own.
    */
   actors?: StepActors;
