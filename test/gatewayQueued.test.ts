@@ -1,7 +1,7 @@
-import { type QueuedStore, submitToPipeline } from '@troupe/client';
+import { openQueuedStore, type QueuedStore, submitToPipeline } from '@troupe/client';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
-import { TroupeEvent } from '@troupe/protocol';
-import { createLogger, defineTool } from '@troupe/runtime';
+import { QUEUED_MARK_HEADER, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { createLogger, defineTool, jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -191,8 +191,38 @@ describe('the gateway: a queued task', () => {
       { queued: { store: refusing, now: () => new Date().toISOString() } },
     );
     expect(submitted).toMatchObject({ taskId: 'q-unmarked-1', duplicate: false });
+    // With no mark, the message does not say it has one: coordinators make no read of KV queued for it.
+    const jsm = await jetstreamManagerOf(h.bus);
+    const stored = await jsm.streams.getMessage(STREAMS.tasks, { last_by_subj: subjects.task('busy') });
+    expect(stored?.json<{ id: string }>().id).toBe('q-unmarked-1');
+    expect(stored?.header.has(QUEUED_MARK_HEADER)).toBe(false);
     await waitUntil(() => kinds(h.eventsOf('q-unmarked-1')).includes('tool.call'));
     await releaseTheSlot('q-unmarked-1');
+  }, 90_000);
+
+  it('cancels a queued task whose submit was retried after a try that marked it and died before publishing', async () => {
+    await holdTheSlot('q-hold-4');
+    // What a gateway that died between its mark and its publish left behind.
+    const marks = await openQueuedStore(h.bus);
+    await marks?.create('q-retry-1', {
+      taskId: 'q-retry-1',
+      pipeline: 'busy',
+      goal: 'release v5',
+      submittedAt: new Date().toISOString(),
+    });
+    // The client's retry publishes the task; the mark there already, the message says it has one all the same.
+    expect(
+      (await call('POST', '/v1/pipelines/busy/tasks', { goal: 'release v5', id: 'q-retry-1' })).status,
+    ).toBe(202);
+    const jsm = await jetstreamManagerOf(h.bus);
+    const stored = await jsm.streams.getMessage(STREAMS.tasks, { last_by_subj: subjects.task('busy') });
+    expect(stored?.json<{ id: string }>().id).toBe('q-retry-1');
+    expect(stored?.header.get(QUEUED_MARK_HEADER)).toBe('1');
+    expect((await call('POST', '/v1/tasks/q-retry-1/cancel', { reason: 'retried' })).status).toBe(200);
+    await releaseTheSlot('q-hold-4');
+    const final = await h.finalOf('q-retry-1');
+    expect(final.kind === 'task.cancelled' && final.data.reason).toBe('retried (token ops)');
+    expect(kinds(h.eventsOf('q-retry-1'))).toEqual(['task.accepted', 'task.cancelled']);
   }, 90_000);
 
   it('says a task published by a plain NATS client is not known until a coordinator takes it', async () => {

@@ -7,6 +7,7 @@ import {
   errorMessage,
   type InputCut,
   isTaskId,
+  QUEUED_MARK_HEADER,
   subjects,
   type TaskLimits,
   type TaskSubmission,
@@ -109,10 +110,13 @@ export async function submitToPipeline(
   const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
     failed('store the input'),
   );
-  const marked = options.queued ? await markQueued(bus, options.queued, pipeline, ready) : false;
+  const mark = options.queued ? await markQueued(bus, options.queued, pipeline, ready) : 'none';
+  const marked = mark === 'created';
   let duplicate: boolean;
   try {
-    ({ duplicate } = await submitTask(bus, pipeline, ready));
+    // Said on the message whenever a mark is there (this one, or one an earlier try left before it could publish):
+    // a coordinator reads the marks of only such messages.
+    ({ duplicate } = await submitTask(bus, pipeline, ready, { queuedMark: mark !== 'none' }));
   } catch (error) {
     // Nothing was stored: a mark left would show a task that does not exist.
     if (marked) await options.queued?.store.delete(task.id).catch(() => undefined);
@@ -126,15 +130,16 @@ export async function submitToPipeline(
 }
 
 /**
- * Marks a task queued; false when it was marked already (the same id was submitted before), or when the mark cannot
- * be written: the task is still submitted, and is unknown to readers until a coordinator claims it, as an unmarked one.
+ * Marks a task queued: `created`; `exists` when it was marked already (the same id was submitted before, or a try
+ * that died before it could publish marked it); `none` when the mark cannot be written: the task is still submitted,
+ * and is unknown to readers until a coordinator claims it, as an unmarked one.
  */
 async function markQueued(
   { logger }: Pick<JetStreamBus, 'logger'>,
   queued: NonNullable<SubmitOptions['queued']>,
   pipeline: string,
   task: TaskSubmission & { id: string },
-): Promise<boolean> {
+): Promise<'created' | 'exists' | 'none'> {
   const mark = {
     taskId: task.id,
     pipeline,
@@ -143,10 +148,10 @@ async function markQueued(
     submittedAt: queued.now(),
   };
   try {
-    return (await queued.store.create(task.id, mark)) !== undefined;
+    return (await queued.store.create(task.id, mark)) === undefined ? 'exists' : 'created';
   } catch (error) {
     logger.warn({ err: error, taskId: task.id }, 'cannot mark the task queued; submitting it unmarked');
-    return false;
+    return 'none';
   }
 }
 
@@ -275,15 +280,20 @@ export interface SubmitResult {
 
 /**
  * Stores a task on `troupe.tasks.<pipeline>` in the `TASKS` stream, with its id as `Nats-Msg-Id` so a
- * resubmission within the duplicate window is dropped by the server.
+ * resubmission within the duplicate window is dropped by the server. `queuedMark` says the task has a mark in KV
+ * `queued` (header {@link QUEUED_MARK_HEADER}), which coordinators then read; no other task's is read.
  */
 export async function submitTask(
   bus: JetStreamBus,
   pipeline: string,
   task: TaskSubmission & { id: string },
+  options: { queuedMark?: boolean } = {},
 ): Promise<SubmitResult> {
   const subject = subjects.task(pipeline);
-  const ack = await publishToStream(bus, subject, JSON.stringify(task), { msgId: task.id });
+  const ack = await publishToStream(bus, subject, JSON.stringify(task), {
+    msgId: task.id,
+    ...(options.queuedMark ? { headers: { [QUEUED_MARK_HEADER]: '1' } } : {}),
+  });
   logMessage(bus.logger, bus.messageLogLevel, 'out', subject, {
     taskId: task.id,
     from: 'user',

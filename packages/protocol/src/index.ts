@@ -47,7 +47,7 @@ export {
 } from './parse.ts';
 export { FlowGraph, PipelineRegistration } from './pipelineRegistration.ts';
 export { PipelineVersion, VersionHash } from './pipelineVersion.ts';
-export { QueuedTask } from './queuedTask.ts';
+export { QUEUED_MARK_HEADER, QueuedTask } from './queuedTask.ts';
 export { HomeLock, ServerRecord } from './serverRecord.ts';
 export { SessionSummaryReply, SessionSummaryRequest, SessionTurn } from './session.ts';
 export {

@@ -3,6 +3,7 @@ import {
   type InputCut,
   isTaskId,
   parseMessage,
+  QUEUED_MARK_HEADER,
   type QueuedTask,
   TaskSubmission,
   type TroupeEvent,
@@ -112,8 +113,13 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
   // Checked after the finished and duplicate cases, so only a task that would run again is given up on. A task
   // never recorded died before its claim: every delivery of it so far made no progress.
   const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
+  // Read only when the submitter says it marked the task (the header is stored with the message, so a redelivery
+  // says it too): a task from `troupe submit` or a plain NATS client has no mark, and makes no round trip for one.
   // Only this pipeline's mark: one of another pipeline's task with the same id is that task's, not this one's.
-  const marked = services.queued ? await services.queued.get(taskId) : undefined;
+  const marked =
+    services.queued && delivery.headers[QUEUED_MARK_HEADER] !== undefined
+      ? await services.queued.get(taskId)
+      : undefined;
   const queued = marked?.value.pipeline === pipeline ? marked : undefined;
   const task: TriagedTask = { delivery, taskId, submission, entry, stalls, ...(queued ? { queued } : {}) };
   // Cancelled while it waited in the stream: ended here, before any claim, so none of its steps runs.

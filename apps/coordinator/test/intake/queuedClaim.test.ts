@@ -1,5 +1,5 @@
 import { cancelQueued } from '@troupe/client';
-import { QueuedTask } from '@troupe/protocol';
+import { QUEUED_MARK_HEADER, QueuedTask } from '@troupe/protocol';
 import { MemoryKv } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { claim } from '../../src/intake/claim.ts';
@@ -22,13 +22,20 @@ function withQueued() {
   return { ...intake, queued, services: { ...intake.services, queued } };
 }
 
-/** The runner's way with a delivery: triage, then claim when triage says so. */
+/** The header the gateway's publish carries, as every delivery of the stored message does. */
+const MARKED = { [QUEUED_MARK_HEADER]: '1' };
+
+/**
+ * The runner's way with a delivery: triage, then claim when triage says so. The message says it has a mark, as one
+ * the gateway published does, unless `marked` is false (`troupe submit`, a plain NATS client).
+ */
 async function deliver(
   services: ReturnType<typeof withQueued>['services'],
   taskId: string,
-  deliveryCount = 1,
+  { deliveryCount = 1, marked = true }: { deliveryCount?: number; marked?: boolean } = {},
 ): Promise<{ triaged: Triage; claimed?: Awaited<ReturnType<typeof claim>> }> {
-  const triaged = await triage(services, deliveryOf({ id: taskId, goal: 'g' }, { deliveryCount }));
+  const headers = marked ? MARKED : {};
+  const triaged = await triage(services, deliveryOf({ id: taskId, goal: 'g' }, { deliveryCount, headers }));
   if (triaged.next !== 'claim') return { triaged };
   return { triaged, claimed: await claim(services, triaged.task) };
 }
@@ -63,7 +70,7 @@ describe('a task queued through the gateway', () => {
     expect(bus.eventsOf('task.accepted')).toEqual([expect.objectContaining({ taskId: 'task-1' })]);
     expect(await queued.get('task-1')).toBeUndefined();
     // Delivered again (the coordinator died before the message was settled): its stored end goes out again.
-    expect((await deliver(services, 'task-1', 2)).triaged).toMatchObject({
+    expect((await deliver(services, 'task-1', { deliveryCount: 2 })).triaged).toMatchObject({
       next: 'conclude',
       final: { kind: 'task.cancelled' },
     });
@@ -72,7 +79,7 @@ describe('a task queued through the gateway', () => {
   it('is cancelled as it starts when the cancel lands after triage read the mark, before the claim took it', async () => {
     const { services, queued } = withQueued();
     await queued.create('task-1', mark('task-1'));
-    const triaged = await triage(services, deliveryOf({ id: 'task-1', goal: 'g' }));
+    const triaged = await triage(services, deliveryOf({ id: 'task-1', goal: 'g' }, { headers: MARKED }));
     if (triaged.next !== 'claim') throw new Error(`triaged as ${triaged.next}`);
     expect(await cancelQueued(queued, 'task-1', { reason: 'raced', at: AT })).toBe('queued');
     expect(await claim(services, triaged.task)).toMatchObject({
@@ -81,7 +88,7 @@ describe('a task queued through the gateway', () => {
     });
     // Kept: a claim that dies before the task has ended finds the cancel again on redelivery.
     expect((await queued.get('task-1'))?.value).toMatchObject({ cancel: { reason: 'raced' } });
-    expect((await deliver(services, 'task-1', 2)).claimed).toMatchObject({
+    expect((await deliver(services, 'task-1', { deliveryCount: 2 })).claimed).toMatchObject({
       next: 'run',
       claimed: { orphaned: 'raced' },
     });
@@ -116,11 +123,34 @@ describe('a task queued through the gateway', () => {
     });
   });
 
-  it('runs a task published with no mark (a plain NATS client) as before', async () => {
-    const { services } = withQueued();
-    const { claimed } = await deliver(services, 'plain-1');
+  it('runs a task published with no mark (a plain NATS client) as before, with no read of KV queued', async () => {
+    const { services, queued } = withQueued();
+    const { claimed } = await deliver(services, 'plain-1', { marked: false });
     expect(claimed).toMatchObject({ next: 'run' });
     expect(claimed?.next === 'run' && claimed.claimed.orphaned).toBeUndefined();
+    // Delivered again (its coordinator died mid-run): still no read, the message saying no more than before.
+    expect((await deliver(services, 'plain-1', { deliveryCount: 2, marked: false })).triaged).toMatchObject({
+      next: 'claim',
+    });
+    expect(queued.gets).toBe(0);
+  });
+
+  it('reads the mark of a marked task on a redelivery too, and takes it after a claim that died before its take', async () => {
+    const { services, queued } = withQueued();
+    await queued.create('task-1', mark('task-1'));
+    // The first claim wrote the record, then its coordinator died before it took the mark (here: it never reads it).
+    const first = await triage(services, deliveryOf({ id: 'task-1', goal: 'g' }, { headers: MARKED }));
+    if (first.next !== 'claim') throw new Error(`triaged as ${first.next}`);
+    const { queued: _read, ...unmarked } = first.task;
+    expect(await claim(services, unmarked)).toMatchObject({ next: 'run' });
+    expect(await cancelQueued(queued, 'task-1', { reason: 'asked meanwhile', at: AT })).toBe('queued');
+    const reads = queued.gets;
+    // Redelivered: the stored message carries its header again, so the mark is read, taken and its cancel honoured.
+    expect((await deliver(services, 'task-1', { deliveryCount: 2 })).claimed).toMatchObject({
+      next: 'run',
+      claimed: { orphaned: 'asked meanwhile' },
+    });
+    expect(queued.gets - reads).toBe(1);
   });
 
   it('leaves a task claimed by another coordinator to it, whose claim honours the cancel', async () => {
