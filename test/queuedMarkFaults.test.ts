@@ -1,0 +1,74 @@
+import { Kvm } from '@nats-io/kv';
+import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import { BUCKETS } from '@troupe/protocol';
+import { createLogger } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fixturePath, type Harness, kinds, startHarness, startSecondCoordinator } from './support/harness.ts';
+
+const ADMIN = 'admin-token-0123456789abcdef';
+
+/**
+ * A mark in KV `queued` that is not JSON (written by hand, or by a broken client) while its task waits in `TASKS`:
+ * it must neither stall the task (triage reads the mark on each delivery) nor hide the other queued tasks from the
+ * gateway's list.
+ */
+describe('a queued task whose mark is not JSON', () => {
+  let h: Harness;
+  let gateway: Gateway;
+  let second: { stop(): Promise<void> } | undefined;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('summing.yaml')]);
+    // Nothing takes summing's tasks until another coordinator starts: they wait in TASKS, marked.
+    await h.coordinator.stop();
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
+      port: 0,
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await second?.stop();
+    await h?.stop();
+  });
+
+  const call = async (method: string, path: string, body?: unknown) => {
+    const response = await fetch(`${gateway.url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${ADMIN}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  };
+
+  it('is read as no mark: the other queued tasks are listed, and the task runs once a coordinator starts', async () => {
+    const sum = { goal: 'add', input: { numbers: [1, 2, 3] } };
+    expect((await call('POST', '/v1/pipelines/summing/tasks', { ...sum, id: 'qf-garbled-1' })).status).toBe(
+      202,
+    );
+    expect((await call('POST', '/v1/pipelines/summing/tasks', { ...sum, id: 'qf-fine-1' })).status).toBe(202);
+    const raw = await new Kvm(h.client).open(BUCKETS.queued);
+    await raw.put('qf-garbled-1', '{"taskId": "qf-garbled-1", "pipel');
+
+    // The garbled one is unknown to the gateway until it is claimed; the other is listed as ever.
+    expect((await call('GET', '/v1/tasks/qf-garbled-1')).status).toBe(404);
+    expect((await call('GET', '/v1/tasks/qf-fine-1')).body).toMatchObject({ status: 'submitted' });
+    const listed = await call('GET', '/v1/tasks?status=submitted');
+    expect(listed.status).toBe(200);
+    expect(listed.body.tasks.map((t: { taskId: string }) => t.taskId)).toEqual(['qf-fine-1']);
+
+    second = await startSecondCoordinator(h, ['summing.yaml']);
+    expect((await h.finalOf('qf-garbled-1', 30_000)).kind).toBe('task.completed');
+    expect((await h.finalOf('qf-fine-1', 30_000)).kind).toBe('task.completed');
+    expect(kinds(h.eventsOf('qf-garbled-1'))[0]).toBe('task.accepted');
+    await expect
+      .poll(async () => (await call('GET', '/v1/tasks/qf-garbled-1')).body.status)
+      .toBe('completed');
+  }, 90_000);
+});
