@@ -191,13 +191,36 @@ describe('the gateway: a queued task', () => {
       { queued: { store: refusing, now: () => new Date().toISOString() } },
     );
     expect(submitted).toMatchObject({ taskId: 'q-unmarked-1', duplicate: false });
-    // With no mark, the message does not say it has one: coordinators make no read of KV queued for it.
-    const jsm = await jetstreamManagerOf(h.bus);
-    const stored = await jsm.streams.getMessage(STREAMS.tasks, { last_by_subj: subjects.task('busy') });
-    expect(stored?.json<{ id: string }>().id).toBe('q-unmarked-1');
-    expect(stored?.header.has(QUEUED_MARK_HEADER)).toBe(false);
     await waitUntil(() => kinds(h.eventsOf('q-unmarked-1')).includes('tool.call'));
     await releaseTheSlot('q-unmarked-1');
+  }, 90_000);
+
+  it('cancels a queued task whose mark was written though its write seemed to fail (the reply was lost)', async () => {
+    await holdTheSlot('q-hold-5');
+    const marks = await openQueuedStore(h.bus);
+    if (!marks) throw new Error('KV queued is missing');
+    const lostReply = {
+      create: async (key: string, value: Parameters<QueuedStore['create']>[1]) => {
+        await marks.create(key, value);
+        throw new Error('TIMEOUT');
+      },
+      delete: (key: string) => marks.delete(key),
+    } as unknown as QueuedStore;
+    const submitted = await submitToPipeline(
+      h.bus,
+      'busy',
+      { id: 'q-lost-1', goal: 'release v6' },
+      { queued: { store: lostReply, now: () => new Date().toISOString() } },
+    );
+    expect(submitted).toMatchObject({ taskId: 'q-lost-1', duplicate: false });
+    expect(await call('POST', '/v1/tasks/q-lost-1/cancel', { reason: 'lost' })).toMatchObject({
+      status: 200,
+      body: { status: 'cancelled' },
+    });
+    await releaseTheSlot('q-hold-5');
+    const final = await h.finalOf('q-lost-1');
+    expect(final.kind === 'task.cancelled' && final.data.reason).toBe('lost (token ops)');
+    expect(kinds(h.eventsOf('q-lost-1'))).toEqual(['task.accepted', 'task.cancelled']);
   }, 90_000);
 
   it('cancels a queued task whose submit was retried after a try that marked it and died before publishing', async () => {

@@ -110,13 +110,13 @@ export async function submitToPipeline(
   const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
     failed('store the input'),
   );
-  const mark = options.queued ? await markQueued(bus, options.queued, pipeline, ready) : 'none';
-  const marked = mark === 'created';
+  const marked = options.queued ? await markQueued(bus, options.queued, pipeline, ready) : false;
   let duplicate: boolean;
   try {
-    // Said on the message whenever a mark is there (this one, or one an earlier try left before it could publish):
-    // a coordinator reads the marks of only such messages.
-    ({ duplicate } = await submitTask(bus, pipeline, ready, { queuedMark: mark !== 'none' }));
+    // Said on the message whenever the task may have a mark: this one, one an earlier try left before it could
+    // publish, or one whose write failed only as far as this client can tell (a lost reply). A coordinator reads the
+    // marks of only such messages.
+    ({ duplicate } = await submitTask(bus, pipeline, ready, { queuedMark: options.queued !== undefined }));
   } catch (error) {
     // Nothing was stored: a mark left would show a task that does not exist.
     if (marked) await options.queued?.store.delete(task.id).catch(() => undefined);
@@ -130,16 +130,15 @@ export async function submitToPipeline(
 }
 
 /**
- * Marks a task queued: `created`; `exists` when it was marked already (the same id was submitted before, or a try
- * that died before it could publish marked it); `none` when the mark cannot be written: the task is still submitted,
- * and is unknown to readers until a coordinator claims it, as an unmarked one.
+ * Marks a task queued; false when it was marked already (the same id was submitted before), or when the mark cannot
+ * be written: the task is still submitted, and is unknown to readers until a coordinator claims it, as an unmarked one.
  */
 async function markQueued(
   { logger }: Pick<JetStreamBus, 'logger'>,
   queued: NonNullable<SubmitOptions['queued']>,
   pipeline: string,
   task: TaskSubmission & { id: string },
-): Promise<'created' | 'exists' | 'none'> {
+): Promise<boolean> {
   const mark = {
     taskId: task.id,
     pipeline,
@@ -148,10 +147,10 @@ async function markQueued(
     submittedAt: queued.now(),
   };
   try {
-    return (await queued.store.create(task.id, mark)) === undefined ? 'exists' : 'created';
+    return (await queued.store.create(task.id, mark)) !== undefined;
   } catch (error) {
     logger.warn({ err: error, taskId: task.id }, 'cannot mark the task queued; submitting it unmarked');
-    return 'none';
+    return false;
   }
 }
 
@@ -280,7 +279,7 @@ export interface SubmitResult {
 
 /**
  * Stores a task on `troupe.tasks.<pipeline>` in the `TASKS` stream, with its id as `Nats-Msg-Id` so a
- * resubmission within the duplicate window is dropped by the server. `queuedMark` says the task has a mark in KV
+ * resubmission within the duplicate window is dropped by the server. `queuedMark` says the task may have a mark in KV
  * `queued` (header {@link QUEUED_MARK_HEADER}), which coordinators then read; no other task's is read.
  */
 export async function submitTask(

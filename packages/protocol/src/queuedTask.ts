@@ -22,8 +22,9 @@ export const QueuedTask = z.object({
 export type QueuedTask = z.infer<typeof QueuedTask>;
 
 /**
- * The header a submitter that marked its task sets on the task message (any value; `1` by convention): the only
- * messages whose mark a coordinator reads, so a task from `troupe submit` or a plain NATS client costs no read of KV
- * `queued`. It is stored with the message, so every redelivery carries it too.
+ * The header a submitter that marked its task (or tried to: a write whose reply was lost may have landed) sets on the
+ * task message (any value; `1` by convention): the only messages whose mark a coordinator reads, so a task from
+ * `troupe submit` or a plain NATS client costs no read of KV `queued`. It is stored with the message, so every
+ * redelivery carries it too.
  */
 export const QUEUED_MARK_HEADER = 'Troupe-Queued-Mark';
