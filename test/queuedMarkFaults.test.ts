@@ -72,3 +72,47 @@ describe('a queued task whose mark is not JSON', () => {
       .toBe('completed');
   }, 90_000);
 });
+
+describe('a queued task cancelled with the longest reason a cancel may give', () => {
+  let h: Harness;
+  let gateway: Gateway;
+  let second: { stop(): Promise<void> } | undefined;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('summing.yaml')]);
+    await h.coordinator.stop();
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
+      port: 0,
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await second?.stop();
+    await h?.stop();
+  });
+
+  it('is cancelled as a running one would be, the token’s name added to the whole reason', async () => {
+    const post = (path: string, body: unknown) =>
+      fetch(`${gateway.url}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    const sum = { goal: 'add', input: { numbers: [1, 2] }, id: 'qf-long-1' };
+    expect((await post('/v1/pipelines/summing/tasks', sum)).status).toBe(202);
+    // 2,000 characters: the most POST /v1/tasks/{id}/cancel takes.
+    const reason = 'r'.repeat(2_000);
+    const cancelled = await post('/v1/tasks/qf-long-1/cancel', { reason });
+    expect({ status: cancelled.status, body: await cancelled.json() }).toMatchObject({
+      status: 200,
+      body: { status: 'cancelled' },
+    });
+    second = await startSecondCoordinator(h, ['summing.yaml']);
+    const final = await h.finalOf('qf-long-1', 30_000);
+    expect(final.kind === 'task.cancelled' && final.data.reason).toBe(`${reason} (token ops)`);
+    expect(kinds(h.eventsOf('qf-long-1'))).toEqual(['task.accepted', 'task.cancelled']);
+  }, 90_000);
+});

@@ -14,8 +14,12 @@ export const QueuedTask = z.object({
   metadata: z.record(z.string(), z.string()).optional(),
   /** When it was submitted (ISO 8601). */
   submittedAt: z.string(),
-  /** A cancel asked while it waited: the claim ends it as cancelled with this reason, running none of its steps. */
-  cancel: z.object({ reason: z.string().max(2_000), at: z.string() }).optional(),
+  /**
+   * A cancel asked while it waited: the claim ends it as cancelled with this reason, running none of its steps. As
+   * long as a running task's cancel may give (`ControlMessage`): the gateway adds its token's name to the 2,000
+   * characters a client may send.
+   */
+  cancel: z.object({ reason: z.string().max(10_000), at: z.string() }).optional(),
   /** Set by the claim that took the task: a cancel written after it would be lost, so none may be. */
   takenAt: z.string().optional(),
 });
