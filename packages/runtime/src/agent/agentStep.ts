@@ -1,8 +1,10 @@
+import type { ToolDefinition } from '@troupe/llm';
 import { type AgentStepReply, type AgentStepRequest, errorMessage, isStepErrorCode } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import { StepTimedOutError } from '../approvals/stepTimedOutError.ts';
 import { TaskEndedError } from '../approvals/taskEnded.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
+import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { type AgentMachineInput, type AgentServices, agentMachine, type StepStop } from './agentMachine.ts';
 import { AgentStepError } from './agentStepError.ts';
@@ -134,7 +136,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
     agent: agent.name,
     stepId: request.stepId,
     messages: buildStepMessages(agent.instructions, request),
-    tools: deps.registry.definitions(agent.tools),
+    tools: toolDefinitions(deps.registry, agent),
     maxTurns: agent.maxTurns,
     expect: request.expect,
     ...(request.budget ? { budget: request.budget } : {}),
@@ -175,6 +177,27 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
   const { reply } = listened;
   if (!reply) throw new Error(`the agent actor of step ${request.stepId} was not listened to`);
   return { reply, stop: (stop) => actor.send({ type: 'stop', stop }) };
+}
+
+/** Each agent's tool definitions, per registry: made once and shared by its steps (nothing changes them). */
+const definitionsMade = new WeakMap<ToolRegistry, WeakMap<AgentDefinition, ToolDefinition[]>>();
+
+/**
+ * The tool definitions the model is shown, made once per agent: the registry clones each tool's JSON Schema when asked,
+ * which every step in flight (a parked one too) would otherwise keep a copy of. Throws as the registry does.
+ */
+function toolDefinitions(registry: ToolRegistry, agent: AgentDefinition): ToolDefinition[] {
+  let ofRegistry = definitionsMade.get(registry);
+  if (!ofRegistry) {
+    ofRegistry = new WeakMap();
+    definitionsMade.set(registry, ofRegistry);
+  }
+  let definitions = ofRegistry.get(agent);
+  if (!definitions) {
+    definitions = registry.definitions(agent.tools);
+    ofRegistry.set(agent, definitions);
+  }
+  return definitions;
 }
 
 /** Runs one step of an agent to its end and returns the reply for the workflow. Never throws. */

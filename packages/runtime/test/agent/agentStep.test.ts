@@ -156,6 +156,26 @@ describe('runAgentStep', () => {
     expect(events.map((e) => e.kind)).toEqual(['llm.request', 'llm.response']);
   });
 
+  it('shows every step of an agent the same tool definitions, made once rather than copied into each step', async () => {
+    const { model, requests } = recordingModel({
+      agents: { coder: [{ content: 'one' }, { content: 'two' }] },
+    });
+    const { deps } = await setup();
+    const agent = coder(model);
+    await runAgentStep(agent, request, deps);
+    await runAgentStep(agent, { ...request, stepId: 'task-2.code.1', taskId: 'task-2' }, deps);
+    expect(requests[0]?.tools.map((t) => t.name)).toEqual(['write_file', 'read_file']);
+    expect(requests[1]?.tools).toBe(requests[0]?.tools);
+    // Another agent gets its own.
+    const third = await runAgentStep(
+      coder(model, { tools: ['read_file'] }),
+      { ...request, stepId: 'task-3.code.1' },
+      deps,
+    );
+    expect(third.ok).toBe(true);
+    expect(requests[2]?.tools.map((t) => t.name)).toEqual(['read_file']);
+  });
+
   it('publishes the step as events, the tool call and result sharing one call id', async () => {
     const { model } = recordingModel({
       agents: { coder: [{ toolCalls: [writeCall('hello.md', 'hi')] }, { content: 'done' }] },
