@@ -1,6 +1,4 @@
 import type { StepActivity, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
-import { isOutage } from '@troupe/runtime';
-import { assign, enqueueActions, raise, stateIn } from 'xstate';
 import type { ClaimedTask } from '../intake/claim.ts';
 import { activeSteps, stepsAtWork } from '../workflow/compileFlow.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
@@ -8,15 +6,34 @@ import { endedTask } from '../workflow/workflowTypes.ts';
 import type { FinalEvents } from './finalEvents.ts';
 import { recordOf } from './taskRecord.ts';
 import { isoNow, type TaskServices } from './taskServices.ts';
-import { type Hold, need, type TaskSetup } from './taskSetup.ts';
 import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
 
 /*
- * A task's checkpoints, from the workflow's snapshot to the record written: made ({@link takeCheckpoint}, which
- * builds the record with {@link checkpointOf}), queued on the task's hold with the notes of what its steps are doing
- * ({@link noteActivity}), and written one at a time under the lease ({@link checkpointsRegion}). The task actor's
- * `checkpoint` and `noteActivity` actions (`taskSetup.ts`) only apply what these return.
+ * A task's checkpoints, from the workflow's snapshot to the record to write: made ({@link takeCheckpoint}, which
+ * builds the record with {@link checkpointOf}) beside the notes of what its steps are doing ({@link noteActivity}).
+ * The task's {@link CheckpointWriter} (`checkpointWriter.ts`) applies what these return and writes the records.
  */
+
+/**
+ * What a task's checkpoints are made against, as its writer keeps it: the task, the lease's revision last written,
+ * the progress mark, the record as last made, and the final event once made.
+ */
+export interface Ledger {
+  claimed: ClaimedTask;
+  flow: FlowVersion;
+  revision: number;
+  progress: number;
+  /** The first checkpoint rewrites the one the task resumed from; each later one records a transition. */
+  firstCheckpoint: boolean;
+  /** The record as this delivery last wrote it, or is about to. */
+  latest?: WorkflowRecord;
+  final?: TroupeEvent;
+  finalWritten: boolean;
+  /** Another coordinator took the task over: nothing more is written. */
+  lost: boolean;
+  /** The workflow's totals as last seen, for an ending it did not record itself. */
+  totals: { usage: WorkflowRecord['usage']; round: number };
+}
 
 /** A record write waiting its turn, and what its failure means: a lost checkpoint, or only a lost activity note. */
 export interface PendingWrite {
@@ -24,36 +41,36 @@ export interface PendingWrite {
   of: 'checkpoint' | 'activity';
 }
 
-/** What a snapshot of the workflow makes: nothing to write, a checkpoint queued on the hold, or a task that fails. */
+/** What a snapshot of the workflow makes: nothing to write, a checkpoint to write, or a task that fails. */
 export type TakenCheckpoint =
   | { kind: 'none' }
   | { kind: 'poisoned'; error: unknown }
-  /** The hold with the checkpoint queued; whether the task now holds no working slot; its first since a resume. */
-  | { kind: 'queued'; hold: Hold; parked: boolean; resumed: boolean };
+  /** The ledger with the checkpoint made; its write; whether the task now holds no working slot; its first since a resume. */
+  | { kind: 'queued'; ledger: Ledger; write: PendingWrite; parked: boolean; resumed: boolean };
 
 /**
- * The checkpoint of a workflow snapshot, queued on the hold. None once the task is lost to another coordinator, or
+ * The checkpoint of a workflow snapshot, to be written. None once the task is lost to another coordinator, or
  * when the workflow was let go by an ending from outside (shutdown, takeover, …): its last checkpoint stands, for
  * the next run. A snapshot that cannot be persisted (nested too deep, say) fails only this task.
  */
 export function takeCheckpoint(
   services: Pick<TaskServices, 'clock'> & { finalEvents: FinalEvents },
-  hold: Hold,
+  ledger: Ledger,
   snapshot: WorkflowSnapshot,
 ): TakenCheckpoint {
   if (snapshot.status === 'done' && !endedTask(snapshot.output)) return { kind: 'none' };
-  if (hold.lost) return { kind: 'none' };
+  if (ledger.lost) return { kind: 'none' };
   // The first checkpoint rewrites the one the task resumed from; each later one records a transition.
-  const progress = hold.firstCheckpoint ? hold.progress : hold.progress + 1;
+  const progress = ledger.firstCheckpoint ? ledger.progress : ledger.progress + 1;
   let made: Checkpoint;
   try {
     const persisted = workflowChildLogic.getPersistedSnapshot(snapshot);
     made = checkpointOf(
       services,
-      hold.claimed,
-      hold.flow,
+      ledger.claimed,
+      ledger.flow,
       { snapshot, persisted },
-      { progress, latest: hold.latest, final: hold.final },
+      { progress, latest: ledger.latest, final: ledger.final },
     );
   } catch (error) {
     return { kind: 'poisoned', error };
@@ -61,32 +78,33 @@ export function takeCheckpoint(
   return {
     kind: 'queued',
     parked: made.parked,
-    resumed: hold.firstCheckpoint && hold.claimed.snapshot !== undefined,
-    hold: {
-      ...hold,
+    resumed: ledger.firstCheckpoint && ledger.claimed.snapshot !== undefined,
+    ledger: {
+      ...ledger,
       progress,
       firstCheckpoint: false,
       latest: made.record,
       ...(made.final ? { final: made.final } : {}),
       totals: { usage: snapshot.context.usage, round: snapshot.context.round },
-      writes: [...hold.writes, { record: made.record, of: 'checkpoint' }],
     },
+    write: { record: made.record, of: 'checkpoint' },
   };
 }
 
 /**
- * The hold with what the current step is doing noted in the record, or undefined when the record already says so
+ * The ledger with what the current step is doing noted in the record, and its write, or undefined when the record already says so
  * (the checkpoint that entered the step names its agent: the first heartbeat adds nothing) or is no longer ours.
  */
 export function noteActivity(
   { clock }: Pick<TaskServices, 'clock'>,
-  hold: Hold,
+  ledger: Ledger,
   activity: StepActivity,
-): Hold | undefined {
-  const latest = hold.latest;
-  if (hold.lost || latest?.status !== 'running' || sameActivity(latest.activity, activity)) return undefined;
+): { ledger: Ledger; write: PendingWrite } | undefined {
+  const latest = ledger.latest;
+  if (ledger.lost || latest?.status !== 'running' || sameActivity(latest.activity, activity))
+    return undefined;
   const record: WorkflowRecord = { ...latest, activity, updatedAt: isoNow(clock) };
-  return { ...hold, latest: record, writes: [...hold.writes, { record, of: 'activity' }] };
+  return { ledger: { ...ledger, latest: record }, write: { record, of: 'activity' } };
 }
 
 /** Whether a step's activity is the one already recorded (its `since` aside). */
@@ -152,83 +170,4 @@ export function checkpointOf(
     activity,
   });
   return { record, parked, ...(final ? { final } : {}) };
-}
-
-/**
- * The task record's writes while the workflow runs: one at a time, in the workflow's order, each fenced by the lease;
- * written once the workflow has ended and nothing is left to write.
- */
-export function checkpointsRegion(parts: TaskSetup, services: TaskServices) {
-  const { logger } = services;
-  return parts.createStateConfig({
-    initial: 'idle',
-    states: {
-      idle: {
-        always: [
-          { guard: 'hasWrites', target: 'writing' },
-          { guard: stateIn('#task.running.live.workflow.ended'), target: 'written' },
-        ],
-      },
-      writing: {
-        invoke: {
-          src: 'write',
-          input: ({ context }) => {
-            const hold = need(context.hold, 'hold');
-            const next = need(hold.writes[0], 'write');
-            return {
-              taskId: hold.claimed.input.taskId,
-              token: hold.claimed.lease.token,
-              revision: hold.revision,
-              record: next.record,
-            };
-          },
-          onDone: [
-            {
-              guard: ({ event }) => event.output.written,
-              target: 'idle',
-              actions: assign(({ context, event }) => {
-                const hold = need(context.hold, 'hold');
-                const [done, ...rest] = hold.writes;
-                return {
-                  hold: {
-                    ...hold,
-                    revision: event.output.written ? event.output.revision : hold.revision,
-                    finalWritten: hold.finalWritten || done?.record.final !== undefined,
-                    writes: rest,
-                  },
-                };
-              }),
-            },
-            {
-              target: 'idle',
-              actions: [
-                assign(({ context }) => ({
-                  hold: { ...need(context.hold, 'hold'), lost: true, writes: [] },
-                })),
-                raise({ type: 'lease.lost' }),
-              ],
-            },
-          ],
-          onError: {
-            target: 'idle',
-            actions: enqueueActions(({ context, event, enqueue }) => {
-              const hold = need(context.hold, 'hold');
-              const taskId = hold.claimed.input.taskId;
-              const [failed, ...rest] = hold.writes;
-              enqueue.assign({ hold: { ...hold, writes: rest } });
-              if (failed?.of === 'activity')
-                enqueue(() =>
-                  logger.warn({ err: event.error, taskId }, 'cannot record what the step is doing'),
-                );
-              // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
-              else if (isOutage(event.error))
-                enqueue(() => logger.error({ err: event.error, taskId }, 'cannot checkpoint workflow'));
-              else enqueue.raise({ type: 'checkpoint.poisoned', error: event.error });
-            }),
-          },
-        },
-      },
-      written: { type: 'final' },
-    },
-  });
 }

@@ -24,6 +24,8 @@ export interface RunFacts {
 export interface RunContextInput extends RunFacts {
   /** The runner's signals and the task's parent task (if a `pipeline` step submitted it); none for a step alone. */
   signals?: { from: TaskSignals; parent?: string };
+  /** Hears each activity report in place of the run context's parent: a task's checkpoint writer, with no event through the task actor. */
+  onActivity?: (activity: StepActivity) => void;
 }
 
 /** What an actor of the run tells its task: what the current step is doing (for `troupe status`, and parking). */
@@ -54,7 +56,8 @@ export type RunContextEvent = { type: 'activity'; activity: StepActivity };
  */
 export const runContextLogic = fromCallback<RunContextEvent, RunContextInput>(
   ({ input, receive, sendBack }) => {
-    receive((event) => sendBack(event));
+    const { onActivity } = input;
+    receive((event) => (onActivity ? onActivity(event.activity) : sendBack(event)));
     const { signals, taskId, version } = input;
     // The listener goes when the run does: xstate stops this actor when its task leaves `running`, or fails.
     return signals?.from.listen({

@@ -1,9 +1,8 @@
-import type { TroupeEvent } from '@troupe/protocol';
+import type { StepActivity, TroupeEvent } from '@troupe/protocol';
 import { assign, cancel } from 'xstate';
 import type { GiveUp } from '../intake/giveUp.ts';
 import { HAND_BACK_DELAY_MS } from '../intake/taskQueue.ts';
 import type { Triage, TriagedTask } from '../intake/triage.ts';
-import { checkpointsRegion } from './checkpoint.ts';
 import { RUN_CONTEXT_ID } from './runContext.ts';
 import type { TaskServices } from './taskServices.ts';
 import { need, taskSetup } from './taskSetup.ts';
@@ -15,7 +14,8 @@ export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
 /**
  * One delivery of a task message, from its arrival to how the message is settled, as an actor tree: the task actor
  * triages and claims the task, then invokes its workflow as a child (restored from the task's checkpoint when it
- * has one), writes a checkpoint of each of the workflow's snapshots under the delivery's lease, and concludes.
+ * has one), whose checkpoint writer (`checkpointWriter.ts`) hears each of its snapshots and writes their records
+ * under the delivery's lease, and concludes.
  *
  * ```
  * triaging --> claiming --> running --> concluding --> acked | terminated
@@ -25,8 +25,9 @@ export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
  * ```
  *
  * While the workflow runs, cancels, migrations, a parent's ending and the process's stop arrive as events from the
- * runner's {@link TaskSignals} (see `taskSignals.ts`), heard through the run context (`runContext.ts`); a write that
- * finds another coordinator's lease ends it `takenOver`. Every ending of the task goes through `concluding`, once its record holds the final status and event.
+ * runner's {@link TaskSignals} (see `taskSignals.ts`), heard through the run context (`runContext.ts`); the writer
+ * tells it only of a write that finds another coordinator's lease (it ends `takenOver`) or a checkpoint that cannot
+ * be stored. Every ending of the task goes through `concluding`, once its record holds the final status and event.
  * The message is settled only in the final states, each doing one thing. Built once per pipeline runner.
  */
 export function createTaskMachine(services: TaskServices) {
@@ -136,26 +137,28 @@ export function createTaskMachine(services: TaskServices) {
           src: 'runContext',
           systemId: RUN_CONTEXT_ID,
           input: ({ context }) => {
-            const { claimed, facts } = need(context.hold, 'hold');
+            const { claimed, facts, writer } = need(context.hold, 'hold');
             const parent = claimed.input.parent?.taskId;
-            return { ...facts, signals: { from: services.signals, ...(parent ? { parent } : {}) } };
+            return {
+              ...facts,
+              signals: { from: services.signals, ...(parent ? { parent } : {}) },
+              onActivity: (activity: StepActivity) => writer.activity(activity),
+            };
           },
         },
         on: {
-          activity: { actions: { type: 'noteActivity', params: ({ event }) => event.activity } },
+          // Thrown here, so a fault of ours in the writer fails the task actor as one in its own actions does.
+          'writer.failed': {
+            actions: ({ event }) => {
+              throw event.error;
+            },
+          },
           keepAlive: { actions: [({ context }) => context.delivery.working(), 'keepAliveLater'] },
         },
         initial: 'live',
         states: {
-          live: {
-            type: 'parallel',
-            onDone: 'recording',
-            states: {
-              workflow: workflowRegion(parts, services),
-              checkpoints: checkpointsRegion(parts, services),
-            },
-          },
-          /** The workflow's time here has ended and its checkpoints are written: its ending is recorded. */
+          live: { ...workflowRegion(parts, services), onDone: 'recording' },
+          /** The workflow's time here has ended: once its checkpoints are written, its ending is recorded. */
           recording: {
             invoke: {
               src: 'recordEnding',

@@ -1,4 +1,4 @@
-import { emptyUsage, type StepActivity, type TroupeEvent, type WorkflowRecord } from '@troupe/protocol';
+import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
 import { startWorkflowSpan, type TraceSpan, traceparentOf } from '@troupe/runtime';
 import { assign, enqueueActions, fromPromise, raise, setup } from 'xstate';
 import { type Claim, type ClaimedTask, claim } from '../intake/claim.ts';
@@ -9,9 +9,9 @@ import { type Triage, type TriagedTask, triage } from '../intake/triage.ts';
 import { activeSteps } from '../workflow/compileFlow.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowEmitted } from '../workflow/workflowTypes.ts';
-import { noteActivity, type PendingWrite, takeCheckpoint } from './checkpoint.ts';
-import { type RunContextEvent, type RunFacts, runContextLogic } from './runContext.ts';
-import { type FencedWrite, fencedWrite, recordFailure } from './taskRecord.ts';
+import { CheckpointWriter, type CheckpointWriterEvent } from './checkpointWriter.ts';
+import { type RunFacts, runContextLogic } from './runContext.ts';
+import { recordFailure } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
 import type { TaskSignal } from './taskSignals.ts';
 import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
@@ -29,35 +29,18 @@ export interface TaskActorInput {
 }
 
 /**
- * This delivery's hold on the task while its workflow runs here: the lease and the record revision it last wrote,
- * the progress mark, the writes waiting their turn (in the workflow's order), and how the workflow's time here ends.
+ * This delivery's hold on the task while its workflow runs here: its checkpoint writer (which keeps the lease's
+ * revision, the progress mark and the writes in the workflow's order), and how the workflow's time here ends.
  */
 export interface Hold {
   claimed: ClaimedTask;
   flow: FlowVersion;
   facts: RunFacts;
   span: TraceSpan;
-  revision: number;
-  progress: number;
-  /** The first checkpoint rewrites the one the task resumed from; each later one records a transition. */
-  firstCheckpoint: boolean;
-  writes: PendingWrite[];
-  /** The record as this delivery last wrote it, or is about to. */
-  latest?: WorkflowRecord;
-  final?: TroupeEvent;
-  finalWritten: boolean;
-  /** Another coordinator took the task over: nothing more is written. */
-  lost: boolean;
+  writer: CheckpointWriter;
   ending?: WorkflowEnding;
-  /** The workflow's totals as last seen, for an ending it did not record itself. */
-  totals: { usage: WorkflowRecord['usage']; round: number };
   /** Told whether the version a migration let the workflow go for was recorded. */
   migrated?: (recorded: boolean) => void;
-}
-
-/** A snapshot of the workflow, as the task actor heard it. */
-export interface TakenSnapshot {
-  snapshot: WorkflowSnapshot;
 }
 
 export interface TaskContext extends TaskActorInput {
@@ -79,11 +62,8 @@ export type TaskActorOutput = { error?: unknown };
 
 export type TaskEvent =
   | TaskSignal
-  | RunContextEvent
-  /** A write found another coordinator's lease on the record. */
-  | { type: 'lease.lost' }
-  /** A checkpoint could not be made or stored: the task fails. */
-  | { type: 'checkpoint.poisoned'; error: unknown }
+  /** From the checkpoint writer: the lease lost, or a checkpoint that cannot be made or stored. */
+  | CheckpointWriterEvent
   /** Time to tell the server again that the task's message is being worked on. */
   | { type: 'keepAlive' };
 
@@ -129,30 +109,27 @@ export function taskSetup(services: TaskServices) {
       }),
       workflow: workflowChildLogic,
       runContext: runContextLogic,
-      write: fromPromise<
-        FencedWrite,
-        { taskId: string; token: string; revision: number; record: WorkflowRecord }
-      >(({ input }) => fencedWrite(services, input.taskId, input, input.record)),
-      recordEnding: fromPromise<AfterWorkflow, Hold>(({ input }) =>
-        recordWorkflowEnding(services, {
+      // Once every checkpoint is written: they come first, and the ending is written at the revision they leave.
+      recordEnding: fromPromise<AfterWorkflow, Hold>(async ({ input }) => {
+        const written = await input.writer.written();
+        return recordWorkflowEnding(services, {
           claimed: input.claimed,
           ending: need(input.ending, 'ending'),
-          lease: { token: input.claimed.lease.token, revision: input.revision },
-          progress: input.progress,
-          lost: input.lost,
-          finalWritten: input.finalWritten,
-          final: input.final,
-          totals: input.totals,
+          lease: { token: input.claimed.lease.token, revision: written.revision },
+          progress: written.progress,
+          lost: written.lost,
+          finalWritten: written.finalWritten,
+          final: written.final,
+          totals: written.totals,
           ...(input.migrated ? { migrated: input.migrated } : {}),
-        }),
-      ),
+        });
+      }),
       conclude: fromPromise<Conclusion, { delivery: TaskDelivery; final: TroupeEvent }>(({ input }) =>
         conclude(services, input),
       ),
     },
     guards: {
       noEnding: ({ context }) => context.hold?.ending === undefined,
-      hasWrites: ({ context }) => (context.hold?.writes.length ?? 0) > 0,
     },
     actions: {
       /** The task's final event, as the stage that ended it made it. */
@@ -160,7 +137,7 @@ export function taskSetup(services: TaskServices) {
       /** The message's next keep-alive, on the runner's clock: a third of the ack wait from now. */
       keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
       /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */
-      hold: assign(({ context }) => {
+      hold: assign(({ context, self }) => {
         const claimed = need(context.claimed, 'claimed task');
         const { input, scope, delivery } = claimed;
         const span = startWorkflowSpan(pipeline, scope.traceparent, claimed.firstDelivery, {
@@ -168,9 +145,21 @@ export function taskSetup(services: TaskServices) {
           'troupe.pipeline': pipeline,
           'troupe.delivery': delivery.deliveryCount,
         });
+        const flow = need(context.flow, 'flow');
+        const writer = new CheckpointWriter(
+          services,
+          claimed,
+          flow,
+          (event) => self.send(event),
+          (snapshot, { parked, resumed }) => {
+            claimed.delivery.park(parked);
+            if (resumed && !services.stopping()) announceResumed(services, claimed, snapshot);
+          },
+        );
         const hold: Hold = {
           claimed,
-          flow: need(context.flow, 'flow'),
+          flow,
+          writer,
           facts: {
             taskId: input.taskId,
             firstDelivery: claimed.firstDelivery,
@@ -178,39 +167,17 @@ export function taskSetup(services: TaskServices) {
             ...(claimed.version === undefined ? {} : { version: claimed.version }),
           },
           span,
-          revision: claimed.lease.revision,
-          progress: claimed.lease.delivery.progress,
-          firstCheckpoint: true,
-          writes: [],
-          finalWritten: false,
-          lost: false,
-          totals: { usage: emptyUsage(), round: 1 },
         };
         return { hold };
       }),
       /** Lets go of the task: its span ends with how the workflow's time here ended. */
       closeHold: ({ context }) => {
         const hold = need(context.hold, 'hold');
+        hold.writer.close();
         // A migration whose workflow ended otherwise (taken over meanwhile) moved nothing.
         hold.migrated?.(false);
         endWorkflowSpan(hold.span, hold.ending);
       },
-      /** Queues the record of the workflow's snapshot, fenced by the lease; parks or unparks the task. */
-      checkpoint: enqueueActions(({ context, enqueue, self }, taken: TakenSnapshot | 'last') => {
-        const hold = need(context.hold, 'hold');
-        // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read from it.
-        const snapshot =
-          taken === 'last'
-            ? need(self.getSnapshot().children.workflow, 'workflow').getSnapshot()
-            : taken.snapshot;
-        const next = takeCheckpoint(services, hold, snapshot);
-        // A checkpoint that cannot be made fails this task (logged as it ends); it never reaches the process.
-        if (next.kind === 'poisoned') enqueue.raise({ type: 'checkpoint.poisoned', error: next.error });
-        if (next.kind !== 'queued') return;
-        enqueue(() => hold.claimed.delivery.park(next.parked));
-        if (next.resumed && !services.stopping()) enqueue(() => announceResumed(services, hold, snapshot));
-        enqueue.assign({ hold: next.hold });
-      }),
       /** Settles how the workflow's time here ends (the first ending wins), and sends the workflow `release`. */
       letGo: enqueueActions(({ context, enqueue }, ending: Exclude<WorkflowEnding, { kind: 'done' }>) => {
         const hold = need(context.hold, 'hold');
@@ -218,14 +185,6 @@ export function taskSetup(services: TaskServices) {
         enqueue.assign({ hold: { ...hold, ending } });
         // By id: the workflow may have been invoked in this very step, not yet in the actor's last snapshot.
         enqueue.sendTo('workflow', { type: 'release', why: RELEASES[ending.kind] });
-      }),
-      /** What the current step is doing: parks the task while it waits on a person or a model, and records it. */
-      noteActivity: enqueueActions(({ context, enqueue }, activity: StepActivity) => {
-        const hold = need(context.hold, 'hold');
-        // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
-        enqueue(() => hold.claimed.delivery.park(activity.kind === 'person' || activity.kind === 'model'));
-        const noted = noteActivity(services, hold, activity);
-        if (noted !== undefined) enqueue.assign({ hold: noted });
       }),
       /** The workflow crashed (threw outside a step): the task fails, saying so. */
       crashed: assign(({ context }, { error }: { error: unknown }) => {
@@ -258,8 +217,7 @@ export function publishEmitted(services: TaskServices, claimed: ClaimedTask, emi
 }
 
 /** `task.resumed`, when a task's workflow is restored from its checkpoint. */
-function announceResumed(services: TaskServices, hold: Hold, restored: WorkflowSnapshot): void {
-  const { claimed } = hold;
+function announceResumed(services: TaskServices, claimed: ClaimedTask, restored: WorkflowSnapshot): void {
   publishSafely(services, claimed.input.taskId, () =>
     services.events.make(
       'task.resumed',

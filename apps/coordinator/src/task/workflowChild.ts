@@ -16,6 +16,11 @@ export interface WorkflowChildInput {
   saved?: unknown;
   /** Hears each event the workflow emits, to be published. */
   onEmitted: (emitted: WorkflowEmitted) => void;
+  /**
+   * Hears each of the workflow's snapshots, its first and its done one included, as the workflow takes it: its
+   * checkpoint writer, with no event through the task actor for each.
+   */
+  onSnapshot?: (snapshot: WorkflowSnapshot) => void;
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: a task actor's system holds actors of every kind.
@@ -35,8 +40,10 @@ export const workflowChildLogic: ActorLogic<
   AnySystem,
   Parameters<WorkflowScope['emit']>[0]
 > = {
-  getInitialSnapshot(scope, { machine, input, saved, onEmitted }) {
+  getInitialSnapshot(scope, { machine, input, saved, onEmitted, onSnapshot }) {
     scope.self.on('event', onEmitted);
+    // A failure is the task actor's to hear (its `onError`); the writer has nothing to checkpoint of it.
+    if (onSnapshot) scope.self.subscribe({ next: onSnapshot, error: () => {} });
     return saved === undefined
       ? machine.getInitialSnapshot(scope, input)
       : machine.restoreSnapshot(saved as Snapshot<unknown>, scope);

@@ -4,6 +4,7 @@ import { endedTask, type WorkflowEmitted, type WorkflowOutput } from '../workflo
 import type { TaskServices } from './taskServices.ts';
 import { type Hold, need, publishEmitted, type TaskContext, type TaskSetup } from './taskSetup.ts';
 import type { MigrateAnswer } from './taskSignals.ts';
+import type { WorkflowSnapshot } from './workflowChild.ts';
 import { RELEASES } from './workflowEnding.ts';
 
 /**
@@ -33,27 +34,19 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
             id: 'workflow',
             src: 'workflow',
             input: ({ context }) => {
-              const { claimed, flow } = need(context.hold, 'hold');
+              const { claimed, flow, writer } = need(context.hold, 'hold');
               return {
                 machine: flow.machine,
                 input: claimed.input,
                 ...(claimed.snapshot === undefined ? {} : { saved: claimed.snapshot }),
                 onEmitted: (emitted: WorkflowEmitted) => publishEmitted(services, claimed, emitted),
+                // Each snapshot, the done one too, reaches the writer before the task actor hears the workflow is done.
+                onSnapshot: (snapshot: WorkflowSnapshot) => writer.snapshot(snapshot),
               };
             },
-            onSnapshot: {
-              actions: {
-                type: 'checkpoint',
-                params: ({ event }) => ({ snapshot: event.snapshot }),
-              },
-            },
-            // A done workflow sends no snapshot of its own: its last one, with the task's ending, is read here.
             onDone: {
               target: 'ended',
-              actions: [
-                { type: 'checkpoint', params: 'last' },
-                assign(({ context, event }) => doneEnding(need(context.hold, 'hold'), event.output)),
-              ],
+              actions: assign(({ context, event }) => doneEnding(need(context.hold, 'hold'), event.output)),
             },
             onError: {
               target: 'ended',

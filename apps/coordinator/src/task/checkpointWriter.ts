@@ -1,0 +1,179 @@
+import { emptyUsage, type StepActivity, type TroupeEvent, type WorkflowRecord } from '@troupe/protocol';
+import { isOutage } from '@troupe/runtime';
+import type { ClaimedTask } from '../intake/claim.ts';
+import type { FlowVersion } from '../workflow/flowVersions.ts';
+import { type Ledger, noteActivity, type PendingWrite, takeCheckpoint } from './checkpoint.ts';
+import { fencedWrite } from './taskRecord.ts';
+import type { TaskServices } from './taskServices.ts';
+import type { WorkflowSnapshot } from './workflowChild.ts';
+
+/** What the writer tells its task actor: only what the task must act on while its workflow runs. */
+export type CheckpointWriterEvent =
+  /** A write found another coordinator's lease on the record. */
+  | { type: 'lease.lost' }
+  /** A checkpoint could not be made or stored: the task fails. */
+  | { type: 'checkpoint.poisoned'; error: unknown }
+  /** A fault of ours while hearing the workflow (the delivery threw, say): the task actor fails with it. */
+  | { type: 'writer.failed'; error: unknown };
+
+/** What the record says of the workflow's time here once every write is done, for recording its ending. */
+export interface Written {
+  revision: number;
+  progress: number;
+  /** Another coordinator took the task over meanwhile: nothing more was written. */
+  lost: boolean;
+  /** The record with the final status and event is stored. */
+  finalWritten: boolean;
+  final: TroupeEvent | undefined;
+  /** The workflow's totals as last seen, for an ending it did not record itself. */
+  totals: { usage: WorkflowRecord['usage']; round: number };
+}
+
+type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> & Parameters<typeof takeCheckpoint>[0];
+
+/**
+ * A task's checkpoint writer, one per run of its workflow here: it hears each of the workflow's snapshots and each
+ * activity report directly (no event through the task actor for either), makes the record of each, and writes the
+ * records one at a time, in order, each fenced by the lease (the revision it last wrote). It tells the task actor
+ * only what it must act on: the lease lost, or a checkpoint that cannot be made or stored. Once the workflow has
+ * ended, {@link CheckpointWriter.written} resolves when every write is done, with what the ending is recorded from.
+ */
+export class CheckpointWriter {
+  #ledger: Ledger;
+  #queue: PendingWrite[] = [];
+  #writing = false;
+  /** The task actor no longer takes events from the writer (the workflow has ended, or the run is over). */
+  #closed = false;
+  #drained: (() => void) | undefined;
+
+  constructor(
+    private readonly services: WriterServices,
+    claimed: ClaimedTask,
+    flow: FlowVersion,
+    private readonly tell: (event: CheckpointWriterEvent) => void,
+    private readonly onCheckpoint: (
+      snapshot: WorkflowSnapshot,
+      taken: { parked: boolean; resumed: boolean },
+    ) => void,
+  ) {
+    this.#ledger = {
+      claimed,
+      flow,
+      revision: claimed.lease.revision,
+      progress: claimed.lease.delivery.progress,
+      firstCheckpoint: true,
+      finalWritten: false,
+      lost: false,
+      totals: { usage: emptyUsage(), round: 1 },
+    };
+  }
+
+  /** A snapshot of the workflow: its checkpoint is queued, unless it has none to make. */
+  snapshot(snapshot: WorkflowSnapshot): void {
+    if (!this.#closed) this.#faultsTold(() => this.#checkpoint(snapshot));
+  }
+
+  /** What the current step is doing: parks the task while it waits on a person or a model, and records it. */
+  activity(activity: StepActivity): void {
+    if (!this.#closed) this.#faultsTold(() => this.#noteActivity(activity));
+  }
+
+  #checkpoint(snapshot: WorkflowSnapshot): void {
+    const taken = takeCheckpoint(this.services, this.#ledger, snapshot);
+    // A checkpoint that cannot be made fails this task (logged as it ends); it never reaches the process.
+    if (taken.kind === 'poisoned') this.#tell({ type: 'checkpoint.poisoned', error: taken.error });
+    if (taken.kind !== 'queued') return;
+    this.#ledger = taken.ledger;
+    this.onCheckpoint(snapshot, taken);
+    this.#enqueue(taken.write);
+  }
+
+  #noteActivity(activity: StepActivity): void {
+    // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
+    this.#ledger.claimed.delivery.park(activity.kind === 'person' || activity.kind === 'model');
+    const noted = noteActivity(this.services, this.#ledger, activity);
+    if (noted === undefined) return;
+    this.#ledger = noted.ledger;
+    this.#enqueue(noted.write);
+  }
+
+  /**
+   * Every write done, once the workflow has ended: what its ending is recorded from. From here on the task actor
+   * hears nothing more from the writer: a failure of the last writes shows in `finalWritten`.
+   */
+  written(): Promise<Written> {
+    this.#closed = true;
+    const done = () => {
+      const { revision, progress, lost, finalWritten, final, totals } = this.#ledger;
+      return { revision, progress, lost, finalWritten, final, totals };
+    };
+    if (!this.#writing) return Promise.resolve(done());
+    return new Promise((resolve) => {
+      this.#drained = () => resolve(done());
+    });
+  }
+
+  /** The run is over: nothing more is written, and nothing more reaches the task actor. */
+  close(): void {
+    this.#closed = true;
+    this.#queue = [];
+  }
+
+  /** Runs what the workflow or a step called the writer for; a fault of ours there fails the task actor, not the caller. */
+  #faultsTold(hear: () => void): void {
+    try {
+      hear();
+    } catch (error) {
+      this.#tell({ type: 'writer.failed', error });
+      // The task actor fails with it: nothing more of this run is written.
+      this.close();
+    }
+  }
+
+  #tell(event: CheckpointWriterEvent): void {
+    if (!this.#closed) this.tell(event);
+  }
+
+  #enqueue(write: PendingWrite): void {
+    this.#queue.push(write);
+    if (!this.#writing) void this.#writeAll();
+  }
+
+  /** Writes the queue out, one at a time and in order; a write's failure is an event, never a rejection. */
+  async #writeAll(): Promise<void> {
+    this.#writing = true;
+    const { logger } = this.services;
+    const taskId = this.#ledger.claimed.input.taskId;
+    const token = this.#ledger.claimed.lease.token;
+    for (let next = this.#queue.shift(); next !== undefined; next = this.#queue.shift()) {
+      if (this.#ledger.lost) break;
+      try {
+        const write = await fencedWrite(
+          this.services,
+          taskId,
+          { token, revision: this.#ledger.revision },
+          next.record,
+        );
+        if (write.written) {
+          this.#ledger = {
+            ...this.#ledger,
+            revision: write.revision,
+            finalWritten: this.#ledger.finalWritten || next.record.final !== undefined,
+          };
+        } else {
+          this.#ledger = { ...this.#ledger, lost: true };
+          this.#queue = [];
+          this.#tell({ type: 'lease.lost' });
+        }
+      } catch (error) {
+        if (next.of === 'activity')
+          logger.warn({ err: error, taskId }, 'cannot record what the step is doing');
+        // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
+        else if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
+        else this.#tell({ type: 'checkpoint.poisoned', error });
+      }
+    }
+    this.#writing = false;
+    this.#drained?.();
+  }
+}

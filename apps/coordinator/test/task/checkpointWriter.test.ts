@@ -1,0 +1,157 @@
+import type { StepActivity, WorkflowRecord } from '@troupe/protocol';
+import { describe, expect, it } from 'vitest';
+import { createActor } from 'xstate';
+import { claim } from '../../src/intake/claim.ts';
+import { CheckpointWriter, type CheckpointWriterEvent } from '../../src/task/checkpointWriter.ts';
+import type { WorkflowSnapshot } from '../../src/task/workflowChild.ts';
+import { intakeServices, triagedTask } from '../intake/taskServices.ts';
+
+const activity: StepActivity = {
+  kind: 'person',
+  step: 'plan',
+  agent: 'planner',
+  request: { kind: 'question', id: 'q1' },
+  since: '2026-01-01T00:00:00.000Z',
+};
+
+/** A claimed task and its writer, whose store's writes wait until let through (`release`), one call at a time. */
+async function writerOf(options: { park?: () => void } = {}) {
+  const { services, store } = intakeServices();
+  const claimed = await claim(services, triagedTask({ id: 'task-1', goal: 'plan it' }));
+  if (claimed.next !== 'run') throw new Error(`claimed as ${claimed.next}`);
+  if (options.park) claimed.claimed.delivery.park = options.park;
+  const update = store.update.bind(store);
+  const calls: { revision: number; record: WorkflowRecord }[] = [];
+  const gates: (() => void)[] = [];
+  let failNext: Error | undefined;
+  store.update = async (key, value, revision) => {
+    calls.push({ revision, record: value });
+    await new Promise<void>((resolve) => gates.push(resolve));
+    const failure = failNext;
+    failNext = undefined;
+    if (failure) throw failure;
+    return update(key, value, revision);
+  };
+  const told: CheckpointWriterEvent[] = [];
+  const checkpoints: boolean[] = [];
+  const writer = new CheckpointWriter(
+    services,
+    claimed.claimed,
+    claimed.flow,
+    (event) => told.push(event),
+    // As the task actor does: a checkpoint parks or unparks the task.
+    (_snapshot, { parked }) => {
+      checkpoints.push(parked);
+      claimed.claimed.delivery.park(parked);
+    },
+  );
+  // The workflow's first snapshot, not started: what a checkpoint is made of, with no step running.
+  const snapshot: WorkflowSnapshot = createActor(claimed.flow.machine, {
+    input: claimed.claimed.input,
+  }).getSnapshot();
+  return {
+    store,
+    writer,
+    snapshot,
+    calls,
+    told,
+    checkpoints,
+    lease: claimed.claimed.lease,
+    /** Lets the oldest waiting write through, once it has been tried. */
+    release: async () => {
+      await expect.poll(() => gates.length).toBeGreaterThan(0);
+      gates.shift()?.();
+    },
+    failNext: (error: Error) => {
+      failNext = error;
+    },
+  };
+}
+
+describe("a task's checkpoint writer", () => {
+  it('writes one record at a time, in order, each at the revision the one before left, and says when all are written', async () => {
+    const { store, writer, snapshot, calls, told, checkpoints, release, lease } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    writer.activity(activity);
+    // The first write is in flight: the others wait their turn.
+    await expect.poll(() => calls.length).toBe(1);
+    await release();
+    await expect.poll(() => calls.length).toBe(2);
+    await release();
+    await expect.poll(() => calls.length).toBe(3);
+    const written = writer.written();
+    await release();
+    const done = await written;
+    expect(calls.map((c) => c.revision)).toEqual([lease.revision, lease.revision + 1, lease.revision + 2]);
+    // The first checkpoint rewrites the claim's; the second records a transition; the activity note adds to it.
+    expect(calls.map((c) => c.record.progress)).toEqual([0, 1, 1]);
+    expect(calls[2]?.record.activity).toEqual(activity);
+    expect(done).toMatchObject({
+      revision: lease.revision + 3,
+      progress: 1,
+      lost: false,
+      finalWritten: false,
+    });
+    expect((await store.get('task-1'))?.revision).toBe(done.revision);
+    expect(told).toEqual([]);
+    // Its step at work is an agent's: the task keeps its working slot.
+    expect(checkpoints).toEqual([false, false]);
+  });
+
+  it('tells the task once that the lease is lost, and writes nothing after it', async () => {
+    const { store, writer, snapshot, calls, told, release } = await writerOf();
+    const current = await store.get('task-1');
+    // Another coordinator takes the task over.
+    await store.put('task-1', { ...(current?.value as WorkflowRecord), lease: 'another' });
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    await expect.poll(() => told).toEqual([{ type: 'lease.lost' }]);
+    writer.snapshot(snapshot);
+    expect(await writer.written()).toMatchObject({ lost: true });
+    expect(calls).toHaveLength(1);
+    expect((await store.get('task-1'))?.value.lease).toBe('another');
+  });
+
+  it('fails the task on a checkpoint it cannot store, but only logs a lost activity note and goes on', async () => {
+    const { writer, snapshot, calls, told, release, failNext } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    writer.activity(activity);
+    await release();
+    failNext(new Error('value too large'));
+    await release();
+    await expect
+      .poll(() => told)
+      .toEqual([{ type: 'checkpoint.poisoned', error: new Error('value too large') }]);
+    failNext(new Error('value too large'));
+    await release();
+    expect(await writer.written()).toMatchObject({ lost: false });
+    expect(calls).toHaveLength(3);
+    expect(told).toHaveLength(1);
+  });
+
+  it('tells a fault of ours while hearing the workflow to the task actor, never throwing it at the workflow', async () => {
+    const { writer, snapshot, told, calls, lease } = await writerOf({
+      park: () => {
+        throw new Error('a bug of ours');
+      },
+    });
+    expect(() => writer.snapshot(snapshot)).not.toThrow();
+    expect(told).toEqual([{ type: 'writer.failed', error: new Error('a bug of ours') }]);
+    // The task actor fails with it: the writer hears nothing more, and writes nothing more.
+    expect(() => writer.activity(activity)).not.toThrow();
+    expect(told).toHaveLength(1);
+    expect(await writer.written()).toMatchObject({ revision: lease.revision });
+    expect(calls).toHaveLength(0);
+  });
+
+  it('hears nothing more once the workflow has ended and tells the task nothing after', async () => {
+    const { writer, snapshot, calls } = await writerOf();
+    expect(await writer.written()).toMatchObject({ lost: false, finalWritten: false });
+    writer.snapshot(snapshot);
+    writer.activity(activity);
+    expect(calls).toEqual([]);
+  });
+});
