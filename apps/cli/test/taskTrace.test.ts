@@ -325,6 +325,83 @@ describe('buildTaskTrace', () => {
       entries: [{ kind: 'model' }],
     });
   });
+  it('puts a question to a person under its step, once, with the answer and how long it waited', () => {
+    const review = { agent: 'reviewer', stepId: 't1.review.1' };
+    const asked = (atMs: number) =>
+      at(atMs, 'human.asked', { ...review, questionId: 'q-1', question: 'ship it?' });
+    const trace = buildTaskTrace('t1', [
+      asked(1_000),
+      // A resumed run asks the same question again: it is one question, asked when it was first.
+      asked(4_000),
+      at(6_500, 'human.answered', { ...review, questionId: 'q-1', answer: 'yes', by: 'ana' }),
+      // An answer to a question the trace never saw asked adds nothing.
+      at(7_000, 'human.answered', { ...review, questionId: 'q-2', answer: 'no' }),
+      at(8_000, 'tool.result', {
+        ...review,
+        turn: 2,
+        index: 0,
+        callId: 'c9',
+        tool: 'run_tests',
+        ok: false,
+        decision: 'allow',
+        output: '',
+        error: { code: 'exit_code', message: 'exit 1' },
+        durationMs: 30,
+      }),
+      at(9_000, 'task.failed', {
+        reason: 'step_failed',
+        message: 'review failed',
+        step: 'review',
+        usage: usage(0, 0),
+        durationMs: 8_000,
+      }),
+    ]);
+    expect(trace.steps).toHaveLength(1);
+    expect(trace.steps[0]).toMatchObject({
+      stepId: 't1.review.1',
+      agent: 'reviewer',
+      step: 't1.review.1',
+      round: 1,
+    });
+    expect(trace.steps[0]?.entries).toEqual([
+      {
+        kind: 'question',
+        questionId: 'q-1',
+        question: 'ship it?',
+        at: new Date(start + 1_000).toISOString(),
+        answered: { answer: 'yes', by: 'ana', waitedMs: 5_500 },
+      },
+      // Its call event lost, the result still shows, without arguments.
+      {
+        kind: 'tool',
+        callId: 'c9',
+        tool: 'run_tests',
+        arguments: '',
+        at: new Date(start + 8_000).toISOString(),
+        result: {
+          ok: false,
+          decision: 'allow',
+          output: '',
+          durationMs: 30,
+          error: { code: 'exit_code', message: 'exit 1' },
+          journaled: false,
+        },
+      },
+    ]);
+    expect(trace).toMatchObject({
+      status: 'failed',
+      durationMs: 8_000,
+      failure: { reason: 'step_failed', message: 'review failed', step: 'review' },
+    });
+    expect(trace.totals).toMatchObject({
+      questions: 1,
+      toolCalls: 1,
+      errors: 1,
+      approvals: 0,
+      modelCalls: 1,
+    });
+    expect(trace.flow).toEqual([{ kind: 'step', stepId: 't1.review.1' }]);
+  });
 });
 
 describe('formatTrace', () => {
