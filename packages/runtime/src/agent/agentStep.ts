@@ -6,7 +6,13 @@ import { TaskEndedError } from '../approvals/taskEnded.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
-import { type AgentMachineInput, type AgentServices, agentMachine, type StepStop } from './agentMachine.ts';
+import {
+  type AgentMachineInput,
+  type AgentOutput,
+  type AgentServices,
+  agentMachine,
+  type StepStop,
+} from './agentMachine.ts';
 import { AgentStepError } from './agentStepError.ts';
 import { callModel, summarize } from './journaledModel.ts';
 import { toolServices } from './journaledTools.ts';
@@ -163,7 +169,16 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
     });
     // An actor in error (an action that threw) rejects: that step's failure, never its host's or its neighbours'.
     listened.reply = toPromise(actor).then(
-      (output) => offloadReply(step, toReply(request.stepId, output)),
+      (output: AgentOutput | undefined) =>
+        // No output: stopped before its end with the host actor (a group's child ends with its parent), which only
+        // a host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
+        output === undefined
+          ? failedReply(
+              request.stepId,
+              'worker_stopped',
+              `the agent host stopped before step ${request.stepId} ended`,
+            )
+          : offloadReply(step, toReply(request.stepId, output)),
       (error: unknown) => crashedReply(request, error),
     );
   };

@@ -200,4 +200,20 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(running.getSnapshot().status).toBe('stopped');
     expect(() => actors.spawn('step-3', inputOf('step-3'), () => {})).toThrow('the agent host has stopped');
   });
+
+  it('replies worker_stopped for a step still running when the host actor stops, never a rejected reply', async () => {
+    const clock = new SimulatedClock();
+    const { deps, actors } = await hostDeps(clock);
+    const held = heldModel();
+    const step = startAgentStep(coder(held.provider), requestOf(1), deps);
+    await vi.waitFor(() => expect(held.calls).toBe(1));
+
+    // The host stops its actor only once its steps have replied; a step caught by it anyway is sent elsewhere.
+    actors.stop();
+    await expect(step.reply).resolves.toMatchObject({
+      ok: false,
+      stepId: 'task-1.code.1',
+      error: { code: 'worker_stopped', message: 'the agent host stopped before step task-1.code.1 ended' },
+    });
+  });
 });
