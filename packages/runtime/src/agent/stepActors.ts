@@ -110,11 +110,14 @@ export class StepActors {
       throw new Error(`step ${id} has an agent actor running here already`);
     let agent: AgentActorRef | undefined;
     let failed: { error: unknown } | undefined;
+    let abandoned = false;
     group.send({
       type: 'step.spawn',
       id,
       input,
       spawned: (spawned) => {
+        // Spawned after this call gave up on it (see below): nobody listens, and it is dropped next.
+        if (abandoned) return;
         agent = spawned;
         // Thrown here, it would error the group (an action that throws does): it is the step's failure only.
         try {
@@ -128,8 +131,16 @@ export class StepActors {
       group.send({ type: 'step.drop', id });
       throw failed.error;
     }
-    // A group handles a spawn at once unless it is mid-transition, which nothing that spawns a step runs inside.
-    if (!agent) throw new Error(`the agent actor of step ${id} was not spawned`);
+    // A group handles a spawn at once unless it is mid-transition: a step started from there (by an event heard at once
+    // as another step of the group starts) would be spawned right after, unheard, and run beside its failed reply;
+    // it is dropped right after its start, before it asks its model, and the step fails (agent_crashed).
+    if (!agent) {
+      abandoned = true;
+      group.send({ type: 'step.drop', id });
+      throw new Error(
+        `the agent actor of step ${id} was not spawned: it was started from inside its group's own transition (from an event of another step, heard at once); send it again`,
+      );
+    }
     return agent;
   }
 

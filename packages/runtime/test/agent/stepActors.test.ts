@@ -216,4 +216,51 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
       error: { code: 'worker_stopped', message: 'the agent host stopped before step task-1.code.1 ended' },
     });
   });
+
+  it('fails a step started from inside its group’s own transition cleanly: no actor of it runs, and a resend runs it', async () => {
+    const clock = new SimulatedClock();
+    // A step that lands in the group of task-0's step (the same for every host: a step's group is its id's).
+    const probe = new StepActors(clock);
+    const first = probe.spawn(requestOf(0).stepId, inputOf('first'), () => {});
+    const n = Array.from({ length: 300 }, (_, i) => i + 1).find(
+      (i) => probe.spawn(requestOf(i).stepId, inputOf('other'), () => {})._parent === first._parent,
+    );
+    probe.stop();
+    if (n === undefined) throw new Error('no step of the 300 lands in the group of task-0');
+
+    const held = heldModel();
+    const nestedModel = heldModel();
+    const published: TroupeEvent[] = [];
+    let nested: ReturnType<typeof startAgentStep> | undefined;
+    const { deps, actors } = await hostDeps(clock, {
+      publish: (event) => {
+        published.push(event);
+        // Heard at once, as an in-process bus may deliver: task-0's first event is emitted while its group spawns it.
+        if (event.kind === 'llm.request' && event.taskId === 'task-0')
+          nested ??= startAgentStep(coder(nestedModel.provider), requestOf(n), deps);
+      },
+    });
+    startAgentStep(coder(held.provider), requestOf(0), deps);
+    if (!nested) throw new Error('task-0 published no llm.request');
+    expect(await nested.reply).toMatchObject({
+      ok: false,
+      stepId: `task-${n}.code.1`,
+      error: { code: 'agent_crashed' },
+    });
+    expect(actors.size).toBe(1);
+
+    const again = startAgentStep(
+      coder(model({ agents: { coder: [{ content: 'ran again' }] } })),
+      requestOf(n),
+      deps,
+    );
+    expect(await again.reply).toMatchObject({ ok: true, output: 'ran again' });
+    // The failed start's actor never asked its model nor published anything.
+    expect(nestedModel.calls).toBe(0);
+    expect(published.filter((event) => event.taskId === `task-${n}`).map((event) => event.kind)).toEqual([
+      'llm.request',
+      'llm.response',
+    ]);
+    expect(actors.size).toBe(1);
+  });
 });
