@@ -106,6 +106,12 @@ export const TaskFailureReason = z.enum([
   'unresumable',
   /** The task message was delivered `maxDeliver` times in a row without progress. */
   'max_deliveries',
+  /**
+   * A task its submitter marked queued (through the gateway) was refused before it ran: over the coordinator's
+   * limits, its input not fitting the pipeline's input schema, or its stored input unreadable. An unmarked one is
+   * only reported on `_invalid`.
+   */
+  'refused',
 ]);
 export type TaskFailureReason = z.infer<typeof TaskFailureReason>;
 

@@ -119,6 +119,7 @@ describe('TaskFailureReason', () => {
       'max_deliveries',
       'max_rounds',
       'no_worker',
+      'refused',
       'step_failed',
       'step_timeout',
       'transport',
