@@ -6,6 +6,7 @@ import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.t
 import { checkpointMisfit } from '../task/workflowChild.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowInput } from '../workflow/workflowTypes.ts';
+import { dropMark } from './queuedMark.ts';
 import type { TaskDelivery } from './taskQueue.ts';
 import { childTraceparent, traceOf } from './taskTrace.ts';
 import type { TriagedTask } from './triage.ts';
@@ -116,6 +117,8 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
         { taskId, pipeline, first: owner?.value.streamSequence, again: delivery.streamSequence },
         'task id already submitted; ignoring the resubmission',
       );
+      // The resubmission's mark, or the ended task's: nothing is left to take it. A running task's claim takes its own.
+      if (owner && owner.value.status !== 'running') await dropMark(services, delivery, taskId, task.queued);
       return { next: 'ack' };
     }
     // Ours, with its reply lost: it bears another run's token only if that run took it over since.

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { emptyUsage, subjects, type TroupeEvent, type WorkflowRecord } from '@troupe/protocol';
 import { newTraceparent, throughOutages } from '@troupe/runtime';
 import { isoNow, type TaskServices } from '../task/taskServices.ts';
+import { dropMark } from './queuedMark.ts';
 import { traceOf } from './taskTrace.ts';
 import type { TriagedTask } from './triage.ts';
 
@@ -13,13 +14,13 @@ export type GiveUp =
 
 export type GiveUpServices = Pick<
   TaskServices,
-  'pipeline' | 'store' | 'clock' | 'logger' | 'finalEvents' | 'deadLetter'
+  'pipeline' | 'store' | 'clock' | 'logger' | 'finalEvents' | 'deadLetter' | 'queued'
 >;
 
 /**
  * A task that was delivered `maxDeliver` times in a row without making progress (coordinators kept dying under
  * it) is not run again: it is stored on the dead-letter subject with the reason, and ends with task.failed
- * (max_deliveries).
+ * (max_deliveries). A mark it had in KV `queued` is deleted, so the task is not shown waiting forever.
  */
 export async function giveUp(services: GiveUpServices, task: TriagedTask): Promise<GiveUp> {
   const { pipeline, store, clock, logger } = services;
@@ -59,5 +60,6 @@ export async function giveUp(services: GiveUpServices, task: TriagedTask): Promi
   if (written === undefined) return { next: 'handBack' };
   logger.error({ taskId, deliveries: stalls }, message);
   await services.deadLetter(pipeline, { ...delivery, deliveries: stalls }, { taskId, message });
+  await dropMark(services, delivery, taskId, task.queued);
   return { next: 'conclude', final, settle: 'term' };
 }

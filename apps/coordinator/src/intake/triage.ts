@@ -3,7 +3,6 @@ import {
   type InputCut,
   isTaskId,
   parseMessage,
-  QUEUED_MARK_HEADER,
   type QueuedTask,
   TaskSubmission,
   type TroupeEvent,
@@ -13,6 +12,8 @@ import { type KvEntry, logMessage } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
 import { LIMIT_FLAGS } from './intakeLimits.ts';
 import { endCancelledWhileQueued } from './queuedCancel.ts';
+import { dropMark, readMark } from './queuedMark.ts';
+import { endRefusedQueued } from './queuedRefusal.ts';
 import { readStoredInput } from './storedInput.ts';
 import type { TaskDelivery } from './taskQueue.ts';
 
@@ -34,7 +35,10 @@ export interface TriagedTask {
 
 /** What to do with a delivery, as triage finds it. */
 export type Triage =
-  /** Not a task: reported on `_invalid`; the message is terminated, never delivered again. */
+  /**
+   * Not a task: reported on `_invalid`; the message is terminated, never delivered again. A refused task marked queued
+   * is also recorded failed (`refused`) and concluded instead, so it ends visibly.
+   */
   | { next: 'refuse' }
   /** Nothing to do: a resubmission of a task id already taken, or an ended task with no final event. */
   | { next: 'ack' }
@@ -65,6 +69,7 @@ export type TriageServices = Pick<
   | 'queued'
   | 'clock'
   | 'events'
+  | 'finalEvents'
 >;
 
 /** Reads a delivered message and the task's record: what this delivery is, and what to do with it. */
@@ -73,10 +78,7 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
   // Shutting down: leave the task to the next coordinator rather than start it here.
   if (services.stopping()) return { next: 'handBack' };
   const parsed = parseTask(services, delivery.data);
-  if (!parsed.ok) {
-    refuse(services, delivery, parsed);
-    return { next: 'refuse' };
-  }
+  if (!parsed.ok) return refuse(services, delivery, parsed, { taskId: idFromHeader(delivery) });
   const submission = parsed.value;
   const taskId = submission.id ?? idFromHeader(delivery) ?? derivedId(delivery);
   logMessage(logger, services.bus.messageLogLevel, 'in', delivery.subject, {
@@ -94,6 +96,8 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
       { taskId, pipeline, first: entry.value.streamSequence, again: delivery.streamSequence },
       'task id already submitted; ignoring the resubmission',
     );
+    // The resubmission's mark, or the ended task's: nothing is left to take it. A running task's claim takes its own.
+    if (entry.value.status !== 'running') await dropMark(services, delivery, taskId);
     return { next: 'ack' };
   }
   if (entry && entry.value.status !== 'running') {
@@ -113,14 +117,16 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
   // Checked after the finished and duplicate cases, so only a task that would run again is given up on. A task
   // never recorded died before its claim: every delivery of it so far made no progress.
   const stalls = entry ? stallsSoFar(entry.value) : delivery.deliveryCount - 1;
-  // Read only when the submitter says it marked the task (the header is stored with the message, so a redelivery
-  // says it too): a task from `troupe submit` or a plain NATS client has no mark, and makes no round trip for one.
-  // Only this pipeline's mark: one of another pipeline's task with the same id is that task's, not this one's.
-  const marked =
-    services.queued && delivery.headers[QUEUED_MARK_HEADER] !== undefined
-      ? await services.queued.get(taskId)
-      : undefined;
-  const queued = marked?.value.pipeline === pipeline ? marked : undefined;
+  // A mark that cannot be read throws, and the delivery comes back (counted as a stall), except for a task given up
+  // on now: it ends all the same (KV `queued` may be gone for good), its mark deleted if it can be.
+  const queued = await readMark(services, delivery, taskId).catch((error: unknown) => {
+    if (stalls < services.maxDeliver) throw error;
+    logger.warn(
+      { err: error, taskId },
+      `cannot read the mark of task ${taskId} in KV queued; giving up on it`,
+    );
+    return undefined;
+  });
   const task: TriagedTask = { delivery, taskId, submission, entry, stalls, ...(queued ? { queued } : {}) };
   // Cancelled while it waited in the stream: ended here, before any claim, so none of its steps runs.
   const cancelled = entry ? undefined : await endCancelledWhileQueued(services, task);
@@ -138,10 +144,7 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
     // Claimed before, never checkpointed: the task is known, so it fails, saying why, rather than vanish.
     return { next: 'claim', task: { ...task, inputProblem: stored.reason } };
   }
-  if (!stored.ok) {
-    refuse(services, delivery, { ok: false, reason: stored.reason, issues: [] });
-    return { next: 'refuse' };
-  }
+  if (!stored.ok) return refuse(services, delivery, { ok: false, reason: stored.reason, issues: [] }, task);
   const { inputRef: _read, ...rest } = submission;
   const whole: TriagedTask = {
     ...task,
@@ -166,16 +169,41 @@ async function misfit(services: TriageServices, task: TriagedTask): Promise<Tria
   const schema = (await services.versions.newest()).config.input;
   const fits = schema === undefined ? undefined : checkTaskInput(schema, task.submission.input);
   if (fits === undefined || fits.ok) return undefined;
-  refuse(services, task.delivery, { ok: false, reason: fits.reason, issues: fits.issues });
-  return { next: 'refuse' };
+  return refuse(services, task.delivery, { ok: false, reason: fits.reason, issues: fits.issues }, task);
 }
 
-/** Refuses a payload that is not a task, once: terminated, never delivered again, and reported on `_invalid`. */
-function refuse(
+/**
+ * Refuses a payload that is not a task, once: reported on `_invalid`, and terminated, never delivered again. One its
+ * submitter marked queued is known by its id: it ends failed (`refused`) with the reason, its mark deleted.
+ */
+async function refuse(
+  services: TriageServices,
+  delivery: TaskDelivery,
+  parsed: Extract<ParsedTask, { ok: false }>,
+  task: { taskId: string | undefined; submission?: TaskSubmission; queued?: KvEntry<QueuedTask> },
+): Promise<Triage> {
+  const reason = report(services, delivery, parsed);
+  const { submission } = task;
+  const ended = await endRefusedQueued(
+    services,
+    delivery,
+    {
+      taskId: task.taskId,
+      ...(submission ? { goal: submission.goal } : {}),
+      ...(submission?.metadata ? { metadata: submission.metadata } : {}),
+    },
+    reason,
+    task.queued,
+  );
+  return ended ?? { next: 'refuse' };
+}
+
+/** Reports a refused payload on `_invalid`, and says why it was refused. */
+function report(
   { pipeline, bus, logger }: Pick<TriageServices, 'pipeline' | 'bus' | 'logger'>,
   delivery: TaskDelivery,
   parsed: Extract<ParsedTask, { ok: false }>,
-): void {
+): string {
   const hint =
     parsed.limit === undefined ? '' : ` (raise the limit with troupe up ${LIMIT_FLAGS[parsed.limit]})`;
   const reason = `task for pipeline ${pipeline} refused: ${parsed.reason}${hint}`;
@@ -192,6 +220,7 @@ function refuse(
   } catch (error) {
     logger.error({ err: error }, 'cannot report the refused task');
   }
+  return reason;
 }
 
 /**

@@ -1,0 +1,81 @@
+import { randomUUID } from 'node:crypto';
+import { emptyUsage, QUEUED_MARK_HEADER, type QueuedTask, type TroupeEvent } from '@troupe/protocol';
+import { type KvEntry, newTraceparent } from '@troupe/runtime';
+import { isoNow, type TaskServices } from '../task/taskServices.ts';
+import { dropMark, readMark } from './queuedMark.ts';
+import type { TaskDelivery } from './taskQueue.ts';
+
+export type QueuedRefusalServices = Pick<
+  TaskServices,
+  'pipeline' | 'store' | 'clock' | 'logger' | 'queued' | 'finalEvents'
+>;
+
+/**
+ * Ends a refused task that its submitter marked queued (the gateway told its client the id, and shows it `submitted`
+ * until it has a record): it is recorded `failed` with reason `refused` and the refusal's reason, its `task.failed`
+ * is concluded as for any ended task, and its mark is deleted, so the task ends visibly rather than wait forever. A
+ * task with no mark is known to nobody by its id: it is only reported on `_invalid`, as before. Undefined when the task
+ * has no mark of this pipeline, its mark cannot be read (logged; the refusal stands, on `_invalid`), or another task
+ * holds the id's record.
+ */
+export async function endRefusedQueued(
+  services: QueuedRefusalServices,
+  delivery: TaskDelivery,
+  task: { taskId: string | undefined; goal?: string; metadata?: Record<string, string> },
+  reason: string,
+  known?: KvEntry<QueuedTask>,
+): Promise<{ next: 'conclude'; final: TroupeEvent } | undefined> {
+  const { pipeline, store, clock, logger, finalEvents } = services;
+  const { taskId } = task;
+  if (taskId === undefined || !services.queued || delivery.headers[QUEUED_MARK_HEADER] === undefined)
+    return undefined;
+  // Delivered again after an earlier delivery recorded the refusal (and deleted the mark), its coordinator dying before
+  // it settled the message: its stored end goes out again (same event id).
+  if (delivery.deliveryCount > 1) {
+    const recorded = (await store.get(taskId))?.value;
+    if (recorded?.streamSequence === delivery.streamSequence && recorded.final) {
+      await dropMark(services, delivery, taskId, known);
+      return { next: 'conclude', final: recorded.final };
+    }
+  }
+  const mark =
+    known ??
+    (await readMark(services, delivery, taskId).catch((error: unknown) => {
+      logger.warn({ err: error, taskId }, `cannot read the mark of refused task ${taskId} in KV queued`);
+      return undefined;
+    }));
+  // Taken: a claim holds the task's record, and its run ends it.
+  if (!mark || mark.value.takenAt !== undefined) return undefined;
+  const usage = emptyUsage();
+  const final = finalEvents.failed(
+    { pipeline, taskId, traceparent: newTraceparent() },
+    'refused',
+    reason,
+    usage,
+    0,
+  );
+  const now = isoNow(clock);
+  const goal = task.goal ?? mark.value.goal;
+  const metadata = task.metadata ?? mark.value.metadata;
+  const created = await store.create(taskId, {
+    taskId,
+    pipeline,
+    streamSequence: delivery.streamSequence,
+    status: 'failed',
+    state: 'failed',
+    goal,
+    ...(metadata ? { metadata } : {}),
+    round: 1,
+    usage,
+    createdAt: now,
+    updatedAt: now,
+    final,
+    // A token of this ending's own: a claim of the same task finds the record another's and leaves it.
+    lease: randomUUID(),
+  });
+  // Another task holds the id's record: the refusal stands, on `_invalid`.
+  if (created === undefined) return undefined;
+  logger.info({ taskId, reason }, 'a queued task was refused; recorded as failed, and its mark deleted');
+  await dropMark(services, delivery, taskId, mark);
+  return { next: 'conclude', final };
+}
