@@ -1,6 +1,6 @@
 import { Kvm } from '@nats-io/kv';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
-import { BUCKETS } from '@troupe/protocol';
+import { BUCKETS, DEFAULT_TASK_LIMITS } from '@troupe/protocol';
 import { createLogger } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fixturePath, type Harness, kinds, startHarness, startSecondCoordinator } from './support/harness.ts';
@@ -115,4 +115,68 @@ describe('a queued task cancelled with the longest reason a cancel may give', ()
     expect(final.kind === 'task.cancelled' && final.data.reason).toBe(`${reason} (token ops)`);
     expect(kinds(h.eventsOf('qf-long-1'))).toEqual(['task.accepted', 'task.cancelled']);
   }, 90_000);
+});
+
+/**
+ * A coordinator whose `maxTaskBytes` is lower than the gateway's `taskLimits`: the gateway takes the task, marks it
+ * queued and answers 202; the coordinator refuses it. The task must end visibly, with the refusal's reason, and not be
+ * shown `submitted` forever.
+ */
+describe('a queued task the coordinator refuses', () => {
+  let h: Harness;
+  let gateway: Gateway;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('summing.yaml')], {
+      limits: { ...DEFAULT_TASK_LIMITS, maxTaskBytes: 1_024 },
+    });
+    gateway = await startGateway({
+      bus: h.bus,
+      logger: createLogger({ level: 'silent' }),
+      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
+      port: 0,
+    });
+  });
+  afterAll(async () => {
+    await gateway?.close();
+    await h?.stop();
+  });
+
+  const call = async (method: string, path: string) => {
+    const response = await fetch(`${gateway.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN}` },
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : undefined };
+  };
+
+  it('ends failed (refused) with the reason, its mark gone, where GET and the task list show it', async () => {
+    const numbers = Array.from({ length: 400 }, (_, i) => i);
+    const submitted = await fetch(`${gateway.url}/v1/pipelines/summing/tasks`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ goal: 'add', input: { numbers }, id: 'qf-big-1' }),
+    });
+    expect(submitted.status).toBe(202);
+
+    const final = await h.finalOf('qf-big-1', 30_000);
+    expect(final).toMatchObject({
+      kind: 'task.failed',
+      data: { reason: 'refused', message: expect.stringContaining('--max-task-bytes') },
+    });
+    await expect
+      .poll(async () => (await call('GET', '/v1/tasks/qf-big-1')).body)
+      .toMatchObject({
+        status: 'failed',
+        failure: { reason: 'refused', message: expect.stringContaining('--max-task-bytes') },
+      });
+    const queued = await new Kvm(h.client).open(BUCKETS.queued);
+    // Deleted: a raw read sees the delete marker, or nothing.
+    expect((await queued.get('qf-big-1'))?.operation ?? 'none').not.toBe('PUT');
+    const listed = await call('GET', '/v1/tasks?status=submitted');
+    expect(listed.body.tasks.map((t: { taskId: string }) => t.taskId)).not.toContain('qf-big-1');
+    // An operator still finds the refusal where refusals are reported.
+    await h.nextInvalid((e) => e.reason.includes('--max-task-bytes'), 10_000);
+  }, 60_000);
 });
