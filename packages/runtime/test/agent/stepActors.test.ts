@@ -5,12 +5,13 @@ import { type ModelProvider, type ModelResponse, Script, ScriptedProvider } from
 import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import type { AgentMachineInput } from '../../src/agent/agentMachine.ts';
 import { type StepDeps, startAgentStep } from '../../src/agent/agentStep.ts';
 import { StepActors } from '../../src/agent/stepActors.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
-import { ToolRegistry } from '../../src/tools/index.ts';
+import { defineTool, ToolRegistry } from '../../src/tools/index.ts';
 
 const roots: string[] = [];
 afterEach(async () => {
@@ -262,5 +263,93 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
       'llm.response',
     ]);
     expect(actors.size).toBe(1);
+  });
+
+  it('leaves nothing in its groups or its scheduler once many steps have ended, however each ended', async () => {
+    const clock = new SimulatedClock();
+    const toolSignals: AbortSignal[] = [];
+    const modelSignals: AbortSignal[] = [];
+    const registry = new ToolRegistry()
+      .register(
+        defineTool({
+          name: 'hang',
+          description: 'waits until stopped',
+          input: z.object({}),
+          run: (_input, ctx) =>
+            new Promise<string>((_resolve, reject) => {
+              toolSignals.push(ctx.signal);
+              ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason));
+            }),
+        }),
+      )
+      .register(
+        defineTool({
+          name: 'boom',
+          description: 'throws',
+          input: z.object({}),
+          run: async () => {
+            throw new Error('the tool broke');
+          },
+        }),
+      );
+    const { deps, actors } = await hostDeps(clock, { registry });
+    const reply = (content: string, tool?: string): ModelResponse => ({
+      content,
+      toolCalls: tool ? [{ id: 'call-1', name: tool, arguments: '{}' }] : [],
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      finishReason: tool ? 'tool_calls' : 'stop',
+      model: 'm-1',
+    });
+    // Kind 0 waits on its model until stopped, 1 on its tool; 2's tool throws and it ends; 3 ends at once.
+    const modelOf = (kind: number): ModelProvider => {
+      let calls = 0;
+      return {
+        provider: 'fake',
+        model: 'm-1',
+        complete: (request) => {
+          calls += 1;
+          if (kind === 0)
+            return new Promise((_resolve, reject) => {
+              if (request.signal) modelSignals.push(request.signal);
+              request.signal?.addEventListener('abort', () => reject(request.signal?.reason));
+            });
+          if (kind === 1) return Promise.resolve(reply('', 'hang'));
+          if (kind === 2) return Promise.resolve(calls === 1 ? reply('', 'boom') : reply('after the error'));
+          return Promise.resolve(reply('done'));
+        },
+      };
+    };
+    const rules = [
+      { tool: 'hang', decision: 'allow' },
+      { tool: 'boom', decision: 'allow' },
+    ] as AgentDefinition['rules'];
+    const steps = Array.from({ length: 400 }, (_, i) =>
+      // Each with a time limit: one delayed event in the host's scheduler while it runs.
+      startAgentStep(
+        { ...coder(modelOf(i % 4)), tools: ['hang', 'boom'], rules },
+        { ...requestOf(i), timeoutMs: 600_000 },
+        deps,
+      ),
+    );
+    await vi.waitFor(() => {
+      expect(toolSignals).toHaveLength(100);
+      expect(modelSignals).toHaveLength(100);
+      expect(actors.size).toBe(200);
+    });
+    steps.forEach((step, i) => {
+      if (i % 4 < 2) step.stop({ why: 'aborted' });
+    });
+    const replies = await Promise.all(steps.map((step) => step.reply));
+
+    expect(new Set(replies.map((r, i) => `${i % 4} ${r.ok ? r.output : r.error.code}`))).toEqual(
+      new Set(['0 aborted', '1 aborted', '2 after the error', '3 done']),
+    );
+    // A stop reached the model call before any tool was called, and the tool call mid-run.
+    expect(modelSignals.every((signal) => signal.aborted)).toBe(true);
+    expect(toolSignals.every((signal) => signal.aborted)).toBe(true);
+    expect(actors.size).toBe(0);
+    const probe = actors.spawn('probe', inputOf('probe'), () => {});
+    expect(Object.keys(probe.system.getSnapshot()._scheduledEvents)).toEqual([]);
+    actors.stop();
   });
 });
