@@ -227,4 +227,60 @@ describe('agent host on an in-memory bus and a simulated clock', () => {
     expect(step.reply()).toMatchObject({ ok: false, error: { code: 'worker_stopped' } });
     expect(bus.hasListener(subjects.agent('timed', 'thinker'))).toBe(false);
   });
+
+  it('runs beside another host in the same process, each with its own host actor: one stopping leaves the other’s steps running', async () => {
+    const otherModel = heldModel();
+    const other = startAgentHost({
+      bus,
+      pipeline: 'other',
+      agents: [
+        {
+          name: 'thinker',
+          instructions: 'Think.',
+          model: otherModel.model,
+          tools: [],
+          rules: [],
+          maxTurns: 2,
+        },
+      ],
+      registry: new ToolRegistry(),
+      workspaceRoot: root,
+      logger: silent,
+      clock,
+    });
+    try {
+      const here = sendStep('t9.think.1');
+      const received: unknown[] = [];
+      bus.requestReplies(
+        subjects.agent('other', 'thinker'),
+        {
+          stepId: 't9.think.1',
+          taskId: 't9',
+          pipeline: 'other',
+          agent: 'thinker',
+          step: 'think',
+          round: 1,
+          goal: 'think it over',
+          context: [],
+          expect: 'text',
+        } satisfies AgentStepRequest,
+        (message) => {
+          if (message.ok) received.push(JSON.parse(new TextDecoder().decode(message.data)));
+        },
+      );
+      // The same step id on both hosts: each host's actor has its own children.
+      await expect.poll(() => [held.asked.length, otherModel.asked.length]).toEqual([1, 1]);
+
+      await host.stop();
+      expect(here.reply()).toMatchObject({ ok: false, error: { code: 'worker_stopped' } });
+      expect(otherModel.asked[0]?.signal?.aborted).toBe(false);
+      otherModel.answer('still thinking here');
+      await expect
+        .poll(() => received.map((m) => AgentStepReply.safeParse(m)).find((r) => r.success)?.data)
+        .toMatchObject({ ok: true, output: 'still thinking here' });
+      expect(other.inFlight).toBe(0);
+    } finally {
+      await other.stop();
+    }
+  });
 });
