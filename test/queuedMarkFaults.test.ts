@@ -1,9 +1,10 @@
 import { Kvm } from '@nats-io/kv';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
-import { BUCKETS, DEFAULT_TASK_LIMITS } from '@troupe/protocol';
+import { BUCKETS, DEFAULT_TASK_LIMITS, TroupeEvent } from '@troupe/protocol';
 import { createLogger } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fixturePath, type Harness, kinds, startHarness, startSecondCoordinator } from './support/harness.ts';
+import { readSse } from './support/sse.ts';
 
 const ADMIN = 'admin-token-0123456789abcdef';
 
@@ -176,6 +177,18 @@ describe('a queued task the coordinator refuses', () => {
     expect((await queued.get('qf-big-1'))?.operation ?? 'none').not.toBe('PUT');
     const listed = await call('GET', '/v1/tasks?status=submitted');
     expect(listed.body.tasks.map((t: { taskId: string }) => t.taskId)).not.toContain('qf-big-1');
+    // Its event stream carries its end, and ends; a cancel is refused as for any ended task.
+    const read = await readSse(`${gateway.url}/v1/tasks/qf-big-1/events`, {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    });
+    expect(read.ended).toBe(true);
+    expect(TroupeEvent.parse(JSON.parse(read.messages.at(-1)?.data ?? '{}')).kind).toBe('task.failed');
+    const cancel = await fetch(`${gateway.url}/v1/tasks/qf-big-1/cancel`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(cancel.status).toBe(409);
     // An operator still finds the refusal where refusals are reported.
     await h.nextInvalid((e) => e.reason.includes('--max-task-bytes'), 10_000);
   }, 60_000);
