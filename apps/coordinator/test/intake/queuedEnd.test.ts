@@ -4,7 +4,9 @@ import { describe, expect, it } from 'vitest';
 import { claim } from '../../src/intake/claim.ts';
 import { giveUp } from '../../src/intake/giveUp.ts';
 import { triage } from '../../src/intake/triage.ts';
-import { deliveryOf, intakeServices } from './taskServices.ts';
+import { compileFlow } from '../../src/workflow/compileFlow.ts';
+import { FlowVersions } from '../../src/workflow/flowVersions.ts';
+import { config, deliveryOf, intakeServices, V1 } from './taskServices.ts';
 
 const AT = '2026-12-06T10:00:00.000Z';
 const mark = (taskId: string): QueuedTask => ({
@@ -87,6 +89,33 @@ describe('a queued task that triage refuses', () => {
     });
     expect((await store.get('ref-1'))?.value).toMatchObject({ status: 'failed', goal: 'from the ref' });
     expect(await queued.get('ref-1')).toBeUndefined();
+  });
+
+  it('whose input does not fit the newest version’s input schema: ends failed (refused), and its mark goes', async () => {
+    const { services, queued, store } = withQueued();
+    const schema = { type: 'object', properties: { n: { type: 'number' } }, required: ['n'] };
+    services.versions = new FlowVersions({
+      pipeline: 'unit',
+      config: { ...config, input: schema },
+      hash: V1,
+      compile: (versionConfig) => compileFlow(versionConfig),
+      source: {},
+      logger: services.logger,
+    });
+    await queued.create('fit-1', mark('fit-1'));
+    const triaged = await triage(
+      services,
+      deliveryOf({ id: 'fit-1', goal: 'g', input: { n: 'one' } }, { headers: headersOf('fit-1') }),
+    );
+    expect(triaged).toMatchObject({
+      next: 'conclude',
+      final: {
+        kind: 'task.failed',
+        data: { reason: 'refused', message: expect.stringContaining('refused') },
+      },
+    });
+    expect((await store.get('fit-1'))?.value.status).toBe('failed');
+    expect(await queued.get('fit-1')).toBeUndefined();
   });
 
   it('is refused as before, with no record, when it has no mark (a plain NATS client)', async () => {
