@@ -188,7 +188,7 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(new Set(agents.map((agent) => agent.getSnapshot().status))).toEqual(new Set(['stopped']));
   });
 
-  it('drops an actor whose listener threw, unstarted, and spawns none once stopped', () => {
+  it('drops an actor whose listener threw, stopping it at once, and spawns none once stopped', () => {
     const actors = new StepActors(new SimulatedClock());
     expect(() =>
       actors.spawn('step-1', inputOf('step-1'), () => {
@@ -331,11 +331,15 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
         deps,
       ),
     );
-    await vi.waitFor(() => {
-      expect(toolSignals).toHaveLength(100);
-      expect(modelSignals).toHaveLength(100);
-      expect(actors.size).toBe(200);
-    });
+    // A generous wait: 400 steps' first turns, on two cores shared with other work.
+    await vi.waitFor(
+      () => {
+        expect(toolSignals).toHaveLength(100);
+        expect(modelSignals).toHaveLength(100);
+        expect(actors.size).toBe(200);
+      },
+      { timeout: 30_000 },
+    );
     steps.forEach((step, i) => {
       if (i % 4 < 2) step.stop({ why: 'aborted' });
     });
