@@ -1,0 +1,81 @@
+import type { Command } from 'commander';
+import { commands } from '../commandModules.ts';
+import { commandAction } from './commandAction.ts';
+import { homeOption, pipelinesOption, positiveInteger, serverOption } from './options.ts';
+
+/** The tasks and pipeline versions on record: list them, stop or move a task, roll a pipeline back. */
+export function registerControlCommands(program: Command): void {
+  program
+    .command('status')
+    .description('show tasks from the workflows bucket: state, round, usage, age (running ones unless --all)')
+    .argument('[task-id]', 'one task')
+    .option('-a, --all', 'include finished tasks', false)
+    .option('--json', 'one JSON record per line', false)
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .addOption(pipelinesOption())
+    .action(
+      commandAction(async (taskId: string | undefined, options) =>
+        (await commands.control()).status(taskId, options),
+      ),
+    );
+
+  program
+    .command('runs')
+    .description(
+      'list tasks, newest first: state, rounds, duration, tokens, cost, age (--totals: per pipeline or day)',
+    )
+    .option('-p, --pipeline <name>', 'only this pipeline')
+    .option('--state <state>', 'only tasks in this state: running, completed, failed or cancelled')
+    .option('--limit <n>', 'at most this many tasks', positiveInteger, 50)
+    .option(
+      '--totals <by>',
+      'instead of the tasks, their tokens and cost summed per pipeline or per day (UTC): pipeline or day',
+    )
+    .option('--json', 'one JSON record per line, without its snapshot (with --totals: one per total)', false)
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(commandAction(async (options) => (await commands.runs()).runs(options)));
+
+  program
+    .command('cancel')
+    .description('stop a running task: its model call in flight is aborted and task.cancelled is published')
+    .argument('<task-id>', 'the task')
+    .option('--reason <text>', 'recorded in task.cancelled')
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(
+      commandAction(async (taskId: string, options) => (await commands.control()).cancel(taskId, options)),
+    );
+
+  program
+    .command('migrate')
+    .description(
+      'move a running task to another version of its pipeline, only where its state fits that version (else say why)',
+    )
+    .argument('<task-id>', 'the task')
+    .option('--to <hash>', 'the version: its hash, or a prefix of it (troupe runs shows 12 digits)')
+    .option('--latest', 'the newest version, the one new tasks start on', false)
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(
+      commandAction(async (taskId: string, options) => (await commands.control()).migrate(taskId, options)),
+    );
+
+  program
+    .command('versions')
+    .description('the stored versions of pipelines')
+    .command('use')
+    .description(
+      'make a stored version of a pipeline the one new tasks start on (a rollback); coordinators of older versions restarting leave it so',
+    )
+    .argument('<pipeline>', 'the pipeline')
+    .argument('<version>', 'its hash, or a prefix of it (troupe validate prints it for a file)')
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(
+      commandAction(async (pipeline: string, version: string, options) =>
+        (await commands.versions()).use(pipeline, version, options),
+      ),
+    );
+}
