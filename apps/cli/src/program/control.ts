@@ -5,6 +5,14 @@ import { homeOption, pipelinesOption, positiveInteger, serverOption } from './op
 
 /** The tasks and pipeline versions on record: list them, stop or move a task, roll a pipeline back. */
 export function registerControlCommands(program: Command): void {
+  declareStatus(program);
+  declareRuns(program);
+  declareCancel(program);
+  declareMigrate(program);
+  declareVersions(program);
+}
+
+function declareStatus(program: Command): void {
   program
     .command('status')
     .description('show tasks from the workflows bucket: state, round, usage, age (running ones unless --all)')
@@ -19,7 +27,9 @@ export function registerControlCommands(program: Command): void {
         (await commands.control()).status(taskId, options),
       ),
     );
+}
 
+function declareRuns(program: Command): void {
   program
     .command('runs')
     .description(
@@ -36,7 +46,9 @@ export function registerControlCommands(program: Command): void {
     .addOption(homeOption())
     .addOption(serverOption())
     .action(commandAction(async (options) => (await commands.runs()).runs(options)));
+}
 
+function declareCancel(program: Command): void {
   program
     .command('cancel')
     .description('stop a running task: its model call in flight is aborted and task.cancelled is published')
@@ -47,7 +59,9 @@ export function registerControlCommands(program: Command): void {
     .action(
       commandAction(async (taskId: string, options) => (await commands.control()).cancel(taskId, options)),
     );
+}
 
+function declareMigrate(program: Command): void {
   program
     .command('migrate')
     .description(
@@ -61,7 +75,9 @@ export function registerControlCommands(program: Command): void {
     .action(
       commandAction(async (taskId: string, options) => (await commands.control()).migrate(taskId, options)),
     );
+}
 
+function declareVersions(program: Command): void {
   program
     .command('versions')
     .description('the stored versions of pipelines')

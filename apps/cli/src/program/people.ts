@@ -16,6 +16,13 @@ const reasonOf = (positional: string | undefined, options: { reason?: string }):
 
 /** What agents wait on a person for: approvals of `ask` calls and questions, listed and decided. */
 export function registerPeopleCommands(program: Command): void {
+  declareApprovals(program);
+  declareApprove(program);
+  declareDeny(program);
+  declareAnswer(program);
+}
+
+function declareApprovals(program: Command): void {
   program
     .command('approvals')
     .description('list what agents are waiting on a person for: approvals of `ask` calls and questions')
@@ -25,7 +32,9 @@ export function registerPeopleCommands(program: Command): void {
     .addOption(serverOption())
     .addOption(pipelinesOption())
     .action(commandAction(async (options) => (await commands.approvals()).listApprovals(options)));
+}
 
+function declareApprove(program: Command): void {
   program
     .command('approve')
     .description('allow a pending call; the agent runs it')
@@ -41,7 +50,9 @@ export function registerPeopleCommands(program: Command): void {
         (await commands.approvals()).decide(id, 'allow', { ...options, reason: reasonOf(reason, options) }),
       ),
     );
+}
 
+function declareDeny(program: Command): void {
   program
     .command('deny')
     .description('refuse a pending call; the agent is told the reason')
@@ -57,7 +68,9 @@ export function registerPeopleCommands(program: Command): void {
         (await commands.approvals()).decide(id, 'deny', { ...options, reason: reasonOf(reason, options) }),
       ),
     );
+}
 
+function declareAnswer(program: Command): void {
   program
     .command('answer')
     .description("answer an agent's question (from its ask_human tool)")

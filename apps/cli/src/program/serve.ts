@@ -17,6 +17,14 @@ import {
 
 /** Serving: the coordinator, workers, the gateway, the MCP server, and the gateway's tokens. */
 export function registerServeCommands(program: Command): void {
+  declareUp(program);
+  declareWorker(program);
+  declareGateway(program);
+  declareMcp(program);
+  declareToken(program);
+}
+
+function declareUp(program: Command): void {
   program
     .command('up')
     .description('run the coordinator for pipeline files (embedded nats-server unless NATS_URL is set)')
@@ -132,7 +140,9 @@ export function registerServeCommands(program: Command): void {
     .addOption(stopTimeoutOption())
     .option('--json', 'JSON logs even on a terminal', false)
     .action(commandAction(async (files: string[], options) => (await commands.up()).up(files, options)));
+}
 
+function declareWorker(program: Command): void {
   program
     .command('worker')
     .description(
@@ -154,7 +164,9 @@ export function registerServeCommands(program: Command): void {
     .action(
       commandAction(async (files: string[], options) => (await commands.worker()).worker(files, options)),
     );
+}
 
+function declareGateway(program: Command): void {
   program
     .command('gateway')
     .description(
@@ -229,7 +241,9 @@ export function registerServeCommands(program: Command): void {
     .addOption(homeOption())
     .addOption(serverOption())
     .action(commandAction(async (options) => (await commands.gateway()).gateway(options)));
+}
 
+function declareMcp(program: Command): void {
   program
     .command('mcp')
     .description(
@@ -243,7 +257,9 @@ export function registerServeCommands(program: Command): void {
     .addOption(homeOption())
     .addOption(serverOption())
     .action(commandAction(async (options) => (await commands.mcp()).mcp(options)));
+}
 
+function declareToken(program: Command): void {
   program
     .command('token')
     .description('make a gateway token: its hash goes to the tokens file, the token is printed once')

@@ -5,6 +5,15 @@ import { homeOption, positive, serverOption } from './options.ts';
 
 /** One task: submit it, and watch, replay, trace or read what it did. */
 export function registerTasksCommands(program: Command): void {
+  declareSubmit(program);
+  declareTail(program);
+  declareLogs(program);
+  declareReplay(program);
+  declareTrace(program);
+  declareFiles(program);
+}
+
+function declareSubmit(program: Command): void {
   program
     .command('submit')
     .description('submit a task to a pipeline; prints its id')
@@ -38,7 +47,9 @@ export function registerTasksCommands(program: Command): void {
         (await commands.submit()).submit(pipeline, goal, options),
       ),
     );
+}
 
+function declareTail(program: Command): void {
   program
     .command('tail')
     .description('print the live message flow: one line per event (subject, task, from → to, kind)')
@@ -56,7 +67,9 @@ export function registerTasksCommands(program: Command): void {
     .addOption(homeOption())
     .addOption(serverOption())
     .action(commandAction(async (options) => (await commands.tail()).tail(options)));
+}
 
+function declareLogs(program: Command): void {
   program
     .command('logs')
     .description(
@@ -72,7 +85,9 @@ export function registerTasksCommands(program: Command): void {
     .addOption(homeOption())
     .addOption(serverOption())
     .action(commandAction(async (taskId: string, options) => (await commands.logs()).logs(taskId, options)));
+}
 
+function declareReplay(program: Command): void {
   program
     .command('replay')
     .description(
@@ -95,7 +110,9 @@ export function registerTasksCommands(program: Command): void {
     .action(
       commandAction(async (taskId: string, options) => (await commands.replay()).replay(taskId, options)),
     );
+}
 
+function declareTrace(program: Command): void {
   program
     .command('trace')
     .description(
@@ -108,7 +125,9 @@ export function registerTasksCommands(program: Command): void {
     .action(
       commandAction(async (taskId: string, options) => (await commands.trace()).trace(taskId, options)),
     );
+}
 
+function declareFiles(program: Command): void {
   program
     .command('files')
     .description("list a task's workspace files (recursively), or print one as it is")
