@@ -98,22 +98,25 @@ export class StepActors {
   }
 
   /**
-   * Spawns an agent actor with id `id` (a step's id: unique among the steps running here); `listen` attaches to it
-   * before it starts. Throws when the host actor has stopped, or when `listen` threw (the actor, unheard, is then
+   * Spawns the agent actor of step `id` (unique among the steps running here), its actor id `step:<id>`; `listen`
+   * attaches to it before it starts. Throws when the host actor has stopped, or when `listen` threw (the actor, unheard, is then
    * stopped at once).
    */
   spawn(id: string, input: AgentMachineInput, listen: (agent: AgentActorRef) => void): AgentActorRef {
     const group = this.#groups[groupOf(id)];
     if (this.#host.getSnapshot().status !== 'active' || !group) throw new Error('the agent host has stopped');
     // Two actors under one id would be one child to the group, which would stop the wrong one when the other ends.
-    if (group.getSnapshot().children[id])
+    // Its child's id, never the step's bare: XState keeps children in a plain object, where a step id such as
+    // `__proto__` or `constructor` (any string may be one) would find or set what the object inherits.
+    const child = `step:${id}`;
+    if (Object.hasOwn(group.getSnapshot().children, child))
       throw new Error(`step ${id} has an agent actor running here already`);
     let agent: AgentActorRef | undefined;
     let failed: { error: unknown } | undefined;
     let abandoned = false;
     group.send({
       type: 'step.spawn',
-      id,
+      id: child,
       input,
       spawned: (spawned) => {
         // Spawned after this call gave up on it (see below): nobody listens, and it is dropped next.
@@ -128,7 +131,7 @@ export class StepActors {
       },
     });
     if (failed) {
-      group.send({ type: 'step.drop', id });
+      group.send({ type: 'step.drop', id: child });
       throw failed.error;
     }
     // A group handles a spawn at once unless it is mid-transition: a step started from there (by an event heard at once
@@ -136,7 +139,7 @@ export class StepActors {
     // it is dropped right after its start, before it asks its model, and the step fails (agent_crashed).
     if (!agent) {
       abandoned = true;
-      group.send({ type: 'step.drop', id });
+      group.send({ type: 'step.drop', id: child });
       throw new Error(
         `the agent actor of step ${id} was not spawned: it was started from inside its group's own transition (from an event of another step, heard at once); send it again`,
       );

@@ -283,4 +283,20 @@ describe('agent host on an in-memory bus and a simulated clock', () => {
       await other.stop();
     }
   });
+
+  it('serves a step whose id is __proto__ like any other, and the steps after it', async () => {
+    // Any string is a step id to the wire; one a plain object inherits once stopped the host's actor for good.
+    const odd = sendStep('__proto__');
+    await expect.poll(() => held.asked.length).toBe(1);
+    held.answer('odd but fine');
+    await expect
+      .poll(() => odd.reply())
+      .toMatchObject({ ok: true, stepId: '__proto__', output: 'odd but fine' });
+
+    const next = sendStep('t10.think.1');
+    await expect.poll(() => held.asked.length).toBe(2);
+    held.answer('next');
+    await expect.poll(() => next.reply()).toMatchObject({ ok: true, output: 'next' });
+    expect(host.inFlight).toBe(0);
+  });
 });

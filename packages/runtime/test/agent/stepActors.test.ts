@@ -172,7 +172,7 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(() => actors.spawn('step-1', inputOf('step-1'), () => {})).toThrow(
       'step step-1 has an agent actor running here already',
     );
-    expect(listened).toEqual(['step-1']);
+    expect(listened).toEqual(['step:step-1']);
     expect(actors.size).toBe(1);
     actors.stop();
   });
@@ -355,5 +355,34 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     const probe = actors.spawn('probe', inputOf('probe'), () => {});
     expect(Object.keys(probe.system.getSnapshot()._scheduledEvents)).toEqual([]);
     actors.stop();
+  });
+
+  it('runs steps whose ids are names a plain object inherits (__proto__, constructor…), and the host goes on', async () => {
+    // A step id is any string up to 200 characters: a request sent by hand may carry any of these.
+    const clock = new SimulatedClock();
+    const { deps, actors } = await hostDeps(clock);
+    for (const stepId of ['__proto__', 'constructor', 'toString', 'hasOwnProperty']) {
+      const step = startAgentStep(
+        coder(model({ agents: { coder: [{ content: `ran ${stepId}` }] } })),
+        { ...requestOf(1), stepId },
+        deps,
+      );
+      expect(await step.reply).toMatchObject({ ok: true, stepId, output: `ran ${stepId}` });
+
+      // Still told apart from a second actor under its id while it runs.
+      const running = actors.spawn(stepId, inputOf(stepId), () => {});
+      expect(() => actors.spawn(stepId, inputOf(stepId), () => {})).toThrow(
+        `step ${stepId} has an agent actor running here already`,
+      );
+      running.send({ type: 'stop', stop: { why: 'aborted' } });
+      expect(actors.size).toBe(0);
+    }
+    const after = startAgentStep(
+      coder(model({ agents: { coder: [{ content: 'still here' }] } })),
+      requestOf(2),
+      deps,
+    );
+    expect(await after.reply).toMatchObject({ ok: true, output: 'still here' });
+    expect(actors.size).toBe(0);
   });
 });
