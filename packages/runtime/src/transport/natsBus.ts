@@ -66,7 +66,15 @@ const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
  *   reporter: 'agent:executor',
  * });
  */
+/**
+ * What marks a {@link NatsBus}, for {@link natsConnectionOf}: a registered symbol, the same in every copy of this
+ * module. The CLI bundles each command apart (scripts/buildCli.mjs): `troupe up --gateway` hands the bus up's bundle
+ * made to the gateway's bundle, which has a copy of this class of its own, so `instanceof` would refuse it.
+ */
+const NATS_BUS = Symbol.for('troupe.NatsBus');
+
 export class NatsBus implements JetStreamBus {
+  readonly [NATS_BUS] = true;
   /**
    * The raw nats.js connection: for the runtime's JetStream, KV and object-store modules (through
    * {@link natsConnectionOf}) and for tests. Not part of {@link JetStreamBus}, which is what apps hold.
@@ -311,9 +319,11 @@ export class NatsBus implements JetStreamBus {
  * the {@link JetStreamBus} interface, which has none. Fails with `not_nats` for a bus that is not over NATS.
  */
 export function natsConnectionOf(bus: JetStreamBus): NatsConnection {
-  if (bus instanceof NatsBus) return bus.connection;
+  if (isNatsBus(bus)) return bus.connection;
   throw new TransportError(
     'not_nats',
     `the bus ${bus.name} is not a NATS connection; JetStream needs one (NatsBus)`,
   );
 }
+
+const isNatsBus = (bus: JetStreamBus): bus is NatsBus => NATS_BUS in bus;

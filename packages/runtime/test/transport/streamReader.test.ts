@@ -104,4 +104,22 @@ describe('natsConnectionOf', () => {
       expect.objectContaining({ code: 'not_nats', message: expect.stringContaining('memory') }),
     );
   });
+
+  it('knows a NatsBus made by another copy of its module, as one CLI bundle hands another (troupe up --gateway)', async () => {
+    // A module id of its own makes vitest load the file again: a second NatsBus class, as a second bundle has.
+    const copyOfModule = '../../src/transport/natsBus.ts?copy';
+    const copy: typeof import('../../src/transport/natsBus.ts') = await import(copyOfModule);
+    expect(copy.NatsBus).not.toBe(NatsBus);
+    const copied = await copy.NatsBus.connect({
+      servers: server.url,
+      name: 'copy',
+      logger: captureLogger().logger,
+    });
+    try {
+      expect(copied).not.toBeInstanceOf(NatsBus);
+      expect(natsConnectionOf(copied)).toBe(copied.connection);
+    } finally {
+      await copied.close();
+    }
+  });
 });
