@@ -1,8 +1,8 @@
-import { randomUUID } from 'node:crypto';
 import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
-import { isoNow, type TaskServices } from '../task/taskServices.ts';
+import type { TaskServices } from '../task/taskServices.ts';
 import { announce } from './claim.ts';
+import { recordUnrun } from './queuedMark.ts';
 import { childTraceparent } from './taskTrace.ts';
 import type { TriagedTask } from './triage.ts';
 
@@ -21,7 +21,7 @@ export async function endCancelledWhileQueued(
   services: QueuedCancelServices,
   task: TriagedTask,
 ): Promise<{ next: 'conclude'; final: TroupeEvent } | undefined> {
-  const { pipeline, store, clock, logger, queued, events } = services;
+  const { pipeline, logger, queued, events } = services;
   const mark = task.queued?.value;
   const cancel = mark?.takenAt === undefined ? mark?.cancel : undefined;
   if (!queued || !cancel) return undefined;
@@ -31,33 +31,24 @@ export async function endCancelledWhileQueued(
     taskId,
     traceparent: childTraceparent(submission.parent?.traceparent),
   };
-  const usage = emptyUsage();
   const final = events.make(
     'task.cancelled',
     scope,
-    { reason: cancel.reason, usage },
+    { reason: cancel.reason, usage: emptyUsage() },
     { from: 'user', to: pipeline },
   );
   const version = (await services.versions.newest()).hash;
-  const now = isoNow(clock);
-  const created = await store.create(taskId, {
+  const { goal, metadata } = submission;
+  const created = await recordUnrun(services, {
     taskId,
-    pipeline,
-    streamSequence: delivery.streamSequence,
+    delivery,
     status: 'cancelled',
-    state: 'cancelled',
+    goal,
+    metadata,
     version,
-    goal: submission.goal,
-    ...(submission.metadata ? { metadata: submission.metadata } : {}),
-    round: 1,
-    usage,
-    createdAt: now,
-    updatedAt: now,
     final,
-    // A token of this ending's own: a claim of the same task finds the record another's and leaves it.
-    lease: randomUUID(),
   });
-  if (created === undefined) return undefined;
+  if (!created) return undefined;
   announce(services, scope, task);
   logger.info({ taskId, reason: cancel.reason }, 'task cancelled while it was queued; none of its steps ran');
   // The record says it all now; a mark left (the delete failed) is read as nothing, the record being there.

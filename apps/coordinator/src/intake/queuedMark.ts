@@ -1,6 +1,7 @@
-import { QUEUED_MARK_HEADER, type QueuedTask } from '@troupe/protocol';
+import { randomUUID } from 'node:crypto';
+import { emptyUsage, QUEUED_MARK_HEADER, type QueuedTask, type TroupeEvent } from '@troupe/protocol';
 import type { KvEntry } from '@troupe/runtime';
-import type { TaskServices } from '../task/taskServices.ts';
+import { isoNow, type TaskServices } from '../task/taskServices.ts';
 import type { TaskDelivery } from './taskQueue.ts';
 
 export type QueuedMarkServices = Pick<TaskServices, 'pipeline' | 'queued' | 'logger'>;
@@ -43,4 +44,45 @@ export async function dropMark(
       `cannot delete the mark of task ${taskId} in KV queued, which has ended`,
     );
   }
+}
+
+/** What a queued task that ends from its message, never run, is recorded with. */
+export interface UnrunEnding {
+  taskId: string;
+  delivery: Pick<TaskDelivery, 'streamSequence'>;
+  status: 'cancelled' | 'failed';
+  goal: string;
+  metadata?: Record<string, string> | undefined;
+  version?: string;
+  final: TroupeEvent;
+}
+
+/**
+ * Creates the record of a queued task that ends without running (cancelled while it waited, or refused), its final
+ * event in it. False when the id has a record already: a claim made it first, and that run ends the task.
+ */
+export async function recordUnrun(
+  { pipeline, store, clock }: Pick<TaskServices, 'pipeline' | 'store' | 'clock'>,
+  ending: UnrunEnding,
+): Promise<boolean> {
+  const { taskId, delivery, status, goal, metadata, version, final } = ending;
+  const now = isoNow(clock);
+  const created = await store.create(taskId, {
+    taskId,
+    pipeline,
+    streamSequence: delivery.streamSequence,
+    status,
+    state: status,
+    ...(version === undefined ? {} : { version }),
+    goal,
+    ...(metadata ? { metadata } : {}),
+    round: 1,
+    usage: emptyUsage(),
+    createdAt: now,
+    updatedAt: now,
+    final,
+    // A token of this ending's own: a claim of the same task finds the record another's and leaves it.
+    lease: randomUUID(),
+  });
+  return created !== undefined;
 }

@@ -1,8 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { emptyUsage, QUEUED_MARK_HEADER, type QueuedTask, type TroupeEvent } from '@troupe/protocol';
 import { type KvEntry, newTraceparent } from '@troupe/runtime';
-import { isoNow, type TaskServices } from '../task/taskServices.ts';
-import { dropMark, readMark } from './queuedMark.ts';
+import type { TaskServices } from '../task/taskServices.ts';
+import { dropMark, readMark, recordUnrun } from './queuedMark.ts';
 import type { TaskDelivery } from './taskQueue.ts';
 
 export type QueuedRefusalServices = Pick<
@@ -25,7 +24,7 @@ export async function endRefusedQueued(
   reason: string,
   known?: KvEntry<QueuedTask>,
 ): Promise<{ next: 'conclude'; final: TroupeEvent } | undefined> {
-  const { pipeline, store, clock, logger, finalEvents } = services;
+  const { pipeline, store, logger, finalEvents } = services;
   const { taskId } = task;
   if (taskId === undefined || !services.queued || delivery.headers[QUEUED_MARK_HEADER] === undefined)
     return undefined;
@@ -46,35 +45,12 @@ export async function endRefusedQueued(
     }));
   // Taken: a claim holds the task's record, and its run ends it.
   if (!mark || mark.value.takenAt !== undefined) return undefined;
-  const usage = emptyUsage();
-  const final = finalEvents.failed(
-    { pipeline, taskId, traceparent: newTraceparent() },
-    'refused',
-    reason,
-    usage,
-    0,
-  );
-  const now = isoNow(clock);
+  const scope = { pipeline, taskId, traceparent: newTraceparent() };
+  const final = finalEvents.failed(scope, 'refused', reason, emptyUsage(), 0);
   const goal = task.goal ?? mark.value.goal;
   const metadata = task.metadata ?? mark.value.metadata;
-  const created = await store.create(taskId, {
-    taskId,
-    pipeline,
-    streamSequence: delivery.streamSequence,
-    status: 'failed',
-    state: 'failed',
-    goal,
-    ...(metadata ? { metadata } : {}),
-    round: 1,
-    usage,
-    createdAt: now,
-    updatedAt: now,
-    final,
-    // A token of this ending's own: a claim of the same task finds the record another's and leaves it.
-    lease: randomUUID(),
-  });
-  // Another task holds the id's record: the refusal stands, on `_invalid`.
-  if (created === undefined) return undefined;
+  const created = await recordUnrun(services, { taskId, delivery, status: 'failed', goal, metadata, final });
+  if (!created) return undefined;
   logger.info({ taskId, reason }, 'a queued task was refused; recorded as failed, and its mark deleted');
   await dropMark(services, delivery, taskId, mark);
   return { next: 'conclude', final };
