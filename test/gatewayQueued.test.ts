@@ -4,6 +4,7 @@ import { QUEUED_MARK_HEADER, STREAMS, subjects, TroupeEvent } from '@troupe/prot
 import { createLogger, defineTool, jetstreamManagerOf } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { callGateway, startAdminGateway } from './support/adminGateway.ts';
 import {
   fixturePath,
   type Harness,
@@ -65,18 +66,8 @@ describe('the gateway: a queued task', () => {
     await h?.stop();
   });
 
-  const call = async (method: string, path: string, body?: unknown, token = ADMIN) => {
-    const response = await fetch(`${gateway.url}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${token}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
+  const call = (method: string, path: string, body?: unknown, token = ADMIN) =>
+    callGateway(gateway, token, method, path, body);
   /** Holds busy's one slot: the task's tool runs until it is let go. */
   const holdTheSlot = async (id: string) => {
     expect((await call('POST', '/v1/pipelines/busy/tasks', { goal: 'spin', id })).status).toBe(202);
@@ -269,12 +260,7 @@ describe('the gateway: a task submitted while no coordinator runs', () => {
     h = await startHarness([fixturePath('summing.yaml')]);
     // The pipeline stays registered; nothing takes its tasks until another coordinator starts.
     await h.coordinator.stop();
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, ADMIN);
   });
   afterAll(async () => {
     await gateway?.close();
@@ -282,18 +268,8 @@ describe('the gateway: a task submitted while no coordinator runs', () => {
     await h?.stop();
   });
 
-  const call = async (method: string, path: string, body?: unknown) => {
-    const response = await fetch(`${gateway.url}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${ADMIN}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
+  const call = (method: string, path: string, body?: unknown) =>
+    callGateway(gateway, ADMIN, method, path, body);
 
   it('is there as submitted, is cancelled, and the coordinator that starts later ends it without running it', async () => {
     const sum = { goal: 'add', input: { numbers: [1, 2, 3] } };

@@ -1,9 +1,10 @@
 import { Kvm } from '@nats-io/kv';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import type { Gateway } from '@troupe/gateway';
 import { BUCKETS } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callGateway, startAdminGateway } from './support/adminGateway.ts';
 import { type CutAfterWrite, cutAfterWrite } from './support/cutAfterWrite.ts';
 import { fixturePath, type Harness, kinds, startHarness } from './support/harness.ts';
 
@@ -25,12 +26,7 @@ describe('a coordinator dies between a queued task’s record and its mark', () 
     h = await startHarness([fixturePath('summing.yaml')], { ackWaitMs: ACK_WAIT_MS });
     // Nothing takes summing's tasks until the coordinators below start.
     await h.coordinator.stop();
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, ADMIN);
   });
   afterAll(async () => {
     for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
@@ -58,18 +54,8 @@ describe('a coordinator dies between a queued task’s record and its mark', () 
     stops.push(stop);
     return stop;
   };
-  const call = async (method: string, path: string, body?: unknown) => {
-    const response = await fetch(`${gateway.url}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${ADMIN}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
+  const call = (method: string, path: string, body?: unknown) =>
+    callGateway(gateway, ADMIN, method, path, body);
   /** The task's mark as stored (a deleted one is a DEL entry: none). */
   const marked = async (taskId: string) => {
     const entry = await (await new Kvm(h.client).open(BUCKETS.queued)).get(taskId);

@@ -1,8 +1,8 @@
 import { Kvm } from '@nats-io/kv';
-import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
+import type { Gateway } from '@troupe/gateway';
 import { BUCKETS, DEFAULT_TASK_LIMITS, TroupeEvent } from '@troupe/protocol';
-import { createLogger } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callGateway, startAdminGateway } from './support/adminGateway.ts';
 import { fixturePath, type Harness, kinds, startHarness, startSecondCoordinator } from './support/harness.ts';
 import { readSse } from './support/sse.ts';
 
@@ -22,12 +22,7 @@ describe('a queued task whose mark is not JSON', () => {
     h = await startHarness([fixturePath('summing.yaml')]);
     // Nothing takes summing's tasks until another coordinator starts: they wait in TASKS, marked.
     await h.coordinator.stop();
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, ADMIN);
   });
   afterAll(async () => {
     await gateway?.close();
@@ -35,18 +30,8 @@ describe('a queued task whose mark is not JSON', () => {
     await h?.stop();
   });
 
-  const call = async (method: string, path: string, body?: unknown) => {
-    const response = await fetch(`${gateway.url}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${ADMIN}`,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
+  const call = (method: string, path: string, body?: unknown) =>
+    callGateway(gateway, ADMIN, method, path, body);
 
   it('is read as no mark: the other queued tasks are listed, and the task runs once a coordinator starts', async () => {
     const sum = { goal: 'add', input: { numbers: [1, 2, 3] } };
@@ -82,12 +67,7 @@ describe('a queued task cancelled with the longest reason a cancel may give', ()
   beforeAll(async () => {
     h = await startHarness([fixturePath('summing.yaml')]);
     await h.coordinator.stop();
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, ADMIN);
   });
   afterAll(async () => {
     await gateway?.close();
@@ -131,26 +111,14 @@ describe('a queued task the coordinator refuses', () => {
     h = await startHarness([fixturePath('summing.yaml')], {
       limits: { ...DEFAULT_TASK_LIMITS, maxTaskBytes: 1_024 },
     });
-    gateway = await startGateway({
-      bus: h.bus,
-      logger: createLogger({ level: 'silent' }),
-      tokens: new TokenStore([{ name: 'ops', sha256: hashToken(ADMIN), scopes: ['admin'] }]),
-      port: 0,
-    });
+    gateway = await startAdminGateway(h.bus, ADMIN);
   });
   afterAll(async () => {
     await gateway?.close();
     await h?.stop();
   });
 
-  const call = async (method: string, path: string) => {
-    const response = await fetch(`${gateway.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${ADMIN}` },
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : undefined };
-  };
+  const call = (method: string, path: string) => callGateway(gateway, ADMIN, method, path);
 
   it('ends failed (refused) with the reason, its mark gone, where GET and the task list show it', async () => {
     const numbers = Array.from({ length: 400 }, (_, i) => i);

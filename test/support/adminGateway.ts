@@ -15,3 +15,23 @@ export function startAdminGateway(
     ...options,
   });
 }
+
+/** A gateway's HTTP API as a test calls it: a JSON body in, the status and the parsed JSON body (if any) out. */
+export async function callGateway(
+  gateway: Gateway,
+  token: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: ReturnType<typeof JSON.parse> }> {
+  const response = await fetch(`${gateway.url}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+}
