@@ -218,7 +218,7 @@ export async function migrateTask(
 
 /** Why a control message to a task's coordinator changed nothing, as an `OperationError` a user can act on. */
 function controlFailure(error: unknown, record: WorkflowRecord): OperationError {
-  if (error instanceof TransportError && ControlRefusal.safeParse(error.code).success) {
+  if (TransportError.is(error) && ControlRefusal.safeParse(error.code).success) {
     return new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
       cause: error,
     });

@@ -49,9 +49,17 @@ export type TransportErrorCode =
   | 'refused'
   | ReplyErrorCode;
 
+/**
+ * What marks a {@link TransportError}, for {@link TransportError.is}: a registered symbol, the same in every copy of
+ * this module. The CLI bundles each command apart (scripts/buildCli.mjs): `troupe up --gateway` hands the bus up's
+ * bundle made to the gateway's bundle, whose client would not know the errors of that bus by `instanceof`.
+ */
+const TRANSPORT_ERROR = Symbol.for('troupe.TransportError');
+
 /** A failure to talk over NATS or to run a local nats-server, with a stable `code` and the underlying `cause`. */
 export class TransportError extends Error {
   override readonly name = 'TransportError';
+  readonly [TRANSPORT_ERROR] = true;
   readonly code: TransportErrorCode;
 
   constructor(code: TransportErrorCode, message: string, options?: { cause?: unknown }) {
@@ -59,9 +67,14 @@ export class TransportError extends Error {
     this.code = code;
   }
 
-  /** True when `error` is a TransportError, and of `code` when one is given. */
+  /** True when `error` is a TransportError (made by any copy of this module), and of `code` when one is given. */
   static is(error: unknown, code?: TransportErrorCode): error is TransportError {
-    return error instanceof TransportError && (code === undefined || error.code === code);
+    return (
+      typeof error === 'object' &&
+      error !== null &&
+      TRANSPORT_ERROR in error &&
+      (code === undefined || (error as TransportError).code === code)
+    );
   }
 
   /** The failure of a request its responder answered with `reply`: its code when known, else `refused`. */

@@ -25,3 +25,25 @@ describe('TransportError.fromReply', () => {
     expect(error.message).toBe('refused (from_the_future): no');
   });
 });
+
+describe('TransportError.is', () => {
+  it('knows an error made by another copy of its module, as one CLI bundle hands another (troupe up --gateway)', async () => {
+    // A module id of its own makes vitest load the file again: a second TransportError class, as a second bundle has.
+    const copyOfModule = '../../src/transport/transportError.ts?copy';
+    const copy: typeof import('../../src/transport/transportError.ts') = await import(copyOfModule);
+    expect(copy.TransportError).not.toBe(TransportError);
+    const foreign = new copy.TransportError('no_responders', 'no one is serving troupe.control.t-1');
+    expect(foreign).not.toBeInstanceOf(TransportError);
+    expect(TransportError.is(foreign)).toBe(true);
+    expect(TransportError.is(foreign, 'no_responders')).toBe(true);
+    expect(TransportError.is(foreign, 'timeout')).toBe(false);
+  });
+
+  it('refuses what is not one: another error of the same name, a plain object, nothing', () => {
+    const lookalike = Object.assign(new Error('no'), { name: 'TransportError', code: 'timeout' });
+    expect(TransportError.is(lookalike)).toBe(false);
+    expect(TransportError.is({ code: 'timeout' })).toBe(false);
+    expect(TransportError.is(undefined)).toBe(false);
+    expect(TransportError.is('timeout')).toBe(false);
+  });
+});

@@ -1,0 +1,72 @@
+import { BUCKETS, type ErrorReply, subjects, WorkflowRecord } from '@troupe/protocol';
+import { type JetStreamBus, KvStore } from '@troupe/runtime/bus';
+import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { cancelTask } from '../src/taskOperations.ts';
+
+let nats: TestNats;
+let bus: JetStreamBus;
+let coordinator: JetStreamBus;
+
+beforeAll(async () => {
+  nats = await startTestNats();
+  // A second copy of the runtime, loaded apart from the one the client imports: as `troupe up --gateway` hands the
+  // bus its own CLI bundle made to the gateway's bundle, whose client has copies of the runtime's classes of its own.
+  vi.resetModules();
+  const otherBundle: typeof import('@troupe/runtime/bus') = await import('@troupe/runtime/bus');
+  bus = await otherBundle.connectBus({
+    servers: nats.url,
+    name: 'up-bundle',
+    logger: captureLogger().logger,
+  });
+  await otherBundle.ensureTroupeStreams(bus);
+  coordinator = await otherBundle.connectBus({
+    servers: nats.url,
+    name: 'coordinator',
+    logger: captureLogger().logger,
+  });
+});
+
+afterAll(async () => {
+  await bus?.close();
+  await coordinator?.close();
+  await nats?.stop();
+});
+
+describe("a cancel the coordinator refuses, through a bus another bundle's runtime made", () => {
+  it("is a conflict with the coordinator's reason, not unavailable", async () => {
+    const now = new Date().toISOString();
+    const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+    await store.put('ended-1', {
+      taskId: 'ended-1',
+      pipeline: 'demo',
+      streamSequence: 1,
+      status: 'running',
+      state: 'plan',
+      goal: 'g',
+      round: 1,
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+      createdAt: now,
+      updatedAt: now,
+    });
+    // The record still says running; the coordinator has seen the task end since.
+    const refusal: ErrorReply = {
+      ok: false,
+      error: {
+        code: 'task_ended',
+        message: 'task ended-1 has already ended: completed; nothing was changed',
+      },
+    };
+    const served = coordinator.subscribeText(subjects.control('ended-1'), (d) => d.respond(refusal));
+    await coordinator.flush();
+    try {
+      await expect(cancelTask(bus, 'ended-1')).rejects.toMatchObject({
+        name: 'OperationError',
+        code: 'conflict',
+        message: 'task ended-1 has already ended: completed; nothing was changed',
+      });
+    } finally {
+      served.unsubscribe();
+    }
+  });
+});
