@@ -53,6 +53,13 @@ export function connectBus(opts: BusOptions): Promise<JetStreamBus> {
 const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
 
 /**
+ * What marks a {@link NatsBus}, for {@link natsConnectionOf}: a registered symbol, the same in every copy of this
+ * module. The CLI bundles each command apart (scripts/buildCli.mjs): `troupe up --gateway` hands the bus up's bundle
+ * made to the gateway's bundle, which has a copy of this class of its own, so `instanceof` would refuse it.
+ */
+const NATS_BUS = Symbol.for('troupe.NatsBus');
+
+/**
  * Troupe's one interface over NATS: JSON messages validated by protocol schemas, one log line per message,
  * invalid messages answered or reported instead of dropped. It composes its parts: {@link SubscriptionSet} and
  * {@link deliverMessage} for what comes in, {@link NatsRequests} for requests and their replies,
@@ -66,13 +73,6 @@ const DEFAULT_DRAIN_TIMEOUT_MS = 10_000;
  *   reporter: 'agent:executor',
  * });
  */
-/**
- * What marks a {@link NatsBus}, for {@link natsConnectionOf}: a registered symbol, the same in every copy of this
- * module. The CLI bundles each command apart (scripts/buildCli.mjs): `troupe up --gateway` hands the bus up's bundle
- * made to the gateway's bundle, which has a copy of this class of its own, so `instanceof` would refuse it.
- */
-const NATS_BUS = Symbol.for('troupe.NatsBus');
-
 export class NatsBus implements JetStreamBus {
   readonly [NATS_BUS] = true;
   /**
