@@ -123,3 +123,39 @@ describe('natsConnectionOf', () => {
     }
   });
 });
+
+describe('a stream with gaps', () => {
+  beforeAll(async () => {
+    await ensureTroupeStreams(bus);
+  });
+
+  it('reads past a deleted message and from a start the stream purged, counting only what it holds', async () => {
+    const jsm = await jetstreamManagerOf(bus);
+    const subject = subjects.event('demo', 'gaps-1', 'step.started');
+    const one = await publishToStream(bus, subject, '{"n":1}');
+    const two = await publishToStream(bus, subject, '{"n":2}');
+    const three = await publishToStream(bus, subject, '{"n":3}');
+    const four = await publishToStream(bus, subject, '{"n":4}');
+    // A hole in the middle, and the start of the task's messages gone (as max_age or a purge leaves them).
+    await jsm.streams.deleteMessage(STREAMS.events, three.seq);
+    await jsm.streams.purge(STREAMS.events, { filter: subject, seq: two.seq });
+
+    const fromGone = await openStreamReader(bus, STREAMS.events, { subject, after: one.seq - 1 });
+    expect(await fromGone.pending()).toBe(2);
+    const got: number[] = [];
+    const messages = await fromGone.read();
+    for await (const msg of messages) {
+      got.push(msg.seq);
+      if (got.length === 2) messages.stop();
+    }
+    await fromGone.close();
+    expect(got).toEqual([two.seq, four.seq]);
+
+    const afterHole = await openStreamReader(bus, STREAMS.events, { subject, after: three.seq });
+    expect(await afterHole.pending()).toBe(1);
+    await afterHole.close();
+    const pastEnd = await openStreamReader(bus, STREAMS.events, { subject, after: four.seq + 100 });
+    expect(await pastEnd.pending()).toBe(0);
+    await pastEnd.close();
+  });
+});
