@@ -68,7 +68,8 @@ export async function openStreamReader(
     throw streamMissingOr(cause, stream);
   }
   return {
-    pending: async () => (await consumer.info(true)).num_pending,
+    // Asked of the server each time: nats.js's cached info is the consumer's as it was made, and never changes.
+    pending: async () => (await consumer.info()).num_pending,
     // A stored message as nats.js delivers it has these fields; nothing else of it is handed on.
     read: () => consumer.consume(),
     close: () =>

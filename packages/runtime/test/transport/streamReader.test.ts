@@ -159,3 +159,30 @@ describe('a stream with gaps', () => {
     await pastEnd.close();
   });
 });
+
+describe('pending', () => {
+  beforeAll(async () => {
+    await ensureTroupeStreams(bus);
+  });
+
+  it('counts what is left now, not what was when the reader opened: messages stored since count, delivered ones do not', async () => {
+    const subject = subjects.event('demo', 'pending-1', 'step.started');
+    const start = await lastStreamSequence(bus, STREAMS.events);
+    await publishToStream(bus, subject, '{"n":1}');
+    const reader = await openStreamReader(bus, STREAMS.events, { subject, after: start });
+    try {
+      expect(await reader.pending()).toBe(1);
+      await publishToStream(bus, subject, '{"n":2}');
+      expect(await reader.pending()).toBe(2);
+      const messages = await reader.read();
+      const got: number[] = [];
+      for await (const msg of messages) {
+        got.push(msg.seq);
+        if (got.length === 2) messages.stop();
+      }
+      await expect.poll(() => reader.pending()).toBe(0);
+    } finally {
+      await reader.close();
+    }
+  });
+});
