@@ -59,8 +59,12 @@ const TRANSPORT_ERROR = Symbol.for('troupe.TransportError');
 /** A failure to talk over NATS or to run a local nats-server, with a stable `code` and the underlying `cause`. */
 export class TransportError extends Error {
   override readonly name = 'TransportError';
-  readonly [TRANSPORT_ERROR] = true;
   readonly code: TransportErrorCode;
+
+  /** On the prototype, not each error: a printed error (`util.inspect`, an uncaught one) shows no marker. */
+  get [TRANSPORT_ERROR](): true {
+    return true;
+  }
 
   constructor(code: TransportErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);

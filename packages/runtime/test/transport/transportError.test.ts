@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { TransportError } from '../../src/transport/transportError.ts';
 
@@ -45,5 +46,13 @@ describe('TransportError.is', () => {
     expect(TransportError.is({ code: 'timeout' })).toBe(false);
     expect(TransportError.is(undefined)).toBe(false);
     expect(TransportError.is('timeout')).toBe(false);
+  });
+});
+
+describe('a printed TransportError', () => {
+  it('shows its message and code, and no marker of its class', () => {
+    const printed = inspect(new TransportError('timeout', 'no reply from troupe.control.t-1 within 10 ms'));
+    expect(printed).toContain("code: 'timeout'");
+    expect(printed).not.toContain('Symbol(');
   });
 });
