@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import { throughOutages } from '@troupe/runtime';
 import type { ClaimedTask } from '../intake/claim.ts';
@@ -16,8 +17,10 @@ type RecordServices = Pick<TaskServices, 'store' | 'logger'>;
 
 /**
  * Writes the record only if it is still as this delivery last left it. A conflict means another coordinator took
- * the task over (this one was cut off longer than the ack wait), unless the record bears this lease's token: then it
- * was this delivery's own write whose reply was lost. Retried through outages; throws what is not one.
+ * the task over (this one was cut off longer than the ack wait), unless the record bears this lease's token: then a
+ * write of this delivery's own landed with its reply lost. That write may be this one, or an earlier one given up
+ * on (NATS out of reach past every retry): then this record is written over it, at the revision it left, since the
+ * task is still this delivery's. Retried through outages; throws what is not one.
  */
 export async function fencedWrite(
   { store, logger }: RecordServices,
@@ -25,13 +28,22 @@ export async function fencedWrite(
   lease: LeaseMark,
   value: WorkflowRecord,
 ): Promise<FencedWrite> {
-  const written = await throughOutages(() => store.update(taskId, value, lease.revision));
-  if (written !== undefined) return { written: true, revision: written };
-  const current = await throughOutages(() => store.get(taskId));
-  if (current?.value.lease === lease.token) return { written: true, revision: current.revision };
+  let revision = lease.revision;
+  // Bounded: each round needs a write of ours to land unseen, and only the writes of one delivery can bear its token.
+  for (let round = 0; round < OWN_WRITE_ROUNDS; round++) {
+    const written = await throughOutages(() => store.update(taskId, value, revision));
+    if (written !== undefined) return { written: true, revision: written };
+    const current = await throughOutages(() => store.get(taskId));
+    if (current?.value.lease !== lease.token) break;
+    if (isDeepStrictEqual(current.value, value)) return { written: true, revision: current.revision };
+    revision = current.revision;
+  }
   logger.warn({ taskId }, `task ${taskId} was taken over by another coordinator; stopping it here`);
   return { written: false };
 }
+
+/** How many times a write finds an unseen write of its own delivery in its place before it gives up on the task. */
+const OWN_WRITE_ROUNDS = 3;
 
 /** The parts of a record a checkpoint sets; the rest is the task's, from its claim. */
 export type RecordFields = Pick<
