@@ -147,6 +147,42 @@ describe("a task's checkpoint writer", () => {
     expect(calls).toHaveLength(0);
   });
 
+  it('writes the final checkpoint queued behind a write in flight before the ending is recorded, and nothing after it', async () => {
+    const { store, writer, snapshot, calls, told, release } = await writerOf();
+    writer.snapshot(snapshot);
+    await expect.poll(() => calls.length).toBe(1);
+    // The workflow completes while its last checkpoint is being written: the done snapshot waits its turn.
+    const usage = snapshot.context.usage;
+    const done = {
+      ...snapshot,
+      status: 'done',
+      output: {
+        status: 'completed',
+        output: 'planned',
+        approved: undefined,
+        rounds: 1,
+        usage,
+        usageByAgent: {},
+      },
+    } as WorkflowSnapshot;
+    writer.snapshot(done);
+    // The task actor hears the workflow is done and waits for every write before recording the ending.
+    const written = writer.written();
+    await release();
+    await release();
+    const ending = await written;
+    expect(calls.map((c) => c.record.status)).toEqual(['running', 'completed']);
+    expect(ending).toMatchObject({ finalWritten: true, lost: false, final: { kind: 'task.completed' } });
+    const stored = await store.get('task-1');
+    expect(stored).toMatchObject({ revision: ending.revision, value: { status: 'completed' } });
+    expect(stored?.value.final).toEqual(ending.final);
+    // A report or snapshot that comes late rewrites nothing over the ending.
+    writer.activity(activity);
+    writer.snapshot(snapshot);
+    expect(calls).toHaveLength(2);
+    expect(told).toEqual([]);
+  });
+
   it('hears nothing more once the workflow has ended and tells the task nothing after', async () => {
     const { writer, snapshot, calls } = await writerOf();
     expect(await writer.written()).toMatchObject({ lost: false, finalWritten: false });
