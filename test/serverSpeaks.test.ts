@@ -9,7 +9,7 @@ import {
   permissionsOf,
   type Role,
 } from '@troupe/coordinator';
-import { STREAMS } from '@troupe/protocol';
+import { BUCKETS, STREAMS } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -68,16 +68,8 @@ describe.each(CONFIGS)(
       // What a coordinator makes at start: the buckets and streams the forgeries use.
       const core = await as('core');
       const kvm = new Kvm(core);
-      for (const bucket of [
-        'journal',
-        'approvals',
-        'workflows',
-        'memory',
-        'versions',
-        'pipelines',
-        'sessions',
-        'a2a-push',
-      ]) {
+      // Every bucket Troupe keeps, so a role's request on a new one is tried too.
+      for (const bucket of Object.values(BUCKETS)) {
         await kvm.create(bucket, { history: 1 });
       }
       const jsm = await jetstreamManager(core);
