@@ -17,8 +17,16 @@ const reasonOf = (positional: string | undefined, options: { reason?: string }):
 /** What agents wait on a person for: approvals of `ask` calls and questions, listed and decided. */
 export function registerPeopleCommands(program: Command): void {
   declareApprovals(program);
-  declareApprove(program);
-  declareDeny(program);
+  declareDecision(program, 'allow', {
+    name: 'approve',
+    description: 'allow a pending call; the agent runs it',
+    reason: 'why, passed to the agent',
+  });
+  declareDecision(program, 'deny', {
+    name: 'deny',
+    description: 'refuse a pending call; the agent is told the reason',
+    reason: 'why, passed to the agent (required, here or as --reason)',
+  });
   declareAnswer(program);
 }
 
@@ -34,12 +42,17 @@ function declareApprovals(program: Command): void {
     .action(commandAction(async (options) => (await commands.approvals()).listApprovals(options)));
 }
 
-function declareApprove(program: Command): void {
+/** `approve` and `deny`: a person's decision on a pending call, its reason after the id or as `--reason`. */
+function declareDecision(
+  program: Command,
+  decision: 'allow' | 'deny',
+  how: { name: string; description: string; reason: string },
+): void {
   program
-    .command('approve')
-    .description('allow a pending call; the agent runs it')
+    .command(how.name)
+    .description(how.description)
     .argument('<approval-id>', 'as listed by troupe approvals')
-    .argument('[reason]', 'why, passed to the agent')
+    .argument('[reason]', how.reason)
     .option('--reason <text>', 'the reason, as an option')
     .option('--by <name>', 'who decides (default: user@host)')
     .addOption(homeOption())
@@ -47,25 +60,7 @@ function declareApprove(program: Command): void {
     .addOption(pipelinesOption())
     .action(
       commandAction(async (id: string, reason: string | undefined, options) =>
-        (await commands.approvals()).decide(id, 'allow', { ...options, reason: reasonOf(reason, options) }),
-      ),
-    );
-}
-
-function declareDeny(program: Command): void {
-  program
-    .command('deny')
-    .description('refuse a pending call; the agent is told the reason')
-    .argument('<approval-id>', 'as listed by troupe approvals')
-    .argument('[reason]', 'why, passed to the agent (required, here or as --reason)')
-    .option('--reason <text>', 'the reason, as an option')
-    .option('--by <name>', 'who decides (default: user@host)')
-    .addOption(homeOption())
-    .addOption(serverOption())
-    .addOption(pipelinesOption())
-    .action(
-      commandAction(async (id: string, reason: string | undefined, options) =>
-        (await commands.approvals()).decide(id, 'deny', { ...options, reason: reasonOf(reason, options) }),
+        (await commands.approvals()).decide(id, decision, { ...options, reason: reasonOf(reason, options) }),
       ),
     );
 }
