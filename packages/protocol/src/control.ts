@@ -62,8 +62,9 @@ export const HumanRequest = z.object({
 export type HumanRequest = z.infer<typeof HumanRequest>;
 
 /**
- * A control message for a running task, on `troupe.control.<taskId>`: `cancel` it, or `migrate` it to another
- * version of its pipeline (`to`: a version's hash, or a unique prefix of at least 4 digits; the newest when absent).
+ * A control message for a running task, on `troupe.control.<taskId>`: `cancel` it, `migrate` it to another
+ * version of its pipeline (`to`: a version's hash, or a unique prefix of at least 4 digits; the newest when absent),
+ * `pause` it, `resume` it, or `tell` the agent at work something.
  */
 export const ControlMessage = z.discriminatedUnion('action', [
   z.strictObject({
@@ -77,19 +78,36 @@ export const ControlMessage = z.discriminatedUnion('action', [
       .regex(/^[0-9a-f]{4,64}$/, 'must be a version hash, or a prefix of one of at least 4 hex digits')
       .optional(),
   }),
+  /** Hold the task once the step at work has finished its current model or tool call (see docs/durability.md). */
+  z.strictObject({
+    action: z.literal('pause'),
+    reason: z.string().max(10_000).optional(),
+    by: z.string().max(200).optional(),
+  }),
+  /** Let a paused task go on from where it was held. */
+  z.strictObject({ action: z.literal('resume'), by: z.string().max(200).optional() }),
+  /** A person's message for the agent at work: it reads it before its next model call, as a user turn. */
+  z.strictObject({
+    action: z.literal('tell'),
+    text: z.string().trim().min(1, 'must not be empty').max(100_000),
+    by: z.string().max(200).optional(),
+  }),
 ]);
 export type ControlMessage = z.infer<typeof ControlMessage>;
 
 /**
- * The reply to a control message that changed the task: the coordinator running it stopped it (`cancelled`), or
- * moved it to version `to` from `from` (`migrated`: it resumes there at once).
+ * The reply to a control message that changed the task: the coordinator running it stopped it (`cancelled`),
+ * moved it to version `to` from `from` (`migrated`: it resumes there at once), holds it (`paused`: recorded, so it
+ * stays paused across a restart), let it go on (`resumed`), or took a message for it (`told`, with the message's id,
+ * recorded before this reply).
  */
 export const ControlReceipt = z.object({
   ok: z.literal(true),
   taskId: TaskId,
-  outcome: z.enum(['cancelled', 'migrated']),
+  outcome: z.enum(['cancelled', 'migrated', 'paused', 'resumed', 'told']),
   from: z.string().optional(),
   to: z.string().optional(),
+  messageId: z.string().optional(),
 });
 export type ControlReceipt = z.infer<typeof ControlReceipt>;
 
@@ -98,7 +116,8 @@ export type ControlReceipt = z.infer<typeof ControlReceipt>;
  * `unknown_task` (no task has this id), `task_ended` (it already completed, failed or was cancelled), `not_running`
  * (it has not ended, but no coordinator runs it right now: it resumes when its message is delivered again),
  * `unknown_version` (a migration to a version that is not stored, or a prefix that names none or several),
- * `not_migratable` (the task's state does not fit the version asked for, with the reason).
+ * `not_migratable` (the task's state does not fit the version asked for, with the reason), `already_paused` (a pause
+ * for a task held already), `not_paused` (a resume for a task that is not held).
  */
 export const ControlRefusal = z.enum([
   'unknown_task',
@@ -106,6 +125,8 @@ export const ControlRefusal = z.enum([
   'not_running',
   'unknown_version',
   'not_migratable',
+  'already_paused',
+  'not_paused',
 ]);
 export type ControlRefusal = z.infer<typeof ControlRefusal>;
 

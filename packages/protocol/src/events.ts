@@ -53,12 +53,41 @@ export const EventData = {
       .object({ taskId: TaskId, pipeline: Name, step: z.string(), depth: z.number().int().positive() })
       .optional(),
   }),
+  /**
+   * The task goes on in `state`: delivered again after its coordinator stopped (`after` absent or `redelivery`), or
+   * let go by `troupe resume` after a pause (`after: pause`, with who resumed it and how long it was held).
+   */
   'task.resumed': z.object({
     /** The workflow state the task resumed in (a step id). */
     state: z.string(),
     round: z.number().int().positive(),
     /** How many times the task message has been delivered, this time included. */
     deliveries: z.number().int().positive(),
+    after: z.enum(['redelivery', 'pause']).optional(),
+    by: z.string().optional(),
+    pausedMs: z.number().nonnegative().optional(),
+  }),
+  /**
+   * `troupe pause` took: the task is held from now on (recorded, so across a restart too). Its steps at work stop
+   * after their current model or tool call; `state` is where the workflow stands.
+   */
+  'task.paused': z.object({
+    state: z.string(),
+    round: z.number().int().positive(),
+    reason: z.string().optional(),
+    by: z.string().optional(),
+  }),
+  /** A person's message for the task, recorded: the agent at work reads it before its next model call. */
+  'task.told': z.object({
+    messageId: z.string(),
+    text: z.string(),
+    by: z.string().optional(),
+  }),
+  /** An agent read told messages into its conversation, before its model call `turn` of step `stepId`. */
+  'agent.told': z.object({
+    ...CallRef,
+    turn: z.number().int().positive(),
+    messageIds: z.array(z.string()).min(1),
   }),
   'step.started': z.object({
     ...StepRef,
@@ -351,6 +380,9 @@ const eventSchema = <K extends EventKind>(kind: K) =>
 export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('task.accepted'),
   eventSchema('task.resumed'),
+  eventSchema('task.paused'),
+  eventSchema('task.told'),
+  eventSchema('agent.told'),
   eventSchema('step.started'),
   eventSchema('step.skipped'),
   eventSchema('route.chosen'),

@@ -36,6 +36,11 @@ export const StepErrorCode = z.enum([
   'unknown_tool',
   /** The host stopped mid-step; the workflow sends the step to another worker. */
   'worker_stopped',
+  /**
+   * The step's task was paused: its agent stopped after its current model or tool call, everything so far in its
+   * journal. The workflow holds the step and sends it again (the journal answering what was done) on resume.
+   */
+  'paused',
   /** The model kept answering 429, through its retries and fallbacks. */
   'rate_limited',
   /** The model kept answering 409 or 5xx. */
@@ -116,12 +121,14 @@ export const TaskFailureReason = z.enum([
 export type TaskFailureReason = z.infer<typeof TaskFailureReason>;
 
 /**
- * Failures that do not end the step: the host lost its journal, the worker stopped mid-step or went silent, or
- * nobody serves the agent yet. The workflow sends the step again with the same id, within the step's timeout.
+ * Failures that do not end the step: the host lost its journal, the worker stopped mid-step or went silent, the
+ * task was paused, or nobody serves the agent yet. The workflow sends the step again with the same id, within the step's timeout.
  */
 const RETRYABLE: ReadonlySet<StepErrorCode> = new Set([
   'journal_unavailable',
   'worker_stopped',
+  // Held, not failed: the workflow sends it again when the task is resumed.
+  'paused',
   'stalled',
   'no_responders',
 ]);

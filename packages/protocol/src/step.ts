@@ -52,6 +52,20 @@ export const MAX_TIMER_MS = 2_147_483_647;
 /** The shortest heartbeat a step may ask for: below it a host would spend itself on heartbeats. */
 export const MIN_HEARTBEAT_MS = 10;
 
+/**
+ * A person's message to a running task (`troupe tell`): the agent at work reads it before its next model call, as
+ * a user turn; when no step is at work, the next agent step does. `id` is unique per task and stable: a step sent
+ * again with the same message takes it once.
+ */
+export const ToldMessage = z.object({
+  id: z.string().min(1).max(100),
+  text: z.string().min(1).max(100_000),
+  by: z.string().max(200).optional(),
+  /** ISO-8601 time the task's coordinator took it. */
+  at: z.string(),
+});
+export type ToldMessage = z.infer<typeof ToldMessage>;
+
 /** A step for an agent, sent by a workflow on `troupe.agents.<pipeline>.<agent>`. */
 export const AgentStepRequest = z.object({
   /** Deterministic: `<taskId>.<step>.<round>`; the same step resent has the same id. */
@@ -69,6 +83,12 @@ export const AgentStepRequest = z.object({
   context: z.array(StepOutput),
   /** The reviewer's feedback when work is sent back. */
   feedback: z.string().optional(),
+  /**
+   * Messages people told the task that no finished step has read yet, oldest first: the agent reads each one not
+   * already in its journal before its next model call. Messages told while the step runs reach its host as
+   * `task.told` events too.
+   */
+  told: z.array(ToldMessage).max(1_000).optional(),
   expect: StepExpect,
   budget: StepBudget.optional(),
   /** How long the workflow waits for the reply; the agent stops the step when it runs out. */
@@ -152,6 +172,8 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     turns: z.number().int().nonnegative(),
     /** What the step changed in the task's workspace, each written file stored in the values bucket first. */
     workspace: WorkspaceChanges.optional(),
+    /** The ids of the told messages (see `told`) this step's agent read into its conversation. */
+    toldRead: z.array(z.string()).optional(),
   }),
   z.object({
     ok: z.literal(false),
@@ -161,6 +183,8 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     turns: z.number().int().nonnegative(),
     /** What the step changed in the task's workspace, each written file stored in the values bucket first. */
     workspace: WorkspaceChanges.optional(),
+    /** The ids of the told messages this step's agent read before it stopped (a paused step's, say). */
+    toldRead: z.array(z.string()).optional(),
   }),
 ]);
 export type AgentStepReply = z.infer<typeof AgentStepReply>;

@@ -64,6 +64,10 @@ const WorkflowRecordShape = z.object({
   handBacks: z.number().int().nonnegative().optional(),
   /** What its current step is doing, while it runs. */
   activity: StepActivity.optional(),
+  /** Set while a person holds the task (`troupe pause`): since when, by whom, why. `status` stays `running`. */
+  paused: z
+    .object({ since: z.string(), by: z.string().optional(), reason: z.string().optional() })
+    .optional(),
   /** Checkpoints that recorded a transition of the workflow: how far the task has come. */
   progress: z.number().int().nonnegative().optional(),
   /**

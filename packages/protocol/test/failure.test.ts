@@ -32,6 +32,7 @@ const EXPECTED: Record<StepErrorCode, { retry: boolean; reply: TaskFailureReason
     misrouted: { retry: false, reply: 'step_failed', call: 'transport' },
     unknown_tool: { retry: false, reply: 'step_failed', call: 'transport' },
     worker_stopped: { retry: true, reply: 'step_failed', call: 'transport' },
+    paused: { retry: true, reply: 'step_failed', call: 'transport' },
     rate_limited: { retry: false, reply: 'step_failed', call: 'transport' },
     server_error: { retry: false, reply: 'step_failed', call: 'transport' },
     // A model request that timed out fails the step; the request for the step timing out is the step's timeout.
@@ -71,10 +72,11 @@ describe('isRetryable', () => {
     expect(isRetryable(code)).toBe(EXPECTED[code].retry);
   });
 
-  it('sends a step again only when the journal was lost, the worker stopped or went silent, or nobody serves it', () => {
+  it('sends a step again only when the journal was lost, the worker stopped or went silent, the task was paused, or nobody serves it', () => {
     expect(codes.filter(isRetryable).sort()).toEqual([
       'journal_unavailable',
       'no_responders',
+      'paused',
       'stalled',
       'worker_stopped',
     ]);

@@ -143,9 +143,18 @@ describe('UsageTotals', () => {
 });
 
 describe('control messages', () => {
-  it('accepts a cancel and an approval decision, and refuses unknown keys', () => {
+  it('accepts a cancel, a pause, a resume, a tell and an approval decision, and refuses unknown keys', () => {
     expect(ControlMessage.parse({ action: 'cancel' })).toEqual({ action: 'cancel' });
-    expect(ControlMessage.safeParse({ action: 'pause' }).success).toBe(false);
+    expect(ControlMessage.parse({ action: 'pause', by: 'ann' })).toEqual({ action: 'pause', by: 'ann' });
+    expect(ControlMessage.parse({ action: 'resume' })).toEqual({ action: 'resume' });
+    expect(ControlMessage.parse({ action: 'tell', text: ' use v2 ' })).toEqual({
+      action: 'tell',
+      text: 'use v2',
+    });
+    expect(ControlMessage.safeParse({ action: 'tell', text: '  ' }).success).toBe(false);
+    expect(ControlMessage.safeParse({ action: 'tell' }).success).toBe(false);
+    expect(ControlMessage.safeParse({ action: 'pause', until: 5 }).success).toBe(false);
+    expect(ControlMessage.safeParse({ action: 'stop' }).success).toBe(false);
     expect(ControlMessage.parse({ action: 'migrate', to: 'abcd' })).toEqual({
       action: 'migrate',
       to: 'abcd',

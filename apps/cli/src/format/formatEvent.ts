@@ -7,6 +7,8 @@ type Style = Parameters<typeof styleText>[0];
 const KIND_STYLE: Partial<Record<string, Style>> = {
   'task.accepted': 'cyan',
   'task.resumed': 'yellow',
+  'task.paused': ['yellow', 'bold'],
+  'task.told': ['magenta', 'bold'],
   'task.completed': ['green', 'bold'],
   'task.failed': ['red', 'bold'],
   'task.cancelled': ['yellow', 'bold'],
@@ -79,7 +81,15 @@ function summarize(event: TroupeEvent): string {
     case 'task.accepted':
       return oneLine(event.data.goal);
     case 'task.resumed':
-      return `in step ${event.data.state}, round ${event.data.round} (delivery ${event.data.deliveries})`;
+      return event.data.after === 'pause'
+        ? `in step ${event.data.state}, round ${event.data.round}, after a pause of ${Math.round((event.data.pausedMs ?? 0) / 1000)} s${event.data.by ? ` (by ${event.data.by})` : ''}`
+        : `in step ${event.data.state}, round ${event.data.round} (delivery ${event.data.deliveries})`;
+    case 'task.paused':
+      return `in step ${event.data.state}, round ${event.data.round}${event.data.by ? ` by ${event.data.by}` : ''}${event.data.reason ? `: ${oneLine(event.data.reason, 80)}` : ''}`;
+    case 'task.told':
+      return `${event.data.by ? `${event.data.by}: ` : ''}${oneLine(event.data.text)}`;
+    case 'agent.told':
+      return `${event.data.agent} read ${event.data.messageIds.join(', ')} before turn ${event.data.turn}`;
     case 'step.started':
       return `${stepOf(event.data)} (round ${event.data.round})`;
     case 'step.skipped':

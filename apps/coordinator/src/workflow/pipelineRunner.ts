@@ -205,6 +205,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         );
         return;
       }
+      if (message.action !== 'cancel') return;
       signals.send(taskId, {
         type: 'cancel',
         ...(message.reason === undefined ? {} : { reason: message.reason }),

@@ -26,7 +26,11 @@ type Identity = { [K in EventKind]: (data: z.input<(typeof EventData)[K]>) => re
  */
 const IDENTITY: Identity = {
   'task.accepted': () => [],
-  'task.resumed': (d) => [d.deliveries],
+  // A resume after a pause is its own fact: the task may be paused and resumed several times in one delivery.
+  'task.resumed': (d) => (d.after === 'pause' ? [d.deliveries, 'pause', d.pausedMs] : [d.deliveries]),
+  'task.paused': (d) => [d.state, d.round, d.by, d.reason],
+  'task.told': (d) => [d.messageId],
+  'agent.told': (d) => [d.stepId, d.turn],
   'step.started': (d) => [d.stepId],
   // A foreach step's items run the same steps: the item tells them apart.
   'step.skipped': (d) => [d.step, d.round, d.item],
