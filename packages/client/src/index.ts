@@ -28,13 +28,17 @@ export { type SubTaskReader, subTaskReader, withSubTasks } from './subTaskTraces
 export {
   cancelTask,
   migrateTask,
+  pauseTask,
   readTask,
   readTaskEvents,
+  resumeTask,
+  type SteerOptions,
   type SubmitOptions,
   type SubmitResult,
   type Submitted,
   submitTask,
   submitToPipeline,
+  tellTask,
   withStoredInput,
 } from './taskOperations.ts';
 export {

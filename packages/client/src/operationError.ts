@@ -4,9 +4,11 @@
  *
  * - `not_found`: no such task, pipeline or request.
  * - `wrong_kind`: the request is a question where an approval was meant, or the other way round.
- * - `conflict`: the task or request is past the point the operation needs (ended, decided, expired).
+ * - `conflict`: the task or request is past the point the operation needs (ended, decided, expired), or not in the
+ *   state it needs (a pause of a paused task, a resume of one not paused).
  * - `no_coordinator`: nothing on the server runs Troupe, or no coordinator answered for the task.
- * - `unavailable`: NATS or JetStream did not answer in time.
+ * - `unavailable`: NATS or JetStream did not answer in time, or no coordinator runs the task right now (it runs
+ *   again when its message is delivered again).
  * - `invalid_request`: what was asked for is refused as it is (a task deeper than the limits), with the reason.
  * - `too_large`: a task, or its input, larger than the limits.
  */

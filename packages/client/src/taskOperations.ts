@@ -1,10 +1,12 @@
 import type { WorkflowRecord } from '@troupe/protocol';
 import {
+  ControlMessage,
   ControlReceipt,
   ControlRefusal,
   checkTaskInput,
   checkTaskToSubmit,
   errorMessage,
+  formatIssues,
   type InputCut,
   isTaskId,
   QUEUED_MARK_HEADER,
@@ -21,7 +23,7 @@ import {
   TransportError,
   ValueStore,
 } from '@troupe/runtime/bus';
-import { OperationError } from './operationError.ts';
+import { OperationError, type OperationErrorCode } from './operationError.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
 import type { QueuedStore } from './queuedTasks.ts';
 import { CLIENT_WAIT, openWorkflowStore } from './troupeState.ts';
@@ -216,12 +218,107 @@ export async function migrateTask(
   }
 }
 
+/** Who pauses, resumes or tells a task: a person's name, kept in its events and record. */
+export interface SteerOptions {
+  by?: string;
+}
+
+/**
+ * Holds a running task: the coordinator running it records the pause before it answers, so the task stays held
+ * across a restart; the step at work finishes its current model or tool call, then nothing more runs until
+ * {@link resumeTask}. Throws `conflict` for a task ended or held already, `not_found` for an unknown one, and
+ * `unavailable` when no coordinator runs it right now.
+ */
+export async function pauseTask(
+  bus: JetStreamBus,
+  taskId: string,
+  options: SteerOptions & { reason?: string } = {},
+): Promise<void> {
+  const { reason, by } = options;
+  await steer(bus, taskId, 'pause', {
+    action: 'pause',
+    ...(reason ? { reason } : {}),
+    ...(by ? { by } : {}),
+  });
+}
+
+/** Lets a paused task go on from where it was held; `conflict` when it is not paused, or has ended. */
+export async function resumeTask(
+  bus: JetStreamBus,
+  taskId: string,
+  options: SteerOptions = {},
+): Promise<void> {
+  await steer(bus, taskId, 'resume', { action: 'resume', ...(options.by ? { by: options.by } : {}) });
+}
+
+/**
+ * Tells a running task something: recorded before the answer, the agent at work reads it before its next model call
+ * (the next agent step does, when none is at work), as a user turn. Answers with the message's id, which the task's
+ * `task.told` and `agent.told` events name.
+ */
+export async function tellTask(
+  bus: JetStreamBus,
+  taskId: string,
+  text: string,
+  options: SteerOptions = {},
+): Promise<{ messageId: string }> {
+  const message = ControlMessage.safeParse({
+    action: 'tell',
+    text,
+    ...(options.by ? { by: options.by } : {}),
+  });
+  if (!message.success) {
+    const problems = formatIssues(message.error.issues).map((i) => `${i.path || 'message'}: ${i.message}`);
+    throw new OperationError('invalid_request', `cannot tell task ${taskId}: ${problems.join('; ')}`);
+  }
+  const receipt = await steer(bus, taskId, 'tell', message.data);
+  if (!receipt.messageId) {
+    throw new OperationError(
+      'unavailable',
+      `the coordinator running task ${taskId} took the message but did not say its id; see troupe logs ${taskId}`,
+    );
+  }
+  return { messageId: receipt.messageId };
+}
+
+/** Sends a pause, resume or tell to the coordinator running a task, after the task's record says it may take one. */
+async function steer(
+  bus: JetStreamBus,
+  taskId: string,
+  action: 'pause' | 'resume' | 'tell',
+  message: ControlMessage,
+): Promise<ControlReceipt> {
+  const record = await readTask(bus, taskId);
+  if (record.status !== 'running') {
+    throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to ${action}`);
+  }
+  try {
+    return await bus.request(subjects.control(taskId), message, ControlReceipt, {
+      timeoutMs: 10_000,
+      meta: { taskId, from: 'user', kind: action },
+    });
+  } catch (error) {
+    throw controlFailure(error, record);
+  }
+}
+
+/** What a coordinator's refusal is to a caller: no such task, nothing it can do now, or nobody to ask right now. */
+const REFUSAL_CODE: Record<ControlRefusal, OperationErrorCode> = {
+  unknown_task: 'not_found',
+  task_ended: 'conflict',
+  already_paused: 'conflict',
+  not_paused: 'conflict',
+  unknown_version: 'conflict',
+  not_migratable: 'conflict',
+  // The task has not ended, but its coordinator stopped: it runs again when its message is redelivered.
+  not_running: 'unavailable',
+};
+
 /** Why a control message to a task's coordinator changed nothing, as an `OperationError` a user can act on. */
 function controlFailure(error: unknown, record: WorkflowRecord): OperationError {
-  if (TransportError.is(error) && ControlRefusal.safeParse(error.code).success) {
-    return new OperationError(error.code === 'unknown_task' ? 'not_found' : 'conflict', error.message, {
-      cause: error,
-    });
+  const refusal = TransportError.is(error) ? ControlRefusal.safeParse(error.code) : undefined;
+  if (refusal?.success) {
+    return new OperationError(REFUSAL_CODE[refusal.data], (error as Error).message, { cause: error });
   }
   if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
     return new OperationError(
