@@ -60,6 +60,7 @@ export {
   StepExpect,
   StepHeartbeat,
   StepOutput,
+  ToldMessage,
   Verdict,
 } from './step.ts';
 export {

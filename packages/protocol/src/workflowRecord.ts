@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { TaskEnding } from './control.ts';
 import { TroupeEvent } from './events.ts';
 import { Name, TaskId } from './names.ts';
+import { ToldMessage } from './step.ts';
 import { UsageTotals } from './usage.ts';
 
 /** What the step a task waits on is doing, as its workflow last heard: for `troupe status`. */
@@ -68,6 +69,15 @@ const WorkflowRecordShape = z.object({
   paused: z
     .object({ since: z.string(), by: z.string().optional(), reason: z.string().optional() })
     .optional(),
+  /**
+   * How long people held the task in all, in ms, over the pauses that have ended: its deadline comes that much later
+   * (and a step's timeout does not count the time it was held).
+   */
+  pausedMs: z.number().nonnegative().optional(),
+  /** Messages people told the task (`troupe tell`) that no finished step has read yet, oldest first. */
+  told: z.array(ToldMessage).optional(),
+  /** How many messages people have told the task so far: the next one's id is `m-<toldCount + 1>`. */
+  toldCount: z.number().int().nonnegative().optional(),
   /** Checkpoints that recorded a transition of the workflow: how far the task has come. */
   progress: z.number().int().nonnegative().optional(),
   /**
