@@ -25,6 +25,20 @@ export interface TaskView {
   activity?: { kind: string; step: string; agent: string; since: string };
   output?: unknown;
   failure?: { reason: string; message: string };
+  /** Set while a person holds the task (`status` stays `running`): since when, by whom, why. */
+  paused?: { since: string; by?: string; reason?: string };
+  /** The task this one was restarted or forked from, and at which step. */
+  origin?: TaskOrigin;
+}
+
+/** Where a restarted or forked task came from (`POST /v1/tasks/{id}/restart`, `…/fork`). */
+export interface TaskOrigin {
+  taskId: string;
+  kind: 'restart' | 'fork';
+  step: string;
+  /** What a fork changed: `input`, `steps.<id>.output`. */
+  edited?: string[];
+  by?: string;
 }
 
 export interface Pipeline {
@@ -180,6 +194,9 @@ async function errorOf(response: Response): Promise<ApiError> {
 export const EVENT_KINDS = [
   'task.accepted',
   'task.resumed',
+  'task.paused',
+  'task.told',
+  'agent.told',
   'step.started',
   'step.skipped',
   'route.chosen',

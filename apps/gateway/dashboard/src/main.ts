@@ -12,14 +12,18 @@ import {
   type TroupeEvent,
 } from './client.ts';
 import { TaskFiles } from './files.ts';
+import { ForkForm } from './forkForm.ts';
 import { cost, duration, since, tokens } from './format.ts';
 import { type Busy, FlowGraph, type Move } from './graph.ts';
 import { liveEvents } from './liveEvents.ts';
 import { TaskOutput } from './output.ts';
+import { RestartForm } from './restartForm.ts';
 import { SessionList, SessionView } from './sessions.ts';
+import { TaskSteering } from './steering.ts';
 import { TaskActions } from './taskActions.ts';
 import { debounced, ENDED } from './taskEnds.ts';
-import { Timeline, type Trace } from './timeline.ts';
+import { originLabel, TaskFamily } from './taskFamily.ts';
+import { type StepTools, type StepTrace, Timeline, type Trace } from './timeline.ts';
 import './style.css';
 
 const api = new Api();
@@ -204,6 +208,11 @@ function App() {
     setSelected(taskId);
     setOpenSession(undefined);
   };
+  /** Opens a task a link names (a restart or fork just started, or one of the family), read afresh. */
+  const openTask = (taskId: string) => {
+    selectTask(taskId);
+    refresh.task(taskId);
+  };
   if (needToken) return html`<${TokenPrompt} onToken=${signIn} />`;
   const current = pipelines.find((p) => p.name === pipeline);
   const shown = [...tasks.values()]
@@ -211,6 +220,17 @@ function App() {
     .sort((a, b) => (b.createdAt ?? '').localeCompare(a.createdAt ?? ''));
   const selectedTask = selected ? tasks.get(selected) : undefined;
   const busyHere = [...busy.values()].filter((b) => current?.steps.includes(b.step));
+  // Fork from a step: offered on each step of an ended task's own timeline, to a token that may submit.
+  const forkable =
+    selectedTask !== undefined &&
+    trace?.taskId === selectedTask.taskId &&
+    ENDED.has(selectedTask.status) &&
+    may(who, 'submit', selectedTask.pipeline);
+  const forkTools: StepTools | undefined =
+    forkable && trace
+      ? (step: StepTrace) =>
+          html`<${ForkForm} key=${`${trace.taskId}:${step.stepId}`} api=${api} task=${selectedTask} trace=${trace} step=${step} onOpen=${openTask} onRefused=${() => void loadWho()} />`
+      : undefined;
   return html`<div class="page">
     <header>
       <h1>Troupe</h1>
@@ -244,8 +264,15 @@ function App() {
           openSession
             ? html`<${SessionView} key=${openSession} api=${api} id=${openSession} who=${who} onOpenTask=${selectTask} onSent=${(task: TaskView) => setTasks((all) => new Map(all).set(task.taskId, task))} onError=${failed} />`
             : selected
-              ? html`${selectedTask ? html`<${TaskActions} api=${api} task=${selectedTask} trace=${trace} who=${who} onCancelled=${refresh.task} onRerun=${submitted} onRefused=${() => void loadWho()} />` : null}
-                ${trace ? html`<${Timeline} trace=${trace} />` : html`<p>Loading ${selected}…</p>`}
+              ? html`${
+                  selectedTask
+                    ? html`<${TaskFamily} task=${selectedTask} tasks=${[...tasks.values()]} onOpen=${openTask} />
+                      <${TaskActions} api=${api} task=${selectedTask} trace=${trace} who=${who} onCancelled=${refresh.task} onRerun=${submitted} onRefused=${() => void loadWho()} />
+                      <${TaskSteering} api=${api} task=${selectedTask} who=${who} onChanged=${refresh.task} onRefused=${() => void loadWho()} />
+                      <${RestartForm} api=${api} task=${selectedTask} trace=${trace} who=${who} onOpen=${openTask} onRefused=${() => void loadWho()} />`
+                    : null
+                }
+                ${trace ? html`<${Timeline} trace=${trace} stepTools=${forkTools} />` : html`<p>Loading ${selected}…</p>`}
                 ${trace?.taskId === selected && trace.output !== undefined ? html`<${TaskOutput} output=${trace.output} />` : null}
                 ${selectedTask && ENDED.has(selectedTask.status) ? html`<${TaskFiles} key=${selected} api=${api} taskId=${selected} />` : null}`
               : html`<p class="hint">Pick a task to see its timeline, or a session to see its conversation.</p>`
@@ -417,11 +444,12 @@ function TaskList(props: {
           data-testid="task-row"
           data-task=${t.taskId}
           data-status=${t.status}
+          data-paused=${t.paused ? 'true' : 'false'}
           data-version=${t.version ?? ''}
         >
-          <td class="id" title=${t.taskId}><${TaskId} id=${t.taskId} /></td>
+          <td class="id" title=${t.taskId}><${TaskId} id=${t.taskId} />${t.origin ? html`<span class="origin" data-testid="row-origin">${originLabel(t)}</span>` : null}</td>
           <td class="version" title=${t.version ?? ''}>${t.version?.slice(0, 12) ?? ''}</td>
-          <td><span class=${`status ${t.status}`}>${t.status}</span>${where(t) ? html`<span class="at">${where(t)}</span>` : null}</td>
+          <td><span class=${`status ${t.paused ? 'paused' : t.status}`}>${t.paused ? 'paused' : t.status}</span>${where(t) ? html`<span class="at">${where(t)}</span>` : null}</td>
           <td>${t.createdAt ? (t.status === 'running' || t.status === 'submitted' ? since(t.createdAt) : duration(Date.parse(t.updatedAt ?? t.createdAt) - Date.parse(t.createdAt))) : ''}</td>
           <td>${t.usage ? tokens(t.usage) : ''}</td>
           <td>${t.usage ? cost(t.usage.costUsd) : ''}</td>

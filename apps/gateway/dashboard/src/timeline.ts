@@ -1,5 +1,12 @@
 import { html } from 'htm/preact';
 import { cost, count, duration, tokens } from './format.ts';
+import {
+  isSteering,
+  type SteeringNode,
+  steeringText,
+  type ToldEntry,
+  toldEntryText,
+} from './steeringMarks.ts';
 
 /** The trace of a task, as `GET /v1/tasks/{id}/trace` gives it (the shape `troupe trace --json` prints). */
 export interface Trace {
@@ -8,8 +15,12 @@ export interface Trace {
   goal?: string;
   status: string;
   durationMs?: number;
-  failure?: { reason: string; message: string };
+  /** Why it failed; `step` names the step that failed, where one did. */
+  failure?: { reason: string; message: string; step?: string };
   output?: unknown;
+  /** The task's input, whole unless `inputCut` says it could not be read back. */
+  input?: Record<string, unknown>;
+  inputCut?: unknown;
   totals: {
     inputTokens: number;
     outputTokens: number;
@@ -36,6 +47,7 @@ interface FlowPlace {
 
 type FlowNode =
   | { kind: 'step'; stepId: string }
+  | SteeringNode
   | {
       kind: 'route';
       step: string;
@@ -66,10 +78,10 @@ type FlowNode =
       ok: boolean;
       within?: FlowPlace[];
     };
-type Mark = Extract<FlowNode, { kind: 'route' | 'skipped' | 'handoff' }>;
+type Mark = Extract<FlowNode, { kind: 'route' | 'skipped' | 'handoff' }> | SteeringNode;
 type Join = Extract<FlowNode, { kind: 'branches' | 'items' }>;
 
-interface StepTrace {
+export interface StepTrace {
   stepId: string;
   step: string;
   agent: string;
@@ -125,20 +137,22 @@ type Entry =
       decided?: { decision: string; by?: string; reason?: string; waitedMs: number };
     }
   | { kind: 'question'; questionId: string; question: string; answered?: { answer: string; by?: string } }
-  | { kind: 'compaction'; before: number; after: number };
+  | { kind: 'compaction'; before: number; after: number }
+  | ToldEntry;
 
 /**
  * A task's timeline in the flow's shape: each step with its outcome, and under it each model and tool call, opened
  * on a click; route choices and skipped steps where they happened; a parallel step's branches and a foreach step's
  * items nested under it with how its join ended; a sub-pipeline's task under its step.
  */
-export function Timeline(props: { trace: Trace }) {
+export function Timeline(props: { trace: Trace; stepTools?: StepTools | undefined }) {
   const { trace } = props;
+  const placed = (p: Placed) => placedItem(p, props.stepTools);
   return html`<div class="timeline" data-testid="timeline">
     <h3>${trace.taskId} <span class=${`status ${trace.status}`}>${trace.status}</span></h3>
     ${trace.goal ? html`<p class="goal">${trace.goal}</p>` : null}
     <ol class="steps">
-      ${outline(trace).map(placedItem)}
+      ${outline(trace).map(placed)}
     </ol>
     ${trace.failure ? html`<p class="bad">failed: ${trace.failure.reason}: ${trace.failure.message}</p>` : null}
     <p class="totals" data-testid="totals">${totalsText(trace)}</p>
@@ -157,6 +171,9 @@ function totalsText(trace: Trace): string {
     ...(trace.durationMs === undefined ? [] : [duration(trace.durationMs)]),
   ].join(' · ');
 }
+
+/** What the page adds under a step of the task's own timeline (a fork from it); a sub-task's steps get none. */
+export type StepTools = (step: StepTrace) => unknown;
 
 /** A parallel or foreach step as the trace met it: its branches or items, each a lane of what ran in it. */
 interface Group {
@@ -202,6 +219,9 @@ function outline(trace: Trace): Placed[] {
       if (step) listAt(step.within).push({ kind: 'step', step });
     } else if (node.kind === 'branches' || node.kind === 'items') {
       groupIn(listAt(node.within), node.step, node.kind === 'branches').joined = node;
+    } else if (isSteering(node)) {
+      // A hold or a told message is the task's, wherever its flow stood: at the top, in the order it came.
+      root.push({ kind: 'mark', node });
     } else if (node.kind !== 'handoff' || node.join !== undefined) {
       // Only a hand-off from a join says more than the order of the steps does.
       listAt(node.within).push({ kind: 'mark', node });
@@ -210,14 +230,20 @@ function outline(trace: Trace): Placed[] {
   return root;
 }
 
-function placedItem(placed: Placed): unknown {
-  if (placed.kind === 'step') return stepItem(placed.step);
-  if (placed.kind === 'mark')
-    return html`<li class="flow-mark" data-testid="timeline-mark">${markText(placed.node)}</li>`;
-  return groupItem(placed);
+function placedItem(placed: Placed, tools?: StepTools): unknown {
+  if (placed.kind === 'step') return stepItem(placed.step, tools);
+  if (placed.kind === 'mark') return markItem(placed.node);
+  return groupItem(placed, tools);
 }
 
-function stepItem(s: StepTrace) {
+function markItem(node: Mark) {
+  if (isSteering(node)) {
+    return html`<li class=${`flow-mark steer ${node.kind}`} data-testid="timeline-steer" data-kind=${node.kind}>${steeringText(node)}</li>`;
+  }
+  return html`<li class="flow-mark" data-testid="timeline-mark">${markText(node)}</li>`;
+}
+
+function stepItem(s: StepTrace, tools?: StepTools) {
   const sub = s.subTask;
   return html`<li class="step" data-testid="timeline-step" data-step=${s.step} data-verdict=${s.outcome?.verdict?.decision ?? ''}>
     <div class="step-head">
@@ -228,18 +254,19 @@ function stepItem(s: StepTrace) {
     <ul class="entries">
       ${s.entries.map((e) => html`<li>${entry(e)}</li>`)}
     </ul>
+    ${tools ? tools(s) : null}
     ${
       sub
         ? html`<div class="subtask" data-testid="timeline-subtask">
             sub-task ${sub.taskId} · ${sub.pipeline} · ${sub.trace ? html`<span class=${`status ${sub.trace.status}`}>${sub.trace.status}</span>` : 'its events are not stored'}
-            ${sub.trace ? html`<ol class="steps">${outline(sub.trace).map(placedItem)}</ol>` : null}
+            ${sub.trace ? html`<ol class="steps">${outline(sub.trace).map((p) => placedItem(p))}</ol>` : null}
           </div>`
         : null
     }
   </li>`;
 }
 
-function groupItem(group: Group) {
+function groupItem(group: Group, tools?: StepTools) {
   const joined = group.joined;
   if (joined?.kind === 'branches') {
     for (const name of Object.keys(joined.branches)) {
@@ -261,7 +288,7 @@ function groupItem(group: Group) {
       ${group.lanes.map(
         (lane) => html`<li class="lane" data-testid="timeline-lane" data-lane=${lane.key}>
         <div class="lane-head">${laneHead(group, lane)}</div>
-        <ol class="steps">${lane.placed.map(placedItem)}</ol>
+        <ol class="steps">${lane.placed.map((p) => placedItem(p, tools))}</ol>
       </li>`,
       )}
     </ol>
@@ -284,7 +311,7 @@ function laneHead(group: Group, lane: Group['lanes'][number]) {
   }`;
 }
 
-function markText(node: Mark): string {
+function markText(node: Exclude<Mark, SteeringNode>): string {
   switch (node.kind) {
     case 'route':
       return `route ${node.step} → ${node.target}${
@@ -358,5 +385,7 @@ function entry(e: Entry) {
       return html`<span>question: ${e.question} · ${e.answered ? `answered by ${e.answered.by ?? 'someone'}: ${e.answered.answer}` : html`<span class="running">waiting for an answer</span>`}</span>`;
     case 'compaction':
       return html`<span>summary: ${count(e.before, 'message')} → ${e.after}</span>`;
+    case 'told':
+      return html`<span class="told" data-testid="timeline-told">${toldEntryText(e)}</span>`;
   }
 }
