@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { TaskFailureReason } from './failure.ts';
 import { Name, TaskId } from './names.ts';
 import { StepError, Verdict } from './step.ts';
+import { TaskOriginRef } from './task.ts';
 import { UsageTotals } from './usage.ts';
 import { InputCut, ValueRef } from './valueRef.ts';
 
@@ -52,6 +53,8 @@ export const EventData = {
     parent: z
       .object({ taskId: TaskId, pipeline: Name, step: z.string(), depth: z.number().int().positive() })
       .optional(),
+    /** The ended task this one restarts or forks. */
+    origin: TaskOriginRef.optional(),
   }),
   /**
    * The task goes on in `state`: delivered again after its coordinator stopped (`after` absent or `redelivery`), or
@@ -329,6 +332,8 @@ export const EventData = {
     outputRef: ValueRef.optional(),
     verdict: Verdict.optional(),
     error: StepError.optional(),
+    /** The output is the origin task's (a restart or fork): nothing ran, and `usage` is zero. */
+    reused: z.boolean().optional(),
     usage: UsageTotals,
     turns: z.number().int().nonnegative(),
     durationMs: z.number().nonnegative(),

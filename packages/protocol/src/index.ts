@@ -72,7 +72,15 @@ export {
   STREAMS,
   subjects,
 } from './subjects.ts';
-export { MAX_PIPELINE_DEPTH, TaskFields, TaskParent, TaskSubmission } from './task.ts';
+export {
+  MAX_PIPELINE_DEPTH,
+  originRef,
+  TaskFields,
+  TaskOrigin,
+  TaskOriginRef,
+  TaskParent,
+  TaskSubmission,
+} from './task.ts';
 export {
   checkTaskToSubmit,
   DEFAULT_TASK_LIMITS,

@@ -3,6 +3,7 @@ import type { TaskEnding } from './control.ts';
 import { TroupeEvent } from './events.ts';
 import { Name, TaskId } from './names.ts';
 import { ToldMessage } from './step.ts';
+import { TaskOriginRef } from './task.ts';
 import { UsageTotals } from './usage.ts';
 
 /** What the step a task waits on is doing, as its workflow last heard: for `troupe status`. */
@@ -65,6 +66,8 @@ const WorkflowRecordShape = z.object({
   handBacks: z.number().int().nonnegative().optional(),
   /** What its current step is doing, while it runs. */
   activity: StepActivity.optional(),
+  /** The ended task this one was restarted or forked from (`troupe restart`, `troupe fork`). */
+  origin: TaskOriginRef.optional(),
   /** Set while a person holds the task (`troupe pause`): since when, by whom, why. `status` stays `running`. */
   paused: z
     .object({ since: z.string(), by: z.string().optional(), reason: z.string().optional() })

@@ -94,3 +94,36 @@ describe('TaskSubmission', () => {
     expect(refusal(input)).toEqual([{ path: '', code: 'invalid_type' }]);
   });
 });
+
+describe('TaskSubmission origin', () => {
+  const fork = { taskId: 't-1', kind: 'fork', step: 'review', set: { plan: 'a better plan' } };
+
+  it('takes a restart, and a fork with the outputs it sets', () => {
+    const restart = { id: 't-2', goal: 'g', origin: { taskId: 't-1', kind: 'restart', step: 'test' } };
+    expect(TaskSubmission.safeParse(restart).success).toBe(true);
+    expect(TaskSubmission.safeParse({ id: 't-3', goal: 'g', origin: fork }).success).toBe(true);
+  });
+
+  it('refuses a restart that sets outputs, saying only a fork does', () => {
+    const parsed = TaskSubmission.safeParse({ id: 't-2', goal: 'g', origin: { ...fork, kind: 'restart' } });
+    expect(parsed.error?.issues[0]?.message).toMatch(/only a fork sets step outputs/);
+  });
+
+  it('refuses an origin without an id, and an origin beside a parent', () => {
+    expect(TaskSubmission.safeParse({ goal: 'g', origin: fork }).error?.issues[0]?.message).toMatch(
+      /names its id/,
+    );
+    const parent = { taskId: 'p', pipeline: 'demo', step: 's', depth: 1 };
+    const both = TaskSubmission.safeParse({ id: 't-4', goal: 'g', origin: fork, parent });
+    expect(both.error?.issues[0]?.message).toMatch(/restart or fork its parent task/);
+  });
+
+  it('refuses an origin with an unknown kind or an unknown key', () => {
+    expect(
+      TaskSubmission.safeParse({ id: 't', goal: 'g', origin: { ...fork, kind: 'rewind' } }).success,
+    ).toBe(false);
+    expect(TaskSubmission.safeParse({ id: 't', goal: 'g', origin: { ...fork, at: 'x' } }).success).toBe(
+      false,
+    );
+  });
+});
