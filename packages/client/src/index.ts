@@ -16,6 +16,7 @@ export {
   readQueued,
   takeQueued,
 } from './queuedTasks.ts';
+export { type ReusedStep, type ReusedSteps, type ReusePlan, reuseKey, reusePlan } from './reusedSteps.ts';
 export {
   eventsAfter,
   type FollowOptions,
@@ -25,6 +26,13 @@ export {
   type SequencedEvent,
 } from './storedEvents.ts';
 export { type SubTaskReader, subTaskReader, withSubTasks } from './subTaskTraces.ts';
+export {
+  type FamilyTask,
+  type ForkOptions,
+  forkTask,
+  type RestartOptions,
+  restartTask,
+} from './taskFamily.ts';
 export {
   cancelTask,
   migrateTask,

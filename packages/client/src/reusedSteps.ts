@@ -1,0 +1,100 @@
+import type { TroupeEvent, ValueRef, Verdict } from '@troupe/protocol';
+
+/** A step's output that a restart or fork reuses, as the original task's `step.completed` recorded it. */
+export interface ReusedStep {
+  step: string;
+  agent: string;
+  output: string;
+  outputRef?: ValueRef;
+  /** A review's verdict, reused with its output. */
+  verdict?: Verdict;
+  /** A fork replaced the output (`--set steps.<id>.output=…`). */
+  edited?: true;
+}
+
+/**
+ * What a restart or fork reuses, by step run: `<step>.<round>`, and `.i<index>` for a foreach item's run (the key a
+ * step id has without its task id and retry). Plain data, kept in the new task's checkpoint.
+ */
+export type ReusedSteps = Record<string, ReusedStep>;
+
+/** The outputs to reuse, or why there can be none. */
+export type ReusePlan = { ok: true; steps: ReusedSteps } | { ok: false; message: string };
+
+/**
+ * The key of a step run from its step id (`<taskId>.<step>.<round>[-r<n>][.i<index>]`): the same run of the same step
+ * in the original and in its restart or fork, whatever their task ids, and whichever retry of it succeeded.
+ */
+export function reuseKey(taskId: string, stepId: string): string {
+  const run = stepId.startsWith(`${taskId}.`) ? stepId.slice(taskId.length + 1) : stepId;
+  return run.replace(/-r\d+(?=(\.i\d+)?$)/, '');
+}
+
+/**
+ * Which step outputs of an ended task a restart or fork from `from` reuses, read from the task's events: every step
+ * that completed well before `from` first started (`from` itself, or the first step inside it when it is a parallel
+ * or foreach step) — agent, review, route and human steps. A `pipeline` step is never reused: its sub-task runs
+ * again. `set` replaces reused outputs, by step id (each reused run of that step); a step it names must be reused.
+ */
+export function reusePlan(
+  events: readonly TroupeEvent[],
+  origin: { taskId: string; step: string; set?: Record<string, string> | undefined },
+): ReusePlan {
+  const { taskId, step: from } = origin;
+  const start = events.findIndex(
+    (event) =>
+      event.kind === 'step.started' &&
+      (event.data.step === from || (event.data.within ?? []).some((scope) => scope.step === from)),
+  );
+  if (start < 0) {
+    const started = [...new Set(events.flatMap((e) => (e.kind === 'step.started' ? [e.data.step] : [])))];
+    return {
+      ok: false,
+      message: `step ${JSON.stringify(from)} never started in task ${taskId}; its steps that started: ${started.join(', ') || 'none'}`,
+    };
+  }
+  const subTaskSteps = new Set(
+    events.flatMap((e) => (e.kind === 'step.started' && e.data.subTask ? [e.data.stepId] : [])),
+  );
+  const steps: ReusedSteps = {};
+  for (const event of events.slice(0, start)) {
+    if (event.kind !== 'step.completed' || !event.data.ok || subTaskSteps.has(event.data.stepId)) continue;
+    const { step, agent, output, outputRef, verdict } = event.data;
+    steps[reuseKey(taskId, event.data.stepId)] = {
+      step,
+      agent,
+      output,
+      ...(outputRef ? { outputRef } : {}),
+      ...(verdict ? { verdict } : {}),
+    };
+  }
+  return withEdits(steps, origin);
+}
+
+/** The reused steps with a fork's `set` applied; refused when it names a step that is not reused. */
+function withEdits(
+  steps: ReusedSteps,
+  { taskId, step: from, set }: { taskId: string; step: string; set?: Record<string, string> | undefined },
+): ReusePlan {
+  if (set === undefined) return { ok: true, steps };
+  const reused = new Set(Object.values(steps).map((s) => s.step));
+  const stray = Object.keys(set).filter((id) => !reused.has(id));
+  if (stray.length > 0) {
+    return {
+      ok: false,
+      message: `cannot set the output of ${stray.map((id) => `step ${JSON.stringify(id)}`).join(', ')}: only a step that completed in task ${taskId} before ${JSON.stringify(from)} started is reused, and can be set (reused: ${[...reused].join(', ') || 'none'})`,
+    };
+  }
+  const edited: ReusedSteps = {};
+  for (const [key, reusedStep] of Object.entries(steps)) {
+    const text = set[reusedStep.step];
+    if (text === undefined) {
+      edited[key] = reusedStep;
+      continue;
+    }
+    // The edit is the whole output: the original's stored whole (outputRef) is not it.
+    const { outputRef: _whole, ...rest } = reusedStep;
+    edited[key] = { ...rest, output: text, edited: true };
+  }
+  return { ok: true, steps: edited };
+}

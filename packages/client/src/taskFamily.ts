@@ -1,0 +1,147 @@
+import { randomUUID } from 'node:crypto';
+import type { TaskOrigin, TaskSubmission, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
+import type { JetStreamBus } from '@troupe/runtime/bus';
+import { OperationError } from './operationError.ts';
+import { reusePlan } from './reusedSteps.ts';
+import { readTask, readTaskEvents, type SubmitOptions, submitToPipeline } from './taskOperations.ts';
+
+/** A task made from an ended one: its id, and the pipeline it runs in (the original's). */
+export interface FamilyTask {
+  taskId: string;
+  pipeline: string;
+}
+
+export interface RestartOptions {
+  /** The step to run again, with every step after it; the ones before it are reused. */
+  from: string;
+  /** Who asked for it, kept in the new task's origin. */
+  by?: string;
+  /** The new task's id; a fresh one when absent. Given again, nothing new is run. */
+  id?: string;
+}
+
+export interface ForkOptions {
+  /** The step to run on from, with the edits; the steps before it are reused. */
+  at: string;
+  /** The new task's input, in place of the original's. */
+  input?: Record<string, unknown>;
+  /** Reused outputs to replace, by step id: each must be a step that completed before `at` started. */
+  set?: Record<string, string>;
+  by?: string;
+  id?: string;
+}
+
+/**
+ * Runs a failed or cancelled task again from one of its steps, as a new task of the same pipeline (and version)
+ * linked to it by its `origin`: the steps that completed before `from` first started are not run again (their
+ * outputs are reused: no model call, no tool call, no person asked), and `from` and everything after it runs. The
+ * original stays as it ended. Throws `not_found` for an unknown task, `conflict` for one still running (or one that
+ * completed: fork it), `invalid_request` for a step it never started.
+ *
+ * @example
+ * ```ts
+ * const { taskId } = await restartTask(bus, 'task-42', { from: 'test' });
+ * ```
+ */
+export async function restartTask(
+  bus: JetStreamBus,
+  taskId: string,
+  options: RestartOptions,
+): Promise<FamilyTask> {
+  const record = await readTask(bus, taskId);
+  if (record.status === 'running') {
+    throw new OperationError(
+      'conflict',
+      `task ${taskId} is still running; restart it once it has ended (troupe cancel ${taskId} ends it now)`,
+    );
+  }
+  if (record.status === 'completed') {
+    throw new OperationError(
+      'conflict',
+      `task ${taskId} completed; nothing to restart. To run it again from a step, fork it: troupe fork ${taskId} --at ${options.from}`,
+    );
+  }
+  const origin: TaskOrigin = {
+    taskId,
+    kind: 'restart',
+    step: options.from,
+    ...(options.by ? { by: options.by } : {}),
+  };
+  return await makeFamilyTask(bus, record, origin, options.id);
+}
+
+/**
+ * Starts a new task from an ended one at one of its steps, with its input replaced and/or some reused step outputs
+ * edited: the steps that completed before `at` first started in the original are reused (edited where `set` says),
+ * and `at` and everything after it runs, seeing the edits. Throws `not_found` for an unknown task, `conflict` for
+ * one still running (fork it once it has ended), `invalid_request` for a step it never started or a `set` for a step
+ * that is not reused.
+ */
+export async function forkTask(bus: JetStreamBus, taskId: string, options: ForkOptions): Promise<FamilyTask> {
+  const record = await readTask(bus, taskId);
+  if (record.status === 'running') {
+    throw new OperationError(
+      'conflict',
+      `task ${taskId} is still running; fork it once it has ended (troupe cancel ${taskId} ends it now)`,
+    );
+  }
+  const set = options.set && Object.keys(options.set).length > 0 ? options.set : undefined;
+  const edited = [
+    ...(options.input ? ['input'] : []),
+    ...Object.keys(set ?? {}).map((step) => `steps.${step}.output`),
+  ];
+  const origin: TaskOrigin = {
+    taskId,
+    kind: 'fork',
+    step: options.at,
+    ...(set ? { set } : {}),
+    ...(edited.length > 0 ? { edited } : {}),
+    ...(options.by ? { by: options.by } : {}),
+  };
+  return await makeFamilyTask(bus, record, origin, options.id, options.input);
+}
+
+/**
+ * Submits the new task of a restart or fork, once the original's events show what it reuses: the original's goal,
+ * metadata and input (its stored whole, when it was stored), or the fork's input.
+ */
+async function makeFamilyTask(
+  bus: JetStreamBus,
+  record: WorkflowRecord,
+  origin: TaskOrigin,
+  id: string | undefined,
+  input?: Record<string, unknown>,
+): Promise<FamilyTask> {
+  const { taskId, pipeline } = record;
+  const events = await readTaskEvents(bus, taskId, pipeline);
+  const accepted = events.find(
+    (e): e is Extract<TroupeEvent, { kind: 'task.accepted' }> => e.kind === 'task.accepted',
+  );
+  if (accepted?.data.parent) {
+    throw new OperationError(
+      'invalid_request',
+      `task ${taskId} is a sub-task of task ${accepted.data.parent.taskId} (its step ${accepted.data.parent.step}); restart or fork that task`,
+    );
+  }
+  if (!accepted) {
+    throw new OperationError(
+      'conflict',
+      `the events of task ${taskId} are no longer kept (its task.accepted is gone from EVENTS); it cannot be restarted or forked`,
+    );
+  }
+  const plan = reusePlan(events, origin);
+  if (!plan.ok)
+    throw new OperationError('invalid_request', `cannot ${origin.kind} task ${taskId}: ${plan.message}`);
+  const original = accepted.data;
+  const task: TaskSubmission & { id: string } = {
+    id: id ?? randomUUID(),
+    goal: original.goal,
+    ...(input ? { input } : original.input ? { input: original.input } : {}),
+    ...(original.metadata ? { metadata: original.metadata } : {}),
+    origin,
+  };
+  // The original's input as accepted may hold previews of its stored whole: read whole before it goes again.
+  const options: SubmitOptions = !input && original.inputCut ? { inputCut: original.inputCut } : {};
+  const submitted = await submitToPipeline(bus, pipeline, task, options);
+  return { taskId: submitted.taskId, pipeline };
+}

@@ -1,0 +1,120 @@
+import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
+import { describe, expect, it } from 'vitest';
+import { reuseKey, reusePlan } from '../src/reusedSteps.ts';
+
+let seq = 0;
+const event = (kind: string, data: Record<string, unknown>): TroupeEvent =>
+  ({
+    id: `e${++seq}`,
+    ts: '2026-12-06T00:00:00.000Z',
+    pipeline: 'demo',
+    taskId: 't-1',
+    kind,
+    data,
+  }) as TroupeEvent;
+const started = (step: string, stepId: string, extra: Record<string, unknown> = {}) =>
+  event('step.started', { step, agent: 'a', round: 1, stepId, ...extra });
+const completed = (step: string, stepId: string, output: string, extra: Record<string, unknown> = {}) =>
+  event('step.completed', {
+    step,
+    agent: 'a',
+    round: 1,
+    stepId,
+    ok: true,
+    output,
+    usage: emptyUsage(),
+    turns: 1,
+    durationMs: 5,
+    ...extra,
+  });
+
+describe('reuseKey', () => {
+  it('names a step run without its task id and retry, keeping its round and item', () => {
+    expect(reuseKey('t-1', 't-1.plan.1')).toBe('plan.1');
+    expect(reuseKey('t-1', 't-1.plan.2-r3')).toBe('plan.2');
+    expect(reuseKey('t-1', 't-1.each.1-r1.i4')).toBe('each.1.i4');
+  });
+});
+
+describe('reusePlan', () => {
+  const history = [
+    started('plan', 't-1.plan.1'),
+    completed('plan', 't-1.plan.1', 'the plan'),
+    started('review', 't-1.review.1'),
+    completed('review', 't-1.review.1', 'fine', { verdict: { approved: true, feedback: 'ok' } }),
+    started('sub', 't-1.sub.1', { subTask: { taskId: 's-1', pipeline: 'other' } }),
+    completed('sub', 't-1.sub.1', 'sub output'),
+    started('test', 't-1.test.1'),
+    event('step.completed', {
+      step: 'test',
+      agent: 'a',
+      round: 1,
+      stepId: 't-1.test.1',
+      ok: false,
+      output: '',
+      usage: emptyUsage(),
+      turns: 1,
+      durationMs: 1,
+    }),
+  ];
+
+  it('reuses every step that completed well before the step first started, a verdict with its output', () => {
+    const plan = reusePlan(history, { taskId: 't-1', step: 'test' });
+    expect(plan).toEqual({
+      ok: true,
+      steps: {
+        'plan.1': { step: 'plan', agent: 'a', output: 'the plan' },
+        'review.1': {
+          step: 'review',
+          agent: 'a',
+          output: 'fine',
+          verdict: { approved: true, feedback: 'ok' },
+        },
+      },
+    });
+  });
+
+  it('does not reuse a pipeline step (its sub-task runs again), nor the step itself', () => {
+    const plan = reusePlan(history, { taskId: 't-1', step: 'review' });
+    expect(plan.ok && Object.keys(plan.steps)).toEqual(['plan.1']);
+  });
+
+  it('starts a parallel or foreach step where the first step inside it started', () => {
+    const inside = [
+      started('plan', 't-1.plan.1'),
+      completed('plan', 't-1.plan.1', 'p'),
+      started('x', 't-1.x.1.i0', { within: [{ step: 'each', item: 0 }] }),
+      completed('x', 't-1.x.1.i0', 'x0'),
+    ];
+    const plan = reusePlan(inside, { taskId: 't-1', step: 'each' });
+    expect(plan.ok && Object.keys(plan.steps)).toEqual(['plan.1']);
+  });
+
+  it('sets the output of a reused step, dropping the whole the original stored', () => {
+    const ref = { bucket: 'b', name: 'n', bytes: 1, sha256: 'a'.repeat(64) };
+    const events = [started('plan', 't-1.plan.1'), completed('plan', 't-1.plan.1', 'p…', { outputRef: ref })];
+    const plan = reusePlan([...events, started('code', 't-1.code.1')], {
+      taskId: 't-1',
+      step: 'code',
+      set: { plan: 'edited plan' },
+    });
+    expect(plan).toEqual({
+      ok: true,
+      steps: { 'plan.1': { step: 'plan', agent: 'a', output: 'edited plan', edited: true } },
+    });
+  });
+
+  it('refuses a step that never started, naming the ones that did', () => {
+    const plan = reusePlan(history, { taskId: 't-1', step: 'deploy' });
+    expect(plan).toEqual({
+      ok: false,
+      message: 'step "deploy" never started in task t-1; its steps that started: plan, review, sub, test',
+    });
+  });
+
+  it('refuses a set for a step that is not reused', () => {
+    const plan = reusePlan(history, { taskId: 't-1', step: 'review', set: { test: 'x' } });
+    expect(plan.ok).toBe(false);
+    expect(!plan.ok && plan.message).toMatch(/cannot set the output of step "test".*reused: plan/);
+  });
+});
