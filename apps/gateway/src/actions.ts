@@ -6,15 +6,18 @@ import {
   OperationError,
   openQueuedStore,
   openWorkflowStore,
+  pauseTask,
   readHumanRequest,
   readQueued,
   readTask,
   readTaskEvents,
   readValues,
   replyToHuman,
+  resumeTask,
   submitToPipeline,
   subTaskReader,
   type TaskTrace,
+  tellTask,
   wholeTrace,
   withSubTasks,
 } from '@troupe/client';
@@ -26,12 +29,18 @@ import {
   FINAL_EVENT_KINDS,
   type HumanRequest,
   onItsSubject,
+  type PauseBody,
+  type PauseResult,
   type QueuedTask,
+  type ResumeBody,
+  type ResumeResult,
   subjects,
   type TaskLimits,
   type TaskList,
   type TaskSubmission,
   type TaskView,
+  type TellBody,
+  type TellResult,
   TroupeEvent,
   type WorkflowRecord,
 } from '@troupe/protocol';
@@ -243,6 +252,46 @@ export class GatewayActions {
     return { taskId, status: 'cancelled' };
   }
 
+  /**
+   * Holds a running task: its coordinator records the pause before it answers, so it holds across a restart. Needs the
+   * `approve` scope for the task's pipeline, as deciding its approvals does; recorded as paused by the token's name.
+   */
+  async pause(who: Principal, taskId: string, body: PauseBody = {}): Promise<PauseResult> {
+    await this.#steerable(who, taskId, 'pause');
+    await pauseTask(this.#bus, taskId, {
+      ...(body.reason ? { reason: body.reason } : {}),
+      by: steeredBy(who, body.by),
+    });
+    return { taskId, status: 'paused' };
+  }
+
+  /** Lets a paused task go on (`approve` scope, as {@link pause}). */
+  async resume(who: Principal, taskId: string, body: ResumeBody = {}): Promise<ResumeResult> {
+    await this.#steerable(who, taskId, 'resume');
+    await resumeTask(this.#bus, taskId, { by: steeredBy(who, body.by) });
+    return { taskId, status: 'running' };
+  }
+
+  /** Tells the agent at work a person's message, recorded before the answer (`approve` scope, as {@link pause}). */
+  async tell(who: Principal, taskId: string, body: TellBody): Promise<TellResult> {
+    await this.#steerable(who, taskId, 'tell');
+    const { messageId } = await tellTask(this.#bus, taskId, body.text, { by: steeredBy(who, body.by) });
+    return { taskId, messageId };
+  }
+
+  /**
+   * The task's record, when the principal may steer its pipeline's tasks. A task still queued has no coordinator to
+   * hold or tell it yet: that is said (503), rather than that it does not exist.
+   */
+  async #steerable(who: Principal, taskId: string, action: string): Promise<WorkflowRecord> {
+    const found = this.#visible(who, 'approve', await this.#lookup(taskId));
+    if (!isQueued(found)) return found;
+    throw new OperationError(
+      'unavailable',
+      `task ${taskId} is queued: no coordinator has taken it yet, so none can ${action} it; try again once it runs`,
+    );
+  }
+
   /** What people are asked now (or ever, with `all`), of the pipelines the principal may see. */
   async approvals(who: Principal, filter: { all?: boolean; taskId?: string }): Promise<HumanRequest[]> {
     authorize(who, 'read');
@@ -346,7 +395,7 @@ export class GatewayActions {
    */
   #visible<T extends { taskId: string; pipeline: string }>(
     who: Principal,
-    scope: 'read' | 'submit',
+    scope: 'read' | 'submit' | 'approve',
     record: T,
   ): T {
     authorize(who, scope);
@@ -397,10 +446,15 @@ export function viewOf(record: WorkflowRecord): TaskView {
     createdAt: record.createdAt,
     updatedAt: record.updatedAt,
     ...(record.activity && record.status === 'running' ? { activity: record.activity } : {}),
+    ...(record.paused && record.status === 'running' ? { paused: record.paused } : {}),
     ...(record.final ? resultOf(record.final) : {}),
     links: linksOf(record.taskId),
   };
 }
+
+/** Who steered a task, as its events and record keep it: the token's name, with the `by` its caller gave beside it. */
+const steeredBy = (who: Principal, by: string | undefined): string =>
+  by ? `${by} (token ${who.name})` : who.name;
 
 /** A task queued in `TASKS` that no coordinator has claimed yet, from its mark. */
 export function queuedViewOf(mark: QueuedTask): TaskView {

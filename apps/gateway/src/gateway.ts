@@ -17,6 +17,7 @@ import { eventRoutes } from './routes/eventRoutes.ts';
 import { healthRoutes } from './routes/healthRoutes.ts';
 import { pipelineRoutes } from './routes/pipelineRoutes.ts';
 import { sessionRoutes } from './routes/sessionRoutes.ts';
+import { steeringRoutes } from './routes/steeringRoutes.ts';
 import { taskRoutes } from './routes/taskRoutes.ts';
 import { tokenRoute } from './routes/tokenRoute.ts';
 import { webSocketRoute } from './routes/webSocketRoute.ts';
@@ -115,6 +116,7 @@ async function registerRoutes(
   const auth = options.auth ?? 'tokens';
   await app.register(healthRoutes, services);
   await app.register(taskRoutes, services);
+  await app.register(steeringRoutes, services);
   await app.register(eventRoutes, services);
   await app.register(approvalRoutes, services);
   await app.register(sessionRoutes, services);

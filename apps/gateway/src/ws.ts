@@ -15,8 +15,8 @@ export const MAX_SUBSCRIPTIONS = 100;
 
 /**
  * One client's WebSocket: it follows the tasks it subscribes to (each as the SSE endpoint streams them: every event
- * with its stream sequence, then `end` after the task's final event), and submits, cancels, approves, denies and
- * answers with the same checks as the HTTP routes. Each request is answered with a `reply` carrying the client's
+ * with its stream sequence, then `end` after the task's final event), and submits, cancels, pauses, resumes, tells,
+ * approves, denies and answers with the same checks as the HTTP routes. Each request is answered with a `reply` carrying the client's
  * `id`; a message that is not one of these gets an `error`, and the connection stays open.
  */
 export class WsSession {
@@ -118,6 +118,15 @@ export class WsSession {
         ).view;
       case 'cancel':
         return this.#actions.cancel(who, message.taskId, message.reason);
+      case 'pause':
+        return this.#actions.pause(who, message.taskId, {
+          ...(message.reason ? { reason: message.reason } : {}),
+          ...by(message),
+        });
+      case 'resume':
+        return this.#actions.resume(who, message.taskId, by(message));
+      case 'tell':
+        return this.#actions.tell(who, message.taskId, { text: message.text, ...by(message) });
       case 'approve':
         return this.#actions.decide(who, message.requestId, { decision: 'allow', ...by(message) });
       case 'deny':

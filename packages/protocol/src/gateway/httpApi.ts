@@ -56,6 +56,14 @@ export type SubmitQuery = z.infer<typeof SubmitQuery>;
 export const TaskStatus = z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']);
 export type TaskStatus = z.infer<typeof TaskStatus>;
 
+/** Where a task was paused: since when, by whom (with the token's name), why. */
+export const TaskPaused = z.object({
+  since: z.string(),
+  by: z.string().optional(),
+  reason: z.string().optional(),
+});
+export type TaskPaused = z.infer<typeof TaskPaused>;
+
 /** Where a task stands, from its record; with its result once it has ended. */
 export const TaskView = z
   .object({
@@ -75,6 +83,8 @@ export const TaskView = z
     updatedAt: z.string().optional(),
     /** What its current step is doing (an agent working, waiting on its model, on a person, or on a worker). */
     activity: z.record(z.string(), z.unknown()).optional(),
+    /** Set while a person holds the running task (`status` stays `running`): resume it to let it go on. */
+    paused: TaskPaused.optional(),
     /** The final output of a completed task: whole for a single task, a preview in a list when `outputRef` is set. */
     output: z.unknown().optional(),
     /** Where the whole output is kept, when `output` is only its preview (in a list of tasks). */
@@ -136,6 +146,40 @@ export type CancelBody = z.infer<typeof CancelBody>;
 
 export const CancelResult = z.object({ taskId: TaskId, status: z.literal('cancelled') });
 export type CancelResult = z.infer<typeof CancelResult>;
+
+/** Who steers a task (pause, resume, tell), recorded beside the token's name. */
+const SteeredBy = z.string().min(1).max(100).optional();
+
+/** A pause: the step at work finishes its current model or tool call, then the task is held until a resume. */
+export const PauseBody = z
+  .strictObject({ reason: z.string().max(2_000).optional(), by: SteeredBy })
+  .default({})
+  .meta({ id: 'Pause' });
+export type PauseBody = z.infer<typeof PauseBody>;
+
+/** The pause is recorded: the task stays held across a restart of its coordinator, until it is resumed. */
+export const PauseResult = z
+  .object({ taskId: TaskId, status: z.literal('paused') })
+  .meta({ id: 'PauseResult' });
+export type PauseResult = z.infer<typeof PauseResult>;
+
+export const ResumeBody = z.strictObject({ by: SteeredBy }).default({}).meta({ id: 'Resume' });
+export type ResumeBody = z.infer<typeof ResumeBody>;
+
+export const ResumeResult = z
+  .object({ taskId: TaskId, status: z.literal('running') })
+  .meta({ id: 'ResumeResult' });
+export type ResumeResult = z.infer<typeof ResumeResult>;
+
+/** A person's message for the agent at work, read before its next model call (by the next agent step when none is). */
+export const TellBody = z
+  .strictObject({ text: z.string().trim().min(1, 'must not be empty').max(100_000), by: SteeredBy })
+  .meta({ id: 'Tell' });
+export type TellBody = z.infer<typeof TellBody>;
+
+/** The message is recorded; its id is the one the task's `task.told` and `agent.told` events name. */
+export const TellResult = z.object({ taskId: TaskId, messageId: z.string() }).meta({ id: 'TellResult' });
+export type TellResult = z.infer<typeof TellResult>;
 
 export const EventsQuery = z.object({
   /** `troupe` (default): Troupe's own events. `ag-ui`: the same flow as AG-UI events. */

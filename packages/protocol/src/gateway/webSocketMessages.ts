@@ -31,6 +31,23 @@ export const ClientMessage = z.discriminatedUnion('type', [
     taskId: TaskId,
     reason: z.string().max(2_000).optional(),
   }),
+  /** Hold a running task once its step at work has finished its current model or tool call. */
+  z.strictObject({
+    type: z.literal('pause'),
+    id: RequestId,
+    taskId: TaskId,
+    reason: z.string().max(2_000).optional(),
+    by: By,
+  }),
+  z.strictObject({ type: z.literal('resume'), id: RequestId, taskId: TaskId, by: By }),
+  /** A message for the agent at work, read before its next model call. */
+  z.strictObject({
+    type: z.literal('tell'),
+    id: RequestId,
+    taskId: TaskId,
+    text: z.string().trim().min(1, 'must not be empty').max(100_000),
+    by: By,
+  }),
   z.strictObject({
     type: z.literal('approve'),
     id: RequestId,
