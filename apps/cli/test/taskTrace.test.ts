@@ -543,7 +543,9 @@ const shaped: TroupeEvent[] = [
 describe('the flow in a trace', () => {
   it('keeps the flow in order: steps, routes with their reason, skips, joins and hand-offs, each where it ran', () => {
     const trace = buildTaskTrace('t1', shaped);
-    expect(trace.flow.map((n) => (n.kind === 'step' ? n.stepId : `${n.kind} ${n.step}`))).toEqual([
+    expect(
+      trace.flow.map((n) => (n.kind === 'step' ? n.stepId : `${n.kind} ${'step' in n ? n.step : ''}`)),
+    ).toEqual([
       't1.plan.1',
       'route pick',
       'skipped notify',

@@ -51,7 +51,16 @@ export interface FlowPlace {
   value?: string | undefined;
 }
 
-export type FlowNode = StepNode | RouteNode | SkipNode | BranchesJoinNode | ItemsJoinNode | HandoffNode;
+export type FlowNode =
+  | StepNode
+  | RouteNode
+  | SkipNode
+  | BranchesJoinNode
+  | ItemsJoinNode
+  | HandoffNode
+  | PausedNode
+  | ResumedNode
+  | ToldNode;
 
 /** A step, its details in `steps` under the same id. */
 export interface StepNode {
@@ -124,6 +133,35 @@ export interface HandoffNode {
   within?: FlowPlace[];
 }
 
+/** A person held the task (`troupe pause`), where its workflow stood. */
+export interface PausedNode {
+  kind: 'paused';
+  at: string;
+  state: string;
+  round: number;
+  by?: string;
+  reason?: string;
+}
+
+/** A person let the held task go on (`troupe resume`), after `pausedMs` held; a resume after a crash is not one. */
+export interface ResumedNode {
+  kind: 'resumed';
+  at: string;
+  state: string;
+  round: number;
+  by?: string;
+  pausedMs?: number;
+}
+
+/** A person's message for the task (`troupe tell`), as recorded; the steps whose agents read it list it as `told`. */
+export interface ToldNode {
+  kind: 'told';
+  at: string;
+  messageId: string;
+  text: string;
+  by?: string;
+}
+
 export interface TraceTotals extends UsageTotals {
   toolCalls: number;
   approvals: number;
@@ -155,7 +193,13 @@ export interface StepTrace {
   entries: TraceEntry[];
 }
 
-export type TraceEntry = ModelCallTrace | ToolCallTrace | ApprovalTrace | QuestionTrace | CompactionTrace;
+export type TraceEntry =
+  | ModelCallTrace
+  | ToolCallTrace
+  | ApprovalTrace
+  | QuestionTrace
+  | CompactionTrace
+  | ToldTrace;
 
 /** What a model call that answered spent, and which model answered. */
 export interface ModelSpend {
@@ -226,6 +270,14 @@ export interface CompactionTrace {
   estimatedTokens: number;
   /** The model call that wrote the summary, where the event says (events from before it was added do not). */
   reply?: ModelSpend;
+}
+
+/** The agent read told messages into its conversation before model call `turn` (their text, where the trace has it). */
+export interface ToldTrace {
+  kind: 'told';
+  at: string;
+  turn: number;
+  messages: { id: string; text?: string }[];
 }
 
 /**

@@ -46,6 +46,9 @@ export class TraceFold {
   readonly approvals = new Map<string, ApprovalTrace>();
   readonly questions = new Map<string, QuestionTrace>();
   readonly compactions = new Set<string>();
+  /** Each told message's text by id, for the steps that read it; and which step read which at which turn. */
+  readonly told = new Map<string, string>();
+  readonly toldRead = new Set<string>();
 
   constructor(taskId: string, pipeline: string) {
     this.trace = {
@@ -131,8 +134,55 @@ const handlers: Handlers = {
     if (event.data.inputCut) trace.inputCut = event.data.inputCut;
     trace.startedAt = event.ts;
   },
-  'task.resumed': ({ trace }) => {
-    trace.resumed += 1;
+  'task.resumed': (fold, { id, ts, data: d }) => {
+    // A resume after a pause is a person's act, in the flow; `resumed` counts the pick-ups after a crash.
+    if (d.after !== 'pause') {
+      fold.trace.resumed += 1;
+      return;
+    }
+    fold.decision(`resumed:${id}`, {
+      kind: 'resumed',
+      at: ts,
+      state: d.state,
+      round: d.round,
+      ...(d.by === undefined ? {} : { by: d.by }),
+      ...(d.pausedMs === undefined ? {} : { pausedMs: d.pausedMs }),
+    });
+  },
+  'task.paused': (fold, { id, ts, data: d }) => {
+    fold.decision(`paused:${id}`, {
+      kind: 'paused',
+      at: ts,
+      state: d.state,
+      round: d.round,
+      ...(d.by === undefined ? {} : { by: d.by }),
+      ...(d.reason === undefined ? {} : { reason: d.reason }),
+    });
+  },
+  'task.told': (fold, { ts, data: d }) => {
+    fold.told.set(d.messageId, d.text);
+    fold.decision(`told:${d.messageId}`, {
+      kind: 'told',
+      at: ts,
+      messageId: d.messageId,
+      text: d.text,
+      ...(d.by === undefined ? {} : { by: d.by }),
+    });
+  },
+  'agent.told': (fold, { ts, data: d }) => {
+    // A re-run of the step reads the same messages at the same turn (its journal says so), and says so again.
+    const key = `${d.stepId}:${d.turn}`;
+    if (fold.toldRead.has(key)) return;
+    fold.toldRead.add(key);
+    fold.stepOf(d.stepId, d.agent).entries.push({
+      kind: 'told',
+      at: ts,
+      turn: d.turn,
+      messages: d.messageIds.map((id) => {
+        const text = fold.told.get(id);
+        return text === undefined ? { id } : { id, text };
+      }),
+    });
   },
   'step.started': (fold, event) => {
     const { stepId, step, agent, round, within, subTask } = event.data;
@@ -382,7 +432,7 @@ function count(trace: TaskTrace): void {
         if (entry.result && !entry.result.ok) totals.errors += 1;
       } else if (entry.kind === 'approval') totals.approvals += 1;
       else if (entry.kind === 'question') totals.questions += 1;
-      else {
+      else if (entry.kind !== 'told') {
         if (entry.kind === 'model') {
           totals.retries += entry.retries.length;
           totals.fallbacks += entry.fallbacks.length;

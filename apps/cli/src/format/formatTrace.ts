@@ -1,6 +1,7 @@
 import { styleText } from 'node:util';
 import type {
   BranchesJoinNode,
+  FlowNode,
   FlowPlace,
   HandoffNode,
   ItemsJoinNode,
@@ -86,10 +87,9 @@ interface Group {
   lanes: { key: string; value?: string | undefined; nodes: Placed[] }[];
   joined?: BranchesJoinNode | ItemsJoinNode;
 }
-type Placed =
-  | Group
-  | { kind: 'step'; step: StepTrace }
-  | { kind: 'mark'; node: RouteNode | SkipNode | HandoffNode };
+type Placed = Group | { kind: 'step'; step: StepTrace } | { kind: 'mark'; node: Mark };
+/** A line of the flow between its steps: a route, a skip, a hand-off from a join, or a person's hold or message. */
+type Mark = RouteNode | SkipNode | HandoffNode | Extract<FlowNode, { kind: 'paused' | 'resumed' | 'told' }>;
 
 /**
  * The flow as a tree: steps, route choices, skipped steps and hand-offs from a join in the order they happened, each
@@ -138,6 +138,12 @@ function flowTree(trace: TaskTrace, paint: Paint): Branch[] {
         // Every step is handed its work; only a hand-off from a join says more than the order does (a rework's
         // shows as the step's next round).
         if (node.join !== undefined) listAt(node.within).push({ kind: 'mark', node });
+        break;
+      case 'paused':
+      case 'resumed':
+      case 'told':
+        // A person's hold, resume or message is the task's, wherever its flow stood: at the top, in its order.
+        root.push({ kind: 'mark', node });
         break;
       default:
         listAt(node.within).push({ kind: 'mark', node });
@@ -233,7 +239,7 @@ function foreachBranch(group: Group, paint: Paint): Branch {
   };
 }
 
-function markLine(node: RouteNode | SkipNode | HandoffNode, paint: Paint): string {
+function markLine(node: Mark, paint: Paint): string {
   switch (node.kind) {
     case 'route': {
       const why =
@@ -248,6 +254,12 @@ function markLine(node: RouteNode | SkipNode | HandoffNode, paint: Paint): strin
       return `${paint('bold', node.step)} · skipped: ${preview(node.when, 100)} was false`;
     case 'handoff':
       return `hand-off from the join of ${node.join ?? node.from} → ${node.to} (${node.step})`;
+    case 'paused':
+      return `${paint('yellow', 'paused')}${node.by ? ` by ${node.by}` : ''} at ${node.state}${node.reason ? `: ${preview(node.reason, 120)}` : ''}`;
+    case 'resumed':
+      return `${paint('yellow', 'resumed')}${node.by ? ` by ${node.by}` : ''} at ${node.state}${node.pausedMs === undefined ? '' : ` after ${formatDuration(node.pausedMs)} paused`}`;
+    case 'told':
+      return `${paint('magenta', 'told')} ${node.messageId}${node.by ? ` by ${node.by}` : ''}: ${preview(node.text, 200)}`;
   }
 }
 
@@ -328,6 +340,10 @@ function entryLines(entry: TraceEntry, paint: Paint): string[] {
         `${asked} · answered by ${answered.by ?? 'someone'} after ${formatDuration(answered.waitedMs)}: ${preview(answered.answer)}`,
       ];
     }
+    case 'told':
+      return [
+        `read ${entry.messages.map((m) => (m.text === undefined ? m.id : `${m.id} ${JSON.stringify(preview(m.text, 120))}`)).join(', ')} before turn ${entry.turn}`,
+      ];
     case 'compaction': {
       const what = `summary: ${entry.before} messages → ${entry.after} (about ${entry.estimatedTokens} tokens before)`;
       const reply = entry.reply;
