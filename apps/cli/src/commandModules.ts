@@ -14,6 +14,7 @@ export const commands = {
   graph: () => import('./commands/graph.ts'),
   replay: () => import('./commands/replay.ts'),
   runs: () => import('./commands/runs.ts'),
+  steer: () => import('./commands/steer.ts'),
   submit: () => import('./commands/submit.ts'),
   tail: () => import('./commands/tail.ts'),
   trace: () => import('./commands/trace.ts'),

@@ -20,6 +20,13 @@ export async function workflowRecord(bus: JetStreamBus, taskId: string): Promise
   return (await (await workflowsIfAny(bus))?.get(taskId))?.value;
 }
 
+/**
+ * A task's state as a person reads it: its record's status, or `paused` for a running task a person holds (its record
+ * says `running` still: it has not ended, and resumes where it was held).
+ */
+export const shownStatus = (record: WorkflowRecord): string =>
+  record.status === 'running' && record.paused ? 'paused' : record.status;
+
 /** How long a task ran: to its final event (or last update) once it has ended, else so far. */
 export function taskDuration(record: WorkflowRecord, now: number): { ms: number; finished: boolean } {
   const start = Date.parse(record.createdAt);

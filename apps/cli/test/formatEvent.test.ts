@@ -128,3 +128,52 @@ describe('formatEvent: the flow', () => {
     expect(formatEvent(route, { color: false }).endsWith('pick → build (build): a feature')).toBe(true);
   });
 });
+
+describe('formatEvent: a person steering a task', () => {
+  const event = (kind: string, data: Record<string, unknown>, from = 'user'): TroupeEvent =>
+    ({
+      id: `task-1:${kind}`,
+      ts: '2026-11-29T12:00:01.250Z',
+      pipeline: 'demo',
+      taskId: 'task-1',
+      kind,
+      from,
+      traceparent: '00-228501cfd9ddc401a594405b2e1a9608-214fbd37f4df7231-01',
+      data,
+    }) as TroupeEvent;
+  const summary = (e: TroupeEvent) =>
+    formatEvent(e, { color: false }).replace(/^.*?task\.\w+ +|^.*?agent\.told +/, '');
+
+  it('says where a pause held the task, who paused it and why; and for how long when it resumes', () => {
+    expect(summary(event('task.paused', { state: 'plan', round: 1, by: 'ana', reason: 'wrong\nAPI' }))).toBe(
+      'in step plan, round 1 by ana: wrong API',
+    );
+    expect(
+      summary(
+        event('task.resumed', {
+          state: 'plan',
+          round: 1,
+          deliveries: 1,
+          after: 'pause',
+          by: 'ana',
+          pausedMs: 42_400,
+        }),
+      ),
+    ).toBe('in step plan, round 1, after a pause of 42 s (by ana)');
+    expect(summary(event('task.resumed', { state: 'plan', round: 1, deliveries: 2 }))).toBe(
+      'in step plan, round 1 (delivery 2)',
+    );
+  });
+
+  it('shows a told message with who told it, and which agent read it before which turn', () => {
+    expect(summary(event('task.told', { messageId: 'm-1', text: 'use the v2 API', by: 'ana' }))).toBe(
+      'ana: use the v2 API',
+    );
+    const read = event(
+      'agent.told',
+      { agent: 'planner', stepId: 'task-1.plan.1', turn: 2, messageIds: ['m-1', 'm-2'] },
+      'planner',
+    );
+    expect(summary(read)).toBe('planner read m-1, m-2 before turn 2');
+  });
+});

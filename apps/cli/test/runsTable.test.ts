@@ -34,6 +34,14 @@ describe('troupe runs', () => {
     expect(free.slice(6, 8)).toEqual(['1700→215', '$0.0000']);
   });
 
+  it('shows a running task a person holds as paused', () => {
+    const since = '2026-12-06T11:30:00.000Z';
+    expect(runRow(record('t3', { status: 'running', state: 'plan', paused: { since } }), NOW)[3]).toBe(
+      'paused',
+    );
+    expect(runRow(record('t4', { status: 'running', state: 'plan' }), NOW)[3]).toBe('running');
+  });
+
   it('totals tokens and cost per pipeline, and per day newest first, with a line for all', () => {
     const records = [
       record('a', { pipeline: 'release', usage: usage(100, 10, 0.01) }),

@@ -79,6 +79,20 @@ describe('describeActivity', () => {
     ]);
   });
 
+  it('says a task is paused, by whom, for how long and why, and how to let it go on, before what its step does', () => {
+    const paused = record({
+      paused: { since: SINCE, by: 'ana', reason: 'it uses\nthe v1 API' },
+      activity: { kind: 'agent', step: 'release', agent: 'engineer', since: SINCE },
+    });
+    expect(describeActivity(paused, [], NOW)).toEqual([
+      'paused by ana (for 12 s): it uses the v1 API (troupe resume rel-1 lets it go on)',
+      'agent engineer working on step release (for 12 s)',
+    ]);
+    expect(describeActivity(record({ paused: { since: SINCE } }), [], NOW)).toEqual([
+      'paused (for 12 s) (troupe resume rel-1 lets it go on)',
+    ]);
+  });
+
   it("lists the task's pending requests when the record does not say it waits for them", () => {
     const requests = [
       request('ap-2'),

@@ -5,7 +5,7 @@ import type { JetStreamBus } from '@troupe/runtime';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
-import { openWorkflows, readValues, taskDuration } from '../workflowRecords.ts';
+import { openWorkflows, readValues, shownStatus, taskDuration } from '../workflowRecords.ts';
 
 export interface CancelOptions extends ServerOptions {
   reason?: string;
@@ -117,7 +117,7 @@ function line(r: WorkflowRecord, now: number): string {
   const time = duration.finished ? `took ${formatDuration(duration.ms)}` : formatDuration(duration.ms);
   // The pipeline as `name@version` (the version's short hash), as the task runs on it.
   const pipeline = r.version === undefined ? r.pipeline : `${r.pipeline}@${shortVersion(r.version)}`;
-  return `${r.taskId}  ${pipeline}  ${r.status.padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${time}  ${r.goal.slice(0, 60)}`;
+  return `${r.taskId}  ${pipeline}  ${shownStatus(r).padEnd(9)}  step ${r.state} (round ${r.round})  ${tokens}  ${time}  ${r.goal.slice(0, 60)}`;
 }
 
 /**

@@ -12,7 +12,7 @@ import {
 } from '../format/runsTable.ts';
 import { alignColumns } from '../format/table.ts';
 import { CliError, connectCli, type ServerOptions } from '../server.ts';
-import { openWorkflows, readValues } from '../workflowRecords.ts';
+import { openWorkflows, readValues, shownStatus } from '../workflowRecords.ts';
 
 export interface RunsOptions extends ServerOptions {
   pipeline?: string;
@@ -23,7 +23,9 @@ export interface RunsOptions extends ServerOptions {
   totals?: string;
 }
 
-const STATES: readonly WorkflowRecord['status'][] = ['running', 'completed', 'failed', 'cancelled'];
+/** A record's status, or `paused`: the running tasks a person holds (`running` lists them too). */
+type RunState = WorkflowRecord['status'] | 'paused';
+const STATES: readonly RunState[] = ['running', 'paused', 'completed', 'failed', 'cancelled'];
 
 /** `troupe runs`: the tasks KV `workflows` remembers, newest first, with how each went and what it cost. */
 export async function runs(options: RunsOptions): Promise<number> {
@@ -37,7 +39,7 @@ export async function runs(options: RunsOptions): Promise<number> {
       .filter(
         (r) =>
           (options.pipeline === undefined || r.pipeline === options.pipeline) &&
-          (!state || r.status === state),
+          (!state || r.status === state || (state === 'paused' && shownStatus(r) === 'paused')),
       )
       .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
     if (totals) {
@@ -91,7 +93,7 @@ function totalsNamed(value: string): TotalsBy {
   );
 }
 
-function stateNamed(value: string): WorkflowRecord['status'] {
+function stateNamed(value: string): RunState {
   const state = STATES.find((s) => s === value.trim().toLowerCase());
   if (state) return state;
   throw new CliError(
@@ -104,7 +106,7 @@ function stateNamed(value: string): WorkflowRecord['status'] {
 function nothingToShow(
   records: WorkflowRecord[],
   pipeline: string | undefined,
-  state: WorkflowRecord['status'] | undefined,
+  state: RunState | undefined,
 ): string {
   if (records.length === 0) return 'no tasks';
   const pipelines = [...new Set(records.map((r) => r.pipeline))].sort();

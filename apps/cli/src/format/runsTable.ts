@@ -7,7 +7,7 @@ import {
   type WorkflowRecord,
 } from '@troupe/protocol';
 import { describeEnding } from '@troupe/runtime';
-import { taskDuration } from '../workflowRecords.ts';
+import { shownStatus, taskDuration } from '../workflowRecords.ts';
 import { formatDuration } from './duration.ts';
 
 /**
@@ -41,7 +41,7 @@ export function runRow(r: WorkflowRecord, now: number): string[] {
     // The pipeline version the task runs on; `-` for a task from before versions were kept.
     r.version === undefined ? '-' : shortVersion(r.version),
     r.taskId,
-    ending ? describeEnding(ending) : r.status,
+    ending ? describeEnding(ending) : shownStatus(r),
     String(r.round),
     duration.finished ? formatDuration(duration.ms) : `${formatDuration(duration.ms)} so far`,
     formatTokens(r.usage),

@@ -15,7 +15,10 @@ export function describeActivity(
 ): string[] {
   if (record.status !== 'running') return [];
   const activity = record.activity;
-  const lines = activity ? [activityLine(activity, now)] : [];
+  const lines = [
+    ...(record.paused ? [pausedLine(record.taskId, record.paused, now)] : []),
+    ...(activity ? [activityLine(activity, now)] : []),
+  ];
   const shown = activity?.kind === 'person' ? activity.request.id : undefined;
   for (const request of pending) {
     if (request.taskId === record.taskId && request.status === 'pending' && request.id !== shown) {
@@ -36,6 +39,12 @@ function activityLine(activity: StepActivity, now: number): string {
     case 'model':
       return `agent ${activity.agent} waiting on its model in step ${activity.step}${forHowLong(activity.since, now)}`;
   }
+}
+
+function pausedLine(taskId: string, paused: NonNullable<WorkflowRecord['paused']>, now: number): string {
+  const by = paused.by ? ` by ${paused.by}` : '';
+  const why = paused.reason ? `: ${paused.reason.replace(/\s+/g, ' ').slice(0, 120)}` : '';
+  return `paused${by}${forHowLong(paused.since, now)}${why} (troupe resume ${taskId} lets it go on)`;
 }
 
 function forHowLong(since: string, now: number): string {

@@ -3,11 +3,12 @@ import { commands } from '../commandModules.ts';
 import { commandAction } from './commandAction.ts';
 import { homeOption, pipelinesOption, positiveInteger, serverOption } from './options.ts';
 
-/** The tasks and pipeline versions on record: list them, stop or move a task, roll a pipeline back. */
+/** The tasks and pipeline versions on record: list them, stop, hold, tell or move a task, roll a pipeline back. */
 export function registerControlCommands(program: Command): void {
   declareStatus(program);
   declareRuns(program);
   declareCancel(program);
+  declareSteering(program);
   declareMigrate(program);
   declareVersions(program);
 }
@@ -36,7 +37,10 @@ function declareRuns(program: Command): void {
       'list tasks, newest first: state, rounds, duration, tokens, cost, age (--totals: per pipeline or day)',
     )
     .option('-p, --pipeline <name>', 'only this pipeline')
-    .option('--state <state>', 'only tasks in this state: running, completed, failed or cancelled')
+    .option(
+      '--state <state>',
+      'only tasks in this state: running (paused ones too), paused, completed, failed or cancelled',
+    )
     .option('--limit <n>', 'at most this many tasks', positiveInteger, 50)
     .option(
       '--totals <by>',
@@ -58,6 +62,48 @@ function declareCancel(program: Command): void {
     .addOption(serverOption())
     .action(
       commandAction(async (taskId: string, options) => (await commands.control()).cancel(taskId, options)),
+    );
+}
+
+/** `pause`, `resume` and `tell`: a person steering a running task through the coordinator running it. */
+function declareSteering(program: Command): void {
+  program
+    .command('pause')
+    .description(
+      'hold a running task: the step at work finishes its current model or tool call, then nothing runs until resume',
+    )
+    .argument('<task-id>', 'the task')
+    .option('--reason <text>', 'recorded in task.paused and shown by troupe status')
+    .option('--by <name>', 'who pauses it (default: user@host)')
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(
+      commandAction(async (taskId: string, options) => (await commands.steer()).pause(taskId, options)),
+    );
+  program
+    .command('resume')
+    .description('let a paused task go on from where it was held')
+    .argument('<task-id>', 'the task')
+    .option('--by <name>', 'who resumes it (default: user@host)')
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(
+      commandAction(async (taskId: string, options) => (await commands.steer()).resume(taskId, options)),
+    );
+  program
+    .command('tell')
+    .description(
+      'tell the agent at work something: it reads it before its next model call, as a user turn (the next step does when none is at work)',
+    )
+    .argument('<task-id>', 'the task')
+    .argument('<message...>', 'the message ("-": read it from standard input)')
+    .option('--by <name>', 'who tells it (default: user@host)')
+    .addOption(homeOption())
+    .addOption(serverOption())
+    .action(
+      commandAction(async (taskId: string, words: string[], options) =>
+        (await commands.steer()).tell(taskId, words, options),
+      ),
     );
 }
 

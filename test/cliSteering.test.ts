@@ -1,0 +1,164 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { BUCKETS, type ControlMessage, subjects, WorkflowRecord } from '@troupe/protocol';
+import { ensureTroupeStreams, KvStore, NatsBus } from '@troupe/runtime';
+import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliEnv, troupe } from './support/cli.ts';
+import { repoRoot } from './support/harness.ts';
+
+/** What the stand-in coordinator heard, with the task it was for. */
+const heard: { taskId: string; message: ControlMessage }[] = [];
+
+describe('troupe pause, resume and tell', () => {
+  let nats: TestNats;
+  let coordinator: NatsBus;
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    env = cliEnv({ NATS_URL: nats.url });
+    coordinator = await NatsBus.connect({
+      servers: nats.url,
+      name: 'coordinator',
+      logger: captureLogger().logger,
+    });
+    await ensureTroupeStreams(coordinator);
+    const store = await KvStore.open(coordinator, BUCKETS.workflows, WorkflowRecord);
+    const now = Date.now();
+    const record = (taskId: string, extra: Partial<WorkflowRecord> = {}): WorkflowRecord => ({
+      taskId,
+      pipeline: 'demo',
+      streamSequence: 1,
+      status: 'running',
+      state: 'plan',
+      goal: `the goal of ${taskId}`,
+      round: 1,
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+      createdAt: new Date(now - 60_000).toISOString(),
+      updatedAt: new Date(now).toISOString(),
+      ...extra,
+    });
+    await store.put('cli-work', record('cli-work'));
+    await store.put(
+      'cli-held',
+      record('cli-held', {
+        paused: { since: new Date(now - 30_000).toISOString(), by: 'ana', reason: 'v1 API' },
+      }),
+    );
+    await store.put('cli-done', record('cli-done', { status: 'completed', state: 'done' }));
+    // A stand-in for the coordinator running the tasks, answering as one does: cli-held is held, cli-work is not.
+    coordinator.subscribeText(subjects.allControl, (delivery) => {
+      const taskId = delivery.subject.slice(subjects.control('').length);
+      const message = JSON.parse(delivery.value) as ControlMessage;
+      heard.push({ taskId, message });
+      const held = taskId === 'cli-held';
+      const refuse = (code: string, text: string) => ({ ok: false, error: { code, message: text } });
+      if (message.action === 'tell')
+        return delivery.respond({ ok: true, taskId, outcome: 'told', messageId: 'm-1' });
+      if (message.action === 'pause')
+        return delivery.respond(
+          held
+            ? refuse('already_paused', `task ${taskId} is paused already`)
+            : { ok: true, taskId, outcome: 'paused' },
+        );
+      return delivery.respond(
+        held
+          ? { ok: true, taskId, outcome: 'resumed' }
+          : refuse('not_paused', `task ${taskId} is not paused`),
+      );
+    });
+    await coordinator.flush();
+  });
+  afterAll(async () => {
+    await coordinator?.close();
+    await nats?.stop();
+  });
+
+  it('pause, resume and tell through the coordinator running the task, saying what happens next', async () => {
+    heard.length = 0;
+    const paused = await troupe(['pause', 'cli-work', '--reason', 'wrong API', '--by', 'ana'], env);
+    expect(paused).toMatchObject({ code: 0, stderr: '' });
+    expect(paused.stdout).toBe(
+      'cli-work: paused; the step at work stops after its current model or tool call (troupe resume cli-work lets it go on)\n',
+    );
+    expect(await troupe(['resume', 'cli-held', '--by', 'ana'], env)).toMatchObject({
+      code: 0,
+      stdout: 'cli-held: resumed\n',
+    });
+    const told = await troupe(['tell', 'cli-work', 'use', 'the', 'v2', 'API'], env);
+    expect(told).toMatchObject({
+      code: 0,
+      stdout: 'cli-work: told (m-1); the agent at work reads it before its next model call\n',
+    });
+    expect(heard).toEqual([
+      { taskId: 'cli-work', message: { action: 'pause', reason: 'wrong API', by: 'ana' } },
+      { taskId: 'cli-held', message: { action: 'resume', by: 'ana' } },
+      {
+        taskId: 'cli-work',
+        message: { action: 'tell', text: 'use the v2 API', by: expect.stringContaining('@') },
+      },
+    ]);
+  });
+
+  it('tell reads the message from standard input for -', async () => {
+    heard.length = 0;
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot, 'apps/cli/bin/troupe.mjs'), 'tell', 'cli-work', '-'],
+      {
+        env,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    let stdout = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stdin.end('first line\nsecond line\n');
+    const code = await new Promise((resolve) => child.on('close', resolve));
+    expect({ code, stdout }).toMatchObject({
+      code: 0,
+      stdout: expect.stringContaining('cli-work: told (m-1)'),
+    });
+    expect(heard[0]?.message).toMatchObject({ action: 'tell', text: 'first line\nsecond line' });
+  });
+
+  it('say why nothing changed, with exit code 1, or 2 for a message that is not there', async () => {
+    const again = await troupe(['pause', 'cli-held'], env);
+    expect(again).toMatchObject({ code: 1, stderr: 'troupe: task cli-held is paused already\n' });
+    expect((await troupe(['resume', 'cli-work'], env)).stderr).toBe('troupe: task cli-work is not paused\n');
+    expect(await troupe(['tell', 'cli-done', 'hi'], env)).toMatchObject({
+      code: 1,
+      stderr: 'troupe: task cli-done already completed; nothing to tell\n',
+    });
+    expect(await troupe(['resume', 'cli-nobody'], env)).toMatchObject({
+      code: 1,
+      stderr: 'troupe: no task cli-nobody is known on this server\n',
+    });
+    expect(await troupe(['tell', 'cli-work', ' '], env)).toMatchObject({
+      code: 2,
+      stderr: 'troupe: say what to tell the task\n',
+    });
+    expect((await troupe(['tell', 'cli-work'], env)).code).toBe(1);
+  });
+
+  it('status and runs show a paused task as paused, with who paused it, when and why', async () => {
+    const status = await troupe(['status'], env);
+    expect(status.code).toBe(0);
+    expect(status.stdout).toMatch(/^cli-held {2}demo {2}paused {3} {2}step plan/m);
+    expect(status.stdout).toMatch(/^cli-work {2}demo {2}running {2}/m);
+    expect(status.stdout).toContain('  paused by ana (for 3');
+    expect(status.stdout).toContain('): v1 API (troupe resume cli-held lets it go on)');
+    const json = await troupe(['status', 'cli-held', '--json'], env);
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      status: 'running',
+      paused: { by: 'ana', reason: 'v1 API' },
+    });
+    const runs = await troupe(['runs', '--state', 'paused'], env);
+    expect(runs.stdout.split('\n').filter((l) => l.includes('cli-'))).toEqual([
+      expect.stringMatching(/cli-held\s+paused\s/),
+    ]);
+    const running = await troupe(['runs', '--state', 'running'], env);
+    expect(running.stdout).toContain('cli-held');
+    expect(running.stdout).toContain('cli-work');
+  });
+});
