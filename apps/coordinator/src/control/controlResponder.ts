@@ -45,8 +45,9 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
       // The coordinator running it (in another process) answers at once; give it the time to.
       await new Promise((resolve) => setTimeout(resolve, graceMs));
       const now = (await record(taskId)) ?? first;
-      const migrating = actionOf(delivery.value) === 'migrate';
-      if (now.status === 'cancelled' && !migrating) {
+      const action = actionOf(delivery.value);
+      const migrating = action === 'migrate';
+      if (now.status === 'cancelled' && action === 'cancel') {
         return delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
       }
       if (now.status !== 'running') return delivery.respond(ended(now));
@@ -55,9 +56,10 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
           'not_running',
           `task ${taskId} has not ended (it is at ${now.state}, round ${now.round}) but no coordinator runs it right now; ` +
             'it resumes when its message is delivered again (within the ack wait); nothing was changed' +
-            (migrating
-              ? '; a task is migrated by the coordinator running it, so try again once it runs'
-              : ''),
+            (now.paused
+              ? `; it is paused (since ${now.paused.since}) and stays paused when it resumes`
+              : '') +
+            (migrating || isSteering(action) ? `; ${AFTER[migrating ? 'migrate' : 'steer']}` : ''),
         ),
       );
     },
@@ -68,6 +70,16 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
     return (await throughOutages(() => store.get(taskId)))?.value;
   }
 }
+
+/** What a sender of a control message only the running coordinator carries out is told to do. */
+const AFTER = {
+  migrate: 'a task is migrated by the coordinator running it, so try again once it runs',
+  steer: 'a task is paused, resumed and told by the coordinator running it, so try again once it runs',
+} as const;
+
+/** A pause, resume or tell: carried out only by the coordinator running the task. */
+const isSteering = (action: unknown): boolean =>
+  action === 'pause' || action === 'resume' || action === 'tell';
 
 /** The action a control message asks for, read leniently: the coordinators' own subscription reports a bad one. */
 function actionOf(text: string): unknown {

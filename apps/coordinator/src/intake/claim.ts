@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { takeQueued } from '@troupe/client';
-import { emptyUsage, errorMessage } from '@troupe/protocol';
+import { emptyUsage, errorMessage, type WorkflowRecord } from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
 import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
+import type { SteeringFields } from '../task/taskSteering.ts';
 import { checkpointMisfit } from '../task/workflowChild.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowInput } from '../workflow/workflowTypes.ts';
@@ -36,6 +37,8 @@ export interface ClaimedTask {
    * or a task cancelled while it was queued (the reason its cancel gave).
    */
   orphaned?: string;
+  /** What people did to the task while it ran before (held, told): its record's steering, restored by the run. */
+  steering?: SteeringFields;
 }
 
 /** How a claim went. */
@@ -148,6 +151,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     lease,
     ...(version === undefined ? {} : { version }),
     ...(orphaned === undefined ? {} : { orphaned }),
+    ...(existing ? { steering: steeringOfRecord(existing.value) } : {}),
   };
   if (typeof flow === 'string')
     return { next: 'fail', claimed, message: `task ${taskId} cannot resume: ${flow}` };
@@ -162,6 +166,16 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     next: 'fail',
     claimed,
     message: `task ${taskId} cannot resume: its checkpoint does not fit ${loaded} (${errorMessage(misfit.error)})`,
+  };
+}
+
+/** A record's steering fields, those it has. */
+function steeringOfRecord({ paused, pausedMs, told, toldCount }: WorkflowRecord): SteeringFields {
+  return {
+    ...(paused === undefined ? {} : { paused }),
+    ...(pausedMs === undefined ? {} : { pausedMs }),
+    ...(told === undefined ? {} : { told }),
+    ...(toldCount === undefined ? {} : { toldCount }),
   };
 }
 

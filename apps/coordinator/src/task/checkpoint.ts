@@ -6,6 +6,7 @@ import { endedTask } from '../workflow/workflowTypes.ts';
 import type { FinalEvents } from './finalEvents.ts';
 import { recordOf } from './taskRecord.ts';
 import { isoNow, type TaskServices } from './taskServices.ts';
+import type { SteeringFields, TaskSteering } from './taskSteering.ts';
 import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
 
 /*
@@ -33,12 +34,16 @@ export interface Ledger {
   lost: boolean;
   /** The workflow's totals as last seen, for an ending it did not record itself. */
   totals: { usage: WorkflowRecord['usage']; round: number };
+  /** What people did to the task (pause, tell): every record written says it as it is when the record is made. */
+  steering?: TaskSteering;
 }
 
 /** A record write waiting its turn, and what its failure means: a lost checkpoint, or only a lost activity note. */
 export interface PendingWrite {
   record: WorkflowRecord;
-  of: 'checkpoint' | 'activity';
+  of: 'checkpoint' | 'activity' | 'steering';
+  /** Told whether it was written (a pause or a tell is answered only once it is). */
+  done?: (written: boolean) => void;
 }
 
 /** What a snapshot of the workflow makes: nothing to write, a checkpoint to write, or a task that fails. */
@@ -71,6 +76,7 @@ export function takeCheckpoint(
       ledger.flow,
       { snapshot, persisted },
       { progress, latest: ledger.latest, final: ledger.final },
+      ledger.steering?.fields(),
     );
   } catch (error) {
     return { kind: 'poisoned', error };
@@ -107,6 +113,11 @@ export function noteActivity(
   return { ledger: { ...ledger, latest: record }, write: { record, of: 'activity' } };
 }
 
+/** An ended task is held by nobody: what was told and how long it was held stay on its record. */
+function unheld({ paused: _, ...rest }: SteeringFields): SteeringFields {
+  return rest;
+}
+
 /** Whether a step's activity is the one already recorded (its `since` aside). */
 export function sameActivity(recorded: StepActivity | undefined, next: StepActivity): boolean {
   if (recorded?.kind !== next.kind || recorded.step !== next.step || recorded.agent !== next.agent)
@@ -134,6 +145,7 @@ export function checkpointOf(
   flow: Pick<FlowVersion, 'agentOfStep' | 'waitingSteps'>,
   taken: { snapshot: WorkflowSnapshot; persisted: unknown },
   before: { progress: number; latest: WorkflowRecord | undefined; final: TroupeEvent | undefined },
+  steering: SteeringFields = {},
 ): Checkpoint {
   const { snapshot } = taken;
   const now = isoNow(services.clock);
@@ -168,6 +180,7 @@ export function checkpointOf(
     snapshot: taken.persisted,
     final,
     activity,
+    ...(status === 'running' ? steering : unheld(steering)),
   });
   return { record, parked, ...(final ? { final } : {}) };
 }

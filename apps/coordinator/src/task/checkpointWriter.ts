@@ -5,6 +5,8 @@ import type { FlowVersion } from '../workflow/flowVersions.ts';
 import { type Ledger, noteActivity, type PendingWrite, takeCheckpoint } from './checkpoint.ts';
 import { fencedWrite } from './taskRecord.ts';
 import type { TaskServices } from './taskServices.ts';
+import { isoNow } from './taskServices.ts';
+import type { TaskSteering } from './taskSteering.ts';
 import type { WorkflowSnapshot } from './workflowChild.ts';
 
 /** What the writer tells its task actor: only what the task must act on while its workflow runs. */
@@ -45,6 +47,10 @@ export class CheckpointWriter {
   /** The task actor no longer takes events from the writer (the workflow has ended, or the run is over). */
   #closed = false;
   #drained: (() => void) | undefined;
+  /** Whether the task's steps only wait, as its last checkpoint or activity said (a held task is parked anyway). */
+  #waiting = false;
+  /** Steering changes made before the first checkpoint: answered once that checkpoint, which holds them, is written. */
+  #steeredEarly: ((written: boolean) => void)[] = [];
 
   constructor(
     private readonly services: WriterServices,
@@ -55,6 +61,7 @@ export class CheckpointWriter {
       snapshot: WorkflowSnapshot,
       taken: { parked: boolean; resumed: boolean },
     ) => void,
+    private readonly steering?: TaskSteering,
   ) {
     this.#ledger = {
       claimed,
@@ -65,6 +72,7 @@ export class CheckpointWriter {
       finalWritten: false,
       lost: false,
       totals: { usage: emptyUsage(), round: 1 },
+      ...(steering ? { steering } : {}),
     };
   }
 
@@ -78,19 +86,68 @@ export class CheckpointWriter {
     if (!this.#closed) this.#faultsTold(() => this.#noteActivity(activity));
   }
 
+  /**
+   * People paused, resumed or told the task: its record is written with its steering as it is now (the steering's
+   * own change made already), and the task parks while it is held. Resolves with whether that record was written:
+   * a pause or a tell is answered only once it is recorded.
+   */
+  steered(): Promise<boolean> {
+    if (this.#closed) return Promise.resolve(false);
+    this.#park();
+    const latest = this.#ledger.latest;
+    return new Promise((done) => {
+      // The task has ended: nobody holds it, and nothing is told to it any more.
+      if (latest !== undefined && latest.status !== 'running') return done(false);
+      // No checkpoint made yet: the first one holds the steering, and answers this once written.
+      if (latest === undefined || this.#ledger.lost) {
+        if (this.#ledger.lost) done(false);
+        else this.#steeredEarly.push(done);
+        return;
+      }
+      const record = { ...this.#steeringNow(latest), updatedAt: isoNow(this.services.clock) };
+      this.#ledger = { ...this.#ledger, latest: record };
+      this.#enqueue({ record, of: 'steering', done });
+    });
+  }
+
+  /** The record's steering fields as the task's steering says now, those it no longer has removed. */
+  #steeringNow(latest: WorkflowRecord): WorkflowRecord {
+    const { paused: _p, pausedMs: _m, told: _t, toldCount: _c, ...rest } = latest;
+    return { ...rest, ...this.steering?.fields() };
+  }
+
+  /** Parks the task while it only waits or is held; it takes a working slot again otherwise. */
+  #park(): void {
+    this.#ledger.claimed.delivery.park(this.#waiting || this.steering?.paused !== undefined);
+  }
+
   #checkpoint(snapshot: WorkflowSnapshot): void {
     const taken = takeCheckpoint(this.services, this.#ledger, snapshot);
     // A checkpoint that cannot be made fails this task (logged as it ends); it never reaches the process.
     if (taken.kind === 'poisoned') this.#tell({ type: 'checkpoint.poisoned', error: taken.error });
     if (taken.kind !== 'queued') return;
     this.#ledger = taken.ledger;
-    this.onCheckpoint(snapshot, taken);
-    this.#enqueue(taken.write);
+    this.#waiting = taken.parked;
+    const parked = taken.parked || this.steering?.paused !== undefined;
+    this.onCheckpoint(snapshot, { ...taken, parked });
+    const early = this.#steeredEarly;
+    this.#steeredEarly = [];
+    this.#enqueue(
+      early.length === 0
+        ? taken.write
+        : {
+            ...taken.write,
+            done: (written) => {
+              for (const done of early) done(written);
+            },
+          },
+    );
   }
 
   #noteActivity(activity: StepActivity): void {
     // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
-    this.#ledger.claimed.delivery.park(activity.kind === 'person' || activity.kind === 'model');
+    this.#waiting = activity.kind === 'person' || activity.kind === 'model';
+    this.#park();
     const noted = noteActivity(this.services, this.#ledger, activity);
     if (noted === undefined) return;
     this.#ledger = noted.ledger;
@@ -116,7 +173,13 @@ export class CheckpointWriter {
   /** The run is over: nothing more is written, and nothing more reaches the task actor. */
   close(): void {
     this.#closed = true;
-    this.#queue = [];
+    this.#drop();
+  }
+
+  /** Drops the writes not made yet, telling those waiting on one that it was not written. */
+  #drop(): void {
+    const dropped = [...this.#queue.splice(0), ...this.#steeredEarly.splice(0).map((done) => ({ done }))];
+    for (const write of dropped) write.done?.(false);
   }
 
   /** Runs what the workflow or a step called the writer for; a fault of ours there fails the task actor, not the caller. */
@@ -146,7 +209,10 @@ export class CheckpointWriter {
     const taskId = this.#ledger.claimed.input.taskId;
     const token = this.#ledger.claimed.lease.token;
     for (let next = this.#queue.shift(); next !== undefined; next = this.#queue.shift()) {
-      if (this.#ledger.lost) break;
+      if (this.#ledger.lost) {
+        next.done?.(false);
+        break;
+      }
       try {
         const write = await fencedWrite(
           this.services,
@@ -160,14 +226,19 @@ export class CheckpointWriter {
             revision: write.revision,
             finalWritten: this.#ledger.finalWritten || next.record.final !== undefined,
           };
+          next.done?.(true);
         } else {
           this.#ledger = { ...this.#ledger, lost: true };
-          this.#queue = [];
+          next.done?.(false);
+          this.#drop();
           this.#tell({ type: 'lease.lost' });
         }
       } catch (error) {
+        next.done?.(false);
         if (next.of === 'activity')
           logger.warn({ err: error, taskId }, 'cannot record what the step is doing');
+        else if (next.of === 'steering')
+          logger.warn({ err: error, taskId }, 'cannot record the pause, resume or message');
         // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
         else if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
         else this.#tell({ type: 'checkpoint.poisoned', error });

@@ -1,6 +1,7 @@
 import type { StepActivity } from '@troupe/protocol';
 import { type ActorSystem, type CallbackSnapshot, fromCallback } from 'xstate';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
+import type { TaskSteering } from './taskSteering.ts';
 
 /** Any task's actor system, as an actor's creator receives it. */
 // biome-ignore lint/suspicious/noExplicitAny: xstate types a system by its registered actors, which a provided actor cannot know.
@@ -26,6 +27,8 @@ export interface RunContextInput extends RunFacts {
   signals?: { from: TaskSignals; parent?: string };
   /** Hears each activity report in place of the run context's parent: a task's checkpoint writer, with no event through the task actor. */
   onActivity?: (activity: StepActivity) => void;
+  /** What people did to the task (pause, resume, tell), for its steps to read; none for a step alone. */
+  steering?: TaskSteering;
 }
 
 /** What an actor of the run tells its task: what the current step is doing (for `troupe status`, and parking). */
@@ -73,6 +76,12 @@ export const runContextLogic = fromCallback<RunContextEvent, RunContextInput>(
 export function runFactsOf(system: AnyActorSystem): RunFacts | undefined {
   const snapshot: CallbackSnapshot<RunFacts> | undefined = system.get(RUN_CONTEXT_ID)?.getSnapshot();
   return snapshot?.status === 'active' ? snapshot.input : undefined;
+}
+
+/** The steering of the task whose actor system this is (held? told?), or undefined outside a task's run. */
+export function steeringOf(system: AnyActorSystem): TaskSteering | undefined {
+  const snapshot: CallbackSnapshot<RunContextInput> | undefined = system.get(RUN_CONTEXT_ID)?.getSnapshot();
+  return snapshot?.status === 'active' ? snapshot.input.steering : undefined;
 }
 
 /** Tells the task of this actor system what its current step is doing; nothing outside a task's run. */

@@ -4,6 +4,7 @@ import type { GiveUp } from '../intake/giveUp.ts';
 import { HAND_BACK_DELAY_MS } from '../intake/taskQueue.ts';
 import type { Triage, TriagedTask } from '../intake/triage.ts';
 import { RUN_CONTEXT_ID } from './runContext.ts';
+import { endingRefusal } from './steerTask.ts';
 import type { TaskServices } from './taskServices.ts';
 import { need, taskSetup } from './taskSetup.ts';
 import type { AfterWorkflow } from './workflowEnding.ts';
@@ -43,6 +44,9 @@ export function createTaskMachine(services: TaskServices) {
         actions: ({ event, context }) =>
           event.answer(`task ${context.claimed?.input.taskId ?? 'here'} is ending already`),
       },
+      pause: { actions: ({ event, context }) => event.answer(endingRefusal(context.claimed?.input.taskId)) },
+      resume: { actions: ({ event, context }) => event.answer(endingRefusal(context.claimed?.input.taskId)) },
+      tell: { actions: ({ event, context }) => event.answer(endingRefusal(context.claimed?.input.taskId)) },
     },
     states: {
       triaging: {
@@ -137,12 +141,13 @@ export function createTaskMachine(services: TaskServices) {
           src: 'runContext',
           systemId: RUN_CONTEXT_ID,
           input: ({ context }) => {
-            const { claimed, facts, writer } = need(context.hold, 'hold');
+            const { claimed, facts, writer, steering } = need(context.hold, 'hold');
             const parent = claimed.input.parent?.taskId;
             return {
               ...facts,
               signals: { from: services.signals, ...(parent ? { parent } : {}) },
               onActivity: (activity: StepActivity) => writer.activity(activity),
+              steering,
             };
           },
         },

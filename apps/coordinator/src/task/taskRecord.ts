@@ -48,7 +48,17 @@ const OWN_WRITE_ROUNDS = 3;
 /** The parts of a record a checkpoint sets; the rest is the task's, from its claim. */
 export type RecordFields = Pick<
   WorkflowRecord,
-  'status' | 'state' | 'round' | 'usage' | 'snapshot' | 'final' | 'activity'
+  | 'status'
+  | 'state'
+  | 'round'
+  | 'usage'
+  | 'snapshot'
+  | 'final'
+  | 'activity'
+  | 'paused'
+  | 'pausedMs'
+  | 'told'
+  | 'toldCount'
 >;
 
 /** The record as this delivery writes it: the task, its claim and progress, and `fields` (where the workflow is). */

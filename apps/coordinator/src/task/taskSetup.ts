@@ -14,6 +14,7 @@ import { type RunFacts, runContextLogic } from './runContext.ts';
 import { recordFailure } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
 import type { TaskSignal } from './taskSignals.ts';
+import { TaskSteering } from './taskSteering.ts';
 import { type WorkflowSnapshot, workflowChildLogic } from './workflowChild.ts';
 import {
   type AfterWorkflow,
@@ -38,6 +39,8 @@ export interface Hold {
   facts: RunFacts;
   span: TraceSpan;
   writer: CheckpointWriter;
+  /** What people did to the task (pause, resume, tell), restored from its record; the writer records it. */
+  steering: TaskSteering;
   ending?: WorkflowEnding;
   /** Told whether the version a migration let the workflow go for was recorded. */
   migrated?: (recorded: boolean) => void;
@@ -146,6 +149,7 @@ export function taskSetup(services: TaskServices) {
           'troupe.delivery': delivery.deliveryCount,
         });
         const flow = need(context.flow, 'flow');
+        const steering = new TaskSteering(claimed.steering);
         const writer = new CheckpointWriter(
           services,
           claimed,
@@ -155,11 +159,13 @@ export function taskSetup(services: TaskServices) {
             claimed.delivery.park(parked);
             if (resumed && !services.stopping()) announceResumed(services, claimed, snapshot);
           },
+          steering,
         );
         const hold: Hold = {
           claimed,
           flow,
           writer,
+          steering,
           facts: {
             taskId: input.taskId,
             firstDelivery: claimed.firstDelivery,

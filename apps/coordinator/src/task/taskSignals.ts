@@ -1,3 +1,4 @@
+import type { ControlReceipt, ErrorReply } from '@troupe/protocol';
 import type { WorkflowInput } from '../workflow/workflowTypes.ts';
 
 /** What a migration asks of a running task: move it to `version` unless `problem` finds something against it. */
@@ -13,12 +14,21 @@ export interface MigrateRequest {
  */
 export type MigrateAnswer = string | { recorded: Promise<boolean> };
 
+/** How a task answers a pause, a resume or a tell: the receipt once it is recorded, or why nothing was changed. */
+export type SteerAnswer = (reply: ControlReceipt | ErrorReply) => void;
+
 /** What reaches a task actor from outside while its workflow runs here. */
 export type TaskSignal =
   /** `troupe cancel`: `answer(true)` when the cancel was taken, false when the task is ending already. */
   | { type: 'cancel'; reason?: string; answer: (taken: boolean) => void }
   /** `troupe migrate`: checked and let go in one turn, so no step reply can move the workflow in between. */
   | ({ type: 'migrate'; answer: (answer: MigrateAnswer) => void } & MigrateRequest)
+  /** `troupe pause`: the task is held once its steps at work finish their current call (see `taskSteering.ts`). */
+  | { type: 'pause'; reason?: string; by?: string; answer: SteerAnswer }
+  /** `troupe resume`: a held task goes on, its held steps sent again. */
+  | { type: 'resume'; by?: string; answer: SteerAnswer }
+  /** `troupe tell`: a person's message for the agent at work, or the next one. */
+  | { type: 'tell'; text: string; by?: string; answer: SteerAnswer }
   /** The task's parent task ended: the sub-task ends with it. */
   | { type: 'parentEnded'; reason: string }
   /** This process is stopping: the task is handed back, to be resumed elsewhere. */

@@ -1,6 +1,7 @@
 import { errorMessage } from '@troupe/protocol';
 import { assign, enqueueActions, sendTo } from 'xstate';
 import { endedTask, type WorkflowEmitted, type WorkflowOutput } from '../workflow/workflowTypes.ts';
+import { placeOf, type SteerSignal, steerTask } from './steerTask.ts';
 import type { TaskServices } from './taskServices.ts';
 import { type Hold, need, publishEmitted, type TaskContext, type TaskSetup } from './taskSetup.ts';
 import type { MigrateAnswer } from './taskSignals.ts';
@@ -104,6 +105,21 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
               enqueue(() => event.answer(answer));
             }),
           },
+          pause: {
+            guard: 'noEnding',
+            actions: ({ context, event, self }) =>
+              steer(services, context, self.getSnapshot().children.workflow, event),
+          },
+          resume: {
+            guard: 'noEnding',
+            actions: ({ context, event, self }) =>
+              steer(services, context, self.getSnapshot().children.workflow, event),
+          },
+          tell: {
+            guard: 'noEnding',
+            actions: ({ context, event, self }) =>
+              steer(services, context, self.getSnapshot().children.workflow, event),
+          },
           stop: { guard: 'noEnding', actions: { type: 'letGo', params: { kind: 'stopped' } } },
           'lease.lost': {
             guard: 'noEnding',
@@ -126,6 +142,16 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
       ended: { type: 'final' },
     },
   });
+}
+
+/** A pause, resume or tell, carried out on the task where its workflow stands now (see `steerTask.ts`). */
+function steer(
+  services: TaskServices,
+  context: TaskContext,
+  workflow: { getSnapshot(): WorkflowSnapshot } | undefined,
+  signal: SteerSignal,
+): void {
+  steerTask(services, need(context.hold, 'hold'), placeOf(need(workflow, 'workflow').getSnapshot()), signal);
 }
 
 /** The workflow ended the task (or was let go, which an ending from outside already says). */

@@ -18,15 +18,16 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
-import { reportActivity } from '../task/runContext.ts';
+import { reportActivity, steeringOf } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
-import { TaskSignals } from '../task/taskSignals.ts';
+import { type SteerAnswer, type TaskSignal, TaskSignals } from '../task/taskSignals.ts';
 import { compileFlow } from './compileFlow.ts';
 import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
 import { createStepCallLogic } from './stepCall.ts';
 import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
+import { followParentHold } from './subTaskSteering.ts';
 import { TaskMigrations } from './taskMigrations.ts';
 import type { HumanRunInput, HumanRunOutput, PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
@@ -205,7 +206,13 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
         );
         return;
       }
-      if (message.action !== 'cancel') return;
+      if (message.action !== 'cancel') {
+        signals.send(
+          taskId,
+          steerSignal(message, (reply) => delivery.respond(reply)),
+        );
+        return;
+      }
       signals.send(taskId, {
         type: 'cancel',
         ...(message.reason === undefined ? {} : { reason: message.reason }),
@@ -307,16 +314,41 @@ function stepActors(
       const ask = createHumanStepRunner({ ...people, onActivity: reporter(system) });
       return migrations().asking(input.taskId, input.stepId, () => ask(input, signal));
     }),
-    runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(({ input, signal }) => {
+    runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal, system }) => {
       if (!options.subPipelines)
         throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
-      // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
-      return options.subPipelines(
-        input,
-        signal,
-        () => stopping() || migrations().moving(input.task.parent.taskId),
-      );
+      // The sub-task is paused and resumed with its parent.
+      const steering = steeringOf(system);
+      const unfollow = steering
+        ? followParentHold(options, input.task.id, input.task.parent.taskId, steering)
+        : undefined;
+      try {
+        // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
+        return await options.subPipelines(
+          input,
+          signal,
+          () => stopping() || migrations().moving(input.task.parent.taskId),
+        );
+      } finally {
+        unfollow?.();
+      }
     }),
+  };
+}
+
+/** A pause, resume or tell as the signal its task actor hears, answered with `answer`. */
+function steerSignal(
+  message: Extract<ControlMessage, { action: 'pause' | 'resume' | 'tell' }>,
+  answer: SteerAnswer,
+): TaskSignal {
+  const by = message.by === undefined ? {} : { by: message.by };
+  if (message.action === 'tell') return { type: 'tell', text: message.text, ...by, answer };
+  if (message.action === 'resume') return { type: 'resume', ...by, answer };
+  return {
+    type: 'pause',
+    ...by,
+    ...(message.reason === undefined ? {} : { reason: message.reason }),
+    answer,
   };
 }
 

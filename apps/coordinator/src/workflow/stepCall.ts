@@ -1,9 +1,10 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat, WorkspaceManifest } from '@troupe/protocol';
 import { type Bus, type Clock, type Logger, TransportError } from '@troupe/runtime';
 import { assign, fromPromise, type PromiseActorLogic, setup } from 'xstate';
-import { runFactsOf } from '../task/runContext.ts';
+import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import { withCallCheckpoints } from './stepCallCheckpoint.ts';
 import { failureOf, type StepCallFailure, timedOut } from './stepCallFailure.ts';
+import { holdLogic } from './stepCallHold.ts';
 import { pauseLogic } from './stepCallPause.ts';
 import { backoff, startingContext, stepCallActions, stepCallGuards } from './stepCallRules.ts';
 import { stepSendLogic } from './stepCallSend.ts';
@@ -37,7 +38,10 @@ export type StepCallEvent =
   | { type: 'replied'; reply: AgentStepReply }
   | { type: 'failed'; error: unknown }
   | { type: 'reconnect' }
-  | { type: 'resume' };
+  | { type: 'resume' }
+  /** The task is held (`troupe pause`): the step waits, unsent, until it is let go (`unheld`). */
+  | { type: 'held' }
+  | { type: 'unheld' };
 
 /** The step call's state: plain data only, so a checkpoint of the workflow holds it and a restore goes on from it. */
 export interface StepCallContext {
@@ -58,6 +62,8 @@ export interface StepCallContext {
   takenOver: boolean;
   /** What the step waits on a person for, as its last heartbeat said. */
   waitingFor?: StepHeartbeat['waitingFor'];
+  /** Since when the task has held the step (paused): that time is not counted against the step's timeout. */
+  heldSince?: number | undefined;
   /** What the step was last reported doing, so only a change is passed on. */
   lastActivity: string;
   /** Why the call ended without a reply: what it fails with, once its children have stopped. */
@@ -117,6 +123,7 @@ export function createStepCallLogic(services: StepCallServices) {
       /** Ends at once: a macrostep after the call entered `failed`, the one in which it fails (see there). */
       giveUp: fromPromise(async () => undefined),
       pause: pauseLogic(clock),
+      hold: holdLogic,
     },
     guards,
     actions: {
@@ -128,10 +135,13 @@ export function createStepCallLogic(services: StepCallServices) {
       fail: assign(rules.fail),
       carryWorkspace: assign(rules.carryWorkspace),
       keepReply: assign(rules.keepReply),
+      holdFrom: assign(rules.holdFrom),
+      unsent: assign(rules.unsent),
+      unhold: assign(rules.unhold),
     },
   }).createMachine({
     id: 'stepCall',
-    context: ({ input }) => startingContext(clock, input),
+    context: ({ input, self }) => startingContext(clock, input, steeringOf(self.system)?.pausedMs ?? 0),
     initial: 'calling',
     states: {
       /**
@@ -173,7 +183,15 @@ export function createStepCallLogic(services: StepCallServices) {
             on: {
               heartbeat: { actions: { type: 'heard', params: ({ event }) => event.heartbeat } },
               reconnect: { target: 'sending', reenter: true },
+              // The task is held: the send did not go out (see `stepCallSend.ts`), so it is no attempt.
+              held: { target: 'held', actions: 'unsent' },
               replied: [
+                {
+                  // Its agent stopped after its current call, since the task was paused: held until it is resumed.
+                  guard: { type: 'pausedReply', params: ({ event }) => event.reply },
+                  target: 'held',
+                  actions: { type: 'carryWorkspace', params: ({ event }) => event.reply },
+                },
                 {
                   // The host could not reach the step journal (NATS trouble): the step goes again once it can.
                   guard: { type: 'journalUnavailable', params: ({ event }) => event.reply },
@@ -259,6 +277,15 @@ export function createStepCallLogic(services: StepCallServices) {
           backingOff: {
             invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
             on: { resume: 'sending' },
+          },
+          /**
+           * The task is paused: nothing is sent, no heartbeat is awaited, no timer runs. Let go, the step is sent
+           * again under the same id (its journal answers what was done), its timeout moved on by the time held.
+           */
+          held: {
+            entry: 'holdFrom',
+            invoke: { src: 'hold' },
+            on: { unheld: { target: 'sending', actions: 'unhold' } },
           },
         },
       },

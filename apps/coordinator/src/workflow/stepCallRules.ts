@@ -36,10 +36,11 @@ export const backoff = (context: StepCallContext): number =>
   Math.min(250 * 2 ** (context.attempts - 1), 2_000);
 
 /** A new call's context: its timeout cut to the task's deadline (past it the agent stops itself and says so). */
-export function startingContext(clock: Clock, input: StepCallInput): StepCallContext {
+export function startingContext(clock: Clock, input: StepCallInput, pausedMs = 0): StepCallContext {
   const { request } = input;
   const started = clock.now();
-  const deadline = request.budget?.deadline;
+  // The task's deadline comes later by the time it was held (see `stepCallSend.ts`, which sends it so).
+  const deadline = request.budget?.deadline === undefined ? undefined : request.budget.deadline + pausedMs;
   const timeoutMs =
     deadline === undefined
       ? input.timeoutMs
@@ -59,6 +60,7 @@ export function startingContext(clock: Clock, input: StepCallInput): StepCallCon
 /** What the step call decides on: the conditions of its transitions. */
 export function stepCallGuards({ clock, waitForWorkersMs }: StepCallServices) {
   return {
+    pausedReply: (_: unknown, reply: AgentStepReply) => !reply.ok && reply.error.code === 'paused',
     outOfTime: ({ context }: GuardArgs) => timeLeft(clock, context) <= 0,
     journalUnavailable: (_: unknown, reply: AgentStepReply) =>
       !reply.ok && reply.error.code === 'journal_unavailable',
@@ -97,6 +99,9 @@ export function stepCallActions({ clock, logger }: StepCallServices) {
       throw errorOf(context.failure);
     },
     countAttempt: ({ context }: CallArgs): Partial<StepCallContext> => ({ attempts: context.attempts + 1 }),
+    unsent: ({ context }: CallArgs): Partial<StepCallContext> => ({
+      attempts: Math.max(0, context.attempts - 1),
+    }),
     heard: ({ context, system }: CallArgs, heartbeat: StepHeartbeat): Partial<StepCallContext> => {
       const next = { ...context, waitingFor: heartbeat.waitingFor };
       const kind = heartbeat.waitingFor ? 'person' : heartbeat.waitingOnModel ? 'model' : 'agent';
@@ -117,6 +122,19 @@ export function stepCallActions({ clock, logger }: StepCallServices) {
       return { noWorkerSince, lastActivity: report(system, { ...context, noWorkerSince }, 'worker') };
     },
     fail: (_: CallArgs, failure: StepCallFailure): Partial<StepCallContext> => ({ failure }),
+    /** Held from now (or, restored, from when it was held before the restart: that time counts as held too). */
+    holdFrom: ({ context }: CallArgs): Partial<StepCallContext> => ({
+      heldSince: context.heldSince ?? clock.now(),
+    }),
+    /** Let go: the time held is added to the step's start (and to its wait for a worker), so neither counts it. */
+    unhold: ({ context }: CallArgs): Partial<StepCallContext> => {
+      const held = Math.max(0, clock.now() - (context.heldSince ?? clock.now()));
+      return {
+        heldSince: undefined,
+        started: context.started + held,
+        ...(context.noWorkerSince === undefined ? {} : { noWorkerSince: context.noWorkerSince + held }),
+      };
+    },
     /** A run that did not end the step handed on files: the next run starts from them (and sees what it wrote). */
     carryWorkspace: ({ context }: CallArgs, reply: AgentStepReply): Partial<StepCallContext> => {
       if (!reply.workspace) return {};

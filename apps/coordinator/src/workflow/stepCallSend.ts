@@ -1,7 +1,8 @@
 import { AgentStepReply, type AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
 import { type MessageLogLevel, requestWithHeartbeats, TransportError } from '@troupe/runtime';
 import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
-import { runFactsOf } from '../task/runContext.ts';
+import { runFactsOf, steeringOf } from '../task/runContext.ts';
+import type { TaskSteering } from '../task/taskSteering.ts';
 import type { StepCallEvent, StepCallServices } from './stepCall.ts';
 import { timeLeft } from './stepCallRules.ts';
 
@@ -33,6 +34,12 @@ export function stepSendLogic(services: StepCallServices) {
   const { bus, clock } = services;
   return restoredUnfresh(
     fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
+      // The one gate on sends: a held task (`troupe pause`) sends no step, a first one or a resend, a restored one too.
+      const steering = steeringOf(system);
+      if (steering?.paused !== undefined) {
+        sendBack({ type: 'held' });
+        return;
+      }
       const left = timeLeft(clock, input);
       // A restored call may find its time spent while it was down: that is the step's timeout, not a send.
       if (left <= 0) {
@@ -52,6 +59,7 @@ export function stepSendLogic(services: StepCallServices) {
         input.subject,
         {
           ...input.request,
+          ...(steering ? steered(input.request, steering) : {}),
           ...(facts
             ? {
                 traceparent: facts.traceparent,
@@ -82,6 +90,8 @@ export function stepSendLogic(services: StepCallServices) {
       ).then(
         (reply) => {
           settled = true;
+          // Read messages go to no later step; the reply's checkpoint records that, with the step's end.
+          if (reply.toldRead) steering?.read(reply.toldRead);
           sendBack({ type: 'replied', reply });
         },
         (error: unknown) => {
@@ -96,6 +106,24 @@ export function stepSendLogic(services: StepCallServices) {
       };
     }),
   );
+}
+
+/**
+ * What the task's steering adds to a step as it goes out: the told messages no finished step has read, and the
+ * task's deadline moved on by the time the task was held.
+ */
+function steered(
+  request: AgentStepRequest,
+  steering: TaskSteering,
+): Pick<AgentStepRequest, 'told' | 'budget'> {
+  const told = steering.told;
+  const deadline = request.budget?.deadline;
+  return {
+    ...(told.length > 0 ? { told: [...told] } : {}),
+    ...(request.budget && deadline !== undefined && steering.pausedMs > 0
+      ? { budget: { ...request.budget, deadline: deadline + steering.pausedMs } }
+      : {}),
+  };
 }
 
 /** The send's logic, restored as never `fresh` (see {@link stepSendLogic}). */

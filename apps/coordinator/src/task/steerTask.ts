@@ -1,0 +1,135 @@
+import type { ControlRefusal, ErrorReply } from '@troupe/protocol';
+import { activeSteps } from '../workflow/compileFlow.ts';
+import { isoNow, publishSafely, type TaskServices } from './taskServices.ts';
+import type { Hold } from './taskSetup.ts';
+import type { TaskSignal } from './taskSignals.ts';
+
+/** A steering signal: a pause, a resume or a tell. */
+export type SteerSignal = Extract<TaskSignal, { type: 'pause' | 'resume' | 'tell' }>;
+
+/** Where the workflow stands as a steering event says it: its steps, and its round. */
+export interface WorkflowPlace {
+  state: string;
+  round: number;
+}
+
+/** Where a workflow snapshot stands, for `task.paused` and `task.resumed`. */
+export function placeOf(snapshot: { value: unknown; context: { round: number } }): WorkflowPlace {
+  return { state: activeSteps(snapshot.value).join('+'), round: snapshot.context.round };
+}
+
+/**
+ * Carries out a pause, a resume or a tell on the task held here: its steering changes at once (a pause holds every
+ * step not sent yet, a message goes with every step sent from now on), its record is written with it, and only then
+ * is its event published and the sender answered. A record that cannot be written (the task was taken over, or NATS
+ * stayed out of reach) undoes the change, and the sender hears that nothing was changed.
+ */
+export function steerTask(
+  services: Pick<TaskServices, 'clock' | 'logger' | 'events' | 'bus' | 'pipeline'>,
+  hold: Hold,
+  place: WorkflowPlace,
+  signal: SteerSignal,
+): void {
+  const { clock, logger } = services;
+  const { steering, writer, claimed } = hold;
+  const taskId = claimed.input.taskId;
+  const route = { from: 'workflow', to: services.pipeline };
+  const publish = (make: () => ReturnType<TaskServices['events']['make']>) =>
+    publishSafely(services, taskId, make);
+  const unrecorded = (what: string): ErrorReply =>
+    refusal(
+      'not_running',
+      `the ${what} of task ${taskId} could not be recorded (NATS out of reach, or another coordinator took the task over); nothing was changed, try again`,
+    );
+
+  if (signal.type === 'pause') {
+    const { by, reason } = signal;
+    if (!steering.pause(clock.now(), by, reason)) {
+      const since = steering.paused ? new Date(steering.paused.since).toISOString() : 'before';
+      signal.answer(
+        refusal('already_paused', `task ${taskId} is paused already (since ${since}); nothing was changed`),
+      );
+      return;
+    }
+    void writer.steered().then((written) => {
+      if (!written) {
+        steering.undoPause();
+        signal.answer(unrecorded('pause'));
+        return;
+      }
+      logger.info({ taskId, by }, `task ${taskId} paused at ${place.state}`);
+      publish(() =>
+        services.events.make(
+          'task.paused',
+          claimed.scope,
+          { ...place, ...(reason === undefined ? {} : { reason }), ...(by === undefined ? {} : { by }) },
+          route,
+        ),
+      );
+      signal.answer({ ok: true, taskId, outcome: 'paused' });
+    });
+    return;
+  }
+
+  if (signal.type === 'resume') {
+    const ended = steering.resume(clock.now());
+    if (ended === undefined) {
+      signal.answer(refusal('not_paused', `task ${taskId} is not paused; nothing was changed`));
+      return;
+    }
+    const { by } = signal;
+    void writer.steered().then((written) => {
+      // Let go either way: the task runs here, and a record that says it is held only holds it again after a restart.
+      steering.letGo();
+      if (!written) {
+        signal.answer(unrecorded('resume'));
+        return;
+      }
+      logger.info({ taskId, by }, `task ${taskId} resumed at ${place.state} after ${ended.heldMs} ms`);
+      publish(() =>
+        services.events.make(
+          'task.resumed',
+          claimed.scope,
+          {
+            ...place,
+            deliveries: claimed.delivery.deliveryCount,
+            after: 'pause',
+            pausedMs: ended.heldMs,
+            ...(by === undefined ? {} : { by }),
+          },
+          route,
+        ),
+      );
+      signal.answer({ ok: true, taskId, outcome: 'resumed' });
+    });
+    return;
+  }
+
+  const { by, text } = signal;
+  const message = steering.tell(text, isoNow(clock), by);
+  void writer.steered().then((written) => {
+    if (!written) {
+      steering.read([message.id]);
+      signal.answer(unrecorded('message'));
+      return;
+    }
+    publish(() =>
+      services.events.make(
+        'task.told',
+        claimed.scope,
+        { messageId: message.id, text, ...(by === undefined ? {} : { by }) },
+        { from: by === undefined ? 'user' : `user:${by}`, to: services.pipeline },
+      ),
+    );
+    signal.answer({ ok: true, taskId, outcome: 'told', messageId: message.id });
+  });
+}
+
+/** The answer to a steering signal that reached a task already ending. */
+export function endingRefusal(taskId: string | undefined): ErrorReply {
+  return refusal('task_ended', `task ${taskId ?? ''} is ending already; nothing was changed`);
+}
+
+function refusal(code: ControlRefusal, message: string): ErrorReply {
+  return { ok: false, error: { code, message } };
+}

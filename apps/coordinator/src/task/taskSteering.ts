@@ -1,0 +1,146 @@
+import type { ToldMessage, WorkflowRecord } from '@troupe/protocol';
+
+/** A pause in force: since when (ms on the task's clock), by whom and why. */
+export interface PauseMark {
+  since: number;
+  by?: string;
+  reason?: string;
+}
+
+/** What a task's steering adds to each record its checkpoints write. */
+export type SteeringFields = Pick<WorkflowRecord, 'paused' | 'pausedMs' | 'told' | 'toldCount'>;
+
+/** Told when the task is held or let go: a held step call waits for `false`, a sub-task is paused with its parent. */
+export type HoldListener = (held: boolean) => void;
+
+/**
+ * What people have done to a task while it runs (`troupe pause`, `resume`, `tell`), as one run of it here holds it:
+ * whether it is held, how long it was held before, and the told messages no finished step has read. Its step calls
+ * read it through the run context (`runContext.ts`): a held task sends no step, and each step it sends carries the
+ * unread messages. The checkpoint writer puts {@link TaskSteering.fields} into every record it writes, so a restart
+ * goes on from what was recorded (see docs/durability.md, "Pause, resume and tell").
+ */
+export class TaskSteering {
+  #paused: PauseMark | undefined;
+  #pausedMs: number;
+  #told: ToldMessage[];
+  #toldCount: number;
+  readonly #listeners = new Set<HoldListener>();
+
+  /** A run's steering, from the record it resumes (nothing held, nothing told for a new task). */
+  constructor(record?: Partial<SteeringFields>) {
+    const paused = record?.paused;
+    this.#paused =
+      paused === undefined
+        ? undefined
+        : {
+            since: Date.parse(paused.since),
+            ...(paused.by === undefined ? {} : { by: paused.by }),
+            ...(paused.reason === undefined ? {} : { reason: paused.reason }),
+          };
+    this.#pausedMs = record?.pausedMs ?? 0;
+    this.#told = [...(record?.told ?? [])];
+    this.#toldCount = record?.toldCount ?? this.#told.length;
+  }
+
+  /** The pause in force, if the task is held. */
+  get paused(): PauseMark | undefined {
+    return this.#paused;
+  }
+
+  /** How long the task was held in all, over the pauses that ended: its deadline comes that much later. */
+  get pausedMs(): number {
+    return this.#pausedMs;
+  }
+
+  /** The told messages no finished step has read yet, oldest first. */
+  get told(): readonly ToldMessage[] {
+    return this.#told;
+  }
+
+  /** Holds the task from `now`; false when it is held already. Listeners hear it at once. */
+  pause(now: number, by?: string, reason?: string): boolean {
+    if (this.#paused !== undefined) return false;
+    this.#paused = {
+      since: now,
+      ...(by === undefined ? {} : { by }),
+      ...(reason === undefined ? {} : { reason }),
+    };
+    this.#tellListeners(true);
+    return true;
+  }
+
+  /**
+   * Lets the task go at `now`: the pause that ended (with how long it lasted), or undefined when it was not held.
+   * Listeners hear it only on {@link TaskSteering.letGo}, once the resume is recorded.
+   */
+  resume(now: number): (PauseMark & { heldMs: number }) | undefined {
+    const paused = this.#paused;
+    if (paused === undefined) return undefined;
+    const heldMs = Math.max(0, now - paused.since);
+    this.#paused = undefined;
+    this.#pausedMs += heldMs;
+    return { ...paused, heldMs };
+  }
+
+  /** Takes back a pause that could not be recorded: as if it never was, its held steps let go. */
+  undoPause(): void {
+    if (this.#paused === undefined) return;
+    this.#paused = undefined;
+    this.#tellListeners(false);
+  }
+
+  /** Tells the listeners the task is no longer held (the resume is recorded): held steps are sent again. */
+  letGo(): void {
+    if (this.#paused === undefined) this.#tellListeners(false);
+  }
+
+  /** Takes a person's message: it gets the task's next id and waits in the unread list until a step reads it. */
+  tell(text: string, at: string, by?: string): ToldMessage {
+    this.#toldCount += 1;
+    const message: ToldMessage = {
+      id: `m-${this.#toldCount}`,
+      text,
+      at,
+      ...(by === undefined ? {} : { by }),
+    };
+    this.#told.push(message);
+    return message;
+  }
+
+  /** A step read these messages: later steps are not given them again. */
+  read(ids: readonly string[]): void {
+    if (ids.length === 0) return;
+    const read = new Set(ids);
+    this.#told = this.#told.filter((message) => !read.has(message.id));
+  }
+
+  /** Hears each hold and each letting go until the returned function is called. */
+  listen(listener: HoldListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** What the task's records say of its steering now. */
+  fields(): SteeringFields {
+    const paused = this.#paused;
+    return {
+      ...(paused === undefined
+        ? {}
+        : {
+            paused: {
+              since: new Date(paused.since).toISOString(),
+              ...(paused.by === undefined ? {} : { by: paused.by }),
+              ...(paused.reason === undefined ? {} : { reason: paused.reason }),
+            },
+          }),
+      ...(this.#pausedMs > 0 ? { pausedMs: this.#pausedMs } : {}),
+      ...(this.#told.length > 0 ? { told: [...this.#told] } : {}),
+      ...(this.#toldCount > 0 ? { toldCount: this.#toldCount } : {}),
+    };
+  }
+
+  #tellListeners(held: boolean): void {
+    for (const listener of [...this.#listeners]) listener(held);
+  }
+}

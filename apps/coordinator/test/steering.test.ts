@@ -1,0 +1,393 @@
+import {
+  type AgentStepReply,
+  AgentStepRequest,
+  ControlReceipt,
+  subjects,
+  type UsageTotals,
+  WorkflowRecord,
+} from '@troupe/protocol';
+import { createLogger, type Delivery, TransportError } from '@troupe/runtime';
+import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
+import { afterEach, describe, expect, it } from 'vitest';
+import { PipelineConfig } from '../src/config/pipelineSchema.ts';
+import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import { MemoryTaskIntake } from './memoryTaskIntake.ts';
+
+const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
+const HOUR = 3_600_000;
+
+const pipeline = (flow: unknown[], extra: Record<string, unknown> = {}) =>
+  PipelineConfig.parse({
+    version: 1,
+    name: 'unit',
+    models: { scripted: { provider: 'scripted', script: './unit.script.yaml' } },
+    defaults: { model: 'scripted', stepTimeout: 60 },
+    agents: { planner: { instructions: 'Plan.' }, builder: { instructions: 'Build.' } },
+    flow,
+    ...extra,
+  });
+
+const twoSteps = pipeline([
+  { id: 'plan', kind: 'agent', agent: 'planner' },
+  { id: 'build', kind: 'agent', agent: 'builder' },
+]);
+
+type Step = Delivery<AgentStepRequest>;
+
+/**
+ * A pipeline runner on an in-memory bus, KV bucket and task intake, whose agents are played by the test: every
+ * step sent waits in `waiting` until the test answers it (`ok`, `paused`, …).
+ */
+async function setUp(config: PipelineConfig) {
+  const clock = new SimulatedClock();
+  const bus = new MemoryBus({ clock });
+  const store = new MemoryKv(WorkflowRecord);
+  const intake = new MemoryTaskIntake();
+  const sent: AgentStepRequest[] = [];
+  const waiting: Step[] = [];
+  for (const agent of Object.keys(config.agents)) {
+    bus.subscribe(subjects.agent('unit', agent), AgentStepRequest, (delivery) => {
+      sent.push(delivery.value);
+      waiting.push(delivery);
+    });
+  }
+  const runner = await startPipelineRunner({
+    bus,
+    intake,
+    config,
+    store,
+    logger: createLogger({ level: 'silent' }),
+    clock,
+    concurrency: 4,
+    stepHeartbeatMs: 10 * HOUR,
+  });
+  running.push(runner);
+  const control = (taskId: string, message: Record<string, unknown>) =>
+    bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });
+  /** Waits for the step of `stepId` to be sent (again), and takes it off the waiting list. */
+  const next = async (stepId: string): Promise<Step> => {
+    let found: Step | undefined;
+    await expect
+      .poll(() => {
+        const at = waiting.findIndex((d) => d.value.stepId === stepId);
+        if (at >= 0) found = waiting.splice(at, 1)[0];
+        return found !== undefined;
+      })
+      .toBe(true);
+    return found as Step;
+  };
+  const record = async (taskId: string) => (await store.get(taskId))?.value;
+  return { clock, bus, store, intake, sent, waiting, runner, control, next, record };
+}
+
+const ok = (step: Step, output = `${step.value.agent} did it`, extra: Partial<AgentStepReply> = {}) =>
+  step.respond({ ok: true, stepId: step.value.stepId, output, usage, turns: 1, ...extra } as AgentStepReply);
+const paused = (step: Step, extra: Partial<AgentStepReply> = {}) =>
+  step.respond({
+    ok: false,
+    stepId: step.value.stepId,
+    error: { code: 'paused', message: 'the task was paused' },
+    usage,
+    turns: 1,
+    ...extra,
+  } as AgentStepReply);
+
+const running: PipelineRunner[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((runner) => runner.stop()));
+});
+
+describe('pause and resume', () => {
+  it('holds a step its agent stopped for the pause, counts no time against it, and sends it again on resume', async () => {
+    const { intake, control, next, record, clock, bus, sent, waiting } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-1', goal: 'build it' });
+    const plan = await next('task-1.plan.1');
+
+    expect(await control('task-1', { action: 'pause', by: 'ann', reason: 'wrong way' })).toEqual({
+      ok: true,
+      taskId: 'task-1',
+      outcome: 'paused',
+    });
+    // Recorded before the receipt, and told to the hosts.
+    expect((await record('task-1'))?.paused).toEqual({
+      since: expect.any(String),
+      by: 'ann',
+      reason: 'wrong way',
+    });
+    expect(bus.eventsOf('task.paused')[0]?.data).toEqual({
+      state: 'plan',
+      round: 1,
+      by: 'ann',
+      reason: 'wrong way',
+    });
+    expect(task.parked()).toBe(true);
+
+    // The host finishes its current call and says it stopped for the pause: nothing is sent meanwhile.
+    paused(plan);
+    await bus.settled();
+    clock.advance(10 * HOUR);
+    await bus.settled();
+    expect(sent).toHaveLength(1);
+    expect(waiting).toHaveLength(0);
+    expect((await record('task-1'))?.status).toBe('running');
+
+    expect(await control('task-1', { action: 'resume', by: 'bob' })).toEqual({
+      ok: true,
+      taskId: 'task-1',
+      outcome: 'resumed',
+    });
+    const again = await next('task-1.plan.1');
+    // Sent again under the same id, never as a fresh run: the journal answers what was done.
+    expect(again.value.fresh).toBeUndefined();
+    const resumed = bus.eventsOf('task.resumed')[0]?.data;
+    expect(resumed).toMatchObject({ after: 'pause', by: 'bob', state: 'plan', round: 1 });
+    expect(resumed?.pausedMs).toBeGreaterThanOrEqual(10 * HOUR);
+    const afterResume = await record('task-1');
+    expect(afterResume?.paused).toBeUndefined();
+    expect(afterResume?.pausedMs).toBeGreaterThanOrEqual(10 * HOUR);
+    expect(task.parked()).toBe(false);
+
+    // The step's 60 s timeout did not count the ten hours held.
+    ok(again);
+    ok(await next('task-1.build.1'));
+    await task.handled;
+    expect((await record('task-1'))?.status).toBe('completed');
+  });
+
+  it('starts no new step while paused: a step that ends meanwhile is followed by nothing until resume', async () => {
+    const { intake, control, next, record, clock, bus, sent } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-2', goal: 'build it' });
+    const plan = await next('task-2.plan.1');
+    await control('task-2', { action: 'pause' });
+    // A host that does not stop for pauses just finishes the step.
+    ok(plan);
+    await bus.settled();
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(sent.map((s) => s.stepId)).toEqual(['task-2.plan.1']);
+    expect((await record('task-2'))?.state).toBe('build');
+
+    await control('task-2', { action: 'resume' });
+    const build = await next('task-2.build.1');
+    ok(build);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('sends a step again at once when its paused reply comes after the task was resumed', async () => {
+    const { intake, control, next } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-3', goal: 'build it' });
+    const plan = await next('task-3.plan.1');
+    await control('task-3', { action: 'pause' });
+    await control('task-3', { action: 'resume' });
+    paused(plan);
+    ok(await next('task-3.plan.1'));
+    ok(await next('task-3.build.1'));
+    await task.handled;
+  });
+
+  it('moves the task deadline on by the time held', async () => {
+    const config = pipeline(
+      [
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        { id: 'build', kind: 'agent', agent: 'builder' },
+      ],
+      { budget: { timeout: 120 } },
+    );
+    const { intake, control, next, clock, bus } = await setUp(config);
+    const task = intake.deliver({ id: 'task-4', goal: 'build it' });
+    const plan = await next('task-4.plan.1');
+    const deadline = plan.value.budget?.deadline ?? 0;
+    await control('task-4', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    clock.advance(HOUR);
+    await control('task-4', { action: 'resume' });
+    const again = await next('task-4.plan.1');
+    expect(again.value.budget?.deadline).toBeGreaterThanOrEqual(deadline + HOUR);
+    ok(again);
+    const build = await next('task-4.build.1');
+    expect(build.value.budget?.deadline).toBe(again.value.budget?.deadline);
+    ok(build);
+    await task.handled;
+  });
+
+  it('refuses a second pause and a resume of a task that is not paused, changing nothing', async () => {
+    const { intake, control, next, bus } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-5', goal: 'build it' });
+    const plan = await next('task-5.plan.1');
+    await expect(control('task-5', { action: 'resume' })).rejects.toSatisfy((error) =>
+      TransportError.is(error, 'not_paused'),
+    );
+    await control('task-5', { action: 'pause' });
+    await expect(control('task-5', { action: 'pause' })).rejects.toSatisfy((error) =>
+      TransportError.is(error, 'already_paused'),
+    );
+    expect(bus.eventsOf('task.paused')).toHaveLength(1);
+    await control('task-5', { action: 'resume' });
+    ok(plan);
+    ok(await next('task-5.build.1'));
+    await task.handled;
+  });
+
+  it('cancels a paused task', async () => {
+    const { intake, control, next, record } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-6', goal: 'build it' });
+    paused(await next('task-6.plan.1'));
+    await control('task-6', { action: 'pause' });
+    await control('task-6', { action: 'cancel' });
+    await task.handled;
+    const ended = await record('task-6');
+    expect(ended?.status).toBe('cancelled');
+    expect(ended?.paused).toBeUndefined();
+  });
+
+  it('holds both branches of a parallel step, and sends both again on resume', async () => {
+    const config = pipeline([
+      {
+        id: 'both',
+        kind: 'parallel',
+        branches: {
+          left: [{ id: 'plan', kind: 'agent', agent: 'planner' }],
+          right: [{ id: 'build', kind: 'agent', agent: 'builder' }],
+        },
+      },
+    ]);
+    const { intake, control, next, sent, bus, clock } = await setUp(config);
+    const task = intake.deliver({ id: 'task-7', goal: 'both' });
+    const left = await next('task-7.plan.1');
+    const right = await next('task-7.build.1');
+    await control('task-7', { action: 'pause' });
+    paused(left);
+    ok(right);
+    await bus.settled();
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(sent).toHaveLength(2);
+    await control('task-7', { action: 'resume' });
+    ok(await next('task-7.plan.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('holds the items of a foreach step: no item starts a step while paused', async () => {
+    const config = pipeline([
+      { id: 'plan', kind: 'agent', agent: 'planner' },
+      {
+        id: 'each',
+        kind: 'foreach',
+        items: 'steps.plan.output.parts',
+        maxItems: 5,
+        concurrency: 1,
+        do: [{ id: 'build', kind: 'agent', agent: 'builder' }],
+      },
+    ]);
+    const { intake, control, next, sent, bus, clock } = await setUp(config);
+    const task = intake.deliver({ id: 'task-8', goal: 'each' });
+    ok(await next('task-8.plan.1'), JSON.stringify({ parts: ['a', 'b'] }));
+    const first = await next('task-8.build.1.i0');
+    await control('task-8', { action: 'pause' });
+    ok(first);
+    await bus.settled();
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(sent.map((s) => s.stepId)).toEqual(['task-8.plan.1', 'task-8.build.1.i0']);
+    await control('task-8', { action: 'resume' });
+    ok(await next('task-8.build.1.i1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('holds a step retrying after a failure: its retry is not sent until resume', async () => {
+    const config = pipeline([
+      { id: 'plan', kind: 'agent', agent: 'planner', retry: { max: 2, backoff: 1 } },
+    ]);
+    const { intake, control, next, sent, bus, clock } = await setUp(config);
+    const task = intake.deliver({ id: 'task-9', goal: 'retry' });
+    const first = await next('task-9.plan.1');
+    first.respond({
+      ok: false,
+      stepId: first.value.stepId,
+      error: { code: 'model_error', message: 'bad answer' },
+      usage,
+      turns: 1,
+    } as AgentStepReply);
+    await bus.settled();
+    await control('task-9', { action: 'pause' });
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(sent).toHaveLength(1);
+    await control('task-9', { action: 'resume' });
+    ok(await next('task-9.plan.1-r1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+});
+
+describe('tell', () => {
+  it('records a message before the receipt and gives it to every step sent until one reads it', async () => {
+    const { intake, control, next, record, bus } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-10', goal: 'build it' });
+    const plan = await next('task-10.plan.1');
+    expect(plan.value.told).toBeUndefined();
+
+    expect(await control('task-10', { action: 'tell', text: 'use the v2 API', by: 'ann' })).toEqual({
+      ok: true,
+      taskId: 'task-10',
+      outcome: 'told',
+      messageId: 'm-1',
+    });
+    expect((await record('task-10'))?.told).toEqual([
+      { id: 'm-1', text: 'use the v2 API', by: 'ann', at: expect.any(String) },
+    ]);
+    expect(bus.eventsOf('task.told')[0]?.data).toEqual({
+      messageId: 'm-1',
+      text: 'use the v2 API',
+      by: 'ann',
+    });
+
+    // The step at work did not read it (its host said nothing of it): the next step is given it.
+    ok(plan);
+    const build = await next('task-10.build.1');
+    expect(build.value.told?.map((m) => m.id)).toEqual(['m-1']);
+    await control('task-10', { action: 'tell', text: 'and log it' });
+    ok(build, 'built', { toldRead: ['m-1', 'm-2'] });
+    await task.handled;
+    const ended = await record('task-10');
+    expect(ended?.told).toBeUndefined();
+    expect(ended?.toldCount).toBe(2);
+  });
+
+  it('gives a step sent again the messages it has not reported read, and drops those it has', async () => {
+    const { intake, control, next } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-11', goal: 'build it' });
+    const plan = await next('task-11.plan.1');
+    await control('task-11', { action: 'tell', text: 'first' });
+    await control('task-11', { action: 'tell', text: 'second' });
+    await control('task-11', { action: 'pause' });
+    paused(plan, { toldRead: ['m-1'] });
+    await control('task-11', { action: 'resume' });
+    const again = await next('task-11.plan.1');
+    expect(again.value.told?.map((m) => m.text)).toEqual(['second']);
+    ok(again, 'planned', { toldRead: ['m-2'] });
+    const build = await next('task-11.build.1');
+    expect(build.value.told).toBeUndefined();
+    ok(build);
+    await task.handled;
+  });
+
+  it('takes a message while paused: the step sent on resume has it', async () => {
+    const { intake, control, next } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-12', goal: 'build it' });
+    const plan = await next('task-12.plan.1');
+    await control('task-12', { action: 'pause' });
+    paused(plan);
+    await control('task-12', { action: 'tell', text: 'use v2' });
+    await control('task-12', { action: 'resume' });
+    const again = await next('task-12.plan.1');
+    expect(again.value.told?.map((m) => m.text)).toEqual(['use v2']);
+    ok(again, 'planned', { toldRead: ['m-1'] });
+    ok(await next('task-12.build.1'));
+    await task.handled;
+  });
+});
