@@ -52,3 +52,13 @@ export function stepsBefore(steps: readonly { step: string }[], at: string): str
 /** The original's input as the form shows it first: pretty JSON, or nothing when there is none. */
 export const inputText = (input: Record<string, unknown> | undefined): string =>
   input === undefined ? '' : JSON.stringify(input, null, 2);
+
+/**
+ * The runs a fork is offered on: each step's first, by step id. A fork names its step, not a round: it runs on from
+ * where that step first started, so a later round of the step offers nothing more.
+ */
+export function firstRuns(steps: readonly { stepId: string; step: string }[]): Set<string> {
+  const seen = new Map<string, string>();
+  for (const s of steps) if (!seen.has(s.step)) seen.set(s.step, s.stepId);
+  return new Set(seen.values());
+}

@@ -52,12 +52,21 @@ export function ForkForm(props: {
   }
   return html`<form class="fork fork-form" onSubmit=${fork} data-testid="fork-form" data-step=${step.step}>
     <label
-      >Input (JSON)${trace.inputCut === undefined ? '' : ' — the original is stored cut: empty keeps it'}
-      <textarea rows="4" value=${input} onInput=${(e: Event) => setInput((e.target as HTMLTextAreaElement).value)} data-testid="fork-input"></textarea>
+      ><span>Input (JSON)${trace.inputCut === undefined ? '' : ' — the original is stored cut: empty keeps it'}</span>
+      <textarea
+        rows="4"
+        value=${input}
+        onInput=${(e: Event) => {
+          setInput((e.target as HTMLTextAreaElement).value);
+          // What was wrong with the text before is no longer said of the text now.
+          setInvalid(undefined);
+        }}
+        data-testid="fork-input"
+      ></textarea>
     </label>
     ${earlier.map(
       (s) => html`<label
-        >Output of ${s} <span class="hint">(empty keeps its own)</span>
+        ><span>Output of ${s} <span class="hint">(empty keeps its own)</span></span>
         <textarea
           rows="2"
           value=${outputs[s] ?? ''}

@@ -12,6 +12,7 @@ import {
   type TroupeEvent,
 } from './client.ts';
 import { TaskFiles } from './files.ts';
+import { firstRuns } from './forkEdits.ts';
 import { ForkForm } from './forkForm.ts';
 import { cost, duration, since, tokens } from './format.ts';
 import { type Busy, FlowGraph, type Move } from './graph.ts';
@@ -226,10 +227,13 @@ function App() {
     trace?.taskId === selectedTask.taskId &&
     ENDED.has(selectedTask.status) &&
     may(who, 'submit', selectedTask.pipeline);
+  const forkAt = forkable && trace ? firstRuns(trace.steps) : undefined;
   const forkTools: StepTools | undefined =
-    forkable && trace
+    forkAt && trace
       ? (step: StepTrace) =>
-          html`<${ForkForm} key=${`${trace.taskId}:${step.stepId}`} api=${api} task=${selectedTask} trace=${trace} step=${step} onOpen=${openTask} onRefused=${() => void loadWho()} />`
+          forkAt.has(step.stepId)
+            ? html`<${ForkForm} key=${`${trace.taskId}:${step.stepId}`} api=${api} task=${selectedTask} trace=${trace} step=${step} onOpen=${openTask} onRefused=${() => void loadWho()} />`
+            : null
       : undefined;
   return html`<div class="page">
     <header>

@@ -2,7 +2,7 @@ import { EventData } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { may } from '../src/access.ts';
 import { ApiError, EVENT_KINDS, type TokenInfo } from '../src/client.ts';
-import { forkBody, inputText, stepsBefore } from '../src/forkEdits.ts';
+import { firstRuns, forkBody, inputText, stepsBefore } from '../src/forkEdits.ts';
 import { refusalText, refusedForToken } from '../src/refusal.ts';
 import { isSteering, steeringText, toldEntryText } from '../src/steeringMarks.ts';
 import { restartChoice } from '../src/stepChoice.ts';
@@ -171,6 +171,11 @@ describe('the fork form’s body', () => {
     expect(stepsBefore(steps, 'review')).toEqual(['plan', 'write']);
     expect(stepsBefore(steps, 'plan')).toEqual([]);
     expect(stepsBefore(steps, 'nowhere')).toEqual([]);
+  });
+
+  it('is offered on each step’s first run only, since a fork runs on from where its step first started', () => {
+    const steps = [step('plan', 1), step('write', 1), step('review', 1), step('write', 2), step('review', 2)];
+    expect([...firstRuns(steps)]).toEqual(['t-1:plan:1', 't-1:write:1', 't-1:review:1']);
   });
 });
 
