@@ -2,6 +2,7 @@ import {
   buildTaskTrace,
   cancelQueued,
   cancelTask,
+  forkTask,
   listHumanRequests,
   OperationError,
   openQueuedStore,
@@ -13,6 +14,7 @@ import {
   readTaskEvents,
   readValues,
   replyToHuman,
+  restartTask,
   resumeTask,
   submitToPipeline,
   subTaskReader,
@@ -26,12 +28,15 @@ import {
   DEFAULT_TASK_LIMITS,
   type DecisionBody,
   type DecisionResult,
+  type FamilyResult,
   FINAL_EVENT_KINDS,
+  type ForkBody,
   type HumanRequest,
   onItsSubject,
   type PauseBody,
   type PauseResult,
   type QueuedTask,
+  type RestartBody,
   type ResumeBody,
   type ResumeResult,
   subjects,
@@ -280,6 +285,62 @@ export class GatewayActions {
   }
 
   /**
+   * Runs an ended (failed or cancelled) task again from step `from`, as a new task of its pipeline linked to it; the
+   * steps before `from` are reused. Needs the `submit` scope for the task's pipeline. An idempotency key makes the new
+   * task's id, so a retried request makes no second task.
+   */
+  async restart(
+    who: Principal,
+    taskId: string,
+    body: RestartBody,
+    options: { idempotencyKey?: string } = {},
+  ): Promise<FamilyResult> {
+    await this.#ended(who, taskId, 'restart');
+    const made = await restartTask(this.#bus, taskId, {
+      from: body.from,
+      by: steeredBy(who, body.by),
+      ...this.#familyId(who, taskId, 'restart', options.idempotencyKey),
+    });
+    return { taskId: made.taskId, origin: { taskId, kind: 'restart', step: body.from } };
+  }
+
+  /**
+   * Starts a new task from an ended one at step `at`, with its input or earlier steps' outputs edited (`submit`
+   * scope, as {@link restart}).
+   */
+  async fork(
+    who: Principal,
+    taskId: string,
+    body: ForkBody,
+    options: { idempotencyKey?: string } = {},
+  ): Promise<FamilyResult> {
+    await this.#ended(who, taskId, 'fork');
+    const made = await forkTask(this.#bus, taskId, {
+      at: body.at,
+      ...(body.input ? { input: body.input } : {}),
+      ...(body.set ? { set: body.set } : {}),
+      by: steeredBy(who, body.by),
+      ...this.#familyId(who, taskId, 'fork', options.idempotencyKey),
+    });
+    return { taskId: made.taskId, origin: { taskId, kind: 'fork', step: body.at } };
+  }
+
+  /** The record of a task a new one is made from, once the principal may submit to its pipeline. */
+  async #ended(who: Principal, taskId: string, action: string): Promise<WorkflowRecord> {
+    const found = this.#visible(who, 'submit', await this.#lookup(taskId));
+    if (!isQueued(found)) return found;
+    throw new OperationError(
+      'conflict',
+      `task ${taskId} is queued and has not run yet; nothing to ${action}`,
+    );
+  }
+
+  /** The new task's id: from the idempotency key (one per token, original and operation), else a fresh one. */
+  #familyId(who: Principal, taskId: string, action: string, key: string | undefined): { id: string } {
+    return { id: key ? this.#ids.fromKey(who.name, `${action}\n${taskId}\n${key}`) : this.#ids.fresh() };
+  }
+
+  /**
    * The task's record, when the principal may steer its pipeline's tasks. A task still queued has no coordinator to
    * hold or tell it yet: that is said (503), rather than that it does not exist.
    */
@@ -447,6 +508,7 @@ export function viewOf(record: WorkflowRecord): TaskView {
     updatedAt: record.updatedAt,
     ...(record.activity && record.status === 'running' ? { activity: record.activity } : {}),
     ...(record.paused && record.status === 'running' ? { paused: record.paused } : {}),
+    ...(record.origin ? { origin: record.origin } : {}),
     ...(record.final ? resultOf(record.final) : {}),
     links: linksOf(record.taskId),
   };

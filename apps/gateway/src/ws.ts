@@ -16,7 +16,7 @@ export const MAX_SUBSCRIPTIONS = 100;
 /**
  * One client's WebSocket: it follows the tasks it subscribes to (each as the SSE endpoint streams them: every event
  * with its stream sequence, then `end` after the task's final event), and submits, cancels, pauses, resumes, tells,
- * approves, denies and answers with the same checks as the HTTP routes. Each request is answered with a `reply` carrying the client's
+ * restarts, forks, approves, denies and answers with the same checks as the HTTP routes. Each request is answered with a `reply` carrying the client's
  * `id`; a message that is not one of these gets an `error`, and the connection stays open.
  */
 export class WsSession {
@@ -127,6 +127,17 @@ export class WsSession {
         return this.#actions.resume(who, message.taskId, by(message));
       case 'tell':
         return this.#actions.tell(who, message.taskId, { text: message.text, ...by(message) });
+      case 'restart':
+        return this.#actions.restart(who, message.taskId, { from: message.from, ...by(message) });
+      case 'fork': {
+        const { at, input, set } = message;
+        return this.#actions.fork(who, message.taskId, {
+          at,
+          ...(input ? { input } : {}),
+          ...(set ? { set } : {}),
+          ...by(message),
+        });
+      }
       case 'approve':
         return this.#actions.decide(who, message.requestId, { decision: 'allow', ...by(message) });
       case 'deny':

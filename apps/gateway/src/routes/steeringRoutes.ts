@@ -1,15 +1,19 @@
 import {
   ErrorBody,
+  FamilyResult,
+  ForkBody,
   PauseBody,
   PauseResult,
+  RestartBody,
   ResumeBody,
   ResumeResult,
   TaskParams,
   TellBody,
   TellResult,
 } from '@troupe/protocol';
+import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { GatewayServices } from '../gatewayServices.ts';
+import { type GatewayServices, taskBodyLimit } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';
 
 /** Every way a steering request can be refused: unknown, not allowed, ended or in the wrong state, nobody running it. */
@@ -23,10 +27,14 @@ const REFUSALS = {
 } as const;
 
 /**
- * A person steering a running task: pause it, resume it, tell its agent something. Each needs the `approve` scope for
- * the task's pipeline (as deciding its approvals does), and goes to the coordinator running the task.
+ * A person steering a task: pause a running one, resume it, tell its agent something (each needs the `approve` scope
+ * for the task's pipeline, as deciding its approvals does, and goes to the coordinator running the task); restart or
+ * fork an ended one as a new task (the `submit` scope for its pipeline, as submitting does).
  */
-export const steeringRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { actions }) => {
+export const steeringRoutes: FastifyPluginAsyncZod<GatewayServices> = async (
+  app,
+  { actions, taskLimits },
+) => {
   app.post(
     '/v1/tasks/:id/pause',
     {
@@ -76,4 +84,59 @@ export const steeringRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app
     },
     async (request) => actions.tell(principalOf(request), request.params.id, request.body),
   );
+
+  app.post(
+    '/v1/tasks/:id/restart',
+    {
+      schema: {
+        summary: 'Run a failed or cancelled task again from a step, as a new task',
+        description:
+          'A new task of the same pipeline, linked to this one by its `origin`: the steps that completed before `from` ' +
+          'first started are reused (no model or tool call of theirs runs again); `from` and every step after it ' +
+          'runs. The original stays as it ended. 202 with the new task; an `Idempotency-Key` makes a retry no second ' +
+          'task. 409 for a task still running or completed (fork that), 400 for a step it never started.',
+        params: TaskParams,
+        body: RestartBody,
+        response: { 202: FamilyResult, ...REFUSALS },
+      },
+    },
+    async (request, reply) => {
+      const made = await actions.restart(
+        principalOf(request),
+        request.params.id,
+        request.body,
+        keyOf(request),
+      );
+      return reply.code(202).header('location', `/v1/tasks/${made.taskId}`).send(made);
+    },
+  );
+
+  app.post(
+    '/v1/tasks/:id/fork',
+    {
+      bodyLimit: taskBodyLimit(taskLimits),
+      schema: {
+        summary: 'Start a new task from an ended one at a step, with edits',
+        description:
+          "A new task whose history up to `at` is the original's, with `input` in place of its input and `set` " +
+          'replacing the outputs of steps before `at` (by step id); `at` and every step after it runs, seeing the ' +
+          'edits. 202 with the new task; 409 for a task still running, 400 for a step it never started or a `set` ' +
+          'for a step that is not reused.',
+        params: TaskParams,
+        body: ForkBody,
+        response: { 202: FamilyResult, 413: ErrorBody, ...REFUSALS },
+      },
+    },
+    async (request, reply) => {
+      const made = await actions.fork(principalOf(request), request.params.id, request.body, keyOf(request));
+      return reply.code(202).header('location', `/v1/tasks/${made.taskId}`).send(made);
+    },
+  );
 };
+
+/** The request's `Idempotency-Key`, as the actions take it. */
+function keyOf(request: FastifyRequest): { idempotencyKey?: string } {
+  const key = request.headers['idempotency-key'];
+  const idempotencyKey = Array.isArray(key) ? key[0] : key;
+  return idempotencyKey ? { idempotencyKey } : {};
+}

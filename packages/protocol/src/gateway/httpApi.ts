@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { HumanRequest } from '../control.ts';
 import { Name, TaskId } from '../names.ts';
 import { FlowGraph } from '../pipelineRegistration.ts';
-import { TaskFields } from '../task.ts';
+import { TaskFields, TaskOriginRef } from '../task.ts';
 import { UsageTotals } from '../usage.ts';
 import { ValueRef } from '../valueRef.ts';
 import { SessionSummary } from './sessionRecord.ts';
@@ -56,6 +56,38 @@ export type SubmitQuery = z.infer<typeof SubmitQuery>;
 export const TaskStatus = z.enum(['submitted', 'running', 'completed', 'failed', 'cancelled']);
 export type TaskStatus = z.infer<typeof TaskStatus>;
 
+/**
+ * Run a failed or cancelled task again from step `from`, as a new task linked to it: the steps that completed before
+ * `from` first started are reused, not run again.
+ */
+export const RestartBody = z
+  .strictObject({ from: z.string().min(1).max(64), by: z.string().min(1).max(100).optional() })
+  .meta({ id: 'Restart' });
+export type RestartBody = z.infer<typeof RestartBody>;
+
+/**
+ * Start a new task from an ended one at step `at`: with another `input`, and/or the reused outputs of steps before
+ * `at` replaced (`set`, by step id); `at` and everything after it runs, seeing the edits.
+ */
+export const ForkBody = z
+  .strictObject({
+    at: z.string().min(1).max(64),
+    input: z.record(z.string(), z.unknown()).optional(),
+    set: z.record(z.string().min(1).max(64), z.string().max(100_000)).optional(),
+    by: z.string().min(1).max(100).optional(),
+  })
+  .meta({ id: 'Fork' });
+export type ForkBody = z.infer<typeof ForkBody>;
+
+/** The new task a restart or fork made (`202`: submitted, not yet run), and the one it came from. */
+export const FamilyResult = z
+  .object({
+    taskId: TaskId,
+    origin: z.object({ taskId: TaskId, kind: z.enum(['restart', 'fork']), step: z.string() }),
+  })
+  .meta({ id: 'FamilyResult' });
+export type FamilyResult = z.infer<typeof FamilyResult>;
+
 /** Where a task was paused: since when, by whom (with the token's name), why. */
 export const TaskPaused = z.object({
   since: z.string(),
@@ -85,6 +117,8 @@ export const TaskView = z
     activity: z.record(z.string(), z.unknown()).optional(),
     /** Set while a person holds the running task (`status` stays `running`): resume it to let it go on. */
     paused: TaskPaused.optional(),
+    /** The ended task this one was restarted or forked from, and the step it runs on from. */
+    origin: TaskOriginRef.optional(),
     /** The final output of a completed task: whole for a single task, a preview in a list when `outputRef` is set. */
     output: z.unknown().optional(),
     /** Where the whole output is kept, when `output` is only its preview (in a list of tasks). */

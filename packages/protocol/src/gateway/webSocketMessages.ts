@@ -48,6 +48,24 @@ export const ClientMessage = z.discriminatedUnion('type', [
     text: z.string().trim().min(1, 'must not be empty').max(100_000),
     by: By,
   }),
+  /** Run an ended task again from a step, as a new task (the reply's `taskId`). */
+  z.strictObject({
+    type: z.literal('restart'),
+    id: RequestId,
+    taskId: TaskId,
+    from: z.string().min(1).max(64),
+    by: By,
+  }),
+  /** Start a new task from an ended one at a step, with its input or earlier steps' outputs edited. */
+  z.strictObject({
+    type: z.literal('fork'),
+    id: RequestId,
+    taskId: TaskId,
+    at: z.string().min(1).max(64),
+    input: z.record(z.string(), z.unknown()).optional(),
+    set: z.record(z.string().min(1).max(64), z.string().max(100_000)).optional(),
+    by: By,
+  }),
   z.strictObject({
     type: z.literal('approve'),
     id: RequestId,
