@@ -5,6 +5,7 @@ import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { type Compiling, compileList, initialKey, TOP_SCOPE } from './compile/flowList.ts';
 import { workflowOutput } from './compile/workflowOutput.ts';
 import { FINAL_IDS, type StepActors, type WorkflowStates, workflowSetup } from './compile/workflowSetup.ts';
+import { reusingStepActors } from './reusedStep.ts';
 import { type Children, itemsOf } from './steps/foreachItem.ts';
 
 // task/workflowChild.ts imports these from here; their home is steps/foreachItem.ts.
@@ -25,7 +26,12 @@ export type { StepActors };
  * of their own, compiled here, and only these reach them.
  */
 export function compileFlow(config: PipelineConfig, provided: StepActors = {}) {
-  const compiling: Compiling = { config, places: placesOf(config.flow), provided, actors: {} };
+  const compiling: Compiling = {
+    config,
+    places: placesOf(config.flow),
+    provided: reusingStepActors(provided),
+    actors: {},
+  };
   const states: WorkflowStates = {
     ...compileList(compiling, config.flow, TOP_SCOPE),
     completed: { id: FINAL_IDS.completed, type: 'final' },
@@ -61,7 +67,7 @@ export function compileFlow(config: PipelineConfig, provided: StepActors = {}) {
       states,
       output: ({ context }) => workflowOutput(config, context),
     })
-    .provide({ actors: { ...provided, ...compiling.actors } });
+    .provide({ actors: { ...compiling.provided, ...compiling.actors } });
 }
 export type WorkflowMachine = ReturnType<typeof compileFlow>;
 

@@ -1,3 +1,4 @@
+import type { ReusedSteps } from '@troupe/client';
 import type {
   AgentStepReply,
   AgentStepRequest,
@@ -5,6 +6,7 @@ import type {
   InputCut,
   StepOutput,
   TaskFailureReason,
+  TaskOriginRef,
   TaskParent,
   TaskSubmission,
   UsageTotals,
@@ -33,6 +35,10 @@ export interface WorkflowInput {
   deadline?: number;
   /** The task whose `pipeline` step runs this one. */
   parent?: TaskParent;
+  /** The ended task this one restarts or forks (see `workflow/reusedStep.ts`). */
+  origin?: TaskOriginRef;
+  /** A restart's or fork's step outputs from its origin, by step run: those steps are not run again. */
+  reuse?: ReusedSteps;
 }
 
 /** What the injected `runPipeline` actor is given: the sub-task to submit, where, and how long it may take. */
@@ -55,6 +61,8 @@ export interface StepRunInput {
   timeoutMs: number;
   /** This run is the task's first delivery: a step it sends for the first time has never run (see `fresh`). */
   firstDelivery?: boolean;
+  /** The step's reply from the task's origin: the step is reused, not sent (see `reusedStep.ts`). */
+  reused?: StepRunOutput;
 }
 
 /** What the injected `askPerson` actor is given: the question for a `human` step and how long a person has. */
@@ -69,15 +77,17 @@ export interface HumanRunInput {
   /** A JSON Schema the answer must match, as JSON. */
   answer?: Record<string, unknown>;
   traceparent: string;
+  /** The answer from the task's origin: nobody is asked (see `reusedStep.ts`). */
+  reused?: HumanRunOutput;
 }
 
-/** A person's answer (its text, and who gave it), or why there is none. */
+/** A person's answer (its text, and who gave it), or why there is none; `reused` when it is the task's origin's. */
 export type HumanRunOutput =
-  | { ok: true; answer: string; by?: string; durationMs: number }
+  | { ok: true; answer: string; by?: string; durationMs: number; reused?: true }
   | { ok: false; code: 'timeout' | 'invalid_answer'; message: string; durationMs: number };
 
-/** The agent's reply and how long the step took. */
-export type StepRunOutput = AgentStepReply & { durationMs: number };
+/** The agent's reply and how long the step took; `reused` when it is the task's origin's (nothing ran). */
+export type StepRunOutput = AgentStepReply & { durationMs: number; reused?: true };
 
 export interface WorkflowFailure {
   /** Stable code; the protocol's `TaskFailureReason` says what each means. */

@@ -16,6 +16,7 @@ import type {
   WorkflowState,
   WorkflowStates,
 } from '../compile/workflowSetup.ts';
+import { reusedReply } from '../reusedStep.ts';
 import type { StepRunInput, WorkflowContext, WorkflowEmitted, WorkflowFailure } from '../workflowTypes.ts';
 
 /** An agent step: its call to the agent, going on to the next step with the reply; and, with `retry`, its backoff. */
@@ -49,6 +50,8 @@ export function askAgent(
       input: ({ context }): StepRunInput => ({
         request: buildRequest(c.config, context, step, place),
         timeoutMs,
+        // A restart's or fork's hook: a step its origin ran is answered from there, not sent.
+        ...reusedReply(context, step),
       }),
       onDone: [...stepCompleted(step, recovery), ...replied],
       // The request itself failed (no worker, a timeout): no reply, so no `step.completed`.
@@ -117,6 +120,7 @@ function completedEvent(step: AgentAskedStep) {
         ...(reply.ok && reply.outputRef ? { outputRef: reply.outputRef } : {}),
         ...(reply.ok && reply.verdict ? { verdict: reply.verdict } : {}),
         ...(reply.ok ? {} : { error: reply.error }),
+        ...(reply.reused ? { reused: true } : {}),
         usage: reply.usage,
         turns: reply.turns,
         durationMs: reply.durationMs,

@@ -6,6 +6,7 @@ import { recoveryOf } from '../compile/recovery.ts';
 import { say, startedEvent } from '../compile/stepEvents.ts';
 import { stepId } from '../compile/stepRequest.ts';
 import { assignFor, type HumanDone, type Transition, type WorkflowStates } from '../compile/workflowSetup.ts';
+import { reusedAnswer } from '../reusedStep.ts';
 import type { HumanRunInput, WorkflowContext } from '../workflowTypes.ts';
 
 /**
@@ -31,6 +32,7 @@ export function compileHuman(c: Compiling, step: HumanStepConfig, at: StepAt): W
         ok: reply.ok,
         output: reply.ok ? preview(reply.answer, 256 * 1024) : '',
         ...(reply.ok ? {} : { error: { code: reply.code, message: reply.message } }),
+        ...(reply.ok && reply.reused ? { reused: true } : {}),
         usage: emptyUsage(),
         turns: 0,
         durationMs: reply.durationMs,
@@ -79,6 +81,8 @@ export function compileHuman(c: Compiling, step: HumanStepConfig, at: StepAt): W
           timeoutMs,
           ...(step.answer === undefined ? {} : { answer: step.answer }),
           traceparent: context.task.traceparent,
+          // A restart's or fork's hook: an answer its origin recorded is reused; nobody is asked again.
+          ...reusedAnswer(context, step),
         }),
         onDone: [
           { guard: ({ event }) => event.output.ok, target: next, actions: [completed, answered] },

@@ -1,0 +1,105 @@
+import { type ReusedStep, reuseKey } from '@troupe/client';
+import { emptyUsage } from '@troupe/protocol';
+import { type AnyActorLogic, fromPromise } from 'xstate';
+import type { AgentAskedStep, StepConfig } from '../config/pipelineSchema.ts';
+import { stepId } from './compile/stepRequest.ts';
+import type { StepActors } from './compile/workflowSetup.ts';
+import type { HumanRunOutput, StepRunOutput, WorkflowContext } from './workflowTypes.ts';
+
+/**
+ * A restart's or fork's reuse (see docs/durability.md, "Restart and fork"): a step the new task's origin ran to its
+ * end before the step it runs on from is answered from the origin's record, not sent. The workflow runs the step as
+ * ever (its `when`, its events, its transitions: a route chooses from the reused output, a review's verdict is
+ * reused with it); only the actor it invokes ends at once, with the reused reply, which its input carries. What is
+ * reused was read once, as the task was claimed, and kept in `context.task.reuse`, so every checkpoint holds it.
+ */
+
+/** The step's run in the task's reuse, if the origin's record has it. */
+function reusedRun(context: WorkflowContext, step: Pick<StepConfig, 'id'>): ReusedStep | undefined {
+  const reuse = context.task.reuse;
+  if (reuse === undefined) return undefined;
+  const key = reuseKey(context.task.taskId, stepId(context, step));
+  return Object.hasOwn(reuse, key) ? reuse[key] : undefined;
+}
+
+/**
+ * An agent's step (agent, review, route) as its origin's reply, when it is reused: nothing spent, nothing changed. A
+ * router's choice is its output's JSON, as the router's structured reply was.
+ */
+export function reusedReply(context: WorkflowContext, step: AgentAskedStep): { reused?: StepRunOutput } {
+  const run = reusedRun(context, step);
+  if (run === undefined) return {};
+  const structured = step.kind === 'route' ? jsonOf(run.output) : undefined;
+  const reply: StepRunOutput = {
+    ok: true,
+    stepId: stepId(context, step),
+    output: run.output,
+    ...(run.outputRef ? { outputRef: run.outputRef } : {}),
+    ...(run.verdict ? { verdict: run.verdict } : {}),
+    ...(structured === undefined ? {} : { structured }),
+    usage: emptyUsage(),
+    turns: 0,
+    durationMs: 0,
+    reused: true,
+  };
+  return { reused: reply };
+}
+
+function jsonOf(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A `human` step as the person's answer its origin recorded, when it is reused: nobody is asked again. */
+export function reusedAnswer(
+  context: WorkflowContext,
+  step: Pick<StepConfig, 'id'>,
+): { reused?: HumanRunOutput } {
+  const run = reusedRun(context, step);
+  return run === undefined ? {} : { reused: { ok: true, answer: run.output, durationMs: 0, reused: true } };
+}
+
+/** What a reused step's actor is: a promise that resolves to its input's reused output. */
+const reusedLogic = fromPromise<unknown, { reused?: unknown }>(async ({ input }) => input.reused);
+
+/** A snapshot of {@link reusedLogic}: a promise's (no state value), whose input holds the reused output. */
+const isReused = (snapshot: unknown): boolean =>
+  typeof snapshot === 'object' &&
+  snapshot !== null &&
+  !('value' in snapshot) &&
+  (snapshot as { input?: { reused?: unknown } }).input?.reused !== undefined;
+
+/**
+ * `logic` that answers an input with a `reused` output by itself, at once, and otherwise is `logic`: so the step
+ * call, or any stand-in for it, is never started for a reused step. The answer is a promise's, as XState runs one:
+ * it ends a tick after it starts, so a checkpoint taken meanwhile holds it active, and a restore runs it again.
+ */
+export function reusing<Logic extends AnyActorLogic>(logic: Logic): Logic {
+  const wrapped: AnyActorLogic = Object.create(logic);
+  const logicOf = (snapshot: unknown): AnyActorLogic => (isReused(snapshot) ? reusedLogic : logic);
+  wrapped.getInitialSnapshot = (scope, input) =>
+    (input as { reused?: unknown } | undefined)?.reused === undefined
+      ? logic.getInitialSnapshot(scope, input)
+      : reusedLogic.getInitialSnapshot(scope as never, input as { reused?: unknown });
+  wrapped.transition = (snapshot, event, scope) => logicOf(snapshot).transition(snapshot, event, scope);
+  wrapped.start = (snapshot, scope) => logicOf(snapshot).start?.(snapshot, scope);
+  wrapped.getPersistedSnapshot = (snapshot, options) =>
+    logicOf(snapshot).getPersistedSnapshot(snapshot, options);
+  wrapped.restoreSnapshot = (snapshot, scope) => {
+    const restoring = logicOf(snapshot);
+    return restoring.restoreSnapshot ? restoring.restoreSnapshot(snapshot, scope) : snapshot;
+  };
+  return wrapped as Logic;
+}
+
+/** The host's step actors, each answering a reused step from its input. */
+export function reusingStepActors(provided: StepActors): StepActors {
+  return {
+    ...provided,
+    ...(provided.runStep ? { runStep: reusing(provided.runStep) } : {}),
+    ...(provided.askPerson ? { askPerson: reusing(provided.askPerson) } : {}),
+  };
+}
