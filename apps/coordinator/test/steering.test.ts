@@ -299,9 +299,7 @@ describe('pause and resume', () => {
   });
 
   it('holds a step retrying after a failure: its retry is not sent until resume', async () => {
-    const config = pipeline([
-      { id: 'plan', kind: 'agent', agent: 'planner', retry: { max: 2, backoff: 1 } },
-    ]);
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner', retry: { max: 2, backoff: 1 } }]);
     const { intake, control, next, sent, bus, clock } = await setUp(config);
     const task = intake.deliver({ id: 'task-9', goal: 'retry' });
     const first = await next('task-9.plan.1');
