@@ -100,6 +100,58 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await h?.stop();
   });
 
+  it('pauses, resumes and tells a running task through the gateway and its coordinator, the timeline following', async () => {
+    const taskId = (await api<{ taskId: string }>('/v1/pipelines/gated/tasks', { goal: 'release v11' }))
+      .taskId;
+    await eventOf(h, taskId, 'approval.requested');
+    await open(page, 'gated', taskId);
+    const steering = page.getByTestId('steering');
+    await page.getByTestId('pause').click();
+    await expect.poll(() => steering.getAttribute('data-paused'), { timeout: 15_000 }).toBe('true');
+    // The task's view says who holds it, once the page has read it again.
+    await expect
+      .poll(() => page.getByTestId('paused-note').textContent(), { timeout: 15_000 })
+      .toMatch(/^Paused .* ago by ops/);
+    await expect
+      .poll(() => page.locator(`[data-testid=task-row][data-task="${taskId}"]`).getAttribute('data-paused'))
+      .toBe('true');
+    const steer = page.getByTestId('timeline-steer');
+    await expect
+      .poll(() => steer.allTextContents(), { timeout: 15_000 })
+      .toEqual([expect.stringMatching(/^paused by ops at work/)]);
+    await page.getByTestId('resume').click();
+    await page.getByTestId('pause').waitFor({ timeout: 15_000 });
+    await expect
+      .poll(() => steer.allTextContents(), { timeout: 15_000 })
+      .toEqual([
+        expect.stringMatching(/^paused by ops at work/),
+        expect.stringMatching(/^resumed by ops at work after .* paused$/),
+      ]);
+    await page.getByTestId('tell-text').fill('ship it as v11.0.1');
+    await page.getByTestId('tell').click();
+    let messageId = '';
+    await expect
+      .poll(
+        async () =>
+          (messageId =
+            (await page.getByTestId('told-receipt').textContent())?.match(/message (\S+) is recorded/)?.[1] ??
+            ''),
+        { timeout: 15_000 },
+      )
+      .not.toBe('');
+    await expect
+      .poll(() => steer.allTextContents(), { timeout: 15_000 })
+      .toContain(`told ${messageId} by ops: ship it as v11.0.1`);
+    expect(ofKind(h.eventsOf(taskId), 'task.paused')).toHaveLength(1);
+    expect(ofKind(h.eventsOf(taskId), 'task.resumed').filter((e) => e.data.after === 'pause')).toHaveLength(
+      1,
+    );
+    expect(ofKind(h.eventsOf(taskId), 'task.told').map((e) => e.data.messageId)).toEqual([messageId]);
+    // Ended, it is steered no more: the controls go.
+    await api(`/v1/tasks/${taskId}/cancel`, {});
+    await expect.poll(() => steering.count(), { timeout: 15_000 }).toBe(0);
+  });
+
   it('pauses: the button is disabled while the request is in flight, and a 409 is shown beside it', async () => {
     await open(page, 'gated', running);
     const pause = page.getByTestId('pause');
