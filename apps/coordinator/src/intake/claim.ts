@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { takeQueued } from '@troupe/client';
-import { emptyUsage, errorMessage, type WorkflowRecord } from '@troupe/protocol';
+import { emptyUsage, errorMessage, originRef, type WorkflowRecord } from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
 import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
 import type { SteeringFields } from '../task/taskSteering.ts';
 import { checkpointMisfit } from '../task/workflowChild.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowInput } from '../workflow/workflowTypes.ts';
+import { claimOrigin } from './originClaim.ts';
 import { dropMark } from './queuedMark.ts';
 import type { TaskDelivery } from './taskQueue.ts';
 import { childTraceparent, traceOf } from './taskTrace.ts';
@@ -62,10 +63,20 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
   const { pipeline, store, logger, versions, clock } = services;
   const { delivery, taskId, submission, entry: existing, stalls, inputCut, inputProblem } = task;
   const parent = submission.parent;
-  // A task runs on the version it started on (or was migrated to); a new one on the newest.
-  const started = existing ? undefined : await versions.newest();
-  const version = existing ? existing.value.version : started?.hash;
-  const flow = inputProblem ?? started ?? (await versions.flowFor(version));
+  // A restart or fork reads what it reuses from its origin until its first checkpoint holds it (originClaim.ts).
+  const origin =
+    submission.origin && existing?.value.snapshot === undefined
+      ? await claimOrigin(services, submission.origin)
+      : undefined;
+  // A task runs on the version it started on (or was migrated to); a new one on the newest, a restart or fork on
+  // its origin's.
+  const started = existing || origin ? undefined : await versions.newest();
+  const version = existing ? existing.value.version : origin?.ok ? origin.version : started?.hash;
+  const flow =
+    inputProblem ??
+    (origin?.ok === false ? origin.problem : undefined) ??
+    started ??
+    (await versions.flowFor(version));
   const input: WorkflowInput = {
     taskId,
     pipeline,
@@ -77,6 +88,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
     ...(typeof flow === 'string' ? {} : deadlineOf(services, flow, existing?.value.createdAt)),
     ...(parent ? { parent } : {}),
+    ...(origin?.ok ? { origin: origin.ref, reuse: origin.reuse } : {}),
   };
 
   const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
@@ -101,8 +113,9 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
       pipeline,
       streamSequence: delivery.streamSequence,
       status: 'running',
-      state: started?.config.flow[0]?.id ?? 'completed',
+      state: (typeof flow === 'string' ? undefined : flow.config.flow[0]?.id) ?? 'completed',
       ...(version === undefined ? {} : { version }),
+      ...(origin?.ok ? { origin: origin.ref } : {}),
       goal: input.goal,
       ...(submission.metadata ? { metadata: submission.metadata } : {}),
       round: 1,
@@ -154,7 +167,11 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     ...(existing ? { steering: steeringOfRecord(existing.value) } : {}),
   };
   if (typeof flow === 'string')
-    return { next: 'fail', claimed, message: `task ${taskId} cannot resume: ${flow}` };
+    return {
+      next: 'fail',
+      claimed,
+      message: `task ${taskId} cannot ${existing ? 'resume' : 'start'}: ${flow}`,
+    };
   const misfit =
     claimed.snapshot === undefined ? undefined : checkpointMisfit(flow.machine, input, claimed.snapshot);
   if (misfit === undefined) return { next: 'run', claimed, flow };
@@ -206,7 +223,7 @@ export function announce(
   scope: EventScope,
   { submission, inputCut }: TriagedTask,
 ): void {
-  const parent = submission.parent;
+  const { parent, origin } = submission;
   publishSafely(services, scope.taskId, () =>
     services.events.make(
       'task.accepted',
@@ -226,6 +243,7 @@ export function announce(
               },
             }
           : {}),
+        ...(origin ? { origin: originRef(origin) } : {}),
       },
       { from: parent ? `task:${parent.taskId}` : 'user', to: scope.pipeline },
     ),
