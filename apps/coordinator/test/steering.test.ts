@@ -1,6 +1,7 @@
 import {
   type AgentStepReply,
   AgentStepRequest,
+  ControlMessage,
   ControlReceipt,
   subjects,
   type UsageTotals,
@@ -11,6 +12,7 @@ import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { type PipelineRunner, startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import type { PipelineRunOutput } from '../src/workflow/workflowTypes.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
@@ -38,7 +40,10 @@ type Step = Delivery<AgentStepRequest>;
  * A pipeline runner on an in-memory bus, KV bucket and task intake, whose agents are played by the test: every
  * step sent waits in `waiting` until the test answers it (`ok`, `paused`, …).
  */
-async function setUp(config: PipelineConfig) {
+async function setUp(
+  config: PipelineConfig,
+  extra: Pick<Parameters<typeof startPipelineRunner>[0], 'subPipelines'> = {},
+) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -60,6 +65,7 @@ async function setUp(config: PipelineConfig) {
     clock,
     concurrency: 4,
     stepHeartbeatMs: 10 * HOUR,
+    ...extra,
   });
   running.push(runner);
   const control = (taskId: string, message: Record<string, unknown>) =>
@@ -387,5 +393,43 @@ describe('tell', () => {
     ok(again, 'planned', { toldRead: ['m-1'] });
     ok(await next('task-12.build.1'));
     await task.handled;
+  });
+});
+
+describe('a sub-task', () => {
+  it('is paused with its parent and resumed with it, over its control subject', async () => {
+    const config = pipeline([
+      { id: 'sub', kind: 'pipeline', pipeline: 'outline' },
+      { id: 'build', kind: 'agent', agent: 'builder' },
+    ]);
+    let subTask = '';
+    let finish: (output: PipelineRunOutput) => void = () => {};
+    const { intake, control, next, bus } = await setUp(config, {
+      subPipelines: (input) => {
+        subTask = input.task.id;
+        return new Promise((resolve) => (finish = resolve));
+      },
+    });
+    const told: ControlMessage[] = [];
+    bus.subscribe(subjects.allControl, ControlMessage, (delivery) => {
+      if (!delivery.subject.endsWith(subTask)) return;
+      told.push(delivery.value);
+      delivery.respond({
+        ok: true,
+        taskId: subTask,
+        outcome: delivery.value.action === 'pause' ? 'paused' : 'resumed',
+      });
+    });
+    const task = intake.deliver({ id: 'task-13', goal: 'outline it' });
+    await expect.poll(() => subTask).not.toBe('');
+    await control('task-13', { action: 'pause', by: 'ann' });
+    await expect.poll(() => told.map((m) => m.action)).toEqual(['pause']);
+    expect(told[0]).toMatchObject({ by: 'task task-13' });
+    await control('task-13', { action: 'resume' });
+    await expect.poll(() => told.map((m) => m.action)).toEqual(['pause', 'resume']);
+    finish({ ok: true, output: 'outlined', usage, durationMs: 1 });
+    ok(await next('task-13.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
 });
