@@ -191,7 +191,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
       .poll(() => page.getByTestId('hold-refused').textContent())
       .toContain('Resume refused (503): no coordinator runs task');
     expect(await page.getByTestId('hold-refused').textContent()).toContain(
-      'no coordinator runs this task right now; try again once one has picked it up',
+      'nobody runs the task at the moment: try again later',
     );
     // Still held, as far as the page knows: Resume stays.
     await page.unroute(`**/v1/tasks/${running}/resume`);

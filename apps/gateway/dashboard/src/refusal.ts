@@ -9,7 +9,7 @@ const MEANING: Record<number, string> = {
   403: 'this token’s scopes do not allow it',
   404: 'the gateway knows no such task',
   409: 'the task’s state does not allow it now',
-  503: 'no coordinator runs this task right now; try again once one has picked it up',
+  503: 'nobody runs the task at the moment: try again later',
 };
 
 /**

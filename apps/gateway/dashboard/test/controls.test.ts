@@ -73,7 +73,7 @@ describe('a refused request, as the page shows it beside its button', () => {
       'Resume refused (409): task t-1 is not paused — the task’s state does not allow it now',
     );
     expect(refusalText('Tell', new ApiError(503, 'unavailable', 'no coordinator runs t-1'))).toMatch(
-      /^Tell refused \(503\): no coordinator runs t-1 — no coordinator runs this task right now; try again/,
+      /^Tell refused \(503\): no coordinator runs t-1 — nobody runs the task at the moment: try again later$/,
     );
     expect(refusalText('Fork', new ApiError(418, 'http_error', 'HTTP 418'))).toBe(
       'Fork refused (418): HTTP 418',
