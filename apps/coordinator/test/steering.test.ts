@@ -312,7 +312,7 @@ describe('pause and resume', () => {
     first.respond({
       ok: false,
       stepId: first.value.stepId,
-      error: { code: 'model_error', message: 'bad answer' },
+      error: { code: 'model_failed', message: 'bad answer' },
       usage,
       turns: 1,
     } as AgentStepReply);
