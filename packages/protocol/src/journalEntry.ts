@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ModelReply, TokenUsage } from './modelReply.ts';
+import { ToldMessage } from './step.ts';
 import { ToolResult } from './toolResult.ts';
 import { ValueRef } from './valueRef.ts';
 
@@ -41,11 +42,25 @@ export const JournalEntry = z.discriminatedUnion('kind', [
     result: ToolResultRecord,
     recordedAt: z.string(),
   }),
-  /** A model's reply to the conversation whose digest is `conversation`. */
+  /**
+   * A model's reply to the conversation whose digest is `conversation`; `told`, the messages people told the task that
+   * the agent read into that conversation just before this turn (see `told` below), which it replaced.
+   */
   z.object({
     kind: z.literal('model.reply'),
     conversation: z.string(),
     reply: ModelReplyRecord,
+    told: z.array(ToldMessage).optional(),
+    recordedAt: z.string(),
+  }),
+  /**
+   * Messages people told the task (`troupe tell`) that the agent reads before this turn's model call, under the
+   * turn's model key, written before the model is asked: a run that finds it puts the same messages at the same turn,
+   * so a crash neither loses nor repeats one. The turn's reply replaces it, keeping them in its `told`.
+   */
+  z.object({
+    kind: z.literal('told'),
+    messages: z.array(ToldMessage).min(1),
     recordedAt: z.string(),
   }),
   z.object({

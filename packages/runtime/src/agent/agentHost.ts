@@ -14,6 +14,7 @@ import { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import { type StepDeps, startAgentStep } from './agentStep.ts';
 import { type HostedAgent, isRemoteAgent } from './remoteAgent.ts';
 import { serveSessionSummaries } from './sessionSummary.ts';
+import { watchSteering } from './steeringWatch.ts';
 import { StepActors } from './stepActors.ts';
 import { subscribeStepIntake } from './stepIntake.ts';
 import { StepsInFlight } from './stepsInFlight.ts';
@@ -80,7 +81,8 @@ export interface AgentHost {
  * also serves `troupe.agents.<pipeline>.<agent>.summarize`.
  *
  * The parts: {@link subscribeStepIntake} takes each agent's steps, {@link StepsInFlight} holds the runs under way
- * (each a `StepRun`, with its requesters and heartbeats), {@link watchTaskEnds} stops a task's steps on its end.
+ * (each a `StepRun`, with its requesters and heartbeats), {@link watchTaskEnds} stops a task's steps on its end,
+ * {@link watchSteering} hands them its pauses and the messages people tell it.
  */
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger, human } = options;
@@ -128,7 +130,7 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       );
     }
   }
-  subscriptions.push(...watchTaskEnds(bus, pipeline, steps));
+  subscriptions.push(...watchTaskEnds(bus, pipeline, steps), ...watchSteering(bus, pipeline, steps));
   logger.info(
     { pipeline, agents: [...ownAgents.keys()], ...(older.length > 0 ? { olderAgents: older } : {}) },
     'agent host started',

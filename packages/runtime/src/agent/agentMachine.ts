@@ -66,6 +66,8 @@ export interface AgentMachineInput {
   outputSchema?: OutputSpec;
   /** Does the step's model calls and tool calls; see {@link AgentServices}. */
   services?: AgentServices;
+  /** The step's task is paused: the step stops at its next call boundary (see the `pause` event). */
+  paused?: boolean;
 }
 
 /**
@@ -81,8 +83,14 @@ export type StepStop =
   | { why: 'deadline' }
   | { why: 'step_timeout' };
 
-/** What the agent actor receives from outside: a stop, with its reason. Model replies and tool results arrive as its invocations end. */
-export type AgentEvent = { type: 'stop'; stop: StepStop } | { type: 'halted' };
+/**
+ * What the agent actor receives from outside: a stop, with its reason, or a pause of its task. A stop cuts short what
+ * the step does now; a pause lets its model call or tool calls finish (a tool waiting on a person waits on), and
+ * stops it at the next call boundary, before the model is asked again, failing `paused`: its journal holds all it
+ * did, so the same step sent again after the task's resume goes on from there. Model replies and tool results arrive
+ * as its invocations end.
+ */
+export type AgentEvent = { type: 'stop'; stop: StepStop } | { type: 'pause' } | { type: 'halted' };
 
 /**
  * The work an agent step invokes, given in the actor's input: one machine serves every step, with no `.provide()`
@@ -90,7 +98,7 @@ export type AgentEvent = { type: 'stop'; stop: StepStop } | { type: 'halted' };
  * without `awaitApprovals` every `ask` call is denied. Tests may instead `.provide()` the actors themselves.
  */
 export interface AgentServices {
-  callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelReply>;
+  callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelCallOutput>;
   runTools(input: RunToolsInput, signal: AbortSignal): Promise<ToolResult[]>;
   /** Summarizes older turns (it calls the agent's model). */
   compactConversation(input: CompactionInput, signal: AbortSignal): Promise<ConversationSummary>;
@@ -116,6 +124,12 @@ export interface ModelCallInput {
   callsBefore: number;
   responseSchema?: OutputSpec | undefined;
 }
+
+/**
+ * A turn's model reply, with `told`: the user turns (messages people told the task) read into the conversation just
+ * before the model was asked, which the reply answered. They join the conversation ahead of it.
+ */
+export type ModelCallOutput = ModelReply & { told?: ChatMessage[] };
 
 export interface CompactionInput {
   /** The older turns to summarize. */
@@ -207,6 +221,21 @@ const stopWhenBudgetSpent = {
   },
 } as const;
 
+/** At a call boundary: a step whose task was paused stops here, failing `paused` (see {@link AgentEvent}). */
+const stopWhenPaused = {
+  guard: 'pauseAsked',
+  target: '#agent.stopped',
+  actions: { type: 'fail', params: ({ context }: { context: AgentContext }) => pausedFailure(context) },
+} as const;
+
+/** Why a paused step stopped: not a failure, the workflow holds it and sends it again on resume. */
+function pausedFailure(context: AgentContext): AgentFailure {
+  return {
+    code: 'paused',
+    message: `step ${context.stepId} was paused after ${context.turn} model call(s): its task was paused; sent again on resume, it goes on from its journal`,
+  };
+}
+
 /**
  * The delay of a step without a time limit. `after` raises an event whose delay is not a number at once, instead
  * of setting a timer, and the `timeLimited` guard then ignores it: no timer is held for the step's lifetime.
@@ -263,7 +292,7 @@ export const agentMachine = setup({
     emitted: {} as AgentEmitted,
   },
   actors: {
-    callModel: fromPromise<ModelReply, Served<ModelCallInput>>(({ input, signal }) =>
+    callModel: fromPromise<ModelCallOutput, Served<ModelCallInput>>(({ input, signal }) =>
       service(input, 'callModel')(input, signal),
     ),
     runTools: fromPromise<ToolResult[], Served<RunToolsInput>>(({ input, signal }) =>
@@ -301,6 +330,10 @@ export const agentMachine = setup({
     timeLimited: ({ context }) => timeLimit(context) !== undefined,
     failureDecided: ({ context }) => context.failure !== undefined,
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
+    pauseAsked: ({ context }) => context.paused === true,
+    /** The reply asks for tools and the task was paused meanwhile: they run after the resume, not now. */
+    pausedBeforeTools: ({ context }, reply: ModelReply) =>
+      context.paused === true && reply.toolCalls.length > 0,
     overContext: ({ context }) =>
       context.contextTokens !== undefined &&
       estimateTokens(context.messages) > context.contextTokens &&
@@ -316,13 +349,17 @@ export const agentMachine = setup({
     needsApproval: (_, checks: CallDecision[]) => checks.some((c) => c.decision === 'ask'),
   },
   actions: {
-    /** Adds the model's reply to the conversation and what it cost to the step's, and announces it. */
-    recordReply: enqueueActions(({ context, enqueue }, reply: ModelReply) => {
+    /**
+     * Adds what was told before the model call and the model's reply to the conversation, and what it cost to the
+     * step's, and announces the reply.
+     */
+    recordReply: enqueueActions(({ context, enqueue }, { told, ...reply }: ModelCallOutput) => {
       enqueue.assign({
         usage: addUsage(context.usage, reply.usage),
         costUsd: context.costUsd + reply.costUsd,
         messages: [
           ...context.messages,
+          ...(told ?? []),
           {
             role: 'assistant' as const,
             content: reply.content,
@@ -396,6 +433,7 @@ export const agentMachine = setup({
       initial: 'deciding',
       on: {
         stop: { actions: { type: 'halt', params: ({ event }) => event.stop } },
+        pause: { actions: assign({ paused: true }) },
         // Raised by `halt` only, after the failure was decided; sent from outside without one, it is ignored.
         halted: { guard: 'failureDecided', target: 'stopped' },
       },
@@ -412,6 +450,7 @@ export const agentMachine = setup({
         deciding: {
           always: [
             stopWhenBudgetSpent,
+            stopWhenPaused,
             { guard: and(['turnsLeft', 'overContext']), target: 'compacting' },
             { guard: 'turnsLeft', target: 'thinking' },
             {
@@ -471,7 +510,7 @@ export const agentMachine = setup({
         },
         /** The summary was a model call too: the budget is checked again before the next one. */
         compacted: {
-          always: [stopWhenBudgetSpent, { target: 'thinking' }],
+          always: [stopWhenBudgetSpent, stopWhenPaused, { target: 'thinking' }],
         },
         thinking: {
           entry: [
@@ -494,6 +533,14 @@ export const agentMachine = setup({
               ...servicesOf(context),
             }),
             onDone: [
+              {
+                guard: { type: 'pausedBeforeTools', params: ({ event }) => event.output },
+                target: '#agent.stopped',
+                actions: [
+                  { type: 'recordReply', params: ({ event }) => event.output },
+                  { type: 'fail', params: ({ context }) => pausedFailure(context) },
+                ],
+              },
               {
                 guard: { type: 'wantsTools', params: ({ event }) => event.output },
                 target: 'acting',
@@ -647,7 +694,7 @@ export const agentMachine = setup({
     },
     done: { type: 'final' },
     failed: { type: 'final' },
-    /** Stopped before its end (see {@link StepStop}); `failure` says why. */
+    /** Stopped before its end (see {@link StepStop}), or at a call boundary after a pause; `failure` says why. */
     stopped: { type: 'final' },
   },
   output: ({ context }) => ({

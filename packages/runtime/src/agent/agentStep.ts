@@ -1,5 +1,11 @@
 import type { ToolDefinition } from '@troupe/llm';
-import { type AgentStepReply, type AgentStepRequest, errorMessage, isStepErrorCode } from '@troupe/protocol';
+import {
+  type AgentStepReply,
+  type AgentStepRequest,
+  errorMessage,
+  isStepErrorCode,
+  type ToldMessage,
+} from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import { StepTimedOutError } from '../approvals/stepTimedOutError.ts';
 import { TaskEndedError } from '../approvals/taskEnded.ts';
@@ -23,6 +29,7 @@ import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 import { failedReply, outOfTimeReply, toReply } from './stepReply.ts';
+import { StepTold } from './stepTold.ts';
 import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
 import { offloadReply, unreadContextReply, withWholeContext } from './stepValues.ts';
 import { handOnWorkspace, unpulledWorkspaceReply } from './stepWorkspace.ts';
@@ -35,6 +42,13 @@ export interface AgentStep {
   readonly reply: Promise<AgentStepReply>;
   /** Sends the agent actor a stop; it replies with what it had spent (a step that has ended ignores it). */
   stop(stop: StepStop): void;
+  /**
+   * The step's task was paused: the step finishes its model call or tool calls and replies `paused` before its next
+   * model call. Absent where the step cannot stop between calls (an agent in another system): it runs to its end.
+   */
+  pause?(): void;
+  /** A person told the step's task something: the agent reads it before its next model call. */
+  tell?(message: ToldMessage): void;
 }
 
 /**
@@ -54,8 +68,9 @@ export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest
       deps,
       span,
       scope: { ...scope, traceparent: traceparentOf(span, scope.traceparent) },
+      told: new StepTold(request.told),
     };
-    started = startStep(step);
+    started = { ...startStep(step), tell: (message) => step.told.hear(message) };
   } catch (error) {
     // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
     started = { reply: Promise.resolve(crashedReply(request, error)), stop: () => {} };
@@ -69,7 +84,7 @@ export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest
     }
     return result;
   });
-  return { reply, stop: started.stop };
+  return { ...started, reply };
 }
 
 function startStep(step: StepContext): AgentStep {
@@ -79,11 +94,12 @@ function startStep(step: StepContext): AgentStep {
   if (timeLeftMs !== undefined && timeLeftMs <= 0) return { reply: outOfTimeReply(step), stop: () => {} };
   const sync = deps.workspace;
   const stored = request.inputCut !== undefined || request.context.some((output) => output.outputRef);
-  if (!sync && !stored) return startActorSafely(step, timeLeftMs);
+  if (!sync && !stored) return startActorSafely(step, timeLeftMs, false);
   // The workspace is brought to the step's manifest, and the input and earlier outputs kept in the object store are
-  // read back whole, first; a stop meanwhile reaches the actor once it runs.
+  // read back whole, first; a stop or a pause meanwhile reaches the actor once it runs.
   let started: AgentStep | undefined;
   let stopBefore: StepStop | undefined;
+  let pausedBefore = false;
   const pulled = sync
     ? sync.pull(request.pipeline, request.taskId, request.workspace).then(
         () => undefined,
@@ -95,7 +111,7 @@ function startStep(step: StepContext): AgentStep {
       ? failed
       : withWholeContext(step).then(
           (whole) => {
-            started = startActorSafely({ ...step, request: whole }, timeLeftMs);
+            started = startActorSafely({ ...step, request: whole }, timeLeftMs, pausedBefore);
             if (stopBefore) started.stop(stopBefore);
             return sync ? started.reply.then((ended) => handOnWorkspace(step, sync, ended)) : started.reply;
           },
@@ -108,19 +124,23 @@ function startStep(step: StepContext): AgentStep {
       stopBefore ??= stop;
       started?.stop(stop);
     },
+    pause: () => {
+      pausedBefore = true;
+      started?.pause?.();
+    },
   };
 }
 
-function startActorSafely(step: StepContext, timeLeftMs: number | undefined): AgentStep {
+function startActorSafely(step: StepContext, timeLeftMs: number | undefined, paused: boolean): AgentStep {
   try {
-    return startActor(step, timeLeftMs);
+    return startActor(step, timeLeftMs, paused);
   } catch (error) {
     // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
     return { reply: Promise.resolve(crashedReply(step.request, error)), stop: () => {} };
   }
 }
 
-function startActor(step: StepContext, timeLeftMs: number | undefined): AgentStep {
+function startActor(step: StepContext, timeLeftMs: number | undefined, paused: boolean): AgentStep {
   const { agent, request, deps } = step;
   // What waits on a person learns why the step stopped from this signal's reason, before the wait is stopped. Made
   // when the step first calls a tool or stops: a step waiting on its model holds none.
@@ -152,6 +172,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
     ...(request.expect === 'text' && (request.output ?? agent.outputSchema)
       ? { outputSchema: request.output ?? agent.outputSchema }
       : {}),
+    ...(paused ? { paused } : {}),
   };
   const listened: { reply?: Promise<AgentStepReply> } = {};
   // Listened to before it starts, so its first events (the first `llm.request`) are published too.
@@ -178,7 +199,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
               'worker_stopped',
               `the agent host stopped before step ${request.stepId} ended`,
             )
-          : offloadReply(step, toReply(request.stepId, output)),
+          : offloadReply(step, toReply(request.stepId, output, step.told.readIds)),
       (error: unknown) => crashedReply(request, error),
     );
   };
@@ -191,7 +212,11 @@ function startActor(step: StepContext, timeLeftMs: number | undefined): AgentSte
   }
   const { reply } = listened;
   if (!reply) throw new Error(`the agent actor of step ${request.stepId} was not listened to`);
-  return { reply, stop: (stop) => actor.send({ type: 'stop', stop }) };
+  return {
+    reply,
+    stop: (stop) => actor.send({ type: 'stop', stop }),
+    pause: () => actor.send({ type: 'pause' }),
+  };
 }
 
 /** Each agent's tool definitions, per registry: made once and shared by its steps (nothing changes them). */

@@ -1,12 +1,13 @@
 import type { ModelDelta, ModelObserver } from '@troupe/llm';
-import type { ConversationSummary, ModelReply } from '@troupe/protocol';
-import { StepJournal } from '../durable/stepJournal.ts';
-import type { CompactionInput, ModelCallInput } from './agentMachine.ts';
+import type { ConversationSummary, ModelReply, ToldMessage } from '@troupe/protocol';
+import { type RecordedTurn, StepJournal } from '../durable/stepJournal.ts';
+import type { CompactionInput, ModelCallInput, ModelCallOutput } from './agentMachine.ts';
 import { summaryRequest } from './compaction.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
 import type { RecordedReplies } from './recordedReplies.ts';
-import { bestEffort, type StepContext } from './stepContext.ts';
+import { bestEffort, type StepContext, unlessUnavailable } from './stepContext.ts';
+import { toldTurn } from './stepTold.ts';
 import { endModelSpan, startModelSpan } from './stepTracing.ts';
 
 /**
@@ -25,28 +26,90 @@ async function waitingOnModel<T>(step: StepContext, call: () => Promise<T>): Pro
   }
 }
 
-/** One turn's model reply: the journal's, or the model's, recorded. */
+/**
+ * One turn's model reply: the journal's, or the model's, recorded; with the messages people told the task that were
+ * read into the conversation just before it (see {@link toldBefore}).
+ */
 export async function callModel(
   step: StepContext,
   replies: RecordedReplies,
   input: ModelCallInput,
   signal: AbortSignal,
-): Promise<ModelReply> {
+): Promise<ModelCallOutput> {
   const { deps, request } = step;
   const key = StepJournal.modelKey(request.stepId, input.turn);
   const journal = deps.journal;
   const recorded = await bestEffort(step, 'read the journaled model reply', () =>
-    replies.find(input.turn, input.messages),
+    replies.recorded(input.turn),
   );
-  if (recorded) return { ...recorded, journaled: true };
+  const told = await toldBefore(step, key, input, recorded);
+  const messages = told.length === 0 ? input.messages : [...input.messages, ...told.map(toldTurn)];
+  const ofTurn = told.length === 0 ? {} : { told: messages.slice(input.messages.length) };
+  const found = recorded?.reply(messages);
+  if (found) {
+    replies.tookRecorded(input.turn);
+    step.told.read(told);
+    return { ...found, journaled: true, ...ofTurn };
+  }
   // Stopped while the journal was read: the model is not asked at all.
   signal.throwIfAborted();
-  const result = await askModel(step, input, signal);
+  const result = await askModel(step, { ...input, messages }, signal);
   const standing = await bestEffort(step, 'journal the model reply', () =>
-    journal?.recordModelReply(key, input.messages, result, new Date(deps.clock.now())),
+    journal?.recordModelReply(key, messages, result, new Date(deps.clock.now()), told),
   );
   if (standing?.journaled) replies.tookRecorded(input.turn);
-  return standing ?? result;
+  step.told.read(told);
+  return { ...(standing ?? result), ...ofTurn };
+}
+
+/**
+ * The told messages the agent reads just before this turn's model call. Those an earlier run read at this turn, as
+ * the journal (or `troupe replay`'s recording) kept them, come again, less any this run read already. At a turn the
+ * journal has no record of, every message not read yet comes, journaled first (before the model is asked), so a run
+ * after a crash puts them at the same turn. A turn whose recorded reply answered the conversation as it is gets none:
+ * the run that made it was told nothing there. Announced as `agent.told`.
+ */
+async function toldBefore(
+  step: StepContext,
+  key: string,
+  input: ModelCallInput,
+  recorded: RecordedTurn | undefined,
+): Promise<ToldMessage[]> {
+  const { deps, request } = step;
+  const before = recorded?.told ?? deps.recordedTold?.(request.stepId, input.turn);
+  let told: ToldMessage[];
+  if (before) told = step.told.notRead(before);
+  else if (step.told.unread.length === 0 || recorded?.reply(input.messages)) told = [];
+  else {
+    const unread = [...step.told.unread];
+    const journal = deps.journal;
+    // Unlike a reply, a message read unrecorded could be read again at another turn after a crash: the step waits.
+    const standing = journal
+      ? await unlessUnavailable(() =>
+          journal.recordTold(key, unread, input.messages, new Date(deps.clock.now())),
+        )
+      : unread;
+    told = step.told.notRead(standing ?? unread);
+  }
+  if (told.length > 0) publishTold(step, input.turn, told);
+  return told;
+}
+
+/** `agent.told`: the agent read these messages before its model call `turn`. An event that cannot go is logged. */
+function publishTold(step: StepContext, turn: number, told: readonly ToldMessage[]): void {
+  const { agent, deps, request, scope } = step;
+  try {
+    deps.publish(
+      deps.events.make(
+        'agent.told',
+        scope,
+        { agent: agent.name, stepId: request.stepId, turn, messageIds: told.map((m) => m.id) },
+        { to: agent.name },
+      ),
+    );
+  } catch (error) {
+    deps.logger?.error({ err: error, stepId: request.stepId }, 'cannot publish agent.told; the step goes on');
+  }
 }
 
 /** Asks the agent's own model to condense older turns, so the conversation fits its context budget again. */

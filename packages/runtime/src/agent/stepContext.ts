@@ -1,6 +1,6 @@
 import type { Span } from '@opentelemetry/api';
 import type { ModelResponse } from '@troupe/llm';
-import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
+import type { AgentStepRequest, ToldMessage, TroupeEvent } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
 import type { ValueStore } from '../durable/valueStore.ts';
@@ -13,6 +13,7 @@ import type { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import { AgentStepError } from './agentStepError.ts';
 import type { StepActors } from './stepActors.ts';
+import type { StepTold } from './stepTold.ts';
 
 /** What a step needs from the world. */
 export interface StepDeps {
@@ -52,6 +53,11 @@ export interface StepDeps {
   actors?: StepActors;
   /** Told when the step starts (true) and stops (false) waiting on its model's reply. */
   modelWait?: (stepId: string, waiting: boolean) => void;
+  /**
+   * The told messages a recorded run of the step read just before its model call `turn`, where no journal keeps
+   * them: `troupe replay` gives its recording's, so they come at the same turns again.
+   */
+  recordedTold?: (stepId: string, turn: number) => readonly ToldMessage[] | undefined;
 }
 
 /** One step of one agent, as the parts that serve its actor see it. */
@@ -63,6 +69,8 @@ export interface StepContext {
   scope: EventScope;
   /** The step's `invoke_agent` span, parent of its model and tool spans. */
   span?: Span;
+  /** The messages people told the task, as this run of the step reads them. */
+  told: StepTold;
 }
 
 export const scopeOf = (request: AgentStepRequest): EventScope => ({

@@ -3,13 +3,21 @@ import type { AgentOutput } from './agentMachine.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import { bestEffort, type StepContext } from './stepContext.ts';
 
-/** The reply for the workflow, from what the agent actor ended with: done, failed or stopped. */
-export function toReply(stepId: string, output: AgentOutput): AgentStepReply {
+/**
+ * The reply for the workflow, from what the agent actor ended with: done, failed or stopped (paused, say); `toldRead`,
+ * the told messages its agent read, so the workflow sends them to no later step.
+ */
+export function toReply(
+  stepId: string,
+  output: AgentOutput,
+  toldRead: readonly string[] = [],
+): AgentStepReply {
   const usage = {
     ...output.usage,
     costUsd: output.costUsd,
     modelCalls: output.turns + output.compactions,
   };
+  const read = toldRead.length > 0 ? { toldRead: [...toldRead] } : {};
   if (!output.ok || output.failure) {
     return {
       ok: false,
@@ -17,6 +25,7 @@ export function toReply(stepId: string, output: AgentOutput): AgentStepReply {
       error: output.failure ?? { code: 'failed', message: 'agent failed' },
       usage,
       turns: output.turns,
+      ...read,
     };
   }
   return {
@@ -27,6 +36,7 @@ export function toReply(stepId: string, output: AgentOutput): AgentStepReply {
     ...(output.structured === undefined ? {} : { structured: output.structured }),
     usage,
     turns: output.turns,
+    ...read,
   };
 }
 

@@ -1,4 +1,4 @@
-import { type AgentStepRequest, isRetryable, type StepErrorCode } from '@troupe/protocol';
+import { type AgentStepRequest, isRetryable, type StepErrorCode, type ToldMessage } from '@troupe/protocol';
 import type { Delivery } from '../transport/bus.ts';
 import type { StepStop } from './agentMachine.ts';
 import type { AgentStep } from './agentStep.ts';
@@ -86,6 +86,16 @@ export class StepRun {
   /** The step's model call started (true) or ended (false). */
   modelWait(waiting: boolean): void {
     this.#liveness.modelWait(waiting);
+  }
+
+  /** The step's task was paused: the step stops after its current model or tool call (see `AgentStep.pause`). */
+  pause(): void {
+    if (!this.#stopped) this.#agentStep.pause?.();
+  }
+
+  /** A person told the step's task something: its agent reads it before its next model call. */
+  tell(message: ToldMessage): void {
+    if (!this.#stopped) this.#agentStep.tell?.(message);
   }
 
   /** Sends the agent step a stop, once: the first reason is the one its reply gives. */

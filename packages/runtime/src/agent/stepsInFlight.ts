@@ -1,4 +1,4 @@
-import type { AgentStepRequest, TaskEnding } from '@troupe/protocol';
+import type { AgentStepRequest, TaskEnding, ToldMessage } from '@troupe/protocol';
 import type { Delivery } from '../transport/bus.ts';
 import type { AgentStep } from './agentStep.ts';
 import { RecentReplies } from './recentReplies.ts';
@@ -95,6 +95,16 @@ export class StepsInFlight {
       );
       run.stop({ why: 'task_ended', taskId, ending });
     }
+  }
+
+  /** A task was paused: each of its steps here stops after its current model or tool call, replying `paused`. */
+  pauseTask(taskId: string): void {
+    for (const run of this.#runs.values()) if (run.request.taskId === taskId) run.pause();
+  }
+
+  /** A person told a task something: each of its steps here reads it before its next model call. */
+  tellTask(taskId: string, message: ToldMessage): void {
+    for (const run of this.#runs.values()) if (run.request.taskId === taskId) run.tell(message);
   }
 
   /** Takes no more steps, stops the ones in flight and waits for their replies to go out. */

@@ -7,6 +7,7 @@ import {
   JournalEntry,
   type ModelReply,
   sumUsage,
+  type ToldMessage,
   type ToolResult,
   type ToolResultRecord,
   type UsageTotals,
@@ -20,6 +21,16 @@ export { JournalEntry };
 /** A step's call to a remote agent, as the journal keeps it. */
 export type RemoteCallRecord = Extract<JournalEntry, { kind: 'remote.call' }>;
 
+/**
+ * What a turn's model key holds, read once and matched to the turn's conversation later: the messages people told the
+ * task that an earlier run read just before this turn, and the model's reply, if one was recorded.
+ */
+export interface RecordedTurn {
+  told?: ToldMessage[];
+  /** The reply recorded for this turn, if it answered this very conversation. */
+  reply(messages: readonly ChatMessage[]): ModelReply | undefined;
+}
+
 /** What the journal knows of a tool call before it runs. */
 export type ToolCallRecord =
   | { state: 'new' }
@@ -31,15 +42,18 @@ export type ToolCallRecord =
  * A step's journal in the KV bucket `journal`, under its pipeline's name. Keys are deterministic — the step id (task, step, round), the
  * agent's turn in the step and the position of the call — so a step run again meets its own records:
  *
- * | key                                  | record                        |
- * | ------------------------------------ | ----------------------------- |
- * | `<stepId>.<turn>.model`              | the model's reply to turn     |
- * | `<stepId>.c<n>`                      | the n-th compaction's summary |
- * | `<stepId>.<turn>.<index>`            | tool call: started, result    |
- * | `<stepId>.<turn>.<index>.approval`   | the approval asked for it     |
- * | `<stepId>.<turn>.<index>.question`   | the question it asked         |
- * | `<stepId>.remote`                    | a call to a remote agent      |
- * | `<stepId>.remote.<n>.question`       | its n-th question to a person |
+ * | key                                  | record                                      |
+ * | ------------------------------------ | ------------------------------------------- |
+ * | `<stepId>.<turn>.model`              | what was told before turn, then its reply   |
+ * | `<stepId>.c<n>`                      | the n-th compaction's summary               |
+ * | `<stepId>.<turn>.<index>`            | tool call: started, result                  |
+ * | `<stepId>.<turn>.<index>.approval`   | the approval asked for it                   |
+ * | `<stepId>.<turn>.<index>.question`   | the question it asked                       |
+ * | `<stepId>.remote`                    | a call to a remote agent                    |
+ * | `<stepId>.remote.<n>.question`       | its n-th question to a person               |
+ *
+ * Messages people told the task share their turn's model key: the turn's reply replaces them and keeps them, so a run
+ * reads each turn's record once, told messages or not.
  */
 export class StepJournal {
   readonly #store: KeyValue<JournalEntry>;
@@ -140,21 +154,47 @@ export class StepJournal {
 
   /** The reply recorded for this turn, if it answered this very conversation. */
   async modelReply(key: string, messages: readonly ChatMessage[]): Promise<ModelReply | undefined> {
-    return (await this.recordedReply(key))(messages);
+    return (await this.recordedTurn(key)).reply(messages);
   }
 
   /**
    * Reads what is recorded for a turn now, to be matched to its conversation later: a step reads its first turn's
    * record while it starts, before its conversation is ready to be asked.
    */
-  async recordedReply(key: string): Promise<(messages: readonly ChatMessage[]) => ModelReply | undefined> {
+  async recordedTurn(key: string): Promise<RecordedTurn> {
     const entry = (await this.#get(key))?.value;
-    if (entry?.kind !== 'model.reply') return () => undefined;
-    return (messages) => (entry.conversation === digest(messages) ? entry.reply : undefined);
+    if (entry?.kind === 'told') return { told: entry.messages, reply: () => undefined };
+    if (entry?.kind !== 'model.reply') return { reply: () => undefined };
+    const reply = (messages: readonly ChatMessage[]) =>
+      entry.conversation === digest(messages) ? entry.reply : undefined;
+    return entry.told ? { told: entry.told, reply } : { reply };
   }
 
   /**
-   * Records a model's reply to this turn and returns the reply that stands: this one, or — when another run
+   * Records the messages people told the task that the agent reads just before this turn, before its model is
+   * asked with `conversation` and them, and returns those that stand: these, the ones another run of the step
+   * recorded for the turn first (a run thought dead), so both put the same messages at the same turn, or none when a
+   * reply to `conversation` as it is stands there already (that run was told nothing at this turn).
+   */
+  async recordTold(
+    key: string,
+    messages: readonly ToldMessage[],
+    conversation: readonly ChatMessage[],
+    now: Date,
+  ): Promise<ToldMessage[]> {
+    const entry: JournalEntry = { kind: 'told', messages: [...messages], recordedAt: now.toISOString() };
+    if ((await this.#create(key, entry)) !== undefined) return entry.messages;
+    const first = await this.recordedTurn(key);
+    if (first.told) return first.told;
+    if (first.reply(conversation)) return [];
+    // What is there answered another conversation (the step changed since): these messages take the turn.
+    await this.#put(key, entry);
+    return entry.messages;
+  }
+
+  /**
+   * Records a model's reply to this turn (with `told`, the messages read just before it, which the record keeps
+   * in place of their own) and returns the reply that stands: this one, or — when another run
    * of the step (one that was thought dead) recorded its reply to the same conversation first — that one, so
    * both runs go on from the same reply and make the same tool calls, which the claims then keep single.
    */
@@ -163,18 +203,21 @@ export class StepJournal {
     messages: readonly ChatMessage[],
     reply: ModelReply,
     now: Date,
+    told?: readonly ToldMessage[],
   ): Promise<ModelReply> {
     const { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs } = reply;
     const entry: JournalEntry = {
       kind: 'model.reply',
       conversation: digest(messages),
       reply: { content, toolCalls, usage, costUsd, finishReason, provider, model, durationMs },
+      ...(told && told.length > 0 ? { told: [...told] } : {}),
       recordedAt: now.toISOString(),
     };
     if ((await this.#create(key, entry)) !== undefined) return reply;
     const first = await this.modelReply(key, messages);
     if (first) return { ...first, journaled: true };
-    // What is there answered another conversation (the step changed): this reply replaces it.
+    // What is there answered another conversation (the step changed), or is what was told before it: this reply
+    // replaces it.
     await this.#put(key, entry);
     return reply;
   }

@@ -8,7 +8,7 @@ import {
 } from '@troupe/llm';
 import type { ModelReply, ToolResult } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createActor, fromPromise, toPromise } from 'xstate';
 import {
   type AgentEmitted,
@@ -17,6 +17,7 @@ import {
   type AgentServices,
   agentMachine,
   type ModelCallInput,
+  type ModelCallOutput,
 } from '../../src/agent/agentMachine.ts';
 import { parseVerdict } from '../../src/agent/structuredReply.ts';
 
@@ -722,5 +723,138 @@ describe('agentMachine: stops and time limits', () => {
     expect(seen).toEqual(['asked']);
     actor.send({ type: 'stop', stop: { why: 'aborted' } });
     expect(actor.getSnapshot().value).toBe('stopped');
+  });
+});
+
+describe('agentMachine: a pause of its task', () => {
+  /** A machine whose model and tools answer when the test says so, each call kept with its input. */
+  function held(input: Partial<AgentMachineInput> = {}, decision: 'allow' | 'ask' = 'ask') {
+    const modelCalls: { input: ModelCallInput; answer: (reply: ModelCallOutput) => void }[] = [];
+    const toolRuns: { calls: ToolCall[]; finish: () => void }[] = [];
+    const approvals: { finish: () => void }[] = [];
+    const services: AgentServices = {
+      callModel: (callInput) =>
+        new Promise((resolve) => modelCalls.push({ input: callInput, answer: resolve })),
+      runTools: ({ calls }) =>
+        new Promise((resolve) =>
+          toolRuns.push({ calls, finish: () => resolve(calls.map((c) => result(c.id))) }),
+        ),
+      compactConversation: async () => ({ summary: 's', usage: zeroUsage(), costUsd: 0 }),
+      checkTools: async ({ calls }) =>
+        calls.map((c) => ({ callId: c.id, tool: c.name, decision, reason: 'the policy says so' })),
+      awaitApprovals: ({ calls }) =>
+        new Promise((resolve) =>
+          approvals.push({
+            finish: () => resolve(Object.fromEntries(calls.map((c) => [c.callId, { decision: 'allow' }]))),
+          }),
+        ),
+    };
+    const actor = createActor(agentMachine, { input: { ...baseInput, ...input, services } });
+    actor.start();
+    return { actor, modelCalls, toolRuns, approvals, output: toPromise(actor) };
+  }
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 0));
+  const paused = {
+    code: 'paused',
+    message:
+      'step task-1.code.1 was paused after 1 model call(s): its task was paused; sent again on resume, it goes on from its journal',
+  };
+
+  it('lets the model call finish, keeps its reply, and stops before the tools it asked for run', async () => {
+    const { actor, modelCalls, toolRuns, output } = held();
+    await vi.waitFor(() => expect(modelCalls).toHaveLength(1));
+    actor.send({ type: 'pause' });
+    // Not cut short: the call goes on until it answers.
+    expect(actor.getSnapshot().value).toEqual({ working: 'thinking' });
+    modelCalls[0]?.answer(reply('', [call('c1')]));
+    const ended = await output;
+    expect(ended).toMatchObject({ ok: false, turns: 1, failure: paused });
+    expect(ended.usage).toMatchObject({ inputTokens: 10, outputTokens: 2 });
+    expect(ended.messages.at(-1)).toMatchObject({ role: 'assistant', toolCalls: [{ id: 'c1' }] });
+    expect(modelCalls).toHaveLength(1);
+    expect(toolRuns).toHaveLength(0);
+  });
+
+  it('finishes a step whose model call gives its final reply while paused: nothing is left to hold', async () => {
+    const { actor, modelCalls, output } = held();
+    await vi.waitFor(() => expect(modelCalls).toHaveLength(1));
+    actor.send({ type: 'pause' });
+    modelCalls[0]?.answer(reply('all done'));
+    expect(await output).toMatchObject({ ok: true, output: 'all done' });
+  });
+
+  it('lets the tool calls under way finish, then stops before the next model call', async () => {
+    const { actor, modelCalls, toolRuns, output } = held({}, 'allow');
+    await vi.waitFor(() => expect(modelCalls).toHaveLength(1));
+    modelCalls[0]?.answer(reply('', [call('c1'), call('c2', 'read_file')]));
+    await vi.waitFor(() => expect(toolRuns).toHaveLength(1));
+    actor.send({ type: 'pause' });
+    await settle();
+    expect(actor.getSnapshot().value).toEqual({ working: 'running' });
+    toolRuns[0]?.finish();
+    const ended = await output;
+    expect(ended).toMatchObject({ ok: false, turns: 1, failure: paused });
+    // Both results are in the conversation the step goes on from.
+    expect(ended.messages.slice(-2).map((m) => m.role)).toEqual(['tool', 'tool']);
+    expect(modelCalls).toHaveLength(1);
+  });
+
+  it('waits for the person a tool call waits on, runs the call, then stops: no second model call', async () => {
+    const { actor, modelCalls, toolRuns, approvals, output } = held();
+    await vi.waitFor(() => expect(modelCalls).toHaveLength(1));
+    modelCalls[0]?.answer(reply('', [call('c1')]));
+    await vi.waitFor(() => expect(approvals).toHaveLength(1));
+    actor.send({ type: 'pause' });
+    await settle();
+    expect(actor.getSnapshot().value).toEqual({ working: 'awaitingApproval' });
+    approvals[0]?.finish();
+    await vi.waitFor(() => expect(toolRuns).toHaveLength(1));
+    expect(actor.getSnapshot().status).toBe('active');
+    toolRuns[0]?.finish();
+    const ended = await output;
+    expect(ended).toMatchObject({ ok: false, turns: 1, failure: paused });
+    expect(ended.messages.at(-1)).toMatchObject({ role: 'tool', toolCallId: 'c1' });
+    expect(modelCalls).toHaveLength(1);
+  });
+
+  it('stops at once, asking nothing, when its task was paused before it started', async () => {
+    const { modelCalls, output } = held({ paused: true });
+    expect(await output).toMatchObject({ ok: false, turns: 0, failure: { code: 'paused' } });
+    expect(modelCalls).toHaveLength(0);
+  });
+});
+
+describe('agentMachine: told messages', () => {
+  it('puts the user turns read before a model call into the conversation ahead of its reply', async () => {
+    const told: ChatMessage[] = [{ role: 'user', content: 'Message from ann: use v2' }];
+    const inputs: ModelCallInput[] = [];
+    const replies = [{ ...reply('', [call('c1')]), told }, reply('done')];
+    const services: AgentServices = {
+      callModel: async (input) => {
+        inputs.push(input);
+        const next = replies.shift();
+        if (!next) throw new Error('no more replies');
+        return next;
+      },
+      runTools: async ({ calls }) => calls.map((c) => result(c.id)),
+      compactConversation: async () => ({ summary: 's', usage: zeroUsage(), costUsd: 0 }),
+    };
+    const actor = createActor(agentMachine, { input: { ...baseInput, services } });
+    const emitted: AgentEmitted[] = [];
+    actor.on('*', (event) => emitted.push(event));
+    actor.start();
+    const output = await toPromise(actor);
+    expect(output.messages.map((m) => m.role)).toEqual([
+      'system',
+      'user',
+      'user',
+      'assistant',
+      'tool',
+      'assistant',
+    ]);
+    expect(output.messages[2]).toEqual(told[0]);
+    expect(inputs[1]?.messages.slice(0, 4)).toEqual(output.messages.slice(0, 4));
+    // The reply's event carries the reply, not what was told before it.
+    expect(emitted.find((e) => e.type === 'llm.response')).not.toHaveProperty('told');
   });
 });

@@ -544,7 +544,7 @@ describe('runAgentStep: a journal out of reach', () => {
     });
     // Replies are best-effort; a tool call must be claimed before it runs, and here it cannot be.
     const journal = {
-      recordedReply: async () => () => undefined,
+      recordedTurn: async () => ({ reply: () => undefined }),
       modelReply: async () => undefined,
       recordModelReply: async () => {},
       claimToolCall: async () => {

@@ -68,7 +68,7 @@ describe('StepJournal.claimToolCall', () => {
   });
 });
 
-describe('StepJournal.recordedReply', () => {
+describe('StepJournal.recordedTurn', () => {
   it('reads a turn once and matches it to its conversation later', async () => {
     const kv = new MemoryKv(JournalEntry);
     const journal = new StepJournal(kv);
@@ -91,10 +91,11 @@ describe('StepJournal.recordedReply', () => {
     );
     kv.gets = 0;
 
-    const match = await journal.recordedReply(modelKey);
+    const turn = await journal.recordedTurn(modelKey);
 
-    expect(match(conversation)).toMatchObject({ content: 'done' });
-    expect(match([{ role: 'user', content: 'another conversation' }])).toBeUndefined();
+    expect(turn.reply(conversation)).toMatchObject({ content: 'done' });
+    expect(turn.reply([{ role: 'user', content: 'another conversation' }])).toBeUndefined();
+    expect(turn.told).toBeUndefined();
     expect(kv.gets).toBe(1);
   });
 });
