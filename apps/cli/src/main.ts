@@ -2,6 +2,7 @@ import { redactSecrets, registerSecretsFromEnv } from '@troupe/runtime/secrets';
 import { Command } from 'commander';
 import cli from '../package.json' with { type: 'json' };
 import { registerControlCommands } from './program/control.ts';
+import { registerFamilyCommands } from './program/family.ts';
 import { registerNatsConfigCommands } from './program/natsConfig.ts';
 import { natsAccessOptions } from './program/options.ts';
 import { registerPeopleCommands } from './program/people.ts';
@@ -20,6 +21,7 @@ const program = new Command('troupe')
 registerServeCommands(program);
 registerTasksCommands(program);
 registerControlCommands(program);
+registerFamilyCommands(program);
 registerPeopleCommands(program);
 registerProjectCommands(program);
 registerNatsConfigCommands(program);

@@ -1,6 +1,7 @@
 import {
   fillInput,
   type InputCut,
+  type TaskOriginRef,
   type TroupeEvent,
   type UsageTotals,
   type ValueRef,
@@ -19,6 +20,8 @@ export interface TaskTrace {
   version?: string;
   status: 'running' | 'completed' | 'failed' | 'cancelled';
   goal?: string;
+  /** The ended task this one restarts or forks, from its `task.accepted`. */
+  origin?: TaskOriginRef;
   /** The task's input; with `inputCut`, some keys hold only previews unless the trace was read whole. */
   input?: Record<string, unknown>;
   inputCut?: InputCut;
@@ -189,6 +192,8 @@ export interface StepTrace {
     turns: number;
     verdict?: { decision: string; feedback: string };
     error?: { code: string; message: string };
+    /** The output is the origin task's: the step did not run again (a restart or fork). */
+    reused?: true;
   };
   entries: TraceEntry[];
 }

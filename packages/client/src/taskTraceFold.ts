@@ -132,6 +132,7 @@ const handlers: Handlers = {
     trace.goal = event.data.goal;
     if (event.data.input) trace.input = event.data.input;
     if (event.data.inputCut) trace.inputCut = event.data.inputCut;
+    if (event.data.origin) trace.origin = event.data.origin;
     trace.startedAt = event.ts;
   },
   'task.resumed': (fold, { id, ts, data: d }) => {
@@ -271,6 +272,7 @@ const handlers: Handlers = {
       turns: d.turns,
       ...(d.verdict ? { verdict: { decision: d.verdict.decision, feedback: d.verdict.feedback } } : {}),
       ...(d.error ? { error: d.error } : {}),
+      ...(d.reused ? { reused: true } : {}),
     };
   },
   'llm.request': (fold, { ts, data: d }) => {

@@ -21,6 +21,8 @@ export interface RunsOptions extends ServerOptions {
   json: boolean;
   /** Sum tokens and cost per pipeline or per day instead of listing tasks. */
   totals?: string;
+  /** Only this task's family: the task it was restarted or forked from (and so on up), and every task made from those. */
+  family?: string;
 }
 
 /** A record's status, or `paused`: the running tasks a person holds (`running` lists them too). */
@@ -34,7 +36,8 @@ export async function runs(options: RunsOptions): Promise<number> {
   exitWhenStdoutCloses();
   const bus = await connectCli(options, 'troupe-runs');
   try {
-    const records = await readValues(await openWorkflows(bus));
+    const all = await readValues(await openWorkflows(bus));
+    const records = options.family === undefined ? all : familyOf(all, options.family);
     const matching = records
       .filter(
         (r) =>
@@ -54,9 +57,13 @@ export async function runs(options: RunsOptions): Promise<number> {
       process.stdout.write(`${nothingToShow(records, options.pipeline, state)}\n`);
     } else {
       const now = Date.now();
-      for (const line of alignColumns([RUNS_HEADER, ...shown.map((r) => runRow(r, now))], {
-        right: RUNS_NUMERIC,
-      })) {
+      // A restart's or fork's origin in a column of its own, shown when a task listed has one.
+      const origins = shown.some((r) => r.origin !== undefined);
+      const rows = [
+        origins ? [...RUNS_HEADER, 'ORIGIN'] : RUNS_HEADER,
+        ...shown.map((r) => (origins ? [...runRow(r, now), originOf(r)] : runRow(r, now))),
+      ];
+      for (const line of alignColumns(rows, { right: RUNS_NUMERIC })) {
         process.stdout.write(`${line}\n`);
       }
     }
@@ -69,6 +76,44 @@ export async function runs(options: RunsOptions): Promise<number> {
   } finally {
     await bus.close();
   }
+}
+
+/** Where a restart or fork came from, as `troupe runs` shows it: `restart of <task> from <step>`, `fork of … at …`. */
+export function originOf({ origin }: WorkflowRecord): string {
+  if (origin === undefined) return '-';
+  const edited = origin.edited?.length ? ` (edited ${origin.edited.join(', ')})` : '';
+  return origin.kind === 'restart'
+    ? `restart of ${origin.taskId} from ${origin.step}`
+    : `fork of ${origin.taskId} at ${origin.step}${edited}`;
+}
+
+/**
+ * A task's family among the records: the tasks it comes from by restarts and forks, up to the first, and every task
+ * made from that one, however deep. Throws when no record is the task's.
+ */
+function familyOf(records: WorkflowRecord[], taskId: string): WorkflowRecord[] {
+  const byId = new Map(records.map((r) => [r.taskId, r]));
+  if (!byId.has(taskId)) throw new CliError(`--family: no task ${taskId} is known on this server`, 1);
+  let root = taskId;
+  const seen = new Set<string>();
+  while (!seen.has(root)) {
+    seen.add(root);
+    const up = byId.get(root)?.origin?.taskId;
+    if (up === undefined || !byId.has(up)) break;
+    root = up;
+  }
+  const family = new Set([root]);
+  // Made from a member, a task joins the family; passes until one adds nobody (a family is small).
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const r of records) {
+      if (r.origin && family.has(r.origin.taskId) && !family.has(r.taskId)) {
+        family.add(r.taskId);
+        grew = true;
+      }
+    }
+  }
+  return records.filter((r) => family.has(r.taskId));
 }
 
 /** Every matching task counts in the totals, --limit or not: a total of the newest fifty would mislead. */

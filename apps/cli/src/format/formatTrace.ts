@@ -57,6 +57,7 @@ export function formatTrace(trace: TaskTrace, options: { color: boolean }): stri
       (trace.resumed > 0 ? ` · resumed ${plural(trace.resumed, 'time')}` : ''),
   );
   if (trace.goal !== undefined) lines.push(`goal: ${preview(trace.goal, 100)}`);
+  if (trace.origin) lines.push(`origin: ${originLine(trace.origin)}`);
   draw(flowTree(trace, paint), '', lines);
   if (trace.failure) {
     lines.push(paint('red', `failed: ${trace.failure.reason}: ${preview(trace.failure.message, 200)}`));
@@ -276,6 +277,8 @@ function stepLine(step: StepTrace, paint: Paint): string {
   const outcome = step.outcome;
   if (!outcome) return `${head} · ${paint('yellow', 'running')}`;
   const verdict = outcome.verdict ? ` · ${outcome.verdict.decision}` : '';
+  if (outcome.reused)
+    return `${head} · ${paint('green', `reused${verdict}`)} (its origin's output; nothing ran)`;
   const result = outcome.ok
     ? paint('green', `ok${verdict}`)
     : paint('red', `failed${outcome.error ? ` (${outcome.error.code})` : ''}`);
@@ -370,4 +373,13 @@ function totalsLine(totals: TraceTotals, running: boolean): string {
     ...(totals.errors > 0 ? [plural(totals.errors, 'error')] : []),
   ];
   return `${running ? 'so far' : 'totals'}: ${parts.join(' · ')}`;
+}
+
+/** A restart's or fork's origin: which task, from which step, and what a fork edited. */
+function originLine(origin: NonNullable<TaskTrace['origin']>): string {
+  const edited = origin.edited?.length ? `, edited ${origin.edited.join(', ')}` : '';
+  const by = origin.by ? ` by ${origin.by}` : '';
+  return origin.kind === 'restart'
+    ? `restart of task ${origin.taskId} from ${origin.step}${by}`
+    : `fork of task ${origin.taskId} at ${origin.step}${edited}${by}`;
 }

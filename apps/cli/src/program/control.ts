@@ -34,7 +34,7 @@ function declareRuns(program: Command): void {
   program
     .command('runs')
     .description(
-      'list tasks, newest first: state, rounds, duration, tokens, cost, age (--totals: per pipeline or day)',
+      "list tasks, newest first: state, rounds, duration, tokens, cost, age, and a restart's or fork's origin (--totals: per pipeline or day)",
     )
     .option('-p, --pipeline <name>', 'only this pipeline')
     .option(
@@ -45,6 +45,10 @@ function declareRuns(program: Command): void {
     .option(
       '--totals <by>',
       'instead of the tasks, their tokens and cost summed per pipeline or per day (UTC): pipeline or day',
+    )
+    .option(
+      '--family <task-id>',
+      'only the family of this task: the task it was restarted or forked from, and every task made from that one',
     )
     .option('--json', 'one JSON record per line, without its snapshot (with --totals: one per total)', false)
     .addOption(homeOption())
