@@ -43,10 +43,24 @@ export function forkBody(draft: ForkDraft): ForkCheck {
   return { ok: true, body };
 }
 
-/** The steps that ran before `at` first did, each once, in order: those whose output a fork may replace. */
-export function stepsBefore(steps: readonly { step: string }[], at: string): string[] {
+/** What the fork form needs to know of a step's run: which step, whether it completed, whether it ran a sub-task. */
+interface StepRun {
+  step: string;
+  outcome?: { ok: boolean } | undefined;
+  subTask?: unknown;
+}
+
+/**
+ * The steps whose output a fork at `at` may replace, each once, in order: those a fork reuses, which completed before
+ * `at` first started. A step that failed, or a `pipeline` step (its sub-task runs again), is not reused, and the
+ * gateway refuses a `set` for it.
+ */
+export function stepsBefore(steps: readonly StepRun[], at: string): string[] {
   const end = steps.findIndex((s) => s.step === at);
-  return [...new Set(steps.slice(0, Math.max(0, end)).map((s) => s.step))].filter((s) => s !== at);
+  const reused = steps
+    .slice(0, Math.max(0, end))
+    .filter((s) => s.outcome?.ok === true && s.subTask === undefined);
+  return [...new Set(reused.map((s) => s.step))].filter((s) => s !== at);
 }
 
 /** The original's input as the form shows it first: pretty JSON, or nothing when there is none. */

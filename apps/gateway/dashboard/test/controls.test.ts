@@ -166,11 +166,23 @@ describe('the fork form’s body', () => {
     }
   });
 
-  it('offers to replace the outputs of the steps before the fork’s step only, each once', () => {
-    const steps = [step('plan', 1), step('write', 1), step('review', 1), step('write', 2), step('review', 2)];
+  it('offers to replace the outputs of the steps a fork reuses only: completed before its step first started', () => {
+    const ok = { ok: true };
+    const steps = [
+      step('plan', 1, ok),
+      step('write', 1, ok),
+      step('review', 1, ok),
+      step('write', 2, ok),
+      step('review', 2, ok),
+    ];
     expect(stepsBefore(steps, 'review')).toEqual(['plan', 'write']);
     expect(stepsBefore(steps, 'plan')).toEqual([]);
     expect(stepsBefore(steps, 'nowhere')).toEqual([]);
+    // A step that failed is not reused; nor is a pipeline step, whose sub-task runs again.
+    const sub = { ...step('research', 1, ok), subTask: { taskId: 't-2', pipeline: 'research' } };
+    expect(
+      stepsBefore([step('plan', 1, { ok: false }), sub, step('write', 1, ok), step('review', 1)], 'review'),
+    ).toEqual(['write']);
   });
 
   it('is offered on each step’s first run only, since a fork runs on from where its step first started', () => {
