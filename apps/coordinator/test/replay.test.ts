@@ -1,12 +1,14 @@
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { EventData, EventKind, TroupeEvent } from '@troupe/protocol';
+import type { EventData, EventKind, EventOf, TroupeEvent } from '@troupe/protocol';
 import { EventFactory, preview } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
+import { builtinTools } from '../src/config/builtinTools.ts';
+import { loadPipeline } from '../src/config/loadPipeline.ts';
 import { Recording } from '../src/replay/recording.ts';
-import { factsOf, firstDivergence, recordedTools } from '../src/replay/replayTask.ts';
+import { factsOf, firstDivergence, recordedTools, replayTask } from '../src/replay/replayTask.ts';
 
 const factory = new EventFactory({ now: () => Date.UTC(2026, 0, 1) });
 const scope = { pipeline: 'demo', taskId: 't1', traceparent: '' };
@@ -181,6 +183,154 @@ describe('recorded tools (--no-tools)', () => {
       );
     } finally {
       await rm(workspace, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('replaying a task that was told something', () => {
+  const usage = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
+  const work = { agent: 'worker', stepId: 't1.work.1' };
+  const response = (turn: number, content: string, toolCalls: { id: string; name: string }[] = []) =>
+    make('llm.response', {
+      ...work,
+      turn,
+      provider: 'scripted',
+      model: 'scripted',
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      costUsd: 0,
+      finishReason: toolCalls.length > 0 ? 'tool_calls' : 'stop',
+      content,
+      toolCalls,
+      durationMs: 1,
+    });
+  /** A run of one step whose agent read a person's message before its second of three model calls, as recorded. */
+  const told: TroupeEvent[] = [
+    make('task.accepted', { goal: 'write notes.md' }),
+    make('step.started', { step: 'work', agent: 'worker', round: 1, stepId: 't1.work.1' }),
+    response(1, '', [{ id: 'c1', name: 'write_file' }]),
+    make('tool.call', {
+      ...work,
+      turn: 1,
+      index: 0,
+      callId: 'c1',
+      tool: 'write_file',
+      arguments: '{"path":"notes.md","content":"v1"}',
+    }),
+    make('task.told', { messageId: 'm1', text: 'use the v2 API', by: 'ann' }),
+    make('tool.result', {
+      ...work,
+      turn: 1,
+      index: 0,
+      callId: 'c1',
+      tool: 'write_file',
+      ok: true,
+      decision: 'allow',
+      output: 'wrote',
+      durationMs: 1,
+    }),
+    make('agent.told', { ...work, turn: 2, messageIds: ['m1'] }),
+    response(2, '', [{ id: 'c2', name: 'write_file' }]),
+    make('tool.call', {
+      ...work,
+      turn: 2,
+      index: 0,
+      callId: 'c2',
+      tool: 'write_file',
+      arguments: '{"path":"notes.md","content":"v2"}',
+    }),
+    make('tool.result', {
+      ...work,
+      turn: 2,
+      index: 0,
+      callId: 'c2',
+      tool: 'write_file',
+      ok: true,
+      decision: 'allow',
+      output: 'wrote',
+      durationMs: 1,
+    }),
+    response(3, 'wrote notes.md for v2'),
+    make('step.completed', {
+      step: 'work',
+      agent: 'worker',
+      round: 1,
+      stepId: 't1.work.1',
+      ok: true,
+      output: 'wrote notes.md for v2',
+      usage,
+      turns: 3,
+      durationMs: 1,
+    }),
+    make('task.completed', {
+      output: 'wrote notes.md for v2',
+      rounds: 1,
+      usage,
+      usageByAgent: {},
+      durationMs: 1,
+    }),
+  ];
+
+  async function pipeline() {
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-replay-told-'));
+    await writeFile(
+      join(dir, 'script.json'),
+      JSON.stringify({ agents: { worker: [{ content: 'unused' }] } }),
+    );
+    await writeFile(
+      join(dir, 'demo.yaml'),
+      `version: 1
+name: demo
+models: { scripted: { provider: scripted, script: ./script.json } }
+defaults: { model: scripted }
+agents:
+  worker: { instructions: Write notes., tools: [write_file] }
+flow:
+  - { id: work, kind: agent, agent: worker }
+`,
+    );
+    return { dir, loaded: await loadPipeline(join(dir, 'demo.yaml'), { toolNames: builtinTools().names() }) };
+  }
+
+  it('reads the message at the same turn again, into the conversation, and finds no divergence', async () => {
+    const { dir, loaded } = await pipeline();
+    try {
+      const result = await replayTask(told, 't1', { pipeline: loaded, tools: 'recorded' });
+      expect(result.divergence).toBeUndefined();
+      expect(result.replayed).toContainEqual({ kind: 'told', step: 'work', turn: 2, messageIds: ['m1'] });
+      expect(result.replayed.map((fact) => fact.kind)).toEqual([
+        'step',
+        'tool',
+        'tool result',
+        'told',
+        'tool',
+        'tool result',
+        'step end',
+        'task end',
+      ]);
+      // The message joined the conversation before the second call: the third is asked with instructions, task,
+      // the first reply and its result, the message, the second reply and its result.
+      const requests = result.events.filter((e): e is EventOf<'llm.request'> => e.kind === 'llm.request');
+      expect(requests.map((e) => e.data.messages)).toEqual([2, 4, 7]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('says so when the recording names a message it does not hold', async () => {
+    const { dir, loaded } = await pipeline();
+    try {
+      const result = await replayTask(
+        told.filter((e) => e.kind !== 'task.told'),
+        't1',
+        { pipeline: loaded, tools: 'recorded' },
+      );
+      expect(result.divergence?.replayed).toMatchObject({ kind: 'step end', ok: false });
+      const failed = result.events.find((e) => e.kind === 'llm.error');
+      expect(failed?.data).toMatchObject({
+        message: expect.stringContaining('holds no task.told event of it'),
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

@@ -109,6 +109,8 @@ function describe(fact: RunFact | undefined): string {
       return `step ${fact.step}, turn ${fact.turn}: ${fact.tool}(${fact.arguments})`;
     case 'tool result':
       return `step ${fact.step}, turn ${fact.turn}, call ${fact.index}: ${fact.decision}, ${fact.ok ? 'ok' : 'failed'}`;
+    case 'told':
+      return `step ${fact.step}, turn ${fact.turn}: read told message(s) ${fact.messageIds.join(', ')}`;
     case 'step end':
       return `step ${fact.step} ${fact.ok ? 'ok' : `failed (${fact.error ?? 'error'})`}${fact.verdict ? `, verdict ${fact.verdict}` : ''}`;
     case 'task end':

@@ -1,6 +1,6 @@
 import type { ModelProvider, ModelRequest, ModelResponse, ToolCall } from '@troupe/llm';
 import { ModelError, type ModelErrorCode } from '@troupe/llm';
-import type { ApprovalDecision, EventOf, TroupeEvent, ValueRef } from '@troupe/protocol';
+import type { ApprovalDecision, EventOf, ToldMessage, TroupeEvent, ValueRef } from '@troupe/protocol';
 import {
   type ApprovalAsk,
   type HumanGate,
@@ -57,6 +57,9 @@ export class Recording {
   readonly #lastReplies = new Map<string, { key: string; response: ModelResponse }>();
   /** Where each step's whole output is kept, when its `step.completed` held only a preview. */
   readonly #outputRefs = new Map<string, ValueRef>();
+  /** The messages people told the task, by id (`task.told`), and the ids each step read before a turn (`agent.told`). */
+  readonly #told = new Map<string, ToldMessage>();
+  readonly #toldRead = new Map<string, string[]>();
 
   constructor(taskId: string, events: readonly TroupeEvent[]) {
     this.taskId = taskId;
@@ -71,6 +74,12 @@ export class Recording {
       }
       if (event.kind === 'step.completed' && event.data.outputRef)
         this.#outputRefs.set(event.data.stepId, event.data.outputRef);
+      if (event.kind === 'task.told') {
+        const { messageId, text, by } = event.data;
+        this.#told.set(messageId, { id: messageId, text, ...(by === undefined ? {} : { by }), at: event.ts });
+      }
+      if (event.kind === 'agent.told')
+        this.#toldRead.set(turnKey(event.data.stepId, event.data.turn), event.data.messageIds);
       if (event.kind === 'tool.result') {
         this.#results.set(callKey(event.data.stepId, event.data.turn ?? 0, event.data.index ?? 0), event);
         if (!this.#byCallId.has(event.data.callId) || !event.data.journaled)
@@ -168,6 +177,23 @@ export class Recording {
   /** The recorded model turn, if the recorded run made it. */
   turn(stepId: string, turn: number): RecordedTurn | undefined {
     return this.#turns.get(turnKey(stepId, turn));
+  }
+
+  /**
+   * The messages the recorded run's agent read just before its model call `turn` of a step, to read at the same turn
+   * again; undefined when it read none there. A message whose `task.told` the recording lacks is refused: the replay
+   * could not say what the agent read.
+   */
+  toldBefore(stepId: string, turn: number): ToldMessage[] | undefined {
+    const ids = this.#toldRead.get(turnKey(stepId, turn));
+    return ids?.map((id) => {
+      const message = this.#told.get(id);
+      if (!message)
+        throw new Error(
+          `the recording of task ${this.taskId} says step ${stepId} read message ${id} before turn ${turn}, but holds no task.told event of it`,
+        );
+      return message;
+    });
   }
 
   /** The recorded result of a tool call, by its step, turn and position. */

@@ -25,13 +25,15 @@ import { type JournalReader, Recording, type ValueReader } from './recording.ts'
 
 /**
  * One fact of a run that a replay must reproduce: the flow's path, each tool call with its arguments and what the
- * policy and the tool made of it, each step's outcome and verdict, and how the task ended. Timings, ids and the
- * model's text are not facts here: a replay is judged by what the agents did.
+ * policy and the tool made of it, the messages people told the task that each step read and before which turn, each
+ * step's outcome and verdict, and how the task ended. Timings, ids and the model's text are not facts here: a
+ * replay is judged by what the agents did.
  */
 export type RunFact =
   | { kind: 'step'; step: string; agent: string; round: number }
   | { kind: 'tool'; step: string; turn: number; index: number; tool: string; arguments: string }
   | { kind: 'tool result'; step: string; turn: number; index: number; decision: string; ok: boolean }
+  | { kind: 'told'; step: string; turn: number; messageIds: string[] }
   | { kind: 'step end'; step: string; ok: boolean; verdict?: string; error?: string }
   | { kind: 'task end'; status: string; reason?: string };
 
@@ -67,6 +69,14 @@ export function factsOf(events: readonly TroupeEvent[]): RunFact[] {
           index: event.data.index ?? 0,
           decision: event.data.decision,
           ok: event.data.ok,
+        });
+        break;
+      case 'agent.told':
+        facts.push({
+          kind: 'told',
+          step: stepOf.get(event.data.stepId) ?? event.data.stepId,
+          turn: event.data.turn,
+          messageIds: event.data.messageIds,
         });
         break;
       case 'step.completed':
@@ -214,6 +224,8 @@ export async function replayTask(
       publish: (event: TroupeEvent) => {
         replayed.push(event);
       },
+      // What people told the task is read at the turns the recorded run read it, as its events say.
+      recordedTold: (stepId: string, turn: number) => recording.toldBefore(stepId, turn),
     };
     const machine = compileFlow(config, {
       runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
