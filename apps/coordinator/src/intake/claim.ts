@@ -88,7 +88,8 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
     ...(typeof flow === 'string' ? {} : deadlineOf(services, flow, existing?.value.createdAt)),
     ...(parent ? { parent } : {}),
-    ...(origin?.ok ? { origin: origin.ref, reuse: origin.reuse } : {}),
+    ...(submission.origin ? { origin: originRef(submission.origin) } : {}),
+    ...(origin?.ok ? { reuse: origin.reuse } : {}),
   };
 
   const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
@@ -115,7 +116,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
       status: 'running',
       state: (typeof flow === 'string' ? undefined : flow.config.flow[0]?.id) ?? 'completed',
       ...(version === undefined ? {} : { version }),
-      ...(origin?.ok ? { origin: origin.ref } : {}),
+      ...(input.origin ? { origin: input.origin } : {}),
       goal: input.goal,
       ...(submission.metadata ? { metadata: submission.metadata } : {}),
       round: 1,

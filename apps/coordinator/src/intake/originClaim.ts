@@ -1,11 +1,11 @@
 import { type ReusedSteps, readTaskEvents, reusePlan } from '@troupe/client';
-import { errorMessage, originRef, type TaskOrigin, type TaskOriginRef } from '@troupe/protocol';
+import { errorMessage, type TaskOrigin } from '@troupe/protocol';
 import type { Bus, JetStreamBus } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
 
 /** What a restart or fork starts from: its origin's version, and the step outputs it reuses. */
 export type OriginClaim =
-  | { ok: true; ref: TaskOriginRef; version: string | undefined; reuse: ReusedSteps }
+  | { ok: true; version: string | undefined; reuse: ReusedSteps }
   | { ok: false; problem: string };
 
 /**
@@ -36,7 +36,7 @@ export async function claimOrigin(
     return problem(`its events cannot be read (${errorMessage(error)})`);
   }
   if (!plan.ok) return problem(plan.message);
-  return { ok: true, ref: originRef(origin), version: record.version, reuse: plan.steps };
+  return { ok: true, version: record.version, reuse: plan.steps };
 }
 
 /** The bus as a JetStream connection, which a coordinator's always is (a unit test's in-memory bus is not). */

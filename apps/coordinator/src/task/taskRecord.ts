@@ -75,6 +75,7 @@ export function recordOf(
     streamSequence: delivery.streamSequence,
     goal: input.goal,
     ...(input.metadata ? { metadata: input.metadata } : {}),
+    ...(input.origin ? { origin: input.origin } : {}),
     createdAt: claimed.createdAt,
     updatedAt: isoNow(clock),
     lease: lease.token,
