@@ -152,6 +152,67 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await expect.poll(() => steering.count(), { timeout: 15_000 }).toBe(0);
   });
 
+  it('restarts a cancelled task and forks a finished one through the gateway: each new task links back', async () => {
+    const cancelled = (await api<{ taskId: string }>('/v1/pipelines/gated/tasks', { goal: 'release v12' }))
+      .taskId;
+    await eventOf(h, cancelled, 'approval.requested');
+    await api(`/v1/tasks/${cancelled}/cancel`, { reason: 'to restart it' });
+    await eventOf(h, cancelled, 'task.cancelled');
+    await open(page, 'gated', cancelled);
+    await expect.poll(() => page.getByTestId('restart-step').inputValue()).toBe('work');
+    await page.getByTestId('restart').click();
+    const restarted = page.getByTestId('restarted');
+    await expect
+      .poll(() => restarted.textContent(), { timeout: 15_000 })
+      .toMatch(/^Started t-\S+, a restart of this task from work\.$/);
+    const made = (await restarted.getByTestId('new-task').getAttribute('data-task')) ?? '';
+    await restarted.getByTestId('new-task').click();
+    await expect
+      .poll(() => page.getByTestId('origin').textContent(), { timeout: 15_000 })
+      .toMatch(new RegExp(`^A restart of ${cancelled} from step work`));
+    await eventOf(h, made, 'approval.requested');
+    expect(ofKind(h.eventsOf(made), 'task.accepted')[0]?.data.origin).toMatchObject({
+      taskId: cancelled,
+      kind: 'restart',
+      step: 'work',
+    });
+    await page.getByTestId('origin-link').click();
+    await expect
+      .poll(() => page.getByTestId('descendants').textContent(), { timeout: 15_000 })
+      .toBe(`Made from it: ${made} (restart from work)`);
+    await api(`/v1/tasks/${made}/cancel`, {});
+
+    // A fork of the finished demo task at review, with execute's output replaced: plan and execute are not run again.
+    await open(page, 'demo', completed);
+    await page.locator('[data-testid=fork-open][data-step=review]').click();
+    const form = page.locator('[data-testid=fork-form][data-step=review]');
+    await form
+      .locator('[data-testid=fork-output][data-step=execute]')
+      .fill('Wrote notes/hello.md with a sign-off line.');
+    await form.getByTestId('fork').click();
+    const forked = form.getByTestId('forked');
+    await expect
+      .poll(() => forked.textContent(), { timeout: 15_000 })
+      .toMatch(/^Started t-\S+, a fork of this task at review\.$/);
+    const fork = (await forked.getByTestId('new-task').getAttribute('data-task')) ?? '';
+    await forked.getByTestId('new-task').click();
+    await expect
+      .poll(() => page.getByTestId('origin').textContent(), { timeout: 15_000 })
+      .toMatch(new RegExp(`^A fork of ${completed} from step review`));
+    const reused = page.locator('[data-testid=timeline-step][data-step=plan] .step-head');
+    await expect
+      .poll(() => reused.textContent(), { timeout: 30_000 })
+      .toContain('reused from the original, not run again');
+    expect(ofKind(h.eventsOf(fork), 'task.accepted')[0]?.data.origin).toMatchObject({
+      taskId: completed,
+      kind: 'fork',
+      step: 'review',
+    });
+    // Neither reused step asked its model again.
+    const asked = ofKind(h.eventsOf(fork), 'llm.request').map((e) => e.data.agent);
+    expect(asked).not.toContain('planner');
+  }, 90_000);
+
   it('pauses: the button is disabled while the request is in flight, and a 409 is shown beside it', async () => {
     await open(page, 'gated', running);
     const pause = page.getByTestId('pause');

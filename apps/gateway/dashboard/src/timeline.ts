@@ -94,6 +94,8 @@ export interface StepTrace {
     usage: { inputTokens: number; outputTokens: number; cachedTokens: number; costUsd: number };
     verdict?: { decision: string; feedback?: string };
     error?: { code: string; message: string };
+    /** The output is the original's (a restart or fork): the step did not run again. */
+    reused?: true;
   };
   entries: Entry[];
 }
@@ -329,7 +331,10 @@ function markText(node: Exclude<Mark, SteeringNode>): string {
 function stepOutcome(s: StepTrace) {
   const o = s.outcome;
   if (!o) return html`<span class="running">running</span>`;
-  const spent = ` · ${duration(o.durationMs)} · ${tokens(o.usage)} · ${cost(o.usage.costUsd)}`;
+  // A reused step spent nothing here: its output is the original task's.
+  const spent = o.reused
+    ? ' · reused from the original, not run again'
+    : ` · ${duration(o.durationMs)} · ${tokens(o.usage)} · ${cost(o.usage.costUsd)}`;
   return html`<span class=${o.ok ? 'ok' : 'bad'}>${o.ok ? 'ok' : `failed${o.error ? ` (${o.error.code})` : ''}`}</span>${
     o.verdict
       ? html`${' · '}<span class=${`verdict ${o.verdict.decision}`}>${o.verdict.decision}</span>`
