@@ -59,6 +59,8 @@ export interface AgentStep {
 export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps): AgentStep {
   let span: ReturnType<typeof startAgentSpan> | undefined;
   let started: AgentStep;
+  // What is told before the agent actor runs (its workspace still pulled) waits in the step's list all the same.
+  let tell: (message: ToldMessage) => void = () => {};
   try {
     span = startAgentSpan(agent, request);
     const scope = scopeOf(request);
@@ -70,7 +72,8 @@ export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest
       scope: { ...scope, traceparent: traceparentOf(span, scope.traceparent) },
       told: new StepTold(request.told),
     };
-    started = { ...startStep(step), tell: (message) => step.told.hear(message) };
+    tell = (message) => step.told.hear(message);
+    started = startStep(step);
   } catch (error) {
     // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
     started = { reply: Promise.resolve(crashedReply(request, error)), stop: () => {} };
@@ -84,7 +87,7 @@ export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest
     }
     return result;
   });
-  return { ...started, reply };
+  return { ...started, reply, tell };
 }
 
 function startStep(step: StepContext): AgentStep {

@@ -43,24 +43,33 @@ export async function callModel(
     replies.recorded(input.turn),
   );
   const told = await toldBefore(step, key, input, recorded);
-  const messages = told.length === 0 ? input.messages : [...input.messages, ...told.map(toldTurn)];
-  const ofTurn = told.length === 0 ? {} : { told: messages.slice(input.messages.length) };
-  const found = recorded?.reply(messages);
+  // Most turns are told nothing: their call goes out as the machine asked it, with nothing more to keep while it runs.
+  const asked =
+    told.length === 0 ? input : { ...input, messages: [...input.messages, ...told.map(toldTurn)] };
+  const found = recorded?.reply(asked.messages);
   if (found) {
     replies.tookRecorded(input.turn);
     step.told.read(told);
-    return { ...found, journaled: true, ...ofTurn };
+    return withTold({ ...found, journaled: true }, asked, input);
   }
   // Stopped while the journal was read: the model is not asked at all.
   signal.throwIfAborted();
-  const result = await askModel(step, { ...input, messages }, signal);
+  const result = await askModel(step, asked, signal);
   const standing = await bestEffort(step, 'journal the model reply', () =>
-    journal?.recordModelReply(key, messages, result, new Date(deps.clock.now()), told),
+    journal?.recordModelReply(key, asked.messages, result, new Date(deps.clock.now()), told),
   );
   if (standing?.journaled) replies.tookRecorded(input.turn);
   step.told.read(told);
-  return { ...(standing ?? result), ...ofTurn };
+  return withTold(standing ?? result, asked, input);
 }
+
+/** The reply, with the user turns the call was asked with beyond the machine's conversation: what was told. */
+function withTold(reply: ModelReply, asked: ModelCallInput, input: ModelCallInput): ModelCallOutput {
+  return asked === input ? reply : { ...reply, told: asked.messages.slice(input.messages.length) };
+}
+
+/** Nothing told before a turn: one empty list for every such turn. */
+const NOTHING_TOLD: readonly ToldMessage[] = [];
 
 /**
  * The told messages the agent reads just before this turn's model call. Those an earlier run read at this turn, as
@@ -74,12 +83,12 @@ async function toldBefore(
   key: string,
   input: ModelCallInput,
   recorded: RecordedTurn | undefined,
-): Promise<ToldMessage[]> {
+): Promise<readonly ToldMessage[]> {
   const { deps, request } = step;
   const before = recorded?.told ?? deps.recordedTold?.(request.stepId, input.turn);
-  let told: ToldMessage[];
+  let told: readonly ToldMessage[];
   if (before) told = step.told.notRead(before);
-  else if (step.told.unread.length === 0 || recorded?.reply(input.messages)) told = [];
+  else if (step.told.unread.length === 0 || recorded?.reply(input.messages)) told = NOTHING_TOLD;
   else {
     const unread = [...step.told.unread];
     const journal = deps.journal;
