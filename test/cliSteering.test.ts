@@ -48,26 +48,28 @@ describe('troupe pause, resume and tell', () => {
     );
     await store.put('cli-done', record('cli-done', { status: 'completed', state: 'done' }));
     // A stand-in for the coordinator running the tasks, answering as one does: cli-held is held, cli-work is not.
-    coordinator.subscribeText(subjects.allControl, (delivery) => {
-      const taskId = delivery.subject.slice(subjects.control('').length);
-      const message = JSON.parse(delivery.value) as ControlMessage;
-      heard.push({ taskId, message });
-      const held = taskId === 'cli-held';
-      const refuse = (code: string, text: string) => ({ ok: false, error: { code, message: text } });
-      if (message.action === 'tell')
-        return delivery.respond({ ok: true, taskId, outcome: 'told', messageId: 'm-1' });
-      if (message.action === 'pause')
+    for (const subject of [subjects.allControl, subjects.allSteer]) {
+      coordinator.subscribeText(subject, (delivery) => {
+        const taskId = delivery.subject.slice(delivery.subject.lastIndexOf('.') + 1);
+        const message = JSON.parse(delivery.value) as ControlMessage;
+        heard.push({ taskId, message });
+        const held = taskId === 'cli-held';
+        const refuse = (code: string, text: string) => ({ ok: false, error: { code, message: text } });
+        if (message.action === 'tell')
+          return delivery.respond({ ok: true, taskId, outcome: 'told', messageId: 'm-1' });
+        if (message.action === 'pause')
+          return delivery.respond(
+            held
+              ? refuse('already_paused', `task ${taskId} is paused already`)
+              : { ok: true, taskId, outcome: 'paused' },
+          );
         return delivery.respond(
           held
-            ? refuse('already_paused', `task ${taskId} is paused already`)
-            : { ok: true, taskId, outcome: 'paused' },
+            ? { ok: true, taskId, outcome: 'resumed' }
+            : refuse('not_paused', `task ${taskId} is not paused`),
         );
-      return delivery.respond(
-        held
-          ? { ok: true, taskId, outcome: 'resumed' }
-          : refuse('not_paused', `task ${taskId} is not paused`),
-      );
-    });
+      });
+    }
     await coordinator.flush();
   });
   afterAll(async () => {

@@ -87,12 +87,14 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
     await store.put('orphan-1', record('orphan-1', 'demo'));
     await store.put('done-1', record('done-1', 'demo', { status: 'completed', state: 'done' }));
     await store.put('other-1', record('other-1', 'other'));
-    coordinator.subscribeText(subjects.allControl, (delivery) => {
-      const taskId = delivery.subject.slice(subjects.control('').length);
-      const message = JSON.parse(delivery.value) as ControlMessage;
-      heard.push({ taskId, message });
-      delivery.respond(answer(taskId, message));
-    });
+    for (const subject of [subjects.allControl, subjects.allSteer]) {
+      coordinator.subscribeText(subject, (delivery) => {
+        const taskId = delivery.subject.slice(delivery.subject.lastIndexOf('.') + 1);
+        const message = JSON.parse(delivery.value) as ControlMessage;
+        heard.push({ taskId, message });
+        delivery.respond(answer(taskId, message));
+      });
+    }
     await coordinator.flush();
     gateway = await startGateway({
       bus,

@@ -369,6 +369,48 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     for (const p of processes) expect(p.output()).not.toMatch(/Permissions Violation/i);
   }, 120_000);
 
+  it('lets an approver pause, tell and resume its pipelines’ tasks, and no other’s, but not cancel one', async () => {
+    const taskId = 'roles-steer-1';
+    const waiting = troupe(
+      ['submit', 'gated', 'release v2', '--wait', '--id', taskId],
+      await envOf('ci'),
+      90_000,
+    );
+    const { id } = await vi.waitFor(
+      async () => {
+        const listed = (await troupe(['approvals', '--json'], await envOf('ana'))).stdout
+          .split('\n')
+          .filter((line) => line !== '')
+          .map((line) => JSON.parse(line) as { id: string; taskId: string });
+        const request = listed.find((r) => r.taskId === taskId);
+        if (!request) throw new Error(`no approval listed for ${taskId} yet`);
+        return request;
+      },
+      { timeout: 60_000, interval: 250 },
+    );
+    const ana = await envOf('ana');
+    const told = await troupe(['tell', taskId, 'release to staging first', '--by', 'ana'], ana);
+    expect(told.code, told.stderr).toBe(0);
+    const paused = await troupe(['pause', taskId, '--reason', 'hold the release'], ana);
+    expect(paused.code, paused.stderr).toBe(0);
+    expect((await troupe(['status', taskId], ana)).stdout).toMatch(new RegExp(`^${taskId} {2}gated@\\w+ {2}paused`));
+    // An approver of the demo only may not steer the gated pipeline's tasks: the server refuses the publish.
+    const bo = await troupe(['resume', taskId], await envOf('bo'));
+    expect(bo.code).toBe(1);
+    expect(bo.stderr).toMatch(/permission/i);
+    // Nor may an approver cancel (the control subject names no pipeline, and takes every action).
+    const cancel = await troupe(['cancel', taskId], ana);
+    expect(cancel.code).toBe(1);
+    expect(cancel.stderr).toMatch(/permission/i);
+    const resumed = await troupe(['resume', taskId], ana);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const approved = await troupe(['approve', id, '--by', 'ana'], ana);
+    expect(approved.code, approved.stderr).toBe(0);
+    const result = await waiting;
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0);
+    expect(result.stdout).toMatch(/task\.told[\s\S]*task\.paused[\s\S]*task\.resumed[\s\S]*task\.completed/);
+  }, 120_000);
+
   it('keeps serving through a storm of messages from a submitter, refusing visibly all it may not send', async () => {
     const { seed, random } = seededRandom('message storm as a submitter');
     const { pick, payloads, subjectsHeard } = messageStorm(random);
@@ -489,7 +531,10 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     const allowed: [string, string][] = [
       ['ana', 'troupe.approvals.demo.t-1.ap-1'],
       ['ana', 'troupe.approvals.gated.t-1.ap-1'],
+      ['ana', 'troupe.steer.gated.t-1'],
       ['bo', 'troupe.approvals.demo.t-1.ap-1'],
+      ['bo', 'troupe.steer.demo.t-1'],
+      ['front', 'troupe.steer.gated.t-1'],
       ['executor', 'troupe.events.demo.t-1.tool.call'],
       ['coordinator', 'troupe.events.demo.t-1.task.completed'],
     ];

@@ -293,7 +293,8 @@ async function steer(
     throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to ${action}`);
   }
   try {
-    return await bus.request(subjects.control(taskId), message, ControlReceipt, {
+    // On the pipeline's steering subject, which NATS permissions can grant per pipeline (the approver role's).
+    return await bus.request(subjects.steer(record.pipeline, taskId), message, ControlReceipt, {
       timeoutMs: 10_000,
       meta: { taskId, from: 'user', kind: action },
     });

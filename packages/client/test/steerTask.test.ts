@@ -9,6 +9,8 @@ let bus: JetStreamBus;
 let coordinator: JetStreamBus;
 /** What the stand-in coordinator was sent, in order. */
 const heard: ControlMessage[] = [];
+/** The subjects they came on. */
+const subjectsHeard: string[] = [];
 
 /** The stand-in coordinator's answers, by action: what a real one says in each case. */
 const answers: Record<string, (taskId: string, message: ControlMessage) => unknown> = {
@@ -52,12 +54,16 @@ beforeAll(async () => {
   await store.put('steer-1', record('steer-1', 'running'));
   await store.put('steer-held', record('steer-held', 'running'));
   await store.put('steer-done', record('steer-done', 'completed'));
-  coordinator.subscribeText(subjects.allControl, (delivery) => {
-    const message = JSON.parse(delivery.value) as ControlMessage;
-    heard.push(message);
-    const taskId = delivery.subject.slice(subjects.control('').length);
-    delivery.respond(answers[message.action]?.(taskId, message));
-  });
+  // Cancel and migrate go on the task's control subject; pause, resume and tell on its pipeline's steering one.
+  for (const subject of [subjects.allControl, subjects.allSteer]) {
+    coordinator.subscribeText(subject, (delivery) => {
+      const message = JSON.parse(delivery.value) as ControlMessage;
+      heard.push(message);
+      subjectsHeard.push(delivery.subject);
+      const taskId = delivery.subject.slice(delivery.subject.lastIndexOf('.') + 1);
+      delivery.respond(answers[message.action]?.(taskId, message));
+    });
+  }
   await coordinator.flush();
 });
 
@@ -70,6 +76,7 @@ afterAll(async () => {
 describe('pause, resume and tell, through the coordinator running the task', () => {
   it('send the control message with who and why, and take the receipt', async () => {
     heard.length = 0;
+    subjectsHeard.length = 0;
     await pauseTask(bus, 'steer-1', { reason: 'wrong API', by: 'ana' });
     await resumeTask(bus, 'steer-held', { by: 'ana' });
     await expect(tellTask(bus, 'steer-1', 'use the v2 API', { by: 'ana' })).resolves.toEqual({
@@ -79,6 +86,12 @@ describe('pause, resume and tell, through the coordinator running the task', () 
       { action: 'pause', reason: 'wrong API', by: 'ana' },
       { action: 'resume', by: 'ana' },
       { action: 'tell', text: 'use the v2 API', by: 'ana' },
+    ]);
+    // On the pipeline's steering subject, which NATS permissions can grant for some pipelines only.
+    expect(subjectsHeard).toEqual([
+      'troupe.steer.demo.steer-1',
+      'troupe.steer.demo.steer-held',
+      'troupe.steer.demo.steer-1',
     ]);
   });
 

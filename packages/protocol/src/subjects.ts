@@ -56,6 +56,14 @@ export const subjects = {
   deadLetter: (pipeline: string) => `${ROOT}.deadletter.${pipeline}`,
   allDeadLetters: `${ROOT}.deadletter.>`,
   allControl: `${ROOT}.control.*`,
+  /**
+   * Where a person steers a task (pause, resume, tell; never cancel or migrate): pipeline first, so a NATS user's
+   * permissions can allow it for some pipelines' tasks only, which `control` (task id alone, every action) cannot.
+   */
+  steer: (pipeline: string, taskId: string) => `${ROOT}.steer.${pipeline}.${taskId}`,
+  /** Every task's steering subject in one pipeline. */
+  pipelineSteer: (pipeline: string) => `${ROOT}.steer.${pipeline}.*`,
+  allSteer: `${ROOT}.steer.*.*`,
   /** A push config's place in the A2A webhook queue (see {@link A2A_PUSH_QUEUE}). */
   a2aPushJob: (taskId: string, configId: string) => `${ROOT}.a2a.push.${taskId}.${configId}`,
   allA2aPushJobs: `${ROOT}.a2a.push.*.*`,
@@ -71,7 +79,8 @@ export type ParsedSubject =
   | { type: 'event'; pipeline: string; taskId: string; kind: string }
   | { type: 'invalid' }
   | { type: 'approval'; pipeline: string; taskId: string; approvalId: string }
-  | { type: 'control'; taskId: string };
+  | { type: 'control'; taskId: string }
+  | { type: 'steer'; pipeline: string; taskId: string };
 
 /** Parses a Troupe subject; returns undefined for anything that is not one (wrong root, bad token, wrong arity). */
 export function parseSubject(subject: string): ParsedSubject | undefined {
@@ -111,4 +120,12 @@ const parsers: Record<string, (tokens: string[]) => ParsedSubject | undefined> =
       : undefined,
   control: ([taskId, ...more]) =>
     taskId !== undefined && more.length === 0 && isTaskId(taskId) ? { type: 'control', taskId } : undefined,
+  steer: ([pipeline, taskId, ...more]) =>
+    pipeline !== undefined &&
+    taskId !== undefined &&
+    more.length === 0 &&
+    isName(pipeline) &&
+    isTaskId(taskId)
+      ? { type: 'steer', pipeline, taskId }
+      : undefined,
 };

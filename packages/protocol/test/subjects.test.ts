@@ -16,6 +16,8 @@ describe('subjects', () => {
     expect(subjects.approval('demo', 'task-1', 'ap-2')).toBe('troupe.approvals.demo.task-1.ap-2');
     expect(subjects.pipelineApprovals('demo')).toBe('troupe.approvals.demo.*.*');
     expect(subjects.control('task-1')).toBe('troupe.control.task-1');
+    expect(subjects.steer('demo', 'task-1')).toBe('troupe.steer.demo.task-1');
+    expect(subjects.pipelineSteer('demo')).toBe('troupe.steer.demo.*');
     expect(subjects.inboxPrefix).toBe('troupe._inbox');
   });
 
@@ -65,6 +67,7 @@ describe('parseSubject', () => {
       { type: 'approval', pipeline: 'demo', taskId: 'task-1', approvalId: 'ap_2' },
     ],
     ['control', subjects.control('task-1'), { type: 'control', taskId: 'task-1' }],
+    ['steer', subjects.steer('demo', 'task-1'), { type: 'steer', pipeline: 'demo', taskId: 'task-1' }],
   ];
 
   it.each(roundTrips)('takes apart the %s subject its builder made', (_label, subject, parsed) => {
@@ -121,6 +124,8 @@ describe('parseSubject', () => {
     ['an approval subject with an extra token', 'troupe.approvals.demo.task-1.ap-1.extra'],
     ['a control subject without a task id', 'troupe.control'],
     ['a control subject with an extra token', 'troupe.control.task-1.extra'],
+    ['a steering subject without a task id', 'troupe.steer.demo'],
+    ['a steering subject with a bad pipeline', 'troupe.steer.Demo!.task-1'],
   ])('refuses %s (wrong arity)', (_label, subject) => {
     expect(parseSubject(subject)).toBeUndefined();
   });

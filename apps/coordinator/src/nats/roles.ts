@@ -21,11 +21,14 @@ export type Role =
   | { kind: 'submitter'; name: string; pipelines: readonly string[] }
   /** Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`). */
   | { kind: 'observer'; name: string; pipelines: readonly string[] }
-  /** Decides approvals and answers questions (`troupe approve`, `deny`, `answer`, `approvals`). */
+  /**
+   * Decides approvals and answers questions (`troupe approve`, `deny`, `answer`, `approvals`), and steers its
+   * pipelines' tasks (`troupe pause`, `resume`, `tell`), but may not cancel or migrate one.
+   */
   | { kind: 'approver'; name: string; pipelines: readonly string[] }
   /**
    * Serves the HTTP gateway (`troupe gateway`) for every pipeline, its tokens saying which caller may touch which:
-   * submits, cancels, decides and reads, but takes no step and sends no event.
+   * submits, cancels, steers, decides and reads, but takes no step and sends no event.
    */
   | { kind: 'gateway'; name: string };
 
@@ -85,6 +88,7 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             'troupe.agents.>',
             subjects.allEvents,
             subjects.allControl,
+            subjects.allSteer,
             'troupe.approvals.>',
           ],
         },
@@ -177,6 +181,9 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...role.pipelines.flatMap((p) => [
               subjects.pipelineApprovals(p),
               ...kvReadWrite(BUCKETS.approvals, `${p}.>`),
+              // Pause, resume and tell its pipelines' tasks: the steering subject names the pipeline and takes no
+              // cancel, where `troupe.control.<taskId>` names neither and takes every action.
+              subjects.pipelineSteer(p),
             ]),
             ...kvRead(BUCKETS.workflows),
           ],
@@ -191,6 +198,7 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...streamInfo(),
             subjects.task('*'),
             subjects.allControl,
+            subjects.allSteer,
             'troupe.approvals.*.*.*',
             // Sessions' summaries, asked of each pipeline's summarizer agent.
             subjects.sessionSummary('*', '*'),

@@ -14,6 +14,7 @@ import { type Bus, type Clock, EventFactory, type Logger, sleep, type ValueStore
 import { type AnyActorRef, createActor, fromPromise, toPromise } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { versionHash } from '../config/pipelineVersion.ts';
+import { notSteering } from '../control/controlResponder.ts';
 import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
@@ -227,6 +228,27 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     { reporter: 'coordinator' },
   );
 
+  // A person's pause, resume or tell on this pipeline's steering subject, which NATS permissions can grant for some
+  // pipelines only (the approver role's); a cancel or migration is refused there (see controlResponder.ts).
+  const steering = bus.subscribe(
+    subjects.pipelineSteer(pipeline),
+    ControlMessage,
+    (delivery) => {
+      const taskId = delivery.subject.slice(subjects.steer(pipeline, '').length);
+      if (!signals.has(taskId)) return;
+      const message = delivery.value;
+      if (message.action === 'cancel' || message.action === 'migrate') {
+        delivery.respond(notSteering(taskId, pipeline));
+        return;
+      }
+      signals.send(
+        taskId,
+        steerSignal(message, (reply) => delivery.respond(reply)),
+      );
+    },
+    { reporter: 'coordinator' },
+  );
+
   // A sub-task ends with its parent: any final event of a parent cancels its children running here.
   const parentWatch = bus.subscribeText(
     `${subjects.allEvents.slice(0, -1)}*.*.task.*`,
@@ -277,6 +299,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       stopping = true;
       markStopping();
       control.unsubscribe();
+      steering.unsubscribe();
       parentWatch.unsubscribe();
       signals.stop();
       await queue.stop();

@@ -14,6 +14,7 @@ export function metaFromSubject(subject: string): MessageMeta {
     meta.kind = 'session.summarize';
   }
   if (parsed.type === 'control') meta.kind = 'control';
+  if (parsed.type === 'steer') meta.kind = 'steer';
   return meta;
 }
 
