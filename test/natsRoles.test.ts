@@ -393,7 +393,9 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(told.code, told.stderr).toBe(0);
     const paused = await troupe(['pause', taskId, '--reason', 'hold the release'], ana);
     expect(paused.code, paused.stderr).toBe(0);
-    expect((await troupe(['status', taskId], ana)).stdout).toMatch(new RegExp(`^${taskId} {2}gated@\\w+ {2}paused`));
+    expect((await troupe(['status', taskId], ana)).stdout).toMatch(
+      new RegExp(`^${taskId} {2}gated@\\w+ {2}paused`),
+    );
     // An approver of the demo only may not steer the gated pipeline's tasks: the server refuses the publish.
     const bo = await troupe(['resume', taskId], await envOf('bo'));
     expect(bo.code).toBe(1);
