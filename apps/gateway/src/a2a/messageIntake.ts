@@ -150,14 +150,26 @@ export class MessageIntake {
       );
     }
     const pending = await this.#services.actions.approvals(this.#caller.who, { taskId: record.taskId });
-    if (pending.length === 0) {
-      throw new UnsupportedOperationError(
-        `task ${record.taskId} is working and asks nothing now; send a message to it when it is INPUT_REQUIRED`,
-      );
-    }
+    if (pending.length === 0) return this.#tell(message, record, ref);
     const decision = decisionOf(message, pending);
     await this.#services.actions.decide(this.#caller.who, decision.requestId, decision.body);
     return { ref, pipeline: record.pipeline, record, answered: decision.requestId, message };
+  }
+
+  /**
+   * A message to a task that is working and asks nothing: told to its agent at work, which reads it before its next
+   * model call (the next agent step does when none is at work), as `troupe tell` does. Text only: a task's input is
+   * set when it starts.
+   */
+  async #tell(message: Message, record: WorkflowRecord, ref: A2aTaskRef): Promise<Begun> {
+    const given = taskInputOf(message);
+    if (given.input !== undefined || given.goal === '') {
+      throw new RequestMalformedError(
+        `task ${record.taskId} is working: a message to it is told to its agent as text, so send text parts only`,
+      );
+    }
+    await this.#services.actions.tell(this.#caller.who, record.taskId, { text: given.goal });
+    return { ref, pipeline: record.pipeline, record, message };
   }
 
   /** The session a new task runs in: the context named (opened when this is its first task), else a new one. */

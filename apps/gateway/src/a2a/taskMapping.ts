@@ -173,7 +173,20 @@ export class TaskFold {
         break;
       }
       case 'task.resumed':
-        working(`resumed at ${event.data.state} (round ${event.data.round})`);
+        working(
+          event.data.after === 'pause'
+            ? `resumed after a pause${event.data.by ? ` by ${event.data.by}` : ''}, at ${event.data.state}`
+            : `resumed at ${event.data.state} (round ${event.data.round})`,
+        );
+        break;
+      // A2A has no paused state: the task is still working, held, and its status says so.
+      case 'task.paused':
+        working(
+          `paused${event.data.by ? ` by ${event.data.by}` : ''} at ${event.data.state}${event.data.reason ? `: ${event.data.reason}` : ''}`,
+        );
+        break;
+      case 'task.told':
+        this.#history.push(agentMessage(this.ref, event.id, [textPart(event.data.text)], Role.ROLE_USER));
         break;
       case 'step.started':
         working(`agent ${event.data.agent} is working on step ${event.data.step}${itemOf(event.data.item)}`);
