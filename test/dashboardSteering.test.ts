@@ -106,25 +106,26 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await eventOf(h, taskId, 'approval.requested');
     await open(page, 'gated', taskId);
     const steering = page.getByTestId('steering');
+    await page.getByTestId('pause-reason').fill('wrong API');
     await page.getByTestId('pause').click();
     await expect.poll(() => steering.getAttribute('data-paused'), { timeout: 15_000 }).toBe('true');
     // The task's view says who holds it, once the page has read it again.
     await expect
       .poll(() => page.getByTestId('paused-note').textContent(), { timeout: 15_000 })
-      .toMatch(/^Paused .* ago by ops/);
+      .toMatch(/^Paused .* ago by ops: wrong API$/);
     await expect
       .poll(() => page.locator(`[data-testid=task-row][data-task="${taskId}"]`).getAttribute('data-paused'))
       .toBe('true');
     const steer = page.getByTestId('timeline-steer');
     await expect
       .poll(() => steer.allTextContents(), { timeout: 15_000 })
-      .toEqual([expect.stringMatching(/^paused by ops at work/)]);
+      .toEqual(['paused by ops at work: wrong API']);
     await page.getByTestId('resume').click();
     await page.getByTestId('pause').waitFor({ timeout: 15_000 });
     await expect
       .poll(() => steer.allTextContents(), { timeout: 15_000 })
       .toEqual([
-        expect.stringMatching(/^paused by ops at work/),
+        'paused by ops at work: wrong API',
         expect.stringMatching(/^resumed by ops at work after .* paused$/),
       ]);
     await page.getByTestId('tell-text').fill('ship it as v11.0.1');
@@ -164,7 +165,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     const restarted = page.getByTestId('restarted');
     await expect
       .poll(() => restarted.textContent(), { timeout: 15_000 })
-      .toMatch(/^Started t-\S+, a restart of this task from work\.$/);
+      .toMatch(/^Started [tk]-\S+, a restart of this task from work\.$/);
     const made = (await restarted.getByTestId('new-task').getAttribute('data-task')) ?? '';
     await restarted.getByTestId('new-task').click();
     await expect
@@ -193,7 +194,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     const forked = form.getByTestId('forked');
     await expect
       .poll(() => forked.textContent(), { timeout: 15_000 })
-      .toMatch(/^Started t-\S+, a fork of this task at review\.$/);
+      .toMatch(/^Started [tk]-\S+, a fork of this task at review\.$/);
     const fork = (await forked.getByTestId('new-task').getAttribute('data-task')) ?? '';
     await forked.getByTestId('new-task').click();
     await expect
@@ -239,9 +240,10 @@ describe('the dashboard’s steering controls, in a real browser', () => {
       sent = route.request().postDataJSON();
       return answer(route, 200, { taskId: running, status: 'paused' });
     });
+    await page.getByTestId('pause-reason').fill('  wrong API ');
     await page.getByTestId('pause').click();
     await page.getByTestId('resume').waitFor();
-    expect(sent).toEqual({});
+    expect(sent).toEqual({ reason: 'wrong API' });
     expect(await page.getByTestId('hold-refused').count()).toBe(0);
     expect(await page.getByTestId('steering').getAttribute('data-paused')).toBe('true');
     await page.route(`**/v1/tasks/${running}/resume`, (route) =>
@@ -259,6 +261,13 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await page.route(`**/v1/tasks/${running}/resume`, (route) =>
       answer(route, 200, { taskId: running, status: 'running' }),
     );
+    await page.getByTestId('resume').click();
+    await page.getByTestId('pause').waitFor();
+    // Without a reason, the pause says none.
+    expect(await page.getByTestId('pause-reason').inputValue()).toBe('');
+    await page.getByTestId('pause').click();
+    await page.getByTestId('resume').waitFor();
+    expect(sent).toEqual({});
     await page.getByTestId('resume').click();
     await page.getByTestId('pause').waitFor();
     await page.unroute(`**/v1/tasks/${running}/pause`);
@@ -427,16 +436,31 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await api(`/v1/tasks/${made}/cancel`, {});
   });
 
-  it('refuses a restart plainly when the gateway does', async () => {
-    await page.route(`**/v1/tasks/${running}/restart`, (route) =>
-      refuse(route, 409, 'conflict', `task ${running} has no step work to restart from`),
-    );
+  it('refuses a restart plainly, and sends a restart whose answer was lost again under the same idempotency key', async () => {
+    const keys: string[] = [];
+    let lose = true;
+    await page.route(`**/v1/tasks/${running}/restart`, (route) => {
+      keys.push(route.request().headers()['idempotency-key'] ?? '');
+      if (lose) return route.abort('connectionreset');
+      return refuse(route, 409, 'conflict', `task ${running} has no step work to restart from`);
+    });
+    await page.getByTestId('restart').click();
+    await expect
+      .poll(() => page.getByTestId('restart-refused').textContent())
+      .toMatch(/^Restart failed: the gateway did not answer \(/);
+    lose = false;
     await page.getByTestId('restart').click();
     await expect
       .poll(() => page.getByTestId('restart-refused').textContent())
       .toBe(
         `Restart refused (409): task ${running} has no step work to restart from — the task’s state does not allow it now`,
       );
+    // Refused, it made nothing: the next restart is a request of its own.
+    await page.getByTestId('restart').click();
+    await expect.poll(() => keys.length).toBe(3);
+    expect(keys[0]).toMatch(/^[0-9a-f]{32}$/);
+    expect(keys[1]).toBe(keys[0]);
+    expect(keys[2]).not.toBe(keys[0]);
     await page.unroute(`**/v1/tasks/${running}/restart`);
   });
 

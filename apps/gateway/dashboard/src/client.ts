@@ -134,8 +134,9 @@ export class Api {
     return this.#call<T>('GET', path);
   }
 
-  post<T>(path: string, body: unknown): Promise<T> {
-    return this.#call<T>('POST', path, body);
+  /** A POST; `headers` adds to the token's (an `Idempotency-Key`). */
+  post<T>(path: string, body: unknown, headers: Record<string, string> = {}): Promise<T> {
+    return this.#call<T>('POST', path, body, headers);
   }
 
   /** A response as it comes (a file's bytes and type), with the token; a refusal is an {@link ApiError}. */
@@ -158,10 +159,16 @@ export class Api {
     return source;
   }
 
-  async #call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  async #call<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<T> {
     const response = await fetch(path, {
       method,
       headers: {
+        ...headers,
         ...this.#headers(),
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
       },

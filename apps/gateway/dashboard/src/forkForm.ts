@@ -4,6 +4,7 @@ import type { Api, TaskView } from './client.ts';
 import { TaskLink } from './familyLink.ts';
 import { forkBody, inputText, stepsBefore } from './forkEdits.ts';
 import type { Started } from './restartForm.ts';
+import { RetryKey } from './retryKey.ts';
 import type { StepTrace, Trace } from './timeline.ts';
 import { useRequest } from './useRequest.ts';
 
@@ -29,6 +30,8 @@ export function ForkForm(props: {
   const [outputs, setOutputs] = useState<Record<string, string>>({});
   const [invalid, setInvalid] = useState<string | undefined>(undefined);
   const [started, setStarted] = useState<Started | undefined>(undefined);
+  // A retry of the same fork whose answer was lost makes no second task; another edit is a fork of its own.
+  const [retry] = useState(() => new RetryKey());
   const earlier = stepsBefore(trace.steps, step.step);
 
   const fork = async (e: Event) => {
@@ -40,7 +43,9 @@ export function ForkForm(props: {
     }
     setInvalid(undefined);
     const answer = await request.run('Fork', () =>
-      api.post<Started>(`/v1/tasks/${task.taskId}/fork`, checked.body),
+      retry.send(checked.body, (key) =>
+        api.post<Started>(`/v1/tasks/${task.taskId}/fork`, checked.body, { 'idempotency-key': key }),
+      ),
     );
     if (answer) setStarted(answer);
   };

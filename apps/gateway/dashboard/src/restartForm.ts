@@ -3,6 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { may } from './access.ts';
 import type { Api, TaskOrigin, TaskView, TokenInfo } from './client.ts';
 import { TaskLink } from './familyLink.ts';
+import { RetryKey } from './retryKey.ts';
 import { restartChoice } from './stepChoice.ts';
 import type { Trace } from './timeline.ts';
 import { useRequest } from './useRequest.ts';
@@ -32,9 +33,12 @@ export function RestartForm(props: {
   const choice = trace ? restartChoice(trace) : { steps: [], preset: undefined };
   const [from, setFrom] = useState<string | undefined>(undefined);
   const [started, setStarted] = useState<Started | undefined>(undefined);
+  // One per task shown: a retry of a restart whose answer was lost makes no second task.
+  const [retry, setRetry] = useState(() => new RetryKey());
   useEffect(() => {
     setFrom(undefined);
     setStarted(undefined);
+    setRetry(new RetryKey());
     request.clear();
   }, [task.taskId]);
   const allowed = may(props.who, 'submit', task.pipeline);
@@ -44,8 +48,11 @@ export function RestartForm(props: {
 
   const restart = async () => {
     if (!step) return;
+    const body = { from: step };
     const answer = await request.run('Restart', () =>
-      api.post<Started>(`/v1/tasks/${task.taskId}/restart`, { from: step }),
+      retry.send(body, (key) =>
+        api.post<Started>(`/v1/tasks/${task.taskId}/restart`, body, { 'idempotency-key': key }),
+      ),
     );
     if (answer) setStarted(answer);
   };

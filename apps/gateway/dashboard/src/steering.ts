@@ -24,6 +24,7 @@ export function TaskSteering(props: {
   const hold = useRequest(props.onRefused);
   const tell = useRequest(props.onRefused);
   const [text, setText] = useState('');
+  const [reason, setReason] = useState('');
   const [told, setTold] = useState<string | undefined>(undefined);
   /** What the last answered pause or resume said, until the task's view says the same. */
   const [answered, setAnswered] = useState<boolean | undefined>(undefined);
@@ -33,6 +34,7 @@ export function TaskSteering(props: {
   useEffect(() => {
     setTold(undefined);
     setText('');
+    setReason('');
     setAnswered(undefined);
     hold.clear();
     tell.clear();
@@ -43,9 +45,13 @@ export function TaskSteering(props: {
   const held = answered ?? paused;
 
   const pause = async () => {
-    const done = await hold.run('Pause', () => api.post(`/v1/tasks/${task.taskId}/pause`, {}));
+    const why = reason.trim();
+    const done = await hold.run('Pause', () =>
+      api.post(`/v1/tasks/${task.taskId}/pause`, why ? { reason: why } : {}),
+    );
     if (done === undefined) return;
     setAnswered(true);
+    setReason('');
     props.onChanged(task.taskId);
   };
   const resume = async () => {
@@ -73,6 +79,14 @@ export function TaskSteering(props: {
           ? html`<span class="paused-note" data-testid="paused-note">${pausedNote(task)}</span>
             <button disabled=${hold.busy || !allowed} onClick=${resume} data-testid="resume">Resume</button>`
           : html`<button class="quiet" disabled=${hold.busy || !allowed} onClick=${pause} data-testid="pause">Pause</button>
+            <input
+              class="pause-reason"
+              placeholder="why (optional)"
+              value=${reason}
+              disabled=${!allowed}
+              onInput=${(e: Event) => setReason((e.target as HTMLInputElement).value)}
+              data-testid="pause-reason"
+            />
             <span class="hint control-note">the step at work finishes its current model or tool call, then the task waits</span>`
       }
       ${hold.refusal ? html`<p class="bad refusal" role="alert" data-testid="hold-refused">${hold.refusal}</p>` : null}

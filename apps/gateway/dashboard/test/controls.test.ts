@@ -4,6 +4,7 @@ import { may } from '../src/access.ts';
 import { ApiError, EVENT_KINDS, type TokenInfo } from '../src/client.ts';
 import { firstRuns, forkBody, inputText, stepsBefore } from '../src/forkEdits.ts';
 import { refusalText, refusedForToken } from '../src/refusal.ts';
+import { RetryKey } from '../src/retryKey.ts';
 import { isSteering, steeringText, toldEntryText } from '../src/steeringMarks.ts';
 import { restartChoice } from '../src/stepChoice.ts';
 import { originLabel, originText } from '../src/taskFamily.ts';
@@ -246,5 +247,44 @@ describe('a task’s family', () => {
     expect(
       originLabel({ ...view, origin: { taskId: 't-0123456789abcdef', kind: 'fork', step: 'review' } }),
     ).toBe('fork of …89abcdef @ review');
+  });
+});
+
+describe('the idempotency key of a restart or fork', () => {
+  /** Keys k1, k2, … in the order they are made; each send says the key it was sent with. */
+  const keyed = () => {
+    let made = 0;
+    return new RetryKey(() => `k${++made}`);
+  };
+  const answered = (key: string) => Promise.resolve(key);
+  const unanswered = () => Promise.reject(new TypeError('Failed to fetch'));
+
+  it('is sent again with the same body after no answer came (a lost answer or a 5xx), so no second task is made', async () => {
+    const retry = keyed();
+    await expect(retry.send({ from: 'work' }, unanswered)).rejects.toThrow('Failed to fetch');
+    await expect(
+      retry.send({ from: 'work' }, () => Promise.reject(new ApiError(503, 'unavailable', 'down'))),
+    ).rejects.toThrow('down');
+    expect(await retry.send({ from: 'work' }, answered)).toBe('k1');
+  });
+
+  it('is new once an answer came, for a refusal (which made nothing) and for another body', async () => {
+    const retry = keyed();
+    expect(await retry.send({ from: 'work' }, answered)).toBe('k1');
+    // A second restart asked for after the first was made is a task of its own.
+    expect(await retry.send({ from: 'work' }, answered)).toBe('k2');
+    await expect(
+      retry.send({ at: 'review' }, () => Promise.reject(new ApiError(409, 'conflict', 'still running'))),
+    ).rejects.toThrow('still running');
+    expect(await retry.send({ at: 'review' }, answered)).toBe('k4');
+    await expect(retry.send({ at: 'review', set: { plan: 'x' } }, unanswered)).rejects.toThrow();
+    expect(await retry.send({ at: 'review', set: { plan: 'y' } }, answered)).toBe('k6');
+  });
+
+  it('makes random keys by default', async () => {
+    const retry = new RetryKey();
+    const first = await retry.send({}, answered);
+    expect(first).toMatch(/^[0-9a-f]{32}$/);
+    expect(await retry.send({}, answered)).not.toBe(first);
   });
 });
