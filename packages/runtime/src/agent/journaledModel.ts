@@ -113,7 +113,7 @@ function publishTold(step: StepContext, turn: number, told: readonly ToldMessage
         'agent.told',
         scope,
         { agent: agent.name, stepId: request.stepId, turn, messageIds: told.map((m) => m.id) },
-        { to: agent.name },
+        { from: 'human', to: agent.name },
       ),
     );
   } catch (error) {

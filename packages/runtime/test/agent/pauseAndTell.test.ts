@@ -236,6 +236,7 @@ describe('an agent step paused or told while it works (in-memory bus, simulated 
       { role: 'tool', content: 'the v1 page' },
       { role: 'user', content: expect.stringMatching(/^Message from ann, sent while you work/) },
     ]);
+    expect(bus.eventsOf('agent.told').map((e) => [e.from, e.to])).toEqual([['human', 'worker']]);
     expect(bus.eventsOf('agent.told').map((e) => e.data)).toEqual([
       { agent: 'worker', stepId: 't3.work.1', turn: 2, messageIds: ['m1'] },
     ]);
