@@ -15,6 +15,7 @@ import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
 import { systemClock } from '../../src/events/clock.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
+import type { WorkspaceSync } from '../../src/workspace/workspaceSync.ts';
 
 const roots: string[] = [];
 afterEach(async () => {
@@ -637,5 +638,35 @@ describe('runAgentStep: journal round trips', () => {
 
     expect(reply).toMatchObject({ ok: true, output: 'nothing to write' });
     await expect(stat(path.join(root, 'demo', 'task-1'))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+});
+
+describe('startAgentStep: a pause and a message before the agent actor runs', () => {
+  it('holds both while its workspace is brought here: the message is read, and the step stops before asking the model', async () => {
+    const { model, requests } = recordingModel({ agents: { coder: [{ content: 'done' }] } });
+    let pulled: () => void = () => {};
+    const workspace = {
+      pull: () => new Promise<void>((resolve) => (pulled = resolve)),
+      push: async () => undefined,
+    } as unknown as WorkspaceSync;
+    const { deps } = await setup({ workspace });
+
+    const step = startAgentStep(coder(model), request, deps);
+    step.tell?.({ id: 'm1', text: 'use v2', at: '2026-12-06T00:00:00.000Z' });
+    step.pause?.();
+    pulled();
+
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'paused' }, turns: 0 });
+    expect(requests).toHaveLength(0);
+
+    // Not paused, the message it was told while it waited is read before its first model call.
+    const again = startAgentStep(coder(model), request, deps);
+    again.tell?.({ id: 'm1', text: 'use v2', at: '2026-12-06T00:00:00.000Z' });
+    pulled();
+    expect(await again.reply).toMatchObject({ ok: true, output: 'done', toldRead: ['m1'] });
+    expect(requests[0]?.messages.at(-1)).toMatchObject({
+      role: 'user',
+      content: expect.stringContaining('use v2'),
+    });
   });
 });
