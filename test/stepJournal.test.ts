@@ -292,6 +292,40 @@ describe('the step journal', () => {
     expect(await journal.modelReply(key, conversation)).toBeUndefined();
   });
 
+  it('keeps what was told before a turn under its model key: the first record stands, and the reply keeps it', async () => {
+    const key = StepJournal.modelKey('told-1.record.1', 2);
+    const conversation = [{ role: 'user' as const, content: 'record one line' }];
+    const at = '2026-12-06T00:00:00.000Z';
+    const m1 = { id: 'm-1', text: 'use the v2 API', by: 'ann', at };
+    const m2 = { id: 'm-2', text: 'and cite it', at };
+    const now = new Date();
+    expect(await journal.recordTold(key, [m1], conversation, now)).toEqual([m1]);
+    // Another run of the step, told more meanwhile, puts the same message at this turn.
+    expect(await journal.recordTold(key, [m1, m2], conversation, now)).toEqual([m1]);
+    expect((await journal.recordedTurn(key)).told).toEqual([m1]);
+
+    const told = [...conversation, { role: 'user' as const, content: 'Message from ann: use the v2 API' }];
+    const reply = {
+      content: 'done',
+      toolCalls: [],
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      costUsd: 0,
+      finishReason: 'stop',
+      provider: 'scripted',
+      model: 'scripted',
+      durationMs: 1,
+    };
+    expect(await journal.recordModelReply(key, told, reply, now, [m1])).toMatchObject({ content: 'done' });
+    const turn = await journal.recordedTurn(key);
+    expect(turn.told).toEqual([m1]);
+    expect(turn.reply(told)).toMatchObject({ content: 'done' });
+    expect(turn.reply(conversation)).toBeUndefined();
+    // A run whose turn was answered with nothing told reads nothing there.
+    const plain = StepJournal.modelKey('told-1.record.1', 3);
+    await journal.recordModelReply(plain, conversation, reply, now);
+    expect(await journal.recordTold(plain, [m2], conversation, now)).toEqual([]);
+  });
+
   it('runs a step again on the same host after its journal was out of reach, instead of replaying the failure', async () => {
     runs.append = 0;
     // The journal fails one claim, as during a long outage; every other operation goes through.
