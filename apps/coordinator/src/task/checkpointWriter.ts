@@ -116,6 +116,11 @@ export class CheckpointWriter {
     return { ...rest, ...this.steering?.fields() };
   }
 
+  /** The workflow has ended the task (its final record is made) or the run here is over: nothing more is steered. */
+  get ending(): boolean {
+    return this.#closed || (this.#ledger.latest?.status ?? 'running') !== 'running';
+  }
+
   /** Parks the task while it only waits or is held; it takes a working slot again otherwise. */
   #park(): void {
     this.#ledger.claimed.delivery.park(this.#waiting || this.steering?.paused !== undefined);

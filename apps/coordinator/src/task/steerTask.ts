@@ -37,10 +37,12 @@ export function steerTask(
   const publish = (make: () => ReturnType<TaskServices['events']['make']>) =>
     publishSafely(services, taskId, make);
   const unrecorded = (what: string): ErrorReply =>
-    refusal(
-      'not_running',
-      `the ${what} of task ${taskId} could not be recorded (NATS out of reach, or another coordinator took the task over); nothing was changed, try again`,
-    );
+    writer.ending
+      ? endingRefusal(taskId)
+      : refusal(
+          'not_running',
+          `the ${what} of task ${taskId} could not be recorded (NATS out of reach, or another coordinator took the task over); nothing was changed, try again`,
+        );
 
   if (signal.type === 'pause') {
     const { by, reason } = signal;

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createActor } from 'xstate';
 import { claim } from '../../src/intake/claim.ts';
 import { CheckpointWriter, type CheckpointWriterEvent } from '../../src/task/checkpointWriter.ts';
+import { TaskSteering } from '../../src/task/taskSteering.ts';
 import type { WorkflowSnapshot } from '../../src/task/workflowChild.ts';
 import { intakeServices, triagedTask } from '../intake/taskServices.ts';
 
@@ -15,7 +16,7 @@ const activity: StepActivity = {
 };
 
 /** A claimed task and its writer, whose store's writes wait until let through (`release`), one call at a time. */
-async function writerOf(options: { park?: () => void } = {}) {
+async function writerOf(options: { park?: (parked: boolean) => void; steering?: TaskSteering } = {}) {
   const { services, store } = intakeServices();
   const claimed = await claim(services, triagedTask({ id: 'task-1', goal: 'plan it' }));
   if (claimed.next !== 'run') throw new Error(`claimed as ${claimed.next}`);
@@ -44,6 +45,7 @@ async function writerOf(options: { park?: () => void } = {}) {
       checkpoints.push(parked);
       claimed.claimed.delivery.park(parked);
     },
+    options.steering,
   );
   // The workflow's first snapshot, not started: what a checkpoint is made of, with no step running.
   const snapshot: WorkflowSnapshot = createActor(claimed.flow.machine, {
@@ -189,5 +191,51 @@ describe("a task's checkpoint writer", () => {
     writer.snapshot(snapshot);
     writer.activity(activity);
     expect(calls).toEqual([]);
+  });
+
+  it('answers a pause made before the first checkpoint once that checkpoint, which holds it, is written; a resume writes it gone', async () => {
+    const steering = new TaskSteering();
+    const parks: boolean[] = [];
+    const { writer, snapshot, calls, release } = await writerOf({ steering, park: (p) => parks.push(p) });
+    steering.pause(Date.parse('2026-01-01T00:00:00.000Z'), 'ann', 'wrong way');
+    let answered: boolean | undefined;
+    void writer.steered().then((written) => (answered = written));
+    expect(parks).toEqual([true]);
+    writer.snapshot(snapshot);
+    await release();
+    await expect.poll(() => answered).toBe(true);
+    expect(calls[0]?.record.paused).toEqual({
+      since: '2026-01-01T00:00:00.000Z',
+      by: 'ann',
+      reason: 'wrong way',
+    });
+    // Held, the task stays parked whatever its checkpoints say of its steps.
+    expect(parks.at(-1)).toBe(true);
+
+    steering.resume(Date.parse('2026-01-01T01:00:00.000Z'));
+    steering.tell('use v2', '2026-01-01T01:00:00.000Z');
+    const resumed = writer.steered();
+    await release();
+    expect(await resumed).toBe(true);
+    expect(calls[1]?.record.paused).toBeUndefined();
+    expect(calls[1]?.record).toMatchObject({
+      pausedMs: 3_600_000,
+      toldCount: 1,
+      told: [{ id: 'm-1', text: 'use v2' }],
+    });
+    expect(parks.at(-1)).toBe(false);
+  });
+
+  it('answers a steering write that could not be made as not written', async () => {
+    const steering = new TaskSteering();
+    const { writer, snapshot, release, failNext } = await writerOf({ steering });
+    writer.snapshot(snapshot);
+    await release();
+    steering.tell('hello', '2026-01-01T00:00:00.000Z');
+    failNext(new Error('the store refused it'));
+    const told = writer.steered();
+    await release();
+    expect(await told).toBe(false);
+    expect(writer.ending).toBe(false);
   });
 });
