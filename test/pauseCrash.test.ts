@@ -181,5 +181,17 @@ describe('pause, resume and tell across kill -9', () => {
     expect(message).toContain('nothing was changed');
     expect(message).toContain(`it is paused (since ${now})`);
     expect(message).toContain('try again once it runs');
+    // The same on the pipeline's steering subject, where people who may only steer send it.
+    const steered = (
+      await client.request(
+        subjects.steer('confirming', 'orphan-held'),
+        JSON.stringify({ action: 'resume' }),
+        {
+          timeout: 15_000,
+        },
+      )
+    ).json<ErrorReply>();
+    expect(steered.error.code).toBe('not_running');
+    expect(steered.error.message).toContain(`it is paused (since ${now})`);
   });
 });

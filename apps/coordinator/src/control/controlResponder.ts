@@ -61,8 +61,10 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
     // The coordinator running it (in another process) answers at once; give it the time to.
     await new Promise((resolve) => setTimeout(resolve, graceMs));
     const now = (await record(taskId)) ?? first;
-    const migrating = actionOf(delivery.value) === 'migrate';
-    if (now.status === 'cancelled' && !migrating) {
+    const action = actionOf(delivery.value);
+    const migrating = action === 'migrate';
+    // Only a cancel is answered by a cancellation that came first: a pause, resume or tell of it changed nothing.
+    if (now.status === 'cancelled' && action === 'cancel') {
       return delivery.respond({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt);
     }
     if (now.status !== 'running') return delivery.respond(ended(now));
@@ -71,7 +73,8 @@ export function startControlResponder(options: ControlResponderOptions): BusSubs
         'not_running',
         `task ${taskId} has not ended (it is at ${now.state}, round ${now.round}) but no coordinator runs it right now; ` +
           'it resumes when its message is delivered again (within the ack wait); nothing was changed' +
-          (migrating ? '; a task is migrated by the coordinator running it, so try again once it runs' : ''),
+          (now.paused ? `; it is paused (since ${now.paused.since}) and stays paused when it resumes` : '') +
+          (migrating || STEERING_ACTIONS.has(action) ? `; ${AFTER[migrating ? 'migrate' : 'steer']}` : ''),
       ),
     );
   };
@@ -111,6 +114,12 @@ function actionOf(text: string): unknown {
     return undefined;
   }
 }
+
+/** What the sender of a control message only the running coordinator carries out is told to do. */
+const AFTER = {
+  migrate: 'a task is migrated by the coordinator running it, so try again once it runs',
+  steer: 'a task is paused, resumed and told by the coordinator running it, so try again once it runs',
+} as const;
 
 /** What a steering subject takes: a person's pause, resume or tell, never a cancel or a migration. */
 const STEERING_ACTIONS = new Set<unknown>(['pause', 'resume', 'tell']);
