@@ -135,6 +135,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       'troupe_cancel',
       'troupe_get',
       'troupe_start',
+      'troupe_tell',
     ]);
     const tabulated = tools.find((t) => t.name === 'tabulated');
     expect(tabulated?.description).toContain('Count the words of the goal');
@@ -496,6 +497,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       'troupe_cancel',
       'troupe_get',
       'troupe_start',
+      'troupe_tell',
     ]);
     await expect(client.callTool({ name: 'gated', arguments: { goal: 'x' } })).rejects.toThrow(/gated/);
     const started = await client.callTool({
@@ -715,6 +717,41 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect(final.kind === 'task.cancelled' ? final.data.reason : final.kind).toContain('not this one');
     const after = await client.callTool({ name: 'troupe_get', arguments: { taskId } });
     expect(after.structuredContent).toMatchObject({ status: 'cancelled', waitingFor: [] });
+  });
+
+  it('troupe_tell tells the agent at work in a running task, for a token that may approve', async () => {
+    const client = await connect('admin', 'auto');
+    const started = await client.callTool({
+      name: 'troupe_start',
+      arguments: { pipeline: 'slowpoke', goal: 'take your time' },
+    });
+    const { taskId } = started.structuredContent as { taskId: string };
+    await vi.waitFor(() => expect(ofKind(h.eventsOf(taskId), 'llm.request')).not.toHaveLength(0), {
+      timeout: 20_000,
+      interval: 100,
+    });
+    const told = await client.callTool({
+      name: 'troupe_tell',
+      arguments: { taskId, text: 'use the v2 API, not v1' },
+    });
+    expect(told.isError).toBeFalsy();
+    expect(told.structuredContent).toEqual({ taskId, messageId: expect.any(String) });
+    await vi.waitFor(() => expect(ofKind(h.eventsOf(taskId), 'task.told')).toHaveLength(1), {
+      timeout: 10_000,
+    });
+    expect(ofKind(h.eventsOf(taskId), 'task.told')[0]?.data).toMatchObject({
+      messageId: (told.structuredContent as { messageId: string }).messageId,
+      text: 'use the v2 API, not v1',
+      by: expect.stringMatching(/^MCP client .* \(token ops\)$/),
+    });
+    // A token that may only submit is not offered it.
+    const { tools } = await (await connect('submitter', 'auto')).listTools();
+    expect(tools.map((t) => t.name)).not.toContain('troupe_tell');
+    await client.callTool({ name: 'troupe_cancel', arguments: { taskId } });
+    await h.finalOf(taskId, 20_000);
+    const late = await client.callTool({ name: 'troupe_tell', arguments: { taskId, text: 'too late' } });
+    expect(late.isError).toBe(true);
+    expect(JSON.stringify(late.content)).toContain('already cancelled; nothing to tell');
   });
 
   it('runs examples/mcpClient.ts, as docs/interop.md shows it', async () => {

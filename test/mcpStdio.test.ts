@@ -82,6 +82,7 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       'troupe_cancel',
       'troupe_get',
       'troupe_start',
+      'troupe_tell',
     ]);
     const progress: string[] = [];
     const result = await client.callTool(
@@ -206,6 +207,7 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual([
         'troupe_cancel',
         'troupe_get',
+        'troupe_tell',
       ]);
       await vi.waitFor(() => expect(stderr.join('')).toContain('cannot read the pipelines'), {
         timeout: 20_000,
@@ -243,6 +245,7 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       'troupe_cancel',
       'troupe_get',
       'troupe_start',
+      'troupe_tell',
     ]);
   });
 });

@@ -7,6 +7,8 @@ import {
   McpTaskState,
   startToolInput,
   type TaskView,
+  TellToolInput,
+  TellToolResult,
 } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
@@ -117,6 +119,37 @@ export function registerCancelTool(server: McpServer, deps: LongTaskDeps): Regis
     async ({ taskId, reason }, ctx) => {
       await actions.cancel(who, taskId, reason ?? `cancelled through the MCP client ${deps.clientName(ctx)}`);
       return resultOf(await stateOf(actions, who, await actions.task(who, taskId)));
+    },
+  );
+}
+
+/**
+ * `troupe_tell`: a message for the agent at work in a running task (one `troupe_start` started, say), which reads it
+ * before its next model call, as a user turn, as `troupe tell` does. Offered to a token with the `approve` scope, as
+ * the gateway's tell route is.
+ */
+export function registerTellTool(server: McpServer, deps: LongTaskDeps): RegisteredTool {
+  const { actions, who } = deps;
+  return server.registerTool(
+    'troupe_tell',
+    {
+      title: 'Tell a running Troupe task something',
+      description:
+        'Tells the agent at work in a running Troupe task something ("use the v2 API, not v1"): it reads it before ' +
+        'its next model call, as a user turn; when no agent is at work, the next one does. Answers with the ' +
+        "message's id.",
+      inputSchema: TellToolInput,
+      outputSchema: TellToolResult,
+    },
+    async ({ taskId, text }, ctx) => {
+      const told = await actions.tell(who, taskId, {
+        text,
+        by: `MCP client ${deps.clientName(ctx)}`.slice(0, 100),
+      });
+      return {
+        content: [{ type: 'text', text: `told task ${taskId} (${told.messageId})` }],
+        structuredContent: told,
+      };
     },
   );
 }

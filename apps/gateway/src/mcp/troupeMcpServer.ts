@@ -14,7 +14,7 @@ import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { holdsScope } from './holdsScope.ts';
-import { registerCancelTool, registerGetTool } from './longTasks.ts';
+import { registerCancelTool, registerGetTool, registerTellTool } from './longTasks.ts';
 import type { PipelineCallContext } from './pipelineCall.ts';
 import { PipelineTools } from './pipelineTools.ts';
 import { registerTaskResources } from './taskResources.ts';
@@ -113,6 +113,7 @@ export async function troupeMcpServer(
     registerGetTool(server, longTasks);
     registerTaskResources(server, options.actions, who);
   }
+  if (holdsScope(who, 'approve')) registerTellTool(server, longTasks);
   if (!holdsScope(who, 'submit')) return server;
   registerCancelTool(server, longTasks);
   const tools = new PipelineTools(server, call, longTasks, (message) => options.warn?.(message));

@@ -52,6 +52,8 @@ export {
   MAX_GET_WAIT_SECONDS,
   McpTaskState,
   startToolInput,
+  TellToolInput,
+  TellToolResult,
 } from './mcpTools.ts';
 export { SessionId, SessionRecord, SessionSummary, SessionSummaryWritten } from './sessionRecord.ts';
 export { StoredVersionConfig } from './storedVersionConfig.ts';

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 
 /**
- * The gateway's MCP tools for long tasks (`troupe_start`, `troupe_get`, `troupe_cancel`): their inputs and what they
+ * The gateway's MCP tools for long tasks (`troupe_start`, `troupe_get`, `troupe_cancel`, `troupe_tell`): their inputs
+ * and what they
  * answer. The MCP SDK gives a host their JSON Schema and validates each call against them.
  */
 
@@ -50,3 +51,19 @@ export const CancelToolInput = z.object({
   reason: z.string().max(1_000).optional().describe('why, recorded with the cancel'),
 });
 export type CancelToolInput = z.infer<typeof CancelToolInput>;
+
+/** `troupe_tell`'s input. */
+export const TellToolInput = z.object({
+  taskId: z.string().min(1).describe('as troupe_start answered'),
+  text: z
+    .string()
+    .trim()
+    .min(1)
+    .max(100_000)
+    .describe('what to tell the agent at work: it reads it before its next model call'),
+});
+export type TellToolInput = z.infer<typeof TellToolInput>;
+
+/** What `troupe_tell` answers: the message's id, as the task's `task.told` and `agent.told` events name it. */
+export const TellToolResult = z.object({ taskId: z.string(), messageId: z.string() });
+export type TellToolResult = z.infer<typeof TellToolResult>;
