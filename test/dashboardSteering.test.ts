@@ -120,8 +120,12 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await expect
       .poll(() => steer.allTextContents(), { timeout: 15_000 })
       .toEqual(['paused by ops at work: wrong API']);
+    // The flow graph lights its step as paused, not as waiting for the approval it was parked on.
+    const lit = page.getByTestId('flow-graph').locator('text.doing');
+    await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['paused']);
     await page.getByTestId('resume').click();
     await page.getByTestId('pause').waitFor({ timeout: 15_000 });
+    await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['working']);
     await expect
       .poll(() => steer.allTextContents(), { timeout: 15_000 })
       .toEqual([

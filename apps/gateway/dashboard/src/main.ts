@@ -49,6 +49,8 @@ function App() {
   selectedRef.current = selected;
   /** The step each task was last at, to draw the hand-over to its next one. */
   const lastStep = useRef(new Map<string, string>());
+  /** The tasks a person holds: their step stays lit as paused, whatever the call it was finishing says after. */
+  const held = useRef(new Set<string>());
 
   const failed = useCallback((e: unknown) => {
     if (e instanceof ApiError && e.status === 401) setNeedToken(true);
@@ -162,6 +164,7 @@ function App() {
         setTimeout(() => setMoves((all) => all.filter((m) => m !== move)), 1_500);
       }
       lastStep.current.delete(event.taskId);
+      held.current.delete(event.taskId);
       setBusy((all) => {
         const next = new Map(all);
         next.delete(event.taskId);
@@ -169,7 +172,12 @@ function App() {
       });
       return;
     }
-    const doing = busyOf(event, lastStep.current.get(event.taskId));
+    if (event.kind === 'task.paused') held.current.add(event.taskId);
+    if (event.kind === 'task.resumed' && event.data.after === 'pause') held.current.delete(event.taskId);
+    const doing =
+      held.current.has(event.taskId) && event.kind !== 'task.paused'
+        ? undefined
+        : busyOf(event, lastStep.current.get(event.taskId));
     if (doing) {
       setBusy((all) => new Map(all).set(event.taskId, { ...doing, until: Date.now() + 2_000 }));
     }
@@ -301,6 +309,11 @@ function busyOf(event: TroupeEvent, step: string | undefined): Busy | undefined 
       return { step, what: 'person', label: 'waiting for approval' };
     case 'human.asked':
       return { step, what: 'person', label: 'asking a person' };
+    // Held by a person: lit until it goes on, as a step waiting on one is.
+    case 'task.paused':
+      return { step, what: 'person', label: 'paused' };
+    case 'task.resumed':
+      return event.data.after === 'pause' ? { step, what: 'agent', label: 'working' } : undefined;
     case 'llm.response':
     case 'tool.result':
     case 'approval.decided':
