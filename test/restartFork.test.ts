@@ -145,6 +145,10 @@ flow:
     const trace = await cli('trace', taskId);
     expect(trace.stdout).toContain('origin: restart of task orig-1 from check by ann');
     expect(trace.stdout).toMatch(/plan · planner · round 1 · reused/);
+    // Replayed offline, it takes the same outputs from its own record and runs only the checker again.
+    const replay = await cli('replay', taskId, '--pipeline', file, '--no-tools');
+    expect(replay.stderr + replay.stdout).not.toMatch(/differ|diverge/i);
+    expect(replay.code).toBe(0);
     const runs = await cli('runs', '--family', taskId);
     expect(runs.stdout).toMatch(/ORIGIN/);
     expect(runs.stdout).toMatch(new RegExp(`${taskId}.*restart of orig-1 from check`));

@@ -19,6 +19,7 @@ import { builtinTools } from '../config/builtinTools.ts';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { resolveModelRef } from '../config/modelFactory.ts';
 import { compileFlow } from '../workflow/compileFlow.ts';
+import { recordedReuse } from '../workflow/reusedStep.ts';
 import type { StepRunInput, StepRunOutput, WorkflowInput } from '../workflow/workflowTypes.ts';
 import { recordedRemoteStep } from './recordedRemoteStep.ts';
 import { type JournalReader, Recording, type ValueReader } from './recording.ts';
@@ -253,6 +254,8 @@ export async function replayTask(
       ...(accepted.inputCut ? { inputCut: accepted.inputCut } : {}),
       ...(accepted.metadata ? { metadata: accepted.metadata } : {}),
       traceparent: recording.accepted.traceparent,
+      // A restart or fork takes what it reused from its origin again, as its events recorded it.
+      ...(accepted.origin ? { origin: accepted.origin, ...recordedReuse(recording.events, taskId) } : {}),
     };
     const scope = { pipeline: config.name, taskId, traceparent: input.traceparent };
     const actor = createActor(machine, { input });

@@ -1,5 +1,5 @@
-import { type ReusedStep, reuseKey } from '@troupe/client';
-import { emptyUsage } from '@troupe/protocol';
+import { type ReusedStep, type ReusedSteps, reuseKey } from '@troupe/client';
+import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
 import { type AnyActorLogic, fromPromise } from 'xstate';
 import type { AgentAskedStep, StepConfig } from '../config/pipelineSchema.ts';
 import { stepId } from './compile/stepRequest.ts';
@@ -102,4 +102,24 @@ export function reusingStepActors(provided: StepActors): StepActors {
     ...(provided.runStep ? { runStep: reusing(provided.runStep) } : {}),
     ...(provided.askPerson ? { askPerson: reusing(provided.askPerson) } : {}),
   };
+}
+
+/**
+ * What a recorded restart or fork reused, from its own events (its `step.completed` marked `reused`), for `troupe
+ * replay`: the replay takes the same outputs from the same record, and runs only what the task ran.
+ */
+export function recordedReuse(events: readonly TroupeEvent[], taskId: string): { reuse?: ReusedSteps } {
+  const reuse: ReusedSteps = {};
+  for (const event of events) {
+    if (event.kind !== 'step.completed' || event.taskId !== taskId || !event.data.reused) continue;
+    const { step, agent, output, outputRef, verdict, stepId } = event.data;
+    reuse[reuseKey(taskId, stepId)] = {
+      step,
+      agent,
+      output,
+      ...(outputRef ? { outputRef } : {}),
+      ...(verdict ? { verdict } : {}),
+    };
+  }
+  return Object.keys(reuse).length > 0 ? { reuse } : {};
 }
