@@ -125,7 +125,8 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['paused']);
     await page.getByTestId('resume').click();
     await page.getByTestId('pause').waitFor({ timeout: 15_000 });
-    await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['working']);
+    // Resumed, it shows what it was doing again: still waiting for its approval.
+    await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['waiting for approval']);
     await expect
       .poll(() => steer.allTextContents(), { timeout: 15_000 })
       .toEqual([

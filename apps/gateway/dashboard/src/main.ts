@@ -49,8 +49,13 @@ function App() {
   selectedRef.current = selected;
   /** The step each task was last at, to draw the hand-over to its next one. */
   const lastStep = useRef(new Map<string, string>());
-  /** The tasks a person holds: their step stays lit as paused, whatever the call it was finishing says after. */
-  const held = useRef(new Set<string>());
+  /**
+   * The tasks a person holds, each with what its step would show but for the hold (what it showed before, or what the
+   * call it was finishing said since): their step stays lit as paused, and shows that again once resumed.
+   */
+  const held = useRef(new Map<string, (Busy & { until: number }) | undefined>());
+  const busyNow = useRef(busy);
+  busyNow.current = busy;
 
   const failed = useCallback((e: unknown) => {
     if (e instanceof ApiError && e.status === 401) setNeedToken(true);
@@ -172,15 +177,32 @@ function App() {
       });
       return;
     }
-    if (event.kind === 'task.paused') held.current.add(event.taskId);
-    if (event.kind === 'task.resumed' && event.data.after === 'pause') held.current.delete(event.taskId);
-    const doing =
-      held.current.has(event.taskId) && event.kind !== 'task.paused'
-        ? undefined
-        : busyOf(event, lastStep.current.get(event.taskId));
-    if (doing) {
-      setBusy((all) => new Map(all).set(event.taskId, { ...doing, until: Date.now() + 2_000 }));
+    if (event.kind === 'task.paused') {
+      const step = lastStep.current.get(event.taskId);
+      if (!held.current.has(event.taskId)) held.current.set(event.taskId, busyNow.current.get(event.taskId));
+      if (step) {
+        setBusy((all) =>
+          new Map(all).set(event.taskId, { step, what: 'person', label: 'paused', until: Date.now() }),
+        );
+      }
+      return;
     }
+    if (event.kind === 'task.resumed' && event.data.after === 'pause') {
+      const before = held.current.get(event.taskId);
+      held.current.delete(event.taskId);
+      setBusy((all) => {
+        const next = new Map(all);
+        if (before) next.set(event.taskId, { ...before, until: Date.now() + 2_000 });
+        else next.delete(event.taskId);
+        return next;
+      });
+      return;
+    }
+    const doing = busyOf(event, lastStep.current.get(event.taskId));
+    if (!doing) return;
+    const lit = { ...doing, until: Date.now() + 2_000 };
+    if (held.current.has(event.taskId)) held.current.set(event.taskId, lit);
+    else setBusy((all) => new Map(all).set(event.taskId, lit));
   }
 
   // Lit nodes go dark once nothing has been heard of them for a while.
@@ -309,11 +331,6 @@ function busyOf(event: TroupeEvent, step: string | undefined): Busy | undefined 
       return { step, what: 'person', label: 'waiting for approval' };
     case 'human.asked':
       return { step, what: 'person', label: 'asking a person' };
-    // Held by a person: lit until it goes on, as a step waiting on one is.
-    case 'task.paused':
-      return { step, what: 'person', label: 'paused' };
-    case 'task.resumed':
-      return event.data.after === 'pause' ? { step, what: 'agent', label: 'working' } : undefined;
     case 'llm.response':
     case 'tool.result':
     case 'approval.decided':
