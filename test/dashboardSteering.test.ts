@@ -153,9 +153,18 @@ describe('the dashboard’s steering controls, in a real browser', () => {
       1,
     );
     expect(ofKind(h.eventsOf(taskId), 'task.told').map((e) => e.data.messageId)).toEqual([messageId]);
+    // Approved from the page, the agent goes on: its next model call reads the message first, and the timeline says so.
+    await page.locator('[data-testid=request]').filter({ hasText: taskId }).getByTestId('approve').click();
+    await expect
+      .poll(() => page.getByTestId('timeline-told').allTextContents(), { timeout: 30_000 })
+      .toEqual([`read ${messageId} “ship it as v11.0.1” before turn 2`]);
+    const read = ofKind(h.eventsOf(taskId), 'agent.told');
+    expect(read.map((e) => e.data.messageIds)).toEqual([[messageId]]);
     // Ended, it is steered no more: the controls go.
-    await api(`/v1/tasks/${taskId}/cancel`, {});
-    await expect.poll(() => steering.count(), { timeout: 15_000 }).toBe(0);
+    await expect
+      .poll(() => page.getByTestId('timeline').locator('h3 .status').textContent(), { timeout: 30_000 })
+      .toBe('completed');
+    expect(await steering.count()).toBe(0);
   });
 
   it('restarts a cancelled task and forks a finished one through the gateway: each new task links back', async () => {
