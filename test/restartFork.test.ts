@@ -1,4 +1,4 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
@@ -237,5 +237,32 @@ flow:
         .filter((e) => e.data.reused)
         .map((e) => e.data.step),
     ).toEqual(['plan', 'build']);
+  });
+
+  it('runs on the version the original ran on, or with --newest on the one new tasks start on', async () => {
+    const original = (await recordOf('orig-1'))?.version;
+    await writeFile(file, (await readFile(file, 'utf8')).replace('Check it.', 'Check it twice.'));
+    for (const p of processes.splice(0)) await p.stop('SIGTERM');
+    await up();
+    const systemOf = (index: number) =>
+      JSON.stringify((openai.requests[index]?.body as { messages?: unknown[] }).messages?.[0] ?? '');
+
+    let before = openai.requests.length;
+    openai.enqueue({ kind: 'message', content: 'checked on the old version' });
+    const onOriginal = newTaskOf((await cli('restart', 'orig-1', '--from', 'check')).stdout);
+    expect((await finalOf(onOriginal)).kind).toBe('task.completed');
+    expect((await recordOf(onOriginal))?.version).toBe(original);
+    expect(systemOf(before)).not.toContain('Check it twice.');
+
+    before = openai.requests.length;
+    openai.enqueue({ kind: 'message', content: 'checked on the new version' });
+    const onNewest = newTaskOf((await cli('restart', 'orig-1', '--from', 'check', '--newest')).stdout);
+    expect((await finalOf(onNewest)).kind).toBe('task.completed');
+    const record = await recordOf(onNewest);
+    expect(record?.version).not.toBe(original);
+    expect(record?.origin).toMatchObject({ newest: true });
+    expect(systemOf(before)).toContain('Check it twice.');
+    // The steps before it were still reused: one model call, the checker's.
+    expect(openai.requests.length - before).toBe(1);
   });
 });

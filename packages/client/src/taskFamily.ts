@@ -18,6 +18,11 @@ export interface RestartOptions {
   by?: string;
   /** The new task's id; a fresh one when absent. Given again, nothing new is run. */
   id?: string;
+  /**
+   * Run on the pipeline's newest version instead of the one the original ran on: after a fix to a prompt, a tool or
+   * a model. Its steps before `from` must still be the original's for their outputs to be reused.
+   */
+  newest?: boolean;
 }
 
 export interface ForkOptions {
@@ -29,6 +34,8 @@ export interface ForkOptions {
   set?: Record<string, string>;
   by?: string;
   id?: string;
+  /** Run on the pipeline's newest version (see {@link RestartOptions.newest}). */
+  newest?: boolean;
 }
 
 /**
@@ -65,6 +72,7 @@ export async function restartTask(
     taskId,
     kind: 'restart',
     step: options.from,
+    ...(options.newest ? { newest: true } : {}),
     ...(options.by ? { by: options.by } : {}),
   };
   return await makeFamilyTask(bus, record, origin, options.id);
@@ -96,6 +104,7 @@ export async function forkTask(bus: JetStreamBus, taskId: string, options: ForkO
     step: options.at,
     ...(set ? { set } : {}),
     ...(edited.length > 0 ? { edited } : {}),
+    ...(options.newest ? { newest: true } : {}),
     ...(options.by ? { by: options.by } : {}),
   };
   return await makeFamilyTask(bus, record, origin, options.id, options.input);

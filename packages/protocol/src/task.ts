@@ -29,6 +29,8 @@ export const TaskOriginRef = z.object({
   kind: z.enum(['restart', 'fork']),
   step: StepName,
   edited: z.array(z.string().max(80)).max(64).optional(),
+  /** Run on the pipeline's newest version, not the one the original ran on (the default). */
+  newest: z.literal(true).optional(),
   /** Who asked for it. */
   by: z.string().max(200).optional(),
 });

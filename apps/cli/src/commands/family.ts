@@ -7,6 +7,7 @@ import { CliError, connectCli, explain, type ServerOptions } from '../server.ts'
 export interface RestartCliOptions extends ServerOptions {
   from: string;
   by?: string;
+  newest: boolean;
 }
 
 export interface ForkCliOptions extends ServerOptions {
@@ -16,6 +17,7 @@ export interface ForkCliOptions extends ServerOptions {
   /** `steps.<id>.output=<text>`, each. */
   set: string[];
   by?: string;
+  newest: boolean;
 }
 
 /**
@@ -24,7 +26,11 @@ export interface ForkCliOptions extends ServerOptions {
  */
 export async function restart(taskId: string, options: RestartCliOptions): Promise<number> {
   const made = await act(options, 'troupe-restart', (bus) =>
-    restartTask(bus, taskId, { from: options.from, by: options.by ?? whoAmI() }),
+    restartTask(bus, taskId, {
+      from: options.from,
+      by: options.by ?? whoAmI(),
+      ...(options.newest ? { newest: true } : {}),
+    }),
   );
   say(made, `restart of ${taskId} from ${options.from}`);
   return 0;
@@ -39,6 +45,7 @@ export async function fork(taskId: string, options: ForkCliOptions): Promise<num
       at: options.at,
       ...(input ? { input } : {}),
       ...(options.set.length > 0 ? { set } : {}),
+      ...(options.newest ? { newest: true } : {}),
       by: options.by ?? whoAmI(),
     }),
   );

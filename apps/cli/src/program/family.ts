@@ -12,6 +12,11 @@ export function registerFamilyCommands(program: Command): void {
     )
     .argument('<task-id>', 'the failed or cancelled task')
     .requiredOption('--from <step>', 'the step to run again, with every step after it')
+    .option(
+      '--newest',
+      'run on the newest version of the pipeline (after a fix), not the one the task ran on',
+      false,
+    )
     .option('--by <name>', "who restarts it, kept in the new task's origin (default: user@host)")
     .addOption(homeOption())
     .addOption(serverOption())
@@ -35,6 +40,7 @@ export function registerFamilyCommands(program: Command): void {
       collect,
       [],
     )
+    .option('--newest', 'run on the newest version of the pipeline, not the one the task ran on', false)
     .option('--by <name>', "who forks it, kept in the new task's origin (default: user@host)")
     .addOption(homeOption())
     .addOption(serverOption())

@@ -70,8 +70,13 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
       : undefined;
   // A task runs on the version it started on (or was migrated to); a new one on the newest, a restart or fork on
   // its origin's.
-  const started = existing || origin ? undefined : await versions.newest();
-  const version = existing ? existing.value.version : origin?.ok ? origin.version : started?.hash;
+  const onOriginVersion = origin !== undefined && !(origin.ok && origin.version === undefined);
+  const started = existing || onOriginVersion ? undefined : await versions.newest();
+  const version = existing
+    ? existing.value.version
+    : origin?.ok && onOriginVersion
+      ? origin.version
+      : started?.hash;
   const flow =
     inputProblem ??
     (origin?.ok === false ? origin.problem : undefined) ??

@@ -3,7 +3,7 @@ import { errorMessage, type TaskOrigin } from '@troupe/protocol';
 import type { Bus, JetStreamBus } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
 
-/** What a restart or fork starts from: its origin's version, and the step outputs it reuses. */
+/** What a restart or fork starts from: its origin's version (none: the newest), and the step outputs it reuses. */
 export type OriginClaim =
   | { ok: true; version: string | undefined; reuse: ReusedSteps }
   | { ok: false; problem: string };
@@ -36,7 +36,8 @@ export async function claimOrigin(
     return problem(`its events cannot be read (${errorMessage(error)})`);
   }
   if (!plan.ok) return problem(plan.message);
-  return { ok: true, version: record.version, reuse: plan.steps };
+  // Undefined for a task asked to run on the newest version, as for a new task.
+  return { ok: true, version: origin.newest ? undefined : record.version, reuse: plan.steps };
 }
 
 /** The bus as a JetStream connection, which a coordinator's always is (a unit test's in-memory bus is not). */
