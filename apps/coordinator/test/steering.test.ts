@@ -432,4 +432,30 @@ describe('a sub-task', () => {
     await task.handled;
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
+
+  it('is not submitted while its parent is paused, and is once the parent is resumed', async () => {
+    const config = pipeline([
+      { id: 'plan', kind: 'agent', agent: 'planner' },
+      { id: 'sub', kind: 'pipeline', pipeline: 'outline' },
+    ]);
+    const submitted: string[] = [];
+    const { intake, control, next, bus, clock } = await setUp(config, {
+      subPipelines: async (input) => {
+        submitted.push(input.task.id);
+        return { ok: true, output: 'outlined', usage, durationMs: 1 };
+      },
+    });
+    const task = intake.deliver({ id: 'task-14', goal: 'outline it' });
+    const plan = await next('task-14.plan.1');
+    await control('task-14', { action: 'pause' });
+    ok(plan);
+    await bus.settled();
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(submitted).toEqual([]);
+    await control('task-14', { action: 'resume' });
+    await task.handled;
+    expect(submitted).toHaveLength(1);
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
 });

@@ -28,7 +28,7 @@ import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
 import { createStepCallLogic } from './stepCall.ts';
 import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
-import { followParentHold } from './subTaskSteering.ts';
+import { followParentHold, whileHeld } from './subTaskSteering.ts';
 import { TaskMigrations } from './taskMigrations.ts';
 import type { HumanRunInput, HumanRunOutput, PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
@@ -340,8 +340,11 @@ function stepActors(
     runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal, system }) => {
       if (!options.subPipelines)
         throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
-      // The sub-task is paused and resumed with its parent.
+      // The sub-task is submitted only while its parent is not held, then paused and resumed with it.
       const steering = steeringOf(system);
+      if (steering) await whileHeld(steering, signal);
+      // Left while held (cancelled, say): no sub-task is submitted.
+      if (signal.aborted) throw new Error(`step ${input.task.parent.step} was left before its sub-task started`);
       const unfollow = steering
         ? followParentHold(options, input.task.id, input.task.parent.taskId, steering)
         : undefined;

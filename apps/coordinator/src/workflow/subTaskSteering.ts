@@ -53,6 +53,25 @@ export function followParentHold(
   };
 }
 
+/**
+ * Settles once the task is not held (at once when it is not), or when `signal` aborts: a `pipeline` step entered
+ * while its task is paused submits no sub-task until the task is resumed.
+ */
+export function whileHeld(steering: TaskSteering, signal: AbortSignal): Promise<void> {
+  if (steering.paused === undefined || signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      unlisten();
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const unlisten = steering.listen((held) => {
+      if (!held) done();
+    });
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
 function isCode(error: unknown, code: string): boolean {
   return TransportError.is(error) && error.code === code;
 }
