@@ -344,7 +344,8 @@ function stepActors(
       const steering = steeringOf(system);
       if (steering) await whileHeld(steering, signal);
       // Left while held (cancelled, say): no sub-task is submitted.
-      if (signal.aborted) throw new Error(`step ${input.task.parent.step} was left before its sub-task started`);
+      if (signal.aborted)
+        throw new Error(`step ${input.task.parent.step} was left before its sub-task started`);
       const unfollow = steering
         ? followParentHold(options, input.task.id, input.task.parent.taskId, steering)
         : undefined;
