@@ -123,9 +123,11 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     // The flow graph lights its step as paused, not as waiting for the approval it was parked on.
     const lit = page.getByTestId('flow-graph').locator('text.doing');
     await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['paused']);
+    expect(await page.getByTestId('timeline').locator('h3 .status').textContent()).toBe('paused');
     await screenshotAtRest(page, shot('dashboard-paused'));
     await page.getByTestId('resume').click();
     await page.getByTestId('pause').waitFor({ timeout: 15_000 });
+    await expect.poll(() => page.getByTestId('timeline').locator('h3 .status').textContent()).toBe('running');
     // Resumed, it shows what it was doing again: still waiting for its approval.
     await expect.poll(() => lit.allTextContents(), { timeout: 15_000 }).toEqual(['waiting for approval']);
     await expect

@@ -306,7 +306,7 @@ function App() {
                       <${RestartForm} api=${api} task=${selectedTask} trace=${trace} who=${who} onOpen=${openTask} onRefused=${() => void loadWho()} />`
                     : null
                 }
-                ${trace ? html`<${Timeline} trace=${trace} stepTools=${forkTools} />` : html`<p>Loading ${selected}…</p>`}
+                ${trace ? html`<${Timeline} trace=${trace} stepTools=${forkTools} paused=${selectedTask?.taskId === trace.taskId && selectedTask.paused !== undefined} />` : html`<p>Loading ${selected}…</p>`}
                 ${trace?.taskId === selected && trace.output !== undefined ? html`<${TaskOutput} output=${trace.output} />` : null}
                 ${selectedTask && ENDED.has(selectedTask.status) ? html`<${TaskFiles} key=${selected} api=${api} taskId=${selected} />` : null}`
               : html`<p class="hint">Pick a task to see its timeline, or a session to see its conversation.</p>`

@@ -147,11 +147,13 @@ type Entry =
  * on a click; route choices and skipped steps where they happened; a parallel step's branches and a foreach step's
  * items nested under it with how its join ended; a sub-pipeline's task under its step.
  */
-export function Timeline(props: { trace: Trace; stepTools?: StepTools | undefined }) {
+export function Timeline(props: { trace: Trace; stepTools?: StepTools | undefined; paused?: boolean }) {
   const { trace } = props;
   const placed = (p: Placed) => placedItem(p, props.stepTools);
+  // A held task is running as far as its events go; its view says a person holds it.
+  const status = props.paused && trace.status === 'running' ? 'paused' : trace.status;
   return html`<div class="timeline" data-testid="timeline">
-    <h3>${trace.taskId} <span class=${`status ${trace.status}`}>${trace.status}</span></h3>
+    <h3>${trace.taskId} <span class=${`status ${status}`}>${status}</span></h3>
     ${trace.goal ? html`<p class="goal">${trace.goal}</p>` : null}
     <ol class="steps">
       ${outline(trace).map(placed)}
