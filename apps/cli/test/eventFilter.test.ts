@@ -59,6 +59,8 @@ describe('parseKinds', () => {
     expect([...parseKinds(['task.*'])]).toEqual([
       'task.accepted',
       'task.resumed',
+      'task.paused',
+      'task.told',
       'task.completed',
       'task.failed',
       'task.cancelled',
