@@ -198,6 +198,27 @@ flow:
     const again = await cli('restart', String(completed), '--from', 'check');
     expect(again.code).not.toBe(0);
     expect(again.stderr).toContain('completed; nothing to restart');
+    // Published straight to NATS, past the client's checks: the coordinator fails the new task, saying why.
+    const bad = [
+      [
+        'bad-1',
+        { taskId: 'never-was', kind: 'restart', step: 'check' },
+        'cannot restart task never-was: no such task is known',
+      ],
+      [
+        'bad-2',
+        { taskId: 'orig-1', kind: 'fork', step: 'deploy' },
+        'cannot fork task orig-1: step "deploy" never started',
+      ],
+    ] as const;
+    for (const [id, origin] of bad)
+      server.client.publish(subjects.task('relay3'), JSON.stringify({ id, goal: 'ship v2', origin }));
+    for (const [id, , message] of bad) {
+      expect(await finalOf(id)).toMatchObject({
+        kind: 'task.failed',
+        data: { message: expect.stringContaining(message) },
+      });
+    }
     await expect(restartTask(bus, 'never-was', { from: 'check' })).rejects.toSatisfy((e) =>
       OperationError.is(e, 'not_found'),
     );
