@@ -125,6 +125,7 @@ describe('pause and resume', () => {
       round: 1,
       by: 'ann',
       reason: 'wrong way',
+      since: (await record('task-1'))?.paused?.since,
     });
     expect(task.parked()).toBe(true);
 
@@ -219,7 +220,7 @@ describe('pause and resume', () => {
   });
 
   it('refuses a second pause and a resume of a task that is not paused, changing nothing', async () => {
-    const { intake, control, next, bus } = await setUp(twoSteps);
+    const { intake, control, next, bus, clock } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-5', goal: 'build it' });
     const plan = await next('task-5.plan.1');
     await expect(control('task-5', { action: 'resume' })).rejects.toSatisfy((error) =>
@@ -231,6 +232,13 @@ describe('pause and resume', () => {
     );
     expect(bus.eventsOf('task.paused')).toHaveLength(1);
     await control('task-5', { action: 'resume' });
+    // Paused again at the same step, by the same nobody: a fact of its own, with an id of its own.
+    clock.advance(1_000);
+    await control('task-5', { action: 'pause' });
+    await control('task-5', { action: 'resume' });
+    const pauses = bus.eventsOf('task.paused');
+    expect(pauses).toHaveLength(2);
+    expect(pauses[1]?.id).not.toBe(pauses[0]?.id);
     ok(plan);
     ok(await next('task-5.build.1'));
     await task.handled;

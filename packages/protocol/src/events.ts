@@ -79,6 +79,8 @@ export const EventData = {
     round: z.number().int().positive(),
     reason: z.string().optional(),
     by: z.string().optional(),
+    /** When it took (ISO-8601), as the record's `paused.since`: a second pause at the same step is a fact of its own. */
+    since: z.string().optional(),
   }),
   /** A person's message for the task, recorded: the agent at work reads it before its next model call. */
   'task.told': z.object({

@@ -64,7 +64,12 @@ export function steerTask(
         services.events.make(
           'task.paused',
           claimed.scope,
-          { ...place, ...(reason === undefined ? {} : { reason }), ...(by === undefined ? {} : { by }) },
+          {
+            ...place,
+            ...(reason === undefined ? {} : { reason }),
+            ...(by === undefined ? {} : { by }),
+            since: new Date(steering.paused?.since ?? clock.now()).toISOString(),
+          },
           route,
         ),
       );

@@ -28,7 +28,7 @@ const IDENTITY: Identity = {
   'task.accepted': () => [],
   // A resume after a pause is its own fact: the task may be paused and resumed several times in one delivery.
   'task.resumed': (d) => (d.after === 'pause' ? [d.deliveries, 'pause', d.pausedMs] : [d.deliveries]),
-  'task.paused': (d) => [d.state, d.round, d.by, d.reason],
+  'task.paused': (d) => [d.state, d.round, d.by, d.reason, d.since],
   'task.told': (d) => [d.messageId],
   'agent.told': (d) => [d.stepId, d.turn],
   'step.started': (d) => [d.stepId],
