@@ -161,6 +161,27 @@ describe('pause and resume', () => {
     expect((await record('task-1'))?.status).toBe('completed');
   });
 
+  it('counts the time a step took to stop after the pause as held, not against its timeout', async () => {
+    const { intake, control, next, clock, bus, record } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-15', goal: 'build it' });
+    const plan = await next('task-15.plan.1');
+    await control('task-15', { action: 'pause' });
+    // Its host takes 50 of the step's 60 s to finish its call, then stops for the pause.
+    clock.advance(50_000);
+    paused(plan);
+    await bus.settled();
+    clock.advance(HOUR);
+    await control('task-15', { action: 'resume' });
+    const again = await next('task-15.plan.1');
+    // Another 50 s of work: 100 s since the first send, but only 50 s not held.
+    clock.advance(50_000);
+    await bus.settled();
+    ok(again);
+    ok(await next('task-15.build.1'));
+    await task.handled;
+    expect((await record('task-15'))?.status).toBe('completed');
+  });
+
   it('starts no new step while paused: a step that ends meanwhile is followed by nothing until resume', async () => {
     const { intake, control, next, record, clock, bus, sent } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-2', goal: 'build it' });

@@ -9,7 +9,7 @@ import {
 } from '@troupe/protocol';
 import { type Clock, TransportError, type TransportErrorCode } from '@troupe/runtime';
 import type { ActorSystem } from 'xstate';
-import { reportActivity } from '../task/runContext.ts';
+import { reportActivity, steeringOf } from '../task/runContext.ts';
 import type { StepCallContext, StepCallInput, StepCallServices } from './stepCall.ts';
 import { errorOf, type StepCallFailure } from './stepCallFailure.ts';
 
@@ -122,10 +122,16 @@ export function stepCallActions({ clock, logger }: StepCallServices) {
       return { noWorkerSince, lastActivity: report(system, { ...context, noWorkerSince }, 'worker') };
     },
     fail: (_: CallArgs, failure: StepCallFailure): Partial<StepCallContext> => ({ failure }),
-    /** Held from now (or, restored, from when it was held before the restart: that time counts as held too). */
-    holdFrom: ({ context }: CallArgs): Partial<StepCallContext> => ({
-      heldSince: context.heldSince ?? clock.now(),
-    }),
+    /**
+     * Held since the task was paused (or since the step was first sent, if later): the time its host took to finish
+     * its call, and a restart while it was held, count as held too, as they do for the task's deadline. Restored
+     * held, it keeps the time it was held from.
+     */
+    holdFrom: ({ context, system }: CallArgs): Partial<StepCallContext> => {
+      const now = clock.now();
+      const paused = steeringOf(system)?.paused?.since ?? now;
+      return { heldSince: context.heldSince ?? Math.max(context.started, Math.min(now, paused)) };
+    },
     /** Let go: the time held is added to the step's start (and to its wait for a worker), so neither counts it. */
     unhold: ({ context }: CallArgs): Partial<StepCallContext> => {
       const held = Math.max(0, clock.now() - (context.heldSince ?? clock.now()));
