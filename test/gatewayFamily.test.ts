@@ -158,6 +158,10 @@ describe('the gateway steers and remakes tasks, through a real coordinator', () 
     ).toBe(newId);
 
     await waitUntil(() => kinds(h.eventsOf(newId)).includes('llm.request'));
+    expect((await call('GET', `/v1/tasks/${newId}`)).body).toMatchObject({
+      status: 'running',
+      origin: { taskId: 'gwf-slow-2', kind: 'restart', step: 'plan', by: 'ci' },
+    });
     await call('POST', `/v1/tasks/${newId}/cancel`, 'ci', {});
     await h.finalOf(newId);
   });
@@ -181,13 +185,23 @@ describe('the gateway steers and remakes tasks, through a real coordinator', () 
       body: { origin: { taskId: 'gwf-demo-1', kind: 'fork', step: 'execute' } },
     });
     await h.finalOf(forked.body.taskId);
+    expect((await call('GET', `/v1/tasks/${forked.body.taskId}`)).body).toMatchObject({
+      status: 'completed',
+      origin: {
+        taskId: 'gwf-demo-1',
+        kind: 'fork',
+        step: 'execute',
+        edited: ['steps.plan.output'],
+        by: 'demo-ci',
+      },
+    });
     expect(
       await call('POST', '/v1/tasks/gwf-demo-1/fork', 'ci', { at: 'execute', set: { review: 'x' } }),
     ).toMatchObject({ status: 400, body: { error: { code: 'invalid_request' } } });
 
     const ws = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${TOKENS.ci}`);
     try {
-      ws.send({ type: 'fork', id: 'f', taskId: 'gwf-demo-1', at: 'review' });
+      ws.send({ type: 'fork', id: 'f', taskId: 'gwf-demo-1', at: 'review', newest: true });
       const reply = await ws.next((m) => m.id === 'f');
       expect(reply).toMatchObject({
         ok: true,
@@ -197,6 +211,11 @@ describe('the gateway steers and remakes tasks, through a real coordinator', () 
         },
       });
       await h.finalOf(reply.result.taskId);
+      expect((await call('GET', `/v1/tasks/${reply.result.taskId}`)).body.origin).toMatchObject({
+        kind: 'fork',
+        step: 'review',
+        newest: true,
+      });
       ws.send({ type: 'restart', id: 'r', taskId: 'gwf-demo-1', from: 'plan' });
       expect(await ws.next((m) => m.id === 'r')).toMatchObject({ ok: false, error: { code: 'conflict' } });
       ws.send({ type: 'pause', id: 'p', taskId: 'gwf-demo-1' });

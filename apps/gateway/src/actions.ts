@@ -298,6 +298,7 @@ export class GatewayActions {
     await this.#ended(who, taskId, 'restart');
     const made = await restartTask(this.#bus, taskId, {
       from: body.from,
+      ...(body.newest ? { newest: true } : {}),
       by: steeredBy(who, body.by),
       ...this.#familyId(who, taskId, 'restart', options.idempotencyKey),
     });
@@ -319,6 +320,7 @@ export class GatewayActions {
       at: body.at,
       ...(body.input ? { input: body.input } : {}),
       ...(body.set ? { set: body.set } : {}),
+      ...(body.newest ? { newest: true } : {}),
       by: steeredBy(who, body.by),
       ...this.#familyId(who, taskId, 'fork', options.idempotencyKey),
     });

@@ -128,13 +128,18 @@ export class WsSession {
       case 'tell':
         return this.#actions.tell(who, message.taskId, { text: message.text, ...by(message) });
       case 'restart':
-        return this.#actions.restart(who, message.taskId, { from: message.from, ...by(message) });
+        return this.#actions.restart(who, message.taskId, {
+          from: message.from,
+          ...(message.newest ? { newest: true } : {}),
+          ...by(message),
+        });
       case 'fork': {
-        const { at, input, set } = message;
+        const { at, input, set, newest } = message;
         return this.#actions.fork(who, message.taskId, {
           at,
           ...(input ? { input } : {}),
           ...(set ? { set } : {}),
+          ...(newest ? { newest: true } : {}),
           ...by(message),
         });
       }

@@ -60,8 +60,15 @@ export type TaskStatus = z.infer<typeof TaskStatus>;
  * Run a failed or cancelled task again from step `from`, as a new task linked to it: the steps that completed before
  * `from` first started are reused, not run again.
  */
+/** `newest`: run the new task on the pipeline's newest version, not the one the original ran on. */
+const Newest = z.literal(true).optional();
+
 export const RestartBody = z
-  .strictObject({ from: z.string().min(1).max(64), by: z.string().min(1).max(100).optional() })
+  .strictObject({
+    from: z.string().min(1).max(64),
+    newest: Newest,
+    by: z.string().min(1).max(100).optional(),
+  })
   .meta({ id: 'Restart' });
 export type RestartBody = z.infer<typeof RestartBody>;
 
@@ -74,6 +81,7 @@ export const ForkBody = z
     at: z.string().min(1).max(64),
     input: z.record(z.string(), z.unknown()).optional(),
     set: z.record(z.string().min(1).max(64), z.string().max(100_000)).optional(),
+    newest: Newest,
     by: z.string().min(1).max(100).optional(),
   })
   .meta({ id: 'Fork' });

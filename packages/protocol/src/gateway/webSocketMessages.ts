@@ -54,6 +54,7 @@ export const ClientMessage = z.discriminatedUnion('type', [
     id: RequestId,
     taskId: TaskId,
     from: z.string().min(1).max(64),
+    newest: z.literal(true).optional(),
     by: By,
   }),
   /** Start a new task from an ended one at a step, with its input or earlier steps' outputs edited. */
@@ -64,6 +65,7 @@ export const ClientMessage = z.discriminatedUnion('type', [
     at: z.string().min(1).max(64),
     input: z.record(z.string(), z.unknown()).optional(),
     set: z.record(z.string().min(1).max(64), z.string().max(100_000)).optional(),
+    newest: z.literal(true).optional(),
     by: By,
   }),
   z.strictObject({
