@@ -31,7 +31,8 @@ export interface StepCallInput extends StepRunInput {
 
 /**
  * What the step call hears: from its request (each heartbeat, then the reply or the request's failure), from the
- * connection (a reconnect, after which a reply in flight may be lost), and from its pause (time to send again).
+ * connection (a reconnect, after which a reply in flight may be lost), from its pause (time to send again), and
+ * from the task's steering (held by `troupe pause`, let go by `troupe resume`).
  */
 export type StepCallEvent =
   | { type: 'heartbeat'; heartbeat: StepHeartbeat }
@@ -87,7 +88,9 @@ type Ctx = { context: StepCallContext };
  * heartbeats (its process died), or loses its journal, or stops mid-step, the step is sent again with the same id
  * and another worker takes it over from the step's journal; after that, it waits for a worker as long as the step
  * may take. A reconnect sends it again at once (a reply in flight may be lost; the host joins a resend to the run it
- * has). The workflow leaving the step stops the call, and with it the request in flight.
+ * has). The workflow leaving the step stops the call, and with it the request in flight. While its task is paused
+ * nothing is sent (`held`): a step its host stopped for the pause, or one about to be sent, waits for the resume,
+ * and its timeout does not count the time held.
  *
  * Its context is plain data, so a checkpoint holds it. Restored, it goes on where it was: a request in flight is sent
  * again under the same step id (the host's journal answers a step already done), a pause waits out what is left of
@@ -99,7 +102,8 @@ type Ctx = { context: StepCallContext };
  *
  * This factory is the chart; its parts are beside it: one send of the step (`stepCallSend.ts`), the conditions and
  * context changes of its transitions (`stepCallRules.ts`), its failures as plain data (`stepCallFailure.ts`), its pause
- * (`stepCallPause.ts`) and the shape of its checkpoint (`stepCallCheckpoint.ts`).
+ * (`stepCallPause.ts`), its wait while the task is held (`stepCallHold.ts`) and the shape of its checkpoint
+ * (`stepCallCheckpoint.ts`).
  *
  * @example
  * ```ts
