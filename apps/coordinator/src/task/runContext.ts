@@ -37,9 +37,10 @@ export type RunContextEvent = { type: 'activity'; activity: StepActivity };
 /**
  * A task's run context: an actor the task actor invokes beside its workflow with `systemId` {@link RUN_CONTEXT_ID},
  * holding the run's {@link RunFacts} as its input and passing each activity report on to the task actor. In a task's
- * run it is also the task's ear for its signals (cancel, migrate, a parent's end, stop; see `taskSignals.ts`): it
- * listens for them while the run lasts and passes each one on too. One actor for both, since each actor a parked
- * task holds costs it a few KB of heap.
+ * run it is also the task's ear for its signals (cancel, migrate, pause, resume, tell, a parent's end, stop; see
+ * `taskSignals.ts`): it listens for them while the run lasts and passes each one on too; and it holds the task's
+ * steering (`taskSteering.ts`), which its steps read with {@link steeringOf}. One actor for all, since each actor a
+ * parked task holds costs it a few KB of heap.
  *
  * Any actor in the task's tree reaches it through the system it was created in, with no table of running tasks:
  * a provided actor's creator receives `system` (`fromPromise(({ input, system }) => …)`, `fromCallback`, or a

@@ -25,10 +25,11 @@ export type { TaskActorInput, TaskActorOutput } from './taskSetup.ts';
  *    +--> acked (a duplicate) | refused (not a task)
  * ```
  *
- * While the workflow runs, cancels, migrations, a parent's ending and the process's stop arrive as events from the
- * runner's {@link TaskSignals} (see `taskSignals.ts`), heard through the run context (`runContext.ts`); the writer
- * tells it only of a write that finds another coordinator's lease (it ends `takenOver`) or a checkpoint that cannot
- * be stored. Every ending of the task goes through `concluding`, once its record holds the final status and event.
+ * While the workflow runs, cancels, migrations, pauses, resumes, told messages, a parent's ending and the process's
+ * stop arrive as events from the runner's {@link TaskSignals} (see `taskSignals.ts`), heard through the run context
+ * (`runContext.ts`); a pause, resume or tell is carried out by `steerTask.ts`, recorded before it is answered. The
+ * writer tells it only of a write that finds another coordinator's lease (it ends `takenOver`) or a checkpoint that
+ * cannot be stored. Every ending of the task goes through `concluding`, once its record holds the final status and event.
  * The message is settled only in the final states, each doing one thing. Built once per pipeline runner.
  */
 export function createTaskMachine(services: TaskServices) {
