@@ -399,11 +399,14 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     // An approver of the demo only may not steer the gated pipeline's tasks: the server refuses the publish.
     const bo = await troupe(['resume', taskId], await envOf('bo'));
     expect(bo.code).toBe(1);
-    expect(bo.stderr).toMatch(/permission/i);
+    expect(bo.stderr).toContain(
+      `troupe: this NATS user may not publish on troupe.steer.gated.${taskId} (task ${taskId} of pipeline gated): `,
+    );
     // Nor may an approver cancel (the control subject names no pipeline, and takes every action).
     const cancel = await troupe(['cancel', taskId], ana);
     expect(cancel.code).toBe(1);
-    expect(cancel.stderr).toMatch(/permission/i);
+    expect(cancel.stderr).toContain(`troupe: this NATS user may not publish on troupe.control.${taskId} `);
+    expect(cancel.stderr).toContain('docs/permissions.md says which role may');
     const resumed = await troupe(['resume', taskId], ana);
     expect(resumed.code, resumed.stderr).toBe(0);
     const approved = await troupe(['approve', id, '--by', 'ana'], ana);

@@ -16,6 +16,7 @@ import {
   type TroupeEvent,
 } from '@troupe/protocol';
 import {
+  isPermissionRefusal,
   type JetStreamBus,
   logMessage,
   publishToStream,
@@ -178,16 +179,15 @@ export async function cancelTask(bus: JetStreamBus, taskId: string, reason?: str
   if (record.status !== 'running') {
     throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to cancel`);
   }
+  const subject = subjects.control(taskId);
   try {
-    await bus.request(
-      subjects.control(taskId),
-      { action: 'cancel', ...(reason ? { reason } : {}) },
-      ControlReceipt,
-      { timeoutMs: 10_000, meta: { taskId, from: 'user', kind: 'cancel' } },
-    );
+    await bus.request(subject, { action: 'cancel', ...(reason ? { reason } : {}) }, ControlReceipt, {
+      timeoutMs: 10_000,
+      meta: { taskId, from: 'user', kind: 'cancel' },
+    });
   } catch (error) {
     // A coordinator answers with the task's state when none runs it (unknown_task, task_ended, not_running).
-    throw controlFailure(error, record);
+    throw controlFailure(error, record, subject);
   }
 }
 
@@ -205,16 +205,17 @@ export async function migrateTask(
   if (record.status !== 'running') {
     throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to migrate`);
   }
+  const subject = subjects.control(taskId);
   try {
     const receipt = await bus.request(
-      subjects.control(taskId),
+      subject,
       { action: 'migrate', ...(to === undefined ? {} : { to }) },
       ControlReceipt,
       { timeoutMs: 30_000, meta: { taskId, from: 'user', kind: 'migrate' } },
     );
     return { from: receipt.from ?? '', to: receipt.to ?? '' };
   } catch (error) {
-    throw controlFailure(error, record);
+    throw controlFailure(error, record, subject);
   }
 }
 
@@ -292,14 +293,15 @@ async function steer(
   if (record.status !== 'running') {
     throw new OperationError('conflict', `task ${taskId} already ${record.status}; nothing to ${action}`);
   }
+  // On the pipeline's steering subject, which NATS permissions can grant per pipeline (the approver role's).
+  const subject = subjects.steer(record.pipeline, taskId);
   try {
-    // On the pipeline's steering subject, which NATS permissions can grant per pipeline (the approver role's).
-    return await bus.request(subjects.steer(record.pipeline, taskId), message, ControlReceipt, {
+    return await bus.request(subject, message, ControlReceipt, {
       timeoutMs: 10_000,
       meta: { taskId, from: 'user', kind: action },
     });
   } catch (error) {
-    throw controlFailure(error, record);
+    throw controlFailure(error, record, subject);
   }
 }
 
@@ -316,7 +318,17 @@ const REFUSAL_CODE: Record<ControlRefusal, OperationErrorCode> = {
 };
 
 /** Why a control message to a task's coordinator changed nothing, as an `OperationError` a user can act on. */
-function controlFailure(error: unknown, record: WorkflowRecord): OperationError {
+function controlFailure(error: unknown, record: WorkflowRecord, subject: string): OperationError {
+  // The server refused this client's NATS user the subject: a role that may not (an approver cancelling, or steering
+  // another pipeline's tasks). Said plainly: nats.js says only "Permissions Violation".
+  if (isPermissionRefusal(error)) {
+    return new OperationError(
+      'unavailable',
+      `this NATS user may not publish on ${subject} (task ${record.taskId} of pipeline ${record.pipeline}): ` +
+        `${errorMessage(error)}; docs/permissions.md says which role may`,
+      { cause: error },
+    );
+  }
   const refusal = TransportError.is(error) ? ControlRefusal.safeParse(error.code) : undefined;
   if (refusal?.success) {
     return new OperationError(REFUSAL_CODE[refusal.data], (error as Error).message, { cause: error });

@@ -62,6 +62,7 @@ export { type ReplyErrorCode, TransportError, type TransportErrorCode } from './
 export {
   DEFAULT_NO_JETSTREAM_MS,
   DEFAULT_OUTAGE_MS,
+  isPermissionRefusal,
   type UntilReachableOptions,
   untilReachable,
 } from './untilReachable.ts';
