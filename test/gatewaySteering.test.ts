@@ -1,5 +1,5 @@
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
-import { BUCKETS, type ControlMessage, subjects, WorkflowRecord } from '@troupe/protocol';
+import { BUCKETS, type ControlMessage, QueuedTask, subjects, WorkflowRecord } from '@troupe/protocol';
 import { createLogger, ensureTroupeStreams, KvStore, NatsBus } from '@troupe/runtime';
 import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -87,6 +87,9 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
     await store.put('orphan-1', record('orphan-1', 'demo'));
     await store.put('done-1', record('done-1', 'demo', { status: 'completed', state: 'done' }));
     await store.put('other-1', record('other-1', 'other'));
+    // A task stored in TASKS that no coordinator has claimed yet: the gateway knows it by its mark alone.
+    const queued = await KvStore.open(coordinator, BUCKETS.queued, QueuedTask);
+    await queued.put('queued-1', { taskId: 'queued-1', pipeline: 'demo', goal: 'g', submittedAt: now });
     for (const subject of [subjects.allControl, subjects.allSteer]) {
       coordinator.subscribeText(subject, (delivery) => {
         const taskId = delivery.subject.slice(delivery.subject.lastIndexOf('.') + 1);
@@ -188,6 +191,16 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
     const orphan = await call('/v1/tasks/orphan-1/pause', 'ana', {});
     expect(orphan).toMatchObject({ status: 503, body: { error: { code: 'unavailable' } } });
     expect(orphan.body.error.message).toContain('no coordinator runs it right now');
+    expect(await call('/v1/tasks/queued-1/tell', 'ana', { text: 'hi' })).toMatchObject({
+      status: 503,
+      body: {
+        error: {
+          code: 'unavailable',
+          message:
+            'task queued-1 is queued: no coordinator has taken it yet, so none can tell it; try again once it runs',
+        },
+      },
+    });
     expect(await call('/v1/tasks/work-1/tell', 'ana', { text: '  ' })).toMatchObject({
       status: 400,
       body: { error: { code: 'invalid_request' } },
