@@ -409,6 +409,25 @@ describe('tell', () => {
     await task.handled;
   });
 
+  it('refuses a message past the most a task keeps unread, saying nothing was changed', async () => {
+    const { intake, control, next, record } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-16', goal: 'build it' });
+    const plan = await next('task-16.plan.1');
+    await control('task-16', { action: 'tell', text: 'x'.repeat(90_000) });
+    await control('task-16', { action: 'tell', text: 'y'.repeat(90_000) });
+    await expect(control('task-16', { action: 'tell', text: 'z'.repeat(90_000) })).rejects.toThrow(
+      /takes no more messages now: .* over the 256 KiB it keeps; nothing was changed/,
+    );
+    expect((await record('task-16'))?.told?.map((m) => m.id)).toEqual(['m-1', 'm-2']);
+    ok(plan, 'planned', { toldRead: ['m-1', 'm-2'] });
+    const build = await next('task-16.build.1');
+    expect(await control('task-16', { action: 'tell', text: 'z'.repeat(90_000) })).toMatchObject({
+      messageId: 'm-3',
+    });
+    ok(build);
+    await task.handled;
+  });
+
   it('takes a message while paused: the step sent on resume has it', async () => {
     const { intake, control, next } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-12', goal: 'build it' });

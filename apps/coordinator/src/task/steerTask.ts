@@ -113,6 +113,17 @@ export function steerTask(
   }
 
   const { by, text } = signal;
+  const full = steering.refusal(text);
+  if (full !== undefined) {
+    signal.answer({
+      ok: false,
+      error: {
+        code: 'told_backlog',
+        message: `task ${taskId} takes no more messages now: ${full}; nothing was changed, tell it again once a step has read them`,
+      },
+    });
+    return;
+  }
   const message = steering.tell(text, isoNow(clock), by);
   void writer.steered().then((written) => {
     if (!written) {

@@ -1,5 +1,12 @@
 import type { ToldMessage, WorkflowRecord } from '@troupe/protocol';
 
+/**
+ * The most told messages a task keeps unread, and their most text in all (UTF-8 bytes): they ride in its record and
+ * in every step request, so a flood of them must not make either too large to store or send.
+ */
+export const MAX_UNREAD_TOLD = 100;
+export const MAX_UNREAD_TOLD_BYTES = 256 * 1024;
+
 /** A pause in force: since when (ms on the task's clock), by whom and why. */
 export interface PauseMark {
   since: number;
@@ -93,6 +100,17 @@ export class TaskSteering {
   /** Tells the listeners the task is no longer held (the resume is recorded): held steps are sent again. */
   letGo(): void {
     if (this.#paused === undefined) this.#tellListeners(false);
+  }
+
+  /** Why a message of `text` cannot be taken now (too many, or too much, unread already), or undefined when it can. */
+  refusal(text: string): string | undefined {
+    const unread = this.#told.length;
+    if (unread >= MAX_UNREAD_TOLD)
+      return `it has ${unread} told messages no step has read yet, the most it keeps`;
+    const bytes = this.#told.reduce((sum, m) => sum + Buffer.byteLength(m.text), Buffer.byteLength(text));
+    if (bytes > MAX_UNREAD_TOLD_BYTES)
+      return `its unread told messages and this one would be ${Math.ceil(bytes / 1024)} KiB, over the ${MAX_UNREAD_TOLD_BYTES / 1024} KiB it keeps`;
+    return undefined;
   }
 
   /** Takes a person's message: it gets the task's next id and waits in the unread list until a step reads it. */

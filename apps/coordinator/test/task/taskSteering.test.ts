@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { MAX_UNREAD_TOLD, MAX_UNREAD_TOLD_BYTES, TaskSteering } from '../../src/task/taskSteering.ts';
+
+const AT = '2026-01-01T00:00:00.000Z';
+
+describe("a task's steering", () => {
+  it('holds once, lets go once, and counts how long it held', () => {
+    const steering = new TaskSteering();
+    const heard: boolean[] = [];
+    steering.listen((held) => heard.push(held));
+    expect(steering.pause(1_000, 'ann', 'why')).toBe(true);
+    expect(steering.pause(2_000)).toBe(false);
+    expect(heard).toEqual([true]);
+    expect(steering.resume(5_000)).toEqual({ since: 1_000, by: 'ann', reason: 'why', heldMs: 4_000 });
+    expect(steering.resume(6_000)).toBeUndefined();
+    // Listeners hear the letting go only once the resume is recorded.
+    expect(heard).toEqual([true]);
+    steering.letGo();
+    expect(heard).toEqual([true, false]);
+    expect(steering.pausedMs).toBe(4_000);
+    expect(steering.fields()).toEqual({ pausedMs: 4_000 });
+  });
+
+  it('gives each message the next id, keeps it until read, and goes on from a record', () => {
+    const steering = new TaskSteering();
+    expect(steering.tell('one', AT, 'ann')).toEqual({ id: 'm-1', text: 'one', by: 'ann', at: AT });
+    steering.tell('two', AT);
+    steering.read(['m-1']);
+    expect(steering.told.map((m) => m.id)).toEqual(['m-2']);
+    steering.pause(Date.parse(AT));
+    const restored = new TaskSteering(steering.fields());
+    expect(restored.paused?.since).toBe(Date.parse(AT));
+    expect(restored.told.map((m) => m.text)).toEqual(['two']);
+    // Ids go on from the count, not from what is unread: m-1 is never given again.
+    expect(restored.tell('three', AT).id).toBe('m-3');
+  });
+
+  it('takes back a pause that could not be recorded, letting held steps go', () => {
+    const steering = new TaskSteering();
+    const heard: boolean[] = [];
+    steering.listen((held) => heard.push(held));
+    steering.pause(1_000);
+    steering.undoPause();
+    expect(steering.paused).toBeUndefined();
+    expect(steering.pausedMs).toBe(0);
+    expect(heard).toEqual([true, false]);
+  });
+
+  it('refuses a message past the most it keeps unread, by count or by size', () => {
+    const steering = new TaskSteering();
+    expect(steering.refusal('x'.repeat(MAX_UNREAD_TOLD_BYTES + 1))).toMatch(/over the 256 KiB it keeps/);
+    for (let i = 0; i < MAX_UNREAD_TOLD; i++) steering.tell('hi', AT);
+    expect(steering.refusal('one more')).toMatch(/100 told messages no step has read yet/);
+    steering.read(['m-1']);
+    expect(steering.refusal('one more')).toBeUndefined();
+  });
+});
