@@ -11,6 +11,7 @@ export {
   agentMachine,
   type CallDecision,
   type ModelCallInput,
+  type ModelCallOutput,
   type OutputSpec,
   type StepStop,
 } from './agent/agentMachine.ts';
@@ -53,6 +54,7 @@ export {
   JournalEntry,
   type JournalValues,
   MAX_RECORD_BYTES,
+  type RecordedTurn,
   type RemoteCallRecord,
   StepJournal,
   type ToolCallRecord,
