@@ -251,7 +251,13 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
   it('lists the routes in the OpenAPI document', async () => {
     const doc = await call('/openapi.json', 'watcher', undefined, 'GET');
     expect(Object.keys(doc.body.paths)).toEqual(
-      expect.arrayContaining(['/v1/tasks/{id}/pause', '/v1/tasks/{id}/resume', '/v1/tasks/{id}/tell']),
+      expect.arrayContaining([
+        '/v1/tasks/{id}/pause',
+        '/v1/tasks/{id}/resume',
+        '/v1/tasks/{id}/tell',
+        '/v1/tasks/{id}/restart',
+        '/v1/tasks/{id}/fork',
+      ]),
     );
   });
 });
