@@ -33,24 +33,31 @@ const completedSteps = (events: WorkflowEmitted[]) =>
   ofKind(events, 'step.completed').map((e) => e.data as { step: string; reused?: boolean; usage: unknown });
 
 describe('a restart reuses the steps its origin completed before the step it runs from', () => {
-  it('from the last step: no agent before it is asked, no person asked, the router chooses as before', async () => {
+  it('from the last step: no agent before it is asked, nobody asked, no sub-task submitted, the router chooses as before', async () => {
     const before = await original();
     const { input } = await restarted('close');
     const again = await run(everyKind, everyKindScript, { ...everyKindOptions, input });
     expect(again.output.status).toBe('completed');
-    // Only the closer runs; a pipeline step's sub-task is the one kind run again (twice: once a round).
+    // Only the closer runs; the sub-pipeline step names the original's sub-tasks, whose outputs it reused.
     expect(again.requests.map((r) => r.request.agent)).toEqual(['closer']);
     expect(again.asked).toEqual([]);
-    expect(again.submitted).toHaveLength(before.submitted.length);
+    expect(again.submitted).toEqual([]);
+    expect(before.submitted).toHaveLength(2);
+    expect(
+      ofKind(again.events, 'step.started')
+        .filter((e) => e.data.step === 'sub')
+        .map((e) => e.data.subTask),
+    ).toEqual(before.submitted.map((s) => ({ taskId: s.task.id, pipeline: 'outline' })));
     // The route went the same way, and the review's rejection was reused with its output: two rounds again.
     expect(ofKind(again.events, 'route.chosen').map((e) => e.data)).toEqual(
       before.events.filter((e) => e.kind === 'route.chosen').map((e) => e.data),
     );
     expect(again.output.rounds).toBe(before.output.rounds);
-    // The closer sees what it saw in the original, the sub-task's output aside (its task id is the new task's).
+    // The closer sees what it saw in the original, the sub-task's output too, and says the same.
     const seen = (context: { step: string; output: string }[] | undefined) =>
-      context?.filter((c) => c.step !== 'sub').map((c) => `${c.step}=${c.output}`);
+      context?.map((c) => `${c.step}=${c.output}`);
     expect(seen(again.calls('closer')[0]?.context)).toEqual(seen(before.calls('closer')[0]?.context));
+    expect(again.output.output).toBe(before.output.output);
   });
 
   it('marks each reused step completed as reused, with nothing spent; the task counts only what ran', async () => {
@@ -58,14 +65,14 @@ describe('a restart reuses the steps its origin completed before the step it run
     const again = await run(everyKind, everyKindScript, { ...everyKindOptions, input });
     const reused = completedSteps(again.events).filter((c) => c.reused);
     expect(reused.map((c) => c.step)).toEqual(
-      expect.arrayContaining(['plan', 'build', 'left', 'ask', 'right', 'part', 'choose', 'check']),
+      expect.arrayContaining(['plan', 'build', 'left', 'ask', 'right', 'part', 'sub', 'choose', 'check']),
     );
     for (const c of reused) expect(c.usage).toEqual(emptyUsage());
     expect(
       completedSteps(again.events)
         .filter((c) => !c.reused)
         .map((c) => c.step),
-    ).toEqual(['sub', 'sub', 'close']);
+    ).toEqual(['close']);
     // What the reused steps' agents spent stays the original's: the new task counts nothing of it.
     for (const agent of ['planner', 'builder', 'lefty', 'righty', 'worker', 'router', 'reviewer']) {
       expect(again.output.usageByAgent[agent] ?? emptyUsage()).toEqual(emptyUsage());
@@ -116,6 +123,7 @@ describe('a restart reuses the steps its origin completed before the step it run
       expect(resumed.output.output).toBe(first.output.output);
       expect(resumed.requests.every((r) => r.request.agent === 'closer')).toBe(true);
       expect(resumed.asked).toEqual([]);
+      expect(resumed.submitted).toEqual([]);
     }
   });
 });

@@ -10,6 +10,8 @@ export interface ReusedStep {
   verdict?: Verdict;
   /** A fork replaced the output (`--set steps.<id>.output=…`). */
   edited?: true;
+  /** A `pipeline` step's: the sub-task of the original that gave the output, which the new task's step names. */
+  subTask?: { taskId: string; pipeline: string };
 }
 
 /**
@@ -33,8 +35,8 @@ export function reuseKey(taskId: string, stepId: string): string {
 /**
  * Which step outputs of an ended task a restart or fork from `from` reuses, read from the task's events: every step
  * that completed well before `from` first started (`from` itself, or the first step inside it when it is a parallel
- * or foreach step) — agent, review, route and human steps. A `pipeline` step is never reused: its sub-task runs
- * again. `set` replaces reused outputs, by step id (each reused run of that step); a step it names must be reused.
+ * or foreach step) — agent, review, route, human and `pipeline` steps (a sub-task's output, with which sub-task gave
+ * it). `set` replaces reused outputs, by step id (each reused run of that step); a step it names must be reused.
  */
 export function reusePlan(
   events: readonly TroupeEvent[],
@@ -53,19 +55,23 @@ export function reusePlan(
       message: `step ${JSON.stringify(from)} never started in task ${taskId}; its steps that started: ${started.join(', ') || 'none'}`,
     };
   }
-  const subTaskSteps = new Set(
-    events.flatMap((e) => (e.kind === 'step.started' && e.data.subTask ? [e.data.stepId] : [])),
+  const subTasks = new Map(
+    events.flatMap((e) =>
+      e.kind === 'step.started' && e.data.subTask ? [[e.data.stepId, e.data.subTask]] : [],
+    ),
   );
   const steps: ReusedSteps = {};
   for (const event of events.slice(0, start)) {
-    if (event.kind !== 'step.completed' || !event.data.ok || subTaskSteps.has(event.data.stepId)) continue;
+    if (event.kind !== 'step.completed' || !event.data.ok) continue;
     const { step, agent, output, outputRef, verdict } = event.data;
+    const subTask = subTasks.get(event.data.stepId);
     steps[reuseKey(taskId, event.data.stepId)] = {
       step,
       agent,
       output,
       ...(outputRef ? { outputRef } : {}),
       ...(verdict ? { verdict } : {}),
+      ...(subTask ? { subTask: { taskId: subTask.taskId, pipeline: subTask.pipeline } } : {}),
     };
   }
   return withEdits(steps, origin);

@@ -58,7 +58,7 @@ describe('reusePlan', () => {
     }),
   ];
 
-  it('reuses every step that completed well before the step first started, a verdict with its output', () => {
+  it('reuses every step that completed well before the step first started: a verdict with its output, a sub-task too', () => {
     const plan = reusePlan(history, { taskId: 't-1', step: 'test' });
     expect(plan).toEqual({
       ok: true,
@@ -70,11 +70,17 @@ describe('reusePlan', () => {
           output: 'fine',
           verdict: { approved: true, feedback: 'ok' },
         },
+        'sub.1': {
+          step: 'sub',
+          agent: 'a',
+          output: 'sub output',
+          subTask: { taskId: 's-1', pipeline: 'other' },
+        },
       },
     });
   });
 
-  it('does not reuse a pipeline step (its sub-task runs again), nor the step itself', () => {
+  it('does not reuse the step itself, nor a step that completed after it started', () => {
     const plan = reusePlan(history, { taskId: 't-1', step: 'review' });
     expect(plan.ok && Object.keys(plan.steps)).toEqual(['plan.1']);
   });

@@ -4,7 +4,15 @@ import { type AnyActorLogic, fromPromise } from 'xstate';
 import type { AgentAskedStep, StepConfig } from '../config/pipelineSchema.ts';
 import { stepId } from './compile/stepRequest.ts';
 import type { StepActors } from './compile/workflowSetup.ts';
-import type { HumanRunOutput, StepRunOutput, WorkflowContext } from './workflowTypes.ts';
+import type {
+  HumanRunInput,
+  HumanRunOutput,
+  PipelineRunInput,
+  PipelineRunOutput,
+  StepRunInput,
+  StepRunOutput,
+  WorkflowContext,
+} from './workflowTypes.ts';
 
 /**
  * A restart's or fork's reuse (see docs/durability.md, "Restart and fork"): a step the new task's origin ran to its
@@ -53,6 +61,35 @@ function jsonOf(text: string): unknown {
   }
 }
 
+/**
+ * A `pipeline` step as the end of the sub-task its origin ran, when it is reused: no sub-task is submitted, and the
+ * step names the origin's sub-task (`subTaskOf`), whose trace holds how the output was made.
+ */
+export function reusedSubTask(
+  context: WorkflowContext,
+  step: Pick<StepConfig, 'id'>,
+): { reused?: PipelineRunOutput } {
+  const run = reusedRun(context, step);
+  if (run === undefined) return {};
+  const reply: PipelineRunOutput = {
+    ok: true,
+    output: run.output,
+    ...(run.outputRef ? { outputRef: run.outputRef } : {}),
+    usage: emptyUsage(),
+    durationMs: 0,
+    reused: true,
+  };
+  return { reused: reply };
+}
+
+/** The origin's sub-task a reused `pipeline` step names, if the step is reused. */
+export function reusedSubTaskOf(
+  context: WorkflowContext,
+  step: Pick<StepConfig, 'id'>,
+): { taskId: string; pipeline: string } | undefined {
+  return reusedRun(context, step)?.subTask;
+}
+
 /** A `human` step as the person's answer its origin recorded, when it is reused: nobody is asked again. */
 export function reusedAnswer(
   context: WorkflowContext,
@@ -95,12 +132,23 @@ export function reusing<Logic extends AnyActorLogic>(logic: Logic): Logic {
   return wrapped as Logic;
 }
 
-/** The host's step actors, each answering a reused step from its input. */
-export function reusingStepActors(provided: StepActors): StepActors {
+/** Stands in for a step actor the host did not provide, as the workflow's own default does: it fails, saying so. */
+const notProvided = <Output, Input>(name: string) =>
+  fromPromise<Output, Input>(async () => {
+    throw new Error(`${name} is not provided`);
+  });
+
+/**
+ * The host's step actors, each answering a reused step from its input; one the host did not provide still answers a
+ * reused step (a replay, which submits no sub-task, replays a restart's reused `pipeline` step).
+ */
+export function reusingStepActors(provided: StepActors): Required<StepActors> {
   return {
-    ...provided,
-    ...(provided.runStep ? { runStep: reusing(provided.runStep) } : {}),
-    ...(provided.askPerson ? { askPerson: reusing(provided.askPerson) } : {}),
+    runStep: reusing(provided.runStep ?? notProvided<StepRunOutput, StepRunInput>('runStep')),
+    askPerson: reusing(provided.askPerson ?? notProvided<HumanRunOutput, HumanRunInput>('askPerson')),
+    runPipeline: reusing(
+      provided.runPipeline ?? notProvided<PipelineRunOutput, PipelineRunInput>('runPipeline'),
+    ),
   };
 }
 
@@ -110,15 +158,21 @@ export function reusingStepActors(provided: StepActors): StepActors {
  */
 export function recordedReuse(events: readonly TroupeEvent[], taskId: string): { reuse?: ReusedSteps } {
   const reuse: ReusedSteps = {};
+  const subTasks = new Map<string, { taskId: string; pipeline: string }>();
   for (const event of events) {
-    if (event.kind !== 'step.completed' || event.taskId !== taskId || !event.data.reused) continue;
+    if (event.taskId !== taskId) continue;
+    if (event.kind === 'step.started' && event.data.subTask)
+      subTasks.set(event.data.stepId, event.data.subTask);
+    if (event.kind !== 'step.completed' || !event.data.reused) continue;
     const { step, agent, output, outputRef, verdict, stepId } = event.data;
+    const subTask = subTasks.get(stepId);
     reuse[reuseKey(taskId, stepId)] = {
       step,
       agent,
       output,
       ...(outputRef ? { outputRef } : {}),
       ...(verdict ? { verdict } : {}),
+      ...(subTask ? { subTask: { taskId: subTask.taskId, pipeline: subTask.pipeline } } : {}),
     };
   }
   return Object.keys(reuse).length > 0 ? { reuse } : {};

@@ -48,11 +48,13 @@ export interface PipelineRunInput {
   /** The keys of the sub-task's input that hold previews of its parent's stored input, read whole before it goes. */
   inputCut?: InputCut;
   timeoutMs: number;
+  /** The sub-task's end from the task's origin: no sub-task is submitted (see `reusedStep.ts`). */
+  reused?: PipelineRunOutput;
 }
 
 /** How a sub-task ended: its output, or why it did not complete. */
 export type PipelineRunOutput =
-  | { ok: true; output: string; outputRef?: ValueRef; usage: UsageTotals; durationMs: number }
+  | { ok: true; output: string; outputRef?: ValueRef; usage: UsageTotals; durationMs: number; reused?: true }
   | { ok: false; code: string; message: string; usage: UsageTotals; durationMs: number };
 
 /** What the injected `runStep` actor is given: the request for the agent and how long it may take. */

@@ -16,6 +16,7 @@ import {
   type StepAction,
   type WorkflowStates,
 } from '../compile/workflowSetup.ts';
+import { reusedSubTask, reusedSubTaskOf } from '../reusedStep.ts';
 import type { PipelineRunInput, PipelineRunOutput, WorkflowContext } from '../workflowTypes.ts';
 
 /**
@@ -45,6 +46,7 @@ export function compilePipeline(c: Compiling, step: PipelineStepConfig, at: Step
         output: reply.ok ? preview(reply.output, 256 * 1024) : '',
         ...(reply.ok && reply.outputRef ? { outputRef: reply.outputRef } : {}),
         ...(reply.ok ? {} : { error: { code: reply.code, message: reply.message } }),
+        ...(reply.ok && reply.reused ? { reused: true } : {}),
         usage: reply.usage,
         turns: 0,
         durationMs: reply.durationMs,
@@ -59,14 +61,25 @@ export function compilePipeline(c: Compiling, step: PipelineStepConfig, at: Step
     [step.id]: {
       id: step.id,
       entry: [
-        startedEvent(place, step, agent, (context) => ({
-          taskId: subTaskId(stepId(context, step)),
-          pipeline: step.pipeline,
-        })),
+        // A reused step names the sub-task of its origin that gave its output.
+        startedEvent(
+          place,
+          step,
+          agent,
+          (context) =>
+            reusedSubTaskOf(context, step) ?? {
+              taskId: subTaskId(stepId(context, step)),
+              pipeline: step.pipeline,
+            },
+        ),
       ],
       invoke: {
         src: 'runPipeline',
-        input: ({ context }) => subTaskRun(step, place, timeoutMs, context),
+        // A restart's or fork's hook: a sub-task its origin ran is not submitted again; its output is reused.
+        input: ({ context }) => ({
+          ...subTaskRun(step, place, timeoutMs, context),
+          ...reusedSubTask(context, step),
+        }),
         onDone: [
           {
             guard: ({ event }) => event.output.ok,
