@@ -100,6 +100,47 @@ describe('StepJournal.recordedTurn', () => {
   });
 });
 
+describe('StepJournal.recordTold', () => {
+  const modelKey = StepJournal.modelKey('task-1.code.1', 2);
+  const conversation = [{ role: 'user' as const, content: 'write a line' }];
+  const at = '2026-12-06T00:00:00.000Z';
+  const m1 = { id: 'm-1', text: 'use v2', at };
+  const m2 = { id: 'm-2', text: 'and cite it', at };
+
+  it('writes what was told before a turn once, with one write: a second run takes the first one’s', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const journal = new StepJournal(kv);
+    expect(await journal.recordTold(modelKey, [m1], conversation, now)).toEqual([m1]);
+    expect([kv.gets, kv.writes]).toEqual([0, 1]);
+    expect(await journal.recordTold(modelKey, [m1, m2], conversation, now)).toEqual([m1]);
+    expect(await kv.get(modelKey)).toMatchObject({ value: { kind: 'told', messages: [m1] } });
+  });
+
+  it('gives nothing at a turn a reply answered with nothing told, and takes over one that answered another conversation', async () => {
+    const journal = new StepJournal(new MemoryKv(JournalEntry));
+    const reply = {
+      content: 'done',
+      toolCalls: [],
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      costUsd: 0,
+      finishReason: 'stop',
+      provider: 'scripted',
+      model: 'scripted',
+      durationMs: 1,
+    };
+    await journal.recordModelReply(modelKey, conversation, reply, now);
+    expect(await journal.recordTold(modelKey, [m1], conversation, now)).toEqual([]);
+    const changed = [{ role: 'user' as const, content: 'write two lines' }];
+    expect(await journal.recordTold(modelKey, [m1], changed, now)).toEqual([m1]);
+    // The reply to the conversation with the message replaces the record and keeps it.
+    const withTold = [...changed, { role: 'user' as const, content: 'use v2' }];
+    await journal.recordModelReply(modelKey, withTold, reply, now, [m1]);
+    const turn = await journal.recordedTurn(modelKey);
+    expect(turn.told).toEqual([m1]);
+    expect(turn.reply(withTold)).toMatchObject({ content: 'done' });
+  });
+});
+
 describe('throughOutages', () => {
   const outage = () => Object.assign(new Error('timed out'), { name: 'TimeoutError' });
 
