@@ -242,6 +242,25 @@ describe('@troupe/client', () => {
     }
   });
 
+  it('tells, pauses and resumes a running task, its record saying it is paused while it is', async () => {
+    const { taskId } = await troupe.submit('gated', { goal: 'release v3' });
+    await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);
+    const { messageId } = await troupe.tell(taskId, 'write the release notes first', { by: 'ana' });
+    expect(messageId).toMatch(/\S/);
+    await troupe.pause(taskId, { reason: 'hold the release', by: 'ana' });
+    expect((await troupe.task(taskId)).paused).toMatchObject({ by: 'ana', reason: 'hold the release' });
+    const twice = await troupe.pause(taskId).catch((e: unknown) => e);
+    expect(OperationError.is(twice, 'conflict')).toBe(true);
+    await troupe.resume(taskId, { by: 'ana' });
+    expect((await troupe.task(taskId)).paused).toBeUndefined();
+    const notHeld = await troupe.resume(taskId).catch((e: unknown) => e);
+    expect(OperationError.is(notHeld, 'conflict')).toBe(true);
+    await troupe.cancel(taskId);
+    await troupe.wait(taskId, { timeoutMs: 30_000 });
+    const late = await troupe.tell(taskId, 'too late').catch((e: unknown) => e);
+    expect(OperationError.is(late, 'conflict')).toBe(true);
+  });
+
   it('cancels a running task, and gives up waiting at its timeout', async () => {
     const { taskId } = await troupe.submit('gated', { goal: 'release v2' });
     await expect.poll(async () => (await troupe.approvals({ taskId })).length, { timeout: 20_000 }).toBe(1);

@@ -37,10 +37,14 @@ import { subTaskReader, withSubTasks } from './subTaskTraces.ts';
 import {
   cancelTask,
   noSuchTaskId,
+  pauseTask,
   readTask,
   readTaskEvents,
+  resumeTask,
+  type SteerOptions,
   type Submitted,
   submitToPipeline,
+  tellTask,
 } from './taskOperations.ts';
 import { buildTaskTrace, type TaskTrace, wholeTrace } from './taskTrace.ts';
 import { CLIENT_WAIT, openWorkflowStore, readValues } from './troupeState.ts';
@@ -353,6 +357,32 @@ export class TroupeClient {
       }
       throw error;
     }
+  }
+
+  /**
+   * Holds a running task once its step at work has finished its current model or tool call, until {@link resume};
+   * recorded before the answer, so it holds across a restart (`conflict` when it is held already, or has ended).
+   *
+   * @example
+   * ```ts
+   * await troupe.pause(taskId, { reason: 'check the plan first', by: 'ana' });
+   * ```
+   */
+  pause(taskId: string, options: SteerOptions & { reason?: string } = {}): Promise<void> {
+    return pauseTask(this.bus, taskId, options);
+  }
+
+  /** Lets a paused task go on from where it was held (`conflict` when it is not paused). */
+  resume(taskId: string, options: SteerOptions = {}): Promise<void> {
+    return resumeTask(this.bus, taskId, options);
+  }
+
+  /**
+   * Tells the agent at work in a running task something: it reads it before its next model call, as a user turn (the
+   * next agent step does when none is at work). Answers with the message's id, which `task.told` and `agent.told` name.
+   */
+  tell(taskId: string, text: string, options: SteerOptions = {}): Promise<{ messageId: string }> {
+    return tellTask(this.bus, taskId, text, options);
   }
 
   /** What people are asked and have not answered (or ever were, with `all`), of one task when asked. */
