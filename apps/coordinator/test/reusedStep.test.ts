@@ -1,6 +1,7 @@
 import { reusePlan } from '@troupe/client';
 import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
+import { reuseOfItem } from '../src/workflow/reusedStep.ts';
 import type { WorkflowEmitted, WorkflowInput } from '../src/workflow/workflowTypes.ts';
 import { everyKind, everyKindOptions, everyKindScript } from './support/everyKind.ts';
 import { ofKind, run, task } from './support/runFlow.ts';
@@ -125,5 +126,13 @@ describe('a restart reuses the steps its origin completed before the step it run
       expect(resumed.asked).toEqual([]);
       expect(resumed.submitted).toEqual([]);
     }
+  });
+
+  it("gives each foreach item only its own runs' reuse, so no item's checkpoint holds every item's", async () => {
+    const { input } = await restarted('close');
+    const keys = Object.keys(input.reuse ?? {});
+    expect(keys).toEqual(expect.arrayContaining(['part.1.i0', 'part.1.i1', 'part.1.i2', 'plan.1']));
+    expect(Object.keys(reuseOfItem(input, 1).reuse ?? {}).sort()).toEqual(['part.1.i1', 'part.2.i1']);
+    expect(reuseOfItem({ ...task }, 1)).toEqual(task);
   });
 });

@@ -12,6 +12,7 @@ import type {
   StepRunInput,
   StepRunOutput,
   WorkflowContext,
+  WorkflowInput,
 } from './workflowTypes.ts';
 
 /**
@@ -21,6 +22,17 @@ import type {
  * reused with it); only the actor it invokes ends at once, with the reused reply, which its input carries. What is
  * reused was read once, as the task was claimed, and kept in `context.task.reuse`, so every checkpoint holds it.
  */
+
+/**
+ * The task as one item of a foreach step sees it: its reuse cut to the runs of that item (their keys end `.i<index>`,
+ * as the item's step ids do), so each item's workflow, and its checkpoint, holds its own runs, not every item's.
+ */
+export function reuseOfItem(task: WorkflowInput, index: number): WorkflowInput {
+  if (task.reuse === undefined) return task;
+  const mine = Object.entries(task.reuse).filter(([key]) => key.endsWith(`.i${index}`));
+  const { reuse: _all, ...rest } = task;
+  return mine.length > 0 ? { ...rest, reuse: Object.fromEntries(mine) } : rest;
+}
 
 /** The step's run in the task's reuse, if the origin's record has it. */
 function reusedRun(context: WorkflowContext, step: Pick<StepConfig, 'id'>): ReusedStep | undefined {

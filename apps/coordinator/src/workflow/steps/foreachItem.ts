@@ -7,6 +7,7 @@ import { parsedOutput } from '../compile/conditions.ts';
 import { type Compiling, compileList, initialKey, placeOf, TOP_SCOPE } from '../compile/flowList.ts';
 import { taskSpent, withInput } from '../compile/stepRequest.ts';
 import { FINAL_IDS, type ItemLogic, itemSetup, type WorkflowStates } from '../compile/workflowSetup.ts';
+import { reuseOfItem } from '../reusedStep.ts';
 import type { ItemOutput, WorkflowContext, WorkflowEvent } from '../workflowTypes.ts';
 
 /**
@@ -49,7 +50,8 @@ export function itemContext(
   const { task } = context;
   const previous = previousResult(context, step, index);
   return {
-    task: withInput(task, { item, index }),
+    // A restart's or fork's reuse, cut to this item's runs: every item's checkpoint holds its own only.
+    task: reuseOfItem(withInput(task, { item, index }), index),
     round: context.round,
     rejections: {},
     latest: pick(context.latest),
