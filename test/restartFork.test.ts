@@ -266,7 +266,9 @@ flow:
     for (const p of processes.splice(0)) await p.stop('SIGTERM');
     await up();
     const systemOf = (index: number) =>
-      JSON.stringify((openai.requests[index]?.body as { messages?: unknown[] }).messages?.[0] ?? '');
+      JSON.stringify(
+        (openai.requests[index]?.body as { messages?: unknown[] } | undefined)?.messages?.[0] ?? '',
+      );
 
     let before = openai.requests.length;
     openai.enqueue({ kind: 'message', content: 'checked on the old version' });
