@@ -184,9 +184,18 @@ flow:
     expect(unknown.code).not.toBe(0);
     expect(unknown.stderr).toContain('no task never-was is known');
     const step = await cli('restart', 'orig-1', '--from', 'deploy');
-    expect(step.code).not.toBe(0);
+    expect(step.code).toBe(1);
     expect(step.stderr).toContain(
-      'step "deploy" never started in task orig-1; its steps that started: plan, build, check',
+      'cannot restart task orig-1: pipeline relay3 has no step "deploy"; its steps: plan, build, check',
+    );
+    // A step the pipeline has, which the task ended before reaching.
+    openai.enqueue({ kind: 'error', status: 400, message: 'no plan today' });
+    server.client.publish(subjects.task('relay3'), JSON.stringify({ id: 'early-1', goal: 'ship v3' }));
+    expect((await finalOf('early-1')).kind).toBe('task.failed');
+    const unreached = await cli('restart', 'early-1', '--from', 'check');
+    expect(unreached.code).toBe(1);
+    expect(unreached.stderr).toContain(
+      'step "check" never started in task early-1; its steps that started: plan',
     );
     const set = await cli('fork', 'orig-1', '--at', 'build', '--set', 'steps.check.output=x');
     expect(set.code).not.toBe(0);

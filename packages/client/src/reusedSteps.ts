@@ -20,8 +20,10 @@ export interface ReusedStep {
  */
 export type ReusedSteps = Record<string, ReusedStep>;
 
-/** The outputs to reuse, or why there can be none. */
-export type ReusePlan = { ok: true; steps: ReusedSteps } | { ok: false; message: string };
+/** The outputs to reuse, or why there can be none: the step never started, or a `set` names a step not reused. */
+export type ReusePlan =
+  | { ok: true; steps: ReusedSteps }
+  | { ok: false; problem: 'not_started' | 'not_reused'; message: string; started?: string[] };
 
 /**
  * The key of a step run from its step id (`<taskId>.<step>.<round>[-r<n>][.i<index>]`): the same run of the same step
@@ -52,7 +54,9 @@ export function reusePlan(
     const started = [...new Set(events.flatMap((e) => (e.kind === 'step.started' ? [e.data.step] : [])))];
     return {
       ok: false,
+      problem: 'not_started',
       message: `step ${JSON.stringify(from)} never started in task ${taskId}; its steps that started: ${started.join(', ') || 'none'}`,
+      started,
     };
   }
   const subTasks = new Map(
@@ -88,6 +92,7 @@ function withEdits(
   if (stray.length > 0) {
     return {
       ok: false,
+      problem: 'not_reused',
       message: `cannot set the output of ${stray.map((id) => `step ${JSON.stringify(id)}`).join(', ')}: only a step that completed in task ${taskId} before ${JSON.stringify(from)} started is reused, and can be set (reused: ${[...reused].join(', ') || 'none'})`,
     };
   }

@@ -2,8 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { TaskOrigin, TaskSubmission, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime/bus';
 import { OperationError } from './operationError.ts';
+import { PipelineRegistry } from './pipelineRegistry.ts';
 import { reusePlan } from './reusedSteps.ts';
 import { readTask, readTaskEvents, type SubmitOptions, submitToPipeline } from './taskOperations.ts';
+import { CLIENT_WAIT } from './troupeState.ts';
 
 /** A task made from an ended one: its id, and the pipeline it runs in (the original's). */
 export interface FamilyTask {
@@ -111,6 +113,19 @@ export async function forkTask(bus: JetStreamBus, taskId: string, options: ForkO
 }
 
 /**
+ * Why a step is not in the pipeline at all, when its registration (the newest version's) says so; undefined when it
+ * is there (the task ended before reaching it) or the registration cannot be read.
+ */
+async function unknownStep(bus: JetStreamBus, pipeline: string, step: string): Promise<string | undefined> {
+  const registration = await PipelineRegistry.open(bus, CLIENT_WAIT)
+    .then((registry) => registry.get(pipeline))
+    .catch(() => undefined);
+  const steps = registration?.graph?.nodes.map((node) => node.id) ?? registration?.steps;
+  if (!steps || steps.includes(step)) return undefined;
+  return `pipeline ${pipeline} has no step ${JSON.stringify(step)}; its steps: ${steps.join(', ')}`;
+}
+
+/**
  * Submits the new task of a restart or fork, once the original's events show what it reuses: the original's goal,
  * metadata and input (its stored whole, when it was stored), or the fork's input.
  */
@@ -139,8 +154,14 @@ async function makeFamilyTask(
     );
   }
   const plan = reusePlan(events, origin);
-  if (!plan.ok)
-    throw new OperationError('invalid_request', `cannot ${origin.kind} task ${taskId}: ${plan.message}`);
+  if (!plan.ok) {
+    const unknown =
+      plan.problem === 'not_started' ? await unknownStep(bus, pipeline, origin.step) : undefined;
+    throw new OperationError(
+      'invalid_request',
+      `cannot ${origin.kind} task ${taskId}: ${unknown ?? plan.message}`,
+    );
+  }
   const original = accepted.data;
   const task: TaskSubmission & { id: string } = {
     id: id ?? randomUUID(),

@@ -114,7 +114,9 @@ describe('reusePlan', () => {
     const plan = reusePlan(history, { taskId: 't-1', step: 'deploy' });
     expect(plan).toEqual({
       ok: false,
+      problem: 'not_started',
       message: 'step "deploy" never started in task t-1; its steps that started: plan, review, sub, test',
+      started: ['plan', 'review', 'sub', 'test'],
     });
   });
 
