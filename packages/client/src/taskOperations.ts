@@ -311,6 +311,8 @@ const REFUSAL_CODE: Record<ControlRefusal, OperationErrorCode> = {
   task_ended: 'conflict',
   already_paused: 'conflict',
   not_paused: 'conflict',
+  // Too many messages no step has read yet: told again once one has.
+  told_backlog: 'conflict',
   unknown_version: 'conflict',
   not_migratable: 'conflict',
   // The task has not ended, but its coordinator stopped: it runs again when its message is redelivered.

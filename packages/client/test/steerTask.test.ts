@@ -22,7 +22,16 @@ const answers: Record<string, (taskId: string, message: ControlMessage) => unkno
           ok: false,
           error: { code: 'not_paused', message: `task ${taskId} is not paused; nothing was changed` },
         },
-  tell: (taskId) => ({ ok: true, taskId, outcome: 'told', messageId: 'told-1' }),
+  tell: (taskId, message) =>
+    message.action === 'tell' && message.text === 'one too many'
+      ? {
+          ok: false,
+          error: {
+            code: 'told_backlog',
+            message: `task ${taskId} takes no more messages now; nothing was changed`,
+          },
+        }
+      : { ok: true, taskId, outcome: 'told', messageId: 'told-1' },
   cancel: (taskId) => ({
     ok: false,
     error: {
@@ -100,6 +109,10 @@ describe('pause, resume and tell, through the coordinator running the task', () 
       name: 'OperationError',
       code: 'conflict',
       message: 'task steer-1 is not paused; nothing was changed',
+    });
+    await expect(tellTask(bus, 'steer-1', 'one too many')).rejects.toMatchObject({
+      code: 'conflict',
+      message: 'task steer-1 takes no more messages now; nothing was changed',
     });
   });
 

@@ -117,7 +117,8 @@ export type ControlReceipt = z.infer<typeof ControlReceipt>;
  * (it has not ended, but no coordinator runs it right now: it resumes when its message is delivered again),
  * `unknown_version` (a migration to a version that is not stored, or a prefix that names none or several),
  * `not_migratable` (the task's state does not fit the version asked for, with the reason), `already_paused` (a pause
- * for a task held already), `not_paused` (a resume for a task that is not held).
+ * for a task held already), `not_paused` (a resume for a task that is not held), `told_backlog` (a tell for a task
+ * holding as many unread messages as it may: told again once a step has read them).
  */
 export const ControlRefusal = z.enum([
   'unknown_task',
@@ -127,6 +128,7 @@ export const ControlRefusal = z.enum([
   'not_migratable',
   'already_paused',
   'not_paused',
+  'told_backlog',
 ]);
 export type ControlRefusal = z.infer<typeof ControlRefusal>;
 
