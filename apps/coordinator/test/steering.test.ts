@@ -428,6 +428,29 @@ describe('tell', () => {
     await task.handled;
   });
 
+  it('gives the retry of a failed step the messages the failed run read: the retry starts a journal of its own', async () => {
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner', retry: { max: 2, backoff: 1 } }]);
+    const { intake, control, next, clock, bus } = await setUp(config);
+    const task = intake.deliver({ id: 'task-17', goal: 'retry' });
+    const first = await next('task-17.plan.1');
+    await control('task-17', { action: 'tell', text: 'use v2' });
+    first.respond({
+      ok: false,
+      stepId: first.value.stepId,
+      error: { code: 'model_failed', message: 'bad answer' },
+      usage,
+      turns: 1,
+      toldRead: ['m-1'],
+    } as AgentStepReply);
+    await bus.settled();
+    clock.advance(HOUR);
+    const retry = await next('task-17.plan.1-r1');
+    expect(retry.value.told?.map((m) => m.text)).toEqual(['use v2']);
+    ok(retry, 'planned', { toldRead: ['m-1'] });
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
   it('takes a message while paused: the step sent on resume has it', async () => {
     const { intake, control, next } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-12', goal: 'build it' });

@@ -1,4 +1,4 @@
-import { AgentStepReply, type AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
+import { AgentStepReply, type AgentStepRequest, isRetryable, StepHeartbeat } from '@troupe/protocol';
 import { type MessageLogLevel, requestWithHeartbeats, TransportError } from '@troupe/runtime';
 import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
@@ -90,8 +90,11 @@ export function stepSendLogic(services: StepCallServices) {
       ).then(
         (reply) => {
           settled = true;
-          // Read messages go to no later step; the reply's checkpoint records that, with the step's end.
-          if (reply.toldRead) steering?.read(reply.toldRead);
+          // Read messages go to no later step; the reply's checkpoint records that, with the step's end. A failed
+          // run's reads do not count: the workflow's retry of the step is a fresh run with a journal of its own
+          // (`-r<n>`), which must be given them again. A retryable reply (paused, say) is sent again under the same
+          // id, whose journal holds what was read.
+          if (reply.toldRead && (reply.ok || isRetryable(reply.error.code))) steering?.read(reply.toldRead);
           sendBack({ type: 'replied', reply });
         },
         (error: unknown) => {
