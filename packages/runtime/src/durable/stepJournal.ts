@@ -162,12 +162,7 @@ export class StepJournal {
    * record while it starts, before its conversation is ready to be asked.
    */
   async recordedTurn(key: string): Promise<RecordedTurn> {
-    const entry = (await this.#get(key))?.value;
-    if (entry?.kind === 'told') return { told: entry.messages, reply: () => undefined };
-    if (entry?.kind !== 'model.reply') return { reply: () => undefined };
-    const reply = (messages: readonly ChatMessage[]) =>
-      entry.conversation === digest(messages) ? entry.reply : undefined;
-    return entry.told ? { told: entry.told, reply } : { reply };
+    return turnOf((await this.#get(key))?.value);
   }
 
   /**
@@ -184,12 +179,20 @@ export class StepJournal {
   ): Promise<ToldMessage[]> {
     const entry: JournalEntry = { kind: 'told', messages: [...messages], recordedAt: now.toISOString() };
     if ((await this.#create(key, entry)) !== undefined) return entry.messages;
-    const first = await this.recordedTurn(key);
-    if (first.told) return first.told;
-    if (first.reply(conversation)) return [];
-    // What is there answered another conversation (the step changed since): these messages take the turn.
-    await this.#put(key, entry);
-    return entry.messages;
+    for (let attempt = 0; attempt < TURN_ATTEMPTS; attempt++) {
+      const found = await this.#get(key);
+      if (found === undefined) {
+        if ((await this.#create(key, entry)) !== undefined) return entry.messages;
+        continue;
+      }
+      const first = turnOf(found.value);
+      if (first.told) return first.told;
+      if (first.reply(conversation)) return [];
+      // What is there answered another conversation (the step changed since): these messages take the turn, unless
+      // another run's took it meanwhile, which then stand for both.
+      if ((await this.#update(key, entry, found.revision)) !== undefined) return entry.messages;
+    }
+    throw new Error(`cannot record what was told before turn ${key}: the record kept changing`);
   }
 
   /**
@@ -214,10 +217,16 @@ export class StepJournal {
       recordedAt: now.toISOString(),
     };
     if ((await this.#create(key, entry)) !== undefined) return reply;
-    const first = await this.modelReply(key, messages);
-    if (first) return { ...first, journaled: true };
-    // What is there answered another conversation (the step changed), or is what was told before it: this reply
-    // replaces it.
+    for (let attempt = 0; attempt < TURN_ATTEMPTS; attempt++) {
+      const found = await this.#get(key);
+      const first = turnOf(found?.value).reply(messages);
+      if (first) return { ...first, journaled: true };
+      if (found?.value.kind !== 'told') break;
+      // What was told before this turn: one reply replaces it, compared and set, so two runs that read it (one
+      // thought dead) go on from the same reply, as they do at a turn told nothing.
+      if ((await this.#update(key, entry, found.revision)) !== undefined) return reply;
+    }
+    // What is there answered another conversation (the step changed): this reply replaces it.
     await this.#put(key, entry);
     return reply;
   }
@@ -381,6 +390,11 @@ export class StepJournal {
     return throughOutages(() => this.#store.put(key, kept));
   }
 
+  async #update(key: string, entry: JournalEntry, revision: number) {
+    const kept = await this.#kept(key, entry);
+    return throughOutages(() => this.#store.update(key, kept, revision));
+  }
+
   async #create(key: string, entry: JournalEntry) {
     const kept = await this.#kept(key, entry);
     return throughOutages(() => this.#store.create(key, kept));
@@ -394,6 +408,15 @@ export class StepJournal {
     const name = `journal.${key}.${createHash('sha256').update(json).digest('hex').slice(0, 16)}`;
     return { kind: 'stored', ref: await this.#large.values.store(this.#large.pipeline, name, json) };
   }
+}
+
+/** What a turn's model key holds, as {@link StepJournal.recordedTurn} gives it. */
+function turnOf(entry: JournalEntry | undefined): RecordedTurn {
+  if (entry?.kind === 'told') return { told: entry.messages, reply: () => undefined };
+  if (entry?.kind !== 'model.reply') return { reply: () => undefined };
+  const reply = (messages: readonly ChatMessage[]) =>
+    entry.conversation === digest(messages) ? entry.reply : undefined;
+  return entry.told ? { told: entry.told, reply } : { reply };
 }
 
 /** Records above this many bytes of JSON go to the object store: a KV value is one NATS message (1 MiB at most). */
@@ -412,6 +435,9 @@ interface LargeRecords {
 
 /** Writers racing on a task's list of requests to people: each retry has seen a newer list. */
 const LIST_ATTEMPTS = 20;
+
+/** Runs of one step racing on a turn's model key: few write it, and each retry has seen a newer record. */
+const TURN_ATTEMPTS = 5;
 
 /** Identifies a conversation: a recorded reply is replayed only to the conversation it answered. */
 function digest(messages: readonly ChatMessage[]): string {

@@ -139,6 +139,32 @@ describe('StepJournal.recordTold', () => {
     expect(turn.told).toEqual([m1]);
     expect(turn.reply(withTold)).toMatchObject({ content: 'done' });
   });
+
+  it('lets one reply replace what was told: two runs that read the same told messages go on from the same reply', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const journal = new StepJournal(kv);
+    await journal.recordTold(modelKey, [m1], conversation, now);
+    const withTold = [...conversation, { role: 'user' as const, content: 'use v2' }];
+    const replyOf = (content: string, tool: string) => ({
+      content,
+      toolCalls: [{ id: `call-${tool}`, name: tool, arguments: '{}' }],
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      costUsd: 0,
+      finishReason: 'tool_calls',
+      provider: 'scripted',
+      model: 'scripted',
+      durationMs: 1,
+    });
+    // A run thought dead and its resend both asked the model after the same told record, and record at once.
+    const [first, second] = await Promise.all([
+      journal.recordModelReply(modelKey, withTold, replyOf('one', 'append'), now, [m1]),
+      journal.recordModelReply(modelKey, withTold, replyOf('two', 'delete'), now, [m1]),
+    ]);
+    expect(second.toolCalls).toEqual(first.toolCalls);
+    expect([first.journaled, second.journaled].filter(Boolean)).toHaveLength(1);
+    const standing = (await journal.recordedTurn(modelKey)).reply(withTold);
+    expect(standing?.content).toBe(first.content);
+  });
 });
 
 describe('throughOutages', () => {
