@@ -1,4 +1,4 @@
-import { subjects } from '@troupe/protocol';
+import { subjects, type TroupeEvent } from '@troupe/protocol';
 import type { ExhaustedTask } from '../src/intake/deadLetters.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue, TaskQueueOptions } from '../src/intake/taskQueue.ts';
 
@@ -59,6 +59,13 @@ export class MemoryTaskIntake implements TaskIntake {
     reason: { taskId: string; message: string },
   ): Promise<void> {
     this.deadLetters.push({ pipeline, task, reason });
+  }
+
+  /** Every ended task's events a restart or fork may read, by task id; a test puts them here. */
+  readonly events = new Map<string, TroupeEvent[]>();
+
+  async taskEvents(taskId: string): Promise<TroupeEvent[]> {
+    return this.events.get(taskId) ?? [];
   }
 
   /**

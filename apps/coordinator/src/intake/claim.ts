@@ -55,7 +55,16 @@ export type Claim =
 
 export type ClaimServices = Pick<
   TaskServices,
-  'pipeline' | 'store' | 'clock' | 'logger' | 'bus' | 'events' | 'versions' | 'stopping' | 'queued'
+  | 'pipeline'
+  | 'store'
+  | 'clock'
+  | 'logger'
+  | 'bus'
+  | 'events'
+  | 'versions'
+  | 'stopping'
+  | 'queued'
+  | 'taskEvents'
 >;
 
 /** Claims the task in its record for this delivery (or creates the record), with what its workflow starts from. */

@@ -1,6 +1,5 @@
-import { type ReusedSteps, readTaskEvents, reusePlan } from '@troupe/client';
-import { errorMessage, type TaskOrigin } from '@troupe/protocol';
-import type { Bus, JetStreamBus } from '@troupe/runtime';
+import { type ReusedSteps, reusePlan } from '@troupe/client';
+import type { TaskOrigin } from '@troupe/protocol';
 import type { TaskServices } from '../task/taskServices.ts';
 
 /** What a restart or fork starts from: its origin's version (none: the newest), and the step outputs it reuses. */
@@ -16,7 +15,7 @@ export type OriginClaim =
  * do not change, so a claim before the first checkpoint reads the same again.
  */
 export async function claimOrigin(
-  { bus, store }: Pick<TaskServices, 'bus' | 'store'>,
+  { store, taskEvents }: Pick<TaskServices, 'store' | 'taskEvents'>,
   origin: TaskOrigin,
 ): Promise<OriginClaim> {
   const { taskId, kind } = origin;
@@ -24,23 +23,12 @@ export async function claimOrigin(
     ok: false,
     problem: `cannot ${kind} task ${taskId}: ${why}`,
   });
-  const record = (await store.get(taskId).catch(() => undefined))?.value;
+  // A store or stream that cannot be read now throws (the delivery comes again): only what was read is an answer.
+  const record = (await store.get(taskId))?.value;
   if (!record) return problem('no such task is known');
   if (record.status === 'running') return problem('it is still running');
-  const events = jetStream(bus);
-  if (!events) return problem("this coordinator's connection cannot read the EVENTS stream");
-  let plan: ReturnType<typeof reusePlan>;
-  try {
-    plan = reusePlan(await readTaskEvents(events, taskId, record.pipeline), origin);
-  } catch (error) {
-    return problem(`its events cannot be read (${errorMessage(error)})`);
-  }
+  const plan = reusePlan(await taskEvents(taskId, record.pipeline), origin);
   if (!plan.ok) return problem(plan.message);
   // Undefined for a task asked to run on the newest version, as for a new task.
   return { ok: true, version: origin.newest ? undefined : record.version, reuse: plan.steps };
-}
-
-/** The bus as a JetStream connection, which a coordinator's always is (a unit test's in-memory bus is not). */
-function jetStream(bus: Bus): JetStreamBus | undefined {
-  return 'servers' in bus ? (bus as JetStreamBus) : undefined;
 }

@@ -1,4 +1,5 @@
-import { STREAMS, subjects } from '@troupe/protocol';
+import { readTaskEvents } from '@troupe/client';
+import { STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
 import {
   type JetStreamBus,
   openDurableConsumer,
@@ -59,6 +60,8 @@ export interface TaskIntake {
     task: ExhaustedTask,
     reason: { taskId: string; message: string },
   ): Promise<void>;
+  /** An ended task's events, as the `EVENTS` stream keeps them: what a restart or fork of it reuses. */
+  taskEvents(taskId: string, pipeline: string): Promise<TroupeEvent[]>;
 }
 
 /** Task intake over NATS JetStream: {@link startTaskQueue} and {@link deadLetter}. */
@@ -66,6 +69,7 @@ export function natsTaskIntake(bus: JetStreamBus): TaskIntake {
   return {
     start: (options) => startTaskQueue(bus, options),
     deadLetter: (pipeline, task, reason) => deadLetter(bus, pipeline, task, reason),
+    taskEvents: (taskId, pipeline) => readTaskEvents(bus, taskId, pipeline),
   };
 }
 

@@ -26,6 +26,8 @@ export interface TaskServices {
   versions: FlowVersions;
   /** Where given-up tasks are dead-lettered. */
   deadLetter: TaskIntake['deadLetter'];
+  /** An ended task's events, for a restart or fork of it (originClaim.ts). */
+  taskEvents: TaskIntake['taskEvents'];
   /** How large and deep a task payload may be. */
   limits: IntakeLimits;
   /** Where inputs too large for a task message are read from; without it, a task with one is refused. */

@@ -173,6 +173,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     finalEvents: new FinalEvents(events, pipeline),
     versions,
     deadLetter: (...args) => options.intake.deadLetter(...args),
+    taskEvents: (...args) => options.intake.taskEvents(...args),
     limits: options.limits ?? DEFAULT_INTAKE_LIMITS,
     ...(options.values ? { values: options.values } : {}),
     ...(options.queued ? { queued: options.queued } : {}),

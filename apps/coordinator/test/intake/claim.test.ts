@@ -1,6 +1,31 @@
+import { emptyUsage } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { claim } from '../../src/intake/claim.ts';
 import { intakeServices, triagedTask, V1 } from './taskServices.ts';
+
+/** An ended task `orig` whose step `plan` completed: what a restart or fork of it reads, through the intake. */
+async function endedOrigin(setup: ReturnType<typeof intakeServices>) {
+  const { services, store, bus } = setup;
+  const first = await claim(services, triagedTask({ id: 'orig', goal: 'plan it' }));
+  if (first.next !== 'run') throw new Error(`claimed as ${first.next}`);
+  const entry = await store.get('orig');
+  if (!entry) throw new Error('no record');
+  await store.update('orig', { ...entry.value, status: 'failed' }, entry.revision);
+  const scope = { pipeline: 'unit', taskId: 'orig', traceparent: first.claimed.input.traceparent };
+  const ref = { step: 'plan', agent: 'planner', round: 1, stepId: 'orig.plan.1' };
+  await bus.publishEvent(services.events.make('step.started', scope, ref));
+  await bus.publishEvent(
+    services.events.make('step.completed', scope, {
+      ...ref,
+      ok: true,
+      output: 'the plan',
+      usage: emptyUsage(),
+      turns: 1,
+      durationMs: 1,
+    }),
+  );
+  await bus.settled();
+}
 
 describe('claiming a task', () => {
   it('creates the record of a new task under a lease of its own, and announces it', async () => {
@@ -135,5 +160,56 @@ describe('claiming a task', () => {
       next: 'run',
       claimed: { orphaned: 'its parent task parent-1 cancelled' },
     });
+  });
+
+  it("reads a restart's origin through the intake, the bus being any bus, and keeps what it reuses in the input", async () => {
+    const setup = intakeServices();
+    await endedOrigin(setup);
+    const fork = await claim(
+      setup.services,
+      triagedTask({ id: 'fork-1', goal: 'plan it', origin: { taskId: 'orig', kind: 'fork', step: 'plan' } }),
+    );
+    if (fork.next !== 'run') throw new Error(`claimed as ${fork.next}`);
+    expect(fork.claimed.input.origin).toMatchObject({ taskId: 'orig', kind: 'fork', step: 'plan' });
+    expect(fork.claimed.input.reuse).toEqual({});
+    expect(fork.claimed.version).toBe(V1);
+    // The origin's events say which steps it started.
+    expect(
+      await claim(
+        setup.services,
+        triagedTask({
+          id: 'fork-2',
+          goal: 'plan it',
+          origin: { taskId: 'orig', kind: 'fork', step: 'ship' },
+        }),
+      ),
+    ).toMatchObject({ next: 'fail', message: expect.stringContaining('its steps that started: plan') });
+  });
+
+  it("throws when its origin's record or events cannot be read now, so the delivery comes again, and does not fail the task", async () => {
+    const setup = intakeServices();
+    await endedOrigin(setup);
+    const { services, store } = setup;
+    const get = store.get.bind(store);
+    store.get = async (key) => {
+      if (key === 'orig') throw new Error('kv: request timed out');
+      return await get(key);
+    };
+    const restart = () =>
+      claim(
+        services,
+        triagedTask({
+          id: 'again-1',
+          goal: 'plan it',
+          origin: { taskId: 'orig', kind: 'restart', step: 'plan' },
+        }),
+      );
+    await expect(restart()).rejects.toThrow('timed out');
+    store.get = get;
+    services.taskEvents = async () => {
+      throw new Error('EVENTS: request timed out');
+    };
+    await expect(restart()).rejects.toThrow('timed out');
+    expect(await store.get('again-1')).toBeUndefined();
   });
 });

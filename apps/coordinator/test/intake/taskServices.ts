@@ -62,6 +62,8 @@ export function intakeServices(
     deadLetter: async (_pipeline, task, reason) => {
       deadLetters.push({ task, reason });
     },
+    // What the bus published: an ended task's events, as the EVENTS stream would give them back.
+    taskEvents: async (taskId) => bus.events.filter((event) => event.taskId === taskId),
     limits: DEFAULT_INTAKE_LIMITS,
     maxDeliver: options.maxDeliver ?? 3,
     keepAliveMs: 1_000,
