@@ -265,6 +265,66 @@ describe('pause and resume', () => {
     await task.handled;
   });
 
+  it('keeps a task held when its resume cannot be recorded, as the refusal says, and lets it go on the next resume', async () => {
+    const { intake, control, next, sent, bus, store, record } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-18', goal: 'build it' });
+    const plan = await next('task-18.plan.1');
+    await control('task-18', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    const update = store.update.bind(store);
+    let refuse = true;
+    store.update = async (...args: Parameters<typeof store.update>) => {
+      if (refuse) {
+        refuse = false;
+        throw new Error('the store refused it');
+      }
+      return update(...args);
+    };
+    await expect(control('task-18', { action: 'resume' })).rejects.toSatisfy(
+      (error) => TransportError.is(error, 'not_running') && /nothing was changed/.test(String(error)),
+    );
+    await bus.settled();
+    // Nothing was changed: the step stays held, and the task paused.
+    expect(sent).toHaveLength(1);
+    expect((await record('task-18'))?.paused).toBeDefined();
+    expect(bus.eventsOf('task.resumed')).toHaveLength(0);
+    await control('task-18', { action: 'resume' });
+    ok(await next('task-18.plan.1'));
+    ok(await next('task-18.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.resumed')).toHaveLength(1);
+  });
+
+  it('says in task.paused when the pause began, even when a resume came before the pause was recorded', async () => {
+    const { intake, control, next, bus, store, clock } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-19', goal: 'build it' });
+    const plan = await next('task-19.plan.1');
+    const began = new Date(clock.now()).toISOString();
+    const update = store.update.bind(store);
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    store.update = async (...args: Parameters<typeof store.update>) => {
+      await gate;
+      return update(...args);
+    };
+    const pausing = control('task-19', { action: 'pause' });
+    await bus.settled();
+    // Less than the control request's 1 s timeout: the pause's receipt is still awaited.
+    clock.advance(500);
+    const resuming = control('task-19', { action: 'resume' });
+    await bus.settled();
+    release();
+    await Promise.all([pausing, resuming]);
+    expect(bus.eventsOf('task.paused')[0]?.data).toMatchObject({ since: began });
+    expect(bus.eventsOf('task.resumed')[0]?.data).toMatchObject({ pausedMs: 500 });
+    ok(plan);
+    ok(await next('task-19.build.1'));
+    await task.handled;
+  });
+
   it('cancels a paused task', async () => {
     const { intake, control, next, record } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-6', goal: 'build it' });

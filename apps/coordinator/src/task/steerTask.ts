@@ -53,6 +53,8 @@ export function steerTask(
       );
       return;
     }
+    // Taken now: a resume may clear the pause before its record is written, and the event still says when it began.
+    const since = new Date(steering.paused?.since ?? clock.now()).toISOString();
     void writer.steered().then((written) => {
       if (!written) {
         steering.undoPause();
@@ -68,7 +70,7 @@ export function steerTask(
             ...place,
             ...(reason === undefined ? {} : { reason }),
             ...(by === undefined ? {} : { by }),
-            since: new Date(steering.paused?.since ?? clock.now()).toISOString(),
+            since,
           },
           route,
         ),
@@ -86,12 +88,13 @@ export function steerTask(
     }
     const { by } = signal;
     void writer.steered().then((written) => {
-      // Let go either way: the task runs here, and a record that says it is held only holds it again after a restart.
-      steering.letGo();
+      // Unrecorded, the task stays held, as the refusal says: its held steps were never let go.
       if (!written) {
+        steering.undoResume();
         signal.answer(unrecorded('resume'));
         return;
       }
+      steering.letGo();
       logger.info({ taskId, by }, `task ${taskId} resumed at ${place.state} after ${ended.heldMs} ms`);
       publish(() =>
         services.events.make(

@@ -29,6 +29,8 @@ export type HoldListener = (held: boolean) => void;
  */
 export class TaskSteering {
   #paused: PauseMark | undefined;
+  /** A resume not recorded yet: the task stays held until it is (`letGo`), and is paused again if it cannot be. */
+  #resuming: (PauseMark & { heldMs: number }) | undefined;
   #pausedMs: number;
   #told: ToldMessage[];
   #toldCount: number;
@@ -53,6 +55,11 @@ export class TaskSteering {
   /** The pause in force, if the task is held. */
   get paused(): PauseMark | undefined {
     return this.#paused;
+  }
+
+  /** Whether steps are held: the task is paused, or its resume is not recorded yet. */
+  get held(): boolean {
+    return this.#paused !== undefined || this.#resuming !== undefined;
   }
 
   /** How long the task was held in all, over the pauses that ended: its deadline comes that much later. */
@@ -87,7 +94,21 @@ export class TaskSteering {
     const heldMs = Math.max(0, now - paused.since);
     this.#paused = undefined;
     this.#pausedMs += heldMs;
-    return { ...paused, heldMs };
+    this.#resuming = { ...paused, heldMs };
+    return this.#resuming;
+  }
+
+  /**
+   * Takes back a resume that could not be recorded: the task is paused as before (its held steps were never let go),
+   * unless it was paused again meanwhile, whose record holds the resume.
+   */
+  undoResume(): void {
+    const resuming = this.#resuming;
+    this.#resuming = undefined;
+    if (resuming === undefined || this.#paused !== undefined) return;
+    const { heldMs, ...paused } = resuming;
+    this.#paused = paused;
+    this.#pausedMs -= heldMs;
   }
 
   /** Takes back a pause that could not be recorded: as if it never was, its held steps let go. */
@@ -99,6 +120,7 @@ export class TaskSteering {
 
   /** Tells the listeners the task is no longer held (the resume is recorded): held steps are sent again. */
   letGo(): void {
+    this.#resuming = undefined;
     if (this.#paused === undefined) this.#tellListeners(false);
   }
 

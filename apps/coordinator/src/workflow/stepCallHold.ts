@@ -10,7 +10,7 @@ import type { StepCallEvent } from './stepCall.ts';
  */
 export const holdLogic = fromCallback<StepCallEvent>(({ sendBack, system }) => {
   const steering = steeringOf(system);
-  if (steering?.paused === undefined) {
+  if (!steering?.held) {
     sendBack({ type: 'unheld' });
     return;
   }

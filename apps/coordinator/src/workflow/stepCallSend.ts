@@ -36,7 +36,7 @@ export function stepSendLogic(services: StepCallServices) {
     fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
       // The one gate on sends: a held task (`troupe pause`) sends no step, a first one or a resend, a restored one too.
       const steering = steeringOf(system);
-      if (steering?.paused !== undefined) {
+      if (steering?.held) {
         sendBack({ type: 'held' });
         return;
       }

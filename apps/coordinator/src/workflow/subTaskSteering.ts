@@ -45,7 +45,7 @@ export function followParentHold(
         `could not ${message.action} sub-task ${subTaskId} with its parent task ${parentId}; ${message.action} it yourself (troupe ${message.action} ${subTaskId})`,
       );
   };
-  if (steering.paused !== undefined) void send(true);
+  if (steering.held) void send(true);
   const unlisten = steering.listen((held) => void send(held));
   return () => {
     stopped = true;
@@ -58,7 +58,7 @@ export function followParentHold(
  * while its task is paused submits no sub-task until the task is resumed.
  */
 export function whileHeld(steering: TaskSteering, signal: AbortSignal): Promise<void> {
-  if (steering.paused === undefined || signal.aborted) return Promise.resolve();
+  if (!steering.held || signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = () => {
       unlisten();
