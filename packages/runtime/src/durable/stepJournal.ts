@@ -222,6 +222,10 @@ export class StepJournal {
       const first = turnOf(found?.value).reply(messages);
       if (first) return { ...first, journaled: true };
       if (found?.value.kind !== 'told') break;
+      // What another run wrote before this turn, which this reply did not read (this run had not heard it): the
+      // reply goes on unrecorded, as one the journal could not take, and the turn keeps those messages for any
+      // later run.
+      if (!sameIds(found.value.messages, told ?? [])) return reply;
       // What was told before this turn: one reply replaces it, compared and set, so two runs that read it (one
       // thought dead) go on from the same reply, as they do at a turn told nothing.
       if ((await this.#update(key, entry, found.revision)) !== undefined) return reply;
@@ -408,6 +412,11 @@ export class StepJournal {
     const name = `journal.${key}.${createHash('sha256').update(json).digest('hex').slice(0, 16)}`;
     return { kind: 'stored', ref: await this.#large.values.store(this.#large.pipeline, name, json) };
   }
+}
+
+/** Whether two lists of told messages are the same messages in the same order. */
+function sameIds(a: readonly ToldMessage[], b: readonly ToldMessage[]): boolean {
+  return a.length === b.length && a.every((message, i) => message.id === b[i]?.id);
 }
 
 /** What a turn's model key holds, as {@link StepJournal.recordedTurn} gives it. */

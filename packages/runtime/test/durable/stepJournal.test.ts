@@ -165,6 +165,27 @@ describe('StepJournal.recordTold', () => {
     const standing = (await journal.recordedTurn(modelKey)).reply(withTold);
     expect(standing?.content).toBe(first.content);
   });
+
+  it('keeps what was told before a turn from a reply to a conversation without it (a run that had not heard it)', async () => {
+    const kv = new MemoryKv(JournalEntry);
+    const journal = new StepJournal(kv);
+    await journal.recordTold(modelKey, [m1], conversation, now);
+    const reply = {
+      content: 'done',
+      toolCalls: [],
+      usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+      costUsd: 0,
+      finishReason: 'stop',
+      provider: 'scripted',
+      model: 'scripted',
+      durationMs: 1,
+    };
+    // The run goes on with its reply, unrecorded; the turn still puts the message there for every later run.
+    expect(await journal.recordModelReply(modelKey, conversation, reply, now)).toMatchObject({
+      content: 'done',
+    });
+    expect((await journal.recordedTurn(modelKey)).told).toEqual([m1]);
+  });
 });
 
 describe('throughOutages', () => {
