@@ -169,6 +169,27 @@ describe('the gateway: a queued task', () => {
     expect((await call('POST', '/v1/tasks/q-cancel-1/cancel', {})).status).toBe(409);
   }, 90_000);
 
+  it('shows a restart or fork made through it as submitted at once, and cancels it while it waits', async () => {
+    await holdTheSlot('q-orig-1');
+    await releaseTheSlot('q-orig-1');
+    await holdTheSlot('q-hold-fam');
+    const forked = await call('POST', '/v1/tasks/q-orig-1/fork', { at: 'spin' });
+    expect(forked).toMatchObject({ status: 202, body: { origin: { taskId: 'q-orig-1', kind: 'fork' } } });
+    const newId: string = forked.body.taskId;
+    // Straight after the 202, with no coordinator free to take it: it is there, as a submit's task is.
+    expect(await call('GET', `/v1/tasks/${newId}`)).toMatchObject({
+      status: 200,
+      body: { taskId: newId, pipeline: 'busy', status: 'submitted' },
+    });
+    expect(await call('POST', `/v1/tasks/${newId}/cancel`, { reason: 'wrong step' })).toMatchObject({
+      status: 200,
+      body: { status: 'cancelled' },
+    });
+    await releaseTheSlot('q-hold-fam');
+    expect((await h.finalOf(newId)).kind).toBe('task.cancelled');
+    expect(kinds(h.eventsOf(newId))).toEqual(['task.accepted', 'task.cancelled']);
+  }, 90_000);
+
   it('submits a task whose mark cannot be written all the same, unmarked', async () => {
     const refusing = {
       create: async () => {

@@ -2,6 +2,7 @@ import {
   buildTaskTrace,
   cancelQueued,
   cancelTask,
+  type FamilySubmitOptions,
   forkTask,
   listHumanRequests,
   OperationError,
@@ -301,6 +302,7 @@ export class GatewayActions {
       ...(body.newest ? { newest: true } : {}),
       by: steeredBy(who, body.by),
       ...this.#familyId(who, taskId, 'restart', options.idempotencyKey),
+      submit: await this.#familySubmit(),
     });
     return { taskId: made.taskId, origin: { taskId, kind: 'restart', step: body.from } };
   }
@@ -323,6 +325,7 @@ export class GatewayActions {
       ...(body.newest ? { newest: true } : {}),
       by: steeredBy(who, body.by),
       ...this.#familyId(who, taskId, 'fork', options.idempotencyKey),
+      submit: await this.#familySubmit(),
     });
     return { taskId: made.taskId, origin: { taskId, kind: 'fork', step: body.at } };
   }
@@ -335,6 +338,19 @@ export class GatewayActions {
       'conflict',
       `task ${taskId} is queued and has not run yet; nothing to ${action}`,
     );
+  }
+
+  /**
+   * How a restart's or fork's new task is submitted: as a submit here is, marked queued, so it reads `submitted` and
+   * can be cancelled before a coordinator claims it.
+   */
+  async #familySubmit(): Promise<FamilySubmitOptions> {
+    const queued = await this.#queuedStore();
+    return {
+      values: this.#values,
+      limits: this.#limits,
+      ...(queued ? { queued: { store: queued, now: () => new Date().toISOString() } } : {}),
+    };
   }
 
   /** The new task's id: from the idempotency key (one per token, original and operation), else a fresh one. */

@@ -27,6 +27,7 @@ export {
 } from './storedEvents.ts';
 export { type SubTaskReader, subTaskReader, withSubTasks } from './subTaskTraces.ts';
 export {
+  type FamilySubmitOptions,
   type FamilyTask,
   type ForkOptions,
   forkTask,

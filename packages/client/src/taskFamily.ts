@@ -13,6 +13,9 @@ export interface FamilyTask {
   pipeline: string;
 }
 
+/** What a restart or fork passes on to {@link submitToPipeline} for its new task. */
+export type FamilySubmitOptions = Pick<SubmitOptions, 'values' | 'limits' | 'queued'>;
+
 export interface RestartOptions {
   /** The step to run again, with every step after it; the ones before it are reused. */
   from: string;
@@ -25,6 +28,11 @@ export interface RestartOptions {
    * a model. Its steps before `from` must still be the original's for their outputs to be reused.
    */
   newest?: boolean;
+  /**
+   * How the new task is submitted: where a large input is stored, the coordinators' limits, and the gateway's queued
+   * mark, so the new task can be read (as `submitted`) and cancelled before a coordinator claims it.
+   */
+  submit?: FamilySubmitOptions;
 }
 
 export interface ForkOptions {
@@ -38,6 +46,8 @@ export interface ForkOptions {
   id?: string;
   /** Run on the pipeline's newest version (see {@link RestartOptions.newest}). */
   newest?: boolean;
+  /** How the new task is submitted (see {@link RestartOptions.submit}). */
+  submit?: FamilySubmitOptions;
 }
 
 /**
@@ -77,7 +87,7 @@ export async function restartTask(
     ...(options.newest ? { newest: true } : {}),
     ...(options.by ? { by: options.by } : {}),
   };
-  return await makeFamilyTask(bus, record, origin, options.id);
+  return await makeFamilyTask(bus, record, origin, options);
 }
 
 /**
@@ -109,7 +119,7 @@ export async function forkTask(bus: JetStreamBus, taskId: string, options: ForkO
     ...(options.newest ? { newest: true } : {}),
     ...(options.by ? { by: options.by } : {}),
   };
-  return await makeFamilyTask(bus, record, origin, options.id, options.input);
+  return await makeFamilyTask(bus, record, origin, options);
 }
 
 /**
@@ -133,10 +143,10 @@ async function makeFamilyTask(
   bus: JetStreamBus,
   record: WorkflowRecord,
   origin: TaskOrigin,
-  id: string | undefined,
-  input?: Record<string, unknown>,
+  { id, submit, ...rest }: { id?: string; submit?: FamilySubmitOptions; input?: Record<string, unknown> },
 ): Promise<FamilyTask> {
   const { taskId, pipeline } = record;
+  const input = rest.input;
   const events = await readTaskEvents(bus, taskId, pipeline);
   const accepted = events.find(
     (e): e is Extract<TroupeEvent, { kind: 'task.accepted' }> => e.kind === 'task.accepted',
@@ -171,7 +181,10 @@ async function makeFamilyTask(
     origin,
   };
   // The original's input as accepted may hold previews of its stored whole: read whole before it goes again.
-  const options: SubmitOptions = !input && original.inputCut ? { inputCut: original.inputCut } : {};
+  const options: SubmitOptions = {
+    ...submit,
+    ...(!input && original.inputCut ? { inputCut: original.inputCut } : {}),
+  };
   const submitted = await submitToPipeline(bus, pipeline, task, options);
   return { taskId: submitted.taskId, pipeline };
 }
