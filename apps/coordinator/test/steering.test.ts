@@ -260,6 +260,10 @@ describe('pause and resume', () => {
     const pauses = bus.eventsOf('task.paused');
     expect(pauses).toHaveLength(2);
     expect(pauses[1]?.id).not.toBe(pauses[0]?.id);
+    // Both pauses lasted 0 ms: each resume is still a fact of its own, which EVENTS does not drop as a duplicate.
+    const resumes = bus.eventsOf('task.resumed');
+    expect(resumes.map((event) => event.data.pausedMs)).toEqual([0, 0]);
+    expect(resumes[1]?.id).not.toBe(resumes[0]?.id);
     ok(plan);
     ok(await next('task-5.build.1'));
     await task.handled;

@@ -69,6 +69,8 @@ export const EventData = {
     after: z.enum(['redelivery', 'pause']).optional(),
     by: z.string().optional(),
     pausedMs: z.number().nonnegative().optional(),
+    /** When the pause that ended began (ISO-8601, its `task.paused` since): two pauses of equal length are two facts. */
+    since: z.string().optional(),
   }),
   /**
    * `troupe pause` took: the task is held from now on (recorded, so across a restart too). Its steps at work stop

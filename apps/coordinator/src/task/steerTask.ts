@@ -105,6 +105,7 @@ export function steerTask(
             deliveries: claimed.delivery.deliveryCount,
             after: 'pause',
             pausedMs: ended.heldMs,
+            since: new Date(ended.since).toISOString(),
             ...(by === undefined ? {} : { by }),
           },
           route,

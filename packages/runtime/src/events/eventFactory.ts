@@ -27,7 +27,8 @@ type Identity = { [K in EventKind]: (data: z.input<(typeof EventData)[K]>) => re
 const IDENTITY: Identity = {
   'task.accepted': () => [],
   // A resume after a pause is its own fact: the task may be paused and resumed several times in one delivery.
-  'task.resumed': (d) => (d.after === 'pause' ? [d.deliveries, 'pause', d.pausedMs] : [d.deliveries]),
+  'task.resumed': (d) =>
+    d.after === 'pause' ? [d.deliveries, 'pause', d.pausedMs, d.since] : [d.deliveries],
   'task.paused': (d) => [d.state, d.round, d.by, d.reason, d.since],
   'task.told': (d) => [d.messageId],
   'agent.told': (d) => [d.stepId, d.turn],

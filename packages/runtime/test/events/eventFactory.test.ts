@@ -63,6 +63,11 @@ describe('event ids', () => {
     expect(eventId('t-1', 'tool.call', call(1, 'c'))).not.toBe(eventId('t-1', 'tool.call', call(1, 'd')));
     const resumed = (deliveries: number) => ({ state: 'plan', round: 1, deliveries });
     expect(eventId('t-1', 'task.resumed', resumed(2))).not.toBe(eventId('t-1', 'task.resumed', resumed(3)));
+    // Two pauses of the same length in one delivery: told apart by when each began.
+    const afterPause = (since: string) => ({ ...resumed(1), after: 'pause' as const, pausedMs: 0, since });
+    expect(eventId('t-1', 'task.resumed', afterPause('2026-01-01T00:00:00.000Z'))).not.toBe(
+      eventId('t-1', 'task.resumed', afterPause('2026-01-01T00:00:01.000Z')),
+    );
     expect(eventId('t-1', 'task.accepted', { goal: 'g' })).not.toBe(
       eventId('t-2', 'task.accepted', { goal: 'g' }),
     );
