@@ -23,7 +23,12 @@ export type ReusedSteps = Record<string, ReusedStep>;
 /** The outputs to reuse, or why there can be none: the step never started, or a `set` names a step not reused. */
 export type ReusePlan =
   | { ok: true; steps: ReusedSteps }
-  | { ok: false; problem: 'not_started' | 'not_reused'; message: string; started?: string[] };
+  | {
+      ok: false;
+      problem: 'not_started' | 'not_reused' | 'answered_by_person';
+      message: string;
+      started?: string[];
+    };
 
 /**
  * The key of a step run from its step id (`<taskId>.<step>.<round>[-r<n>][.i<index>]`): the same run of the same step
@@ -81,7 +86,9 @@ export function reusePlan(
   return withEdits(steps, origin);
 }
 
-/** The reused steps with a fork's `set` applied; refused when it names a step that is not reused. */
+/**
+ * The reused steps with a fork's `set` applied; refused when it names a step that is not reused, or a human step.
+ */
 function withEdits(
   steps: ReusedSteps,
   { taskId, step: from, set }: { taskId: string; step: string; set?: Record<string, string> | undefined },
@@ -94,6 +101,17 @@ function withEdits(
       ok: false,
       problem: 'not_reused',
       message: `cannot set the output of ${stray.map((id) => `step ${JSON.stringify(id)}`).join(', ')}: only a step that completed in task ${taskId} before ${JSON.stringify(from)} started is reused, and can be set (reused: ${[...reused].join(', ') || 'none'})`,
+    };
+  }
+  // A human step's output is a person's answer (a gate the approve scope opens): whoever may fork must not write it.
+  const people = Object.keys(set).filter((id) =>
+    Object.values(steps).some((s) => s.step === id && s.agent === 'human'),
+  );
+  if (people.length > 0) {
+    return {
+      ok: false,
+      problem: 'answered_by_person',
+      message: `cannot set the output of ${people.map((id) => `step ${JSON.stringify(id)}`).join(', ')}: step ${JSON.stringify(people[0])} is a person's answer, which only a person gives; to answer it again, fork at ${JSON.stringify(people[0])}`,
     };
   }
   const edited: ReusedSteps = {};

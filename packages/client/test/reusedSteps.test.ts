@@ -125,4 +125,20 @@ describe('reusePlan', () => {
     expect(plan.ok).toBe(false);
     expect(!plan.ok && plan.message).toMatch(/cannot set the output of step "test".*reused: plan/);
   });
+
+  it("refuses a set for a human step: a person's answer is given by a person, not written by whoever forks", () => {
+    const gated = [
+      started('plan', 't-1.plan.1'),
+      completed('plan', 't-1.plan.1', 'p'),
+      started('approve', 't-1.approve.1', { agent: 'human' }),
+      completed('approve', 't-1.approve.1', 'no', { agent: 'human', turns: 0 }),
+      started('deploy', 't-1.deploy.1'),
+    ];
+    const plan = reusePlan(gated, { taskId: 't-1', step: 'deploy', set: { approve: 'yes', plan: 'q' } });
+    expect(plan).toMatchObject({ ok: false, problem: 'answered_by_person' });
+    expect(!plan.ok && plan.message).toMatch(/step "approve" is a person's answer.*fork at "approve"/);
+    // Reused as the person gave it, it stands.
+    const reused = reusePlan(gated, { taskId: 't-1', step: 'deploy', set: { plan: 'q' } });
+    expect(reused.ok && reused.steps['approve.1']).toMatchObject({ agent: 'human', output: 'no' });
+  });
 });
