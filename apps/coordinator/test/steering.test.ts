@@ -568,6 +568,58 @@ describe('a sub-task', () => {
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
 
+  it('is resumed with its parent restored held on another coordinator, which sent it no pause', async () => {
+    const config = pipeline([{ id: 'sub', kind: 'pipeline', pipeline: 'outline' }]);
+    let subTask = '';
+    const first = await setUp(config, {
+      subPipelines: (input) => {
+        subTask = input.task.id;
+        return new Promise(() => {});
+      },
+    });
+    const told: string[] = [];
+    first.bus.subscribe(subjects.allControl, ControlMessage, (delivery) => {
+      if (subTask === '' || !delivery.subject.endsWith(subTask)) return;
+      told.push(delivery.value.action);
+      const action = delivery.value.action;
+      delivery.respond({ ok: true, taskId: subTask, outcome: action === 'pause' ? 'paused' : 'resumed' });
+    });
+    const task = first.intake.deliver({ id: 'task-20', goal: 'outline it' });
+    await expect.poll(() => subTask).not.toBe('');
+    await first.control('task-20', { action: 'pause' });
+    await expect.poll(() => told).toEqual(['pause']);
+    // Its coordinator stops (the sub-task runs on, paused); another takes the parent from its record, held.
+    await first.runner.stop();
+    await task.handled;
+    const lease = (await first.record('task-20'))?.lease;
+    let finish: (output: PipelineRunOutput) => void = () => {};
+    const intake = new MemoryTaskIntake();
+    running.push(
+      await startPipelineRunner({
+        bus: first.bus,
+        intake,
+        config,
+        store: first.store,
+        logger: createLogger({ level: 'silent' }),
+        clock: first.clock,
+        concurrency: 4,
+        subPipelines: () => new Promise((resolve) => (finish = resolve)),
+      }),
+    );
+    const again = intake.deliver(
+      { id: 'task-20', goal: 'outline it' },
+      { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await expect.poll(async () => (await first.record('task-20'))?.lease).not.toBe(lease);
+    await first.bus.settled();
+    await first.control('task-20', { action: 'resume' });
+    // The sub-task, paused by the first run, goes on with its parent: else both wait for ever.
+    await expect.poll(() => told).toEqual(['pause', 'resume']);
+    finish({ ok: true, output: 'outlined', usage, durationMs: 1 });
+    await again.handled;
+    expect(first.bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
   it('is not submitted while its parent is paused, and is once the parent is resumed', async () => {
     const config = pipeline([
       { id: 'plan', kind: 'agent', agent: 'planner' },

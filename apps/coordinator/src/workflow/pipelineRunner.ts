@@ -19,7 +19,7 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
-import { reportActivity, steeringOf } from '../task/runContext.ts';
+import { reportActivity, runFactsOf, steeringOf } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
 import { type SteerAnswer, type TaskSignal, TaskSignals } from '../task/taskSignals.ts';
@@ -343,12 +343,15 @@ function stepActors(
         throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
       // The sub-task is submitted only while its parent is not held, then paused and resumed with it.
       const steering = steeringOf(system);
+      // A later delivery may find the sub-task submitted by an earlier run and paused with its parent then: it is
+      // sent a resume once the parent goes on, since the letting go that would have sent one came before this.
+      const restored = runFactsOf(system)?.firstDelivery === false;
       if (steering) await whileHeld(steering, signal);
       // Left while held (cancelled, say): no sub-task is submitted.
       if (signal.aborted)
         throw new Error(`step ${input.task.parent.step} was left before its sub-task started`);
       const unfollow = steering
-        ? followParentHold(options, input.task.id, input.task.parent.taskId, steering)
+        ? followParentHold(options, input.task.id, input.task.parent.taskId, steering, restored)
         : undefined;
       try {
         // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.

@@ -9,13 +9,16 @@ const RETRY_MS = 500;
 /**
  * Holds a `pipeline` step's sub-task while its parent is held, and lets it go with its parent: each hold and letting
  * go of the parent's steering is sent to the sub-task as `pause` or `resume` over `troupe.control.<sub-task id>`,
- * tried again while no coordinator runs the sub-task yet. Returns how to stop following the parent.
+ * tried again while no coordinator runs the sub-task yet. `restored` (a later delivery of the parent, whose earlier
+ * run may have paused the sub-task) sends a resume at once when the parent is not held; an unknown sub-task then
+ * (not submitted yet) needs none. Returns how to stop following the parent.
  */
 export function followParentHold(
   deps: { bus: Bus; clock: Clock; logger?: Logger | undefined },
   subTaskId: string,
   parentId: string,
   steering: TaskSteering,
+  restored = false,
 ): () => void {
   let stopped = false;
   let wanted: boolean | undefined;
@@ -35,6 +38,8 @@ export function followParentHold(
       } catch (error) {
         // Held already, not held, or ended: the sub-task is as its parent wants it.
         if (['already_paused', 'not_paused', 'task_ended'].some((code) => isCode(error, code))) return;
+        // No such sub-task yet: none was paused, so none needs resuming.
+        if (!held && isCode(error, 'unknown_task')) return;
         // Not claimed yet, or between coordinators: it may run in a moment.
         await sleep(deps.clock, RETRY_MS);
       }
@@ -46,6 +51,7 @@ export function followParentHold(
       );
   };
   if (steering.held) void send(true);
+  else if (restored) void send(false);
   const unlisten = steering.listen((held) => void send(held));
   return () => {
     stopped = true;
