@@ -110,6 +110,25 @@ describe('a restart reuses the steps its origin completed before the step it run
     expect(again.submitted).toEqual([]);
   });
 
+  it("a fork that edits a foreach's list reuses an item's runs only where its item is the original's", async () => {
+    const edited = JSON.stringify({ parts: ['a', 'z', 'c', 'd'], kind: 'x' });
+    const { input } = await restarted('choose', { plan: edited });
+    const again = await run(everyKind, everyKindScript, { ...everyKindOptions, input });
+    expect(again.output.status).toBe('completed');
+    // Item 1 is z now, not b: its run is not the original's b run; item 3 is new. Items 0 and 2 are as they were.
+    const roundOne = again.calls('worker').filter((r) => r.round === 1);
+    expect(roundOne.map((r) => r.input?.item).sort()).toEqual(['d', 'z']);
+    const parts = ofKind(again.events, 'step.completed')
+      .map((e) => e.data as { step: string; round: number; output: string; reused?: boolean })
+      .filter((d) => d.step === 'part' && d.round === 1);
+    expect(parts.map((d) => [d.output, d.reused === true]).sort()).toEqual([
+      ['part a', true],
+      ['part c', true],
+      ['part d', false],
+      ['part z', false],
+    ]);
+  });
+
   it('resumes from any checkpoint of the new task and still reuses exactly', async () => {
     const { input } = await restarted('close');
     const checkpoints: unknown[] = [];

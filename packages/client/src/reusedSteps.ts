@@ -12,6 +12,11 @@ export interface ReusedStep {
   edited?: true;
   /** A `pipeline` step's: the sub-task of the original that gave the output, which the new task's step names. */
   subTask?: { taskId: string; pipeline: string };
+  /**
+   * A run inside a foreach step: the item it ran for, by foreach step id, as its `step.started` recorded it (the
+   * item's start as JSON). A fork that edits the list reuses the run only for the same item at the same place.
+   */
+  items?: Record<string, string>;
 }
 
 /**
@@ -69,11 +74,15 @@ export function reusePlan(
       e.kind === 'step.started' && e.data.subTask ? [[e.data.stepId, e.data.subTask]] : [],
     ),
   );
+  const items = new Map(
+    events.flatMap((e) => (e.kind === 'step.started' ? [[e.data.stepId, itemsOf(e.data.within)]] : [])),
+  );
   const steps: ReusedSteps = {};
   for (const event of events.slice(0, start)) {
     if (event.kind !== 'step.completed' || !event.data.ok) continue;
     const { step, agent, output, outputRef, verdict } = event.data;
     const subTask = subTasks.get(event.data.stepId);
+    const itemsRun = items.get(event.data.stepId);
     steps[reuseKey(taskId, event.data.stepId)] = {
       step,
       agent,
@@ -81,9 +90,20 @@ export function reusePlan(
       ...(outputRef ? { outputRef } : {}),
       ...(verdict ? { verdict } : {}),
       ...(subTask ? { subTask: { taskId: subTask.taskId, pipeline: subTask.pipeline } } : {}),
+      ...(itemsRun ? { items: itemsRun } : {}),
     };
   }
   return withEdits(steps, origin);
+}
+
+/** The items a step run's place names, by foreach step; undefined outside any foreach. */
+function itemsOf(
+  within: readonly { step: string; item?: number | undefined; value?: string | undefined }[] | undefined,
+): Record<string, string> | undefined {
+  const named = (within ?? []).flatMap((scope) =>
+    scope.item !== undefined && scope.value !== undefined ? [[scope.step, scope.value] as const] : [],
+  );
+  return named.length > 0 ? Object.fromEntries(named) : undefined;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { type ReusedStep, type ReusedSteps, reuseKey } from '@troupe/client';
 import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
+import { preview } from '@troupe/runtime';
 import { type AnyActorLogic, fromPromise } from 'xstate';
 import type { AgentAskedStep, StepConfig } from '../config/pipelineSchema.ts';
 import { stepId } from './compile/stepRequest.ts';
@@ -25,11 +26,22 @@ import type {
 
 /**
  * The task as one item of a foreach step sees it: its reuse cut to the runs of that item (their keys end `.i<index>`,
- * as the item's step ids do), so each item's workflow, and its checkpoint, holds its own runs, not every item's.
+ * as the item's step ids do), so each item's workflow, and its checkpoint, holds its own runs, not every item's. A
+ * run the origin made for another item at this place (a fork edited the list) is not this item's, and runs again.
  */
-export function reuseOfItem(task: WorkflowInput, index: number): WorkflowInput {
+export function reuseOfItem(
+  task: WorkflowInput,
+  index: number,
+  at?: { step: string; item: unknown },
+): WorkflowInput {
   if (task.reuse === undefined) return task;
-  const mine = Object.entries(task.reuse).filter(([key]) => key.endsWith(`.i${index}`));
+  // The item as step.started records it (stepEvents.ts), so the two compare.
+  const item = at === undefined ? undefined : preview(JSON.stringify(at.item) ?? 'null', 200);
+  const mine = Object.entries(task.reuse).filter(
+    ([key, run]) =>
+      key.endsWith(`.i${index}`) &&
+      (at === undefined || run.items?.[at.step] === undefined || run.items[at.step] === item),
+  );
   const { reuse: _all, ...rest } = task;
   return mine.length > 0 ? { ...rest, reuse: Object.fromEntries(mine) } : rest;
 }

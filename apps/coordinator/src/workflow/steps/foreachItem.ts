@@ -51,7 +51,7 @@ export function itemContext(
   const previous = previousResult(context, step, index);
   return {
     // A restart's or fork's reuse, cut to this item's runs: every item's checkpoint holds its own only.
-    task: reuseOfItem(withInput(task, { item, index }), index),
+    task: reuseOfItem(withInput(task, { item, index }), index, { step: step.id, item }),
     round: context.round,
     rejections: {},
     latest: pick(context.latest),
