@@ -219,13 +219,14 @@ export class StepJournal {
     if ((await this.#create(key, entry)) !== undefined) return reply;
     for (let attempt = 0; attempt < TURN_ATTEMPTS; attempt++) {
       const found = await this.#get(key);
-      const first = turnOf(found?.value).reply(messages);
+      const recorded = turnOf(found?.value);
+      const first = recorded.reply(messages);
       if (first) return { ...first, journaled: true };
+      // Messages another run read before this turn that this reply did not (this run had not heard them, or could
+      // not read the record): the reply goes on unrecorded, as one the journal could not take, and the turn keeps
+      // those messages for any later run.
+      if (recorded.told && !sameIds(recorded.told, told ?? [])) return reply;
       if (found?.value.kind !== 'told') break;
-      // What another run wrote before this turn, which this reply did not read (this run had not heard it): the
-      // reply goes on unrecorded, as one the journal could not take, and the turn keeps those messages for any
-      // later run.
-      if (!sameIds(found.value.messages, told ?? [])) return reply;
       // What was told before this turn: one reply replaces it, compared and set, so two runs that read it (one
       // thought dead) go on from the same reply, as they do at a turn told nothing.
       if ((await this.#update(key, entry, found.revision)) !== undefined) return reply;

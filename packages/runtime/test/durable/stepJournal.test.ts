@@ -185,6 +185,13 @@ describe('StepJournal.recordTold', () => {
       content: 'done',
     });
     expect((await journal.recordedTurn(modelKey)).told).toEqual([m1]);
+    // Nor does it replace a reply that read them (a resumed run whose read of the turn failed, say).
+    const withTold = [...conversation, { role: 'user' as const, content: 'use v2' }];
+    await journal.recordModelReply(modelKey, withTold, { ...reply, content: 'read v2' }, now, [m1]);
+    await journal.recordModelReply(modelKey, conversation, reply, now);
+    const turn = await journal.recordedTurn(modelKey);
+    expect(turn.told).toEqual([m1]);
+    expect(turn.reply(withTold)?.content).toBe('read v2');
   });
 });
 
