@@ -216,6 +216,17 @@ describe('the gateway steers and remakes tasks, through a real coordinator', () 
         step: 'review',
         newest: true,
       });
+      // A retry with the same key (its answer was lost) makes no second task.
+      const keyed = { type: 'fork', taskId: 'gwf-demo-1', at: 'review', idempotencyKey: 'ws-fork-once' };
+      ws.send({ ...keyed, id: 'k1' });
+      ws.send({ ...keyed, id: 'k2' });
+      const first = await ws.next((m) => m.id === 'k1');
+      expect(first).toMatchObject({ ok: true, result: { taskId: expect.any(String) } });
+      expect(await ws.next((m) => m.id === 'k2')).toMatchObject({
+        ok: true,
+        result: { taskId: first.result.taskId },
+      });
+      await h.finalOf(first.result.taskId);
       ws.send({ type: 'restart', id: 'r', taskId: 'gwf-demo-1', from: 'plan' });
       expect(await ws.next((m) => m.id === 'r')).toMatchObject({ ok: false, error: { code: 'conflict' } });
       ws.send({ type: 'pause', id: 'p', taskId: 'gwf-demo-1' });

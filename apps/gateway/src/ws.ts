@@ -128,20 +128,30 @@ export class WsSession {
       case 'tell':
         return this.#actions.tell(who, message.taskId, { text: message.text, ...by(message) });
       case 'restart':
-        return this.#actions.restart(who, message.taskId, {
-          from: message.from,
-          ...(message.newest ? { newest: true } : {}),
-          ...by(message),
-        });
+        return this.#actions.restart(
+          who,
+          message.taskId,
+          {
+            from: message.from,
+            ...(message.newest ? { newest: true } : {}),
+            ...by(message),
+          },
+          keyed(message),
+        );
       case 'fork': {
         const { at, input, set, newest } = message;
-        return this.#actions.fork(who, message.taskId, {
-          at,
-          ...(input ? { input } : {}),
-          ...(set ? { set } : {}),
-          ...(newest ? { newest: true } : {}),
-          ...by(message),
-        });
+        return this.#actions.fork(
+          who,
+          message.taskId,
+          {
+            at,
+            ...(input ? { input } : {}),
+            ...(set ? { set } : {}),
+            ...(newest ? { newest: true } : {}),
+            ...by(message),
+          },
+          keyed(message),
+        );
       }
       case 'approve':
         return this.#actions.decide(who, message.requestId, { decision: 'allow', ...by(message) });
@@ -240,6 +250,9 @@ export class WsSession {
 }
 
 const by = (message: { by?: string | undefined }) => (message.by === undefined ? {} : { by: message.by });
+/** A restart's or fork's idempotency key, as the actions take it: a retry makes no second task. */
+const keyed = (message: { idempotencyKey?: string | undefined }) =>
+  message.idempotencyKey === undefined ? {} : { idempotencyKey: message.idempotencyKey };
 
 /** An error as a reply's `error`: the code and message the HTTP routes would give. */
 function errorBody(error: unknown): { code: string; message: string } {

@@ -56,6 +56,8 @@ export const ClientMessage = z.discriminatedUnion('type', [
     from: z.string().min(1).max(64),
     newest: z.literal(true).optional(),
     by: By,
+    /** Makes the new task's id (per token, task and operation), as the HTTP route's `Idempotency-Key`. */
+    idempotencyKey: z.string().min(1).max(200).optional(),
   }),
   /** Start a new task from an ended one at a step, with its input or earlier steps' outputs edited. */
   z.strictObject({
@@ -67,6 +69,7 @@ export const ClientMessage = z.discriminatedUnion('type', [
     set: z.record(z.string().min(1).max(64), z.string().max(100_000)).optional(),
     newest: z.literal(true).optional(),
     by: By,
+    idempotencyKey: z.string().min(1).max(200).optional(),
   }),
   z.strictObject({
     type: z.literal('approve'),
