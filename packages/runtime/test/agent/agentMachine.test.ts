@@ -817,6 +817,33 @@ describe('agentMachine: a pause of its task', () => {
     expect(modelCalls).toHaveLength(1);
   });
 
+  it('lets a summary under way finish, then stops before the model call it made room for', async () => {
+    const modelCalls: ModelCallInput[] = [];
+    const summaries: (() => void)[] = [];
+    const services: AgentServices = {
+      callModel: async (callInput) => {
+        modelCalls.push(callInput);
+        return reply('', [call('c1')]);
+      },
+      runTools: async ({ calls }) => calls.map((c) => result(c.id)),
+      compactConversation: () =>
+        new Promise((resolve) =>
+          summaries.push(() => resolve({ summary: 's', usage: zeroUsage(), costUsd: 0 })),
+        ),
+    };
+    const actor = createActor(agentMachine, { input: { ...baseInput, contextTokens: 1, services } });
+    actor.start();
+    const output = toPromise(actor);
+    await vi.waitFor(() => expect(summaries).toHaveLength(1));
+    const asked = modelCalls.length;
+    actor.send({ type: 'pause' });
+    summaries[0]?.();
+    const ended = await output;
+    // The summary finished and counts; no model call follows it.
+    expect(ended).toMatchObject({ ok: false, turns: asked, compactions: 1, failure: { code: 'paused' } });
+    expect(modelCalls).toHaveLength(asked);
+  });
+
   it('stops at once, asking nothing, when its task was paused before it started', async () => {
     const { modelCalls, output } = held({ paused: true });
     expect(await output).toMatchObject({ ok: false, turns: 0, failure: { code: 'paused' } });
