@@ -46,6 +46,25 @@ describe("a task's steering", () => {
     expect(heard).toEqual([true, false]);
   });
 
+  it('holds steps until a resume is recorded, and takes back one that could not be, paused as before', () => {
+    const steering = new TaskSteering();
+    const heard: boolean[] = [];
+    steering.listen((held) => heard.push(held));
+    steering.pause(1_000, 'ann');
+    steering.resume(3_000);
+    expect(steering.paused).toBeUndefined();
+    expect(steering.held).toBe(true);
+    steering.undoResume();
+    expect(steering.paused).toEqual({ since: 1_000, by: 'ann' });
+    expect(steering.pausedMs).toBe(0);
+    expect(steering.held).toBe(true);
+    steering.resume(4_000);
+    steering.letGo();
+    expect(steering.held).toBe(false);
+    expect(steering.pausedMs).toBe(3_000);
+    expect(heard).toEqual([true, false]);
+  });
+
   it('refuses a message past the most it keeps unread, by count or by size', () => {
     const steering = new TaskSteering();
     expect(steering.refusal('x'.repeat(MAX_UNREAD_TOLD_BYTES + 1))).toMatch(/over the 256 KiB it keeps/);
