@@ -297,4 +297,28 @@ flow:
     // The steps before it were still reused: one model call, the checker's.
     expect(openai.requests.length - before).toBe(1);
   });
+
+  it("checks a restart's or fork's input against the schema of the version it runs on, not the newest's", async () => {
+    const original = (await recordOf('orig-1'))?.version;
+    // A newer version asks every task for a ticket; orig-1 had none, and its version asked for none.
+    const schema =
+      'input:\n  type: object\n  properties: { ticket: { type: string } }\n  required: [ticket]\n';
+    await writeFile(file, (await readFile(file, 'utf8')).replace('agents:\n', `${schema}agents:\n`));
+    for (const p of processes.splice(0)) await p.stop('SIGTERM');
+    await up();
+
+    openai.enqueue({ kind: 'message', content: 'checked without a ticket' });
+    const restarted = await cli('restart', 'orig-1', '--from', 'check');
+    expect(restarted.stderr).toBe('');
+    const onOriginal = newTaskOf(restarted.stdout);
+    expect((await finalOf(onOriginal)).kind).toBe('task.completed');
+    expect((await recordOf(onOriginal))?.version).toBe(original);
+    // On the newest version the input must have its ticket; a fork's new input is checked against its version too.
+    const newest = await cli('restart', 'orig-1', '--from', 'check', '--newest');
+    expect(newest.code).toBe(1);
+    expect(newest.stderr).toContain('ticket');
+    openai.enqueue({ kind: 'message', content: 'checked with a ticket' });
+    const forked = await cli('fork', 'orig-1', '--at', 'check', '--newest', '--input', '{"ticket":"T-9"}');
+    expect((await finalOf(newTaskOf(forked.stdout))).kind).toBe('task.completed');
+  });
 });

@@ -184,6 +184,8 @@ async function makeFamilyTask(
   const options: SubmitOptions = {
     ...submit,
     ...(!input && original.inputCut ? { inputCut: original.inputCut } : {}),
+    // It runs on its origin's version, whose input schema may not be the newest's.
+    ...(origin.newest || record.version === undefined ? {} : { version: record.version }),
   };
   const submitted = await submitToPipeline(bus, pipeline, task, options);
   return { taskId: submitted.taskId, pipeline };

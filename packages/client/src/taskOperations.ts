@@ -1,5 +1,6 @@
 import type { WorkflowRecord } from '@troupe/protocol';
 import {
+  BUCKETS,
   ControlMessage,
   ControlReceipt,
   ControlRefusal,
@@ -9,6 +10,7 @@ import {
   formatIssues,
   type InputCut,
   isTaskId,
+  PipelineVersion,
   QUEUED_MARK_HEADER,
   subjects,
   type TaskLimits,
@@ -18,6 +20,7 @@ import {
 import {
   isPermissionRefusal,
   type JetStreamBus,
+  KvStore,
   logMessage,
   publishToStream,
   readEventHistory,
@@ -49,6 +52,11 @@ export interface SubmitOptions {
    * coordinator claims it; `now` stamps the mark.
    */
   queued?: { store: QueuedStore; now: () => string };
+  /**
+   * The version the task will run on (a restart's or fork's, its origin's): its input schema is checked, not the
+   * newest's. One that cannot be read here is left to the coordinator, which checks it as the task starts.
+   */
+  version?: string;
 }
 
 /**
@@ -106,8 +114,11 @@ export async function submitToPipeline(
   const store = await openWorkflowStore(bus);
   const existing = (await store.get(task.id))?.value;
   if (existing) return { taskId: task.id, duplicate: true, record: existing };
-  // The newest version's schema, which a new task runs on; the coordinator checks it again as the task starts.
-  const schema = (await registry.get(pipeline))?.input;
+  // The schema of the version the task runs on (a new task's, the newest); the coordinator checks it again as it starts.
+  const schema =
+    options.version === undefined
+      ? (await registry.get(pipeline))?.input
+      : await versionInput(bus, pipeline, options.version);
   const fits = schema === undefined ? { ok: true as const } : checkTaskInput(schema, whole.input);
   if (!fits.ok) throw new OperationError('invalid_request', fits.reason);
   const ready = await withStoredInput(values, pipeline, whole, checked.storeInput).catch(
@@ -130,6 +141,22 @@ export async function submitToPipeline(
   if (marked) await options.queued?.store.delete(task.id).catch(() => undefined);
   const record = (await store.get(task.id))?.value;
   return { taskId: task.id, duplicate, ...(record ? { record } : {}) };
+}
+
+/** The input schema of one stored version of a pipeline (KV `versions`); undefined when it has none or is not read. */
+async function versionInput(
+  bus: JetStreamBus,
+  pipeline: string,
+  hash: string,
+): Promise<Record<string, unknown> | undefined> {
+  const versions = await KvStore.open(bus, BUCKETS.versions, PipelineVersion, CLIENT_WAIT).catch(
+    () => undefined,
+  );
+  const config = (await versions?.get(`${pipeline}.${hash}`).catch(() => undefined))?.value.config;
+  const input = config?.input;
+  return typeof input === 'object' && input !== null && !Array.isArray(input)
+    ? (input as Record<string, unknown>)
+    : undefined;
 }
 
 /**

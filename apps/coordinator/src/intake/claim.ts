@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { takeQueued } from '@troupe/client';
-import { emptyUsage, errorMessage, originRef, type WorkflowRecord } from '@troupe/protocol';
+import { checkTaskInput, emptyUsage, errorMessage, originRef, type WorkflowRecord } from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
 import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
 import type { SteeringFields } from '../task/taskSteering.ts';
@@ -86,11 +86,19 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     : origin?.ok && onOriginVersion
       ? origin.version
       : started?.hash;
-  const flow =
+  const resolved =
     inputProblem ??
     (origin?.ok === false ? origin.problem : undefined) ??
     started ??
     (await versions.flowFor(version));
+  // A restart or fork on its origin's version: its input is checked against that version's schema here (triage
+  // checked a new task's against the newest's).
+  const fits =
+    onOriginVersion && !existing && typeof resolved !== 'string' && resolved.config.input !== undefined
+      ? checkTaskInput(resolved.config.input, submission.input)
+      : undefined;
+  const flow =
+    fits?.ok === false ? `its input does not fit its version's input schema: ${fits.reason}` : resolved;
   const input: WorkflowInput = {
     taskId,
     pipeline,

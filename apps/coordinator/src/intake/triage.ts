@@ -166,6 +166,9 @@ function parseTask({ limits }: Pick<TriageServices, 'limits'>, data: Uint8Array)
  */
 async function misfit(services: TriageServices, task: TriagedTask): Promise<Triage | undefined> {
   if (task.entry) return undefined;
+  // A restart or fork runs on its origin's version, whose schema its claim checks the input against.
+  const origin = task.submission.origin;
+  if (origin !== undefined && !origin.newest) return undefined;
   const schema = (await services.versions.newest()).config.input;
   const fits = schema === undefined ? undefined : checkTaskInput(schema, task.submission.input);
   if (fits === undefined || fits.ok) return undefined;
