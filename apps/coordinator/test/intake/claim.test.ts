@@ -1,7 +1,9 @@
 import { emptyUsage } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
+import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
 import { claim } from '../../src/intake/claim.ts';
-import { intakeServices, triagedTask, V1 } from './taskServices.ts';
+import { triage } from '../../src/intake/triage.ts';
+import { config, deliveryOf, intakeServices, triagedTask, V1 } from './taskServices.ts';
 
 /** An ended task `orig` whose step `plan` completed: what a restart or fork of it reads, through the intake. */
 async function endedOrigin(setup: ReturnType<typeof intakeServices>) {
@@ -211,5 +213,40 @@ describe('claiming a task', () => {
     };
     await expect(restart()).rejects.toThrow('timed out');
     expect(await store.get('again-1')).toBeUndefined();
+  });
+
+  it("checks a restart's or fork's input against its origin's version's schema, not the newest's", async () => {
+    const OLD = 'b'.repeat(64);
+    const withInput = (input: Record<string, unknown>) => PipelineConfig.parse({ ...config, input });
+    const needs = (field: string, type: string) => ({
+      type: 'object',
+      properties: { [field]: { type } },
+      required: [field],
+    });
+    const setup = intakeServices({
+      config: withInput(needs('ticket', 'string')),
+      load: async (hash) => (hash === OLD ? withInput(needs('n', 'number')) : undefined),
+    });
+    await endedOrigin(setup);
+    const { services, store } = setup;
+    const entry = await store.get('orig');
+    if (!entry) throw new Error('no record');
+    await store.update('orig', { ...entry.value, version: OLD }, entry.revision);
+    const fork = (id: string, input: Record<string, unknown>) => ({
+      id,
+      goal: 'plan it',
+      input,
+      origin: { taskId: 'orig', kind: 'fork' as const, step: 'plan' },
+    });
+    // No ticket, which the newest version asks for: triage leaves it to the claim, on the origin's version.
+    expect(await triage(services, deliveryOf(fork('fork-ok', { n: 1 })))).toMatchObject({ next: 'claim' });
+    const ok = await claim(services, triagedTask(fork('fork-ok', { n: 1 })));
+    expect(ok).toMatchObject({ next: 'run', claimed: { version: OLD } });
+    expect(await claim(services, triagedTask(fork('fork-bad', { n: 'one' })))).toMatchObject({
+      next: 'fail',
+      message: expect.stringContaining(
+        "task fork-bad cannot start: its input does not fit its version's input schema",
+      ),
+    });
   });
 });

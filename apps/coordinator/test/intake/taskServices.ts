@@ -29,7 +29,12 @@ export const config = PipelineConfig.parse({
  * record of what was dead-lettered and whether the runner is stopping (`stop()`).
  */
 export function intakeServices(
-  options: { maxDeliver?: number; load?: (hash: string) => Promise<PipelineConfig | undefined> } = {},
+  options: {
+    maxDeliver?: number;
+    load?: (hash: string) => Promise<PipelineConfig | undefined>;
+    /** The newest version's config (hash {@link V1}); the pipeline's one version by default. */
+    config?: PipelineConfig;
+  } = {},
 ) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
@@ -53,7 +58,7 @@ export function intakeServices(
     finalEvents: new FinalEvents(events, 'unit'),
     versions: new FlowVersions({
       pipeline: 'unit',
-      config,
+      config: options.config ?? config,
       hash: V1,
       compile: (versionConfig) => compileFlow(versionConfig),
       source: options.load ? { load: options.load } : {},
