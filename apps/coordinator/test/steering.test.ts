@@ -329,6 +329,25 @@ describe('pause and resume', () => {
     await task.handled;
   });
 
+  it('sends a step its agent stopped for the pause again with the files that run handed on, and counts them in its reply', async () => {
+    const { intake, control, next, bus } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-21', goal: 'build it' });
+    const plan = await next('task-21.plan.1');
+    await control('task-21', { action: 'pause' });
+    const notes = { bytes: 5, sha256: 'a'.repeat(64) };
+    paused(plan, { workspace: { files: { 'notes.md': notes }, removed: [] } });
+    await control('task-21', { action: 'resume' });
+    const again = await next('task-21.plan.1');
+    expect(again.value.workspace).toEqual({ 'notes.md': notes });
+    const plan2 = { bytes: 7, sha256: 'b'.repeat(64) };
+    ok(again, 'planned', { workspace: { files: { 'plan.md': plan2 }, removed: [] } });
+    const build = await next('task-21.build.1');
+    expect(build.value.workspace).toEqual({ 'notes.md': notes, 'plan.md': plan2 });
+    ok(build);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
   it('cancels a paused task', async () => {
     const { intake, control, next, record } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-6', goal: 'build it' });
