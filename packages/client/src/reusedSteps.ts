@@ -52,7 +52,12 @@ export function reuseKey(taskId: string, stepId: string): string {
  */
 export function reusePlan(
   events: readonly TroupeEvent[],
-  origin: { taskId: string; step: string; set?: Record<string, string> | undefined },
+  origin: {
+    taskId: string;
+    step: string;
+    set?: Record<string, string> | undefined;
+    edited?: readonly string[] | undefined;
+  },
 ): ReusePlan {
   const { taskId, step: from } = origin;
   const start = events.findIndex(
@@ -107,15 +112,28 @@ function itemsOf(
 }
 
 /**
- * The reused steps with a fork's `set` applied; refused when it names a step that is not reused, or a human step.
+ * The reused steps with a fork's `set` applied; refused when it names a step that is not reused, or a human step. A
+ * person's answer given after what a fork edits (its input, or a step it sets) is not reused: the person is asked
+ * again, about what the fork changed, so no approval carries over to what its approver never saw.
  */
 function withEdits(
   steps: ReusedSteps,
-  { taskId, step: from, set }: { taskId: string; step: string; set?: Record<string, string> | undefined },
+  {
+    taskId,
+    step: from,
+    set,
+    edited: editedFields,
+  }: {
+    taskId: string;
+    step: string;
+    set?: Record<string, string> | undefined;
+    edited?: readonly string[] | undefined;
+  },
 ): ReusePlan {
-  if (set === undefined) return { ok: true, steps };
+  const inputEdited = editedFields?.includes('input') === true;
+  if (set === undefined && !inputEdited) return { ok: true, steps };
   const reused = new Set(Object.values(steps).map((s) => s.step));
-  const stray = Object.keys(set).filter((id) => !reused.has(id));
+  const stray = Object.keys(set ?? {}).filter((id) => !reused.has(id));
   if (stray.length > 0) {
     return {
       ok: false,
@@ -124,7 +142,7 @@ function withEdits(
     };
   }
   // A human step's output is a person's answer (a gate the approve scope opens): whoever may fork must not write it.
-  const people = Object.keys(set).filter((id) =>
+  const people = Object.keys(set ?? {}).filter((id) =>
     Object.values(steps).some((s) => s.step === id && s.agent === 'human'),
   );
   if (people.length > 0) {
@@ -135,8 +153,11 @@ function withEdits(
     };
   }
   const edited: ReusedSteps = {};
+  // In the order the original completed them: an answer given after an edit was to something else.
+  let afterEdit = inputEdited;
   for (const [key, reusedStep] of Object.entries(steps)) {
-    const text = set[reusedStep.step];
+    if (afterEdit && reusedStep.agent === 'human') continue;
+    const text = set?.[reusedStep.step];
     if (text === undefined) {
       edited[key] = reusedStep;
       continue;
@@ -144,6 +165,7 @@ function withEdits(
     // The edit is the whole output: the original's stored whole (outputRef) is not it.
     const { outputRef: _whole, ...rest } = reusedStep;
     edited[key] = { ...rest, output: text, edited: true };
+    afterEdit = true;
   }
   return { ok: true, steps: edited };
 }

@@ -137,8 +137,33 @@ describe('reusePlan', () => {
     const plan = reusePlan(gated, { taskId: 't-1', step: 'deploy', set: { approve: 'yes', plan: 'q' } });
     expect(plan).toMatchObject({ ok: false, problem: 'answered_by_person' });
     expect(!plan.ok && plan.message).toMatch(/step "approve" is a person's answer.*fork at "approve"/);
-    // Reused as the person gave it, it stands.
-    const reused = reusePlan(gated, { taskId: 't-1', step: 'deploy', set: { plan: 'q' } });
-    expect(reused.ok && reused.steps['approve.1']).toMatchObject({ agent: 'human', output: 'no' });
+  });
+
+  it('asks a person again whose answer came after what a fork edits, so no approval carries over to what they never saw', () => {
+    const gated = [
+      started('plan', 't-1.plan.1'),
+      completed('plan', 't-1.plan.1', 'p'),
+      started('approve', 't-1.approve.1', { agent: 'human' }),
+      completed('approve', 't-1.approve.1', 'yes', { agent: 'human', turns: 0 }),
+      started('notes', 't-1.notes.1'),
+      completed('notes', 't-1.notes.1', 'n'),
+      started('deploy', 't-1.deploy.1'),
+    ];
+    const keys = (plan: ReturnType<typeof reusePlan>) => (plan.ok ? Object.keys(plan.steps) : plan.message);
+    const at = { taskId: 't-1', step: 'deploy' };
+    // A new input: every answer was given about the old one.
+    expect(keys(reusePlan(gated, { ...at, edited: ['input'] }))).toEqual(['plan.1', 'notes.1']);
+    // An edited plan: the approval after it goes; an edit after the approval leaves it.
+    expect(keys(reusePlan(gated, { ...at, set: { plan: 'q' }, edited: ['steps.plan.output'] }))).toEqual([
+      'plan.1',
+      'notes.1',
+    ]);
+    expect(keys(reusePlan(gated, { ...at, set: { notes: 'm' } }))).toEqual([
+      'plan.1',
+      'approve.1',
+      'notes.1',
+    ]);
+    // A restart, or a fork with no edits, reuses the answer as given.
+    expect(keys(reusePlan(gated, at))).toEqual(['plan.1', 'approve.1', 'notes.1']);
   });
 });
