@@ -534,6 +534,73 @@ describe('tell', () => {
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
 
+  it('gives a parallel branch at work when told the message it has not read, after the other branch read it', async () => {
+    const config = pipeline([
+      {
+        id: 'both',
+        kind: 'parallel',
+        branches: {
+          left: [{ id: 'plan', kind: 'agent', agent: 'planner' }],
+          right: [{ id: 'build', kind: 'agent', agent: 'builder' }],
+        },
+      },
+      { id: 'after', kind: 'agent', agent: 'planner' },
+    ]);
+    const { intake, control, next } = await setUp(config);
+    const task = intake.deliver({ id: 'task-22', goal: 'both' });
+    const left = await next('task-22.plan.1');
+    const right = await next('task-22.build.1');
+    await control('task-22', { action: 'tell', text: 'use v2' });
+    // The left branch reads it and ends; the right one, in a long tool call, stops for a pause before reading it.
+    ok(left, 'planned', { toldRead: ['m-1'] });
+    await control('task-22', { action: 'pause' });
+    paused(right);
+    await control('task-22', { action: 'resume' });
+    // Its run after the resume starts afresh from its journal, which has no m-1: it must be given it again.
+    const again = await next('task-22.build.1');
+    expect(again.value.told?.map((m) => m.id)).toEqual(['m-1']);
+    ok(again, 'built', { toldRead: ['m-1'] });
+    // Read by every step at work when it was told: a later step is not given it.
+    const after = await next('task-22.after.1');
+    expect(after.value.told).toBeUndefined();
+    ok(after);
+    await task.handled;
+  });
+
+  it('gives a parallel branch sent to another worker the message the other branch read while it waited', async () => {
+    const config = pipeline([
+      {
+        id: 'both',
+        kind: 'parallel',
+        branches: {
+          left: [{ id: 'plan', kind: 'agent', agent: 'planner' }],
+          right: [{ id: 'build', kind: 'agent', agent: 'builder' }],
+        },
+      },
+    ]);
+    const { intake, control, next, clock, bus } = await setUp(config);
+    const task = intake.deliver({ id: 'task-23', goal: 'both' });
+    const left = await next('task-23.plan.1');
+    const right = await next('task-23.build.1');
+    await control('task-23', { action: 'tell', text: 'use v2' });
+    // The right branch's worker stops before reading it; the left reads it and ends while the right waits to go again.
+    right.respond({
+      ok: false,
+      stepId: right.value.stepId,
+      error: { code: 'worker_stopped', message: 'the worker stopped' },
+      usage,
+      turns: 1,
+    } as AgentStepReply);
+    await bus.settled();
+    ok(left, 'planned', { toldRead: ['m-1'] });
+    await bus.settled();
+    clock.advance(5_000);
+    const again = await next('task-23.build.1');
+    expect(again.value.told?.map((m) => m.id)).toEqual(['m-1']);
+    ok(again, 'built', { toldRead: ['m-1'] });
+    await task.handled;
+  });
+
   it('takes a message while paused: the step sent on resume has it', async () => {
     const { intake, control, next } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-12', goal: 'build it' });

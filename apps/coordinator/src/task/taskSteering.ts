@@ -35,6 +35,14 @@ export class TaskSteering {
   #told: ToldMessage[];
   #toldCount: number;
   readonly #listeners = new Set<HoldListener>();
+  /**
+   * In this run only: the agent steps at work (by step id, each with its live parts: a send, a wait, a hold), and, of
+   * each message told here, the steps at work then that have not read it yet. A message one step read stays in
+   * `told` for those, and goes to no other step; after a restart every kept message goes to the next steps again.
+   */
+  readonly #atWork = new Map<string, number>();
+  readonly #owed = new Map<string, Set<string>>();
+  readonly #readOnce = new Set<string>();
 
   /** A run's steering, from the record it resumes (nothing held, nothing told for a new task). */
   constructor(record?: Partial<SteeringFields>) {
@@ -70,6 +78,43 @@ export class TaskSteering {
   /** The told messages no finished step has read yet, oldest first. */
   get told(): readonly ToldMessage[] {
     return this.#told;
+  }
+
+  /**
+   * What step `stepId` is sent: the messages nobody has read, and those read that it was at work for and has not. A
+   * step given a message owes it a reading from then on, as one at work when it was told does.
+   */
+  toldFor(stepId: string): ToldMessage[] {
+    const given = this.#told.filter(
+      (m) => !this.#readOnce.has(m.id) || this.#owed.get(m.id)?.has(stepId) === true,
+    );
+    for (const { id } of given) {
+      const owed = this.#owed.get(id);
+      if (owed) owed.add(stepId);
+      else this.#owed.set(id, new Set([stepId]));
+    }
+    return given;
+  }
+
+  /**
+   * A part of step `stepId`'s call is live (its send, its wait to send again, its hold): the step is at work. Returns
+   * how to say the part ended; the step stops being at work once no part of it is live (after XState's transition, in
+   * which one part replaces another).
+   */
+  atWork(stepId: string): () => void {
+    this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 0) + 1);
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 1) - 1);
+      queueMicrotask(() => {
+        if ((this.#atWork.get(stepId) ?? 0) > 0) return;
+        this.#atWork.delete(stepId);
+        for (const owed of this.#owed.values()) owed.delete(stepId);
+        this.#prune();
+      });
+    };
   }
 
   /** Holds the task from `now`; false when it is held already. Listeners hear it at once. */
@@ -145,14 +190,33 @@ export class TaskSteering {
       ...(by === undefined ? {} : { by }),
     };
     this.#told.push(message);
+    if (this.#atWork.size > 0) this.#owed.set(message.id, new Set(this.#atWork.keys()));
     return message;
   }
 
-  /** A step read these messages: later steps are not given them again. */
-  read(ids: readonly string[]): void {
+  /**
+   * Step `stepId` read these messages (no step: a message taken back): later steps are not given them again, and
+   * they are dropped once every other step at work when they were told has read them or ended.
+   */
+  read(ids: readonly string[], stepId?: string): void {
     if (ids.length === 0) return;
-    const read = new Set(ids);
-    this.#told = this.#told.filter((message) => !read.has(message.id));
+    for (const id of ids) {
+      if (!this.#told.some((m) => m.id === id)) continue;
+      if (stepId === undefined) this.#owed.delete(id);
+      else this.#owed.get(id)?.delete(stepId);
+      this.#readOnce.add(id);
+    }
+    this.#prune();
+  }
+
+  /** Drops the messages read that no step at work still owes a reading. */
+  #prune(): void {
+    this.#told = this.#told.filter((message) => {
+      if (!this.#readOnce.has(message.id) || (this.#owed.get(message.id)?.size ?? 0) > 0) return true;
+      this.#owed.delete(message.id);
+      this.#readOnce.delete(message.id);
+      return false;
+    });
   }
 
   /** Hears each hold and each letting go until the returned function is called. */

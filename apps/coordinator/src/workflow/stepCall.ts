@@ -275,11 +275,23 @@ export function createStepCallLogic(services: StepCallServices) {
                   ),
               },
             },
-            invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
+            invoke: {
+              src: 'pause',
+              input: ({ context }) => ({
+                until: clock.now() + backoff(context),
+                stepId: context.request.stepId,
+              }),
+            },
             on: { resume: 'sending' },
           },
           backingOff: {
-            invoke: { src: 'pause', input: ({ context }) => ({ until: clock.now() + backoff(context) }) },
+            invoke: {
+              src: 'pause',
+              input: ({ context }) => ({
+                until: clock.now() + backoff(context),
+                stepId: context.request.stepId,
+              }),
+            },
             on: { resume: 'sending' },
           },
           /**
@@ -288,7 +300,7 @@ export function createStepCallLogic(services: StepCallServices) {
            */
           held: {
             entry: 'holdFrom',
-            invoke: { src: 'hold' },
+            invoke: { src: 'hold', input: ({ context }) => ({ stepId: context.request.stepId }) },
             on: { unheld: { target: 'sending', actions: 'unhold' } },
           },
         },

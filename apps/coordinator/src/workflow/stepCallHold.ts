@@ -8,13 +8,21 @@ import type { StepCallEvent } from './stepCall.ts';
  * resumed meanwhile). A subscription to the task's steering (`task/taskSteering.ts`), cleaned up when the call
  * leaves `held`; a step alone, with no task around it, is never held.
  */
-export const holdLogic = fromCallback<StepCallEvent>(({ sendBack, system }) => {
-  const steering = steeringOf(system);
-  if (!steering?.held) {
-    sendBack({ type: 'unheld' });
-    return;
-  }
-  return steering.listen((held) => {
-    if (!held) sendBack({ type: 'unheld' });
-  });
-});
+export const holdLogic = fromCallback<StepCallEvent, { stepId?: string } | undefined>(
+  ({ input, sendBack, system }) => {
+    const steering = steeringOf(system);
+    if (!steering?.held) {
+      sendBack({ type: 'unheld' });
+      return;
+    }
+    // Still at work while held: the messages told to it before the pause are kept until it reads them.
+    const ended = input?.stepId === undefined ? undefined : steering.atWork(input.stepId);
+    const unlisten = steering.listen((held) => {
+      if (!held) sendBack({ type: 'unheld' });
+    });
+    return () => {
+      unlisten();
+      ended?.();
+    };
+  },
+);

@@ -47,6 +47,9 @@ export function stepSendLogic(services: StepCallServices) {
         return;
       }
       const facts = runFactsOf(system);
+      const stepId = input.request.stepId;
+      // At work while this send lasts: a message told meanwhile is kept for this step until it reads it.
+      const ended = steering?.atWork(stepId);
       const abort = new AbortController();
       let settled = false;
       const stopHearing = bus.onStatus((status) => {
@@ -94,7 +97,8 @@ export function stepSendLogic(services: StepCallServices) {
           // run's reads do not count: the workflow's retry of the step is a fresh run with a journal of its own
           // (`-r<n>`), which must be given them again. A retryable reply (paused, say) is sent again under the same
           // id, whose journal holds what was read.
-          if (reply.toldRead && (reply.ok || isRetryable(reply.error.code))) steering?.read(reply.toldRead);
+          if (reply.toldRead && (reply.ok || isRetryable(reply.error.code)))
+            steering?.read(reply.toldRead, stepId);
           sendBack({ type: 'replied', reply });
         },
         (error: unknown) => {
@@ -105,6 +109,7 @@ export function stepSendLogic(services: StepCallServices) {
       // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
       return () => {
         stopHearing();
+        ended?.();
         if (!settled) abort.abort();
       };
     }),
@@ -119,7 +124,7 @@ function steered(
   request: AgentStepRequest,
   steering: TaskSteering,
 ): Pick<AgentStepRequest, 'told' | 'budget'> {
-  const told = steering.told;
+  const told = steering.toldFor(request.stepId);
   const deadline = request.budget?.deadline;
   return {
     ...(told.length > 0 ? { told: [...told] } : {}),

@@ -65,6 +65,33 @@ describe("a task's steering", () => {
     expect(heard).toEqual([true, false]);
   });
 
+  it('keeps a message one step read for the other steps at work when it was told, and for them only', async () => {
+    const steering = new TaskSteering();
+    const left = steering.atWork('s.left.1');
+    const right = steering.atWork('s.right.1');
+    steering.tell('one', AT);
+    steering.read(['m-1'], 's.left.1');
+    expect(steering.toldFor('s.right.1').map((m) => m.id)).toEqual(['m-1']);
+    expect(steering.toldFor('s.later.1')).toEqual([]);
+    left();
+    // One part of a step's call replaced by another in the same transition: the step is still at work.
+    right();
+    const held = steering.atWork('s.right.1');
+    await Promise.resolve();
+    expect(steering.told.map((m) => m.id)).toEqual(['m-1']);
+    steering.read(['m-1'], 's.right.1');
+    expect(steering.told).toEqual([]);
+    held();
+    // A step that ends without reading what it was told to no longer holds it.
+    const alone = steering.atWork('s.alone.1');
+    steering.tell('two', AT);
+    steering.read(['m-2'], 's.other.1');
+    expect(steering.told.map((m) => m.id)).toEqual(['m-2']);
+    alone();
+    await Promise.resolve();
+    expect(steering.told).toEqual([]);
+  });
+
   it('refuses a message past the most it keeps unread, by count or by size', () => {
     const steering = new TaskSteering();
     expect(steering.refusal('x'.repeat(MAX_UNREAD_TOLD_BYTES + 1))).toMatch(/over the 256 KiB it keeps/);
