@@ -540,6 +540,8 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       ['bo', 'troupe.approvals.demo.t-1.ap-1'],
       ['bo', 'troupe.steer.demo.t-1'],
       ['front', 'troupe.steer.gated.t-1'],
+      // A restart's or fork's input is checked against its origin version's schema.
+      ['front', '$JS.API.DIRECT.GET.KV_versions.$KV.versions.demo.x'],
       ['executor', 'troupe.events.demo.t-1.tool.call'],
       ['coordinator', 'troupe.events.demo.t-1.task.completed'],
     ];

@@ -204,6 +204,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             subjects.sessionSummary('*', '*'),
             ...kvRead(BUCKETS.workflows),
             ...kvRead(BUCKETS.pipelines),
+            // A restart's or fork's input is checked against the input schema of its origin's version.
+            ...kvRead(BUCKETS.versions),
             ...kvReadWrite(BUCKETS.approvals, '>'),
             ...kvReadWrite(BUCKETS.sessions, '>'),
             // Marks of the tasks it submits, read and cancelled before a coordinator claims them.
