@@ -362,10 +362,19 @@ function controlFailure(error: unknown, record: WorkflowRecord, subject: string)
   if (refusal?.success) {
     return new OperationError(REFUSAL_CODE[refusal.data], (error as Error).message, { cause: error });
   }
-  if (TransportError.is(error, 'no_responders') || TransportError.is(error, 'timeout')) {
+  if (TransportError.is(error, 'no_responders')) {
     return new OperationError(
       'no_coordinator',
       `no coordinator answered for task ${record.taskId} (it is at ${record.state}); none is running on this server`,
+      { cause: error },
+    );
+  }
+  // Heard, maybe by a coordinator too busy to answer in time: what was asked may have been recorded all the same.
+  if (TransportError.is(error, 'timeout')) {
+    return new OperationError(
+      'no_coordinator',
+      `no coordinator answered for task ${record.taskId} (it is at ${record.state}) in time; what was asked may still ` +
+        `have been taken: look at the task (troupe status ${record.taskId}) before asking again`,
       { cause: error },
     );
   }

@@ -2,7 +2,7 @@ import { BUCKETS, type ErrorReply, subjects, WorkflowRecord } from '@troupe/prot
 import { type JetStreamBus, KvStore } from '@troupe/runtime/bus';
 import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { cancelTask } from '../src/taskOperations.ts';
+import { cancelTask, tellTask } from '../src/taskOperations.ts';
 
 let nats: TestNats;
 let bus: JetStreamBus;
@@ -69,4 +69,39 @@ describe("a cancel the coordinator refuses, through a bus another bundle's runti
       served.unsubscribe();
     }
   });
+});
+
+describe('a steering message its coordinator takes but does not answer in time', () => {
+  it('says it may have been taken, not that no coordinator runs', async () => {
+    const now = new Date().toISOString();
+    const store = await KvStore.open(bus, BUCKETS.workflows, WorkflowRecord);
+    await store.put('slow-1', {
+      taskId: 'slow-1',
+      pipeline: 'demo',
+      streamSequence: 2,
+      status: 'running',
+      state: 'plan',
+      goal: 'g',
+      round: 1,
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+      createdAt: now,
+      updatedAt: now,
+    });
+    // A coordinator that takes the message (it may record it) and is too slow to answer.
+    const heard: string[] = [];
+    const served = coordinator.subscribeText(subjects.steer('demo', 'slow-1'), (d) => {
+      heard.push(d.data);
+    });
+    await coordinator.flush();
+    try {
+      const told = tellTask(bus, 'slow-1', 'use v2');
+      await expect(told).rejects.toMatchObject({ name: 'OperationError', code: 'no_coordinator' });
+      const error = await told.catch((e: Error) => e);
+      expect(heard).toHaveLength(1);
+      expect((error as Error).message).toMatch(/may still have been taken/);
+      expect((error as Error).message).not.toMatch(/none is running/);
+    } finally {
+      served.unsubscribe();
+    }
+  }, 30_000);
 });
