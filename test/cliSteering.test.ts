@@ -1,11 +1,8 @@
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
 import { BUCKETS, type ControlMessage, subjects, WorkflowRecord } from '@troupe/protocol';
 import { ensureTroupeStreams, KvStore, NatsBus } from '@troupe/runtime';
 import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
-import { repoRoot } from './support/harness.ts';
 
 /** What the stand-in coordinator heard, with the task it was for. */
 const heard: { taskId: string; message: ControlMessage }[] = [];
@@ -105,18 +102,13 @@ describe('troupe pause, resume and tell', () => {
 
   it('tell reads the message from standard input for -', async () => {
     heard.length = 0;
-    const child = spawn(
-      process.execPath,
-      [join(repoRoot, 'apps/cli/bin/troupe.mjs'), 'tell', 'cli-work', '-'],
-      {
-        env,
-        stdio: ['pipe', 'pipe', 'pipe'],
-      },
+    const { code, stdout } = await troupe(
+      ['tell', 'cli-work', '-'],
+      env,
+      30_000,
+      undefined,
+      'first line\nsecond line\n',
     );
-    let stdout = '';
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stdin.end('first line\nsecond line\n');
-    const code = await new Promise((resolve) => child.on('close', resolve));
     expect({ code, stdout }).toMatchObject({
       code: 0,
       stdout: expect.stringContaining('cli-work: told (m-1)'),

@@ -30,19 +30,22 @@ export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { ...env, TROUPE_LOG_LEVEL: 'warn', ...extra };
 }
 
-/** Runs `troupe <args>` to completion, in `cwd` (the repository by default). */
+/** Runs `troupe <args>` to completion, in `cwd` (the repository by default), with `stdin` as its standard input. */
 export function troupe(
   args: string[],
   env = cliEnv(),
   timeoutMs = 30_000,
   cwd = repoRoot,
+  stdin?: string,
 ): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [bin, ...args], {
       cwd,
       env,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe'],
     });
+    // Nothing given: standard input is at its end at once, as /dev/null is.
+    child.stdin.end(stdin ?? '');
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
