@@ -90,7 +90,7 @@ describe('a steering message its coordinator takes but does not answer in time',
     // A coordinator that takes the message (it may record it) and is too slow to answer.
     const heard: string[] = [];
     const served = coordinator.subscribeText(subjects.steer('demo', 'slow-1'), (d) => {
-      heard.push(d.data);
+      heard.push(d.value);
     });
     await coordinator.flush();
     try {
