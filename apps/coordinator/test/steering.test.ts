@@ -601,6 +601,76 @@ describe('tell', () => {
     await task.handled;
   });
 
+  it('takes a tell again with the same key once: the same message id, no second message or task.told', async () => {
+    const { intake, control, next, record, bus } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'task-24', goal: 'build it' });
+    const plan = await next('task-24.plan.1');
+    const tell = { action: 'tell', text: 'use v2', key: 'k-1' };
+    expect(await control('task-24', tell)).toMatchObject({ outcome: 'told', messageId: 'm-1' });
+    // The sender heard nothing in time and asks again: the answer it lost, and nothing told twice.
+    expect(await control('task-24', tell)).toEqual({
+      ok: true,
+      taskId: 'task-24',
+      outcome: 'told',
+      messageId: 'm-1',
+    });
+    // Another key is another message, even with the same text; so is a tell with no key.
+    expect(await control('task-24', { ...tell, key: 'k-2' })).toMatchObject({ messageId: 'm-2' });
+    expect(await control('task-24', { action: 'tell', text: 'use v2' })).toMatchObject({ messageId: 'm-3' });
+    const written = await record('task-24');
+    expect(written?.told?.map((m) => m.id)).toEqual(['m-1', 'm-2', 'm-3']);
+    expect(written?.toldKeys).toEqual([
+      { key: 'k-1', messageId: 'm-1' },
+      { key: 'k-2', messageId: 'm-2' },
+    ]);
+    expect(bus.eventsOf('task.told').map((e) => e.data.messageId)).toEqual(['m-1', 'm-2', 'm-3']);
+    ok(plan, 'planned', { toldRead: ['m-1', 'm-2', 'm-3'] });
+    // Read already: a retry is still answered with its id, and given to no step.
+    expect(await control('task-24', tell)).toMatchObject({ messageId: 'm-1' });
+    const build = await next('task-24.build.1');
+    expect(build.value.told).toBeUndefined();
+    ok(build);
+    await task.handled;
+  });
+
+  it('knows a tell key after a restart from the record: the retry to the new coordinator tells nothing new', async () => {
+    const first = await setUp(twoSteps);
+    const task = first.intake.deliver({ id: 'task-25', goal: 'build it' });
+    await first.next('task-25.plan.1');
+    const tell = { action: 'tell', text: 'use v2', key: 'k-1' };
+    expect(await first.control('task-25', tell)).toMatchObject({ messageId: 'm-1' });
+    // The coordinator stops (its answer lost, say); another takes the task from its record.
+    await first.runner.stop();
+    await task.handled;
+    const lease = (await first.record('task-25'))?.lease;
+    const intake = new MemoryTaskIntake();
+    running.push(
+      await startPipelineRunner({
+        bus: first.bus,
+        intake,
+        config: twoSteps,
+        store: first.store,
+        logger: createLogger({ level: 'silent' }),
+        clock: first.clock,
+        concurrency: 4,
+        stepHeartbeatMs: 10 * HOUR,
+      }),
+    );
+    const again = intake.deliver(
+      { id: 'task-25', goal: 'build it' },
+      { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await expect.poll(async () => (await first.record('task-25'))?.lease).not.toBe(lease);
+    const plan = await first.next('task-25.plan.1');
+    expect(await first.control('task-25', tell)).toMatchObject({ outcome: 'told', messageId: 'm-1' });
+    expect((await first.record('task-25'))?.told?.map((m) => m.id)).toEqual(['m-1']);
+    expect(first.bus.eventsOf('task.told')).toHaveLength(1);
+    expect(await first.control('task-25', { ...tell, key: 'k-2' })).toMatchObject({ messageId: 'm-2' });
+    ok(plan, 'planned', { toldRead: ['m-1', 'm-2'] });
+    ok(await first.next('task-25.build.1'));
+    await again.handled;
+  });
+
   it('takes a message while paused: the step sent on resume has it', async () => {
     const { intake, control, next } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'task-12', goal: 'build it' });

@@ -61,6 +61,9 @@ export const HumanRequest = z.object({
 });
 export type HumanRequest = z.infer<typeof HumanRequest>;
 
+/** How many tell keys a task keeps (the newest): a key dropped past them is a new tell. */
+export const MAX_TOLD_KEYS = 100;
+
 /**
  * A control message for a running task, on `troupe.control.<taskId>`: `cancel` it, `migrate` it to another
  * version of its pipeline (`to`: a version's hash, or a unique prefix of at least 4 digits; the newest when absent),
@@ -91,6 +94,12 @@ export const ControlMessage = z.discriminatedUnion('action', [
     action: z.literal('tell'),
     text: z.string().trim().min(1, 'must not be empty').max(100_000),
     by: z.string().max(200).optional(),
+    /**
+     * The sender's idempotency key (a uuid, say): a tell with a key the task took already is answered with that
+     * message's id and changes nothing, so a retry after a lost answer is not told twice (the task keeps its last
+     * {@link MAX_TOLD_KEYS} keys).
+     */
+    key: z.string().min(1, 'must not be empty').max(100).optional(),
   }),
 ]);
 export type ControlMessage = z.infer<typeof ControlMessage>;

@@ -7,6 +7,7 @@ export {
   ErrorReply,
   HumanAnswer,
   HumanRequest,
+  MAX_TOLD_KEYS,
   TaskEnding,
 } from './control.ts';
 export { onItsSubject, parseEvent } from './eventSubject.ts';

@@ -152,6 +152,10 @@ describe('control messages', () => {
       text: 'use v2',
     });
     expect(ControlMessage.safeParse({ action: 'tell', text: '  ' }).success).toBe(false);
+    // A tell's idempotency key: 1 to 100 characters.
+    expect(ControlMessage.parse({ action: 'tell', text: 'x', key: 'k-1' })).toMatchObject({ key: 'k-1' });
+    expect(ControlMessage.safeParse({ action: 'tell', text: 'x', key: '' }).success).toBe(false);
+    expect(ControlMessage.safeParse({ action: 'tell', text: 'x', key: 'k'.repeat(101) }).success).toBe(false);
     expect(ControlMessage.safeParse({ action: 'tell' }).success).toBe(false);
     expect(ControlMessage.safeParse({ action: 'pause', until: 5 }).success).toBe(false);
     expect(ControlMessage.safeParse({ action: 'stop' }).success).toBe(false);

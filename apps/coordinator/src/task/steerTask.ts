@@ -22,7 +22,8 @@ export function placeOf(snapshot: { value: unknown; context: { round: number } }
  * Carries out a pause, a resume or a tell on the task held here: its steering changes at once (a pause holds every
  * step not sent yet, a message goes with every step sent from now on), its record is written with it, and only then
  * is its event published and the sender answered. A record that cannot be written (the task was taken over, or NATS
- * stayed out of reach) undoes the change, and the sender hears that nothing was changed.
+ * stayed out of reach) undoes the change, and the sender hears that nothing was changed. A tell with a key the task
+ * has taken already is answered with that message's id, and tells nothing new.
  */
 export function steerTask(
   services: Pick<TaskServices, 'clock' | 'logger' | 'events' | 'bus' | 'pipeline'>,
@@ -116,7 +117,16 @@ export function steerTask(
     return;
   }
 
-  const { by, text } = signal;
+  const { by, text, key } = signal;
+  const taken = key === undefined ? undefined : steering.toldWith(key);
+  if (key !== undefined && taken !== undefined) {
+    // A retry (its answer lost, or slow): told once. Answered once the record holds the first, which may be on its way.
+    void writer.steered().then((written) => {
+      if (!written || steering.toldWith(key) !== taken) signal.answer(unrecorded('message'));
+      else signal.answer({ ok: true, taskId, outcome: 'told', messageId: taken });
+    });
+    return;
+  }
   const full = steering.refusal(text);
   if (full !== undefined) {
     signal.answer({
@@ -128,7 +138,7 @@ export function steerTask(
     });
     return;
   }
-  const message = steering.tell(text, isoNow(clock), by);
+  const message = steering.tell(text, isoNow(clock), by, key);
   void writer.steered().then((written) => {
     if (!written) {
       steering.read([message.id]);

@@ -59,6 +59,7 @@ export type RecordFields = Pick<
   | 'pausedMs'
   | 'told'
   | 'toldCount'
+  | 'toldKeys'
 >;
 
 /** The record as this delivery writes it: the task, its claim and progress, and `fields` (where the workflow is). */

@@ -27,8 +27,8 @@ export type TaskSignal =
   | { type: 'pause'; reason?: string; by?: string; answer: SteerAnswer }
   /** `troupe resume`: a held task goes on, its held steps sent again. */
   | { type: 'resume'; by?: string; answer: SteerAnswer }
-  /** `troupe tell`: a person's message for the agent at work, or the next one. */
-  | { type: 'tell'; text: string; by?: string; answer: SteerAnswer }
+  /** `troupe tell`: a person's message for the agent at work, or the next one; a retry with its `key` is taken once. */
+  | { type: 'tell'; text: string; by?: string; key?: string; answer: SteerAnswer }
   /** The task's parent task ended: the sub-task ends with it. */
   | { type: 'parentEnded'; reason: string }
   /** This process is stopping: the task is handed back, to be resumed elsewhere. */

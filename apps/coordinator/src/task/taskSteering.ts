@@ -1,4 +1,4 @@
-import type { ToldMessage, WorkflowRecord } from '@troupe/protocol';
+import { MAX_TOLD_KEYS, type ToldMessage, type WorkflowRecord } from '@troupe/protocol';
 
 /**
  * The most told messages a task keeps unread, and their most text in all (UTF-8 bytes): they ride in its record and
@@ -15,7 +15,7 @@ export interface PauseMark {
 }
 
 /** What a task's steering adds to each record its checkpoints write. */
-export type SteeringFields = Pick<WorkflowRecord, 'paused' | 'pausedMs' | 'told' | 'toldCount'>;
+export type SteeringFields = Pick<WorkflowRecord, 'paused' | 'pausedMs' | 'told' | 'toldCount' | 'toldKeys'>;
 
 /** Told when the task is held or let go: a held step call waits for `false`, a sub-task is paused with its parent. */
 export type HoldListener = (held: boolean) => void;
@@ -34,6 +34,8 @@ export class TaskSteering {
   #pausedMs: number;
   #told: ToldMessage[];
   #toldCount: number;
+  /** The keys of the latest tells, oldest first, each with its message's id: a retried tell is taken once. */
+  readonly #toldKeys: Map<string, string>;
   readonly #listeners = new Set<HoldListener>();
   /**
    * In this run only: the agent steps at work (by step id, each with its live parts: a send, a wait, a hold), and, of
@@ -58,6 +60,12 @@ export class TaskSteering {
     this.#pausedMs = record?.pausedMs ?? 0;
     this.#told = [...(record?.told ?? [])];
     this.#toldCount = record?.toldCount ?? this.#told.length;
+    this.#toldKeys = new Map((record?.toldKeys ?? []).map(({ key, messageId }) => [key, messageId]));
+  }
+
+  /** The id of the message a tell with `key` made, if the task still keeps that key. */
+  toldWith(key: string): string | undefined {
+    return this.#toldKeys.get(key);
   }
 
   /** The pause in force, if the task is held. */
@@ -180,8 +188,11 @@ export class TaskSteering {
     return undefined;
   }
 
-  /** Takes a person's message: it gets the task's next id and waits in the unread list until a step reads it. */
-  tell(text: string, at: string, by?: string): ToldMessage {
+  /**
+   * Takes a person's message: it gets the task's next id and waits in the unread list until a step reads it. Its
+   * `key`, if any, is kept with the id (the newest {@link MAX_TOLD_KEYS} are), so a tell again with it is known.
+   */
+  tell(text: string, at: string, by?: string, key?: string): ToldMessage {
     this.#toldCount += 1;
     const message: ToldMessage = {
       id: `m-${this.#toldCount}`,
@@ -190,20 +201,29 @@ export class TaskSteering {
       ...(by === undefined ? {} : { by }),
     };
     this.#told.push(message);
+    if (key !== undefined) {
+      this.#toldKeys.set(key, message.id);
+      for (const oldest of this.#toldKeys.keys()) {
+        if (this.#toldKeys.size <= MAX_TOLD_KEYS) break;
+        this.#toldKeys.delete(oldest);
+      }
+    }
     if (this.#atWork.size > 0) this.#owed.set(message.id, new Set(this.#atWork.keys()));
     return message;
   }
 
   /**
-   * Step `stepId` read these messages (no step: a message taken back): later steps are not given them again, and
-   * they are dropped once every other step at work when they were told has read them or ended.
+   * Step `stepId` read these messages (no step: a message taken back, its key with it): later steps are not given
+   * them again, and they are dropped once every other step at work when they were told has read them or ended.
    */
   read(ids: readonly string[], stepId?: string): void {
     if (ids.length === 0) return;
     for (const id of ids) {
       if (!this.#told.some((m) => m.id === id)) continue;
-      if (stepId === undefined) this.#owed.delete(id);
-      else this.#owed.get(id)?.delete(stepId);
+      if (stepId === undefined) {
+        this.#owed.delete(id);
+        for (const [key, messageId] of this.#toldKeys) if (messageId === id) this.#toldKeys.delete(key);
+      } else this.#owed.get(id)?.delete(stepId);
       this.#readOnce.add(id);
     }
     this.#prune();
@@ -241,6 +261,9 @@ export class TaskSteering {
       ...(this.#pausedMs > 0 ? { pausedMs: this.#pausedMs } : {}),
       ...(this.#told.length > 0 ? { told: [...this.#told] } : {}),
       ...(this.#toldCount > 0 ? { toldCount: this.#toldCount } : {}),
+      ...(this.#toldKeys.size > 0
+        ? { toldKeys: [...this.#toldKeys].map(([key, messageId]) => ({ key, messageId })) }
+        : {}),
     };
   }
 

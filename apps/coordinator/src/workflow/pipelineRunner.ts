@@ -373,7 +373,10 @@ function steerSignal(
   answer: SteerAnswer,
 ): TaskSignal {
   const by = message.by === undefined ? {} : { by: message.by };
-  if (message.action === 'tell') return { type: 'tell', text: message.text, ...by, answer };
+  if (message.action === 'tell') {
+    const key = message.key === undefined ? {} : { key: message.key };
+    return { type: 'tell', text: message.text, ...by, ...key, answer };
+  }
   if (message.action === 'resume') return { type: 'resume', ...by, answer };
   return {
     type: 'pause',

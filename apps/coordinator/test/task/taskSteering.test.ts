@@ -1,3 +1,4 @@
+import { MAX_TOLD_KEYS } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { MAX_UNREAD_TOLD, MAX_UNREAD_TOLD_BYTES, TaskSteering } from '../../src/task/taskSteering.ts';
 
@@ -33,6 +34,27 @@ describe("a task's steering", () => {
     expect(restored.told.map((m) => m.text)).toEqual(['two']);
     // Ids go on from the count, not from what is unread: m-1 is never given again.
     expect(restored.tell('three', AT).id).toBe('m-3');
+  });
+
+  it("keeps the newest tells' keys with their ids, from a record too, and forgets a key whose message is taken back", () => {
+    const steering = new TaskSteering();
+    for (let n = 1; n <= MAX_TOLD_KEYS + 1; n += 1) steering.tell(`message ${n}`, AT, undefined, `key-${n}`);
+    steering.read(
+      steering.told.map((m) => m.id),
+      'task-1.plan.1',
+    );
+    // Past the bound the oldest key is dropped: a tell again with it would be a new message.
+    expect(steering.toldWith('key-1')).toBeUndefined();
+    expect(steering.toldWith('key-2')).toBe('m-2');
+    const keys = steering.fields().toldKeys;
+    expect(keys).toHaveLength(MAX_TOLD_KEYS);
+    expect(keys?.at(-1)).toEqual({ key: `key-${MAX_TOLD_KEYS + 1}`, messageId: `m-${MAX_TOLD_KEYS + 1}` });
+    const restored = new TaskSteering(steering.fields());
+    expect(restored.toldWith(`key-${MAX_TOLD_KEYS + 1}`)).toBe(`m-${MAX_TOLD_KEYS + 1}`);
+    // A message whose record could not be written is taken back, its key with it: the retry is a tell of its own.
+    const lost = restored.tell('lost', AT, undefined, 'key-lost');
+    restored.read([lost.id]);
+    expect(restored.toldWith('key-lost')).toBeUndefined();
   });
 
   it('takes back a pause that could not be recorded, letting held steps go', () => {
