@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { WorkflowRecord } from '@troupe/protocol';
 import {
   BUCKETS,
@@ -282,31 +283,41 @@ export async function resumeTask(
 /**
  * Tells a running task something: recorded before the answer, the agent at work reads it before its next model call
  * (the next agent step does, when none is at work), as a user turn. Answers with the message's id, which the task's
- * `task.told` and `agent.told` events name.
+ * `task.told` and `agent.told` events name, and the tell's key: `key` when given, else a new uuid. A tell again with
+ * the same key is answered with the same id and tells nothing new, so a tell whose answer was lost (the error says
+ * its key) is retried safely with it.
  */
 export async function tellTask(
   bus: JetStreamBus,
   taskId: string,
   text: string,
-  options: SteerOptions = {},
-): Promise<{ messageId: string }> {
+  options: SteerOptions & { key?: string } = {},
+): Promise<{ messageId: string; key: string }> {
+  const key = options.key ?? randomUUID();
   const message = ControlMessage.safeParse({
     action: 'tell',
     text,
     ...(options.by ? { by: options.by } : {}),
+    key,
   });
   if (!message.success) {
     const problems = formatIssues(message.error.issues).map((i) => `${i.path || 'message'}: ${i.message}`);
     throw new OperationError('invalid_request', `cannot tell task ${taskId}: ${problems.join('; ')}`);
   }
-  const receipt = await steer(bus, taskId, 'tell', message.data);
+  const receipt = await steer(
+    bus,
+    taskId,
+    'tell',
+    message.data,
+    `tell it again with key ${key} and it is told once`,
+  );
   if (!receipt.messageId) {
     throw new OperationError(
       'unavailable',
       `the coordinator running task ${taskId} took the message but did not say its id; see troupe logs ${taskId}`,
     );
   }
-  return { messageId: receipt.messageId };
+  return { messageId: receipt.messageId, key };
 }
 
 /** Sends a pause, resume or tell to the coordinator running a task, after the task's record says it may take one. */
@@ -315,6 +326,8 @@ async function steer(
   taskId: string,
   action: 'pause' | 'resume' | 'tell',
   message: ControlMessage,
+  /** What to do when the message was heard but not answered: how to ask again safely, if there is a way. */
+  again?: string,
 ): Promise<ControlReceipt> {
   const record = await readTask(bus, taskId);
   if (record.status !== 'running') {
@@ -328,7 +341,7 @@ async function steer(
       meta: { taskId, from: 'user', kind: action },
     });
   } catch (error) {
-    throw controlFailure(error, record, subject);
+    throw controlFailure(error, record, subject, again);
   }
 }
 
@@ -347,7 +360,12 @@ const REFUSAL_CODE: Record<ControlRefusal, OperationErrorCode> = {
 };
 
 /** Why a control message to a task's coordinator changed nothing, as an `OperationError` a user can act on. */
-function controlFailure(error: unknown, record: WorkflowRecord, subject: string): OperationError {
+function controlFailure(
+  error: unknown,
+  record: WorkflowRecord,
+  subject: string,
+  again?: string,
+): OperationError {
   // The server refused this client's NATS user the subject: a role that may not (an approver cancelling, or steering
   // another pipeline's tasks). Said plainly: nats.js says only "Permissions Violation".
   if (isPermissionRefusal(error)) {
@@ -374,7 +392,7 @@ function controlFailure(error: unknown, record: WorkflowRecord, subject: string)
     return new OperationError(
       'no_coordinator',
       `no coordinator answered for task ${record.taskId} (it is at ${record.state}) in time; what was asked may still ` +
-        `have been taken: look at the task (troupe status ${record.taskId}) before asking again`,
+        `have been taken: ${again ?? `look at the task (troupe status ${record.taskId}) before asking again`}`,
       { cause: error },
     );
   }

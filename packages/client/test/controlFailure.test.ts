@@ -100,6 +100,15 @@ describe('a steering message its coordinator takes but does not answer in time',
       expect(heard).toHaveLength(1);
       expect((error as Error).message).toMatch(/may still have been taken/);
       expect((error as Error).message).not.toMatch(/none is running/);
+      // The tell went with a key of its own, which the error says, so a retry with it is told once.
+      const { key } = JSON.parse(heard[0] ?? '{}') as { key?: string };
+      expect(key).toMatch(/^[0-9a-f-]{36}$/);
+      expect((error as Error).message).toContain(`tell it again with key ${key} and it is told once`);
+      // The retry sends the key it is given.
+      await expect(tellTask(bus, 'slow-1', 'use v2', { key: key ?? '' })).rejects.toMatchObject({
+        code: 'no_coordinator',
+      });
+      expect(heard.map((h) => (JSON.parse(h) as { key?: string }).key)).toEqual([key, key]);
     } finally {
       served.unsubscribe();
     }

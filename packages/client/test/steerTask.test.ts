@@ -88,18 +88,24 @@ describe('pause, resume and tell, through the coordinator running the task', () 
     subjectsHeard.length = 0;
     await pauseTask(bus, 'steer-1', { reason: 'wrong API', by: 'ana' });
     await resumeTask(bus, 'steer-held', { by: 'ana' });
-    await expect(tellTask(bus, 'steer-1', 'use the v2 API', { by: 'ana' })).resolves.toEqual({
+    await expect(tellTask(bus, 'steer-1', 'use the v2 API', { by: 'ana', key: 'k-1' })).resolves.toEqual({
       messageId: 'told-1',
+      key: 'k-1',
     });
+    // With no key given, the tell makes one of its own and says it.
+    const { key } = await tellTask(bus, 'steer-1', 'and log it');
+    expect(key).toMatch(/^[0-9a-f-]{36}$/);
     expect(heard).toEqual([
       { action: 'pause', reason: 'wrong API', by: 'ana' },
       { action: 'resume', by: 'ana' },
-      { action: 'tell', text: 'use the v2 API', by: 'ana' },
+      { action: 'tell', text: 'use the v2 API', by: 'ana', key: 'k-1' },
+      { action: 'tell', text: 'and log it', key },
     ]);
     // On the pipeline's steering subject, which NATS permissions can grant for some pipelines only.
     expect(subjectsHeard).toEqual([
       'troupe.steer.demo.steer-1',
       'troupe.steer.demo.steer-held',
+      'troupe.steer.demo.steer-1',
       'troupe.steer.demo.steer-1',
     ]);
   });
