@@ -44,6 +44,7 @@ describe('troupe pause, resume and tell', () => {
       }),
     );
     await store.put('cli-done', record('cli-done', { status: 'completed', state: 'done' }));
+    await store.put('cli-slow', record('cli-slow'));
     // A stand-in for the coordinator running the tasks, answering as one does: cli-held is held, cli-work is not.
     for (const subject of [subjects.allControl, subjects.allSteer]) {
       coordinator.subscribeText(subject, (delivery) => {
@@ -52,6 +53,8 @@ describe('troupe pause, resume and tell', () => {
         heard.push({ taskId, message });
         const held = taskId === 'cli-held';
         const refuse = (code: string, text: string) => ({ ok: false, error: { code, message: text } });
+        // Its coordinator takes the message (it may record it) but its answer never comes.
+        if (taskId === 'cli-slow') return;
         if (message.action === 'tell')
           return delivery.respond({ ok: true, taskId, outcome: 'told', messageId: 'm-1' });
         if (message.action === 'pause')
@@ -95,7 +98,12 @@ describe('troupe pause, resume and tell', () => {
       { taskId: 'cli-held', message: { action: 'resume', by: 'ana' } },
       {
         taskId: 'cli-work',
-        message: { action: 'tell', text: 'use the v2 API', by: expect.stringContaining('@') },
+        message: {
+          action: 'tell',
+          text: 'use the v2 API',
+          by: expect.stringContaining('@'),
+          key: expect.stringMatching(/^[0-9a-f-]{36}$/),
+        },
       },
     ]);
   });
@@ -155,4 +163,19 @@ describe('troupe pause, resume and tell', () => {
     expect(running.stdout).toContain('cli-held');
     expect(running.stdout).toContain('cli-work');
   });
+
+  // Last: its wait for an answer makes the paused task's time in `status` above longer than it says.
+  it('tell with no answer in time prints its key, and told again with --key sends that key', async () => {
+    heard.length = 0;
+    const slow = await troupe(['tell', 'cli-slow', 'use', 'v2'], env);
+    expect(slow.code).toBe(1);
+    const key = heard[0]?.message.action === 'tell' ? heard[0].message.key : undefined;
+    expect(key).toMatch(/^[0-9a-f-]{36}$/);
+    expect(slow.stderr).toContain('may still have been taken');
+    expect(slow.stderr).toContain(`troupe tell cli-slow --key ${key} <message>`);
+    expect(slow.stderr).not.toContain('start one with troupe up');
+    const again = await troupe(['tell', 'cli-work', 'use', 'v2', '--key', key ?? ''], env);
+    expect(again).toMatchObject({ code: 0, stdout: expect.stringContaining('cli-work: told (m-1)') });
+    expect(heard[1]?.message).toEqual({ action: 'tell', text: 'use v2', by: expect.any(String), key });
+  }, 60_000);
 });

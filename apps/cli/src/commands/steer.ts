@@ -1,6 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import { hostname, userInfo } from 'node:os';
 import { text as readAll } from 'node:stream/consumers';
 import { OperationError, pauseTask, resumeTask, tellTask } from '@troupe/client';
+import { TransportError } from '@troupe/runtime/bus';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 
 export interface SteerOptions extends ServerOptions {
@@ -36,10 +38,19 @@ export async function resume(taskId: string, options: SteerOptions): Promise<num
  * `troupe tell`: a person's message for the agent at work, which reads it before its next model call (the next agent
  * step does when none is at work). The words are the message, or standard input when the only word is `-`.
  */
-export async function tell(taskId: string, words: string[], options: SteerOptions): Promise<number> {
+export async function tell(
+  taskId: string,
+  words: string[],
+  options: SteerOptions & { key?: string },
+): Promise<number> {
   const message = await messageOf(words);
-  const { messageId } = await steer(options, 'troupe-tell', (bus) =>
-    tellTask(bus, taskId, message, { by: options.by ?? whoAmI() }),
+  // Made here when not given, so that a tell whose answer was lost can be told again with it and is told once.
+  const key = options.key ?? randomUUID();
+  const { messageId } = await steer(
+    options,
+    'troupe-tell',
+    (bus) => tellTask(bus, taskId, message, { by: options.by ?? whoAmI(), key }),
+    `to tell it again, told once however often: troupe tell ${taskId} --key ${key} <message>`,
   );
   process.stdout.write(
     `${taskId}: told (${messageId}); the agent at work reads it before its next model call\n`,
@@ -47,15 +58,24 @@ export async function tell(taskId: string, words: string[], options: SteerOption
   return 0;
 }
 
+/**
+ * Runs `act` on a bus of its own. `again`, when given, says how to ask again safely, for a failure after which what
+ * was asked may have been taken or may be taken once its coordinator runs: no answer in time, or none running it now.
+ */
 async function steer<T>(
   options: SteerOptions,
   name: string,
   act: (bus: Awaited<ReturnType<typeof connectCli>>) => Promise<T>,
+  again?: string,
 ): Promise<T> {
   const bus = await connectCli(options, name);
   try {
     return await act(bus).catch((error) => {
-      if (OperationError.is(error, 'no_coordinator'))
+      // Heard but not answered: a coordinator runs, too slow (or stopped since), so starting one is no advice.
+      const unanswered = OperationError.is(error) && TransportError.is(error.cause, 'timeout');
+      if (again !== undefined && (unanswered || OperationError.is(error, 'unavailable')))
+        throw new CliError(`${error.message}; ${again}`);
+      if (OperationError.is(error, 'no_coordinator') && !unanswered)
         throw new CliError(`${error.message} — start one with troupe up`);
       return explain(error);
     });

@@ -102,6 +102,10 @@ function declareSteering(program: Command): void {
     .argument('<task-id>', 'the task')
     .argument('<message...>', 'the message ("-": read it from standard input)')
     .option('--by <name>', 'who tells it (default: user@host)')
+    .option(
+      '--key <key>',
+      "the tell's idempotency key (default: a new uuid, printed if no answer came): told again with it, the task is told once",
+    )
     .addOption(homeOption())
     .addOption(serverOption())
     .action(
