@@ -35,18 +35,17 @@ describe('the A2A server tells a working task what a message to it says', () => 
     );
     await waitUntil(() => kinds(env.h.eventsOf(task.id)).includes('llm.request'));
 
-    const told = asTask(
-      await client.sendMessage(
-        send([text('use the v2 API, not v1')], {
-          taskId: task.id,
-          contextId: task.contextId,
-          returnImmediately: true,
-        }),
-      ),
-    );
+    const request = send([text('use the v2 API, not v1')], {
+      taskId: task.id,
+      contextId: task.contextId,
+      returnImmediately: true,
+    });
+    const told = asTask(await client.sendMessage(request));
     expect(told.id).toBe(task.id);
     expect(stateName(told.status?.state)).toBe('WORKING');
     await waitUntil(() => ofKind(env.h.eventsOf(task.id), 'task.told').length === 1);
+    // Sent again (its answer lost, say): the same messageId is the same tell, so the task is told once.
+    expect(stateName(asTask(await client.sendMessage(request)).status?.state)).toBe('WORKING');
     expect(ofKind(env.h.eventsOf(task.id), 'task.told')[0]?.data).toMatchObject({
       text: 'use the v2 API, not v1',
       by: 'ops',

@@ -15,6 +15,8 @@ const TOKENS = {
 
 /** What the stand-in coordinator heard, with the task it was for. */
 const heard: { taskId: string; message: ControlMessage }[] = [];
+/** The message id each tell key got, as a coordinator keeps them: a tell again with a key is not a new message. */
+const toldKeys = new Map<string, string>();
 
 /**
  * A stand-in for the coordinator running the tasks: it answers as a real one does — `paused-1` is held already,
@@ -38,8 +40,11 @@ function answer(taskId: string, message: ControlMessage): unknown {
       return held
         ? { ok: true, taskId, outcome: 'resumed' }
         : refuse('not_paused', `task ${taskId} is not paused; nothing was changed`);
-    case 'tell':
-      return { ok: true, taskId, outcome: 'told', messageId: `told-${heard.length}` };
+    case 'tell': {
+      const messageId = toldKeys.get(`${taskId} ${message.key}`) ?? `told-${heard.length}`;
+      toldKeys.set(`${taskId} ${message.key}`, messageId);
+      return { ok: true, taskId, outcome: 'told', messageId };
+    }
     default:
       return refuse('not_running', 'not here');
   }
@@ -151,7 +156,10 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
     expect(heard).toEqual([
       { taskId: 'work-1', message: { action: 'pause', reason: 'wrong API', by: 'ana' } },
       { taskId: 'paused-1', message: { action: 'resume', by: 'ana' } },
-      { taskId: 'work-1', message: { action: 'tell', text: 'use the v2 API', by: 'Ana (token ana)' } },
+      {
+        taskId: 'work-1',
+        message: { action: 'tell', text: 'use the v2 API', by: 'Ana (token ana)', key: expect.any(String) },
+      },
       { taskId: 'work-1', message: { action: 'pause', by: 'ops' } },
     ]);
   });
@@ -238,14 +246,52 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
       expect(await ws.next((m) => m.id === 'x')).toMatchObject({ ok: false, error: { code: 'not_found' } });
       ws.send({ type: 'tell', id: 'e', taskId: 'work-1', text: '' });
       expect(await ws.next((m) => m.type === 'error')).toMatchObject({ error: { code: 'invalid_message' } });
+      for (const id of ['k1', 'k2']) {
+        ws.send({ type: 'tell', id, taskId: 'work-1', text: 'again', idempotencyKey: 'ws-key' });
+      }
+      const first = await ws.next((m) => m.id === 'k1');
+      expect(await ws.next((m) => m.id === 'k2')).toMatchObject({ ok: true, result: first.result });
     } finally {
       ws.close();
     }
     expect(heard).toEqual([
       { taskId: 'work-1', message: { action: 'pause', reason: 'hold on', by: 'ana' } },
       { taskId: 'work-1', message: { action: 'resume', by: 'ana' } },
-      { taskId: 'work-1', message: { action: 'tell', text: 'v2, please', by: 'Ana (token ana)' } },
+      {
+        taskId: 'work-1',
+        message: { action: 'tell', text: 'v2, please', by: 'Ana (token ana)', key: expect.any(String) },
+      },
+      { taskId: 'work-1', message: expect.objectContaining({ action: 'tell', text: 'again' }) },
+      { taskId: 'work-1', message: expect.objectContaining({ action: 'tell', text: 'again' }) },
     ]);
+    // The same idempotencyKey twice: the same key sent, so one message.
+    expect(heard[3]?.message).toEqual(heard[4]?.message);
+  });
+
+  it('sends a tell with an Idempotency-Key with the same key each time, per token: a retry is told once', async () => {
+    heard.length = 0;
+    const tell = async (token: keyof typeof TOKENS, key: string) => {
+      const response = await fetch(`${gateway.url}/v1/tasks/work-1/tell`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${TOKENS[token]}`,
+          'content-type': 'application/json',
+          'idempotency-key': key,
+        },
+        body: JSON.stringify({ text: 'use v2' }),
+      });
+      return { status: response.status, body: await response.json() };
+    };
+    const first = await tell('ana', 'retry-1');
+    expect(first).toMatchObject({ status: 200, body: { taskId: 'work-1', messageId: expect.any(String) } });
+    expect(await tell('ana', 'retry-1')).toEqual(first);
+    // Another key, or the same key from another token, is a tell of its own.
+    expect((await tell('ana', 'retry-2')).body.messageId).not.toBe(first.body.messageId);
+    expect((await tell('admin', 'retry-1')).body.messageId).not.toBe(first.body.messageId);
+    const keys = heard.map(({ message }) => (message.action === 'tell' ? message.key : undefined));
+    expect(keys[0]).toMatch(/^g-/);
+    expect(keys[1]).toBe(keys[0]);
+    expect(new Set(keys).size).toBe(3);
   });
 
   it('lists the routes in the OpenAPI document', async () => {

@@ -730,12 +730,15 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       timeout: 20_000,
       interval: 100,
     });
-    const told = await client.callTool({
+    const tell = {
       name: 'troupe_tell',
-      arguments: { taskId, text: 'use the v2 API, not v1' },
-    });
+      arguments: { taskId, text: 'use the v2 API, not v1', idempotencyKey: 'k1' },
+    };
+    const told = await client.callTool(tell);
     expect(told.isError).toBeFalsy();
     expect(told.structuredContent).toEqual({ taskId, messageId: expect.any(String) });
+    // Called again with its idempotencyKey (its answer lost, say): the same message, told once.
+    expect((await client.callTool(tell)).structuredContent).toEqual(told.structuredContent);
     await vi.waitFor(() => expect(ofKind(h.eventsOf(taskId), 'task.told')).toHaveLength(1), {
       timeout: 10_000,
     });
@@ -752,6 +755,7 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     const late = await client.callTool({ name: 'troupe_tell', arguments: { taskId, text: 'too late' } });
     expect(late.isError).toBe(true);
     expect(JSON.stringify(late.content)).toContain('already cancelled; nothing to tell');
+    expect(ofKind(h.eventsOf(taskId), 'task.told')).toHaveLength(1);
   });
 
   it('runs examples/mcpClient.ts, as docs/interop.md shows it', async () => {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import {
   buildTaskTrace,
   cancelQueued,
@@ -278,10 +279,21 @@ export class GatewayActions {
     return { taskId, status: 'running' };
   }
 
-  /** Tells the agent at work a person's message, recorded before the answer (`approve` scope, as {@link pause}). */
-  async tell(who: Principal, taskId: string, body: TellBody): Promise<TellResult> {
+  /**
+   * Tells the agent at work a person's message, recorded before the answer (`approve` scope, as {@link pause}). With
+   * an idempotency key, a retry is answered with the first message's id and tells nothing new.
+   */
+  async tell(
+    who: Principal,
+    taskId: string,
+    body: TellBody,
+    options: { idempotencyKey?: string } = {},
+  ): Promise<TellResult> {
     await this.#steerable(who, taskId, 'tell');
-    const { messageId } = await tellTask(this.#bus, taskId, body.text, { by: steeredBy(who, body.by) });
+    const { messageId } = await tellTask(this.#bus, taskId, body.text, {
+      by: steeredBy(who, body.by),
+      ...(options.idempotencyKey ? { key: tellKey(who, options.idempotencyKey) } : {}),
+    });
     return { taskId, messageId };
   }
 
@@ -615,4 +627,13 @@ function finalEventOf(bus: JetStreamBus, taskId: string, pipeline: string, stopp
     },
     stop: () => subscription.unsubscribe(),
   };
+}
+
+/**
+ * The key a tell is sent with: the caller's, per token (two callers' equal keys are two tells), of a bounded length
+ * whatever the caller's is. A plain hash, not the id secret's HMAC: a gateway without a secret makes a new one when it
+ * restarts, and a tell retried through it then must still be known.
+ */
+function tellKey(who: Principal, key: string): string {
+  return `g-${createHash('sha256').update(`${who.name}\n${key}`).digest('base64url').slice(0, 32)}`;
 }

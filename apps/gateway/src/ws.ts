@@ -126,7 +126,12 @@ export class WsSession {
       case 'resume':
         return this.#actions.resume(who, message.taskId, by(message));
       case 'tell':
-        return this.#actions.tell(who, message.taskId, { text: message.text, ...by(message) });
+        return this.#actions.tell(
+          who,
+          message.taskId,
+          { text: message.text, ...by(message) },
+          keyed(message),
+        );
       case 'restart':
         return this.#actions.restart(
           who,

@@ -168,7 +168,13 @@ export class MessageIntake {
         `task ${record.taskId} is working: a message to it is told to its agent as text, so send text parts only`,
       );
     }
-    await this.#services.actions.tell(this.#caller.who, record.taskId, { text: given.goal });
+    // Its messageId is the key: a client sending the message again (its answer lost) tells the task once.
+    await this.#services.actions.tell(
+      this.#caller.who,
+      record.taskId,
+      { text: given.goal },
+      { idempotencyKey: `a2a\n${message.messageId}` },
+    );
     return { ref, pipeline: record.pipeline, record, message };
   }
 

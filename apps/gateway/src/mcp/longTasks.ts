@@ -141,11 +141,13 @@ export function registerTellTool(server: McpServer, deps: LongTaskDeps): Registe
       inputSchema: TellToolInput,
       outputSchema: TellToolResult,
     },
-    async ({ taskId, text }, ctx) => {
-      const told = await actions.tell(who, taskId, {
-        text,
-        by: `MCP client ${deps.clientName(ctx)}`.slice(0, 100),
-      });
+    async ({ taskId, text, idempotencyKey }, ctx) => {
+      const told = await actions.tell(
+        who,
+        taskId,
+        { text, by: `MCP client ${deps.clientName(ctx)}`.slice(0, 100) },
+        idempotencyKey === undefined ? {} : { idempotencyKey },
+      );
       return {
         content: [{ type: 'text', text: `told task ${taskId} (${told.messageId})` }],
         structuredContent: told,

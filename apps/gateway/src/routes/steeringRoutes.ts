@@ -76,13 +76,15 @@ export const steeringRoutes: FastifyPluginAsyncZod<GatewayServices> = async (
         description:
           'A message for the agent at work: it reads it before its next model call, as a user turn (the next agent ' +
           'step does when none is at work). Recorded before the answer, so a crash neither loses nor repeats it; the ' +
-          "answer's `messageId` is the one the task's `task.told` and `agent.told` events name.",
+          "answer's `messageId` is the one the task's `task.told` and `agent.told` events name. An " +
+          "`Idempotency-Key` makes a retry tell nothing new: it is answered with the first message's id (the task " +
+          'knows its last 100 keys).',
         params: TaskParams,
         body: TellBody,
         response: { 200: TellResult, ...REFUSALS },
       },
     },
-    async (request) => actions.tell(principalOf(request), request.params.id, request.body),
+    async (request) => actions.tell(principalOf(request), request.params.id, request.body, keyOf(request)),
   );
 
   app.post(

@@ -61,6 +61,12 @@ export const TellToolInput = z.object({
     .min(1)
     .max(100_000)
     .describe('what to tell the agent at work: it reads it before its next model call'),
+  idempotencyKey: z
+    .string()
+    .min(1)
+    .max(200)
+    .optional()
+    .describe('any unique string (a uuid): calling again with it, after an error, tells the task only once'),
 });
 export type TellToolInput = z.infer<typeof TellToolInput>;
 

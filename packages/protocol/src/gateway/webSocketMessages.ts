@@ -47,6 +47,8 @@ export const ClientMessage = z.discriminatedUnion('type', [
     taskId: TaskId,
     text: z.string().trim().min(1, 'must not be empty').max(100_000),
     by: By,
+    /** A retry with the same key tells nothing new (per token), as the HTTP route's `Idempotency-Key`. */
+    idempotencyKey: z.string().min(1).max(200).optional(),
   }),
   /** Run an ended task again from a step, as a new task (the reply's `taskId`). */
   z.strictObject({
