@@ -664,7 +664,8 @@ describe('tell', () => {
     const plan = await first.next('task-25.plan.1');
     expect(await first.control('task-25', tell)).toMatchObject({ outcome: 'told', messageId: 'm-1' });
     expect((await first.record('task-25'))?.told?.map((m) => m.id)).toEqual(['m-1']);
-    expect(first.bus.eventsOf('task.told')).toHaveLength(1);
+    // One message told, whose event the restored run published again under its id (steeringRestore.test.ts).
+    expect(new Set(first.bus.eventsOf('task.told').map((event) => event.id)).size).toBe(1);
     expect(await first.control('task-25', { ...tell, key: 'k-2' })).toMatchObject({ messageId: 'm-2' });
     ok(plan, 'planned', { toldRead: ['m-1', 'm-2'] });
     ok(await first.next('task-25.build.1'));

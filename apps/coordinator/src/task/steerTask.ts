@@ -1,4 +1,4 @@
-import type { ControlRefusal, ErrorReply } from '@troupe/protocol';
+import type { ControlRefusal, ErrorReply, ToldMessage } from '@troupe/protocol';
 import { activeSteps } from '../workflow/compileFlow.ts';
 import { isoNow, publishSafely, type TaskServices } from './taskServices.ts';
 import type { Hold } from './taskSetup.ts';
@@ -145,14 +145,7 @@ export function steerTask(
       signal.answer(unrecorded('message'));
       return;
     }
-    publish(() =>
-      services.events.make(
-        'task.told',
-        claimed.scope,
-        { messageId: message.id, text, ...(by === undefined ? {} : { by }) },
-        { from: by === undefined ? 'user' : `user:${by}`, to: services.pipeline },
-      ),
-    );
+    publish(() => toldEvent(services, claimed, message));
     signal.answer({ ok: true, taskId, outcome: 'told', messageId: message.id });
   });
 }
@@ -164,4 +157,18 @@ export function endingRefusal(taskId: string | undefined): ErrorReply {
 
 function refusal(code: ControlRefusal, message: string): ErrorReply {
   return { ok: false, error: { code, message } };
+}
+
+/** The `task.told` event of a message a task took: made when it is told, and again when a restored task has it unread. */
+export function toldEvent(
+  services: Pick<TaskServices, 'events' | 'pipeline'>,
+  claimed: Pick<Hold['claimed'], 'scope'>,
+  { id, text, by }: ToldMessage,
+) {
+  return services.events.make(
+    'task.told',
+    claimed.scope,
+    { messageId: id, text, ...(by === undefined ? {} : { by }) },
+    { from: by === undefined ? 'user' : `user:${by}`, to: services.pipeline },
+  );
 }

@@ -11,6 +11,7 @@ import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowEmitted } from '../workflow/workflowTypes.ts';
 import { CheckpointWriter, type CheckpointWriterEvent } from './checkpointWriter.ts';
 import { type RunFacts, runContextLogic } from './runContext.ts';
+import { toldEvent } from './steerTask.ts';
 import { recordFailure } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
 import type { TaskSignal } from './taskSignals.ts';
@@ -157,7 +158,10 @@ export function taskSetup(services: TaskServices) {
           (event) => self.send(event),
           (snapshot, { parked, resumed }) => {
             claimed.delivery.park(parked);
-            if (resumed && !services.stopping()) announceResumed(services, claimed, snapshot);
+            if (resumed && !services.stopping()) {
+              announceResumed(services, claimed, snapshot);
+              announceSteering(services, claimed, steering, snapshot);
+            }
           },
           steering,
         );
@@ -220,6 +224,44 @@ export function publishEmitted(services: TaskServices, claimed: ClaimedTask, emi
   publishSafely(services, claimed.input.taskId, () =>
     services.events.make(emitted.kind, claimed.scope, emitted.data as never, route),
   );
+}
+
+/**
+ * The pause and the unread told messages a restored task's record holds, published again: a run killed between
+ * recording one and publishing its event left EVENTS without it, so a host still running the task's step would not
+ * stop for the pause, and the trace and `troupe replay` would lack the message. Each event has the id it had (a
+ * pause's is its start, a message's its id), so EVENTS keeps one of each within its duplicate window, and readers
+ * dedupe on the id past it.
+ */
+function announceSteering(
+  services: TaskServices,
+  claimed: ClaimedTask,
+  steering: TaskSteering,
+  restored: WorkflowSnapshot,
+): void {
+  const route = { from: 'workflow', to: services.pipeline };
+  const paused = steering.paused;
+  if (paused !== undefined) {
+    const { by, reason } = paused;
+    publishSafely(services, claimed.input.taskId, () =>
+      services.events.make(
+        'task.paused',
+        claimed.scope,
+        {
+          // Where the task is held now, which may be past where the pause came (a step ended after it).
+          state: activeSteps(restored.value).join('+'),
+          round: restored.context.round,
+          since: new Date(paused.since).toISOString(),
+          ...(by === undefined ? {} : { by }),
+          ...(reason === undefined ? {} : { reason }),
+        },
+        route,
+      ),
+    );
+  }
+  for (const message of steering.told) {
+    publishSafely(services, claimed.input.taskId, () => toldEvent(services, claimed, message));
+  }
 }
 
 /** `task.resumed`, when a task's workflow is restored from its checkpoint. */

@@ -29,7 +29,9 @@ const IDENTITY: Identity = {
   // A resume after a pause is its own fact: the task may be paused and resumed several times in one delivery.
   'task.resumed': (d) =>
     d.after === 'pause' ? [d.deliveries, 'pause', d.pausedMs, d.since] : [d.deliveries],
-  'task.paused': (d) => [d.state, d.round, d.by, d.reason, d.since],
+  // When the pause began, not where: a restored task publishes its pause again from where it is held now.
+  'task.paused': (d) =>
+    d.since === undefined ? [d.state, d.round, d.by, d.reason] : [d.since, d.by, d.reason],
   'task.told': (d) => [d.messageId],
   'agent.told': (d) => [d.stepId, d.turn],
   'step.started': (d) => [d.stepId],
