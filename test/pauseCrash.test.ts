@@ -16,7 +16,7 @@ import {
 import type { TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { fixturePath, ofKind, waiter } from './support/harness.ts';
+import { facts, fixturePath, ofKind, waiter } from './support/harness.ts';
 import { type KillTestServer, startKillTestServer } from './support/natsUsers.ts';
 
 /**
@@ -126,7 +126,8 @@ describe('pause, resume and tell across kill -9', () => {
       60_000,
     );
     expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'Release is shipped.' } });
-    const mine = eventsOf('held-1');
+    // As facts: the restored task published its pause and unread message again, under the ids they had.
+    const mine = facts(eventsOf('held-1'));
     expect(ofKind(mine, 'task.resumed').map((e) => e.data.after ?? 'redelivery')).toEqual([
       'redelivery',
       'pause',

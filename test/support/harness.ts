@@ -154,6 +154,15 @@ export const kinds = (events: TroupeEvent[]) => events.map((e) => e.kind);
 export const ofKind = <K extends TroupeEvent['kind']>(events: TroupeEvent[], kind: K): EventOf<K>[] =>
   events.filter((e): e is EventOf<K> => e.kind === kind);
 
+/**
+ * The events as facts: each id once, the first copy kept. A live subscriber hears a fact again when it is published
+ * again (a restored task's pause and told messages, a step run again after a crash); `EVENTS` stores it once.
+ */
+export const facts = (events: TroupeEvent[]): TroupeEvent[] => {
+  const seen = new Set<string>();
+  return events.filter((e) => !seen.has(e.id) && seen.add(e.id));
+};
+
 /** Resolves once the task has an event of this kind. */
 export async function eventOf(
   h: Harness,
