@@ -56,6 +56,7 @@ import { authorize, mayTouch, type Principal } from './auth.ts';
 import { GatewayError } from './gatewayError.ts';
 import { decodePlace, encodePlace } from './pageCursor.ts';
 import { TaskIds } from './taskIds.ts';
+import { isQueued, linksOf, queuedViewOf, viewOf } from './taskView.ts';
 
 /** A request the gateway refuses before doing anything: 400 `invalid_request`. */
 export class InvalidRequest extends GatewayError {
@@ -522,64 +523,13 @@ export class GatewayActions {
   }
 }
 
-/** A task's view, from its record: the result once it has ended. */
-export function viewOf(record: WorkflowRecord): TaskView {
-  return {
-    taskId: record.taskId,
-    pipeline: record.pipeline,
-    goal: record.goal,
-    ...(record.metadata ? { metadata: record.metadata } : {}),
-    status: record.status,
-    state: record.state,
-    ...(record.version === undefined ? {} : { version: record.version }),
-    round: record.round,
-    usage: record.usage,
-    createdAt: record.createdAt,
-    updatedAt: record.updatedAt,
-    ...(record.activity && record.status === 'running' ? { activity: record.activity } : {}),
-    ...(record.paused && record.status === 'running' ? { paused: record.paused } : {}),
-    ...(record.origin ? { origin: record.origin } : {}),
-    ...(record.final ? resultOf(record.final) : {}),
-    links: linksOf(record.taskId),
-  };
-}
-
 /** Who steered a task, as its events and record keep it: the token's name, with the `by` its caller gave beside it. */
 const steeredBy = (who: Principal, by: string | undefined): string =>
   by ? `${by} (token ${who.name})` : who.name;
 
-/** A task queued in `TASKS` that no coordinator has claimed yet, from its mark. */
-export function queuedViewOf(mark: QueuedTask): TaskView {
-  return {
-    taskId: mark.taskId,
-    pipeline: mark.pipeline,
-    goal: mark.goal,
-    ...(mark.metadata ? { metadata: mark.metadata } : {}),
-    status: 'submitted',
-    createdAt: mark.submittedAt,
-    updatedAt: mark.cancel?.at ?? mark.submittedAt,
-    links: linksOf(mark.taskId),
-  };
-}
-
-/** Whether a task found is still queued: a mark, which has no status of its own. */
-export const isQueued = (found: WorkflowRecord | QueuedTask): found is QueuedTask => !('status' in found);
-
-function resultOf(final: TroupeEvent): Pick<TaskView, 'output' | 'outputRef' | 'failure'> {
-  if (final.kind === 'task.completed') {
-    const { output, outputRef } = final.data;
-    return { output, ...(outputRef ? { outputRef } : {}) };
-  }
-  if (final.kind === 'task.failed')
-    return { failure: { reason: final.data.reason, message: final.data.message } };
-  return {};
-}
-
 /** How long opening KV `queued` may wait for NATS; and how long after a failure it is tried again. */
 const QUEUED_WAIT = { outageMs: 2_000, noJetStreamMs: 1_000 };
 const QUEUED_RETRY_MS = 30_000;
-
-const linksOf = (taskId: string) => ({ self: `/v1/tasks/${taskId}`, events: `/v1/tasks/${taskId}/events` });
 
 type Ordered = Pick<WorkflowRecord, 'createdAt' | 'taskId'>;
 

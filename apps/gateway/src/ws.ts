@@ -3,12 +3,13 @@ import { ClientMessage, parseMessage } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
 import type { FastifyBaseLogger } from 'fastify';
 import type { WebSocket } from 'ws';
-import { type GatewayActions, isQueued } from './actions.ts';
+import type { GatewayActions } from './actions.ts';
 import { AgUiMapper } from './agui.ts';
 import { AuthRefusal, type Principal } from './auth.ts';
 import { answerTo } from './errors.ts';
 import { GatewayError } from './gatewayError.ts';
 import type { StreamQuota } from './streamQuota.ts';
+import { isQueued } from './taskView.ts';
 
 /** How many tasks one connection may follow at once. */
 export const MAX_SUBSCRIPTIONS = 100;

@@ -1,12 +1,12 @@
 import { eventsAfter, followAllEvents, followTaskEvents } from '@troupe/client';
 import { AllEventsQuery, ErrorBody, EventsQuery, NoMoreEvents, TaskParams } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { isQueued } from '../actions.ts';
 import { AgUiMapper } from '../agui.ts';
 import { authorize, mayTouch } from '../auth.ts';
 import { resumeAfter, streamSse } from '../eventStream.ts';
 import type { GatewayServices } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';
+import { isQueued } from '../taskView.ts';
 
 /** Events as Server-Sent Events: one task's (as Troupe's events or AG-UI's), or every task's the token may read. */
 export const eventRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, services) => {

@@ -12,9 +12,9 @@ import {
   TaskView,
 } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { viewOf } from '../actions.ts';
 import type { GatewayServices } from '../gatewayServices.ts';
 import { principalOf } from '../requestAuth.ts';
+import { viewOf } from '../taskView.ts';
 
 /** Sessions: conversations of goals on one pipeline. Open one, list them, read one, send it a follow-up goal. */
 export const sessionRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { sessions }) => {
