@@ -291,7 +291,11 @@ export async function tellTask(
   bus: JetStreamBus,
   taskId: string,
   text: string,
-  options: SteerOptions & { key?: string } = {},
+  options: SteerOptions & {
+    key?: string;
+    /** How long to wait for the coordinator's answer (default 10 s). */
+    timeoutMs?: number;
+  } = {},
 ): Promise<{ messageId: string; key: string }> {
   const key = options.key ?? randomUUID();
   const message = ControlMessage.safeParse({
@@ -310,6 +314,7 @@ export async function tellTask(
     'tell',
     message.data,
     `tell it again with key ${key} and it is told once`,
+    options.timeoutMs,
   );
   if (!receipt.messageId) {
     throw new OperationError(
@@ -320,6 +325,9 @@ export async function tellTask(
   return { messageId: receipt.messageId, key };
 }
 
+/** How long a pause, resume or tell waits for the coordinator's answer. */
+const STEER_ANSWER_MS = 10_000;
+
 /** Sends a pause, resume or tell to the coordinator running a task, after the task's record says it may take one. */
 async function steer(
   bus: JetStreamBus,
@@ -328,6 +336,7 @@ async function steer(
   message: ControlMessage,
   /** What to do when the message was heard but not answered: how to ask again safely, if there is a way. */
   again?: string,
+  timeoutMs = STEER_ANSWER_MS,
 ): Promise<ControlReceipt> {
   const record = await readTask(bus, taskId);
   if (record.status !== 'running') {
@@ -337,7 +346,7 @@ async function steer(
   const subject = subjects.steer(record.pipeline, taskId);
   try {
     return await bus.request(subject, message, ControlReceipt, {
-      timeoutMs: 10_000,
+      timeoutMs,
       meta: { taskId, from: 'user', kind: action },
     });
   } catch (error) {
