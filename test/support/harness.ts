@@ -61,6 +61,8 @@ export interface HarnessOptions {
   tools?: Tool[];
   /** The most tasks per pipeline worked on at once. */
   concurrency?: number;
+  /** How long a task's end waits for its final event before it says so, and a stop for such an end. */
+  finalEventWaitMs?: number;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -91,6 +93,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     ...(options.ackWaitMs === undefined ? {} : { ackWaitMs: options.ackWaitMs }),
     ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
     ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+    ...(options.finalEventWaitMs === undefined ? {} : { finalEventWaitMs: options.finalEventWaitMs }),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];

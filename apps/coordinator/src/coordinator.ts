@@ -46,6 +46,7 @@ const RUNNER_SETTINGS = [
   'maxDeliver',
   'noResponderWaitMs',
   'stepHeartbeatMs',
+  'finalEventWaitMs',
   'limits',
 ] as const satisfies readonly (keyof PipelineRunnerOptions)[];
 type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[number]>;

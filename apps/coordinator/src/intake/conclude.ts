@@ -11,7 +11,7 @@ export type Conclusion = 'settled' | 'left';
 
 export type ConcludeServices = Pick<
   TaskServices,
-  'bus' | 'clock' | 'logger' | 'keepAliveMs' | 'closeRequests' | 'stopped'
+  'bus' | 'clock' | 'logger' | 'keepAliveMs' | 'finalEventWaitMs' | 'closeRequests' | 'stopped'
 >;
 
 /**
@@ -39,7 +39,7 @@ export async function conclude(
           { taskId, unsentEvents: bus.pendingEvents },
           `the final event of task ${taskId} is not stored yet; the task's message is kept until it is`,
         ),
-      FINAL_EVENT_WAIT_MS,
+      services.finalEventWaitMs ?? FINAL_EVENT_WAIT_MS,
     );
     // Stopping for 10 s (NATS may be out of reach, and the wait endless): the message is left to be delivered again.
     const outcome = await Promise.race([stored, services.stopped]).finally(() => clock.clearTimeout(slow));

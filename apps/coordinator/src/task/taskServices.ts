@@ -38,6 +38,8 @@ export interface TaskServices {
   maxDeliver: number;
   /** How often a task being handled tells the server it is still working on it. */
   keepAliveMs: number;
+  /** How long a task's end waits for its final event before it says so, and a stop before it leaves it (default 10 s). */
+  finalEventWaitMs?: number;
   /** Cancels, migrations, parents' endings and the stop, for each task actor here. */
   signals: TaskSignals;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
@@ -45,8 +47,8 @@ export interface TaskServices {
   /** Whether the runner is stopping: a delivery that begins then is handed back. */
   stopping(): boolean;
   /**
-   * Settles 10 s after the runner's stop began: a task's end still waiting for its final event then leaves the
-   * message to a redelivery, so a stop with NATS out of reach does not wait for it forever.
+   * Settles `finalEventWaitMs` (10 s) after the runner's stop began: a task's end still waiting for its final event
+   * then leaves the message to a redelivery, so a stop with NATS out of reach does not wait for it forever.
    */
   stopped: Promise<'stopping'>;
 }

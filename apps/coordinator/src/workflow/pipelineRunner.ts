@@ -77,6 +77,11 @@ export interface PipelineRunnerOptions {
   noResponderWaitMs?: number;
   /** How often agent hosts report on a step; three missed reports and it goes to another worker (default 5 s). */
   stepHeartbeatMs?: number;
+  /**
+   * How long a task's end waits for its final event to be stored before it logs that it still waits, and how long a
+   * stop waits for such an end before it leaves the message to a redelivery (default 10 s).
+   */
+  finalEventWaitMs?: number;
   /** How large and deep a task payload may be (default 256 KiB and 64 levels). */
   limits?: IntakeLimits;
   /** Where inputs too large for a task message are read from (the pipeline's inputs bucket); without it, a task with one is refused. */
@@ -129,7 +134,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   let stopping = false;
   let markStopping: () => void = () => {};
   const stopped = new Promise<'stopping'>((resolve) => {
-    markStopping = () => void sleep(clock, FINAL_EVENT_WAIT_MS).then(() => resolve('stopping'));
+    markStopping = () =>
+      void sleep(clock, options.finalEventWaitMs ?? FINAL_EVENT_WAIT_MS).then(() => resolve('stopping'));
   });
 
   const versions: FlowVersions = new FlowVersions({
@@ -180,6 +186,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     maxDeliver: options.maxDeliver ?? 10,
     // How often a task being handled tells the server it is still working on it.
     keepAliveMs: Math.max(100, Math.floor(ackWaitMs / 3)),
+    ...(options.finalEventWaitMs === undefined ? {} : { finalEventWaitMs: options.finalEventWaitMs }),
     signals,
     ...(options.closeRequests ? { closeRequests: options.closeRequests } : {}),
     stopping: () => stopping,
