@@ -6,9 +6,24 @@ import { withTimeout } from '../withTimeout.ts';
 import type { Bus, ReplyMessage } from './bus.ts';
 import { TransportError } from './transportError.ts';
 
+/**
+ * What can hold a request's timeout: while `held`, the time it waits is not counted against `timeoutMs`. A task's
+ * steering is one (a paused task's step waits on a person without running out of time).
+ */
+export interface TimeoutHold {
+  readonly held: boolean;
+  /** Calls `listener` with each change of `held` until the returned function is called. */
+  listen(listener: (held: boolean) => void): () => void;
+}
+
 export interface HeartbeatRequestOptions {
-  /** How long to wait for the final reply in all. */
+  /** How long to wait for the final reply in all, less the time held (see `hold`). */
   timeoutMs: number;
+  /**
+   * While it is held, `timeoutMs` stops running; let go, the request has the time it had left, not all of it anew.
+   * Heartbeats are still awaited while held (`idleMs`): a responder that died fails the request as `stalled`.
+   */
+  hold?: TimeoutHold;
   /** Fail with `stalled` when neither a heartbeat nor the reply came for this long. */
   idleMs: number;
   signal?: AbortSignal;
@@ -48,11 +63,13 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
     let lastHeard = clock.now();
     let done = false;
     let stop: (() => void) | undefined;
+    let unhold: (() => void) | undefined;
     const finish = (error: TransportError | undefined, value?: z.infer<S>) => {
       if (done) return;
       done = true;
       clock.clearTimeout(idle);
-      clock.clearTimeout(overall);
+      overall.stop();
+      unhold?.();
       options.signal?.removeEventListener('abort', onAbort);
       stop?.();
       if (error) reject(error);
@@ -80,10 +97,13 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
       idle = clock.setTimeout(suspect, ms);
     };
     const onAbort = () => finish(new TransportError('aborted', `request to ${subject} was aborted`));
-    const overall = clock.setTimeout(
-      () => finish(new TransportError('timeout', `no reply from ${subject} within ${options.timeoutMs} ms`)),
-      options.timeoutMs,
+    const overall = holdableTimer(clock, options.timeoutMs, () =>
+      finish(new TransportError('timeout', `no reply from ${subject} within ${options.timeoutMs} ms`)),
     );
+    if (options.hold) {
+      if (options.hold.held) overall.hold();
+      unhold = options.hold.listen((held) => (held ? overall.hold() : overall.release()));
+    }
     const onReply = (reply: ReplyMessage) => {
       if (done) return;
       if (!reply.ok) {
@@ -136,4 +156,30 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
     if (done) stop();
     logMessage(bus.logger, options.logLevel ?? bus.messageLogLevel, 'out', subject, meta);
   });
+}
+
+/** A timer that can be held: its time stops running while held, and goes on from what was left when released. */
+function holdableTimer(clock: Clock, ms: number, fire: () => void) {
+  let left = ms;
+  let armedAt = clock.now();
+  let timer: unknown = clock.setTimeout(fire, left);
+  let held = false;
+  return {
+    hold() {
+      if (held) return;
+      held = true;
+      clock.clearTimeout(timer);
+      left = Math.max(0, left - (clock.now() - armedAt));
+    },
+    release() {
+      if (!held) return;
+      held = false;
+      armedAt = clock.now();
+      timer = clock.setTimeout(fire, left);
+    },
+    stop() {
+      held = true;
+      clock.clearTimeout(timer);
+    },
+  };
 }

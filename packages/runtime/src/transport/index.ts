@@ -25,7 +25,7 @@ export {
   type NatsServerOptions,
   startNatsServer,
 } from './embeddedNats.ts';
-export { type HeartbeatRequestOptions, requestWithHeartbeats } from './heartbeatRequest.ts';
+export { type HeartbeatRequestOptions, requestWithHeartbeats, type TimeoutHold } from './heartbeatRequest.ts';
 export {
   type HeartbeatSender,
   InlineHeartbeatSender,

@@ -1,10 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
-import { requestWithHeartbeats } from '../../src/transport/heartbeatRequest.ts';
+import { requestWithHeartbeats, type TimeoutHold } from '../../src/transport/heartbeatRequest.ts';
 import { NatsBus } from '../../src/transport/natsBus.ts';
+import { TransportError } from '../../src/transport/transportError.ts';
 import { captureLogger, type LogLine, startServer } from './natsFixture.ts';
 
 const Reply = z.object({ done: z.literal(true) });
@@ -93,5 +95,95 @@ describe('requestWithHeartbeats on a busy requester', () => {
     expect(received.filter((l) => l.kind !== 'step.heartbeat')).toEqual([
       expect.objectContaining({ level: 30, from: 'planner', to: 'workflow', kind: 'agent.reply' }),
     ]);
+  });
+});
+
+/** A hold a test flips, as a task's steering is flipped by `troupe pause` and `troupe resume`. */
+class HoldSwitch implements TimeoutHold {
+  held = false;
+  readonly #listeners = new Set<(held: boolean) => void>();
+  set(held: boolean): void {
+    this.held = held;
+    for (const listener of this.#listeners) listener(held);
+  }
+  listen(listener: (held: boolean) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+  get listening(): number {
+    return this.#listeners.size;
+  }
+}
+
+describe('requestWithHeartbeats held', () => {
+  /** A responder on an in-memory bus that answers nothing until the test says so; its requests wait in `waiting`. */
+  const setUp = () => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    const waiting: { respond: (value: unknown) => void }[] = [];
+    bus.subscribeText('troupe.test.held', (delivery) => {
+      waiting.push(delivery);
+    });
+    const hold = new HoldSwitch();
+    let outcome: { value?: unknown; error?: unknown } | undefined;
+    const request = (options: { timeoutMs?: number; idleMs?: number } = {}) => {
+      requestWithHeartbeats(bus, 'troupe.test.held', {}, Reply, Heartbeat, {
+        timeoutMs: options.timeoutMs ?? 10_000,
+        idleMs: options.idleMs ?? 100 * 3_600_000,
+        clock,
+        hold,
+      }).then(
+        (value) => (outcome = { value }),
+        (error: unknown) => (outcome = { error }),
+      );
+    };
+    /** Moves the clock on by `ms`, and lets what the timers set going run. */
+    const pass = async (ms: number) => {
+      clock.advance(ms);
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    };
+    return { clock, bus, hold, waiting, request, pass, outcome: () => outcome };
+  };
+
+  it('does not count the time held against its timeout, and has what was left of it once let go', async () => {
+    const { hold, request, pass, outcome } = setUp();
+    request({ timeoutMs: 10_000 });
+    await pass(4_000);
+    hold.set(true);
+    await pass(3_600_000);
+    expect(outcome()).toBeUndefined();
+    hold.set(false);
+    // 6 s were left when it was held: not a fresh 10 s.
+    await pass(5_900);
+    expect(outcome()).toBeUndefined();
+    await pass(200);
+    expect(TransportError.is(outcome()?.error, 'timeout')).toBe(true);
+  });
+
+  it('held before it is sent, its time starts when it is let go; a reply while held is taken', async () => {
+    const { hold, request, pass, outcome, waiting } = setUp();
+    hold.set(true);
+    request({ timeoutMs: 10_000 });
+    await pass(60_000);
+    expect(outcome()).toBeUndefined();
+    waiting[0]?.respond({ done: true });
+    await pass(0);
+    expect(outcome()).toEqual({ value: { done: true } });
+    expect(hold.listening).toBe(0);
+  });
+
+  it('still fails as stalled when its responder goes silent while held: heartbeats keep it alive as before', async () => {
+    const { hold, request, pass, outcome, waiting } = setUp();
+    request({ timeoutMs: 10_000, idleMs: 3_000 });
+    await pass(0);
+    hold.set(true);
+    for (let beat = 0; beat < 20; beat++) {
+      waiting[0]?.respond({ heartbeat: true });
+      await pass(2_000);
+    }
+    expect(outcome()).toBeUndefined();
+    await pass(3_100);
+    await expect.poll(() => TransportError.is(outcome()?.error, 'stalled')).toBe(true);
+    expect(hold.listening).toBe(0);
   });
 });
