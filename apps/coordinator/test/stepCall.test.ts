@@ -379,9 +379,11 @@ describe('the step call as a child of its task', () => {
     clock.advance(1_000);
     restore(stored);
     await pass(0);
-    const { timeoutMs: _first, ...sent } = received[0] as AgentStepRequest;
-    const { timeoutMs: _again, ...resent } = received[1] as AgentStepRequest;
+    const { timeoutMs: _first, sentAt: firstSentAt, ...sent } = received[0] as AgentStepRequest;
+    const { timeoutMs: _again, sentAt: sentAgainAt, ...resent } = received[1] as AgentStepRequest;
     expect(resent).toEqual({ ...sent, fresh: undefined });
+    // Each send says when it went, so a host compares the task's steering it heard with that send's time.
+    expect((sentAgainAt ?? 0) - (firstSentAt ?? 0)).toBe(1_100);
   });
 
   it('restored from a checkpoint whose call still had its connection child, drops that child and still hears reconnects', async () => {

@@ -93,6 +93,12 @@ export const AgentStepRequest = z.object({
   budget: StepBudget.optional(),
   /** How long the workflow waits for the reply; the agent stops the step when it runs out. */
   timeoutMs: z.number().int().positive().max(MAX_TIMER_MS).optional(),
+  /**
+   * When the workflow sent this request (ms since the epoch, on its coordinator's clock; each send its own). A host
+   * compares the task's steering it heard with it: a pause that began, or a message told, at or after it, while the
+   * request was on its way, is applied as the step starts. Absent (an older coordinator): none is.
+   */
+  sentAt: z.number().int().nonnegative().optional(),
   /** Model calls the agent made in the task's earlier steps; numbers its calls in this one (`context.call`). */
   priorModelCalls: z.number().int().nonnegative().optional(),
   /**

@@ -70,6 +70,8 @@ export function stepSendLogic(services: StepCallServices) {
               }
             : {}),
           timeoutMs: left,
+          // Steering a host heard after this, before the step reached it, is applied as the step starts.
+          sentAt: clock.now(),
           heartbeatMs: services.heartbeatMs,
           ...(input.fresh ? { fresh: true as const } : {}),
         },
