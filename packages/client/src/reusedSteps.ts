@@ -130,8 +130,9 @@ function withEdits(
     edited?: readonly string[] | undefined;
   },
 ): ReusePlan {
-  const inputEdited = editedFields?.includes('input') === true;
-  if (set === undefined && !inputEdited) return { ok: true, steps };
+  // The task's goal or input changed: every answer a person gave was about the original's.
+  const taskEdited = editedFields?.some((field) => field === 'input' || field === 'goal') === true;
+  if (set === undefined && !taskEdited) return { ok: true, steps };
   const reused = new Set(Object.values(steps).map((s) => s.step));
   const stray = Object.keys(set ?? {}).filter((id) => !reused.has(id));
   if (stray.length > 0) {
@@ -154,7 +155,7 @@ function withEdits(
   }
   const edited: ReusedSteps = {};
   // In the order the original completed them: an answer given after an edit was to something else.
-  let afterEdit = inputEdited;
+  let afterEdit = taskEdited;
   for (const [key, reusedStep] of Object.entries(steps)) {
     if (afterEdit && reusedStep.agent === 'human') continue;
     const text = set?.[reusedStep.step];

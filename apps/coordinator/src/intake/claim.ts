@@ -65,6 +65,7 @@ export type ClaimServices = Pick<
   | 'stopping'
   | 'queued'
   | 'taskEvents'
+  | 'values'
 >;
 
 /** Claims the task in its record for this delivery (or creates the record), with what its workflow starts from. */
@@ -75,8 +76,13 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
   // A restart or fork reads what it reuses from its origin until its first checkpoint holds it (originClaim.ts).
   const origin =
     submission.origin && existing?.value.snapshot === undefined
-      ? await claimOrigin(services, submission.origin)
+      ? await claimOrigin(services, submission.origin, { ...submission, inputCut })
       : undefined;
+  // What the fork changed, as its claim found it (whatever its submitter said): in its record, events and trace.
+  const taskOrigin =
+    submission.origin && origin?.ok && origin.edited
+      ? { ...submission.origin, edited: origin.edited }
+      : submission.origin;
   // A task runs on the version it started on (or was migrated to); a new one on the newest, a restart or fork on
   // its origin's.
   const onOriginVersion = origin !== undefined && !(origin.ok && origin.version === undefined);
@@ -110,7 +116,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
     ...(typeof flow === 'string' ? {} : deadlineOf(services, flow, existing?.value.createdAt)),
     ...(parent ? { parent } : {}),
-    ...(submission.origin ? { origin: originRef(submission.origin) } : {}),
+    ...(taskOrigin ? { origin: originRef(taskOrigin) } : {}),
     ...(origin?.ok ? { reuse: origin.reuse } : {}),
   };
 
@@ -163,7 +169,10 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     // Ours, with its reply lost: it bears another run's token only if that run took it over since.
     if (claimed === undefined && owner?.value.lease !== lease.token) return { next: 'handBack' };
     lease.revision = claimed ?? owner?.revision ?? 0;
-    announce(services, scope, task);
+    announce(services, scope, {
+      ...task,
+      submission: { ...submission, ...(taskOrigin ? { origin: taskOrigin } : {}) },
+    });
   }
   if (services.stopping()) {
     // The runner's stop began while this delivery was being claimed: leave it to the next coordinator.

@@ -1,11 +1,26 @@
+import { isDeepStrictEqual } from 'node:util';
 import { type ReusedSteps, reusePlan } from '@troupe/client';
-import type { TaskOrigin } from '@troupe/protocol';
+import { fillInput, type InputCut, type TaskOrigin, type TroupeEvent } from '@troupe/protocol';
+import { ValueStoreError } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
 
-/** What a restart or fork starts from: its origin's version (none: the newest), and the step outputs it reuses. */
+/**
+ * What a restart or fork starts from: its origin's version (none: the newest), the step outputs it reuses, and what
+ * it changed from its origin (`edited`: what the submission said, with what its goal and input show it changed).
+ */
 export type OriginClaim =
-  | { ok: true; version: string | undefined; reuse: ReusedSteps }
+  | { ok: true; version: string | undefined; reuse: ReusedSteps; edited?: string[] }
   | { ok: false; problem: string };
+
+/** What a restart or fork was submitted with, that its origin was accepted with too: a difference is an edit. */
+export interface OriginSubmitted {
+  goal: string;
+  /** As the workflow carries it: with the keys `inputCut` names cut to previews. */
+  input?: Record<string, unknown> | undefined;
+  inputCut?: InputCut | undefined;
+}
+
+type Accepted = Extract<TroupeEvent, { kind: 'task.accepted' }>;
 
 /**
  * Reads, as a restart or fork is first claimed, what it takes from its origin: the ended task's record (for the
@@ -13,10 +28,16 @@ export type OriginClaim =
  * events (for the outputs of the steps that completed before the origin step first started, edited as a fork's `set`
  * says). Read once: the outputs go into the task's input, and so into every checkpoint of it; an ended task's events
  * do not change, so a claim before the first checkpoint reads the same again.
+ *
+ * What the task was submitted with is compared with what its origin was accepted with, whatever the submission's
+ * `edited` says: any NATS client may publish a fork, and a person's answer given about the original's goal and input
+ * must not be reused for another's. A fork with a new goal or input is taken as edited there; a restart, which runs
+ * the original as it was, with either changed is refused.
  */
 export async function claimOrigin(
-  { store, taskEvents }: Pick<TaskServices, 'store' | 'taskEvents'>,
+  { store, taskEvents, values }: Pick<TaskServices, 'store' | 'taskEvents' | 'values'>,
   origin: TaskOrigin,
+  submitted: OriginSubmitted,
 ): Promise<OriginClaim> {
   const { taskId, kind } = origin;
   const problem = (why: string): OriginClaim => ({
@@ -27,8 +48,66 @@ export async function claimOrigin(
   const record = (await store.get(taskId))?.value;
   if (!record) return problem('no such task is known');
   if (record.status === 'running') return problem('it is still running');
-  const plan = reusePlan(await taskEvents(taskId, record.pipeline), origin);
+  const events = await taskEvents(taskId, record.pipeline);
+  const accepted = events.find((e): e is Accepted => e.kind === 'task.accepted');
+  const changed = accepted ? await changedFrom(values, accepted, submitted) : [];
+  if (kind === 'restart' && changed.length > 0) {
+    return problem(
+      `a restart runs with the original's goal and input, and this one's ${changed.join(' and ')} differ from it; to run with another, publish it as a fork (origin.kind "fork"), whose people are asked again`,
+    );
+  }
+  const edited = [...new Set([...(origin.edited ?? []), ...changed])];
+  const plan = reusePlan(events, { ...origin, ...(edited.length > 0 ? { edited } : {}) });
   if (!plan.ok) return problem(plan.message);
-  // Undefined for a task asked to run on the newest version, as for a new task.
-  return { ok: true, version: origin.newest ? undefined : record.version, reuse: plan.steps };
+  return {
+    ok: true,
+    // Undefined for a task asked to run on the newest version, as for a new task.
+    version: origin.newest ? undefined : record.version,
+    reuse: plan.steps,
+    ...(edited.length > 0 ? { edited } : {}),
+  };
+}
+
+/** Which of `goal` and `input` the submission changed from its origin's `task.accepted`. */
+async function changedFrom(
+  values: Pick<TaskServices, 'values'>['values'],
+  { data: original }: Accepted,
+  submitted: OriginSubmitted,
+): Promise<string[]> {
+  const goal = original.goal === submitted.goal ? [] : ['goal'];
+  const same = await sameInput(values, original, submitted);
+  return same ? goal : [...goal, 'input'];
+}
+
+/**
+ * Whether two inputs are the same value. Inputs cut to previews are the same when their stored wholes' digests are
+ * (the usual restart: the client stored the original's whole again), else their wholes are read and compared.
+ */
+async function sameInput(
+  values: Pick<TaskServices, 'values'>['values'],
+  a: OriginSubmitted,
+  b: OriginSubmitted,
+): Promise<boolean> {
+  if (!a.inputCut && !b.inputCut) return isDeepStrictEqual(a.input ?? {}, b.input ?? {});
+  if (a.inputCut?.ref.sha256 === b.inputCut?.ref.sha256 && isDeepStrictEqual(a.input, b.input)) return true;
+  const [wholeA, wholeB] = await Promise.all([wholeInput(values, a), wholeInput(values, b)]);
+  // One that can never be read is taken as changed: asking a person again is the safe side.
+  return wholeA !== undefined && wholeB !== undefined && isDeepStrictEqual(wholeA, wholeB);
+}
+
+/** An input with its cut keys read back whole; undefined when its whole is gone or this coordinator reads none. */
+async function wholeInput(
+  values: Pick<TaskServices, 'values'>['values'],
+  { input, inputCut }: OriginSubmitted,
+): Promise<Record<string, unknown> | undefined> {
+  if (!inputCut) return input ?? {};
+  if (!values) return undefined;
+  try {
+    return fillInput(input, inputCut, await values.read(inputCut.ref));
+  } catch (error) {
+    // A store out of reach throws on: the delivery comes again.
+    const lost = ValueStoreError.is(error, 'value_missing') || ValueStoreError.is(error, 'value_corrupt');
+    if (lost || error instanceof SyntaxError) return undefined;
+    throw error;
+  }
 }
