@@ -66,7 +66,10 @@ export interface AgentMachineInput {
   outputSchema?: OutputSpec;
   /** Does the step's model calls and tool calls; see {@link AgentServices}. */
   services?: AgentServices;
-  /** The step's task is paused: the step stops at its next call boundary (see the `pause` event). */
+  /**
+   * The step's task is paused: the step stops at its next call boundary (see the `pause` event), and its time limits
+   * no longer stop it.
+   */
   paused?: boolean;
 }
 
@@ -87,8 +90,9 @@ export type StepStop =
  * What the agent actor receives from outside: a stop, with its reason, or a pause of its task. A stop cuts short what
  * the step does now; a pause lets its model call or tool calls finish (a tool waiting on a person waits on), and
  * stops it at the next call boundary, before the model is asked again, failing `paused`: its journal holds all it
- * did, so the same step sent again after the task's resume goes on from there. Model replies and tool results arrive
- * as its invocations end.
+ * did, so the same step sent again after the task's resume goes on from there. From the pause on, neither the step's
+ * timeout nor the task's deadline stops it (a person it waits on may answer late): the workflow that holds it decides
+ * about time. Model replies and tool results arrive as its invocations end.
  */
 export type AgentEvent = { type: 'stop'; stop: StepStop } | { type: 'pause' } | { type: 'halted' };
 
@@ -438,8 +442,10 @@ export const agentMachine = setup({
         halted: { guard: 'failureDecided', target: 'stopped' },
       },
       after: {
+        // Once its task is paused, the step's time limit fails it no more: it stops at its next call boundary, and the
+        // workflow, which holds it, sends it again with the time left (or ends a task past its deadline) on resume.
         timeLimit: {
-          guard: 'timeLimited',
+          guard: and(['timeLimited', not('pauseAsked')]),
           actions: {
             type: 'halt',
             params: ({ context }) => timeLimit(context)?.stop ?? { why: 'deadline' },

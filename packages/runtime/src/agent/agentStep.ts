@@ -36,6 +36,11 @@ import { handOnWorkspace, unpulledWorkspaceReply } from './stepWorkspace.ts';
 
 export type { StepDeps };
 
+/** How a step starts: `paused`, its task was paused before it reached its host (it stops before its first call). */
+export interface StepStart {
+  paused?: boolean;
+}
+
 /** A step of an agent under way: its reply once it ends, and the way to stop it before then. */
 export interface AgentStep {
   /** The reply for the workflow; never rejects. */
@@ -56,7 +61,12 @@ export interface AgentStep {
  * published. The step stops itself when the task's wall-clock budget or the request's `timeoutMs` runs out.
  * Never throws: a step that cannot start replies `agent_crashed`.
  */
-export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest, deps: StepDeps): AgentStep {
+export function startAgentStep(
+  agent: AgentDefinition,
+  request: AgentStepRequest,
+  deps: StepDeps,
+  options: StepStart = {},
+): AgentStep {
   let span: ReturnType<typeof startAgentSpan> | undefined;
   let started: AgentStep;
   // What is told before the agent actor runs (its workspace still pulled) waits in the step's list all the same.
@@ -73,7 +83,7 @@ export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest
       told: new StepTold(request.told),
     };
     tell = (message) => step.told.hear(message);
-    started = startStep(step);
+    started = startStep(step, options.paused === true);
   } catch (error) {
     // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
     started = { reply: Promise.resolve(crashedReply(request, error)), stop: () => {} };
@@ -92,19 +102,22 @@ export function startAgentStep(agent: AgentDefinition, request: AgentStepRequest
   return pause ? { reply, stop, pause, tell } : { reply, stop, tell };
 }
 
-function startStep(step: StepContext): AgentStep {
+function startStep(step: StepContext, paused: boolean): AgentStep {
   const { request, deps } = step;
   const deadline = request.budget?.deadline;
   const timeLeftMs = deadline === undefined ? undefined : deadline - deps.clock.now();
-  if (timeLeftMs !== undefined && timeLeftMs <= 0) return { reply: outOfTimeReply(step), stop: () => {} };
+  // A step whose task is paused stops before its first call, `paused`, its deadline passed or not: the workflow that
+  // holds it decides whether the task's time is up.
+  if (timeLeftMs !== undefined && timeLeftMs <= 0 && !paused)
+    return { reply: outOfTimeReply(step), stop: () => {} };
   const sync = deps.workspace;
   const stored = request.inputCut !== undefined || request.context.some((output) => output.outputRef);
-  if (!sync && !stored) return startActorSafely(step, timeLeftMs, false);
+  if (!sync && !stored) return startActorSafely(step, timeLeftMs, paused);
   // The workspace is brought to the step's manifest, and the input and earlier outputs kept in the object store are
   // read back whole, first; a stop or a pause meanwhile reaches the actor once it runs.
   let started: AgentStep | undefined;
   let stopBefore: StepStop | undefined;
-  let pausedBefore = false;
+  let pausedBefore = paused;
   const pulled = sync
     ? sync.pull(request.pipeline, request.taskId, request.workspace).then(
         () => undefined,

@@ -357,6 +357,45 @@ describe('an agent step paused or told while it works (in-memory bus, simulated 
     await expect.poll(() => reply()).toMatchObject({ ok: true, toldRead: ['m1'] });
   });
 
+  it.each([
+    ['its timeout', (): Partial<AgentStepRequest> => ({ timeoutMs: 10_000 })],
+    [
+      'the task deadline',
+      (): Partial<AgentStepRequest> => ({ budget: { deadline: clock.now() + 10_000, sources: {} } }),
+    ],
+  ])(
+    'replies paused, not out of time, when %s passes while a paused step finishes its tool call',
+    async (_, limit) => {
+      const model = heldModel();
+      startHost(model.model);
+      const reply = sendStep('t9.work.1', limit());
+      await expect.poll(() => model.asked.length).toBe(1);
+      model.answer('', [fetchCall]);
+      await expect.poll(() => tool.runs.length).toBe(1);
+
+      await pause('t9');
+      // The tool call (a person's answer, say) takes twice the step's time.
+      clock.advance(20_000);
+      await bus.settled();
+      expect(reply()).toBeUndefined();
+      tool.finish('the v1 page');
+
+      await expect.poll(() => reply()).toMatchObject({ ok: false, error: { code: 'paused' }, turns: 1 });
+      expect(model.asked).toHaveLength(1);
+    },
+  );
+
+  it('still stops a step that is not paused when its timeout passes during a tool call', async () => {
+    const model = heldModel();
+    startHost(model.model);
+    const reply = sendStep('t10.work.1', { timeoutMs: 10_000 });
+    await expect.poll(() => model.asked.length).toBe(1);
+    model.answer('', [fetchCall]);
+    await expect.poll(() => tool.runs.length).toBe(1);
+    clock.advance(10_000);
+    await expect.poll(() => reply()).toMatchObject({ ok: false, error: { code: 'step_timeout' } });
+  });
+
   it('leaves a step alone when another task is paused or told something', async () => {
     const model = heldModel();
     startHost(model.model);
