@@ -6,6 +6,8 @@ import { cliEnv, troupe } from './support/cli.ts';
 
 /** What the stand-in coordinator heard, with the task it was for. */
 const heard: { taskId: string; message: ControlMessage }[] = [];
+/** When the records were written: cli-held was paused 30 s before. */
+let seededAt: number;
 
 describe('troupe pause, resume and tell', () => {
   let nats: TestNats;
@@ -23,6 +25,7 @@ describe('troupe pause, resume and tell', () => {
     await ensureTroupeStreams(coordinator);
     const store = await KvStore.open(coordinator, BUCKETS.workflows, WorkflowRecord);
     const now = Date.now();
+    seededAt = now;
     const record = (taskId: string, extra: Partial<WorkflowRecord> = {}): WorkflowRecord => ({
       taskId,
       pipeline: 'demo',
@@ -148,8 +151,16 @@ describe('troupe pause, resume and tell', () => {
     expect(status.code).toBe(0);
     expect(status.stdout).toMatch(/^cli-held {2}demo {2}paused {3} {2}step plan/m);
     expect(status.stdout).toMatch(/^cli-work {2}demo {2}running {2}/m);
-    expect(status.stdout).toContain('  paused by ana (for 3');
-    expect(status.stdout).toContain('): v1 API (troupe resume cli-held lets it go on)');
+    // For as long as since the pause: 30 s before the records were written, and the time since (on a busy machine,
+    // any number of seconds).
+    const held =
+      /^ {2}paused by ana \(for (?:(\d+) min )?(\d+) s\): v1 API \(troupe resume cli-held lets it go on\)$/m.exec(
+        status.stdout,
+      );
+    expect(held, status.stdout).not.toBeNull();
+    const seconds = Number(held?.[1] ?? 0) * 60 + Number(held?.[2]);
+    expect(seconds).toBeGreaterThanOrEqual(30);
+    expect(seconds).toBeLessThanOrEqual(30 + Math.ceil((Date.now() - seededAt) / 1000));
     const json = await troupe(['status', 'cli-held', '--json'], env);
     expect(JSON.parse(json.stdout)).toMatchObject({
       status: 'running',
@@ -164,10 +175,10 @@ describe('troupe pause, resume and tell', () => {
     expect(running.stdout).toContain('cli-work');
   });
 
-  // Last: its wait for an answer makes the paused task's time in `status` above longer than it says.
   it('tell with no answer in time prints its key, and told again with --key sends that key', async () => {
     heard.length = 0;
-    const slow = await troupe(['tell', 'cli-slow', 'use', 'v2'], env);
+    // Its wait for the answer is short here (10 s by default).
+    const slow = await troupe(['tell', 'cli-slow', 'use', 'v2', '--wait', '1'], env);
     expect(slow.code).toBe(1);
     const key = heard[0]?.message.action === 'tell' ? heard[0].message.key : undefined;
     expect(key).toMatch(/^[0-9a-f-]{36}$/);

@@ -41,7 +41,7 @@ export async function resume(taskId: string, options: SteerOptions): Promise<num
 export async function tell(
   taskId: string,
   words: string[],
-  options: SteerOptions & { key?: string },
+  options: SteerOptions & { key?: string; wait?: number },
 ): Promise<number> {
   const message = await messageOf(words);
   // Made here when not given, so that a tell whose answer was lost can be told again with it and is told once.
@@ -49,7 +49,12 @@ export async function tell(
   const { messageId } = await steer(
     options,
     'troupe-tell',
-    (bus) => tellTask(bus, taskId, message, { by: options.by ?? whoAmI(), key }),
+    (bus) =>
+      tellTask(bus, taskId, message, {
+        by: options.by ?? whoAmI(),
+        key,
+        ...(options.wait === undefined ? {} : { timeoutMs: Math.round(options.wait * 1000) }),
+      }),
     `to tell it again, told once however often: troupe tell ${taskId} --key ${key} <message>`,
   );
   process.stdout.write(

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { commands } from '../commandModules.ts';
 import { commandAction } from './commandAction.ts';
-import { homeOption, pipelinesOption, positiveInteger, serverOption } from './options.ts';
+import { homeOption, pipelinesOption, positive, positiveInteger, serverOption } from './options.ts';
 
 /** The tasks and pipeline versions on record: list them, stop, hold, tell or move a task, roll a pipeline back. */
 export function registerControlCommands(program: Command): void {
@@ -106,6 +106,7 @@ function declareSteering(program: Command): void {
       '--key <key>',
       "the tell's idempotency key (default: a new uuid, printed if no answer came): told again with it, the task is told once",
     )
+    .option('--wait <seconds>', "how long to wait for the coordinator's answer", positive, 10)
     .addOption(homeOption())
     .addOption(serverOption())
     .action(
