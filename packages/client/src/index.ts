@@ -17,6 +17,7 @@ export {
   takeQueued,
 } from './queuedTasks.ts';
 export { type ReusedStep, type ReusedSteps, type ReusePlan, reuseKey, reusePlan } from './reusedSteps.ts';
+export { type ReusedWorkspace, reusedWorkspace, workspaceOnVersion } from './reusedWorkspace.ts';
 export {
   eventsAfter,
   type FollowOptions,

@@ -60,11 +60,7 @@ export function reusePlan(
   },
 ): ReusePlan {
   const { taskId, step: from } = origin;
-  const start = events.findIndex(
-    (event) =>
-      event.kind === 'step.started' &&
-      (event.data.step === from || (event.data.within ?? []).some((scope) => scope.step === from)),
-  );
+  const start = firstStarted(events, from);
   if (start < 0) {
     const started = [...new Set(events.flatMap((e) => (e.kind === 'step.started' ? [e.data.step] : [])))];
     return {
@@ -99,6 +95,18 @@ export function reusePlan(
     };
   }
   return withEdits(steps, origin);
+}
+
+/**
+ * Where step `from` first started among a task's events: its `step.started`, or, for a parallel or foreach step, that
+ * of the first step inside it; -1 when it never started.
+ */
+export function firstStarted(events: readonly TroupeEvent[], from: string): number {
+  return events.findIndex(
+    (event) =>
+      event.kind === 'step.started' &&
+      (event.data.step === from || (event.data.within ?? []).some((scope) => scope.step === from)),
+  );
 }
 
 /** The items a step run's place names, by foreach step; undefined outside any foreach. */

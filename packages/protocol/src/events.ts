@@ -5,6 +5,7 @@ import { StepError, Verdict } from './step.ts';
 import { TaskOriginRef } from './task.ts';
 import { UsageTotals } from './usage.ts';
 import { InputCut, ValueRef } from './valueRef.ts';
+import { WorkspaceManifest } from './workspace.ts';
 
 const TokenUsage = z.object({
   inputTokens: z.number().int().nonnegative(),
@@ -55,6 +56,17 @@ export const EventData = {
       .optional(),
     /** The ended task this one restarts or forks. */
     origin: TaskOriginRef.optional(),
+    /**
+     * A restart's or fork's workspace as it starts: how many files (and bytes) of its origin's it carries, those
+     * handed on before the step it runs from first started there; with none carried, why (`note`).
+     */
+    workspace: z
+      .object({
+        files: z.number().int().nonnegative(),
+        bytes: z.number().int().nonnegative(),
+        note: z.string().optional(),
+      })
+      .optional(),
   }),
   /**
    * The task goes on in `state`: delivered again after its coordinator stopped (`after` absent or `redelivery`), or
@@ -101,6 +113,11 @@ export const EventData = {
     ...Within,
     /** A `pipeline` step's sub-task: its id and pipeline, so a trace can nest it. */
     subTask: z.object({ taskId: TaskId, pipeline: Name }).optional(),
+    /**
+     * The task's workspace files as the step started (with `workspace.handOff`): the manifest its request carries. A
+     * restart or fork from this step starts with them.
+     */
+    workspace: WorkspaceManifest.optional(),
   }),
   /** A step whose `when` was false: it did not run. */
   'step.skipped': z.object({

@@ -96,6 +96,7 @@ export { fillInput, InputCut, inputBucket, inputObjectPrefix, ValueRef, valueBuc
 export { endingOfRecord, StepActivity, WorkflowRecord } from './workflowRecord.ts';
 export {
   applyWorkspaceChanges,
+  carriedManifest,
   MAX_WORKSPACE_FILES,
   noWorkspaceChanges,
   WorkspaceChanges,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TaskId } from './names.ts';
 import { type ValueRef, valueBucket } from './valueRef.ts';
 
 /**
@@ -23,6 +24,11 @@ export const WorkspacePath = z
 export const WorkspaceFile = z.strictObject({
   bytes: z.number().int().nonnegative(),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  /**
+   * The task that stored the content, when it is not the manifest's own: a file a restart or fork carried from its
+   * origin is read from the origin's object, not copied.
+   */
+  task: TaskId.optional(),
 });
 export type WorkspaceFile = z.infer<typeof WorkspaceFile>;
 
@@ -53,9 +59,24 @@ export function workspaceObject(taskId: string, sha256: string): string {
   return `ws.${taskId}.${sha256}`;
 }
 
-/** The reference to a manifest entry's content in the pipeline's values bucket. */
+/**
+ * The reference to a manifest entry's content in the pipeline's values bucket: the object of the task that stored it
+ * (`file.task`, else `taskId`, the task whose manifest it is).
+ */
 export function workspaceRef(pipeline: string, taskId: string, file: WorkspaceFile): ValueRef {
-  return { bucket: valueBucket(pipeline), name: workspaceObject(taskId, file.sha256), ...file };
+  const { task, bytes, sha256 } = file;
+  return { bucket: valueBucket(pipeline), name: workspaceObject(task ?? taskId, sha256), bytes, sha256 };
+}
+
+/**
+ * A manifest as a restart or fork of its task carries it: each entry names the task whose object holds its content
+ * (the origin's own files, `originTaskId`; files the origin carried from its own origin keep theirs), so no byte is
+ * copied.
+ */
+export function carriedManifest(manifest: WorkspaceManifest, originTaskId: string): WorkspaceManifest {
+  return Object.fromEntries(
+    Object.entries(manifest).map(([path, file]) => [path, { ...file, task: file.task ?? originTaskId }]),
+  );
 }
 
 /**

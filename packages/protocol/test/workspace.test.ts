@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   AgentStepRequest,
   applyWorkspaceChanges,
+  carriedManifest,
   MAX_WORKSPACE_FILES,
   noWorkspaceChanges,
   WorkspaceManifest,
@@ -69,5 +70,28 @@ describe('workspace manifests', () => {
     };
     expect(AgentStepRequest.parse(request).workspace).toEqual({ 'out/report.md': file('f') });
     expect(AgentStepRequest.safeParse({ ...request, workspace: { '../x': file('f') } }).success).toBe(false);
+  });
+
+  it("names a restart's carried file by the task that stored it, not copied; a chain keeps the first task's", () => {
+    const carried = carriedManifest(
+      { 'a.md': file('a'), 'b.md': { ...file('b'), task: 'task-0' } },
+      'task-1',
+    );
+    expect(carried).toEqual({
+      'a.md': { ...file('a'), task: 'task-1' },
+      'b.md': { ...file('b'), task: 'task-0' },
+    });
+    expect(WorkspaceManifest.parse(carried)).toEqual(carried);
+    expect(workspaceRef('demo', 'task-2', carried['a.md'] ?? file('x'))).toEqual({
+      bucket: 'troupe-values-demo',
+      name: `ws.task-1.${'a'.repeat(64)}`,
+      bytes: 3,
+      sha256: 'a'.repeat(64),
+    });
+    // A later step that leaves the file as it was hands nothing on for it: it stays the origin's object.
+    expect(workspaceDiff(carried, { 'a.md': file('a'), 'b.md': file('c') })).toEqual({
+      files: { 'b.md': file('c') },
+      removed: [],
+    });
   });
 });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { takeQueued } from '@troupe/client';
+import { takeQueued, workspaceOnVersion } from '@troupe/client';
 import { checkTaskInput, emptyUsage, errorMessage, originRef, type WorkflowRecord } from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
 import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
@@ -105,6 +105,11 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
       : undefined;
   const flow =
     fits?.ok === false ? `its input does not fit its version's input schema: ${fits.reason}` : resolved;
+  // A restart's or fork's workspace: its origin's files as its step first started there, when both hand files on.
+  const carried =
+    origin?.ok && submission.origin && typeof flow !== 'string'
+      ? workspaceOnVersion(origin.workspace, submission.origin, flow.config.workspace?.handOff === true)
+      : undefined;
   const input: WorkflowInput = {
     taskId,
     pipeline,
@@ -118,6 +123,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     ...(parent ? { parent } : {}),
     ...(taskOrigin ? { origin: originRef(taskOrigin) } : {}),
     ...(origin?.ok ? { reuse: origin.reuse } : {}),
+    ...(carried?.manifest ? { workspace: carried.manifest } : {}),
   };
 
   const scope: EventScope = { pipeline, taskId, traceparent: input.traceparent };
@@ -169,10 +175,20 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     // Ours, with its reply lost: it bears another run's token only if that run took it over since.
     if (claimed === undefined && owner?.value.lease !== lease.token) return { next: 'handBack' };
     lease.revision = claimed ?? owner?.revision ?? 0;
-    announce(services, scope, {
-      ...task,
-      submission: { ...submission, ...(taskOrigin ? { origin: taskOrigin } : {}) },
-    });
+    announce(
+      services,
+      scope,
+      {
+        ...task,
+        submission: { ...submission, ...(taskOrigin ? { origin: taskOrigin } : {}) },
+      },
+      carried && {
+        files: carried.files,
+        bytes: carried.bytes,
+        ...(carried.note ? { note: carried.note } : {}),
+      },
+    );
+    if (carried?.note) logger.info({ taskId, origin: submission.origin?.taskId }, carried.note);
   }
   if (services.stopping()) {
     // The runner's stop began while this delivery was being claimed: leave it to the next coordinator.
@@ -255,6 +271,8 @@ export function announce(
   services: Pick<ClaimServices, 'bus' | 'logger' | 'events'>,
   scope: EventScope,
   { submission, inputCut }: TriagedTask,
+  /** A restart's or fork's workspace as it starts: what it carries from its origin, or why nothing. */
+  workspace?: { files: number; bytes: number; note?: string },
 ): void {
   const { parent, origin } = submission;
   publishSafely(services, scope.taskId, () =>
@@ -277,6 +295,7 @@ export function announce(
             }
           : {}),
         ...(origin ? { origin: originRef(origin) } : {}),
+        ...(workspace ? { workspace } : {}),
       },
       { from: parent ? `task:${parent.taskId}` : 'user', to: scope.pipeline },
     ),

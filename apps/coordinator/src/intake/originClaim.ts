@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import { type ReusedSteps, reusePlan } from '@troupe/client';
+import { type ReusedSteps, type ReusedWorkspace, reusedWorkspace, reusePlan } from '@troupe/client';
 import { fillInput, type InputCut, type TaskOrigin, type TroupeEvent } from '@troupe/protocol';
 import { ValueStoreError } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
@@ -9,7 +9,14 @@ import type { TaskServices } from '../task/taskServices.ts';
  * it changed from its origin (`edited`: what the submission said, with what its goal and input show it changed).
  */
 export type OriginClaim =
-  | { ok: true; version: string | undefined; reuse: ReusedSteps; edited?: string[] }
+  | {
+      ok: true;
+      version: string | undefined;
+      reuse: ReusedSteps;
+      edited?: string[];
+      /** The origin's workspace files as the step it runs from first started there (reusedWorkspace.ts). */
+      workspace: ReusedWorkspace;
+    }
   | { ok: false; problem: string };
 
 /** What a restart or fork was submitted with, that its origin was accepted with too: a difference is an edit. */
@@ -65,6 +72,7 @@ export async function claimOrigin(
     version: origin.newest ? undefined : record.version,
     reuse: plan.steps,
     ...(edited.length > 0 ? { edited } : {}),
+    workspace: reusedWorkspace(events, origin),
   };
 }
 

@@ -42,13 +42,15 @@ export function compileFlow(config: PipelineConfig, provided: StepActors = {}) {
   return workflowSetup
     .createMachine({
       id: `workflow:${config.name}`,
-      context: ({ input }) => ({
-        task: input,
+      // A restart's or fork's carried files are the manifest's start, kept once in the checkpoint.
+      context: ({ input: { workspace, ...task } }) => ({
+        task,
         round: 1,
         rejections: {},
         latest: {},
         usage: emptyUsage(),
         usageByAgent: {},
+        ...(workspace ? { workspace } : {}),
       }),
       initial: initialKey(config.flow),
       on: {

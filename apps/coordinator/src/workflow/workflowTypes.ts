@@ -39,6 +39,11 @@ export interface WorkflowInput {
   origin?: TaskOriginRef;
   /** A restart's or fork's step outputs from its origin, by step run: those steps are not run again. */
   reuse?: ReusedSteps;
+  /**
+   * A restart's or fork's workspace files from its origin, as the step it runs from first started there: the
+   * workflow's manifest starts as this (and keeps it in its context, not here).
+   */
+  workspace?: WorkspaceManifest;
 }
 
 /** What the injected `runPipeline` actor is given: the sub-task to submit, where, and how long it may take. */

@@ -62,7 +62,8 @@ export const placed = (within: readonly FlowScope[]) => (within.length > 0 ? { w
 
 /**
  * `step.started`, as a step that waits on `agent` (an agent, `human`, `pipeline`) enters its state, saying where in
- * the flow it is (and, for a `pipeline` step, which sub-task it runs).
+ * the flow it is (and, for a `pipeline` step, which sub-task it runs). With files handed on, it holds the task's
+ * workspace manifest as the step starts: a restart or fork from the step reads there what files it starts with.
  */
 export function startedEvent(
   place: Pick<StepPlace, 'within'>,
@@ -82,6 +83,7 @@ export function startedEvent(
       stepId: stepId(context, step),
       ...placed(place.within),
       ...(subTask ? { subTask: subTask(context) } : {}),
+      ...(context.workspace ? { workspace: context.workspace } : {}),
     },
   }));
 }
