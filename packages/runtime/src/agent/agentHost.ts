@@ -99,8 +99,8 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     heartbeats,
     human,
     logger,
-    start: (agent, request) =>
-      isRemoteAgent(agent) ? agent.startStep(request, deps) : startAgentStep(agent, request, deps),
+    start: (agent, request, options) =>
+      isRemoteAgent(agent) ? agent.startStep(request, deps) : startAgentStep(agent, request, deps, options),
   });
   // A step that starts or stops waiting for a person says so at once, not at its next heartbeat.
   const stopWatchingWaits = human?.onWaitingChange?.((stepId) => steps.waitingChanged(stepId));

@@ -1,36 +1,52 @@
-import { parseEvent, subjects } from '@troupe/protocol';
+import { parseEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import type { Bus, BusSubscription } from '../transport/bus.ts';
 import type { StepsInFlight } from './stepsInFlight.ts';
 
+type Steps = Pick<StepsInFlight, 'pauseTask' | 'resumeTask' | 'tellTask'>;
+
+/** The events a host steers its steps by. */
+const STEERING_KINDS = ['task.paused', 'task.resumed', 'task.told'] as const;
+
 /**
  * Hands a person's steering of a task to its steps here, wherever its workflow runs: `task.paused` (each step stops
- * after its current model or tool call) and `task.told` (each step's agent reads the message before its next model
- * call). The events come after the coordinator recorded them, so a step never acts on a pause or a message the task
- * would not keep. One subscription per kind for the whole host, none per step: returns the two.
+ * after its current model or tool call), `task.resumed` after a pause, and `task.told` (each step's agent reads the
+ * message before its next model call). The events come after the coordinator recorded them, so a step never acts on
+ * a pause or a message the task would not keep. Each is read even while no step runs here: the host keeps the
+ * steering it heard lately for a step whose request is still on its way (see `RecentSteering`). Steering is rare
+ * (people do it), so reading every event costs little. One subscription per kind for the whole host, none per step:
+ * returns the three.
  */
-export function watchSteering(
-  bus: Bus,
-  pipeline: string,
-  steps: Pick<StepsInFlight, 'size' | 'pauseTask' | 'tellTask'>,
-): BusSubscription[] {
-  return [
-    bus.subscribeText(subjects.event(pipeline, '*', 'task.paused'), (delivery) => {
-      // With no step here, there is nothing to hold: the event is not even read.
-      if (steps.size === 0) return;
+export function watchSteering(bus: Bus, pipeline: string, steps: Steps): BusSubscription[] {
+  return STEERING_KINDS.map((kind) =>
+    bus.subscribeText(subjects.event(pipeline, '*', kind), (delivery) => {
       const parsed = parseEvent(delivery.value, delivery.subject);
-      if (parsed.ok && parsed.value.kind === 'task.paused') steps.pauseTask(parsed.value.taskId);
+      if (parsed.ok && parsed.value.kind === kind) steer(steps, parsed.value);
     }),
-    bus.subscribeText(subjects.event(pipeline, '*', 'task.told'), (delivery) => {
-      if (steps.size === 0) return;
-      const parsed = parseEvent(delivery.value, delivery.subject);
-      if (!parsed.ok || parsed.value.kind !== 'task.told') return;
-      const { taskId, ts, data } = parsed.value;
-      steps.tellTask(taskId, {
+  );
+}
+
+/** What one steering event does to its task's steps here. */
+function steer(steps: Steps, event: TroupeEvent): void {
+  switch (event.kind) {
+    case 'task.paused':
+      steps.pauseTask(event.taskId, Date.parse(event.data.since ?? event.ts));
+      return;
+    case 'task.resumed': {
+      // A resume after a redelivery ends no pause.
+      const { after, since } = event.data;
+      if (after === 'pause')
+        steps.resumeTask(event.taskId, since === undefined ? undefined : Date.parse(since));
+      return;
+    }
+    case 'task.told': {
+      const { data } = event;
+      steps.tellTask(event.taskId, {
         id: data.messageId,
         text: data.text,
         ...(data.by === undefined ? {} : { by: data.by }),
-        at: ts,
+        at: event.ts,
       });
-    }),
-  ];
+      return;
+    }
+  }
 }

@@ -1,7 +1,8 @@
 import type { AgentStepRequest, TaskEnding, ToldMessage } from '@troupe/protocol';
 import type { Delivery } from '../transport/bus.ts';
-import type { AgentStep } from './agentStep.ts';
+import type { AgentStep, StepStart } from './agentStep.ts';
 import { RecentReplies } from './recentReplies.ts';
+import { RecentSteering } from './recentSteering.ts';
 import type { HostedAgent } from './remoteAgent.ts';
 import type { StepLivenessServices } from './stepLiveness.ts';
 import { failedReply } from './stepReply.ts';
@@ -9,24 +10,31 @@ import { StepRun, type StepRunServices } from './stepRun.ts';
 
 /** What the steps in flight need from their host. */
 export interface StepsInFlightServices extends StepLivenessServices {
-  /** Starts a step of `agent`: an agent actor here, or a call to where the agent lives. */
-  start(agent: HostedAgent, request: AgentStepRequest): AgentStep;
+  /**
+   * Starts a step of `agent`: an agent actor here, or a call to where the agent lives; `paused` when its task was
+   * paused while its request was on its way.
+   */
+  start(agent: HostedAgent, request: AgentStepRequest, options: StepStart): AgentStep;
 }
 
 /**
  * The steps running on this host, by step id, and the replies of those that ended lately. A step sent again joins
- * its run or gets its reply rather than running twice; a task's end and the host's stop reach each of its runs.
+ * its run or gets its reply rather than running twice; a task's end and the host's stop reach each of its runs; a
+ * task's pause and told messages reach its runs, and a run that starts after them (its request was on its way) too.
  */
 export class StepsInFlight {
   readonly #runs = new Map<string, StepRun>();
   readonly #services: StepsInFlightServices;
   /** What each run is given: one object for them all, so a run costs little more than its agent step. */
   readonly #runServices: StepRunServices;
+  /** The tasks' steering heard lately, for steps whose requests were on their way when it came. */
+  readonly #steering: RecentSteering;
   #stopping = false;
 
   constructor(services: StepsInFlightServices) {
     this.#services = services;
     this.#runServices = { ...services, recent: new RecentReplies(), ended: (run) => this.#ended(run) };
+    this.#steering = new RecentSteering(services.clock);
   }
 
   /** Steps being worked on now. */
@@ -66,7 +74,13 @@ export class StepsInFlight {
       void recent.then((reply) => delivery.respond(reply));
       return;
     }
-    const run = new StepRun(delivery, this.#services.start(agent, request), this.#runServices);
+    // A pause or a message that came while the request was on its way (or waited here) is the step's all the same.
+    const missed = this.#steering.missedBy(request);
+    const given = missed?.told.length
+      ? { ...request, told: [...(request.told ?? []), ...missed.told] }
+      : request;
+    const started = this.#services.start(agent, given, missed?.paused ? { paused: true } : {});
+    const run = new StepRun(delivery, started, this.#runServices);
     this.#runs.set(request.stepId, run);
   }
 
@@ -87,6 +101,7 @@ export class StepsInFlight {
 
   /** Stops every step of a task that has ended: nothing it would still do (a tool call, a question) matters. */
   endTask(taskId: string, ending: TaskEnding): void {
+    this.#steering.forget(taskId);
     for (const run of this.#runs.values()) {
       if (run.request.taskId !== taskId || run.stopped) continue;
       this.#services.logger.info(
@@ -97,13 +112,26 @@ export class StepsInFlight {
     }
   }
 
-  /** A task was paused: each of its steps here stops after its current model or tool call, replying `paused`. */
-  pauseTask(taskId: string): void {
+  /**
+   * A task was paused (the pause began at `since`): each of its steps here stops after its current model or tool
+   * call, replying `paused`, and so does one whose request was sent before `since` and arrives later.
+   */
+  pauseTask(taskId: string, since: number): void {
+    this.#steering.paused(taskId, since);
     for (const run of this.#runs.values()) if (run.request.taskId === taskId) run.pause();
   }
 
-  /** A person told a task something: each of its steps here reads it before its next model call. */
+  /** A task was resumed after the pause that began at `since`: a step sent before it no longer stops for it. */
+  resumeTask(taskId: string, since: number | undefined): void {
+    this.#steering.resumed(taskId, since);
+  }
+
+  /**
+   * A person told a task something: each of its steps here reads it before its next model call, and so does one whose
+   * request was sent before it and arrives later.
+   */
   tellTask(taskId: string, message: ToldMessage): void {
+    this.#steering.told(taskId, message);
     for (const run of this.#runs.values()) if (run.request.taskId === taskId) run.tell(message);
   }
 

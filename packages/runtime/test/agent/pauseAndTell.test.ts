@@ -396,6 +396,95 @@ describe('an agent step paused or told while it works (in-memory bus, simulated 
     await expect.poll(() => reply()).toMatchObject({ ok: false, error: { code: 'step_timeout' } });
   });
 
+  describe('steering that reaches the host before the step it concerns', () => {
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const pausedAt = (taskId: string, since: number) =>
+      publish('task.paused', taskId, { state: 'work', round: 1, by: 'ann', since: iso(since) });
+    const resumedAt = (taskId: string, since: number) =>
+      publish('task.resumed', taskId, {
+        state: 'work',
+        round: 1,
+        deliveries: 1,
+        after: 'pause',
+        pausedMs: 1_000,
+        since: iso(since),
+      });
+
+    it('stops a step sent before its task was paused at its first call boundary, and runs it sent again after the resume', async () => {
+      const model = heldModel();
+      startHost(model.model);
+      const sentAt = clock.now();
+      // The pause is published while the request is on its way: the host hears it first.
+      await pausedAt('t11', sentAt + 5);
+      const first = sendStep('t11.work.1', { sentAt });
+      await expect
+        .poll(() => first())
+        .toMatchObject({ ok: false, error: { code: 'paused' }, turns: 0, usage: { modelCalls: 0 } });
+      expect(model.asked).toHaveLength(0);
+
+      await resumedAt('t11', sentAt + 5);
+      const again = sendStep('t11.work.1', { sentAt: sentAt + 1_000 });
+      await expect.poll(() => model.asked.length).toBe(1);
+      model.answer('done');
+      await expect.poll(() => again()).toMatchObject({ ok: true, output: 'done' });
+    });
+
+    it('replies paused, not out of time, for a step paused on its way whose task deadline has passed', async () => {
+      const model = heldModel();
+      startHost(model.model);
+      const sentAt = clock.now();
+      await pausedAt('t12', sentAt);
+      const reply = sendStep('t12.work.1', { sentAt, budget: { deadline: sentAt - 1, sources: {} } });
+      await expect.poll(() => reply()).toMatchObject({ ok: false, error: { code: 'paused' }, turns: 0 });
+      expect(model.asked).toHaveLength(0);
+    });
+
+    it('runs a step whose task was paused and resumed while its request was on its way, and one sent after a pause', async () => {
+      const model = heldModel();
+      startHost(model.model);
+      const sentAt = clock.now();
+      await pausedAt('t13', sentAt + 5);
+      await resumedAt('t13', sentAt + 5);
+      await pausedAt('t14', sentAt - 5);
+      const first = sendStep('t13.work.1', { sentAt });
+      const second = sendStep('t14.work.1', { sentAt });
+      await expect.poll(() => model.asked.length).toBe(2);
+      model.answer('one');
+      model.answer('two');
+      await expect.poll(() => [first()?.ok, second()?.ok]).toEqual([true, true]);
+    });
+
+    it('reads a message told while the request was on its way before the first model call, and not one it was sent without', async () => {
+      const model = heldModel();
+      startHost(model.model);
+      // Told the day before the send and left out of it (another step read it), then told after the send.
+      const before = new EventFactory({ now: () => Date.UTC(2026, 11, 5) });
+      await bus.publishEvent(
+        before.make(
+          'task.told',
+          { pipeline: 'steer', taskId: 't15', traceparent },
+          { messageId: 'm-1', text: 'old news' },
+        ),
+      );
+      await tell('t15', 'm-2', 'use the v2 API, not v1');
+      await tell('t15', 'm-3', 'and cite it');
+      const carried: ToldMessage = {
+        id: 'm-3',
+        text: 'and cite it',
+        by: 'ann',
+        at: iso(Date.UTC(2026, 11, 6)),
+      };
+      const reply = sendStep('t15.work.1', { sentAt: Date.UTC(2026, 11, 6), told: [carried] });
+
+      await expect.poll(() => model.asked.length).toBe(1);
+      expect(saying(model.asked[0], 'use the v2 API, not v1')).toBe(1);
+      expect(saying(model.asked[0], 'and cite it')).toBe(1);
+      expect(saying(model.asked[0], 'old news')).toBe(0);
+      model.answer('read the v2 docs');
+      await expect.poll(() => reply()).toMatchObject({ ok: true, toldRead: ['m-3', 'm-2'] });
+    });
+  });
+
   it('leaves a step alone when another task is paused or told something', async () => {
     const model = heldModel();
     startHost(model.model);

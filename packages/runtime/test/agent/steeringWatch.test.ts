@@ -10,31 +10,58 @@ const scope = (taskId: string) => ({
   traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
 });
 
-function watched(size: number) {
+function watched() {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const events = new EventFactory({ now: () => Date.UTC(2026, 11, 6, 18) });
-  const paused: string[] = [];
+  const paused: [string, number][] = [];
+  const resumed: [string, number | undefined][] = [];
   const told: [string, ToldMessage][] = [];
   const subscriptions = watchSteering(bus, 'demo', {
-    size,
-    pauseTask: (taskId) => paused.push(taskId),
+    pauseTask: (taskId, since) => paused.push([taskId, since]),
+    resumeTask: (taskId, since) => resumed.push([taskId, since]),
     tellTask: (taskId, message) => told.push([taskId, message]),
   });
-  return { bus, events, paused, told, subscriptions };
+  return { bus, events, paused, resumed, told, subscriptions };
 }
 
 describe('the watch on pauses and told messages', () => {
-  it('hands a pause and a told message to the steps of their task, with one subscription per kind', async () => {
-    const { bus, events, paused, told, subscriptions } = watched(1);
-    expect(subscriptions).toHaveLength(2);
+  it('hands a pause, a resume and a told message to the steps of their task, with one subscription per kind', async () => {
+    const { bus, events, paused, resumed, told, subscriptions } = watched();
+    expect(subscriptions).toHaveLength(3);
     await bus.publishEvent(events.make('task.paused', scope('t1'), { state: 'work', round: 1, by: 'ann' }));
+    const since = '2026-12-06T17:59:00.000Z';
+    await bus.publishEvent(events.make('task.paused', scope('t3'), { state: 'work', round: 1, since }));
+    await bus.publishEvent(
+      events.make('task.resumed', scope('t3'), {
+        state: 'work',
+        round: 1,
+        deliveries: 1,
+        after: 'pause',
+        pausedMs: 60_000,
+        since,
+      }),
+    );
+    // A resume after a redelivery ends no pause.
+    await bus.publishEvent(
+      events.make('task.resumed', scope('t4'), {
+        state: 'work',
+        round: 1,
+        deliveries: 2,
+        after: 'redelivery',
+      }),
+    );
     await bus.publishEvent(
       events.make('task.told', scope('t2'), { messageId: 'm1', text: 'use v2', by: 'ann' }),
     );
     await bus.publishEvent(events.make('task.told', scope('t2'), { messageId: 'm2', text: 'and cite it' }));
     await bus.settled();
-    expect(paused).toEqual(['t1']);
+    // When each pause began: its `since`, else when it was published.
+    expect(paused).toEqual([
+      ['t1', Date.UTC(2026, 11, 6, 18)],
+      ['t3', Date.parse(since)],
+    ]);
+    expect(resumed).toEqual([['t3', Date.parse(since)]]);
     expect(told).toEqual([
       ['t2', { id: 'm1', text: 'use v2', by: 'ann', at: '2026-12-06T18:00:00.000Z' }],
       ['t2', { id: 'm2', text: 'and cite it', at: '2026-12-06T18:00:00.000Z' }],
@@ -43,13 +70,8 @@ describe('the watch on pauses and told messages', () => {
     expect(bus.hasListener(subjects.event('demo', 't1', 'task.paused'))).toBe(false);
   });
 
-  it('reads nothing while no step runs here, and passes over what is not such an event', async () => {
-    const idle = watched(0);
-    await idle.bus.publishEvent(idle.events.make('task.paused', scope('t1'), { state: 'work', round: 1 }));
-    await idle.bus.settled();
-    expect(idle.paused).toEqual([]);
-
-    const busy = watched(1);
+  it('passes over what is not such an event', async () => {
+    const busy = watched();
     busy.bus.publish(subjects.event('demo', 't1', 'task.told'), { kind: 'task.told', data: {} });
     // An event published on another task's subject than its own is not that task's.
     const event = busy.events.make('task.paused', scope('t1'), { state: 'work', round: 1 });
