@@ -130,6 +130,20 @@ export const TaskBudgetConfig = withExtensions({
     .positive()
     .max(30 * 86_400)
     .optional(),
+  /**
+   * Whether the time a task is held (`troupe pause`) counts against `timeout`: false (the default) moves its deadline
+   * on by the time held; true keeps it where acceptance put it, and a task whose deadline passes while held ends as
+   * one past its deadline. Step timeouts never count held time.
+   */
+  pausedTimeCounts: z.boolean().optional(),
+}).superRefine((budget, ctx) => {
+  if (budget.pausedTimeCounts !== undefined && budget.timeout === undefined)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['pausedTimeCounts'],
+      message:
+        'says whether held time counts against budget.timeout, which is not set: set budget.timeout (seconds), or remove pausedTimeCounts',
+    });
 });
 
 /** A bearer token by reference: `${VAR}` names an environment variable of the host that calls the agent. */

@@ -1,6 +1,8 @@
 import type { StepActivity } from '@troupe/protocol';
 import { type Clock, type HumanGate, StepJournal } from '@troupe/runtime';
 import { z } from 'zod';
+import type { TaskSteering } from '../task/taskSteering.ts';
+import { whileHeld } from './subTaskSteering.ts';
 import type { HumanRunInput, HumanRunOutput } from './workflowTypes.ts';
 
 /** How many times a `human` step asks when the answers keep missing its schema. */
@@ -13,23 +15,42 @@ export interface HumanStepDeps {
   clock: Clock;
   /** Says the task waits on a person (it parks, and `troupe status` shows the question). */
   onActivity: (taskId: string, activity: StepActivity) => void;
+  /** The task's steering (`troupe pause`): a held task asks nobody new, and its held time is not the step's. */
+  steering?: TaskSteering | undefined;
 }
 
 /**
  * Runs a `human` step: puts its prompt to people as a question (`troupe answer`, the gateway) and waits for the
  * answer, the deadline, or the step being left. The question's id is journaled before anyone is asked, so a run of
  * the task resumed after a crash waits on the same question — and takes an answer given while nothing ran.
+ *
+ * A paused task holds its human step as it holds an agent step: a question not asked yet is asked once the task is
+ * resumed; one asked already stays open, and an answer given while paused is the step's output (the task then holds
+ * before its next step). The time held does not count against the step's timeout: a question that expires while (or
+ * after) the task was held is asked again, once the task is resumed, with the step's time that was left.
  */
 export function createHumanStepRunner(deps: HumanStepDeps) {
   return async (input: HumanRunInput, signal: AbortSignal): Promise<HumanRunOutput> => {
     const started = deps.clock.now();
     const durationMs = () => Math.max(0, deps.clock.now() - started);
+    const { steering } = deps;
+    /** How long the task was held in all, up to now (the pause in force counted so far). */
+    const heldSoFar = () =>
+      steering === undefined
+        ? 0
+        : steering.pausedMs + (steering.paused ? Math.max(0, deps.clock.now() - steering.paused.since) : 0);
+    const heldBefore = heldSoFar();
+    /** The step's time left: its timeout less the time it waited while the task was not held. */
+    const timeLeft = () => input.timeoutMs - (durationMs() - (heldSoFar() - heldBefore));
+    // Each question its own journal key: one asked again after a hold is a new question, not the expired one.
+    let asks = 0;
     // The config holds `answer` as a JSON object (a record); zod reads it as the JSON Schema it is meant to be.
     const schema =
       input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as z.core.JSONSchema.JSONSchema);
     let prompt = input.prompt;
     for (let asked = 1; asked <= MAX_ASKS; asked++) {
-      const key = StepJournal.humanKey(`${input.stepId}.${asked}`, 'question');
+      asks += 1;
+      const key = StepJournal.humanKey(`${input.stepId}.${asks}`, 'question');
       const waiting = (id: string) =>
         deps.onActivity(input.taskId, {
           kind: 'person',
@@ -40,6 +61,9 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
         });
       const earlier = await deps.journal.humanRequest(key);
       if (earlier) waiting(earlier);
+      // A held task asks nobody new: the question goes once it is resumed (one asked before stays open meanwhile).
+      else if (steering) await whileHeld(steering, signal);
+      const heldAtAsk = heldSoFar();
       let answer: string;
       try {
         answer = await deps.gate.ask(
@@ -51,7 +75,7 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
             agent: 'workflow',
             stepId: input.stepId,
             // Asked again, people have what is left of the step's time, not all of it anew.
-            timeoutMs: Math.max(1_000, input.timeoutMs - durationMs()),
+            timeoutMs: Math.max(1_000, timeLeft()),
           },
           signal,
           {
@@ -64,6 +88,16 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
         );
       } catch (error) {
         if ((error as { code?: unknown }).code !== 'timeout') throw error;
+        // The question ran out while the task was held: that time was not the step's, and it is asked again. So it
+        // is when an earlier run of the step asked it again already (a restart): that question is taken up.
+        const heldMeanwhile = heldSoFar() > heldAtAsk && timeLeft() > 0;
+        const askedAgain =
+          !heldMeanwhile &&
+          (await deps.journal.humanRequest(StepJournal.humanKey(`${input.stepId}.${asks + 1}`, 'question')));
+        if ((heldMeanwhile || askedAgain) && !signal.aborted) {
+          asked -= 1;
+          continue;
+        }
         return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
       }
       if (!schema) return { ok: true, answer, durationMs: durationMs() };

@@ -342,7 +342,11 @@ function stepActors(
     askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal, system }) => {
       if (!people)
         throw new Error('this coordinator was started without a way to ask people (no `people` option)');
-      const ask = createHumanStepRunner({ ...people, onActivity: reporter(system) });
+      const ask = createHumanStepRunner({
+        ...people,
+        onActivity: reporter(system),
+        steering: steeringOf(system),
+      });
       return migrations().asking(input.taskId, input.stepId, () => ask(input, signal));
     }),
     runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal, system }) => {

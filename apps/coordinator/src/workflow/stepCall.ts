@@ -3,6 +3,7 @@ import { type Bus, type Clock, type Logger, TransportError } from '@troupe/runti
 import { assign, fromPromise, type PromiseActorLogic, setup } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import { withCallCheckpoints } from './stepCallCheckpoint.ts';
+import { heldDeadline, pastDeadlineReply } from './stepCallDeadline.ts';
 import { failureOf, type StepCallFailure, timedOut } from './stepCallFailure.ts';
 import { holdLogic } from './stepCallHold.ts';
 import { pauseLogic } from './stepCallPause.ts';
@@ -42,7 +43,12 @@ export type StepCallEvent =
   | { type: 'resume' }
   /** The task is held (`troupe pause`): the step waits, unsent, until it is let go (`unheld`). */
   | { type: 'held' }
-  | { type: 'unheld' };
+  | { type: 'unheld' }
+  /** The task is held, or let go, while its host still works on the step (it waits on a person, say). */
+  | { type: 'heldAtWork' }
+  | { type: 'unheldAtWork' }
+  /** The task's deadline passed while it was held, and its pipeline counts held time (`budget.pausedTimeCounts`). */
+  | { type: 'pastDeadline' };
 
 /** The step call's state: plain data only, so a checkpoint of the workflow holds it and a restore goes on from it. */
 export interface StepCallContext {
@@ -57,6 +63,8 @@ export interface StepCallContext {
   attempts: number;
   /** A run of the step may have started before this call's first send (see {@link StepCallInput}). */
   resumed: boolean;
+  /** The task's held time counts against its deadline (`budget.pausedTimeCounts`): the deadline stays, and ends it. */
+  pausedTimeCounts?: boolean;
   /** Since when no worker answered. */
   noWorkerSince?: number | undefined;
   /** A worker died or lost its journal under this step: wait for another as long as the step may take. */
@@ -127,7 +135,7 @@ export function createStepCallLogic(services: StepCallServices) {
       /** Ends at once: a macrostep after the call entered `failed`, the one in which it fails (see there). */
       giveUp: fromPromise(async () => undefined),
       pause: pauseLogic(clock),
-      hold: holdLogic,
+      hold: holdLogic(clock),
     },
     guards,
     actions: {
@@ -160,6 +168,12 @@ export function createStepCallLogic(services: StepCallServices) {
           sending: {
             always: [
               {
+                // Held time counts against the task's deadline, and it passed: the step ends as past it.
+                guard: 'pastDeadline',
+                target: '#stepCall.replied',
+                actions: { type: 'keepReply', params: ({ context }: Ctx) => pastDeadlineReply(context) },
+              },
+              {
                 guard: 'outOfTime',
                 target: '#stepCall.failed',
                 actions: { type: 'fail', params: ({ context }: Ctx) => timedOut(context) },
@@ -177,6 +191,7 @@ export function createStepCallLogic(services: StepCallServices) {
                 started: context.started,
                 timeoutMs: context.timeoutMs,
                 // A resend may follow a run of the step; so may any send of a later delivery.
+                pausedTimeCounts: context.pausedTimeCounts === true,
                 fresh:
                   context.attempts === 1 &&
                   !context.resumed &&
@@ -189,6 +204,14 @@ export function createStepCallLogic(services: StepCallServices) {
               reconnect: { target: 'sending', reenter: true },
               // The task is held: the send did not go out (see `stepCallSend.ts`), so it is no attempt.
               held: { target: 'held', actions: 'unsent' },
+              // Held while its host works on (a person's answer ends its call): the request's timeout is held too
+              // (see `stepCallSend.ts`), and the step's own time stops from the pause until it is let go.
+              heldAtWork: { actions: 'holdFrom' },
+              unheldAtWork: { actions: 'unhold' },
+              pastDeadline: {
+                target: '#stepCall.replied',
+                actions: { type: 'keepReply', params: ({ context }) => pastDeadlineReply(context) },
+              },
               replied: [
                 {
                   // Its agent stopped after its current call, since the task was paused: held until it is resumed.
@@ -295,13 +318,24 @@ export function createStepCallLogic(services: StepCallServices) {
             on: { resume: 'sending' },
           },
           /**
-           * The task is paused: nothing is sent, no heartbeat is awaited, no timer runs. Let go, the step is sent
-           * again under the same id (its journal answers what was done), its timeout moved on by the time held.
+           * The task is paused: nothing is sent, no heartbeat is awaited, and no timer runs but the task's deadline,
+           * when its pipeline counts held time against it (`budget.pausedTimeCounts`): passing, it ends the step
+           * with `budget_exceeded`. Let go, the step is sent again under the same id (its journal answers what was
+           * done), its timeout moved on by the time held.
            */
           held: {
             entry: 'holdFrom',
-            invoke: { src: 'hold', input: ({ context }) => ({ stepId: context.request.stepId }) },
-            on: { unheld: { target: 'sending', actions: 'unhold' } },
+            invoke: {
+              src: 'hold',
+              input: ({ context }) => ({ stepId: context.request.stepId, deadline: heldDeadline(context) }),
+            },
+            on: {
+              unheld: { target: 'sending', actions: 'unhold' },
+              pastDeadline: {
+                target: '#stepCall.replied',
+                actions: { type: 'keepReply', params: ({ context }) => pastDeadlineReply(context) },
+              },
+            },
           },
         },
       },

@@ -11,6 +11,7 @@ import { type Clock, TransportError, type TransportErrorCode } from '@troupe/run
 import type { ActorSystem } from 'xstate';
 import { reportActivity, steeringOf } from '../task/runContext.ts';
 import type { StepCallContext, StepCallInput, StepCallServices } from './stepCall.ts';
+import { heldDeadline, pastDeadline } from './stepCallDeadline.ts';
 import { errorOf, type StepCallFailure } from './stepCallFailure.ts';
 
 /** How much longer than the task's deadline a step waits for the agent's own account of running out. */
@@ -27,9 +28,18 @@ interface CallArgs extends GuardArgs {
   system: AnySystem;
 }
 
-/** What is left of the step's time on `clock`, counted from its first send. */
-export const timeLeft = (clock: Clock, context: Pick<StepCallContext, 'timeoutMs' | 'started'>): number =>
-  context.timeoutMs - (clock.now() - context.started);
+/**
+ * What is left of the step's time on `clock`, counted from its first send (moved on by the time it was held). When
+ * held time counts against the task's deadline, the time to that deadline (and its grace) bounds it still.
+ */
+export const timeLeft = (
+  clock: Clock,
+  context: Pick<StepCallContext, 'timeoutMs' | 'started' | 'request' | 'pausedTimeCounts'>,
+): number => {
+  const left = context.timeoutMs - (clock.now() - context.started);
+  const deadline = heldDeadline(context);
+  return deadline === undefined ? left : Math.min(left, deadline + DEADLINE_GRACE_MS - clock.now());
+};
 
 /** The wait before sending again: 250 ms, doubling with each request, at most 2 s. */
 export const backoff = (context: StepCallContext): number =>
@@ -39,8 +49,10 @@ export const backoff = (context: StepCallContext): number =>
 export function startingContext(clock: Clock, input: StepCallInput, pausedMs = 0): StepCallContext {
   const { request } = input;
   const started = clock.now();
-  // The task's deadline comes later by the time it was held (see `stepCallSend.ts`, which sends it so).
-  const deadline = request.budget?.deadline === undefined ? undefined : request.budget.deadline + pausedMs;
+  // The task's deadline comes later by the time it was held (see `stepCallSend.ts`, which sends it so), unless the
+  // pipeline counts held time against it.
+  const moved = input.pausedTimeCounts === true ? 0 : pausedMs;
+  const deadline = request.budget?.deadline === undefined ? undefined : request.budget.deadline + moved;
   const timeoutMs =
     deadline === undefined
       ? input.timeoutMs
@@ -52,6 +64,7 @@ export function startingContext(clock: Clock, input: StepCallInput, pausedMs = 0
     started,
     attempts: 0,
     resumed: input.resumed === true,
+    ...(input.pausedTimeCounts === true ? { pausedTimeCounts: true } : {}),
     takenOver: false,
     lastActivity: '',
   };
@@ -62,6 +75,7 @@ export function stepCallGuards({ clock, waitForWorkersMs }: StepCallServices) {
   return {
     pausedReply: (_: unknown, reply: AgentStepReply) => !reply.ok && reply.error.code === 'paused',
     outOfTime: ({ context }: GuardArgs) => timeLeft(clock, context) <= 0,
+    pastDeadline: ({ context }: GuardArgs) => pastDeadline(clock, context),
     journalUnavailable: (_: unknown, reply: AgentStepReply) =>
       !reply.ok && reply.error.code === 'journal_unavailable',
     final: (_: unknown, reply: AgentStepReply) => reply.ok || !isRetryable(reply.error.code),

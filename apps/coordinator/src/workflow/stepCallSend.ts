@@ -4,6 +4,7 @@ import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xs
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import type { TaskSteering } from '../task/taskSteering.ts';
 import type { StepCallEvent, StepCallServices } from './stepCall.ts';
+import { heldDeadline, watchHeldDeadline } from './stepCallDeadline.ts';
 import { timeLeft } from './stepCallRules.ts';
 
 /** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
@@ -17,6 +18,8 @@ export interface RequestInput {
   subject: string;
   started: number;
   timeoutMs: number;
+  /** The task's held time counts against its deadline (`budget.pausedTimeCounts`): the deadline is sent as it is. */
+  pausedTimeCounts: boolean;
   /** No run of the step can have started before this send (see `fresh`): the first send of a first delivery. */
   fresh: boolean;
   /** No worker served the agent at the last send: this one is logged at debug (one line said so already). */
@@ -29,6 +32,11 @@ export interface RequestInput {
  * are heard here, not by an actor of their own beside it: only a send in flight has a reply to lose, and each actor a
  * parked task keeps costs it about 2 KB of heap. Restored from a checkpoint it is never `fresh`: it goes out again
  * after a run of the step may have started (its host must look in the journal), whatever the send it repeats said.
+ *
+ * The task held while the send waits (its host finishes a call, or waits on a person, before it replies `paused`): the
+ * request's timeout is held with it (the task's steering is its hold), and the call hears `heldAtWork`, then
+ * `unheldAtWork` on the resume, so the step's own time stops too. Heartbeats are still awaited meanwhile. When the
+ * pipeline counts held time against the task's deadline, the deadline passing while held says `pastDeadline`.
  */
 export function stepSendLogic(services: StepCallServices) {
   const { bus, clock } = services;
@@ -55,6 +63,15 @@ export function stepSendLogic(services: StepCallServices) {
       const stopHearing = bus.onStatus((status) => {
         if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
       });
+      let unwatch = () => {};
+      const stopHolding = steering?.listen((held) => {
+        if (settled) return;
+        unwatch();
+        unwatch = held
+          ? watchHeldDeadline(clock, heldDeadline(input), () => sendBack({ type: 'pastDeadline' }))
+          : () => {};
+        sendBack({ type: held ? 'heldAtWork' : 'unheldAtWork' });
+      });
       // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
       const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
       requestWithHeartbeats(
@@ -62,7 +79,7 @@ export function stepSendLogic(services: StepCallServices) {
         input.subject,
         {
           ...input.request,
-          ...(steering ? steered(input.request, steering) : {}),
+          ...(steering ? steered(input.request, steering, input.pausedTimeCounts) : {}),
           ...(facts
             ? {
                 traceparent: facts.traceparent,
@@ -82,6 +99,7 @@ export function stepSendLogic(services: StepCallServices) {
           timeoutMs: left + REPLY_GRACE_MS,
           idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
           signal: abort.signal,
+          ...(steering ? { hold: steering } : {}),
           meta: {
             taskId: input.request.taskId,
             from: input.request.from ?? 'workflow',
@@ -111,6 +129,8 @@ export function stepSendLogic(services: StepCallServices) {
       // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
       return () => {
         stopHearing();
+        stopHolding?.();
+        unwatch();
         ended?.();
         if (!settled) abort.abort();
       };
@@ -120,17 +140,18 @@ export function stepSendLogic(services: StepCallServices) {
 
 /**
  * What the task's steering adds to a step as it goes out: the told messages no finished step has read, and the
- * task's deadline moved on by the time the task was held.
+ * task's deadline moved on by the time the task was held (unless the pipeline counts held time against it).
  */
 function steered(
   request: AgentStepRequest,
   steering: TaskSteering,
+  pausedTimeCounts: boolean,
 ): Pick<AgentStepRequest, 'told' | 'budget'> {
   const told = steering.toldFor(request.stepId);
   const deadline = request.budget?.deadline;
   return {
     ...(told.length > 0 ? { told: [...told] } : {}),
-    ...(request.budget && deadline !== undefined && steering.pausedMs > 0
+    ...(request.budget && deadline !== undefined && steering.pausedMs > 0 && !pausedTimeCounts
       ? { budget: { ...request.budget, deadline: deadline + steering.pausedMs } }
       : {}),
   };

@@ -68,6 +68,8 @@ export interface StepRunInput {
   timeoutMs: number;
   /** This run is the task's first delivery: a step it sends for the first time has never run (see `fresh`). */
   firstDelivery?: boolean;
+  /** The task's held time counts against its deadline (`budget.pausedTimeCounts`): the deadline is not moved on. */
+  pausedTimeCounts?: boolean;
   /** The step's reply from the task's origin: the step is reused, not sent (see `reusedStep.ts`). */
   reused?: StepRunOutput;
 }

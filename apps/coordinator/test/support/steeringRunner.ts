@@ -46,7 +46,7 @@ export type Step = Delivery<AgentStepRequest>;
  */
 export async function setUp(
   config: PipelineConfig,
-  extra: Pick<Parameters<typeof startPipelineRunner>[0], 'subPipelines'> = {},
+  extra: Pick<Parameters<typeof startPipelineRunner>[0], 'subPipelines' | 'people'> = {},
 ) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });

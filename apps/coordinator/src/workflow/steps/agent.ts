@@ -50,6 +50,7 @@ export function askAgent(
       input: ({ context }): StepRunInput => ({
         request: buildRequest(c.config, context, step, place),
         timeoutMs,
+        ...(c.config.budget?.pausedTimeCounts === true ? { pausedTimeCounts: true } : {}),
         // A restart's or fork's hook: a step its origin ran is answered from there, not sent.
         ...reusedReply(context, step),
       }),

@@ -1,0 +1,300 @@
+import type { Clock, HumanGate, HumanScope, StepJournal } from '@troupe/runtime';
+import { describe, expect, it } from 'vitest';
+import { HOUR, ok, paused, pipeline, setUp } from './support/steeringRunner.ts';
+
+/** A step's own time (`defaults.stepTimeout` of the steering runner's pipelines): 60 s. */
+const STEP_MS = 60_000;
+
+const withDeadline = (pausedTimeCounts?: boolean) =>
+  pipeline(
+    [
+      { id: 'plan', kind: 'agent', agent: 'planner' },
+      { id: 'build', kind: 'agent', agent: 'builder' },
+    ],
+    { budget: { timeout: 120, ...(pausedTimeCounts === undefined ? {} : { pausedTimeCounts }) } },
+  );
+
+describe('a held task’s deadline (budget.pausedTimeCounts)', () => {
+  it('by default moves on by the time held: a deadline passing while paused ends nothing', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline());
+    const task = intake.deliver({ id: 'dl-1', goal: 'build it' });
+    const plan = await next('dl-1.plan.1');
+    const deadline = plan.value.budget?.deadline ?? 0;
+    await control('dl-1', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    // An hour held: far past the task's 120 s.
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    await control('dl-1', { action: 'resume' });
+    const again = await next('dl-1.plan.1');
+    expect(again.value.budget?.deadline).toBe(deadline + HOUR);
+    ok(again);
+    ok(await next('dl-1.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('with pausedTimeCounts: false, as by default, moves the deadline on', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline(false));
+    const task = intake.deliver({ id: 'dl-2', goal: 'build it' });
+    const plan = await next('dl-2.plan.1');
+    const deadline = plan.value.budget?.deadline ?? 0;
+    await control('dl-2', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    clock.advance(30_000);
+    await control('dl-2', { action: 'resume' });
+    const again = await next('dl-2.plan.1');
+    expect(again.value.budget?.deadline).toBe(deadline + 30_000);
+    ok(again);
+    ok(await next('dl-2.build.1'));
+    await task.handled;
+  });
+
+  it('with pausedTimeCounts: true, keeps the deadline where acceptance put it', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline(true));
+    const task = intake.deliver({ id: 'dl-3', goal: 'build it' });
+    const plan = await next('dl-3.plan.1');
+    const deadline = plan.value.budget?.deadline ?? 0;
+    await control('dl-3', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    clock.advance(30_000);
+    await control('dl-3', { action: 'resume' });
+    const again = await next('dl-3.plan.1');
+    expect(again.value.budget?.deadline).toBe(deadline);
+    // The step's own time never counts the time held: 60 s, less none spent at work; the deadline's 90 s is later.
+    expect(again.value.timeoutMs).toBe(STEP_MS);
+    ok(again);
+    ok(await next('dl-3.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('with pausedTimeCounts: true, ends a task held past its deadline at the deadline, paused, as past its deadline', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline(true));
+    const task = intake.deliver({ id: 'dl-4', goal: 'build it' });
+    const plan = await next('dl-4.plan.1');
+    await control('dl-4', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    clock.advance(119_000);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    clock.advance(1_000);
+    await task.handled;
+    expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ reason: 'budget_exceeded', step: 'plan' });
+    expect(bus.eventsOf('task.failed')[0]?.data.message).toContain('while the task was paused');
+  });
+
+  it('with pausedTimeCounts: true, ends at the deadline a task held while its step is still at work', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline(true));
+    const task = intake.deliver({ id: 'dl-5', goal: 'build it' });
+    await next('dl-5.plan.1');
+    // Its agent waits on a person: no `paused` reply comes until the person answers.
+    await control('dl-5', { action: 'pause' });
+    clock.advance(119_999);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    clock.advance(1);
+    await task.handled;
+    expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ reason: 'budget_exceeded', step: 'plan' });
+  });
+});
+
+describe('a step held while its agent is still at work', () => {
+  it('is not failed by its timeout while held, and has only what was left of its time once let go', async () => {
+    const { intake, control, next, clock, bus } = await setUp(
+      pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]),
+    );
+    const task = intake.deliver({ id: 'at-1', goal: 'build it' });
+    await next('at-1.plan.1');
+    clock.advance(20_000);
+    // Paused while its agent waits on a person: the host replies `paused` only once the person answers.
+    await control('at-1', { action: 'pause' });
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    await control('at-1', { action: 'resume' });
+    await bus.settled();
+    // 40 s of the step were left, and 2 s for the agent's own account: the request does not start afresh.
+    clock.advance(41_900);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    clock.advance(200);
+    await task.handled;
+    expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ step: 'plan' });
+    expect(bus.eventsOf('task.failed')[0]?.data.message).toContain('within the step timeout');
+  });
+
+  it('answered by its person after its time while held, is sent again on resume with the time it had left', async () => {
+    const { intake, control, next, clock, bus } = await setUp(
+      pipeline([
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        { id: 'build', kind: 'agent', agent: 'builder' },
+      ]),
+    );
+    const task = intake.deliver({ id: 'at-2', goal: 'build it' });
+    const plan = await next('at-2.plan.1');
+    clock.advance(20_000);
+    await control('at-2', { action: 'pause' });
+    // The person answers two minutes later, well past the step's 60 s: its host finishes the call, then stops.
+    clock.advance(120_000);
+    await bus.settled();
+    paused(plan);
+    await bus.settled();
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    await control('at-2', { action: 'resume' });
+    const again = await next('at-2.plan.1');
+    expect(again.value.timeoutMs).toBe(STEP_MS - 20_000);
+    ok(again);
+    ok(await next('at-2.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+  it('resumed while its agent still works, and stopped by it later, is sent again with the time it had left', async () => {
+    const { intake, control, next, clock, bus } = await setUp(
+      pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]),
+    );
+    const task = intake.deliver({ id: 'at-3', goal: 'build it' });
+    const plan = await next('at-3.plan.1');
+    clock.advance(20_000);
+    await control('at-3', { action: 'pause' });
+    clock.advance(HOUR);
+    await control('at-3', { action: 'resume' });
+    await bus.settled();
+    clock.advance(5_000);
+    // Its host stopped for the pause only now, after the resume: the step goes again, with 35 s of its 60.
+    paused(plan);
+    const again = await next('at-3.plan.1');
+    expect(again.value.timeoutMs).toBe(STEP_MS - 25_000);
+    ok(again);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+});
+
+/**
+ * People played by the test: each question waits for `answer`, or fails with `timeout` when the time the step gave it
+ * (`scope.timeoutMs`) passes on the clock, as the NATS gate's does.
+ */
+function people(clock: Clock) {
+  const asked: { id: string; timeoutMs: number | undefined; answer: (text: string) => void }[] = [];
+  const ids = new Map<string, string>();
+  const journal = {
+    humanRequest: async (key: string) => ids.get(key),
+    recordHumanRequest: async (key: string, id: string) => void ids.set(key, id),
+  } as unknown as StepJournal;
+  const gate: HumanGate = {
+    approve: async () => ({ decision: 'deny', reason: 'not asked' }),
+    ask: (_question: string, scope: HumanScope, signal: AbortSignal, options) =>
+      new Promise<string>((resolve, reject) => {
+        const id = `q${asked.length + 1}`;
+        void options?.onAsked?.(id);
+        const timer = clock.setTimeout(
+          () => reject(Object.assign(new Error(`nobody answered (question ${id})`), { code: 'timeout' })),
+          scope.timeoutMs ?? HOUR,
+        );
+        signal.addEventListener('abort', () => {
+          clock.clearTimeout(timer);
+          reject(Object.assign(new Error('cancelled'), { code: 'cancelled' }));
+        });
+        asked.push({
+          id,
+          timeoutMs: scope.timeoutMs,
+          answer: (text) => {
+            clock.clearTimeout(timer);
+            resolve(text);
+          },
+        });
+      }),
+  };
+  return { gate, journal, asked };
+}
+
+const askFirst = pipeline([
+  { id: 'ask', kind: 'human', prompt: 'Ship it?', timeout: 60 },
+  { id: 'build', kind: 'agent', agent: 'builder' },
+]);
+
+describe('a human step while its task is paused', () => {
+  it('does not count the time held against its timeout: a question expired while held is asked again on resume, with what was left', async () => {
+    const { intake, control, next, clock, bus, asked } = await setUpWithPeople();
+    const task = intake.deliver({ id: 'hu-1', goal: 'build it' });
+    await expect.poll(() => asked.length).toBe(1);
+    expect(asked[0]?.timeoutMs).toBe(60_000);
+    clock.advance(20_000);
+    await control('hu-1', { action: 'pause' });
+    // Past the question's 60 s while held: it expires, but the step is not failed, and nobody is asked meanwhile.
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+    expect(asked).toHaveLength(1);
+    await control('hu-1', { action: 'resume' });
+    await expect.poll(() => asked.length).toBe(2);
+    expect(asked[1]?.timeoutMs).toBe(40_000);
+    asked[1]?.answer('yes');
+    ok(await next('hu-1.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('keeps an answer given while paused, and holds the task before its next step', async () => {
+    const { intake, control, next, bus, asked, waiting } = await setUpWithPeople();
+    const task = intake.deliver({ id: 'hu-2', goal: 'build it' });
+    await expect.poll(() => asked.length).toBe(1);
+    await control('hu-2', { action: 'pause' });
+    asked[0]?.answer('yes');
+    await expect
+      .poll(() => bus.eventsOf('step.completed').filter((e) => e.data.step === 'ask'))
+      .toHaveLength(1);
+    await bus.settled();
+    expect(waiting).toHaveLength(0);
+    await control('hu-2', { action: 'resume' });
+    const build = await next('hu-2.build.1');
+    expect(build.value.context?.map((c) => c.output)).toContain('yes');
+    ok(build);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('asks nobody while the task is held: a human step reached while paused asks once resumed', async () => {
+    const { intake, control, next, bus, asked } = await setUpWithPeople(
+      pipeline([
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        { id: 'ask', kind: 'human', prompt: 'Ship it?', timeout: 60 },
+      ]),
+    );
+    const task = intake.deliver({ id: 'hu-3', goal: 'build it' });
+    const plan = await next('hu-3.plan.1');
+    await control('hu-3', { action: 'pause' });
+    ok(plan);
+    await expect
+      .poll(() => bus.eventsOf('step.completed').filter((e) => e.data.step === 'plan'))
+      .toHaveLength(1);
+    await bus.settled();
+    expect(asked).toHaveLength(0);
+    await control('hu-3', { action: 'resume' });
+    await expect.poll(() => asked.length).toBe(1);
+    asked[0]?.answer('yes');
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+});
+
+/** The steering runner with people to ask; they keep time on its clock (made inside `setUp`, so reached through it). */
+async function setUpWithPeople(config = askFirst) {
+  let runner: Awaited<ReturnType<typeof setUp>> | undefined;
+  const clock: Clock = {
+    now: () => (runner as Awaited<ReturnType<typeof setUp>>).clock.now(),
+    setTimeout: (fn, ms) => (runner as Awaited<ReturnType<typeof setUp>>).clock.setTimeout(fn, ms),
+    clearTimeout: (id) => (runner as Awaited<ReturnType<typeof setUp>>).clock.clearTimeout(id),
+  };
+  const played = people(clock);
+  runner = await setUp(config, { people: { gate: played.gate, journal: played.journal, clock } });
+  return { ...runner, asked: played.asked };
+}
