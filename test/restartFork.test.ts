@@ -1,15 +1,15 @@
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { forkTask, OperationError, readTaskEvents, restartTask } from '@troupe/client';
 import { BUCKETS, type EventOf, FINAL_EVENT_KINDS, subjects, type WorkflowRecord } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
-import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import { cliEnv, troupe } from './support/cli.ts';
 import { ofKind, waiter } from './support/harness.ts';
+import { type ModelPipeline, startModelPipeline } from './support/modelPipeline.ts';
 import { type KillTestServer, startKillTestServer } from './support/natsUsers.ts';
+import { type UpProcesses, upProcesses } from './support/upProcesses.ts';
 
 /**
  * Issue 32, items 3 and 4: a failed task restarted from its failing step, and forked with an earlier output edited,
@@ -17,27 +17,19 @@ import { type KillTestServer, startKillTestServer } from './support/natsUsers.ts
  * counts every call), even when the coordinator running the new task is killed with SIGKILL.
  */
 describe('restart and fork', () => {
-  let openai: FakeModelServer;
+  let relay3: ModelPipeline;
+  let openai: ModelPipeline['openai'];
+  let file: string;
   let server: KillTestServer;
   let bus: NatsBus;
-  let dir: string;
-  let file: string;
-  const processes: CliProcess[] = [];
+  let coordinators: UpProcesses;
   const { notify, waitFor: until } = waiter();
   const env = () => cliEnv({ OPENAI_API_KEY: 'sk-test' });
 
   beforeAll(async () => {
-    openai = await startFakeOpenAI();
-    dir = await mkdtemp(join(tmpdir(), 'troupe-family-'));
-    file = join(dir, 'relay3.yaml');
-    await writeFile(
-      file,
-      `version: 1
-name: relay3
-models:
-  gpt: { provider: openai, model: gpt-5-mini, baseURL: "${openai.baseURL}" }
-defaults: { model: gpt }
-agents:
+    relay3 = await startModelPipeline(
+      'relay3',
+      `agents:
   planner:
     instructions: Plan it.
     tools: [run_command]
@@ -53,7 +45,9 @@ flow:
   - { id: check, kind: agent, agent: checker }
 `,
     );
+    ({ openai, file } = relay3);
     server = await startKillTestServer(file, false, 'family-test', notify);
+    coordinators = upProcesses(file, server.nats.url, join(relay3.dir, 'home'), env());
     bus = await NatsBus.connect({
       servers: server.nats.url,
       name: 'family-test-bus',
@@ -61,22 +55,13 @@ flow:
     });
   }, 60_000);
   afterAll(async () => {
-    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    await coordinators?.stopAll('SIGKILL');
     await bus?.close();
     await server?.stop();
-    await openai?.stop();
-    if (dir) await rm(dir, { recursive: true, force: true });
+    await relay3?.stop();
   });
 
-  const up = async () => {
-    const p = startTroupe(
-      ['up', file, '--ack-wait', '2', '--server', server.nats.url, '--home', join(dir, 'home')],
-      env(),
-    );
-    processes.push(p);
-    await p.waitFor(/troupe is up/, 60_000);
-    return p;
-  };
+  const up = () => coordinators.up();
   const cli = (...args: string[]) => troupe([...args, '--server', server.nats.url], env(), 60_000);
   const eventsOf = (taskId: string) => server.events.filter((e) => e.taskId === taskId);
   const finalOf = (taskId: string) =>
@@ -94,9 +79,6 @@ flow:
     };
   };
   const newTaskOf = (stdout: string) => /^(\S+): (restart|fork) of/.exec(stdout)?.[1] ?? '';
-  /** The text of every message the model was sent in one request. */
-  const sent = (index: number): string =>
-    JSON.stringify((openai.requests[index]?.body as { messages?: unknown[] } | undefined)?.messages ?? []);
 
   it('a failed task restarted from the failed step runs only that step: no earlier model or tool call again', async () => {
     await up();
@@ -125,7 +107,7 @@ flow:
     expect(openai.requests.length - before).toBe(1);
     const calls = await callsOf(taskId, ['plan', 'build']);
     expect([calls.model, calls.tool]).toEqual([0, 0]);
-    expect(sent(before)).toContain('the build: done');
+    expect(relay3.sent(before)).toContain('the build: done');
     const reused = ofKind(calls.stored, 'step.completed').filter((e) => e.data.reused);
     expect(reused.map((e) => [e.data.step, e.data.output, e.data.usage.modelCalls])).toEqual([
       ['plan', 'the plan: three parts', 0],
@@ -167,8 +149,8 @@ flow:
     expect((await finalOf(taskId)).kind).toBe('task.completed');
     expect(openai.requests.length - before).toBe(2);
     // The builder was sent the edited plan, not the original's.
-    expect(sent(before)).toContain('a better plan');
-    expect(sent(before)).not.toContain('the plan: three parts');
+    expect(relay3.sent(before)).toContain('a better plan');
+    expect(relay3.sent(before)).not.toContain('the plan: three parts');
     expect(await callsOf(taskId, ['plan'])).toMatchObject({ model: 0, tool: 0 });
     expect((await recordOf(taskId))?.origin).toMatchObject({
       kind: 'fork',
@@ -253,7 +235,7 @@ flow:
     await expect(restartTask(bus, taskId, { from: 'check' })).rejects.toSatisfy(
       (e) => OperationError.is(e, 'conflict') && /still running/.test((e as Error).message),
     );
-    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    await coordinators.stopAll('SIGKILL');
     await up();
     const final = await finalOf(taskId);
     expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'checked after the crash' } });
@@ -272,7 +254,7 @@ flow:
   it('runs on the version the original ran on, or with --newest on the one new tasks start on', async () => {
     const original = (await recordOf('orig-1'))?.version;
     await writeFile(file, (await readFile(file, 'utf8')).replace('Check it.', 'Check it twice.'));
-    for (const p of processes.splice(0)) await p.stop('SIGTERM');
+    await coordinators.stopAll('SIGTERM');
     await up();
     const systemOf = (index: number) =>
       JSON.stringify(
@@ -304,7 +286,7 @@ flow:
     const schema =
       'input:\n  type: object\n  properties: { ticket: { type: string } }\n  required: [ticket]\n';
     await writeFile(file, (await readFile(file, 'utf8')).replace('agents:\n', `${schema}agents:\n`));
-    for (const p of processes.splice(0)) await p.stop('SIGTERM');
+    await coordinators.stopAll('SIGTERM');
     await up();
 
     openai.enqueue({ kind: 'message', content: 'checked without a ticket' });
