@@ -3,6 +3,7 @@ import { ensureTroupeStreams, KvStore, NatsBus } from '@troupe/runtime';
 import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
+import { runningRecord } from './support/taskRecord.ts';
 
 /** What the stand-in coordinator heard, with the task it was for. */
 const heard: { taskId: string; message: ControlMessage }[] = [];
@@ -26,19 +27,13 @@ describe('troupe pause, resume and tell', () => {
     const store = await KvStore.open(coordinator, BUCKETS.workflows, WorkflowRecord);
     const now = Date.now();
     seededAt = now;
-    const record = (taskId: string, extra: Partial<WorkflowRecord> = {}): WorkflowRecord => ({
-      taskId,
-      pipeline: 'demo',
-      streamSequence: 1,
-      status: 'running',
-      state: 'plan',
-      goal: `the goal of ${taskId}`,
-      round: 1,
-      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
-      createdAt: new Date(now - 60_000).toISOString(),
-      updatedAt: new Date(now).toISOString(),
-      ...extra,
-    });
+    const record = (taskId: string, extra: Partial<WorkflowRecord> = {}): WorkflowRecord =>
+      runningRecord(taskId, 'demo', {
+        goal: `the goal of ${taskId}`,
+        createdAt: new Date(now - 60_000).toISOString(),
+        updatedAt: new Date(now).toISOString(),
+        ...extra,
+      });
     await store.put('cli-work', record('cli-work'));
     await store.put(
       'cli-held',

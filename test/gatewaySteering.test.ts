@@ -3,6 +3,7 @@ import { BUCKETS, type ControlMessage, QueuedTask, subjects, WorkflowRecord } fr
 import { createLogger, ensureTroupeStreams, KvStore, NatsBus } from '@troupe/runtime';
 import { captureLogger, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runningRecord } from './support/taskRecord.ts';
 import { openWs } from './support/ws.ts';
 
 const TOKENS = {
@@ -67,31 +68,14 @@ describe('the gateway steers tasks: pause, resume, tell', () => {
     });
     const store = await KvStore.open(coordinator, BUCKETS.workflows, WorkflowRecord);
     const now = new Date().toISOString();
-    const record = (
-      taskId: string,
-      pipeline: string,
-      extra: Partial<WorkflowRecord> = {},
-    ): WorkflowRecord => ({
-      taskId,
-      pipeline,
-      streamSequence: 1,
-      status: 'running',
-      state: 'plan',
-      goal: 'g',
-      round: 1,
-      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
-      createdAt: now,
-      updatedAt: now,
-      ...extra,
-    });
-    await store.put('work-1', record('work-1', 'demo'));
+    await store.put('work-1', runningRecord('work-1', 'demo'));
     await store.put(
       'paused-1',
-      record('paused-1', 'demo', { paused: { since: now, by: 'ana', reason: 'wait' } }),
+      runningRecord('paused-1', 'demo', { paused: { since: now, by: 'ana', reason: 'wait' } }),
     );
-    await store.put('orphan-1', record('orphan-1', 'demo'));
-    await store.put('done-1', record('done-1', 'demo', { status: 'completed', state: 'done' }));
-    await store.put('other-1', record('other-1', 'other'));
+    await store.put('orphan-1', runningRecord('orphan-1', 'demo'));
+    await store.put('done-1', runningRecord('done-1', 'demo', { status: 'completed', state: 'done' }));
+    await store.put('other-1', runningRecord('other-1', 'other'));
     // A task stored in TASKS that no coordinator has claimed yet: the gateway knows it by its mark alone.
     const queued = await KvStore.open(coordinator, BUCKETS.queued, QueuedTask);
     await queued.put('queued-1', { taskId: 'queued-1', pipeline: 'demo', goal: 'g', submittedAt: now });

@@ -17,6 +17,7 @@ import { cliEnv, troupe } from './support/cli.ts';
 import { facts, fixturePath, ofKind, waiter } from './support/harness.ts';
 import { type ModelPipeline, startModelPipeline } from './support/modelPipeline.ts';
 import { type KillTestServer, startKillTestServer } from './support/natsUsers.ts';
+import { runningRecord } from './support/taskRecord.ts';
 import { type UpProcesses, upProcesses } from './support/upProcesses.ts';
 
 /**
@@ -160,19 +161,14 @@ describe('pause, resume and tell across kill -9', () => {
   it('tells the sender of a pause, resume or tell for a task nobody runs that nothing was changed, and that it is paused', async () => {
     const workflows = await new Kvm(server.client).open(BUCKETS.workflows);
     const now = new Date().toISOString();
-    const record: WorkflowRecord = {
-      taskId: 'orphan-held',
-      pipeline: 'confirming',
+    const record = runningRecord('orphan-held', 'confirming', {
       streamSequence: 999_999,
-      status: 'running',
       state: 'ship',
       goal: 'lost',
-      round: 1,
-      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
       createdAt: now,
       updatedAt: now,
       paused: { since: now, by: 'ann' },
-    };
+    });
     await workflows.put('orphan-held', JSON.stringify(record));
     if (coordinators.count() === 0) await coordinators.up();
     const reply = await control('orphan-held', { action: 'tell', text: 'hello' });
