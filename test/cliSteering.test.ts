@@ -123,26 +123,40 @@ describe('troupe pause, resume and tell', () => {
   });
 
   it('say why nothing changed, with exit code 1, or 2 for a message that is not there', async () => {
-    const again = await troupe(['pause', 'cli-held'], env);
+    // Each on its own: run side by side, as each CLI process takes a second to start.
+    const [again, notPaused, ended, unknown, blank, none] = await Promise.all([
+      troupe(['pause', 'cli-held'], env),
+      troupe(['resume', 'cli-work'], env),
+      troupe(['tell', 'cli-done', 'hi'], env),
+      troupe(['resume', 'cli-nobody'], env),
+      troupe(['tell', 'cli-work', ' '], env),
+      troupe(['tell', 'cli-work'], env),
+    ]);
     expect(again).toMatchObject({ code: 1, stderr: 'troupe: task cli-held is paused already\n' });
-    expect((await troupe(['resume', 'cli-work'], env)).stderr).toBe('troupe: task cli-work is not paused\n');
-    expect(await troupe(['tell', 'cli-done', 'hi'], env)).toMatchObject({
+    expect(notPaused.stderr).toBe('troupe: task cli-work is not paused\n');
+    expect(ended).toMatchObject({
       code: 1,
       stderr: 'troupe: task cli-done already completed; nothing to tell\n',
     });
-    expect(await troupe(['resume', 'cli-nobody'], env)).toMatchObject({
+    expect(unknown).toMatchObject({
       code: 1,
       stderr: 'troupe: no task cli-nobody is known on this server\n',
     });
-    expect(await troupe(['tell', 'cli-work', ' '], env)).toMatchObject({
+    expect(blank).toMatchObject({
       code: 2,
       stderr: 'troupe: say what to tell the task\n',
     });
-    expect((await troupe(['tell', 'cli-work'], env)).code).toBe(1);
+    expect(none.code).toBe(1);
   });
 
   it('status and runs show a paused task as paused, with who paused it, when and why', async () => {
-    const status = await troupe(['status'], env);
+    // Each on its own: run side by side, as each CLI process takes a second to start.
+    const [status, json, runs, running] = await Promise.all([
+      troupe(['status'], env),
+      troupe(['status', 'cli-held', '--json'], env),
+      troupe(['runs', '--state', 'paused'], env),
+      troupe(['runs', '--state', 'running'], env),
+    ]);
     expect(status.code).toBe(0);
     expect(status.stdout).toMatch(/^cli-held {2}demo {2}paused {3} {2}step plan/m);
     expect(status.stdout).toMatch(/^cli-work {2}demo {2}running {2}/m);
@@ -156,16 +170,13 @@ describe('troupe pause, resume and tell', () => {
     const seconds = Number(held?.[1] ?? 0) * 60 + Number(held?.[2]);
     expect(seconds).toBeGreaterThanOrEqual(30);
     expect(seconds).toBeLessThanOrEqual(30 + Math.ceil((Date.now() - seededAt) / 1000));
-    const json = await troupe(['status', 'cli-held', '--json'], env);
     expect(JSON.parse(json.stdout)).toMatchObject({
       status: 'running',
       paused: { by: 'ana', reason: 'v1 API' },
     });
-    const runs = await troupe(['runs', '--state', 'paused'], env);
     expect(runs.stdout.split('\n').filter((l) => l.includes('cli-'))).toEqual([
       expect.stringMatching(/cli-held\s+paused\s/),
     ]);
-    const running = await troupe(['runs', '--state', 'running'], env);
     expect(running.stdout).toContain('cli-held');
     expect(running.stdout).toContain('cli-work');
   });
