@@ -7,6 +7,7 @@ import { defineTool, jetstreamManagerOf } from '@troupe/runtime';
 import { type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { cliEnv, troupe } from './support/cli.ts';
 import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
 
 /** Writes notes.md, counting its runs: a restart must not run it again. */
@@ -132,6 +133,10 @@ describe('a restart carries the workspace files of the steps it reuses', () => {
     const names = await objectNames('carry');
     expect(names.filter((n) => n.startsWith(`ws.${taskId}.`))).toEqual([]);
     expect(names.filter((n) => n.startsWith('ws.carry-1.'))).toHaveLength(1);
+    const trace = await troupe(['trace', taskId, '--server', h.nats.url], cliEnv(), 60_000);
+    expect(trace.stdout).toContain(
+      'files: 1 file (11 bytes) carried from task carry-1, as they were when read started there',
+    );
   });
 
   it("a fork that sets the writer's output still carries the file it wrote: a set edits an output, not files", async () => {

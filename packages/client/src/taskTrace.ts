@@ -22,6 +22,8 @@ export interface TaskTrace {
   goal?: string;
   /** The ended task this one restarts or forks, from its `task.accepted`. */
   origin?: TaskOriginRef;
+  /** A restart's or fork's workspace files from its origin: how many it carried, or why none (`note`). */
+  originFiles?: { files: number; bytes: number; note?: string | undefined };
   /** The task's input; with `inputCut`, some keys hold only previews unless the trace was read whole. */
   input?: Record<string, unknown>;
   inputCut?: InputCut;

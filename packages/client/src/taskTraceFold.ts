@@ -133,6 +133,7 @@ const handlers: Handlers = {
     if (event.data.input) trace.input = event.data.input;
     if (event.data.inputCut) trace.inputCut = event.data.inputCut;
     if (event.data.origin) trace.origin = event.data.origin;
+    if (event.data.workspace) trace.originFiles = event.data.workspace;
     trace.startedAt = event.ts;
   },
   'task.resumed': (fold, { id, ts, data: d }) => {

@@ -58,6 +58,7 @@ export function formatTrace(trace: TaskTrace, options: { color: boolean }): stri
   );
   if (trace.goal !== undefined) lines.push(`goal: ${preview(trace.goal, 100)}`);
   if (trace.origin) lines.push(`origin: ${originLine(trace.origin)}`);
+  if (trace.origin && trace.originFiles) lines.push(`files: ${filesLine(trace.origin, trace.originFiles)}`);
   draw(flowTree(trace, paint), '', lines);
   if (trace.failure) {
     lines.push(paint('red', `failed: ${trace.failure.reason}: ${preview(trace.failure.message, 200)}`));
@@ -373,6 +374,15 @@ function totalsLine(totals: TraceTotals, running: boolean): string {
     ...(totals.errors > 0 ? [plural(totals.errors, 'error')] : []),
   ];
   return `${running ? 'so far' : 'totals'}: ${parts.join(' · ')}`;
+}
+
+/** A restart's or fork's workspace files: how many it carried from its origin, or why none. */
+function filesLine(
+  origin: NonNullable<TaskTrace['origin']>,
+  files: NonNullable<TaskTrace['originFiles']>,
+): string {
+  if (files.note) return files.note;
+  return `${plural(files.files, 'file')} (${files.bytes} bytes) carried from task ${origin.taskId}, as they were when ${origin.step} started there`;
 }
 
 /** A restart's or fork's origin: which task, from which step, and what a fork edited. */

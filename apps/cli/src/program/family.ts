@@ -36,7 +36,7 @@ export function registerFamilyCommands(program: Command): void {
     )
     .option(
       '--set <steps.id.output=text>',
-      'replace the reused output of an earlier step, e.g. --set steps.plan.output="use v2" (repeatable)',
+      'replace the reused output of an earlier step (its text, not the files it wrote), e.g. --set steps.plan.output="use v2" (repeatable)',
       collect,
       [],
     )
