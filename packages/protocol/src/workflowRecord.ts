@@ -86,6 +86,12 @@ const WorkflowRecordShape = z.object({
    * made: a tell again with one of them is answered with that id and told nothing new.
    */
   toldKeys: z.array(z.object({ key: z.string(), messageId: z.string() })).optional(),
+  /**
+   * Of the messages in `told`, those a step has read already, each with the steps that still owe it a reading: at
+   * work when it was told (or given it since) and not done with it, by step id (a `pipeline` step's is its sub-task's
+   * id). Only they are given it: a restored task gives no other step a message one has read. Absent when there are none.
+   */
+  toldOwed: z.array(z.object({ messageId: z.string(), steps: z.array(z.string()).min(1) })).optional(),
   /** Checkpoints that recorded a transition of the workflow: how far the task has come. */
   progress: z.number().int().nonnegative().optional(),
   /**

@@ -235,13 +235,21 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
 }
 
 /** A record's steering fields, those it has. */
-function steeringOfRecord({ paused, pausedMs, told, toldCount, toldKeys }: WorkflowRecord): SteeringFields {
+function steeringOfRecord({
+  paused,
+  pausedMs,
+  told,
+  toldCount,
+  toldKeys,
+  toldOwed,
+}: WorkflowRecord): SteeringFields {
   return {
     ...(paused === undefined ? {} : { paused }),
     ...(pausedMs === undefined ? {} : { pausedMs }),
     ...(told === undefined ? {} : { told }),
     ...(toldCount === undefined ? {} : { toldCount }),
     ...(toldKeys === undefined ? {} : { toldKeys }),
+    ...(toldOwed === undefined ? {} : { toldOwed }),
   };
 }
 

@@ -112,7 +112,7 @@ export class CheckpointWriter {
 
   /** The record's steering fields as the task's steering says now, those it no longer has removed. */
   #steeringNow(latest: WorkflowRecord): WorkflowRecord {
-    const { paused: _p, pausedMs: _m, told: _t, toldCount: _c, toldKeys: _k, ...rest } = latest;
+    const { paused: _p, pausedMs: _m, told: _t, toldCount: _c, toldKeys: _k, toldOwed: _o, ...rest } = latest;
     return { ...rest, ...this.steering?.fields() };
   }
 

@@ -146,6 +146,8 @@ export function steerTask(
       return;
     }
     publish(() => toldEvent(services, claimed, message));
+    // A `pipeline` step at work forwards it to its sub-task, whose agent at work reads it.
+    steering.recorded(message);
     signal.answer({ ok: true, taskId, outcome: 'told', messageId: message.id });
   });
 }

@@ -60,6 +60,7 @@ export type RecordFields = Pick<
   | 'told'
   | 'toldCount'
   | 'toldKeys'
+  | 'toldOwed'
 >;
 
 /** The record as this delivery writes it: the task, its claim and progress, and `fields` (where the workflow is). */

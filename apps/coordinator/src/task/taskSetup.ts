@@ -158,6 +158,8 @@ export function taskSetup(services: TaskServices) {
           (event) => self.send(event),
           (snapshot, { parked, resumed }) => {
             claimed.delivery.park(parked);
+            // Its restored steps have said they are at work: a message owed only to steps gone is dropped.
+            if (resumed) steering.restored();
             if (resumed && !services.stopping()) {
               announceResumed(services, claimed, snapshot);
               announceSteering(services, claimed, steering, snapshot);

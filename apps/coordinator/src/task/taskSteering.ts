@@ -15,10 +15,16 @@ export interface PauseMark {
 }
 
 /** What a task's steering adds to each record its checkpoints write. */
-export type SteeringFields = Pick<WorkflowRecord, 'paused' | 'pausedMs' | 'told' | 'toldCount' | 'toldKeys'>;
+export type SteeringFields = Pick<
+  WorkflowRecord,
+  'paused' | 'pausedMs' | 'told' | 'toldCount' | 'toldKeys' | 'toldOwed'
+>;
 
 /** Told when the task is held or let go: a held step call waits for `false`, a sub-task is paused with its parent. */
 export type HoldListener = (held: boolean) => void;
+
+/** Told each message once its record is written: a `pipeline` step forwards it to its sub-task. */
+export type ToldListener = (message: ToldMessage) => void;
 
 /**
  * What people have done to a task while it runs (`troupe pause`, `resume`, `tell`), as one run of it here holds it:
@@ -38,13 +44,15 @@ export class TaskSteering {
   readonly #toldKeys: Map<string, string>;
   readonly #listeners = new Set<HoldListener>();
   /**
-   * In this run only: the agent steps at work (by step id, each with its live parts: a send, a wait, a hold), and, of
-   * each message told here, the steps at work then that have not read it yet. A message one step read stays in
-   * `told` for those, and goes to no other step; after a restart every kept message goes to the next steps again.
+   * The steps at work in this run (by step id, each with its live parts: a send, a wait, a hold; a `pipeline` step by
+   * its sub-task's id), and, of each message told, the steps at work then (or given it since) that have not read it
+   * yet. A message one step read stays in `told` for those, and goes to no other step. The messages read and what
+   * they are still owed ride in the record (`toldOwed`), so a restored run goes on with the same bookkeeping.
    */
   readonly #atWork = new Map<string, number>();
   readonly #owed = new Map<string, Set<string>>();
   readonly #readOnce = new Set<string>();
+  readonly #toldListeners = new Set<ToldListener>();
 
   /** A run's steering, from the record it resumes (nothing held, nothing told for a new task). */
   constructor(record?: Partial<SteeringFields>) {
@@ -61,6 +69,24 @@ export class TaskSteering {
     this.#told = [...(record?.told ?? [])];
     this.#toldCount = record?.toldCount ?? this.#told.length;
     this.#toldKeys = new Map((record?.toldKeys ?? []).map(({ key, messageId }) => [key, messageId]));
+    for (const { messageId, steps } of record?.toldOwed ?? []) {
+      if (!this.#told.some((m) => m.id === messageId)) continue;
+      this.#readOnce.add(messageId);
+      this.#owed.set(messageId, new Set(steps));
+    }
+  }
+
+  /**
+   * A restored run's workflow has started, its steps at work again: a step the record said still owes a message and
+   * that did not come back (its branch was left meanwhile, say) owes it no more. After XState's start, in which each
+   * restored step's call says it is at work.
+   */
+  restored(): void {
+    queueMicrotask(() => {
+      for (const owed of this.#owed.values())
+        for (const stepId of owed) if (!this.#atWork.has(stepId)) owed.delete(stepId);
+      this.#prune();
+    });
   }
 
   /** The id of the message a tell with `key` made, if the task still keeps that key. */
@@ -239,6 +265,18 @@ export class TaskSteering {
     });
   }
 
+  /** Hears each message told from now on, once its record is written, until the returned function is called. */
+  onTold(listener: ToldListener): () => void {
+    this.#toldListeners.add(listener);
+    return () => this.#toldListeners.delete(listener);
+  }
+
+  /** Message `message` is recorded: those hearing tells hear it now. */
+  recorded(message: ToldMessage): void {
+    if (!this.#told.some((m) => m.id === message.id)) return;
+    for (const listener of [...this.#toldListeners]) listener(message);
+  }
+
   /** Hears each hold and each letting go until the returned function is called. */
   listen(listener: HoldListener): () => void {
     this.#listeners.add(listener);
@@ -264,7 +302,19 @@ export class TaskSteering {
       ...(this.#toldKeys.size > 0
         ? { toldKeys: [...this.#toldKeys].map(([key, messageId]) => ({ key, messageId })) }
         : {}),
+      ...this.#owedFields(),
     };
+  }
+
+  /** The messages some step read that others still owe a reading, with those steps, for the record. */
+  #owedFields(): Pick<SteeringFields, 'toldOwed'> {
+    const toldOwed = this.#told.flatMap(({ id }) => {
+      const steps = this.#owed.get(id);
+      return this.#readOnce.has(id) && steps !== undefined && steps.size > 0
+        ? [{ messageId: id, steps: [...steps] }]
+        : [];
+    });
+    return toldOwed.length > 0 ? { toldOwed } : {};
   }
 
   #tellListeners(held: boolean): void {

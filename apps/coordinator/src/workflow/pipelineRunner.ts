@@ -28,7 +28,7 @@ import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
 import { createStepCallLogic } from './stepCall.ts';
 import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
-import { followParentHold, whileHeld } from './subTaskSteering.ts';
+import { followParentHold, forwardTold, type ToldForwarding, whileHeld } from './subTaskSteering.ts';
 import { TaskMigrations } from './taskMigrations.ts';
 import type { HumanRunInput, HumanRunOutput, PipelineRunInput, PipelineRunOutput } from './workflowTypes.ts';
 
@@ -354,25 +354,39 @@ function stepActors(
         throw new Error('this coordinator cannot run sub-pipelines (no `subPipelines` option)');
       // The sub-task is submitted only while its parent is not held, then paused and resumed with it.
       const steering = steeringOf(system);
-      // A later delivery may find the sub-task submitted by an earlier run and paused with its parent then: it is
-      // sent a resume once the parent goes on, since the letting go that would have sent one came before this.
-      const restored = runFactsOf(system)?.firstDelivery === false;
-      if (steering) await whileHeld(steering, signal);
-      // Left while held (cancelled, say): no sub-task is submitted.
-      if (signal.aborted)
-        throw new Error(`step ${input.task.parent.step} was left before its sub-task started`);
-      const unfollow = steering
-        ? followParentHold(options, input.task.id, input.task.parent.taskId, steering, restored)
-        : undefined;
+      const { id: subTaskId, parent } = input.task;
+      // At work from its start (its restored run said so before the first checkpoint): messages told are kept for it.
+      const ended = steering?.atWork(subTaskId);
+      let told: ToldForwarding | undefined;
       try {
-        // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
-        return await options.subPipelines(
-          input,
-          signal,
-          () => stopping() || migrations().moving(input.task.parent.taskId),
-        );
+        // A later delivery may find the sub-task submitted by an earlier run and paused with its parent then: it is
+        // sent a resume once the parent goes on, since the letting go that would have sent one came before this.
+        const restored = runFactsOf(system)?.firstDelivery === false;
+        if (steering) await whileHeld(steering, signal);
+        // Left while held (cancelled, say): no sub-task is submitted.
+        if (signal.aborted) throw new Error(`step ${parent.step} was left before its sub-task started`);
+        const unfollow = steering
+          ? followParentHold(options, subTaskId, parent.taskId, steering, restored)
+          : undefined;
+        // The parent's messages go to the sub-task, whose agent at work reads them.
+        told = steering ? forwardTold(options, subTaskId, parent.taskId, steering, signal) : undefined;
+        let output: PipelineRunOutput;
+        try {
+          // A step left because this coordinator stops leaves its sub-task running, for the run that resumes it.
+          output = await options.subPipelines(
+            input,
+            signal,
+            () => stopping() || migrations().moving(parent.taskId),
+          );
+        } finally {
+          unfollow?.();
+        }
+        // What its agents read goes to no later step; the step's end records that, as an agent step's reply does.
+        if (told && steering) steering.read(await told.settle(output.ok), subTaskId);
+        return output;
       } finally {
-        unfollow?.();
+        told?.stop();
+        ended?.();
       }
     }),
   };

@@ -1,10 +1,19 @@
-import { type ControlMessage, ControlReceipt, subjects } from '@troupe/protocol';
+import {
+  type ControlMessage,
+  ControlReceipt,
+  subjects,
+  type ToldMessage,
+  type WorkflowRecord,
+} from '@troupe/protocol';
 import { type Bus, type Clock, type Logger, sleep, TransportError } from '@troupe/runtime';
+import type { WorkflowStore } from '../task/taskServices.ts';
 import type { TaskSteering } from '../task/taskSteering.ts';
 
 /** How often a pause or resume of a sub-task is tried while nobody runs it yet (it was only just submitted). */
 const TRIES = 20;
 const RETRY_MS = 500;
+/** The longest wait between two forwards of a message to a sub-task nobody runs yet (it may wait its turn a while). */
+const MAX_FORWARD_RETRY_MS = 10_000;
 
 /**
  * Holds a `pipeline` step's sub-task while its parent is held, and lets it go with its parent: each hold and letting
@@ -76,6 +85,110 @@ export function whileHeld(steering: TaskSteering, signal: AbortSignal): Promise<
     });
     signal.addEventListener('abort', done, { once: true });
   });
+}
+
+/** What a `pipeline` step forwarding its parent's messages says of them once its sub-task has ended. */
+export interface ToldForwarding {
+  /**
+   * Stops forwarding, and answers with the ids of the parent's messages the sub-task's agents read: of those it took,
+   * the ones its record no longer keeps unread. None when it did not complete: its steps' reads do not count, as a
+   * failed agent step's do not, and the messages stay for the step that comes next.
+   */
+  settle(completed: boolean): Promise<string[]>;
+  /** Stops forwarding; the messages go on being kept for the step, as they were. */
+  stop(): void;
+}
+
+/**
+ * The key a parent's message is forwarded to its sub-task with: the same for every forward of it, from this run or a
+ * restored one, so the sub-task takes it once.
+ */
+export function forwardKey(parentId: string, messageId: string): string {
+  return `parent:${parentId}:${messageId}`;
+}
+
+/**
+ * Forwards the messages people tell a task to the sub-task of its `pipeline` step at work (`stepKey`, its sub-task's
+ * id, is how the parent's steering knows the step): those it is owed now, and each one told while it is at work, as a
+ * `tell` over `troupe.control.<sub-task id>` with the key {@link forwardKey} and the teller's name. A tell the
+ * sub-task cannot take yet (not claimed yet, between coordinators) is tried again, later each time, until the step
+ * ends or is left; one it has ended for is not. The parent counts a message read only when the sub-task ends completed and its
+ * record no longer keeps it unread ({@link ToldForwarding.settle}): its agent at work read it, once.
+ */
+export function forwardTold(
+  deps: {
+    bus: Bus;
+    clock: Clock;
+    store: Pick<WorkflowStore, 'get'>;
+    logger?: Logger | undefined;
+  },
+  subTaskId: string,
+  parentId: string,
+  steering: TaskSteering,
+  signal: AbortSignal,
+): ToldForwarding {
+  const stopped = new AbortController();
+  /** Each message forwarded, by the parent's id, with the sub-task's id for it once the sub-task answered. */
+  const forwarded = new Map<string, string | undefined>();
+  const send = async (message: ToldMessage): Promise<void> => {
+    const tell: ControlMessage = {
+      action: 'tell',
+      text: message.text,
+      key: forwardKey(parentId, message.id),
+      ...(message.by === undefined ? {} : { by: message.by }),
+    };
+    for (let tries = 0; !stopped.signal.aborted; tries++) {
+      try {
+        const receipt = await deps.bus.request(subjects.control(subTaskId), tell, ControlReceipt, {
+          timeoutMs: 5_000,
+          meta: { taskId: subTaskId, from: `task:${parentId}`, kind: 'tell' },
+        });
+        forwarded.set(message.id, receipt.messageId);
+        return;
+      } catch (error) {
+        // Ended (or ending): its record says whether it took the message before.
+        if (isCode(error, 'task_ended')) return;
+        // Not submitted or claimed yet, between coordinators, or its unread backlog full: it may take it later.
+        const waitMs = Math.min(RETRY_MS * 2 ** Math.min(tries, 10), MAX_FORWARD_RETRY_MS);
+        await sleep(deps.clock, waitMs, stopped.signal).catch(() => undefined);
+      }
+    }
+  };
+  const forward = (message: ToldMessage): void => {
+    if (stopped.signal.aborted || forwarded.has(message.id)) return;
+    forwarded.set(message.id, undefined);
+    void send(message);
+  };
+  for (const message of steering.toldFor(subTaskId)) forward(message);
+  const unlisten = steering.onTold(forward);
+  const stop = () => {
+    stopped.abort();
+    unlisten();
+  };
+  // The step left (the task cancelled, this coordinator stopping): nothing more is forwarded from this run.
+  signal.addEventListener('abort', stop, { once: true });
+  return {
+    stop,
+    async settle(completed) {
+      stop();
+      if (!completed || forwarded.size === 0) return [];
+      let record: WorkflowRecord | undefined;
+      try {
+        record = (await deps.store.get(subTaskId))?.value;
+      } catch (error) {
+        deps.logger?.warn(
+          { err: error, taskId: parentId, subTaskId },
+          `cannot read sub-task ${subTaskId}'s record: the messages it took count as read`,
+        );
+      }
+      const taken = new Map((record?.toldKeys ?? []).map(({ key, messageId }) => [key, messageId]));
+      const unread = new Set((record?.told ?? []).map(({ id }) => id));
+      return [...forwarded].flatMap(([id, answered]) => {
+        const theirs = taken.get(forwardKey(parentId, id)) ?? answered;
+        return theirs !== undefined && !unread.has(theirs) ? [id] : [];
+      });
+    },
+  };
 }
 
 function isCode(error: unknown, code: string): boolean {
