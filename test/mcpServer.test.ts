@@ -133,7 +133,11 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
       'slowpoke',
       'tabulated',
       'troupe_cancel',
+      'troupe_fork',
       'troupe_get',
+      'troupe_pause',
+      'troupe_restart',
+      'troupe_resume',
       'troupe_start',
       'troupe_tell',
     ]);
@@ -495,7 +499,11 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect(tools.map((t) => t.name).sort()).toEqual([
       'tabulated',
       'troupe_cancel',
+      'troupe_fork',
       'troupe_get',
+      'troupe_pause',
+      'troupe_restart',
+      'troupe_resume',
       'troupe_start',
       'troupe_tell',
     ]);
@@ -756,6 +764,79 @@ describe('the MCP server on the gateway: pipelines as tools over streamable HTTP
     expect(late.isError).toBe(true);
     expect(JSON.stringify(late.content)).toContain('already cancelled; nothing to tell');
     expect(ofKind(h.eventsOf(taskId), 'task.told')).toHaveLength(1);
+  });
+
+  it('troupe_pause and troupe_resume hold and let go a running task, and say why when refused', async () => {
+    const client = await connect('admin', 'auto');
+    const started = await client.callTool({
+      name: 'troupe_start',
+      arguments: { pipeline: 'slowpoke', goal: 'take your time' },
+    });
+    const { taskId } = started.structuredContent as { taskId: string };
+    await vi.waitFor(() => expect(ofKind(h.eventsOf(taskId), 'llm.request')).not.toHaveLength(0), {
+      timeout: 20_000,
+      interval: 100,
+    });
+    const pause = { name: 'troupe_pause', arguments: { taskId, reason: 'checking the plan' } };
+    const paused = await client.callTool(pause);
+    expect(paused.isError).toBeFalsy();
+    expect(paused.structuredContent).toEqual({ taskId, status: 'paused' });
+    expect(
+      (await client.callTool({ name: 'troupe_get', arguments: { taskId } })).structuredContent,
+    ).toMatchObject({
+      status: 'running',
+      paused: { reason: 'checking the plan', by: expect.stringMatching(/^MCP client .* \(token ops\)$/) },
+    });
+    // Paused again: refused, with what that means for the caller, and nothing changed.
+    const again = await client.callTool(pause);
+    expect(again.isError).toBe(true);
+    expect(JSON.stringify(again.content)).toMatch(/refused \(conflict: nothing was changed.*paused already/);
+    // A token that may approve only another pipeline's tasks does not see this one.
+    const elsewhere = await (await connect('tabulatedOnly', 'auto')).callTool({
+      name: 'troupe_resume',
+      arguments: { taskId },
+    });
+    expect(elsewhere.isError).toBe(true);
+    expect(JSON.stringify(elsewhere.content)).toContain('refused (not_found');
+    const resumed = await client.callTool({ name: 'troupe_resume', arguments: { taskId } });
+    expect(resumed.structuredContent).toEqual({ taskId, status: 'running' });
+    await vi.waitFor(() => expect(ofKind(h.eventsOf(taskId), 'task.resumed')).toHaveLength(1), {
+      timeout: 10_000,
+    });
+    expect(ofKind(h.eventsOf(taskId), 'task.resumed')[0]?.data).toMatchObject({ after: 'pause' });
+    const notPaused = await client.callTool({ name: 'troupe_resume', arguments: { taskId } });
+    expect(JSON.stringify(notPaused.content)).toContain('not paused');
+    // A token that may only read is offered neither.
+    const { tools } = await (await connect('reader', 'auto')).listTools();
+    expect(tools.map((t) => t.name)).not.toContain('troupe_pause');
+    await client.callTool({ name: 'troupe_cancel', arguments: { taskId } });
+    await h.finalOf(taskId, 20_000);
+
+    // The ended task runs again from its step as a new task, once per idempotencyKey, and forks with a new input.
+    const restart = { name: 'troupe_restart', arguments: { taskId, from: 'plan', idempotencyKey: 'r1' } };
+    const restarted = await client.callTool(restart);
+    expect(restarted.isError).toBeFalsy();
+    const made = restarted.structuredContent as { taskId: string };
+    expect(made).toEqual({ taskId: expect.any(String), origin: { taskId, kind: 'restart', step: 'plan' } });
+    expect((await client.callTool(restart)).structuredContent).toEqual(made);
+    const forked = await client.callTool({
+      name: 'troupe_fork',
+      arguments: { taskId, at: 'plan', input: { note: 'shorter' } },
+    });
+    const fork = forked.structuredContent as { taskId: string };
+    expect(fork.taskId).not.toBe(made.taskId);
+    const unknownStep = await client.callTool({ name: 'troupe_fork', arguments: { taskId, at: 'ship' } });
+    expect(unknownStep.isError).toBe(true);
+    expect(JSON.stringify(unknownStep.content)).toContain('refused (invalid_request');
+    for (const id of [made.taskId, fork.taskId]) {
+      await vi.waitFor(async () => expect((await readTask(h.bus, id)).origin).toMatchObject({ taskId }), {
+        timeout: 20_000,
+        interval: 100,
+      });
+      await client.callTool({ name: 'troupe_cancel', arguments: { taskId: id } });
+      await h.finalOf(id, 20_000);
+    }
+    expect((await readTask(h.bus, fork.taskId)).origin).toMatchObject({ kind: 'fork', edited: ['input'] });
   });
 
   it('runs examples/mcpClient.ts, as docs/interop.md shows it', async () => {

@@ -80,7 +80,11 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       'slowpoke',
       'tabulated',
       'troupe_cancel',
+      'troupe_fork',
       'troupe_get',
+      'troupe_pause',
+      'troupe_restart',
+      'troupe_resume',
       'troupe_start',
       'troupe_tell',
     ]);
@@ -206,7 +210,11 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
       await client.connect(transport);
       expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual([
         'troupe_cancel',
+        'troupe_fork',
         'troupe_get',
+        'troupe_pause',
+        'troupe_restart',
+        'troupe_resume',
         'troupe_tell',
       ]);
       await vi.waitFor(() => expect(stderr.join('')).toContain('cannot read the pipelines'), {
@@ -243,7 +251,11 @@ describe('troupe mcp: pipelines as tools over stdio, for hosts that start a comm
     expect(tools.map((t) => t.name).sort()).toEqual([
       'tabulated',
       'troupe_cancel',
+      'troupe_fork',
       'troupe_get',
+      'troupe_pause',
+      'troupe_restart',
+      'troupe_resume',
       'troupe_start',
       'troupe_tell',
     ]);

@@ -44,6 +44,7 @@ import {
   subjects,
   type TaskLimits,
   type TaskList,
+  type TaskListStatus,
   type TaskSubmission,
   type TaskView,
   type TellBody,
@@ -56,7 +57,7 @@ import { authorize, mayTouch, type Principal } from './auth.ts';
 import { GatewayError } from './gatewayError.ts';
 import { decodePlace, encodePlace } from './pageCursor.ts';
 import { TaskIds } from './taskIds.ts';
-import { isQueued, linksOf, queuedViewOf, viewOf } from './taskView.ts';
+import { hasStatus, isQueued, linksOf, queuedViewOf, viewOf } from './taskView.ts';
 
 /** A request the gateway refuses before doing anything: 400 `invalid_request`. */
 export class InvalidRequest extends GatewayError {
@@ -210,7 +211,7 @@ export class GatewayActions {
     who: Principal,
     query: {
       pipeline?: string | undefined;
-      status?: string | undefined;
+      status?: TaskListStatus | undefined;
       limit: number;
       cursor?: string | undefined;
     },
@@ -223,7 +224,7 @@ export class GatewayActions {
       .filter(
         (v) =>
           (!pipeline || v.pipeline === pipeline) &&
-          (!status || v.status === status) &&
+          (!status || hasStatus(v, status)) &&
           mayTouch(who, v.pipeline),
       )
       .map((v) => ({ ...v, createdAt: v.createdAt ?? '', taskId: v.taskId }))

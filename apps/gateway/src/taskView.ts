@@ -1,4 +1,4 @@
-import type { QueuedTask, TaskView, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
+import type { QueuedTask, TaskListStatus, TaskView, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 
 // A task as the gateway shows it (GET /v1/tasks/:id, lists, sessions, the WebSocket): from its record, or from its
 // queued mark before a coordinator claims it.
@@ -23,6 +23,15 @@ export function viewOf(record: WorkflowRecord): TaskView {
     ...(record.final ? resultOf(record.final) : {}),
     links: linksOf(record.taskId),
   };
+}
+
+/**
+ * Whether a task's view is listed under `status`: its own status, or `paused` for a running task a person holds (a
+ * paused task is still `running`, and listed under it too, as `troupe runs --state` does).
+ */
+export function hasStatus(view: Pick<TaskView, 'status' | 'paused'>, status: TaskListStatus): boolean {
+  if (status === 'paused') return view.status === 'running' && view.paused !== undefined;
+  return view.status === status;
 }
 
 /** A task queued in `TASKS` that no coordinator has claimed yet, from its mark. */

@@ -7,8 +7,6 @@ import {
   McpTaskState,
   startToolInput,
   type TaskView,
-  TellToolInput,
-  TellToolResult,
 } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
 import type { GatewayActions } from '../actions.ts';
@@ -123,39 +121,6 @@ export function registerCancelTool(server: McpServer, deps: LongTaskDeps): Regis
   );
 }
 
-/**
- * `troupe_tell`: a message for the agent at work in a running task (one `troupe_start` started, say), which reads it
- * before its next model call, as a user turn, as `troupe tell` does. Offered to a token with the `approve` scope, as
- * the gateway's tell route is.
- */
-export function registerTellTool(server: McpServer, deps: LongTaskDeps): RegisteredTool {
-  const { actions, who } = deps;
-  return server.registerTool(
-    'troupe_tell',
-    {
-      title: 'Tell a running Troupe task something',
-      description:
-        'Tells the agent at work in a running Troupe task something ("use the v2 API, not v1"): it reads it before ' +
-        'its next model call, as a user turn; when no agent is at work, the next one does. Answers with the ' +
-        "message's id.",
-      inputSchema: TellToolInput,
-      outputSchema: TellToolResult,
-    },
-    async ({ taskId, text, idempotencyKey }, ctx) => {
-      const told = await actions.tell(
-        who,
-        taskId,
-        { text, by: `MCP client ${deps.clientName(ctx)}`.slice(0, 100) },
-        idempotencyKey === undefined ? {} : { idempotencyKey },
-      );
-      return {
-        content: [{ type: 'text', text: `told task ${taskId} (${told.messageId})` }],
-        structuredContent: told,
-      };
-    },
-  );
-}
-
 async function stateOf(actions: GatewayActions, who: Principal, view: TaskView): Promise<McpTaskState> {
   const running = view.status === 'running' || view.status === 'submitted';
   const waiting = running ? await actions.approvals(who, { taskId: view.taskId }) : [];
@@ -165,6 +130,7 @@ async function stateOf(actions: GatewayActions, who: Principal, view: TaskView):
     status: view.status,
     ...(view.output === undefined ? {} : { output: view.output }),
     ...(view.failure ? { failure: view.failure } : {}),
+    ...(view.paused ? { paused: view.paused } : {}),
     waitingFor: waiting.map((r) => ({ id: r.id, kind: r.kind, prompt: r.prompt, how: howToSettle(r) })),
     trace: taskUri(view.taskId, 'trace'),
   };
@@ -175,6 +141,10 @@ function resultOf(state: McpTaskState): CallToolResult {
   if (state.output !== undefined)
     lines.push(typeof state.output === 'string' ? state.output : JSON.stringify(state.output));
   if (state.failure) lines.push(`${state.failure.reason}: ${state.failure.message}`);
+  if (state.paused)
+    lines.push(
+      `paused since ${state.paused.since}${state.paused.reason ? `: ${state.paused.reason}` : ''} (troupe_resume lets it go on)`,
+    );
   for (const w of state.waitingFor) lines.push(w.how);
   return { content: [{ type: 'text', text: lines.join('\n') }], structuredContent: state };
 }

@@ -14,9 +14,16 @@ import type { GatewayActions } from '../actions.ts';
 import type { Principal } from '../auth.ts';
 import type { StreamQuota } from '../streamQuota.ts';
 import { holdsScope } from './holdsScope.ts';
-import { registerCancelTool, registerGetTool, registerTellTool } from './longTasks.ts';
+import { registerCancelTool, registerGetTool } from './longTasks.ts';
 import type { PipelineCallContext } from './pipelineCall.ts';
 import { PipelineTools } from './pipelineTools.ts';
+import {
+  registerForkTool,
+  registerPauseTool,
+  registerRestartTool,
+  registerResumeTool,
+  registerTellTool,
+} from './steeringTools.ts';
 import { registerTaskResources } from './taskResources.ts';
 
 /** What every MCP server instance is built over, the same for HTTP (`/mcp`) and stdio (`troupe mcp`). */
@@ -113,9 +120,15 @@ export async function troupeMcpServer(
     registerGetTool(server, longTasks);
     registerTaskResources(server, options.actions, who);
   }
-  if (holdsScope(who, 'approve')) registerTellTool(server, longTasks);
+  if (holdsScope(who, 'approve')) {
+    registerTellTool(server, longTasks);
+    registerPauseTool(server, longTasks);
+    registerResumeTool(server, longTasks);
+  }
   if (!holdsScope(who, 'submit')) return server;
   registerCancelTool(server, longTasks);
+  registerRestartTool(server, longTasks);
+  registerForkTool(server, longTasks);
   const tools = new PipelineTools(server, call, longTasks, (message) => options.warn?.(message));
   const sync = async () => {
     try {

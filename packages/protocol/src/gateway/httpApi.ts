@@ -156,9 +156,16 @@ export const TaskView = z
   .meta({ id: 'Task' });
 export type TaskView = z.infer<typeof TaskView>;
 
+/**
+ * A status to list tasks by: one a task's `status` says, or `paused`, the running tasks a person holds (their status
+ * stays `running`, so `running` lists them too).
+ */
+export const TaskListStatus = z.enum([...TaskStatus.options, 'paused']);
+export type TaskListStatus = z.infer<typeof TaskListStatus>;
+
 export const TaskListQuery = z.object({
   pipeline: Name.optional(),
-  status: TaskStatus.optional(),
+  status: TaskListStatus.optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   /** Where the previous page ended (its `next`). */
   cursor: z.string().max(200).optional(),

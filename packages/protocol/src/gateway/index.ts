@@ -35,6 +35,7 @@ export {
   SubmitQuery,
   TaskList,
   TaskListQuery,
+  TaskListStatus,
   TaskParams,
   TaskPaused,
   TaskQuery,
@@ -48,9 +49,15 @@ export {
 export { McpRoundState } from './mcpRoundState.ts';
 export {
   CancelToolInput,
+  FamilyToolResult,
+  ForkToolInput,
   GetToolInput,
   MAX_GET_WAIT_SECONDS,
   McpTaskState,
+  PauseToolInput,
+  RestartToolInput,
+  ResumeToolInput,
+  SteerToolResult,
   startToolInput,
   TellToolInput,
   TellToolResult,

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 
 /**
- * The gateway's MCP tools for long tasks (`troupe_start`, `troupe_get`, `troupe_cancel`, `troupe_tell`): their inputs
- * and what they
+ * The gateway's MCP tools for long tasks (`troupe_start`, `troupe_get`, `troupe_cancel`) and for steering them
+ * (`troupe_tell`, `troupe_pause`, `troupe_resume`, `troupe_restart`, `troupe_fork`): their inputs and what they
  * answer. The MCP SDK gives a host their JSON Schema and validates each call against them.
  */
 
@@ -17,6 +17,10 @@ export const McpTaskState = z.object({
   /** The output, once it completed. */
   output: z.unknown().optional(),
   failure: z.object({ reason: z.string(), message: z.string() }).optional(),
+  /** Set while a person holds the running task (`troupe_pause`): since when, by whom, why. */
+  paused: z
+    .object({ since: z.string(), by: z.string().optional(), reason: z.string().optional() })
+    .optional(),
   /** Approvals and questions it waits on now, each with how to settle it. */
   waitingFor: z.array(
     z.object({ id: z.string(), kind: z.enum(['approval', 'question']), prompt: z.string(), how: z.string() }),
@@ -73,3 +77,75 @@ export type TellToolInput = z.infer<typeof TellToolInput>;
 /** What `troupe_tell` answers: the message's id, as the task's `task.told` and `agent.told` events name it. */
 export const TellToolResult = z.object({ taskId: z.string(), messageId: z.string() });
 export type TellToolResult = z.infer<typeof TellToolResult>;
+
+/** `troupe_pause`'s input. */
+export const PauseToolInput = z.object({
+  taskId: z.string().min(1).describe('as troupe_start answered'),
+  reason: z
+    .string()
+    .max(2_000)
+    .optional()
+    .describe('why, recorded with the pause and shown to whoever resumes it'),
+});
+export type PauseToolInput = z.infer<typeof PauseToolInput>;
+
+/** `troupe_resume`'s input. */
+export const ResumeToolInput = z.object({
+  taskId: z.string().min(1).describe('a task troupe_pause (or a person) paused'),
+});
+export type ResumeToolInput = z.infer<typeof ResumeToolInput>;
+
+/** What `troupe_pause` and `troupe_resume` answer: the task's steering state once the change is recorded. */
+export const SteerToolResult = z.object({ taskId: z.string(), status: z.enum(['paused', 'running']) });
+export type SteerToolResult = z.infer<typeof SteerToolResult>;
+
+const FamilyKey = z
+  .string()
+  .min(1)
+  .max(200)
+  .optional()
+  .describe(
+    'any unique string (a uuid): calling again with it, after an error, makes the new task only once',
+  );
+
+const Newest = z
+  .boolean()
+  .optional()
+  .describe(
+    "run on the pipeline's newest version (after a fix to a prompt or tool), not the one the original ran on",
+  );
+
+/** `troupe_restart`'s input. */
+export const RestartToolInput = z.object({
+  taskId: z.string().min(1).describe('a failed or cancelled task'),
+  from: z.string().min(1).max(64).describe('the step to run again, with every step after it'),
+  newest: Newest,
+  idempotencyKey: FamilyKey,
+});
+export type RestartToolInput = z.infer<typeof RestartToolInput>;
+
+/** `troupe_fork`'s input. */
+export const ForkToolInput = z.object({
+  taskId: z.string().min(1).describe('an ended task (completed, failed or cancelled)'),
+  at: z.string().min(1).max(64).describe('the step to run on from, with the edits'),
+  input: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe("the new task's input, in place of the original's: people the original asked are asked again"),
+  set: z
+    .record(z.string().min(1).max(64), z.string().max(100_000))
+    .optional()
+    .describe(
+      "outputs to replace, by step id: each a step that completed before `at` started (not a person's answer)",
+    ),
+  newest: Newest,
+  idempotencyKey: FamilyKey,
+});
+export type ForkToolInput = z.infer<typeof ForkToolInput>;
+
+/** What `troupe_restart` and `troupe_fork` answer: the new task (read it with `troupe_get`) and the one it came from. */
+export const FamilyToolResult = z.object({
+  taskId: z.string(),
+  origin: z.object({ taskId: z.string(), kind: z.enum(['restart', 'fork']), step: z.string() }),
+});
+export type FamilyToolResult = z.infer<typeof FamilyToolResult>;
