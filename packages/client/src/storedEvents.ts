@@ -22,7 +22,8 @@ export interface FollowOptions {
  * stored, through one ordered consumer — so history and live are one sequence with no gap and no repeat between
  * them, and a client that resumes after sequence N gets exactly what came after N. Ends after the task's final
  * event, or when `signal` aborts. An event stored twice (republished beyond the stream's duplicate window) is
- * delivered once. Fails with `stream_missing` when no coordinator made the stream.
+ * delivered once, a resumed client's too: a `task.*` event stored again after N whose first copy came before N is
+ * not delivered again. Fails with `stream_missing` when no coordinator made the stream.
  */
 export function followTaskEvents(
   bus: JetStreamBus,
@@ -33,6 +34,7 @@ export function followTaskEvents(
     ...options,
     // On its own pipeline's subjects only, as its record says: a task id is not a pipeline's to claim.
     subject: subjects.taskEvents(task.taskId, task.pipeline),
+    republished: subjects.event(task.pipeline, task.taskId, 'task.>'),
     until: (event) => FINAL_EVENT_KINDS.includes(event.kind),
   });
 }
@@ -49,6 +51,7 @@ export function followTaskEnding(
   return followEvents(bus, {
     ...options,
     subject: subjects.event(task.pipeline, task.taskId, 'task.>'),
+    republished: subjects.event(task.pipeline, task.taskId, 'task.>'),
     until: (event) => FINAL_EVENT_KINDS.includes(event.kind),
   });
 }
@@ -91,9 +94,19 @@ export async function eventsAfter(
 
 async function followEvents(
   bus: JetStreamBus,
-  options: FollowOptions & { subject: string; until?: (event: TroupeEvent) => boolean },
+  options: FollowOptions & {
+    subject: string;
+    /** Where a task's events that a restored run publishes again are (its `task.*`): read up to `after` on a resume. */
+    republished?: string;
+    until?: (event: TroupeEvent) => boolean;
+  },
 ): Promise<void> {
   const { signal } = options;
+  const seen = new RecentIds();
+  // A resumed client had the events up to `after`: a copy stored since of one of them is not news to it.
+  if (options.after !== undefined && options.after > 0 && options.republished !== undefined) {
+    for (const id of await idsUpTo(bus, options.republished, options.after)) seen.add(id);
+  }
   const reader = await openStreamReader(bus, STREAMS.events, {
     subject: options.subject,
     ...(options.after === undefined ? {} : { after: options.after }),
@@ -101,7 +114,6 @@ async function followEvents(
   const messages = await reader.read();
   const stop = () => messages.stop();
   signal.addEventListener('abort', stop, { once: true });
-  const seen = new RecentIds();
   try {
     // The client may have gone while the consumer was made: nothing is left running for it.
     if (signal.aborted) return;
@@ -117,6 +129,31 @@ async function followEvents(
   } finally {
     signal.removeEventListener('abort', stop);
     messages.stop();
+    await reader.close();
+  }
+}
+
+/** The ids of the events stored on `subject` up to sequence `after`: as many as were stored when asked, no more. */
+async function idsUpTo(bus: JetStreamBus, subject: string, after: number): Promise<string[]> {
+  const reader = await openStreamReader(bus, STREAMS.events, { subject });
+  try {
+    let left = await reader.pending();
+    const ids: string[] = [];
+    if (left === 0) return ids;
+    const messages = await reader.read();
+    try {
+      for await (const msg of messages) {
+        if (msg.seq > after) break;
+        const parsed = parseEvent(msg.data, msg.subject);
+        if (parsed.ok) ids.push(parsed.value.id);
+        left -= 1;
+        if (left === 0) break;
+      }
+    } finally {
+      messages.stop();
+    }
+    return ids;
+  } finally {
     await reader.close();
   }
 }
