@@ -14,7 +14,16 @@ const withDeadline = (pausedTimeCounts?: boolean) =>
     { budget: { timeout: 120, ...(pausedTimeCounts === undefined ? {} : { pausedTimeCounts }) } },
   );
 
+const withDeadlineless = () =>
+  pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }], { budget: { pausedTimeCounts: true } });
+
 describe('a held task’s deadline (budget.pausedTimeCounts)', () => {
+  it('is refused without budget.timeout, saying what to set', () => {
+    expect(() => withDeadlineless()).toThrow(
+      /pausedTimeCounts.*set budget\.timeout \(seconds\), or remove pausedTimeCounts/s,
+    );
+  });
+
   it('by default moves on by the time held: a deadline passing while paused ends nothing', async () => {
     const { intake, control, next, clock, bus } = await setUp(withDeadline());
     const task = intake.deliver({ id: 'dl-1', goal: 'build it' });
@@ -86,7 +95,7 @@ describe('a held task’s deadline (budget.pausedTimeCounts)', () => {
     clock.advance(1_000);
     await task.handled;
     expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ reason: 'budget_exceeded', step: 'plan' });
-    expect(bus.eventsOf('task.failed')[0]?.data.message).toContain('while the task was paused');
+    expect(bus.eventsOf('task.failed')[0]?.data.message).toContain('the time the task was paused counted');
   });
 
   it('with pausedTimeCounts: true, ends at the deadline a task held while its step is still at work', async () => {

@@ -168,12 +168,6 @@ export function createStepCallLogic(services: StepCallServices) {
           sending: {
             always: [
               {
-                // Held time counts against the task's deadline, and it passed: the step ends as past it.
-                guard: 'pastDeadline',
-                target: '#stepCall.replied',
-                actions: { type: 'keepReply', params: ({ context }: Ctx) => pastDeadlineReply(context) },
-              },
-              {
                 guard: 'outOfTime',
                 target: '#stepCall.failed',
                 actions: { type: 'fail', params: ({ context }: Ctx) => timedOut(context) },

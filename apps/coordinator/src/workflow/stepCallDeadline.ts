@@ -13,12 +13,6 @@ export function heldDeadline({ request, pausedTimeCounts }: DeadlineOf): number 
   return pausedTimeCounts === true ? request.budget?.deadline : undefined;
 }
 
-/** Whether the task's deadline has passed on `clock`, held time counted (see {@link heldDeadline}). */
-export function pastDeadline(clock: Clock, context: DeadlineOf): boolean {
-  const deadline = heldDeadline(context);
-  return deadline !== undefined && clock.now() >= deadline;
-}
-
 /**
  * Calls `past` when the task's deadline passes while its step is held (see {@link heldDeadline}); returns how to stop
  * watching. Nothing is watched when held time does not count.
@@ -30,8 +24,9 @@ export function watchHeldDeadline(clock: Clock, deadline: number | undefined, pa
 }
 
 /**
- * The reply of a step whose task ran out of time while it was held: `budget_exceeded`, as the agent's own reply is
- * when the deadline passes at work, so the task ends as any task past its deadline does.
+ * The reply of a step whose task ran out of time, held time counted: `budget_exceeded`, as the agent's own reply is
+ * when the deadline passes at work, so the task ends as any task past its deadline does. The step call gives it when
+ * the deadline passes while the task is held (at once for a step restored held after it).
  */
 export function pastDeadlineReply({ request }: DeadlineOf): AgentStepReply {
   const source = request.budget?.sources.deadline ?? 'the task wall-clock budget';
@@ -40,7 +35,7 @@ export function pastDeadlineReply({ request }: DeadlineOf): AgentStepReply {
     stepId: request.stepId,
     error: {
       code: 'budget_exceeded',
-      message: `agent ${request.agent}: ${source} ran out while the task was paused (budget.pausedTimeCounts); the step was stopped`,
+      message: `agent ${request.agent}: ${source} ran out, the time the task was paused counted (budget.pausedTimeCounts); the step was stopped`,
     },
     usage: emptyUsage(),
     turns: 0,

@@ -11,7 +11,7 @@ import { type Clock, TransportError, type TransportErrorCode } from '@troupe/run
 import type { ActorSystem } from 'xstate';
 import { reportActivity, steeringOf } from '../task/runContext.ts';
 import type { StepCallContext, StepCallInput, StepCallServices } from './stepCall.ts';
-import { heldDeadline, pastDeadline } from './stepCallDeadline.ts';
+import { heldDeadline } from './stepCallDeadline.ts';
 import { errorOf, type StepCallFailure } from './stepCallFailure.ts';
 
 /** How much longer than the task's deadline a step waits for the agent's own account of running out. */
@@ -75,7 +75,6 @@ export function stepCallGuards({ clock, waitForWorkersMs }: StepCallServices) {
   return {
     pausedReply: (_: unknown, reply: AgentStepReply) => !reply.ok && reply.error.code === 'paused',
     outOfTime: ({ context }: GuardArgs) => timeLeft(clock, context) <= 0,
-    pastDeadline: ({ context }: GuardArgs) => pastDeadline(clock, context),
     journalUnavailable: (_: unknown, reply: AgentStepReply) =>
       !reply.ok && reply.error.code === 'journal_unavailable',
     final: (_: unknown, reply: AgentStepReply) => reply.ok || !isRetryable(reply.error.code),
