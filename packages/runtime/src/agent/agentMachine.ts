@@ -506,10 +506,11 @@ export const agentMachine = setup({
               target: '#agent.failed',
               actions: {
                 type: 'fail',
-                params: ({ context, event }) => ({
-                  code: 'compaction_failed',
-                  message: `agent ${context.agent}: the conversation outgrew its context budget and could not be summarized: ${errorMessage(event.error)}`,
-                }),
+                params: ({ context, event }) =>
+                  journalFailure(context, event.error) ?? {
+                    code: 'compaction_failed',
+                    message: `agent ${context.agent}: the conversation outgrew its context budget and could not be summarized: ${errorMessage(event.error)}`,
+                  },
               },
             },
           },
@@ -584,10 +585,11 @@ export const agentMachine = setup({
               actions: [
                 {
                   type: 'fail',
-                  params: ({ context, event }) => ({
-                    code: failureCode(event.error),
-                    message: `agent ${context.agent}: model call failed: ${errorMessage(event.error)}`,
-                  }),
+                  params: ({ context, event }) =>
+                    journalFailure(context, event.error) ?? {
+                      code: failureCode(event.error),
+                      message: `agent ${context.agent}: model call failed: ${errorMessage(event.error)}`,
+                    },
                 },
                 emit(({ context, event }) => ({
                   type: 'llm.error' as const,
@@ -728,11 +730,22 @@ function askCalls(context: AgentContext): ApprovalAsk[] {
 }
 
 function toolRunnerFailed(context: AgentContext, error: unknown): AgentFailure {
-  return {
-    // The journal being out of reach is the step's circumstance, not its failure: the workflow sends it again.
-    code: errorCode(error) === 'journal_unavailable' ? 'journal_unavailable' : 'tool_runner_failed',
-    message: `agent ${context.agent}: the tool runner failed: ${errorMessage(error)}`,
-  };
+  return (
+    journalFailure(context, error) ?? {
+      code: 'tool_runner_failed',
+      message: `agent ${context.agent}: the tool runner failed: ${errorMessage(error)}`,
+    }
+  );
+}
+
+/**
+ * The journal out of reach, or holding a record only a newer host can read, is the step's circumstance, not its
+ * failure, wherever the step met it (a model call, a summary, a tool call): `journal_unavailable`, which the workflow
+ * sends again; undefined for any other error.
+ */
+function journalFailure(context: AgentContext, error: unknown): AgentFailure | undefined {
+  if (errorCode(error) !== 'journal_unavailable') return undefined;
+  return { code: 'journal_unavailable', message: `agent ${context.agent}: ${errorMessage(error)}` };
 }
 
 function errorCode(error: unknown): string {

@@ -2,6 +2,7 @@ import type { Span } from '@opentelemetry/api';
 import type { ModelResponse } from '@troupe/llm';
 import type { AgentStepRequest, ToldMessage, TroupeEvent } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
+import { NewerJournalRecordError } from '../durable/newerJournalRecord.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
 import type { ValueStore } from '../durable/valueStore.ts';
 import type { Clock } from '../events/clock.ts';
@@ -81,7 +82,8 @@ export const scopeOf = (request: AgentStepRequest): EventScope => ({
 
 /**
  * A read or write of the journal that cannot be done (NATS unreachable after retries) costs only a repeated model
- * call if the step runs again; the step goes on, and says so in the log.
+ * call if the step runs again; the step goes on, and says so in the log. A record a newer host wrote stops the step
+ * all the same (see {@link unreadable}): going on without it would replay the step wrongly.
  */
 export async function bestEffort<T>(
   step: StepContext,
@@ -91,6 +93,7 @@ export async function bestEffort<T>(
   try {
     return await op();
   } catch (error) {
+    if (NewerJournalRecordError.is(error)) throw unreadable(error);
     step.deps.logger?.warn({ err: error, stepId: step.request.stepId }, `cannot ${what}; the step goes on`);
     return undefined;
   }
@@ -105,10 +108,19 @@ export async function unlessUnavailable<T>(op: () => Promise<T> | undefined): Pr
   try {
     return await op();
   } catch (error) {
+    if (NewerJournalRecordError.is(error)) throw unreadable(error);
     throw new AgentStepError(
       'journal_unavailable',
       `the step journal cannot be reached: ${(error as Error).message}`,
       { cause: error },
     );
   }
+}
+
+/**
+ * A journal record of a kind only a newer host knows, as the step's failure: `journal_unavailable`, which every
+ * workflow (an older one too) sends again with a backoff, so the step reaches a host that can read it.
+ */
+function unreadable(error: NewerJournalRecordError): AgentStepError {
+  return new AgentStepError('journal_unavailable', error.message, { cause: error });
 }

@@ -15,6 +15,7 @@ import {
 } from '@troupe/protocol';
 import type { JetStreamBus } from '../transport/bus.ts';
 import { type KeyValue, type KvEntry, KvStore, throughOutages, underPrefix } from './kvStore.ts';
+import { isKnownRecord, JournalRecord, NewerJournalRecordError } from './newerJournalRecord.ts';
 
 export { JournalEntry };
 
@@ -54,23 +55,26 @@ export type ToolCallRecord =
  *
  * Messages people told the task share their turn's model key: the turn's reply replaces them and keeps them, so a run
  * reads each turn's record once, told messages or not.
+ *
+ * A record of a kind this host does not know (a newer host wrote it) is never taken for nothing: reading it throws
+ * {@link NewerJournalRecordError}, and the step stops rather than replay wrongly.
  */
 export class StepJournal {
-  readonly #store: KeyValue<JournalEntry>;
+  readonly #store: KeyValue<JournalRecord>;
   readonly #large: LargeRecords | undefined;
 
   /**
    * A journal kept in `store`; {@link StepJournal.open} opens the `journal` bucket. With `large`, a record too large
    * for a KV value is kept there instead (see {@link forPipeline}).
    */
-  constructor(store: KeyValue<JournalEntry>, large?: LargeRecords) {
+  constructor(store: KeyValue<JournalRecord>, large?: LargeRecords) {
     this.#store = store;
     this.#large = large;
   }
 
   /** The whole `journal` bucket: {@link forPipeline} gives the part a pipeline's steps write. */
   static async open(bus: JetStreamBus): Promise<StepJournal> {
-    return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalEntry));
+    return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalRecord));
   }
 
   /**
@@ -362,7 +366,14 @@ export class StepJournal {
     let total = emptyUsage();
     const keys = await throughOutages(() => this.#store.keys(`${stepId}.>`));
     for (const key of keys.filter((k) => k.endsWith('.model') || /\.c\d+$/.test(k))) {
-      const entry = (await this.#get(key))?.value;
+      const entry = await this.#get(key).then(
+        (found) => found?.value,
+        // What a newer host recorded is not counted: a sum, which replays nothing.
+        (error: unknown) => {
+          if (NewerJournalRecordError.is(error)) return undefined;
+          throw error;
+        },
+      );
       const spent =
         entry?.kind === 'model.reply' ? entry.reply : entry?.kind === 'compaction' ? entry : undefined;
       if (spent === undefined) continue;
@@ -383,11 +394,16 @@ export class StepJournal {
   // A nats-server restart takes a few seconds; reads and writes of the journal wait it out.
   async #get(key: string): Promise<KvEntry<JournalEntry> | undefined> {
     const entry = await throughOutages(() => this.#store.get(key));
-    if (entry?.value.kind !== 'stored') return entry;
-    const { ref } = entry.value;
+    if (entry === undefined) return undefined;
+    const found = entry.value;
+    if (!isKnownRecord(found)) throw new NewerJournalRecordError(key, found.kind);
+    if (found.kind !== 'stored') return { ...entry, value: found };
+    const { ref } = found;
     if (!this.#large)
       throw new Error(`journal record ${key} is kept in ${ref.bucket}, which this reader cannot read`);
-    return { ...entry, value: JournalEntry.parse(JSON.parse(await this.#large.values.read(ref))) };
+    const stored = JournalRecord.parse(JSON.parse(await this.#large.values.read(ref)));
+    if (!isKnownRecord(stored)) throw new NewerJournalRecordError(key, stored.kind);
+    return { ...entry, value: stored };
   }
 
   async #put(key: string, entry: JournalEntry) {
