@@ -460,8 +460,11 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       [['logs', taskId], 'task.completed'],
       [['trace', taskId], 'review'],
     ];
-    for (const [args, shown] of commands) {
-      const result = await troupe(args, env);
+    // Each on its own: run side by side, as each CLI process takes a second to start.
+    const results = await Promise.all(
+      commands.map(async ([args, shown]) => ({ args, shown, result: await troupe(args, env) })),
+    );
+    for (const { args, shown, result } of results) {
       expect(result.code, `troupe ${args.join(' ')}: ${result.stderr}`).toBe(0);
       expect(result.stdout, `troupe ${args.join(' ')}`).toContain(shown);
       expect(result.stderr, `troupe ${args.join(' ')}`).not.toMatch(/violation|warning/i);
@@ -609,17 +612,20 @@ describe('troupe nats-config refuses roles that cannot work', () => {
     ]);
 
   it('names the pipeline or agent that is not there, and a name used twice or unusable', async () => {
-    const pipeline = await config('--submitter', 'ci=demo,dmeo');
+    // Each on its own: run side by side, as each CLI process takes a second to start.
+    const [pipeline, agent, twice, unusable, form] = await Promise.all([
+      config('--submitter', 'ci=demo,dmeo'),
+      config('--worker', 'w=demo:planner,writer'),
+      config('--worker', 'ci=demo:planner', '--submitter', 'ci=demo'),
+      config('--observer', 'Ops.Team=demo'),
+      config('--approver', 'ana'),
+    ]);
     expect(pipeline).toMatchObject({ code: 2, stderr: expect.stringContaining('no pipeline named "dmeo"') });
-    const agent = await config('--worker', 'w=demo:planner,writer');
     expect(agent.stderr).toContain(
       'pipeline demo has no agent "writer" (it has planner, executor, reviewer)',
     );
-    const twice = await config('--worker', 'ci=demo:planner', '--submitter', 'ci=demo');
     expect(twice.stderr).toContain('two roles are named "ci"');
-    const unusable = await config('--observer', 'Ops.Team=demo');
     expect(unusable.stderr).toContain('"Ops.Team" cannot name a NATS user here');
-    const form = await config('--approver', 'ana');
     expect(form.stderr).toContain('--approver takes <name>=<pipeline>[,<pipeline>…]');
     for (const result of [agent, twice, unusable, form]) expect(result.code).toBe(2);
   });
