@@ -110,8 +110,8 @@ type Ctx = { context: StepCallContext };
  *
  * This factory is the chart; its parts are beside it: one send of the step (`stepCallSend.ts`), the conditions and
  * context changes of its transitions (`stepCallRules.ts`), its failures as plain data (`stepCallFailure.ts`), its pause
- * (`stepCallPause.ts`), its wait while the task is held (`stepCallHold.ts`) and the shape of its checkpoint
- * (`stepCallCheckpoint.ts`).
+ * (`stepCallPause.ts`), its wait while the task is held (`stepCallHold.ts`), the task's deadline while it is held
+ * (`stepCallDeadline.ts`) and the shape of its checkpoint (`stepCallCheckpoint.ts`).
  *
  * @example
  * ```ts
@@ -184,8 +184,8 @@ export function createStepCallLogic(services: StepCallServices) {
                 subject: context.subject,
                 started: context.started,
                 timeoutMs: context.timeoutMs,
-                // A resend may follow a run of the step; so may any send of a later delivery.
                 pausedTimeCounts: context.pausedTimeCounts === true,
+                // A resend may follow a run of the step; so may any send of a later delivery.
                 fresh:
                   context.attempts === 1 &&
                   !context.resumed &&
