@@ -320,6 +320,50 @@ describe('a tell into a sub-pipeline', () => {
     ok(build, 'built', { toldRead: ['m-1'] });
     await task.handled;
   });
+  it('tries a forward again while nobody runs the sub-task yet, and stops once the step has ended', async () => {
+    const config = pipeline([
+      { id: 'sub', kind: 'pipeline', pipeline: 'outline' },
+      { id: 'build', kind: 'agent', agent: 'builder' },
+    ]);
+    let subTask = '';
+    let finish: (output: PipelineRunOutput) => void = () => {};
+    const { intake, control, next, bus, clock } = await setUp(config, {
+      subPipelines: (input) => {
+        subTask = input.task.id;
+        return new Promise((resolve) => (finish = resolve));
+      },
+    });
+    // The sub-task's coordinator: it has not claimed the sub-task at the first tell, and takes the second.
+    const tells: ControlMessage[] = [];
+    bus.subscribe(subjects.allControl, ControlMessage, (delivery) => {
+      if (subTask === '' || !delivery.subject.endsWith(subTask) || delivery.value.action !== 'tell') return;
+      tells.push(delivery.value);
+      delivery.respond(
+        tells.length === 1
+          ? { ok: false, error: { code: 'not_running', message: 'no coordinator runs it right now' } }
+          : { ok: true, taskId: subTask, outcome: 'told', messageId: 'm-1' },
+      );
+    });
+    const task = intake.deliver({ id: 'task-s3', goal: 'outline it' });
+    await expect.poll(() => subTask).not.toBe('');
+    await control('task-s3', { action: 'tell', text: 'use v2' });
+    await expect.poll(() => tells.length).toBe(1);
+    await bus.settled();
+    clock.advance(500);
+    await expect.poll(() => tells.length).toBe(2);
+    expect(tells[1]).toEqual({ action: 'tell', text: 'use v2', key: forwardKey('task-s3', 'm-1') });
+    // Its record unread (none here), the sub-task's answer says it took it: read by its agents, not the parent's.
+    finish({ ok: true, output: 'outlined', usage, durationMs: 1 });
+    const build = await next('task-s3.build.1');
+    expect(build.value.told).toBeUndefined();
+    await control('task-s3', { action: 'tell', text: 'and log it' });
+    await bus.settled();
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(tells).toHaveLength(2);
+    ok(build, 'built', { toldRead: ['m-2'] });
+    await task.handled;
+  });
 });
 
 describe('the told bookkeeping across a restore', () => {
