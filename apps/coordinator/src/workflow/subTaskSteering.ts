@@ -108,12 +108,12 @@ export function forwardKey(parentId: string, messageId: string): string {
 }
 
 /**
- * Forwards the messages people tell a task to the sub-task of its `pipeline` step at work (`stepKey`, its sub-task's
- * id, is how the parent's steering knows the step): those it is owed now, and each one told while it is at work, as a
- * `tell` over `troupe.control.<sub-task id>` with the key {@link forwardKey} and the teller's name. A tell the
- * sub-task cannot take yet (not claimed yet, between coordinators) is tried again, later each time, until the step
- * ends or is left; one it has ended for is not. The parent counts a message read only when the sub-task ends completed and its
- * record no longer keeps it unread ({@link ToldForwarding.settle}): its agent at work read it, once.
+ * Forwards the messages people tell a task to the sub-task of its `pipeline` step at work (which the task's steering
+ * knows by the sub-task's id): those the step is owed as it starts, and each one told while it works, as a `tell`
+ * over `troupe.control.<sub-task id>` with the key {@link forwardKey} and the teller's name. A tell the sub-task cannot
+ * take yet (not claimed yet, between coordinators, its backlog full) is tried again, later each time, until the step
+ * ends or is left; one it has ended for is not. The parent counts a message read only once the sub-task completed
+ * and its record no longer keeps it unread ({@link ToldForwarding.settle}): an agent of the sub-task read it.
  */
 export function forwardTold(
   deps: {
