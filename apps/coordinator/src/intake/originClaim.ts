@@ -42,7 +42,7 @@ type Accepted = Extract<TroupeEvent, { kind: 'task.accepted' }>;
  * the original as it was, with either changed is refused.
  */
 export async function claimOrigin(
-  { store, taskEvents, values }: Pick<TaskServices, 'store' | 'taskEvents' | 'values'>,
+  { pipeline, store, taskEvents, values }: Pick<TaskServices, 'pipeline' | 'store' | 'taskEvents' | 'values'>,
   origin: TaskOrigin,
   submitted: OriginSubmitted,
 ): Promise<OriginClaim> {
@@ -54,6 +54,12 @@ export async function claimOrigin(
   // A store or stream that cannot be read now throws (the delivery comes again): only what was read is an answer.
   const record = (await store.get(taskId))?.value;
   if (!record) return problem('no such task is known');
+  // KV `workflows` holds every pipeline's tasks, and a submitter of this pipeline may publish any origin here: one of
+  // another pipeline would hand its outputs and file manifest to a task its readers and this pipeline's hosts see.
+  if (record.pipeline !== pipeline)
+    return problem(
+      `it is not a task of pipeline ${pipeline}; a restart or fork runs in its origin's pipeline, so publish it there`,
+    );
   if (record.status === 'running') return problem('it is still running');
   const events = await taskEvents(taskId, record.pipeline);
   const accepted = events.find((e): e is Accepted => e.kind === 'task.accepted');
