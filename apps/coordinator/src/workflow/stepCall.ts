@@ -73,6 +73,13 @@ export interface StepCallContext {
   waitingFor?: StepHeartbeat['waitingFor'];
   /** Since when the task has held the step (paused): that time is not counted against the step's timeout. */
   heldSince?: number | undefined;
+  /**
+   * The task's time held in all (its steering's, the pause in force counted so far) when `started` was last moved on
+   * by it: the task's held time past this is the step's too. Read from the task's record, which a resume writes, it
+   * counts the holds a checkpoint of the call does not show (the call's own changes are checkpointed only with the
+   * workflow's). Absent in a call checkpointed before it was kept: `heldSince` alone counts then.
+   */
+  heldBase?: number | undefined;
   /** What the step was last reported doing, so only a change is passed on. */
   lastActivity: string;
   /** Why the call ended without a reply: what it fails with, once its children have stopped. */
@@ -153,7 +160,7 @@ export function createStepCallLogic(services: StepCallServices) {
     },
   }).createMachine({
     id: 'stepCall',
-    context: ({ input, self }) => startingContext(clock, input, steeringOf(self.system)?.pausedMs ?? 0),
+    context: ({ input, self }) => startingContext(clock, input, steeringOf(self.system)),
     initial: 'calling',
     states: {
       /**
@@ -185,6 +192,7 @@ export function createStepCallLogic(services: StepCallServices) {
                 started: context.started,
                 timeoutMs: context.timeoutMs,
                 pausedTimeCounts: context.pausedTimeCounts === true,
+                heldBase: context.heldBase,
                 // A resend may follow a run of the step; so may any send of a later delivery.
                 fresh:
                   context.attempts === 1 &&

@@ -10,6 +10,7 @@ import {
 import { type Clock, TransportError, type TransportErrorCode } from '@troupe/runtime';
 import type { ActorSystem } from 'xstate';
 import { reportActivity, steeringOf } from '../task/runContext.ts';
+import type { TaskSteering } from '../task/taskSteering.ts';
 import type { StepCallContext, StepCallInput, StepCallServices } from './stepCall.ts';
 import { heldDeadline } from './stepCallDeadline.ts';
 import { errorOf, type StepCallFailure } from './stepCallFailure.ts';
@@ -41,14 +42,23 @@ export const timeLeft = (
   return deadline === undefined ? left : Math.min(left, deadline + DEADLINE_GRACE_MS - clock.now());
 };
 
+/** How long the task was held in all, up to `now`: the pauses that ended, and the one in force so far. */
+export const heldSoFar = (steering: Pick<TaskSteering, 'pausedMs' | 'paused'>, now: number): number =>
+  steering.pausedMs + (steering.paused ? Math.max(0, now - steering.paused.since) : 0);
+
 /** The wait before sending again: 250 ms, doubling with each request, at most 2 s. */
 export const backoff = (context: StepCallContext): number =>
   Math.min(250 * 2 ** (context.attempts - 1), 2_000);
 
 /** A new call's context: its timeout cut to the task's deadline (past it the agent stops itself and says so). */
-export function startingContext(clock: Clock, input: StepCallInput, pausedMs = 0): StepCallContext {
+export function startingContext(
+  clock: Clock,
+  input: StepCallInput,
+  steering?: Pick<TaskSteering, 'pausedMs' | 'paused'>,
+): StepCallContext {
   const { request } = input;
   const started = clock.now();
+  const pausedMs = steering?.pausedMs ?? 0;
   // The task's deadline comes later by the time it was held (see `stepCallSend.ts`, which sends it so), unless the
   // pipeline counts held time against it.
   const moved = input.pausedTimeCounts === true ? 0 : pausedMs;
@@ -65,6 +75,7 @@ export function startingContext(clock: Clock, input: StepCallInput, pausedMs = 0
     attempts: 0,
     resumed: input.resumed === true,
     ...(input.pausedTimeCounts === true ? { pausedTimeCounts: true } : {}),
+    ...(steering ? { heldBase: heldSoFar(steering, started) } : {}),
     takenOver: false,
     lastActivity: '',
   };
@@ -145,11 +156,22 @@ export function stepCallActions({ clock, logger }: StepCallServices) {
       const paused = steeringOf(system)?.paused?.since ?? now;
       return { heldSince: context.heldSince ?? Math.max(context.started, Math.min(now, paused)) };
     },
-    /** Let go: the time held is added to the step's start (and to its wait for a worker), so neither counts it. */
-    unhold: ({ context }: CallArgs): Partial<StepCallContext> => {
-      const held = Math.max(0, clock.now() - (context.heldSince ?? clock.now()));
+    /**
+     * Let go: the time held is added to the step's start (and to its wait for a worker), so neither counts it. It is
+     * the task's held time since the start was last moved on (`heldBase`), so a hold the call did not hear (it was
+     * down, restored from a checkpoint of before the pause) counts too.
+     */
+    unhold: ({ context, system }: CallArgs): Partial<StepCallContext> => {
+      const now = clock.now();
+      const steering = steeringOf(system);
+      const total = steering && context.heldBase !== undefined ? heldSoFar(steering, now) : undefined;
+      const held =
+        total === undefined || context.heldBase === undefined
+          ? Math.max(0, now - (context.heldSince ?? now))
+          : Math.max(0, total - context.heldBase);
       return {
         heldSince: undefined,
+        ...(total === undefined ? {} : { heldBase: total }),
         started: context.started + held,
         ...(context.noWorkerSince === undefined ? {} : { noWorkerSince: context.noWorkerSince + held }),
       };

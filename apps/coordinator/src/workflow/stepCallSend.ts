@@ -5,7 +5,7 @@ import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import type { TaskSteering } from '../task/taskSteering.ts';
 import type { StepCallEvent, StepCallServices } from './stepCall.ts';
 import { heldDeadline, watchHeldDeadline } from './stepCallDeadline.ts';
-import { timeLeft } from './stepCallRules.ts';
+import { heldSoFar, timeLeft } from './stepCallRules.ts';
 
 /** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
 export const REPLY_GRACE_MS = 2_000;
@@ -24,6 +24,8 @@ export interface RequestInput {
   fresh: boolean;
   /** No worker served the agent at the last send: this one is logged at debug (one line said so already). */
   quiet: boolean;
+  /** The call's `heldBase` as it was sent: the task's held time past it is not the step's (see `stepCall.ts`). */
+  heldBase?: number | undefined;
 }
 
 /**
@@ -48,7 +50,14 @@ export function stepSendLogic(services: StepCallServices) {
         sendBack({ type: 'held' });
         return;
       }
-      const left = timeLeft(clock, input);
+      // Held since the call last counted it, unheard (a send restored after the task was paused and resumed, a pause
+      // that began and ended in a wait to send again): not the step's time, and the call counts it now.
+      const held =
+        steering && input.heldBase !== undefined
+          ? Math.max(0, heldSoFar(steering, clock.now()) - input.heldBase)
+          : 0;
+      if (held > 0) sendBack({ type: 'unheldAtWork' });
+      const left = timeLeft(clock, { ...input, started: input.started + held });
       // A restored call may find its time spent while it was down: that is the step's timeout, not a send.
       if (left <= 0) {
         sendBack({ type: 'failed', error: new TransportError('timeout', 'the step ran out of time') });
