@@ -1,10 +1,11 @@
-import { AgentStepRequest, ControlMessage, subjects } from '@troupe/protocol';
+import { AgentStepRequest, ControlMessage, subjects, WorkflowRecord } from '@troupe/protocol';
 import { createLogger, type HumanGate, type StepJournal } from '@troupe/runtime';
+import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { TaskSteering } from '../src/task/taskSteering.ts';
 import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import { forwardKey } from '../src/workflow/subTaskSteering.ts';
+import { forwardKey, forwardTold } from '../src/workflow/subTaskSteering.ts';
 import type { PipelineRunInput, PipelineRunOutput } from '../src/workflow/workflowTypes.ts';
 import { type MemoryDelivery, MemoryTaskIntake } from './memoryTaskIntake.ts';
 import { HOUR, ok, paused, pipeline, running, type Step, setUp, usage } from './support/steeringRunner.ts';
@@ -363,6 +364,34 @@ describe('a tell into a sub-pipeline', () => {
     expect(tells).toHaveLength(2);
     ok(build, 'built', { toldRead: ['m-2'] });
     await task.handled;
+  });
+  it('forwards a message only once its record is written, and never one taken back', async () => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    const heard: ControlMessage[] = [];
+    bus.subscribe(subjects.control('sub-1'), ControlMessage, (delivery) => {
+      heard.push(delivery.value);
+      delivery.respond({ ok: true, taskId: 'sub-1', outcome: 'told', messageId: `m-${heard.length}` });
+    });
+    const steering = new TaskSteering();
+    const kept = steering.tell('kept', AT);
+    const lost = steering.tell('lost', AT);
+    const store = new MemoryKv(WorkflowRecord);
+    const forwarding = forwardTold(
+      { bus, clock, store },
+      'sub-1',
+      'task-1',
+      steering,
+      new AbortController().signal,
+    );
+    await bus.settled();
+    expect(heard).toEqual([]);
+    // The one's record is written; the other's failed, and it is taken back.
+    steering.read([lost.id]);
+    steering.recorded(kept);
+    await expect.poll(() => heard.map((m) => (m.action === 'tell' ? m.text : m.action))).toEqual(['kept']);
+    await bus.settled();
+    expect(await forwarding.settle(true)).toEqual([kept.id]);
   });
 });
 

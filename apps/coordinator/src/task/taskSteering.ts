@@ -53,6 +53,8 @@ export class TaskSteering {
   readonly #owed = new Map<string, Set<string>>();
   readonly #readOnce = new Set<string>();
   readonly #toldListeners = new Set<ToldListener>();
+  /** Messages told here whose record is not written yet: none goes out of the task (to a sub-task) before it is. */
+  readonly #unrecorded = new Set<string>();
 
   /** A run's steering, from the record it resumes (nothing held, nothing told for a new task). */
   constructor(record?: Partial<SteeringFields>) {
@@ -227,6 +229,7 @@ export class TaskSteering {
       ...(by === undefined ? {} : { by }),
     };
     this.#told.push(message);
+    this.#unrecorded.add(message.id);
     if (key !== undefined) {
       this.#toldKeys.set(key, message.id);
       for (const oldest of this.#toldKeys.keys()) {
@@ -245,6 +248,7 @@ export class TaskSteering {
   read(ids: readonly string[], stepId?: string): void {
     if (ids.length === 0) return;
     for (const id of ids) {
+      if (stepId === undefined) this.#unrecorded.delete(id);
       if (!this.#told.some((m) => m.id === id)) continue;
       if (stepId === undefined) {
         this.#owed.delete(id);
@@ -271,8 +275,14 @@ export class TaskSteering {
     return () => this.#toldListeners.delete(listener);
   }
 
+  /** Whether message `id`'s record is written (a message restored from the record is). */
+  isRecorded(id: string): boolean {
+    return !this.#unrecorded.has(id);
+  }
+
   /** Message `message` is recorded: those hearing tells hear it now. */
   recorded(message: ToldMessage): void {
+    this.#unrecorded.delete(message.id);
     if (!this.#told.some((m) => m.id === message.id)) return;
     for (const listener of [...this.#toldListeners]) listener(message);
   }

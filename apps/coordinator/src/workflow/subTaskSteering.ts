@@ -159,7 +159,8 @@ export function forwardTold(
     forwarded.set(message.id, undefined);
     void send(message);
   };
-  for (const message of steering.toldFor(subTaskId)) forward(message);
+  // One not recorded yet goes once it is (onTold): a tell whose record fails is taken back, and told nowhere.
+  for (const message of steering.toldFor(subTaskId)) if (steering.isRecorded(message.id)) forward(message);
   const unlisten = steering.onTold(forward);
   const stop = () => {
     stopped.abort();
