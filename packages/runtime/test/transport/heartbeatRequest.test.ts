@@ -187,3 +187,77 @@ describe('requestWithHeartbeats held', () => {
     expect(hold.listening).toBe(0);
   });
 });
+
+describe('requestWithHeartbeats held and let go again and again', () => {
+  const setUp = () => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    const waiting: { respond: (value: unknown) => void }[] = [];
+    bus.subscribeText('troupe.test.cycles', (delivery) => {
+      waiting.push(delivery);
+    });
+    const hold = new HoldSwitch();
+    const outcomes: { value?: unknown; error?: unknown }[] = [];
+    const request = (options: { timeoutMs?: number; signal?: AbortSignal } = {}) => {
+      const at = outcomes.length;
+      outcomes.push({});
+      requestWithHeartbeats(bus, 'troupe.test.cycles', {}, Reply, Heartbeat, {
+        timeoutMs: options.timeoutMs ?? 10_000,
+        idleMs: 100 * 3_600_000,
+        clock,
+        hold,
+        ...(options.signal ? { signal: options.signal } : {}),
+      }).then(
+        (value) => (outcomes[at] = { value }),
+        (error: unknown) => (outcomes[at] = { error }),
+      );
+    };
+    const pass = async (ms: number) => {
+      clock.advance(ms);
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    };
+    return { clock, hold, waiting, request, pass, outcomes };
+  };
+
+  it('has exactly what was left after each hold, and fails at the last millisecond of it', async () => {
+    const { hold, request, pass, outcomes } = setUp();
+    request({ timeoutMs: 10_000 });
+    // 2 s at a time between holds of an hour: 8 s spent over four stretches, 2 s left.
+    for (let stretch = 0; stretch < 4; stretch++) {
+      await pass(2_000);
+      hold.set(true);
+      await pass(3_600_000);
+      // Held twice over: still one hold, not a second one taking the time again.
+      hold.set(true);
+      hold.set(false);
+    }
+    await pass(1_999);
+    expect(outcomes[0]).toEqual({});
+    await pass(1);
+    expect(TransportError.is(outcomes[0]?.error, 'timeout')).toBe(true);
+  });
+
+  it('leaves no listener on the hold and no timer running once each request settled, however it ended', async () => {
+    const { clock, hold, waiting, request, pass, outcomes } = setUp();
+    const aborts: AbortController[] = [];
+    for (let i = 0; i < 30; i++) {
+      const abort = new AbortController();
+      aborts.push(abort);
+      request({ timeoutMs: 5_000, signal: abort.signal });
+    }
+    await pass(0);
+    hold.set(true);
+    hold.set(false);
+    expect(hold.listening).toBe(30);
+    // A third answered, a third aborted, a third run out of time.
+    for (let i = 0; i < 10; i++) waiting[i]?.respond({ done: true });
+    for (let i = 10; i < 20; i++) aborts[i]?.abort();
+    await pass(0);
+    await pass(5_000);
+    expect(outcomes.filter((o) => 'value' in o)).toHaveLength(10);
+    expect(outcomes.filter((o) => TransportError.is(o.error, 'aborted'))).toHaveLength(10);
+    expect(outcomes.filter((o) => TransportError.is(o.error, 'timeout'))).toHaveLength(10);
+    expect(hold.listening).toBe(0);
+    expect(clock.pending()).toEqual([]);
+  });
+});
