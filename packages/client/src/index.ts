@@ -16,7 +16,14 @@ export {
   readQueued,
   takeQueued,
 } from './queuedTasks.ts';
-export { type ReusedStep, type ReusedSteps, type ReusePlan, reuseKey, reusePlan } from './reusedSteps.ts';
+export {
+  firstStarted,
+  type ReusedStep,
+  type ReusedSteps,
+  type ReusePlan,
+  reuseKey,
+  reusePlan,
+} from './reusedSteps.ts';
 export { type ReusedWorkspace, reusedWorkspace, workspaceOnVersion } from './reusedWorkspace.ts';
 export {
   eventsAfter,

@@ -1,8 +1,9 @@
 import { isDeepStrictEqual } from 'node:util';
-import { type ReusedSteps, type ReusedWorkspace, reusedWorkspace, reusePlan } from '@troupe/client';
+import { type ReusedSteps, type ReusedWorkspace, reusePlan } from '@troupe/client';
 import { fillInput, type InputCut, type TaskOrigin, type TroupeEvent } from '@troupe/protocol';
 import { ValueStoreError } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
+import { originWorkspace } from './originWorkspace.ts';
 
 /**
  * What a restart or fork starts from: its origin's version (none: the newest), the step outputs it reuses, and what
@@ -78,7 +79,7 @@ export async function claimOrigin(
     version: origin.newest ? undefined : record.version,
     reuse: plan.steps,
     ...(edited.length > 0 ? { edited } : {}),
-    workspace: reusedWorkspace(events, origin),
+    workspace: await originWorkspace({ pipeline, store, taskEvents }, origin, record, events),
   };
 }
 
