@@ -86,6 +86,11 @@ export interface StepCallContext {
   failure?: StepCallFailure;
   reply?: AgentStepReply;
   /**
+   * What its agent spent on the step as of its last `paused` reply (from its journal, every run of the step counted):
+   * the step's usage if the task's deadline ends it while held (`budget.pausedTimeCounts`), when no reply says more.
+   */
+  spent?: Pick<AgentStepReply, 'usage' | 'turns'> | undefined;
+  /**
    * The workspace manifest the workflow sent the step with, once a run that did not end the step (its worker stopped,
    * its journal was out of reach) handed on files: the step is sent again with them, and its reply's changes are
    * counted from here.
@@ -154,6 +159,7 @@ export function createStepCallLogic(services: StepCallServices) {
       fail: assign(rules.fail),
       carryWorkspace: assign(rules.carryWorkspace),
       keepReply: assign(rules.keepReply),
+      keepSpent: assign(rules.keepSpent),
       holdFrom: assign(rules.holdFrom),
       unsent: assign(rules.unsent),
       unhold: assign(rules.unhold),
@@ -219,7 +225,10 @@ export function createStepCallLogic(services: StepCallServices) {
                   // Its agent stopped after its current call, since the task was paused: held until it is resumed.
                   guard: { type: 'pausedReply', params: ({ event }) => event.reply },
                   target: 'held',
-                  actions: { type: 'carryWorkspace', params: ({ event }) => event.reply },
+                  actions: [
+                    { type: 'carryWorkspace', params: ({ event }) => event.reply },
+                    { type: 'keepSpent', params: ({ event }) => event.reply },
+                  ],
                 },
                 {
                   // The host could not reach the step journal (NATS trouble): the step goes again once it can.

@@ -3,7 +3,8 @@ import type { Clock } from '@troupe/runtime';
 import type { StepCallContext } from './stepCall.ts';
 
 /** What of a step call says when the task's deadline falls: its request, and whether held time counts. */
-type DeadlineOf = Pick<StepCallContext, 'request' | 'pausedTimeCounts'>;
+type DeadlineOf = Pick<StepCallContext, 'request' | 'pausedTimeCounts'> &
+  Partial<Pick<StepCallContext, 'spent'>>;
 
 /**
  * The task's deadline as it stands while the task is held, when the pipeline counts held time against it
@@ -26,9 +27,10 @@ export function watchHeldDeadline(clock: Clock, deadline: number | undefined, pa
 /**
  * The reply of a step whose task ran out of time, held time counted: `budget_exceeded`, as the agent's own reply is
  * when the deadline passes at work, so the task ends as any task past its deadline does. The step call gives it when
- * the deadline passes while the task is held (at once for a step restored held after it).
+ * the deadline passes while the task is held (at once for a step restored held after it), with what the step spent
+ * as its agent's last `paused` reply said.
  */
-export function pastDeadlineReply({ request }: DeadlineOf): AgentStepReply {
+export function pastDeadlineReply({ request, spent }: DeadlineOf): AgentStepReply {
   const source = request.budget?.sources.deadline ?? 'the task wall-clock budget';
   return {
     ok: false,
@@ -37,7 +39,9 @@ export function pastDeadlineReply({ request }: DeadlineOf): AgentStepReply {
       code: 'budget_exceeded',
       message: `agent ${request.agent}: ${source} ran out, the time the task was paused counted (budget.pausedTimeCounts); the step was stopped`,
     },
-    usage: emptyUsage(),
-    turns: 0,
+    // What its agent said it spent when it stopped for the pause; a step ended at work spent what its host has not
+    // said yet (its heartbeats carry no usage), which is lost to the task's totals.
+    usage: spent?.usage ?? emptyUsage(),
+    turns: spent?.turns ?? 0,
   };
 }

@@ -185,6 +185,10 @@ export function stepCallActions({ clock, logger }: StepCallServices) {
         workspaceBase: context.workspaceBase ?? context.request.workspace ?? {},
       };
     },
+    /** What a `paused` reply says the step spent so far, for a step the deadline ends while held. */
+    keepSpent: (_: CallArgs, reply: AgentStepReply): Partial<StepCallContext> => ({
+      spent: { usage: reply.usage, turns: reply.turns },
+    }),
     /** The reply, with the workspace changes of every run of the step, counted from the manifest the workflow sent. */
     keepReply: ({ context }: CallArgs, reply: AgentStepReply): Partial<StepCallContext> => {
       const base = context.workspaceBase;
