@@ -2,7 +2,8 @@ import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EventData, EventKind, EventOf, TroupeEvent } from '@troupe/protocol';
-import { EventFactory, preview } from '@troupe/runtime';
+import { EventFactory, type JournalRecord, preview, StepJournal } from '@troupe/runtime';
+import { MemoryKv } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { builtinTools } from '../src/config/builtinTools.ts';
@@ -125,6 +126,19 @@ describe('Recording.restore', () => {
         cut.kind === 'llm.response' ? cut.data.content : '',
       );
     }
+  });
+
+  it('leaves the cut reply when a newer host wrote the record in a kind this one does not know', async () => {
+    // What `troupe replay` reads: the step journal. Its read of a newer host's record throws (a step must not go
+    // on without it), but a replay only loses the whole text, as when the journal has none.
+    const kv = new MemoryKv<JournalRecord>();
+    await kv.put('t1.code.1.1.model', { kind: 'model.plan', recordedAt: '2027-01-01T00:00:00.000Z' });
+    const recording = new Recording('t1', [cut]);
+    await recording.restore(new StepJournal(kv));
+    expect(recording.truncated).toEqual(['t1.code.1 turn 1']);
+    expect((await recording.modelFor('coder', 'openai', 'gpt-x').complete(request)).content).toBe(
+      cut.kind === 'llm.response' ? cut.data.content : '',
+    );
   });
 });
 

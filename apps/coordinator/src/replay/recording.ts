@@ -6,6 +6,7 @@ import {
   type HumanGate,
   type HumanScope,
   type JournalEntry,
+  NewerJournalRecordError,
   StepJournal,
   ToolError,
 } from '@troupe/runtime';
@@ -146,12 +147,16 @@ export class Recording {
 
   /**
    * Reads whole from the step journal every text the events kept only in part. What the journal does not have
-   * (a run without one, or a record replaced since) stays as the events kept it, and in {@link truncated}.
+   * (a run without one, a record replaced since, or one of a kind only a newer host knows) stays as the events kept
+   * it, and in {@link truncated}: a step must not go on without such a record, but a replay only loses its whole text.
    */
   async restore(journal: JournalReader): Promise<void> {
     await Promise.all(
       [...this.#partial].map(async ([key, part]) => {
-        const entry = await journal.entry(key);
+        const entry = await journal.entry(key).catch((error: unknown) => {
+          if (NewerJournalRecordError.is(error)) return undefined;
+          throw error;
+        });
         if (entry && part.restore(entry)) this.#partial.delete(key);
       }),
     );
