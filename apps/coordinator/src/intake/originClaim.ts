@@ -64,7 +64,14 @@ export async function claimOrigin(
   if (record.status === 'running') return problem('it is still running');
   const events = await taskEvents(taskId, record.pipeline);
   const accepted = events.find((e): e is Accepted => e.kind === 'task.accepted');
-  const changed = accepted ? await changedFrom(values, accepted, submitted) : [];
+  // EVENTS drops its oldest first (max_age, max_bytes): task.accepted can be gone while the steps' events, a person's
+  // answer among them, are kept. Nothing then shows what the origin was asked to do, so no answer can be reused.
+  if (!accepted) {
+    return problem(
+      "its task.accepted is gone from EVENTS, so what it was given to do cannot be compared with this one's; submit it as a new task",
+    );
+  }
+  const changed = await changedFrom(values, accepted, submitted);
   if (kind === 'restart' && changed.length > 0) {
     return problem(
       `a restart runs with the original's goal and input, and this one's ${changed.join(' and ')} differ from it; to run with another, publish it as a fork (origin.kind "fork"), whose people are asked again`,

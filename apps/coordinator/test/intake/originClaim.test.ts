@@ -130,6 +130,31 @@ describe("a restart's or fork's claim compares it with its origin", () => {
     expect(reusedSteps(await claimed(setup, same))).toEqual(['plan', 'approve']);
   });
 
+  it("refuses a restart or fork whose origin's task.accepted is gone, since nothing shows what its people were asked about", async () => {
+    const setup = intakeServices();
+    await endedOrigin(setup);
+    // EVENTS keeps events by age: the oldest, task.accepted, goes first, while the steps' events are still kept.
+    const accepted = setup.bus.events.findIndex((e) => e.taskId === 'orig' && e.kind === 'task.accepted');
+    setup.bus.events.splice(accepted, 1);
+    const refused = {
+      next: 'fail',
+      message: expect.stringContaining(
+        "its task.accepted is gone from EVENTS, so what it was given to do cannot be compared with this one's",
+      ),
+    };
+    expect(
+      await claim(
+        setup.services,
+        triagedTask(fork('gone-new-input', { input: { ...INPUT, ticket: 'T-2' } })),
+      ),
+    ).toMatchObject(refused);
+    const restart = {
+      ...fork('gone-restart'),
+      origin: { taskId: 'orig', kind: 'restart' as const, step: 'ship' },
+    };
+    expect(await claim(setup.services, triagedTask(restart))).toMatchObject(refused);
+  });
+
   it('compares inputs cut to previews by their stored wholes, and takes one whose whole is gone as changed', async () => {
     const setup = intakeServices();
     const ref = (sha: string) => ({
