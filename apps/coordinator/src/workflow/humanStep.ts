@@ -63,6 +63,8 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
       if (earlier) waiting(earlier);
       // A held task asks nobody new: the question goes once it is resumed (one asked before stays open meanwhile).
       else if (steering) await whileHeld(steering, signal);
+      // Left while held (the coordinator stops, the task ends): nobody is asked by a run that is over.
+      if (signal.aborted) throw signal.reason ?? new Error('the human step was stopped');
       const heldAtAsk = heldSoFar();
       let answer: string;
       try {
@@ -90,7 +92,9 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
         if ((error as { code?: unknown }).code !== 'timeout') throw error;
         // The question ran out while the task was held: that time was not the step's, and it is asked again. So it
         // is when an earlier run of the step asked it again already (a restart): that question is taken up.
-        const heldMeanwhile = heldSoFar() > heldAtAsk && timeLeft() > 0;
+        // Held now counts too: a run restored while the task is held finds its question expired at once, the clock
+        // not moved on since it asked.
+        const heldMeanwhile = (steering?.held === true || heldSoFar() > heldAtAsk) && timeLeft() > 0;
         const askedAgain =
           !heldMeanwhile &&
           (await deps.journal.humanRequest(StepJournal.humanKey(`${input.stepId}.${asks + 1}`, 'question')));
