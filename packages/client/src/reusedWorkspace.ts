@@ -30,8 +30,11 @@ export function reusedWorkspace(
   origin: { taskId: string; step: string },
 ): ReusedWorkspace {
   const { taskId, step } = origin;
-  const start = events[firstStarted(events, step)];
-  const recorded = start?.kind === 'step.started' ? start.data.workspace : undefined;
+  const at = firstStarted(events, step);
+  const start = events[at];
+  const own = start?.kind === 'step.started' ? start.data.workspace : undefined;
+  const items = itemsHandedOn(events, at);
+  const recorded = own === undefined && Object.keys(items).length === 0 ? undefined : { ...items, ...own };
   if (recorded === undefined) {
     // A later step's record shows files were handed on, just none before this step: nothing to carry.
     if (events.some((e) => e.kind === 'step.started' && e.data.workspace !== undefined))
@@ -44,6 +47,40 @@ export function reusedWorkspace(
   }
   const bytes = Object.values(recorded).reduce((sum, file) => sum + file.bytes, 0);
   return { manifest: carriedManifest(recorded, taskId), files: Object.keys(recorded).length, bytes };
+}
+
+/**
+ * The files the foreach items at work when `start` began had handed on by then: an item's workflow keeps its manifest
+ * to itself until the item ends, so a step of another item (the one `start` records) lacks them, yet the new task
+ * reuses those runs and must have their files. For each item, the `step.started` that followed its last run completed
+ * before `start` records them (an item that had ended by then handed them on to the flow, as its end merged them).
+ * Where a path is in both, the caller keeps the record at `start`.
+ */
+function itemsHandedOn(events: readonly TroupeEvent[], start: number): WorkspaceManifest {
+  const places = new Map(
+    events.flatMap((e) => (e.kind === 'step.started' ? [[e.data.stepId, e.data.within ?? []]] : [])),
+  );
+  /** An item's innermost scope (as JSON), with how deep it is, and where its last run before `start` completed. */
+  const lastRun = new Map<string, { depth: number; at: number }>();
+  for (let at = 0; at < start; at++) {
+    const event = events[at];
+    if (event?.kind !== 'step.completed' || !event.data.ok) continue;
+    const within = places.get(event.data.stepId) ?? [];
+    const depth = within.findLastIndex((scope) => scope.item !== undefined) + 1;
+    if (depth > 0) lastRun.set(JSON.stringify(within.slice(0, depth)), { depth, at });
+  }
+  const found: WorkspaceManifest = {};
+  for (const [scope, { depth, at }] of lastRun) {
+    const next = events
+      .slice(at + 1)
+      .find(
+        (later) =>
+          later.kind === 'step.started' &&
+          JSON.stringify((later.data.within ?? []).slice(0, depth)) === scope,
+      );
+    if (next?.kind === 'step.started' && next.data.workspace) Object.assign(found, next.data.workspace);
+  }
+  return found;
 }
 
 /**
