@@ -2,7 +2,7 @@ import { createLogger } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
-import { HOUR, ok, pipeline, running, setUp } from './support/steeringRunner.ts';
+import { HOUR, ok, paused, pipeline, running, setUp } from './support/steeringRunner.ts';
 
 /** A step's own time (`defaults.stepTimeout` of the steering runner's pipelines): 60 s. */
 const STEP_MS = 60_000;
@@ -10,13 +10,18 @@ const STEP_MS = 60_000;
 const onePlan = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]);
 
 /** The task taken up again from its record by another coordinator, on the first's bus, store and clock. */
-async function takeOver(first: Awaited<ReturnType<typeof setUp>>, id: string, streamSequence: number) {
+async function takeOver(
+  first: Awaited<ReturnType<typeof setUp>>,
+  id: string,
+  streamSequence: number,
+  config = onePlan,
+) {
   const intake = new MemoryTaskIntake();
   running.push(
     await startPipelineRunner({
       bus: first.bus,
       intake,
-      config: onePlan,
+      config,
       store: first.store,
       logger: createLogger({ level: 'silent' }),
       clock: first.clock,
@@ -93,5 +98,72 @@ describe('a step held while its agent was at work, restored', () => {
     first.clock.advance(200);
     await again.handled;
     expect(first.bus.eventsOf('task.failed')[0]?.data.message).toContain('within the step timeout');
+  });
+});
+
+const countsHeld = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }], {
+  budget: { timeout: 120, pausedTimeCounts: true },
+});
+
+describe('a held task whose held time counts against its deadline (budget.pausedTimeCounts), restored', () => {
+  /** The task held with its step stopped for the pause, 20 s after it began, and its coordinator stopped. */
+  const heldThenStopped = async (id: string) => {
+    const first = await setUp(countsHeld);
+    const task = first.intake.deliver({ id, goal: 'build it' });
+    const plan = await first.next(`${id}.plan.1`);
+    first.clock.advance(20_000);
+    await first.control(id, { action: 'pause' });
+    paused(plan);
+    await first.bus.settled();
+    await first.runner.stop();
+    await task.handled;
+    return { first, task };
+  };
+
+  it('after its deadline: ends at once, past its deadline', async () => {
+    const { first, task } = await heldThenStopped('rd-1');
+    first.clock.advance(HOUR);
+    const again = await takeOver(first, 'rd-1', task.delivery.streamSequence, countsHeld);
+    await first.bus.settled();
+    first.clock.advance(0);
+    await again.handled;
+    expect(first.bus.eventsOf('task.failed')[0]?.data).toMatchObject({
+      reason: 'budget_exceeded',
+      step: 'plan',
+    });
+    expect(first.sent).toHaveLength(1);
+  });
+
+  it('before its deadline: ends at the deadline itself, not later and not sooner', async () => {
+    const { first, task } = await heldThenStopped('rd-2');
+    first.clock.advance(50_000);
+    const again = await takeOver(first, 'rd-2', task.delivery.streamSequence, countsHeld);
+    await expect.poll(async () => (await first.record('rd-2'))?.lease).toBeDefined();
+    await first.bus.settled();
+    // 70 s of the 120 gone: 50 s to go.
+    first.clock.advance(49_999);
+    await first.bus.settled();
+    expect(first.bus.eventsOf('task.failed')).toHaveLength(0);
+    first.clock.advance(1);
+    await again.handled;
+    expect(first.bus.eventsOf('task.failed')[0]?.data).toMatchObject({
+      reason: 'budget_exceeded',
+      step: 'plan',
+    });
+  });
+
+  it('and resumed before its deadline: sent again with the deadline where it was', async () => {
+    const { first, task } = await heldThenStopped('rd-3');
+    const deadline = first.sent[0]?.budget?.deadline;
+    first.clock.advance(30_000);
+    const again = await takeOver(first, 'rd-3', task.delivery.streamSequence, countsHeld);
+    await expect.poll(async () => (await first.record('rd-3'))?.paused).toBeDefined();
+    await first.bus.settled();
+    await first.control('rd-3', { action: 'resume' });
+    const plan = await first.next('rd-3.plan.1');
+    expect(plan.value.budget?.deadline).toBe(deadline);
+    ok(plan);
+    await again.handled;
+    expect(first.bus.eventsOf('task.completed')).toHaveLength(1);
   });
 });
