@@ -66,9 +66,14 @@ export class StepRun {
     return this.#liveness.orphaned;
   }
 
-  /** The same step sent again (its first reply was lost to a reconnect) waits for this run's reply. */
+  /**
+   * The same step sent again (its first reply was lost to a reconnect) waits for this run's reply. The messages it
+   * carries are the run's too (each read once): their `task.told` events may never have reached this host, and the
+   * workflow counts them read only if this run's reply says so.
+   */
   join(delivery: Delivery<AgentStepRequest>): void {
     this.#requesters.add(delivery);
+    for (const message of delivery.value.told ?? []) this.tell(message);
     const heartbeatMs = delivery.value.heartbeatMs;
     if (heartbeatMs !== undefined) this.#liveness.beat(heartbeatMs);
   }

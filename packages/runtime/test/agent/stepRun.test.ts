@@ -1,4 +1,4 @@
-import type { AgentStepRequest } from '@troupe/protocol';
+import type { AgentStepRequest, ToldMessage } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { RecentReplies } from '../../src/agent/recentReplies.ts';
@@ -81,6 +81,19 @@ describe('a run of a step on its host', () => {
     expect(await recent.of('t3.write.1')).toEqual(okReply('t3.write.1'));
     expect(ended).toEqual([run]);
     expect(clock.pending()).toEqual([]);
+  });
+
+  it('hands its agent step the told messages a resend that joins it carries (events the run may have missed)', () => {
+    const { run, held } = start(stepRequest('t9.write.1', { heartbeatMs: 1_000 }), 'inbox.a');
+    const told: ToldMessage[] = [];
+    held.step.tell = (message) => told.push(message);
+    // The host missed the task.told event (its connection was down); the workflow, hearing no heartbeat, sent the
+    // step again with what it owes, and the resend joins the run still going here.
+    const message = { id: 'm-1', text: 'use the staging bucket', at: '2026-12-06T18:00:00.000Z' };
+    run.join(
+      delivered(stepRequest('t9.write.1', { heartbeatMs: 1_000, told: [message] }), 'inbox.b').delivery,
+    );
+    expect(told).toEqual([message]);
   });
 
   it('keeps an inbox that missed one heartbeat and then answered', () => {
