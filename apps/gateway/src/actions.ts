@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import {
   buildTaskTrace,
   cancelQueued,
@@ -77,6 +77,8 @@ export interface GatewayActionsOptions {
   taskIds?: TaskIds;
   /** Where outputs too large for a message are read back whole; a store on the bus when absent. */
   values?: ValueStore;
+  /** How long a tell waits for its coordinator's answer, in ms (10 s, as `tellTask`'s). */
+  tellAnswerMs?: number;
 }
 
 /**
@@ -92,6 +94,7 @@ export class GatewayActions {
   readonly #limits: TaskLimits;
   readonly #ids: TaskIds;
   readonly #values: ValueStore;
+  readonly #tellAnswerMs: number | undefined;
   /** KV `queued`, once a coordinator has made it. */
   #queued: Awaited<ReturnType<typeof openQueuedStore>>;
   /** When to try opening KV `queued` again, after it could not be. */
@@ -103,6 +106,7 @@ export class GatewayActions {
     this.#maxWaitSeconds = options.maxWaitSeconds ?? 300;
     this.#limits = options.taskLimits ?? DEFAULT_TASK_LIMITS;
     this.#ids = options.taskIds ?? TaskIds.random();
+    this.#tellAnswerMs = options.tellAnswerMs;
   }
 
   /** Ends every `?wait=` under way, each answered with its task as it stands (`202`): the gateway is stopping. */
@@ -292,9 +296,14 @@ export class GatewayActions {
     options: { idempotencyKey?: string } = {},
   ): Promise<TellResult> {
     await this.#steerable(who, taskId, 'tell');
+    // A key of the caller's even when it gave none, so that a tell whose answer was lost can name the one to send
+    // again: the coordinator hears the key derived from it, which sent again would be derived again, and told twice.
+    const idempotencyKey = options.idempotencyKey || randomUUID();
     const { messageId } = await tellTask(this.#bus, taskId, body.text, {
       by: steeredBy(who, body.by),
-      ...(options.idempotencyKey ? { key: tellKey(who, options.idempotencyKey) } : {}),
+      key: tellKey(who, idempotencyKey),
+      again: `tell it again with idempotency key ${idempotencyKey} and it is told once`,
+      ...(this.#tellAnswerMs === undefined ? {} : { timeoutMs: this.#tellAnswerMs }),
     });
     return { taskId, messageId };
   }

@@ -295,6 +295,11 @@ export async function tellTask(
     key?: string;
     /** How long to wait for the coordinator's answer (default 10 s). */
     timeoutMs?: number;
+    /**
+     * What an unanswered tell's error tells its caller to do to ask again safely, when it does not pass `key` itself
+     * (a gateway derives it from the client's idempotency key); by default, to tell it again with `key`.
+     */
+    again?: string;
   } = {},
 ): Promise<{ messageId: string; key: string }> {
   const key = options.key ?? randomUUID();
@@ -313,7 +318,7 @@ export async function tellTask(
     taskId,
     'tell',
     message.data,
-    `tell it again with key ${key} and it is told once`,
+    options.again ?? `tell it again with key ${key} and it is told once`,
     options.timeoutMs,
   );
   if (!receipt.messageId) {
