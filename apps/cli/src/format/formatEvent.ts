@@ -73,13 +73,23 @@ const oneLine = (text: string, max = 100): string => {
 const stepOf = (d: { step: string; item?: number | undefined }) =>
   d.item === undefined ? d.step : `${d.step}[${d.item}]`;
 
+/** A restart's or fork's workspace files: how many it carried from its origin, or why none. */
+function carriedFiles({
+  workspace,
+  origin,
+}: Extract<TroupeEvent, { kind: 'task.accepted' }>['data']): string {
+  if (workspace === undefined) return '';
+  if (workspace.note) return ` · ${oneLine(workspace.note, 400)}`;
+  return ` · ${workspace.files} workspace files (${workspace.bytes} bytes) carried from ${origin?.taskId ?? 'its origin'}`;
+}
+
 const tokens = (u: { inputTokens: number; outputTokens: number }) => `${u.inputTokens}→${u.outputTokens} tok`;
 const usd = (cost: number) => (cost > 0 ? ` $${cost.toFixed(4)}` : '');
 
 function summarize(event: TroupeEvent): string {
   switch (event.kind) {
     case 'task.accepted':
-      return oneLine(event.data.goal);
+      return `${oneLine(event.data.goal)}${carriedFiles(event.data)}`;
     case 'task.resumed':
       return event.data.after === 'pause'
         ? `in step ${event.data.state}, round ${event.data.round}, after a pause of ${Math.round((event.data.pausedMs ?? 0) / 1000)} s${event.data.by ? ` (by ${event.data.by})` : ''}`
