@@ -137,7 +137,8 @@ export async function replyToHuman(
   }
   if (record.status === 'expired')
     throw new OperationError('conflict', `${id} was already expired; nothing changed`);
-  if (Date.parse(record.expiresAt) <= now()) {
+  // A request held while its task is paused does not run out: its asker moves `expiresAt` on at the resume.
+  if (record.held === undefined && Date.parse(record.expiresAt) <= now()) {
     throw new OperationError('conflict', `${id} expired at ${record.expiresAt}; nothing changed`);
   }
   const decided = decidedRecord(record, payload, now());

@@ -49,8 +49,13 @@ export const HumanRequest = z.object({
   /** `closed`: its task ended while it was pending (see `taskEnded`); nothing waits for it any more. */
   status: z.enum(['pending', 'allowed', 'denied', 'answered', 'expired', 'closed']),
   requestedAt: z.string(),
-  /** When a pending request is denied (or left unanswered) by default. */
+  /** When a pending request is denied (or left unanswered) by default; while it is `held`, not at all. */
   expiresAt: z.string(),
+  /**
+   * Its task is paused (since `since`): the request does not run out and stays answerable; on resume its asker sets
+   * `expiresAt` to the resume plus `leftMs`, the time it had left when the pause came, and drops `held`.
+   */
+  held: z.object({ since: z.string(), leftMs: z.number().int().nonnegative() }).optional(),
   decidedAt: z.string().optional(),
   by: z.string().optional(),
   reason: z.string().optional(),

@@ -46,7 +46,9 @@ function describe(r: HumanRequest): string {
   const what = r.kind === 'approval' ? `${r.tool} ${r.arguments ?? ''} — ${r.prompt}` : `asks: ${r.prompt}`;
   const state =
     r.status === 'pending'
-      ? `expires ${r.expiresAt}`
+      ? r.held
+        ? `held: task paused since ${r.held.since}, ${Math.round(r.held.leftMs / 1000)} s left on resume`
+        : `expires ${r.expiresAt}`
       : r.status === 'closed' && r.taskEnded
         ? `closed: task ${describeEnding(r.taskEnded)}`
         : `${r.status}${r.by ? ` by ${r.by}` : ''}`;

@@ -9,7 +9,13 @@ import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
 import type { Bus } from '../transport/bus.ts';
 import type { ApprovalAsk } from './approvalAsk.ts';
-import { decidedFrom, type HumanOutcome, type HumanReply, humanRequestMachine } from './humanRequest.ts';
+import {
+  decidedFrom,
+  type HumanOutcome,
+  type HumanReply,
+  type HumanRequestEvent,
+  humanRequestMachine,
+} from './humanRequest.ts';
 import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
 /** Who is asking: the task, the agent and its step. */
@@ -54,6 +60,13 @@ export interface HumanGate {
   waitingOn?(stepId: string): WaitingOn | undefined;
   /** Calls `listener` with the step's id whenever a step starts or stops waiting on a person; returns how to stop. */
   onWaitingChange?(listener: (stepId: string) => void): () => void;
+  /**
+   * The task is paused: its requests (those waiting here, and those asked or taken up here until {@link letGo}) stop
+   * running out and stay answerable, their `held` recorded in KV.
+   */
+  hold?(taskId: string): void;
+  /** The task was resumed: each of its requests held here has the time it had left when held, from now. */
+  letGo?(taskId: string): void;
 }
 
 /** A request a step is waiting on. */
@@ -91,6 +104,10 @@ export class NatsHumanGate implements HumanGate {
   /** The requests each step waits on now. */
   readonly #waiting = new Map<string, WaitingOn[]>();
   readonly #waitingListeners = new Set<(stepId: string) => void>();
+  /** Tasks paused now, as told by {@link hold}; the oldest is forgotten past {@link MAX_HELD_TASKS}. */
+  readonly #heldTasks = new Set<string>();
+  /** The requests waiting here, by task: a hold or a let-go reaches them. */
+  readonly #asking = new Map<string, Set<{ send(event: HumanRequestEvent): void }>>();
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
@@ -125,6 +142,22 @@ export class NatsHumanGate implements HumanGate {
         this.#o.logger.warn({ err: error, stepId }, 'a waiting listener threw');
       }
     }
+  }
+
+  hold(taskId: string): void {
+    this.#heldTasks.delete(taskId);
+    this.#heldTasks.add(taskId);
+    // A task cancelled while paused is never let go: the oldest hold goes first (a resume of it is then still sent).
+    if (this.#heldTasks.size > MAX_HELD_TASKS) {
+      const oldest = this.#heldTasks.values().next().value;
+      if (oldest !== undefined) this.#heldTasks.delete(oldest);
+    }
+    for (const asking of this.#asking.get(taskId) ?? []) asking.send({ type: 'hold' });
+  }
+
+  letGo(taskId: string): void {
+    this.#heldTasks.delete(taskId);
+    for (const asking of this.#asking.get(taskId) ?? []) asking.send({ type: 'letGo' });
   }
 
   leavePending(stepId: string): void {
@@ -321,8 +354,12 @@ export class NatsHumanGate implements HumanGate {
         store,
         clock,
         logger: this.#o.logger,
+        // Taken up held by a run whose task was resumed meanwhile (the run that held it died): let go from now.
+        holdAsked: this.#heldTasks.has(scope.taskId),
       },
     });
+    const ofTask = this.#asking.get(scope.taskId) ?? new Set();
+    this.#asking.set(scope.taskId, ofTask.add(asking));
     const stop = () => asking.send({ type: 'stop', why: whyStopped(signal.reason) });
     const waiting: WaitingOn = { kind: record.kind, id };
     this.#waiting.set(scope.stepId, [...(this.#waiting.get(scope.stepId) ?? []), waiting]);
@@ -337,6 +374,10 @@ export class NatsHumanGate implements HumanGate {
       if (signal.aborted) stop();
       else if (!earlier) announce(id, record.expiresAt);
       const outcome = (await toPromise(asking)) as HumanOutcome<z.infer<S>>;
+      // Held or let go meanwhile, the record and its revision are the machine's now.
+      const last = asking.getSnapshot().context;
+      record = last.record;
+      pendingRevision = last.pendingRevision;
       const leftForNextRun = signal.aborted && (this.#detached || this.#leftPending.has(record.stepId));
       if (leftForNextRun) {
         throw new ToolError('cancelled', `${record.kind} ${id} is left pending for the next run of the step`);
@@ -348,6 +389,8 @@ export class NatsHumanGate implements HumanGate {
       return { id, outcome };
     } finally {
       asking.stop();
+      ofTask.delete(asking);
+      if (ofTask.size === 0 && this.#asking.get(scope.taskId) === ofTask) this.#asking.delete(scope.taskId);
       signal.removeEventListener('abort', stop);
       const left = (this.#waiting.get(scope.stepId) ?? []).filter((w) => w !== waiting);
       if (left.length > 0) this.#waiting.set(scope.stepId, left);
@@ -415,6 +458,9 @@ function closedRecord(
     ...(typeof decided?.answer === 'string' ? { answer: decided.answer } : {}),
   };
 }
+
+/** How many paused tasks a gate remembers as held. */
+const MAX_HELD_TASKS = 10_000;
 
 const seconds = (ms: number): number => Math.round(ms / 1000);
 

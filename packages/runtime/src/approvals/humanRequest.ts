@@ -43,6 +43,8 @@ export interface HumanRequestInput {
   store: KeyValue<HumanRequest>;
   clock: Clock;
   logger: Logger;
+  /** Its task is paused as it starts: it does not run out until a `letGo` (see {@link HumanRequestEvent}). */
+  holdAsked?: boolean;
 }
 
 /**
@@ -52,16 +54,35 @@ export interface HumanRequestInput {
 export type HumanRequestEvent =
   | { type: 'reply'; delivery: Delivery<HumanReply> }
   | { type: 'storedDecision'; value: HumanReply }
-  | { type: 'stop'; why: string };
+  | { type: 'stop'; why: string }
+  /**
+   * Its task was paused (`hold`) or resumed (`letGo`): held, it does not run out and stays answerable; let go, it has
+   * the time it had left when held. Each is recorded in its KV record (`held`, then a new `expiresAt`), so people
+   * answering elsewhere, and a run that takes the request up after a crash, see it.
+   */
+  | { type: 'hold' }
+  | { type: 'letGo' };
 
 interface HumanRequestContext extends HumanRequestInput {
   outcome?: HumanOutcome;
   /** The reply being recorded. */
-  delivery?: Delivery<HumanReply>;
+  delivery?: Delivery<HumanReply> | undefined;
   /** The step stopped while a reply was being recorded: settled once that is done. */
   stoppedBecause?: string;
   /** A decision seen in KV while a reply was being recorded. */
   storedMeanwhile?: HumanReply;
+  /** A reply that came while the record was being held or let go: recorded once that write is done. */
+  replyMeanwhile?: Delivery<HumanReply> | undefined;
+}
+
+/** The record held (its time left as of `now`) or let go (its time left from `now` on), as `holdAsked` says. */
+function heldOrLetGo(record: HumanRequest, hold: boolean, now: number): HumanRequest {
+  if (hold) {
+    const leftMs = Math.max(0, Math.round(Date.parse(record.expiresAt) - now));
+    return { ...record, held: { since: new Date(now).toISOString(), leftMs } };
+  }
+  const { held, ...rest } = record;
+  return { ...rest, expiresAt: new Date(now + (held?.leftMs ?? 0)).toISOString() };
 }
 
 /** What writing a reply over the pending record came to: its revision (0: not stored), or the decision that won. */
@@ -167,6 +188,25 @@ export const humanRequestMachine = setup({
       const stored = current === undefined ? undefined : input.storedValue(current.value);
       return stored === undefined ? {} : { stored };
     }),
+    /**
+     * Holds or lets go of the record, over the pending revision. Lost to a decision, the watch brings that; not
+     * written at all (KV unreachable), the hold still holds here.
+     */
+    holdOrLetGo: fromPromise<{ record: HumanRequest; revision: number }, HumanRequestContext>(
+      async ({ input }) => {
+        const record = heldOrLetGo(input.record, input.holdAsked === true, input.clock.now());
+        const written = await input.store
+          .update(input.record.id, record, input.pendingRevision)
+          .catch((error: unknown) => {
+            input.logger.warn(
+              { err: error, id: input.record.id },
+              'cannot record the request held or let go',
+            );
+            return undefined;
+          });
+        return { record, revision: written ?? input.pendingRevision };
+      },
+    ),
   },
   delays: {
     expiry: ({ context }) => Math.max(0, Date.parse(context.record.expiresAt) - context.clock.now()),
@@ -193,6 +233,9 @@ export const humanRequestMachine = setup({
     lost: (_, recorded: Recorded) => recorded.written === undefined,
     stopped: ({ context }) => context.stoppedBecause !== undefined,
     decided: ({ context }) => context.outcome !== undefined,
+    isHeld: ({ context }) => context.record.held !== undefined,
+    holdChanged: ({ context }) => (context.holdAsked === true) !== (context.record.held !== undefined),
+    repliedMeanwhile: ({ context }) => context.replyMeanwhile !== undefined,
   },
 }).createMachine({
   id: 'humanRequest',
@@ -219,14 +262,59 @@ export const humanRequestMachine = setup({
             }),
           },
           invoke: { src: 'listen', input: ({ context }) => context },
-          after: {
-            expiry: { target: '#humanRequest.settled', actions: assign({ outcome: { kind: 'expired' } }) },
-          },
           on: {
             reply: { target: 'deciding', actions: assign({ delivery: ({ event }) => event.delivery }) },
             stop: {
               target: '#humanRequest.settled',
               actions: assign({ outcome: ({ event }) => ({ kind: 'closed', why: event.why }) }),
+            },
+            hold: { actions: assign({ holdAsked: true }) },
+            letGo: { actions: assign({ holdAsked: false }) },
+          },
+          initial: 'sorting',
+          states: {
+            sorting: { always: [{ guard: 'isHeld', target: 'held' }, { target: 'running' }] },
+            /** Running out at `expiresAt`, on the clock. */
+            running: {
+              always: { guard: 'holdChanged', target: 'recordingHold' },
+              after: {
+                expiry: {
+                  target: '#humanRequest.settled',
+                  actions: assign({ outcome: { kind: 'expired' } }),
+                },
+              },
+            },
+            /** Its task is paused: no deadline runs; a reply is taken as ever. */
+            held: { always: { guard: 'holdChanged', target: 'recordingHold' } },
+            /** Writing `held`, or the new `expiresAt`, over the pending revision; a reply meanwhile waits for it. */
+            recordingHold: {
+              invoke: {
+                src: 'holdOrLetGo',
+                input: ({ context }) => context,
+                onDone: [
+                  {
+                    guard: 'repliedMeanwhile',
+                    target: '#humanRequest.open.deciding',
+                    actions: assign(({ context, event }) => ({
+                      record: event.output.record,
+                      pendingRevision: event.output.revision,
+                      delivery: context.replyMeanwhile,
+                      replyMeanwhile: undefined,
+                    })),
+                  },
+                  {
+                    target: 'sorting',
+                    actions: assign(({ event }) => ({
+                      record: event.output.record,
+                      pendingRevision: event.output.revision,
+                    })),
+                  },
+                ],
+              },
+              on: {
+                reply: { actions: assign({ replyMeanwhile: ({ event }) => event.delivery }) },
+                stop: { actions: assign({ stoppedBecause: ({ event }) => event.why }) },
+              },
             },
           },
         },
@@ -269,6 +357,8 @@ export const humanRequestMachine = setup({
             stop: { actions: assign({ stoppedBecause: ({ event }) => event.why }) },
             // Ours, or the one that beat ours: the write's result says which.
             storedDecision: { actions: assign({ storedMeanwhile: ({ event }) => event.value }) },
+            hold: { actions: assign({ holdAsked: true }) },
+            letGo: { actions: assign({ holdAsked: false }) },
           },
         },
       },
