@@ -10,7 +10,8 @@ const MAX_ORIGINS_BACK = 16;
  * step recorded, unless the origin, itself a restart or fork from a later step, only reused it. A reused step's
  * `step.started` records the files its task started with, which the steps after it wrote (and lacks those they
  * removed), not the files the step's own run had; those are in the events of the task that ran it, found by following
- * the origins back (within this pipeline). An older origin that cannot be read leaves the nearest one's record.
+ * the origins back (within this pipeline) while every step before it there was reused. An older origin that cannot
+ * be read leaves the nearest one's record.
  */
 export async function originWorkspace(
   { pipeline, store, taskEvents }: Pick<TaskServices, 'pipeline' | 'store' | 'taskEvents'>,
@@ -26,6 +27,10 @@ export async function originWorkspace(
     const started = firstStarted(ran.events, step);
     // Started at or after where this task began to run steps of its own: its record is the step's own.
     if (started < 0 || started >= firstStarted(ran.events, before.step)) break;
+    // A step this task ran before it (a fork's changed foreach item, a person asked again) handed on files of this
+    // task's own, which the older task's record lacks: this record, with them, is the nearer of the two.
+    if (ran.events.slice(0, started).some((e) => e.kind === 'step.completed' && e.data.ok && !e.data.reused))
+      break;
     const older = (await store.get(before.taskId))?.value;
     if (!older || older.pipeline !== pipeline) break;
     const olderEvents = await taskEvents(before.taskId, pipeline);

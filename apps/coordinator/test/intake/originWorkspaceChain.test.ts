@@ -99,4 +99,29 @@ describe("a restart of a restart's workspace", () => {
     });
     expect(fifth.workspace).toBeUndefined();
   });
+
+  it("keeps its origin's record where a step before it ran there (its files are that task's own)", async () => {
+    const setup = intakeServices({ config: handOff });
+    const first = await claimed(setup, { id: 'task-1', goal: 'g' });
+    await ran(setup, first, {
+      write: undefined,
+      read: { 'notes.md': file('a') },
+      check: { 'notes.md': file('a'), 'read.log': file('c') },
+    });
+    const second = await claimed(setup, {
+      id: 'task-2',
+      goal: 'g',
+      origin: { taskId: 'task-1', kind: 'restart', step: 'check' },
+    });
+    // As a fork's step run again would: write runs in task-2 and hands on a file of task-2's own.
+    const { 'write.1': _ran, ...reuse } = second.reuse ?? {};
+    const own = { ...second.workspace, 'notes.md': file('d') };
+    await ran(setup, { ...second, reuse }, { write: second.workspace, read: own, check: own });
+    const third = await claimed(setup, {
+      id: 'task-3',
+      goal: 'g',
+      origin: { taskId: 'task-2', kind: 'restart', step: 'read' },
+    });
+    expect(third.workspace?.['notes.md']).toEqual({ ...file('d'), task: 'task-2' });
+  });
 });
