@@ -30,6 +30,9 @@ export interface OriginSubmitted {
 
 type Accepted = Extract<TroupeEvent, { kind: 'task.accepted' }>;
 
+/** The most entries an origin's `edited` holds (TaskOriginRef): one more fails the record's write, on every delivery. */
+const EDITED_MAX = 64;
+
 /**
  * Reads, as a restart or fork is first claimed, what it takes from its origin: the ended task's record (for the
  * version it ran on, which the new task runs on too, so the reused outputs meet the flow that made them) and its
@@ -77,7 +80,13 @@ export async function claimOrigin(
       `a restart runs with the original's goal and input, and this one's ${changed.join(' and ')} differ from it; to run with another, publish it as a fork (origin.kind "fork"), whose people are asked again`,
     );
   }
-  const edited = [...new Set([...(origin.edited ?? []), ...changed])];
+  // The record and task.accepted hold 64 entries at most (TaskOriginRef), which a submitter may have listed already:
+  // then what the claim found goes first, since only `goal` and `input` decide whose answers are reused.
+  const listed = [...new Set([...(origin.edited ?? []), ...changed])];
+  const edited =
+    listed.length <= EDITED_MAX
+      ? listed
+      : [...changed, ...listed.filter((field) => !changed.includes(field))].slice(0, EDITED_MAX);
   const plan = reusePlan(events, { ...origin, ...(edited.length > 0 ? { edited } : {}) });
   if (!plan.ok) return problem(plan.message);
   return {

@@ -113,6 +113,24 @@ describe("a restart's or fork's claim compares it with its origin", () => {
     expect(reusedSteps(input)).toEqual(['plan']);
   });
 
+  it('records a changed goal among as many edits as a record holds, when the submitter listed that many already', async () => {
+    const setup = intakeServices();
+    await endedOrigin(setup);
+    // What any NATS client may publish: 64 entries, the most an origin's edited holds.
+    const listed = Array.from({ length: 64 }, (_, i) => `steps.s${i}.output`);
+    const input = await claimed(
+      setup,
+      fork('many-edits', {
+        goal: 'ship it now',
+        origin: { taskId: 'orig', kind: 'fork', step: 'ship', edited: listed },
+      }),
+    );
+    expect(input.origin?.edited).toHaveLength(64);
+    expect(input.origin?.edited).toContain('goal');
+    expect(reusedSteps(input)).toEqual(['plan']);
+    expect((await setup.store.get('many-edits'))?.value.origin?.edited).toContain('goal');
+  });
+
   it('refuses a restart with another input, since a restart runs the original as it was', async () => {
     const setup = intakeServices();
     await endedOrigin(setup);
