@@ -1,4 +1,15 @@
-import type { Clock, HumanGate, HumanScope, StepJournal } from '@troupe/runtime';
+import { DecisionReceipt, HumanRequest, subjects } from '@troupe/protocol';
+import {
+  type Bus,
+  type Clock,
+  createLogger,
+  EventFactory,
+  type HumanGate,
+  type HumanScope,
+  NatsHumanGate,
+  type StepJournal,
+} from '@troupe/runtime';
+import { MemoryKv } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { HOUR, ok, paused, pipeline, setUp } from './support/steeringRunner.ts';
 
@@ -307,3 +318,126 @@ async function setUpWithPeople(config = askFirst) {
   runner = await setUp(config, { people: { gate: played.gate, journal: played.journal, clock } });
   return { ...runner, asked: played.asked };
 }
+
+/**
+ * The steering runner with the gate people are asked through in a coordinator (NatsHumanGate, its records in an
+ * in-memory KV bucket), on the runner's bus and clock (made inside `setUp`, so reached through it).
+ */
+async function setUpWithGate(config = askFirst) {
+  let runner: Awaited<ReturnType<typeof setUp>> | undefined;
+  const ran = () => runner as Awaited<ReturnType<typeof setUp>>;
+  const clock: Clock = {
+    now: () => ran().clock.now(),
+    setTimeout: (fn, ms) => ran().clock.setTimeout(fn, ms),
+    clearTimeout: (id) => ran().clock.clearTimeout(id),
+  };
+  const bus = new Proxy({} as Bus, {
+    get: (_, key) => {
+      const value = (ran().bus as unknown as Record<string | symbol, unknown>)[key];
+      return typeof value === 'function' ? value.bind(ran().bus) : value;
+    },
+  });
+  const approvals = new MemoryKv(HumanRequest);
+  const gate = new NatsHumanGate({
+    bus,
+    store: approvals,
+    events: new EventFactory(clock),
+    clock,
+    logger: createLogger({ level: 'silent' }),
+    timeoutMs: HOUR,
+  });
+  const ids = new Map<string, string>();
+  const journal = {
+    humanRequest: async (key: string) => ids.get(key),
+    recordHumanRequest: async (key: string, id: string) => void ids.set(key, id),
+  } as unknown as StepJournal;
+  runner = await setUp(config, { people: { gate, journal, clock } });
+  /** The question asked, once it is recorded. */
+  const question = async (): Promise<HumanRequest> => {
+    await expect.poll(async () => (await approvals.keys()).length).toBe(1);
+    const [key] = await approvals.keys();
+    return (await approvals.get(key as string))?.value as HumanRequest;
+  };
+  const record = async (id: string) => (await approvals.get(`unit.${id}`))?.value;
+  const answer = (q: HumanRequest, text: string) =>
+    ran().bus.request(
+      subjects.approval(q.pipeline, q.taskId, q.id),
+      { answer: text, by: 'bo' },
+      DecisionReceipt,
+      {
+        timeoutMs: 1_000,
+      },
+    );
+  return { ...runner, question, record, answer };
+}
+
+describe('a question a human step asked, while its task is paused (the coordinator’s gate)', () => {
+  it('does not run out and stays answerable; answered while paused, the task goes on with the answer after resume', async () => {
+    const { intake, control, next, clock, bus, question, record, answer } = await setUpWithGate();
+    const task = intake.deliver({ id: 'hq-1', goal: 'build it' });
+    const q = await question();
+    clock.advance(20_000);
+    await control('hq-1', { action: 'pause' });
+    await expect.poll(async () => (await record(q.id))?.held?.leftMs).toBe(40_000);
+    clock.advance(HOUR);
+    await bus.settled();
+    expect((await record(q.id))?.status).toBe('pending');
+    expect(bus.eventsOf('step.completed')).toHaveLength(0);
+    await expect(answer(q, 'yes')).resolves.toMatchObject({ ok: true, outcome: 'answered' });
+    await expect
+      .poll(() => bus.eventsOf('step.completed').filter((e) => e.data.step === 'ask'))
+      .toHaveLength(1);
+    await control('hq-1', { action: 'resume' });
+    const build = await next('hq-1.build.1');
+    expect(build.value.context?.map((c) => c.output)).toContain('yes');
+    ok(build);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+    // One question, never asked again.
+    expect(bus.eventsOf('human.asked')).toHaveLength(1);
+  });
+
+  it('has exactly the time it had left from the resume: answerable until then, and runs out then', async () => {
+    const { intake, control, clock, bus, question, record, answer } = await setUpWithGate();
+    const task = intake.deliver({ id: 'hq-2', goal: 'build it' });
+    const q = await question();
+    clock.advance(20_000);
+    await control('hq-2', { action: 'pause' });
+    await expect.poll(async () => (await record(q.id))?.held).toBeDefined();
+    clock.advance(HOUR);
+    await control('hq-2', { action: 'resume' });
+    const resumedAt = clock.now();
+    await expect
+      .poll(async () => await record(q.id))
+      .toMatchObject({ status: 'pending', expiresAt: new Date(resumedAt + 40_000).toISOString() });
+    expect((await record(q.id))?.held).toBeUndefined();
+    clock.advance(40_000 - 1);
+    await bus.settled();
+    expect(bus.eventsOf('step.completed')).toHaveLength(0);
+    clock.advance(1);
+    await task.handled;
+    expect(bus.eventsOf('task.failed')[0]?.data).toMatchObject({ reason: 'approval_timeout' });
+    expect(bus.eventsOf('human.asked')).toHaveLength(1);
+    await expect(answer(q, 'too late')).rejects.toMatchObject({ code: 'no_responders' });
+  });
+
+  it('is answered after the resume within the time left, and the task goes on with the answer', async () => {
+    const { intake, control, next, clock, bus, question, record, answer } = await setUpWithGate();
+    const task = intake.deliver({ id: 'hq-3', goal: 'build it' });
+    const q = await question();
+    clock.advance(50_000);
+    await control('hq-3', { action: 'pause' });
+    await expect.poll(async () => (await record(q.id))?.held?.leftMs).toBe(10_000);
+    clock.advance(HOUR);
+    await control('hq-3', { action: 'resume' });
+    await expect.poll(async () => (await record(q.id))?.held).toBeUndefined();
+    clock.advance(9_000);
+    await bus.settled();
+    await expect(answer(q, 'ship')).resolves.toMatchObject({ ok: true });
+    const build = await next('hq-3.build.1');
+    expect(build.value.context?.map((c) => c.output)).toContain('ship');
+    ok(build);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+});

@@ -40,6 +40,8 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
         ? 0
         : steering.pausedMs + (steering.paused ? Math.max(0, deps.clock.now() - steering.paused.since) : 0);
     const heldBefore = heldSoFar();
+    // A question asked stays answerable and does not run out while the task is held; let go, it has what it had left.
+    const unfollow = followHold(deps, input.taskId);
     /** The step's time left: its timeout less the time it waited while the task was not held. */
     const timeLeft = () => input.timeoutMs - (durationMs() - (heldSoFar() - heldBefore));
     // Each question its own journal key: one asked again after a hold is a new question, not the expired one.
@@ -48,89 +50,107 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
     const schema =
       input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as z.core.JSONSchema.JSONSchema);
     let prompt = input.prompt;
-    for (let asked = 1; asked <= MAX_ASKS; asked++) {
-      asks += 1;
-      const key = StepJournal.humanKey(`${input.stepId}.${asks}`, 'question');
-      const waiting = (id: string) =>
-        deps.onActivity(input.taskId, {
-          kind: 'person',
-          step: input.step,
-          agent: 'human',
-          request: { kind: 'question', id },
-          since: new Date(deps.clock.now()).toISOString(),
-        });
-      const earlier = await deps.journal.humanRequest(key);
-      if (earlier) waiting(earlier);
-      // A held task asks nobody new: the question goes once it is resumed (one asked before stays open meanwhile).
-      else if (steering) await whileHeld(steering, signal);
-      // Left while held (the coordinator stops, the task ends): nobody is asked by a run that is over.
-      if (signal.aborted) throw signal.reason ?? new Error('the human step was stopped');
-      const heldAtAsk = heldSoFar();
-      let answer: string;
-      try {
-        answer = await deps.gate.ask(
-          prompt,
-          {
-            pipeline: input.pipeline,
-            taskId: input.taskId,
-            traceparent: input.traceparent,
-            agent: 'workflow',
-            stepId: input.stepId,
-            // Asked again, people have what is left of the step's time, not all of it anew.
-            timeoutMs: Math.max(1_000, timeLeft()),
-          },
-          signal,
-          {
-            ...(earlier ? { id: earlier } : {}),
-            onAsked: async (id) => {
-              await deps.journal.recordHumanRequest(key, id, new Date(deps.clock.now()));
-              waiting(id);
+    try {
+      for (let asked = 1; asked <= MAX_ASKS; asked++) {
+        asks += 1;
+        const key = StepJournal.humanKey(`${input.stepId}.${asks}`, 'question');
+        const waiting = (id: string) =>
+          deps.onActivity(input.taskId, {
+            kind: 'person',
+            step: input.step,
+            agent: 'human',
+            request: { kind: 'question', id },
+            since: new Date(deps.clock.now()).toISOString(),
+          });
+        const earlier = await deps.journal.humanRequest(key);
+        if (earlier) waiting(earlier);
+        // A held task asks nobody new: the question goes once it is resumed (one asked before stays open meanwhile).
+        else if (steering) await whileHeld(steering, signal);
+        // Left while held (the coordinator stops, the task ends): nobody is asked by a run that is over.
+        if (signal.aborted) throw signal.reason ?? new Error('the human step was stopped');
+        const heldAtAsk = heldSoFar();
+        let answer: string;
+        try {
+          answer = await deps.gate.ask(
+            prompt,
+            {
+              pipeline: input.pipeline,
+              taskId: input.taskId,
+              traceparent: input.traceparent,
+              agent: 'workflow',
+              stepId: input.stepId,
+              // Asked again, people have what is left of the step's time, not all of it anew.
+              timeoutMs: Math.max(1_000, timeLeft()),
             },
-          },
-        );
-      } catch (error) {
-        if ((error as { code?: unknown }).code !== 'timeout') throw error;
-        // The question ran out while the task was held: that time was not the step's, and it is asked again. So it
-        // is when an earlier run of the step asked it again already (a restart): that question is taken up.
-        // Held now counts too: a run restored while the task is held finds its question expired at once, the clock
-        // not moved on since it asked.
-        const heldMeanwhile = (steering?.held === true || heldSoFar() > heldAtAsk) && timeLeft() > 0;
-        const askedAgain =
-          !heldMeanwhile &&
-          (await deps.journal.humanRequest(StepJournal.humanKey(`${input.stepId}.${asks + 1}`, 'question')));
-        if ((heldMeanwhile || askedAgain) && !signal.aborted) {
-          asked -= 1;
-          continue;
+            signal,
+            {
+              ...(earlier ? { id: earlier } : {}),
+              onAsked: async (id) => {
+                await deps.journal.recordHumanRequest(key, id, new Date(deps.clock.now()));
+                waiting(id);
+              },
+            },
+          );
+        } catch (error) {
+          if ((error as { code?: unknown }).code !== 'timeout') throw error;
+          // The question ran out while the task was held: that time was not the step's, and it is asked again. So it
+          // is when an earlier run of the step asked it again already (a restart): that question is taken up.
+          // Held now counts too: a run restored while the task is held finds its question expired at once, the clock
+          // not moved on since it asked.
+          const heldMeanwhile = (steering?.held === true || heldSoFar() > heldAtAsk) && timeLeft() > 0;
+          const askedAgain =
+            !heldMeanwhile &&
+            (await deps.journal.humanRequest(
+              StepJournal.humanKey(`${input.stepId}.${asks + 1}`, 'question'),
+            ));
+          if ((heldMeanwhile || askedAgain) && !signal.aborted) {
+            asked -= 1;
+            continue;
+          }
+          return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
         }
-        return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
+        if (!schema) return { ok: true, answer, durationMs: durationMs() };
+        // Read as JSON first (`{"ship": true}`, `3`); when that does not fit, as the text it is (`123` for a string).
+        const asJsonValue = schema.safeParse(asJson(answer));
+        const checked = asJsonValue.success ? asJsonValue : schema.safeParse(answer);
+        if (checked.success) {
+          const value = checked.data;
+          return {
+            ok: true,
+            answer: typeof value === 'string' ? value : JSON.stringify(value),
+            durationMs: durationMs(),
+          };
+        }
+        const why = (asJsonValue.error?.issues ?? [])
+          .map((i) => `${i.path.join('.') || '(the answer)'}: ${i.message}`)
+          .join('; ');
+        if (asked === MAX_ASKS) {
+          return {
+            ok: false,
+            code: 'invalid_answer',
+            message: `${MAX_ASKS} answers in a row did not match the step's answer schema; the last: ${why}`,
+            durationMs: durationMs(),
+          };
+        }
+        prompt = `${input.prompt}\n\nYour last answer could not be used (${why}). Answer with JSON matching this JSON Schema: ${JSON.stringify(input.answer)}`;
       }
-      if (!schema) return { ok: true, answer, durationMs: durationMs() };
-      // Read as JSON first (`{"ship": true}`, `3`); when that does not fit, as the text it is (`123` for a string).
-      const asJsonValue = schema.safeParse(asJson(answer));
-      const checked = asJsonValue.success ? asJsonValue : schema.safeParse(answer);
-      if (checked.success) {
-        const value = checked.data;
-        return {
-          ok: true,
-          answer: typeof value === 'string' ? value : JSON.stringify(value),
-          durationMs: durationMs(),
-        };
-      }
-      const why = (asJsonValue.error?.issues ?? [])
-        .map((i) => `${i.path.join('.') || '(the answer)'}: ${i.message}`)
-        .join('; ');
-      if (asked === MAX_ASKS) {
-        return {
-          ok: false,
-          code: 'invalid_answer',
-          message: `${MAX_ASKS} answers in a row did not match the step's answer schema; the last: ${why}`,
-          durationMs: durationMs(),
-        };
-      }
-      prompt = `${input.prompt}\n\nYour last answer could not be used (${why}). Answer with JSON matching this JSON Schema: ${JSON.stringify(input.answer)}`;
+    } finally {
+      unfollow();
     }
     throw new Error('unreachable');
   };
+}
+
+/**
+ * Holds the task's questions at the gate while the task is held, and lets them go when it is let go. Told now too: a
+ * run restored paused takes its question up held, and one restored after the resume lets a held question go.
+ */
+function followHold(deps: HumanStepDeps, taskId: string): () => void {
+  const { steering, gate } = deps;
+  if (!steering || !gate.hold || !gate.letGo) return () => {};
+  const tell = (held: boolean) => (held ? gate.hold?.(taskId) : gate.letGo?.(taskId));
+  tell(steering.held);
+  return steering.listen(tell);
 }
 
 /** An answer as JSON when it is JSON (`{"ship": true}`, `3`), else as the text it is. */
