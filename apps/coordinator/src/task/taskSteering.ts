@@ -74,7 +74,7 @@ export class TaskSteering {
     for (const { messageId, steps } of record?.toldOwed ?? []) {
       if (!this.#told.some((m) => m.id === messageId)) continue;
       this.#readOnce.add(messageId);
-      this.#owed.set(messageId, new Set(steps));
+      this.#owed.set(messageId, new Set(steps.map(runOf)));
     }
   }
 
@@ -120,7 +120,8 @@ export class TaskSteering {
    * What step `stepId` is sent: the messages nobody has read, and those read that it was at work for and has not. A
    * step given a message owes it a reading from then on, as one at work when it was told does.
    */
-  toldFor(stepId: string): ToldMessage[] {
+  toldFor(step: string): ToldMessage[] {
+    const stepId = runOf(step);
     const given = this.#told.filter(
       (m) => !this.#readOnce.has(m.id) || this.#owed.get(m.id)?.has(stepId) === true,
     );
@@ -137,14 +138,17 @@ export class TaskSteering {
    * how to say the part ended; the step stops being at work once no part of it is live (after XState's transition, in
    * which one part replaces another).
    */
-  atWork(stepId: string): () => void {
+  atWork(step: string): () => void {
+    const stepId = runOf(step);
     this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 0) + 1);
     let ended = false;
     return () => {
       if (ended) return;
       ended = true;
       this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 1) - 1);
-      queueMicrotask(() => {
+      // After the transitions its end sets off, which settle in the microtasks after it: a failed call's retry
+      // begins its wait (at work again) only once the call's failure has reached the workflow.
+      setImmediate(() => {
         if ((this.#atWork.get(stepId) ?? 0) > 0) return;
         this.#atWork.delete(stepId);
         for (const owed of this.#owed.values()) owed.delete(stepId);
@@ -253,7 +257,7 @@ export class TaskSteering {
       if (stepId === undefined) {
         this.#owed.delete(id);
         for (const [key, messageId] of this.#toldKeys) if (messageId === id) this.#toldKeys.delete(key);
-      } else this.#owed.get(id)?.delete(stepId);
+      } else this.#owed.get(id)?.delete(runOf(stepId));
       this.#readOnce.add(id);
     }
     this.#prune();
@@ -330,4 +334,13 @@ export class TaskSteering {
   #tellListeners(held: boolean): void {
     for (const listener of [...this.#listeners]) listener(held);
   }
+}
+
+/**
+ * The run of a step a workflow's `retry` runs again (`<step id>-r<n>`, a foreach item's `.i<index>` after it), by its
+ * first run's id: a retry owes the messages its failed run was owed (a failed run's reads do not count), and the
+ * workflow's wait before it keeps the step at work.
+ */
+function runOf(stepId: string): string {
+  return stepId.replace(/-r\d+(?=(\.i\d+)?$)/, '');
 }

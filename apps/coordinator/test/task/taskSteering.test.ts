@@ -99,7 +99,7 @@ describe("a task's steering", () => {
     // One part of a step's call replaced by another in the same transition: the step is still at work.
     right();
     const held = steering.atWork('s.right.1');
-    await Promise.resolve();
+    await new Promise((resolve) => setImmediate(resolve));
     expect(steering.told.map((m) => m.id)).toEqual(['m-1']);
     steering.read(['m-1'], 's.right.1');
     expect(steering.told).toEqual([]);
@@ -110,7 +110,8 @@ describe("a task's steering", () => {
     steering.read(['m-2'], 's.other.1');
     expect(steering.told.map((m) => m.id)).toEqual(['m-2']);
     alone();
-    await Promise.resolve();
+    // Settled in the turn after its end, once the transitions it set off (a retry's wait, say) have begun.
+    await new Promise((resolve) => setImmediate(resolve));
     expect(steering.told).toEqual([]);
   });
 

@@ -2,6 +2,7 @@ import type { EventObject } from 'xstate';
 import type { AgentStepConfig, StepConfig } from '../../config/pipelineSchema.ts';
 import type { WorkflowContext, WorkflowFailure } from '../workflowTypes.ts';
 import type { ListScope } from './flowList.ts';
+import { stepId } from './stepRequest.ts';
 import type { Args, ContextParam, StepAction, WorkflowState } from './workflowSetup.ts';
 import { assignFor } from './workflowSetup.ts';
 
@@ -108,6 +109,8 @@ export function retryState(
       src: 'backoff',
       input: ({ context }) => ({
         ms: Math.round(retry.backoff * 1_000 * 2 ** (retriesOf(context, step) - 1)),
+        // The run it waits for (its retries counted already): at work meanwhile, for the messages told to it.
+        stepId: stepId(context, step),
       }),
       onDone: { target: `#${step.id}` },
     },

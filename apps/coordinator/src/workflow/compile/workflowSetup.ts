@@ -16,6 +16,7 @@ import {
   type TransitionConfig,
 } from 'xstate';
 import type { AgentAskedStep, ReviewStepConfig } from '../../config/pipelineSchema.ts';
+import { steeringOf } from '../../task/runContext.ts';
 import type { StepCallActorLogic } from '../stepCall.ts';
 import type {
   BranchOutcome,
@@ -64,7 +65,7 @@ type WorkflowActors = {
   runStep: StepCallActorLogic;
   askPerson: PromiseActorLogic<HumanRunOutput, HumanRunInput>;
   runPipeline: PromiseActorLogic<PipelineRunOutput, PipelineRunInput>;
-  backoff: PromiseActorLogic<void, { ms: number }>;
+  backoff: PromiseActorLogic<void, { ms: number; stepId?: string }>;
 } & Record<ItemSrc, ItemLogic>;
 
 /** The actions a workflow's steps name, by their parameters. */
@@ -115,14 +116,25 @@ function workflowSetupFor<TInput, TOutput extends NonReducibleUnknown>() {
        * Waits before a step is retried, on the clock of the actor system the workflow runs in (the one given to
        * `createActor`, a SimulatedClock in tests); stopped (its timer cleared) when the workflow leaves the state.
        */
-      backoff: fromPromise<void, { ms: number }>(
-        ({ input, signal, system }) =>
-          new Promise<void>((resolve) => {
-            const clock = system._clock;
-            const timer = clock.setTimeout(resolve, input.ms);
-            signal.addEventListener('abort', () => clock.clearTimeout(timer), { once: true });
-          }),
-      ),
+      backoff: fromPromise<void, { ms: number; stepId?: string }>(({ input, signal, system }) => {
+        // The step is still at work while it waits to be retried: the messages it was owed are kept for its retry.
+        const ended = input.stepId === undefined ? undefined : steeringOf(system)?.atWork(input.stepId);
+        return new Promise<void>((resolve) => {
+          const clock = system._clock;
+          const timer = clock.setTimeout(() => {
+            ended?.();
+            resolve();
+          }, input.ms);
+          signal.addEventListener(
+            'abort',
+            () => {
+              clock.clearTimeout(timer);
+              ended?.();
+            },
+            { once: true },
+          );
+        });
+      }),
     },
     actions: {
       recordOutput: assign(({ context }, p: StepReply) => {

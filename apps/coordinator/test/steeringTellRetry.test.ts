@@ -1,0 +1,96 @@
+import type { AgentStepReply } from '@troupe/protocol';
+import { createLogger } from '@troupe/runtime';
+import { describe, expect, it } from 'vitest';
+import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import { MemoryTaskIntake } from './memoryTaskIntake.ts';
+import { HOUR, ok, pipeline, running, type Step, setUp, usage } from './support/steeringRunner.ts';
+
+/** A failure the workflow's `retry` runs the step again for (not a call's own retryable one). */
+const failed = (step: Step, extra: Partial<AgentStepReply> = {}) =>
+  step.respond({
+    ok: false,
+    stepId: step.value.stepId,
+    error: { code: 'model_error', message: 'the model failed' },
+    usage,
+    turns: 1,
+    ...extra,
+  } as AgentStepReply);
+
+describe('a tell to a step the workflow retries', () => {
+  const config = pipeline([
+    {
+      id: 'both',
+      kind: 'parallel',
+      branches: {
+        left: [{ id: 'plan', kind: 'agent', agent: 'planner' }],
+        right: [{ id: 'build', kind: 'agent', agent: 'builder', retry: { max: 1, backoff: 1 } }],
+      },
+    },
+  ]);
+
+  it('gives the retry the message its failed run was owed, though a parallel branch read it', async () => {
+    const { intake, control, next, clock, bus, record } = await setUp(config);
+    const task = intake.deliver({ id: 'task-t1', goal: 'both' });
+    const plan = await next('task-t1.plan.1');
+    const build = await next('task-t1.build.1');
+    await control('task-t1', { action: 'tell', text: 'use v2' });
+    // The left branch reads it; the right one, at work when it was told, fails (its read, if any, does not count).
+    ok(plan, 'planned', { toldRead: ['m-1'] });
+    await expect
+      .poll(async () => (await record('task-t1'))?.toldOwed?.[0]?.steps)
+      .toEqual(['task-t1.build.1']);
+    failed(build, { toldRead: ['m-1'] });
+    await bus.settled();
+    // The turn after, in which the steering settles what the failed run's end leaves owed.
+    await new Promise((resolve) => setImmediate(resolve));
+    clock.advance(1_000);
+    const retried = await next('task-t1.build.1-r1');
+    expect(retried.value.told?.map((m) => m.text)).toEqual(['use v2']);
+    ok(retried, 'built', { toldRead: ['m-1'] });
+    await task.handled;
+    expect((await record('task-t1'))?.told).toBeUndefined();
+  });
+
+  it('gives it the message after a restore while it waits to be retried', async () => {
+    const first = await setUp(config);
+    const { control, next, clock, bus, record, store } = first;
+    const payload = { id: 'task-t2', goal: 'both' };
+    const task = first.intake.deliver(payload);
+    const plan = await next('task-t2.plan.1');
+    const build = await next('task-t2.build.1');
+    await control('task-t2', { action: 'tell', text: 'use v2' });
+    ok(plan, 'planned', { toldRead: ['m-1'] });
+    failed(build);
+    // Checkpointed waiting to retry it, the message still owed to it.
+    await expect.poll(async () => (await record('task-t2'))?.state).toContain('retry:build');
+    await bus.settled();
+    expect((await record('task-t2'))?.toldOwed).toEqual([{ messageId: 'm-1', steps: ['task-t2.build.1'] }]);
+
+    // Its coordinator dies; another takes the task over from its record (another delivery of its message).
+    await first.runner.stop();
+    await task.handled;
+    const lease = (await record('task-t2'))?.lease;
+    const intake = new MemoryTaskIntake();
+    running.push(
+      await startPipelineRunner({
+        bus,
+        intake,
+        config,
+        store,
+        logger: createLogger({ level: 'silent' }),
+        clock,
+        concurrency: 4,
+        stepHeartbeatMs: 10 * HOUR,
+      }),
+    );
+    const again = intake.deliver(payload, { streamSequence: task.delivery.streamSequence, deliveryCount: 2 });
+    await expect.poll(async () => (await record('task-t2'))?.lease).not.toBe(lease);
+    await bus.settled();
+    clock.advance(1_000);
+    const retried = await next('task-t2.build.1-r1');
+    expect(retried.value.told?.map((m) => m.text)).toEqual(['use v2']);
+    ok(retried, 'built', { toldRead: ['m-1'] });
+    await again.handled;
+    expect((await record('task-t2'))?.told).toBeUndefined();
+  });
+});
