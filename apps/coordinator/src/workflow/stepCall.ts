@@ -69,6 +69,11 @@ export interface StepCallContext {
   noWorkerSince?: number | undefined;
   /** A worker died or lost its journal under this step: wait for another as long as the step may take. */
   takenOver: boolean;
+  /**
+   * Why the step was last sent again after a run that did not end it (its worker went silent, its journal was out of
+   * reach or held a record only a newer host reads): a step that then runs out of time says so, not only that it did.
+   */
+  resentBecause?: string | undefined;
   /** What the step waits on a person for, as its last heartbeat said. */
   waitingFor?: StepHeartbeat['waitingFor'];
   /** Since when the task has held the step (paused): that time is not counted against the step's timeout. */

@@ -9,7 +9,12 @@ export interface StepCallFailure {
 
 /** The step's timeout as its failure: `approval_timeout` when the last heartbeat said a person was being asked. */
 export function timedOut(context: StepCallContext): StepCallFailure {
-  return stepTimeoutError(context.request.agent, context.timeoutMs, context.waitingFor);
+  const failure = stepTimeoutError(context.request.agent, context.timeoutMs, context.waitingFor);
+  // A step sent again and again for the same reason (a journal only a newer host reads, say) ran out of time for it.
+  const { resentBecause } = context;
+  return resentBecause === undefined
+    ? failure
+    : { ...failure, message: `${failure.message}; it was last sent again because ${resentBecause}` };
 }
 
 /**

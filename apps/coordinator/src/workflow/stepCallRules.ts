@@ -133,7 +133,7 @@ export function stepCallActions({ clock, logger }: StepCallServices) {
     },
     takenOver: ({ context }: CallArgs, why: string): Partial<StepCallContext> => {
       logger?.warn({ stepId: context.request.stepId, agent: context.request.agent }, why);
-      return { takenOver: true, noWorkerSince: undefined };
+      return { takenOver: true, noWorkerSince: undefined, resentBecause: why };
     },
     noWorker: ({ context, system }: CallArgs): Partial<StepCallContext> => {
       if (context.noWorkerSince === undefined) {
