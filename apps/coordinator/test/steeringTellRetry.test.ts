@@ -94,3 +94,34 @@ describe('a tell to a step the workflow retries', () => {
     expect((await record('task-t2'))?.told).toBeUndefined();
   });
 });
+
+describe('a task that ends as its last branch ends', () => {
+  it('keeps in its final record no message a branch read and the others ended without', async () => {
+    const config = pipeline([
+      {
+        id: 'both',
+        kind: 'parallel',
+        branches: {
+          left: [{ id: 'plan', kind: 'agent', agent: 'planner' }],
+          right: [{ id: 'build', kind: 'agent', agent: 'builder' }],
+        },
+      },
+    ]);
+    const { intake, control, next, record } = await setUp(config);
+    const task = intake.deliver({ id: 'task-t3', goal: 'both' });
+    const plan = await next('task-t3.plan.1');
+    const build = await next('task-t3.build.1');
+    await control('task-t3', { action: 'tell', text: 'use v2' });
+    ok(plan, 'planned', { toldRead: ['m-1'] });
+    await expect
+      .poll(async () => (await record('task-t3'))?.toldOwed?.[0]?.steps)
+      .toEqual(['task-t3.build.1']);
+    // The other branch ends without reading it, and the task with it: nobody owes it any more.
+    ok(build);
+    await task.handled;
+    const ended = await record('task-t3');
+    expect(ended?.status).toBe('completed');
+    expect(ended?.told).toBeUndefined();
+    expect(ended?.toldOwed).toBeUndefined();
+  });
+});

@@ -114,8 +114,13 @@ export function noteActivity(
 }
 
 /** An ended task is held by nobody: what was told and how long it was held stay on its record. */
-function unheld({ paused: _, ...rest }: SteeringFields): SteeringFields {
-  return rest;
+function unheld({ paused: _, toldOwed, told, ...rest }: SteeringFields): SteeringFields {
+  // No step is at work any more: a message some step read is read (its other branches ended without it), so the
+  // record keeps only those nobody read. A parent's `pipeline` step counts a message its sub-task's final record
+  // keeps as unread, and would give it to its next step again.
+  const read = new Set((toldOwed ?? []).map(({ messageId }) => messageId));
+  const unread = (told ?? []).filter(({ id }) => !read.has(id));
+  return { ...rest, ...(unread.length > 0 ? { told: unread } : {}) };
 }
 
 /** Whether a step's activity is the one already recorded (its `since` aside). */
