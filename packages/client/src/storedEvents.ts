@@ -105,7 +105,7 @@ async function followEvents(
   const seen = new RecentIds();
   // A resumed client had the events up to `after`: a copy stored since of one of them is not news to it.
   if (options.after !== undefined && options.after > 0 && options.republished !== undefined) {
-    for (const id of await idsUpTo(bus, options.republished, options.after)) seen.add(id);
+    for (const id of await idsUpTo(bus, options.republished, options.after, signal)) seen.add(id);
   }
   const reader = await openStreamReader(bus, STREAMS.events, {
     subject: options.subject,
@@ -133,23 +133,51 @@ async function followEvents(
   }
 }
 
-/** The ids of the events stored on `subject` up to sequence `after`: as many as were stored when asked, no more. */
-async function idsUpTo(bus: JetStreamBus, subject: string, after: number): Promise<string[]> {
+/**
+ * How long the look back at a resumed follow's earlier events waits for the next one: those it reads are stored
+ * already, so a wait this long means one it counted is gone (aged out of EVENTS, oldest first, between the count and
+ * the read) and will never come.
+ */
+const LOOKBACK_IDLE_MS = 2_000;
+
+/**
+ * The ids of the events stored on `subject` up to sequence `after`: as many as were stored when asked, no more. Ends
+ * early, with those read, when `signal` aborts or none comes for {@link LOOKBACK_IDLE_MS}: a copy then delivered
+ * twice is better than a follow that never starts.
+ */
+async function idsUpTo(
+  bus: JetStreamBus,
+  subject: string,
+  after: number,
+  signal: AbortSignal,
+): Promise<string[]> {
   const reader = await openStreamReader(bus, STREAMS.events, { subject });
   try {
     let left = await reader.pending();
     const ids: string[] = [];
-    if (left === 0) return ids;
+    if (left === 0 || signal.aborted) return ids;
     const messages = await reader.read();
+    const stop = () => messages.stop();
+    signal.addEventListener('abort', stop, { once: true });
+    const next = messages[Symbol.asyncIterator]();
+    let timer: NodeJS.Timeout | undefined;
     try {
-      for await (const msg of messages) {
+      while (left > 0) {
+        const idle = new Promise<'idle'>((resolve) => {
+          timer = setTimeout(() => resolve('idle'), LOOKBACK_IDLE_MS);
+        });
+        const got = await Promise.race([next.next(), idle]);
+        clearTimeout(timer);
+        if (got === 'idle' || got.done) break;
+        const msg = got.value;
         if (msg.seq > after) break;
         const parsed = parseEvent(msg.data, msg.subject);
         if (parsed.ok) ids.push(parsed.value.id);
         left -= 1;
-        if (left === 0) break;
       }
     } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', stop);
       messages.stop();
     }
     return ids;
