@@ -1,9 +1,13 @@
-import type { AgentStepReply } from '@troupe/protocol';
+import { type AgentStepReply, MAX_TOLD_KEYS } from '@troupe/protocol';
 import { createLogger } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
+import { TaskSteering } from '../src/task/taskSteering.ts';
 import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import { forwardKey } from '../src/workflow/subTaskSteering.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
 import { HOUR, ok, pipeline, running, type Step, setUp, usage } from './support/steeringRunner.ts';
+
+const AT = '2026-01-01T00:00:00.000Z';
 
 /** A failure the workflow's `retry` runs the step again for (not a call's own retryable one). */
 const failed = (step: Step, extra: Partial<AgentStepReply> = {}) =>
@@ -123,5 +127,25 @@ describe('a task that ends as its last branch ends', () => {
     expect(ended?.status).toBe('completed');
     expect(ended?.told).toBeUndefined();
     expect(ended?.toldOwed).toBeUndefined();
+  });
+});
+
+describe("a sub-task's memory of the keys its parent forwarded with", () => {
+  it('outlasts a hundred keyed tells from people, so a restored parent forwarding again tells nothing twice', () => {
+    const steering = new TaskSteering();
+    const forwarded = steering.tell('use v2', AT, 'ann', forwardKey('task-1', 'm-1'));
+    steering.read([forwarded.id], 'task-1.sub.1.draft.1');
+    // People tell the sub-task itself, each tell with a key of its own (troupe tell makes one).
+    for (let i = 0; i < MAX_TOLD_KEYS; i++) {
+      const told = steering.tell(`note ${i}`, AT, undefined, `key-${i}`);
+      steering.read([told.id], 'task-1.sub.1.draft.1');
+    }
+    expect(steering.toldWith(forwardKey('task-1', 'm-1'))).toBe(forwarded.id);
+    expect(new TaskSteering(steering.fields()).toldWith(forwardKey('task-1', 'm-1'))).toBe(forwarded.id);
+    // People's own keys are kept as before: their newest hundred.
+    expect(steering.toldWith('key-0')).toBe('m-2');
+    steering.tell('one more', AT, undefined, 'key-new');
+    expect(steering.toldWith('key-0')).toBeUndefined();
+    expect(steering.toldWith(forwardKey('task-1', 'm-1'))).toBe(forwarded.id);
   });
 });

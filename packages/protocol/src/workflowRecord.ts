@@ -82,8 +82,9 @@ const WorkflowRecordShape = z.object({
   /** How many messages people have told the task so far: the next one's id is `m-<toldCount + 1>`. */
   toldCount: z.number().int().nonnegative().optional(),
   /**
-   * The keys the latest tells came with (at most MAX_TOLD_KEYS, oldest first), each with the id of the message it
-   * made: a tell again with one of them is answered with that id and told nothing new.
+   * The keys the latest tells came with (at most MAX_TOLD_KEYS, and as many more of those a parent forwarded with,
+   * oldest first), each with the id of the message it made: a tell again with one of them is answered with that id
+   * and told nothing new.
    */
   toldKeys: z.array(z.object({ key: z.string(), messageId: z.string() })).optional(),
   /**

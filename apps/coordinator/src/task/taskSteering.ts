@@ -1,4 +1,5 @@
 import { MAX_TOLD_KEYS, type ToldMessage, type WorkflowRecord } from '@troupe/protocol';
+import { FORWARD_KEY_PREFIX } from '../workflow/subTaskSteering.ts';
 
 /**
  * The most told messages a task keeps unread, and their most text in all (UTF-8 bytes): they ride in its record and
@@ -222,7 +223,8 @@ export class TaskSteering {
 
   /**
    * Takes a person's message: it gets the task's next id and waits in the unread list until a step reads it. Its
-   * `key`, if any, is kept with the id (the newest {@link MAX_TOLD_KEYS} are), so a tell again with it is known.
+   * `key`, if any, is kept with the id (the newest {@link MAX_TOLD_KEYS} are, and as many of the keys its parent
+   * forwarded with), so a tell again with it is known.
    */
   tell(text: string, at: string, by?: string, key?: string): ToldMessage {
     this.#toldCount += 1;
@@ -236,10 +238,13 @@ export class TaskSteering {
     this.#unrecorded.add(message.id);
     if (key !== undefined) {
       this.#toldKeys.set(key, message.id);
-      for (const oldest of this.#toldKeys.keys()) {
-        if (this.#toldKeys.size <= MAX_TOLD_KEYS) break;
+      // The newest MAX_TOLD_KEYS of people's keys, and apart from them of those its parent forwarded with: those
+      // are no more than the parent's unread backlog (all kept until the sub-task ends), and one dropped would be
+      // told twice when a restored parent forwards it again, however many tells people sent meanwhile.
+      const forwarded = key.startsWith(FORWARD_KEY_PREFIX);
+      const alike = [...this.#toldKeys.keys()].filter((k) => k.startsWith(FORWARD_KEY_PREFIX) === forwarded);
+      for (const oldest of alike.slice(0, Math.max(0, alike.length - MAX_TOLD_KEYS)))
         this.#toldKeys.delete(oldest);
-      }
     }
     if (this.#atWork.size > 0) this.#owed.set(message.id, new Set(this.#atWork.keys()));
     return message;

@@ -104,8 +104,11 @@ export interface ToldForwarding {
  * restored one, so the sub-task takes it once.
  */
 export function forwardKey(parentId: string, messageId: string): string {
-  return `parent:${parentId}:${messageId}`;
+  return `${FORWARD_KEY_PREFIX}${parentId}:${messageId}`;
 }
+
+/** How every key a parent forwards a message with begins: the sub-task keeps these apart from people's keys. */
+export const FORWARD_KEY_PREFIX = 'parent:';
 
 /**
  * Forwards the messages people tell a task to the sub-task of its `pipeline` step at work (which the task's steering
