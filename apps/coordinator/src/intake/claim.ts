@@ -78,11 +78,10 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     submission.origin && existing?.value.snapshot === undefined
       ? await claimOrigin(services, submission.origin, { ...submission, inputCut })
       : undefined;
-  // What the fork changed, as its claim found it (whatever its submitter said): in its record, events and trace.
-  const taskOrigin =
-    submission.origin && origin?.ok && origin.edited
-      ? { ...submission.origin, edited: origin.edited }
-      : submission.origin;
+  // What the fork changed, as its claim found it (whatever its submitter said): in its record, events and trace. A
+  // task resumed from a checkpoint claims no origin again: its record keeps what its first claim found.
+  const found = origin?.ok ? origin.edited : existing?.value.origin?.edited;
+  const taskOrigin = submission.origin && found ? { ...submission.origin, edited: found } : submission.origin;
   // A task runs on the version it started on (or was migrated to); a new one on the newest, a restart or fork on
   // its origin's.
   const onOriginVersion = origin !== undefined && !(origin.ok && origin.version === undefined);

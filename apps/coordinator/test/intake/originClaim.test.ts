@@ -113,6 +113,28 @@ describe("a restart's or fork's claim compares it with its origin", () => {
     expect(reusedSteps(input)).toEqual(['plan']);
   });
 
+  it('keeps what its first claim found the fork edited when it resumes from a checkpoint', async () => {
+    const setup = intakeServices();
+    await endedOrigin(setup);
+    const submission = fork('resumed-fork', { input: { ...INPUT, ticket: 'T-2' } });
+    expect((await claimed(setup, submission)).origin).toMatchObject({ edited: ['input'] });
+    const entry = await setup.store.get('resumed-fork');
+    if (!entry) throw new Error('no record');
+    // Checkpointed, then its coordinator died: the next delivery resumes it, and does not claim its origin again.
+    const checkpointed = {
+      ...entry.value,
+      snapshot: { status: 'active', value: 'ship', context: {}, children: {} },
+    };
+    const revision = await setup.store.update('resumed-fork', checkpointed, entry.revision);
+    const resumed = await claim(setup.services, {
+      ...triagedTask(submission, { deliveryCount: 2 }),
+      entry: { ...entry, value: checkpointed, revision: revision ?? 0 },
+    });
+    if (resumed.next === 'ack' || resumed.next === 'handBack') throw new Error(`resumed as ${resumed.next}`);
+    // What every record write of the resumed run carries (taskRecord.ts recordOf).
+    expect(resumed.claimed.input.origin).toMatchObject({ kind: 'fork', edited: ['input'] });
+  });
+
   it('records a changed goal among as many edits as a record holds, when the submitter listed that many already', async () => {
     const setup = intakeServices();
     await endedOrigin(setup);
