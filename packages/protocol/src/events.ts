@@ -101,6 +101,11 @@ export const EventData = {
     messageId: z.string(),
     text: z.string(),
     by: z.string().optional(),
+    /**
+     * Published again by a restored task (a copy, with the id it had): the steering is already delivered, or rides in
+     * the `told` of the steps the restored task sends again, so a host gives it to no step.
+     */
+    again: z.literal(true).optional(),
   }),
   /** An agent read told messages into its conversation, before its model call `turn` of step `stepId`. */
   'agent.told': z.object({

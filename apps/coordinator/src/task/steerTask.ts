@@ -161,16 +161,20 @@ function refusal(code: ControlRefusal, message: string): ErrorReply {
   return { ok: false, error: { code, message } };
 }
 
-/** The `task.told` event of a message a task took: made when it is told, and again when a restored task has it unread. */
+/**
+ * The `task.told` event of a message a task took: made when it is told, and again (marked `again`) when a restored
+ * task has it unread.
+ */
 export function toldEvent(
   services: Pick<TaskServices, 'events' | 'pipeline'>,
   claimed: Pick<Hold['claimed'], 'scope'>,
   { id, text, by }: ToldMessage,
+  again = false,
 ) {
   return services.events.make(
     'task.told',
     claimed.scope,
-    { messageId: id, text, ...(by === undefined ? {} : { by }) },
+    { messageId: id, text, ...(by === undefined ? {} : { by }), ...(again ? { again: true as const } : {}) },
     { from: by === undefined ? 'user' : `user:${by}`, to: services.pipeline },
   );
 }

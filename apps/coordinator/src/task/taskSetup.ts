@@ -233,7 +233,7 @@ export function publishEmitted(services: TaskServices, claimed: ClaimedTask, emi
  * recording one and publishing its event left EVENTS without it, so a host still running the task's step would not
  * stop for the pause, and the trace and `troupe replay` would lack the message. Each event has the id it had (a
  * pause's is its start, a message's its id), so EVENTS keeps one of each within its duplicate window, and readers
- * dedupe on the id past it.
+ * dedupe on the id past it. A message's copy is marked `again`: hosts take it for no step's steering.
  */
 function announceSteering(
   services: TaskServices,
@@ -262,7 +262,9 @@ function announceSteering(
     );
   }
   for (const message of steering.told) {
-    publishSafely(services, claimed.input.taskId, () => toldEvent(services, claimed, message));
+    // Marked `again`: hosts give it to no step. Each step at work is sent again with the messages it still owes in
+    // its request's `told`; as live steering the copy would reach a step that read it already, or one sent before.
+    publishSafely(services, claimed.input.taskId, () => toldEvent(services, claimed, message, true));
   }
 }
 

@@ -40,6 +40,9 @@ function steer(steps: Steps, event: TroupeEvent): void {
     }
     case 'task.told': {
       const { data } = event;
+      // A restored task's copy: its steps at work get what they still owe in their request sent again (`told`), and
+      // as live steering (or in the host's memory, at the copy's later time) it would reach a step that read it.
+      if (data.again) return;
       steps.tellTask(event.taskId, {
         id: data.messageId,
         text: data.text,

@@ -1,6 +1,7 @@
-import { subjects, type ToldMessage } from '@troupe/protocol';
+import { type AgentStepRequest, subjects, type ToldMessage } from '@troupe/protocol';
 import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
+import { RecentSteering } from '../../src/agent/recentSteering.ts';
 import { watchSteering } from '../../src/agent/steeringWatch.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 
@@ -68,6 +69,44 @@ describe('the watch on pauses and told messages', () => {
     ]);
     for (const subscription of subscriptions) subscription.unsubscribe();
     expect(bus.hasListener(subjects.event('demo', 't1', 'task.paused'))).toBe(false);
+  });
+
+  it('gives a told message a restored task published again (`again`) to no step at work and not to its memory', async () => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    const events = new EventFactory({ now: () => Date.UTC(2026, 11, 6, 18) });
+    const steering = new RecentSteering(clock);
+    const atWork: [string, ToldMessage][] = [];
+    const subscriptions = watchSteering(bus, 'demo', {
+      pauseTask: () => {},
+      resumeTask: () => {},
+      // As the host's steps in flight do: the memory hears it, then each run of the task.
+      tellTask: (taskId, message) => {
+        steering.told(taskId, message);
+        atWork.push([taskId, message]);
+      },
+    });
+    await bus.publishEvent(
+      events.make('task.told', scope('t1'), { messageId: 'm1', text: 'use v2', by: 'ann', again: true }),
+    );
+    await bus.publishEvent(events.make('task.told', scope('t1'), { messageId: 'm2', text: 'and cite it' }));
+    await bus.settled();
+    expect(atWork.map(([taskId, { id }]) => [taskId, id])).toEqual([['t1', 'm2']]);
+    // A request sent before either and on its way is given only the first-time one from the memory.
+    const request: AgentStepRequest = {
+      stepId: 't1.work.1',
+      taskId: 't1',
+      pipeline: 'demo',
+      agent: 'worker',
+      step: 'work',
+      round: 1,
+      goal: 'g',
+      context: [],
+      expect: 'text',
+      sentAt: Date.UTC(2026, 11, 6, 17),
+    };
+    expect(steering.missedBy(request)?.told.map(({ id }) => id)).toEqual(['m2']);
+    for (const subscription of subscriptions) subscription.unsubscribe();
   });
 
   it('passes over what is not such an event', async () => {
