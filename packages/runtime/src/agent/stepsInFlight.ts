@@ -119,14 +119,14 @@ export class StepsInFlight {
   pauseTask(taskId: string, since: number): void {
     this.#steering.paused(taskId, since);
     // What its steps wait on a person for stays answerable and does not run out while the task is paused.
-    this.#services.human?.hold?.(taskId);
+    this.#services.human?.hold?.(taskId, since);
     for (const run of this.#runs.values()) if (run.request.taskId === taskId) run.pause();
   }
 
   /** A task was resumed after the pause that began at `since`: a step sent before it no longer stops for it. */
   resumeTask(taskId: string, since: number | undefined): void {
     this.#steering.resumed(taskId, since);
-    this.#services.human?.letGo?.(taskId);
+    this.#services.human?.letGo?.(taskId, since);
   }
 
   /**

@@ -62,11 +62,14 @@ export interface HumanGate {
   onWaitingChange?(listener: (stepId: string) => void): () => void;
   /**
    * The task is paused: its requests (those waiting here, and those asked or taken up here until {@link letGo}) stop
-   * running out and stay answerable, their `held` recorded in KV.
+   * running out and stay answerable, their `held` recorded in KV. `since`: when the pause began, if known.
    */
-  hold?(taskId: string): void;
-  /** The task was resumed: each of its requests held here has the time it had left when held, from now. */
-  letGo?(taskId: string): void;
+  hold?(taskId: string, since?: number): void;
+  /**
+   * The task was resumed: each of its requests held here has the time it had left when held, from now. `since`: when
+   * the pause it ends began, if known; a resume of an earlier pause, heard late, lets go of nothing.
+   */
+  letGo?(taskId: string, since?: number): void;
 }
 
 /** A request a step is waiting on. */
@@ -105,7 +108,7 @@ export class NatsHumanGate implements HumanGate {
   readonly #waiting = new Map<string, WaitingOn[]>();
   readonly #waitingListeners = new Set<(stepId: string) => void>();
   /** Tasks paused now, as told by {@link hold}; the oldest is forgotten past {@link MAX_HELD_TASKS}. */
-  readonly #heldTasks = new Set<string>();
+  readonly #heldTasks = new Map<string, number>();
   /** The requests waiting here, by task: a hold or a let-go reaches them. */
   readonly #asking = new Map<string, Set<{ send(event: HumanRequestEvent): void }>>();
 
@@ -144,18 +147,21 @@ export class NatsHumanGate implements HumanGate {
     }
   }
 
-  hold(taskId: string): void {
+  hold(taskId: string, since = Number.NEGATIVE_INFINITY): void {
+    const before = this.#heldTasks.get(taskId);
     this.#heldTasks.delete(taskId);
-    this.#heldTasks.add(taskId);
+    this.#heldTasks.set(taskId, Math.max(since, before ?? since));
     // A task cancelled while paused is never let go: the oldest hold goes first (a resume of it is then still sent).
     if (this.#heldTasks.size > MAX_HELD_TASKS) {
-      const oldest = this.#heldTasks.values().next().value;
+      const oldest = this.#heldTasks.keys().next().value;
       if (oldest !== undefined) this.#heldTasks.delete(oldest);
     }
     for (const asking of this.#asking.get(taskId) ?? []) asking.send({ type: 'hold' });
   }
 
-  letGo(taskId: string): void {
+  letGo(taskId: string, since?: number): void {
+    const heldSince = this.#heldTasks.get(taskId);
+    if (since !== undefined && heldSince !== undefined && heldSince > since) return;
     this.#heldTasks.delete(taskId);
     for (const asking of this.#asking.get(taskId) ?? []) asking.send({ type: 'letGo' });
   }

@@ -154,8 +154,16 @@ describe('an approval asked in an agent step while its task is paused (in-memory
       by: 'ann',
       since: new Date(clock.now()).toISOString(),
     });
-  const resume = (taskId: string) =>
-    publish('task.resumed', taskId, { state: 'work', round: 1, deliveries: 1, after: 'pause', by: 'ann' });
+  /** A resume; `since`: of the pause that began then (a late one of an earlier pause, say). */
+  const resume = (taskId: string, since?: number) =>
+    publish('task.resumed', taskId, {
+      state: 'work',
+      round: 1,
+      deliveries: 1,
+      after: 'pause',
+      by: 'ann',
+      ...(since === undefined ? {} : { since: new Date(since).toISOString() }),
+    });
 
   /** The pipeline's requests (keys without the pipeline), as the gate keeps them. */
   const stored = async (id: string) => (await underPrefix(approvals, 'held').get(id))?.value;
@@ -261,6 +269,28 @@ describe('an approval asked in an agent step while its task is paused (in-memory
     await expect(decide(request, 'allow')).resolves.toMatchObject({ ok: true, outcome: 'allow' });
     await expect.poll(() => again()).toMatchObject({ ok: true, output: 'tool said: wrote hello' });
     expect(written).toEqual(['hello']);
+  });
+
+  it('stays held when a resume of an earlier pause is heard late, and is let go by the resume of the pause in force', async () => {
+    const { model } = noteModel();
+    startHost(model);
+    sendStep('a5.work.1');
+    const request = await theRequest();
+    const earlier = clock.now() - 1_000;
+    clock.advance(30_000);
+    const pausedAt = clock.now();
+    await pause('a5');
+    await expect.poll(async () => (await stored(request.id))?.held?.leftMs).toBe(30_000);
+    clock.advance(HOUR);
+    await resume('a5', earlier);
+    clock.advance(HOUR);
+    await bus.settled();
+    expect(await stored(request.id)).toMatchObject({ status: 'pending', held: { leftMs: 30_000 } });
+    await resume('a5', pausedAt);
+    const resumedAt = clock.now();
+    await expect
+      .poll(async () => (await stored(request.id))?.expiresAt)
+      .toBe(new Date(resumedAt + 30_000).toISOString());
   });
 
   it('runs out at the resume plus the time left, and only then, as a denial', async () => {
