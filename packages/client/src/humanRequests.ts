@@ -103,7 +103,53 @@ export async function replyToHuman(
   }
   const payload = parsed.value;
   const store = await openHumanRequests(bus);
-  const entry = await findRequest(store, id, options);
+  // The asker writes a pending record too (held when its task is paused, a new expiresAt on resume): a reply that
+  // lost to such a write is checked again against the record as it is now, not refused as decided meanwhile.
+  for (let attempt = 1; ; attempt++) {
+    const entry = await findRequest(store, id, options);
+    const decided = await decidedOrRefused(bus, store, id, reply, payload, entry, now);
+    if ((await store.update(decided.key, decided.record, decided.revision)) !== undefined) {
+      // The waiting step also watches the record; this tells it now. Lost, it only delays the step by a few seconds.
+      try {
+        bus.publish(subjects.approval(decided.record.pipeline, decided.record.taskId, id), payload, {
+          taskId: decided.record.taskId,
+          from: 'human',
+          to: decided.record.agent,
+          kind,
+        });
+        await bus.flush();
+      } catch {
+        // Recorded: the step's watch of its record brings the decision.
+      }
+      return { status: decided.record.status, request: decided.record };
+    }
+    const current = (await store.get(decided.key))?.value;
+    if (current?.status !== 'pending' || attempt >= MAX_REPLY_ATTEMPTS) {
+      throw new OperationError(
+        'conflict',
+        `${id} was decided meanwhile (${current?.status ?? 'gone'}); nothing changed`,
+      );
+    }
+  }
+}
+
+/** How often a reply is tried against a pending record its asker keeps writing (held, let go). */
+const MAX_REPLY_ATTEMPTS = 5;
+
+/**
+ * The record `entry` with the reply recorded, to write over its revision; or the {@link OperationError} saying why the
+ * reply changes nothing.
+ */
+async function decidedOrRefused(
+  bus: JetStreamBus,
+  store: HumanRequestStore,
+  id: string,
+  reply: HumanReply,
+  payload: ApprovalDecision | HumanAnswer,
+  entry: KvEntry<HumanRequest> | undefined,
+  now: () => number,
+): Promise<{ key: string; revision: number; record: HumanRequest & { status: DecidedStatus } }> {
+  const { kind } = reply;
   const record = entry?.value;
   if (!entry || !record) throw new OperationError('not_found', `no ${kind} named ${id}`);
   if (record.kind !== kind) {
@@ -141,27 +187,7 @@ export async function replyToHuman(
   if (record.held === undefined && Date.parse(record.expiresAt) <= now()) {
     throw new OperationError('conflict', `${id} expired at ${record.expiresAt}; nothing changed`);
   }
-  const decided = decidedRecord(record, payload, now());
-  if ((await store.update(entry.key, decided, entry.revision)) === undefined) {
-    const current = (await store.get(entry.key))?.value;
-    throw new OperationError(
-      'conflict',
-      `${id} was decided meanwhile (${current?.status ?? 'gone'}); nothing changed`,
-    );
-  }
-  // The waiting step also watches the record; this tells it now. Lost, it only delays the step by a few seconds.
-  try {
-    bus.publish(subjects.approval(record.pipeline, record.taskId, id), payload, {
-      taskId: record.taskId,
-      from: 'human',
-      to: record.agent,
-      kind,
-    });
-    await bus.flush();
-  } catch {
-    // Recorded: the step's watch of its record brings the decision.
-  }
-  return { status: decided.status, request: decided };
+  return { key: entry.key, revision: entry.revision, record: decidedRecord(record, payload, now()) };
 }
 
 /** The record with a person's decision or answer, as the waiting step would have stored it. */
