@@ -63,7 +63,10 @@ export interface HumanRequest {
   arguments?: string;
   prompt: string;
   requestedAt: string;
+  /** When it runs out; while `held`, not at all (its asker sets a new one at the resume). */
   expiresAt: string;
+  /** Its task is paused since `since`: it does not run out, and has `leftMs` from the resume. */
+  held?: { since: string; leftMs: number };
 }
 
 /** The token the page signed in with, as `GET /v1/token` says: what it may do. */

@@ -18,6 +18,7 @@ import { cost, duration, since, tokens } from './format.ts';
 import { type Busy, FlowGraph, type Move } from './graph.ts';
 import { liveEvents } from './liveEvents.ts';
 import { TaskOutput } from './output.ts';
+import { expiryText } from './requestExpiry.ts';
 import { RestartForm } from './restartForm.ts';
 import { SessionList, SessionView } from './sessions.ts';
 import { TaskSteering } from './steering.ts';
@@ -120,6 +121,9 @@ function App() {
         run();
       },
       requests: debounced(() => void loadRequests().catch(failed), 200),
+      // A request's asker marks it held (or writes its new expiresAt) after it hears task.paused (task.resumed), with
+      // no event of its own: the list is read again once that write has had time to land.
+      requestsLate: debounced(() => void loadRequests().catch(failed), 2_000),
       trace: debounced(() => {
         const taskId = selectedRef.current;
         if (taskId) void loadTrace(taskId).catch(failed);
@@ -146,6 +150,7 @@ function App() {
     ) {
       refresh.requests();
     }
+    if (event.kind === 'task.paused' || event.kind === 'task.resumed') refresh.requestsLate();
     const step = typeof event.data.step === 'string' ? event.data.step : undefined;
     if (event.kind === 'step.started' && step) {
       const from = lastStep.current.get(event.taskId);
@@ -412,7 +417,7 @@ function RequestCard(props: {
   const r = props.request;
   const [text, setText] = useState('');
   const [busy, setBusy] = useState(false);
-  // Its deadline counts down: the card draws itself again every second.
+  // Its deadline counts down (unless held): the card draws itself again every second.
   const [, setNow] = useState(Date.now());
   useEffect(() => {
     const timer = setInterval(() => setNow(Date.now()), 1_000);
@@ -430,7 +435,7 @@ function RequestCard(props: {
     }
   };
   return html`<li class="request" data-testid="request" data-request=${r.id}>
-    <div><strong>${r.kind === 'approval' ? `${r.agent} wants to run ${r.tool}` : `${r.agent} asks`}</strong> · ${r.taskId} · <span data-testid="expires">expires in ${since(new Date().toISOString(), Date.parse(r.expiresAt))}</span></div>
+    <div><strong>${r.kind === 'approval' ? `${r.agent} wants to run ${r.tool}` : `${r.agent} asks`}</strong> · ${r.taskId} · <span data-testid="expires">${expiryText(r)}</span></div>
     ${
       !may(props.who, 'approve', r.pipeline)
         ? html`${r.kind === 'approval' ? html`<pre class="args">${r.arguments}</pre>` : null}
