@@ -42,7 +42,14 @@ export interface AskedRequest {
   prompt: string;
   tool?: string;
   arguments?: string;
+  /**
+   * When it runs out, as it was asked (an approval's `approval.requested`). Gone once its task is paused: the request
+   * does not run out while held, and on the resume its asker sets a new expiry on its record (`GET /v1/approvals`),
+   * which no event carries.
+   */
   expiresAt?: string;
+  /** Its task is paused: it does not run out and stays answerable (its record's `held` says the time it has left). */
+  held?: true;
   /** The JSON Schema an answer must match. */
   answerSchema: unknown;
 }
@@ -173,6 +180,7 @@ export class TaskFold {
         break;
       }
       case 'task.resumed':
+        if (event.data.after === 'pause') this.#release();
         working(
           event.data.after === 'pause'
             ? `resumed after a pause${event.data.by ? ` by ${event.data.by}` : ''}, at ${event.data.state}`
@@ -181,6 +189,7 @@ export class TaskFold {
         break;
       // A2A has no paused state: the task is still working, held, and its status says so.
       case 'task.paused':
+        this.#hold();
         working(
           `paused${event.data.by ? ` by ${event.data.by}` : ''} at ${event.data.state}${event.data.reason ? `: ${event.data.reason}` : ''}`,
         );
@@ -326,6 +335,26 @@ export class TaskFold {
       history,
       metadata: this.#pipeline ? { pipeline: this.#pipeline } : undefined,
     };
+  }
+
+  /**
+   * The task is paused: what it waits on is held, its expiry as asked no longer the time it runs out. The expiry it
+   * gets at the resume is written by its asker on its record only, from the time it had left when the asker heard
+   * the pause; worked out here from the events' times it could differ from the record's, so none is stated.
+   */
+  #hold() {
+    for (const [id, request] of this.#pending) {
+      const { expiresAt: _asked, ...rest } = request;
+      this.#pending.set(id, { ...rest, held: true });
+    }
+  }
+
+  /** The task is resumed after a pause: its requests are no longer held (their new expiry is on their records). */
+  #release() {
+    for (const [id, request] of this.#pending) {
+      const { held: _held, ...rest } = request;
+      this.#pending.set(id, rest);
+    }
   }
 
   /** A new request: in the history as the agent's message, and the status INPUT_REQUIRED with all that is pending. */
