@@ -52,6 +52,9 @@ describe("a person's reply racing the asker's hold or let-go write, over a real 
     });
     spy.mockRestore();
     expect(outcome.status).toBe('allowed');
-    expect((await approvals.get(pending.id))?.value).toMatchObject({ status: 'allowed', by: 'bo' });
+    const decided = (await approvals.get(pending.id))?.value;
+    expect(decided).toMatchObject({ status: 'allowed', by: 'bo' });
+    // Decided, it is no longer held: nothing is left to run out, and the asker's let-go loses to the decision.
+    expect(decided?.held).toBeUndefined();
   });
 });

@@ -197,8 +197,10 @@ function decidedRecord(
   at: number,
 ): HumanRequest & { status: DecidedStatus } {
   const value = payload as { decision?: 'allow' | 'deny'; answer?: string; reason?: string; by?: string };
+  // Decided, nothing is left to run out or to hold: a record keeping `held` would say its task is paused for ever.
+  const { held: _held, ...unheld } = record;
   return {
-    ...record,
+    ...unheld,
     status: record.kind === 'question' ? 'answered' : value.decision === 'allow' ? 'allowed' : 'denied',
     decidedAt: new Date(at).toISOString(),
     ...(value.by === undefined ? {} : { by: value.by }),

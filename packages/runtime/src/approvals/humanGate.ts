@@ -455,8 +455,10 @@ function closedRecord(
           ? 'allowed'
           : 'denied';
   const reason = typeof decided?.reason === 'string' ? decided.reason : undefined;
+  // Ended, nothing is left to run out or to hold: a record keeping `held` would say its task is paused for ever.
+  const { held: _held, ...unheld } = record;
   return {
-    ...record,
+    ...unheld,
     status,
     decidedAt: new Date(now).toISOString(),
     ...(outcome.kind === 'decided' && outcome.by ? { by: outcome.by } : {}),

@@ -31,7 +31,9 @@ export function describeEnding(ending: TaskEnding): string {
 
 /** The record of a request closed because its task ended while it was pending. */
 export function closedByEnding(record: HumanRequest, ending: TaskEnding, now: number): HumanRequest {
-  return { ...record, status: 'closed', taskEnded: ending, decidedAt: new Date(now).toISOString() };
+  // Closed, nothing is left to run out or to hold: a record keeping `held` would say its task is paused for ever.
+  const { held: _held, ...unheld } = record;
+  return { ...unheld, status: 'closed', taskEnded: ending, decidedAt: new Date(now).toISOString() };
 }
 
 /**

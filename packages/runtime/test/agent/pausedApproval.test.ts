@@ -206,6 +206,10 @@ describe('an approval asked in an agent step while its task is paused (in-memory
     await expect.poll(() => first()).toMatchObject({ ok: false, error: { code: 'paused' } });
     expect(written).toEqual(['hello']);
     expect(bus.eventsOf('approval.decided')[0]?.data).toMatchObject({ decision: 'allow', by: 'bo' });
+    // Decided, it is no longer held (the resume's let-go loses to the decision, so nothing else would drop it).
+    const decided = await stored(request.id);
+    expect(decided?.status).toBe('allowed');
+    expect(decided?.held).toBeUndefined();
 
     await resume('a1');
     const again = sendStep('a1.work.1');
