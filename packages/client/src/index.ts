@@ -8,6 +8,7 @@ export {
   replyToHuman,
 } from './humanRequests.ts';
 export { OperationError, type OperationErrorCode } from './operationError.ts';
+export { type OriginAsked, type OriginAskedFrom, originAsked } from './originAsked.ts';
 export { PipelineRegistry } from './pipelineRegistry.ts';
 export {
   cancelQueued,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { TaskOrigin, TaskSubmission, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime/bus';
 import { OperationError } from './operationError.ts';
+import { originAsked } from './originAsked.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
 import { reusePlan } from './reusedSteps.ts';
 import { readTask, readTaskEvents, type SubmitOptions, submitToPipeline } from './taskOperations.ts';
@@ -173,17 +174,22 @@ async function makeFamilyTask(
     );
   }
   const original = accepted.data;
+  // Its goal and input as it ran, not as task.accepted shows them: secrets there are redacted.
+  const found = originAsked(record, original);
+  if (!found.ok)
+    throw new OperationError('conflict', `cannot ${origin.kind} task ${taskId}: ${found.problem}`);
+  const { asked } = found;
   const task: TaskSubmission & { id: string } = {
     id: id ?? randomUUID(),
-    goal: original.goal,
-    ...(input ? { input } : original.input ? { input: original.input } : {}),
+    goal: asked.goal,
+    ...(input ? { input } : asked.input ? { input: asked.input } : {}),
     ...(original.metadata ? { metadata: original.metadata } : {}),
     origin,
   };
-  // The original's input as accepted may hold previews of its stored whole: read whole before it goes again.
+  // The original's input as it ran may hold previews of its stored whole: read whole before it goes again.
   const options: SubmitOptions = {
     ...submit,
-    ...(!input && original.inputCut ? { inputCut: original.inputCut } : {}),
+    ...(!input && asked.inputCut ? { inputCut: asked.inputCut } : {}),
     // It runs on its origin's version, whose input schema may not be the newest's.
     ...(origin.newest || record.version === undefined ? {} : { version: record.version }),
   };

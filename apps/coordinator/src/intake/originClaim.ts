@@ -1,7 +1,19 @@
 import { isDeepStrictEqual } from 'node:util';
-import { type ReusedSteps, type ReusedWorkspace, reusePlan } from '@troupe/client';
-import { fillInput, type InputCut, type TaskOrigin, type TroupeEvent } from '@troupe/protocol';
-import { ValueStoreError } from '@troupe/runtime';
+import {
+  type OriginAsked,
+  originAsked,
+  type ReusedSteps,
+  type ReusedWorkspace,
+  reusePlan,
+} from '@troupe/client';
+import {
+  fillInput,
+  type InputCut,
+  type TaskOrigin,
+  type TroupeEvent,
+  type WorkflowRecord,
+} from '@troupe/protocol';
+import { redactDeep, ValueStoreError } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
 import { originWorkspace } from './originWorkspace.ts';
 
@@ -74,7 +86,7 @@ export async function claimOrigin(
       "its task.accepted is gone from EVENTS, so what it was given to do cannot be compared with this one's; submit it as a new task",
     );
   }
-  const changed = await changedFrom(values, accepted, submitted);
+  const changed = await changedFrom(values, record, accepted, submitted);
   if (kind === 'restart' && changed.length > 0) {
     return problem(
       `a restart runs with the original's goal and input, and this one's ${changed.join(' and ')} differ from it; to run with another, publish it as a fork (origin.kind "fork"), whose people are asked again`,
@@ -99,14 +111,31 @@ export async function claimOrigin(
   };
 }
 
-/** Which of `goal` and `input` the submission changed from its origin's `task.accepted`. */
+/**
+ * Which of `goal` and `input` the submission changed from its origin's: as the origin ran them (its record's
+ * snapshot), since `task.accepted` shows them redacted and a restart carrying the real key is no change. An origin
+ * whose record keeps no snapshot is compared by its event, with the submission redacted the same way.
+ */
 async function changedFrom(
   values: Pick<TaskServices, 'values'>['values'],
-  { data: original }: Accepted,
+  record: WorkflowRecord,
+  { data: accepted }: Accepted,
   submitted: OriginSubmitted,
 ): Promise<string[]> {
-  const goal = original.goal === submitted.goal ? [] : ['goal'];
-  const same = await sameInput(values, original, submitted);
+  const found = originAsked(record, accepted);
+  const original: OriginAsked = found.ok
+    ? found.asked
+    : {
+        goal: accepted.goal,
+        ...(accepted.input ? { input: accepted.input } : {}),
+        ...(accepted.inputCut ? { inputCut: accepted.inputCut } : {}),
+      };
+  const mine =
+    found.ok && found.from === 'record'
+      ? submitted
+      : { ...submitted, goal: redactDeep(submitted.goal), input: redactDeep(submitted.input) };
+  const goal = original.goal === mine.goal ? [] : ['goal'];
+  const same = await sameInput(values, original, mine);
   return same ? goal : [...goal, 'input'];
 }
 
