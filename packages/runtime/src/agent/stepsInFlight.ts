@@ -57,6 +57,9 @@ export class StepsInFlight {
       );
       return;
     }
+    // A held task's workflow sends no step: one sent after a pause began shows the task was resumed since, though this
+    // host missed the resume (its connection down), so its requests to people held for that pause run out again.
+    if (request.sentAt !== undefined) this.#services.human?.sentAfter?.(request.taskId, request.sentAt);
     // The same step sent again (its first reply was lost to a reconnect) joins the run already going here, or
     // gets the reply that run gave, rather than running twice.
     const underway = this.#runs.get(request.stepId);

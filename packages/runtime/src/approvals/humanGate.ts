@@ -70,6 +70,12 @@ export interface HumanGate {
    * the pause it ends began, if known; a resume of an earlier pause, heard late, lets go of nothing.
    */
   letGo?(taskId: string, since?: number): void;
+  /**
+   * A step of the task was sent at `sentAt` (its workflow's clock): since a held task's workflow sends no step, a hold
+   * that began before it has ended, though its resume was not heard here (the host's connection was down), and the
+   * task's requests held here are let go as by {@link letGo}.
+   */
+  sentAfter?(taskId: string, sentAt: number): void;
 }
 
 /** A request a step is waiting on. */
@@ -164,6 +170,11 @@ export class NatsHumanGate implements HumanGate {
     if (since !== undefined && heldSince !== undefined && heldSince > since) return;
     this.#heldTasks.delete(taskId);
     for (const asking of this.#asking.get(taskId) ?? []) asking.send({ type: 'letGo' });
+  }
+
+  sentAfter(taskId: string, sentAt: number): void {
+    const heldSince = this.#heldTasks.get(taskId);
+    if (heldSince !== undefined && heldSince < sentAt) this.letGo(taskId, heldSince);
   }
 
   leavePending(stepId: string): void {

@@ -122,7 +122,8 @@ describe('an approval asked in an agent step while its task is paused (in-memory
     return { host, gate };
   }
 
-  function sendStep(stepId: string) {
+  /** Sends the step; `sentAt`: when its workflow sent it (now unless it was on its way). */
+  function sendStep(stepId: string, sentAt = clock.now()) {
     const received: unknown[] = [];
     const request: AgentStepRequest = {
       stepId,
@@ -134,7 +135,7 @@ describe('an approval asked in an agent step while its task is paused (in-memory
       goal: 'write a note',
       context: [],
       expect: 'text',
-      sentAt: clock.now(),
+      sentAt,
     };
     bus.requestReplies(subjects.agent('held', 'worker'), request, (message) => {
       if (message.ok) received.push(JSON.parse(new TextDecoder().decode(message.data)));
@@ -295,6 +296,42 @@ describe('an approval asked in an agent step while its task is paused (in-memory
     await expect
       .poll(async () => (await stored(request.id))?.expiresAt)
       .toBe(new Date(resumedAt + 30_000).toISOString());
+  });
+
+  it('is let go when its host missed the resume but gets a step of the task sent after the pause began', async () => {
+    const { model } = noteModel();
+    startHost(model);
+    sendStep('a6.work.1');
+    const request = await theRequest();
+    clock.advance(40_000);
+    await pause('a6');
+    await expect.poll(async () => (await stored(request.id))?.held?.leftMs).toBe(20_000);
+    // The resume never reaches this host (its connection was down); the workflow, which sends no step while the task
+    // is held, sends the step again for want of heartbeats an hour later: the task was resumed since the pause.
+    clock.advance(HOUR);
+    await bus.settled();
+    sendStep('a6.work.1');
+    const resentAt = clock.now();
+    await expect
+      .poll(async () => await stored(request.id))
+      .toMatchObject({ status: 'pending', expiresAt: new Date(resentAt + 20_000).toISOString() });
+    expect((await stored(request.id))?.held).toBeUndefined();
+  });
+
+  it('stays held when a step of its task sent before the pause began arrives late', async () => {
+    const { model } = noteModel();
+    startHost(model);
+    const sentBefore = clock.now();
+    sendStep('a7.work.1');
+    const request = await theRequest();
+    clock.advance(40_000);
+    await pause('a7');
+    await expect.poll(async () => (await stored(request.id))?.held?.leftMs).toBe(20_000);
+    clock.advance(HOUR);
+    // A resend sent before the pause, on its way all along.
+    sendStep('a7.work.1', sentBefore);
+    await bus.settled();
+    expect(await stored(request.id)).toMatchObject({ status: 'pending', held: { leftMs: 20_000 } });
   });
 
   it('runs out at the resume plus the time left, and only then, as a denial', async () => {
