@@ -34,16 +34,21 @@ describe("a person's reply racing the asker's hold or let-go write, over a real 
     await approvals.put(pending.id, pending);
     // The asker's hold (its task paused) lands between the reply's read of the record and its write.
     const update = KvStore.prototype.update;
-    const spy = vi.spyOn(KvStore.prototype, 'update').mockImplementationOnce(async function (
+    // Only the reply's first write to this record races (the harness's own processes write other keys meanwhile).
+    let raced = false;
+    const spy = vi.spyOn(KvStore.prototype, 'update').mockImplementation(async function (
       this: KvStore<typeof HumanRequest>,
       key,
       value,
       revision,
     ) {
-      await approvals.put(pending.id, {
-        ...pending,
-        held: { since: new Date(now).toISOString(), leftMs: 60_000 },
-      });
+      if (!raced && key === `gated.${pending.id}`) {
+        raced = true;
+        await approvals.put(pending.id, {
+          ...pending,
+          held: { since: new Date(now).toISOString(), leftMs: 60_000 },
+        });
+      }
       return update.call(this, key, value, revision);
     });
     const outcome = await replyToHuman(h.bus, pending.id, {
@@ -51,6 +56,7 @@ describe("a person's reply racing the asker's hold or let-go write, over a real 
       decision: { decision: 'allow', by: 'bo' },
     });
     spy.mockRestore();
+    expect(raced).toBe(true);
     expect(outcome.status).toBe('allowed');
     const decided = (await approvals.get(pending.id))?.value;
     expect(decided).toMatchObject({ status: 'allowed', by: 'bo' });
