@@ -36,7 +36,10 @@ type Accepted = Extract<TroupeEvent, { kind: 'task.accepted' }>;
  * record keeps the workflow's snapshot, whose context holds the task as it was claimed, unredacted: that is read
  * first. Without one (a record from before any checkpoint), the event serves only when nothing in it was redacted.
  */
-export function originAsked(record: WorkflowRecord, accepted: Accepted['data']): OriginAskedFrom {
+export function originAsked(
+  record: WorkflowRecord,
+  accepted: Pick<Accepted['data'], 'goal' | 'input' | 'inputCut'>,
+): OriginAskedFrom {
   const kept = SnapshotTask.safeParse(record.snapshot);
   if (kept.success) {
     const { goal, input, inputCut } = kept.data.context.task;

@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { TaskOrigin, TaskSubmission, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime/bus';
+import { familyRepeatProblem, type MadeTask } from './familyRepeat.ts';
 import { OperationError } from './operationError.ts';
 import { originAsked } from './originAsked.ts';
 import { PipelineRegistry } from './pipelineRegistry.ts';
 import { reusePlan } from './reusedSteps.ts';
 import { readTask, readTaskEvents, type SubmitOptions, submitToPipeline } from './taskOperations.ts';
-import { CLIENT_WAIT } from './troupeState.ts';
+import { CLIENT_WAIT, openWorkflowStore } from './troupeState.ts';
 
 /** A task made from an ended one: its id, and the pipeline it runs in (the original's). */
 export interface FamilyTask {
@@ -193,6 +194,34 @@ async function makeFamilyTask(
     // It runs on its origin's version, whose input schema may not be the newest's.
     ...(origin.newest || record.version === undefined ? {} : { version: record.version }),
   };
+  // An id given again (an idempotency key's) answers the task it made, if that is this same restart or fork.
+  const repeat = async () => {
+    if (id === undefined) return undefined;
+    const made = await madeTask(bus, id, submit);
+    const problem = made && familyRepeatProblem(made, { origin, ...(input ? { input } : {}) });
+    if (problem) {
+      throw new OperationError(
+        'conflict',
+        `task id ${id} (from its idempotency key) cannot be used for a ${origin.kind} of task ${taskId} from step ${origin.step}: ${problem}; use another key`,
+      );
+    }
+    return made;
+  };
+  if (await repeat()) return { taskId: task.id, pipeline };
   const submitted = await submitToPipeline(bus, pipeline, task, options);
+  // Made meanwhile by another request with the same id: it is compared once it can be read.
+  if (submitted.duplicate) await repeat();
   return { taskId: submitted.taskId, pipeline };
+}
+
+/** The task an id names already: its record, else its queued mark (when the submitter marks its tasks). */
+async function madeTask(
+  bus: JetStreamBus,
+  id: string,
+  submit: FamilySubmitOptions | undefined,
+): Promise<MadeTask | undefined> {
+  const record = (await (await openWorkflowStore(bus)).get(id))?.value;
+  if (record) return { record };
+  const mark = (await submit?.queued?.store.get(id))?.value;
+  return mark ? { mark } : undefined;
 }

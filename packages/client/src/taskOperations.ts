@@ -11,6 +11,7 @@ import {
   formatIssues,
   type InputCut,
   isTaskId,
+  originRef,
   PipelineVersion,
   QUEUED_MARK_HEADER,
   subjects,
@@ -176,6 +177,7 @@ async function markQueued(
     goal: task.goal,
     ...(task.metadata ? { metadata: task.metadata } : {}),
     submittedAt: queued.now(),
+    ...(task.origin ? { origin: originRef(task.origin) } : {}),
   };
   try {
     return (await queued.store.create(task.id, mark)) !== undefined;

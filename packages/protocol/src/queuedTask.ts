@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Name, TaskId } from './names.ts';
+import { TaskOriginRef } from './task.ts';
 
 /**
  * A task stored in `TASKS` that no coordinator has claimed yet, as its submitter marked it in the KV bucket `queued`
@@ -14,6 +15,11 @@ export const QueuedTask = z.object({
   metadata: z.record(z.string(), z.string()).optional(),
   /** When it was submitted (ISO 8601). */
   submittedAt: z.string(),
+  /**
+   * A restart's or fork's origin: a request again with the same idempotency key is compared with it before a
+   * coordinator has claimed the task (its record holds it then).
+   */
+  origin: TaskOriginRef.optional(),
   /**
    * A cancel asked while it waited: the claim ends it as cancelled with this reason, running none of its steps. As
    * long as a running task's cancel may give (`ControlMessage`): the gateway adds its token's name to the 2,000
