@@ -50,6 +50,7 @@ export {
   throughOutages,
   underPrefix,
 } from './durable/kvStore.ts';
+export { MemoryKv } from './durable/memoryKv.ts';
 export { JournalRecord, NewerJournalRecordError } from './durable/newerJournalRecord.ts';
 export {
   JournalEntry,

@@ -41,6 +41,7 @@ export {
   type TroupeBucket,
   type TroupeStreamsOptions,
 } from './jetstreamSetup.ts';
+export { type CarriedMessage, MemoryBus, type MemoryBusOptions } from './memoryBus.ts';
 export {
   type NatsAccess,
   NatsAccessError,
