@@ -31,12 +31,14 @@ export {
   type PipelineReload,
   startCoordinator,
 } from './coordinator.ts';
+export { type RunTaskOptions, type RunTaskResult, runTask } from './inProcessRun.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {
   DEFAULT_INTAKE_LIMITS,
   type IntakeLimits,
   MAX_TASK_DEPTH,
 } from './intake/intakeLimits.ts';
+export { type MemoryDelivery, MemoryTaskIntake, type Settlement } from './intake/memoryTaskIntake.ts';
 export {
   DEFAULT_MAX_IN_FLIGHT,
   HAND_BACK_DELAY_MS,

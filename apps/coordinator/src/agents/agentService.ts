@@ -339,7 +339,7 @@ function unpricedWarning(pipelines: readonly LoadedPipeline[], logger: Logger) {
  * of its MCP servers (connected now). Every MCP tool an agent declares must exist on its server; a missing one is a
  * config error naming the agent and what the server offers.
  */
-async function pipelineTools(
+export async function pipelineTools(
   pipeline: LoadedPipeline,
   builtins: ToolRegistry,
   connections: McpConnections[],

@@ -1,0 +1,79 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TroupeEvent } from '@troupe/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runTask } from '../src/inProcessRun.ts';
+
+const demo = join(import.meta.dirname, '..', '..', '..', 'examples', 'demo.yaml');
+
+let root: string;
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'troupe-in-process-'));
+});
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+describe('runTask: one task in-process, no server', () => {
+  it("runs the demo to the same events and result as a NATS run of it (test/pipeline.test.ts's)", async () => {
+    const events: TroupeEvent[] = [];
+    const { final } = await runTask({
+      pipeline: demo,
+      goal: 'Write a hello note',
+      taskId: 'inproc-1',
+      workspaceRoot: root,
+      onEvent: (event) => events.push(event),
+    });
+    expect(final.kind).toBe('task.completed');
+    // The flow test/pipeline.test.ts expects of the same task run by a coordinator on NATS.
+    const flow = events
+      .filter((e) => ['task.accepted', 'agent.handoff', 'step.completed', 'task.completed'].includes(e.kind))
+      .map((e) =>
+        e.kind === 'step.completed'
+          ? `${e.kind}:${e.data.step}:${e.data.verdict?.decision ?? 'ok'}`
+          : `${e.kind}:${e.from}>${e.to}`,
+      );
+    expect(flow).toEqual([
+      'task.accepted:user>demo',
+      'agent.handoff:task>planner',
+      'step.completed:plan:ok',
+      'agent.handoff:planner>executor',
+      'step.completed:execute:ok',
+      'agent.handoff:executor>reviewer',
+      'step.completed:review:reject',
+      'agent.handoff:reviewer>executor',
+      'step.completed:execute:ok',
+      'agent.handoff:executor>reviewer',
+      'step.completed:review:approve',
+      'task.completed:workflow>user',
+    ]);
+    expect(events.at(-1)).toEqual(final);
+    if (final.kind !== 'task.completed') return;
+    expect(final.data.rounds).toBe(2);
+    expect(final.data.output).toContain('sign-off');
+    const responses = events.filter((e) => e.kind === 'llm.response');
+    expect(final.data.usage.modelCalls).toBe(responses.length);
+    // Each event once (its own id), all of one trace, as on NATS.
+    expect(new Set(events.map((e) => e.id)).size).toBe(events.length);
+    expect(new Set(events.map((e) => e.traceparent.split('-')[1])).size).toBe(1);
+    // The step's files are in the workspace asked for.
+    expect(await readFile(join(root, 'demo', 'inproc-1', 'notes', 'hello.md'), 'utf8')).toContain(
+      'reviewed and approved',
+    );
+  });
+
+  it('cancels the task when its signal aborts', async () => {
+    const abort = new AbortController();
+    const { final } = await runTask({
+      pipeline: demo,
+      goal: 'Write a hello note',
+      workspaceRoot: root,
+      signal: abort.signal,
+      onEvent: (event) => {
+        if (event.kind === 'step.completed') abort.abort();
+      },
+    });
+    expect(final.kind).toBe('task.cancelled');
+  });
+});
