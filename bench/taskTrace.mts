@@ -4,7 +4,11 @@
  * loop) with the coordinator and the agents, so a late time also says the process was busy. 20 tasks warm up first;
  * with more than one task traced, the last one's messages are listed, with the p50 of all.
  *
- *   node scripts/bench.mjs taskTrace [tasks=1]
+ * With --summary, the last task's messages are also grouped by what they are for (bench/traceSummary.mts): counts
+ * per kind (requests and their replies, JetStream publishes and their PubAcks, KV writes and reads by key kind,
+ * heartbeats, events by kind, the task message's acks) and the round trips the trace shows in a row.
+ *
+ *   node scripts/bench.mjs taskTrace [tasks=1] [--summary]
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,8 +18,11 @@ import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinato
 import { FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
+import { summarize, type TracedMessage } from './traceSummary.mts';
 
-const traced = Number(process.argv[2] ?? 1);
+const args = process.argv.slice(2);
+const summary = args.includes('--summary');
+const traced = Number(args.find((a) => a !== '--summary') ?? 1);
 const nats = await startTestNats();
 const logger = createLogger({ level: process.env.TROUPE_BENCH_LOG ?? 'silent' });
 const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-bench-trace-'));
@@ -34,14 +41,17 @@ client.subscribe(subjects.allTaskEvents, {
     if (parsed.ok && FINAL_EVENT_KINDS.includes(parsed.value.kind)) ended.get(parsed.value.taskId)?.();
   },
 });
-let seen: { at: number; subject: string; size: number; request: boolean }[] = [];
+let seen: TracedMessage[] = [];
 client.subscribe('>', {
   callback: (_e, msg) => {
     seen.push({
       at: performance.now(),
       subject: msg.subject,
+      reply: msg.reply || undefined,
       size: msg.data.length,
-      request: Boolean(msg.reply),
+      // Enough of the body to name an event's kind, an ack's verb or a heartbeat, kept only when summarizing.
+      text: summary ? new TextDecoder().decode(msg.data.subarray(0, 400)) : undefined,
+      expectedSeq: msg.headers?.get('Nats-Expected-Last-Subject-Sequence') || undefined,
     });
   },
 });
@@ -56,6 +66,8 @@ for (let i = 0; i < 20; i++) await run(`warm-${i}`);
 const totals: number[] = [];
 let started = 0;
 for (let i = 0; i < traced; i++) {
+  // The summary counts one task's messages only: the one before it first finishes its end (its acks, its reads).
+  if (summary && i === traced - 1) await new Promise((resolve) => setTimeout(resolve, 50));
   seen = [];
   started = performance.now();
   await run(`trace-${i}`);
@@ -71,9 +83,10 @@ let last = started;
 for (const m of seen) {
   const subject = m.subject.replace(/_INBOX\.[A-Za-z0-9]+/, '_INBOX').replace(/\$JS\.ACK\..*/, '$JS.ACK…');
   const at = `${(m.at - started).toFixed(2).padStart(7)} +${(m.at - last).toFixed(2).padStart(5)}`;
-  console.log(`${at}  ${subject}${m.request ? ' (request)' : ''} ${m.size} B`);
+  console.log(`${at}  ${subject}${m.reply ? ' (request)' : ''} ${m.size} B`);
   last = m.at;
 }
+if (summary) for (const line of summarize(seen, started)) console.log(line);
 
 await client.close();
 await coordinator.stop();
