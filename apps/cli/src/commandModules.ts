@@ -14,6 +14,7 @@ export const commands = {
   gateway: () => import('./commands/gateway.ts'),
   graph: () => import('./commands/graph.ts'),
   replay: () => import('./commands/replay.ts'),
+  run: () => import('./commands/run.ts'),
   runs: () => import('./commands/runs.ts'),
   steer: () => import('./commands/steer.ts'),
   submit: () => import('./commands/submit.ts'),

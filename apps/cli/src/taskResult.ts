@@ -17,11 +17,14 @@ export interface TaskResult {
   files: { here: true; workspace: string; count: number } | { here: false; hint: string };
 }
 
-/** The result of the task whose final event this is; the files are looked for under the home's workspaces. */
+/**
+ * The result of the task whose final event this is; the files are looked for under the home's workspaces (or
+ * `workspaces`). Without a bus (`troupe run`, which stores no values) an output moved to the value store is the preview.
+ */
 export async function taskResultOf(
-  bus: JetStreamBus,
+  bus: JetStreamBus | undefined,
   final: TroupeEvent,
-  where: { home?: string },
+  where: { home?: string; workspaces?: string },
 ): Promise<TaskResult> {
   const base = { taskId: final.taskId, pipeline: final.pipeline };
   const files = await filesOf(final.pipeline, final.taskId, where);
@@ -29,7 +32,7 @@ export async function taskResultOf(
     const ref = final.data.outputRef;
     if (!ref) return { ...base, status: 'completed', output: final.data.output, files };
     // A user who may not read the pipeline's values still gets the preview, which says where the whole is.
-    const whole = await new ValueStore(bus).read(ref).catch(() => undefined);
+    const whole = bus && (await new ValueStore(bus).read(ref).catch(() => undefined));
     return whole === undefined
       ? { ...base, status: 'completed', output: final.data.output, outputPreview: true, files }
       : { ...base, status: 'completed', output: whole, files };
@@ -48,7 +51,7 @@ export async function taskResultOf(
 async function filesOf(
   pipeline: string,
   taskId: string,
-  where: { home?: string },
+  where: { home?: string; workspaces?: string },
 ): Promise<TaskResult['files']> {
   const dir = await workspaceHere(workspacesRoot(where), pipeline, taskId);
   if (!dir) return { here: false, hint: elsewhereHint(taskId, pipeline) };

@@ -6,6 +6,7 @@ import { homeOption, positive, serverOption } from './options.ts';
 /** One task: submit it, and watch, replay, trace or read what it did. */
 export function registerTasksCommands(program: Command): void {
   declareSubmit(program);
+  declareRun(program);
   declareTail(program);
   declareLogs(program);
   declareReplay(program);
@@ -45,6 +46,35 @@ function declareSubmit(program: Command): void {
     .action(
       commandAction(async (pipeline: string, goal: string, options) =>
         (await commands.submit()).submit(pipeline, goal, options),
+      ),
+    );
+}
+
+function declareRun(program: Command): void {
+  program
+    .command('run')
+    .description(
+      'run one task of a pipeline file in this process, no server needed; nothing is stored, so a crash loses it',
+    )
+    .argument('<pipeline.yaml>', 'pipeline file')
+    .argument('<goal>', 'what the task should achieve')
+    .option('--id <id>', 'task id; generated when absent')
+    .option('--input <json>', 'structured input for every step, as a JSON object')
+    .option(
+      '--yes',
+      'approve every tool call a permission rule says to ask about (nobody is there to ask)',
+      false,
+    )
+    .option('--json', 'print events and the result as JSON lines', false)
+    .option(
+      '--workspaces <dir>',
+      "where the task's workspace goes, <dir>/<pipeline>/<task> (default: <home>/workspaces)",
+    )
+    .option('--allow-mcp-commands', 'accept MCP servers that start a local command (stdio transport)', false)
+    .addOption(homeOption())
+    .action(
+      commandAction(async (file: string, goal: string, options) =>
+        (await commands.run()).run(file, goal, options),
       ),
     );
 }
