@@ -4,9 +4,11 @@ import { ControlReceipt, subjects, TroupeEvent as TroupeEventSchema, WorkflowRec
 import {
   createLogger,
   type HumanGate,
+  JournalEntry,
   type Logger,
   MemoryBus,
   MemoryKv,
+  StepJournal,
   startAgentHost,
   systemClock,
   ToolError,
@@ -67,6 +69,7 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
   const clock = systemClock;
   const bus = new MemoryBus({ name: 'troupe-run', logger, clock });
   const registry = await pipelineTools(loaded, builtinTools(), [], logger);
+  const nobody = nobodyToAsk(options.approvals ?? 'deny');
   const host = startAgentHost({
     bus,
     pipeline: name,
@@ -76,7 +79,7 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
     logger,
     clock,
     price: (provider, model, response) => loaded.prices.cost(provider, model, response.usage),
-    human: nobodyToAsk(options.approvals ?? 'deny'),
+    human: nobody,
     version: loaded.version.hash,
   });
   const intake = new MemoryTaskIntake();
@@ -98,6 +101,8 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
       logger,
       clock,
       concurrency: 1,
+      // A `human` step asks the same nobody, and fails saying so; its journal lives as long as the run.
+      people: { gate: nobody, journal: new StepJournal(new MemoryKv(JournalEntry)), clock },
     });
     try {
       const cancel = () =>
@@ -156,7 +161,7 @@ function nobodyToAsk(approvals: 'allow' | 'deny'): HumanGate {
     ask: async () => {
       throw new ToolError(
         'denied',
-        'troupe run has no person to answer questions; run the task under troupe up',
+        'troupe run has no person to answer questions; run the pipeline under troupe up, where troupe answer or the gateway answers them',
       );
     },
   };
