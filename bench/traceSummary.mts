@@ -54,11 +54,11 @@ const classify = (m: TracedMessage): Classified => {
   return { group: s.startsWith('_INBOX') ? 'inbox message, unmatched' : s, asks: Boolean(m.reply) };
 };
 
-/** The journal's keys say what they hold: `<step>.<turn>.model`, `<step>.<turn>.call.<i>`, `<task>.people`. */
+/** The journal's keys say what they hold: `<step>.<turn>.model`, `<step>.<turn>.<call index>`, `<task>.people`. */
 const journalKind = (key: string) => {
   const parts = key.split('.');
   if (parts.at(-1) === 'model') return ' (model reply)';
-  if (parts.at(-2) === 'call' || parts.at(-3) === 'call') return ' (tool call)';
+  if (/^\d+$/.test(parts.at(-1) ?? '') && /^\d+$/.test(parts.at(-2) ?? '')) return ' (tool call)';
   if (parts.at(-1) === 'people') return ' (people)';
   return ` (${parts.slice(1).join('.') || key})`;
 };
