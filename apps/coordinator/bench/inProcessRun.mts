@@ -1,0 +1,46 @@
+// p50/p99 of `runTask` (troupe run's in-process path) on examples/demo.yaml, scripted models, offline: each call
+// starts its own in-memory bus, agent host and runner, runs the demo's 5 steps (a rejected round) and stops them.
+// Run: node apps/coordinator/bench/run.mjs inProcessRun [count=200]
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { builtinTools } from '../src/config/builtinTools.ts';
+import { loadPipeline } from '../src/config/loadPipeline.ts';
+import { runTask } from '../src/inProcessRun.ts';
+
+const count = Number(process.argv[2] ?? 200);
+const demo = join(import.meta.dirname, '..', '..', '..', 'examples', 'demo.yaml');
+const pipeline = await loadPipeline(demo, { toolNames: builtinTools().names() });
+const root = await mkdtemp(join(tmpdir(), 'troupe-inproc-bench-'));
+try {
+  const run = async (i: number) => {
+    const started = performance.now();
+    const { final } = await runTask({
+      pipeline,
+      goal: 'Write a hello note',
+      taskId: `b-${i}`,
+      workspaceRoot: root,
+    });
+    if (final.kind !== 'task.completed') throw new Error(`task b-${i} ended ${final.kind}`);
+    return performance.now() - started;
+  };
+  // Warm-up: the first calls pay for JIT and module loading.
+  for (let i = 0; i < 20; i++) await run(-i - 1);
+  const times: number[] = [];
+  const cpu = process.cpuUsage();
+  for (let i = 0; i < count; i++) times.push(await run(i));
+  const used = process.cpuUsage(cpu);
+  times.sort((a, b) => a - b);
+  const at = (q: number) => times[Math.min(times.length - 1, Math.floor(q * times.length))] ?? Number.NaN;
+  console.log(
+    JSON.stringify({
+      runs: count,
+      p50Ms: +at(0.5).toFixed(2),
+      p99Ms: +at(0.99).toFixed(2),
+      cpuMsPerTask: +((used.user + used.system) / 1000 / count).toFixed(2),
+    }),
+  );
+} finally {
+  await rm(root, { recursive: true, force: true });
+}
