@@ -1,6 +1,7 @@
 // p50/p99 of `runTask` (troupe run's in-process path) on examples/demo.yaml, scripted models, offline: each call
 // starts its own in-memory bus, agent host and runner, runs the demo's 5 steps (a rejected round) and stops them.
-// Run: node apps/coordinator/bench/run.mjs inProcessRun [count=200]
+// Run: node apps/coordinator/bench/run.mjs inProcessRun [count=200] [pipeline.yaml=examples/demo.yaml]
+// (bench/fixtures/core.yaml: the 3-step task bench/core.mts measures under troupe up.)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,8 +11,8 @@ import { loadPipeline } from '../src/config/loadPipeline.ts';
 import { runTask } from '../src/inProcessRun.ts';
 
 const count = Number(process.argv[2] ?? 200);
-const demo = join(import.meta.dirname, '..', '..', '..', 'examples', 'demo.yaml');
-const pipeline = await loadPipeline(demo, { toolNames: builtinTools().names() });
+const file = process.argv[3] ?? join(import.meta.dirname, '..', '..', '..', 'examples', 'demo.yaml');
+const pipeline = await loadPipeline(file, { toolNames: builtinTools().names() });
 const root = await mkdtemp(join(tmpdir(), 'troupe-inproc-bench-'));
 try {
   const run = async (i: number) => {
@@ -35,6 +36,7 @@ try {
   const at = (q: number) => times[Math.min(times.length - 1, Math.floor(q * times.length))] ?? Number.NaN;
   console.log(
     JSON.stringify({
+      pipeline: pipeline.config.name,
       runs: count,
       p50Ms: +at(0.5).toFixed(2),
       p99Ms: +at(0.99).toFixed(2),
