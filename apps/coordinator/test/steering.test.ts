@@ -4,7 +4,17 @@ import { describe, expect, it } from 'vitest';
 import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import type { PipelineRunOutput } from '../src/workflow/workflowTypes.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
-import { HOUR, ok, paused, pipeline, running, setUp, twoSteps, usage } from './support/steeringRunner.ts';
+import {
+  HOUR,
+  ok,
+  paused,
+  pipeline,
+  running,
+  setUp,
+  startRunner,
+  twoSteps,
+  usage,
+} from './support/steeringRunner.ts';
 
 describe('pause and resume', () => {
   it('holds a step its agent stopped for the pause, counts no time against it, and sends it again on resume', async () => {
@@ -546,19 +556,7 @@ describe('tell', () => {
     await first.runner.stop();
     await task.handled;
     const lease = (await first.record('task-25'))?.lease;
-    const intake = new MemoryTaskIntake();
-    running.push(
-      await startPipelineRunner({
-        bus: first.bus,
-        intake,
-        config: twoSteps,
-        store: first.store,
-        logger: createLogger({ level: 'silent' }),
-        clock: first.clock,
-        concurrency: 4,
-        stepHeartbeatMs: 10 * HOUR,
-      }),
-    );
+    const { intake } = await startRunner(first, twoSteps);
     const again = intake.deliver(
       { id: 'task-25', goal: 'build it' },
       { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },

@@ -1,9 +1,6 @@
 import type { Clock, HumanGate, HumanScope, StepJournal } from '@troupe/runtime';
-import { createLogger } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
-import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import { MemoryTaskIntake } from './memoryTaskIntake.ts';
-import { HOUR, ok, pipeline, running, setUp } from './support/steeringRunner.ts';
+import { HOUR, ok, pipeline, setUp, startRunner } from './support/steeringRunner.ts';
 
 const askFirst = pipeline([
   { id: 'ask', kind: 'human', prompt: 'Ship it?', timeout: 60 },
@@ -85,20 +82,9 @@ describe('a human step whose question expired while its task was paused, restore
     // The coordinator stops (kill -9, say) while the task is still paused; another takes it from its record.
     await first.runner.stop();
     await task.handled;
-    const intake = new MemoryTaskIntake();
-    running.push(
-      await startPipelineRunner({
-        bus: first.bus,
-        intake,
-        config: askFirst,
-        store: first.store,
-        logger: createLogger({ level: 'silent' }),
-        clock: first.clock,
-        concurrency: 4,
-        stepHeartbeatMs: 10 * HOUR,
-        people: { gate: played.gate, journal: played.journal, clock },
-      }),
-    );
+    const { intake } = await startRunner(first, askFirst, {
+      people: { gate: played.gate, journal: played.journal, clock },
+    });
     const again = intake.deliver(
       { id: 'hr-1', goal: 'build it' },
       { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },

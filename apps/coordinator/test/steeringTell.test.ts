@@ -8,7 +8,17 @@ import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { forwardKey, forwardTold } from '../src/workflow/subTaskSteering.ts';
 import type { PipelineRunInput, PipelineRunOutput } from '../src/workflow/workflowTypes.ts';
 import { type MemoryDelivery, MemoryTaskIntake } from './memoryTaskIntake.ts';
-import { HOUR, ok, paused, pipeline, running, type Step, setUp, usage } from './support/steeringRunner.ts';
+import {
+  HOUR,
+  ok,
+  paused,
+  pipeline,
+  running,
+  type Step,
+  setUp,
+  startRunner,
+  usage,
+} from './support/steeringRunner.ts';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -30,20 +40,7 @@ async function takeOver(
   // The steps the first runner sent are gone with it: only those sent again count.
   first.waiting.splice(0);
   const lease = (await first.record(payload.id))?.lease;
-  const intake = new MemoryTaskIntake();
-  running.push(
-    await startPipelineRunner({
-      bus: first.bus,
-      intake,
-      config,
-      store: first.store,
-      logger: createLogger({ level: 'silent' }),
-      clock: first.clock,
-      concurrency: 4,
-      stepHeartbeatMs: 10 * HOUR,
-      ...extra,
-    }),
-  );
+  const { intake } = await startRunner(first, config, extra);
   const again = intake.deliver(payload, { streamSequence: task.delivery.streamSequence, deliveryCount: 2 });
   await expect.poll(async () => (await first.record(payload.id))?.lease).not.toBe(lease);
   return again;

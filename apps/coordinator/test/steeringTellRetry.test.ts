@@ -1,11 +1,8 @@
 import { type AgentStepReply, MAX_TOLD_KEYS } from '@troupe/protocol';
-import { createLogger } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
 import { TaskSteering } from '../src/task/taskSteering.ts';
-import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { forwardKey } from '../src/workflow/subTaskSteering.ts';
-import { MemoryTaskIntake } from './memoryTaskIntake.ts';
-import { HOUR, ok, pipeline, running, type Step, setUp, usage } from './support/steeringRunner.ts';
+import { ok, pipeline, type Step, setUp, startRunner, usage } from './support/steeringRunner.ts';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -74,19 +71,7 @@ describe('a tell to a step the workflow retries', () => {
     await first.runner.stop();
     await task.handled;
     const lease = (await record('task-t2'))?.lease;
-    const intake = new MemoryTaskIntake();
-    running.push(
-      await startPipelineRunner({
-        bus,
-        intake,
-        config,
-        store,
-        logger: createLogger({ level: 'silent' }),
-        clock,
-        concurrency: 4,
-        stepHeartbeatMs: 10 * HOUR,
-      }),
-    );
+    const { intake } = await startRunner({ bus, store, clock }, config);
     const again = intake.deliver(payload, { streamSequence: task.delivery.streamSequence, deliveryCount: 2 });
     await expect.poll(async () => (await record('task-t2'))?.lease).not.toBe(lease);
     await bus.settled();

@@ -1,8 +1,5 @@
-import { createLogger } from '@troupe/runtime';
 import { describe, expect, it } from 'vitest';
-import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
-import { MemoryTaskIntake } from './memoryTaskIntake.ts';
-import { HOUR, ok, paused, pipeline, running, setUp } from './support/steeringRunner.ts';
+import { HOUR, ok, paused, pipeline, setUp, startRunner } from './support/steeringRunner.ts';
 
 /** A step's own time (`defaults.stepTimeout` of the steering runner's pipelines): 60 s. */
 const STEP_MS = 60_000;
@@ -16,19 +13,7 @@ async function takeOver(
   streamSequence: number,
   config = onePlan,
 ) {
-  const intake = new MemoryTaskIntake();
-  running.push(
-    await startPipelineRunner({
-      bus: first.bus,
-      intake,
-      config,
-      store: first.store,
-      logger: createLogger({ level: 'silent' }),
-      clock: first.clock,
-      concurrency: 4,
-      stepHeartbeatMs: 10 * HOUR,
-    }),
-  );
+  const { intake } = await startRunner(first, config);
   return intake.deliver({ id, goal: 'build it' }, { streamSequence, deliveryCount: 2 });
 }
 

@@ -39,6 +39,7 @@ export const twoSteps = pipeline([
 ]);
 
 export type Step = Delivery<AgentStepRequest>;
+type RunnerOptions = Parameters<typeof startPipelineRunner>[0];
 
 /**
  * A pipeline runner on an in-memory bus, KV bucket and task intake, whose agents are played by the test: every
@@ -46,7 +47,7 @@ export type Step = Delivery<AgentStepRequest>;
  */
 export async function setUp(
   config: PipelineConfig,
-  extra: Pick<Parameters<typeof startPipelineRunner>[0], 'subPipelines' | 'people'> = {},
+  extra: Pick<RunnerOptions, 'subPipelines' | 'people'> = {},
 ) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
@@ -60,18 +61,7 @@ export async function setUp(
       waiting.push(delivery);
     });
   }
-  const runner = await startPipelineRunner({
-    bus,
-    intake,
-    config,
-    store,
-    logger: createLogger({ level: 'silent' }),
-    clock,
-    concurrency: 4,
-    stepHeartbeatMs: 10 * HOUR,
-    ...extra,
-  });
-  running.push(runner);
+  const { runner } = await startRunner({ bus, store, clock }, config, extra, intake);
   const control = (taskId: string, message: Record<string, unknown>) =>
     bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });
   /** Waits for the step of `stepId` to be sent (again), and takes it off the waiting list. */
@@ -88,6 +78,31 @@ export async function setUp(
   };
   const record = async (taskId: string) => (await store.get(taskId))?.value;
   return { clock, bus, store, intake, sent, waiting, runner, control, next, record };
+}
+
+/**
+ * Starts a pipeline runner as `setUp` does, on the bus, KV bucket and clock of `on` (another coordinator taking
+ * its tasks over), with a task intake of its own; it is stopped after the test with the others.
+ */
+export async function startRunner(
+  on: Pick<RunnerOptions, 'bus' | 'store' | 'clock'>,
+  config: PipelineConfig,
+  extra: Pick<RunnerOptions, 'subPipelines' | 'people'> = {},
+  intake = new MemoryTaskIntake(),
+): Promise<{ runner: PipelineRunner; intake: MemoryTaskIntake }> {
+  const runner = await startPipelineRunner({
+    bus: on.bus,
+    intake,
+    config,
+    store: on.store,
+    logger: createLogger({ level: 'silent' }),
+    clock: on.clock,
+    concurrency: 4,
+    stepHeartbeatMs: 10 * HOUR,
+    ...extra,
+  });
+  running.push(runner);
+  return { runner, intake };
 }
 
 export const ok = (step: Step, output = `${step.value.agent} did it`, extra: Partial<AgentStepReply> = {}) =>
