@@ -55,7 +55,7 @@ export function steerTask(
       return;
     }
     // Taken now: a resume may clear the pause before its record is written, and the event still says when it began.
-    const since = new Date(steering.paused?.since ?? clock.now()).toISOString();
+    const since = steering.paused?.since ?? clock.now();
     void writer.steered().then((written) => {
       if (!written) {
         steering.undoPause();
@@ -63,19 +63,7 @@ export function steerTask(
         return;
       }
       logger.info({ taskId, by }, `task ${taskId} paused at ${place.state}`);
-      publish(() =>
-        services.events.make(
-          'task.paused',
-          claimed.scope,
-          {
-            ...place,
-            ...(reason === undefined ? {} : { reason }),
-            ...(by === undefined ? {} : { by }),
-            since,
-          },
-          route,
-        ),
-      );
+      publish(() => pausedEvent(services, claimed, place, { since, by, reason }));
       signal.answer({ ok: true, taskId, outcome: 'paused' });
     });
     return;
@@ -165,6 +153,26 @@ function refusal(code: ControlRefusal, message: string): ErrorReply {
  * The `task.told` event of a message a task took: made when it is told, and again (marked `again`) when a restored
  * task has it unread.
  */
+/** `task.paused`: where the workflow is held, and when, by whom and why the pause came. */
+export function pausedEvent(
+  services: Pick<TaskServices, 'events' | 'pipeline'>,
+  claimed: Pick<Hold['claimed'], 'scope'>,
+  place: WorkflowPlace,
+  { since, by, reason }: { since: number; by?: string | undefined; reason?: string | undefined },
+) {
+  return services.events.make(
+    'task.paused',
+    claimed.scope,
+    {
+      ...place,
+      ...(reason === undefined ? {} : { reason }),
+      ...(by === undefined ? {} : { by }),
+      since: new Date(since).toISOString(),
+    },
+    { from: 'workflow', to: services.pipeline },
+  );
+}
+
 export function toldEvent(
   services: Pick<TaskServices, 'events' | 'pipeline'>,
   claimed: Pick<Hold['claimed'], 'scope'>,

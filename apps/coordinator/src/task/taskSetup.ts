@@ -11,7 +11,7 @@ import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowEmitted } from '../workflow/workflowTypes.ts';
 import { CheckpointWriter, type CheckpointWriterEvent } from './checkpointWriter.ts';
 import { type RunFacts, runContextLogic } from './runContext.ts';
-import { toldEvent } from './steerTask.ts';
+import { pausedEvent, placeOf, toldEvent } from './steerTask.ts';
 import { recordFailure } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
 import type { TaskSignal } from './taskSignals.ts';
@@ -241,24 +241,11 @@ function announceSteering(
   steering: TaskSteering,
   restored: WorkflowSnapshot,
 ): void {
-  const route = { from: 'workflow', to: services.pipeline };
   const paused = steering.paused;
   if (paused !== undefined) {
-    const { by, reason } = paused;
+    // Where the task is held now, which may be past where the pause came (a step ended after it).
     publishSafely(services, claimed.input.taskId, () =>
-      services.events.make(
-        'task.paused',
-        claimed.scope,
-        {
-          // Where the task is held now, which may be past where the pause came (a step ended after it).
-          state: activeSteps(restored.value).join('+'),
-          round: restored.context.round,
-          since: new Date(paused.since).toISOString(),
-          ...(by === undefined ? {} : { by }),
-          ...(reason === undefined ? {} : { reason }),
-        },
-        route,
-      ),
+      pausedEvent(services, claimed, placeOf(restored), paused),
     );
   }
   for (const message of steering.told) {
