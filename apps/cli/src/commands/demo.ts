@@ -4,8 +4,8 @@ import { submitTask } from '@troupe/client';
 import { createLogger, taskWorkspace } from '@troupe/runtime';
 import { formatEvent } from '../format/formatEvent.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
+import { newTaskId } from '../taskToSubmit.ts';
 import { waitForFinal } from '../watch.ts';
-import { newTaskId } from './submit.ts';
 import { start } from './up.ts';
 
 export interface DemoOptions {

@@ -1,10 +1,10 @@
-import { randomBytes } from 'node:crypto';
 import { builtinTools, ConfigError, type LoadedPipeline, loadPipeline, runTask } from '@troupe/coordinator';
-import { checkTaskToSubmit, formatIssues, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
+import type { TaskSubmission, TroupeEvent } from '@troupe/protocol';
 import { CliError } from '../cliError.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { exitCodeOf } from '../taskEnding.ts';
 import { formatTaskResult, taskResultOf } from '../taskResult.ts';
+import { checkedTask, newTaskId } from '../taskToSubmit.ts';
 import { workspacesRoot } from '../taskWorkspaces.ts';
 import { importToolModule } from '../toolModuleImport.ts';
 
@@ -67,16 +67,7 @@ function buildTask(goal: string, options: RunOptions): TaskSubmission & { id: st
       throw new CliError(`--input is not JSON: ${(error as Error).message}`, 2);
     }
   }
-  const id = options.id ?? `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
-  const candidate = { id, goal, ...(input === undefined ? {} : { input }) };
-  const parsed = TaskSubmission.safeParse(candidate);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'task'}: ${i.message}`);
-    throw new CliError(`invalid task: ${problems.join('; ')}`, 2);
-  }
-  const checked = checkTaskToSubmit(parsed.data);
-  if (!checked.ok) throw new CliError(`invalid task: ${checked.reason.replace(/^payload/, 'the task')}`, 2);
-  return { ...parsed.data, id };
+  return checkedTask({ id: options.id ?? newTaskId(), goal, ...(input === undefined ? {} : { input }) });
 }
 
 /** The pipeline file, loaded as `troupe up` loads it; a bad one is refused with its problems (exit 2). */

@@ -1,14 +1,14 @@
-import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
 import { OperationError, submitToPipeline } from '@troupe/client';
-import { checkTaskToSubmit, formatIssues, isName, TaskSubmission, type TroupeEvent } from '@troupe/protocol';
+import { isName, type TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
 import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 import { untilEnded } from '../taskEnding.ts';
 import { formatTaskResult, taskResultOf } from '../taskResult.ts';
+import { checkedTask, newTaskId } from '../taskToSubmit.ts';
 import { finalTracker } from '../watch.ts';
 import { workflowsIfAny } from '../workflowRecords.ts';
 
@@ -21,9 +21,6 @@ export interface SubmitOptions extends ServerOptions {
   timeout: number;
   json: boolean;
 }
-
-/** A fresh task id: time-ordered, subject-safe. */
-export const newTaskId = (): string => `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
 
 /**
  * `troupe submit`: validates the task here, stores it in the TASKS stream, and with --wait follows it to the end and
@@ -138,15 +135,7 @@ async function buildTask(goal: string, options: SubmitOptions): Promise<TaskSubm
     ...(input === undefined ? {} : { input }),
     ...(options.meta.length > 0 ? { metadata } : {}),
   };
-  const parsed = TaskSubmission.safeParse(candidate);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues).map((i) => `${i.path || 'task'}: ${i.message}`);
-    throw new CliError(`invalid task: ${problems.join('; ')}`, 2);
-  }
-  // Refused here as a coordinator would refuse it, rather than stored and refused there.
-  const checked = checkTaskToSubmit(parsed.data);
-  if (!checked.ok) throw new CliError(`invalid task: ${checked.reason.replace(/^payload/, 'the task')}`, 2);
-  return { ...parsed.data, id: candidate.id };
+  return checkedTask(candidate);
 }
 
 async function readInputFile(path: string): Promise<string> {
