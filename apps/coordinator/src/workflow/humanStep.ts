@@ -2,6 +2,7 @@ import type { StepActivity } from '@troupe/protocol';
 import { type Clock, type HumanGate, StepJournal } from '@troupe/runtime';
 import { z } from 'zod';
 import type { TaskSteering } from '../task/taskSteering.ts';
+import { heldSoFar as heldOf } from './stepCallRules.ts';
 import { whileHeld } from './subTaskSteering.ts';
 import type { HumanRunInput, HumanRunOutput } from './workflowTypes.ts';
 
@@ -35,10 +36,7 @@ export function createHumanStepRunner(deps: HumanStepDeps) {
     const durationMs = () => Math.max(0, deps.clock.now() - started);
     const { steering } = deps;
     /** How long the task was held in all, up to now (the pause in force counted so far). */
-    const heldSoFar = () =>
-      steering === undefined
-        ? 0
-        : steering.pausedMs + (steering.paused ? Math.max(0, deps.clock.now() - steering.paused.since) : 0);
+    const heldSoFar = () => (steering === undefined ? 0 : heldOf(steering, deps.clock.now()));
     const heldBefore = heldSoFar();
     // A question asked stays answerable and does not run out while the task is held; let go, it has what it had left.
     const unfollow = followHold(deps, input.taskId);
