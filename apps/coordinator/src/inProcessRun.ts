@@ -83,13 +83,11 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
     version: loaded.version.hash,
   });
   const intake = new MemoryTaskIntake();
-  let ended: (event: FinalEvent) => void = () => {};
-  const final = new Promise<FinalEvent>((resolve) => {
-    ended = resolve;
-  });
+  // The first final event the task publishes.
+  let final: FinalEvent | undefined;
   const events = bus.subscribe(subjects.taskEvents(taskId, name), TroupeEventSchema, ({ value }) => {
     options.onEvent?.(value);
-    if (FINAL_KINDS.has(value.kind)) ended(value as FinalEvent);
+    if (final === undefined && FINAL_KINDS.has(value.kind)) final = value as FinalEvent;
   });
   try {
     const runner = await startPipelineRunner({
@@ -116,16 +114,12 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
         { storedAt: clock.now() },
       );
       try {
-        let last: FinalEvent | undefined;
-        void final.then((event) => {
-          last = event;
-        });
         await delivery.handled;
         // The final event is published before the task's message is settled; what it started is let finish.
         await bus.settled();
-        if (!last)
+        if (!final)
           throw new Error(`task ${taskId} of pipeline ${name} ended with no final event (it was refused)`);
-        return { final: last };
+        return { final };
       } finally {
         options.signal?.removeEventListener('abort', cancel);
       }
