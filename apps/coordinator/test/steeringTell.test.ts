@@ -1,10 +1,10 @@
 import { AgentStepRequest, ControlMessage, subjects, WorkflowRecord } from '@troupe/protocol';
-import { createLogger, type HumanGate, type StepJournal } from '@troupe/runtime';
+import type { HumanGate, StepJournal } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { TaskSteering } from '../src/task/taskSteering.ts';
-import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import type { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { forwardKey, forwardTold } from '../src/workflow/subTaskSteering.ts';
 import type { PipelineRunInput, PipelineRunOutput } from '../src/workflow/workflowTypes.ts';
 import { type MemoryDelivery, MemoryTaskIntake } from './memoryTaskIntake.ts';
@@ -13,7 +13,6 @@ import {
   ok,
   paused,
   pipeline,
-  running,
   type Step,
   setUp,
   startRunner,
@@ -185,18 +184,7 @@ function subPipelineOf(parent: () => Runner, config: PipelineConfig) {
     bus.subscribe(subjects.agent('outline', 'drafter'), AgentStepRequest, (delivery) => {
       waiting.push(delivery);
     });
-    running.push(
-      await startPipelineRunner({
-        bus,
-        intake,
-        config,
-        store,
-        logger: createLogger({ level: 'silent' }),
-        clock,
-        concurrency: 4,
-        stepHeartbeatMs: 10 * HOUR,
-      }),
-    );
+    await startRunner({ bus, store, clock }, config, {}, intake);
   };
   const subPipelines = async (input: PipelineRunInput, signal: AbortSignal): Promise<PipelineRunOutput> => {
     let run = runs.get(input.task.id);
