@@ -225,7 +225,7 @@ describe('the dashboard, in a real browser', () => {
     const taskId = await submit('asker', 'pick a colour');
     expect(asked).toBeGreaterThanOrEqual(2);
     expect(await page.getByRole('alert').count()).toBe(0);
-    await page.unroute('**/v1/tasks/*/trace');
+    await page.unrouteAll({ behavior: 'wait' });
     const card = page.locator('[data-testid=request]').filter({ hasText: taskId });
     await card.waitFor({ timeout: 30_000 });
     await snap('dashboard-question');

@@ -248,7 +248,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
         `Pause refused (409): task ${running} is paused already — the task’s state does not allow it now`,
       );
     expect(await pause.isDisabled()).toBe(false);
-    await page.unroute(`**/v1/tasks/${running}/pause`);
+    await page.unrouteAll({ behavior: 'wait' });
   });
 
   it('pauses, then offers Resume; a 503 on resume says nobody runs the task now', async () => {
@@ -287,8 +287,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     expect(sent).toEqual({});
     await page.getByTestId('resume').click();
     await page.getByTestId('pause').waitFor();
-    await page.unroute(`**/v1/tasks/${running}/pause`);
-    await page.unroute(`**/v1/tasks/${running}/resume`);
+    await page.unrouteAll({ behavior: 'wait' });
   });
 
   it('tells: Tell waits for a text, sends it, shows the message id; a 403 is shown plainly', async () => {
@@ -319,7 +318,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
       .toBe(
         'Tell refused (403): token ops lacks the approve scope (it has read) — this token’s scopes do not allow it',
       );
-    await page.unroute(`**/v1/tasks/${running}/tell`);
+    await page.unrouteAll({ behavior: 'wait' });
   });
 
   it('shows a hold, the resume after it, a told message and the agent’s read of it in the timeline as they come', async () => {
@@ -363,7 +362,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
       .poll(() => page.getByTestId('told-receipt').textContent())
       .toContain('message m-7 is recorded');
     expect(await page.getByTestId('tell-refused').count()).toBe(0);
-    await page.unroute(`**/v1/tasks/${running}/tell`);
+    await page.unrouteAll({ behavior: 'wait' });
     await screenshotAtRest(page, shot('dashboard-steering'));
   });
 
@@ -448,8 +447,9 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     await expect
       .poll(() => page.getByTestId('descendants').textContent())
       .toBe(`Made from it: ${made} (restart from work)`);
-    await page.unroute(`**/v1/tasks/${running}/restart`);
-    await page.unroute(`**/v1/tasks/${made}`);
+    // The page polls the new task: a plain unroute under a handler still answering one lets the browser go on with
+    // that request, and the handler's answer then fails as already handled. Waiting lets it finish first.
+    await page.unrouteAll({ behavior: 'wait' });
     await api(`/v1/tasks/${made}/cancel`, {});
   });
 
@@ -478,7 +478,7 @@ describe('the dashboard’s steering controls, in a real browser', () => {
     expect(keys[0]).toMatch(/^[0-9a-f]{32}$/);
     expect(keys[1]).toBe(keys[0]);
     expect(keys[2]).not.toBe(keys[0]);
-    await page.unroute(`**/v1/tasks/${running}/restart`);
+    await page.unrouteAll({ behavior: 'wait' });
   });
 
   it('forks a finished task from a step: checks the input is JSON first, sends the edits, links the fork', async () => {
@@ -530,6 +530,6 @@ describe('the dashboard’s steering controls, in a real browser', () => {
       set: { execute: 'Wrote hello.md, in French' },
     });
     expect(await form.getByTestId('fork-invalid').count()).toBe(0);
-    await page.unroute(`**/v1/tasks/${completed}/fork`);
+    await page.unrouteAll({ behavior: 'wait' });
   });
 });

@@ -292,7 +292,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
         .and(page.locator('[data-status=completed]'))
         .waitFor({ timeout: 15_000 });
     } finally {
-      await page.unroute(`**/v1/sessions/${id}`);
+      await page.unrouteAll({ behavior: 'wait' });
     }
   }, 60_000);
 
@@ -499,8 +499,7 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
         .poll(() => page.getByTestId('files-cut').textContent(), { timeout: 15_000 })
         .toBe('The list is cut after 1 file.');
     } finally {
-      await page.unroute(`**/v1/sessions/${id}`);
-      await page.unroute('**/v1/tasks/*/files');
+      await page.unrouteAll({ behavior: 'wait' });
     }
   }, 60_000);
 });
