@@ -163,6 +163,14 @@ export const StepError = z
   );
 export type StepError = z.infer<typeof StepError>;
 
+/**
+ * Whether a step may have asked a person (an approval, a question) under its task: `false` only when this run asked
+ * nobody and no run of the step came before it (its request was `fresh`). The workflow reads the task's requests at
+ * its end only when a step may have asked (see docs/durability.md, "Ending"). Absent (an older host, a remote agent):
+ * not known, so the end reads them.
+ */
+const AskedPeople = z.boolean().optional();
+
 /** An agent's reply to a step. */
 export const AgentStepReply = z.discriminatedUnion('ok', [
   z.object({
@@ -180,6 +188,7 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     workspace: WorkspaceChanges.optional(),
     /** The ids of the told messages (see `told`) this step's agent read into its conversation. */
     toldRead: z.array(z.string()).optional(),
+    askedPeople: AskedPeople,
   }),
   z.object({
     ok: z.literal(false),
@@ -191,6 +200,7 @@ export const AgentStepReply = z.discriminatedUnion('ok', [
     workspace: WorkspaceChanges.optional(),
     /** The ids of the told messages this step's agent read before it stopped (a paused step's, say). */
     toldRead: z.array(z.string()).optional(),
+    askedPeople: AskedPeople,
   }),
 ]);
 export type AgentStepReply = z.infer<typeof AgentStepReply>;
