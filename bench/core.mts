@@ -11,20 +11,25 @@
  * With OTEL_EXPORTER_OTLP_ENDPOINT set, it exports traces as `troupe up` does (`bench/otlpSink.mts` is a collector
  * that takes and drops them), to measure what tracing costs.
  *
- * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s, all submitted at once to
- * a coordinator of their own with the default 16 working slots; a waiting task is parked and holds none. It
- * reports how soon all were in flight at once, the heap per task in flight, and the heap once all have ended
- * against the heap before (run with --expose-gc, as `npm run bench` does, for exact heap figures).
+ * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s (5 ms more per task
+ * beyond 4,000, so that none ends before all are in flight), all submitted at once to a coordinator of their own
+ * with the default 16 working slots; a waiting task is parked and holds none. It reports how soon all were in
+ * flight at once, the heap and the RSS (this process: coordinator, agents and client; nats-server is another) per
+ * task in flight, and the heap once all have ended against the heap before (run with --expose-gc, as `npm run
+ * bench` does, for exact heap figures).
  *
- * Last the scale phase (bench/fixtures/scale.yaml): the same workload with its agents served by 1, 2 and 4
- * `troupe worker` processes (the built CLI) and workflows only in this process; tasks/s for each.
+ * Last the scale phase (bench/fixtures/scale.yaml): the same workload with its agents served by `troupe worker`
+ * processes (the built CLI: `node scripts/buildCli.mjs`, or TROUPE_BENCH_CLI naming another checkout's
+ * apps/cli/bin/troupe.mjs) and workflows only in this process (`troupe up --no-agents`). With the first worker,
+ * 200 tasks one at a time (sequential p50/p99 with the agents in another process), then for each worker count a
+ * batch of `scale` tasks at once, tasks/s.
  *
- *   npm run bench -- [sequential=200] [concurrent=1000,10000] [parked=2000] [scale=1000]
+ *   npm run bench -- [sequential=200] [concurrent=1000,10000] [parked=2000] [scale=1000] [workers=1,2,4]
  *
- * Each count may be 0 to skip that phase; `concurrent` takes a comma-separated list of batch sizes.
+ * Each count may be 0 to skip that phase; `concurrent` and `workers` take comma-separated lists.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -38,10 +43,16 @@ const sequential = Number(process.argv[2] ?? 200);
 const concurrentBatches = (process.argv[3] ?? '1000,10000').split(',').map(Number);
 const parked = Number(process.argv[4] ?? 2_000);
 const scaleTasks = Number(process.argv[5] ?? 1_000);
+const workerCounts = (process.argv[6] ?? '1,2,4').split(',').map(Number);
 /** The heap in use, after a full collection when the process was started with --expose-gc. */
 const heapUsed = () => {
   (globalThis as { gc?: () => void }).gc?.();
   return process.memoryUsage().heapUsed;
+};
+/** The process's resident set, after a full collection when the process was started with --expose-gc. */
+const rss = () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  return process.memoryUsage().rss;
 };
 
 const print = (figure: string, value: number, unit: string, extra: Record<string, unknown> = {}) =>
@@ -186,6 +197,14 @@ async function batch(prefix: string, count: number, pipeline = 'core'): Promise<
   return (performance.now() - started) / 1000;
 }
 
+/** Submits one task and waits for its end; how many milliseconds that took. */
+async function oneTask(id: string, pipeline = 'core'): Promise<number> {
+  const started = performance.now();
+  submit(id, pipeline);
+  await endOf(id);
+  return performance.now() - started;
+}
+
 // Warm up: code paths compiled, streams and consumers in place.
 for (let i = 0; i < 20; i++) {
   submit(`warm-${i}`);
@@ -195,23 +214,20 @@ for (let i = 0; i < 20; i++) {
 const latencies: number[] = [];
 const sequentialCpu = process.cpuUsage();
 const sequentialStart = performance.now();
-for (let i = 0; i < sequential; i++) {
-  const id = `seq-${i}`;
-  const started = performance.now();
-  submit(id);
-  await endOf(id);
-  latencies.push(performance.now() - started);
-}
+for (let i = 0; i < sequential; i++) latencies.push(await oneTask(`seq-${i}`));
 const sequentialMs = performance.now() - sequentialStart;
 const { user, system } = process.cpuUsage(sequentialCpu);
 latencies.sort((a, b) => a - b);
-print('sequential task p50', percentile(latencies, 0.5), 'ms', { tasks: sequential });
-print('sequential task p99', percentile(latencies, 0.99), 'ms', { tasks: sequential });
-print('sequential tasks per second', sequential / (sequentialMs / 1000), 'tasks/s');
-// Coordinator, agents and this client share the process; nats-server's own CPU is not counted.
-print('sequential CPU per task (this process)', (user + system) / 1000 / sequential, 'ms', {
-  user: Math.round((user / 1000 / sequential) * 1000) / 1000,
-});
+if (sequential > 0) printSequential();
+function printSequential() {
+  print('sequential task p50', percentile(latencies, 0.5), 'ms', { tasks: sequential });
+  print('sequential task p99', percentile(latencies, 0.99), 'ms', { tasks: sequential });
+  print('sequential tasks per second', sequential / (sequentialMs / 1000), 'tasks/s');
+  // Coordinator, agents and this client share the process; nats-server's own CPU is not counted.
+  print('sequential CPU per task (this process)', (user + system) / 1000 / sequential, 'ms', {
+    user: Math.round((user / 1000 / sequential) * 1000) / 1000,
+  });
+}
 
 for (const concurrent of concurrentBatches.filter((n) => n > 0)) {
   const seconds = await batch(`conc-${concurrent}`, concurrent);
@@ -223,13 +239,20 @@ for (const concurrent of concurrentBatches.filter((n) => n > 0)) {
 if (parked > 0) await parkedPhase();
 async function parkedPhase() {
   const parkedBus = await NatsBus.connect({ servers: nats.url, name: 'bench-parked', logger });
+  // The model's wait grows with the count, so that no task ends (and frees its memory) before all are in flight:
+  // the fixture, copied with a longer delay.
+  const fixtures = join(import.meta.dirname, 'fixtures');
+  const delayMs = 20_000 + Math.max(0, parked - 4_000) * 5;
+  const parkedDir = await mkdtemp(join(tmpdir(), 'troupe-bench-parked-'));
+  await writeFile(join(parkedDir, 'parked.yaml'), await readFile(join(fixtures, 'parked.yaml')));
+  const script = await readFile(join(fixtures, 'parked.script.yaml'), 'utf8');
+  await writeFile(
+    join(parkedDir, 'parked.script.yaml'),
+    script.replace(/delayMs: \d+/, `delayMs: ${delayMs}`),
+  );
   const parkedCoordinator = await startCoordinator({
     bus: parkedBus,
-    pipelines: [
-      await loadPipeline(join(import.meta.dirname, 'fixtures', 'parked.yaml'), {
-        toolNames: registry.names(),
-      }),
-    ],
+    pipelines: [await loadPipeline(join(parkedDir, 'parked.yaml'), { toolNames: registry.names() })],
     logger,
     workspaceRoot,
     registry,
@@ -247,6 +270,7 @@ async function parkedPhase() {
   });
   await client.flush();
   const heapBefore = heapUsed();
+  const rssBefore = rss();
   const parkedStart = performance.now();
   const parkedIds = Array.from({ length: parked }, (_, i) => `parked-${i}`);
   for (const id of parkedIds) submit(id, 'parked');
@@ -258,11 +282,18 @@ async function parkedPhase() {
   const allInFlightMs = performance.now() - parkedStart;
   const firstEnded = parkedIds.filter((id) => ended.has(id)).length;
   const heapInFlight = heapUsed();
+  const rssInFlight = rss();
   print(`${parked} parked tasks: time until all were in flight`, allInFlightMs / 1000, 's', {
     endedMeanwhile: firstEnded,
+    modelDelayS: delayMs / 1000,
   });
   print('heap per parked task in flight', (heapInFlight - heapBefore) / parked / 1024, 'KB', {
     tasks: parked,
+  });
+  // RSS holds the heap's free pages, code and socket buffers as well: the figure a machine's memory is sized by.
+  print('RSS per parked task in flight', (rssInFlight - rssBefore) / parked / 1024, 'KB', {
+    tasks: parked,
+    rssBeforeMiB: Math.round(rssBefore / 1024 / 1024),
   });
   await Promise.all(parkedIds.map(endOf));
   print(`${parked} parked tasks, wall time`, (performance.now() - parkedStart) / 1000, 's');
@@ -277,6 +308,17 @@ async function parkedPhase() {
   );
   await parkedCoordinator.stop();
   await parkedBus.close();
+  await rm(parkedDir, { recursive: true, force: true });
+}
+
+/** One task at a time with the agents in one `troupe worker` (the issue's p50 ≤ 6 ms with a separate worker). */
+async function workerSequential() {
+  for (let i = 0; i < 20; i++) await oneTask(`scale-warm-${i}`, 'scale');
+  const times: number[] = [];
+  for (let i = 0; i < 200; i++) times.push(await oneTask(`scale-seq-${i}`, 'scale'));
+  times.sort((a, b) => a - b);
+  print('scale: sequential task p50 with 1 worker process', percentile(times, 0.5), 'ms', { tasks: 200 });
+  print('scale: sequential task p99 with 1 worker process', percentile(times, 0.99), 'ms', { tasks: 200 });
 }
 
 // Scale: workflows here, agents in 1, 2, then 4 worker processes.
@@ -297,7 +339,8 @@ async function scalePhase() {
   const workers: ChildProcess[] = [];
   const startWorker = () =>
     new Promise<ChildProcess>((resolve, reject) => {
-      const cli = join(import.meta.dirname, '..', 'apps', 'cli', 'bin', 'troupe.mjs');
+      const cli =
+        process.env.TROUPE_BENCH_CLI ?? join(import.meta.dirname, '..', 'apps', 'cli', 'bin', 'troupe.mjs');
       const worker = spawn(
         process.execPath,
         [cli, 'worker', scaleFile, '--server', nats.url, '--home', home, '--json', '--log-level', 'info'],
@@ -309,8 +352,9 @@ async function scalePhase() {
       worker.once('exit', (code) => reject(new Error(`troupe worker exited with ${code} before serving`)));
     });
   try {
-    for (const count of [1, 2, 4]) {
+    for (const count of workerCounts.filter((n) => n > 0)) {
       while (workers.length < count) workers.push(await startWorker());
+      if (workers.length === 1) await workerSequential();
       const seconds = await batch(`scale-${count}`, scaleTasks, 'scale');
       print(`scale: ${scaleTasks} tasks with ${count} worker process(es)`, scaleTasks / seconds, 'tasks/s', {
         workers: count,
