@@ -82,10 +82,10 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
   // task resumed from a checkpoint claims no origin again: its record keeps what its first claim found.
   const found = origin?.ok ? origin.edited : existing?.value.origin?.edited;
   const taskOrigin = submission.origin && found ? { ...submission.origin, edited: found } : submission.origin;
-  // A task runs on the version it started on (or was migrated to); a new one on the newest, a restart or fork on
-  // its origin's.
+  // A task runs on the version it started on (or was migrated to); a new one on the newest (as triage read it, its
+  // input checked against it), a restart or fork on its origin's.
   const onOriginVersion = origin !== undefined && !(origin.ok && origin.version === undefined);
-  const started = existing || onOriginVersion ? undefined : await versions.newest();
+  const started = existing || onOriginVersion ? undefined : (task.newest ?? (await versions.newest()));
   const version = existing
     ? existing.value.version
     : origin?.ok && onOriginVersion

@@ -10,6 +10,7 @@ import {
 } from '@troupe/protocol';
 import { type KvEntry, logMessage } from '@troupe/runtime';
 import type { TaskServices } from '../task/taskServices.ts';
+import type { FlowVersion } from '../workflow/flowVersions.ts';
 import { LIMIT_FLAGS } from './intakeLimits.ts';
 import { endCancelledWhileQueued } from './queuedCancel.ts';
 import { dropMark, readMark } from './queuedMark.ts';
@@ -31,6 +32,11 @@ export interface TriagedTask {
   inputProblem?: string;
   /** Its mark in KV `queued`, when it was submitted through the gateway and the mark is still there. */
   queued?: KvEntry<QueuedTask>;
+  /**
+   * The newest version, read once after the delivery for a task that starts on it: its input was checked against
+   * this version's schema, and its claim starts it on this version, with no second read of the registry.
+   */
+  newest?: FlowVersion;
 }
 
 /** What to do with a delivery, as triage finds it. */
@@ -133,8 +139,7 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
   if (cancelled) return cancelled;
   if (stalls >= services.maxDeliver) return { next: 'giveUp', task };
   // A task that resumes from a checkpoint has its input there (cut, with where the whole is): nothing to read.
-  if (!submission.inputRef || entry?.value.snapshot !== undefined)
-    return (await misfit(services, task)) ?? { next: 'claim', task };
+  if (!submission.inputRef || entry?.value.snapshot !== undefined) return toClaim(services, task);
   // An input too large for the message: read whole from where its submitter stored it. A store out of reach
   // throws, and the delivery comes back (each one counted as a stall, so one never readable ends dead-lettered).
   const stored = services.values
@@ -151,7 +156,7 @@ export async function triage(services: TriageServices, delivery: TaskDelivery): 
     submission: { ...rest, input: stored.input },
     ...(stored.cut ? { inputCut: stored.cut } : {}),
   };
-  return (await misfit(services, whole)) ?? { next: 'claim', task: whole };
+  return toClaim(services, whole);
 }
 
 type ParsedTask = ReturnType<typeof parseTask>;
@@ -161,17 +166,20 @@ function parseTask({ limits }: Pick<TriageServices, 'limits'>, data: Uint8Array)
 }
 
 /**
- * Refuses a new task whose input does not match the input schema of the version it would start on: it was never
- * meant for this pipeline. Clients check it before they submit; this is for any other NATS publisher.
+ * A task to claim, with the version a new one starts on read here, once: read after the delivery, it is at least as
+ * new as any the submitter could have seen when it submitted. A new task whose input does not match that version's
+ * input schema is refused: it was never meant for this pipeline. Clients check it before they submit; this is for
+ * any other NATS publisher.
  */
-async function misfit(services: TriageServices, task: TriagedTask): Promise<Triage | undefined> {
-  if (task.entry) return undefined;
+async function toClaim(services: TriageServices, task: TriagedTask): Promise<Triage> {
+  if (task.entry) return { next: 'claim', task };
   // A restart or fork runs on its origin's version, whose schema its claim checks the input against.
   const origin = task.submission.origin;
-  if (origin !== undefined && !origin.newest) return undefined;
-  const schema = (await services.versions.newest()).config.input;
+  if (origin !== undefined && !origin.newest) return { next: 'claim', task };
+  const newest = await services.versions.newest();
+  const schema = newest.config.input;
   const fits = schema === undefined ? undefined : checkTaskInput(schema, task.submission.input);
-  if (fits === undefined || fits.ok) return undefined;
+  if (fits === undefined || fits.ok) return { next: 'claim', task: { ...task, newest } };
   return refuse(services, task.delivery, { ok: false, reason: fits.reason, issues: fits.issues }, task);
 }
 

@@ -34,6 +34,8 @@ export function intakeServices(
     load?: (hash: string) => Promise<PipelineConfig | undefined>;
     /** The newest version's config (hash {@link V1}); the pipeline's one version by default. */
     config?: PipelineConfig;
+    /** The newest version's hash as the registry says it (none: {@link V1}, this coordinator's). */
+    newest?: () => Promise<string | undefined>;
   } = {},
 ) {
   const clock = new SimulatedClock();
@@ -61,7 +63,10 @@ export function intakeServices(
       config: options.config ?? config,
       hash: V1,
       compile: (versionConfig) => compileFlow(versionConfig),
-      source: options.load ? { load: options.load } : {},
+      source: {
+        ...(options.load ? { load: options.load } : {}),
+        ...(options.newest ? { newest: options.newest } : {}),
+      },
       logger,
     }),
     deadLetter: async (_pipeline, task, reason) => {
