@@ -10,6 +10,7 @@ export {
   MAX_TOLD_KEYS,
   TaskEnding,
 } from './control.ts';
+export { EVENT_BATCH_TOKEN, EventBatch, eventsOf, isBatchable } from './eventBatch.ts';
 export { onItsSubject, parseEvent } from './eventSubject.ts';
 export {
   EVENT_KINDS,

@@ -38,6 +38,8 @@ export const subjects = {
   /** Where the agent that summarizes a pipeline's sessions takes requests to fold older turns into a summary. */
   sessionSummary: (pipeline: string, agent: string) => `${ROOT}.agents.${pipeline}.${agent}.summarize`,
   event: (pipeline: string, taskId: string, kind: string) => `${ROOT}.events.${pipeline}.${taskId}.${kind}`,
+  /** Where a batch of one task's events goes (see `EventBatch`): under the task's events, so its filters match. */
+  eventBatch: (pipeline: string, taskId: string) => `${ROOT}.events.${pipeline}.${taskId}.batch`,
   taskEvents: (taskId: string, pipeline = '*') => `${ROOT}.events.${pipeline}.${taskId}.>`,
   /** Every task's events in one pipeline. */
   pipelineEvents: (pipeline: string) => `${ROOT}.events.${pipeline}.*.>`,
