@@ -16,6 +16,12 @@ const ORPHANED_AFTER = 10;
  * calls seldom are.
  */
 const MODEL_WAIT_REPORT_MS = 100;
+/**
+ * How long a step runs before its first heartbeat goes (or `heartbeatMs`, if shorter). Most steps of a quick agent
+ * reply sooner and send none; the workflow counts its silence from its send, and 250 ms is far inside the heartbeats
+ * it may miss. A change (a person wait, a model call that lasted) is sent at once all the same.
+ */
+export const FIRST_BEAT_MS = 250;
 
 /** What a step's heartbeats need from its host. */
 export interface StepLivenessServices {
@@ -63,13 +69,13 @@ export class StepLiveness {
 
   /**
    * While the step runs, its requesters hear from this host (if they asked to), so they can tell a long step from
-   * a dead worker; the first heartbeat goes at once.
+   * a dead worker; the first heartbeat goes once the step has lasted {@link FIRST_BEAT_MS}.
    */
   start(): void {
     const heartbeatMs = this.#request.heartbeatMs;
     if (heartbeatMs === undefined) return;
     this.#ticking = every(this.#services.clock, heartbeatMs, () => this.beat(heartbeatMs));
-    this.beat(heartbeatMs);
+    this.beat(heartbeatMs, Math.min(heartbeatMs, FIRST_BEAT_MS));
   }
 
   /** Beats now at the interval the step's request asked for, if it asked for heartbeats (what they say changed). */
@@ -79,9 +85,10 @@ export class StepLiveness {
 
   /**
    * Tells the heartbeat sender where the step's heartbeats go and what they say; finds the step orphaned when
-   * nobody has listened for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`.
+   * nobody has listened for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`. The sender sends the first one
+   * after `firstAfterMs`, when given.
    */
-  beat(heartbeatMs: number): void {
+  beat(heartbeatMs: number, firstAfterMs?: number): void {
     const { clock, heartbeats, human, logger } = this.#services;
     const { stepId, taskId } = this.#request;
     const inboxes = this.#requesters.inboxes();
@@ -92,7 +99,7 @@ export class StepLiveness {
       ...(waitingFor ? { waitingFor } : {}),
       ...(this.#model?.reported ? { waitingOnModel: true as const } : {}),
     };
-    heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat);
+    heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat, firstAfterMs);
     if (inboxes.length > 0) this.#lastWaitedFor = clock.now();
     else if (clock.now() - this.#lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !this.#isOrphaned) {
       this.#isOrphaned = true;

@@ -37,3 +37,52 @@ describe('heartbeats and whether their requester is still there', () => {
     expect(await reportsOver(busFinding('unanswered', 'unanswered', 'gone'), 3)).toEqual([true, true, false]);
   });
 });
+
+describe('the first heartbeat of a step', () => {
+  /** A bus that counts the heartbeats sent. */
+  const counting = () => {
+    const sent: unknown[] = [];
+    const bus = {
+      stillListening: async (_inbox: string, heartbeat: unknown) => {
+        sent.push(heartbeat);
+        return 'answered';
+      },
+    } as unknown as Bus;
+    return { bus, sent };
+  };
+
+  it('goes after firstAfterMs, not at once; a step stopped before then sends none', () => {
+    const clock = new SimulatedClock();
+    const { bus, sent } = counting();
+    const sender = new InlineHeartbeatSender(bus, clock);
+    sender.beat('t.quick.1', ['inbox.a'], 5_000, { stepId: 't.quick.1', heartbeat: true }, 250);
+    sender.beat('t.long.1', ['inbox.b'], 5_000, { stepId: 't.long.1', heartbeat: true }, 250);
+    clock.advance(249);
+    sender.stop('t.quick.1');
+    expect(sent).toEqual([]);
+    clock.advance(1);
+    expect(sent).toEqual([{ stepId: 't.long.1', heartbeat: true }]);
+    clock.advance(4_750);
+    expect(sent).toHaveLength(2);
+    sender.stop('t.long.1');
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('goes at once when what it says changes before then, and not again at firstAfterMs', () => {
+    const clock = new SimulatedClock();
+    const { bus, sent } = counting();
+    const sender = new InlineHeartbeatSender(bus, clock);
+    sender.beat('t.ask.1', ['inbox.a'], 5_000, { stepId: 't.ask.1', heartbeat: true }, 250);
+    clock.advance(10);
+    const waiting = {
+      stepId: 't.ask.1',
+      heartbeat: true,
+      waitingFor: { kind: 'approval', id: 'ap-1' },
+    } as const;
+    sender.beat('t.ask.1', ['inbox.a'], 5_000, waiting);
+    expect(sent).toEqual([waiting]);
+    clock.advance(4_989);
+    expect(sent).toHaveLength(1);
+    sender.stop('t.ask.1');
+  });
+});
