@@ -1,5 +1,6 @@
-// p50/p99 of `runTask` (troupe run's in-process path) on examples/demo.yaml, scripted models, offline: each call
-// starts its own in-memory bus, agent host and runner, runs the demo's 5 steps (a rejected round) and stops them.
+// p50/p99/mean and CPU per task of `runTask` (troupe run's in-process path) on examples/demo.yaml, scripted models,
+// offline: the calls share one in-memory stack (bus, agent host, runner, compiled flow), as a loop of runTask calls of
+// one pipeline does; each runs the demo's 5 steps (a rejected round).
 // Run: node apps/coordinator/bench/run.mjs inProcessRun [count=200] [pipeline.yaml=examples/demo.yaml]
 // (bench/fixtures/core.yaml: the 3-step task bench/core.mts measures under troupe up.)
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -40,6 +41,7 @@ try {
       runs: count,
       p50Ms: +at(0.5).toFixed(2),
       p99Ms: +at(0.99).toFixed(2),
+      meanMs: +(times.reduce((sum, t) => sum + t, 0) / times.length).toFixed(2),
       cpuMsPerTask: +((used.user + used.system) / 1000 / count).toFixed(2),
     }),
   );

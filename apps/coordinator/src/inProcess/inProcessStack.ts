@@ -1,0 +1,275 @@
+import type { ApprovalDecision, TroupeEvent } from '@troupe/protocol';
+import { ControlReceipt, subjects, TroupeEvent as TroupeEventSchema } from '@troupe/protocol';
+import {
+  type AgentHost,
+  createLogger,
+  type HumanGate,
+  JournalEntry,
+  type Logger,
+  type McpConnections,
+  MemoryBus,
+  MemoryKv,
+  StepJournal,
+  startAgentHost,
+  systemClock,
+  ToolError,
+} from '@troupe/runtime';
+import { pipelineTools } from '../agents/agentService.ts';
+import { hostedAgents } from '../config/agentDefinitions.ts';
+import { builtinTools } from '../config/builtinTools.ts';
+import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import { MemoryTaskIntake } from '../intake/memoryTaskIntake.ts';
+import { type PipelineRunner, startPipelineRunner } from '../workflow/pipelineRunner.ts';
+import { HeldRecords } from './heldRecords.ts';
+
+/** The events that end a task: one of them is the last an in-process run hears. */
+export type FinalEvent = Extract<TroupeEvent, { kind: 'task.completed' | 'task.failed' | 'task.cancelled' }>;
+
+/** What a stack is built for besides its pipeline: runs that differ in any of these get stacks of their own. */
+export interface StackSettings {
+  workspaceRoot: string;
+  approvals: 'allow' | 'deny';
+  /** Undefined: a silent logger. */
+  logger: Logger | undefined;
+}
+
+/** One task for a stack to run. */
+export interface StackTask {
+  taskId: string;
+  goal: string;
+  input?: unknown;
+  onEvent?: (event: TroupeEvent) => void;
+  signal?: AbortSignal;
+}
+
+const FINAL_KINDS: ReadonlySet<string> = new Set(['task.completed', 'task.failed', 'task.cancelled']);
+
+/**
+ * How long a stack nobody uses is kept for the next run before it is stopped. Its timer does not keep the process
+ * alive: a process whose work is done exits without waiting for it.
+ */
+const IDLE_STOP_MS = 1_000;
+
+/**
+ * What an in-process run needs besides its task, built once per pipeline and settings and kept while runs come: an
+ * in-memory bus, the pipeline's agent host and its runner (its flow compiled once), an in-memory intake, and task
+ * records held in memory and forgotten as each task ends. It stores nothing (see {@link HeldRecords}): no journal, no
+ * values, no outbox, only in-process listeners for events.
+ */
+export class InProcessStack {
+  #stopped = false;
+
+  private constructor(
+    readonly pipeline: string,
+    private readonly bus: MemoryBus,
+    private readonly host: AgentHost,
+    private readonly runner: PipelineRunner,
+    private readonly intake: MemoryTaskIntake,
+    /** The task records of the runs under way; exposed for tests. */
+    readonly records: HeldRecords,
+    private readonly mcp: McpConnections[],
+    private readonly logger: Logger,
+  ) {}
+
+  static async start(loaded: LoadedPipeline, settings: StackSettings): Promise<InProcessStack> {
+    const logger = settings.logger ?? createLogger({ level: 'silent' });
+    const name = loaded.config.name;
+    const clock = systemClock;
+    const bus = new MemoryBus({ name: 'troupe-run', logger, clock });
+    const mcp: McpConnections[] = [];
+    const registry = await pipelineTools(loaded, builtinTools(), mcp, logger);
+    const nobody = nobodyToAsk(settings.approvals);
+    const host = startAgentHost({
+      bus,
+      pipeline: name,
+      agents: hostedAgents(loaded),
+      registry,
+      workspaceRoot: settings.workspaceRoot,
+      logger,
+      clock,
+      price: (provider, model, response) => loaded.prices.cost(provider, model, response.usage),
+      human: nobody,
+      version: loaded.version.hash,
+    });
+    const intake = new MemoryTaskIntake();
+    const records = new HeldRecords();
+    try {
+      const runner = await startPipelineRunner({
+        bus,
+        config: loaded.config,
+        version: loaded.version.hash,
+        store: records,
+        intake,
+        logger,
+        clock,
+        // The in-memory intake hands each run's task over at once: a run never waits for another's slot.
+        concurrency: 1,
+        // A `human` step asks the same nobody, and fails saying so; its journal lives as long as the stack.
+        people: { gate: nobody, journal: new StepJournal(new MemoryKv(JournalEntry)), clock },
+      });
+      return new InProcessStack(name, bus, host, runner, intake, records, mcp, logger);
+    } catch (error) {
+      await host.stop();
+      await Promise.all(mcp.map((m) => m.close()));
+      await bus.close();
+      throw error;
+    }
+  }
+
+  /** Runs one task to its end, and resolves with its final event. */
+  async run(task: StackTask): Promise<FinalEvent> {
+    const { bus, logger } = this;
+    const { taskId } = task;
+    // The first final event the task publishes.
+    let final: FinalEvent | undefined;
+    const events = bus.subscribe(
+      subjects.taskEvents(taskId, this.pipeline),
+      TroupeEventSchema,
+      ({ value }) => {
+        task.onEvent?.(value);
+        if (final === undefined && FINAL_KINDS.has(value.kind)) final = value as FinalEvent;
+      },
+    );
+    const cancel = () =>
+      void bus
+        .request(subjects.control(taskId), { action: 'cancel' }, ControlReceipt, { timeoutMs: 10_000 })
+        .catch((error) => logger.warn({ err: error, taskId }, 'could not cancel the task'));
+    try {
+      if (task.signal?.aborted) cancel();
+      task.signal?.addEventListener('abort', cancel, { once: true });
+      const delivery = this.intake.deliver(
+        { id: taskId, goal: task.goal, ...(task.input === undefined ? {} : { input: task.input }) },
+        { storedAt: systemClock.now() },
+      );
+      await delivery.handled;
+      // The final event is published before the task's message is settled; what it started is let finish.
+      await bus.settled();
+      if (!final)
+        throw new Error(
+          `task ${taskId} of pipeline ${this.pipeline} ended with no final event (it was refused)`,
+        );
+      return final;
+    } finally {
+      task.signal?.removeEventListener('abort', cancel);
+      events.unsubscribe();
+      this.records.forget(taskId);
+    }
+  }
+
+  /** Whether {@link stop} was called. */
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    try {
+      await this.runner.stop();
+    } finally {
+      await this.host.stop();
+      await Promise.all(this.mcp.map((m) => m.close()));
+      await this.bus.close();
+    }
+  }
+}
+
+/** A stack in use by runs; {@link StackLease.release} once the run is over. */
+export interface StackLease {
+  stack: InProcessStack;
+  release(): void;
+}
+
+interface KeptStack {
+  settings: StackSettings;
+  stack: Promise<InProcessStack>;
+  users: number;
+  idle: ReturnType<typeof setTimeout> | undefined;
+}
+
+/** The stacks kept, by the loaded pipeline they run (a pipeline object no longer referenced lets its stacks go). */
+const kept = new WeakMap<LoadedPipeline, KeptStack[]>();
+
+/**
+ * The stack for a pipeline and settings: the one kept from an earlier run, or a new one. A loop of runs of one
+ * pipeline builds its agent host and runner, and compiles its flow, once; a stack is stopped once nobody has used it
+ * for {@link IDLE_STOP_MS}.
+ */
+export async function leaseStack(loaded: LoadedPipeline, settings: StackSettings): Promise<StackLease> {
+  const list = kept.get(loaded) ?? [];
+  kept.set(loaded, list);
+  let entry = list.find(
+    (k) =>
+      k.settings.workspaceRoot === settings.workspaceRoot &&
+      k.settings.approvals === settings.approvals &&
+      k.settings.logger === settings.logger,
+  );
+  if (!entry) {
+    const added: KeptStack = {
+      settings,
+      stack: InProcessStack.start(loaded, settings),
+      users: 0,
+      idle: undefined,
+    };
+    list.push(added);
+    // A stack that could not start is not kept: the next run tries again.
+    added.stack.catch(() => drop(list, added));
+    entry = added;
+  }
+  const taken = entry;
+  taken.users += 1;
+  clearTimeout(taken.idle);
+  taken.idle = undefined;
+  try {
+    const stack = await taken.stack;
+    let released = false;
+    return {
+      stack,
+      release: () => {
+        if (released) return;
+        released = true;
+        unuse(list, taken);
+      },
+    };
+  } catch (error) {
+    taken.users -= 1;
+    throw error;
+  }
+}
+
+function unuse(list: KeptStack[], entry: KeptStack): void {
+  entry.users -= 1;
+  if (entry.users > 0) return;
+  entry.idle = setTimeout(() => {
+    drop(list, entry);
+    void entry.stack.then((stack) => stack.stop()).catch(() => {});
+  }, IDLE_STOP_MS);
+  entry.idle.unref();
+}
+
+function drop(list: KeptStack[], entry: KeptStack): void {
+  const at = list.indexOf(entry);
+  if (at >= 0) list.splice(at, 1);
+}
+
+/**
+ * The person an in-process run does not have: an `ask` call is approved or denied as told, saying who decided, and a
+ * question fails, naming why, so the model reads it rather than waiting for ever.
+ */
+function nobodyToAsk(approvals: 'allow' | 'deny'): HumanGate {
+  return {
+    approve: async (): Promise<ApprovalDecision> =>
+      approvals === 'allow'
+        ? { decision: 'allow', by: 'troupe run --yes' }
+        : {
+            decision: 'deny',
+            reason: 'troupe run has no person to approve calls; run it with --yes to allow calls that ask',
+            by: 'troupe run',
+          },
+    ask: async () => {
+      throw new ToolError(
+        'denied',
+        'troupe run has no person to answer questions; run the pipeline under troupe up, where troupe answer or the gateway answers them',
+      );
+    },
+  };
+}
