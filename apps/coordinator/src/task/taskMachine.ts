@@ -36,7 +36,8 @@ export function createTaskMachine(services: TaskServices) {
   const parts = taskSetup(services);
   return parts.createMachine({
     id: 'task',
-    context: ({ input }) => ({ ...input, settle: 'ack' }),
+    // Made as the message arrives (the queue hands it over at once): the server's ack wait runs from about then.
+    context: ({ input }) => ({ ...input, settle: 'ack', keptAliveAt: services.clock.now() }),
     initial: 'triaging',
     // Answered in every state, so a sender never waits on a task that has moved on.
     on: {
@@ -159,7 +160,13 @@ export function createTaskMachine(services: TaskServices) {
               throw event.error;
             },
           },
-          keepAlive: { actions: [({ context }) => context.delivery.working(), 'keepAliveLater'] },
+          keepAlive: {
+            actions: [
+              ({ context }) => context.delivery.working(),
+              assign({ keptAliveAt: () => services.clock.now() }),
+              'keepAliveLater',
+            ],
+          },
         },
         initial: 'live',
         states: {
@@ -178,7 +185,12 @@ export function createTaskMachine(services: TaskServices) {
       concluding: {
         invoke: {
           src: 'conclude',
-          input: ({ context }) => ({ delivery: context.delivery, final: need(context.final, 'final event') }),
+          input: ({ context }) => ({
+            delivery: context.delivery,
+            final: need(context.final, 'final event'),
+            keptAliveAt: context.keptAliveAt,
+            ...(context.askedNobody ? { askedNobody: true as const } : {}),
+          }),
           onDone: [
             { guard: ({ event }) => event.output === 'left', target: 'left' },
             { guard: ({ context }) => context.settle === 'term', target: 'terminated' },
@@ -216,7 +228,10 @@ function afterWorkflow() {
       target: '#task.concluding',
       actions: {
         type: 'noteFinal' as const,
-        params: ({ event }: AfterWorkflowDone) => finalOf(event.output),
+        params: ({ event }: AfterWorkflowDone) => ({
+          final: finalOf(event.output),
+          askedNobody: event.output.next === 'conclude' && event.output.askedNobody === true,
+        }),
       },
     },
     { guard: ({ event }: AfterWorkflowDone) => event.output.next === 'handBack', target: '#task.handedBack' },

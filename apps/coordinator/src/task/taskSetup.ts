@@ -2,7 +2,7 @@ import { emptyUsage, type TroupeEvent } from '@troupe/protocol';
 import { startWorkflowSpan, type TraceSpan, traceparentOf } from '@troupe/runtime';
 import { assign, enqueueActions, fromPromise, raise, setup } from 'xstate';
 import { type Claim, type ClaimedTask, claim } from '../intake/claim.ts';
-import { type Conclusion, conclude } from '../intake/conclude.ts';
+import { type Concluding, type Conclusion, conclude } from '../intake/conclude.ts';
 import { type GiveUp, giveUp } from '../intake/giveUp.ts';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
 import { type Triage, type TriagedTask, triage } from '../intake/triage.ts';
@@ -56,6 +56,10 @@ export interface TaskContext extends TaskActorInput {
   flow?: FlowVersion;
   hold?: Hold;
   final?: TroupeEvent | undefined;
+  /** The task ran whole in this delivery and no step of it asked a person: its end reads no requests to close. */
+  askedNobody?: boolean;
+  /** When the message was last kept alive (`working()`), or arrived. */
+  keptAliveAt: number;
   settle: 'ack' | 'term';
   /** A stage failed (a fault of the code, or NATS lost for good): the message is left to a redelivery. */
   error?: unknown;
@@ -128,16 +132,14 @@ export function taskSetup(services: TaskServices) {
           ...(input.migrated ? { migrated: input.migrated } : {}),
         });
       }),
-      conclude: fromPromise<Conclusion, { delivery: TaskDelivery; final: TroupeEvent }>(({ input }) =>
-        conclude(services, input),
-      ),
+      conclude: fromPromise<Conclusion, Concluding>(({ input }) => conclude(services, input)),
     },
     guards: {
       noEnding: ({ context }) => context.hold?.ending === undefined,
     },
     actions: {
-      /** The task's final event, as the stage that ended it made it. */
-      noteFinal: assign((_, final: TroupeEvent | undefined) => ({ final })),
+      /** The task's final event, as the stage that ended it made it, and whether its steps asked nobody. */
+      noteFinal: assign((_, p: { final: TroupeEvent | undefined; askedNobody: boolean }) => p),
       /** The message's next keep-alive, on the runner's clock: a third of the ack wait from now. */
       keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
       /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */

@@ -26,9 +26,12 @@ export const RELEASES: Record<Exclude<WorkflowEnding, { kind: 'done' }>['kind'],
   crashed: 'checkpointFailed',
 };
 
-/** What the delivery does once its workflow's time here has ended. */
+/**
+ * What the delivery does once its workflow's time here has ended. To conclude, `askedNobody` when the task ran whole
+ * in this delivery and none of its steps may have asked a person (see `conclude.ts`).
+ */
 export type AfterWorkflow =
-  | { next: 'conclude'; final: TroupeEvent }
+  | { next: 'conclude'; final: TroupeEvent; askedNobody?: true }
   | { next: 'handBack' }
   | { next: 'leave' };
 
@@ -72,7 +75,10 @@ export async function recordWorkflowEnding(
       // The last checkpoint did not land (it was too big, say): the ending is recorded without the snapshot.
       if (!ended.finalWritten && !(await recordTaskEnding(services, ended, ending.output, final)))
         return { next: 'leave' };
-      return { next: 'conclude', final };
+      // Nothing of a first delivery ran before it, and its workflow saw every step of it end: it knows whether one
+      // may have asked a person. A resumed or redelivered task cannot know what an earlier run asked.
+      const askedNobody = claimed.firstDelivery && ending.output.askedPeople !== true;
+      return { next: 'conclude', final, ...(askedNobody ? { askedNobody } : {}) };
     }
     case 'stopped':
       await recordHandBack(services, taskId, lease);

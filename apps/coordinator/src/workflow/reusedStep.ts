@@ -73,6 +73,8 @@ export function reusedReply(context: WorkflowContext, step: AgentAskedStep): { r
     turns: 0,
     durationMs: 0,
     reused: true,
+    // Nothing is sent: nobody is asked under this task.
+    askedPeople: false,
   };
   return { reused: reply };
 }

@@ -147,6 +147,12 @@ export interface WorkflowContext {
   itemBase?: WorkspaceManifest;
   /** In an item's workflow: what the task had spent when the item started, which its budgets count too. */
   spent?: { usage: UsageTotals; byAgent: Record<string, UsageTotals> };
+  /**
+   * A step may have asked a person under this task (an approval, a question): set as a step is left unless its own
+   * reply says it asked nobody (`askedPeople: false`), and by every `human` step. The task's end reads the task's
+   * requests to close them only when this is set, or the task ran over more than one delivery.
+   */
+  askedPeople?: true;
 }
 
 /** A foreach step's items, how many have been started (in list order), and how each that ended did. */
@@ -168,6 +174,8 @@ export type ItemOutput = ItemOutcome & {
   usageByAgent: Record<string, UsageTotals>;
   /** What the item's steps changed in the task's workspace. */
   workspace?: WorkspaceChanges;
+  /** A step of the item may have asked a person (see {@link WorkflowContext.askedPeople}). */
+  askedPeople?: true;
 };
 
 /** How a branch of a parallel step ended: done, or failed with why. */
@@ -207,6 +215,8 @@ export interface WorkflowOutput {
   cancelReason?: string;
   /** Why the run let the task go, when it did. */
   released?: ReleaseReason;
+  /** A step may have asked a person (see {@link WorkflowContext.askedPeople}). */
+  askedPeople?: true;
 }
 
 /** The output of a workflow that ended its task: any final state but `released`. */

@@ -11,13 +11,40 @@ const scope = {
 
 describe('concluding a task', () => {
   it('publishes its final event, closes its pending requests, and says it is settled', async () => {
-    const { services, bus, closed } = intakeServices();
+    const { services, bus, closed, clock } = intakeServices();
     const final = services.finalEvents.failed(scope, 'internal', 'broke', emptyUsage(), 5);
     const delivery = deliveryOf({ id: 'task-1', goal: 'g' });
-    expect(await conclude(services, { delivery, final })).toBe('settled');
+    // Last kept alive half the ack wait ago (keep-alives go every third of it): kept alive at once.
+    const keptAliveAt = clock.now() - 1.5 * services.keepAliveMs;
+    expect(await conclude(services, { delivery, final, keptAliveAt })).toBe('settled');
     expect(bus.events).toEqual([final]);
     expect(closed).toEqual(['task-1']);
-    expect(delivery.keepAlives()).toBeGreaterThan(0);
+    expect(delivery.keepAlives()).toBe(1);
+  });
+
+  it('reads no requests of a task that provably asked nobody', async () => {
+    const { services, bus, closed, clock } = intakeServices();
+    const final = services.finalEvents.failed(scope, 'step_failed', 'no', emptyUsage(), 5);
+    const delivery = deliveryOf({ id: 'task-1', goal: 'g' });
+    const keptAliveAt = clock.now();
+    expect(await conclude(services, { delivery, final, keptAliveAt, askedNobody: true })).toBe('settled');
+    expect(bus.events).toEqual([final]);
+    expect(closed).toEqual([]);
+  });
+
+  it('keeps a message kept alive lately alive only a keep-alive interval on, should the end take that long', async () => {
+    const { services, clock, stop } = intakeServices();
+    services.bus.publishEvent = () => new Promise<boolean>(() => {});
+    const final = services.finalEvents.failed(scope, 'internal', 'broke', emptyUsage(), 5);
+    const delivery = deliveryOf({ id: 'task-1', goal: 'g' });
+    const keptAliveAt = clock.now() - services.keepAliveMs;
+    const concluding = conclude(services, { delivery, final, keptAliveAt });
+    expect(delivery.keepAlives()).toBe(0);
+    // At most half the ack wait and a third of it since the last: within the ack wait.
+    clock.advance(services.keepAliveMs);
+    expect(delivery.keepAlives()).toBe(1);
+    stop();
+    expect(await concluding).toBe('left');
   });
 
   it('leaves the message to a redelivery when the runner stops before the event is stored', async () => {
@@ -25,7 +52,8 @@ describe('concluding a task', () => {
     // An outbox that never stores the event (NATS out of reach).
     services.bus.publishEvent = () => new Promise<boolean>(() => {});
     const final = services.finalEvents.failed(scope, 'internal', 'broke', emptyUsage(), 5);
-    const concluding = conclude(services, { delivery: deliveryOf({ id: 'task-1', goal: 'g' }), final });
+    const delivery = deliveryOf({ id: 'task-1', goal: 'g' });
+    const concluding = conclude(services, { delivery, final, keptAliveAt: services.clock.now() });
     stop();
     expect(await concluding).toBe('left');
     expect(closed).toEqual([]);

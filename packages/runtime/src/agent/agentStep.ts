@@ -28,7 +28,7 @@ import { timeBudgetMessage } from './stepBudget.ts';
 import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
-import { failedReply, outOfTimeReply, toReply } from './stepReply.ts';
+import { failedReply, outOfTimeReply, toReply, withAskedPeople } from './stepReply.ts';
 import { StepTold } from './stepTold.ts';
 import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
 import { offloadReply, unreadContextReply, withWholeContext } from './stepValues.ts';
@@ -71,6 +71,7 @@ export function startAgentStep(
   let started: AgentStep;
   // What is told before the agent actor runs (its workspace still pulled) waits in the step's list all the same.
   let tell: (message: ToldMessage) => void = () => {};
+  const asked = { people: false };
   try {
     span = startAgentSpan(agent, request);
     const scope = scopeOf(request);
@@ -81,6 +82,7 @@ export function startAgentStep(
       span,
       scope: { ...scope, traceparent: traceparentOf(span, scope.traceparent) },
       told: new StepTold(request.told),
+      asked,
     };
     tell = (message) => step.told.hear(message);
     started = startStep(step, options.paused === true);
@@ -95,7 +97,7 @@ export function startAgentStep(
     } catch (error) {
       deps.logger?.warn({ err: error, stepId: request.stepId }, 'cannot end the step span');
     }
-    return result;
+    return withAskedPeople(result, request, asked.people);
   });
   // Object literals, not a spread of `started`: V8 gave each spread copy a hidden class of its own (0.2 KB a step).
   const { stop, pause } = started;

@@ -235,10 +235,12 @@ async function runOnce(
  * no process waited — instead of asking again.
  */
 async function askOnce<T>(
-  { deps }: StepContext,
+  { deps, asked }: StepContext,
   key: string | undefined,
   ask: (options: HumanRequestOptions) => Promise<T>,
 ): Promise<T> {
+  // Before anything is asked: a run that stops while asking may have left a request for the task's end to close.
+  asked.people = true;
   const journal = deps.journal;
   if (!journal || key === undefined) return ask({});
   const id = await unlessUnavailable(() => journal.humanRequest(key));

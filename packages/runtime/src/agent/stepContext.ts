@@ -72,6 +72,8 @@ export interface StepContext {
   span?: Span;
   /** The messages people told the task, as this run of the step reads them. */
   told: StepTold;
+  /** Set once this run asks a person (an approval, a question), for its reply's `askedPeople`; shared by its copies. */
+  readonly asked: { people: boolean };
 }
 
 export const scopeOf = (request: AgentStepRequest): EventScope => ({

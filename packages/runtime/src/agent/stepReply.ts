@@ -1,4 +1,4 @@
-import type { AgentStepReply, StepErrorCode } from '@troupe/protocol';
+import type { AgentStepReply, AgentStepRequest, StepErrorCode } from '@troupe/protocol';
 import type { AgentOutput } from './agentMachine.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import { bestEffort, type StepContext } from './stepContext.ts';
@@ -38,6 +38,18 @@ export function toReply(
     turns: output.turns,
     ...read,
   };
+}
+
+/**
+ * The reply with whether its step may have asked a person (`askedPeople`): this run asked one, or another run of the
+ * step may have come before it (the request was not `fresh`), whose asks this run cannot know.
+ */
+export function withAskedPeople(
+  reply: AgentStepReply,
+  request: AgentStepRequest,
+  askedHere: boolean,
+): AgentStepReply {
+  return { ...reply, askedPeople: askedHere || request.fresh !== true };
 }
 
 /** A step that failed before its agent did anything. */

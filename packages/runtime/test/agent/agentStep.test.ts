@@ -129,6 +129,8 @@ describe('runAgentStep', () => {
       output: 'Wrote notes/hello.md',
       usage: { inputTokens: 100, outputTokens: 16, cachedTokens: 0, costUsd: 0, modelCalls: 2 },
       turns: 2,
+      // Not `fresh`: a run before this one may have asked a person.
+      askedPeople: true,
     });
 
     // The model was shown the declared tools and, on its second turn, the tool's result.
@@ -315,6 +317,7 @@ describe('runAgentStep', () => {
       error: { code: 'scripted_failure', message: 'agent coder: model call failed: upstream 503' },
       usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
       turns: 1,
+      askedPeople: true,
     });
     expect(events.map((e) => e.kind)).toEqual(['llm.request', 'llm.error']);
     expect(ofKind(events, 'llm.error')[0]?.data).toMatchObject({
@@ -535,6 +538,70 @@ describe('runAgentStep: why a person’s pending request stopped', () => {
     await step.reply;
     expect(AgentStepError.is(reasons[0], 'aborted')).toBe(true);
     expect(reasons[0]).toMatchObject({ message: 'step task-1.code.1 was stopped (orphaned)' });
+  });
+});
+
+describe('runAgentStep: whether its step asked a person', () => {
+  const script = (rules: AgentDefinition['rules'] = []) =>
+    coder(
+      recordingModel({
+        agents: { coder: [{ toolCalls: [writeCall('notes/hello.md', '# Hi')] }, { content: 'done' }] },
+      }).model,
+      { rules },
+    );
+  const askRule = [{ tool: 'write_file', decision: 'ask' }] as AgentDefinition['rules'];
+  const allowing = () => {
+    let asked = 0;
+    const human: StepDeps['human'] = {
+      approve: async () => {
+        asked += 1;
+        return { decision: 'allow' };
+      },
+      ask: async () => 'yes',
+    };
+    return { human, asked: () => asked };
+  };
+
+  it('says it asked nobody when a fresh run asked nobody', async () => {
+    const { human, asked } = allowing();
+    const { deps } = await setup({ human });
+    const reply = await runAgentStep(script(), { ...request, fresh: true }, deps);
+    expect(reply).toMatchObject({ ok: true, askedPeople: false });
+    expect(asked()).toBe(0);
+  });
+
+  it('says it asked when the run asked a person for an approval', async () => {
+    const { human, asked } = allowing();
+    const { deps } = await setup({ human });
+    const reply = await runAgentStep(script(askRule), { ...request, fresh: true }, deps);
+    expect(asked()).toBe(1);
+    expect(reply).toMatchObject({ ok: true, askedPeople: true });
+  });
+
+  it('says it may have asked when a run may have come before it (not fresh), though this one asked nobody', async () => {
+    const { human, asked } = allowing();
+    const { deps } = await setup({ human });
+    const reply = await runAgentStep(script(), request, deps);
+    expect(asked()).toBe(0);
+    expect(reply).toMatchObject({ ok: true, askedPeople: true });
+  });
+
+  it('says it asked when it was stopped while a person was asked', async () => {
+    let asking = () => {};
+    const waiting = new Promise<void>((resolve) => (asking = resolve));
+    const human: StepDeps['human'] = {
+      approve: (_ask, _scope, signal) =>
+        new Promise((resolve) => {
+          asking();
+          signal.addEventListener('abort', () => resolve({ decision: 'deny', reason: 'stopped' }));
+        }),
+      ask: async () => 'never',
+    };
+    const { deps } = await setup({ human });
+    const step = startAgentStep(script(askRule), { ...request, fresh: true }, deps);
+    await waiting;
+    step.stop({ why: 'orphaned' });
+    expect(await step.reply).toMatchObject({ ok: false, askedPeople: true });
   });
 });
 

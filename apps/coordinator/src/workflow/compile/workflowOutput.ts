@@ -23,6 +23,7 @@ export function workflowOutput(config: PipelineConfig, context: WorkflowContext)
     ...(context.failure ? { failure: context.failure } : {}),
     ...(context.cancelled?.reason === undefined ? {} : { cancelReason: context.cancelled.reason }),
     ...(context.released ? { released: context.released.why } : {}),
+    ...(context.askedPeople ? { askedPeople: true } : {}),
   };
 }
 

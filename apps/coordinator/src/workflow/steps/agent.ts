@@ -1,23 +1,31 @@
 import type { TaskFailureReason } from '@troupe/protocol';
 import { errorMessage, StepErrorCode, taskFailureReason } from '@troupe/protocol';
 import { preview } from '@troupe/runtime';
+import type { EventObject } from 'xstate';
 import type { StepPlace } from '../../config/flowLayout.ts';
 import type { AgentAskedStep, AgentStepConfig } from '../../config/pipelineSchema.ts';
 import type { Compiling, StepAt } from '../compile/flowList.ts';
 import { type Recovery, recoveryOf, retryKey, retryState } from '../compile/recovery.ts';
 import { placed, say, startedEvent } from '../compile/stepEvents.ts';
 import { buildRequest, stepId } from '../compile/stepRequest.ts';
-import type {
-  ContextParam,
-  ErrorActorEvent,
-  StepAction,
-  StepDone,
-  Transition,
-  WorkflowState,
-  WorkflowStates,
+import {
+  type ContextParam,
+  type ErrorActorEvent,
+  enqueueFor,
+  type StepAction,
+  type StepDone,
+  type Transition,
+  type WorkflowState,
+  type WorkflowStates,
 } from '../compile/workflowSetup.ts';
 import { reusedReply } from '../reusedStep.ts';
-import type { StepRunInput, WorkflowContext, WorkflowEmitted, WorkflowFailure } from '../workflowTypes.ts';
+import type {
+  StepRunInput,
+  StepRunOutput,
+  WorkflowContext,
+  WorkflowEmitted,
+  WorkflowFailure,
+} from '../workflowTypes.ts';
 
 /** An agent step: its call to the agent, going on to the next step with the reply; and, with `retry`, its backoff. */
 export function compileAgent(c: Compiling, step: AgentStepConfig, at: StepAt): WorkflowStates {
@@ -45,6 +53,7 @@ export function askAgent(
   return {
     id: step.id,
     entry: [say(({ context }) => handoff(context, place, step)), startedEvent(place, step, step.agent)],
+    exit: [notePeople(step)],
     invoke: {
       src: 'runStep',
       input: ({ context }): StepRunInput => ({
@@ -128,6 +137,27 @@ function completedEvent(step: AgentAskedStep) {
       },
     };
   });
+}
+
+/**
+ * Leaving the step: unless its own reply says it asked nobody (`askedPeople: false`), the task's end must read its
+ * requests to people. A step left any other way — its call failed, the task was cancelled or released, a sibling
+ * branch ended the parallel step — or answered by a host that does not say, may have left a question pending. Exit
+ * actions hear the event that left the state, and run before the transition's own (the context's step id is the
+ * reply's).
+ */
+function notePeople(step: AgentAskedStep) {
+  return enqueueFor<EventObject>(({ context, event, enqueue }) => {
+    if (context.askedPeople || askedNobody(event, stepId(context, step))) return;
+    enqueue.assign({ askedPeople: true });
+  });
+}
+
+/** Whether the event is step `id`'s reply, saying it asked nobody. */
+function askedNobody(event: EventObject, id: string): boolean {
+  if (!event.type.startsWith('xstate.done.actor.') || !('output' in event)) return false;
+  const reply = event.output as Partial<StepRunOutput> | undefined;
+  return reply?.stepId === id && reply.askedPeople === false;
 }
 
 /** Who hands the work on: the join of a parallel or foreach step that just ended, the last agent, or the task. */

@@ -193,14 +193,23 @@ function takeItemEnd(step: ForeachStepConfig, items: StepItems) {
       ? applyWorkspaceChanges(context.workspace, output.workspace)
       : context.workspace;
     const foreach = { ...context.foreach, [step.id]: { ...progress, results, started } };
+    // An item whose workflow crashed says nothing of its steps: one may have asked a person.
+    const asked = context.askedPeople || !output || output.askedPeople ? { askedPeople: true as const } : {};
     const updated: WorkflowContext = {
       ...context,
       usage: sumUsage(context.usage, usage),
       usageByAgent,
       foreach,
       ...(workspace ? { workspace } : {}),
+      ...asked,
     };
-    enqueue.assign({ usage: updated.usage, usageByAgent, foreach, ...(workspace ? { workspace } : {}) });
+    enqueue.assign({
+      usage: updated.usage,
+      usageByAgent,
+      foreach,
+      ...(workspace ? { workspace } : {}),
+      ...asked,
+    });
     enqueue.stopChild(id);
     if (more) items.spawn(updated, enqueue, progress.items, progress.started);
   });
@@ -217,8 +226,11 @@ function stopItems(step: ForeachStepConfig, items: StepItems) {
     const children = self.getSnapshot().children;
     let usage = context.usage;
     const usageByAgent = { ...context.usageByAgent };
+    // A stopped item's step in flight may have asked a person: its workflow is stopped, not left by a transition.
+    let stoppedOne = false;
     progress.results.forEach((r, index) => {
       if (r !== null || index >= progress.started) return;
+      stoppedOne = true;
       const id = items.childId(context.round, index);
       // An item's workflow is a machine over the workflow's own context (see ItemLogic).
       const spent: WorkflowContext | undefined = children[id]?.getSnapshot()?.context;
@@ -229,7 +241,7 @@ function stopItems(step: ForeachStepConfig, items: StepItems) {
       }
       enqueue.stopChild(id);
     });
-    enqueue.assign({ usage, usageByAgent });
+    enqueue.assign({ usage, usageByAgent, ...(stoppedOne ? { askedPeople: true as const } : {}) });
   });
 }
 

@@ -128,6 +128,7 @@ function itemOutput(step: ForeachStepConfig, context: WorkflowContext): ItemOutp
     usage: context.usage,
     usageByAgent: context.usageByAgent,
     ...(changed && !noWorkspaceChanges(changed) ? { workspace: changed } : {}),
+    ...(context.askedPeople ? { askedPeople: true as const } : {}),
   };
   if (context.failure) return { ok: false, failure: context.failure, ...spending };
   const lastWork = [...step.do].reverse().find((s) => isWork(s) && context.latest[s.id]);

@@ -69,7 +69,8 @@ export function compileHuman(c: Compiling, step: HumanStepConfig, at: StepAt): W
   return {
     [step.id]: {
       id: step.id,
-      entry: [startedEvent(place, step, 'human')],
+      // A person is asked (or was, by the task's origin): the task's end reads its requests to close them.
+      entry: [startedEvent(place, step, 'human'), assignFor(() => ({ askedPeople: true }))],
       invoke: {
         src: 'askPerson',
         input: ({ context }): HumanRunInput => ({
