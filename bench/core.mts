@@ -11,8 +11,8 @@
  * With OTEL_EXPORTER_OTLP_ENDPOINT set, it exports traces as `troupe up` does (`bench/otlpSink.mts` is a collector
  * that takes and drops them), to measure what tracing costs.
  *
- * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s (5 ms more per task
- * beyond 4,000, so that none ends before all are in flight), all submitted at once to a coordinator of their own
+ * Then the parked phase (bench/fixtures/parked.yaml): tasks whose model answers after 20 s (10 ms more per task
+ * beyond 2,000, so that none ends before all are in flight; TROUPE_BENCH_PARKED_DELAY_MS sets it on a busy machine), all submitted at once to a coordinator of their own
  * with the default 16 working slots; a waiting task is parked and holds none. It reports how soon all were in
  * flight at once, the heap and the RSS (this process: coordinator, agents and client; nats-server is another) per
  * task in flight, and the heap once all have ended against the heap before (run with --expose-gc, as `npm run
@@ -242,7 +242,9 @@ async function parkedPhase() {
   // The model's wait grows with the count, so that no task ends (and frees its memory) before all are in flight:
   // the fixture, copied with a longer delay.
   const fixtures = join(import.meta.dirname, 'fixtures');
-  const delayMs = 20_000 + Math.max(0, parked - 4_000) * 5;
+  const delayMs = Number(
+    process.env.TROUPE_BENCH_PARKED_DELAY_MS ?? 20_000 + Math.max(0, parked - 2_000) * 10,
+  );
   const parkedDir = await mkdtemp(join(tmpdir(), 'troupe-bench-parked-'));
   await writeFile(join(parkedDir, 'parked.yaml'), await readFile(join(fixtures, 'parked.yaml')));
   const script = await readFile(join(fixtures, 'parked.script.yaml'), 'utf8');
