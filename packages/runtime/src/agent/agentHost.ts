@@ -11,7 +11,9 @@ import type { Bus, BusSubscription } from '../transport/bus.ts';
 import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartbeatSender.ts';
 import type { WorkspaceLimits } from '../workspace/workspaceLimits.ts';
 import { WorkspaceSync } from '../workspace/workspaceSync.ts';
+import { isOwnVersion } from './agentForStep.ts';
 import { type StepDeps, startAgentStep } from './agentStep.ts';
+import { type LocalSteps, takeLocally } from './localSteps.ts';
 import { type HostedAgent, isRemoteAgent } from './remoteAgent.ts';
 import { serveSessionSummaries } from './sessionSummary.ts';
 import { watchSteering } from './steeringWatch.ts';
@@ -65,12 +67,19 @@ export interface AgentHostOptions {
    * its version defines the agent, so a task of such a version finds its steps served.
    */
   olderAgents?: readonly string[];
+  /**
+   * The most steps in flight here (from NATS or not) for `local` to take one more: past it, a workflow in this
+   * process sends its step over NATS, where any worker may take it. 0 (the default) takes none this way.
+   */
+  maxLocalSteps?: number;
 }
 
 /** A running set of agent actors serving their subjects. */
 export interface AgentHost {
   /** Steps being worked on now. */
   readonly inFlight: number;
+  /** Takes a step of this host's pipeline, own agents and version from a workflow in this process, with no NATS. */
+  readonly local: LocalSteps;
   /** Stops taking steps, aborts the ones in flight and waits for their replies to go out. */
   stop(): Promise<void>;
 }
@@ -136,10 +145,21 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     'agent host started',
   );
 
+  const maxLocalSteps = options.maxLocalSteps ?? 0;
+  const local: LocalSteps = {
+    tryTake(request, hooks) {
+      if (steps.stopping || steps.size >= maxLocalSteps || request.pipeline !== pipeline) return undefined;
+      const own = ownAgents.get(request.agent);
+      if (!own || !isOwnVersion(request, intake)) return undefined;
+      return takeLocally(steps, own, request, hooks);
+    },
+  };
+
   return {
     get inFlight() {
       return steps.size;
     },
+    local,
     async stop() {
       for (const subscription of subscriptions) subscription.unsubscribe();
       await steps.stop();

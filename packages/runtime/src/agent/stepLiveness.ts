@@ -69,13 +69,19 @@ export class StepLiveness {
 
   /**
    * While the step runs, its requesters hear from this host (if they asked to), so they can tell a long step from
-   * a dead worker; the first heartbeat goes once the step has lasted {@link FIRST_BEAT_MS}.
+   * a dead worker; the first heartbeat goes once the step has lasted {@link FIRST_BEAT_MS}. A requester in this
+   * process is sent no heartbeat: it hears only what changes (see `StepRequesters.report`).
    */
   start(): void {
     const heartbeatMs = this.#request.heartbeatMs;
-    if (heartbeatMs === undefined) return;
-    this.#ticking = every(this.#services.clock, heartbeatMs, () => this.beat(heartbeatMs));
-    this.beat(heartbeatMs, Math.min(heartbeatMs, FIRST_BEAT_MS));
+    if (heartbeatMs === undefined || !this.#requesters.remote) return;
+    this.#tick(heartbeatMs, Math.min(heartbeatMs, FIRST_BEAT_MS));
+  }
+
+  /** A resend asking for heartbeats every `heartbeatMs` joined: it hears one now (the first over NATS, perhaps). */
+  joined(heartbeatMs: number): void {
+    if (this.#ticking === undefined && this.#requesters.remote) this.#tick(heartbeatMs);
+    else this.beat(heartbeatMs);
   }
 
   /** Beats now at the interval the step's request asked for, if it asked for heartbeats (what they say changed). */
@@ -83,15 +89,19 @@ export class StepLiveness {
     if (this.#request.heartbeatMs !== undefined) this.beat(this.#request.heartbeatMs);
   }
 
+  #tick(heartbeatMs: number, firstAfterMs?: number): void {
+    this.#ticking = every(this.#services.clock, heartbeatMs, () => this.beat(heartbeatMs));
+    this.beat(heartbeatMs, firstAfterMs);
+  }
+
   /**
-   * Tells the heartbeat sender where the step's heartbeats go and what they say; finds the step orphaned when
-   * nobody has listened for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`. The sender sends the first one
-   * after `firstAfterMs`, when given.
+   * Tells the requesters in this process what the step's heartbeat says, if it changed, and the heartbeat sender,
+   * once heartbeats go over NATS, where they go and what they say (it sends the first one after `firstAfterMs`, when
+   * given); finds the step orphaned when nobody has listened for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`.
    */
   beat(heartbeatMs: number, firstAfterMs?: number): void {
     const { clock, heartbeats, human, logger } = this.#services;
     const { stepId, taskId } = this.#request;
-    const inboxes = this.#requesters.inboxes();
     const waitingFor = human?.waitingOn?.(stepId);
     const heartbeat: StepHeartbeat = {
       stepId,
@@ -99,8 +109,11 @@ export class StepLiveness {
       ...(waitingFor ? { waitingFor } : {}),
       ...(this.#model?.reported ? { waitingOnModel: true as const } : {}),
     };
+    this.#requesters.report(heartbeat);
+    if (this.#ticking === undefined) return;
+    const inboxes = this.#requesters.inboxes();
     heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat, firstAfterMs);
-    if (inboxes.length > 0) this.#lastWaitedFor = clock.now();
+    if (inboxes.length > 0 || this.#requesters.local) this.#lastWaitedFor = clock.now();
     else if (clock.now() - this.#lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !this.#isOrphaned) {
       this.#isOrphaned = true;
       logger.warn(

@@ -4,7 +4,7 @@ import type { StepStop } from './agentMachine.ts';
 import type { AgentStep } from './agentStep.ts';
 import type { RecentReplies } from './recentReplies.ts';
 import { StepLiveness, type StepLivenessServices } from './stepLiveness.ts';
-import { StepRequesters } from './stepRequesters.ts';
+import { type LocalDelivery, StepRequesters } from './stepRequesters.ts';
 
 /**
  * Whether a resend of a step that failed with `code` runs it again rather than getting this reply: a failure the
@@ -75,7 +75,20 @@ export class StepRun {
     this.#requesters.add(delivery);
     for (const message of delivery.value.told ?? []) this.tell(message);
     const heartbeatMs = delivery.value.heartbeatMs;
-    if (heartbeatMs !== undefined) this.#liveness.beat(heartbeatMs);
+    if (heartbeatMs !== undefined) this.#liveness.joined(heartbeatMs);
+  }
+
+  /**
+   * A requester in this process left (its workflow left the step: cancelled, timed out, its task ended): a run nobody
+   * else waits for stops now, as one whose requester is gone would after its heartbeats, and its reply is not kept.
+   */
+  leave(delivery: LocalDelivery): void {
+    if (!this.#requesters.remove(delivery)) this.stop({ why: 'aborted' });
+  }
+
+  /** Its heartbeats went over NATS (a requester waited on an inbox): the sender has timers of it to stop. */
+  get beatsOverNats(): boolean {
+    return this.#requesters.remote;
   }
 
   /** What a heartbeat to `inbox` found: whether its requester still listens. */

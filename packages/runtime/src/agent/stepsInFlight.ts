@@ -6,6 +6,7 @@ import { RecentSteering } from './recentSteering.ts';
 import type { HostedAgent } from './remoteAgent.ts';
 import type { StepLivenessServices } from './stepLiveness.ts';
 import { failedReply } from './stepReply.ts';
+import { isLocalDelivery, type LocalDelivery } from './stepRequesters.ts';
 import { StepRun, type StepRunServices } from './stepRun.ts';
 
 /** What the steps in flight need from their host. */
@@ -50,6 +51,8 @@ export class StepsInFlight {
   /** Takes a step delivered for `agent`: starts it, joins it to its run under way, or answers it from its reply. */
   take(delivery: Delivery<AgentStepRequest>, agent: HostedAgent): void {
     const request = delivery.value;
+    // Taken in this process after its workflow left it (it waited for an earlier run to unwind): nobody waits.
+    if (isLocalDelivery(delivery) && delivery.left) return;
     // A step that waited for an earlier run to unwind may come back after stop(): it goes to another worker.
     if (this.#stopping) {
       delivery.respond(
@@ -85,6 +88,15 @@ export class StepsInFlight {
     const started = this.#services.start(agent, given, missed?.paused ? { paused: true } : {});
     const run = new StepRun(delivery, started, this.#runServices);
     this.#runs.set(request.stepId, run);
+  }
+
+  /**
+   * A requester in this process left the step (see `LocalSteps`): a run it alone waited for stops, and one it was
+   * still to be given to (after an earlier run unwinds) is not started.
+   */
+  leave(delivery: LocalDelivery): void {
+    delivery.left = true;
+    this.#runs.get(delivery.value.stepId)?.leave(delivery);
   }
 
   /** What a heartbeat of a step found: whether the requester at `inbox` still listens. */
@@ -153,6 +165,6 @@ export class StepsInFlight {
     const { stepId } = run.request;
     if (this.#runs.get(stepId) !== run) return;
     this.#runs.delete(stepId);
-    this.#services.heartbeats.stop(stepId);
+    if (run.beatsOverNats) this.#services.heartbeats.stop(stepId);
   }
 }
