@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { parseEvent } from './eventSubject.ts';
+import { onItsSubject, parseEvent } from './eventSubject.ts';
 import { type EventKind, TroupeEvent } from './events.ts';
 import { type ParseLimits, type ParseResult, parseMessage } from './parse.ts';
 import { parseSubject } from './subjects.ts';
@@ -56,8 +56,36 @@ export function eventsOf(
     return one.ok ? { ok: true, value: [one.value] } : one;
   }
   const parsed = parseMessage(EventBatch, data, limits);
-  if (!parsed.ok) return parsed;
-  for (const event of parsed.value.events) {
+  return parsed.ok ? eventsIn(parsed.value, subject) : parsed;
+}
+
+/** What a subscription to a task's events validates against: one event, or a batch of them. */
+export const EventMessage = z.union([EventBatch, TroupeEvent]);
+export type EventMessage = z.infer<typeof EventMessage>;
+
+/**
+ * The events of a message already validated as an {@link EventMessage}, checked against its subject as
+ * {@link eventsOf} checks them: for a subscriber whose bus validates the payload (and reports one that fails).
+ */
+export function eventsIn(message: EventMessage, subject: string): ParseResult<TroupeEvent[]> {
+  if (!('batch' in message)) {
+    return onItsSubject(message, subject)
+      ? { ok: true, value: [message] }
+      : {
+          ok: false,
+          reason: `the ${message.kind} event ${message.id} came on ${subject}, not its own subject`,
+          issues: [],
+        };
+  }
+  const place = parseSubject(subject);
+  if (place?.type !== 'event' || place.kind !== EVENT_BATCH_TOKEN) {
+    return {
+      ok: false,
+      reason: `the batch ${message.batch} came on ${subject}, not a batch subject`,
+      issues: [],
+    };
+  }
+  for (const event of message.events) {
     const why =
       event.pipeline !== place.pipeline || event.taskId !== place.taskId
         ? `holds event ${event.id} of task ${event.taskId} (${event.pipeline})`
@@ -65,8 +93,8 @@ export function eventsOf(
           ? `holds a ${event.kind} event (${event.id}), which is never batched`
           : undefined;
     if (why !== undefined) {
-      return { ok: false, reason: `the batch ${parsed.value.batch} on ${subject} ${why}`, issues: [] };
+      return { ok: false, reason: `the batch ${message.batch} on ${subject} ${why}`, issues: [] };
     }
   }
-  return { ok: true, value: parsed.value.events };
+  return { ok: true, value: message.events };
 }

@@ -10,7 +10,14 @@ export {
   MAX_TOLD_KEYS,
   TaskEnding,
 } from './control.ts';
-export { EVENT_BATCH_TOKEN, EventBatch, eventsOf, isBatchable } from './eventBatch.ts';
+export {
+  EVENT_BATCH_TOKEN,
+  EventBatch,
+  EventMessage,
+  eventsIn,
+  eventsOf,
+  isBatchable,
+} from './eventBatch.ts';
 export { onItsSubject, parseEvent } from './eventSubject.ts';
 export {
   EVENT_KINDS,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { eventsOf, isBatchable } from '../src/eventBatch.ts';
+import { EventMessage, eventsIn, eventsOf, isBatchable } from '../src/eventBatch.ts';
 import { subjects } from '../src/subjects.ts';
 
 const base = {
@@ -86,5 +86,24 @@ describe('isBatchable', () => {
       expect(isBatchable(kind)).toBe(false);
     for (const kind of ['step.started', 'llm.response', 'tool.result', 'step.completed', 'agent.handoff'])
       expect(isBatchable(kind)).toBe(true);
+  });
+});
+
+describe('eventsIn', () => {
+  it('checks a validated message as eventsOf checks its bytes', () => {
+    const batch = EventMessage.parse({ batch: 'b-1', events: [started, call] });
+    expect(eventsIn(batch, batchSubject)).toMatchObject({
+      ok: true,
+      value: [{ id: started.id }, { id: call.id }],
+    });
+    expect(eventsIn(batch, subjects.event('demo', 't-1', 'tool.call')).ok).toBe(false);
+    const one = EventMessage.parse(call);
+    expect(eventsIn(one, subjects.event('demo', 't-1', 'tool.call'))).toMatchObject({
+      ok: true,
+      value: [{ id: call.id }],
+    });
+    expect(eventsIn(one, batchSubject).ok).toBe(false);
+    const forged = EventMessage.parse({ batch: 'b-1', events: [completed] });
+    expect(eventsIn(forged, batchSubject).ok).toBe(false);
   });
 });

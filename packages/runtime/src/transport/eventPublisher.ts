@@ -2,6 +2,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { subjects, type TroupeEvent } from '@troupe/protocol';
 import type { Logger } from '../logging/logger.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
+import { EventBatcher } from './eventBatcher.ts';
 import { EventOutbox } from './eventOutbox.ts';
 import { TransportError } from './transportError.ts';
 
@@ -13,6 +14,8 @@ export interface EventPublisherOptions {
   maxPending?: number;
   /** See `BusOptions.eventAckTimeoutMs`. */
   ackTimeoutMs?: number;
+  /** See `BusOptions.eventBatch`. */
+  batch?: boolean;
 }
 
 /**
@@ -24,6 +27,10 @@ export class EventPublisher {
   readonly #logger: Logger;
   readonly #level: MessageLogLevel;
   readonly #listeners = new Set<(event: TroupeEvent) => void>();
+  /** With batching on: what gathers a task's events into one message before the outbox. */
+  readonly #batcher: EventBatcher | undefined;
+  /** Events handed to {@link publish} whose storing is not settled yet. */
+  #unsettled = 0;
   /** The events not yet stored; the bus settles and stops it when it drains or closes. */
   readonly outbox: EventOutbox;
 
@@ -37,6 +44,18 @@ export class EventPublisher {
       ...(opts.maxPending === undefined ? {} : { maxPending: opts.maxPending }),
       ...(opts.ackTimeoutMs === undefined ? {} : { ackTimeoutMs: opts.ackTimeoutMs }),
     });
+    const outbox = this.outbox;
+    this.#batcher = opts.batch ? new EventBatcher({ send: (message) => outbox.add(message) }) : undefined;
+  }
+
+  /** Events published and not yet stored (or, without a stream, sent), however many messages carry them. */
+  get pending(): number {
+    return this.#batcher === undefined ? this.outbox.size : this.#unsettled;
+  }
+
+  /** Sends the batches still gathering: before the outbox is settled or stopped. */
+  flush(): void {
+    this.#batcher?.flushAll();
   }
 
   /** See `NatsBus.publishEvent`. */
@@ -48,12 +67,8 @@ export class EventPublisher {
     const meta: MessageMeta = { taskId: event.taskId, kind: event.kind };
     if (event.from !== undefined) meta.from = event.from;
     if (event.to !== undefined) meta.to = event.to;
-    const stored = this.outbox.add({
-      id: event.id,
-      subject,
-      data: JSON.stringify(event),
-      headers: { traceparent: event.traceparent },
-    });
+    const data = JSON.stringify(event);
+    const stored = this.#store(event, subject, data);
     logMessage(this.#logger, this.#level, 'out', subject, meta);
     for (const listener of this.#listeners) {
       // A listener (metrics) must never cost an event.
@@ -64,6 +79,17 @@ export class EventPublisher {
       }
     }
     return stored;
+  }
+
+  #store(event: TroupeEvent, subject: string, data: string): Promise<boolean> {
+    if (this.#batcher === undefined) {
+      return this.outbox.add({ id: event.id, subject, data, headers: { traceparent: event.traceparent } });
+    }
+    this.#unsettled += 1;
+    return this.#batcher.add({ event, data }).then((stored) => {
+      this.#unsettled -= 1;
+      return stored;
+    });
   }
 
   /** Calls `listener` with each event published (as it is handed to the outbox); returns how to stop. */

@@ -40,6 +40,13 @@ export interface BusOptions extends ConnectOptions {
   maxPendingEvents?: number;
   /** How long one attempt to store an event waits for JetStream's acknowledgement; default 5 s. */
   eventAckTimeoutMs?: number;
+  /**
+   * Send a task's model, tool and step events gathered into one `EventBatch` message (up to 64 events, 2 ms) instead
+   * of one message each; `task.*`, `approval.*` and `human.*` events always go alone. Off by default, or on with the
+   * environment's `TROUPE_EVENT_BATCH=1`. Readers through `eventsOf` see each event either way; a raw subscriber to
+   * `troupe.events.>` sees batches.
+   */
+  eventBatch?: boolean;
 }
 
 /**
@@ -114,6 +121,7 @@ export class NatsBus implements JetStreamBus {
       level: this.#level,
       ...(opts.maxPendingEvents === undefined ? {} : { maxPending: opts.maxPendingEvents }),
       ...(opts.eventAckTimeoutMs === undefined ? {} : { ackTimeoutMs: opts.eventAckTimeoutMs }),
+      batch: opts.eventBatch ?? process.env.TROUPE_EVENT_BATCH === '1',
     });
     this.#status = new ConnectionStatus(connection, opts.logger, (type) => {
       if (type === 'close') this.#closing.abort(closedError('the NATS connection is closed'));
@@ -164,7 +172,7 @@ export class NatsBus implements JetStreamBus {
 
   /** Events published but not yet stored by the `EVENTS` stream (or, without a stream, not yet sent). */
   get pendingEvents(): number {
-    return this.#events.outbox.size;
+    return this.#events.pending;
   }
 
   /** Publishes a `message.invalid` report on `troupe.events._invalid`. */
@@ -271,6 +279,7 @@ export class NatsBus implements JetStreamBus {
     const left = () => Math.max(0, deadline - performance.now());
     await this.#subscriptions.drain(this.reachable, left, timeoutMs);
     // Events wait for the server only while it answers: a caller that would wait for a lost one does so before.
+    this.#events.flush();
     const outbox = this.#events.outbox;
     const unstored = this.reachable ? await outbox.settle(left()) : outbox.size;
     outbox.stop();
@@ -298,6 +307,7 @@ export class NatsBus implements JetStreamBus {
     this.#closing.abort(closedError('the NATS connection is closed'));
     if (this.connection.isClosed()) return;
     // A drain has stopped the outbox already, and said what it left.
+    this.#events.flush();
     const outbox = this.#events.outbox;
     const abandoned = outbox.stopped ? 0 : outbox.stop();
     if (abandoned > 0) {

@@ -1,0 +1,139 @@
+import { createHash } from 'node:crypto';
+import { isBatchable, subjects, type TroupeEvent } from '@troupe/protocol';
+import { type Clock, systemClock } from '../events/clock.ts';
+import type { OutgoingEvent } from './eventOutbox.ts';
+
+export interface EventBatcherOptions {
+  /** Where each message goes, in order: the outbox's `add`. Resolves whether it was stored. */
+  send(message: OutgoingEvent): Promise<boolean>;
+  /** How long a task's first batchable event waits for others before its batch goes; default 2 ms. */
+  lingerMs?: number;
+  /** Most events in one batch; default 64. */
+  maxEvents?: number;
+  /** Most bytes of events in one batch; default 256 KiB (NATS's default `max_payload` is 1 MiB). */
+  maxBytes?: number;
+  clock?: Clock;
+}
+
+/** One event as the publisher serialized it. */
+export interface BatchableEvent {
+  event: TroupeEvent;
+  /** `JSON.stringify(event)`, made once. */
+  data: string;
+}
+
+interface Open {
+  events: BatchableEvent[];
+  bytes: number;
+  settles: ((stored: boolean) => void)[];
+  timer: unknown;
+}
+
+const DEFAULTS = { lingerMs: 2, maxEvents: 64, maxBytes: 256 * 1024 };
+
+/**
+ * Gathers the events of one task into fewer messages: a task's batchable events (not `task.*`, `approval.*`,
+ * `human.*`, see `isBatchable`) wait up to `lingerMs` and go as one `EventBatch` on
+ * `troupe.events.<pipeline>.<taskId>.batch`. Order holds for each task: an event that is not batchable sends the
+ * task's open batch first, then itself. A flush of one event sends it alone on its own subject.
+ *
+ * A batch's id (its `Nats-Msg-Id`) is made from the ids of the events in it, so the outbox sending it again after a
+ * lost acknowledgement is stored once; each event's promise is told the batch's outcome.
+ */
+export class EventBatcher {
+  readonly #send: EventBatcherOptions['send'];
+  readonly #clock: Clock;
+  readonly #settings: typeof DEFAULTS;
+  /** Open batches by task (`<pipeline>.<taskId>`). */
+  readonly #open = new Map<string, Open>();
+
+  constructor(opts: EventBatcherOptions) {
+    this.#send = opts.send;
+    this.#clock = opts.clock ?? systemClock;
+    this.#settings = {
+      lingerMs: opts.lingerMs ?? DEFAULTS.lingerMs,
+      maxEvents: opts.maxEvents ?? DEFAULTS.maxEvents,
+      maxBytes: opts.maxBytes ?? DEFAULTS.maxBytes,
+    };
+  }
+
+  /** Events waiting in open batches. */
+  get size(): number {
+    let size = 0;
+    for (const open of this.#open.values()) size += open.events.length;
+    return size;
+  }
+
+  /** Queues an event; resolves whether it (with its batch) was stored. */
+  add(item: BatchableEvent): Promise<boolean> {
+    const key = `${item.event.pipeline}.${item.event.taskId}`;
+    if (!isBatchable(item.event.kind)) {
+      this.#flush(key);
+      return this.#send(single(item));
+    }
+    let open = this.#open.get(key);
+    if (open !== undefined && open.bytes + item.data.length > this.#settings.maxBytes) {
+      this.#flush(key);
+      open = undefined;
+    }
+    if (open === undefined) {
+      open = { events: [], bytes: 0, settles: [], timer: undefined };
+      this.#open.set(key, open);
+      open.timer = this.#clock.setTimeout(() => this.#flush(key), this.#settings.lingerMs);
+    }
+    open.events.push(item);
+    open.bytes += item.data.length;
+    const stored = new Promise<boolean>((resolve) => open.settles.push(resolve));
+    if (open.events.length >= this.#settings.maxEvents || open.bytes >= this.#settings.maxBytes)
+      this.#flush(key);
+    return stored;
+  }
+
+  /** Sends every open batch now: before the outbox is settled or stopped. */
+  flushAll(): void {
+    for (const key of [...this.#open.keys()]) this.#flush(key);
+  }
+
+  #flush(key: string): void {
+    const open = this.#open.get(key);
+    if (open === undefined) return;
+    this.#open.delete(key);
+    this.#clock.clearTimeout(open.timer);
+    const [first] = open.events;
+    if (first === undefined) return;
+    const message = open.events.length === 1 ? single(first) : batchOf(open.events);
+    void this.#send(message).then((stored) => {
+      for (const settle of open.settles) settle(stored);
+    });
+  }
+}
+
+function single({ event, data }: BatchableEvent): OutgoingEvent {
+  return {
+    id: event.id,
+    subject: subjects.event(event.pipeline, event.taskId, event.kind),
+    data,
+    headers: { traceparent: event.traceparent },
+  };
+}
+
+function batchOf(items: BatchableEvent[]): OutgoingEvent {
+  const first = (items[0] as BatchableEvent).event;
+  const id = batchId(items.map((item) => item.event.id));
+  return {
+    id,
+    subject: subjects.eventBatch(first.pipeline, first.taskId),
+    // The events are serialized already: the batch is put together around them, not serialized again.
+    data: `{"batch":${JSON.stringify(id)},"events":[${items.map((item) => item.data).join(',')}]}`,
+    headers: { traceparent: first.traceparent },
+  };
+}
+
+/**
+ * A batch's id: its first event's id and count, readable in a log, and a digest of every id in it, so that a resumed
+ * run that groups the same first event with other facts makes another batch, not one the stream drops as a copy.
+ */
+export function batchId(eventIds: readonly string[]): string {
+  const digest = createHash('sha256').update(eventIds.join('\n')).digest('base64url').slice(0, 16);
+  return `${eventIds[0]}~${eventIds.length}~${digest}`;
+}

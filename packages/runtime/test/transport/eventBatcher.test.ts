@@ -1,0 +1,146 @@
+import { eventsOf, subjects, type TroupeEvent } from '@troupe/protocol';
+import { SimulatedClock } from '@troupe/testkit';
+import { describe, expect, it } from 'vitest';
+import { batchId, EventBatcher } from '../../src/transport/eventBatcher.ts';
+import type { OutgoingEvent } from '../../src/transport/eventOutbox.ts';
+
+const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+
+function toolCall(n: number, taskId = 't-1'): TroupeEvent {
+  return {
+    id: `${taskId}:tool.call:${n}`,
+    ts: new Date(0).toISOString(),
+    pipeline: 'demo',
+    taskId,
+    kind: 'tool.call',
+    traceparent: TRACEPARENT,
+    data: { agent: 'coder', stepId: 's-1', callId: `c-${n}`, tool: 'read', arguments: '{}' },
+  };
+}
+
+function paused(taskId = 't-1'): TroupeEvent {
+  return {
+    id: `${taskId}:task.paused`,
+    ts: new Date(0).toISOString(),
+    pipeline: 'demo',
+    taskId,
+    kind: 'task.paused',
+    traceparent: TRACEPARENT,
+    data: { state: 'code', round: 1 },
+  };
+}
+
+function setUp(options: { maxEvents?: number; maxBytes?: number; stored?: boolean } = {}) {
+  const clock = new SimulatedClock();
+  const sent: OutgoingEvent[] = [];
+  const batcher = new EventBatcher({
+    clock,
+    lingerMs: 2,
+    ...(options.maxEvents === undefined ? {} : { maxEvents: options.maxEvents }),
+    ...(options.maxBytes === undefined ? {} : { maxBytes: options.maxBytes }),
+    send: (message) => {
+      sent.push(message);
+      return Promise.resolve(options.stored ?? true);
+    },
+  });
+  const add = (event: TroupeEvent) => batcher.add({ event, data: JSON.stringify(event) });
+  /** The event ids each message sent carries, read as a reader reads them. */
+  const idsSent = () =>
+    sent.map((m) => {
+      const parsed = eventsOf(m.data, m.subject);
+      if (!parsed.ok) throw new Error(parsed.reason);
+      return parsed.value.map((e) => e.id);
+    });
+  return { clock, sent, batcher, add, idsSent };
+}
+
+describe('EventBatcher', () => {
+  it('sends a task’s events of one linger as one message on its batch subject, in order, with their ids', async () => {
+    const { clock, sent, add, idsSent } = setUp();
+    const stored = [add(toolCall(1)), add(toolCall(2)), add(toolCall(3))];
+    expect(sent).toHaveLength(0);
+    clock.advance(2);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]?.subject).toBe(subjects.eventBatch('demo', 't-1'));
+    expect(idsSent()).toEqual([[toolCall(1).id, toolCall(2).id, toolCall(3).id]]);
+    expect(sent[0]?.id).toBe(batchId([toolCall(1).id, toolCall(2).id, toolCall(3).id]));
+    expect(sent[0]?.headers).toEqual({ traceparent: TRACEPARENT });
+    expect(await Promise.all(stored)).toEqual([true, true, true]);
+  });
+
+  it('sends the open batch before a task.* event of the same task, so order holds across subjects', () => {
+    const { sent, add, idsSent } = setUp();
+    void add(toolCall(1));
+    void add(toolCall(2));
+    void add(paused());
+    expect(sent.map((m) => m.subject)).toEqual([
+      subjects.eventBatch('demo', 't-1'),
+      subjects.event('demo', 't-1', 'task.paused'),
+    ]);
+    expect(idsSent().flat()).toEqual([toolCall(1).id, toolCall(2).id, paused().id]);
+  });
+
+  it('keeps other tasks’ batches open when one task’s task.* event goes', () => {
+    const { clock, sent, add, idsSent } = setUp();
+    void add(toolCall(1, 't-2'));
+    void add(toolCall(1));
+    void add(paused());
+    expect(idsSent()).toEqual([[toolCall(1).id], [paused().id]]);
+    clock.advance(2);
+    expect(idsSent()[2]).toEqual([toolCall(1, 't-2').id]);
+    expect(sent).toHaveLength(3);
+  });
+
+  it('sends a lone event on its own subject, as without batching', () => {
+    const { clock, sent, add } = setUp();
+    void add(toolCall(1));
+    clock.advance(2);
+    expect(sent).toEqual([
+      {
+        id: toolCall(1).id,
+        subject: subjects.event('demo', 't-1', 'tool.call'),
+        data: JSON.stringify(toolCall(1)),
+        headers: { traceparent: TRACEPARENT },
+      },
+    ]);
+  });
+
+  it('sends a batch once it holds maxEvents, or before it would pass maxBytes', () => {
+    const byCount = setUp({ maxEvents: 2 });
+    for (let n = 1; n <= 5; n++) void byCount.add(toolCall(n));
+    expect(byCount.idsSent()).toHaveLength(2);
+    byCount.clock.advance(2);
+    expect(byCount.idsSent().map((ids) => ids.length)).toEqual([2, 2, 1]);
+
+    const size = JSON.stringify(toolCall(1)).length;
+    const byBytes = setUp({ maxBytes: size * 2 + 1 });
+    for (let n = 1; n <= 3; n++) void byBytes.add(toolCall(n));
+    byBytes.clock.advance(2);
+    expect(byBytes.idsSent().map((ids) => ids.length)).toEqual([2, 1]);
+  });
+
+  it('tells every event of a batch the batch’s outcome', async () => {
+    const { clock, add } = setUp({ stored: false });
+    const stored = [add(toolCall(1)), add(toolCall(2))];
+    clock.advance(2);
+    expect(await Promise.all(stored)).toEqual([false, false]);
+  });
+
+  it('flushAll sends every open batch at once', () => {
+    const { batcher, sent, add } = setUp();
+    void add(toolCall(1));
+    void add(toolCall(1, 't-2'));
+    expect(batcher.size).toBe(2);
+    batcher.flushAll();
+    expect(sent).toHaveLength(2);
+    expect(batcher.size).toBe(0);
+  });
+});
+
+describe('batchId', () => {
+  it('is the same for the same events, and another for the same first event grouped with other facts', () => {
+    expect(batchId(['a', 'b'])).toBe(batchId(['a', 'b']));
+    expect(batchId(['a', 'b'])).not.toBe(batchId(['a', 'c']));
+    expect(batchId(['a', 'b'])).toMatch(/^a~2~/);
+  });
+});
