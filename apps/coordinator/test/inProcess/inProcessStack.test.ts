@@ -80,6 +80,31 @@ describe('in-process runs share what they can', () => {
     expect(counted.compiles).toBe(2);
   });
 
+  it('runs at once on one stack each end with their own events only', async () => {
+    const loaded = await loadPipeline(demo, { toolNames: builtinTools().names() });
+    counted.compiles = 0;
+    const runs = await Promise.all(
+      ['at-once-1', 'at-once-2', 'at-once-3', 'at-once-4'].map(async (taskId) => {
+        const events: TroupeEvent[] = [];
+        const { final } = await runTask({
+          pipeline: loaded,
+          goal: 'Write a hello note',
+          taskId,
+          workspaceRoot: root,
+          onEvent: (event) => events.push(event),
+        });
+        return { taskId, final, events };
+      }),
+    );
+    expect(counted.compiles).toBe(1);
+    for (const { taskId, final, events } of runs) {
+      expect(final.kind).toBe('task.completed');
+      expect(final.taskId).toBe(taskId);
+      expect(events.every((event) => event.taskId === taskId)).toBe(true);
+      expect(events.filter((event) => event.kind === 'step.completed')).toHaveLength(5);
+    }
+  });
+
   it('a stack nobody uses is stopped, and the next run builds another', async () => {
     const loaded = await loadPipeline(demo, { toolNames: builtinTools().names() });
     const settings = { workspaceRoot: root, approvals: 'deny' as const, logger: undefined };
