@@ -1,9 +1,10 @@
 import {
+  EventMessage,
+  eventsIn,
   FINAL_EVENT_KINDS,
   InvalidMessageEvent,
-  onItsSubject,
   subjects,
-  TroupeEvent,
+  type TroupeEvent,
 } from '@troupe/protocol';
 import type { Bus, BusSubscription } from '@troupe/runtime';
 
@@ -26,12 +27,14 @@ export function eventsSubject(options: { taskId?: string; pipeline?: string }): 
 export function watchEvents(bus: Bus, options: WatchOptions): BusSubscription[] {
   const subject = eventsSubject(options);
   const subscriptions = [
-    // An event not on its own subject is forged (see parseEvent): the broker checked who sent the subject, not it.
+    // An event not on its own subject is forged (see eventsIn): the broker checked who sent the subject, not it. A
+    // batch is its events, in order.
     bus.subscribe(
       subject,
-      TroupeEvent,
+      EventMessage,
       (d) => {
-        if (onItsSubject(d.value, d.subject)) options.onEvent(d.value);
+        const events = eventsIn(d.value, d.subject);
+        if (events.ok) for (const event of events.value) options.onEvent(event);
       },
       { reporter: 'cli:tail' },
     ),

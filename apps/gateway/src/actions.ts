@@ -563,7 +563,8 @@ function finalEventOf(bus: JetStreamBus, taskId: string, pipeline: string, stopp
   let resolve: (event: TroupeEvent | undefined) => void = () => {};
   const arrived = new Promise<TroupeEvent | undefined>((r) => (resolve = r));
   const subscription = bus.subscribe(
-    subjects.taskEvents(taskId, pipeline),
+    // A final event is never batched: only its own subject can bring it.
+    subjects.event(pipeline, taskId, 'task.*'),
     TroupeEvent,
     (delivery) => {
       // Only on its own subject: a final event on another's is forged.

@@ -1,8 +1,13 @@
-import { FINAL_EVENT_KINDS, parseEvent, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
+import { eventsOf, FINAL_EVENT_KINDS, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { type JetStreamBus, lastStreamSequence, openStreamReader } from '@troupe/runtime/bus';
 
 /** One event of a task as the `EVENTS` stream stored it: its stream sequence is its place, for resuming. */
 export interface SequencedEvent {
+  /**
+   * Where to resume after this event. Of a batch's events (several in one stream message), only the last has the
+   * batch's sequence; the others have the one before it, so a client that stopped half-way through a batch is sent
+   * the whole batch again (de-duplicate by `event.id`), never only its rest.
+   */
   seq: number;
   event: TroupeEvent;
 }
@@ -121,10 +126,14 @@ async function followEvents(
     for await (const msg of messages) {
       // An ordered consumer rebuilt after a gap starts where it left off; never hand back what came before.
       if (options.after !== undefined && msg.seq <= options.after) continue;
-      const parsed = parseEvent(msg.data, msg.subject);
-      if (!parsed.ok || !seen.add(parsed.value.id)) continue;
-      await options.onEvent({ seq: msg.seq, event: parsed.value });
-      if (options.until?.(parsed.value) || signal.aborted) return;
+      const parsed = eventsOf(msg.data, msg.subject);
+      if (!parsed.ok) continue;
+      const last = parsed.value.length - 1;
+      for (const [index, event] of parsed.value.entries()) {
+        if (!seen.add(event.id)) continue;
+        await options.onEvent({ seq: index === last ? msg.seq : msg.seq - 1, event });
+        if (options.until?.(event) || signal.aborted) return;
+      }
     }
   } finally {
     signal.removeEventListener('abort', stop);
@@ -171,8 +180,8 @@ async function idsUpTo(
         if (got === 'idle' || got.done) break;
         const msg = got.value;
         if (msg.seq > after) break;
-        const parsed = parseEvent(msg.data, msg.subject);
-        if (parsed.ok) ids.push(parsed.value.id);
+        const parsed = eventsOf(msg.data, msg.subject);
+        if (parsed.ok) ids.push(...parsed.value.map((event) => event.id));
         left -= 1;
       }
     } finally {

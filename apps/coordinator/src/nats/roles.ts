@@ -235,7 +235,9 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
 const workerEvents = (pipeline: string) =>
   [...new Set(EVENT_KINDS.map((kind) => kind.split('.')[0] as string))]
     .filter((family) => family !== 'task')
-    .map((family) => `troupe.events.${pipeline}.*.${family}.>`);
+    .map((family) => `troupe.events.${pipeline}.*.${family}.>`)
+    // Its agents' events gathered in batches (event batching on): a batch never holds a task.* event (eventsIn).
+    .concat(subjects.eventBatch(pipeline, '*'));
 
 /** Looking up Troupe's streams and buckets, as a client checks them before use. */
 const streamInfo = () => [`$JS.API.STREAM.INFO.>`];

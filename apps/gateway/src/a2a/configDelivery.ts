@@ -101,6 +101,9 @@ export class ConfigDelivery {
     let failure: Error | undefined;
     let gone: DeliveryEnd | undefined;
     let ended = false;
+    /** The sequence of the events read last, and how many updates the events before this one at it had. */
+    let sharedSeq = -1;
+    let before = 0;
     const stop = new AbortController();
     const onAbort = () => stop.abort();
     signal.addEventListener('abort', onAbort, { once: true });
@@ -113,10 +116,20 @@ export class ConfigDelivery {
           onEvent: async ({ seq, event }) => {
             fold ??= new TaskFold({ taskId: this.#taskId, contextId: contextOf(entry.value, event) });
             const updates = this.#render(fold, event);
+            // Several events share a sequence (a batch's, see SequencedEvent): a cursor's part counts the updates of
+            // all of them, in the order they are read, which is the same in every pass.
+            if (seq !== sharedSeq) {
+              sharedSeq = seq;
+              before = 0;
+            }
+            const first = before;
+            before += updates.length;
             const { cursor } = entry.value.delivery;
             if (seq < cursor.seq) return;
-            for (let part = seq === cursor.seq ? cursor.part : 0; part < updates.length; part++) {
-              const update = updates[part] as StreamResponse;
+            const from = seq === cursor.seq ? Math.max(0, cursor.part - first) : 0;
+            for (let index = from; index < updates.length; index++) {
+              const update = updates[index] as StreamResponse;
+              const part = first + index;
               // Read again before each POST: a config deleted (or taken over) while its task was quiet gets nothing more.
               const fresh = await this.#options.store.get(this.#key);
               if (!fresh || !sameCursor(fresh.value.delivery.cursor, entry.value.delivery.cursor)) {

@@ -1,7 +1,7 @@
 import { type Consumer, JetStreamApiCodes } from '@nats-io/jetstream';
 import {
+  eventsOf,
   InvalidMessageEvent,
-  parseEvent,
   parseMessage,
   STREAMS,
   subjects,
@@ -39,8 +39,9 @@ const FETCH_EXPIRES_MS = 5_000;
  * began (or a little later). A message that is not a valid event is skipped. Fails with `stream_missing` when no
  * coordinator has created the stream on this server.
  *
- * The stream may hold an event twice (a republished event beyond the duplicate window); readers that must show
- * each once dedupe on `event.id`.
+ * A batch of events (`EventBatch`) is handed back as its events, one by one, in order. The stream may hold an event
+ * twice (a republished event beyond the duplicate window, or the same fact in two batches of a resumed run); readers
+ * that must show each once dedupe on `event.id`.
  *
  * @example
  * for await (const stored of readEventHistory(bus, { subject: subjects.taskEvents('rel-1') })) {
@@ -63,8 +64,7 @@ export async function* readEventHistory(
       for await (const msg of messages) {
         received += 1;
         pending = msg.info.pending;
-        const stored = parseStored(msg.subject, msg.data);
-        if (stored) yield stored;
+        yield* parseStored(msg.subject, msg.data);
       }
       // Messages counted as pending may have aged out of the stream before they were fetched.
       if (received === 0) return;
@@ -99,11 +99,12 @@ async function openReader(bus: JetStreamBus, options: EventHistoryOptions): Prom
   }
 }
 
-function parseStored(subject: string, data: Uint8Array): StoredEvent | undefined {
+/** What one stored message holds: a report, one event, or a batch's events in order (see `eventsOf`). */
+function parseStored(subject: string, data: Uint8Array): StoredEvent[] {
   if (subject === subjects.invalid) {
     const parsed = parseMessage(InvalidMessageEvent, data);
-    return parsed.ok ? { type: 'invalid', event: parsed.value } : undefined;
+    return parsed.ok ? [{ type: 'invalid', event: parsed.value }] : [];
   }
-  const parsed = parseEvent(data, subject);
-  return parsed.ok ? { type: 'event', event: parsed.value } : undefined;
+  const parsed = eventsOf(data, subject);
+  return parsed.ok ? parsed.value.map((event) => ({ type: 'event', event })) : [];
 }
