@@ -7,7 +7,8 @@
  * (`node scripts/buildCli.mjs`).
  *
  *   npm run bench:soak -- [--tasks 1000] [--submit-seconds 100] [--kill-every-ms 1000] [--seed N]
- *                         [--kill-after-submit-seconds 30] [--drain-seconds 300] [--keep]
+ *                         [--kill-after-submit-seconds 30] [--stall-seconds 60]
+ *                         [--drain-seconds 1200] [--max-deliver 100 (0: troupe up's default)] [--keep]
  */
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -20,7 +21,9 @@ const { values } = parseArgs({
     'submit-seconds': { type: 'string', default: '100' },
     'kill-every-ms': { type: 'string', default: '1000' },
     'kill-after-submit-seconds': { type: 'string', default: '30' },
-    'drain-seconds': { type: 'string', default: '300' },
+    'stall-seconds': { type: 'string', default: '60' },
+    'drain-seconds': { type: 'string', default: '1200' },
+    'max-deliver': { type: 'string', default: '100' },
     seed: { type: 'string' },
     keep: { type: 'boolean', default: false },
   },
@@ -43,6 +46,9 @@ const report = await runKillSoak({
   submitMs: number('submit-seconds') * 1000,
   killEveryMs: number('kill-every-ms'),
   killAfterSubmitMs: number('kill-after-submit-seconds') * 1000,
+  stallMs: number('stall-seconds') * 1000,
+  // 0: the product's default (10).
+  ...(number('max-deliver') === 0 ? {} : { maxDeliver: number('max-deliver') }),
   drainMs: number('drain-seconds') * 1000,
   seed,
   random,
@@ -52,7 +58,7 @@ const report = await runKillSoak({
 
 const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 console.log(`
-kill soak, seed ${report.seed} (replay: npm run bench:soak -- --seed ${report.seed})
+kill soak, seed ${report.seed} (replay: npm run bench:soak -- --seed ${report.seed}); troupe up --max-deliver ${values['max-deliver'] === '0' ? '(default)' : values['max-deliver']}
   tasks                      ${report.tasks}, completed once with the right output: ${report.completed}
   kills (-9)                 ${report.kills} over ${s(report.killMs)} (${report.killsDuringStartUp} of a process still starting), restarts ${report.restarts}
   ended while the kills ran  ${report.endedDuringKills}; the rest after, with all four up

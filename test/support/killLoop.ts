@@ -47,8 +47,8 @@ export interface KillLoopOptions {
 
 /**
  * `troupe up` and `troupe worker` processes kept running: each that exits is started again at once, and
- * {@link KillLoop.killEvery} sends SIGKILL to one of them on a fixed period, as a machine or a process dying without
- * a word would: one chosen at random among those that are up, or among all when none is.
+ * {@link KillLoop.killEvery} sends SIGKILL to one of them, chosen at random, on a fixed period, as a machine or a
+ * process dying without a word would.
  */
 export class KillLoop {
   readonly kills: Kill[] = [];
@@ -120,11 +120,9 @@ export class KillLoop {
   }
 
   #killOne(): void {
-    // A process that is up, when any is: under load a start takes seconds, and kills that only ever hit processes
-    // still starting would test the start, not the work. (Still one kill each period, so some do.)
-    const ready = this.#slots.filter((s) => s.ready);
-    const among = ready.length > 0 ? ready : this.#slots;
-    const slot = among[Math.floor(this.#options.random() * among.length)];
+    // Any of them, up or still starting: preferring those up kills each one within a second of its start whenever it
+    // is the only one up (a start takes seconds under load), and then no task gets anywhere.
+    const slot = this.#slots[Math.floor(this.#options.random() * this.#slots.length)];
     const pid = slot?.child?.pid;
     if (slot === undefined || pid === undefined) return;
     this.#killed.add(pid);

@@ -26,8 +26,19 @@ export interface SoakOptions {
   killEveryMs: number;
   /** The kills stop once every task has ended, or this long after the last submission, whichever is first. */
   killAfterSubmitMs: number;
-  /** Every task must have ended this long after the last submission (the kills stop before). */
+  /**
+   * After the kills, a task is taken for stuck once no task has ended for this long (the run still ending tasks
+   * is slow, not stuck), or once this long has passed since the last submission.
+   */
+  stallMs: number;
   drainMs: number;
+  /**
+   * `troupe up --max-deliver`: deliveries in a row without a step completed before a task is dead-lettered. The
+   * product's default (10) is meant for a task that crashes its coordinator; a kill every second on a busy machine
+   * reaches it too (no step completes while every process is starting), so the soak raises it to tell lost tasks
+   * from tasks given up on by design.
+   */
+  maxDeliver?: number;
   seed: number;
   random: () => number;
   log: (line: string) => void;
@@ -79,7 +90,8 @@ const taskIds = (n: number) => Array.from({ length: n }, (_, i) => `soak-${Strin
  * 2 `troupe up` (each with agents) and 2 `troupe worker` on one nats-server, `tasks` tasks of the soak pipeline
  * submitted over `submitMs`, and a kill -9 of one of the four every `killEveryMs` (each restarted at once). Then it
  * checks: every task ended exactly once, completed with the right output; no step's side effect ran twice, each run
- * matching a claim in the journal; no task left unfinished `drainMs` after the last submission.
+ * matching a claim in the journal; no task left unfinished once the run stops ending tasks (`stallMs`) or by
+ * `drainMs` after the last submission.
  */
 export async function runKillSoak(o: SoakOptions): Promise<SoakReport> {
   const wallStart = Date.now();
@@ -103,6 +115,7 @@ export async function runKillSoak(o: SoakOptions): Promise<SoakReport> {
     '2',
     '--step-heartbeat',
     '1',
+    ...(o.maxDeliver === undefined ? [] : ['--max-deliver', String(o.maxDeliver)]),
   ];
   const loop = new KillLoop({
     cli: join(o.root, 'apps', 'cli', 'bin', 'troupe.mjs'),
@@ -133,13 +146,19 @@ export async function runKillSoak(o: SoakOptions): Promise<SoakReport> {
       callback: (_error, msg) => {
         const kind = msg.subject.split('.').slice(4).join('.');
         if (!(FINAL_EVENT_KINDS as readonly string[]).includes(kind)) return;
-        const event = msg.json<{ id: string; taskId: string; data: { output?: string; error?: unknown } }>();
+        const event = msg.json<{
+          id: string;
+          taskId: string;
+          data: { output?: string; reason?: string; message?: string };
+        }>();
         const list = finals.get(event.taskId) ?? [];
         list.push({
           id: event.id,
           kind,
           ...(event.data.output === undefined ? {} : { output: event.data.output }),
-          ...(event.data.error === undefined ? {} : { error: JSON.stringify(event.data.error) }),
+          ...(event.data.reason === undefined
+            ? {}
+            : { error: `${event.data.reason}: ${event.data.message}` }),
         });
         finals.set(event.taskId, list);
         lastEnd = Date.now();
@@ -172,8 +191,14 @@ export async function runKillSoak(o: SoakOptions): Promise<SoakReport> {
       `  all ${o.tasks} submitted after ${((submitted - runStart) / 1000).toFixed(1)} s; ${ended()} ended`,
     );
 
-    const until = async (done: () => boolean, deadline: number) => {
-      while (!done() && Date.now() < deadline) {
+    /** Waits for `done`, until `deadline`, or until no task has ended for `stall` (counted from `since` at least). */
+    const until = async (
+      done: () => boolean,
+      deadline: number,
+      stall = Number.POSITIVE_INFINITY,
+      since = 0,
+    ) => {
+      while (!done() && Date.now() < deadline && Date.now() - Math.max(lastEnd, since) < stall) {
         await new Promise((resolve) => setTimeout(resolve, 100));
         if (Date.now() - lastProgress >= 5_000) {
           lastProgress = Date.now();
@@ -192,7 +217,7 @@ export async function runKillSoak(o: SoakOptions): Promise<SoakReport> {
         `  kills stopped with ${o.tasks - ended()} tasks still running; waiting for them with all processes up`,
       );
       await loop.allReady(60_000).catch((error: Error) => fail(`after the kills: ${error.message}`));
-      await until(() => ended() === o.tasks, submitted + o.drainMs);
+      await until(() => ended() === o.tasks, submitted + o.drainMs, o.stallMs, Date.now());
     }
     runMs = (ended() === o.tasks ? lastEnd : Date.now()) - runStart;
     await loop.stopAll();
@@ -205,7 +230,7 @@ export async function runKillSoak(o: SoakOptions): Promise<SoakReport> {
       const distinct = [...new Map(live.map((f) => [f.id, f])).values()];
       finalRepublished += live.length - distinct.length;
       const kept = stored.get(id) ?? [];
-      if (distinct.length === 0) fail(`${id}: no final event within the wait (lost or stuck)`);
+      if (distinct.length === 0) fail(`${id}: no final event (lost or stuck)`);
       else if (distinct.length > 1)
         fail(`${id}: ended ${distinct.length} times: ${JSON.stringify(distinct)}`);
       else {
