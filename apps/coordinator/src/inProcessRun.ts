@@ -12,7 +12,10 @@ export interface RunTaskOptions {
   input?: unknown;
   /** The task's id; a fresh `t-…` one when absent. */
   taskId?: string;
-  /** Each event of the task, in order, as `troupe tail` would show them. */
+  /**
+   * Each event of the task, in order, as `troupe tail` would show them: the object the run made (no copy), to be read,
+   * not changed. A listener that throws is logged; the task goes on.
+   */
   onEvent?: (event: TroupeEvent) => void;
   /** Cancels the task (`troupe cancel`'s path: the task ends `task.cancelled`). */
   signal?: AbortSignal;

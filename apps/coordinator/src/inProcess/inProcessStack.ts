@@ -7,14 +7,12 @@ import {
   JournalEntry,
   type Logger,
   type McpConnections,
-  MemoryBus,
   MemoryKv,
   StepJournal,
   startAgentHost,
   systemClock,
   ToolError,
 } from '@troupe/runtime';
-import { z } from 'zod';
 import { pipelineTools } from '../agents/agentService.ts';
 import { hostedAgents } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
@@ -22,6 +20,7 @@ import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { MemoryTaskIntake } from '../intake/memoryTaskIntake.ts';
 import { type PipelineRunner, startPipelineRunner } from '../workflow/pipelineRunner.ts';
 import { HeldRecords } from './heldRecords.ts';
+import { InProcessBus } from './inProcessBus.ts';
 
 /** The events that end a task: one of them is the last an in-process run hears. */
 export type FinalEvent = Extract<TroupeEvent, { kind: 'task.completed' | 'task.failed' | 'task.cancelled' }>;
@@ -43,13 +42,6 @@ export interface StackTask {
   signal?: AbortSignal;
 }
 
-/**
- * The events on a stack's bus, taken as they are: every one was made in this process by the runner's or the host's
- * event factory from typed parts (nothing else publishes on this bus), so checking each against the 30 kinds again
- * here would only spend time.
- */
-const OwnEvent = z.custom<TroupeEvent>();
-
 const FINAL_KINDS: ReadonlySet<string> = new Set(['task.completed', 'task.failed', 'task.cancelled']);
 
 /**
@@ -69,7 +61,7 @@ export class InProcessStack {
 
   private constructor(
     readonly pipeline: string,
-    private readonly bus: MemoryBus,
+    private readonly bus: InProcessBus,
     private readonly host: AgentHost,
     private readonly runner: PipelineRunner,
     private readonly intake: MemoryTaskIntake,
@@ -83,7 +75,7 @@ export class InProcessStack {
     const logger = settings.logger ?? createLogger({ level: 'silent' });
     const name = loaded.config.name;
     const clock = systemClock;
-    const bus = new MemoryBus({ name: 'troupe-run', logger, clock });
+    const bus = new InProcessBus({ name: 'troupe-run', logger, clock });
     const mcp: McpConnections[] = [];
     const registry = await pipelineTools(loaded, builtinTools(), mcp, logger);
     const nobody = nobodyToAsk(settings.approvals);
@@ -130,9 +122,9 @@ export class InProcessStack {
     const { taskId } = task;
     // The first final event the task publishes.
     let final: FinalEvent | undefined;
-    const events = bus.subscribe(subjects.taskEvents(taskId, this.pipeline), OwnEvent, ({ value }) => {
-      task.onEvent?.(value);
-      if (final === undefined && FINAL_KINDS.has(value.kind)) final = value as FinalEvent;
+    const stopListening = bus.listen(taskId, (event) => {
+      task.onEvent?.(event);
+      if (final === undefined && FINAL_KINDS.has(event.kind)) final = event as FinalEvent;
     });
     const cancel = () =>
       void bus
@@ -155,7 +147,7 @@ export class InProcessStack {
       return final;
     } finally {
       task.signal?.removeEventListener('abort', cancel);
-      events.unsubscribe();
+      stopListening();
       this.records.forget(taskId);
     }
   }
