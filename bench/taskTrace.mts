@@ -32,7 +32,17 @@ const registry = builtinTools();
 const pipeline = await loadPipeline(join(import.meta.dirname, 'fixtures', 'core.yaml'), {
   toolNames: registry.names(),
 });
-const coordinator = await startCoordinator({ bus, pipelines: [pipeline], logger, workspaceRoot, registry });
+// As in bench/core.mts: TROUPE_BENCH_LOCAL_STEPS sets the coordinator's maxLocalSteps.
+const coordinator = await startCoordinator({
+  bus,
+  pipelines: [pipeline],
+  logger,
+  workspaceRoot,
+  registry,
+  ...(process.env.TROUPE_BENCH_LOCAL_STEPS
+    ? { maxLocalSteps: Number(process.env.TROUPE_BENCH_LOCAL_STEPS) }
+    : {}),
+});
 
 const ended = new Map<string, () => void>();
 client.subscribe(subjects.allTaskEvents, {
