@@ -10,7 +10,9 @@ import {
   startCoordinator,
 } from '@troupe/coordinator';
 import {
+  EVENT_BATCH_TOKEN,
   type EventOf,
+  eventsOf,
   FINAL_EVENT_KINDS,
   InvalidMessageEvent,
   parseMessage,
@@ -63,6 +65,8 @@ export interface HarnessOptions {
   concurrency?: number;
   /** How long a task's end waits for its final event before it says so, and a stop for such an end. */
   finalEventWaitMs?: number;
+  /** The coordinator's bus sends a task's events in batches (`BusOptions.eventBatch`). */
+  eventBatch?: boolean;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -72,7 +76,12 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
   const logger: Logger = lines
     ? createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(line) } })
     : createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
-  const bus = await NatsBus.connect({ servers: nats.url, name: 'test-coordinator', logger });
+  const bus = await NatsBus.connect({
+    servers: nats.url,
+    name: 'test-coordinator',
+    logger,
+    ...(options.eventBatch === undefined ? {} : { eventBatch: options.eventBatch }),
+  });
   const registry = builtinTools();
   for (const tool of options.tools ?? []) registry.register(tool);
   const pipelines = await Promise.all(
@@ -102,6 +111,14 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
   // A test that publishes garbage on these subjects must not break the recorder: what does not parse is skipped.
   client.subscribe(subjects.allTaskEvents, {
     callback: (_error, msg) => {
+      // A batch of events (event batching on) is its events, in order.
+      if (msg.subject.endsWith(`.${EVENT_BATCH_TOKEN}`)) {
+        const batch = eventsOf(msg.data, msg.subject);
+        if (!batch.ok) return;
+        events.push(...batch.value);
+        notify();
+        return;
+      }
       const parsed = parseMessage(TroupeEvent, msg.data);
       if (!parsed.ok) return;
       events.push(parsed.value);
