@@ -60,7 +60,10 @@ client.subscribe('>', {
       reply: msg.reply || undefined,
       size: msg.data.length,
       // Enough of the body to name an event's kind, an ack's verb or a heartbeat, kept only when summarizing.
-      text: summary ? new TextDecoder().decode(msg.data.subarray(0, 400)) : undefined,
+      // A batch whole, to count the events it carries.
+      text: summary
+        ? new TextDecoder().decode(msg.subject.endsWith('.batch') ? msg.data : msg.data.subarray(0, 400))
+        : undefined,
       expectedSeq: msg.headers?.get('Nats-Expected-Last-Subject-Sequence') || undefined,
     });
   },

@@ -44,6 +44,9 @@ const classify = (m: TracedMessage): Classified => {
     const key = s.split('.').slice(5).join('.') || m.text || '?';
     return { group: `KV get ${s.split('.')[4] ?? '?'}${journalKind(key)}`, asks: true };
   }
+  if (s.startsWith('troupe.events.') && s.endsWith('.batch')) {
+    return { group: 'event batch (JetStream publish)', asks: Boolean(m.reply) };
+  }
   if (s.startsWith('troupe.events.')) {
     const kind = m.text?.match(/"kind":"([^"]+)"/)?.[1] ?? s.split('.').at(-1);
     return { group: `event ${kind} (JetStream publish)`, asks: Boolean(m.reply) };
@@ -124,6 +127,11 @@ export const summarize = (seen: TracedMessage[], started: number): string[] => {
     }
     const { group } = classify(m);
     count(group);
+    // What a batch carries, counted apart: events, not messages.
+    if (group === 'event batch (JetStream publish)') {
+      for (const [, kind] of m.text?.matchAll(/"kind":"([^"]+)"/g) ?? [])
+        count(`  in a batch: event ${kind}`);
+    }
     // A delivered task message carries its ack subject as reply; the acks are fire-and-forget.
     if (m.reply && !m.reply.startsWith('$JS.ACK.')) open.set(m.reply, { what: group, sent: m.at });
   }

@@ -120,7 +120,7 @@ function parseLine(label, line) {
   if (traced) return record(label, 'traced task p50', Number(traced[2]), 'ms');
   const total = /^(\d+) messages, by what they are for/.exec(trimmed);
   if (total) return record(label, 'messages per task', Number(total[1]), 'messages');
-  const kind = /^\s*(\d+) {2}(\S.*)$/.exec(line);
+  const kind = /^\s*(\d+) {2}\s*(\S.*)$/.exec(line);
   if (kind) return record(label, `messages: ${kind[2]}`, Number(kind[1]), 'messages');
   const chain = /^(\d+) in a row (.+?) \(each sent .*\), (\d+(?:\.\d+)?) ms waiting/.exec(trimmed);
   if (chain) {
