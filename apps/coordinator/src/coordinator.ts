@@ -53,6 +53,8 @@ type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[numbe
 
 /** Tasks per pipeline a coordinator works on at once when not told (see {@link PipelineRunnerOptions.concurrency}). */
 const DEFAULT_CONCURRENCY = 16;
+/** Steps of its own workflows a coordinator's hosts run in-process when not told (see `maxLocalSteps`): none yet. */
+const DEFAULT_MAX_LOCAL_STEPS = 0;
 
 export interface CoordinatorOptions
   extends RunnerSettings,
@@ -65,6 +67,12 @@ export interface CoordinatorOptions
   workspaceRoot: string;
   /** Host the pipelines' agents in this process too (default true); false leaves them to workers. */
   hostAgents?: boolean;
+  /**
+   * With `hostAgents`, the most steps in flight on a pipeline's host here for one more step of this coordinator's own
+   * workflows to run in-process, with no NATS hop; past it, steps go over NATS to any worker (workers elsewhere take
+   * the overflow). Default: 0, every step over NATS (off until the crash suites pass with it on).
+   */
+  maxLocalSteps?: number;
   /**
    * How long (ms) and how much (bytes) of the `EVENTS` stream is kept; the oldest events go first. Unset, a new
    * stream keeps 7 days with no size limit, and a stream that exists keeps what it has.
@@ -230,6 +238,7 @@ async function startParts(
           registry,
           clock,
           values,
+          maxLocalSteps: options.maxLocalSteps ?? DEFAULT_MAX_LOCAL_STEPS,
           ...(options.metrics ? { metrics: options.metrics } : {}),
         })
       : undefined;
@@ -261,6 +270,7 @@ async function startParts(
           logger: logger.child({ pipeline: pipeline.config.name }),
           clock,
           concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
+          ...(agents ? { localSteps: agents.local } : {}),
           people: { gate: people, journal: pipelineJournal, clock },
           subPipelines: createSubPipelineRunner(bus, clock, values),
           values,

@@ -51,6 +51,7 @@ export interface HostOptions extends Pick<CoordinatorOptions, 'replicas' | 'metr
 type CoordinatorSettings = Pick<
   CoordinatorOptions,
   | 'hostAgents'
+  | 'maxLocalSteps'
   | 'concurrency'
   | 'maxInFlight'
   | 'ackWaitMs'

@@ -8,6 +8,7 @@ import {
   type JetStreamBus,
   KvMemory,
   KvStore,
+  type LocalSteps,
   type Logger,
   type McpConnections,
   NatsHumanGate,
@@ -52,6 +53,11 @@ export interface AgentServiceOptions {
   values?: ValueStore;
   /** How much of a task's workspace is handed on between steps; `TROUPE_WORKSPACE_MAX_*_MIB` or the defaults when absent. */
   workspaceLimits?: WorkspaceLimits;
+  /**
+   * The most steps in flight on each host here for `local` to take one more from a workflow of this process (see
+   * `LocalSteps`); 0, the default, takes none (a `troupe worker` runs no workflow).
+   */
+  maxLocalSteps?: number;
 }
 
 /** The agents of some pipelines, served in this process. */
@@ -68,6 +74,11 @@ export interface AgentService {
    * started), each step run as that version defines the agent; among `only` when given. Returns the agents added.
    */
   serveVersion(pipeline: string, hash: string): Promise<string[]>;
+  /**
+   * Takes a step from a workflow of this process when a host here serves its agent at its version and has room:
+   * each of the step's pipeline's hosts is asked in turn, as they are now (a version served since included).
+   */
+  readonly local: LocalSteps;
   stop(): Promise<void>;
 }
 
@@ -98,7 +109,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   await heartbeats.started;
   const warnIfUnpriced = unpricedWarning(options.pipelines, logger);
   const mcp: McpConnections[] = [];
-  const hosts: AgentHost[] = [];
+  const hosts: { pipeline: string; host: AgentHost }[] = [];
   const serving = new Map<string, string[]>();
   /** Each pipeline as this process loaded it, its tools (once connected) and its agents of other versions. */
   const loaded = new Map<
@@ -138,6 +149,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       version: pipeline.version.hash,
       agentOf: loaded.get(pipeline.config.name)?.agentOf ?? (async () => undefined),
       olderAgents,
+      maxLocalSteps: options.maxLocalSteps ?? 0,
     });
   try {
     for (const pipeline of options.pipelines) {
@@ -152,10 +164,10 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       const entry = loaded.get(name);
       if (entry) entry.registry = registry;
       serving.set(name, [...agents.map((a) => a.name), ...olderAgents]);
-      hosts.push(host(pipeline, registry, agents, olderAgents));
+      hosts.push({ pipeline: name, host: host(pipeline, registry, agents, olderAgents) });
     }
   } catch (error) {
-    await Promise.all(hosts.map((h) => h.stop()));
+    await Promise.all(hosts.map((h) => h.host.stop()));
     await Promise.all(mcp.map((m) => m.close()));
     await heartbeats.close();
     throw error;
@@ -174,7 +186,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
     if (added.length === 0 || stopped) return [];
     entry.registry ??= await pipelineTools(entry.pipeline, base, mcp, logger);
     // Served as another version's agents are: each step loads the agent its version defines.
-    hosts.push(host(entry.pipeline, entry.registry, [], added));
+    hosts.push({ pipeline, host: host(entry.pipeline, entry.registry, [], added) });
     serving.set(pipeline, [...served, ...added]);
     logger.info(
       { pipeline, version: hash, agents: added },
@@ -184,8 +196,20 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   };
   let serial: Promise<unknown> = Promise.resolve();
   let stopped = false;
+  const local: LocalSteps = {
+    tryTake(request, hooks) {
+      if (stopped) return undefined;
+      for (const served of hosts) {
+        if (served.pipeline !== request.pipeline) continue;
+        const call = served.host.local.tryTake(request, hooks);
+        if (call) return call;
+      }
+      return undefined;
+    },
+  };
   return {
     serving,
+    local,
     check(next) {
       const entry = loaded.get(next.config.name);
       if (!entry) return [];
@@ -203,7 +227,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       // Approvals and questions cut short by the stop stay pending: the process that resumes the step waits on them.
       human.detach();
       stopCounting?.();
-      await Promise.all(hosts.map((h) => h.stop()));
+      await Promise.all(hosts.map((h) => h.host.stop()));
       await Promise.all(mcp.map((m) => m.close()));
       await heartbeats.close();
     },

@@ -10,7 +10,15 @@ import {
   subjects,
   type TaskEnding,
 } from '@troupe/protocol';
-import { type Bus, type Clock, EventFactory, type Logger, sleep, type ValueStore } from '@troupe/runtime';
+import {
+  type Bus,
+  type Clock,
+  EventFactory,
+  type LocalSteps,
+  type Logger,
+  sleep,
+  type ValueStore,
+} from '@troupe/runtime';
 import { type AnyActorRef, createActor, fromPromise, toPromise } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { versionHash } from '../config/pipelineVersion.ts';
@@ -96,6 +104,11 @@ export interface PipelineRunnerOptions {
   ) => Promise<PipelineRunOutput>;
   /** What `human` steps ask people with; without it, a `human` step fails the task saying so. */
   people?: Omit<HumanStepDeps, 'onActivity'>;
+  /**
+   * The agent hosts of this process: a step one of them takes (it serves the agent at the task's version and has
+   * room) runs here with no NATS hop; any other goes over NATS (see `LocalSteps`). Without it, every step does.
+   */
+  localSteps?: LocalSteps;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
   closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
 }
@@ -330,6 +343,7 @@ function stepActors(
     logger: options.logger,
     ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
     ...(options.stepHeartbeatMs === undefined ? {} : { heartbeatMs: options.stepHeartbeatMs }),
+    ...(options.localSteps ? { local: options.localSteps } : {}),
   };
   const people = options.people;
   const reporter =

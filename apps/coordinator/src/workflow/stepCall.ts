@@ -1,5 +1,5 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat, WorkspaceManifest } from '@troupe/protocol';
-import { type Bus, type Clock, type Logger, TransportError } from '@troupe/runtime';
+import { type Bus, type Clock, type LocalSteps, type Logger, TransportError } from '@troupe/runtime';
 import { assign, fromPromise, type PromiseActorLogic, setup } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import { withCallCheckpoints } from './stepCallCheckpoint.ts';
@@ -22,6 +22,11 @@ export interface StepCallServices {
   waitForWorkersMs: number;
   /** How often the agent host must report on the step. */
   heartbeatMs: number;
+  /**
+   * The agent hosts of this process: a step one of them takes runs here with no NATS hop (see `LocalSteps`); one
+   * none takes (no host here serves its agent at its version, or all are full or stopping) goes over NATS.
+   */
+  local?: LocalSteps | undefined;
 }
 
 /** What the step call starts from: the workflow's step, and whether a run of it may have started before. */

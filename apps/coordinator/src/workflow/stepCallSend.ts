@@ -1,5 +1,5 @@
 import { AgentStepReply, type AgentStepRequest, isRetryable, StepHeartbeat } from '@troupe/protocol';
-import { type MessageLogLevel, requestWithHeartbeats, TransportError } from '@troupe/runtime';
+import { type MessageLogLevel, requestLocally, requestWithHeartbeats, TransportError } from '@troupe/runtime';
 import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import type { TaskSteering } from '../task/taskSteering.ts';
@@ -69,9 +69,6 @@ export function stepSendLogic(services: StepCallServices) {
       const ended = steering?.atWork(stepId);
       const abort = new AbortController();
       let settled = false;
-      const stopHearing = bus.onStatus((status) => {
-        if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
-      });
       let unwatch = () => {};
       const stopHolding = steering?.listen((held) => {
         if (settled) return;
@@ -81,44 +78,52 @@ export function stepSendLogic(services: StepCallServices) {
           : () => {};
         sendBack({ type: held ? 'heldAtWork' : 'unheldAtWork' });
       });
+      const request: AgentStepRequest = {
+        ...input.request,
+        ...(steering ? steered(input.request, steering, input.pausedTimeCounts) : {}),
+        ...(facts
+          ? {
+              traceparent: facts.traceparent,
+              ...(facts.version === undefined ? {} : { version: facts.version }),
+            }
+          : {}),
+        timeoutMs: left,
+        // Steering a host heard after this, before the step reached it, is applied as the step starts.
+        sentAt: clock.now(),
+        heartbeatMs: services.heartbeatMs,
+        ...(input.fresh ? { fresh: true as const } : {}),
+      };
+      const waiting = {
+        // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
+        timeoutMs: left + REPLY_GRACE_MS,
+        signal: abort.signal,
+        ...(steering ? { hold: steering } : {}),
+        clock,
+        onHeartbeat: (heartbeat: unknown) =>
+          sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
+      };
+      // A host of this process takes the step if it can: no NATS hop, no heartbeats, and no reply a reconnect can lose.
+      const local = services.local && requestLocally(services.local, request, waiting);
+      const stopHearing = local
+        ? () => {}
+        : bus.onStatus((status) => {
+            if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
+          });
       // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
       const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
-      requestWithHeartbeats(
-        bus,
-        input.subject,
-        {
-          ...input.request,
-          ...(steering ? steered(input.request, steering, input.pausedTimeCounts) : {}),
-          ...(facts
-            ? {
-                traceparent: facts.traceparent,
-                ...(facts.version === undefined ? {} : { version: facts.version }),
-              }
-            : {}),
-          timeoutMs: left,
-          // Steering a host heard after this, before the step reached it, is applied as the step starts.
-          sentAt: clock.now(),
-          heartbeatMs: services.heartbeatMs,
-          ...(input.fresh ? { fresh: true as const } : {}),
-        },
-        AgentStepReply,
-        StepHeartbeat,
-        {
-          // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
-          timeoutMs: left + REPLY_GRACE_MS,
+      (
+        local ??
+        requestWithHeartbeats(bus, input.subject, request, AgentStepReply, StepHeartbeat, {
+          ...waiting,
           idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
-          signal: abort.signal,
-          ...(steering ? { hold: steering } : {}),
           meta: {
             taskId: input.request.taskId,
             from: input.request.from ?? 'workflow',
             to: input.request.agent,
             kind: 'agent.step',
           },
-          clock,
-          onHeartbeat: (heartbeat) => sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
           ...(logLevel ? { logLevel } : {}),
-        },
+        })
       ).then(
         (reply) => {
           settled = true;

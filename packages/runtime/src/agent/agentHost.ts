@@ -146,11 +146,16 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   );
 
   const maxLocalSteps = options.maxLocalSteps ?? 0;
+  /** Steps taken locally whose run starts at the end of this turn (see `takeLocally`): they count as in flight. */
+  let starting = 0;
   const local: LocalSteps = {
     tryTake(request, hooks) {
-      if (steps.stopping || steps.size >= maxLocalSteps || request.pipeline !== pipeline) return undefined;
+      if (steps.stopping || steps.size + starting >= maxLocalSteps || request.pipeline !== pipeline)
+        return undefined;
       const own = ownAgents.get(request.agent);
       if (!own || !isOwnVersion(request, intake)) return undefined;
+      starting += 1;
+      queueMicrotask(() => (starting -= 1));
       return takeLocally(steps, own, request, hooks);
     },
   };

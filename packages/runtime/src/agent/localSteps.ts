@@ -1,4 +1,7 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
+import { type Clock, systemClock } from '../events/clock.ts';
+import { holdableTimer, type TimeoutHold } from '../transport/heartbeatRequest.ts';
+import { TransportError } from '../transport/transportError.ts';
 import type { HostedAgent } from './remoteAgent.ts';
 import { failedReply } from './stepReply.ts';
 import type { LocalDelivery } from './stepRequesters.ts';
@@ -38,6 +41,66 @@ export interface LocalSteps {
   tryTake(request: AgentStepRequest, hooks: LocalStepHooks): LocalStepCall | undefined;
 }
 
+/** How a workflow waits for a step taken in this process: as `requestWithHeartbeats` waits for one sent over NATS. */
+export interface LocalRequestOptions {
+  /** How long to wait for the reply in all, less the time held; then the run is cancelled and this fails `timeout`. */
+  timeoutMs: number;
+  /** While held, `timeoutMs` stops running (see `requestWithHeartbeats`). */
+  hold?: TimeoutHold;
+  /** Aborted, the run is cancelled and this fails `aborted`. */
+  signal?: AbortSignal;
+  /** What a heartbeat would say, when it changes. */
+  onHeartbeat?: (heartbeat: StepHeartbeat) => void;
+  clock?: Clock;
+}
+
+/**
+ * The step taken in this process, if a host here takes it, as a promise of its reply that fails as
+ * `requestWithHeartbeats` does (a {@link TransportError}: `timeout`, `aborted`); undefined when no host here takes
+ * it, so the caller sends it over NATS.
+ */
+export function requestLocally(
+  local: LocalSteps,
+  request: AgentStepRequest,
+  options: LocalRequestOptions,
+): Promise<AgentStepReply> | undefined {
+  if (options.signal?.aborted) return undefined;
+  let heard = (_heartbeat: StepHeartbeat) => {};
+  const call = local.tryTake(request, { onActivity: (heartbeat) => heard(heartbeat) });
+  if (!call) return undefined;
+  const clock = options.clock ?? systemClock;
+  return new Promise<AgentStepReply>((resolve, reject) => {
+    let done = false;
+    let unhold: (() => void) | undefined;
+    const finish = (error: TransportError | undefined, reply?: AgentStepReply) => {
+      if (done) return;
+      done = true;
+      overall.stop();
+      unhold?.();
+      options.signal?.removeEventListener('abort', onAbort);
+      if (error) {
+        call.cancel();
+        reject(error);
+      } else resolve(reply as AgentStepReply);
+    };
+    const where = `${request.pipeline}/${request.agent} (in this process)`;
+    const onAbort = () =>
+      finish(new TransportError('aborted', `step ${request.stepId} for ${where} was aborted`));
+    const overall = holdableTimer(clock, options.timeoutMs, () =>
+      finish(new TransportError('timeout', `no reply from ${where} within ${options.timeoutMs} ms`)),
+    );
+    if (options.hold) {
+      if (options.hold.held) overall.hold();
+      unhold = options.hold.listen((held) => (held ? overall.hold() : overall.release()));
+    }
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    heard = (heartbeat) => {
+      if (!done) options.onHeartbeat?.(heartbeat);
+    };
+    void call.reply.then((reply) => finish(undefined, reply));
+  });
+}
+
 /**
  * Hands `request` to `steps` as a delivery in this process, for `agent`. With `TROUPE_FREEZE_LOCAL=1` (in tests)
  * the request is frozen: the host and the workflow share it, and neither may change it.
@@ -64,7 +127,9 @@ export function takeLocally(
       if (!settled) hooks.onActivity(heartbeat);
     },
   };
-  steps.take(delivery, agent);
+  // Taken once what the caller does now is done, as a delivery over NATS would be: the workflow's own events for the
+  // step (`step.started`, say) go out before the step's.
+  queueMicrotask(() => steps.take(delivery, agent));
   return {
     reply,
     cancel: () => {

@@ -159,7 +159,7 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
 }
 
 /** A timer that can be held: its time stops running while held, and goes on from what was left when released. */
-function holdableTimer(clock: Clock, ms: number, fire: () => void) {
+export function holdableTimer(clock: Clock, ms: number, fire: () => void) {
   let left = ms;
   let armedAt = clock.now();
   let timer: unknown = clock.setTimeout(fire, left);

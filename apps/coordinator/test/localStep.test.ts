@@ -1,0 +1,289 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ModelProvider, ModelRequest, ModelResponse, ToolCall } from '@troupe/llm';
+import { ControlReceipt, subjects, WorkflowRecord } from '@troupe/protocol';
+import {
+  type AgentHost,
+  createLogger,
+  JournalEntry,
+  type PermissionRule,
+  StepJournal,
+  startAgentHost,
+  ToolRegistry,
+} from '@troupe/runtime';
+import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
+import { versionHash } from '../src/config/pipelineVersion.ts';
+import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
+import { MemoryTaskIntake } from './memoryTaskIntake.ts';
+import { HOUR, pipeline, running, twoSteps } from './support/steeringRunner.ts';
+
+/** A model whose calls wait until the test answers them, or (`auto`) are answered at once with `done`. */
+function playedModel(auto = false) {
+  const asked: { request: ModelRequest; answer: (content: string, toolCalls?: ToolCall[]) => void }[] = [];
+  const aborted: ModelRequest[] = [];
+  const model: ModelProvider = {
+    provider: 'played',
+    model: 'played-1',
+    complete: (request) =>
+      new Promise<ModelResponse>((resolve) => {
+        const answer = (content: string, toolCalls: ToolCall[] = []) =>
+          resolve({
+            content,
+            toolCalls,
+            usage: { inputTokens: 10, outputTokens: 2, cachedTokens: 0 },
+            finishReason: toolCalls.length > 0 ? 'tool_calls' : 'stop',
+            model: 'played-1',
+          });
+        asked.push({ request, answer });
+        request.signal?.addEventListener('abort', () => aborted.push(request), { once: true });
+        if (auto) answer('done');
+      }),
+  };
+  /** Answers the oldest call not answered yet. */
+  let answered = 0;
+  const next = async (content: string, toolCalls?: ToolCall[]) => {
+    await expect.poll(() => asked.length).toBeGreaterThan(answered);
+    asked[answered++]?.answer(content, toolCalls);
+  };
+  return { model, asked, aborted, next };
+}
+
+const logger = createLogger({ level: 'silent' });
+let root: string;
+const hosts: AgentHost[] = [];
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'troupe-local-step-'));
+});
+afterEach(async () => {
+  await Promise.all(hosts.splice(0).map((host) => host.stop()));
+});
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+interface WorldOptions {
+  config?: PipelineConfig;
+  model?: ModelProvider;
+  /** Run steps in-process through the host's `local` (else over the bus, as before the local hop). */
+  local?: boolean;
+  maxLocalSteps?: number;
+  rules?: PermissionRule[];
+  registry?: ToolRegistry;
+  /** A second host on the bus, started before the first (so it gets the first step sent over the bus). */
+  second?: ModelProvider;
+}
+
+/** A pipeline runner and a real agent host on one in-memory bus, as a coordinator that hosts its agents has them. */
+async function world(options: WorldOptions = {}) {
+  const config = options.config ?? twoSteps;
+  const clock = new SimulatedClock();
+  const bus = new MemoryBus({ clock });
+  const journal = new StepJournal(new MemoryKv(JournalEntry));
+  const host = (model: ModelProvider, maxLocalSteps: number) =>
+    startAgentHost({
+      bus,
+      pipeline: 'unit',
+      agents: Object.keys(config.agents).map((name) => ({
+        name,
+        instructions: `${name}: do it.`,
+        model,
+        tools: options.registry ? ['note'] : [],
+        rules: options.rules ?? [],
+        maxTurns: 5,
+      })),
+      registry: options.registry ?? new ToolRegistry(),
+      workspaceRoot: root,
+      logger,
+      clock,
+      journal,
+      version: versionHash(config, {}),
+      maxLocalSteps,
+    });
+  if (options.second) hosts.push(host(options.second, 0));
+  const played = playedModel(options.model === undefined);
+  const here = host(options.model ?? played.model, options.maxLocalSteps ?? 4);
+  hosts.push(here);
+  const intake = new MemoryTaskIntake();
+  const runner = await startPipelineRunner({
+    bus,
+    intake,
+    config,
+    store: new MemoryKv(WorkflowRecord),
+    logger,
+    clock,
+    concurrency: 4,
+    stepHeartbeatMs: 10 * HOUR,
+    ...((options.local ?? true) ? { localSteps: here.local } : {}),
+  });
+  running.push(runner);
+  const control = (taskId: string, message: Record<string, unknown>) =>
+    bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });
+  const final = async (taskId: string) => {
+    await expect
+      .poll(() =>
+        bus.events.find((e) => e.taskId === taskId && e.kind.startsWith('task.') && isFinal(e.kind)),
+      )
+      .toBeDefined();
+    return bus.events.find((e) => e.taskId === taskId && isFinal(e.kind));
+  };
+  const agentMessages = () => bus.messages.filter((m) => m.subject.startsWith('troupe.agents.'));
+  return { clock, bus, intake, control, final, agentMessages, here };
+}
+
+const isFinal = (kind: string) =>
+  kind === 'task.completed' || kind === 'task.failed' || kind === 'task.cancelled';
+
+describe('a step whose agent is hosted in the workflow’s own process', () => {
+  it('runs with no message on troupe.agents.>, publishing the same events in the same order as over the bus', async () => {
+    const local = await world();
+    local.intake.deliver({ id: 'task-1', goal: 'build it' });
+    expect((await local.final('task-1'))?.kind).toBe('task.completed');
+    expect(local.agentMessages()).toEqual([]);
+
+    const remote = await world({ local: false });
+    remote.intake.deliver({ id: 'task-1', goal: 'build it' });
+    expect((await remote.final('task-1'))?.kind).toBe('task.completed');
+    expect(remote.agentMessages().length).toBeGreaterThan(0);
+
+    const kinds = (bus: MemoryBus) => bus.events.filter((e) => e.taskId === 'task-1').map((e) => e.kind);
+    expect(kinds(local.bus)).toEqual(kinds(remote.bus));
+    expect(kinds(local.bus)).toContain('llm.response');
+  });
+
+  it('pauses the step at its model call and runs it again on resume, in-process both times', async () => {
+    const played = playedModel();
+    const { intake, control, final, agentMessages, bus } = await world({ model: played.model });
+    intake.deliver({ id: 'task-p', goal: 'build it' });
+    await expect.poll(() => played.asked.length).toBe(1);
+    expect(await control('task-p', { action: 'pause', by: 'ann' })).toMatchObject({ outcome: 'paused' });
+    await bus.settled();
+    // The host finishes the call in flight (a tool call) and stops for the pause: nothing more is asked while paused.
+    await played.next('half a plan', [{ id: 'c-1', name: 'missing_tool', arguments: '{}' }]);
+    await bus.settled();
+    expect(played.asked).toHaveLength(1);
+    expect(await control('task-p', { action: 'resume', by: 'bob' })).toMatchObject({ outcome: 'resumed' });
+    await played.next('the plan');
+    await played.next('built');
+    expect((await final('task-p'))?.kind).toBe('task.completed');
+    expect(bus.eventsOf('task.paused')).toHaveLength(1);
+    expect(agentMessages()).toEqual([]);
+  });
+
+  it('gives a told message to the step at work, read once: the next step is not given it again', async () => {
+    const played = playedModel();
+    const { intake, control, final, bus, clock } = await world({ model: played.model });
+    intake.deliver({ id: 'task-t', goal: 'build it' });
+    await expect.poll(() => played.asked.length).toBe(1);
+    clock.advance(10);
+    expect(await control('task-t', { action: 'tell', text: 'use the blue bucket' })).toMatchObject({
+      ok: true,
+    });
+    await bus.settled();
+    // Time goes on: a step sent in the same millisecond as the tell would be given it from the host's memory.
+    clock.advance(10);
+    await played.next('thinking', [{ id: 'c-1', name: 'missing_tool', arguments: '{}' }]);
+    await played.next('the plan');
+    await played.next('built');
+    expect((await final('task-t'))?.kind).toBe('task.completed');
+    const saying = played.asked.map(({ request }) =>
+      request.messages.some((m) => m.content.includes('use the blue bucket')),
+    );
+    // The planner read it in its second call, once: the builder is not told it again (the task's history has it).
+    expect(saying.slice(0, 2)).toEqual([false, true]);
+    expect(bus.eventsOf('agent.told').map((e) => e.data.stepId)).toEqual(['task-t.plan.1']);
+  });
+
+  it('stops the run in this process at once when the task is cancelled', async () => {
+    const played = playedModel();
+    const { intake, control, final } = await world({ model: played.model });
+    intake.deliver({ id: 'task-c', goal: 'build it' });
+    await expect.poll(() => played.asked.length).toBe(1);
+    expect(await control('task-c', { action: 'cancel' })).toMatchObject({ ok: true });
+    expect((await final('task-c'))?.kind).toBe('task.cancelled');
+    await expect.poll(() => played.aborted.length).toBe(1);
+  });
+
+  it('fails a step that runs past its time limit as step_timeout, as over the bus', async () => {
+    const played = playedModel();
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]);
+    const { intake, final, clock, bus } = await world({ config, model: played.model });
+    intake.deliver({ id: 'task-o', goal: 'plan it' });
+    await expect.poll(() => played.asked.length).toBe(1);
+    clock.advance(61_000);
+    await bus.settled();
+    const ended = await final('task-o');
+    expect(ended?.kind).toBe('task.failed');
+    expect(JSON.stringify(ended?.data)).toContain('timeout');
+    await expect.poll(() => played.aborted.length).toBe(1);
+  });
+
+  it('ends the task when it goes over its token budget', async () => {
+    const config = pipeline(
+      [
+        { id: 'plan', kind: 'agent', agent: 'planner' },
+        { id: 'build', kind: 'agent', agent: 'builder' },
+      ],
+      { budget: { maxTokens: 5 } },
+    );
+    const { intake, final, agentMessages } = await world({ config });
+    intake.deliver({ id: 'task-b', goal: 'plan it' });
+    const ended = await final('task-b');
+    expect(ended?.kind).toBe('task.failed');
+    expect(JSON.stringify(ended?.data)).toContain('budget');
+    expect(agentMessages()).toEqual([]);
+  });
+
+  it('refuses a tool call its rules deny, runs nothing, and tells the model so', async () => {
+    const ran: unknown[] = [];
+    const registry = new ToolRegistry();
+    registry.register({
+      name: 'note',
+      description: 'Notes something.',
+      input: z.object({ text: z.string() }),
+      run: async (input) => {
+        ran.push(input);
+        return 'noted';
+      },
+    });
+    const played = playedModel();
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]);
+    const { intake, final, bus, agentMessages } = await world({
+      config,
+      model: played.model,
+      registry,
+      rules: [{ tool: 'note', decision: 'deny' }],
+    });
+    intake.deliver({ id: 'task-d', goal: 'plan it' });
+    await played.next('noting', [{ id: 'c-1', name: 'note', arguments: '{"text":"x"}' }]);
+    await played.next('planned without notes');
+    expect((await final('task-d'))?.kind).toBe('task.completed');
+    expect(ran).toEqual([]);
+    expect(bus.eventsOf('tool.result').map((e) => e.data.ok)).toEqual([false]);
+    expect(agentMessages()).toEqual([]);
+  });
+
+  it('sends a step over the bus, to another host, when the one here is full', async () => {
+    const mine = playedModel();
+    const theirs = playedModel();
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]);
+    const { intake, final, agentMessages } = await world({
+      config,
+      model: mine.model,
+      maxLocalSteps: 1,
+      second: theirs.model,
+    });
+    intake.deliver({ id: 'task-1', goal: 'plan one' });
+    await expect.poll(() => mine.asked.length).toBe(1);
+    intake.deliver({ id: 'task-2', goal: 'plan two' });
+    await expect.poll(() => theirs.asked.length).toBe(1);
+    expect(agentMessages().map((m) => JSON.parse(m.data).taskId)).toEqual(['task-2']);
+    await mine.next('one planned');
+    await theirs.next('two planned');
+    expect((await final('task-1'))?.kind).toBe('task.completed');
+    expect((await final('task-2'))?.kind).toBe('task.completed');
+  });
+});
