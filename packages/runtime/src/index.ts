@@ -19,7 +19,13 @@ export { type AgentStep, runAgentStep, type StepDeps, startAgentStep } from './a
 export { AgentStepError, type AgentStepErrorCode } from './agent/agentStepError.ts';
 export { type DeltaBatch, DeltaBatcher, type DeltaBatcherOptions } from './agent/deltaBatcher.ts';
 export { taskWorkspace } from './agent/journaledTools.ts';
-export type { LocalStepCall, LocalStepHooks, LocalSteps } from './agent/localSteps.ts';
+export {
+  type LocalRequestOptions,
+  type LocalStepCall,
+  type LocalStepHooks,
+  type LocalSteps,
+  requestLocally,
+} from './agent/localSteps.ts';
 export { type HostedAgent, isRemoteAgent, type RemoteAgent } from './agent/remoteAgent.ts';
 export { SESSION_SUMMARY_TIMEOUT_MS, sessionSummaryMessages } from './agent/sessionSummary.ts';
 export { buildStepMessages, buildTaskText, VERDICT_INSTRUCTIONS } from './agent/stepPrompt.ts';
