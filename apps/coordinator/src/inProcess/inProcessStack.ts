@@ -90,6 +90,9 @@ export class InProcessStack {
       price: (provider, model, response) => loaded.prices.cost(provider, model, response.usage),
       human: nobody,
       version: loaded.version.hash,
+      // Every step is handed to the host directly (no request on the bus): past a cap it would go over the bus to
+      // this same host, so there is no cap.
+      maxLocalSteps: Number.POSITIVE_INFINITY,
     });
     const intake = new MemoryTaskIntake();
     const records = new HeldRecords();
@@ -104,6 +107,7 @@ export class InProcessStack {
         clock,
         // The in-memory intake hands each run's task over at once: a run never waits for another's slot.
         concurrency: 1,
+        localSteps: host.local,
         // A `human` step asks the same nobody, and fails saying so; its journal lives as long as the stack.
         people: { gate: nobody, journal: new StepJournal(new MemoryKv(JournalEntry)), clock },
       });

@@ -2,7 +2,7 @@ import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TroupeEvent, WorkflowRecord } from '@troupe/protocol';
-import { KvStore, MemoryKv } from '@troupe/runtime';
+import { KvStore, MemoryBus, MemoryKv } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { builtinTools } from '../../src/config/builtinTools.ts';
 import { loadPipeline } from '../../src/config/loadPipeline.ts';
@@ -183,5 +183,32 @@ describe('HeldRecords', () => {
     records.forget('t-1');
     expect(await records.get('t-1')).toBeUndefined();
     expect(records.size).toBe(0);
+  });
+});
+
+describe('in-process steps', () => {
+  it('hands every step to the agent host directly: no step request, reply or heartbeat on the bus', async () => {
+    const subjectsSent: string[] = [];
+    const publish = vi.spyOn(MemoryBus.prototype, 'publish');
+    const requestReplies = vi.spyOn(MemoryBus.prototype, 'requestReplies');
+    try {
+      const events: TroupeEvent[] = [];
+      const { final } = await runTask({
+        pipeline: demo,
+        goal: 'Write a hello note',
+        workspaceRoot: root,
+        onEvent: (event) => events.push(event),
+      });
+      expect(final.kind).toBe('task.completed');
+      expect(events.filter((event) => event.kind === 'step.completed')).toHaveLength(5);
+      for (const call of [...publish.mock.calls, ...requestReplies.mock.calls]) subjectsSent.push(call[0]);
+      expect(subjectsSent.filter((subject) => subject.startsWith('troupe.agents.'))).toEqual([]);
+      expect(
+        subjectsSent.filter((subject) => subject.startsWith('_INBOX') || subject.includes('inbox')),
+      ).toEqual([]);
+    } finally {
+      publish.mockRestore();
+      requestReplies.mockRestore();
+    }
   });
 });
