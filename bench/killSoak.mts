@@ -60,7 +60,7 @@ const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 console.log(`
 kill soak, seed ${report.seed} (replay: npm run bench:soak -- --seed ${report.seed}); troupe up --max-deliver ${values['max-deliver'] === '0' ? '(default)' : values['max-deliver']}
   tasks                      ${report.tasks}, completed once with the right output: ${report.completed}
-  kills (-9)                 ${report.kills} over ${s(report.killMs)} (${report.killsDuringStartUp} of a process still starting), restarts ${report.restarts}
+  kills (-9)                 ${report.kills} over ${s(report.killMs)} (${report.killsDuringStartUp} before the process had printed its ready line), restarts ${report.restarts}
   ended while the kills ran  ${report.endedDuringKills}; the rest after, with all four up
   exits nobody caused        ${report.unexpectedExits}
   tool calls in doubt        ${report.inDoubtRan} had run once, ${report.inDoubtNotRun} had not run (neither ran again)

@@ -72,12 +72,15 @@ export class KillLoop {
     }));
   }
 
-  /** Starts every slot's process; resolves once each has printed its ready line, in order. */
+  /** Starts every slot's process; resolves once each has printed its ready line: the first, then the rest at once. */
   async start(): Promise<void> {
-    for (const slot of this.#slots) {
-      this.#spawn(slot);
-      await this.#whenReady(slot, 60_000);
-    }
+    const [first, ...rest] = this.#slots;
+    if (first === undefined) return;
+    // The first alone: a coordinator, it makes Troupe's streams and buckets, which a worker waits for.
+    this.#spawn(first);
+    await this.#whenReady(first, 60_000);
+    for (const slot of rest) this.#spawn(slot);
+    await Promise.all(rest.map((slot) => this.#whenReady(slot, 60_000)));
   }
 
   /** Kills one process at random every `periodMs`, until {@link stopKilling}. */
