@@ -13,6 +13,8 @@ const TASK = 'batched-demo-1';
 /** What every reader saw of the demo task, in one mode. */
 interface Seen {
   published: string[];
+  /** What a plain NATS subscriber to the task's events read through eventsOf (the harness's recorder). */
+  recorded: string[];
   batches: number;
   stored: number;
   logs: string[];
@@ -78,6 +80,7 @@ async function runWith(eventBatch: boolean): Promise<Seen> {
     const replay = await troupe(['replay', TASK, '--pipeline', examplePath('demo.yaml'), '--json'], env);
     return {
       published,
+      recorded: h.eventsOf(TASK).map((e) => e.id),
       batches,
       stored: await stored(),
       logs: idsOfJsonLines(logs.stdout),
@@ -116,6 +119,8 @@ describe('a task’s events with batching off and on: every reader sees each eve
 
   it('publishes the same facts either way, in fewer messages with batching on', () => {
     expect(on.published).toEqual(off.published);
+    expect(off.recorded).toEqual(off.published);
+    expect(on.recorded).toEqual(on.published);
     expect(off.batches).toBe(0);
     expect(off.stored).toBe(new Set(off.published).size);
     expect(on.batches).toBeGreaterThan(0);

@@ -12,7 +12,7 @@ import {
 import {
   EVENT_BATCH_TOKEN,
   type EventOf,
-  eventsOf,
+  eventsOf as eventsOfMessage,
   FINAL_EVENT_KINDS,
   InvalidMessageEvent,
   parseMessage,
@@ -113,7 +113,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     callback: (_error, msg) => {
       // A batch of events (event batching on) is its events, in order.
       if (msg.subject.endsWith(`.${EVENT_BATCH_TOKEN}`)) {
-        const batch = eventsOf(msg.data, msg.subject);
+        const batch = eventsOfMessage(msg.data, msg.subject);
         if (!batch.ok) return;
         events.push(...batch.value);
         notify();

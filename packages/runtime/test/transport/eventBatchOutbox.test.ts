@@ -1,0 +1,122 @@
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { eventsOf, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
+import { batchId } from '../../src/transport/eventBatcher.ts';
+import { ensureTroupeStreams } from '../../src/transport/jetstreamSetup.ts';
+import { NatsBus } from '../../src/transport/natsBus.ts';
+import { captureLogger, startServer } from './natsFixture.ts';
+
+const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+
+function toolCall(taskId: string, n: number): TroupeEvent {
+  return {
+    id: `${taskId}:tool.call:s-1:1:${n}`,
+    ts: new Date(0).toISOString(),
+    pipeline: 'demo',
+    taskId,
+    kind: 'tool.call',
+    traceparent: TRACEPARENT,
+    data: { agent: 'coder', stepId: 's-1', callId: `c-${n}`, tool: 'read', arguments: '{}' },
+  };
+}
+
+function accepted(taskId: string): TroupeEvent {
+  return {
+    id: `${taskId}:task.accepted`,
+    ts: new Date(0).toISOString(),
+    pipeline: 'demo',
+    taskId,
+    kind: 'task.accepted',
+    traceparent: TRACEPARENT,
+    data: { goal: 'go' },
+  };
+}
+
+let server: EmbeddedNats;
+let raw: NatsConnection;
+const buses: NatsBus[] = [];
+
+beforeAll(async () => {
+  server = await startServer();
+  raw = await connect({ servers: server.url });
+  const setup = await NatsBus.connect({ servers: server.url, name: 'setup', logger: captureLogger().logger });
+  await ensureTroupeStreams(setup);
+  await setup.close();
+});
+
+afterAll(async () => {
+  for (const bus of buses) await bus.close();
+  await raw?.close();
+  await server?.stop();
+});
+
+async function batchingBus(name: string) {
+  const { logger, lines } = captureLogger();
+  const bus = await NatsBus.connect({ servers: server.url, name, logger, eventBatch: true });
+  buses.push(bus);
+  return { bus, lines };
+}
+
+/** What the EVENTS stream holds of a task: each message's subject and the event ids in it, in stream order. */
+async function storedOf(taskId: string): Promise<{ subject: string; ids: string[] }[]> {
+  const jsm = await jetstreamManager(raw);
+  const { state } = await jsm.streams.info(STREAMS.events);
+  const found: { subject: string; ids: string[] }[] = [];
+  for (let seq = state.first_seq; seq <= state.last_seq && state.messages > 0; seq++) {
+    const msg = await jsm.streams.getMessage(STREAMS.events, { seq }).catch(() => null);
+    if (!msg?.subject.startsWith(`troupe.events.demo.${taskId}.`)) continue;
+    const parsed = eventsOf(msg.data, msg.subject);
+    if (!parsed.ok) throw new Error(parsed.reason);
+    found.push({ subject: msg.subject, ids: parsed.value.map((e) => e.id) });
+  }
+  return found;
+}
+
+describe('a bus with event batching on, through JetStream', () => {
+  it('stores a task’s events of one flush as one message, and its task.* event after them, alone', async () => {
+    const { bus, lines } = await batchingBus('batch-flush');
+    const task = 'bt-flush';
+    const calls = [1, 2, 3, 4, 5].map((n) => toolCall(task, n));
+    const outcomes = [...calls, accepted(task)].map((event) => bus.publishEvent(event));
+    expect(await Promise.all(outcomes)).toEqual([true, true, true, true, true, true]);
+    expect(await storedOf(task)).toEqual([
+      { subject: subjects.eventBatch('demo', task), ids: calls.map((e) => e.id) },
+      { subject: subjects.event('demo', task, 'task.accepted'), ids: [accepted(task).id] },
+    ]);
+    // Still one log line per event, as without batching.
+    expect(lines.filter((l) => l.dir === 'out')).toHaveLength(6);
+    expect(bus.pendingEvents).toBe(0);
+  });
+
+  it('is stored once when the same batch is sent again, as after a lost acknowledgement', async () => {
+    const { bus } = await batchingBus('batch-resend');
+    const task = 'bt-resend';
+    const calls = [1, 2, 3].map((n) => toolCall(task, n));
+    // The first send reached the stream, and its acknowledgement was lost: the stream has the batch already.
+    const id = batchId(calls.map((e) => e.id));
+    const first = await jetstream(raw).publish(
+      subjects.eventBatch('demo', task),
+      JSON.stringify({ batch: id, events: calls }),
+      { msgID: id },
+    );
+    expect(first.duplicate).toBe(false);
+    // The outbox sends the batch again: the same events make the same batch id, which the stream drops.
+    expect(await Promise.all(calls.map((event) => bus.publishEvent(event)))).toEqual([true, true, true]);
+    expect(await storedOf(task)).toEqual([
+      { subject: subjects.eventBatch('demo', task), ids: calls.map((e) => e.id) },
+    ]);
+  });
+
+  it('sends the open batches before closing: drain stores them', async () => {
+    const { bus } = await batchingBus('batch-drain');
+    const task = 'bt-drain';
+    const calls = [1, 2].map((n) => toolCall(task, n));
+    for (const event of calls) void bus.publishEvent(event);
+    await bus.drain();
+    expect(await storedOf(task)).toEqual([
+      { subject: subjects.eventBatch('demo', task), ids: calls.map((e) => e.id) },
+    ]);
+  });
+});
