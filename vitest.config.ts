@@ -30,6 +30,9 @@ export default defineConfig({
     // worker (vitest's default there: cores less one) left a core idle; with two busy loops beside it the suite took
     // 887 s of vitest time with two workers against 1,744 s with one.
     maxWorkers: 2,
+    // What Troupe's own code builds (events, KV records) is checked against its schemas as it is built, strictly: a
+    // builder that drifts from its schema fails its tests (in production the types check it; docs/protocol.md).
+    env: { TROUPE_STRICT: '1' },
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },

@@ -87,6 +87,7 @@ export {
 export { type Clock, every, newTraceparent, sleep, systemClock, timeoutSignal } from './events/clock.ts';
 export {
   EventFactory,
+  type EventFactoryOptions,
   type EventRoute,
   type EventScope,
   eventId,

@@ -180,7 +180,8 @@ export async function replayTask(
   if (options.values) await recording.restoreValues(options.values);
   const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
   const replayed: TroupeEvent[] = [];
-  const factory = new EventFactory(systemClock);
+  // The replayed events carry what the recording held (the agents' recorded replies): parsed, as any foreign input.
+  const factory = new EventFactory(systemClock, { validate: true });
   let mcp: McpConnections | undefined;
   try {
     // Tools run again in a fresh workspace (MCP tools on the pipeline's servers, connected now), or answer from the

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type EventData, type EventKind, type EventOf, TroupeEvent } from '@troupe/protocol';
 import type { z } from 'zod';
+import { checkedOwnValue, strictOwnValues } from '../durable/ownValues.ts';
 import { redactDeep } from '../logging/secrets.ts';
 import { type Clock, systemClock } from './clock.ts';
 
@@ -74,12 +75,36 @@ export function eventId<K extends EventKind>(
   return [taskId, kind, ...parts].join(':');
 }
 
-/** Builds validated wire events with deterministic ids (see {@link eventId}) and timestamps from an injected clock. */
+/** How an {@link EventFactory} checks the events it makes. */
+export interface EventFactoryOptions {
+  /**
+   * Parse each event with `TroupeEvent` (refusing a malformed one, dropping undeclared fields): for data from outside
+   * this process's own code, as `troupe replay`'s recorded replies. Off by default: events built by Troupe's code are
+   * typed by the schemas, and every reader of the stream parses what it reads.
+   */
+  validate?: boolean;
+  /**
+   * Also refuse an event the parse would change (an undeclared field, a default, a transformed value). On in tests
+   * (`TROUPE_STRICT=1`, see {@link strictOwnValues}), so a builder that drifts from its schema fails there.
+   */
+  strict?: boolean;
+}
+
+/**
+ * Builds wire events with deterministic ids (see {@link eventId}) and timestamps from an injected clock. The data is
+ * typed by the event's schema, so the compiler checks its shape; its values are not parsed again unless the factory
+ * is told to (see {@link EventFactoryOptions}): a zod parse of the 30-kind union cost more CPU per task than anything
+ * else of ours on the bench (docs/performance.md).
+ */
 export class EventFactory {
   readonly #clock: Pick<Clock, 'now'>;
+  readonly #validate: boolean;
+  readonly #strict: boolean;
 
-  constructor(clock: Pick<Clock, 'now'> = systemClock) {
+  constructor(clock: Pick<Clock, 'now'> = systemClock, options: EventFactoryOptions = {}) {
     this.#clock = clock;
+    this.#strict = options.strict ?? strictOwnValues();
+    this.#validate = this.#strict || options.validate === true;
   }
 
   make<K extends EventKind>(
@@ -88,7 +113,7 @@ export class EventFactory {
     data: z.input<(typeof EventData)[K]>,
     route: EventRoute = {},
   ): EventOf<K> {
-    const candidate = {
+    const event = {
       id: eventId(scope.taskId, kind, data),
       ts: new Date(this.#clock.now()).toISOString(),
       pipeline: scope.pipeline,
@@ -99,9 +124,13 @@ export class EventFactory {
       traceparent: scope.traceparent,
       // A secret a model or a tool let slip (an error quoting a key, a file read) is not published.
       data: redactDeep(data),
-    };
-    // Parsing here means a malformed event is a bug caught where it is made, not downstream.
-    return TroupeEvent.parse(candidate) as EventOf<K>;
+    } as unknown as EventOf<K>;
+    return this.#validate ? this.#checked(event) : event;
+  }
+
+  #checked<K extends EventKind>(event: EventOf<K>): EventOf<K> {
+    const what = `event ${event.kind} of task ${event.taskId}`;
+    return checkedOwnValue(TroupeEvent, event, what, this.#strict) as EventOf<K>;
   }
 }
 

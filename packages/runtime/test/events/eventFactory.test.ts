@@ -1,4 +1,6 @@
+import { parseMessage, TroupeEvent } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
+import { ZodError } from 'zod';
 import { EventFactory, eventId } from '../../src/events/eventFactory.ts';
 
 const scope = { pipeline: 'demo', taskId: 't-1', traceparent: '00-aa-bb-01' };
@@ -81,5 +83,47 @@ describe('event ids', () => {
       durationMs: 1,
     });
     expect(eventId('t-1', 'task.failed', failed('a'))).toBe(eventId('t-1', 'task.failed', failed('b')));
+  });
+});
+
+describe('checks on the events made', () => {
+  const call = {
+    agent: 'executor',
+    stepId: 't-1.execute.1',
+    turn: 1,
+    index: 0,
+    callId: 'c',
+    tool: 'x',
+    arguments: '{}',
+  };
+
+  it('are none outside tests: an event of our own code is built as typed, and reads back the same', () => {
+    const made = new EventFactory({ now: () => 0 }, { strict: false }).make('tool.call', scope, call);
+    expect(made.data).toBe(call);
+    const read = parseMessage(TroupeEvent, JSON.stringify(made));
+    expect(read.ok && read.value).toEqual(made);
+  });
+
+  it('refuse, in tests, an event built unlike its schema, which production would publish unparsed', () => {
+    const events = new EventFactory({ now: () => 0 });
+    expect(() => events.make('tool.call', scope, { ...call, turn: -1 })).toThrow(/turn/);
+    const undeclared = { ...call, secretSauce: 1 } as typeof call;
+    expect(() => events.make('tool.call', scope, undeclared)).toThrow(
+      /event tool\.call of task t-1 was built unlike its schema/,
+    );
+  });
+
+  it('parse data from outside when told to (replay), refusing a malformed event and dropping undeclared fields', () => {
+    const replay = new EventFactory({ now: () => 0 }, { validate: true, strict: false });
+    expect(() => replay.make('tool.call', scope, { ...call, turn: -1 })).toThrow(ZodError);
+    const extra = { ...call, recordedBy: 'an older version' } as typeof call;
+    expect(replay.make('tool.call', scope, extra).data).toEqual(call);
+  });
+
+  it('leave readers of the stream refusing a malformed event from another process, as before', () => {
+    const made = new EventFactory({ now: () => 0 }, { strict: false }).make('tool.call', scope, call);
+    const forged = JSON.stringify({ ...made, data: { ...made.data, turn: 'one' } });
+    const read = parseMessage(TroupeEvent, forged);
+    expect(read.ok).toBe(false);
   });
 });
