@@ -35,7 +35,9 @@ describe('checkpoints stored by the previous compiler', () => {
         ...everyKindOptions,
         snapshot: checkpoint.snapshot,
       });
-      expect(resumed.output).toEqual(stored.output);
+      // `askedPeople` came after these were stored: their steps' replies never say, so a resumed run counts them asked.
+      expect({ ...resumed.output, askedPeople: undefined }).toEqual(stored.output);
+      expect(resumed.output.askedPeople).toBe(true);
       // What the previous compiler said after restoring it: what the original run said after it, but for an item's
       // first events, which its workflow had passed up and the task's had not yet said when the checkpoint was taken.
       expect(sorted(resumed.events)).toEqual(sorted(checkpoint.resumed));
