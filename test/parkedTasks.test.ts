@@ -37,7 +37,7 @@ describe('tasks waiting on a slow model', () => {
     }
   }, 90_000);
 
-  it('record what the step does from the checkpoint that enters it, and each change once', async () => {
+  it('record what the step does from the claim on, and each change once', async () => {
     type Written = { status: string; state: string; snapshot?: unknown; activity?: { kind: string } };
     const written: Written[] = [];
     const watch = h.client.subscribe('$KV.workflows.recorded-1', {
@@ -48,10 +48,14 @@ describe('tasks waiting on a slow model', () => {
     expect(await h.finalOf('recorded-1', 60_000)).toMatchObject({ kind: 'task.completed' });
     await expect.poll(() => written.at(-1)?.status, { timeout: 10_000 }).toBe('completed');
     watch.unsubscribe();
-    // The claim comes first, with no checkpoint yet; then the workflow's own writes.
-    const running = written.filter((r) => r.status === 'running' && r.snapshot !== undefined);
-    // The checkpoint entering the step says the agent works on it: no write of its own at the first heartbeat.
-    expect(running[0]?.activity).toMatchObject({ kind: 'agent', step: 'think', agent: 'thinker' });
+    // The claim comes first and says the first step's agent works on it: the checkpoint entering that step would add
+    // only the snapshot, so it is not written, and the first heartbeat has nothing to write either.
+    expect(written[0]).toMatchObject({
+      status: 'running',
+      activity: { kind: 'agent', step: 'think', agent: 'thinker' },
+    });
+    expect(written[0]?.snapshot).toBeUndefined();
+    const running = written.filter((r) => r.status === 'running');
     // Then the model wait, and work again when it ends: each change written once. The step's reply may reach the
     // workflow before the news that the model answered (a loaded machine), which then has nothing left to change.
     const kinds = running.map((r) => r.activity?.kind);

@@ -1,7 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { takeQueued, workspaceOnVersion } from '@troupe/client';
-import { checkTaskInput, emptyUsage, errorMessage, originRef, type WorkflowRecord } from '@troupe/protocol';
+import {
+  checkTaskInput,
+  emptyUsage,
+  errorMessage,
+  originRef,
+  type StepActivity,
+  type WorkflowRecord,
+} from '@troupe/protocol';
 import type { EventScope } from '@troupe/runtime';
+import { sameActivity } from '../task/checkpoint.ts';
 import { isoNow, publishSafely, type TaskServices } from '../task/taskServices.ts';
 import type { SteeringFields } from '../task/taskSteering.ts';
 import { checkpointMisfit } from '../task/workflowChild.ts';
@@ -25,6 +33,14 @@ export interface ClaimedTask {
   delivery: TaskDelivery;
   /** The task's first delivery, which created its record: none of its steps can have run before. */
   firstDelivery: boolean;
+  /** Its record was there before this claim: the run resumes the task, from its snapshot or, with none, its start. */
+  resumes: boolean;
+  /**
+   * The record as this claim left it, when it already says all the checkpoint entering the task's first step would
+   * (a new task, no restart or fork, whose first step is an agent's, named at work): that checkpoint adds only the
+   * workflow's first snapshot, which a run with none makes again the same, so it is not written.
+   */
+  record?: WorkflowRecord;
   input: WorkflowInput;
   scope: EventScope;
   createdAt: string;
@@ -129,12 +145,12 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
   const createdAt = existing?.value.createdAt ?? isoNow(clock);
   const progress = existing?.value.progress ?? 0;
   const lease: Lease = { token: randomUUID(), revision: 0, delivery: { progress, stalls } };
+  // The first step at work, named on the record from the claim on: its first checkpoint need not say it.
+  const firstStep = typeof flow === 'string' || input.origin ? undefined : firstAgentStep(flow, createdAt);
+  let record: WorkflowRecord | undefined;
   if (existing) {
-    const took = await store.update(
-      taskId,
-      { ...existing.value, lease: lease.token, delivery: lease.delivery, updatedAt: isoNow(clock) },
-      existing.revision,
-    );
+    record = { ...existing.value, lease: lease.token, delivery: lease.delivery, updatedAt: isoNow(clock) };
+    const took = await store.update(taskId, record, existing.revision);
     if (took === undefined) {
       // Another coordinator wrote the record meanwhile: let this delivery come back, and look again then.
       logger.warn({ taskId }, 'task record changed while resuming it; handing the delivery back');
@@ -142,7 +158,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     }
     lease.revision = took;
   } else {
-    const claimed = await store.create(taskId, {
+    record = {
       taskId,
       pipeline,
       streamSequence: delivery.streamSequence,
@@ -159,7 +175,9 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
       lease: lease.token,
       progress,
       delivery: lease.delivery,
-    });
+      ...(firstStep ? { activity: firstStep } : {}),
+    };
+    const claimed = await store.create(taskId, record);
     // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.
     const owner = claimed === undefined ? await store.get(taskId) : undefined;
     if (claimed === undefined && owner?.value.streamSequence !== delivery.streamSequence) {
@@ -204,6 +222,10 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
   const claimed: ClaimedTask = {
     delivery,
     firstDelivery: existing === undefined && delivery.deliveryCount === 1,
+    resumes: existing !== undefined,
+    ...(firstStep && record.snapshot === undefined && sameActivity(record.activity, firstStep)
+      ? { record }
+      : {}),
     input,
     scope,
     createdAt,
@@ -231,6 +253,15 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     claimed,
     message: `task ${taskId} cannot resume: its checkpoint does not fit ${loaded} (${errorMessage(misfit.error)})`,
   };
+}
+
+/** The task's first step, when it is an agent's, as at work from the task's acceptance. */
+function firstAgentStep(flow: FlowVersion, createdAt: string): StepActivity | undefined {
+  const first = flow.config.flow[0];
+  const agent = first?.kind === 'agent' ? flow.agentOfStep.get(first.id) : undefined;
+  return first && agent !== undefined
+    ? { kind: 'agent', step: first.id, agent, since: createdAt }
+    : undefined;
 }
 
 /** A record's steering fields, those it has. */

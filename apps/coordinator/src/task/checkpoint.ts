@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { StepActivity, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { ClaimedTask } from '../intake/claim.ts';
 import { activeSteps, stepsAtWork } from '../workflow/compileFlow.ts';
@@ -50,8 +51,18 @@ export interface PendingWrite {
 export type TakenCheckpoint =
   | { kind: 'none' }
   | { kind: 'poisoned'; error: unknown }
-  /** The ledger with the checkpoint made; its write; whether the task now holds no working slot; its first since a resume. */
-  | { kind: 'queued'; ledger: Ledger; write: PendingWrite; parked: boolean; resumed: boolean };
+  /**
+   * The ledger with the checkpoint made; its write; whether the task now holds no working slot; its first since a
+   * resume; and whether the record as claimed says all it does but the snapshot (`needless`: see `ClaimedTask.record`).
+   */
+  | {
+      kind: 'queued';
+      ledger: Ledger;
+      write: PendingWrite;
+      parked: boolean;
+      resumed: boolean;
+      needless: boolean;
+    };
 
 /**
  * The checkpoint of a workflow snapshot, to be written. None once the task is lost to another coordinator, or
@@ -84,7 +95,8 @@ export function takeCheckpoint(
   return {
     kind: 'queued',
     parked: made.parked,
-    resumed: ledger.firstCheckpoint && ledger.claimed.snapshot !== undefined,
+    resumed: ledger.firstCheckpoint && ledger.claimed.resumes,
+    needless: ledger.firstCheckpoint && addsOnlySnapshot(ledger.claimed.record, made.record),
     ledger: {
       ...ledger,
       progress,
@@ -111,6 +123,17 @@ export function noteActivity(
     return undefined;
   const record: WorkflowRecord = { ...latest, activity, updatedAt: isoNow(clock) };
   return { ledger: { ...ledger, latest: record }, write: { record, of: 'activity' } };
+}
+
+/**
+ * Whether a checkpoint says nothing the record as claimed does not, but the workflow's snapshot (and when it was
+ * written, and since when its step is at work): the first one of a new task entering its first step.
+ */
+function addsOnlySnapshot(claimed: WorkflowRecord | undefined, made: WorkflowRecord): boolean {
+  if (claimed === undefined || claimed.activity === undefined || made.activity === undefined) return false;
+  const { snapshot: _snapshot, updatedAt: _at, activity, ...rest } = made;
+  const { updatedAt: _claimedAt, activity: claimedActivity, ...claimedRest } = claimed;
+  return sameActivity(claimedActivity, activity) && isDeepStrictEqual(rest, claimedRest);
 }
 
 /** An ended task is held by nobody: what was told and how long it was held stay on its record. */

@@ -51,6 +51,12 @@ export class CheckpointWriter {
   #waiting = false;
   /** Steering changes made before the first checkpoint: answered once that checkpoint, which holds them, is written. */
   #steeredEarly: ((written: boolean) => void)[] = [];
+  /**
+   * The first checkpoint of a new task, not written since the claim's record says all it does but the snapshot; kept
+   * until a later write holds the snapshot, for an ending from outside (a stop) to write before the hand-back, so
+   * the next run restores the step in flight rather than enter it again.
+   */
+  #unwritten: PendingWrite | undefined;
 
   constructor(
     private readonly services: WriterServices,
@@ -137,6 +143,12 @@ export class CheckpointWriter {
     this.onCheckpoint(snapshot, { ...taken, parked });
     const early = this.#steeredEarly;
     this.#steeredEarly = [];
+    // The record as claimed says it all but the snapshot, which a run from that record makes again the same: the
+    // write is saved, unless a pause or a tell made before it waits to be recorded.
+    if (taken.needless && early.length === 0) {
+      this.#unwritten = taken.write;
+      return;
+    }
     this.#enqueue(
       early.length === 0
         ? taken.write
@@ -165,6 +177,8 @@ export class CheckpointWriter {
    */
   written(): Promise<Written> {
     this.#closed = true;
+    // Let go before its first step replied (a stop, a migration): the snapshot goes on record for the next run.
+    if (this.#unwritten && !this.#ledger.lost) this.#enqueue(this.#unwritten);
     const done = () => {
       const { revision, progress, lost, finalWritten, final, totals } = this.#ledger;
       return { revision, progress, lost, finalWritten, final, totals };
@@ -203,6 +217,8 @@ export class CheckpointWriter {
   }
 
   #enqueue(write: PendingWrite): void {
+    // Every write after the first checkpoint holds the workflow's snapshot, or a later one.
+    this.#unwritten = undefined;
     this.#queue.push(write);
     if (!this.#writing) void this.#writeAll();
   }

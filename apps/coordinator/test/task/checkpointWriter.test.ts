@@ -73,6 +73,8 @@ async function writerOf(options: { park?: (parked: boolean) => void; steering?: 
 describe("a task's checkpoint writer", () => {
   it('writes one record at a time, in order, each at the revision the one before left, and says when all are written', async () => {
     const { store, writer, snapshot, calls, told, checkpoints, release, lease } = await writerOf();
+    // Entering the first step: the claim's record says so already, so nothing is written for it.
+    writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     writer.activity(activity);
@@ -86,19 +88,19 @@ describe("a task's checkpoint writer", () => {
     await release();
     const done = await written;
     expect(calls.map((c) => c.revision)).toEqual([lease.revision, lease.revision + 1, lease.revision + 2]);
-    // The first checkpoint rewrites the claim's; the second records a transition; the activity note adds to it.
-    expect(calls.map((c) => c.record.progress)).toEqual([0, 1, 1]);
+    // Each later checkpoint records a transition; the activity note adds to the last.
+    expect(calls.map((c) => c.record.progress)).toEqual([1, 2, 2]);
     expect(calls[2]?.record.activity).toEqual(activity);
     expect(done).toMatchObject({
       revision: lease.revision + 3,
-      progress: 1,
+      progress: 2,
       lost: false,
       finalWritten: false,
     });
     expect((await store.get('task-1'))?.revision).toBe(done.revision);
     expect(told).toEqual([]);
     // Its step at work is an agent's: the task keeps its working slot.
-    expect(checkpoints).toEqual([false, false]);
+    expect(checkpoints).toEqual([false, false, false]);
   });
 
   it('tells the task once that the lease is lost, and writes nothing after it', async () => {
@@ -118,6 +120,7 @@ describe("a task's checkpoint writer", () => {
 
   it('fails the task on a checkpoint it cannot store, but only logs a lost activity note and goes on', async () => {
     const { writer, snapshot, calls, told, release, failNext } = await writerOf();
+    writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     writer.activity(activity);
@@ -151,6 +154,7 @@ describe("a task's checkpoint writer", () => {
 
   it('writes the final checkpoint queued behind a write in flight before the ending is recorded, and nothing after it', async () => {
     const { store, writer, snapshot, calls, told, release } = await writerOf();
+    writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     await expect.poll(() => calls.length).toBe(1);
     // The workflow completes while its last checkpoint is being written: the done snapshot waits its turn.
@@ -229,6 +233,7 @@ describe("a task's checkpoint writer", () => {
   it('answers a steering write that could not be made as not written', async () => {
     const steering = new TaskSteering();
     const { writer, snapshot, release, failNext } = await writerOf({ steering });
+    writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     await release();
     steering.tell('hello', '2026-01-01T00:00:00.000Z');
