@@ -44,16 +44,21 @@ export interface RunTaskResult {
  *
  * Runs of the same pipeline (the same loaded object, or the same unchanged file) with the same workspace root,
  * approvals and logger share one agent host and runner, and so one compiled flow, kept until none has run for a
- * second (see `inProcess/inProcessStack.ts`).
+ * second (see `inProcess/inProcessStack.ts`). A task id run lately on the shared stack gets one of its own, so it runs
+ * in full again, as it would in a new process.
  */
 export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
   const loaded = typeof options.pipeline === 'string' ? await loadedFile(options.pipeline) : options.pipeline;
   const taskId = options.taskId ?? `t-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
-  const lease = await leaseStack(loaded, {
-    workspaceRoot: options.workspaceRoot,
-    approvals: options.approvals ?? 'deny',
-    logger: options.logger,
-  });
+  const lease = await leaseStack(
+    loaded,
+    {
+      workspaceRoot: options.workspaceRoot,
+      approvals: options.approvals ?? 'deny',
+      logger: options.logger,
+    },
+    taskId,
+  );
   try {
     const final = await lease.stack.run({
       taskId,

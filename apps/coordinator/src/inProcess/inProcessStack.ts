@@ -51,6 +51,13 @@ const FINAL_KINDS: ReadonlySet<string> = new Set(['task.completed', 'task.failed
 const IDLE_STOP_MS = 1_000;
 
 /**
+ * How many task ids a stack remembers having run. A task id run again on the same stack would find its steps' replies
+ * in its host's recent replies (the last 1,000 steps) and be answered from them instead of running: such a run gets a
+ * stack of its own. 10,000 tasks hold well over 1,000 steps.
+ */
+const RECENT_TASK_IDS = 10_000;
+
+/**
  * What an in-process run needs besides its task, built once per pipeline and settings and kept while runs come: an
  * in-memory bus, the pipeline's agent host and its runner (its flow compiled once), an in-memory intake, and task
  * records held in memory and forgotten as each task ends. It stores nothing (see {@link HeldRecords}): no journal, no
@@ -58,6 +65,8 @@ const IDLE_STOP_MS = 1_000;
  */
 export class InProcessStack {
   #stopped = false;
+  /** The task ids this stack has run lately, oldest first. */
+  readonly #taskIds = new Set<string>();
 
   private constructor(
     readonly pipeline: string,
@@ -156,6 +165,18 @@ export class InProcessStack {
     }
   }
 
+  /**
+   * Takes a task id for a run on this stack: false when it ran here lately (see {@link RECENT_TASK_IDS}), and the run
+   * must go to another stack.
+   */
+  takeTaskId(taskId: string): boolean {
+    if (this.#taskIds.has(taskId)) return false;
+    this.#taskIds.add(taskId);
+    if (this.#taskIds.size > RECENT_TASK_IDS)
+      this.#taskIds.delete(this.#taskIds.values().next().value as string);
+    return true;
+  }
+
   /** Whether {@link stop} was called. */
   get stopped(): boolean {
     return this.#stopped;
@@ -192,9 +213,23 @@ const kept = new WeakMap<LoadedPipeline, KeptStack[]>();
 /**
  * The stack for a pipeline and settings: the one kept from an earlier run, or a new one. A loop of runs of one
  * pipeline builds its agent host and runner, and compiles its flow, once; a stack is stopped once nobody has used it
- * for {@link IDLE_STOP_MS}.
+ * for {@link IDLE_STOP_MS}. A run of a task id the kept stack has run lately gets a stack of its own, stopped as it is
+ * released.
  */
-export async function leaseStack(loaded: LoadedPipeline, settings: StackSettings): Promise<StackLease> {
+export async function leaseStack(
+  loaded: LoadedPipeline,
+  settings: StackSettings,
+  taskId?: string,
+): Promise<StackLease> {
+  const shared = await sharedStack(loaded, settings);
+  if (taskId === undefined || shared.stack.takeTaskId(taskId)) return shared;
+  shared.release();
+  const own = await InProcessStack.start(loaded, settings);
+  own.takeTaskId(taskId);
+  return { stack: own, release: () => void own.stop().catch(() => {}) };
+}
+
+async function sharedStack(loaded: LoadedPipeline, settings: StackSettings): Promise<StackLease> {
   const list = kept.get(loaded) ?? [];
   kept.set(loaded, list);
   let entry = list.find(

@@ -105,6 +105,25 @@ describe('in-process runs share what they can', () => {
     }
   });
 
+  it('a task id run before on the stack runs again in full, as it did on a stack of its own', async () => {
+    const loaded = await loadPipeline(demo, { toolNames: builtinTools().names() });
+    const kinds: string[][] = [];
+    for (let i = 0; i < 2; i++) {
+      const events: TroupeEvent[] = [];
+      const { final } = await runTask({
+        pipeline: loaded,
+        goal: 'Write a hello note',
+        taskId: 'same-id',
+        workspaceRoot: root,
+        onEvent: (event) => events.push(event),
+      });
+      expect(final.kind).toBe('task.completed');
+      kinds.push(events.map((event) => event.kind));
+    }
+    expect(kinds[1]).toEqual(kinds[0]);
+    expect(kinds[1]?.filter((kind) => kind === 'llm.response').length).toBeGreaterThan(0);
+  });
+
   it('a stack nobody uses is stopped, and the next run builds another', async () => {
     const loaded = await loadPipeline(demo, { toolNames: builtinTools().names() });
     const settings = { workspaceRoot: root, approvals: 'deny' as const, logger: undefined };
