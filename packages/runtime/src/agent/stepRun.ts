@@ -12,6 +12,9 @@ import { type LocalDelivery, StepRequesters } from './stepRequesters.ts';
  */
 const runsAgain = (code: StepErrorCode): boolean => isRetryable(code) || code === 'aborted';
 
+/** How long a run whose workflow in this process left it goes on, for its task's end to stop it (see `leave`). */
+export const LEFT_GRACE_MS = 2_000;
+
 /** What a run of a step needs from its host. */
 export interface StepRunServices extends StepLivenessServices {
   /** Where a reply that ended the step is kept, for a resend whose first reply was lost. */
@@ -31,12 +34,16 @@ export class StepRun {
   readonly #agentStep: AgentStep;
   readonly #requesters: StepRequesters;
   readonly #liveness: StepLiveness;
+  readonly #services: StepRunServices;
+  /** The timer that stops a run its requesters in this process left (see `leave`). */
+  #left: unknown;
   #stopped = false;
 
   constructor(delivery: Delivery<AgentStepRequest>, agentStep: AgentStep, services: StepRunServices) {
     const request = delivery.value;
     this.request = request;
     this.#agentStep = agentStep;
+    this.#services = services;
     this.#requesters = new StepRequesters(delivery);
     this.#liveness = new StepLiveness(request, this.#requesters, services, () =>
       this.stop({ why: 'orphaned' }),
@@ -51,6 +58,7 @@ export class StepRun {
           services.recent.remember(request.stepId, agentStep.reply);
       })
       .finally(() => {
+        services.clock.clearTimeout(this.#left);
         this.#liveness.end();
         services.ended(this);
       });
@@ -72,6 +80,9 @@ export class StepRun {
    * workflow counts them read only if this run's reply says so.
    */
   join(delivery: Delivery<AgentStepRequest>): void {
+    // Someone waits for it again: a run its workflow here had left goes on.
+    this.#services.clock.clearTimeout(this.#left);
+    this.#left = undefined;
     this.#requesters.add(delivery);
     for (const message of delivery.value.told ?? []) this.tell(message);
     const heartbeatMs = delivery.value.heartbeatMs;
@@ -79,11 +90,21 @@ export class StepRun {
   }
 
   /**
-   * A requester in this process left (its workflow left the step: cancelled, timed out, its task ended): a run nobody
-   * else waits for stops now, as one whose requester is gone would after its heartbeats, and its reply is not kept.
+   * A requester in this process left (its workflow left the step: cancelled, timed out, a branch stopped). A run
+   * nobody else waits for stops soon: at its task's end, which follows a cancel at once here and gives the run the
+   * task's ending (what it asked people is closed saying how the task ended), or {@link LEFT_GRACE_MS} later, as one
+   * whose requester is gone would after its heartbeats (what it asked people then stays pending for its next run).
    */
   leave(delivery: LocalDelivery): void {
-    if (!this.#requesters.remove(delivery)) this.stop({ why: 'aborted' });
+    if (this.#requesters.remove(delivery) || this.#stopped) return;
+    const { clock, human } = this.#services;
+    clock.clearTimeout(this.#left);
+    this.#left = clock.setTimeout(() => {
+      this.#left = undefined;
+      if (this.#stopped) return;
+      human?.leavePending?.(this.request.stepId);
+      this.stop({ why: 'aborted' });
+    }, LEFT_GRACE_MS);
   }
 
   /** Its heartbeats went over NATS (a requester waited on an inbox): the sender has timers of it to stop. */

@@ -204,12 +204,17 @@ describe('steps taken in this process (LocalSteps)', () => {
     expect(held.asked).toHaveLength(1);
   });
 
-  it('stops the run on cancel: its model call is aborted, its reply says aborted, and a resend runs it again', async () => {
+  it('stops a run left by its workflow (cancel) soon after: its model call is aborted, its reply says aborted, and a resend runs it again', async () => {
     const here = host();
     const call = here.local.tryTake(request('t12.think.1'), hooks);
     await expect.poll(() => held.asked.length).toBe(1);
     call?.cancel();
     expect(await call?.reply).toMatchObject({ ok: false, error: { code: 'aborted' } });
+    // Its task's end would stop it at once, with the ending; no end comes, so it stops 2 s after it was left.
+    clock.advance(1_999);
+    await bus.settled();
+    expect(held.aborted).toEqual([]);
+    clock.advance(1);
     await expect.poll(() => held.aborted.length).toBe(1);
     await expect.poll(() => here.inFlight).toBe(0);
     const again = here.local.tryTake(request('t12.think.1'), hooks);
