@@ -14,8 +14,8 @@
 // that start workers.
 //
 // A figure is a JSON line `{ figure, value, unit }` (bench/core.mts; other numeric fields of the line but the run's
-// size, `tasks` and `workers`, become figures of their own, `<figure> › <field>`), any other JSON object line (each
-// numeric field a figure, as apps/coordinator/bench/inProcessRun.mts prints), taskTrace --summary's lines (the p50,
+// size, `tasks`, `workers` and `runs`, become figures of their own, `<figure> › <field>`), any other JSON object line
+// (each numeric field but those a figure, as apps/coordinator/bench/inProcessRun.mts prints), taskTrace --summary's lines (the p50,
 // the messages per task, the count of each kind, the round trips in a row), or a text line `<name>: <number> [unit]`. The load average is printed before each run: say in any
 // note quoting the table whether the machine was shared.
 import { spawn } from 'node:child_process';
@@ -95,6 +95,8 @@ function record(label, name, value, unit = '') {
   }
   figure[label].push(value);
 }
+/** Fields that give a run's size, not a figure. */
+const RUN_SIZE = ['tasks', 'workers', 'runs'];
 function parseLine(label, line) {
   const trimmed = line.trim();
   if (trimmed.startsWith('{')) {
@@ -107,11 +109,12 @@ function parseLine(label, line) {
     if (typeof parsed.figure === 'string' && typeof parsed.value === 'number') {
       record(label, parsed.figure, parsed.value, parsed.unit ?? '');
       for (const [key, value] of Object.entries(parsed)) {
-        if (!['figure', 'value', 'unit', 'tasks', 'workers'].includes(key))
+        if (!['figure', 'value', 'unit', ...RUN_SIZE].includes(key))
           record(label, `${parsed.figure} › ${key}`, value);
       }
     } else {
-      for (const [key, value] of Object.entries(parsed)) record(label, key, value);
+      for (const [key, value] of Object.entries(parsed))
+        if (!RUN_SIZE.includes(key)) record(label, key, value);
     }
     return;
   }
