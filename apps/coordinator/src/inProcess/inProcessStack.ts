@@ -205,7 +205,19 @@ interface KeptStack {
   stack: Promise<InProcessStack>;
   users: number;
   idle: ReturnType<typeof setTimeout> | undefined;
+  /** Leases given so far. */
+  leases: number;
+  /** No longer given to new runs (see {@link LEASES_PER_STACK}): stopped as soon as its last run is over. */
+  retired: boolean;
 }
+
+/**
+ * Runs a stack is given before new runs get a new one. A long-lived agent host's actors keep a little of every step
+ * they ran (XState memoizes each child's `xstate.done.actor.<id>` event type on the parent machine, and each step's
+ * child id is new), about half a KiB a step; a stack renewed every 1,000 runs bounds that, and building one costs
+ * less than a run.
+ */
+export const LEASES_PER_STACK = 1_000;
 
 /** The stacks kept, by the loaded pipeline they run (a pipeline object no longer referenced lets its stacks go). */
 const kept = new WeakMap<LoadedPipeline, KeptStack[]>();
@@ -244,6 +256,8 @@ async function sharedStack(loaded: LoadedPipeline, settings: StackSettings): Pro
       stack: InProcessStack.start(loaded, settings),
       users: 0,
       idle: undefined,
+      leases: 0,
+      retired: false,
     };
     list.push(added);
     // A stack that could not start is not kept: the next run tries again.
@@ -252,6 +266,11 @@ async function sharedStack(loaded: LoadedPipeline, settings: StackSettings): Pro
   }
   const taken = entry;
   taken.users += 1;
+  taken.leases += 1;
+  if (taken.leases >= LEASES_PER_STACK) {
+    taken.retired = true;
+    drop(list, taken);
+  }
   clearTimeout(taken.idle);
   taken.idle = undefined;
   try {
@@ -274,10 +293,12 @@ async function sharedStack(loaded: LoadedPipeline, settings: StackSettings): Pro
 function unuse(list: KeptStack[], entry: KeptStack): void {
   entry.users -= 1;
   if (entry.users > 0) return;
-  entry.idle = setTimeout(() => {
+  const stop = () => {
     drop(list, entry);
     void entry.stack.then((stack) => stack.stop()).catch(() => {});
-  }, IDLE_STOP_MS);
+  };
+  if (entry.retired) return stop();
+  entry.idle = setTimeout(stop, IDLE_STOP_MS);
   entry.idle.unref();
 }
 

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { builtinTools } from '../../src/config/builtinTools.ts';
 import { loadPipeline } from '../../src/config/loadPipeline.ts';
 import { HeldRecords } from '../../src/inProcess/heldRecords.ts';
-import { leaseStack } from '../../src/inProcess/inProcessStack.ts';
+import { LEASES_PER_STACK, leaseStack } from '../../src/inProcess/inProcessStack.ts';
 import { runTask } from '../../src/inProcessRun.ts';
 
 // Counts the loads and flow compilations the runs below cause, while doing them as usual.
@@ -122,6 +122,24 @@ describe('in-process runs share what they can', () => {
     }
     expect(kinds[1]).toEqual(kinds[0]);
     expect(kinds[1]?.filter((kind) => kind === 'llm.response').length).toBeGreaterThan(0);
+  });
+
+  it('a stack is given to LEASES_PER_STACK runs, then stopped once the last is over, and runs get a new one', async () => {
+    const loaded = await loadPipeline(demo, { toolNames: builtinTools().names() });
+    const settings = { workspaceRoot: root, approvals: 'deny' as const, logger: undefined };
+    const leases = [];
+    for (let i = 0; i < LEASES_PER_STACK; i++) leases.push(await leaseStack(loaded, settings));
+    const first = leases[0]?.stack;
+    expect(leases.every((lease) => lease.stack === first)).toBe(true);
+    const next = await leaseStack(loaded, settings);
+    expect(next.stack).not.toBe(first);
+    for (const lease of leases.slice(1)) lease.release();
+    expect(first?.stopped).toBe(false);
+    leases[0]?.release();
+    // At once, not after the idle second.
+    await expect.poll(() => first?.stopped, { timeout: 500, interval: 10 }).toBe(true);
+    next.release();
+    expect(next.stack.stopped).toBe(false);
   });
 
   it('a stack nobody uses is stopped, and the next run builds another', async () => {
