@@ -119,6 +119,9 @@ describe('kill -9 in the first step of a new task', () => {
     const resumed = ofKind(eventsOf(id), 'task.resumed');
     expect(resumed.map((e) => e.data)).toEqual([{ state: 'record', round: 1, deliveries: 2 }]);
     expect(ofKind(eventsOf(id), 'task.accepted')).toHaveLength(1);
+    // In the trace the first run began, which the claim's record kept.
+    expect(record.traceparent).toBe(ofKind(eventsOf(id), 'task.accepted')[0]?.traceparent);
+    expect(new Set(eventsOf(id).map((e) => e.traceparent.split('-')[1])).size).toBe(1);
     const lines = ledgerOf(id);
     expect(
       lines.filter((l) => l === 'first'),

@@ -66,6 +66,11 @@ const WorkflowRecordShape = z.object({
   handBacks: z.number().int().nonnegative().optional(),
   /** What its current step is doing, while it runs. */
   activity: StepActivity.optional(),
+  /**
+   * The task's W3C trace context, on the record its claim creates: a run resumed before any checkpoint holds the
+   * workflow's snapshot (which carries it) continues the same trace.
+   */
+  traceparent: z.string().optional(),
   /** The ended task this one was restarted or forked from (`troupe restart`, `troupe fork`). */
   origin: TaskOriginRef.optional(),
   /** Set while a person holds the task (`troupe pause`): since when, by whom, why. `status` stays `running`. */

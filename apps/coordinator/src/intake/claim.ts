@@ -133,7 +133,9 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
     ...(inputCut ? { inputCut } : {}),
     ...(submission.metadata ? { metadata: submission.metadata } : {}),
     // A sub-task's trace continues its parent's.
-    traceparent: existing ? traceOf(existing.value.snapshot) : childTraceparent(parent?.traceparent),
+    traceparent: existing
+      ? traceOf(existing.value.snapshot, existing.value.traceparent)
+      : childTraceparent(parent?.traceparent),
     ...(typeof flow === 'string' ? {} : deadlineOf(services, flow, existing?.value.createdAt)),
     ...(parent ? { parent } : {}),
     ...(taskOrigin ? { origin: originRef(taskOrigin) } : {}),
@@ -149,7 +151,14 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
   const firstStep = typeof flow === 'string' || input.origin ? undefined : firstAgentStep(flow, createdAt);
   let record: WorkflowRecord | undefined;
   if (existing) {
-    record = { ...existing.value, lease: lease.token, delivery: lease.delivery, updatedAt: isoNow(clock) };
+    record = {
+      ...existing.value,
+      lease: lease.token,
+      delivery: lease.delivery,
+      updatedAt: isoNow(clock),
+      // Kept until a checkpoint holds it in the snapshot, for a run resumed before one.
+      ...(existing.value.snapshot === undefined ? { traceparent: input.traceparent } : {}),
+    };
     const took = await store.update(taskId, record, existing.revision);
     if (took === undefined) {
       // Another coordinator wrote the record meanwhile: let this delivery come back, and look again then.
@@ -176,6 +185,7 @@ export async function claim(services: ClaimServices, task: TriagedTask): Promise
       progress,
       delivery: lease.delivery,
       ...(firstStep ? { activity: firstStep } : {}),
+      traceparent: input.traceparent,
     };
     const claimed = await store.create(taskId, record);
     // Absent: the key existed. Ours (same stream message, our write seen as failed) goes on; another's is a duplicate.

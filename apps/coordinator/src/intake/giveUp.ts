@@ -27,7 +27,11 @@ export async function giveUp(services: GiveUpServices, task: TriagedTask): Promi
   const { delivery, taskId, entry, stalls } = task;
   const existing = entry?.value;
   const message = `task ${taskId} was delivered ${stalls} times without finishing or making progress; it is given up on and stored on ${subjects.deadLetter(pipeline)}`;
-  const scope = { pipeline, taskId, traceparent: existing ? traceOf(existing.snapshot) : newTraceparent() };
+  const scope = {
+    pipeline,
+    taskId,
+    traceparent: existing ? traceOf(existing.snapshot, existing.traceparent) : newTraceparent(),
+  };
   const usage = existing?.usage ?? emptyUsage();
   const durationMs = existing ? Math.max(0, clock.now() - Date.parse(existing.createdAt)) : 0;
   const final = services.finalEvents.failed(scope, 'max_deliveries', message, usage, durationMs);

@@ -7,9 +7,12 @@ export function childTraceparent(parent: string | undefined): string {
   return `00-${traceId[1]}-${newTraceparent().split('-')[2]}-${traceId[2]}`;
 }
 
-/** The trace context a checkpoint's task carries (its workflow input's), or a new one when it has none. */
-export function traceOf(snapshot: unknown): string {
+/**
+ * The trace context a checkpoint's task carries (its workflow input's); else the one its record kept from its claim
+ * (a record with no snapshot yet), or a new one when it has neither.
+ */
+export function traceOf(snapshot: unknown, claimed?: string): string {
   const trace = (snapshot as { context?: { task?: { traceparent?: unknown } } } | undefined)?.context?.task
     ?.traceparent;
-  return typeof trace === 'string' ? trace : newTraceparent();
+  return typeof trace === 'string' ? trace : (claimed ?? newTraceparent());
 }

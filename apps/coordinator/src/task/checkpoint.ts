@@ -132,7 +132,8 @@ export function noteActivity(
 function addsOnlySnapshot(claimed: WorkflowRecord | undefined, made: WorkflowRecord): boolean {
   if (claimed === undefined || claimed.activity === undefined || made.activity === undefined) return false;
   const { snapshot: _snapshot, updatedAt: _at, activity, ...rest } = made;
-  const { updatedAt: _claimedAt, activity: claimedActivity, ...claimedRest } = claimed;
+  // The claim's trace context is in the snapshot from here on.
+  const { updatedAt: _claimedAt, activity: claimedActivity, traceparent: _trace, ...claimedRest } = claimed;
   return sameActivity(claimedActivity, activity) && isDeepStrictEqual(rest, claimedRest);
 }
 

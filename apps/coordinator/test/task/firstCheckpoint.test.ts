@@ -176,6 +176,9 @@ describe("a new task's first checkpoint", () => {
       resumed,
     } = await started({ deliveryCount: 2, before: record });
     expect(claimed).toMatchObject({ firstDelivery: false, resumes: true, snapshot: undefined });
+    // In the trace the first run began: its claim's record kept it.
+    expect(claimed.input.traceparent).toBe(first.claimed.input.traceparent);
+    expect(record.traceparent).toBe(first.claimed.input.traceparent);
     expect(ops.map((o) => o.op)).toEqual(['get', 'update']);
     writer.snapshot(snapshot);
     expect(ops).toHaveLength(2);
