@@ -168,6 +168,8 @@ export class EventOutbox {
    * stream: sent), false if it is given up on (dropped, refused, or abandoned when the outbox stops). Never rejects.
    */
   add(event: OutgoingEvent): Promise<boolean> {
+    // A batch that closes after the outbox stopped (its linger outlived the connection) is given up on, not kept.
+    if (this.stopped) return Promise.resolve(false);
     let settle: (stored: boolean) => void = () => {};
     const settled = new Promise<boolean>((resolve) => (settle = resolve));
     const entry: Pending = { ...event, seq: this.#seq++, attempt: 0, refusals: 0, settle };

@@ -124,7 +124,11 @@ export class NatsBus implements JetStreamBus {
       batch: opts.eventBatch ?? process.env.TROUPE_EVENT_BATCH === '1',
     });
     this.#status = new ConnectionStatus(connection, opts.logger, (type) => {
-      if (type === 'close') this.#closing.abort(closedError('the NATS connection is closed'));
+      if (type === 'close') {
+        this.#closing.abort(closedError('the NATS connection is closed'));
+        // Batches still gathering go into the outbox first, to be counted among the events lost.
+        this.#events.flush();
+      }
       this.#events.outbox.connectionChanged(type);
     });
   }

@@ -4,6 +4,7 @@ import { eventsOf, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
 import { batchId } from '../../src/transport/eventBatcher.ts';
+import { EventOutbox } from '../../src/transport/eventOutbox.ts';
 import { ensureTroupeStreams } from '../../src/transport/jetstreamSetup.ts';
 import { NatsBus } from '../../src/transport/natsBus.ts';
 import { captureLogger, startServer } from './natsFixture.ts';
@@ -118,5 +119,25 @@ describe('a bus with event batching on, through JetStream', () => {
     expect(await storedOf(task)).toEqual([
       { subject: subjects.eventBatch('demo', task), ids: calls.map((e) => e.id) },
     ]);
+  });
+});
+
+describe('an outbox that has stopped', () => {
+  it('gives up at once on a batch handed to it late, rather than keeping it unsettled', async () => {
+    const nc = await connect({ servers: server.url });
+    try {
+      const outbox = new EventOutbox({ connection: nc, logger: captureLogger().logger });
+      outbox.stop();
+      const late = outbox.add({
+        id: 'late~2~x',
+        subject: subjects.eventBatch('demo', 'bt-late'),
+        data: '{}',
+        headers: {},
+      });
+      expect(await late).toBe(false);
+      expect(outbox.size).toBe(0);
+    } finally {
+      await nc.close();
+    }
   });
 });
