@@ -19,6 +19,7 @@ import {
   type UntilReachableOptions,
   untilReachable,
 } from '../transport/untilReachable.ts';
+import { checkedOwnValue, strictOwnValues } from './ownValues.ts';
 
 /**
  * Runs a KV operation, trying it again (backing off up to 2 s, about 10 s in all) while NATS cannot be reached:
@@ -105,6 +106,15 @@ export interface KeyValue<T> {
  * names its key in its subject, where the broker's permissions can keep each pipeline to its own requests.
  */
 const READ_ANY_REPLICA: ReadonlySet<string> = new Set([BUCKETS.approvals]);
+
+/**
+ * Buckets whose values only Troupe's own code writes, from what it holds typed by their schemas and parsed where it
+ * arrived (a task message, an agent's reply): the workflow records and the step journal, written on every step. A
+ * write to them is not parsed again (in tests it is, strictly: {@link strictOwnValues}); a read still is, so a value
+ * from elsewhere (an older version, a hand-made put) is refused as it always was. Every other bucket parses its
+ * writes: their values may carry what a person or a client sent (approvals, sessions, push configs).
+ */
+const OWN_RECORDS: ReadonlySet<string> = new Set([BUCKETS.workflows, BUCKETS.journal]);
 
 /**
  * nats-server's answers to a write that expected another last revision of the key: 10071, and 10164 from a cluster
@@ -201,9 +211,12 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   readonly #bus: JetStreamBus;
 
   readonly #bucket: string;
+  /** Whether writes are parsed, and whether strictly: see {@link OWN_RECORDS}. */
+  readonly #writes: 'parsed' | 'trusted' | 'strict';
 
   private constructor(kv: KV, bucket: string, schema: S, bus: JetStreamBus) {
     this.#bucket = bucket;
+    this.#writes = !OWN_RECORDS.has(bucket) ? 'parsed' : strictOwnValues() ? 'strict' : 'trusted';
     this.#kv = kv;
     this.#schema = schema;
     this.#bus = bus;
@@ -316,11 +329,15 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
   }
 
   /**
-   * The value as JSON text, checked against the schema. A value JSON cannot encode (nested too deep, circular)
-   * fails with `unencodable`: storing it again would fail the same way, so nothing retries it.
+   * The value as JSON text, checked against the schema unless Troupe's own code built it (see {@link OWN_RECORDS}).
+   * A value JSON cannot encode (nested too deep, circular) fails with `unencodable`: storing it again would fail the
+   * same way, so nothing retries it.
    */
   #encode(key: string, value: z.infer<S>): string {
-    const checked = this.#schema.parse(value);
+    const checked =
+      this.#writes === 'trusted'
+        ? value
+        : checkedOwnValue(this.#schema, value, `${this.#bucket} ${key}`, this.#writes === 'strict');
     try {
       return JSON.stringify(checked);
     } catch (cause) {
