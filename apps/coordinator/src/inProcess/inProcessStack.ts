@@ -212,10 +212,10 @@ interface KeptStack {
 }
 
 /**
- * Runs a stack is given before new runs get a new one. A long-lived agent host's actors keep a little of every step
- * they ran (XState memoizes each child's `xstate.done.actor.<id>` event type on the parent machine, and each step's
- * child id is new), about half a KiB a step; a stack renewed every 1,000 runs bounds that, and building one costs
- * less than a run.
+ * Runs a stack is given before new runs get a new one. A long-lived pipeline runner keeps a little of every task it
+ * ran (each task's end races its final event against the runner's `stopped` promise, which keeps one reaction per
+ * task until the runner stops), about a quarter of a KiB a task; a stack renewed every 1,000 runs bounds that, and
+ * building one costs less than a run.
  */
 export const LEASES_PER_STACK = 1_000;
 
