@@ -53,7 +53,11 @@ describe('pause, resume and tell across kill -9', () => {
 
   beforeAll(async () => {
     home = await mkdtemp(join(tmpdir(), 'troupe-paused-'));
-    coordinators = upProcesses(fixturePath('confirming.yaml'), server.nats.url, home);
+    // Every step over NATS (--no-local-steps): this part reads the told messages each step request carries as a
+    // plain subscriber beside the queue group sees them, and a step run in-process sends no request.
+    coordinators = upProcesses(fixturePath('confirming.yaml'), server.nats.url, home, cliEnv(), [
+      '--no-local-steps',
+    ]);
     server.client.subscribe(subjects.agent('confirming', 'shipper'), {
       callback: (_error, msg) => {
         shipperSteps.push(AgentStepRequest.parse(msg.json()));

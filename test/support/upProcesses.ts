@@ -12,13 +12,19 @@ export interface UpProcesses {
 
 /**
  * `troupe up <file>` on `url`, in `home`: with a 2 s ack wait, so the tasks of one killed are delivered again to the
- * next soon.
+ * next soon; `args` are added to each command line.
  */
-export function upProcesses(file: string, url: string, home: string, env = cliEnv()): UpProcesses {
+export function upProcesses(
+  file: string,
+  url: string,
+  home: string,
+  env = cliEnv(),
+  args: readonly string[] = [],
+): UpProcesses {
   const running: CliProcess[] = [];
   return {
     async up() {
-      const p = startTroupe(['up', file, '--ack-wait', '2', '--server', url, '--home', home], env);
+      const p = startTroupe(['up', file, '--ack-wait', '2', '--server', url, '--home', home, ...args], env);
       running.push(p);
       await p.waitFor(/troupe is up/, 60_000);
       return p;

@@ -53,8 +53,6 @@ type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[numbe
 
 /** Tasks per pipeline a coordinator works on at once when not told (see {@link PipelineRunnerOptions.concurrency}). */
 const DEFAULT_CONCURRENCY = 16;
-/** Steps of its own workflows a coordinator's hosts run in-process when not told (see `maxLocalSteps`): none yet. */
-const DEFAULT_MAX_LOCAL_STEPS = 0;
 
 export interface CoordinatorOptions
   extends RunnerSettings,
@@ -70,7 +68,7 @@ export interface CoordinatorOptions
   /**
    * With `hostAgents`, the most steps in flight on a pipeline's host here for one more step of this coordinator's own
    * workflows to run in-process, with no NATS hop; past it, steps go over NATS to any worker (workers elsewhere take
-   * the overflow). Default: 0, every step over NATS (off until the crash suites pass with it on).
+   * the overflow). Default: `concurrency`; 0 sends every step over NATS.
    */
   maxLocalSteps?: number;
   /**
@@ -238,7 +236,7 @@ async function startParts(
           registry,
           clock,
           values,
-          maxLocalSteps: options.maxLocalSteps ?? DEFAULT_MAX_LOCAL_STEPS,
+          maxLocalSteps: options.maxLocalSteps ?? options.concurrency ?? DEFAULT_CONCURRENCY,
           ...(options.metrics ? { metrics: options.metrics } : {}),
         })
       : undefined;

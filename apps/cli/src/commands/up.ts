@@ -30,6 +30,8 @@ export interface UpOptions extends NatsAccessSources {
   /** Join the server of the `troupe up` already running on this home instead of refusing to start. */
   join?: boolean;
   agents: boolean;
+  /** False (`--no-local-steps`): every step goes over NATS, none runs in this process's own hosts first. */
+  localSteps?: boolean;
   concurrency: number;
   maxInFlight?: number;
   /** Seconds. */
@@ -199,6 +201,7 @@ export async function start(
     UpOptions,
     | 'home'
     | 'agents'
+    | 'localSteps'
     | 'concurrency'
     | 'maxInFlight'
     | 'allowMcpCommands'
@@ -241,6 +244,7 @@ export async function start(
       hostAgents: options.agents,
       importModule: importToolModule,
       concurrency: options.concurrency,
+      ...(options.localSteps === false ? { maxLocalSteps: 0 } : {}),
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),

@@ -40,6 +40,10 @@ function declareUp(program: Command): void {
     )
     .option('--no-agents', 'run workflows only; leave agents to worker processes')
     .option(
+      '--no-local-steps',
+      'send every step over NATS, even one whose agent this process hosts (by default such a step runs here, with no NATS hop, up to --concurrency at once per pipeline; workers take the rest)',
+    )
+    .option(
       '--watch',
       'reload a pipeline when its file changes: new tasks start on the new version, running ones finish on theirs',
       false,
