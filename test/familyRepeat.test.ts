@@ -31,7 +31,9 @@ describe('restart and fork, asked again or of a task given a secret', () => {
   const sent: { taskId: string; input?: Record<string, unknown> }[] = [];
 
   beforeAll(async () => {
-    h = await startHarness([examplePath('demo.yaml'), fixturePath('slowpoke.yaml')]);
+    // Every step over NATS (maxLocalSteps 0): the planner's step requests are read as a plain subscriber sees them,
+    // and a step run in-process is no message.
+    h = await startHarness([examplePath('demo.yaml'), fixturePath('slowpoke.yaml')], { maxLocalSteps: 0 });
     const sub = h.client.subscribe(subjects.agent('slowpoke', 'planner'));
     void (async () => {
       for await (const message of sub) {

@@ -67,6 +67,8 @@ export interface HarnessOptions {
   finalEventWaitMs?: number;
   /** The coordinator's bus sends a task's events in batches (`BusOptions.eventBatch`). */
   eventBatch?: boolean;
+  /** How many steps the coordinator runs in-process at once (`CoordinatorOptions.maxLocalSteps`; 0: all over NATS). */
+  maxLocalSteps?: number;
 }
 
 export async function startHarness(pipelineFiles: string[], options: HarnessOptions = {}): Promise<Harness> {
@@ -103,6 +105,7 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
     ...(options.stepHeartbeatMs === undefined ? {} : { stepHeartbeatMs: options.stepHeartbeatMs }),
     ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
     ...(options.finalEventWaitMs === undefined ? {} : { finalEventWaitMs: options.finalEventWaitMs }),
+    ...(options.maxLocalSteps === undefined ? {} : { maxLocalSteps: options.maxLocalSteps }),
   });
   const client = await connect({ servers: nats.url, name: 'test-user' });
   const events: TroupeEvent[] = [];
