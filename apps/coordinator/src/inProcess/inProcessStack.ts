@@ -297,7 +297,10 @@ function unuse(list: KeptStack[], entry: KeptStack): void {
     drop(list, entry);
     void entry.stack.then((stack) => stack.stop()).catch(() => {});
   };
-  if (entry.retired) return stop();
+  if (entry.retired) {
+    stop();
+    return;
+  }
   entry.idle = setTimeout(stop, IDLE_STOP_MS);
   entry.idle.unref();
 }
