@@ -42,6 +42,9 @@ flow:
     h = await startHarness([timeboxed, fixturePath('garbled.yaml'), fixturePath('slow.yaml')], {
       env: { OPENAI_API_KEY: 'sk-test-robustness' },
       logLines: lines,
+      // Every step over NATS: the timeout test learns the agent's run is over from its host's logged reply, and a step
+      // run in-process sends none (apps/coordinator/test/localStep.test.ts times out a step run in-process).
+      maxLocalSteps: 0,
     });
   });
   afterAll(async () => {
