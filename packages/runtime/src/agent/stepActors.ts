@@ -79,10 +79,18 @@ function groupOf(id: string): number {
   return (hash >>> 0) % STEP_GROUPS;
 }
 
+/** A group's lowest child id not in use: a child keeps its slot until the group has stopped it. */
+function freeSlot(group: StepGroupRef): string {
+  const children = group.getSnapshot().children;
+  for (let slot = 0; ; slot++) if (!Object.hasOwn(children, `s${slot}`)) return `s${slot}`;
+}
+
 /** Spawns steps' agent actors under one host actor, which runs from its making until {@link stop}. */
 export class StepActors {
   readonly #host: Actor<typeof agentHostMachine>;
   readonly #groups: StepGroupRef[];
+  /** The agent actor of each step running here, by step id. */
+  readonly #running = new Map<string, AgentActorRef>();
 
   constructor(clock: Clock) {
     this.#host = createActor(agentHostMachine, { clock });
@@ -98,19 +106,21 @@ export class StepActors {
   }
 
   /**
-   * Spawns the agent actor of step `id` (unique among the steps running here), its actor id `step:<id>`; `listen`
-   * attaches to it before it starts. Throws when the host actor has stopped, or when `listen` threw (the actor, unheard, is then
-   * stopped at once).
+   * Spawns the agent actor of step `id` (unique among the steps running here); `listen` attaches to it before it
+   * starts. Throws when the host actor has stopped, or when `listen` threw (the actor, unheard, is then stopped at once).
+   *
+   * Its actor id is a slot of its group (`s<n>`, the lowest free), not the step's id: XState memoises a machine's
+   * transitions by event type, and a child's end is an event named after its id (`xstate.done.actor.<id>`), so a new
+   * id a step would grow the shared group machine's memo by one entry a step, for the life of the process. Slots keep
+   * that to the most steps a group has held at once. A slot is also never a name a plain object inherits
+   * (`__proto__`, `constructor`), where XState keeps its children.
    */
   spawn(id: string, input: AgentMachineInput, listen: (agent: AgentActorRef) => void): AgentActorRef {
     const group = this.#groups[groupOf(id)];
     if (this.#host.getSnapshot().status !== 'active' || !group) throw new Error('the agent host has stopped');
-    // Two actors under one id would be one child to the group, which would stop the wrong one when the other ends.
-    // Its child's id, never the step's bare: XState keeps children in a plain object, where a step id such as
-    // `__proto__` or `constructor` (any string may be one) would find or set what the object inherits.
-    const child = `step:${id}`;
-    if (Object.hasOwn(group.getSnapshot().children, child))
-      throw new Error(`step ${id} has an agent actor running here already`);
+    // Two runs of one step here at once would be told apart by nobody: its reply and its journal are the step's.
+    if (this.#running.has(id)) throw new Error(`step ${id} has an agent actor running here already`);
+    const child = freeSlot(group);
     let agent: AgentActorRef | undefined;
     let failed: { error: unknown } | undefined;
     let abandoned = false;
@@ -122,6 +132,12 @@ export class StepActors {
         // Spawned after this call gave up on it (see below): nobody listens, and it is dropped next.
         if (abandoned) return;
         agent = spawned;
+        this.#running.set(id, spawned);
+        // Done, errored or stopped, an actor completes its observers once: its step no longer runs here.
+        const ended = () => {
+          if (this.#running.get(id) === spawned) this.#running.delete(id);
+        };
+        spawned.subscribe({ complete: ended, error: ended });
         // Thrown here, it would error the group (an action that throws does): it is the step's failure only.
         try {
           listen(spawned);

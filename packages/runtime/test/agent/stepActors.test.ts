@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import type { AgentMachineInput } from '../../src/agent/agentMachine.ts';
 import { type StepDeps, startAgentStep } from '../../src/agent/agentStep.ts';
-import { StepActors } from '../../src/agent/stepActors.ts';
+import { type AgentActorRef, StepActors } from '../../src/agent/stepActors.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { defineTool, ToolRegistry } from '../../src/tools/index.ts';
 
@@ -172,8 +172,40 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(() => actors.spawn('step-1', inputOf('step-1'), () => {})).toThrow(
       'step step-1 has an agent actor running here already',
     );
-    expect(listened).toEqual(['step:step-1']);
+    expect(listened).toEqual(['s0']);
     expect(actors.size).toBe(1);
+    actors.stop();
+  });
+
+  it('names its actors by reused slots, not step ids: 200 steps one after another use one id, however each ended', async () => {
+    // XState memoises a machine's transitions by event type, and a child's end is named after its id: one id a step
+    // would grow the shared group machine by an entry a step, for the life of the process.
+    const clock = new SimulatedClock();
+    const { deps, actors } = await hostDeps(clock);
+    const ids = new Set<string>();
+    const spawn = deps.actors?.spawn.bind(deps.actors);
+    const seen: StepDeps = {
+      ...deps,
+      actors: Object.assign(Object.create(actors) as StepActors, {
+        spawn: (id: string, input: AgentMachineInput, listen: (agent: AgentActorRef) => void) =>
+          spawn?.(id, input, (agent) => {
+            ids.add(agent.id);
+            listen(agent);
+          }),
+      }),
+    };
+    for (let n = 0; n < 200; n++) {
+      // Each step is its group's only one while it runs, whichever group its id falls in: slot s0 each time.
+      const step = startAgentStep(
+        coder(model({ agents: { coder: [{ content: `hello ${n}` }] } })),
+        requestOf(n),
+        seen,
+      );
+      if (n % 2 === 1) step.stop({ why: 'aborted' });
+      await step.reply;
+    }
+    expect(ids.size).toBe(1);
+    expect(actors.size).toBe(0);
     actors.stop();
   });
 
