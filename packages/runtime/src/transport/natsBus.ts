@@ -44,7 +44,9 @@ export interface BusOptions extends ConnectOptions {
    * Send a task's model, tool and step events gathered into one `EventBatch` message (up to 64 events, 2 ms) instead
    * of one message each; `task.*`, `approval.*` and `human.*` events always go alone. Off by default, or on with the
    * environment's `TROUPE_EVENT_BATCH=1`. Readers through `eventsOf` see each event either way; a raw subscriber to
-   * `troupe.events.>` sees batches.
+   * `troupe.events.>` sees batches. A message this bus sends (a step's reply or request, any publish) sends the open
+   * batches first, so another process that acts on it (a coordinator ending the task on a step's reply) stores its
+   * events after them, as without batching.
    */
   eventBatch?: boolean;
 }
@@ -151,6 +153,7 @@ export class NatsBus implements JetStreamBus {
   /** Publishes a JSON payload and logs one `out` line (a reply's says who answers whom: see `replyMeta`). */
   publish(subject: string, payload: unknown, meta?: MessageMeta, headers?: Record<string, string>): void {
     const options = headers === undefined ? undefined : { headers: toMsgHdrs(headers) };
+    this.#events.flush();
     try {
       this.connection.publish(subject, JSON.stringify(payload), options);
     } catch (error) {
@@ -230,10 +233,12 @@ export class NatsBus implements JetStreamBus {
     replySchema: S,
     opts: RequestOptions,
   ): Promise<z.infer<S>> {
+    this.#events.flush();
     return this.#requests.request(subject, payload, replySchema, opts);
   }
 
   requestReplies(subject: string, payload: unknown, onReply: (reply: ReplyMessage) => void): () => void {
+    this.#events.flush();
     return this.#requests.requestReplies(subject, payload, onReply);
   }
 
