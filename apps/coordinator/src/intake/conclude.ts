@@ -64,7 +64,7 @@ export async function conclude(
       services.finalEventWaitMs ?? FINAL_EVENT_WAIT_MS,
     );
     // Stopping for 10 s (NATS may be out of reach, and the wait endless): the message is left to be delivered again.
-    const outcome = await Promise.race([stored, services.stopped]).finally(() => clock.clearTimeout(slow));
+    const outcome = await orStopping(stored, services.stopped).finally(() => clock.clearTimeout(slow));
     if (outcome === 'stopping') {
       logger.warn(
         { taskId },
@@ -93,4 +93,14 @@ async function closeRequests(
   } catch (error) {
     logger.warn({ err: error, taskId }, 'cannot close the pending approvals and questions of the task');
   }
+}
+
+/** `work`'s outcome, or `stopping` once `stopped` aborts; its listener on `stopped` is taken off either way. */
+function orStopping<T>(work: Promise<T>, stopped: AbortSignal): Promise<T | 'stopping'> {
+  if (stopped.aborted) return Promise.resolve('stopping');
+  return new Promise((resolve, reject) => {
+    const onStop = () => resolve('stopping');
+    stopped.addEventListener('abort', onStop, { once: true });
+    work.then(resolve, reject).finally(() => stopped.removeEventListener('abort', onStop));
+  });
 }

@@ -47,10 +47,12 @@ export interface TaskServices {
   /** Whether the runner is stopping: a delivery that begins then is handed back. */
   stopping(): boolean;
   /**
-   * Settles `finalEventWaitMs` (10 s) after the runner's stop began: a task's end still waiting for its final event
-   * then leaves the message to a redelivery, so a stop with NATS out of reach does not wait for it forever.
+   * Aborts `finalEventWaitMs` (10 s) after the runner's stop began: a task's end still waiting for its final event
+   * then leaves the message to a redelivery, so a stop with NATS out of reach does not wait for it forever. A signal,
+   * not a promise, so that each task's wait can take its listener off again (a race with a promise that settles only
+   * at the stop would keep one reaction on it per task, for the runner's life).
    */
-  stopped: Promise<'stopping'>;
+  stopped: AbortSignal;
 }
 
 /** An event that cannot be made or sent is logged, never thrown: it must not take the process down. */

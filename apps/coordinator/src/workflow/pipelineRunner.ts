@@ -145,11 +145,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const pipeline = config.name;
   const signals = new TaskSignals();
   let stopping = false;
-  let markStopping: () => void = () => {};
-  const stopped = new Promise<'stopping'>((resolve) => {
-    markStopping = () =>
-      void sleep(clock, options.finalEventWaitMs ?? FINAL_EVENT_WAIT_MS).then(() => resolve('stopping'));
-  });
+  const stop = new AbortController();
+  const stopped = stop.signal;
+  const markStopping = () =>
+    void sleep(clock, options.finalEventWaitMs ?? FINAL_EVENT_WAIT_MS).then(() => stop.abort());
 
   const versions: FlowVersions = new FlowVersions({
     pipeline,

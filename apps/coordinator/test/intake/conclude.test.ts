@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { emptyUsage } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { conclude } from '../../src/intake/conclude.ts';
@@ -57,5 +58,34 @@ describe('concluding a task', () => {
     stop();
     expect(await concluding).toBe('left');
     expect(closed).toEqual([]);
+  });
+
+  it('leaves nothing waiting on the runner’s stop once a task has concluded: a runner’s life is many tasks', async () => {
+    const { services } = intakeServices();
+    for (let n = 0; n < 3; n++) {
+      const final = services.finalEvents.failed(
+        { ...scope, taskId: `task-${n}` },
+        'internal',
+        'broke',
+        emptyUsage(),
+        5,
+      );
+      await conclude(services, {
+        delivery: deliveryOf({ id: `task-${n}`, goal: 'g' }),
+        final,
+        keptAliveAt: 0,
+      });
+    }
+    expect(getEventListeners(services.stopped, 'abort')).toHaveLength(0);
+  });
+
+  it('leaves a message to a redelivery at once when the runner’s stop has already come', async () => {
+    const { services, stop } = intakeServices();
+    services.bus.publishEvent = () => new Promise<boolean>(() => {});
+    stop();
+    const final = services.finalEvents.failed(scope, 'internal', 'broke', emptyUsage(), 5);
+    expect(
+      await conclude(services, { delivery: deliveryOf({ id: 'task-1', goal: 'g' }), final, keptAliveAt: 0 }),
+    ).toBe('left');
   });
 });

@@ -45,10 +45,8 @@ export function intakeServices(
   const events = new EventFactory(clock);
   const deadLetters: { task: ExhaustedTask; reason: { taskId: string; message: string } }[] = [];
   let stopping = false;
-  let markStopped: (value: 'stopping') => void = () => {};
-  const stopped = new Promise<'stopping'>((resolve) => {
-    markStopped = resolve;
-  });
+  const stop = new AbortController();
+  const stopped = stop.signal;
   const closed: string[] = [];
   const services: TaskServices = {
     pipeline: 'unit',
@@ -94,7 +92,7 @@ export function intakeServices(
     closed,
     stop: () => {
       stopping = true;
-      markStopped('stopping');
+      stop.abort();
     },
   };
 }
