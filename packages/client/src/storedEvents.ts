@@ -25,7 +25,8 @@ export interface FollowOptions {
 /**
  * Follows one task's events in the `EVENTS` stream, in stream order: those stored so far, then each one as it is
  * stored, through one ordered consumer — so history and live are one sequence with no gap and no repeat between
- * them, and a client that resumes after sequence N gets exactly what came after N. Ends after the task's final
+ * them, and a client that resumes after sequence N gets exactly what came after N (a batch's earlier events again when
+ * it stopped half-way through one: see {@link SequencedEvent}). Ends after the task's final
  * event, or when `signal` aborts. An event stored twice (republished beyond the stream's duplicate window) is
  * delivered once, a resumed client's too: a `task.*` event stored again after N whose first copy came before N is
  * not delivered again. Fails with `stream_missing` when no coordinator made the stream.

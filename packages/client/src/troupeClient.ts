@@ -269,7 +269,8 @@ export class TroupeClient {
   /**
    * The task's events, in the order the `EVENTS` stream stored them: those so far, then each as it comes, ending
    * after the final one (or when `signal` aborts). Each carries its stream sequence: pass the last one seen as
-   * `after` to resume where a dropped reader stopped, with nothing lost and nothing twice.
+   * `after` to resume where a dropped reader stopped, with nothing lost and nothing twice (with event batching on, a
+   * resume half-way through a batch gets its earlier events again: see `SequencedEvent.seq`).
    */
   async *events(taskId: string, options: EventsOptions = {}): AsyncGenerator<SequencedEvent> {
     // An abort listener never hears a signal aborted already: such a reader gets nothing, and nothing is followed.
