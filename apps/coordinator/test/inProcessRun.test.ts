@@ -76,4 +76,32 @@ describe('runTask: one task in-process, no server', () => {
     });
     expect(final.kind).toBe('task.cancelled');
   });
+
+  it('cancels the task when its signal aborted before the run began, or as it began: the cancel is not lost', async () => {
+    // The runner hears a cancel only once the task's actor listens for signals (after triage and the claim): one sent
+    // before is answered by nobody, and the task ran whole.
+    const aborted = new AbortController();
+    aborted.abort();
+    const early = await runTask({
+      pipeline: demo,
+      goal: 'Write a hello note',
+      workspaceRoot: root,
+      signal: aborted.signal,
+    });
+    expect(early.final.kind).toBe('task.cancelled');
+    const abort = new AbortController();
+    const kinds: string[] = [];
+    const { final } = await runTask({
+      pipeline: demo,
+      goal: 'Write a hello note',
+      workspaceRoot: root,
+      signal: abort.signal,
+      onEvent: (event) => {
+        kinds.push(event.kind);
+        if (event.kind === 'task.accepted') abort.abort();
+      },
+    });
+    expect(final.kind).toBe('task.cancelled');
+    expect(kinds.filter((kind) => kind === 'step.completed').length).toBeLessThan(5);
+  });
 });

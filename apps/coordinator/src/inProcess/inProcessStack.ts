@@ -12,6 +12,7 @@ import {
   startAgentHost,
   systemClock,
   ToolError,
+  TransportError,
 } from '@troupe/runtime';
 import { pipelineTools } from '../agents/agentService.ts';
 import { hostedAgents } from '../config/agentDefinitions.ts';
@@ -135,17 +136,41 @@ export class InProcessStack {
     const { taskId } = task;
     // The first final event the task publishes.
     let final: FinalEvent | undefined;
+    // The runner hears a cancel only once the task's actor listens for signals (after triage and the claim), and
+    // answers none before: a cancel asked earlier (a signal aborted before or as the run began) is sent again with
+    // each event of the task until one is answered. Those left unanswered are given up when the run is over.
+    let cancel: 'no' | 'asked' | 'answered' = 'no';
+    const over = new AbortController();
+    const askCancel = () => {
+      if (cancel === 'answered' || over.signal.aborted) return;
+      cancel = 'asked';
+      bus
+        .request(subjects.control(taskId), { action: 'cancel' }, ControlReceipt, {
+          timeoutMs: 10_000,
+          signal: over.signal,
+        })
+        .then(
+          () => {
+            cancel = 'answered';
+          },
+          (error: unknown) => {
+            if (TransportError.is(error, 'aborted') || TransportError.is(error, 'timeout')) return;
+            // Refused (the task is ending already): nothing is left to cancel.
+            cancel = 'answered';
+            if (!TransportError.is(error, 'task_ended'))
+              logger.warn({ err: error, taskId }, 'could not cancel the task');
+          },
+        );
+    };
+    const onAbort = () => askCancel();
     const stopListening = bus.listen(taskId, (event) => {
+      if (cancel === 'asked') askCancel();
       task.onEvent?.(event);
       if (final === undefined && FINAL_KINDS.has(event.kind)) final = event as FinalEvent;
     });
-    const cancel = () =>
-      void bus
-        .request(subjects.control(taskId), { action: 'cancel' }, ControlReceipt, { timeoutMs: 10_000 })
-        .catch((error) => logger.warn({ err: error, taskId }, 'could not cancel the task'));
     try {
-      if (task.signal?.aborted) cancel();
-      task.signal?.addEventListener('abort', cancel, { once: true });
+      if (task.signal?.aborted) askCancel();
+      task.signal?.addEventListener('abort', onAbort, { once: true });
       const delivery = this.intake.deliver(
         { id: taskId, goal: task.goal, ...(task.input === undefined ? {} : { input: task.input }) },
         { storedAt: systemClock.now() },
@@ -159,7 +184,8 @@ export class InProcessStack {
         );
       return final;
     } finally {
-      task.signal?.removeEventListener('abort', cancel);
+      task.signal?.removeEventListener('abort', onAbort);
+      over.abort();
       stopListening();
       this.records.forget(taskId);
     }
