@@ -34,7 +34,9 @@ type StepHandler = (delivery: Delivery<AgentStepRequest>) => void;
  * A pipeline runner on an in-memory bus, KV bucket and task intake, with agents played by the test: each agent
  * answers its steps with `answer`, unless the test gives it a handler of its own.
  */
-async function setUp(options: { maxDeliver?: number; values?: Pick<ValueStore, 'read'> } = {}) {
+async function setUp(
+  options: { maxDeliver?: number; values?: Pick<ValueStore, 'read'>; concurrency?: number } = {},
+) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -62,7 +64,7 @@ async function setUp(options: { maxDeliver?: number; values?: Pick<ValueStore, '
     store,
     logger: createLogger({ level: 'silent' }),
     clock,
-    concurrency: 4,
+    concurrency: options.concurrency ?? 4,
     ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
     ...(options.values ? { values: options.values } : {}),
   });
@@ -129,6 +131,35 @@ describe('the pipeline runner', () => {
       step: 'execute',
     });
     expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('ends many tasks at once with no warning of a leak: each waits on the runner’s stop signal for its final event', async () => {
+    // Each task's end listens on the runner's one stop signal while its final event is stored; Node warns of a leak
+    // past 10 listeners on one signal, which a runner of 16 tasks ending at once (NATS slow to ack) went over.
+    const { intake, bus } = await setUp({ concurrency: 16 });
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
+    process.on('warning', onWarning);
+    const publish = bus.publishEvent.bind(bus);
+    const held: (() => void)[] = [];
+    bus.publishEvent = (event) =>
+      event.kind === 'task.completed'
+        ? new Promise<boolean>((resolve) => held.push(() => resolve(publish(event))))
+        : publish(event);
+    try {
+      const tasks = Array.from({ length: 12 }, (_, n) =>
+        intake.deliver({ id: `task-end-${n}`, goal: 'end' }),
+      );
+      await expect.poll(() => held.length).toBe(12);
+      for (const release of held) release();
+      await Promise.all(tasks.map((task) => task.handled));
+      // A warning is emitted on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(tasks.map((task) => task.settlement()?.kind)).toEqual(Array(12).fill('ack'));
+      expect(warnings.filter((w) => w.includes('MaxListenersExceeded'))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
   });
 
   it('cancels a running task on a control message, answers the canceller, and acks it', async () => {

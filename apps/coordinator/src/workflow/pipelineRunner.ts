@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { QueuedStore } from '@troupe/client';
 import {
   ControlMessage,
@@ -147,6 +148,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   let stopping = false;
   const stop = new AbortController();
   const stopped = stop.signal;
+  // Every task ending at once listens on it (each takes its listener off when done): past Node's 10 it would warn
+  // of a leak that is none.
+  setMaxListeners(0, stopped);
   const markStopping = () =>
     void sleep(clock, options.finalEventWaitMs ?? FINAL_EVENT_WAIT_MS).then(() => stop.abort());
 
