@@ -297,6 +297,48 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(actors.size).toBe(1);
   });
 
+  it('fails two steps started from inside one group’s transition cleanly: neither actor runs, though both were given one slot', async () => {
+    // Each takes the lowest slot free as it is asked (08facab): neither is spawned yet, so both are given the same.
+    const clock = new SimulatedClock();
+    // Two steps that land in the group of task-0's step.
+    const probe = new StepActors(clock);
+    const first = probe.spawn(requestOf(0).stepId, inputOf('first'), () => {});
+    const [n, m] = Array.from({ length: 600 }, (_, i) => i + 1).filter(
+      (i) => probe.spawn(requestOf(i).stepId, inputOf('other'), () => {})._parent === first._parent,
+    );
+    probe.stop();
+    if (n === undefined || m === undefined)
+      throw new Error('no two steps of the 600 land in the group of task-0');
+
+    const held = heldModel();
+    const nestedModel = heldModel();
+    const nested: ReturnType<typeof startAgentStep>[] = [];
+    const { deps, actors } = await hostDeps(clock, {
+      publish: (event) => {
+        // Heard at once, as an in-process bus may deliver: both start while task-0's group spawns it.
+        if (event.kind === 'llm.request' && event.taskId === 'task-0' && nested.length === 0)
+          nested.push(
+            startAgentStep(coder(nestedModel.provider), requestOf(n), deps),
+            startAgentStep(coder(nestedModel.provider), requestOf(m), deps),
+          );
+      },
+    });
+    startAgentStep(coder(held.provider), requestOf(0), deps);
+    const replies = await Promise.all(nested.map((step) => step.reply));
+    expect(replies.map((reply) => reply.ok)).toEqual([false, false]);
+    // Neither failed start's actor asks its model (one left running unheard would, with nobody to stop it).
+    await vi.waitFor(() => expect(actors.size).toBe(1));
+    // A resend runs, after which neither failed start has asked its model.
+    const again = startAgentStep(
+      coder(model({ agents: { coder: [{ content: 'ran again' }] } })),
+      requestOf(n),
+      deps,
+    );
+    expect(await again.reply).toMatchObject({ ok: true, output: 'ran again' });
+    expect(nestedModel.calls).toBe(0);
+    expect(actors.size).toBe(1);
+  });
+
   it('leaves nothing in its groups or its scheduler once many steps have ended, however each ended', async () => {
     const clock = new SimulatedClock();
     const toolSignals: AbortSignal[] = [];
