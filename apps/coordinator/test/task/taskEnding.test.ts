@@ -5,11 +5,15 @@ import {
   type UsageTotals,
   WorkflowRecord,
 } from '@troupe/protocol';
-import { createLogger, type Delivery } from '@troupe/runtime';
+import { createLogger, type Delivery, type HumanGate, JournalEntry, StepJournal } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
-import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
+import {
+  type PipelineRunner,
+  type PipelineRunnerOptions,
+  startPipelineRunner,
+} from '../../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
@@ -41,7 +45,11 @@ type StepHandler = (delivery: Delivery<AgentStepRequest>) => void;
  * A pipeline runner on an in-memory bus, bucket and intake, whose agents reply as `asked` says for each step, and
  * whose `closeRequests` records the tasks whose requests were read to be closed.
  */
-async function setUp(config: PipelineConfig, asked: (request: AgentStepRequest) => Asked = () => false) {
+async function setUp(
+  config: PipelineConfig,
+  asked: (request: AgentStepRequest) => Asked = () => false,
+  more: Partial<PipelineRunnerOptions> = {},
+) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -80,6 +88,7 @@ async function setUp(config: PipelineConfig, asked: (request: AgentStepRequest) 
         read.push(taskId);
         return 0;
       },
+      ...more,
     }).then((runner) => {
       running.push(runner);
       return runner;
@@ -173,6 +182,39 @@ describe("a task's end", () => {
     await intake.deliver({ id: 'branches', goal: 'g' }).handled;
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
     expect(read).toEqual(['branches']);
+  });
+
+  it('reads them when a `human` step was left with its question pending (a cancel): its gate leaves it for the end to close', async () => {
+    const clock = new SimulatedClock();
+    const asked: string[] = [];
+    // A gate whose question nobody answers; as the runner's, it leaves the question pending when the wait is cut.
+    const gate: HumanGate = {
+      approve: async () => ({ decision: 'deny', reason: 'not asked' }),
+      ask: async (_question, scope, signal, options) => {
+        await options?.onAsked?.(`q-${scope.stepId}`);
+        asked.push(scope.stepId);
+        return new Promise<string>((_resolve, reject) =>
+          signal.addEventListener('abort', () => reject(signal.reason), { once: true }),
+        );
+      },
+    };
+    const journal = new StepJournal(new MemoryKv(JournalEntry));
+    const config = configOf([{ id: 'confirm', kind: 'human', prompt: 'Ship it?', timeout: 600 }]);
+    const { intake, read, bus } = await setUp(config, () => false, { people: { gate, journal, clock } });
+    const task = intake.deliver({ id: 'asked-by-step', goal: 'g' });
+    await expect.poll(() => asked).toEqual(['asked-by-step.confirm.1']);
+    const receipt = await bus.request(
+      subjects.control('asked-by-step'),
+      { action: 'cancel' },
+      ControlReceipt,
+      {
+        timeoutMs: 1_000,
+      },
+    );
+    expect(receipt).toMatchObject({ ok: true, outcome: 'cancelled' });
+    await task.handled;
+    expect(bus.eventsOf('task.cancelled')).toHaveLength(1);
+    expect(read).toEqual(['asked-by-step']);
   });
 
   describe('of a task with a foreach step', () => {
