@@ -103,5 +103,9 @@ describe('runTask: one task in-process, no server', () => {
     });
     expect(final.kind).toBe('task.cancelled');
     expect(kinds.filter((kind) => kind === 'step.completed').length).toBeLessThan(5);
+    // Sent again with each event until answered, it still ends the task once.
+    expect(kinds.filter((kind) => kind.startsWith('task.') && kind !== 'task.accepted')).toEqual([
+      'task.cancelled',
+    ]);
   });
 });
