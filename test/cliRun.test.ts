@@ -85,6 +85,16 @@ describe('troupe run: one task in-process, with no server', () => {
     expect(result.stdout).toMatch(/task\.failed .* troupe run has no person to answer questions/);
   });
 
+  it('refuses an input its pipeline’s schema does not take, saying why, with exit code 2', async () => {
+    const result = await troupe(
+      ['run', fixturePath('summing.yaml'), 'Add them', '--input', '{"numbers":[]}', '--home', home],
+      env,
+    );
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/numbers/);
+    expect(result.stderr).not.toMatch(/\bat /);
+  });
+
   it('refuses a pipeline file that does not load, with exit code 2', async () => {
     const result = await troupe(['run', join(home, 'missing.yaml'), 'goal', '--home', home], env);
     expect(result.code).toBe(2);

@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TroupeEvent } from '@troupe/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { builtinTools } from '../src/config/builtinTools.ts';
+import { loadPipeline } from '../src/config/loadPipeline.ts';
 import { runTask } from '../src/inProcessRun.ts';
 
 const demo = join(import.meta.dirname, '..', '..', '..', 'examples', 'demo.yaml');
@@ -75,6 +77,28 @@ describe('runTask: one task in-process, no server', () => {
       },
     });
     expect(final.kind).toBe('task.cancelled');
+  });
+
+  it('says why a task it was given was refused (here, an input its pipeline’s schema does not take)', async () => {
+    const loaded = await loadPipeline(demo, { toolNames: builtinTools().names() });
+    const pipeline = {
+      ...loaded,
+      config: {
+        ...loaded.config,
+        input: { type: 'object', required: ['ticket'], properties: { ticket: { type: 'string' } } },
+      },
+    };
+    await expect(
+      runTask({ pipeline, goal: 'Write a hello note', taskId: 'refused-1', workspaceRoot: root }),
+    ).rejects.toThrow(/^task refused-1 of pipeline demo was refused: .*ticket/);
+    // The same stack runs a task that fits.
+    const { final } = await runTask({
+      pipeline,
+      goal: 'Write a hello note',
+      input: { ticket: 'T-1' },
+      workspaceRoot: root,
+    });
+    expect(final.kind).toBe('task.completed');
   });
 
   it('cancels the task when its signal aborted before the run began, or as it began: the cancel is not lost', async () => {

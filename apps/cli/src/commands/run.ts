@@ -1,5 +1,5 @@
 import { builtinTools, ConfigError, type LoadedPipeline, loadPipeline, runTask } from '@troupe/coordinator';
-import type { TaskSubmission, TroupeEvent } from '@troupe/protocol';
+import { checkTaskInput, type TaskSubmission, type TroupeEvent } from '@troupe/protocol';
 import { CliError } from '../cliError.ts';
 import { formatEvent } from '../format/formatEvent.ts';
 import { exitCodeOf } from '../taskEnding.ts';
@@ -32,6 +32,11 @@ export async function run(file: string, goal: string, options: RunOptions): Prom
   process.stderr.write(`${NOT_DURABLE_WARNING}\n`);
   const task = buildTask(goal, options);
   const pipeline = await load(file, options);
+  // As troupe submit checks it before it submits: the runner would refuse the task, and run none of it.
+  const schema = pipeline.config.input;
+  const fits = schema === undefined ? undefined : checkTaskInput(schema, task.input);
+  if (fits !== undefined && !fits.ok)
+    throw new CliError(`the input does not fit pipeline ${pipeline.config.name}: ${fits.reason}`, 2);
   const abort = new AbortController();
   const cancel = () => abort.abort();
   process.once('SIGINT', cancel);

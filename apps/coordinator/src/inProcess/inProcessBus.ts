@@ -1,4 +1,4 @@
-import { errorMessage, subjects, type TroupeEvent } from '@troupe/protocol';
+import { errorMessage, type InvalidMessageEvent, subjects, type TroupeEvent } from '@troupe/protocol';
 import { MemoryBus, type MemoryBusOptions } from '@troupe/runtime';
 
 /**
@@ -10,6 +10,8 @@ import { MemoryBus, type MemoryBusOptions } from '@troupe/runtime';
  */
 export class InProcessBus extends MemoryBus {
   readonly #listeners = new Map<string, (event: TroupeEvent) => void>();
+  /** Why a listened task's message was refused (reported invalid by the runner), by task id. */
+  readonly #refusals = new Map<string, string>();
 
   constructor(options: MemoryBusOptions) {
     super(options);
@@ -19,8 +21,23 @@ export class InProcessBus extends MemoryBus {
   listen(taskId: string, onEvent: (event: TroupeEvent) => void): () => void {
     this.#listeners.set(taskId, onEvent);
     return () => {
-      if (this.#listeners.get(taskId) === onEvent) this.#listeners.delete(taskId);
+      if (this.#listeners.get(taskId) !== onEvent) return;
+      this.#listeners.delete(taskId);
+      this.#refusals.delete(taskId);
     };
+  }
+
+  /** Why the runner refused the message of a task listened to now, if it did (the run then has no final event). */
+  refusal(taskId: string): string | undefined {
+    return this.#refusals.get(taskId);
+  }
+
+  override reportInvalid(report: Omit<InvalidMessageEvent, 'id' | 'ts' | 'kind'>): void {
+    // A refused task message names its task only in its payload, which an in-process run writes id first.
+    const quoted = /^\{"id":("(?:[^"\\]|\\.)*")/.exec(report.payload)?.[1];
+    const taskId = report.taskId ?? (quoted === undefined ? undefined : (JSON.parse(quoted) as string));
+    if (taskId !== undefined && this.#listeners.has(taskId)) this.#refusals.set(taskId, report.reason);
+    super.reportInvalid(report);
   }
 
   override publishEvent(event: TroupeEvent): Promise<boolean> {

@@ -178,10 +178,14 @@ export class InProcessStack {
       await delivery.handled;
       // The final event is published before the task's message is settled; what it started is let finish.
       await bus.settled();
-      if (!final)
+      if (!final) {
+        const refusal = bus.refusal(taskId);
         throw new Error(
-          `task ${taskId} of pipeline ${this.pipeline} ended with no final event (it was refused)`,
+          refusal === undefined
+            ? `task ${taskId} of pipeline ${this.pipeline} ended with no final event (it was refused)`
+            : `task ${taskId} of pipeline ${this.pipeline} was refused: ${refusal}`,
         );
+      }
       return final;
     } finally {
       task.signal?.removeEventListener('abort', onAbort);
