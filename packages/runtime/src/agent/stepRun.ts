@@ -37,6 +37,8 @@ export class StepRun {
   readonly #services: StepRunServices;
   /** The timer that stops a run its requesters in this process left (see `leave`). */
   #left: unknown;
+  /** Stopped since its requesters in this process left it and nobody took it up again (see `leave`). */
+  #abandoned = false;
   #stopped = false;
 
   constructor(delivery: Delivery<AgentStepRequest>, agentStep: AgentStep, services: StepRunServices) {
@@ -69,9 +71,12 @@ export class StepRun {
     return this.#stopped;
   }
 
-  /** Stopped because nobody waited for it any more: it is unwinding, and a resend starts a new run after it. */
+  /**
+   * Stopped because nobody waited for it any more (its requesters' inboxes are gone, or its workflow here left it):
+   * it is unwinding, and a resend starts a new run after it rather than getting the `aborted` reply meant for nobody.
+   */
   get orphaned(): boolean {
-    return this.#liveness.orphaned;
+    return this.#abandoned || this.#liveness.orphaned;
   }
 
   /**
@@ -102,6 +107,7 @@ export class StepRun {
     this.#left = clock.setTimeout(() => {
       this.#left = undefined;
       if (this.#stopped) return;
+      this.#abandoned = true;
       human?.leavePending?.(this.request.stepId);
       this.stop({ why: 'aborted' });
     }, LEFT_GRACE_MS);

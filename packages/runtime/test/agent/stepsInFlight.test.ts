@@ -4,6 +4,8 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { RecentReplies } from '../../src/agent/recentReplies.ts';
 import { failedReply } from '../../src/agent/stepReply.ts';
+import { takeLocally } from '../../src/agent/localSteps.ts';
+import { LEFT_GRACE_MS } from '../../src/agent/stepRun.ts';
 import { StepsInFlight } from '../../src/agent/stepsInFlight.ts';
 import { createLogger } from '../../src/logging/logger.ts';
 import { delivered, heldStep, okReply, recordingHeartbeats, stepRequest } from './hostFakes.ts';
@@ -82,6 +84,24 @@ describe('the steps in flight on a host', () => {
     await expect.poll(() => started.length).toBe(2);
     started[1]?.held.end(okReply('t3.write.1'));
     await expect.poll(() => again.answers).toEqual([okReply('t3.write.1')]);
+  });
+
+  it('starts a resend of a run its workflow here left and that was stopped for it once that run has unwound', async () => {
+    const first = takeLocally(steps, writer, stepRequest('t3l.write.1'), { onActivity: () => {} });
+    await settle();
+    first.cancel();
+    // Nobody took the step up again within the grace: the run is stopped, and is still unwinding (a tool call, say).
+    clock.advance(LEFT_GRACE_MS);
+    expect(started[0]?.held.stops).toEqual([{ why: 'aborted' }]);
+    const again = delivered(stepRequest('t3l.write.1'));
+    steps.take(again.delivery, writer);
+    await settle();
+    expect(started).toHaveLength(1);
+    started[0]?.held.end(failedReply('t3l.write.1', 'aborted', 'stopped'));
+    // Its aborted reply was for the workflow that left it: the resend gets a run of its own, not that reply.
+    await expect.poll(() => started.length).toBe(2);
+    started[1]?.held.end(okReply('t3l.write.1'));
+    await expect.poll(() => again.answers).toEqual([okReply('t3l.write.1')]);
   });
 
   it('stops the steps of a task that ended, and only those, once', () => {
