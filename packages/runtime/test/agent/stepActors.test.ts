@@ -228,6 +228,8 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
       }),
     ).toThrow('cannot listen');
     expect(actors.size).toBe(0);
+    // Its step no longer runs here: sent again, it is spawned.
+    actors.spawn('step-1', inputOf('step-1'), () => {});
     const running = actors.spawn('step-2', inputOf('step-2'), () => {});
     actors.stop();
     expect(running.getSnapshot().status).toBe('stopped');
