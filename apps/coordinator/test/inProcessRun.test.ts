@@ -65,6 +65,18 @@ describe('runTask: one task in-process, no server', () => {
     );
   });
 
+  it('goes on past an onEvent that throws, to the task’s own end and result', async () => {
+    const { final } = await runTask({
+      pipeline: demo,
+      goal: 'Write a hello note',
+      workspaceRoot: root,
+      onEvent: () => {
+        throw new Error('a listener that fails');
+      },
+    });
+    expect(final.kind).toBe('task.completed');
+  });
+
   it('cancels the task when its signal aborts', async () => {
     const abort = new AbortController();
     const { final } = await runTask({

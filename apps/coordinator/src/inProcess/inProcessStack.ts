@@ -165,8 +165,9 @@ export class InProcessStack {
     const onAbort = () => askCancel();
     const stopListening = bus.listen(taskId, (event) => {
       if (cancel === 'asked') askCancel();
-      task.onEvent?.(event);
+      // Before the caller's listener, which may throw (logged by the bus): the run still ends with its final event.
       if (final === undefined && FINAL_KINDS.has(event.kind)) final = event as FinalEvent;
+      task.onEvent?.(event);
     });
     try {
       if (task.signal?.aborted) askCancel();
