@@ -13,7 +13,7 @@ import {
   ToolRegistry,
 } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { versionHash } from '../src/config/pipelineVersion.ts';
@@ -57,11 +57,15 @@ let root: string;
 const hosts: AgentHost[] = [];
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), 'troupe-local-step-'));
+  // The workflow and the host share each step's request and reply (neither is copied in-process): frozen here, a part
+  // that changes one fails these tests instead of changing what the other holds.
+  vi.stubEnv('TROUPE_FREEZE_LOCAL', '1');
 });
 afterEach(async () => {
   await Promise.all(hosts.splice(0).map((host) => host.stop()));
 });
 afterAll(async () => {
+  vi.unstubAllEnvs();
   await rm(root, { recursive: true, force: true });
 });
 

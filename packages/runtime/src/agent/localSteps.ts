@@ -102,8 +102,9 @@ export function requestLocally(
 }
 
 /**
- * Hands `request` to `steps` as a delivery in this process, for `agent`. With `TROUPE_FREEZE_LOCAL=1` (in tests)
- * the request is frozen: the host and the workflow share it, and neither may change it.
+ * Hands `request` to `steps` as a delivery in this process, for `agent`. With `TROUPE_FREEZE_LOCAL=1` (set by the
+ * local step tests) the request and the reply are frozen: the host and the workflow share them, and neither may
+ * change them.
  */
 export function takeLocally(
   steps: StepsInFlight,
@@ -121,6 +122,7 @@ export function takeLocally(
     respond: (payload) => {
       if (settled) return;
       settled = true;
+      if (process.env.TROUPE_FREEZE_LOCAL === '1') deepFreeze(payload);
       settle(payload as AgentStepReply);
     },
     activity: (heartbeat) => {
