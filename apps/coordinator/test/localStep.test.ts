@@ -155,6 +155,9 @@ describe('a step whose agent is hosted in the workflow’s own process', () => {
 
     const kinds = (bus: MemoryBus) => bus.events.filter((e) => e.taskId === 'task-1').map((e) => e.kind);
     expect(kinds(local.bus)).toEqual(kinds(remote.bus));
+    // The same facts too: each event's id (what de-duplicates a resumed run's events) is the one the bus path gives.
+    const ids = (bus: MemoryBus) => bus.events.filter((e) => e.taskId === 'task-1').map((e) => e.id);
+    expect(ids(local.bus)).toEqual(ids(remote.bus));
     expect(kinds(local.bus)).toContain('llm.response');
   });
 
