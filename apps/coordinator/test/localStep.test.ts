@@ -293,4 +293,31 @@ describe('a step whose agent is hosted in the workflow’s own process', () => {
     expect((await final('task-1'))?.kind).toBe('task.completed');
     expect((await final('task-2'))?.kind).toBe('task.completed');
   });
+
+  it('sends a step that went over the bus again over the bus after a reconnect, though the host here has room now', async () => {
+    const mine = playedModel();
+    const theirs = playedModel();
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]);
+    const { intake, final, agentMessages, bus } = await world({
+      config,
+      model: mine.model,
+      maxLocalSteps: 1,
+      second: theirs.model,
+    });
+    intake.deliver({ id: 'task-1', goal: 'plan one' });
+    await expect.poll(() => mine.asked.length).toBe(1);
+    intake.deliver({ id: 'task-2', goal: 'plan two' });
+    await expect.poll(() => theirs.asked.length).toBe(1);
+    await mine.next('one planned');
+    expect((await final('task-1'))?.kind).toBe('task.completed');
+    // The reply of task-2's step may have been lost to the reconnect: the step is sent again on the bus, whose queue
+    // group may give it to the host running it (which joins it to that run), not to a second run here for certain.
+    bus.emitStatus('reconnect');
+    await expect
+      .poll(() => agentMessages().map((m) => JSON.parse(m.data).stepId))
+      .toEqual(['task-2.plan.1', 'task-2.plan.1']);
+    // The in-memory bus's queue group takes turns: this resend reached the host here over the bus.
+    await mine.next('two planned');
+    expect((await final('task-2'))?.kind).toBe('task.completed');
+  });
 });

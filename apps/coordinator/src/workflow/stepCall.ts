@@ -79,6 +79,12 @@ export interface StepCallContext {
    * reach or held a record only a newer host reads): a step that then runs out of time says so, not only that it did.
    */
   resentBecause?: string | undefined;
+  /**
+   * The step was sent over NATS when a reconnect may have lost its reply: it is sent again over NATS (and so are its
+   * later sends), where the host running it may get the resend and join it to its run, and not to a host of this
+   * process, which would start a second run of it for certain.
+   */
+  overNats?: true;
   /** What the step waits on a person for, as its last heartbeat said. */
   waitingFor?: StepHeartbeat['waitingFor'];
   /** Since when the task has held the step (paused): that time is not counted against the step's timeout. */
@@ -173,6 +179,8 @@ export function createStepCallLogic(services: StepCallServices) {
       holdFrom: assign(rules.holdFrom),
       unsent: assign(rules.unsent),
       unhold: assign(rules.unhold),
+      // Only a send over NATS hears reconnects (see `stepCallSend.ts`).
+      rejoin: assign({ overNats: true as const }),
     },
   }).createMachine({
     id: 'stepCall',
@@ -215,11 +223,12 @@ export function createStepCallLogic(services: StepCallServices) {
                   !context.resumed &&
                   runFactsOf(self.system)?.firstDelivery === true,
                 quiet: context.noWorkerSince !== undefined,
+                ...(context.overNats ? { overNats: true } : {}),
               }),
             },
             on: {
               heartbeat: { actions: { type: 'heard', params: ({ event }) => event.heartbeat } },
-              reconnect: { target: 'sending', reenter: true },
+              reconnect: { target: 'sending', reenter: true, actions: 'rejoin' },
               // The task is held: the send did not go out (see `stepCallSend.ts`), so it is no attempt.
               held: { target: 'held', actions: 'unsent' },
               // Held while its host works on (a person's answer ends its call): the request's timeout is held too

@@ -26,6 +26,8 @@ export interface RequestInput {
   quiet: boolean;
   /** The call's `heldBase` as it was sent: the task's held time past it is not the step's (see `stepCall.ts`). */
   heldBase?: number | undefined;
+  /** Sent again over NATS after a reconnect, to join the run of the step there (see `StepCallContext.overNats`). */
+  overNats?: boolean;
 }
 
 /**
@@ -103,7 +105,9 @@ export function stepSendLogic(services: StepCallServices) {
           sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
       };
       // A host of this process takes the step if it can: no NATS hop, no heartbeats, and no reply a reconnect can lose.
-      const local = services.local && requestLocally(services.local, request, waiting);
+      const local = input.overNats
+        ? undefined
+        : services.local && requestLocally(services.local, request, waiting);
       const stopHearing = local
         ? () => {}
         : bus.onStatus((status) => {
