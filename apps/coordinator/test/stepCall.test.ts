@@ -1,6 +1,6 @@
 import type { StepActivity } from '@troupe/protocol';
 import { type AgentStepReply, AgentStepRequest, subjects, type UsageTotals } from '@troupe/protocol';
-import { type Delivery, every, TransportError } from '@troupe/runtime';
+import { type Delivery, every, type LocalSteps, TransportError } from '@troupe/runtime';
 import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { type Actor, assign, createActor, setup } from 'xstate';
@@ -100,7 +100,7 @@ class CountingBus extends MemoryBus {
 }
 
 /** A step call inside a task on an in-memory bus and a simulated clock, with a worker the test drives. */
-function setUp(options: { noResponderWaitMs?: number } = {}) {
+function setUp(options: { noResponderWaitMs?: number; local?: LocalSteps } = {}) {
   const clock = new SimulatedClock();
   const bus = new CountingBus({ clock });
   const logic = createStepCallLogic({
@@ -108,6 +108,7 @@ function setUp(options: { noResponderWaitMs?: number } = {}) {
     clock,
     heartbeatMs: HEARTBEAT_MS,
     waitForWorkersMs: options.noResponderWaitMs ?? 30_000,
+    ...(options.local ? { local: options.local } : {}),
   });
   const task = taskOf(logic);
   const facts: RunFacts = {
@@ -360,6 +361,67 @@ describe('the step call as a child of its task', () => {
     const resumed = restore(stored);
     await pass(0);
     deliveries[1]?.respond(okReply(STEP_ID, 'from the journal'));
+    await pass(0);
+    expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'from the journal', durationMs: 5_000 } });
+  });
+
+  /** Agent hosts of this process that take a step only while the test gives them room; what they took is kept. */
+  const localHosts = () => {
+    const taken: { request: AgentStepRequest; answer: (reply: AgentStepReply) => void; left: boolean }[] = [];
+    const hosts = { room: false, taken, local: {} as LocalSteps };
+    hosts.local = {
+      tryTake(request) {
+        if (!hosts.room) return undefined;
+        let answer: (reply: AgentStepReply) => void = () => {};
+        const reply = new Promise<AgentStepReply>((resolve) => (answer = resolve));
+        const entry = { request, answer, left: false };
+        taken.push(entry);
+        return { reply, cancel: () => (entry.left = true) };
+      },
+    };
+    return hosts;
+  };
+
+  it('restored from a checkpoint mid-request sent over NATS, may send the step again to a host of this process, under the same id, not fresh', async () => {
+    const hosts = localHosts();
+    const { clock, start, pass, worker, heartbeat, checkpoint, restore } = setUp({ local: hosts.local });
+    const { received } = worker((delivery) => heartbeat(delivery));
+    const first = start(30_000);
+    await pass(1_000);
+    expect(received.map((r) => [r.stepId, r.fresh])).toEqual([[STEP_ID, true]]);
+    const stored = checkpoint(first);
+    first.stop();
+    clock.advance(4_000);
+    hosts.room = true;
+    const resumed = restore(stored);
+    await pass(0);
+    expect(received).toHaveLength(1);
+    expect(hosts.taken.map(({ request }) => [request.stepId, request.fresh, request.timeoutMs])).toEqual([
+      [STEP_ID, undefined, 25_000],
+    ]);
+    hosts.taken[0]?.answer(okReply(STEP_ID, 'from the journal'));
+    await pass(0);
+    expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'from the journal', durationMs: 5_000 } });
+  });
+
+  it('restored from a checkpoint mid-request taken in this process, sends the step again over NATS when no host here has room, under the same id, not fresh', async () => {
+    const hosts = localHosts();
+    hosts.room = true;
+    const { clock, start, pass, worker, heartbeat, checkpoint, restore } = setUp({ local: hosts.local });
+    const { received, deliveries } = worker((delivery) => heartbeat(delivery));
+    const first = start(30_000);
+    await pass(1_000);
+    expect(hosts.taken.map(({ request }) => [request.stepId, request.fresh])).toEqual([[STEP_ID, true]]);
+    const stored = checkpoint(first);
+    first.stop();
+    // The workflow that left the step left its run here too.
+    expect(hosts.taken[0]?.left).toBe(true);
+    clock.advance(4_000);
+    hosts.room = false;
+    const resumed = restore(stored);
+    await pass(0);
+    expect(received.map((r) => [r.stepId, r.fresh, r.timeoutMs])).toEqual([[STEP_ID, undefined, 25_000]]);
+    deliveries[0]?.respond(okReply(STEP_ID, 'from the journal'));
     await pass(0);
     expect(outcomeOf(resumed)).toMatchObject({ reply: { output: 'from the journal', durationMs: 5_000 } });
   });
