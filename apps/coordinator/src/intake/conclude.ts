@@ -96,8 +96,8 @@ async function closeRequests(
 }
 
 /** `work`'s outcome, or `stopping` once `stopped` aborts; its listener on `stopped` is taken off either way. */
-function orStopping<T>(work: Promise<T>, stopped: AbortSignal): Promise<T | 'stopping'> {
-  if (stopped.aborted) return Promise.resolve('stopping');
+async function orStopping<T>(work: Promise<T>, stopped: AbortSignal): Promise<T | 'stopping'> {
+  if (stopped.aborted) return 'stopping';
   return new Promise((resolve, reject) => {
     const onStop = () => resolve('stopping');
     stopped.addEventListener('abort', onStop, { once: true });
