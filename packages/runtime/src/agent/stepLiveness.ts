@@ -16,12 +16,6 @@ const ORPHANED_AFTER = 10;
  * calls seldom are.
  */
 const MODEL_WAIT_REPORT_MS = 100;
-/**
- * How long a step runs before its first heartbeat goes (or `heartbeatMs`, if shorter). Most steps of a quick agent
- * reply sooner and send none; the workflow counts its silence from its send, and 250 ms is far inside the heartbeats
- * it may miss. A change (a person wait, a model call that lasted) is sent at once all the same.
- */
-export const FIRST_BEAT_MS = 250;
 
 /** What a step's heartbeats need from its host. */
 export interface StepLivenessServices {
@@ -69,13 +63,14 @@ export class StepLiveness {
 
   /**
    * While the step runs, its requesters hear from this host (if they asked to), so they can tell a long step from
-   * a dead worker; the first heartbeat goes once the step has lasted {@link FIRST_BEAT_MS}. A requester in this
+   * a dead worker; the first heartbeat goes at once (its acknowledgement is what lets
+   * a host on another NATS account tell a requester gone later: see `stillThere`). A requester in this
    * process is sent no heartbeat: it hears only what changes (see `StepRequesters.report`).
    */
   start(): void {
     const heartbeatMs = this.#request.heartbeatMs;
     if (heartbeatMs === undefined || !this.#requesters.remote) return;
-    this.#tick(heartbeatMs, Math.min(heartbeatMs, FIRST_BEAT_MS));
+    this.#tick(heartbeatMs);
   }
 
   /** A resend asking for heartbeats every `heartbeatMs` joined: it hears one now (the first over NATS, perhaps). */
@@ -89,17 +84,17 @@ export class StepLiveness {
     if (this.#request.heartbeatMs !== undefined) this.beat(this.#request.heartbeatMs);
   }
 
-  #tick(heartbeatMs: number, firstAfterMs?: number): void {
+  #tick(heartbeatMs: number): void {
     this.#ticking = every(this.#services.clock, heartbeatMs, () => this.beat(heartbeatMs));
-    this.beat(heartbeatMs, firstAfterMs);
+    this.beat(heartbeatMs);
   }
 
   /**
    * Tells the requesters in this process what the step's heartbeat says, if it changed, and the heartbeat sender,
-   * once heartbeats go over NATS, where they go and what they say (it sends the first one after `firstAfterMs`, when
-   * given); finds the step orphaned when nobody has listened for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`.
+   * once heartbeats go over NATS, where they go and what they say; finds the step orphaned when nobody has listened
+   * for {@link ORPHANED_AFTER} heartbeats of `heartbeatMs`.
    */
-  beat(heartbeatMs: number, firstAfterMs?: number): void {
+  beat(heartbeatMs: number): void {
     const { clock, heartbeats, human, logger } = this.#services;
     const { stepId, taskId } = this.#request;
     const waitingFor = human?.waitingOn?.(stepId);
@@ -112,7 +107,7 @@ export class StepLiveness {
     this.#requesters.report(heartbeat);
     if (this.#ticking === undefined) return;
     const inboxes = this.#requesters.inboxes();
-    heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat, firstAfterMs);
+    heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat);
     if (inboxes.length > 0 || this.#requesters.local) this.#lastWaitedFor = clock.now();
     else if (clock.now() - this.#lastWaitedFor >= ORPHANED_AFTER * heartbeatMs && !this.#isOrphaned) {
       this.#isOrphaned = true;

@@ -26,18 +26,10 @@ export function stillThere(found: Listening, acknowledgedBefore: boolean): boole
  */
 export interface HeartbeatSender {
   /**
-   * Starts (or updates) a step's heartbeats. One goes at once when the step is new (after `firstAfterMs`, when
-   * given) or what it says changed (the step began or stopped waiting for a person), so the workflow hears of it
-   * without waiting for the next beat. The first beat's wait is timed here, where heartbeats go out (a thread of
-   * their own): a step whose work holds its thread from the start still beats.
+   * Starts (or updates) a step's heartbeats. One goes at once when the step is new or what it says changed (the
+   * step began or stopped waiting for a person), so the workflow hears of it without waiting for the next beat.
    */
-  beat(
-    stepId: string,
-    inboxes: readonly string[],
-    intervalMs: number,
-    heartbeat: StepHeartbeat,
-    firstAfterMs?: number,
-  ): void;
+  beat(stepId: string, inboxes: readonly string[], intervalMs: number, heartbeat: StepHeartbeat): void;
   /** Stops a step's heartbeats. */
   stop(stepId: string): void;
   /** Adds a listener for listening reports; returns how to remove it. */
@@ -57,8 +49,6 @@ export class InlineHeartbeatSender implements HeartbeatSender {
     {
       inboxes: readonly string[];
       heartbeat: StepHeartbeat;
-      /** The timer of the first beat, while it waits. */
-      first: unknown;
       stop: () => void;
       /** The inboxes whose requesters have acknowledged a heartbeat. */
       acknowledged: Set<string>;
@@ -71,42 +61,23 @@ export class InlineHeartbeatSender implements HeartbeatSender {
     this.#clock = clock;
   }
 
-  beat(
-    stepId: string,
-    inboxes: readonly string[],
-    intervalMs: number,
-    heartbeat: StepHeartbeat,
-    firstAfterMs?: number,
-  ): void {
+  beat(stepId: string, inboxes: readonly string[], intervalMs: number, heartbeat: StepHeartbeat): void {
     const known = this.#steps.get(stepId);
     if (known) {
       const changed = JSON.stringify(known.heartbeat) !== JSON.stringify(heartbeat);
       known.inboxes = inboxes;
       known.heartbeat = heartbeat;
-      if (changed) {
-        // Said now, the first beat has gone.
-        this.#clock.clearTimeout(known.first);
-        this.#send(stepId, intervalMs);
-      }
+      if (changed) this.#send(stepId, intervalMs);
       return;
     }
-    const clock = this.#clock;
-    const ticking = every(clock, intervalMs, () => this.#send(stepId, intervalMs));
     const step = {
       inboxes,
       heartbeat,
-      first:
-        firstAfterMs === undefined
-          ? undefined
-          : clock.setTimeout(() => this.#send(stepId, intervalMs), firstAfterMs),
-      stop: () => {
-        ticking();
-        clock.clearTimeout(step.first);
-      },
+      stop: every(this.#clock, intervalMs, () => this.#send(stepId, intervalMs)),
       acknowledged: new Set<string>(),
     };
     this.#steps.set(stepId, step);
-    if (firstAfterMs === undefined) this.#send(stepId, intervalMs);
+    this.#send(stepId, intervalMs);
   }
 
   stop(stepId: string): void {
@@ -177,10 +148,7 @@ parentPort.on('message', (message) => {
       const changed = JSON.stringify(known.heartbeat) !== JSON.stringify(message.heartbeat);
       known.inboxes = message.inboxes;
       known.heartbeat = message.heartbeat;
-      if (changed) {
-        clearTimeout(known.first);
-        send(message.stepId);
-      }
+      if (changed) send(message.stepId);
       return;
     }
     const step = {
@@ -191,17 +159,12 @@ parentPort.on('message', (message) => {
     };
     step.timer = setInterval(() => send(message.stepId), message.intervalMs);
     steps.set(message.stepId, step);
-    if (message.firstAfterMs === undefined) send(message.stepId);
-    else step.first = setTimeout(() => send(message.stepId), message.firstAfterMs);
+    send(message.stepId);
   } else if (message.type === 'stop') {
     clearInterval(steps.get(message.stepId)?.timer);
-    clearTimeout(steps.get(message.stepId)?.first);
     steps.delete(message.stepId);
   } else if (message.type === 'close') {
-    for (const step of steps.values()) {
-      clearInterval(step.timer);
-      clearTimeout(step.first);
-    }
+    for (const step of steps.values()) clearInterval(step.timer);
     steps.clear();
     Promise.resolve(nc && nc.close()).finally(() => parentPort.postMessage({ type: 'closed' }));
   }
@@ -302,25 +265,12 @@ export class ThreadedHeartbeatSender implements HeartbeatSender {
     });
   }
 
-  beat(
-    stepId: string,
-    inboxes: readonly string[],
-    intervalMs: number,
-    heartbeat: StepHeartbeat,
-    firstAfterMs?: number,
-  ): void {
+  beat(stepId: string, inboxes: readonly string[], intervalMs: number, heartbeat: StepHeartbeat): void {
     this.#steps.set(stepId, { inboxes: [...inboxes], intervalMs, heartbeat });
     if (this.#state === 'ready') {
-      this.#worker.postMessage({
-        type: 'beat',
-        stepId,
-        inboxes: [...inboxes],
-        intervalMs,
-        heartbeat,
-        ...(firstAfterMs === undefined ? {} : { firstAfterMs }),
-      });
+      this.#worker.postMessage({ type: 'beat', stepId, inboxes: [...inboxes], intervalMs, heartbeat });
     } else if (this.#state !== 'closed') {
-      this.#inline.beat(stepId, inboxes, intervalMs, heartbeat, firstAfterMs);
+      this.#inline.beat(stepId, inboxes, intervalMs, heartbeat);
     }
   }
 
