@@ -18,6 +18,7 @@ describe('a coordinator or worker killed -9 every second', () => {
       submitMs: 10_000,
       killEveryMs: 1_000,
       killAfterSubmitMs: 3_000,
+      minKills: 10,
       maxDeliver: 100,
       stallMs: 60_000,
       drainMs: 120_000,
