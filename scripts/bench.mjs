@@ -3,18 +3,21 @@
 // through tsx instead would measure tsx: its keep-names helper wraps every function Troupe creates (CPU, and a
 // property store on each closure, 12 KB of heap per task in flight).
 //
-//   node scripts/bench.mjs <name> [args…]
+//   node scripts/bench.mjs <name> [args…]          bench/<name>.mts
+//   node scripts/bench.mjs <path>.mts [args…]      another bench, e.g. apps/coordinator/bench/inProcessRun.mts
+//                                                  (the rule scripts/benchAB.mjs follows too)
 import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { build } from 'esbuild';
 
 const [name = 'core', ...args] = process.argv.slice(2);
 const root = join(import.meta.dirname, '..');
-const outfile = join(root, 'bench', 'dist', `${name}.mjs`);
+const entry = name.endsWith('.mts') ? resolve(name) : join(root, 'bench', `${name}.mts`);
+const outfile = join(dirname(entry), 'dist', `${basename(entry, '.mts')}.mjs`);
 await build({
   // The script finds its fixtures beside its source.
-  define: { 'import.meta.dirname': JSON.stringify(join(root, 'bench')) },
-  entryPoints: [join(root, 'bench', `${name}.mts`)],
+  define: { 'import.meta.dirname': JSON.stringify(dirname(entry)) },
+  entryPoints: [entry],
   outfile,
   bundle: true,
   format: 'esm',

@@ -1,7 +1,7 @@
 // p50/p99/mean and CPU per task of `runTask` (troupe run's in-process path) on examples/demo.yaml, scripted models,
 // offline: the calls share one in-memory stack (bus, agent host, runner, compiled flow), as a loop of runTask calls of
 // one pipeline does; each runs the demo's 5 steps (a rejected round).
-// Run: node apps/coordinator/bench/run.mjs inProcessRun [count=200] [pipeline.yaml=examples/demo.yaml]
+// Run: node scripts/bench.mjs apps/coordinator/bench/inProcessRun.mts [count=200] [pipeline.yaml=examples/demo.yaml]
 // (bench/fixtures/core.yaml: the 3-step task bench/core.mts measures under troupe up.)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
