@@ -96,6 +96,73 @@ describe('reusePlan', () => {
     expect(plan.ok && Object.keys(plan.steps)).toEqual(['plan.1']);
   });
 
+  it('from a step inside a parallel branch: a sibling step that ended before it started is reused, one at work is not', () => {
+    const within = { within: [{ step: 'fan' }] };
+    const branches = [
+      started('plan', 't-1.plan.1'),
+      completed('plan', 't-1.plan.1', 'p'),
+      started('left', 't-1.left.1', within),
+      started('ask', 't-1.ask.1', { ...within, agent: 'human' }),
+      completed('ask', 't-1.ask.1', 'yes', { ...within, agent: 'human', turns: 0 }),
+      started('right', 't-1.right.1', within),
+      completed('left', 't-1.left.1', 'l', within),
+      event('step.completed', {
+        step: 'right',
+        agent: 'a',
+        round: 1,
+        stepId: 't-1.right.1',
+        ok: false,
+        output: '',
+        usage: emptyUsage(),
+        turns: 1,
+        durationMs: 1,
+      }),
+    ];
+    const keys = (step: string) => {
+      const plan = reusePlan(branches, { taskId: 't-1', step });
+      return plan.ok ? Object.keys(plan.steps) : plan.message;
+    };
+    expect(keys('right')).toEqual(['plan.1', 'ask.1']);
+    expect(keys('ask')).toEqual(['plan.1']);
+    expect(keys('left')).toEqual(['plan.1']);
+    expect(keys('fan')).toEqual(['plan.1']);
+  });
+
+  it('reuses the retry of a step that succeeded, under the key of its first run, and no run that failed', () => {
+    const retried = [
+      started('build', 't-1.build.1'),
+      event('step.completed', {
+        step: 'build',
+        agent: 'a',
+        round: 1,
+        stepId: 't-1.build.1',
+        ok: false,
+        output: '',
+        usage: emptyUsage(),
+        turns: 1,
+        durationMs: 1,
+      }),
+      started('build', 't-1.build.1-r1'),
+      completed('build', 't-1.build.1-r1', 'built'),
+      // A branch of a parallel step whose join is `any` failed, and the task went on without it.
+      started('test', 't-1.test.1-r2', { within: [{ step: 'checks' }] }),
+      event('step.completed', {
+        step: 'test',
+        agent: 'a',
+        round: 1,
+        stepId: 't-1.test.1-r2',
+        ok: false,
+        output: '',
+        usage: emptyUsage(),
+        turns: 1,
+        durationMs: 1,
+      }),
+      started('deploy', 't-1.deploy.1'),
+    ];
+    const plan = reusePlan(retried, { taskId: 't-1', step: 'deploy' });
+    expect(plan).toEqual({ ok: true, steps: { 'build.1': { step: 'build', agent: 'a', output: 'built' } } });
+  });
+
   it('sets the output of a reused step, dropping the whole the original stored', () => {
     const ref = { bucket: 'b', name: 'n', bytes: 1, sha256: 'a'.repeat(64) };
     const events = [started('plan', 't-1.plan.1'), completed('plan', 't-1.plan.1', 'p…', { outputRef: ref })];
