@@ -1,3 +1,4 @@
+import { replyToHuman } from '@troupe/client';
 import type { Gateway } from '@troupe/gateway';
 import { hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { createLogger } from '@troupe/runtime';
@@ -29,7 +30,11 @@ describe('the gateway steers and remakes tasks, through a real coordinator', () 
   let gateway: Gateway;
 
   beforeAll(async () => {
-    h = await startHarness([examplePath('demo.yaml'), fixturePath('slowpoke.yaml')]);
+    h = await startHarness([
+      examplePath('demo.yaml'),
+      fixturePath('slowpoke.yaml'),
+      fixturePath('confirming.yaml'),
+    ]);
     gateway = await startGateway({
       bus: h.bus,
       logger: createLogger({ level: 'silent' }),
@@ -234,5 +239,66 @@ describe('the gateway steers and remakes tasks, through a real coordinator', () 
     } finally {
       ws.close();
     }
+  });
+
+  it('restarts a cancelled task from its human step over the WebSocket: the step before it reused, the person asked again', async () => {
+    await call('POST', '/v1/pipelines/confirming/tasks', 'ci', { goal: 'Release 2.0', id: 'gwf-confirm-1' });
+    const questions = (taskId: string) => ofKind(h.eventsOf(taskId), 'human.asked');
+    await waitUntil(() => questions('gwf-confirm-1').length === 1);
+    await call('POST', '/v1/tasks/gwf-confirm-1/cancel', 'ci', {});
+    await h.finalOf('gwf-confirm-1');
+    const modelCalls = (taskId: string) =>
+      ofKind(h.eventsOf(taskId), 'llm.request').map((e) => (e.data as { agent: string }).agent);
+    expect(modelCalls('gwf-confirm-1')).toEqual(['drafter']);
+
+    const ws = await openWs(`${gateway.url.replace('http', 'ws')}/v1/ws?access_token=${TOKENS.ci}`);
+    let taskId: string;
+    try {
+      // Sent twice with one key (the first answer was lost): one new task.
+      const restart = {
+        type: 'restart',
+        taskId: 'gwf-confirm-1',
+        from: 'confirm',
+        idempotencyKey: 'ws-restart-once',
+      };
+      ws.send({ ...restart, id: 'r1' });
+      ws.send({ ...restart, id: 'r2' });
+      const reply = await ws.next((m) => m.id === 'r1');
+      expect(reply).toMatchObject({
+        ok: true,
+        result: {
+          taskId: expect.any(String),
+          origin: { taskId: 'gwf-confirm-1', kind: 'restart', step: 'confirm' },
+        },
+      });
+      taskId = reply.result.taskId;
+      expect(taskId).not.toBe('gwf-confirm-1');
+      expect(await ws.next((m) => m.id === 'r2')).toMatchObject({ ok: true, result: { taskId } });
+    } finally {
+      ws.close();
+    }
+
+    // The person is asked again under the new task; the draft is the original's.
+    await waitUntil(() => questions(taskId).length === 1);
+    await replyToHuman(h.bus, questions(taskId)[0]?.data.questionId as string, {
+      kind: 'question',
+      answer: { answer: '{"ship": true}', by: 'ana' },
+    });
+    expect(await h.finalOf(taskId)).toMatchObject({
+      kind: 'task.completed',
+      data: { output: 'Release is shipped.' },
+    });
+    expect(modelCalls(taskId)).toEqual(['shipper']);
+    const completed = ofKind(h.eventsOf(taskId), 'step.completed').map((e) => e.data);
+    expect(completed.map((d) => [d.step, d.reused === true])).toEqual([
+      ['draft', true],
+      ['confirm', false],
+      ['ship', false],
+    ]);
+    expect(questions('gwf-confirm-1')).toHaveLength(1);
+    expect((await call('GET', `/v1/tasks/${taskId}`)).body).toMatchObject({
+      status: 'completed',
+      origin: { taskId: 'gwf-confirm-1', kind: 'restart', step: 'confirm', by: 'ci' },
+    });
   });
 });
