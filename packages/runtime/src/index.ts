@@ -33,6 +33,7 @@ export { failedReply } from './agent/stepReply.ts';
 export { stepTimeoutError } from './agent/stepTimeout.ts';
 export { offloadReply, unreadContextReply, withWholeContext } from './agent/stepValues.ts';
 export { parseStructured, parseVerdict } from './agent/structuredReply.ts';
+export { holdTaskRequests, type RequestsHold } from './approvals/heldRequests.ts';
 export {
   type HumanGate,
   type HumanScope,

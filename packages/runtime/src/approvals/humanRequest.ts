@@ -77,10 +77,17 @@ interface HumanRequestContext extends HumanRequestInput {
 
 /** The record held (its time left as of `now`) or let go (its time left from `now` on), as `holdAsked` says. */
 function heldOrLetGo(record: HumanRequest, hold: boolean, now: number): HumanRequest {
-  if (hold) {
-    const leftMs = Math.max(0, Math.round(Date.parse(record.expiresAt) - now));
-    return { ...record, held: { since: new Date(now).toISOString(), leftMs } };
-  }
+  return hold ? heldRecord(record, now) : letGoRecord(record, now);
+}
+
+/** A pending request's record held from `since`: it keeps the time it had left then, and does not run out. */
+export function heldRecord(record: HumanRequest, since: number): HumanRequest {
+  const leftMs = Math.max(0, Math.round(Date.parse(record.expiresAt) - since));
+  return { ...record, held: { since: new Date(since).toISOString(), leftMs } };
+}
+
+/** A held request's record let go at `now`: it runs out the time it had left when held from `now` on. */
+export function letGoRecord(record: HumanRequest, now: number): HumanRequest {
   const { held, ...rest } = record;
   return { ...rest, expiresAt: new Date(now + (held?.leftMs ?? 0)).toISOString() };
 }
@@ -189,22 +196,25 @@ export const humanRequestMachine = setup({
       return stored === undefined ? {} : { stored };
     }),
     /**
-     * Holds or lets go of the record, over the pending revision. Lost to a decision, the watch brings that; not
-     * written at all (KV unreachable), the hold still holds here.
+     * Holds or lets go of the record, over the pending revision. Lost to a decision, the watch brings that; lost to
+     * the coordinator's hold or let-go of the same record (it holds the task's requests as it records the pause), the
+     * request goes on from the record as it is now, written again only if it is not yet as asked. Not written at all
+     * (KV unreachable), the hold still holds here.
      */
     holdOrLetGo: fromPromise<{ record: HumanRequest; revision: number }, HumanRequestContext>(
       async ({ input }) => {
+        const { id } = input.record;
         const record = heldOrLetGo(input.record, input.holdAsked === true, input.clock.now());
-        const written = await input.store
-          .update(input.record.id, record, input.pendingRevision)
-          .catch((error: unknown) => {
-            input.logger.warn(
-              { err: error, id: input.record.id },
-              'cannot record the request held or let go',
-            );
-            return undefined;
-          });
-        return { record, revision: written ?? input.pendingRevision };
+        try {
+          const written = await input.store.update(id, record, input.pendingRevision);
+          if (written !== undefined) return { record, revision: written };
+          const current = await input.store.get(id);
+          if (current?.value.status === 'pending')
+            return { record: current.value, revision: current.revision };
+        } catch (error) {
+          input.logger.warn({ err: error, id }, 'cannot record the request held or let go');
+        }
+        return { record, revision: input.pendingRevision };
       },
     ),
   },
