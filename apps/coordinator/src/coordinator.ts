@@ -7,6 +7,7 @@ import {
   closeTaskRequests,
   EventFactory,
   ensureTroupeStreams,
+  holdTaskRequests,
   type JetStreamBus,
   KvStore,
   type Logger,
@@ -275,6 +276,12 @@ async function startParts(
           queued,
           closeRequests: (taskId, ending) =>
             closeTaskRequests(taskId, ending, {
+              journal: pipelineJournal,
+              store: pipelineRequests,
+              now: () => clock.now(),
+            }),
+          holdRequests: (taskId, change) =>
+            holdTaskRequests(taskId, change, {
               journal: pipelineJournal,
               store: pipelineRequests,
               now: () => clock.now(),

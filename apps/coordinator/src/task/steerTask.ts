@@ -1,8 +1,11 @@
 import type { ControlRefusal, ErrorReply, ToldMessage } from '@troupe/protocol';
+import type { RequestsHold } from '@troupe/runtime';
 import { activeSteps } from '../workflow/compileFlow.ts';
+import { parentBy } from '../workflow/subTaskSteering.ts';
 import { isoNow, publishSafely, type TaskServices } from './taskServices.ts';
 import type { Hold } from './taskSetup.ts';
 import type { TaskSignal } from './taskSignals.ts';
+import type { TaskSteering } from './taskSteering.ts';
 
 /** A steering signal: a pause, a resume or a tell. */
 export type SteerSignal = Extract<TaskSignal, { type: 'pause' | 'resume' | 'tell' }>;
@@ -26,7 +29,7 @@ export function placeOf(snapshot: { value: unknown; context: { round: number } }
  * has taken already is answered with that message's id, and tells nothing new.
  */
 export function steerTask(
-  services: Pick<TaskServices, 'clock' | 'logger' | 'events' | 'bus' | 'pipeline'>,
+  services: Pick<TaskServices, 'clock' | 'logger' | 'events' | 'bus' | 'pipeline' | 'holdRequests'>,
   hold: Hold,
   place: WorkflowPlace,
   signal: SteerSignal,
@@ -65,11 +68,29 @@ export function steerTask(
       logger.info({ taskId, by }, `task ${taskId} paused at ${place.state}`);
       publish(() => pausedEvent(services, claimed, place, { since, by, reason }));
       signal.answer({ ok: true, taskId, outcome: 'paused' });
+      holdRequests(services, steering, taskId, { hold: true, since });
     });
     return;
   }
 
   if (signal.type === 'resume') {
+    // A parent's resume lets go of the pause it forwarded, not of one a person made of the sub-task directly.
+    const parentId = claimed.input.parent?.taskId;
+    const pausedBy = steering.paused?.by;
+    if (
+      parentId !== undefined &&
+      signal.by === parentBy(parentId) &&
+      pausedBy !== signal.by &&
+      steering.paused
+    ) {
+      signal.answer(
+        refusal(
+          'not_paused',
+          `task ${taskId} was paused by ${pausedBy ?? 'a person'}, not with its parent task ${parentId}: it stays paused; nothing was changed`,
+        ),
+      );
+      return;
+    }
     const ended = steering.resume(clock.now());
     if (ended === undefined) {
       signal.answer(refusal('not_paused', `task ${taskId} is not paused; nothing was changed`));
@@ -101,6 +122,7 @@ export function steerTask(
         ),
       );
       signal.answer({ ok: true, taskId, outcome: 'resumed' });
+      holdRequests(services, steering, taskId, { hold: false, stillResumed: () => !steering.held });
     });
     return;
   }
@@ -138,6 +160,95 @@ export function steerTask(
     steering.recorded(message);
     signal.answer({ ok: true, taskId, outcome: 'told', messageId: message.id });
   });
+}
+
+/**
+ * A task restored held (its coordinator killed or stopped while it was paused): its pending requests to people are
+ * held again, as the pause did (a coordinator killed between recording the pause and holding them held none), and a
+ * sub-task held by its parent's pause lets itself go when its parent's record says the parent runs, no longer paused.
+ * The parent forwarded its resume while nobody ran the sub-task (its coordinator was down), and tried it only a while:
+ * the sub-task, restored, answers its own steering from then on, so a resume the parent sends later reaches it, and one
+ * it sent before is in the parent's record. A pause a person made of the sub-task directly is theirs to let go.
+ */
+export function steerRestored(
+  services: Pick<TaskServices, 'clock' | 'logger' | 'store' | 'signals' | 'holdRequests'>,
+  claimed: Pick<Hold['claimed'], 'input'>,
+  steering: TaskSteering,
+): void {
+  const paused = steering.paused;
+  if (paused === undefined) return;
+  const taskId = claimed.input.taskId;
+  holdRequests(services, steering, taskId, { hold: true, since: paused.since });
+  const parentId = claimed.input.parent?.taskId;
+  if (parentId === undefined || paused.by !== parentBy(parentId)) return;
+  void goOnWithParent(services, taskId, parentId, steering);
+}
+
+async function goOnWithParent(
+  services: Pick<TaskServices, 'logger' | 'store' | 'signals'>,
+  taskId: string,
+  parentId: string,
+  steering: TaskSteering,
+): Promise<void> {
+  const { logger } = services;
+  const by = parentBy(parentId);
+  let parent: Awaited<ReturnType<TaskServices['store']['get']>>;
+  try {
+    parent = await services.store.get(parentId);
+  } catch (error) {
+    logger.warn(
+      { err: error, taskId, parentId },
+      `cannot read parent task ${parentId}'s record: sub-task ${taskId} stays paused until its parent resumes it (or troupe resume ${taskId})`,
+    );
+    return;
+  }
+  const record = parent?.value;
+  if (record?.status !== 'running' || record.paused !== undefined) return;
+  if (steering.paused?.by !== by) return;
+  services.signals.send(taskId, {
+    type: 'resume',
+    by,
+    answer: (reply) => {
+      if (reply.ok)
+        logger.info(
+          { taskId, parentId },
+          `sub-task ${taskId} goes on: its parent task ${parentId} is no longer paused`,
+        );
+      else if (reply.error.code !== 'not_paused')
+        logger.warn(
+          { taskId, parentId },
+          `sub-task ${taskId} could not go on with its parent: ${reply.error.message}`,
+        );
+    },
+  });
+}
+
+/** What the latest hold or let-go of each task's requests to people waits for: they are written in their order. */
+const requestChanges = new WeakMap<TaskSteering, Promise<void>>();
+
+/** Holds or lets go of the task's pending requests to people, after the changes before it, in the background. */
+function holdRequests(
+  services: Pick<TaskServices, 'logger' | 'holdRequests'>,
+  steering: TaskSteering,
+  taskId: string,
+  change: RequestsHold,
+): void {
+  const { holdRequests: hold, logger } = services;
+  if (hold === undefined) return;
+  const what = change.hold ? 'hold' : 'let go of';
+  const next = (requestChanges.get(steering) ?? Promise.resolve())
+    .then(() => hold(taskId, change))
+    .then(
+      (changed) => {
+        if (changed > 0) logger.info({ taskId }, `${what} ${changed} request(s) to people of task ${taskId}`);
+      },
+      (error: unknown) =>
+        logger.warn(
+          { err: error, taskId },
+          `cannot ${what} the requests to people of task ${taskId}; their askers still do, if they run`,
+        ),
+    );
+  requestChanges.set(steering, next);
 }
 
 /** The answer to a steering signal that reached a task already ending. */

@@ -1,6 +1,6 @@
 import type { QueuedStore } from '@troupe/client';
 import type { TaskEnding, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
-import type { Bus, Clock, EventFactory, KvStore, Logger, ValueStore } from '@troupe/runtime';
+import type { Bus, Clock, EventFactory, KvStore, Logger, RequestsHold, ValueStore } from '@troupe/runtime';
 import type { IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskIntake } from '../intake/taskQueue.ts';
 import type { FlowVersions } from '../workflow/flowVersions.ts';
@@ -44,6 +44,8 @@ export interface TaskServices {
   signals: TaskSignals;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
   closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
+  /** Holds a task's pending approvals and questions as its pause is recorded, and lets them go at its resume. */
+  holdRequests?: (taskId: string, change: RequestsHold) => Promise<number>;
   /** Whether the runner is stopping: a delivery that begins then is handed back. */
   stopping(): boolean;
   /**

@@ -11,7 +11,7 @@ import type { FlowVersion } from '../workflow/flowVersions.ts';
 import type { WorkflowEmitted } from '../workflow/workflowTypes.ts';
 import { CheckpointWriter, type CheckpointWriterEvent } from './checkpointWriter.ts';
 import { type RunFacts, runContextLogic } from './runContext.ts';
-import { pausedEvent, placeOf, toldEvent } from './steerTask.ts';
+import { pausedEvent, placeOf, steerRestored, toldEvent } from './steerTask.ts';
 import { recordFailure } from './taskRecord.ts';
 import { publishSafely, type TaskServices } from './taskServices.ts';
 import type { TaskSignal } from './taskSignals.ts';
@@ -165,6 +165,7 @@ export function taskSetup(services: TaskServices) {
             if (resumed && !services.stopping()) {
               announceResumed(services, claimed, snapshot);
               announceSteering(services, claimed, steering, snapshot);
+              steerRestored(services, claimed, steering);
             }
           },
           steering,

@@ -112,6 +112,11 @@ export interface PipelineRunnerOptions {
   localSteps?: LocalSteps;
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
   closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
+  /**
+   * Holds a task's pending approvals and questions as its pause is recorded, and lets them go at its resume, beside
+   * their askers (an asker down then holds nothing); returns how many it changed.
+   */
+  holdRequests?: TaskServices['holdRequests'];
 }
 
 /** Runs one pipeline's tasks: one task actor tree per delivery, events on the wire, checkpoints in KV. */
@@ -205,6 +210,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     ...(options.finalEventWaitMs === undefined ? {} : { finalEventWaitMs: options.finalEventWaitMs }),
     signals,
     ...(options.closeRequests ? { closeRequests: options.closeRequests } : {}),
+    ...(options.holdRequests ? { holdRequests: options.holdRequests } : {}),
     stopping: () => stopping,
     stopped,
   };

@@ -33,7 +33,7 @@ export function followParentHold(
   let wanted: boolean | undefined;
   const send = async (held: boolean): Promise<void> => {
     wanted = held;
-    const by = `task ${parentId}`;
+    const by = parentBy(parentId);
     const message: ControlMessage = held
       ? { action: 'pause', by, reason: `its parent task ${parentId} was paused` }
       : { action: 'resume', by };
@@ -66,6 +66,15 @@ export function followParentHold(
     stopped = true;
     unlisten();
   };
+}
+
+/**
+ * Who a parent's pause and resume of its sub-task are by, as the sub-task records them: a sub-task held by this
+ * pause lets itself go when it finds its parent running and not paused (see `steerTask.ts`), and this resume lets go
+ * of no pause a person made.
+ */
+export function parentBy(parentId: string): string {
+  return `task ${parentId}`;
 }
 
 /**

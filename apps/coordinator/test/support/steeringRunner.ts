@@ -47,7 +47,7 @@ type RunnerOptions = Parameters<typeof startPipelineRunner>[0];
  */
 export async function setUp(
   config: PipelineConfig,
-  extra: Pick<RunnerOptions, 'subPipelines' | 'people'> = {},
+  extra: Pick<RunnerOptions, 'subPipelines' | 'people' | 'holdRequests'> = {},
 ) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
@@ -87,7 +87,7 @@ export async function setUp(
 export async function startRunner(
   on: Pick<RunnerOptions, 'bus' | 'store' | 'clock'>,
   config: PipelineConfig,
-  extra: Pick<RunnerOptions, 'subPipelines' | 'people'> = {},
+  extra: Pick<RunnerOptions, 'subPipelines' | 'people' | 'holdRequests'> = {},
   intake = new MemoryTaskIntake(),
 ): Promise<{ runner: PipelineRunner; intake: MemoryTaskIntake }> {
   const runner = await startPipelineRunner({

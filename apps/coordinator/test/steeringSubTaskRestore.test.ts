@@ -1,0 +1,114 @@
+import { emptyUsage, type WorkflowRecord } from '@troupe/protocol';
+import { TransportError } from '@troupe/runtime';
+import { describe, expect, it } from 'vitest';
+import { ok, paused, setUp, startRunner, twoSteps } from './support/steeringRunner.ts';
+
+/**
+ * A sub-task its parent paused, whose coordinator was down when the parent was resumed: the parent's resume, tried a
+ * while over the sub-task's control subject, reached nobody. The coordinator that takes the sub-task up again finds it
+ * held by its parent's pause, reads its parent's record, and lets itself go when the parent runs unpaused.
+ */
+describe('a sub-task restored held', () => {
+  const parentId = 'parent-1';
+  const parent = { taskId: parentId, pipeline: 'unit', step: 'sub', depth: 1 };
+  const byParent = { by: `task ${parentId}`, reason: `its parent task ${parentId} was paused` };
+
+  /** The sub-task at its first step, paused by `pause`, its coordinator stopped; the parent's record as `parentPaused`. */
+  async function heldThenStopped(subId: string, pause: Record<string, unknown>) {
+    const first = await setUp(twoSteps);
+    const now = new Date(first.clock.now()).toISOString();
+    const parentRecord: WorkflowRecord = {
+      taskId: parentId,
+      pipeline: 'unit',
+      streamSequence: 1,
+      status: 'running',
+      state: 'sub',
+      goal: 'outline it',
+      round: 1,
+      usage: emptyUsage(),
+      createdAt: now,
+      updatedAt: now,
+      paused: { since: now, by: 'ann' },
+    };
+    await first.store.put(parentId, parentRecord);
+    const task = first.intake.deliver({ id: subId, goal: 'outline it', parent });
+    const plan = await first.next(`${subId}.plan.1`);
+    await first.control(subId, { action: 'pause', ...pause });
+    paused(plan);
+    await first.bus.settled();
+    // Its coordinator goes down, the sub-task held in its record.
+    await first.runner.stop();
+    await task.handled;
+    expect((await first.record(subId))?.paused).toMatchObject(pause.by === undefined ? {} : { by: pause.by });
+    /** Takes the sub-task up on another coordinator, as the redelivery of its message does. */
+    const restore = async () => {
+      const lease = (await first.record(subId))?.lease;
+      const { intake } = await startRunner(first, twoSteps);
+      const again = intake.deliver(
+        { id: subId, goal: 'outline it', parent },
+        { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+      );
+      await expect.poll(async () => (await first.record(subId))?.lease).not.toBe(lease);
+      // Restored held: its pause is published again, with the id it had.
+      await expect.poll(() => first.bus.eventsOf('task.paused').length).toBeGreaterThan(1);
+      return again;
+    };
+    /** The parent resumed while the sub-task's coordinator was down: its record says so. */
+    const resumeParent = async () => {
+      const { paused: _paused, ...running } = parentRecord;
+      await first.store.put(parentId, { ...running, pausedMs: 1_000 });
+    };
+    return { ...first, restore, resumeParent };
+  }
+
+  it("lets itself go when its parent's record says the parent runs, no longer paused", async () => {
+    const { restore, resumeParent, next, record, bus } = await heldThenStopped('sub-1', byParent);
+    await resumeParent();
+    const again = await restore();
+    // Sent again under the same step id, without anybody sending the sub-task a resume.
+    ok(await next('sub-1.plan.1'));
+    ok(await next('sub-1.build.1'));
+    await again.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+    expect(bus.eventsOf('task.resumed').filter((e) => e.data.after === 'pause')[0]?.data).toMatchObject({
+      by: `task ${parentId}`,
+    });
+    expect((await record('sub-1'))?.paused).toBeUndefined();
+  });
+
+  it('stays held while its parent is still paused, and goes on with the resume its parent sends then', async () => {
+    const { restore, next, waiting, control, record, bus } = await heldThenStopped('sub-2', byParent);
+    const again = await restore();
+    await bus.settled();
+    expect(waiting).toHaveLength(0);
+    expect((await record('sub-2'))?.paused).toMatchObject({ by: `task ${parentId}` });
+    await control('sub-2', { action: 'resume', by: `task ${parentId}` });
+    ok(await next('sub-2.plan.1'));
+    ok(await next('sub-2.build.1'));
+    await again.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('a person paused stays paused, through a restore and through its parent’s resume, until the person resumes it', async () => {
+    const { restore, resumeParent, next, waiting, control, record, bus } = await heldThenStopped('sub-3', {
+      by: 'ann',
+    });
+    await resumeParent();
+    const again = await restore();
+    await bus.settled();
+    expect(waiting).toHaveLength(0);
+    expect((await record('sub-3'))?.paused).toMatchObject({ by: 'ann' });
+    // A restored parent sends its sub-task a resume: it lets go of no pause a person made.
+    await expect(control('sub-3', { action: 'resume', by: `task ${parentId}` })).rejects.toSatisfy(
+      (error) => TransportError.is(error, 'not_paused') && /paused by ann/.test(String(error)),
+    );
+    await bus.settled();
+    expect(waiting).toHaveLength(0);
+    expect((await record('sub-3'))?.paused).toMatchObject({ by: 'ann' });
+    await control('sub-3', { action: 'resume', by: 'ann' });
+    ok(await next('sub-3.plan.1'));
+    ok(await next('sub-3.build.1'));
+    await again.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+});
