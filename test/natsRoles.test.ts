@@ -40,6 +40,8 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       'releaser=gated:executor',
       '--submitter',
       'ci=demo,gated',
+      '--submitter',
+      'cd=gated',
       '--observer',
       'watcher=demo',
       '--approver',
@@ -49,7 +51,7 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       '--gateway',
       'front',
     ]);
-    expect(users.summary).toContain('with 10 users');
+    expect(users.summary).toContain('with 11 users');
     // The server's configuration is the block as written (an operator would include it in theirs).
     nats = await startTestNats({ config: users.config });
     // The demo's parts, each on its own user: a coordinator running workflows only, a worker per agent.
@@ -470,6 +472,62 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
       expect(result.stderr, `troupe ${args.join(' ')}`).not.toMatch(/violation|warning/i);
     }
   }, 120_000);
+
+  it('lets a submitter fork its pipeline’s task from the command line, and nobody else, nor another pipeline’s', async () => {
+    const taskId = 'roles-family-1';
+    const ci = await envOf('ci');
+    const original = await troupe(
+      ['submit', 'demo', 'Write a short hello note in notes/hello.md', '--wait', '--id', taskId],
+      ci,
+      90_000,
+    );
+    expect(original.code, original.stderr).toBe(0);
+    // The demo's task events, as its submitter hears them live.
+    const { nc } = await as('ci');
+    const heard: TroupeEvent[] = [];
+    const sub = nc.subscribe('troupe.events.demo.*.task.>');
+    void (async () => {
+      for await (const msg of sub) heard.push(msg.json<TroupeEvent>());
+    })();
+    await nc.flush();
+    // A submitter of the demo reads the original's stored events (what it reuses) and submits the new task.
+    const forked = await troupe(['fork', taskId, '--at', 'review', '--by', 'ci'], ci);
+    expect(forked.code, forked.stderr).toBe(0);
+    expect(forked.stderr).not.toMatch(/violation/i);
+    const newId = /^(\S+): fork of/.exec(forked.stdout)?.[1] ?? '';
+    const ending = () =>
+      heard.find((e) => e.taskId === newId && /^task\.(completed|failed|cancelled)$/.test(e.kind))?.kind;
+    await expect.poll(ending, { timeout: 60_000 }).toBe('task.completed');
+    expect(heard.find((e) => e.taskId === newId && e.kind === 'task.accepted')?.data).toMatchObject({
+      origin: { taskId, kind: 'fork', step: 'review' },
+    });
+    // A submitter of another pipeline, an approver and an observer of the demo may not: each is refused by the
+    // server, the first two reading the original's stored events, the observer submitting the new task.
+    const refusals = await Promise.all(
+      ['cd', 'ana', 'watcher'].map(async (role) => ({
+        role,
+        result: await troupe(['fork', taskId, '--at', 'review'], await envOf(role)),
+      })),
+    );
+    for (const { role, result } of refusals) {
+      expect(result.code, `${role}: ${result.stdout}`).toBe(1);
+      expect(result.stdout, role).toBe('');
+    }
+    const [cd, ana, watcher] = refusals.map(({ result }) => result.stderr);
+    const refused = (what: string) =>
+      `troupe: this NATS user may not ${what}, so it may not fork task ${taskId} (`;
+    expect(cd).toContain(refused('read the stored events of pipeline demo'));
+    // Its consumer of EVENTS may read the gated pipeline's events only.
+    expect(cd).toContain(`"$JS.API.CONSUMER.CREATE.EVENTS.`);
+    expect(ana).toContain(refused('read the stored events of pipeline demo'));
+    expect(watcher).toContain(refused('submit tasks to pipeline demo'));
+    expect(watcher).toContain('"troupe.tasks.demo"');
+    for (const stderr of [cd, ana, watcher]) expect(stderr).toContain('a submitter of pipeline demo may');
+    // Nothing was made: the only task accepted meanwhile is the submitter's fork.
+    await nc.flush();
+    sub.unsubscribe();
+    expect(heard.filter((e) => e.kind === 'task.accepted').map((e) => e.taskId)).toEqual([newId]);
+  }, 150_000);
 
   it('serves the gateway on its own user: a task completes, its trace reads back, an approval is decided, a task cancelled', async () => {
     const gateway = startTroupe(['gateway', '--listen', '127.0.0.1:0', '--no-auth'], await envOf('front'));

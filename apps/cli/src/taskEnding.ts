@@ -30,7 +30,8 @@ export async function untilEnded(follow: {
     if ('kind' in first) return exitCodeOf(first.kind);
     const late = await within(follow.final.arrived, FINAL_EVENT_GRACE_MS);
     if (late) return exitCodeOf(late.kind);
-    // A user who may not read the stored events (a submitter) goes on to the record's copy.
+    // A user who may not read the stored events (a role given none, or not this pipeline's) goes on to the record's
+    // copy; a submitter may read its pipelines' (docs/permissions.md).
     await follow.feed.catchUp().catch(() => undefined);
     const caught = follow.final.current;
     if (caught) return exitCodeOf(caught.kind);

@@ -149,7 +149,10 @@ async function makeFamilyTask(
 ): Promise<FamilyTask> {
   const { taskId, pipeline } = record;
   const input = rest.input;
-  const events = await readTaskEvents(bus, taskId, pipeline);
+  const refused = refusedTo(origin, pipeline);
+  const events = await readTaskEvents(bus, taskId, pipeline).catch(
+    refused(`read the stored events of pipeline ${pipeline}`),
+  );
   const accepted = events.find(
     (e): e is Extract<TroupeEvent, { kind: 'task.accepted' }> => e.kind === 'task.accepted',
   );
@@ -208,11 +211,33 @@ async function makeFamilyTask(
     return made;
   };
   if (await repeat()) return { taskId: task.id, pipeline };
-  const submitted = await submitToPipeline(bus, pipeline, task, options);
+  const submitted = await submitToPipeline(bus, pipeline, task, options).catch(
+    refused(`submit tasks to pipeline ${pipeline}`),
+  );
   // Made meanwhile by another request with the same id: it is compared once it can be read.
   if (submitted.duplicate) await repeat();
   return { taskId: submitted.taskId, pipeline };
 }
+
+/**
+ * A step of a restart or fork that the NATS server refused this client's user (its role may not read the origin's
+ * stored events, or submit to its pipeline), said plainly with the role that may: nats.js says only "Permissions
+ * Violation". Any other failure is thrown as it is.
+ */
+const refusedTo =
+  (origin: TaskOrigin, pipeline: string) =>
+  (what: string) =>
+  (error: unknown): never => {
+    let refusal = error;
+    while (refusal instanceof Error && refusal.name !== 'PermissionViolationError') refusal = refusal.cause;
+    if (!(refusal instanceof Error)) throw error;
+    throw new OperationError(
+      'unavailable',
+      `this NATS user may not ${what}, so it may not ${origin.kind} task ${origin.taskId} (${refusal.message}); ` +
+        `a submitter of pipeline ${pipeline} may (docs/permissions.md)`,
+      { cause: error },
+    );
+  };
 
 /** The task an id names already: its record, else its queued mark (when the submitter marks its tasks). */
 async function madeTask(

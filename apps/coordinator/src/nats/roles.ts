@@ -17,7 +17,10 @@ export type Role =
   | { kind: 'coordinator'; name: string }
   /** Serves `agents` of `pipeline` (`troupe worker --agents`). */
   | { kind: 'worker'; name: string; pipeline: string; agents: readonly string[] }
-  /** Submits tasks to `pipelines` and follows their events (`troupe submit --wait`). */
+  /**
+   * Submits tasks to `pipelines` and follows their events (`troupe submit --wait`), and runs their ended tasks again
+   * as new ones (`troupe restart`, `fork`).
+   */
   | { kind: 'submitter'; name: string; pipelines: readonly string[] }
   /** Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`). */
   | { kind: 'observer'; name: string; pipelines: readonly string[] }
@@ -151,6 +154,15 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...role.pipelines.flatMap(inputsWrite),
             ...kvRead(BUCKETS.pipelines),
             ...kvRead(BUCKETS.workflows),
+            // A restart or fork (`troupe restart`, `fork`: a task of P naming a task of P as its origin) is built
+            // from the origin's stored events, the ones the submitter hears live, read back through a consumer
+            // filtered to P's; its input is checked against the schema of the origin's version.
+            ...role.pipelines.flatMap((p) => [
+              ...eventHistory(`troupe.events.${p}.>`),
+              ...kvRead(BUCKETS.versions, `${p}.>`),
+            ]),
+            // A bucket kept on several servers is read from its leader, by a request whose key the server cannot see.
+            ...(replicas > 1 ? [`$JS.API.STREAM.MSG.GET.KV_${BUCKETS.versions}`] : []),
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },

@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import { permissionsOf, type Role } from '../../src/nats/roles.ts';
+
+const submitter: Role = { kind: 'submitter', name: 'ci', pipelines: ['demo'] };
+
+/**
+ * Whether nats-server lets the role's user publish on `subject`, whose tokens are taken as they are written: a
+ * consumer's filter in a JetStream API subject (`troupe.events.>`) is matched by a permission's wildcards, but is no
+ * wildcard itself.
+ */
+const mayPublish = (role: Role, subject: string, replicas = 1) =>
+  permissionsOf(role, { coordinators: ['core'], replicas }).publish.allow.some((allowed) =>
+    covers(allowed, subject),
+  );
+
+function covers(pattern: string, subject: string): boolean {
+  const want = pattern.split('.');
+  const got = subject.split('.');
+  for (let i = 0; i < want.length; i += 1) {
+    if (want[i] === '>') return got.length > i;
+    if (got[i] === undefined || (want[i] !== '*' && want[i] !== got[i])) return false;
+  }
+  return want.length === got.length;
+}
+
+describe("a submitter's rights to restart and fork its pipelines' tasks", () => {
+  it("reads its pipelines' stored events through a consumer filtered to them, and no other pipeline's", () => {
+    // What `troupe restart` and `troupe fork` read of the origin (readTaskEvents: an ordered consumer of EVENTS).
+    for (const subject of [
+      '$JS.API.STREAM.INFO.EVENTS',
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.demo.t-1.>',
+      '$JS.API.CONSUMER.MSG.NEXT.EVENTS.c1',
+      '$JS.API.CONSUMER.INFO.EVENTS.c1',
+      '$JS.API.CONSUMER.DELETE.EVENTS.c1',
+    ]) {
+      expect(mayPublish(submitter, subject), subject).toBe(true);
+    }
+    for (const subject of [
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.gated.t-1.>',
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.*.t-1.>',
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.>',
+      // Reports of invalid messages, which any user may publish, are not events of its pipeline.
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events._invalid',
+      // A consumer created without a filter in its subject (the form before nats-server 2.9) reads every event.
+      '$JS.API.CONSUMER.CREATE.EVENTS',
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1',
+      '$JS.API.CONSUMER.DURABLE.CREATE.EVENTS.c1',
+      // Never a consumer on a bucket, where what it wrote could be delivered anywhere.
+      '$JS.API.CONSUMER.CREATE.KV_workflows.c1.$KV.workflows.>',
+      '$JS.API.CONSUMER.CREATE.TASKS.c1.troupe.tasks.demo',
+    ]) {
+      expect(mayPublish(submitter, subject), subject).toBe(false);
+    }
+  });
+
+  it("reads its pipelines' stored versions (a restart's input is checked against its origin's), and no other's", () => {
+    expect(mayPublish(submitter, '$JS.API.DIRECT.GET.KV_versions.$KV.versions.demo.abc')).toBe(true);
+    expect(mayPublish(submitter, '$JS.API.DIRECT.GET.KV_versions.$KV.versions.gated.abc')).toBe(false);
+    expect(mayPublish(submitter, '$KV.versions.demo.abc')).toBe(false);
+    // Read from the leader, by a request whose key the server cannot see, only when kept on several servers.
+    expect(mayPublish(submitter, '$JS.API.STREAM.MSG.GET.KV_versions')).toBe(false);
+    expect(mayPublish(submitter, '$JS.API.STREAM.MSG.GET.KV_versions', 3)).toBe(true);
+  });
+
+  it('leaves restart and fork to the submitter: an approver and an observer may not submit the new task', () => {
+    const approver: Role = { kind: 'approver', name: 'ana', pipelines: ['demo'] };
+    const observer: Role = { kind: 'observer', name: 'watcher', pipelines: ['demo'] };
+    expect(mayPublish(submitter, 'troupe.tasks.demo')).toBe(true);
+    for (const role of [approver, observer])
+      expect(mayPublish(role, 'troupe.tasks.demo'), role.kind).toBe(false);
+    // Nor may the approver read the stored events a restart or fork is made from.
+    expect(mayPublish(approver, '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.demo.t-1.>')).toBe(false);
+  });
+});
