@@ -41,6 +41,33 @@ const control = async (taskId: string, message: Record<string, unknown>) =>
     ControlReceipt | ErrorReply
   >();
 
+/** The ack wait `upProcesses` gives each coordinator (`--ack-wait 2`). */
+const ACK_WAIT_MS = 2_000;
+
+/**
+ * The keep-alives (`+WPI`) coordinators send the server for the task message stored at `seq`, as a plain subscriber
+ * on the acknowledgement subjects hears them: when each came, and the delivery it renews (1 for the first, 2 for the
+ * first redelivery, …).
+ */
+function keepAlivesOf(seq: number): { heard: { at: number; delivered: number }[]; stop(): void } {
+  const heard: { at: number; delivered: number }[] = [];
+  const subscription = server.client.subscribe('$JS.ACK.>', {
+    callback: (_error, msg) => {
+      if (msg.string() !== '+WPI') return;
+      // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.…; the newer form has two more tokens after ACK.
+      const tokens = msg.subject.split('.');
+      const at = tokens.length >= 12 ? 4 : 2;
+      if (Number(tokens[at + 3]) !== seq) return;
+      heard.push({ at: Date.now(), delivered: Number(tokens[at + 2]) });
+    },
+  });
+  return { heard, stop: () => subscription.unsubscribe() };
+}
+
+/** How long the keep-alives heard cover, from the first to the last; 0 for fewer than two. */
+const spanOf = (heard: readonly { at: number }[]) =>
+  heard.length < 2 ? 0 : (heard.at(-1)?.at ?? 0) - (heard[0]?.at ?? 0);
+
 /**
  * The pause and the message are recorded before their receipts, so the coordinator that gets the task again holds it
  * (no model call while it is held) and gives the message to the next step exactly once.
@@ -73,16 +100,19 @@ describe('pause, resume and tell across kill -9', () => {
 
   const recordOf = async (taskId: string) =>
     (await (await new Kvm(server.client).open(BUCKETS.workflows)).get(taskId))?.json<WorkflowRecord>();
+  const revisionOf = async (taskId: string) =>
+    (await (await new Kvm(server.client).open(BUCKETS.workflows)).get(taskId))?.revision;
   const modelCalls = (taskId: string, step: string) =>
     ofKind(eventsOf(taskId), 'llm.request').filter((e) => e.data.stepId.startsWith(`${taskId}.${step}.`));
 
   it('keeps a paused task held through a kill, takes the answer given meanwhile, and runs on only after resume', async () => {
     await coordinators.up();
-    await jetstream(server.client).publish(
+    const { seq } = await jetstream(server.client).publish(
       subjects.task('confirming'),
       JSON.stringify({ id: 'held-1', goal: 'Release 2.0' }),
       { msgID: 'held-1' },
     );
+    const { heard: keepAlives, stop: stopHearing } = keepAlivesOf(seq);
     const question = await until(() => ofKind(eventsOf('held-1'), 'human.asked')[0], 'the question');
 
     expect(await control('held-1', { action: 'pause', by: 'ann', reason: 'check the notes' })).toEqual({
@@ -118,6 +148,24 @@ describe('pause, resume and tell across kill -9', () => {
     });
     expect(modelCalls('held-1', 'ship')).toHaveLength(0);
     expect(shipperSteps).toHaveLength(0);
+
+    // Held over time, not only at that moment: through a whole ack wait of the coordinator holding it, it keeps the
+    // delivery alive (the server delivers it to nobody again), sends no step, calls no model and writes no record.
+    const heard = keepAlives.length;
+    const revision = await revisionOf('held-1');
+    await expect
+      .poll(() => spanOf(keepAlives.slice(heard)), { timeout: 30_000, interval: 100 })
+      .toBeGreaterThanOrEqual(ACK_WAIT_MS);
+    const renewed = keepAlives.slice(heard);
+    // One delivery renewed throughout, the one the restored coordinator got after the kill: none came after it.
+    expect(new Set(renewed.map((k) => k.delivered)).size).toBe(1);
+    expect(renewed[0]?.delivered).toBeGreaterThanOrEqual(2);
+    expect(ofKind(facts(eventsOf('held-1')), 'task.resumed')).toHaveLength(1);
+    expect(await revisionOf('held-1')).toBe(revision);
+    expect((await recordOf('held-1'))?.paused).toMatchObject({ by: 'ann' });
+    expect(modelCalls('held-1', 'ship')).toHaveLength(0);
+    expect(shipperSteps).toHaveLength(0);
+    stopHearing();
 
     expect(await control('held-1', { action: 'resume', by: 'bob' })).toEqual({
       ok: true,
