@@ -1,4 +1,4 @@
-import { DecisionReceipt, HumanRequest, subjects } from '@troupe/protocol';
+import { type AgentStepReply, DecisionReceipt, HumanRequest, subjects } from '@troupe/protocol';
 import {
   type Bus,
   type Clock,
@@ -11,7 +11,7 @@ import {
 } from '@troupe/runtime';
 import { MemoryKv } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
-import { HOUR, ok, paused, pipeline, setUp } from './support/steeringRunner.ts';
+import { HOUR, ok, paused, pipeline, setUp, usage } from './support/steeringRunner.ts';
 
 /** A step's own time (`defaults.stepTimeout` of the steering runner's pipelines): 60 s. */
 const STEP_MS = 60_000;
@@ -437,6 +437,136 @@ describe('a question a human step asked, while its task is paused (the coordinat
     const build = await next('hq-3.build.1');
     expect(build.value.context?.map((c) => c.output)).toContain('ship');
     ok(build);
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+});
+
+/** The task's delivery keep-alive: every third of the runner's ack wait (30 s by default). */
+const KEEP_ALIVE_MS = 10_000;
+
+/**
+ * Moves the clock an hour on in ten-minute strides (whole keep-alive periods), checking at each that the clock's
+ * pending timers are `expected`: a held task's timers, not one of which may move it on or end it.
+ */
+async function heldAnHour(
+  { clock, bus }: Pick<Awaited<ReturnType<typeof setUp>>, 'clock' | 'bus'>,
+  expected: number[],
+) {
+  for (let minutes = 0; minutes < 60; minutes += 10) {
+    expect(clock.pending()).toEqual(expected);
+    clock.advance(10 * 60_000);
+    await bus.settled();
+  }
+  expect(clock.pending()).toEqual(expected);
+}
+
+describe('a held task’s timers (the clock’s pending timers)', () => {
+  it('by default has none but its delivery’s keep-alive while held in an agent step, gets its step’s back on resume, and leaves none', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline());
+    const task = intake.deliver({ id: 'pt-1', goal: 'build it' });
+    const plan = await next('pt-1.plan.1');
+    await bus.settled();
+    // At work: the step's timeout and its host's heartbeat watch besides the keep-alive.
+    expect(clock.pending()).toHaveLength(3);
+    await control('pt-1', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    await heldAnHour({ clock, bus }, [KEEP_ALIVE_MS]);
+    expect(bus.eventsOf('task.failed')).toHaveLength(0);
+
+    await control('pt-1', { action: 'resume' });
+    const again = await next('pt-1.plan.1');
+    await bus.settled();
+    expect(clock.pending()).toHaveLength(3);
+    ok(again);
+    ok(await next('pt-1.build.1'));
+    await task.handled;
+    await bus.settled();
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('with pausedTimeCounts: true keeps one more while held, its deadline', async () => {
+    const { intake, control, next, clock, bus } = await setUp(withDeadline(true));
+    const task = intake.deliver({ id: 'pt-2', goal: 'build it' });
+    const plan = await next('pt-2.plan.1');
+    await control('pt-2', { action: 'pause' });
+    paused(plan);
+    await bus.settled();
+    expect(clock.pending()).toEqual([KEEP_ALIVE_MS, 120_000]);
+    clock.advance(120_000);
+    await task.handled;
+    expect(bus.eventsOf('task.failed')).toHaveLength(1);
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('has none but the keep-alive held in a parallel step, both branches stopped for the pause', async () => {
+    const { intake, control, next, clock, bus } = await setUp(
+      pipeline([
+        {
+          id: 'fan',
+          kind: 'parallel',
+          branches: {
+            a: [{ id: 'left', kind: 'agent', agent: 'planner' }],
+            b: [{ id: 'right', kind: 'agent', agent: 'builder' }],
+          },
+        },
+      ]),
+    );
+    const task = intake.deliver({ id: 'pt-3', goal: 'build it' });
+    const [left, right] = [await next('pt-3.left.1'), await next('pt-3.right.1')];
+    await control('pt-3', { action: 'pause' });
+    paused(left);
+    paused(right);
+    await bus.settled();
+    await heldAnHour({ clock, bus }, [KEEP_ALIVE_MS]);
+    await control('pt-3', { action: 'resume' });
+    ok(await next('pt-3.left.1'));
+    ok(await next('pt-3.right.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('has none but the keep-alive held in a retry’s backoff, once the backoff has run out with nothing sent', async () => {
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner', retry: { max: 2, backoff: 1 } }]);
+    const { intake, control, next, sent, clock, bus } = await setUp(config);
+    const task = intake.deliver({ id: 'pt-4', goal: 'build it' });
+    const first = await next('pt-4.plan.1');
+    first.respond({
+      ok: false,
+      stepId: first.value.stepId,
+      error: { code: 'model_failed', message: 'bad answer' },
+      usage,
+      turns: 1,
+    } as AgentStepReply);
+    await bus.settled();
+    await control('pt-4', { action: 'pause' });
+    // The backoff's 1 s runs out while held; the retry waits unsent, with no timer of its own.
+    clock.advance(KEEP_ALIVE_MS);
+    await bus.settled();
+    await heldAnHour({ clock, bus }, [KEEP_ALIVE_MS]);
+    expect(sent).toHaveLength(1);
+    await control('pt-4', { action: 'resume' });
+    ok(await next('pt-4.plan.1-r1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
+  it('has none but the keep-alive held while a human step’s question waits on the coordinator’s gate', async () => {
+    const { intake, control, next, clock, bus, question, record, answer } = await setUpWithGate();
+    const task = intake.deliver({ id: 'pt-5', goal: 'build it' });
+    const q = await question();
+    await bus.settled();
+    // Asked: the question's 60 s besides the keep-alive.
+    expect(clock.pending()).toEqual([KEEP_ALIVE_MS, 60_000]);
+    await control('pt-5', { action: 'pause' });
+    await expect.poll(async () => (await record(q.id))?.held?.leftMs).toBe(60_000);
+    await bus.settled();
+    await heldAnHour({ clock, bus }, [KEEP_ALIVE_MS]);
+    await control('pt-5', { action: 'resume' });
+    await expect.poll(async () => (await record(q.id))?.held).toBeUndefined();
+    await answer(q, 'yes');
+    ok(await next('pt-5.build.1'));
     await task.handled;
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
