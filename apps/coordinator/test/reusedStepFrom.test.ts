@@ -22,20 +22,29 @@ async function original(script: Script = oneRound) {
   return { ...ran, events };
 }
 
-/** Runs the restart (or, with `set`, the fork) of `origin` from `step`, as the claim would make it. */
-async function from(
+/** The new task of the restart (or, with `set`, the fork) of `origin` from `step`, as the claim would make it. */
+function remade(
   origin: { events: TroupeEvent[] },
   step: string,
-  { set, script = oneRound }: { set?: Record<string, string>; script?: Script } = {},
-) {
+  set?: Record<string, string>,
+): WorkflowInput {
   const plan = reusePlan(origin.events, { taskId: task.taskId, step, ...(set ? { set } : {}) });
   if (!plan.ok) throw new Error(plan.message);
-  const input: WorkflowInput = {
+  return {
     ...task,
     taskId: 'task-2',
     origin: { taskId: task.taskId, kind: set ? 'fork' : 'restart', step },
     reuse: plan.steps,
   };
+}
+
+/** Runs the restart (or, with `set`, the fork) of `origin` from `step`. */
+async function from(
+  origin: { events: TroupeEvent[] },
+  step: string,
+  { set, script = oneRound }: { set?: Record<string, string>; script?: Script } = {},
+) {
+  const input = remade(origin, step, set);
   const again = await run(everyKind, script, { ...everyKindOptions, input });
   const completed = ofKind(again.events, 'step.completed').map(
     (e) => e.data as { step: string; stepId: string; reused?: boolean },
@@ -149,6 +158,27 @@ describe('a restart or fork from a pipeline step', () => {
     expect(again.calls('closer')[0]?.context.find((c) => c.step === 'sub')?.output).toBe(
       `outline for ${again.submitted[0]?.task.id}`,
     );
+  });
+
+  it('resumed from any checkpoint of the new task, submits the same sub-task, if any, and runs nothing before it', async () => {
+    const input = remade(await original(), 'sub');
+    const checkpoints: unknown[] = [];
+    const first = await run(everyKind, oneRound, {
+      ...everyKindOptions,
+      input,
+      onCheckpoint: (c) => checkpoints.push(c),
+    });
+    const subTask = first.submitted[0]?.task.id;
+    expect(checkpoints.length).toBeGreaterThan(5);
+    for (const snapshot of checkpoints) {
+      const resumed = await run(everyKind, oneRound, { ...everyKindOptions, input, snapshot });
+      expect(resumed.output.output).toBe(first.output.output);
+      expect(resumed.submitted.map((s) => s.task.id)).toEqual(resumed.submitted.length ? [subTask] : []);
+      expect(resumed.requests.every((r) => ['router', 'reviewer', 'closer'].includes(r.request.agent))).toBe(
+        true,
+      );
+      expect(resumed.asked).toEqual([]);
+    }
   });
 
   it('a fork at the pipeline step: the sub-task and the steps after it see the edit', async () => {
