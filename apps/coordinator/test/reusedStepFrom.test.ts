@@ -12,6 +12,15 @@ import { failedReply, ofKind, run, type Script, task, text, verdict } from './su
  */
 const oneRound: Script = { ...everyKindScript, reviewer: () => verdict('approve', 'good') };
 
+/** The original fails in its parallel step's `right` branch. */
+const failsRight: Script = { ...oneRound, righty: () => failedReply('right broke') };
+/** The original fails in its foreach step's item `b`. */
+const failsItemB: Script = {
+  ...oneRound,
+  worker: (request) =>
+    request.input?.item === 'b' ? failedReply('b broke') : text(`part ${String(request.input?.item)}`),
+};
+
 /** The original task's run, with its events as EVENTS would hold them. */
 async function original(script: Script = oneRound) {
   const ran = await run(everyKind, script, everyKindOptions);
@@ -218,7 +227,7 @@ describe('a restart of a failed task', () => {
   });
 
   it('that failed in a parallel branch runs from the failed branch step, reusing the answer given before it', async () => {
-    const origin = await original({ ...oneRound, righty: () => failedReply('right broke') });
+    const origin = await original(failsRight);
     expect(origin.output.status).toBe('failed');
     expect(origin.submitted).toEqual([]);
     const again = await from(origin, 'right');
@@ -231,13 +240,7 @@ describe('a restart of a failed task', () => {
   });
 
   it('that failed in a foreach item runs every item again, and nothing before the foreach', async () => {
-    const worker = oneRound.worker;
-    if (!worker) throw new Error('no worker');
-    const origin = await original({
-      ...oneRound,
-      worker: (request, call, signal) =>
-        request.input?.item === 'b' ? failedReply('b broke') : worker(request, call, signal),
-    });
+    const origin = await original(failsItemB);
     expect(origin.output.status).toBe('failed');
     const again = await from(origin, 'part');
     expect(again.output.status).toBe('completed');
@@ -252,4 +255,37 @@ describe('a restart of a failed task', () => {
     ).toEqual(['a', 'b', 'c']);
     expectTheRestRan(again);
   });
+});
+
+describe('a restart from a branch, human or foreach step, resumed from any of its checkpoints', () => {
+  it.each([
+    ['a branch step', oneRound, 'left'],
+    ['a later branch step', oneRound, 'right'],
+    ['a human step', oneRound, 'ask'],
+    ['the branch step that failed', failsRight, 'right'],
+    ['the foreach item step that failed', failsItemB, 'part'],
+  ])(
+    'from %s: runs, asks and submits nothing the uninterrupted run did not, and ends the same',
+    async (_, script, step) => {
+      const input = remade(await original(script), step);
+      const checkpoints: unknown[] = [];
+      const first = await run(everyKind, oneRound, {
+        ...everyKindOptions,
+        input,
+        onCheckpoint: (c) => checkpoints.push(c),
+      });
+      expect(first.output.status).toBe('completed');
+      const sent = new Set(first.requests.map((r) => r.request.stepId));
+      const asked = new Set(first.asked.map((a) => a.stepId));
+      const submitted = new Set(first.submitted.map((s) => s.task.id));
+      expect(checkpoints.length).toBeGreaterThan(5);
+      for (const snapshot of checkpoints) {
+        const resumed = await run(everyKind, oneRound, { ...everyKindOptions, input, snapshot });
+        expect(resumed.output.output).toBe(first.output.output);
+        expect(resumed.requests.filter((r) => !sent.has(r.request.stepId))).toEqual([]);
+        expect(resumed.asked.filter((a) => !asked.has(a.stepId))).toEqual([]);
+        expect(resumed.submitted.filter((s) => !submitted.has(s.task.id))).toEqual([]);
+      }
+    },
+  );
 });
