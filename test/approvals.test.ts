@@ -5,6 +5,7 @@ import { KvStore, underPrefix } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
 import {
+  facts,
   fixturePath,
   type Harness,
   ofKind,
@@ -204,7 +205,7 @@ describe('approvals and questions for people', () => {
       );
       expect(result?.data).toMatchObject({ ok: true, output: 'amber' });
       // Asked once: the resumed step waited on the same question.
-      expect(ofKind(h.eventsOf('ask-restart'), 'human.asked')).toHaveLength(1);
+      expect(ofKind(facts(h.eventsOf('ask-restart')), 'human.asked')).toHaveLength(1);
       expect(ofKind(h.eventsOf('ask-restart'), 'task.resumed')).toHaveLength(1);
     } finally {
       await second.stop();

@@ -387,9 +387,11 @@ export class NatsHumanGate implements HumanGate {
       asking.start();
       await bus.flush();
       signal.addEventListener('abort', stop, { once: true });
-      // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer.
+      // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer. One taken
+      // up still pending is announced again, under the same event id: the run that recorded it may have died before
+      // its announcement went out, and then nobody watching the events would ever hear of it.
       if (signal.aborted) stop();
-      else if (!earlier) announce(id, record.expiresAt);
+      else announce(id, record.expiresAt);
       const outcome = (await toPromise(asking)) as HumanOutcome<z.infer<S>>;
       // Held or let go meanwhile, the record and its revision are the machine's now.
       const last = asking.getSnapshot().context;

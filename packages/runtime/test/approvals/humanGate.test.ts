@@ -23,11 +23,10 @@ const ask = {
   reason: 'writes a file',
 };
 
-/** A human gate on an in-memory bus and KV bucket and a simulated clock. */
-function setUp() {
+/** A human gate on an in-memory bus and KV bucket (another process's, when given) and a simulated clock. */
+function setUp(bucket = new MemoryKv<HumanRequest>()) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
-  const bucket = new MemoryKv<HumanRequest>();
   const gate = new NatsHumanGate({
     bus,
     store: bucket,
@@ -197,6 +196,25 @@ describe('the human gate', () => {
       },
     );
     expect(first.bus.eventsOf('approval.requested')).toHaveLength(asked);
+  });
+
+  it('announces a request it takes up still pending again, under the same event id', async () => {
+    // The run that asked recorded the request (its id journaled, its record pending) and may have died before its
+    // announcement went out: the next run's, in another process, is the one people hear.
+    const first = setUp();
+    const abort = new AbortController();
+    const asked = first.gate.ask('Which file?', scope, abort.signal);
+    const id = await first.pendingId();
+    const announced = first.bus.eventsOf('human.asked')[0]?.id;
+    first.gate.leavePending(scope.stepId);
+    abort.abort(new Error('the process died'));
+    await expect(asked).rejects.toMatchObject({ code: 'cancelled' });
+    const next = setUp(first.bucket);
+    const answer = next.gate.ask('Which file?', scope, new AbortController().signal, { id });
+    await expect.poll(() => next.bus.eventsOf('human.asked').map((e) => e.data.questionId)).toEqual([id]);
+    expect(next.bus.eventsOf('human.asked')[0]?.id).toBe(announced);
+    await expect(next.decide(id, { answer: 'a.txt', by: 'ana' })).resolves.toMatchObject({ outcome: 'answered' });
+    await expect(answer).resolves.toBe('a.txt');
   });
 
   it('leaves the request pending for the next run when its step moves elsewhere', async () => {
