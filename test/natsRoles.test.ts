@@ -523,6 +523,13 @@ describe('NATS users with least privilege, from troupe nats-config', () => {
     expect(watcher).toContain(refused('submit tasks to pipeline demo'));
     expect(watcher).toContain('"troupe.tasks.demo"');
     for (const stderr of [cd, ana, watcher]) expect(stderr).toContain('a submitter of pipeline demo may');
+    // A plain submit by the observer is refused as plainly, with no stack trace.
+    const submitted = await troupe(['submit', 'demo', 'Write nothing'], await envOf('watcher'));
+    expect(submitted.code, submitted.stdout).toBe(1);
+    expect(submitted.stderr).toContain(
+      'troupe: this NATS user may not submit tasks to pipeline demo (Permissions Violation for Publish to "troupe.tasks.demo"',
+    );
+    expect(submitted.stderr).not.toMatch(/\n\s+at /);
     // Nothing was made: the only task accepted meanwhile is the submitter's fork.
     await nc.flush();
     sub.unsubscribe();

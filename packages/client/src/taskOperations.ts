@@ -136,6 +136,16 @@ export async function submitToPipeline(
   } catch (error) {
     // Nothing was stored: a mark left would show a task that does not exist.
     if (marked) await options.queued?.store.delete(task.id).catch(() => undefined);
+    // The server refused this client's user the pipeline's subject (an observer, a submitter of other pipelines).
+    // Said plainly: nats.js says only "Permissions Violation".
+    if (isPermissionRefusal(error)) {
+      throw new OperationError(
+        'unavailable',
+        `this NATS user may not submit tasks to pipeline ${pipeline} (${errorMessage(error)}); ` +
+          `a submitter of pipeline ${pipeline} may (docs/permissions.md)`,
+        { cause: error },
+      );
+    }
     throw error;
   }
   if (!duplicate) return { taskId: task.id, duplicate };
