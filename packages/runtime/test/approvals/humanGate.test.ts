@@ -213,7 +213,9 @@ describe('the human gate', () => {
     const answer = next.gate.ask('Which file?', scope, new AbortController().signal, { id });
     await expect.poll(() => next.bus.eventsOf('human.asked').map((e) => e.data.questionId)).toEqual([id]);
     expect(next.bus.eventsOf('human.asked')[0]?.id).toBe(announced);
-    await expect(next.decide(id, { answer: 'a.txt', by: 'ana' })).resolves.toMatchObject({ outcome: 'answered' });
+    await expect(next.decide(id, { answer: 'a.txt', by: 'ana' })).resolves.toMatchObject({
+      outcome: 'answered',
+    });
     await expect(answer).resolves.toBe('a.txt');
   });
 
