@@ -92,6 +92,9 @@ export function letGoRecord(record: HumanRequest, now: number): HumanRequest {
   return { ...rest, expiresAt: new Date(now + (held?.leftMs ?? 0)).toISOString() };
 }
 
+/** How many times a reply is written over a pending record that another writer changed meanwhile (held or let go). */
+const RECORD_ATTEMPTS = 3;
+
 /** What writing a reply over the pending record came to: its revision (0: not stored), or the decision that won. */
 interface Recorded {
   written?: number;
@@ -174,26 +177,33 @@ export const humanRequestMachine = setup({
       };
     }),
     /**
-     * Writes the reply over the pending record: its revision; undefined when another decision got there first, with
-     * that decision when the record holds one (as it does when `troupe approve` or the gateway recorded the reply
-     * before telling the step).
+     * Writes the reply over the pending record (as it is now, if held or let go since): its revision; undefined when
+     * another decision got there first, with that decision when the record holds one (as it does when `troupe
+     * approve` or the gateway recorded the reply before telling the step).
      */
     record: fromPromise<Recorded, HumanRequestContext>(async ({ input }) => {
       const value = input.delivery?.value as HumanReply;
-      const decided = input.closedRecord(input.record, decidedFrom(value, false), input.clock.now());
-      const written = await input.store
-        .update(input.record.id, decided, input.pendingRevision)
-        .catch((error: unknown) => {
-          input.logger.warn(
-            { err: error, id: input.record.id },
-            'cannot record the decision; it applies to this run only',
-          );
-          return 0;
-        });
-      if (written !== undefined) return { written };
-      const current = await input.store.get(input.record.id).catch(() => undefined);
-      const stored = current === undefined ? undefined : input.storedValue(current.value);
-      return stored === undefined ? {} : { stored };
+      let pending = { record: input.record, revision: input.pendingRevision };
+      for (let attempt = 1; ; attempt++) {
+        const decided = input.closedRecord(pending.record, decidedFrom(value, false), input.clock.now());
+        const written = await input.store
+          .update(input.record.id, decided, pending.revision)
+          .catch((error: unknown) => {
+            input.logger.warn(
+              { err: error, id: input.record.id },
+              'cannot record the decision; it applies to this run only',
+            );
+            return 0;
+          });
+        if (written !== undefined) return { written };
+        const current = await input.store.get(input.record.id).catch(() => undefined);
+        const stored = current === undefined ? undefined : input.storedValue(current.value);
+        if (stored !== undefined) return { stored };
+        // Still pending: held or let go meanwhile by another writer than this one (the coordinator holds a task's
+        // requests as it records its pause, and lets them go at its resume), not decided. The reply is the decision.
+        if (current?.value.status !== 'pending' || attempt >= RECORD_ATTEMPTS) return {};
+        pending = { record: current.value, revision: current.revision };
+      }
     }),
     /**
      * Holds or lets go of the record, over the pending revision. Lost to a decision, the watch brings that; lost to
