@@ -36,6 +36,9 @@ export function closedByEnding(record: HumanRequest, ending: TaskEnding, now: nu
   return { ...unheld, status: 'closed', taskEnded: ending, decidedAt: new Date(now).toISOString() };
 }
 
+/** How many times a request's close is written again over a record changed meanwhile but still pending. */
+const CLOSE_ATTEMPTS = 3;
+
 /**
  * Closes every approval and question of a task that is still pending, once the task has ended: nothing will wait
  * for them again, and `troupe approve` on one then says how the task ended. The task's step journal says which
@@ -49,12 +52,19 @@ export async function closeTaskRequests(
 ): Promise<number> {
   let closed = 0;
   for (const id of await deps.journal.humanRequestsOf(taskId)) {
-    const entry = await throughOutages(() => deps.store.get(id));
-    if (entry?.value.status !== 'pending') continue;
-    const written = await throughOutages(() =>
-      deps.store.update(id, closedByEnding(entry.value, ending, deps.now()), entry.revision),
-    );
-    if (written !== undefined) closed += 1;
+    // A write lost to one that left the record pending (a hold or let-go, the coordinator's or its asker's) is tried
+    // again over it; one lost to a decision leaves that decision.
+    for (let attempt = 0; attempt < CLOSE_ATTEMPTS; attempt++) {
+      const entry = await throughOutages(() => deps.store.get(id));
+      if (entry?.value.status !== 'pending') break;
+      const written = await throughOutages(() =>
+        deps.store.update(id, closedByEnding(entry.value, ending, deps.now()), entry.revision),
+      );
+      if (written !== undefined) {
+        closed += 1;
+        break;
+      }
+    }
   }
   return closed;
 }
