@@ -7,12 +7,13 @@ import {
   type AgentHost,
   createLogger,
   JournalEntry,
+  type Logger,
   type PermissionRule,
   StepJournal,
   startAgentHost,
   ToolRegistry,
 } from '@troupe/runtime';
-import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
+import { captureLogger, type LogLine, MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
@@ -79,13 +80,15 @@ interface WorldOptions {
   registry?: ToolRegistry;
   /** A second host on the bus, started before the first (so it gets the first step sent over the bus). */
   second?: ModelProvider;
+  /** The bus's logger, where message lines go; silent when absent. */
+  busLogger?: Logger;
 }
 
 /** A pipeline runner and a real agent host on one in-memory bus, as a coordinator that hosts its agents has them. */
 async function world(options: WorldOptions = {}) {
   const config = options.config ?? twoSteps;
   const clock = new SimulatedClock();
-  const bus = new MemoryBus({ clock });
+  const bus = new MemoryBus({ clock, ...(options.busLogger ? { logger: options.busLogger } : {}) });
   const journal = new StepJournal(new MemoryKv(JournalEntry));
   const host = (model: ModelProvider, maxLocalSteps: number) =>
     startAgentHost({
@@ -159,6 +162,53 @@ describe('a step whose agent is hosted in the workflow’s own process', () => {
     const ids = (bus: MemoryBus) => bus.events.filter((e) => e.taskId === 'task-1').map((e) => e.id);
     expect(ids(local.bus)).toEqual(ids(remote.bus));
     expect(kinds(local.bus)).toContain('llm.response');
+  });
+
+  it('logs each step as taken and answered, at the bus’s level with the bus path’s fields, marked local', async () => {
+    const config = pipeline([{ id: 'plan', kind: 'agent', agent: 'planner' }]);
+    const here = captureLogger('debug');
+    const local = await world({ config, busLogger: here.logger });
+    local.intake.deliver({ id: 'task-l', goal: 'plan it' });
+    expect((await local.final('task-l'))?.kind).toBe('task.completed');
+    expect(local.agentMessages()).toEqual([]);
+    const subject = 'troupe.agents.unit.planner';
+    const localLines = here.lines.filter((line) => line.local === true);
+    expect(localLines).toEqual([
+      expect.objectContaining({
+        level: 20,
+        dir: 'out',
+        subject,
+        taskId: 'task-l',
+        from: 'workflow',
+        to: 'planner',
+        kind: 'agent.step',
+        msg: `→ ${subject} (in this process)`,
+      }),
+      expect.objectContaining({
+        level: 20,
+        dir: 'in',
+        subject,
+        taskId: 'task-l',
+        from: 'planner',
+        to: 'workflow',
+        kind: 'agent.reply',
+        ok: true,
+        durationMs: 0,
+      }),
+    ]);
+
+    const there = captureLogger('debug');
+    const remote = await world({ config, local: false, busLogger: there.logger });
+    remote.intake.deliver({ id: 'task-l', goal: 'plan it' });
+    expect((await remote.final('task-l'))?.kind).toBe('task.completed');
+    // The same field names as the workflow's lines of the step over the bus, and `local`.
+    const keys = (line: LogLine | undefined) => Object.keys(line ?? {}).sort();
+    const sent = there.lines.find((line) => line.dir === 'out' && line.subject === subject);
+    const heard = there.lines.find((line) => line.dir === 'in' && line.kind === 'agent.reply');
+    expect(sent).toBeDefined();
+    expect(keys(localLines[0])).toEqual([...keys(sent), 'local'].sort());
+    expect(heard).toMatchObject({ level: 20, from: 'planner', to: 'workflow', taskId: 'task-l' });
+    expect(keys(localLines[1])).toEqual([...keys(heard), 'local', 'ok', 'durationMs'].sort());
   });
 
   it('pauses the step at its model call and runs it again on resume, in-process both times', async () => {

@@ -104,28 +104,34 @@ export function stepSendLogic(services: StepCallServices) {
         onHeartbeat: (heartbeat: unknown) =>
           sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
       };
+      const meta = {
+        taskId: input.request.taskId,
+        from: input.request.from ?? 'workflow',
+        to: input.request.agent,
+        kind: 'agent.step',
+      };
+      // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
+      const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
       // A host of this process takes the step if it can: no NATS hop, no heartbeats, and no reply a reconnect can lose.
+      // Its lines are those of a step over NATS, marked `local`.
       const local = input.overNats
         ? undefined
-        : services.local && requestLocally(services.local, request, waiting);
+        : services.local &&
+          requestLocally(services.local, request, {
+            ...waiting,
+            log: { logger: bus.logger, level: logLevel ?? bus.messageLogLevel, subject: input.subject, meta },
+          });
       const stopHearing = local
         ? () => {}
         : bus.onStatus((status) => {
             if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
           });
-      // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
-      const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
       (
         local ??
         requestWithHeartbeats(bus, input.subject, request, AgentStepReply, StepHeartbeat, {
           ...waiting,
           idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
-          meta: {
-            taskId: input.request.taskId,
-            from: input.request.from ?? 'workflow',
-            to: input.request.agent,
-            kind: 'agent.step',
-          },
+          meta,
           ...(logLevel ? { logLevel } : {}),
         })
       ).then(

@@ -1,5 +1,13 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
 import { type Clock, systemClock } from '../events/clock.ts';
+import type { Logger } from '../logging/logger.ts';
+import {
+  type MessageLogLevel,
+  type MessageMeta,
+  messageLogFields,
+  messageLogLine,
+  replyMeta,
+} from '../logging/messageLog.ts';
 import { holdableTimer, type TimeoutHold } from '../transport/heartbeatRequest.ts';
 import { TransportError } from '../transport/transportError.ts';
 import type { HostedAgent } from './remoteAgent.ts';
@@ -52,6 +60,23 @@ export interface LocalRequestOptions {
   /** What a heartbeat would say, when it changes. */
   onHeartbeat?: (heartbeat: StepHeartbeat) => void;
   clock?: Clock;
+  /** Where the step's two lines go: its request's and its reply's, as over NATS (see {@link LocalStepLog}). */
+  log?: LocalStepLog;
+}
+
+/**
+ * The log lines of a step taken in this process, in place of the four a step over NATS writes (its request sent and
+ * received, its reply sent and received): one as it is taken (`→ <subject>`) and one as it is answered (`← <subject>`,
+ * with `ok`, the failure's `code` and `durationMs`), with the fields of the NATS lines and `local: true`.
+ */
+export interface LocalStepLog {
+  logger: Logger;
+  /** The level the NATS lines would have (the bus's `messageLogLevel`). */
+  level: MessageLogLevel;
+  /** The subject the step would have gone on over NATS. */
+  subject: string;
+  /** What the request's line says (its reply's is made from it, as over NATS: see `replyMeta`). */
+  meta: MessageMeta;
 }
 
 /**
@@ -69,6 +94,9 @@ export function requestLocally(
   const call = local.tryTake(request, { onActivity: (heartbeat) => heard(heartbeat) });
   if (!call) return undefined;
   const clock = options.clock ?? systemClock;
+  const { log } = options;
+  const takenAt = clock.now();
+  if (log) logTaken(log);
   return new Promise<AgentStepReply>((resolve, reject) => {
     let done = false;
     let unhold: (() => void) | undefined;
@@ -78,6 +106,12 @@ export function requestLocally(
       overall.stop();
       unhold?.();
       options.signal?.removeEventListener('abort', onAbort);
+      if (log)
+        logAnswered(
+          log,
+          error?.code ?? (reply?.ok === false ? reply.error.code : undefined),
+          clock.now() - takenAt,
+        );
       if (error) {
         call.cancel();
         reject(error);
@@ -99,6 +133,26 @@ export function requestLocally(
     };
     void call.reply.then((reply) => finish(undefined, reply));
   });
+}
+
+const IN_THIS_PROCESS = '(in this process)';
+
+function logTaken(log: LocalStepLog): void {
+  if (!log.logger.isLevelEnabled(log.level)) return;
+  log.logger[log.level](
+    { ...messageLogFields('out', log.subject, log.meta), local: true },
+    `${messageLogLine('out', log.subject)} ${IN_THIS_PROCESS}`,
+  );
+}
+
+/** The reply's line: `code` undefined for a step that succeeded. */
+function logAnswered(log: LocalStepLog, code: string | undefined, durationMs: number): void {
+  if (!log.logger.isLevelEnabled(log.level)) return;
+  const outcome = code === undefined ? { ok: true } : { ok: false, code };
+  log.logger[log.level](
+    { ...messageLogFields('in', log.subject, replyMeta(log.meta)), local: true, ...outcome, durationMs },
+    `${messageLogLine('in', log.subject)} ${IN_THIS_PROCESS}: ${code ?? 'ok'} in ${durationMs} ms`,
+  );
 }
 
 /**

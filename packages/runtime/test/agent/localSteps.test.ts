@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ModelProvider, ModelRequest, ModelResponse } from '@troupe/llm';
 import { AgentStepReply, type AgentStepRequest, type StepHeartbeat, subjects } from '@troupe/protocol';
-import { MemoryBus, SimulatedClock } from '@troupe/testkit';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { captureLogger, MemoryBus, SimulatedClock } from '@troupe/testkit';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type AgentHost, type AgentHostOptions, startAgentHost } from '../../src/agent/agentHost.ts';
-import type { LocalStepHooks } from '../../src/agent/localSteps.ts';
+import { type LocalStepHooks, requestLocally } from '../../src/agent/localSteps.ts';
 import { createLogger } from '../../src/logging/logger.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
 import { recordingHeartbeats } from './hostFakes.ts';
@@ -170,6 +170,78 @@ describe('steps taken in this process (LocalSteps)', () => {
     expect(here.local.tryTake(request('t8.think.1', { version: 'v2' }), hooks)).toBeUndefined();
     expect(here.local.tryTake(request('t8.think.1', { version: 'v1' }), hooks)).toBeDefined();
     expect(here.local.tryTake(request('t9.think.1'), hooks)).toBeDefined();
+  });
+
+  it('logs a step taken here as taken and answered, at the level and with the fields of the NATS lines, plus local', async () => {
+    const here = host();
+    const { logger, lines } = captureLogger('debug');
+    const subject = subjects.agent('local', 'thinker');
+    const meta = { taskId: 't19', from: 'workflow', to: 'thinker', kind: 'agent.step' };
+    const reply = requestLocally(here.local, request('t19.think.1'), {
+      timeoutMs: 60_000,
+      clock,
+      log: { logger, level: 'debug', subject, meta },
+    });
+    await expect.poll(() => held.asked.length).toBe(1);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 20,
+        dir: 'out',
+        subject,
+        ...meta,
+        local: true,
+        msg: '→ troupe.agents.local.thinker (in this process)',
+      }),
+    ]);
+    clock.advance(1_500);
+    held.answer('Thought.');
+    await reply;
+    expect(lines[1]).toMatchObject({
+      level: 20,
+      dir: 'in',
+      subject,
+      taskId: 't19',
+      from: 'thinker',
+      to: 'workflow',
+      kind: 'agent.reply',
+      local: true,
+      ok: true,
+      durationMs: 1_500,
+      msg: '← troupe.agents.local.thinker (in this process): ok in 1500 ms',
+    });
+    // A step that fails (here: its time runs out) says its code.
+    const late = requestLocally(here.local, request('t20.think.1'), {
+      timeoutMs: 1_000,
+      clock,
+      log: { logger, level: 'debug', subject, meta: { ...meta, taskId: 't20' } },
+    });
+    const failed = expect(late).rejects.toMatchObject({ code: 'timeout' });
+    clock.advance(1_000);
+    await failed;
+    expect(lines[3]).toMatchObject({
+      taskId: 't20',
+      local: true,
+      ok: false,
+      code: 'timeout',
+      durationMs: 1_000,
+    });
+    expect(lines).toHaveLength(4);
+  });
+
+  it('writes nothing, and builds no line, when the level is off', async () => {
+    const here = host();
+    const { logger, lines } = captureLogger('info');
+    const debug = vi.spyOn(logger, 'debug');
+    const reply = requestLocally(here.local, request('t21.think.1'), {
+      timeoutMs: 60_000,
+      clock,
+      log: { logger, level: 'debug', subject: subjects.agent('local', 'thinker'), meta: {} },
+    });
+    await expect.poll(() => held.asked.length).toBe(1);
+    held.answer('Thought.');
+    await reply;
+    expect(lines).toEqual([]);
+    expect(debug).not.toHaveBeenCalled();
   });
 
   it('takes none once it is stopping', async () => {
