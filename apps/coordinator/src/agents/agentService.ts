@@ -1,6 +1,7 @@
 import { BUCKETS, formatPath, HumanRequest } from '@troupe/protocol';
 import {
   type AgentHost,
+  type AgentHostOptions,
   type Clock,
   connectMcpServers,
   EventFactory,
@@ -112,14 +113,8 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const hosts: { pipeline: string; host: AgentHost }[] = [];
   const serving = new Map<string, string[]>();
   /** Each pipeline as this process loaded it, its tools (once connected) and its agents of other versions. */
-  const loaded = new Map<
-    string,
-    {
-      pipeline: LoadedPipeline;
-      registry?: ToolRegistry;
-      agentOf: (hash: string, agent: string) => Promise<HostedAgent | string | undefined>;
-    }
-  >();
+  const loaded = new Map<string, { pipeline: LoadedPipeline; registry?: ToolRegistry } & VersionAgents>();
+  const takesLocally = (options.maxLocalSteps ?? 0) > 0;
   const host = (
     pipeline: LoadedPipeline,
     registry: ToolRegistry,
@@ -147,7 +142,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       heartbeats,
       ...summarizerOf(pipeline.config),
       version: pipeline.version.hash,
-      agentOf: loaded.get(pipeline.config.name)?.agentOf ?? (async () => undefined),
+      ...versionAgents(loaded.get(pipeline.config.name), takesLocally),
       olderAgents,
       maxLocalSteps: options.maxLocalSteps ?? 0,
     });
@@ -156,7 +151,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       const name = pipeline.config.name;
       // The tools are looked up when a step comes: the registry is made below, or when a new version needs it.
       const hasTool = (tool: string) => (loaded.get(name)?.registry ?? base).has(tool);
-      loaded.set(name, { pipeline, agentOf: agentsOfVersions(versions, name, logger, hasTool) });
+      loaded.set(name, { pipeline, ...agentsOfVersions(versions, name, logger, hasTool) });
       const agents = hostedAgents(pipeline, options.only);
       const olderAgents = await agentsOfOlderVersions(versions, pipeline, options.only);
       if (agents.length === 0 && olderAgents.length === 0) continue;
@@ -176,6 +171,8 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
   const serveNew = async (pipeline: string, hash: string): Promise<string[]> => {
     const entry = loaded.get(pipeline);
     if (!entry || stopped) return [];
+    // Its agents loaded before its first task starts, so that task's steps run here with no NATS hop (see `local`).
+    if (takesLocally) await entry.load(hash);
     const version = await versions.get(pipeline, hash);
     const parsed = version === undefined ? undefined : PipelineConfig.safeParse(version.config);
     if (!parsed?.success) return [];
@@ -204,6 +201,10 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
         const call = served.host.local.tryTake(request, hooks);
         if (call) return call;
       }
+      // A version this process did not load (another coordinator introduced it): loaded now, for its next steps.
+      const entry = loaded.get(request.pipeline);
+      if (entry && request.version !== undefined && request.version !== entry.pipeline.version.hash)
+        void entry.load(request.version);
       return undefined;
     },
   };
@@ -259,6 +260,28 @@ async function agentsOfOlderVersions(
   return [...older].sort();
 }
 
+/** What a host is given to run other versions' agents: only what it takes locally needs their loaded agents. */
+function versionAgents(
+  agents: VersionAgents | undefined,
+  takesLocally: boolean,
+): Pick<AgentHostOptions, 'agentOf' | 'loadedAgentOf'> {
+  if (!agents) return { agentOf: async () => undefined };
+  return { agentOf: agents.agentOf, ...(takesLocally ? { loadedAgentOf: agents.loadedAgentOf } : {}) };
+}
+
+/** The agents of a pipeline's stored versions, each version loaded once. */
+interface VersionAgents {
+  /** An agent as a version defines it; a string saying why that version cannot run here. */
+  agentOf: (hash: string, agent: string) => Promise<HostedAgent | string | undefined>;
+  /** An agent of a version loaded already, found at once (for a step taken in this process). */
+  loadedAgentOf: (hash: string, agent: string) => HostedAgent | undefined;
+  /**
+   * Loads a version's agents ahead of its steps; never fails (a version that cannot load is logged, its steps go
+   * over NATS). A version tried once is not tried again here: its steps load it, as over NATS.
+   */
+  load: (hash: string) => Promise<void>;
+}
+
 /**
  * Each agent as a stored version of the pipeline defines it, its models built from the version (scripts included)
  * and keys from this host's environment; loaded once per version.
@@ -268,7 +291,7 @@ function agentsOfVersions(
   pipeline: string,
   logger: Logger,
   hasTool: (name: string) => boolean,
-): (hash: string, agent: string) => Promise<HostedAgent | string | undefined> {
+): VersionAgents {
   const load = async (hash: string): Promise<Map<string, HostedAgent> | string | undefined> => {
     const version = await versions.get(pipeline, hash);
     if (version === undefined) return undefined;
@@ -291,9 +314,29 @@ function agentsOfVersions(
   };
   // Only a version that loaded is kept: one missing or failing now is looked for again next time.
   const loaded = new LoadCache(load, (agents) => agents instanceof Map);
-  return async (hash, agent) => {
+  const ready = new Map<string, Map<string, HostedAgent>>();
+  const tried = new Set<string>();
+  const agentsOf = async (hash: string) => {
     const agents = await loaded.get(hash);
-    return agents instanceof Map ? agents.get(agent) : agents;
+    if (agents instanceof Map) ready.set(hash, agents);
+    return agents;
+  };
+  return {
+    agentOf: async (hash, agent) => {
+      const agents = await agentsOf(hash);
+      return agents instanceof Map ? agents.get(agent) : agents;
+    },
+    loadedAgentOf: (hash, agent) => ready.get(hash)?.get(agent),
+    load: async (hash) => {
+      if (tried.has(hash)) return;
+      tried.add(hash);
+      await agentsOf(hash).catch((error: unknown) =>
+        logger.warn(
+          { err: error, pipeline, version: hash },
+          `cannot load version ${shortVersion(hash)} of pipeline ${pipeline} ahead of its steps; they go over NATS until one loads it`,
+        ),
+      );
+    },
   };
 }
 

@@ -1,4 +1,5 @@
 import type { ModelResponse } from '@troupe/llm';
+import type { AgentStepRequest } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
 import type { ValueStore } from '../durable/valueStore.ts';
@@ -68,6 +69,11 @@ export interface AgentHostOptions {
    */
   olderAgents?: readonly string[];
   /**
+   * An agent of another version that `agentOf` has loaded already, found at once: `local` takes a step of that version
+   * for it. A step whose version is not loaded here goes over NATS (whose intake loads it).
+   */
+  loadedAgentOf?: (version: string, agent: string) => HostedAgent | undefined;
+  /**
    * The most steps in flight here (from NATS or not) for `local` to take one more: past it, a workflow in this
    * process sends its step over NATS, where any worker may take it. 0 (the default) takes none this way.
    */
@@ -78,7 +84,10 @@ export interface AgentHostOptions {
 export interface AgentHost {
   /** Steps being worked on now. */
   readonly inFlight: number;
-  /** Takes a step of this host's pipeline, own agents and version from a workflow in this process, with no NATS. */
+  /**
+   * Takes a step of this host's pipeline and agents from a workflow in this process, with no NATS: one of its own
+   * version, or of a version whose agent is loaded here already (see `loadedAgentOf`).
+   */
   readonly local: LocalSteps;
   /** Stops taking steps, aborts the ones in flight and waits for their replies to go out. */
   stop(): Promise<void>;
@@ -146,17 +155,24 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   );
 
   const maxLocalSteps = options.maxLocalSteps ?? 0;
+  const served = new Set([...ownAgents.keys(), ...older]);
+  /** The agent a step taken locally runs: the one this host's intake would give it, if it has it at hand. */
+  const localAgent = (request: AgentStepRequest): HostedAgent | undefined => {
+    if (isOwnVersion(request, intake)) return ownAgents.get(request.agent);
+    if (request.version === undefined || !served.has(request.agent)) return undefined;
+    return options.loadedAgentOf?.(request.version, request.agent);
+  };
   /** Steps taken locally whose run starts at the end of this turn (see `takeLocally`): they count as in flight. */
   let starting = 0;
   const local: LocalSteps = {
     tryTake(request, hooks) {
       if (steps.stopping || steps.size + starting >= maxLocalSteps || request.pipeline !== pipeline)
         return undefined;
-      const own = ownAgents.get(request.agent);
-      if (!own || !isOwnVersion(request, intake)) return undefined;
+      const agent = localAgent(request);
+      if (!agent) return undefined;
       starting += 1;
       queueMicrotask(() => (starting -= 1));
-      return takeLocally(steps, own, request, hooks);
+      return takeLocally(steps, agent, request, hooks);
     },
   };
 

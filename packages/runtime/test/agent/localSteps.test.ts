@@ -7,6 +7,7 @@ import { captureLogger, MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type AgentHost, type AgentHostOptions, startAgentHost } from '../../src/agent/agentHost.ts';
 import { type LocalStepHooks, requestLocally } from '../../src/agent/localSteps.ts';
+import type { HostedAgent } from '../../src/agent/remoteAgent.ts';
 import { createLogger } from '../../src/logging/logger.ts';
 import { ToolRegistry } from '../../src/tools/toolRegistry.ts';
 import { recordingHeartbeats } from './hostFakes.ts';
@@ -170,6 +171,45 @@ describe('steps taken in this process (LocalSteps)', () => {
     expect(here.local.tryTake(request('t8.think.1', { version: 'v2' }), hooks)).toBeUndefined();
     expect(here.local.tryTake(request('t8.think.1', { version: 'v1' }), hooks)).toBeDefined();
     expect(here.local.tryTake(request('t9.think.1'), hooks)).toBeDefined();
+  });
+
+  it('takes a step of another version whose agent is loaded here (loadedAgentOf), and runs that version’s agent', async () => {
+    const v2 = heldModel();
+    const thinkerV2: HostedAgent = {
+      name: 'thinker',
+      instructions: 'Think as v2.',
+      model: v2.model,
+      tools: [],
+      rules: [],
+      maxTurns: 2,
+    };
+    const here = host({
+      olderAgents: ['writer'],
+      loadedAgentOf: (version, agent) =>
+        version === 'v2'
+          ? ({ thinker: thinkerV2, writer: { ...thinkerV2, name: 'writer' } } as const)[agent]
+          : undefined,
+    });
+    const call = here.local.tryTake(request('t14.think.1', { version: 'v2' }), hooks);
+    await expect.poll(() => v2.asked.length).toBe(1);
+    expect(held.asked).toEqual([]);
+    v2.answer('Thought as v2.');
+    expect(await call?.reply).toMatchObject({ ok: true, output: 'Thought as v2.' });
+    // Another version's agent this host serves (one its own version lacks) is taken too.
+    expect(
+      here.local.tryTake(request('t15.write.1', { version: 'v2', agent: 'writer' }), hooks),
+    ).toBeDefined();
+    // A version not loaded here, an agent it does not serve, and its own version's step of an agent it lacks go over NATS.
+    expect(here.local.tryTake(request('t16.think.1', { version: 'v3' }), hooks)).toBeUndefined();
+    expect(
+      host({ loadedAgentOf: () => thinkerV2 }).local.tryTake(
+        request('t17.write.1', { version: 'v2', agent: 'writer' }),
+        hooks,
+      ),
+    ).toBeUndefined();
+    expect(
+      here.local.tryTake(request('t18.write.1', { version: 'v1', agent: 'writer' }), hooks),
+    ).toBeUndefined();
   });
 
   it('logs a step taken here as taken and answered, at the level and with the fields of the NATS lines, plus local', async () => {
