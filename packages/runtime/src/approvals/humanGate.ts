@@ -430,16 +430,27 @@ export class NatsHumanGate implements HumanGate {
   ): Promise<void> {
     if (outcome.kind === 'decided' && outcome.stored) return;
     const now = this.#o.clock.now();
-    const ended =
+    const endedOf = (base: HumanRequest): HumanRequest =>
       outcome.kind === 'closed' && abortReason instanceof TaskEndedError
-        ? closedByEnding(record, abortReason.ending, now)
-        : closedRecord(record, outcome, now);
-    // Only a still-pending record is changed: a decision that reached KV first is not overwritten.
-    await underPrefix(this.#o.store, record.pipeline)
-      .update(record.id, ended, pendingRevision)
-      .catch((error: unknown) =>
-        this.#o.logger.warn({ err: error, id: record.id }, 'cannot record how the request ended'),
-      );
+        ? closedByEnding(base, abortReason.ending, now)
+        : closedRecord(base, outcome, now);
+    // Only a still-pending record is changed: a decision that reached KV first is not overwritten. One held or let go
+    // since this run last wrote it (by the coordinator, which holds a task's requests at its pause) is still pending:
+    // written over as it is now, so the record says what the step took.
+    const store = underPrefix(this.#o.store, record.pipeline);
+    let pending = { record, revision: pendingRevision };
+    for (let attempt = 1; ; attempt++) {
+      const written = await store
+        .update(record.id, endedOf(pending.record), pending.revision)
+        .catch((error: unknown) => {
+          this.#o.logger.warn({ err: error, id: record.id }, 'cannot record how the request ended');
+          return 0;
+        });
+      if (written !== undefined || attempt >= CLOSE_ATTEMPTS) return;
+      const current = await store.get(record.id).catch(() => undefined);
+      if (current?.value.status !== 'pending') return;
+      pending = { record: current.value, revision: current.revision };
+    }
   }
 }
 
@@ -479,6 +490,9 @@ function closedRecord(
     ...(typeof decided?.answer === 'string' ? { answer: decided.answer } : {}),
   };
 }
+
+/** How many times a request's end is written again over a record held or let go meanwhile, still pending. */
+const CLOSE_ATTEMPTS = 3;
 
 /** How many paused tasks a gate remembers as held. */
 const MAX_HELD_TASKS = 10_000;

@@ -125,3 +125,24 @@ describe("a person's decision on a request the coordinator held or let go before
     expect((await store.get(id))?.value).toMatchObject({ status: 'denied', by: 'cy' });
   });
 });
+
+describe('a request that runs out at an asker that never heard its task paused', () => {
+  it('is recorded expired, as its step took it, though the coordinator held its record meanwhile', async () => {
+    const { clock, bus, store, gate, pendingId, coordinator } = setUp();
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    // The coordinator holds the request at the pause; the asker's host never hears the pause and runs it out.
+    await expect(coordinator.hold(id)).resolves.toBe(1);
+    clock.advance(TIMEOUT_MS);
+    await expect(decision).resolves.toMatchObject({ decision: 'deny', by: 'timeout' });
+    await bus.settled();
+    expect(bus.eventsOf('approval.decided').map((e) => e.data)).toEqual([
+      expect.objectContaining({ approvalId: id, decision: 'deny', expired: true }),
+    ]);
+    // Not left pending (and held) while the step went on denied: a decision given now would be recorded and never
+    // acted on.
+    const record = (await store.get(id))?.value;
+    expect(record?.status).toBe('expired');
+    expect(record?.held).toBeUndefined();
+  });
+});
