@@ -10,7 +10,10 @@ export interface EventBatcherOptions {
   lingerMs?: number;
   /** Most events in one batch; default 64. */
   maxEvents?: number;
-  /** Most bytes of events in one batch; default 256 KiB (NATS's default `max_payload` is 1 MiB). */
+  /**
+   * Most bytes of events in one batch, in UTF-8 as they go on the wire; default 256 KiB (NATS's default `max_payload`
+   * is 1 MiB). The batch's envelope (its id, brackets and commas) comes on top.
+   */
   maxBytes?: number;
   clock?: Clock;
 }
@@ -24,12 +27,20 @@ export interface BatchableEvent {
 
 interface Open {
   events: BatchableEvent[];
+  /**
+   * The events' bytes in UTF-8: at first the most they could be (see {@link MOST_BYTES_PER_UNIT}), counted exactly
+   * once that would reach `maxBytes`, so a batch well under the cap never scans its text.
+   */
   bytes: number;
+  /** Whether `bytes` is counted exactly. */
+  exact: boolean;
   settles: ((stored: boolean) => void)[];
   timer: unknown;
 }
 
 const DEFAULTS = { lingerMs: 2, maxEvents: 64, maxBytes: 256 * 1024 };
+/** The most UTF-8 bytes one UTF-16 code unit of a string takes (a pair of them, 4). */
+const MOST_BYTES_PER_UNIT = 3;
 
 /**
  * Gathers the events of one task into fewer messages: a task's batchable events (not `task.*`, `approval.*`,
@@ -72,21 +83,34 @@ export class EventBatcher {
       return this.#send(single(item));
     }
     let open = this.#open.get(key);
-    if (open !== undefined && open.bytes + item.data.length > this.#settings.maxBytes) {
+    if (open !== undefined && !this.#fits(open, item.data)) {
       this.#flush(key);
       open = undefined;
     }
     if (open === undefined) {
-      open = { events: [], bytes: 0, settles: [], timer: undefined };
+      open = { events: [], bytes: 0, exact: false, settles: [], timer: undefined };
       this.#open.set(key, open);
       open.timer = this.#clock.setTimeout(() => this.#flush(key), this.#settings.lingerMs);
     }
     open.events.push(item);
-    open.bytes += item.data.length;
+    open.bytes += open.exact ? utf8Bytes(item.data) : item.data.length * MOST_BYTES_PER_UNIT;
     const stored = new Promise<boolean>((resolve) => open.settles.push(resolve));
-    if (open.events.length >= this.#settings.maxEvents || open.bytes >= this.#settings.maxBytes)
-      this.#flush(key);
+    if (open.events.length >= this.#settings.maxEvents || this.#full(open)) this.#flush(key);
     return stored;
+  }
+
+  /** Whether `data` fits in `open`: surely, by the most its bytes could be, or else by counting them. */
+  #fits(open: Open, data: string): boolean {
+    const max = this.#settings.maxBytes;
+    if (open.bytes + data.length * MOST_BYTES_PER_UNIT <= max) return true;
+    countExactly(open);
+    return open.bytes + utf8Bytes(data) <= max;
+  }
+
+  #full(open: Open): boolean {
+    if (open.bytes < this.#settings.maxBytes) return false;
+    countExactly(open);
+    return open.bytes >= this.#settings.maxBytes;
   }
 
   /** Sends every open batch now: before the outbox is settled or stopped. */
@@ -106,6 +130,16 @@ export class EventBatcher {
       for (const settle of open.settles) settle(stored);
     });
   }
+}
+
+function utf8Bytes(data: string): number {
+  return Buffer.byteLength(data, 'utf8');
+}
+
+function countExactly(open: Open): void {
+  if (open.exact) return;
+  open.bytes = open.events.reduce((sum, item) => sum + utf8Bytes(item.data), 0);
+  open.exact = true;
 }
 
 function single({ event, data }: BatchableEvent): OutgoingEvent {

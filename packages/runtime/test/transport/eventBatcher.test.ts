@@ -6,7 +6,7 @@ import type { OutgoingEvent } from '../../src/transport/eventOutbox.ts';
 
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
-function toolCall(n: number, taskId = 't-1'): TroupeEvent {
+function toolCall(n: number, taskId = 't-1', args = '{}'): TroupeEvent {
   return {
     id: `${taskId}:tool.call:${n}`,
     ts: new Date(0).toISOString(),
@@ -14,7 +14,7 @@ function toolCall(n: number, taskId = 't-1'): TroupeEvent {
     taskId,
     kind: 'tool.call',
     traceparent: TRACEPARENT,
-    data: { agent: 'coder', stepId: 's-1', callId: `c-${n}`, tool: 'read', arguments: '{}' },
+    data: { agent: 'coder', stepId: 's-1', callId: `c-${n}`, tool: 'read', arguments: args },
   };
 }
 
@@ -117,6 +117,31 @@ describe('EventBatcher', () => {
     for (let n = 1; n <= 3; n++) void byBytes.add(toolCall(n));
     byBytes.clock.advance(2);
     expect(byBytes.idsSent().map((ids) => ids.length)).toEqual([2, 1]);
+  });
+
+  it('counts maxBytes in UTF-8 bytes, so a batch of text outside ASCII stays under it on the wire', () => {
+    const text = (n: number) => toolCall(n, 't-1', JSON.stringify({ note: '漢字'.repeat(200) }));
+    const bytesOf = (event: TroupeEvent) => Buffer.byteLength(JSON.stringify(event), 'utf8');
+    const maxBytes = bytesOf(text(1)) * 2 + 1;
+    // Three characters' bytes each: counted by the string's length, all three would fit in one batch.
+    expect(JSON.stringify(text(1)).length * 3).toBeLessThan(maxBytes);
+    const { clock, sent, add, idsSent } = setUp({ maxBytes });
+    for (let n = 1; n <= 3; n++) void add(text(n));
+    clock.advance(2);
+    expect(idsSent().map((ids) => ids.length)).toEqual([2, 1]);
+    for (const message of sent) {
+      const parsed = eventsOf(message.data, message.subject);
+      if (!parsed.ok) throw new Error(parsed.reason);
+      expect(parsed.value.reduce((sum, event) => sum + bytesOf(event), 0)).toBeLessThanOrEqual(maxBytes);
+    }
+  });
+
+  it('fills a batch of ASCII events up to maxBytes, not to the third of it their worst-case size would allow', () => {
+    const size = Buffer.byteLength(JSON.stringify(toolCall(1)), 'utf8');
+    const { clock, add, idsSent } = setUp({ maxBytes: size * 5 + 1 });
+    for (let n = 1; n <= 6; n++) void add(toolCall(n));
+    clock.advance(2);
+    expect(idsSent().map((ids) => ids.length)).toEqual([5, 1]);
   });
 
   it('tells every event of a batch the batch’s outcome', async () => {
