@@ -111,4 +111,46 @@ describe('a sub-task restored held', () => {
     await again.handled;
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
+
+  it("holds itself when restored running while its parent's record says the parent is paused", async () => {
+    // The parent's forwarded pause reached nobody: the sub-task's coordinator was down, its step at work.
+    const first = await setUp(twoSteps);
+    const now = new Date(first.clock.now()).toISOString();
+    const parentRecord: WorkflowRecord = {
+      taskId: parentId,
+      pipeline: 'unit',
+      streamSequence: 1,
+      status: 'running',
+      state: 'sub',
+      goal: 'outline it',
+      round: 1,
+      usage: emptyUsage(),
+      createdAt: now,
+      updatedAt: now,
+    };
+    await first.store.put(parentId, parentRecord);
+    const task = first.intake.deliver({ id: 'sub-4', goal: 'outline it', parent });
+    await first.next('sub-4.plan.1');
+    await first.runner.stop();
+    await task.handled;
+    await first.store.put(parentId, { ...parentRecord, paused: { since: now, by: 'ann' } });
+    const lease = (await first.record('sub-4'))?.lease;
+    const { intake } = await startRunner(first, twoSteps);
+    const again = intake.deliver(
+      { id: 'sub-4', goal: 'outline it', parent },
+      { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await expect.poll(async () => (await first.record('sub-4'))?.lease).not.toBe(lease);
+    await expect.poll(async () => (await first.record('sub-4'))?.paused).toMatchObject(byParent);
+    // The step sent again as the sub-task was restored stops for the pause at its next call; none goes after it.
+    paused(await first.next('sub-4.plan.1'));
+    await first.bus.settled();
+    expect(first.waiting).toHaveLength(0);
+    // The parent's resume, once it comes, lets it go on.
+    await first.control('sub-4', { action: 'resume', by: `task ${parentId}` });
+    ok(await first.next('sub-4.plan.1'));
+    ok(await first.next('sub-4.build.1'));
+    await again.handled;
+    expect(first.bus.eventsOf('task.completed')).toHaveLength(1);
+  });
 });

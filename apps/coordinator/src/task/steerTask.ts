@@ -4,7 +4,7 @@ import { activeSteps } from '../workflow/compileFlow.ts';
 import { parentBy } from '../workflow/subTaskSteering.ts';
 import { isoNow, publishSafely, type TaskServices } from './taskServices.ts';
 import type { Hold } from './taskSetup.ts';
-import type { TaskSignal } from './taskSignals.ts';
+import type { SteerAnswer, TaskSignal } from './taskSignals.ts';
 import type { TaskSteering } from './taskSteering.ts';
 
 /** A steering signal: a pause, a resume or a tell. */
@@ -163,12 +163,14 @@ export function steerTask(
 }
 
 /**
- * A task restored held (its coordinator killed or stopped while it was paused): its pending requests to people are
- * held again, as the pause did (a coordinator killed between recording the pause and holding them held none), and a
- * sub-task held by its parent's pause lets itself go when its parent's record says the parent runs, no longer paused.
- * The parent forwarded its resume while nobody ran the sub-task (its coordinator was down), and tried it only a while:
- * the sub-task, restored, answers its own steering from then on, so a resume the parent sends later reaches it, and one
- * it sent before is in the parent's record. A pause a person made of the sub-task directly is theirs to let go.
+ * A task restored (its coordinator killed or stopped) takes up its parent's steering where a forward of it was lost.
+ * Restored held, its pending requests to people are held again, as the pause did (a coordinator killed between
+ * recording the pause and holding them held none), and a sub-task held by its parent's pause lets itself go when its
+ * parent's record says the parent runs, no longer paused. Restored running, a sub-task whose parent's record says the
+ * parent is paused holds itself with it. The parent forwarded its pause or resume while nobody ran the sub-task (its
+ * coordinator was down), and tried it only a while: the sub-task, restored, answers its own steering from then on, so
+ * what the parent sends later reaches it, and what it sent before is in the parent's record. A pause a person made of
+ * the sub-task directly is theirs to let go.
  */
 export function steerRestored(
   services: Pick<TaskServices, 'clock' | 'logger' | 'store' | 'signals' | 'holdRequests'>,
@@ -176,15 +178,15 @@ export function steerRestored(
   steering: TaskSteering,
 ): void {
   const paused = steering.paused;
-  if (paused === undefined) return;
   const taskId = claimed.input.taskId;
-  holdRequests(services, steering, taskId, { hold: true, since: paused.since });
+  if (paused !== undefined) holdRequests(services, steering, taskId, { hold: true, since: paused.since });
   const parentId = claimed.input.parent?.taskId;
-  if (parentId === undefined || paused.by !== parentBy(parentId)) return;
-  void goOnWithParent(services, taskId, parentId, steering);
+  if (parentId === undefined || (paused !== undefined && paused.by !== parentBy(parentId))) return;
+  void steerWithParent(services, taskId, parentId, steering);
 }
 
-async function goOnWithParent(
+/** Holds a restored sub-task with its paused parent, or lets it go when the parent that held it no longer is. */
+async function steerWithParent(
   services: Pick<TaskServices, 'logger' | 'store' | 'signals'>,
   taskId: string,
   parentId: string,
@@ -192,35 +194,39 @@ async function goOnWithParent(
 ): Promise<void> {
   const { logger } = services;
   const by = parentBy(parentId);
+  const held = steering.paused !== undefined;
   let parent: Awaited<ReturnType<TaskServices['store']['get']>>;
   try {
     parent = await services.store.get(parentId);
   } catch (error) {
     logger.warn(
       { err: error, taskId, parentId },
-      `cannot read parent task ${parentId}'s record: sub-task ${taskId} stays paused until its parent resumes it (or troupe resume ${taskId})`,
+      held
+        ? `cannot read parent task ${parentId}'s record: sub-task ${taskId} stays paused until its parent resumes it (or troupe resume ${taskId})`
+        : `cannot read parent task ${parentId}'s record: sub-task ${taskId} goes on, paused only if its parent pauses it again (or troupe pause ${taskId})`,
     );
     return;
   }
   const record = parent?.value;
-  if (record?.status !== 'running' || record.paused !== undefined) return;
-  if (steering.paused?.by !== by) return;
-  services.signals.send(taskId, {
-    type: 'resume',
-    by,
-    answer: (reply) => {
-      if (reply.ok)
-        logger.info(
-          { taskId, parentId },
-          `sub-task ${taskId} goes on: its parent task ${parentId} is no longer paused`,
-        );
-      else if (reply.error.code !== 'not_paused')
-        logger.warn(
-          { taskId, parentId },
-          `sub-task ${taskId} could not go on with its parent: ${reply.error.message}`,
-        );
-    },
-  });
+  if (record?.status !== 'running') return;
+  const parentPaused = record.paused !== undefined;
+  // Already as its parent is, or changed meanwhile (a person paused or resumed it): nothing to take up.
+  if (parentPaused === held || (held ? steering.paused?.by !== by : steering.paused !== undefined)) return;
+  const answer: SteerAnswer = (reply) => {
+    const what = parentPaused ? 'is held with' : 'goes on with';
+    if (reply.ok) logger.info({ taskId, parentId }, `sub-task ${taskId} ${what} its parent task ${parentId}`);
+    else if (reply.error.code !== 'not_paused' && reply.error.code !== 'already_paused')
+      logger.warn(
+        { taskId, parentId },
+        `sub-task ${taskId} could not go as its parent task ${parentId} does: ${reply.error.message}`,
+      );
+  };
+  services.signals.send(
+    taskId,
+    parentPaused
+      ? { type: 'pause', by, reason: `its parent task ${parentId} was paused`, answer }
+      : { type: 'resume', by, answer },
+  );
 }
 
 /** What the latest hold or let-go of each task's requests to people waits for: they are written in their order. */
