@@ -40,6 +40,8 @@ export interface HostOptions extends Pick<CoordinatorOptions, 'replicas' | 'metr
   home?: string;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
+  /** Send a task's events in batches (`BusOptions.eventBatch`); unset, the environment's `TROUPE_EVENT_BATCH=1` decides. */
+  eventBatch?: boolean;
   /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
   signal?: AbortSignal;
   /** Loads the pipelines' tool modules (`tools.modules`); Node's `import()`, JavaScript only, when absent. */
@@ -120,6 +122,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       logger: options.logger,
       // Joining a server that may be restarting: wait for it, as start-up waits for JetStream.
       ...(embedded ? {} : { waitForServerMs: DEFAULT_OUTAGE_MS }),
+      ...(options.eventBatch === undefined ? {} : { eventBatch: options.eventBatch }),
       ...(options.signal ? { signal: options.signal } : {}),
     });
     // A stop while the coordinator waits for JetStream closes the connection, which ends every such wait.
@@ -268,6 +271,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     servers: options.natsUrl,
     name: 'troupe-worker',
     ...(options.natsAccess ? { access: options.natsAccess } : {}),
+    ...(options.eventBatch === undefined ? {} : { eventBatch: options.eventBatch }),
     logger: options.logger,
     ...(options.signal ? { signal: options.signal } : {}),
   });

@@ -32,6 +32,8 @@ export interface UpOptions extends NatsAccessSources {
   agents: boolean;
   /** False (`--no-local-steps`): every step goes over NATS, none runs in this process's own hosts first. */
   localSteps?: boolean;
+  /** `--event-batch`: the process's events go in batches; absent, `TROUPE_EVENT_BATCH=1` decides. */
+  eventBatch?: boolean;
   concurrency: number;
   maxInFlight?: number;
   /** Seconds. */
@@ -202,6 +204,7 @@ export async function start(
     | 'home'
     | 'agents'
     | 'localSteps'
+    | 'eventBatch'
     | 'concurrency'
     | 'maxInFlight'
     | 'allowMcpCommands'
@@ -245,6 +248,7 @@ export async function start(
       importModule: importToolModule,
       concurrency: options.concurrency,
       ...(options.localSteps === false ? { maxLocalSteps: 0 } : {}),
+      ...(options.eventBatch ? { eventBatch: true } : {}),
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),

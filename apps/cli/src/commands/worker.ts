@@ -14,6 +14,8 @@ export interface WorkerCommandOptions extends NatsAccessSources {
   home?: string;
   server?: string;
   agents?: string;
+  /** `--event-batch`: the worker's events go in batches; absent, `TROUPE_EVENT_BATCH=1` decides. */
+  eventBatch?: boolean;
   /** `[host:]port` of the metrics server. */
   metrics?: string;
   allowMcpCommands: boolean;
@@ -52,6 +54,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
     importModule: importToolModule,
     ...(agents && agents.length > 0 ? { agents } : {}),
+    ...(options.eventBatch ? { eventBatch: true } : {}),
     ...(served ? { metrics: served.metrics } : {}),
   });
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.

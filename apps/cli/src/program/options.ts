@@ -105,3 +105,13 @@ export const natsAccessOptions = () => [
     `this client's reply inboxes, under ${'troupe._inbox'} (as its NATS user may read)`,
   ).env('TROUPE_INBOX'),
 ];
+
+/**
+ * `troupe up` and `troupe worker`: their events sent in batches (docs/protocol.md, "Event batches"). Absent, the bus
+ * reads `TROUPE_EVENT_BATCH=1` itself: commander's `.env()` would take any value, `0` too, for a flag's yes.
+ */
+export const eventBatchOption = () =>
+  new Option(
+    '--event-batch',
+    "send a task's model, tool and step events in batches (up to 2 ms, 64 events a message): fewer messages; troupe's readers see each event, a raw NATS subscriber by kind does not (default off, or $TROUPE_EVENT_BATCH=1)",
+  );

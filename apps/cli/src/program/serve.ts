@@ -5,6 +5,7 @@ import { commandAction } from './commandAction.ts';
 import {
   collect,
   duration,
+  eventBatchOption,
   homeOption,
   logLevelOption,
   positive,
@@ -43,6 +44,7 @@ function declareUp(program: Command): void {
       '--no-local-steps',
       'send every step over NATS, even one whose agent this process hosts (by default such a step runs here, with no NATS hop, up to --concurrency at once per pipeline; workers take the rest)',
     )
+    .addOption(eventBatchOption())
     .option(
       '--watch',
       'reload a pipeline when its file changes: new tasks start on the new version, running ones finish on theirs',
@@ -154,6 +156,7 @@ function declareWorker(program: Command): void {
     )
     .argument('<pipeline.yaml...>', 'pipeline files whose agents to serve')
     .option('--agents <names>', 'only these agents, comma-separated')
+    .addOption(eventBatchOption())
     .addOption(replicasOption())
     .option(
       '--metrics <[host:]port>',
