@@ -153,4 +153,29 @@ describe('a sub-task restored held', () => {
     await again.handled;
     expect(first.bus.eventsOf('task.completed')).toHaveLength(1);
   });
+
+  it('is held by a person who pauses it while its parent holds it: the parent’s resume then lets it go no more', async () => {
+    const { intake, next, control, record, waiting, bus } = await setUp(twoSteps);
+    const task = intake.deliver({ id: 'sub-5', goal: 'outline it', parent });
+    const plan = await next('sub-5.plan.1');
+    await control('sub-5', { action: 'pause', ...byParent });
+    paused(plan);
+    await expect(
+      control('sub-5', { action: 'pause', by: 'ann', reason: 'checking it' }),
+    ).resolves.toMatchObject({
+      ok: true,
+      outcome: 'paused',
+    });
+    expect((await record('sub-5'))?.paused).toMatchObject({ by: 'ann', reason: 'checking it' });
+    await expect(control('sub-5', { action: 'resume', by: `task ${parentId}` })).rejects.toSatisfy(
+      (error) => TransportError.is(error, 'not_paused') && /paused by ann/.test(String(error)),
+    );
+    await bus.settled();
+    expect(waiting).toHaveLength(0);
+    await control('sub-5', { action: 'resume', by: 'ann' });
+    ok(await next('sub-5.plan.1'));
+    ok(await next('sub-5.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
 });

@@ -50,6 +50,27 @@ export function steerTask(
 
   if (signal.type === 'pause') {
     const { by, reason } = signal;
+    const parentId = claimed.input.parent?.taskId;
+    const parentPause = parentId === undefined ? undefined : parentBy(parentId);
+    // A person pausing a sub-task its parent holds makes the pause theirs: the parent's resume lets go of none of it.
+    if (steering.paused?.by === parentPause && by !== parentPause && parentPause !== undefined) {
+      const before = steering.retakePause(by, reason);
+      const since = steering.paused?.since ?? clock.now();
+      void writer.steered().then((written) => {
+        if (!written) {
+          if (before) steering.restorePause(before);
+          signal.answer(unrecorded('pause'));
+          return;
+        }
+        logger.info(
+          { taskId, by },
+          `task ${taskId}, held with its parent, is paused by ${by ?? 'a person'} now`,
+        );
+        publish(() => pausedEvent(services, claimed, place, { since, by, reason }));
+        signal.answer({ ok: true, taskId, outcome: 'paused' });
+      });
+      return;
+    }
     if (!steering.pause(clock.now(), by, reason)) {
       const since = steering.paused ? new Date(steering.paused.since).toISOString() : 'before';
       signal.answer(

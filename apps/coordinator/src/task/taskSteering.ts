@@ -198,6 +198,26 @@ export class TaskSteering {
   }
 
   /** Takes back a pause that could not be recorded: as if it never was, its held steps let go. */
+  /**
+   * Makes the pause in force `by`'s (a person pausing a sub-task its parent holds: the parent's resume then lets go
+   * of no pause of theirs), since when it began; the mark it replaced, to put back when this cannot be recorded.
+   */
+  retakePause(by: string | undefined, reason: string | undefined): PauseMark | undefined {
+    const before = this.#paused;
+    if (before === undefined) return undefined;
+    this.#paused = {
+      since: before.since,
+      ...(by === undefined ? {} : { by }),
+      ...(reason === undefined ? {} : { reason }),
+    };
+    return before;
+  }
+
+  /** Puts back the pause {@link TaskSteering.retakePause} replaced. */
+  restorePause(mark: PauseMark): void {
+    if (this.#paused !== undefined) this.#paused = mark;
+  }
+
   undoPause(): void {
     if (this.#paused === undefined) return;
     this.#paused = undefined;
