@@ -79,4 +79,13 @@ describe("troupe trace's origin line", () => {
     expect(lines).toContain('origin: restart of task t1 from build by bo');
     expect(lines.filter((l) => l.startsWith('origin: '))).toHaveLength(1);
   });
+
+  it("says when it runs on the pipeline's newest version rather than its origin's", () => {
+    expect(traceOf({ taskId: 't1', kind: 'restart', step: 'build', newest: true, by: 'bo' })).toContain(
+      "origin: restart of task t1 from build, on the pipeline's newest version by bo",
+    );
+    expect(traceOf({ taskId: 't1', kind: 'fork', step: 'build', edited: ['input'], newest: true })).toContain(
+      "origin: fork of task t1 at build, edited input, on the pipeline's newest version",
+    );
+  });
 });

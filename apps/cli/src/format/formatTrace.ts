@@ -389,7 +389,8 @@ function filesLine(
 function originLine(origin: NonNullable<TaskTrace['origin']>): string {
   const edited = origin.edited?.length ? `, edited ${origin.edited.join(', ')}` : '';
   const by = origin.by ? ` by ${origin.by}` : '';
+  const newest = origin.newest ? ", on the pipeline's newest version" : '';
   return origin.kind === 'restart'
-    ? `restart of task ${origin.taskId} from ${origin.step}${by}`
-    : `fork of task ${origin.taskId} at ${origin.step}${edited}${by}`;
+    ? `restart of task ${origin.taskId} from ${origin.step}${newest}${by}`
+    : `fork of task ${origin.taskId} at ${origin.step}${edited}${newest}${by}`;
 }
