@@ -12,24 +12,25 @@ describe('a sub-task restored held', () => {
   const parentId = 'parent-1';
   const parent = { taskId: parentId, pipeline: 'unit', step: 'sub', depth: 1 };
   const byParent = { by: `task ${parentId}`, reason: `its parent task ${parentId} was paused` };
+  /** The parent's record, running at its `pipeline` step. */
+  const parentAt = (now: string): WorkflowRecord => ({
+    taskId: parentId,
+    pipeline: 'unit',
+    streamSequence: 1,
+    status: 'running',
+    state: 'sub',
+    goal: 'outline it',
+    round: 1,
+    usage: emptyUsage(),
+    createdAt: now,
+    updatedAt: now,
+  });
 
   /** The sub-task at its first step, paused by `pause`, its coordinator stopped; the parent's record as `parentPaused`. */
   async function heldThenStopped(subId: string, pause: Record<string, unknown>) {
     const first = await setUp(twoSteps);
     const now = new Date(first.clock.now()).toISOString();
-    const parentRecord: WorkflowRecord = {
-      taskId: parentId,
-      pipeline: 'unit',
-      streamSequence: 1,
-      status: 'running',
-      state: 'sub',
-      goal: 'outline it',
-      round: 1,
-      usage: emptyUsage(),
-      createdAt: now,
-      updatedAt: now,
-      paused: { since: now, by: 'ann' },
-    };
+    const parentRecord: WorkflowRecord = { ...parentAt(now), paused: { since: now, by: 'ann' } };
     await first.store.put(parentId, parentRecord);
     const task = first.intake.deliver({ id: subId, goal: 'outline it', parent });
     const plan = await first.next(`${subId}.plan.1`);
@@ -116,18 +117,7 @@ describe('a sub-task restored held', () => {
     // The parent's forwarded pause reached nobody: the sub-task's coordinator was down, its step at work.
     const first = await setUp(twoSteps);
     const now = new Date(first.clock.now()).toISOString();
-    const parentRecord: WorkflowRecord = {
-      taskId: parentId,
-      pipeline: 'unit',
-      streamSequence: 1,
-      status: 'running',
-      state: 'sub',
-      goal: 'outline it',
-      round: 1,
-      usage: emptyUsage(),
-      createdAt: now,
-      updatedAt: now,
-    };
+    const parentRecord = parentAt(now);
     await first.store.put(parentId, parentRecord);
     const task = first.intake.deliver({ id: 'sub-4', goal: 'outline it', parent });
     await first.next('sub-4.plan.1');
