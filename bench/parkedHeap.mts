@@ -5,7 +5,8 @@
  * N must be in flight within the model's 20 s (1,000 takes about 10 s here).
  *
  * With `ended` last, it then waits for every task to end and reports (and snapshots, as ended.heapsnapshot) what the
- * coordinator still holds.
+ * coordinator still holds. With `TROUPE_EVENT_BATCH=1` (read by the bus) a task's events go in batches, read here
+ * through `eventsOf`.
  *
  *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [snap|nosnap] [ended]
  */
@@ -13,9 +14,9 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeHeapSnapshot } from 'node:v8';
-import { connect } from '@nats-io/transport-node';
+import { connect, type Msg } from '@nats-io/transport-node';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import { parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
+import { type EventKind, eventsOf, subjects } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
 
@@ -44,15 +45,21 @@ await startCoordinator({
 });
 const submit = (id: string) =>
   client.publish(subjects.task('parked'), JSON.stringify({ id, goal: 'write out.txt' }));
+/** Calls `seen` with the id of each task an event of `kind` comes for, alone on its subject or in a batch. */
+const follow = (kind: EventKind, seen: (taskId: string) => void) => {
+  const callback = (_e: unknown, msg: Msg) => {
+    const parsed = eventsOf(msg.data, msg.subject);
+    if (!parsed.ok) return;
+    for (const event of parsed.value) if (event.kind === kind) seen(event.taskId);
+  };
+  client.subscribe(subjects.event('parked', '*', kind), { callback });
+  client.subscribe(subjects.eventBatch('parked', '*'), { callback });
+};
 const started = new Set<string>();
 let onStarted: (() => void) | undefined;
-client.subscribe(subjects.event('parked', '*', 'step.started'), {
-  callback: (_e, msg) => {
-    const parsed = parseMessage(TroupeEvent, msg.data);
-    if (!parsed.ok) return;
-    started.add(parsed.value.taskId);
-    onStarted?.();
-  },
+follow('step.started', (taskId) => {
+  started.add(taskId);
+  onStarted?.();
 });
 await client.flush();
 const until = (n: number) =>
@@ -80,12 +87,9 @@ if (process.argv[5] === 'ended') {
   // Once every task has ended, with the coordinator still running: what it keeps of ended tasks.
   const ended = new Set<string>();
   await new Promise<void>((resolve) => {
-    client.subscribe(subjects.event('parked', '*', 'task.completed'), {
-      callback: (_e, msg) => {
-        const parsed = parseMessage(TroupeEvent, msg.data);
-        if (parsed.ok && parsed.value.taskId.startsWith('parked-')) ended.add(parsed.value.taskId);
-        if (ended.size >= parked) resolve();
-      },
+    follow('task.completed', (taskId) => {
+      if (taskId.startsWith('parked-')) ended.add(taskId);
+      if (ended.size >= parked) resolve();
     });
   });
   await new Promise((resolve) => setTimeout(resolve, 2_000));

@@ -3,7 +3,8 @@
  * coordinator (`troupe up --no-agents`), a `troupe worker` per agent, a submitter — under the `authorization` block
  * Troupe wrote before (every role in one account) and the `accounts` block it writes now (an account per role,
  * importing from TROUPE). For each: messages through the server per task (its /varz `in_msgs` + `out_msgs`, from
- * the first task submitted to the last one ended) and task latency (the final events' `durationMs`).
+ * the first task submitted to the last one ended) and task latency (the final events' `durationMs`). With
+ * `TROUPE_EVENT_BATCH=1` (read by every process's bus) the steps' events go in batches, read here through `eventsOf`.
  *
  *   npm run build && npx tsx bench/roles.mts [tasks=40]
  */
@@ -13,8 +14,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
-import { connect, type NatsConnection, nkeyAuthenticator, nkeys } from '@nats-io/transport-node';
+import { connect, type Msg, type NatsConnection, nkeyAuthenticator, nkeys } from '@nats-io/transport-node';
 import { accountsBlock, authorizationBlock, type ConfiguredUser, type Role } from '@troupe/coordinator';
+import { eventsOf, FINAL_EVENT_KINDS, subjects } from '@troupe/protocol';
 import { startTestNats } from '@troupe/testkit';
 
 const tasks = Number(process.argv[2] ?? 40);
@@ -92,21 +94,25 @@ async function run(block: 'authorization' | 'accounts') {
     const durations: number[] = [];
     let allEnded = () => {};
     const ended = new Promise<void>((resolve) => (allEnded = resolve));
-    watcher.subscribe('troupe.events.demo.*.task.*', {
-      callback: (_, msg) => {
-        const event = msg.json<{ kind: string; data: { durationMs?: number } }>();
-        if (!['task.completed', 'task.failed', 'task.cancelled'].includes(event.kind)) return;
-        if (event.kind !== 'task.completed') throw new Error(`a task did not complete: ${msg.string()}`);
-        durations.push(event.data.durationMs ?? 0);
-        if (durations.length === tasks) allEnded();
-      },
-    });
     let steps = 0;
-    watcher.subscribe('troupe.events.demo.*.step.completed', {
-      callback: () => {
-        steps += 1;
-      },
-    });
+    /** Messages this watcher took: among the server's `out_msgs`, more of them with batching on (every batch). */
+    let watched = 0;
+    // A task's end comes alone; its steps' completions alone or, with batching on, inside a batch of its events.
+    const callback = (_: unknown, msg: Msg) => {
+      watched += 1;
+      const parsed = eventsOf(msg.data, msg.subject);
+      if (!parsed.ok) throw new Error(`unreadable events on ${msg.subject}: ${parsed.reason}`);
+      for (const event of parsed.value) {
+        if (event.kind === 'step.completed') steps += 1;
+        if (!FINAL_EVENT_KINDS.includes(event.kind)) continue;
+        if (event.kind !== 'task.completed') throw new Error(`a task did not complete: ${msg.string()}`);
+        durations.push(event.data.durationMs);
+        if (durations.length === tasks) allEnded();
+      }
+    };
+    for (const kind of ['task.*', 'step.completed', 'batch']) {
+      watcher.subscribe(subjects.event('demo', '*', kind), { callback });
+    }
     await watcher.flush();
     const submitter = await connectAs('ci');
     const js = jetstream(submitter);
@@ -117,6 +123,7 @@ async function run(block: 'authorization' | 'accounts') {
     );
     const before = await varz();
     const stepsBefore = steps;
+    const watchedBefore = watched;
     const started = performance.now();
     for (let i = 0; i < tasks; i += 1) {
       await js.publish(
@@ -127,6 +134,7 @@ async function run(block: 'authorization' | 'accounts') {
     await ended;
     const seconds = (performance.now() - started) / 1000;
     const after = await varz();
+    const watchedAfter = watched;
     // The warm-up task's events may fall inside the window: at most one task's worth, in both blocks alike.
     const sorted = durations.slice(-tasks).sort((a, b) => a - b);
     const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
@@ -139,6 +147,7 @@ async function run(block: 'authorization' | 'accounts') {
         ),
         inPerTask: Math.round((after.in_msgs - before.in_msgs) / tasks),
         outPerTask: Math.round((after.out_msgs - before.out_msgs) / tasks),
+        watcherPerTask: Number(((watchedAfter - watchedBefore) / tasks).toFixed(1)),
         stepsPerTask: Number(((steps - stepsBefore) / tasks).toFixed(1)),
         p50Ms: at(0.5),
         p95Ms: at(0.95),
