@@ -144,6 +144,49 @@ describe('a sub-task restored held', () => {
     expect(first.bus.eventsOf('task.completed')).toHaveLength(1);
   });
 
+  it('restored running, goes on when its parent is resumed between its read of the parent’s record and its pause', async () => {
+    // The parent's record said paused when read; the parent was resumed and its forwarded resume found the sub-task
+    // not paused yet (not_paused, which ends the forward), before the sub-task's own pause took hold.
+    const first = await setUp(twoSteps);
+    const now = new Date(first.clock.now()).toISOString();
+    const parentRecord = parentAt(now);
+    await first.store.put(parentId, parentRecord);
+    const task = first.intake.deliver({ id: 'sub-6', goal: 'outline it', parent });
+    await first.next('sub-6.plan.1');
+    await first.runner.stop();
+    await task.handled;
+    await first.store.put(parentId, { ...parentRecord, paused: { since: now, by: 'ann' } });
+    const get = first.store.get.bind(first.store);
+    let reads = 0;
+    let forwarded: unknown;
+    first.store.get = async (key: string) => {
+      const found = await get(key);
+      // The second read of the parent's record is the restored sub-task's (its claim's asks if the parent ended).
+      if (key !== parentId || ++reads !== 2) return found;
+      await first.store.put(parentId, { ...parentRecord, pausedMs: 1_000 });
+      forwarded = await first.control('sub-6', { action: 'resume', by: `task ${parentId}` }).catch((e) => e);
+      return found;
+    };
+    const { intake } = await startRunner(first, twoSteps);
+    const again = intake.deliver(
+      { id: 'sub-6', goal: 'outline it', parent },
+      { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await expect.poll(() => forwarded).toBeDefined();
+    expect(TransportError.is(forwarded, 'not_paused')).toBe(true);
+    await expect.poll(() => first.bus.eventsOf('task.paused').length).toBe(1);
+    // Its own pause came after the parent's resume: it reads the parent's record again, and lets itself go.
+    await expect
+      .poll(() => first.bus.eventsOf('task.resumed').filter((e) => e.data.after === 'pause').length)
+      .toBe(1);
+    expect((await first.record('sub-6'))?.paused).toBeUndefined();
+    // The step sent again as it was restored was never stopped: it goes on.
+    ok(await first.next('sub-6.plan.1'));
+    ok(await first.next('sub-6.build.1'));
+    await again.handled;
+    expect(first.bus.eventsOf('task.completed')).toHaveLength(1);
+  });
+
   it('is held by a person who pauses it while its parent holds it: the parent’s resume then lets it go no more', async () => {
     const { intake, next, control, record, waiting, bus } = await setUp(twoSteps);
     const task = intake.deliver({ id: 'sub-5', goal: 'outline it', parent });

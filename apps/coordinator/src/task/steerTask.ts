@@ -235,8 +235,12 @@ async function steerWithParent(
   if (parentPaused === held || (held ? steering.paused?.by !== by : steering.paused !== undefined)) return;
   const answer: SteerAnswer = (reply) => {
     const what = parentPaused ? 'is held with' : 'goes on with';
-    if (reply.ok) logger.info({ taskId, parentId }, `sub-task ${taskId} ${what} its parent task ${parentId}`);
-    else if (reply.error.code !== 'not_paused' && reply.error.code !== 'already_paused')
+    if (reply.ok) {
+      logger.info({ taskId, parentId }, `sub-task ${taskId} ${what} its parent task ${parentId}`);
+      // The parent's record read again: a pause or resume it forwarded after the read found the sub-task as it was
+      // then (already_paused, not_paused), and forwarded no more.
+      void steerWithParent(services, taskId, parentId, steering);
+    } else if (reply.error.code !== 'not_paused' && reply.error.code !== 'already_paused')
       logger.warn(
         { taskId, parentId },
         `sub-task ${taskId} could not go as its parent task ${parentId} does: ${reply.error.message}`,
