@@ -211,4 +211,43 @@ describe('a sub-task restored held', () => {
     await task.handled;
     expect(bus.eventsOf('task.completed')).toHaveLength(1);
   });
+
+  it('goes on with its running parent when a person’s pause of it, made while its parent held it, cannot be recorded', async () => {
+    const { intake, next, control, record, store, bus } = await setUp(twoSteps);
+    const now = new Date(0).toISOString();
+    await store.put(parentId, parentAt(now));
+    const task = intake.deliver({ id: 'sub-7', goal: 'outline it', parent });
+    const plan = await next('sub-7.plan.1');
+    await control('sub-7', { action: 'pause', ...byParent });
+    paused(plan);
+    await bus.settled();
+    const update = store.update.bind(store);
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let refuse = true;
+    store.update = async (...args: Parameters<typeof store.update>) => {
+      if (refuse) {
+        refuse = false;
+        await gate;
+        throw new Error('the store refused it');
+      }
+      return update(...args);
+    };
+    const pausing = control('sub-7', { action: 'pause', by: 'ann' }).catch((error) => error);
+    await bus.settled();
+    // The parent is resumed meanwhile: its forwarded resume finds the pause ann's, and stops there.
+    await expect(control('sub-7', { action: 'resume', by: `task ${parentId}` })).rejects.toSatisfy(
+      (error) => TransportError.is(error, 'not_paused') && /paused by ann/.test(String(error)),
+    );
+    release();
+    expect(TransportError.is(await pausing, 'not_running')).toBe(true);
+    // Nothing was changed by ann, and nothing holds the sub-task now its parent runs: it goes on.
+    await expect.poll(async () => (await record('sub-7'))?.paused).toBeUndefined();
+    ok(await next('sub-7.plan.1'));
+    ok(await next('sub-7.build.1'));
+    await task.handled;
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+  });
 });

@@ -29,7 +29,10 @@ export function placeOf(snapshot: { value: unknown; context: { round: number } }
  * has taken already is answered with that message's id, and tells nothing new.
  */
 export function steerTask(
-  services: Pick<TaskServices, 'clock' | 'logger' | 'events' | 'bus' | 'pipeline' | 'holdRequests'>,
+  services: Pick<
+    TaskServices,
+    'clock' | 'logger' | 'events' | 'bus' | 'pipeline' | 'holdRequests' | 'store' | 'signals'
+  >,
   hold: Hold,
   place: WorkflowPlace,
   signal: SteerSignal,
@@ -60,6 +63,8 @@ export function steerTask(
         if (!written) {
           if (before) steering.restorePause(before);
           signal.answer(unrecorded('pause'));
+          // The parent's resume that came meanwhile found the pause the person's and let go of none: as restored.
+          if (parentId !== undefined) void steerWithParent(services, taskId, parentId, steering);
           return;
         }
         logger.info(
