@@ -197,7 +197,6 @@ export class TaskSteering {
     this.#pausedMs -= heldMs;
   }
 
-  /** Takes back a pause that could not be recorded: as if it never was, its held steps let go. */
   /**
    * Makes the pause in force `by`'s (a person pausing a sub-task its parent holds: the parent's resume then lets go
    * of no pause of theirs), since when it began; the mark it replaced, to put back when this cannot be recorded.
@@ -218,6 +217,7 @@ export class TaskSteering {
     if (this.#paused !== undefined) this.#paused = mark;
   }
 
+  /** Takes back a pause that could not be recorded: as if it never was, its held steps let go. */
   undoPause(): void {
     if (this.#paused === undefined) return;
     this.#paused = undefined;
