@@ -174,6 +174,8 @@ interface ModelCall {
   taskId: string;
   stepId: string;
   purpose: string | undefined;
+  /** Which of the agent's calls in the task it was (the scripted reply it got), when the runtime said. */
+  call: number | undefined;
 }
 
 /** What one run of the task left behind. */
@@ -244,8 +246,8 @@ describe('a task restored from each checkpoint of a run through every step kind'
       this: ScriptedProvider,
       request: ModelRequest,
     ) {
-      const { pipeline, taskId, stepId, purpose } = request.context;
-      modelCalls.push({ provider: this, pipeline, taskId, stepId, purpose });
+      const { pipeline, taskId, stepId, purpose, call } = request.context;
+      modelCalls.push({ provider: this, pipeline, taskId, stepId, purpose, call });
       return complete.call(this, request);
     });
   });
@@ -295,18 +297,24 @@ describe('a task restored from each checkpoint of a run through every step kind'
     for (const key of keys) counts.set(key, (counts.get(key) ?? 0) + 1);
     return new Map([...counts].sort(([a], [b]) => a.localeCompare(b)));
   };
+  /** Each task's journaled model turns as read at its cut, with what each replied: said when a check fails. */
+  const journalDetail = new Map<string, string[]>();
   const modelReplies = async (root: string, name: string): Promise<Map<string, number>> => {
     const journal = await new Kvm(client).open(BUCKETS.journal);
     const keys: string[] = [];
+    const detail: string[] = [];
     for await (const key of await journal.keys()) {
       for (const pipeline of [`${name}-sub`, name]) {
         const prefix = `${pipeline}.${root}`;
         if (key.startsWith(prefix) && key.endsWith('.model')) {
           keys.push(stepOf(root, key.slice(pipeline.length + 1, -'.model'.length).replace(/\.\d+$/, '')));
+          const entry = (await journal.get(key))?.json<{ kind?: string; reply?: { content?: string } }>();
+          detail.push(`${key} ${entry?.kind} ${JSON.stringify(entry?.reply ?? {}).slice(0, 120)}`);
           break;
         }
       }
     }
+    journalDetail.set(root, detail.sort());
     return counted(keys);
   };
 
@@ -521,8 +529,19 @@ describe('a task restored from each checkpoint of a run through every step kind'
         const journaled = outcome.journaled.get(step) ?? 0;
         const made = outcome.calls.get(step) ?? 0;
         const expected = ref.calls.get(step) ?? 0;
-        if (journaled + made > expected)
-          problems.push(`${step}: ${journaled} journaled + ${made} called after the cut, over ${expected}`);
+        if (journaled + made > expected) {
+          // What was journaled, and every call of the step's agent made for the task (by either coordinator).
+          const calls = modelCalls
+            .filter((c) => c.taskId === taskId && stepOf(taskId, c.stepId) === step)
+            .map(
+              (c) =>
+                `${c.stepId} call ${c.call} by ${run.cutOff.has(c.provider) ? 'the first' : 'the second'}`,
+            );
+          const journal = (journalDetail.get(taskId) ?? []).filter((k) => k.includes(step.slice(1)));
+          problems.push(
+            `${step}: ${journaled} journaled + ${made} called after the cut, over ${expected} (journal: ${journal.join(' | ')}; calls: ${calls.join(', ')})`,
+          );
+        }
       }
       // The restored workflow goes on from where its checkpoint has it: a step is entered again only when the
       // checkpoint was taken before it was entered (the record's writes trail the workflow, so the first coordinator
