@@ -181,8 +181,14 @@ describe.each(SERVERS)('kill -9 in a parallel, foreach or human step, on $server
     // No item the checkpoint had as done was started again after the kill.
     const startedAfter = ofKind(mine.slice(killedAt), 'step.started').map((e) => e.data.item);
     for (const index of done) expect(startedAfter, `item ${index}`).not.toContain(index);
-    // Every item wrote its ledger line once, those at work at the kill included (their tool call was journaled).
-    expect(ledger(taskId, 'fanned')).toHaveLength(20);
+    // Every item wrote its ledger line once, those at work at the kill included (their tool call was journaled); but
+    // for a call the kill cut short after all (its tool.call event still on its way to this test when it killed, on a
+    // busy machine), which is in doubt and not run again: it wrote its line at most once.
+    const inDoubt = ofKind(mine.slice(killedAt), 'tool.result').filter(
+      (r) => r.data.error?.code === 'in_doubt',
+    ).length;
+    expect(ledger(taskId, 'fanned').length).toBeLessThanOrEqual(20);
+    expect(ledger(taskId, 'fanned').length).toBeGreaterThanOrEqual(20 - inDoubt);
     // Each item was started at least once, and only once before the kill.
     const startedBefore = ofKind(mine.slice(0, killedAt), 'step.started').map((e) => e.data.item);
     expect(new Set(startedBefore).size).toBe(startedBefore.length);
