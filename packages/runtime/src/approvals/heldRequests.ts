@@ -1,10 +1,8 @@
 import type { HumanRequest } from '@troupe/protocol';
-import { type KeyValue, throughOutages } from '../durable/kvStore.ts';
+import type { KeyValue } from '../durable/kvStore.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
 import { heldRecord, letGoRecord } from './humanRequest.ts';
-
-/** How many times a hold or a let-go is written again over a record that changed meanwhile (its asker's write). */
-const ATTEMPTS = 3;
+import { rewritePending } from './pendingRecord.ts';
 
 /** What {@link holdTaskRequests} changes a task's pending requests to: held from a pause's start, or let go. */
 export type RequestsHold = { hold: true; since: number } | { hold: false; stillResumed: () => boolean };
@@ -32,20 +30,13 @@ export async function holdTaskRequests(
   let changed = 0;
   for (const id of await deps.journal.humanRequestsOf(taskId)) {
     if (!change.hold && !change.stillResumed()) break;
-    for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
-      const entry = await throughOutages(() => deps.store.get(id));
-      const record = entry?.value;
-      if (entry === undefined || record === undefined || record.status !== 'pending') break;
-      if (change.hold === (record.held !== undefined)) break;
-      const next = change.hold
+    const written = await rewritePending(deps.store, id, (record) => {
+      if (change.hold === (record.held !== undefined)) return undefined;
+      return change.hold
         ? heldRecord(record, Math.max(change.since, Date.parse(record.requestedAt)))
         : letGoRecord(record, deps.now());
-      const written = await throughOutages(() => deps.store.update(id, next, entry.revision));
-      if (written !== undefined) {
-        changed += 1;
-        break;
-      }
-    }
+    });
+    if (written) changed += 1;
   }
   return changed;
 }

@@ -1,6 +1,7 @@
 import type { HumanRequest, TaskEnding, TroupeEvent } from '@troupe/protocol';
-import { type KeyValue, throughOutages } from '../durable/kvStore.ts';
+import type { KeyValue } from '../durable/kvStore.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
+import { rewritePending } from './pendingRecord.ts';
 
 /**
  * Why a step was stopped when its task ended (completed, failed or was cancelled): given as the abort reason, so
@@ -36,9 +37,6 @@ export function closedByEnding(record: HumanRequest, ending: TaskEnding, now: nu
   return { ...unheld, status: 'closed', taskEnded: ending, decidedAt: new Date(now).toISOString() };
 }
 
-/** How many times a request's close is written again over a record changed meanwhile but still pending. */
-const CLOSE_ATTEMPTS = 3;
-
 /**
  * Closes every approval and question of a task that is still pending, once the task has ended: nothing will wait
  * for them again, and `troupe approve` on one then says how the task ended. The task's step journal says which
@@ -52,19 +50,8 @@ export async function closeTaskRequests(
 ): Promise<number> {
   let closed = 0;
   for (const id of await deps.journal.humanRequestsOf(taskId)) {
-    // A write lost to one that left the record pending (a hold or let-go, the coordinator's or its asker's) is tried
-    // again over it; one lost to a decision leaves that decision.
-    for (let attempt = 0; attempt < CLOSE_ATTEMPTS; attempt++) {
-      const entry = await throughOutages(() => deps.store.get(id));
-      if (entry?.value.status !== 'pending') break;
-      const written = await throughOutages(() =>
-        deps.store.update(id, closedByEnding(entry.value, ending, deps.now()), entry.revision),
-      );
-      if (written !== undefined) {
-        closed += 1;
-        break;
-      }
-    }
+    if (await rewritePending(deps.store, id, (record) => closedByEnding(record, ending, deps.now())))
+      closed += 1;
   }
   return closed;
 }
