@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { TaskOrigin, TaskSubmission, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
-import type { JetStreamBus } from '@troupe/runtime/bus';
+import { type JetStreamBus, permissionRefusal } from '@troupe/runtime/bus';
 import { familyRepeatProblem, type MadeTask } from './familyRepeat.ts';
 import { OperationError } from './operationError.ts';
 import { originAsked } from './originAsked.ts';
@@ -228,9 +228,8 @@ const refusedTo =
   (origin: TaskOrigin, pipeline: string) =>
   (what: string) =>
   (error: unknown): never => {
-    let refusal = error;
-    while (refusal instanceof Error && refusal.name !== 'PermissionViolationError') refusal = refusal.cause;
-    if (!(refusal instanceof Error)) throw error;
+    const refusal = permissionRefusal(error);
+    if (refusal === undefined) throw error;
     throw new OperationError(
       'unavailable',
       `this NATS user may not ${what}, so it may not ${origin.kind} task ${origin.taskId} (${refusal.message}); ` +

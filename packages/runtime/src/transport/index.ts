@@ -64,6 +64,7 @@ export {
   DEFAULT_NO_JETSTREAM_MS,
   DEFAULT_OUTAGE_MS,
   isPermissionRefusal,
+  permissionRefusal,
   type UntilReachableOptions,
   untilReachable,
 } from './untilReachable.ts';

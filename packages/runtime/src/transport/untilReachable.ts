@@ -49,10 +49,15 @@ export const CONNECTION_ERRORS: ReadonlySet<string> = new Set([
  * a `RequestError` caused by the refusal, which no wait cures.
  */
 export function isPermissionRefusal(error: unknown): boolean {
+  return permissionRefusal(error) !== undefined;
+}
+
+/** The server's refusal of the subject to this client's user, where `error` or one of its causes is one. */
+export function permissionRefusal(error: unknown): Error | undefined {
   for (let e = error; e instanceof Error; e = e.cause) {
-    if (e.name === 'PermissionViolationError') return true;
+    if (e.name === 'PermissionViolationError') return e;
   }
-  return false;
+  return undefined;
 }
 
 function failureOf(error: unknown): Failure {
