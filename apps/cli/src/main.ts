@@ -2,6 +2,7 @@ import { redactSecrets, registerSecretsFromEnv } from '@troupe/runtime/secrets';
 import { Command } from 'commander';
 import cli from '../package.json' with { type: 'json' };
 import { registerControlCommands } from './program/control.ts';
+import { registerEvalCommands } from './program/evals.ts';
 import { registerFamilyCommands } from './program/family.ts';
 import { registerNatsConfigCommands } from './program/natsConfig.ts';
 import { natsAccessOptions } from './program/options.ts';
@@ -24,6 +25,7 @@ registerControlCommands(program);
 registerFamilyCommands(program);
 registerPeopleCommands(program);
 registerProjectCommands(program);
+registerEvalCommands(program);
 registerNatsConfigCommands(program);
 
 // Every command that talks to NATS logs in the same way, with the nats CLI's environment variables.

@@ -11,6 +11,20 @@ export {
   TaskEnding,
 } from './control.ts';
 export {
+  CaseRecording,
+  CaseResult,
+  Dataset,
+  DatasetSummary,
+  EVALS_BUCKET,
+  EvalCase,
+  EvalMode,
+  Experiment,
+  ExperimentSummary,
+  Score,
+  ScorerSpec,
+  TrajectoryMatch,
+} from './evals.ts';
+export {
   EVENT_BATCH_TOKEN,
   EventBatch,
   EventMessage,
