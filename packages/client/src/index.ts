@@ -1,3 +1,4 @@
+export { COMPARE_RESAMPLES, COMPARE_SEED, caseMeanScore, compareExperiments } from './evalCompare.ts';
 export {
   type DecidedStatus,
   type HumanReply,

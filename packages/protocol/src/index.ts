@@ -11,6 +11,15 @@ export {
   TaskEnding,
 } from './control.ts';
 export {
+  CaseChange,
+  CaseComparison,
+  CaseSide,
+  ComparedExperiment,
+  EvalComparison,
+  EvalVerdict,
+  ScorerComparison,
+} from './evalComparison.ts';
+export {
   CaseRecording,
   CaseResult,
   Dataset,
