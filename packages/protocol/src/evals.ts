@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { TroupeEvent } from './events.ts';
 import { JournalEntry } from './journalEntry.ts';
 import { Name } from './names.ts';
+import { Score } from './score.ts';
 import { UsageTotals } from './usage.ts';
 
 /**
@@ -78,18 +79,8 @@ export const ScorerSpec = z.discriminatedUnion('type', [
 ]);
 export type ScorerSpec = z.infer<typeof ScorerSpec>;
 
-/** One score of one case: its value from 0 to 1, whether it passed its threshold, and why. */
-export const Score = z.object({
-  scorer: z.string(),
-  type: z.string(),
-  value: z.number().min(0).max(1),
-  threshold: z.number().min(0).max(1),
-  pass: z.boolean(),
-  reason: z.string(),
-  /** What a judge's model calls cost, counted apart from the task's. */
-  costUsd: z.number().nonnegative().optional(),
-});
-export type Score = z.infer<typeof Score>;
+/** One score of one case (in `score.ts`, so that the `eval.scored` event, which carries scores, can read it too). */
+export { Score };
 
 /**
  * A recorded run kept whole inside a case, so it replays after the server has let its events age out: the task's

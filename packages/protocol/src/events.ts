@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { TaskFailureReason } from './failure.ts';
 import { Name, TaskId } from './names.ts';
+import { Score } from './score.ts';
 import { StepError, Verdict } from './step.ts';
 import { TaskOriginRef } from './task.ts';
 import { UsageTotals } from './usage.ts';
@@ -383,12 +384,30 @@ export const EventData = {
     durationMs: z.number().nonnegative(),
   }),
   'task.cancelled': z.object({ reason: z.string().optional(), usage: UsageTotals }),
+  /**
+   * A sampled task of a pipeline with an `evals:` block, scored after its end (online scoring, docs/evals.md): it
+   * follows the task's final event. `costUsd` is what the scorers' own model calls (a judge's) cost, apart from the
+   * task's usage. With `error`, the task's run could not be scored at all (`scores` empty).
+   */
+  'eval.scored': z.object({
+    /** How the task ended. */
+    status: z.enum(['completed', 'failed', 'cancelled']),
+    scores: z.array(Score),
+    /** Every score passed (false with none, or with `error`). */
+    pass: z.boolean(),
+    /** The pipeline's sample rate, 0 to 1: the share of its tasks scored. */
+    sample: z.number().min(0).max(1),
+    costUsd: z.number().nonnegative(),
+    /** How long scoring took. */
+    durationMs: z.number().nonnegative(),
+    error: z.string().optional(),
+  }),
 } as const;
 
 export type EventKind = keyof typeof EventData;
 export const EVENT_KINDS = Object.keys(EventData) as EventKind[];
 
-/** Kinds that end a task: nothing follows them for that task. */
+/** Kinds that end a task: nothing follows them for that task but its online score (`eval.scored`), if sampled. */
 export const FINAL_EVENT_KINDS: readonly EventKind[] = ['task.completed', 'task.failed', 'task.cancelled'];
 
 const envelope = {
@@ -439,6 +458,7 @@ export const TroupeEvent = z.discriminatedUnion('kind', [
   eventSchema('task.completed'),
   eventSchema('task.failed'),
   eventSchema('task.cancelled'),
+  eventSchema('eval.scored'),
 ]);
 export type TroupeEvent = z.infer<typeof TroupeEvent>;
 

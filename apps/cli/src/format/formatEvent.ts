@@ -12,6 +12,7 @@ const KIND_STYLE: Partial<Record<string, Style>> = {
   'task.completed': ['green', 'bold'],
   'task.failed': ['red', 'bold'],
   'task.cancelled': ['yellow', 'bold'],
+  'eval.scored': 'cyan',
   'agent.handoff': 'magenta',
   'step.started': 'blue',
   'step.completed': 'blue',
@@ -176,5 +177,19 @@ function summarize(event: TroupeEvent): string {
       return `${event.data.reason}: ${oneLine(event.data.message, 120)}`;
     case 'task.cancelled':
       return event.data.reason ?? '';
+    case 'eval.scored':
+      return scored(event.data);
   }
+}
+
+/** An online score: passed or not, each scorer's value (a failed one with why), and what judging cost. */
+function scored(d: Extract<TroupeEvent, { kind: 'eval.scored' }>['data']): string {
+  const of = `the ${d.status} task (sample ${d.sample})`;
+  if (d.error !== undefined) return `ERROR scoring ${of}: ${oneLine(d.error, 120)}`;
+  const passed = d.scores.filter((score) => score.pass).length;
+  const each = d.scores.map(
+    (score) =>
+      `${score.scorer} ${score.value.toFixed(2)}${score.pass ? '' : ` ✗ ${oneLine(score.reason, 60)}`}`,
+  );
+  return [`${d.pass ? 'PASS' : 'FAIL'} ${passed}/${d.scores.length}`, ...each].join(' · ') + usd(d.costUsd);
 }

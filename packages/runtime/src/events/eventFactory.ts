@@ -63,6 +63,8 @@ const IDENTITY: Identity = {
   'task.completed': () => [],
   'task.failed': () => [],
   'task.cancelled': () => [],
+  // One score per task: a redelivery of its ended task scores it again, and the stream keeps the first.
+  'eval.scored': () => [],
 };
 
 /** The id of an event: its task, its kind and what makes it that fact (see {@link IDENTITY}). */

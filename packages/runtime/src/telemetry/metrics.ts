@@ -1,6 +1,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { errorMessage, isStepErrorCode, type TokenUsage, type TroupeEvent } from '@troupe/protocol';
+import {
+  type EventOf,
+  errorMessage,
+  isStepErrorCode,
+  type TokenUsage,
+  type TroupeEvent,
+} from '@troupe/protocol';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Logger } from '../logging/index.ts';
 import type { JetStreamBus } from '../transport/bus.ts';
@@ -8,6 +14,8 @@ import type { JetStreamBus } from '../transport/bus.ts';
 /** Seconds: tasks and steps run from milliseconds (a scripted model) to hours (a person asked). */
 const TASK_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600, 14_400];
 const CALL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Scores run from 0 to 1; a check that holds or not is 0 or 1. */
+const SCORE_BUCKETS = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1];
 
 /**
  * The Prometheus metrics of one Troupe process (`troupe up`, `troupe worker`), counted from the events it publishes
@@ -91,6 +99,18 @@ export class TroupeMetrics {
     'troupe_approvals_total',
     'Approvals decided, by decision (expired: nobody decided in time).',
     ['decision'],
+  );
+  readonly #evalScores = new Histogram({
+    name: 'troupe_eval_score',
+    help: "Online scores of sampled tasks (a pipeline's `evals:`), 0 to 1, by pipeline and scorer.",
+    labelNames: ['pipeline', 'scorer'],
+    buckets: SCORE_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #evalChecks = this.#counter(
+    'troupe_eval_checks_total',
+    'Online scores of sampled tasks, by pipeline, scorer and result (error: the scorer, or with scorer "(all)" the scoring of the run, failed).',
+    ['pipeline', 'scorer', 'result'],
   );
   readonly #pendingSources = new Set<() => number>();
   readonly #pending: Gauge = new Gauge({
@@ -202,6 +222,9 @@ export class TroupeMetrics {
       case 'approval.decided':
         this.#approvals.inc({ decision: event.data.expired ? 'expired' : event.data.decision });
         break;
+      case 'eval.scored':
+        this.#scored(pipeline, event.data);
+        break;
       default:
         break;
     }
@@ -215,6 +238,16 @@ export class TroupeMetrics {
     this.#tokens.inc({ ...labels, type: 'output' }, usage.outputTokens);
     this.#tokens.inc({ ...labels, type: 'cached' }, usage.cachedTokens);
     this.#cost.inc(labels, costUsd);
+  }
+
+  #scored(pipeline: string, scored: EventOf<'eval.scored'>['data']): void {
+    if (scored.error !== undefined) this.#evalChecks.inc({ pipeline, scorer: '(all)', result: 'error' });
+    for (const { scorer, value, pass, reason } of scored.scores) {
+      this.#evalScores.observe({ pipeline, scorer }, value);
+      // A scorer that threw scores 0 with its error as the reason (scoreRun): an error, not a failed check.
+      const result = reason.startsWith('error:') ? 'error' : pass ? 'pass' : 'fail';
+      this.#evalChecks.inc({ pipeline, scorer, result });
+    }
   }
 
   #taskEnded(pipeline: string, outcome: string, durationMs: number): void {
