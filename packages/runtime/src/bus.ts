@@ -6,6 +6,7 @@
 export { closedByEnding, describeEnding } from './approvals/taskEnded.ts';
 export { type EventHistoryOptions, readEventHistory, type StoredEvent } from './durable/eventHistory.ts';
 export { isOutage, type KeyValue, type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
+export { ObjectBucket, type ObjectBucketConnection, type ObjectListing } from './durable/objectBucket.ts';
 export { ValueStore, type ValueStoreOptions } from './durable/valueStore.ts';
 export { ValueStoreError, type ValueStoreErrorCode } from './durable/valueStoreError.ts';
 export * from './logging/index.ts';

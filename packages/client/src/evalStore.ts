@@ -1,0 +1,152 @@
+import {
+  Dataset,
+  DatasetSummary,
+  EVALS_BUCKET,
+  type EvalCase,
+  Experiment,
+  ExperimentSummary,
+  type ScorerSpec,
+} from '@troupe/protocol';
+import { ObjectBucket, type ObjectBucketConnection } from '@troupe/runtime/bus';
+import type { z } from 'zod';
+
+/** What {@link EvalStore.putDataset} is given: a dataset's content, to store as its next version. */
+export interface NewDataset {
+  name: string;
+  description?: string;
+  scorers: ScorerSpec[];
+  cases: EvalCase[];
+}
+
+const datasetObject = (name: string, version: number) => `datasets/${name}/${version}`;
+const experimentObject = (id: string) => `experiments/${id}`;
+
+/**
+ * Datasets and experiments of evals, in the NATS object store `troupe-evals`: each version of a dataset is the
+ * object `datasets/<name>/<version>` and each experiment `experiments/<id>`, as JSON. Each object's `metadata`
+ * holds its summary (`summary`, JSON), so a listing reads the objects' descriptions and no object's body. Reads use
+ * plain message gets (as `ValueStore` does), never a consumer, so a user who may only read needs no right to make
+ * consumers. The bucket is made on the first write; until then reads answer empty or undefined.
+ *
+ * @example
+ * const store = new EvalStore(bus);
+ * const { version } = await store.putDataset({ name: 'support', scorers: [], cases });
+ * const latest = await store.dataset('support');
+ */
+export class EvalStore {
+  readonly #bucket: ObjectBucket;
+
+  constructor(bus: ObjectBucketConnection) {
+    this.#bucket = new ObjectBucket(
+      bus,
+      EVALS_BUCKET,
+      'Troupe: eval datasets (each version) and experiments',
+    );
+  }
+
+  /**
+   * Stores a dataset as its next version (the highest stored plus one, 1 for a new name), made now.
+   *
+   * Two writers adding a version of one dataset at once may both read the same highest version and both write the
+   * next: the object store keeps the later write under that name, so the earlier is lost (its writer was answered
+   * with the version all the same). Datasets are added by people and CI jobs now and then, not by many writers at
+   * once; one that must not lose a version reads the dataset back and adds again.
+   */
+  async putDataset(content: NewDataset): Promise<Dataset> {
+    const versions = (await this.datasets()).filter((d) => d.name === content.name).map((d) => d.version);
+    const dataset = Dataset.parse({
+      ...content,
+      version: Math.max(0, ...versions) + 1,
+      createdAt: new Date().toISOString(),
+    });
+    const summary: DatasetSummary = {
+      name: dataset.name,
+      version: dataset.version,
+      createdAt: dataset.createdAt,
+      cases: dataset.cases.length,
+      recorded: dataset.cases.filter((c) => c.recording !== undefined).length,
+      ...(dataset.description === undefined ? {} : { description: dataset.description }),
+    };
+    await this.#put(datasetObject(dataset.name, dataset.version), dataset, summary);
+    return dataset;
+  }
+
+  /** A dataset's version, or its newest when none is given; undefined when it is not stored. */
+  async dataset(name: string, version?: number): Promise<Dataset | undefined> {
+    const wanted =
+      version ?? Math.max(0, ...(await this.datasets()).filter((d) => d.name === name).map((d) => d.version));
+    if (wanted === 0) return undefined;
+    return this.#read(datasetObject(name, wanted), Dataset);
+  }
+
+  /** Every version of every dataset, the newest first. */
+  async datasets(): Promise<DatasetSummary[]> {
+    const summaries = await this.#summaries('datasets/', DatasetSummary);
+    return summaries.sort(
+      (a, b) =>
+        b.createdAt.localeCompare(a.createdAt) || a.name.localeCompare(b.name) || b.version - a.version,
+    );
+  }
+
+  /** Stores an experiment under its id, replacing one stored under the same id. */
+  async putExperiment(experiment: Experiment): Promise<void> {
+    const stored = Experiment.parse(experiment);
+    const summary: ExperimentSummary = {
+      id: stored.id,
+      dataset: stored.dataset,
+      mode: stored.mode,
+      startedAt: stored.startedAt,
+      totals: stored.totals,
+      pipeline: { name: stored.pipeline.name, hash: stored.pipeline.hash },
+    };
+    await this.#put(experimentObject(stored.id), stored, summary);
+  }
+
+  /** An experiment; undefined when none is stored under the id. */
+  experiment(id: string): Promise<Experiment | undefined> {
+    return this.#read(experimentObject(id), Experiment);
+  }
+
+  /** Every experiment, the newest first. */
+  async experiments(): Promise<ExperimentSummary[]> {
+    const summaries = await this.#summaries('experiments/', ExperimentSummary);
+    return summaries.sort((a, b) => b.startedAt.localeCompare(a.startedAt) || a.id.localeCompare(b.id));
+  }
+
+  async #put(name: string, value: unknown, summary: unknown): Promise<void> {
+    const bytes = new TextEncoder().encode(JSON.stringify(value));
+    await this.#bucket.put(name, bytes, { summary: JSON.stringify(summary) });
+  }
+
+  /** The summaries the objects under `prefix` keep in their metadata; those that do not parse are passed over. */
+  async #summaries<S extends z.ZodType>(prefix: string, schema: S): Promise<z.infer<S>[]> {
+    const summaries: z.infer<S>[] = [];
+    for (const { metadata } of await this.#bucket.list(prefix)) {
+      const parsed = schema.safeParse(jsonOrUndefined(metadata.summary ?? ''));
+      if (parsed.success) summaries.push(parsed.data);
+    }
+    return summaries;
+  }
+
+  /** An object's body checked against `schema`; undefined when the object (or the bucket) is not there. */
+  async #read<S extends z.ZodType>(name: string, schema: S): Promise<z.infer<S> | undefined> {
+    const bytes = await this.#bucket.read(name);
+    if (bytes === undefined) return undefined;
+    const parsed = schema.safeParse(jsonOrUndefined(new TextDecoder().decode(bytes)));
+    if (!parsed.success) {
+      const what = name.startsWith('datasets/') ? 'dataset' : 'experiment';
+      throw new Error(
+        `object ${name} of ${EVALS_BUCKET} is not a ${what} this version of Troupe reads: ${parsed.error.issues[0]?.message ?? 'not JSON'}`,
+      );
+    }
+    return parsed.data;
+  }
+}
+
+function jsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
