@@ -31,6 +31,13 @@ export {
   type PipelineReload,
   startCoordinator,
 } from './coordinator.ts';
+export { type DatasetFile, DatasetFileError, readDatasetFile } from './evals/datasetFile.ts';
+export {
+  type RecordedCases,
+  type RecordedSelect,
+  recordedCases,
+  type SkippedTask,
+} from './evals/recordedCases.ts';
 export { type RunTaskOptions, type RunTaskResult, runTask } from './inProcessRun.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {
