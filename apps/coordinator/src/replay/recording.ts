@@ -19,6 +19,14 @@ type RecordedTurn =
   | { kind: 'reply'; response: ModelResponse }
   | { kind: 'error'; code: string; message: string };
 
+/** A tool call of the recorded run, as {@link Recording.calls} lists them. */
+export interface RecordedCall {
+  callId: string;
+  tool: string;
+  arguments: string;
+  result: EventOf<'tool.result'> | undefined;
+}
+
 /** Where the whole of what events kept only in part is read: the step journal, which keeps every reply whole. */
 export interface JournalReader {
   entry(key: string): Promise<JournalEntry | undefined>;
@@ -204,6 +212,23 @@ export class Recording {
   /** The recorded result of a tool call, by its step, turn and position. */
   toolResult(stepId: string, turn: number, index: number): EventOf<'tool.result'> | undefined {
     return this.#results.get(callKey(stepId, turn, index));
+  }
+
+  /**
+   * Every tool call the recorded run's model asked for, in the order it asked: the tool, its arguments (whole where
+   * the journal made them whole) and the recorded result, if the call has one.
+   */
+  calls(): RecordedCall[] {
+    return [...this.#turns.values()].flatMap((turn) =>
+      turn.kind === 'reply'
+        ? turn.response.toolCalls.map((call) => ({
+            callId: call.id,
+            tool: call.name,
+            arguments: call.arguments,
+            result: this.#byCallId.get(call.id),
+          }))
+        : [],
+    );
   }
 
   /** The recorded result of the call the model made under this id. */

@@ -1,12 +1,15 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ModelResponse } from '@troupe/llm';
 import type { TroupeEvent } from '@troupe/protocol';
 import {
   connectMcpServers,
   EventFactory,
+  type HumanGate,
+  type Logger,
   type McpConnections,
-  runAgentStep,
+  startAgentStep,
   systemClock,
   ToolError,
   type ToolErrorCode,
@@ -178,10 +181,6 @@ export async function replayTask(
   }
   if (options.journal) await recording.restore(options.journal);
   if (options.values) await recording.restoreValues(options.values);
-  const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
-  const replayed: TroupeEvent[] = [];
-  // The replayed events carry what the recording held (the agents' recorded replies): parsed, as any foreign input.
-  const factory = new EventFactory(systemClock, { validate: true });
   let mcp: McpConnections | undefined;
   try {
     // Tools run again in a fresh workspace (MCP tools on the pipeline's servers, connected now), or answer from the
@@ -203,8 +202,91 @@ export async function replayTask(
         for (const tool of mcp.tools) registry.register(tool);
       }
     }
+    const { events: replayed } = await runOffline({
+      pipeline: options.pipeline,
+      recording,
+      task: recordedTask(recording),
+      models: 'recorded',
+      registry,
+      human: recording.people(),
+    });
+    const recordedFacts = factsOf(recording.events);
+    const replayedFacts = factsOf(replayed);
+    return {
+      recorded: recordedFacts,
+      replayed: replayedFacts,
+      divergence: firstDivergence(recordedFacts, replayedFacts),
+      truncated: recording.truncated,
+      events: replayed,
+    };
+  } finally {
+    await mcp?.close();
+  }
+}
+
+/** The task a recording ran, to run again under its own id, goal, input and trace. */
+export function recordedTask(recording: Recording): WorkflowInput {
+  const taskId = recording.taskId;
+  const started = recording.accepted;
+  if (!started) throw new Error(`the recording of task ${taskId} has no task.accepted event to start from`);
+  const accepted = started.data;
+  return {
+    taskId,
+    pipeline: recording.pipeline,
+    goal: accepted.goal,
+    ...(accepted.input ? { input: accepted.input } : {}),
+    // Its steps read the whole input back, as the recorded run's did.
+    ...(accepted.inputCut ? { inputCut: accepted.inputCut } : {}),
+    ...(accepted.metadata ? { metadata: accepted.metadata } : {}),
+    traceparent: started.traceparent,
+    // A restart or fork takes what it reused from its origin again, as its events recorded it.
+    ...(accepted.origin ? { origin: accepted.origin, ...recordedReuse(recording.events, taskId) } : {}),
+  };
+}
+
+/** What a run of a pipeline's flow in this process, with no server, is made of. */
+export interface OfflineRunOptions {
+  pipeline: LoadedPipeline;
+  /** The recorded run: remote agents' steps and what people told the task are answered from it. */
+  recording: Recording;
+  /** The task to run: the recording's own (a replay) or another (an eval case's, under an id of its own). */
+  task: WorkflowInput;
+  /** `recorded`: each agent's model answers from the recording; `pipeline`: the pipeline's own models are called. */
+  models: 'recorded' | 'pipeline';
+  registry: ToolRegistry;
+  human: HumanGate;
+  /** Prices each model reply by the pipeline's `prices:`; unpriced (cost 0) when false or absent. */
+  priced?: boolean;
+  /** Cancels the run: its steps are stopped and the task ends `task.cancelled`. */
+  signal?: AbortSignal;
+  logger?: Logger;
+}
+
+export interface OfflineRunResult {
+  /** The run's events, in order, ending with its `task.completed`, `task.failed` or `task.cancelled`. */
+  events: TroupeEvent[];
+  /** How the task ended, and its whole output (the final event keeps the same text). */
+  status: 'completed' | 'failed' | 'cancelled';
+  output: string;
+}
+
+/**
+ * Runs a task of a pipeline's flow in this process, with no NATS, no journal and no time budget: its steps run by
+ * agent actors on the given tools and people, with the recording's models or the pipeline's own, in a fresh
+ * workspace removed after. What `troupe replay` and the evals' replay and model modes run.
+ */
+export async function runOffline(options: OfflineRunOptions): Promise<OfflineRunResult> {
+  const { recording, task } = options;
+  const { config } = options.pipeline;
+  const workspaceRoot = await mkdtemp(join(tmpdir(), 'troupe-replay-'));
+  const replayed: TroupeEvent[] = [];
+  // The replayed events carry what the recording held (the agents' recorded replies): parsed, as any foreign input.
+  const factory = new EventFactory(systemClock, { validate: true });
+  const started = Date.now();
+  try {
     const agents = new Map(
       agentDefinitions(options.pipeline).map((agent) => {
+        if (options.models === 'pipeline') return [agent.name, agent];
         const entry = resolveModelRef(
           config,
           config.agents[agent.name]?.model ?? config.defaults.model ?? '',
@@ -217,9 +299,10 @@ export async function replayTask(
         return [agent.name, { ...agent, model }];
       }),
     );
+    const { prices } = options.pipeline;
     const deps = {
-      registry,
-      human: recording.people(),
+      registry: options.registry,
+      human: options.human,
       workspaceRoot,
       clock: systemClock,
       events: factory,
@@ -228,9 +311,16 @@ export async function replayTask(
       },
       // What people told the task is read at the turns the recorded run read it, as its events say.
       recordedTold: (stepId: string, turn: number) => recording.toldBefore(stepId, turn),
+      ...(options.priced
+        ? {
+            price: (provider: string, model: string, response: ModelResponse) =>
+              prices.cost(provider, model, response.usage),
+          }
+        : {}),
+      ...(options.logger ? { logger: options.logger } : {}),
     };
     const machine = compileFlow(config, {
-      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input }) => {
+      runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
         if (options.pipeline.remoteAgents.has(input.request.agent))
           return {
             ...(await recordedRemoteStep(recording.events, input.request, deps.publish)),
@@ -242,24 +332,18 @@ export async function replayTask(
         const { budget, ...rest } = input.request;
         const { deadline: _deadline, ...untimed } = budget ?? { sources: {} };
         const request = budget ? { ...rest, budget: untimed } : rest;
-        return { ...(await runAgentStep(agent, request, deps)), durationMs: 0 };
+        const step = startAgentStep(agent, request, deps);
+        const stop = () => step.stop({ why: 'aborted' });
+        signal.addEventListener('abort', stop, { once: true });
+        try {
+          return { ...(await step.reply), durationMs: 0 };
+        } finally {
+          signal.removeEventListener('abort', stop);
+        }
       }),
     });
-    const accepted = recording.accepted.data;
-    const input: WorkflowInput = {
-      taskId,
-      pipeline: config.name,
-      goal: accepted.goal,
-      ...(accepted.input ? { input: accepted.input } : {}),
-      // Its steps read the whole input back, as the recorded run's did.
-      ...(accepted.inputCut ? { inputCut: accepted.inputCut } : {}),
-      ...(accepted.metadata ? { metadata: accepted.metadata } : {}),
-      traceparent: recording.accepted.traceparent,
-      // A restart or fork takes what it reused from its origin again, as its events recorded it.
-      ...(accepted.origin ? { origin: accepted.origin, ...recordedReuse(recording.events, taskId) } : {}),
-    };
-    const scope = { pipeline: config.name, taskId, traceparent: input.traceparent };
-    const actor = createActor(machine, { input });
+    const scope = { pipeline: config.name, taskId: task.taskId, traceparent: task.traceparent };
+    const actor = createActor(machine, { input: task });
     actor.on('event', (emitted) => {
       const route = {
         ...(emitted.from === undefined ? {} : { from: emitted.from }),
@@ -267,8 +351,12 @@ export async function replayTask(
       };
       replayed.push(factory.make(emitted.kind, scope, emitted.data as never, route));
     });
+    const cancel = () => actor.send({ type: 'cancel', reason: 'the run was cancelled' });
+    options.signal?.addEventListener('abort', cancel, { once: true });
     actor.start();
-    const output = await toPromise(actor);
+    if (options.signal?.aborted) cancel();
+    const output = await toPromise(actor).finally(() => options.signal?.removeEventListener('abort', cancel));
+    const durationMs = Date.now() - started;
     replayed.push(
       output.status === 'completed'
         ? factory.make('task.completed', scope, {
@@ -276,28 +364,20 @@ export async function replayTask(
             rounds: output.rounds,
             usage: output.usage,
             usageByAgent: output.usageByAgent,
-            durationMs: 0,
+            durationMs,
           })
         : output.status === 'failed'
           ? factory.make('task.failed', scope, {
               reason: output.failure?.reason ?? 'internal',
               message: output.failure?.message ?? '',
               usage: output.usage,
-              durationMs: 0,
+              durationMs,
             })
           : factory.make('task.cancelled', scope, { usage: output.usage }),
     );
-    const recordedFacts = factsOf(recording.events);
-    const replayedFacts = factsOf(replayed);
-    return {
-      recorded: recordedFacts,
-      replayed: replayedFacts,
-      divergence: firstDivergence(recordedFacts, replayedFacts),
-      truncated: recording.truncated,
-      events: replayed,
-    };
+    const status = output.status === 'released' ? 'cancelled' : output.status;
+    return { events: replayed, status, output: output.output };
   } finally {
-    await mcp?.close();
     await rm(workspaceRoot, { recursive: true, force: true });
   }
 }
