@@ -13,6 +13,7 @@ import { OpenStreams } from './openStreams.ts';
 import { authenticateRequests, principalOf } from './requestAuth.ts';
 import { approvalRoutes } from './routes/approvalRoutes.ts';
 import { dashboardRoute, defaultDashboardDir } from './routes/dashboardRoute.ts';
+import { evalRoutes } from './routes/evalRoutes.ts';
 import { eventRoutes } from './routes/eventRoutes.ts';
 import { healthRoutes } from './routes/healthRoutes.ts';
 import { pipelineRoutes } from './routes/pipelineRoutes.ts';
@@ -121,6 +122,7 @@ async function registerRoutes(
   await app.register(approvalRoutes, services);
   await app.register(sessionRoutes, services);
   await app.register(pipelineRoutes, services);
+  await app.register(evalRoutes, services);
   await app.register(tokenRoute);
   await app.register(webSocketRoute, services);
   // A task's workspace files, where this host holds them.
