@@ -25,10 +25,10 @@ export type TrajectoryMatch = z.infer<typeof TrajectoryMatch>;
 
 /** One scorer, as a dataset, a case or a pipeline's `evals:` block declares it. */
 export const ScorerSpec = z.discriminatedUnion('type', [
-  /** The task's output is exactly `value` (trimmed, and case-folded with `ignoreCase`). */
+  /** The task's output is exactly `value`, or the case's `expected` when it has none (trimmed, and case-folded with `ignoreCase`). */
   z.object({
     type: z.literal('exact'),
-    value: z.string(),
+    value: z.string().optional(),
     ignoreCase: z.boolean().optional(),
     ...ScorerCommon,
   }),
