@@ -31,7 +31,9 @@ export {
   type PipelineReload,
   startCoordinator,
 } from './coordinator.ts';
+export { caseRunOf } from './evals/caseRun.ts';
 export { type DatasetFile, DatasetFileError, readDatasetFile } from './evals/datasetFile.ts';
+export type { CaseRun, ScoreAnswer, ScoreContext, Scorer, ScorerModule } from './evals/evalTypes.ts';
 export {
   type RecordedCases,
   type RecordedSelect,
