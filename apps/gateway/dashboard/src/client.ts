@@ -232,4 +232,5 @@ export const EVENT_KINDS = [
   'task.completed',
   'task.failed',
   'task.cancelled',
+  'eval.scored',
 ] as const;

@@ -11,6 +11,8 @@ import {
   type TokenInfo,
   type TroupeEvent,
 } from './client.ts';
+import { scoreOfEvent, scoreTitle, type TaskScore } from './evalShapes.ts';
+import { ExperimentsView } from './experiments.ts';
 import { TaskFiles } from './files.ts';
 import { firstRuns } from './forkEdits.ts';
 import { ForkForm } from './forkForm.ts';
@@ -35,6 +37,8 @@ function App() {
   const [pipelines, setPipelines] = useState<Pipeline[]>([]);
   const [pipeline, setPipeline] = useState<string>('');
   const [tasks, setTasks] = useState<Map<string, TaskView>>(new Map());
+  /** The online scores (`eval.scored`) of the tasks listed, by task. */
+  const [scores, setScores] = useState<Map<string, TaskScore>>(new Map());
   const [selected, setSelected] = useState<string | undefined>(undefined);
   const [trace, setTrace] = useState<Trace | undefined>(undefined);
   const [requests, setRequests] = useState<HumanRequest[]>([]);
@@ -46,6 +50,8 @@ function App() {
   const [who, setWho] = useState<TokenInfo | undefined>(undefined);
   /** The session shown in place of a task's timeline. */
   const [openSession, setOpenSession] = useState<string | undefined>(undefined);
+  /** The tasks (the flow, its tasks and sessions) or the experiments stored and their comparison. */
+  const [view, setView] = useState<'tasks' | 'experiments'>('tasks');
   const selectedRef = useRef<string | undefined>(undefined);
   selectedRef.current = selected;
   /** The step each task was last at, to draw the hand-over to its next one. */
@@ -66,6 +72,15 @@ function App() {
   const loadTasks = useCallback(async () => {
     const list = await api.get<{ tasks: TaskView[] }>('/v1/tasks?limit=100');
     setTasks(new Map(list.tasks.map((t) => [t.taskId, t])));
+    // Their online scores, published since the oldest of them was made (a gateway without evals has none).
+    const oldest = list.tasks
+      .map((t) => t.createdAt ?? '')
+      .reduce((a, b) => (b && (!a || b < a) ? b : a), '');
+    if (!oldest) return;
+    const found = await api
+      .get<{ scores: TaskScore[] }>(`/v1/evals/scores?since=${encodeURIComponent(oldest)}`)
+      .catch(() => ({ scores: [] }));
+    setScores((known) => new Map([...found.scores.map((x) => [x.taskId, x] as const), ...known]));
   }, []);
   const loadRequests = useCallback(async () => {
     setRequests((await api.get<{ requests: HumanRequest[] }>('/v1/approvals')).requests);
@@ -141,6 +156,11 @@ function App() {
 
   function onEvent(event: TroupeEvent) {
     liveEvents.emit(event);
+    if (event.kind === 'eval.scored') {
+      const score = scoreOfEvent(event);
+      setScores((known) => (known.has(event.taskId) ? known : new Map(known).set(event.taskId, score)));
+      return;
+    }
     refresh.task(event.taskId);
     if (event.taskId === selectedRef.current) refresh.trace();
     if (
@@ -246,6 +266,7 @@ function App() {
   };
   /** Opens a task a link names (a restart or fork just started, or one of the family), read afresh. */
   const openTask = (taskId: string) => {
+    setView('tasks');
     selectTask(taskId);
     refresh.task(taskId);
   };
@@ -273,6 +294,9 @@ function App() {
   return html`<div class="page">
     <header>
       <h1>Troupe</h1>
+      <nav class="views">
+        ${(['tasks', 'experiments'] as const).map((v) => html`<button class=${`small ${view === v ? '' : 'quiet'}`} onClick=${() => setView(v)} data-testid=${`view-${v}`}>${v === 'tasks' ? 'Tasks' : 'Experiments'}</button>`)}
+      </nav>
       <label
         >pipeline
         <select value=${pipeline} onChange=${(e: Event) => setPipeline((e.target as HTMLSelectElement).value)} data-testid="pipeline">
@@ -283,7 +307,8 @@ function App() {
       ${api.token ? html`<button class="link" onClick=${signOut}>sign out</button>` : null}
     </header>
     ${error ? html`<p class="error" role="alert">${error} <button class="link" onClick=${() => setError(undefined)}>dismiss</button></p>` : null}
-    <main>
+    ${view === 'experiments' ? html`<${ExperimentsView} api=${api} onOpenTask=${openTask} onError=${failed} />` : null}
+    <main hidden=${view !== 'tasks'}>
       <section class="graph">
         ${current ? html`<p class="description">${current.description ?? ''}</p><${FlowGraph} pipeline=${current} moves=${moves} busy=${busyHere} />` : html`<p>No pipeline is loaded.</p>`}
       </section>
@@ -296,7 +321,7 @@ function App() {
       </section>
       <section class="tasks">
         <h2>Tasks</h2>
-        <${TaskList} tasks=${shown} selected=${selected} onSelect=${selectTask} />
+        <${TaskList} tasks=${shown} scores=${scores} selected=${selected} onSelect=${selectTask} />
       </section>
       <section class="detail">
         ${
@@ -466,13 +491,16 @@ function readOnly(r: HumanRequest, who: TokenInfo | undefined): string {
 
 function TaskList(props: {
   tasks: TaskView[];
+  scores: Map<string, TaskScore>;
   selected: string | undefined;
   onSelect: (taskId: string) => void;
 }) {
   if (props.tasks.length === 0) return html`<p class="hint">No tasks yet.</p>`;
+  // A score column only where a listed task was scored (its pipeline has an `evals:` block).
+  const scored = props.tasks.some((t) => props.scores.has(t.taskId));
   return html`<table class="task-list" data-testid="tasks">
     <thead>
-      <tr><th>task</th><th>version</th><th>status</th><th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
+      <tr><th>task</th><th>version</th><th>status</th>${scored ? html`<th>score</th>` : null}<th>took</th><th>tokens</th><th>cost</th><th>goal</th></tr>
     </thead>
     <tbody>
       ${props.tasks.map(
@@ -489,6 +517,7 @@ function TaskList(props: {
           <td class="id" title=${t.taskId}><${TaskId} id=${t.taskId} />${t.origin ? html`<span class="origin" data-testid="row-origin">${originLabel(t)}</span>` : null}</td>
           <td class="version" title=${t.version ?? ''}>${t.version?.slice(0, 12) ?? ''}</td>
           <td><span class=${`status ${t.paused ? 'paused' : t.status}`}>${t.paused ? 'paused' : t.status}</span>${where(t) ? html`<span class="at">${where(t)}</span>` : null}</td>
+          ${scored ? html`<td><${ScoreCell} score=${props.scores.get(t.taskId)} /></td>` : null}
           <td>${t.createdAt ? (t.status === 'running' || t.status === 'submitted' ? since(t.createdAt) : duration(Date.parse(t.updatedAt ?? t.createdAt) - Date.parse(t.createdAt))) : ''}</td>
           <td>${t.usage ? tokens(t.usage) : ''}</td>
           <td>${t.usage ? cost(t.usage.costUsd) : ''}</td>
@@ -497,6 +526,14 @@ function TaskList(props: {
       )}
     </tbody>
   </table>`;
+}
+
+/** A task's online score: passed or failed, and its mean score; empty for a task not scored. */
+function ScoreCell(props: { score: TaskScore | undefined }) {
+  const s = props.score;
+  if (!s) return null;
+  const label = s.error ? 'not scored' : `${s.pass ? 'pass' : 'fail'} ${s.meanScore.toFixed(2)}`;
+  return html`<span class=${`score ${s.pass ? 'ok' : 'bad'}`} title=${scoreTitle(s)} data-testid="task-score" data-pass=${String(s.pass)}>${label}</span>`;
 }
 
 /**
