@@ -1,0 +1,156 @@
+import type { Score, ScorerSpec } from '@troupe/protocol';
+import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import type { CaseRun, ScoreContext, Scorer } from './evalTypes.ts';
+import { celCheck } from './scorers/celScorer.ts';
+import { type Check, CheckError, type CheckOptions } from './scorers/check.ts';
+import { jsonSchemaCheck } from './scorers/jsonSchemaScorer.ts';
+import { judgeCheck } from './scorers/judgeScorer.ts';
+import { moduleCheck } from './scorers/moduleScorer.ts';
+import { safetyCheck } from './scorers/safetyScorer.ts';
+import { containsCheck, exactCheck, regexCheck } from './scorers/textScorers.ts';
+import { trajectoryCheck } from './scorers/trajectoryScorer.ts';
+
+type SpecOf<T extends ScorerSpec['type']> = Extract<ScorerSpec, { type: T }>;
+
+/** How each kind of scorer is made from its spec: checked now, so a bad one is refused before any case runs. */
+const CHECKS: { [T in ScorerSpec['type']]: (spec: SpecOf<T>, options: CheckOptions) => Check } = {
+  exact: exactCheck,
+  contains: containsCheck,
+  regex: regexCheck,
+  jsonSchema: jsonSchemaCheck,
+  cel: celCheck,
+  trajectory: trajectoryCheck,
+  judge: judgeCheck,
+  safety: safetyCheck,
+  module: moduleCheck,
+};
+
+/** The score a check must reach to pass, unless its spec says: graded ones (a judge, a module) 0.5, checks 1. */
+const DEFAULT_THRESHOLD: Partial<Record<ScorerSpec['type'], number>> = { judge: 0.5, module: 0.5 };
+
+const MAX_NAME = 80;
+
+export interface MakeScorersOptions {
+  /** Where a `module` scorer's path is read from: the eval file's folder, or the working directory. */
+  baseDir: string;
+  /** The pipeline the cases run on: a judge's `model` must be one of its `models:`. */
+  pipeline?: LoadedPipeline;
+  /**
+   * The runs are live tasks (a pipeline's `evals:` block), which have no expected output: an `exact` scorer without
+   * a `value` of its own is refused.
+   */
+  online?: boolean;
+}
+
+/**
+ * Makes scorers from their specs, checking each now: a CEL expression parses and gives a bool or a number, a regex
+ * compiles, a JSON Schema compiles, a judge's model is in the pipeline's `models:`, a module's file exists. Throws an
+ * Error naming the scorer (its place and name) and what is wrong. Scorers are named by their spec's `name`, else by
+ * kind and subject (`contains "done"`, `cel: steps.review.rounds <= 2`, `trajectory superset`, `judge (grader)`); a
+ * name given twice gets ` #2`, so each score of a case is told apart.
+ *
+ * @example
+ * const scorers = makeScorers(dataset.scorers, { baseDir: dirname(file), pipeline });
+ * const scores = await scoreRun(caseRunOf(evalCase, events), scorers, { pipeline, baseDir: dirname(file) });
+ */
+export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOptions): Scorer[] {
+  const taken = new Map<string, number>();
+  return specs.map((spec, index) => {
+    const base = spec.name ?? nameOf(spec);
+    const seen = (taken.get(base) ?? 0) + 1;
+    taken.set(base, seen);
+    const name = seen === 1 ? base : `${base} #${seen}`;
+    let check: Check;
+    try {
+      check = (CHECKS[spec.type] as (spec: ScorerSpec, options: CheckOptions) => Check)(spec, options);
+    } catch (error) {
+      throw new Error(`scorer ${index + 1} (${name}): ${(error as Error).message}`, { cause: error });
+    }
+    return new SpecScorer(name, spec.type, spec.threshold ?? DEFAULT_THRESHOLD[spec.type] ?? 1, check);
+  });
+}
+
+/**
+ * Scores one run with every scorer, at once; scores come in the scorers' order. A scorer that throws gives a score of
+ * 0 that does not pass, its reason `error: …`: the case and its other scores are kept.
+ */
+export async function scoreRun(
+  run: CaseRun,
+  scorers: readonly Scorer[],
+  context: ScoreContext,
+): Promise<Score[]> {
+  return Promise.all(
+    scorers.map(async (scorer) => {
+      try {
+        return await scorer.score(run, context);
+      } catch (error) {
+        return errorScore(scorer.name, scorer.type, 1, error);
+      }
+    }),
+  );
+}
+
+/** A scorer made from a spec: its check's finding, judged against its threshold. */
+class SpecScorer implements Scorer {
+  readonly name: string;
+  readonly type: ScorerSpec['type'];
+  readonly #threshold: number;
+  readonly #check: Check;
+
+  constructor(name: string, type: ScorerSpec['type'], threshold: number, check: Check) {
+    this.name = name;
+    this.type = type;
+    this.#threshold = threshold;
+    this.#check = check;
+  }
+
+  async score(run: CaseRun, context: ScoreContext): Promise<Score> {
+    try {
+      const { value, reason, costUsd } = await this.#check(run, context);
+      const threshold = this.#threshold;
+      return {
+        scorer: this.name,
+        type: this.type,
+        value,
+        threshold,
+        pass: value >= threshold,
+        reason,
+        ...(costUsd === undefined ? {} : { costUsd }),
+      };
+    } catch (error) {
+      return errorScore(this.name, this.type, this.#threshold, error);
+    }
+  }
+}
+
+function errorScore(scorer: string, type: string, threshold: number, error: unknown): Score {
+  const message = error instanceof Error ? error.message : String(error);
+  return {
+    scorer,
+    type,
+    value: 0,
+    threshold,
+    pass: false,
+    reason: `error: ${message}`,
+    ...(error instanceof CheckError ? { costUsd: error.costUsd } : {}),
+  };
+}
+
+/** A scorer's name from its kind and subject, when its spec gives none. */
+function nameOf(spec: ScorerSpec): string {
+  const name = NAMES[spec.type](spec as never);
+  return name.length <= MAX_NAME ? name : `${name.slice(0, MAX_NAME - 1)}…`;
+}
+
+const NAMES: { [T in ScorerSpec['type']]: (spec: SpecOf<T>) => string } = {
+  exact: (spec) => (spec.value === undefined ? 'exact (expected)' : `exact ${JSON.stringify(spec.value)}`),
+  contains: (spec) =>
+    `contains ${(typeof spec.value === 'string' ? [spec.value] : spec.value).map((v) => JSON.stringify(v)).join(', ')}`,
+  regex: (spec) => `regex /${spec.pattern}/${spec.flags ?? ''}`,
+  jsonSchema: () => 'jsonSchema',
+  cel: (spec) => `cel: ${spec.expr}`,
+  trajectory: (spec) => `trajectory ${spec.match}${spec.of === 'steps' ? ' (steps)' : ''}`,
+  judge: (spec) => `judge (${spec.model})`,
+  safety: () => 'safety',
+  module: (spec) => `module ${spec.path}`,
+};

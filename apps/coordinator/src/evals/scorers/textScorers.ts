@@ -1,0 +1,72 @@
+import type { ScorerSpec } from '@troupe/protocol';
+import type { CaseRun } from '../evalTypes.ts';
+import { type Check, type CheckOptions, type Finding, quoted } from './check.ts';
+
+type Spec<T extends ScorerSpec['type']> = Extract<ScorerSpec, { type: T }>;
+
+/** The output is exactly the spec's value, or the case's expected output when the spec has none. */
+export function exactCheck(spec: Spec<'exact'>, options: CheckOptions): Check {
+  if (spec.value === undefined && options.online) {
+    throw new Error(
+      'has no value, and live tasks have no expected output to compare with: give it a `value`',
+    );
+  }
+  const fold = folding(spec.ignoreCase);
+  return (run) => {
+    const wanted = spec.value ?? run.case.expected;
+    if (wanted === undefined) {
+      throw new Error(
+        `nothing to compare with: the scorer has no value and case ${run.case.id} no expected output`,
+      );
+    }
+    const output = outputOf(run);
+    if (typeof output !== 'string') return output;
+    if (fold(output) === fold(wanted.trim())) return { value: 1, reason: 'the output is the expected text' };
+    return { value: 0, reason: `the output ${quoted(output)} is not ${quoted(wanted.trim())}` };
+  };
+}
+
+/** The output contains each of the spec's values; the value is the share of them it contains. */
+export function containsCheck(spec: Spec<'contains'>): Check {
+  const wanted = typeof spec.value === 'string' ? [spec.value] : spec.value;
+  const fold = folding(spec.ignoreCase);
+  return (run) => {
+    const output = outputOf(run);
+    if (typeof output !== 'string') return output;
+    const missing = wanted.filter((value) => !fold(output).includes(fold(value)));
+    const value = (wanted.length - missing.length) / wanted.length;
+    if (missing.length === 0) return { value, reason: `the output contains ${list(wanted)}` };
+    return { value, reason: `the output lacks ${list(missing)}: ${quoted(output)}` };
+  };
+}
+
+/** The output matches the spec's regular expression; it is compiled now, so a bad one is refused at once. */
+export function regexCheck(spec: Spec<'regex'>): Check {
+  let pattern: RegExp;
+  try {
+    pattern = new RegExp(spec.pattern, spec.flags);
+  } catch (error) {
+    throw new Error(`not a valid regular expression: ${(error as Error).message}`);
+  }
+  return (run) => {
+    const output = outputOf(run);
+    if (typeof output !== 'string') return output;
+    // A `g` or `y` flag makes test() start where the last match ended.
+    pattern.lastIndex = 0;
+    if (pattern.test(output)) return { value: 1, reason: `the output matches ${pattern}` };
+    return { value: 0, reason: `the output does not match ${pattern}: ${quoted(output)}` };
+  };
+}
+
+/** The trimmed output, or the finding of a run that has none (it did not complete). */
+export function outputOf(run: CaseRun): string | Finding {
+  if (run.output === undefined) return { value: 0, reason: `no output: the task ${run.status}` };
+  return run.output.trim();
+}
+
+const folding =
+  (ignoreCase: boolean | undefined) =>
+  (text: string): string =>
+    ignoreCase ? text.toLocaleLowerCase() : text;
+
+const list = (values: readonly string[]) => values.map((value) => quoted(value, 60)).join(', ');
