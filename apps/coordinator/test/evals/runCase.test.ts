@@ -1,0 +1,158 @@
+import type { EventOf, TroupeEvent } from '@troupe/protocol';
+import { EventFactory, systemClock } from '@troupe/runtime';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runCase } from '../../src/evals/runCase.ts';
+import { evalPipeline, noEffects, recordedCase, removePipelines, type Turn } from './runSupport.ts';
+
+afterAll(removePipelines);
+
+const results = (events: readonly TroupeEvent[]) =>
+  events.filter((e): e is EventOf<'tool.result'> => e.kind === 'tool.result');
+const toolsOf = (events: readonly TroupeEvent[]) =>
+  events.flatMap((e) => (e.kind === 'tool.call' ? [e.data.tool] : []));
+
+/** The recorded run: stamp "a", then say so. */
+const stampA: Turn[] = [
+  { toolCalls: [{ name: 'stamp', arguments: { label: 'a' } }] },
+  { content: 'stamped a, done' },
+];
+
+describe('runCase: replay', () => {
+  it('replays a recorded run to the same output and trajectory, calling no model and running no tool', async () => {
+    const effects = noEffects();
+    const pipeline = await evalPipeline(stampA, effects);
+    const evalCase = await recordedCase(pipeline, 'c1', 'stamp a');
+    expect(effects.stamps).toEqual(['a']);
+    // The scripted model now has no replies left to give: a replay that called it would fail.
+    const run = await runCase(evalCase, { mode: 'replay', pipeline });
+    expect(run).toMatchObject({ status: 'completed', output: 'stamped a, done' });
+    expect(run.taskId).toBe(evalCase.recording?.taskId);
+    expect(toolsOf(run.events)).toEqual(['stamp']);
+    expect(results(run.events)[0]?.data).toMatchObject({ ok: true, output: 'stamped a' });
+    expect(effects.stamps).toEqual(['a']);
+  });
+
+  it('says how to run a case that has no recording', async () => {
+    const pipeline = await evalPipeline(stampA, noEffects());
+    await expect(runCase({ id: 'bare', goal: 'stamp a' }, { mode: 'replay', pipeline })).rejects.toThrow(
+      'case bare has no recording; run it with --mode model or live',
+    );
+  });
+});
+
+describe('runCase: model', () => {
+  it('calls the pipeline’s models: a changed script takes another path to another output', async () => {
+    const recordedOn = await evalPipeline(stampA, noEffects());
+    const evalCase = await recordedCase(recordedOn, 'c1', 'stamp a');
+    const effects = noEffects();
+    const changed = await evalPipeline(
+      [
+        { toolCalls: [{ name: 'write_file', arguments: { path: 'notes.md', content: 'hi' } }] },
+        { content: 'wrote notes.md instead' },
+      ],
+      effects,
+    );
+    const run = await runCase(evalCase, { mode: 'model', pipeline: changed });
+    expect(run).toMatchObject({ status: 'completed', output: 'wrote notes.md instead' });
+    expect(run.taskId).not.toBe(evalCase.recording?.taskId);
+    expect(toolsOf(run.events)).toEqual(['write_file']);
+    // write_file is rerunnable: not in the recording, it ran for real in the run's own workspace.
+    expect(results(run.events)[0]?.data).toMatchObject({ ok: true, tool: 'write_file' });
+  });
+
+  it('answers a recorded call from the recording and never runs a non-rerunnable tool for real', async () => {
+    const recorder = noEffects();
+    const evalCase = await recordedCase(await evalPipeline(stampA, recorder), 'c1', 'stamp a');
+    expect(recorder.stamps).toEqual(['a']);
+    const effects = noEffects();
+    const pipeline = await evalPipeline(
+      [
+        { toolCalls: [{ name: 'stamp', arguments: { label: 'a' } }] },
+        { toolCalls: [{ name: 'stamp', arguments: { label: 'a' } }] },
+        { toolCalls: [{ name: 'stamp', arguments: { label: 'b' } }] },
+        { content: 'tried to stamp thrice' },
+      ],
+      effects,
+    );
+    const run = await runCase(evalCase, { mode: 'model', pipeline });
+    expect(run.status).toBe('completed');
+    const [same, again, other] = results(run.events).map((e) => e.data);
+    // The recorded call answers once, with what it returned; nothing stamps.
+    expect(same).toMatchObject({ ok: true, output: 'stamped a' });
+    const notRun = 'stamp was not run: the call is not in the recording and stamp is not rerunnable';
+    expect(again).toMatchObject({ ok: false, error: { code: 'not_found', message: notRun } });
+    expect(other).toMatchObject({ ok: false, error: { code: 'not_found', message: notRun } });
+    expect(effects.stamps).toEqual([]);
+    expect(recorder.stamps).toEqual(['a']);
+  });
+
+  it('answers an approval the recording holds for the same call, and denies one it does not', async () => {
+    const recorder = noEffects();
+    const recordedOn = await evalPipeline(stampA, recorder, { askToStamp: true });
+    const evalCase = await recordedCase(recordedOn, 'c1', 'stamp a', 'allow');
+    expect(recorder.stamps).toEqual(['a']);
+    // A server's run records the person's decision (an in-process one approves without asking anybody).
+    const recording = evalCase.recording;
+    const call = recording?.events.find((e) => e.kind === 'tool.call');
+    if (!recording || call?.kind !== 'tool.call') throw new Error('the recorded run made no call');
+    const factory = new EventFactory(systemClock);
+    const { agent, stepId, callId, tool, arguments: args } = call.data;
+    const asked = [
+      factory.make('approval.requested', call, {
+        agent,
+        stepId,
+        approvalId: 'ap1',
+        callId,
+        tool,
+        arguments: args,
+        reason: 'stamp asks',
+        expiresAt: '2027-01-01T00:00:00.000Z',
+      }),
+      factory.make('approval.decided', call, {
+        agent,
+        stepId,
+        approvalId: 'ap1',
+        decision: 'allow',
+        by: 'ann',
+      }),
+    ];
+    recording.events.splice(recording.events.indexOf(call) + 1, 0, ...asked);
+    const effects = noEffects();
+    const pipeline = await evalPipeline(
+      [
+        { toolCalls: [{ name: 'stamp', arguments: { label: 'a' } }] },
+        { toolCalls: [{ name: 'stamp', arguments: { label: 'b' } }] },
+        { content: 'asked twice' },
+      ],
+      effects,
+      { askToStamp: true },
+    );
+    const run = await runCase(evalCase, { mode: 'model', pipeline });
+    const [allowed, denied] = results(run.events).map((e) => e.data);
+    expect(allowed).toMatchObject({ ok: true, output: 'stamped a' });
+    expect(denied).toMatchObject({ ok: false, error: { code: 'denied' } });
+    expect(denied?.error?.message).toContain('the recording holds no approval of stamp with these arguments');
+    expect(effects.stamps).toEqual([]);
+  });
+
+  it('runs a case with no recording the same way, with no recorded call to match', async () => {
+    const effects = noEffects();
+    const pipeline = await evalPipeline(stampA, effects);
+    const run = await runCase({ id: 'bare', goal: 'stamp a' }, { mode: 'model', pipeline });
+    expect(run).toMatchObject({ status: 'completed', output: 'stamped a, done' });
+    expect(results(run.events)[0]?.data).toMatchObject({ ok: false, error: { code: 'not_found' } });
+    expect(effects.stamps).toEqual([]);
+    expect(run.events[0]).toMatchObject({ kind: 'task.accepted', data: { goal: 'stamp a' } });
+  });
+});
+
+describe('runCase: live', () => {
+  it('runs the case as a real task: its tools run for real', async () => {
+    const effects = noEffects();
+    const pipeline = await evalPipeline(stampA, effects);
+    const run = await runCase({ id: 'live', goal: 'stamp a' }, { mode: 'live', pipeline });
+    expect(run).toMatchObject({ status: 'completed', output: 'stamped a, done' });
+    expect(effects.stamps).toEqual(['a']);
+    expect(run.events.at(-1)?.kind).toBe('task.completed');
+  });
+});
