@@ -41,6 +41,8 @@ export {
   type SkippedTask,
 } from './evals/recordedCases.ts';
 export { type RunCaseOptions, runCase } from './evals/runCase.ts';
+export { type MakeScorersOptions, makeScorers, scoreRun } from './evals/scoreCase.ts';
+export { stepsRun, toolsCalled } from './evals/scorers/runFacts.ts';
 export { type RunTaskOptions, type RunTaskResult, runTask } from './inProcessRun.ts';
 export { deadLetter, type ExhaustedTask } from './intake/deadLetters.ts';
 export {
