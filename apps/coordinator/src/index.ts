@@ -41,6 +41,7 @@ export {
   type SkippedTask,
 } from './evals/recordedCases.ts';
 export { type RunCaseOptions, runCase } from './evals/runCase.ts';
+export { type ExperimentOptions, runExperiment } from './evals/runExperiment.ts';
 export { type MakeScorersOptions, makeScorers, scoreRun } from './evals/scoreCase.ts';
 export { stepsRun, toolsCalled } from './evals/scorers/runFacts.ts';
 export { type RunTaskOptions, type RunTaskResult, runTask } from './inProcessRun.ts';
