@@ -14,6 +14,7 @@ import { resolveModelRef } from '../config/modelFactory.ts';
 import type { CaseRun } from './evalTypes.ts';
 import { runCase } from './runCase.ts';
 import { makeScorers, scoreRun } from './scoreCase.ts';
+import { stepsRun, toolsCalled } from './scorers/runFacts.ts';
 
 export interface ExperimentOptions {
   dataset: Dataset;
@@ -155,12 +156,6 @@ async function runOne(evalCase: EvalCase, options: ExperimentOptions): Promise<C
 
 /** What a result keeps of its case's run: the task, its output, usage and time, tools and steps, and its events. */
 function ranResult(run: CaseRun): Omit<CaseResult, 'status' | 'scores'> {
-  const tools: string[] = [];
-  const steps: string[] = [];
-  for (const event of run.events) {
-    if (event.kind === 'tool.call') tools.push(event.data.tool);
-    if (event.kind === 'step.started') steps.push(event.data.step);
-  }
   return {
     caseId: run.case.id,
     taskId: run.taskId,
@@ -168,8 +163,9 @@ function ranResult(run: CaseRun): Omit<CaseResult, 'status' | 'scores'> {
     ...(run.output === undefined ? {} : { output: run.output }),
     usage: run.usage,
     durationMs: run.durationMs,
-    tools,
-    steps,
+    // As a trajectory scorer reads them.
+    tools: toolsCalled(run),
+    steps: stepsRun(run),
     events: [...run.events],
   };
 }
