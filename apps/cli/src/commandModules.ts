@@ -5,6 +5,7 @@ export const commands = {
   approvals: () => import('./commands/approvals.ts'),
   control: () => import('./commands/control.ts'),
   demo: () => import('./commands/demo.ts'),
+  evalDataset: () => import('./commands/evalDataset.ts'),
   family: () => import('./commands/family.ts'),
   files: () => import('./commands/files.ts'),
   init: () => import('./commands/init.ts'),

@@ -1,0 +1,287 @@
+import { EvalStore, readValues, workflowStoreIfAny } from '@troupe/client';
+import {
+  type DatasetFile,
+  DatasetFileError,
+  readDatasetFile,
+  recordedCases,
+  type SkippedTask,
+  suggestion,
+} from '@troupe/coordinator';
+import { type Dataset, type EvalCase, isName, type ScorerSpec } from '@troupe/protocol';
+import type { JetStreamBus } from '@troupe/runtime';
+import { exitWhenStdoutCloses } from '../closedPipe.ts';
+import { alignColumns } from '../format/table.ts';
+import { CliError, connectCli, type ServerOptions } from '../server.ts';
+
+export interface DatasetAddOptions extends ServerOptions {
+  file: string[];
+  fromRuns: boolean;
+  pipeline?: string;
+  status?: string;
+  /** Milliseconds back from now: only tasks created since. */
+  since?: number;
+  limit: number;
+  tasks?: string;
+  description?: string;
+}
+
+export interface DatasetListOptions extends ServerOptions {
+  json: boolean;
+}
+
+const STATUSES = ['completed', 'failed', 'cancelled'] as const;
+type EndedStatus = (typeof STATUSES)[number];
+
+/**
+ * `troupe eval dataset add <name>`: a new version of the dataset holding the previous version's cases and the new
+ * ones (from files, from recorded runs, from tasks named), a new case replacing an old one of the same id. Says what
+ * it stored, and each task it skipped with why. Exit 2 when nothing could be added.
+ */
+export async function add(name: string, options: DatasetAddOptions): Promise<number> {
+  if (!isName(name)) {
+    throw new CliError(
+      `"${name}" is not a dataset name: 1-63 characters of a-z, 0-9 and "-", starting and ending with a letter or digit`,
+      2,
+    );
+  }
+  const taskIds = options.tasks === undefined ? undefined : idsOf(options.tasks);
+  if (options.file.length === 0 && !options.fromRuns && taskIds === undefined)
+    throw new CliError(
+      'nothing to add: give --file <path>, --from-runs --pipeline <name> or --tasks <id,id>',
+      2,
+    );
+  if (options.fromRuns && options.pipeline === undefined)
+    throw new CliError('--from-runs takes the tasks of one pipeline: give --pipeline <name>', 2);
+  const status = options.status === undefined ? undefined : statusNamed(options.status);
+  // Files are read, and their problems said, before anything connects.
+  const files = await Promise.all(options.file.map(readFile));
+
+  const bus = await connectCli(options, 'troupe-eval-dataset');
+  try {
+    const store = new EvalStore(bus);
+    const previous = await store.dataset(name);
+    const added: EvalCase[] = files.flatMap((f) => f.cases);
+    const skipped: SkippedTask[] = [];
+    const take = async (select: Parameters<typeof recordedCases>[1]) => {
+      const recorded = await recordedCases(bus, select);
+      added.push(...recorded.cases);
+      skipped.push(...recorded.skipped);
+    };
+    if (options.fromRuns) {
+      await take({
+        ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }),
+        ...(status === undefined ? {} : { status }),
+        ...(options.since === undefined ? {} : { since: new Date(Date.now() - options.since) }),
+        limit: options.limit,
+      });
+    }
+    if (taskIds !== undefined)
+      await take({ taskIds, ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }) });
+    for (const { taskId, why } of skipped) process.stderr.write(`skipped task ${taskId}: ${why}\n`);
+    if (added.length === 0) {
+      throw new CliError(
+        `nothing to add to dataset ${name}: ${
+          options.fromRuns && skipped.length === 0
+            ? await noRunsFound(bus, options, status)
+            : 'no case was made'
+        }; no version was stored`,
+        2,
+      );
+    }
+    const merged = mergeCases(previous?.cases ?? [], added);
+    const description =
+      options.description ?? previous?.description ?? files.find((f) => f.description)?.description;
+    const dataset = await store.putDataset({
+      name,
+      ...(description === undefined ? {} : { description }),
+      scorers: mergeScorers(previous?.scorers ?? [], files),
+      cases: merged.cases,
+    });
+    const recorded = dataset.cases.filter((c) => c.recording).length;
+    process.stdout.write(
+      `stored dataset ${name} version ${dataset.version}: ${dataset.cases.length} cases (${recorded} recorded); ` +
+        `${merged.added} added, ${merged.replaced} replaced${previous ? ` since version ${previous.version}` : ''}` +
+        `${skipped.length > 0 ? `, ${skipped.length} tasks skipped` : ''}\n`,
+    );
+    return 0;
+  } finally {
+    await bus.close();
+  }
+}
+
+/** `troupe eval dataset list`: every version of every dataset, the newest first. */
+export async function list(options: DatasetListOptions): Promise<number> {
+  exitWhenStdoutCloses();
+  const bus = await connectCli(options, 'troupe-eval-dataset');
+  try {
+    const summaries = await new EvalStore(bus).datasets();
+    if (options.json) {
+      for (const summary of summaries) process.stdout.write(`${JSON.stringify(summary)}\n`);
+      return 0;
+    }
+    if (summaries.length === 0) {
+      process.stdout.write('no datasets; troupe eval dataset add makes one\n');
+      return 0;
+    }
+    const rows = [
+      ['DATASET', 'VERSION', 'CASES', 'RECORDED', 'CREATED', 'DESCRIPTION'],
+      ...summaries.map((d) => [
+        d.name,
+        String(d.version),
+        String(d.cases),
+        String(d.recorded),
+        d.createdAt.slice(0, 19).replace('T', ' '),
+        d.description ?? '',
+      ]),
+    ];
+    for (const line of alignColumns(rows, { right: [1, 2, 3] })) process.stdout.write(`${line.trimEnd()}\n`);
+    return 0;
+  } finally {
+    await bus.close();
+  }
+}
+
+/** `troupe eval dataset show <name>[@<version>]`: a version's scorers and cases, or the whole of it as JSON. */
+export async function show(ref: string, options: DatasetListOptions): Promise<number> {
+  exitWhenStdoutCloses();
+  const { name, version } = datasetRef(ref);
+  const bus = await connectCli(options, 'troupe-eval-dataset');
+  try {
+    const store = new EvalStore(bus);
+    const dataset = await store.dataset(name, version);
+    if (!dataset) throw new CliError(await notStored(store, name, version), 1);
+    if (options.json) {
+      process.stdout.write(`${JSON.stringify(dataset)}\n`);
+      return 0;
+    }
+    process.stdout.write(describeDataset(dataset));
+    return 0;
+  } finally {
+    await bus.close();
+  }
+}
+
+/** A dataset as `show` prints it: a header, its scorers, and a line per case. */
+export function describeDataset(dataset: Dataset): string {
+  const recorded = dataset.cases.filter((c) => c.recording).length;
+  const lines = [
+    `dataset ${dataset.name} version ${dataset.version}, made ${dataset.createdAt}: ${dataset.cases.length} cases, ${recorded} recorded`,
+  ];
+  if (dataset.description) lines.push(dataset.description);
+  lines.push(
+    dataset.scorers.length === 0
+      ? 'scorers: none for every case'
+      : `scorers: ${dataset.scorers.map(scorerName).join(', ')}`,
+  );
+  lines.push('');
+  const rows = [
+    ['CASE', 'GOAL', 'RECORDED', 'SCORERS'],
+    ...dataset.cases.map((c) => [
+      c.id,
+      startOf(c.goal, 50),
+      c.recording ? `${c.recording.events.length} events` : '-',
+      c.scorers?.map(scorerName).join(', ') || '-',
+    ]),
+  ];
+  lines.push(...alignColumns(rows).map((line) => line.trimEnd()));
+  return `${lines.join('\n')}\n`;
+}
+
+/** The old cases with the new ones added, each new case replacing an old one of its id in its place. */
+function mergeCases(
+  old: readonly EvalCase[],
+  added: readonly EvalCase[],
+): { cases: EvalCase[]; added: number; replaced: number } {
+  const byId = new Map(old.map((c) => [c.id, c]));
+  let replaced = 0;
+  const fresh = new Set<string>();
+  for (const c of added) {
+    if (byId.has(c.id) && !fresh.has(c.id)) replaced += 1;
+    fresh.add(c.id);
+    byId.set(c.id, c);
+  }
+  return { cases: [...byId.values()], added: fresh.size - replaced, replaced };
+}
+
+/** The previous version's scorers and each file's, each once. */
+function mergeScorers(old: readonly ScorerSpec[], files: readonly DatasetFile[]): ScorerSpec[] {
+  const seen = new Map(old.map((s) => [JSON.stringify(s), s]));
+  for (const spec of files.flatMap((f) => f.scorers)) seen.set(JSON.stringify(spec), spec);
+  return [...seen.values()];
+}
+
+async function readFile(path: string): Promise<DatasetFile> {
+  try {
+    return await readDatasetFile(path);
+  } catch (error) {
+    if (error instanceof DatasetFileError) throw new CliError(error.message, 2);
+    throw error;
+  }
+}
+
+/** Why --from-runs found no task: no task of the pipeline at all, or none that matched. */
+async function noRunsFound(
+  bus: JetStreamBus,
+  options: DatasetAddOptions,
+  status: EndedStatus | undefined,
+): Promise<string> {
+  const store = await workflowStoreIfAny(bus);
+  const records = store ? await readValues(store) : [];
+  const pipelines = [...new Set(records.map((r) => r.pipeline))].sort();
+  const pipeline = options.pipeline ?? '';
+  if (!pipelines.includes(pipeline)) {
+    return `no task of pipeline ${pipeline} is known on this server${suggestion(pipeline, pipelines)}${
+      pipelines.length > 0 ? `; tasks are of: ${pipelines.join(', ')}` : ''
+    }`;
+  }
+  const since = options.since === undefined ? '' : ' in that time';
+  return `no ${status ?? 'ended'} task of pipeline ${pipeline}${since}`;
+}
+
+/** Why a dataset could not be shown: the name or the version is unknown, with the names and versions there are. */
+async function notStored(store: EvalStore, name: string, version: number | undefined): Promise<string> {
+  const all = await store.datasets();
+  const versions = all.filter((d) => d.name === name).map((d) => d.version);
+  if (versions.length > 0)
+    return `dataset ${name} has no version ${version}; its versions: ${versions.sort((a, b) => a - b).join(', ')}`;
+  const names = [...new Set(all.map((d) => d.name))].sort();
+  return `no dataset ${name} is stored${suggestion(name, names)}${names.length > 0 ? `; datasets: ${names.join(', ')}` : ''}`;
+}
+
+/** `name` or `name@version`. */
+function datasetRef(ref: string): { name: string; version?: number } {
+  const at = ref.lastIndexOf('@');
+  if (at < 0) return { name: ref };
+  const version = Number(ref.slice(at + 1));
+  if (!Number.isInteger(version) || version < 1)
+    throw new CliError(`"${ref}": a version after @ is a whole number from 1 (support@3)`, 2);
+  return { name: ref.slice(0, at), version };
+}
+
+function idsOf(list: string): string[] {
+  const ids = list
+    .split(',')
+    .map((id) => id.trim())
+    .filter((id) => id !== '');
+  if (ids.length === 0) throw new CliError('--tasks: give task ids, comma-separated', 2);
+  return ids;
+}
+
+function statusNamed(value: string): EndedStatus {
+  const status = STATUSES.find((s) => s === value.trim().toLowerCase());
+  if (status) return status;
+  throw new CliError(
+    `--status: no ended status "${value}"${suggestion(value, STATUSES)}; statuses: ${STATUSES.join(', ')}`,
+    2,
+  );
+}
+
+function scorerName(spec: ScorerSpec): string {
+  return spec.name ?? spec.type;
+}
+
+/** The start of a text on one line, cut with an ellipsis. */
+function startOf(text: string, chars: number): string {
+  const line = text.replace(/\s+/g, ' ').trim();
+  return line.length <= chars ? line : `${line.slice(0, chars - 1)}…`;
+}
