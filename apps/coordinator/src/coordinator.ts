@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { PipelineRegistry, readValues } from '@troupe/client';
+import { PipelineRegistry, readTaskEvents, readValues } from '@troupe/client';
 import { BUCKETS, HumanRequest, type PipelineVersion, QueuedTask, WorkflowRecord } from '@troupe/protocol';
 import {
   type BusSubscription,
@@ -30,6 +30,7 @@ import { shortVersion } from './config/pipelineVersion.ts';
 import { introducedAt, PipelineVersions } from './config/pipelineVersions.ts';
 import { pruneVersions, type VersionsByPipeline } from './config/versionRetention.ts';
 import { startControlResponder } from './control/controlResponder.ts';
+import { OnlineScoring } from './evals/onlineScoring.ts';
 import { startIntakeGuard } from './intake/intakeGuard.ts';
 import { registrationOf } from './intake/pipelineRegistry.ts';
 import { natsTaskIntake } from './intake/taskQueue.ts';
@@ -242,8 +243,19 @@ async function startParts(
         })
       : undefined;
   const runners: PipelineRunner[] = [];
+  // Each pipeline's online scoring (its `evals:` block), told of its tasks' ends by its runner.
+  const scoring = new Map<string, OnlineScoring>();
   try {
     for (const pipeline of options.pipelines) {
+      const online = new OnlineScoring(pipeline, {
+        bus,
+        events: new EventFactory(clock),
+        clock,
+        logger: logger.child({ pipeline: pipeline.config.name }),
+        taskEvents: (taskId, name) => readTaskEvents(bus, taskId, name),
+        values,
+      });
+      scoring.set(pipeline.config.name, online);
       // What this pipeline's tasks asked of people is kept under its name.
       const pipelineJournal = journal.forPipeline(pipeline.config.name);
       const pipelineRequests = underPrefix(approvals, pipeline.config.name);
@@ -286,6 +298,7 @@ async function startParts(
               store: pipelineRequests,
               now: () => clock.now(),
             }),
+          ended: (final) => online.ended(final),
         }),
       );
     }
@@ -322,6 +335,7 @@ async function startParts(
   } catch (error) {
     // Half started: stop what did start (MCP children among it) before reporting.
     await Promise.allSettled(runners.map((r) => r.stop()));
+    await Promise.allSettled([...scoring.values()].map((s) => s.stop()));
     await agents?.stop();
     throw error;
   }
@@ -350,6 +364,8 @@ async function startParts(
     await pipelineRegistry.register(registrationOf(config, `${hostname()}:${process.pid}`, now, saved.hash));
     // Prepared above, so it cannot be refused here.
     await runner.adopt(saved.hash);
+    // Its scorers were checked as its file loaded: tasks that end from now on are scored by them.
+    scoring.get(config.name)?.use(next);
     return { pipeline: config.name, ...(from === undefined ? {} : { from }), to: saved.hash };
   }
 
@@ -362,6 +378,8 @@ async function startParts(
       controls.unsubscribe();
       people.detach();
       await Promise.all(runners.map((r) => r.stop()));
+      // After the runners, so no task ends after it: scorings at work are aborted, and their tasks go unscored.
+      await Promise.all([...scoring.values()].map((s) => s.stop()));
       await agents?.stop();
       await bus.flush();
     },

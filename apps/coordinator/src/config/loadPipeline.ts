@@ -4,6 +4,7 @@ import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath, type PipelineVersion } from '@troupe/protocol';
 import type { Tool } from '@troupe/runtime';
 import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
+import { evalsProblems } from '../evals/onlineScoring.ts';
 import { checkFlow, jsonSchemaProblem, type Problem } from './checkFlow.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
 import { suggestion } from './didYouMean.ts';
@@ -110,7 +111,7 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     );
   const agentModels = await buildAgentModels(config, file, fromDisk, env, locate, requireKeys);
   const version = pipelineVersion(config, files, new Date());
-  return {
+  const loaded: LoadedPipeline = {
     file,
     config,
     version,
@@ -119,6 +120,14 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     prices: new PriceTable(config.prices),
     tools: modules.tools.map((t) => t.tool),
   };
+  // Its scorers are made as online scoring will make them, so a bad one is refused now, not at a task's end.
+  const evalIssues = evalsProblems(loaded, { env, requireKeys });
+  if (evalIssues.length > 0)
+    throw new ConfigError(
+      file,
+      evalIssues.map((p) => locate(p.path, p.message)),
+    );
+  return loaded;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { Name } from '@troupe/protocol';
+import { Name, ScorerSpec } from '@troupe/protocol';
 import { McpServerConfig } from '@troupe/runtime';
 import { z } from 'zod';
 import { suggestion } from './didYouMean.ts';
@@ -526,6 +526,23 @@ export const ToolsConfig = withExtensions({
   modules: z.array(ToolModulePath).min(1, 'name at least one module, or leave tools out').max(100),
 });
 
+/**
+ * A scorer of the `evals:` block: a {@link ScorerSpec} whose unknown keys are refused (a misspelt `threshold` would
+ * otherwise be dropped in silence), `x-` keys aside, as everywhere in the file.
+ */
+const EvalScorerConfig = z.discriminatedUnion(
+  'type',
+  ScorerSpec.options.map((option) => withExtensions(option.shape)) as unknown as typeof ScorerSpec.options,
+);
+
+/** Online scoring (docs/evals.md): a sample of the pipeline's tasks is scored as each ends. */
+export const EvalsConfig = withExtensions({
+  /** The share of tasks scored, 0 to 1, decided by each task's id (the same on every coordinator). */
+  sample: z.number().min(0).max(1).default(1),
+  scorers: z.array(EvalScorerConfig).min(1, 'name at least one scorer, or leave evals out').max(50),
+});
+export type EvalsConfig = z.infer<typeof EvalsConfig>;
+
 /** A pipeline file. */
 export const PipelineConfig = withExtensions({
   version: z.literal(1),
@@ -551,6 +568,8 @@ export const PipelineConfig = withExtensions({
   sessions: SessionsConfig.optional(),
   /** How a task's workspace files reach its steps on other hosts. */
   workspace: WorkspaceConfig.optional(),
+  /** Scorers that score a sample of the pipeline's tasks as they end (`eval.scored` events and metrics). */
+  evals: EvalsConfig.optional(),
 });
 export type PipelineConfig = z.infer<typeof PipelineConfig>;
 

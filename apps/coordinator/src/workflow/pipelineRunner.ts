@@ -10,6 +10,7 @@ import {
   parseEvent,
   subjects,
   type TaskEnding,
+  type TroupeEvent,
 } from '@troupe/protocol';
 import {
   type Bus,
@@ -117,6 +118,11 @@ export interface PipelineRunnerOptions {
    * their askers (an asker down then holds nothing); returns how many it changed.
    */
   holdRequests?: TaskServices['holdRequests'];
+  /**
+   * Told of each task whose message was settled after its end, with its final event (once stored): online scoring's
+   * cue (`evals/onlineScoring.ts`). Not told of a task left to another delivery, which is told in its turn.
+   */
+  ended?: (final: TroupeEvent) => void;
 }
 
 /** Runs one pipeline's tasks: one task actor tree per delivery, events on the wire, checkpoints in KV. */
@@ -302,6 +308,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       throw fault;
     });
     if (error !== undefined) throw error;
+    const { value, context } = task.getSnapshot();
+    if (context.final && (value === 'acked' || value === 'terminated')) options.ended?.(context.final);
   }
 
   const queue: TaskQueue = await options.intake.start({

@@ -1,0 +1,257 @@
+import { dirname, resolve } from 'node:path';
+import {
+  type EvalCase,
+  errorMessage,
+  FINAL_EVENT_KINDS,
+  type Score,
+  type TroupeEvent,
+} from '@troupe/protocol';
+import {
+  type Bus,
+  type Clock,
+  type EventFactory,
+  type Logger,
+  type ValueStore,
+  withTimeout,
+} from '@troupe/runtime';
+import type { Problem } from '../config/checkFlow.ts';
+import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import { type Env, keyEnvOf, modelLabel, resolveModelRef } from '../config/modelFactory.ts';
+import { caseRunOf } from './caseRun.ts';
+import type { Scorer } from './evalTypes.ts';
+import { sampled } from './onlineSampling.ts';
+import { makeScorers, scoreRun } from './scoreCase.ts';
+
+/** Tasks scored at once by one pipeline's online scoring; the rest wait their turn. */
+const SCORING_CONCURRENCY = 4;
+/** Ended tasks waiting to be scored above which a newly ended one is not scored (said in the log). */
+const MAX_WAITING = 1_000;
+/** How long a stop waits for the scorings it aborted to end. */
+const STOP_WAIT_MS = 5_000;
+
+export interface OnlineScoringOptions {
+  bus: Pick<Bus, 'publishEvent'>;
+  events: EventFactory;
+  clock: Pick<Clock, 'now'>;
+  logger: Logger;
+  /** Every event of an ended task, read back from the `EVENTS` stream. */
+  taskEvents: (taskId: string, pipeline: string) => Promise<TroupeEvent[]>;
+  /** Where an output too large for its final event is read from, so scorers read the whole of it. */
+  values?: Pick<ValueStore, 'read'>;
+  /** Model keys for judges; `process.env` when absent. */
+  env?: Env;
+}
+
+/**
+ * Online scoring of one pipeline (its file's `evals:` block): each task that ends on this coordinator and falls in
+ * the sample (by its id, {@link sampled}) is scored off the task's path, once its message is settled, and an
+ * `eval.scored` event follows its final event on the task's subject; the metrics count it from there.
+ *
+ * The run's events are read back from the `EVENTS` stream after the end rather than collected while the task runs:
+ * a task resumed here after another coordinator stopped has events from before that this process never saw, and the
+ * stream has them all. Scoring never delays, fails or changes its task: the task is acknowledged first, and an error
+ * in scoring is logged and published as the event's `error`. A judge's model calls are not the task's: their cost is
+ * the event's `costUsd`, and they publish no `llm.*` events.
+ */
+export class OnlineScoring {
+  readonly #options: OnlineScoringOptions;
+  #pipeline: LoadedPipeline;
+  #scorers: readonly Scorer[];
+  readonly #stop = new AbortController();
+  readonly #waiting: TroupeEvent[] = [];
+  readonly #running = new Set<Promise<void>>();
+
+  /** Throws, naming the scorer and what is wrong, when the pipeline's `evals:` block cannot be used. */
+  constructor(pipeline: LoadedPipeline, options: OnlineScoringOptions) {
+    this.#options = options;
+    this.#pipeline = pipeline;
+    this.#scorers = scorersOf(pipeline);
+  }
+
+  /** The pipeline reloaded: tasks that end from now on are scored by its `evals:` block. */
+  use(pipeline: LoadedPipeline): void {
+    this.#scorers = scorersOf(pipeline);
+    this.#pipeline = pipeline;
+  }
+
+  /** Scorings begun and not done, and ended tasks waiting for one. */
+  get pending(): number {
+    return this.#running.size + this.#waiting.length;
+  }
+
+  /** A task's message was settled after its end (`final`, its final event): scored in the background if sampled. */
+  ended(final: TroupeEvent): void {
+    const evals = this.#pipeline.config.evals;
+    if (!evals || this.#stop.signal.aborted || !FINAL_EVENT_KINDS.includes(final.kind)) return;
+    if (!sampled(final.taskId, evals.sample)) return;
+    if (this.#waiting.length >= MAX_WAITING) {
+      this.#options.logger.warn(
+        { taskId: final.taskId, waiting: this.#waiting.length },
+        `online scoring is ${MAX_WAITING} tasks behind; task ${final.taskId} is not scored`,
+      );
+      return;
+    }
+    this.#waiting.push(final);
+    this.#next();
+  }
+
+  /**
+   * Stops scoring: scorings at work are aborted (a judge's call with them; their tasks publish no score), and what
+   * waits is dropped. Waits for those at work to end, at most {@link STOP_WAIT_MS} (a module scorer may not listen).
+   */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    const dropped = this.#waiting.splice(0).length;
+    if (dropped > 0)
+      this.#options.logger.info(
+        { dropped },
+        `${dropped} ended task(s) not scored: this coordinator is stopping`,
+      );
+    await withTimeout(Promise.allSettled([...this.#running]), STOP_WAIT_MS, { unref: true });
+  }
+
+  #next(): void {
+    while (this.#running.size < SCORING_CONCURRENCY) {
+      const final = this.#waiting.shift();
+      if (!final) return;
+      const scoring: Promise<void> = this.#score(final).finally(() => {
+        this.#running.delete(scoring);
+        this.#next();
+      });
+      this.#running.add(scoring);
+    }
+  }
+
+  async #score(final: TroupeEvent): Promise<void> {
+    const { bus, events, clock, logger } = this.#options;
+    const pipeline = this.#pipeline;
+    const scorers = this.#scorers;
+    const sample = pipeline.config.evals?.sample ?? 1;
+    const { taskId } = final;
+    const started = clock.now();
+    let data: ScoredData;
+    try {
+      const run = await this.#runOf(final);
+      const scores = await scoreRun(run, scorers, {
+        pipeline,
+        baseDir: baseDirOf(pipeline),
+        ...(this.#options.env ? { env: this.#options.env } : {}),
+        signal: this.#stop.signal,
+      });
+      data = {
+        status: run.status,
+        scores,
+        pass: scores.length > 0 && scores.every((score) => score.pass),
+        sample,
+        costUsd: judgesCost(scores),
+        durationMs: clock.now() - started,
+      };
+    } catch (error) {
+      if (this.#stop.signal.aborted) return;
+      logger.warn(
+        { err: error, taskId },
+        `cannot score task ${taskId} (online scoring); the task is not affected`,
+      );
+      data = {
+        status: statusOf(final),
+        scores: [],
+        pass: false,
+        sample,
+        costUsd: 0,
+        durationMs: clock.now() - started,
+        error: errorMessage(error),
+      };
+    }
+    if (this.#stop.signal.aborted) return;
+    try {
+      await bus.publishEvent(events.make('eval.scored', final, data, { from: 'evals', to: final.pipeline }));
+    } catch (error) {
+      logger.warn({ err: error, taskId }, `cannot publish the online score of task ${taskId}`);
+    }
+  }
+
+  /** The ended task's run, from its events in the stream and the whole of its output. */
+  async #runOf(final: TroupeEvent) {
+    const { taskId, pipeline } = final;
+    const read = await this.#options.taskEvents(taskId, pipeline);
+    // The final event was stored before the message was settled; it is added should the read have missed it.
+    const events = read.some((event) => event.id === final.id) ? read : [...read, final];
+    const ref = final.kind === 'task.completed' ? final.data.outputRef : undefined;
+    const output = ref && this.#options.values ? await this.#options.values.read(ref) : undefined;
+    return caseRunOf(caseOf(taskId, events), events, output === undefined ? {} : { output });
+  }
+}
+
+type ScoredData = Extract<TroupeEvent, { kind: 'eval.scored' }>['data'];
+
+/**
+ * What is wrong with a pipeline's `evals:` block that its schema cannot tell, each problem at its scorer's path: each
+ * scorer is made as scoring will make it (a CEL expression parsed, a regular expression compiled, a judge's model
+ * found among `models:`, an `exact` scorer given its `value`: a live task has no expected output), and a judge's
+ * model needs its API key when keys are required.
+ */
+export function evalsProblems(
+  pipeline: LoadedPipeline,
+  options: { env: Env; requireKeys: boolean },
+): Problem[] {
+  const evals = pipeline.config.evals;
+  if (!evals) return [];
+  const problems: Problem[] = [];
+  for (const [i, spec] of evals.scorers.entries()) {
+    const path = ['evals', 'scorers', i];
+    try {
+      makeScorers([spec], { baseDir: baseDirOf(pipeline), pipeline, online: true });
+    } catch (error) {
+      // Made one at a time, so that every bad scorer is reported: each is its block's, not the first of one.
+      problems.push({ path, message: errorMessage(error).replace(/^scorer 1 \(/, `scorer ${i + 1} (`) });
+    }
+    if (spec.type === 'judge' && options.requireKeys) {
+      const model = resolveModelRef(pipeline.config, spec.model);
+      const keyEnv = model && keyEnvOf(model);
+      if (model && keyEnv !== undefined && !options.env[keyEnv])
+        problems.push({
+          path: [...path, 'model'],
+          message: `judge ${spec.name ?? `(${spec.model})`} uses ${modelLabel(model)}, which needs the environment variable ${keyEnv}; it is not set`,
+        });
+    }
+  }
+  return problems;
+}
+
+/** The pipeline's scorers; none without an `evals:` block. */
+function scorersOf(pipeline: LoadedPipeline): Scorer[] {
+  const evals = pipeline.config.evals;
+  if (!evals) return [];
+  try {
+    return makeScorers(evals.scorers, { baseDir: baseDirOf(pipeline), pipeline, online: true });
+  } catch (error) {
+    throw new Error(`pipeline ${pipeline.config.name}: evals: ${errorMessage(error)}`, { cause: error });
+  }
+}
+
+/** Where a `module` scorer's path is read from: the pipeline file's folder. */
+function baseDirOf(pipeline: Pick<LoadedPipeline, 'file'>): string {
+  return dirname(resolve(pipeline.file));
+}
+
+/** The case an online score is of: the task's goal, input and metadata, with nothing expected. */
+function caseOf(taskId: string, events: readonly TroupeEvent[]): EvalCase {
+  const accepted = events.find((event) => event.kind === 'task.accepted' && event.taskId === taskId);
+  const data = accepted?.kind === 'task.accepted' ? accepted.data : undefined;
+  return {
+    id: taskId,
+    goal: data?.goal || '(unknown: the task.accepted event is no longer in the stream)',
+    ...(data?.input ? { input: data.input } : {}),
+    ...(data?.metadata ? { metadata: data.metadata } : {}),
+  };
+}
+
+function statusOf(final: TroupeEvent): ScoredData['status'] {
+  if (final.kind === 'task.completed') return 'completed';
+  if (final.kind === 'task.cancelled') return 'cancelled';
+  return 'failed';
+}
+
+function judgesCost(scores: readonly Score[]): number {
+  return scores.reduce((sum, score) => sum + (score.costUsd ?? 0), 0);
+}

@@ -1,0 +1,245 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type EventData, type EventKind, emptyUsage, type TroupeEvent } from '@troupe/protocol';
+import { createLogger, EventFactory } from '@troupe/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { z } from 'zod';
+import { builtinTools } from '../../src/config/builtinTools.ts';
+import { type LoadedPipeline, loadPipeline } from '../../src/config/loadPipeline.ts';
+import { OnlineScoring, type OnlineScoringOptions } from '../../src/evals/onlineScoring.ts';
+
+const throwing = join(import.meta.dirname, 'fixtures', 'onlineThrows.mjs');
+
+const pipelineText = (evals: string) => `
+version: 1
+name: online
+models:
+  scripted: { provider: scripted, script: ./script.yaml }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: Write it. }
+flow:
+  - { id: write, kind: agent, agent: writer }
+${evals}
+`;
+
+const EVALS = `
+evals:
+  scorers:
+    - { type: contains, value: done }
+    - { type: regex, name: digits only, pattern: '^\\d+$' }
+    - { type: module, name: broken, path: ${throwing} }
+`;
+
+let dir: string;
+const load = async (text: string): Promise<LoadedPipeline> => {
+  const file = join(dir, `p${Math.random().toString(36).slice(2)}.yaml`);
+  await writeFile(file, text);
+  return loadPipeline(file, { toolNames: builtinTools().names() });
+};
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'troupe-online-'));
+  await writeFile(join(dir, 'script.yaml'), 'agents:\n  writer:\n    - content: done\n');
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** A task's events as its run published them, made by the runtime's EventFactory. */
+function runOf(taskId: string, ending: 'completed' | 'failed', output = 'all done'): TroupeEvent[] {
+  let now = Date.UTC(2026, 0, 1);
+  const factory = new EventFactory({ now: () => (now += 10) });
+  const scope = {
+    pipeline: 'online',
+    taskId,
+    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+  };
+  const make = <K extends EventKind>(kind: K, data: z.input<(typeof EventData)[K]>): TroupeEvent =>
+    factory.make(kind, scope, data);
+  const usage = { ...emptyUsage(), modelCalls: 1, costUsd: 0.01 };
+  return [
+    make('task.accepted', { goal: 'write it', metadata: { team: 'a' } }),
+    make('step.started', { step: 'write', agent: 'writer', round: 1, stepId: `${taskId}.write.1` }),
+    ending === 'completed'
+      ? make('task.completed', { output, rounds: 1, usage, usageByAgent: {}, durationMs: 20 })
+      : make('task.failed', { reason: 'step_failed', message: 'the writer failed', usage, durationMs: 20 }),
+  ];
+}
+
+/** Online scoring of `pipeline` over a fake bus and stream: what it publishes, and the events it reads back. */
+function scoringOf(
+  pipeline: LoadedPipeline,
+  stream: Map<string, TroupeEvent[]>,
+  extra: Partial<OnlineScoringOptions> = {},
+) {
+  const published: TroupeEvent[] = [];
+  const scoring = new OnlineScoring(pipeline, {
+    bus: {
+      publishEvent: async (event) => {
+        published.push(event);
+        return true;
+      },
+    },
+    events: new EventFactory(),
+    clock: { now: () => Date.now() },
+    logger: createLogger({ level: 'silent' }),
+    taskEvents: async (taskId) => stream.get(taskId) ?? [],
+    ...extra,
+  });
+  return { scoring, published };
+}
+
+const scoredOf = (published: TroupeEvent[], taskId: string) => {
+  const event = published.find((e) => e.taskId === taskId && e.kind === 'eval.scored');
+  return event?.kind === 'eval.scored' ? event : undefined;
+};
+
+describe('online scoring', () => {
+  it("scores an ended task from its events, off its path, and publishes eval.scored on the task's subject", async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    const events = runOf('t-pass', 'completed');
+    const { scoring, published } = scoringOf(pipeline, new Map([['t-pass', events]]));
+    const final = events.at(-1) as TroupeEvent;
+    scoring.ended(final);
+    await expect.poll(() => scoredOf(published, 't-pass')).toBeDefined();
+    const scored = scoredOf(published, 't-pass');
+    expect(scored).toMatchObject({ pipeline: 'online', taskId: 't-pass', traceparent: final.traceparent });
+    expect(scored?.data).toMatchObject({ status: 'completed', pass: false, sample: 1, costUsd: 0 });
+    expect(scored?.data.error).toBeUndefined();
+    const scores = scored?.data.scores ?? [];
+    expect(scores.map((s) => [s.scorer, s.value, s.pass])).toEqual([
+      ['contains "done"', 1, true],
+      ['digits only', 0, false],
+      ['broken', 0, false],
+    ]);
+    // The scorer that throws is an error score; the others are still there.
+    expect(scores[2]?.reason).toBe('error: this scorer is broken on purpose');
+    // One score per task: its id is the task's, so a redelivery's score is stored once.
+    expect(scored?.id).toBe('t-pass:eval.scored');
+    await scoring.stop();
+  });
+
+  it('scores a failed task too (its scorers decide what a failure scores)', async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    const events = runOf('t-failed', 'failed');
+    const { scoring, published } = scoringOf(pipeline, new Map([['t-failed', events]]));
+    scoring.ended(events.at(-1) as TroupeEvent);
+    await expect.poll(() => scoredOf(published, 't-failed')).toBeDefined();
+    const data = scoredOf(published, 't-failed')?.data;
+    expect(data?.status).toBe('failed');
+    expect(data?.scores[0]).toMatchObject({ scorer: 'contains "done"', pass: false });
+    await scoring.stop();
+  });
+
+  it('reads an output its final event kept only the start of from the value store', async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    const events = runOf('t-long', 'completed', 'the start…[99 more characters]');
+    const final = events.at(-1) as TroupeEvent;
+    if (final.kind !== 'task.completed') throw new Error('not completed');
+    const ref = { bucket: 'troupe-values-online', name: 't-long.output', bytes: 12, sha256: 'a'.repeat(64) };
+    final.data.outputRef = ref;
+    const { scoring, published } = scoringOf(pipeline, new Map([['t-long', events]]), {
+      values: { read: async (asked) => (asked === ref ? '12345 at last' : 'wrong') },
+    });
+    scoring.ended(final);
+    await expect.poll(() => scoredOf(published, 't-long')).toBeDefined();
+    // "done" is not in the preview; the whole output has digits but not only: both text scorers read the whole.
+    expect(scoredOf(published, 't-long')?.data.scores.map((s) => s.pass)).toEqual([false, false, false]);
+    expect(scoredOf(published, 't-long')?.data.scores[0]?.reason).not.toContain('start');
+    await scoring.stop();
+  });
+
+  it('publishes the error, with no scores, when the run cannot be read', async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    const final = runOf('t-lost', 'completed').at(-1) as TroupeEvent;
+    const { scoring, published } = scoringOf(pipeline, new Map(), {
+      taskEvents: async () => {
+        throw new Error('the EVENTS stream is out of reach');
+      },
+    });
+    scoring.ended(final);
+    await expect.poll(() => scoredOf(published, 't-lost')).toBeDefined();
+    expect(scoredOf(published, 't-lost')?.data).toMatchObject({
+      status: 'completed',
+      scores: [],
+      pass: false,
+      error: 'the EVENTS stream is out of reach',
+    });
+    await scoring.stop();
+  });
+
+  it('scores no task out of the sample, and nothing without an evals block', async () => {
+    const none = await load(pipelineText(EVALS.replace('evals:', 'evals:\n  sample: 0')));
+    const without = await load(pipelineText(''));
+    const events = runOf('t-out', 'completed');
+    for (const pipeline of [none, without]) {
+      const { scoring, published } = scoringOf(pipeline, new Map([['t-out', events]]));
+      scoring.ended(events.at(-1) as TroupeEvent);
+      expect(scoring.pending).toBe(0);
+      await scoring.stop();
+      expect(published).toEqual([]);
+    }
+  });
+});
+
+describe("a pipeline's evals block at load", () => {
+  const refused = async (evals: string): Promise<string> =>
+    load(pipelineText(evals)).then(
+      () => 'loaded',
+      (error: Error) => error.message,
+    );
+
+  it('refuses a scorer that cannot be made, naming the scorer, its place and what is wrong', async () => {
+    const message = await refused(`
+evals:
+  scorers:
+    - { type: contains, value: ok }
+    - { type: regex, pattern: '(unclosed' }
+    - { type: judge, rubric: Is it good?, model: grader }
+    - { type: exact }
+`);
+    expect(message).toMatch(/evals\.scorers\[1\]: scorer 2 \(regex \/\(unclosed\/\): .+/);
+    expect(message).toMatch(/evals\.scorers\[2\]: scorer 3 \(judge \(grader\)\): .*grader/);
+    expect(message).toMatch(/evals\.scorers\[3\]: scorer 4 \(exact \(expected\)\): .+/);
+    expect(message).not.toContain('scorers[0]');
+  });
+
+  it('refuses a misspelt field, a rate above 1 and an empty list, naming the field', async () => {
+    expect(await refused('evals:\n  scorers:\n    - { type: contains, value: ok, treshold: 0.5 }')).toContain(
+      'evals.scorers[0].treshold: unknown key "treshold" (did you mean "threshold"?)',
+    );
+    expect(await refused('evals:\n  sample: 1.5\n  scorers:\n    - { type: contains, value: ok }')).toContain(
+      'evals.sample:',
+    );
+    expect(await refused('evals:\n  scorers: []')).toContain('evals.scorers: name at least one scorer');
+    expect(await refused('evals:\n  scorers:\n    - { type: regex }')).toContain(
+      'evals.scorers[0].pattern: missing',
+    );
+  });
+
+  it("refuses a judge whose model's API key is not set, as an agent's", async () => {
+    const file = join(dir, 'judged.yaml');
+    await writeFile(
+      file,
+      pipelineText(`
+evals:
+  scorers:
+    - { type: judge, name: grade, rubric: Is it good?, model: grader }
+`).replace('models:', 'models:\n  grader: { provider: openai, model: gpt-5-mini }'),
+    );
+    const message = await loadPipeline(file, { toolNames: builtinTools().names(), env: {} }).then(
+      () => 'loaded',
+      (error: Error) => error.message,
+    );
+    expect(message).toContain(
+      'evals.scorers[0].model: judge grade uses openai:gpt-5-mini, which needs the environment variable OPENAI_API_KEY; it is not set',
+    );
+    const keyed = await loadPipeline(file, {
+      toolNames: builtinTools().names(),
+      env: { OPENAI_API_KEY: 'k' },
+    });
+    expect(keyed.config.evals?.scorers).toHaveLength(1);
+  });
+});
