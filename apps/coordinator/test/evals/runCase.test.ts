@@ -1,6 +1,9 @@
+import { join } from 'node:path';
 import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { EventFactory, systemClock } from '@troupe/runtime';
 import { afterAll, describe, expect, it } from 'vitest';
+import { builtinTools } from '../../src/config/builtinTools.ts';
+import { loadPipeline } from '../../src/config/loadPipeline.ts';
 import { runCase } from '../../src/evals/runCase.ts';
 import { evalPipeline, noEffects, recordedCase, removePipelines, type Turn } from './runSupport.ts';
 
@@ -30,6 +33,30 @@ describe('runCase: replay', () => {
     expect(toolsOf(run.events)).toEqual(['stamp']);
     expect(results(run.events)[0]?.data).toMatchObject({ ok: true, output: 'stamped a' });
     expect(effects.stamps).toEqual(['a']);
+  });
+
+  it('replays the demo pipeline (plan, write, a review sent back once) to its recorded output', async () => {
+    const demo = join(import.meta.dirname, '..', '..', '..', '..', 'examples', 'demo.yaml');
+    const pipeline = await loadPipeline(demo, { toolNames: builtinTools().names() });
+    const evalCase = await recordedCase(pipeline, 'demo', 'Write a hello note');
+    const recorded = evalCase.recording?.events.at(-1);
+    if (recorded?.kind !== 'task.completed') throw new Error('the demo did not complete');
+    const run = await runCase(evalCase, { mode: 'replay', pipeline });
+    expect(run).toMatchObject({ status: 'completed', output: recorded.data.output });
+    expect(run.usage).toEqual(recorded.data.usage);
+    const steps = (events: readonly TroupeEvent[]) =>
+      events.flatMap((e) =>
+        e.kind === 'step.completed' ? [`${e.data.step}:${e.data.verdict?.decision ?? 'ok'}`] : [],
+      );
+    expect(steps(run.events)).toEqual(steps(evalCase.recording?.events ?? []));
+    expect(steps(run.events)).toEqual([
+      'plan:ok',
+      'execute:ok',
+      'review:reject',
+      'execute:ok',
+      'review:approve',
+    ]);
+    expect(toolsOf(run.events)).toEqual(toolsOf(evalCase.recording?.events ?? []));
   });
 
   it('says how to run a case that has no recording', async () => {
@@ -133,6 +160,25 @@ describe('runCase: model', () => {
     expect(denied).toMatchObject({ ok: false, error: { code: 'denied' } });
     expect(denied?.error?.message).toContain('the recording holds no approval of stamp with these arguments');
     expect(effects.stamps).toEqual([]);
+  });
+
+  it('answers memory from the recording or not at all: the run writes nothing to memory', async () => {
+    const pipeline = await evalPipeline(
+      [
+        { toolCalls: [{ name: 'remember', arguments: { key: 'k', value: 'v', scope: 'task' } }] },
+        { content: 'tried to remember' },
+      ],
+      noEffects(),
+    );
+    const run = await runCase({ id: 'memo', goal: 'remember' }, { mode: 'model', pipeline });
+    expect(results(run.events)[0]?.data).toMatchObject({
+      ok: false,
+      error: {
+        code: 'not_found',
+        message:
+          'remember was not run: the call is not in the recording and remember does not run in model mode',
+      },
+    });
   });
 
   it('runs a case with no recording the same way, with no recorded call to match', async () => {

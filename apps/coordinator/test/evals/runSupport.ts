@@ -26,7 +26,7 @@ export async function removePipelines(): Promise<void> {
 /**
  * A one-step pipeline `evaldemo` whose agent `worker` plays `turns` on the scripted model and may call `stamp` (not
  * rerunnable: it leaves a mark in `effects.stamps`), `probe` (rerunnable: it waits on `effects.probes.gate`, counting
- * the calls waiting) and `write_file`. `priced` puts a price on the scripted model, so runs cost something;
+ * the calls waiting), `write_file` and `remember`. `priced` puts a price on the scripted model, so runs cost something;
  * `askToStamp` makes each stamp wait for a person's approval.
  */
 export async function evalPipeline(
@@ -50,11 +50,12 @@ ${prices}tools:
 agents:
   worker:
     instructions: Do the work.
-    tools: [stamp, probe, write_file]
+    tools: [stamp, probe, write_file, remember]
     permissions:
       - { tool: stamp, decision: ${options.askToStamp ? 'ask' : 'allow'} }
       - { tool: probe, decision: allow }
       - { tool: write_file, decision: allow }
+      - { tool: remember, decision: allow }
 flow:
   - { id: work, kind: agent, agent: worker }
 `,
