@@ -177,3 +177,52 @@ describe('formatEvent: a person steering a task', () => {
     expect(summary(read)).toBe('planner read m-1, m-2 before turn 2');
   });
 });
+
+describe('formatEvent: an online score', () => {
+  const scored = (data: Partial<Extract<TroupeEvent, { kind: 'eval.scored' }>['data']>): TroupeEvent => ({
+    id: 'task-1:eval.scored',
+    ts: '2026-11-29T12:00:02.000Z',
+    pipeline: 'demo',
+    taskId: 'task-1',
+    kind: 'eval.scored',
+    from: 'evals',
+    to: 'demo',
+    traceparent: '00-228501cfd9ddc401a594405b2e1a9608-214fbd37f4df7231-01',
+    data: { status: 'completed', scores: [], pass: false, sample: 0.5, costUsd: 0, durationMs: 12, ...data },
+  });
+  const score = (scorer: string, value: number, pass: boolean, reason: string, costUsd?: number) => ({
+    scorer,
+    type: 'contains',
+    value,
+    threshold: 1,
+    pass,
+    reason,
+    ...(costUsd === undefined ? {} : { costUsd }),
+  });
+
+  it('says whether it passed, each score, why a failed one failed, and what judging cost, on one line', () => {
+    const line = formatEvent(
+      scored({
+        scores: [
+          score('says done', 1, true, 'has "done"'),
+          score('helpful', 0.25, false, 'the note\nis vague', 0.0021),
+        ],
+        costUsd: 0.0021,
+      }),
+      { color: false },
+    );
+    expect(line).toMatch(/^12:00:02\.000 {2}demo\/task-1 {2}evals → demo +eval\.scored +/);
+    expect(line.endsWith('  FAIL 1/2 · says done 1.00 · helpful 0.25 ✗ the note is vague $0.0021')).toBe(
+      true,
+    );
+  });
+
+  it('says why the run could not be scored', () => {
+    const line = formatEvent(scored({ status: 'failed', error: 'the EVENTS stream is out of reach' }), {
+      color: false,
+    });
+    expect(
+      line.endsWith('  ERROR scoring the failed task (sample 0.5): the EVENTS stream is out of reach'),
+    ).toBe(true);
+  });
+});

@@ -1,0 +1,166 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { readTaskEvents } from '@troupe/client';
+import type { TroupeEvent } from '@troupe/protocol';
+import { createLogger, NatsBus } from '@troupe/runtime';
+import { startTestNats, type TestNats } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+
+/**
+ * A pipeline's `evals:` block scores its live tasks as they end: `troupe up` a scripted pipeline whose block has a
+ * scorer that passes, one that fails and one that throws, submit tasks, and read each task's `eval.scored` after its
+ * final event, the metrics on `--metrics`, and the line `troupe tail` prints.
+ */
+const pipeline = (evals: string) => `
+version: 1
+name: online
+models:
+  scripted: { provider: scripted, script: ./online.script.yaml }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: Say when it is done. }
+flow:
+  - { id: write, kind: agent, agent: writer }
+${evals}
+`;
+
+const EVALS = `
+evals:
+  sample: 1
+  scorers:
+    - { type: contains, name: says done, value: done }
+    - { type: regex, name: digits only, pattern: '^\\d+$' }
+    - { type: module, name: broken, path: ./throws.mjs }
+`;
+
+describe('online scoring of a pipeline with an evals block', () => {
+  let nats: TestNats;
+  let dir: string;
+  let up: CliProcess;
+  let tail: CliProcess;
+  let bus: NatsBus;
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    env = cliEnv({ NATS_URL: nats.url });
+    dir = await mkdtemp(join(tmpdir(), 'troupe-online-'));
+    await writeFile(join(dir, 'online.yaml'), pipeline(EVALS));
+    await writeFile(join(dir, 'online.script.yaml'), 'agents:\n  writer:\n    - content: all done\n');
+    await writeFile(
+      join(dir, 'throws.mjs'),
+      "export const score = () => { throw new Error('this scorer is broken on purpose'); };\n",
+    );
+    up = startTroupe(
+      [
+        'up',
+        join(dir, 'online.yaml'),
+        '--home',
+        join(dir, 'home'),
+        '--json',
+        '--log-level',
+        'info',
+        '--metrics',
+        '127.0.0.1:0',
+      ],
+      env,
+    );
+    await up.waitFor(/troupe is up on/, 60_000);
+    tail = startTroupe(['tail', '--pipeline', 'online', '--kind', 'eval.scored'], env);
+    bus = await NatsBus.connect({
+      servers: nats.url,
+      name: 'eval-online-test',
+      logger: createLogger({ level: 'silent' }),
+    });
+  }, 90_000);
+
+  afterAll(async () => {
+    await tail?.stop();
+    await up?.stop();
+    await bus?.close();
+    await nats?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const scoredOf = async (taskId: string): Promise<TroupeEvent[]> => {
+    const events = await readTaskEvents(bus, taskId, 'online');
+    return events.filter((event) => event.kind === 'eval.scored');
+  };
+
+  it("publishes eval.scored after each task's final event, with its scores, and the task completes all the same", async () => {
+    for (const id of ['on-1', 'on-2']) {
+      const submitted = await troupe(['submit', 'online', 'say when done', '--id', id, '--server', nats.url]);
+      expect(submitted.code, submitted.stderr).toBe(0);
+    }
+    for (const id of ['on-1', 'on-2']) {
+      await expect.poll(async () => (await scoredOf(id)).length, { timeout: 30_000 }).toBe(1);
+      const events = await readTaskEvents(bus, id, 'online');
+      const kinds = events.map((event) => event.kind);
+      // After the final event: the task was settled before it was scored.
+      expect(kinds.indexOf('eval.scored')).toBeGreaterThan(kinds.indexOf('task.completed'));
+      expect(kinds).toContain('task.completed');
+      const scored = events.find((event) => event.kind === 'eval.scored');
+      if (scored?.kind !== 'eval.scored') throw new Error('no eval.scored');
+      expect(scored.data).toMatchObject({ status: 'completed', pass: false, sample: 1, costUsd: 0 });
+      expect(scored.data.scores.map((s) => [s.scorer, s.value, s.pass])).toEqual([
+        ['says done', 1, true],
+        ['digits only', 0, false],
+        ['broken', 0, false],
+      ]);
+      expect(scored.data.scores[2]?.reason).toBe('error: this scorer is broken on purpose');
+    }
+    const status = await troupe(['status', 'on-1', '--server', nats.url]);
+    expect(status.stdout).toContain('completed');
+  });
+
+  it('counts the scores per scorer on the metrics endpoint', async () => {
+    const url = /serving metrics on (http:\/\/127\.0\.0\.1:\d+\/metrics)/.exec(up.output())?.[1];
+    expect(url, up.output()).toBeDefined();
+    // A series' value: what follows its name and labels (a label value may hold a space).
+    const value = async (series: string) => {
+      const text = await (await fetch(url as string)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+      return Number(line?.slice(series.length + 1));
+    };
+    await expect
+      .poll(() => value('troupe_eval_checks_total{pipeline="online",scorer="says done",result="pass"}'))
+      .toBe(2);
+    expect(
+      await value('troupe_eval_checks_total{pipeline="online",scorer="digits only",result="fail"}'),
+    ).toBe(2);
+    expect(await value('troupe_eval_checks_total{pipeline="online",scorer="broken",result="error"}')).toBe(2);
+    expect(await value('troupe_eval_score_count{pipeline="online",scorer="says done"}')).toBe(2);
+    expect(await value('troupe_eval_score_sum{pipeline="online",scorer="says done"}')).toBe(2);
+    expect(await value('troupe_eval_score_bucket{le="0",pipeline="online",scorer="digits only"}')).toBe(2);
+  });
+
+  it('shows each score in one line of troupe tail', async () => {
+    await tail.waitFor(/online\/on-2 .*eval\.scored .*FAIL 1\/3 · says done 1\.00 · digits only 0\.00 ✗/);
+    expect(tail.output()).toContain('broken 0.00 ✗ error: this scorer is broken on purpose');
+  });
+
+  it('refuses a bad evals block as the file loads, naming the scorer and the field', async () => {
+    const bad = join(dir, 'bad.yaml');
+    await writeFile(
+      bad,
+      pipeline(`
+evals:
+  scorers:
+    - { type: contains, value: done, treshold: 1 }
+    - { type: regex, pattern: '(unclosed' }
+`),
+    );
+    const result = await troupe(['validate', bad], env);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(
+      'evals.scorers[0].treshold: unknown key "treshold" (did you mean "threshold"?)',
+    );
+    const fixed = join(dir, 'bad2.yaml');
+    await writeFile(fixed, pipeline(`\nevals:\n  scorers:\n    - { type: regex, pattern: '(unclosed' }\n`));
+    const refused = await troupe(['up', fixed, '--home', join(dir, 'home2'), '--server', nats.url], env);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/evals\.scorers\[0\]: scorer 1 \(regex \/\(unclosed\/\): /);
+  });
+});
