@@ -1,4 +1,14 @@
-import { Dataset, DatasetSummary, Experiment, ExperimentSummary, Name } from '@troupe/protocol';
+import {
+  CaseRecording,
+  CaseResult,
+  Dataset,
+  DatasetSummary,
+  EvalCase,
+  Experiment,
+  ExperimentSummary,
+  Name,
+  TroupeEvent,
+} from '@troupe/protocol';
 import { z } from 'zod';
 
 /**
@@ -28,8 +38,19 @@ export type CaseParams = z.infer<typeof CaseParams>;
 export const CompareQuery = z.object({ a: ExperimentId, b: ExperimentId });
 export type CompareQuery = z.infer<typeof CompareQuery>;
 
-export const DatasetBody = Dataset.meta({ id: 'Dataset' });
-export const ExperimentBody = Experiment.meta({ id: 'Experiment' });
+/**
+ * A Troupe event, one component of the OpenAPI document that a dataset's recordings and an experiment's cases refer
+ * to (inlined in each, the document was four times as large).
+ */
+const EventBody = TroupeEvent.meta({ id: 'Event' });
+const Events = z.array(EventBody);
+
+export const DatasetBody = Dataset.extend({
+  cases: z.array(EvalCase.extend({ recording: CaseRecording.extend({ events: Events }).optional() })),
+}).meta({ id: 'Dataset' });
+export const ExperimentBody = Experiment.extend({
+  cases: z.array(CaseResult.extend({ events: Events.optional() })),
+}).meta({ id: 'Experiment' });
 
 /** Every version of every dataset, newest first, without their cases. */
 export const DatasetList = z.object({ datasets: z.array(DatasetSummary) }).meta({ id: 'DatasetList' });

@@ -268,6 +268,9 @@ describe('the gateway’s eval routes', () => {
     expect(Object.keys(doc.components.schemas)).toEqual(
       expect.arrayContaining(['Dataset', 'DatasetList', 'Experiment', 'ExperimentList', 'EvalComparison']),
     );
+    // The events a dataset's recordings and an experiment's cases hold are one component, not a copy in each.
+    for (const shape of ['Dataset', 'Experiment'])
+      expect(JSON.stringify(doc.components.schemas[shape])).toContain('"#/components/schemas/Event"');
     const served = await get('/openapi.json');
     expect(Object.keys(served.body.paths)).toContain('/v1/evals/compare');
   });
