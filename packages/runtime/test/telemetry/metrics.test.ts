@@ -191,6 +191,55 @@ describe('TroupeMetrics: summaries', () => {
   });
 });
 
+describe('TroupeMetrics: online scores', () => {
+  const score = (scorer: string, value: number, pass: boolean, reason = 'ok') => ({
+    scorer,
+    type: 'cel',
+    value,
+    threshold: 1,
+    pass,
+    reason,
+  });
+  const scored = (data: Partial<z.input<(typeof EventData)['eval.scored']>>) =>
+    event('eval.scored', {
+      status: 'completed',
+      scores: [],
+      pass: false,
+      sample: 1,
+      costUsd: 0,
+      durationMs: 5,
+      ...data,
+    });
+
+  it('observes each score by scorer, and counts it as a pass, a fail or an error (a scorer that threw, or the run)', async () => {
+    const metrics = new TroupeMetrics();
+    metrics.observe(
+      scored({
+        scores: [
+          score('few rounds', 1, true),
+          score('helpful', 0.3, false),
+          score('style', 0, false, 'error: boom'),
+        ],
+      }),
+    );
+    metrics.observe(scored({ scores: [score('few rounds', 0, false)] }));
+    metrics.observe(scored({ error: 'the EVENTS stream is out of reach' }));
+    const text = await metrics.registry.metrics();
+    const checks = (scorer: string, result: string) =>
+      sample(text, `troupe_eval_checks_total{pipeline="demo",scorer="${scorer}",result="${result}"}`);
+    expect(checks('few rounds', 'pass')).toBe(1);
+    expect(checks('few rounds', 'fail')).toBe(1);
+    expect(checks('helpful', 'fail')).toBe(1);
+    expect(checks('style', 'error')).toBe(1);
+    expect(checks('style', 'fail')).toBeUndefined();
+    expect(checks('(all)', 'error')).toBe(1);
+    expect(sample(text, 'troupe_eval_score_count{pipeline="demo",scorer="few rounds"}')).toBe(2);
+    expect(sample(text, 'troupe_eval_score_sum{pipeline="demo",scorer="few rounds"}')).toBe(1);
+    expect(sample(text, 'troupe_eval_score_bucket{le="0.3",pipeline="demo",scorer="helpful"}')).toBe(1);
+    expect(sample(text, 'troupe_eval_score_bucket{le="0.2",pipeline="demo",scorer="helpful"}')).toBe(0);
+  });
+});
+
 describe('TroupeMetrics: what is read when scraped', () => {
   it('sums what each human gate waits on, until the gate is let go', async () => {
     const metrics = new TroupeMetrics();
