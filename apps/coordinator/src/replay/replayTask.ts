@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ModelResponse } from '@troupe/llm';
-import type { TroupeEvent } from '@troupe/protocol';
+import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import {
   connectMcpServers,
   EventFactory,
@@ -323,7 +323,7 @@ export async function runOffline(options: OfflineRunOptions): Promise<OfflineRun
       runStep: fromPromise<StepRunOutput, StepRunInput>(async ({ input, signal }) => {
         if (options.pipeline.remoteAgents.has(input.request.agent))
           return {
-            ...(await recordedRemoteStep(recording.events, input.request, deps.publish)),
+            ...(await remoteStep(recording, task.taskId, input.request, deps.publish)),
             durationMs: 0,
           };
         const agent = agents.get(input.request.agent);
@@ -380,6 +380,27 @@ export async function runOffline(options: OfflineRunOptions): Promise<OfflineRun
   } finally {
     await rm(workspaceRoot, { recursive: true, force: true });
   }
+}
+
+/**
+ * A remote agent's step as the recording had it (no remote agent is called offline). A task run under another id
+ * than the recorded one (an eval case's) takes the recorded step of the same place in the flow, and tells its call
+ * and result as its own.
+ */
+async function remoteStep(
+  recording: Recording,
+  taskId: string,
+  request: AgentStepRequest,
+  publish: (event: TroupeEvent) => void,
+): Promise<AgentStepReply> {
+  if (taskId === recording.taskId || !request.stepId.startsWith(taskId))
+    return recordedRemoteStep(recording.events, request, publish);
+  const stepId = request.stepId;
+  const recordedId = recording.taskId + stepId.slice(taskId.length);
+  const reply = await recordedRemoteStep(recording.events, { ...request, stepId: recordedId }, (event) =>
+    publish({ ...event, taskId, data: { ...event.data, stepId } } as TroupeEvent),
+  );
+  return { ...reply, stepId };
 }
 
 /** The built-in tools on the shared `memory` bucket. */

@@ -1,3 +1,5 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { EventFactory, systemClock } from '@troupe/runtime';
@@ -189,6 +191,61 @@ describe('runCase: model', () => {
     expect(results(run.events)[0]?.data).toMatchObject({ ok: false, error: { code: 'not_found' } });
     expect(effects.stamps).toEqual([]);
     expect(run.events[0]).toMatchObject({ kind: 'task.accepted', data: { goal: 'stamp a' } });
+  });
+});
+
+describe('runCase: model, a remote agent', () => {
+  it('calls no remote agent: its step answers as the recording had it, under the run’s own task', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-evalremote-'));
+    try {
+      await writeFile(
+        join(dir, 'delegate.yaml'),
+        `version: 1
+name: delegate
+agents:
+  team:
+    a2a: { card: 'http://127.0.0.1:9/never/.well-known/agent-card.json' }
+flow:
+  - { id: delegate, kind: agent, agent: team }
+`,
+      );
+      const pipeline = await loadPipeline(join(dir, 'delegate.yaml'), { toolNames: builtinTools().names() });
+      const factory = new EventFactory(systemClock);
+      const scope = { pipeline: 'delegate', taskId: 'r1', traceparent: '' };
+      const step = { step: 'delegate', agent: 'team', round: 1, stepId: 'r1.delegate.1' };
+      const usage = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 };
+      const events = [
+        factory.make('task.accepted', scope, { goal: 'hand it on' }),
+        factory.make('step.started', scope, step),
+        factory.make('step.completed', scope, {
+          ...step,
+          ok: true,
+          output: 'the team did it',
+          usage,
+          turns: 1,
+          durationMs: 5,
+        }),
+        factory.make('task.completed', scope, {
+          output: 'the team did it',
+          rounds: 1,
+          usage,
+          usageByAgent: {},
+          durationMs: 5,
+        }),
+      ];
+      const evalCase = {
+        id: 'remote',
+        goal: 'hand it on',
+        recording: { taskId: 'r1', pipeline: 'delegate', events, journal: {}, values: {} },
+      };
+      const run = await runCase(evalCase, { mode: 'model', pipeline });
+      expect(run).toMatchObject({ status: 'completed', output: 'the team did it' });
+      expect(run.taskId).not.toBe('r1');
+      const ended = run.events.find((e) => e.kind === 'step.completed');
+      expect(ended?.data).toMatchObject({ ok: true, stepId: `${run.taskId}.delegate.1` });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 
