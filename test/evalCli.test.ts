@@ -1,7 +1,8 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Experiment } from '@troupe/protocol';
+import { Experiment, ExperimentSummary } from '@troupe/protocol';
+import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliEnv, troupe } from './support/cli.ts';
 
@@ -177,5 +178,67 @@ describe('troupe eval run and compare, with no server', () => {
     const missing = await troupe(['eval', 'compare', at('good.json'), at('nothing.json')], env);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toBe(`troupe: ${at('nothing.json')}: no such file\n`);
+  });
+});
+
+describe('troupe eval run, list, compare and show, with experiments stored on a server', () => {
+  let nats: TestNats;
+  let stored: NodeJS.ProcessEnv;
+  const evalCli = (...args: string[]) => troupe(['eval', ...args], stored, 60_000);
+  const runStored = (dataset: string, pipelineName: string, name: string) =>
+    evalCli('run', dataset, '--pipeline', at(`${pipelineName}.yaml`), '--mode', 'model', '--name', name);
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    stored = cliEnv({ PATH: at('bin'), TROUPE_HOME: at('home'), NATS_URL: nats.url });
+  });
+  afterAll(async () => {
+    await nats?.stop();
+  });
+
+  it('stores a file dataset once and each experiment, lists them newest first and compares them by id', async () => {
+    const good = await runStored(at('greetings.yaml'), 'good', 'stored-good');
+    expect(good.code, good.stderr).toBe(0);
+    expect(good.stderr).toContain(`stored ${at('greetings.yaml')} as dataset greetings@1`);
+    expect(good.stderr).toContain('stored experiment stored-good');
+
+    // The same file again is the version stored already; a stored dataset runs by its name.
+    const worse = await runStored(at('greetings.yaml'), 'worse', 'stored-worse');
+    expect(worse.code, worse.stderr).toBe(1);
+    expect(worse.stderr).not.toContain('as dataset');
+    const again = await runStored('greetings@1', 'good', 'stored-good-again');
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stderr).toContain('running 2 cases of greetings@1');
+
+    const listed = await evalCli('list', '--json');
+    expect(listed.code, listed.stderr).toBe(0);
+    const summaries = listed.stdout
+      .trim()
+      .split('\n')
+      .map((line) => ExperimentSummary.parse(JSON.parse(line)));
+    expect(summaries.map((e) => [e.id, e.totals.passed])).toEqual([
+      ['stored-good-again', 2],
+      ['stored-worse', 0],
+      ['stored-good', 2],
+    ]);
+    const table = await evalCli('list');
+    expect(table.stdout.split('\n')[0]).toMatch(/^EXPERIMENT\s+DATASET\s+PIPELINE\s+MODE\s+PASSED/);
+    expect(table.stdout).toMatch(/^stored-worse\s+greetings@1\s+greeter \w{12}\s+model\s+0\/2/m);
+
+    const regressed = await evalCli('compare', 'stored-good', 'stored-worse');
+    expect(regressed.code, regressed.stderr).toBe(1);
+    expect(regressed.stdout).toMatch(/^morning\s+regressed/m);
+    // A stored experiment against a saved file.
+    const mixed = await evalCli('compare', 'stored-good-again', at('good.json'));
+    expect(mixed.code, mixed.stderr).toBe(0);
+    expect(mixed.stdout).toContain('gate: passed');
+
+    const shown = await evalCli('show', 'stored-worse', 'morning');
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toMatch(/^task \S+ · greeter · completed/m);
+
+    const unknown = await evalCli('compare', 'stored-good', 'no-such-experiment');
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('no experiment no-such-experiment is stored on this server');
   });
 });
