@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { CaseResult, Dataset, EvalCase } from '@troupe/protocol';
+import { type CaseResult, type Dataset, type EvalCase, Experiment } from '@troupe/protocol';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { LoadedPipeline } from '../../src/config/loadPipeline.ts';
 import { type ExperimentOptions, runExperiment } from '../../src/evals/runExperiment.ts';
@@ -67,6 +67,8 @@ describe('runExperiment', () => {
       ['two', 'passed', cases[1]?.recording?.taskId, ['stamp'], ['work']],
     ]);
     expect(experiment.cases[0]?.events?.at(-1)?.kind).toBe('task.completed');
+    // As the store and the gateway read it back.
+    expect(Experiment.parse(JSON.parse(JSON.stringify(experiment)))).toEqual(experiment);
     expect(told.map(([, done, total]) => [done, total])).toEqual([
       [1, 2],
       [2, 2],
