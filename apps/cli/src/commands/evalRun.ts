@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { dirname, extname, resolve as resolvePath } from 'node:path';
-import type { EvalStore } from '@troupe/client';
+import { caseMeanScore, type EvalStore } from '@troupe/client';
 import {
   builtinTools,
   ConfigError,
@@ -97,10 +97,7 @@ export async function evalRun(datasetArg: string, options: EvalRunOptions): Prom
 
 /** A case as it ends: `[3/12] case-3 failed 0.50 (contains) 1.2 s`. */
 export function progressLine(result: CaseResult, done: number, total: number): string {
-  const mean =
-    result.scores.length === 0
-      ? ''
-      : ` ${(result.scores.reduce((s, x) => s + x.value, 0) / result.scores.length).toFixed(2)}`;
+  const mean = result.scores.length === 0 ? '' : ` ${caseMeanScore(result).toFixed(2)}`;
   const failing = failingOf(result);
   return `[${done}/${total}] ${result.caseId} ${result.status}${mean}${failing ? ` (${failing})` : ''} ${formatDuration(result.durationMs)}`;
 }
