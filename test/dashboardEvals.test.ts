@@ -1,4 +1,5 @@
-import { mkdir } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EvalStore, submitTask } from '@troupe/client';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
@@ -13,6 +14,27 @@ import { examplePath, type Harness, startHarness } from './support/harness.ts';
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ADMIN = 'dashboard-evals-0123456789abcdef';
 const SHOTS = join(import.meta.dirname, '..', 'docs', 'img');
+
+/**
+ * `examples/evals/notes.yaml` as `scored-notes` with an `evals:` block that scores every task online: one scorer
+ * every output passes, one none does.
+ */
+async function scoredNotes(dir: string): Promise<string> {
+  const text = await readFile(examplePath('evals/notes.yaml'), 'utf8');
+  const file = join(dir, 'scored-notes.yaml');
+  await writeFile(
+    file,
+    `${text.replace(/^name: notes$/m, 'name: scored-notes')}
+evals:
+  sample: 1
+  scorers:
+    - { type: regex, name: says something, pattern: "." }
+    - { type: regex, name: digits only, pattern: "^[0-9]+$" }
+`,
+  );
+  await copyFile(examplePath('evals/notes.script.yaml'), join(dir, 'notes.script.yaml'));
+  return file;
+}
 
 const score = (scorer: string, pass: boolean): Score => ({
   scorer,
@@ -80,10 +102,12 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
   let gateway: Gateway;
   let browser: Browser;
   let page: Page;
+  let dir: string;
   const tasks = ['notes-run-v1', 'notes-run-v2'];
 
   beforeAll(async () => {
-    h = await startHarness([examplePath('evals/notes.yaml')]);
+    dir = await mkdtemp(join(tmpdir(), 'troupe-dash-evals-'));
+    h = await startHarness([examplePath('evals/notes.yaml'), await scoredNotes(dir)]);
     gateway = await startGateway({
       bus: h.bus,
       logger: createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' }),
@@ -158,10 +182,13 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
     await browser?.close();
     await gateway?.close();
     await h?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
   });
 
+  /** The timeline shown in the view open now (the other view's stays in the page, hidden). */
+  const timeline = () => page.locator('main:not([hidden])').getByTestId('timeline');
   const timelineTask = async () =>
-    ((await page.getByTestId('timeline').locator('h3').first().textContent()) ?? '').split(' ')[0];
+    ((await timeline().locator('h3').first().textContent()) ?? '').split(' ')[0];
 
   it('shows each task’s online score in the task list: pass or fail, with its mean score', async () => {
     const cell = (taskId: string) =>
@@ -170,6 +197,15 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
     expect(await cell('notes-run-v1').getAttribute('data-pass')).toBe('true');
     expect(await cell('notes-run-v2').textContent()).toBe('fail 0.50');
     expect(await cell('notes-run-v2').getAttribute('title')).toBe('1 of 2 scorers passed; failed: version');
+
+    // A task of a pipeline with an `evals:` block is scored by its coordinator as it ends, and its row shows it live.
+    await page.getByTestId('pipeline').selectOption('scored-notes');
+    await page.getByTestId('goal').fill('Write the release note for v2.0');
+    await page.getByTestId('submit').click();
+    const scored = page.locator('[data-testid=task-row][data-status=completed] [data-testid=task-score]');
+    await expect.poll(() => scored.textContent(), { timeout: 30_000 }).toBe('fail 0.50');
+    expect(await scored.getAttribute('title')).toBe('1 of 2 scorers passed; failed: digits only');
+    await page.getByTestId('pipeline').selectOption('notes');
   });
 
   it('lists the experiments, compares B with A, and opens the regressed case’s timeline', async () => {
@@ -214,13 +250,13 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
     await opened.waitFor();
     expect(await opened.getAttribute('data-side')).toBe('b');
     await expect.poll(timelineTask, { timeout: 15_000 }).toBe('notes-run-v2');
-    expect(await page.getByTestId('timeline').textContent()).toContain('review');
+    expect(await timeline().textContent()).toContain('review');
     // A replayed it: its timeline comes from the events the experiment kept.
     await page.getByTestId('case-side-a').click();
     await expect.poll(() => opened.getAttribute('data-side')).toBe('a');
     await expect.poll(timelineTask, { timeout: 15_000 }).toBe('replay-notes-run-v2');
-    expect(await page.getByTestId('timeline').textContent()).toContain('review');
-    expect(await page.getByTestId('timeline').locator('.status').first().textContent()).toBe('completed');
+    expect(await timeline().textContent()).toContain('review');
+    expect(await timeline().locator('.status').first().textContent()).toBe('completed');
     await page.getByTestId('case-side-b').click();
     await screenshotAtRest(page, join(SHOTS, 'dashboard-experiments.png'));
 
