@@ -211,11 +211,24 @@ flow:
     );
     const added = await eval_('add', 'long-runs', '--file', file);
     expect(added.stdout).toBe(
-      'stored dataset long-runs version 3: 3 cases (2 recorded); 1 added, 0 replaced since version 2\n',
+      'stored dataset long-runs version 3: 3 cases (2 recorded); 1 added, 0 replaced since version 2, 1 scorers added\n',
     );
     const shown = Dataset.parse(JSON.parse((await eval_('show', 'long-runs', '--json')).stdout));
     expect(shown.scorers).toEqual([{ type: 'contains', value: 'read' }]);
     expect(shown.cases.at(-1)).toEqual({ id: 'hand-1', goal: 'say hi' });
+
+    // A file of scorers alone adds them to the cases there are; a dataset of scorers alone is refused.
+    const scorersFile = join(dir, 'scorers.yaml');
+    await writeFile(scorersFile, 'scorers: [{ type: regex, pattern: "^read" }]\n');
+    const scored = await eval_('add', 'long-runs', '--file', scorersFile);
+    expect(scored.stdout).toBe(
+      'stored dataset long-runs version 4: 3 cases (2 recorded); 0 added, 0 replaced since version 3, 1 scorers added\n',
+    );
+    const alone = await eval_('add', 'scorers-only', '--file', scorersFile);
+    expect(alone.stderr).toBe(
+      'troupe: nothing to add to dataset scorers-only: scorers alone, and it has no cases yet; no version was stored\n',
+    );
+    expect(alone.code).toBe(2);
 
     const bad = join(dir, 'bad.jsonl');
     await writeFile(bad, '{"id":"a","goal":"g"}\n{"id":"a","goal":"h"}\n');

@@ -78,29 +78,34 @@ export async function add(name: string, options: DatasetAddOptions): Promise<num
     if (taskIds !== undefined)
       await take({ taskIds, ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }) });
     for (const { taskId, why } of skipped) process.stderr.write(`skipped task ${taskId}: ${why}\n`);
-    if (added.length === 0) {
+    const scorers = mergeScorers(previous?.scorers ?? [], files);
+    const newScorers = scorers.length - (previous?.scorers.length ?? 0);
+    const merged = mergeCases(previous?.cases ?? [], added);
+    if ((added.length === 0 && newScorers === 0) || merged.cases.length === 0) {
       throw new CliError(
         `nothing to add to dataset ${name}: ${
           options.fromRuns && skipped.length === 0
             ? await noRunsFound(bus, options, status)
-            : 'no case was made'
+            : added.length === 0 && newScorers > 0
+              ? 'scorers alone, and it has no cases yet'
+              : 'no case was made'
         }; no version was stored`,
         2,
       );
     }
-    const merged = mergeCases(previous?.cases ?? [], added);
     const description =
       options.description ?? previous?.description ?? files.find((f) => f.description)?.description;
     const dataset = await store.putDataset({
       name,
       ...(description === undefined ? {} : { description }),
-      scorers: mergeScorers(previous?.scorers ?? [], files),
+      scorers,
       cases: merged.cases,
     });
     const recorded = dataset.cases.filter((c) => c.recording).length;
     process.stdout.write(
       `stored dataset ${name} version ${dataset.version}: ${dataset.cases.length} cases (${recorded} recorded); ` +
         `${merged.added} added, ${merged.replaced} replaced${previous ? ` since version ${previous.version}` : ''}` +
+        `${newScorers > 0 ? `, ${newScorers} scorers added` : ''}` +
         `${skipped.length > 0 ? `, ${skipped.length} tasks skipped` : ''}\n`,
     );
     return 0;
@@ -212,7 +217,8 @@ function mergeScorers(old: readonly ScorerSpec[], files: readonly DatasetFile[])
 
 async function readFile(path: string): Promise<DatasetFile> {
   try {
-    return await readDatasetFile(path);
+    // A file of scorers alone adds them to the cases from runs or from the previous version.
+    return await readDatasetFile(path, { scorersOnly: true });
   } catch (error) {
     if (error instanceof DatasetFileError) throw new CliError(error.message, 2);
     throw error;

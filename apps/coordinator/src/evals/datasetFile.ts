@@ -39,12 +39,16 @@ export class DatasetFileError extends Error {
  * Reads a dataset file: YAML (`name`, `description`, `scorers`, `cases`) or JSONL (one case a line; the dataset is
  * named after the file). A case without an `id` gets `case-<n>`, its place from 1. Throws a {@link DatasetFileError}
  * naming the file and, for each problem, its line and case and field: a case that does not parse, an unknown key or
- * scorer type, two cases with one id, a file with no cases.
+ * scorer type, two cases with one id, a file with no cases. With `scorersOnly`, a YAML file may hold scorers and no
+ * cases (`troupe eval dataset add` adds them to a dataset made from runs).
  *
  * @example
  * const { name, scorers, cases } = await readDatasetFile('evals/support.yaml');
  */
-export async function readDatasetFile(path: string): Promise<DatasetFile> {
+export async function readDatasetFile(
+  path: string,
+  options: { scorersOnly?: boolean } = {},
+): Promise<DatasetFile> {
   const text = await readFile(path, 'utf8').catch((error: NodeJS.ErrnoException) => {
     throw new DatasetFileError(path, [
       error.code === 'ENOENT' ? 'no such file' : `cannot read it: ${error.message}`,
@@ -52,7 +56,7 @@ export async function readDatasetFile(path: string): Promise<DatasetFile> {
   });
   const ext = extname(path).toLowerCase();
   if (ext === '.jsonl') return parseJsonl(path, text);
-  if (ext === '.yaml' || ext === '.yml') return parseYaml(path, text);
+  if (ext === '.yaml' || ext === '.yml') return parseYaml(path, text, options);
   throw new DatasetFileError(path, [
     `a dataset file is .yaml, .yml or .jsonl, not "${ext || 'no extension'}"`,
   ]);
@@ -87,8 +91,11 @@ export function parseJsonl(path: string, text: string): DatasetFile {
   return { name, scorers: [], cases: cases.map((c) => c.evalCase) };
 }
 
-/** Parses a YAML dataset's text; `path` names the file in errors and the dataset when the file names none. */
-export function parseYaml(path: string, text: string): DatasetFile {
+/**
+ * Parses a YAML dataset's text; `path` names the file in errors and the dataset when the file names none. With
+ * `scorersOnly`, `cases` may be absent or empty.
+ */
+export function parseYaml(path: string, text: string, options: { scorersOnly?: boolean } = {}): DatasetFile {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
@@ -134,20 +141,23 @@ export function parseYaml(path: string, text: string): DatasetFile {
     }
   }
   const cases: { evalCase: EvalCase; where: string }[] = [];
-  if (!Array.isArray(raw.cases)) {
+  // With `scorersOnly`, a file of scorers alone, for cases from elsewhere.
+  const scorersAlone = raw.cases === undefined && options.scorersOnly === true;
+  if (!scorersAlone && !Array.isArray(raw.cases)) {
     problems.push(
       raw.cases === undefined
         ? 'cases: missing (a list of cases)'
         : `${at(['cases'])}cases: must be a list of cases`,
     );
-  } else {
+  } else if (Array.isArray(raw.cases)) {
     for (const [index, item] of raw.cases.entries()) {
       const parsed = parseCase(item, index + 1);
       if ('problems' in parsed)
         problems.push(...parsed.problems.map((p) => `${at(['cases', index, ...p.path])}${p.label}${p.text}`));
       else cases.push({ evalCase: parsed.evalCase, where: at(['cases', index, 'id']).replace(/: $/, '') });
     }
-    if (problems.length === 0 && cases.length === 0) problems.push(`${at(['cases'])}holds no cases`);
+    if (problems.length === 0 && cases.length === 0 && !options.scorersOnly)
+      problems.push(`${at(['cases'])}holds no cases`);
   }
   problems.push(...duplicates(cases));
   if (problems.length > 0) throw new DatasetFileError(path, problems);

@@ -196,6 +196,16 @@ cases:
     );
   });
 
+  it('holds scorers alone only when asked to', () => {
+    const text = 'scorers: [{ type: exact, value: ok }]\n';
+    expect(parseYaml('s.yaml', text, { scorersOnly: true })).toEqual({
+      name: 's',
+      scorers: [{ type: 'exact', value: 'ok' }],
+      cases: [],
+    });
+    expect(errorOf(() => parseYaml('s.yaml', text)).message).toBe('s.yaml: cases: missing (a list of cases)');
+  });
+
   it('takes its name from the file when it names none', () => {
     expect(parseYaml('dir/nightly.yml', 'cases: [ { goal: g } ]').name).toBe('nightly');
   });
