@@ -10,6 +10,8 @@ export interface RunTaskOptions {
   pipeline: LoadedPipeline | string;
   goal: string;
   input?: unknown;
+  /** Labels carried on every event of the task, as a submitted task's `metadata`. */
+  metadata?: Record<string, string>;
   /** The task's id; a fresh `t-…` one when absent. */
   taskId?: string;
   /**
@@ -64,6 +66,7 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
       taskId,
       goal: options.goal,
       ...(options.input === undefined ? {} : { input: options.input }),
+      ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
       ...(options.onEvent ? { onEvent: options.onEvent } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
     });

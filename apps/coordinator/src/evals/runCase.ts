@@ -152,6 +152,7 @@ async function liveCase(evalCase: EvalCase, options: RunCaseOptions): Promise<Ca
       pipeline: options.pipeline,
       goal: evalCase.goal,
       ...(evalCase.input ? { input: evalCase.input } : {}),
+      ...(evalCase.metadata ? { metadata: evalCase.metadata } : {}),
       workspaceRoot,
       onEvent: (event) => events.push(event),
       approvals: options.approvals ?? 'deny',

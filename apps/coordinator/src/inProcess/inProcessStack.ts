@@ -39,6 +39,7 @@ export interface StackTask {
   taskId: string;
   goal: string;
   input?: unknown;
+  metadata?: Record<string, string>;
   onEvent?: (event: TroupeEvent) => void;
   signal?: AbortSignal;
 }
@@ -173,7 +174,12 @@ export class InProcessStack {
       if (task.signal?.aborted) askCancel();
       task.signal?.addEventListener('abort', onAbort, { once: true });
       const delivery = this.intake.deliver(
-        { id: taskId, goal: task.goal, ...(task.input === undefined ? {} : { input: task.input }) },
+        {
+          id: taskId,
+          goal: task.goal,
+          ...(task.input === undefined ? {} : { input: task.input }),
+          ...(task.metadata === undefined ? {} : { metadata: task.metadata }),
+        },
         { storedAt: systemClock.now() },
       );
       await delivery.handled;

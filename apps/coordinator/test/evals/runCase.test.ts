@@ -253,9 +253,13 @@ describe('runCase: live', () => {
   it('runs the case as a real task: its tools run for real', async () => {
     const effects = noEffects();
     const pipeline = await evalPipeline(stampA, effects);
-    const run = await runCase({ id: 'live', goal: 'stamp a' }, { mode: 'live', pipeline });
+    const run = await runCase(
+      { id: 'live', goal: 'stamp a', metadata: { ticket: 'T-1' } },
+      { mode: 'live', pipeline },
+    );
     expect(run).toMatchObject({ status: 'completed', output: 'stamped a, done' });
     expect(effects.stamps).toEqual(['a']);
     expect(run.events.at(-1)?.kind).toBe('task.completed');
+    expect(run.events[0]).toMatchObject({ kind: 'task.accepted', data: { metadata: { ticket: 'T-1' } } });
   });
 });
