@@ -16,7 +16,12 @@ export function declareDatasetCommands(evals: Command): void {
       "store a new version of a dataset: the previous version's cases and the new ones (a case with an id already there replaces it), from files, from recorded runs (each kept whole, to replay after the server forgets it) or from tasks named",
     )
     .argument('<name>', 'the dataset')
-    .option('--file <path>', 'a dataset file, YAML or JSONL (repeatable)', collect, [])
+    .option(
+      '--file <path>',
+      'a dataset file, YAML or JSONL; a YAML file of scorers alone adds its scorers (repeatable)',
+      collect,
+      [],
+    )
     .option('--from-runs', 'add the tasks a pipeline ran (with --pipeline), the newest first', false)
     .option('--pipeline <name>', 'the pipeline whose tasks --from-runs takes (and --tasks checks)')
     .option(
@@ -26,7 +31,7 @@ export function declareDatasetCommands(evals: Command): void {
     .option('--since <duration>', 'only tasks created this long ago or less: 30m, 12h, 7d', duration)
     .option('--limit <n>', 'at most this many tasks from --from-runs', positiveInteger, 50)
     .option('--tasks <ids>', 'add these tasks, comma-separated')
-    .option('--description <text>', 'what the dataset is for (default: the previous version’s)')
+    .option('--description <text>', "what the dataset is for (default: the previous version's)")
     .addOption(homeOption())
     .addOption(serverOption())
     .action(
