@@ -262,4 +262,14 @@ describe('runCase: live', () => {
     expect(run.events.at(-1)?.kind).toBe('task.completed');
     expect(run.events[0]).toMatchObject({ kind: 'task.accepted', data: { metadata: { ticket: 'T-1' } } });
   });
+
+  it('denies what asks a person, unless the options allow it', async () => {
+    const effects = noEffects();
+    const pipeline = await evalPipeline(stampA, effects, { askToStamp: true });
+    const denied = await runCase({ id: 'ask', goal: 'stamp a' }, { mode: 'live', pipeline });
+    expect(results(denied.events)[0]?.data).toMatchObject({ ok: false, error: { code: 'denied' } });
+    expect(effects.stamps).toEqual([]);
+    await runCase({ id: 'ask', goal: 'stamp a' }, { mode: 'live', pipeline, approvals: 'allow' });
+    expect(effects.stamps).toEqual(['a']);
+  });
 });
