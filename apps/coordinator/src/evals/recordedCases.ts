@@ -59,7 +59,7 @@ export async function recordedCases(bus: JetStreamBus, select: RecordedSelect): 
   const records = store
     ? await readValues(store, select.taskIds ? [...new Set(select.taskIds)] : undefined)
     : [];
-  const tasks = select.taskIds ? named(records, select) : chosen(records, select);
+  const tasks = tasksToRecord(records, select);
   const reader = new TaskReader(bus);
   const results: (EvalCase | SkippedTask)[] = new Array(tasks.length);
   let next = 0;
@@ -86,7 +86,15 @@ export async function recordedCases(bus: JetStreamBus, select: RecordedSelect): 
 }
 
 /** A task to read: its id, the pipeline its events are under, and its record when KV `workflows` has one. */
-type Chosen = { taskId: string; pipeline: string; record?: WorkflowRecord } | SkippedTask;
+export type Chosen = { taskId: string; pipeline: string; record?: WorkflowRecord } | SkippedTask;
+
+/**
+ * The tasks to make cases of, from their records in KV `workflows`: those named (each skipped, with why, when it
+ * runs still or ran on another pipeline), or those the filters choose, newest first, up to the limit.
+ */
+export function tasksToRecord(records: readonly WorkflowRecord[], select: RecordedSelect): Chosen[] {
+  return select.taskIds ? named(records, select) : chosen(records, select);
+}
 
 /** The tasks the filters choose, newest first, up to the limit. */
 function chosen(records: readonly WorkflowRecord[], select: RecordedSelect): Chosen[] {
