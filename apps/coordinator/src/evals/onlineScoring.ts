@@ -11,6 +11,7 @@ import {
   type Clock,
   type EventFactory,
   type Logger,
+  sleep,
   type ValueStore,
   withTimeout,
 } from '@troupe/runtime';
@@ -26,13 +27,16 @@ import { makeScorers, scoreRun } from './scoreCase.ts';
 const SCORING_CONCURRENCY = 4;
 /** Ended tasks waiting to be scored above which a newly ended one is not scored (said in the log). */
 const MAX_WAITING = 1_000;
+/** How many times a run's events are read when they look cut short, and how long apart. */
+const READS = 4;
+const READ_AGAIN_MS = 500;
 /** How long a stop waits for the scorings it aborted to end. */
 const STOP_WAIT_MS = 5_000;
 
 export interface OnlineScoringOptions {
   bus: Pick<Bus, 'publishEvent'>;
   events: EventFactory;
-  clock: Pick<Clock, 'now'>;
+  clock: Clock;
   logger: Logger;
   /** Every event of an ended task, read back from the `EVENTS` stream. */
   taskEvents: (taskId: string, pipeline: string) => Promise<TroupeEvent[]>;
@@ -172,14 +176,63 @@ export class OnlineScoring {
 
   /** The ended task's run, from its events in the stream and the whole of its output. */
   async #runOf(final: TroupeEvent) {
-    const { taskId, pipeline } = final;
-    const read = await this.#options.taskEvents(taskId, pipeline);
-    // The final event was stored before the message was settled; it is added should the read have missed it.
-    const events = read.some((event) => event.id === final.id) ? read : [...read, final];
+    const { taskId } = final;
+    const events = await this.#eventsOf(final);
     const ref = final.kind === 'task.completed' ? final.data.outputRef : undefined;
     const output = ref && this.#options.values ? await this.#options.values.read(ref) : undefined;
     return caseRunOf(caseOf(taskId, events), events, output === undefined ? {} : { output });
   }
+
+  /**
+   * The ended task's events in the stream. Its final event is stored, and with it every event this process published
+   * before; a worker elsewhere publishes its steps' model and tool events on its own, and may store the last of them
+   * after the step's reply: a run whose steps' calls are not all there yet is read again, a few times, then scored
+   * as it is.
+   */
+  async #eventsOf(final: TroupeEvent): Promise<TroupeEvent[]> {
+    const { taskEvents, clock, logger } = this.#options;
+    for (let read = 1; ; read++) {
+      const stored = await taskEvents(final.taskId, final.pipeline);
+      // The final event was stored before the message was settled; it is added should the read have missed it.
+      const events = stored.some((event) => event.id === final.id) ? stored : [...stored, final];
+      const missing = missingCalls(events);
+      if (missing === undefined) return events;
+      if (read >= READS) {
+        logger.info({ taskId: final.taskId, missing }, 'scoring a run whose events look incomplete');
+        return events;
+      }
+      await sleep(clock, READ_AGAIN_MS, this.#stop.signal);
+    }
+  }
+}
+
+/**
+ * What a run's events lack, if anything: a step that ended after `turns` model calls with fewer of them in the
+ * events (`llm.response` or `llm.error`), or a step whose replies asked for more tool calls than it has `tool.result`s.
+ */
+export function missingCalls(events: readonly TroupeEvent[]): string | undefined {
+  const turns = new Map<string, Set<number>>();
+  const calls = new Map<string, number>();
+  const results = new Map<string, number>();
+  const add = (counts: Map<string, number>, stepId: string, n: number) =>
+    counts.set(stepId, (counts.get(stepId) ?? 0) + n);
+  for (const event of events) {
+    if (event.kind === 'llm.response' || event.kind === 'llm.error') {
+      const { stepId, turn } = event.data;
+      turns.set(stepId, (turns.get(stepId) ?? new Set()).add(turn));
+      if (event.kind === 'llm.response') add(calls, stepId, event.data.toolCalls.length);
+    } else if (event.kind === 'tool.result') add(results, event.data.stepId, 1);
+  }
+  for (const event of events) {
+    if (event.kind !== 'step.completed' || event.data.reused) continue;
+    const { stepId } = event.data;
+    const seen = turns.get(stepId)?.size ?? 0;
+    if (seen < event.data.turns) return `step ${stepId}: ${seen} of ${event.data.turns} model calls`;
+    const asked = calls.get(stepId) ?? 0;
+    const answered = results.get(stepId) ?? 0;
+    if (answered < asked) return `step ${stepId}: ${answered} of ${asked} tool results`;
+  }
+  return undefined;
 }
 
 type ScoredData = Extract<TroupeEvent, { kind: 'eval.scored' }>['data'];

@@ -2,12 +2,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type EventData, type EventKind, emptyUsage, type TroupeEvent } from '@troupe/protocol';
-import { createLogger, EventFactory } from '@troupe/runtime';
+import { createLogger, EventFactory, systemClock } from '@troupe/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import { builtinTools } from '../../src/config/builtinTools.ts';
 import { type LoadedPipeline, loadPipeline } from '../../src/config/loadPipeline.ts';
-import { OnlineScoring, type OnlineScoringOptions } from '../../src/evals/onlineScoring.ts';
+import { missingCalls, OnlineScoring, type OnlineScoringOptions } from '../../src/evals/onlineScoring.ts';
 
 const throwing = join(import.meta.dirname, 'fixtures', 'onlineThrows.mjs');
 
@@ -83,7 +83,7 @@ function scoringOf(
       },
     },
     events: new EventFactory(),
-    clock: { now: () => Date.now() },
+    clock: systemClock,
     logger: createLogger({ level: 'silent' }),
     taskEvents: async (taskId) => stream.get(taskId) ?? [],
     ...extra,
@@ -167,6 +167,79 @@ describe('online scoring', () => {
       pass: false,
       error: 'the EVENTS stream is out of reach',
     });
+    await scoring.stop();
+  });
+
+  it("reads the run again while a worker's model and tool events are not all stored yet", async () => {
+    const pipeline = await load(
+      pipelineText('evals:\n  scorers:\n    - { type: trajectory, match: strict, expected: [write_file] }'),
+    );
+    let now = Date.UTC(2026, 0, 1);
+    const factory = new EventFactory({ now: () => (now += 10) });
+    const scope = { pipeline: 'online', taskId: 't-late', traceparent: '' };
+    const make = <K extends EventKind>(kind: K, data: z.input<(typeof EventData)[K]>): TroupeEvent =>
+      factory.make(kind, scope, data);
+    const call = { agent: 'writer', stepId: 't-late.write.1' };
+    const reply = (turn: number, toolCalls: { id: string; name: string }[]) =>
+      make('llm.response', {
+        ...call,
+        turn,
+        provider: 'scripted',
+        model: 'scripted',
+        usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0 },
+        costUsd: 0,
+        finishReason: toolCalls.length > 0 ? 'tool_calls' : 'stop',
+        content: '',
+        toolCalls,
+        durationMs: 1,
+      });
+    const [accepted, started, first] = [
+      make('task.accepted', { goal: 'write it' }),
+      make('step.started', { step: 'write', round: 1, ...call }),
+      reply(1, [{ id: 'c1', name: 'write_file' }]),
+    ];
+    const late = [
+      make('tool.call', { ...call, turn: 1, index: 0, callId: 'c1', tool: 'write_file', arguments: '{}' }),
+      make('tool.result', {
+        ...call,
+        turn: 1,
+        index: 0,
+        callId: 'c1',
+        tool: 'write_file',
+        ok: true,
+        decision: 'allow',
+        output: 'written',
+        durationMs: 1,
+      }),
+      reply(2, []),
+    ];
+    const usage = { ...emptyUsage(), modelCalls: 2 };
+    const ended = [
+      make('step.completed', {
+        step: 'write',
+        round: 1,
+        ...call,
+        ok: true,
+        output: 'done',
+        usage,
+        turns: 2,
+        durationMs: 5,
+      }),
+      make('task.completed', { output: 'done', rounds: 1, usage, usageByAgent: {}, durationMs: 9 }),
+    ];
+    const whole = [accepted, started, first, ...late, ...ended] as TroupeEvent[];
+    const cut = [accepted, started, first, ...ended] as TroupeEvent[];
+    expect(missingCalls(cut)).toBe('step t-late.write.1: 1 of 2 model calls');
+    expect(missingCalls(whole)).toBeUndefined();
+    let reads = 0;
+    const { scoring, published } = scoringOf(pipeline, new Map(), {
+      // The worker's last events arrive after the task's end: the first read misses them.
+      taskEvents: async () => (++reads === 1 ? cut : whole),
+    });
+    scoring.ended(whole.at(-1) as TroupeEvent);
+    await expect.poll(() => scoredOf(published, 't-late')).toBeDefined();
+    expect(reads).toBe(2);
+    expect(scoredOf(published, 't-late')?.data.scores[0]).toMatchObject({ value: 1, pass: true });
     await scoring.stop();
   });
 
