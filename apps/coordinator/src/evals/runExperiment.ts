@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { caseMeanScore } from '@troupe/client';
 import {
   type CaseResult,
   type Dataset,
@@ -199,17 +200,13 @@ function modelsOf(pipeline: LoadedPipeline): Experiment['pipeline']['models'] {
 }
 
 /**
- * The experiment's sums. A case's score is the mean of its scores; the experiment's `meanScore` is the mean of those
- * over the cases that ran, a case that could not be run or scored counting 0 and one with no scorers not counting.
- * Cases not run (`skipped`) count in nothing else; durations are of the cases that ran.
+ * The experiment's sums. `meanScore` is the mean over the cases that ran of each one's mean score, as a comparison
+ * reads it (`caseMeanScore`: a case with no scores counts 1 if it passed, else 0, so an error counts 0). Cases not
+ * run (`skipped`) count in nothing else; durations are of the cases that ran.
  */
 function totalsOf(results: readonly CaseResult[], skipped: ReadonlySet<number>): Experiment['totals'] {
   const ran = results.filter((_, at) => !skipped.has(at));
-  const means = ran.flatMap((result) => {
-    if (result.status === 'error') return [0];
-    if (result.scores.length === 0) return [];
-    return [result.scores.reduce((sum, score) => sum + score.value, 0) / result.scores.length];
-  });
+  const means = ran.map(caseMeanScore);
   const durations = ran.map((result) => result.durationMs).sort((a, b) => a - b);
   return {
     cases: results.length,
