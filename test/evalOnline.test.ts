@@ -7,6 +7,15 @@ import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
+import {
+  fixturePath,
+  found,
+  type Harness,
+  ofKind,
+  publishTask,
+  startHarness,
+  startSecondCoordinator,
+} from './support/harness.ts';
 
 /**
  * A pipeline's `evals:` block scores its live tasks as they end: `troupe up` a scripted pipeline whose block has a
@@ -162,5 +171,44 @@ evals:
     const refused = await troupe(['up', fixed, '--home', join(dir, 'home2'), '--server', nats.url], env);
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toMatch(/evals\.scorers\[0\]: scorer 1 \(regex \/\(unclosed\/\): /);
+  });
+});
+
+describe('online scoring of a task resumed on another coordinator', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('onlineResumed.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('scores the whole run, its events from before the restart included, read back from EVENTS', async () => {
+    publishTask(h, 'online-resumed', { id: 'resumed-1', goal: 'write a note, then wait' });
+    // The note is written before the stop: its tool call is an event only the first coordinator published.
+    await found(
+      () => ofKind(h.eventsOf('resumed-1'), 'step.started').find((e) => e.data.step === 'wait'),
+      'the slow step',
+    );
+    expect(ofKind(h.eventsOf('resumed-1'), 'tool.call').map((e) => e.data.tool)).toEqual(['write_file']);
+    await h.coordinator.stop();
+    const next = await startSecondCoordinator(h, ['onlineResumed.yaml']);
+    try {
+      const scored = await found(
+        () => ofKind(h.eventsOf('resumed-1'), 'eval.scored')[0],
+        'the online score',
+        40_000,
+      );
+      expect(ofKind(h.eventsOf('resumed-1'), 'task.resumed')).not.toHaveLength(0);
+      expect(scored.data.status).toBe('completed');
+      expect(scored.data.scores.map((s) => [s.scorer, s.value, s.pass])).toEqual([
+        ['wrote the note', 1, true],
+        ['says done', 1, true],
+      ]);
+      expect(scored.data.pass).toBe(true);
+    } finally {
+      await next.stop();
+    }
   });
 });
