@@ -207,13 +207,14 @@ describe('evals: from recorded runs to a CI gate', () => {
     ]) {
       expect(() => parseXml(bad), bad).toThrow(/not well-formed/);
     }
-    // `troupe eval dataset show --json`, kept as YAML (JSON is YAML) with a dataset file's keys; the module path is
-    // made absolute, as the file no longer sits beside the scorer.
+    // `troupe eval dataset show --json` without the version's own keys, as docs/evals.md's `jq 'del(.version,
+    // .createdAt)'` keeps it (JSON is YAML); the module path is made absolute, as the file is not beside the scorer.
     const file = join(dir, 'notes-runs.yaml');
-    const scorers = dataset.scorers.map((s) =>
+    const { version: _version, createdAt: _createdAt, ...content } = dataset;
+    const scorers = content.scorers.map((s) =>
       s.type === 'module' ? { ...s, path: join(evalsDir, s.path) } : s,
     );
-    await writeFile(file, JSON.stringify({ name: dataset.name, scorers, cases: dataset.cases }));
+    await writeFile(file, JSON.stringify({ ...content, scorers }));
     // No server is named and none is reached: NATS_URL is not set for the CLI.
     const offline = (args: string[]) => troupe(args, cliEnv(), 120_000, dir);
 
@@ -369,3 +370,22 @@ function parseXml(source: string): XmlElement {
   if (at !== source.length) fail('content after the root element');
   return root;
 }
+
+describe('troupe eval dataset and a secured server', () => {
+  it('logs in as every command with --server does: --creds and NATS_CREDS are read', async () => {
+    const missing = join(tmpdir(), 'troupe-evals-no-such.creds');
+    for (const args of [
+      ['list'],
+      ['show', 'notes'],
+      ['add', 'notes', '--from-runs', '--pipeline', 'notes'],
+    ]) {
+      const server = ['--server', 'nats://127.0.0.1:1'];
+      const given = await troupe(['eval', 'dataset', ...args, ...server, '--creds', missing]);
+      expect(given.code, given.stderr).toBe(2);
+      expect(given.stderr).toContain(`cannot read the credentials file ${missing}`);
+      const fromEnv = await troupe(['eval', 'dataset', ...args, ...server], cliEnv({ NATS_CREDS: missing }));
+      expect(fromEnv.code, fromEnv.stderr).toBe(2);
+      expect(fromEnv.stderr).toContain(`cannot read the credentials file ${missing}`);
+    }
+  });
+});

@@ -1,7 +1,14 @@
 import type { Command } from 'commander';
 import { commands } from '../commandModules.ts';
 import { commandAction } from './commandAction.ts';
-import { collect, duration, homeOption, positiveInteger, serverOption } from './options.ts';
+import {
+  collect,
+  duration,
+  homeOption,
+  natsAccessOptions,
+  positiveInteger,
+  serverOption,
+} from './options.ts';
 
 /** `troupe eval dataset …`: add (from files or recorded runs), list and show datasets. */
 export function declareDatasetCommands(evals: Command): void {
@@ -52,4 +59,6 @@ export function declareDatasetCommands(evals: Command): void {
     .addOption(homeOption())
     .addOption(serverOption())
     .action(commandAction(async (ref: string, options) => (await commands.evalDataset()).show(ref, options)));
+  // How to log in to the server, as every command with --server takes it (main.ts adds these to top-level ones only).
+  for (const command of dataset.commands) for (const option of natsAccessOptions()) command.addOption(option);
 }
