@@ -17,6 +17,8 @@ const ScorerCommon = {
   name: z.string().min(1).max(80).optional(),
   /** The value (0 to 1) at or above which the case passes this scorer; 1 for checks that hold or not. */
   threshold: z.number().min(0).max(1).optional(),
+  /** How long the scorer may take on one run, in ms (default 60 s): past it, its score is an error saying so. */
+  timeoutMs: z.number().int().positive().max(3_600_000).optional(),
 };
 
 /** How a trajectory is matched against a reference (LangSmith's four): the same list, or as sets. */

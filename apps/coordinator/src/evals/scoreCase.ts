@@ -30,6 +30,9 @@ const DEFAULT_THRESHOLD: Partial<Record<ScorerSpec['type'], number>> = { judge: 
 
 const MAX_NAME = 80;
 
+/** How long one scorer may take on one run unless its spec's `timeoutMs` says: past it, its score is an error. */
+export const SCORER_TIMEOUT_MS = 60_000;
+
 export interface MakeScorersOptions {
   /** Where a `module` scorer's path is read from: the eval file's folder, or the working directory. */
   baseDir: string;
@@ -66,13 +69,15 @@ export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOp
     } catch (error) {
       throw new Error(`scorer ${index + 1} (${name}): ${(error as Error).message}`, { cause: error });
     }
-    return new SpecScorer(name, spec.type, spec.threshold ?? DEFAULT_THRESHOLD[spec.type] ?? 1, check);
+    const threshold = spec.threshold ?? DEFAULT_THRESHOLD[spec.type] ?? 1;
+    return new SpecScorer(name, spec.type, threshold, spec.timeoutMs ?? SCORER_TIMEOUT_MS, check);
   });
 }
 
 /**
- * Scores one run with every scorer, at once; scores come in the scorers' order. A scorer that throws gives a score of
- * 0 that does not pass, its reason `error: …`: the case and its other scores are kept.
+ * Scores one run with every scorer, at once; scores come in the scorers' order. A scorer that throws, or takes longer
+ * than its time limit (the spec's `timeoutMs`, else {@link SCORER_TIMEOUT_MS}), gives a score of 0 that does not
+ * pass, its reason `error: …`: the case and its other scores are kept.
  */
 export async function scoreRun(
   run: CaseRun,
@@ -90,23 +95,42 @@ export async function scoreRun(
   );
 }
 
-/** A scorer made from a spec: its check's finding, judged against its threshold. */
+/**
+ * A scorer made from a spec: its check's finding, judged against its threshold. A check still at work when its time
+ * limit passes is told to stop (its `signal` aborts: a judge's call ends) and left: the score is an error at once, so
+ * a module that never returns holds neither its case nor an online scoring slot.
+ */
 class SpecScorer implements Scorer {
   readonly name: string;
   readonly type: ScorerSpec['type'];
   readonly #threshold: number;
+  readonly #timeoutMs: number;
   readonly #check: Check;
 
-  constructor(name: string, type: ScorerSpec['type'], threshold: number, check: Check) {
+  constructor(name: string, type: ScorerSpec['type'], threshold: number, timeoutMs: number, check: Check) {
     this.name = name;
     this.type = type;
     this.#threshold = threshold;
+    this.#timeoutMs = timeoutMs;
     this.#check = check;
   }
 
   async score(run: CaseRun, context: ScoreContext): Promise<Score> {
+    const timedOut = new AbortController();
+    const signal = context.signal ? AbortSignal.any([context.signal, timedOut.signal]) : timedOut.signal;
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const seconds = this.#timeoutMs / 1000;
+        reject(new Error(`timed out: no score after ${seconds} s (the scorer's timeoutMs)`));
+        timedOut.abort();
+      }, this.#timeoutMs);
+    });
     try {
-      const { value, reason, costUsd } = await this.#check(run, context);
+      const checking = Promise.resolve().then(() => this.#check(run, { ...context, signal }));
+      // A check left at work past its limit may still fail later: that failure is nobody's.
+      checking.catch(() => {});
+      const { value, reason, costUsd } = await Promise.race([checking, limit]);
       const threshold = this.#threshold;
       return {
         scorer: this.name,
@@ -119,6 +143,8 @@ class SpecScorer implements Scorer {
       };
     } catch (error) {
       return errorScore(this.name, this.type, this.#threshold, error);
+    } finally {
+      clearTimeout(timer);
     }
   }
 }

@@ -1,0 +1,61 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ScorerSpec } from '@troupe/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { builtinTools } from '../../src/config/builtinTools.ts';
+import { type LoadedPipeline, loadPipeline } from '../../src/config/loadPipeline.ts';
+import type { ScoreContext } from '../../src/evals/evalTypes.ts';
+import { makeScorers, SCORER_TIMEOUT_MS, scoreRun } from '../../src/evals/scoreCase.ts';
+import { pipelineText, runOf } from './scoredRuns.ts';
+
+const fixtures = join(import.meta.dirname, 'fixtures');
+let dir: string;
+let context: ScoreContext;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'troupe-scorer-timeout-'));
+  await writeFile(join(dir, 'notes.script.yaml'), 'agents:\n  writer:\n    - content: A note.\n');
+  await writeFile(
+    join(dir, 'notes.yaml'),
+    pipelineText('  scripted:\n    provider: scripted\n    script: ./notes.script.yaml', 'scripted'),
+  );
+  const pipeline: LoadedPipeline = await loadPipeline(join(dir, 'notes.yaml'), {
+    toolNames: builtinTools().names(),
+  });
+  context = { pipeline, baseDir: fixtures };
+});
+afterAll(() => rm(dir, { recursive: true, force: true }));
+
+describe("a scorer's time limit", () => {
+  it('makes the score of a module that never answers an error saying it timed out, and keeps the other scores', async () => {
+    const scorers = makeScorers(
+      [
+        { type: 'module', name: 'stuck', path: 'neverScores.mjs', timeoutMs: 150 },
+        { type: 'contains', value: 'note' },
+      ],
+      { baseDir: fixtures },
+    );
+    const started = Date.now();
+    const scores = await scoreRun(runOf({ output: 'A note.' }), scorers, context);
+    expect(Date.now() - started).toBeLessThan(SCORER_TIMEOUT_MS);
+    expect(scores).toEqual([
+      {
+        scorer: 'stuck',
+        type: 'module',
+        value: 0,
+        threshold: 0.5,
+        pass: false,
+        reason: "error: timed out: no score after 0.15 s (the scorer's timeoutMs)",
+      },
+      expect.objectContaining({ scorer: 'contains "note"', pass: true }),
+    ]);
+  });
+
+  it('is 60 s unless the spec says, and a spec refuses a time limit that is not a positive whole number of ms', () => {
+    expect(SCORER_TIMEOUT_MS).toBe(60_000);
+    expect(ScorerSpec.safeParse({ type: 'contains', value: 'x', timeoutMs: 0 }).success).toBe(false);
+    expect(ScorerSpec.safeParse({ type: 'contains', value: 'x', timeoutMs: 1.5 }).success).toBe(false);
+    expect(ScorerSpec.safeParse({ type: 'contains', value: 'x', timeoutMs: 5_000 }).success).toBe(true);
+  });
+});
