@@ -20,6 +20,16 @@ export {
   takeQueued,
 } from './queuedTasks.ts';
 export {
+  type Chosen,
+  journalKeysOf,
+  mergeCases,
+  type RecordedCases,
+  type RecordedSelect,
+  recordedCases,
+  type SkippedTask,
+  tasksToRecord,
+} from './recordedCases.ts';
+export {
   firstStarted,
   type ReusedStep,
   type ReusedSteps,

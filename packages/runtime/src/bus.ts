@@ -6,7 +6,9 @@
 export { closedByEnding, describeEnding } from './approvals/taskEnded.ts';
 export { type EventHistoryOptions, readEventHistory, type StoredEvent } from './durable/eventHistory.ts';
 export { isOutage, type KeyValue, type KvEntry, KvStore, throughOutages } from './durable/kvStore.ts';
+export { NewerJournalRecordError } from './durable/newerJournalRecord.ts';
 export { ObjectBucket, type ObjectBucketConnection, type ObjectListing } from './durable/objectBucket.ts';
+export { type JournalEntry, StepJournal } from './durable/stepJournal.ts';
 export { ValueStore, type ValueStoreOptions } from './durable/valueStore.ts';
 export { ValueStoreError, type ValueStoreErrorCode } from './durable/valueStoreError.ts';
 export * from './logging/index.ts';

@@ -1,12 +1,12 @@
-import { EvalStore, readValues, workflowStoreIfAny } from '@troupe/client';
 import {
-  type DatasetFile,
-  DatasetFileError,
-  readDatasetFile,
+  EvalStore,
+  mergeCases,
+  readValues,
   recordedCases,
   type SkippedTask,
-  suggestion,
-} from '@troupe/coordinator';
+  workflowStoreIfAny,
+} from '@troupe/client';
+import { type DatasetFile, DatasetFileError, readDatasetFile, suggestion } from '@troupe/coordinator';
 import { type Dataset, type EvalCase, isName, type ScorerSpec } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
@@ -190,22 +190,6 @@ export function describeDataset(dataset: Dataset): string {
   ];
   lines.push(...alignColumns(rows).map((line) => line.trimEnd()));
   return `${lines.join('\n')}\n`;
-}
-
-/** The old cases with the new ones added, each new case replacing an old one of its id in its place. */
-function mergeCases(
-  old: readonly EvalCase[],
-  added: readonly EvalCase[],
-): { cases: EvalCase[]; added: number; replaced: number } {
-  const byId = new Map(old.map((c) => [c.id, c]));
-  let replaced = 0;
-  const fresh = new Set<string>();
-  for (const c of added) {
-    if (byId.has(c.id) && !fresh.has(c.id)) replaced += 1;
-    fresh.add(c.id);
-    byId.set(c.id, c);
-  }
-  return { cases: [...byId.values()], added: fresh.size - replaced, replaced };
 }
 
 /** The previous version's scorers and each file's, each once. */
