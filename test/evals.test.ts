@@ -6,7 +6,7 @@ import type { Dataset, EvalComparison, Experiment, Score } from '@troupe/protoco
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { examplePath } from './support/harness.ts';
+import { examplePath, fixturePath } from './support/harness.ts';
 
 /**
  * Issue 34 end to end, through the CLI as docs/evals.md walks through it: runs of examples/evals/notes.yaml recorded
@@ -24,6 +24,10 @@ describe('evals: from recorded runs to a CI gate', () => {
   const evalsDir = examplePath('evals');
   const notes = examplePath('evals/notes.yaml');
   const worse = examplePath('evals/notes.worse.yaml');
+  const sender = fixturePath('evals/sender.yaml');
+  /** Where sender.yaml's send_note writes a line each time it runs for real. */
+  let ledger: string;
+  const sent = async () => (await readFile(ledger, 'utf8').catch(() => '')).split('\n').filter(Boolean);
   const goals = [
     'Write the release note for v2.3, which makes exports twice as fast.',
     'Write the release note for v2.3.1, which fixes the login timeout.',
@@ -57,7 +61,11 @@ describe('evals: from recorded runs to a CI gate', () => {
     nats = await startTestNats();
     home = await mkdtemp(join(tmpdir(), 'troupe-evals-home-'));
     dir = await mkdtemp(join(tmpdir(), 'troupe-evals-'));
-    up = startTroupe(['up', notes, '--home', home], cliEnv({ NATS_URL: nats.url }));
+    ledger = join(dir, 'sent.jsonl');
+    up = startTroupe(
+      ['up', notes, sender, '--home', home],
+      cliEnv({ NATS_URL: nats.url, SEND_NOTE_LEDGER: ledger }),
+    );
     await up.waitFor(/troupe is up on/);
     for (const [i, goal] of goals.entries()) {
       const submitted = await cli(['submit', 'notes', goal, '--id', taskIds[i] as string, '--wait']);
@@ -193,6 +201,57 @@ describe('evals: from recorded runs to a CI gate', () => {
     expect(table.code, table.stderr).toBe(1);
     for (const id of taskIds) expect(table.stdout).toMatch(new RegExp(`^${id} +regressed`, 'm'));
     expect(table.stdout).toContain('verdict: worse');
+  });
+
+  it('never runs a tool that is not rerunnable in model mode: the recorded call answers, a new one is refused', async () => {
+    const submitted = await cli(['submit', 'sender', 'Announce v2.3', '--id', 'eval-send', '--wait']);
+    expect(submitted.code, submitted.stderr).toBe(0);
+    expect(await sent()).toHaveLength(1);
+    const added = await cli([
+      'eval',
+      'dataset',
+      'add',
+      'sender-runs',
+      '--tasks',
+      'eval-send',
+      '--pipeline',
+      'sender',
+    ]);
+    expect(added.code, added.stderr).toBe(0);
+
+    // The changed prompt repeats the recorded call (its arguments in another order), makes a new one and writes a
+    // copy; the tool's environment is the one that ran it for real when recorded.
+    const run = await troupe(
+      [
+        ...[
+          'eval',
+          'run',
+          'sender-runs',
+          '--pipeline',
+          fixturePath('evals/sender.changed.yaml'),
+          '--mode',
+          'model',
+        ],
+        ...['--format', 'json', '--server', nats.url],
+      ],
+      cliEnv({ SEND_NOTE_LEDGER: ledger }),
+      120_000,
+      evalsDir,
+    );
+    expect(run.code, run.stderr).toBe(0);
+    const [result] = (JSON.parse(run.stdout) as Experiment).cases;
+    expect(result?.output).toBe('Sent the release note to ops and to all; a copy is in sent.md.');
+    const results = (result?.events ?? []).flatMap((e) => (e.kind === 'tool.result' ? [e.data] : []));
+    expect(results.map(({ tool, ok, output }) => ({ tool, ok, output }))).toEqual([
+      { tool: 'send_note', ok: true, output: 'sent to ops' },
+      { tool: 'send_note', ok: false, output: expect.any(String) },
+      { tool: 'write_file', ok: true, output: expect.stringContaining('sent.md') },
+    ]);
+    expect(results[1]?.error?.message).toContain(
+      'send_note was not run: the call is not in the recording and send_note is not rerunnable',
+    );
+    // Nothing was sent again: the ledger holds the recorded run's one line.
+    expect(await sent()).toHaveLength(1);
   });
 
   it('gates a CI job on the dataset exported to a file, with no server, in well-formed JUnit XML', async () => {
