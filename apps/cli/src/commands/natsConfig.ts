@@ -22,6 +22,7 @@ export interface NatsConfigOptions {
   submitter: string[];
   observer: string[];
   approver: string[];
+  evaluator: string[];
   gateway: string[];
   replicas?: number;
 }
@@ -136,7 +137,7 @@ function rolesOf(options: NatsConfigOptions, pipelines: Map<string, string[]>): 
     }
     roles.push({ kind: 'worker', name, pipeline, agents });
   }
-  for (const kind of ['submitter', 'observer', 'approver'] as const) {
+  for (const kind of ['submitter', 'observer', 'approver', 'evaluator'] as const) {
     for (const spec of options[kind]) {
       const [name, value] = split(spec, kind, '<name>=<pipeline>[,<pipeline>…]');
       const names = list(value).map((p) => pipelineOf(p, `--${kind} ${spec}`));

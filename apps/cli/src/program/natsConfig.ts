@@ -46,6 +46,12 @@ export function registerNatsConfigCommands(program: Command): void {
       [],
     )
     .option(
+      '--evaluator <name=pipelines>',
+      "a user that makes eval datasets from these pipelines' recorded runs and stores datasets and experiments (repeatable)",
+      collect,
+      [],
+    )
+    .option(
       '--gateway <name>',
       'a user for troupe gateway: submits, cancels, decides and reads for every pipeline (repeatable)',
       collect,

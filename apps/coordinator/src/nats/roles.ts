@@ -1,6 +1,7 @@
 import {
   A2A_PUSH_QUEUE,
   BUCKETS,
+  EVALS_BUCKET,
   EVENT_KINDS,
   inputBucket,
   STREAMS,
@@ -22,8 +23,16 @@ export type Role =
    * as new ones (`troupe restart`, `fork`).
    */
   | { kind: 'submitter'; name: string; pipelines: readonly string[] }
-  /** Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`). */
+  /**
+   * Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`), and the evals' datasets
+   * and experiments (`troupe eval list`, `show`, `compare`, `dataset list`).
+   */
   | { kind: 'observer'; name: string; pipelines: readonly string[] }
+  /**
+   * Makes datasets from `pipelines`' recorded runs (`troupe eval dataset add --from-runs`) and stores datasets and
+   * experiments (`troupe eval run`) in the evals' object store, which it may write whole.
+   */
+  | { kind: 'evaluator'; name: string; pipelines: readonly string[] }
   /**
    * Decides approvals and answers questions (`troupe approve`, `deny`, `answer`, `approvals`), and steers its
    * pipelines' tasks (`troupe pause`, `resume`, `tell`), but may not cancel or migrate one.
@@ -31,7 +40,8 @@ export type Role =
   | { kind: 'approver'; name: string; pipelines: readonly string[] }
   /**
    * Serves the HTTP gateway (`troupe gateway`) for every pipeline, its tokens saying which caller may touch which:
-   * submits, cancels, steers, decides and reads, but takes no step and sends no event.
+   * submits, cancels, steers, decides and reads, and adds recorded runs to eval datasets, but takes no step and sends
+   * no event.
    */
   | { kind: 'gateway'; name: string };
 
@@ -181,9 +191,33 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
               ...valuesRead(p),
               ...inputsRead(p),
             ]),
+            // Every pipeline's datasets and experiments: the store is one bucket, whose object names no permission sees.
+            ...evalsRead(),
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },
+      };
+    case 'evaluator':
+      return {
+        publish: {
+          allow: [
+            ...common.publish,
+            // What `eval dataset add --from-runs` reads of a run (recordedCases): the tasks' records, their stored
+            // events, the journal records a replay reads where an event kept only the start of a text, and the
+            // large values and inputs the events point to.
+            ...kvRead(BUCKETS.workflows),
+            ...role.pipelines.flatMap((p) => [
+              ...eventHistory(`troupe.events.${p}.>`),
+              ...kvRead(BUCKETS.journal, `${p}.>`),
+              ...valuesRead(p),
+              ...inputsRead(p),
+            ]),
+            ...(replicas > 1 ? [`$JS.API.STREAM.MSG.GET.KV_${BUCKETS.journal}`] : []),
+            // Datasets and experiments: every object of the bucket, which a coordinator makes.
+            ...evalsReadWrite(),
+          ],
+        },
+        subscribe: { allow: [...common.subscribe] },
       };
     case 'approver':
       return {
@@ -230,6 +264,10 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
             ...pipelines.flatMap(valuesRead),
             // A task submitted with an input too large for its message has it stored first.
             ...pipelines.flatMap(inputsWrite),
+            // Datasets and experiments (`/v1/evals`), and a dataset's cases added from recorded runs (`POST
+            // /v1/evals/datasets/{name}/cases`), which reads each run's journal records as `eval dataset add` does.
+            ...kvRead(BUCKETS.journal),
+            ...evalsReadWrite(),
           ],
         },
         // Every pipeline's task events (`troupe.events.<pipeline>.<task>.<kind>`), not reports of invalid messages
@@ -308,6 +346,28 @@ const inputsWrite = (pipeline: string) => {
     `$O.${bucket}.M.>`,
   ];
 };
+
+/**
+ * Reading the evals' datasets and experiments (`EvalStore`): the stream's info, whose subjects list the objects, and
+ * message gets of their descriptions and chunks. No consumer, and the whole bucket: an object store's subjects name
+ * objects in base64 and chunks by random ids, so no permission can keep a reader to one pipeline's.
+ */
+const evalsRead = () => [
+  `$JS.API.STREAM.INFO.OBJ_${EVALS_BUCKET}`,
+  `$JS.API.STREAM.MSG.GET.OBJ_${EVALS_BUCKET}`,
+];
+
+/**
+ * Storing datasets and experiments: an object's chunks and its description (with JetStream acks), and purging the
+ * chunks of an object written again. Never making the bucket (a coordinator does, with the deployment's replicas).
+ * The purge's filter is in its body, which permissions cannot see: a writer may purge the whole bucket.
+ */
+const evalsReadWrite = () => [
+  ...evalsRead(),
+  `$O.${EVALS_BUCKET}.C.>`,
+  `$O.${EVALS_BUCKET}.M.>`,
+  `$JS.API.STREAM.PURGE.OBJ_${EVALS_BUCKET}`,
+];
 
 /** Reading stored events on `filter` (a pipeline's, or all): an ordered consumer of `EVENTS` filtered to them. */
 const eventHistory = (filter: string) => [

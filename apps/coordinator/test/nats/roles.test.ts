@@ -72,3 +72,93 @@ describe("a submitter's rights to restart and fork its pipelines' tasks", () => 
     expect(mayPublish(approver, '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.demo.t-1.>')).toBe(false);
   });
 });
+
+describe("the evals' object store (troupe-evals)", () => {
+  const evaluator: Role = { kind: 'evaluator', name: 'evals', pipelines: ['demo'] };
+  const observer: Role = { kind: 'observer', name: 'watcher', pipelines: ['demo'] };
+  const gateway: Role = { kind: 'gateway', name: 'front' };
+  const read = ['$JS.API.STREAM.INFO.OBJ_troupe-evals', '$JS.API.STREAM.MSG.GET.OBJ_troupe-evals'];
+  // An object's chunks and description (its name in base64), and the purge of the chunks of one written again.
+  const write = [
+    '$O.troupe-evals.C.Nm9uOJkbeTdnTa6hM8ygL4',
+    '$O.troupe-evals.M.ZGF0YXNldHMvbm90ZXMvMQ==',
+    '$JS.API.STREAM.PURGE.OBJ_troupe-evals',
+  ];
+  // Making, changing or removing the bucket, and any consumer on it, are the coordinator's alone.
+  const never = [
+    '$JS.API.STREAM.CREATE.OBJ_troupe-evals',
+    '$JS.API.STREAM.UPDATE.OBJ_troupe-evals',
+    '$JS.API.STREAM.DELETE.OBJ_troupe-evals',
+    '$JS.API.CONSUMER.CREATE.OBJ_troupe-evals.c1.$O.troupe-evals.M.>',
+    '$JS.API.CONSUMER.DURABLE.CREATE.OBJ_troupe-evals.c1',
+  ];
+
+  it("lets an evaluator read its pipelines' recorded runs as eval dataset add --from-runs reads them, and no other's", () => {
+    for (const subject of [
+      '$JS.API.STREAM.INFO.KV_workflows',
+      '$JS.API.DIRECT.GET.KV_workflows.$KV.workflows.t-1',
+      '$JS.API.STREAM.INFO.EVENTS',
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.demo.t-1.>',
+      '$JS.API.CONSUMER.MSG.NEXT.EVENTS.c1',
+      '$JS.API.CONSUMER.DELETE.EVENTS.c1',
+      '$JS.API.STREAM.INFO.KV_journal',
+      '$JS.API.DIRECT.GET.KV_journal.$KV.journal.demo.t-1.review.1.model',
+      '$JS.API.STREAM.MSG.GET.OBJ_troupe-values-demo',
+      '$JS.API.STREAM.MSG.GET.OBJ_troupe-inputs-demo',
+    ]) {
+      expect(mayPublish(evaluator, subject), subject).toBe(true);
+    }
+    for (const subject of [
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.gated.t-1.>',
+      '$JS.API.CONSUMER.CREATE.EVENTS.c1.troupe.events.>',
+      '$JS.API.DIRECT.GET.KV_journal.$KV.journal.gated.t-1.review.1.model',
+      '$JS.API.STREAM.MSG.GET.OBJ_troupe-values-gated',
+      // It reads runs; it neither writes what steps keep nor runs a task on the deployment.
+      '$KV.journal.demo.t-1.review.1.model',
+      '$KV.workflows.t-1',
+      '$O.troupe-values-demo.C.x',
+      '$JS.API.STREAM.PURGE.OBJ_troupe-values-demo',
+      'troupe.tasks.demo',
+      'troupe.events.demo.t-1.eval.scored',
+      '$JS.API.CONSUMER.CREATE.KV_journal.c1.$KV.journal.demo.>',
+    ]) {
+      expect(mayPublish(evaluator, subject), subject).toBe(false);
+    }
+    // The journal kept on several servers is read from its leader, by a request whose key the server cannot see.
+    expect(mayPublish(evaluator, '$JS.API.STREAM.MSG.GET.KV_journal')).toBe(false);
+    expect(mayPublish(evaluator, '$JS.API.STREAM.MSG.GET.KV_journal', 3)).toBe(true);
+  });
+
+  it('lets an evaluator and the gateway store datasets and experiments, and never make or watch the bucket', () => {
+    for (const role of [evaluator, gateway]) {
+      for (const subject of [...read, ...write])
+        expect(mayPublish(role, subject), `${role.kind} ${subject}`).toBe(true);
+      for (const subject of never) expect(mayPublish(role, subject), `${role.kind} ${subject}`).toBe(false);
+    }
+    // The gateway adds runs of any pipeline (its tokens scope callers): it reads every pipeline's journal.
+    expect(mayPublish(gateway, '$JS.API.DIRECT.GET.KV_journal.$KV.journal.gated.t-1.review.1.model')).toBe(
+      true,
+    );
+    expect(mayPublish(gateway, '$KV.journal.gated.t-1.review.1.model')).toBe(false);
+  });
+
+  it('lets an observer list and read datasets and experiments, and write none', () => {
+    for (const subject of read) expect(mayPublish(observer, subject), subject).toBe(true);
+    for (const subject of [...write, ...never]) expect(mayPublish(observer, subject), subject).toBe(false);
+  });
+
+  it('gives a submitter, an approver and a worker nothing of it', () => {
+    const others: Role[] = [
+      submitter,
+      { kind: 'approver', name: 'ana', pipelines: ['demo'] },
+      { kind: 'worker', name: 'executor', pipeline: 'demo', agents: ['executor'] },
+    ];
+    for (const role of others) {
+      for (const subject of [...read, ...write, ...never]) {
+        // A worker looks up every stream's info (as a client checks them before use), and reads nothing by it.
+        if (role.kind === 'worker' && subject === read[0]) continue;
+        expect(mayPublish(role, subject), `${role.kind} ${subject}`).toBe(false);
+      }
+    }
+  });
+});
