@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { PipelineRegistry, readTaskEvents, readValues } from '@troupe/client';
+import { EvalStore, PipelineRegistry, readTaskEvents, readValues } from '@troupe/client';
 import { BUCKETS, HumanRequest, type PipelineVersion, QueuedTask, WorkflowRecord } from '@troupe/protocol';
 import {
   type BusSubscription,
@@ -216,6 +216,8 @@ async function startParts(
       values.ensureBucket(config.name),
     );
   }
+  // So is the evals' bucket of datasets and experiments: an evaluator's user may write objects, not make a stream.
+  await untilReachable(bus, 'object store of evals', () => new EvalStore(bus).ensureBucket(options.replicas));
   const approvals = await KvStore.open(bus, BUCKETS.approvals, HumanRequest);
   // Asks for `human` steps. A wait cut short by the workflow (a branch stopped, the task cancelled) closes its
   // question; one cut short by this coordinator stopping leaves it pending for the run that resumes the task.

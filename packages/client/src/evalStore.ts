@@ -45,6 +45,14 @@ export class EvalStore {
   }
 
   /**
+   * Makes the bucket when it does not exist, kept on `replicas` servers: a coordinator does at start, so that a user
+   * who may store datasets and experiments but not make streams (an evaluator, docs/permissions.md) finds it there.
+   */
+  ensureBucket(replicas?: number): Promise<void> {
+    return this.#bucket.ensure(replicas === undefined ? {} : { replicas });
+  }
+
+  /**
    * Stores a dataset as its next version (the highest stored plus one, 1 for a new name), made now.
    *
    * Two writers adding a version of one dataset at once may both read the same highest version and both write the

@@ -136,12 +136,21 @@ export class ObjectBucket {
     return `$O.${this.#bucket}.M.${Base64UrlPaddedCodec.encode(name)}`;
   }
 
+  /**
+   * Makes the bucket when it does not exist, kept on `replicas` servers (1 by default): a coordinator does at start,
+   * so that a user who may write objects but not make streams finds it there.
+   */
+  async ensure(options: { replicas?: number } = {}): Promise<void> {
+    await this.#open(options.replicas);
+  }
+
   /** The bucket, made now when it does not exist (file storage, no age limit: what it keeps is kept). */
-  #open(): Promise<ObjectStore> {
+  #open(replicas?: number): Promise<ObjectStore> {
     // `create` opens the bucket when it exists, and makes it when not.
     this.#store ??= new Objm(this.#connection).create(this.#bucket, {
       storage: StorageType.File,
       description: this.#description,
+      ...(replicas === undefined ? {} : { replicas }),
     });
     this.#store.catch(() => {
       this.#store = undefined;
