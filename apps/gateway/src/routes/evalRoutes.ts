@@ -1,6 +1,8 @@
 import { compareExperiments, EvalStore } from '@troupe/client';
 import { ErrorBody, EvalComparison, TaskTrace } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { addRunsToDataset } from '../datasetRuns.ts';
+import { AddedRuns, AddRunsBody } from '../datasetRunsApi.ts';
 import { GatewayEvals, onlineScores } from '../evals.ts';
 import {
   CaseParams,
@@ -33,6 +35,7 @@ export const evalRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { 
     compare: compareExperiments,
     actions,
   });
+  const writer = () => (store ??= new EvalStore(bus));
 
   app.get(
     '/v1/evals/datasets',
@@ -56,6 +59,36 @@ export const evalRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { 
       },
     },
     async (request) => evals.dataset(principalOf(request), request.params.name, request.query.version),
+  );
+
+  app.post(
+    '/v1/evals/datasets/:name/cases',
+    {
+      schema: {
+        summary:
+          "Adds recorded runs as cases: the dataset's next version, made from the tasks named or chosen",
+        description:
+          'As `troupe eval dataset add`: `taskIds` (each task whatever its status or age), or a `pipeline` with ' +
+          '`status`, `since` and `limit` (its ended tasks, newest first). Each case keeps its run whole (events, ' +
+          "journal records, stored values) to replay; the previous version's cases and scorers are kept, a case of " +
+          'the same id replaced. Answers the new version, and each task skipped with why; stores nothing (400, ' +
+          'saying why) when no case could be made. Needs the submit scope; a token limited to some pipelines adds ' +
+          'only their tasks (another is skipped as unknown).',
+        params: DatasetParams,
+        body: AddRunsBody,
+        response: { 201: AddedRuns, 400: ErrorBody, ...refused },
+      },
+    },
+    async (request, reply) => {
+      const added = await addRunsToDataset(
+        bus,
+        writer(),
+        principalOf(request),
+        request.params.name,
+        request.body,
+      );
+      return reply.code(201).send(added);
+    },
   );
 
   app.get(

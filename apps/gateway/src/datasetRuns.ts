@@ -1,0 +1,132 @@
+import {
+  type EvalStore,
+  mergeCases,
+  OperationError,
+  type RecordedSelect,
+  readValues,
+  recordedCases,
+  type SkippedTask,
+  workflowStoreIfAny,
+} from '@troupe/client';
+import type { JetStreamBus } from '@troupe/runtime/bus';
+import { authorize, mayTouch, type Principal } from './auth.ts';
+import type { AddedRuns, AddRunsBody } from './datasetRunsApi.ts';
+
+/** Tasks a pipeline selection takes when the request names no limit, as `troupe eval dataset add --from-runs`. */
+const DEFAULT_LIMIT = 50;
+
+/** What a task of a pipeline the token may not touch is told: the same as a task that does not exist. */
+const UNKNOWN = 'no task of this id is known on this server';
+
+/**
+ * `POST /v1/evals/datasets/{name}/cases`: the tasks chosen made cases (their recordings whole, as
+ * `troupe eval dataset add` makes them) and stored as the dataset's next version — the previous version's cases and
+ * scorers kept, a case of the same id replaced. Needs the submit scope, and a token limited to some pipelines adds
+ * only their tasks: one of another pipeline is skipped as unknown, as the task routes hide it; naming another
+ * `pipeline` is refused. Nothing is stored when no case could be made; the refusal says why, task by task.
+ */
+export async function addRunsToDataset(
+  bus: JetStreamBus,
+  store: EvalStore,
+  who: Principal,
+  name: string,
+  body: AddRunsBody,
+): Promise<AddedRuns> {
+  authorize(who, 'submit', body.pipeline);
+  const select = selectionOf(body);
+  const skipped: SkippedTask[] = [];
+  if (select.taskIds && who.pipelines !== undefined) {
+    // A task of a pipeline this token may not touch is not read: it is skipped as a task that does not exist.
+    const workflows = await workflowStoreIfAny(bus);
+    const records = workflows ? await readValues(workflows, [...new Set(select.taskIds)]) : [];
+    const pipelineOf = new Map(records.map((r) => [r.taskId, r.pipeline]));
+    const hidden = new Set(
+      select.taskIds.filter((id) => {
+        const pipeline = pipelineOf.get(id) ?? select.pipeline;
+        return pipeline === undefined || !mayTouch(who, pipeline);
+      }),
+    );
+    skipped.push(...[...hidden].map((taskId) => ({ taskId, why: UNKNOWN })));
+    select.taskIds = select.taskIds.filter((id) => !hidden.has(id));
+  }
+  const recorded =
+    select.taskIds?.length === 0 ? { cases: [], skipped: [] } : await recordedCases(bus, select);
+  skipped.push(...recorded.skipped);
+  if (recorded.cases.length === 0) {
+    throw new OperationError(
+      'invalid_request',
+      `nothing to add to dataset ${name}: ${await whyNone(bus, who, select, skipped)}; no version was stored`,
+    );
+  }
+  const previous = await store.dataset(name);
+  const merged = mergeCases(previous?.cases ?? [], recorded.cases);
+  const description = body.description ?? previous?.description;
+  const dataset = await store.putDataset({
+    name,
+    ...(description === undefined ? {} : { description }),
+    scorers: previous?.scorers ?? [],
+    cases: merged.cases,
+  });
+  return {
+    dataset: {
+      name: dataset.name,
+      version: dataset.version,
+      createdAt: dataset.createdAt,
+      cases: dataset.cases.length,
+      recorded: dataset.cases.filter((c) => c.recording).length,
+      ...(dataset.description === undefined ? {} : { description: dataset.description }),
+    },
+    ...(previous ? { previousVersion: previous.version } : {}),
+    added: merged.added,
+    replaced: merged.replaced,
+    skipped,
+  };
+}
+
+/** The tasks the body chooses, or a refusal saying what it lacks or mixes. */
+function selectionOf(body: AddRunsBody): RecordedSelect & { taskIds?: string[] } {
+  if (body.taskIds !== undefined) {
+    const filters = (['status', 'since', 'limit'] as const).filter((k) => body[k] !== undefined);
+    if (filters.length > 0) {
+      throw new OperationError(
+        'invalid_request',
+        `${filters.join(', ')} choose among a pipeline's tasks; with taskIds the tasks named are taken whatever their status or age: give one or the other`,
+      );
+    }
+    return {
+      taskIds: [...new Set(body.taskIds)],
+      ...(body.pipeline === undefined ? {} : { pipeline: body.pipeline }),
+    };
+  }
+  if (body.pipeline === undefined) {
+    throw new OperationError(
+      'invalid_request',
+      'say which runs to add: taskIds (a list of task ids), or pipeline (with status, since and limit to choose among its ended tasks)',
+    );
+  }
+  return {
+    pipeline: body.pipeline,
+    ...(body.status === undefined ? {} : { status: body.status }),
+    ...(body.since === undefined ? {} : { since: new Date(body.since) }),
+    limit: body.limit ?? DEFAULT_LIMIT,
+  };
+}
+
+/** Why no case was made: each task skipped with why, or why a pipeline selection found no task. */
+async function whyNone(
+  bus: JetStreamBus,
+  who: Principal,
+  select: RecordedSelect,
+  skipped: readonly SkippedTask[],
+): Promise<string> {
+  if (skipped.length > 0) return skipped.map((s) => `task ${s.taskId}: ${s.why}`).join('; ');
+  const workflows = await workflowStoreIfAny(bus);
+  const records = workflows ? await readValues(workflows) : [];
+  const pipeline = select.pipeline ?? '';
+  if (!records.some((r) => r.pipeline === pipeline)) {
+    const known = [...new Set(records.map((r) => r.pipeline))].filter((p) => mayTouch(who, p)).sort();
+    return `no task of pipeline ${pipeline} is known on this server${known.length > 0 ? `; tasks are of: ${known.join(', ')}` : ''}`;
+  }
+  const since = select.since === undefined ? '' : ` since ${select.since.toISOString()}`;
+  return `no ${select.status ?? 'ended'} task of pipeline ${pipeline}${since}`;
+}
