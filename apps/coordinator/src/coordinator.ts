@@ -24,7 +24,7 @@ import {
 import { type AgentServiceOptions, startAgentService } from './agents/agentService.ts';
 import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
-import type { LoadedPipeline } from './config/loadPipeline.ts';
+import { type LoadedPipeline, loadStoredVersion } from './config/loadPipeline.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
 import { shortVersion } from './config/pipelineVersion.ts';
 import { introducedAt, PipelineVersions } from './config/pipelineVersions.ts';
@@ -256,6 +256,12 @@ async function startParts(
         logger: logger.child({ pipeline: pipeline.config.name }),
         taskEvents: (taskId, name) => readTaskEvents(bus, taskId, name),
         values,
+        // A task of another stored version is scored by that version's evals: block; a judge's key is asked at use.
+        loadVersion: async (hash) => {
+          const version = await versions.get(pipeline.config.name, hash);
+          const label = `pipeline ${pipeline.config.name} version ${shortVersion(hash)}`;
+          return version && loadStoredVersion(version, label, { requireKeys: false });
+        },
       });
       scoring.set(pipeline.config.name, online);
       // What this pipeline's tasks asked of people is kept under its name.
@@ -300,7 +306,7 @@ async function startParts(
               store: pipelineRequests,
               now: () => clock.now(),
             }),
-          ended: (final) => online.ended(final),
+          ended: (final, version) => online.ended(final, version),
         }),
       );
     }

@@ -18,6 +18,7 @@ import {
 import type { Problem } from '../config/checkFlow.ts';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { type Env, keyEnvOf, modelLabel, resolveModelRef } from '../config/modelFactory.ts';
+import { shortVersion } from '../config/pipelineVersion.ts';
 import { caseRunOf } from './caseRun.ts';
 import type { Scorer } from './evalTypes.ts';
 import { sampled } from './onlineSampling.ts';
@@ -44,12 +45,35 @@ export interface OnlineScoringOptions {
   values?: Pick<ValueStore, 'read'>;
   /** Model keys for judges; `process.env` when absent. */
   env?: Env;
+  /**
+   * A stored version of the pipeline, loaded (undefined when it is not stored): a task that ran on a version this
+   * process has not loaded is scored by that version's `evals:` block. Without it, every task is scored by the
+   * current block, as a runner without stored versions runs every task on its own.
+   */
+  loadVersion?: (hash: string) => Promise<LoadedPipeline | undefined>;
+}
+
+/** One version's online scoring: its pipeline, its scorers (made once) and where its module scorers are read from. */
+interface VersionScoring {
+  pipeline: LoadedPipeline;
+  scorers: readonly Scorer[];
+  baseDir: string;
+}
+
+/** An ended task waiting to be scored: by a version's scoring known now, or by a version still to be loaded. */
+interface Waiting {
+  final: TroupeEvent;
+  scoring?: VersionScoring;
+  version?: string;
 }
 
 /**
  * Online scoring of one pipeline (its file's `evals:` block): each task that ends on this coordinator and falls in
  * the sample (by its id, {@link sampled}) is scored off the task's path, once its message is settled, and an
  * `eval.scored` event follows its final event on the task's subject; the metrics count it from there.
+ *
+ * A task is scored by the `evals:` block of the version it ran on (its sample rate and its scorers): the current
+ * file's, or a stored version's, loaded once and its scorers made once, on the first of its tasks to end here.
  *
  * The run's events are read back from the `EVENTS` stream after the end rather than collected while the task runs:
  * a task resumed here after another coordinator stopped has events from before that this process never saw, and the
@@ -59,23 +83,28 @@ export interface OnlineScoringOptions {
  */
 export class OnlineScoring {
   readonly #options: OnlineScoringOptions;
-  #pipeline: LoadedPipeline;
-  #scorers: readonly Scorer[];
+  /** The scoring of the version this process runs new tasks on (its file's, or its last reload's). */
+  #current: VersionScoring;
+  /** Each version's scoring made so far, by its hash; undefined for a version whose `evals:` block cannot be used. */
+  readonly #versions = new Map<string, VersionScoring | undefined>();
+  /** Versions being read from the store, so two tasks of one version load it once. */
+  readonly #loading = new Map<string, Promise<VersionScoring | undefined>>();
+  /** Where a stored version's module scorers are read from: the folder of the file this process loaded. */
+  readonly #baseDir: string;
   readonly #stop = new AbortController();
-  readonly #waiting: TroupeEvent[] = [];
+  readonly #waiting: Waiting[] = [];
   readonly #running = new Set<Promise<void>>();
 
   /** Throws, naming the scorer and what is wrong, when the pipeline's `evals:` block cannot be used. */
   constructor(pipeline: LoadedPipeline, options: OnlineScoringOptions) {
     this.#options = options;
-    this.#pipeline = pipeline;
-    this.#scorers = scorersOf(pipeline);
+    this.#baseDir = baseDirOf(pipeline);
+    this.#current = this.#made(pipeline, this.#baseDir);
   }
 
-  /** The pipeline reloaded: tasks that end from now on are scored by its `evals:` block. */
+  /** The pipeline reloaded: tasks that end on its version are scored by its `evals:` block. */
   use(pipeline: LoadedPipeline): void {
-    this.#scorers = scorersOf(pipeline);
-    this.#pipeline = pipeline;
+    this.#current = this.#made(pipeline, baseDirOf(pipeline));
   }
 
   /** Scorings begun and not done, and ended tasks waiting for one. */
@@ -83,11 +112,23 @@ export class OnlineScoring {
     return this.#running.size + this.#waiting.length;
   }
 
-  /** A task's message was settled after its end (`final`, its final event): scored in the background if sampled. */
-  ended(final: TroupeEvent): void {
-    const evals = this.#pipeline.config.evals;
-    if (!evals || this.#stop.signal.aborted || !FINAL_EVENT_KINDS.includes(final.kind)) return;
-    if (!sampled(final.taskId, evals.sample)) return;
+  /**
+   * A task's message was settled after its end (`final`, its final event), having run on the pipeline version
+   * `version` (the current one when absent): scored in the background if that version's `evals:` block samples it.
+   */
+  ended(final: TroupeEvent, version?: string): void {
+    if (this.#stop.signal.aborted || !FINAL_EVENT_KINDS.includes(final.kind)) return;
+    let waiting: Waiting;
+    if (version === undefined || !this.#options.loadVersion) waiting = { final, scoring: this.#current };
+    else if (!this.#versions.has(version)) waiting = { final, version };
+    else {
+      const known = this.#versions.get(version);
+      // A version whose `evals:` block cannot be used scores nothing.
+      if (!known) return;
+      waiting = { final, scoring: known };
+    }
+    // A version not loaded yet is sampled by its block once it is.
+    if (waiting.scoring && !inSample(waiting.scoring, final.taskId)) return;
     if (this.#waiting.length >= MAX_WAITING) {
       this.#options.logger.warn(
         { taskId: final.taskId, waiting: this.#waiting.length },
@@ -95,7 +136,7 @@ export class OnlineScoring {
       );
       return;
     }
-    this.#waiting.push(final);
+    this.#waiting.push(waiting);
     this.#next();
   }
 
@@ -116,9 +157,9 @@ export class OnlineScoring {
 
   #next(): void {
     while (this.#running.size < SCORING_CONCURRENCY) {
-      const final = this.#waiting.shift();
-      if (!final) return;
-      const scoring: Promise<void> = this.#score(final).finally(() => {
+      const waiting = this.#waiting.shift();
+      if (!waiting) return;
+      const scoring: Promise<void> = this.#score(waiting).finally(() => {
         this.#running.delete(scoring);
         this.#next();
       });
@@ -126,19 +167,20 @@ export class OnlineScoring {
     }
   }
 
-  async #score(final: TroupeEvent): Promise<void> {
+  async #score({ final, ...waiting }: Waiting): Promise<void> {
     const { bus, events, clock, logger } = this.#options;
-    const pipeline = this.#pipeline;
-    const scorers = this.#scorers;
-    const sample = pipeline.config.evals?.sample ?? 1;
     const { taskId } = final;
+    const version = waiting.scoring ?? (await this.#versionScoring(waiting.version ?? '', taskId));
+    if (!version || !inSample(version, taskId) || this.#stop.signal.aborted) return;
+    const { pipeline, scorers, baseDir } = version;
+    const sample = pipeline.config.evals?.sample ?? 1;
     const started = clock.now();
     let data: ScoredData;
     try {
       const run = await this.#runOf(final);
       const scores = await scoreRun(run, scorers, {
         pipeline,
-        baseDir: baseDirOf(pipeline),
+        baseDir,
         ...(this.#options.env ? { env: this.#options.env } : {}),
         signal: this.#stop.signal,
       });
@@ -171,6 +213,67 @@ export class OnlineScoring {
       await bus.publishEvent(events.make('eval.scored', final, data, { from: 'evals', to: final.pipeline }));
     } catch (error) {
       logger.warn({ err: error, taskId }, `cannot publish the online score of task ${taskId}`);
+    }
+  }
+
+  /** A version's scoring, made with its pipeline's `evals:` block, and kept for the next task of that version. */
+  #made(pipeline: LoadedPipeline, baseDir: string, hash = pipeline.version.hash): VersionScoring {
+    const made = { pipeline, scorers: scorersOf(pipeline, baseDir), baseDir };
+    this.#versions.set(hash, made);
+    return made;
+  }
+
+  /**
+   * The scoring of a version this process did not load, read from the store once: undefined (said in the log) when it
+   * is not stored, cannot be read now (the next task of it tries again) or its `evals:` block cannot be used.
+   */
+  async #versionScoring(hash: string, taskId: string): Promise<VersionScoring | undefined> {
+    if (this.#versions.has(hash)) return this.#versions.get(hash);
+    const loadVersion = this.#options.loadVersion;
+    if (!loadVersion) return this.#current;
+    let loading = this.#loading.get(hash);
+    if (!loading) {
+      loading = this.#loaded(loadVersion, hash, taskId).finally(() => this.#loading.delete(hash));
+      this.#loading.set(hash, loading);
+    }
+    return loading;
+  }
+
+  async #loaded(
+    loadVersion: (hash: string) => Promise<LoadedPipeline | undefined>,
+    hash: string,
+    taskId: string,
+  ): Promise<VersionScoring | undefined> {
+    const { logger } = this.#options;
+    const short = shortVersion(hash);
+    let pipeline: LoadedPipeline | undefined;
+    try {
+      pipeline = await loadVersion(hash);
+    } catch (error) {
+      logger.warn(
+        { err: error, taskId, version: hash },
+        `cannot read version ${short} of the pipeline; task ${taskId}, which ran on it, is not scored`,
+      );
+      return undefined;
+    }
+    if (pipeline === undefined) {
+      logger.warn(
+        { taskId, version: hash },
+        `version ${short} of the pipeline is not stored; task ${taskId}, which ran on it, is not scored`,
+      );
+      return undefined;
+    }
+    if (this.#versions.has(hash)) return this.#versions.get(hash);
+    try {
+      // A stored version keeps no scorer module: its paths are read from this process's pipeline file's folder.
+      return this.#made(pipeline, this.#baseDir, hash);
+    } catch (error) {
+      logger.warn(
+        { err: error, version: hash },
+        `version ${short} of the pipeline: its tasks are not scored online: ${errorMessage(error)}`,
+      );
+      this.#versions.set(hash, undefined);
+      return undefined;
     }
   }
 
@@ -271,12 +374,18 @@ export function evalsProblems(
   return problems;
 }
 
+/** Whether a version's `evals:` block scores the task `taskId`: it has one, and its sample takes the task. */
+function inSample(version: VersionScoring, taskId: string): boolean {
+  const evals = version.pipeline.config.evals;
+  return evals !== undefined && sampled(taskId, evals.sample);
+}
+
 /** The pipeline's scorers; none without an `evals:` block. */
-function scorersOf(pipeline: LoadedPipeline): Scorer[] {
+function scorersOf(pipeline: LoadedPipeline, baseDir: string): Scorer[] {
   const evals = pipeline.config.evals;
   if (!evals) return [];
   try {
-    return makeScorers(evals.scorers, { baseDir: baseDirOf(pipeline), pipeline, online: true });
+    return makeScorers(evals.scorers, { baseDir, pipeline, online: true });
   } catch (error) {
     throw new Error(`pipeline ${pipeline.config.name}: evals: ${errorMessage(error)}`, { cause: error });
   }

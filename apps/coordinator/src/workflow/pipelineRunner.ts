@@ -120,9 +120,10 @@ export interface PipelineRunnerOptions {
   holdRequests?: TaskServices['holdRequests'];
   /**
    * Told of each task whose message was settled after its end, with its final event (once stored): online scoring's
-   * cue (`evals/onlineScoring.ts`). Not told of a task left to another delivery, which is told in its turn.
+   * cue (`evals/onlineScoring.ts`), and the version it ran on (absent when unknown: a task from before versions were
+   * kept, or one concluded again from its record). Not told of a task left to another delivery, told in its turn.
    */
-  ended?: (final: TroupeEvent) => void;
+  ended?: (final: TroupeEvent, version?: string) => void;
 }
 
 /** Runs one pipeline's tasks: one task actor tree per delivery, events on the wire, checkpoints in KV. */
@@ -309,7 +310,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     });
     if (error !== undefined) throw error;
     const { value, context } = task.getSnapshot();
-    if (context.final && (value === 'acked' || value === 'terminated')) options.ended?.(context.final);
+    if (context.final && (value === 'acked' || value === 'terminated'))
+      options.ended?.(context.final, context.flow?.hash ?? context.claimed?.version);
   }
 
   const queue: TaskQueue = await options.intake.start({

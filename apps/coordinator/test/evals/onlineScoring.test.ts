@@ -257,6 +257,92 @@ describe('online scoring', () => {
   });
 });
 
+describe('online scoring of a task that ran on another version of the pipeline', () => {
+  const block = (name: string, value: string, sample = '') =>
+    `evals:${sample}\n  scorers:\n    - { type: contains, name: ${name}, value: ${value} }`;
+  const namesOf = (published: TroupeEvent[], taskId: string) =>
+    scoredOf(published, taskId)?.data.scores.map((s) => s.scorer);
+
+  it("scores it by that version's evals block, the version loaded and its scorers made once for all its tasks", async () => {
+    const current = await load(pipelineText(block('current', 'done')));
+    const older = await load(pipelineText(block('older', 'nope')));
+    const hash = 'b'.repeat(64);
+    const runs = ['t-old-1', 't-old-2', 't-new'].map((id) => runOf(id, 'completed'));
+    const stream = new Map(runs.map((events) => [events[0]?.taskId ?? '', events]));
+    const asked: string[] = [];
+    const { scoring, published } = scoringOf(current, stream, {
+      loadVersion: async (version) => {
+        asked.push(version);
+        return version === hash ? older : undefined;
+      },
+    });
+    const [old1, old2, fresh] = runs.map((events) => events.at(-1) as TroupeEvent);
+    scoring.ended(old1 as TroupeEvent, hash);
+    scoring.ended(old2 as TroupeEvent, hash);
+    scoring.ended(fresh as TroupeEvent, current.version.hash);
+    await expect.poll(() => published.length).toBe(3);
+    expect(namesOf(published, 't-old-1')).toEqual(['older']);
+    expect(namesOf(published, 't-old-2')).toEqual(['older']);
+    expect(scoredOf(published, 't-old-1')?.data.pass).toBe(false);
+    expect(namesOf(published, 't-new')).toEqual(['current']);
+    expect(scoredOf(published, 't-new')?.data.pass).toBe(true);
+    expect(asked).toEqual([hash]);
+    // Known from then on: a later task of that version loads nothing.
+    const later = runOf('t-old-3', 'completed');
+    stream.set('t-old-3', later);
+    scoring.ended(later.at(-1) as TroupeEvent, hash);
+    await expect.poll(() => namesOf(published, 't-old-3')).toEqual(['older']);
+    expect(asked).toEqual([hash]);
+    await scoring.stop();
+  });
+
+  it("samples by that version's block: a version with none scores nothing, and one whose block samples all scores all", async () => {
+    const current = await load(pipelineText(block('current', 'done', '\n  sample: 0')));
+    const without = await load(pipelineText(''));
+    const everything = await load(pipelineText(block('all', 'done')));
+    const [none, all] = ['c'.repeat(64), 'd'.repeat(64)];
+    const runs = ['t-none', 't-all', 't-current'].map((id) => runOf(id, 'completed'));
+    const stream = new Map(runs.map((events) => [events[0]?.taskId ?? '', events]));
+    const { scoring, published } = scoringOf(current, stream, {
+      loadVersion: async (version) => (version === none ? without : version === all ? everything : undefined),
+    });
+    const [a, b, c] = runs.map((events) => events.at(-1) as TroupeEvent);
+    scoring.ended(a as TroupeEvent, none);
+    scoring.ended(b as TroupeEvent, all);
+    scoring.ended(c as TroupeEvent, current.version.hash);
+    await expect.poll(() => namesOf(published, 't-all')).toEqual(['all']);
+    await expect.poll(() => scoring.pending).toBe(0);
+    expect(published.map((e) => e.taskId)).toEqual(['t-all']);
+    await scoring.stop();
+  });
+
+  it('after a reload, scores a task of the version loaded before by its own block, and one of an unstored version not at all', async () => {
+    const first = await load(pipelineText(block('first', 'done')));
+    const reloaded = await load(pipelineText(block('reloaded', 'done')));
+    const runs = ['t-first', 't-reloaded', 't-lost'].map((id) => runOf(id, 'completed'));
+    const stream = new Map(runs.map((events) => [events[0]?.taskId ?? '', events]));
+    const asked: string[] = [];
+    const { scoring, published } = scoringOf(first, stream, {
+      loadVersion: async (version) => {
+        asked.push(version);
+        return undefined;
+      },
+    });
+    scoring.use(reloaded);
+    const [a, b, c] = runs.map((events) => events.at(-1) as TroupeEvent);
+    scoring.ended(a as TroupeEvent, first.version.hash);
+    scoring.ended(b as TroupeEvent, reloaded.version.hash);
+    scoring.ended(c as TroupeEvent, 'e'.repeat(64));
+    await expect.poll(() => published.length).toBe(2);
+    await expect.poll(() => scoring.pending).toBe(0);
+    expect(namesOf(published, 't-first')).toEqual(['first']);
+    expect(namesOf(published, 't-reloaded')).toEqual(['reloaded']);
+    expect(scoredOf(published, 't-lost')).toBeUndefined();
+    expect(asked).toEqual(['e'.repeat(64)]);
+    await scoring.stop();
+  });
+});
+
 describe("a pipeline's evals block at load", () => {
   const refused = async (evals: string): Promise<string> =>
     load(pipelineText(evals)).then(
