@@ -254,6 +254,45 @@ describe('evals: from recorded runs to a CI gate', () => {
     expect(await sent()).toHaveLength(1);
   });
 
+  it("runs the example's hand-written dataset with no server: unrecorded cases on the models, tools for real", async () => {
+    const run = async (pipeline: string) => {
+      const args = [
+        'eval',
+        'run',
+        'notes.dataset.yaml',
+        '--pipeline',
+        pipeline,
+        '--no-store',
+        '--format',
+        'json',
+      ];
+      // Its cases have no recording, so it is not replayed without --mode; with --mode model, write_file runs.
+      const result = await troupe([...args, '--mode', 'model'], cliEnv(), 120_000, evalsDir);
+      return {
+        code: result.code,
+        stderr: result.stderr,
+        experiment: JSON.parse(result.stdout) as Experiment,
+      };
+    };
+    const refused = await troupe(
+      ['eval', 'run', 'notes.dataset.yaml', '--pipeline', notes, '--no-store'],
+      cliEnv(),
+      60_000,
+      evalsDir,
+    );
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('have no recording to replay');
+
+    const good = await run(notes);
+    expect(good.code, good.stderr).toBe(0);
+    expect(good.experiment.totals).toMatchObject({ cases: 3, passed: 3, meanScore: 1 });
+    // The case's own regex scorer, beside the dataset's seven.
+    expect(good.experiment.cases.map((c) => c.scores.length)).toEqual([7, 7, 8]);
+    const bad = await run(worse);
+    expect(bad.code, bad.stderr).toBe(1);
+    expect(bad.experiment.totals).toMatchObject({ cases: 3, passed: 0, failed: 3 });
+  });
+
   it('gates a CI job on the dataset exported to a file, with no server, in well-formed JUnit XML', async () => {
     // The reader below refuses what is not well-formed, so the checks on the reports can fail.
     for (const bad of [
