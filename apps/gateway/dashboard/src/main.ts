@@ -11,6 +11,7 @@ import {
   type TokenInfo,
   type TroupeEvent,
 } from './client.ts';
+import { DatasetAdd } from './datasetAdd.ts';
 import { scoreOfEvent, scoreTitle, type TaskScore } from './evalShapes.ts';
 import { ExperimentsView } from './experiments.ts';
 import { TaskFiles } from './files.ts';
@@ -332,6 +333,7 @@ function App() {
                   selectedTask
                     ? html`<${TaskFamily} task=${selectedTask} tasks=${[...tasks.values()]} onOpen=${openTask} />
                       <${TaskActions} api=${api} task=${selectedTask} trace=${trace} who=${who} onCancelled=${refresh.task} onRerun=${submitted} onRefused=${() => void loadWho()} />
+                      <${DatasetAdd} api=${api} task=${selectedTask} who=${who} onRefused=${() => void loadWho()} />
                       <${TaskSteering} api=${api} task=${selectedTask} who=${who} onChanged=${refresh.task} onRefused=${() => void loadWho()} />
                       <${RestartForm} api=${api} task=${selectedTask} trace=${trace} who=${who} onOpen=${openTask} onRefused=${() => void loadWho()} />`
                     : null
