@@ -229,6 +229,18 @@ describe('POST /v1/evals/datasets/{name}/cases', () => {
     expect((await new EvalStore(bus).dataset('from-runs', 1))?.cases.map((c) => c.id)).toEqual(['notes-1']);
   });
 
+  it('keeps both adds to one dataset made at once: each reads the version the other stored', async () => {
+    const [first, second] = await Promise.all([
+      add('at-once', { taskIds: ['notes-1'] }),
+      add('at-once', { taskIds: ['notes-2'] }),
+    ]);
+    expect([first.status, second.status]).toEqual([201, 201]);
+    expect([first.body.dataset.version, second.body.dataset.version].sort()).toEqual([1, 2]);
+    const newest = await new EvalStore(bus).dataset('at-once');
+    expect(newest?.version).toBe(2);
+    expect(newest?.cases.map((c) => c.id).sort()).toEqual(['notes-1', 'notes-2']);
+  });
+
   it('refuses a token without the submit scope, and a pipeline the token may not touch; hides its tasks', async () => {
     const reader = await add('from-runs', { taskIds: ['notes-2'] }, 'reader');
     expect(reader.status).toBe(403);
