@@ -29,6 +29,13 @@ export interface RunTaskOptions {
    */
   approvals?: 'allow' | 'deny';
   logger?: Logger;
+  /**
+   * Score the task as a coordinator scores a live one, by the pipeline's `evals:` block if its sample takes the task
+   * (default true): its `eval.scored` event reaches `onEvent`, and the run resolves once it is published, so the result
+   * comes later than the task's end by the scoring's time (each scorer at most its `timeoutMs`). An eval case run live
+   * passes false: its dataset's scorers score it.
+   */
+  onlineScoring?: boolean;
 }
 
 export interface RunTaskResult {
@@ -69,6 +76,7 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
       ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
       ...(options.onEvent ? { onEvent: options.onEvent } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.onlineScoring === false ? { onlineScoring: false } : {}),
     });
     return { final };
   } finally {

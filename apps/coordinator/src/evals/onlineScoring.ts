@@ -63,6 +63,8 @@ interface VersionScoring {
 /** An ended task waiting to be scored: by a version's scoring known now, or by a version still to be loaded. */
 interface Waiting {
   final: TroupeEvent;
+  /** Called once its scoring is over, published or not (see {@link OnlineScoring.scored}). */
+  over: () => void;
   scoring?: VersionScoring;
   version?: string;
 }
@@ -94,6 +96,8 @@ export class OnlineScoring {
   readonly #stop = new AbortController();
   readonly #waiting: Waiting[] = [];
   readonly #running = new Set<Promise<void>>();
+  /** The scorings not over yet, by task id. */
+  readonly #scoring = new Map<string, Promise<void>>();
 
   /** Throws, naming the scorer and what is wrong, when the pipeline's `evals:` block cannot be used. */
   constructor(pipeline: LoadedPipeline, options: OnlineScoringOptions) {
@@ -118,14 +122,17 @@ export class OnlineScoring {
    */
   ended(final: TroupeEvent, version?: string): void {
     if (this.#stop.signal.aborted || !FINAL_EVENT_KINDS.includes(final.kind)) return;
+    let over: () => void = () => {};
+    const done = new Promise<void>((resolve) => (over = resolve));
     let waiting: Waiting;
-    if (version === undefined || !this.#options.loadVersion) waiting = { final, scoring: this.#current };
-    else if (!this.#versions.has(version)) waiting = { final, version };
+    if (version === undefined || !this.#options.loadVersion)
+      waiting = { final, over, scoring: this.#current };
+    else if (!this.#versions.has(version)) waiting = { final, over, version };
     else {
       const known = this.#versions.get(version);
       // A version whose `evals:` block cannot be used scores nothing.
       if (!known) return;
-      waiting = { final, scoring: known };
+      waiting = { final, over, scoring: known };
     }
     // A version not loaded yet is sampled by its block once it is.
     if (waiting.scoring && !inSample(waiting.scoring, final.taskId)) return;
@@ -136,8 +143,21 @@ export class OnlineScoring {
       );
       return;
     }
+    const { taskId } = final;
+    const scoring = done.finally(() => {
+      if (this.#scoring.get(taskId) === scoring) this.#scoring.delete(taskId);
+    });
+    this.#scoring.set(taskId, scoring);
     this.#waiting.push(waiting);
     this.#next();
+  }
+
+  /**
+   * Resolves once the scoring of task `taskId` is over (its `eval.scored` published, or not: out of the sample, its
+   * version unknown, this scoring stopped); at once when none is waiting or at work. Never rejects.
+   */
+  scored(taskId: string): Promise<void> {
+    return this.#scoring.get(taskId) ?? Promise.resolve();
   }
 
   /**
@@ -146,7 +166,9 @@ export class OnlineScoring {
    */
   async stop(): Promise<void> {
     this.#stop.abort();
-    const dropped = this.#waiting.splice(0).length;
+    const waiting = this.#waiting.splice(0);
+    for (const { over } of waiting) over();
+    const dropped = waiting.length;
     if (dropped > 0)
       this.#options.logger.info(
         { dropped },
@@ -160,6 +182,7 @@ export class OnlineScoring {
       const waiting = this.#waiting.shift();
       if (!waiting) return;
       const scoring: Promise<void> = this.#score(waiting).finally(() => {
+        waiting.over();
         this.#running.delete(scoring);
         this.#next();
       });

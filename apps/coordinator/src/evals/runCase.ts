@@ -155,6 +155,7 @@ async function liveCase(evalCase: EvalCase, options: RunCaseOptions): Promise<Ca
       ...(evalCase.metadata ? { metadata: evalCase.metadata } : {}),
       workspaceRoot,
       onEvent: (event) => events.push(event),
+      onlineScoring: false,
       approvals: options.approvals ?? 'deny',
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.logger ? { logger: options.logger } : {}),

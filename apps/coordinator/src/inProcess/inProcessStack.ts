@@ -3,6 +3,7 @@ import { ControlReceipt, subjects } from '@troupe/protocol';
 import {
   type AgentHost,
   createLogger,
+  EventFactory,
   type HumanGate,
   JournalEntry,
   type Logger,
@@ -18,6 +19,7 @@ import { pipelineTools } from '../agents/agentService.ts';
 import { hostedAgents } from '../config/agentDefinitions.ts';
 import { builtinTools } from '../config/builtinTools.ts';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import { OnlineScoring } from '../evals/onlineScoring.ts';
 import { MemoryTaskIntake } from '../intake/memoryTaskIntake.ts';
 import { type PipelineRunner, startPipelineRunner } from '../workflow/pipelineRunner.ts';
 import { HeldRecords } from './heldRecords.ts';
@@ -42,6 +44,8 @@ export interface StackTask {
   metadata?: Record<string, string>;
   onEvent?: (event: TroupeEvent) => void;
   signal?: AbortSignal;
+  /** Scored online by the pipeline's `evals:` block, if its sample takes the task (default true). */
+  onlineScoring?: boolean;
 }
 
 const FINAL_KINDS: ReadonlySet<string> = new Set(['task.completed', 'task.failed', 'task.cancelled']);
@@ -69,6 +73,10 @@ export class InProcessStack {
   #stopped = false;
   /** The task ids this stack has run lately, oldest first. */
   readonly #taskIds = new Set<string>();
+  /** The events of each run under way, kept for online scoring (only when the pipeline has an `evals:` block). */
+  readonly #events = new Map<string, TroupeEvent[]>();
+  /** The runs under way that are not scored online (their `onlineScoring` is false). */
+  readonly #unscored = new Set<string>();
 
   private constructor(
     readonly pipeline: string,
@@ -80,6 +88,8 @@ export class InProcessStack {
     readonly records: HeldRecords,
     private readonly mcp: McpConnections[],
     private readonly logger: Logger,
+    /** The pipeline's online scoring (its `evals:` block), told of each task's end by the runner, as a coordinator's. */
+    private readonly scoring: OnlineScoring | undefined,
   ) {}
 
   static async start(loaded: LoadedPipeline, settings: StackSettings): Promise<InProcessStack> {
@@ -87,6 +97,22 @@ export class InProcessStack {
     const name = loaded.config.name;
     const clock = systemClock;
     const bus = new InProcessBus({ name: 'troupe-run', logger, clock });
+    // Scored as a coordinator scores a live task, from the events the run made (there is no EVENTS stream here), its
+    // `eval.scored` told to the run's listener like its other events. Made once per stack: its scorers with it.
+    let stackOf: InProcessStack | undefined;
+    const scoring = loaded.config.evals
+      ? new OnlineScoring(loaded, {
+          bus,
+          events: new EventFactory(clock),
+          clock,
+          logger,
+          taskEvents: async (taskId) => {
+            // The run's listener hears each event a moment after it is published: the last ones are let in first.
+            await new Promise((resolve) => setImmediate(resolve));
+            return stackOf ? [...(stackOf.#events.get(taskId) ?? [])] : [];
+          },
+        })
+      : undefined;
     const mcp: McpConnections[] = [];
     const registry = await pipelineTools(loaded, builtinTools(), mcp, logger);
     const nobody = nobodyToAsk(settings.approvals);
@@ -121,8 +147,16 @@ export class InProcessStack {
         localSteps: host.local,
         // A `human` step asks the same nobody, and fails saying so; its journal lives as long as the stack.
         people: { gate: nobody, journal: new StepJournal(new MemoryKv(JournalEntry)), clock },
+        ...(scoring
+          ? {
+              ended: (final: TroupeEvent, version?: string) => {
+                if (stackOf && !stackOf.#unscored.has(final.taskId)) scoring.ended(final, version);
+              },
+            }
+          : {}),
       });
-      return new InProcessStack(name, bus, host, runner, intake, records, mcp, logger);
+      stackOf = new InProcessStack(name, bus, host, runner, intake, records, mcp, logger, scoring);
+      return stackOf;
     } catch (error) {
       await host.stop();
       await Promise.all(mcp.map((m) => m.close()));
@@ -131,7 +165,10 @@ export class InProcessStack {
     }
   }
 
-  /** Runs one task to its end, and resolves with its final event. */
+  /**
+   * Runs one task to its end, and resolves with its final event: once its online scoring is over too, when the
+   * pipeline's `evals:` block samples it, so its `eval.scored` reaches `onEvent` before the run resolves.
+   */
   async run(task: StackTask): Promise<FinalEvent> {
     const { bus, logger } = this;
     const { taskId } = task;
@@ -164,7 +201,12 @@ export class InProcessStack {
         );
     };
     const onAbort = () => askCancel();
+    const scored = this.scoring !== undefined && task.onlineScoring !== false;
+    const events: TroupeEvent[] | undefined = scored ? [] : undefined;
+    if (events) this.#events.set(taskId, events);
+    else this.#unscored.add(taskId);
     const stopListening = bus.listen(taskId, (event) => {
+      events?.push(event);
       if (cancel === 'asked') askCancel();
       // Before the caller's listener, which may throw (logged by the bus): the run still ends with its final event.
       if (final === undefined && FINAL_KINDS.has(event.kind)) final = event as FinalEvent;
@@ -193,12 +235,17 @@ export class InProcessStack {
             : `task ${taskId} of pipeline ${this.pipeline} was refused: ${refusal}`,
         );
       }
+      // Told of the task's end as its message was settled: its score, if sampled, is published before the run ends.
+      await this.scoring?.scored(taskId);
+      await bus.settled();
       return final;
     } finally {
       task.signal?.removeEventListener('abort', onAbort);
       over.abort();
       stopListening();
       this.records.forget(taskId);
+      this.#events.delete(taskId);
+      this.#unscored.delete(taskId);
     }
   }
 
@@ -224,6 +271,7 @@ export class InProcessStack {
     try {
       await this.runner.stop();
     } finally {
+      await this.scoring?.stop();
       await this.host.stop();
       await Promise.all(this.mcp.map((m) => m.close()));
       await this.bus.close();
