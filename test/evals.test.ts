@@ -12,8 +12,10 @@ import { examplePath, fixturePath } from './support/harness.ts';
  * Issue 34 end to end, through the CLI as docs/evals.md walks through it: runs of examples/evals/notes.yaml recorded
  * on a real server become a dataset; replaying it gives the scores the recorded runs get; the deliberately worse
  * notes.worse.yaml, run on its own (scripted) models against the recorded tool results, fails its thresholds and
- * `troupe eval compare` lists the regressions, both exiting 1 as a CI gate needs; and the dataset, exported to a
- * file, gates a CI job with no server, in JUnit XML that is well-formed.
+ * `troupe eval compare` lists the regressions, both exiting 1 as a CI gate needs; model mode never runs a tool that
+ * is not rerunnable (test/fixtures/evals/sender.yaml's send_note, which keeps a ledger); the example's hand-written
+ * dataset runs with no server; and the dataset, exported to a file, gates a CI job with no server, in JUnit XML that
+ * is well-formed.
  */
 describe('evals: from recorded runs to a CI gate', () => {
   let nats: TestNats;
