@@ -7,8 +7,9 @@ import {
   ExperimentSummary,
   type ScorerSpec,
 } from '@troupe/protocol';
-import { ObjectBucket, type ObjectBucketConnection } from '@troupe/runtime/bus';
+import { ObjectBucket, type ObjectBucketConnection, permissionRefusal } from '@troupe/runtime/bus';
 import type { z } from 'zod';
+import { OperationError } from './operationError.ts';
 
 /** What {@link EvalStore.putDataset} is given: a dataset's content, to store as its next version. */
 export interface NewDataset {
@@ -123,13 +124,16 @@ export class EvalStore {
 
   async #put(name: string, value: unknown, summary: unknown): Promise<void> {
     const bytes = new TextEncoder().encode(JSON.stringify(value));
-    await this.#bucket.put(name, bytes, { summary: JSON.stringify(summary) });
+    await this.#bucket
+      .put(name, bytes, { summary: JSON.stringify(summary) })
+      .catch(refusedTo(`store datasets or experiments in ${EVALS_BUCKET}`, 'an evaluator or the gateway'));
   }
 
   /** The summaries the objects under `prefix` keep in their metadata; those that do not parse are passed over. */
   async #summaries<S extends z.ZodType>(prefix: string, schema: S): Promise<z.infer<S>[]> {
     const summaries: z.infer<S>[] = [];
-    for (const { metadata } of await this.#bucket.list(prefix)) {
+    const listed = await this.#bucket.list(prefix).catch(refusedTo(`read ${EVALS_BUCKET}`, READERS));
+    for (const { metadata } of listed) {
       const parsed = schema.safeParse(jsonOrUndefined(metadata.summary ?? ''));
       if (parsed.success) summaries.push(parsed.data);
     }
@@ -138,7 +142,7 @@ export class EvalStore {
 
   /** An object's body checked against `schema`; undefined when the object (or the bucket) is not there. */
   async #read<S extends z.ZodType>(name: string, schema: S): Promise<z.infer<S> | undefined> {
-    const bytes = await this.#bucket.read(name);
+    const bytes = await this.#bucket.read(name).catch(refusedTo(`read ${EVALS_BUCKET}`, READERS));
     if (bytes === undefined) return undefined;
     const parsed = schema.safeParse(jsonOrUndefined(new TextDecoder().decode(bytes)));
     if (!parsed.success) {
@@ -150,6 +154,33 @@ export class EvalStore {
     return parsed.data;
   }
 }
+
+/** The roles `troupe nats-config` lets read the bucket. */
+const READERS = 'an evaluator, an observer or the gateway';
+
+/**
+ * The server's refusal of this client's user, said plainly with the roles that may (nats.js says only "Permissions
+ * Violation"); any other failure is thrown as it is.
+ */
+const refusedTo =
+  (what: string, who: string) =>
+  (error: unknown): never => {
+    const refusal = permissionRefusal(error);
+    if (refusal === undefined) throw error;
+    if (refusal.message.includes('$JS.API.STREAM.CREATE.')) {
+      throw new OperationError(
+        'unavailable',
+        `the object store ${EVALS_BUCKET} does not exist, and this NATS user may not make it (${refusal.message}): ` +
+          'a coordinator makes it when it starts (docs/permissions.md)',
+        { cause: error },
+      );
+    }
+    throw new OperationError(
+      'unavailable',
+      `this NATS user may not ${what} (${refusal.message}); ${who} may (docs/permissions.md)`,
+      { cause: error },
+    );
+  };
 
 function jsonOrUndefined(text: string): unknown {
   try {
