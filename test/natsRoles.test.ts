@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type NatsConnection, PermissionViolationError } from '@nats-io/transport-node';
@@ -664,6 +664,170 @@ describe('a worker started before any coordinator on a locked-down server', () =
       await rm(home, { recursive: true, force: true });
     }
   }, 90_000);
+});
+
+/**
+ * Evals on a server whose users `troupe nats-config` wrote for examples/evals/notes.yaml (with an `evals:` block that
+ * scores every task online): the coordinator scores its tasks on its own user; an evaluator makes a dataset of the
+ * pipeline's recorded runs and stores an experiment of it in `troupe-evals`, which the coordinator made; an observer
+ * and the gateway list them; neither the observer nor a submitter may write there.
+ */
+describe('evals with least privilege, from troupe nats-config', () => {
+  let nats: TestNats;
+  let users: NatsUsers;
+  let dir: string;
+  let pipeline: string;
+  let scorers: string;
+  const processes: CliProcess[] = [];
+  const taskIds = ['roles-eval-1', 'roles-eval-2'];
+  const envOf = (role: string) => users.env(role, nats.url);
+  /** `troupe <args>` as `role`, in the pipeline's folder (where a stored dataset's scorers' paths start). */
+  const as = async (role: string, args: string[]) => troupe(args, await envOf(role), 120_000, dir);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'troupe-roles-evals-'));
+    pipeline = join(dir, 'notes.yaml');
+    await writeFile(
+      pipeline,
+      `${await readFile(examplePath('evals/notes.yaml'), 'utf8')}
+evals:
+  sample: 1
+  scorers:
+    - { type: contains, value: notes/release.md }
+`,
+    );
+    await copyFile(examplePath('evals/notes.script.yaml'), join(dir, 'notes.script.yaml'));
+    scorers = join(dir, 'scorers.yaml');
+    await writeFile(
+      scorers,
+      [
+        'name: roles-notes',
+        'scorers:',
+        '  - { type: contains, value: notes/release.md }',
+        '  - { type: cel, expr: \'tools.called("write_file") >= 1\' }',
+        '',
+      ].join('\n'),
+    );
+    users = await writeNatsUsers([
+      pipeline,
+      ...['--submitter', 'ci=notes', '--observer', 'watcher=notes'],
+      ...['--evaluator', 'judge=notes', '--gateway', 'front'],
+    ]);
+    expect(users.summary).toContain('judge: evaluator for pipeline notes');
+    nats = await startTestNats({ config: users.config });
+    // One coordinator hosting the agents: no worker role serves them.
+    const up = startTroupe(['up', pipeline, '--home', join(dir, 'home')], await envOf('coordinator'));
+    processes.push(up);
+    await up.waitFor(/troupe is up/, 30_000);
+    for (const taskId of taskIds) {
+      const goal = `Write the release note for ${taskId}, which makes exports twice as fast.`;
+      const submitted = await as('ci', ['submit', 'notes', goal, '--id', taskId, '--wait']);
+      expect(submitted.code, submitted.stderr).toBe(0);
+      expect(submitted.stdout).toContain('task.completed');
+    }
+  }, 150_000);
+  afterAll(async () => {
+    for (const p of processes.splice(0)) await p.stop('SIGKILL');
+    await nats?.stop();
+    await users?.remove();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('scores tasks online on the coordinator’s user, reading their events back from EVENTS', async () => {
+    for (const taskId of taskIds) {
+      await expect
+        .poll(async () => (await as('watcher', ['logs', taskId])).stdout, { timeout: 30_000, interval: 500 })
+        .toContain('eval.scored');
+    }
+    for (const p of processes) expect(p.output()).not.toMatch(/Permissions Violation|scoring .* failed/i);
+  }, 90_000);
+
+  let experimentId: string;
+
+  it('lets an evaluator make a dataset of its pipeline’s runs and store an experiment of it', async () => {
+    const added = await as('judge', [
+      ...['eval', 'dataset', 'add', 'roles-notes', '--from-runs', '--pipeline', 'notes'],
+      ...['--status', 'completed', '--file', scorers],
+    ]);
+    expect(added.code, added.stderr).toBe(0);
+    expect(added.stdout).toContain('stored dataset roles-notes version 1: 2 cases (2 recorded)');
+    const run = await as('judge', [
+      ...['eval', 'run', 'roles-notes', '--pipeline', pipeline, '--mode', 'replay'],
+      ...['--name', 'roles-replay', '--format', 'json'],
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    const experiment = JSON.parse(run.stdout) as { id: string; totals: { cases: number; passed: number } };
+    expect(experiment.totals).toMatchObject({ cases: 2, passed: 2 });
+    expect(run.stderr).toContain(`stored experiment ${experiment.id}`);
+    experimentId = experiment.id;
+    for (const result of [added, run]) expect(result.stderr).not.toMatch(/violation/i);
+  }, 120_000);
+
+  it('lets an observer and the gateway list datasets and experiments, and neither the observer nor a submitter write', async () => {
+    // Run side by side, as each CLI process takes a second to start.
+    const [datasets, experiments, shown] = await Promise.all([
+      as('watcher', ['eval', 'dataset', 'list']),
+      as('watcher', ['eval', 'list']),
+      as('watcher', ['eval', 'show', experimentId]),
+    ]);
+    for (const result of [datasets, experiments, shown]) {
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).not.toMatch(/violation/i);
+    }
+    expect(datasets.stdout).toContain('roles-notes');
+    expect(experiments.stdout).toContain(experimentId);
+    expect(shown.stdout).toContain('roles-replay');
+
+    const gateway = startTroupe(['gateway', '--listen', '127.0.0.1:0', '--no-auth'], await envOf('front'));
+    processes.push(gateway);
+    await gateway.waitFor(/troupe gateway on http/, 30_000);
+    const url = /gateway on (http:\/\/[\d.]+:\d+)/.exec(gateway.output())?.[1] ?? '';
+    const listed = await fetch(`${url}/v1/evals/datasets`);
+    expect(listed.status).toBe(200);
+    expect(await listed.json()).toMatchObject({ datasets: [{ name: 'roles-notes', version: 1, cases: 2 }] });
+    const stored = await fetch(`${url}/v1/evals/experiments/${experimentId}`);
+    expect(stored.status).toBe(200);
+    expect(await stored.json()).toMatchObject({ id: experimentId, dataset: { name: 'roles-notes' } });
+    expect(gateway.output()).not.toMatch(/Permissions Violation/i);
+
+    // Writing: a dataset of the runs the observer may read, an experiment stored; reading, for the submitter.
+    const [observerAdds, observerRuns, submitterLists, submitterAdds] = await Promise.all([
+      as('watcher', ['eval', 'dataset', 'add', 'watched', '--from-runs', '--pipeline', 'notes']),
+      as('watcher', ['eval', 'run', 'roles-notes', '--pipeline', pipeline, '--mode', 'replay']),
+      as('ci', ['eval', 'dataset', 'list']),
+      as('ci', ['eval', 'dataset', 'add', 'submitted', '--from-runs', '--pipeline', 'notes']),
+    ]);
+    const store = 'store datasets or experiments in troupe-evals';
+    const refused = [
+      ['watcher', observerAdds, store],
+      ['watcher', observerRuns, store],
+      ['ci', submitterLists, 'read troupe-evals'],
+      ['ci', submitterAdds, 'read troupe-evals'],
+    ] as const;
+    for (const [role, result, what] of refused) {
+      expect(result.code, `${role}: ${result.stdout}${result.stderr}`).not.toBe(0);
+      // Said plainly, with who may, and no stack trace.
+      expect(result.stderr, role).toContain(
+        `this NATS user may not ${what} (Permissions Violation for Publish to "$`,
+      );
+      expect(result.stderr, role).toContain('may (docs/permissions.md)');
+      expect(result.stderr, role).not.toMatch(/\n\s+at /);
+    }
+    expect(submitterLists.stderr).toContain('"$JS.API.STREAM.INFO.OBJ_troupe-evals"');
+    // Nothing was stored: the evaluator still sees its one dataset and one experiment.
+    const [after, afterExperiments] = await Promise.all([
+      as('judge', ['eval', 'dataset', 'list', '--json']),
+      as('judge', ['eval', 'list']),
+    ]);
+    expect(
+      after.stdout
+        .trim()
+        .split('\n')
+        .map((line) => (JSON.parse(line) as { name: string }).name),
+    ).toEqual(['roles-notes']);
+    expect(afterExperiments.stdout).toContain(experimentId);
+    expect(afterExperiments.stdout.match(/roles-notes/g)).toHaveLength(1);
+  }, 180_000);
 });
 
 describe('troupe nats-config refuses roles that cannot work', () => {
