@@ -252,20 +252,11 @@ describe('evals: from recorded runs to a CI gate', () => {
     expect(await sent()).toHaveLength(1);
   });
 
-  it("runs the example's hand-written dataset with no server: unrecorded cases on the models, tools for real", async () => {
-    const run = async (pipeline: string) => {
-      const args = [
-        'eval',
-        'run',
-        'notes.dataset.yaml',
-        '--pipeline',
-        pipeline,
-        '--no-store',
-        '--format',
-        'json',
-      ];
-      // Its cases have no recording, so it is not replayed without --mode; with --mode model, write_file runs.
-      const result = await troupe([...args, '--mode', 'model'], cliEnv(), 120_000, evalsDir);
+  it("runs the example's hand-written dataset with no server, on the models (tools for real) or live", async () => {
+    // Its cases have no recording: model mode calls the models and runs write_file for real; live runs real tasks.
+    const run = async (pipeline: string, mode: 'model' | 'live' = 'model') => {
+      const args = ['eval', 'run', 'notes.dataset.yaml', '--pipeline', pipeline, '--mode', mode];
+      const result = await troupe([...args, '--no-store', '--format', 'json'], cliEnv(), 120_000, evalsDir);
       return {
         code: result.code,
         stderr: result.stderr,
@@ -289,6 +280,9 @@ describe('evals: from recorded runs to a CI gate', () => {
     const bad = await run(worse);
     expect(bad.code, bad.stderr).toBe(1);
     expect(bad.experiment.totals).toMatchObject({ cases: 3, passed: 0, failed: 3 });
+    const live = await run(notes, 'live');
+    expect(live.code, live.stderr).toBe(0);
+    expect(live.experiment).toMatchObject({ mode: 'live', totals: { cases: 3, passed: 3, meanScore: 1 } });
   });
 
   it('gates a CI job on the dataset exported to a file, with no server, in well-formed JUnit XML', async () => {
