@@ -57,6 +57,23 @@ describe('online scoring of a pipeline with an evals block', () => {
     env = cliEnv({ NATS_URL: nats.url });
     dir = await mkdtemp(join(tmpdir(), 'troupe-online-'));
     await writeFile(join(dir, 'online.yaml'), pipeline(EVALS));
+    // Its sample takes no task: no score comes, and nothing waits for one.
+    await writeFile(
+      join(dir, 'unsampled.yaml'),
+      pipeline(EVALS.replace('sample: 1', 'sample: 0')).replace('name: online', 'name: unsampled'),
+    );
+    // Its score comes a second after the task's end: a watcher that stops at the final event misses it.
+    await writeFile(
+      join(dir, 'slowscored.yaml'),
+      pipeline('evals:\n  scorers:\n    - { type: module, name: slow, path: ./slow.mjs }').replace(
+        'name: online',
+        'name: slowscored',
+      ),
+    );
+    await writeFile(
+      join(dir, 'slow.mjs'),
+      'export const score = () => new Promise((resolve) => setTimeout(() => resolve(1), 1000));\n',
+    );
     await writeFile(join(dir, 'online.script.yaml'), 'agents:\n  writer:\n    - content: all done\n');
     await writeFile(
       join(dir, 'throws.mjs'),
@@ -66,6 +83,8 @@ describe('online scoring of a pipeline with an evals block', () => {
       [
         'up',
         join(dir, 'online.yaml'),
+        join(dir, 'unsampled.yaml'),
+        join(dir, 'slowscored.yaml'),
         '--home',
         join(dir, 'home'),
         '--json',
@@ -148,6 +167,97 @@ describe('online scoring of a pipeline with an evals block', () => {
   it('shows each score in one line of troupe tail', async () => {
     await tail.waitFor(/online\/on-2 .*eval\.scored .*FAIL 1\/3 · says done 1\.00 · digits only 0\.00 ✗/);
     expect(tail.output()).toContain('broken 0.00 ✗ error: this scorer is broken on purpose');
+  });
+
+  /** The JSON lines of a CLI's output (events, and a result with no `kind`), in order. */
+  const jsonLines = (output: string): { kind?: string; taskId?: string }[] =>
+    output
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { kind?: string });
+
+  it('troupe submit --wait shows the online score after the final event, then the result, and exits as the task ended', async () => {
+    const args = [
+      'submit',
+      'slowscored',
+      'say when done',
+      '--id',
+      'on-wait',
+      '--wait',
+      '--json',
+      '--server',
+      nats.url,
+    ];
+    const result = await troupe(args, env, 90_000);
+    expect(result.code, result.stderr).toBe(0);
+    const kinds = jsonLines(result.stdout).map((line) => line.kind);
+    expect(kinds.slice(-3)).toEqual(['task.completed', 'eval.scored', undefined]);
+    expect(result.stderr).toMatch(/waiting up to 70 s for task on-wait's online score/);
+  });
+
+  it('troupe tail --task shows the online score of the task it follows, and stops after it', async () => {
+    const follow = startTroupe(['tail', '--task', 'on-tail', '--json', '--server', nats.url], env);
+    try {
+      await follow.waitFor(/watching task on-tail/);
+      const submitted = await troupe([
+        'submit',
+        'slowscored',
+        'say when done',
+        '--id',
+        'on-tail',
+        '--server',
+        nats.url,
+      ]);
+      expect(submitted.code, submitted.stderr).toBe(0);
+      expect(await follow.exited()).toBe(0);
+      const lines = jsonLines(follow.output());
+      expect(lines.map((line) => line.kind).slice(-2)).toEqual(['task.completed', 'eval.scored']);
+      expect(lines.at(-1)?.taskId).toBe('on-tail');
+    } finally {
+      await follow.stop();
+    }
+  });
+
+  it('troupe submit --wait and tail --task stop at the final event when the sample leaves the task out', async () => {
+    const args = [
+      'submit',
+      'unsampled',
+      'say when done',
+      '--id',
+      'off-1',
+      '--wait',
+      '--json',
+      '--server',
+      nats.url,
+    ];
+    const result = await troupe(args, env, 90_000);
+    expect(result.code, result.stderr).toBe(0);
+    expect(
+      jsonLines(result.stdout)
+        .map((line) => line.kind)
+        .slice(-2),
+    ).toEqual(['task.completed', undefined]);
+    expect(result.stderr).not.toContain('online score');
+    const tailed = await troupe(['tail', '--task', 'off-1', '--server', nats.url], env);
+    expect(tailed.code).toBe(0);
+    expect(tailed.stdout).not.toContain('eval.scored');
+    expect(tailed.stderr).not.toContain('online score');
+  });
+
+  it('troupe run scores its task the same way, showing eval.scored before the result', async () => {
+    const result = await troupe(
+      ['run', join(dir, 'online.yaml'), 'say when done', '--json', '--home', join(dir, 'run-home')],
+      cliEnv(),
+      90_000,
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const lines = jsonLines(result.stdout) as { kind?: string; data?: { scores?: { scorer: string }[] } }[];
+    expect(lines.map((line) => line.kind).slice(-3)).toEqual(['task.completed', 'eval.scored', undefined]);
+    expect(lines.at(-2)?.data?.scores?.map((score) => score.scorer)).toEqual([
+      'says done',
+      'digits only',
+      'broken',
+    ]);
   });
 
   it('refuses a bad evals block as the file loads, naming the scorer and the field', async () => {

@@ -34,6 +34,7 @@ export {
 export { caseRunOf } from './evals/caseRun.ts';
 export { type DatasetFile, DatasetFileError, readDatasetFile } from './evals/datasetFile.ts';
 export type { CaseRun, ScoreAnswer, ScoreContext, Scorer, ScorerModule } from './evals/evalTypes.ts';
+export { SCORE_WAIT_MARGIN_MS, sampled, scoreWaitMs } from './evals/onlineSampling.ts';
 export {
   type RecordedCases,
   type RecordedSelect,

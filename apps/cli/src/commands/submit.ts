@@ -5,12 +5,13 @@ import { isName, type TaskSubmission, type TroupeEvent } from '@troupe/protocol'
 import type { JetStreamBus } from '@troupe/runtime';
 import { openEventFeed } from '../eventFeed.ts';
 import { formatEvent } from '../format/formatEvent.ts';
+import { awaitScore, scoreTracker } from '../onlineScore.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
 import { untilEnded } from '../taskEnding.ts';
 import { formatTaskResult, taskResultOf } from '../taskResult.ts';
 import { checkedTask, newTaskId } from '../taskToSubmit.ts';
 import { finalTracker } from '../watch.ts';
-import { workflowsIfAny } from '../workflowRecords.ts';
+import { workflowRecord, workflowsIfAny } from '../workflowRecords.ts';
 
 export interface SubmitOptions extends ServerOptions {
   id?: string;
@@ -33,6 +34,7 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
   try {
     // Its own pipeline's events, not any: a user allowed to read only that pipeline's may wait for it.
     const final = finalTracker();
+    const score = scoreTracker();
     const watcher = options.wait
       ? await openEventFeed(bus, {
           taskId: task.id,
@@ -42,6 +44,7 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
           onEvent: (event) => {
             print(event, options.json);
             final.note(event);
+            score.note(event);
           },
         })
       : undefined;
@@ -90,17 +93,23 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
         print: (event) => {
           print(event, options.json);
           final.note(event);
+          score.note(event);
         },
       }),
     );
     // Once the wait has timed out, nothing is left to tell of a later failure (the connection closing under it).
     ended.catch(() => undefined);
     const code = await Promise.race([ended, timedOut]);
-    watcher.stop();
     if (code === undefined) {
+      watcher.stop();
       process.stderr.write(`task ${task.id} did not finish within ${options.timeout} s; it keeps running\n`);
       return 3;
     }
+    // Its online score follows the final event when the evals: block of its version samples it: shown before the
+    // result, waited for no longer than its scorers' time limit. The exit code is the task's, whatever comes.
+    const version = (await workflowRecord(bus, task.id).catch(() => undefined))?.version;
+    await awaitScore(bus, { taskId: task.id, pipeline, version }, score);
+    watcher.stop();
     // What the task left: its output, whole, and where its files are (a last JSON line with --json).
     if (final.current) await printResult(bus, final.current, options);
     return code;

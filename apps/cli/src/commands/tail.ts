@@ -6,6 +6,7 @@ import { openEventFeed } from '../eventFeed.ts';
 import { eventFilter, parseKinds } from '../eventFilter.ts';
 import { parseDuration } from '../format/duration.ts';
 import { formatEvent, formatInvalid } from '../format/formatEvent.ts';
+import { awaitScore, scoreTracker } from '../onlineScore.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
 import { finalTracker } from '../watch.ts';
 import { workflowRecord } from '../workflowRecords.ts';
@@ -28,10 +29,13 @@ export interface TailOptions extends ServerOptions {
 export async function tail(options: TailOptions): Promise<number> {
   if (options.task !== undefined) checkTaskId(options.task);
   const since = options.since === undefined ? undefined : sinceOf(options.since);
+  const kinds = parseKinds(options.kind ?? []);
   const filter = eventFilter({
     ...(options.agent === undefined ? {} : { agent: options.agent }),
-    kinds: parseKinds(options.kind ?? []),
+    kinds,
   });
+  // An online score (eval.scored) follows the final event of a sampled task: waited for, unless filtered out.
+  const showsScores = options.agent === undefined && (kinds.size === 0 || kinds.has('eval.scored'));
   exitWhenStdoutCloses();
   const bus = await connectCli(options, 'troupe-tail');
   // Listening from the start, so a Ctrl-C while the history is read, or just as it is done, ends tail cleanly.
@@ -45,6 +49,7 @@ export async function tail(options: TailOptions): Promise<number> {
       if (filter.event(event)) write(options.json ? JSON.stringify(event) : formatEvent(event, { color }));
     };
     const final = finalTracker();
+    const score = scoreTracker();
     const ended = record !== undefined && record.status !== 'running';
     const feed = await openEventFeed(bus, {
       ...(taskId === undefined ? {} : { taskId }),
@@ -59,6 +64,7 @@ export async function tail(options: TailOptions): Promise<number> {
       onEvent: (event) => {
         show(event);
         if (taskId !== undefined) final.note(event);
+        if (taskId !== undefined) score.note(event);
       },
       onInvalid: (event) => {
         if (options.pipeline && event.pipeline !== options.pipeline) return;
@@ -75,14 +81,21 @@ export async function tail(options: TailOptions): Promise<number> {
         );
         return 0;
       }
+      /** The task's end: said, and its online score waited for (a bounded time) when one will come. */
+      const finished = async (ending: TroupeEvent) => {
+        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, ending)}\n`);
+        if (taskId === undefined || !showsScores) return;
+        // Its version is recorded as it is claimed: a task not claimed when tail began is read again.
+        const version = record?.version ?? (await workflowRecord(bus, taskId))?.version;
+        await awaitScore(bus, { taskId, pipeline: ending.pipeline, version }, score, stop.signal);
+      };
       if (final.current !== undefined) {
-        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, final.current)}\n`);
+        await finished(final.current);
         return 0;
       }
       process.stderr.write(`watching ${taskId ? `task ${taskId}` : 'all tasks'}; Ctrl-C to stop\n`);
       const ending = await Promise.race([stop.received, final.arrived]);
-      if (ending !== undefined)
-        process.stderr.write(`task ${taskId} has finished: ${outcomeOf(record, ending)}\n`);
+      if (ending !== undefined) await finished(ending);
       return 0;
     } finally {
       feed.stop();

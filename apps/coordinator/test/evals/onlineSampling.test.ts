@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { sampled, sampleFraction } from '../../src/evals/onlineSampling.ts';
+import {
+  SCORE_WAIT_MARGIN_MS,
+  sampled,
+  sampleFraction,
+  scoreWaitMs,
+} from '../../src/evals/onlineSampling.ts';
 
 const ids = Array.from({ length: 20_000 }, (_, i) => `task-${i}`);
 
@@ -24,5 +29,17 @@ describe('online sampling', () => {
   it('samples at a lower rate a subset of what it samples at a higher one', () => {
     const low = ids.filter((id) => sampled(id, 0.1));
     expect(low.every((id) => sampled(id, 0.4))).toBe(true);
+  });
+
+  it("says how long a watcher waits for a task's score: its slowest scorer's limit and a margin, none when none comes", () => {
+    const scorers = [{ timeoutMs: 5_000 }, {}, { timeoutMs: 90_000 }];
+    expect(scoreWaitMs({ sample: 1, scorers }, 'task-0')).toBe(90_000 + SCORE_WAIT_MARGIN_MS);
+    expect(scoreWaitMs({ sample: 1, scorers: [{ timeoutMs: 5_000 }, {}] }, 'task-0')).toBe(
+      60_000 + SCORE_WAIT_MARGIN_MS,
+    );
+    // task-0 falls at 0.375: a sample of 0.3 leaves it out, and no score will come.
+    expect(scoreWaitMs({ sample: 0.3, scorers }, 'task-0')).toBeUndefined();
+    expect(scoreWaitMs({ sample: 0.4, scorers }, 'task-0')).toBeDefined();
+    expect(scoreWaitMs(undefined, 'task-0')).toBeUndefined();
   });
 });
