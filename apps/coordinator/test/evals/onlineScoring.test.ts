@@ -243,6 +243,28 @@ describe('online scoring', () => {
     await scoring.stop();
   });
 
+  it("frees its slot from a module scorer that never answers once the scorer's time limit passes, scoring it an error", async () => {
+    const never = join(import.meta.dirname, 'fixtures', 'neverScores.mjs');
+    const pipeline = await load(
+      pipelineText(
+        `evals:\n  scorers:\n    - { type: module, name: stuck, path: ${never}, timeoutMs: 100 }\n    - { type: contains, value: done }`,
+      ),
+    );
+    // More stuck tasks than scoring slots (4): each slot is given back, and every task is scored.
+    const ids = ['s-1', 's-2', 's-3', 's-4', 's-5', 's-6'];
+    const runs = ids.map((id) => runOf(id, 'completed'));
+    const { scoring, published } = scoringOf(pipeline, new Map(runs.map((r, i) => [ids[i] ?? '', r])));
+    for (const events of runs) scoring.ended(events.at(-1) as TroupeEvent);
+    await expect.poll(() => published.length, { timeout: 5_000 }).toBe(ids.length);
+    for (const id of ids) {
+      expect(scoredOf(published, id)?.data.scores.map((s) => [s.scorer, s.pass, s.reason])).toEqual([
+        ['stuck', false, "error: timed out: no score after 0.1 s (the scorer's timeoutMs)"],
+        ['contains "done"', true, expect.any(String)],
+      ]);
+    }
+    await scoring.stop();
+  });
+
   it('scores no task out of the sample, and nothing without an evals block', async () => {
     const none = await load(pipelineText(EVALS.replace('evals:', 'evals:\n  sample: 0')));
     const without = await load(pipelineText(''));
