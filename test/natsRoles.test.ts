@@ -2,7 +2,7 @@ import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type NatsConnection, PermissionViolationError } from '@nats-io/transport-node';
-import { TroupeEvent, type ValueRef } from '@troupe/protocol';
+import { type Dataset, TroupeEvent, type ValueRef } from '@troupe/protocol';
 import { ValueStore } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -668,9 +668,10 @@ describe('a worker started before any coordinator on a locked-down server', () =
 
 /**
  * Evals on a server whose users `troupe nats-config` wrote for examples/evals/notes.yaml (with an `evals:` block that
- * scores every task online): the coordinator scores its tasks on its own user; an evaluator makes a dataset of the
- * pipeline's recorded runs and stores an experiment of it in `troupe-evals`, which the coordinator made; an observer
- * and the gateway list them; neither the observer nor a submitter may write there.
+ * scores every task online) and `longtool` (whose write's arguments are too long for their event: a recording of its
+ * run needs the journal and the object store): the coordinator scores its tasks on its own user; an evaluator makes a
+ * dataset of the pipeline's recorded runs and stores an experiment of it in `troupe-evals`, which the coordinator
+ * made; an observer and the gateway list them; neither the observer nor a submitter may write there.
  */
 describe('evals with least privilege, from troupe nats-config', () => {
   let nats: TestNats;
@@ -680,6 +681,7 @@ describe('evals with least privilege, from troupe nats-config', () => {
   let scorers: string;
   const processes: CliProcess[] = [];
   const taskIds = ['roles-eval-1', 'roles-eval-2'];
+  const BIG = 'z'.repeat(70_000);
   const envOf = (role: string) => users.env(role, nats.url);
   /** `troupe <args>` as `role`, in the pipeline's folder (where a stored dataset's scorers' paths start). */
   const as = async (role: string, args: string[]) => troupe(args, await envOf(role), 120_000, dir);
@@ -708,15 +710,45 @@ evals:
         '',
       ].join('\n'),
     );
+    // A worker that writes a long file and reads it back (as test/evalDatasets.test.ts's).
+    const longtool = join(dir, 'longtool.yaml');
+    await writeFile(
+      join(dir, 'longtool.script.json'),
+      JSON.stringify({
+        agents: {
+          worker: [
+            { toolCalls: [{ name: 'write_file', arguments: { path: 'big.md', content: BIG } }] },
+            { toolCalls: [{ name: 'read_file', arguments: { path: 'big.md' } }] },
+            { content: 'read it all' },
+          ],
+        },
+      }),
+    );
+    await writeFile(
+      longtool,
+      `version: 1
+name: longtool
+models: { scripted: { provider: scripted, script: ./longtool.script.json } }
+defaults: { model: scripted }
+agents:
+  worker: { instructions: Write a long file and read it back., tools: [write_file, read_file] }
+flow:
+  - { id: work, kind: agent, agent: worker }
+`,
+    );
     users = await writeNatsUsers([
       pipeline,
-      ...['--submitter', 'ci=notes', '--observer', 'watcher=notes'],
-      ...['--evaluator', 'judge=notes', '--gateway', 'front'],
+      longtool,
+      ...['--submitter', 'ci=notes,longtool', '--observer', 'watcher=notes'],
+      ...['--evaluator', 'judge=notes,longtool', '--evaluator', 'narrow=notes', '--gateway', 'front'],
     ]);
-    expect(users.summary).toContain('judge: evaluator for pipeline notes');
+    expect(users.summary).toContain('judge: evaluator for pipelines notes, longtool');
     nats = await startTestNats({ config: users.config });
     // One coordinator hosting the agents: no worker role serves them.
-    const up = startTroupe(['up', pipeline, '--home', join(dir, 'home')], await envOf('coordinator'));
+    const up = startTroupe(
+      ['up', pipeline, longtool, '--home', join(dir, 'home')],
+      await envOf('coordinator'),
+    );
     processes.push(up);
     await up.waitFor(/troupe is up/, 30_000);
     for (const taskId of taskIds) {
@@ -725,6 +757,8 @@ evals:
       expect(submitted.code, submitted.stderr).toBe(0);
       expect(submitted.stdout).toContain('task.completed');
     }
+    const long = await as('ci', ['submit', 'longtool', 'write it', '--id', 'roles-long-1', '--wait']);
+    expect(long.code, long.stderr).toBe(0);
   }, 150_000);
   afterAll(async () => {
     for (const p of processes.splice(0)) await p.stop('SIGKILL');
@@ -743,6 +777,8 @@ evals:
   }, 90_000);
 
   let experimentId: string;
+  /** The gateway's, on its own user. */
+  let url: string;
 
   it('lets an evaluator make a dataset of its pipeline’s runs and store an experiment of it', async () => {
     const added = await as('judge', [
@@ -781,7 +817,7 @@ evals:
     const gateway = startTroupe(['gateway', '--listen', '127.0.0.1:0', '--no-auth'], await envOf('front'));
     processes.push(gateway);
     await gateway.waitFor(/troupe gateway on http/, 30_000);
-    const url = /gateway on (http:\/\/[\d.]+:\d+)/.exec(gateway.output())?.[1] ?? '';
+    url = /gateway on (http:\/\/[\d.]+:\d+)/.exec(gateway.output())?.[1] ?? '';
     const listed = await fetch(`${url}/v1/evals/datasets`);
     expect(listed.status).toBe(200);
     expect(await listed.json()).toMatchObject({ datasets: [{ name: 'roles-notes', version: 1, cases: 2 }] });
@@ -828,6 +864,59 @@ evals:
     expect(afterExperiments.stdout).toContain(experimentId);
     expect(afterExperiments.stdout.match(/roles-notes/g)).toHaveLength(1);
   }, 180_000);
+
+  it('lets an evaluator and the gateway keep a run whose recording needs the journal and the object store, and an evaluator of other pipelines not', async () => {
+    const [added, narrow] = await Promise.all([
+      as('judge', [
+        'eval',
+        'dataset',
+        'add',
+        'long-runs',
+        '--tasks',
+        'roles-long-1',
+        '--pipeline',
+        'longtool',
+      ]),
+      as('narrow', [
+        'eval',
+        'dataset',
+        'add',
+        'long-narrow',
+        '--tasks',
+        'roles-long-1',
+        '--pipeline',
+        'longtool',
+      ]),
+    ]);
+    expect(added.code, added.stderr).toBe(0);
+    expect(added.stdout).toContain('stored dataset long-runs version 1: 1 cases (1 recorded)');
+    const shown = await as('judge', ['eval', 'dataset', 'show', 'long-runs', '--json']);
+    const [kept] = (JSON.parse(shown.stdout) as Dataset).cases;
+    // The write's arguments, cut in their event, whole from the journal; the read's output from the object store.
+    expect(Object.keys(kept?.recording?.journal ?? {})).toEqual(['roles-long-1.work.1.1.model']);
+    expect(JSON.stringify(kept?.recording?.journal)).toContain(BIG);
+    expect(Object.values(kept?.recording?.values ?? {}).join('')).toContain(BIG);
+    // An evaluator of notes alone may not read longtool's runs: the task is skipped, saying why, and nothing stored.
+    expect(narrow.code).toBe(2);
+    expect(narrow.stderr).toContain('skipped task roles-long-1: cannot read it:');
+    expect(narrow.stderr).toContain('Permissions Violation');
+    expect(narrow.stderr).toContain('no version was stored');
+
+    const body = JSON.stringify({ taskIds: ['roles-long-1'] });
+    const post = await fetch(`${url}/v1/evals/datasets/long-gateway/cases`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    expect(post.status, JSON.stringify(await post.clone().json())).toBe(201);
+    expect(await post.json()).toMatchObject({
+      dataset: { name: 'long-gateway', version: 1 },
+      added: 1,
+      skipped: [],
+    });
+    const stored = (await (await fetch(`${url}/v1/evals/datasets/long-gateway`)).json()) as Dataset;
+    expect(stored.cases[0]?.recording?.journal).toEqual(kept?.recording?.journal);
+  }, 120_000);
 });
 
 describe('troupe nats-config refuses roles that cannot work', () => {
