@@ -863,6 +863,25 @@ flow:
     ).toEqual(['roles-notes']);
     expect(afterExperiments.stdout).toContain(experimentId);
     expect(afterExperiments.stdout.match(/roles-notes/g)).toHaveLength(1);
+    // The broker refuses it however it is sent: a chunk, a description or a purge of the bucket, published raw.
+    for (const role of ['watcher', 'ci']) {
+      const nc = await users.connect(role, nats.url, `forger-${role}`);
+      const refusals: string[] = [];
+      void (async () => {
+        for await (const status of nc.status()) {
+          if (status.type === 'error' && status.error instanceof PermissionViolationError)
+            refusals.push(status.error.subject);
+        }
+      })();
+      const forged = [
+        '$O.troupe-evals.C.forged',
+        '$O.troupe-evals.M.ZGF0YXNldHMvcm9sZXMtbm90ZXMvMQ==',
+        '$JS.API.STREAM.PURGE.OBJ_troupe-evals',
+      ];
+      for (const subject of forged) nc.publish(subject, '{}');
+      await expect.poll(() => refusals, { timeout: 5_000 }).toEqual(expect.arrayContaining(forged));
+      await nc.close();
+    }
   }, 180_000);
 
   it('lets an evaluator and the gateway keep a run whose recording needs the journal and the object store, and an evaluator of other pipelines not', async () => {
