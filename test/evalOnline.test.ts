@@ -322,3 +322,38 @@ describe('online scoring of a task resumed on another coordinator', () => {
     }
   });
 });
+
+describe('online scoring of a task that ran on an older version of its pipeline', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('onlineResumed.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it("scores it by the evals: block of the version it ran on, read from the stored versions, not the ending coordinator's file", async () => {
+    publishTask(h, 'online-resumed', { id: 'older-1', goal: 'write a note, then wait' });
+    await found(
+      () => ofKind(h.eventsOf('older-1'), 'step.started').find((e) => e.data.step === 'wait'),
+      'the slow step',
+    );
+    await h.coordinator.stop();
+    // The file has changed since: its evals: block has one scorer, which the task's version does not have.
+    const next = await startSecondCoordinator(h, ['onlineResumedV2.yaml']);
+    try {
+      const scored = await found(
+        () => ofKind(h.eventsOf('older-1'), 'eval.scored')[0],
+        'the online score',
+        40_000,
+      );
+      expect(scored.data.scores.map((s) => [s.scorer, s.pass])).toEqual([
+        ['wrote the note', true],
+        ['says done', true],
+      ]);
+    } finally {
+      await next.stop();
+    }
+  });
+});
