@@ -62,7 +62,7 @@ describe('online scoring of a pipeline with an evals block', () => {
       join(dir, 'unsampled.yaml'),
       pipeline(EVALS.replace('sample: 1', 'sample: 0')).replace('name: online', 'name: unsampled'),
     );
-    // Its score comes a second after the task's end: a watcher that stops at the final event misses it.
+    // Its score comes 3 s after the task's end: a watcher that stops at the final event misses it.
     await writeFile(
       join(dir, 'slowscored.yaml'),
       pipeline('evals:\n  scorers:\n    - { type: module, name: slow, path: ./slow.mjs }').replace(
@@ -72,7 +72,7 @@ describe('online scoring of a pipeline with an evals block', () => {
     );
     await writeFile(
       join(dir, 'slow.mjs'),
-      'export const score = () => new Promise((resolve) => setTimeout(() => resolve(1), 1000));\n',
+      'export const score = () => new Promise((resolve) => setTimeout(() => resolve(1), 3000));\n',
     );
     await writeFile(join(dir, 'online.script.yaml'), 'agents:\n  writer:\n    - content: all done\n');
     await writeFile(
@@ -216,6 +216,32 @@ describe('online scoring of a pipeline with an evals block', () => {
     } finally {
       await follow.stop();
     }
+  });
+
+  it('troupe tail --task of a task that ended a moment ago waits for the online score still to come', async () => {
+    const submitted = await troupe([
+      'submit',
+      'slowscored',
+      'say when done',
+      '--id',
+      'on-late',
+      '--server',
+      nats.url,
+    ]);
+    expect(submitted.code, submitted.stderr).toBe(0);
+    await expect
+      .poll(async () => (await readTaskEvents(bus, 'on-late', 'slowscored')).map((e) => e.kind), {
+        timeout: 30_000,
+      })
+      .toContain('task.completed');
+    const tailed = await troupe(['tail', '--task', 'on-late', '--json', '--server', nats.url], env, 90_000);
+    expect(tailed.code, tailed.stderr).toBe(0);
+    expect(
+      jsonLines(tailed.stdout)
+        .map((line) => line.kind)
+        .slice(-2),
+    ).toEqual(['task.completed', 'eval.scored']);
+    expect(tailed.stderr).toContain('has finished: completed; nothing more will come');
   });
 
   it('troupe submit --wait and tail --task stop at the final event when the sample leaves the task out', async () => {

@@ -78,9 +78,11 @@ export async function awaitScore(
   task: { taskId: string; pipeline: string; version?: string | undefined },
   score: ScoreTracker,
   signal?: AbortSignal,
+  /** How long to wait, when known already (what is left of the wait for a task that ended a while ago). */
+  known?: number,
 ): Promise<void> {
   if (score.current !== undefined) return;
-  const ms = await scoreWaitOf(bus, task);
+  const ms = known ?? (await scoreWaitOf(bus, task));
   if (ms === undefined || score.current !== undefined) return;
   const seconds = Math.ceil(ms / 1000);
   process.stderr.write(`waiting up to ${seconds} s for task ${task.taskId}'s online score (eval.scored)\n`);

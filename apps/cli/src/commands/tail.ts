@@ -6,7 +6,7 @@ import { openEventFeed } from '../eventFeed.ts';
 import { eventFilter, parseKinds } from '../eventFilter.ts';
 import { parseDuration } from '../format/duration.ts';
 import { formatEvent, formatInvalid } from '../format/formatEvent.ts';
-import { awaitScore, scoreTracker } from '../onlineScore.ts';
+import { awaitScore, scoreTracker, scoreWaitOf } from '../onlineScore.ts';
 import { CliError, checkTaskId, connectCli, type ServerOptions } from '../server.ts';
 import { finalTracker } from '../watch.ts';
 import { workflowRecord } from '../workflowRecords.ts';
@@ -51,6 +51,12 @@ export async function tail(options: TailOptions): Promise<number> {
     const final = finalTracker();
     const score = scoreTracker();
     const ended = record !== undefined && record.status !== 'running';
+    // A task that ended so lately that its online score may yet come: its events are followed live until it does.
+    const scoreWait =
+      ended && showsScores && taskId !== undefined && record.final !== undefined
+        ? await scoreWaitOf(bus, { taskId, pipeline: record.pipeline, version: record.version })
+        : undefined;
+    const scoreDue = scoreWait !== undefined && Date.now() - Date.parse(record?.final?.ts ?? '') < scoreWait;
     const feed = await openEventFeed(bus, {
       ...(taskId === undefined ? {} : { taskId }),
       ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }),
@@ -58,7 +64,7 @@ export async function tail(options: TailOptions): Promise<number> {
       ...(taskId !== undefined || since !== undefined
         ? { history: since === undefined ? {} : { since } }
         : {}),
-      live: !ended,
+      live: !ended || scoreDue,
       invalid: taskId === undefined && filter.invalid,
       signal: stop.signal,
       onEvent: (event) => {
@@ -76,6 +82,10 @@ export async function tail(options: TailOptions): Promise<number> {
       if (taskId !== undefined && ended) {
         if (final.current === undefined && record.final && storedSince(record.final, since))
           show(record.final);
+        if (scoreDue && record.final) {
+          const left = (scoreWait ?? 0) - (Date.now() - Date.parse(record.final.ts));
+          await awaitScore(bus, record, score, stop.signal, left);
+        }
         process.stderr.write(
           `task ${taskId} has finished: ${outcomeOf(record, final.current)}; nothing more will come\n`,
         );
