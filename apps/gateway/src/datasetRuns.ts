@@ -31,7 +31,6 @@ export async function addRunsToDataset(
   who: Principal,
   name: string,
   body: AddRunsBody,
-  serial: Serial = (_name, write) => write(),
 ): Promise<AddedRuns> {
   authorize(who, 'submit', body.pipeline);
   const select = selectionOf(body);
@@ -59,17 +58,18 @@ export async function addRunsToDataset(
       `nothing to add to dataset ${name}: ${await whyNone(bus, who, select, skipped)}; no version was stored`,
     );
   }
-  const { previous, merged, dataset } = await serial(name, async () => {
-    const previous = await store.dataset(name);
-    const merged = mergeCases(previous?.cases ?? [], recorded.cases);
+  // Made from the newest version, again from a newer one if another writer (another add, another gateway, the
+  // CLI) stores one meanwhile: every add keeps its cases.
+  let merged: ReturnType<typeof mergeCases> = { cases: [], added: 0, replaced: 0 };
+  const { dataset, previous } = await store.addDataset(name, (previous) => {
+    merged = mergeCases(previous?.cases ?? [], recorded.cases);
     const description = body.description ?? previous?.description;
-    const dataset = await store.putDataset({
+    return {
       name,
       ...(description === undefined ? {} : { description }),
       scorers: previous?.scorers ?? [],
       cases: merged.cases,
-    });
-    return { previous, merged, dataset };
+    };
   });
   return {
     dataset: {
@@ -84,27 +84,6 @@ export async function addRunsToDataset(
     added: merged.added,
     replaced: merged.replaced,
     skipped,
-  };
-}
-
-/** Runs `write` after every write to the dataset `name` begun before it has ended. */
-export type Serial = <T>(name: string, write: () => Promise<T>) => Promise<T>;
-
-/**
- * Writes to one dataset one at a time, in the order they come: each reads the version the one before it stored, so
- * two adds through this gateway at once both keep their cases (the store itself does not: see `EvalStore.putDataset`).
- */
-export function oneAtATime(): Serial {
-  const last = new Map<string, Promise<unknown>>();
-  return <T>(name: string, write: () => Promise<T>): Promise<T> => {
-    const before = last.get(name) ?? Promise.resolve();
-    const mine = before.then(write, write);
-    const settled = mine.catch(() => undefined);
-    last.set(name, settled);
-    void settled.then(() => {
-      if (last.get(name) === settled) last.delete(name);
-    });
-    return mine;
   };
 }
 

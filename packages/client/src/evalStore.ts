@@ -53,31 +53,47 @@ export class EvalStore {
     return this.#bucket.ensure(replicas === undefined ? {} : { replicas });
   }
 
-  /**
-   * Stores a dataset as its next version (the highest stored plus one, 1 for a new name), made now.
-   *
-   * Two writers adding a version of one dataset at once may both read the same highest version and both write the
-   * next: the object store keeps the later write under that name, so the earlier is lost (its writer was answered
-   * with the version all the same). Datasets are added by people and CI jobs now and then, not by many writers at
-   * once; one that must not lose a version reads the dataset back and adds again.
-   */
+  /** Stores a dataset as its next version (the highest stored plus one, 1 for a new name), made now. */
   async putDataset(content: NewDataset): Promise<Dataset> {
-    const versions = (await this.datasets()).filter((d) => d.name === content.name).map((d) => d.version);
-    const dataset = Dataset.parse({
-      ...content,
-      version: Math.max(0, ...versions) + 1,
-      createdAt: new Date().toISOString(),
-    });
-    const summary: DatasetSummary = {
-      name: dataset.name,
-      version: dataset.version,
-      createdAt: dataset.createdAt,
-      cases: dataset.cases.length,
-      recorded: dataset.cases.filter((c) => c.recording !== undefined).length,
-      ...(dataset.description === undefined ? {} : { description: dataset.description }),
-    };
-    await this.#put(datasetObject(dataset.name, dataset.version), dataset, summary);
-    return dataset;
+    return (await this.addDataset(content.name, () => content)).dataset;
+  }
+
+  /**
+   * Stores the next version of dataset `name`, made by `next` from the newest stored (undefined for a new name).
+   * A version is written only if no writer has stored it meanwhile (the object store's description is written
+   * expecting none under that name); when one has, `next` is given that newer version and the write tried again,
+   * so two writers adding at once (two gateways, a gateway and the CLI) both keep what they added.
+   */
+  async addDataset(
+    name: string,
+    next: (previous: Dataset | undefined) => NewDataset | Promise<NewDataset>,
+  ): Promise<{ dataset: Dataset; previous: Dataset | undefined }> {
+    for (let attempt = 1; ; attempt += 1) {
+      const previous = await this.dataset(name);
+      const content = await next(previous);
+      const dataset = Dataset.parse({
+        ...content,
+        name,
+        version: (previous?.version ?? 0) + 1,
+        createdAt: new Date().toISOString(),
+      });
+      const summary: DatasetSummary = {
+        name: dataset.name,
+        version: dataset.version,
+        createdAt: dataset.createdAt,
+        cases: dataset.cases.length,
+        recorded: dataset.cases.filter((c) => c.recording !== undefined).length,
+        ...(dataset.description === undefined ? {} : { description: dataset.description }),
+      };
+      if (await this.#put(datasetObject(name, dataset.version), dataset, summary, { onlyNew: true }))
+        return { dataset, previous };
+      if (attempt === MAX_ADD_ATTEMPTS) {
+        throw new OperationError(
+          'conflict',
+          `dataset ${name} version ${dataset.version} was stored by another writer each of ${MAX_ADD_ATTEMPTS} times this add tried; add again`,
+        );
+      }
+    }
   }
 
   /** A dataset's version, or its newest when none is given; undefined when it is not stored. */
@@ -122,10 +138,16 @@ export class EvalStore {
     return summaries.sort((a, b) => b.startedAt.localeCompare(a.startedAt) || a.id.localeCompare(b.id));
   }
 
-  async #put(name: string, value: unknown, summary: unknown): Promise<void> {
+  /** Writes an object; false when `onlyNew` and something was stored under its name already. */
+  async #put(
+    name: string,
+    value: unknown,
+    summary: unknown,
+    options: { onlyNew?: boolean } = {},
+  ): Promise<boolean> {
     const bytes = new TextEncoder().encode(JSON.stringify(value));
-    await this.#bucket
-      .put(name, bytes, { summary: JSON.stringify(summary) })
+    return this.#bucket
+      .put(name, bytes, { summary: JSON.stringify(summary) }, options)
       .catch(refusedTo(`store datasets or experiments in ${EVALS_BUCKET}`, 'an evaluator or the gateway'));
   }
 
@@ -154,6 +176,9 @@ export class EvalStore {
     return parsed.data;
   }
 }
+
+/** How often an add tries again after another writer stored the version it meant to. */
+const MAX_ADD_ATTEMPTS = 5;
 
 /** The roles `troupe nats-config` lets read the bucket. */
 const READERS = 'an evaluator, an observer or the gateway';

@@ -124,6 +124,29 @@ describe('EvalStore', () => {
     expect((await store.datasets()).map((d) => d.name)).toEqual(['nightly', 'support', 'support']);
   });
 
+  it('keeps every add of writers adding to one dataset at once, each on a connection of its own', async () => {
+    const writers = await Promise.all(Array.from({ length: 4 }, () => connect({ servers: nats.url })));
+    try {
+      const kase = (id: string): EvalCase => ({ id, goal: `goal ${id}` });
+      await Promise.all(
+        writers.map((connection, i) =>
+          new EvalStore({ connection }).addDataset('racing', (previous) => ({
+            name: 'racing',
+            scorers: [],
+            cases: [...(previous?.cases ?? []), kase(`w${i}`)],
+          })),
+        ),
+      );
+      const newest = await store.dataset('racing');
+      expect(newest?.version).toBe(4);
+      expect(newest?.cases.map((c) => c.id).sort()).toEqual(['w0', 'w1', 'w2', 'w3']);
+      const versions = (await store.datasets()).filter((d) => d.name === 'racing').map((d) => d.cases);
+      expect(versions.sort()).toEqual([1, 2, 3, 4]);
+    } finally {
+      await Promise.all(writers.map((w) => w.close()));
+    }
+  });
+
   it('refuses to store a dataset whose name is not a name', async () => {
     await expect(store.putDataset({ name: 'Not A Name', scorers: [], cases: [] })).rejects.toThrow(
       /must be 1-63/,

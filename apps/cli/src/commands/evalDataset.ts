@@ -59,7 +59,6 @@ export async function add(name: string, options: DatasetAddOptions): Promise<num
   const bus = await connectCli(options, 'troupe-eval-dataset');
   try {
     const store = new EvalStore(bus);
-    const previous = await store.dataset(name);
     const added: EvalCase[] = files.flatMap((f) => f.cases);
     const skipped: SkippedTask[] = [];
     const take = async (select: Parameters<typeof recordedCases>[1]) => {
@@ -78,28 +77,33 @@ export async function add(name: string, options: DatasetAddOptions): Promise<num
     if (taskIds !== undefined)
       await take({ taskIds, ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }) });
     for (const { taskId, why } of skipped) process.stderr.write(`skipped task ${taskId}: ${why}\n`);
-    const scorers = mergeScorers(previous?.scorers ?? [], files);
-    const newScorers = scorers.length - (previous?.scorers.length ?? 0);
-    const merged = mergeCases(previous?.cases ?? [], added);
-    if ((added.length === 0 && newScorers === 0) || merged.cases.length === 0) {
-      throw new CliError(
-        `nothing to add to dataset ${name}: ${
-          options.fromRuns && skipped.length === 0
-            ? await noRunsFound(bus, options, status)
-            : added.length === 0 && newScorers > 0
-              ? 'scorers alone, and it has no cases yet'
-              : 'no case was made'
-        }; no version was stored`,
-        2,
-      );
-    }
-    const description =
-      options.description ?? previous?.description ?? files.find((f) => f.description)?.description;
-    const dataset = await store.putDataset({
-      name,
-      ...(description === undefined ? {} : { description }),
-      scorers,
-      cases: merged.cases,
+    // Made from the newest version, again from a newer one if another writer stores one meanwhile.
+    let merged: ReturnType<typeof mergeCases> = { cases: [], added: 0, replaced: 0 };
+    let newScorers = 0;
+    const { dataset, previous } = await store.addDataset(name, async (previous) => {
+      const scorers = mergeScorers(previous?.scorers ?? [], files);
+      newScorers = scorers.length - (previous?.scorers.length ?? 0);
+      merged = mergeCases(previous?.cases ?? [], added);
+      if ((added.length === 0 && newScorers === 0) || merged.cases.length === 0) {
+        throw new CliError(
+          `nothing to add to dataset ${name}: ${
+            options.fromRuns && skipped.length === 0
+              ? await noRunsFound(bus, options, status)
+              : added.length === 0 && newScorers > 0
+                ? 'scorers alone, and it has no cases yet'
+                : 'no case was made'
+          }; no version was stored`,
+          2,
+        );
+      }
+      const description =
+        options.description ?? previous?.description ?? files.find((f) => f.description)?.description;
+      return {
+        name,
+        ...(description === undefined ? {} : { description }),
+        scorers,
+        cases: merged.cases,
+      };
     });
     const recorded = dataset.cases.filter((c) => c.recording).length;
     process.stdout.write(

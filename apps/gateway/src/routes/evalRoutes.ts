@@ -1,7 +1,7 @@
 import { compareExperiments, EvalStore } from '@troupe/client';
 import { ErrorBody, EvalComparison, TaskTrace } from '@troupe/protocol';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { addRunsToDataset, oneAtATime } from '../datasetRuns.ts';
+import { addRunsToDataset } from '../datasetRuns.ts';
 import { AddedRuns, AddRunsBody } from '../datasetRunsApi.ts';
 import { GatewayEvals, onlineScores } from '../evals.ts';
 import {
@@ -36,7 +36,6 @@ export const evalRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { 
     actions,
   });
   const writer = () => (store ??= new EvalStore(bus));
-  const serial = oneAtATime();
 
   app.get(
     '/v1/evals/datasets',
@@ -87,7 +86,6 @@ export const evalRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { 
         principalOf(request),
         request.params.name,
         request.body,
-        serial,
       );
       return reply.code(201).send(added);
     },

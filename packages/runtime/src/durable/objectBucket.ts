@@ -66,9 +66,30 @@ export class ObjectBucket {
     this.#stream = `OBJ_${bucket}`;
   }
 
-  /** Stores `bytes` under `name` with `metadata`, replacing what was stored under it; makes the bucket if need be. */
-  async put(name: string, bytes: Uint8Array, metadata: Record<string, string>): Promise<void> {
-    await (await this.#open()).putBlob({ name, metadata }, bytes);
+  /**
+   * Stores `bytes` under `name` with `metadata`, replacing what was stored under it; makes the bucket if need be.
+   * With `onlyNew`, the server stores it only if nothing was ever stored under `name` (its description is written
+   * expecting no earlier one), and the put answers false, storing nothing, when something was.
+   */
+  async put(
+    name: string,
+    bytes: Uint8Array,
+    metadata: Record<string, string>,
+    options: { onlyNew?: boolean } = {},
+  ): Promise<boolean> {
+    const store = await this.#open();
+    try {
+      await store.putBlob({ name, metadata }, bytes, options.onlyNew ? { previousRevision: 0 } : undefined);
+      return true;
+    } catch (error) {
+      if (
+        options.onlyNew &&
+        error instanceof JetStreamApiError &&
+        error.code === JetStreamApiCodes.StreamWrongLastSequence
+      )
+        return false;
+      throw error;
+    }
   }
 
   /**
