@@ -40,7 +40,8 @@ export interface Scorer {
 
 /**
  * What a `module` scorer's module exports: `score`, given the run and the spec's `options`, answers a value from 0
- * to 1 (or a boolean) and, if it likes, why. A thrown error gives an error score (value 0, its message as the reason); the case and its other scores stay.
+ * to 1 (or a boolean) and, if it likes, why. A thrown error gives an error score (value 0, its message as the
+ * reason); the case and its other scores stay.
  */
 export interface ScorerModule {
   score(run: CaseRun, options: Readonly<Record<string, unknown>>): ScoreAnswer | Promise<ScoreAnswer>;
