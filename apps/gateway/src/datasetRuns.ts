@@ -9,21 +9,18 @@ import {
   workflowStoreIfAny,
 } from '@troupe/client';
 import type { JetStreamBus } from '@troupe/runtime/bus';
-import { authorize, mayTouch, type Principal } from './auth.ts';
+import { AuthRefusal, authorize, type Principal } from './auth.ts';
 import type { AddedRuns, AddRunsBody } from './datasetRunsApi.ts';
 
 /** Tasks a pipeline selection takes when the request names no limit, as `troupe eval dataset add --from-runs`. */
 const DEFAULT_LIMIT = 50;
 
-/** What a task of a pipeline the token may not touch is told: the same as a task that does not exist. */
-const UNKNOWN = 'no task of this id is known on this server';
-
 /**
  * `POST /v1/evals/datasets/{name}/cases`: the tasks chosen made cases (their recordings whole, as
  * `troupe eval dataset add` makes them) and stored as the dataset's next version — the previous version's cases and
- * scorers kept, a case of the same id replaced. Needs the submit scope, and a token limited to some pipelines adds
- * only their tasks: one of another pipeline is skipped as unknown, as the task routes hide it; naming another
- * `pipeline` is refused. Nothing is stored when no case could be made; the refusal says why, task by task.
+ * scorers kept, a case of the same id replaced. Needs the submit scope and a token without a pipeline list: a
+ * dataset may hold runs of any pipeline (and its size and versions say what others added), so only a token that may
+ * read datasets writes them. Nothing is stored when no case could be made; the refusal says why, task by task.
  */
 export async function addRunsToDataset(
   bus: JetStreamBus,
@@ -32,30 +29,20 @@ export async function addRunsToDataset(
   name: string,
   body: AddRunsBody,
 ): Promise<AddedRuns> {
-  authorize(who, 'submit', body.pipeline);
-  const select = selectionOf(body);
-  const skipped: SkippedTask[] = [];
-  if (select.taskIds && who.pipelines !== undefined) {
-    // A task of a pipeline this token may not touch is not read: it is skipped as a task that does not exist.
-    const workflows = await workflowStoreIfAny(bus);
-    const records = workflows ? await readValues(workflows, [...new Set(select.taskIds)]) : [];
-    const pipelineOf = new Map(records.map((r) => [r.taskId, r.pipeline]));
-    const hidden = new Set(
-      select.taskIds.filter((id) => {
-        const pipeline = pipelineOf.get(id) ?? select.pipeline;
-        return pipeline === undefined || !mayTouch(who, pipeline);
-      }),
+  authorize(who, 'submit');
+  if (who.pipelines !== undefined) {
+    throw new AuthRefusal(
+      403,
+      `token ${who.name} may touch only pipelines ${who.pipelines.join(', ')}; datasets may hold runs of any pipeline, so only a token without a pipeline list adds to them`,
     );
-    skipped.push(...[...hidden].map((taskId) => ({ taskId, why: UNKNOWN })));
-    select.taskIds = select.taskIds.filter((id) => !hidden.has(id));
   }
-  const recorded =
-    select.taskIds?.length === 0 ? { cases: [], skipped: [] } : await recordedCases(bus, select);
-  skipped.push(...recorded.skipped);
+  const select = selectionOf(body);
+  const recorded = await recordedCases(bus, select);
+  const skipped: SkippedTask[] = [...recorded.skipped];
   if (recorded.cases.length === 0) {
     throw new OperationError(
       'invalid_request',
-      `nothing to add to dataset ${name}: ${await whyNone(bus, who, select, skipped)}; no version was stored`,
+      `nothing to add to dataset ${name}: ${await whyNone(bus, select, skipped)}; no version was stored`,
     );
   }
   // Made from the newest version, again from a newer one if another writer (another add, another gateway, the
@@ -119,7 +106,6 @@ function selectionOf(body: AddRunsBody): RecordedSelect & { taskIds?: string[] }
 /** Why no case was made: each task skipped with why, or why a pipeline selection found no task. */
 async function whyNone(
   bus: JetStreamBus,
-  who: Principal,
   select: RecordedSelect,
   skipped: readonly SkippedTask[],
 ): Promise<string> {
@@ -128,7 +114,7 @@ async function whyNone(
   const records = workflows ? await readValues(workflows) : [];
   const pipeline = select.pipeline ?? '';
   if (!records.some((r) => r.pipeline === pipeline)) {
-    const known = [...new Set(records.map((r) => r.pipeline))].filter((p) => mayTouch(who, p)).sort();
+    const known = [...new Set(records.map((r) => r.pipeline))].sort();
     return `no task of pipeline ${pipeline} is known on this server${known.length > 0 ? `; tasks are of: ${known.join(', ')}` : ''}`;
   }
   const since = select.since === undefined ? '' : ` since ${select.since.toISOString()}`;

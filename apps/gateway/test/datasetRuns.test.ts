@@ -241,32 +241,25 @@ describe('POST /v1/evals/datasets/{name}/cases', () => {
     expect(newest?.cases.map((c) => c.id).sort()).toEqual(['notes-1', 'notes-2']);
   });
 
-  it('refuses a token without the submit scope, and a pipeline the token may not touch; hides its tasks', async () => {
+  it('refuses a token without the submit scope, and one limited to some pipelines, storing nothing', async () => {
     const reader = await add('from-runs', { taskIds: ['notes-2'] }, 'reader');
     expect(reader.status).toBe(403);
     expect(reader.body.error.message).toBe('token watcher lacks the submit scope (it has read)');
-    const other = await add('notes-team', { pipeline: 'other' }, 'notesOnly');
-    expect(other.status).toBe(403);
-    expect(other.body.error.message).toBe('token notes-team may not touch pipeline other (only notes)');
-    // A task of another pipeline is unknown to this token, as the task routes answer; nothing is stored.
-    const hidden = await add('notes-team', { taskIds: ['other-1'] }, 'notesOnly');
-    expect(hidden).toEqual({
-      status: 400,
-      body: {
-        error: {
-          code: 'invalid_request',
-          message:
-            'nothing to add to dataset notes-team: task other-1: no task of this id is known on this server; no version was stored',
-        },
-      },
-    });
-    const mixed = await add('notes-team', { taskIds: ['other-1', 'notes-2'] }, 'notesOnly');
-    expect(mixed.status).toBe(201);
-    expect(mixed.body).toMatchObject({
-      dataset: { name: 'notes-team', version: 1, cases: 1 },
-      skipped: [{ taskId: 'other-1', why: 'no task of this id is known on this server' }],
-    });
-    expect((await new EvalStore(bus).dataset('notes-team'))?.cases.map((c) => c.id)).toEqual(['notes-2']);
+    // A dataset may hold any pipeline's runs: a token of notes alone adds to none, its own pipeline's runs neither.
+    const refusal =
+      'token notes-team may touch only pipelines notes; datasets may hold runs of any pipeline, so only a token without a pipeline list adds to them';
+    for (const body of [{ taskIds: ['notes-2'] }, { pipeline: 'notes' }, { taskIds: ['other-1'] }]) {
+      for (const name of ['notes-team', 'from-runs']) {
+        const refused = await add(name, body, 'notesOnly');
+        expect(refused, `${name} ${JSON.stringify(body)}`).toEqual({
+          status: 403,
+          body: { error: { code: 'forbidden', message: refusal } },
+        });
+      }
+    }
+    const store = new EvalStore(bus);
+    expect(await store.dataset('notes-team')).toBeUndefined();
+    expect((await store.dataset('from-runs'))?.version).toBe(2);
   });
 
   it('says what is wrong with a request, storing nothing', async () => {
