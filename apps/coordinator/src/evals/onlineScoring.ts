@@ -122,6 +122,8 @@ export class OnlineScoring {
    */
   ended(final: TroupeEvent, version?: string): void {
     if (this.#stop.signal.aborted || !FINAL_EVENT_KINDS.includes(final.kind)) return;
+    // Told again of a task it scores now (a redelivery concluded from its record): scored once.
+    if (this.#scoring.has(final.taskId)) return;
     let over: () => void = () => {};
     const done = new Promise<void>((resolve) => (over = resolve));
     let waiting: Waiting;
@@ -201,6 +203,7 @@ export class OnlineScoring {
     let data: ScoredData;
     try {
       const run = await this.#runOf(final);
+      if (run === undefined) return;
       const scores = await scoreRun(run, scorers, {
         pipeline,
         baseDir,
@@ -300,10 +303,19 @@ export class OnlineScoring {
     }
   }
 
-  /** The ended task's run, from its events in the stream and the whole of its output. */
+  /**
+   * The ended task's run, from its events in the stream and the whole of its output; undefined when the stream has its
+   * `eval.scored` already: a task concluded again from its record (its final event stored, its message's ack lost)
+   * was scored after its first end, and is not scored (nor its judges paid, nor its metrics counted) again. One whose
+   * first coordinator stopped before scoring it has none, and is scored now.
+   */
   async #runOf(final: TroupeEvent) {
     const { taskId } = final;
     const events = await this.#eventsOf(final);
+    if (events.some((event) => event.kind === 'eval.scored' && event.taskId === taskId)) {
+      this.#options.logger.info({ taskId }, `task ${taskId} is scored already; not scored again`);
+      return undefined;
+    }
     const ref = final.kind === 'task.completed' ? final.data.outputRef : undefined;
     const output = ref && this.#options.values ? await this.#options.values.read(ref) : undefined;
     return caseRunOf(caseOf(taskId, events), events, output === undefined ? {} : { output });

@@ -133,6 +133,36 @@ describe('online scoring', () => {
     await scoring.stop();
   });
 
+  it('scores a task concluded again from its record once: not again when the stream has its eval.scored', async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    const events = runOf('t-again', 'completed');
+    const final = events.at(-1) as TroupeEvent;
+    const stream = new Map([['t-again', events]]);
+    const first = scoringOf(pipeline, stream);
+    first.scoring.ended(final);
+    await first.scoring.scored('t-again');
+    expect(first.published.map((e) => e.kind)).toEqual(['eval.scored']);
+    // Its ack lost: the task is concluded again from its record, here or on another coordinator.
+    stream.set('t-again', [...events, ...first.published]);
+    const again = scoringOf(pipeline, stream);
+    again.scoring.ended(final);
+    await again.scoring.scored('t-again');
+    expect(again.published).toEqual([]);
+    await first.scoring.stop();
+    await again.scoring.stop();
+  });
+
+  it('scores a task once when told of its end again while it is scored', async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    const events = runOf('t-twice', 'completed');
+    const { scoring, published } = scoringOf(pipeline, new Map([['t-twice', events]]));
+    scoring.ended(events.at(-1) as TroupeEvent);
+    scoring.ended(events.at(-1) as TroupeEvent);
+    await scoring.scored('t-twice');
+    expect(published.map((e) => `${e.taskId} ${e.kind}`)).toEqual(['t-twice eval.scored']);
+    await scoring.stop();
+  });
+
   it('reads an output its final event kept only the start of from the value store', async () => {
     const pipeline = await load(pipelineText(EVALS));
     const events = runOf('t-long', 'completed', 'the start…[99 more characters]');
