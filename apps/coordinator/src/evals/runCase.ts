@@ -3,18 +3,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CaseRecording, EvalCase, EvalMode, TroupeEvent } from '@troupe/protocol';
-import {
-  connectMcpServers,
-  EventFactory,
-  type Logger,
-  type McpConnections,
-  newTraceparent,
-  systemClock,
-  ToolRegistry,
-} from '@troupe/runtime';
-import { builtinTools } from '../config/builtinTools.ts';
+import { EventFactory, type Logger, newTraceparent, systemClock } from '@troupe/runtime';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { runTask } from '../inProcessRun.ts';
+import { realTools } from '../replay/realTools.ts';
 import { type JournalReader, Recording, type ValueReader } from '../replay/recording.ts';
 import { recordedTask, recordedTools, runOffline } from '../replay/replayTask.ts';
 import { caseRunOf } from './caseRun.ts';
@@ -85,23 +77,12 @@ async function modelCase(evalCase: EvalCase, options: RunCaseOptions): Promise<C
   const taskId = `e-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
   const recording = evalCase.recording ? await recordingOf(evalCase.recording) : new Recording(taskId, []);
   const names = Object.values(config.agents).flatMap((agent) => agent.tools ?? []);
-  let mcp: McpConnections | undefined;
+  // Memory is shared with other tasks: its tools answer from the record or fail, and write nothing.
+  const { registry: real, close } = await realTools(options.pipeline, {
+    ...(options.logger ? { logger: options.logger } : {}),
+    ...(options.env ? { env: options.env } : {}),
+  });
   try {
-    const real = new ToolRegistry();
-    const builtins = builtinTools();
-    for (const name of builtins.names()) {
-      const tool = builtins.get(name);
-      // Memory is shared with other tasks: its tools answer from the record or fail, and write nothing.
-      if (tool && !MEMORY_TOOLS.has(name)) real.register(tool);
-    }
-    for (const tool of options.pipeline.tools) real.register(tool);
-    if (Object.keys(config.mcpServers).length > 0) {
-      mcp = await connectMcpServers(config.mcpServers, {
-        ...(options.logger ? { logger: options.logger } : {}),
-        ...(options.env ? { env: options.env } : {}),
-      });
-      for (const tool of mcp.tools) real.register(tool);
-    }
     const values = evalCase.recording ? valuesOf(evalCase.recording) : undefined;
     const registry = modelModeTools({
       names,
@@ -140,7 +121,7 @@ async function modelCase(evalCase: EvalCase, options: RunCaseOptions): Promise<C
     });
     return caseRunOf(evalCase, [accepted, ...run.events], { output: run.output });
   } finally {
-    await mcp?.close();
+    await close();
   }
 }
 
@@ -167,9 +148,6 @@ async function liveCase(evalCase: EvalCase, options: RunCaseOptions): Promise<Ca
     await rm(workspaceRoot, { recursive: true, force: true });
   }
 }
-
-/** The built-in tools on the shared `memory` bucket. */
-const MEMORY_TOOLS = new Set(['remember', 'recall']);
 
 /** A case's recording, made whole from the journal records and stored values it keeps. */
 async function recordingOf(recorded: CaseRecording): Promise<Recording> {

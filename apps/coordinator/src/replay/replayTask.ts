@@ -4,11 +4,9 @@ import { join } from 'node:path';
 import type { ModelResponse } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import {
-  connectMcpServers,
   EventFactory,
   type HumanGate,
   type Logger,
-  type McpConnections,
   startAgentStep,
   systemClock,
   ToolError,
@@ -24,6 +22,7 @@ import { resolveModelRef } from '../config/modelFactory.ts';
 import { compileFlow } from '../workflow/compileFlow.ts';
 import { recordedReuse } from '../workflow/reusedStep.ts';
 import type { StepRunInput, StepRunOutput, WorkflowInput } from '../workflow/workflowTypes.ts';
+import { MEMORY_TOOLS, type RealTools, realTools } from './realTools.ts';
 import { recordedRemoteStep } from './recordedRemoteStep.ts';
 import { type JournalReader, Recording, type ValueReader } from './recording.ts';
 
@@ -181,27 +180,17 @@ export async function replayTask(
   }
   if (options.journal) await recording.restore(options.journal);
   if (options.values) await recording.restoreValues(options.values);
-  let mcp: McpConnections | undefined;
+  // Tools run again in a fresh workspace (MCP tools on the pipeline's servers, connected now), or answer from the
+  // record; either way under the (possibly edited) pipeline's policies, which decide before any tool runs.
+  let real: RealTools | undefined;
+  let registry: ToolRegistry;
+  if (options.tools === 'recorded') registry = recordedTools(recording, config, undefined, options.values);
+  else {
+    // Memory's tools answer from the record (see MEMORY_TOOLS), the others run again.
+    registry = recordedTools(recording, config, (name) => MEMORY_TOOLS.has(name), options.values);
+    real = await realTools(options.pipeline, { into: registry });
+  }
   try {
-    // Tools run again in a fresh workspace (MCP tools on the pipeline's servers, connected now), or answer from the
-    // record; either way under the (possibly edited) pipeline's policies, which decide before any tool runs.
-    let registry: ToolRegistry;
-    if (options.tools === 'recorded') registry = recordedTools(recording, config, undefined, options.values);
-    else {
-      // Memory is shared with other tasks and holds what it holds now, not what the recorded run read: its tools
-      // answer from the record, and the replay writes nothing to it.
-      registry = recordedTools(recording, config, (name) => MEMORY_TOOLS.has(name), options.values);
-      const builtins = builtinTools();
-      for (const name of builtins.names()) {
-        const tool = builtins.get(name);
-        if (tool && !MEMORY_TOOLS.has(name)) registry.register(tool);
-      }
-      for (const tool of options.pipeline.tools) registry.register(tool);
-      if (Object.keys(config.mcpServers).length > 0) {
-        mcp = await connectMcpServers(config.mcpServers);
-        for (const tool of mcp.tools) registry.register(tool);
-      }
-    }
     const { events: replayed } = await runOffline({
       pipeline: options.pipeline,
       recording,
@@ -220,7 +209,7 @@ export async function replayTask(
       events: replayed,
     };
   } finally {
-    await mcp?.close();
+    await real?.close();
   }
 }
 
@@ -402,9 +391,6 @@ async function remoteStep(
   );
   return { ...reply, stepId };
 }
-
-/** The built-in tools on the shared `memory` bucket. */
-const MEMORY_TOOLS = new Set(['remember', 'recall']);
 
 /**
  * Tools under the pipeline's tool names that answer with what the recorded call of the same id returned, or fail
