@@ -147,7 +147,10 @@ export type EvalMode = z.infer<typeof EvalMode>;
 /** One case's run in an experiment. */
 export const CaseResult = z.object({
   caseId: z.string(),
-  /** `passed`: every scorer passed; `failed`: one did not; `error`: the case could not be run or scored. */
+  /**
+   * `passed`: the task completed and every scorer passed (with no scorers, its completing alone); `failed`: it did
+   * not complete, or a scorer did not pass; `error`: the case could not be run or scored.
+   */
   status: z.enum(['passed', 'failed', 'error']),
   /** The task's id: a live task's, whose trace opens with `troupe trace`; a replay's or model run's own. */
   taskId: z.string().optional(),

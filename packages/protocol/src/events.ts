@@ -393,7 +393,7 @@ export const EventData = {
     /** How the task ended. */
     status: z.enum(['completed', 'failed', 'cancelled']),
     scores: z.array(Score),
-    /** Every score passed (false with none, or with `error`). */
+    /** The task completed and every score passed (false with `error`). */
     pass: z.boolean(),
     /** The pipeline's sample rate, 0 to 1: the share of its tasks scored. */
     sample: z.number().min(0).max(1),

@@ -35,6 +35,12 @@ export interface EvalRunOptions extends ServerOptions {
   allowMcpCommands: boolean;
 }
 
+/** The server's eval store, reached when first asked for ({@link LazyEvalStore}; a test gives its own). */
+export interface EvalRunStores {
+  store(): Promise<EvalStore>;
+  close(): Promise<void>;
+}
+
 const DATASET_FILE = new Set(['.yaml', '.yml', '.jsonl']);
 
 /**
@@ -43,9 +49,12 @@ const DATASET_FILE = new Set(['.yaml', '.yml', '.jsonl']);
  * (stdout or `--out`), and stores the experiment unless `--no-store`. Exit 0 when every case passed, 1 when one
  * failed, errored or was not run, 2 when the experiment could not be run.
  */
-export async function evalRun(datasetArg: string, options: EvalRunOptions): Promise<number> {
+export async function evalRun(
+  datasetArg: string,
+  options: EvalRunOptions,
+  stores: EvalRunStores = new LazyEvalStore(options, 'troupe-eval-run'),
+): Promise<number> {
   exitWhenStdoutCloses();
-  const stores = new LazyEvalStore(options, 'troupe-eval-run');
   const abort = new AbortController();
   const cancel = () => abort.abort();
   process.once('SIGINT', cancel);
@@ -56,6 +65,10 @@ export async function evalRun(datasetArg: string, options: EvalRunOptions): Prom
     const store = options.store ? await stores.store() : undefined;
     const { dataset, baseDir } = await datasetOf(datasetArg, store);
     const mode = options.mode ?? defaultMode(dataset);
+    if (!hasScorers(dataset))
+      process.stderr.write(
+        `warning: ${dataset.name}@${dataset.version} has no scorers: each case passes only if its task completes (troupe eval dataset add ${dataset.name} --file <scorers.yaml> adds some)\n`,
+      );
     const pipelineText = await readFile(options.pipeline, 'utf8').catch(() => undefined);
     const pipeline = await load(options.pipeline, mode, options);
     process.stderr.write(
@@ -153,6 +166,10 @@ function sameContent(
     JSON.stringify({ description: d.description ?? null, scorers: d.scorers, cases: d.cases });
   return of(stored) === of(content);
 }
+
+/** Whether any case is scored: by the dataset's scorers, or by its own. */
+const hasScorers = (dataset: Dataset): boolean =>
+  dataset.scorers.length > 0 || dataset.cases.some((c) => (c.scorers ?? []).length > 0);
 
 /** Replay when every case was recorded; a dataset with cases that were not must say how to run them. */
 function defaultMode(dataset: Dataset): EvalMode {

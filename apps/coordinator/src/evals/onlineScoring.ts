@@ -22,6 +22,7 @@ import { shortVersion } from '../config/pipelineVersion.ts';
 import { caseRunOf } from './caseRun.ts';
 import type { Scorer } from './evalTypes.ts';
 import { sampled } from './onlineSampling.ts';
+import { runPasses } from './runPasses.ts';
 import { makeScorers, scoreRun } from './scoreCase.ts';
 
 /** Tasks scored at once by one pipeline's online scoring; the rest wait their turn. */
@@ -213,7 +214,7 @@ export class OnlineScoring {
       data = {
         status: run.status,
         scores,
-        pass: scores.length > 0 && scores.every((score) => score.pass),
+        pass: runPasses(run.status, scores),
         sample,
         costUsd: judgesCost(scores),
         durationMs: clock.now() - started,

@@ -14,6 +14,7 @@ import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { resolveModelRef } from '../config/modelFactory.ts';
 import type { CaseRun } from './evalTypes.ts';
 import { runCase } from './runCase.ts';
+import { runPasses } from './runPasses.ts';
 import { makeScorers, scoreRun } from './scoreCase.ts';
 import { stepsRun, toolsCalled } from './scorers/runFacts.ts';
 
@@ -145,7 +146,7 @@ async function runOne(evalCase: EvalCase, options: ExperimentOptions): Promise<C
     });
     return {
       ...ranResult(run),
-      status: scores.every((score) => score.pass) ? 'passed' : 'failed',
+      status: runPasses(run.status, scores) ? 'passed' : 'failed',
       scores,
     };
   } catch (error) {

@@ -133,6 +133,22 @@ describe('online scoring', () => {
     await scoring.stop();
   });
 
+  it('does not pass a failed task whose every score passes, as an experiment does not', async () => {
+    const pipeline = await load(pipelineText("\nevals:\n  scorers:\n    - { type: cel, expr: 'true' }\n"));
+    const stream = new Map([
+      ['t-failed', runOf('t-failed', 'failed')],
+      ['t-completed', runOf('t-completed', 'completed')],
+    ]);
+    const { scoring, published } = scoringOf(pipeline, stream);
+    for (const events of stream.values()) scoring.ended(events.at(-1) as TroupeEvent);
+    await expect
+      .poll(() => scoredOf(published, 't-failed') && scoredOf(published, 't-completed'))
+      .toBeDefined();
+    expect(scoredOf(published, 't-failed')?.data).toMatchObject({ scores: [{ pass: true }], pass: false });
+    expect(scoredOf(published, 't-completed')?.data).toMatchObject({ scores: [{ pass: true }], pass: true });
+    await scoring.stop();
+  });
+
   it('scores a task concluded again from its record once: not again when the stream has its eval.scored', async () => {
     const pipeline = await load(pipelineText(EVALS));
     const events = runOf('t-again', 'completed');

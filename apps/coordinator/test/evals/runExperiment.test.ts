@@ -117,6 +117,27 @@ describe('runExperiment', () => {
     expect(experiment.totals).toMatchObject({ passed: 0, failed: 1, meanScore: 0 });
   });
 
+  it('fails a case whose task failed, though it has no scores, and passes one whose task completed', async () => {
+    const failing = await evalPipeline([{ toolCalls: [{ name: 'nope', arguments: {} }] }], noEffects());
+    const failed = await runExperiment(options(failing, datasetOf([{ id: 'x', goal: 'stamp a' }], [])));
+    expect(failed.cases[0]).toMatchObject({ taskStatus: 'failed', status: 'failed', scores: [] });
+    expect(failed.totals).toMatchObject({ passed: 0, failed: 1, meanScore: 0 });
+    const completing = await evalPipeline(stampA, noEffects());
+    const passed = await runExperiment(options(completing, datasetOf([{ id: 'x', goal: 'stamp a' }], [])));
+    expect(passed.cases[0]).toMatchObject({ taskStatus: 'completed', status: 'passed', scores: [] });
+  });
+
+  it('fails a case whose task failed even when each of its scores passes', async () => {
+    const failing = await evalPipeline([{ toolCalls: [{ name: 'nope', arguments: {} }] }], noEffects());
+    const dataset = datasetOf([{ id: 'x', goal: 'stamp a' }], [{ type: 'cel', expr: 'true' }]);
+    const experiment = await runExperiment(options(failing, dataset));
+    expect(experiment.cases[0]).toMatchObject({
+      taskStatus: 'failed',
+      status: 'failed',
+      scores: [{ pass: true }],
+    });
+  });
+
   it('starts no case once the budget is spent, and lists the rest as not run', async () => {
     const pipeline = await evalPipeline(stampA, noEffects(), { priced: true });
     const cases = ['a', 'b', 'c'].map((id) => ({ id, goal: 'stamp a' }));

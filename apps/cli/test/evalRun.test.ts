@@ -1,0 +1,80 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { type EvalRunOptions, evalRun } from '../src/commands/evalRun.ts';
+
+/** `troupe eval run` in this process, on a scripted pipeline: what it tells on stderr and its exit code. */
+let dir: string;
+const at = (name: string) => join(dir, name);
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'troupe-evalrun-cli-'));
+  await writeFile(at('script.json'), JSON.stringify({ agents: { writer: [{ content: 'hello' }] } }));
+  await writeFile(
+    at('greeter.yaml'),
+    `version: 1
+name: greeter
+models: { scripted: { provider: scripted, script: ./script.json } }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: Say hello. }
+flow:
+  - { id: write, kind: agent, agent: writer }
+`,
+  );
+  await writeFile(at('bare.jsonl'), `${JSON.stringify({ id: 'one', goal: 'say hello' })}\n`);
+  await writeFile(
+    at('scored.yaml'),
+    'name: scored\nscorers:\n  - { type: contains, value: hello }\ncases:\n  - { id: one, goal: say hello }\n',
+  );
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+const options = (more: Partial<EvalRunOptions> = {}): EvalRunOptions => ({
+  pipeline: at('greeter.yaml'),
+  mode: 'live',
+  concurrency: 1,
+  format: 'json',
+  store: false,
+  allowMcpCommands: false,
+  ...more,
+});
+
+/** Runs `eval run` with stdout and stderr caught. */
+async function run(
+  dataset: string,
+  more: Partial<EvalRunOptions> = {},
+  stores?: Parameters<typeof evalRun>[2],
+) {
+  let stderr = '';
+  let stdout = '';
+  vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+    stderr += String(chunk);
+    return true;
+  });
+  vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+    stdout += String(chunk);
+    return true;
+  });
+  const code = await evalRun(dataset, options(more), stores).finally(() => vi.restoreAllMocks());
+  return { code, stderr, stdout };
+}
+
+describe('troupe eval run', () => {
+  it('warns on stderr when the dataset has no scorers, and judges each case by its task alone', async () => {
+    const bare = await run(at('bare.jsonl'));
+    expect(bare.code, bare.stderr).toBe(0);
+    expect(bare.stderr).toContain(
+      'warning: bare@1 has no scorers: each case passes only if its task completes',
+    );
+    const scored = await run(at('scored.yaml'));
+    expect(scored.code, scored.stderr).toBe(0);
+    expect(scored.stderr).not.toContain('warning');
+  });
+});
