@@ -254,8 +254,7 @@ const TRUNCATED = /…\[\d+ more characters\]$/;
  * The step journal's keys (`StepJournal.modelKey` and `compactionKey`, within the pipeline's part) whose records
  * make whole what these events kept only in part: a model reply whose text or a call's arguments were shortened
  * (the first reply of each step's turn, as a replay takes it; the arguments from the turn's `tool.call` events) and
- * a conversation summary that was (numbered as a replay numbers them: by its index, or in the order it came, once
- * each). The events alone say which, so a recording is made whole without replaying it; in the order they came.
+ * a conversation summary that was (numbered by `StepJournal.compactionNumbering`, as a replay numbers them). The events alone say which, so a recording is made whole without replaying it; in the order they came.
  */
 export function journalKeysOf(events: readonly TroupeEvent[]): string[] {
   const keys = new Set<string>();
@@ -266,16 +265,12 @@ export function journalKeysOf(events: readonly TroupeEvent[]): string[] {
     calls.set(key, [...(calls.get(key) ?? []), event]);
   }
   const replied = new Set<string>();
-  const compactions = new Map<string, Set<string>>();
+  const compaction = StepJournal.compactionNumbering();
   for (const event of events) {
     if (event.kind === 'context.compacted') {
-      const d = event.data;
-      const seen = compactions.get(d.stepId) ?? new Set<string>();
-      compactions.set(d.stepId, seen);
-      const same = d.index === undefined ? `${d.before}:${d.after}:${d.estimatedTokens}` : `#${d.index}`;
-      if (seen.has(same)) continue;
-      seen.add(same);
-      if (TRUNCATED.test(d.summary)) keys.add(StepJournal.compactionKey(d.stepId, d.index ?? seen.size));
+      const n = compaction(event.data);
+      if (n !== undefined && TRUNCATED.test(event.data.summary))
+        keys.add(StepJournal.compactionKey(event.data.stepId, n));
     }
     if (event.kind !== 'llm.response') continue;
     const d = event.data;

@@ -95,7 +95,7 @@ export class Recording {
           this.#byCallId.set(event.data.callId, event);
       }
     }
-    const compactions = new Map<string, Set<string>>();
+    const compaction = StepJournal.compactionNumbering();
     for (const event of this.events) {
       if (event.kind === 'llm.error') {
         const key = turnKey(event.data.stepId, event.data.turn);
@@ -103,14 +103,8 @@ export class Recording {
           this.#turns.set(key, { kind: 'error', code: event.data.code, message: event.data.message });
       }
       if (event.kind === 'context.compacted') {
-        // Events from before summaries were numbered count in the order they came, once each.
-        const d = event.data;
-        const seen = compactions.get(d.stepId) ?? new Set<string>();
-        compactions.set(d.stepId, seen);
-        const same = d.index === undefined ? `${d.before}:${d.after}:${d.estimatedTokens}` : `#${d.index}`;
-        if (seen.has(same)) continue;
-        seen.add(same);
-        this.#summary(d, d.index ?? seen.size);
+        const n = compaction(event.data);
+        if (n !== undefined) this.#summary(event.data, n);
       }
       if (event.kind !== 'llm.response') continue;
       const d = event.data;

@@ -3,6 +3,7 @@ import type { ChatMessage } from '@troupe/llm';
 import {
   BUCKETS,
   type ConversationSummary,
+  type EventOf,
   emptyUsage,
   JournalEntry,
   type ModelReply,
@@ -18,6 +19,12 @@ import { type KeyValue, type KvEntry, KvStore, throughOutages, underPrefix } fro
 import { isKnownRecord, JournalRecord, NewerJournalRecordError } from './newerJournalRecord.ts';
 
 export { JournalEntry };
+
+/** What numbers a `context.compacted` event's summary (see {@link StepJournal.compactionNumbering}). */
+export type CompactionFacts = Pick<
+  EventOf<'context.compacted'>['data'],
+  'stepId' | 'index' | 'before' | 'after' | 'estimatedTokens'
+>;
 
 /** A step's call to a remote agent, as the journal keeps it. */
 export type RemoteCallRecord = Extract<JournalEntry, { kind: 'remote.call' }>;
@@ -96,6 +103,24 @@ export class StepJournal {
 
   static compactionKey(stepId: string, n: number): string {
     return `${stepId}.c${n}`;
+  }
+
+  /**
+   * Numbers a run's `context.compacted` events, given in order, as {@link compactionKey} numbers their summaries: by
+   * the event's `index`, or in events from before summaries were numbered, in the order they came in their step. An
+   * event that repeats one already numbered (a resumed run publishes its summary again) is undefined. A recording
+   * made from events and a replay of it number them so, and so keep and read the same records.
+   */
+  static compactionNumbering(): (compacted: CompactionFacts) => number | undefined {
+    const seen = new Map<string, Set<string>>();
+    return ({ stepId, index, before, after, estimatedTokens }) => {
+      const step = seen.get(stepId) ?? new Set<string>();
+      seen.set(stepId, step);
+      const same = index === undefined ? `${before}:${after}:${estimatedTokens}` : `#${index}`;
+      if (step.has(same)) return undefined;
+      step.add(same);
+      return index ?? step.size;
+    };
   }
 
   /** Where the approval asked for a tool call (see {@link toolKey}), or the question it asked, is recorded. */
