@@ -181,7 +181,7 @@ export class EvalStore {
 const MAX_ADD_ATTEMPTS = 5;
 
 /** The roles `troupe nats-config` lets read the bucket. */
-const READERS = 'an evaluator, an observer or the gateway';
+const READERS = 'an evaluator or the gateway';
 
 /**
  * The server's refusal of this client's user, said plainly with the roles that may (nats.js says only "Permissions

@@ -24,8 +24,8 @@ export type Role =
    */
   | { kind: 'submitter'; name: string; pipelines: readonly string[] }
   /**
-   * Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`), and the evals' datasets
-   * and experiments (`troupe eval list`, `show`, `compare`, `dataset list`).
+   * Reads `pipelines`' events and task records (`troupe tail --pipeline`, `status`, `logs`); never the evals' datasets
+   * or experiments, which may hold any pipeline's recorded runs.
    */
   | { kind: 'observer'; name: string; pipelines: readonly string[] }
   /**
@@ -191,8 +191,8 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
               ...valuesRead(p),
               ...inputsRead(p),
             ]),
-            // Every pipeline's datasets and experiments: the store is one bucket, whose object names no permission sees.
-            ...evalsRead(),
+            // No dataset or experiment: they hold recorded runs of any pipeline (events, model replies, tool results),
+            // in one bucket whose object names no permission sees, so only roles trusted with every pipeline read it.
           ],
         },
         subscribe: { allow: [...common.subscribe, ...role.pipelines.map((p) => `troupe.events.${p}.>`)] },
