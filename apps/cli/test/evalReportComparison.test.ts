@@ -52,6 +52,25 @@ describe('the comparison gate', () => {
     expect(fell[0]?.message).toMatch(/^the mean score fell by 0\.30, 95% interval \[-0\.30, -0\.30\]$/);
     expect(comparisonGate(compareExperiments(many(0.6), many(0.9)))).toEqual([]);
   });
+
+  it('passes the same scores summed in another order, as the verdict does (no fall from rounding)', () => {
+    const scored = (id: string, values: number[]) =>
+      experimentOf(id, [
+        caseResult(
+          'x',
+          values.map((v, i) => score(`s${i}`, v)),
+        ),
+        caseResult(
+          'y',
+          values.map((v, i) => score(`s${i}`, v)),
+        ),
+      ]);
+    const rounded = compareExperiments(scored('a', [0.1, 0.2, 0.3]), scored('b', [0.3, 0.2, 0.1]));
+    // The deltas are about -5.6e-17, not 0.
+    expect(rounded.summary.meanScore.interval?.high).toBeLessThan(0);
+    expect(rounded.summary.verdict).toBe('no clear difference');
+    expect(comparisonGate(rounded)).toEqual([]);
+  });
 });
 
 describe('comparison reports', () => {

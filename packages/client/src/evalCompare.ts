@@ -94,12 +94,20 @@ export function caseMeanScore(result: CaseResult): number {
 
 type Interval = NonNullable<EvalComparison['summary']['meanScore']['interval']>;
 
+/**
+ * Whether a mean score's interval lies below 0: beyond rounding, so scores summed in another order (about 1e-17
+ * apart) have not fallen. The verdict's rule 1 and `troupe eval compare`'s gate both read it.
+ */
+export function meanScoreFell(interval: Interval): boolean {
+  return interval.high < -EPSILON;
+}
+
 function judge(
   counts: EvalComparison['summary']['counts'],
   interval: Interval | undefined,
 ): { verdict: EvalVerdict; explanation: string } {
   const lost = counts.passesLost;
-  if (interval && interval.high < -EPSILON)
+  if (interval && meanScoreFell(interval))
     return { verdict: 'worse', explanation: `${meanSentence(interval, counts.common)}: B scores lower.` };
   if (lost > 0)
     return {

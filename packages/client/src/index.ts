@@ -1,4 +1,10 @@
-export { COMPARE_RESAMPLES, COMPARE_SEED, caseMeanScore, compareExperiments } from './evalCompare.ts';
+export {
+  COMPARE_RESAMPLES,
+  COMPARE_SEED,
+  caseMeanScore,
+  compareExperiments,
+  meanScoreFell,
+} from './evalCompare.ts';
 export { EvalStore, type NewDataset } from './evalStore.ts';
 export {
   type DecidedStatus,

@@ -1,3 +1,4 @@
+import { meanScoreFell } from '@troupe/client';
 import type { EvalComparison } from '@troupe/protocol';
 
 /** Why a comparison fails a CI gate: a check's name and what it found. */
@@ -15,7 +16,7 @@ export interface GateOptions {
 
 /**
  * What fails `troupe eval compare`'s gate (exit code 1): each case that passed in A and does not pass in B, a mean
- * score whose 95% interval lies below 0, and with `maxCostIncreasePct` a cost rise beyond it (any rise from nothing
+ * score whose 95% interval lies below 0 (beyond rounding, as the verdict reads it: {@link meanScoreFell}), and with `maxCostIncreasePct` a cost rise beyond it (any rise from nothing
  * is beyond it). A case whose score fell but still passes, and an added or removed case, do not fail it.
  */
 export function comparisonGate(comparison: EvalComparison, options: GateOptions = {}): GateFailure[] {
@@ -25,7 +26,7 @@ export function comparisonGate(comparison: EvalComparison, options: GateOptions 
       failures.push({ check: 'lost pass', caseId: c.caseId, message: c.reason });
   }
   const { meanScore, costUsd } = comparison.summary;
-  if (meanScore.interval && meanScore.interval.high < 0) {
+  if (meanScore.interval && meanScoreFell(meanScore.interval)) {
     failures.push({
       check: 'mean score',
       message: `the mean score fell by ${(-meanScore.delta).toFixed(2)}, 95% interval [${meanScore.interval.low.toFixed(2)}, ${meanScore.interval.high.toFixed(2)}]`,
