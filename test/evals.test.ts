@@ -246,7 +246,7 @@ describe('evals: from recorded runs to a CI gate', () => {
       { tool: 'write_file', ok: true, output: expect.stringContaining('sent.md') },
     ]);
     expect(results[1]?.error?.message).toContain(
-      'send_note was not run: the call is not in the recording and send_note is not rerunnable',
+      'send_note was not run: the call is not in the recording, and model mode runs for real only read-only tools',
     );
     // Nothing was sent again: the ledger holds the recorded run's one line.
     expect(await sent()).toHaveLength(1);

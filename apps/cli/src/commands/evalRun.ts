@@ -33,6 +33,8 @@ export interface EvalRunOptions extends ServerOptions {
   /** Write the experiment as JSON here, for `troupe eval compare` without a server. */
   save?: string;
   allowMcpCommands: boolean;
+  /** `--run-tools a,b`: model mode runs these tools for real where the recording has no matching call. */
+  runTools?: string[];
 }
 
 /** The server's eval store, reached when first asked for ({@link LazyEvalStore}; a test gives its own). */
@@ -84,6 +86,7 @@ export async function evalRun(
       concurrency: options.concurrency,
       ...(options.budgetUsd === undefined ? {} : { budgetUsd: options.budgetUsd }),
       baseDir,
+      ...(options.runTools ? { runTools: options.runTools } : {}),
       signal: abort.signal,
       onCase: (result, done, total) => process.stderr.write(`${progressLine(result, done, total)}\n`),
     });

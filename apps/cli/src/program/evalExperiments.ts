@@ -58,7 +58,16 @@ function declareRun(evals: Command): void {
       '--save <file.json>',
       'also write the experiment as JSON to this file (troupe eval compare reads it)',
     )
-    .option('--allow-mcp-commands', 'start the pipeline’s MCP servers that run a local command', false);
+    .option('--allow-mcp-commands', 'start the pipeline’s MCP servers that run a local command', false)
+    .option(
+      '--run-tools <names>',
+      'model mode: also run these tools (comma-separated) for real where the recording has no matching call, although they may have effects; read-only tools and the file tools always do',
+      (value: string) =>
+        value
+          .split(',')
+          .map((name) => name.trim())
+          .filter((name) => name !== ''),
+    );
   serverOptions(command).action(
     commandAction(async (dataset: string, options) => (await commands.evalRun()).evalRun(dataset, options)),
   );

@@ -197,7 +197,7 @@ function checked(value: unknown): string | undefined {
  * module may return its text straight away.
  */
 function asTool(spec: Record<string, unknown>): Tool {
-  const { name, description, input, run, timeoutMs, rerunnable } = spec as unknown as Tool;
+  const { name, description, input, run, timeoutMs, rerunnable, readOnly } = spec as unknown as Tool;
   return {
     name,
     description,
@@ -205,12 +205,13 @@ function asTool(spec: Record<string, unknown>): Tool {
     run: async (args, ctx) => run.call(spec, args, ctx),
     ...(timeoutMs === undefined ? {} : { timeoutMs }),
     ...(rerunnable === undefined ? {} : { rerunnable }),
+    ...(readOnly === undefined ? {} : { readOnly }),
   };
 }
 
 // The longest delay Node's setTimeout keeps: a longer one fires after 1 ms, which would time every call out.
 const MAX_TIMER_MS = 2_147_483_647;
-const TOOL_KEYS = ['name', 'description', 'input', 'run', 'timeoutMs', 'rerunnable'];
+const TOOL_KEYS = ['name', 'description', 'input', 'run', 'timeoutMs', 'rerunnable', 'readOnly'];
 // A module's own tools have no dot: `<server>.<tool>` names are MCP servers' tools.
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
@@ -220,7 +221,7 @@ function toolProblem(value: unknown): string | undefined {
     return `it is ${kindOf(value)}; a tool is an object with name, description, input and run (defineTool makes one)`;
   }
   const problems: string[] = [];
-  const { name, description, input, run, timeoutMs, rerunnable } = value;
+  const { name, description, input, run, timeoutMs, rerunnable, readOnly } = value;
   if (typeof name !== 'string' || !TOOL_NAME.test(name)) {
     problems.push(`name must be 1 to 64 letters, digits, _ or - (it is ${shown(name)})`);
   }
@@ -239,6 +240,9 @@ function toolProblem(value: unknown): string | undefined {
   }
   if (rerunnable !== undefined && typeof rerunnable !== 'boolean') {
     problems.push(`rerunnable must be true or false (it is ${shown(rerunnable)})`);
+  }
+  if (readOnly !== undefined && typeof readOnly !== 'boolean') {
+    problems.push(`readOnly must be true or false (it is ${shown(readOnly)})`);
   }
   for (const key of Object.keys(value)) {
     if (!TOOL_KEYS.includes(key)) {

@@ -24,13 +24,16 @@ export interface RunCaseOptions {
   logger?: Logger;
   /** `live` mode: what an `ask` permission rule gets with nobody to ask (`deny`, the default, or `allow`). */
   approvals?: 'allow' | 'deny';
+  /** `model` mode: tools to run for real where the recording has no matching call, although they may have effects. */
+  runTools?: readonly string[];
 }
 
 /**
  * Runs one case of a dataset against a pipeline, in this process, and returns what scorers read of it:
  * - `replay`: the case's recorded run again, its models and tools answered from the recording (nothing is called);
  * - `model`: the pipeline's models are called; tools answer from the recording where the call matches, and run for
- *   real only where they are `rerunnable` (see {@link modelModeTools}); people and memory answer from it or refuse;
+ *   real only where that cannot touch the world or `runTools` names them (see {@link modelModeTools}); people and
+ *   memory answer from it or refuse;
  * - `live`: a real task (`runTask`), with real models and tools in a workspace under the OS temp dir removed after.
  */
 export async function runCase(evalCase: EvalCase, options: RunCaseOptions): Promise<CaseRun> {
@@ -87,6 +90,7 @@ async function modelCase(evalCase: EvalCase, options: RunCaseOptions): Promise<C
     const registry = modelModeTools({
       names,
       real,
+      ...(options.runTools ? { runTools: options.runTools } : {}),
       calls: recording.calls(),
       ...(values ? { values } : {}),
     });

@@ -41,6 +41,8 @@ export interface ExperimentOptions {
   logger?: Logger;
   /** `live` mode: what an `ask` permission rule gets with nobody to ask (`deny`, the default, or `allow`). */
   approvals?: 'allow' | 'deny';
+  /** `model` mode: tools to run for real where the recording has no matching call (see modelModeTools). */
+  runTools?: readonly string[];
 }
 
 const DEFAULT_CONCURRENCY = 4;
@@ -137,6 +139,7 @@ async function runOne(evalCase: EvalCase, options: ExperimentOptions): Promise<C
       ...(options.env ? { env: options.env } : {}),
       ...(options.logger ? { logger: options.logger } : {}),
       ...(options.approvals ? { approvals: options.approvals } : {}),
+      ...(options.runTools ? { runTools: options.runTools } : {}),
     });
     const scores = await scoreRun(run, scorers, {
       pipeline: options.pipeline,

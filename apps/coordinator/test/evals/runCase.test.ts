@@ -108,7 +108,9 @@ describe('runCase: model', () => {
     const [same, again, other] = results(run.events).map((e) => e.data);
     // The recorded call answers once, with what it returned; nothing stamps.
     expect(same).toMatchObject({ ok: true, output: 'stamped a' });
-    const notRun = 'stamp was not run: the call is not in the recording and stamp is not rerunnable';
+    const notRun = expect.stringContaining(
+      'stamp was not run: the call is not in the recording, and model mode',
+    );
     expect(again).toMatchObject({ ok: false, error: { code: 'not_found', message: notRun } });
     expect(other).toMatchObject({ ok: false, error: { code: 'not_found', message: notRun } });
     expect(effects.stamps).toEqual([]);
@@ -181,6 +183,23 @@ describe('runCase: model', () => {
           'remember was not run: the call is not in the recording and remember does not run in model mode',
       },
     });
+  });
+
+  it('refuses a module tool marked rerunnable but not read-only, and runs it when the eval names it', async () => {
+    const effects = noEffects();
+    const pipeline = await evalPipeline(stampA, effects, { rerunnableStamp: true });
+    const refused = await runCase({ id: 'bare', goal: 'stamp a' }, { mode: 'model', pipeline });
+    expect(results(refused.events)[0]?.data).toMatchObject({
+      ok: false,
+      error: { code: 'not_found', message: expect.stringContaining('(troupe eval run --run-tools stamp)') },
+    });
+    expect(effects.stamps).toEqual([]);
+    const allowed = await runCase(
+      { id: 'bare', goal: 'stamp a' },
+      { mode: 'model', pipeline, runTools: ['stamp'] },
+    );
+    expect(results(allowed.events)[0]?.data).toMatchObject({ ok: true, output: 'stamped a' });
+    expect(effects.stamps).toEqual(['a']);
   });
 
   it('runs a case with no recording the same way, with no recorded call to match', async () => {

@@ -64,20 +64,41 @@ describe('modelModeTools', () => {
       message: 'no such word',
     });
     await expect(lookup?.run(cat, { ...ctx, callId: 'n4' })).rejects.toThrow(
-      'lookup was not run: the call is not in the recording and lookup is not rerunnable',
+      "lookup was not run: the call is not in the recording, and model mode runs for real only read-only tools, the built-in file tools (in the run's workspace) and tools the eval names; if running lookup for real is safe here, name it (troupe eval run --run-tools lookup)",
     );
     expect(ran).toEqual([]);
   });
 
-  it('runs a rerunnable tool for real where the recording holds no matching call', async () => {
-    const rerunnable = new ToolRegistry();
+  /** `lookup` as `real` holds it, with the flags given. */
+  function realLookup(flags: { rerunnable?: boolean; readOnly?: boolean }): ToolRegistry {
+    const registry = new ToolRegistry();
     const tool = real.get('lookup');
     if (!tool) throw new Error('no lookup');
-    rerunnable.register({ ...tool, rerunnable: true });
-    const tools = modelModeTools({ names: ['lookup'], real: rerunnable, calls: [] });
-    expect(await tools.get('lookup')?.run({ word: 'eel', exact: false }, { ...ctx, callId: 'n1' })).toBe(
-      'looked up for real',
-    );
-    expect(ran).toEqual([{ word: 'eel', exact: false }]);
+    registry.register({ ...tool, ...flags });
+    return registry;
+  }
+
+  it('refuses a rerunnable tool that is not read-only: it may set a value with the new arguments', async () => {
+    ran.length = 0;
+    const tools = modelModeTools({ names: ['lookup'], real: realLookup({ rerunnable: true }), calls: [] });
+    await expect(
+      tools.get('lookup')?.run({ word: 'eel', exact: false }, { ...ctx, callId: 'n1' }),
+    ).rejects.toMatchObject({ code: 'not_found', message: expect.stringContaining('--run-tools lookup') });
+    expect(ran).toEqual([]);
+  });
+
+  it('runs for real, where the recording holds no matching call, a read-only tool or one the eval names', async () => {
+    const cases = [
+      { real: realLookup({ readOnly: true }) },
+      { real: realLookup({ rerunnable: true }), runTools: ['lookup'] },
+    ];
+    for (const options of cases) {
+      ran.length = 0;
+      const tools = modelModeTools({ names: ['lookup'], calls: [], ...options });
+      expect(await tools.get('lookup')?.run({ word: 'eel', exact: false }, { ...ctx, callId: 'n1' })).toBe(
+        'looked up for real',
+      );
+      expect(ran).toEqual([{ word: 'eel', exact: false }]);
+    }
   });
 });

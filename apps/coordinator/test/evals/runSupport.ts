@@ -27,12 +27,12 @@ export async function removePipelines(): Promise<void> {
  * A one-step pipeline `evaldemo` whose agent `worker` plays `turns` on the scripted model and may call `stamp` (not
  * rerunnable: it leaves a mark in `effects.stamps`), `probe` (rerunnable: it waits on `effects.probes.gate`, counting
  * the calls waiting), `write_file` and `remember`. `priced` puts a price on the scripted model, so runs cost something;
- * `askToStamp` makes each stamp wait for a person's approval.
+ * `askToStamp` makes each stamp wait for a person's approval; `rerunnableStamp` marks stamp rerunnable (not read-only).
  */
 export async function evalPipeline(
   turns: Turn[],
   effects: Effects,
-  options: { priced?: boolean; askToStamp?: boolean } = {},
+  options: { priced?: boolean; askToStamp?: boolean; rerunnableStamp?: boolean } = {},
 ): Promise<LoadedPipeline> {
   const dir = await mkdtemp(join(tmpdir(), 'troupe-evalrun-'));
   dirs.push(dir);
@@ -64,6 +64,7 @@ flow:
     name: 'stamp',
     description: 'Stamp a label, once: it is not safe to run again',
     input: z.object({ label: z.string() }),
+    ...(options.rerunnableStamp ? { rerunnable: true } : {}),
     run: async ({ label }: { label: string }) => {
       effects.stamps.push(label);
       return `stamped ${label}`;
@@ -74,6 +75,7 @@ flow:
     description: 'Wait for the test to let go',
     input: z.object({}),
     rerunnable: true,
+    readOnly: true,
     run: async () => {
       effects.probes.now += 1;
       effects.probes.most = Math.max(effects.probes.most, effects.probes.now);

@@ -225,6 +225,8 @@ function wrapTool(
     timeoutMs,
     // The server's own word that a call may be repeated (MCP tool annotations).
     rerunnable: tool.annotations?.readOnlyHint === true || tool.annotations?.idempotentHint === true,
+    // Only the server's readOnlyHint: an idempotent tool may still change the world (set a status, put a file).
+    readOnly: tool.annotations?.readOnlyHint === true,
     async run(input, ctx) {
       const args = input as Record<string, unknown>;
       const result = await connection.callTool(name, tool.name, args, callOptions(ctx, timeoutMs));

@@ -53,6 +53,12 @@ export interface Tool<I = unknown> {
    * docs/durability.md).
    */
   rerunnable?: boolean;
+  /**
+   * It only reads: a call changes nothing outside the tool's answer. Stronger than `rerunnable`, which a tool that
+   * sets a whole value is too. An eval's `model` mode runs a read-only tool for real where the recording has no
+   * matching call (see docs/evals.md); MCP tools take it from their server's `readOnlyHint`.
+   */
+  readOnly?: boolean;
   /** Returns the text the model sees; throws `ToolError` for expected failures. */
   run(input: I, ctx: ToolContext): Promise<string>;
 }
@@ -64,6 +70,7 @@ export interface ToolSpec<S extends z.ZodType> {
   input: S;
   timeoutMs?: number;
   rerunnable?: boolean;
+  readOnly?: boolean;
   run(input: z.infer<S>, ctx: ToolContext): Promise<string>;
 }
 

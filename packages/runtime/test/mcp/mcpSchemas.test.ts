@@ -14,6 +14,7 @@ const listed = [
     name: 'lookup',
     description: 'Schema with a remote $ref zod cannot follow',
     inputSchema: { type: 'object', properties: { id: { $ref: 'https://example.com/schemas/id.json' } } },
+    annotations: { readOnlyHint: true },
   },
   { name: 'docs/search', description: 'A name models reject', inputSchema: { type: 'object' } },
   {
@@ -24,6 +25,7 @@ const listed = [
       required: ['kind'],
       additionalProperties: false,
     },
+    annotations: { idempotentHint: true },
   },
 ];
 
@@ -88,6 +90,16 @@ describe('MCP tool schemas and names', () => {
     await mcp.close();
     expect(mcp.tools.map((tool) => tool.name)).toEqual(['raw.lookup', 'raw.echo']);
     expect(lines.find((line) => line.tool === 'docs/search')?.msg).toContain('tool skipped');
+  });
+
+  it('marks a tool read-only from its readOnlyHint alone, and rerunnable from readOnlyHint or idempotentHint', async () => {
+    const mcp = await connectMcpServers({ raw: { transport: 'http', url } });
+    await mcp.close();
+    const flags = mcp.tools.map(({ name, rerunnable, readOnly }) => ({ name, rerunnable, readOnly }));
+    expect(flags).toEqual([
+      { name: 'raw.lookup', rerunnable: true, readOnly: true },
+      { name: 'raw.echo', rerunnable: true, readOnly: false },
+    ]);
   });
 
   it('keeps enums and strictness of a converted schema, and falls back to a description', async () => {
