@@ -40,8 +40,11 @@ export interface OnlineScoringOptions {
   events: EventFactory;
   clock: Clock;
   logger: Logger;
-  /** Every event of an ended task, read back from the `EVENTS` stream. */
-  taskEvents: (taskId: string, pipeline: string) => Promise<TroupeEvent[]>;
+  /**
+   * Every event of an ended task, read back from the `EVENTS` stream: of a task whose events {@link OnlineScoring.ended}
+   * is not handed. Without it, such a task is scored from its final event alone.
+   */
+  taskEvents?: (taskId: string, pipeline: string) => Promise<TroupeEvent[]>;
   /** Where an output too large for its final event is read from, so scorers read the whole of it. */
   values?: Pick<ValueStore, 'read'>;
   /** Model keys for judges; `process.env` when absent. */
@@ -64,6 +67,8 @@ interface VersionScoring {
 /** An ended task waiting to be scored: by a version's scoring known now, or by a version still to be loaded. */
 interface Waiting {
   final: TroupeEvent;
+  /** The run's events, when they were handed over rather than read from the stream. */
+  events?: readonly TroupeEvent[];
   /** Called once its scoring is over, published or not (see {@link OnlineScoring.scored}). */
   over: () => void;
   scoring?: VersionScoring;
@@ -80,7 +85,7 @@ interface Waiting {
  *
  * The run's events are read back from the `EVENTS` stream after the end rather than collected while the task runs:
  * a task resumed here after another coordinator stopped has events from before that this process never saw, and the
- * stream has them all. Scoring never delays, fails or changes its task: the task is acknowledged first, and an error
+ * stream has them all (an in-process run, which has no stream, hands over the events it collected). Scoring never delays, fails or changes its task: the task is acknowledged first, and an error
  * in scoring is logged and published as the event's `error`. A judge's model calls are not the task's: their cost is
  * the event's `costUsd`, and they publish no `llm.*` events.
  */
@@ -120,22 +125,24 @@ export class OnlineScoring {
   /**
    * A task's message was settled after its end (`final`, its final event), having run on the pipeline version
    * `version` (the current one when absent): scored in the background if that version's `evals:` block samples it.
+   * `events`, when given, are the run's every event, the final one included (an in-process run collects them as it
+   * goes): scored as they are, not read back from the stream.
    */
-  ended(final: TroupeEvent, version?: string): void {
+  ended(final: TroupeEvent, version?: string, events?: readonly TroupeEvent[]): void {
     if (this.#stop.signal.aborted || !FINAL_EVENT_KINDS.includes(final.kind)) return;
     // Told again of a task it scores now (a redelivery concluded from its record): scored once.
     if (this.#scoring.has(final.taskId)) return;
     let over: () => void = () => {};
     const done = new Promise<void>((resolve) => (over = resolve));
     let waiting: Waiting;
-    if (version === undefined || !this.#options.loadVersion)
-      waiting = { final, over, scoring: this.#current };
-    else if (!this.#versions.has(version)) waiting = { final, over, version };
+    const ran = { final, over, ...(events ? { events } : {}) };
+    if (version === undefined || !this.#options.loadVersion) waiting = { ...ran, scoring: this.#current };
+    else if (!this.#versions.has(version)) waiting = { ...ran, version };
     else {
       const known = this.#versions.get(version);
       // A version whose `evals:` block cannot be used scores nothing.
       if (!known) return;
-      waiting = { final, over, scoring: known };
+      waiting = { ...ran, scoring: known };
     }
     // A version not loaded yet is sampled by its block once it is.
     if (waiting.scoring && !inSample(waiting.scoring, final.taskId)) return;
@@ -203,7 +210,7 @@ export class OnlineScoring {
     const started = clock.now();
     let data: ScoredData;
     try {
-      const run = await this.#runOf(final);
+      const run = await this.#runOf(final, waiting.events);
       if (run === undefined) return;
       const scores = await scoreRun(run, scorers, {
         pipeline,
@@ -310,9 +317,9 @@ export class OnlineScoring {
    * was scored after its first end, and is not scored (nor its judges paid, nor its metrics counted) again. One whose
    * first coordinator stopped before scoring it has none, and is scored now.
    */
-  async #runOf(final: TroupeEvent) {
+  async #runOf(final: TroupeEvent, handed?: readonly TroupeEvent[]) {
     const { taskId } = final;
-    const events = await this.#eventsOf(final);
+    const events = handed ? withFinal(handed, final) : await this.#eventsOf(final);
     if (events.some((event) => event.kind === 'eval.scored' && event.taskId === taskId)) {
       this.#options.logger.info({ taskId }, `task ${taskId} is scored already; not scored again`);
       return undefined;
@@ -330,10 +337,10 @@ export class OnlineScoring {
    */
   async #eventsOf(final: TroupeEvent): Promise<TroupeEvent[]> {
     const { taskEvents, clock, logger } = this.#options;
+    if (!taskEvents) return [final];
     for (let read = 1; ; read++) {
-      const stored = await taskEvents(final.taskId, final.pipeline);
       // The final event was stored before the message was settled; it is added should the read have missed it.
-      const events = stored.some((event) => event.id === final.id) ? stored : [...stored, final];
+      const events = withFinal(await taskEvents(final.taskId, final.pipeline), final);
       const missing = missingCalls(events);
       if (missing === undefined) return events;
       if (read >= READS) {
@@ -408,6 +415,11 @@ export function evalsProblems(
     }
   }
   return problems;
+}
+
+/** A run's events with its final event, added when they lack it. */
+function withFinal(events: readonly TroupeEvent[], final: TroupeEvent): TroupeEvent[] {
+  return events.some((event) => event.id === final.id) ? [...events] : [...events, final];
 }
 
 /** Whether a version's `evals:` block scores the task `taskId`: it has one, and its sample takes the task. */

@@ -73,10 +73,10 @@ export class InProcessStack {
   #stopped = false;
   /** The task ids this stack has run lately, oldest first. */
   readonly #taskIds = new Set<string>();
-  /** The events of each run under way, kept for online scoring (only when the pipeline has an `evals:` block). */
-  readonly #events = new Map<string, TroupeEvent[]>();
-  /** The runs under way that are not scored online (their `onlineScoring` is false). */
-  readonly #unscored = new Set<string>();
+  /** The runs under way scored online (the pipeline has an `evals:` block and their `onlineScoring` is not false). */
+  readonly #scored = new Set<string>();
+  /** The version each run under way ended on, as the runner told its end (it is scored once the run has its events). */
+  readonly #ended = new Map<string, string | undefined>();
 
   private constructor(
     readonly pipeline: string,
@@ -97,21 +97,12 @@ export class InProcessStack {
     const name = loaded.config.name;
     const clock = systemClock;
     const bus = new InProcessBus({ name: 'troupe-run', logger, clock });
-    // Scored as a coordinator scores a live task, from the events the run made (there is no EVENTS stream here), its
-    // `eval.scored` told to the run's listener like its other events. Made once per stack: its scorers with it.
+    // Scored as a coordinator scores a live task, from the events the run collected, handed over by `run` (there is no
+    // EVENTS stream here), its `eval.scored` told to the run's listener like its other events. Made once per stack: its
+    // scorers with it.
     let stackOf: InProcessStack | undefined;
     const scoring = loaded.config.evals
-      ? new OnlineScoring(loaded, {
-          bus,
-          events: new EventFactory(clock),
-          clock,
-          logger,
-          taskEvents: async (taskId) => {
-            // The run's listener hears each event a moment after it is published: the last ones are let in first.
-            await new Promise((resolve) => setImmediate(resolve));
-            return stackOf ? [...(stackOf.#events.get(taskId) ?? [])] : [];
-          },
-        })
+      ? new OnlineScoring(loaded, { bus, events: new EventFactory(clock), clock, logger })
       : undefined;
     const mcp: McpConnections[] = [];
     const registry = await pipelineTools(loaded, builtinTools(), mcp, logger);
@@ -150,7 +141,8 @@ export class InProcessStack {
         ...(scoring
           ? {
               ended: (final: TroupeEvent, version?: string) => {
-                if (stackOf && !stackOf.#unscored.has(final.taskId)) scoring.ended(final, version);
+                if (stackOf === undefined || !stackOf.#scored.has(final.taskId)) return;
+                stackOf.#ended.set(final.taskId, version);
               },
             }
           : {}),
@@ -203,8 +195,7 @@ export class InProcessStack {
     const onAbort = () => askCancel();
     const scored = this.scoring !== undefined && task.onlineScoring !== false;
     const events: TroupeEvent[] | undefined = scored ? [] : undefined;
-    if (events) this.#events.set(taskId, events);
-    else this.#unscored.add(taskId);
+    if (events) this.#scored.add(taskId);
     const stopListening = bus.listen(taskId, (event) => {
       events?.push(event);
       if (cancel === 'asked') askCancel();
@@ -235,17 +226,21 @@ export class InProcessStack {
             : `task ${taskId} of pipeline ${this.pipeline} was refused: ${refusal}`,
         );
       }
-      // Told of the task's end as its message was settled: its score, if sampled, is published before the run ends.
-      await this.scoring?.scored(taskId);
-      await bus.settled();
+      // Told of the task's end as its message was settled, and every event of the run heard (the final one with them):
+      // scored from those, its score, if sampled, published before the run ends.
+      if (this.scoring && events && this.#ended.has(taskId)) {
+        this.scoring.ended(final, this.#ended.get(taskId), events);
+        await this.scoring.scored(taskId);
+        await bus.settled();
+      }
       return final;
     } finally {
       task.signal?.removeEventListener('abort', onAbort);
       over.abort();
       stopListening();
       this.records.forget(taskId);
-      this.#events.delete(taskId);
-      this.#unscored.delete(taskId);
+      this.#scored.delete(taskId);
+      this.#ended.delete(taskId);
     }
   }
 

@@ -289,6 +289,28 @@ describe('online scoring', () => {
     await scoring.stop();
   });
 
+  it('scores the events handed to it as they are: the stream is not read, nor read again', async () => {
+    const pipeline = await load(pipelineText(EVALS));
+    // Without its task.accepted: a stream read would find them and the goal would be the task's.
+    const events = runOf('t-handed', 'completed', 'done').slice(1);
+    let reads = 0;
+    const { scoring, published } = scoringOf(pipeline, new Map(), {
+      taskEvents: async () => {
+        reads += 1;
+        throw new Error('an in-process run has no stream');
+      },
+    });
+    // Its final event among them or not: it is scored with them.
+    scoring.ended(events.at(-1) as TroupeEvent, undefined, events.slice(0, -1));
+    await scoring.scored('t-handed');
+    expect(reads).toBe(0);
+    const data = scoredOf(published, 't-handed')?.data;
+    expect(data?.error).toBeUndefined();
+    expect(data).toMatchObject({ status: 'completed' });
+    expect(data?.scores[0]).toMatchObject({ scorer: 'contains "done"', pass: true });
+    await scoring.stop();
+  });
+
   it("frees its slot from a module scorer that never answers once the scorer's time limit passes, scoring it an error", async () => {
     const never = join(import.meta.dirname, 'fixtures', 'neverScores.mjs');
     const pipeline = await load(
