@@ -3,7 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath, type PipelineVersion } from '@troupe/protocol';
 import type { Tool } from '@troupe/runtime';
-import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
+import { type Document, LineCounter, parseDocument } from 'yaml';
 import { evalsProblems } from '../evals/onlineScoring.ts';
 import { checkFlow, jsonSchemaProblem, type Problem } from './checkFlow.ts';
 import { ConfigError, type ConfigIssue } from './configError.ts';
@@ -22,6 +22,7 @@ import { isRemoteAgentConfig, type ModelConfig, PipelineConfig } from './pipelin
 import { pipelineVersion } from './pipelineVersion.ts';
 import { type RemoteAgentSettings, remoteAgentSettings } from './remoteAgents.ts';
 import { type ImportModule, loadToolModules } from './toolModules.ts';
+import { positionAt, positionOf } from './yamlPosition.ts';
 
 /** A pipeline file, validated, with each agent's model built. */
 export interface LoadedPipeline {
@@ -216,7 +217,7 @@ function parseLocated(text: string, file: string): { config: PipelineConfig; loc
       doc.errors.map((e) => ({
         path: '',
         message: e.message.split('\n')[0] ?? e.message,
-        ...position(lines, e.pos[0]),
+        ...positionAt(lines, e.pos[0]),
       })),
     );
   }
@@ -403,35 +404,12 @@ function readable(message: string): string {
 
 type Built = { provider: ModelProvider } | { error: string };
 
-/** Finds the line of the deepest key or item on `path` that exists in the document. */
+/** Locates a problem at the deepest key or item on `path` that exists in the document. */
 function locateIn(
   doc: Document,
   lines: LineCounter,
   path: readonly PropertyKey[],
   message: string,
 ): ConfigIssue {
-  for (let depth = path.length; depth >= 0; depth--) {
-    const offset = offsetOf(doc, path.slice(0, depth));
-    if (offset !== undefined) return { path: formatPath(path), message, ...position(lines, offset) };
-  }
-  return { path: formatPath(path), message };
-}
-
-/** Where a path starts in the text: at its key for a map entry (not its value), else at the node. */
-function offsetOf(doc: Document, path: readonly PropertyKey[]): number | undefined {
-  const last = path.at(-1);
-  if (typeof last === 'string') {
-    const parent = path.length === 1 ? doc.contents : doc.getIn(path.slice(0, -1) as unknown[], true);
-    if (isMap(parent)) {
-      const pair = parent.items.find((item) => isScalar(item.key) && item.key.value === last);
-      if (pair && isNode(pair.key) && pair.key.range) return pair.key.range[0];
-    }
-  }
-  const node = path.length === 0 ? doc.contents : doc.getIn(path as unknown[], true);
-  return isNode(node) && node.range ? node.range[0] : undefined;
-}
-
-function position(lines: LineCounter, offset: number): { line: number; column: number } {
-  const { line, col } = lines.linePos(offset);
-  return { line, column: col };
+  return { path: formatPath(path), message, ...positionOf(doc, lines, path) };
 }

@@ -1,9 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import { basename, extname } from 'node:path';
 import { EvalCase, formatPath, isName, ScorerSpec } from '@troupe/protocol';
-import { type Document, isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
+import { LineCounter, parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { suggestion } from '../config/didYouMean.ts';
+import { positionOf } from '../config/yamlPosition.ts';
 
 /** A dataset as a file gives it: what `troupe eval dataset add --file` stores and `troupe eval run` runs. */
 export interface DatasetFile {
@@ -105,7 +106,7 @@ export function parseYaml(path: string, text: string, options: { scorersOnly?: b
     );
   }
   const at = (where: readonly PropertyKey[]) => {
-    const line = lineOf(doc, lines, where);
+    const line = positionOf(doc, lines, where)?.line;
     return line === undefined ? '' : `line ${line}: `;
   };
   const raw: unknown = doc.toJS({ maxAliasCount: 1_000 });
@@ -243,29 +244,6 @@ const nameOfFile = (path: string) => basename(path, extname(path));
 
 const nameProblem = (name: unknown, what: string) =>
   `name: "${String(name)}" (${what}) is not a dataset name: 1-63 characters of a-z, 0-9 and "-", starting and ending with a letter or digit`;
-
-/** The line of the deepest key or item on `path` that exists in the document. */
-function lineOf(doc: Document, lines: LineCounter, path: readonly PropertyKey[]): number | undefined {
-  for (let depth = path.length; depth >= 0; depth--) {
-    const offset = offsetOf(doc, path.slice(0, depth));
-    if (offset !== undefined) return lines.linePos(offset).line;
-  }
-  return undefined;
-}
-
-/** Where a path starts in the text: at its key for a map entry, else at the node. */
-function offsetOf(doc: Document, path: readonly PropertyKey[]): number | undefined {
-  const last = path.at(-1);
-  if (typeof last === 'string') {
-    const parent = path.length === 1 ? doc.contents : doc.getIn(path.slice(0, -1) as unknown[], true);
-    if (isMap(parent)) {
-      const pair = parent.items.find((item) => isScalar(item.key) && item.key.value === last);
-      if (pair && isNode(pair.key) && pair.key.range) return pair.key.range[0];
-    }
-  }
-  const node = path.length === 0 ? doc.contents : doc.getIn(path as unknown[], true);
-  return isNode(node) && node.range ? node.range[0] : undefined;
-}
 
 const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
