@@ -48,7 +48,7 @@ function declareRun(evals: Command): void {
     .option('--concurrency <n>', 'cases run at once', positiveInteger, 4)
     .option(
       '--budget-usd <n>',
-      'start no case once the tasks and judges have spent this much (USD)',
+      'start no case that may spend (model or live mode, or a judge scorer) once the tasks and judges have spent this much (USD); checked as each case starts, so with --concurrency n the cases running may overshoot it by up to n-1 cases',
       nonNegative,
     )
     .addOption(formatOption())

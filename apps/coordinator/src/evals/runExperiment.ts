@@ -29,7 +29,11 @@ export interface ExperimentOptions {
   name?: string;
   /** Cases run at once, at most (default 4). */
   concurrency?: number;
-  /** No case starts once the tasks' and judges' cost spent reaches this (USD); the rest are not run. */
+  /**
+   * No case that may spend (any in `model` or `live` mode; in `replay`, one with a `judge` scorer) starts once the
+   * tasks' and judges' cost spent reaches this (USD); those are not run. Checked as each case starts, so with
+   * `concurrency` n the cases already running may spend past it: by at most n − 1 cases' cost.
+   */
   budgetUsd?: number;
   /** Where `module` scorers' paths are read from: the eval file's folder, or the working directory. */
   baseDir: string;
@@ -70,7 +74,7 @@ export async function runExperiment(options: ExperimentOptions): Promise<Experim
       const at = next++;
       const evalCase = cases[at] as EvalCase;
       let result: CaseResult;
-      const refusal = notRun(options, spent);
+      const refusal = notRun(options, spent, evalCase);
       if (refusal !== undefined) {
         skipped.add(at);
         result = errorResult(evalCase.id, refusal, 0);
@@ -102,14 +106,24 @@ export async function runExperiment(options: ExperimentOptions): Promise<Experim
 }
 
 /**
- * Why the next case is not run, if it is not: the experiment was stopped, or its budget is spent. A case not run is
- * listed all the same, with status `error` and the reason; the totals count it as `skipped` and not as `errored`.
+ * Why the next case is not run, if it is not: the experiment was stopped, or its budget is spent and the case may
+ * spend ({@link maySpend}). A case not run is listed all the same, with status `error` and the reason; the totals
+ * count it as `skipped` and not as `errored`.
  */
-function notRun(options: ExperimentOptions, spent: number): string | undefined {
+function notRun(options: ExperimentOptions, spent: number, evalCase: EvalCase): string | undefined {
   if (options.signal?.aborted) return 'not run: the experiment was stopped';
-  if (options.budgetUsd !== undefined && spent >= options.budgetUsd)
+  if (options.budgetUsd !== undefined && spent >= options.budgetUsd && maySpend(evalCase, options))
     return `not run: the budget of $${options.budgetUsd} was spent`;
   return undefined;
+}
+
+/**
+ * Whether a case may spend anything: its task calls models (`model` and `live` modes), or a judge scores it. A replay
+ * scored without judges costs nothing, so a spent budget (even `--budget-usd 0`) does not stop it.
+ */
+function maySpend(evalCase: EvalCase, options: ExperimentOptions): boolean {
+  if (options.mode !== 'replay') return true;
+  return [...options.dataset.scorers, ...(evalCase.scorers ?? [])].some((spec) => spec.type === 'judge');
 }
 
 /**

@@ -165,6 +165,28 @@ describe('runExperiment', () => {
     expect(experiment.totals.costUsd).toBe(first?.usage.costUsd);
   });
 
+  it('runs each case that cannot spend whatever the budget: a replay without judges, even with a budget of $0', async () => {
+    const pipeline = await evalPipeline(stampA, noEffects(), { priced: true });
+    const cases = [
+      await recordedCase(pipeline, 'one', 'stamp a'),
+      await recordedCase(pipeline, 'two', 'stamp a'),
+    ];
+    const replayed = await runExperiment(
+      options(pipeline, datasetOf(cases, [{ type: 'contains', value: 'done' }]), {
+        mode: 'replay',
+        concurrency: 1,
+        budgetUsd: 0,
+      }),
+    );
+    expect(replayed.cases.map((c) => c.status)).toEqual(['passed', 'passed']);
+    expect(replayed.totals).toMatchObject({ passed: 2, skipped: 0 });
+    // A case that may spend is still held to it: in model mode, $0 runs nothing.
+    const modelled = await runExperiment(
+      options(pipeline, datasetOf(cases), { mode: 'model', concurrency: 1, budgetUsd: 0 }),
+    );
+    expect(modelled.totals).toMatchObject({ passed: 0, skipped: 2 });
+  });
+
   it('runs at most `concurrency` cases at once', async () => {
     const effects = noEffects();
     let release = () => {};
