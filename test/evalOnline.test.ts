@@ -74,6 +74,14 @@ describe('online scoring of a pipeline with an evals block', () => {
       join(dir, 'slow.mjs'),
       'export const score = () => new Promise((resolve) => setTimeout(() => resolve(1), 3000));\n',
     );
+    // Its scorer never answers: a score is due up to 40 s after the task's end and never comes.
+    await writeFile(
+      join(dir, 'stuckscored.yaml'),
+      pipeline(
+        'evals:\n  scorers:\n    - { type: module, name: stuck, path: ./stuck.mjs, timeoutMs: 30000 }',
+      ).replace('name: online', 'name: stuckscored'),
+    );
+    await writeFile(join(dir, 'stuck.mjs'), 'export const score = () => new Promise(() => {});\n');
     await writeFile(join(dir, 'online.script.yaml'), 'agents:\n  writer:\n    - content: all done\n');
     await writeFile(
       join(dir, 'throws.mjs'),
@@ -85,6 +93,7 @@ describe('online scoring of a pipeline with an evals block', () => {
         join(dir, 'online.yaml'),
         join(dir, 'unsampled.yaml'),
         join(dir, 'slowscored.yaml'),
+        join(dir, 'stuckscored.yaml'),
         '--home',
         join(dir, 'home'),
         '--json',
@@ -284,6 +293,38 @@ describe('online scoring of a pipeline with an evals block', () => {
       'digits only',
       'broken',
     ]);
+  });
+
+  it('troupe submit --wait waits for the online score no longer than what --timeout leaves, and prints the result', async () => {
+    const started = Date.now();
+    const args = ['submit', 'stuckscored', 'say when done', '--id', 'stuck-1', '--wait', '--json'];
+    const result = await troupe([...args, '--timeout', '12', '--server', nats.url], env, 90_000);
+    expect(result.code, result.stderr).toBe(0);
+    // The score is due up to 40 s after the end: the wait is what is left of the 12 s.
+    const waited = Number(
+      /waiting up to (\d+) s for task stuck-1's online score \(eval\.scored; what --timeout leaves\)/.exec(
+        result.stderr,
+      )?.[1],
+    );
+    expect(waited, result.stderr).toBeLessThanOrEqual(12);
+    expect(result.stderr).toContain(`no online score for task stuck-1 within ${waited} s; it may come later`);
+    expect(Date.now() - started).toBeLessThan(35_000);
+    const kinds = jsonLines(result.stdout).map((line) => line.kind);
+    expect(kinds.slice(-2)).toEqual(['task.completed', undefined]);
+  });
+
+  it('troupe submit --wait stops waiting for the online score at a Ctrl-C, prints the result and exits as the task ended', async () => {
+    const args = ['submit', 'stuckscored', 'say when done', '--id', 'stuck-2', '--wait', '--json'];
+    const submit = startTroupe([...args, '--server', nats.url], env);
+    try {
+      await submit.waitFor(/waiting up to 40 s for task stuck-2's online score \(eval\.scored\)/, 60_000);
+      expect(await submit.stop('SIGINT')).toBe(0);
+      const kinds = jsonLines(submit.output()).map((line) => line.kind);
+      expect(kinds.slice(-2)).toEqual(['task.completed', undefined]);
+      expect(submit.output()).not.toContain('no online score');
+    } finally {
+      await submit.stop();
+    }
   });
 
   it('refuses a bad evals block as the file loads, naming the scorer and the field', async () => {

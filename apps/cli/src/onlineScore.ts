@@ -69,23 +69,45 @@ export function scoreTracker(): ScoreTracker {
   };
 }
 
+/** How long {@link awaitScore} waits, and what stops it. */
+export interface ScoreWait {
+  /** Stops the wait at once (SIGINT), saying nothing more. */
+  signal?: AbortSignal;
+  /** How long to wait, when known already (what is left of the wait for a task that ended a while ago). */
+  known?: number;
+  /** When it must end, whatever the scorers' limit (a command's `--timeout`, in ms since the epoch), and what sets it. */
+  until?: { at: number; by: string };
+}
+
 /**
- * After a task's final event: waits for its online score when one will come (see {@link scoreWaitOf}), saying so on
- * stderr, and says when none came in time. The events' listener shows it as it comes; nothing changes the exit code.
+ * After a task's final event: waits for its online score when one will come (see {@link scoreWaitOf}), no longer
+ * than `until`, saying on stderr how long at most, and says when none came in time (it may come later: scoring waits
+ * its turn on the coordinator). The events' listener shows it as it comes; nothing changes the exit code.
  */
 export async function awaitScore(
   bus: JetStreamBus,
   task: { taskId: string; pipeline: string; version?: string | undefined },
   score: ScoreTracker,
-  signal?: AbortSignal,
-  /** How long to wait, when known already (what is left of the wait for a task that ended a while ago). */
-  known?: number,
+  wait: ScoreWait = {},
 ): Promise<void> {
   if (score.current !== undefined) return;
-  const ms = known ?? (await scoreWaitOf(bus, task));
-  if (ms === undefined || score.current !== undefined) return;
+  const due = wait.known ?? (await scoreWaitOf(bus, task));
+  if (due === undefined || score.current !== undefined) return;
+  const { signal, until } = wait;
+  const left = until === undefined ? due : until.at - Date.now();
+  const bounded = left < due;
+  const ms = bounded ? Math.max(0, left) : due;
+  const later = `it may come later (troupe tail --task ${task.taskId} shows it then)`;
+  if (ms <= 0) {
+    process.stderr.write(
+      `not waiting for task ${task.taskId}'s online score (eval.scored): ${until?.by} leaves no time; ${later}\n`,
+    );
+    return;
+  }
   const seconds = Math.ceil(ms / 1000);
-  process.stderr.write(`waiting up to ${seconds} s for task ${task.taskId}'s online score (eval.scored)\n`);
+  process.stderr.write(
+    `waiting up to ${seconds} s for task ${task.taskId}'s online score (eval.scored${bounded ? `; what ${until?.by} leaves` : ''})\n`,
+  );
   if ((await score.within(ms, signal)) === undefined && !signal?.aborted)
-    process.stderr.write(`no online score for task ${task.taskId} within ${seconds} s\n`);
+    process.stderr.write(`no online score for task ${task.taskId} within ${seconds} s; ${later}\n`);
 }

@@ -83,6 +83,7 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
     );
     // The task's record says when it ended too: should a failover cost the live final event, it is read from the
     // stream again, else taken from the record.
+    const deadline = Date.now() + options.timeout * 1_000;
     const timedOut = timeout(options.timeout);
     const ended = workflowsIfAny(bus).then((store) =>
       untilEnded({
@@ -106,9 +107,20 @@ export async function submit(pipeline: string, goal: string, options: SubmitOpti
       return 3;
     }
     // Its online score follows the final event when the evals: block of its version samples it: shown before the
-    // result, waited for no longer than its scorers' time limit. The exit code is the task's, whatever comes.
-    const version = (await workflowRecord(bus, task.id).catch(() => undefined))?.version;
-    await awaitScore(bus, { taskId: task.id, pipeline, version }, score);
+    // result, waited for no longer than its scorers' time limit nor what --timeout leaves, and not at all once a
+    // Ctrl-C comes (the result is printed all the same). The exit code is the task's, whatever comes.
+    const interrupted = new AbortController();
+    const interrupt = () => interrupted.abort();
+    process.once('SIGINT', interrupt);
+    try {
+      const version = (await workflowRecord(bus, task.id).catch(() => undefined))?.version;
+      await awaitScore(bus, { taskId: task.id, pipeline, version }, score, {
+        signal: interrupted.signal,
+        until: { at: deadline, by: '--timeout' },
+      });
+    } finally {
+      process.off('SIGINT', interrupt);
+    }
     watcher.stop();
     // What the task left: its output, whole, and where its files are (a last JSON line with --json).
     if (final.current) await printResult(bus, final.current, options);

@@ -84,7 +84,7 @@ export async function tail(options: TailOptions): Promise<number> {
           show(record.final);
         if (scoreDue && record.final) {
           const left = (scoreWait ?? 0) - (Date.now() - Date.parse(record.final.ts));
-          await awaitScore(bus, record, score, stop.signal, left);
+          await awaitScore(bus, record, score, { signal: stop.signal, known: left });
         }
         process.stderr.write(
           `task ${taskId} has finished: ${outcomeOf(record, final.current)}; nothing more will come\n`,
@@ -97,7 +97,7 @@ export async function tail(options: TailOptions): Promise<number> {
         if (taskId === undefined || !showsScores) return;
         // Its version is recorded as it is claimed: a task not claimed when tail began is read again.
         const version = record?.version ?? (await workflowRecord(bus, taskId))?.version;
-        await awaitScore(bus, { taskId, pipeline: ending.pipeline, version }, score, stop.signal);
+        await awaitScore(bus, { taskId, pipeline: ending.pipeline, version }, score, { signal: stop.signal });
       };
       if (final.current !== undefined) {
         await finished(final.current);
