@@ -11,6 +11,11 @@ export const Score = z.object({
   threshold: z.number().min(0).max(1),
   pass: z.boolean(),
   reason: z.string(),
+  /**
+   * The scorer failed (it threw, or took longer than its time limit): the value is 0 and the reason says why. A
+   * score is an error by this flag alone, never by its reason's words (a scorer may give `error: …` as a reason).
+   */
+  error: z.literal(true).optional(),
   /** What a judge's model calls cost, counted apart from the task's. */
   costUsd: z.number().nonnegative().optional(),
 });

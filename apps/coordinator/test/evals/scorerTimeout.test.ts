@@ -47,6 +47,7 @@ describe("a scorer's time limit", () => {
         threshold: 0.5,
         pass: false,
         reason: "error: timed out: no score after 0.15 s (the scorer's timeoutMs)",
+        error: true,
       },
       expect.objectContaining({ scorer: 'contains "note"', pass: true }),
     ]);

@@ -409,7 +409,15 @@ describe('scoreRun', () => {
       },
     };
     expect(await scoreRun(runOf({}), [broken], context)).toEqual([
-      { scorer: 'broken', type: 'cel', value: 0, threshold: 1, pass: false, reason: 'error: lost' },
+      {
+        scorer: 'broken',
+        type: 'cel',
+        value: 0,
+        threshold: 1,
+        pass: false,
+        reason: 'error: lost',
+        error: true,
+      },
     ]);
   });
 });

@@ -242,10 +242,11 @@ export class TroupeMetrics {
 
   #scored(pipeline: string, scored: EventOf<'eval.scored'>['data']): void {
     if (scored.error !== undefined) this.#evalChecks.inc({ pipeline, scorer: '(all)', result: 'error' });
-    for (const { scorer, value, pass, reason } of scored.scores) {
+    for (const { scorer, value, pass, error } of scored.scores) {
       this.#evalScores.observe({ pipeline, scorer }, value);
-      // A scorer that threw scores 0 with its error as the reason (scoreRun): an error, not a failed check.
-      const result = reason.startsWith('error:') ? 'error' : pass ? 'pass' : 'fail';
+      // A scorer that threw or timed out is marked so (scoreRun): an error, not a failed check. Its reason is not
+      // read: a module scorer may well answer `error: no citation` as why a case failed.
+      const result = error ? 'error' : pass ? 'pass' : 'fail';
       this.#evalChecks.inc({ pipeline, scorer, result });
     }
   }

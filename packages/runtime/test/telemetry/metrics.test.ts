@@ -192,13 +192,14 @@ describe('TroupeMetrics: summaries', () => {
 });
 
 describe('TroupeMetrics: online scores', () => {
-  const score = (scorer: string, value: number, pass: boolean, reason = 'ok') => ({
+  const score = (scorer: string, value: number, pass: boolean, reason = 'ok', error?: true) => ({
     scorer,
     type: 'cel',
     value,
     threshold: 1,
     pass,
     reason,
+    ...(error ? { error } : {}),
   });
   const scored = (data: Partial<z.input<(typeof EventData)['eval.scored']>>) =>
     event('eval.scored', {
@@ -218,7 +219,9 @@ describe('TroupeMetrics: online scores', () => {
         scores: [
           score('few rounds', 1, true),
           score('helpful', 0.3, false),
-          score('style', 0, false, 'error: boom'),
+          score('style', 0, false, 'error: boom', true),
+          // A module scorer's own reason that reads like an error is a failed check.
+          score('cites', 0, false, 'error: no citation'),
         ],
       }),
     );
@@ -232,6 +235,8 @@ describe('TroupeMetrics: online scores', () => {
     expect(checks('helpful', 'fail')).toBe(1);
     expect(checks('style', 'error')).toBe(1);
     expect(checks('style', 'fail')).toBeUndefined();
+    expect(checks('cites', 'fail')).toBe(1);
+    expect(checks('cites', 'error')).toBeUndefined();
     expect(checks('(all)', 'error')).toBe(1);
     expect(sample(text, 'troupe_eval_score_count{pipeline="demo",scorer="few rounds"}')).toBe(2);
     expect(sample(text, 'troupe_eval_score_sum{pipeline="demo",scorer="few rounds"}')).toBe(1);
