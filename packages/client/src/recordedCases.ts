@@ -1,4 +1,5 @@
 import {
+  BUCKETS,
   type CaseRecording,
   EvalCase,
   type EventOf,
@@ -10,7 +11,13 @@ import {
   type ValueRef,
   type WorkflowRecord,
 } from '@troupe/protocol';
-import { type JetStreamBus, NewerJournalRecordError, StepJournal, ValueStore } from '@troupe/runtime/bus';
+import {
+  type JetStreamBus,
+  NewerJournalRecordError,
+  permissionRefusal,
+  StepJournal,
+  ValueStore,
+} from '@troupe/runtime/bus';
 import { readTaskEvents } from './taskOperations.ts';
 import { readValues, workflowStoreIfAny } from './troupeState.ts';
 
@@ -185,7 +192,9 @@ class TaskReader {
 
   /**
    * The journal records a replay of these events reads: under {@link journalKeysOf}'s keys, those the journal has
-   * (a record of a kind only a newer host knows is left out, as a replay leaves it).
+   * (a record of a kind only a newer host knows is left out, as a replay leaves it). Read by direct gets that any
+   * replica may answer: the task has ended, so its records no longer change, and a direct get names its key in its
+   * subject, where the broker's permissions keep an evaluator to its pipelines' records at every replica count.
    */
   async #journalRecords(
     pipeline: string,
@@ -193,20 +202,33 @@ class TaskReader {
   ): Promise<Record<string, JournalEntry>> {
     const keys = journalKeysOf(events);
     if (keys.length === 0) return {};
-    this.#journal ??= StepJournal.open(this.#bus);
+    this.#journal ??= StepJournal.open(this.#bus, { anyReplica: true });
     const journal = (await this.#journal).forPipeline(pipeline, this.#values);
     const read: Record<string, JournalEntry> = {};
     await Promise.all(
       keys.map(async (key) => {
         const entry = await journal.entry(key).catch((error: unknown) => {
           if (NewerJournalRecordError.is(error)) return undefined;
-          throw error;
+          throw journalRefusal(error);
         });
         if (entry) read[key] = entry;
       }),
     );
     return Object.fromEntries(keys.flatMap((key) => (read[key] ? [[key, read[key]]] : [])));
   }
+}
+
+/**
+ * A refusal of a journal read that could not name its key (a bucket whose stream allows no direct get, made on a
+ * nats-server before 2.9), said plainly: a user kept to some pipelines' records may read them only by key.
+ */
+function journalRefusal(error: unknown): unknown {
+  const refusal = permissionRefusal(error);
+  if (!refusal?.message.includes(`STREAM.MSG.GET.KV_${BUCKETS.journal}`)) return error;
+  return new Error(
+    `the ${BUCKETS.journal} bucket allows no direct gets, and this NATS user may read only some pipelines' journal records, by key (${refusal.message}): make the bucket again on nats-server 2.9 or later, or use a user that reads the whole journal (the gateway's)`,
+    { cause: error },
+  );
 }
 
 /**

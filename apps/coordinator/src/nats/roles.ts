@@ -203,8 +203,9 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
           allow: [
             ...common.publish,
             // What `eval dataset add --from-runs` reads of a run (recordedCases): the tasks' records, their stored
-            // events, the journal records a replay reads where an event kept only the start of a text, and the
-            // large values and inputs the events point to.
+            // events, the journal records a replay reads where an event kept only the start of a text (by direct
+            // gets naming their keys, at every replica count: an ended task's records no longer change, so any
+            // replica may answer), and the large values and inputs the events point to.
             ...kvRead(BUCKETS.workflows),
             ...role.pipelines.flatMap((p) => [
               ...eventHistory(`troupe.events.${p}.>`),
@@ -212,7 +213,6 @@ export function permissionsOf(role: Role, deployment: Deployment): Permissions {
               ...valuesRead(p),
               ...inputsRead(p),
             ]),
-            ...(replicas > 1 ? [`$JS.API.STREAM.MSG.GET.KV_${BUCKETS.journal}`] : []),
             // Datasets and experiments: every object of the bucket, which a coordinator makes.
             ...evalsReadWrite(),
           ],

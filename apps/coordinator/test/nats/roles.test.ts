@@ -124,9 +124,17 @@ describe("the evals' object store (troupe-evals)", () => {
     ]) {
       expect(mayPublish(evaluator, subject), subject).toBe(false);
     }
-    // The journal kept on several servers is read from its leader, by a request whose key the server cannot see.
-    expect(mayPublish(evaluator, '$JS.API.STREAM.MSG.GET.KV_journal')).toBe(false);
-    expect(mayPublish(evaluator, '$JS.API.STREAM.MSG.GET.KV_journal', 3)).toBe(true);
+    // The journal kept on several servers too is read by key (a direct get any replica answers), never by a message
+    // get from its leader, whose key is in the body, out of the permissions' sight.
+    for (const replicas of [1, 3]) {
+      expect(mayPublish(evaluator, '$JS.API.STREAM.MSG.GET.KV_journal', replicas)).toBe(false);
+      expect(
+        mayPublish(evaluator, '$JS.API.DIRECT.GET.KV_journal.$KV.journal.demo.t-1.review.1.model', replicas),
+      ).toBe(true);
+      expect(
+        mayPublish(evaluator, '$JS.API.DIRECT.GET.KV_journal.$KV.journal.gated.t-1.review.1.model', replicas),
+      ).toBe(false);
+    }
   });
 
   it('lets an evaluator and the gateway store datasets and experiments, and never make or watch the bucket', () => {

@@ -174,6 +174,15 @@ export function underPrefix<T>(store: KeyValue<T>, prefix: string): KeyValue<T> 
 }
 
 /**
+ * How a bucket is read. `anyReplica`: by a direct get that any replica may answer, a little behind the leader, as a
+ * reader of records that no longer change can (a dataset's copy of an ended task's journal); its subject names the
+ * key, so the broker's permissions can keep the reader to a part of the bucket at every replica count.
+ */
+export interface KvReads {
+  anyReplica?: boolean;
+}
+
+/**
  * Opens an existing bucket, waiting (logging each wait) while NATS cannot be reached; fails at once with
  * `bucket_missing` when no coordinator has created it on this server. Reads go straight to the stream when it allows
  * (a get through the JetStream API also costs an advisory, and names no key the broker's permissions could check).
@@ -182,6 +191,7 @@ export async function openKv(
   bus: JetStreamBus,
   bucket: TroupeBucket,
   wait?: UntilReachableOptions,
+  reads: KvReads = {},
 ): Promise<KV> {
   const kv = await kvOf(bus, bucket);
   let direct: boolean;
@@ -190,7 +200,9 @@ export async function openKv(
     // Replicas may answer a direct get while behind the leader; claims and fencing need the latest value, so
     // only a bucket with one copy reads directly, or one whose stale read is harmless (see READ_ANY_REPLICA).
     const { allow_direct, num_replicas } = status.streamInfo.config;
-    direct = allow_direct === true && (num_replicas <= 1 || READ_ANY_REPLICA.has(bucket));
+    direct =
+      allow_direct === true &&
+      (num_replicas <= 1 || READ_ANY_REPLICA.has(bucket) || reads.anyReplica === true);
   } catch (cause) {
     // Only a missing stream means a missing bucket; a timeout or a lost connection is not that.
     if (!isApiError(cause, JetStreamApiCodes.StreamNotFound)) throw cause;
@@ -231,8 +243,9 @@ export class KvStore<S extends z.ZodType> implements KeyValue<z.infer<S>> {
     bucket: TroupeBucket,
     schema: S,
     wait?: UntilReachableOptions,
+    reads?: KvReads,
   ): Promise<KvStore<S>> {
-    return new KvStore(await openKv(bus, bucket, wait), bucket, schema, bus);
+    return new KvStore(await openKv(bus, bucket, wait, reads), bucket, schema, bus);
   }
 
   async get(key: string): Promise<KvEntry<z.infer<S>> | undefined> {

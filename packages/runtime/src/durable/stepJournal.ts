@@ -15,7 +15,14 @@ import {
   type ValueRef,
 } from '@troupe/protocol';
 import type { JetStreamBus } from '../transport/bus.ts';
-import { type KeyValue, type KvEntry, KvStore, throughOutages, underPrefix } from './kvStore.ts';
+import {
+  type KeyValue,
+  type KvEntry,
+  type KvReads,
+  KvStore,
+  throughOutages,
+  underPrefix,
+} from './kvStore.ts';
 import { isKnownRecord, JournalRecord, NewerJournalRecordError } from './newerJournalRecord.ts';
 
 export { JournalEntry };
@@ -79,9 +86,12 @@ export class StepJournal {
     this.#large = large;
   }
 
-  /** The whole `journal` bucket: {@link forPipeline} gives the part a pipeline's steps write. */
-  static async open(bus: JetStreamBus): Promise<StepJournal> {
-    return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalRecord));
+  /**
+   * The whole `journal` bucket: {@link forPipeline} gives the part a pipeline's steps write. A reader of ended tasks'
+   * records alone may read `anyReplica` ({@link KvReads}): by key, which its permissions may then keep to its pipelines.
+   */
+  static async open(bus: JetStreamBus, reads?: KvReads): Promise<StepJournal> {
+    return new StepJournal(await KvStore.open(bus, BUCKETS.journal, JournalRecord, undefined, reads));
   }
 
   /**
