@@ -30,7 +30,9 @@ export type Role =
   | { kind: 'observer'; name: string; pipelines: readonly string[] }
   /**
    * Makes datasets from `pipelines`' recorded runs (`troupe eval dataset add --from-runs`) and stores datasets and
-   * experiments (`troupe eval run`) in the evals' object store, which it may write whole.
+   * experiments (`troupe eval run`) in the evals' object store, which it reads and writes whole whatever its
+   * `pipelines`: it is trusted with every dataset and experiment (it may overwrite or purge any), a role for the CI
+   * jobs and people who own the evals.
    */
   | { kind: 'evaluator'; name: string; pipelines: readonly string[] }
   /**
