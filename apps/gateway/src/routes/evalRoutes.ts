@@ -72,8 +72,8 @@ export const evalRoutes: FastifyPluginAsyncZod<GatewayServices> = async (app, { 
           '`status`, `since` and `limit` (its ended tasks, newest first). Each case keeps its run whole (events, ' +
           "journal records, stored values) to replay; the previous version's cases and scorers are kept, a case of " +
           'the same id replaced. Answers the new version, and each task skipped with why; stores nothing (400, ' +
-          'saying why) when no case could be made. Needs the submit scope; a token limited to some pipelines adds ' +
-          'only their tasks (another is skipped as unknown).',
+          'saying why) when no case could be made. Needs the submit scope and a token without a pipeline list, as ' +
+          'reading datasets does (a dataset may hold runs of any pipeline): a limited token is refused (403).',
         params: DatasetParams,
         body: AddRunsBody,
         response: { 201: AddedRuns, 400: ErrorBody, ...refused },
