@@ -37,6 +37,11 @@ export interface LoadedPipeline {
   prices: PriceTable;
   /** The tools of the modules the file names under `tools.modules`, which its agents may declare beside the host's. */
   tools: readonly Tool[];
+  /**
+   * How the file's modules were imported (`LoadOptions.importModule`): its `module` scorers are imported the same way.
+   * Node's `import()` when absent.
+   */
+  importModule?: ImportModule;
 }
 
 export interface LoadOptions {
@@ -120,6 +125,7 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
     remoteAgents: remote.agents,
     prices: new PriceTable(config.prices),
     tools: modules.tools.map((t) => t.tool),
+    ...(options.importModule ? { importModule: options.importModule } : {}),
   };
   // Its scorers are made as online scoring will make them, so a bad one is refused now, not at a task's end.
   const evalIssues = evalsProblems(loaded, { env, requireKeys });

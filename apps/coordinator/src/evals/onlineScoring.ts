@@ -299,8 +299,10 @@ export class OnlineScoring {
     }
     if (this.#versions.has(hash)) return this.#versions.get(hash);
     try {
-      // A stored version keeps no scorer module: its paths are read from this process's pipeline file's folder.
-      return this.#made(pipeline, this.#baseDir, hash);
+      // A stored version keeps no scorer module: its paths are read from this process's pipeline file's folder, and
+      // imported as this process imports its own (TypeScript too, under `troupe`).
+      const { importModule } = this.#current.pipeline;
+      return this.#made(importModule ? { ...pipeline, importModule } : pipeline, this.#baseDir, hash);
     } catch (error) {
       logger.warn(
         { err: error, version: hash },

@@ -1,5 +1,6 @@
 import type { Score, ScorerSpec } from '@troupe/protocol';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
+import type { ImportModule } from '../config/toolModules.ts';
 import type { CaseRun, ScoreContext, Scorer } from './evalTypes.ts';
 import { celCheck } from './scorers/celScorer.ts';
 import { type Check, CheckError, type CheckOptions } from './scorers/check.ts';
@@ -43,6 +44,11 @@ export interface MakeScorersOptions {
    * a `value` of its own is refused.
    */
   online?: boolean;
+  /**
+   * Imports a `module` scorer, given its absolute path: the pipeline's own importer (`LoadedPipeline.importModule`)
+   * when absent, else Node's `import()`, which loads JavaScript only.
+   */
+  importModule?: ImportModule;
 }
 
 /**
@@ -57,6 +63,8 @@ export interface MakeScorersOptions {
  * const scores = await scoreRun(caseRunOf(evalCase, events), scorers, { pipeline, baseDir: dirname(file) });
  */
 export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOptions): Scorer[] {
+  const importModule = options.importModule ?? options.pipeline?.importModule;
+  const checkOptions: CheckOptions = { ...options, ...(importModule ? { importModule } : {}) };
   const taken = new Map<string, number>();
   return specs.map((spec, index) => {
     const base = spec.name ?? nameOf(spec);
@@ -65,7 +73,7 @@ export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOp
     const name = seen === 1 ? base : `${base} #${seen}`;
     let check: Check;
     try {
-      check = (CHECKS[spec.type] as (spec: ScorerSpec, options: CheckOptions) => Check)(spec, options);
+      check = (CHECKS[spec.type] as (spec: ScorerSpec, options: CheckOptions) => Check)(spec, checkOptions);
     } catch (error) {
       throw new Error(`scorer ${index + 1} (${name}): ${(error as Error).message}`, { cause: error });
     }
@@ -77,7 +85,7 @@ export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOp
 /**
  * Scores one run with every scorer, at once; scores come in the scorers' order. A scorer that throws, or takes longer
  * than its time limit (the spec's `timeoutMs`, else {@link SCORER_TIMEOUT_MS}), gives a score of 0 that does not
- * pass, marked `error: true`, its reason `error: …`: the case and its other scores are kept.
+ * pass, its reason `error: …`: the case and its other scores are kept.
  */
 export async function scoreRun(
   run: CaseRun,
@@ -158,7 +166,6 @@ function errorScore(scorer: string, type: string, threshold: number, error: unkn
     threshold,
     pass: false,
     reason: `error: ${message}`,
-    error: true,
     ...(error instanceof CheckError ? { costUsd: error.costUsd } : {}),
   };
 }

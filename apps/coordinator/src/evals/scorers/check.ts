@@ -1,4 +1,5 @@
 import type { LoadedPipeline } from '../../config/loadPipeline.ts';
+import type { ImportModule } from '../../config/toolModules.ts';
 import type { CaseRun, ScoreContext } from '../evalTypes.ts';
 
 /** What a check finds of one run: a value from 0 to 1 and why; a judge's, what its model calls cost. */
@@ -19,6 +20,8 @@ export interface CheckOptions {
   pipeline?: LoadedPipeline;
   /** The runs scored are live tasks (a pipeline's `evals:` block), which have no expected output. */
   online?: boolean;
+  /** Imports a module scorer, given its absolute path; Node's `import()` (JavaScript only) when absent. */
+  importModule?: ImportModule;
 }
 
 /** A check that could not tell, after spending something (a judge whose reply could not be read). */
