@@ -1,8 +1,10 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { EvalStore, NewDataset } from '@troupe/client';
+import type { Dataset, Experiment } from '@troupe/protocol';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type EvalRunOptions, evalRun } from '../src/commands/evalRun.ts';
+import { type EvalRunOptions, type EvalRunStores, evalRun } from '../src/commands/evalRun.ts';
 
 /** `troupe eval run` in this process, on a scripted pipeline: what it tells on stderr and its exit code. */
 let dir: string;
@@ -77,4 +79,40 @@ describe('troupe eval run', () => {
     expect(scored.code, scored.stderr).toBe(0);
     expect(scored.stderr).not.toContain('warning');
   });
+
+  it('refuses a --name stored already before any case runs, unless --replace, which replaces it', async () => {
+    const { stores, puts } = storesOf({ taken: ['baseline'] });
+    await expect(run(at('scored.yaml'), { store: true, name: 'baseline' }, stores)).rejects.toMatchObject({
+      exitCode: 2,
+      message:
+        'experiment baseline is stored already: give this run another --name, or pass --replace to replace it',
+    });
+    expect(puts).toEqual([]);
+    const replaced = await run(at('scored.yaml'), { store: true, name: 'baseline', replace: true }, stores);
+    expect(replaced.code, replaced.stderr).toBe(0);
+    expect(puts).toEqual([{ id: 'baseline', replace: true }]);
+    expect(replaced.stderr).toContain('stored experiment baseline');
+  });
 });
+
+/** A store in memory whose experiments `taken` are stored already, and whose puts fail with `refuse` when given. */
+function storesOf(options: { taken?: string[]; refuse?: string }): {
+  stores: EvalRunStores;
+  puts: { id: string; replace: boolean | undefined }[];
+} {
+  const puts: { id: string; replace: boolean | undefined }[] = [];
+  const store = {
+    experiment: async (id: string) => (options.taken?.includes(id) ? { id } : undefined),
+    dataset: async () => undefined,
+    putDataset: async (content: NewDataset): Promise<Dataset> => ({
+      ...content,
+      version: 1,
+      createdAt: new Date().toISOString(),
+    }),
+    putExperiment: async (experiment: Experiment, put: { replace?: boolean } = {}) => {
+      if (options.refuse !== undefined) throw new Error(options.refuse);
+      puts.push({ id: experiment.id, replace: put.replace });
+    },
+  };
+  return { stores: { store: async () => store as unknown as EvalStore, close: async () => {} }, puts };
+}

@@ -113,8 +113,11 @@ export class EvalStore {
     );
   }
 
-  /** Stores an experiment under its id, replacing one stored under the same id. */
-  async putExperiment(experiment: Experiment): Promise<void> {
+  /**
+   * Stores an experiment under its id. An id stored already is refused (`conflict`; nothing is written) unless
+   * `replace`, so a run named like another's baseline does not replace it unawares.
+   */
+  async putExperiment(experiment: Experiment, options: { replace?: boolean } = {}): Promise<void> {
     const stored = Experiment.parse(experiment);
     const summary: ExperimentSummary = {
       id: stored.id,
@@ -124,7 +127,14 @@ export class EvalStore {
       totals: stored.totals,
       pipeline: { name: stored.pipeline.name, hash: stored.pipeline.hash },
     };
-    await this.#put(experimentObject(stored.id), stored, summary);
+    const written = await this.#put(experimentObject(stored.id), stored, summary, {
+      onlyNew: !options.replace,
+    });
+    if (!written)
+      throw new OperationError(
+        'conflict',
+        `experiment ${stored.id} is stored already: give this one another id (troupe eval run --name), or replace it (--replace; putExperiment's replace option)`,
+      );
   }
 
   /** An experiment; undefined when none is stored under the id. */

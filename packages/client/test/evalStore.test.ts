@@ -104,10 +104,18 @@ describe('EvalStore', () => {
     ]);
   });
 
-  it('stores experiments by id, a second put under one id replacing the first, listed newest first', async () => {
+  it('stores experiments by id, refusing a second put under one id unless it replaces, listed newest first', async () => {
     await store.putExperiment(experiment('old', '2026-01-01T00:00:00.000Z', 1));
     await store.putExperiment(experiment('new', '2026-02-01T00:00:00.000Z', 0));
-    await store.putExperiment(experiment('old', '2026-01-01T00:00:00.000Z', 0));
+    await expect(store.putExperiment(experiment('old', '2026-01-01T00:00:00.000Z', 0))).rejects.toMatchObject(
+      {
+        code: 'conflict',
+        message:
+          "experiment old is stored already: give this one another id (troupe eval run --name), or replace it (--replace; putExperiment's replace option)",
+      },
+    );
+    expect((await store.experiment('old'))?.totals.passed).toBe(1);
+    await store.putExperiment(experiment('old', '2026-01-01T00:00:00.000Z', 0), { replace: true });
     expect(await store.experiment('new')).toEqual(experiment('new', '2026-02-01T00:00:00.000Z', 0));
     expect((await store.experiment('old'))?.totals.passed).toBe(0);
     const listed = await store.experiments();

@@ -32,6 +32,8 @@ export interface EvalRunOptions extends ServerOptions {
   store: boolean;
   /** Write the experiment as JSON here, for `troupe eval compare` without a server. */
   save?: string;
+  /** `--replace`: store the experiment even when its id (`--name`) is stored already, replacing that one. */
+  replace?: boolean;
   allowMcpCommands: boolean;
   /** `--run-tools a,b`: model mode runs these tools for real where the recording has no matching call. */
   runTools?: string[];
@@ -65,6 +67,11 @@ export async function evalRun(
   try {
     // With the experiment to be stored, the server is reached before any case spends anything.
     const store = options.store ? await stores.store() : undefined;
+    if (store && options.name !== undefined && !options.replace && (await store.experiment(options.name)))
+      throw new CliError(
+        `experiment ${options.name} is stored already: give this run another --name, or pass --replace to replace it`,
+        2,
+      );
     const { dataset, baseDir } = await datasetOf(datasetArg, store);
     const mode = options.mode ?? defaultMode(dataset);
     if (!hasScorers(dataset))
@@ -92,7 +99,7 @@ export async function evalRun(
     });
     if (options.save !== undefined) await writeFile(options.save, `${JSON.stringify(experiment, null, 2)}\n`);
     if (store) {
-      await store.putExperiment(experiment);
+      await store.putExperiment(experiment, { replace: options.replace === true });
       process.stderr.write(`stored experiment ${experiment.id}\n`);
     }
     const report = renderExperiment(experiment, options.format);

@@ -55,6 +55,11 @@ function declareRun(evals: Command): void {
     .option('--out <file>', 'write the report to this file instead of standard output')
     .option('--no-store', 'do not store the experiment (with a dataset file, no server is needed)')
     .option(
+      '--replace',
+      'store the experiment even when its id (--name) is stored already, replacing that one (without it, such a run is refused before any case runs)',
+      false,
+    )
+    .option(
       '--save <file.json>',
       'also write the experiment as JSON to this file (troupe eval compare reads it)',
     )
