@@ -1,8 +1,8 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EvalStore, NewDataset } from '@troupe/client';
-import type { Dataset, Experiment } from '@troupe/protocol';
+import { type Dataset, Experiment } from '@troupe/protocol';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type EvalRunOptions, type EvalRunStores, evalRun } from '../src/commands/evalRun.ts';
 
@@ -92,6 +92,34 @@ describe('troupe eval run', () => {
     expect(replaced.code, replaced.stderr).toBe(0);
     expect(puts).toEqual([{ id: 'baseline', replace: true }]);
     expect(replaced.stderr).toContain('stored experiment baseline');
+  });
+
+  it("prints the report and keeps the experiment when the store refuses it, with the run's exit code", async () => {
+    const refusal =
+      'this NATS user may not store datasets or experiments in troupe-evals (Permissions Violation)';
+    const { stores } = storesOf({ refuse: refusal });
+    const here = process.cwd();
+    process.chdir(dir);
+    try {
+      const refused = await run(at('scored.yaml'), { store: true, name: 'nightly' }, stores);
+      expect(refused.code, refused.stderr).toBe(0);
+      expect(Experiment.parse(JSON.parse(refused.stdout)).id).toBe('nightly');
+      expect(refused.stderr).toContain(`warning: cannot store experiment nightly: ${refusal}`);
+      expect(refused.stderr).toContain('saved the experiment to nightly.json instead');
+      expect(Experiment.parse(JSON.parse(await readFile(at('nightly.json'), 'utf8')))).toEqual(
+        Experiment.parse(JSON.parse(refused.stdout)),
+      );
+      // With --save, that file has it.
+      const saved = await run(
+        at('scored.yaml'),
+        { store: true, name: 'nightly-2', save: at('saved.json') },
+        stores,
+      );
+      expect(saved.code, saved.stderr).toBe(0);
+      expect(saved.stderr).toContain(`the experiment is in ${at('saved.json')}`);
+    } finally {
+      process.chdir(here);
+    }
   });
 });
 

@@ -10,7 +10,13 @@ import {
   readDatasetFile,
   runExperiment,
 } from '@troupe/coordinator';
-import type { CaseResult, Dataset, EvalMode, Experiment } from '@troupe/protocol';
+import {
+  type CaseResult,
+  type Dataset,
+  type EvalMode,
+  type Experiment,
+  errorMessage,
+} from '@troupe/protocol';
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { couldNotRun, LazyEvalStore } from '../experimentSource.ts';
 import { formatDuration } from '../format/duration.ts';
@@ -97,14 +103,12 @@ export async function evalRun(
       signal: abort.signal,
       onCase: (result, done, total) => process.stderr.write(`${progressLine(result, done, total)}\n`),
     });
-    if (options.save !== undefined) await writeFile(options.save, `${JSON.stringify(experiment, null, 2)}\n`);
-    if (store) {
-      await store.putExperiment(experiment, { replace: options.replace === true });
-      process.stderr.write(`stored experiment ${experiment.id}\n`);
-    }
+    if (options.save !== undefined) await writeFile(options.save, experimentJson(experiment));
+    // The report first: what the cases cost to learn is shown whatever the store says.
     const report = renderExperiment(experiment, options.format);
     if (options.out !== undefined) await writeFile(options.out, report);
     else process.stdout.write(report);
+    if (store) await storeExperiment(store, experiment, options);
   } catch (error) {
     return couldNotRun(error, `cannot run ${datasetArg}`);
   } finally {
@@ -116,6 +120,40 @@ export async function evalRun(
   if (options.out !== undefined)
     process.stderr.write(`${t.passed} of ${t.cases} cases passed; report in ${options.out}\n`);
   return t.passed === t.cases ? 0 : 1;
+}
+
+const experimentJson = (experiment: Experiment) => `${JSON.stringify(experiment, null, 2)}\n`;
+
+/**
+ * Stores the experiment once it has run and its report is out. A store that refuses it (a user who may read
+ * troupe-evals but not write it, its id taken meanwhile, the server gone) does not lose it: the failure is told on
+ * stderr, and without `--save` the experiment is written to `<id>.json` here (compare and show read it); the exit
+ * code stays the run's. Checking beforehand instead would cost a write of its own and still miss what changes while
+ * the cases run.
+ */
+async function storeExperiment(
+  store: EvalStore,
+  experiment: Experiment,
+  options: EvalRunOptions,
+): Promise<void> {
+  try {
+    await store.putExperiment(experiment, { replace: options.replace === true });
+    process.stderr.write(`stored experiment ${experiment.id}\n`);
+    return;
+  } catch (error) {
+    process.stderr.write(`warning: cannot store experiment ${experiment.id}: ${errorMessage(error)}\n`);
+  }
+  if (options.save !== undefined) {
+    process.stderr.write(`the experiment is in ${options.save}\n`);
+    return;
+  }
+  const file = `${experiment.id.replace(/[^\w.@-]/g, '_')}.json`;
+  try {
+    await writeFile(file, experimentJson(experiment), { flag: 'wx' });
+    process.stderr.write(`saved the experiment to ${file} instead (troupe eval compare and show read it)\n`);
+  } catch (error) {
+    process.stderr.write(`warning: cannot save the experiment to ${file} either: ${errorMessage(error)}\n`);
+  }
 }
 
 /** A case as it ends: `[3/12] case-3 failed 0.50 (contains) 1.2 s`. */
