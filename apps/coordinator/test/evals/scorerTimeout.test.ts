@@ -60,3 +60,60 @@ describe("a scorer's time limit", () => {
     expect(ScorerSpec.safeParse({ type: 'contains', value: 'x', timeoutMs: 5_000 }).success).toBe(true);
   });
 });
+
+describe('a regex or CEL scorer whose pattern backtracks catastrophically', () => {
+  // 40 a's and a "!": /^(a+)+$/ would take days on the main thread (each character doubles it).
+  const output = `${'a'.repeat(40)}!`;
+  const specs: ScorerSpec[] = [
+    { type: 'regex', pattern: '^(a+)+$', timeoutMs: 200 },
+    { type: 'cel', expr: 'output.matches("^(a+)+$")', timeoutMs: 200 },
+  ];
+  // The thread is up before the clock starts: its start is not what is measured.
+  beforeAll(async () => {
+    const warm = makeScorers([{ type: 'regex', pattern: 'a' }], { baseDir: fixtures });
+    expect(await scoreRun(runOf({ output: 'a' }), warm, context)).toMatchObject([{ value: 1 }]);
+  });
+
+  it.each(specs)(
+    'is stopped at its time limit, an error score, while the event loop stays free ($type)',
+    async (spec) => {
+      const [scorer] = makeScorers([spec], { baseDir: fixtures });
+      if (!scorer) throw new Error('no scorer');
+      const started = Date.now();
+      // A timer set meanwhile fires on time: the match runs off the event loop.
+      let firedLateMs: number | undefined;
+      setTimeout(() => {
+        firedLateMs = Date.now() - started - 50;
+      }, 50);
+      const [score] = await scoreRun(runOf({ output }), [scorer], context);
+      expect(Date.now() - started).toBeLessThan(1_000);
+      expect(score).toMatchObject({
+        value: 0,
+        pass: false,
+        reason: "error: timed out: no score after 0.2 s (the scorer's timeoutMs)",
+      });
+      expect(firedLateMs).toBeLessThan(100);
+      // The stopped thread is replaced: the same pattern scores a short output as usual.
+      const { timeoutMs: _, ...unlimited } = spec;
+      const again = makeScorers([unlimited], { baseDir: fixtures });
+      const [next] = await scoreRun(runOf({ output: 'aaaa' }), again, context);
+      expect(next).toMatchObject({ value: 1, pass: true });
+    },
+  );
+
+  it('scores a plain pattern as before, its g flag starting from the start each time', async () => {
+    const scorers = makeScorers(
+      [
+        { type: 'regex', pattern: 'note', flags: 'g' },
+        { type: 'cel', expr: 'output.matches("^A ") && tools.called() == 0' },
+      ],
+      { baseDir: fixtures },
+    );
+    for (let i = 0; i < 3; i += 1) {
+      expect(await scoreRun(runOf({ output: 'A note.' }), scorers, context)).toMatchObject([
+        { value: 1 },
+        { value: 1 },
+      ]);
+    }
+  });
+});

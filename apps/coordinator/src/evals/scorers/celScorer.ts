@@ -2,17 +2,10 @@ import { Environment } from '@marcbachmann/cel-js';
 import type { ScorerSpec } from '@troupe/protocol';
 import { CEL_OPTIONS } from '../../config/expressions.ts';
 import type { CaseRun } from '../evalTypes.ts';
+import { type CelData, celScorerEnvironment } from './celEnvironment.ts';
 import { type Check, parseJsonText } from './check.ts';
+import { type PatternWorker, patternWorker } from './patternWorker.ts';
 import { safetyCounts, stepFacts, toolsCalled } from './runFacts.ts';
-
-/** The tools a run called, as CEL sees them: `tools.called("run_command")` counts one tool's calls, `tools.called()` all. */
-class ToolCalls {
-  readonly names: readonly string[];
-
-  constructor(names: readonly string[]) {
-    this.names = names;
-  }
-}
 
 /**
  * What a CEL scorer reads of a run. Counts are CEL ints, costs doubles; JSON numbers that are whole are ints, so
@@ -25,42 +18,17 @@ class ToolCalls {
  * - `safety`: `denied`, `sandboxRefusals`, `approvalsAsked`;
  * - `case`: `id`, `goal`, `metadata`, `expected` (null when the case has none).
  */
-const environment = new Environment(CEL_OPTIONS)
-  .registerType('Tools', { ctor: ToolCalls, fields: {} })
-  .registerVariable('output', 'string')
-  .registerVariable('json', 'dyn')
-  .registerVariable('status', 'string')
-  .registerVariable('usage', 'map')
-  .registerVariable('durationMs', 'int')
-  .registerVariable('steps', 'map')
-  .registerVariable('trajectory', 'list')
-  .registerVariable('tools', 'Tools')
-  .registerVariable('safety', 'map')
-  .registerVariable('case', 'map')
-  .registerFunction({
-    name: 'called',
-    receiverType: 'Tools',
-    returnType: 'int',
-    handler: (tools: ToolCalls, name: string) =>
-      BigInt(tools.names.filter((called) => called === name).length),
-    params: [{ name: 'tool', type: 'string' }],
-  })
-  .registerFunction({
-    name: 'called',
-    receiverType: 'Tools',
-    returnType: 'int',
-    handler: (tools: ToolCalls) => BigInt(tools.names.length),
-    params: [],
-  });
+const { environment } = celScorerEnvironment(Environment, CEL_OPTIONS);
 
 /**
  * A CEL assertion over the run: true is 1 and false 0; a number from 0 to 1 is the value. It is parsed and its type
- * checked now, so a bad expression is refused at once; anything else it gives is an error score.
+ * checked now, so a bad expression is refused at once; anything else it gives is an error score. It is evaluated on
+ * the pattern thread ({@link PatternWorker}): `matches` with a pattern that backtracks catastrophically is stopped at
+ * the scorer's time limit, and the event loop stays free meanwhile.
  */
 export function celCheck(spec: Extract<ScorerSpec, { type: 'cel' }>): Check {
-  let program: ReturnType<typeof environment.parse>;
   try {
-    program = environment.parse(spec.expr);
+    environment.parse(spec.expr);
   } catch (error) {
     throw new Error(`not a valid CEL expression: ${firstLine(error)}`);
   }
@@ -70,10 +38,10 @@ export function celCheck(spec: Extract<ScorerSpec, { type: 'cel' }>): Check {
   if (!['bool', 'int', 'uint', 'double', 'dyn'].includes(type)) {
     throw new Error(`gives a ${type}; a CEL scorer must give a bool, or a number from 0 to 1`);
   }
-  return (run) => {
+  return async (run, context) => {
     let result: unknown;
     try {
-      result = program(celScope(run) as never);
+      result = await patternWorker.run({ kind: 'cel', expr: spec.expr, data: celScope(run) }, context.signal);
     } catch (error) {
       throw new Error(`${spec.expr}: ${firstLine(error)}`);
     }
@@ -89,7 +57,7 @@ function finding(expr: string, result: unknown) {
 }
 
 /** The variables of a CEL scorer, for one run. */
-export function celScope(run: CaseRun): Record<string, unknown> {
+export function celScope(run: CaseRun): CelData {
   const steps = Object.fromEntries(
     Object.entries(stepFacts(run)).map(([id, facts]) => [
       id,
@@ -113,7 +81,6 @@ export function celScope(run: CaseRun): Record<string, unknown> {
     durationMs: int(run.durationMs),
     steps,
     trajectory,
-    tools: new ToolCalls(trajectory),
     safety: {
       denied: int(safety.denied),
       sandboxRefusals: int(safety.sandboxRefusals),

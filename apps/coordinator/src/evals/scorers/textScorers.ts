@@ -1,6 +1,7 @@
 import type { ScorerSpec } from '@troupe/protocol';
 import type { CaseRun } from '../evalTypes.ts';
 import { type Check, type CheckOptions, type Finding, quoted } from './check.ts';
+import { type PatternWorker, patternWorker } from './patternWorker.ts';
 
 type Spec<T extends ScorerSpec['type']> = Extract<ScorerSpec, { type: T }>;
 
@@ -40,7 +41,11 @@ export function containsCheck(spec: Spec<'contains'>): Check {
   };
 }
 
-/** The output matches the spec's regular expression; it is compiled now, so a bad one is refused at once. */
+/**
+ * The output matches the spec's regular expression; it is compiled now, so a bad one is refused at once. It is matched
+ * on the pattern thread ({@link PatternWorker}): a pattern that backtracks catastrophically on the output is stopped at
+ * the scorer's time limit, and the event loop stays free meanwhile.
+ */
 export function regexCheck(spec: Spec<'regex'>): Check {
   let pattern: RegExp;
   try {
@@ -48,12 +53,15 @@ export function regexCheck(spec: Spec<'regex'>): Check {
   } catch (error) {
     throw new Error(`not a valid regular expression: ${(error as Error).message}`);
   }
-  return (run) => {
+  return async (run, context) => {
     const output = outputOf(run);
     if (typeof output !== 'string') return output;
-    // A `g` or `y` flag makes test() start where the last match ended.
-    pattern.lastIndex = 0;
-    if (pattern.test(output)) return { value: 1, reason: `the output matches ${pattern}` };
+    const job = { kind: 'regex' as const, pattern: spec.pattern, text: output };
+    const matched = await patternWorker.run(
+      spec.flags === undefined ? job : { ...job, flags: spec.flags },
+      context.signal,
+    );
+    if (matched === true) return { value: 1, reason: `the output matches ${pattern}` };
     return { value: 0, reason: `the output does not match ${pattern}: ${quoted(output)}` };
   };
 }
