@@ -1,10 +1,11 @@
 import { readFile } from 'node:fs/promises';
-import { basename, extname } from 'node:path';
+import { basename, dirname, extname } from 'node:path';
 import { EvalCase, formatPath, isName, ScorerSpec } from '@troupe/protocol';
 import { LineCounter, parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { suggestion } from '../config/didYouMean.ts';
 import { positionOf } from '../config/yamlPosition.ts';
+import { makeScorers } from './scoreCase.ts';
 
 /** A dataset as a file gives it: what `troupe eval dataset add --file` stores and `troupe eval run` runs. */
 export interface DatasetFile {
@@ -16,6 +17,8 @@ export interface DatasetFile {
 
 /** The keys a YAML dataset file may have at its top, and a case (in either format). */
 const FILE_KEYS = ['name', 'description', 'scorers', 'cases'] as const;
+/** Keys of a stored version (`troupe eval dataset show --json`) that a file may carry and that are not read. */
+const STORED_KEYS: readonly string[] = ['version', 'createdAt'];
 const CASE_KEYS = Object.keys(EvalCase.shape);
 const SCORER_TYPES = ScorerSpec.options.map((option) => option.shape.type.value);
 
@@ -36,35 +39,53 @@ export class DatasetFileError extends Error {
   }
 }
 
+/** How a dataset file is read. */
+export interface ReadDatasetOptions {
+  /** A YAML file may hold scorers and no cases (`troupe eval dataset add` adds them to the cases there are). */
+  scorersOnly?: boolean;
+  /**
+   * Each scorer (the file's and each case's) is made now, with no pipeline, as `makeScorers` makes it: a regex
+   * compiles, a CEL expression parses, a JSON Schema compiles, a module's file exists (from the file's folder). One
+   * that cannot be made is a problem of the file, naming the scorer and what is wrong. A judge's model is not checked
+   * (that needs the pipeline).
+   */
+  checkScorers?: boolean;
+}
+
 /**
- * Reads a dataset file: YAML (`name`, `description`, `scorers`, `cases`) or JSONL (one case a line; the dataset is
+ * Reads a dataset file: YAML or JSON (`name`, `description`, `scorers`, `cases`; a stored version's `version` and
+ * `createdAt`, as `troupe eval dataset show --json` prints it, are let be) or JSONL (one case a line; the dataset is
  * named after the file). A case without an `id` gets `case-<n>`, its place from 1. Throws a {@link DatasetFileError}
  * naming the file and, for each problem, its line and case and field: a case that does not parse, an unknown key or
- * scorer type, two cases with one id, a file with no cases. With `scorersOnly`, a YAML file may hold scorers and no
- * cases (`troupe eval dataset add` adds them to a dataset made from runs).
+ * scorer type, two cases with one id, a file with no cases, and with `checkScorers` a scorer that cannot be made.
  *
  * @example
  * const { name, scorers, cases } = await readDatasetFile('evals/support.yaml');
  */
-export async function readDatasetFile(
-  path: string,
-  options: { scorersOnly?: boolean } = {},
-): Promise<DatasetFile> {
+export async function readDatasetFile(path: string, options: ReadDatasetOptions = {}): Promise<DatasetFile> {
   const text = await readFile(path, 'utf8').catch((error: NodeJS.ErrnoException) => {
     throw new DatasetFileError(path, [
       error.code === 'ENOENT' ? 'no such file' : `cannot read it: ${error.message}`,
     ]);
   });
   const ext = extname(path).toLowerCase();
-  if (ext === '.jsonl') return parseJsonl(path, text);
-  if (ext === '.yaml' || ext === '.yml') return parseYaml(path, text, options);
+  if (ext === '.jsonl') return parseJsonl(path, text, options);
+  // JSON is YAML: a .json file is read as one.
+  if (ext === '.yaml' || ext === '.yml' || ext === '.json') return parseYaml(path, text, options);
   throw new DatasetFileError(path, [
-    `a dataset file is .yaml, .yml or .jsonl, not "${ext || 'no extension'}"`,
+    `a dataset file is .yaml, .yml, .json or .jsonl, not "${ext || 'no extension'}"`,
   ]);
 }
 
-/** Parses a JSONL dataset's text; `path` names the file in errors and, by its base name, the dataset. */
-export function parseJsonl(path: string, text: string): DatasetFile {
+/**
+ * Parses a JSONL dataset's text; `path` names the file in errors and, by its base name, the dataset (and with
+ * `checkScorers`, by its folder, where a module scorer's path is read from).
+ */
+export function parseJsonl(
+  path: string,
+  text: string,
+  options: Pick<ReadDatasetOptions, 'checkScorers'> = {},
+): DatasetFile {
   const name = nameOfFile(path);
   const problems: string[] = [];
   const cases: { evalCase: EvalCase; where: string }[] = [];
@@ -83,7 +104,15 @@ export function parseJsonl(path: string, text: string): DatasetFile {
     }
     const parsed = parseCase(raw, n);
     if ('problems' in parsed) problems.push(...parsed.problems.map((p) => `${where}: ${p.label}${p.text}`));
-    else cases.push({ evalCase: parsed.evalCase, where });
+    else {
+      cases.push({ evalCase: parsed.evalCase, where });
+      if (options.checkScorers)
+        problems.push(
+          ...unmade(parsed.evalCase.scorers ?? [], dirname(path)).map(
+            (p) => `${where}: case ${n} (id "${parsed.evalCase.id}"): ${p.text}`,
+          ),
+        );
+    }
   }
   problems.push(...duplicates(cases));
   if (problems.length === 0 && cases.length === 0) problems.push('holds no cases');
@@ -93,10 +122,10 @@ export function parseJsonl(path: string, text: string): DatasetFile {
 }
 
 /**
- * Parses a YAML dataset's text; `path` names the file in errors and the dataset when the file names none. With
- * `scorersOnly`, `cases` may be absent or empty.
+ * Parses a YAML (or JSON) dataset's text; `path` names the file in errors and the dataset when the file names none.
+ * With `scorersOnly`, `cases` may be absent or empty.
  */
-export function parseYaml(path: string, text: string, options: { scorersOnly?: boolean } = {}): DatasetFile {
+export function parseYaml(path: string, text: string, options: ReadDatasetOptions = {}): DatasetFile {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
@@ -117,7 +146,7 @@ export function parseYaml(path: string, text: string, options: { scorersOnly?: b
   }
   const problems: string[] = [];
   for (const key of Object.keys(raw)) {
-    if (!(FILE_KEYS as readonly string[]).includes(key))
+    if (!(FILE_KEYS as readonly string[]).includes(key) && !STORED_KEYS.includes(key))
       problems.push(
         `${at([key])}unknown key "${key}"${suggestion(key, FILE_KEYS)}; a dataset has ${FILE_KEYS.join(', ')}`,
       );
@@ -161,6 +190,15 @@ export function parseYaml(path: string, text: string, options: { scorersOnly?: b
       problems.push(`${at(['cases'])}holds no cases`);
   }
   problems.push(...duplicates(cases));
+  if (options.checkScorers && problems.length === 0) {
+    const baseDir = dirname(path);
+    for (const p of unmade(scorers, baseDir)) problems.push(`${at(['scorers', p.index])}${p.text}`);
+    for (const [index, { evalCase }] of cases.entries())
+      for (const p of unmade(evalCase.scorers ?? [], baseDir))
+        problems.push(
+          `${at(['cases', index, 'scorers', p.index])}case ${index + 1} (id "${evalCase.id}"): ${p.text}`,
+        );
+  }
   if (problems.length > 0) throw new DatasetFileError(path, problems);
   return {
     name: name as string,
@@ -168,6 +206,23 @@ export function parseYaml(path: string, text: string, options: { scorersOnly?: b
     scorers,
     cases: cases.map((c) => c.evalCase),
   };
+}
+
+/**
+ * The scorers of a list that `makeScorers` cannot make with no pipeline, each with its place and what is wrong:
+ * `scorer 2 (regex "(["): not a regular expression: …`.
+ */
+function unmade(specs: readonly ScorerSpec[], baseDir: string): { index: number; text: string }[] {
+  const problems: { index: number; text: string }[] = [];
+  for (const [index, spec] of specs.entries()) {
+    try {
+      makeScorers([spec], { baseDir });
+    } catch (error) {
+      // makeScorers numbers the scorer of its list of one: it is this list's index + 1.
+      problems.push({ index, text: (error as Error).message.replace(/^scorer 1 /, `scorer ${index + 1} `) });
+    }
+  }
+  return problems;
 }
 
 interface CaseProblem {

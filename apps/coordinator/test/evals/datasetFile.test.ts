@@ -81,12 +81,77 @@ cases:
     });
   });
 
+  it('reads a .json file as YAML, a stored version as `eval dataset show --json` prints it too', async () => {
+    const file = join(dir, 'shown.json');
+    const stored = {
+      name: 'shown',
+      description: 'from show --json',
+      version: 3,
+      createdAt: '2026-12-07T06:00:00.000Z',
+      scorers: [{ type: 'contains', value: 'hi' }],
+      cases: [{ id: 'a', goal: 'say hi', expected: 'hi' }],
+    };
+    await writeFile(file, JSON.stringify(stored));
+    expect(await readDatasetFile(file)).toEqual({
+      name: 'shown',
+      description: 'from show --json',
+      scorers: [{ type: 'contains', value: 'hi' }],
+      cases: [{ id: 'a', goal: 'say hi', expected: 'hi' }],
+    });
+  });
+
+  it('with checkScorers, refuses a scorer that cannot be made, naming its line, its place and what is wrong', async () => {
+    await writeFile(join(dir, 'mine.ts'), 'export const score = () => 1;\n');
+    const file = join(dir, 'scorers.yaml');
+    const text = `scorers:
+  - { type: regex, pattern: "([" }
+  - { type: module, path: ./nope.ts }
+  - { type: cel, expr: "output ==" }
+  - { type: module, path: ./mine.ts }
+  - { type: jsonSchema, schema: { type: 12 } }
+cases:
+  - { id: one, goal: g }
+  - id: two
+    goal: g
+    scorers: [{ type: contains, value: ok }, { type: regex, pattern: "*x", name: starred }]
+`;
+    await writeFile(file, text);
+    // Read as a file only, they are scorers like any other: eval run makes them with its pipeline.
+    expect((await readDatasetFile(file)).scorers).toHaveLength(5);
+    const error = await readDatasetFile(file, { checkScorers: true }).then(
+      () => {
+        throw new Error('read without an error');
+      },
+      (e: unknown) => e as DatasetFileError,
+    );
+    expect(error).toBeInstanceOf(DatasetFileError);
+    expect(error.file).toBe(file);
+    expect(error.problems).toEqual([
+      expect.stringMatching(/^line 2: scorer 1 \(regex \/\(\[\/\): not a valid regular expression: /),
+      `line 3: scorer 2 (module ./nope.ts): ./nope.ts: no such file (looked for ${join(dir, 'nope.ts')})`,
+      expect.stringMatching(/^line 4: scorer 3 \(cel: output ==\): not a valid CEL expression: /),
+      expect.stringMatching(/^line 6: scorer 5 \(jsonSchema\): not a usable JSON Schema: /),
+      expect.stringMatching(
+        /^line 11: case 2 \(id "two"\): scorer 2 \(starred\): not a valid regular expression: /,
+      ),
+    ]);
+    // A JSONL case's own scorers, by line.
+    const jsonl = join(dir, 'checked.jsonl');
+    await writeFile(
+      jsonl,
+      '{"goal":"g"}\n{"goal":"h","scorers":[{"type":"module","path":"./mine.ts"},{"type":"module","path":"gone.ts"}]}\n',
+    );
+    await expect(readDatasetFile(jsonl, { checkScorers: true })).rejects.toThrow(
+      /^.*checked\.jsonl: line 2: case 2 \(id "case-2"\): scorer 2 \(module gone\.ts\): gone\.ts: no such file/,
+    );
+  });
+
   it('names the file when it is missing or of another kind', async () => {
     await expect(readDatasetFile(join(dir, 'absent.yaml'))).rejects.toThrow(/absent\.yaml: no such file/);
     const csv = join(dir, 'cases.csv');
     await writeFile(csv, 'goal\nhi\n');
     await expect(readDatasetFile(csv)).rejects.toThrow(
-      /cases\.csv: a dataset file is \.yaml, \.yml or \.jsonl/,
+      /cases\.csv: a dataset file is \.yaml, \.yml, \.json or \.jsonl/,
     );
   });
 });
