@@ -176,7 +176,7 @@ flow:
       'skipped task gone-task: no events of it are kept on this server (EVENTS let them age out)\n',
     );
     expect(again.stdout).toBe(
-      'stored dataset long-runs version 2: 2 cases (2 recorded); 0 added, 1 replaced since version 1, 1 tasks skipped\n',
+      'stored dataset long-runs version 2: 2 cases (2 recorded); 0 added, 1 replaced since version 1, 1 task skipped\n',
     );
     expect(again.code).toBe(0);
 
@@ -211,7 +211,7 @@ flow:
     );
     const added = await eval_('add', 'long-runs', '--file', file);
     expect(added.stdout).toBe(
-      'stored dataset long-runs version 3: 3 cases (2 recorded); 1 added, 0 replaced since version 2, 1 scorers added\n',
+      'stored dataset long-runs version 3: 3 cases (2 recorded); 1 added, 0 replaced since version 2, 1 scorer added\n',
     );
     const shown = Dataset.parse(JSON.parse((await eval_('show', 'long-runs', '--json')).stdout));
     expect(shown.scorers).toEqual([{ type: 'contains', value: 'read' }]);
@@ -222,8 +222,14 @@ flow:
     await writeFile(scorersFile, 'scorers: [{ type: regex, pattern: "^read" }]\n');
     const scored = await eval_('add', 'long-runs', '--file', scorersFile);
     expect(scored.stdout).toBe(
-      'stored dataset long-runs version 4: 3 cases (2 recorded); 0 added, 0 replaced since version 3, 1 scorers added\n',
+      'stored dataset long-runs version 4: 3 cases (2 recorded); 0 added, 0 replaced since version 3, 1 scorer added\n',
     );
+    // The same again: its scorer is there already, which is what it says.
+    const same = await eval_('add', 'long-runs', '--file', scorersFile);
+    expect(same.stderr).toBe(
+      `troupe: nothing to add to dataset long-runs: ${scorersFile} holds no case, and its scorer is in the dataset already; no version was stored\n`,
+    );
+    expect(same.code).toBe(2);
     const alone = await eval_('add', 'scorers-only', '--file', scorersFile);
     expect(alone.stderr).toBe(
       'troupe: nothing to add to dataset scorers-only: scorers alone, and it has no cases yet; no version was stored\n',
@@ -248,4 +254,69 @@ flow:
     );
     expect(noRuns.code).toBe(2);
   });
+
+  it('refuses scorers that cannot be made; a version goes without the scorers and cases named', async () => {
+    const [first] = TASKS as [string];
+    const bad = join(dir, 'bad-scorers.yaml');
+    await writeFile(
+      bad,
+      'scorers:\n  - { type: regex, pattern: "([" }\n  - { type: module, path: ./nope.ts }\n',
+    );
+    const refused = await eval_('add', 'fixes', '--tasks', first, '--file', bad);
+    expect(refused.stderr).toMatch(
+      new RegExp(
+        `^troupe: ${escaped(bad)}: 2 problems:\\n {2}line 2: scorer 1 \\(regex /\\(\\[/\\): not a valid regular expression: .+\\n {2}line 3: scorer 2 \\(module \\./nope\\.ts\\): \\./nope\\.ts: no such file \\(looked for ${escaped(join(dir, 'nope.ts'))}\\)\\n$`,
+      ),
+    );
+    expect(refused.code).toBe(2);
+    expect((await eval_('show', 'fixes')).code).toBe(1);
+
+    const good = join(dir, 'good.yaml');
+    await writeFile(
+      good,
+      'scorers:\n  - { type: regex, pattern: "^read" }\n  - { type: contains, value: read, name: has-read }\ncases: [{ id: hand-1, goal: say hi }]\n',
+    );
+    const added = await eval_('add', 'fixes', '--tasks', first, '--file', good);
+    expect(added.stdout).toBe(
+      'stored dataset fixes version 1: 2 cases (1 recorded); 2 added, 0 replaced, 2 scorers added\n',
+    );
+    const removed = await eval_('add', 'fixes', '--remove-scorer', 'regex', '--remove-case', 'hand-1');
+    expect(removed.stderr).toBe('');
+    expect(removed.stdout).toBe(
+      'stored dataset fixes version 2: 1 case (1 recorded); 0 added, 0 replaced, 1 removed (hand-1) since version 1, 1 scorer removed (regex)\n',
+    );
+    const shown = await eval_('show', 'fixes', '--json');
+    const fixed = Dataset.parse(JSON.parse(shown.stdout));
+    expect(fixed.scorers).toEqual([{ type: 'contains', value: 'read', name: 'has-read' }]);
+    expect(fixed.cases.map((c) => c.id)).toEqual([first]);
+    const unknown = await eval_('add', 'fixes', '--remove-scorer', 'regex');
+    expect(unknown.stderr).toBe(
+      'troupe: --remove-scorer: dataset fixes version 2 has no scorer regex; its scorers: has-read\n',
+    );
+    expect(unknown.code).toBe(2);
+
+    // What show --json prints is a dataset file, its version and time let be.
+    const copyFile = join(dir, 'fixes.json');
+    await writeFile(copyFile, shown.stdout);
+    const copied = await eval_('add', 'fixes-copy', '--file', copyFile);
+    expect(copied.stdout).toBe(
+      'stored dataset fixes-copy version 1: 1 case (1 recorded); 1 added, 0 replaced, 1 scorer added\n',
+    );
+    const copy = Dataset.parse(JSON.parse((await eval_('show', 'fixes-copy', '--json')).stdout));
+    expect({ scorers: copy.scorers, cases: copy.cases }).toEqual({
+      scorers: fixed.scorers,
+      cases: fixed.cases,
+    });
+  });
+
+  it('says when --limit left out tasks that matched', async () => {
+    const limited = await eval_('add', 'newest', '--from-runs', '--pipeline', PIPELINE, '--limit', '1');
+    expect(limited.stderr).toBe('took the newest 1 of 2 tasks that matched; --limit to take more\n');
+    expect(limited.stdout).toBe(
+      'stored dataset newest version 1: 1 case (1 recorded); 1 added, 0 replaced\n',
+    );
+    expect(limited.code).toBe(0);
+  });
 });
+
+const escaped = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

@@ -1,9 +1,11 @@
 import {
   EvalStore,
   mergeCases,
+  type RecordedSelect,
   readValues,
   recordedCases,
   type SkippedTask,
+  tasksToRecord,
   workflowStoreIfAny,
 } from '@troupe/client';
 import { type DatasetFile, DatasetFileError, readDatasetFile, suggestion } from '@troupe/coordinator';
@@ -23,6 +25,10 @@ export interface DatasetAddOptions extends ServerOptions {
   limit: number;
   tasks?: string;
   description?: string;
+  /** Scorers (by name, or by type for one without a name) the new version goes without. */
+  removeScorer: string[];
+  /** Cases (by id) the new version goes without. */
+  removeCase: string[];
 }
 
 export interface DatasetListOptions extends ServerOptions {
@@ -34,8 +40,10 @@ type EndedStatus = (typeof STATUSES)[number];
 
 /**
  * `troupe eval dataset add <name>`: a new version of the dataset holding the previous version's cases and the new
- * ones (from files, from recorded runs, from tasks named), a new case replacing an old one of the same id. Says what
- * it stored, and each task it skipped with why. Exit 2 when nothing could be added.
+ * ones (from files, from recorded runs, from tasks named), a new case replacing an old one of the same id, less the
+ * scorers and cases removed. A file's scorers are made first (no pipeline yet): one that cannot be made is refused.
+ * Says what it stored, each task it skipped with why, and when --limit left matching tasks out. Exit 2 when nothing
+ * could be added.
  */
 export async function add(name: string, options: DatasetAddOptions): Promise<number> {
   if (!isName(name)) {
@@ -45,9 +53,12 @@ export async function add(name: string, options: DatasetAddOptions): Promise<num
     );
   }
   const taskIds = options.tasks === undefined ? undefined : idsOf(options.tasks);
-  if (options.file.length === 0 && !options.fromRuns && taskIds === undefined)
+  const removeScorers = new Set(options.removeScorer ?? []);
+  const removeCases = new Set(options.removeCase ?? []);
+  const removing = removeScorers.size > 0 || removeCases.size > 0;
+  if (options.file.length === 0 && !options.fromRuns && taskIds === undefined && !removing)
     throw new CliError(
-      'nothing to add: give --file <path>, --from-runs --pipeline <name> or --tasks <id,id>',
+      'nothing to add: give --file <path>, --from-runs --pipeline <name> or --tasks <id,id> (or --remove-scorer, --remove-case)',
       2,
     );
   if (options.fromRuns && options.pipeline === undefined)
@@ -61,37 +72,55 @@ export async function add(name: string, options: DatasetAddOptions): Promise<num
     const store = new EvalStore(bus);
     const added: EvalCase[] = files.flatMap((f) => f.cases);
     const skipped: SkippedTask[] = [];
-    const take = async (select: Parameters<typeof recordedCases>[1]) => {
+    const take = async (select: RecordedSelect) => {
       const recorded = await recordedCases(bus, select);
       added.push(...recorded.cases);
       skipped.push(...recorded.skipped);
+      return recorded.cases.length + recorded.skipped.length;
     };
+    let cut: string | undefined;
     if (options.fromRuns) {
-      await take({
+      const select: RecordedSelect = {
         ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }),
         ...(status === undefined ? {} : { status }),
         ...(options.since === undefined ? {} : { since: new Date(Date.now() - options.since) }),
         limit: options.limit,
-      });
+      };
+      const taken = await take(select);
+      if (taken >= options.limit) {
+        const matched = await tasksMatching(bus, select);
+        if (matched > taken)
+          cut = `took the newest ${taken} of ${matched} tasks that matched; --limit to take more\n`;
+      }
     }
     if (taskIds !== undefined)
       await take({ taskIds, ...(options.pipeline === undefined ? {} : { pipeline: options.pipeline }) });
     for (const { taskId, why } of skipped) process.stderr.write(`skipped task ${taskId}: ${why}\n`);
+    if (cut) process.stderr.write(cut);
     // Made from the newest version, again from a newer one if another writer stores one meanwhile.
     let merged: ReturnType<typeof mergeCases> = { cases: [], added: 0, replaced: 0 };
     let newScorers = 0;
+    let removed: Removed = { scorers: [], cases: [] };
     const { dataset, previous } = await store.addDataset(name, async (previous) => {
-      const scorers = mergeScorers(previous?.scorers ?? [], files);
-      newScorers = scorers.length - (previous?.scorers.length ?? 0);
-      merged = mergeCases(previous?.cases ?? [], added);
-      if ((added.length === 0 && newScorers === 0) || merged.cases.length === 0) {
+      const kept = without(name, previous, removeScorers, removeCases);
+      removed = kept.removed;
+      const scorers = mergeScorers(kept.scorers, files);
+      newScorers = scorers.length - kept.scorers.length;
+      merged = mergeCases(kept.cases, added);
+      const changed = added.length > 0 || newScorers > 0 || removing;
+      if (!changed || merged.cases.length === 0) {
+        const fileScorers = files.reduce((n, f) => n + f.scorers.length, 0);
         throw new CliError(
           `nothing to add to dataset ${name}: ${
             options.fromRuns && skipped.length === 0
               ? await noRunsFound(bus, options, status)
-              : added.length === 0 && newScorers > 0
-                ? 'scorers alone, and it has no cases yet'
-                : 'no case was made'
+              : merged.cases.length === 0 && kept.cases.length === 0 && removeCases.size > 0
+                ? 'it would have no cases left'
+                : added.length === 0 && newScorers > 0
+                  ? 'scorers alone, and it has no cases yet'
+                  : added.length === 0 && fileScorers > 0 && !options.fromRuns && taskIds === undefined
+                    ? alreadyThere(options.file, fileScorers)
+                    : 'no case was made'
           }; no version was stored`,
           2,
         );
@@ -106,11 +135,15 @@ export async function add(name: string, options: DatasetAddOptions): Promise<num
       };
     });
     const recorded = dataset.cases.filter((c) => c.recording).length;
+    const { scorers: scorersRemoved, cases: casesRemoved } = removed;
     process.stdout.write(
-      `stored dataset ${name} version ${dataset.version}: ${dataset.cases.length} cases (${recorded} recorded); ` +
-        `${merged.added} added, ${merged.replaced} replaced${previous ? ` since version ${previous.version}` : ''}` +
-        `${newScorers > 0 ? `, ${newScorers} scorers added` : ''}` +
-        `${skipped.length > 0 ? `, ${skipped.length} tasks skipped` : ''}\n`,
+      `stored dataset ${name} version ${dataset.version}: ${count(dataset.cases.length, 'case')} (${recorded} recorded); ` +
+        `${merged.added} added, ${merged.replaced} replaced` +
+        `${casesRemoved.length > 0 ? `, ${casesRemoved.length} removed (${casesRemoved.join(', ')})` : ''}` +
+        `${previous ? ` since version ${previous.version}` : ''}` +
+        `${newScorers > 0 ? `, ${count(newScorers, 'scorer')} added` : ''}` +
+        `${scorersRemoved.length > 0 ? `, ${count(scorersRemoved.length, 'scorer')} removed (${scorersRemoved.join(', ')})` : ''}` +
+        `${skipped.length > 0 ? `, ${count(skipped.length, 'task')} skipped` : ''}\n`,
     );
     return 0;
   } finally {
@@ -174,7 +207,7 @@ export async function show(ref: string, options: DatasetListOptions): Promise<nu
 export function describeDataset(dataset: Dataset): string {
   const recorded = dataset.cases.filter((c) => c.recording).length;
   const lines = [
-    `dataset ${dataset.name} version ${dataset.version}, made ${dataset.createdAt}: ${dataset.cases.length} cases, ${recorded} recorded`,
+    `dataset ${dataset.name} version ${dataset.version}, made ${dataset.createdAt}: ${count(dataset.cases.length, 'case')}, ${recorded} recorded`,
   ];
   if (dataset.description) lines.push(dataset.description);
   lines.push(
@@ -196,6 +229,81 @@ export function describeDataset(dataset: Dataset): string {
   return `${lines.join('\n')}\n`;
 }
 
+interface Removed {
+  /** The names of the scorers removed, the dataset's and cases' own, each once. */
+  scorers: string[];
+  /** The ids of the cases removed. */
+  cases: string[];
+}
+
+/**
+ * The previous version's scorers and cases less those named to go: a scorer by its name, or by its type when it has
+ * none (as `show` lists them), from the dataset's scorers and each case's own; a case by its id. A name that matches
+ * nothing is refused, with the names there are.
+ */
+function without(
+  name: string,
+  previous: Dataset | undefined,
+  scorerNames: ReadonlySet<string>,
+  caseIds: ReadonlySet<string>,
+): { scorers: ScorerSpec[]; cases: EvalCase[]; removed: Removed } {
+  const scorers = previous?.scorers ?? [];
+  const cases = previous?.cases ?? [];
+  if (scorerNames.size === 0 && caseIds.size === 0)
+    return { scorers, cases, removed: { scorers: [], cases: [] } };
+  if (!previous) throw new CliError(`no dataset ${name} is stored, so there is nothing to remove from it`, 2);
+  const version = `dataset ${name} version ${previous.version}`;
+  const everyScorer = [...scorers, ...cases.flatMap((c) => c.scorers ?? [])].map(scorerName);
+  for (const gone of scorerNames)
+    if (!everyScorer.includes(gone))
+      throw new CliError(
+        `--remove-scorer: ${version} has no scorer ${gone}${suggestion(gone, everyScorer)}; ${
+          everyScorer.length > 0
+            ? `its scorers: ${[...new Set(everyScorer)].join(', ')}`
+            : 'it has no scorers'
+        }`,
+        2,
+      );
+  const ids = cases.map((c) => c.id);
+  for (const gone of caseIds)
+    if (!ids.includes(gone))
+      throw new CliError(`--remove-case: ${version} has no case ${gone}${suggestion(gone, ids)}`, 2);
+  const keep = (spec: ScorerSpec) => !scorerNames.has(scorerName(spec));
+  return {
+    scorers: scorers.filter(keep),
+    cases: cases
+      .filter((c) => !caseIds.has(c.id))
+      .map((c) => {
+        if (!c.scorers || c.scorers.every(keep)) return c;
+        const { scorers: own, ...rest } = c;
+        const left = own.filter(keep);
+        return left.length > 0 ? { ...rest, scorers: left } : rest;
+      }),
+    removed: { scorers: [...scorerNames], cases: [...caseIds] },
+  };
+}
+
+/** Why a file of scorers alone added nothing: each of them is in the dataset already. */
+function alreadyThere(files: readonly string[], scorers: number): string {
+  const them = scorers === 1 ? 'its scorer is' : `its ${scorers} scorers are`;
+  return files.length === 1
+    ? `${files[0]} holds no case, and ${them} in the dataset already`
+    : `the files hold no case, and their ${count(scorers, 'scorer')} ${scorers === 1 ? 'is' : 'are'} in the dataset already`;
+}
+
+/** How many tasks the --from-runs filters match, without the limit. */
+async function tasksMatching(bus: JetStreamBus, select: RecordedSelect): Promise<number> {
+  const store = await workflowStoreIfAny(bus);
+  const records = store ? await readValues(store) : [];
+  const { limit: _, ...unlimited } = select;
+  return tasksToRecord(records, unlimited).length;
+}
+
+/** `1 case`, `2 cases`. */
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 /** The previous version's scorers and each file's, each once. */
 function mergeScorers(old: readonly ScorerSpec[], files: readonly DatasetFile[]): ScorerSpec[] {
   const seen = new Map(old.map((s) => [JSON.stringify(s), s]));
@@ -205,8 +313,9 @@ function mergeScorers(old: readonly ScorerSpec[], files: readonly DatasetFile[])
 
 async function readFile(path: string): Promise<DatasetFile> {
   try {
-    // A file of scorers alone adds them to the cases from runs or from the previous version.
-    return await readDatasetFile(path, { scorersOnly: true });
+    // A file of scorers alone adds them to the cases from runs or from the previous version. Its scorers are made
+    // now, as far as they can be with no pipeline, so a version that can never run them is not stored.
+    return await readDatasetFile(path, { scorersOnly: true, checkScorers: true });
   } catch (error) {
     if (error instanceof DatasetFileError) throw new CliError(error.message, 2);
     throw error;

@@ -20,12 +20,12 @@ export function declareDatasetCommands(evals: Command): void {
   dataset
     .command('add')
     .description(
-      "store a new version of a dataset: the previous version's cases and the new ones (a case with an id already there replaces it), from files, from recorded runs (each kept whole, to replay after the server forgets it) or from tasks named",
+      "store a new version of a dataset: the previous version's cases and the new ones (a case with an id already there replaces it), from files, from recorded runs (each kept whole, to replay after the server forgets it) or from tasks named, less the scorers and cases removed",
     )
     .argument('<name>', 'the dataset')
     .option(
       '--file <path>',
-      'a dataset file, YAML or JSONL; a YAML file of scorers alone adds its scorers (repeatable)',
+      'a dataset file, YAML (.yaml, .yml, .json: show --json prints one) or JSONL; its scorers are checked first; a file of scorers alone adds its scorers (repeatable)',
       collect,
       [],
     )
@@ -39,6 +39,13 @@ export function declareDatasetCommands(evals: Command): void {
     .option('--limit <n>', 'at most this many tasks from --from-runs', positiveInteger, 50)
     .option('--tasks <ids>', 'add these tasks, comma-separated')
     .option('--description <text>', "what the dataset is for (default: the previous version's)")
+    .option(
+      '--remove-scorer <name>',
+      "the new version goes without this scorer: by its name, or its type when it has none, as show lists it; the dataset's and each case's own (repeatable)",
+      collect,
+      [],
+    )
+    .option('--remove-case <id>', 'the new version goes without this case (repeatable)', collect, [])
     .addOption(homeOption())
     .addOption(serverOption())
     .action(
