@@ -912,7 +912,7 @@ flow:
       ]),
     ]);
     expect(added.code, added.stderr).toBe(0);
-    expect(added.stdout).toContain('stored dataset long-runs version 1: 1 cases (1 recorded)');
+    expect(added.stdout).toContain('stored dataset long-runs version 1: 1 case (1 recorded)');
     const shown = await as('judge', ['eval', 'dataset', 'show', 'long-runs', '--json']);
     const [kept] = (JSON.parse(shown.stdout) as Dataset).cases;
     // The write's arguments, cut in their event, whole from the journal; the read's output from the object store.
