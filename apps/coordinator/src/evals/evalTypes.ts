@@ -1,4 +1,5 @@
 import type { EvalCase, Score, ScorerSpec, TroupeEvent, UsageTotals } from '@troupe/protocol';
+import type { Clock } from '@troupe/runtime';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 
 /**
@@ -28,6 +29,11 @@ export interface ScoreContext {
   /** Environment for model keys (a judge's); `process.env` when absent. */
   env?: Readonly<Record<string, string | undefined>>;
   signal?: AbortSignal;
+  /**
+   * Times each scorer's limit (`timeoutMs`): a test's simulated clock, or the caller's. Absent, the system's time,
+   * whose timers hold the process open until the limit.
+   */
+  clock?: Clock;
 }
 
 /** A scorer made from its spec, ready to score runs. */

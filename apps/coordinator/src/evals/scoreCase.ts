@@ -1,4 +1,5 @@
 import type { Score, ScorerSpec } from '@troupe/protocol';
+import { type Clock, systemClock } from '@troupe/runtime';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import type { ImportModule } from '../config/toolModules.ts';
 import type { CaseRun, ScoreContext, Scorer } from './evalTypes.ts';
@@ -104,6 +105,16 @@ export async function scoreRun(
 }
 
 /**
+ * The system's time for a scorer's time limit when the context gives no clock. Unlike `systemClock`'s, its timers hold
+ * the process open: a CLI run whose module scorer never answers ends by the limit, not when nothing else is left.
+ */
+const HOLDING_CLOCK: Clock = {
+  now: () => systemClock.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
+/**
  * A scorer made from a spec: its check's finding, judged against its threshold. A check still at work when its time
  * limit passes is told to stop (its `signal` aborts: a judge's call ends) and left: the score is an error at once, so
  * a module that never returns holds neither its case nor an online scoring slot.
@@ -126,9 +137,10 @@ class SpecScorer implements Scorer {
   async score(run: CaseRun, context: ScoreContext): Promise<Score> {
     const timedOut = new AbortController();
     const signal = context.signal ? AbortSignal.any([context.signal, timedOut.signal]) : timedOut.signal;
-    let timer: NodeJS.Timeout | undefined;
+    const clock = context.clock ?? HOLDING_CLOCK;
+    let timer: unknown;
     const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
+      timer = clock.setTimeout(() => {
         const seconds = this.#timeoutMs / 1000;
         reject(new Error(`timed out: no score after ${seconds} s (the scorer's timeoutMs)`));
         timedOut.abort();
@@ -152,7 +164,7 @@ class SpecScorer implements Scorer {
     } catch (error) {
       return errorScore(this.name, this.type, this.#threshold, error);
     } finally {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
     }
   }
 }

@@ -1,8 +1,9 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ScorerSpec } from '@troupe/protocol';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Score, ScorerSpec } from '@troupe/protocol';
+import { SimulatedClock } from '@troupe/testkit';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { builtinTools } from '../../src/config/builtinTools.ts';
 import { type LoadedPipeline, loadPipeline } from '../../src/config/loadPipeline.ts';
 import type { ScoreContext } from '../../src/evals/evalTypes.ts';
@@ -28,7 +29,8 @@ beforeAll(async () => {
 afterAll(() => rm(dir, { recursive: true, force: true }));
 
 describe("a scorer's time limit", () => {
-  it('makes the score of a module that never answers an error saying it timed out, and keeps the other scores', async () => {
+  it('makes the score of a module that never answers an error saying it timed out at its limit, and keeps the other scores', async () => {
+    const clock = new SimulatedClock();
     const scorers = makeScorers(
       [
         { type: 'module', name: 'stuck', path: 'neverScores.mjs', timeoutMs: 150 },
@@ -36,9 +38,17 @@ describe("a scorer's time limit", () => {
       ],
       { baseDir: fixtures },
     );
-    const started = Date.now();
-    const scores = await scoreRun(runOf({ output: 'A note.' }), scorers, context);
-    expect(Date.now() - started).toBeLessThan(SCORER_TIMEOUT_MS);
+    let scores: Score[] | undefined;
+    const scoring = scoreRun(runOf({ output: 'A note.' }), scorers, { ...context, clock }).then(
+      (s) => (scores = s),
+    );
+    // The contains scorer answered and cleared its limit; the module's is due in 150 ms of the clock's time.
+    await vi.waitFor(() => expect(clock.pending()).toEqual([150]));
+    clock.advance(149);
+    expect(clock.pending()).toEqual([1]);
+    expect(scores).toBeUndefined();
+    clock.advance(1);
+    await scoring;
     expect(scores).toEqual([
       {
         scorer: 'stuck',
@@ -51,6 +61,21 @@ describe("a scorer's time limit", () => {
       },
       expect.objectContaining({ scorer: 'contains "note"', pass: true }),
     ]);
+  });
+
+  it('is 60 s of the clock unless the spec says', async () => {
+    const clock = new SimulatedClock();
+    const [stuck] = makeScorers([{ type: 'module', name: 'stuck', path: 'neverScores.mjs' }], {
+      baseDir: fixtures,
+    });
+    if (!stuck) throw new Error('no scorer');
+    const scoring = stuck.score(runOf({ output: 'A note.' }), { ...context, clock });
+    expect(clock.pending()).toEqual([SCORER_TIMEOUT_MS]);
+    clock.advance(SCORER_TIMEOUT_MS);
+    expect(await scoring).toMatchObject({
+      pass: false,
+      reason: "error: timed out: no score after 60 s (the scorer's timeoutMs)",
+    });
   });
 
   it('is 60 s unless the spec says, and a spec refuses a time limit that is not a positive whole number of ms', () => {
