@@ -1,4 +1,5 @@
 import { type EvalCase, type EventOf, FINAL_EVENT_KINDS, type TroupeEvent } from '@troupe/protocol';
+import { EvalsError } from './evalsError.ts';
 import type { CaseRun } from './evalTypes.ts';
 
 type FinalEvent = EventOf<'task.completed'> | EventOf<'task.failed'> | EventOf<'task.cancelled'>;
@@ -13,7 +14,8 @@ const STATUS = {
  * What a case's run gave, read from its events: how its task ended, its output, usage and duration, all from the
  * task's final event. The run's task is the one accepted without a parent (a `pipeline` step's sub-tasks, and any
  * other task's events, are left out); an event seen twice (the same id) counts once. `options.output` is the whole
- * output where the final event kept only its preview. Throws when the task has no final event: it did not end.
+ * output where the final event kept only its preview. Throws an `EvalsError` (`run_not_ended`) when the task has no
+ * final event: it did not end.
  *
  * @example
  * const run = caseRunOf(evalCase, replay.events, { output: replay.output });
@@ -24,11 +26,13 @@ export function caseRunOf(
   options: { output?: string } = {},
 ): CaseRun {
   const taskId = taskOf(events);
-  if (taskId === undefined) throw new Error(`case ${evalCase.id}: the run has no events`);
+  if (taskId === undefined)
+    throw new EvalsError('run_not_ended', `case ${evalCase.id}: the run has no events`);
   const own = ownEvents(events, taskId);
   const final = own.find((event): event is FinalEvent => FINAL_EVENT_KINDS.includes(event.kind));
   if (!final) {
-    throw new Error(
+    throw new EvalsError(
+      'run_not_ended',
       `case ${evalCase.id}: task ${taskId} has no final event (task.completed, task.failed or task.cancelled): it did not end`,
     );
   }

@@ -10,6 +10,7 @@ import { realTools } from '../replay/realTools.ts';
 import { type JournalReader, Recording, type ValueReader } from '../replay/recording.ts';
 import { recordedTask, recordedTools, runOffline } from '../replay/replayTask.ts';
 import { caseRunOf } from './caseRun.ts';
+import { EvalsError } from './evalsError.ts';
 import type { CaseRun } from './evalTypes.ts';
 import { modelModePeople } from './modelModePeople.ts';
 import { modelModeTools } from './modelModeTools.ts';
@@ -35,6 +36,9 @@ export interface RunCaseOptions {
  *   real only where that cannot touch the world or `runTools` names them (see {@link modelModeTools}); people and
  *   memory answer from it or refuse;
  * - `live`: a real task (`runTask`), with real models and tools in a workspace under the OS temp dir removed after.
+ *
+ * Throws an `EvalsError` when the case cannot run so: `not_replayable` (a replay of a case with no recording, or one
+ * of another pipeline), `incomplete_recording` (its recording lacks its `task.accepted` or a value it refers to).
  */
 export async function runCase(evalCase: EvalCase, options: RunCaseOptions): Promise<CaseRun> {
   switch (options.mode) {
@@ -49,16 +53,24 @@ export async function runCase(evalCase: EvalCase, options: RunCaseOptions): Prom
 
 async function replayCase(evalCase: EvalCase, options: RunCaseOptions): Promise<CaseRun> {
   const recorded = evalCase.recording;
-  if (!recorded) throw new Error(`case ${evalCase.id} has no recording; run it with --mode model or live`);
+  if (!recorded)
+    throw new EvalsError(
+      'not_replayable',
+      `case ${evalCase.id} has no recording; run it with --mode model or live`,
+    );
   const { config } = options.pipeline;
   if (recorded.pipeline !== config.name)
-    throw new Error(
+    throw new EvalsError(
+      'not_replayable',
       `case ${evalCase.id} was recorded on pipeline ${recorded.pipeline}, not ${config.name}; run it with --mode model or live`,
     );
   const recording = await recordingOf(recorded);
   const accepted = recording.accepted;
   if (!accepted)
-    throw new Error(`the recording of case ${evalCase.id} has no task.accepted event to start from`);
+    throw new EvalsError(
+      'incomplete_recording',
+      `the recording of case ${evalCase.id} has no task.accepted event to start from`,
+    );
   const run = await runOffline({
     pipeline: options.pipeline,
     recording,
@@ -167,7 +179,10 @@ function valuesOf(recorded: CaseRecording): ValueReader {
     read: async (ref) => {
       const value = recorded.values[`${ref.bucket}/${ref.name}`];
       if (value === undefined)
-        throw new Error(`the recording of task ${recorded.taskId} keeps no value ${ref.bucket}/${ref.name}`);
+        throw new EvalsError(
+          'incomplete_recording',
+          `the recording of task ${recorded.taskId} keeps no value ${ref.bucket}/${ref.name}`,
+        );
       return value;
     },
   };

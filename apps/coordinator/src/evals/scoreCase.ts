@@ -1,7 +1,8 @@
-import type { Score, ScorerSpec } from '@troupe/protocol';
+import { errorMessage, type Score, type ScorerSpec } from '@troupe/protocol';
 import { type Clock, systemClock } from '@troupe/runtime';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import type { ImportModule } from '../config/toolModules.ts';
+import { EvalsError } from './evalsError.ts';
 import type { CaseRun, ScoreContext, Scorer } from './evalTypes.ts';
 import { celCheck } from './scorers/celScorer.ts';
 import { type Check, CheckError, type CheckOptions } from './scorers/check.ts';
@@ -12,10 +13,11 @@ import { safetyCheck } from './scorers/safetyScorer.ts';
 import { containsCheck, exactCheck, regexCheck } from './scorers/textScorers.ts';
 import { trajectoryCheck } from './scorers/trajectoryScorer.ts';
 
-type SpecOf<T extends ScorerSpec['type']> = Extract<ScorerSpec, { type: T }>;
+/** Each kind of scorer's spec, by its `type`. */
+type Specs = { [S in ScorerSpec as S['type']]: S };
 
 /** How each kind of scorer is made from its spec: checked now, so a bad one is refused before any case runs. */
-const CHECKS: { [T in ScorerSpec['type']]: (spec: SpecOf<T>, options: CheckOptions) => Check } = {
+const CHECKS: { [T in keyof Specs]: (spec: Specs[T], options: CheckOptions) => Check } = {
   exact: exactCheck,
   contains: containsCheck,
   regex: regexCheck,
@@ -55,9 +57,9 @@ export interface MakeScorersOptions {
 /**
  * Makes scorers from their specs, checking each now: a CEL expression parses and gives a bool or a number, a regex
  * compiles, a JSON Schema compiles, a judge's model is in the pipeline's `models:`, a module's file exists. Throws an
- * Error naming the scorer (its place and name) and what is wrong. Scorers are named by their spec's `name`, else by
- * kind and subject (`contains "done"`, `cel: steps.review.rounds <= 2`, `trajectory superset`, `judge (grader)`); a
- * name given twice gets ` #2`, so each score of a case is told apart.
+ * `EvalsError` (`invalid_scorer`) naming the scorer (its place and name) and what is wrong. Scorers are named by
+ * their spec's `name`, else by kind and subject (`contains "done"`, `cel: steps.review.rounds <= 2`, `trajectory
+ * superset`, `judge (grader)`); a name given twice gets ` #2`, so each score of a case is told apart.
  *
  * @example
  * const scorers = makeScorers(dataset.scorers, { baseDir: dirname(file), pipeline });
@@ -74,9 +76,11 @@ export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOp
     const name = seen === 1 ? base : `${base} #${seen}`;
     let check: Check;
     try {
-      check = (CHECKS[spec.type] as (spec: ScorerSpec, options: CheckOptions) => Check)(spec, checkOptions);
+      check = checkOf(spec.type, spec, checkOptions);
     } catch (error) {
-      throw new Error(`scorer ${index + 1} (${name}): ${(error as Error).message}`, { cause: error });
+      throw new EvalsError('invalid_scorer', `scorer ${index + 1} (${name}): ${errorMessage(error)}`, {
+        cause: error,
+      });
     }
     const threshold = spec.threshold ?? DEFAULT_THRESHOLD[spec.type] ?? 1;
     return new SpecScorer(name, spec.type, threshold, spec.timeoutMs ?? SCORER_TIMEOUT_MS, check);
@@ -182,13 +186,22 @@ function errorScore(scorer: string, type: string, threshold: number, error: unkn
   };
 }
 
+/** A spec's check, made by its kind's maker (the spec's `type` picks the maker that takes that spec). */
+function checkOf<T extends keyof Specs>(type: T, spec: Specs[T], options: CheckOptions): Check {
+  return CHECKS[type](spec, options);
+}
+
 /** A scorer's name from its kind and subject, when its spec gives none. */
 function nameOf(spec: ScorerSpec): string {
-  const name = NAMES[spec.type](spec as never);
+  const name = namedBy(spec.type, spec);
   return name.length <= MAX_NAME ? name : `${name.slice(0, MAX_NAME - 1)}…`;
 }
 
-const NAMES: { [T in ScorerSpec['type']]: (spec: SpecOf<T>) => string } = {
+function namedBy<T extends keyof Specs>(type: T, spec: Specs[T]): string {
+  return NAMES[type](spec);
+}
+
+const NAMES: { [T in keyof Specs]: (spec: Specs[T]) => string } = {
   exact: (spec) => (spec.value === undefined ? 'exact (expected)' : `exact ${JSON.stringify(spec.value)}`),
   contains: (spec) =>
     `contains ${(typeof spec.value === 'string' ? [spec.value] : spec.value).map((v) => JSON.stringify(v)).join(', ')}`,
