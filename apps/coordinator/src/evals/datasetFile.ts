@@ -5,7 +5,7 @@ import { LineCounter, parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { suggestion } from '../config/didYouMean.ts';
 import { positionOf } from '../config/yamlPosition.ts';
-import { makeScorers } from './scoreCase.ts';
+import { scorerProblems } from './scoreCase.ts';
 
 /** A dataset as a file gives it: what `troupe eval dataset add --file` stores and `troupe eval run` runs. */
 export interface DatasetFile {
@@ -213,16 +213,7 @@ export function parseYaml(path: string, text: string, options: ReadDatasetOption
  * `scorer 2 (regex "(["): not a regular expression: …`.
  */
 function unmade(specs: readonly ScorerSpec[], baseDir: string): { index: number; text: string }[] {
-  const problems: { index: number; text: string }[] = [];
-  for (const [index, spec] of specs.entries()) {
-    try {
-      makeScorers([spec], { baseDir });
-    } catch (error) {
-      // makeScorers numbers the scorer of its list of one: it is this list's index + 1.
-      problems.push({ index, text: (error as Error).message.replace(/^scorer 1 /, `scorer ${index + 1} `) });
-    }
-  }
-  return problems;
+  return scorerProblems(specs, { baseDir }).map(({ index, error }) => ({ index, text: error.message }));
 }
 
 interface CaseProblem {

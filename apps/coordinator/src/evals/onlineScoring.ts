@@ -23,7 +23,7 @@ import { caseRunOf } from './caseRun.ts';
 import type { Scorer } from './evalTypes.ts';
 import { sampled } from './onlineSampling.ts';
 import { runPasses } from './runPasses.ts';
-import { makeScorers, scoreRun } from './scoreCase.ts';
+import { makeScorers, scoreRun, scorerProblems } from './scoreCase.ts';
 
 /** Tasks scored at once by one pipeline's online scoring; the rest wait their turn. */
 const SCORING_CONCURRENCY = 4;
@@ -398,14 +398,12 @@ export function evalsProblems(
   const evals = pipeline.config.evals;
   if (!evals) return [];
   const problems: Problem[] = [];
+  const made = { baseDir: baseDirOf(pipeline), pipeline, online: true };
+  const unmade = new Map(scorerProblems(evals.scorers, made).map(({ index, error }) => [index, error]));
   for (const [i, spec] of evals.scorers.entries()) {
     const path = ['evals', 'scorers', i];
-    try {
-      makeScorers([spec], { baseDir: baseDirOf(pipeline), pipeline, online: true });
-    } catch (error) {
-      // Made one at a time, so that every bad scorer is reported: each is its block's, not the first of one.
-      problems.push({ path, message: errorMessage(error).replace(/^scorer 1 \(/, `scorer ${i + 1} (`) });
-    }
+    const error = unmade.get(i);
+    if (error) problems.push({ path, message: error.message });
     if (spec.type === 'judge' && options.requireKeys) {
       const model = resolveModelRef(pipeline.config, spec.model);
       const keyEnv = model && keyEnvOf(model);

@@ -66,25 +66,55 @@ export interface MakeScorersOptions {
  * const scores = await scoreRun(caseRunOf(evalCase, events), scorers, { pipeline, baseDir: dirname(file) });
  */
 export function makeScorers(specs: readonly ScorerSpec[], options: MakeScorersOptions): Scorer[] {
-  const importModule = options.importModule ?? options.pipeline?.importModule;
-  const checkOptions: CheckOptions = { ...options, ...(importModule ? { importModule } : {}) };
+  const checkOptions = checkOptionsOf(options);
   const taken = new Map<string, number>();
   return specs.map((spec, index) => {
     const base = spec.name ?? nameOf(spec);
     const seen = (taken.get(base) ?? 0) + 1;
     taken.set(base, seen);
-    const name = seen === 1 ? base : `${base} #${seen}`;
-    let check: Check;
-    try {
-      check = checkOf(spec.type, spec, checkOptions);
-    } catch (error) {
-      throw new EvalsError('invalid_scorer', `scorer ${index + 1} (${name}): ${errorMessage(error)}`, {
-        cause: error,
-      });
-    }
-    const threshold = spec.threshold ?? DEFAULT_THRESHOLD[spec.type] ?? 1;
-    return new SpecScorer(name, spec.type, threshold, spec.timeoutMs ?? SCORER_TIMEOUT_MS, check);
+    return madeScorer(spec, index, seen === 1 ? base : `${base} #${seen}`, checkOptions);
   });
+}
+
+/**
+ * Each scorer of `specs` that cannot be made, by its index there, with the `EvalsError` saying so as `makeScorers`
+ * would (`scorer 3 (regex /(/): …`). Each is made alone, so every bad one is found, not only the first: what a
+ * pipeline's `evals:` block and a dataset file are checked with.
+ */
+export function scorerProblems(
+  specs: readonly ScorerSpec[],
+  options: MakeScorersOptions,
+): { index: number; error: EvalsError }[] {
+  const checkOptions = checkOptionsOf(options);
+  return specs.flatMap((spec, index) => {
+    try {
+      madeScorer(spec, index, spec.name ?? nameOf(spec), checkOptions);
+      return [];
+    } catch (error) {
+      if (!EvalsError.is(error, 'invalid_scorer')) throw error;
+      return [{ index, error }];
+    }
+  });
+}
+
+/** The options a check is made with: a module scorer imported by the importer given, else by the pipeline's. */
+function checkOptionsOf(options: MakeScorersOptions): CheckOptions {
+  const importModule = options.importModule ?? options.pipeline?.importModule;
+  return { ...options, ...(importModule ? { importModule } : {}) };
+}
+
+/** The scorer of `specs[index]`, named `name`; an `EvalsError` naming it by both when its spec cannot be used. */
+function madeScorer(spec: ScorerSpec, index: number, name: string, options: CheckOptions): Scorer {
+  let check: Check;
+  try {
+    check = checkOf(spec.type, spec, options);
+  } catch (error) {
+    throw new EvalsError('invalid_scorer', `scorer ${index + 1} (${name}): ${errorMessage(error)}`, {
+      cause: error,
+    });
+  }
+  const threshold = spec.threshold ?? DEFAULT_THRESHOLD[spec.type] ?? 1;
+  return new SpecScorer(name, spec.type, threshold, spec.timeoutMs ?? SCORER_TIMEOUT_MS, check);
 }
 
 /**

@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { caseRunOf } from '../../src/evals/caseRun.ts';
 import { EvalsError } from '../../src/evals/evalsError.ts';
 import { runCase } from '../../src/evals/runCase.ts';
-import { makeScorers } from '../../src/evals/scoreCase.ts';
+import { makeScorers, scorerProblems } from '../../src/evals/scoreCase.ts';
 import { evalPipeline, noEffects, recordedCase, removePipelines } from './runSupport.ts';
 import { eventsOf, noteCase } from './scoredRuns.ts';
 
@@ -33,6 +33,22 @@ describe("an eval's errors carry a stable code", () => {
     expect(EvalsError.is(error, 'invalid_scorer')).toBe(true);
     expect((error as Error).message).toMatch(/^scorer 2 \(regex \/\(\/\): /);
     expect((error as Error).cause).toBeInstanceOf(Error);
+  });
+
+  it('invalid_scorer, from scorerProblems: every scorer that cannot be made, each numbered by its own place', () => {
+    const problems = scorerProblems(
+      [
+        { type: 'contains', value: 'x' },
+        { type: 'regex', pattern: '(' },
+        { type: 'exact', value: 'y' },
+        { type: 'cel', name: 'broken', expr: 'output ==' },
+      ],
+      { baseDir: '.' },
+    );
+    expect(problems.map(({ index }) => index)).toEqual([1, 3]);
+    expect(problems.every(({ error }) => EvalsError.is(error, 'invalid_scorer'))).toBe(true);
+    expect(problems[0]?.error.message).toMatch(/^scorer 2 \(regex \/\(\/\): /);
+    expect(problems[1]?.error.message).toMatch(/^scorer 4 \(broken\): /);
   });
 
   it('run_not_ended: a run with no events, or whose task has no final event', async () => {
