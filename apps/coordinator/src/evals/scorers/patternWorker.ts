@@ -99,7 +99,6 @@ export class PatternWorker {
   #thread(): Worker {
     if (this.#worker) return this.#worker;
     const worker = startThread();
-    worker.unref();
     worker.on('message', (answer: PatternAnswer) => {
       const current = this.#current;
       if (!current || current.id !== answer.id) return;
@@ -110,6 +109,9 @@ export class PatternWorker {
     });
     worker.on('error', (error) => this.#restart(new Error(`the pattern thread failed: ${error.message}`)));
     worker.on('exit', (code) => this.#restart(new Error(`the pattern thread stopped (exit code ${code})`)));
+    // After the listeners: a 'message' listener added to an unref'd worker refs its port again (Node 20), and the
+    // thread then kept `troupe eval run` from exiting once its report was printed.
+    worker.unref();
     this.#worker = worker;
     return worker;
   }
