@@ -13,7 +13,7 @@ import { examplePath, fixturePath } from './support/harness.ts';
  * on a real server become a dataset; replaying it gives the scores the recorded runs get; the deliberately worse
  * notes.worse.yaml, run on its own (scripted) models against the recorded tool results, fails its thresholds and
  * `troupe eval compare` lists the regressions, both exiting 1 as a CI gate needs; model mode never runs a tool that
- * is not rerunnable (test/fixtures/evals/sender.yaml's send_note, which keeps a ledger); the example's hand-written
+ * has an effect (test/fixtures/evals/sender.yaml's send_note, which keeps a ledger); the example's hand-written
  * dataset runs with no server; and the dataset, exported to a file, gates a CI job with no server, in JUnit XML that
  * is well-formed.
  */
@@ -201,7 +201,7 @@ describe('evals: from recorded runs to a CI gate', () => {
     expect(table.stdout).toContain('verdict: worse');
   });
 
-  it('never runs a tool that is not rerunnable in model mode: the recorded call answers, a new one is refused', async () => {
+  it('never runs a tool with an effect in model mode: the recorded call answers, a new one is refused', async () => {
     const submitted = await cli(['submit', 'sender', 'Announce v2.3', '--id', 'eval-send', '--wait']);
     expect(submitted.code, submitted.stderr).toBe(0);
     expect(await sent()).toHaveLength(1);
