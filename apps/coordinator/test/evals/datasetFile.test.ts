@@ -128,7 +128,7 @@ cases:
     expect(error.file).toBe(file);
     expect(error.problems).toEqual([
       expect.stringMatching(/^line 2: scorer 1 \(regex \/\(\[\/\): not a valid regular expression: /),
-      `line 3: scorer 2 (module ./nope.ts): ./nope.ts: no such file (looked for ${join(dir, 'nope.ts')})`,
+      `line 3: scorer 2 (module ./nope.ts): ./nope.ts: no such file (looked for ${join(dir, 'nope.ts')}, from ${dir}; a dataset file's module paths are read from its folder, a stored dataset's from the working directory: run troupe eval run from the folder the dataset was made in, or give the module an absolute path)`,
       expect.stringMatching(/^line 4: scorer 3 \(cel: output ==\): not a valid CEL expression: /),
       expect.stringMatching(/^line 6: scorer 5 \(jsonSchema\): not a usable JSON Schema: /),
       expect.stringMatching(

@@ -356,7 +356,7 @@ describe('module', () => {
 
   it('refuses, when made, a module file that does not exist', () => {
     expect(made({ type: 'module', path: 'nope.ts' })).toThrow(
-      `scorer 1 (module nope.ts): nope.ts: no such file (looked for ${join(fixtures, 'nope.ts')})`,
+      `scorer 1 (module nope.ts): nope.ts: no such file (looked for ${join(fixtures, 'nope.ts')}, from ${fixtures}; a dataset file's module paths are read from its folder, a stored dataset's from the working directory: run troupe eval run from the folder the dataset was made in, or give the module an absolute path)`,
     );
   });
 });

@@ -14,7 +14,10 @@ import type { Check, CheckOptions, Finding } from './check.ts';
  */
 export function moduleCheck(spec: Extract<ScorerSpec, { type: 'module' }>, options: CheckOptions): Check {
   const file = resolve(options.baseDir, spec.path);
-  if (!isFile(file)) throw new Error(`${spec.path}: no such file (looked for ${file})`);
+  if (!isFile(file))
+    throw new Error(
+      `${spec.path}: no such file (looked for ${file}, from ${options.baseDir}${options.online ? '' : `; ${WHERE}`})`,
+    );
   let loaded: Promise<ScorerModule> | undefined;
   return async (run) => {
     loaded ??= scorerModule(spec.path, file, options.importModule ?? importWithNode);
@@ -53,6 +56,11 @@ function answered(written: string, answer: ScoreAnswer): Finding {
   }
   return { value: number, reason: typeof reason === 'string' ? reason : `${written} gave ${number}` };
 }
+
+/** Where a module path is read from, as a missing file's error says. */
+const WHERE =
+  "a dataset file's module paths are read from its folder, a stored dataset's from the working directory: " +
+  'run troupe eval run from the folder the dataset was made in, or give the module an absolute path';
 
 function isFile(file: string): boolean {
   try {
