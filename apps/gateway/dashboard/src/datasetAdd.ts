@@ -60,7 +60,13 @@ export function DatasetAdd(props: {
       .then(({ datasets }) => setNames([...new Set(datasets.map((d) => d.name))].sort()))
       .catch(() => setNames([]));
   }, [open, api]);
-  if (!ENDED.has(task.status) || !may(props.who, 'submit', task.pipeline)) return null;
+  // Datasets may hold runs of any pipeline: only a token with no pipeline list adds to them (as the gateway says).
+  if (
+    !ENDED.has(task.status) ||
+    !may(props.who, 'submit', task.pipeline) ||
+    props.who?.pipelines !== undefined
+  )
+    return null;
 
   const valid = NAME.test(name);
   const add = async () => {
