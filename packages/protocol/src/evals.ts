@@ -187,6 +187,11 @@ export const Experiment = z.object({
   startedAt: z.string(),
   durationMs: z.number().nonnegative(),
   cases: z.array(CaseResult),
+  /**
+   * The budget it was run within (`--budget-usd`), if one was given, and what the cases spent against it (the tasks'
+   * model cost outside a replay, and the judges'): over it when cases already started spent past it.
+   */
+  budget: z.object({ usd: z.number().nonnegative(), spentUsd: z.number().nonnegative() }).optional(),
   totals: z.object({
     cases: z.number().int().nonnegative(),
     passed: z.number().int().nonnegative(),

@@ -101,6 +101,7 @@ export async function runExperiment(options: ExperimentOptions): Promise<Experim
     startedAt: started.toISOString(),
     durationMs: Date.now() - started.getTime(),
     cases: results,
+    ...(options.budgetUsd === undefined ? {} : { budget: { usd: options.budgetUsd, spentUsd: spent } }),
     totals: totalsOf(results, skipped),
   };
 }
@@ -218,13 +219,13 @@ function modelsOf(pipeline: LoadedPipeline): Experiment['pipeline']['models'] {
 }
 
 /**
- * The experiment's sums. `meanScore` is the mean over the cases that ran of each one's mean score, as a comparison
- * reads it (`caseMeanScore`: a case with no scores counts 1 if it passed, else 0, so an error counts 0). Cases not
- * run (`skipped`) count in nothing else; durations are of the cases that ran.
+ * The experiment's sums. `meanScore` is the mean over every case of its mean score, as a comparison reads it
+ * (`caseMeanScore`: a case with no scores counts 1 if it passed, else 0, so an error counts 0, and so does a case not
+ * run). Cases not run (`skipped`) count in nothing else; durations are of the cases that ran.
  */
 function totalsOf(results: readonly CaseResult[], skipped: ReadonlySet<number>): Experiment['totals'] {
   const ran = results.filter((_, at) => !skipped.has(at));
-  const means = ran.map(caseMeanScore);
+  const means = results.map(caseMeanScore);
   const durations = ran.map((result) => result.durationMs).sort((a, b) => a - b);
   return {
     cases: results.length,

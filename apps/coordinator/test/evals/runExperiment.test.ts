@@ -163,6 +163,19 @@ describe('runExperiment', () => {
     );
     expect(experiment.totals).toMatchObject({ cases: 3, passed: 1, errored: 0, skipped: 2 });
     expect(experiment.totals.costUsd).toBe(first?.usage.costUsd);
+    // A case not run counts 0 in the mean score, as a comparison counts it (caseMeanScore).
+    expect(experiment.totals.meanScore).toBeCloseTo(1 / 3, 10);
+    // The spend against the budget, over it by what the case already started spent.
+    expect(experiment.budget).toEqual({ usd: 0.000001, spentUsd: first?.usage.costUsd });
+  });
+
+  it('keeps no budget when none was given, and what was spent against one that was not reached', async () => {
+    const pipeline = await evalPipeline(stampA, noEffects(), { priced: true });
+    const cases = [{ id: 'a', goal: 'stamp a' }];
+    expect((await runExperiment(options(pipeline, datasetOf(cases)))).budget).toBeUndefined();
+    const within = await runExperiment(options(pipeline, datasetOf(cases), { budgetUsd: 5 }));
+    expect(within.budget).toEqual({ usd: 5, spentUsd: within.totals.costUsd });
+    expect(within.budget?.spentUsd).toBeGreaterThan(0);
   });
 
   it('runs each case that cannot spend whatever the budget: a replay without judges, even with a budget of $0', async () => {
