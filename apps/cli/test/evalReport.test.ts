@@ -38,6 +38,34 @@ describe('experiment reports', () => {
     expect(lines).toHaveLength(6);
   });
 
+  it('says the spend against a budget and by how much it went over, a case judged by its task alone, and 1 case', () => {
+    const unscored = experimentOf('budgeted', [
+      caseResult('quiet', []),
+      caseResult('broke', [], { status: 'failed', taskStatus: 'failed' }),
+    ]);
+    const over = { ...unscored, budget: { usd: 0.01, spentUsd: 0.02 } };
+    const table = experimentTable(over);
+    expect(table[2]).toMatch(/^quiet\s+passed\s+1\.00\s+no scores: judged by its task's end\s+\$0\.0100/);
+    expect(table[3]).toMatch(/^broke\s+failed\s+0\.00\s+task failed \(no scores: judged by its task's end\)/);
+    expect(table.at(-1)).toBe(
+      'budget $0.0100: spent $0.0200, over budget by $0.0100 (cases already started)',
+    );
+    expect(experimentMarkdown(over)).toContain(
+      'budget $0.0100: spent $0.0200, over budget by $0.0100 (cases already started)',
+    );
+    expect(experimentMarkdown(over)).toContain(
+      "- **broke**: the task ended failed (no scores: judged by its task's end)",
+    );
+    const within = experimentTable({ ...unscored, budget: { usd: 1, spentUsd: 0.02 } });
+    expect(within.at(-1)).toBe('budget $1.0000: spent $0.0200');
+    // No budget given: no line of it; one case in the singular.
+    const one = experimentTable(experimentOf('one', [caseResult('only', [score('contains', 1)])]));
+    expect(one.at(-1)).toMatch(/^1 case: 1 passed/);
+    const xml = parseXml(experimentJunit(over));
+    const properties = elements(xml, 'property').map((p) => [p.attributes.name, p.attributes.value]);
+    expect(properties).toContainEqual(['spentUsd', '0.020000']);
+  });
+
   it('prints JSON that reads back as the experiment', () => {
     expect(Experiment.parse(JSON.parse(renderExperiment(experiment, 'json')))).toEqual(experiment);
   });

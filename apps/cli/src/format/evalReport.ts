@@ -32,7 +32,7 @@ export function experimentTable(experiment: Experiment): string[] {
     c.caseId,
     c.status,
     caseMeanScore(c).toFixed(2),
-    oneLine(failingOf(c), 60) || '-',
+    oneLine(failingOf(c), 60) || unscoredNote(c) || '-',
     formatCost(c.usage.costUsd),
     formatDuration(c.durationMs),
   ]);
@@ -40,6 +40,7 @@ export function experimentTable(experiment: Experiment): string[] {
     headline(experiment),
     ...alignColumns([HEADER, ...rows], { right: [2, 4, 5] }),
     totalsLine(experiment),
+    ...budgetLines(experiment),
   ];
 }
 
@@ -48,7 +49,30 @@ export function failingOf(result: CaseResult): string {
   if (result.status === 'error') return `error: ${result.error ?? 'unknown'}`;
   const failed = result.scores.filter((s) => !s.pass).map((s) => s.scorer);
   if (failed.length > 0) return failed.join(', ');
-  return result.status === 'failed' ? `task ${result.taskStatus ?? 'failed'}` : '';
+  if (result.status !== 'failed') return '';
+  return `task ${result.taskStatus ?? 'failed'}${result.scores.length === 0 ? ` (${UNSCORED})` : ''}`;
+}
+
+const UNSCORED = "no scores: judged by its task's end";
+
+/** What a case that passed with no scores says: its task's end decided it. */
+const unscoredNote = (result: CaseResult): string =>
+  result.status === 'passed' && result.scores.length === 0 ? UNSCORED : '';
+
+/** `1 case`, `3 cases`. */
+export const plural = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
+
+/**
+ * The budget it ran within, if one was given: what the cases spent against it, and by how much they went over it
+ * (the cases already started when it was reached spend on; no other case starts).
+ */
+export function budgetLines(e: Experiment): string[] {
+  if (!e.budget) return [];
+  const { usd, spentUsd } = e.budget;
+  const over = spentUsd - usd;
+  return [
+    `budget ${formatCost(usd)}: spent ${formatCost(spentUsd)}${over > 0 ? `, over budget by ${formatCost(over)} (cases already started)` : ''}`,
+  ];
 }
 
 function headline(e: Experiment): string {
@@ -59,7 +83,7 @@ function headline(e: Experiment): string {
 export function totalsLine(e: Experiment): string {
   const t = e.totals;
   return (
-    `${t.cases} cases: ${t.passed} passed, ${t.failed} failed, ${t.errored} errored, ${t.skipped} skipped` +
+    `${plural(t.cases, 'case')}: ${t.passed} passed, ${t.failed} failed, ${t.errored} errored, ${t.skipped} skipped` +
     ` · mean score ${t.meanScore.toFixed(2)} · cost ${formatCost(t.costUsd)} (judges ${formatCost(t.judgeCostUsd)})` +
     ` · p50 ${formatDuration(t.p50Ms)}, p90 ${formatDuration(t.p90Ms)} · took ${formatDuration(e.durationMs)}`
   );
@@ -104,6 +128,7 @@ export function experimentSuite(e: Experiment, indent: string): string {
       costUsd: e.totals.costUsd.toFixed(6),
       judgeCostUsd: e.totals.judgeCostUsd.toFixed(6),
       skipped: String(e.totals.skipped),
+      ...(e.budget ? { budgetUsd: e.budget.usd.toFixed(6), spentUsd: e.budget.spentUsd.toFixed(6) } : {}),
     }).map(([name, value]) => xmlElement('property', { name, value }, [], `${inner}  `)),
     inner,
   );
@@ -141,7 +166,7 @@ function caseTestcase(e: Experiment, c: CaseResult, indent: string): string {
     );
   }
   if (c.status === 'failed' && c.scores.every((s) => s.pass)) {
-    const message = `the task ended ${c.taskStatus ?? 'failed'}`;
+    const message = `the task ended ${c.taskStatus ?? 'failed'}${c.scores.length === 0 ? ` (${UNSCORED})` : ''}`;
     children.push(xmlText('failure', { message, type: 'task' }, message, inner));
   }
   const out = [c.taskId ? `task ${c.taskId}` : undefined, c.output].filter((x) => x !== undefined).join('\n');
@@ -172,7 +197,7 @@ export function experimentMarkdown(e: Experiment): string[] {
     c.caseId,
     STATUS_MARK[c.status],
     caseMeanScore(c).toFixed(2),
-    oneLine(failingOf(c), 80),
+    oneLine(failingOf(c) || unscoredNote(c), 80),
     formatCost(c.usage.costUsd),
     formatDuration(c.durationMs),
   ]);
@@ -183,6 +208,7 @@ export function experimentMarkdown(e: Experiment): string[] {
     `Dataset **${e.dataset.name}@${e.dataset.version}** · pipeline **${e.pipeline.name}** (\`${e.pipeline.file}\`, \`${shortHash(e.pipeline.hash)}\`) · mode ${e.mode} · ${e.startedAt}`,
     '',
     `**${t.passed} of ${t.cases} passed** (${rate}%) · ${t.failed} failed · ${t.errored} errored · ${t.skipped} skipped · mean score ${t.meanScore.toFixed(2)} · cost ${formatCost(t.costUsd)} (judges ${formatCost(t.judgeCostUsd)}) · p50 ${formatDuration(t.p50Ms)} · p90 ${formatDuration(t.p90Ms)}`,
+    ...budgetLines(e).flatMap((line) => ['', line]),
     '',
     ...markdownTable(['Case', 'Status', 'Score', 'Failing', 'Cost', 'Duration'], rows, [2, 4, 5]),
     ...(failures.length === 0 ? [] : ['', '#### Failures', '', ...failures.flatMap(failureItems)]),
@@ -193,6 +219,9 @@ function failureItems(c: CaseResult): string[] {
   const id = `**${markdownCell(c.caseId)}**`;
   if (c.status === 'error') return [`- ${id} (error): ${markdownCell(oneLine(c.error ?? 'unknown', 300))}`];
   const failed = c.scores.filter((s) => !s.pass);
-  if (failed.length === 0) return [`- ${id}: the task ended ${c.taskStatus ?? 'failed'}`];
+  if (failed.length === 0)
+    return [
+      `- ${id}: the task ended ${c.taskStatus ?? 'failed'}${c.scores.length === 0 ? ` (${UNSCORED})` : ''}`,
+    ];
   return failed.map((s) => `- ${id}: ${markdownCell(oneLine(scoreLine(s), 300))}`);
 }
