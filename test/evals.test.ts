@@ -173,7 +173,7 @@ describe('evals: from recorded runs to a CI gate', () => {
       expect(failing).toEqual([
         'contains "notes/release.md"',
         'wrote the note',
-        'trajectory superset',
+        'written then read',
         'release note',
       ]);
     }
@@ -199,6 +199,49 @@ describe('evals: from recorded runs to a CI gate', () => {
     expect(table.code, table.stderr).toBe(1);
     for (const id of taskIds) expect(table.stdout).toMatch(new RegExp(`^${id} +regressed`, 'm'));
     expect(table.stdout).toContain('verdict: worse');
+  });
+
+  it('catches each half of the worsened pipeline on its own: a reviewer that approves unread, a writer that skips the file', async () => {
+    // Only the reviewer made worse: the writer still writes the note, so only the tools' order shows it.
+    const lazyReviewer = await evalRun(
+      'lazy-reviewer',
+      fixturePath('evals/notes.lazy-reviewer.yaml'),
+      'model',
+    );
+    expect(lazyReviewer.code, lazyReviewer.stderr).toBe(1);
+    expect(lazyReviewer.experiment.totals).toMatchObject({ cases: 3, passed: 0, failed: 3, errored: 0 });
+    for (const c of lazyReviewer.experiment.cases) {
+      expect(c.tools).toEqual(['write_file']);
+      expect(c.scores.filter((s) => !s.pass).map((s) => s.scorer)).toEqual(['written then read']);
+    }
+    // Only the writer made worse: the reviewer still reads (the recorded read answers), and approves.
+    const lazyWriter = await evalRun('lazy-writer', fixturePath('evals/notes.lazy-writer.yaml'), 'model');
+    expect(lazyWriter.code, lazyWriter.stderr).toBe(1);
+    expect(lazyWriter.experiment.totals).toMatchObject({ cases: 3, passed: 0, failed: 3, errored: 0 });
+    for (const c of lazyWriter.experiment.cases) {
+      expect(c.tools).toEqual(['read_file']);
+      expect(c.scores.filter((s) => !s.pass).map((s) => s.scorer)).toEqual([
+        'contains "notes/release.md"',
+        'wrote the note',
+        'written then read',
+        'release note',
+      ]);
+    }
+
+    for (const b of ['lazy-reviewer', 'lazy-writer']) {
+      const compared = await cli(['eval', 'compare', 'base', b, '--format', 'json']);
+      expect(compared.code, `${b}: ${compared.stderr}`).toBe(1);
+      const comparison = JSON.parse(compared.stdout) as EvalComparison;
+      expect(comparison.summary.verdict).toBe('worse');
+      expect(comparison.summary.counts).toMatchObject({ common: 3, regressed: 3, passesLost: 3 });
+      for (const c of comparison.cases) {
+        expect(c.change).toBe('regressed');
+        expect(c.scorers.find((s) => s.scorer === 'written then read')).toMatchObject({
+          a: { pass: true },
+          b: { pass: false },
+        });
+      }
+    }
   });
 
   it('never runs a tool with an effect in model mode: the recorded call answers, a new one is refused', async () => {
@@ -327,7 +370,7 @@ describe('evals: from recorded runs to a CI gate', () => {
       expect(failures.map((f) => f.attributes.message?.split(':')[0])).toEqual([
         'contains "notes/release.md"',
         'wrote the note',
-        'trajectory superset',
+        'written then read',
         'release note',
       ]);
       expect(failures[1]?.text).toContain('tools.called("write_file") >= 1 is false');
