@@ -144,6 +144,20 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
         new Date(now),
       ),
     );
+    // `troupe eval run --mode live` runs its tasks in the CLI's process: the experiment keeps their events, and no
+    // server knows the tasks.
+    const cliRun = (taskId: string) => h.eventsOf(taskId).map((e) => ({ ...e, taskId: `cli-${taskId}` }));
+    await store.putExperiment(
+      experiment(
+        'notes-cli-live',
+        'live',
+        [
+          caseResult('release-v1', true, { taskId: `cli-${v1}`, events: cliRun(v1) }),
+          caseResult('release-v2', false, { taskId: `cli-${v2}`, events: cliRun(v2) }),
+        ],
+        new Date(now - 120_000),
+      ),
+    );
     // Online scores of the two tasks, as a pipeline's `evals:` block publishes them after each task's end.
     for (const [taskId, pass] of [
       [v1, true],
@@ -211,7 +225,7 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
   it('lists the experiments, compares B with A, and opens the regressed case’s timeline', async () => {
     await page.getByTestId('view-experiments').click();
     const rows = page.getByTestId('experiment-row');
-    await expect.poll(() => rows.count(), { timeout: 15_000 }).toBe(2);
+    await expect.poll(() => rows.count(), { timeout: 15_000 }).toBe(3);
     // Newest first, each with its dataset, mode, pass rate and mean score.
     expect(await rows.first().getAttribute('data-experiment')).toBe('notes-live');
     expect(await rows.first().textContent()).toContain('release-notes@1');
@@ -266,5 +280,19 @@ describe('the dashboard’s experiments, their comparison and the task list’s 
       .locator('[data-testid=task-row][data-task="notes-run-v2"].selected')
       .waitFor({ timeout: 15_000 });
     await expect.poll(timelineTask, { timeout: 15_000 }).toBe('notes-run-v2');
+  }, 60_000);
+
+  it('draws a CLI live run’s case from the events it kept, and offers no task the server does not know', async () => {
+    await page.getByTestId('view-experiments').click();
+    await page.getByTestId('compare-a').selectOption('notes-replay');
+    await page.getByTestId('compare-b').selectOption('notes-cli-live');
+    const regressed = page.locator('[data-testid=case-row][data-change=regressed]');
+    await regressed.waitFor({ timeout: 15_000 });
+    await regressed.click();
+    const opened = page.getByTestId('open-case');
+    await expect.poll(() => opened.getAttribute('data-side'), { timeout: 15_000 }).toBe('b');
+    await expect.poll(timelineTask, { timeout: 15_000 }).toBe('cli-notes-run-v2');
+    expect(await timeline().textContent()).toContain('review');
+    expect(await page.getByTestId('case-open-task').count()).toBe(0);
   }, 60_000);
 });

@@ -188,7 +188,10 @@ function Summary(props: { comparison: EvalComparison }) {
   </div>`;
 }
 
-/** A case opened: its scorers in A and B, and the timeline of one side's run (a live task's opens in the task view too). */
+/**
+ * A case opened: its scorers in A and B, and the timeline of one side's run (a live task the server knows opens in the
+ * task view too).
+ */
 function OpenCase(props: {
   api: Api;
   comparison: EvalComparison;
@@ -202,11 +205,23 @@ function OpenCase(props: {
   const run = compared[side];
   const [trace, setTrace] = useState<Trace | undefined>(undefined);
   const [refusal, setRefusal] = useState<string | undefined>(undefined);
+  // A live case's task opens in the task view only if the server knows it: `troupe eval run --mode live` runs its
+  // tasks in the CLI's own process, and the experiment keeps their events (the timeline below) but no server does.
+  const liveTask = experiment.mode === 'live' ? run?.taskId : undefined;
+  const [taskOnServer, setTaskOnServer] = useState<string | undefined>(undefined);
   useEffect(() => {
     api
       .get<Trace>(`/v1/evals/experiments/${ENC(experiment.id)}/cases/${ENC(compared.caseId)}/trace`)
       .then(setTrace, (e: unknown) => setRefusal(e instanceof Error ? e.message : String(e)));
   }, [api, experiment.id, compared.caseId]);
+  useEffect(() => {
+    setTaskOnServer(undefined);
+    if (!liveTask) return;
+    api.get(`/v1/tasks/${ENC(liveTask)}`).then(
+      () => setTaskOnServer(liveTask),
+      () => undefined,
+    );
+  }, [api, liveTask]);
   return html`<div class="open-case" data-testid="open-case" data-case=${compared.caseId} data-side=${side}>
     <h3>${compared.caseId} <span class=${`change ${compared.change}`}>${compared.change}</span></h3>
     <p class="hint">${compared.reason}</p>
@@ -230,8 +245,8 @@ function OpenCase(props: {
           : null,
       )}
       ${
-        experiment.mode === 'live' && run?.taskId
-          ? html`<button class="link" onClick=${() => props.onOpenTask(run.taskId ?? '')} data-testid="case-open-task">open task ${run.taskId}</button>`
+        taskOnServer && taskOnServer === liveTask
+          ? html`<button class="link" onClick=${() => props.onOpenTask(taskOnServer)} data-testid="case-open-task">open task ${taskOnServer}</button>`
           : null
       }
     </div>
