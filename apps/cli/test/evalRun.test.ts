@@ -121,17 +121,93 @@ describe('troupe eval run', () => {
       process.chdir(here);
     }
   });
+
+  it('refuses what cannot run before any case runs (exit 2): a scorer that cannot be made, a judge without its key', async () => {
+    await writeFile(
+      at('broken.yaml'),
+      `name: broken
+scorers:
+  - { type: cel, name: bad cel, expr: 'tools.called(' }
+cases:
+  - { id: one, goal: say hello }
+  - id: two
+    goal: say hello
+    scorers: [{ type: module, name: gone, path: ./nope.ts }]
+`,
+    );
+    const { stores, puts } = storesOf({});
+    const broken = run(at('broken.yaml'), { store: true }, stores);
+    await expect(broken).rejects.toMatchObject({ exitCode: 2 });
+    const message = (await broken.catch((error: Error) => error.message)) as string;
+    expect(message).toMatch(/^cannot run broken@1 on .*greeter\.yaml: the dataset's scorers: .*bad cel/);
+    expect(message).toMatch(/case two: .*gone/);
+    expect(puts).toEqual([]);
+    // A judge whose model's key is not set, though the model is in the pipeline.
+    await writeFile(
+      at('judged.yaml'),
+      `version: 1
+name: greeter
+models:
+  scripted: { provider: scripted, script: ./script.json }
+  grader: { provider: openai, model: gpt-4o-mini, apiKeyEnv: TROUPE_TEST_GRADER_KEY }
+defaults: { model: scripted }
+agents:
+  writer: { instructions: Say hello. }
+flow:
+  - { id: write, kind: agent, agent: writer }
+`,
+    );
+    await writeFile(
+      at('judgedcases.yaml'),
+      'name: judgedcases\nscorers:\n  - { type: judge, model: grader, rubric: Is it a greeting? }\ncases:\n  - { id: one, goal: say hello }\n',
+    );
+    delete process.env.TROUPE_TEST_GRADER_KEY;
+    await expect(run(at('judgedcases.yaml'), { pipeline: at('judged.yaml') })).rejects.toMatchObject({
+      exitCode: 2,
+      message: expect.stringContaining(
+        'judge (grader) uses openai:gpt-4o-mini, which needs the environment variable TROUPE_TEST_GRADER_KEY; it is not set',
+      ),
+    });
+  });
+
+  it('reads a .json dataset file as a file, and a stored dataset with --no-store, storing nothing', async () => {
+    await writeFile(
+      at('asjson.json'),
+      JSON.stringify({
+        name: 'asjson',
+        scorers: [{ type: 'contains', value: 'hello' }],
+        cases: [{ id: 'one', goal: 'say hello' }],
+      }),
+    );
+    const file = await run(at('asjson.json'));
+    expect(file.code, file.stderr).toBe(0);
+    expect(Experiment.parse(JSON.parse(file.stdout)).dataset).toEqual({ name: 'asjson', version: 1 });
+    expect(file.stderr).toContain('running 1 case of asjson@1');
+    const stored: Dataset = {
+      name: 'kept',
+      version: 4,
+      createdAt: '2026-12-01T00:00:00.000Z',
+      scorers: [{ type: 'contains', value: 'hello' }],
+      cases: [{ id: 'one', goal: 'say hello' }],
+    };
+    const { stores, puts } = storesOf({ datasets: [stored] });
+    const noStore = await run('kept@4', { store: false }, stores);
+    expect(noStore.code, noStore.stderr).toBe(0);
+    expect(Experiment.parse(JSON.parse(noStore.stdout)).dataset).toEqual({ name: 'kept', version: 4 });
+    expect(puts).toEqual([]);
+    expect(noStore.stderr).not.toContain('stored');
+  });
 });
 
 /** A store in memory whose experiments `taken` are stored already, and whose puts fail with `refuse` when given. */
-function storesOf(options: { taken?: string[]; refuse?: string }): {
+function storesOf(options: { taken?: string[]; refuse?: string; datasets?: Dataset[] }): {
   stores: EvalRunStores;
   puts: { id: string; replace: boolean | undefined }[];
 } {
   const puts: { id: string; replace: boolean | undefined }[] = [];
   const store = {
     experiment: async (id: string) => (options.taken?.includes(id) ? { id } : undefined),
-    dataset: async () => undefined,
+    dataset: async (name: string) => options.datasets?.find((d) => d.name === name),
     putDataset: async (content: NewDataset): Promise<Dataset> => ({
       ...content,
       version: 1,

@@ -35,6 +35,7 @@ export { caseRunOf } from './evals/caseRun.ts';
 export { type DatasetFile, DatasetFileError, readDatasetFile } from './evals/datasetFile.ts';
 export { EvalsError, type EvalsErrorCode } from './evals/evalsError.ts';
 export type { CaseRun, ScoreAnswer, ScoreContext, Scorer, ScorerModule } from './evals/evalTypes.ts';
+export { experimentProblems } from './evals/experimentProblems.ts';
 export { SCORE_WAIT_MARGIN_MS, sampled, scoreWaitMs } from './evals/onlineSampling.ts';
 export {
   type RecordedCases,

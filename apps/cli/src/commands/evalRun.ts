@@ -5,6 +5,7 @@ import {
   builtinTools,
   ConfigError,
   DatasetFileError,
+  experimentProblems,
   type LoadedPipeline,
   loadPipeline,
   readDatasetFile,
@@ -20,7 +21,7 @@ import {
 import { exitWhenStdoutCloses } from '../closedPipe.ts';
 import { couldNotRun, LazyEvalStore } from '../experimentSource.ts';
 import { formatDuration } from '../format/duration.ts';
-import { type EvalFormat, failingOf, renderExperiment } from '../format/evalReport.ts';
+import { type EvalFormat, failingOf, plural, renderExperiment } from '../format/evalReport.ts';
 import { CliError, type ServerOptions } from '../server.ts';
 import { importToolModule } from '../toolModuleImport.ts';
 
@@ -51,7 +52,7 @@ export interface EvalRunStores {
   close(): Promise<void>;
 }
 
-const DATASET_FILE = new Set(['.yaml', '.yml', '.jsonl']);
+const DATASET_FILE = new Set(['.yaml', '.yml', '.json', '.jsonl']);
 
 /**
  * `troupe eval run <dataset> --pipeline <file>`: runs each case of a dataset (a stored `name[@version]`, or a file)
@@ -78,7 +79,7 @@ export async function evalRun(
         `experiment ${options.name} is stored already: give this run another --name, or pass --replace to replace it`,
         2,
       );
-    const { dataset, baseDir } = await datasetOf(datasetArg, store);
+    const { dataset, baseDir } = await datasetOf(datasetArg, store, stores);
     const mode = options.mode ?? defaultMode(dataset);
     if (!hasScorers(dataset))
       process.stderr.write(
@@ -86,8 +87,15 @@ export async function evalRun(
       );
     const pipelineText = await readFile(options.pipeline, 'utf8').catch(() => undefined);
     const pipeline = await load(options.pipeline, mode, options);
+    // What cannot run is said before any case runs (and spends): a scorer that cannot be made, a judge's missing key.
+    const problems = experimentProblems({ dataset, pipeline, baseDir, env: process.env });
+    if (problems.length > 0)
+      throw new CliError(
+        `cannot run ${dataset.name}@${dataset.version} on ${options.pipeline}: ${problems.join('; ')}`,
+        2,
+      );
     process.stderr.write(
-      `running ${dataset.cases.length} cases of ${dataset.name}@${dataset.version} against ${options.pipeline} (${mode})\n`,
+      `running ${plural(dataset.cases.length, 'case')} of ${dataset.name}@${dataset.version} against ${options.pipeline} (${mode})\n`,
     );
     experiment = await runExperiment({
       dataset,
@@ -118,7 +126,7 @@ export async function evalRun(
   }
   const t = experiment.totals;
   if (options.out !== undefined)
-    process.stderr.write(`${t.passed} of ${t.cases} cases passed; report in ${options.out}\n`);
+    process.stderr.write(`${t.passed} of ${plural(t.cases, 'case')} passed; report in ${options.out}\n`);
   return t.passed === t.cases ? 0 : 1;
 }
 
@@ -166,11 +174,13 @@ export function progressLine(result: CaseResult, done: number, total: number): s
 /**
  * The dataset to run and where its module scorers' paths start: a file's (its folder), or a stored version (the
  * working directory). A file run while storing becomes a stored version (the newest, when its content is the same)
- * so the experiment names a dataset the server has; with `--no-store` it is version 1 of its name.
+ * so the experiment names a dataset the server has; with `--no-store` it is version 1 of its name. A stored dataset
+ * is read from the server with `--no-store` too (nothing is stored): it must be reachable.
  */
 async function datasetOf(
   arg: string,
   store: EvalStore | undefined,
+  stores: EvalRunStores,
 ): Promise<{ dataset: Dataset; baseDir: string }> {
   if (DATASET_FILE.has(extname(arg).toLowerCase())) {
     const content = await readDatasetFile(arg).catch((error) => {
@@ -188,19 +198,22 @@ async function datasetOf(
   const match = /^([^@]+)(?:@(\d+))?$/.exec(arg);
   if (!match)
     throw new CliError(
-      `"${arg}" is neither a dataset file (.yaml, .yml, .jsonl) nor a stored name[@version]`,
+      `"${arg}" is neither a dataset file (.yaml, .yml, .json, .jsonl) nor a stored name[@version]`,
       2,
     );
   const [, name = '', version] = match;
-  if (!store)
-    throw new CliError(
-      `dataset ${arg} is stored on the server, which --no-store does not reach: give a dataset file instead`,
-      2,
-    );
-  const dataset = await store.dataset(name, version === undefined ? undefined : Number(version));
+  const reader =
+    store ??
+    (await stores.store().catch((error) => {
+      throw new CliError(
+        `${arg} names a stored dataset (a file ends in .yaml, .yml, .json or .jsonl), and the server cannot be reached to read it: ${errorMessage(error)}`,
+        2,
+      );
+    }));
+  const dataset = await reader.dataset(name, version === undefined ? undefined : Number(version));
   if (!dataset)
     throw new CliError(
-      `no dataset ${arg} is stored on this server (troupe eval dataset list shows them; a file ends in .yaml, .yml or .jsonl)`,
+      `no dataset ${arg} is stored on this server (troupe eval dataset list shows them; a file ends in .yaml, .yml, .json or .jsonl)`,
       2,
     );
   return { dataset, baseDir: process.cwd() };

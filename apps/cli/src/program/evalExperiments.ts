@@ -23,11 +23,15 @@ const nonNegative = (value: string): number => {
   return n;
 };
 
-/** The server options, NATS access among them (main.ts adds those to top-level commands only). */
+/**
+ * The server options, NATS access among them (main.ts adds those to top-level commands only); and a usage error
+ * (an option's value refused, an argument or a required option missing) exits 2, as the eval commands' "could not
+ * run" does — commander's own exit code for one is 1, which these commands give a failed case or a regression.
+ */
 function serverOptions(command: Command): Command {
   command.addOption(serverOption()).addOption(homeOption());
   for (const option of natsAccessOptions()) command.addOption(option);
-  return command;
+  return command.exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : 2));
 }
 
 function declareRun(evals: Command): void {
