@@ -119,7 +119,7 @@ describe('troupe eval run and compare, with no server', () => {
     expect(result.stdout).toMatch(/^morning\s+regressed\s+passed 1\.00\s+failed 0\.00\s+−1\.00/m);
     expect(result.stdout).toMatch(/^evening\s+regressed/m);
     expect(result.stdout).toContain(
-      "verdict: worse — the mean score's 95% interval over 2 common cases is [-1.00, -1.00]: B scores lower.",
+      "verdict: worse — the mean score's 95% interval over 2 common cases is [−1.00, −1.00]: B scores lower.",
     );
     expect(result.stdout).toContain('passed: 2/2 (100%) → 0/2 (0%)');
     expect(result.stdout).toMatch(
@@ -173,11 +173,81 @@ describe('troupe eval run and compare, with no server', () => {
       env,
     );
     expect(stored.code).toBe(2);
-    expect(stored.stderr).toContain('--no-store does not reach');
+    expect(stored.stderr).toContain(
+      'greetings@1 names a stored dataset (a file ends in .yaml, .yml, .json or .jsonl), and the server cannot be reached to read it',
+    );
 
     const missing = await troupe(['eval', 'compare', at('good.json'), at('nothing.json')], env);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toBe(`troupe: ${at('nothing.json')}: no such file\n`);
+
+    // A file that is not an experiment, given by a name with no path: it is read, and said not to be one.
+    const yaml = await troupe(
+      ['eval', 'compare', at('good.json'), 'greetings.yaml'],
+      { ...env },
+      60_000,
+      dir,
+    );
+    expect(yaml.code).toBe(2);
+    expect(yaml.stderr).toMatch(/^troupe: greetings\.yaml: not JSON: /);
+
+    // Option values refused are usage errors: exit 2, as the docs say, not commander's 1.
+    for (const refused of [
+      ['run', at('greetings.yaml'), '--pipeline', at('good.yaml'), '--concurrency', '0'],
+      ['run', at('greetings.yaml'), '--pipeline', at('good.yaml'), '--budget-usd', '-1'],
+      ['compare', at('good.json'), at('worse.json'), '--format', 'xml'],
+      ['compare', at('good.json'), at('worse.json'), '--max-cost-increase', '-5'],
+    ]) {
+      const result = await troupe(['eval', ...refused], env);
+      expect(result.code, `${refused.join(' ')}: ${result.stderr}`).toBe(2);
+      expect(result.stderr).toMatch(/^troupe: option '--[a-z-]+ <[^>]+>' argument '[^']+' is invalid/);
+    }
+  });
+
+  it('compare exits 2 when A and B have no case in common, and says when they ran different datasets or are one', async () => {
+    const good = Experiment.parse(JSON.parse(await readFile(at('good.json'), 'utf8')));
+    const elsewhere = {
+      ...good,
+      id: 'elsewhere',
+      dataset: { name: 'regenerated', version: 1 },
+      cases: good.cases.map((c) => ({ ...c, caseId: `new-${c.caseId}` })),
+    };
+    await writeFile(at('elsewhere.json'), JSON.stringify(elsewhere));
+    const none = await troupe(['eval', 'compare', at('good.json'), at('elsewhere.json')], env);
+    expect(none.code, none.stderr).toBe(2);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toBe(
+      'troupe: nothing to compare: A good-1 (greetings@1) and B elsewhere (regenerated@1) have no case in common (they ran different datasets)\n',
+    );
+
+    await writeFile(
+      at('renamed.json'),
+      JSON.stringify({ ...good, id: 'renamed', dataset: { name: 'greetings', version: 2 } }),
+    );
+    const renamed = await troupe(['eval', 'compare', at('good.json'), at('renamed.json')], env);
+    expect(renamed.code, renamed.stderr).toBe(0);
+    const note =
+      'A ran dataset greetings@1 and B ran greetings@2: their cases are matched by id across different datasets';
+    expect(renamed.stderr).toBe(`note: ${note}\n`);
+    expect(renamed.stdout).toContain(`\nnote: ${note}\n`);
+
+    const itself = await troupe(
+      ['eval', 'compare', at('good.json'), at('good.json'), '--format', 'json'],
+      env,
+    );
+    expect(itself.code, itself.stderr).toBe(0);
+    expect(itself.stderr).toBe('note: A and B are the same experiment (good-1)\n');
+    expect(JSON.parse(itself.stdout).notes).toEqual(['A and B are the same experiment (good-1)']);
+
+    // The comparison is made; only writing its report fails, and that is what it says.
+    const unwritable = await troupe(
+      ['eval', 'compare', at('good.json'), at('worse.json'), '--out', at('no-such-dir/x.md')],
+      env,
+    );
+    expect(unwritable.code).toBe(2);
+    expect(unwritable.stderr).toContain(
+      `troupe: compared ${at('good.json')} with ${at('worse.json')} (worse, gate failed), but cannot write the report to ${at('no-such-dir/x.md')}: ENOENT`,
+    );
   });
 });
 

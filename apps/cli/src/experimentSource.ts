@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { EvalStore } from '@troupe/client';
 import { Experiment, errorMessage } from '@troupe/protocol';
@@ -73,7 +74,8 @@ export class LazyEvalStore {
 
 /** An experiment by its argument: a file, or an id stored on the server. */
 export async function experimentOf(arg: string, stores: LazyEvalStore): Promise<Experiment> {
-  if (isExperimentFile(arg)) return readExperimentFile(arg);
+  // A file here by that name (notes.yaml, given by mistake) is read as one, so it is told it is not an experiment.
+  if (isExperimentFile(arg) || existsSync(arg)) return readExperimentFile(arg);
   const found = await (await stores.store()).experiment(arg);
   if (!found)
     throw new CliError(

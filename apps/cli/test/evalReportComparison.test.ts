@@ -49,7 +49,7 @@ describe('the comparison gate', () => {
       );
     const fell = comparisonGate(compareExperiments(many(0.9), many(0.6)));
     expect(fell.map((g) => g.check)).toEqual(['mean score']);
-    expect(fell[0]?.message).toMatch(/^the mean score fell by 0\.30, 95% interval \[-0\.30, -0\.30\]$/);
+    expect(fell[0]?.message).toMatch(/^the mean score fell by 0\.30, 95% interval \[−0\.30, −0\.30\]$/);
     expect(comparisonGate(compareExperiments(many(0.6), many(0.9)))).toEqual([]);
   });
 

@@ -279,4 +279,5 @@ const mean = (values: readonly number[]) =>
   values.length === 0 ? 0 : values.reduce((sum, v) => sum + v, 0) / values.length;
 const rate = (passed: number, total: number) => (total === 0 ? 0 : passed / total);
 const plural = (n: number, noun: string) => `${n} ${noun}${n === 1 ? '' : 's'}`;
-const signed = (n: number) => `${n >= 0 ? '+' : ''}${n.toFixed(2)}`;
+/** `+0.25` or `−0.25` (a minus sign, as the CLI's tables print it). */
+const signed = (n: number) => `${n >= 0 ? '+' : '−'}${Math.abs(n).toFixed(2)}`;

@@ -17,12 +17,27 @@ export function renderComparison(
     case 'table':
       return `${comparisonTable(comparison, gate).join('\n')}\n`;
     case 'json':
-      return `${JSON.stringify({ ...comparison, gate: { passed: gate.length === 0, failures: gate } }, null, 2)}\n`;
+      return `${JSON.stringify({ ...comparison, notes: comparisonNotes(comparison), gate: { passed: gate.length === 0, failures: gate } }, null, 2)}\n`;
     case 'junit':
       return `${comparisonJunit(comparison, gate)}\n`;
     case 'markdown':
       return `${comparisonMarkdown(comparison, gate).join('\n')}\n`;
   }
+}
+
+/**
+ * What a reader of the comparison should know before trusting it: A and B are one experiment (compared with itself),
+ * or they ran different datasets (or versions of one), whose cases are matched by id all the same.
+ */
+export function comparisonNotes(comparison: EvalComparison): string[] {
+  const { a, b } = comparison;
+  if (a.id === b.id && a.startedAt === b.startedAt) return [`A and B are the same experiment (${a.id})`];
+  const datasetA = `${a.dataset.name}@${a.dataset.version}`;
+  const datasetB = `${b.dataset.name}@${b.dataset.version}`;
+  if (datasetA === datasetB) return [];
+  return [
+    `A ran dataset ${datasetA} and B ran ${datasetB}: their cases are matched by id across different datasets`,
+  ];
 }
 
 /** Changes first, the worst first; the dataset's order within each. */
@@ -66,6 +81,7 @@ function summaryLines(comparison: EvalComparison): string[] {
   const casesB = s.counts.common + s.counts.added;
   return [
     `verdict: ${s.verdict} — ${s.explanation}`,
+    ...comparisonNotes(comparison).map((note) => `note: ${note}`),
     `cases: ${s.counts.common} in both (${s.counts.regressed} regressed, ${s.counts.improved} improved, ${s.counts.unchanged} unchanged), ${s.counts.added} added, ${s.counts.removed} removed`,
     `passed: ${s.passed.a}/${casesA} (${percent(s.passRate.a)}) → ${s.passed.b}/${casesB} (${percent(s.passRate.b)})`,
     `mean score: ${s.meanScore.a.toFixed(2)} → ${s.meanScore.b.toFixed(2)} (${signed(s.meanScore.delta)}${intervalText(comparison)})`,
@@ -132,6 +148,7 @@ export function comparisonJunit(comparison: EvalComparison, gate: GateFailure[])
     Object.entries({
       verdict: comparison.summary.verdict,
       explanation: comparison.summary.explanation,
+      ...Object.fromEntries(comparisonNotes(comparison).map((note, at) => [`note.${at + 1}`, note])),
       'meanScore.delta': comparison.summary.meanScore.delta.toFixed(4),
       'costUsd.delta': comparison.summary.costUsd.delta.toFixed(6),
     }).map(([key, value]) => xmlElement('property', { name: key, value }, [], `${indent}  `)),
@@ -221,6 +238,7 @@ export function comparisonMarkdown(comparison: EvalComparison, gate: GateFailure
     '',
     markdownCell(s.explanation),
     '',
+    ...comparisonNotes(comparison).flatMap((note) => [`**Note:** ${markdownCell(note)}`, '']),
     gate.length === 0
       ? '**Gate: passed.**'
       : `**Gate: failed.** ${gate.map((g) => markdownCell(g.caseId ? `${g.caseId}: ${oneLine(g.message, 160)}` : g.message)).join('; ')}`,

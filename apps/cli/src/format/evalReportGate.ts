@@ -1,6 +1,9 @@
 import { meanScoreFell } from '@troupe/client';
 import type { EvalComparison } from '@troupe/protocol';
 
+/** A number to two decimals with a minus sign (U+2212) as the report's tables print it. */
+const minusSigned = (n: number) => `${n < 0 ? '−' : ''}${Math.abs(n).toFixed(2)}`;
+
 /** Why a comparison fails a CI gate: a check's name and what it found. */
 export interface GateFailure {
   check: 'lost pass' | 'mean score' | 'cost';
@@ -29,7 +32,7 @@ export function comparisonGate(comparison: EvalComparison, options: GateOptions 
   if (meanScore.interval && meanScoreFell(meanScore.interval)) {
     failures.push({
       check: 'mean score',
-      message: `the mean score fell by ${(-meanScore.delta).toFixed(2)}, 95% interval [${meanScore.interval.low.toFixed(2)}, ${meanScore.interval.high.toFixed(2)}]`,
+      message: `the mean score fell by ${(-meanScore.delta).toFixed(2)}, 95% interval [${minusSigned(meanScore.interval.low)}, ${minusSigned(meanScore.interval.high)}]`,
     });
   }
   const max = options.maxCostIncreasePct;
