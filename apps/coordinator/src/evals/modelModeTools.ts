@@ -67,7 +67,7 @@ export function modelModeTools(options: ModelModeToolsOptions): ToolRegistry {
         if (recorded) return answer(recorded, options.values);
         if (real && runsForReal) return real.run(args, context);
         throw new ToolError(
-          'not_found',
+          'not_run',
           real
             ? `${name} was not run: the call is not in the recording, and model mode runs for real only read-only tools, the built-in file tools (in the run's workspace) and tools the eval names; if running ${name} for real is safe here, name it (troupe eval run --run-tools ${name})`
             : `${name} was not run: the call is not in the recording and ${name} does not run in model mode`,

@@ -37,8 +37,8 @@ export interface RunCaseOptions {
  *   memory answer from it or refuse;
  * - `live`: a real task (`runTask`), with real models and tools in a workspace under the OS temp dir removed after.
  *
- * Throws an `EvalsError` when the case cannot run so: `not_replayable` (a replay of a case with no recording, or one
- * of another pipeline), `incomplete_recording` (its recording lacks its `task.accepted` or a value it refers to).
+ * Throws an `EvalsError` when the case cannot run so: `not_replayable` (a replay of a case with no recording, or a
+ * replay or model run of one recorded on another pipeline), `incomplete_recording` (its recording lacks its `task.accepted` or a value it refers to).
  */
 export async function runCase(evalCase: EvalCase, options: RunCaseOptions): Promise<CaseRun> {
   switch (options.mode) {
@@ -88,6 +88,12 @@ async function replayCase(evalCase: EvalCase, options: RunCaseOptions): Promise<
 
 async function modelCase(evalCase: EvalCase, options: RunCaseOptions): Promise<CaseRun> {
   const { config } = options.pipeline;
+  // Its tools answer from the recording: another pipeline's run would answer this one's calls, as a replay refuses.
+  if (evalCase.recording && evalCase.recording.pipeline !== config.name)
+    throw new EvalsError(
+      'not_replayable',
+      `case ${evalCase.id} was recorded on pipeline ${evalCase.recording.pipeline}, not ${config.name}, and model mode answers its tools from that recording; run it with --mode live, or on a pipeline named ${evalCase.recording.pipeline}`,
+    );
   // A task of its own: the pipeline's models see a new task (a scripted model plays its script from the start).
   const taskId = `e-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
   const recording = evalCase.recording ? await recordingOf(evalCase.recording) : new Recording(taskId, []);

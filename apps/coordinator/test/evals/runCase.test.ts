@@ -111,8 +111,8 @@ describe('runCase: model', () => {
     const notRun = expect.stringContaining(
       'stamp was not run: the call is not in the recording, and model mode',
     );
-    expect(again).toMatchObject({ ok: false, error: { code: 'not_found', message: notRun } });
-    expect(other).toMatchObject({ ok: false, error: { code: 'not_found', message: notRun } });
+    expect(again).toMatchObject({ ok: false, error: { code: 'not_run', message: notRun } });
+    expect(other).toMatchObject({ ok: false, error: { code: 'not_run', message: notRun } });
     expect(effects.stamps).toEqual([]);
     expect(recorder.stamps).toEqual(['a']);
   });
@@ -178,7 +178,7 @@ describe('runCase: model', () => {
     expect(results(run.events)[0]?.data).toMatchObject({
       ok: false,
       error: {
-        code: 'not_found',
+        code: 'not_run',
         message:
           'remember was not run: the call is not in the recording and remember does not run in model mode',
       },
@@ -191,7 +191,7 @@ describe('runCase: model', () => {
     const refused = await runCase({ id: 'bare', goal: 'stamp a' }, { mode: 'model', pipeline });
     expect(results(refused.events)[0]?.data).toMatchObject({
       ok: false,
-      error: { code: 'not_found', message: expect.stringContaining('(troupe eval run --run-tools stamp)') },
+      error: { code: 'not_run', message: expect.stringContaining('(troupe eval run --run-tools stamp)') },
     });
     expect(effects.stamps).toEqual([]);
     const allowed = await runCase(
@@ -202,12 +202,26 @@ describe('runCase: model', () => {
     expect(effects.stamps).toEqual(['a']);
   });
 
+  it('refuses a case recorded on another pipeline, whose calls would answer this one’s, as a replay does', async () => {
+    const evalCase = await recordedCase(await evalPipeline(stampA, noEffects()), 'c1', 'stamp a');
+    const effects = noEffects();
+    const pipeline = await evalPipeline(stampA, effects);
+    const other = { ...pipeline, config: { ...pipeline.config, name: 'other' } };
+    await expect(runCase(evalCase, { mode: 'model', pipeline: other })).rejects.toMatchObject({
+      name: 'EvalsError',
+      code: 'not_replayable',
+      message:
+        'case c1 was recorded on pipeline evaldemo, not other, and model mode answers its tools from that recording; run it with --mode live, or on a pipeline named evaldemo',
+    });
+    expect(effects.stamps).toEqual([]);
+  });
+
   it('runs a case with no recording the same way, with no recorded call to match', async () => {
     const effects = noEffects();
     const pipeline = await evalPipeline(stampA, effects);
     const run = await runCase({ id: 'bare', goal: 'stamp a' }, { mode: 'model', pipeline });
     expect(run).toMatchObject({ status: 'completed', output: 'stamped a, done' });
-    expect(results(run.events)[0]?.data).toMatchObject({ ok: false, error: { code: 'not_found' } });
+    expect(results(run.events)[0]?.data).toMatchObject({ ok: false, error: { code: 'not_run' } });
     expect(effects.stamps).toEqual([]);
     expect(run.events[0]).toMatchObject({ kind: 'task.accepted', data: { goal: 'stamp a' } });
   });

@@ -83,7 +83,7 @@ describe('modelModeTools', () => {
     const tools = modelModeTools({ names: ['lookup'], real: realLookup({ rerunnable: true }), calls: [] });
     await expect(
       tools.get('lookup')?.run({ word: 'eel', exact: false }, { ...ctx, callId: 'n1' }),
-    ).rejects.toMatchObject({ code: 'not_found', message: expect.stringContaining('--run-tools lookup') });
+    ).rejects.toMatchObject({ code: 'not_run', message: expect.stringContaining('--run-tools lookup') });
     expect(ran).toEqual([]);
   });
 

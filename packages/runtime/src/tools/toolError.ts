@@ -12,6 +12,8 @@ export const TOOL_ERROR_CODES = [
   'not_found',
   'too_large',
   'failed',
+  /** The call was not made on purpose: an eval's model mode runs no tool with effects off the recording. */
+  'not_run',
 ] as const;
 export type ToolErrorCode = (typeof TOOL_ERROR_CODES)[number];
 
