@@ -62,7 +62,7 @@ async function replayCase(evalCase: EvalCase, options: RunCaseOptions): Promise<
   if (recorded.pipeline !== config.name)
     throw new EvalsError(
       'not_replayable',
-      `case ${evalCase.id} was recorded on pipeline ${recorded.pipeline}, not ${config.name}; run it with --mode model or live`,
+      `case ${evalCase.id} was recorded on pipeline ${recorded.pipeline}, not ${config.name}; run it on a pipeline named ${recorded.pipeline}, or with --mode live (model mode answers its tools from that recording too)`,
     );
   const recording = await recordingOf(recorded);
   const accepted = recording.accepted;
