@@ -189,7 +189,9 @@ describe('troupe eval run and compare, with no server', () => {
       dir,
     );
     expect(yaml.code).toBe(2);
-    expect(yaml.stderr).toMatch(/^troupe: greetings\.yaml: not JSON: /);
+    expect(yaml.stderr).toMatch(
+      /^troupe: greetings\.yaml: not an experiment \(as troupe eval run --save writes one\): not JSON: /,
+    );
 
     // Option values refused are usage errors: exit 2, as the docs say, not commander's 1.
     for (const refused of [

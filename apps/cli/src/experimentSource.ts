@@ -27,7 +27,10 @@ export async function readExperimentFile(path: string): Promise<Experiment> {
   try {
     json = JSON.parse(text);
   } catch (error) {
-    throw new CliError(`${path}: not JSON: ${errorMessage(error)}`, 2);
+    throw new CliError(
+      `${path}: not an experiment (as troupe eval run --save writes one): not JSON: ${errorMessage(error)}`,
+      2,
+    );
   }
   const parsed = Experiment.safeParse(json);
   if (!parsed.success) {
