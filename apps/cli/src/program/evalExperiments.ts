@@ -40,7 +40,7 @@ function declareRun(evals: Command): void {
     .description(
       'run a dataset against a pipeline file in this process and score each case: an experiment, stored unless --no-store; exit 0 all passed, 1 a case did not, 2 it could not run',
     )
-    .argument('<dataset>', 'a stored dataset name[@version], or a dataset file (.yaml, .yml, .jsonl)')
+    .argument('<dataset>', 'a stored dataset name[@version], or a dataset file (.yaml, .yml, .json, .jsonl)')
     .requiredOption('--pipeline <file>', 'the pipeline file to run the cases on')
     .addOption(
       new Option(
