@@ -120,7 +120,7 @@ function madeScorer(spec: ScorerSpec, index: number, name: string, options: Chec
 /**
  * Scores one run with every scorer, at once; scores come in the scorers' order. A scorer that throws, or takes longer
  * than its time limit (the spec's `timeoutMs`, else {@link SCORER_TIMEOUT_MS}), gives a score of 0 that does not
- * pass, its reason `error: …`: the case and its other scores are kept.
+ * pass, marked `error: true`, its reason `error: …`: the case and its other scores are kept.
  */
 export async function scoreRun(
   run: CaseRun,
@@ -212,6 +212,7 @@ function errorScore(scorer: string, type: string, threshold: number, error: unkn
     threshold,
     pass: false,
     reason: `error: ${message}`,
+    error: true,
     ...(error instanceof CheckError ? { costUsd: error.costUsd } : {}),
   };
 }

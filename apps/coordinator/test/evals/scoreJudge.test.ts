@@ -110,6 +110,7 @@ describe('judge', () => {
       pass: false,
       reason:
         'error: the judge did not answer {"score": 0..1, "reason": "…"}; it answered "Looks good to me!"',
+      error: true,
       costUsd: 0.15,
     });
     openai.enqueue({ kind: 'message', content: '{"score": 7, "reason": "great"}' });
