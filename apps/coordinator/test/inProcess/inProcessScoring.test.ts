@@ -65,7 +65,11 @@ describe('troupe run (runTask) of a pipeline with an evals: block', () => {
     expect(events.map((e) => e.kind).slice(-2)).toEqual(['task.completed', 'eval.scored']);
     const scored = events.at(-1);
     if (scored?.kind !== 'eval.scored') throw new Error('no eval.scored');
-    expect(scored).toMatchObject({ taskId: 'scored-1', pipeline: 'scored-run', traceparent: final.traceparent });
+    expect(scored).toMatchObject({
+      taskId: 'scored-1',
+      pipeline: 'scored-run',
+      traceparent: final.traceparent,
+    });
     expect(scored.data).toMatchObject({ status: 'completed', pass: false, sample: 1, costUsd: 0 });
     expect(scored.data.scores.map((s) => [s.scorer, s.pass])).toEqual([
       ['contains "done"', true],
@@ -88,11 +92,7 @@ describe('troupe run (runTask) of a pipeline with an evals: block', () => {
     const none = await load(pipelineText(EVALS.replace('evals:', 'evals:\n  sample: 0')));
     const without = await load(pipelineText(''));
     const scored = await load(pipelineText(EVALS));
-    const runs = [
-      await run(none, 'out-1'),
-      await run(without, 'out-2'),
-      await run(scored, 'out-3', false),
-    ];
+    const runs = [await run(none, 'out-1'), await run(without, 'out-2'), await run(scored, 'out-3', false)];
     for (const { final, events } of runs) {
       expect(final.kind).toBe('task.completed');
       expect(events.at(-1)).toEqual(final);
