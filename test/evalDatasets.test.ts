@@ -265,7 +265,7 @@ flow:
     const refused = await eval_('add', 'fixes', '--tasks', first, '--file', bad);
     expect(refused.stderr).toMatch(
       new RegExp(
-        `^troupe: ${escaped(bad)}: 2 problems:\\n {2}line 2: scorer 1 \\(regex /\\(\\[/\\): not a valid regular expression: .+\\n {2}line 3: scorer 2 \\(module \\./nope\\.ts\\): \\./nope\\.ts: no such file \\(looked for ${escaped(join(dir, 'nope.ts'))}\\)\\n$`,
+        `^troupe: ${escaped(bad)}: 2 problems:\\n {2}line 2: scorer 1 \\(regex /\\(\\[/\\): not a valid regular expression: .+\\n {2}line 3: scorer 2 \\(module \\./nope\\.ts\\): \\./nope\\.ts: no such file \\(looked for ${escaped(join(dir, 'nope.ts'))}, from ${escaped(dir)}; .+\\)\\n$`,
       ),
     );
     expect(refused.code).toBe(2);

@@ -297,7 +297,7 @@ describe('tool modules named by a pipeline file', () => {
     expect(why('zod3')).toBe('input is a zod 3 schema; tools need zod 4 (npm install zod@4)');
     expect(why('lazy')).toBe('run must be a function (it is a string)');
     expect(why('typo')).toBe(
-      'unknown key "timeout" (did you mean "timeoutMs"?); a tool has name, description, input, run, timeoutMs, rerunnable',
+      'unknown key "timeout" (did you mean "timeoutMs"?); a tool has name, description, input, run, timeoutMs, rerunnable, readOnly',
     );
     expect(why('forever')).toBe(
       'timeoutMs must be at most 2147483647 (about 24 days; Node ends a longer timer at once) (it is 2592000000)',
