@@ -62,7 +62,8 @@ describe('online scoring of a pipeline with an evals block', () => {
       join(dir, 'unsampled.yaml'),
       pipeline(EVALS.replace('sample: 1', 'sample: 0')).replace('name: online', 'name: unsampled'),
     );
-    // Its score comes 3 s after the task's end: a watcher that stops at the final event misses it.
+    // Its score comes only when the test lets it (`release`), after the task's end: a watcher that stops at the final
+    // event misses it.
     await writeFile(
       join(dir, 'slowscored.yaml'),
       pipeline('evals:\n  scorers:\n    - { type: module, name: slow, path: ./slow.mjs }').replace(
@@ -72,7 +73,21 @@ describe('online scoring of a pipeline with an evals block', () => {
     );
     await writeFile(
       join(dir, 'slow.mjs'),
-      'export const score = () => new Promise((resolve) => setTimeout(() => resolve(1), 3000));\n',
+      [
+        "import { existsSync } from 'node:fs';",
+        '// Scores 1 once the file release-<task id> beside it exists (the test writes it).',
+        'export const score = (run) =>',
+        '  new Promise((resolve) => {',
+        "    const gate = new URL('./release-' + run.taskId, import.meta.url);",
+        '    const check = setInterval(() => {',
+        '      if (existsSync(gate)) {',
+        '        clearInterval(check);',
+        '        resolve(1);',
+        '      }',
+        '    }, 20);',
+        '  });',
+        '',
+      ].join('\n'),
     );
     // Its scorer never answers: a score is due up to 40 s after the task's end and never comes.
     await writeFile(
@@ -178,6 +193,16 @@ describe('online scoring of a pipeline with an evals block', () => {
     expect(tail.output()).toContain('broken 0.00 ✗ error: this scorer is broken on purpose');
   });
 
+  /** Once task `taskId` of `slowscored` has its final event stored, lets its scorer answer (see `slow.mjs`). */
+  async function release(taskId: string): Promise<void> {
+    await expect
+      .poll(async () => (await readTaskEvents(bus, taskId, 'slowscored')).map((e) => e.kind), {
+        timeout: 30_000,
+      })
+      .toContain('task.completed');
+    await writeFile(join(dir, `release-${taskId}`), '');
+  }
+
   /** The JSON lines of a CLI's output (events, and a result with no `kind`), in order. */
   const jsonLines = (output: string): { kind?: string; taskId?: string }[] =>
     output
@@ -197,7 +222,9 @@ describe('online scoring of a pipeline with an evals block', () => {
       '--server',
       nats.url,
     ];
-    const result = await troupe(args, env, 90_000);
+    const waited = troupe(args, env, 90_000);
+    await release('on-wait');
+    const result = await waited;
     expect(result.code, result.stderr).toBe(0);
     const kinds = jsonLines(result.stdout).map((line) => line.kind);
     expect(kinds.slice(-3)).toEqual(['task.completed', 'eval.scored', undefined]);
@@ -218,6 +245,7 @@ describe('online scoring of a pipeline with an evals block', () => {
         nats.url,
       ]);
       expect(submitted.code, submitted.stderr).toBe(0);
+      await release('on-tail');
       expect(await follow.exited()).toBe(0);
       const lines = jsonLines(follow.output());
       expect(lines.map((line) => line.kind).slice(-2)).toEqual(['task.completed', 'eval.scored']);
@@ -243,14 +271,21 @@ describe('online scoring of a pipeline with an evals block', () => {
         timeout: 30_000,
       })
       .toContain('task.completed');
-    const tailed = await troupe(['tail', '--task', 'on-late', '--json', '--server', nats.url], env, 90_000);
-    expect(tailed.code, tailed.stderr).toBe(0);
-    expect(
-      jsonLines(tailed.stdout)
-        .map((line) => line.kind)
-        .slice(-2),
-    ).toEqual(['task.completed', 'eval.scored']);
-    expect(tailed.stderr).toContain('has finished: completed; nothing more will come');
+    const tailed = startTroupe(['tail', '--task', 'on-late', '--json', '--server', nats.url], env);
+    try {
+      // The task has ended and tail knows it; the score comes only now.
+      await tailed.waitFor(/waiting up to \d+ s for task on-late's online score/);
+      await release('on-late');
+      expect(await tailed.exited()).toBe(0);
+      expect(
+        jsonLines(tailed.output())
+          .map((line) => line.kind)
+          .slice(-2),
+      ).toEqual(['task.completed', 'eval.scored']);
+      expect(tailed.output()).toContain('has finished: completed; nothing more will come');
+    } finally {
+      await tailed.stop();
+    }
   });
 
   it('troupe submit --wait and tail --task stop at the final event when the sample leaves the task out', async () => {
