@@ -97,28 +97,15 @@ export class ObjectBucket {
    * is not there. Fails with `value_corrupt` when the object was replaced while it was read: read it again.
    */
   async read(name: string): Promise<Uint8Array | undefined> {
-    const jsm = await this.#manager();
-    let info: StoredInfo | undefined;
+    let stored: StoredObject | undefined;
     try {
-      const meta = await jsm.streams.getMessage(this.#stream, { last_by_subj: this.#metaSubject(name) });
-      info = meta?.json<StoredInfo>();
+      stored = await readStoredObject(await this.#manager(), this.#bucket, name);
     } catch (error) {
       if (streamMissing(error)) return undefined;
       throw error;
     }
-    if (!info || info.deleted) return undefined;
-    const chunks = `$O.${this.#bucket}.C.${info.nuid}`;
-    const parts: Uint8Array[] = [];
-    let seq = 0;
-    for (let chunk = 0; chunk < info.chunks; chunk += 1) {
-      // A get by subject from the stream's leader: no consumer.
-      const next = { seq: seq + 1, next_by_subj: chunks } as unknown as MsgRequest;
-      const message = await jsm.streams.getMessage(this.#stream, next);
-      if (!message) break;
-      parts.push(message.data);
-      seq = message.seq;
-    }
-    const whole = Buffer.concat(parts);
+    if (!stored) return undefined;
+    const { info, bytes: whole } = stored;
     const digest = `SHA-256=${Base64UrlPaddedCodec.encode(createHash('sha256').update(whole).digest())}`;
     if (whole.length !== info.size || digest !== info.digest) {
       throw new ValueStoreError(
@@ -153,10 +140,6 @@ export class ObjectBucket {
       .map((info) => ({ name: info.name, size: info.size, metadata: info.metadata ?? {} }));
   }
 
-  #metaSubject(name: string): string {
-    return `$O.${this.#bucket}.M.${Base64UrlPaddedCodec.encode(name)}`;
-  }
-
   /**
    * Makes the bucket when it does not exist, kept on `replicas` servers (1 by default): a coordinator does at start,
    * so that a user who may write objects but not make streams finds it there.
@@ -183,6 +166,45 @@ export class ObjectBucket {
     this.#jsm ??= jetstreamManager(this.#connection, { checkAPI: false });
     return this.#jsm;
   }
+}
+
+/** The subject of an object's description in the object store `bucket` (its name, base64url-encoded). */
+export const objectMetaSubject = (bucket: string, name: string): string =>
+  `$O.${bucket}.M.${Base64UrlPaddedCodec.encode(name)}`;
+
+/** An object as {@link readStoredObject} read it: its description, its bytes, and whether every chunk was there. */
+export interface StoredObject {
+  info: StoredInfo;
+  bytes: Buffer;
+  whole: boolean;
+}
+
+/**
+ * An object of `bucket` read with plain message gets — its description by subject, then its chunks in order — never a
+ * consumer, so a user who may only read needs no right to make one; each get goes to the stream's leader, so no
+ * replica that has not caught up answers. Undefined when the object is not stored or was deleted; `whole` is false
+ * when a chunk is gone (the object was replaced while it was read, or aged out). The caller checks the bytes.
+ */
+export async function readStoredObject(
+  jsm: JetStreamManager,
+  bucket: string,
+  name: string,
+): Promise<StoredObject | undefined> {
+  const stream = `OBJ_${bucket}`;
+  const meta = await jsm.streams.getMessage(stream, { last_by_subj: objectMetaSubject(bucket, name) });
+  const info = meta?.json<StoredInfo>();
+  if (!info || info.deleted) return undefined;
+  const chunks = `$O.${bucket}.C.${info.nuid}`;
+  const parts: Uint8Array[] = [];
+  let seq = 0;
+  for (let chunk = 0; chunk < info.chunks; chunk += 1) {
+    const next = { seq: seq + 1, next_by_subj: chunks } as unknown as MsgRequest;
+    const message = await jsm.streams.getMessage(stream, next);
+    if (!message) return { info, bytes: Buffer.concat(parts), whole: false };
+    parts.push(message.data);
+    seq = message.seq;
+  }
+  return { info, bytes: Buffer.concat(parts), whole: true };
 }
 
 function streamMissing(error: unknown): boolean {

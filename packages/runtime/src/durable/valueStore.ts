@@ -4,7 +4,6 @@ import {
   JetStreamApiError,
   type JetStreamManager,
   jetstreamManager,
-  type MsgRequest,
 } from '@nats-io/jetstream';
 import { Base64UrlPaddedCodec, type ObjectStore, Objm, StorageType } from '@nats-io/obj';
 import { type NatsConnection, nanos } from '@nats-io/transport-node';
@@ -19,6 +18,7 @@ import {
 import { utf8Head } from '../tools/truncateOutput.ts';
 import type { JetStreamBus } from '../transport/bus.ts';
 import { natsConnectionOf } from '../transport/natsBus.ts';
+import { objectMetaSubject, readStoredObject } from './objectBucket.ts';
 import { ValueStoreError } from './valueStoreError.ts';
 
 /** Values above this many UTF-8 bytes leave the message for the object store: a reply, an event or a checkpoint holding a few of them still fits NATS's 1 MiB. */
@@ -156,23 +156,9 @@ export class ValueStore {
   async readBytes(ref: ValueRef): Promise<Buffer> {
     const where = `${ref.bucket}/${ref.name}`;
     try {
-      const jsm = await this.#manager();
-      const stream = `OBJ_${ref.bucket}`;
-      const meta = await jsm.streams.getMessage(stream, { last_by_subj: metaSubject(ref) });
-      const info = meta?.json<{ nuid: string; size: number; chunks: number; deleted?: boolean }>();
-      if (!info || info.deleted) throw missing(where);
-      const chunkSubject = `$O.${ref.bucket}.C.${info.nuid}`;
-      const parts: Uint8Array[] = [];
-      let seq = 0;
-      for (let chunk = 0; chunk < info.chunks; chunk += 1) {
-        // A get by subject from the stream's leader: no consumer, and no replica that has not caught up yet.
-        const next = { seq: seq + 1, next_by_subj: chunkSubject } as unknown as MsgRequest;
-        const message = await jsm.streams.getMessage(stream, next);
-        if (!message) throw missing(where);
-        parts.push(message.data);
-        seq = message.seq;
-      }
-      const whole = Buffer.concat(parts);
+      const stored = await readStoredObject(await this.#manager(), ref.bucket, ref.name);
+      if (!stored?.whole) throw missing(where);
+      const whole = stored.bytes;
       const sha256 = createHash('sha256').update(whole).digest('hex');
       if (whole.length !== ref.bytes || sha256 !== ref.sha256) {
         throw new ValueStoreError(
@@ -278,7 +264,7 @@ export function previewOf(bytes: Uint8Array, ref: ValueRef, previewBytes = PREVI
 }
 
 function metaSubject(ref: ValueRef): string {
-  return `$O.${ref.bucket}.M.${Base64UrlPaddedCodec.encode(ref.name)}`;
+  return objectMetaSubject(ref.bucket, ref.name);
 }
 
 function missing(where: string): ValueStoreError {
