@@ -13,6 +13,7 @@ import {
 } from '@troupe/protocol';
 import {
   type JetStreamBus,
+  mapLimit,
   NewerJournalRecordError,
   permissionRefusal,
   StepJournal,
@@ -68,21 +69,17 @@ export async function recordedCases(bus: JetStreamBus, select: RecordedSelect): 
     : [];
   const tasks = tasksToRecord(records, select);
   const reader = new TaskReader(bus);
-  const results: (EvalCase | SkippedTask)[] = new Array(tasks.length);
-  let next = 0;
-  const work = async () => {
-    for (let i = next++; i < tasks.length; i = next++) {
-      const task = tasks[i] as Chosen;
-      results[i] =
-        'why' in task
-          ? task
-          : await reader.caseOf(task).catch((error: unknown) => ({
-              taskId: task.taskId,
-              why: `cannot read it: ${errorMessage(error)}`,
-            }));
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(PARALLEL_TASKS, tasks.length) }, work));
+  const results = await mapLimit(
+    tasks,
+    PARALLEL_TASKS,
+    async (task): Promise<EvalCase | SkippedTask> =>
+      'why' in task
+        ? task
+        : reader.caseOf(task).catch((error: unknown) => ({
+            taskId: task.taskId,
+            why: `cannot read it: ${errorMessage(error)}`,
+          })),
+  );
   const cases: EvalCase[] = [];
   const skipped: SkippedTask[] = [];
   for (const result of results) {

@@ -2,6 +2,7 @@ import { BUCKETS, HumanRequest, WorkflowRecord } from '@troupe/protocol';
 import {
   type JetStreamBus,
   KvStore,
+  mapLimit,
   TransportError,
   type TroupeBucket,
   type UntilReachableOptions,
@@ -71,14 +72,6 @@ export async function readValues<S extends z.ZodType>(
   store: KvStore<S>,
   keys?: string[],
 ): Promise<z.infer<S>[]> {
-  const pending = [...(keys ?? (await store.keys()))];
-  const values: z.infer<S>[] = [];
-  const reader = async () => {
-    for (let key = pending.pop(); key !== undefined; key = pending.pop()) {
-      const entry = await store.get(key);
-      if (entry) values.push(entry.value);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(PARALLEL_READS, pending.length) }, reader));
-  return values;
+  const entries = await mapLimit(keys ?? (await store.keys()), PARALLEL_READS, (key) => store.get(key));
+  return entries.flatMap((entry) => (entry ? [entry.value] : []));
 }

@@ -12,4 +12,5 @@ export { type JournalEntry, StepJournal } from './durable/stepJournal.ts';
 export { ValueStore, type ValueStoreOptions } from './durable/valueStore.ts';
 export { ValueStoreError, type ValueStoreErrorCode } from './durable/valueStoreError.ts';
 export * from './logging/index.ts';
+export { mapLimit } from './mapLimit.ts';
 export * from './transport/index.ts';

@@ -102,6 +102,7 @@ export {
   registerSecret,
   registerSecretsFromEnv,
 } from './logging/secrets.ts';
+export { mapLimit } from './mapLimit.ts';
 export * from './mcp/index.ts';
 export { KvMemory, type MemoryOwner, type MemoryScope, type MemoryView } from './memory/memoryStore.ts';
 export { type ConnectionState, type JetStreamProbe, probeJetStream } from './telemetry/jetStreamProbe.ts';

@@ -9,7 +9,7 @@ import {
   emptyUsage,
   type Score,
 } from '@troupe/protocol';
-import type { Logger } from '@troupe/runtime';
+import { type Logger, mapLimit } from '@troupe/runtime';
 import type { LoadedPipeline } from '../config/loadPipeline.ts';
 import { resolveModelRef } from '../config/modelFactory.ts';
 import type { CaseRun } from './evalTypes.ts';
@@ -64,30 +64,23 @@ export async function runExperiment(options: ExperimentOptions): Promise<Experim
     throw new Error(`the budget must be 0 USD or more (it is ${options.budgetUsd})`);
   const started = new Date();
   const cases = options.dataset.cases;
-  const results: CaseResult[] = new Array(cases.length);
   const skipped = new Set<number>();
-  let next = 0;
   let done = 0;
   let spent = 0;
-  const worker = async () => {
-    while (next < cases.length) {
-      const at = next++;
-      const evalCase = cases[at] as EvalCase;
-      let result: CaseResult;
-      const refusal = notRun(options, spent, evalCase);
-      if (refusal !== undefined) {
-        skipped.add(at);
-        result = errorResult(evalCase.id, refusal, 0);
-      } else {
-        result = await runOne(evalCase, options);
-        spent += spentOn(result, options.mode);
-      }
-      results[at] = result;
-      done += 1;
-      options.onCase?.(result, done, cases.length);
+  const results = await mapLimit(cases, concurrency, async (evalCase, at) => {
+    let result: CaseResult;
+    const refusal = notRun(options, spent, evalCase);
+    if (refusal !== undefined) {
+      skipped.add(at);
+      result = errorResult(evalCase.id, refusal, 0);
+    } else {
+      result = await runOne(evalCase, options);
+      spent += spentOn(result, options.mode);
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, cases.length) }, worker));
+    done += 1;
+    options.onCase?.(result, done, cases.length);
+    return result;
+  });
   return {
     id: options.name ?? `${options.dataset.name}-${started.toISOString().replace(/[-:.]/g, '')}`,
     dataset: { name: options.dataset.name, version: options.dataset.version },
