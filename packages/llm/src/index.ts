@@ -13,6 +13,8 @@ export { Script, ScriptedToolCall, ScriptedTurn } from './scripted/script.ts';
 export { ScriptedProvider } from './scripted/scriptedProvider.ts';
 export { toModelError } from './sdkErrors.ts';
 export type {
+  CacheSetting,
+  CacheTtl,
   CallContext,
   ChatMessage,
   FallbackInfo,

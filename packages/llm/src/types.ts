@@ -27,9 +27,26 @@ export type ChatMessage =
 export interface Usage {
   inputTokens: number;
   outputTokens: number;
-  /** Input tokens served from the provider's prompt cache (a subset of inputTokens). */
+  /** Input tokens read from the provider's prompt cache (a subset of inputTokens). */
   cachedTokens: number;
+  /**
+   * Input tokens written to the provider's prompt cache by this call (a subset of inputTokens, apart from
+   * `cachedTokens`); Anthropic bills them above the plain input price. Absent means 0.
+   */
+  cacheWriteTokens?: number | undefined;
+  /** Of `cacheWriteTokens`, those written with the 1-hour lifetime (billed higher than the 5-minute one). */
+  cacheWrite1hTokens?: number | undefined;
 }
+
+/** How long a cached prompt prefix lives: the provider's 5-minute default, or 1 hour. */
+export type CacheTtl = '5m' | '1h';
+
+/**
+ * A model entry's prompt caching (`models.<name>.cache`): `auto` (the default) marks and keys the cacheable
+ * prefix where the provider supports it, with the lifetime the runtime suggests per request (`ModelRequest.cache`);
+ * `off` sends no cache markers or keys at all; `{ ttl }` is `auto` with that lifetime on every request.
+ */
+export type CacheSetting = 'auto' | 'off' | { ttl: CacheTtl };
 
 export type FinishReason = 'stop' | 'tool_calls' | 'length' | 'content_filter' | 'error';
 
@@ -63,6 +80,12 @@ export interface ModelRequest {
   signal?: AbortSignal;
   /** Stream the reply; deltas go to `observer.onDelta`. The final response is the same as without streaming. */
   stream?: boolean;
+  /**
+   * The runtime's hint for prompt caching: `ttl: '1h'` when the conversation may wait longer than 5 minutes before
+   * its next call (a step that can wait on a person, or one allowed to outlast 5 minutes). A provider whose entry
+   * says `cache: off` ignores it; one with `{ ttl }` uses its own.
+   */
+  cache?: { ttl?: CacheTtl };
   observer?: ModelObserver;
 }
 
@@ -119,8 +142,15 @@ export interface ModelProvider {
 
 export const zeroUsage = (): Usage => ({ inputTokens: 0, outputTokens: 0, cachedTokens: 0 });
 
-export const addUsage = (a: Usage, b: Usage): Usage => ({
-  inputTokens: a.inputTokens + b.inputTokens,
-  outputTokens: a.outputTokens + b.outputTokens,
-  cachedTokens: a.cachedTokens + b.cachedTokens,
-});
+export const addUsage = (a: Usage, b: Usage): Usage => {
+  const sum: Usage = {
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cachedTokens: a.cachedTokens + b.cachedTokens,
+  };
+  const writes = (a.cacheWriteTokens ?? 0) + (b.cacheWriteTokens ?? 0);
+  const writes1h = (a.cacheWrite1hTokens ?? 0) + (b.cacheWrite1hTokens ?? 0);
+  if (writes > 0) sum.cacheWriteTokens = writes;
+  if (writes1h > 0) sum.cacheWrite1hTokens = writes1h;
+  return sum;
+};

@@ -11,7 +11,12 @@ import { WorkspaceManifest } from './workspace.ts';
 const TokenUsage = z.object({
   inputTokens: z.number().int().nonnegative(),
   outputTokens: z.number().int().nonnegative(),
+  /** Input tokens read from the prompt cache (a subset of inputTokens). */
   cachedTokens: z.number().int().nonnegative(),
+  /** Input tokens written to the prompt cache (a subset of inputTokens); absent means none. */
+  cacheWriteTokens: z.number().int().nonnegative().optional(),
+  /** Of `cacheWriteTokens`, those written with the 1-hour lifetime. */
+  cacheWrite1hTokens: z.number().int().nonnegative().optional(),
 });
 
 /** In the events of a foreach step's item: the item's place in the step's list. */

@@ -4,8 +4,12 @@ import { z } from 'zod';
 export const TokenUsage = z.object({
   inputTokens: z.number(),
   outputTokens: z.number(),
-  /** Input tokens served from the provider's prompt cache (a subset of inputTokens). */
+  /** Input tokens read from the provider's prompt cache (a subset of inputTokens). */
   cachedTokens: z.number(),
+  /** Input tokens written to the prompt cache (a subset of inputTokens); absent means none. */
+  cacheWriteTokens: z.number().optional(),
+  /** Of `cacheWriteTokens`, those written with the 1-hour lifetime. */
+  cacheWrite1hTokens: z.number().optional(),
 });
 export type TokenUsage = z.infer<typeof TokenUsage>;
 

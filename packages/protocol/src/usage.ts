@@ -4,7 +4,10 @@ import { z } from 'zod';
 export const UsageTotals = z.object({
   inputTokens: z.number().int().nonnegative(),
   outputTokens: z.number().int().nonnegative(),
+  /** Input tokens read from the prompt cache (a subset of inputTokens). */
   cachedTokens: z.number().int().nonnegative(),
+  /** Input tokens written to the prompt cache (a subset of inputTokens); absent in records from before caching. */
+  cacheWriteTokens: z.number().int().nonnegative().optional(),
   costUsd: z.number().nonnegative(),
   modelCalls: z.number().int().nonnegative(),
 });
@@ -18,10 +21,14 @@ export const emptyUsage = (): UsageTotals => ({
   modelCalls: 0,
 });
 
-export const sumUsage = (a: UsageTotals, b: UsageTotals): UsageTotals => ({
-  inputTokens: a.inputTokens + b.inputTokens,
-  outputTokens: a.outputTokens + b.outputTokens,
-  cachedTokens: a.cachedTokens + b.cachedTokens,
-  costUsd: a.costUsd + b.costUsd,
-  modelCalls: a.modelCalls + b.modelCalls,
-});
+export const sumUsage = (a: UsageTotals, b: UsageTotals): UsageTotals => {
+  const writes = (a.cacheWriteTokens ?? 0) + (b.cacheWriteTokens ?? 0);
+  return {
+    inputTokens: a.inputTokens + b.inputTokens,
+    outputTokens: a.outputTokens + b.outputTokens,
+    cachedTokens: a.cachedTokens + b.cachedTokens,
+    ...(writes > 0 ? { cacheWriteTokens: writes } : {}),
+    costUsd: a.costUsd + b.costUsd,
+    modelCalls: a.modelCalls + b.modelCalls,
+  };
+};

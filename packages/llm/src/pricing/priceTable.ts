@@ -1,10 +1,16 @@
 import type { Usage } from '../types.ts';
 
-/** USD per million tokens. `cachedInput` is what a prompt-cache hit costs instead of `input`. */
+/**
+ * USD per million tokens. `cachedInput` is what a prompt-cache read costs instead of `input`; `cacheWrite` and
+ * `cacheWrite1h` what a token written to the cache costs with the 5-minute and the 1-hour lifetime (Anthropic bills
+ * writes above `input`; a price without them bills writes as plain input).
+ */
 export interface ModelPrice {
   input: number;
   output: number;
   cachedInput?: number | undefined;
+  cacheWrite?: number | undefined;
+  cacheWrite1h?: number | undefined;
 }
 
 /**
