@@ -64,6 +64,12 @@ export interface FakeUsage {
   cachedTokens: number;
 }
 
+/** A request refused before it reaches the model: the status and the exact JSON body sent. */
+export interface FakeRefusal {
+  status: number;
+  body: unknown;
+}
+
 /** What a protocol module hands the shared server: how to authenticate, answer and fail in its own wire shape. */
 export interface FakeProtocol {
   /** Path prefix of the base URL the SDK is given ('/v1' for OpenAI, '' for Anthropic). */
@@ -78,6 +84,11 @@ export interface FakeProtocol {
   authFailure(presented: string | undefined): FakeErrorReply;
   /** The JSON error body for `status`; `type` is the scripted type, if any. */
   errorBody(status: number, message: string, type: string | undefined, requestId: string): unknown;
+  /**
+   * Checks a request the way the vendor validates it before any model runs; a refusal is sent as is and consumes
+   * no scripted reply.
+   */
+  screen?(request: RecordedRequest, requestId: string): FakeRefusal | undefined;
   /** Writes a scripted message as JSON or SSE, depending on the request. */
   writeMessage(exchange: FakeExchange, reply: FakeMessageReply): void;
   /** Writes a 200 that the SDK cannot parse. */
@@ -110,8 +121,8 @@ const NO_REPLY_LEFT = 'fake server: no scripted reply left';
  * Used by `startFakeOpenAI` and `startFakeAnthropic`; tests call those.
  *
  * Requests that never reach the model consume no scripted reply, as on the real service: another
- * path or method gets 404, a wrong key (with `requireApiKey`) 401, a body that is not a JSON object 400.
- * All of them are still recorded.
+ * path or method gets 404, a wrong key (with `requireApiKey`) 401, a body that is not a JSON object 400, and
+ * whatever the protocol's `screen` refuses. All of them are still recorded.
  */
 export async function startFakeModelServer(
   protocol: FakeProtocol,
@@ -163,6 +174,11 @@ export async function startFakeModelServer(
     }
     if (typeof request.body !== 'object' || request.body === null) {
       sendError({ kind: 'error', status: 400, message: 'fake server: request body is not a JSON object' });
+      return;
+    }
+    const refusal = protocol.screen?.(request, requestId);
+    if (refusal) {
+      writeJson(res, refusal.status, refusal.body, { [protocol.requestIdHeader]: requestId });
       return;
     }
 

@@ -5,10 +5,12 @@ import {
   type FakeMessageReply,
   type FakeModelServer,
   type FakeProtocol,
+  type FakeRefusal,
   type FakeReply,
   type FakeUsage,
   finishReasonOf,
   openEventStream,
+  type RecordedRequest,
   splitText,
   startFakeModelServer,
   usageOf,
@@ -23,6 +25,48 @@ export interface FakeOpenAIOptions {
   model?: string;
   /** When set, a request whose bearer token differs gets 401 `invalid_api_key` (and consumes no reply). */
   requireApiKey?: string;
+  /**
+   * Top-level body fields this server does not know, e.g. `['prompt_cache_key']`. A request carrying any of them gets
+   * 400 naming each one, as a compatible server that forbids extra fields (vLLM's pydantic models) answers, and
+   * consumes no reply.
+   */
+  rejectUnknownFields?: string[];
+}
+
+/**
+ * The 400 a strict compatible server sends for fields it does not know: vLLM's error body with pydantic's
+ * validation message, one entry per field (`prompt_cache_key\n  Extra inputs are not permitted [type=extra_forbidden, …]`).
+ */
+function unknownFieldsRefusal(request: RecordedRequest, unknown: readonly string[]): FakeRefusal | undefined {
+  const found = unknown.filter((field) => Object.hasOwn(request.body, field));
+  if (found.length === 0) return undefined;
+  const lines = found.flatMap((field) => {
+    const value = request.body[field];
+    return [
+      field,
+      `  Extra inputs are not permitted [type=extra_forbidden, input_value=${pythonRepr(value)}, input_type=${pythonType(value)}]`,
+    ];
+  });
+  const count = `${found.length} validation error${found.length === 1 ? '' : 's'} for ChatCompletionRequest`;
+  return {
+    status: 400,
+    body: {
+      error: { message: [count, ...lines].join('\n'), type: 'BadRequestError', param: null, code: 400 },
+    },
+  };
+}
+
+function pythonRepr(value: unknown): string {
+  return typeof value === 'string' ? `'${value}'` : JSON.stringify(value);
+}
+
+function pythonType(value: unknown): string {
+  if (value === null) return 'NoneType';
+  if (Array.isArray(value)) return 'list';
+  if (typeof value === 'string') return 'str';
+  if (typeof value === 'boolean') return 'bool';
+  if (typeof value === 'number') return Number.isInteger(value) ? 'int' : 'float';
+  return 'dict';
 }
 
 /** OpenAI's error `type` and `code` for a status when the script gives no type. */
@@ -175,7 +219,7 @@ const openAIProtocol: FakeProtocol = {
  *
  * Errors use OpenAI's body `{ error: { message, type, param, code } }`; a 401 from `requireApiKey` has
  * `code: 'invalid_api_key'`. A request with `response_format` gets the scripted content as is, so a
- * test can script valid or invalid JSON.
+ * test can script valid or invalid JSON. With `rejectUnknownFields`, it plays a strict compatible server.
  *
  * @example
  * const fake = await startFakeOpenAI({ replies: [{ kind: 'message', content: 'hi' }] });
@@ -184,5 +228,10 @@ const openAIProtocol: FakeProtocol = {
  * await fake.stop();
  */
 export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeModelServer> {
-  return startFakeModelServer(openAIProtocol, 'gpt-fake', options);
+  const unknown = options.rejectUnknownFields ?? [];
+  const protocol: FakeProtocol =
+    unknown.length === 0
+      ? openAIProtocol
+      : { ...openAIProtocol, screen: (request) => unknownFieldsRefusal(request, unknown) };
+  return startFakeModelServer(protocol, 'gpt-fake', options);
 }

@@ -384,6 +384,43 @@ describe('startFakeOpenAI', () => {
     expect(completion.model).toBe('gpt-4o-2024-08-06');
   });
 
+  it('plays a strict compatible server: 400 naming each unknown field, no reply used, others pass', async () => {
+    await fake.stop();
+    fake = await startFakeOpenAI({
+      rejectUnknownFields: ['prompt_cache_key', 'prompt_cache_retention'],
+      replies: [{ kind: 'message', content: 'in' }],
+    });
+    client = new OpenAI({ apiKey: 'test', baseURL: fake.baseURL, maxRetries: 0 });
+
+    const one = await errorOf(
+      client.chat.completions.create({ model: MODEL, messages, prompt_cache_key: 'troupe:notes:writer' }),
+    );
+    const two = await errorOf(
+      client.chat.completions.create({
+        model: MODEL,
+        messages,
+        prompt_cache_key: 'k',
+        prompt_cache_retention: '24h',
+      }),
+    );
+    const plain = await client.chat.completions.create({ model: MODEL, messages, temperature: 0 });
+
+    expect(one).toBeInstanceOf(OpenAI.BadRequestError);
+    const bad = one as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(bad.message).toBe(
+      '400 1 validation error for ChatCompletionRequest\nprompt_cache_key\n  Extra inputs are not permitted ' +
+        "[type=extra_forbidden, input_value='troupe:notes:writer', input_type=str]",
+    );
+    expect(bad.type).toBe('BadRequestError');
+    expect(bad.requestID).toMatch(/^req_/);
+    expect((two as Error).message).toMatch(
+      /^400 2 validation errors for ChatCompletionRequest\nprompt_cache_key\n/,
+    );
+    expect((two as Error).message).toContain('\nprompt_cache_retention\n  Extra inputs are not permitted');
+    expect(plain.choices[0]?.message.content).toBe('in');
+    expect(fake.requests).toHaveLength(3);
+  });
+
   it('maps finishReason length through', async () => {
     fake.enqueue({ kind: 'message', content: 'cut sh', finishReason: 'length' });
 
