@@ -1,4 +1,4 @@
-import type { AgentStepReply, AgentStepRequest, StepErrorCode } from '@troupe/protocol';
+import type { AgentStepReply, AgentStepRequest, StepErrorCode, UsageTotals } from '@troupe/protocol';
 import type { AgentOutput } from './agentMachine.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import { bestEffort, type StepContext } from './stepContext.ts';
@@ -12,11 +12,7 @@ export function toReply(
   output: AgentOutput,
   toldRead: readonly string[] = [],
 ): AgentStepReply {
-  const usage = {
-    ...output.usage,
-    costUsd: output.costUsd,
-    modelCalls: output.turns + output.compactions,
-  };
+  const usage = stepUsage(output);
   const read = toldRead.length > 0 ? { toldRead: [...toldRead] } : {};
   if (!output.ok || output.failure) {
     return {
@@ -37,6 +33,22 @@ export function toReply(
     usage,
     turns: output.turns,
     ...read,
+  };
+}
+
+/**
+ * What the step spent, as the protocol's totals: the tokens summed over its model calls and summaries, cache reads
+ * and writes apart (a total keeps no split of the writes by lifetime: their cost is already in `costUsd`).
+ */
+function stepUsage(output: AgentOutput): UsageTotals {
+  const { inputTokens, outputTokens, cachedTokens, cacheWriteTokens } = output.usage;
+  return {
+    inputTokens,
+    outputTokens,
+    cachedTokens,
+    ...(cacheWriteTokens ? { cacheWriteTokens } : {}),
+    costUsd: output.costUsd,
+    modelCalls: output.turns + output.compactions,
   };
 }
 

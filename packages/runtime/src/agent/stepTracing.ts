@@ -48,6 +48,7 @@ export function endAgentSpan(span: Span, reply: AgentStepReply): void {
     'gen_ai.usage.input_tokens': reply.usage.inputTokens,
     'gen_ai.usage.output_tokens': reply.usage.outputTokens,
     'gen_ai.usage.cache_read.input_tokens': reply.usage.cachedTokens,
+    'gen_ai.usage.cache_creation.input_tokens': reply.usage.cacheWriteTokens ?? 0,
     'troupe.cost_usd': reply.usage.costUsd,
     'troupe.model_calls': reply.usage.modelCalls,
     'troupe.turns': reply.turns,
@@ -118,6 +119,10 @@ export function endModelSpan(span: Span, outcome: { reply: ModelReply } | { erro
     'gen_ai.usage.input_tokens': reply.usage.inputTokens,
     'gen_ai.usage.output_tokens': reply.usage.outputTokens,
     'gen_ai.usage.cache_read.input_tokens': reply.usage.cachedTokens,
+    'gen_ai.usage.cache_creation.input_tokens': reply.usage.cacheWriteTokens ?? 0,
+    ...(reply.usage.cacheWrite1hTokens
+      ? { 'troupe.usage.cache_creation_1h.input_tokens': reply.usage.cacheWrite1hTokens }
+      : {}),
     'troupe.cost_usd': reply.costUsd,
     // A fallback answered: the provider that did.
     ...(reply.provider === undefined ? {} : { 'troupe.response.provider': reply.provider }),

@@ -70,11 +70,11 @@ export class TroupeMetrics {
     buckets: CALL_BUCKETS,
     registers: [this.registry],
   });
-  readonly #tokens = this.#counter('troupe_model_tokens_total', 'Tokens, by provider, model and type.', [
-    'provider',
-    'model',
-    'type',
-  ]);
+  readonly #tokens = this.#counter(
+    'troupe_model_tokens_total',
+    'Tokens, by provider, model and type (input: the whole prompt, cache reads and writes included; cached: read from the prompt cache; cache_write: written to it; output).',
+    ['provider', 'model', 'type'],
+  );
   readonly #cost = this.#counter(
     'troupe_model_cost_usd_total',
     "Cost in USD by the pipelines' price tables, by provider and model.",
@@ -237,6 +237,7 @@ export class TroupeMetrics {
     this.#tokens.inc({ ...labels, type: 'input' }, usage.inputTokens);
     this.#tokens.inc({ ...labels, type: 'output' }, usage.outputTokens);
     this.#tokens.inc({ ...labels, type: 'cached' }, usage.cachedTokens);
+    this.#tokens.inc({ ...labels, type: 'cache_write' }, usage.cacheWriteTokens ?? 0);
     this.#cost.inc(labels, costUsd);
   }
 

@@ -147,6 +147,44 @@ describe('TroupeMetrics', () => {
   });
 });
 
+describe('TroupeMetrics: prompt cache', () => {
+  it('counts tokens written to the prompt cache as cache_write, apart from those read (cached)', async () => {
+    const metrics = new TroupeMetrics();
+    const call = (usage: Record<string, number>, journaled = false) =>
+      metrics.observe(
+        event('llm.response', {
+          ...ref,
+          turn: 1,
+          provider: 'anthropic',
+          model: 'claude-y',
+          usage: { inputTokens: 1_200, outputTokens: 20, cachedTokens: 0, ...usage },
+          costUsd: 0.004,
+          finishReason: 'stop',
+          content: 'ok',
+          toolCalls: [],
+          durationMs: 300,
+          ...(journaled ? { journaled: true } : {}),
+        }),
+      );
+    call({ cacheWriteTokens: 1_000, cacheWrite1hTokens: 1_000 });
+    call({ cachedTokens: 1_000, cacheWriteTokens: 150 });
+    // Replayed from the journal: nothing was read or written again.
+    call({ cachedTokens: 1_000, cacheWriteTokens: 150 }, true);
+    // From a provider that reports no writes.
+    call({ cachedTokens: 100 });
+    const text = await metrics.registry.metrics();
+    const tokens = (type: string) =>
+      sample(text, `troupe_model_tokens_total{provider="anthropic",model="claude-y",type="${type}"}`);
+    expect(tokens('input')).toBe(3_600);
+    expect(tokens('cached')).toBe(1_100);
+    expect(tokens('cache_write')).toBe(1_150);
+    expect(sample(text, 'troupe_model_cost_usd_total{provider="anthropic",model="claude-y"}')).toBeCloseTo(
+      0.012,
+      10,
+    );
+  });
+});
+
 describe('TroupeMetrics: summaries', () => {
   const summary = (extra: Record<string, unknown>) =>
     event('context.compacted', {

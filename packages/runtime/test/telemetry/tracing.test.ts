@@ -184,6 +184,42 @@ describe('traces', () => {
     expect(new Set(events.map((e) => e.traceparent))).toEqual(new Set([traced]));
   });
 
+  it('says the prompt cache tokens read and written, on each model call and summed on the step', async () => {
+    await start();
+    const inner = model(writeTurns);
+    const writes = [
+      { cachedTokens: 0, cacheWriteTokens: 900, cacheWrite1hTokens: 900 },
+      { cachedTokens: 900, cacheWriteTokens: 40 },
+    ];
+    let call = 0;
+    const caching: ModelProvider = {
+      provider: 'anthropic',
+      model: 'claude-y',
+      complete: async (req) => {
+        const response = await inner.complete(req);
+        return { ...response, usage: { ...response.usage, inputTokens: 1_000, ...writes[call++] } };
+      },
+    };
+    await runAgentStep(coder(caching), request, deps());
+    const all = await spans();
+    const chats = all.filter((s) => s.name.startsWith('chat '));
+    expect(
+      chats.map((c) => [
+        c.attributes['gen_ai.usage.cache_read.input_tokens'],
+        c.attributes['gen_ai.usage.cache_creation.input_tokens'],
+        c.attributes['troupe.usage.cache_creation_1h.input_tokens'],
+      ]),
+    ).toEqual([
+      [0, 900, 900],
+      [900, 40, undefined],
+    ]);
+    expect(all.find((s) => s.name === 'invoke_agent coder')?.attributes).toMatchObject({
+      'gen_ai.usage.input_tokens': 2_000,
+      'gen_ai.usage.cache_read.input_tokens': 900,
+      'gen_ai.usage.cache_creation.input_tokens': 940,
+    });
+  });
+
   it('puts messages and tool arguments and results on spans only when content capture is opted into', async () => {
     await start({ OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true' });
     await runAgentStep(coder(model(writeTurns)), request, deps());
