@@ -5,6 +5,7 @@ import type { CompactionInput, ModelCallInput, ModelCallOutput } from './agentMa
 import { summaryRequest } from './compaction.ts';
 import { DeltaBatcher } from './deltaBatcher.ts';
 import { ModelToolNames } from './modelToolNames.ts';
+import { promptCacheHint } from './promptCacheHint.ts';
 import type { RecordedReplies } from './recordedReplies.ts';
 import { bestEffort, type StepContext, unlessUnavailable } from './stepContext.ts';
 import { toldTurn } from './stepTold.ts';
@@ -228,6 +229,7 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
     },
   };
   const names = new ModelToolNames(input.tools);
+  const cache = promptCacheHint(agent, request, deps.human !== undefined);
   try {
     const reply = await waitingOnModel(step, () =>
       agent.model.complete({
@@ -237,6 +239,7 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
         signal,
         observer,
         ...(agent.stream ? { stream: true } : {}),
+        ...(cache ? { cache } : {}),
         ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
         ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
         ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
