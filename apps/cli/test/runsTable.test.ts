@@ -4,10 +4,17 @@ import { runRow, runTotals, totalsRows } from '../src/format/runsTable.ts';
 
 const NOW = Date.parse('2026-12-06T12:00:00.000Z');
 
-const usage = (input: number, output: number, costUsd: number, cachedTokens = 0): UsageTotals => ({
+const usage = (
+  input: number,
+  output: number,
+  costUsd: number,
+  cachedTokens = 0,
+  cacheWriteTokens = 0,
+): UsageTotals => ({
   inputTokens: input,
   outputTokens: output,
   cachedTokens,
+  ...(cacheWriteTokens > 0 ? { cacheWriteTokens } : {}),
   costUsd,
   modelCalls: 1,
 });
@@ -27,9 +34,13 @@ const record = (taskId: string, extra: Partial<WorkflowRecord> = {}): WorkflowRe
 });
 
 describe('troupe runs', () => {
-  it('writes tokens and cost as troupe trace does: cached tokens, and $0.0000 for a free run', () => {
+  it('writes tokens and cost as troupe trace does: cache reads and writes apart, and $0.0000 for a free run', () => {
     const paid = runRow(record('t1', { usage: usage(100, 20, 0.002, 40) }), NOW);
-    expect(paid.slice(6, 8)).toEqual(['100→20 (40 cached)', '$0.0020']);
+    expect(paid.slice(6, 8)).toEqual(['100→20 (40 cache read)', '$0.0020']);
+    const cached = runRow(record('t3', { usage: usage(1200, 80, 0.004, 900, 250) }), NOW);
+    expect(cached.slice(6, 8)).toEqual(['1200→80 (900 cache read, 250 cache write)', '$0.0040']);
+    const written = runRow(record('t4', { usage: usage(1200, 80, 0.005, 0, 1100) }), NOW);
+    expect(written[6]).toBe('1200→80 (1100 cache write)');
     const free = runRow(record('t2', { usage: usage(1700, 215, 0) }), NOW);
     expect(free.slice(6, 8)).toEqual(['1700→215', '$0.0000']);
   });
@@ -44,7 +55,7 @@ describe('troupe runs', () => {
 
   it('totals tokens and cost per pipeline, and per day newest first, with a line for all', () => {
     const records = [
-      record('a', { pipeline: 'release', usage: usage(100, 10, 0.01) }),
+      record('a', { pipeline: 'release', usage: usage(100, 10, 0.01, 0, 60) }),
       record('b', { pipeline: 'demo', usage: usage(50, 5, 0), createdAt: '2026-12-05T23:59:59.000Z' }),
       record('c', {
         pipeline: 'release',
@@ -60,8 +71,8 @@ describe('troupe runs', () => {
     expect(totalsRows(byPipeline, 'pipeline')).toEqual([
       ['PIPELINE', 'TASKS', 'CALLS', 'TOKENS', 'COST'],
       ['demo', '1', '1', '50→5', '$0.0000'],
-      ['release', '2', '2', '300→30 (30 cached)', '$0.0300'],
-      ['total', '3', '3', '350→35 (30 cached)', '$0.0300'],
+      ['release', '2', '2', '300→30 (30 cache read, 60 cache write)', '$0.0300'],
+      ['total', '3', '3', '350→35 (30 cache read, 60 cache write)', '$0.0300'],
     ]);
     const byDay = runTotals(records, 'day');
     expect(byDay.map((t) => [t.day, t.tasks])).toEqual([

@@ -404,6 +404,83 @@ describe('buildTaskTrace', () => {
   });
 });
 
+describe('a trace of prompt cache reads and writes', () => {
+  const cached = (agent: typeof plan, turn: number, read: number, write: number, atMs: number) =>
+    at(atMs, 'llm.response', {
+      ...agent,
+      ...reply(turn, 'stop', {
+        provider: 'anthropic',
+        model: 'claude-y',
+        usage: {
+          inputTokens: 1_200,
+          outputTokens: 80,
+          cachedTokens: read,
+          ...(write > 0 ? { cacheWriteTokens: write } : {}),
+        },
+      }),
+    });
+  const stepDone = (agent: typeof plan, step: string, read: number, write: number, atMs: number) =>
+    at(atMs, 'step.completed', {
+      step,
+      agent: agent.agent,
+      round: 1,
+      stepId: agent.stepId,
+      ok: true,
+      output: 'ok',
+      usage: { ...usage(2_400, 160, 0.01), cachedTokens: read, cacheWriteTokens: write, modelCalls: 2 },
+      turns: 2,
+      durationMs: 100,
+    });
+  const running = [
+    at(0, 'task.accepted', { goal: 'write hello.md' }),
+    at(1, 'step.started', { step: 'plan', agent: 'planner', round: 1, stepId: plan.stepId }),
+    cached(plan, 1, 0, 1_000, 10),
+    cached(plan, 2, 900, 250, 20),
+    stepDone(plan, 'plan', 900, 1_250, 21),
+    at(30, 'step.started', { step: 'code', agent: 'coder', round: 1, stepId: exec.stepId }),
+    cached(exec, 1, 0, 1_100, 40),
+  ];
+
+  it('sums the reads and writes of a running task’s calls across its steps', () => {
+    const trace = buildTaskTrace('t1', running);
+    expect(trace.steps[0]?.entries[0]).toMatchObject({
+      reply: { cachedTokens: 0, cacheWriteTokens: 1_000 },
+    });
+    expect(trace.totals).toMatchObject({
+      modelCalls: 3,
+      inputTokens: 3_600,
+      cachedTokens: 900,
+      cacheWriteTokens: 2_350,
+    });
+  });
+
+  it('says them apart on each call, each step and the totals', () => {
+    const ended = [
+      ...running,
+      stepDone(exec, 'code', 0, 1_100, 41),
+      at(50, 'task.completed', {
+        output: 'ok',
+        rounds: 1,
+        usage: { ...usage(3_600, 240, 0.02), cachedTokens: 900, cacheWriteTokens: 2_350, modelCalls: 3 },
+        usageByAgent: {},
+        durationMs: 50,
+      }),
+    ];
+    const lines = formatTrace(buildTaskTrace('t1', ended), { color: false }).split('\n');
+    expect(lines.filter((l) => l.includes('model anthropic:claude-y'))).toEqual([
+      '│  ├─ model anthropic:claude-y · turn 1 · 1200→80 tok (1000 cache write) · $0.0020 · 0.3 s · stop',
+      '│  └─ model anthropic:claude-y · turn 2 · 1200→80 tok (900 cache read, 250 cache write) · $0.0020 · 0.3 s · stop',
+      '   └─ model anthropic:claude-y · turn 1 · 1200→80 tok (1100 cache write) · $0.0020 · 0.3 s · stop',
+    ]);
+    expect(lines[2]).toBe(
+      '├─ plan · planner · round 1 · ok · 0.1 s · 2400→160 tok (900 cache read, 1250 cache write) · $0.0100',
+    );
+    expect(lines.at(-1)).toBe(
+      'totals: 3 model calls · 3600→240 tok (900 cache read, 2350 cache write) · $0.0200 · 0 tool calls',
+    );
+  });
+});
+
 describe('formatTrace', () => {
   it('draws the task as a tree with each call on a line, and the totals last', () => {
     const text = formatTrace(buildTaskTrace('t1', finished), { color: false });
@@ -411,11 +488,11 @@ describe('formatTrace', () => {
       'task t1 · demo · failed in 14 s',
       'goal: write hello.md',
       '├─ plan · planner · round 1 · ok · 1.4 s · 100→20 tok · $0.0020',
-      '│  └─ model anthropic:claude-y · turn 1 · 100→20 tok (40 cached) · $0.0020 · 0.3 s · stop',
+      '│  └─ model anthropic:claude-y · turn 1 · 100→20 tok (40 cache read) · $0.0020 · 0.3 s · stop',
       '│        retry after attempt 1: rate_limited, waited 0.5 s',
       '│        fallback openai:gpt-x → anthropic:claude-y (rate_limited)',
       '└─ code · coder · round 1 · failed (server_error) · 12 s · 100→20 tok · $0.0020',
-      '   ├─ model openai:gpt-x · turn 1 · 100→20 tok (40 cached) · $0.0020 · 0.3 s · tool_calls',
+      '   ├─ model openai:gpt-x · turn 1 · 100→20 tok (40 cache read) · $0.0020 · 0.3 s · tool_calls',
       '   ├─ tool write_file({"path":"hello.md"}) · allow · ok · 0.0 s · wrote 8 bytes to hello.md',
       '   ├─ approval appr-1 for write_file · allowed by ana after 12 s',
       '   └─ model openai:gpt-x · turn 2 · server_error: HTTP 500',

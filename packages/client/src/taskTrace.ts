@@ -211,9 +211,15 @@ export type TraceEntry =
 /** What a model call that answered spent, and which model answered. */
 export interface ModelSpend {
   model: string;
+  /** The whole prompt, cache reads and writes included. */
   inputTokens: number;
   outputTokens: number;
+  /** Input tokens read from the prompt cache. */
   cachedTokens: number;
+  /** Input tokens written to the prompt cache; absent when none were (or the provider does not say). */
+  cacheWriteTokens?: number | undefined;
+  /** Of the writes, those with the 1-hour lifetime. */
+  cacheWrite1hTokens?: number | undefined;
   costUsd: number;
   durationMs: number;
   /** Replayed from the step's journal: the model was not asked again. */

@@ -446,6 +446,8 @@ function count(trace: TaskTrace): void {
           totals.inputTokens += entry.reply.inputTokens;
           totals.outputTokens += entry.reply.outputTokens;
           totals.cachedTokens += entry.reply.cachedTokens;
+          const writes = (totals.cacheWriteTokens ?? 0) + (entry.reply.cacheWriteTokens ?? 0);
+          if (writes > 0) totals.cacheWriteTokens = writes;
           totals.costUsd += entry.reply.costUsd;
           totals.modelCalls += 1;
         }

@@ -12,6 +12,7 @@ import type {
   TraceEntry,
   TraceTotals,
 } from '@troupe/client';
+import { cacheTokens } from './cacheTokens.ts';
 import { formatDuration } from './duration.ts';
 
 type Style = Parameters<typeof styleText>[0];
@@ -31,8 +32,12 @@ const preview = (text: string, max = PREVIEW): string => {
   const line = text.replace(/\s+/g, ' ').trim();
   return line.length <= max ? line : `${line.slice(0, max - 1)}…`;
 };
-const tokens = (usage: { inputTokens: number; outputTokens: number; cachedTokens: number }) =>
-  `${usage.inputTokens}→${usage.outputTokens} tok${usage.cachedTokens > 0 ? ` (${usage.cachedTokens} cached)` : ''}`;
+const tokens = (usage: {
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+  cacheWriteTokens?: number | undefined;
+}) => `${usage.inputTokens}→${usage.outputTokens} tok${cacheTokens(usage)}`;
 const cost = (usd: number) => `$${usd.toFixed(4)}`;
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 

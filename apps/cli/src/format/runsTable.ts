@@ -8,14 +8,16 @@ import {
 } from '@troupe/protocol';
 import { describeEnding } from '@troupe/runtime';
 import { shownStatus, taskDuration } from '../workflowRecords.ts';
+import { cacheTokens } from './cacheTokens.ts';
 import { formatDuration } from './duration.ts';
 
 /**
- * Tokens and cost as `troupe trace` writes them, so one task reads the same in both: in→out with the cached ones,
- * and the cost to four places even when it is nothing (`$0.0000`: a model with no price, or a scripted one).
+ * Tokens and cost as `troupe trace` writes them, so one task reads the same in both: in→out with the prompt cache's
+ * reads and writes, and the cost to four places even when it is nothing (`$0.0000`: a model with no price, or a
+ * scripted one).
  */
 export const formatTokens = (usage: UsageTotals): string =>
-  `${usage.inputTokens}→${usage.outputTokens}${usage.cachedTokens > 0 ? ` (${usage.cachedTokens} cached)` : ''}`;
+  `${usage.inputTokens}→${usage.outputTokens}${cacheTokens(usage)}`;
 export const formatCost = (usd: number): string => `$${usd.toFixed(4)}`;
 
 export const RUNS_HEADER = [
