@@ -3,7 +3,10 @@
 export interface Usage {
   inputTokens: number;
   outputTokens: number;
+  /** Input tokens read from the prompt cache. */
   cachedTokens: number;
+  /** Input tokens written to the prompt cache; absent when none were. */
+  cacheWriteTokens?: number;
   costUsd: number;
   modelCalls: number;
 }

@@ -25,8 +25,19 @@ export const duration = (ms: number): string => {
 export const count = (n: number, noun: string, plural = `${noun}s`): string =>
   `${n} ${n === 1 ? noun : plural}`;
 
-export const tokens = (u: { inputTokens: number; outputTokens: number; cachedTokens?: number }): string =>
-  `${u.inputTokens}→${u.outputTokens} tok${u.cachedTokens ? ` (${u.cachedTokens} cached)` : ''}`;
+/** Tokens in→out with the prompt cache's reads and writes apart: `1200→80 tok (900 cache read, 250 cache write)`. */
+export const tokens = (u: {
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens?: number;
+  cacheWriteTokens?: number;
+}): string => {
+  const cache = [
+    ...(u.cachedTokens ? [`${u.cachedTokens} cache read`] : []),
+    ...(u.cacheWriteTokens ? [`${u.cacheWriteTokens} cache write`] : []),
+  ];
+  return `${u.inputTokens}→${u.outputTokens} tok${cache.length > 0 ? ` (${cache.join(', ')})` : ''}`;
+};
 
 export const cost = (usd: number): string => `$${usd.toFixed(4)}`;
 

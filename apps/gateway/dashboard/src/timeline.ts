@@ -25,6 +25,7 @@ export interface Trace {
     inputTokens: number;
     outputTokens: number;
     cachedTokens: number;
+    cacheWriteTokens?: number;
     costUsd: number;
     modelCalls: number;
     toolCalls: number;
@@ -91,7 +92,13 @@ export interface StepTrace {
   outcome?: {
     ok: boolean;
     durationMs: number;
-    usage: { inputTokens: number; outputTokens: number; cachedTokens: number; costUsd: number };
+    usage: {
+      inputTokens: number;
+      outputTokens: number;
+      cachedTokens: number;
+      cacheWriteTokens?: number;
+      costUsd: number;
+    };
     verdict?: { decision: string; feedback?: string };
     error?: { code: string; message: string };
     /** The output is the original's (a restart or fork): the step did not run again. */
@@ -111,6 +118,7 @@ type Entry =
         inputTokens: number;
         outputTokens: number;
         cachedTokens: number;
+        cacheWriteTokens?: number;
         costUsd: number;
         durationMs: number;
         finishReason: string;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { count, duration, since } from '../src/format.ts';
+import { count, duration, since, tokens } from '../src/format.ts';
 
 describe('the dashboard’s numbers', () => {
   it('writes a duration rounded to the unit it shows, so no part reads 60 or 1000', () => {
@@ -31,6 +31,18 @@ describe('the dashboard’s numbers', () => {
     const now = Date.parse('2026-01-01T00:00:00.000Z');
     expect(since('2026-01-01T00:00:00.000Z', now + 299_700)).toBe('5 min 0 s');
     expect(since('2026-01-01T00:00:00.000Z', now - 1_000)).toBe('0 ms');
+  });
+
+  it('writes tokens as troupe trace does, the prompt cache’s reads and writes apart', () => {
+    const usage = { inputTokens: 1200, outputTokens: 80 };
+    expect(tokens({ ...usage, cachedTokens: 900, cacheWriteTokens: 250 })).toBe(
+      '1200→80 tok (900 cache read, 250 cache write)',
+    );
+    expect(tokens({ ...usage, cachedTokens: 0, cacheWriteTokens: 1100 })).toBe(
+      '1200→80 tok (1100 cache write)',
+    );
+    expect(tokens({ ...usage, cachedTokens: 900 })).toBe('1200→80 tok (900 cache read)');
+    expect(tokens({ ...usage, cachedTokens: 0 })).toBe('1200→80 tok');
   });
 
   it('writes a count with its noun in the singular only for one', () => {
