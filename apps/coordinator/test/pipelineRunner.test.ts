@@ -102,6 +102,36 @@ describe('the pipeline runner', () => {
     expect(task.settlement()).toEqual({ kind: 'ack' });
   });
 
+  it('sums the steps’ prompt cache reads and writes into the task’s usage, per agent, and its record', async () => {
+    const { intake, store, handlers, bus } = await setUp();
+    const spent = (cachedTokens: number, cacheWriteTokens?: number): UsageTotals => ({
+      inputTokens: 1_200,
+      outputTokens: 80,
+      cachedTokens,
+      ...(cacheWriteTokens === undefined ? {} : { cacheWriteTokens }),
+      costUsd: 0.01,
+      modelCalls: 2,
+    });
+    const answer = (usage: UsageTotals) => (delivery: Delivery<AgentStepRequest>) =>
+      delivery.respond({ ok: true, stepId: delivery.value.stepId, output: 'done', usage, turns: 2 });
+    handlers.planner = answer(spent(900, 1_250));
+    // A host from before cache writes were counted says none.
+    handlers.executor = answer(spent(1_000));
+    await intake.deliver({ id: 'task-cache', goal: 'cache it' }).handled;
+    const ended = bus.eventsOf('task.completed')[0]?.data;
+    expect(ended?.usage).toEqual({
+      inputTokens: 2_400,
+      outputTokens: 160,
+      cachedTokens: 1_900,
+      cacheWriteTokens: 1_250,
+      costUsd: 0.02,
+      modelCalls: 4,
+    });
+    expect(ended?.usageByAgent.planner).toMatchObject({ cachedTokens: 900, cacheWriteTokens: 1_250 });
+    expect(ended?.usageByAgent.executor).not.toHaveProperty('cacheWriteTokens');
+    expect((await store.get('task-cache'))?.value.usage).toEqual(ended?.usage);
+  });
+
   it('claims a task on its first delivery without reading its record first', async () => {
     const { intake, store } = await setUp();
     const reads: number[] = [];
