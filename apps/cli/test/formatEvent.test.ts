@@ -34,6 +34,40 @@ describe('formatEvent: tool.progress', () => {
   });
 });
 
+describe('formatEvent: a model reply', () => {
+  const response = (usage: Record<string, number>): TroupeEvent => ({
+    id: 'task-1:llm.response:task-1.execute.1:1',
+    ts: '2026-11-29T12:00:01.250Z',
+    pipeline: 'demo',
+    taskId: 'task-1',
+    kind: 'llm.response',
+    from: 'anthropic:claude-y',
+    to: 'executor',
+    traceparent: '00-228501cfd9ddc401a594405b2e1a9608-214fbd37f4df7231-01',
+    data: {
+      agent: 'executor',
+      stepId: 'task-1.execute.1',
+      turn: 1,
+      provider: 'anthropic',
+      model: 'claude-y',
+      usage: { inputTokens: 1200, outputTokens: 80, cachedTokens: 0, ...usage },
+      costUsd: 0.004,
+      finishReason: 'tool_calls',
+      content: '',
+      toolCalls: [{ id: 'c1', name: 'write_file' }],
+      durationMs: 300,
+    },
+  });
+
+  it('shows its tokens with the prompt cache’s reads and writes apart, then its cost', () => {
+    const line = (usage: Record<string, number>) => formatEvent(response(usage), { color: false });
+    expect(line({ cachedTokens: 900, cacheWriteTokens: 250 })).toMatch(
+      /llm\.response +1200→80 tok \(900 cache read, 250 cache write\) \$0\.0040 · calls write_file$/,
+    );
+    expect(line({})).toMatch(/llm\.response +1200→80 tok \$0\.0040 · calls write_file$/);
+  });
+});
+
 describe('formatEvent: values kept in the object store', () => {
   it('says where the whole of a task output shown in part is', () => {
     const event: TroupeEvent = {

@@ -1,5 +1,6 @@
 import { styleText } from 'node:util';
 import type { InvalidMessageEvent, TroupeEvent, ValueRef } from '@troupe/protocol';
+import { cacheTokens } from './cacheTokens.ts';
 
 type Style = Parameters<typeof styleText>[0];
 
@@ -84,7 +85,12 @@ function carriedFiles({
   return ` · ${workspace.files} workspace files (${workspace.bytes} bytes) carried from ${origin?.taskId ?? 'its origin'}`;
 }
 
-const tokens = (u: { inputTokens: number; outputTokens: number }) => `${u.inputTokens}→${u.outputTokens} tok`;
+const tokens = (u: {
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+  cacheWriteTokens?: number | undefined;
+}) => `${u.inputTokens}→${u.outputTokens} tok${cacheTokens(u)}`;
 const usd = (cost: number) => (cost > 0 ? ` $${cost.toFixed(4)}` : '');
 
 function summarize(event: TroupeEvent): string {
