@@ -1,4 +1,9 @@
 import {
+  type AnthropicBody,
+  AnthropicPromptCache,
+  DEFAULT_MIN_CACHEABLE_TOKENS,
+} from './anthropicPromptCache.ts';
+import {
   bearerToken,
   type FakeErrorReply,
   type FakeExchange,
@@ -6,6 +11,7 @@ import {
   type FakeModelServer,
   type FakeProtocol,
   type FakeReply,
+  type FakeUsage,
   finishReasonOf,
   firstHeader,
   openEventStream,
@@ -27,6 +33,10 @@ export interface FakeAnthropicOptions {
    * The key is read from `x-api-key`, else from `Authorization: Bearer`, which is how @anthropic-ai/sdk 1.x sends it.
    */
   requireApiKey?: string;
+  /** The clock cache entries expire on, in ms (default `Date.now`); a test moves it to pass a 5-minute lifetime. */
+  now?: () => number;
+  /** The shortest prefix the prompt cache stores, in tokens of about 4 characters (default 1024). */
+  minCacheableTokens?: number;
 }
 
 /** Anthropic's error `type` for a status when the script gives none. */
@@ -83,8 +93,20 @@ function messageHead(exchange: FakeExchange) {
   };
 }
 
-function writeMessage(exchange: FakeExchange, reply: FakeMessageReply): void {
-  const usage = usageOf(reply, exchange.request.body);
+/** Anthropic's input usage fields: reads and writes apart from `input_tokens`, the writes split by lifetime. */
+function inputUsageBody(usage: FakeUsage) {
+  return {
+    input_tokens: usage.inputTokens,
+    cache_read_input_tokens: usage.cachedTokens,
+    cache_creation_input_tokens: usage.cacheWriteTokens,
+    cache_creation: {
+      ephemeral_5m_input_tokens: usage.cacheWriteTokens - usage.cacheWrite1hTokens,
+      ephemeral_1h_input_tokens: usage.cacheWrite1hTokens,
+    },
+  };
+}
+
+function writeMessage(exchange: FakeExchange, reply: FakeMessageReply, usage: FakeUsage): void {
   const content = blocksOf(exchange, reply).map((block) =>
     block.type === 'text'
       ? { type: 'text', text: block.text, citations: null }
@@ -95,21 +117,14 @@ function writeMessage(exchange: FakeExchange, reply: FakeMessageReply): void {
     content,
     stop_reason: STOP_REASONS[finishReasonOf(reply)],
     stop_sequence: null,
-    usage: {
-      input_tokens: usage.inputTokens,
-      output_tokens: usage.outputTokens,
-      cache_read_input_tokens: usage.cachedTokens,
-      cache_creation_input_tokens: 0,
-      service_tier: 'standard',
-    },
+    usage: { ...inputUsageBody(usage), output_tokens: usage.outputTokens, service_tier: 'standard' },
   };
   writeJson(exchange.response, 200, body, { 'request-id': exchange.requestId });
 }
 
 /** Streams the reply as Messages SSE events; text and tool input arrive in several deltas each. */
-function writeMessageStream(exchange: FakeExchange, reply: FakeMessageReply): void {
+function writeMessageStream(exchange: FakeExchange, reply: FakeMessageReply, usage: FakeUsage): void {
   const res = exchange.response;
-  const usage = usageOf(reply, exchange.request.body);
   const send = (data: { type: string; [field: string]: unknown }) => writeEvent(res, data, data.type);
 
   openEventStream(res, { 'request-id': exchange.requestId });
@@ -120,13 +135,7 @@ function writeMessageStream(exchange: FakeExchange, reply: FakeMessageReply): vo
       content: [],
       stop_reason: null,
       stop_sequence: null,
-      usage: {
-        input_tokens: usage.inputTokens,
-        output_tokens: 1,
-        cache_read_input_tokens: usage.cachedTokens,
-        cache_creation_input_tokens: 0,
-        service_tier: 'standard',
-      },
+      usage: { ...inputUsageBody(usage), output_tokens: 1, service_tier: 'standard' },
     },
   });
   blocksOf(exchange, reply).forEach((block, index) => {
@@ -155,36 +164,48 @@ function writeMessageStream(exchange: FakeExchange, reply: FakeMessageReply): vo
   res.end();
 }
 
-const anthropicProtocol: FakeProtocol = {
-  basePath: '',
-  endpoint: '/v1/messages',
-  requestIdHeader: 'request-id',
-  apiKeyOf(request: RecordedRequest) {
-    return firstHeader(request, 'x-api-key') ?? bearerToken(request);
-  },
-  authFailure(): FakeErrorReply {
-    return { kind: 'error', status: 401, message: 'invalid x-api-key' };
-  },
-  errorBody(status, message, type, requestId) {
-    const fallback = ERROR_TYPES[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error');
-    return { type: 'error', error: { type: type ?? fallback, message }, request_id: requestId };
-  },
-  writeMessage(exchange, reply) {
-    if (exchange.streaming) writeMessageStream(exchange, reply);
-    else writeMessage(exchange, reply);
-  },
-  writeGarbage(exchange) {
-    const res = exchange.response;
-    if (!exchange.streaming) {
-      res.writeHead(200, { 'content-type': 'application/json', 'request-id': exchange.requestId });
-      res.end('<html>fake server: this is not JSON');
-      return;
-    }
-    openEventStream(res, { 'request-id': exchange.requestId });
-    writeEvent(res, '{"type": "message_start", "message": {', 'message_start');
-    res.end();
-  },
-};
+function errorBody(status: number, message: string, type: string | undefined, requestId: string) {
+  const fallback = ERROR_TYPES[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error');
+  return { type: 'error', error: { type: type ?? fallback, message }, request_id: requestId };
+}
+
+/** The Messages protocol over one server's prompt cache. */
+function anthropicProtocol(cache: AnthropicPromptCache): FakeProtocol {
+  return {
+    basePath: '',
+    endpoint: '/v1/messages',
+    requestIdHeader: 'request-id',
+    apiKeyOf(request: RecordedRequest) {
+      return firstHeader(request, 'x-api-key') ?? bearerToken(request);
+    },
+    authFailure(): FakeErrorReply {
+      return { kind: 'error', status: 401, message: 'invalid x-api-key' };
+    },
+    errorBody,
+    screen(request, requestId) {
+      const refused = cache.refusal(request.body as AnthropicBody);
+      return refused === undefined
+        ? undefined
+        : { status: 400, body: errorBody(400, refused, 'invalid_request_error', requestId) };
+    },
+    writeMessage(exchange, reply) {
+      const usage = usageOf(reply, cache.account(exchange.request.body as AnthropicBody));
+      if (exchange.streaming) writeMessageStream(exchange, reply, usage);
+      else writeMessage(exchange, reply, usage);
+    },
+    writeGarbage(exchange) {
+      const res = exchange.response;
+      if (!exchange.streaming) {
+        res.writeHead(200, { 'content-type': 'application/json', 'request-id': exchange.requestId });
+        res.end('<html>fake server: this is not JSON');
+        return;
+      }
+      openEventStream(res, { 'request-id': exchange.requestId });
+      writeEvent(res, '{"type": "message_start", "message": {', 'message_start');
+      res.end();
+    },
+  };
+}
 
 /**
  * Starts a fake Anthropic Messages server (`POST /v1/messages`, JSON and SSE) on a free local port,
@@ -195,6 +216,14 @@ const anthropicProtocol: FakeProtocol = {
  * cannot become an object, so a JSON (non-streamed) response sends that raw string as `input`, which
  * the SDK passes through; a streamed response sends it as `partial_json` pieces unchanged.
  *
+ * Prompt caching is accounted as the API does it (see {@link AnthropicPromptCache}): `cache_control` breakpoints on
+ * tools, system blocks and message content blocks (or the request-level `cache_control`) write the prefix up to
+ * them, once it reaches `minCacheableTokens`; a later request reads the longest cached prefix found at one of its
+ * breakpoints or up to 20 blocks before one; usage reports `input_tokens` (neither read nor written),
+ * `cache_read_input_tokens`, `cache_creation_input_tokens` and `cache_creation` by lifetime. More than 4
+ * breakpoints, or a 1-hour one after a 5-minute one, get the API's 400 `invalid_request_error` and use no reply.
+ * A request without breakpoints is billed whole as `input_tokens`, as before.
+ *
  * @example
  * const fake = await startFakeAnthropic({ replies: [{ kind: 'message', content: 'hi' }] });
  * const client = new Anthropic({ apiKey: 'test', baseURL: fake.baseURL, maxRetries: 0 });
@@ -202,5 +231,9 @@ const anthropicProtocol: FakeProtocol = {
  * await fake.stop();
  */
 export function startFakeAnthropic(options: FakeAnthropicOptions = {}): Promise<FakeModelServer> {
-  return startFakeModelServer(anthropicProtocol, 'claude-fake', options);
+  const cache = new AnthropicPromptCache({
+    now: options.now ?? Date.now,
+    minCacheableTokens: options.minCacheableTokens ?? DEFAULT_MIN_CACHEABLE_TOKENS,
+  });
+  return startFakeModelServer(anthropicProtocol(cache), 'claude-fake', options);
 }

@@ -8,8 +8,20 @@ export type FakeReply =
       content?: string;
       /** `arguments` is raw JSON text and may be malformed on purpose. */
       toolCalls?: { id?: string; name: string; arguments: string }[];
-      /** Defaults to a rough estimate from the request and reply sizes (about 4 characters a token). */
-      usage?: { inputTokens: number; outputTokens: number; cachedTokens?: number };
+      /**
+       * Sent as given, in place of what the fake works out (the request's size at about 4 characters a token, its
+       * cache reads and writes as the vendor counts them, the reply's size). Each field goes on the wire as is:
+       * `inputTokens` is Anthropic's `input_tokens` (the part neither read from nor written to the cache) and
+       * OpenAI's `prompt_tokens` (the whole prompt); `cachedTokens` is the cache read; the writes are Anthropic's
+       * `cache_creation_input_tokens` and, of them, `cache_creation.ephemeral_1h_input_tokens`.
+       */
+      usage?: {
+        inputTokens: number;
+        outputTokens: number;
+        cachedTokens?: number;
+        cacheWriteTokens?: number;
+        cacheWrite1hTokens?: number;
+      };
       /** Defaults to `tool_calls` when there are tool calls, else `stop`. */
       finishReason?: 'stop' | 'length' | 'tool_calls';
       /** Waits this long before the response starts. */
@@ -57,11 +69,17 @@ export interface FakeModelServer {
   stop(): Promise<void>;
 }
 
-/** Token counts after defaults are applied. */
-export interface FakeUsage {
+/** How a request's input is billed, as the vendor's usage fields count it (see `FakeReply`'s `usage`). */
+export interface FakeInputUsage {
   inputTokens: number;
-  outputTokens: number;
   cachedTokens: number;
+  cacheWriteTokens: number;
+  cacheWrite1hTokens: number;
+}
+
+/** Token counts after defaults are applied. */
+export interface FakeUsage extends FakeInputUsage {
+  outputTokens: number;
 }
 
 /** A request refused before it reaches the model: the status and the exact JSON body sent. */
@@ -313,15 +331,26 @@ export function splitText(text: string, size = 5): string[] {
   return pieces;
 }
 
-/** The scripted usage, or an estimate of about 4 characters a token from request and reply sizes. */
-export function usageOf(reply: FakeMessageReply, requestBody: unknown): FakeUsage {
-  if (reply.usage) return { cachedTokens: 0, ...reply.usage };
-  const replyText = (reply.content ?? '') + (reply.toolCalls ?? []).map((c) => c.name + c.arguments).join('');
+/** About 4 characters a token, never less than one: the fakes' estimate of a request's size. */
+export function estimateTokens(body: unknown): number {
+  return Math.max(1, Math.ceil(JSON.stringify(body).length / 4));
+}
+
+/** The whole request billed as fresh input, as the fakes count a request that neither reads nor writes a cache. */
+export function uncachedInput(requestBody: unknown): FakeInputUsage {
   return {
-    inputTokens: Math.max(1, Math.ceil(JSON.stringify(requestBody).length / 4)),
-    outputTokens: Math.max(1, Math.ceil(replyText.length / 4)),
+    inputTokens: estimateTokens(requestBody),
     cachedTokens: 0,
+    cacheWriteTokens: 0,
+    cacheWrite1hTokens: 0,
   };
+}
+
+/** The scripted usage, else `input` as the fake accounted it and the reply's size at about 4 characters a token. */
+export function usageOf(reply: FakeMessageReply, input: FakeInputUsage): FakeUsage {
+  if (reply.usage) return { cachedTokens: 0, cacheWriteTokens: 0, cacheWrite1hTokens: 0, ...reply.usage };
+  const replyText = (reply.content ?? '') + (reply.toolCalls ?? []).map((c) => c.name + c.arguments).join('');
+  return { ...input, outputTokens: Math.max(1, Math.ceil(replyText.length / 4)) };
 }
 
 /** The scripted finish reason, or `tool_calls` when the reply has tool calls, else `stop`. */

@@ -13,10 +13,12 @@ import {
   type RecordedRequest,
   splitText,
   startFakeModelServer,
+  uncachedInput,
   usageOf,
   writeEvent,
   writeJson,
 } from './fakeModelServer.ts';
+import { type OpenAIBody, OpenAIPromptCache } from './openAIPromptCache.ts';
 
 export interface FakeOpenAIOptions {
   /** Replies to serve first; more can be added with `enqueue`. */
@@ -31,6 +33,14 @@ export interface FakeOpenAIOptions {
    * consumes no reply.
    */
   rejectUnknownFields?: string[];
+  /**
+   * Whether prompts are cached automatically, as OpenAI does (default true): a prompt of 1,024 tokens or more reads
+   * the prefix it shares with an earlier one of the same model and `prompt_cache_key`, in `cached_tokens`. False
+   * plays a server without a prompt cache (`cached_tokens` always 0).
+   */
+  promptCache?: boolean;
+  /** The clock cached prompts expire on, in ms (default `Date.now`). */
+  now?: () => number;
 }
 
 /**
@@ -112,7 +122,7 @@ function usageBody(usage: FakeUsage) {
   };
 }
 
-function writeCompletion(exchange: FakeExchange, reply: FakeMessageReply): void {
+function writeCompletion(exchange: FakeExchange, reply: FakeMessageReply, usage: FakeUsage): void {
   const toolCalls = toolCallsOf(exchange, reply);
   const message = {
     role: 'assistant',
@@ -127,7 +137,7 @@ function writeCompletion(exchange: FakeExchange, reply: FakeMessageReply): void 
     created: Math.floor(Date.now() / 1000),
     model: exchange.model,
     choices: [{ index: 0, message, logprobs: null, finish_reason: finishReasonOf(reply) }],
-    usage: usageBody(usageOf(reply, exchange.request.body)),
+    usage: usageBody(usage),
     service_tier: 'default',
     system_fingerprint: 'fp_fake',
   };
@@ -135,7 +145,7 @@ function writeCompletion(exchange: FakeExchange, reply: FakeMessageReply): void 
 }
 
 /** Streams the reply as `chat.completion.chunk`s: role, text pieces, each tool call's head then argument pieces, finish, usage, `[DONE]`. */
-function writeCompletionStream(exchange: FakeExchange, reply: FakeMessageReply): void {
+function writeCompletionStream(exchange: FakeExchange, reply: FakeMessageReply, usage: FakeUsage): void {
   const res = exchange.response;
   const toolCalls = toolCallsOf(exchange, reply);
   const includeUsage = exchange.request.body.stream_options?.include_usage === true;
@@ -174,44 +184,55 @@ function writeCompletionStream(exchange: FakeExchange, reply: FakeMessageReply):
   });
   writeEvent(res, chunk({}, finishReasonOf(reply)));
   if (includeUsage) {
-    writeEvent(res, { ...head, choices: [], usage: usageBody(usageOf(reply, exchange.request.body)) });
+    writeEvent(res, { ...head, choices: [], usage: usageBody(usage) });
   }
   writeEvent(res, '[DONE]');
   res.end();
 }
 
-const openAIProtocol: FakeProtocol = {
-  basePath: '/v1',
-  endpoint: '/v1/chat/completions',
-  requestIdHeader: 'x-request-id',
-  apiKeyOf: bearerToken,
-  authFailure(presented): FakeErrorReply {
-    return {
-      kind: 'error',
-      status: 401,
-      message: `Incorrect API key provided: ${presented ?? '(none)'}.`,
-    };
-  },
-  errorBody(status, message, type) {
-    const kind = type === undefined ? errorKind(status) : { type, code: null };
-    return { error: { message, type: kind.type, param: null, code: kind.code } };
-  },
-  writeMessage(exchange, reply) {
-    if (exchange.streaming) writeCompletionStream(exchange, reply);
-    else writeCompletion(exchange, reply);
-  },
-  writeGarbage(exchange) {
-    const res = exchange.response;
-    if (!exchange.streaming) {
-      res.writeHead(200, { 'content-type': 'application/json', 'x-request-id': exchange.requestId });
-      res.end('<html>fake server: this is not JSON');
-      return;
-    }
-    openEventStream(res, { 'x-request-id': exchange.requestId });
-    writeEvent(res, '{"id": "chatcmpl-garbage", "choices": [');
-    res.end();
-  },
-};
+/** The Chat Completions protocol over one server's prompt cache (none: nothing is cached). */
+function openAIProtocol(
+  cache: OpenAIPromptCache | undefined,
+  unknownFields: readonly string[],
+): FakeProtocol {
+  return {
+    basePath: '/v1',
+    endpoint: '/v1/chat/completions',
+    requestIdHeader: 'x-request-id',
+    apiKeyOf: bearerToken,
+    authFailure(presented): FakeErrorReply {
+      return {
+        kind: 'error',
+        status: 401,
+        message: `Incorrect API key provided: ${presented ?? '(none)'}.`,
+      };
+    },
+    errorBody(status, message, type) {
+      const kind = type === undefined ? errorKind(status) : { type, code: null };
+      return { error: { message, type: kind.type, param: null, code: kind.code } };
+    },
+    screen(request) {
+      return unknownFields.length === 0 ? undefined : unknownFieldsRefusal(request, unknownFields);
+    },
+    writeMessage(exchange, reply) {
+      const body = exchange.request.body as OpenAIBody;
+      const usage = usageOf(reply, cache ? cache.account(body) : uncachedInput(body));
+      if (exchange.streaming) writeCompletionStream(exchange, reply, usage);
+      else writeCompletion(exchange, reply, usage);
+    },
+    writeGarbage(exchange) {
+      const res = exchange.response;
+      if (!exchange.streaming) {
+        res.writeHead(200, { 'content-type': 'application/json', 'x-request-id': exchange.requestId });
+        res.end('<html>fake server: this is not JSON');
+        return;
+      }
+      openEventStream(res, { 'x-request-id': exchange.requestId });
+      writeEvent(res, '{"id": "chatcmpl-garbage", "choices": [');
+      res.end();
+    },
+  };
+}
 
 /**
  * Starts a fake OpenAI Chat Completions server (`POST /v1/chat/completions`, JSON and SSE) on a free
@@ -221,6 +242,11 @@ const openAIProtocol: FakeProtocol = {
  * `code: 'invalid_api_key'`. A request with `response_format` gets the scripted content as is, so a
  * test can script valid or invalid JSON. With `rejectUnknownFields`, it plays a strict compatible server.
  *
+ * Prompts are cached automatically as OpenAI does (see {@link OpenAIPromptCache}; `promptCache: false` turns it
+ * off): from the second request of 1,024 tokens or more sharing a prefix (same model and `prompt_cache_key`),
+ * `prompt_tokens_details.cached_tokens` counts the shared part in 128-token steps; `prompt_tokens` stays the whole
+ * prompt, so a prompt under 1,024 tokens is reported exactly as without the cache.
+ *
  * @example
  * const fake = await startFakeOpenAI({ replies: [{ kind: 'message', content: 'hi' }] });
  * const client = new OpenAI({ apiKey: 'test', baseURL: fake.baseURL, maxRetries: 0 });
@@ -228,10 +254,6 @@ const openAIProtocol: FakeProtocol = {
  * await fake.stop();
  */
 export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeModelServer> {
-  const unknown = options.rejectUnknownFields ?? [];
-  const protocol: FakeProtocol =
-    unknown.length === 0
-      ? openAIProtocol
-      : { ...openAIProtocol, screen: (request) => unknownFieldsRefusal(request, unknown) };
-  return startFakeModelServer(protocol, 'gpt-fake', options);
+  const cache = options.promptCache === false ? undefined : new OpenAIPromptCache(options.now ?? Date.now);
+  return startFakeModelServer(openAIProtocol(cache, options.rejectUnknownFields ?? []), 'gpt-fake', options);
 }
