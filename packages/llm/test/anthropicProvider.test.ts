@@ -98,7 +98,8 @@ describe('AnthropicProvider.complete', () => {
 
   it('sends the system text apart, the turns, tools, temperature and token cap', async () => {
     fake.enqueue({ kind: 'message', content: 'ok' });
-    await provider().complete(
+    // Without cache markers (their placement is tested in anthropicCache.test.ts).
+    await provider({ cache: 'off' }).complete(
       request({
         tools: [readFile],
         temperature: 0.3,
@@ -168,7 +169,7 @@ describe('AnthropicProvider structured replies', () => {
       kind: 'message',
       toolCalls: [{ id: 'toolu_r', name: 'review', arguments: '{"verdict":"approve"}' }],
     });
-    const response = await provider().complete(
+    const response = await provider({ cache: 'off' }).complete(
       request({ responseSchema: { name: 'review', schema: reviewSchema } }),
     );
     const body = fake.requests[0]?.body;

@@ -1,7 +1,17 @@
 import type Anthropic from '@anthropic-ai/sdk';
+import { promptCacheTtl } from '../promptCache.ts';
 import { toModelError } from '../sdkErrors.ts';
-import type { FinishReason, ModelProvider, ModelRequest, ModelResponse, ToolCall, Usage } from '../types.ts';
+import type {
+  CacheSetting,
+  FinishReason,
+  ModelProvider,
+  ModelRequest,
+  ModelResponse,
+  ToolCall,
+  Usage,
+} from '../types.ts';
 import { toAnthropicMessages, toAnthropicTools } from './anthropicMessages.ts';
+import { markCacheBreakpoints } from './cacheBreakpoints.ts';
 
 export interface AnthropicProviderOptions {
   model: string;
@@ -10,6 +20,12 @@ export interface AnthropicProviderOptions {
   timeoutMs?: number;
   /** The Messages API requires a cap on output tokens; used when the request sets none. */
   defaultMaxTokens?: number;
+  /**
+   * Prompt caching (a model entry's `cache:`): `auto` (the default) marks cache breakpoints on the tools, the system
+   * prompt and the conversation, with the lifetime the request hints (`ModelRequest.cache`, else 5 minutes);
+   * `{ ttl }` the same with that lifetime always; `off` sends the request without any marker.
+   */
+  cache?: CacheSetting;
 }
 
 type RawUsage = {
@@ -17,6 +33,8 @@ type RawUsage = {
   output_tokens?: number | null;
   cache_read_input_tokens?: number | null;
   cache_creation_input_tokens?: number | null;
+  /** Of the writes, those of each lifetime (absent from `message_delta`, which repeats only the totals). */
+  cache_creation?: { ephemeral_1h_input_tokens?: number | null } | null;
 };
 
 /**
@@ -84,12 +102,17 @@ export class AnthropicProvider implements ModelProvider {
         ? { tool_choice: { type: 'tool' as const, name: output.name } }
         : { tool_choice: { type: 'any' as const } }
       : {};
+    const ttl = promptCacheTtl(this.#options.cache ?? 'auto', request);
+    const prompt =
+      ttl === undefined
+        ? { tools, system, messages }
+        : markCacheBreakpoints({ tools, system, messages }, ttl);
     return {
       model: this.model,
       max_tokens: request.maxTokens ?? this.#defaultMaxTokens,
-      messages,
-      ...(system === '' ? {} : { system }),
-      ...(tools.length > 0 ? { tools } : {}),
+      messages: prompt.messages,
+      ...(prompt.system === '' || prompt.system === undefined ? {} : { system: prompt.system }),
+      ...(prompt.tools.length > 0 ? { tools: prompt.tools } : {}),
       ...toolChoice,
       ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
     };
@@ -205,13 +228,20 @@ interface Draft {
   model: string;
 }
 
-/** Anthropic counts cache reads and writes apart from input; ours counts them in, with reads as `cachedTokens`. */
+/**
+ * Anthropic counts cache reads and writes apart from input; ours counts them in, with reads as `cachedTokens`,
+ * writes as `cacheWriteTokens` and the 1-hour part of the writes as `cacheWrite1hTokens` (absent when 0).
+ */
 function usageOf(usage: RawUsage): Usage {
   const cached = usage.cache_read_input_tokens ?? 0;
+  const writes = usage.cache_creation_input_tokens ?? 0;
+  const writes1h = Math.min(usage.cache_creation?.ephemeral_1h_input_tokens ?? 0, writes);
   return {
-    inputTokens: (usage.input_tokens ?? 0) + cached + (usage.cache_creation_input_tokens ?? 0),
+    inputTokens: (usage.input_tokens ?? 0) + cached + writes,
     outputTokens: usage.output_tokens ?? 0,
     cachedTokens: cached,
+    ...(writes > 0 ? { cacheWriteTokens: writes } : {}),
+    ...(writes1h > 0 ? { cacheWrite1hTokens: writes1h } : {}),
   };
 }
 
