@@ -1,8 +1,18 @@
 import type OpenAI from 'openai';
 import { ModelError } from '../errors.ts';
-import { toModelError } from '../sdkErrors.ts';
-import type { FinishReason, ModelProvider, ModelRequest, ModelResponse, ToolCall, Usage } from '../types.ts';
+import { promptCacheTtl } from '../promptCache.ts';
+import { safeEndpoint, toModelError } from '../sdkErrors.ts';
+import type {
+  CacheSetting,
+  FinishReason,
+  ModelProvider,
+  ModelRequest,
+  ModelResponse,
+  ToolCall,
+  Usage,
+} from '../types.ts';
 import { toOpenAIMessages, toOpenAITools } from './openaiMessages.ts';
+import { promptCacheKey } from './promptCacheKey.ts';
 
 export interface OpenAIProviderOptions {
   /** `openai`, or `openai-compatible` for Ollama, vLLM, llama.cpp, LiteLLM and the like. */
@@ -12,7 +22,24 @@ export interface OpenAIProviderOptions {
   baseURL?: string;
   /** Per-call timeout in milliseconds. */
   timeoutMs?: number;
+  /**
+   * Prompt caching (a model entry's `cache:`): `auto` (the default) sends a `prompt_cache_key` per pipeline agent;
+   * `{ ttl: '1h' }` also asks `openai` for 24-hour retention (`prompt_cache_retention: '24h'`); `off` sends
+   * neither. A server that refuses these fields by name (a strict compatible server) is asked again without
+   * them, and this provider sends them no more.
+   */
+  cache?: CacheSetting;
+  /** Told once, when a server refused the prompt-cache fields; `process.emitWarning` if not given. */
+  onWarning?: (message: string) => void;
 }
+
+/** What prompt caching adds to a request body. */
+type CacheFields = { prompt_cache_key?: string; prompt_cache_retention?: '24h' };
+
+const CACHE_FIELDS = ['prompt_cache_key', 'prompt_cache_retention'] as const;
+
+/** The statuses a server refuses a field it does not know with: 400, or 422 from FastAPI-style validation. */
+const REFUSAL_STATUSES = new Set([400, 422]);
 
 /**
  * Chat Completions through the official `openai` SDK. The SDK's own retries are off: the caller's retry
@@ -26,6 +53,8 @@ export class OpenAIProvider implements ModelProvider {
   #endpoint: string | undefined;
   /** Made on the first call: the SDK takes a while to load, and validating or starting a pipeline needs none. */
   #client: Promise<OpenAI> | undefined;
+  /** Set once the server refused the prompt-cache fields: later requests carry none. */
+  #cacheFieldsRefused = false;
 
   constructor(options: OpenAIProviderOptions) {
     this.provider = options.provider ?? 'openai';
@@ -51,13 +80,64 @@ export class OpenAIProvider implements ModelProvider {
   async complete(request: ModelRequest): Promise<ModelResponse> {
     const label = `${this.provider} ${this.model}`;
     try {
-      return request.stream ? await this.#streamed(request) : await this.#plain(request);
+      return await this.#sendCaching(request, label);
     } catch (error) {
       throw toModelError(error, label, this.#endpoint ?? this.#options.baseURL);
     }
   }
 
-  #body(request: ModelRequest) {
+  /** Sends with the prompt-cache fields; a server that refuses them gets the request again without them. */
+  async #sendCaching(request: ModelRequest, label: string): Promise<ModelResponse> {
+    const cache = this.#cacheFields(request);
+    try {
+      return await this.#send(request, cache);
+    } catch (error) {
+      if (Object.keys(cache).length === 0 || !this.#refusesCacheFields(error)) throw error;
+      this.#giveUpCacheFields(label, error);
+      return this.#send(request, {});
+    }
+  }
+
+  #send(request: ModelRequest, cache: CacheFields): Promise<ModelResponse> {
+    return request.stream ? this.#streamed(request, cache) : this.#plain(request, cache);
+  }
+
+  /**
+   * A key per pipeline agent, so its calls land where its prefix is cached; 24-hour retention only when the
+   * entry asks for an hour itself (OpenAI then keeps the prompt's cache up to a day, and not every model takes it).
+   */
+  #cacheFields(request: ModelRequest): CacheFields {
+    const setting = this.#options.cache ?? 'auto';
+    if (this.#cacheFieldsRefused || promptCacheTtl(setting, request) === undefined) return {};
+    const key = promptCacheKey(request.context);
+    const retention = this.provider === 'openai' && typeof setting === 'object' && setting.ttl === '1h';
+    return retention ? { prompt_cache_key: key, prompt_cache_retention: '24h' } : { prompt_cache_key: key };
+  }
+
+  /**
+   * Whether a failed call was refused for a prompt-cache field: a 400 (or 422) whose error names one, in its
+   * message (vLLM: `prompt_cache_key\n  Extra inputs are not permitted`) or its `param`.
+   */
+  #refusesCacheFields(error: unknown): boolean {
+    const failure = error as { status?: unknown; message?: unknown; error?: unknown } | null;
+    if (typeof failure?.status !== 'number' || !REFUSAL_STATUSES.has(failure.status)) return false;
+    const text = `${String(failure.message)} ${JSON.stringify(failure.error ?? null)}`;
+    return CACHE_FIELDS.some((field) => text.includes(field));
+  }
+
+  #giveUpCacheFields(label: string, error: unknown): void {
+    if (this.#cacheFieldsRefused) return;
+    this.#cacheFieldsRefused = true;
+    const at = this.#endpoint === undefined ? '' : ` at ${safeEndpoint(this.#endpoint)}`;
+    const status = (error as { status?: number }).status;
+    const message =
+      `${label}: the server${at} refused the prompt-cache fields (HTTP ${status}); its calls are sent without ` +
+      "them from now on. Set `cache: off` on the model's entry to not send them at all.";
+    if (this.#options.onWarning) this.#options.onWarning(message);
+    else process.emitWarning(message, { code: 'TROUPE_PROMPT_CACHE_REFUSED' });
+  }
+
+  #body(request: ModelRequest, cache: CacheFields) {
     return {
       model: this.model,
       messages: toOpenAIMessages(request.messages),
@@ -81,11 +161,12 @@ export class OpenAIProvider implements ModelProvider {
             },
           }
         : {}),
+      ...cache,
     };
   }
 
-  async #plain(request: ModelRequest): Promise<ModelResponse> {
-    const completion = await (await this.#sdk()).chat.completions.create(this.#body(request), {
+  async #plain(request: ModelRequest, cache: CacheFields): Promise<ModelResponse> {
+    const completion = await (await this.#sdk()).chat.completions.create(this.#body(request, cache), {
       ...(request.signal ? { signal: request.signal } : {}),
     });
     const choice = completion.choices[0];
@@ -108,9 +189,9 @@ export class OpenAIProvider implements ModelProvider {
     };
   }
 
-  async #streamed(request: ModelRequest): Promise<ModelResponse> {
+  async #streamed(request: ModelRequest, cache: CacheFields): Promise<ModelResponse> {
     const stream = await (await this.#sdk()).chat.completions.create(
-      { ...this.#body(request), stream: true, stream_options: { include_usage: true } },
+      { ...this.#body(request, cache), stream: true, stream_options: { include_usage: true } },
       { ...(request.signal ? { signal: request.signal } : {}) },
     );
     let content = '';
