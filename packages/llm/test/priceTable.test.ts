@@ -115,3 +115,66 @@ describe('PriceTable.cost', () => {
     expect(cost).toBeCloseTo(0.8 * 0.15 + 0.2 * 0.075 + 0.6, 10);
   });
 });
+
+describe('PriceTable.cost with cache writes', () => {
+  const priced: Record<string, ModelPrice> = {
+    'anthropic:claude-a': { input: 4, cachedInput: 0.4, cacheWrite: 5, cacheWrite1h: 8, output: 20 },
+    'anthropic:claude-b': { input: 4, cachedInput: 0.4, cacheWrite: 5, output: 20 },
+    'openai:gpt-a': { input: 1, cachedInput: 0.1, output: 8 },
+  };
+  const table = new PriceTable({}, priced);
+  /** 10M input: 1M fresh, 6M read, 3M written of which 2M with the 1-hour lifetime; 1M output. */
+  const withWrites = {
+    inputTokens: 10_000_000,
+    outputTokens: 1_000_000,
+    cachedTokens: 6_000_000,
+    cacheWriteTokens: 3_000_000,
+    cacheWrite1hTokens: 2_000_000,
+  };
+
+  it('charges fresh input, reads, 5-minute and 1-hour writes and output each at its price', () => {
+    // 1M × 4 + 6M × 0.4 + 1M × 5 + 2M × 8 + 1M × 20.
+    expect(table.cost('anthropic', 'claude-a', withWrites)).toBeCloseTo(4 + 2.4 + 5 + 16 + 20, 10);
+    // Without write prices (OpenAI's), writes cost plain input: 4M fresh or written at 1, 6M read at 0.1, 1M at 8.
+    expect(table.cost('openai', 'gpt-a', withWrites)).toBeCloseTo(4 + 0.6 + 8, 10);
+  });
+
+  it('charges 1-hour writes at the 5-minute write price when the model has no 1-hour price', () => {
+    expect(table.cost('anthropic', 'claude-b', withWrites)).toBeCloseTo(4 + 2.4 + 3 * 5 + 20, 10);
+  });
+
+  it('counts no more writes than the input left after reads, and no more 1-hour writes than writes', () => {
+    const odd = {
+      inputTokens: 1_000_000,
+      outputTokens: 0,
+      cachedTokens: 600_000,
+      cacheWriteTokens: 900_000,
+      cacheWrite1hTokens: 5_000_000,
+    };
+    // 600k read at 0.4, the other 400k written, all of them with the 1-hour lifetime at 8; nothing fresh.
+    expect(table.cost('anthropic', 'claude-a', odd)).toBeCloseTo(0.24 + 3.2, 10);
+  });
+
+  it('ships write prices for every Anthropic model (1.25 and 2 times input) and none for OpenAI', () => {
+    const entries = Object.entries(DEFAULT_PRICES);
+    const anthropic = entries.filter(([key]) => key.startsWith('anthropic:'));
+    expect(anthropic.length).toBeGreaterThan(0);
+    for (const [key, price] of anthropic) {
+      expect({ key, cacheWrite: price.cacheWrite, cacheWrite1h: price.cacheWrite1h }).toEqual({
+        key,
+        cacheWrite: expect.closeTo(price.input * 1.25, 10),
+        cacheWrite1h: expect.closeTo(price.input * 2, 10),
+      });
+    }
+    for (const [, price] of entries.filter(([key]) => key.startsWith('openai:'))) {
+      expect(price.cacheWrite).toBeUndefined();
+      expect(price.cacheWrite1h).toBeUndefined();
+    }
+  });
+
+  it('prices a Claude call with writes from the shipped table', () => {
+    // claude-sonnet-4-5: input 3, read 0.3, write 3.75 (5 min) / 6 (1 h), output 15.
+    const cost = new PriceTable().cost('anthropic', 'claude-sonnet-4-5-20250929', withWrites);
+    expect(cost).toBeCloseTo(3 + 1.8 + 3.75 + 12 + 15, 10);
+  });
+});

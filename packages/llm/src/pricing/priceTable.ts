@@ -14,7 +14,20 @@ export interface ModelPrice {
 }
 
 /**
- * List prices of current models, USD per million tokens, as the vendors published them in late 2025.
+ * An Anthropic price from its input and output prices: a cache read costs a tenth of the input price, a cache
+ * write 1.25 times it with the 5-minute lifetime and 2 times with the 1-hour one, for every Claude model.
+ */
+const anthropic = (input: number, output: number): ModelPrice => ({
+  input,
+  cachedInput: input / 10,
+  cacheWrite: input * 1.25,
+  cacheWrite1h: input * 2,
+  output,
+});
+
+/**
+ * List prices of current models, USD per million tokens, as the vendors published them in late 2025 (OpenAI
+ * charges nothing extra for a cache write, so its entries have no write prices and writes cost plain input).
  * Prices change: override them under `prices:` in a pipeline file. Models not listed cost 0 and are reported
  * as such. A key matches its model exactly, or with a date or `-latest` after it (`claude-sonnet-4-5` covers
  * `claude-sonnet-4-5-20250929`, `gpt-5` does not cover `gpt-5-pro`).
@@ -30,14 +43,14 @@ export const DEFAULT_PRICES: Readonly<Record<string, ModelPrice>> = {
   'openai:gpt-4o-mini': { input: 0.15, cachedInput: 0.075, output: 0.6 },
   'openai:o3': { input: 2, cachedInput: 0.5, output: 8 },
   'openai:o4-mini': { input: 1.1, cachedInput: 0.275, output: 4.4 },
-  'anthropic:claude-opus-4-5': { input: 5, cachedInput: 0.5, output: 25 },
-  'anthropic:claude-opus-4-1': { input: 15, cachedInput: 1.5, output: 75 },
-  'anthropic:claude-opus-4': { input: 15, cachedInput: 1.5, output: 75 },
-  'anthropic:claude-sonnet-4-6': { input: 3, cachedInput: 0.3, output: 15 },
-  'anthropic:claude-sonnet-4-5': { input: 3, cachedInput: 0.3, output: 15 },
-  'anthropic:claude-sonnet-4': { input: 3, cachedInput: 0.3, output: 15 },
-  'anthropic:claude-haiku-4-5': { input: 1, cachedInput: 0.1, output: 5 },
-  'anthropic:claude-3-5-haiku': { input: 0.8, cachedInput: 0.08, output: 4 },
+  'anthropic:claude-opus-4-5': anthropic(5, 25),
+  'anthropic:claude-opus-4-1': anthropic(15, 75),
+  'anthropic:claude-opus-4': anthropic(15, 75),
+  'anthropic:claude-sonnet-4-6': anthropic(3, 15),
+  'anthropic:claude-sonnet-4-5': anthropic(3, 15),
+  'anthropic:claude-sonnet-4': anthropic(3, 15),
+  'anthropic:claude-haiku-4-5': anthropic(1, 5),
+  'anthropic:claude-3-5-haiku': anthropic(0.8, 4),
 };
 
 /** A dated snapshot or alias of a model: `-20250929`, `-2025-08-07`, `-latest`. */
@@ -61,15 +74,24 @@ export class PriceTable {
     return undefined;
   }
 
-  /** USD for one call; cached input tokens at the cached price. */
+  /**
+   * USD for one call. Of the input, cache reads are at `cachedInput`, cache writes at `cacheWrite` (those with
+   * the 1-hour lifetime at `cacheWrite1h`, else `cacheWrite`), and the rest at `input`; a price not given is
+   * `input`'s. Counts that do not add up (more reads or writes than input) are capped, never negative.
+   */
   cost(provider: string, model: string, usage: Usage): number {
     const price = this.priceOf(provider, model);
     if (!price) return 0;
-    const cached = Math.min(usage.cachedTokens, usage.inputTokens);
-    const fresh = usage.inputTokens - cached;
+    const reads = Math.min(usage.cachedTokens, usage.inputTokens);
+    const writes = Math.min(usage.cacheWriteTokens ?? 0, usage.inputTokens - reads);
+    const writes1h = Math.min(usage.cacheWrite1hTokens ?? 0, writes);
+    const fresh = usage.inputTokens - reads - writes;
+    const writePrice = price.cacheWrite ?? price.input;
     return (
       (fresh * price.input +
-        cached * (price.cachedInput ?? price.input) +
+        reads * (price.cachedInput ?? price.input) +
+        (writes - writes1h) * writePrice +
+        writes1h * (price.cacheWrite1h ?? writePrice) +
         usage.outputTokens * price.output) /
       1_000_000
     );
