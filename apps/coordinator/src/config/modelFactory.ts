@@ -1,5 +1,6 @@
 import {
   AnthropicProvider,
+  type CacheSetting,
   type ModelProvider,
   OpenAIProvider,
   parseScript,
@@ -49,6 +50,14 @@ export const modelLabel = (model: ModelConfig): string => `${model.provider}:${m
  */
 export type FileSource = (path: string) => Promise<{ text: string; source: string }>;
 
+/** A remote entry's prompt caching, as its provider takes it: `auto` when the entry says nothing. */
+export function cacheSettingOf(model: Exclude<ModelConfig, { provider: 'scripted' }>): CacheSetting {
+  const { cache } = model;
+  if (cache === undefined) return 'auto';
+  // Only the lifetime: the entry's own `x-` keys stay in the file.
+  return typeof cache === 'string' ? cache : { ttl: cache.ttl };
+}
+
 /** Builds the provider for one entry; a scripted model's script comes from `files`. */
 export async function createProvider(
   model: ModelConfig,
@@ -72,6 +81,7 @@ export async function createProvider(
         // Local servers mostly take no key, but the SDK insists on one.
         apiKey: apiKey ?? 'not-needed',
         timeoutMs: model.timeout * 1_000,
+        cache: cacheSettingOf(model),
         ...(model.baseURL === undefined ? {} : { baseURL: model.baseURL }),
       });
     case 'anthropic':
@@ -79,6 +89,7 @@ export async function createProvider(
         model: model.model,
         apiKey: apiKey ?? '',
         timeoutMs: model.timeout * 1_000,
+        cache: cacheSettingOf(model),
         ...(model.maxTokens === undefined ? {} : { defaultMaxTokens: model.maxTokens }),
         ...(model.baseURL === undefined ? {} : { baseURL: model.baseURL }),
       });

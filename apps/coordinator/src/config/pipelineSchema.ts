@@ -35,6 +35,43 @@ export const ScriptedModelConfig = withExtensions({
 
 const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be an environment variable name');
 
+/** Words people write for a cache setting that are not one, each with the setting it means. */
+const MEANT: Readonly<Record<string, string>> = {
+  on: '"auto"',
+  true: '"auto"',
+  yes: '"auto"',
+  enabled: '"auto"',
+  false: '"off"',
+  no: '"off"',
+  none: '"off"',
+  disabled: '"off"',
+  '5m': '{ ttl: 5m }',
+  '1h': '{ ttl: 1h }',
+};
+
+/** What is wrong with a `cache:` value that is none of the settings, in words a person can act on. */
+function cacheSettingError(input: unknown): string {
+  if (typeof input === 'object' && input !== null && !Array.isArray(input)) {
+    const { ttl } = input as { ttl?: unknown };
+    return ttl === undefined
+      ? 'missing ttl: write { ttl: 5m } or { ttl: 1h }, or cache: auto | off'
+      : `ttl ${JSON.stringify(ttl)} is not a cache lifetime; use 5m (the providers' default) or 1h`;
+  }
+  const word = String(input);
+  const meant = MEANT[word.toLowerCase()];
+  const hint = meant === undefined ? suggestion(word, ['auto', 'off']) : ` (did you mean ${meant}?)`;
+  return `${JSON.stringify(input)} is not a cache setting${hint}; use auto (the default), off, { ttl: 5m } or { ttl: 1h }`;
+}
+
+/**
+ * Prompt caching for a model entry (`CacheSetting` in `@troupe/llm`): `auto` (when absent) marks or keys the prompt's
+ * stable prefix so the provider serves it from its cache, with the lifetime the runtime suggests per call; `off` sends
+ * no cache markers or keys; `{ ttl }` is `auto` with that lifetime on every call.
+ */
+export const CacheConfig = z.union([z.enum(['auto', 'off']), withExtensions({ ttl: z.enum(['5m', '1h']) })], {
+  error: (issue) => cacheSettingError(issue.input),
+});
+
 /** Settings every remote model shares. */
 const remote = {
   /** The provider's model id, e.g. `gpt-5-mini`, `claude-sonnet-4-6`. */
@@ -49,6 +86,8 @@ const remote = {
   maxAttempts: z.number().int().min(1).max(20).default(4),
   /** First backoff in seconds; doubles per attempt, jittered; a `retry-after` from the provider wins. */
   retryDelay: z.number().nonnegative().max(600).default(0.5),
+  /** Prompt caching: `auto` when absent (see {@link CacheConfig}). */
+  cache: CacheConfig.optional(),
 };
 
 export const OpenAIModelConfig = withExtensions({
@@ -91,7 +130,12 @@ export const ModelRef = z
 export const PriceConfig = withExtensions({
   input: z.number().nonnegative(),
   output: z.number().nonnegative(),
+  /** What a token read from the prompt cache costs; `input` when absent. */
   cachedInput: z.number().nonnegative().optional(),
+  /** What a token written to the cache with the 5-minute lifetime costs; `input` when absent. */
+  cacheWrite: z.number().nonnegative().optional(),
+  /** What a token written with the 1-hour lifetime costs; `cacheWrite` when absent. */
+  cacheWrite1h: z.number().nonnegative().optional(),
 });
 
 /**
