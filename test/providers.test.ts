@@ -134,7 +134,10 @@ models:
     const final = await h.finalOf('an-1');
     expect(final.kind).toBe('task.completed');
     const [first, second] = anthropic.requests.slice(before);
-    expect(first?.body.system).toContain('Write the files.');
+    // Sent as one text block marked for the prompt cache (issue 35).
+    expect(first?.body.system).toEqual([
+      expect.objectContaining({ type: 'text', text: expect.stringContaining('Write the files.') }),
+    ]);
     expect(first?.body.messages[0].role).toBe('user');
     const last = second?.body.messages.at(-1);
     expect(last.role).toBe('user');
