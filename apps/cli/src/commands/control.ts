@@ -2,6 +2,7 @@ import { cancelTask, listHumanRequests, migrateTask, OperationError } from '@tro
 import { shortVersion } from '@troupe/coordinator';
 import { errorMessage, type HumanRequest, type WorkflowRecord } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
+import { cacheTokens } from '../format/cacheTokens.ts';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
@@ -101,7 +102,7 @@ export async function status(taskId: string | undefined, options: StatusOptions)
     const pending = running.length > 0 ? await pendingRequests(bus, [...new Set(running)]) : [];
     const now = Date.now();
     for (const r of records) {
-      process.stdout.write(`${line(r, now)}\n`);
+      process.stdout.write(`${statusLine(r, now)}\n`);
       for (const why of describeActivity(r, pending, now)) process.stdout.write(`  ${why}\n`);
     }
     return 0;
@@ -110,9 +111,10 @@ export async function status(taskId: string | undefined, options: StatusOptions)
   }
 }
 
-function line(r: WorkflowRecord, now: number): string {
+/** One task in `troupe status`: its pipeline and version, state, tokens (prompt cache reads and writes apart), cost and time. */
+export function statusLine(r: WorkflowRecord, now: number): string {
   const cost = r.usage.costUsd > 0 ? ` $${r.usage.costUsd.toFixed(4)}` : '';
-  const tokens = `${r.usage.inputTokens}→${r.usage.outputTokens} tok${cost}`;
+  const tokens = `${r.usage.inputTokens}→${r.usage.outputTokens} tok${cacheTokens(r.usage)}${cost}`;
   const duration = taskDuration(r, now);
   const time = duration.finished ? `took ${formatDuration(duration.ms)}` : formatDuration(duration.ms);
   // The pipeline as `name@version` (the version's short hash), as the task runs on it.
