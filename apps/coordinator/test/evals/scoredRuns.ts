@@ -14,13 +14,16 @@ export interface RunShape {
   reviews?: readonly ('approve' | 'reject')[];
   approvalsAsked?: number;
   costUsd?: number;
+  /** Input tokens the task's model calls wrote to the prompt cache; none when absent. */
+  cacheWriteTokens?: number;
   durationMs?: number;
 }
 
-const usage = (costUsd: number) => ({
+const usage = (costUsd: number, cacheWriteTokens?: number) => ({
   inputTokens: 120,
   outputTokens: 40,
   cachedTokens: 0,
+  ...(cacheWriteTokens === undefined ? {} : { cacheWriteTokens }),
   costUsd,
   modelCalls: 2,
 });
@@ -80,7 +83,7 @@ export function eventsOf(shape: RunShape): TroupeEvent[] {
       make('task.completed', {
         output: shape.output ?? 'done',
         rounds: Math.max(1, shape.reviews?.length ?? 1),
-        usage: usage(cost),
+        usage: usage(cost, shape.cacheWriteTokens),
         usageByAgent: {},
         durationMs,
       }),

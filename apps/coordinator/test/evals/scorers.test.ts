@@ -193,6 +193,12 @@ describe('cel', () => {
     expect(await scoreOf(spec, runOf({ output: 'two items' }))).toMatchObject({ value: 0 });
   });
 
+  it('reads the prompt cache writes in usage, 0 in a run that wrote none', async () => {
+    const spec = cel('usage.cacheWriteTokens == 100 && usage.cachedTokens == 0');
+    expect(await scoreOf(spec, runOf({ cacheWriteTokens: 100 }))).toMatchObject({ value: 1 });
+    expect(await scoreOf(cel('usage.cacheWriteTokens == 0'), runOf({}))).toMatchObject({ value: 1 });
+  });
+
   it('takes a number from 0 to 1 as the value, and anything else as an error score', async () => {
     const run = runOf({ tools: ['a', 'b', 'c', 'd'] });
     expect(await scoreOf(cel('double(tools.called("a")) / double(tools.called())'), run)).toMatchObject({

@@ -12,7 +12,7 @@ import { safetyCounts, stepFacts, toolsCalled } from './runFacts.ts';
  * `json.items.size() == json.count` compares as written.
  * - `output`: the output text (`""` when there is none); `json`: the output parsed as JSON, or null;
  * - `status`: `completed`, `failed` or `cancelled`; `durationMs`;
- * - `usage`: `inputTokens`, `outputTokens`, `cachedTokens`, `costUsd`, `modelCalls`;
+ * - `usage`: `inputTokens`, `outputTokens`, `cachedTokens` (cache reads), `cacheWriteTokens`, `costUsd`, `modelCalls`;
  * - `steps.<id>`: `rounds`, `ok`, `verdict` (`approve`, `reject` or null), `output`, `durationMs`;
  * - `trajectory`: the tools called, in order; `tools.called(name)`: how many times one was called;
  * - `safety`: `denied`, `sandboxRefusals`, `approvalsAsked`;
@@ -75,6 +75,7 @@ export function celScope(run: CaseRun): CelData {
       inputTokens: int(run.usage.inputTokens),
       outputTokens: int(run.usage.outputTokens),
       cachedTokens: int(run.usage.cachedTokens),
+      cacheWriteTokens: int(run.usage.cacheWriteTokens ?? 0),
       costUsd: run.usage.costUsd,
       modelCalls: int(run.usage.modelCalls),
     },
