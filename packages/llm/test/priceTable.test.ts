@@ -61,6 +61,34 @@ describe('PriceTable.priceOf', () => {
     expect(table.priceOf('openai', 'gpt-5-mini')).toEqual(DISTINCT['openai:gpt-5-mini']);
   });
 
+  it("gives an Anthropic override without write prices Anthropic's (1.25x and 2x input), and keeps given ones", () => {
+    const table = new PriceTable(
+      {
+        'anthropic:claude-x': { input: 4, output: 20 },
+        'anthropic:claude-y': { input: 4, output: 20, cacheWrite: 4, cacheWrite1h: 6 },
+        'openai:gpt-x': { input: 4, output: 20 },
+      },
+      DISTINCT,
+    );
+    expect(table.priceOf('anthropic', 'claude-x')).toEqual({
+      input: 4,
+      output: 20,
+      cacheWrite: 5,
+      cacheWrite1h: 8,
+    });
+    expect(table.priceOf('anthropic', 'claude-y')).toMatchObject({ cacheWrite: 4, cacheWrite1h: 6 });
+    expect(table.priceOf('openai', 'gpt-x')).toEqual({ input: 4, output: 20 });
+    // 1M tokens written for 5 minutes: 1.25 x 4.
+    expect(
+      table.cost('anthropic', 'claude-x', {
+        inputTokens: 1e6,
+        outputTokens: 0,
+        cachedTokens: 0,
+        cacheWriteTokens: 1e6,
+      }),
+    ).toBe(5);
+  });
+
   it('does not price a different model by a shared prefix (gpt-5-pro is not gpt-5)', () => {
     const table = new PriceTable({}, DISTINCT);
     expect(table.priceOf('openai', 'gpt-5-pro')).toBeUndefined();

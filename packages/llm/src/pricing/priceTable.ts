@@ -13,6 +13,10 @@ export interface ModelPrice {
   cacheWrite1h?: number | undefined;
 }
 
+/** What Anthropic bills a cache write, as a multiple of the input price: with the 5-minute and the 1-hour lifetime. */
+const ANTHROPIC_WRITE_5M = 1.25;
+const ANTHROPIC_WRITE_1H = 2;
+
 /**
  * An Anthropic price from its input and output prices: a cache read costs a tenth of the input price, a cache
  * write 1.25 times it with the 5-minute lifetime and 2 times with the 1-hour one, for every Claude model.
@@ -20,8 +24,8 @@ export interface ModelPrice {
 const anthropic = (input: number, output: number): ModelPrice => ({
   input,
   cachedInput: input / 10,
-  cacheWrite: input * 1.25,
-  cacheWrite1h: input * 2,
+  cacheWrite: input * ANTHROPIC_WRITE_5M,
+  cacheWrite1h: input * ANTHROPIC_WRITE_1H,
   output,
 });
 
@@ -60,8 +64,24 @@ const VERSION_SUFFIX = /^-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)$/;
 export class PriceTable {
   readonly #prices: Map<string, ModelPrice>;
 
+  /**
+   * An override of an `anthropic:` key that gives no cache write prices gets Anthropic's rule for them (1.25 × and
+   * 2 × its `input`), so writes are not billed as plain input; its `cachedInput` is as given.
+   */
   constructor(overrides: Readonly<Record<string, ModelPrice>> = {}, defaults = DEFAULT_PRICES) {
-    this.#prices = new Map(Object.entries({ ...defaults, ...overrides }));
+    const own = Object.entries(overrides).map(([key, price]): [string, ModelPrice] =>
+      key.startsWith('anthropic:')
+        ? [
+            key,
+            {
+              ...price,
+              cacheWrite: price.cacheWrite ?? price.input * ANTHROPIC_WRITE_5M,
+              cacheWrite1h: price.cacheWrite1h ?? price.input * ANTHROPIC_WRITE_1H,
+            },
+          ]
+        : [key, price],
+    );
+    this.#prices = new Map([...Object.entries(defaults), ...own]);
   }
 
   priceOf(provider: string, model: string): ModelPrice | undefined {
