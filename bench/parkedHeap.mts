@@ -8,7 +8,11 @@
  * coordinator still holds. With `TROUPE_EVENT_BATCH=1` (read by the bus) a task's events go in batches, read here
  * through `eventsOf`.
  *
- *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [snap|nosnap] [ended]
+ * With `passivate=<ms>` (anywhere after N) the coordinator passivates a task whose step has waited on its model that
+ * long (`passivateAfterMs`, docs/durability.md): the heap is measured once that time (and the passivation sweep's)
+ * has passed after the last task is in flight, so every task is passivated by then.
+ *
+ *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [snap|nosnap] [ended] [passivate=<ms>]
  */
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,9 +24,13 @@ import { type EventKind, eventsOf, subjects } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats } from '@troupe/testkit';
 
-const parked = Number(process.argv[2] ?? 1000);
-const outDir = process.argv[3] ?? '.';
-const snap = process.argv[4] !== 'nosnap';
+const passivateArg = process.argv.find((arg) => arg.startsWith('passivate='));
+const passivateAfterMs =
+  passivateArg === undefined ? undefined : Number(passivateArg.slice('passivate='.length));
+const args = process.argv.filter((arg) => arg !== passivateArg);
+const parked = Number(args[2] ?? 1000);
+const outDir = args[3] ?? '.';
+const snap = args[4] !== 'nosnap';
 const heapUsed = () => {
   (globalThis as { gc?: () => void }).gc?.();
   return process.memoryUsage().heapUsed;
@@ -42,6 +50,7 @@ await startCoordinator({
   workspaceRoot,
   registry,
   maxInFlight: parked + 20,
+  ...(passivateAfterMs === undefined ? {} : { passivateAfterMs }),
 });
 const submit = (id: string) =>
   client.publish(subjects.task('parked'), JSON.stringify({ id, goal: 'write out.txt' }));
@@ -78,12 +87,20 @@ for (let i = 0; i < parked; i++) submit(`parked-${i}`);
 await client.flush();
 await until(parked + 20);
 const inFlight = performance.now() - t0;
+// Every task passivated: the last one waited `passivateAfterMs`, and the sweep (every half of it) found it.
+if (passivateAfterMs !== undefined)
+  await new Promise((resolve) => setTimeout(resolve, passivateAfterMs * 1.5 + 100));
 const after = heapUsed();
 console.log(
-  JSON.stringify({ parked, allInFlightS: inFlight / 1000, perTaskKB: (after - before) / parked / 1024 }),
+  JSON.stringify({
+    parked,
+    allInFlightS: inFlight / 1000,
+    perTaskKB: (after - before) / parked / 1024,
+    ...(passivateAfterMs === undefined ? {} : { passivateAfterMs }),
+  }),
 );
 if (snap) writeHeapSnapshot(join(outDir, 'after.heapsnapshot'));
-if (process.argv[5] === 'ended') {
+if (args[5] === 'ended') {
   // Once every task has ended, with the coordinator still running: what it keeps of ended tasks.
   const ended = new Set<string>();
   await new Promise<void>((resolve) => {

@@ -50,6 +50,7 @@ const RUNNER_SETTINGS = [
   'stepHeartbeatMs',
   'finalEventWaitMs',
   'limits',
+  'passivateAfterMs',
 ] as const satisfies readonly (keyof PipelineRunnerOptions)[];
 type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[number]>;
 

@@ -60,6 +60,7 @@ type CoordinatorSettings = Pick<
   | 'maxDeliver'
   | 'limits'
   | 'stepHeartbeatMs'
+  | 'passivateAfterMs'
   | 'eventRetention'
 >;
 

@@ -49,6 +49,11 @@ export class CheckpointWriter {
   #drained: (() => void) | undefined;
   /** Whether the task's steps only wait, as its last checkpoint or activity said (a held task is parked anyway). */
   #waiting = false;
+  /** Since when, on the clock, the steps only wait: what passivation goes by (see `passivation.ts`). */
+  #waitingSince: number | undefined;
+  /** The workflow was restored from a passivated task's snapshot: its first snapshot is that one, on record already. */
+  #restored = false;
+  #tellTo: (event: CheckpointWriterEvent) => void;
   /** Steering changes made before the first checkpoint: answered once that checkpoint, which holds them, is written. */
   #steeredEarly: ((written: boolean) => void)[] = [];
   /**
@@ -62,13 +67,14 @@ export class CheckpointWriter {
     private readonly services: WriterServices,
     claimed: ClaimedTask,
     flow: FlowVersion,
-    private readonly tell: (event: CheckpointWriterEvent) => void,
+    tell: (event: CheckpointWriterEvent) => void,
     private readonly onCheckpoint: (
       snapshot: WorkflowSnapshot,
       taken: { parked: boolean; resumed: boolean },
     ) => void,
     private readonly steering?: TaskSteering,
   ) {
+    this.#tellTo = tell;
     this.#ledger = {
       claimed,
       flow,
@@ -84,7 +90,35 @@ export class CheckpointWriter {
 
   /** A snapshot of the workflow: its checkpoint is queued, unless it has none to make. */
   snapshot(snapshot: WorkflowSnapshot): void {
+    if (this.#restored) {
+      this.#restored = false;
+      return;
+    }
     if (!this.#closed) this.#faultsTold(() => this.#checkpoint(snapshot));
+  }
+
+  /**
+   * Since when the task's steps have only waited (on a person or a model), with nothing of it left to write; undefined
+   * while they work, or a write is pending. What the runner passivates a task by.
+   */
+  get idleSince(): number | undefined {
+    const pending = this.#writing || this.#queue.length > 0 || this.#steeredEarly.length > 0;
+    return this.#closed || pending || this.#ledger.lost ? undefined : this.#waitingSince;
+  }
+
+  /**
+   * The task's actor tree was stopped while it waited and is restored now (see `passivation.ts`): the writer's events
+   * go to the new task actor, and the restored workflow's first snapshot, the one taken as it was stopped, makes no
+   * checkpoint (what it holds is what the writer last wrote, or is about to write as it would have).
+   */
+  woken(tell: (event: CheckpointWriterEvent) => void): void {
+    this.#tellTo = tell;
+    this.#restored = true;
+  }
+
+  /** The task's actor tree is stopped for its passivation: the writer keeps no reference to it (nothing is told). */
+  asleep(): void {
+    this.#tellTo = () => {};
   }
 
   /** What the current step is doing: parks the task while it waits on a person or a model, and records it. */
@@ -138,7 +172,7 @@ export class CheckpointWriter {
     if (taken.kind === 'poisoned') this.#tell({ type: 'checkpoint.poisoned', error: taken.error });
     if (taken.kind !== 'queued') return;
     this.#ledger = taken.ledger;
-    this.#waiting = taken.parked;
+    this.#wait(taken.parked);
     const parked = taken.parked || this.steering?.paused !== undefined;
     this.onCheckpoint(snapshot, { ...taken, parked });
     const early = this.#steeredEarly;
@@ -163,7 +197,7 @@ export class CheckpointWriter {
 
   #noteActivity(activity: StepActivity): void {
     // Waiting on a person or a slow model, the task does no work: its working slot goes to another task meanwhile.
-    this.#waiting = activity.kind === 'person' || activity.kind === 'model';
+    this.#wait(activity.kind === 'person' || activity.kind === 'model');
     this.#park();
     const noted = noteActivity(this.services, this.#ledger, activity);
     if (noted === undefined) return;
@@ -213,7 +247,13 @@ export class CheckpointWriter {
   }
 
   #tell(event: CheckpointWriterEvent): void {
-    if (!this.#closed) this.tell(event);
+    if (!this.#closed) this.#tellTo(event);
+  }
+
+  #wait(waiting: boolean): void {
+    if (waiting && !this.#waiting) this.#waitingSince = this.services.clock.now();
+    if (!waiting) this.#waitingSince = undefined;
+    this.#waiting = waiting;
   }
 
   #enqueue(write: PendingWrite): void {

@@ -37,8 +37,19 @@ export function createTaskMachine(services: TaskServices) {
   return parts.createMachine({
     id: 'task',
     // Made as the message arrives (the queue hands it over at once): the server's ack wait runs from about then.
-    context: ({ input }) => ({ ...input, settle: 'ack', keptAliveAt: services.clock.now() }),
-    initial: 'triaging',
+    context: ({ input: { delivery, woken } }) =>
+      woken
+        ? {
+            delivery,
+            claimed: woken.claimed,
+            flow: woken.flow,
+            hold: woken.hold,
+            settle: 'ack',
+            keptAliveAt: woken.keptAliveAt,
+          }
+        : { delivery, settle: 'ack', keptAliveAt: services.clock.now() },
+    // A passivated task woken goes on running where it was; every other delivery is triaged.
+    initial: 'arriving',
     // Answered in every state, so a sender never waits on a task that has moved on.
     on: {
       cancel: { actions: ({ event }) => event.answer(false) },
@@ -51,6 +62,12 @@ export function createTaskMachine(services: TaskServices) {
       tell: { actions: ({ event, context }) => event.answer(endingRefusal(context.claimed?.input.taskId)) },
     },
     states: {
+      arriving: {
+        always: [
+          { guard: ({ context }) => context.hold !== undefined, target: 'running' },
+          { target: 'triaging' },
+        ],
+      },
       triaging: {
         invoke: {
           src: 'triage',

@@ -28,6 +28,17 @@ import {
 
 export interface TaskActorInput {
   delivery: TaskDelivery;
+  /** A passivated task woken (see `passivation.ts`): it goes on running with the hold it had, its workflow restored. */
+  woken?: Woken;
+}
+
+/** What a passivated task kept of its task actor, to run on from where its tree was stopped. */
+export interface Woken {
+  claimed: ClaimedTask;
+  flow: FlowVersion;
+  /** Its hold, with the workflow's persisted snapshot as its tree was stopped (`restored`). */
+  hold: Hold & { restored: unknown };
+  keptAliveAt: number;
 }
 
 /**
@@ -43,6 +54,8 @@ export interface Hold {
   /** What people did to the task (pause, resume, tell), restored from its record; the writer records it. */
   steering: TaskSteering;
   ending?: WorkflowEnding;
+  /** The workflow's persisted snapshot as its passivated tree was stopped: restored from it, not from the claim's. */
+  restored?: unknown;
   /** Told whether the version a migration let the workflow go for was recorded. */
   migrated?: (recorded: boolean) => void;
 }
@@ -144,6 +157,11 @@ export function taskSetup(services: TaskServices) {
       keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
       /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */
       hold: assign(({ context, self }) => {
+        // Woken from passivation: the hold it had, its writer telling this actor now.
+        if (context.hold) {
+          context.hold.writer.woken((event) => self.send(event));
+          return {};
+        }
         const claimed = need(context.claimed, 'claimed task');
         const { input, scope, delivery } = claimed;
         const span = startWorkflowSpan(pipeline, scope.traceparent, claimed.firstDelivery, {
@@ -158,16 +176,7 @@ export function taskSetup(services: TaskServices) {
           claimed,
           flow,
           (event) => self.send(event),
-          (snapshot, { parked, resumed }) => {
-            claimed.delivery.park(parked);
-            // Its restored steps have said they are at work: a message owed only to steps gone is dropped.
-            if (resumed) steering.restored();
-            if (resumed && !services.stopping()) {
-              announceResumed(services, claimed, snapshot);
-              announceSteering(services, claimed, steering, snapshot);
-              steerRestored(services, claimed, steering);
-            }
-          },
+          checkpointed(services, claimed, steering),
           steering,
         );
         const hold: Hold = {
@@ -215,6 +224,27 @@ export function taskSetup(services: TaskServices) {
       }),
     },
   });
+}
+
+/**
+ * What a task does as each checkpoint is taken: parks or unparks its message and, on the first of a resumed run,
+ * announces it. Made apart from the task actor, so the writer keeping it keeps no actor (a passivated task's does not).
+ */
+function checkpointed(
+  services: TaskServices,
+  claimed: ClaimedTask,
+  steering: TaskSteering,
+): ConstructorParameters<typeof CheckpointWriter>[4] {
+  return (snapshot, { parked, resumed }) => {
+    claimed.delivery.park(parked);
+    // Its restored steps have said they are at work: a message owed only to steps gone is dropped.
+    if (resumed) steering.restored();
+    if (resumed && !services.stopping()) {
+      announceResumed(services, claimed, snapshot);
+      announceSteering(services, claimed, steering, snapshot);
+      steerRestored(services, claimed, steering);
+    }
+  };
 }
 
 /** The setup of a runner's task actors, as the chart uses it. */

@@ -26,8 +26,8 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
             enqueue({ type: 'letGo', params: { kind: 'stopped' } });
             return;
           }
-          // A sub-task whose parent ended while it waited to run here ends too.
-          const reason = context.hold?.claimed.orphaned;
+          // A sub-task whose parent ended while it waited to run here ends too (a woken one was told when it ran first).
+          const reason = context.hold?.restored === undefined ? context.hold?.claimed.orphaned : undefined;
           if (reason !== undefined) enqueue.sendTo('workflow', { type: 'cancel', reason });
         }),
         invoke: [
@@ -35,11 +35,12 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
             id: 'workflow',
             src: 'workflow',
             input: ({ context }) => {
-              const { claimed, flow, writer } = need(context.hold, 'hold');
+              const { claimed, flow, writer, restored } = need(context.hold, 'hold');
+              const saved = restored ?? claimed.snapshot;
               return {
                 machine: flow.machine,
                 input: claimed.input,
-                ...(claimed.snapshot === undefined ? {} : { saved: claimed.snapshot }),
+                ...(saved === undefined ? {} : { saved }),
                 onEmitted: (emitted: WorkflowEmitted) => publishEmitted(services, claimed, emitted),
                 // Each snapshot, the done one too, reaches the writer before the task actor hears the workflow is done.
                 onSnapshot: (snapshot: WorkflowSnapshot) => writer.snapshot(snapshot),

@@ -29,13 +29,16 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
+import { Passivation, type TaskActor } from '../task/passivation.ts';
 import { reportActivity, runFactsOf, steeringOf } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
+import type { TaskActorInput } from '../task/taskSetup.ts';
 import { type SteerAnswer, type TaskSignal, TaskSignals } from '../task/taskSignals.ts';
 import { compileFlow } from './compileFlow.ts';
 import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
+import { SendsInFlight } from './sendsInFlight.ts';
 import { createStepCallLogic } from './stepCall.ts';
 import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
 import { followParentHold, forwardTold, type ToldForwarding, whileHeld } from './subTaskSteering.ts';
@@ -124,13 +127,20 @@ export interface PipelineRunnerOptions {
    * kept, or one concluded again from its record). Not told of a task left to another delivery, told in its turn.
    */
   ended?: (final: TroupeEvent, version?: string) => void;
+  /**
+   * Passivation (off when absent): a task whose steps have only waited this long (a step's send in flight on a slow
+   * model) has its actor tree stopped and restored when something comes for it (see `task/passivation.ts`).
+   */
+  passivateAfterMs?: number;
 }
 
 /** Runs one pipeline's tasks: one task actor tree per delivery, events on the wire, checkpoints in KV. */
 export interface PipelineRunner {
   readonly pipeline: string;
-  /** Task ids running in this process now. */
+  /** Task ids running in this process now (passivated ones too). */
   running(): string[];
+  /** How many of them are passivated now (see `task/passivation.ts`). */
+  passivated(): number;
   /** Reads and compiles a stored version ahead of its tasks; says why when it cannot be run. */
   prepare(hash: string): Promise<string | undefined>;
   /**
@@ -157,6 +167,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const { bus, config, store, logger, clock } = options;
   const pipeline = config.name;
   const signals = new TaskSignals();
+  const sends = options.passivateAfterMs === undefined ? undefined : new SendsInFlight();
   let stopping = false;
   const stop = new AbortController();
   const stopped = stop.signal;
@@ -174,7 +185,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       compileFlow(
         versionConfig,
         stepActors(
-          options,
+          { ...options, ...(sends ? { sends } : {}) },
           () => migrations,
           () => stopping,
         ),
@@ -222,6 +233,17 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     stopped,
   };
   const taskMachine = createTaskMachine(services);
+  const passivation =
+    sends && options.passivateAfterMs !== undefined
+      ? new Passivation({
+          clock,
+          logger,
+          afterMs: options.passivateAfterMs,
+          keepAliveMs: services.keepAliveMs,
+          sends,
+          signals,
+        })
+      : undefined;
 
   // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the
   // control responder (one per message, see controlResponder.ts) answers with the task's state instead.
@@ -301,7 +323,11 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
 
   /** One delivery, one task actor: its tree lives until the message is settled. */
   async function handle(delivery: TaskDelivery): Promise<void> {
-    const task = createActor(taskMachine, { input: { delivery }, clock }).start();
+    let outcome = await run({ delivery });
+    // A passivated task's actor is stopped while it waits, and a new one goes on from where it stood once it is woken.
+    // Nothing here keeps the stopped actor meanwhile: only the promise of its waking.
+    while ('woken' in outcome) outcome = await run(await outcome.woken);
+    const { task } = outcome;
     const { error } = await toPromise(task).catch((fault: unknown) => {
       // A fault of ours inside the task actor: nothing of the task (its workflow, step call, signals listener) may go
       // on, or the task is heard as running here and every redelivery of it is ignored.
@@ -312,6 +338,22 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const { value, context } = task.getSnapshot();
     if (context.final && (value === 'acked' || value === 'terminated'))
       options.ended?.(context.final, context.flow?.hash ?? context.claimed?.version);
+  }
+
+  /**
+   * A task actor started on `input` (watched for passivation when the runner passivates), once it has ended: the actor,
+   * or, when it was passivated, how it is woken.
+   */
+  async function run(
+    input: TaskActorInput,
+  ): Promise<{ task: TaskActor } | { woken: Promise<TaskActorInput> }> {
+    const task = createActor(taskMachine, { input, clock });
+    passivation?.watch(task);
+    task.start();
+    if (input.woken) passivation?.started(input.woken.claimed.input.taskId, task);
+    await toPromise(task).catch(() => {});
+    const woken = passivation?.woken(task);
+    return woken ? { woken } : { task };
   }
 
   const queue: TaskQueue = await options.intake.start({
@@ -330,6 +372,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   return {
     pipeline,
     running: () => signals.taskIds(),
+    passivated: () => passivation?.asleep ?? 0,
     async prepare(hash) {
       const flow = await versions.flowFor(hash);
       return typeof flow === 'string' ? flow : undefined;
@@ -343,6 +386,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       parentWatch.unsubscribe();
       signals.stop();
       await queue.stop();
+      passivation?.close();
     },
   };
 }
@@ -352,7 +396,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
  * activity through the run context of the task actor system it runs in (see `task/runContext.ts`).
  */
 function stepActors(
-  options: PipelineRunnerOptions,
+  options: PipelineRunnerOptions & { sends?: SendsInFlight },
   migrations: () => TaskMigrations,
   stopping: () => boolean,
 ) {
@@ -363,6 +407,7 @@ function stepActors(
     ...(options.noResponderWaitMs === undefined ? {} : { noResponderWaitMs: options.noResponderWaitMs }),
     ...(options.stepHeartbeatMs === undefined ? {} : { heartbeatMs: options.stepHeartbeatMs }),
     ...(options.localSteps ? { local: options.localSteps } : {}),
+    ...(options.sends ? { sends: options.sends } : {}),
   };
   const people = options.people;
   const reporter =

@@ -2,6 +2,7 @@ import type { AgentStepReply, AgentStepRequest, StepHeartbeat, WorkspaceManifest
 import { type Bus, type Clock, type LocalSteps, type Logger, TransportError } from '@troupe/runtime';
 import { assign, fromPromise, type PromiseActorLogic, setup } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
+import type { SendsInFlight } from './sendsInFlight.ts';
 import { withCallCheckpoints } from './stepCallCheckpoint.ts';
 import { heldDeadline, pastDeadlineReply } from './stepCallDeadline.ts';
 import { failureOf, type StepCallFailure, timedOut } from './stepCallFailure.ts';
@@ -27,6 +28,11 @@ export interface StepCallServices {
    * none takes (no host here serves its agent at its version, or all are full or stopping) goes over NATS.
    */
   local?: LocalSteps | undefined;
+  /**
+   * The runner's sends in flight, when its tasks may be passivated: a call restored from a passivated task's snapshot
+   * adopts its send under way from here (see `sendsInFlight.ts`).
+   */
+  sends?: SendsInFlight | undefined;
 }
 
 /** What the step call starts from: the workflow's step, and whether a run of it may have started before. */

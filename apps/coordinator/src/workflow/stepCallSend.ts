@@ -45,7 +45,16 @@ export interface RequestInput {
 export function stepSendLogic(services: StepCallServices) {
   const { bus, clock } = services;
   return restoredUnfresh(
-    fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
+    fromCallback<StepCallEvent, RequestInput>(({ input, sendBack: toCall, system }) => {
+      const { sends } = services;
+      const { taskId, stepId } = input.request;
+      // Restored from its passivated task's snapshot: the send under way is this call's, and is not sent again.
+      const adopted = sends?.adopt(taskId, stepId);
+      if (sends && adopted) {
+        adopted.heardBy(toCall);
+        return () => adopted.stopped(sends.passivating(taskId));
+      }
+      let sendBack: (event: StepCallEvent) => void = toCall;
       // The one gate on sends: a held task (`troupe pause`) sends no step, a first one or a resend, a restored one too.
       const steering = steeringOf(system);
       if (steering?.held) {
@@ -66,12 +75,25 @@ export function stepSendLogic(services: StepCallServices) {
         return;
       }
       const facts = runFactsOf(system);
-      const stepId = input.request.stepId;
       // At work while this send lasts: a message told meanwhile is kept for this step until it reads it.
       const ended = steering?.atWork(stepId);
       const abort = new AbortController();
       let settled = false;
       let unwatch = () => {};
+      // Stopped for good while the request still waits: its reply subscription is closed (a settled one needs nothing).
+      const end = () => {
+        stopHearing();
+        stopHolding?.();
+        unwatch();
+        ended?.();
+        if (!settled) abort.abort();
+      };
+      // Kept by the runner while under way, its events through it: a passivated task's send goes on (see `sendsInFlight.ts`).
+      const send = sends?.start(taskId, stepId, end);
+      if (send) {
+        send.heardBy(toCall);
+        sendBack = (event) => send.tell(event);
+      }
       const stopHolding = steering?.listen((held) => {
         if (settled) return;
         unwatch();
@@ -137,6 +159,7 @@ export function stepSendLogic(services: StepCallServices) {
       ).then(
         (reply) => {
           settled = true;
+          send?.settled();
           // Read messages go to no later step; the reply's checkpoint records that, with the step's end. A failed
           // run's reads do not count: the workflow's retry of the step is a fresh run with a journal of its own
           // (`-r<n>`), which must be given them again. A retryable reply (paused, say) is sent again under the same
@@ -147,17 +170,11 @@ export function stepSendLogic(services: StepCallServices) {
         },
         (error: unknown) => {
           settled = true;
+          send?.settled();
           sendBack({ type: 'failed', error });
         },
       );
-      // Stopped while the request still waits: its reply subscription is closed (a settled one needs nothing).
-      return () => {
-        stopHearing();
-        stopHolding?.();
-        unwatch();
-        ended?.();
-        if (!settled) abort.abort();
-      };
+      return sends && send ? () => send.stopped(sends.passivating(taskId)) : end;
     }),
   );
 }

@@ -8,7 +8,8 @@ import type { StepRunInput, StepRunOutput } from './workflowTypes.ts';
 /** How often a host reports on a step by default; three missed reports and the step goes to another worker. */
 export const DEFAULT_STEP_HEARTBEAT_MS = 5_000;
 
-export interface StepRunnerOptions extends Pick<StepCallServices, 'bus' | 'clock' | 'logger' | 'local'> {
+export interface StepRunnerOptions
+  extends Pick<StepCallServices, 'bus' | 'clock' | 'logger' | 'local' | 'sends'> {
   /** How long to keep trying while no worker serves the agent (workers may still be starting). */
   noResponderWaitMs?: number;
   /** How often the agent host must report on a step (see {@link DEFAULT_STEP_HEARTBEAT_MS}). */
@@ -26,6 +27,7 @@ export function stepCallServices(options: StepRunnerOptions): StepCallServices {
     waitForWorkersMs: options.noResponderWaitMs ?? 30_000,
     heartbeatMs: options.heartbeatMs ?? DEFAULT_STEP_HEARTBEAT_MS,
     ...(options.local ? { local: options.local } : {}),
+    ...(options.sends ? { sends: options.sends } : {}),
   };
 }
 

@@ -1,0 +1,196 @@
+import type { Clock, Logger } from '@troupe/runtime';
+import type { Actor, AnyActorRef } from 'xstate';
+import type { SendsInFlight } from '../workflow/sendsInFlight.ts';
+import type { createTaskMachine } from './taskMachine.ts';
+import type { TaskActorInput, Woken } from './taskSetup.ts';
+import type { TaskSignal, TaskSignals } from './taskSignals.ts';
+
+/** A task actor of a runner, as the runner creates it per delivery. */
+export type TaskActor = Actor<ReturnType<typeof createTaskMachine>>;
+
+export interface PassivationOptions {
+  clock: Clock;
+  logger: Logger;
+  /** How long a task's steps must have only waited (on a model or a person) before its tree is stopped. */
+  afterMs: number;
+  /** How often a task's message is kept alive (the runner's `keepAliveMs`): a passivated task's are kept from here. */
+  keepAliveMs: number;
+  sends: SendsInFlight;
+  signals: TaskSignals;
+}
+
+/** A passivated task: what it kept, and how it is woken. */
+interface Asleep {
+  taskId: string;
+  woken: Woken;
+  delivery: TaskActorInput['delivery'];
+  /** The signals that came since it was woken, before its new actor listened: delivered to it once it does. */
+  signals: TaskSignal[];
+  wake?: (input: TaskActorInput) => void;
+  /** Stops the passivated task's signal listener: the woken actor's run context listens in its place. */
+  unlisten: () => void;
+  awake: boolean;
+}
+
+/**
+ * Passivation of a runner's tasks: a task whose steps have only waited for `afterMs` (a step's send in flight on a
+ * slow model or a person) has its actor tree stopped, keeping only what it needs to go on (its hold on the task, the
+ * workflow's persisted snapshot as it stood, its message, the send in flight, which goes on outside the tree; see
+ * `sendsInFlight.ts`). It is woken, its tree restored in this process from that snapshot as a crash resume restores
+ * from the record (no record read, no record written, no event), when its send has something its step call must hear
+ * (the reply, a failure, a hold, a reconnect, a change of what the step waits on), or a signal comes for it through
+ * the runner's {@link TaskSignals} (cancel, migrate, pause, resume, tell, a parent's end, the process's stop). One
+ * timer serves every task: it finds the tasks to passivate and keeps the passivated tasks' messages alive.
+ *
+ * Stopping the tree runs none of its cancel paths: xstate runs no exit action on a stop, the send is kept going, and
+ * the task's writer, steering and span are kept as they were (the writer is idle: nothing is left to write).
+ */
+export class Passivation {
+  readonly #live = new Set<TaskActor>();
+  readonly #asleep = new Map<string, Asleep>();
+  readonly #passivated = new WeakMap<TaskActor, Promise<TaskActorInput>>();
+  #timer: unknown;
+  readonly #tickMs: number;
+
+  constructor(private readonly options: PassivationOptions) {
+    this.#tickMs = Math.max(10, Math.floor(Math.min(options.afterMs, options.keepAliveMs) / 2));
+    options.sends.onWoken = (taskId) => this.#wake(taskId);
+  }
+
+  /** Tasks passivated now. */
+  get asleep(): number {
+    return this.#asleep.size;
+  }
+
+  /** A task actor, watched from its start until it ends, to be passivated when it only waits. */
+  watch(task: TaskActor): void {
+    this.#live.add(task);
+    const done = () => this.#live.delete(task);
+    task.subscribe({ complete: done, error: done });
+    this.#tick();
+  }
+
+  /**
+   * The task actor ended: if it was passivated, resolves with the input its next actor starts from once it is woken;
+   * undefined when it ended otherwise.
+   */
+  woken(task: TaskActor): Promise<TaskActorInput> | undefined {
+    return this.#passivated.get(task);
+  }
+
+  /** The woken task's new actor listens for its signals now: those that came meanwhile are given to it. */
+  started(taskId: string, task: TaskActor): void {
+    const asleep = this.#asleep.get(taskId);
+    if (!asleep?.awake) return;
+    this.#asleep.delete(taskId);
+    asleep.unlisten();
+    for (const signal of asleep.signals) {
+      if (!this.options.signals.send(taskId, signal)) task.send(signal);
+    }
+  }
+
+  /** Stops the timer (the runner stops; its passivated tasks are woken by the stop signal). */
+  close(): void {
+    if (this.#timer !== undefined) this.options.clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #tick(): void {
+    if (this.#timer !== undefined) return;
+    if (this.#live.size === 0 && this.#asleep.size === 0) return;
+    this.#timer = this.options.clock.setTimeout(() => {
+      this.#timer = undefined;
+      this.#sweep();
+      this.#tick();
+    }, this.#tickMs);
+  }
+
+  #sweep(): void {
+    const { clock, afterMs, keepAliveMs } = this.options;
+    const now = clock.now();
+    for (const task of [...this.#live]) {
+      const since = task.getSnapshot().context.hold?.writer.idleSince;
+      if (since !== undefined && now - since >= afterMs) this.#passivate(task);
+    }
+    for (const asleep of this.#asleep.values()) {
+      if (asleep.awake || now - asleep.woken.keptAliveAt < keepAliveMs) continue;
+      asleep.delivery.working();
+      asleep.woken = { ...asleep.woken, keptAliveAt: now };
+    }
+  }
+
+  #passivate(task: TaskActor): void {
+    const snapshot = task.getSnapshot();
+    const { hold, claimed, flow, delivery } = snapshot.context;
+    if (!hold || !claimed || !flow || !snapshot.matches({ running: { live: 'working' } })) return;
+    if (hold.ending !== undefined || hold.claimed.orphaned !== undefined) return;
+    const workflow = onlyWaiting(snapshot.children);
+    if (!workflow) return;
+    const taskId = claimed.input.taskId;
+    let restored: unknown;
+    try {
+      restored = workflow.getPersistedSnapshot();
+    } catch (error) {
+      this.options.logger.warn({ err: error, taskId }, 'cannot passivate the task; it stays live');
+      return;
+    }
+    this.#live.delete(task);
+    const woken: Woken = {
+      claimed,
+      flow,
+      hold: { ...hold, restored },
+      keptAliveAt: snapshot.context.keptAliveAt,
+    };
+    const asleep: Asleep = { taskId, woken, delivery, signals: [], unlisten: () => {}, awake: false };
+    this.#passivated.set(
+      task,
+      new Promise((resolve) => {
+        asleep.wake = resolve;
+      }),
+    );
+    this.options.sends.keepWhile(taskId, () => task.stop());
+    hold.writer.asleep();
+    this.#asleep.set(taskId, asleep);
+    const parent = claimed.input.parent?.taskId;
+    asleep.unlisten = this.options.signals.listen({
+      taskId,
+      ...(parent === undefined ? {} : { parent }),
+      ...(hold.facts.version === undefined ? {} : { version: hold.facts.version }),
+      deliver: (signal) => {
+        asleep.signals.push(signal);
+        this.#wake(taskId);
+      },
+    });
+  }
+
+  #wake(taskId: string): void {
+    const asleep = this.#asleep.get(taskId);
+    if (!asleep || asleep.awake) return;
+    asleep.awake = true;
+    asleep.wake?.({ delivery: asleep.delivery, woken: asleep.woken });
+  }
+}
+
+/**
+ * The workflow of a task whose tree only waits, or undefined: beside its run context, a workflow whose every child is
+ * a step call with its send in flight (`calling.sent`), and nothing else (no person asked, no sub-task, no timer).
+ */
+function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActorRef | undefined {
+  let workflow: AnyActorRef | undefined;
+  for (const child of Object.values(children)) {
+    if (!child) continue;
+    if (child.src === 'workflow') workflow = child;
+    else if (child.src !== 'runContext') return undefined;
+  }
+  if (workflow?.getSnapshot().status !== 'active') return undefined;
+  const calls = Object.values<AnyActorRef | undefined>(workflow.getSnapshot().children);
+  if (calls.length === 0) return undefined;
+  for (const call of calls) {
+    if (call?.src !== 'runStep') return undefined;
+    const state = call.getSnapshot();
+    if (state.status !== 'active' || !state.matches({ calling: 'sent' })) return undefined;
+    const sends = Object.values<AnyActorRef | undefined>(state.children);
+    if (sends.length !== 1 || sends[0]?.src !== 'request') return undefined;
+  }
+  return workflow;
+}

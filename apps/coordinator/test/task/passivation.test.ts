@@ -1,0 +1,246 @@
+import {
+  AgentStepRequest,
+  ControlReceipt,
+  type StepHeartbeat,
+  subjects,
+  type UsageTotals,
+  WorkflowRecord,
+} from '@troupe/protocol';
+import { createLogger, type Delivery } from '@troupe/runtime';
+import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
+import { afterEach, describe, expect, it } from 'vitest';
+import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
+import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
+import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
+
+const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
+const HEARTBEAT_MS = 1_000;
+const PASSIVATE_AFTER_MS = 2_000;
+
+const config = PipelineConfig.parse({
+  version: 1,
+  name: 'unit',
+  models: { scripted: { provider: 'scripted', script: './unit.script.yaml' } },
+  defaults: { model: 'scripted' },
+  agents: { planner: { instructions: 'Plan.' }, executor: { instructions: 'Do.' } },
+  flow: [
+    { id: 'plan', kind: 'agent', agent: 'planner' },
+    { id: 'execute', kind: 'agent', agent: 'executor', timeout: 60 },
+  ],
+});
+
+/** A step the executor holds: it says it waits on its model, keeps reporting so, and answers when told. */
+interface HeldStep {
+  delivery: Delivery<AgentStepRequest>;
+  reply(output?: string): void;
+  /** Stops its reports (its host went silent). */
+  silence(): void;
+}
+
+/**
+ * A pipeline runner on an in-memory bus, KV bucket and task intake, on a simulated clock: the planner answers at
+ * once, the executor holds its step (waiting on its model) until the test answers. Passivation is on unless `live`.
+ */
+async function setUp(options: { live?: boolean } = {}) {
+  const clock = new SimulatedClock();
+  const bus = new MemoryBus({ clock });
+  const store = new MemoryKv(WorkflowRecord);
+  const intake = new MemoryTaskIntake();
+  const steps: AgentStepRequest[] = [];
+  const held: HeldStep[] = [];
+  const writes: WorkflowRecord[] = [];
+  const update = store.update.bind(store);
+  store.update = (key, value, revision) => {
+    writes.push(value);
+    return update(key, value, revision);
+  };
+  bus.subscribe(subjects.agent('unit', 'planner'), AgentStepRequest, (delivery) => {
+    steps.push(delivery.value);
+    delivery.respond({ ok: true, stepId: delivery.value.stepId, output: 'a plan', usage, turns: 1 });
+  });
+  bus.subscribe(subjects.agent('unit', 'executor'), AgentStepRequest, (delivery) => {
+    steps.push(delivery.value);
+    const beat = () =>
+      bus.publish(delivery.reply as string, {
+        stepId: delivery.value.stepId,
+        heartbeat: true,
+        waitingOnModel: true,
+      } satisfies StepHeartbeat);
+    beat();
+    let timer: unknown;
+    const every = () => {
+      timer = clock.setTimeout(() => {
+        beat();
+        every();
+      }, HEARTBEAT_MS);
+    };
+    every();
+    held.push({
+      delivery,
+      reply: (output = 'done it') => {
+        clock.clearTimeout(timer);
+        delivery.respond({ ok: true, stepId: delivery.value.stepId, output, usage, turns: 1 });
+      },
+      silence: () => clock.clearTimeout(timer),
+    });
+  });
+  const runner = await startPipelineRunner({
+    bus,
+    intake,
+    config,
+    store,
+    logger: createLogger({ level: 'silent' }),
+    clock,
+    concurrency: 4,
+    stepHeartbeatMs: HEARTBEAT_MS,
+    ...(options.live ? {} : { passivateAfterMs: PASSIVATE_AFTER_MS }),
+  });
+  running.push(runner);
+  /** Lets test time pass, in small moves, the bus settling between them. */
+  const pass = async (ms: number, stepMs = 100) => {
+    for (let passed = 0; passed < ms; passed += stepMs) {
+      await bus.settled();
+      clock.advance(Math.min(stepMs, ms - passed));
+    }
+    await bus.settled();
+  };
+  const events = (taskId: string) => bus.events.filter((e) => e.taskId === taskId);
+  const control = (taskId: string, message: Record<string, unknown>) =>
+    bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });
+  return { clock, bus, store, intake, steps, held, writes, runner, pass, events, control };
+}
+
+const running: PipelineRunner[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((runner) => runner.stop()));
+});
+
+/** A record as two runs of one task on the same clock write it alike: without its lease token, event ids and traces. */
+const comparable = ({ lease: _lease, final, ...record }: WorkflowRecord): unknown =>
+  JSON.parse(
+    JSON.stringify({ ...record, final: final && { kind: final.kind, data: final.data } }).replace(
+      /00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]/g,
+      'traceparent',
+    ),
+  );
+
+/** Runs one task whose executor answers 10 s in; returns what it published and wrote. */
+async function runOnce(live: boolean) {
+  const setup = await setUp({ live });
+  const task = setup.intake.deliver({ id: 'task-1', goal: 'wait on the model' });
+  await setup.pass(500);
+  const passivatedMidway: number[] = [];
+  await setup.pass(4_500);
+  passivatedMidway.push(setup.runner.passivated());
+  await setup.pass(5_000);
+  setup.held[0]?.reply();
+  await task.handled;
+  await setup.bus.settled();
+  return { ...setup, task, passivatedMidway };
+}
+
+describe('passivation of a task that waits on its model', () => {
+  it('stops its tree while it waits, and wakes on the reply to end as a live task does: same events, records, one run of the step', async () => {
+    const live = await runOnce(true);
+    const passive = await runOnce(false);
+    expect(live.passivatedMidway).toEqual([0]);
+    expect(passive.passivatedMidway).toEqual([1]);
+    expect(passive.runner.passivated()).toBe(0);
+    // The executor got its step once: the woken call adopted the send under way rather than send it again.
+    expect(passive.steps.map((s) => s.stepId)).toEqual(['task-1.plan.1', 'task-1.execute.1']);
+    const shape = (setup: typeof live) =>
+      setup.events('task-1').map((e) => ({ kind: e.kind, data: e.data, at: e.ts, from: e.from, to: e.to }));
+    expect(shape(passive)).toEqual(shape(live));
+    expect(passive.writes.map(comparable)).toEqual(live.writes.map(comparable));
+    expect(comparable((await passive.store.get('task-1'))?.value as WorkflowRecord)).toEqual(
+      comparable((await live.store.get('task-1'))?.value as WorkflowRecord),
+    );
+    expect(passive.task.settlement()).toEqual({ kind: 'ack' });
+    // Its message was kept alive while it slept, as the live task's was.
+    expect(passive.task.keepAlives()).toBe(live.task.keepAlives());
+  });
+
+  it('wakes on a cancel: answers it, cancels the task, and acks it', async () => {
+    const { intake, pass, runner, control, store, events } = await setUp();
+    const task = intake.deliver({ id: 'task-c', goal: 'cancel me' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    const receipt = control('task-c', { action: 'cancel', reason: 'changed my mind' });
+    await pass(0);
+    expect(await receipt).toEqual({ ok: true, taskId: 'task-c', outcome: 'cancelled' });
+    await task.handled;
+    expect(events('task-c').at(-1)).toMatchObject({
+      kind: 'task.cancelled',
+      data: { reason: 'changed my mind' },
+    });
+    expect((await store.get('task-c'))?.value.status).toBe('cancelled');
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('wakes on a pause and a resume, recording each, and completes on the reply with the step sent once', async () => {
+    const { intake, pass, runner, control, store, held, steps } = await setUp();
+    const task = intake.deliver({ id: 'task-p', goal: 'pause me' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    const paused = control('task-p', { action: 'pause', reason: 'a look' });
+    await pass(0);
+    expect(await paused).toMatchObject({ ok: true, taskId: 'task-p' });
+    expect((await store.get('task-p'))?.value.paused).toMatchObject({ reason: 'a look' });
+    await pass(5_000);
+    const resumed = control('task-p', { action: 'resume' });
+    await pass(0);
+    expect(await resumed).toMatchObject({ ok: true, taskId: 'task-p' });
+    expect((await store.get('task-p'))?.value.paused).toBeUndefined();
+    held[0]?.reply();
+    await task.handled;
+    expect((await store.get('task-p'))?.value.status).toBe('completed');
+    expect(steps.filter((s) => s.agent === 'executor')).toHaveLength(1);
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('wakes on a tell: the message is recorded and answered', async () => {
+    const { intake, pass, runner, control, store, held } = await setUp();
+    const task = intake.deliver({ id: 'task-t', goal: 'tell me' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    const told = control('task-t', { action: 'tell', text: 'mind the tests' });
+    await pass(0);
+    expect(await told).toMatchObject({ ok: true, taskId: 'task-t' });
+    expect((await store.get('task-t'))?.value.told).toEqual([
+      expect.objectContaining({ text: 'mind the tests' }),
+    ]);
+    held[0]?.reply();
+    await task.handled;
+    expect((await store.get('task-t'))?.value.status).toBe('completed');
+  });
+
+  it('wakes at the step’s deadline: the step times out as a live one does', async () => {
+    const { intake, pass, runner, store, held } = await setUp();
+    const task = intake.deliver({ id: 'task-d', goal: 'run out of time' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    held[0]?.silence();
+    // The host goes silent: three missed heartbeats and the step goes to another worker, which the test leaves
+    // silent too, until the step's 60 s are spent.
+    await pass(70_000, 500);
+    await task.handled;
+    const record = (await store.get('task-d'))?.value;
+    expect(record?.status).toBe('failed');
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('is handed back at the runner’s stop, its record left running to be resumed elsewhere', async () => {
+    const { intake, pass, runner, store } = await setUp();
+    const task = intake.deliver({ id: 'task-s', goal: 'interrupted' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    await runner.stop();
+    await task.handled;
+    expect(task.settlement()).toMatchObject({ kind: 'nak' });
+    expect((await store.get('task-s'))?.value).toMatchObject({
+      status: 'running',
+      state: 'execute',
+      delivery: expect.objectContaining({ handedBack: true }),
+    });
+  });
+});
