@@ -97,6 +97,8 @@ export interface Coordinator {
   readonly pipelines: readonly string[];
   /** Task ids this process is running now. */
   running(): string[];
+  /** How many of them are passivated now (`passivateAfterMs`): their actor trees stopped while they wait. */
+  passivated(): number;
   /**
    * Makes a new version of one of its pipelines (its file, loaded again) the one new tasks start on, without a
    * restart: stored, compiled, its new agents served, then registered as the newest. Tasks already running finish on
@@ -381,6 +383,7 @@ async function startParts(
   return {
     pipelines: options.pipelines.map((p) => p.config.name),
     running: () => runners.flatMap((r) => r.running()),
+    passivated: () => runners.reduce((sum, r) => sum + r.passivated(), 0),
     reload,
     async stop() {
       guard.unsubscribe();
