@@ -61,11 +61,11 @@ describe('PriceTable.priceOf', () => {
     expect(table.priceOf('openai', 'gpt-5-mini')).toEqual(DISTINCT['openai:gpt-5-mini']);
   });
 
-  it("gives an Anthropic override without write prices Anthropic's (1.25x and 2x input), and keeps given ones", () => {
+  it("gives an Anthropic override without cache prices Anthropic's (0.1x, 1.25x and 2x input), and keeps given ones", () => {
     const table = new PriceTable(
       {
         'anthropic:claude-x': { input: 4, output: 20 },
-        'anthropic:claude-y': { input: 4, output: 20, cacheWrite: 4, cacheWrite1h: 6 },
+        'anthropic:claude-y': { input: 4, output: 20, cachedInput: 1, cacheWrite: 4, cacheWrite1h: 6 },
         'openai:gpt-x': { input: 4, output: 20 },
       },
       DISTINCT,
@@ -73,10 +73,15 @@ describe('PriceTable.priceOf', () => {
     expect(table.priceOf('anthropic', 'claude-x')).toEqual({
       input: 4,
       output: 20,
+      cachedInput: 0.4,
       cacheWrite: 5,
       cacheWrite1h: 8,
     });
-    expect(table.priceOf('anthropic', 'claude-y')).toMatchObject({ cacheWrite: 4, cacheWrite1h: 6 });
+    expect(table.priceOf('anthropic', 'claude-y')).toMatchObject({
+      cachedInput: 1,
+      cacheWrite: 4,
+      cacheWrite1h: 6,
+    });
     expect(table.priceOf('openai', 'gpt-x')).toEqual({ input: 4, output: 20 });
     // 1M tokens written for 5 minutes: 1.25 x 4.
     expect(
@@ -87,6 +92,8 @@ describe('PriceTable.priceOf', () => {
         cacheWriteTokens: 1e6,
       }),
     ).toBe(5);
+    // 1M tokens read: 0.1 x 4, not the full input price.
+    expect(table.cost('anthropic', 'claude-x', usage(1e6, 0, 1e6))).toBeCloseTo(0.4, 10);
   });
 
   it('does not price a different model by a shared prefix (gpt-5-pro is not gpt-5)', () => {

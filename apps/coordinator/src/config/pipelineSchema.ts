@@ -130,11 +130,11 @@ export const ModelRef = z
 export const PriceConfig = withExtensions({
   input: z.number().nonnegative(),
   output: z.number().nonnegative(),
-  /** What a token read from the prompt cache costs; `input` when absent. */
+  /** What a token read from the prompt cache costs; when absent, 0.1 × `input` on `anthropic:` keys, else `input`. */
   cachedInput: z.number().nonnegative().optional(),
-  /** What a token written to the cache with the 5-minute lifetime costs; `input` when absent. */
+  /** A token written to the cache with the 5-minute lifetime; when absent, 1.25 × `input` on `anthropic:`, else `input`. */
   cacheWrite: z.number().nonnegative().optional(),
-  /** What a token written with the 1-hour lifetime costs; `cacheWrite` when absent. */
+  /** A token written with the 1-hour lifetime; when absent, 2 × `input` on `anthropic:`, else `cacheWrite`. */
   cacheWrite1h: z.number().nonnegative().optional(),
 });
 

@@ -17,13 +17,16 @@ export interface ModelPrice {
 const ANTHROPIC_WRITE_5M = 1.25;
 const ANTHROPIC_WRITE_1H = 2;
 
+/** What Anthropic bills a cache read: a tenth of the input price. */
+const anthropicRead = (input: number): number => input / 10;
+
 /**
  * An Anthropic price from its input and output prices: a cache read costs a tenth of the input price, a cache
  * write 1.25 times it with the 5-minute lifetime and 2 times with the 1-hour one, for every Claude model.
  */
 const anthropic = (input: number, output: number): ModelPrice => ({
   input,
-  cachedInput: input / 10,
+  cachedInput: anthropicRead(input),
   cacheWrite: input * ANTHROPIC_WRITE_5M,
   cacheWrite1h: input * ANTHROPIC_WRITE_1H,
   output,
@@ -65,8 +68,8 @@ export class PriceTable {
   readonly #prices: Map<string, ModelPrice>;
 
   /**
-   * An override of an `anthropic:` key that gives no cache write prices gets Anthropic's rule for them (1.25 × and
-   * 2 × its `input`), so writes are not billed as plain input; its `cachedInput` is as given.
+   * An override of an `anthropic:` key that gives no cache prices gets Anthropic's rule for them (reads 0.1 ×,
+   * writes 1.25 × and 2 × its `input`), so neither is billed as plain input; prices it gives are kept.
    */
   constructor(overrides: Readonly<Record<string, ModelPrice>> = {}, defaults = DEFAULT_PRICES) {
     const own = Object.entries(overrides).map(([key, price]): [string, ModelPrice] =>
@@ -75,6 +78,7 @@ export class PriceTable {
             key,
             {
               ...price,
+              cachedInput: price.cachedInput ?? anthropicRead(price.input),
               cacheWrite: price.cacheWrite ?? price.input * ANTHROPIC_WRITE_5M,
               cacheWrite1h: price.cacheWrite1h ?? price.input * ANTHROPIC_WRITE_1H,
             },
