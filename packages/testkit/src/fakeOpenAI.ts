@@ -34,6 +34,13 @@ export interface FakeOpenAIOptions {
    */
   rejectUnknownFields?: string[];
   /**
+   * The body that refusal comes in: `vllm` (the default) as vLLM 0.10 and later, `{ error: { message, … } }`, 400;
+   * `vllm-legacy` as vLLM before 0.10, `{ object: 'error', message, … }` with no `error` key, 400; `fastapi` as a
+   * FastAPI server's validation, `{ detail: [{ loc: ['body', field], msg, … }] }`, 422. The `openai` SDK finds no
+   * `error` in the last two and reports only the status (`400 status code (no body)`).
+   */
+  refusalShape?: RefusalShape;
+  /**
    * Whether prompts are cached automatically, as OpenAI does (default true): a prompt of 1,024 tokens or more reads
    * the prefix it shares with an earlier one of the same model and `prompt_cache_key`, in `cached_tokens`. False
    * plays a server without a prompt cache (`cached_tokens` always 0).
@@ -43,13 +50,11 @@ export interface FakeOpenAIOptions {
   now?: () => number;
 }
 
-/**
- * The 400 a strict compatible server sends for fields it does not know: vLLM's error body with pydantic's
- * validation message, one entry per field (`prompt_cache_key\n  Extra inputs are not permitted [type=extra_forbidden, …]`).
- */
-function unknownFieldsRefusal(request: RecordedRequest, unknown: readonly string[]): FakeRefusal | undefined {
-  const found = unknown.filter((field) => Object.hasOwn(request.body, field));
-  if (found.length === 0) return undefined;
+/** How a strict compatible server words its refusal of unknown fields; see `FakeOpenAIOptions.refusalShape`. */
+export type RefusalShape = 'vllm' | 'vllm-legacy' | 'fastapi';
+
+/** pydantic's validation message for fields it does not know, one entry per field, as vLLM sends it. */
+function pydanticMessage(request: RecordedRequest, found: readonly string[]): string {
   const lines = found.flatMap((field) => {
     const value = request.body[field];
     return [
@@ -58,12 +63,50 @@ function unknownFieldsRefusal(request: RecordedRequest, unknown: readonly string
     ];
   });
   const count = `${found.length} validation error${found.length === 1 ? '' : 's'} for ChatCompletionRequest`;
-  return {
+  return [count, ...lines].join('\n');
+}
+
+const REFUSALS: Record<RefusalShape, (request: RecordedRequest, found: readonly string[]) => FakeRefusal> = {
+  vllm: (request, found) => ({
     status: 400,
     body: {
-      error: { message: [count, ...lines].join('\n'), type: 'BadRequestError', param: null, code: 400 },
+      error: { message: pydanticMessage(request, found), type: 'BadRequestError', param: null, code: 400 },
     },
-  };
+  }),
+  'vllm-legacy': (request, found) => ({
+    status: 400,
+    body: {
+      object: 'error',
+      message: pydanticMessage(request, found),
+      type: 'BadRequestError',
+      param: null,
+      code: 400,
+    },
+  }),
+  fastapi: (request, found) => ({
+    status: 422,
+    body: {
+      detail: found.map((field) => ({
+        type: 'extra_forbidden',
+        loc: ['body', field],
+        msg: 'Extra inputs are not permitted',
+        input: request.body[field],
+      })),
+    },
+  }),
+};
+
+/**
+ * The refusal a strict compatible server sends for fields it does not know (`prompt_cache_key\n  Extra inputs are
+ * not permitted [type=extra_forbidden, …]` in vLLM's words), in the body `shape` its version or framework uses.
+ */
+function unknownFieldsRefusal(
+  request: RecordedRequest,
+  unknown: readonly string[],
+  shape: RefusalShape,
+): FakeRefusal | undefined {
+  const found = unknown.filter((field) => Object.hasOwn(request.body, field));
+  return found.length === 0 ? undefined : REFUSALS[shape](request, found);
 }
 
 function pythonRepr(value: unknown): string {
@@ -194,6 +237,7 @@ function writeCompletionStream(exchange: FakeExchange, reply: FakeMessageReply, 
 function openAIProtocol(
   cache: OpenAIPromptCache | undefined,
   unknownFields: readonly string[],
+  refusalShape: RefusalShape,
 ): FakeProtocol {
   return {
     basePath: '/v1',
@@ -212,7 +256,9 @@ function openAIProtocol(
       return { error: { message, type: kind.type, param: null, code: kind.code } };
     },
     screen(request) {
-      return unknownFields.length === 0 ? undefined : unknownFieldsRefusal(request, unknownFields);
+      return unknownFields.length === 0
+        ? undefined
+        : unknownFieldsRefusal(request, unknownFields, refusalShape);
     },
     writeMessage(exchange, reply) {
       const body = exchange.request.body as OpenAIBody;
@@ -255,5 +301,6 @@ function openAIProtocol(
  */
 export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeModelServer> {
   const cache = options.promptCache === false ? undefined : new OpenAIPromptCache(options.now ?? Date.now);
-  return startFakeModelServer(openAIProtocol(cache, options.rejectUnknownFields ?? []), 'gpt-fake', options);
+  const protocol = openAIProtocol(cache, options.rejectUnknownFields ?? [], options.refusalShape ?? 'vllm');
+  return startFakeModelServer(protocol, 'gpt-fake', options);
 }

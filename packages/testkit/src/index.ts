@@ -1,7 +1,7 @@
 export { captureLogger, type LogLine } from './capturedLogs.ts';
 export { type FakeAnthropicOptions, startFakeAnthropic } from './fakeAnthropic.ts';
 export type { FakeModelServer, FakeReply, RecordedRequest } from './fakeModelServer.ts';
-export { type FakeOpenAIOptions, startFakeOpenAI } from './fakeOpenAI.ts';
+export { type FakeOpenAIOptions, type RefusalShape, startFakeOpenAI } from './fakeOpenAI.ts';
 export {
   type McpHttpRequest,
   type McpToolCall,

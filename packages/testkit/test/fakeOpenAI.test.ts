@@ -421,6 +421,61 @@ describe('startFakeOpenAI', () => {
     expect(fake.requests).toHaveLength(3);
   });
 
+  it.each([
+    [
+      'vllm-legacy',
+      400,
+      (body: unknown) =>
+        expect(body).toEqual({
+          object: 'error',
+          message:
+            '1 validation error for ChatCompletionRequest\nprompt_cache_key\n  Extra inputs are not permitted ' +
+            "[type=extra_forbidden, input_value='k', input_type=str]",
+          type: 'BadRequestError',
+          param: null,
+          code: 400,
+        }),
+    ],
+    [
+      'fastapi',
+      422,
+      (body: unknown) =>
+        expect(body).toEqual({
+          detail: [
+            {
+              type: 'extra_forbidden',
+              loc: ['body', 'prompt_cache_key'],
+              msg: 'Extra inputs are not permitted',
+              input: 'k',
+            },
+          ],
+        }),
+    ],
+  ] as const)('refuses in the %s body, which the SDK reports with no body', async (shape, status, check) => {
+    await fake.stop();
+    fake = await startFakeOpenAI({
+      rejectUnknownFields: ['prompt_cache_key'],
+      refusalShape: shape,
+      replies: [{ kind: 'message', content: 'in' }],
+    });
+    client = new OpenAI({ apiKey: 'test', baseURL: fake.baseURL, maxRetries: 0 });
+
+    const raw = await fetch(`${fake.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer test' },
+      body: JSON.stringify({ model: MODEL, messages, prompt_cache_key: 'k' }),
+    });
+    expect(raw.status).toBe(status);
+    check(await raw.json());
+    const error = await errorOf(
+      client.chat.completions.create({ model: MODEL, messages, prompt_cache_key: 'k' }),
+    );
+    expect((error as InstanceType<typeof OpenAI.APIError>).status).toBe(status);
+    expect((error as Error).message).toBe(`${status} status code (no body)`);
+    const plain = await client.chat.completions.create({ model: MODEL, messages });
+    expect(plain.choices[0]?.message.content).toBe('in');
+  });
+
   it('maps finishReason length through', async () => {
     fake.enqueue({ kind: 'message', content: 'cut sh', finishReason: 'length' });
 
