@@ -33,6 +33,8 @@ export type FakeReply =
       message?: string;
       /** The protocol's error type; defaults from the status (429 → `rate_limit_error`, …). */
       type?: string;
+      /** The request field the error is about, as OpenAI's `param` (null when not given); Anthropic has none. */
+      param?: string;
       /** Sent as response headers, e.g. `{ 'retry-after': '1' }`. */
       headers?: Record<string, string>;
     }
@@ -100,8 +102,14 @@ export interface FakeProtocol {
   apiKeyOf(request: RecordedRequest): string | undefined;
   /** The reply sent when `requireApiKey` is set and the key differs. */
   authFailure(presented: string | undefined): FakeErrorReply;
-  /** The JSON error body for `status`; `type` is the scripted type, if any. */
-  errorBody(status: number, message: string, type: string | undefined, requestId: string): unknown;
+  /** The JSON error body for `status`; `type` and `param` are the scripted ones, if any. */
+  errorBody(
+    status: number,
+    message: string,
+    type: string | undefined,
+    requestId: string,
+    param?: string | undefined,
+  ): unknown;
   /**
    * Checks a request the way the vendor validates it before any model runs; a refusal is sent as is and consumes
    * no scripted reply.
@@ -285,7 +293,7 @@ function writeError(
   requestId: string,
 ): void {
   const message = reply.message ?? `fake server: scripted error ${reply.status}`;
-  const body = protocol.errorBody(reply.status, message, reply.type, requestId);
+  const body = protocol.errorBody(reply.status, message, reply.type, requestId, reply.param);
   writeJson(res, reply.status, body, { [protocol.requestIdHeader]: requestId, ...reply.headers });
 }
 

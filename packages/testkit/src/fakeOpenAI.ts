@@ -251,9 +251,9 @@ function openAIProtocol(
         message: `Incorrect API key provided: ${presented ?? '(none)'}.`,
       };
     },
-    errorBody(status, message, type) {
+    errorBody(status, message, type, _requestId, param) {
       const kind = type === undefined ? errorKind(status) : { type, code: null };
-      return { error: { message, type: kind.type, param: null, code: kind.code } };
+      return { error: { message, type: kind.type, param: param ?? null, code: kind.code } };
     },
     screen(request) {
       return unknownFields.length === 0

@@ -275,6 +275,17 @@ describe('startFakeOpenAI', () => {
     expect((error as InstanceType<typeof OpenAI.APIError>).type).toBe('insufficient_quota');
   });
 
+  it('sends a scripted param, and null without one', async () => {
+    fake.enqueue({ kind: 'error', status: 400, message: 'too long', param: 'messages' });
+    fake.enqueue({ kind: 'error', status: 400, message: 'bad' });
+
+    const named = await errorOf(client.chat.completions.create({ model: MODEL, messages }));
+    const unnamed = await errorOf(client.chat.completions.create({ model: MODEL, messages }));
+
+    expect((named as InstanceType<typeof OpenAI.APIError>).param).toBe('messages');
+    expect((unnamed as InstanceType<typeof OpenAI.APIError>).param).toBeNull();
+  });
+
   it('answers a wrong API key with 401 invalid_api_key without using up a reply', async () => {
     await fake.stop();
     fake = await startFakeOpenAI({
