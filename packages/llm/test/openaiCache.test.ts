@@ -144,19 +144,56 @@ describe('OpenAIProvider with a server that refuses the cache fields', () => {
 
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain('openai-compatible gpt-test');
-    expect(warnings[0]).toContain('refused the prompt-cache fields');
+    expect(warnings[0]).toContain('refused the prompt-cache field prompt_cache_key (HTTP 400)');
     expect(warnings[0]).toContain('cache: off');
   });
 
-  it('drops the retention too when the server names only that field', async () => {
-    const server = await start({ rejectUnknownFields: ['prompt_cache_retention'], replies: [ok] });
-    const model = provider(server, { cache: { ttl: '1h' }, onWarning: () => {} });
+  it('drops only the retention when the server names only that field, and keeps sending the key', async () => {
+    const server = await start({ rejectUnknownFields: ['prompt_cache_retention'], replies: [ok, ok] });
+    const warnings: string[] = [];
+    const model = provider(server, { cache: { ttl: '1h' }, onWarning: (w) => warnings.push(w) });
     expect((await model.complete(request())).content).toBe('ok');
-    const [refused, retried] = bodies(server);
+    expect((await model.complete(request())).content).toBe('ok');
+    const [refused, retried, later] = bodies(server);
     expect(refused.prompt_cache_retention).toBe('24h');
-    expect(retried).not.toHaveProperty('prompt_cache_key');
-    expect(retried).not.toHaveProperty('prompt_cache_retention');
+    for (const body of [retried, later]) {
+      expect(body.prompt_cache_key).toBe('troupe:demo:coder');
+      expect(body).not.toHaveProperty('prompt_cache_retention');
+    }
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain('refused the prompt-cache field prompt_cache_retention (HTTP 400)');
+    expect(warnings[0]).toContain('ttl: 1h');
   });
+
+  it.each([
+    ['vllm-legacy', 'plain', false],
+    ['vllm-legacy', 'streamed', true],
+    ['fastapi', 'plain', false],
+    ['fastapi', 'streamed', true],
+  ] as const)(
+    'takes a refusal whose body the SDK cannot read (%s, %s) as one of the cache fields',
+    async (shape, _what, stream) => {
+      const server = await start({
+        rejectUnknownFields: ['prompt_cache_key', 'prompt_cache_retention'],
+        refusalShape: shape,
+        replies: [ok, ok],
+      });
+      const warnings: string[] = [];
+      const model = provider(server, { cache: { ttl: '1h' }, onWarning: (w) => warnings.push(w) });
+
+      expect((await model.complete(request({ stream }))).content).toBe('ok');
+      expect((await model.complete(request({ stream }))).content).toBe('ok');
+      const [refused, retried, later] = bodies(server);
+      expect(refused).toMatchObject({ prompt_cache_key: 'troupe:demo:coder', prompt_cache_retention: '24h' });
+      const { prompt_cache_key: _key, prompt_cache_retention: _retention, ...rest } = refused;
+      expect(retried).toEqual(rest);
+      expect(later).toEqual(rest);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(
+        `refused the prompt-cache fields prompt_cache_key and prompt_cache_retention (HTTP ${shape === 'fastapi' ? 422 : 400}, naming no field`,
+      );
+    },
+  );
 
   it('recognizes a scripted 400 whose message names the field, as such servers answer', async () => {
     const server = await start({
@@ -175,13 +212,18 @@ describe('OpenAIProvider with a server that refuses the cache fields', () => {
     const server = await start({ rejectUnknownFields: ['prompt_cache_key'], replies: [ok] });
     await provider(server, { provider: 'openai-compatible' }).complete(request());
     expect(emitted).toHaveBeenCalledTimes(1);
-    expect(String(emitted.mock.calls[0]?.[0])).toContain('refused the prompt-cache fields');
+    expect(String(emitted.mock.calls[0]?.[0])).toContain('refused the prompt-cache field prompt_cache_key');
   });
 
-  it('does not ask again on a 400 that names no cache field, and keeps sending the key', async () => {
+  it('does not ask again on a 400 that names another parameter, and keeps sending the key', async () => {
     const server = await start({
       replies: [
-        { kind: 'error', status: 400, message: 'This model maximum context length is 8192 tokens' },
+        {
+          kind: 'error',
+          status: 400,
+          message: 'This model maximum context length is 8192 tokens',
+          param: 'messages',
+        },
         ok,
       ],
     });
@@ -195,6 +237,34 @@ describe('OpenAIProvider with a server that refuses the cache fields', () => {
     expect(bodies(server)[1]?.prompt_cache_key).toBe('troupe:demo:coder');
     expect(warnings).toEqual([]);
   });
+
+  it.each([
+    ['plain', false],
+    ['streamed', true],
+  ])(
+    'fails with the first error, plainly, when a 400 naming nothing comes again without the fields (%s)',
+    async (_what, stream) => {
+      const server = await start({
+        replies: [
+          { kind: 'error', status: 400, message: 'This model maximum context length is 8192 tokens' },
+          { kind: 'error', status: 400, message: 'still too long' },
+          ok,
+        ],
+      });
+      const warnings: string[] = [];
+      const model = provider(server, { provider: 'openai-compatible', onWarning: (w) => warnings.push(w) });
+      const error = (await model.complete(request({ stream })).catch((e: unknown) => e)) as ModelError;
+      expect(error).toBeInstanceOf(ModelError);
+      expect(error.code).toBe('bad_request');
+      expect(error.message).toBe(
+        'openai-compatible gpt-test: 400 This model maximum context length is 8192 tokens',
+      );
+      expect(bodies(server).map((b) => 'prompt_cache_key' in b)).toEqual([true, false]);
+      await model.complete(request({ stream }));
+      expect(bodies(server)[2]?.prompt_cache_key).toBe('troupe:demo:coder');
+      expect(warnings).toEqual([]);
+    },
+  );
 
   it('fails with the second answer when the request without cache fields fails too', async () => {
     const server = await start({

@@ -25,8 +25,8 @@ export interface OpenAIProviderOptions {
   /**
    * Prompt caching (a model entry's `cache:`): `auto` (the default) sends a `prompt_cache_key` per pipeline agent;
    * `{ ttl: '1h' }` also asks `openai` for 24-hour retention (`prompt_cache_retention: '24h'`); `off` sends
-   * neither. A server that refuses these fields by name (a strict compatible server) is asked again without
-   * them, and this provider sends them no more.
+   * neither. A server that refuses them (a strict compatible server: a 400 or 422 that names one, or names no
+   * field at all) is asked once more without them, and when that answers this provider sends them no more.
    */
   cache?: CacheSetting;
   /** Told once, when a server refused the prompt-cache fields; `process.emitWarning` if not given. */
@@ -36,10 +36,15 @@ export interface OpenAIProviderOptions {
 /** What prompt caching adds to a request body. */
 type CacheFields = { prompt_cache_key?: string; prompt_cache_retention?: '24h' };
 
-const CACHE_FIELDS = ['prompt_cache_key', 'prompt_cache_retention'] as const;
+type CacheField = keyof CacheFields;
 
-/** The statuses a server refuses a field it does not know with: 400, or 422 from FastAPI-style validation. */
-const REFUSAL_STATUSES = new Set([400, 422]);
+const CACHE_FIELDS: readonly CacheField[] = ['prompt_cache_key', 'prompt_cache_retention'];
+
+/** What a failed call's first retry leaves out: the cache fields it blames, and whether it named them. */
+interface Suspects {
+  fields: CacheField[];
+  named: boolean;
+}
 
 /**
  * Chat Completions through the official `openai` SDK. The SDK's own retries are off: the caller's retry
@@ -53,8 +58,8 @@ export class OpenAIProvider implements ModelProvider {
   #endpoint: string | undefined;
   /** Made on the first call: the SDK takes a while to load, and validating or starting a pipeline needs none. */
   #client: Promise<OpenAI> | undefined;
-  /** Set once the server refused the prompt-cache fields: later requests carry none. */
-  #cacheFieldsRefused = false;
+  /** The prompt-cache fields a server refused (and took the request without): later requests leave them out. */
+  readonly #refusedFields = new Set<CacheField>();
 
   constructor(options: OpenAIProviderOptions) {
     this.provider = options.provider ?? 'openai';
@@ -86,15 +91,29 @@ export class OpenAIProvider implements ModelProvider {
     }
   }
 
-  /** Sends with the prompt-cache fields; a server that refuses them gets the request again without them. */
+  /**
+   * Sends with the prompt-cache fields. A refusal that may be of them (see {@link suspectsOf}) gets the request once
+   * more without them; only when that one answers are they given up for good. When it fails too, a refusal that
+   * named nothing fails with its own error if the retry failed with the same status (the fields were not the
+   * problem), else with the retry's.
+   */
   async #sendCaching(request: ModelRequest, label: string): Promise<ModelResponse> {
     const cache = this.#cacheFields(request);
     try {
       return await this.#send(request, cache);
     } catch (error) {
-      if (Object.keys(cache).length === 0 || !this.#refusesCacheFields(error)) throw error;
-      this.#giveUpCacheFields(label, error);
-      return this.#send(request, {});
+      const suspects = suspectsOf(error, cache);
+      if (suspects.fields.length === 0) throw error;
+      const without = { ...cache };
+      for (const field of suspects.fields) delete without[field];
+      let response: ModelResponse;
+      try {
+        response = await this.#send(request, without);
+      } catch (retryError) {
+        throw !suspects.named && statusOf(retryError) === statusOf(error) ? error : retryError;
+      }
+      this.#giveUpCacheFields(label, error, suspects);
+      return response;
     }
   }
 
@@ -105,34 +124,33 @@ export class OpenAIProvider implements ModelProvider {
   /**
    * A key per pipeline agent, so its calls land where its prefix is cached; 24-hour retention only when the
    * entry asks for an hour itself (OpenAI then keeps the prompt's cache up to a day, and not every model takes it).
+   * A field the server refused is left out.
    */
   #cacheFields(request: ModelRequest): CacheFields {
     const setting = this.#options.cache ?? 'auto';
-    if (this.#cacheFieldsRefused || promptCacheTtl(setting, request) === undefined) return {};
-    const key = promptCacheKey(request.context);
+    if (promptCacheTtl(setting, request) === undefined) return {};
+    const fields: CacheFields = {};
+    if (!this.#refusedFields.has('prompt_cache_key'))
+      fields.prompt_cache_key = promptCacheKey(request.context);
     const retention = this.provider === 'openai' && typeof setting === 'object' && setting.ttl === '1h';
-    return retention ? { prompt_cache_key: key, prompt_cache_retention: '24h' } : { prompt_cache_key: key };
+    if (retention && !this.#refusedFields.has('prompt_cache_retention'))
+      fields.prompt_cache_retention = '24h';
+    return fields;
   }
 
-  /**
-   * Whether a failed call was refused for a prompt-cache field: a 400 (or 422) whose error names one, in its
-   * message (vLLM: `prompt_cache_key\n  Extra inputs are not permitted`) or its `param`.
-   */
-  #refusesCacheFields(error: unknown): boolean {
-    const failure = error as { status?: unknown; message?: unknown; error?: unknown } | null;
-    if (typeof failure?.status !== 'number' || !REFUSAL_STATUSES.has(failure.status)) return false;
-    const text = `${String(failure.message)} ${JSON.stringify(failure.error ?? null)}`;
-    return CACHE_FIELDS.some((field) => text.includes(field));
-  }
-
-  #giveUpCacheFields(label: string, error: unknown): void {
-    if (this.#cacheFieldsRefused) return;
-    this.#cacheFieldsRefused = true;
+  #giveUpCacheFields(label: string, error: unknown, suspects: Suspects): void {
+    const fields = suspects.fields.filter((field) => !this.#refusedFields.has(field));
+    if (fields.length === 0) return;
+    for (const field of fields) this.#refusedFields.add(field);
     const at = this.#endpoint === undefined ? '' : ` at ${safeEndpoint(this.#endpoint)}`;
-    const status = (error as { status?: number }).status;
+    const why = suspects.named ? '' : ', naming no field, and took it without them';
+    const fix = fields.includes('prompt_cache_key')
+      ? "Set `cache: off` on the model's entry to not send them at all."
+      : "Leave `ttl: 1h` out of the model's `cache:` to not ask for 24-hour retention.";
     const message =
-      `${label}: the server${at} refused the prompt-cache fields (HTTP ${status}); its calls are sent without ` +
-      "them from now on. Set `cache: off` on the model's entry to not send them at all.";
+      `${label}: the server${at} refused the prompt-cache field${fields.length === 1 ? '' : 's'} ` +
+      `${fields.join(' and ')} (HTTP ${statusOf(error)}${why}); its calls are sent without ` +
+      `${fields.length === 1 ? 'it' : 'them'} from now on. ${fix}`;
     if (this.#options.onWarning) this.#options.onWarning(message);
     else process.emitWarning(message, { code: 'TROUPE_PROMPT_CACHE_REFUSED' });
   }
@@ -234,6 +252,36 @@ export class OpenAIProvider implements ModelProvider {
       provider: this.provider,
     };
   }
+}
+
+function statusOf(error: unknown): unknown {
+  return (error as { status?: unknown } | null)?.status;
+}
+
+/**
+ * The statuses a server refuses a field it does not know with: 400, or 422 from FastAPI-style validation (whose
+ * body, `{ detail: [...] }`, the SDK does not read: it reports `422 status code (no body)`, as it does vLLM's
+ * before 0.10, `{ object: 'error', message }`).
+ */
+const REFUSAL_STATUSES = new Set([400, 422]);
+
+/**
+ * Which of the cache fields sent a failed call may have been refused for. A 400 or 422 that names some of them
+ * (in its message, as vLLM's `prompt_cache_key\n  Extra inputs are not permitted`, or its `param`): those. One
+ * that names another parameter (`param`): none. One that names nothing, often because the SDK could not read its
+ * body: all of them.
+ */
+function suspectsOf(error: unknown, sent: CacheFields): Suspects {
+  const failure = error as { status?: unknown; message?: unknown; error?: unknown; param?: unknown } | null;
+  const fields = CACHE_FIELDS.filter((field) => sent[field] !== undefined);
+  if (fields.length === 0 || typeof failure?.status !== 'number' || !REFUSAL_STATUSES.has(failure.status)) {
+    return { fields: [], named: false };
+  }
+  const text = `${String(failure.message)} ${JSON.stringify(failure.error ?? null)}`;
+  const named = fields.filter((field) => text.includes(field));
+  if (named.length > 0) return { fields: named, named: true };
+  const otherParam = typeof failure.param === 'string' && failure.param !== '';
+  return { fields: otherParam ? [] : fields, named: false };
 }
 
 function usageOf(usage: OpenAI.Completions.CompletionUsage | undefined | null): Usage {
