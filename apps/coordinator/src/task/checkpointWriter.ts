@@ -31,7 +31,9 @@ export interface Written {
   totals: { usage: WorkflowRecord['usage']; round: number };
 }
 
-type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> & Parameters<typeof takeCheckpoint>[0];
+type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> &
+  Partial<Pick<TaskServices, 'passivation'>> &
+  Parameters<typeof takeCheckpoint>[0];
 
 /**
  * A task's checkpoint writer, one per run of its workflow here: it hears each of the workflow's snapshots and each
@@ -103,7 +105,12 @@ export class CheckpointWriter {
    */
   get idleSince(): number | undefined {
     const pending = this.#writing || this.#queue.length > 0 || this.#steeredEarly.length > 0;
-    return this.#closed || pending || this.#ledger.lost ? undefined : this.#waitingSince;
+    return pending ? undefined : this.waitingSince;
+  }
+
+  /** Since when the task's steps have only waited, writes pending or not; undefined while they work or it has ended. */
+  get waitingSince(): number | undefined {
+    return this.#closed || this.#ledger.lost ? undefined : this.#waitingSince;
   }
 
   /**
@@ -251,7 +258,10 @@ export class CheckpointWriter {
   }
 
   #wait(waiting: boolean): void {
-    if (waiting && !this.#waiting) this.#waitingSince = this.services.clock.now();
+    if (waiting && !this.#waiting) {
+      this.#waitingSince = this.services.clock.now();
+      this.services.passivation?.waiting(this);
+    }
     if (!waiting) this.#waitingSince = undefined;
     this.#waiting = waiting;
   }

@@ -1,6 +1,7 @@
 import type { Clock, Logger } from '@troupe/runtime';
 import type { Actor, AnyActorRef } from 'xstate';
 import type { SendsInFlight } from '../workflow/sendsInFlight.ts';
+import type { CheckpointWriter } from './checkpointWriter.ts';
 import type { createTaskMachine } from './taskMachine.ts';
 import type { TaskActorInput, Woken } from './taskSetup.ts';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
@@ -49,6 +50,8 @@ export class Passivation {
   readonly #live = new Set<TaskActor>();
   readonly #asleep = new Map<string, Asleep>();
   readonly #passivated = new WeakMap<TaskActor, Promise<TaskActorInput>>();
+  /** The task actor holding each writer now; none for a passivated task's, so nothing keeps its stopped actor. */
+  readonly #holders = new WeakMap<CheckpointWriter, AnyActorRef>();
   #timer: unknown;
   readonly #tickMs: number;
 
@@ -67,7 +70,17 @@ export class Passivation {
     this.#live.add(task);
     const done = () => this.#live.delete(task);
     task.subscribe({ complete: done, error: done });
-    this.#tick();
+  }
+
+  /** `task` holds its task with `writer` (from its claim, or its waking). */
+  held(writer: CheckpointWriter, task: AnyActorRef): void {
+    this.#holders.set(writer, task);
+  }
+
+  /** A task's steps began to only wait: if only in ways it can be passivated, the timer runs (if it does not already). */
+  waiting(writer: CheckpointWriter): void {
+    const task = this.#holders.get(writer);
+    if (task && onlyWaiting(task.getSnapshot().children)) this.#tick();
   }
 
   /**
@@ -95,28 +108,39 @@ export class Passivation {
     this.#timer = undefined;
   }
 
+  /**
+   * Runs the timer while it has something to do: a passivated task to keep alive, or a task that only waits and could
+   * be passivated. A task that waits in a way that cannot be (a held step, a person asked by a `human` step) keeps no
+   * timer running; it is looked at again when its steps next begin to wait.
+   */
   #tick(): void {
     if (this.#timer !== undefined) return;
-    if (this.#live.size === 0 && this.#asleep.size === 0) return;
     this.#timer = this.options.clock.setTimeout(() => {
       this.#timer = undefined;
-      this.#sweep();
-      this.#tick();
+      if (this.#sweep()) this.#tick();
     }, this.#tickMs);
   }
 
-  #sweep(): void {
+  /** Passivates the tasks that have waited long enough, keeps the passivated ones alive; whether to look again. */
+  #sweep(): boolean {
     const { clock, afterMs, keepAliveMs } = this.options;
     const now = clock.now();
+    let again = false;
     for (const task of [...this.#live]) {
-      const since = task.getSnapshot().context.hold?.writer.idleSince;
+      const snapshot = task.getSnapshot();
+      const writer = snapshot.context.hold?.writer;
+      if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children)) continue;
+      const since = writer.idleSince;
       if (since !== undefined && now - since >= afterMs) this.#passivate(task);
+      else again = true;
     }
     for (const asleep of this.#asleep.values()) {
+      again = true;
       if (asleep.awake || now - asleep.woken.keptAliveAt < keepAliveMs) continue;
       asleep.delivery.working();
       asleep.woken = { ...asleep.woken, keptAliveAt: now };
     }
+    return again;
   }
 
   #passivate(task: TaskActor): void {
@@ -150,6 +174,7 @@ export class Passivation {
     );
     this.options.sends.keepWhile(taskId, () => task.stop());
     hold.writer.asleep();
+    this.#holders.delete(hold.writer);
     this.#asleep.set(taskId, asleep);
     const parent = claimed.input.parent?.taskId;
     asleep.unlisten = this.options.signals.listen({

@@ -1,9 +1,11 @@
 import type { QueuedStore } from '@troupe/client';
 import type { TaskEnding, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import type { Bus, Clock, EventFactory, KvStore, Logger, RequestsHold, ValueStore } from '@troupe/runtime';
+import type { AnyActorRef } from 'xstate';
 import type { IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskIntake } from '../intake/taskQueue.ts';
 import type { FlowVersions } from '../workflow/flowVersions.ts';
+import type { CheckpointWriter } from './checkpointWriter.ts';
 import type { FinalEvents } from './finalEvents.ts';
 import type { TaskSignals } from './taskSignals.ts';
 
@@ -42,6 +44,14 @@ export interface TaskServices {
   finalEventWaitMs?: number;
   /** Cancels, migrations, parents' endings and the stop, for each task actor here. */
   signals: TaskSignals;
+  /**
+   * The runner's passivation, when it passivates (`passivation.ts`): told which task actor holds a writer, and when a
+   * task's steps begin to only wait.
+   */
+  passivation?: {
+    held(writer: CheckpointWriter, task: AnyActorRef): void;
+    waiting(writer: CheckpointWriter): void;
+  };
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */
   closeRequests?: (taskId: string, ending: TaskEnding) => Promise<number>;
   /** Holds a task's pending approvals and questions as its pause is recorded, and lets them go at its resume. */

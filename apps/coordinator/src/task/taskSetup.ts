@@ -160,6 +160,7 @@ export function taskSetup(services: TaskServices) {
         // Woken from passivation: the hold it had, its writer telling this actor now.
         if (context.hold) {
           context.hold.writer.woken((event) => self.send(event));
+          services.passivation?.held(context.hold.writer, self);
           return {};
         }
         const claimed = need(context.claimed, 'claimed task');
@@ -179,6 +180,7 @@ export function taskSetup(services: TaskServices) {
           checkpointed(services, claimed, steering),
           steering,
         );
+        services.passivation?.held(writer, self);
         const hold: Hold = {
           claimed,
           flow,

@@ -232,7 +232,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     stopping: () => stopping,
     stopped,
   };
-  const taskMachine = createTaskMachine(services);
   const passivation =
     sends && options.passivateAfterMs !== undefined
       ? new Passivation({
@@ -244,6 +243,8 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
           signals,
         })
       : undefined;
+  if (passivation) services.passivation = passivation;
+  const taskMachine = createTaskMachine(services);
 
   // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the
   // control responder (one per message, see controlResponder.ts) answers with the task's state instead.
