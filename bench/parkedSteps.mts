@@ -28,10 +28,15 @@ const heapUsed = () => {
   (globalThis as { gc?: () => void }).gc?.();
   return process.memoryUsage().heapUsed;
 };
+/**
+ * Each call's answer, held as a model client holds its request in flight: without it nothing would hold the call's
+ * promise, and the step's frames awaiting it (the journaled model's) could be collected as they are not in life.
+ */
+const answers: ((response: ModelResponse) => void)[] = [];
 const model: ModelProvider = {
   provider: 'parked',
   model: 'parked-1',
-  complete: () => new Promise<ModelResponse>(() => {}),
+  complete: () => new Promise<ModelResponse>((resolve) => answers.push(resolve)),
 };
 /** Steps whose requester heard that they wait on their model: parked, as the workflow sees them. */
 const parkedSteps = new Set<string>();
