@@ -258,7 +258,7 @@ describe('OpenAIProvider failures', () => {
   });
 
   it('turns a 400 into bad_request, not retryable', async () => {
-    fake.enqueue({ kind: 'error', status: 400, message: "Invalid 'messages': empty" });
+    fake.enqueue({ kind: 'error', status: 400, message: "Invalid 'messages': empty", param: 'messages' });
     const error = await rejection(provider().complete(request()));
     expect(error.code).toBe('bad_request');
     expect(error.retryable).toBe(false);
