@@ -7,7 +7,7 @@ import {
   ResilientModel,
   ScriptedProvider,
 } from '@troupe/llm';
-import { registerSecret } from '@troupe/runtime';
+import { type Logger, registerSecret } from '@troupe/runtime';
 import type { ModelConfig, PipelineConfig } from './pipelineSchema.ts';
 
 /** The environment the API keys are read from. */
@@ -58,11 +58,16 @@ export function cacheSettingOf(model: Exclude<ModelConfig, { provider: 'scripted
   return typeof cache === 'string' ? cache : { ttl: cache.ttl };
 }
 
-/** Builds the provider for one entry; a scripted model's script comes from `files`. */
+/**
+ * Builds the provider for one entry; a scripted model's script comes from `files`. What a provider has to warn about
+ * (a server that refused the prompt-cache fields) goes to `logger`, with the entry's provider and model; without
+ * one, to a Node process warning.
+ */
 export async function createProvider(
   model: ModelConfig,
   files: FileSource,
   env: Env,
+  logger?: Pick<Logger, 'warn'>,
 ): Promise<ModelProvider> {
   const keyEnv = keyEnvOf(model);
   const apiKey = keyEnv === undefined ? undefined : env[keyEnv];
@@ -83,6 +88,9 @@ export async function createProvider(
         timeoutMs: model.timeout * 1_000,
         cache: cacheSettingOf(model),
         ...(model.baseURL === undefined ? {} : { baseURL: model.baseURL }),
+        ...(logger === undefined
+          ? {}
+          : { onWarning: (message: string) => logger.warn({ model: modelLabel(model) }, message) }),
       });
     case 'anthropic':
       return new AnthropicProvider({
