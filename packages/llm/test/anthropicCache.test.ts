@@ -266,6 +266,8 @@ describe('AnthropicProvider cache usage', () => {
     cacheWrite1hTokens: 600,
   };
 
+  // Streamed, the fake sends the input counts in message_start and again, cumulative, in message_delta (the 1-hour
+  // split only in message_start), as the API does: they must be taken once, and the split kept.
   it.each([
     ['plain', false],
     ['streamed', true],

@@ -158,7 +158,13 @@ function writeMessageStream(exchange: FakeExchange, reply: FakeMessageReply, usa
   send({
     type: 'message_delta',
     delta: { stop_reason: STOP_REASONS[finishReasonOf(reply)], stop_sequence: null },
-    usage: { output_tokens: usage.outputTokens },
+    // Cumulative, as the API sends it: the input counts again (without their split by lifetime) and the output.
+    usage: {
+      input_tokens: usage.inputTokens,
+      cache_creation_input_tokens: usage.cacheWriteTokens,
+      cache_read_input_tokens: usage.cachedTokens,
+      output_tokens: usage.outputTokens,
+    },
   });
   send({ type: 'message_stop' });
   res.end();

@@ -211,11 +211,17 @@ describe('startFakeAnthropic', () => {
     expect(streamed.usage).toMatchObject(expected);
   });
 
-  it('carries input usage in message_start and output usage in message_delta', async () => {
+  it('carries input usage in message_start, and the cumulative usage in message_delta as the API does', async () => {
     fake.enqueue({
       kind: 'message',
       content: 'ok',
-      usage: { inputTokens: 50, outputTokens: 7, cachedTokens: 20 },
+      usage: {
+        inputTokens: 50,
+        outputTokens: 7,
+        cachedTokens: 20,
+        cacheWriteTokens: 30,
+        cacheWrite1hTokens: 10,
+      },
     });
 
     const events = await rawEvents();
@@ -226,7 +232,12 @@ describe('startFakeAnthropic', () => {
       input_tokens: 50,
       cache_read_input_tokens: 20,
     });
-    expect(delta?.type === 'message_delta' && delta.usage.output_tokens).toBe(7);
+    expect(delta?.type === 'message_delta' && delta.usage).toEqual({
+      input_tokens: 50,
+      cache_creation_input_tokens: 30,
+      cache_read_input_tokens: 20,
+      output_tokens: 7,
+    });
     expect(delta?.type === 'message_delta' && delta.delta.stop_reason).toBe('end_turn');
   });
 
