@@ -56,13 +56,16 @@ const ok: FakeReply = { kind: 'message', content: 'ok' };
 // biome-ignore lint/suspicious/noExplicitAny: request bodies are the JSON the SDK sent.
 type Body = any;
 
-/** Every breakpoint of a body in the API's prefix order (tools, system, messages), with where it is. */
-function breakpoints(body: Body): { at: string; ttl: string | undefined }[] {
-  const found: { at: string; ttl: string | undefined }[] = [];
+/**
+ * Every breakpoint of a body in the API's prefix order (tools, system, messages), with where it is and its lifetime
+ * as the API takes it (a marker without `ttl` is 5 minutes).
+ */
+function breakpoints(body: Body): { at: string; ttl: string }[] {
+  const found: { at: string; ttl: string }[] = [];
   const visit = (at: string, block: Body) => {
     if (block?.cache_control) {
       expect(block.cache_control.type).toBe('ephemeral');
-      found.push({ at, ttl: block.cache_control.ttl });
+      found.push({ at, ttl: block.cache_control.ttl ?? '5m' });
     }
   };
   for (const [i, t] of (body.tools ?? []).entries()) visit(`tools[${i}]`, t);
@@ -98,7 +101,8 @@ describe('AnthropicProvider cache breakpoints', () => {
     await provider().complete(request(messages));
     const body = fake.requests[0]?.body;
 
-    const marker = { type: 'ephemeral', ttl: '5m' };
+    // 5 minutes is the bare marker, which proxies that predate `ttl` take too.
+    const marker = { type: 'ephemeral' };
     expect(body.tools.map((t: Body) => t.cache_control)).toEqual([undefined, undefined, marker]);
     // The system is sent as one text block, so it can carry a marker; its text is unchanged.
     expect(body.system).toEqual([{ type: 'text', text: SYSTEM, cache_control: marker }]);
@@ -198,9 +202,13 @@ describe('AnthropicProvider cache lifetime', () => {
     await provider({ cache }).complete(
       request(conversation, hint === undefined ? {} : { cache: { ttl: hint } }),
     );
-    const found = breakpoints(fake.requests[0]?.body);
+    const body = fake.requests[0]?.body;
+    const found = breakpoints(body);
     expect(found).toHaveLength(4);
     expect(found.map((b) => b.ttl)).toEqual([expected, expected, expected, expected]);
+    // Only the hour is named; 5 minutes is the bare marker.
+    expect(JSON.stringify(body).includes('"ttl":"1h"')).toBe(expected === '1h');
+    expect(JSON.stringify(body)).not.toContain('"ttl":"5m"');
   });
 
   it('never puts a 1-hour breakpoint after a 5-minute one (the API refuses that order)', async () => {

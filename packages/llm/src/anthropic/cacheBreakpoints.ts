@@ -34,15 +34,16 @@ export interface MarkedPrompt {
  * the same for every task of the agent), the conversation's last block (so the next call reads this call's
  * prefix), and, after a turn longer than the lookback, the block where the previous call ended: at most 4, the
  * API's limit (it refuses a fifth).
- * Every breakpoint gets the same lifetime, so a 1-hour one never follows a 5-minute one, which the API refuses.
+ * Every breakpoint gets the same lifetime, so a 1-hour one never follows a 5-minute one, which the API refuses;
+ * the 5-minute one is the bare `{ type: 'ephemeral' }`, which proxies that predate `ttl` take too.
  * Nothing but the markers changes: the system text is one block with the text it had.
  *
  * @example
  * const marked = markCacheBreakpoints({ tools, system: 'Be brief.', messages }, '5m');
- * marked.system; // [{ type: 'text', text: 'Be brief.', cache_control: { type: 'ephemeral', ttl: '5m' } }]
+ * marked.system; // [{ type: 'text', text: 'Be brief.', cache_control: { type: 'ephemeral' } }]
  */
 export function markCacheBreakpoints(prompt: AnthropicPrompt, ttl: CacheTtl): MarkedPrompt {
-  const marker: CacheControl = { type: 'ephemeral', ttl };
+  const marker: CacheControl = ttl === '1h' ? { type: 'ephemeral', ttl } : { type: 'ephemeral' };
   const tools = prompt.tools.map((tool, i) =>
     i === prompt.tools.length - 1 ? { ...tool, cache_control: marker } : tool,
   );
