@@ -115,18 +115,36 @@ describe('AnthropicProvider cache breakpoints', () => {
     ]);
   });
 
-  it('marks the last tool when there is no system prompt, and the system when there are no tools', async () => {
-    fake.enqueue(ok, ok);
+  it('marks the last tool and the conversation when there is no system prompt', async () => {
+    fake.enqueue(ok);
     await provider().complete({
       ...request([{ role: 'user', content: 'hi' }]),
       messages: [{ role: 'user', content: 'hi' }],
     });
-    await provider().complete(request([{ role: 'user', content: 'hi' }], { tools: [] }));
-    const [noSystem, noTools] = fake.requests.map((r) => r.body);
+    const noSystem = fake.requests[0]?.body;
     expect(noSystem).not.toHaveProperty('system');
     expect(breakpoints(noSystem).map((b) => b.at)).toEqual(['tools[2]', 'messages[0][0]']);
-    expect(noTools).not.toHaveProperty('tools');
-    expect(breakpoints(noTools).map((b) => b.at)).toEqual(['system[0]', 'messages[0][0]']);
+  });
+
+  it('marks only the prefix tasks share for an agent without tools, whose one call a step no later call reads', async () => {
+    const review = { name: 'review', schema: { type: 'object', properties: {} } };
+    const conversation = [{ role: 'user' as const, content: 'Review notes/hello.md.' }];
+    fake.enqueue(ok, { kind: 'message', toolCalls: [{ name: 'review', arguments: '{}' }] });
+    fake.enqueue({ kind: 'message', toolCalls: [{ name: 'review', arguments: '{}' }] }, ok);
+    await provider().complete(request(conversation, { tools: [] }));
+    await provider().complete(request(conversation, { tools: [], responseSchema: review }));
+    await provider().complete({
+      ...request(conversation, { tools: [], responseSchema: review }),
+      messages: conversation,
+    });
+    await provider().complete({ ...request(conversation, { tools: [] }), messages: conversation });
+    const [plain, structured, structuredNoSystem, bare] = fake.requests.map((r) => r.body);
+    expect(plain).not.toHaveProperty('tools');
+    expect(breakpoints(plain).map((b) => b.at)).toEqual(['system[0]']);
+    // The answer tool comes before the system in the prefix: the system's breakpoint covers it.
+    expect(breakpoints(structured).map((b) => b.at)).toEqual(['system[0]']);
+    expect(breakpoints(structuredNoSystem).map((b) => b.at)).toEqual(['tools[0]']);
+    expect(breakpoints(bare)).toEqual([]);
   });
 
   it('marks the answer tool of a structured reply, the last of the tools sent', async () => {

@@ -106,7 +106,7 @@ export class AnthropicProvider implements ModelProvider {
     const prompt =
       ttl === undefined
         ? { tools, system, messages }
-        : markCacheBreakpoints({ tools, system, messages }, ttl);
+        : markCacheBreakpoints({ tools, agentTools: request.tools.length > 0, system, messages }, ttl);
     return {
       model: this.model,
       max_tokens: request.maxTokens ?? this.#defaultMaxTokens,

@@ -16,7 +16,10 @@ export const LOOKBACK_REACH = 16;
 
 /** A prompt as the Messages API takes it, before any cache markers. */
 export interface AnthropicPrompt {
+  /** The agent's tools, then the structured-output tool if the request has one. */
   tools: Tool[];
+  /** Whether the agent has tools of its own (beyond the structured-output tool), so may call the model again. */
+  agentTools: boolean;
   system: string;
   messages: Message[];
 }
@@ -33,25 +36,28 @@ export interface MarkedPrompt {
  * tool definition (the agent's tools, the same for every call of the agent), the system prompt (with the tools,
  * the same for every task of the agent), the conversation's last block (so the next call reads this call's
  * prefix), and, after a turn longer than the lookback, the block where the previous call ended: at most 4, the
- * API's limit (it refuses a fifth).
+ * API's limit (it refuses a fifth). An agent without tools of its own (a reviewer) makes one call a step, which no
+ * later call reads: only the prefix its tasks share is marked, at the system prompt (else the last tool), as a
+ * write at the conversation's end would cost 1.25 × for nothing.
  * Every breakpoint gets the same lifetime, so a 1-hour one never follows a 5-minute one, which the API refuses;
  * the 5-minute one is the bare `{ type: 'ephemeral' }`, which proxies that predate `ttl` take too.
  * Nothing but the markers changes: the system text is one block with the text it had.
  *
  * @example
- * const marked = markCacheBreakpoints({ tools, system: 'Be brief.', messages }, '5m');
+ * const marked = markCacheBreakpoints({ tools, agentTools: true, system: 'Be brief.', messages }, '5m');
  * marked.system; // [{ type: 'text', text: 'Be brief.', cache_control: { type: 'ephemeral' } }]
  */
 export function markCacheBreakpoints(prompt: AnthropicPrompt, ttl: CacheTtl): MarkedPrompt {
   const marker: CacheControl = ttl === '1h' ? { type: 'ephemeral', ttl } : { type: 'ephemeral' };
-  const tools = prompt.tools.map((tool, i) =>
-    i === prompt.tools.length - 1 ? { ...tool, cache_control: marker } : tool,
-  );
   const system =
     prompt.system === ''
       ? undefined
       : [{ type: 'text' as const, text: prompt.system, cache_control: marker }];
-  const marked = new Set(messageBreakpoints(prompt.messages));
+  const markLastTool = prompt.agentTools || system === undefined;
+  const tools = prompt.tools.map((tool, i) =>
+    markLastTool && i === prompt.tools.length - 1 ? { ...tool, cache_control: marker } : tool,
+  );
+  const marked = new Set(prompt.agentTools ? messageBreakpoints(prompt.messages) : []);
   const messages = prompt.messages.map((message, i) =>
     marked.has(i) ? markLastBlock(message, marker) : message,
   );
