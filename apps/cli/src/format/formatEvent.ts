@@ -1,6 +1,6 @@
 import { styleText } from 'node:util';
 import type { InvalidMessageEvent, TroupeEvent, ValueRef } from '@troupe/protocol';
-import { cacheTokens } from './cacheTokens.ts';
+import { tokenCounts } from './cacheTokens.ts';
 
 type Style = Parameters<typeof styleText>[0];
 
@@ -85,12 +85,6 @@ function carriedFiles({
   return ` · ${workspace.files} workspace files (${workspace.bytes} bytes) carried from ${origin?.taskId ?? 'its origin'}`;
 }
 
-const tokens = (u: {
-  inputTokens: number;
-  outputTokens: number;
-  cachedTokens: number;
-  cacheWriteTokens?: number | undefined;
-}) => `${u.inputTokens}→${u.outputTokens} tok${cacheTokens(u)}`;
 const usd = (cost: number) => (cost > 0 ? ` $${cost.toFixed(4)}` : '');
 
 function summarize(event: TroupeEvent): string {
@@ -135,7 +129,7 @@ function summarize(event: TroupeEvent): string {
     case 'llm.response': {
       const calls = event.data.toolCalls.map((c) => c.name).join(', ');
       const what = calls ? `calls ${calls}` : oneLine(event.data.content, 70);
-      return `${tokens(event.data.usage)}${usd(event.data.costUsd)} · ${what}`;
+      return `${tokenCounts(event.data.usage)}${usd(event.data.costUsd)} · ${what}`;
     }
     case 'llm.delta':
       return oneLine(event.data.text || (event.data.toolCalls ?? []).map((c) => c.arguments).join(''), 90);
@@ -148,7 +142,7 @@ function summarize(event: TroupeEvent): string {
     case 'context.compacted':
       return `${event.data.before} → ${event.data.after} messages (~${event.data.estimatedTokens} tokens): ${oneLine(event.data.summary, 70)}`;
     case 'session.compacted':
-      return `session ${event.data.session}: turns 1–${event.data.turns} summarized by ${event.data.agent} · ${tokens(event.data.usage)}${usd(event.data.costUsd)} · ${oneLine(event.data.summary, 60)}`;
+      return `session ${event.data.session}: turns 1–${event.data.turns} summarized by ${event.data.agent} · ${tokenCounts(event.data.usage)}${usd(event.data.costUsd)} · ${oneLine(event.data.summary, 60)}`;
     case 'tool.call':
       return `${event.data.tool} ${oneLine(event.data.arguments, 80)}`;
     case 'tool.progress': {
@@ -175,10 +169,10 @@ function summarize(event: TroupeEvent): string {
       const body = event.data.ok
         ? (verdict || oneLine(event.data.output, 70)) + whereWhole(event.data.outputRef)
         : `FAILED (${event.data.error?.code ?? 'error'}): ${oneLine(event.data.error?.message ?? '', 120)}`;
-      return `${stepOf(event.data)} · ${tokens(event.data.usage)} · ${body}`;
+      return `${stepOf(event.data)} · ${tokenCounts(event.data.usage)} · ${body}`;
     }
     case 'task.completed':
-      return `${event.data.approved === false ? 'UNAPPROVED (review bound reached) · ' : ''}${event.data.rounds} round(s), ${tokens(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}${whereWhole(event.data.outputRef)}`;
+      return `${event.data.approved === false ? 'UNAPPROVED (review bound reached) · ' : ''}${event.data.rounds} round(s), ${tokenCounts(event.data.usage)}${usd(event.data.usage.costUsd)}, ${(event.data.durationMs / 1000).toFixed(1)} s · ${oneLine(event.data.output, 60)}${whereWhole(event.data.outputRef)}`;
     case 'task.failed':
       return `${event.data.reason}: ${oneLine(event.data.message, 120)}`;
     case 'task.cancelled':

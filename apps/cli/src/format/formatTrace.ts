@@ -12,7 +12,7 @@ import type {
   TraceEntry,
   TraceTotals,
 } from '@troupe/client';
-import { cacheTokens } from './cacheTokens.ts';
+import { tokenCounts } from './cacheTokens.ts';
 import { formatDuration } from './duration.ts';
 
 type Style = Parameters<typeof styleText>[0];
@@ -32,12 +32,6 @@ const preview = (text: string, max = PREVIEW): string => {
   const line = text.replace(/\s+/g, ' ').trim();
   return line.length <= max ? line : `${line.slice(0, max - 1)}…`;
 };
-const tokens = (usage: {
-  inputTokens: number;
-  outputTokens: number;
-  cachedTokens: number;
-  cacheWriteTokens?: number | undefined;
-}) => `${usage.inputTokens}→${usage.outputTokens} tok${cacheTokens(usage)}`;
 const cost = (usd: number) => `$${usd.toFixed(4)}`;
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
@@ -288,7 +282,7 @@ function stepLine(step: StepTrace, paint: Paint): string {
   const result = outcome.ok
     ? paint('green', `ok${verdict}`)
     : paint('red', `failed${outcome.error ? ` (${outcome.error.code})` : ''}`);
-  return `${head} · ${result} · ${formatDuration(outcome.durationMs)} · ${tokens(outcome.usage)} · ${cost(outcome.usage.costUsd)}`;
+  return `${head} · ${result} · ${formatDuration(outcome.durationMs)} · ${tokenCounts(outcome.usage)} · ${cost(outcome.usage.costUsd)}`;
 }
 
 function entryLines(entry: TraceEntry, paint: Paint): string[] {
@@ -301,7 +295,7 @@ function entryLines(entry: TraceEntry, paint: Paint): string[] {
         lines.push(
           reply.journaled
             ? `${what} · replayed from the journal · ${reply.finishReason}`
-            : `${what} · ${tokens(reply)} · ${cost(reply.costUsd)} · ${formatDuration(reply.durationMs)} · ${reply.finishReason}`,
+            : `${what} · ${tokenCounts(reply)} · ${cost(reply.costUsd)} · ${formatDuration(reply.durationMs)} · ${reply.finishReason}`,
         );
       } else if (entry.error) {
         lines.push(`${what} · ${paint('red', `${entry.error.code}: ${preview(entry.error.message, 120)}`)}`);
@@ -360,7 +354,7 @@ function entryLines(entry: TraceEntry, paint: Paint): string[] {
       return [
         reply.journaled
           ? `${what} · by ${reply.model} · replayed from the journal`
-          : `${what} · by ${reply.model} · ${tokens(reply)} · ${cost(reply.costUsd)} · ${formatDuration(reply.durationMs)}`,
+          : `${what} · by ${reply.model} · ${tokenCounts(reply)} · ${cost(reply.costUsd)} · ${formatDuration(reply.durationMs)}`,
       ];
     }
   }
@@ -369,7 +363,7 @@ function entryLines(entry: TraceEntry, paint: Paint): string[] {
 function totalsLine(totals: TraceTotals, running: boolean): string {
   const parts = [
     plural(totals.modelCalls, 'model call'),
-    tokens(totals),
+    tokenCounts(totals),
     cost(totals.costUsd),
     plural(totals.toolCalls, 'tool call'),
     ...(totals.approvals > 0 ? [plural(totals.approvals, 'approval')] : []),
