@@ -1,34 +1,14 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { type ModelProvider, PriceTable, Script, ScriptedProvider, type Usage } from '@troupe/llm';
-import type { AgentStepRequest, EventOf, TroupeEvent } from '@troupe/protocol';
+import { type ModelProvider, PriceTable, type Usage } from '@troupe/llm';
+import type { EventOf, TroupeEvent } from '@troupe/protocol';
 import { MemoryKv } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps } from '../../src/agent/agentStep.ts';
 import { JournalEntry, StepJournal } from '../../src/durable/stepJournal.ts';
-import { systemClock } from '../../src/events/clock.ts';
-import { EventFactory } from '../../src/events/eventFactory.ts';
-import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
+import { coder, codeStep, removeWorkspaces, stepDeps, writesHello } from './stepSetup.ts';
 
-const roots: string[] = [];
-afterEach(async () => {
-  await Promise.all(roots.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
-});
+afterEach(removeWorkspaces);
 
-const request: AgentStepRequest = {
-  stepId: 'task-1.code.1',
-  taskId: 'task-1',
-  pipeline: 'demo',
-  agent: 'coder',
-  step: 'code',
-  round: 1,
-  goal: 'write notes/hello.md',
-  context: [],
-  expect: 'text',
-  traceparent: '00-0123456789abcdef0123456789abcdef-0123456789abcdef-01',
-};
+const request = codeStep({ traceparent: '00-0123456789abcdef0123456789abcdef-0123456789abcdef-01' });
 
 /** Cache counts per call, as a caching provider reports them: the first call writes, the second reads. */
 const counts: Partial<Usage>[] = [
@@ -38,21 +18,7 @@ const counts: Partial<Usage>[] = [
 
 /** The scripted model, its replies' usage given the cache counts of `counts`, call by call. */
 function cachingModel(): ModelProvider {
-  const inner = new ScriptedProvider(
-    Script.parse({
-      agents: {
-        coder: [
-          {
-            toolCalls: [
-              { id: 'call-w', name: 'write_file', arguments: { path: 'notes/hello.md', content: '# Hi' } },
-            ],
-          },
-          { content: 'Wrote notes/hello.md' },
-        ],
-      },
-    }),
-    'claude-sonnet-4-5',
-  );
+  const inner = writesHello('claude-sonnet-4-5');
   let call = 0;
   return {
     provider: 'anthropic',
@@ -64,35 +30,14 @@ function cachingModel(): ModelProvider {
   };
 }
 
-async function deps(overrides: Partial<StepDeps> = {}): Promise<{ deps: StepDeps; events: TroupeEvent[] }> {
-  const registry = new ToolRegistry();
-  for (const tool of fileTools) registry.register(tool);
-  const root = await mkdtemp(path.join(os.tmpdir(), 'troupe-cache-'));
-  roots.push(root);
-  const events: TroupeEvent[] = [];
+/** A step's deps that price each call with the shipped price table. */
+function deps(overrides: Partial<StepDeps> = {}): Promise<{ deps: StepDeps; events: TroupeEvent[] }> {
   const prices = new PriceTable();
-  return {
-    events,
-    deps: {
-      registry,
-      workspaceRoot: root,
-      clock: systemClock,
-      events: new EventFactory(systemClock),
-      publish: (event) => events.push(event),
-      price: (provider, model, response) => prices.cost(provider, model, response.usage),
-      ...overrides,
-    },
-  };
+  return stepDeps({
+    price: (provider, model, response) => prices.cost(provider, model, response.usage),
+    ...overrides,
+  });
 }
-
-const coder = (model: ModelProvider): AgentDefinition => ({
-  name: 'coder',
-  instructions: 'You write files.',
-  model,
-  tools: ['write_file'],
-  rules: [],
-  maxTurns: 5,
-});
 
 const responses = (events: TroupeEvent[]) =>
   events.filter((e): e is EventOf<'llm.response'> => e.kind === 'llm.response').map((e) => e.data);

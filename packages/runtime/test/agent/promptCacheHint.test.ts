@@ -1,33 +1,16 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { type ModelProvider, type ModelRequest, Script, ScriptedProvider } from '@troupe/llm';
-import type { AgentStepRequest } from '@troupe/protocol';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentDefinition } from '../../src/agent/agentDefinition.ts';
 import { runAgentStep, type StepDeps } from '../../src/agent/agentStep.ts';
 import { promptCacheHint } from '../../src/agent/promptCacheHint.ts';
-import { systemClock } from '../../src/events/clock.ts';
-import { EventFactory } from '../../src/events/eventFactory.ts';
-import { askHumanTool } from '../../src/tools/askHumanTool.ts';
-import { fileTools, ToolRegistry } from '../../src/tools/index.ts';
+import { coder, codeStep, removeWorkspaces, stepDeps, writesHello } from './stepSetup.ts';
 
-const roots: string[] = [];
-afterEach(async () => {
-  await Promise.all(roots.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
-});
+afterEach(removeWorkspaces);
 
 const MINUTE = 60_000;
 
-const agent = (overrides: Partial<AgentDefinition> = {}): AgentDefinition => ({
-  name: 'coder',
-  instructions: 'You write files.',
-  model: new ScriptedProvider(Script.parse({ agents: {} })),
-  tools: ['write_file'],
-  rules: [],
-  maxTurns: 5,
-  ...overrides,
-});
+const agent = (overrides: Partial<AgentDefinition> = {}): AgentDefinition =>
+  coder(new ScriptedProvider(Script.parse({ agents: {} })), overrides);
 
 const askRule: AgentDefinition['rules'] = [{ tool: 'write_file', decision: 'ask' }];
 
@@ -67,35 +50,11 @@ describe('promptCacheHint', () => {
 });
 
 describe('runAgentStep: the prompt-cache lifetime its model calls ask for', () => {
-  const request: AgentStepRequest = {
-    stepId: 'task-1.code.1',
-    taskId: 'task-1',
-    pipeline: 'demo',
-    agent: 'coder',
-    step: 'code',
-    round: 1,
-    goal: 'write notes/hello.md',
-    context: [],
-    expect: 'text',
-    timeoutMs: 600_000,
-  };
+  const request = codeStep({ timeoutMs: 600_000 });
 
   /** A scripted coder that writes a file, then answers; every request it was sent is kept. */
   function recording(): { model: ModelProvider; requests: ModelRequest[] } {
-    const inner = new ScriptedProvider(
-      Script.parse({
-        agents: {
-          coder: [
-            {
-              toolCalls: [
-                { id: 'call-w', name: 'write_file', arguments: { path: 'notes/hello.md', content: '# Hi' } },
-              ],
-            },
-            { content: 'Wrote notes/hello.md' },
-          ],
-        },
-      }),
-    );
+    const inner = writesHello();
     const requests: ModelRequest[] = [];
     return {
       requests,
@@ -110,20 +69,8 @@ describe('runAgentStep: the prompt-cache lifetime its model calls ask for', () =
     };
   }
 
-  async function deps(human?: StepDeps['human']): Promise<StepDeps> {
-    const registry = new ToolRegistry();
-    for (const tool of [...fileTools, askHumanTool]) registry.register(tool);
-    const root = await mkdtemp(path.join(os.tmpdir(), 'troupe-cache-hint-'));
-    roots.push(root);
-    return {
-      registry,
-      workspaceRoot: root,
-      clock: systemClock,
-      events: new EventFactory(systemClock),
-      publish: () => {},
-      ...(human ? { human } : {}),
-    };
-  }
+  const deps = async (human?: StepDeps['human']): Promise<StepDeps> =>
+    (await stepDeps(human ? { human } : {})).deps;
 
   const approving: StepDeps['human'] = {
     approve: async () => ({ decision: 'allow' }),
