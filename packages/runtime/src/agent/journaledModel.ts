@@ -1,4 +1,4 @@
-import type { ModelDelta, ModelObserver } from '@troupe/llm';
+import type { ModelDelta, ModelObserver, ModelResponse } from '@troupe/llm';
 import type { ConversationSummary, ModelReply, ToldMessage } from '@troupe/protocol';
 import { type RecordedTurn, StepJournal } from '../durable/stepJournal.ts';
 import type { CompactionInput, ModelCallInput, ModelCallOutput } from './agentMachine.ts';
@@ -16,15 +16,20 @@ import { endModelSpan, startModelSpan } from './stepTracing.ts';
  * from it (a step run again after a crash asks the model nothing it asked before); a new one is recorded once made.
  */
 
-/** A model call, with the host told while the step waits on it: a long wait parks the task. */
-async function waitingOnModel<T>(step: StepContext, call: () => Promise<T>): Promise<T> {
+/**
+ * A model call, with the host told while the step waits on it: a long wait parks the task. A provider that throws
+ * rather than rejects fails the call all the same.
+ */
+function waitingOnModel<T>(step: StepContext, call: () => Promise<T>): Promise<T> {
   const { deps, request } = step;
   deps.modelWait?.(request.stepId, true);
+  let asked: Promise<T>;
   try {
-    return await call();
-  } finally {
-    deps.modelWait?.(request.stepId, false);
+    asked = call();
+  } catch (error) {
+    asked = Promise.reject(error);
   }
+  return asked.finally(() => deps.modelWait?.(request.stepId, false));
 }
 
 /**
@@ -37,9 +42,8 @@ export async function callModel(
   input: ModelCallInput,
   signal: AbortSignal,
 ): Promise<ModelCallOutput> {
-  const { deps, request } = step;
+  const { request } = step;
   const key = StepJournal.modelKey(request.stepId, input.turn);
-  const journal = deps.journal;
   const recorded = await bestEffort(step, 'read the journaled model reply', () =>
     replies.recorded(input.turn),
   );
@@ -55,9 +59,30 @@ export async function callModel(
   }
   // Stopped while the journal was read: the model is not asked at all.
   signal.throwIfAborted();
-  const result = await askModel(step, asked, signal);
+  // Chained, not awaited: a step waiting on its model (a parked task's) keeps this call's promises, not its frames.
+  return askModel(step, asked, signal).then((result) =>
+    journaled(step, replies, { key, asked, input, told }, result),
+  );
+}
+
+/** What a new model reply is recorded under: its journal key, and the conversation and told messages it answered. */
+interface NewReply {
+  key: string;
+  asked: ModelCallInput;
+  input: ModelCallInput;
+  told: readonly ToldMessage[];
+}
+
+/** A new reply, once journaled: the one the journal holds for its turn, if a run beside this one recorded it first. */
+async function journaled(
+  step: StepContext,
+  replies: RecordedReplies,
+  { key, asked, input, told }: NewReply,
+  result: ModelReply,
+): Promise<ModelCallOutput> {
+  const { deps } = step;
   const standing = await bestEffort(step, 'journal the model reply', () =>
-    journal?.recordModelReply(key, asked.messages, result, new Date(deps.clock.now()), told),
+    deps.journal?.recordModelReply(key, asked.messages, result, new Date(deps.clock.now()), told),
   );
   if (standing?.journaled) replies.tookRecorded(input.turn);
   step.told.read(told);
@@ -181,8 +206,11 @@ export async function summarize(
   return result;
 }
 
-/** The model asked, with streamed deltas, retries and fallbacks published as events. */
-async function askModel(step: StepContext, input: ModelCallInput, signal: AbortSignal): Promise<ModelReply> {
+/**
+ * The model asked, with streamed deltas, retries and fallbacks published as events. Its reply is handled in a
+ * callback rather than after an `await`, so a step waiting on its model keeps no frame of this function.
+ */
+function askModel(step: StepContext, input: ModelCallInput, signal: AbortSignal): Promise<ModelReply> {
   const { agent, deps, request, scope } = step;
   const started = deps.clock.now();
   const ref = { agent: agent.name, stepId: request.stepId, turn: input.turn };
@@ -228,43 +256,47 @@ async function askModel(step: StepContext, input: ModelCallInput, signal: AbortS
       );
     },
   };
-  const names = new ModelToolNames(input.tools);
+  const names = ModelToolNames.of(input.tools);
   const cache = promptCacheHint(agent, request, deps.human !== undefined);
-  try {
-    const reply = await waitingOnModel(step, () =>
-      agent.model.complete({
-        messages: names.identity ? input.messages : names.messages(input.messages),
-        tools: names.identity ? input.tools : names.tools(input.tools),
-        context: callContext(step, input.callsBefore),
-        signal,
-        observer,
-        ...(agent.stream ? { stream: true } : {}),
-        ...(cache ? { cache } : {}),
-        ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
-        ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
-        ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
-      }),
-    );
-    const response = names.identity ? reply : names.response(reply);
-    const provider = response.provider ?? agent.model.provider;
-    const result: ModelReply = {
-      content: response.content,
-      toolCalls: response.toolCalls,
-      usage: response.usage,
-      costUsd: deps.price?.(provider, response.model, response) ?? 0,
-      finishReason: response.finishReason,
-      provider,
-      model: response.model,
-      durationMs: Math.max(0, deps.clock.now() - started),
-    };
-    endModelSpan(span, { reply: result });
-    return result;
-  } catch (error) {
+  const failed = (error: unknown): never => {
     endModelSpan(span, { error });
     throw error;
-  } finally {
-    batcher?.flush();
-  }
+  };
+  const answered = (reply: ModelResponse): ModelReply => {
+    try {
+      const response = names.identity ? reply : names.response(reply);
+      const provider = response.provider ?? agent.model.provider;
+      const result: ModelReply = {
+        content: response.content,
+        toolCalls: response.toolCalls,
+        usage: response.usage,
+        costUsd: deps.price?.(provider, response.model, response) ?? 0,
+        finishReason: response.finishReason,
+        provider,
+        model: response.model,
+        durationMs: Math.max(0, deps.clock.now() - started),
+      };
+      endModelSpan(span, { reply: result });
+      return result;
+    } catch (error) {
+      return failed(error);
+    }
+  };
+  const reply = waitingOnModel(step, () =>
+    agent.model.complete({
+      messages: names.identity ? input.messages : names.messages(input.messages),
+      tools: names.identity ? input.tools : names.tools(input.tools),
+      context: callContext(step, input.callsBefore),
+      signal,
+      observer,
+      ...(agent.stream ? { stream: true } : {}),
+      ...(cache ? { cache } : {}),
+      ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
+      ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
+      ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+    }),
+  ).then(answered, failed);
+  return batcher ? reply.finally(() => batcher.flush()) : reply;
 }
 
 /** Who is calling; numbers the call within the task when the workflow said how many came before the step. */

@@ -3,6 +3,8 @@ import type { ChatMessage, ModelResponse, ToolDefinition } from '@troupe/llm';
 /** What providers accept as a tool name (OpenAI and Anthropic alike). */
 const MODEL_SAFE = /^[A-Za-z0-9_-]{1,64}$/;
 
+const made = new WeakMap<readonly ToolDefinition[], ModelToolNames>();
+
 /**
  * Troupe names MCP tools `<server>.<tool>`, which model APIs refuse. Towards the model a dot becomes `__`;
  * replies are mapped back through the exact names sent, never by guessing.
@@ -10,6 +12,19 @@ const MODEL_SAFE = /^[A-Za-z0-9_-]{1,64}$/;
 export class ModelToolNames {
   readonly #toModel = new Map<string, string>();
   readonly #fromModel = new Map<string, string>();
+
+  /**
+   * The names of `tools`, made once per list: a step is given its agent's list, shared by all its steps, so a step
+   * waiting on its model keeps no maps of its own.
+   */
+  static of(tools: readonly ToolDefinition[]): ModelToolNames {
+    let names = made.get(tools);
+    if (!names) {
+      names = new ModelToolNames(tools);
+      made.set(tools, names);
+    }
+    return names;
+  }
 
   constructor(tools: readonly ToolDefinition[]) {
     for (const tool of tools) {

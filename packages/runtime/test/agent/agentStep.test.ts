@@ -327,6 +327,27 @@ describe('runAgentStep', () => {
     });
   });
 
+  it('fails the step as for a rejection when its provider throws outright, and ends its wait on the model', async () => {
+    const throwing: ModelProvider = {
+      provider: 'broken',
+      model: 'broken-1',
+      complete: () => {
+        throw new Error('no socket');
+      },
+    };
+    const waits: boolean[] = [];
+    const { deps, events } = await setup({ modelWait: (_stepId, waiting) => waits.push(waiting) });
+    const reply = await runAgentStep(coder(throwing), request, deps);
+
+    expect(reply).toMatchObject({
+      ok: false,
+      error: { code: 'model_failed', message: 'agent coder: model call failed: no socket' },
+    });
+    expect(events.map((e) => e.kind)).toEqual(['llm.request', 'llm.error']);
+    // Told it waits, then that it no longer does: the host does not report a step parked on a model it never asked.
+    expect(waits).toEqual([true, false]);
+  });
+
   it('fails with script_exhausted when the model runs out of replies mid-step', async () => {
     const { model } = recordingModel({ agents: { coder: [{ toolCalls: [writeCall('a.md', 'a')] }] } });
     const { deps } = await setup();

@@ -38,4 +38,12 @@ describe('ModelToolNames', () => {
     // A name the model invented is passed through, so the executor reports it as unknown.
     expect(names.response(reply).toolCalls.map((c) => c.name)).toEqual(['files.read', 'made__up']);
   });
+
+  it('is made once per list of tools, which an agent’s steps share', () => {
+    const tools = [tool('files.read')];
+    const names = ModelToolNames.of(tools);
+    expect(ModelToolNames.of(tools)).toBe(names);
+    expect(names.tools(tools).map((t) => t.name)).toEqual(['files__read']);
+    expect(ModelToolNames.of([tool('files.read')])).not.toBe(names);
+  });
 });
