@@ -2,11 +2,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  anthropicPromptSeen,
   type FakeModelServer,
   type FakeReply,
   type RecordedRequest,
   startFakeAnthropic,
   startFakeOpenAI,
+  withoutPromptCache,
 } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Harness, ofKind, publishTask, startHarness } from './support/harness.ts';
@@ -66,36 +68,6 @@ const replies = (): FakeReply[] => [
   { kind: 'message', content: 'Wrote notes.md and read it back.' },
   { kind: 'message', content: '{"decision": "approve", "feedback": "fine"}' },
 ];
-
-/** `value` with every cache marker key taken out, at any depth. */
-function withoutMarkers(value: Json): Json {
-  if (Array.isArray(value)) return value.map(withoutMarkers);
-  if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(
-    Object.entries(value)
-      .filter(([key]) => !CACHE_MARKERS.includes(key))
-      .map(([key, v]) => [key, withoutMarkers(v)]),
-  );
-}
-
-/** A text given as a string or as text blocks, as blocks: what caching may turn it into to carry a marker. */
-const asBlocks = (content: Json): Json =>
-  typeof content === 'string' ? [{ type: 'text', text: content }] : content;
-
-/** An Anthropic body as the model reads it: no markers, the system prompt as its text, every content as blocks. */
-function anthropicSeen(body: Json): Json {
-  const { system, messages, ...rest } = withoutMarkers(body);
-  return {
-    ...rest,
-    ...(system === undefined
-      ? {}
-      : { system: typeof system === 'string' ? system : system.map((b: Json) => b.text).join('') }),
-    messages: messages.map((m: Json) => ({ ...m, content: asBlocks(m.content) })),
-  };
-}
-
-/** An OpenAI body as the model reads it: no markers. */
-const openAISeen = (body: Json): Json => withoutMarkers(body);
 
 /** Each model call's usage in task `id`, in order, with the agent that made it. */
 const usageOf = (h: Harness, id: string) =>
@@ -159,7 +131,7 @@ describe('prompt caching: the model sees the same prompt with cache off and on',
     const auto = await run(anthropic, 'an-auto');
 
     expect(off).toHaveLength(5);
-    expect(auto.map((r) => anthropicSeen(r.body))).toEqual(off.map((r) => anthropicSeen(r.body)));
+    expect(auto.map((r) => anthropicPromptSeen(r.body))).toEqual(off.map((r) => anthropicPromptSeen(r.body)));
     // Off is today's body: no marker anywhere, the system prompt a plain string.
     for (const { body } of off) {
       expect(markersIn(body)).toEqual([]);
@@ -203,7 +175,7 @@ describe('prompt caching: the model sees the same prompt with cache off and on',
     const auto = await run(openai, 'oa-auto');
 
     expect(off).toHaveLength(5);
-    expect(auto.map((r) => openAISeen(r.body))).toEqual(off.map((r) => openAISeen(r.body)));
+    expect(auto.map((r) => withoutPromptCache(r.body))).toEqual(off.map((r) => withoutPromptCache(r.body)));
     for (const { body } of off) expect(markersIn(body)).toEqual([]);
     expect(auto.map((r) => r.body.prompt_cache_key)).toEqual([
       'troupe:oa-auto:planner',

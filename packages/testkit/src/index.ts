@@ -14,3 +14,4 @@ export { MemoryKv } from './memoryKv.ts';
 export { startTestNats, type TestNats, type TestNatsOptions } from './natsServer.ts';
 export { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from './otlpReceiver.ts';
 export { SimulatedClock } from './simulatedClock.ts';
+export { anthropicPromptSeen, withoutPromptCache } from './withoutPromptCache.ts';
