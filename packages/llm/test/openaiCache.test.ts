@@ -190,7 +190,7 @@ describe('OpenAIProvider with a server that refuses the cache fields', () => {
       expect(later).toEqual(rest);
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toContain(
-        `refused the prompt-cache fields prompt_cache_key and prompt_cache_retention (HTTP ${shape === 'fastapi' ? 422 : 400}, naming no field`,
+        `refused a request with the prompt-cache fields prompt_cache_key and prompt_cache_retention (HTTP ${shape === 'fastapi' ? 422 : 400}, naming no field) and took the request without them; its calls are sent without them from now on.`,
       );
     },
   );

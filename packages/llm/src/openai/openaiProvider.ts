@@ -143,13 +143,15 @@ export class OpenAIProvider implements ModelProvider {
     if (fields.length === 0) return;
     for (const field of fields) this.#refusedFields.add(field);
     const at = this.#endpoint === undefined ? '' : ` at ${safeEndpoint(this.#endpoint)}`;
-    const why = suspects.named ? '' : ', naming no field, and took it without them';
+    const named = `the prompt-cache field${fields.length === 1 ? '' : 's'} ${fields.join(' and ')}`;
+    const what = suspects.named
+      ? `refused ${named} (HTTP ${statusOf(error)})`
+      : `refused a request with ${named} (HTTP ${statusOf(error)}, naming no field) and took the request without ${fields.length === 1 ? 'it' : 'them'}`;
     const fix = fields.includes('prompt_cache_key')
       ? "Set `cache: off` on the model's entry to not send them at all."
       : "Leave `ttl: 1h` out of the model's `cache:` to not ask for 24-hour retention.";
     const message =
-      `${label}: the server${at} refused the prompt-cache field${fields.length === 1 ? '' : 's'} ` +
-      `${fields.join(' and ')} (HTTP ${statusOf(error)}${why}); its calls are sent without ` +
+      `${label}: the server${at} ${what}; its calls are sent without ` +
       `${fields.length === 1 ? 'it' : 'them'} from now on. ${fix}`;
     if (this.#options.onWarning) this.#options.onWarning(message);
     else process.emitWarning(message, { code: 'TROUPE_PROMPT_CACHE_REFUSED' });
