@@ -2,7 +2,7 @@ import { cancelTask, listHumanRequests, migrateTask, OperationError } from '@tro
 import { shortVersion } from '@troupe/coordinator';
 import { errorMessage, type HumanRequest, type WorkflowRecord } from '@troupe/protocol';
 import type { JetStreamBus } from '@troupe/runtime';
-import { cacheTokens } from '../format/cacheTokens.ts';
+import { tokenCounts } from '../format/cacheTokens.ts';
 import { formatDuration } from '../format/duration.ts';
 import { describeActivity } from '../format/taskActivity.ts';
 import { CliError, connectCli, explain, type ServerOptions } from '../server.ts';
@@ -114,7 +114,7 @@ export async function status(taskId: string | undefined, options: StatusOptions)
 /** One task in `troupe status`: its pipeline and version, state, tokens (prompt cache reads and writes apart), cost and time. */
 export function statusLine(r: WorkflowRecord, now: number): string {
   const cost = r.usage.costUsd > 0 ? ` $${r.usage.costUsd.toFixed(4)}` : '';
-  const tokens = `${r.usage.inputTokens}→${r.usage.outputTokens} tok${cacheTokens(r.usage)}${cost}`;
+  const tokens = `${tokenCounts(r.usage)}${cost}`;
   const duration = taskDuration(r, now);
   const time = duration.finished ? `took ${formatDuration(duration.ms)}` : formatDuration(duration.ms);
   // The pipeline as `name@version` (the version's short hash), as the task runs on it.
