@@ -198,8 +198,8 @@ describe('passivation of a task that waits on its model', () => {
     expect(task.settlement()).toEqual({ kind: 'ack' });
   });
 
-  it('wakes on a tell: the message is recorded and answered', async () => {
-    const { intake, pass, runner, control, store, held } = await setUp();
+  it('wakes on a tell: the message is recorded and answered, and the task, still waiting, sleeps again', async () => {
+    const { intake, pass, runner, control, store, held, steps } = await setUp();
     const task = intake.deliver({ id: 'task-t', goal: 'tell me' });
     await pass(5_000);
     expect(runner.passivated()).toBe(1);
@@ -209,9 +209,30 @@ describe('passivation of a task that waits on its model', () => {
     expect((await store.get('task-t'))?.value.told).toEqual([
       expect.objectContaining({ text: 'mind the tests' }),
     ]);
+    expect(runner.passivated()).toBe(0);
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
     held[0]?.reply();
     await task.handled;
     expect((await store.get('task-t'))?.value.status).toBe('completed');
+    expect(steps.filter((s) => s.agent === 'executor')).toHaveLength(1);
+  });
+
+  it('wakes on a reconnect and sends the step again, as a live task does (the reply in flight may be lost)', async () => {
+    const { intake, pass, runner, bus, held, steps, store } = await setUp();
+    const task = intake.deliver({ id: 'task-r', goal: 'reconnect' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    bus.emitStatus('reconnect');
+    await pass(100);
+    expect(runner.passivated()).toBe(0);
+    expect(steps.filter((s) => s.agent === 'executor').map((s) => s.stepId)).toEqual([
+      'task-r.execute.1',
+      'task-r.execute.1',
+    ]);
+    held[1]?.reply();
+    await task.handled;
+    expect((await store.get('task-r'))?.value.status).toBe('completed');
   });
 
   it('wakes at the step’s deadline: the step times out as a live one does', async () => {
