@@ -98,7 +98,8 @@ export type AgentEvent = { type: 'stop'; stop: StepStop } | { type: 'pause' } | 
 
 /**
  * The work an agent step invokes, given in the actor's input: one machine serves every step, with no `.provide()`
- * (which rebuilds the machine) per step. Without `checkTools` every call may run (the executor still checks);
+ * (which rebuilds the machine) per step. Each is called as a method of the object given (the host's is a
+ * `StepServices`, whose methods need their `this`). Without `checkTools` every call may run (the executor still checks);
  * without `awaitApprovals` every `ask` call is denied. Tests may instead `.provide()` the actors themselves.
  */
 export interface AgentServices {
@@ -150,13 +151,14 @@ type Served<T> = T & { services?: AgentServices };
 const servicesOf = (context: AgentContext): { services?: AgentServices } =>
   context.services ? { services: context.services } : {};
 
-function service<K extends keyof AgentServices>(
+/** The step's services, which have `name`: each is called as a method of the object the input gave. */
+function servicesWith<K extends keyof AgentServices>(
   input: Served<unknown>,
   name: K,
-): NonNullable<AgentServices[K]> {
-  const found = input.services?.[name];
-  if (found === undefined) throw new Error(`${name} is not provided`);
-  return found as NonNullable<AgentServices[K]>;
+): AgentServices & Required<Pick<AgentServices, K>> {
+  const services = input.services;
+  if (services?.[name] === undefined) throw new Error(`${name} is not provided`);
+  return services as AgentServices & Required<Pick<AgentServices, K>>;
 }
 
 export interface AgentFailure {
@@ -297,13 +299,13 @@ export const agentMachine = setup({
   },
   actors: {
     callModel: fromPromise<ModelCallOutput, Served<ModelCallInput>>(({ input, signal }) =>
-      service(input, 'callModel')(input, signal),
+      servicesWith(input, 'callModel').callModel(input, signal),
     ),
     runTools: fromPromise<ToolResult[], Served<RunToolsInput>>(({ input, signal }) =>
-      service(input, 'runTools')(input, signal),
+      servicesWith(input, 'runTools').runTools(input, signal),
     ),
     compactConversation: fromPromise<ConversationSummary, Served<CompactionInput>>(({ input, signal }) =>
-      service(input, 'compactConversation')(input, signal),
+      servicesWith(input, 'compactConversation').compactConversation(input, signal),
     ),
     checkTools: fromPromise<CallDecision[], Served<{ calls: ToolCall[] }>>(async ({ input }) =>
       input.services?.checkTools

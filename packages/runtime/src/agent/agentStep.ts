@@ -7,28 +7,16 @@ import {
   type ToldMessage,
 } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
-import { StepTimedOutError } from '../approvals/stepTimedOutError.ts';
-import { TaskEndedError } from '../approvals/taskEnded.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
-import {
-  type AgentMachineInput,
-  type AgentOutput,
-  type AgentServices,
-  agentMachine,
-  type StepStop,
-} from './agentMachine.ts';
-import { AgentStepError } from './agentStepError.ts';
-import { callModel, summarize } from './journaledModel.ts';
-import { toolServices } from './journaledTools.ts';
-import { RecordedReplies } from './recordedReplies.ts';
+import { type AgentMachineInput, type AgentOutput, agentMachine, type StepStop } from './agentMachine.ts';
 import type { AgentActorRef } from './stepActors.ts';
-import { timeBudgetMessage } from './stepBudget.ts';
 import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 import { failedReply, outOfTimeReply, toReply, withAskedPeople } from './stepReply.ts';
+import { StepServices } from './stepServices.ts';
 import { StepTold } from './stepTold.ts';
 import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
 import { offloadReply, unreadContextReply, withWholeContext } from './stepValues.ts';
@@ -162,21 +150,7 @@ function startActorSafely(step: StepContext, timeLeftMs: number | undefined, pau
 
 function startActor(step: StepContext, timeLeftMs: number | undefined, paused: boolean): AgentStep {
   const { agent, request, deps } = step;
-  // What waits on a person learns why the step stopped from this signal's reason, before the wait is stopped. Made
-  // when the step first calls a tool or stops: a step waiting on its model holds none.
-  let stopped: AbortController | undefined;
-  const stoppedController = (): AbortController => {
-    stopped ??= new AbortController();
-    return stopped;
-  };
-  const replies = new RecordedReplies(deps.journal, request.stepId, request.fresh === true);
-  const services: AgentServices = {
-    callModel: (input, signal) => callModel(step, replies, input, signal),
-    compactConversation: (input, signal) => summarize(step, input, signal),
-    ...toolServices(step, replies, () => stoppedController().signal),
-    waitingOn: () => deps.human?.waitingOn?.(request.stepId),
-    stopping: (stop) => stoppedController().abort(abortReason(stop, step)),
-  };
+  const services = new StepServices(step);
   const input: AgentMachineInput = {
     services,
     agent: agent.name,
@@ -194,7 +168,6 @@ function startActor(step: StepContext, timeLeftMs: number | undefined, paused: b
       : {}),
     ...(paused ? { paused } : {}),
   };
-  const listened: { reply?: Promise<AgentStepReply> } = {};
   // Listened to before it starts, so its first events (the first `llm.request`) are published too.
   const listen = (actor: AgentActorRef): void => {
     actor.on('*', (emitted) => {
@@ -208,30 +181,30 @@ function startActor(step: StepContext, timeLeftMs: number | undefined, paused: b
         );
       }
     });
-    // An actor in error (an action that threw) rejects: that step's failure, never its host's or its neighbours'.
-    listened.reply = toPromise(actor).then(
-      (output: AgentOutput | undefined) =>
-        // No output: stopped before its end with the host actor (a group's child ends with its parent), which only
-        // a host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
-        output === undefined
-          ? failedReply(
-              request.stepId,
-              'worker_stopped',
-              `the agent host stopped before step ${request.stepId} ended`,
-            )
-          : offloadReply(step, toReply(request.stepId, output, step.told.readIds)),
-      (error: unknown) => crashedReply(request, error),
-    );
   };
   let actor: AgentActorRef;
-  if (deps.actors) actor = deps.actors.spawn(request.stepId, input, listen);
+  let output: Promise<AgentOutput | undefined>;
+  if (deps.actors) ({ agent: actor, output } = deps.actors.spawn(request.stepId, input, listen));
   else {
     actor = createActor(agentMachine, { clock: deps.clock, input });
     listen(actor);
+    output = toPromise(actor);
     actor.start();
   }
-  const { reply } = listened;
-  if (!reply) throw new Error(`the agent actor of step ${request.stepId} was not listened to`);
+  // An actor in error (an action that threw) rejects: that step's failure, never its host's or its neighbours'.
+  const reply = output.then(
+    (ended) =>
+      // No output: stopped before its end with the host actor (a group's child ends with its parent), which only
+      // a host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
+      ended === undefined
+        ? failedReply(
+            request.stepId,
+            'worker_stopped',
+            `the agent host stopped before step ${request.stepId} ended`,
+          )
+        : offloadReply(step, toReply(request.stepId, ended, step.told.readIds)),
+    (error: unknown) => crashedReply(request, error),
+  );
   return {
     reply,
     stop: (stop) => actor.send({ type: 'stop', stop }),
@@ -273,18 +246,4 @@ export function runAgentStep(
 function crashedReply(request: AgentStepRequest, error: unknown): AgentStepReply {
   const code = (error as { code?: unknown } | undefined)?.code;
   return failedReply(request.stepId, isStepErrorCode(code) ? code : 'agent_crashed', errorMessage(error));
-}
-
-/** The abort reason a stop gives what waits on a person, in the form that names it in their record. */
-function abortReason(stop: StepStop, { agent, request }: StepContext): Error {
-  switch (stop.why) {
-    case 'task_ended':
-      return new TaskEndedError(stop.taskId, stop.ending);
-    case 'deadline':
-      return new AgentStepError('budget_exceeded', timeBudgetMessage(agent.name, request.budget));
-    case 'step_timeout':
-      return new StepTimedOutError(request.stepId);
-    default:
-      return new AgentStepError('aborted', `step ${request.stepId} was stopped (${stop.why})`);
-  }
 }

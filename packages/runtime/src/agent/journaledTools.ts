@@ -15,34 +15,15 @@ import { endApprovalSpan, endToolSpan, startApprovalSpan, startToolSpan } from '
 export const taskWorkspace = (root: string, pipeline: string, taskId: string): string =>
   join(root, pipeline, taskId);
 
-type ToolServices = Required<Pick<AgentServices, 'checkTools' | 'awaitApprovals' | 'runTools'>>;
+/** The tool calls of a step's agent actor: their check, the approvals they wait on, and their runs. */
+export type ToolServices = Required<Pick<AgentServices, 'checkTools' | 'awaitApprovals' | 'runTools'>>;
 
 /**
  * The agent's tool calls, journaled, and the people asked about them: the policy's check, approvals, and each
- * call run at most once across runs of the step. `stopped()` gives a signal aborted, with the reason, when the step
- * stops: what waits on a person records why it stopped waiting.
- *
- * Their executor and state are made at the step's first tool call: a step waiting on its model (a parked task's, most
- * often) or one that calls no tool holds three closures here, not an executor, its maps and the step's run id.
+ * call run at most once across runs of the step. `stopped` is aborted, with the reason, when the step stops: what
+ * waits on a person records why it stopped waiting.
  */
-export function toolServices(
-  step: StepContext,
-  replies: RecordedReplies,
-  stopped: () => AbortSignal,
-): ToolServices {
-  let made: ToolServices | undefined;
-  const tools = (): ToolServices => {
-    made ??= stepTools(step, replies, stopped());
-    return made;
-  };
-  return {
-    checkTools: (input) => tools().checkTools(input),
-    awaitApprovals: (input, signal) => tools().awaitApprovals(input, signal),
-    runTools: (input, signal) => tools().runTools(input, signal),
-  };
-}
-
-function stepTools(step: StepContext, replies: RecordedReplies, stopped: AbortSignal): ToolServices {
+export function stepTools(step: StepContext, replies: RecordedReplies, stopped: AbortSignal): ToolServices {
   const { agent, deps, request, scope } = step;
   const withReason = (signal: AbortSignal) => AbortSignal.any([stopped, signal]);
   const workspace = taskWorkspace(deps.workspaceRoot, request.pipeline, request.taskId);

@@ -12,8 +12,11 @@ export class RecordedReplies {
   #first: Promise<RecordedTurn> | undefined;
   /** The turn whose conversation no earlier run can have reached. */
   #unrecorded: number | undefined;
-  /** Turns whose reply came from the journal: an earlier run acted on it, and may have claimed its calls. */
-  readonly #replayed = new Set<number>();
+  /**
+   * Turns whose reply came from the journal: an earlier run acted on it, and may have claimed its calls. Made at the
+   * first such turn: a new run waiting on its model keeps none.
+   */
+  #replayed: Set<number> | undefined;
 
   /** `fresh`: no run of the step can have started before this one (the request says so): nothing is recorded yet. */
   constructor(journal: StepJournal | undefined, stepId: string, fresh = false) {
@@ -45,12 +48,13 @@ export class RecordedReplies {
    * this one. That run acted on it, or may be making its calls.
    */
   tookRecorded(turn: number): void {
+    this.#replayed ??= new Set();
     this.#replayed.add(turn);
   }
 
   /** Whether this run made the reply of `turn` itself: its calls are new but for a rare race, and claimed first. */
   madeHere(turn: number): boolean {
-    return !this.#replayed.has(turn);
+    return this.#replayed?.has(turn) !== true;
   }
 
   /** This run claimed every tool call of `turn` as new: nothing can be recorded for the next turn's conversation. */

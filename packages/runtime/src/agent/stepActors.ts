@@ -1,9 +1,16 @@
 import { type Actor, type ActorRefFrom, assign, createActor, enqueueActions, setup, stopChild } from 'xstate';
 import type { Clock } from '../events/clock.ts';
-import { type AgentMachineInput, agentMachine } from './agentMachine.ts';
+import { type AgentMachineInput, type AgentOutput, agentMachine } from './agentMachine.ts';
 
 /** A step's agent actor, a child of its host's actor. */
 export type AgentActorRef = ActorRefFrom<typeof agentMachine>;
+
+/** A step's agent actor as spawned, with its end: its output, or undefined when it was stopped before its end. */
+export interface SpawnedAgent {
+  agent: AgentActorRef;
+  /** Rejects when the actor ends in error (an action that threw). */
+  output: Promise<AgentOutput | undefined>;
+}
 
 /** Asks the host actor to spawn a step's agent actor; `spawned` gets it before it starts, to listen to it. */
 interface SpawnStep {
@@ -107,7 +114,8 @@ export class StepActors {
 
   /**
    * Spawns the agent actor of step `id` (unique among the steps running here); `listen` attaches to it before it
-   * starts. Throws when the host actor has stopped, or when `listen` threw (the actor, unheard, is then stopped at once).
+   * starts. Its end is heard through one subscription, which also tells this host the step no longer runs here.
+   * Throws when the host actor has stopped, or when `listen` threw (the actor, unheard, is then stopped at once).
    *
    * Its actor id is a slot of its group (`s<n>`, the lowest free), not the step's id: XState memoises a machine's
    * transitions by event type, and a child's end is an event named after its id (`xstate.done.actor.<id>`), so a new
@@ -115,13 +123,13 @@ export class StepActors {
    * that to the most steps a group has held at once. A slot is also never a name a plain object inherits
    * (`__proto__`, `constructor`), where XState keeps its children.
    */
-  spawn(id: string, input: AgentMachineInput, listen: (agent: AgentActorRef) => void): AgentActorRef {
+  spawn(id: string, input: AgentMachineInput, listen: (agent: AgentActorRef) => void): SpawnedAgent {
     const group = this.#groups[groupOf(id)];
     if (this.#host.getSnapshot().status !== 'active' || !group) throw new Error('the agent host has stopped');
     // Two runs of one step here at once would be told apart by nobody: its reply and its journal are the step's.
     if (this.#running.has(id)) throw new Error(`step ${id} has an agent actor running here already`);
     const child = freeSlot(group);
-    let agent: AgentActorRef | undefined;
+    let spawnedAgent: SpawnedAgent | undefined;
     let failed: { error: unknown } | undefined;
     let abandoned = false;
     group.send({
@@ -131,13 +139,21 @@ export class StepActors {
       spawned: (spawned) => {
         // Spawned after this call gave up on it (see below): nobody listens, and it is dropped next.
         if (abandoned) return;
-        agent = spawned;
         this.#running.set(id, spawned);
         // Done, errored or stopped, an actor completes its observers once: its step no longer runs here.
-        const ended = () => {
-          if (this.#running.get(id) === spawned) this.#running.delete(id);
-        };
-        spawned.subscribe({ complete: ended, error: ended });
+        const output = new Promise<AgentOutput | undefined>((resolve, reject) =>
+          spawned.subscribe({
+            complete: () => {
+              this.#ended(id, spawned);
+              resolve(spawned.getSnapshot().output);
+            },
+            error: (error) => {
+              this.#ended(id, spawned);
+              reject(error);
+            },
+          }),
+        );
+        spawnedAgent = { agent: spawned, output };
         // Thrown here, it would error the group (an action that throws does): it is the step's failure only.
         try {
           listen(spawned);
@@ -153,18 +169,22 @@ export class StepActors {
     // A group handles a spawn at once unless it is mid-transition: a step started from there (by an event heard at once
     // as another step of the group starts) would be spawned right after, unheard, and run beside its failed reply;
     // it is dropped right after its start, before it asks its model, and the step fails (agent_crashed).
-    if (!agent) {
+    if (!spawnedAgent) {
       abandoned = true;
       group.send({ type: 'step.drop', id: child });
       throw new Error(
         `the agent actor of step ${id} was not spawned: it was started from inside its group's own transition (from an event of another step, heard at once); send it again`,
       );
     }
-    return agent;
+    return spawnedAgent;
   }
 
   /** Stops the host actor and with it every agent actor still running. */
   stop(): void {
     this.#host.stop();
+  }
+
+  #ended(id: string, agent: AgentActorRef): void {
+    if (this.#running.get(id) === agent) this.#running.delete(id);
   }
 }

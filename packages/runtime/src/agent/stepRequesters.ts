@@ -17,14 +17,28 @@ export interface LocalDelivery extends Delivery<AgentStepRequest> {
 export const isLocalDelivery = (delivery: Delivery<AgentStepRequest>): delivery is LocalDelivery =>
   'activity' in delivery;
 
+/** One requester of a step: a delivery over the bus, or one in this process. */
+interface Requester {
+  readonly delivery: Delivery<AgentStepRequest>;
+  /** Over the bus: heartbeats in a row that found its inbox gone. */
+  misses: number;
+  /** In this process: the last heartbeat it was told of; before any, as good as the plain one (nothing waited on). */
+  told: StepHeartbeat | undefined;
+}
+
+/** Whether two heartbeats of a step say the same: whom it waits on, and whether its model call has lasted. */
+const sameNews = (a: StepHeartbeat | undefined, b: StepHeartbeat): boolean =>
+  a?.waitingFor?.kind === b.waitingFor?.kind &&
+  a?.waitingFor?.id === b.waitingFor?.id &&
+  a?.waitingOnModel === b.waitingOnModel;
+
 /**
  * Who waits for a step's reply: the delivery that brought the step and the resends that joined it, each with the
- * heartbeats in a row that found its inbox gone; a requester in this process, with what it was last told.
+ * heartbeats in a row that found its inbox gone; a requester in this process, with what it was last told. Most
+ * steps have one requester all their run: one entry in a list, no maps.
  */
 export class StepRequesters {
-  readonly #misses = new Map<Delivery<AgentStepRequest>, number>();
-  /** The requesters in this process, each with the heartbeat it was last told of (as JSON). */
-  readonly #local = new Map<LocalDelivery, string>();
+  readonly #requesters: Requester[] = [];
   #remote = false;
 
   constructor(first: Delivery<AgentStepRequest>) {
@@ -38,53 +52,59 @@ export class StepRequesters {
 
   /** A requester in this process waits for the step: it is waited for, though no inbox is. */
   get local(): boolean {
-    return this.#local.size > 0;
+    return this.#requesters.some(({ delivery }) => isLocalDelivery(delivery));
   }
 
   /** A resend of the step joins: it waits for the same reply. */
   add(delivery: Delivery<AgentStepRequest>): void {
-    if (isLocalDelivery(delivery)) {
-      this.#local.set(delivery, JSON.stringify({ stepId: delivery.value.stepId, heartbeat: true }));
-      return;
-    }
-    this.#misses.set(delivery, 0);
-    if (delivery.reply !== undefined) this.#remote = true;
+    const known = this.#requesters.find((requester) => requester.delivery === delivery);
+    if (known) {
+      known.misses = 0;
+      known.told = undefined;
+    } else this.#requesters.push({ delivery, misses: 0, told: undefined });
+    if (!isLocalDelivery(delivery) && delivery.reply !== undefined) this.#remote = true;
   }
 
   /** A requester in this process left (its workflow left the step); returns whether anyone still waits. */
   remove(delivery: LocalDelivery): boolean {
-    this.#local.delete(delivery);
-    return this.#local.size > 0 || this.#misses.size > 0;
+    const at = this.#requesters.findIndex((requester) => requester.delivery === delivery);
+    if (at >= 0) this.#requesters.splice(at, 1);
+    return this.#requesters.length > 0;
   }
 
   /** A heartbeat that found `inbox` gone counts against its requester; one that got through clears it. */
   heard(inbox: string, listening: boolean): void {
-    for (const [requester, misses] of this.#misses) {
-      if (requester.reply === inbox) this.#misses.set(requester, listening ? 0 : misses + 1);
+    for (const requester of this.#requesters) {
+      if (isLocalDelivery(requester.delivery) || requester.delivery.reply !== inbox) continue;
+      requester.misses = listening ? 0 : requester.misses + 1;
     }
   }
 
   /** Where heartbeats go: the inboxes not found gone (their workflow died, or sent the step elsewhere). */
   inboxes(): string[] {
-    return [...this.#misses].flatMap(([requester, misses]) =>
-      requester.reply !== undefined && misses < MISSES_TO_DROP ? [requester.reply] : [],
+    return this.#requesters.flatMap(({ delivery, misses }) =>
+      !isLocalDelivery(delivery) && delivery.reply !== undefined && misses < MISSES_TO_DROP
+        ? [delivery.reply]
+        : [],
     );
   }
 
   /** What a heartbeat says now reaches each requester in this process it is news to. */
   report(heartbeat: StepHeartbeat): void {
-    if (this.#local.size === 0) return;
-    const said = JSON.stringify(heartbeat);
-    for (const [requester, last] of this.#local) {
-      if (last === said) continue;
-      this.#local.set(requester, said);
-      requester.activity(heartbeat);
+    for (const requester of this.#requesters) {
+      const { delivery } = requester;
+      if (!isLocalDelivery(delivery) || sameNews(requester.told, heartbeat)) continue;
+      requester.told = heartbeat;
+      delivery.activity(heartbeat);
     }
   }
 
-  /** Every requester seen gets the reply: one whose inbox seemed gone may be back after a reconnect. */
+  /**
+   * Every requester seen gets the reply, those over the bus first: one whose inbox seemed gone may be back after a
+   * reconnect.
+   */
   respond(reply: AgentStepReply): void {
-    for (const requester of this.#misses.keys()) requester.respond(reply);
-    for (const requester of this.#local.keys()) requester.respond(reply);
+    for (const { delivery } of this.#requesters) if (!isLocalDelivery(delivery)) delivery.respond(reply);
+    for (const { delivery } of this.#requesters) if (isLocalDelivery(delivery)) delivery.respond(reply);
   }
 }

@@ -211,8 +211,9 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
 
   it('holds many steps at once, spread over its groups, and stops them all with the host', () => {
     const actors = new StepActors(new SimulatedClock());
-    const agents = Array.from({ length: 300 }, (_, i) =>
-      actors.spawn(`task-${i}.code.1`, inputOf(`s${i}`), () => {}),
+    const agents = Array.from(
+      { length: 300 },
+      (_, i) => actors.spawn(`task-${i}.code.1`, inputOf(`s${i}`), () => {}).agent,
     );
     expect(actors.size).toBe(300);
     expect(new Set(agents.map((agent) => agent.getSnapshot().status))).toEqual(new Set(['active']));
@@ -230,7 +231,7 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(actors.size).toBe(0);
     // Its step no longer runs here: sent again, it is spawned.
     actors.spawn('step-1', inputOf('step-1'), () => {});
-    const running = actors.spawn('step-2', inputOf('step-2'), () => {});
+    const running = actors.spawn('step-2', inputOf('step-2'), () => {}).agent;
     actors.stop();
     expect(running.getSnapshot().status).toBe('stopped');
     expect(() => actors.spawn('step-3', inputOf('step-3'), () => {})).toThrow('the agent host has stopped');
@@ -256,9 +257,9 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     const clock = new SimulatedClock();
     // A step that lands in the group of task-0's step (the same for every host: a step's group is its id's).
     const probe = new StepActors(clock);
-    const first = probe.spawn(requestOf(0).stepId, inputOf('first'), () => {});
+    const first = probe.spawn(requestOf(0).stepId, inputOf('first'), () => {}).agent;
     const n = Array.from({ length: 300 }, (_, i) => i + 1).find(
-      (i) => probe.spawn(requestOf(i).stepId, inputOf('other'), () => {})._parent === first._parent,
+      (i) => probe.spawn(requestOf(i).stepId, inputOf('other'), () => {}).agent._parent === first._parent,
     );
     probe.stop();
     if (n === undefined) throw new Error('no step of the 300 lands in the group of task-0');
@@ -304,9 +305,9 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     const clock = new SimulatedClock();
     // Two steps that land in the group of task-0's step.
     const probe = new StepActors(clock);
-    const first = probe.spawn(requestOf(0).stepId, inputOf('first'), () => {});
+    const first = probe.spawn(requestOf(0).stepId, inputOf('first'), () => {}).agent;
     const [n, m] = Array.from({ length: 600 }, (_, i) => i + 1).filter(
-      (i) => probe.spawn(requestOf(i).stepId, inputOf('other'), () => {})._parent === first._parent,
+      (i) => probe.spawn(requestOf(i).stepId, inputOf('other'), () => {}).agent._parent === first._parent,
     );
     probe.stop();
     if (n === undefined || m === undefined)
@@ -428,7 +429,7 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
     expect(modelSignals.every((signal) => signal.aborted)).toBe(true);
     expect(toolSignals.every((signal) => signal.aborted)).toBe(true);
     expect(actors.size).toBe(0);
-    const probe = actors.spawn('probe', inputOf('probe'), () => {});
+    const probe = actors.spawn('probe', inputOf('probe'), () => {}).agent;
     expect(Object.keys(probe.system.getSnapshot()._scheduledEvents)).toEqual([]);
     actors.stop();
   });
@@ -446,7 +447,7 @@ describe('StepActors: one host actor, each step’s agent actor its child', () =
       expect(await step.reply).toMatchObject({ ok: true, stepId, output: `ran ${stepId}` });
 
       // Still told apart from a second actor under its id while it runs.
-      const running = actors.spawn(stepId, inputOf(stepId), () => {});
+      const running = actors.spawn(stepId, inputOf(stepId), () => {}).agent;
       expect(() => actors.spawn(stepId, inputOf(stepId), () => {})).toThrow(
         `step ${stepId} has an agent actor running here already`,
       );
