@@ -57,8 +57,7 @@ export function startAgentStep(
 ): AgentStep {
   let span: ReturnType<typeof startAgentSpan> | undefined;
   let started: AgentStep;
-  // What is told before the agent actor runs (its workspace still pulled) waits in the step's list all the same.
-  let tell: (message: ToldMessage) => void = () => {};
+  let told: StepTold | undefined;
   const asked = { people: false };
   try {
     span = startAgentSpan(agent, request);
@@ -72,7 +71,7 @@ export function startAgentStep(
       told: new StepTold(request.told),
       asked,
     };
-    tell = (message) => step.told.hear(message);
+    told = step.told;
     started = startStep(step, options.paused === true);
   } catch (error) {
     // Never thrown at the host: a step that cannot even start replies `agent_crashed`.
@@ -87,9 +86,55 @@ export function startAgentStep(
     }
     return withAskedPeople(result, request, asked.people);
   });
-  // Object literals, not a spread of `started`: V8 gave each spread copy a hidden class of its own (0.2 KB a step).
-  const { stop, pause } = started;
-  return pause ? { reply, stop, pause, tell } : { reply, stop, tell };
+  return new StartedStep(reply, started, told);
+}
+
+/**
+ * A step started here, as its host holds it: its reply, and what reaches its run. What is told before the agent actor
+ * runs (its workspace still pulled) waits in the step's list all the same. Methods, not closures: a parked step
+ * keeps one object here.
+ */
+class StartedStep implements AgentStep {
+  readonly reply: Promise<AgentStepReply>;
+  readonly #run: AgentStep;
+  readonly #told: StepTold | undefined;
+
+  constructor(reply: Promise<AgentStepReply>, run: AgentStep, told: StepTold | undefined) {
+    this.reply = reply;
+    this.#run = run;
+    this.#told = told;
+  }
+
+  stop(stop: StepStop): void {
+    this.#run.stop(stop);
+  }
+
+  pause(): void {
+    this.#run.pause?.();
+  }
+
+  tell(message: ToldMessage): void {
+    this.#told?.hear(message);
+  }
+}
+
+/** A step's agent actor under way: its reply, and its stop and pause as events sent to it. */
+class ActorRun implements AgentStep {
+  readonly reply: Promise<AgentStepReply>;
+  readonly #actor: AgentActorRef;
+
+  constructor(reply: Promise<AgentStepReply>, actor: AgentActorRef) {
+    this.reply = reply;
+    this.#actor = actor;
+  }
+
+  stop(stop: StepStop): void {
+    this.#actor.send({ type: 'stop', stop });
+  }
+
+  pause(): void {
+    this.#actor.send({ type: 'pause' });
+  }
 }
 
 function startStep(step: StepContext, paused: boolean): AgentStep {
@@ -205,11 +250,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined, paused: b
         : offloadReply(step, toReply(request.stepId, ended, step.told.readIds)),
     (error: unknown) => crashedReply(request, error),
   );
-  return {
-    reply,
-    stop: (stop) => actor.send({ type: 'stop', stop }),
-    pause: () => actor.send({ type: 'pause' }),
-  };
+  return new ActorRun(reply, actor);
 }
 
 /** Each agent's tool definitions, per registry: made once and shared by its steps (nothing changes them). */

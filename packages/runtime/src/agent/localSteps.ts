@@ -167,35 +167,76 @@ export function takeLocally(
   hooks: LocalStepHooks,
 ): LocalStepCall {
   if (process.env.TROUPE_FREEZE_LOCAL === '1') deepFreeze(request);
-  let settle: (reply: AgentStepReply) => void = () => {};
-  const reply = new Promise<AgentStepReply>((resolve) => (settle = resolve));
-  let settled = false;
-  const delivery: LocalDelivery = {
-    subject: `local:${request.pipeline}.${request.agent}`,
-    value: request,
-    respond: (payload) => {
-      if (settled) return;
-      settled = true;
-      if (process.env.TROUPE_FREEZE_LOCAL === '1') deepFreeze(payload);
-      settle(payload as AgentStepReply);
-    },
-    activity: (heartbeat) => {
-      if (!settled) hooks.onActivity(heartbeat);
-    },
-  };
+  const delivery = new LocalStepDelivery(request, hooks);
   // Taken once what the caller does now is done, as a delivery over NATS would be: the workflow's own events for the
   // step (`step.started`, say) go out before the step's.
   queueMicrotask(() => steps.take(delivery, agent));
-  return {
-    reply,
-    cancel: () => {
-      if (settled) return;
-      steps.leave(delivery);
-      delivery.respond(
-        failedReply(request.stepId, 'aborted', `step ${request.stepId} was left by its workflow`),
-      );
-    },
-  };
+  return new LocalCall(steps, delivery);
+}
+
+/**
+ * A step handed to a host in this process, as the host takes it: its first reply settles `answered`, and what its
+ * heartbeats would say reaches the workflow until then. Its parts are methods, not closures: a parked step keeps one
+ * object here.
+ */
+class LocalStepDelivery implements LocalDelivery {
+  readonly value: AgentStepRequest;
+  readonly answered: Promise<AgentStepReply>;
+  left?: boolean;
+  readonly #hooks: LocalStepHooks;
+  /** Undefined once the step is answered. */
+  #settle: ((reply: AgentStepReply) => void) | undefined;
+
+  constructor(request: AgentStepRequest, hooks: LocalStepHooks) {
+    this.value = request;
+    this.#hooks = hooks;
+    let settle: (reply: AgentStepReply) => void = () => {};
+    this.answered = new Promise<AgentStepReply>((resolve) => (settle = resolve));
+    this.#settle = settle;
+  }
+
+  get subject(): string {
+    return `local:${this.value.pipeline}.${this.value.agent}`;
+  }
+
+  get settled(): boolean {
+    return this.#settle === undefined;
+  }
+
+  respond(payload: unknown): void {
+    const settle = this.#settle;
+    if (!settle) return;
+    this.#settle = undefined;
+    if (process.env.TROUPE_FREEZE_LOCAL === '1') deepFreeze(payload);
+    settle(payload as AgentStepReply);
+  }
+
+  activity(heartbeat: StepHeartbeat): void {
+    if (this.#settle) this.#hooks.onActivity(heartbeat);
+  }
+}
+
+/** The workflow's side of a step taken in this process: its reply, and its way to leave the step. */
+class LocalCall implements LocalStepCall {
+  readonly #steps: StepsInFlight;
+  readonly #delivery: LocalStepDelivery;
+
+  constructor(steps: StepsInFlight, delivery: LocalStepDelivery) {
+    this.#steps = steps;
+    this.#delivery = delivery;
+  }
+
+  get reply(): Promise<AgentStepReply> {
+    return this.#delivery.answered;
+  }
+
+  cancel(): void {
+    const delivery = this.#delivery;
+    if (delivery.settled) return;
+    this.#steps.leave(delivery);
+    const { stepId } = delivery.value;
+    delivery.respond(failedReply(stepId, 'aborted', `step ${stepId} was left by its workflow`));
+  }
 }
 
 function deepFreeze(value: unknown): void {

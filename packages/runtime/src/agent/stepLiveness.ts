@@ -26,33 +26,39 @@ export interface StepLivenessServices {
   logger: Logger;
 }
 
+/** What a step's liveness stops when nobody waits for the step any more: its run. */
+export interface OrphanedStop {
+  stop(stop: { why: 'orphaned' }): void;
+}
+
 /**
  * A running step's heartbeats: where they go (the requesters still listening), what they say (whom the step waits
  * on, whether its model call has lasted), and when nobody has waited for the step for {@link ORPHANED_AFTER}
- * heartbeats, `orphaned` is called to stop it: its journal keeps what it did, for the run that gets the step next.
+ * heartbeats, its run is stopped as `orphaned`: its journal keeps what it did, for the run that gets the step next.
  */
 export class StepLiveness {
   readonly #request: AgentStepRequest;
   readonly #requesters: StepRequesters;
   readonly #services: StepLivenessServices;
-  readonly #orphaned: () => void;
+  readonly #run: OrphanedStop;
   /** When a requester was last known to listen. */
   #lastWaitedFor: number;
   #isOrphaned = false;
   #ticking: (() => void) | undefined;
-  /** The model call in flight: the timer that reports it once it has lasted, and whether it was reported. */
-  #model: { timer: unknown; reported: boolean } | undefined;
+  /** The model call in flight, if one is: not reported yet (its timer runs), or reported as lasting. */
+  #model: 'waiting' | 'reported' | undefined;
+  #modelTimer: unknown;
 
   constructor(
     request: AgentStepRequest,
     requesters: StepRequesters,
     services: StepLivenessServices,
-    orphaned: () => void,
+    run: OrphanedStop,
   ) {
     this.#request = request;
     this.#requesters = requesters;
     this.#services = services;
-    this.#orphaned = orphaned;
+    this.#run = run;
     this.#lastWaitedFor = services.clock.now();
   }
 
@@ -102,7 +108,7 @@ export class StepLiveness {
       stepId,
       heartbeat: true,
       ...(waitingFor ? { waitingFor } : {}),
-      ...(this.#model?.reported ? { waitingOnModel: true as const } : {}),
+      ...(this.#model === 'reported' ? { waitingOnModel: true as const } : {}),
     };
     this.#requesters.report(heartbeat);
     if (this.#ticking === undefined) return;
@@ -117,7 +123,7 @@ export class StepLiveness {
       );
       // Its approvals and questions stay pending for the run that gets the step next.
       human?.leavePending?.(stepId);
-      this.#orphaned();
+      this.#run.stop({ why: 'orphaned' });
     }
   }
 
@@ -129,30 +135,26 @@ export class StepLiveness {
     const heartbeatMs = this.#request.heartbeatMs;
     if (heartbeatMs === undefined) return;
     const { clock } = this.#services;
+    clock.clearTimeout(this.#modelTimer);
+    this.#modelTimer = undefined;
     if (waiting) {
-      clock.clearTimeout(this.#model?.timer);
-      const model = {
-        reported: false,
-        timer: clock.setTimeout(() => {
-          // Fired, the timer is let go: a step parked on its model keeps no spent Timeout.
-          model.timer = undefined;
-          model.reported = true;
-          this.beat(heartbeatMs);
-        }, MODEL_WAIT_REPORT_MS),
-      };
-      this.#model = model;
+      this.#model = 'waiting';
+      this.#modelTimer = clock.setTimeout(() => {
+        // Fired, the timer is let go: a step parked on its model keeps no spent Timeout.
+        this.#modelTimer = undefined;
+        this.#model = 'reported';
+        this.beat(heartbeatMs);
+      }, MODEL_WAIT_REPORT_MS);
       return;
     }
     const ended = this.#model;
-    if (!ended) return;
-    clock.clearTimeout(ended.timer);
     this.#model = undefined;
-    if (ended.reported) this.beat(heartbeatMs);
+    if (ended === 'reported') this.beat(heartbeatMs);
   }
 
   /** The step has ended: no timer of it is left. */
   end(): void {
     this.#ticking?.();
-    this.#services.clock.clearTimeout(this.#model?.timer);
+    this.#services.clock.clearTimeout(this.#modelTimer);
   }
 }

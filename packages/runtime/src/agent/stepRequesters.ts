@@ -26,6 +26,10 @@ interface Requester {
   told: StepHeartbeat | undefined;
 }
 
+/** A requester that waits on an inbox: its heartbeats go out on NATS. */
+const isRemote = (delivery: Delivery<AgentStepRequest>): boolean =>
+  !isLocalDelivery(delivery) && delivery.reply !== undefined;
+
 /** Whether two heartbeats of a step say the same: whom it waits on, and whether its model call has lasted. */
 const sameNews = (a: StepHeartbeat | undefined, b: StepHeartbeat): boolean =>
   a?.waitingFor?.kind === b.waitingFor?.kind &&
@@ -38,11 +42,13 @@ const sameNews = (a: StepHeartbeat | undefined, b: StepHeartbeat): boolean =>
  * steps have one requester all their run: one entry in a list, no maps.
  */
 export class StepRequesters {
-  readonly #requesters: Requester[] = [];
+  readonly #requesters: Requester[];
   #remote = false;
 
   constructor(first: Delivery<AgentStepRequest>) {
-    this.add(first);
+    // Made with its one entry: a list grown from empty by `push` reserves room for 17.
+    this.#requesters = [{ delivery: first, misses: 0, told: undefined }];
+    this.#remote = isRemote(first);
   }
 
   /** A requester waits on an inbox, or did: the step's heartbeats go out on NATS. */
@@ -62,7 +68,7 @@ export class StepRequesters {
       known.misses = 0;
       known.told = undefined;
     } else this.#requesters.push({ delivery, misses: 0, told: undefined });
-    if (!isLocalDelivery(delivery) && delivery.reply !== undefined) this.#remote = true;
+    if (isRemote(delivery)) this.#remote = true;
   }
 
   /** A requester in this process left (its workflow left the step); returns whether anyone still waits. */
@@ -83,9 +89,7 @@ export class StepRequesters {
   /** Where heartbeats go: the inboxes not found gone (their workflow died, or sent the step elsewhere). */
   inboxes(): string[] {
     return this.#requesters.flatMap(({ delivery, misses }) =>
-      !isLocalDelivery(delivery) && delivery.reply !== undefined && misses < MISSES_TO_DROP
-        ? [delivery.reply]
-        : [],
+      isRemote(delivery) && delivery.reply !== undefined && misses < MISSES_TO_DROP ? [delivery.reply] : [],
     );
   }
 

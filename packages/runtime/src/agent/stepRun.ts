@@ -47,23 +47,26 @@ export class StepRun {
     this.#agentStep = agentStep;
     this.#services = services;
     this.#requesters = new StepRequesters(delivery);
-    this.#liveness = new StepLiveness(request, this.#requesters, services, () =>
-      this.stop({ why: 'orphaned' }),
-    );
+    this.#liveness = new StepLiveness(request, this.#requesters, services, this);
     this.#liveness.start();
-    this.done = agentStep.reply
-      .then((reply) => {
-        this.#requesters.respond(reply);
-        // A run stopped for want of a requester, or a failure a resend retries, did not end the step: the next
-        // request for it runs it again (from its journal) rather than getting this reply.
-        if (!this.orphaned && (reply.ok || !runsAgain(reply.error.code)))
-          services.recent.remember(request.stepId, agentStep.reply);
-      })
-      .finally(() => {
-        services.clock.clearTimeout(this.#left);
-        this.#liveness.end();
-        services.ended(this);
-      });
+    // One callback for the reply and the run's end (not a `finally` after it): a parked run keeps one promise less.
+    this.done = agentStep.reply.then(
+      (reply) => {
+        try {
+          this.#requesters.respond(reply);
+          // A run stopped for want of a requester, or a failure a resend retries, did not end the step: the next
+          // request for it runs it again (from its journal) rather than getting this reply.
+          if (!this.orphaned && (reply.ok || !runsAgain(reply.error.code)))
+            services.recent.remember(request.stepId, agentStep.reply);
+        } finally {
+          this.#end();
+        }
+      },
+      (error: unknown) => {
+        this.#end();
+        throw error;
+      },
+    );
   }
 
   /** Sent a stop already (the task ended, nobody waits, or this host is stopping). */
@@ -141,6 +144,13 @@ export class StepRun {
   /** A person told the step's task something: its agent reads it before its next model call. */
   tell(message: ToldMessage): void {
     if (!this.#stopped) this.#agentStep.tell?.(message);
+  }
+
+  /** The run's reply has gone out (or could not): its timers stop, and its host lets it go. */
+  #end(): void {
+    this.#services.clock.clearTimeout(this.#left);
+    this.#liveness.end();
+    this.#services.ended(this);
   }
 
   /** Sends the agent step a stop, once: the first reason is the one its reply gives. */
