@@ -40,9 +40,9 @@ export interface CallDecision {
 }
 
 export interface RunToolsInput {
-  calls: ToolCall[];
+  calls: readonly ToolCall[];
   turn: number;
-  approvals?: Record<string, ApprovalDecision>;
+  approvals?: Readonly<Record<string, ApprovalDecision>>;
 }
 
 export interface AgentMachineInput {
@@ -107,7 +107,7 @@ export interface AgentServices {
   runTools(input: RunToolsInput, signal: AbortSignal): Promise<ToolResult[]>;
   /** Summarizes older turns (it calls the agent's model). */
   compactConversation(input: CompactionInput, signal: AbortSignal): Promise<ConversationSummary>;
-  checkTools?(input: { calls: ToolCall[] }): Promise<CallDecision[]>;
+  checkTools?(input: { calls: readonly ToolCall[] }): Promise<CallDecision[]>;
   awaitApprovals?(input: ApprovalsInput, signal: AbortSignal): Promise<Record<string, ApprovalDecision>>;
   /** Whom the step waits on now, if a person: a step timeout then is theirs (`approval_timeout`). */
   waitingOn?(): WaitingOn | undefined;
@@ -169,13 +169,13 @@ export interface AgentFailure {
 export interface AgentContext extends AgentMachineInput {
   turn: number;
   /** The policy's word on each pending call. */
-  checks: CallDecision[];
+  checks: readonly CallDecision[];
   /** A person's decision on each `ask` call, by call id. */
-  approvals: Record<string, ApprovalDecision>;
+  approvals: Readonly<Record<string, ApprovalDecision>>;
   compactions: number;
   usage: Usage;
   costUsd: number;
-  pendingCalls: ToolCall[];
+  pendingCalls: readonly ToolCall[];
   repairs: number;
   output?: string;
   verdict?: Verdict;
@@ -213,6 +213,14 @@ export type AgentEmitted =
   | { type: 'llm.error'; turn: number; code: string; message: string }
   | { type: 'tool.call'; turn: number; index: number; callId: string; tool: string; arguments: string }
   | ({ type: 'tool.result'; turn: number; index: number } & ToolResult);
+
+/**
+ * No calls pending, nor checks or approvals of them: one frozen value each for every step's context that has none (a
+ * context's values are replaced, never changed), rather than a new empty one per step, a parked step's included.
+ */
+const NO_CALLS: readonly ToolCall[] = Object.freeze([]);
+const NO_CHECKS: readonly CallDecision[] = Object.freeze([]);
+const NO_APPROVALS: Readonly<Record<string, ApprovalDecision>> = Object.freeze({});
 
 /** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
 const stopWhenBudgetSpent = {
@@ -307,7 +315,7 @@ export const agentMachine = setup({
     compactConversation: fromPromise<ConversationSummary, Served<CompactionInput>>(({ input, signal }) =>
       servicesWith(input, 'compactConversation').compactConversation(input, signal),
     ),
-    checkTools: fromPromise<CallDecision[], Served<{ calls: ToolCall[] }>>(async ({ input }) =>
+    checkTools: fromPromise<CallDecision[], Served<{ calls: readonly ToolCall[] }>>(async ({ input }) =>
       input.services?.checkTools
         ? input.services.checkTools(input)
         : input.calls.map((call) => ({
@@ -403,9 +411,9 @@ export const agentMachine = setup({
     recordChecks: assign((_, checks: CallDecision[]) => ({ checks })),
     recordApprovals: assign((_, approvals: Record<string, ApprovalDecision>) => ({ approvals })),
     recordToolResults: assign(({ context }, results: ToolResult[]) => ({
-      pendingCalls: [],
-      checks: [],
-      approvals: {},
+      pendingCalls: NO_CALLS,
+      checks: NO_CHECKS,
+      approvals: NO_APPROVALS,
       messages: [
         ...context.messages,
         ...results.map(
@@ -427,9 +435,9 @@ export const agentMachine = setup({
     turn: 0,
     usage: zeroUsage(),
     costUsd: 0,
-    pendingCalls: [],
-    checks: [],
-    approvals: {},
+    pendingCalls: NO_CALLS,
+    checks: NO_CHECKS,
+    approvals: NO_APPROVALS,
     repairs: 0,
     compactions: 0,
   }),

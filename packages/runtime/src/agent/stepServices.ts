@@ -46,7 +46,7 @@ export class StepServices implements AgentServices {
     return summarize(this.#step, input, signal);
   }
 
-  checkTools(input: { calls: ToolCall[] }): Promise<CallDecision[]> {
+  checkTools(input: { calls: readonly ToolCall[] }): Promise<CallDecision[]> {
     return this.#toolServices().checkTools(input);
   }
 

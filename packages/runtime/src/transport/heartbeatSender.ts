@@ -50,8 +50,8 @@ export class InlineHeartbeatSender implements HeartbeatSender {
       inboxes: readonly string[];
       heartbeat: StepHeartbeat;
       stop: () => void;
-      /** The inboxes whose requesters have acknowledged a heartbeat. */
-      acknowledged: Set<string>;
+      /** The inboxes whose requesters have acknowledged a heartbeat; made at the first acknowledgement. */
+      acknowledged: Set<string> | undefined;
     }
   >();
   readonly #listeners = new Listeners();
@@ -74,7 +74,7 @@ export class InlineHeartbeatSender implements HeartbeatSender {
       inboxes,
       heartbeat,
       stop: every(this.#clock, intervalMs, () => this.#send(stepId, intervalMs)),
-      acknowledged: new Set<string>(),
+      acknowledged: undefined,
     };
     this.#steps.set(stepId, step);
     this.#send(stepId, intervalMs);
@@ -100,8 +100,11 @@ export class InlineHeartbeatSender implements HeartbeatSender {
       void this.#bus
         .stillListening(inbox, step.heartbeat, intervalMs, { taskId: taskOf(stepId), kind: 'step.heartbeat' })
         .then((found) => {
-          const there = stillThere(found, step.acknowledged.has(inbox));
-          if (found === 'answered') step.acknowledged.add(inbox);
+          const there = stillThere(found, step.acknowledged?.has(inbox) === true);
+          if (found === 'answered') {
+            step.acknowledged ??= new Set();
+            step.acknowledged.add(inbox);
+          }
           this.#listeners.report(stepId, inbox, there);
         });
     }

@@ -332,19 +332,22 @@ export class MemoryBus implements Bus {
       }
       return;
     }
+    // The closures below keep the subject and inbox, not the message: a delivery held while its step runs does not
+    // hold the request's text as well as its value.
+    const { subject, reply } = message;
     const respond = (payload: unknown) => {
-      if (message.reply !== undefined && !this.#closed) this.publish(message.reply, payload);
+      if (reply !== undefined && !this.#closed) this.publish(reply, payload);
     };
     const delivery: Delivery<T> = {
-      subject: message.subject,
+      subject,
       value: parsed.value,
       respond,
-      ...(message.reply === undefined ? {} : { reply: message.reply }),
+      ...(reply === undefined ? {} : { reply }),
       ...(message.headers === undefined ? {} : { headers: message.headers }),
     };
     const failed = (error: unknown) => {
-      const text = `handler for ${message.subject} failed: ${errorMessage(error)}`;
-      this.logger.error({ err: error, subject: message.subject }, text);
+      const text = `handler for ${subject} failed: ${errorMessage(error)}`;
+      this.logger.error({ err: error, subject }, text);
       respond({ ok: false, error: { code: 'handler_failed', message: text } } satisfies ErrorReply);
     };
     try {

@@ -103,7 +103,7 @@ function result(callId: string, ok = true, output = ok ? 'wrote 2 bytes' : 'refu
 }
 
 type ModelInput = ModelCallInput;
-type ToolsInput = { calls: ToolCall[]; turn: number };
+type ToolsInput = { calls: readonly ToolCall[]; turn: number };
 
 interface Run {
   output: AgentOutput;
@@ -556,7 +556,7 @@ describe('agent machine services', () => {
   it('does its work through the services in its input, one machine for every step', async () => {
     const asked: { turn: number; services: unknown }[] = [];
     const checked: string[] = [];
-    const ran: ToolCall[][] = [];
+    const ran: (readonly ToolCall[])[] = [];
     const services: AgentServices = {
       callModel: async (input) => {
         asked.push({ turn: input.turn, services: (input as { services?: unknown }).services });
@@ -730,7 +730,7 @@ describe('agentMachine: a pause of its task', () => {
   /** A machine whose model and tools answer when the test says so, each call kept with its input. */
   function held(input: Partial<AgentMachineInput> = {}, decision: 'allow' | 'ask' = 'ask') {
     const modelCalls: { input: ModelCallInput; answer: (reply: ModelCallOutput) => void }[] = [];
-    const toolRuns: { calls: ToolCall[]; finish: () => void }[] = [];
+    const toolRuns: { calls: readonly ToolCall[]; finish: () => void }[] = [];
     const approvals: { finish: () => void }[] = [];
     const services: AgentServices = {
       callModel: (callInput) =>
