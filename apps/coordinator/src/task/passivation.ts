@@ -6,6 +6,14 @@ import type { createTaskMachine } from './taskMachine.ts';
 import type { TaskActorInput, Woken } from './taskSetup.ts';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
 
+/**
+ * How long a task's steps must have only waited before it is passivated, unless the runner is told otherwise. A
+ * step still waiting on its model after 5 s is a long call: the core workload's steps and most tool calls end well
+ * before, so they pay nothing, and a shorter wait would save memory for too short a while to pay for the restore.
+ * It is well inside the keep-alive interval and the ack wait (10 s and 30 s by default).
+ */
+export const DEFAULT_PASSIVATE_AFTER_MS = 5_000;
+
 /** A task actor of a runner, as the runner creates it per delivery. */
 export type TaskActor = Actor<ReturnType<typeof createTaskMachine>>;
 

@@ -29,7 +29,7 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
-import { Passivation, type TaskActor } from '../task/passivation.ts';
+import { DEFAULT_PASSIVATE_AFTER_MS, Passivation, type TaskActor } from '../task/passivation.ts';
 import { reportActivity, runFactsOf, steeringOf } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
@@ -128,8 +128,9 @@ export interface PipelineRunnerOptions {
    */
   ended?: (final: TroupeEvent, version?: string) => void;
   /**
-   * Passivation (off when absent): a task whose steps have only waited this long (a step's send in flight on a slow
-   * model) has its actor tree stopped and restored when something comes for it (see `task/passivation.ts`).
+   * How long a task's steps must have only waited (a step's send in flight on a slow model or a person) before its
+   * actor tree is stopped, to be restored when something comes for it (see `task/passivation.ts`): default
+   * {@link DEFAULT_PASSIVATE_AFTER_MS}; 0 turns passivation off.
    */
   passivateAfterMs?: number;
 }
@@ -167,7 +168,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const { bus, config, store, logger, clock } = options;
   const pipeline = config.name;
   const signals = new TaskSignals();
-  const sends = options.passivateAfterMs === undefined ? undefined : new SendsInFlight();
+  const passivateAfterMs = options.passivateAfterMs ?? DEFAULT_PASSIVATE_AFTER_MS;
+  if (!Number.isFinite(passivateAfterMs) || passivateAfterMs < 0)
+    throw new Error(
+      `passivateAfterMs must be 0 (passivation off) or a number of milliseconds above 0, not ${passivateAfterMs}`,
+    );
+  const sends = passivateAfterMs > 0 ? new SendsInFlight() : undefined;
   let stopping = false;
   const stop = new AbortController();
   const stopped = stop.signal;
@@ -232,17 +238,16 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     stopping: () => stopping,
     stopped,
   };
-  const passivation =
-    sends && options.passivateAfterMs !== undefined
-      ? new Passivation({
-          clock,
-          logger,
-          afterMs: options.passivateAfterMs,
-          keepAliveMs: services.keepAliveMs,
-          sends,
-          signals,
-        })
-      : undefined;
+  const passivation = sends
+    ? new Passivation({
+        clock,
+        logger,
+        afterMs: passivateAfterMs,
+        keepAliveMs: services.keepAliveMs,
+        sends,
+        signals,
+      })
+    : undefined;
   if (passivation) services.passivation = passivation;
   const taskMachine = createTaskMachine(services);
 

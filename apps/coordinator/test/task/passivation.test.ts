@@ -39,9 +39,10 @@ interface HeldStep {
 
 /**
  * A pipeline runner on an in-memory bus, KV bucket and task intake, on a simulated clock: the planner answers at
- * once, the executor holds its step (waiting on its model) until the test answers. Passivation is on unless `live`.
+ * once, the executor holds its step (waiting on its model) until the test answers. Passivation after 2 s, off when
+ * `live`, after the runner's default when `byDefault`.
  */
-async function setUp(options: { live?: boolean } = {}) {
+async function setUp(options: { live?: boolean; byDefault?: boolean } = {}) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -93,7 +94,7 @@ async function setUp(options: { live?: boolean } = {}) {
     clock,
     concurrency: 4,
     stepHeartbeatMs: HEARTBEAT_MS,
-    ...(options.live ? {} : { passivateAfterMs: PASSIVATE_AFTER_MS }),
+    ...(options.byDefault ? {} : { passivateAfterMs: options.live ? 0 : PASSIVATE_AFTER_MS }),
   });
   running.push(runner);
   /** Lets test time pass, in small moves, the bus settling between them. */
@@ -158,6 +159,35 @@ describe('passivation of a task that waits on its model', () => {
     expect(passive.task.settlement()).toEqual({ kind: 'ack' });
     // Its message was kept alive while it slept, as the live task's was.
     expect(passive.task.keepAlives()).toBe(live.task.keepAlives());
+  });
+
+  it('is on by default, after 5 s of waiting', async () => {
+    const { intake, pass, runner, held } = await setUp({ byDefault: true });
+    const task = intake.deliver({ id: 'task-5s', goal: 'wait' });
+    await pass(4_500);
+    expect(runner.passivated()).toBe(0);
+    await pass(3_500);
+    expect(runner.passivated()).toBe(1);
+    held[0]?.reply();
+    await task.handled;
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('refuses a threshold that is no number of milliseconds', async () => {
+    await expect(
+      startPipelineRunner({
+        bus: new MemoryBus(),
+        intake: new MemoryTaskIntake(),
+        config,
+        store: new MemoryKv(WorkflowRecord),
+        logger: createLogger({ level: 'silent' }),
+        clock: new SimulatedClock(),
+        concurrency: 1,
+        passivateAfterMs: -1,
+      }),
+    ).rejects.toThrow(
+      'passivateAfterMs must be 0 (passivation off) or a number of milliseconds above 0, not -1',
+    );
   });
 
   it('wakes on a cancel: answers it, cancels the task, and acks it', async () => {
