@@ -10,7 +10,9 @@
  *
  * With `passivate=<ms>` (anywhere after N) the coordinator passivates a task whose step has waited on its model that
  * long (`passivateAfterMs`, docs/durability.md): the heap is measured once that time (and the passivation sweep's)
- * has passed after the last task is in flight, so every task is passivated by then.
+ * has passed after the last task is in flight, so every task is passivated by then (500 keeps that well before the
+ * model's 20 s). `passivate=0` keeps every task live, as before passivation; without it, the coordinator's default
+ * (5 s) applies and the heap is measured as the last task is in flight, only the tasks that waited 5 s passivated.
  *
  *   node scripts/bench.mjs parkedHeap [N=1000] [outDir=.] [snap|nosnap] [ended] [passivate=<ms>]
  */
@@ -88,7 +90,7 @@ await client.flush();
 await until(parked + 20);
 const inFlight = performance.now() - t0;
 // Every task passivated: the last one waited `passivateAfterMs`, and the sweep (every half of it) found it.
-if (passivateAfterMs !== undefined)
+if (passivateAfterMs !== undefined && passivateAfterMs > 0)
   await new Promise((resolve) => setTimeout(resolve, passivateAfterMs * 1.5 + 100));
 const after = heapUsed();
 console.log(
