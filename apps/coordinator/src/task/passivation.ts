@@ -88,7 +88,7 @@ export class Passivation {
   /** A task's steps began to only wait: if only in ways it can be passivated, the timer runs (if it does not already). */
   waiting(writer: CheckpointWriter): void {
     const task = this.#holders.get(writer);
-    if (task && onlyWaiting(task.getSnapshot().children)) this.#tick();
+    if (task && this.#safely(() => onlyWaiting(task.getSnapshot().children))) this.#tick();
   }
 
   /**
@@ -135,20 +135,34 @@ export class Passivation {
     const now = clock.now();
     let again = false;
     for (const task of [...this.#live]) {
-      const snapshot = task.getSnapshot();
-      const writer = snapshot.context.hold?.writer;
-      if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children)) continue;
-      const since = writer.idleSince;
-      if (since !== undefined && now - since >= afterMs) this.#passivate(task);
-      else again = true;
+      const look = this.#safely(() => {
+        const snapshot = task.getSnapshot();
+        const writer = snapshot.context.hold?.writer;
+        if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children)) return false;
+        const since = writer.idleSince;
+        if (since === undefined || now - since < afterMs) return true;
+        this.#passivate(task);
+        return false;
+      });
+      again ||= look === true;
     }
     for (const asleep of this.#asleep.values()) {
       again = true;
       if (asleep.awake || now - asleep.woken.keptAliveAt < keepAliveMs) continue;
-      asleep.delivery.working();
       asleep.woken = { ...asleep.woken, keptAliveAt: now };
+      this.#safely(() => asleep.delivery.working());
     }
     return again;
+  }
+
+  /** A fault of ours while looking at a task is logged: it leaves that task live, and reaches no timer or writer. */
+  #safely<T>(look: () => T): T | undefined {
+    try {
+      return look();
+    } catch (error) {
+      this.options.logger.warn({ err: error }, 'passivation: cannot look at a task; it stays live');
+      return undefined;
+    }
   }
 
   #passivate(task: TaskActor): void {
@@ -220,7 +234,9 @@ function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActo
   if (calls.length === 0) return undefined;
   for (const call of calls) {
     if (call?.src !== 'runStep') return undefined;
+    // A stand-in that answers steps itself (a promise) has no send to keep: its task stays live.
     const state = call.getSnapshot();
+    if (typeof state.matches !== 'function') return undefined;
     if (state.status !== 'active' || !state.matches({ calling: 'sent' })) return undefined;
     const sends = Object.values<AnyActorRef | undefined>(state.children);
     if (sends.length !== 1 || sends[0]?.src !== 'request') return undefined;
