@@ -17,20 +17,39 @@ import { endModelSpan, startModelSpan } from './stepTracing.ts';
  */
 
 /**
- * A model call, with the host told while the step waits on it: a long wait parks the task. A provider that throws
- * rather than rejects fails the call all the same.
+ * A model call, with the host told while the step waits on it (a long wait parks the task): `answered` or `failed`
+ * takes its outcome once the wait is told over, in one callback rather than after a `finally`, so a step waiting on
+ * its model keeps one promise here. A provider that throws rather than rejects fails the call all the same.
  */
-function waitingOnModel<T>(step: StepContext, call: () => Promise<T>): Promise<T> {
+function waitingOnModel<R>(
+  step: StepContext,
+  call: () => Promise<ModelResponse>,
+  answered: (response: ModelResponse) => R,
+  failed: (error: unknown) => R,
+): Promise<R> {
   const { deps, request } = step;
   deps.modelWait?.(request.stepId, true);
-  let asked: Promise<T>;
+  let asked: Promise<ModelResponse>;
   try {
     asked = call();
   } catch (error) {
     asked = Promise.reject(error);
   }
-  return asked.finally(() => deps.modelWait?.(request.stepId, false));
+  return asked.then(
+    (response) => {
+      deps.modelWait?.(request.stepId, false);
+      return answered(response);
+    },
+    (error: unknown) => {
+      deps.modelWait?.(request.stepId, false);
+      return failed(error);
+    },
+  );
 }
+
+const rethrow = (error: unknown): never => {
+  throw error;
+};
 
 /**
  * One turn's model reply: the journal's, or the model's, recorded; with the messages people told the task that were
@@ -61,13 +80,15 @@ export async function callModel(
   signal.throwIfAborted();
   // Chained, not awaited: a step waiting on its model (a parked task's) keeps this call's promises, not its frames.
   return askModel(step, asked, signal).then((result) =>
-    journaled(step, replies, { key, asked, input, told }, result),
+    journaled(step, replies, { asked, input, told }, result),
   );
 }
 
-/** What a new model reply is recorded under: its journal key, and the conversation and told messages it answered. */
+/**
+ * What a new model reply answered: the conversation and the told messages (its journal key is made again from the
+ * turn when it is recorded, not kept while the model thinks).
+ */
 interface NewReply {
-  key: string;
   asked: ModelCallInput;
   input: ModelCallInput;
   told: readonly ToldMessage[];
@@ -77,10 +98,11 @@ interface NewReply {
 async function journaled(
   step: StepContext,
   replies: RecordedReplies,
-  { key, asked, input, told }: NewReply,
+  { asked, input, told }: NewReply,
   result: ModelReply,
 ): Promise<ModelCallOutput> {
-  const { deps } = step;
+  const { deps, request } = step;
+  const key = StepJournal.modelKey(request.stepId, input.turn);
   const standing = await bestEffort(step, 'journal the model reply', () =>
     deps.journal?.recordModelReply(key, asked.messages, result, new Date(deps.clock.now()), told),
   );
@@ -166,13 +188,17 @@ export async function summarize(
   const span = startModelSpan(step, input.callsBefore + 1, messages, 'summary');
   let result: ConversationSummary;
   try {
-    const response = await waitingOnModel(step, () =>
-      agent.model.complete({
-        messages,
-        tools: [],
-        context: { ...callContext(step, input.callsBefore), purpose: 'summary' },
-        signal,
-      }),
+    const response = await waitingOnModel(
+      step,
+      () =>
+        agent.model.complete({
+          messages,
+          tools: [],
+          context: { ...callContext(step, input.callsBefore), purpose: 'summary' },
+          signal,
+        }),
+      (answered) => answered,
+      rethrow,
     );
     if (response.content.trim() === '') throw new Error('the model returned an empty summary');
     const provider = response.provider ?? agent.model.provider;
@@ -282,20 +308,24 @@ function askModel(step: StepContext, input: ModelCallInput, signal: AbortSignal)
       return failed(error);
     }
   };
-  const reply = waitingOnModel(step, () =>
-    agent.model.complete({
-      messages: names.identity ? input.messages : names.messages(input.messages),
-      tools: names.identity ? input.tools : names.tools(input.tools),
-      context: callContext(step, input.callsBefore),
-      signal,
-      observer,
-      ...(agent.stream ? { stream: true } : {}),
-      ...(cache ? { cache } : {}),
-      ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
-      ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
-      ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
-    }),
-  ).then(answered, failed);
+  const reply = waitingOnModel(
+    step,
+    () =>
+      agent.model.complete({
+        messages: names.identity ? input.messages : names.messages(input.messages),
+        tools: names.identity ? input.tools : names.tools(input.tools),
+        context: callContext(step, input.callsBefore),
+        signal,
+        observer,
+        ...(agent.stream ? { stream: true } : {}),
+        ...(cache ? { cache } : {}),
+        ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
+        ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
+        ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
+      }),
+    answered,
+    failed,
+  );
   return batcher ? reply.finally(() => batcher.flush()) : reply;
 }
 

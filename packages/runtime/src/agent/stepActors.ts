@@ -140,20 +140,7 @@ export class StepActors {
         // Spawned after this call gave up on it (see below): nobody listens, and it is dropped next.
         if (abandoned) return;
         this.#running.set(id, spawned);
-        // Done, errored or stopped, an actor completes its observers once: its step no longer runs here.
-        const output = new Promise<AgentOutput | undefined>((resolve, reject) =>
-          spawned.subscribe({
-            complete: () => {
-              this.#ended(id, spawned);
-              resolve(spawned.getSnapshot().output);
-            },
-            error: (error) => {
-              this.#ended(id, spawned);
-              reject(error);
-            },
-          }),
-        );
-        spawnedAgent = { agent: spawned, output };
+        spawnedAgent = { agent: spawned, output: this.#end(id, spawned) };
         // Thrown here, it would error the group (an action that throws does): it is the step's failure only.
         try {
           listen(spawned);
@@ -184,7 +171,26 @@ export class StepActors {
     this.#host.stop();
   }
 
-  #ended(id: string, agent: AgentActorRef): void {
-    if (this.#running.get(id) === agent) this.#running.delete(id);
+  /**
+   * The end of step `id`'s agent actor, heard through its one subscription (made here, apart from `spawn`, so what it
+   * keeps while the step runs is the actor and its id). Done, errored or stopped, an actor completes its observers
+   * once: its step no longer runs here.
+   */
+  #end(id: string, agent: AgentActorRef): Promise<AgentOutput | undefined> {
+    const ended = () => {
+      if (this.#running.get(id) === agent) this.#running.delete(id);
+    };
+    return new Promise((resolve, reject) =>
+      agent.subscribe({
+        complete: () => {
+          ended();
+          resolve(agent.getSnapshot().output);
+        },
+        error: (error) => {
+          ended();
+          reject(error);
+        },
+      }),
+    );
   }
 }
