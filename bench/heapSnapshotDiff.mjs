@@ -1,6 +1,10 @@
 // Where heap went between two snapshots of one process (bench/parkedHeap.mts writes them): the objects of the second
 // whose ids the first does not have, per unit of work (N: e.g. the tasks parked in between), grouped by kind
-// (type:constructor) and by kind and first retainer (the object and property that holds it first).
+// (type:constructor), by kind and first retainer (the object and property that holds it first), and by owner: the
+// nearest object up the chain of first retainers whose class has a name of its own (an Actor, a StepRun, a Timeout…;
+// a plain object, array, closure context, promise, Map or Set is passed through) and the property it holds the chain
+// by, which sums what each part of a parked task keeps, however deep (an object that holds itself, as XState's
+// `actor.ref` does, is not its own retainer).
 //
 //   node --max-old-space-size=6000 bench/heapSnapshotDiff.mjs before.heapsnapshot after.heapsnapshot N
 import { readFileSync } from 'node:fs';
@@ -53,14 +57,28 @@ for (let n = 0; n < count; n++) {
     const et = A.etypes[edges[x + A.eT]];
     if (et === 'weak' || et === 'shortcut') continue;
     const to = edges[x + A.eTo] / A.nf;
-    if (retainer[to] === -1) {
+    if (to !== n && retainer[to] === -1) {
       retainer[to] = n;
       retEdge[to] = x;
     }
   }
 }
+const plain = new Set(['Object', 'Array', 'Promise', 'Map', 'Set', 'system / Context']);
+/** The owner an object is counted under: a named class's object, or a named function. */
+const ownerName = (n) => {
+  const t = A.types[nodes[n * A.nf + A.iT]];
+  const name = strings[nodes[n * A.nf + A.iN]];
+  if (t === 'closure') return name === '' ? undefined : `fn ${name}`;
+  if (t !== 'object' || plain.has(name) || name.startsWith('system')) return undefined;
+  return name;
+};
+const edgeName = (x) => {
+  const et = A.etypes[edges[x + A.eT]];
+  return et === 'element' || et === 'hidden' ? '[]' : strings[edges[x + A.eN]];
+};
 const by = new Map(),
-  byRet = new Map();
+  byRet = new Map(),
+  byOwner = new Map();
 let total = 0;
 for (let n = 0; n < count; n++) {
   if (ids.has(nodes[n * A.nf + A.iI])) continue;
@@ -84,6 +102,19 @@ for (let n = 0; n < count; n++) {
   h[0] += size;
   h[1]++;
   byRet.set(k, h);
+  let at = n;
+  let via = '';
+  let owner = ownerName(n);
+  for (let depth = 0; owner === undefined && retainer[at] >= 0 && depth < 16; depth++) {
+    via = edgeName(retEdge[at]);
+    at = retainer[at];
+    owner = ownerName(at);
+  }
+  const o = `${owner ?? `(none: ${label(at)})`}${via === '' ? '' : ` .${via}`}`;
+  const g2 = byOwner.get(o) ?? [0, 0];
+  g2[0] += size;
+  g2[1]++;
+  byOwner.set(o, g2);
 }
 const show = (m, k) =>
   [...m]
@@ -99,3 +130,5 @@ console.log('--- by kind');
 console.log(show(by, 45));
 console.log('--- by kind <- first retainer');
 console.log(show(byRet, 70));
+console.log('--- by owner .property');
+console.log(show(byOwner, 45));
