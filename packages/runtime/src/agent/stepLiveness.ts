@@ -1,6 +1,6 @@
 import type { AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
-import { type Clock, every } from '../events/clock.ts';
+import type { Clock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
 import type { HeartbeatSender } from '../transport/heartbeatSender.ts';
 import type { StepRequesters } from './stepRequesters.ts';
@@ -44,7 +44,12 @@ export class StepLiveness {
   /** When a requester was last known to listen. */
   #lastWaitedFor: number;
   #isOrphaned = false;
-  #ticking: (() => void) | undefined;
+  /**
+   * While heartbeats go out over NATS, their interval (0 while they do not) and the timer of the next: a field and a
+   * timer, not `every`'s closures, for a parked step.
+   */
+  #tickMs = 0;
+  #tickTimer: unknown;
   /** The model call in flight, if one is: not reported yet (its timer runs), or reported as lasting. */
   #model: 'waiting' | 'reported' | undefined;
   #modelTimer: unknown;
@@ -81,7 +86,7 @@ export class StepLiveness {
 
   /** A resend asking for heartbeats every `heartbeatMs` joined: it hears one now (the first over NATS, perhaps). */
   joined(heartbeatMs: number): void {
-    if (this.#ticking === undefined && this.#requesters.remote) this.#tick(heartbeatMs);
+    if (this.#tickMs === 0 && this.#requesters.remote) this.#tick(heartbeatMs);
     else this.beat(heartbeatMs);
   }
 
@@ -91,8 +96,17 @@ export class StepLiveness {
   }
 
   #tick(heartbeatMs: number): void {
-    this.#ticking = every(this.#services.clock, heartbeatMs, () => this.beat(heartbeatMs));
+    this.#tickMs = heartbeatMs;
+    this.#nextTick();
     this.beat(heartbeatMs);
+  }
+
+  #nextTick(): void {
+    this.#tickTimer = this.#services.clock.setTimeout(() => {
+      if (this.#tickMs === 0) return;
+      this.#nextTick();
+      this.beat(this.#tickMs);
+    }, this.#tickMs);
   }
 
   /**
@@ -111,7 +125,7 @@ export class StepLiveness {
       ...(this.#model === 'reported' ? { waitingOnModel: true as const } : {}),
     };
     this.#requesters.report(heartbeat);
-    if (this.#ticking === undefined) return;
+    if (this.#tickMs === 0) return;
     const inboxes = this.#requesters.inboxes();
     heartbeats.beat(stepId, inboxes, heartbeatMs, heartbeat);
     if (inboxes.length > 0 || this.#requesters.local) this.#lastWaitedFor = clock.now();
@@ -154,7 +168,8 @@ export class StepLiveness {
 
   /** The step has ended: no timer of it is left. */
   end(): void {
-    this.#ticking?.();
+    this.#tickMs = 0;
+    this.#services.clock.clearTimeout(this.#tickTimer);
     this.#services.clock.clearTimeout(this.#modelTimer);
   }
 }
