@@ -40,6 +40,8 @@ export interface UpOptions extends NatsAccessSources {
   ackWait?: number;
   /** Seconds. */
   stepHeartbeat?: number;
+  /** Seconds; 0 turns passivation off. */
+  passivateAfter?: number;
   maxDeliver?: number;
   maxTaskBytes?: number;
   maxTaskDepth?: number;
@@ -210,6 +212,7 @@ export async function start(
     | 'allowMcpCommands'
     | 'ackWait'
     | 'stepHeartbeat'
+    | 'passivateAfter'
     | 'maxDeliver'
     | 'maxTaskBytes'
     | 'maxTaskDepth'
@@ -253,6 +256,9 @@ export async function start(
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),
       ...(heartbeatMs === undefined ? {} : { stepHeartbeatMs: heartbeatMs }),
+      ...(options.passivateAfter === undefined
+        ? {}
+        : { passivateAfterMs: Math.round(options.passivateAfter * 1000) }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
       eventRetention: {
         ...(options.eventsMaxAge === undefined ? {} : { maxAgeMs: options.eventsMaxAge }),

@@ -14,6 +14,14 @@ export const positive = (value: string): number => {
   return n;
 };
 
+/** A number of seconds, 0 included (what turns a wait off). */
+export const seconds = (value: string): number => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < 0)
+    throw new InvalidArgumentError('must be 0 or a positive number of seconds');
+  return n;
+};
+
 export const positiveInteger = (value: string): number => {
   const n = positive(value);
   if (!Number.isInteger(n)) throw new InvalidArgumentError('must be a whole number');

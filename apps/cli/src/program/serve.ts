@@ -11,6 +11,7 @@ import {
   positive,
   positiveInteger,
   replicasOption,
+  seconds,
   serverOption,
   size,
   stopTimeoutOption,
@@ -92,6 +93,11 @@ function declareUp(program: Command): void {
       '--step-heartbeat <seconds>',
       'how often agent hosts report on a step; after 3 missed reports it goes to another worker (default 5)',
       positive,
+    )
+    .option(
+      '--passivate-after <seconds>',
+      "stop the actors of a task whose steps have only waited this long on a model or a person, keeping its record and the step's request in flight, and restore them when the reply or a signal comes; 0 keeps every task's actors (default 5)",
+      seconds,
     )
     .option(
       '--events-max-age <duration>',
