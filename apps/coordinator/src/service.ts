@@ -103,6 +103,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
       requireKeys,
       allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
       ...(options.importModule ? { importModule: options.importModule } : {}),
+      logger: options.logger,
     });
   const pipelines = await Promise.all(options.files.map(load));
   // One embedded server per home: a second `troupe up` there fails here, before it starts anything.
@@ -256,6 +257,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
         toolNames: registry.names(),
         allowMcpCommands: options.allowMcpCommands ?? process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
         ...(options.importModule ? { importModule: options.importModule } : {}),
+        logger: options.logger,
       }),
     ),
   );

@@ -297,7 +297,7 @@ function agentsOfVersions(
     if (version === undefined) return undefined;
     const label = `pipeline ${pipeline} version ${shortVersion(hash)}`;
     try {
-      const pipelineVersion = await loadStoredVersion(version, label, {});
+      const pipelineVersion = await loadStoredVersion(version, label, { logger });
       const lacking = lackingTools(pipelineVersion, hasTool);
       if (lacking) {
         logger.error({ pipeline, version: hash }, `${label} cannot run here: ${lacking}`);

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { ModelError, type ModelProvider, PriceTable } from '@troupe/llm';
 import { formatPath, type PipelineVersion } from '@troupe/protocol';
-import type { Tool } from '@troupe/runtime';
+import type { Logger, Tool } from '@troupe/runtime';
 import { type Document, LineCounter, parseDocument } from 'yaml';
 import { evalsProblems } from '../evals/onlineScoring.ts';
 import { checkFlow, jsonSchemaProblem, type Problem } from './checkFlow.ts';
@@ -58,6 +58,8 @@ export interface LoadOptions {
    * which loads JavaScript only; `troupe` passes one that loads TypeScript too.
    */
   importModule?: ImportModule;
+  /** Where its models' providers say what a call could not do as asked (a server that refused the prompt-cache fields). */
+  logger?: Pick<Logger, 'warn'>;
 }
 
 /**
@@ -115,7 +117,15 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
       file,
       remote.problems.map((p) => locate(p.path, p.message)),
     );
-  const agentModels = await buildAgentModels(config, file, fromDisk, env, locate, requireKeys);
+  const agentModels = await buildAgentModels(
+    config,
+    file,
+    fromDisk,
+    env,
+    locate,
+    requireKeys,
+    options.logger,
+  );
   const version = pipelineVersion(config, files, new Date());
   const loaded: LoadedPipeline = {
     file,
@@ -144,7 +154,7 @@ export async function loadPipeline(file: string, options: LoadOptions): Promise<
 export async function loadStoredVersion(
   version: PipelineVersion,
   label: string,
-  options: Pick<LoadOptions, 'env' | 'requireKeys'>,
+  options: Pick<LoadOptions, 'env' | 'requireKeys' | 'logger'>,
 ): Promise<LoadedPipeline> {
   const parsed = PipelineConfig.safeParse(version.config);
   if (!parsed.success) {
@@ -175,6 +185,7 @@ export async function loadStoredVersion(
     env,
     (path, message) => ({ path: formatPath(path), message }),
     options.requireKeys ?? true,
+    options.logger,
   );
   return {
     file: label,
@@ -355,12 +366,13 @@ async function buildAgentModels(
   env: Env,
   locate: Locate,
   requireKeys: boolean,
+  logger?: Pick<Logger, 'warn'>,
 ): Promise<Map<string, ModelProvider>> {
   const built = new Map<string, Promise<Built>>();
   const build = (ref: string, model: ModelConfig): Promise<Built> => {
     let result = built.get(ref);
     if (!result) {
-      result = createProvider(model, files, env).then(
+      result = createProvider(model, files, env, logger).then(
         (provider) => ({ provider }),
         (error: unknown) => ({ error: error instanceof ModelError ? error.message : String(error) }),
       );

@@ -1,5 +1,9 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { captureLogger, type FakeModelServer, startFakeOpenAI } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { loadPipeline } from '../../src/config/loadPipeline.ts';
 import { createProvider } from '../../src/config/modelFactory.ts';
 import type { ModelConfig } from '../../src/config/pipelineSchema.ts';
 
@@ -52,5 +56,46 @@ describe('createProvider: a provider’s warnings', () => {
     const emitted = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
     await callStrictServer();
     expect(emitted).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('loadPipeline: its models’ warnings', () => {
+  it('go to the logger the load is given', async () => {
+    const emitted = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    fake = await startFakeOpenAI({
+      rejectUnknownFields: ['prompt_cache_key'],
+      replies: [{ kind: 'message', content: 'ok' }],
+    });
+    const dir = await mkdtemp(join(tmpdir(), 'troupe-model-warnings-'));
+    try {
+      const file = join(dir, 'demo.yaml');
+      await writeFile(
+        file,
+        `version: 1
+name: demo
+models:
+  local: { provider: openai-compatible, model: llama3.1, baseURL: "${fake.baseURL}", maxAttempts: 1 }
+defaults: { model: local }
+agents:
+  worker: { instructions: Say ok. }
+flow:
+  - { id: work, kind: agent, agent: worker }
+`,
+      );
+      const { logger, lines } = captureLogger();
+      const loaded = await loadPipeline(file, { toolNames: [], logger });
+      const model = loaded.agentModels.get('worker');
+      await model?.complete({
+        messages: [{ role: 'user', content: 'Say ok.' }],
+        tools: [],
+        context: { taskId: 't-1', pipeline: 'demo', agent: 'worker', stepId: 't-1.work.1' },
+      });
+      expect(lines.filter((line) => line.level === 40).map((line) => line.msg)).toEqual([
+        expect.stringContaining('refused the prompt-cache field prompt_cache_key'),
+      ]);
+      expect(emitted).not.toHaveBeenCalled();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
