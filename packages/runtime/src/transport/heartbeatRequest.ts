@@ -53,6 +53,9 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
   const meta = options.meta ?? {};
   const answer = replyMeta(meta);
   const heartbeatMeta: MessageMeta = { ...answer, kind: 'step.heartbeat' };
+  // Sent, then let go: the closures below live as long as the request waits (a step's whole run), and through this
+  // scope would keep the payload (a step's request, with the outputs it carries) if they could reach it.
+  let unsent: unknown = payload;
   return new Promise((resolve, reject) => {
     if (options.signal?.aborted) {
       reject(new TransportError('aborted', `request to ${subject} was aborted`));
@@ -141,8 +144,10 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
     options.signal?.addEventListener('abort', onAbort, { once: true });
     watchIdle();
     try {
-      stop = bus.requestReplies(subject, payload, onReply);
+      stop = bus.requestReplies(subject, unsent, onReply);
+      unsent = undefined;
     } catch (error) {
+      unsent = undefined;
       finish(
         TransportError.is(error)
           ? error
