@@ -153,8 +153,18 @@ export function taskSetup(services: TaskServices) {
     actions: {
       /** The task's final event, as the stage that ended it made it, and whether its steps asked nobody. */
       noteFinal: assign((_, p: { final: TroupeEvent | undefined; askedNobody: boolean }) => p),
-      /** The message's next keep-alive, on the runner's clock: a third of the ack wait from now. */
-      keepAliveLater: raise({ type: 'keepAlive' }, { id: 'keepAlive', delay: services.keepAliveMs }),
+      /**
+       * The message's next keep-alive, on the runner's clock: a third of the ack wait after the last one (a woken task's
+       * was kept alive while it slept, maybe most of an interval ago).
+       */
+      keepAliveLater: raise(
+        { type: 'keepAlive' },
+        {
+          id: 'keepAlive',
+          delay: ({ context }) =>
+            Math.max(0, context.keptAliveAt + services.keepAliveMs - services.clock.now()),
+        },
+      ),
       /** Takes hold of the task for its workflow: its span, its facts for the steps, its first revision. */
       hold: assign(({ context, self }) => {
         // Woken from passivation: the hold it had, its writer telling this actor now.

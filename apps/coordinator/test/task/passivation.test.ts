@@ -22,12 +22,22 @@ const config = PipelineConfig.parse({
   name: 'unit',
   models: { scripted: { provider: 'scripted', script: './unit.script.yaml' } },
   defaults: { model: 'scripted' },
-  agents: { planner: { instructions: 'Plan.' }, executor: { instructions: 'Do.' } },
+  agents: {
+    planner: { instructions: 'Plan.' },
+    executor: { instructions: 'Do.' },
+    worker: { instructions: 'Work.' },
+  },
   flow: [
     { id: 'plan', kind: 'agent', agent: 'planner' },
     { id: 'execute', kind: 'agent', agent: 'executor', timeout: 60 },
   ],
 });
+/** The same, with a step after the executor's whose worker works (reports, not waiting) for 20 s. */
+const withWork = PipelineConfig.parse({
+  ...config,
+  flow: [...config.flow, { id: 'work', kind: 'agent', agent: 'worker', timeout: 120 }],
+});
+const WORK_MS = 20_000;
 
 /** A step the executor holds: it says it waits on its model, keeps reporting so, and answers when told. */
 interface HeldStep {
@@ -42,7 +52,7 @@ interface HeldStep {
  * once, the executor holds its step (waiting on its model) until the test answers. Passivation after 2 s, off when
  * `live`, after the runner's default when `byDefault`.
  */
-async function setUp(options: { live?: boolean; byDefault?: boolean } = {}) {
+async function setUp(options: { live?: boolean; byDefault?: boolean; work?: boolean } = {}) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -85,10 +95,26 @@ async function setUp(options: { live?: boolean; byDefault?: boolean } = {}) {
       silence: () => clock.clearTimeout(timer),
     });
   });
+  bus.subscribe(subjects.agent('unit', 'worker'), AgentStepRequest, (delivery) => {
+    steps.push(delivery.value);
+    const { stepId } = delivery.value;
+    const beat = () =>
+      bus.publish(delivery.reply as string, { stepId, heartbeat: true } satisfies StepHeartbeat);
+    beat();
+    const started = clock.now();
+    const every = () =>
+      clock.setTimeout(() => {
+        if (clock.now() - started < WORK_MS) {
+          beat();
+          every();
+        } else delivery.respond({ ok: true, stepId, output: 'worked', usage, turns: 1 });
+      }, HEARTBEAT_MS);
+    every();
+  });
   const runner = await startPipelineRunner({
     bus,
     intake,
-    config,
+    config: options.work ? withWork : config,
     store,
     logger: createLogger({ level: 'silent' }),
     clock,
@@ -159,6 +185,39 @@ describe('passivation of a task that waits on its model', () => {
     expect(passive.task.settlement()).toEqual({ kind: 'ack' });
     // Its message was kept alive while it slept, as the live task's was.
     expect(passive.task.keepAlives()).toBe(live.task.keepAlives());
+  });
+
+  it('keeps a woken task alive an interval after its last keep-alive while it slept, not an interval after its waking', async () => {
+    // The runner's keep-alive interval: a third of its ack wait (30 s by default).
+    const KEEP_ALIVE_MS = 10_000;
+    const { intake, pass, runner, held, clock } = await setUp({ work: true });
+    const task = intake.deliver({ id: 'task-gap', goal: 'wait, then work' });
+    const keptAt: number[] = [];
+    let count = task.keepAlives();
+    /** Lets time pass, noting when the task's message is kept alive. */
+    const watch = async (ms: number) => {
+      for (let passed = 0; passed < ms; passed += 100) {
+        await pass(100);
+        if (task.keepAlives() !== count) {
+          count = task.keepAlives();
+          keptAt.push(clock.now());
+        }
+      }
+    };
+    await watch(5_000);
+    expect(runner.passivated()).toBe(1);
+    // A keep-alive while it sleeps; the reply wakes it just before the next is due, and its next step works on.
+    const before = keptAt.length;
+    while (keptAt.length === before) await watch(100);
+    await watch(KEEP_ALIVE_MS - 300);
+    expect(runner.passivated()).toBe(1);
+    held[0]?.reply();
+    await watch(WORK_MS + 5_000);
+    await task.handled;
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+    const gaps = keptAt.slice(1).map((at, i) => at - (keptAt[i] as number));
+    // As a live task's: an interval (give or take the sweep's tick while it slept), never two.
+    expect(Math.max(...gaps)).toBeLessThanOrEqual(KEEP_ALIVE_MS + 1_000);
   });
 
   it('is on by default, after 5 s of waiting', async () => {
