@@ -2,6 +2,7 @@ import type { Clock, Logger } from '@troupe/runtime';
 import type { Actor, AnyActorRef } from 'xstate';
 import type { SendsInFlight } from '../workflow/sendsInFlight.ts';
 import type { CheckpointWriter } from './checkpointWriter.ts';
+import { notRunning } from './steerTask.ts';
 import type { createTaskMachine } from './taskMachine.ts';
 import type { TaskActorInput, Woken } from './taskSetup.ts';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
@@ -65,7 +66,7 @@ export class Passivation {
 
   constructor(private readonly options: PassivationOptions) {
     this.#tickMs = Math.max(10, Math.floor(Math.min(options.afterMs, options.keepAliveMs) / 2));
-    options.sends.onWoken = (taskId) => this.#wake(taskId);
+    options.sends.onMustHear = (taskId) => this.#wake(taskId);
   }
 
   /** Tasks passivated now. */
@@ -99,15 +100,28 @@ export class Passivation {
     return this.#passivated.get(task);
   }
 
-  /** The woken task's new actor listens for its signals now: those that came meanwhile are given to it. */
+  /**
+   * The woken task's new actor has started and listens for its signals now: those that came meanwhile are given to it,
+   * then what its sends kept for their calls. One that failed to start (its tree could not be restored) answers them
+   * with a refusal, and its sends no call adopted are stopped.
+   */
   started(taskId: string, task: TaskActor): void {
     const asleep = this.#asleep.get(taskId);
     if (!asleep?.awake) return;
     this.#asleep.delete(taskId);
     asleep.unlisten();
+    const active = task.getSnapshot().status === 'active';
     for (const signal of asleep.signals) {
-      if (!this.options.signals.send(taskId, signal)) task.send(signal);
+      if (!active) refuse(signal, taskId);
+      else if (!this.options.signals.send(taskId, signal)) task.send(signal);
     }
+    if (active) this.options.sends.started(taskId);
+    else this.options.sends.abandon(taskId);
+  }
+
+  /** The task's actor ended: a send of it that no call adopted (its tree failed after its waking) is stopped. */
+  ended(taskId: string): void {
+    this.options.sends.abandon(taskId);
   }
 
   /** Stops the timer (the runner stops; its passivated tasks are woken by the stop signal). */
@@ -194,7 +208,11 @@ export class Passivation {
         asleep.wake = resolve;
       }),
     );
-    this.options.sends.keepWhile(taskId, () => task.stop());
+    this.options.sends.detach(taskId);
+    task.stop();
+    // Stopped at once unless the actor was busy (xstate then queues the stop): its sends would go on, unheard.
+    if (task.getSnapshot().status !== 'stopped')
+      this.options.logger.warn({ taskId }, 'passivation: the task actor was not stopped at once');
     hold.writer.asleep();
     this.#holders.delete(hold.writer);
     this.#asleep.set(taskId, asleep);
@@ -214,6 +232,7 @@ export class Passivation {
     const asleep = this.#asleep.get(taskId);
     if (!asleep || asleep.awake) return;
     asleep.awake = true;
+    this.options.sends.waking(taskId);
     asleep.wake?.({ delivery: asleep.delivery, woken: asleep.woken });
   }
 }
@@ -242,4 +261,13 @@ function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActo
     if (sends.length !== 1 || sends[0]?.src !== 'request') return undefined;
   }
   return workflow;
+}
+
+/** Answers a signal for a woken task whose actor could not be started: nothing was changed, the sender may try again. */
+function refuse(signal: TaskSignal, taskId: string): void {
+  const why = `task ${taskId} could not be restored here; nothing was changed, try again`;
+  if (signal.type === 'cancel') signal.answer(false);
+  else if (signal.type === 'migrate') signal.answer(why);
+  else if (signal.type === 'pause' || signal.type === 'resume' || signal.type === 'tell')
+    signal.answer(notRunning(why));
 }

@@ -292,6 +292,11 @@ export function endingRefusal(taskId: string | undefined): ErrorReply {
   return refusal('task_ended', `task ${taskId ?? ''} is ending already; nothing was changed`);
 }
 
+/** A refusal of a steer the task cannot take here now: nothing was changed, and trying again may work. */
+export function notRunning(message: string): ErrorReply {
+  return refusal('not_running', message);
+}
+
 function refusal(code: ControlRefusal, message: string): ErrorReply {
   return { ok: false, error: { code, message } };
 }

@@ -359,7 +359,9 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     if (input.woken) passivation?.started(input.woken.claimed.input.taskId, task);
     await toPromise(task).catch(() => {});
     const woken = passivation?.woken(task);
-    return woken ? { woken } : { task };
+    if (woken) return { woken };
+    if (input.woken) passivation?.ended(input.woken.claimed.input.taskId);
+    return { task };
   }
 
   const queue: TaskQueue = await options.intake.start({

@@ -14,17 +14,31 @@ export class SendInFlight {
   #said = '';
   /** The request has settled: once its call has heard that, nothing of the send is left to adopt. */
   #settled = false;
+  /** Its task is being passivated: the call's stop leaves the send going, unheard, for a restored call to adopt. */
+  #detached = false;
 
   constructor(
+    readonly taskId: string,
     readonly key: string,
     /** Runs what stopping the send runs when its call is stopped for good: the request's abort among it. */
     private readonly end: () => void,
     private readonly sends: SendsInFlight,
   ) {}
 
-  /** The send's events go to `hear` from now on: those that came meanwhile first, in order. */
+  /**
+   * The send's events go to `hear` from now on: those that came meanwhile first, in order (once its woken task's
+   * signals are delivered, when it is woken; see {@link SendsInFlight.waking}).
+   */
   heardBy(hear: Hear): void {
     this.#hear = hear;
+    this.#detached = false;
+    if (!this.sends.isWaking(this.taskId)) this.replay();
+  }
+
+  /** @internal Gives its call the events that came while nobody heard them. */
+  replay(): void {
+    const hear = this.#hear;
+    if (!hear) return;
     const waiting = this.#waiting.splice(0);
     for (const event of waiting) hear(event);
     if (this.#settled) this.sends.forget(this.key, this);
@@ -33,7 +47,7 @@ export class SendInFlight {
   /** An event of the send: to its call, or kept for the call to come, waking its task if the call must act on it. */
   tell(event: StepCallEvent): void {
     const said = event.type === 'heartbeat' ? saidBy(event) : undefined;
-    if (this.#hear) {
+    if (this.#hear && this.#waiting.length === 0) {
       if (said !== undefined) this.#said = said;
       this.#hear(event);
       return;
@@ -47,15 +61,18 @@ export class SendInFlight {
     }
     if (said !== undefined) this.#said = said;
     this.#waiting.push(event);
-    this.sends.woken(this.key);
+    this.sends.mustHear(this.taskId);
   }
 
-  /** Its call is stopped: for good (the request is stopped too), or for its task's passivation (it goes on, unheard). */
-  stopped(passivating: boolean): void {
-    if (passivating) {
-      this.#hear = undefined;
-      return;
-    }
+  /** @internal Its task is being passivated: the stop of its call to come leaves the send going. */
+  detach(): void {
+    this.#hear = undefined;
+    this.#detached = true;
+  }
+
+  /** Its call is stopped: for good (the request is stopped too), or, detached, for its task's passivation. */
+  stopped(): void {
+    if (this.#detached) return;
     this.sends.forget(this.key, this);
     this.end();
   }
@@ -64,6 +81,17 @@ export class SendInFlight {
   settled(): void {
     this.#settled = true;
     if (this.#hear) this.sends.forget(this.key, this);
+  }
+
+  /** @internal Whether a call hears it. */
+  get heard(): boolean {
+    return this.#hear !== undefined;
+  }
+
+  /** @internal Stops the request for good: its task ended before a call adopted it. */
+  abandon(): void {
+    this.sends.forget(this.key, this);
+    this.end();
   }
 }
 
@@ -82,9 +110,10 @@ function saidBy(event: Extract<StepCallEvent, { type: 'heartbeat' }>): string {
  */
 export class SendsInFlight {
   readonly #sends = new Map<string, SendInFlight>();
-  readonly #passivating = new Set<string>();
+  /** Woken tasks whose new actor is starting: their sends' events wait until its signals are delivered. */
+  readonly #waking = new Set<string>();
   /** Told when a passivated task's send has an event its call must hear: its task is woken. */
-  onWoken: (taskId: string) => void = () => {};
+  onMustHear: (taskId: string) => void = () => {};
 
   /** The key of a task's step send. */
   static keyOf(taskId: string, stepId: string): string {
@@ -94,7 +123,7 @@ export class SendsInFlight {
   /** A new send, kept under its task and step until it ends; `end` stops its request for good. */
   start(taskId: string, stepId: string, end: () => void): SendInFlight {
     const key = SendsInFlight.keyOf(taskId, stepId);
-    const send = new SendInFlight(key, end, this);
+    const send = new SendInFlight(taskId, key, end, this);
     this.#sends.set(key, send);
     return send;
   }
@@ -104,19 +133,29 @@ export class SendsInFlight {
     return this.#sends.get(SendsInFlight.keyOf(taskId, stepId));
   }
 
-  /** Whether the task's tree is being stopped for its passivation (its sends go on). */
-  passivating(taskId: string): boolean {
-    return this.#passivating.has(taskId);
+  /** The task's tree is about to be stopped for its passivation: each of its sends goes on when its call stops. */
+  detach(taskId: string): void {
+    for (const send of this.#of(taskId)) send.detach();
   }
 
-  /** Runs `stop` (which stops the task's tree) with the task's sends kept going. */
-  keepWhile(taskId: string, stop: () => void): void {
-    this.#passivating.add(taskId);
-    try {
-      stop();
-    } finally {
-      this.#passivating.delete(taskId);
-    }
+  /**
+   * The task is woken and its new actor starts: the events its sends kept wait for {@link started}, so the signals
+   * that woke it or came meanwhile reach it first (a cancel before the reply it overtook).
+   */
+  waking(taskId: string): void {
+    this.#waking.add(taskId);
+  }
+
+  /** The woken task's new actor has started and heard its signals: its adopted sends give their calls what they kept. */
+  started(taskId: string): void {
+    this.#waking.delete(taskId);
+    for (const send of this.#of(taskId)) send.replay();
+  }
+
+  /** The task's actor ended (or failed) here: a send of it that no call adopted is stopped for good. */
+  abandon(taskId: string): void {
+    this.#waking.delete(taskId);
+    for (const send of this.#of(taskId)) if (!send.heard) send.abandon();
   }
 
   /** Sends under way now, for a test or a measurement. */
@@ -125,12 +164,21 @@ export class SendsInFlight {
   }
 
   /** @internal */
-  woken(key: string): void {
-    this.onWoken(key.slice(0, key.indexOf('\u0000')));
+  isWaking(taskId: string): boolean {
+    return this.#waking.has(taskId);
+  }
+
+  /** @internal */
+  mustHear(taskId: string): void {
+    this.onMustHear(taskId);
   }
 
   /** @internal */
   forget(key: string, send: SendInFlight): void {
     if (this.#sends.get(key) === send) this.#sends.delete(key);
+  }
+
+  #of(taskId: string): SendInFlight[] {
+    return [...this.#sends.values()].filter((send) => send.taskId === taskId);
   }
 }

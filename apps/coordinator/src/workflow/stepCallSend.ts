@@ -52,7 +52,7 @@ export function stepSendLogic(services: StepCallServices) {
       const adopted = sends?.adopt(taskId, stepId);
       if (sends && adopted) {
         adopted.heardBy(toCall);
-        return () => adopted.stopped(sends.passivating(taskId));
+        return () => adopted.stopped();
       }
       let sendBack: (event: StepCallEvent) => void = toCall;
       // The one gate on sends: a held task (`troupe pause`) sends no step, a first one or a resend, a restored one too.
@@ -88,7 +88,8 @@ export function stepSendLogic(services: StepCallServices) {
         ended?.();
         if (!settled) abort.abort();
       };
-      // Kept by the runner while under way, its events through it: a passivated task's send goes on (see `sendsInFlight.ts`).
+      // Kept by the runner while under way, its events through it: a passivated task's send goes on
+      // (see `sendsInFlight.ts`).
       const send = sends?.start(taskId, stepId, end);
       if (send) {
         send.heardBy(toCall);
@@ -174,7 +175,7 @@ export function stepSendLogic(services: StepCallServices) {
           sendBack({ type: 'failed', error });
         },
       );
-      return sends && send ? () => send.stopped(sends.passivating(taskId)) : end;
+      return send ? () => send.stopped() : end;
     }),
   );
 }

@@ -10,6 +10,7 @@ import { createLogger, type Delivery } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
+import { CheckpointWriter } from '../../src/task/checkpointWriter.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
 
@@ -264,6 +265,30 @@ describe('passivation of a task that waits on its model', () => {
     });
     expect((await store.get('task-c'))?.value.status).toBe('cancelled');
     expect(task.settlement()).toEqual({ kind: 'ack' });
+  });
+
+  it('answers a signal with a refusal when the task it woke cannot be restored', async () => {
+    const { intake, pass, runner, control } = await setUp();
+    const task = intake.deliver({ id: 'task-f', goal: 'fail to wake' });
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    // A fault of ours as its tree is restored: the woken task actor fails as it starts.
+    const woken = CheckpointWriter.prototype.woken;
+    CheckpointWriter.prototype.woken = () => {
+      throw new Error('cannot take the writer back');
+    };
+    try {
+      const paused = control('task-f', { action: 'pause', reason: 'a look' }).catch(
+        (error: unknown) => error,
+      );
+      await pass(0);
+      // Refused (the sender tries again), not left to time out.
+      expect(await paused).toMatchObject({ code: 'not_running', message: expect.stringContaining('task-f') });
+    } finally {
+      CheckpointWriter.prototype.woken = woken;
+    }
+    await task.handled.catch(() => {});
+    expect(runner.passivated()).toBe(0);
   });
 
   it('wakes on a pause and a resume, recording each, and completes on the reply with the step sent once', async () => {
