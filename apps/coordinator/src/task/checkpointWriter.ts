@@ -118,13 +118,13 @@ export class CheckpointWriter {
    * go to the new task actor, and the restored workflow's first snapshot, the one taken as it was stopped, makes no
    * checkpoint (what it holds is what the writer last wrote, or is about to write as it would have).
    */
-  woken(tell: (event: CheckpointWriterEvent) => void): void {
+  reattach(tell: (event: CheckpointWriterEvent) => void): void {
     this.#tellTo = tell;
     this.#restored = true;
   }
 
   /** The task's actor tree is stopped for its passivation: the writer keeps no reference to it (nothing is told). */
-  asleep(): void {
+  detach(): void {
     this.#tellTo = () => {};
   }
 
@@ -242,7 +242,7 @@ export class CheckpointWriter {
     for (const write of dropped) write.done?.(false);
   }
 
-  /** Runs what the workflow or a step called the writer for; a fault of ours there fails the task actor, not the caller. */
+  /** Runs what the workflow or a step asks of the writer: a fault of ours there fails the task actor, not the asker. */
   #faultsTold(hear: () => void): void {
     try {
       hear();

@@ -4,7 +4,7 @@ import type { SendsInFlight } from '../workflow/sendsInFlight.ts';
 import type { CheckpointWriter } from './checkpointWriter.ts';
 import { notRunning } from './steerTask.ts';
 import type { createTaskMachine } from './taskMachine.ts';
-import type { TaskActorInput, Woken } from './taskSetup.ts';
+import type { Passivated, TaskActorInput } from './taskSetup.ts';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
 
 /**
@@ -32,9 +32,12 @@ export interface PassivationOptions {
 /** A passivated task: what it kept, and how it is woken. */
 interface Asleep {
   taskId: string;
-  woken: Woken;
+  kept: Passivated;
   delivery: TaskActorInput['delivery'];
-  /** The signals that came since it was woken, before its new actor listened: delivered to it once it does. */
+  /**
+   * The signals that came while it slept (the one that woke it among them) and until its new actor listened: delivered
+   * to that actor once it does.
+   */
   signals: TaskSignal[];
   wake?: (input: TaskActorInput) => void;
   /** Stops the passivated task's signal listener: the woken actor's run context listens in its place. */
@@ -60,7 +63,7 @@ export class Passivation {
   readonly #asleep = new Map<string, Asleep>();
   readonly #passivated = new WeakMap<TaskActor, Promise<TaskActorInput>>();
   /** The task actor holding each writer now; none for a passivated task's, so nothing keeps its stopped actor. */
-  readonly #holders = new WeakMap<CheckpointWriter, AnyActorRef>();
+  readonly #owners = new WeakMap<CheckpointWriter, AnyActorRef>();
   #timer: unknown;
   readonly #tickMs: number;
 
@@ -70,7 +73,7 @@ export class Passivation {
   }
 
   /** Tasks passivated now. */
-  get asleep(): number {
+  get passivated(): number {
     return this.#asleep.size;
   }
 
@@ -81,14 +84,14 @@ export class Passivation {
     task.subscribe({ complete: done, error: done });
   }
 
-  /** `task` holds its task with `writer` (from its claim, or its waking). */
-  held(writer: CheckpointWriter, task: AnyActorRef): void {
-    this.#holders.set(writer, task);
+  /** `writer` is task actor `task`'s now (from its claim, or its waking). */
+  ownedBy(writer: CheckpointWriter, task: AnyActorRef): void {
+    this.#owners.set(writer, task);
   }
 
-  /** A task's steps began to only wait: if only in ways it can be passivated, the timer runs (if it does not already). */
+  /** A task's steps began to only wait: if only in ways it can be passivated, the timer runs (if not already). */
   waiting(writer: CheckpointWriter): void {
-    const task = this.#holders.get(writer);
+    const task = this.#owners.get(writer);
     if (task && this.#safely(() => onlyWaiting(task.getSnapshot().children))) this.#tick();
   }
 
@@ -96,7 +99,7 @@ export class Passivation {
    * The task actor ended: if it was passivated, resolves with the input its next actor starts from once it is woken;
    * undefined when it ended otherwise.
    */
-  woken(task: TaskActor): Promise<TaskActorInput> | undefined {
+  wakingOf(task: TaskActor): Promise<TaskActorInput> | undefined {
     return this.#passivated.get(task);
   }
 
@@ -162,8 +165,8 @@ export class Passivation {
     }
     for (const asleep of this.#asleep.values()) {
       again = true;
-      if (asleep.awake || now - asleep.woken.keptAliveAt < keepAliveMs) continue;
-      asleep.woken = { ...asleep.woken, keptAliveAt: now };
+      if (asleep.awake || now - asleep.kept.keptAliveAt < keepAliveMs) continue;
+      asleep.kept = { ...asleep.kept, keptAliveAt: now };
       this.#safely(() => asleep.delivery.working());
     }
     return again;
@@ -195,13 +198,13 @@ export class Passivation {
       return;
     }
     this.#live.delete(task);
-    const woken: Woken = {
+    const kept: Passivated = {
       claimed,
       flow,
       hold: { ...hold, restored },
       keptAliveAt: snapshot.context.keptAliveAt,
     };
-    const asleep: Asleep = { taskId, woken, delivery, signals: [], unlisten: () => {}, awake: false };
+    const asleep: Asleep = { taskId, kept, delivery, signals: [], unlisten: () => {}, awake: false };
     this.#passivated.set(
       task,
       new Promise((resolve) => {
@@ -213,8 +216,8 @@ export class Passivation {
     // Stopped at once unless the actor was busy (xstate then queues the stop): its sends would go on, unheard.
     if (task.getSnapshot().status !== 'stopped')
       this.options.logger.warn({ taskId }, 'passivation: the task actor was not stopped at once');
-    hold.writer.asleep();
-    this.#holders.delete(hold.writer);
+    hold.writer.detach();
+    this.#owners.delete(hold.writer);
     this.#asleep.set(taskId, asleep);
     const parent = claimed.input.parent?.taskId;
     asleep.unlisten = this.options.signals.listen({
@@ -233,7 +236,7 @@ export class Passivation {
     if (!asleep || asleep.awake) return;
     asleep.awake = true;
     this.options.sends.waking(taskId);
-    asleep.wake?.({ delivery: asleep.delivery, woken: asleep.woken });
+    asleep.wake?.({ delivery: asleep.delivery, woken: asleep.kept });
   }
 }
 
@@ -263,7 +266,7 @@ function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActo
   return workflow;
 }
 
-/** Answers a signal for a woken task whose actor could not be started: nothing was changed, the sender may try again. */
+/** Answers a signal for a woken task whose actor could not start: nothing was changed, the sender may try again. */
 function refuse(signal: TaskSignal, taskId: string): void {
   const why = `task ${taskId} could not be restored here; nothing was changed, try again`;
   if (signal.type === 'cancel') signal.answer(false);

@@ -49,7 +49,7 @@ export interface TaskServices {
    * task's steps begin to only wait.
    */
   passivation?: {
-    held(writer: CheckpointWriter, task: AnyActorRef): void;
+    ownedBy(writer: CheckpointWriter, task: AnyActorRef): void;
     waiting(writer: CheckpointWriter): void;
   };
   /** Closes a task's pending approvals and questions once it has ended; returns how many it closed. */

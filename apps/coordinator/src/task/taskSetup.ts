@@ -29,11 +29,11 @@ import {
 export interface TaskActorInput {
   delivery: TaskDelivery;
   /** A passivated task woken (see `passivation.ts`): it goes on running with the hold it had, its workflow restored. */
-  woken?: Woken;
+  woken?: Passivated;
 }
 
 /** What a passivated task kept of its task actor, to run on from where its tree was stopped. */
-export interface Woken {
+export interface Passivated {
   claimed: ClaimedTask;
   flow: FlowVersion;
   /** Its hold, with the workflow's persisted snapshot as its tree was stopped (`restored`). */
@@ -154,8 +154,8 @@ export function taskSetup(services: TaskServices) {
       /** The task's final event, as the stage that ended it made it, and whether its steps asked nobody. */
       noteFinal: assign((_, p: { final: TroupeEvent | undefined; askedNobody: boolean }) => p),
       /**
-       * The message's next keep-alive, on the runner's clock: a third of the ack wait after the last one (a woken task's
-       * was kept alive while it slept, maybe most of an interval ago).
+       * The message's next keep-alive, on the runner's clock: a third of the ack wait after the last one (a woken
+       * task's was kept alive while it slept, maybe most of an interval ago).
        */
       keepAliveLater: raise(
         { type: 'keepAlive' },
@@ -169,8 +169,8 @@ export function taskSetup(services: TaskServices) {
       hold: assign(({ context, self }) => {
         // Woken from passivation: the hold it had, its writer telling this actor now.
         if (context.hold) {
-          context.hold.writer.woken((event) => self.send(event));
-          services.passivation?.held(context.hold.writer, self);
+          context.hold.writer.reattach((event) => self.send(event));
+          services.passivation?.ownedBy(context.hold.writer, self);
           return {};
         }
         const claimed = need(context.claimed, 'claimed task');
@@ -190,7 +190,7 @@ export function taskSetup(services: TaskServices) {
           checkpointed(services, claimed, steering),
           steering,
         );
-        services.passivation?.held(writer, self);
+        services.passivation?.ownedBy(writer, self);
         const hold: Hold = {
           claimed,
           flow,

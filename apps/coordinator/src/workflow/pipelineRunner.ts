@@ -358,7 +358,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     task.start();
     if (input.woken) passivation?.started(input.woken.claimed.input.taskId, task);
     await toPromise(task).catch(() => {});
-    const woken = passivation?.woken(task);
+    const woken = passivation?.wakingOf(task);
     if (woken) return { woken };
     if (input.woken) passivation?.ended(input.woken.claimed.input.taskId);
     return { task };
@@ -380,7 +380,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   return {
     pipeline,
     running: () => signals.taskIds(),
-    passivated: () => passivation?.asleep ?? 0,
+    passivated: () => passivation?.passivated ?? 0,
     async prepare(hash) {
       const flow = await versions.flowFor(hash);
       return typeof flow === 'string' ? flow : undefined;

@@ -110,7 +110,7 @@ function saidBy(event: Extract<StepCallEvent, { type: 'heartbeat' }>): string {
  */
 export class SendsInFlight {
   readonly #sends = new Map<string, SendInFlight>();
-  /** Woken tasks whose new actor is starting: their sends' events wait until its signals are delivered. */
+  /** Tasks woken whose new actor is starting: their sends' events wait until its signals are delivered. */
   readonly #waking = new Set<string>();
   /** Told when a passivated task's send has an event its call must hear: its task is woken. */
   onMustHear: (taskId: string) => void = () => {};
@@ -146,7 +146,7 @@ export class SendsInFlight {
     this.#waking.add(taskId);
   }
 
-  /** The woken task's new actor has started and heard its signals: its adopted sends give their calls what they kept. */
+  /** The woken task's new actor has started and heard its signals: its sends give their calls what they kept. */
   started(taskId: string): void {
     this.#waking.delete(taskId);
     for (const send of this.#of(taskId)) send.replay();

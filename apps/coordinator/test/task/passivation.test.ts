@@ -273,8 +273,8 @@ describe('passivation of a task that waits on its model', () => {
     await pass(5_000);
     expect(runner.passivated()).toBe(1);
     // A fault of ours as its tree is restored: the woken task actor fails as it starts.
-    const woken = CheckpointWriter.prototype.woken;
-    CheckpointWriter.prototype.woken = () => {
+    const reattach = CheckpointWriter.prototype.reattach;
+    CheckpointWriter.prototype.reattach = () => {
       throw new Error('cannot take the writer back');
     };
     try {
@@ -285,7 +285,7 @@ describe('passivation of a task that waits on its model', () => {
       // Refused (the sender tries again), not left to time out.
       expect(await paused).toMatchObject({ code: 'not_running', message: expect.stringContaining('task-f') });
     } finally {
-      CheckpointWriter.prototype.woken = woken;
+      CheckpointWriter.prototype.reattach = reattach;
     }
     await task.handled.catch(() => {});
     expect(runner.passivated()).toBe(0);
