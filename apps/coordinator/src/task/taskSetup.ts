@@ -54,7 +54,10 @@ export interface Hold {
   /** What people did to the task (pause, resume, tell), restored from its record; the writer records it. */
   steering: TaskSteering;
   ending?: WorkflowEnding;
-  /** The workflow's persisted snapshot as its passivated tree was stopped: restored from it, not from the claim's. */
+  /**
+   * The workflow's persisted snapshot as its passivated tree was stopped: restored from it, not from the claim's.
+   * Dropped once the woken workflow has read it.
+   */
   restored?: unknown;
   /** Told whether the version a migration let the workflow go for was recorded. */
   migrated?: (recorded: boolean) => void;

@@ -35,8 +35,11 @@ export function workflowRegion(parts: TaskSetup, services: TaskServices) {
             id: 'workflow',
             src: 'workflow',
             input: ({ context }) => {
-              const { claimed, flow, writer, restored } = need(context.hold, 'hold');
+              const hold = need(context.hold, 'hold');
+              const { claimed, flow, writer, restored } = hold;
               const saved = restored ?? claimed.snapshot;
+              // Read once, as the workflow starts: the woken task does not keep the snapshot through its run.
+              delete hold.restored;
               return {
                 machine: flow.machine,
                 input: claimed.input,
