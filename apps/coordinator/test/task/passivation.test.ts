@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
 import { CheckpointWriter } from '../../src/task/checkpointWriter.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
+import { SendsInFlight } from '../../src/workflow/sendsInFlight.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
 
 const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
@@ -268,9 +269,20 @@ describe('passivation of a task that waits on its model', () => {
   });
 
   it('answers a signal with a refusal when the task it woke cannot be restored', async () => {
-    const { intake, pass, runner, control } = await setUp();
+    // The runner's sends in flight, to see the woken task's send stopped with it.
+    let sends: SendsInFlight | undefined;
+    const start = SendsInFlight.prototype.start;
+    SendsInFlight.prototype.start = function (this: SendsInFlight, ...args: Parameters<typeof start>) {
+      sends = this;
+      return start.apply(this, args);
+    };
+    const setup = await setUp();
+    const { intake, pass, runner, control } = setup;
     const task = intake.deliver({ id: 'task-f', goal: 'fail to wake' });
-    await pass(5_000);
+    await pass(5_000).finally(() => {
+      SendsInFlight.prototype.start = start;
+    });
+    expect(sends?.size).toBe(1);
     expect(runner.passivated()).toBe(1);
     // A fault of ours as its tree is restored: the woken task actor fails as it starts.
     const reattach = CheckpointWriter.prototype.reattach;
@@ -289,6 +301,8 @@ describe('passivation of a task that waits on its model', () => {
     }
     await task.handled.catch(() => {});
     expect(runner.passivated()).toBe(0);
+    // Its step's request, which no call adopted, is stopped rather than left to wait.
+    expect(sends?.size).toBe(0);
   });
 
   it('wakes on a pause and a resume, recording each, and completes on the reply with the step sent once', async () => {
