@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Gateway, hashToken, startGateway, TokenStore } from '@troupe/gateway';
 import { createLogger } from '@troupe/runtime';
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, chromium, type Page, type Route } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { goalsShown, screenshotAtRest } from './support/dashboard.ts';
 import { examplePath, fixturePath, type Harness, ofKind, startHarness } from './support/harness.ts';
@@ -465,6 +465,40 @@ describe('the dashboard’s task actions, output and sessions, in a real browser
       expect(await there.getByTestId('file').count()).toBe(0);
     } finally {
       await thereContext.close();
+    }
+  }, 60_000);
+
+  it('keeps the sessions of the pipeline chosen when an earlier choice’s list answers after it', async () => {
+    await page.getByTestId('pipeline').selectOption('reporter');
+    const { id } = await openNewSession();
+    // The list of gated's sessions, asked for first, held until reporter's list has been shown.
+    let held: Route | undefined;
+    await page.route('**/v1/sessions?pipeline=gated', (route) => {
+      held = route;
+    });
+    try {
+      await page.reload();
+      await page.getByTestId('pipeline').selectOption('gated');
+      await expect.poll(() => held !== undefined).toBe(true);
+      await page.getByTestId('pipeline').selectOption('reporter');
+      await page.locator(`[data-testid=session-row][data-session="${id}"]`).waitFor();
+      const late = page.waitForResponse('**/v1/sessions?pipeline=gated');
+      const now = new Date().toISOString();
+      await held?.fulfill({
+        json: {
+          sessions: [{ id: 'gated-late', pipeline: 'gated', createdBy: 'x', createdAt: now, updatedAt: now }],
+        },
+      });
+      await (await late).finished();
+      // Two frames: the late answer's read and the render it would cause have had their turn.
+      await page.evaluate(
+        () =>
+          new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(undefined)))),
+      );
+      expect(await page.locator('[data-testid=session-row][data-session="gated-late"]').count()).toBe(0);
+      expect(await page.locator(`[data-testid=session-row][data-session="${id}"]`).count()).toBe(1);
+    } finally {
+      await page.unrouteAll({ behavior: 'wait' });
     }
   }, 60_000);
 

@@ -23,10 +23,13 @@ export function SessionList(props: {
   const { api, pipeline, onError } = props;
   const [sessions, setSessions] = useState<SessionHead[] | undefined>(undefined);
   const [opening, setOpening] = useState(false);
+  /** The latest list asked for: a list that answers after a later one (another pipeline's, chosen before) is dropped. */
+  const reads = useRef(0);
   const load = useCallback(async () => {
     if (!pipeline) return;
+    const read = ++reads.current;
     const list = await api.get<{ sessions: SessionHead[] }>(`/v1/sessions?pipeline=${pipeline}`);
-    setSessions(list.sessions);
+    if (read === reads.current) setSessions(list.sessions);
   }, [api, pipeline]);
   useEffect(() => {
     setSessions(undefined);
