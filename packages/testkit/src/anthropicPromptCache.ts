@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { estimateTokens, type FakeInputUsage } from './fakeModelServer.ts';
+import { withoutPromptCache } from './withoutPromptCache.ts';
 
 /** Lifetimes a `cache_control` breakpoint may ask for; a bare `{ type: 'ephemeral' }` is 5 minutes. */
 const TTL_MS = { '5m': 5 * 60_000, '1h': 60 * 60_000 } as const;
@@ -81,7 +82,7 @@ export class AnthropicPromptCache {
    * writes: all of it is input, as estimated for any request.
    */
   account(body: AnthropicBody): FakeInputUsage {
-    const total = estimateTokens(withoutCacheControl(body));
+    const total = estimateTokens(withoutPromptCache(body));
     const blocks = blocksOf(body);
     const breakpoints = blocks.flatMap((block, index) =>
       typeof block.breakpoint === 'string' ? [{ index, ttl: block.breakpoint, block }] : [],
@@ -203,23 +204,13 @@ interface Part {
 
 function part(path: string, role: string, block: unknown): Part {
   const marker = isRecord(block) ? block.cache_control : undefined;
-  return { path, role, json: JSON.stringify(withoutCacheControl(block)), marker };
+  return { path, role, json: JSON.stringify(withoutPromptCache(block)), marker };
 }
 
 function ttlOf(marker: unknown): Ttl | { invalid: unknown } {
   const ttl = isRecord(marker) ? marker.ttl : undefined;
   if (ttl === undefined) return '5m';
   return ttl === '5m' || ttl === '1h' ? ttl : { invalid: ttl };
-}
-
-/** The body as the model reads it: every `cache_control` marker taken out, at any depth. */
-function withoutCacheControl(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(withoutCacheControl);
-  if (!isRecord(value)) return value;
-  const out: Record<string, unknown> = {};
-  for (const [key, field] of Object.entries(value))
-    if (key !== 'cache_control') out[key] = withoutCacheControl(field);
-  return out;
 }
 
 function arrayOf(value: unknown): unknown[] {
