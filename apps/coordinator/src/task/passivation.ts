@@ -1,6 +1,7 @@
 import type { Clock, Logger } from '@troupe/runtime';
-import type { Actor, AnyActorRef } from 'xstate';
-import type { SendsInFlight } from '../workflow/sendsInFlight.ts';
+import { type Actor, type AnyActorRef, createActor, toPromise } from 'xstate';
+import type { TaskDelivery } from '../intake/taskQueue.ts';
+import { SendsInFlight } from '../workflow/sendsInFlight.ts';
 import type { CheckpointWriter } from './checkpointWriter.ts';
 import { notRunning } from './steerTask.ts';
 import type { createTaskMachine } from './taskMachine.ts';
@@ -15,18 +16,74 @@ import type { TaskSignal, TaskSignals } from './taskSignals.ts';
  */
 export const DEFAULT_PASSIVATE_AFTER_MS = 5_000;
 
-/** A task actor of a runner, as the runner creates it per delivery. */
-export type TaskActor = Actor<ReturnType<typeof createTaskMachine>>;
+/** The task machine of a runner, built once from its services. */
+type TaskMachine = ReturnType<typeof createTaskMachine>;
 
-export interface PassivationOptions {
+/** A task actor of a runner, as the runner creates it per delivery. */
+export type TaskActor = Actor<TaskMachine>;
+
+/** What a runner's passivation works with: the runner's clock, logger and signals, and its keep-alive interval. */
+export interface PassivationServices {
   clock: Clock;
   logger: Logger;
-  /** How long a task's steps must have only waited (on a model or a person) before its tree is stopped. */
-  afterMs: number;
   /** How often a task's message is kept alive (the runner's `keepAliveMs`): a passivated task's are kept from here. */
   keepAliveMs: number;
-  sends: SendsInFlight;
   signals: TaskSignals;
+}
+
+interface PassivationOptions extends PassivationServices {
+  /** How long a task's steps must have only waited (on a model or a person) before its tree is stopped. */
+  afterMs: number;
+}
+
+/**
+ * A runner's passivation, as its `passivateAfterMs` option sets it: after `afterMs` of waiting
+ * ({@link DEFAULT_PASSIVATE_AFTER_MS} when not given), none at 0. A threshold that is no number of milliseconds is
+ * refused, the runner not started.
+ */
+export function passivationOf(
+  afterMs: number | undefined,
+  services: PassivationServices,
+): Passivation | undefined {
+  const after = afterMs ?? DEFAULT_PASSIVATE_AFTER_MS;
+  if (!Number.isFinite(after) || after < 0)
+    throw new Error(
+      `passivateAfterMs must be 0 (passivation off) or a number of milliseconds above 0, not ${after}`,
+    );
+  return after > 0 ? new Passivation({ ...services, afterMs: after }) : undefined;
+}
+
+/**
+ * Runs a delivery's task to its end here: its task actor, and when a passivation stops it, the next one started once
+ * the task is woken, and so on. Resolves with the task actor that ran it to its end.
+ */
+export async function runTask(
+  machine: TaskMachine,
+  delivery: TaskDelivery,
+  { clock, passivation }: { clock: Clock; passivation: Passivation | undefined },
+): Promise<TaskActor> {
+  let run = await runActor(machine, { delivery }, clock, passivation);
+  // Nothing here keeps the stopped actor while its task sleeps: only the promise of its waking.
+  while ('woken' in run) run = await runActor(machine, await run.woken, clock, passivation);
+  return run.task;
+}
+
+/** A task actor started on `input` (watched for passivation), once it has ended: the actor, or how it is woken. */
+async function runActor(
+  machine: TaskMachine,
+  input: TaskActorInput,
+  clock: Clock,
+  passivation: Passivation | undefined,
+): Promise<{ task: TaskActor } | { woken: Promise<TaskActorInput> }> {
+  const task = createActor(machine, { input, clock });
+  passivation?.watch(task);
+  task.start();
+  if (input.woken) passivation?.started(input.woken.claimed.input.taskId, task);
+  await toPromise(task).catch(() => {});
+  const woken = passivation?.wakingOf(task);
+  if (woken) return { woken };
+  if (input.woken) passivation?.ended(input.woken.claimed.input.taskId);
+  return { task };
 }
 
 /** A passivated task: what it kept, and how it is woken. */
@@ -66,10 +123,12 @@ export class Passivation {
   readonly #owners = new WeakMap<CheckpointWriter, AnyActorRef>();
   #timer: unknown;
   readonly #tickMs: number;
+  /** The step sends in flight of the runner's tasks, which a passivated task's restored step calls adopt. */
+  readonly sends = new SendsInFlight();
 
   constructor(private readonly options: PassivationOptions) {
     this.#tickMs = Math.max(10, Math.floor(Math.min(options.afterMs, options.keepAliveMs) / 2));
-    options.sends.onMustHear = (taskId) => this.#wake(taskId);
+    this.sends.onMustHear = (taskId) => this.#wake(taskId);
   }
 
   /** Tasks passivated now. */
@@ -118,13 +177,13 @@ export class Passivation {
       if (!active) refuse(signal, taskId);
       else if (!this.options.signals.send(taskId, signal)) task.send(signal);
     }
-    if (active) this.options.sends.started(taskId);
-    else this.options.sends.abandon(taskId);
+    if (active) this.sends.started(taskId);
+    else this.sends.abandon(taskId);
   }
 
   /** The task's actor ended: a send of it that no call adopted (its tree failed after its waking) is stopped. */
   ended(taskId: string): void {
-    this.options.sends.abandon(taskId);
+    this.sends.abandon(taskId);
   }
 
   /** Stops the timer (the runner stops; its passivated tasks are woken by the stop signal). */
@@ -211,7 +270,7 @@ export class Passivation {
         asleep.wake = resolve;
       }),
     );
-    this.options.sends.detach(taskId);
+    this.sends.detach(taskId);
     task.stop();
     // Stopped at once unless the actor was busy (xstate then queues the stop): its sends would go on, unheard.
     if (task.getSnapshot().status !== 'stopped')
@@ -235,7 +294,7 @@ export class Passivation {
     const asleep = this.#asleep.get(taskId);
     if (!asleep || asleep.awake) return;
     asleep.awake = true;
-    this.options.sends.waking(taskId);
+    this.sends.waking(taskId);
     asleep.wake?.({ delivery: asleep.delivery, woken: asleep.kept });
   }
 }

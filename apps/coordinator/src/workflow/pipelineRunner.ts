@@ -15,13 +15,14 @@ import {
 import {
   type Bus,
   type Clock,
+  type Delivery,
   EventFactory,
   type LocalSteps,
   type Logger,
   sleep,
   type ValueStore,
 } from '@troupe/runtime';
-import { type AnyActorRef, createActor, fromPromise, toPromise } from 'xstate';
+import { type AnyActorRef, fromPromise, toPromise } from 'xstate';
 import type { PipelineConfig } from '../config/pipelineSchema.ts';
 import { versionHash } from '../config/pipelineVersion.ts';
 import { notSteering } from '../control/controlResponder.ts';
@@ -29,16 +30,15 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
-import { DEFAULT_PASSIVATE_AFTER_MS, Passivation, type TaskActor } from '../task/passivation.ts';
+import { type DEFAULT_PASSIVATE_AFTER_MS, passivationOf, runTask } from '../task/passivation.ts';
 import { reportActivity, runFactsOf, steeringOf } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
-import type { TaskActorInput } from '../task/taskSetup.ts';
 import { type SteerAnswer, type TaskSignal, TaskSignals } from '../task/taskSignals.ts';
 import { compileFlow } from './compileFlow.ts';
 import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
-import { SendsInFlight } from './sendsInFlight.ts';
+import type { SendsInFlight } from './sendsInFlight.ts';
 import { createStepCallLogic } from './stepCall.ts';
 import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
 import { followParentHold, forwardTold, type ToldForwarding, whileHeld } from './subTaskSteering.ts';
@@ -168,12 +168,10 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const { bus, config, store, logger, clock } = options;
   const pipeline = config.name;
   const signals = new TaskSignals();
-  const passivateAfterMs = options.passivateAfterMs ?? DEFAULT_PASSIVATE_AFTER_MS;
-  if (!Number.isFinite(passivateAfterMs) || passivateAfterMs < 0)
-    throw new Error(
-      `passivateAfterMs must be 0 (passivation off) or a number of milliseconds above 0, not ${passivateAfterMs}`,
-    );
-  const sends = passivateAfterMs > 0 ? new SendsInFlight() : undefined;
+  const ackWaitMs = options.ackWaitMs ?? 30_000;
+  // How often a task being handled tells the server it is still working on it.
+  const keepAliveMs = Math.max(100, Math.floor(ackWaitMs / 3));
+  const passivation = passivationOf(options.passivateAfterMs, { clock, logger, keepAliveMs, signals });
   let stopping = false;
   const stop = new AbortController();
   const stopped = stop.signal;
@@ -191,7 +189,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       compileFlow(
         versionConfig,
         stepActors(
-          { ...options, ...(sends ? { sends } : {}) },
+          { ...options, ...(passivation ? { sends: passivation.sends } : {}) },
           () => migrations,
           () => stopping,
         ),
@@ -213,7 +211,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     logger,
   });
   const events = new EventFactory(clock);
-  const ackWaitMs = options.ackWaitMs ?? 30_000;
   const services: TaskServices = {
     pipeline,
     bus,
@@ -229,26 +226,15 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     ...(options.values ? { values: options.values } : {}),
     ...(options.queued ? { queued: options.queued } : {}),
     maxDeliver: options.maxDeliver ?? 10,
-    // How often a task being handled tells the server it is still working on it.
-    keepAliveMs: Math.max(100, Math.floor(ackWaitMs / 3)),
+    keepAliveMs,
     ...(options.finalEventWaitMs === undefined ? {} : { finalEventWaitMs: options.finalEventWaitMs }),
     signals,
     ...(options.closeRequests ? { closeRequests: options.closeRequests } : {}),
     ...(options.holdRequests ? { holdRequests: options.holdRequests } : {}),
     stopping: () => stopping,
     stopped,
+    ...(passivation ? { passivation } : {}),
   };
-  const passivation = sends
-    ? new Passivation({
-        clock,
-        logger,
-        afterMs: passivateAfterMs,
-        keepAliveMs: services.keepAliveMs,
-        sends,
-        signals,
-      })
-    : undefined;
-  if (passivation) services.passivation = passivation;
   const taskMachine = createTaskMachine(services);
 
   // Every coordinator hears every cancel; the one running the task stops it and answers. When none runs it, the
@@ -256,40 +242,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   const control = bus.subscribe(
     subjects.allControl,
     ControlMessage,
-    (delivery) => {
-      const taskId = delivery.subject.slice(subjects.control('').length);
-      if (!signals.has(taskId)) return;
-      const message = delivery.value;
-      if (message.action === 'migrate') {
-        void migrations.migrate(taskId, message.to).then(
-          (reply) => delivery.respond(reply),
-          (error: unknown) => {
-            logger.error({ err: error, taskId }, 'cannot migrate the task');
-            delivery.respond(
-              refusal('not_migratable', `cannot migrate task ${taskId}: ${errorMessage(error)}`),
-            );
-          },
-        );
-        return;
-      }
-      if (message.action !== 'cancel') {
-        signals.send(
-          taskId,
-          steerSignal(message, (reply) => delivery.respond(reply)),
-        );
-        return;
-      }
-      signals.send(taskId, {
-        type: 'cancel',
-        ...(message.reason === undefined ? {} : { reason: message.reason }),
-        answer: (taken) =>
-          delivery.respond(
-            taken
-              ? ({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt)
-              : refusal('task_ended', `task ${taskId} is ending already; nothing was changed`),
-          ),
-      });
-    },
+    (delivery) => controlTask(delivery, { signals, migrations, logger }),
     { reporter: 'coordinator' },
   );
 
@@ -327,13 +280,12 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     { messageLogLevel: 'debug' },
   );
 
-  /** One delivery, one task actor: its tree lives until the message is settled. */
+  /**
+   * One delivery, one task actor, whose tree lives until the message is settled; when passivated, it is stopped while
+   * it waits, and a new one goes on from where it stood once it is woken (see `task/passivation.ts`).
+   */
   async function handle(delivery: TaskDelivery): Promise<void> {
-    let outcome = await run({ delivery });
-    // A passivated task's actor is stopped while it waits, and a new one goes on from where it stood once it is woken.
-    // Nothing here keeps the stopped actor meanwhile: only the promise of its waking.
-    while ('woken' in outcome) outcome = await run(await outcome.woken);
-    const { task } = outcome;
+    const task = await runTask(taskMachine, delivery, { clock, passivation });
     const { error } = await toPromise(task).catch((fault: unknown) => {
       // A fault of ours inside the task actor: nothing of the task (its workflow, step call, signals listener) may go
       // on, or the task is heard as running here and every redelivery of it is ignored.
@@ -344,24 +296,6 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     const { value, context } = task.getSnapshot();
     if (context.final && (value === 'acked' || value === 'terminated'))
       options.ended?.(context.final, context.flow?.hash ?? context.claimed?.version);
-  }
-
-  /**
-   * A task actor started on `input` (watched for passivation when the runner passivates), once it has ended: the actor,
-   * or, when it was passivated, how it is woken.
-   */
-  async function run(
-    input: TaskActorInput,
-  ): Promise<{ task: TaskActor } | { woken: Promise<TaskActorInput> }> {
-    const task = createActor(taskMachine, { input, clock });
-    passivation?.watch(task);
-    task.start();
-    if (input.woken) passivation?.started(input.woken.claimed.input.taskId, task);
-    await toPromise(task).catch(() => {});
-    const woken = passivation?.wakingOf(task);
-    if (woken) return { woken };
-    if (input.woken) passivation?.ended(input.woken.claimed.input.taskId);
-    return { task };
   }
 
   const queue: TaskQueue = await options.intake.start({
@@ -476,6 +410,43 @@ function stepActors(
       }
     }),
   };
+}
+
+/** A control message for a task running here (any other is left to the control responder), as its signal. */
+function controlTask(
+  delivery: Delivery<ControlMessage>,
+  { signals, migrations, logger }: { signals: TaskSignals; migrations: TaskMigrations; logger: Logger },
+): void {
+  const taskId = delivery.subject.slice(subjects.control('').length);
+  if (!signals.has(taskId)) return;
+  const message = delivery.value;
+  if (message.action === 'migrate') {
+    void migrations.migrate(taskId, message.to).then(
+      (reply) => delivery.respond(reply),
+      (error: unknown) => {
+        logger.error({ err: error, taskId }, 'cannot migrate the task');
+        delivery.respond(refusal('not_migratable', `cannot migrate task ${taskId}: ${errorMessage(error)}`));
+      },
+    );
+    return;
+  }
+  if (message.action !== 'cancel') {
+    signals.send(
+      taskId,
+      steerSignal(message, (reply) => delivery.respond(reply)),
+    );
+    return;
+  }
+  signals.send(taskId, {
+    type: 'cancel',
+    ...(message.reason === undefined ? {} : { reason: message.reason }),
+    answer: (taken) =>
+      delivery.respond(
+        taken
+          ? ({ ok: true, taskId, outcome: 'cancelled' } satisfies ControlReceipt)
+          : refusal('task_ended', `task ${taskId} is ending already; nothing was changed`),
+      ),
+  });
 }
 
 /** A pause, resume or tell as the signal its task actor hears, answered with `answer`. */
