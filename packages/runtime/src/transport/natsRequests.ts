@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import type { Msg, NatsConnection } from '@nats-io/transport-node';
 import { ErrorReply, errorMessage, parseMessage, subjects } from '@troupe/protocol';
 import type { z } from 'zod';
@@ -8,6 +7,7 @@ import type { Listening, ReplyMessage, RequestOptions } from './bus.ts';
 import { metaFromSubject } from './messageMeta.ts';
 import { abortedError, asClosedError, isNoResponders, requestError } from './natsErrors.ts';
 import { toMsgHdrs } from './natsHeaders.ts';
+import { ReplyInboxes } from './replyInboxes.ts';
 import { TransportError } from './transportError.ts';
 
 /** The part of a client's inbox prefix where the replies of agent hosts, to its step calls, come. */
@@ -21,14 +21,23 @@ export class NatsRequests {
   readonly #connection: NatsConnection;
   readonly #logger: Logger;
   readonly #level: MessageLogLevel;
-  /** This client's inboxes, under which its step replies come. */
-  readonly #inboxPrefix: string;
+  /**
+   * Where the answers of requests answered many times come: under this client's own prefix, which its NATS user may
+   * be allowed to read alone, in `.steps.` (where agent hosts may answer, while the rest of the prefix takes only the
+   * server's replies), and random: a host that may answer one agent's steps cannot guess where another's go (nats.js's
+   * inbox ids count up).
+   */
+  readonly #inboxes: ReplyInboxes;
 
   constructor(connection: NatsConnection, logger: Logger, level: MessageLogLevel, inboxPrefix?: string) {
     this.#connection = connection;
     this.#logger = logger;
     this.#level = level;
-    this.#inboxPrefix = inboxPrefix ?? subjects.inboxPrefix;
+    this.#inboxes = new ReplyInboxes(
+      connection,
+      logger,
+      `${inboxPrefix ?? subjects.inboxPrefix}.${STEP_INBOXES}`,
+    );
   }
 
   /** See {@link Bus.request}. */
@@ -62,30 +71,11 @@ export class NatsRequests {
 
   /** See {@link Bus.requestReplies}. */
   requestReplies(subject: string, payload: unknown, onReply: (reply: ReplyMessage) => void): () => void {
-    // Under this client's own prefix, which its NATS user may be allowed to read alone, in `.steps.` (where agent
-    // hosts may answer, while the rest of the prefix takes only the server's replies), and random: a host that may
-    // answer one agent's steps cannot guess where another's go (nats.js's inbox ids count up).
-    const inbox = `${this.#inboxPrefix}.${STEP_INBOXES}.${randomBytes(16).toString('hex')}`;
-    const subscription = this.#connection.subscribe(inbox, {
-      callback: (error, msg) => {
-        if (error) {
-          const failure = `request to ${subject} failed: ${error.message}`;
-          onReply({ ok: false, error: new TransportError('request_failed', failure, { cause: error }) });
-        } else if (msg.headers?.code === 503) {
-          onReply({ ok: false, error: new TransportError('no_responders', `no one is serving ${subject}`) });
-        } else
-          onReply({
-            ok: true,
-            subject: msg.subject,
-            data: msg.data,
-            ...(msg.reply ? { reply: msg.reply } : {}),
-          });
-      },
-    });
+    const id = this.#inboxes.open(subject, onReply);
     try {
-      this.#connection.publish(subject, JSON.stringify(payload), { reply: inbox });
+      this.#connection.publish(subject, JSON.stringify(payload), { reply: this.#inboxes.inbox(id) });
     } catch (error) {
-      subscription.unsubscribe();
+      this.#inboxes.close(id);
       throw (
         asClosedError(error, subject) ??
         new TransportError('request_failed', `cannot send on ${subject}: ${errorMessage(error)}`, {
@@ -93,7 +83,7 @@ export class NatsRequests {
         })
       );
     }
-    return () => subscription.unsubscribe();
+    return () => this.#inboxes.close(id);
   }
 
   /** See {@link Bus.acknowledge}. */
