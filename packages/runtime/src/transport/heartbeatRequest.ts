@@ -36,6 +36,34 @@ export interface HeartbeatRequestOptions {
   clock?: Clock;
 }
 
+/** What a request started with {@link startHeartbeatRequest} is given besides its subject and payload. */
+export interface StartHeartbeatRequestOptions
+  extends Pick<HeartbeatRequestOptions, 'timeoutMs' | 'idleMs' | 'meta' | 'logLevel' | 'clock'> {
+  /** Held from the start (see {@link HeartbeatRequest.hold}). */
+  held?: boolean | undefined;
+}
+
+/** Who hears a request started with {@link startHeartbeatRequest}: its heartbeats, then its reply or its failure. */
+export interface HeartbeatRequestListener<T> {
+  /** A heartbeat, valid by the request's heartbeat schema. */
+  heartbeat(heartbeat: unknown): void;
+  /** The validated final reply; nothing is heard after it. */
+  replied(reply: T): void;
+  /** The request failed (see {@link requestWithHeartbeats} for the codes); nothing is heard after it. */
+  failed(error: TransportError): void;
+}
+
+/** A request in flight, as its sender steers it. */
+export interface HeartbeatRequest {
+  /**
+   * Holds its timeout (`true`) or lets it go (`false`): while held, `timeoutMs` stops running, and let go, the
+   * request has the time it had left. Heartbeats are still awaited while held (`idleMs`).
+   */
+  hold(held: boolean): void;
+  /** Stops waiting, its reply subscription closed; its listener hears nothing more. */
+  cancel(): void;
+}
+
 /**
  * Sends a request whose responder sends heartbeats to the reply subject while it works, and returns the
  * validated final reply. Fails with a {@link TransportError}: `no_responders`, `timeout`, `stalled` (the
@@ -50,117 +78,268 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
   heartbeatSchema: H,
   options: HeartbeatRequestOptions,
 ): Promise<z.infer<S>> {
-  const meta = options.meta ?? {};
-  const answer = replyMeta(meta);
-  const heartbeatMeta: MessageMeta = { ...answer, kind: 'step.heartbeat' };
-  // Sent, then let go: the closures below live as long as the request waits (a step's whole run), and through this
-  // scope would keep the payload (a step's request, with the outputs it carries) if they could reach it.
-  let unsent: unknown = payload;
+  const { signal, hold } = options;
   return new Promise((resolve, reject) => {
-    if (options.signal?.aborted) {
+    if (signal?.aborted) {
       reject(new TransportError('aborted', `request to ${subject} was aborted`));
       return;
     }
-    const clock = options.clock ?? systemClock;
-    let idle: unknown;
-    let lastHeard = clock.now();
-    let done = false;
-    let stop: (() => void) | undefined;
+    let settled = false;
     let unhold: (() => void) | undefined;
-    const finish = (error: TransportError | undefined, value?: z.infer<S>) => {
-      if (done) return;
-      done = true;
-      clock.clearTimeout(idle);
-      overall.stop();
+    const settle = () => {
+      settled = true;
       unhold?.();
-      options.signal?.removeEventListener('abort', onAbort);
-      stop?.();
-      if (error) reject(error);
-      else resolve(value as z.infer<S>);
+      signal?.removeEventListener('abort', onAbort);
     };
-    /** Silent past the limit: a stall, unless what this (perhaps busy) process has not read yet says otherwise. */
-    const check = () => {
-      if (done) return;
-      const silentMs = clock.now() - lastHeard;
-      if (silentMs < options.idleMs) {
-        watchIdle(options.idleMs - silentMs);
-        return;
-      }
-      finish(
-        new TransportError('stalled', `${subject} sent neither a heartbeat nor a reply for ${silentMs} ms`),
-      );
+    const onAbort = () => {
+      request.cancel();
+      settle();
+      reject(new TransportError('aborted', `request to ${subject} was aborted`));
     };
-    // A round trip to the server first: the heartbeats it sent before its answer are read before the check.
-    const suspect = () => {
-      const flushed = bus.flush().catch(() => undefined);
-      void withTimeout(flushed, options.idleMs, { unref: true }).then(check);
-    };
-    const watchIdle = (ms = options.idleMs) => {
-      clock.clearTimeout(idle);
-      idle = clock.setTimeout(suspect, ms);
-    };
-    const onAbort = () => finish(new TransportError('aborted', `request to ${subject} was aborted`));
-    const overall = holdableTimer(clock, options.timeoutMs, () =>
-      finish(new TransportError('timeout', `no reply from ${subject} within ${options.timeoutMs} ms`)),
+    const request = startHeartbeatRequest(
+      bus,
+      subject,
+      payload,
+      replySchema,
+      heartbeatSchema,
+      { ...options, held: hold?.held },
+      {
+        heartbeat: (heartbeat) => options.onHeartbeat?.(heartbeat),
+        replied: (reply) => {
+          settle();
+          resolve(reply);
+        },
+        failed: (error) => {
+          settle();
+          reject(error);
+        },
+      },
     );
-    if (options.hold) {
-      if (options.hold.held) overall.hold();
-      unhold = options.hold.listen((held) => (held ? overall.hold() : overall.release()));
-    }
-    const onReply = (reply: ReplyMessage) => {
-      if (done) return;
-      if (!reply.ok) {
-        finish(reply.error);
-        return;
-      }
-      // Decoded once; a heartbeat says so (`heartbeat: true`), and only then is it checked as one.
-      const decoded = decodeMessage(reply.data);
-      const json = decoded.ok ? decoded.value : undefined;
-      if ((json as { heartbeat?: unknown } | undefined)?.heartbeat === true) {
-        const heartbeat = validateMessage(heartbeatSchema, json);
-        if (heartbeat.ok) {
-          logMessage(bus.logger, 'trace', 'in', reply.subject, heartbeatMeta);
-          // Its sender learns this request still waits: across NATS accounts, silence is all it would hear else.
-          if (reply.reply !== undefined) bus.acknowledge(reply.reply, heartbeatMeta);
-          lastHeard = clock.now();
-          watchIdle();
-          options.onHeartbeat?.(heartbeat.value);
-          return;
-        }
-      }
-      logMessage(bus.logger, bus.messageLogLevel, 'in', reply.subject, answer);
-      const parsed = decoded.ok ? validateMessage(replySchema, json) : decoded;
-      if (parsed.ok) {
-        finish(undefined, parsed.value);
-        return;
-      }
-      const refusal = decoded.ok ? validateMessage(ErrorReply, json) : decoded;
-      finish(
-        refusal.ok
-          ? TransportError.fromReply(refusal.value)
-          : new TransportError('invalid_reply', `the reply from ${subject} is not valid: ${parsed.reason}`),
-      );
-    };
-    options.signal?.addEventListener('abort', onAbort, { once: true });
-    watchIdle();
+    if (settled) return;
+    unhold = hold?.listen((held) => request.hold(held));
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Sends a request as {@link requestWithHeartbeats} does, for a sender that keeps many waiting (a coordinator's step
+ * calls, one a parked task): its heartbeats and its end go to `listener`, and what it keeps while it waits is one
+ * object and one timer, for its timeout and its heartbeats both. The returned request is held and cancelled by
+ * calls, not through an `AbortSignal` and a `TimeoutHold` listener of its own.
+ */
+export function startHeartbeatRequest<S extends z.ZodType, H extends z.ZodType>(
+  bus: Bus,
+  subject: string,
+  payload: unknown,
+  replySchema: S,
+  heartbeatSchema: H,
+  options: StartHeartbeatRequestOptions,
+  listener: HeartbeatRequestListener<z.infer<S>>,
+): HeartbeatRequest {
+  const request = new HeartbeatWait(bus, subject, replySchema, heartbeatSchema, options, listener);
+  request.send(payload, options.logLevel);
+  return request;
+}
+
+/**
+ * A request waiting for its reply. Its one timer is set for the sooner of its two limits: the timeout (which stops
+ * while held) and the silence allowed (`idleMs` past the last heartbeat); a heartbeat only notes its time, and the
+ * timer, when it fires early, is set again for what is left.
+ */
+class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements HeartbeatRequest {
+  readonly #bus: Bus;
+  readonly #subject: string;
+  readonly #replySchema: S;
+  readonly #heartbeatSchema: H;
+  readonly #listener: HeartbeatRequestListener<z.infer<S>>;
+  readonly #clock: Clock;
+  readonly #meta: MessageMeta;
+  readonly #timeoutMs: number;
+  readonly #idleMs: number;
+  /** The timeout's time left at `#armedAt` (all of it while held). */
+  #left: number;
+  #armedAt: number;
+  #held: boolean;
+  #lastHeard: number;
+  /** Silent past the limit, it makes a round trip to the server before it says so (see `#suspect`). */
+  #suspecting = false;
+  #done = false;
+  /** Within `send`: an end then is told its listener in a microtask, once `send` has returned. */
+  #sending = false;
+  #timer: unknown;
+  #timerAt = Number.POSITIVE_INFINITY;
+  #stop: (() => void) | undefined;
+
+  constructor(
+    bus: Bus,
+    subject: string,
+    replySchema: S,
+    heartbeatSchema: H,
+    options: StartHeartbeatRequestOptions,
+    listener: HeartbeatRequestListener<z.infer<S>>,
+  ) {
+    this.#bus = bus;
+    this.#subject = subject;
+    this.#replySchema = replySchema;
+    this.#heartbeatSchema = heartbeatSchema;
+    this.#listener = listener;
+    this.#clock = options.clock ?? systemClock;
+    this.#meta = options.meta ?? {};
+    this.#timeoutMs = options.timeoutMs;
+    this.#idleMs = options.idleMs;
+    this.#left = options.timeoutMs;
+    this.#held = options.held === true;
+    this.#armedAt = this.#clock.now();
+    this.#lastHeard = this.#armedAt;
+  }
+
+  /** Sends it; the payload is let go once sent (a step's request, with the outputs it carries). */
+  send(payload: unknown, logLevel: MessageLogLevel | undefined): void {
+    this.#arm();
+    this.#sending = true;
     try {
-      stop = bus.requestReplies(subject, unsent, onReply);
-      unsent = undefined;
+      this.#stop = this.#bus.requestReplies(this.#subject, payload, (reply) => this.#heard(reply));
     } catch (error) {
-      unsent = undefined;
-      finish(
+      this.#finish(
         TransportError.is(error)
           ? error
-          : new TransportError('request_failed', `cannot send on ${subject}: ${(error as Error).message}`, {
-              cause: error,
-            }),
+          : new TransportError(
+              'request_failed',
+              `cannot send on ${this.#subject}: ${(error as Error).message}`,
+              { cause: error },
+            ),
+      );
+      return;
+    } finally {
+      this.#sending = false;
+    }
+    // A reply may have come before requestReplies returned (an in-memory bus answers at once).
+    if (this.#done) this.#stop();
+    logMessage(this.#bus.logger, logLevel ?? this.#bus.messageLogLevel, 'out', this.#subject, this.#meta);
+  }
+
+  hold(held: boolean): void {
+    if (this.#done || held === this.#held) return;
+    const now = this.#clock.now();
+    this.#held = held;
+    if (held) this.#left = Math.max(0, this.#left - (now - this.#armedAt));
+    else {
+      this.#armedAt = now;
+      this.#arm();
+    }
+  }
+
+  cancel(): void {
+    this.#end();
+  }
+
+  #heard(reply: ReplyMessage): void {
+    if (this.#done) return;
+    if (!reply.ok) {
+      this.#finish(reply.error);
+      return;
+    }
+    // Decoded once; a heartbeat says so (`heartbeat: true`), and only then is it checked as one.
+    const decoded = decodeMessage(reply.data);
+    const json = decoded.ok ? decoded.value : undefined;
+    if ((json as { heartbeat?: unknown } | undefined)?.heartbeat === true) {
+      const heartbeat = validateMessage(this.#heartbeatSchema, json);
+      if (heartbeat.ok) {
+        const heartbeatMeta: MessageMeta = { ...replyMeta(this.#meta), kind: 'step.heartbeat' };
+        logMessage(this.#bus.logger, 'trace', 'in', reply.subject, heartbeatMeta);
+        // Its sender learns this request still waits: across NATS accounts, silence is all it would hear else.
+        if (reply.reply !== undefined) this.#bus.acknowledge(reply.reply, heartbeatMeta);
+        this.#lastHeard = this.#clock.now();
+        this.#listener.heartbeat(heartbeat.value);
+        return;
+      }
+    }
+    logMessage(this.#bus.logger, this.#bus.messageLogLevel, 'in', reply.subject, replyMeta(this.#meta));
+    const parsed = decoded.ok ? validateMessage(this.#replySchema, json) : decoded;
+    if (parsed.ok) {
+      this.#finish(undefined, parsed.value);
+      return;
+    }
+    const refusal = decoded.ok ? validateMessage(ErrorReply, json) : decoded;
+    this.#finish(
+      refusal.ok
+        ? TransportError.fromReply(refusal.value)
+        : new TransportError(
+            'invalid_reply',
+            `the reply from ${this.#subject} is not valid: ${parsed.reason}`,
+          ),
+    );
+  }
+
+  /** Sets the timer for the sooner limit, unless it is set sooner already (it sets the next when it fires). */
+  #arm(): void {
+    const timeoutAt = this.#held ? Number.POSITIVE_INFINITY : this.#armedAt + this.#left;
+    const silentAt = this.#suspecting ? Number.POSITIVE_INFINITY : this.#lastHeard + this.#idleMs;
+    const at = Math.min(timeoutAt, silentAt);
+    if (this.#done || at >= this.#timerAt) return;
+    this.#clock.clearTimeout(this.#timer);
+    this.#timerAt = at;
+    this.#timer = this.#clock.setTimeout(() => this.#due(), Math.max(0, at - this.#clock.now()));
+  }
+
+  #due(): void {
+    this.#timer = undefined;
+    this.#timerAt = Number.POSITIVE_INFINITY;
+    if (this.#done) return;
+    const now = this.#clock.now();
+    if (!this.#held && now - this.#armedAt >= this.#left) {
+      this.#finish(
+        new TransportError('timeout', `no reply from ${this.#subject} within ${this.#timeoutMs} ms`),
       );
       return;
     }
-    // A reply may have come before requestReplies returned (an in-memory bus answers at once).
-    if (done) stop();
-    logMessage(bus.logger, options.logLevel ?? bus.messageLogLevel, 'out', subject, meta);
-  });
+    if (!this.#suspecting && now - this.#lastHeard >= this.#idleMs) this.#suspect();
+    this.#arm();
+  }
+
+  /**
+   * Silent past the limit: a stall, unless what this (perhaps busy) process has not read yet says otherwise. A round
+   * trip to the server first: the heartbeats it sent before its answer are read before the check.
+   */
+  #suspect(): void {
+    this.#suspecting = true;
+    const flushed = this.#bus.flush().catch(() => undefined);
+    void withTimeout(flushed, this.#idleMs, { unref: true }).then(() => {
+      this.#suspecting = false;
+      if (this.#done) return;
+      const silentMs = this.#clock.now() - this.#lastHeard;
+      if (silentMs < this.#idleMs) {
+        this.#arm();
+        return;
+      }
+      this.#finish(
+        new TransportError(
+          'stalled',
+          `${this.#subject} sent neither a heartbeat nor a reply for ${silentMs} ms`,
+        ),
+      );
+    });
+  }
+
+  #finish(error: TransportError | undefined, value?: z.infer<S>): void {
+    if (!this.#end()) return;
+    const listener = this.#listener;
+    const tell = () => (error ? listener.failed(error) : listener.replied(value as z.infer<S>));
+    // Ended while it was being sent (refused at once, or answered by an in-memory bus): its sender hears it once it
+    // has the request, as a promise's would.
+    if (this.#sending) queueMicrotask(tell);
+    else tell();
+  }
+
+  /** Stops its timer and its reply subscription; false when it had ended already. */
+  #end(): boolean {
+    if (this.#done) return false;
+    this.#done = true;
+    this.#clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#stop?.();
+    return true;
+  }
 }
 
 /** A timer that can be held: its time stops running while held, and goes on from what was left when released. */

@@ -25,7 +25,15 @@ export {
   type NatsServerOptions,
   startNatsServer,
 } from './embeddedNats.ts';
-export { type HeartbeatRequestOptions, requestWithHeartbeats, type TimeoutHold } from './heartbeatRequest.ts';
+export {
+  type HeartbeatRequest,
+  type HeartbeatRequestListener,
+  type HeartbeatRequestOptions,
+  requestWithHeartbeats,
+  type StartHeartbeatRequestOptions,
+  startHeartbeatRequest,
+  type TimeoutHold,
+} from './heartbeatRequest.ts';
 export {
   type HeartbeatSender,
   InlineHeartbeatSender,

@@ -4,7 +4,11 @@ import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
-import { requestWithHeartbeats, type TimeoutHold } from '../../src/transport/heartbeatRequest.ts';
+import {
+  requestWithHeartbeats,
+  startHeartbeatRequest,
+  type TimeoutHold,
+} from '../../src/transport/heartbeatRequest.ts';
 import { NatsBus } from '../../src/transport/natsBus.ts';
 import { TransportError } from '../../src/transport/transportError.ts';
 import { captureLogger, type LogLine, startServer } from './natsFixture.ts';
@@ -237,6 +241,13 @@ describe('requestWithHeartbeats held and let go again and again', () => {
     expect(TransportError.is(outcomes[0]?.error, 'timeout')).toBe(true);
   });
 
+  it('keeps one timer while it waits, for its timeout and its heartbeat watch both', async () => {
+    const { clock, request, pass } = setUp();
+    request({ timeoutMs: 10_000 });
+    await pass(0);
+    expect(clock.pending()).toHaveLength(1);
+  });
+
   it('leaves no listener on the hold and no timer running once each request settled, however it ended', async () => {
     const { clock, hold, waiting, request, pass, outcomes } = setUp();
     const aborts: AbortController[] = [];
@@ -258,6 +269,121 @@ describe('requestWithHeartbeats held and let go again and again', () => {
     expect(outcomes.filter((o) => TransportError.is(o.error, 'aborted'))).toHaveLength(10);
     expect(outcomes.filter((o) => TransportError.is(o.error, 'timeout'))).toHaveLength(10);
     expect(hold.listening).toBe(0);
+    expect(clock.pending()).toEqual([]);
+  });
+});
+
+describe('startHeartbeatRequest', () => {
+  /** A request on an in-memory bus whose responder answers only when the test says, and what its listener heard. */
+  const setUp = (options: { timeoutMs?: number; idleMs?: number; held?: boolean } = {}) => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    const waiting: { respond: (value: unknown) => void }[] = [];
+    bus.subscribeText('troupe.test.one', (delivery) => {
+      waiting.push(delivery);
+    });
+    const heard: string[] = [];
+    const request = startHeartbeatRequest(
+      bus,
+      'troupe.test.one',
+      {},
+      Reply,
+      Heartbeat,
+      { timeoutMs: options.timeoutMs ?? 10_000, idleMs: options.idleMs ?? 3_000, clock, held: options.held },
+      {
+        heartbeat: () => heard.push('heartbeat'),
+        replied: () => heard.push('replied'),
+        failed: (error) => heard.push(error.code),
+      },
+    );
+    const pass = async (ms: number) => {
+      clock.advance(ms);
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    };
+    return { clock, bus, waiting, heard, request, pass };
+  };
+
+  it('keeps one timer for its timeout and its heartbeat watch both; a heartbeat sets none', async () => {
+    const { clock, waiting, heard, pass } = setUp({ timeoutMs: 10_000, idleMs: 3_000 });
+    await pass(0);
+    expect(clock.pending()).toEqual([3_000]);
+    for (let beat = 0; beat < 4; beat++) {
+      waiting[0]?.respond({ heartbeat: true });
+      await pass(0);
+      await pass(2_000);
+      expect(clock.pending()).toHaveLength(1);
+    }
+    expect(heard).toEqual(['heartbeat', 'heartbeat', 'heartbeat', 'heartbeat']);
+    // 8 s gone, and a heartbeat now: the timeout, 2 s on, comes before the silence allowed, 3 s on.
+    waiting[0]?.respond({ heartbeat: true });
+    await pass(0);
+    await pass(1_999);
+    expect(heard.slice(5)).toEqual([]);
+    await pass(1);
+    expect(heard.at(-1)).toBe('timeout');
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('fails stalled when silent for idleMs after its last heartbeat, to the millisecond', async () => {
+    const { clock, waiting, heard, pass } = setUp({ timeoutMs: 60_000, idleMs: 3_000 });
+    await pass(1_000);
+    waiting[0]?.respond({ heartbeat: true });
+    await pass(0);
+    await pass(2_999);
+    expect(heard).toEqual(['heartbeat']);
+    await pass(1);
+    await expect.poll(() => heard.at(-1)).toBe('stalled');
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('held from the start, its timeout does not run until let go; then it has all of it', async () => {
+    const { heard, request, waiting, pass } = setUp({ timeoutMs: 5_000, idleMs: 3_600_000, held: true });
+    await pass(60_000);
+    expect(heard).toEqual([]);
+    request.hold(false);
+    await pass(4_999);
+    expect(heard).toEqual([]);
+    await pass(1);
+    expect(heard).toEqual(['timeout']);
+    waiting[0]?.respond({ done: true });
+    await pass(0);
+    expect(heard).toEqual(['timeout']);
+  });
+
+  it('cancelled, leaves no timer and no inbox, and its listener hears nothing more', async () => {
+    const { bus, clock, heard, request, waiting, pass } = setUp();
+    await pass(0);
+    const inbox = (waiting[0] as { reply?: string }).reply as string;
+    expect(bus.hasListener(inbox)).toBe(true);
+    request.cancel();
+    expect(clock.pending()).toEqual([]);
+    expect(bus.hasListener(inbox)).toBe(false);
+    waiting[0]?.respond({ done: true });
+    await pass(60_000);
+    expect(heard).toEqual([]);
+  });
+
+  it('tells a failure to send once it has returned, not from within the call', async () => {
+    const clock = new SimulatedClock();
+    const bus = new MemoryBus({ clock });
+    await bus.close();
+    const heard: string[] = [];
+    startHeartbeatRequest(
+      bus,
+      'troupe.test.closed',
+      {},
+      Reply,
+      Heartbeat,
+      { timeoutMs: 1_000, idleMs: 1_000, clock },
+      {
+        heartbeat: () => {},
+        replied: () => heard.push('replied'),
+        failed: (error) => heard.push(error.code),
+      },
+    );
+    expect(heard).toEqual([]);
+    await Promise.resolve();
+    expect(heard).toEqual(['closed']);
     expect(clock.pending()).toEqual([]);
   });
 });
