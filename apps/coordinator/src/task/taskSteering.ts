@@ -41,21 +41,26 @@ export class TaskSteering {
   #pausedMs: number;
   #told: ToldMessage[];
   #toldCount: number;
+  /*
+   * Each collection below is made when it first has something to hold: most tasks are never steered, and a parked
+   * task keeps its steering while its model call lasts (a Map or a Set costs about 150 bytes empty). The listeners
+   * are arrays replaced on each change, each its exact size, so a change while they are told reaches only the next.
+   */
   /** The keys of the latest tells, oldest first, each with its message's id: a retried tell is taken once. */
-  readonly #toldKeys: Map<string, string>;
-  readonly #listeners = new Set<HoldListener>();
+  #toldKeys: Map<string, string> | undefined;
+  #listeners: readonly HoldListener[] = NONE;
   /**
    * The steps at work in this run (by step id, each with its live parts: a send, a wait, a hold; a `pipeline` step by
    * its sub-task's id), and, of each message told, the steps at work then (or given it since) that have not read it
    * yet. A message one step read stays in `told` for those, and goes to no other step. The messages read and what
    * they are still owed ride in the record (`toldOwed`), so a restored run goes on with the same bookkeeping.
    */
-  readonly #atWork = new Map<string, number>();
-  readonly #owed = new Map<string, Set<string>>();
-  readonly #readOnce = new Set<string>();
-  readonly #toldListeners = new Set<ToldListener>();
+  #atWork: Map<string, number> | undefined;
+  #owed: Map<string, Set<string>> | undefined;
+  #readOnce: Set<string> | undefined;
+  #toldListeners: readonly ToldListener[] = NONE;
   /** Messages told here whose record is not written yet: none goes out of the task (to a sub-task) before it is. */
-  readonly #unrecorded = new Set<string>();
+  #unrecorded: Set<string> | undefined;
 
   /** A run's steering, from the record it resumes (nothing held, nothing told for a new task). */
   constructor(record?: Partial<SteeringFields>) {
@@ -69,12 +74,15 @@ export class TaskSteering {
             ...(paused.reason === undefined ? {} : { reason: paused.reason }),
           };
     this.#pausedMs = record?.pausedMs ?? 0;
-    this.#told = [...(record?.told ?? [])];
+    this.#told = record?.told ? [...record.told] : [];
     this.#toldCount = record?.toldCount ?? this.#told.length;
-    this.#toldKeys = new Map((record?.toldKeys ?? []).map(({ key, messageId }) => [key, messageId]));
+    const keys = record?.toldKeys ?? [];
+    if (keys.length > 0) this.#toldKeys = new Map(keys.map(({ key, messageId }) => [key, messageId]));
     for (const { messageId, steps } of record?.toldOwed ?? []) {
       if (!this.#told.some((m) => m.id === messageId)) continue;
+      this.#readOnce ??= new Set();
       this.#readOnce.add(messageId);
+      this.#owed ??= new Map();
       this.#owed.set(messageId, new Set(steps.map(runOf)));
     }
   }
@@ -86,15 +94,15 @@ export class TaskSteering {
    */
   restored(): void {
     queueMicrotask(() => {
-      for (const owed of this.#owed.values())
-        for (const stepId of owed) if (!this.#atWork.has(stepId)) owed.delete(stepId);
+      for (const owed of this.#owed?.values() ?? [])
+        for (const stepId of owed) if (this.#atWork?.has(stepId) !== true) owed.delete(stepId);
       this.#prune();
     });
   }
 
   /** The id of the message a tell with `key` made, if the task still keeps that key. */
   toldWith(key: string): string | undefined {
-    return this.#toldKeys.get(key);
+    return this.#toldKeys?.get(key);
   }
 
   /** The pause in force, if the task is held. */
@@ -124,9 +132,10 @@ export class TaskSteering {
   toldFor(step: string): ToldMessage[] {
     const stepId = runOf(step);
     const given = this.#told.filter(
-      (m) => !this.#readOnce.has(m.id) || this.#owed.get(m.id)?.has(stepId) === true,
+      (m) => this.#readOnce?.has(m.id) !== true || this.#owed?.get(m.id)?.has(stepId) === true,
     );
     for (const { id } of given) {
+      this.#owed ??= new Map();
       const owed = this.#owed.get(id);
       if (owed) owed.add(stepId);
       else this.#owed.set(id, new Set([stepId]));
@@ -140,22 +149,39 @@ export class TaskSteering {
    * which one part replaces another).
    */
   atWork(step: string): () => void {
-    const stepId = runOf(step);
-    this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 0) + 1);
+    this.beginWork(step);
     let ended = false;
     return () => {
       if (ended) return;
       ended = true;
-      this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 1) - 1);
-      // After the transitions its end sets off, which settle in the microtasks after it: a failed call's retry
-      // begins its wait (at work again) only once the call's failure has reached the workflow.
-      setImmediate(() => {
-        if ((this.#atWork.get(stepId) ?? 0) > 0) return;
-        this.#atWork.delete(stepId);
-        for (const owed of this.#owed.values()) owed.delete(stepId);
-        this.#prune();
-      });
+      this.endWork(step);
     };
+  }
+
+  /**
+   * {@link TaskSteering.atWork} for a part that keeps no closure (a step's send, which a parked task keeps): it says
+   * its end once, with {@link TaskSteering.endWork}.
+   */
+  beginWork(step: string): void {
+    const stepId = runOf(step);
+    this.#atWork ??= new Map();
+    this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 0) + 1);
+  }
+
+  /** A part begun with {@link TaskSteering.beginWork} ended; each says so once. */
+  endWork(step: string): void {
+    const stepId = runOf(step);
+    const atWork = this.#atWork;
+    if (atWork === undefined) return;
+    atWork.set(stepId, (atWork.get(stepId) ?? 1) - 1);
+    // After the transitions its end sets off, which settle in the microtasks after it: a failed call's retry
+    // begins its wait (at work again) only once the call's failure has reached the workflow.
+    setImmediate(() => {
+      if ((atWork.get(stepId) ?? 0) > 0) return;
+      atWork.delete(stepId);
+      for (const owed of this.#owed?.values() ?? []) owed.delete(stepId);
+      this.#prune();
+    });
   }
 
   /** Holds the task from `now`; false when it is held already. Listeners hear it at once. */
@@ -255,8 +281,10 @@ export class TaskSteering {
       ...(by === undefined ? {} : { by }),
     };
     this.#told.push(message);
+    this.#unrecorded ??= new Set();
     this.#unrecorded.add(message.id);
     if (key !== undefined) {
+      this.#toldKeys ??= new Map();
       this.#toldKeys.set(key, message.id);
       // The newest MAX_TOLD_KEYS of people's keys, and apart from them of those its parent forwarded with: those
       // are no more than the parent's unread backlog (all kept until the sub-task ends), and one dropped would be
@@ -266,7 +294,10 @@ export class TaskSteering {
       for (const oldest of alike.slice(0, Math.max(0, alike.length - MAX_TOLD_KEYS)))
         this.#toldKeys.delete(oldest);
     }
-    if (this.#atWork.size > 0) this.#owed.set(message.id, new Set(this.#atWork.keys()));
+    if (this.#atWork !== undefined && this.#atWork.size > 0) {
+      this.#owed ??= new Map();
+      this.#owed.set(message.id, new Set(this.#atWork.keys()));
+    }
     return message;
   }
 
@@ -277,12 +308,14 @@ export class TaskSteering {
   read(ids: readonly string[], stepId?: string): void {
     if (ids.length === 0) return;
     for (const id of ids) {
-      if (stepId === undefined) this.#unrecorded.delete(id);
+      if (stepId === undefined) this.#unrecorded?.delete(id);
       if (!this.#told.some((m) => m.id === id)) continue;
       if (stepId === undefined) {
-        this.#owed.delete(id);
-        for (const [key, messageId] of this.#toldKeys) if (messageId === id) this.#toldKeys.delete(key);
-      } else this.#owed.get(id)?.delete(runOf(stepId));
+        this.#owed?.delete(id);
+        const keys = this.#toldKeys;
+        for (const [key, messageId] of keys ?? []) if (messageId === id) keys?.delete(key);
+      } else this.#owed?.get(id)?.delete(runOf(stepId));
+      this.#readOnce ??= new Set();
       this.#readOnce.add(id);
     }
     this.#prune();
@@ -290,36 +323,45 @@ export class TaskSteering {
 
   /** Drops the messages read that no step at work still owes a reading. */
   #prune(): void {
+    const readOnce = this.#readOnce;
+    if (readOnce === undefined || this.#told.length === 0) return;
     this.#told = this.#told.filter((message) => {
-      if (!this.#readOnce.has(message.id) || (this.#owed.get(message.id)?.size ?? 0) > 0) return true;
-      this.#owed.delete(message.id);
-      this.#readOnce.delete(message.id);
+      if (!readOnce.has(message.id) || (this.#owed?.get(message.id)?.size ?? 0) > 0) return true;
+      this.#owed?.delete(message.id);
+      readOnce.delete(message.id);
       return false;
     });
   }
 
   /** Hears each message told from now on, once its record is written, until the returned function is called. */
   onTold(listener: ToldListener): () => void {
-    this.#toldListeners.add(listener);
-    return () => this.#toldListeners.delete(listener);
+    this.#toldListeners = [...this.#toldListeners, listener];
+    return () => {
+      this.#toldListeners = without(this.#toldListeners, listener);
+    };
   }
 
   /** Whether message `id`'s record is written (a message restored from the record is). */
   isRecorded(id: string): boolean {
-    return !this.#unrecorded.has(id);
+    return this.#unrecorded?.has(id) !== true;
   }
 
   /** Message `message` is recorded: those hearing tells hear it now. */
   recorded(message: ToldMessage): void {
-    this.#unrecorded.delete(message.id);
+    this.#unrecorded?.delete(message.id);
     if (!this.#told.some((m) => m.id === message.id)) return;
-    for (const listener of [...this.#toldListeners]) listener(message);
+    for (const listener of this.#toldListeners) listener(message);
   }
 
   /** Hears each hold and each letting go until the returned function is called. */
   listen(listener: HoldListener): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    this.#listeners = [...this.#listeners, listener];
+    return () => this.unlisten(listener);
+  }
+
+  /** Stops `listener` hearing holds, as the function {@link TaskSteering.listen} returned does. */
+  unlisten(listener: HoldListener): void {
+    this.#listeners = without(this.#listeners, listener);
   }
 
   /** What the task's records say of its steering now. */
@@ -338,7 +380,7 @@ export class TaskSteering {
       ...(this.#pausedMs > 0 ? { pausedMs: this.#pausedMs } : {}),
       ...(this.#told.length > 0 ? { told: [...this.#told] } : {}),
       ...(this.#toldCount > 0 ? { toldCount: this.#toldCount } : {}),
-      ...(this.#toldKeys.size > 0
+      ...(this.#toldKeys !== undefined && this.#toldKeys.size > 0
         ? { toldKeys: [...this.#toldKeys].map(([key, messageId]) => ({ key, messageId })) }
         : {}),
       ...this.#owedFields(),
@@ -348,8 +390,8 @@ export class TaskSteering {
   /** The messages some step read that others still owe a reading, with those steps, for the record. */
   #owedFields(): Pick<SteeringFields, 'toldOwed'> {
     const toldOwed = this.#told.flatMap(({ id }) => {
-      const steps = this.#owed.get(id);
-      return this.#readOnce.has(id) && steps !== undefined && steps.size > 0
+      const steps = this.#owed?.get(id);
+      return this.#readOnce?.has(id) === true && steps !== undefined && steps.size > 0
         ? [{ messageId: id, steps: [...steps] }]
         : [];
     });
@@ -357,8 +399,17 @@ export class TaskSteering {
   }
 
   #tellListeners(held: boolean): void {
-    for (const listener of [...this.#listeners]) listener(held);
+    for (const listener of this.#listeners) listener(held);
   }
+}
+
+const NONE: readonly never[] = [];
+
+/** `listeners` less `listener` (its first entry, as a Set's delete would take the one there is), a new array. */
+function without<T>(listeners: readonly T[], listener: T): readonly T[] {
+  const at = listeners.indexOf(listener);
+  if (at < 0) return listeners;
+  return listeners.length === 1 ? NONE : [...listeners.slice(0, at), ...listeners.slice(at + 1)];
 }
 
 /**

@@ -22,6 +22,39 @@ describe("a task's steering", () => {
     expect(steering.fields()).toEqual({ pausedMs: 4_000 });
   });
 
+  it('tells each hold to the listeners there were when it came; one stopped with unlisten hears no more', () => {
+    const steering = new TaskSteering();
+    const heard: string[] = [];
+    const second = (held: boolean) => heard.push(`second ${held}`);
+    const late = (held: boolean) => heard.push(`late ${held}`);
+    steering.listen((held) => {
+      heard.push(`first ${held}`);
+      // Added while a change is told, it hears the next one; taken off meanwhile, it still hears this one.
+      if (held) steering.listen(late);
+      steering.unlisten(second);
+    });
+    steering.listen(second);
+    steering.pause(1_000);
+    steering.undoPause();
+    expect(heard).toEqual(['first true', 'second true', 'first false', 'late false']);
+  });
+
+  it('keeps a message told while a step is at work (beginWork) for that step, until the step reads it or ends (endWork)', async () => {
+    const steering = new TaskSteering();
+    steering.beginWork('t1.plan.1');
+    steering.beginWork('t1.build.1');
+    const message = steering.tell('use tabs', AT);
+    steering.read([message.id], 't1.plan.1');
+    // Read by one step, owed to the other: still there for it, and for no step that comes later.
+    expect(steering.toldFor('t1.build.1').map((m) => m.id)).toEqual([message.id]);
+    expect(steering.toldFor('t1.test.1')).toEqual([]);
+    expect(steering.fields().toldOwed).toEqual([{ messageId: message.id, steps: ['t1.build.1'] }]);
+    steering.endWork('t1.build.1');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(steering.told).toEqual([]);
+    expect(steering.fields()).toEqual({ toldCount: 1 });
+  });
+
   it('gives each message the next id, keeps it until read, and goes on from a record', () => {
     const steering = new TaskSteering();
     expect(steering.tell('one', AT, 'ann')).toEqual({ id: 'm-1', text: 'one', by: 'ann', at: AT });
