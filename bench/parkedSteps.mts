@@ -10,7 +10,11 @@
  * (`AgentHost.local`, as a coordinator beside the host takes it, which is what `parkedHeap` measures): no inbox and no
  * heartbeats. The bus keeps no history of what it carried (the testkit's does, for tests' assertions).
  *
- *   node scripts/bench.mjs parkedSteps [N=1000] [outDir=.] [snap|nosnap] [local]
+ * Steps whose model call waits past the host's `parkAfterMs` are parked (their agent actors stopped, see `AgentRun`):
+ * `park=<ms>` sets it (default 200, the host's 5 s shortened so the bench runs quickly; `park=0` parks none), and each
+ * snapshot is taken that long and half a second more after its steps were heard waiting on their model.
+ *
+ *   node scripts/bench.mjs parkedSteps [N=1000] [outDir=.] [snap|nosnap] [local] [park=<ms>]
  */
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -24,6 +28,8 @@ const parked = Number(process.argv[2] ?? 1000);
 const outDir = process.argv[3] ?? '.';
 const snap = process.argv[4] !== 'nosnap';
 const local = process.argv[5] === 'local';
+const parkArg = process.argv.find((arg) => arg.startsWith('park='));
+const parkAfterMs = parkArg === undefined ? 200 : Number(parkArg.slice('park='.length));
 const heapUsed = () => {
   (globalThis as { gc?: () => void }).gc?.();
   return process.memoryUsage().heapUsed;
@@ -52,6 +58,7 @@ const host = startAgentHost({
   workspaceRoot: await mkdtemp(join(tmpdir(), 'troupe-bench-steps-')),
   logger: createLogger({ level: 'silent' }),
   maxLocalSteps: local ? parked + 20 : 0,
+  parkAfterMs,
 });
 /** The steps taken in this process, kept as their workflow would keep them. */
 const calls: LocalStepCall[] = [];
@@ -83,6 +90,8 @@ const send = (i: number) => {
 };
 const until = async (n: number) => {
   while (parkedSteps.size < n) await new Promise((resolve) => setTimeout(resolve, 10));
+  // The host parks a step's agent actor once its model call has waited parkAfterMs.
+  if (parkAfterMs > 0) await new Promise((resolve) => setTimeout(resolve, parkAfterMs + 500));
 };
 for (let i = 0; i < 20; i++) send(i);
 await until(20);
@@ -95,6 +104,7 @@ console.log(
   JSON.stringify({
     parked,
     local,
+    parkAfterMs,
     inFlight: host.inFlight,
     perStepKB: (after - before) / parked / 1024,
   }),

@@ -40,6 +40,17 @@ export interface AgentMachineInput {
    * no longer stop it.
    */
   paused?: boolean;
+  /**
+   * The step was parked while its model call waited (its actor stopped, see `ParkingRun`) and is woken: the actor
+   * starts as the parked one was, in that model call, which it adopts (no `llm.request` again, no second call).
+   */
+  woken?: WokenStep;
+}
+
+/** What a woken step's actor starts from: the parked actor's context, and how long the step had run by its waking. */
+export interface WokenStep {
+  context: AgentContext;
+  ranMs: number;
 }
 
 /**
@@ -85,6 +96,8 @@ export interface AgentContext extends AgentMachineInput {
   verdict?: Verdict;
   structured?: unknown;
   failure?: AgentFailure;
+  /** A woken step's: how long the step ran before this actor started, which its time limits count from their start. */
+  ranMs?: number;
 }
 
 /** The result of an agent step: what `done`, `failed` or `stopped` leaves behind. */
@@ -126,8 +139,9 @@ export const NO_CALLS: readonly ToolCall[] = Object.freeze([]);
 export const NO_CHECKS: readonly CallDecision[] = Object.freeze([]);
 export const NO_APPROVALS: Readonly<Record<string, ApprovalDecision>> = Object.freeze({});
 
-/** A step's context at its start: its input, before any model call. */
+/** A step's context at its start: its input, before any model call; a woken step's, the parked actor's. */
 export function initialContext(input: AgentMachineInput): AgentContext {
+  if (input.woken) return { ...input.woken.context, ranMs: input.woken.ranMs };
   return {
     ...input,
     turn: 0,

@@ -13,6 +13,7 @@ import { type HeartbeatSender, InlineHeartbeatSender } from '../transport/heartb
 import type { WorkspaceLimits } from '../workspace/workspaceLimits.ts';
 import { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import { isOwnVersion } from './agentForStep.ts';
+import { DEFAULT_PARK_AFTER_MS } from './agentRun.ts';
 import { type StepDeps, startAgentStep } from './agentStep.ts';
 import { type LocalSteps, takeLocally } from './localSteps.ts';
 import { type HostedAgent, isRemoteAgent } from './remoteAgent.ts';
@@ -78,6 +79,12 @@ export interface AgentHostOptions {
    * process sends its step over NATS, where any worker may take it. 0 (the default) takes none this way.
    */
   maxLocalSteps?: number;
+  /**
+   * How long a step's model call waits before the step is parked: its agent actor stopped, its context and the call
+   * kept, a new actor taking it up when the reply lands (see `AgentRun`). Default {@link DEFAULT_PARK_AFTER_MS}; 0
+   * parks no step.
+   */
+  parkAfterMs?: number;
 }
 
 /** A running set of agent actors serving their subjects. */
@@ -217,6 +224,7 @@ function stepDeps(
     publish: (event) => bus.publishEvent(event),
     ...(options.price ? { price: options.price } : {}),
     modelWait,
+    parkAfterMs: options.parkAfterMs ?? DEFAULT_PARK_AFTER_MS,
     actors,
     ...(options.human ? { human: options.human } : {}),
     ...(options.memory ? { memory: options.memory } : {}),

@@ -55,6 +55,12 @@ export function timeLimit(context: AgentMachineInput): { ms: number; stop: StepS
   return { ms: timeoutMs, stop: { why: 'step_timeout' } };
 }
 
+/** Milliseconds until the step's nearer time limit from this actor's start: a woken step's ran part of them parked. */
+export function timeLeft(context: AgentContext): number {
+  const limit = timeLimit(context);
+  return limit === undefined ? NO_TIME_LIMIT : Math.max(0, limit.ms - (context.ranMs ?? 0));
+}
+
 /** Whether the step has spent its budget (a model call, tokens or money) already. */
 export const budgetSpent = (context: AgentContext): boolean =>
   spentBudget(context.budget, context) !== undefined;

@@ -15,6 +15,7 @@ export type {
   AgentMachineInput,
   AgentOutput,
   StepStop,
+  WokenStep,
 } from './agentContext.ts';
 export type {
   AgentServices,
@@ -41,7 +42,7 @@ export const agentMachine = agentSetup.createMachine({
   initial: 'working',
   states: {
     working: {
-      initial: 'deciding',
+      initial: 'starting',
       on: {
         stop: { actions: { type: 'halt', params: ({ event }) => event.stop } },
         pause: { actions: assign({ paused: true }) },
@@ -59,7 +60,12 @@ export const agentMachine = agentSetup.createMachine({
           },
         },
       },
-      states: { ...modelRound, ...toolRound },
+      states: {
+        /** A new step decides on its first model call; a woken one goes on waiting on the call its parked actor made. */
+        starting: { always: [{ guard: 'woken', target: 'woken' }, { target: 'deciding' }] },
+        ...modelRound,
+        ...toolRound,
+      },
     },
     done: { type: 'final' },
     failed: { type: 'final' },

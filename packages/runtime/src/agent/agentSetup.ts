@@ -21,7 +21,7 @@ import {
   type StepStop,
 } from './agentContext.ts';
 import { stoppedFailure } from './agentFailures.ts';
-import { budgetSpent, NO_TIME_LIMIT, timeLimit } from './agentLimits.ts';
+import { budgetSpent, timeLeft, timeLimit } from './agentLimits.ts';
 import {
   type ApprovalsInput,
   type CallDecision,
@@ -80,10 +80,12 @@ export const agentSetup = setup({
     ),
   },
   delays: {
-    timeLimit: ({ context }) => timeLimit(context)?.ms ?? NO_TIME_LIMIT,
+    timeLimit: ({ context }) => timeLeft(context),
   },
   guards: {
     timeLimited: ({ context }) => timeLimit(context) !== undefined,
+    /** The actor starts a parked step again, in the model call it had in flight. */
+    woken: ({ context }) => context.ranMs !== undefined,
     failureDecided: ({ context }) => context.failure !== undefined,
     turnsLeft: ({ context }) => context.turn < context.maxTurns,
     pauseAsked: ({ context }) => context.paused === true,

@@ -1,25 +1,19 @@
 import type { ToolDefinition } from '@troupe/llm';
-import {
-  type AgentStepReply,
-  type AgentStepRequest,
-  errorMessage,
-  isStepErrorCode,
-  type ToldMessage,
-} from '@troupe/protocol';
-import { createActor, toPromise } from 'xstate';
+import type { AgentStepReply, AgentStepRequest, ToldMessage } from '@troupe/protocol';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
-import { type AgentMachineInput, type AgentOutput, agentMachine, type StepStop } from './agentMachine.ts';
+import type { AgentMachineInput, StepStop } from './agentMachine.ts';
+import { AgentRun } from './agentRun.ts';
 import type { AgentActorRef } from './stepActors.ts';
 import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
-import { failedReply, outOfTimeReply, toReply, withAskedPeople } from './stepReply.ts';
+import { crashedReply, outOfTimeReply, withAskedPeople } from './stepReply.ts';
 import { StepServices } from './stepServices.ts';
 import { StepTold } from './stepTold.ts';
 import { endAgentSpan, startAgentSpan } from './stepTracing.ts';
-import { offloadReply, unreadContextReply, withWholeContext } from './stepValues.ts';
+import { unreadContextReply, withWholeContext } from './stepValues.ts';
 import { handOnWorkspace, unpulledWorkspaceReply } from './stepWorkspace.ts';
 
 export type { StepDeps };
@@ -118,25 +112,6 @@ class StartedStep implements AgentStep {
   }
 }
 
-/** A step's agent actor under way: its reply, and its stop and pause as events sent to it. */
-class ActorRun implements AgentStep {
-  readonly reply: Promise<AgentStepReply>;
-  readonly #actor: AgentActorRef;
-
-  constructor(reply: Promise<AgentStepReply>, actor: AgentActorRef) {
-    this.reply = reply;
-    this.#actor = actor;
-  }
-
-  stop(stop: StepStop): void {
-    this.#actor.send({ type: 'stop', stop });
-  }
-
-  pause(): void {
-    this.#actor.send({ type: 'pause' });
-  }
-}
-
 function startStep(step: StepContext, paused: boolean): AgentStep {
   const { request, deps } = step;
   const deadline = request.budget?.deadline;
@@ -227,30 +202,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined, paused: b
       }
     });
   };
-  let actor: AgentActorRef;
-  let output: Promise<AgentOutput | undefined>;
-  if (deps.actors) ({ agent: actor, output } = deps.actors.spawn(request.stepId, input, listen));
-  else {
-    actor = createActor(agentMachine, { clock: deps.clock, input });
-    listen(actor);
-    output = toPromise(actor);
-    actor.start();
-  }
-  // An actor in error (an action that threw) rejects: that step's failure, never its host's or its neighbours'.
-  const reply = output.then(
-    (ended) =>
-      // No output: stopped before its end with the host actor (a group's child ends with its parent), which only
-      // a host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
-      ended === undefined
-        ? failedReply(
-            request.stepId,
-            'worker_stopped',
-            `the agent host stopped before step ${request.stepId} ended`,
-          )
-        : offloadReply(step, toReply(request.stepId, ended, step.told.readIds)),
-    (error: unknown) => crashedReply(request, error),
-  );
-  return new ActorRun(reply, actor);
+  return new AgentRun(step, services, input, listen);
 }
 
 /** Each agent's tool definitions, per registry: made once and shared by its steps (nothing changes them). */
@@ -281,10 +233,4 @@ export function runAgentStep(
   deps: StepDeps,
 ): Promise<AgentStepReply> {
   return startAgentStep(agent, request, deps).reply;
-}
-
-/** An actor that failed outright (a service missing, an action that threw): its error's step code, else `agent_crashed`. */
-function crashedReply(request: AgentStepRequest, error: unknown): AgentStepReply {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  return failedReply(request.stepId, isStepErrorCode(code) ? code : 'agent_crashed', errorMessage(error));
 }

@@ -73,17 +73,8 @@ const compacted = agentSetup.createStateConfig({
   always: [stopWhenBudgetSpent, stopWhenPaused, { target: 'thinking' }],
 });
 
-/** One model call, announced as `llm.request`; its reply decides what comes next. */
-const thinking = agentSetup.createStateConfig({
-  entry: [
-    assign({ turn: ({ context }) => context.turn + 1 }),
-    emit(({ context }) => ({
-      type: 'llm.request' as const,
-      turn: context.turn,
-      messages: context.messages.length,
-      tools: context.tools.map((t) => t.name),
-    })),
-  ],
+/** A model call invoked; its reply decides what comes next. */
+const modelCall = agentSetup.createStateConfig({
   invoke: {
     src: 'callModel',
     input: ({ context }) => ({
@@ -150,6 +141,26 @@ const thinking = agentSetup.createStateConfig({
   },
 });
 
+/** One model call, announced as `llm.request`. */
+const thinking = agentSetup.createStateConfig({
+  entry: [
+    assign({ turn: ({ context }) => context.turn + 1 }),
+    emit(({ context }) => ({
+      type: 'llm.request' as const,
+      turn: context.turn,
+      messages: context.messages.length,
+      tools: context.tools.map((t) => t.name),
+    })),
+  ],
+  ...modelCall,
+});
+
+/**
+ * A woken step's actor (see `AgentMachineInput.woken`), in the model call its parked actor had made: invoked again,
+ * the call is adopted, not made again, and it was announced already.
+ */
+const woken = agentSetup.createStateConfig({ ...modelCall });
+
 /** A reply that does not match the required output: the model is asked once more, with what was wrong. */
 const repairing = agentSetup.createStateConfig({
   always: [
@@ -168,4 +179,4 @@ const repairing = agentSetup.createStateConfig({
 });
 
 /** The model round's states, children of the machine's `working`. */
-export const modelRound = { deciding, compacting, compacted, thinking, repairing };
+export const modelRound = { deciding, compacting, compacted, thinking, woken, repairing };

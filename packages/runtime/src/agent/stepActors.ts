@@ -166,6 +166,16 @@ export class StepActors {
     return spawnedAgent;
   }
 
+  /**
+   * Stops step `id`'s agent actor, if it runs here: its end is heard as a stop's (no output), and the step no longer
+   * runs here (a parked step's, which a new actor takes up when it wakes).
+   */
+  drop(id: string): void {
+    const agent = this.#running.get(id);
+    if (!agent) return;
+    this.#groups[groupOf(id)]?.send({ type: 'step.drop', id: agent.id });
+  }
+
   /** Stops the host actor and with it every agent actor still running. */
   stop(): void {
     this.#host.stop();

@@ -52,6 +52,11 @@ export interface StepDeps {
    * steps); without it, a step's agent actor is a root of its own.
    */
   actors?: StepActors;
+  /**
+   * How long a model call waits before its step is parked (its agent actor stopped, taken up again by a new one when
+   * the reply lands, see `AgentRun`); absent or 0, steps are never parked.
+   */
+  parkAfterMs?: number;
   /** Told when the step starts (true) and stops (false) waiting on its model's reply. */
   modelWait?: (stepId: string, waiting: boolean) => void;
   /**

@@ -1,4 +1,11 @@
-import type { AgentStepReply, AgentStepRequest, StepErrorCode, UsageTotals } from '@troupe/protocol';
+import {
+  type AgentStepReply,
+  type AgentStepRequest,
+  errorMessage,
+  isStepErrorCode,
+  type StepErrorCode,
+  type UsageTotals,
+} from '@troupe/protocol';
 import type { AgentOutput } from './agentMachine.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import { bestEffort, type StepContext } from './stepContext.ts';
@@ -73,6 +80,12 @@ export function failedReply(stepId: string, code: StepErrorCode, message: string
     usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
     turns: 0,
   };
+}
+
+/** An actor that failed outright (a service missing, an action that threw): its error's step code, else `agent_crashed`. */
+export function crashedReply(request: AgentStepRequest, error: unknown): AgentStepReply {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return failedReply(request.stepId, isStepErrorCode(code) ? code : 'agent_crashed', errorMessage(error));
 }
 
 /**

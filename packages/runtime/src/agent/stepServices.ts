@@ -16,21 +16,31 @@ import type {
 import { AgentStepError } from './agentStepError.ts';
 import { callModel, summarize } from './journaledModel.ts';
 import { stepTools, type ToolServices } from './journaledTools.ts';
+import { ModelCallInFlight } from './modelCallInFlight.ts';
 import { RecordedReplies } from './recordedReplies.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import type { StepContext } from './stepContext.ts';
+
+/** Who hears of a step's model calls: each one's start and its end (a reply or a failure). */
+export interface ModelCallWatcher {
+  modelCallStarted(): void;
+  modelCallEnded(): void;
+}
 
 /**
  * What serves one step's agent actor: its journaled model and tools, whom it waits on, and the signal that tells what
  * waits on a person why the step stopped. One object, its parts made when first needed: a step waiting on its model
  * (a parked task's, most often) holds the step's context and its recorded replies here, not a tool executor with its
- * maps and run id, nor a stop signal, both made at its first tool call or stop.
+ * maps and run id, nor a stop signal, both made at its first tool call or stop. Its model call in flight is held here,
+ * not by the actor that asked for it, so a parked step's actor may be stopped and a woken one adopt the call.
  */
 export class StepServices implements AgentServices {
   readonly #step: StepContext;
   readonly #replies: RecordedReplies;
   #stopped: AbortController | undefined;
   #tools: ToolServices | undefined;
+  #modelCall: ModelCallInFlight | undefined;
+  #watcher: ModelCallWatcher | undefined;
 
   constructor(step: StepContext) {
     const { deps, request } = step;
@@ -38,8 +48,32 @@ export class StepServices implements AgentServices {
     this.#replies = new RecordedReplies(deps.journal, request.stepId, request.fresh === true);
   }
 
+  /**
+   * The turn's model call: the one in flight for this turn if there is one (an actor woken after its step was parked
+   * adopts it: the model is not asked again), else a new one.
+   */
   callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelCallOutput> {
-    return callModel(this.#step, this.#replies, input, signal);
+    const inFlight = this.#modelCall;
+    if (inFlight?.turn === input.turn) return inFlight.hold(signal);
+    const call = new ModelCallInFlight(input.turn, (own) => callModel(this.#step, this.#replies, input, own));
+    this.#modelCall = call;
+    this.#watcher?.modelCallStarted();
+    // Its end is heard before the actor holding the call hears it, and a parked step's actor is woken to hear it.
+    call.reply.then(
+      () => this.#modelCallEnded(call),
+      () => this.#modelCallEnded(call),
+    );
+    return call.hold(signal);
+  }
+
+  /** Tells `watcher` of each model call's start and end from now on (the run that may park the step). */
+  watchModelCalls(watcher: ModelCallWatcher): void {
+    this.#watcher = watcher;
+  }
+
+  /** The actor holding the model call in flight is about to be stopped (its step parked): the call goes on. */
+  detachModelCall(): void {
+    this.#modelCall?.detach();
   }
 
   compactConversation(input: CompactionInput, signal: AbortSignal): Promise<ConversationSummary> {
@@ -64,6 +98,12 @@ export class StepServices implements AgentServices {
 
   stopping(stop: StepStop): void {
     this.#stopSignal().abort(abortReason(stop, this.#step));
+  }
+
+  #modelCallEnded(call: ModelCallInFlight): void {
+    // Told first: a parked step's actor is woken now and adopts the call, its reply settled, before it is let go.
+    this.#watcher?.modelCallEnded();
+    if (this.#modelCall === call) this.#modelCall = undefined;
   }
 
   #toolServices(): ToolServices {

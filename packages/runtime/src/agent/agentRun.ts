@@ -1,0 +1,163 @@
+import type { AgentStepReply } from '@troupe/protocol';
+import { createActor, toPromise } from 'xstate';
+import type { AgentContext, AgentEvent, AgentMachineInput, AgentOutput, StepStop } from './agentContext.ts';
+import { timeLimit } from './agentLimits.ts';
+import { agentMachine } from './agentMachine.ts';
+import type { AgentStep } from './agentStep.ts';
+import type { AgentActorRef } from './stepActors.ts';
+import type { StepContext } from './stepContext.ts';
+import { crashedReply, failedReply, toReply } from './stepReply.ts';
+import type { ModelCallWatcher, StepServices } from './stepServices.ts';
+import { offloadReply } from './stepValues.ts';
+
+/**
+ * How long an agent host lets a step's model call wait before it parks the step: as long as a coordinator waits before
+ * it passivates a task waiting on the step, so a parked task's step is parked too, while a model call of milliseconds
+ * (most of them) never is.
+ */
+export const DEFAULT_PARK_AFTER_MS = 5_000;
+
+/**
+ * A step's agent actor under way: its reply, and its stop and pause as events sent to it. While a model call waits
+ * longer than the host's `parkAfterMs`, the step is parked: its actor is stopped (its model call goes on, held by the
+ * step's services) and only its context kept, with a timer for its time limit. A new actor takes the step up from that
+ * context when the reply lands, adopting the call (the model is asked once, `llm.request` is not announced again), or
+ * when a stop or a pause comes, which it is then sent; its time limit ending wakes it with a stop. What the agent reads
+ * when told something is kept outside the actor, so a message told to a parked step leaves it parked.
+ */
+export class AgentRun implements AgentStep, ModelCallWatcher {
+  readonly reply: Promise<AgentStepReply>;
+  readonly #step: StepContext;
+  readonly #services: StepServices;
+  readonly #listen: (actor: AgentActorRef) => void;
+  /** When the first actor started, which the step's time limits count from. */
+  readonly #startedAt: number;
+  #settle: (reply: AgentStepReply | Promise<AgentStepReply>) => void = () => {};
+  /** The actor running the step; undefined while it is parked. */
+  #actor: AgentActorRef | undefined;
+  /** The parked actor's context, while the step is parked. */
+  #parked: AgentContext | undefined;
+  /** While a model call waits: the timer that parks the step; while parked: the one of its time limit. */
+  #timer: unknown;
+
+  /** Starts the step's first actor; throws as spawning it does (`startAgentStep` replies `agent_crashed`). */
+  constructor(
+    step: StepContext,
+    services: StepServices,
+    input: AgentMachineInput,
+    listen: (actor: AgentActorRef) => void,
+  ) {
+    this.#step = step;
+    this.#services = services;
+    this.#listen = listen;
+    this.#startedAt = step.deps.clock.now();
+    this.reply = new Promise((resolve) => {
+      this.#settle = resolve;
+    });
+    if ((step.deps.parkAfterMs ?? 0) > 0) services.watchModelCalls(this);
+    this.#start(input);
+  }
+
+  stop(stop: StepStop): void {
+    this.#send({ type: 'stop', stop });
+  }
+
+  pause(): void {
+    this.#send({ type: 'pause' });
+  }
+
+  /** A model call went out: the step is parked if it lasts. */
+  modelCallStarted(): void {
+    const { clock, parkAfterMs = 0 } = this.#step.deps;
+    clock.clearTimeout(this.#timer);
+    this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs);
+  }
+
+  /** The model call ended (its reply, or its failure): a parked step wakes to take it. */
+  modelCallEnded(): void {
+    this.#step.deps.clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    if (this.#parked) this.#wake();
+  }
+
+  /** Spawns an actor for the step (its host's child, or a root of its own), listened to before it starts. */
+  #start(input: AgentMachineInput): void {
+    const { deps, request } = this.#step;
+    let actor: AgentActorRef;
+    let output: Promise<AgentOutput | undefined>;
+    if (deps.actors) ({ agent: actor, output } = deps.actors.spawn(request.stepId, input, this.#listen));
+    else {
+      actor = createActor(agentMachine, { clock: deps.clock, input });
+      this.#listen(actor);
+      output = toPromise(actor);
+      actor.start();
+    }
+    this.#actor = actor;
+    // An actor in error (an action that threw) rejects: that step's failure, never its host's or its neighbours'.
+    output.then(
+      (ended) => this.#ended(actor, ended),
+      (error: unknown) => {
+        if (this.#actor === actor) this.#settle(crashedReply(request, error));
+      },
+    );
+  }
+
+  /** An actor's end: the step's, unless it was the actor of a step since parked. */
+  #ended(actor: AgentActorRef, ended: AgentOutput | undefined): void {
+    if (this.#actor !== actor) return;
+    const { request } = this.#step;
+    this.#settle(
+      // No output: stopped before its end with the host actor (a group's child ends with its parent), which only a
+      // host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
+      ended === undefined
+        ? failedReply(
+            request.stepId,
+            'worker_stopped',
+            `the agent host stopped before step ${request.stepId} ended`,
+          )
+        : offloadReply(this.#step, toReply(request.stepId, ended, this.#step.told.readIds)),
+    );
+  }
+
+  /** The model call has lasted: a step still waiting on it lets its actor go, keeping its context. */
+  #park(): void {
+    this.#timer = undefined;
+    const actor = this.#actor;
+    const snapshot = actor?.getSnapshot();
+    if (!actor || snapshot?.status !== 'active') return;
+    if (!snapshot.matches({ working: 'thinking' }) && !snapshot.matches({ working: 'woken' })) return;
+    const { deps, request } = this.#step;
+    const context = snapshot.context;
+    this.#services.detachModelCall();
+    this.#actor = undefined;
+    this.#parked = context;
+    if (deps.actors) deps.actors.drop(request.stepId);
+    else actor.stop();
+    // Its time limit, which the actor kept, is kept here while it sleeps (a paused step's no longer counts).
+    const limit = timeLimit(context);
+    if (limit === undefined || context.paused) return;
+    const left = Math.max(0, limit.ms - (deps.clock.now() - this.#startedAt));
+    this.#timer = deps.clock.setTimeout(() => this.stop(limit.stop), left);
+  }
+
+  /** A new actor takes up the parked step from its context, in the model call, which it adopts. */
+  #wake(): void {
+    const context = this.#parked;
+    if (!context) return;
+    const { clock } = this.#step.deps;
+    this.#parked = undefined;
+    clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    try {
+      this.#start({ ...context, woken: { context, ranMs: clock.now() - this.#startedAt } });
+    } catch (error) {
+      this.#settle(crashedReply(this.#step.request, error));
+    }
+  }
+
+  /** An event for the step's actor: a parked step is woken first. */
+  #send(event: AgentEvent): void {
+    if (this.#parked) this.#wake();
+    this.#actor?.send(event);
+  }
+}

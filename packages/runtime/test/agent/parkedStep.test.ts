@@ -1,0 +1,194 @@
+import type { ModelProvider, ModelRequest, ModelResponse } from '@troupe/llm';
+import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
+import { SimulatedClock } from '@troupe/testkit';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { type AgentStep, startAgentStep } from '../../src/agent/agentStep.ts';
+import { StepActors } from '../../src/agent/stepActors.ts';
+import { EventFactory } from '../../src/events/eventFactory.ts';
+import { coder, codeStep, removeWorkspaces, stepDeps } from './stepSetup.ts';
+
+afterEach(removeWorkspaces);
+
+const PARK_AFTER_MS = 5_000;
+
+/** A model whose every call waits until the test answers it, as a slow model's does. */
+function heldModel(): {
+  model: ModelProvider;
+  calls: { request: ModelRequest; answer(response: Partial<ModelResponse>): void }[];
+} {
+  const calls: { request: ModelRequest; answer(response: Partial<ModelResponse>): void }[] = [];
+  return {
+    calls,
+    model: {
+      provider: 'held',
+      model: 'held-1',
+      complete: (request) =>
+        new Promise<ModelResponse>((resolve) =>
+          calls.push({
+            request,
+            answer: (response) =>
+              resolve({
+                content: '',
+                toolCalls: [],
+                usage: { inputTokens: 10, outputTokens: 5, cachedTokens: 0 },
+                finishReason: 'stop',
+                model: 'held-1',
+                ...response,
+              }),
+          }),
+        ),
+    },
+  };
+}
+
+const writeHello = {
+  toolCalls: [{ id: 'call-w', name: 'write_file', arguments: '{"path":"notes/hello.md","content":"# Hi"}' }],
+  finishReason: 'tool_calls' as const,
+};
+
+/** A step on a host's actors and a simulated clock, parked after {@link PARK_AFTER_MS} unless `parkAfterMs` says. */
+async function hostedStep(request: AgentStepRequest = codeStep(), parkAfterMs = PARK_AFTER_MS) {
+  const clock = new SimulatedClock();
+  const actors = new StepActors(clock);
+  const { model, calls } = heldModel();
+  const { deps, events } = await stepDeps({
+    clock,
+    events: new EventFactory(clock),
+    actors,
+    parkAfterMs,
+  });
+  const step = startAgentStep(coder(model), request, deps);
+  await vi.waitFor(() => expect(calls).toHaveLength(1));
+  return { clock, actors, calls, events, step };
+}
+
+/** What a step announced, without the ids and times of its events, nor how long its tools ran (on the system's clock). */
+const announced = (events: TroupeEvent[]) =>
+  events.map(({ kind, data }) => ({
+    kind,
+    data: { ...data, ...(kind === 'tool.result' ? { durationMs: 0 } : {}) },
+  }));
+
+/** The reply of `step`, once it came, or undefined while it has not. */
+async function settled(step: AgentStep) {
+  let reply: Awaited<AgentStep['reply']> | undefined;
+  void step.reply.then((r) => {
+    reply = r;
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  return reply;
+}
+
+describe('a step whose model call waits long (parked)', () => {
+  it('lets its agent actor go while it waits, and only after parkAfterMs', async () => {
+    const { clock, actors, step } = await hostedStep();
+    clock.advance(PARK_AFTER_MS - 1);
+    expect(actors.size).toBe(1);
+    clock.advance(1);
+    expect(actors.size).toBe(0);
+    expect(await settled(step)).toBeUndefined();
+  });
+
+  it('keeps its agent actor when parking is off (parkAfterMs 0)', async () => {
+    const { clock, actors } = await hostedStep(codeStep(), 0);
+    clock.advance(60_000);
+    expect(actors.size).toBe(1);
+  });
+
+  it('wakes on its reply with the same events and reply as a step never parked, the model asked once a turn', async () => {
+    const run = async (parkAfterMs: number) => {
+      const { clock, actors, calls, events, step } = await hostedStep(codeStep(), parkAfterMs);
+      clock.advance(6_000);
+      expect(actors.size).toBe(parkAfterMs > 0 ? 0 : 1);
+      calls[0]?.answer(writeHello);
+      await vi.waitFor(() => expect(calls).toHaveLength(2));
+      clock.advance(6_000);
+      expect(actors.size).toBe(parkAfterMs > 0 ? 0 : 1);
+      calls[1]?.answer({ content: 'Wrote notes/hello.md' });
+      const reply = await step.reply;
+      return { reply, events: announced(events), calls: calls.length, running: actors.size };
+    };
+    const parked = await run(PARK_AFTER_MS);
+    const live = await run(0);
+    expect(parked.reply).toMatchObject({ ok: true, output: 'Wrote notes/hello.md', turns: 2 });
+    expect(parked).toEqual(live);
+    expect(parked.events.filter((e) => e.kind === 'llm.request')).toHaveLength(2);
+    expect(parked.running).toBe(0);
+  });
+
+  it('stops when sent a stop while parked: replies aborted with what it spent, and aborts its model call', async () => {
+    const { clock, actors, calls, events, step } = await hostedStep();
+    clock.advance(PARK_AFTER_MS);
+    expect(actors.size).toBe(0);
+    step.stop({ why: 'task_ended', taskId: 'task-1', ending: { status: 'cancelled' } });
+    expect(await step.reply).toMatchObject({
+      ok: false,
+      error: {
+        code: 'aborted',
+        message: 'step task-1.code.1 was aborted after 1 model call(s): its task has ended',
+      },
+      turns: 1,
+    });
+    expect(calls[0]?.request.signal?.aborted).toBe(true);
+    expect(calls).toHaveLength(1);
+    expect(events.map((e) => e.kind)).toEqual(['llm.request']);
+  });
+
+  it('stops at its time limit while parked, on the injected clock, as it does awake', async () => {
+    const { clock, actors, calls, step } = await hostedStep(codeStep({ timeoutMs: 20_000 }));
+    clock.advance(PARK_AFTER_MS);
+    expect(actors.size).toBe(0);
+    clock.advance(20_000 - PARK_AFTER_MS - 1);
+    expect(await settled(step)).toBeUndefined();
+    clock.advance(1);
+    expect(await step.reply).toMatchObject({
+      ok: false,
+      error: { code: 'step_timeout', message: 'agent coder did not finish within the step timeout (20 s)' },
+    });
+    expect(calls[0]?.request.signal?.aborted).toBe(true);
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('stops at its time limit once woken, counting the time it slept', async () => {
+    const { clock, actors, calls, step } = await hostedStep(codeStep({ timeoutMs: 20_000 }));
+    clock.advance(10_000);
+    expect(actors.size).toBe(0);
+    calls[0]?.answer(writeHello);
+    await vi.waitFor(() => expect(calls).toHaveLength(2));
+    // Awake in its second call: 10 s of its 20 are left, whatever the woken actor's start.
+    clock.advance(9_999);
+    expect(await settled(step)).toBeUndefined();
+    clock.advance(1);
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'step_timeout' } });
+  });
+
+  it('when paused while parked, takes its reply and stops before the tools it asks for, as it does awake', async () => {
+    const run = async (parkAfterMs: number) => {
+      const { clock, actors, calls, events, step } = await hostedStep(codeStep(), parkAfterMs);
+      clock.advance(6_000);
+      expect(actors.size).toBe(parkAfterMs > 0 ? 0 : 1);
+      step.pause?.();
+      calls[0]?.answer(writeHello);
+      const reply = await step.reply;
+      return { reply, events: announced(events), calls: calls.length };
+    };
+    const parked = await run(PARK_AFTER_MS);
+    expect(parked.reply).toMatchObject({ ok: false, error: { code: 'paused' }, turns: 1 });
+    expect(parked).toEqual(await run(0));
+  });
+
+  it('stays parked when told something, and its agent reads it before its next model call', async () => {
+    const { clock, actors, calls, step } = await hostedStep();
+    clock.advance(PARK_AFTER_MS);
+    step.tell?.({ id: 'm-1', text: 'use British spelling', by: 'ana', at: '2026-01-01T00:00:00Z' });
+    expect(actors.size).toBe(0);
+    calls[0]?.answer(writeHello);
+    await vi.waitFor(() => expect(calls).toHaveLength(2));
+    expect(calls[1]?.request.messages.at(-1)).toMatchObject({
+      role: 'user',
+      content: expect.stringContaining('use British spelling'),
+    });
+    calls[1]?.answer({ content: 'Wrote notes/hello.md' });
+    expect(await step.reply).toMatchObject({ ok: true, toldRead: ['m-1'] });
+  });
+});
