@@ -6,21 +6,19 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-/** Counts the listeners on every task's steering that are still listening. */
+/** Counts the listeners on every task's steering that are still listening, however each stops (its closure or unlisten). */
 function countListeners() {
-  let live = 0;
-  const listen = TaskSteering.prototype.listen;
+  const live = new Set<unknown>();
+  const { listen, unlisten } = TaskSteering.prototype;
   vi.spyOn(TaskSteering.prototype, 'listen').mockImplementation(function (this: TaskSteering, listener) {
-    const stop = listen.call(this, listener);
-    live += 1;
-    let stopped = false;
-    return () => {
-      if (!stopped) live -= 1;
-      stopped = true;
-      stop();
-    };
+    live.add(listener);
+    return listen.call(this, listener);
   });
-  return () => live;
+  vi.spyOn(TaskSteering.prototype, 'unlisten').mockImplementation(function (this: TaskSteering, listener) {
+    live.delete(listener);
+    unlisten.call(this, listener);
+  });
+  return () => live.size;
 }
 
 const STEPS = 12;

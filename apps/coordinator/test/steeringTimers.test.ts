@@ -467,8 +467,8 @@ describe('a held task’s timers (the clock’s pending timers)', () => {
     const task = intake.deliver({ id: 'pt-1', goal: 'build it' });
     const plan = await next('pt-1.plan.1');
     await bus.settled();
-    // At work: the step's timeout and its host's heartbeat watch besides the keep-alive.
-    expect(clock.pending()).toHaveLength(3);
+    // At work: the step's request besides the keep-alive, one timer for its timeout and its host's heartbeat watch.
+    expect(clock.pending()).toHaveLength(2);
     await control('pt-1', { action: 'pause' });
     paused(plan);
     await bus.settled();
@@ -478,7 +478,7 @@ describe('a held task’s timers (the clock’s pending timers)', () => {
     await control('pt-1', { action: 'resume' });
     const again = await next('pt-1.plan.1');
     await bus.settled();
-    expect(clock.pending()).toHaveLength(3);
+    expect(clock.pending()).toHaveLength(2);
     ok(again);
     ok(await next('pt-1.build.1'));
     await task.handled;

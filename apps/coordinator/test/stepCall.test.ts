@@ -285,6 +285,30 @@ describe('the step call as a child of its task', () => {
     expect(task.getSnapshot().value).toBe('cancelled');
   });
 
+  it('hears reconnects through one listener for all its sends in flight: each is sent again, and the last gone takes it', async () => {
+    const { bus, start, pass, worker, heartbeat } = setUp();
+    const { received, deliveries } = worker((delivery) => heartbeat(delivery));
+    const tasks = [start(), start(), start()];
+    await pass(200);
+    expect(received).toHaveLength(3);
+    expect(bus.statusListeners).toBe(1);
+    bus.emitStatus('reconnect');
+    await pass(200);
+    // Each heard it once: sent again once, and its send again did not hear the reconnect that set it off.
+    expect(received.map((r) => r.fresh)).toEqual([true, true, true, undefined, undefined, undefined]);
+    expect(bus.statusListeners).toBe(1);
+    deliveries[3]?.respond(okReply(STEP_ID, 'first'));
+    deliveries[4]?.respond(okReply(STEP_ID, 'second'));
+    await pass(0);
+    expect(bus.statusListeners).toBe(1);
+    tasks[2]?.send({ type: 'cancel' });
+    expect(bus.statusListeners).toBe(0);
+    expect(tasks.slice(0, 2).map((task) => outcomeOf(task))).toEqual([
+      { reply: expect.objectContaining({ output: 'first' }) },
+      { reply: expect.objectContaining({ output: 'second' }) },
+    ]);
+  });
+
   it('leaves nothing listening once it has ended: replied, failed or stopped', async () => {
     const { bus, start, pass, worker, heartbeat } = setUp();
     const answered = worker((delivery) => delivery.respond(okReply(STEP_ID)));

@@ -1,10 +1,19 @@
 import { AgentStepReply, type AgentStepRequest, isRetryable, StepHeartbeat } from '@troupe/protocol';
-import { type MessageLogLevel, requestLocally, requestWithHeartbeats, TransportError } from '@troupe/runtime';
+import {
+  type HeartbeatRequest,
+  type HeartbeatRequestListener,
+  type MessageLogLevel,
+  requestLocally,
+  startHeartbeatRequest,
+  TransportError,
+} from '@troupe/runtime';
 import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
 import type { TaskSteering } from '../task/taskSteering.ts';
+import type { SendInFlight } from './sendsInFlight.ts';
 import type { StepCallEvent, StepCallServices } from './stepCall.ts';
 import { heldDeadline, watchHeldDeadline } from './stepCallDeadline.ts';
+import { type HearsReconnects, StepCallReconnects } from './stepCallReconnects.ts';
 import { heldSoFar, timeLeft } from './stepCallRules.ts';
 
 /** How long past a step's timeout the workflow waits for the agent's own account of it before giving up. */
@@ -44,17 +53,17 @@ export interface RequestInput {
  */
 export function stepSendLogic(services: StepCallServices) {
   const { bus, clock } = services;
+  const reconnects = new StepCallReconnects(bus);
   return restoredUnfresh(
-    fromCallback<StepCallEvent, RequestInput>(({ input, sendBack: toCall, system }) => {
+    fromCallback<StepCallEvent, RequestInput>(({ input, sendBack, system }) => {
       const { sends } = services;
       const { taskId, stepId } = input.request;
       // Restored from its passivated task's snapshot: the send under way is this call's, and is not sent again.
       const adopted = sends?.adopt(taskId, stepId);
       if (sends && adopted) {
-        adopted.heardBy(toCall);
+        adopted.heardBy(sendBack);
         return () => adopted.stopped();
       }
-      let sendBack: (event: StepCallEvent) => void = toCall;
       // The one gate on sends: a held task (`troupe pause`) sends no step, a first one or a resend, a restored one too.
       const steering = steeringOf(system);
       if (steering?.held) {
@@ -74,35 +83,8 @@ export function stepSendLogic(services: StepCallServices) {
         sendBack({ type: 'failed', error: new TransportError('timeout', 'the step ran out of time') });
         return;
       }
+      const send = new StepSend(services, reconnects, input, steering, sendBack);
       const facts = runFactsOf(system);
-      // At work while this send lasts: a message told meanwhile is kept for this step until it reads it.
-      const ended = steering?.atWork(stepId);
-      const abort = new AbortController();
-      let settled = false;
-      let unwatch = () => {};
-      // Stopped for good while the request still waits: its reply subscription is closed (a settled one needs nothing).
-      const end = () => {
-        stopHearing();
-        stopHolding?.();
-        unwatch();
-        ended?.();
-        if (!settled) abort.abort();
-      };
-      // Kept by the runner while under way, its events through it: a passivated task's send goes on
-      // (see `sendsInFlight.ts`).
-      const send = sends?.start(taskId, stepId, end);
-      if (send) {
-        send.heardBy(toCall);
-        sendBack = (event) => send.tell(event);
-      }
-      const stopHolding = steering?.listen((held) => {
-        if (settled) return;
-        unwatch();
-        unwatch = held
-          ? watchHeldDeadline(clock, heldDeadline(input), () => sendBack({ type: 'pastDeadline' }))
-          : () => {};
-        sendBack({ type: held ? 'heldAtWork' : 'unheldAtWork' });
-      });
       const request: AgentStepRequest = {
         ...input.request,
         ...(steering ? steered(input.request, steering, input.pausedTimeCounts) : {}),
@@ -118,15 +100,6 @@ export function stepSendLogic(services: StepCallServices) {
         heartbeatMs: services.heartbeatMs,
         ...(input.fresh ? { fresh: true as const } : {}),
       };
-      const waiting = {
-        // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
-        timeoutMs: left + REPLY_GRACE_MS,
-        signal: abort.signal,
-        ...(steering ? { hold: steering } : {}),
-        clock,
-        onHeartbeat: (heartbeat: unknown) =>
-          sendBack({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat }),
-      };
       const meta = {
         taskId: input.request.taskId,
         from: input.request.from ?? 'workflow',
@@ -135,49 +108,185 @@ export function stepSendLogic(services: StepCallServices) {
       };
       // While no worker serves the agent the step is sent again every 2 s: one line says so, not each send.
       const logLevel: MessageLogLevel | undefined = input.quiet ? 'debug' : undefined;
+      // The agent stops itself at `left` and says why (what it waited on); its reply gets a moment to come.
+      const timeoutMs = left + REPLY_GRACE_MS;
       // A host of this process takes the step if it can: no NATS hop, no heartbeats, and no reply a reconnect can lose.
       // Its lines are those of a step over NATS, marked `local`.
-      const local = input.overNats
-        ? undefined
-        : services.local &&
-          requestLocally(services.local, request, {
-            ...waiting,
-            log: { logger: bus.logger, level: logLevel ?? bus.messageLogLevel, subject: input.subject, meta },
-          });
-      const stopHearing = local
-        ? () => {}
-        : bus.onStatus((status) => {
-            if (status.type === 'reconnect' && !settled) sendBack({ type: 'reconnect' });
-          });
-      (
-        local ??
-        requestWithHeartbeats(bus, input.subject, request, AgentStepReply, StepHeartbeat, {
-          ...waiting,
-          idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
-          meta,
-          ...(logLevel ? { logLevel } : {}),
-        })
-      ).then(
-        (reply) => {
-          settled = true;
-          send?.settled();
-          // Read messages go to no later step; the reply's checkpoint records that, with the step's end. A failed
-          // run's reads do not count: the workflow's retry of the step is a fresh run with a journal of its own
-          // (`-r<n>`), which must be given them again. A retryable reply (paused, say) is sent again under the same
-          // id, whose journal holds what was read.
-          if (reply.toldRead && (reply.ok || isRetryable(reply.error.code)))
-            steering?.read(reply.toldRead, stepId);
-          sendBack({ type: 'replied', reply });
-        },
-        (error: unknown) => {
-          settled = true;
-          send?.settled();
-          sendBack({ type: 'failed', error });
-        },
+      if (!input.overNats && services.local) {
+        const abort = new AbortController();
+        const local = requestLocally(services.local, request, {
+          timeoutMs,
+          signal: abort.signal,
+          ...(steering ? { hold: steering } : {}),
+          clock,
+          onHeartbeat: (heartbeat) => send.heartbeat(heartbeat),
+          log: { logger: bus.logger, level: logLevel ?? bus.messageLogLevel, subject: input.subject, meta },
+        });
+        if (local) return send.takenLocally(local, abort);
+      }
+      return send.overNats((listener) =>
+        startHeartbeatRequest(
+          bus,
+          input.subject,
+          request,
+          AgentStepReply,
+          StepHeartbeat,
+          {
+            timeoutMs,
+            idleMs: services.heartbeatMs * MISSED_HEARTBEATS,
+            held: steering?.held,
+            clock,
+            meta,
+            ...(logLevel ? { logLevel } : {}),
+          },
+          listener,
+        ),
       );
-      return send ? () => send.stopped() : end;
     }),
   );
+}
+
+/**
+ * What one send keeps while its request waits, in one object (a parked task keeps it for as long as its model call
+ * lasts): where its events go, the task's steering it holds the request by, its watch on the task's deadline while
+ * held, and how to stop the request.
+ */
+class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconnects {
+  readonly #services: StepCallServices;
+  readonly #reconnects: StepCallReconnects;
+  readonly #stepId: string;
+  /** The task's deadline while it is held, when held time counts (see `heldDeadline`). */
+  readonly #deadline: number | undefined;
+  readonly #steering: TaskSteering | undefined;
+  /** The call, until the runner keeps the send (`#kept`): its events then go through it. */
+  #call: ((event: StepCallEvent) => void) | undefined;
+  /** Kept by the runner while under way, its events through it: a passivated task's send goes on (`sendsInFlight.ts`). */
+  #kept: SendInFlight | undefined;
+  #request: HeartbeatRequest | undefined;
+  #abort: AbortController | undefined;
+  /** The request has settled, or the send was stopped: nothing more is told. */
+  #settled = false;
+  /** Hears the task held and let go, while the send lasts. */
+  readonly #holdListener = (held: boolean) => this.#holdChanged(held);
+  #unwatch: (() => void) | undefined;
+  /** The step is at work while this send lasts (see `TaskSteering.beginWork`), until `end`. */
+  #atWork = false;
+
+  constructor(
+    services: StepCallServices,
+    reconnects: StepCallReconnects,
+    input: RequestInput,
+    steering: TaskSteering | undefined,
+    call: (event: StepCallEvent) => void,
+  ) {
+    const { taskId, stepId } = input.request;
+    this.#services = services;
+    this.#reconnects = reconnects;
+    this.#stepId = stepId;
+    this.#deadline = heldDeadline(input);
+    this.#steering = steering;
+    // At work while this send lasts: a message told meanwhile is kept for this step until it reads it.
+    steering?.beginWork(stepId);
+    this.#atWork = steering !== undefined;
+    this.#kept = services.sends?.start(taskId, stepId, () => this.end());
+    this.#kept?.heardBy(call);
+    this.#call = this.#kept ? undefined : call;
+    steering?.listen(this.#holdListener);
+  }
+
+  /** The step taken by a host of this process: its reply, and the signal that cancels it. */
+  takenLocally(reply: Promise<AgentStepReply>, abort: AbortController): () => void {
+    this.#abort = abort;
+    reply.then(
+      (value) => this.#replied(value),
+      (error: unknown) => this.#failed(error),
+    );
+    return this.#stopper();
+  }
+
+  /** The step sent over NATS, as `start` sends it to this send: its reconnects are heard until it ends. */
+  overNats(start: (listener: HeartbeatRequestListener<AgentStepReply>) => HeartbeatRequest): () => void {
+    this.#request = start(this);
+    if (!this.#settled) this.#reconnects.add(this);
+    return this.#stopper();
+  }
+
+  heartbeat(heartbeat: unknown): void {
+    this.#tell({ type: 'heartbeat', heartbeat: heartbeat as StepHeartbeat });
+  }
+
+  // The request's end reaches the call a turn of the microtask queue later, as a promise's did: a signal delivered with
+  // the reply (a pause crossing it) is heard first, and holds the step that would follow.
+  replied(reply: AgentStepReply): void {
+    queueMicrotask(() => this.#replied(reply));
+  }
+
+  failed(error: unknown): void {
+    queueMicrotask(() => this.#failed(error));
+  }
+
+  #replied(reply: AgentStepReply): void {
+    if (!this.#settle()) return;
+    // Read messages go to no later step; the reply's checkpoint records that, with the step's end. A failed run's
+    // reads do not count: the workflow's retry of the step is a fresh run with a journal of its own (`-r<n>`), which
+    // must be given them again. A retryable reply (paused, say) is sent again under the same id, whose journal holds
+    // what was read.
+    if (reply.toldRead && (reply.ok || isRetryable(reply.error.code)))
+      this.#steering?.read(reply.toldRead, this.#stepId);
+    this.#tell({ type: 'replied', reply });
+  }
+
+  #failed(error: unknown): void {
+    if (!this.#settle()) return;
+    this.#tell({ type: 'failed', error });
+  }
+
+  reconnected(): void {
+    if (!this.#settled) this.#tell({ type: 'reconnect' });
+  }
+
+  /** Stopped for good: the request is cancelled if it still waits, and what the send listened to is let go. */
+  end(): void {
+    this.#reconnects.delete(this);
+    this.#steering?.unlisten(this.#holdListener);
+    this.#unwatch?.();
+    if (this.#atWork) this.#steering?.endWork(this.#stepId);
+    this.#atWork = false;
+    if (this.#settled) return;
+    this.#settled = true;
+    this.#request?.cancel();
+    this.#abort?.abort();
+  }
+
+  /** How the call stops it: through the runner when it keeps the send (a passivated task's send goes on). */
+  #stopper(): () => void {
+    const kept = this.#kept;
+    return kept ? () => kept.stopped() : () => this.end();
+  }
+
+  /** The request settled: false when it had already, or the send was stopped. */
+  #settle(): boolean {
+    if (this.#settled) return false;
+    this.#settled = true;
+    this.#reconnects.delete(this);
+    this.#kept?.settled();
+    return true;
+  }
+
+  #holdChanged(held: boolean): void {
+    this.#request?.hold(held);
+    if (this.#settled) return;
+    this.#unwatch?.();
+    this.#unwatch = held
+      ? watchHeldDeadline(this.#services.clock, this.#deadline, () => this.#tell({ type: 'pastDeadline' }))
+      : undefined;
+    this.#tell({ type: held ? 'heldAtWork' : 'unheldAtWork' });
+  }
+
+  #tell(event: StepCallEvent): void {
+    if (this.#kept) this.#kept.tell(event);
+    else this.#call?.(event);
+  }
 }
 
 /**
