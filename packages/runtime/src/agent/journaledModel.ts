@@ -1,11 +1,9 @@
-import type { ModelDelta, ModelObserver, ModelResponse } from '@troupe/llm';
+import type { ModelResponse } from '@troupe/llm';
 import type { ConversationSummary, ModelReply, ToldMessage } from '@troupe/protocol';
 import { type RecordedTurn, StepJournal } from '../durable/stepJournal.ts';
 import type { CompactionInput, ModelCallInput, ModelCallOutput } from './agentMachine.ts';
 import { summaryRequest } from './compaction.ts';
-import { DeltaBatcher } from './deltaBatcher.ts';
-import { ModelToolNames } from './modelToolNames.ts';
-import { promptCacheHint } from './promptCacheHint.ts';
+import { callContext, ModelAsk, type ModelOutcome, waitingOnModel } from './modelAsk.ts';
 import type { RecordedReplies } from './recordedReplies.ts';
 import { bestEffort, type StepContext, unlessUnavailable } from './stepContext.ts';
 import { toldTurn } from './stepTold.ts';
@@ -16,39 +14,12 @@ import { endModelSpan, startModelSpan } from './stepTracing.ts';
  * from it (a step run again after a crash asks the model nothing it asked before); a new one is recorded once made.
  */
 
-/**
- * A model call, with the host told while the step waits on it (a long wait parks the task): `answered` or `failed`
- * takes its outcome once the wait is told over, in one callback rather than after a `finally`, so a step waiting on
- * its model keeps one promise here. A provider that throws rather than rejects fails the call all the same.
- */
-function waitingOnModel<R>(
-  step: StepContext,
-  call: () => Promise<ModelResponse>,
-  answered: (response: ModelResponse) => R,
-  failed: (error: unknown) => R,
-): Promise<R> {
-  const { deps, request } = step;
-  deps.modelWait?.(request.stepId, true);
-  let asked: Promise<ModelResponse>;
-  try {
-    asked = call();
-  } catch (error) {
-    asked = Promise.reject(error);
-  }
-  return asked.then(
-    (response) => {
-      deps.modelWait?.(request.stepId, false);
-      return answered(response);
-    },
-    (error: unknown) => {
-      deps.modelWait?.(request.stepId, false);
-      return failed(error);
-    },
-  );
-}
-
-const rethrow = (error: unknown): never => {
-  throw error;
+/** A summary's response as it came: the summary is made of it after the wait. */
+const AS_ANSWERED: ModelOutcome<ModelResponse> = {
+  answered: (response) => response,
+  failed: (error) => {
+    throw error;
+  },
 };
 
 /**
@@ -79,7 +50,7 @@ export async function callModel(
   // Stopped while the journal was read: the model is not asked at all.
   signal.throwIfAborted();
   // Chained, not awaited: a step waiting on its model (a parked task's) keeps this call's promises, not its frames.
-  return askModel(step, asked, signal).then((result) =>
+  return ModelAsk.ask(step, asked, signal).then((result) =>
     journaled(step, replies, { asked, input, told }, result),
   );
 }
@@ -197,8 +168,7 @@ export async function summarize(
           context: { ...callContext(step, input.callsBefore), purpose: 'summary' },
           signal,
         }),
-      (answered) => answered,
-      rethrow,
+      AS_ANSWERED,
     );
     if (response.content.trim() === '') throw new Error('the model returned an empty summary');
     const provider = response.provider ?? agent.model.provider;
@@ -231,109 +201,3 @@ export async function summarize(
   );
   return result;
 }
-
-/**
- * The model asked, with streamed deltas, retries and fallbacks published as events. Its reply is handled in a
- * callback rather than after an `await`, so a step waiting on its model keeps no frame of this function.
- */
-function askModel(step: StepContext, input: ModelCallInput, signal: AbortSignal): Promise<ModelReply> {
-  const { agent, deps, request, scope } = step;
-  const started = deps.clock.now();
-  const ref = { agent: agent.name, stepId: request.stepId, turn: input.turn };
-  const batcher = agent.stream
-    ? new DeltaBatcher({
-        emit: (batch) =>
-          deps.publish(
-            deps.events.make(
-              'llm.delta',
-              scope,
-              {
-                ...ref,
-                seq: batch.seq,
-                text: batch.text,
-                ...(batch.toolCalls.length > 0 ? { toolCalls: batch.toolCalls } : {}),
-              },
-              { from: `${agent.model.provider}:${agent.model.model}`, to: agent.name },
-            ),
-          ),
-      })
-    : undefined;
-  const span = startModelSpan(step, input.turn, input.messages);
-  const observer: ModelObserver = {
-    ...(batcher ? { onDelta: (delta: ModelDelta) => batcher.add(delta) } : {}),
-    onRetry: (info) => {
-      span.addEvent('llm.retry', { attempt: info.attempt, 'error.type': info.code });
-      batcher?.flush();
-      deps.publish(
-        deps.events.make(
-          'llm.retry',
-          scope,
-          { ...ref, ...info },
-          { from: `${info.provider}:${info.model}`, to: agent.name },
-        ),
-      );
-    },
-    onFallback: (info) => {
-      span.addEvent('llm.fallback', { from: info.from, to: info.to });
-      // Deltas of the model that failed go out before the fallback is announced.
-      batcher?.flush();
-      deps.publish(
-        deps.events.make('llm.fallback', scope, { ...ref, ...info }, { from: info.from, to: info.to }),
-      );
-    },
-  };
-  const names = ModelToolNames.of(input.tools);
-  const cache = promptCacheHint(agent, request, deps.human !== undefined);
-  const failed = (error: unknown): never => {
-    endModelSpan(span, { error });
-    throw error;
-  };
-  const answered = (reply: ModelResponse): ModelReply => {
-    try {
-      const response = names.identity ? reply : names.response(reply);
-      const provider = response.provider ?? agent.model.provider;
-      const result: ModelReply = {
-        content: response.content,
-        toolCalls: response.toolCalls,
-        usage: response.usage,
-        costUsd: deps.price?.(provider, response.model, response) ?? 0,
-        finishReason: response.finishReason,
-        provider,
-        model: response.model,
-        durationMs: Math.max(0, deps.clock.now() - started),
-      };
-      endModelSpan(span, { reply: result });
-      return result;
-    } catch (error) {
-      return failed(error);
-    }
-  };
-  const reply = waitingOnModel(
-    step,
-    () =>
-      agent.model.complete({
-        messages: names.identity ? input.messages : names.messages(input.messages),
-        tools: names.identity ? input.tools : names.tools(input.tools),
-        context: callContext(step, input.callsBefore),
-        signal,
-        observer,
-        ...(agent.stream ? { stream: true } : {}),
-        ...(cache ? { cache } : {}),
-        ...(input.responseSchema ? { responseSchema: input.responseSchema } : {}),
-        ...(agent.temperature === undefined ? {} : { temperature: agent.temperature }),
-        ...(agent.maxTokens === undefined ? {} : { maxTokens: agent.maxTokens }),
-      }),
-    answered,
-    failed,
-  );
-  return batcher ? reply.finally(() => batcher.flush()) : reply;
-}
-
-/** Who is calling; numbers the call within the task when the workflow said how many came before the step. */
-const callContext = ({ agent, request }: StepContext, callsBefore: number) => ({
-  taskId: request.taskId,
-  pipeline: request.pipeline,
-  agent: agent.name,
-  stepId: request.stepId,
-  ...(request.priorModelCalls === undefined ? {} : { call: request.priorModelCalls + callsBefore }),
-});
