@@ -137,27 +137,46 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
     const limit = timeLimit(context);
     if (limit === undefined || context.paused) return;
     const left = Math.max(0, limit.ms - (deps.clock.now() - this.#startedAt));
-    this.#timer = deps.clock.setTimeout(() => this.stop(limit.stop), left);
+    this.#timer = deps.clock.setTimeout(() => this.#timeUp(), left);
   }
 
-  /** A new actor takes up the parked step from its context, in the model call, which it adopts. */
-  #wake(): void {
+  /** A parked step's time limit ran out: woken, it is stopped as its actor's own limit would have. */
+  #timeUp(): void {
+    const limit = this.#parked && timeLimit(this.#parked);
+    if (limit) this.stop(limit.stop);
+  }
+
+  /**
+   * A new actor takes up the parked step from its context, in the model call, which it adopts. When it cannot be
+   * spawned and `retry` allows, the step stays parked and false is returned: a step stopped or paused from inside its
+   * group's own transition (by an event of another step, heard at once) is woken right after it. Otherwise a step that
+   * cannot be woken replies `agent_crashed`.
+   */
+  #wake(retry = false): boolean {
     const context = this.#parked;
-    if (!context) return;
+    if (!context) return true;
     const { clock } = this.#step.deps;
     this.#parked = undefined;
-    clock.clearTimeout(this.#timer);
-    this.#timer = undefined;
     try {
       this.#start({ ...context, woken: { context, ranMs: clock.now() - this.#startedAt } });
     } catch (error) {
+      if (retry) {
+        this.#parked = context;
+        return false;
+      }
       this.#settle(crashedReply(this.#step.request, error));
     }
+    clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    return true;
   }
 
-  /** An event for the step's actor: a parked step is woken first. */
-  #send(event: AgentEvent): void {
-    if (this.#parked) this.#wake();
+  /** An event for the step's actor: a parked step is woken first (see {@link #wake}). */
+  #send(event: AgentEvent, retry = true): void {
+    if (this.#parked && !this.#wake(retry)) {
+      queueMicrotask(() => this.#send(event, false));
+      return;
+    }
     this.#actor?.send(event);
   }
 }

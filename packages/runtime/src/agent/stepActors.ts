@@ -79,7 +79,7 @@ export const agentHostMachine = setup({ actors: { group: stepGroupMachine } }).c
 });
 
 /** A step id's group: the same for every run of the step, so a second actor under its id is found. */
-function groupOf(id: string): number {
+export function groupOf(id: string): number {
   // FNV-1a: cheap and spreads ids that differ in a digit or two.
   let hash = 0x811c9dc5;
   for (let i = 0; i < id.length; i++) hash = Math.imul(hash ^ id.charCodeAt(i), 0x01000193);

@@ -2,8 +2,9 @@ import type { ModelProvider, ModelRequest, ModelResponse } from '@troupe/llm';
 import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { AgentMachineInput } from '../../src/agent/agentMachine.ts';
 import { type AgentStep, startAgentStep } from '../../src/agent/agentStep.ts';
-import { StepActors } from '../../src/agent/stepActors.ts';
+import { groupOf, StepActors } from '../../src/agent/stepActors.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
 import { coder, codeStep, removeWorkspaces, stepDeps } from './stepSetup.ts';
 
@@ -47,14 +48,18 @@ const writeHello = {
 };
 
 /** A step on a host's actors and a simulated clock, parked after {@link PARK_AFTER_MS} unless `parkAfterMs` says. */
-async function hostedStep(request: AgentStepRequest = codeStep(), parkAfterMs = PARK_AFTER_MS) {
+async function hostedStep(
+  request: AgentStepRequest = codeStep(),
+  parkAfterMs = PARK_AFTER_MS,
+  { alone = false }: { alone?: boolean } = {},
+) {
   const clock = new SimulatedClock();
   const actors = new StepActors(clock);
   const { model, calls } = heldModel();
   const { deps, events } = await stepDeps({
     clock,
     events: new EventFactory(clock),
-    actors,
+    ...(alone ? {} : { actors }),
     parkAfterMs,
   });
   const step = startAgentStep(coder(model), request, deps);
@@ -114,6 +119,18 @@ describe('a step whose model call waits long (parked)', () => {
     expect(parked).toEqual(live);
     expect(parked.events.filter((e) => e.kind === 'llm.request')).toHaveLength(2);
     expect(parked.running).toBe(0);
+  });
+
+  it('parks and wakes a step whose actor is a root of its own (no host), with the same reply', async () => {
+    const run = async (parkAfterMs: number) => {
+      const { clock, calls, events, step } = await hostedStep(codeStep(), parkAfterMs, { alone: true });
+      clock.advance(6_000);
+      calls[0]?.answer({ content: 'Done' });
+      return { reply: await step.reply, events: announced(events), calls: calls.length };
+    };
+    const parked = await run(PARK_AFTER_MS);
+    expect(parked.reply).toMatchObject({ ok: true, output: 'Done', turns: 1 });
+    expect(parked).toEqual(await run(0));
   });
 
   it('stops when sent a stop while parked: replies aborted with what it spent, and aborts its model call', async () => {
@@ -191,4 +208,30 @@ describe('a step whose model call waits long (parked)', () => {
     calls[1]?.answer({ content: 'Wrote notes/hello.md' });
     expect(await step.reply).toMatchObject({ ok: true, toldRead: ['m-1'] });
   });
+
+  it('is woken right after, not crashed, when stopped from inside its group’s own transition', async () => {
+    const { clock, actors, calls, step } = await hostedStep();
+    clock.advance(PARK_AFTER_MS);
+    // Another step of the same group, whose start (heard at once, as an in-process bus may) stops this one.
+    let other = 0;
+    while (groupOf(`other-${other}`) !== groupOf('task-1.code.1')) other++;
+    actors.spawn(`other-${other}`, waitingForever(`other-${other}`), () => step.stop({ why: 'aborted' }));
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'aborted' } });
+    expect(calls[0]?.request.signal?.aborted).toBe(true);
+  });
+});
+
+/** A step's actor input whose model never answers. */
+const waitingForever = (stepId: string): AgentMachineInput => ({
+  agent: 'other',
+  stepId,
+  messages: [{ role: 'user', content: 'wait' }],
+  tools: [],
+  maxTurns: 1,
+  expect: 'text',
+  services: {
+    callModel: () => new Promise(() => {}),
+    runTools: () => new Promise(() => {}),
+    compactConversation: () => new Promise(() => {}),
+  },
 });
