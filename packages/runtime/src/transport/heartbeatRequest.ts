@@ -4,6 +4,7 @@ import { type Clock, systemClock } from '../events/clock.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta, replyMeta } from '../logging/messageLog.ts';
 import { withTimeout } from '../withTimeout.ts';
 import type { Bus, ReplyMessage } from './bus.ts';
+import { RequestTimers, type TimedRequest } from './requestTimers.ts';
 import { TransportError } from './transportError.ts';
 
 /**
@@ -124,8 +125,8 @@ export function requestWithHeartbeats<S extends z.ZodType, H extends z.ZodType>(
 /**
  * Sends a request as {@link requestWithHeartbeats} does, for a sender that keeps many waiting (a coordinator's step
  * calls, one a parked task): its heartbeats and its end go to `listener`, and what it keeps while it waits is one
- * object and one timer, for its timeout and its heartbeats both. The returned request is held and cancelled by
- * calls, not through an `AbortSignal` and a `TimeoutHold` listener of its own.
+ * object, woken for its timeout and its heartbeat watch both by one timer its clock's requests share. The returned
+ * request is held and cancelled by calls, not through an `AbortSignal` and a `TimeoutHold` listener of its own.
  */
 export function startHeartbeatRequest<S extends z.ZodType, H extends z.ZodType>(
   bus: Bus,
@@ -142,11 +143,11 @@ export function startHeartbeatRequest<S extends z.ZodType, H extends z.ZodType>(
 }
 
 /**
- * A request waiting for its reply. Its one timer is set for the sooner of its two limits: the timeout (which stops
- * while held) and the silence allowed (`idleMs` past the last heartbeat); a heartbeat only notes its time, and the
- * timer, when it fires early, is set again for what is left.
+ * A request waiting for its reply. It is woken (by its clock's {@link RequestTimers}) at the sooner of its two limits:
+ * the timeout (which stops while held) and the silence allowed (`idleMs` past the last heartbeat); a heartbeat only
+ * notes its time, and a wake that comes early asks for the next.
  */
-class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements HeartbeatRequest {
+class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements HeartbeatRequest, TimedRequest {
   readonly #bus: Bus;
   readonly #subject: string;
   readonly #replySchema: S;
@@ -166,8 +167,11 @@ class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements Heartbe
   #done = false;
   /** Within `send`: an end then is told its listener in a microtask, once `send` has returned. */
   #sending = false;
-  #timer: unknown;
-  #timerAt = Number.POSITIVE_INFINITY;
+  readonly #timers: RequestTimers;
+  /** @internal When its timers wake it (see {@link TimedRequest}). */
+  at = Number.POSITIVE_INFINITY;
+  /** @internal */
+  slot = -1;
   #stop: (() => void) | undefined;
 
   constructor(
@@ -184,6 +188,7 @@ class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements Heartbe
     this.#heartbeatSchema = heartbeatSchema;
     this.#listener = listener;
     this.#clock = options.clock ?? systemClock;
+    this.#timers = RequestTimers.of(this.#clock);
     this.#meta = options.meta ?? {};
     this.#timeoutMs = options.timeoutMs;
     this.#idleMs = options.idleMs;
@@ -271,20 +276,17 @@ class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements Heartbe
     );
   }
 
-  /** Sets the timer for the sooner limit, unless it is set sooner already (it sets the next when it fires). */
+  /** Asks to be woken at the sooner limit, unless it is to be woken sooner already (it asks for the next then). */
   #arm(): void {
     const timeoutAt = this.#held ? Number.POSITIVE_INFINITY : this.#armedAt + this.#left;
     const silentAt = this.#suspecting ? Number.POSITIVE_INFINITY : this.#lastHeard + this.#idleMs;
     const at = Math.min(timeoutAt, silentAt);
-    if (this.#done || at >= this.#timerAt) return;
-    this.#clock.clearTimeout(this.#timer);
-    this.#timerAt = at;
-    this.#timer = this.#clock.setTimeout(() => this.#due(), Math.max(0, at - this.#clock.now()));
+    if (this.#done || at >= this.at) return;
+    this.#timers.set(this, at);
   }
 
-  #due(): void {
-    this.#timer = undefined;
-    this.#timerAt = Number.POSITIVE_INFINITY;
+  /** @internal Woken by its timers: past a limit, or early for one, as a hold or a heartbeat moved it on. */
+  due(): void {
     if (this.#done) return;
     const now = this.#clock.now();
     if (!this.#held && now - this.#armedAt >= this.#left) {
@@ -331,12 +333,11 @@ class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements Heartbe
     else tell();
   }
 
-  /** Stops its timer and its reply subscription; false when it had ended already. */
+  /** Leaves its timers and closes its reply subscription; false when it had ended already. */
   #end(): boolean {
     if (this.#done) return false;
     this.#done = true;
-    this.#clock.clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#timers.clear(this);
     this.#stop?.();
     return true;
   }
