@@ -38,13 +38,14 @@ export interface ClaimedTask {
   /**
    * The record as this claim left it, when it already says all the checkpoint entering the task's first step would
    * (a new task, no restart or fork, whose first step is an agent's, named at work): that checkpoint adds only the
-   * workflow's first snapshot, which a run with none makes again the same, so it is not written.
+   * workflow's first snapshot, which a run with none makes again the same, so it is not written. Let go once that
+   * checkpoint is made (see {@link startedFrom}).
    */
-  record?: WorkflowRecord;
+  record?: WorkflowRecord | undefined;
   input: WorkflowInput;
   scope: EventScope;
   createdAt: string;
-  /** The workflow's persisted snapshot it resumes from, if it ran before. */
+  /** The workflow's persisted snapshot it resumes from, if it ran before; let go once its first checkpoint is made. */
   snapshot: unknown;
   lease: Lease;
   /** The hash of the pipeline version the task runs on; absent for a task from before versions were kept. */
@@ -56,6 +57,15 @@ export interface ClaimedTask {
   orphaned?: string;
   /** What people did to the task while it ran before (held, told): its record's steering, restored by the run. */
   steering?: SteeringFields;
+}
+
+/**
+ * The task's workflow has started from its claim and made its first checkpoint: what the claim read for those only
+ * (the snapshot it resumed from, the record as claimed) is let go, not kept through the run nor while it sleeps.
+ */
+export function startedFrom(claimed: ClaimedTask): void {
+  claimed.snapshot = undefined;
+  claimed.record = undefined;
 }
 
 /** How a claim went. */

@@ -33,8 +33,6 @@ export interface Ledger {
   finalWritten: boolean;
   /** Another coordinator took the task over: nothing more is written. */
   lost: boolean;
-  /** The workflow's totals as last seen, for an ending it did not record itself. */
-  totals: { usage: WorkflowRecord['usage']; round: number };
   /** What people did to the task (pause, tell): every record written says it as it is when the record is made. */
   steering?: TaskSteering;
 }
@@ -103,7 +101,6 @@ export function takeCheckpoint(
       firstCheckpoint: false,
       latest: made.record,
       ...(made.final ? { final: made.final } : {}),
-      totals: { usage: snapshot.context.usage, round: snapshot.context.round },
     },
     write: { record: made.record, of: 'checkpoint' },
   };

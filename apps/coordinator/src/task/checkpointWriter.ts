@@ -1,6 +1,6 @@
 import { emptyUsage, type StepActivity, type TroupeEvent, type WorkflowRecord } from '@troupe/protocol';
 import { isOutage } from '@troupe/runtime';
-import type { ClaimedTask } from '../intake/claim.ts';
+import { type ClaimedTask, startedFrom } from '../intake/claim.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
 import { type Ledger, noteActivity, type PendingWrite, takeCheckpoint } from './checkpoint.ts';
 import { fencedWrite } from './taskRecord.ts';
@@ -85,7 +85,6 @@ export class CheckpointWriter {
       firstCheckpoint: true,
       finalWritten: false,
       lost: false,
-      totals: { usage: emptyUsage(), round: 1 },
       ...(steering ? { steering } : {}),
     };
   }
@@ -178,6 +177,7 @@ export class CheckpointWriter {
     // A checkpoint that cannot be made fails this task (logged as it ends); it never reaches the process.
     if (taken.kind === 'poisoned') this.#tell({ type: 'checkpoint.poisoned', error: taken.error });
     if (taken.kind !== 'queued') return;
+    if (this.#ledger.firstCheckpoint) startedFrom(this.#ledger.claimed);
     this.#ledger = taken.ledger;
     this.#wait(taken.parked);
     const parked = taken.parked || this.steering?.paused !== undefined;
@@ -221,7 +221,9 @@ export class CheckpointWriter {
     // Let go before its first step replied (a stop, a migration): the snapshot goes on record for the next run.
     if (this.#unwritten && !this.#ledger.lost) this.#enqueue(this.#unwritten);
     const done = () => {
-      const { revision, progress, lost, finalWritten, final, totals } = this.#ledger;
+      const { revision, progress, lost, finalWritten, final, latest } = this.#ledger;
+      // The last record made has the workflow's totals as last seen (none before its first checkpoint).
+      const totals = latest ? { usage: latest.usage, round: latest.round } : { usage: emptyUsage(), round: 1 };
       return { revision, progress, lost, finalWritten, final, totals };
     };
     if (!this.#writing) return Promise.resolve(done());

@@ -58,6 +58,7 @@ async function writerOf(options: { park?: (parked: boolean) => void; steering?: 
     calls,
     told,
     checkpoints,
+    claimed: claimed.claimed,
     lease: claimed.claimed.lease,
     /** Lets the oldest waiting write through, once it has been tried. */
     release: async () => {
@@ -228,6 +229,18 @@ describe("a task's checkpoint writer", () => {
       told: [{ id: 'm-1', text: 'use v2' }],
     });
     expect(parks.at(-1)).toBe(false);
+  });
+
+  it('lets go of what its claim read only for the start once the first checkpoint is made', async () => {
+    const { writer, snapshot, calls, claimed } = await writerOf();
+    // As a resumed task's claim would hold it, for its workflow's start.
+    claimed.snapshot = { status: 'active', value: 'plan' };
+    expect(claimed.record).toBeDefined();
+    writer.snapshot(snapshot);
+    expect(claimed.snapshot).toBeUndefined();
+    expect(claimed.record).toBeUndefined();
+    // Judged against the claim's record before it let go: the first checkpoint adds only the snapshot, unwritten.
+    expect(calls).toEqual([]);
   });
 
   it('answers a steering write that could not be made as not written', async () => {
