@@ -30,7 +30,12 @@ import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
-import { type DEFAULT_PASSIVATE_AFTER_MS, passivationOf, runTask } from '../task/passivation.ts';
+import {
+  type DEFAULT_PASSIVATE_AFTER_MS,
+  passivationOf,
+  runTask,
+  type TaskActor,
+} from '../task/passivation.ts';
 import { reportActivity, runFactsOf, steeringOf } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
@@ -282,10 +287,14 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
 
   /**
    * One delivery, one task actor, whose tree lives until the message is settled; when passivated, it is stopped while
-   * it waits, and a new one goes on from where it stood once it is woken (see `task/passivation.ts`).
+   * it waits, and a new one goes on from where it stood once it is woken (see `task/passivation.ts`). Nothing of the
+   * runner waits on a sleeping task but its waking.
    */
-  async function handle(delivery: TaskDelivery): Promise<void> {
-    const task = await runTask(taskMachine, delivery, { clock, passivation });
+  const handle = (delivery: TaskDelivery): Promise<void> =>
+    runTask(taskMachine, delivery, { clock, passivation }).then(finish);
+
+  /** The task actor that ran a delivery's task to its end: a fault of ours in it fails the handler. */
+  async function finish(task: TaskActor): Promise<void> {
     const { error } = await toPromise(task).catch((fault: unknown) => {
       // A fault of ours inside the task actor: nothing of the task (its workflow, step call, signals listener) may go
       // on, or the task is heard as running here and every redelivery of it is ignored.
