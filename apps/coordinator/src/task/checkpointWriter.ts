@@ -31,6 +31,15 @@ export interface Written {
   totals: { usage: WorkflowRecord['usage']; round: number };
 }
 
+/**
+ * What a passivated task keeps for its writer, which lets go of it while the task sleeps: the record it last made, and
+ * whether that is the first checkpoint, left unwritten until a later write (see `#unwritten`).
+ */
+export interface LastMade {
+  record?: WorkflowRecord;
+  unwritten?: boolean;
+}
+
 type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> &
   Partial<Pick<TaskServices, 'passivation'>> &
   Parameters<typeof takeCheckpoint>[0];
@@ -122,9 +131,28 @@ export class CheckpointWriter {
     this.#restored = true;
   }
 
-  /** The task's actor tree is stopped for its passivation: the writer keeps no reference to it (nothing is told). */
+  /** The record it last made, and whether it is left unwritten: what a passivated task keeps for it. */
+  get lastMade(): LastMade {
+    const record = this.#ledger.latest;
+    return { ...(record ? { record } : {}), ...(this.#unwritten ? { unwritten: true } : {}) };
+  }
+
+  /**
+   * The task's actor tree is stopped for its passivation: the writer keeps no reference to it (nothing is told), and
+   * lets go of the record it last made (idle, it writes nothing meanwhile): the sleeping task keeps {@link lastMade}.
+   */
   detach(): void {
-    this.#tellTo = () => {};
+    this.#tellTo = tellNobody;
+    const { latest: _latest, ...ledger } = this.#ledger;
+    this.#ledger = ledger;
+    this.#unwritten = undefined;
+  }
+
+  /** The passivated task wakes: the record it last made, given back before its tree is restored. */
+  awaken({ record, unwritten }: LastMade): void {
+    if (record === undefined) return;
+    this.#ledger = { ...this.#ledger, latest: record };
+    if (unwritten) this.#unwritten = { record, of: 'checkpoint' };
   }
 
   /** What the current step is doing: parks the task while it waits on a person or a model, and records it. */
@@ -223,7 +251,9 @@ export class CheckpointWriter {
     const done = () => {
       const { revision, progress, lost, finalWritten, final, latest } = this.#ledger;
       // The last record made has the workflow's totals as last seen (none before its first checkpoint).
-      const totals = latest ? { usage: latest.usage, round: latest.round } : { usage: emptyUsage(), round: 1 };
+      const totals = latest
+        ? { usage: latest.usage, round: latest.round }
+        : { usage: emptyUsage(), round: 1 };
       return { revision, progress, lost, finalWritten, final, totals };
     };
     if (!this.#writing) return Promise.resolve(done());
@@ -321,3 +351,6 @@ export class CheckpointWriter {
     this.#drained?.();
   }
 }
+
+/** Where a detached writer's events go: nobody hears them (see {@link CheckpointWriter.detach}). */
+const tellNobody = () => {};

@@ -3,9 +3,10 @@ import { type Actor, type AnyActorRef, createActor, toPromise } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
 import { SendsInFlight } from '../workflow/sendsInFlight.ts';
 import type { CheckpointWriter } from './checkpointWriter.ts';
+import { type Kept, PassivatedCopies } from './passivatedCopies.ts';
 import { notRunning } from './steerTask.ts';
 import type { createTaskMachine } from './taskMachine.ts';
-import type { Passivated, TaskActorInput } from './taskSetup.ts';
+import type { Hold, TaskActorInput } from './taskSetup.ts';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
 
 /**
@@ -64,24 +65,27 @@ export async function runTask(
 ): Promise<TaskActor> {
   let run = await runActor(machine, { delivery }, clock, passivation);
   // Nothing here keeps the stopped actor while its task sleeps: only the promise of its waking.
-  while ('woken' in run) run = await runActor(machine, await run.woken, clock, passivation);
+  while ('woken' in run) run = await runActor(machine, run.by.restore(await run.woken), clock, passivation);
   return run.task;
 }
 
-/** A task actor started on `input` (watched for passivation), once it has ended: the actor, or how it is woken. */
+/**
+ * A task actor started on `input` (watched for passivation), once it has ended: the actor, or, passivated, its task's
+ * waking (resolves with its id) and the passivation that restores it.
+ */
 async function runActor(
   machine: TaskMachine,
   input: TaskActorInput,
   clock: Clock,
   passivation: Passivation | undefined,
-): Promise<{ task: TaskActor } | { woken: Promise<TaskActorInput> }> {
+): Promise<{ task: TaskActor } | { woken: Promise<string>; by: Passivation }> {
   const task = createActor(machine, { input, clock });
   passivation?.watch(task);
   task.start();
   if (input.woken) passivation?.started(input.woken.claimed.input.taskId, task);
   await toPromise(task).catch(() => {});
   const woken = passivation?.wakingOf(task);
-  if (woken) return { woken };
+  if (passivation && woken) return { woken, by: passivation };
   if (input.woken) passivation?.ended(input.woken.claimed.input.taskId);
   return { task };
 }
@@ -89,14 +93,19 @@ async function runActor(
 /** A passivated task: what it kept, and how it is woken. */
 interface Asleep {
   taskId: string;
-  kept: Passivated;
-  delivery: TaskActorInput['delivery'];
+  delivery: TaskDelivery;
+  /** Its hold on the task: its claim and flow, its writer (idle, its last record let go), steering, span and facts. */
+  hold: Hold;
+  /** Its one copy of its workflow's persisted snapshot and its writer's last record (see `passivatedCopies.ts`). */
+  packed: string;
+  keptAliveAt: number;
   /**
    * The signals that came while it slept (the one that woke it among them) and until its new actor listened: delivered
    * to that actor once it does.
    */
-  signals: TaskSignal[];
-  wake?: (input: TaskActorInput) => void;
+  signals?: TaskSignal[];
+  /** Resolves the promise of its waking (see {@link Passivation.wakingOf}). */
+  wake: (taskId: string) => void;
   /** Stops the passivated task's signal listener: the woken actor's run context listens in its place. */
   unlisten: () => void;
   awake: boolean;
@@ -104,23 +113,26 @@ interface Asleep {
 
 /**
  * Passivation of a runner's tasks: a task whose steps have only waited for `afterMs` (a step's send in flight on a
- * slow model or a person) has its actor tree stopped, keeping only what it needs to go on (its hold on the task, the
- * workflow's persisted snapshot as it stood, its message, the send in flight, which goes on outside the tree; see
- * `sendsInFlight.ts`). It is woken, its tree restored in this process from that snapshot as a crash resume restores
- * from the record (no record read, no record written, no event), when its send has something its step call must hear
- * (the reply, a failure, a hold, a reconnect, a change of what the step waits on), or a signal comes for it through
- * the runner's {@link TaskSignals} (cancel, migrate, pause, resume, tell, a parent's end, the process's stop). One
- * timer serves every task: it finds the tasks to passivate and keeps the passivated tasks' messages alive.
+ * slow model or a person) has its actor tree stopped, keeping only what it needs to go on: its hold on the task, one
+ * compact copy of the workflow's persisted snapshot as it stood and of its writer's last record (see
+ * `passivatedCopies.ts`), its message, and the send in flight, which goes on outside the tree (`sendsInFlight.ts`).
+ * It is woken, its tree restored in this process from that snapshot as a crash resume restores from the record (no
+ * record read, no record written, no event), when its send has something its step call must hear (the reply, a
+ * failure, a hold, a reconnect, a change of what the step waits on), or a signal comes for it through the runner's
+ * {@link TaskSignals} (cancel, migrate, pause, resume, tell, a parent's end, the process's stop). One timer serves
+ * every task: it finds the tasks to passivate and keeps the passivated tasks' messages alive.
  *
  * Stopping the tree runs none of its cancel paths: xstate runs no exit action on a stop, the send is kept going, and
- * the task's writer, steering and span are kept as they were (the writer is idle: nothing is left to write).
+ * the task's writer, steering and span are kept as they were (the writer is idle: nothing is left to write, and it
+ * lets go of its last record, which the copy holds, until the task wakes).
  */
 export class Passivation {
   readonly #live = new Set<TaskActor>();
   readonly #asleep = new Map<string, Asleep>();
-  readonly #passivated = new WeakMap<TaskActor, Promise<TaskActorInput>>();
+  readonly #passivated = new WeakMap<TaskActor, Promise<string>>();
   /** The task actor holding each writer now; none for a passivated task's, so nothing keeps its stopped actor. */
   readonly #owners = new WeakMap<CheckpointWriter, AnyActorRef>();
+  readonly #copies = new PassivatedCopies();
   #timer: unknown;
   readonly #tickMs: number;
   /** The step sends in flight of the runner's tasks, which a passivated task's restored step calls adopt. */
@@ -155,30 +167,63 @@ export class Passivation {
   }
 
   /**
-   * The task actor ended: if it was passivated, resolves with the input its next actor starts from once it is woken;
-   * undefined when it ended otherwise.
+   * The task actor ended: if it was passivated, resolves with its task's id once the task is woken (its next actor
+   * starts from {@link restore}); undefined when it ended otherwise.
    */
-  wakingOf(task: TaskActor): Promise<TaskActorInput> | undefined {
+  wakingOf(task: TaskActor): Promise<string> | undefined {
     return this.#passivated.get(task);
   }
 
   /**
+   * What the woken task's next actor starts from: its hold, with its workflow's snapshot and its writer's last record
+   * read back from its copy. A copy that cannot be read (a fault of ours) throws, its signals refused and its sends
+   * stopped first: the task's message is left to a redelivery, which resumes it from its record.
+   */
+  restore(taskId: string): TaskActorInput {
+    const asleep = this.#asleep.get(taskId);
+    if (!asleep)
+      throw new Error(`passivation: task ${taskId} is not asleep here (a bug in task/passivation.ts)`);
+    const { hold, delivery, keptAliveAt } = asleep;
+    let kept: Kept;
+    try {
+      kept = this.#copies.unpack(asleep.packed);
+    } catch (error) {
+      this.#unrestored(asleep);
+      throw new Error(`cannot restore passivated task ${taskId} here: what it kept cannot be read`, {
+        cause: error,
+      });
+    }
+    hold.writer.awaken(kept);
+    const woken = { ...hold, restored: kept.snapshot };
+    return { delivery, woken: { claimed: hold.claimed, flow: hold.flow, hold: woken, keptAliveAt } };
+  }
+
+  /**
    * The woken task's new actor has started and listens for its signals now: those that came meanwhile are given to it,
-   * then what its sends kept for their calls. One that failed to start (its tree could not be restored) answers them
-   * with a refusal, and its sends no call adopted are stopped.
+   * then what its sends kept for their calls. One that failed to start (its tree could not be restored) is given up.
    */
   started(taskId: string, task: TaskActor): void {
     const asleep = this.#asleep.get(taskId);
     if (!asleep?.awake) return;
+    if (task.getSnapshot().status !== 'active') {
+      this.#unrestored(asleep);
+      return;
+    }
     this.#asleep.delete(taskId);
     asleep.unlisten();
-    const active = task.getSnapshot().status === 'active';
-    for (const signal of asleep.signals) {
-      if (!active) refuse(signal, taskId);
-      else if (!this.options.signals.send(taskId, signal)) task.send(signal);
+    for (const signal of asleep.signals ?? []) {
+      if (!this.options.signals.send(taskId, signal)) task.send(signal);
     }
-    if (active) this.sends.started(taskId);
-    else this.sends.abandon(taskId);
+    this.sends.started(taskId);
+  }
+
+  /** A woken task that cannot be restored here: its signals are answered with a refusal, its sends stopped. */
+  #unrestored(asleep: Asleep): void {
+    const { taskId } = asleep;
+    this.#asleep.delete(taskId);
+    asleep.unlisten();
+    for (const signal of asleep.signals ?? []) refuse(signal, taskId);
+    this.sends.abandon(taskId);
   }
 
   /** The task's actor ended: a send of it that no call adopted (its tree failed after its waking) is stopped. */
@@ -224,8 +269,8 @@ export class Passivation {
     }
     for (const asleep of this.#asleep.values()) {
       again = true;
-      if (asleep.awake || now - asleep.kept.keptAliveAt < keepAliveMs) continue;
-      asleep.kept = { ...asleep.kept, keptAliveAt: now };
+      if (asleep.awake || now - asleep.keptAliveAt < keepAliveMs) continue;
+      asleep.keptAliveAt = now;
       this.#safely(() => asleep.delivery.working());
     }
     return again;
@@ -243,27 +288,30 @@ export class Passivation {
 
   #passivate(task: TaskActor): void {
     const snapshot = task.getSnapshot();
-    const { hold, claimed, flow, delivery } = snapshot.context;
-    if (!hold || !claimed || !flow || !snapshot.matches({ running: { live: 'working' } })) return;
+    const { hold, delivery, keptAliveAt } = snapshot.context;
+    if (!hold || !snapshot.matches({ running: { live: 'working' } })) return;
     if (hold.ending !== undefined || hold.claimed.orphaned !== undefined) return;
     const workflow = onlyWaiting(snapshot.children);
     if (!workflow) return;
-    const taskId = claimed.input.taskId;
-    let restored: unknown;
+    const taskId = hold.claimed.input.taskId;
+    let packed: string;
     try {
-      restored = workflow.getPersistedSnapshot();
+      packed = this.#copies.pack({ snapshot: workflow.getPersistedSnapshot(), ...hold.writer.lastMade });
     } catch (error) {
       this.options.logger.warn({ err: error, taskId }, 'cannot passivate the task; it stays live');
       return;
     }
     this.#live.delete(task);
-    const kept: Passivated = {
-      claimed,
-      flow,
-      hold: { ...hold, restored },
-      keptAliveAt: snapshot.context.keptAliveAt,
+    const asleep: Asleep = {
+      taskId,
+      delivery,
+      hold,
+      packed,
+      keptAliveAt,
+      wake: nothing,
+      unlisten: nothing,
+      awake: false,
     };
-    const asleep: Asleep = { taskId, kept, delivery, signals: [], unlisten: () => {}, awake: false };
     this.#passivated.set(
       task,
       new Promise((resolve) => {
@@ -278,12 +326,13 @@ export class Passivation {
     hold.writer.detach();
     this.#owners.delete(hold.writer);
     this.#asleep.set(taskId, asleep);
-    const parent = claimed.input.parent?.taskId;
+    const parent = hold.claimed.input.parent?.taskId;
     asleep.unlisten = this.options.signals.listen({
       taskId,
       ...(parent === undefined ? {} : { parent }),
       ...(hold.facts.version === undefined ? {} : { version: hold.facts.version }),
       deliver: (signal) => {
+        asleep.signals ??= [];
         asleep.signals.push(signal);
         this.#wake(taskId);
       },
@@ -295,9 +344,12 @@ export class Passivation {
     if (!asleep || asleep.awake) return;
     asleep.awake = true;
     this.sends.waking(taskId);
-    asleep.wake?.({ delivery: asleep.delivery, woken: asleep.kept });
+    asleep.wake(taskId);
   }
 }
+
+/** A sleeping task's waking and unlistening before they are set. */
+const nothing = () => {};
 
 /**
  * The workflow of a task whose tree only waits, or undefined: beside its run context, a workflow whose every child is

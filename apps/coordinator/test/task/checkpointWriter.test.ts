@@ -243,6 +243,27 @@ describe("a task's checkpoint writer", () => {
     expect(calls).toEqual([]);
   });
 
+  it('lets go of its last record while its task sleeps, and writes as it would have once given it back', async () => {
+    const { writer, snapshot, calls, release } = await writerOf();
+    writer.snapshot(snapshot);
+    // The first checkpoint, unwritten: the sleeping task keeps it, and that it is unwritten.
+    const lastMade = writer.lastMade;
+    expect(lastMade).toEqual({
+      record: expect.objectContaining({ status: 'running', state: 'plan' }),
+      unwritten: true,
+    });
+    writer.detach();
+    expect(writer.lastMade).toEqual({});
+    // Given back as the task wakes, read from its copy (JSON).
+    writer.awaken(JSON.parse(JSON.stringify(lastMade)));
+    expect(writer.lastMade).toEqual(lastMade);
+    // Let go now (a stop): the first checkpoint is written before the hand-back, as it would have been.
+    const written = writer.written();
+    await release();
+    expect(calls.map((call) => call.record)).toEqual([lastMade.record]);
+    expect((await written).totals).toEqual({ usage: snapshot.context.usage, round: 1 });
+  });
+
   it('answers a steering write that could not be made as not written', async () => {
     const steering = new TaskSteering();
     const { writer, snapshot, release, failNext } = await writerOf({ steering });

@@ -11,6 +11,7 @@ import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
 import { CheckpointWriter } from '../../src/task/checkpointWriter.ts';
+import { PassivatedCopies } from '../../src/task/passivatedCopies.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { SendsInFlight } from '../../src/workflow/sendsInFlight.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
@@ -168,6 +169,38 @@ async function runOnce(live: boolean) {
   return { ...setup, task, passivatedMidway };
 }
 
+/** Runs one task told a message 5 s in, whose executor answers 10 s later; returns what it published and wrote. */
+async function tellOnce(live: boolean) {
+  const setup = await setUp({ live });
+  const task = setup.intake.deliver({ id: 'task-1', goal: 'wait on the model' });
+  await setup.pass(5_000);
+  const passivated = setup.runner.passivated();
+  const told = setup.control('task-1', { action: 'tell', text: 'mind the tests', key: 'k-1' });
+  await setup.pass(0);
+  await told;
+  await setup.pass(10_000);
+  setup.held[0]?.reply();
+  await task.handled;
+  await setup.bus.settled();
+  return { ...setup, passivated };
+}
+
+/** The runner's sends in flight, caught as the first task's send starts (to see a woken task's sends stopped). */
+function catchSends(): { sends: () => SendsInFlight | undefined; restore: () => void } {
+  let sends: SendsInFlight | undefined;
+  const start = SendsInFlight.prototype.start;
+  SendsInFlight.prototype.start = function (this: SendsInFlight, ...args: Parameters<typeof start>) {
+    sends = this;
+    return start.apply(this, args);
+  };
+  return {
+    sends: () => sends,
+    restore: () => {
+      SendsInFlight.prototype.start = start;
+    },
+  };
+}
+
 describe('passivation of a task that waits on its model', () => {
   it('stops its tree while it waits, and wakes on the reply to end as a live task does: same events, records, one run of the step', async () => {
     const live = await runOnce(true);
@@ -305,6 +338,46 @@ describe('passivation of a task that waits on its model', () => {
     expect(sends?.size).toBe(0);
   });
 
+  it('refuses a signal and leaves its message to a redelivery, which resumes it, when what it kept cannot be read', async () => {
+    const caught = catchSends();
+    const { intake, pass, runner, control, store, held, steps } = await setUp();
+    const task = intake.deliver({ id: 'task-u', goal: 'wake from a bad copy' });
+    await pass(5_000).finally(caught.restore);
+    expect(runner.passivated()).toBe(1);
+    // Its copy is corrupt (zlib's checksum fails) as the pause wakes it.
+    const unpack = PassivatedCopies.prototype.unpack;
+    PassivatedCopies.prototype.unpack = () => {
+      throw new Error('incorrect data check');
+    };
+    try {
+      const paused = control('task-u', { action: 'pause' }).catch((error: unknown) => error);
+      await pass(0);
+      expect(await paused).toMatchObject({ code: 'not_running', message: expect.stringContaining('task-u') });
+    } finally {
+      PassivatedCopies.prototype.unpack = unpack;
+    }
+    await expect(task.handled).rejects.toThrow('cannot restore passivated task task-u here');
+    expect(runner.passivated()).toBe(0);
+    expect(caught.sends()?.size).toBe(0);
+    // Not settled: the message is delivered again, and its record is as its last checkpoint left it.
+    expect(task.settlement()).toBeUndefined();
+    expect((await store.get('task-u'))?.value).toMatchObject({ status: 'running', state: 'execute' });
+    const again = intake.deliver(
+      { id: 'task-u', goal: 'wake from a bad copy' },
+      { streamSequence: task.delivery.streamSequence, deliveryCount: 2 },
+    );
+    await pass(1_000);
+    expect(held).toHaveLength(2);
+    held[1]?.reply();
+    await again.handled;
+    expect((await store.get('task-u'))?.value.status).toBe('completed');
+    expect(steps.filter((s) => s.agent === 'executor').map((s) => s.stepId)).toEqual([
+      'task-u.execute.1',
+      'task-u.execute.1',
+    ]);
+    expect(again.settlement()).toEqual({ kind: 'ack' });
+  });
+
   it('wakes on a pause and a resume, recording each, and completes on the reply with the step sent once', async () => {
     const { intake, pass, runner, control, store, held, steps } = await setUp();
     const task = intake.deliver({ id: 'task-p', goal: 'pause me' });
@@ -344,6 +417,18 @@ describe('passivation of a task that waits on its model', () => {
     await task.handled;
     expect((await store.get('task-t'))?.value.status).toBe('completed');
     expect(steps.filter((s) => s.agent === 'executor')).toHaveLength(1);
+  });
+
+  it('writes and publishes the same for a tell while it sleeps as a live task does', async () => {
+    const live = await tellOnce(true);
+    const passive = await tellOnce(false);
+    expect([live.passivated, passive.passivated]).toEqual([0, 1]);
+    const shape = (setup: typeof live) =>
+      setup.events('task-1').map((e) => ({ kind: e.kind, data: e.data, at: e.ts, from: e.from, to: e.to }));
+    expect(shape(passive)).toEqual(shape(live));
+    expect(passive.writes.map(comparable)).toEqual(live.writes.map(comparable));
+    expect(passive.writes.some((record) => record.told?.[0]?.text === 'mind the tests')).toBe(true);
+    expect(passive.steps.filter((s) => s.agent === 'executor')).toHaveLength(1);
   });
 
   it('wakes on a reconnect and sends the step again, as a live task does (the reply in flight may be lost)', async () => {
