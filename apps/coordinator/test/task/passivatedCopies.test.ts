@@ -1,3 +1,4 @@
+import { WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { PassivatedCopies } from '../../src/task/passivatedCopies.ts';
 
@@ -9,7 +10,20 @@ const kept = (taskId: string) => ({
     context: { task: { taskId, goal: `the goal of ${taskId}` }, round: 1 },
     children: { '0.think': { snapshot: { value: { calling: 'sent' } }, src: 'runStep' } },
   },
-  record: { taskId, status: 'running' as const, state: 'think', round: 1 },
+  record: WorkflowRecord.parse({
+    taskId,
+    pipeline: 'parked',
+    streamSequence: 1,
+    status: 'running',
+    state: 'think',
+    goal: `the goal of ${taskId}`,
+    round: 1,
+    usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 0 },
+    createdAt: '2026-01-01T00:00:00.000Z',
+    updatedAt: '2026-01-01T00:00:00.000Z',
+    lease: 'lease-1',
+    progress: 0,
+  }),
   unwritten: true,
 });
 
