@@ -18,7 +18,7 @@ export class PassivatedCopies {
   /** A task's copy of what it kept. */
   pack(kept: Kept): string {
     const json = JSON.stringify(kept);
-    this.#dictionary ??= { dictionary: Buffer.from(JSON.stringify(blanked(JSON.parse(json)))) };
+    this.#dictionary ??= { dictionary: dictionaryOf(json) };
     return deflateSync(json, this.#dictionary).toString('latin1');
   }
 
@@ -29,6 +29,15 @@ export class PassivatedCopies {
     if (!isKept(kept)) throw new Error('the copy holds no workflow snapshot');
     return kept;
   }
+}
+
+/** Deflate's window: all zlib reads of a dictionary is its last 32 KB. */
+const WINDOW = 32 * 1024;
+
+/** A deflate dictionary of a copy's shape, its last {@link WINDOW} bytes at most. */
+function dictionaryOf(json: string): Buffer {
+  const shape = Buffer.from(JSON.stringify(blanked(JSON.parse(json))));
+  return shape.length <= WINDOW ? shape : Buffer.from(shape.subarray(-WINDOW));
 }
 
 function isKept(value: unknown): value is Kept {
