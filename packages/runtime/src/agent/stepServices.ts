@@ -53,6 +53,8 @@ export class StepServices implements AgentServices {
    * adopts it: the model is not asked again), else a new one.
    */
   callModel(input: ModelCallInput, signal: AbortSignal): Promise<ModelCallOutput> {
+    // A step nobody parks (parking off, or no host) asks with its actor's signal, holding nothing of the call here.
+    if (!this.#watcher) return callModel(this.#step, this.#replies, input, signal);
     const inFlight = this.#modelCall;
     if (inFlight?.turn === input.turn) return inFlight.hold(signal);
     const call = new ModelCallInFlight(input.turn, (own) => callModel(this.#step, this.#replies, input, own));
