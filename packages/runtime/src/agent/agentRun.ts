@@ -110,13 +110,14 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
       // No output: stopped before its end with the host actor (a group's child ends with its parent), which only a
       // host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
       ended === undefined
-        ? failedReply(
-            request.stepId,
-            'worker_stopped',
-            `the agent host stopped before step ${request.stepId} ended`,
-          )
+        ? this.#hostStopped()
         : offloadReply(this.#step, toReply(request.stepId, ended, this.#step.told.readIds)),
     );
+  }
+
+  #hostStopped(): AgentStepReply {
+    const { stepId } = this.#step.request;
+    return failedReply(stepId, 'worker_stopped', `the agent host stopped before step ${stepId} ended`);
   }
 
   /** The model call has lasted: a step still waiting on it lets its actor go, keeping its context. */
@@ -164,7 +165,10 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
         this.#parked = context;
         return false;
       }
-      this.#settle(crashedReply(this.#step.request, error));
+      // A parked step's host stopped its actors without stopping the step first: it ends as its actor would have.
+      this.#settle(
+        this.#step.deps.actors?.stopped ? this.#hostStopped() : crashedReply(this.#step.request, error),
+      );
     }
     clock.clearTimeout(this.#timer);
     this.#timer = undefined;

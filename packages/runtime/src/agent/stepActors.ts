@@ -105,6 +105,11 @@ export class StepActors {
     this.#groups = Object.values(this.#host.getSnapshot().children) as StepGroupRef[];
   }
 
+  /** The host actor has stopped: no step's actor is spawned any more. */
+  get stopped(): boolean {
+    return this.#host.getSnapshot().status !== 'active';
+  }
+
   /** Steps' agent actors running now. */
   get size(): number {
     let size = 0;

@@ -133,6 +133,17 @@ describe('a step whose model call waits long (parked)', () => {
     expect(parked).toEqual(await run(0));
   });
 
+  it('replies worker_stopped, as an actor stopped with its host does, when its host stopped while it was parked', async () => {
+    const { clock, actors, calls, step } = await hostedStep();
+    clock.advance(PARK_AFTER_MS);
+    actors.stop();
+    calls[0]?.answer({ content: 'too late' });
+    expect(await step.reply).toMatchObject({
+      ok: false,
+      error: { code: 'worker_stopped', message: 'the agent host stopped before step task-1.code.1 ended' },
+    });
+  });
+
   it('stops when sent a stop while parked: replies aborted with what it spent, and aborts its model call', async () => {
     const { clock, actors, calls, events, step } = await hostedStep();
     clock.advance(PARK_AFTER_MS);
@@ -162,6 +173,22 @@ describe('a step whose model call waits long (parked)', () => {
       ok: false,
       error: { code: 'step_timeout', message: 'agent coder did not finish within the step timeout (20 s)' },
     });
+    expect(calls[0]?.request.signal?.aborted).toBe(true);
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('stops when its task’s deadline passes while parked, budget_exceeded, as it does awake', async () => {
+    const budget = {
+      deadline: new SimulatedClock().now() + 30_000,
+      sources: { deadline: 'task timeout (30 s)' },
+    };
+    const { clock, actors, calls, step } = await hostedStep(codeStep({ budget }));
+    clock.advance(PARK_AFTER_MS);
+    expect(actors.size).toBe(0);
+    clock.advance(30_000 - PARK_AFTER_MS - 1);
+    expect(await settled(step)).toBeUndefined();
+    clock.advance(1);
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'budget_exceeded' }, turns: 1 });
     expect(calls[0]?.request.signal?.aborted).toBe(true);
     expect(clock.pending()).toEqual([]);
   });
