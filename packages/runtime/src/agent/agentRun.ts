@@ -6,6 +6,7 @@ import { agentMachine } from './agentMachine.ts';
 import type { AgentStep } from './agentStep.ts';
 import type { AgentActorRef } from './stepActors.ts';
 import type { StepContext } from './stepContext.ts';
+import { toWireEvent } from './stepEvents.ts';
 import { crashedReply, failedReply, toReply } from './stepReply.ts';
 import type { ModelCallWatcher, StepServices } from './stepServices.ts';
 import { offloadReply } from './stepValues.ts';
@@ -29,7 +30,6 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
   readonly reply: Promise<AgentStepReply>;
   readonly #step: StepContext;
   readonly #services: StepServices;
-  readonly #listen: (actor: AgentActorRef) => void;
   /** When the first actor started, which the step's time limits count from. */
   readonly #startedAt: number;
   #settle: (reply: AgentStepReply | Promise<AgentStepReply>) => void = () => {};
@@ -41,15 +41,9 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
   #timer: unknown;
 
   /** Starts the step's first actor; throws as spawning it does (`startAgentStep` replies `agent_crashed`). */
-  constructor(
-    step: StepContext,
-    services: StepServices,
-    input: AgentMachineInput,
-    listen: (actor: AgentActorRef) => void,
-  ) {
+  constructor(step: StepContext, services: StepServices, input: AgentMachineInput) {
     this.#step = step;
     this.#services = services;
-    this.#listen = listen;
     this.#startedAt = step.deps.clock.now();
     this.reply = new Promise((resolve) => {
       this.#settle = resolve;
@@ -85,10 +79,12 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
     const { deps, request } = this.#step;
     let actor: AgentActorRef;
     let output: Promise<AgentOutput | undefined>;
-    if (deps.actors) ({ agent: actor, output } = deps.actors.spawn(request.stepId, input, this.#listen));
+    // Listened to before it starts, so its first events (the first `llm.request`) are published too.
+    const listen = (spawned: AgentActorRef) => this.#listen(spawned);
+    if (deps.actors) ({ agent: actor, output } = deps.actors.spawn(request.stepId, input, listen));
     else {
       actor = createActor(agentMachine, { clock: deps.clock, input });
-      this.#listen(actor);
+      listen(actor);
       output = toPromise(actor);
       actor.start();
     }
@@ -100,6 +96,22 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
         if (this.#actor === actor) this.#settle(crashedReply(request, error));
       },
     );
+  }
+
+  /** Publishes what the actor emits as the step's events. */
+  #listen(actor: AgentActorRef): void {
+    const { deps, request } = this.#step;
+    actor.on('*', (emitted) => {
+      // An event that cannot be made or sent must not take the process down (xstate rethrows listener errors).
+      try {
+        deps.publish(toWireEvent(emitted, this.#step));
+      } catch (error) {
+        deps.logger?.error(
+          { err: error, stepId: request.stepId },
+          `cannot publish ${emitted.type}; the step goes on`,
+        );
+      }
+    });
   }
 
   /** An actor's end: the step's, unless it was the actor of a step since parked. */

@@ -5,9 +5,7 @@ import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
 import type { AgentMachineInput, StepStop } from './agentMachine.ts';
 import { AgentRun } from './agentRun.ts';
-import type { AgentActorRef } from './stepActors.ts';
 import { type StepContext, type StepDeps, scopeOf } from './stepContext.ts';
-import { toWireEvent } from './stepEvents.ts';
 import { buildStepMessages } from './stepPrompt.ts';
 import { crashedReply, outOfTimeReply, withAskedPeople } from './stepReply.ts';
 import { StepServices } from './stepServices.ts';
@@ -188,21 +186,7 @@ function startActor(step: StepContext, timeLeftMs: number | undefined, paused: b
       : {}),
     ...(paused ? { paused } : {}),
   };
-  // Listened to before it starts, so its first events (the first `llm.request`) are published too.
-  const listen = (actor: AgentActorRef): void => {
-    actor.on('*', (emitted) => {
-      // An event that cannot be made or sent must not take the process down (xstate rethrows listener errors).
-      try {
-        deps.publish(toWireEvent(emitted, step));
-      } catch (error) {
-        deps.logger?.error(
-          { err: error, stepId: request.stepId },
-          `cannot publish ${emitted.type}; the step goes on`,
-        );
-      }
-    });
-  };
-  return new AgentRun(step, services, input, listen);
+  return new AgentRun(step, services, input);
 }
 
 /** Each agent's tool definitions, per registry: made once and shared by its steps (nothing changes them). */

@@ -1,5 +1,10 @@
 import type { ModelCallOutput } from './agentServices.ts';
 
+/** Who hears a model call's end, before the actor holding it does. */
+export interface ModelCallEnds {
+  callEnded(call: ModelCallInFlight): void;
+}
+
 /**
  * One turn's model call under way, apart from the agent actor that asked for it, so the actor may be stopped while it
  * waits (its step parked, see `ParkingRun`) and a new one adopt the call: the model is asked once, and its reply
@@ -19,17 +24,22 @@ export class ModelCallInFlight {
   #reject: ((error: unknown) => void) | undefined;
   #settled = false;
 
-  /** Asks the model (through `ask`, given the call's own signal); the actor that asked then {@link hold}s it. */
-  constructor(turn: number, ask: (signal: AbortSignal) => Promise<ModelCallOutput>) {
+  /**
+   * Asks the model (through `ask`, given the call's own signal); the actor that asked then {@link hold}s it. `ends`
+   * hears the call's end before its holder does (a parked step is woken by it, and holds the call settled).
+   */
+  constructor(turn: number, ask: (signal: AbortSignal) => Promise<ModelCallOutput>, ends: ModelCallEnds) {
     this.turn = turn;
     this.reply = ask(this.#controller.signal);
     this.reply.then(
       (reply) => {
         this.#settled = true;
+        ends.callEnded(this);
         this.#resolve?.(reply);
       },
       (error: unknown) => {
         this.#settled = true;
+        ends.callEnded(this);
         this.#reject?.(error);
       },
     );

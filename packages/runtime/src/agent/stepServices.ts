@@ -16,7 +16,7 @@ import type {
 import { AgentStepError } from './agentStepError.ts';
 import { callModel, summarize } from './journaledModel.ts';
 import { stepTools, type ToolServices } from './journaledTools.ts';
-import { ModelCallInFlight } from './modelCallInFlight.ts';
+import { type ModelCallEnds, ModelCallInFlight } from './modelCallInFlight.ts';
 import { RecordedReplies } from './recordedReplies.ts';
 import { timeBudgetMessage } from './stepBudget.ts';
 import type { StepContext } from './stepContext.ts';
@@ -34,7 +34,7 @@ export interface ModelCallWatcher {
  * maps and run id, nor a stop signal, both made at its first tool call or stop. Its model call in flight is held here,
  * not by the actor that asked for it, so a parked step's actor may be stopped and a woken one adopt the call.
  */
-export class StepServices implements AgentServices {
+export class StepServices implements AgentServices, ModelCallEnds {
   readonly #step: StepContext;
   readonly #replies: RecordedReplies;
   #stopped: AbortController | undefined;
@@ -57,15 +57,23 @@ export class StepServices implements AgentServices {
     if (!this.#watcher) return callModel(this.#step, this.#replies, input, signal);
     const inFlight = this.#modelCall;
     if (inFlight?.turn === input.turn) return inFlight.hold(signal);
-    const call = new ModelCallInFlight(input.turn, (own) => callModel(this.#step, this.#replies, input, own));
-    this.#modelCall = call;
-    this.#watcher?.modelCallStarted();
-    // Its end is heard before the actor holding the call hears it, and a parked step's actor is woken to hear it.
-    call.reply.then(
-      () => this.#modelCallEnded(call),
-      () => this.#modelCallEnded(call),
+    const call = new ModelCallInFlight(
+      input.turn,
+      (own) => callModel(this.#step, this.#replies, input, own),
+      this,
     );
+    this.#modelCall = call;
+    this.#watcher.modelCallStarted();
     return call.hold(signal);
+  }
+
+  /**
+   * The model call in flight ended, heard before the actor holding it hears it: a parked step's actor is woken now
+   * and adopts the call, its reply settled, before the call is let go.
+   */
+  callEnded(call: ModelCallInFlight): void {
+    this.#watcher?.modelCallEnded();
+    if (this.#modelCall === call) this.#modelCall = undefined;
   }
 
   /** Tells `watcher` of each model call's start and end from now on (the run that may park the step). */
@@ -100,12 +108,6 @@ export class StepServices implements AgentServices {
 
   stopping(stop: StepStop): void {
     this.#stopSignal().abort(abortReason(stop, this.#step));
-  }
-
-  #modelCallEnded(call: ModelCallInFlight): void {
-    // Told first: a parked step's actor is woken now and adopts the call, its reply settled, before it is let go.
-    this.#watcher?.modelCallEnded();
-    if (this.#modelCall === call) this.#modelCall = undefined;
   }
 
   #toolServices(): ToolServices {
