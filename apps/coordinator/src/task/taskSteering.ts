@@ -24,6 +24,11 @@ export type SteeringFields = Pick<
 /** Told when the task is held or let go: a held step call waits for `false`, a sub-task is paused with its parent. */
 export type HoldListener = (held: boolean) => void;
 
+/** A hold listener that is an object with a method (a step's send, which a parked task keeps): no closure of its own. */
+export interface HoldWatcher {
+  holdChanged(held: boolean): void;
+}
+
 /** Told each message once its record is written: a `pipeline` step forwards it to its sub-task. */
 export type ToldListener = (message: ToldMessage) => void;
 
@@ -48,14 +53,14 @@ export class TaskSteering {
    */
   /** The keys of the latest tells, oldest first, each with its message's id: a retried tell is taken once. */
   #toldKeys: Map<string, string> | undefined;
-  #listeners: readonly HoldListener[] = NONE;
+  #listeners: readonly (HoldListener | HoldWatcher)[] = NONE;
   /**
    * The steps at work in this run (by step id, each with its live parts: a send, a wait, a hold; a `pipeline` step by
    * its sub-task's id), and, of each message told, the steps at work then (or given it since) that have not read it
    * yet. A message one step read stays in `told` for those, and goes to no other step. The messages read and what
    * they are still owed ride in the record (`toldOwed`), so a restored run goes on with the same bookkeeping.
    */
-  #atWork: Map<string, number> | undefined;
+  #atWork: readonly AtWork[] = NONE;
   #owed: Map<string, Set<string>> | undefined;
   #readOnce: Set<string> | undefined;
   #toldListeners: readonly ToldListener[] = NONE;
@@ -95,7 +100,7 @@ export class TaskSteering {
   restored(): void {
     queueMicrotask(() => {
       for (const owed of this.#owed?.values() ?? [])
-        for (const stepId of owed) if (this.#atWork?.has(stepId) !== true) owed.delete(stepId);
+        for (const stepId of owed) if (this.#atWorkAs(stepId) === undefined) owed.delete(stepId);
       this.#prune();
     });
   }
@@ -164,24 +169,30 @@ export class TaskSteering {
    */
   beginWork(step: string): void {
     const stepId = runOf(step);
-    this.#atWork ??= new Map();
-    this.#atWork.set(stepId, (this.#atWork.get(stepId) ?? 0) + 1);
+    const atWork = this.#atWorkAs(stepId);
+    if (atWork) atWork.parts += 1;
+    else this.#atWork = [...this.#atWork, { stepId, parts: 1 }];
   }
 
   /** A part begun with {@link TaskSteering.beginWork} ended; each says so once. */
   endWork(step: string): void {
     const stepId = runOf(step);
-    const atWork = this.#atWork;
-    if (atWork === undefined) return;
-    atWork.set(stepId, (atWork.get(stepId) ?? 1) - 1);
+    const ending = this.#atWorkAs(stepId);
+    if (ending === undefined) return;
+    ending.parts -= 1;
     // After the transitions its end sets off, which settle in the microtasks after it: a failed call's retry
     // begins its wait (at work again) only once the call's failure has reached the workflow.
     setImmediate(() => {
-      if ((atWork.get(stepId) ?? 0) > 0) return;
-      atWork.delete(stepId);
+      const atWork = this.#atWorkAs(stepId);
+      if (atWork !== undefined && atWork.parts > 0) return;
+      if (atWork !== undefined) this.#atWork = this.#atWork.filter((other) => other !== atWork);
       for (const owed of this.#owed?.values() ?? []) owed.delete(stepId);
       this.#prune();
     });
+  }
+
+  #atWorkAs(stepId: string): AtWork | undefined {
+    return this.#atWork.find((atWork) => atWork.stepId === stepId);
   }
 
   /** Holds the task from `now`; false when it is held already. Listeners hear it at once. */
@@ -294,9 +305,9 @@ export class TaskSteering {
       for (const oldest of alike.slice(0, Math.max(0, alike.length - MAX_TOLD_KEYS)))
         this.#toldKeys.delete(oldest);
     }
-    if (this.#atWork !== undefined && this.#atWork.size > 0) {
+    if (this.#atWork.length > 0) {
       this.#owed ??= new Map();
-      this.#owed.set(message.id, new Set(this.#atWork.keys()));
+      this.#owed.set(message.id, new Set(this.#atWork.map(({ stepId }) => stepId)));
     }
     return message;
   }
@@ -354,13 +365,13 @@ export class TaskSteering {
   }
 
   /** Hears each hold and each letting go until the returned function is called. */
-  listen(listener: HoldListener): () => void {
+  listen(listener: HoldListener | HoldWatcher): () => void {
     this.#listeners = [...this.#listeners, listener];
     return () => this.unlisten(listener);
   }
 
   /** Stops `listener` hearing holds, as the function {@link TaskSteering.listen} returned does. */
-  unlisten(listener: HoldListener): void {
+  unlisten(listener: HoldListener | HoldWatcher): void {
     this.#listeners = without(this.#listeners, listener);
   }
 
@@ -399,11 +410,19 @@ export class TaskSteering {
   }
 
   #tellListeners(held: boolean): void {
-    for (const listener of this.#listeners) listener(held);
+    for (const listener of this.#listeners)
+      if (typeof listener === 'function') listener(held);
+      else listener.holdChanged(held);
   }
 }
 
 const NONE: readonly never[] = [];
+
+/** A step at work, with how many of its parts are live (see {@link TaskSteering.atWork}). */
+interface AtWork {
+  readonly stepId: string;
+  parts: number;
+}
 
 /** `listeners` less `listener` (its first entry, as a Set's delete would take the one there is), a new array. */
 function without<T>(listeners: readonly T[], listener: T): readonly T[] {

@@ -9,7 +9,7 @@ import {
 } from '@troupe/runtime';
 import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
 import { runFactsOf, steeringOf } from '../task/runContext.ts';
-import type { TaskSteering } from '../task/taskSteering.ts';
+import type { HoldWatcher, TaskSteering } from '../task/taskSteering.ts';
 import type { SendInFlight } from './sendsInFlight.ts';
 import type { StepCallEvent, StepCallServices } from './stepCall.ts';
 import { heldDeadline, watchHeldDeadline } from './stepCallDeadline.ts';
@@ -151,7 +151,7 @@ export function stepSendLogic(services: StepCallServices) {
  * lasts): where its events go, the task's steering it holds the request by, its watch on the task's deadline while
  * held, and how to stop the request.
  */
-class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconnects {
+class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconnects, HoldWatcher {
   readonly #services: StepCallServices;
   readonly #reconnects: StepCallReconnects;
   readonly #stepId: string;
@@ -166,8 +166,6 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
   #abort: AbortController | undefined;
   /** The request has settled, or the send was stopped: nothing more is told. */
   #settled = false;
-  /** Hears the task held and let go, while the send lasts. */
-  readonly #holdListener = (held: boolean) => this.#holdChanged(held);
   #unwatch: (() => void) | undefined;
   /** The step is at work while this send lasts (see `TaskSteering.beginWork`), until `end`. */
   #atWork = false;
@@ -191,7 +189,7 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
     this.#kept = services.sends?.start(taskId, stepId, () => this.end());
     this.#kept?.heardBy(call);
     this.#call = this.#kept ? undefined : call;
-    steering?.listen(this.#holdListener);
+    steering?.listen(this);
   }
 
   /** The step taken by a host of this process: its reply, and the signal that cancels it. */
@@ -248,7 +246,7 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
   /** Stopped for good: the request is cancelled if it still waits, and what the send listened to is let go. */
   end(): void {
     this.#reconnects.delete(this);
-    this.#steering?.unlisten(this.#holdListener);
+    this.#steering?.unlisten(this);
     this.#unwatch?.();
     if (this.#atWork) this.#steering?.endWork(this.#stepId);
     this.#atWork = false;
@@ -273,7 +271,8 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
     return true;
   }
 
-  #holdChanged(held: boolean): void {
+  /** The task was held or let go (the send hears it from the task's steering while it lasts). */
+  holdChanged(held: boolean): void {
     this.#request?.hold(held);
     if (this.#settled) return;
     this.#unwatch?.();

@@ -39,6 +39,18 @@ describe("a task's steering", () => {
     expect(heard).toEqual(['first true', 'second true', 'first false', 'late false']);
   });
 
+  it('tells an object listener through its holdChanged, until unlisten', () => {
+    const steering = new TaskSteering();
+    const heard: boolean[] = [];
+    const watcher = { holdChanged: (held: boolean) => heard.push(held) };
+    steering.listen(watcher);
+    steering.pause(1_000);
+    steering.undoPause();
+    steering.unlisten(watcher);
+    steering.pause(2_000);
+    expect(heard).toEqual([true, false]);
+  });
+
   it('keeps a message told while a step is at work (beginWork) for that step, until the step reads it or ends (endWork)', async () => {
     const steering = new TaskSteering();
     steering.beginWork('t1.plan.1');
