@@ -131,6 +131,20 @@ describe('steps taken in this process (LocalSteps)', () => {
     expect(sent.stopped).toEqual([]);
   });
 
+  it('stops a step parked while its model waits (past parkAfterMs) with its host: worker_stopped, the call aborted', async () => {
+    const here = host({ parkAfterMs: 5_000 });
+    const call = here.local.tryTake(request('t19.think.1'), hooks);
+    await expect.poll(() => held.asked.length).toBe(1);
+    clock.advance(30_000);
+    await here.stop();
+    expect(AgentStepReply.parse(await call?.reply)).toMatchObject({
+      ok: false,
+      error: { code: 'worker_stopped' },
+    });
+    expect(held.aborted).toHaveLength(1);
+    expect(bus.events.map((e) => e.kind)).toEqual(['llm.request']);
+  });
+
   it('tells the caller what a heartbeat would say, only when it changes: a model call that has lasted 100 ms, then its end', async () => {
     const here = host();
     const call = here.local.tryTake(request('t2.think.1'), hooks);
