@@ -12,21 +12,26 @@ afterEach(removeWorkspaces);
 
 const PARK_AFTER_MS = 5_000;
 
+/** A call of the held model: its request, and its answer or failure, given by the test. */
+interface HeldCall {
+  request: ModelRequest;
+  answer(response: Partial<ModelResponse>): void;
+  fail(error: Error): void;
+}
+
 /** A model whose every call waits until the test answers it, as a slow model's does. */
-function heldModel(): {
-  model: ModelProvider;
-  calls: { request: ModelRequest; answer(response: Partial<ModelResponse>): void }[];
-} {
-  const calls: { request: ModelRequest; answer(response: Partial<ModelResponse>): void }[] = [];
+function heldModel(): { model: ModelProvider; calls: HeldCall[] } {
+  const calls: HeldCall[] = [];
   return {
     calls,
     model: {
       provider: 'held',
       model: 'held-1',
       complete: (request) =>
-        new Promise<ModelResponse>((resolve) =>
+        new Promise<ModelResponse>((resolve, reject) =>
           calls.push({
             request,
+            fail: reject,
             answer: (response) =>
               resolve({
                 content: '',
@@ -119,6 +124,20 @@ describe('a step whose model call waits long (parked)', () => {
     expect(parked).toEqual(live);
     expect(parked.events.filter((e) => e.kind === 'llm.request')).toHaveLength(2);
     expect(parked.running).toBe(0);
+  });
+
+  it('wakes on its model call’s failure with the same llm.error and reply as a step never parked', async () => {
+    const run = async (parkAfterMs: number) => {
+      const { clock, actors, calls, events, step } = await hostedStep(codeStep(), parkAfterMs);
+      clock.advance(6_000);
+      expect(actors.size).toBe(parkAfterMs > 0 ? 0 : 1);
+      calls[0]?.fail(Object.assign(new Error('overloaded'), { code: 'model_overloaded' }));
+      return { reply: await step.reply, events: announced(events), calls: calls.length };
+    };
+    const parked = await run(PARK_AFTER_MS);
+    expect(parked.reply).toMatchObject({ ok: false, error: { code: 'model_failed' } });
+    expect(parked.events.map((e) => e.kind)).toEqual(['llm.request', 'llm.error']);
+    expect(parked).toEqual(await run(0));
   });
 
   it('parks and wakes a step whose actor is a root of its own (no host), with the same reply', async () => {
