@@ -111,12 +111,17 @@ export interface AgentHost {
  */
 export function startAgentHost(options: AgentHostOptions): AgentHost {
   const { bus, pipeline, logger, human } = options;
+  const parkAfterMs = options.parkAfterMs ?? DEFAULT_PARK_AFTER_MS;
+  if (!Number.isFinite(parkAfterMs) || parkAfterMs < 0)
+    throw new Error(
+      `parkAfterMs must be 0 (parking off) or a number of milliseconds above 0, not ${parkAfterMs}`,
+    );
   const clock = options.clock ?? systemClock;
   const events = new EventFactory(clock);
   const heartbeats = options.heartbeats ?? new InlineHeartbeatSender(bus, clock);
   // One root actor for the host's lifetime: each step's agent actor runs under it, not as a root (a system) of its own.
   const actors = new StepActors(clock);
-  const deps = stepDeps(options, clock, events, actors, (stepId, waiting) =>
+  const deps = stepDeps({ ...options, parkAfterMs }, clock, events, actors, (stepId, waiting) =>
     steps.modelWait(stepId, waiting),
   );
   const steps = new StepsInFlight({
@@ -224,7 +229,7 @@ function stepDeps(
     publish: (event) => bus.publishEvent(event),
     ...(options.price ? { price: options.price } : {}),
     modelWait,
-    parkAfterMs: options.parkAfterMs ?? DEFAULT_PARK_AFTER_MS,
+    ...(options.parkAfterMs ? { parkAfterMs: options.parkAfterMs } : {}),
     actors,
     ...(options.human ? { human: options.human } : {}),
     ...(options.memory ? { memory: options.memory } : {}),

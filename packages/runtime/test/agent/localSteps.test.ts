@@ -145,6 +145,13 @@ describe('steps taken in this process (LocalSteps)', () => {
     expect(bus.events.map((e) => e.kind)).toEqual(['llm.request']);
   });
 
+  it('refuses a parkAfterMs that is negative or not a number, at start', () => {
+    for (const parkAfterMs of [-1, Number.NaN, Number.POSITIVE_INFINITY])
+      expect(() => host({ parkAfterMs })).toThrow(
+        `parkAfterMs must be 0 (parking off) or a number of milliseconds above 0, not ${parkAfterMs}`,
+      );
+  });
+
   it('tells the caller what a heartbeat would say, only when it changes: a model call that has lasted 100 ms, then its end', async () => {
     const here = host();
     const call = here.local.tryTake(request('t2.think.1'), hooks);
