@@ -444,6 +444,8 @@ describe('a question a human step asked, while its task is paused (the coordinat
 
 /** The task's delivery keep-alive: every third of the runner's ack wait (30 s by default). */
 const KEEP_ALIVE_MS = 10_000;
+/** The runner's passivation sweep: half its 5 s threshold (see `task/passivation.ts`). */
+const PASSIVATION_SWEEP_MS = 2_500;
 
 /**
  * Moves the clock an hour on in ten-minute strides (whole keep-alive periods), checking at each that the clock's
@@ -557,12 +559,15 @@ describe('a held task’s timers (the clock’s pending timers)', () => {
     const task = intake.deliver({ id: 'pt-5', goal: 'build it' });
     const q = await question();
     await bus.settled();
-    // Asked: the question's 60 s besides the keep-alive.
-    expect(clock.pending()).toEqual([KEEP_ALIVE_MS, 60_000]);
+    // Asked: the question's 60 s besides the keep-alive, and the runner's passivation sweep (every 2.5 s by default).
+    expect(clock.pending()).toEqual([PASSIVATION_SWEEP_MS, KEEP_ALIVE_MS, 60_000]);
     await control('pt-5', { action: 'pause' });
     await expect.poll(async () => (await record(q.id))?.held?.leftMs).toBe(60_000);
     await bus.settled();
-    await heldAnHour({ clock, bus }, [KEEP_ALIVE_MS]);
+    // Passivated 5 s in: asleep, it keeps no timer of its own; the sweep keeps its message alive.
+    clock.advance(5_000);
+    await bus.settled();
+    await heldAnHour({ clock, bus }, [PASSIVATION_SWEEP_MS]);
     await control('pt-5', { action: 'resume' });
     await expect.poll(async () => (await record(q.id))?.held).toBeUndefined();
     await answer(q, 'yes');

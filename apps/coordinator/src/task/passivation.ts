@@ -1,7 +1,9 @@
 import type { Clock, Logger } from '@troupe/runtime';
 import { type Actor, type AnyActorRef, createActor, toPromise } from 'xstate';
 import type { TaskDelivery } from '../intake/taskQueue.ts';
+import { PeopleInFlight } from '../workflow/peopleInFlight.ts';
 import { SendsInFlight } from '../workflow/sendsInFlight.ts';
+import type { HumanRunInput } from '../workflow/workflowTypes.ts';
 import type { CheckpointWriter } from './checkpointWriter.ts';
 import { type Kept, PassivatedCopies } from './passivatedCopies.ts';
 import { notRunning } from './steerTask.ts';
@@ -113,12 +115,13 @@ interface Asleep {
 
 /**
  * Passivation of a runner's tasks: a task whose steps have only waited for `afterMs` (a step's send in flight on a
- * slow model or a person) has its actor tree stopped, keeping only what it needs to go on: its hold on the task, one
- * compact copy of the workflow's persisted snapshot as it stood and of its writer's last record (see
- * `passivatedCopies.ts`), its message, and the send in flight, which goes on outside the tree (`sendsInFlight.ts`).
- * It is woken, its tree restored in this process from that snapshot as a crash resume restores from the record (no
- * record read, no record written, no event), when its send has something its step call must hear (the reply, a
- * failure, a hold, a reconnect, a change of what the step waits on), or a signal comes for it through the runner's
+ * slow model or a person, a `human` step's question) has its actor tree stopped, keeping only what it needs to go on:
+ * its hold on the task, one compact copy of the workflow's persisted snapshot as it stood and of its writer's last
+ * record (see `passivatedCopies.ts`), its message, and its sends and questions in flight, which go on outside the tree
+ * (`sendsInFlight.ts`, `peopleInFlight.ts`). It is woken, its tree restored in this process from that snapshot as a
+ * crash resume restores from the record (no record read, no record written, no event), when its send has something its
+ * step call must hear (the reply, a failure, a hold, a reconnect, a change of what the step waits on), its human step
+ * has its outcome (the answer, the deadline), or a signal comes for it through the runner's
  * {@link TaskSignals} (cancel, migrate, pause, resume, tell, a parent's end, the process's stop). One timer serves
  * every task: it finds the tasks to passivate and keeps the passivated tasks' messages alive.
  *
@@ -137,10 +140,13 @@ export class Passivation {
   readonly #tickMs: number;
   /** The step sends in flight of the runner's tasks, which a passivated task's restored step calls adopt. */
   readonly sends = new SendsInFlight();
+  /** The `human` steps under way of the runner's tasks, which a passivated task's restored steps adopt. */
+  readonly people = new PeopleInFlight();
 
   constructor(private readonly options: PassivationOptions) {
     this.#tickMs = Math.max(10, Math.floor(Math.min(options.afterMs, options.keepAliveMs) / 2));
     this.sends.onMustHear = (taskId) => this.#wake(taskId);
+    this.people.onMustHear = (taskId) => this.#wake(taskId);
   }
 
   /** Tasks passivated now. */
@@ -163,7 +169,7 @@ export class Passivation {
   /** A task's steps began to only wait: if only in ways it can be passivated, the timer runs (if not already). */
   waiting(writer: CheckpointWriter): void {
     const task = this.#owners.get(writer);
-    if (task && this.#safely(() => onlyWaiting(task.getSnapshot().children))) this.#tick();
+    if (task && this.#safely(() => onlyWaiting(task.getSnapshot().children, this.people))) this.#tick();
   }
 
   /**
@@ -224,11 +230,13 @@ export class Passivation {
     asleep.unlisten();
     for (const signal of asleep.signals ?? []) refuse(signal, taskId);
     this.sends.abandon(taskId);
+    this.people.abandon(taskId);
   }
 
   /** The task's actor ended: a send of it that no call adopted (its tree failed after its waking) is stopped. */
   ended(taskId: string): void {
     this.sends.abandon(taskId);
+    this.people.abandon(taskId);
   }
 
   /** Stops the timer (the runner stops; its passivated tasks are woken by the stop signal). */
@@ -239,8 +247,8 @@ export class Passivation {
 
   /**
    * Runs the timer while it has something to do: a passivated task to keep alive, or a task that only waits and could
-   * be passivated. A task that waits in a way that cannot be (a held step, a person asked by a `human` step) keeps no
-   * timer running; it is looked at again when its steps next begin to wait.
+   * be passivated. A task that waits in a way that cannot be (a held step, a sub-task) keeps no timer running; it is
+   * looked at again when its steps next begin to wait.
    */
   #tick(): void {
     if (this.#timer !== undefined) return;
@@ -259,7 +267,7 @@ export class Passivation {
       const look = this.#safely(() => {
         const snapshot = task.getSnapshot();
         const writer = snapshot.context.hold?.writer;
-        if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children)) return false;
+        if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children, this.people)) return false;
         const since = writer.idleSince;
         if (since === undefined || now - since < afterMs) return true;
         this.#passivate(task);
@@ -291,7 +299,7 @@ export class Passivation {
     const { hold, delivery, keptAliveAt } = snapshot.context;
     if (!hold || !snapshot.matches({ running: { live: 'working' } })) return;
     if (hold.ending !== undefined || hold.claimed.orphaned !== undefined) return;
-    const workflow = onlyWaiting(snapshot.children);
+    const workflow = onlyWaiting(snapshot.children, this.people);
     if (!workflow) return;
     const taskId = hold.claimed.input.taskId;
     let packed: string;
@@ -319,6 +327,7 @@ export class Passivation {
       }),
     );
     this.sends.detach(taskId);
+    this.people.detach(taskId);
     task.stop();
     // Stopped at once unless the actor was busy (xstate then queues the stop): its sends would go on, unheard.
     if (task.getSnapshot().status !== 'stopped')
@@ -353,9 +362,13 @@ const nothing = () => {};
 
 /**
  * The workflow of a task whose tree only waits, or undefined: beside its run context, a workflow whose every child is
- * a step call with its send in flight (`calling.sent`), and nothing else (no person asked, no sub-task, no timer).
+ * a step call with its send in flight (`calling.sent`) or a `human` step whose run is under way in `people`, and
+ * nothing else (no sub-task, no timer).
  */
-function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActorRef | undefined {
+function onlyWaiting(
+  children: Record<string, AnyActorRef | undefined>,
+  people: PeopleInFlight,
+): AnyActorRef | undefined {
   let workflow: AnyActorRef | undefined;
   for (const child of Object.values(children)) {
     if (!child) continue;
@@ -366,6 +379,7 @@ function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActo
   const calls = Object.values<AnyActorRef | undefined>(workflow.getSnapshot().children);
   if (calls.length === 0) return undefined;
   for (const call of calls) {
+    if (call?.src === 'askPerson' && waitsOnPerson(call, people)) continue;
     if (call?.src !== 'runStep') return undefined;
     // A stand-in that answers steps itself (a promise) has no send to keep: its task stays live.
     const state = call.getSnapshot();
@@ -375,6 +389,14 @@ function onlyWaiting(children: Record<string, AnyActorRef | undefined>): AnyActo
     if (sends.length !== 1 || sends[0]?.src !== 'request') return undefined;
   }
   return workflow;
+}
+
+/** Whether a workflow's `askPerson` child is a run of its human step under way in `people` (not a stand-in's). */
+function waitsOnPerson(call: AnyActorRef, people: PeopleInFlight): boolean {
+  const state = call.getSnapshot() as { status?: string; input?: Partial<HumanRunInput> };
+  const { taskId, stepId } = state.input ?? {};
+  if (state.status !== 'active' || taskId === undefined || stepId === undefined) return false;
+  return people.waiting(taskId, stepId);
 }
 
 /** Answers a signal for a woken task whose actor could not start: nothing was changed, the sender may try again. */

@@ -2,6 +2,7 @@ import type { StepActivity } from '@troupe/protocol';
 import { type Clock, type HumanGate, StepJournal } from '@troupe/runtime';
 import { z } from 'zod';
 import type { TaskSteering } from '../task/taskSteering.ts';
+import type { PeopleInFlight, PersonWait } from './peopleInFlight.ts';
 import { heldSoFar as heldOf } from './stepCallRules.ts';
 import { whileHeld } from './subTaskSteering.ts';
 import type { HumanRunInput, HumanRunOutput } from './workflowTypes.ts';
@@ -18,6 +19,11 @@ export interface HumanStepDeps {
   onActivity: (taskId: string, activity: StepActivity) => void;
   /** The task's steering (`troupe pause`): a held task asks nobody new, and its held time is not the step's. */
   steering?: TaskSteering | undefined;
+  /**
+   * The runner's human steps under way, when its tasks are passivated (`task/passivation.ts`): each run goes on
+   * there while its task sleeps, and a step restored from the task's snapshot adopts it rather than run anew.
+   */
+  inFlight?: PeopleInFlight | undefined;
 }
 
 /**
@@ -31,112 +37,133 @@ export interface HumanStepDeps {
  * after) the task was held is asked again, once the task is resumed, with the step's time that was left.
  */
 export function createHumanStepRunner(deps: HumanStepDeps) {
-  return async (input: HumanRunInput, signal: AbortSignal): Promise<HumanRunOutput> => {
-    const started = deps.clock.now();
-    const durationMs = () => Math.max(0, deps.clock.now() - started);
-    const { steering } = deps;
-    /** How long the task was held in all, up to now (the pause in force counted so far). */
-    const heldSoFar = () => (steering === undefined ? 0 : heldOf(steering, deps.clock.now()));
-    const heldBefore = heldSoFar();
-    // A question asked stays answerable and does not run out while the task is held; let go, it has what it had left.
-    const unfollow = followHold(deps, input.taskId);
-    /** The step's time left: its timeout less the time it waited while the task was not held. */
-    const timeLeft = () => input.timeoutMs - (durationMs() - (heldSoFar() - heldBefore));
-    // Each question its own journal key: one asked again after a hold is a new question, not the expired one.
-    let asks = 0;
-    // The config holds `answer` as a JSON object (a record); zod reads it as the JSON Schema it is meant to be.
-    const schema =
-      input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as z.core.JSONSchema.JSONSchema);
-    let prompt = input.prompt;
-    try {
-      for (let asked = 1; asked <= MAX_ASKS; asked++) {
-        asks += 1;
-        const key = StepJournal.humanKey(`${input.stepId}.${asks}`, 'question');
-        const waiting = (id: string) =>
-          deps.onActivity(input.taskId, {
-            kind: 'person',
-            step: input.step,
-            agent: 'human',
-            request: { kind: 'question', id },
-            since: new Date(deps.clock.now()).toISOString(),
-          });
-        const earlier = await deps.journal.humanRequest(key);
-        if (earlier) waiting(earlier);
-        // A held task asks nobody new: the question goes once it is resumed (one asked before stays open meanwhile).
-        else if (steering) await whileHeld(steering, signal);
-        // Left while held (the coordinator stops, the task ends): nobody is asked by a run that is over.
-        if (signal.aborted) throw signal.reason ?? new Error('the human step was stopped');
-        const heldAtAsk = heldSoFar();
-        let answer: string;
-        try {
-          answer = await deps.gate.ask(
-            prompt,
-            {
-              pipeline: input.pipeline,
-              taskId: input.taskId,
-              traceparent: input.traceparent,
-              agent: 'workflow',
-              stepId: input.stepId,
-              // Asked again, people have what is left of the step's time, not all of it anew.
-              timeoutMs: Math.max(1_000, timeLeft()),
-            },
-            signal,
-            {
-              ...(earlier ? { id: earlier } : {}),
-              onAsked: async (id) => {
-                await deps.journal.recordHumanRequest(key, id, new Date(deps.clock.now()));
-                waiting(id);
-              },
-            },
-          );
-        } catch (error) {
-          if ((error as { code?: unknown }).code !== 'timeout') throw error;
-          // The question ran out while the task was held: that time was not the step's, and it is asked again. So it
-          // is when an earlier run of the step asked it again already (a restart): that question is taken up.
-          // Held now counts too: a run restored while the task is held finds its question expired at once, the clock
-          // not moved on since it asked.
-          const heldMeanwhile = (steering?.held === true || heldSoFar() > heldAtAsk) && timeLeft() > 0;
-          const askedAgain =
-            !heldMeanwhile &&
-            (await deps.journal.humanRequest(
-              StepJournal.humanKey(`${input.stepId}.${asks + 1}`, 'question'),
-            ));
-          if ((heldMeanwhile || askedAgain) && !signal.aborted) {
-            asked -= 1;
-            continue;
-          }
-          return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
-        }
-        if (!schema) return { ok: true, answer, durationMs: durationMs() };
-        // Read as JSON first (`{"ship": true}`, `3`); when that does not fit, as the text it is (`123` for a string).
-        const asJsonValue = schema.safeParse(asJson(answer));
-        const checked = asJsonValue.success ? asJsonValue : schema.safeParse(answer);
-        if (checked.success) {
-          const value = checked.data;
-          return {
-            ok: true,
-            answer: typeof value === 'string' ? value : JSON.stringify(value),
-            durationMs: durationMs(),
-          };
-        }
-        const why = (asJsonValue.error?.issues ?? [])
-          .map((i) => `${i.path.join('.') || '(the answer)'}: ${i.message}`)
-          .join('; ');
-        if (asked === MAX_ASKS) {
-          return {
-            ok: false,
-            code: 'invalid_answer',
-            message: `${MAX_ASKS} answers in a row did not match the step's answer schema; the last: ${why}`,
-            durationMs: durationMs(),
-          };
-        }
-        prompt = `${input.prompt}\n\nYour last answer could not be used (${why}). Answer with JSON matching this JSON Schema: ${JSON.stringify(input.answer)}`;
-      }
-    } finally {
-      unfollow();
-    }
-    throw new Error('unreachable');
+  return (input: HumanRunInput, signal: AbortSignal): Promise<HumanRunOutput> => {
+    const { inFlight } = deps;
+    if (!inFlight) return askPerson(deps, input, signal);
+    const { taskId, stepId } = input;
+    // Restored after its task slept: the run under way goes on, heard from here (no second question, same times).
+    const adopted = inFlight.adopt(taskId, stepId, signal, deps.onActivity);
+    if (adopted) return adopted;
+    const leave = () => deps.gate.leavePending?.(stepId);
+    const wait = inFlight.start(taskId, stepId, { signal, report: deps.onActivity, leave });
+    return wait.start(() => askPerson(deps, input, wait.signal, wait));
   };
+}
+
+/**
+ * One run of a `human` step: `signal` stops it; its activity goes to `wait`'s tree when it has one (the run outlives
+ * its task's tree while the task is passivated), else to `deps.onActivity`.
+ */
+async function askPerson(
+  deps: HumanStepDeps,
+  input: HumanRunInput,
+  signal: AbortSignal,
+  wait?: PersonWait,
+): Promise<HumanRunOutput> {
+  const report = (activity: StepActivity) =>
+    wait ? wait.report(activity) : deps.onActivity(input.taskId, activity);
+  const started = deps.clock.now();
+  const durationMs = () => Math.max(0, deps.clock.now() - started);
+  const { steering } = deps;
+  /** How long the task was held in all, up to now (the pause in force counted so far). */
+  const heldSoFar = () => (steering === undefined ? 0 : heldOf(steering, deps.clock.now()));
+  const heldBefore = heldSoFar();
+  // A question asked stays answerable and does not run out while the task is held; let go, it has what it had left.
+  const unfollow = followHold(deps, input.taskId);
+  /** The step's time left: its timeout less the time it waited while the task was not held. */
+  const timeLeft = () => input.timeoutMs - (durationMs() - (heldSoFar() - heldBefore));
+  // Each question its own journal key: one asked again after a hold is a new question, not the expired one.
+  let asks = 0;
+  // The config holds `answer` as a JSON object (a record); zod reads it as the JSON Schema it is meant to be.
+  const schema =
+    input.answer === undefined ? undefined : z.fromJSONSchema(input.answer as z.core.JSONSchema.JSONSchema);
+  let prompt = input.prompt;
+  try {
+    for (let asked = 1; asked <= MAX_ASKS; asked++) {
+      asks += 1;
+      const key = StepJournal.humanKey(`${input.stepId}.${asks}`, 'question');
+      const waiting = (id: string) =>
+        report({
+          kind: 'person',
+          step: input.step,
+          agent: 'human',
+          request: { kind: 'question', id },
+          since: new Date(deps.clock.now()).toISOString(),
+        });
+      const earlier = await deps.journal.humanRequest(key);
+      if (earlier) waiting(earlier);
+      // A held task asks nobody new: the question goes once it is resumed (one asked before stays open meanwhile).
+      else if (steering) await whileHeld(steering, signal);
+      // Left while held (the coordinator stops, the task ends): nobody is asked by a run that is over.
+      if (signal.aborted) throw signal.reason ?? new Error('the human step was stopped');
+      const heldAtAsk = heldSoFar();
+      let answer: string;
+      try {
+        answer = await deps.gate.ask(
+          prompt,
+          {
+            pipeline: input.pipeline,
+            taskId: input.taskId,
+            traceparent: input.traceparent,
+            agent: 'workflow',
+            stepId: input.stepId,
+            // Asked again, people have what is left of the step's time, not all of it anew.
+            timeoutMs: Math.max(1_000, timeLeft()),
+          },
+          signal,
+          {
+            ...(earlier ? { id: earlier } : {}),
+            onAsked: async (id) => {
+              await deps.journal.recordHumanRequest(key, id, new Date(deps.clock.now()));
+              waiting(id);
+            },
+          },
+        );
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== 'timeout') throw error;
+        // The question ran out while the task was held: that time was not the step's, and it is asked again. So it
+        // is when an earlier run of the step asked it again already (a restart): that question is taken up.
+        // Held now counts too: a run restored while the task is held finds its question expired at once, the clock
+        // not moved on since it asked.
+        const heldMeanwhile = (steering?.held === true || heldSoFar() > heldAtAsk) && timeLeft() > 0;
+        const askedAgain =
+          !heldMeanwhile &&
+          (await deps.journal.humanRequest(StepJournal.humanKey(`${input.stepId}.${asks + 1}`, 'question')));
+        if ((heldMeanwhile || askedAgain) && !signal.aborted) {
+          asked -= 1;
+          continue;
+        }
+        return { ok: false, code: 'timeout', message: (error as Error).message, durationMs: durationMs() };
+      }
+      if (!schema) return { ok: true, answer, durationMs: durationMs() };
+      // Read as JSON first (`{"ship": true}`, `3`); when that does not fit, as the text it is (`123` for a string).
+      const asJsonValue = schema.safeParse(asJson(answer));
+      const checked = asJsonValue.success ? asJsonValue : schema.safeParse(answer);
+      if (checked.success) {
+        const value = checked.data;
+        return {
+          ok: true,
+          answer: typeof value === 'string' ? value : JSON.stringify(value),
+          durationMs: durationMs(),
+        };
+      }
+      const why = (asJsonValue.error?.issues ?? [])
+        .map((i) => `${i.path.join('.') || '(the answer)'}: ${i.message}`)
+        .join('; ');
+      if (asked === MAX_ASKS) {
+        return {
+          ok: false,
+          code: 'invalid_answer',
+          message: `${MAX_ASKS} answers in a row did not match the step's answer schema; the last: ${why}`,
+          durationMs: durationMs(),
+        };
+      }
+      prompt = `${input.prompt}\n\nYour last answer could not be used (${why}). Answer with JSON matching this JSON Schema: ${JSON.stringify(input.answer)}`;
+    }
+  } finally {
+    unfollow();
+  }
+  throw new Error('unreachable');
 }
 
 /**

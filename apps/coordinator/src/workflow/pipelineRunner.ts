@@ -43,6 +43,7 @@ import { type SteerAnswer, type TaskSignal, TaskSignals } from '../task/taskSign
 import { compileFlow } from './compileFlow.ts';
 import { FlowVersions } from './flowVersions.ts';
 import { createHumanStepRunner, type HumanStepDeps } from './humanStep.ts';
+import type { PeopleInFlight } from './peopleInFlight.ts';
 import type { SendsInFlight } from './sendsInFlight.ts';
 import { createStepCallLogic } from './stepCall.ts';
 import { type StepRunnerOptions, stepCallServices } from './stepRunner.ts';
@@ -194,7 +195,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
       compileFlow(
         versionConfig,
         stepActors(
-          { ...options, ...(passivation ? { sends: passivation.sends } : {}) },
+          { ...options, ...(passivation ? { sends: passivation.sends, inFlight: passivation.people } : {}) },
           () => migrations,
           () => stopping,
         ),
@@ -347,7 +348,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
  * activity through the run context of the task actor system it runs in (see `task/runContext.ts`).
  */
 function stepActors(
-  options: PipelineRunnerOptions & { sends?: SendsInFlight },
+  options: PipelineRunnerOptions & { sends?: SendsInFlight; inFlight?: PeopleInFlight },
   migrations: () => TaskMigrations,
   stopping: () => boolean,
 ) {
@@ -375,6 +376,7 @@ function stepActors(
         ...people,
         onActivity: reporter(system),
         steering: steeringOf(system),
+        inFlight: options.inFlight,
       });
       return migrations().asking(input.taskId, input.stepId, () => ask(input, signal));
     }),
