@@ -94,9 +94,13 @@ describe('passivation', () => {
     await client.flush();
     submit('wait-1');
     await expect.poll(() => here.passivated(), { timeout: 10_000 }).toBe(1);
+    // Its step is parked on the agent host here too, after the same 300 ms (the host's own default is 5 s, longer than
+    // the model's 2.5 s).
+    await expect.poll(() => here.parkedSteps(), { timeout: 10_000 }).toBe(1);
     const final = await finalOf('wait-1');
     expect(final).toMatchObject({ kind: 'task.completed', data: { output: 'Written down.' } });
     expect(here.passivated()).toBe(0);
+    expect(here.parkedSteps()).toBe(0);
     // The host ran the step once: one start, one model call; the woken task adopted the send in flight.
     const think = of('wait-1').filter((e) => 'step' in e.data && e.data.step === 'think');
     expect(think.filter((e) => e.kind === 'step.started')).toHaveLength(1);

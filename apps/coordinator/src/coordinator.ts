@@ -100,6 +100,11 @@ export interface Coordinator {
   /** How many of them are passivated now (`passivateAfterMs`): their actor trees stopped while they wait. */
   passivated(): number;
   /**
+   * How many steps its agents (`hostAgents`) have parked now, from its tasks or any other coordinator's: their agent
+   * actors let go while their model calls wait (`passivateAfterMs` too).
+   */
+  parkedSteps(): number;
+  /**
    * Makes a new version of one of its pipelines (its file, loaded again) the one new tasks start on, without a
    * restart: stored, compiled, its new agents served, then registered as the newest. Tasks already running finish on
    * the version they started on, read from the `versions` bucket as after a restart. Refuses, changing nothing, a
@@ -244,6 +249,8 @@ async function startParts(
           clock,
           values,
           maxLocalSteps: options.maxLocalSteps ?? options.concurrency ?? DEFAULT_CONCURRENCY,
+          // One setting for both halves of a task that waits: its tree here, its step's agent actor there.
+          ...(options.passivateAfterMs === undefined ? {} : { parkAfterMs: options.passivateAfterMs }),
           ...(options.metrics ? { metrics: options.metrics } : {}),
         })
       : undefined;
@@ -384,6 +391,7 @@ async function startParts(
     pipelines: options.pipelines.map((p) => p.config.name),
     running: () => runners.flatMap((r) => r.running()),
     passivated: () => runners.reduce((sum, r) => sum + r.passivated(), 0),
+    parkedSteps: () => agents?.parked() ?? 0,
     reload,
     async stop() {
       guard.unsubscribe();

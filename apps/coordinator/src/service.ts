@@ -230,6 +230,8 @@ export interface WorkerOptions extends HostOptions {
   natsUrl: string;
   /** Only these agents; all agents of the pipelines when absent. */
   agents?: readonly string[];
+  /** How long a step's model call waits before its agent actor is parked (`troupe worker --passivate-after`); 0 parks none. */
+  parkAfterMs?: number;
 }
 
 /** A worker process: agents only, no workflows. */
@@ -296,6 +298,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       registry,
       ...(options.agents ? { only: options.agents } : {}),
       ...(options.metrics ? { metrics: options.metrics } : {}),
+      ...(options.parkAfterMs === undefined ? {} : { parkAfterMs: options.parkAfterMs }),
     });
     // A pipeline reloaded or deployed with a new agent gets it served here too, without a restart.
     const unfollow = await serveNewestAgents(

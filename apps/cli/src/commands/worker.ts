@@ -14,6 +14,8 @@ export interface WorkerCommandOptions extends NatsAccessSources {
   home?: string;
   server?: string;
   agents?: string;
+  /** `--passivate-after`: seconds a step's model call waits before its agent actor is parked; 0 parks none. */
+  passivateAfter?: number;
   /** `--event-batch`: the worker's events go in batches; absent, `TROUPE_EVENT_BATCH=1` decides. */
   eventBatch?: boolean;
   /** `[host:]port` of the metrics server. */
@@ -56,6 +58,9 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     ...(agents && agents.length > 0 ? { agents } : {}),
     ...(options.eventBatch ? { eventBatch: true } : {}),
     ...(served ? { metrics: served.metrics } : {}),
+    ...(options.passivateAfter === undefined
+      ? {}
+      : { parkAfterMs: Math.round(options.passivateAfter * 1000) }),
   });
   // Listening before anything starts: a Ctrl-C during start-up stops what did start, cleanly.
   const stopped = untilStopped(

@@ -96,7 +96,7 @@ function declareUp(program: Command): void {
     )
     .option(
       '--passivate-after <seconds>',
-      "stop the actors of a task whose steps have only waited this long on a model or a person, keeping its record and the step's request in flight, and restore them when the reply or a signal comes; 0 keeps every task's actors (default 5)",
+      "stop the actors of a task whose steps have only waited this long on a model or a person, keeping its record and the step's request in flight, and restore them when the reply or a signal comes; the agents served here park such a step's actor the same way; 0 keeps every task's actors (default 5)",
       seconds,
     )
     .option(
@@ -162,6 +162,11 @@ function declareWorker(program: Command): void {
     )
     .argument('<pipeline.yaml...>', 'pipeline files whose agents to serve')
     .option('--agents <names>', 'only these agents, comma-separated')
+    .option(
+      '--passivate-after <seconds>',
+      "stop the agent actor of a step whose model call has waited this long, keeping the call, and restore it when the reply or a stop comes; 0 keeps every step's actor (default 5)",
+      seconds,
+    )
     .addOption(eventBatchOption())
     .addOption(replicasOption())
     .option(

@@ -59,6 +59,11 @@ export interface AgentServiceOptions {
    * `LocalSteps`); 0, the default, takes none (a `troupe worker` runs no workflow).
    */
   maxLocalSteps?: number;
+  /**
+   * How long a step's model call waits before its agent actor is parked (stopped, and restored when the reply comes:
+   * `AgentHostOptions.parkAfterMs`); 0 parks none. The host's default (5 s) when absent.
+   */
+  parkAfterMs?: number;
 }
 
 /** The agents of some pipelines, served in this process. */
@@ -80,6 +85,8 @@ export interface AgentService {
    * each of the step's pipeline's hosts is asked in turn, as they are now (a version served since included).
    */
   readonly local: LocalSteps;
+  /** Steps of its hosts parked now (`parkAfterMs`): their agent actors let go while their model calls wait. */
+  parked(): number;
   stop(): Promise<void>;
 }
 
@@ -145,6 +152,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       ...versionAgents(loaded.get(pipeline.config.name), takesLocally),
       olderAgents,
       maxLocalSteps: options.maxLocalSteps ?? 0,
+      ...(options.parkAfterMs === undefined ? {} : { parkAfterMs: options.parkAfterMs }),
     });
   try {
     for (const pipeline of options.pipelines) {
@@ -222,6 +230,7 @@ export async function startAgentService(options: AgentServiceOptions): Promise<A
       serial = adding.catch(() => undefined);
       return adding;
     },
+    parked: () => hosts.reduce((sum, h) => sum + h.host.parked, 0),
     async stop() {
       stopped = true;
       await serial;

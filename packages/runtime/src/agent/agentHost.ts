@@ -91,6 +91,8 @@ export interface AgentHostOptions {
 export interface AgentHost {
   /** Steps being worked on now. */
   readonly inFlight: number;
+  /** Of them, the steps parked now (`parkAfterMs`): their agent actors let go while their model calls wait. */
+  readonly parked: number;
   /**
    * Takes a step of this host's pipeline and agents from a workflow in this process, with no NATS: one of its own
    * version, or of a version whose agent is loaded here already (see `loadedAgentOf`).
@@ -191,6 +193,9 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
   return {
     get inFlight() {
       return steps.size;
+    },
+    get parked() {
+      return steps.parked;
     },
     local,
     async stop() {

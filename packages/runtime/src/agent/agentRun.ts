@@ -52,6 +52,10 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
     this.#start(input);
   }
 
+  get parked(): boolean {
+    return this.#parked !== undefined;
+  }
+
   stop(stop: StepStop): void {
     this.#send({ type: 'stop', stop });
   }

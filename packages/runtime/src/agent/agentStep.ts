@@ -34,6 +34,8 @@ export interface AgentStep {
   pause?(): void;
   /** A person told the step's task something: the agent reads it before its next model call. */
   tell?(message: ToldMessage): void;
+  /** Parked now: its agent actor let go while its model call waits (see `AgentRun`). */
+  readonly parked?: boolean;
 }
 
 /**
@@ -108,6 +110,10 @@ class StartedStep implements AgentStep {
   tell(message: ToldMessage): void {
     this.#told?.hear(message);
   }
+
+  get parked(): boolean {
+    return this.#run.parked === true;
+  }
 }
 
 function startStep(step: StepContext, paused: boolean): AgentStep {
@@ -153,6 +159,9 @@ function startStep(step: StepContext, paused: boolean): AgentStep {
     pause: () => {
       pausedBefore = true;
       started?.pause?.();
+    },
+    get parked() {
+      return started?.parked === true;
     },
   };
 }

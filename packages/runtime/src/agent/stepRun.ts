@@ -69,6 +69,11 @@ export class StepRun {
     );
   }
 
+  /** Its agent actor is parked while its model call waits (see `AgentRun`). */
+  get parked(): boolean {
+    return this.#agentStep.parked === true;
+  }
+
   /** Sent a stop already (the task ended, nobody waits, or this host is stopping). */
   get stopped(): boolean {
     return this.#stopped;

@@ -43,6 +43,13 @@ export class StepsInFlight {
     return this.#runs.size;
   }
 
+  /** Of them, the steps parked now (their agent actors let go while their model calls wait): counted when asked. */
+  get parked(): number {
+    let parked = 0;
+    for (const run of this.#runs.values()) if (run.parked) parked += 1;
+    return parked;
+  }
+
   /** The host is stopping: it takes no more steps. */
   get stopping(): boolean {
     return this.#stopping;
