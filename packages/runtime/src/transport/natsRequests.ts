@@ -8,6 +8,7 @@ import { metaFromSubject } from './messageMeta.ts';
 import { abortedError, asClosedError, isNoResponders, requestError } from './natsErrors.ts';
 import { toMsgHdrs } from './natsHeaders.ts';
 import { ReplyInboxes } from './replyInboxes.ts';
+import { isReplySubject } from './replySubjects.ts';
 import { TransportError } from './transportError.ts';
 
 /** The part of a client's inbox prefix where the replies of agent hosts, to its step calls, come. */
@@ -88,6 +89,10 @@ export class NatsRequests {
 
   /** See {@link Bus.acknowledge}. */
   acknowledge(reply: string, meta?: MessageMeta): void {
+    if (!isReplySubject(reply)) {
+      this.#logger.warn({ reply }, `not answering on ${reply}: a reply subject must be an inbox`);
+      return;
+    }
     try {
       this.#connection.publish(reply, '{}');
     } catch {

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Empty, headers, type Msg, type NatsConnection, type Subscription } from '@nats-io/transport-node';
 import type { Logger } from '../logging/logger.ts';
 import type { ReplyMessage } from './bus.ts';
+import { isReplySubject } from './replySubjects.ts';
 import { TransportError } from './transportError.ts';
 
 /** A request waiting on its inbox: its subject (for what its failures say), and where its answers go. */
@@ -80,7 +81,8 @@ export class ReplyInboxes {
       );
       return;
     }
-    if (msg.reply === undefined || msg.reply === '') return;
+    // Answered only on an inbox: anyone who may send here could name any subject else (see isReplySubject).
+    if (msg.reply === undefined || !isReplySubject(msg.reply)) return;
     try {
       this.#connection.publish(msg.reply, Empty, { headers: headers(NO_RESPONDERS, 'No Responders') });
     } catch {

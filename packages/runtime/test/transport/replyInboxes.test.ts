@@ -87,6 +87,29 @@ describe('requests answered many times, on one subscription per connection', () 
     expect(await responder.stillListening(inbox, { heartbeat: true }, 1_000)).toBe('gone');
   });
 
+  it('answers only on an inbox: a reply subject that acts when published to gets nothing, from the bus or its acks', async () => {
+    const stop = requester.requestReplies('troupe.test.many', 'victim', () => {});
+    await expect.poll(() => asked.has('victim')).toBe(true);
+    const ended = asked.get('victim') as string;
+    stop();
+    const peer = await connect({ servers: server.url, name: 'peer' });
+    try {
+      const heard: string[] = [];
+      for (const subject of ['troupe.test.victim', '_INBOX.peer.probe'])
+        peer.subscribe(subject, { callback: (_error, msg) => void heard.push(msg.subject) });
+      await peer.flush();
+      // In order on one connection: were the first answered, it would be heard before the second.
+      peer.publish(ended, '{"heartbeat":true}', { reply: 'troupe.test.victim' });
+      peer.publish(ended, '{"heartbeat":true}', { reply: '_INBOX.peer.probe' });
+      await expect.poll(() => heard).toEqual(['_INBOX.peer.probe']);
+      requester.acknowledge('troupe.test.victim');
+      requester.acknowledge('_INBOX.peer.probe');
+      await expect.poll(() => heard).toEqual(['_INBOX.peer.probe', '_INBOX.peer.probe']);
+    } finally {
+      await peer.close();
+    }
+  });
+
   it('fails a request nobody serves with no_responders, naming its subject', async () => {
     const failures: unknown[] = [];
     requester.requestReplies('troupe.test.nobody', {}, (reply) => {
