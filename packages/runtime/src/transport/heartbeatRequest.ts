@@ -61,7 +61,7 @@ export interface HeartbeatRequest {
    * request has the time it had left. Heartbeats are still awaited while held (`idleMs`).
    */
   hold(held: boolean): void;
-  /** Stops waiting, its reply subscription closed; its listener hears nothing more. */
+  /** Stops waiting, its inbox closed (a heartbeat there is answered "no responders"); its listener hears nothing more. */
   cancel(): void;
 }
 
@@ -172,6 +172,8 @@ class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements Heartbe
   at = Number.POSITIVE_INFINITY;
   /** @internal */
   slot = -1;
+  /** @internal See {@link TimedRequest}. */
+  order = 0;
   #stop: (() => void) | undefined;
 
   constructor(
@@ -333,7 +335,7 @@ class HeartbeatWait<S extends z.ZodType, H extends z.ZodType> implements Heartbe
     else tell();
   }
 
-  /** Leaves its timers and closes its reply subscription; false when it had ended already. */
+  /** Leaves its timers and closes its inbox; false when it had ended already. */
   #end(): boolean {
     if (this.#done) return false;
     this.#done = true;

@@ -1,12 +1,15 @@
+import { MAX_TIMER_MS } from '@troupe/protocol';
 import type { Clock } from '../events/clock.ts';
 
-/** What {@link RequestTimers} wakes: at `at`, its `due()`. Its two fields are the queue's to write. */
+/** What {@link RequestTimers} wakes: at `at`, its `due()`. Its three fields are the queue's to write. */
 export interface TimedRequest {
   due(): void;
   /** When it is to be woken; infinite while it waits for nothing. */
   at: number;
   /** Its place in the queue; -1 while it is not in it. */
   slot: number;
+  /** When its time was set, among the queue's: requests due at one time are woken in the order their times were set. */
+  order: number;
 }
 
 /**
@@ -32,6 +35,8 @@ export class RequestTimers {
   readonly #heap: TimedRequest[] = [];
   #timer: unknown;
   #timerAt = Number.POSITIVE_INFINITY;
+  /** How many times were set: each setting's {@link TimedRequest.order}. */
+  #set = 0;
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -40,6 +45,7 @@ export class RequestTimers {
   /** Wakes `request` at `at` (on the clock's time), in place of the time it had. */
   set(request: TimedRequest, at: number): void {
     request.at = at;
+    request.order = this.#set++;
     if (request.slot < 0) {
       request.slot = this.#heap.length;
       this.#heap.push(request);
@@ -80,10 +86,15 @@ export class RequestTimers {
     this.#timer = undefined;
     this.#timerAt = at;
     if (at === Number.POSITIVE_INFINITY) return;
-    this.#timer = this.#clock.setTimeout(() => this.#fire(), Math.max(0, at - this.#clock.now()));
+    // Node fires a longer timer after 1 ms: one that far off is set for the longest, and set again when that fires.
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, at - this.#clock.now()));
+    this.#timer = this.#clock.setTimeout(() => this.#fire(), delay);
   }
 
-  /** Wakes the requests whose time has come, each once (one that asks for a time again is in the queue anew). */
+  /**
+   * Wakes the requests whose time has come, each once (one that asks for a time again is in the queue anew). One whose
+   * `due` throws keeps neither the others due nor the queue from being woken: its error is thrown after them.
+   */
   #fire(): void {
     this.#timer = undefined;
     this.#timerAt = Number.POSITIVE_INFINITY;
@@ -93,8 +104,21 @@ export class RequestTimers {
       this.#remove(first);
       due.push(first);
     }
-    for (const request of due) request.due();
+    let failed: { error: unknown } | undefined;
+    for (const request of due) {
+      try {
+        request.due();
+      } catch (error) {
+        failed ??= { error };
+      }
+    }
     this.#arm();
+    if (failed) throw failed.error;
+  }
+
+  /** Whether `a` is woken before `b`: the sooner, or at one time the one whose time was set first. */
+  static #before(a: TimedRequest, b: TimedRequest): boolean {
+    return a.at < b.at || (a.at === b.at && a.order < b.order);
   }
 
   /** Moves the request at `slot` up or down to where its time puts it. */
@@ -105,7 +129,7 @@ export class RequestTimers {
     while (at > 0) {
       const parentAt = (at - 1) >> 1;
       const parent = heap[parentAt] as TimedRequest;
-      if (parent.at <= request.at) break;
+      if (!RequestTimers.#before(request, parent)) break;
       heap[at] = parent;
       parent.slot = at;
       at = parentAt;
@@ -115,11 +139,11 @@ export class RequestTimers {
       if (left >= heap.length) break;
       const right = left + 1;
       const child =
-        right < heap.length && (heap[right] as TimedRequest).at < (heap[left] as TimedRequest).at
+        right < heap.length && RequestTimers.#before(heap[right] as TimedRequest, heap[left] as TimedRequest)
           ? right
           : left;
       const sooner = heap[child] as TimedRequest;
-      if (sooner.at >= request.at) break;
+      if (!RequestTimers.#before(sooner, request)) break;
       heap[at] = sooner;
       sooner.slot = at;
       at = child;

@@ -1,3 +1,4 @@
+import { MAX_TIMER_MS } from '@troupe/protocol';
 import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -9,6 +10,7 @@ function timed(name: string, woken: string[], clock: SimulatedClock, again?: () 
   return {
     at: Number.POSITIVE_INFINITY,
     slot: -1,
+    order: 0,
     due: () => {
       woken.push(`${name}@${clock.now()}`);
       again?.();
@@ -55,6 +57,51 @@ describe('the timers of many requests on one timer of their clock', () => {
     clock.advance(100);
     expect(woken).toEqual(['beat@10', 'beat@20', 'beat@30']);
     expect(clock.pending()).toEqual([]);
+  });
+
+  it('wakes requests due at one time in the order their times were set', () => {
+    const clock = new SimulatedClock(0);
+    const timers = new RequestTimers(clock);
+    const woken: string[] = [];
+    for (const name of ['a', 'b', 'c', 'd', 'e', 'f', 'g']) timers.set(timed(name, woken, clock), 10);
+    clock.advance(10);
+    expect(woken).toEqual(['a@10', 'b@10', 'c@10', 'd@10', 'e@10', 'f@10', 'g@10']);
+  });
+
+  it('wakes the others due, and keeps the queue going, when one throws; its error is thrown after them', () => {
+    const clock = new SimulatedClock(0);
+    const timers = new RequestTimers(clock);
+    const woken: string[] = [];
+    const throwing: TimedRequest = {
+      at: Number.POSITIVE_INFINITY,
+      slot: -1,
+      order: 0,
+      due: () => {
+        throw new Error('a listener that throws');
+      },
+    };
+    timers.set(throwing, 10);
+    timers.set(timed('b', woken, clock), 10);
+    timers.set(timed('c', woken, clock), 50);
+    expect(() => clock.advance(10)).toThrow('a listener that throws');
+    expect(woken).toEqual(['b@10']);
+    clock.advance(100);
+    expect(woken).toEqual(['b@10', 'c@50']);
+    expect(timers.size).toBe(0);
+  });
+
+  it('sets its clock timer for no longer than a timer holds, however far off the soonest request is', () => {
+    const clock = new SimulatedClock(0);
+    const timers = new RequestTimers(clock);
+    const woken: string[] = [];
+    timers.set(timed('far', woken, clock), 3 * MAX_TIMER_MS);
+    expect(clock.pending()).toEqual([MAX_TIMER_MS]);
+    clock.advance(MAX_TIMER_MS);
+    expect(woken).toEqual([]);
+    // Set again for the longest, not for 1 ms: the request is still twice that far off.
+    expect(clock.pending()).toEqual([MAX_TIMER_MS]);
+    clock.advance(2 * MAX_TIMER_MS);
+    expect(woken).toEqual([`far@${3 * MAX_TIMER_MS}`]);
   });
 
   it("keeps one clock timer for a hundred step requests' timeouts and heartbeat watches", () => {
