@@ -37,31 +37,43 @@ export interface HumanStepDeps {
  * after) the task was held is asked again, once the task is resumed, with the step's time that was left.
  */
 export function createHumanStepRunner(deps: HumanStepDeps) {
+  const { onActivity, inFlight, ...asking } = deps;
   return (input: HumanRunInput, signal: AbortSignal): Promise<HumanRunOutput> => {
-    const { inFlight } = deps;
-    if (!inFlight) return askPerson(deps, input, signal);
+    if (!inFlight) return askPerson(asking, input, signal, (activity) => onActivity(input.taskId, activity));
     const { taskId, stepId } = input;
     // Restored after its task slept: the run under way goes on, heard from here (no second question, same times).
-    const adopted = inFlight.adopt(taskId, stepId, signal, deps.onActivity);
+    const adopted = inFlight.adopt(taskId, stepId, signal, onActivity);
     if (adopted) return adopted;
-    const leave = () => deps.gate.leavePending?.(stepId);
-    const wait = inFlight.start(taskId, stepId, { signal, report: deps.onActivity, leave });
-    return wait.start(() => askPerson(deps, input, wait.signal, wait));
+    const leave = leavesPending(asking.gate, stepId);
+    return inFlight.start(taskId, stepId, { signal, report: onActivity, leave }, (wait) =>
+      runOutside(asking, input, wait),
+    );
   };
 }
 
+/** What a run of a `human` step works with; what it does goes to a `report` of its own. */
+type AskingDeps = Omit<HumanStepDeps, 'onActivity' | 'inFlight'>;
+
 /**
- * One run of a `human` step: `signal` stops it; its activity goes to `wait`'s tree when it has one (the run outlives
- * its task's tree while the task is passivated), else to `deps.onActivity`.
+ * A run of a `human` step that may outlive its task's tree: stopped by `wait`'s signal, telling its activity to the tree
+ * that hears `wait` now. Made here, apart from the step's actor, so nothing the run keeps holds that actor's tree.
  */
+function runOutside(deps: AskingDeps, input: HumanRunInput, wait: PersonWait): Promise<HumanRunOutput> {
+  return askPerson(deps, input, wait.signal, (activity) => wait.report(activity));
+}
+
+/** Leaves the step's question pending in KV when its run is stopped (for the run that takes it up next). */
+function leavesPending(gate: HumanGate, stepId: string): () => void {
+  return () => gate.leavePending?.(stepId);
+}
+
+/** One run of a `human` step: `signal` stops it; what it does (it waits on a person) goes to `report`. */
 async function askPerson(
-  deps: HumanStepDeps,
+  deps: AskingDeps,
   input: HumanRunInput,
   signal: AbortSignal,
-  wait?: PersonWait,
+  report: (activity: StepActivity) => void,
 ): Promise<HumanRunOutput> {
-  const report = (activity: StepActivity) =>
-    wait ? wait.report(activity) : deps.onActivity(input.taskId, activity);
   const started = deps.clock.now();
   const durationMs = () => Math.max(0, deps.clock.now() - started);
   const { steering } = deps;
@@ -170,7 +182,7 @@ async function askPerson(
  * Holds the task's questions at the gate while the task is held, and lets them go when it is let go. Told now too: a
  * run restored paused takes its question up held, and one restored after the resume lets a held question go.
  */
-function followHold(deps: HumanStepDeps, taskId: string): () => void {
+function followHold(deps: AskingDeps, taskId: string): () => void {
   const { steering, gate } = deps;
   if (!steering || !gate.hold || !gate.letGo) return () => {};
   const tell = (held: boolean) => (held ? gate.hold?.(taskId) : gate.letGo?.(taskId));

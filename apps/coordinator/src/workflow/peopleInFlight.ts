@@ -4,21 +4,37 @@ import type { HumanRunOutput } from './workflowTypes.ts';
 /** Where a `human` step says what it does (that it waits on a person): its task's tree, as it is now. */
 type Report = (taskId: string, activity: StepActivity) => void;
 
+/** How a run of a human step ended: its output, or the error it failed with. */
+type Ended = { ok: true; output: HumanRunOutput } | { ok: false; error: unknown };
+
+/** The actor hearing a run now: what stops the run with it, where its activity goes, and how it is told the end. */
+interface Hearer {
+  signal: AbortSignal;
+  forward: () => void;
+  report: Report;
+  resolve: (output: HumanRunOutput) => void;
+  reject: (error: unknown) => void;
+}
+
+/** What a hearer let go for its task's passivation is told: its actor is stopped, and nothing takes this. */
+const passivated = () => new Error('the task was passivated: its human step goes on outside its tree');
+
 /**
  * A `human` step's wait on a person, as {@link PeopleInFlight} keeps it: the run of the step (its question asked or
  * taken up, and its wait for the answer or the deadline) goes on outside its task's actor tree, so the tree can be
  * stopped while the task is passivated and a step restored from its snapshot adopts the run under way — nobody is
  * asked twice, and the step's time counts from when it started.
+ *
+ * Nothing of the run holds the actor hearing it but its hearer entry, which is let go when the task is passivated: each
+ * actor gets a promise of its own for the run's end, so the run's end does not hold a stopped actor's reactions.
  */
 export class PersonWait {
   /** What stops the run: the actor hearing it stopped (its signal, forwarded), or the wait abandoned. */
   readonly #abort = new AbortController();
-  /** The signal of the actor hearing the run now, and what forwards its abort; none while its task sleeps. */
-  #heard: { signal: AbortSignal; forward: () => void } | undefined;
-  #report: Report;
-  #settled = false;
-  /** The run's outcome, for the actor that hears it (the first, or one restored after a passivation). */
-  outcome!: Promise<HumanRunOutput>;
+  #hearer: Hearer | undefined;
+  #ended: Ended | undefined;
+  /** What the run said it does while nobody heard it: told to the actor that hears it next. */
+  #unheard: StepActivity | undefined;
 
   constructor(
     readonly taskId: string,
@@ -26,80 +42,85 @@ export class PersonWait {
     /** Leaves the step's question pending when the run is stopped for good while nobody hears it. */
     private readonly leave: () => void,
     private readonly waits: PeopleInFlight,
-  ) {
-    this.#report = () => {};
-  }
+  ) {}
 
   /** What the run is stopped by. */
   get signal(): AbortSignal {
     return this.#abort.signal;
   }
 
-  /** The step's activity, told to the tree that hears the run now (a restored one after a passivation). */
+  /** The step's activity, told to the tree that hears the run now, or kept for the one restored next. */
   report(activity: StepActivity): void {
-    this.#report(this.taskId, activity);
+    if (this.#hearer) this.#hearer.report(this.taskId, activity);
+    else this.#unheard = activity;
   }
 
   /** Runs the step: `run` is given this wait, whose signal stops it and whose `report` tells its activity. */
-  start(run: (wait: PersonWait) => Promise<HumanRunOutput>): Promise<HumanRunOutput> {
-    this.outcome = run(this);
-    // Nobody may hear a run that ends while its task sleeps and is then abandoned: its failure is nobody's to handle.
-    this.outcome.then(
-      () => this.#ended(),
-      () => this.#ended(),
+  start(run: (wait: PersonWait) => Promise<HumanRunOutput>): void {
+    run(this).then(
+      (output) => this.#end({ ok: true, output }),
+      (error: unknown) => this.#end({ ok: false, error }),
     );
-    return this.outcome;
   }
 
-  /** The actor whose `signal` stops the run hears it from now on; its activity goes through `report`. */
-  heardBy(signal: AbortSignal, report: Report): void {
-    this.#unhear();
-    this.#report = report;
-    // Ended while its task slept: the restored actor takes the outcome, and nothing is left to stop.
-    if (this.#settled) {
+  /**
+   * The actor whose `signal` stops the run hears it from now on, its activity going to `report`: the run's end, for
+   * that actor.
+   */
+  heardBy(signal: AbortSignal, report: Report): Promise<HumanRunOutput> {
+    this.detach();
+    // Ended while its task slept: the restored actor takes the end, and nothing is left to stop.
+    const ended = this.#ended;
+    if (ended) {
       this.waits.forget(this);
-      return;
+      return ended.ok ? Promise.resolve(ended.output) : Promise.reject(ended.error);
     }
-    const forward = () => this.#abort.abort(signal.reason);
-    if (signal.aborted) {
-      forward();
-      return;
-    }
-    signal.addEventListener('abort', forward, { once: true });
-    this.#heard = { signal, forward };
+    if (signal.aborted) this.#abort.abort(signal.reason);
+    return new Promise<HumanRunOutput>((resolve, reject) => {
+      const forward = () => this.#abort.abort(signal.reason);
+      signal.addEventListener('abort', forward, { once: true });
+      this.#hearer = { signal, forward, report, resolve, reject };
+      const unheard = this.#unheard;
+      this.#unheard = undefined;
+      if (unheard) report(this.taskId, unheard);
+    });
   }
 
-  /** Its task is being passivated: the stop of the actor hearing it leaves the run going. */
+  /** Its task is being passivated: the stop of the actor hearing it leaves the run going, and it is let go. */
   detach(): void {
-    this.#unhear();
+    const hearer = this.#hearer;
+    if (!hearer) return;
+    this.#hearer = undefined;
+    hearer.signal.removeEventListener('abort', hearer.forward);
+    hearer.reject(passivated());
   }
 
   /** Whether an actor hears the run now and it has not ended. */
   get heard(): boolean {
-    return this.#heard !== undefined && !this.#settled;
+    return this.#hearer !== undefined && this.#ended === undefined;
   }
 
   /** Stops the run for good, its question left pending: its task ended here before a restored step adopted it. */
   abandon(): void {
     this.waits.forget(this);
-    if (this.#settled) return;
+    if (this.#ended) return;
     this.leave();
     this.#abort.abort(new Error('the task was let go here before its human step was taken up again'));
   }
 
-  #ended(): void {
-    this.#settled = true;
-    // Heard, its actor takes the outcome; asleep, its task is woken and the step restored adopts it.
-    if (this.#heard) {
-      this.#unhear();
-      this.waits.forget(this);
-    } else this.waits.mustHear(this.taskId);
-  }
-
-  #unhear(): void {
-    if (!this.#heard) return;
-    this.#heard.signal.removeEventListener('abort', this.#heard.forward);
-    this.#heard = undefined;
+  #end(ended: Ended): void {
+    this.#ended = ended;
+    const hearer = this.#hearer;
+    // Asleep, its task is woken and the step restored takes the end (see heardBy).
+    if (!hearer) {
+      this.waits.mustHear(this.taskId);
+      return;
+    }
+    this.#hearer = undefined;
+    hearer.signal.removeEventListener('abort', hearer.forward);
+    this.waits.forget(this);
+    if (ended.ok) hearer.resolve(ended.output);
+    else hearer.reject(ended.error);
   }
 }
 
@@ -113,22 +134,28 @@ export class PeopleInFlight {
   /** Told when a passivated task's human step has an outcome: its task is woken to take it. */
   onMustHear: (taskId: string) => void = () => {};
 
-  /** A new run of a task's human step, heard by the actor whose `signal` stops it; kept until it ends. */
+  /**
+   * A new run of a task's human step (`run`), heard by the actor whose `signal` stops it and whose tree `report` tells;
+   * kept until it ends. `leave` leaves its question pending if it is stopped for good while nobody hears it. Resolves
+   * with the run's end, for that actor.
+   */
   start(
     taskId: string,
     stepId: string,
     heard: { signal: AbortSignal; report: Report; leave: () => void },
-  ): PersonWait {
+    run: (wait: PersonWait) => Promise<HumanRunOutput>,
+  ): Promise<HumanRunOutput> {
     const wait = new PersonWait(taskId, stepId, heard.leave, this);
-    wait.heardBy(heard.signal, heard.report);
     const kept = this.#waits.get(taskId);
     this.#waits.set(taskId, kept === undefined ? wait : [...this.#of(taskId), wait]);
-    return wait;
+    const outcome = wait.heardBy(heard.signal, heard.report);
+    wait.start(run);
+    return outcome;
   }
 
   /**
    * The run under way of a passivated task's human step, heard by the restored actor whose `signal` stops it from now
-   * on: its outcome; undefined when there is none (the step is run anew).
+   * on: its end; undefined when there is none (the step is run anew).
    */
   adopt(
     taskId: string,
@@ -137,9 +164,7 @@ export class PeopleInFlight {
     report: Report,
   ): Promise<HumanRunOutput> | undefined {
     const wait = this.#of(taskId).find((w) => w.stepId === stepId && !w.heard);
-    if (!wait) return undefined;
-    wait.heardBy(signal, report);
-    return wait.outcome;
+    return wait?.heardBy(signal, report);
   }
 
   /** Whether the task's step `stepId` waits here, heard by a live actor: its task may be passivated meanwhile. */
