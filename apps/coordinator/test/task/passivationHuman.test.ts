@@ -261,6 +261,21 @@ describe('passivation of a task that waits on a person (a human step)', () => {
     expect(passive.settlement).toEqual({ kind: 'ack' });
   });
 
+  it('wakes on a tell: records it and answers it as a live task does, and sleeps on until the answer', async () => {
+    const passive = await sameAsLive('task-m', async ({ pass, control, answer, question }, asleep) => {
+      await pass(5_000);
+      asleep();
+      const told = control('task-m', { action: 'tell', text: 'ship on Friday', key: 'k-1' });
+      await pass(0);
+      expect(await told).toMatchObject({ ok: true });
+      await pass(5_000);
+      asleep();
+      expect(await answer('task-m', await question('task-m'), 'yes')).toMatchObject({ outcome: 'answered' });
+    });
+    expect(passive.events.at(-1)).toMatchObject({ kind: 'task.completed' });
+    expect(passive.events.filter((e) => e.kind === 'task.told')).toHaveLength(1);
+  });
+
   it('loses no answer that comes as the task is put to sleep: recorded, taken once, the task completes', async () => {
     const passive = await sameAsLive('task-r', async ({ pass, answer, question, clock }, asleep) => {
       const id = await question('task-r');
