@@ -18,8 +18,9 @@ import {
   underPrefix,
 } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
+import { PeopleInFlight } from '../../src/workflow/peopleInFlight.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
 
@@ -127,8 +128,19 @@ async function setUp(options: { live?: boolean; shared?: Shared } = {}) {
 }
 
 const running: PipelineRunner[] = [];
+/** The runs of human steps of every runner started, kept under way (to see none is left once its task ended). */
+const inFlight = new Set<PeopleInFlight>();
+const start = PeopleInFlight.prototype.start;
+PeopleInFlight.prototype.start = function (this: PeopleInFlight, ...args: Parameters<typeof start>) {
+  inFlight.add(this);
+  return start.apply(this, args);
+};
 afterEach(async () => {
   await Promise.all(running.splice(0).map((runner) => runner.stop()));
+  inFlight.clear();
+});
+afterAll(() => {
+  PeopleInFlight.prototype.start = start;
 });
 
 /** A record as two runs of one task on the same clock write it alike: without its lease token, event ids and traces. */
@@ -154,6 +166,9 @@ async function sameAsLive(taskId: string, scenario: (setup: Setup, asleep: () =>
     await scenario(setup, () => slept.push(setup.runner.passivated()));
     await task.handled;
     await setup.bus.settled();
+    // Nothing of the step's run is kept once its task has ended.
+    expect([...inFlight].map((people) => people.size)).toEqual(live ? [] : [0]);
+    inFlight.clear();
     const events = setup.events(taskId).map((e) => ({
       kind: e.kind,
       at: e.ts,
@@ -199,6 +214,19 @@ describe('passivation of a task that waits on a person (a human step)', () => {
     });
     expect(passive.requests[0]).toMatchObject({ status: 'answered', answer: 'yes', by: 'ana' });
     expect(passive.settlement).toEqual({ kind: 'ack' });
+  });
+
+  it('leaves a task answered before it could sleep live, and keeps nothing of its step’s run once it ends', async () => {
+    const { intake, question, pass, runner, answer, bus } = await setUp();
+    const task = intake.deliver({ id: 'task-q', goal: 'answered at once' });
+    const id = await question('task-q');
+    await pass(1_000);
+    expect(await answer('task-q', id, 'yes')).toMatchObject({ outcome: 'answered' });
+    await pass(0);
+    await task.handled;
+    expect(runner.passivated()).toBe(0);
+    expect(bus.eventsOf('task.completed')).toHaveLength(1);
+    expect([...inFlight].map((people) => people.size)).toEqual([0]);
   });
 
   it('wakes at the step deadline while it sleeps: the question expires once, the task fails with approval_timeout', async () => {
