@@ -164,39 +164,39 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
   }
 
   /**
-   * A new actor takes up the parked step from its context, in the model call, which it adopts. When it cannot be
-   * spawned and `retry` allows, the step stays parked and false is returned: a step stopped or paused from inside its
-   * group's own transition (by an event of another step, heard at once) is woken right after it. Otherwise a step that
-   * cannot be woken replies `agent_crashed`.
+   * A new actor takes up the parked step from its context, in the model call, which it adopts. A step that cannot be
+   * woken replies `agent_crashed`, or `worker_stopped` when its host stopped its actors.
    */
-  #wake(retry = false): boolean {
+  #wake(): void {
     const context = this.#parked;
-    if (!context) return true;
+    if (!context) return;
     const { clock } = this.#step.deps;
     this.#parked = undefined;
+    clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
     try {
       this.#start({ ...context, woken: { context, ranMs: clock.now() - this.#startedAt } });
     } catch (error) {
-      if (retry) {
-        this.#parked = context;
-        return false;
-      }
       // A parked step's host stopped its actors without stopping the step first: it ends as its actor would have.
       this.#settle(
         this.#step.deps.actors?.stopped ? this.#hostStopped() : crashedReply(this.#step.request, error),
       );
     }
-    clock.clearTimeout(this.#timer);
-    this.#timer = undefined;
-    return true;
   }
 
-  /** An event for the step's actor: a parked step is woken first (see {@link #wake}). */
-  #send(event: AgentEvent, retry = true): void {
-    if (this.#parked && !this.#wake(retry)) {
-      queueMicrotask(() => this.#send(event, false));
-      return;
-    }
+  /**
+   * An event for the step's actor. A parked step is woken for it on a microtask, never at once: a stop or pause may
+   * come from inside its step group's own transition (an event of another step of the group, heard at once), where
+   * no actor can be spawned.
+   */
+  #send(event: AgentEvent): void {
+    if (this.#parked) queueMicrotask(() => this.#wakeFor(event));
+    else this.#actor?.send(event);
+  }
+
+  /** Wakes the step, if it is still parked, and sends its actor `event`. */
+  #wakeFor(event: AgentEvent): void {
+    this.#wake();
     this.#actor?.send(event);
   }
 }

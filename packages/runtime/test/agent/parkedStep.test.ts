@@ -19,7 +19,10 @@ interface HeldCall {
   fail(error: Error): void;
 }
 
-/** A model whose every call waits until the test answers it, as a slow model's does. */
+/**
+ * A model whose every call waits until the test answers it, as a slow model's does; an aborted call rejects, as the
+ * real SDKs' do.
+ */
 function heldModel(): { model: ModelProvider; calls: HeldCall[] } {
   const calls: HeldCall[] = [];
   return {
@@ -28,7 +31,10 @@ function heldModel(): { model: ModelProvider; calls: HeldCall[] } {
       provider: 'held',
       model: 'held-1',
       complete: (request) =>
-        new Promise<ModelResponse>((resolve, reject) =>
+        new Promise<ModelResponse>((resolve, reject) => {
+          request.signal?.addEventListener('abort', () =>
+            reject(Object.assign(new Error('Request was aborted.'), { name: 'AbortError' })),
+          );
           calls.push({
             request,
             fail: reject,
@@ -41,8 +47,8 @@ function heldModel(): { model: ModelProvider; calls: HeldCall[] } {
                 model: 'held-1',
                 ...response,
               }),
-          }),
-        ),
+          });
+        }),
     },
   };
 }
@@ -264,6 +270,23 @@ describe('a step whose model call waits long (parked)', () => {
     actors.spawn(`other-${other}`, waitingForever(`other-${other}`), () => step.stop({ why: 'aborted' }));
     expect(await step.reply).toMatchObject({ ok: false, error: { code: 'aborted' } });
     expect(calls[0]?.request.signal?.aborted).toBe(true);
+  });
+
+  it('when paused from inside its group’s own transition while parked, lets its model call go on, as it does awake', async () => {
+    const run = async (parkAfterMs: number) => {
+      const { clock, actors, calls, events, step } = await hostedStep(codeStep(), parkAfterMs);
+      clock.advance(6_000);
+      let other = 0;
+      while (groupOf(`other-${other}`) !== groupOf('task-1.code.1')) other++;
+      actors.spawn(`other-${other}`, waitingForever(`other-${other}`), () => step.pause?.());
+      await new Promise((resolve) => setImmediate(resolve));
+      const aborted = calls[0]?.request.signal?.aborted;
+      calls[0]?.answer(writeHello);
+      return { reply: await step.reply, events: announced(events), calls: calls.length, aborted };
+    };
+    const parked = await run(PARK_AFTER_MS);
+    expect(parked).toMatchObject({ reply: { ok: false, error: { code: 'paused' } }, aborted: false });
+    expect(parked).toEqual(await run(0));
   });
 });
 
