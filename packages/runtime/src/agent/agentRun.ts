@@ -4,7 +4,7 @@ import type { AgentContext, AgentEvent, AgentMachineInput, AgentOutput, StepStop
 import { timeLimit } from './agentLimits.ts';
 import { agentMachine } from './agentMachine.ts';
 import type { AgentStep } from './agentStep.ts';
-import type { AgentActorRef } from './stepActors.ts';
+import type { AgentActorRef, ParkedStep } from './stepActors.ts';
 import type { StepContext } from './stepContext.ts';
 import { toWireEvent } from './stepEvents.ts';
 import { crashedReply, failedReply, toReply } from './stepReply.ts';
@@ -26,7 +26,7 @@ export const DEFAULT_PARK_AFTER_MS = 5_000;
  * when a stop or a pause comes, which it is then sent; its time limit ending wakes it with a stop. What the agent reads
  * when told something is kept outside the actor, so a message told to a parked step leaves it parked.
  */
-export class AgentRun implements AgentStep, ModelCallWatcher {
+export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   readonly reply: Promise<AgentStepReply>;
   readonly #step: StepContext;
   readonly #services: StepServices;
@@ -78,6 +78,11 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
     if (this.#parked) this.#wake();
   }
 
+  /** The host stopped its actors while the step was parked: it ends as its actor would have, its model call aborted. */
+  hostStopped(): void {
+    this.#wake();
+  }
+
   /** Spawns an actor for the step (its host's child, or a root of its own), listened to before it starts. */
   #start(input: AgentMachineInput): void {
     const { deps, request } = this.#step;
@@ -126,12 +131,12 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
       // No output: stopped before its end with the host actor (a group's child ends with its parent), which only a
       // host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
       ended === undefined
-        ? this.#hostStopped()
+        ? this.#stoppedWithHost()
         : offloadReply(this.#step, toReply(request.stepId, ended, this.#step.told.readIds)),
     );
   }
 
-  #hostStopped(): AgentStepReply {
+  #stoppedWithHost(): AgentStepReply {
     const { stepId } = this.#step.request;
     return failedReply(stepId, 'worker_stopped', `the agent host stopped before step ${stepId} ended`);
   }
@@ -148,7 +153,7 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
     this.#services.detachModelCall();
     this.#actor = undefined;
     this.#parked = context;
-    if (deps.actors) deps.actors.drop(request.stepId);
+    if (deps.actors) deps.actors.park(request.stepId, this);
     else actor.stop();
     // Its time limit, which the actor kept, is kept here while it sleeps (a paused step's no longer counts).
     const limit = timeLimit(context);
@@ -170,17 +175,18 @@ export class AgentRun implements AgentStep, ModelCallWatcher {
   #wake(): void {
     const context = this.#parked;
     if (!context) return;
-    const { clock } = this.#step.deps;
+    const { actors, clock } = this.#step.deps;
     this.#parked = undefined;
+    actors?.woken(this);
     clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     try {
       this.#start({ ...context, woken: { context, ranMs: clock.now() - this.#startedAt } });
     } catch (error) {
+      // No actor will hold the call: it is aborted, as a stopped actor's is.
+      this.#services.abortModelCall(error);
       // A parked step's host stopped its actors without stopping the step first: it ends as its actor would have.
-      this.#settle(
-        this.#step.deps.actors?.stopped ? this.#hostStopped() : crashedReply(this.#step.request, error),
-      );
+      this.#settle(actors?.stopped ? this.#stoppedWithHost() : crashedReply(this.#step.request, error));
     }
   }
 

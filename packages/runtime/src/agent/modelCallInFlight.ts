@@ -72,6 +72,12 @@ export class ModelCallInFlight {
     this.#reject = undefined;
   }
 
+  /** The call is aborted with no actor to hold it: its step, parked, could not be woken. */
+  abort(reason: unknown): void {
+    this.detach();
+    this.#controller.abort(reason);
+  }
+
   /** The holder's invocation was aborted (its step stopped, or left its model call): so is the call. */
   handleEvent(): void {
     this.#controller.abort(this.#holder?.reason);

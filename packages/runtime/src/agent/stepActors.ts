@@ -12,6 +12,11 @@ export interface SpawnedAgent {
   output: Promise<AgentOutput | undefined>;
 }
 
+/** A step whose actor was let go while it waits (parked): told when the host actor stops, as a running actor is. */
+export interface ParkedStep {
+  hostStopped(): void;
+}
+
 /** Asks the host actor to spawn a step's agent actor; `spawned` gets it before it starts, to listen to it. */
 interface SpawnStep {
   type: 'step.spawn';
@@ -98,6 +103,8 @@ export class StepActors {
   readonly #groups: StepGroupRef[];
   /** The agent actor of each step running here, by step id. */
   readonly #running = new Map<string, AgentActorRef>();
+  /** The steps parked here, whose actors were dropped: told of the host's stop. */
+  readonly #parked = new Set<ParkedStep>();
 
   constructor(clock: Clock) {
     this.#host = createActor(agentHostMachine, { clock });
@@ -181,9 +188,26 @@ export class StepActors {
     this.#groups[groupOf(id)]?.send({ type: 'step.drop', id: agent.id });
   }
 
-  /** Stops the host actor and with it every agent actor still running. */
+  /**
+   * Drops step `id`'s agent actor (see {@link drop}) as its step is parked: `step` is told if the host stops before
+   * it is {@link woken}.
+   */
+  park(id: string, step: ParkedStep): void {
+    this.drop(id);
+    this.#parked.add(step);
+  }
+
+  /** A parked step is taken up again (or has ended): the host's stop is no longer its to hear. */
+  woken(step: ParkedStep): void {
+    this.#parked.delete(step);
+  }
+
+  /** Stops the host actor and with it every agent actor still running, then tells the steps parked here. */
   stop(): void {
     this.#host.stop();
+    const parked = [...this.#parked];
+    this.#parked.clear();
+    for (const step of parked) step.hostStopped();
   }
 
   /**

@@ -86,6 +86,11 @@ export class StepServices implements AgentServices, ModelCallEnds {
     this.#modelCall?.detach();
   }
 
+  /** The step's parked actor cannot be woken to take its model call in flight: the call is aborted. */
+  abortModelCall(reason: unknown): void {
+    this.#modelCall?.abort(reason);
+  }
+
   compactConversation(input: CompactionInput, signal: AbortSignal): Promise<ConversationSummary> {
     return summarize(this.#step, input, signal);
   }

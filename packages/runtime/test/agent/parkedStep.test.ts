@@ -169,6 +169,16 @@ describe('a step whose model call waits long (parked)', () => {
     });
   });
 
+  it('replies worker_stopped at once, its model call aborted, when its host stops its actors while it is parked', async () => {
+    const { clock, actors, calls, step } = await hostedStep(codeStep({ timeoutMs: 60_000 }));
+    clock.advance(PARK_AFTER_MS);
+    expect(actors.size).toBe(0);
+    actors.stop();
+    expect(await settled(step)).toMatchObject({ ok: false, error: { code: 'worker_stopped' } });
+    expect(calls[0]?.request.signal?.aborted).toBe(true);
+    expect(clock.pending()).toEqual([]);
+  });
+
   it('stops when sent a stop while parked: replies aborted with what it spent, and aborts its model call', async () => {
     const { clock, actors, calls, events, step } = await hostedStep();
     clock.advance(PARK_AFTER_MS);
