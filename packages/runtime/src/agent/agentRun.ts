@@ -75,7 +75,7 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   modelCallEnded(): void {
     this.#step.deps.clock.clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (this.#parked) this.#wake();
+    if (this.#parked) this.#wake(false);
   }
 
   /** The host stopped its actors while the step was parked: it ends as its actor would have, its model call aborted. */
@@ -126,7 +126,9 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   /** An actor's end: the step's, unless it was the actor of a step since parked. */
   #ended(actor: AgentActorRef, ended: AgentOutput | undefined): void {
     if (this.#actor !== actor) return;
-    const { request } = this.#step;
+    const { deps, request } = this.#step;
+    deps.clock.clearTimeout(this.#timer);
+    this.#timer = undefined;
     this.#settle(
       // No output: stopped before its end with the host actor (a group's child ends with its parent), which only a
       // host stopping does; the workflow sends the step elsewhere, as it does a step the host stopped.
@@ -169,19 +171,21 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   }
 
   /**
-   * A new actor takes up the parked step from its context, in the model call, which it adopts. A step that cannot be
-   * woken replies `agent_crashed`, or `worker_stopped` when its host stopped its actors.
+   * A new actor takes up the parked step from its context, in the model call, which it adopts; woken while the call
+   * still waits (`callWaiting`: by a pause, say), it is parked again if the call lasts. A step that cannot be woken
+   * replies `agent_crashed`, or `worker_stopped` when its host stopped its actors.
    */
-  #wake(): void {
+  #wake(callWaiting = true): void {
     const context = this.#parked;
     if (!context) return;
-    const { actors, clock } = this.#step.deps;
+    const { actors, clock, parkAfterMs = 0 } = this.#step.deps;
     this.#parked = undefined;
     actors?.woken(this);
     clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     try {
       this.#start({ ...context, woken: { context, ranMs: clock.now() - this.#startedAt } });
+      if (callWaiting) this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs);
     } catch (error) {
       // No actor will hold the call: it is aborted, as a stopped actor's is.
       this.#services.abortModelCall(error);

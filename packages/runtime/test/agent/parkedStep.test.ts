@@ -256,6 +256,24 @@ describe('a step whose model call waits long (parked)', () => {
     expect(parked).toEqual(await run(0));
   });
 
+  it('is parked again when woken by a pause while its model call still waits, and replies paused on its reply', async () => {
+    const { clock, actors, calls, step } = await hostedStep();
+    clock.advance(PARK_AFTER_MS);
+    step.pause?.();
+    await vi.waitFor(() => expect(step.parked).toBe(false));
+    expect(actors.size).toBe(1);
+    clock.advance(PARK_AFTER_MS - 1);
+    expect(actors.size).toBe(1);
+    clock.advance(1);
+    expect(actors.size).toBe(0);
+    expect(step.parked).toBe(true);
+    // Paused, its time limits no longer count: nothing but the call wakes it.
+    expect(clock.pending()).toEqual([]);
+    calls[0]?.answer(writeHello);
+    expect(await step.reply).toMatchObject({ ok: false, error: { code: 'paused' }, turns: 1 });
+    expect(calls).toHaveLength(1);
+  });
+
   it('stays parked when told something, and its agent reads it before its next model call', async () => {
     const { clock, actors, calls, step } = await hostedStep();
     clock.advance(PARK_AFTER_MS);
