@@ -40,11 +40,6 @@ export interface AgentMachineInput {
    * no longer stop it.
    */
   paused?: boolean;
-  /**
-   * The step was parked while its model call waited (its actor stopped, see `ParkingRun`) and is woken: the actor
-   * starts as the parked one was, in that model call, which it adopts (no `llm.request` again, no second call).
-   */
-  woken?: WokenStep;
 }
 
 /** What a woken step's actor starts from: the parked actor's context, and how long the step had run by its waking. */
@@ -52,6 +47,14 @@ export interface WokenStep {
   context: AgentContext;
   ranMs: number;
 }
+
+/**
+ * What an agent actor starts from: a step's input, or, for a step parked while its model call waited (its actor
+ * stopped, see `AgentRun`) and woken, only what it is woken with: the actor starts as the parked one was, in that
+ * model call, which it adopts (no `llm.request` again, no second call). XState keeps an actor's input for its life,
+ * so a woken actor's holds the parked context once, not a copy of it beside.
+ */
+export type AgentActorInput = AgentMachineInput | { woken: WokenStep };
 
 /**
  * Why a step stops before its end. The host sends `task_ended` (the task's final event arrived), `orphaned` (no
@@ -140,8 +143,8 @@ export const NO_CHECKS: readonly CallDecision[] = Object.freeze([]);
 export const NO_APPROVALS: Readonly<Record<string, ApprovalDecision>> = Object.freeze({});
 
 /** A step's context at its start: its input, before any model call; a woken step's, the parked actor's. */
-export function initialContext(input: AgentMachineInput): AgentContext {
-  if (input.woken) return { ...input.woken.context, ranMs: input.woken.ranMs };
+export function initialContext(input: AgentActorInput): AgentContext {
+  if ('woken' in input) return { ...input.woken.context, ranMs: input.woken.ranMs };
   return {
     ...input,
     turn: 0,

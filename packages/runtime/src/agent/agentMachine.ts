@@ -8,6 +8,7 @@ import type { OutputSpec } from './structuredReply.ts';
 import { toolRound } from './toolRound.ts';
 
 export type {
+  AgentActorInput,
   AgentContext,
   AgentEmitted,
   AgentEvent,

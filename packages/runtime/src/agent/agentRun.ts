@@ -1,6 +1,13 @@
 import type { AgentStepReply } from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
-import type { AgentContext, AgentEvent, AgentMachineInput, AgentOutput, StepStop } from './agentContext.ts';
+import type {
+  AgentActorInput,
+  AgentContext,
+  AgentEvent,
+  AgentMachineInput,
+  AgentOutput,
+  StepStop,
+} from './agentContext.ts';
 import { timeLimit } from './agentLimits.ts';
 import { agentMachine } from './agentMachine.ts';
 import type { AgentStep } from './agentStep.ts';
@@ -84,7 +91,7 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   }
 
   /** Spawns an actor for the step (its host's child, or a root of its own), listened to before it starts. */
-  #start(input: AgentMachineInput): void {
+  #start(input: AgentActorInput): void {
     const { deps, request } = this.#step;
     let actor: AgentActorRef;
     let output: Promise<AgentOutput | undefined>;
@@ -184,7 +191,7 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
     clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     try {
-      this.#start({ ...context, woken: { context, ranMs: clock.now() - this.#startedAt } });
+      this.#start({ woken: { context, ranMs: clock.now() - this.#startedAt } });
       if (callWaiting) this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs);
     } catch (error) {
       // No actor will hold the call: it is aborted, as a stopped actor's is.

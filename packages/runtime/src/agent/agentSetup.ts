@@ -9,11 +9,11 @@ import type {
 } from '@troupe/protocol';
 import { assign, enqueueActions, fromPromise, setup } from 'xstate';
 import {
+  type AgentActorInput,
   type AgentContext,
   type AgentEmitted,
   type AgentEvent,
   type AgentFailure,
-  type AgentMachineInput,
   type AgentOutput,
   NO_APPROVALS,
   NO_CALLS,
@@ -42,7 +42,7 @@ import { MAX_REPAIRS, outputSchemaOf, parseStructured, repairPrompt } from './st
 export const agentSetup = setup({
   types: {
     context: {} as AgentContext,
-    input: {} as AgentMachineInput,
+    input: {} as AgentActorInput,
     output: {} as AgentOutput,
     events: {} as AgentEvent,
     emitted: {} as AgentEmitted,

@@ -156,7 +156,7 @@ const thinking = agentSetup.createStateConfig({
 });
 
 /**
- * A woken step's actor (see `AgentMachineInput.woken`), in the model call its parked actor had made: invoked again,
+ * A woken step's actor (see `AgentActorInput`), in the model call its parked actor had made: invoked again,
  * the call is adopted, not made again, and it was announced already.
  */
 const woken = agentSetup.createStateConfig({ ...modelCall });

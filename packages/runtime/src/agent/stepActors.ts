@@ -1,6 +1,6 @@
 import { type Actor, type ActorRefFrom, assign, createActor, enqueueActions, setup, stopChild } from 'xstate';
 import type { Clock } from '../events/clock.ts';
-import { type AgentMachineInput, type AgentOutput, agentMachine } from './agentMachine.ts';
+import { type AgentActorInput, type AgentOutput, agentMachine } from './agentMachine.ts';
 
 /** A step's agent actor, a child of its host's actor. */
 export type AgentActorRef = ActorRefFrom<typeof agentMachine>;
@@ -21,7 +21,7 @@ export interface ParkedStep {
 interface SpawnStep {
   type: 'step.spawn';
   id: string;
-  input: AgentMachineInput;
+  input: AgentActorInput;
   spawned(agent: AgentActorRef): void;
 }
 
@@ -135,7 +135,7 @@ export class StepActors {
    * that to the most steps a group has held at once. A slot is also never a name a plain object inherits
    * (`__proto__`, `constructor`), where XState keeps its children.
    */
-  spawn(id: string, input: AgentMachineInput, listen: (agent: AgentActorRef) => void): SpawnedAgent {
+  spawn(id: string, input: AgentActorInput, listen: (agent: AgentActorRef) => void): SpawnedAgent {
     const group = this.#groups[groupOf(id)];
     if (this.#host.getSnapshot().status !== 'active' || !group) throw new Error('the agent host has stopped');
     // Two runs of one step here at once would be told apart by nobody: its reply and its journal are the step's.

@@ -2,7 +2,7 @@ import type { ModelProvider, ModelRequest, ModelResponse } from '@troupe/llm';
 import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { AgentMachineInput } from '../../src/agent/agentMachine.ts';
+import type { AgentActorInput, AgentMachineInput } from '../../src/agent/agentMachine.ts';
 import { type AgentStep, startAgentStep } from '../../src/agent/agentStep.ts';
 import { groupOf, StepActors } from '../../src/agent/stepActors.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
@@ -272,6 +272,21 @@ describe('a step whose model call waits long (parked)', () => {
     calls[0]?.answer(writeHello);
     expect(await step.reply).toMatchObject({ ok: false, error: { code: 'paused' }, turns: 1 });
     expect(calls).toHaveLength(1);
+  });
+
+  it('wakes an actor whose input is only what it is woken with, the parked context once, not a copy of it beside', async () => {
+    const { clock, actors, calls, step } = await hostedStep();
+    const inputs: AgentActorInput[] = [];
+    const spawn = actors.spawn.bind(actors);
+    actors.spawn = (id, input, listen) => {
+      inputs.push(input);
+      return spawn(id, input, listen);
+    };
+    clock.advance(PARK_AFTER_MS);
+    calls[0]?.answer({ content: 'Done' });
+    expect(await step.reply).toMatchObject({ ok: true, output: 'Done' });
+    expect(inputs).toHaveLength(1);
+    expect(Object.keys(inputs[0] ?? {})).toEqual(['woken']);
   });
 
   it('stays parked when told something, and its agent reads it before its next model call', async () => {
