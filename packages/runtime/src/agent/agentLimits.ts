@@ -1,11 +1,8 @@
+// The limits a step runs within: its budget and turns, checked before each model call; its time, a delayed event;
+// its task's pause, at each call boundary.
 import type { AgentContext, AgentFailure, AgentMachineInput, StepStop } from './agentContext.ts';
 import { pausedFailure } from './agentFailures.ts';
 import { spentBudget } from './stepBudget.ts';
-
-/**
- * The limits a step runs within: its budget and turns, checked before each model call; its time, a delayed event;
- * its task's pause, at each call boundary.
- */
 
 /** Before any model call: a step whose budget is spent ends `budget_exceeded`, naming the limit. */
 export const stopWhenBudgetSpent = {

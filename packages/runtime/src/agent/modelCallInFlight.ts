@@ -7,7 +7,7 @@ export interface ModelCallEnds {
 
 /**
  * One turn's model call under way, apart from the agent actor that asked for it, so the actor may be stopped while it
- * waits (its step parked, see `ParkingRun`) and a new one adopt the call: the model is asked once, and its reply
+ * waits (its step parked, see `AgentRun`) and a new one adopt the call: the model is asked once, and its reply
  * reaches whichever actor holds the call when it lands. The model gets a signal of its own, which the actor holding
  * the call aborts by aborting its invocation's signal, as it would the model's; a parked step's actor is let go
  * without it ({@link detach}).

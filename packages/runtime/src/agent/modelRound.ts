@@ -14,12 +14,6 @@ import { agentSetup } from './agentSetup.ts';
 import { compacted as compactedMessages, estimateTokens, olderTurns } from './compaction.ts';
 import { MAX_REPAIRS, outputName, responseSchemaOf } from './structuredReply.ts';
 
-/**
- * The model's side of a step: before each call its limits are checked and an outgrown conversation summarized; the
- * call itself (`thinking`); a reply that does not match the required output asked again (`repairing`). A reply that
- * asks for tools goes on to `acting` (the tool round).
- */
-
 /** Before a model call: the budget, a pause and the turns left decide whether there is one, and a summary first. */
 const deciding = agentSetup.createStateConfig({
   always: [
@@ -178,5 +172,10 @@ const repairing = agentSetup.createStateConfig({
   ],
 });
 
-/** The model round's states, children of the machine's `working`. */
+/**
+ * The model round's states, children of the machine's `working`: the model's side of a step. Before each call its
+ * limits are checked and an outgrown conversation summarized; the call itself (`thinking`); a reply that does not
+ * match the required output asked again (`repairing`). A reply that asks for tools goes on to `acting` (the tool
+ * round).
+ */
 export const modelRound = { deciding, compacting, compacted, thinking, woken, repairing };
