@@ -19,7 +19,7 @@ export class SendInFlight {
 
   constructor(
     readonly taskId: string,
-    readonly key: string,
+    readonly stepId: string,
     /** Runs what stopping the send runs when its call is stopped for good: the request's abort among it. */
     private readonly end: () => void,
     private readonly sends: SendsInFlight,
@@ -41,7 +41,7 @@ export class SendInFlight {
     if (!hear) return;
     const waiting = this.#waiting.splice(0);
     for (const event of waiting) hear(event);
-    if (this.#settled) this.sends.forget(this.key, this);
+    if (this.#settled) this.sends.forget(this);
   }
 
   /** An event of the send: to its call, or kept for the call to come, waking its task if the call must act on it. */
@@ -73,14 +73,14 @@ export class SendInFlight {
   /** Its call is stopped: for good (the request is stopped too), or, detached, for its task's passivation. */
   stopped(): void {
     if (this.#detached) return;
-    this.sends.forget(this.key, this);
+    this.sends.forget(this);
     this.end();
   }
 
   /** The request settled and its call heard it: nothing of it is left to adopt. */
   settled(): void {
     this.#settled = true;
-    if (this.#hear) this.sends.forget(this.key, this);
+    if (this.#hear) this.sends.forget(this);
   }
 
   /** @internal Whether a call hears it. */
@@ -90,7 +90,7 @@ export class SendInFlight {
 
   /** @internal Stops the request for good: its task ended before a call adopted it. */
   abandon(): void {
-    this.sends.forget(this.key, this);
+    this.sends.forget(this);
     this.end();
   }
 }
@@ -109,28 +109,24 @@ function saidBy(event: Extract<StepCallEvent, { type: 'heartbeat' }>): string {
  * each only while its request is under way.
  */
 export class SendsInFlight {
-  readonly #sends = new Map<string, SendInFlight>();
+  /** By task: one send, or the sends of its steps at work at once (a parallel step's). */
+  readonly #sends = new Map<string, SendInFlight | SendInFlight[]>();
   /** Tasks woken whose new actor is starting: their sends' events wait until its signals are delivered. */
   readonly #waking = new Set<string>();
   /** Told when a passivated task's send has an event its call must hear: its task is woken. */
   onMustHear: (taskId: string) => void = () => {};
 
-  /** The key of a task's step send. */
-  static keyOf(taskId: string, stepId: string): string {
-    return `${taskId}\u0000${stepId}`;
-  }
-
-  /** A new send, kept under its task and step until it ends; `end` stops its request for good. */
+  /** A new send, kept under its task and step until it ends (in place of one it replaces); `end` stops its request. */
   start(taskId: string, stepId: string, end: () => void): SendInFlight {
-    const key = SendsInFlight.keyOf(taskId, stepId);
-    const send = new SendInFlight(taskId, key, end, this);
-    this.#sends.set(key, send);
+    const send = new SendInFlight(taskId, stepId, end, this);
+    const others = this.#of(taskId).filter((kept) => kept.stepId !== stepId);
+    this.#sends.set(taskId, others.length === 0 ? send : [...others, send]);
     return send;
   }
 
   /** The send of a passivated task's step, for its restored call to adopt; undefined when there is none. */
   adopt(taskId: string, stepId: string): SendInFlight | undefined {
-    return this.#sends.get(SendsInFlight.keyOf(taskId, stepId));
+    return this.#of(taskId).find((send) => send.stepId === stepId);
   }
 
   /** The task's tree is about to be stopped for its passivation: each of its sends goes on when its call stops. */
@@ -160,7 +156,9 @@ export class SendsInFlight {
 
   /** Sends under way now, for a test or a measurement. */
   get size(): number {
-    return this.#sends.size;
+    let size = 0;
+    for (const kept of this.#sends.values()) size += Array.isArray(kept) ? kept.length : 1;
+    return size;
   }
 
   /** @internal */
@@ -174,11 +172,17 @@ export class SendsInFlight {
   }
 
   /** @internal */
-  forget(key: string, send: SendInFlight): void {
-    if (this.#sends.get(key) === send) this.#sends.delete(key);
+  forget(send: SendInFlight): void {
+    const kept = this.#of(send.taskId);
+    if (!kept.includes(send)) return;
+    const left = kept.filter((other) => other !== send);
+    if (left.length === 0) this.#sends.delete(send.taskId);
+    else this.#sends.set(send.taskId, left.length === 1 ? (left[0] as SendInFlight) : left);
   }
 
+  /** The task's sends under way (a copy: a send may forget itself while they are gone through). */
   #of(taskId: string): SendInFlight[] {
-    return [...this.#sends.values()].filter((send) => send.taskId === taskId);
+    const kept = this.#sends.get(taskId);
+    return kept === undefined ? [] : Array.isArray(kept) ? [...kept] : [kept];
   }
 }
