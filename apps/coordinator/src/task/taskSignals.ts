@@ -49,13 +49,36 @@ export interface SignalListener {
  */
 export class TaskSignals {
   readonly #listeners = new Map<string, SignalListener>();
+  /**
+   * The sub-tasks listening here, by parent task: what a parent's end reaches, found without a look at every task
+   * (the runner asks on each task event whether any sub-task listens at all).
+   */
+  readonly #children = new Map<string, Set<SignalListener>>();
 
   /** Starts delivering a task's signals to its actor; returns how to stop. */
   listen(listener: SignalListener): () => void {
+    const before = this.#listeners.get(listener.taskId);
+    if (before) this.#forget(before);
     this.#listeners.set(listener.taskId, listener);
+    if (listener.parent !== undefined) {
+      let children = this.#children.get(listener.parent);
+      if (!children) {
+        children = new Set();
+        this.#children.set(listener.parent, children);
+      }
+      children.add(listener);
+    }
     return () => {
-      if (this.#listeners.get(listener.taskId) === listener) this.#listeners.delete(listener.taskId);
+      if (this.#listeners.get(listener.taskId) === listener) this.#forget(listener);
     };
+  }
+
+  #forget(listener: SignalListener): void {
+    this.#listeners.delete(listener.taskId);
+    if (listener.parent === undefined) return;
+    const children = this.#children.get(listener.parent);
+    children?.delete(listener);
+    if (children?.size === 0) this.#children.delete(listener.parent);
   }
 
   /** Sends a signal to the actor running `taskId` here; false when none does. */
@@ -68,7 +91,7 @@ export class TaskSignals {
 
   /** Tells every sub-task here whose parent is `parent` that it ended; returns the sub-tasks told. */
   parentEnded(parent: string, reason: string): string[] {
-    const children = [...this.#listeners.values()].filter((listener) => listener.parent === parent);
+    const children = [...(this.#children.get(parent) ?? [])];
     for (const child of children) child.deliver({ type: 'parentEnded', reason });
     return children.map((child) => child.taskId);
   }
@@ -90,8 +113,7 @@ export class TaskSignals {
 
   /** Whether any sub-task here waits on its parent's ending. */
   get hasChildren(): boolean {
-    for (const listener of this.#listeners.values()) if (listener.parent !== undefined) return true;
-    return false;
+    return this.#children.size > 0;
   }
 
   /** The tasks whose actors listen here now. */
