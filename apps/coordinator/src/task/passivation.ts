@@ -113,6 +113,9 @@ interface Asleep {
   awake: boolean;
 }
 
+/** The most tasks one sweep passivates before it lets the event loop go on (see `Passivation.#sweep`). */
+export const PASSIVATIONS_PER_SWEEP = 100;
+
 /**
  * Passivation of a runner's tasks: a task whose steps have only waited for `afterMs` (a step's send in flight on a
  * slow model or a person, a `human` step's question) has its actor tree stopped, keeping only what it needs to go on:
@@ -250,20 +253,28 @@ export class Passivation {
    * be passivated. A task that waits in a way that cannot be (a held step, a sub-task) keeps no timer running; it is
    * looked at again when its steps next begin to wait.
    */
-  #tick(): void {
+  #tick(delayMs = this.#tickMs): void {
     if (this.#timer !== undefined) return;
     this.#timer = this.options.clock.setTimeout(() => {
       this.#timer = undefined;
-      if (this.#sweep()) this.#tick();
-    }, this.#tickMs);
+      const next = this.#sweep();
+      if (next !== undefined) this.#tick(next);
+    }, delayMs);
   }
 
-  /** Passivates the tasks that have waited long enough, keeps the passivated ones alive; whether to look again. */
-  #sweep(): boolean {
+  /**
+   * Passivates the tasks that have waited long enough, keeps the passivated ones alive; when to look again (undefined:
+   * not until a task next begins to wait). At most {@link PASSIVATIONS_PER_SWEEP} tasks are passivated in one go, the
+   * rest right after, so a crowd that began to wait together does not hold the event loop (each takes its snapshot,
+   * deflated, and stops its tree: about 0.15 ms).
+   */
+  #sweep(): number | undefined {
     const { clock, afterMs, keepAliveMs } = this.options;
     const now = clock.now();
     let again = false;
+    let passivated = 0;
     for (const task of [...this.#live]) {
+      if (passivated === PASSIVATIONS_PER_SWEEP) return 0;
       const look = this.#safely(() => {
         const snapshot = task.getSnapshot();
         const writer = snapshot.context.hold?.writer;
@@ -271,6 +282,7 @@ export class Passivation {
         const since = writer.idleSince;
         if (since === undefined || now - since < afterMs) return true;
         this.#passivate(task);
+        passivated += 1;
         return false;
       });
       again ||= look === true;
@@ -281,7 +293,7 @@ export class Passivation {
       asleep.keptAliveAt = now;
       this.#safely(() => asleep.delivery.working());
     }
-    return again;
+    return again ? this.#tickMs : undefined;
   }
 
   /** A fault of ours while looking at a task is logged: it leaves that task live, and reaches no timer or writer. */

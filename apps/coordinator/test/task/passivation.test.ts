@@ -6,12 +6,13 @@ import {
   type UsageTotals,
   WorkflowRecord,
 } from '@troupe/protocol';
-import { createLogger, type Delivery } from '@troupe/runtime';
+import { type Clock, createLogger, type Delivery } from '@troupe/runtime';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
 import { CheckpointWriter } from '../../src/task/checkpointWriter.ts';
 import { PassivatedCopies } from '../../src/task/passivatedCopies.ts';
+import { PASSIVATIONS_PER_SWEEP } from '../../src/task/passivation.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { SendsInFlight } from '../../src/workflow/sendsInFlight.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
@@ -55,7 +56,9 @@ interface HeldStep {
  * once, the executor holds its step (waiting on its model) until the test answers. Passivation after 2 s, off when
  * `live`, after the runner's default when `byDefault`.
  */
-async function setUp(options: { live?: boolean; byDefault?: boolean; work?: boolean } = {}) {
+async function setUp(
+  options: { live?: boolean; byDefault?: boolean; work?: boolean; watchJumps?: number[] } = {},
+) {
   const clock = new SimulatedClock();
   const bus = new MemoryBus({ clock });
   const store = new MemoryKv(WorkflowRecord);
@@ -120,7 +123,7 @@ async function setUp(options: { live?: boolean; byDefault?: boolean; work?: bool
     config: options.work ? withWork : config,
     store,
     logger: createLogger({ level: 'silent' }),
-    clock,
+    clock: options.watchJumps ? jumpsOf(clock, () => runner, options.watchJumps) : clock,
     concurrency: 4,
     stepHeartbeatMs: HEARTBEAT_MS,
     ...(options.byDefault ? {} : { passivateAfterMs: options.live ? 0 : PASSIVATE_AFTER_MS }),
@@ -138,6 +141,23 @@ async function setUp(options: { live?: boolean; byDefault?: boolean; work?: bool
   const control = (taskId: string, message: Record<string, unknown>) =>
     bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });
   return { clock, bus, store, intake, steps, held, writes, runner, pass, events, control };
+}
+
+/**
+ * The runner's clock, noting how many tasks each of its timers' callbacks passivated (`jumps`): what one turn of the
+ * event loop did.
+ */
+function jumpsOf(clock: SimulatedClock, runner: () => PipelineRunner | undefined, jumps: number[]): Clock {
+  return {
+    now: () => clock.now(),
+    clearTimeout: (handle) => clock.clearTimeout(handle),
+    setTimeout: (fn, ms) =>
+      clock.setTimeout(() => {
+        const before = runner()?.passivated() ?? 0;
+        fn();
+        jumps.push((runner()?.passivated() ?? 0) - before);
+      }, ms),
+  };
 }
 
 const running: PipelineRunner[] = [];
@@ -220,6 +240,18 @@ describe('passivation of a task that waits on its model', () => {
     expect(passive.task.settlement()).toEqual({ kind: 'ack' });
     // Its message was kept alive while it slept, as the live task's was.
     expect(passive.task.keepAlives()).toBe(live.task.keepAlives());
+  });
+
+  it('passivates a crowd that began to wait together a batch at a time, letting the event loop go between batches', async () => {
+    const jumps: number[] = [];
+    const setup = await setUp({ watchJumps: jumps });
+    const crowd = PASSIVATIONS_PER_SWEEP * 2 + 50;
+    for (let n = 0; n < crowd; n++) setup.intake.deliver({ id: `crowd-${n}`, goal: 'wait on the model' });
+    await setup.pass(500);
+    expect(setup.held).toHaveLength(crowd);
+    await setup.pass(PASSIVATE_AFTER_MS * 3);
+    expect(setup.runner.passivated()).toBe(crowd);
+    expect(Math.max(...jumps)).toBe(PASSIVATIONS_PER_SWEEP);
   });
 
   it('keeps a woken task alive an interval after its last keep-alive while it slept, not an interval after its waking', async () => {
