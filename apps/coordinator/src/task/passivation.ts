@@ -117,6 +117,21 @@ interface Asleep {
 export const PASSIVATIONS_PER_SWEEP = 100;
 
 /**
+ * The most tasks of a runner left awake while they only wait: beyond them, the ones that have waited longest are
+ * passivated once they have waited {@link CROWD_MIN_WAIT_MS}, without waiting for the runner's `afterMs`. A passivation
+ * and its waking cost about 1.5 ms of CPU (the task's here and its step's on the agent host), which a few tasks waiting
+ * a few seconds are not worth; a crowd of them is (an awake task keeps about 37 KB, a passivated one 15 KB). The same
+ * rule as an active-entity limit of Akka Cluster Sharding's passivation.
+ */
+export const AWAKE_WAITING_MAX = 200;
+
+/** How long a task beyond {@link AWAKE_WAITING_MAX} must have waited to be passivated: a short wait costs nothing. */
+export const CROWD_MIN_WAIT_MS = 1_000;
+
+/** How soon the sweep looks again while more than {@link AWAKE_WAITING_MAX} tasks wait awake. */
+const CROWD_SWEEP_MS = 250;
+
+/**
  * Passivation of a runner's tasks: a task whose steps have only waited for `afterMs` (a step's send in flight on a
  * slow model or a person, a `human` step's question) has its actor tree stopped, keeping only what it needs to go on:
  * its hold on the task, one compact copy of the workflow's persisted snapshot as it stood and of its writer's last
@@ -271,29 +286,36 @@ export class Passivation {
   #sweep(): number | undefined {
     const { clock, afterMs, keepAliveMs } = this.options;
     const now = clock.now();
-    let again = false;
+    /** The tasks that only wait, not yet for `afterMs`: since when (infinite while their writer has work left). */
+    const waiting: { task: TaskActor; since: number }[] = [];
     let passivated = 0;
+    const passivate = (task: TaskActor) => {
+      this.#safely(() => this.#passivate(task));
+      passivated += 1;
+    };
     for (const task of [...this.#live]) {
       if (passivated === PASSIVATIONS_PER_SWEEP) return 0;
-      const look = this.#safely(() => {
-        const snapshot = task.getSnapshot();
-        const writer = snapshot.context.hold?.writer;
-        if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children, this.people)) return false;
-        const since = writer.idleSince;
-        if (since === undefined || now - since < afterMs) return true;
-        this.#passivate(task);
-        passivated += 1;
-        return false;
-      });
-      again ||= look === true;
+      const since = this.#safely(() => waitingSince(task, this.people));
+      if (since === undefined) continue;
+      if (now - since >= afterMs) passivate(task);
+      else waiting.push({ task, since });
+    }
+    const crowded = waiting.length > AWAKE_WAITING_MAX;
+    if (crowded) {
+      waiting.sort((a, b) => a.since - b.since);
+      for (const { task, since } of waiting.slice(0, waiting.length - AWAKE_WAITING_MAX)) {
+        if (now - since < CROWD_MIN_WAIT_MS) break;
+        if (passivated === PASSIVATIONS_PER_SWEEP) return 0;
+        passivate(task);
+      }
     }
     for (const asleep of this.#asleep.values()) {
-      again = true;
       if (asleep.awake || now - asleep.keptAliveAt < keepAliveMs) continue;
       asleep.keptAliveAt = now;
       this.#safely(() => asleep.delivery.working());
     }
-    return again ? this.#tickMs : undefined;
+    if (waiting.length === 0 && this.#asleep.size === 0) return undefined;
+    return crowded ? Math.min(CROWD_SWEEP_MS, this.#tickMs) : this.#tickMs;
   }
 
   /** A fault of ours while looking at a task is logged: it leaves that task live, and reaches no timer or writer. */
@@ -418,4 +440,15 @@ function refuse(signal: TaskSignal, taskId: string): void {
   else if (signal.type === 'migrate') signal.answer(why);
   else if (signal.type === 'pause' || signal.type === 'resume' || signal.type === 'tell')
     signal.answer(notRunning(why));
+}
+
+/**
+ * Since when a task has only waited (its writer's idle time; infinite while the writer still has a record to write), or
+ * undefined when it does more than wait: a step at work, a send to make, a workflow ending.
+ */
+function waitingSince(task: TaskActor, people: PeopleInFlight): number | undefined {
+  const snapshot = task.getSnapshot();
+  const writer = snapshot.context.hold?.writer;
+  if (writer?.waitingSince === undefined || !onlyWaiting(snapshot.children, people)) return undefined;
+  return writer.idleSince ?? Number.POSITIVE_INFINITY;
 }

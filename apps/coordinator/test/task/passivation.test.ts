@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
 import { CheckpointWriter } from '../../src/task/checkpointWriter.ts';
 import { PassivatedCopies } from '../../src/task/passivatedCopies.ts';
-import { PASSIVATIONS_PER_SWEEP } from '../../src/task/passivation.ts';
+import { AWAKE_WAITING_MAX, CROWD_MIN_WAIT_MS, PASSIVATIONS_PER_SWEEP } from '../../src/task/passivation.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { SendsInFlight } from '../../src/workflow/sendsInFlight.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
@@ -252,6 +252,30 @@ describe('passivation of a task that waits on its model', () => {
     await setup.pass(PASSIVATE_AFTER_MS * 3);
     expect(setup.runner.passivated()).toBe(crowd);
     expect(Math.max(...jumps)).toBe(PASSIVATIONS_PER_SWEEP);
+  });
+
+  it('passivates the longest waiting beyond the most left awake after 1 s, the rest after the runner’s threshold', async () => {
+    const setup = await setUp();
+    const crowd = AWAKE_WAITING_MAX + 50;
+    for (let n = 0; n < crowd; n++) setup.intake.deliver({ id: `many-${n}`, goal: 'wait on the model' });
+    await setup.pass(500);
+    expect(setup.held).toHaveLength(crowd);
+    expect(setup.runner.passivated()).toBe(0);
+    // Past CROWD_MIN_WAIT_MS of waiting, not yet PASSIVATE_AFTER_MS: only those beyond the most left awake.
+    await setup.pass(CROWD_MIN_WAIT_MS);
+    expect(setup.runner.passivated()).toBe(crowd - AWAKE_WAITING_MAX);
+    await setup.pass(PASSIVATE_AFTER_MS);
+    expect(setup.runner.passivated()).toBe(crowd);
+  });
+
+  it('leaves a few tasks that wait awake until the runner’s threshold', async () => {
+    const setup = await setUp();
+    for (let n = 0; n < 3; n++) setup.intake.deliver({ id: `few-${n}`, goal: 'wait on the model' });
+    await setup.pass(PASSIVATE_AFTER_MS - 200);
+    expect(setup.held).toHaveLength(3);
+    expect(setup.runner.passivated()).toBe(0);
+    await setup.pass(PASSIVATE_AFTER_MS);
+    expect(setup.runner.passivated()).toBe(3);
   });
 
   it('keeps a woken task alive an interval after its last keep-alive while it slept, not an interval after its waking', async () => {
