@@ -26,12 +26,30 @@ import { offloadReply } from './stepValues.ts';
 export const DEFAULT_PARK_AFTER_MS = 5_000;
 
 /**
+ * How many of a host's steps may be awake waiting on their model before it parks them sooner (an active-entity limit):
+ * with more, a step whose call has waited {@link CROWD_MIN_WAIT_MS} is parked without waiting for `parkAfterMs`. A
+ * parked step keeps about half what an awake one does, and a park and a wake cost ~0.7 ms of CPU: a few hundred steps
+ * waiting are cheaper awake, thousands are not.
+ */
+export const CROWD = 200;
+
+/**
+ * How long a step's model call waits before the step is parked while its host's crowd of waiting steps is over
+ * {@link CROWD}: long enough that a call of milliseconds (most of them) never parks its step, crowd or not.
+ */
+export const CROWD_MIN_WAIT_MS = 1_000;
+
+/**
  * A step's agent actor under way: its reply, and its stop and pause as events sent to it. While a model call waits
  * longer than the host's `parkAfterMs`, the step is parked: its actor is stopped (its model call goes on, held by the
  * step's services) and only its context kept, with a timer for its time limit. A new actor takes the step up from that
  * context when the reply lands, adopting the call (the model is asked once, `llm.request` is not announced again), or
  * when a stop or a pause comes, which it is then sent; its time limit ending wakes it with a stop. What the agent reads
  * when told something is kept outside the actor, so a message told to a parked step leaves it parked.
+ *
+ * On a host (`deps.actors`), each awake step waiting on its model counts in the host's crowd
+ * (`StepActors.waitingOnModel`); while more than {@link CROWD} do, a step whose call has waited
+ * {@link CROWD_MIN_WAIT_MS} is parked sooner than `parkAfterMs` (when that is longer).
  */
 export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   readonly reply: Promise<AgentStepReply>;
@@ -46,6 +64,8 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   #parked: AgentContext | undefined;
   /** While a model call waits: the timer that parks the step; while parked: the one of its time limit. */
   #timer: unknown;
+  /** Whether the step counts in its host's crowd waiting on their model (awake, its call waiting). */
+  #inCrowd = false;
 
   /** Starts the step's first actor; throws as spawning it does (`startAgentStep` replies `agent_crashed`). */
   constructor(step: StepContext, services: StepServices, input: AgentMachineInput) {
@@ -73,13 +93,13 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
 
   /** A model call went out: the step is parked if it lasts. */
   modelCallStarted(): void {
-    const { clock, parkAfterMs = 0 } = this.#step.deps;
-    clock.clearTimeout(this.#timer);
-    this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs);
+    this.#joinCrowd();
+    this.#parkIfItLasts();
   }
 
   /** The model call ended (its reply, or its failure): a parked step wakes to take it. */
   modelCallEnded(): void {
+    this.#leaveCrowd();
     this.#step.deps.clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#parked) this.#wake(false);
@@ -88,6 +108,36 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   /** The host stopped its actors while the step was parked: it ends as its actor would have, its model call aborted. */
   hostStopped(): void {
     this.#wake();
+  }
+
+  /**
+   * Arms the one timer that parks the step while its model call waits: after `parkAfterMs`, or, on a host and when
+   * that is longer than {@link CROWD_MIN_WAIT_MS}, a look at the crowd then, which parks the step if the crowd is over
+   * {@link CROWD} and else waits out the rest of `parkAfterMs`.
+   */
+  #parkIfItLasts(): void {
+    const { actors, clock, parkAfterMs = 0 } = this.#step.deps;
+    clock.clearTimeout(this.#timer);
+    if (!actors || parkAfterMs <= CROWD_MIN_WAIT_MS) {
+      this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs);
+      return;
+    }
+    this.#timer = clock.setTimeout(() => {
+      if (actors.waitingOnModel > CROWD) this.#park();
+      else this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs - CROWD_MIN_WAIT_MS);
+    }, CROWD_MIN_WAIT_MS);
+  }
+
+  #joinCrowd(): void {
+    if (this.#inCrowd) return;
+    this.#inCrowd = true;
+    this.#step.deps.actors?.modelWaitStarted();
+  }
+
+  #leaveCrowd(): void {
+    if (!this.#inCrowd) return;
+    this.#inCrowd = false;
+    this.#step.deps.actors?.modelWaitEnded();
   }
 
   /** Spawns an actor for the step (its host's child, or a root of its own), listened to before it starts. */
@@ -109,7 +159,9 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
     output.then(
       (ended) => this.#ended(actor, ended),
       (error: unknown) => {
-        if (this.#actor === actor) this.#settle(crashedReply(request, error));
+        if (this.#actor !== actor) return;
+        this.#leaveCrowd();
+        this.#settle(crashedReply(request, error));
       },
     );
   }
@@ -134,6 +186,7 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   #ended(actor: AgentActorRef, ended: AgentOutput | undefined): void {
     if (this.#actor !== actor) return;
     const { deps, request } = this.#step;
+    this.#leaveCrowd();
     deps.clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#settle(
@@ -160,6 +213,7 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
     const { deps, request } = this.#step;
     const context = snapshot.context;
     this.#services.detachModelCall();
+    this.#leaveCrowd();
     this.#actor = undefined;
     this.#parked = context;
     if (deps.actors) deps.actors.park(request.stepId, this);
@@ -185,14 +239,16 @@ export class AgentRun implements AgentStep, ModelCallWatcher, ParkedStep {
   #wake(callWaiting = true): void {
     const context = this.#parked;
     if (!context) return;
-    const { actors, clock, parkAfterMs = 0 } = this.#step.deps;
+    const { actors, clock } = this.#step.deps;
     this.#parked = undefined;
     actors?.woken(this);
     clock.clearTimeout(this.#timer);
     this.#timer = undefined;
     try {
       this.#start({ woken: { context, ranMs: clock.now() - this.#startedAt } });
-      if (callWaiting) this.#timer = clock.setTimeout(() => this.#park(), parkAfterMs);
+      if (!callWaiting) return;
+      this.#joinCrowd();
+      this.#parkIfItLasts();
     } catch (error) {
       // No actor will hold the call: it is aborted, as a stopped actor's is.
       this.#services.abortModelCall(error);

@@ -105,6 +105,7 @@ export class StepActors {
   readonly #running = new Map<string, AgentActorRef>();
   /** The steps parked here, whose actors were dropped: told of the host's stop. */
   readonly #parked = new Set<ParkedStep>();
+  #waitingOnModel = 0;
 
   constructor(clock: Clock) {
     this.#host = createActor(agentHostMachine, { clock });
@@ -122,6 +123,24 @@ export class StepActors {
     let size = 0;
     for (const group of this.#groups) size += Object.keys(group.getSnapshot().children).length;
     return size;
+  }
+
+  /**
+   * Steps of this host awake (their actors running) while their model call waits: the crowd `AgentRun` parks sooner
+   * when it is over `CROWD`.
+   */
+  get waitingOnModel(): number {
+    return this.#waitingOnModel;
+  }
+
+  /** An awake step's model call went out (or a woken step's still waits): it is one of the crowd. */
+  modelWaitStarted(): void {
+    this.#waitingOnModel++;
+  }
+
+  /** An awake step no longer waits on its model (its call ended, it was parked, or it ended). */
+  modelWaitEnded(): void {
+    this.#waitingOnModel = Math.max(0, this.#waitingOnModel - 1);
   }
 
   /**

@@ -3,6 +3,7 @@ import type { AgentStepRequest, TroupeEvent } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { AgentActorInput, AgentMachineInput } from '../../src/agent/agentMachine.ts';
+import { CROWD, CROWD_MIN_WAIT_MS } from '../../src/agent/agentRun.ts';
 import { type AgentStep, startAgentStep } from '../../src/agent/agentStep.ts';
 import { groupOf, StepActors } from '../../src/agent/stepActors.ts';
 import { EventFactory } from '../../src/events/eventFactory.ts';
@@ -330,6 +331,92 @@ describe('a step whose model call waits long (parked)', () => {
     const parked = await run(PARK_AFTER_MS);
     expect(parked).toMatchObject({ reply: { ok: false, error: { code: 'paused' } }, aborted: false });
     expect(parked).toEqual(await run(0));
+  });
+});
+
+/** `n` steps on one host's actors and a simulated clock, each waiting on its model call. */
+async function crowdOfSteps(n: number, parkAfterMs = PARK_AFTER_MS) {
+  const clock = new SimulatedClock();
+  const actors = new StepActors(clock);
+  const { model, calls } = heldModel();
+  const { deps } = await stepDeps({ clock, events: new EventFactory(clock), actors, parkAfterMs });
+  const steps = Array.from({ length: n }, (_, i) =>
+    startAgentStep(coder(model), codeStep({ stepId: `task-${i}.code.1`, taskId: `task-${i}` }), deps),
+  );
+  await vi.waitFor(() => expect(calls).toHaveLength(n));
+  const parked = () => steps.filter((step) => step.parked).length;
+  return { clock, actors, calls, steps, parked };
+}
+
+describe('a crowd of steps waiting on their model (more than CROWD on one host)', () => {
+  it('parks a step whose call has waited CROWD_MIN_WAIT_MS when more than CROWD wait, keeping CROWD awake', async () => {
+    const { clock, actors, parked } = await crowdOfSteps(CROWD + 1);
+    expect(actors.waitingOnModel).toBe(CROWD + 1);
+    clock.advance(CROWD_MIN_WAIT_MS - 1);
+    expect(parked()).toBe(0);
+    clock.advance(1);
+    expect(parked()).toBe(1);
+    expect(actors.waitingOnModel).toBe(CROWD);
+    expect(actors.size).toBe(CROWD);
+    // The rest wait out parkAfterMs, as steps do when there is no crowd.
+    clock.advance(PARK_AFTER_MS - CROWD_MIN_WAIT_MS - 1);
+    expect(parked()).toBe(1);
+    clock.advance(1);
+    expect(parked()).toBe(CROWD + 1);
+    expect(actors.waitingOnModel).toBe(0);
+  });
+
+  it('parks none of CROWD steps waiting before parkAfterMs', async () => {
+    const { clock, actors, parked } = await crowdOfSteps(CROWD);
+    clock.advance(PARK_AFTER_MS - 1);
+    expect(parked()).toBe(0);
+    expect(actors.size).toBe(CROWD);
+    clock.advance(1);
+    expect(parked()).toBe(CROWD);
+  });
+
+  it('parks every step at a parkAfterMs shorter than CROWD_MIN_WAIT_MS, crowd or not', async () => {
+    const { clock, parked } = await crowdOfSteps(CROWD + 1, CROWD_MIN_WAIT_MS / 2);
+    clock.advance(CROWD_MIN_WAIT_MS / 2 - 1);
+    expect(parked()).toBe(0);
+    clock.advance(1);
+    expect(parked()).toBe(CROWD + 1);
+  });
+
+  it('parks none, crowd or not, when parking is off (parkAfterMs 0)', async () => {
+    const { clock, actors, parked } = await crowdOfSteps(CROWD + 1, 0);
+    clock.advance(60_000);
+    expect(parked()).toBe(0);
+    expect(actors.size).toBe(CROWD + 1);
+  });
+
+  it('counts a woken step whose call still waits again, and parks it at CROWD_MIN_WAIT_MS while the crowd lasts', async () => {
+    const { clock, actors, steps } = await crowdOfSteps(CROWD + 2);
+    clock.advance(CROWD_MIN_WAIT_MS);
+    expect(actors.waitingOnModel).toBe(CROWD);
+    const step = steps.find((each) => each.parked);
+    // Woken by a pause while its call still waits, it is one of the crowd again, which is over CROWD.
+    step?.pause?.();
+    await vi.waitFor(() => expect(step?.parked).toBe(false));
+    expect(actors.waitingOnModel).toBe(CROWD + 1);
+    clock.advance(CROWD_MIN_WAIT_MS);
+    expect(step?.parked).toBe(true);
+  });
+
+  it('leaves no step counted once every step has ended: by its reply, its failure, a stop or its host’s stop', async () => {
+    const { clock, actors, calls, steps } = await crowdOfSteps(CROWD + 4);
+    clock.advance(CROWD_MIN_WAIT_MS);
+    expect(actors.waitingOnModel).toBe(CROWD);
+    calls[0]?.answer({ content: 'Done' });
+    calls[1]?.fail(Object.assign(new Error('overloaded'), { code: 'model_overloaded' }));
+    steps[2]?.stop({ why: 'aborted' });
+    steps[3]?.stop({ why: 'aborted' });
+    await Promise.all(steps.slice(0, 4).map((step) => step.reply));
+    expect(actors.waitingOnModel).toBe(CROWD);
+    actors.stop();
+    const replies = await Promise.all(steps.map((step) => step.reply));
+    expect(replies.slice(4).every((reply) => !reply.ok && reply.error.code === 'worker_stopped')).toBe(true);
+    expect(actors.waitingOnModel).toBe(0);
   });
 });
 
