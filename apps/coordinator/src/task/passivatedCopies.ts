@@ -9,8 +9,9 @@ export interface Kept extends LastMade {
 /**
  * The compact copies passivated tasks keep of what their trees and writers held (see `passivation.ts`): JSON, as the
  * record is written to KV, deflated, in a one-byte string (in the heap, like the objects it stands for). A runner's
- * copies share a deflate dictionary made from the shape of its first one (its keys, every value blanked, so it holds
- * no task's content): what every copy says alike costs next to nothing. zlib's checksum tells a corrupt copy.
+ * copies share a deflate dictionary made from the shape of its first one (its keys, every string and number blanked:
+ * the keys of the first task's input or step outputs may be among them, never a value), kept as long as the runner:
+ * what every copy says alike costs next to nothing. zlib's checksum tells a corrupt copy.
  */
 export class PassivatedCopies {
   #dictionary: ZlibOptions | undefined;
