@@ -1,4 +1,5 @@
 import type { StepActivity } from '@troupe/protocol';
+import { ByTask } from './byTask.ts';
 import type { HumanRunOutput } from './workflowTypes.ts';
 
 /** Where a `human` step says what it does (that it waits on a person): its task's tree, as it is now. */
@@ -130,7 +131,7 @@ export class PersonWait {
  * flight (`sendsInFlight.ts`), the runs of tasks that are never passivated are kept too, each only while it runs.
  */
 export class PeopleInFlight {
-  readonly #waits = new Map<string, PersonWait | PersonWait[]>();
+  readonly #waits = new ByTask<PersonWait>();
   /** Told when a passivated task's human step has an outcome: its task is woken to take it. */
   onMustHear: (taskId: string) => void = () => {};
 
@@ -146,8 +147,7 @@ export class PeopleInFlight {
     run: (wait: PersonWait) => Promise<HumanRunOutput>,
   ): Promise<HumanRunOutput> {
     const wait = new PersonWait(taskId, stepId, heard.leave, this);
-    const kept = this.#waits.get(taskId);
-    this.#waits.set(taskId, kept === undefined ? wait : [...this.#of(taskId), wait]);
+    this.#waits.add(wait);
     const outcome = wait.heardBy(heard.signal, heard.report);
     wait.start(run);
     return outcome;
@@ -163,30 +163,28 @@ export class PeopleInFlight {
     signal: AbortSignal,
     report: Report,
   ): Promise<HumanRunOutput> | undefined {
-    const wait = this.#of(taskId).find((w) => w.stepId === stepId && !w.heard);
+    const wait = this.#waits.of(taskId).find((w) => w.stepId === stepId && !w.heard);
     return wait?.heardBy(signal, report);
   }
 
   /** Whether the task's step `stepId` waits here, heard by a live actor: its task may be passivated meanwhile. */
   waiting(taskId: string, stepId: string): boolean {
-    return this.#of(taskId).some((w) => w.stepId === stepId && w.heard);
+    return this.#waits.of(taskId).some((w) => w.stepId === stepId && w.heard);
   }
 
   /** The task's tree is about to be stopped for its passivation: each of its steps' runs goes on, unheard. */
   detach(taskId: string): void {
-    for (const wait of this.#of(taskId)) wait.detach();
+    for (const wait of this.#waits.of(taskId)) wait.detach();
   }
 
   /** The task's actor ended (or failed) here: a run of it that no restored step adopted is stopped, left pending. */
   abandon(taskId: string): void {
-    for (const wait of this.#of(taskId)) if (!wait.heard) wait.abandon();
+    for (const wait of this.#waits.of(taskId)) if (!wait.heard) wait.abandon();
   }
 
   /** Runs under way now, for a test or a measurement. */
   get size(): number {
-    let size = 0;
-    for (const kept of this.#waits.values()) size += Array.isArray(kept) ? kept.length : 1;
-    return size;
+    return this.#waits.size;
   }
 
   /** @internal */
@@ -196,13 +194,6 @@ export class PeopleInFlight {
 
   /** @internal */
   forget(wait: PersonWait): void {
-    const left = this.#of(wait.taskId).filter((w) => w !== wait);
-    if (left.length === 0) this.#waits.delete(wait.taskId);
-    else this.#waits.set(wait.taskId, left.length === 1 ? (left[0] as PersonWait) : left);
-  }
-
-  #of(taskId: string): PersonWait[] {
-    const kept = this.#waits.get(taskId);
-    return kept === undefined ? [] : Array.isArray(kept) ? kept : [kept];
+    this.#waits.forget(wait);
   }
 }

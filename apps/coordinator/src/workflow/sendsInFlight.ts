@@ -1,3 +1,4 @@
+import { ByTask } from './byTask.ts';
 import type { StepCallEvent } from './stepCall.ts';
 
 /** What a send in flight tells its step call: every event of the send, in order. */
@@ -110,7 +111,7 @@ function saidBy(event: Extract<StepCallEvent, { type: 'heartbeat' }>): string {
  */
 export class SendsInFlight {
   /** By task: one send, or the sends of its steps at work at once (a parallel step's). */
-  readonly #sends = new Map<string, SendInFlight | SendInFlight[]>();
+  readonly #sends = new ByTask<SendInFlight>();
   /** Tasks woken whose new actor is starting: their sends' events wait until its signals are delivered. */
   readonly #waking = new Set<string>();
   /** Told when a passivated task's send has an event its call must hear: its task is woken. */
@@ -119,19 +120,18 @@ export class SendsInFlight {
   /** A new send, kept under its task and step until it ends (in place of one it replaces); `end` stops its request. */
   start(taskId: string, stepId: string, end: () => void): SendInFlight {
     const send = new SendInFlight(taskId, stepId, end, this);
-    const others = this.#of(taskId).filter((kept) => kept.stepId !== stepId);
-    this.#sends.set(taskId, others.length === 0 ? send : [...others, send]);
+    this.#sends.add(send, (kept) => kept.stepId === stepId);
     return send;
   }
 
   /** The send of a passivated task's step, for its restored call to adopt; undefined when there is none. */
   adopt(taskId: string, stepId: string): SendInFlight | undefined {
-    return this.#of(taskId).find((send) => send.stepId === stepId);
+    return this.#sends.of(taskId).find((send) => send.stepId === stepId);
   }
 
   /** The task's tree is about to be stopped for its passivation: each of its sends goes on when its call stops. */
   detach(taskId: string): void {
-    for (const send of this.#of(taskId)) send.detach();
+    for (const send of this.#sends.of(taskId)) send.detach();
   }
 
   /**
@@ -145,20 +145,18 @@ export class SendsInFlight {
   /** The woken task's new actor has started and heard its signals: its sends give their calls what they kept. */
   started(taskId: string): void {
     this.#waking.delete(taskId);
-    for (const send of this.#of(taskId)) send.replay();
+    for (const send of this.#sends.of(taskId)) send.replay();
   }
 
   /** The task's actor ended (or failed) here: a send of it that no call adopted is stopped for good. */
   abandon(taskId: string): void {
     this.#waking.delete(taskId);
-    for (const send of this.#of(taskId)) if (!send.heard) send.abandon();
+    for (const send of this.#sends.of(taskId)) if (!send.heard) send.abandon();
   }
 
   /** Sends under way now, for a test or a measurement. */
   get size(): number {
-    let size = 0;
-    for (const kept of this.#sends.values()) size += Array.isArray(kept) ? kept.length : 1;
-    return size;
+    return this.#sends.size;
   }
 
   /** @internal */
@@ -173,16 +171,6 @@ export class SendsInFlight {
 
   /** @internal */
   forget(send: SendInFlight): void {
-    const kept = this.#of(send.taskId);
-    if (!kept.includes(send)) return;
-    const left = kept.filter((other) => other !== send);
-    if (left.length === 0) this.#sends.delete(send.taskId);
-    else this.#sends.set(send.taskId, left.length === 1 ? (left[0] as SendInFlight) : left);
-  }
-
-  /** The task's sends under way (a copy: a send may forget itself while they are gone through). */
-  #of(taskId: string): SendInFlight[] {
-    const kept = this.#sends.get(taskId);
-    return kept === undefined ? [] : Array.isArray(kept) ? [...kept] : [kept];
+    this.#sends.forget(send);
   }
 }
