@@ -241,13 +241,20 @@ export class Passivation {
     this.sends.started(taskId);
   }
 
-  /** A woken task that cannot be restored here: its signals are answered with a refusal, its sends stopped. */
+  /**
+   * A woken task that cannot be restored here: its signals are answered with a refusal, its sends stopped, its human
+   * steps' runs stopped with their questions left pending. A restored tree that failed may have taken a run up first:
+   * it is let go of that tree before the run is stopped, so the run is stopped as one nobody hears (left pending for
+   * the redelivery), not as one its step gave up (closed expired).
+   */
   #unrestored(asleep: Asleep): void {
     const { taskId } = asleep;
     this.#asleep.delete(taskId);
     asleep.unlisten();
     for (const signal of asleep.signals ?? []) refuse(signal, taskId);
+    this.sends.detach(taskId);
     this.sends.abandon(taskId);
+    this.people.detach(taskId);
     this.people.abandon(taskId);
   }
 

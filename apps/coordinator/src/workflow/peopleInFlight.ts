@@ -137,8 +137,11 @@ export class PeopleInFlight {
 
   /**
    * A new run of a task's human step (`run`), heard by the actor whose `signal` stops it and whose tree `report` tells;
-   * kept until it ends. `leave` leaves its question pending if it is stopped for good while nobody hears it. Resolves
-   * with the run's end, for that actor.
+   * kept until it ends, in place of an earlier run of the step, as a new send replaces one (`sendsInFlight.ts`). An
+   * earlier run is only there while it ends, its actor stopped (nothing unheard is left once {@link adopt} found
+   * none): kept beside the new one, it would be let go with it at a passivation, wake the task at its end, and be
+   * adopted by the restored step in place of the run under way. `leave` leaves its question pending if it is stopped
+   * for good while nobody hears it. Resolves with the run's end, for that actor.
    */
   start(
     taskId: string,
@@ -147,7 +150,7 @@ export class PeopleInFlight {
     run: (wait: PersonWait) => Promise<HumanRunOutput>,
   ): Promise<HumanRunOutput> {
     const wait = new PersonWait(taskId, stepId, heard.leave, this);
-    this.#waits.add(wait);
+    this.#waits.add(wait, (kept) => kept.stepId === stepId);
     const outcome = wait.heardBy(heard.signal, heard.report);
     wait.start(run);
     return outcome;

@@ -20,6 +20,7 @@ import {
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { PipelineConfig } from '../../src/config/pipelineSchema.ts';
+import { TaskSignals } from '../../src/task/taskSignals.ts';
 import { PeopleInFlight } from '../../src/workflow/peopleInFlight.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
@@ -349,5 +350,46 @@ describe('passivation of a task that waits on a person (a human step)', () => {
     expect(await first.requestsOf('task-s')).toHaveLength(1);
     expect((await first.requestsOf('task-s'))[0]).toMatchObject({ status: 'answered', answer: 'yes' });
     expect(again.settlement()).toEqual({ kind: 'ack' });
+  });
+});
+
+describe('a woken task whose restored tree fails after its human step took its run up', () => {
+  it('leaves its question pending for the redelivery, not closed expired', async () => {
+    const { intake, question, pass, runner, control, requestsOf, events } = await setUp();
+    const task = intake.deliver({ id: 'task-x', goal: 'fail as it wakes' });
+    await question('task-x');
+    await pass(5_000);
+    expect(runner.passivated()).toBe(1);
+    // The restored step takes its run up; then a fault of ours fails the woken task actor: its run context (started
+    // beside the workflow) cannot listen for the task's signals.
+    let adopted = 0;
+    const adopt = PeopleInFlight.prototype.adopt;
+    PeopleInFlight.prototype.adopt = function (this: PeopleInFlight, ...args: Parameters<typeof adopt>) {
+      const run = adopt.apply(this, args);
+      if (run) adopted += 1;
+      return run;
+    };
+    const listen = TaskSignals.prototype.listen;
+    TaskSignals.prototype.listen = () => {
+      throw new Error('cannot listen for the task’s signals');
+    };
+    try {
+      const told = control('task-x', { action: 'tell', text: 'ship on Friday', key: 'k-1' }).catch(
+        (error: unknown) => error,
+      );
+      await pass(0);
+      expect(await told).toMatchObject({ code: 'not_running' });
+    } finally {
+      PeopleInFlight.prototype.adopt = adopt;
+      TaskSignals.prototype.listen = listen;
+    }
+    await task.handled.catch(() => {});
+    await pass(0);
+    expect(adopted).toBe(1);
+    expect(runner.passivated()).toBe(0);
+    // Left to the redelivery, which waits on the same question: not closed, nothing announced.
+    expect((await requestsOf('task-x'))[0]).toMatchObject({ status: 'pending' });
+    expect(events('task-x').filter((e) => e.kind.startsWith('human.'))).toHaveLength(1);
+    expect([...inFlight].map((people) => people.size)).toEqual([0]);
   });
 });
