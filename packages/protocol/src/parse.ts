@@ -76,7 +76,8 @@ export function decodeMessage(bytes: Uint8Array | string, limits: ParseLimits = 
     return { ok: false, reason: `payload is not JSON: ${(error as Error).message}`, issues: [] };
   }
   const maxDepth = limits.maxDepth ?? MAX_MESSAGE_DEPTH;
-  if (exceedsDepth(json, maxDepth)) {
+  // Most messages cannot nest that deep, which a count of their brackets shows without walking what was parsed.
+  if (!fewBrackets(text, maxDepth) && exceedsDepth(json, maxDepth)) {
     return {
       ok: false,
       reason: `payload nests objects and arrays more than ${maxDepth} levels deep`,
@@ -111,6 +112,20 @@ export function exceedsDepth(value: unknown, max: number): boolean {
     }
   }
   return false;
+}
+
+/**
+ * Whether JSON text opens at most `max` objects and arrays (counting `{` and `[` inside strings too): then none of
+ * its values nests more than `max` levels, since each level opens one. A native search per bracket, no allocation.
+ */
+function fewBrackets(text: string, max: number): boolean {
+  let opened = 0;
+  for (const bracket of ['{', '[']) {
+    for (let at = text.indexOf(bracket); at !== -1; at = text.indexOf(bracket, at + 1)) {
+      if (++opened > max) return false;
+    }
+  }
+  return true;
 }
 
 /** Turns zod issues into `{ path, message }` pairs with dotted paths (`input.files[0]`). */

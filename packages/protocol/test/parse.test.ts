@@ -123,6 +123,17 @@ describe('parse limits', () => {
     });
   });
 
+  it('judges depth by nesting, whether a payload has few brackets or many (in strings or not)', () => {
+    // Fewer brackets than the limit: no value can nest deeper, and none is refused.
+    expect(parseMessage(TaskSubmission, nested(3), { maxDepth: 3 }).ok).toBe(true);
+    expect(parseMessage(TaskSubmission, nested(4), { maxDepth: 3 })).toMatchObject({ limit: 'maxDepth' });
+    // Many brackets, shallow: the ones in strings and side by side do not nest.
+    const input = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, []]));
+    const wide = JSON.stringify({ goal: '{['.repeat(50), input });
+    expect(parseMessage(TaskSubmission, wide, { maxDepth: 3 }).ok).toBe(true);
+    expect(parseMessage(TaskSubmission, wide, { maxDepth: 2 })).toMatchObject({ limit: 'maxDepth' });
+  });
+
   it.each([
     [1, 0],
     ['text', 0],
