@@ -16,6 +16,7 @@ import {
   type HumanRequestEvent,
   humanRequestMachine,
 } from './humanRequest.ts';
+import { RecordWatch } from './recordWatch.ts';
 import { closedByEnding, describeEnding, TaskEndedError } from './taskEnded.ts';
 
 /** Who is asking: the task, the agent and its step. */
@@ -102,7 +103,8 @@ export interface NatsHumanGateOptions {
  *
  * Requests outlive the process that asked: a decision recorded in KV while nobody waited (`troupe approve`
  * does that when no process answers) is taken when a resumed step re-attaches to the request, or at once
- * when it is recorded while the request waits. A gate that is {@link detach}ed (its host is shutting down)
+ * when it is recorded while the request waits: the gate reads its waiting requests' records on one timer
+ * (`recordWatch.ts`), not a KV watch each. A gate that is {@link detach}ed (its host is shutting down)
  * leaves its requests pending for the next process.
  */
 export class NatsHumanGate implements HumanGate {
@@ -117,9 +119,12 @@ export class NatsHumanGate implements HumanGate {
   readonly #heldTasks = new Map<string, number>();
   /** The requests waiting here, by task: a hold or a let-go reaches them. */
   readonly #asking = new Map<string, Set<{ send(event: HumanRequestEvent): void }>>();
+  /** Where every request waiting here has its record read again: one timer. */
+  readonly #records: RecordWatch;
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
+    this.#records = new RecordWatch(options.logger);
   }
 
   /** From now on, a request cut short stays pending in KV instead of being marked expired. */
@@ -381,10 +386,17 @@ export class NatsHumanGate implements HumanGate {
     const waiting: WaitingOn = { kind: record.kind, id };
     this.#waiting.set(scope.stepId, [...(this.#waiting.get(scope.stepId) ?? []), waiting]);
     this.#waitingChanged(scope.stepId);
+    let unwatch = () => {};
     try {
       // Listening on the request's subject from here; the deadline or an abort closes it at once, so a late reply
       // finds nobody waiting rather than getting a receipt for a call that was already denied.
       asking.start();
+      // Its record read on the gate's one timer (no actor, timer or poll of its own): a decision written there settles it.
+      unwatch = this.#records.watch(store, id, (value) => {
+        const stored = storedValue(value);
+        if (stored !== undefined && asking.getSnapshot().status === 'active')
+          asking.send({ type: 'storedDecision', value: stored });
+      });
       await bus.flush();
       signal.addEventListener('abort', stop, { once: true });
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer. One taken
@@ -407,6 +419,7 @@ export class NatsHumanGate implements HumanGate {
       }
       return { id, outcome };
     } finally {
+      unwatch();
       asking.stop();
       ofTask.delete(asking);
       if (ofTask.size === 0 && this.#asking.get(scope.taskId) === ofTask) this.#asking.delete(scope.taskId);

@@ -120,7 +120,8 @@ export function decidedFrom<T extends { by?: string | undefined }>(
  *   the write, so the agent, the record and the receipt agree.
  * - `settled` (final): decided, expired, or closed; its output is how.
  *
- * All along, a decision written to the record in KV (by `troupe approve` while no process listened) settles it too.
+ * All along, a decision written to the record in KV (by `troupe approve` while no process listened) settles it too:
+ * its gate reads the record on one timer for all its requests (`recordWatch.ts`) and tells it `storedDecision`.
  */
 export const humanRequestMachine = setup({
   types: {
@@ -153,28 +154,6 @@ export const humanRequestMachine = setup({
         return () => {};
       }
       return () => subscription.unsubscribe();
-    }),
-    /** The request's record in KV: a decision written there comes back as an event. */
-    watch: fromCallback<HumanRequestEvent, HumanRequestContext>(({ input, sendBack }) => {
-      let stopped = false;
-      let stop = () => {};
-      input.store
-        .watch(input.record.id, (entry) => {
-          const stored = input.storedValue(entry.value);
-          if (stored !== undefined) sendBack({ type: 'storedDecision', value: stored });
-        })
-        .then(
-          (stopWatching) => {
-            if (stopped) stopWatching();
-            else stop = stopWatching;
-          },
-          (error: unknown) =>
-            input.logger.warn({ err: error, id: input.record.id }, 'cannot watch the request'),
-        );
-      return () => {
-        stopped = true;
-        stop();
-      };
     }),
     /**
      * Writes the reply over the pending record (as it is now, if held or let go since): its revision; undefined when
@@ -263,7 +242,6 @@ export const humanRequestMachine = setup({
   initial: 'open',
   states: {
     open: {
-      invoke: { src: 'watch', input: ({ context }) => context },
       on: {
         storedDecision: {
           target: 'settled',
