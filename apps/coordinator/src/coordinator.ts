@@ -25,6 +25,7 @@ import { type AgentServiceOptions, startAgentService } from './agents/agentServi
 import { builtinTools } from './config/builtinTools.ts';
 import { ConfigError } from './config/configError.ts';
 import { type LoadedPipeline, loadStoredVersion } from './config/loadPipeline.ts';
+import { NewestVersion } from './config/newestVersion.ts';
 import { PipelineConfig } from './config/pipelineSchema.ts';
 import { shortVersion } from './config/pipelineVersion.ts';
 import { introducedAt, PipelineVersions } from './config/pipelineVersions.ts';
@@ -255,10 +256,20 @@ async function startParts(
         })
       : undefined;
   const runners: PipelineRunner[] = [];
+  // Each pipeline's newest version as the registry names it, followed here: a new task reads the copy, no message.
+  const newest = new Map<string, NewestVersion>();
   // Each pipeline's online scoring (its `evals:` block), told of its tasks' ends by its runner.
   const scoring = new Map<string, OnlineScoring>();
   try {
     for (const pipeline of options.pipelines) {
+      const newestVersion = await NewestVersion.start({
+        pipeline: pipeline.config.name,
+        read: async () => (await pipelineRegistry.get(pipeline.config.name))?.version,
+        onStatus: (listener) => bus.onStatus(listener),
+        clock,
+        logger: logger.child({ pipeline: pipeline.config.name }),
+      });
+      newest.set(pipeline.config.name, newestVersion);
       const online = new OnlineScoring(pipeline, {
         bus,
         events: new EventFactory(clock),
@@ -284,12 +295,8 @@ async function startParts(
           intake: natsTaskIntake(bus),
           config: pipeline.config,
           version: pipeline.version.hash,
-          // Read as each new task is claimed, so a coordinator started with another version is followed at once.
-          newest: () =>
-            pipelineRegistry.get(pipeline.config.name).then(
-              (registration) => registration?.version,
-              () => undefined,
-            ),
+          // The copy, read again every second: a coordinator started with another version is followed within it.
+          newest: () => newestVersion.newest(),
           versionHashes: () => versions.hashes(pipeline.config.name),
           loadVersion: async (hash) => {
             const stored = await versions.get(pipeline.config.name, hash);
@@ -325,7 +332,7 @@ async function startParts(
     for (const { config, version } of options.pipelines) {
       const mine = stored.get(config.name) ?? version;
       // A version introduced later stays the newest: restarting a coordinator of an older file rolls nothing back.
-      const newest = await pipelineRegistry.register(
+      const isNewest = await pipelineRegistry.register(
         registrationOf(config, host, new Date(clock.now()), mine.hash),
         async (other) => {
           if (options.takeNewest) return false;
@@ -333,7 +340,8 @@ async function startParts(
           return theirs !== undefined && introducedAt(theirs) > introducedAt(mine);
         },
       );
-      if (!newest) {
+      if (isNewest) newest.get(config.name)?.registered(mine.hash);
+      else {
         logger.warn(
           { pipeline: config.name, version: mine.hash },
           `pipeline ${config.name}: version ${shortVersion(mine.hash)} of this coordinator is older than the newest, which new tasks keep starting on (troupe versions use changes that)`,
@@ -354,6 +362,7 @@ async function startParts(
     // Half started: stop what did start (MCP children among it) before reporting.
     await Promise.allSettled(runners.map((r) => r.stop()));
     await Promise.allSettled([...scoring.values()].map((s) => s.stop()));
+    for (const copy of newest.values()) copy.stop();
     await agents?.stop();
     throw error;
   }
@@ -380,6 +389,8 @@ async function startParts(
     // Its agents are served before it is the newest: a task's first step on it finds them.
     await agents?.serveVersion(config.name, saved.hash);
     await pipelineRegistry.register(registrationOf(config, `${hostname()}:${process.pid}`, now, saved.hash));
+    // This coordinator's own new tasks start on it from now on, not from its next read of the registry.
+    newest.get(config.name)?.registered(saved.hash);
     // Prepared above, so it cannot be refused here.
     await runner.adopt(saved.hash);
     // Its scorers were checked as its file loaded: tasks that end from now on are scored by them.
@@ -398,6 +409,7 @@ async function startParts(
       controls.unsubscribe();
       people.detach();
       await Promise.all(runners.map((r) => r.stop()));
+      for (const copy of newest.values()) copy.stop();
       // After the runners, so no task ends after it: scorings at work are aborted, and their tasks go unscored.
       await Promise.all([...scoring.values()].map((s) => s.stop()));
       await agents?.stop();
