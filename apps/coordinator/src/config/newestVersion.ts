@@ -93,6 +93,9 @@ export class NewestVersion {
       this.#known = undefined;
     } else if (type === 'reconnect' && !this.#stopped) {
       void this.#refresh();
+    } else if (type === 'close') {
+      // Nothing can be read on a closed connection: a coordinator whose bus was closed under it stops reading.
+      this.stop();
     }
   }
 

@@ -180,4 +180,14 @@ describe("a coordinator's copy of the newest version", () => {
     expect(registry.reads).toBe(1);
     expect(clock.pending()).toEqual([]);
   });
+
+  it('reads no more once its connection is closed', async () => {
+    const registry = registryOf('v1');
+    const { clock, connection } = await started(registry);
+    connection.announce('close');
+    clock.advance(10 * NEWEST_READ_EVERY_MS);
+    expect(registry.reads).toBe(1);
+    expect(clock.pending()).toEqual([]);
+    expect(connection.listeners.size).toBe(0);
+  });
 });
