@@ -1,5 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { ApprovalDecision, type DecisionReceipt, HumanAnswer, type HumanRequest } from '@troupe/protocol';
+import {
+  ApprovalDecision,
+  type DecisionReceipt,
+  errorMessage,
+  HumanAnswer,
+  type HumanRequest,
+  subjects,
+} from '@troupe/protocol';
 import { createActor, toPromise } from 'xstate';
 import type { z } from 'zod';
 import { type KeyValue, underPrefix } from '../durable/kvStore.ts';
@@ -7,7 +14,7 @@ import type { Clock } from '../events/clock.ts';
 import type { EventFactory, EventScope } from '../events/eventFactory.ts';
 import type { Logger } from '../logging/index.ts';
 import { ToolError } from '../tools/toolError.ts';
-import type { Bus } from '../transport/bus.ts';
+import type { Bus, BusSubscription } from '../transport/bus.ts';
 import type { ApprovalAsk } from './approvalAsk.ts';
 import {
   decidedFrom,
@@ -362,17 +369,24 @@ export class NatsHumanGate implements HumanGate {
       pendingRevision = await store.put(id, record);
     }
     const id = record.id;
+    // Its subject, open while it waits for a reply: the gate's subscription, not a child actor of the request's (a
+    // request waiting on a person for hours, its task asleep, keeps no actor but its own).
+    let subscription: BusSubscription | undefined;
+    const listen = (open: boolean) => {
+      if (!open) {
+        subscription?.unsubscribe();
+        subscription = undefined;
+      } else subscription ??= this.#listen(record, schema, asking);
+    };
     const asking = createActor(humanRequestMachine, {
       clock,
       input: {
         record,
         pendingRevision,
-        schema: schema as unknown as z.ZodType<HumanReply>,
         outcomeOf: outcomeOf as (value: HumanReply) => DecisionReceipt['outcome'],
         storedValue,
         closedRecord,
-        reporter: `agent:${scope.pipeline}/${scope.agent}`,
-        bus,
+        listen,
         store,
         clock,
         logger: this.#o.logger,
@@ -420,6 +434,7 @@ export class NatsHumanGate implements HumanGate {
       return { id, outcome };
     } finally {
       unwatch();
+      subscription?.unsubscribe();
       asking.stop();
       ofTask.delete(asking);
       if (ofTask.size === 0 && this.#asking.get(scope.taskId) === ofTask) this.#asking.delete(scope.taskId);
@@ -428,6 +443,34 @@ export class NatsHumanGate implements HumanGate {
       if (left.length > 0) this.#waiting.set(scope.stepId, left);
       else this.#waiting.delete(scope.stepId);
       this.#waitingChanged(scope.stepId);
+    }
+  }
+
+  /**
+   * Hears the request's subject for `asking`: each valid reply is told to it as `reply`, while it is active; an invalid
+   * one is answered (or reported) by the bus. A subject that cannot be listened on (the connection is closing: the
+   * host is stopping, and nobody can answer here) stops the request.
+   */
+  #listen(
+    record: HumanRequest,
+    schema: z.ZodType,
+    asking: { send(event: HumanRequestEvent): void; getSnapshot(): { status: string } },
+  ): BusSubscription | undefined {
+    try {
+      return this.#o.bus.subscribe(
+        subjects.approval(record.pipeline, record.taskId, record.id),
+        schema as z.ZodType<HumanReply>,
+        (delivery) => {
+          if (asking.getSnapshot().status === 'active') asking.send({ type: 'reply', delivery });
+        },
+        {
+          reporter: `agent:${record.pipeline}/${record.agent}`,
+          meta: () => ({ taskId: record.taskId, from: 'human', to: record.agent, kind: record.kind }),
+        },
+      );
+    } catch (error) {
+      asking.send({ type: 'stop', why: `cannot listen for a reply: ${errorMessage(error)}` });
+      return undefined;
     }
   }
 

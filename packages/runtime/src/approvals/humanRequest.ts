@@ -1,17 +1,9 @@
-import {
-  type DecisionReceipt,
-  type ErrorReply,
-  errorMessage,
-  type HumanRequest,
-  subjects,
-} from '@troupe/protocol';
-import { assign, fromCallback, fromPromise, setup } from 'xstate';
-import type { z } from 'zod';
+import type { DecisionReceipt, ErrorReply, HumanRequest } from '@troupe/protocol';
+import { assign, fromPromise, setup } from 'xstate';
 import type { KeyValue } from '../durable/kvStore.ts';
 import type { Clock } from '../events/clock.ts';
 import type { Logger } from '../logging/index.ts';
-import { bridgeToActor } from '../transport/actorBridge.ts';
-import type { Bus, BusSubscription, Delivery } from '../transport/bus.ts';
+import type { Delivery } from '../transport/bus.ts';
 
 /** A person's reply: a decision on an approval, or an answer to a question. */
 export type HumanReply = { by?: string | undefined } & Record<string, unknown>;
@@ -28,17 +20,17 @@ export interface HumanRequestInput {
   /** The request as recorded, pending, at `pendingRevision`: a decision replaces only that, so one decision wins. */
   record: HumanRequest;
   pendingRevision: number;
-  /** What a reply must be. */
-  schema: z.ZodType<HumanReply>;
   /** What the receipt tells the person the waiting call now does. */
   outcomeOf: (value: HumanReply) => DecisionReceipt['outcome'];
   /** A decision already in a record (written by `troupe approve` while nobody listened), if any. */
   storedValue: (record: HumanRequest) => HumanReply | undefined;
   /** The record of a request once decided, answered or expired. */
   closedRecord: (record: HumanRequest, outcome: HumanOutcome, now: number) => HumanRequest;
-  /** Who reports an invalid reply. */
-  reporter: string;
-  bus: Bus;
+  /**
+   * Opens (`true`) or closes (`false`) the request's subject, whose replies its gate tells it as `reply`: open only
+   * while it waits for one, so a reply while another is being recorded, or after it settled, finds nobody listening.
+   */
+  listen: (open: boolean) => void;
   /** The pipeline's requests (keys without the pipeline). */
   store: KeyValue<HumanRequest>;
   clock: Clock;
@@ -112,8 +104,8 @@ export function decidedFrom<T extends { by?: string | undefined }>(
 /**
  * One request to a person, from the moment it is recorded pending until it is settled, as an actor:
  *
- * - `waiting`: listening on `troupe.approvals.<pipeline>.<taskId>.<id>` for one valid reply, until the request's `expiresAt`
- *   (on the clock) or the step stopping;
+ * - `waiting`: listening on `troupe.approvals.<pipeline>.<taskId>.<id>` (through its gate, see `listen`) for one valid
+ *   reply, until the request's `expiresAt` (on the clock) or the step stopping;
  * - `deciding`: the reply is being written to the request's record (only over the pending revision, so one
  *   decision wins); then the person gets a receipt, or `already_decided` when a decision reached KV first. The
  *   subject is closed meanwhile: a second reply finds nobody listening. The deadline and the step stopping wait for
@@ -131,30 +123,6 @@ export const humanRequestMachine = setup({
     output: {} as HumanOutcome,
   },
   actors: {
-    /** The request's subject: each valid reply comes back as an event; invalid ones are answered by the bus. */
-    listen: fromCallback<HumanRequestEvent, HumanRequestContext>(({ input, sendBack }) => {
-      const { record, bus, schema, reporter } = input;
-      let subscription: BusSubscription;
-      try {
-        subscription = bridgeToActor(
-          bus,
-          subjects.approval(record.pipeline, record.taskId, record.id),
-          schema,
-          { send: sendBack },
-          (_, delivery): HumanRequestEvent => ({ type: 'reply', delivery }),
-          {
-            reporter,
-            meta: () => ({ taskId: record.taskId, from: 'human', to: record.agent, kind: record.kind }),
-          },
-        );
-      } catch (error) {
-        // The connection is closing (the host is stopping): nobody can answer here; the step is being stopped.
-        const why = `cannot listen for a reply: ${errorMessage(error)}`;
-        sendBack({ type: 'stop', why });
-        return () => {};
-      }
-      return () => subscription.unsubscribe();
-    }),
     /**
      * Writes the reply over the pending record (as it is now, if held or let go since): its revision; undefined when
      * another decision got there first, with that decision when the record holds one (as it does when `troupe
@@ -251,6 +219,8 @@ export const humanRequestMachine = setup({
       initial: 'waiting',
       states: {
         waiting: {
+          entry: ({ context }) => context.listen(true),
+          exit: ({ context }) => context.listen(false),
           // Back from a decision that lost to one in KV, after the step stopped meanwhile.
           always: {
             guard: 'stopped',
@@ -259,7 +229,6 @@ export const humanRequestMachine = setup({
               outcome: ({ context }) => ({ kind: 'closed', why: context.stoppedBecause ?? '' }),
             }),
           },
-          invoke: { src: 'listen', input: ({ context }) => context },
           on: {
             reply: { target: 'deciding', actions: assign({ delivery: ({ event }) => event.delivery }) },
             stop: {
