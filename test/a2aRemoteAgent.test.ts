@@ -5,12 +5,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { builtinTools, loadPipeline, replayTask } from '@troupe/coordinator';
-import { subjects, TroupeEvent } from '@troupe/protocol';
+import { subjects, type TroupeEvent } from '@troupe/protocol';
 import { type OtlpReceiver, startOtlpReceiver, startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestAgent, type TestAgent } from './support/a2aTestAgent.ts';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { type Harness, kinds, ofKind, publishTask, startHarness, waiter } from './support/harness.ts';
+import {
+  eventsInMessage,
+  type Harness,
+  kinds,
+  ofKind,
+  publishTask,
+  startHarness,
+  waiter,
+} from './support/harness.ts';
 
 const TOKEN = 'remote-s3cret';
 
@@ -250,7 +258,7 @@ describe('a remote call in a coordinator process', () => {
     client = await connect({ servers: nats.url, name: 'a2a-kill-test' });
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
-        events.push(TroupeEvent.parse(msg.json()));
+        events.push(...eventsInMessage(msg));
         notify();
       },
     });

@@ -6,7 +6,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { replyToHuman } from '@troupe/client';
 import { builtinTools, loadPipeline, startCoordinator } from '@troupe/coordinator';
 import { type ModelRequest, ScriptedProvider } from '@troupe/llm';
-import { BUCKETS, FINAL_EVENT_KINDS, parseMessage, subjects, TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, eventsOf, FINAL_EVENT_KINDS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { createLogger, defineTool, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -225,18 +225,20 @@ describe('a task restored from each checkpoint of a run through every step kind'
     answers = await NatsBus.connect({ servers: nats.url, name: 'restore-answers', logger });
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
-        const parsed = parseMessage(TroupeEvent, msg.data);
+        // One event, or a batch of them (event batching, the default).
+        const parsed = eventsOf(msg.data, msg.subject);
         if (!parsed.ok) return;
-        const event = parsed.value;
-        events.push(event);
+        events.push(...parsed.value);
         notify();
-        // A person answers each question once, whenever it is asked (while no coordinator runs the task, too).
-        if (event.kind === 'human.asked' && !answered.has(event.data.questionId)) {
-          answered.add(event.data.questionId);
-          void replyToHuman(answers, event.data.questionId, {
-            kind: 'question',
-            answer: { answer: 'yes', by: 'tester' },
-          }).catch(() => answered.delete(event.data.questionId));
+        for (const event of parsed.value) {
+          // A person answers each question once, whenever it is asked (while no coordinator runs the task, too).
+          if (event.kind === 'human.asked' && !answered.has(event.data.questionId)) {
+            answered.add(event.data.questionId);
+            void replyToHuman(answers, event.data.questionId, {
+              kind: 'question',
+              answer: { answer: 'yes', by: 'tester' },
+            }).catch(() => answered.delete(event.data.questionId));
+          }
         }
       },
     });

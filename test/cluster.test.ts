@@ -5,12 +5,12 @@ import { join } from 'node:path';
 import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { BUCKETS, FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, FINAL_EVENT_KINDS, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { findFreePort } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliProcess, startTroupe } from './support/cli.ts';
-import { fixturePath, waiter } from './support/harness.ts';
+import { eventsInMessage, fixturePath, waiter } from './support/harness.ts';
 import { type NatsUsers, writeNatsUsers } from './support/natsUsers.ts';
 
 /** Whether every stream, and every consumer of TASKS, has all three replicas current. */
@@ -81,7 +81,7 @@ describe('a three-node JetStream cluster losing nodes mid-run', () => {
     );
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
-        live.push(TroupeEvent.parse(msg.json()));
+        live.push(...eventsInMessage(msg));
         notify();
       },
     });
@@ -190,7 +190,7 @@ describe('a three-node JetStream cluster losing nodes mid-run', () => {
         for (;;) {
           let got = 0;
           for await (const msg of await consumer.fetch({ max_messages: 500, expires: 2_000 })) {
-            ids.add(TroupeEvent.parse(msg.json()).id);
+            for (const event of eventsInMessage(msg)) ids.add(event.id);
             got += 1;
           }
           if (got === 0) return ids;

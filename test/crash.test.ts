@@ -5,11 +5,11 @@ import { join } from 'node:path';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { BUCKETS, FINAL_EVENT_KINDS, STREAMS, subjects, TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, FINAL_EVENT_KINDS, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { facts, fixturePath, ofKind, waiter } from './support/harness.ts';
+import { eventsInMessage, facts, fixturePath, ofKind, waiter } from './support/harness.ts';
 import { type NatsUsers, SERVERS, writeNatsUsers } from './support/natsUsers.ts';
 import { seededRandom } from './support/seed.ts';
 
@@ -68,7 +68,7 @@ describe.each(SERVERS)('kill -9 on $server', ({ users: withUsers }) => {
     }
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
-        events.push(TroupeEvent.parse(msg.json()));
+        events.push(...eventsInMessage(msg));
         notify();
       },
     });

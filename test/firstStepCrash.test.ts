@@ -5,11 +5,11 @@ import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent, WorkflowRecord } from '@troupe/protocol';
+import { BUCKETS, FINAL_EVENT_KINDS, subjects, type TroupeEvent, WorkflowRecord } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe } from './support/cli.ts';
-import { fixturePath, ofKind, waiter } from './support/harness.ts';
+import { eventsInMessage, fixturePath, ofKind, waiter } from './support/harness.ts';
 
 /**
  * A new task's first step is entered with no checkpoint of its own: the record its claim created already names the
@@ -30,7 +30,7 @@ describe('kill -9 in the first step of a new task', () => {
     client = await connect({ servers: nats.url, name: 'first-step-crash-test' });
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
-        events.push(TroupeEvent.parse(msg.json()));
+        events.push(...eventsInMessage(msg));
         notify();
       },
     });

@@ -4,10 +4,11 @@ import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { builtinTools, type Coordinator, loadPipeline, startCoordinator } from '@troupe/coordinator';
-import { FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
+import { FINAL_EVENT_KINDS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { createLogger, NatsBus } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { eventsInMessage } from './support/harness.ts';
 
 /** Two agents; version 2 adds a third, served here by a host of its own started by the reload. */
 const pipeline = (v2: boolean) => `version: 1
@@ -68,7 +69,7 @@ describe('the local hop after a reload', () => {
       callback: (_error, msg) => void stepRequests.push(msg.subject),
     });
     client.subscribe(subjects.allTaskEvents, {
-      callback: (_error, msg) => void events.push(TroupeEvent.parse(msg.json())),
+      callback: (_error, msg) => void events.push(...eventsInMessage(msg)),
     });
     await client.flush();
   }, 60_000);

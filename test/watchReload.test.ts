@@ -4,11 +4,11 @@ import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { BUCKETS, FINAL_EVENT_KINDS, subjects, TroupeEvent } from '@troupe/protocol';
+import { BUCKETS, FINAL_EVENT_KINDS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type CliProcess, cliEnv, startTroupe, troupe } from './support/cli.ts';
-import { ofKind } from './support/harness.ts';
+import { eventsInMessage, ofKind } from './support/harness.ts';
 
 /** A pipeline whose tasks take another path by `input.path`: a slow agent, a person's question, or straight on. */
 const pipeline = (extra = '') => `version: 1
@@ -69,7 +69,7 @@ describe('troupe up --watch', () => {
     nats = await startTestNats();
     client = await connect({ servers: nats.url, name: 'watch-test' });
     client.subscribe(subjects.allTaskEvents, {
-      callback: (_error, msg) => void events.push(TroupeEvent.parse(msg.json())),
+      callback: (_error, msg) => void events.push(...eventsInMessage(msg)),
     });
     await client.flush();
     dir = await mkdtemp(join(tmpdir(), 'troupe-watch-'));
@@ -295,7 +295,7 @@ describe('troupe up --watch --no-agents, with a troupe worker', () => {
     nats = await startTestNats();
     client = await connect({ servers: nats.url, name: 'watch-worker-test' });
     client.subscribe(subjects.allTaskEvents, {
-      callback: (_error, msg) => void events.push(TroupeEvent.parse(msg.json())),
+      callback: (_error, msg) => void events.push(...eventsInMessage(msg)),
     });
     await client.flush();
     dir = await mkdtemp(join(tmpdir(), 'troupe-watch-worker-'));

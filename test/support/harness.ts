@@ -10,14 +10,13 @@ import {
   startCoordinator,
 } from '@troupe/coordinator';
 import {
-  EVENT_BATCH_TOKEN,
   type EventOf,
   eventsOf as eventsOfMessage,
   FINAL_EVENT_KINDS,
   InvalidMessageEvent,
   parseMessage,
   subjects,
-  TroupeEvent,
+  type TroupeEvent,
 } from '@troupe/protocol';
 import { createLogger, type Logger, NatsBus, type Tool } from '@troupe/runtime';
 import { startTestNats, type TestNats } from '@troupe/testkit';
@@ -65,7 +64,7 @@ export interface HarnessOptions {
   concurrency?: number;
   /** How long a task's end waits for its final event before it says so, and a stop for such an end. */
   finalEventWaitMs?: number;
-  /** The coordinator's bus sends a task's events in batches (`BusOptions.eventBatch`). */
+  /** Whether the coordinator's bus sends a task's events in batches (`BusOptions.eventBatch`, on by default). */
   eventBatch?: boolean;
   /** How many steps the coordinator runs in-process at once (`CoordinatorOptions.maxLocalSteps`; 0: all over NATS). */
   maxLocalSteps?: number;
@@ -114,17 +113,10 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
   // A test that publishes garbage on these subjects must not break the recorder: what does not parse is skipped.
   client.subscribe(subjects.allTaskEvents, {
     callback: (_error, msg) => {
-      // A batch of events (event batching on) is its events, in order.
-      if (msg.subject.endsWith(`.${EVENT_BATCH_TOKEN}`)) {
-        const batch = eventsOfMessage(msg.data, msg.subject);
-        if (!batch.ok) return;
-        events.push(...batch.value);
-        notify();
-        return;
-      }
-      const parsed = parseMessage(TroupeEvent, msg.data);
+      // One event, or a batch of them (event batching, the default), in order.
+      const parsed = eventsOfMessage(msg.data, msg.subject);
       if (!parsed.ok) return;
-      events.push(parsed.value);
+      events.push(...parsed.value);
       notify();
     },
   });
@@ -164,6 +156,16 @@ export async function startHarness(pipelineFiles: string[], options: HarnessOpti
       await rm(workspaceRoot, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * The events one message on a task's events subject holds, read as every Troupe reader reads them (`eventsOf`): the
+ * event on its own subject, or each of a batch's, in order. Throws on a message that is neither.
+ */
+export function eventsInMessage(msg: { data: Uint8Array; subject: string }): TroupeEvent[] {
+  const parsed = eventsOfMessage(msg.data, msg.subject);
+  if (!parsed.ok) throw new Error(parsed.reason);
+  return parsed.value;
 }
 
 /** Publishes a task the way any NATS client can: a plain publish on troupe.tasks.<pipeline>. */
@@ -226,10 +228,15 @@ export async function waitUntil(check: () => boolean, what?: string, timeoutMs?:
 export async function startSecondCoordinator(
   h: Harness,
   fixtures: string[],
-  options: { maxDeliver?: number } = {},
+  { eventBatch, ...options }: { maxDeliver?: number; eventBatch?: boolean } = {},
 ): Promise<{ coordinator: Coordinator; stop(): Promise<void> }> {
   const logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
-  const bus = await NatsBus.connect({ servers: h.nats.url, name: 'second-coordinator', logger });
+  const bus = await NatsBus.connect({
+    servers: h.nats.url,
+    name: 'second-coordinator',
+    logger,
+    ...(eventBatch === undefined ? {} : { eventBatch }),
+  });
   const registry = builtinTools();
   const coordinator = await startCoordinator({
     bus,

@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { connect, type NatsConnection, nkeyAuthenticator } from '@nats-io/transport-node';
-import { subjects, TroupeEvent } from '@troupe/protocol';
+import { eventsOf, subjects, type TroupeEvent } from '@troupe/protocol';
 import { startTestNats, type TestNats } from '@troupe/testkit';
 import { cliEnv, troupe } from './cli.ts';
 
@@ -104,7 +104,10 @@ export async function startKillTestServer(
   const events: TroupeEvent[] = [];
   client.subscribe(subjects.allTaskEvents, {
     callback: (_error, msg) => {
-      events.push(TroupeEvent.parse(msg.json()));
+      // One event, or a batch of them (event batching, the default).
+      const parsed = eventsOf(msg.data, msg.subject);
+      if (!parsed.ok) throw new Error(parsed.reason);
+      events.push(...parsed.value);
       heard();
     },
   });

@@ -6,7 +6,10 @@ import type { OutgoingEvent } from './eventOutbox.ts';
 export interface EventBatcherOptions {
   /** Where each message goes, in order: the outbox's `add`. Resolves whether it was stored. */
   send(message: OutgoingEvent): Promise<boolean>;
-  /** How long a task's first batchable event waits for others before its batch goes; default 2 ms. */
+  /**
+   * How long a task's first batchable event waits for others before its batch goes; default
+   * {@link DEFAULT_EVENT_LINGER_MS}. A step's end (`step.completed`) and a task's own events send it sooner.
+   */
   lingerMs?: number;
   /** Most events in one batch; default 64. */
   maxEvents?: number;
@@ -38,15 +41,29 @@ interface Open {
   timer: unknown;
 }
 
-const DEFAULTS = { lingerMs: 2, maxEvents: 64, maxBytes: 256 * 1024 };
+/**
+ * How long a batch lingers by default: short enough that a person watching `troupe tail` or the dashboard sees no
+ * delay, long enough that a quick step's events (a model call answered at once, a tool call) go together
+ * (docs/performance.md, "Event batches: the linger").
+ */
+export const DEFAULT_EVENT_LINGER_MS = 20;
+
+const DEFAULTS = { lingerMs: DEFAULT_EVENT_LINGER_MS, maxEvents: 64, maxBytes: 256 * 1024 };
+/**
+ * Kinds that close their task's open batch, which goes at once with them: a step's end, which the workflow checkpoints
+ * right after, so the step's events are sent before the checkpoint that says it is done (as they are unbatched), and a
+ * process killed after that checkpoint cannot take them with it.
+ */
+const CLOSING_KINDS: ReadonlySet<string> = new Set(['step.completed']);
 /** The most UTF-8 bytes one UTF-16 code unit of a string takes (a pair of them, 4). */
 const MOST_BYTES_PER_UNIT = 3;
 
 /**
  * Gathers the events of one task into fewer messages: a task's batchable events (not `task.*`, `approval.*`,
  * `human.*`, see `isBatchable`) wait up to `lingerMs` and go as one `EventBatch` on
- * `troupe.events.<pipeline>.<taskId>.batch`. Order holds for each task: an event that is not batchable sends the
- * task's open batch first, then itself. A flush of one event sends it alone on its own subject.
+ * `troupe.events.<pipeline>.<taskId>.batch`; a `step.completed` goes at once with the batch it closes. Order holds
+ * for each task: an event that is not batchable sends the task's open batch first, then itself. A flush of one event
+ * sends it alone on its own subject.
  *
  * A batch's id (its `Nats-Msg-Id`) is made from the ids of the events in it, so the outbox sending it again after a
  * lost acknowledgement is stored once; each event's promise is told the batch's outcome.
@@ -62,7 +79,7 @@ export class EventBatcher {
     this.#send = opts.send;
     this.#clock = opts.clock ?? systemClock;
     this.#settings = {
-      lingerMs: opts.lingerMs ?? DEFAULTS.lingerMs,
+      lingerMs: checkedLingerMs(opts.lingerMs ?? DEFAULTS.lingerMs),
       maxEvents: opts.maxEvents ?? DEFAULTS.maxEvents,
       maxBytes: opts.maxBytes ?? DEFAULTS.maxBytes,
     };
@@ -95,7 +112,13 @@ export class EventBatcher {
     open.events.push(item);
     open.bytes += open.exact ? utf8Bytes(item.data) : item.data.length * MOST_BYTES_PER_UNIT;
     const stored = new Promise<boolean>((resolve) => open.settles.push(resolve));
-    if (open.events.length >= this.#settings.maxEvents || this.#full(open)) this.#flush(key);
+    if (
+      CLOSING_KINDS.has(item.event.kind) ||
+      open.events.length >= this.#settings.maxEvents ||
+      this.#full(open)
+    ) {
+      this.#flush(key);
+    }
     return stored;
   }
 
@@ -132,6 +155,14 @@ export class EventBatcher {
   }
 }
 
+/** `lingerMs` if it is a number of milliseconds, 0 or more; fails with a `RangeError` that says so otherwise. */
+export function checkedLingerMs(lingerMs: number): number {
+  if (Number.isFinite(lingerMs) && lingerMs >= 0) return lingerMs;
+  throw new RangeError(
+    `an event batch's linger must be a number of milliseconds, 0 or more, not ${lingerMs}`,
+  );
+}
+
 function utf8Bytes(data: string): number {
   return Buffer.byteLength(data, 'utf8');
 }
@@ -160,6 +191,7 @@ function batchOf(items: BatchableEvent[]): OutgoingEvent {
     // The events are serialized already: the batch is put together around them, not serialized again.
     data: `{"batch":${JSON.stringify(id)},"events":[${items.map((item) => item.data).join(',')}]}`,
     headers: { traceparent: first.traceparent },
+    events: items.length,
   };
 }
 

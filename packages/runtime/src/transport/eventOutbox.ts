@@ -24,7 +24,10 @@ import { outboxMachine } from './outboxMachine.ts';
 export interface EventOutboxOptions {
   connection: NatsConnection;
   logger: Logger;
-  /** Events kept until stored; past it the oldest are dropped, with an error logged. Default 10,000. */
+  /**
+   * Messages (events, or batches of them) kept until stored; past it the oldest are dropped, with an error logged.
+   * Default 10,000.
+   */
   maxPending?: number;
   /** How long one attempt waits for JetStream's acknowledgement; default 5 s. */
   ackTimeoutMs?: number;
@@ -42,6 +45,8 @@ export interface OutgoingEvent {
   subject: string;
   data: string;
   headers: Record<string, string>;
+  /** How many events the message carries: a batch's count, 1 when absent. */
+  events?: number;
 }
 
 interface Pending extends OutgoingEvent {
@@ -88,6 +93,8 @@ export class EventOutbox {
   #state: string;
   /** Every event not yet stored (or sent, without a stream), oldest first. */
   readonly #pending = new Map<number, Pending>();
+  /** The events the messages in {@link #pending} carry. */
+  #events = 0;
   readonly #inflight = new Set<Pending>();
   /** Events to send next, in order; may hold ones since acknowledged or dropped, which are skipped. */
   #queue: Pending[] = [];
@@ -131,11 +138,11 @@ export class EventOutbox {
           ),
         onBackoff: (error, delayMs) =>
           this.#logger.warn(
-            { err: error, pendingEvents: this.#pending.size, retryInMs: delayMs },
-            `${this.#pending.size} events not yet stored (${errorMessage(error)}); trying again in ${delayMs} ms`,
+            { err: error, pendingEvents: this.#events, retryInMs: delayMs },
+            `${this.#events} events not yet stored (${errorMessage(error)}); trying again in ${delayMs} ms`,
           ),
         onRecovered: () =>
-          this.#logger.info({ pendingEvents: this.#pending.size }, 'events are being stored again'),
+          this.#logger.info({ pendingEvents: this.#events }, 'events are being stored again'),
         random: Math.random,
         hasPending: () => this.#pending.size > 0,
       },
@@ -153,9 +160,14 @@ export class EventOutbox {
     this.#lifecycle.start();
   }
 
-  /** Events not yet stored (or, without a stream, not yet sent). */
+  /** Messages not yet stored (or, without a stream, not yet sent): events, and batches of them. */
   get size(): number {
     return this.#pending.size;
+  }
+
+  /** Events not yet stored (or, without a stream, not yet sent), those in batches counted one by one. */
+  get events(): number {
+    return this.#events;
   }
 
   /** True once {@link stop} has been called, or the connection has closed. */
@@ -174,6 +186,7 @@ export class EventOutbox {
     const settled = new Promise<boolean>((resolve) => (settle = resolve));
     const entry: Pending = { ...event, seq: this.#seq++, attempt: 0, refusals: 0, settle };
     this.#pending.set(entry.seq, entry);
+    this.#events += entry.events ?? 1;
     this.#queue.push(entry);
     this.#enforceBound();
     // While nothing is sent (disconnected, or backing off) the queue only grows: drop what was dropped from it.
@@ -204,8 +217,8 @@ export class EventOutbox {
     this.#inflight.clear();
     if (this.#pending.size > 0) {
       this.#logger.info(
-        { pendingEvents: this.#pending.size },
-        `sending ${this.#pending.size} events held while NATS was unreachable`,
+        { pendingEvents: this.#events },
+        `sending ${this.#events} events held while NATS was unreachable`,
       );
     }
     this.#requeue();
@@ -228,7 +241,7 @@ export class EventOutbox {
     return this.#pending.size;
   }
 
-  /** Stops sending and retrying; returns the number of events abandoned. */
+  /** Stops sending and retrying; returns the number of events abandoned (those in batches one by one). */
   stop(): number {
     this.#lifecycle.send({ type: 'stop' });
     this.#state = 'stopped';
@@ -238,7 +251,7 @@ export class EventOutbox {
     for (const resolve of this.#idle) resolve();
     this.#idle.clear();
     for (const entry of this.#pending.values()) entry.settle(false);
-    return this.#pending.size;
+    return this.#events;
   }
 
   #pump(): void {
@@ -297,7 +310,7 @@ export class EventOutbox {
 
   #acked(entry: Pending): void {
     this.#inflight.delete(entry);
-    if (this.#pending.get(entry.seq) === entry) this.#pending.delete(entry.seq);
+    this.#forget(entry);
     entry.settle(true);
     // Only news to the lifecycle after failures (the backoff starts over) or before the stream was seen.
     const { failures, sawStream } = this.#lifecycle.getSnapshot().context;
@@ -342,14 +355,14 @@ export class EventOutbox {
         this.#head -= 1;
         return;
       }
-      this.#pending.delete(entry.seq);
+      this.#forget(entry);
       entry.settle(true);
     }
     this.#checkIdle();
   }
 
   #giveUp(entry: Pending, error: unknown): void {
-    this.#pending.delete(entry.seq);
+    this.#forget(entry);
     this.#inflight.delete(entry);
     entry.settle(false);
     this.#logger.error(
@@ -364,10 +377,10 @@ export class EventOutbox {
     let dropped = 0;
     for (const oldest of this.#pending.values()) {
       if (this.#pending.size <= this.#settings.maxPending) break;
-      this.#pending.delete(oldest.seq);
+      this.#forget(oldest);
       this.#inflight.delete(oldest);
       oldest.settle(false);
-      dropped += 1;
+      dropped += oldest.events ?? 1;
     }
     if (dropped === 0) return;
     this.#dropped += dropped;
@@ -387,6 +400,13 @@ export class EventOutbox {
       `dropped the ${dropped} oldest unsent events: more than ${this.#settings.maxPending} were waiting for NATS`,
     );
     if (!this.stopped) this.#dropTimer = this.#clock.setTimeout(() => this.#reportDropped(), DROP_REPORT_MS);
+  }
+
+  /** Takes a message out of those waiting, with the events it carries. */
+  #forget(entry: Pending): void {
+    if (this.#pending.get(entry.seq) !== entry) return;
+    this.#pending.delete(entry.seq);
+    this.#events -= entry.events ?? 1;
   }
 
   #checkIdle(): void {

@@ -16,6 +16,8 @@ export interface EventPublisherOptions {
   ackTimeoutMs?: number;
   /** See `BusOptions.eventBatch`. */
   batch?: boolean;
+  /** See `BusOptions.eventBatchLingerMs`. */
+  lingerMs?: number;
 }
 
 /**
@@ -29,8 +31,6 @@ export class EventPublisher {
   readonly #listeners = new Set<(event: TroupeEvent) => void>();
   /** With batching on: what gathers a task's events into one message before the outbox. */
   readonly #batcher: EventBatcher | undefined;
-  /** Events handed to {@link publish} whose storing is not settled yet. */
-  #unsettled = 0;
   /** The events not yet stored; the bus settles and stops it when it drains or closes. */
   readonly outbox: EventOutbox;
 
@@ -45,12 +45,17 @@ export class EventPublisher {
       ...(opts.ackTimeoutMs === undefined ? {} : { ackTimeoutMs: opts.ackTimeoutMs }),
     });
     const outbox = this.outbox;
-    this.#batcher = opts.batch ? new EventBatcher({ send: (message) => outbox.add(message) }) : undefined;
+    this.#batcher = opts.batch
+      ? new EventBatcher({
+          send: (message) => outbox.add(message),
+          ...(opts.lingerMs === undefined ? {} : { lingerMs: opts.lingerMs }),
+        })
+      : undefined;
   }
 
   /** Events published and not yet stored (or, without a stream, sent), however many messages carry them. */
   get pending(): number {
-    return this.#batcher === undefined ? this.outbox.size : this.#unsettled;
+    return (this.#batcher?.size ?? 0) + this.outbox.events;
   }
 
   /** Sends the batches still gathering: before the outbox is settled or stopped. */
@@ -85,11 +90,7 @@ export class EventPublisher {
     if (this.#batcher === undefined) {
       return this.outbox.add({ id: event.id, subject, data, headers: { traceparent: event.traceparent } });
     }
-    this.#unsettled += 1;
-    return this.#batcher.add({ event, data }).then((stored) => {
-      this.#unsettled -= 1;
-      return stored;
-    });
+    return this.#batcher.add({ event, data });
   }
 
   /** Calls `listener` with each event published (as it is handed to the outbox); returns how to stop. */

@@ -16,6 +16,7 @@ import type {
   SubscribeOptions,
 } from './bus.ts';
 import { ConnectionStatus } from './connectionStatus.ts';
+import { checkedLingerMs } from './eventBatcher.ts';
 import { EventPublisher } from './eventPublisher.ts';
 import { deliverMessage, TEXT } from './messageDelivery.ts';
 import { metaFromSubject } from './messageMeta.ts';
@@ -36,19 +37,29 @@ export interface BusOptions extends ConnectOptions {
   now?: () => Date;
   /** Id generator for reports; injected in tests. */
   newId?: () => string;
-  /** Events kept while NATS or the `EVENTS` stream is unreachable; past it the oldest are dropped. Default 10,000. */
+  /**
+   * Messages of events (an event, or a batch of them) kept while NATS or the `EVENTS` stream is unreachable; past it
+   * the oldest are dropped. Default 10,000.
+   */
   maxPendingEvents?: number;
   /** How long one attempt to store an event waits for JetStream's acknowledgement; default 5 s. */
   eventAckTimeoutMs?: number;
   /**
-   * Send a task's model, tool and step events gathered into one `EventBatch` message (up to 64 events, 2 ms) instead
-   * of one message each; `task.*`, `approval.*` and `human.*` events always go alone. Off by default, or on with the
-   * environment's `TROUPE_EVENT_BATCH=1`. Readers through `eventsOf` see each event either way; a raw subscriber to
-   * `troupe.events.>` sees batches. A message this bus sends (a step's reply or request, any publish) sends the open
-   * batches first, so another process that acts on it (a coordinator ending the task on a step's reply) stores its
-   * events after them, as without batching.
+   * Send a task's model, tool and step events gathered into one `EventBatch` message instead of one message each
+   * (docs/protocol.md, "Event batches"); `task.*`, `approval.*` and `human.*` events always go alone. On by default;
+   * unset here, the environment's `TROUPE_EVENT_BATCH=0` turns it off: for a raw NATS subscriber by kind, or a reader
+   * older than batching, which skips batches. Readers through `eventsOf` see each event either way; a raw subscriber
+   * to `troupe.events.>` sees batches. A message this bus sends (a step's reply or request, any publish) sends the
+   * open batches first, so another process that acts on it (a coordinator ending the task on a step's reply) stores
+   * its events after them, as without batching.
    */
   eventBatch?: boolean;
+  /**
+   * How long a task's batch waits for more of its events before it goes; default 20 ms. A step's end
+   * (`step.completed`), a `task.*` event, 64 events or 256 KiB of them, or any other message this bus sends, send it
+   * sooner.
+   */
+  eventBatchLingerMs?: number;
 }
 
 /**
@@ -123,7 +134,8 @@ export class NatsBus implements JetStreamBus {
       level: this.#level,
       ...(opts.maxPendingEvents === undefined ? {} : { maxPending: opts.maxPendingEvents }),
       ...(opts.eventAckTimeoutMs === undefined ? {} : { ackTimeoutMs: opts.eventAckTimeoutMs }),
-      batch: opts.eventBatch ?? process.env.TROUPE_EVENT_BATCH === '1',
+      batch: opts.eventBatch ?? batchingByEnvironment(opts.logger),
+      ...(opts.eventBatchLingerMs === undefined ? {} : { lingerMs: opts.eventBatchLingerMs }),
     });
     this.#status = new ConnectionStatus(connection, opts.logger, (type) => {
       if (type === 'close') {
@@ -135,8 +147,13 @@ export class NatsBus implements JetStreamBus {
     });
   }
 
-  /** Connects to NATS; fails with `connect_failed` naming the servers when none answers. */
+  /**
+   * Connects to NATS; fails with `connect_failed` naming the servers when none answers, and with a `RangeError`, before
+   * connecting, for an `eventBatchLingerMs` that is not a number of milliseconds, 0 or more.
+   */
   static async connect(opts: BusOptions): Promise<NatsBus> {
+    // Checked before connecting: a bus that cannot be made must not leave a connection open.
+    if (opts.eventBatchLingerMs !== undefined) checkedLingerMs(opts.eventBatchLingerMs);
     return new NatsBus(await connectNats(opts), opts);
   }
 
@@ -290,8 +307,8 @@ export class NatsBus implements JetStreamBus {
     // Events wait for the server only while it answers: a caller that would wait for a lost one does so before.
     this.#events.flush();
     const outbox = this.#events.outbox;
-    const unstored = this.reachable ? await outbox.settle(left()) : outbox.size;
-    outbox.stop();
+    if (this.reachable) await outbox.settle(left());
+    const unstored = outbox.stop();
     if (unstored > 0) {
       this.logger.error(
         { pendingEvents: unstored, timeoutMs, reachable: this.reachable },
@@ -331,6 +348,22 @@ export class NatsBus implements JetStreamBus {
     if (this.connection.isClosed()) return;
     await this.connection.close();
   }
+}
+
+/**
+ * Whether events go in batches when `BusOptions.eventBatch` does not say: yes, unless `TROUPE_EVENT_BATCH` is `0`.
+ * Another value but `1` is warned about (`troupe up` and `troupe worker` refuse it), and batching stays on.
+ */
+function batchingByEnvironment(logger: Logger): boolean {
+  const value = process.env.TROUPE_EVENT_BATCH ?? '';
+  if (value === '0') return false;
+  if (value !== '' && value !== '1') {
+    logger.warn(
+      { TROUPE_EVENT_BATCH: value },
+      `TROUPE_EVENT_BATCH=${value} is neither 0 nor 1: events go in batches (0 sends each alone)`,
+    );
+  }
+  return true;
 }
 
 /**

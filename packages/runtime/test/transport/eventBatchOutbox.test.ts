@@ -1,7 +1,7 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { eventsOf, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
 import { batchId } from '../../src/transport/eventBatcher.ts';
 import { EventOutbox } from '../../src/transport/eventOutbox.ts';
@@ -53,9 +53,9 @@ afterAll(async () => {
   await server?.stop();
 });
 
-async function batchingBus(name: string) {
+async function batchingBus(name: string, opts: { eventBatchLingerMs?: number } = {}) {
   const { logger, lines } = captureLogger();
-  const bus = await NatsBus.connect({ servers: server.url, name, logger, eventBatch: true });
+  const bus = await NatsBus.connect({ servers: server.url, name, logger, eventBatch: true, ...opts });
   buses.push(bus);
   return { bus, lines };
 }
@@ -119,6 +119,98 @@ describe('a bus with event batching on, through JetStream', () => {
     expect(await storedOf(task)).toEqual([
       { subject: subjects.eventBatch('demo', task), ids: calls.map((e) => e.id) },
     ]);
+  });
+});
+
+function stepCompleted(taskId: string): TroupeEvent {
+  return {
+    id: `${taskId}:step.completed:s-1`,
+    ts: new Date(0).toISOString(),
+    pipeline: 'demo',
+    taskId,
+    kind: 'step.completed',
+    traceparent: TRACEPARENT,
+    data: {
+      step: 'code',
+      agent: 'coder',
+      round: 1,
+      stepId: 's-1',
+      ok: true,
+      output: 'done',
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
+      turns: 1,
+      durationMs: 3,
+    },
+  };
+}
+
+describe('whether a bus batches its events', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+  });
+
+  /** What the stream stored of two tool calls of a task the bus made with `opts` published. */
+  async function storedWith(task: string, opts: { eventBatch?: boolean } = {}) {
+    const { logger, lines } = captureLogger();
+    const bus = await NatsBus.connect({ servers: server.url, name: task, logger, ...opts });
+    buses.push(bus);
+    const calls = [1, 2].map((n) => toolCall(task, n));
+    expect(await Promise.all(calls.map((event) => bus.publishEvent(event)))).toEqual([true, true]);
+    return { stored: await storedOf(task), calls, lines };
+  }
+
+  it('batches by default, with TROUPE_EVENT_BATCH unset, 1, or a value it warns about', async () => {
+    for (const [task, value] of [
+      ['bt-default', undefined],
+      ['bt-env-1', '1'],
+      ['bt-env-odd', 'no'],
+    ] as const) {
+      vi.stubEnv('TROUPE_EVENT_BATCH', value);
+      const { stored, calls, lines } = await storedWith(task);
+      expect(stored, task).toEqual([
+        { subject: subjects.eventBatch('demo', task), ids: calls.map((e) => e.id) },
+      ]);
+      const warned = lines.some((l) => String(l.msg).includes('TROUPE_EVENT_BATCH=no is neither 0 nor 1'));
+      expect(warned, task).toBe(value === 'no');
+    }
+  });
+
+  it('sends each event alone with eventBatch: false, or TROUPE_EVENT_BATCH=0 when the options do not say', async () => {
+    vi.stubEnv('TROUPE_EVENT_BATCH', '1');
+    const byOption = await storedWith('bt-off-option', { eventBatch: false });
+    vi.stubEnv('TROUPE_EVENT_BATCH', '0');
+    const byEnv = await storedWith('bt-off-env');
+    // The options win over the environment.
+    const batched = await storedWith('bt-on-option', { eventBatch: true });
+    for (const { stored, calls } of [byOption, byEnv]) {
+      expect(stored).toEqual(
+        calls.map((e) => ({ subject: subjects.event('demo', e.taskId, 'tool.call'), ids: [e.id] })),
+      );
+    }
+    expect(batched.stored).toHaveLength(1);
+  });
+
+  it('stores a step’s events with its end at once, not after the linger', async () => {
+    const { bus } = await batchingBus('batch-step-end', { eventBatchLingerMs: 60_000 });
+    const task = 'bt-step-end';
+    const events = [toolCall(task, 1), stepCompleted(task)];
+    for (const event of events) void bus.publishEvent(event);
+    await vi.waitFor(async () =>
+      expect(await storedOf(task)).toEqual([
+        { subject: subjects.eventBatch('demo', task), ids: events.map((e) => e.id) },
+      ]),
+    );
+  });
+
+  it('refuses a linger that is not a number of milliseconds, 0 or more', async () => {
+    await expect(
+      NatsBus.connect({
+        servers: server.url,
+        name: 'bad-linger',
+        logger: captureLogger().logger,
+        eventBatchLingerMs: -5,
+      }),
+    ).rejects.toThrow(RangeError);
   });
 });
 

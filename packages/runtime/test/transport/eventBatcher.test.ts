@@ -1,7 +1,7 @@
 import { eventsOf, subjects, type TroupeEvent } from '@troupe/protocol';
 import { SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
-import { batchId, EventBatcher } from '../../src/transport/eventBatcher.ts';
+import { batchId, DEFAULT_EVENT_LINGER_MS, EventBatcher } from '../../src/transport/eventBatcher.ts';
 import type { OutgoingEvent } from '../../src/transport/eventOutbox.ts';
 
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
@@ -30,12 +30,36 @@ function paused(taskId = 't-1'): TroupeEvent {
   };
 }
 
-function setUp(options: { maxEvents?: number; maxBytes?: number; stored?: boolean } = {}) {
+function stepCompleted(taskId = 't-1'): TroupeEvent {
+  return {
+    id: `${taskId}:step.completed:s-1`,
+    ts: new Date(0).toISOString(),
+    pipeline: 'demo',
+    taskId,
+    kind: 'step.completed',
+    traceparent: TRACEPARENT,
+    data: {
+      step: 'code',
+      agent: 'coder',
+      round: 1,
+      stepId: 's-1',
+      ok: true,
+      output: 'done',
+      usage: { inputTokens: 0, outputTokens: 0, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
+      turns: 1,
+      durationMs: 3,
+    },
+  };
+}
+
+function setUp(
+  options: { maxEvents?: number; maxBytes?: number; stored?: boolean; defaultLinger?: boolean } = {},
+) {
   const clock = new SimulatedClock();
   const sent: OutgoingEvent[] = [];
   const batcher = new EventBatcher({
     clock,
-    lingerMs: 2,
+    ...(options.defaultLinger ? {} : { lingerMs: 2 }),
     ...(options.maxEvents === undefined ? {} : { maxEvents: options.maxEvents }),
     ...(options.maxBytes === undefined ? {} : { maxBytes: options.maxBytes }),
     send: (message) => {
@@ -78,6 +102,38 @@ describe('EventBatcher', () => {
       subjects.event('demo', 't-1', 'task.paused'),
     ]);
     expect(idsSent().flat()).toEqual([toolCall(1).id, toolCall(2).id, paused().id]);
+  });
+
+  it('lingers 20 ms by default, so a quick step’s events share a batch', () => {
+    const { clock, sent, add, idsSent } = setUp({ defaultLinger: true });
+    expect(DEFAULT_EVENT_LINGER_MS).toBe(20);
+    void add(toolCall(1));
+    clock.advance(19);
+    void add(toolCall(2));
+    expect(sent).toHaveLength(0);
+    clock.advance(1);
+    expect(idsSent()).toEqual([[toolCall(1).id, toolCall(2).id]]);
+  });
+
+  it('sends the task’s open batch at once with a step’s end, not after the linger', async () => {
+    const { clock, sent, add, idsSent } = setUp({ defaultLinger: true });
+    const stored = [add(toolCall(1)), add(toolCall(2, 't-2')), add(stepCompleted())];
+    // At once: the workflow writes its checkpoint right after, and the step's events go on the wire before it.
+    expect(sent.map((m) => m.subject)).toEqual([subjects.eventBatch('demo', 't-1')]);
+    expect(idsSent()).toEqual([[toolCall(1).id, stepCompleted().id]]);
+    expect(await Promise.all([stored[0], stored[2]])).toEqual([true, true]);
+    // Another task's batch still lingers.
+    clock.advance(20);
+    expect(idsSent()[1]).toEqual([toolCall(2, 't-2').id]);
+    // A step's end with nothing gathered before it goes alone, on its own subject.
+    void add(stepCompleted('t-3'));
+    expect(sent.at(-1)?.subject).toBe(subjects.event('demo', 't-3', 'step.completed'));
+  });
+
+  it('refuses a linger that is not a number of milliseconds, 0 or more', () => {
+    for (const lingerMs of [-1, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(() => new EventBatcher({ lingerMs, send: () => Promise.resolve(true) })).toThrow(RangeError);
+    }
   });
 
   it('keeps other tasks’ batches open when one task’s task.* event goes', () => {
