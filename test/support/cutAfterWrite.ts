@@ -21,12 +21,14 @@ export interface CutAfterWrite {
 
 /**
  * Cuts after the message published on `subject` for which `cutAfter` (given its payload and the payloads before it)
- * says so; without `cutAfter` it only records them.
+ * says so; without `cutAfter` it only records them. With `hold`, a message on `subject` it picks never reaches the
+ * server (it is recorded, and may be the one to cut after): a write lost on its way, the process going on.
  */
 export async function cutAfterWrite(
   serverPort: number,
   subject: string,
   cutAfter?: (payload: Buffer, before: readonly Buffer[]) => boolean,
+  { hold }: { hold?: (payload: Buffer) => boolean } = {},
 ): Promise<CutAfterWrite> {
   const written: Buffer[] = [];
   let isCut = false;
@@ -79,8 +81,8 @@ export async function cutAfterWrite(
         if (size === undefined) return;
         const operation = pending.subarray(0, size);
         pending = pending.subarray(size);
-        upstream.write(operation);
         const payload = payloadTo(operation, subject);
+        if (payload === undefined || hold?.(payload) !== true) upstream.write(operation);
         if (payload === undefined) continue;
         const cutNow = cutAfter?.(payload, written) === true;
         written.push(payload);

@@ -49,6 +49,7 @@ export {
   endingOf,
   TaskEndedError,
 } from './approvals/taskEnded.ts';
+export { type CallerCheckpoint, CheckpointNotStoredError } from './durable/callerCheckpoint.ts';
 export { type EventHistoryOptions, readEventHistory, type StoredEvent } from './durable/eventHistory.ts';
 export {
   isOutage,

@@ -109,8 +109,10 @@ export class Recording {
       if (event.kind !== 'llm.response') continue;
       const d = event.data;
       const key = turnKey(d.stepId, d.turn);
-      // The reply that was made stands over its replays by a resumed run (they are the same reply).
-      if (this.#turns.get(key)?.kind === 'reply') continue;
+      // The reply that was made stands over its replays by a resumed run (they are the same reply). A turn asked again
+      // after a crash (its reply was not journaled: a local step's final reply is left to the workflow's checkpoint)
+      // may have been answered otherwise: the later reply, which the task went on with, stands.
+      if (this.#turns.get(key)?.kind === 'reply' && d.journaled) continue;
       const made = (calls.get(key) ?? []).sort((a, b) => (a.data.index ?? 0) - (b.data.index ?? 0));
       const toolCalls: ToolCall[] = d.toolCalls.map((call, index) => ({
         id: call.id,
@@ -126,6 +128,10 @@ export class Recording {
         provider: d.provider,
       };
       this.#turns.set(key, { kind: 'reply', response });
+      // What the events kept in part of a reply this one replaces is not the replay's any more.
+      this.#partial.delete(StepJournal.modelKey(d.stepId, d.turn));
+      if (this.#lastReplies.get(d.stepId)?.key === StepJournal.modelKey(d.stepId, d.turn))
+        this.#lastReplies.delete(d.stepId);
       if (TRUNCATED.test(d.content) || toolCalls.some((c) => TRUNCATED.test(c.arguments))) {
         if (toolCalls.length === 0)
           this.#lastReplies.set(d.stepId, { key: StepJournal.modelKey(d.stepId, d.turn), response });

@@ -1,5 +1,5 @@
 import { emptyUsage, type StepActivity, type TroupeEvent, type WorkflowRecord } from '@troupe/protocol';
-import { isOutage } from '@troupe/runtime';
+import { type CallerCheckpoint, isOutage } from '@troupe/runtime';
 import { type ClaimedTask, startedFrom } from '../intake/claim.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
 import { type Ledger, noteActivity, type PendingWrite, takeCheckpoint } from './checkpoint.ts';
@@ -50,8 +50,12 @@ type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> &
  * records one at a time, in order, each fenced by the lease (the revision it last wrote). It tells the task actor
  * only what it must act on: the lease lost, or a checkpoint that cannot be made or stored. Once the workflow has
  * ended, {@link CheckpointWriter.written} resolves when every write is done, with what the ending is recorded from.
+ *
+ * It is also the checkpoint of the task's steps taken in this process ({@link CallerCheckpoint}): a step's output
+ * whose final model reply no journal records is durable once {@link stored} says so, and no later step writes
+ * anything durable before then (see `StepJournal.forLocalStep`).
  */
-export class CheckpointWriter {
+export class CheckpointWriter implements CallerCheckpoint {
   #ledger: Ledger;
   #queue: PendingWrite[] = [];
   #writing = false;
@@ -73,6 +77,15 @@ export class CheckpointWriter {
    * the next run restores the step in flight rather than enter it again.
    */
   #unwritten: PendingWrite | undefined;
+  /** Writes queued so far, and of them the last one stored: each record holds the workflow as it was when made. */
+  #made = 0;
+  #stored = 0;
+  /** Of the writes taken from the queue, the last one; it is being written while `#writing`. */
+  #taken = 0;
+  /** Those waiting for every write made before they asked to be stored (see {@link stored}). */
+  #storedWaits: { upTo: number; done: (stored: boolean) => void }[] = [];
+  /** The write that holds a step's output owed to the record (see {@link owe}): the first made after it was owed. */
+  #owedBy = 0;
 
   constructor(
     private readonly services: WriterServices,
@@ -96,6 +109,62 @@ export class CheckpointWriter {
       lost: false,
       ...(steering ? { steering } : {}),
     };
+  }
+
+  /**
+   * Resolves true once every record made so far is stored (or a later one, which holds all it held); false when it is
+   * not and will not be: the record was taken over by another coordinator, or the run here is over. A write that NATS
+   * kept out for good (its retries spent) is made again while someone waits here: a step must not go on past it.
+   */
+  stored(): Promise<boolean> {
+    if (this.#ledger.lost) return Promise.resolve(false);
+    // An output owed and not yet made into a record (its step's reply is being heard): its record is waited for too.
+    const upTo = Math.max(this.#made, this.#owedBy);
+    if (this.#stored >= upTo) return Promise.resolve(true);
+    const stored = new Promise<boolean>((done) => this.#storedWaits.push({ upTo, done }));
+    if (!this.#writing && this.#queue.length === 0 && upTo <= this.#made) this.#writeAgain();
+    return stored;
+  }
+
+  /**
+   * A step taken in this process replied with an output no journal may record (its final model reply, see
+   * `StepJournal.forLocalStep`), which the record made next holds: until that is stored, {@link owes} says so, for
+   * what would send a later step elsewhere, ask a person or start a sub-task to wait for {@link stored} first. Told
+   * as the reply comes, before the workflow hears it (and before the step after it is started, which XState does
+   * before the writer hears the workflow's snapshot).
+   */
+  owe(): void {
+    this.#owedBy = this.#made + 1;
+  }
+
+  /** Whether a step's output is owed to the record still (see {@link owe}). */
+  get owes(): boolean {
+    return this.#stored < this.#owedBy && !this.#ledger.lost && !this.#closed;
+  }
+
+  /**
+   * The latest record again, after its write was kept out by NATS for good: a step waits for it (see {@link stored}).
+   * None once the record is lost, the run here is over, or a record could not be stored for another reason (the task
+   * fails with it).
+   */
+  #writeAgain(): void {
+    const record = this.#ledger.latest;
+    if (record === undefined || this.#closed || this.#ledger.lost || this.#poisoned) this.#settleStored(true);
+    else this.#enqueue({ record, of: 'checkpoint' });
+  }
+
+  /** A record could not be stored for a reason other than an outage: the task fails, and nothing is written again. */
+  #poisoned = false;
+
+  /** Tells those waiting for writes up to the last one stored; with `failed`, every other one too, as not stored. */
+  #settleStored(failed: boolean): void {
+    const waits = this.#storedWaits;
+    this.#storedWaits = [];
+    for (const wait of waits) {
+      if (wait.upTo <= this.#stored) wait.done(true);
+      else if (failed) wait.done(false);
+      else this.#storedWaits.push(wait);
+    }
   }
 
   /** A snapshot of the workflow: its checkpoint is queued, unless it has none to make. */
@@ -271,7 +340,9 @@ export class CheckpointWriter {
   /** Drops the writes not made yet, telling those waiting on one that it was not written. */
   #drop(): void {
     const dropped = [...this.#queue.splice(0), ...this.#steeredEarly.splice(0).map((done) => ({ done }))];
+    this.#taken += dropped.length;
     for (const write of dropped) write.done?.(false);
+    if (!this.#writing) this.#settleStored(true);
   }
 
   /** Runs what the workflow or a step asks of the writer: a fault of ours there fails the task actor, not the asker. */
@@ -301,6 +372,7 @@ export class CheckpointWriter {
   #enqueue(write: PendingWrite): void {
     // Every write after the first checkpoint holds the workflow's snapshot, or a later one.
     this.#unwritten = undefined;
+    this.#made += 1;
     this.#queue.push(write);
     if (!this.#writing) void this.#writeAll();
   }
@@ -312,6 +384,7 @@ export class CheckpointWriter {
     const taskId = this.#ledger.claimed.input.taskId;
     const token = this.#ledger.claimed.lease.token;
     for (let next = this.#queue.shift(); next !== undefined; next = this.#queue.shift()) {
+      this.#taken += 1;
       if (this.#ledger.lost) {
         next.done?.(false);
         break;
@@ -329,6 +402,8 @@ export class CheckpointWriter {
             revision: write.revision,
             finalWritten: this.#ledger.finalWritten || next.record.final !== undefined,
           };
+          this.#stored = this.#taken;
+          this.#settleStored(false);
           next.done?.(true);
         } else {
           this.#ledger = { ...this.#ledger, lost: true };
@@ -344,11 +419,16 @@ export class CheckpointWriter {
           logger.warn({ err: error, taskId }, 'cannot record the pause, resume or message');
         // NATS stayed out of reach: the task goes on, and a crash now would resume it from an older checkpoint.
         else if (isOutage(error)) logger.error({ err: error, taskId }, 'cannot checkpoint workflow');
-        else this.#tell({ type: 'checkpoint.poisoned', error });
+        else {
+          this.#poisoned = true;
+          this.#tell({ type: 'checkpoint.poisoned', error });
+        }
       }
     }
     this.#writing = false;
-    this.#drained?.();
+    // Writes that failed with nothing stored after them: made again for those still waiting, unless none can be.
+    if (this.#storedWaits.length > 0) this.#writeAgain();
+    if (!this.#writing) this.#drained?.();
   }
 }
 

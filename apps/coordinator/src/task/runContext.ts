@@ -1,4 +1,5 @@
 import type { StepActivity } from '@troupe/protocol';
+import type { CallerCheckpoint } from '@troupe/runtime';
 import { type ActorSystem, type CallbackSnapshot, fromCallback } from 'xstate';
 import type { TaskSignal, TaskSignals } from './taskSignals.ts';
 import type { TaskSteering } from './taskSteering.ts';
@@ -29,6 +30,18 @@ export interface RunContextInput extends RunFacts {
   onActivity?: (activity: StepActivity) => void;
   /** What people did to the task (pause, resume, tell), for its steps to read; none for a step alone. */
   steering?: TaskSteering;
+  /** The task's checkpoint writer, as its steps wait for it (see {@link TaskCheckpoint}); none for a step alone. */
+  checkpoint?: TaskCheckpoint;
+}
+
+/**
+ * The task's checkpoints as its steps see them: a step taken in this process writes its journal only once they are
+ * stored, and its reply owes its output to the next one; a step sent elsewhere, a person asked or a sub-task started
+ * waits for an owed output to be stored first (see `CheckpointWriter.owe`).
+ */
+export interface TaskCheckpoint extends CallerCheckpoint {
+  owe(): void;
+  readonly owes: boolean;
 }
 
 /** What an actor of the run tells its task: what the current step is doing (for `troupe status`, and parking). */
@@ -83,6 +96,21 @@ export function runFactsOf(system: AnyActorSystem): RunFacts | undefined {
 export function steeringOf(system: AnyActorSystem): TaskSteering | undefined {
   const snapshot: CallbackSnapshot<RunContextInput> | undefined = system.get(RUN_CONTEXT_ID)?.getSnapshot();
   return snapshot?.status === 'active' ? snapshot.input.steering : undefined;
+}
+
+/** The checkpoints of the task whose actor system this is, or undefined outside a task's run. */
+export function checkpointOf(system: AnyActorSystem): TaskCheckpoint | undefined {
+  const snapshot: CallbackSnapshot<RunContextInput> | undefined = system.get(RUN_CONTEXT_ID)?.getSnapshot();
+  return snapshot?.status === 'active' ? snapshot.input.checkpoint : undefined;
+}
+
+/**
+ * Waits until the task's owed step output (see `CheckpointWriter.owe`) is stored, before what must not come ahead of
+ * it: true at once when none is owed; false when it will not be stored (the task is lost or its run here over).
+ */
+export function untilOwedStored(system: AnyActorSystem): Promise<boolean> | true {
+  const checkpoint = checkpointOf(system);
+  return checkpoint?.owes ? checkpoint.stored() : true;
 }
 
 /** Tells the task of this actor system what its current step is doing; nothing outside a task's run. */

@@ -167,6 +167,7 @@ export function createTaskMachine(services: TaskServices) {
               signals: { from: services.signals, ...(parent ? { parent } : {}) },
               onActivity: (activity: StepActivity) => writer.activity(activity),
               steering,
+              checkpoint: writer,
             };
           },
         },

@@ -36,7 +36,7 @@ import {
   runTask,
   type TaskActor,
 } from '../task/passivation.ts';
-import { reportActivity, runFactsOf, steeringOf } from '../task/runContext.ts';
+import { reportActivity, runFactsOf, steeringOf, untilOwedStored } from '../task/runContext.ts';
 import { createTaskMachine } from '../task/taskMachine.ts';
 import type { TaskServices, WorkflowStore } from '../task/taskServices.ts';
 import { type SteerAnswer, type TaskSignal, TaskSignals } from '../task/taskSignals.ts';
@@ -372,13 +372,23 @@ function stepActors(
     askPerson: fromPromise<HumanRunOutput, HumanRunInput>(({ input, signal, system }) => {
       if (!people)
         throw new Error('this coordinator was started without a way to ask people (no `people` option)');
-      const ask = createHumanStepRunner({
-        ...people,
-        onActivity: reporter(system),
-        steering: steeringOf(system),
-        inFlight: options.inFlight,
-      });
-      return migrations().asking(input.taskId, input.stepId, () => ask(input, signal));
+      const askNow = () => {
+        const ask = createHumanStepRunner({
+          ...people,
+          onActivity: reporter(system),
+          steering: steeringOf(system),
+          inFlight: options.inFlight,
+        });
+        return migrations().asking(input.taskId, input.stepId, () => ask(input, signal));
+      };
+      // A person's request is kept: an output owed to the task's record by the step before is stored first.
+      const owed = untilOwedStored(system);
+      return owed === true
+        ? askNow()
+        : owed.then((stored) => {
+            storedOrThrow(stored, input.stepId);
+            return askNow();
+          });
     }),
     runPipeline: fromPromise<PipelineRunOutput, PipelineRunInput>(async ({ input, signal, system }) => {
       if (!options.subPipelines)
@@ -394,6 +404,9 @@ function stepActors(
         // sent a resume once the parent goes on, since the letting go that would have sent one came before this.
         const restored = runFactsOf(system)?.firstDelivery === false;
         if (steering) await whileHeld(steering, signal);
+        // A sub-task is submitted for good: an output owed to the task's record by the step before is stored first.
+        const owed = untilOwedStored(system);
+        if (owed !== true) storedOrThrow(await owed, parent.step);
         // Left while held (cancelled, say): no sub-task is submitted.
         if (signal.aborted) throw new Error(`step ${parent.step} was left before its sub-task started`);
         const unfollow = steering
@@ -421,6 +434,17 @@ function stepActors(
       }
     }),
   };
+}
+
+/**
+ * Goes on once an output a step of this process owed the task's record is stored (see `CheckpointWriter.owe`); throws
+ * when it will not be: the task is lost to another coordinator, or its run here is over.
+ */
+function storedOrThrow(stored: boolean, step: string): void {
+  if (!stored)
+    throw new Error(
+      `step ${step} did not start: the task's record of the steps before it could not be stored`,
+    );
 }
 
 /** A control message for a task running here (any other is left to the control responder), as its signal. */

@@ -1,5 +1,6 @@
 import { AgentStepReply, type AgentStepRequest, isRetryable, StepHeartbeat } from '@troupe/protocol';
 import {
+  failedReply,
   type HeartbeatRequest,
   type HeartbeatRequestListener,
   type MessageLogLevel,
@@ -8,7 +9,7 @@ import {
   TransportError,
 } from '@troupe/runtime';
 import { type CallbackActorLogic, type CallbackSnapshot, fromCallback } from 'xstate';
-import { runFactsOf, steeringOf } from '../task/runContext.ts';
+import { checkpointOf, runFactsOf, steeringOf, type TaskCheckpoint } from '../task/runContext.ts';
 import type { HoldWatcher, TaskSteering } from '../task/taskSteering.ts';
 import type { SendInFlight } from './sendsInFlight.ts';
 import type { StepCallEvent, StepCallServices } from './stepCall.ts';
@@ -112,6 +113,8 @@ export function stepSendLogic(services: StepCallServices) {
       const timeoutMs = left + REPLY_GRACE_MS;
       // A host of this process takes the step if it can: no NATS hop, no heartbeats, and no reply a reconnect can lose.
       // Its lines are those of a step over NATS, marked `local`.
+      // Its journal waits for the task's checkpoints, which record its final model reply with its output.
+      const checkpoint = checkpointOf(system);
       if (!input.overNats && services.local) {
         const abort = new AbortController();
         const local = requestLocally(services.local, request, {
@@ -121,10 +124,12 @@ export function stepSendLogic(services: StepCallServices) {
           clock,
           onHeartbeat: (heartbeat) => send.heartbeat(heartbeat),
           log: { logger: bus.logger, level: logLevel ?? bus.messageLogLevel, subject: input.subject, meta },
+          ...(checkpoint ? { checkpoint } : {}),
         });
-        if (local) return send.takenLocally(local, abort);
+        if (local) return send.takenLocally(local, abort, checkpoint);
       }
-      return send.overNats((listener) =>
+      // A worker elsewhere journals at once: an output owed to the task's record by a step here is stored first.
+      return send.overNats(checkpoint?.owes ? checkpoint.stored() : undefined, (listener) =>
         startHeartbeatRequest(
           bus,
           input.subject,
@@ -192,21 +197,49 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
     steering?.listen(this);
   }
 
-  /** The step taken by a host of this process: its reply, and the signal that cancels it. */
-  takenLocally(reply: Promise<AgentStepReply>, abort: AbortController): () => void {
+  /**
+   * The step taken by a host of this process: its reply, and the signal that cancels it. An output it replies with is
+   * owed to the task's record (its final model reply may be in no journal, see `StepJournal.forLocalStep`), told
+   * before the workflow hears it.
+   */
+  takenLocally(
+    reply: Promise<AgentStepReply>,
+    abort: AbortController,
+    checkpoint: TaskCheckpoint | undefined,
+  ): () => void {
     this.#abort = abort;
     reply.then(
-      (value) => this.#replied(value),
+      (value) => {
+        if (value.ok && !this.#settled) checkpoint?.owe();
+        this.#replied(value);
+      },
       (error: unknown) => this.#failed(error),
     );
     return this.#stopper();
   }
 
-  /** The step sent over NATS, as `start` sends it to this send: its reconnects are heard until it ends. */
-  overNats(start: (listener: HeartbeatRequestListener<AgentStepReply>) => HeartbeatRequest): () => void {
+  /**
+   * The step sent over NATS, as `start` sends it to this send, once `stored` says the output a step here owed the
+   * task's record is stored (when one is owed); its reconnects are heard until it ends. Not stored, it is answered
+   * `journal_unavailable`, which sends it again after a pause.
+   */
+  overNats(
+    stored: Promise<boolean> | undefined,
+    start: (listener: HeartbeatRequestListener<AgentStepReply>) => HeartbeatRequest,
+  ): () => void {
+    if (stored === undefined) this.#start(start);
+    else
+      void stored.then((ok) => {
+        if (this.#settled) return;
+        if (ok) this.#start(start);
+        else this.#replied(notStored(this.#stepId));
+      });
+    return this.#stopper();
+  }
+
+  #start(start: (listener: HeartbeatRequestListener<AgentStepReply>) => HeartbeatRequest): void {
     this.#request = start(this);
     if (!this.#settled) this.#reconnects.add(this);
-    return this.#stopper();
   }
 
   heartbeat(heartbeat: unknown): void {
@@ -305,6 +338,15 @@ function steered(
       ? { budget: { ...request.budget, deadline: deadline + steering.pausedMs } }
       : {}),
   };
+}
+
+/** A step not sent because the output it follows could not be stored in the task's record: sent again later. */
+function notStored(stepId: string): AgentStepReply {
+  return failedReply(
+    stepId,
+    'journal_unavailable',
+    `step ${stepId} was not sent: the task's record of the steps before it could not be stored`,
+  );
 }
 
 /** The send's logic, restored as never `fresh` (see {@link stepSendLogic}). */

@@ -264,6 +264,50 @@ describe("a task's checkpoint writer", () => {
     expect((await written).totals).toEqual({ usage: snapshot.context.usage, round: 1 });
   });
 
+  it('says when every record made so far is stored, for the steps taken in this process; and an output owed, once the record made after it is', async () => {
+    const { writer, snapshot, release } = await writerOf();
+    const settled = (promise: Promise<boolean>) => {
+      const seen: boolean[] = [];
+      void promise.then((stored) => seen.push(stored));
+      return seen;
+    };
+    // Nothing made yet (the first checkpoint, entering the first step, is not written): stored at once.
+    writer.snapshot(snapshot);
+    expect(await writer.stored()).toBe(true);
+    writer.snapshot(snapshot);
+    writer.activity(activity);
+    const both = settled(writer.stored());
+    await release();
+    await Promise.resolve();
+    expect(both).toEqual([]);
+    await release();
+    await expect.poll(() => both).toEqual([true]);
+    // A local step's output, owed before the workflow hears it and makes the record that holds it.
+    writer.owe();
+    expect(writer.owes).toBe(true);
+    const owed = settled(writer.stored());
+    await Promise.resolve();
+    expect(owed).toEqual([]);
+    writer.snapshot(snapshot);
+    expect(writer.owes).toBe(true);
+    await release();
+    await expect.poll(() => owed).toEqual([true]);
+    expect(writer.owes).toBe(false);
+  });
+
+  it('says a record was not stored, and will not be, once another coordinator took the task over', async () => {
+    const { store, writer, snapshot, release } = await writerOf();
+    const current = await store.get('task-1');
+    await store.put('task-1', { ...(current?.value as WorkflowRecord), lease: 'another' });
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    const stored = writer.stored();
+    await release();
+    expect(await stored).toBe(false);
+    expect(await writer.stored()).toBe(false);
+    expect(writer.owes).toBe(false);
+  });
+
   it('answers a steering write that could not be made as not written', async () => {
     const steering = new TaskSteering();
     const { writer, snapshot, release, failNext } = await writerOf({ steering });

@@ -14,7 +14,7 @@ import type { WorkspaceLimits } from '../workspace/workspaceLimits.ts';
 import { WorkspaceSync } from '../workspace/workspaceSync.ts';
 import { isOwnVersion } from './agentForStep.ts';
 import { DEFAULT_PARK_AFTER_MS } from './agentRun.ts';
-import { type StepDeps, startAgentStep } from './agentStep.ts';
+import { type StepDeps, type StepStart, startAgentStep } from './agentStep.ts';
 import { type LocalSteps, takeLocally } from './localSteps.ts';
 import { type HostedAgent, isRemoteAgent } from './remoteAgent.ts';
 import { serveSessionSummaries } from './sessionSummary.ts';
@@ -131,8 +131,12 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
     heartbeats,
     human,
     logger,
-    start: (agent, request, options) =>
-      isRemoteAgent(agent) ? agent.startStep(request, deps) : startAgentStep(agent, request, deps, options),
+    start: (agent, request, options) => {
+      const ofStep = depsOfStep(deps, request.stepId, options);
+      return isRemoteAgent(agent)
+        ? agent.startStep(request, ofStep)
+        : startAgentStep(agent, request, ofStep, options);
+    },
   });
   // A step that starts or stops waiting for a person says so at once, not at its next heartbeat.
   const stopWatchingWaits = human?.onWaitingChange?.((stepId) => steps.waitingChanged(stepId));
@@ -206,6 +210,15 @@ export function startAgentHost(options: AgentHostOptions): AgentHost {
       stopWatchingWaits?.();
     },
   };
+}
+
+/**
+ * What one step is given: the host's, but for a step taken by a workflow in this process, whose journal waits for that
+ * workflow's checkpoint (see `StepJournal.forLocalStep`).
+ */
+function depsOfStep(deps: StepDeps, stepId: string, { checkpoint }: StepStart): StepDeps {
+  const journal = deps.journal;
+  return checkpoint && journal ? { ...deps, journal: journal.forLocalStep(stepId, checkpoint) } : deps;
 }
 
 /** What every step of this host is given: the same for all, so it is made once. */

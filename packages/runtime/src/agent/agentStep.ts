@@ -1,5 +1,6 @@
 import type { ToolDefinition } from '@troupe/llm';
 import type { AgentStepReply, AgentStepRequest, ToldMessage } from '@troupe/protocol';
+import type { CallerCheckpoint } from '../durable/callerCheckpoint.ts';
 import { traceparentOf } from '../telemetry/tracing.ts';
 import type { ToolRegistry } from '../tools/toolRegistry.ts';
 import type { AgentDefinition } from './agentDefinition.ts';
@@ -19,6 +20,11 @@ export type { StepDeps };
 /** How a step starts: `paused`, its task was paused before it reached its host (it stops before its first call). */
 export interface StepStart {
   paused?: boolean;
+  /**
+   * The checkpoint of the workflow in this process that took the step: its journal waits for it before each write,
+   * and its final model reply is recorded by it (see `StepJournal.forLocalStep`).
+   */
+  checkpoint?: CallerCheckpoint;
 }
 
 /** A step of an agent under way: its reply once it ends, and the way to stop it before then. */

@@ -1,6 +1,7 @@
 import type { ModelResponse } from '@troupe/llm';
 import type { ConversationSummary, ModelReply, ToldMessage } from '@troupe/protocol';
 import { type RecordedTurn, StepJournal } from '../durable/stepJournal.ts';
+import { preview } from '../events/eventFactory.ts';
 import type { CompactionInput, ModelCallInput, ModelCallOutput } from './agentMachine.ts';
 import { summaryRequest } from './compaction.ts';
 import { callContext, ModelAsk, type ModelOutcome, waitingOnModel } from './modelAsk.ts';
@@ -8,6 +9,7 @@ import type { RecordedReplies } from './recordedReplies.ts';
 import { bestEffort, type StepContext, unlessUnavailable } from './stepContext.ts';
 import { toldTurn } from './stepTold.ts';
 import { endModelSpan, startModelSpan } from './stepTracing.ts';
+import { endsStep } from './structuredReply.ts';
 
 /**
  * The agent's model calls, journaled: a turn or summary the journal recorded for this very conversation is taken
@@ -65,7 +67,10 @@ interface NewReply {
   told: readonly ToldMessage[];
 }
 
-/** A new reply, once journaled: the one the journal holds for its turn, if a run beside this one recorded it first. */
+/**
+ * A new reply, once journaled: the one the journal holds for its turn, if a run beside this one recorded it first. A
+ * local step's final reply is not journaled (see {@link checkpointedWithOutput}).
+ */
 async function journaled(
   step: StepContext,
   replies: RecordedReplies,
@@ -74,12 +79,33 @@ async function journaled(
 ): Promise<ModelCallOutput> {
   const { deps, request } = step;
   const key = StepJournal.modelKey(request.stepId, input.turn);
+  const journal = checkpointedWithOutput(deps.journal, asked, result) ? undefined : deps.journal;
   const standing = await bestEffort(step, 'journal the model reply', () =>
-    deps.journal?.recordModelReply(key, asked.messages, result, new Date(deps.clock.now()), told),
+    journal?.recordModelReply(key, asked.messages, result, new Date(deps.clock.now()), told),
   );
   if (standing?.journaled) replies.tookRecorded(input.turn);
   step.told.read(told);
   return withTold(standing ?? result, asked, input);
+}
+
+/**
+ * Whether the reply is made durable by the workflow's checkpoint rather than by the journal: the step was taken by a
+ * workflow in this process (its journal waits for that workflow's checkpoints, see `StepJournal.forLocalStep`), and
+ * the reply ends the step, so it reaches the workflow as the step's output and its next checkpoint records it; no
+ * later step writes anything before that checkpoint is stored. A crash before then asks the model for this turn
+ * again (a model call, never a tool call, repeated). A reply longer than its `llm.response` event keeps is journaled
+ * all the same: `troupe replay` reads it whole from there.
+ */
+function checkpointedWithOutput(
+  journal: StepJournal | undefined,
+  asked: ModelCallInput,
+  reply: ModelReply,
+): boolean {
+  return (
+    journal?.checkpointsFinalReply === true &&
+    endsStep(reply, asked.responseSchema) &&
+    preview(reply.content) === reply.content
+  );
 }
 
 /** The reply, with the user turns the call was asked with beyond the machine's conversation: what was told. */

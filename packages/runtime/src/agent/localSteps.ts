@@ -1,4 +1,5 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
+import type { CallerCheckpoint } from '../durable/callerCheckpoint.ts';
 import { type Clock, systemClock } from '../events/clock.ts';
 import type { Logger } from '../logging/logger.ts';
 import {
@@ -33,6 +34,12 @@ export interface LocalStepHooks {
    * heartbeat is sent, as the caller is in this process and cannot lose the step's run without losing its own.
    */
   onActivity(heartbeat: StepHeartbeat): void;
+  /**
+   * The caller's checkpoint, which records the step's output (and those of the steps before it): a run this take starts
+   * writes nothing to its journal before every checkpoint the caller made so far is stored, and leaves its final model
+   * reply to that checkpoint (see `StepJournal.forLocalStep`). Without it, the run journals as one from NATS.
+   */
+  checkpoint?: CallerCheckpoint | undefined;
 }
 
 /**
@@ -62,6 +69,8 @@ export interface LocalRequestOptions {
   clock?: Clock;
   /** Where the step's two lines go: its request's and its reply's, as over NATS (see {@link LocalStepLog}). */
   log?: LocalStepLog;
+  /** The workflow's checkpoint, which records the step's output (see {@link LocalStepHooks.checkpoint}). */
+  checkpoint?: CallerCheckpoint;
 }
 
 /**
@@ -91,7 +100,10 @@ export function requestLocally(
 ): Promise<AgentStepReply> | undefined {
   if (options.signal?.aborted) return undefined;
   let heard = (_heartbeat: StepHeartbeat) => {};
-  const call = local.tryTake(request, { onActivity: (heartbeat) => heard(heartbeat) });
+  const call = local.tryTake(request, {
+    onActivity: (heartbeat) => heard(heartbeat),
+    ...(options.checkpoint ? { checkpoint: options.checkpoint } : {}),
+  });
   if (!call) return undefined;
   const clock = options.clock ?? systemClock;
   const { log } = options;
@@ -197,6 +209,10 @@ class LocalStepDelivery implements LocalDelivery {
 
   get subject(): string {
     return `local:${this.value.pipeline}.${this.value.agent}`;
+  }
+
+  get checkpoint(): CallerCheckpoint | undefined {
+    return this.#hooks.checkpoint;
   }
 
   get settled(): boolean {

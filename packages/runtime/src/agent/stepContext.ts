@@ -2,6 +2,7 @@ import type { Span } from '@opentelemetry/api';
 import type { ModelResponse } from '@troupe/llm';
 import type { AgentStepRequest, ToldMessage, TroupeEvent } from '@troupe/protocol';
 import type { HumanGate } from '../approvals/humanGate.ts';
+import { CheckpointNotStoredError } from '../durable/callerCheckpoint.ts';
 import { NewerJournalRecordError } from '../durable/newerJournalRecord.ts';
 import type { StepJournal } from '../durable/stepJournal.ts';
 import type { ValueStore } from '../durable/valueStore.ts';
@@ -90,7 +91,8 @@ export const scopeOf = (request: AgentStepRequest): EventScope => ({
 /**
  * A read or write of the journal that cannot be done (NATS unreachable after retries) costs only a repeated model
  * call if the step runs again; the step goes on, and says so in the log. A record a newer host wrote stops the step
- * all the same (see {@link unreadable}): going on without it would replay the step wrongly.
+ * all the same (see {@link unreadable}): going on without it would replay the step wrongly; and so does a local step's
+ * write refused because its workflow's checkpoint was not stored (see {@link unchecked}): nothing of it may last.
  */
 export async function bestEffort<T>(
   step: StepContext,
@@ -101,6 +103,7 @@ export async function bestEffort<T>(
     return await op();
   } catch (error) {
     if (NewerJournalRecordError.is(error)) throw unreadable(error);
+    if (CheckpointNotStoredError.is(error)) throw unchecked(error);
     step.deps.logger?.warn({ err: error, stepId: step.request.stepId }, `cannot ${what}; the step goes on`);
     return undefined;
   }
@@ -116,12 +119,21 @@ export async function unlessUnavailable<T>(op: () => Promise<T> | undefined): Pr
     return await op();
   } catch (error) {
     if (NewerJournalRecordError.is(error)) throw unreadable(error);
+    if (CheckpointNotStoredError.is(error)) throw unchecked(error);
     throw new AgentStepError(
       'journal_unavailable',
       `the step journal cannot be reached: ${(error as Error).message}`,
       { cause: error },
     );
   }
+}
+
+/**
+ * A local step whose workflow's checkpoint before it was not stored, as the step's failure: `journal_unavailable`, so
+ * a workflow that still runs the task sends the step again once it can store its checkpoint (see `StepJournal.forLocalStep`).
+ */
+function unchecked(error: CheckpointNotStoredError): AgentStepError {
+  return new AgentStepError('journal_unavailable', error.message, { cause: error });
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { AgentStepReply, AgentStepRequest, StepHeartbeat } from '@troupe/protocol';
+import type { CallerCheckpoint } from '../durable/callerCheckpoint.ts';
 import type { Delivery } from '../transport/bus.ts';
 
 /** Heartbeats in a row that must find a requester's inbox gone before it counts as gone (not a reconnect blip). */
@@ -12,6 +13,8 @@ export interface LocalDelivery extends Delivery<AgentStepRequest> {
   readonly activity: (heartbeat: StepHeartbeat) => void;
   /** Its workflow left the step before it was taken (it waited for an earlier run to unwind): nobody waits for it. */
   left?: boolean;
+  /** Its workflow's checkpoint, which a run this delivery starts writes its journal after (see `LocalStepHooks`). */
+  readonly checkpoint?: CallerCheckpoint | undefined;
 }
 
 export const isLocalDelivery = (delivery: Delivery<AgentStepRequest>): delivery is LocalDelivery =>

@@ -92,7 +92,11 @@ export class StepsInFlight {
     const given = missed?.told.length
       ? { ...request, told: [...(request.told ?? []), ...missed.told] }
       : request;
-    const started = this.#services.start(agent, given, missed?.paused ? { paused: true } : {});
+    const checkpoint = isLocalDelivery(delivery) ? delivery.checkpoint : undefined;
+    const started = this.#services.start(agent, given, {
+      ...(missed?.paused ? { paused: true } : {}),
+      ...(checkpoint ? { checkpoint } : {}),
+    });
     const run = new StepRun(delivery, started, this.#runServices);
     this.#runs.set(request.stepId, run);
   }

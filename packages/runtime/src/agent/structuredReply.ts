@@ -72,13 +72,30 @@ const compiled = new WeakMap<JsonSchema, z.ZodType>();
 export function outputSchemaOf(shape: ReplyShape): z.ZodType | undefined {
   if (shape.expect === 'verdict') return Verdict;
   const spec = shape.outputSchema;
-  if (!spec) return undefined;
-  let schema = compiled.get(spec.schema);
+  return spec ? compiledSchema(spec.schema) : undefined;
+}
+
+function compiledSchema(json: JsonSchema): z.ZodType {
+  let schema = compiled.get(json);
   if (!schema) {
-    schema = z.fromJSONSchema(spec.schema as Parameters<typeof z.fromJSONSchema>[0]);
-    compiled.set(spec.schema, schema);
+    schema = z.fromJSONSchema(json as Parameters<typeof z.fromJSONSchema>[0]);
+    compiled.set(json, schema);
   }
   return schema;
+}
+
+/**
+ * Whether a model reply ends its step, as the agent machine decides after the call: it asks for no tool, is not
+ * empty, and matches the output asked of the provider (`responseSchema` of the call, see {@link responseSchemaOf}).
+ */
+export function endsStep(
+  reply: { content: string; toolCalls: readonly unknown[] },
+  responseSchema: OutputSpec | undefined,
+): boolean {
+  if (reply.toolCalls.length > 0 || reply.content.trim() === '') return false;
+  if (responseSchema === undefined) return true;
+  const schema = responseSchema.schema === VERDICT_SCHEMA ? Verdict : compiledSchema(responseSchema.schema);
+  return parseStructured(reply.content, schema) !== undefined;
 }
 
 /** The structured output asked of the provider natively, if any. */

@@ -15,6 +15,7 @@ import {
   type ValueRef,
 } from '@troupe/protocol';
 import type { JetStreamBus } from '../transport/bus.ts';
+import { type CallerCheckpoint, CheckpointNotStoredError } from './callerCheckpoint.ts';
 import {
   type KeyValue,
   type KvEntry,
@@ -76,6 +77,8 @@ export type ToolCallRecord =
 export class StepJournal {
   readonly #store: KeyValue<JournalRecord>;
   readonly #large: LargeRecords | undefined;
+  /** A local step's: its workflow's checkpoint, which every write waits for (see {@link forLocalStep}). */
+  #caller: LocalStepGate | undefined;
 
   /**
    * A journal kept in `store`; {@link StepJournal.open} opens the `journal` bucket. With `large`, a record too large
@@ -84,6 +87,24 @@ export class StepJournal {
   constructor(store: KeyValue<JournalRecord>, large?: LargeRecords) {
     this.#store = store;
     this.#large = large;
+  }
+
+  /**
+   * The journal of one step taken by a workflow in this process, whose checkpoint records the step's output: its
+   * first write waits until that workflow has stored every checkpoint it made so far (the outputs of the steps this
+   * one may be given among them), and a checkpoint that is not stored refuses it ({@link CheckpointNotStoredError}).
+   * So the step's final model reply need not be journaled ({@link checkpointsFinalReply}): the next step's journal
+   * waits for the checkpoint that records it.
+   */
+  forLocalStep(stepId: string, checkpoint: CallerCheckpoint): StepJournal {
+    const journal = new StepJournal(this.#store, this.#large);
+    journal.#caller = new LocalStepGate(stepId, checkpoint);
+    return journal;
+  }
+
+  /** The step's workflow records its final model reply with its output (see {@link forLocalStep}). */
+  get checkpointsFinalReply(): boolean {
+    return this.#caller !== undefined;
   }
 
   /**
@@ -456,13 +477,43 @@ export class StepJournal {
     return throughOutages(() => this.#store.create(key, kept));
   }
 
-  /** The record as the KV bucket can hold it: itself, or a reference to it in the object store. */
+  /**
+   * The record as the KV bucket can hold it: itself, or a reference to it in the object store. Every write makes it
+   * first: a local step's waits here for its workflow's checkpoint (see {@link forLocalStep}).
+   */
   async #kept(key: string, entry: JournalEntry): Promise<JournalEntry> {
+    await this.#caller?.passed();
     const json = JSON.stringify(entry);
     if (!this.#large || Buffer.byteLength(json, 'utf8') <= MAX_RECORD_BYTES) return entry;
     // Named by its content too: a record replaced under its key never overwrites the object an older read names.
     const name = `journal.${key}.${createHash('sha256').update(json).digest('hex').slice(0, 16)}`;
     return { kind: 'stored', ref: await this.#large.values.store(this.#large.pipeline, name, json) };
+  }
+}
+
+/**
+ * What a local step's journal writes wait for: its workflow's checkpoint, asked for at the first write (by then the
+ * workflow has made the checkpoint that records the outputs the step was given) and passed once; a checkpoint not
+ * stored refuses this write and every later one.
+ */
+class LocalStepGate {
+  readonly #stepId: string;
+  #checkpoint: CallerCheckpoint | undefined;
+  #stored: Promise<boolean> | undefined;
+  #passed = false;
+
+  constructor(stepId: string, checkpoint: CallerCheckpoint) {
+    this.#stepId = stepId;
+    this.#checkpoint = checkpoint;
+  }
+
+  async passed(): Promise<void> {
+    if (this.#passed) return;
+    const checkpoint = this.#checkpoint;
+    this.#stored ??= checkpoint ? checkpoint.stored() : Promise.resolve(false);
+    this.#checkpoint = undefined;
+    if (!(await this.#stored)) throw new CheckpointNotStoredError(this.#stepId);
+    this.#passed = true;
   }
 }
 
