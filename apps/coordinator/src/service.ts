@@ -40,7 +40,7 @@ export interface HostOptions extends Pick<CoordinatorOptions, 'replicas' | 'metr
   home?: string;
   /** Let pipelines start local MCP server commands (stdio). */
   allowMcpCommands?: boolean;
-  /** Send a task's events in batches (`BusOptions.eventBatch`); unset, the environment's `TROUPE_EVENT_BATCH=1` decides. */
+  /** Send a task's events in batches (`BusOptions.eventBatch`); unset, yes unless the environment's `TROUPE_EVENT_BATCH=0`. */
   eventBatch?: boolean;
   /** Ends a start-up still waiting for NATS (a stop signal): it then fails with `aborted` or `closed`. */
   signal?: AbortSignal;

@@ -20,6 +20,7 @@ import type { Gateway } from '../gatewayOption.ts';
 import { natsUrlFromEnv, resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
+import { eventBatchOf } from '../program/options.ts';
 import { CliError, natsAccessOf } from '../server.ts';
 import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
 import { importToolModule } from '../toolModuleImport.ts';
@@ -32,7 +33,7 @@ export interface UpOptions extends NatsAccessSources {
   agents: boolean;
   /** False (`--no-local-steps`): every step goes over NATS, none runs in this process's own hosts first. */
   localSteps?: boolean;
-  /** `--event-batch`: the process's events go in batches; absent, `TROUPE_EVENT_BATCH=1` decides. */
+  /** `--event-batch` (true) or `--no-event-batch` (false); neither, `TROUPE_EVENT_BATCH` decides (see `eventBatchOf`). */
   eventBatch?: boolean;
   concurrency: number;
   maxInFlight?: number;
@@ -234,6 +235,7 @@ export async function start(
       2,
     );
   }
+  const eventBatch = eventBatchOf(options.eventBatch);
   // Hosts refuse a step asking for a heartbeat outside these bounds: every step would fail.
   const heartbeatMs =
     options.stepHeartbeat === undefined ? undefined : Math.round(options.stepHeartbeat * 1000);
@@ -251,7 +253,7 @@ export async function start(
       importModule: importToolModule,
       concurrency: options.concurrency,
       ...(options.localSteps === false ? { maxLocalSteps: 0 } : {}),
-      ...(options.eventBatch ? { eventBatch: true } : {}),
+      eventBatch,
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
       ...(options.ackWait === undefined ? {} : { ackWaitMs: Math.round(options.ackWait * 1000) }),
       ...(options.maxDeliver === undefined ? {} : { maxDeliver: options.maxDeliver }),

@@ -4,6 +4,7 @@ import { createLogger, McpServerError, startTracing, TransportError, withTimeout
 import { resolveHome } from '../home.ts';
 import { logUnhandledRejections } from '../lastResort.ts';
 import { startMetrics } from '../metricsOption.ts';
+import { eventBatchOf } from '../program/options.ts';
 import { CliError, natsAccessOf, resolveServer } from '../server.ts';
 import { stopTimeoutMsOf, untilStopped } from '../signals.ts';
 import { importToolModule } from '../toolModuleImport.ts';
@@ -16,7 +17,7 @@ export interface WorkerCommandOptions extends NatsAccessSources {
   agents?: string;
   /** `--passivate-after`: seconds a step's model call waits before its agent actor is parked; 0 parks none. */
   passivateAfter?: number;
-  /** `--event-batch`: the worker's events go in batches; absent, `TROUPE_EVENT_BATCH=1` decides. */
+  /** `--event-batch` (true) or `--no-event-batch` (false); neither, `TROUPE_EVENT_BATCH` decides (see `eventBatchOf`). */
   eventBatch?: boolean;
   /** `[host:]port` of the metrics server. */
   metrics?: string;
@@ -32,6 +33,7 @@ const AFTER_WORKER_MS = 500;
 
 /** `troupe worker`: serves agents of the given pipelines on the coordinators' NATS server until SIGINT/SIGTERM. */
 export async function worker(files: string[], options: WorkerCommandOptions): Promise<number> {
+  const eventBatch = eventBatchOf(options.eventBatch);
   const logger = createLogger({ level: options.logLevel, pretty: process.stdout.isTTY && !options.json });
   logUnhandledRejections(logger);
   const natsUrl = await resolveServer(options);
@@ -56,7 +58,7 @@ export async function worker(files: string[], options: WorkerCommandOptions): Pr
     allowMcpCommands: options.allowMcpCommands || process.env.TROUPE_ALLOW_MCP_COMMANDS === '1',
     importModule: importToolModule,
     ...(agents && agents.length > 0 ? { agents } : {}),
-    ...(options.eventBatch ? { eventBatch: true } : {}),
+    eventBatch,
     ...(served ? { metrics: served.metrics } : {}),
     ...(options.passivateAfter === undefined
       ? {}

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, Option } from 'commander';
+import { CliError } from '../cliError.ts';
 import { parseDuration } from '../format/duration.ts';
 import { parseSize } from '../format/size.ts';
 import { HELP_DEFAULTS } from '../helpDefaults.ts';
@@ -115,11 +116,35 @@ export const natsAccessOptions = () => [
 ];
 
 /**
- * `troupe up` and `troupe worker`: their events sent in batches (docs/protocol.md, "Event batches"). Absent, the bus
- * reads `TROUPE_EVENT_BATCH=1` itself: commander's `.env()` would take any value, `0` too, for a flag's yes.
+ * `troupe up` and `troupe worker`: their events sent in batches (docs/protocol.md, "Event batches"), the default, or
+ * each alone with `--no-event-batch`. Neither given, `TROUPE_EVENT_BATCH` decides (see {@link eventBatchOf}): commander's
+ * `.env()` would take any value, `0` too, for a flag's yes.
  */
 export const eventBatchOption = () =>
   new Option(
     '--event-batch',
-    "send a task's model, tool and step events in batches (up to 2 ms, 64 events a message): fewer messages; troupe's readers see each event, a raw NATS subscriber by kind does not (default off, or $TROUPE_EVENT_BATCH=1)",
+    "send a task's model, tool and step events in batches (up to 20 ms or a step's end, 64 events a message): fewer messages; troupe's readers see each event, a raw NATS subscriber by kind does not (the default, unless $TROUPE_EVENT_BATCH=0)",
   );
+
+/** See {@link eventBatchOption}. */
+export const noEventBatchOption = () =>
+  new Option(
+    '--no-event-batch',
+    'send each event alone on its own subject: for a raw NATS subscriber by kind, or readers older than batching (or $TROUPE_EVENT_BATCH=0)',
+  );
+
+/**
+ * Whether `troupe up` or `troupe worker` sends events in batches: as its flag says, else as `TROUPE_EVENT_BATCH` does
+ * (`0` no, `1` or unset yes). Fails with a usage error for another value, which would otherwise leave batching on for
+ * someone who meant it off.
+ */
+export function eventBatchOf(flag: boolean | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (flag !== undefined) return flag;
+  const value = env.TROUPE_EVENT_BATCH ?? '';
+  if (value === '' || value === '1') return true;
+  if (value === '0') return false;
+  throw new CliError(
+    `TROUPE_EVENT_BATCH must be 0 (each event alone) or 1 (events in batches, the default), not "${value}"`,
+    2,
+  );
+}

@@ -8,6 +8,7 @@ import {
   eventBatchOption,
   homeOption,
   logLevelOption,
+  noEventBatchOption,
   positive,
   positiveInteger,
   replicasOption,
@@ -46,6 +47,7 @@ function declareUp(program: Command): void {
       'send every step over NATS, even one whose agent this process hosts (by default such a step runs here, with no NATS hop, up to --concurrency at once per pipeline; workers take the rest)',
     )
     .addOption(eventBatchOption())
+    .addOption(noEventBatchOption())
     .option(
       '--watch',
       'reload a pipeline when its file changes: new tasks start on the new version, running ones finish on theirs',
@@ -168,6 +170,7 @@ function declareWorker(program: Command): void {
       seconds,
     )
     .addOption(eventBatchOption())
+    .addOption(noEventBatchOption())
     .addOption(replicasOption())
     .option(
       '--metrics <[host:]port>',
