@@ -82,6 +82,10 @@ interface WorldOptions {
   second?: ModelProvider;
   /** The bus's logger, where message lines go; silent when absent. */
   busLogger?: Logger;
+  /** Where the workflow records go; a new bucket when absent. */
+  store?: MemoryKv<WorkflowRecord>;
+  /** The agents whose steps run in-process (with `local`); all of them when absent. */
+  localAgents?: string[];
 }
 
 /** A pipeline runner and a real agent host on one in-memory bus, as a coordinator that hosts its agents has them. */
@@ -119,12 +123,12 @@ async function world(options: WorldOptions = {}) {
     bus,
     intake,
     config,
-    store: new MemoryKv(WorkflowRecord),
+    store: options.store ?? new MemoryKv(WorkflowRecord),
     logger,
     clock,
     concurrency: 4,
     stepHeartbeatMs: 10 * HOUR,
-    ...((options.local ?? true) ? { localSteps: here.local } : {}),
+    ...((options.local ?? true) ? { localSteps: localOf(here, options.localAgents) } : {}),
   });
   running.push(runner);
   const control = (taskId: string, message: Record<string, unknown>) =>
@@ -141,10 +145,52 @@ async function world(options: WorldOptions = {}) {
   return { clock, bus, intake, control, final, agentMessages, here };
 }
 
+/** The host's local steps, or only those of `agents`: the others go over the bus. */
+const localOf = (host: AgentHost, agents: string[] | undefined): AgentHost['local'] =>
+  agents === undefined
+    ? host.local
+    : {
+        tryTake: (request, hooks) =>
+          agents.includes(request.agent) ? host.local.tryTake(request, hooks) : undefined,
+      };
+
+/** A bucket of workflow records whose updates wait, while held, until the test lets them through. */
+function heldRecords() {
+  const store = new MemoryKv(WorkflowRecord);
+  const waiting: (() => void)[] = [];
+  let holding = true;
+  const update = store.update.bind(store);
+  store.update = async (key, value, revision) => {
+    if (holding) await new Promise<void>((resolve) => waiting.push(resolve));
+    return update(key, value, revision);
+  };
+  return {
+    store,
+    waiting: () => waiting.length,
+    letThrough: () => {
+      holding = false;
+      for (const write of waiting.splice(0)) write();
+    },
+  };
+}
+
 const isFinal = (kind: string) =>
   kind === 'task.completed' || kind === 'task.failed' || kind === 'task.cancelled';
 
 describe('a step whose agent is hosted in the workflow’s own process', () => {
+  it('sends the step after a local one over the bus only once the checkpoint holding the local step’s output is stored', async () => {
+    const records = heldRecords();
+    const local = await world({ store: records.store, localAgents: ['planner'] });
+    local.intake.deliver({ id: 'task-owed', goal: 'build it' });
+    // The planner replied here; the checkpoint recording its output is being written, and held.
+    await expect.poll(() => records.waiting()).toBe(1);
+    await local.bus.settled();
+    expect(local.agentMessages()).toEqual([]);
+    records.letThrough();
+    expect((await local.final('task-owed'))?.kind).toBe('task.completed');
+    expect(local.agentMessages().map((m) => m.subject)).toContain('troupe.agents.unit.builder');
+  });
+
   it('runs with no message on troupe.agents.>, publishing the same events in the same order as over the bus', async () => {
     const local = await world();
     local.intake.deliver({ id: 'task-1', goal: 'build it' });
