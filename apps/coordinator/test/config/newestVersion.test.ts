@@ -3,31 +3,50 @@ import { SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it, vi } from 'vitest';
 import { NEWEST_READ_EVERY_MS, NEWEST_TRUSTED_MS, NewestVersion } from '../../src/config/newestVersion.ts';
 
-/** A registration a test changes, counting its reads; `held` keeps the next reads waiting until it is let go. */
+/**
+ * A registration a test changes, counting its reads. `hold()` keeps the reads sent from then on unanswered until the
+ * function it returns lets them go (or until `hold()` is called again: reads sent after that wait for the new hold);
+ * `unhold()` lets reads sent after it be answered at once.
+ */
 function registryOf(first: string | undefined) {
   const registry = {
     version: first as string | undefined,
     unreadable: false,
     reads: 0,
-    held: undefined as { promise: Promise<void>; release: () => void } | undefined,
-    hold() {
+    held: undefined as Promise<void> | undefined,
+    hold(): () => void {
       let release = () => {};
-      const promise = new Promise<void>((resolve) => {
+      registry.held = new Promise<void>((resolve) => {
         release = resolve;
       });
-      registry.held = { promise, release };
+      return release;
+    },
+    unhold() {
+      registry.held = undefined;
     },
     read: async (): Promise<string | undefined> => {
       registry.reads++;
       const version = registry.version;
       const unreadable = registry.unreadable;
-      if (registry.held) await registry.held.promise;
+      if (registry.held) await registry.held;
       if (unreadable) throw new Error('no responders');
       return version;
     },
   };
   return registry;
 }
+
+/** What a promise has settled to so far: `pending` until it is answered. */
+function answerOf<T>(promise: Promise<T>): { value: T | 'pending' } {
+  const answer: { value: T | 'pending' } = { value: 'pending' };
+  void promise.then((value) => {
+    answer.value = value;
+  });
+  return answer;
+}
+
+/** Lets the answered reads' continuations run (a few turns of the microtask queue and one of the event loop). */
+const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** A connection whose status changes the test announces. */
 function connectionStatus() {
@@ -57,6 +76,7 @@ async function started(registry: ReturnType<typeof registryOf>, clock = new Simu
     read: registry.read,
     onStatus: connection.onStatus,
     clock,
+    monotonic: () => clock.now(),
     logger: createLogger({ level: 'silent' }),
   });
   return { copy, clock, connection };
@@ -95,14 +115,14 @@ describe("a coordinator's copy of the newest version", () => {
   it('takes what this coordinator registers at once, over a read sent before it', async () => {
     const registry = registryOf('v1');
     const { copy, clock } = await started(registry);
-    registry.hold();
+    const release = registry.hold();
     await nextRead(clock);
     expect(registry.reads).toBe(2);
     // A reload here registers v2 while that read, which saw v1, is under way.
     copy.registered('v2');
     expect(await copy.newest()).toBe('v2');
-    registry.held?.release();
-    registry.held = undefined;
+    registry.unhold();
+    release();
     await vi.waitFor(() => expect(clock.pending()).toEqual([NEWEST_READ_EVERY_MS]));
     expect(await copy.newest()).toBe('v2');
     copy.stop();
@@ -119,12 +139,12 @@ describe("a coordinator's copy of the newest version", () => {
     expect(registry.reads).toBe(2);
 
     registry.unreadable = false;
-    registry.hold();
+    const release = registry.hold();
     connection.announce('reconnect');
     expect(registry.reads).toBe(3);
     // Tasks that come before the reconnection's read is answered wait for it, and send none of their own.
     const waiting = Promise.all([copy.newest(), copy.newest(), copy.newest()]);
-    registry.held?.release();
+    release();
     expect(await waiting).toEqual(['v2', 'v2', 'v2']);
     expect(registry.reads).toBe(3);
     copy.stop();
@@ -156,19 +176,115 @@ describe("a coordinator's copy of the newest version", () => {
   it('is not trusted once its last read is older than it may be (reads held up): a task waits for a newer one', async () => {
     const registry = registryOf('v1');
     const { copy, clock } = await started(registry);
-    registry.hold();
+    const release = registry.hold();
     registry.version = 'v2';
     clock.advance(NEWEST_TRUSTED_MS);
-    // The reads sent meanwhile are not answered: the copy is five seconds old, and a new task waits.
-    let answered: string | undefined;
-    const asked = copy.newest().then((version) => {
-      answered = version;
+    // The read sent meanwhile is not answered: the copy is two seconds old, and a new task waits for that read.
+    const asked = copy.newest();
+    const answer = answerOf(asked);
+    await settled();
+    expect(answer.value).toBe('pending');
+    expect(registry.reads).toBe(2);
+    release();
+    expect(await asked).toBe('v2');
+    copy.stop();
+  });
+
+  it("measures a copy's age on a clock that never goes back: the wall clock set back keeps no copy trusted", async () => {
+    const registry = registryOf('v1');
+    const clock = new SimulatedClock();
+    let elapsed = 0;
+    // A wall clock set back an hour after the first read (NTP, an operator): its time says the copy is younger.
+    let setBack = 0;
+    const copy = await NewestVersion.start({
+      pipeline: 'demo',
+      read: registry.read,
+      clock: {
+        now: () => clock.now() - setBack,
+        setTimeout: (fn, ms) => clock.setTimeout(fn, ms),
+        clearTimeout: (handle) => clock.clearTimeout(handle),
+      },
+      monotonic: () => elapsed,
+      logger: createLogger({ level: 'silent' }),
     });
-    await Promise.resolve();
-    expect(answered).toBeUndefined();
-    registry.held?.release();
-    await asked;
-    expect(answered).toBe('v2');
+    setBack = 3_600_000;
+    registry.version = 'v2';
+    const release = registry.hold();
+    elapsed += NEWEST_TRUSTED_MS;
+    const asked = copy.newest();
+    expect(registry.reads).toBe(2);
+    release();
+    expect(await asked).toBe('v2');
+    copy.stop();
+  });
+
+  it('does not take a read sent before a lost connection: a task delivered meanwhile reads again', async () => {
+    const registry = registryOf('v1');
+    const { copy, clock, connection } = await started(registry);
+    registry.version = 'v2';
+    // The background read is sent, and the connection is lost before it is answered.
+    const release = registry.hold();
+    await nextRead(clock);
+    expect(registry.reads).toBe(2);
+    connection.announce('disconnect');
+    registry.unhold();
+    // A task's read is one sent after the loss, not the one under way, whose answer may predate it.
+    const asked = copy.newest();
+    expect(registry.reads).toBe(3);
+    expect(await asked).toBe('v2');
+    release();
+    await settled();
+    expect(await copy.newest()).toBe('v2');
+    expect(registry.reads).toBe(3);
+    copy.stop();
+  });
+
+  it('waits after a reconnection for a read sent after it, not for one sent before the connection was lost', async () => {
+    const registry = registryOf('v1');
+    const { copy, clock, connection } = await started(registry);
+    // A rollback elsewhere, say, while a background read is under way and the connection comes and goes.
+    registry.version = 'v2';
+    const releaseBefore = registry.hold();
+    await nextRead(clock);
+    expect(registry.reads).toBe(2);
+    connection.announce('disconnect');
+    const releaseAfter = registry.hold();
+    connection.announce('reconnect');
+    // The reconnection sends a read of its own.
+    expect(registry.reads).toBe(3);
+    const asked = copy.newest();
+    const answer = answerOf(asked);
+    // The read sent before the loss is answered first: the task does not take it, nor start on its coordinator's own
+    // version for want of an answer; it waits for the reconnection's read.
+    releaseBefore();
+    await settled();
+    expect(answer.value).toBe('pending');
+    releaseAfter();
+    expect(await asked).toBe('v2');
+    expect(registry.reads).toBe(3);
+    copy.stop();
+  });
+
+  it('reads again for a task whose read a lost connection made out of date', async () => {
+    const registry = registryOf('v1');
+    const { copy, connection } = await started(registry);
+    registry.version = 'v2';
+    connection.announce('disconnect');
+    // A task delivered while the connection is lost reads; the connection comes back before that read is answered.
+    const releaseLost = registry.hold();
+    const asked = copy.newest();
+    expect(registry.reads).toBe(2);
+    const releaseBack = registry.hold();
+    connection.announce('reconnect');
+    expect(registry.reads).toBe(3);
+    const answer = answerOf(asked);
+    releaseLost();
+    await settled();
+    // Its read is out of date, not failed: the task waits for the one sent after the reconnection.
+    expect(answer.value).toBe('pending');
+    releaseBack();
+    expect(await asked).toBe('v2');
+    expect(registry.reads).toBe(3);
     copy.stop();
   });
 
