@@ -339,8 +339,10 @@ export class CheckpointWriter implements CallerCheckpoint {
 
   /** Drops the writes not made yet, telling those waiting on one that it was not written. */
   #drop(): void {
-    const dropped = [...this.#queue.splice(0), ...this.#steeredEarly.splice(0).map((done) => ({ done }))];
-    this.#taken += dropped.length;
+    const queued = this.#queue.splice(0);
+    // Numbered as made, never written: the writes made after them keep their numbers.
+    this.#taken += queued.length;
+    const dropped = [...queued, ...this.#steeredEarly.splice(0).map((done) => ({ done }))];
     for (const write of dropped) write.done?.(false);
     if (!this.#writing) this.#settleStored(true);
   }
@@ -385,6 +387,7 @@ export class CheckpointWriter implements CallerCheckpoint {
     const token = this.#ledger.claimed.lease.token;
     for (let next = this.#queue.shift(); next !== undefined; next = this.#queue.shift()) {
       this.#taken += 1;
+      const number = this.#taken;
       if (this.#ledger.lost) {
         next.done?.(false);
         break;
@@ -402,7 +405,7 @@ export class CheckpointWriter implements CallerCheckpoint {
             revision: write.revision,
             finalWritten: this.#ledger.finalWritten || next.record.final !== undefined,
           };
-          this.#stored = this.#taken;
+          this.#stored = Math.max(this.#stored, number);
           this.#settleStored(false);
           next.done?.(true);
         } else {

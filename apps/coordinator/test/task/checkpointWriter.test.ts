@@ -295,6 +295,20 @@ describe("a task's checkpoint writer", () => {
     expect(writer.owes).toBe(false);
   });
 
+  it('says a record dropped when the run ends was not stored, though the write before it lands', async () => {
+    const { writer, snapshot, release } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    const first = writer.stored();
+    writer.snapshot(snapshot);
+    const second = writer.stored();
+    // The run here ends while the first write is in flight: the second is dropped, never written.
+    writer.close();
+    await release();
+    expect(await first).toBe(true);
+    expect(await second).toBe(false);
+  });
+
   it('says a record was not stored, and will not be, once another coordinator took the task over', async () => {
     const { store, writer, snapshot, release } = await writerOf();
     const current = await store.get('task-1');
