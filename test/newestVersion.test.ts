@@ -27,6 +27,9 @@ flow:
   - { id: write, kind: agent, agent: writer }
 `;
 
+/** How often a coordinator reads its pipelines' registrations (`NEWEST_READ_EVERY_MS`, durability.md). */
+const READ_EVERY_MS = 1_000;
+
 /**
  * Which version new tasks start on while coordinators of several versions come and go: the newest one stored, never
  * an older one because its coordinator restarted; an older one only when an operator says so (`troupe versions use`).
@@ -82,16 +85,23 @@ describe('the newest version of a pipeline', () => {
     await started?.bus.close();
   }
 
+  /** Submits `count` tasks at once and answers the versions they ran on, once each completed. */
+  async function versionsOfNewTasks(count: number): Promise<(string | undefined)[]> {
+    const ids = Array.from({ length: count }, () => `task-${++submitted}`);
+    await Promise.all(ids.map((id) => submitTask(client, 'rolling', { id, goal: 'write' })));
+    const records = await KvStore.open(client, BUCKETS.workflows, WorkflowRecord);
+    const recorded = () => Promise.all(ids.map(async (id) => (await records.get(id))?.value));
+    await expect
+      .poll(async () => (await recorded()).filter((record) => record?.status === 'completed').length, {
+        timeout: 60_000,
+      })
+      .toBe(count);
+    return (await recorded()).map((record) => record?.version);
+  }
+
   /** Submits a task and answers the version it ran on, once it completed. */
   async function versionOfNewTask(): Promise<string | undefined> {
-    const id = `task-${++submitted}`;
-    await submitTask(client, 'rolling', { id, goal: 'write' });
-    const records = await KvStore.open(client, BUCKETS.workflows, WorkflowRecord);
-    await expect
-      .poll(async () => (await records.get(id))?.value.status, { timeout: 20_000 })
-      .toBe('completed');
-    const record = (await records.get(id))?.value;
-    return record?.version;
+    return (await versionsOfNewTasks(1))[0];
   }
 
   /**
@@ -112,13 +122,14 @@ describe('the newest version of a pipeline', () => {
     await start('a', 'v1');
     expect(await versionOfNewTask()).toBe(hashOf('v2'));
 
-    // A rollback is said out loud, and holds when a coordinator of v2 restarts.
+    // A rollback is said out loud, and holds when a coordinator of v2 restarts. It is made while b is down, so the
+    // tasks that show it reached new tasks all ran on a (which followed it, not having made it).
+    await stop('b');
     expect(await useVersion(client, 'rolling', hashOf('v1').slice(0, 12))).toEqual({
       from: hashOf('v2'),
       to: hashOf('v1'),
     });
     await newTasksReach('v1');
-    await stop('b');
     await start('b', 'v2');
     expect(await versionOfNewTask()).toBe(hashOf('v1'));
 
@@ -146,5 +157,39 @@ describe('the newest version of a pipeline', () => {
     for (const name of [...running.keys()]) await stop(name);
     await start('alone', 'v1', true);
     expect(await versionOfNewTask()).toBe(hashOf('v1'));
+  }, 120_000);
+
+  it('is read by each coordinator about once a second, not once per task, and followed from there', async () => {
+    for (const name of [...running.keys()]) await stop(name);
+    // v2 stored, for the rollback below, and v1 the newest, taken by the one coordinator left.
+    await start('b', 'v2');
+    await stop('b');
+    await start('a', 'v1', true);
+    // Every read of the registration there is: a direct get, or one through the stream's API.
+    const reads: number[] = [];
+    const count = () => void reads.push(performance.now());
+    const direct = client.subscribeText(`$JS.API.DIRECT.GET.KV_${BUCKETS.pipelines}.>`, count);
+    const throughApi = client.subscribeText(`$JS.API.STREAM.MSG.GET.KV_${BUCKETS.pipelines}`, count);
+    await client.flush();
+    try {
+      const began = performance.now();
+      const tasks = 40;
+      expect(new Set(await versionsOfNewTasks(tasks))).toEqual(new Set([hashOf('v1')]));
+      const took = performance.now() - began;
+      // One read a second in the background (and one the start may have under way), however many tasks came.
+      expect(reads.length).toBeLessThanOrEqual(Math.floor(took / READ_EVERY_MS) + 1);
+      expect(reads.length).toBeLessThan(tasks);
+    } finally {
+      direct.unsubscribe();
+      throughApi.unsubscribe();
+    }
+
+    // A rollback from outside reaches the only coordinator there is, which made no change itself, and then holds.
+    expect(await useVersion(client, 'rolling', hashOf('v2').slice(0, 12))).toEqual({
+      from: hashOf('v1'),
+      to: hashOf('v2'),
+    });
+    await newTasksReach('v2');
+    expect(new Set(await versionsOfNewTasks(5))).toEqual(new Set([hashOf('v2')]));
   }, 120_000);
 });
