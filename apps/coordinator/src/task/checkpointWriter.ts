@@ -82,10 +82,17 @@ export class CheckpointWriter implements CallerCheckpoint {
   #stored = 0;
   /** Of the writes taken from the queue, the last one; it is being written while `#writing`. */
   #taken = 0;
-  /** Those waiting for every write made before they asked to be stored (see {@link stored}). */
-  #storedWaits: { upTo: number; done: (stored: boolean) => void }[] = [];
-  /** The write that holds a step's output owed to the record (see {@link owe}): the first made after it was owed. */
+  /**
+   * Those waiting for every write made before they asked to be stored (see {@link stored}); `upTo` is unset while the
+   * write they wait for is an owed output's, not queued yet.
+   */
+  #storedWaits: { upTo?: number; done: (stored: boolean) => void }[] = [];
+  /** The write that holds a step's output owed to the record (see {@link owe}): the workflow's snapshot after it. */
   #owedBy = 0;
+  /** A step's output is owed, and the workflow's snapshot that holds it not queued yet (see {@link owe}). */
+  #owing = false;
+  /** A record could not be stored for a reason other than an outage: the task fails, and nothing is written again. */
+  #poisoned = false;
 
   constructor(
     private readonly services: WriterServices,
@@ -118,7 +125,12 @@ export class CheckpointWriter implements CallerCheckpoint {
    */
   stored(): Promise<boolean> {
     if (this.#ledger.lost) return Promise.resolve(false);
-    // An output owed and not yet made into a record (its step's reply is being heard): its record is waited for too.
+    // An output owed and not yet made into a record (its step's reply is being heard): its record is waited for too,
+    // numbered once the workflow's snapshot that holds it is queued.
+    if (this.#owing) {
+      if (this.#closed) return Promise.resolve(false);
+      return new Promise<boolean>((done) => this.#storedWaits.push({ done }));
+    }
     const upTo = Math.max(this.#made, this.#owedBy);
     if (this.#stored >= upTo) return Promise.resolve(true);
     const stored = new Promise<boolean>((done) => this.#storedWaits.push({ upTo, done }));
@@ -128,18 +140,20 @@ export class CheckpointWriter implements CallerCheckpoint {
 
   /**
    * A step taken in this process replied with an output no journal may record (its final model reply, see
-   * `StepJournal.forLocalStep`), which the record made next holds: until that is stored, {@link owes} says so, for
-   * what would send a later step elsewhere, ask a person or start a sub-task to wait for {@link stored} first. Told
-   * as the reply comes, before the workflow hears it (and before the step after it is started, which XState does
-   * before the writer hears the workflow's snapshot).
+   * `StepJournal.forLocalStep`), which the record of the workflow's next snapshot holds: until that is stored,
+   * {@link owes} says so, for what would send a later step elsewhere, ask a person or start a sub-task to wait for
+   * {@link stored} first. Told as the reply comes, before the workflow hears it (and before the step after it is
+   * started, which XState does before the writer hears the workflow's snapshot). Not the next write of any kind: a
+   * task asleep as the reply comes hears it once woken, after the steering and activity kept meanwhile, whose writes
+   * hold the record without the output.
    */
   owe(): void {
-    this.#owedBy = this.#made + 1;
+    this.#owing = true;
   }
 
   /** Whether a step's output is owed to the record still (see {@link owe}). */
   get owes(): boolean {
-    return this.#stored < this.#owedBy && !this.#ledger.lost && !this.#closed;
+    return (this.#owing || this.#stored < this.#owedBy) && !this.#ledger.lost && !this.#closed;
   }
 
   /**
@@ -150,18 +164,17 @@ export class CheckpointWriter implements CallerCheckpoint {
   #writeAgain(): void {
     const record = this.#ledger.latest;
     if (record === undefined || this.#closed || this.#ledger.lost || this.#poisoned) this.#settleStored(true);
-    else this.#enqueue({ record, of: 'checkpoint' });
+    // Only for a write made already: one waiting for an owed output's snapshot waits for the workflow.
+    else if (this.#storedWaits.some((wait) => wait.upTo !== undefined))
+      this.#enqueue({ record, of: 'checkpoint' });
   }
-
-  /** A record could not be stored for a reason other than an outage: the task fails, and nothing is written again. */
-  #poisoned = false;
 
   /** Tells those waiting for writes up to the last one stored; with `failed`, every other one too, as not stored. */
   #settleStored(failed: boolean): void {
     const waits = this.#storedWaits;
     this.#storedWaits = [];
     for (const wait of waits) {
-      if (wait.upTo <= this.#stored) wait.done(true);
+      if (wait.upTo !== undefined && wait.upTo <= this.#stored) wait.done(true);
       else if (failed) wait.done(false);
       else this.#storedWaits.push(wait);
     }
@@ -283,7 +296,7 @@ export class CheckpointWriter implements CallerCheckpoint {
     this.#steeredEarly = [];
     // The record as claimed says it all but the snapshot, which a run from that record makes again the same: the
     // write is saved, unless a pause or a tell made before it waits to be recorded.
-    if (taken.needless && early.length === 0) {
+    if (taken.needless && early.length === 0 && !this.#owing) {
       this.#unwritten = taken.write;
       return;
     }
@@ -297,6 +310,14 @@ export class CheckpointWriter implements CallerCheckpoint {
             },
           },
     );
+    if (this.#owing) this.#owedNow();
+  }
+
+  /** The snapshot that holds the owed output is queued: its write is the one the output waits for. */
+  #owedNow(): void {
+    this.#owing = false;
+    this.#owedBy = this.#made;
+    for (const wait of this.#storedWaits) wait.upTo ??= this.#made;
   }
 
   #noteActivity(activity: StepActivity): void {
@@ -317,6 +338,8 @@ export class CheckpointWriter implements CallerCheckpoint {
     this.#closed = true;
     // Let go before its first step replied (a stop, a migration): the snapshot goes on record for the next run.
     if (this.#unwritten && !this.#ledger.lost) this.#enqueue(this.#unwritten);
+    // Nothing more of the workflow is heard: an output still owed will not be recorded here.
+    if (!this.#writing) this.#settleStored(true);
     const done = () => {
       const { revision, progress, lost, finalWritten, final, latest } = this.#ledger;
       // The last record made has the workflow's totals as last seen (none before its first checkpoint).

@@ -295,6 +295,48 @@ describe("a task's checkpoint writer", () => {
     expect(writer.owes).toBe(false);
   });
 
+  it('settles an owed output only by the snapshot that holds it, not by an activity or steering write queued before it', async () => {
+    const steering = new TaskSteering();
+    const { writer, snapshot, release, calls } = await writerOf({ steering });
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    // A task woken with a step's reply kept while it slept: the reply was owed as it came, and the activity and the
+    // message kept meanwhile are written before the workflow hears the reply.
+    writer.owe();
+    writer.activity(activity);
+    steering.tell('hello', '2026-01-01T00:00:00.000Z');
+    const told = writer.steered();
+    const seen: boolean[] = [];
+    void writer.stored().then((stored) => seen.push(stored));
+    await release();
+    await release();
+    expect(await told).toBe(true);
+    expect(calls).toHaveLength(3);
+    // Both written, the output still owed: its record is not made yet.
+    expect(writer.owes).toBe(true);
+    await Promise.resolve();
+    expect(seen).toEqual([]);
+    writer.snapshot(snapshot);
+    expect(writer.owes).toBe(true);
+    await release();
+    await expect.poll(() => seen).toEqual([true]);
+    expect(writer.owes).toBe(false);
+    expect(await writer.stored()).toBe(true);
+  });
+
+  it('says an output owed when the run ends, its snapshot never heard, was not stored', async () => {
+    const { writer, snapshot, release } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    writer.owe();
+    const owed = writer.stored();
+    writer.close();
+    expect(await owed).toBe(false);
+    expect(await writer.stored()).toBe(false);
+  });
+
   it('says a record dropped when the run ends was not stored, though the write before it lands', async () => {
     const { writer, snapshot, release } = await writerOf();
     writer.snapshot(snapshot);
