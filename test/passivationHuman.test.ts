@@ -66,6 +66,13 @@ describe('passivation of tasks waiting on people', () => {
     for (const id of ids)
       client.publish(subjects.task('people'), JSON.stringify({ id, goal: 'ask, then write' }));
     await expect.poll(() => coordinator.passivated(), { timeout: 20_000 }).toBe(TASKS);
+    // A task may be passivated before its question is recorded: its human step counts as waiting from its run's start
+    // (docs/durability.md, "Passivation"), and the run goes on outside the stopped tree, recording and announcing the
+    // question. `human.asked` goes out once the question is recorded in KV, so each task's is waited on before listing.
+    await expect
+      .poll(() => ids.filter((id) => of(id).some((e) => e.kind === 'human.asked')), { timeout: 20_000 })
+      .toEqual(ids);
+    expect(coordinator.passivated()).toBe(TASKS);
     const asked = await listHumanRequests(bus, { pipelines: ['people'] });
     expect(asked.map((r) => r.taskId).sort()).toEqual([...ids].sort());
     for (const request of asked) {
