@@ -151,9 +151,12 @@ export class CheckpointWriter implements CallerCheckpoint {
     this.#owing = true;
   }
 
-  /** Whether a step's output is owed to the record still (see {@link owe}). */
+  /**
+   * Whether a step's output is owed to the record still (see {@link owe}): so too once the record is lost or the run
+   * here is over, when {@link stored} answers that it will not be stored and what asked goes no further.
+   */
   get owes(): boolean {
-    return (this.#owing || this.#stored < this.#owedBy) && !this.#ledger.lost && !this.#closed;
+    return this.#owing || this.#stored < this.#owedBy;
   }
 
   /**

@@ -364,6 +364,28 @@ describe("a task's checkpoint writer", () => {
     expect(writer.owes).toBe(false);
   });
 
+  it('still owes an output once another coordinator took the task over or the run ended, and says it will not be stored', async () => {
+    const { store, writer, snapshot, release } = await writerOf();
+    const current = await store.get('task-1');
+    await store.put('task-1', { ...(current?.value as WorkflowRecord), lease: 'another' });
+    writer.snapshot(snapshot);
+    writer.owe();
+    writer.snapshot(snapshot);
+    await release();
+    await expect.poll(() => writer.stored()).toBe(false);
+    // What would send a step over NATS now asks, and hears that the output will not be stored: nothing goes out.
+    expect(writer.owes).toBe(true);
+
+    const ended = await writerOf();
+    ended.writer.snapshot(ended.snapshot);
+    ended.writer.snapshot(ended.snapshot);
+    await ended.release();
+    ended.writer.owe();
+    ended.writer.close();
+    expect(ended.writer.owes).toBe(true);
+    expect(await ended.writer.stored()).toBe(false);
+  });
+
   it('answers a steering write that could not be made as not written', async () => {
     const steering = new TaskSteering();
     const { writer, snapshot, release, failNext } = await writerOf({ steering });
