@@ -305,6 +305,42 @@ describe('passivation of a task that waits on a person (a human step)', () => {
     expect(passive.events.filter((e) => e.kind === 'task.told')).toHaveLength(1);
   });
 
+  it('sleeps before its question is recorded: the run asks it while the task sleeps, once, and the task completes on its answer', async () => {
+    const { intake, approvals, pass, runner, events, requestsOf, question, answer } = await setUp();
+    // The question's record in KV is held: the step's run is under way (its question's id journaled), nobody asked yet.
+    const put = approvals.put.bind(approvals);
+    let recordIt = () => {};
+    const recorded = new Promise<void>((resolve) => {
+      recordIt = resolve;
+    });
+    approvals.put = async (key, value) => {
+      await recorded;
+      return put(key, value);
+    };
+    const task = intake.deliver({ id: 'task-u', goal: 'sleep before asking' });
+    await pass(PASSIVATE_AFTER_MS + 1_000);
+    expect(runner.passivated()).toBe(1);
+    expect(await requestsOf('task-u')).toEqual([]);
+    expect(events('task-u').map((e) => e.kind)).not.toContain('human.asked');
+    recordIt();
+    const id = await question('task-u');
+    await pass(0);
+    // Asked while its task sleeps: recorded pending and announced, and the task sleeps on until the answer.
+    expect(runner.passivated()).toBe(1);
+    expect(await requestsOf('task-u')).toEqual([expect.objectContaining({ status: 'pending', id })]);
+    expect(events('task-u').filter((e) => e.kind === 'human.asked')).toHaveLength(1);
+    expect(await answer('task-u', id, 'yes')).toMatchObject({ ok: true, outcome: 'answered' });
+    await pass(0);
+    await task.handled;
+    expect(task.settlement()).toEqual({ kind: 'ack' });
+    expect(runner.passivated()).toBe(0);
+    expect(events('task-u').at(-1)).toMatchObject({ kind: 'task.completed' });
+    expect(events('task-u').filter((e) => e.kind === 'human.asked')).toHaveLength(1);
+    expect(await requestsOf('task-u')).toEqual([
+      expect.objectContaining({ status: 'answered', answer: 'yes' }),
+    ]);
+  });
+
   it('loses no answer that comes as the task is put to sleep: recorded, taken once, the task completes', async () => {
     const passive = await sameAsLive('task-r', async ({ pass, answer, question, clock }, asleep) => {
       const id = await question('task-r');
