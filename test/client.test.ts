@@ -22,7 +22,10 @@ describe('@troupe/client', () => {
   let troupe: TroupeClient;
 
   beforeAll(async () => {
-    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml')]);
+    // Each event alone (batching off), so every event has a sequence of its own and a reader resumed after any one
+    // gets exactly the rest; with batching, a batch's events share its sequence and a reader resumed half-way through
+    // gets the batch again (packages/client/test/batchedEvents.test.ts).
+    h = await startHarness([examplePath('demo.yaml'), fixturePath('gated.yaml')], { eventBatch: false });
     troupe = await TroupeClient.connect({ servers: h.nats.url, name: 'client-test' });
   });
   afterAll(async () => {
