@@ -7,6 +7,7 @@ import { readTaskEvents } from '@troupe/client';
 import {
   builtinTools,
   type Coordinator,
+  factsOf,
   loadPipeline,
   Recording,
   startCoordinator,
@@ -238,6 +239,14 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
     expect(planReplies.map((e) => e.data.content)).toEqual(['Plan: jot "first".', 'Plan: jot "second".']);
     const turn = new Recording(id, stored).turn(`${id}.plan.1`, 1);
     expect(turn?.kind === 'reply' ? turn.response.content : turn).toBe('Plan: jot "second".');
+    // The planner's step ended twice: its first end reached the stream before the cut (published beside the
+    // checkpoint write that was lost), and its end with the second answer, the one the task went on with, is stored
+    // beside it (a `step.completed` id holds a digest of the outcome), not dropped as the same fact.
+    const completed = ofKind(stored, 'step.completed').filter((e) => e.data.stepId === `${id}.plan.1`);
+    expect(completed.map((e) => e.data.output)).toEqual(['Plan: jot "first".', 'Plan: jot "second".']);
+    // `troupe replay` judges the run by the later end: one step end of the planner.
+    const planEnds = factsOf(stored).filter((fact) => fact.kind === 'step end' && fact.step === 'plan');
+    expect(planEnds).toEqual([{ kind: 'step end', step: 'plan', ok: true }]);
     await stop(next);
   }, 120_000);
 });

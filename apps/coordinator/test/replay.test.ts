@@ -163,6 +163,26 @@ describe('factsOf and firstDivergence', () => {
   it('counts a fact published again (same event id) once', () => {
     expect(factsOf([...recorded, ...recorded])).toHaveLength(3);
   });
+
+  it("keeps a step run's last end: a step asked again after a crash may have ended otherwise before", () => {
+    const ended = (verdict: 'approve' | 'reject') =>
+      make('step.completed', {
+        ...ref,
+        step: 'code',
+        round: 1,
+        ok: true,
+        output: verdict,
+        verdict: { decision: verdict, feedback: '' },
+        usage: { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 },
+        turns: 1,
+        durationMs: 1,
+      });
+    const facts = factsOf([...recorded, ended('reject'), ended('approve'), ended('approve')]);
+    expect(facts.filter((fact) => fact.kind === 'step end')).toEqual([
+      { kind: 'step end', step: 'code', ok: true, verdict: 'approve' },
+    ]);
+    expect(facts).toHaveLength(4);
+  });
 });
 
 describe('recorded tools (--no-tools)', () => {

@@ -42,9 +42,12 @@ export type RunFact =
 
 /** The facts of a run, in order, from its events. */
 export function factsOf(events: readonly TroupeEvent[]): RunFact[] {
-  const facts: RunFact[] = [];
+  const facts: (RunFact | undefined)[] = [];
   const stepOf = new Map<string, string>();
   const seen = new Set<string>();
+  // Where each step run's end is: a step whose final reply was asked again after a crash may have ended twice, and
+  // the task went on with the later end (see docs/durability.md, "A local step's final reply").
+  const endOf = new Map<string, number>();
   for (const event of events) {
     // A fact published again (a resumed step replays its calls) is the same fact.
     if (seen.has(event.id)) continue;
@@ -82,7 +85,10 @@ export function factsOf(events: readonly TroupeEvent[]): RunFact[] {
           messageIds: event.data.messageIds,
         });
         break;
-      case 'step.completed':
+      case 'step.completed': {
+        const before = endOf.get(event.data.stepId);
+        if (before !== undefined) facts[before] = undefined;
+        endOf.set(event.data.stepId, facts.length);
         facts.push({
           kind: 'step end',
           step: event.data.step,
@@ -91,6 +97,7 @@ export function factsOf(events: readonly TroupeEvent[]): RunFact[] {
           ...(event.data.error ? { error: event.data.error.code } : {}),
         });
         break;
+      }
       case 'task.completed':
         facts.push({ kind: 'task end', status: 'completed' });
         break;
@@ -104,7 +111,7 @@ export function factsOf(events: readonly TroupeEvent[]): RunFact[] {
         break;
     }
   }
-  return facts;
+  return facts.filter((fact) => fact !== undefined);
 }
 
 export interface Divergence {

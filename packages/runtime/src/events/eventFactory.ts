@@ -38,7 +38,8 @@ const IDENTITY: Identity = {
   'step.started': (d) => [d.stepId],
   // A foreach step's items run the same steps: the item tells them apart.
   'step.skipped': (d) => [d.step, d.round, d.item],
-  'route.chosen': (d) => [d.step, d.round, d.item],
+  // A router agent asked again after a crash may pick another target: each pick is a fact of its own.
+  'route.chosen': (d) => [d.step, d.round, d.item, d.target],
   'branches.joined': (d) => [d.step, d.round, d.item],
   'items.joined': (d) => [d.step, d.round],
   'agent.handoff': (d) => [d.step, d.round, d.item],
@@ -59,7 +60,12 @@ const IDENTITY: Identity = {
   'approval.decided': (d) => [d.approvalId],
   'human.asked': (d) => [d.questionId],
   'human.answered': (d) => [d.questionId],
-  'step.completed': (d) => [d.stepId],
+  // A step's outcome: the same one published again is one fact; a step whose final reply was asked again after a
+  // crash (a local step's is in no journal) may end otherwise, and its end is stored beside the first.
+  'step.completed': (d) => [
+    d.stepId,
+    digest(JSON.stringify([d.ok, d.output, d.outputRef?.sha256, d.verdict?.decision, d.error?.code])),
+  ],
   'task.completed': () => [],
   'task.failed': () => [],
   'task.cancelled': () => [],

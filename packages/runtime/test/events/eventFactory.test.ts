@@ -36,6 +36,35 @@ describe('event ids', () => {
     );
   });
 
+  it('tell apart two outcomes of one step, or two routes of one router, and not one outcome published again', () => {
+    const completed = (output: string, decision?: 'approve' | 'reject') => ({
+      agent: 'reviewer',
+      step: 'review',
+      round: 1,
+      stepId: 't-1.review.1',
+      ok: true,
+      output,
+      ...(decision ? { verdict: { decision, feedback: 'r' } } : {}),
+      usage: { ...usage, costUsd: 0, modelCalls: 1 },
+      turns: 1,
+      durationMs: 5,
+    });
+    const late = new EventFactory({ now: () => 9_000 });
+    expect(late.make('step.completed', scope, completed('fine')).id).toBe(
+      new EventFactory({ now: () => 1_000 }).make('step.completed', scope, completed('fine')).id,
+    );
+    expect(eventId('t-1', 'step.completed', completed('first'))).not.toBe(
+      eventId('t-1', 'step.completed', completed('second')),
+    );
+    expect(eventId('t-1', 'step.completed', completed('same', 'approve'))).not.toBe(
+      eventId('t-1', 'step.completed', completed('same', 'reject')),
+    );
+    const chosen = (target: string) => ({ step: 'pick', round: 1, value: 'v', target });
+    expect(eventId('t-1', 'route.chosen', chosen('left'))).not.toBe(
+      eventId('t-1', 'route.chosen', chosen('right')),
+    );
+  });
+
   it('name tool calls by their position, so calls with repeated or missing ids stay apart', () => {
     const call = (index: number) => ({
       agent: 'a',
