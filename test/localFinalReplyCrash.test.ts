@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { readTaskEvents } from '@troupe/client';
+import { readTaskEvents, reusePlan } from '@troupe/client';
 import {
   builtinTools,
   type Coordinator,
@@ -247,6 +247,10 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
     // `troupe replay` judges the run by the later end: one step end of the planner.
     const planEnds = factsOf(stored).filter((fact) => fact.kind === 'step end' && fact.step === 'plan');
     expect(planEnds).toEqual([{ kind: 'step end', step: 'plan', ok: true }]);
+    // A restart or fork from the executor reuses the planner's later end, though the first is the one stored before
+    // the executor first started.
+    const reused = reusePlan(stored, { taskId: id, step: 'execute' });
+    expect(reused.ok && reused.steps['plan.1']?.output).toBe('Plan: jot "second".');
     await stop(next);
   }, 120_000);
 });

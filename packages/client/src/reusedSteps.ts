@@ -48,7 +48,8 @@ export function reuseKey(taskId: string, stepId: string): string {
  * Which step outputs of an ended task a restart or fork from `from` reuses, read from the task's events: every step
  * that completed well before `from` first started (`from` itself, or the first step inside it when it is a parallel
  * or foreach step) — agent, review, route, human and `pipeline` steps (a sub-task's output, with which sub-task gave
- * it). `set` replaces reused outputs, by step id (each reused run of that step); a step it names must be reused.
+ * it), each run's output from its last good `step.completed`. `set` replaces reused outputs, by step id (each reused
+ * run of that step); a step it names must be reused.
  */
 export function reusePlan(
   events: readonly TroupeEvent[],
@@ -78,9 +79,15 @@ export function reusePlan(
   const items = new Map(
     events.flatMap((e) => (e.kind === 'step.started' ? [[e.data.stepId, itemsOf(e.data.within)]] : [])),
   );
+  // A step run's last good end, wherever it was stored: a run whose final reply was asked again after a crash can end
+  // twice, the later end (its own id) being what the task went on with, stored after `from` first started.
+  const lastEnds = new Map(
+    events.flatMap((e) => (e.kind === 'step.completed' && e.data.ok ? [[e.data.stepId, e] as const] : [])),
+  );
   const steps: ReusedSteps = {};
-  for (const event of events.slice(0, start)) {
-    if (event.kind !== 'step.completed' || !event.data.ok) continue;
+  for (const ended of events.slice(0, start)) {
+    if (ended.kind !== 'step.completed' || !ended.data.ok) continue;
+    const event = lastEnds.get(ended.data.stepId) ?? ended;
     const { step, agent, output, outputRef, verdict } = event.data;
     const subTask = subTasks.get(event.data.stepId);
     const itemsRun = items.get(event.data.stepId);

@@ -163,6 +163,31 @@ describe('reusePlan', () => {
     expect(plan).toEqual({ ok: true, steps: { 'build.1': { step: 'build', agent: 'a', output: 'built' } } });
   });
 
+  it("reuses a step run's last end: its final reply asked again after a crash ended it again, after the next step started", () => {
+    const review = { verdict: { decision: 'approve', feedback: 'ok' } };
+    const twice = [
+      started('plan', 't-1.plan.1'),
+      completed('plan', 't-1.plan.1', 'first plan'),
+      started('review', 't-1.review.1'),
+      completed('review', 't-1.review.1', 'no', {
+        verdict: { decision: 'reject', feedback: '' },
+      }),
+      started('code', 't-1.code.1'),
+      // The coordinator crashed before its checkpoint: the runs are asked again, and end otherwise.
+      completed('plan', 't-1.plan.1', 'second plan'),
+      completed('review', 't-1.review.1', 'yes', review),
+      completed('code', 't-1.code.1', 'code'),
+    ];
+    const plan = reusePlan(twice, { taskId: 't-1', step: 'code' });
+    expect(plan).toEqual({
+      ok: true,
+      steps: {
+        'plan.1': { step: 'plan', agent: 'a', output: 'second plan' },
+        'review.1': { step: 'review', agent: 'a', output: 'yes', ...review },
+      },
+    });
+  });
+
   it('sets the output of a reused step, dropping the whole the original stored', () => {
     const ref = { bucket: 'b', name: 'n', bytes: 1, sha256: 'a'.repeat(64) };
     const events = [started('plan', 't-1.plan.1'), completed('plan', 't-1.plan.1', 'p…', { outputRef: ref })];
