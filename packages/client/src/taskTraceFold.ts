@@ -39,8 +39,8 @@ const toolKey = (data: {
 export class TraceFold {
   readonly trace: TaskTrace;
   private readonly steps = new Map<string, StepTrace>();
-  /** Each flow decision once: a resumed task may say one again. */
-  private readonly decided = new Set<string>();
+  /** Each flow decision once, by its key, with its place in the flow: a resumed task may say one again. */
+  private readonly decided = new Map<string, number>();
   private readonly models = new Map<string, ModelCallTrace>();
   readonly tools = new Map<string, ToolCallTrace>();
   readonly approvals = new Map<string, ApprovalTrace>();
@@ -94,11 +94,17 @@ export class TraceFold {
     return step;
   }
 
-  /** Adds a flow decision unless one under the same key was already added. */
-  decision(key: string, node: FlowNode): void {
-    if (this.decided.has(key)) return;
-    this.decided.add(key);
-    this.trace.flow.push(node);
+  /**
+   * Adds a flow decision unless one under the same key was already added; then `replaces`, when given and true of
+   * the earlier one, puts this one in its place.
+   */
+  decision(key: string, node: FlowNode, replaces?: (earlier: FlowNode) => boolean): void {
+    const place = this.decided.get(key);
+    const earlier = place === undefined ? undefined : this.trace.flow[place];
+    if (place === undefined || earlier === undefined) {
+      this.decided.set(key, this.trace.flow.length);
+      this.trace.flow.push(node);
+    } else if (replaces?.(earlier)) this.trace.flow[place] = node;
   }
 
   /** The model call of a step's turn, added under its step when first seen. */
@@ -209,18 +215,25 @@ const handlers: Handlers = {
     });
   },
   'route.chosen': (fold, { ts, data: d }) => {
-    fold.decision(`route:${d.step}:${d.round}:${placeKey(d.within, d.item)}`, {
-      kind: 'route',
-      at: ts,
-      step: d.step,
-      round: d.round,
-      value: d.value,
-      ...(d.case === undefined ? {} : { case: d.case }),
-      target: d.target,
-      ...(d.agent === undefined ? {} : { agent: d.agent }),
-      ...(d.reason === undefined ? {} : { reason: d.reason }),
-      ...where(d.within),
-    });
+    // A router asked again after a crash may pick another target, which the task went on with: the later pick stands
+    // (its event has an id of its own). The same pick said again by a resumed run keeps the first's time and reason.
+    const repicked = (earlier: FlowNode) => earlier.kind === 'route' && earlier.target !== d.target;
+    fold.decision(
+      `route:${d.step}:${d.round}:${placeKey(d.within, d.item)}`,
+      {
+        kind: 'route',
+        at: ts,
+        step: d.step,
+        round: d.round,
+        value: d.value,
+        ...(d.case === undefined ? {} : { case: d.case }),
+        target: d.target,
+        ...(d.agent === undefined ? {} : { agent: d.agent }),
+        ...(d.reason === undefined ? {} : { reason: d.reason }),
+        ...where(d.within),
+      },
+      repicked,
+    );
   },
   'branches.joined': (fold, { ts, data: d }) => {
     fold.decision(`branches:${d.step}:${d.round}:${placeKey(d.within, d.item)}`, {
