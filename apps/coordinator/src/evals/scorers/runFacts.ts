@@ -21,23 +21,26 @@ export interface StepFacts {
   verdict: string | null;
   /** Its last run's output (its preview, where the event kept only that). */
   output: string;
-  /** The time its runs took, added up. */
+  /** The time its runs took, added up: a run that ended twice (asked again after a crash), its last end's. */
   durationMs: number;
 }
 
 /** Each step that ended, by its id in the flow. */
 export function stepFacts(run: Pick<CaseRun, 'events'>): Record<string, StepFacts> {
   const facts: Record<string, StepFacts> = {};
+  // Each step's runs' durations, by step run id: a run's later end replaces its earlier one.
+  const durations = new Map<string, Map<string, number>>();
   for (const event of run.events) {
     if (event.kind !== 'step.completed') continue;
-    const { step, round, ok, verdict, output, durationMs } = event.data;
-    const before = facts[step];
+    const { step, stepId, round, ok, verdict, output, durationMs } = event.data;
+    const runs = durations.get(step) ?? new Map<string, number>();
+    durations.set(step, runs.set(stepId, durationMs));
     facts[step] = {
-      rounds: Math.max(round, before?.rounds ?? 0),
+      rounds: Math.max(round, facts[step]?.rounds ?? 0),
       ok,
       verdict: verdict?.decision ?? null,
       output,
-      durationMs: (before?.durationMs ?? 0) + durationMs,
+      durationMs: [...runs.values()].reduce((sum, ms) => sum + ms, 0),
     };
   }
   return facts;
