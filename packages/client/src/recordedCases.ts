@@ -272,7 +272,7 @@ const TRUNCATED = /…\[\d+ more characters\]$/;
 /**
  * The step journal's keys (`StepJournal.modelKey` and `compactionKey`, within the pipeline's part) whose records
  * make whole what these events kept only in part: a model reply whose text or a call's arguments were shortened
- * (the first reply of each step's turn, as a replay takes it; the arguments from the turn's `tool.call` events) and
+ * (of each step's turn the reply a replay takes: the first, or a later one not replayed from the journal; the arguments from the turn's `tool.call` events) and
  * a conversation summary that was (numbered by `StepJournal.compactionNumbering`, as a replay numbers them). The events alone say which, so a recording is made whole without replaying it; in the order they came.
  */
 export function journalKeysOf(events: readonly TroupeEvent[]): string[] {
@@ -294,15 +294,17 @@ export function journalKeysOf(events: readonly TroupeEvent[]): string[] {
     if (event.kind !== 'llm.response') continue;
     const d = event.data;
     const turn = `${d.stepId}#${d.turn}`;
-    // A resumed run's replays of a reply are the same reply: the first stands.
-    if (replied.has(turn)) continue;
+    // A resumed run's replays of a reply (from the journal) are the same reply: the first stands. A turn asked again
+    // after a crash (a local step's final reply is in no journal) may be answered otherwise: the later stands.
+    if (replied.has(turn) && d.journaled) continue;
     replied.add(turn);
+    const key = StepJournal.modelKey(d.stepId, d.turn);
+    keys.delete(key);
     const made = calls.get(turn) ?? [];
     const args = d.toolCalls.map(
       (_, index) => made.find((m) => (m.data.index ?? index) === index)?.data.arguments ?? '{}',
     );
-    if (TRUNCATED.test(d.content) || args.some((a) => TRUNCATED.test(a)))
-      keys.add(StepJournal.modelKey(d.stepId, d.turn));
+    if (TRUNCATED.test(d.content) || args.some((a) => TRUNCATED.test(a))) keys.add(key);
   }
   return [...keys];
 }

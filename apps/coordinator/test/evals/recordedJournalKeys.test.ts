@@ -17,6 +17,7 @@ const reply = (
   turn: number,
   content: string,
   toolCalls: { id: string; name: string }[] = [],
+  journaled = false,
 ) =>
   make('llm.response', {
     agent: 'coder',
@@ -30,6 +31,7 @@ const reply = (
     content,
     toolCalls,
     durationMs: 1,
+    ...(journaled ? { journaled } : {}),
   });
 const call = (stepId: string, turn: number | undefined, index: number | undefined, args: string) =>
   make('tool.call', {
@@ -66,8 +68,8 @@ const events: TroupeEvent[] = [
   call('t1.a.1', 1, 0, '{"path":"a"}'),
   call('t1.a.1', 1, 1, long('{')),
   reply('t1.a.1', 2, long('a')),
-  // A resumed run replays turn 2 with a reply kept whole: the first reply still stands, and its key is read.
-  reply('t1.a.1', 2, 'the same reply, replayed'),
+  // A resumed run replays turn 2 from the journal with a reply kept whole: the first reply still stands, and its key is read.
+  reply('t1.a.1', 2, 'the same reply, replayed', [], true),
   reply('t1.a.1', 3, 'whole'),
   compacted('t1.a.1', long('s'), 1),
   compacted('t1.a.1', long('s'), 1),
@@ -80,6 +82,10 @@ const events: TroupeEvent[] = [
   reply('t1.b.1', 2, 'a whole reply whose turn the journal forgot'),
   // A reply whose first record was replaced: not kept in part, so not read.
   reply('t1.c.1', 1, 'whole'),
+  // A turn asked again after a crash (a local step's final reply is in no journal), answered otherwise and kept whole:
+  // the later reply stands, so the first one's record is not read.
+  reply('t1.d.1', 1, long('d')),
+  reply('t1.d.1', 1, 'answered otherwise'),
 ];
 
 describe('journalKeysOf', () => {
