@@ -93,7 +93,8 @@ describe.each(SERVERS)(
     const up = (file: string) => {
       const p = startTroupe(
         ['up', file, '--ack-wait', '2', '--server', nats.url, '--home', home],
-        coordinatorEnv,
+        // At info, a coordinator says when it follows the registry to another version.
+        { ...coordinatorEnv, TROUPE_LOG_LEVEL: 'info' },
       );
       processes.push(p);
       everyProcess.push(p);
@@ -241,6 +242,11 @@ describe.each(SERVERS)(
       // A rolling restart: a coordinator of version 3 (the writer's script changed again) starts beside version 2's.
       // It is the newest now: every new task starts on it, whichever of the two takes it. Then it is killed with the
       // tasks in their slow review, so version 2's coordinator (the only one left) ends them all, on version 3.
+      // Version 2's coordinator follows the registry by reading it every second: the shared tasks are submitted once
+      // it has read version 3 as the newest, as a deploy waits for its coordinators to be up.
+      const followed = () =>
+        second.output().match(/new tasks start on version \w+, as the registry now says/g)?.length ?? 0;
+      const followedBefore = followed();
       const thirdDir = await mkdtemp(join(dir, 'v3-'));
       await copyFile(file, join(thirdDir, 'versioned.yaml'));
       await writeFile(
@@ -249,6 +255,12 @@ describe.each(SERVERS)(
       );
       const beside = up(join(thirdDir, 'versioned.yaml'));
       await beside.waitFor(/troupe is up/);
+      await expect
+        .poll(followed, {
+          timeout: 15_000,
+          message: "version 2's coordinator to read version 3 as the newest",
+        })
+        .toBeGreaterThan(followedBefore);
       const shared = Array.from({ length: 8 }, (_, i) => `v-shared-${i}`);
       for (const id of shared) await submit(id, 'review');
       await until(
