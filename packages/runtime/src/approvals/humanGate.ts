@@ -132,6 +132,10 @@ export class NatsHumanGate implements HumanGate {
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
     this.#records = new RecordWatch(options.logger);
+    // A gate lives as long as its bus: nothing is read once the connection has closed.
+    options.bus.onStatus(({ type }) => {
+      if (type === 'close') this.#records.close();
+    });
   }
 
   /** From now on, a request cut short stays pending in KV instead of being marked expired. */

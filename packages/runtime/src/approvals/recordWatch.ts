@@ -34,11 +34,16 @@ export class RecordWatch {
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Number.POSITIVE_INFINITY;
   #lastTick = Number.NEGATIVE_INFINITY;
+  #closed = false;
 
   constructor(private readonly logger: Logger) {}
 
-  /** Calls `onValue` with the record as it is now, then with each later value seen, until the returned function. */
+  /**
+   * Calls `onValue` with the record as it is now, then with each later value seen, until the returned function.
+   * Once {@link close}d, nothing is read.
+   */
   watch(store: KeyValue<HumanRequest>, id: string, onValue: (record: HumanRequest) => void): () => void {
+    if (this.#closed) return () => {};
     const watched: Watched = {
       store,
       id,
@@ -54,6 +59,16 @@ export class RecordWatch {
       this.#watched.delete(watched);
       if (this.#watched.size === 0) this.#stopTimer();
     };
+  }
+
+  /**
+   * Stops every read for good: the connection the records are read over has closed, and each read would fail (every
+   * waiting request logging so, at its next read, until its deadline).
+   */
+  close(): void {
+    this.#closed = true;
+    this.#watched.clear();
+    this.#stopTimer();
   }
 
   /** Records watched now. */
@@ -73,7 +88,7 @@ export class RecordWatch {
         watched.waitMs = Math.min(watched.waitMs * 2, POLL.maxMs);
       }
     } catch (error) {
-      if (watched.waitMs < POLL.maxMs)
+      if (watched.waitMs < POLL.maxMs && !this.#closed)
         this.logger.warn({ err: error, id: watched.id }, 'cannot read a watched request; trying again');
       watched.waitMs = POLL.maxMs;
     }

@@ -52,6 +52,29 @@ describe('RecordWatch', () => {
     expect(watch.size).toBe(0);
   });
 
+  it('reads nothing and says nothing once closed: its connection is gone, so every read would fail', async () => {
+    vi.useFakeTimers();
+    const store = new MemoryKv(HumanRequest);
+    await store.put('q-1', pending('q-1'));
+    const warn = vi.fn();
+    const watch = new RecordWatch({ ...logger, warn } as unknown as typeof logger);
+    const seen: string[] = [];
+    watch.watch(store, 'q-1', (record) => seen.push(record.status));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(seen).toEqual(['pending']);
+    const reads = vi.spyOn(store, 'get').mockRejectedValue(new Error('connection closed'));
+    watch.close();
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(reads).not.toHaveBeenCalled();
+    expect(warn).not.toHaveBeenCalled();
+    expect(vi.getTimerCount()).toBe(0);
+    // A request that starts waiting after the close reads nothing either.
+    watch.watch(store, 'q-2', (record) => seen.push(record.status));
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(reads).not.toHaveBeenCalled();
+    expect(watch.size).toBe(0);
+  });
+
   it('is what a gate reads its waiting requests’ records by: no KV watch, timer and poll of each', async () => {
     const bucket = new MemoryKv(HumanRequest);
     const watched: string[] = [];
