@@ -114,13 +114,15 @@ export function exceedsDepth(value: unknown, max: number): boolean {
   return false;
 }
 
+const OPENING_BRACKETS = ['{', '['] as const;
+
 /**
  * Whether JSON text opens at most `max` objects and arrays (counting `{` and `[` inside strings too): then none of
  * its values nests more than `max` levels, since each level opens one. A native search per bracket, no allocation.
  */
 function fewBrackets(text: string, max: number): boolean {
   let opened = 0;
-  for (const bracket of ['{', '[']) {
+  for (const bracket of OPENING_BRACKETS) {
     for (let at = text.indexOf(bracket); at !== -1; at = text.indexOf(bracket, at + 1)) {
       if (++opened > max) return false;
     }
