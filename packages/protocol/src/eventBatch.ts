@@ -25,10 +25,10 @@ export type EventBatch = z.infer<typeof EventBatch>;
 
 /**
  * Kinds never sent in a batch: those other processes follow by their own subject (a task's end, pause and tell; an
- * approval or a question waiting on a person), and those the broker lets only a coordinator publish (`task.*`). A
- * batch holding one is refused as forged.
+ * approval or a question waiting on a person; a task's online score, which the gateway reads from `EVENTS` by its
+ * subject), and those the broker lets only a coordinator publish (`task.*`). A batch holding one is refused as forged.
  */
-const UNBATCHED_FAMILIES = new Set(['task', 'approval', 'human']);
+const UNBATCHED_FAMILIES = new Set(['task', 'approval', 'human', 'eval']);
 
 /** Whether an event of `kind` may travel in a batch. */
 export function isBatchable(kind: EventKind | string): boolean {

@@ -84,6 +84,8 @@ describe('isBatchable', () => {
   it('keeps out the kinds other processes follow by subject', () => {
     for (const kind of ['task.completed', 'task.paused', 'task.told', 'approval.requested', 'human.asked'])
       expect(isBatchable(kind)).toBe(false);
+    // The gateway reads a task's online score from EVENTS by its subject.
+    expect(isBatchable('eval.scored')).toBe(false);
     for (const kind of ['step.started', 'llm.response', 'tool.result', 'step.completed', 'agent.handoff'])
       expect(isBatchable(kind)).toBe(true);
   });
