@@ -40,6 +40,15 @@ export interface LastMade {
   unwritten?: boolean;
 }
 
+export interface CheckpointWriterOptions {
+  /**
+   * Called right before each write of the task's record is sent: the bus sends the task's open batch of events then
+   * (`Bus.sendOpenEvents`), so the server has the events the workflow made (on entering a state, which a run restored
+   * from the record does not do again) before the record.
+   */
+  beforeWrite?: () => void;
+}
+
 type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> &
   Partial<Pick<TaskServices, 'passivation'>> &
   Parameters<typeof takeCheckpoint>[0];
@@ -104,6 +113,7 @@ export class CheckpointWriter implements CallerCheckpoint {
       taken: { parked: boolean; resumed: boolean },
     ) => void,
     private readonly steering?: TaskSteering,
+    private readonly options: CheckpointWriterOptions = {},
   ) {
     this.#tellTo = tell;
     this.#ledger = {
@@ -419,6 +429,7 @@ export class CheckpointWriter implements CallerCheckpoint {
         break;
       }
       try {
+        this.options.beforeWrite?.();
         const write = await fencedWrite(
           this.services,
           taskId,

@@ -16,7 +16,15 @@ const activity: StepActivity = {
 };
 
 /** A claimed task and its writer, whose store's writes wait until let through (`release`), one call at a time. */
-async function writerOf(options: { park?: (parked: boolean) => void; steering?: TaskSteering } = {}) {
+async function writerOf(
+  options: {
+    park?: (parked: boolean) => void;
+    steering?: TaskSteering;
+    beforeWrite?: () => void;
+    /** What each write of the record adds to, as it is sent. */
+    order?: string[];
+  } = {},
+) {
   const { services, store } = intakeServices();
   const claimed = await claim(services, triagedTask({ id: 'task-1', goal: 'plan it' }));
   if (claimed.next !== 'run') throw new Error(`claimed as ${claimed.next}`);
@@ -27,6 +35,7 @@ async function writerOf(options: { park?: (parked: boolean) => void; steering?: 
   let failNext: Error | undefined;
   store.update = async (key, value, revision) => {
     calls.push({ revision, record: value });
+    options.order?.push(`record (progress ${value.progress})`);
     await new Promise<void>((resolve) => gates.push(resolve));
     const failure = failNext;
     failNext = undefined;
@@ -46,6 +55,7 @@ async function writerOf(options: { park?: (parked: boolean) => void; steering?: 
       claimed.claimed.delivery.park(parked);
     },
     options.steering,
+    options.beforeWrite ? { beforeWrite: options.beforeWrite } : {},
   );
   // The workflow's first snapshot, not started: what a checkpoint is made of, with no step running.
   const snapshot: WorkflowSnapshot = createActor(claimed.flow.machine, {
@@ -102,6 +112,47 @@ describe("a task's checkpoint writer", () => {
     expect(told).toEqual([]);
     // Its step at work is an agent's: the task keeps its working slot.
     expect(checkpoints).toEqual([false, false, false]);
+  });
+
+  it('sends the task’s open batch of events before each write of its record, on the same wire, the others’ left open', async () => {
+    const order: string[] = [];
+    // The bus faked: each task's events gather in an open batch, which goes (recorded in send order, with the record
+    // writes) when the bus is asked to send it.
+    const open = new Map<string, string[]>();
+    const bus = {
+      sendOpenEvents: (pipeline: string, taskId: string) => {
+        const events = open.get(`${pipeline}.${taskId}`);
+        open.delete(`${pipeline}.${taskId}`);
+        if (events) order.push(`events ${events.join(',')}`);
+      },
+    };
+    const { writer, snapshot, release } = await writerOf({
+      order,
+      beforeWrite: () => bus.sendOpenEvents('core', 'task-1'),
+    });
+    const add = (taskId: string, kind: string) =>
+      open.set(`core.${taskId}`, [...(open.get(`core.${taskId}`) ?? []), `${taskId}:${kind}`]);
+    writer.snapshot(snapshot);
+    // A step ends; the workflow enters the next one, saying so; its checkpoint records the state entered.
+    add('task-1', 'step.completed');
+    add('task-2', 'tool.call');
+    add('task-1', 'agent.handoff');
+    add('task-1', 'step.started');
+    writer.snapshot(snapshot);
+    await release();
+    add('task-1', 'route.chosen');
+    writer.snapshot(snapshot);
+    const written = writer.written();
+    await release();
+    await written;
+    expect(order).toEqual([
+      'events task-1:step.completed,task-1:agent.handoff,task-1:step.started',
+      'record (progress 1)',
+      'events task-1:route.chosen',
+      'record (progress 2)',
+    ]);
+    // Another task's batch is left to its linger.
+    expect(open.get('core.task-2')).toEqual(['task-2:tool.call']);
   });
 
   it('tells the task once that the lease is lost, and writes nothing after it', async () => {

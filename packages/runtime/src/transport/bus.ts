@@ -86,6 +86,12 @@ export interface Bus {
    * never rejects) says whether the event was stored. Fails with `closed` once the bus is.
    */
   publishEvent(event: TroupeEvent): Promise<boolean>;
+  /**
+   * Sends the task's events still gathering in a batch (see `BusOptions.eventBatch`) now, without waiting for them to
+   * be stored, so that what this bus sends next reaches the server after them: a coordinator calls it before each
+   * write of the task's record. Absent, or nothing to do, where events are not batched (an in-process bus).
+   */
+  sendOpenEvents?(pipeline: string, taskId: string): void;
   /** Publishes a `message.invalid` report on `troupe.events._invalid`. */
   reportInvalid(report: Omit<InvalidMessageEvent, 'id' | 'ts' | 'kind'>): void;
   /** Delivers each message on `subject` (NATS wildcards allowed) that matches `schema` to `handler`. */

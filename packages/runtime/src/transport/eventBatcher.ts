@@ -8,7 +8,8 @@ export interface EventBatcherOptions {
   send(message: OutgoingEvent): Promise<boolean>;
   /**
    * How long a task's first batchable event waits for others before its batch goes; default
-   * {@link DEFAULT_EVENT_LINGER_MS}. A step's end (`step.completed`) and a task's own events send it sooner.
+   * {@link DEFAULT_EVENT_LINGER_MS}. A task's own events, and {@link EventBatcher.flushTask} (before a checkpoint of
+   * the task), send it sooner.
    */
   lingerMs?: number;
   /** Most events in one batch; default 64. */
@@ -49,21 +50,15 @@ interface Open {
 export const DEFAULT_EVENT_LINGER_MS = 20;
 
 const DEFAULTS = { lingerMs: DEFAULT_EVENT_LINGER_MS, maxEvents: 64, maxBytes: 256 * 1024 };
-/**
- * Kinds that close their task's open batch, which goes at once with them: a step's end, which the workflow checkpoints
- * right after, so the step's events are sent before the checkpoint that says it is done (as they are unbatched), and a
- * process killed after that checkpoint cannot take them with it.
- */
-const CLOSING_KINDS: ReadonlySet<string> = new Set(['step.completed']);
 /** The most UTF-8 bytes one UTF-16 code unit of a string takes (a pair of them, 4). */
 const MOST_BYTES_PER_UNIT = 3;
 
 /**
  * Gathers the events of one task into fewer messages: a task's batchable events (not `task.*`, `approval.*`,
- * `human.*`, see `isBatchable`) wait up to `lingerMs` and go as one `EventBatch` on
- * `troupe.events.<pipeline>.<taskId>.batch`; a `step.completed` goes at once with the batch it closes. Order holds
- * for each task: an event that is not batchable sends the task's open batch first, then itself. A flush of one event
- * sends it alone on its own subject.
+ * `human.*`, `eval.*`, see `isBatchable`) wait up to `lingerMs` and go as one `EventBatch` on
+ * `troupe.events.<pipeline>.<taskId>.batch`, or sooner when {@link EventBatcher.flushTask} asks (a coordinator, before
+ * it writes the task's checkpoint). Order holds for each task: an event that is not batchable sends the task's open
+ * batch first, then itself. A flush of one event sends it alone on its own subject.
  *
  * A batch's id (its `Nats-Msg-Id`) is made from the ids of the events in it, so the outbox sending it again after a
  * lost acknowledgement is stored once; each event's promise is told the batch's outcome.
@@ -112,14 +107,17 @@ export class EventBatcher {
     open.events.push(item);
     open.bytes += open.exact ? utf8Bytes(item.data) : item.data.length * MOST_BYTES_PER_UNIT;
     const stored = new Promise<boolean>((resolve) => open.settles.push(resolve));
-    if (
-      CLOSING_KINDS.has(item.event.kind) ||
-      open.events.length >= this.#settings.maxEvents ||
-      this.#full(open)
-    ) {
-      this.#flush(key);
-    }
+    if (open.events.length >= this.#settings.maxEvents || this.#full(open)) this.#flush(key);
     return stored;
+  }
+
+  /**
+   * Sends the task's open batch now, if it has one (without waiting for it to be stored): what a coordinator does
+   * before each write of the task's record, so that the events the workflow made before it are sent before the record
+   * that a restored run would not make them again from.
+   */
+  flushTask(pipeline: string, taskId: string): void {
+    this.#flush(`${pipeline}.${taskId}`);
   }
 
   /** Whether `data` fits in `open`: surely, by the most its bytes could be, or else by counting them. */

@@ -63,6 +63,11 @@ export class EventPublisher {
     this.#batcher?.flushAll();
   }
 
+  /** Sends the task's batch still gathering, if any: see `Bus.sendOpenEvents`. */
+  sendOpen(pipeline: string, taskId: string): void {
+    this.#batcher?.flushTask(pipeline, taskId);
+  }
+
   /** See `NatsBus.publishEvent`. */
   publish(event: TroupeEvent): Promise<boolean> {
     const subject = subjects.event(event.pipeline, event.taskId, event.kind);

@@ -46,18 +46,18 @@ export interface BusOptions extends ConnectOptions {
   eventAckTimeoutMs?: number;
   /**
    * Send a task's model, tool and step events gathered into one `EventBatch` message instead of one message each
-   * (docs/protocol.md, "Event batches"); `task.*`, `approval.*` and `human.*` events always go alone. On by default;
-   * unset here, the environment's `TROUPE_EVENT_BATCH=0` turns it off: for a raw NATS subscriber by kind, or a reader
-   * older than batching, which skips batches. Readers through `eventsOf` see each event either way; a raw subscriber
-   * to `troupe.events.>` sees batches. A message this bus sends (a step's reply or request, any publish) sends the
-   * open batches first, so another process that acts on it (a coordinator ending the task on a step's reply) stores
-   * its events after them, as without batching.
+   * (docs/protocol.md, "Event batches"); `task.*`, `approval.*`, `human.*` and `eval.*` events always go alone. On by
+   * default; unset here, the environment's `TROUPE_EVENT_BATCH=0` turns it off: for a raw NATS subscriber by kind, or
+   * a reader older than batching, which skips batches. Readers through `eventsOf` see each event either way; a raw
+   * subscriber to `troupe.events.>` sees batches. A message this bus sends (a step's reply or request, any publish)
+   * sends the open batches first, so another process that acts on it (a coordinator ending the task on a step's
+   * reply) stores its events after them, as without batching.
    */
   eventBatch?: boolean;
   /**
-   * How long a task's batch waits for more of its events before it goes; default 20 ms. A step's end
-   * (`step.completed`), a `task.*` event, 64 events or 256 KiB of them, or any other message this bus sends, send it
-   * sooner.
+   * How long a task's batch waits for more of its events before it goes; default 20 ms. A `task.*` event, 64 events
+   * or 256 KiB of them, any other message this bus sends, or {@link NatsBus.sendOpenEvents} (a coordinator, before it
+   * writes the task's checkpoint), send it sooner.
    */
   eventBatchLingerMs?: number;
 }
@@ -187,6 +187,14 @@ export class NatsBus implements JetStreamBus {
    */
   publishEvent(event: TroupeEvent): Promise<boolean> {
     return this.#events.publish(event);
+  }
+
+  /**
+   * Sends the task's open batch of events now, if it has one, without waiting for it to be stored: the messages this
+   * connection sends after it reach the server after it. Nothing to do with batching off.
+   */
+  sendOpenEvents(pipeline: string, taskId: string): void {
+    this.#events.sendOpen(pipeline, taskId);
   }
 
   /** Calls `listener` with each event this bus publishes (as it is handed to the outbox); returns how to stop. */

@@ -190,11 +190,16 @@ describe('whether a bus batches its events', () => {
     expect(batched.stored).toHaveLength(1);
   });
 
-  it('stores a step’s events with its end at once, not after the linger', async () => {
-    const { bus } = await batchingBus('batch-step-end', { eventBatchLingerMs: 60_000 });
-    const task = 'bt-step-end';
+  it('stores a task’s open batch at once on sendOpenEvents, not after the linger; a step’s end alone does not', async () => {
+    const { bus } = await batchingBus('batch-send-open', { eventBatchLingerMs: 60_000 });
+    const task = 'bt-send-open';
     const events = [toolCall(task, 1), stepCompleted(task)];
     for (const event of events) void bus.publishEvent(event);
+    // A step's end alone does not send it.
+    expect(bus.pendingEvents).toBe(2);
+    bus.sendOpenEvents('demo', 'bt-other');
+    expect(bus.pendingEvents).toBe(2);
+    bus.sendOpenEvents('demo', task);
     await vi.waitFor(async () =>
       expect(await storedOf(task)).toEqual([
         { subject: subjects.eventBatch('demo', task), ids: events.map((e) => e.id) },

@@ -115,18 +115,25 @@ describe('EventBatcher', () => {
     expect(idsSent()).toEqual([[toolCall(1).id, toolCall(2).id]]);
   });
 
-  it('sends the task’s open batch at once with a step’s end, not after the linger', async () => {
-    const { clock, sent, add, idsSent } = setUp({ defaultLinger: true });
-    const stored = [add(toolCall(1)), add(toolCall(2, 't-2')), add(stepCompleted())];
-    // At once: the workflow writes its checkpoint right after, and the step's events go on the wire before it.
+  it('sends one task’s open batch at once when asked (before its checkpoint), the others’ staying open', async () => {
+    const { clock, sent, add, batcher, idsSent } = setUp({ defaultLinger: true });
+    const stored = [add(toolCall(1)), add(toolCall(2, 't-2')), add(stepCompleted()), add(toolCall(3))];
+    // A step's end does not close its batch: the events the workflow makes as the next step starts join it.
+    expect(sent).toHaveLength(0);
+    batcher.flushTask('demo', 't-1');
     expect(sent.map((m) => m.subject)).toEqual([subjects.eventBatch('demo', 't-1')]);
-    expect(idsSent()).toEqual([[toolCall(1).id, stepCompleted().id]]);
-    expect(await Promise.all([stored[0], stored[2]])).toEqual([true, true]);
-    // Another task's batch still lingers.
+    expect(idsSent()).toEqual([[toolCall(1).id, stepCompleted().id, toolCall(3).id]]);
+    expect(await Promise.all([stored[0], stored[2], stored[3]])).toEqual([true, true, true]);
+    // Nothing open: nothing sent.
+    batcher.flushTask('demo', 't-1');
+    batcher.flushTask('demo', 't-4');
+    expect(sent).toHaveLength(1);
+    // Another task's batch still lingers, its timer untouched.
     clock.advance(20);
     expect(idsSent()[1]).toEqual([toolCall(2, 't-2').id]);
-    // A step's end with nothing gathered before it goes alone, on its own subject.
+    // A lone event goes on its own subject.
     void add(stepCompleted('t-3'));
+    batcher.flushTask('demo', 't-3');
     expect(sent.at(-1)?.subject).toBe(subjects.event('demo', 't-3', 'step.completed'));
   });
 
