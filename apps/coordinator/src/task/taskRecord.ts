@@ -88,16 +88,21 @@ export function recordOf(
   };
 }
 
-/** A failure record with its final event, written under the lease; false when another coordinator owns the task. */
+/**
+ * A failure record with its final event, written under the lease; false when another coordinator owns the task. The
+ * task's open batch of events goes first (as before each checkpoint): a workflow that crashed may have made events
+ * (entering a state) that nothing makes again once its record says failed.
+ */
 export async function recordFailure(
-  services: RecordServices & Pick<TaskServices, 'clock'>,
+  services: RecordServices & Pick<TaskServices, 'clock' | 'bus'>,
   claimed: ClaimedTask,
   lease: LeaseMark,
   progress: number,
   final: TroupeEvent,
   context: Pick<WorkflowRecord, 'usage' | 'round'>,
 ): Promise<boolean> {
-  const { taskId } = claimed.input;
+  const { taskId, pipeline } = claimed.input;
+  services.bus.sendOpenEvents?.(pipeline, taskId);
   const record = recordOf(services, claimed, progress, {
     status: 'failed',
     state: 'failed',

@@ -52,7 +52,7 @@ export interface EndedHere {
   migrated?: (recorded: boolean) => void;
 }
 
-type EndingServices = Pick<TaskServices, 'store' | 'clock' | 'logger' | 'finalEvents'>;
+type EndingServices = Pick<TaskServices, 'store' | 'clock' | 'logger' | 'finalEvents' | 'bus'>;
 
 /**
  * Records how the workflow's time here ended, once its checkpoints are written: the ending of a task the workflow

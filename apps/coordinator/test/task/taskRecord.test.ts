@@ -1,7 +1,7 @@
-import type { WorkflowRecord } from '@troupe/protocol';
+import { emptyUsage, type WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { claim } from '../../src/intake/claim.ts';
-import { fencedWrite } from '../../src/task/taskRecord.ts';
+import { fencedWrite, recordFailure } from '../../src/task/taskRecord.ts';
 import { intakeServices, triagedTask } from '../intake/taskServices.ts';
 
 /** A claimed task's services, store and lease. */
@@ -11,10 +11,43 @@ async function claimedTask() {
   if (claimed.next !== 'run') throw new Error(`claimed as ${claimed.next}`);
   const current = await store.get('task-1');
   if (current === undefined) throw new Error('no record after the claim');
-  return { services, store, lease: claimed.claimed.lease, claimedRecord: current.value };
+  return {
+    services,
+    store,
+    claimed: claimed.claimed,
+    lease: claimed.claimed.lease,
+    claimedRecord: current.value,
+  };
 }
 
 describe("a write of a task's record under its lease", () => {
+  it("has the bus send the task's open events before a crashed workflow's failure record", async () => {
+    const { services, store, claimed, lease } = await claimedTask();
+    const order: string[] = [];
+    Object.assign(services.bus, {
+      sendOpenEvents: (pipeline: string, taskId: string) => order.push(`send ${pipeline}.${taskId}`),
+    });
+    const update = store.update.bind(store);
+    store.update = (key, value, revision) => {
+      order.push(`record ${value.status}`);
+      return update(key, value, revision);
+    };
+    const final = services.finalEvents.failed(
+      claimed.scope,
+      'internal',
+      'the workflow crashed',
+      emptyUsage(),
+      1,
+    );
+    const written = await recordFailure(services, claimed, lease, 1, final, {
+      round: 1,
+      usage: emptyUsage(),
+    });
+    expect(written).toBe(true);
+    // Events a workflow made entering a state (its next step's start) are made by nothing once the record says failed.
+    expect(order).toEqual([`send ${claimed.input.pipeline}.task-1`, 'record failed']);
+  });
+
   it('writes its record over an earlier write of its own that landed unseen, rather than taking that one for it', async () => {
     const { services, store, lease, claimedRecord } = await claimedTask();
     // An earlier checkpoint of this delivery landed, but its reply never came (NATS out of reach past every retry):
