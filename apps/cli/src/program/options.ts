@@ -123,7 +123,7 @@ export const natsAccessOptions = () => [
 export const eventBatchOption = () =>
   new Option(
     '--event-batch',
-    "send a task's model, tool and step events in batches (up to 20 ms or a step's end, 64 events a message): fewer messages; troupe's readers see each event, a raw NATS subscriber by kind does not (the default, unless $TROUPE_EVENT_BATCH=0)",
+    "send a task's model, tool and step events in batches (up to 20 ms, or until the task's record is written; 64 events a message): fewer messages; troupe's readers see each event, a raw NATS subscriber by kind does not (the default, unless $TROUPE_EVENT_BATCH=0)",
   );
 
 /** See {@link eventBatchOption}. */
