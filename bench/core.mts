@@ -83,7 +83,8 @@ print('raw NATS request/reply p50', percentile(raw, 0.5), 'ms');
 print('raw NATS request/reply p99', percentile(raw, 0.99), 'ms');
 
 // TROUPE_BENCH_LOCAL_STEPS sets the coordinator's maxLocalSteps (steps run in-process, no NATS hop) where its
-// default is not wanted; TROUPE_EVENT_BATCH=1 (read by the bus) sends a step's events in batches.
+// default is not wanted; TROUPE_EVENT_BATCH=0 (read by the bus) sends each event alone, not in batches (the
+// default).
 const localSteps = process.env.TROUPE_BENCH_LOCAL_STEPS
   ? { maxLocalSteps: Number(process.env.TROUPE_BENCH_LOCAL_STEPS) }
   : {};
@@ -269,8 +270,8 @@ async function parkedPhase() {
   });
   const waitingNow = new Set<string>();
   let allWaiting: (() => void) | undefined;
-  // step.started alone, or inside a batch of the task's events (TROUPE_EVENT_BATCH=1); read by hand rather than
-  // with the protocol's eventsOf, so the bench still builds against a checkout from before batches.
+  // step.started alone (TROUPE_EVENT_BATCH=0), or inside a batch of the task's events (the default); read by hand
+  // rather than with the protocol's eventsOf, so the bench still builds against a checkout from before batches.
   const started = {
     callback: (_e: unknown, msg: Msg) => {
       const body = msg.json<{

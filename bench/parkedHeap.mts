@@ -5,8 +5,8 @@
  * N must be in flight within the model's 20 s (1,000 takes about 10 s here).
  *
  * With `ended` last, it then waits for every task to end and reports (and snapshots, as ended.heapsnapshot) what the
- * coordinator still holds. With `TROUPE_EVENT_BATCH=1` (read by the bus) a task's events go in batches, read here
- * through `eventsOf`.
+ * coordinator still holds. A task's events go in batches by default (`TROUPE_EVENT_BATCH=0`, read by the bus, sends
+ * each alone), read here through `eventsOf`.
  *
  * With `passivate=<ms>` (anywhere after N) the coordinator passivates a task whose step has waited on its model that
  * long (`passivateAfterMs`, docs/durability.md): the heap is measured once that time (and the passivation sweep's)

@@ -3,8 +3,9 @@
  * coordinator (`troupe up --no-agents`), a `troupe worker` per agent, a submitter — under the `authorization` block
  * Troupe wrote before (every role in one account) and the `accounts` block it writes now (an account per role,
  * importing from TROUPE). For each: messages through the server per task (its /varz `in_msgs` + `out_msgs`, from
- * the first task submitted to the last one ended) and task latency (the final events' `durationMs`). With
- * `TROUPE_EVENT_BATCH=1` (read by every process's bus) the steps' events go in batches, read here through `eventsOf`.
+ * the first task submitted to the last one ended) and task latency (the final events' `durationMs`). The
+ * steps' events go in batches by default (`TROUPE_EVENT_BATCH=0`, read by every process's bus, sends each
+ * alone), read here through `eventsOf`.
  *
  *   npm run build && npx tsx bench/roles.mts [tasks=40]
  */
