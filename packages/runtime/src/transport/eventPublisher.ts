@@ -24,6 +24,17 @@ export interface EventPublisherOptions {
  * A bus's side of its events: each is logged, handed to the {@link EventOutbox} that keeps it until the `EVENTS`
  * stream has stored it, and told to the bus's event listeners (metrics).
  */
+/**
+ * The most bytes of events a batch holds on a server whose messages may carry `maxPayload` bytes: 256 KiB (a quarter
+ * of NATS's default), or half of a smaller limit, which leaves room for the batch's envelope and headers. A batch
+ * over the limit would be refused whole, every event in it with it; an event too large for a batch goes alone.
+ */
+export function batchBytesWithin(maxPayload: number): number {
+  return Math.min(DEFAULT_BATCH_BYTES, Math.floor(maxPayload / 2));
+}
+
+const DEFAULT_BATCH_BYTES = 256 * 1024;
+
 export class EventPublisher {
   readonly #connection: NatsConnection;
   readonly #logger: Logger;
@@ -45,10 +56,12 @@ export class EventPublisher {
       ...(opts.ackTimeoutMs === undefined ? {} : { ackTimeoutMs: opts.ackTimeoutMs }),
     });
     const outbox = this.outbox;
+    const maxPayload = opts.connection.info?.max_payload;
     this.#batcher = opts.batch
       ? new EventBatcher({
           send: (message) => outbox.add(message),
           ...(opts.lingerMs === undefined ? {} : { lingerMs: opts.lingerMs }),
+          ...(maxPayload === undefined ? {} : { maxBytes: batchBytesWithin(maxPayload) }),
         })
       : undefined;
   }

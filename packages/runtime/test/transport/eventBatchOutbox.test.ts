@@ -1,6 +1,7 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { eventsOf, STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
+import { startTestNats } from '@troupe/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { EmbeddedNats } from '../../src/transport/embeddedNats.ts';
 import { batchId } from '../../src/transport/eventBatcher.ts';
@@ -11,7 +12,7 @@ import { captureLogger, startServer } from './natsFixture.ts';
 
 const TRACEPARENT = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
-function toolCall(taskId: string, n: number): TroupeEvent {
+function toolCall(taskId: string, n: number, args = '{}'): TroupeEvent {
   return {
     id: `${taskId}:tool.call:s-1:1:${n}`,
     ts: new Date(0).toISOString(),
@@ -19,7 +20,7 @@ function toolCall(taskId: string, n: number): TroupeEvent {
     taskId,
     kind: 'tool.call',
     traceparent: TRACEPARENT,
-    data: { agent: 'coder', stepId: 's-1', callId: `c-${n}`, tool: 'read', arguments: '{}' },
+    data: { agent: 'coder', stepId: 's-1', callId: `c-${n}`, tool: 'read', arguments: args },
   };
 }
 
@@ -205,6 +206,36 @@ describe('whether a bus batches its events', () => {
         { subject: subjects.eventBatch('demo', task), ids: events.map((e) => e.id) },
       ]),
     );
+  });
+
+  it('keeps each batch within a server’s smaller max_payload, so no batch is refused whole', async () => {
+    const small = await startTestNats({ config: 'max_payload: 8192\n' });
+    try {
+      const setup = await NatsBus.connect({
+        servers: small.url,
+        name: 'setup',
+        logger: captureLogger().logger,
+      });
+      await ensureTroupeStreams(setup);
+      await setup.close();
+      const bus = await NatsBus.connect({
+        servers: small.url,
+        name: 'small',
+        logger: captureLogger().logger,
+        eventBatch: true,
+        eventBatchLingerMs: 1_000,
+      });
+      // 40 events of about 400 bytes: 16 KB together, twice what one message may carry here.
+      const events = Array.from({ length: 40 }, (_, n) =>
+        toolCall('task-small', n, JSON.stringify({ text: 'x'.repeat(300) })),
+      );
+      const stored = events.map((event) => bus.publishEvent(event));
+      bus.sendOpenEvents('demo', 'task-small');
+      expect(await Promise.all(stored)).toEqual(events.map(() => true));
+      await bus.close();
+    } finally {
+      await small.stop();
+    }
   });
 
   it('refuses a linger that is not a number of milliseconds, 0 or more', async () => {
