@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { jetstream } from '@nats-io/jetstream';
+import { readTaskEvents } from '@troupe/client';
 import { STREAMS, subjects, type TroupeEvent } from '@troupe/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -48,6 +49,41 @@ describe('the tool-call journal', () => {
       expect(stored.filter((e) => e.kind === 'tool.call')).toHaveLength(1);
       expect(stored.filter((e) => e.kind === 'step.started')).toHaveLength(1);
       expect(new Set(stored.map((e) => e.id)).size, facts.join('\n')).toBe(stored.length);
+    } finally {
+      await second.stop();
+    }
+  });
+});
+
+describe('the tool-call journal, with events in batches (the default)', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await startHarness([fixturePath('ledger.yaml')]);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+
+  it('has a reader see each fact of a step run again once, though its replayed events came in other batches', async () => {
+    publishTask(h, 'ledger', { id: 'ledger-b', goal: 'record one entry' });
+    await eventOf(h, 'ledger-b', 'tool.result');
+    await h.coordinator.stop();
+
+    const second = await startSecondCoordinator(h, ['ledger.yaml']);
+    try {
+      expect((await h.finalOf('ledger-b', 30_000)).kind).toBe('task.completed');
+      const ledger = await readFile(join(h.workspaceRoot, 'ledger', 'ledger-b', 'ledger.txt'), 'utf8');
+      expect(ledger).toBe('entry\n');
+      // What `troupe logs` and the gateway read: each fact once, the replayed copies dropped by id.
+      const read = await readTaskEvents(h.bus, 'ledger-b', 'ledger');
+      expect(read.filter((e) => e.kind === 'tool.call')).toHaveLength(1);
+      expect(read.filter((e) => e.kind === 'step.started')).toHaveLength(1);
+      expect(read.filter((e) => e.kind === 'tool.result').map((e) => e.data.journaled ?? false)).toEqual([
+        false,
+      ]);
+      expect(new Set(read.map((e) => e.id)).size).toBe(read.length);
+      expect(read.at(-1)?.kind).toBe('task.completed');
     } finally {
       await second.stop();
     }
