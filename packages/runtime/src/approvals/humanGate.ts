@@ -128,14 +128,23 @@ export class NatsHumanGate implements HumanGate {
   readonly #asking = new Map<string, Set<{ send(event: HumanRequestEvent): void }>>();
   /** Where every request waiting here has its record read again: one timer. */
   readonly #records: RecordWatch;
+  /** Whether the gate hears its bus close, which ends every read of the records (heard from the first request on). */
+  #hearsClose = false;
 
   constructor(options: NatsHumanGateOptions) {
     this.#o = options;
     this.#records = new RecordWatch(options.logger);
-    // A gate lives as long as its bus: nothing is read once the connection has closed.
-    options.bus.onStatus(({ type }) => {
-      if (type === 'close') this.#records.close();
-    });
+  }
+
+  /** The record watch, told when the bus closes: nothing is read once the connection has. */
+  #recordWatch(): RecordWatch {
+    if (!this.#hearsClose) {
+      this.#hearsClose = true;
+      this.#o.bus.onStatus(({ type }) => {
+        if (type === 'close') this.#records.close();
+      });
+    }
+    return this.#records;
   }
 
   /** From now on, a request cut short stays pending in KV instead of being marked expired. */
@@ -410,7 +419,7 @@ export class NatsHumanGate implements HumanGate {
       // finds nobody waiting rather than getting a receipt for a call that was already denied.
       asking.start();
       // Its record read on the gate's one timer (no actor, timer or poll of its own): a decision written there settles it.
-      unwatch = this.#records.watch(store, id, (value) => {
+      unwatch = this.#recordWatch().watch(store, id, (value) => {
         const stored = storedValue(value);
         if (stored !== undefined && asking.getSnapshot().status === 'active')
           asking.send({ type: 'storedDecision', value: stored });
