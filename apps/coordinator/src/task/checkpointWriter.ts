@@ -40,16 +40,7 @@ export interface LastMade {
   unwritten?: boolean;
 }
 
-export interface CheckpointWriterOptions {
-  /**
-   * Called right before each write of the task's record is sent: the bus sends the task's open batch of events then
-   * (`Bus.sendOpenEvents`), so the server has the events the workflow made (on entering a state, which a run restored
-   * from the record does not do again) before the record.
-   */
-  beforeWrite?: () => void;
-}
-
-type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger'> &
+type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger' | 'bus'> &
   Partial<Pick<TaskServices, 'passivation'>> &
   Parameters<typeof takeCheckpoint>[0];
 
@@ -113,7 +104,6 @@ export class CheckpointWriter implements CallerCheckpoint {
       taken: { parked: boolean; resumed: boolean },
     ) => void,
     private readonly steering?: TaskSteering,
-    private readonly options: CheckpointWriterOptions = {},
   ) {
     this.#tellTo = tell;
     this.#ledger = {
@@ -429,7 +419,6 @@ export class CheckpointWriter implements CallerCheckpoint {
         break;
       }
       try {
-        this.options.beforeWrite?.();
         const write = await fencedWrite(
           this.services,
           taskId,

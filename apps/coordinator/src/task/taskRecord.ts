@@ -13,7 +13,7 @@ export interface LeaseMark {
   revision: number;
 }
 
-type RecordServices = Pick<TaskServices, 'store' | 'logger'>;
+type RecordServices = Pick<TaskServices, 'store' | 'logger' | 'bus'>;
 
 /**
  * Writes the record only if it is still as this delivery last left it. A conflict means another coordinator took
@@ -21,13 +21,17 @@ type RecordServices = Pick<TaskServices, 'store' | 'logger'>;
  * write of this delivery's own landed with its reply lost. That write may be this one, or an earlier one given up
  * on (NATS out of reach past every retry): then this record is written over it, at the revision it left, since the
  * task is still this delivery's. Retried through outages; throws what is not one.
+ *
+ * The task's open batch of events is sent first (`Bus.sendOpenEvents`), on the same connection: the server has the
+ * events the workflow made (entering a state, which a run restored from this record does not do again) before it.
  */
 export async function fencedWrite(
-  { store, logger }: RecordServices,
+  { store, logger, bus }: RecordServices,
   taskId: string,
   lease: LeaseMark,
   value: WorkflowRecord,
 ): Promise<FencedWrite> {
+  bus.sendOpenEvents?.(value.pipeline, taskId);
   let revision = lease.revision;
   // Bounded: each round needs a write of ours to land unseen, and only the writes of one delivery can bear its token.
   for (let round = 0; round < OWN_WRITE_ROUNDS; round++) {
@@ -88,21 +92,16 @@ export function recordOf(
   };
 }
 
-/**
- * A failure record with its final event, written under the lease; false when another coordinator owns the task. The
- * task's open batch of events goes first (as before each checkpoint): a workflow that crashed may have made events
- * (entering a state) that nothing makes again once its record says failed.
- */
+/** A failure record with its final event, written under the lease; false when another coordinator owns the task. */
 export async function recordFailure(
-  services: RecordServices & Pick<TaskServices, 'clock' | 'bus'>,
+  services: RecordServices & Pick<TaskServices, 'clock'>,
   claimed: ClaimedTask,
   lease: LeaseMark,
   progress: number,
   final: TroupeEvent,
   context: Pick<WorkflowRecord, 'usage' | 'round'>,
 ): Promise<boolean> {
-  const { taskId, pipeline } = claimed.input;
-  services.bus.sendOpenEvents?.(pipeline, taskId);
+  const { taskId } = claimed.input;
   const record = recordOf(services, claimed, progress, {
     status: 'failed',
     state: 'failed',

@@ -192,8 +192,6 @@ export function taskSetup(services: TaskServices) {
           (event) => self.send(event),
           checkpointed(services, claimed, steering),
           steering,
-          // The task's events made so far go before each record of it, on the same connection.
-          { beforeWrite: () => services.bus.sendOpenEvents?.(pipeline, input.taskId) },
         );
         services.passivation?.ownedBy(writer, self);
         const hold: Hold = {

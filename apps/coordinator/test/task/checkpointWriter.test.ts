@@ -20,7 +20,8 @@ async function writerOf(
   options: {
     park?: (parked: boolean) => void;
     steering?: TaskSteering;
-    beforeWrite?: () => void;
+    /** The bus's sending of a task's open batch of events. */
+    sendOpenEvents?: (pipeline: string, taskId: string) => void;
     /** What each write of the record adds to, as it is sent. */
     order?: string[];
   } = {},
@@ -28,6 +29,7 @@ async function writerOf(
   const { services, store } = intakeServices();
   const claimed = await claim(services, triagedTask({ id: 'task-1', goal: 'plan it' }));
   if (claimed.next !== 'run') throw new Error(`claimed as ${claimed.next}`);
+  if (options.sendOpenEvents) Object.assign(services.bus, { sendOpenEvents: options.sendOpenEvents });
   if (options.park) claimed.claimed.delivery.park = options.park;
   const update = store.update.bind(store);
   const calls: { revision: number; record: WorkflowRecord }[] = [];
@@ -55,7 +57,6 @@ async function writerOf(
       claimed.claimed.delivery.park(parked);
     },
     options.steering,
-    options.beforeWrite ? { beforeWrite: options.beforeWrite } : {},
   );
   // The workflow's first snapshot, not started: what a checkpoint is made of, with no step running.
   const snapshot: WorkflowSnapshot = createActor(claimed.flow.machine, {
@@ -128,10 +129,10 @@ describe("a task's checkpoint writer", () => {
     };
     const { writer, snapshot, release } = await writerOf({
       order,
-      beforeWrite: () => bus.sendOpenEvents('core', 'task-1'),
+      sendOpenEvents: bus.sendOpenEvents,
     });
     const add = (taskId: string, kind: string) =>
-      open.set(`core.${taskId}`, [...(open.get(`core.${taskId}`) ?? []), `${taskId}:${kind}`]);
+      open.set(`unit.${taskId}`, [...(open.get(`unit.${taskId}`) ?? []), `${taskId}:${kind}`]);
     writer.snapshot(snapshot);
     // A step ends; the workflow enters the next one, saying so; its checkpoint records the state entered.
     add('task-1', 'step.completed');
@@ -152,7 +153,7 @@ describe("a task's checkpoint writer", () => {
       'record (progress 2)',
     ]);
     // Another task's batch is left to its linger.
-    expect(open.get('core.task-2')).toEqual(['task-2:tool.call']);
+    expect(open.get('unit.task-2')).toEqual(['task-2:tool.call']);
   });
 
   it('tells the task once that the lease is lost, and writes nothing after it', async () => {
