@@ -153,6 +153,16 @@ export class EventBatcher {
   }
 }
 
+/**
+ * The most bytes of events a batch holds on a server whose messages may carry `maxPayload` bytes: the default
+ * `maxBytes` (a quarter of NATS's default `max_payload`), or half of a smaller limit, which leaves room for the batch's
+ * envelope and headers. A batch over the limit would be refused whole, every event in it with it; an event too large
+ * for a batch goes alone.
+ */
+export function batchBytesWithin(maxPayload: number): number {
+  return Math.min(DEFAULTS.maxBytes, Math.floor(maxPayload / 2));
+}
+
 /** `lingerMs` if it is a number of milliseconds, 0 or more; fails with a `RangeError` that says so otherwise. */
 export function checkedLingerMs(lingerMs: number): number {
   if (Number.isFinite(lingerMs) && lingerMs >= 0) return lingerMs;

@@ -2,7 +2,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { subjects, type TroupeEvent } from '@troupe/protocol';
 import type { Logger } from '../logging/logger.ts';
 import { logMessage, type MessageLogLevel, type MessageMeta } from '../logging/messageLog.ts';
-import { EventBatcher } from './eventBatcher.ts';
+import { batchBytesWithin, EventBatcher } from './eventBatcher.ts';
 import { EventOutbox } from './eventOutbox.ts';
 import { TransportError } from './transportError.ts';
 
@@ -24,17 +24,6 @@ export interface EventPublisherOptions {
  * A bus's side of its events: each is logged, handed to the {@link EventOutbox} that keeps it until the `EVENTS`
  * stream has stored it, and told to the bus's event listeners (metrics).
  */
-/**
- * The most bytes of events a batch holds on a server whose messages may carry `maxPayload` bytes: 256 KiB (a quarter
- * of NATS's default), or half of a smaller limit, which leaves room for the batch's envelope and headers. A batch
- * over the limit would be refused whole, every event in it with it; an event too large for a batch goes alone.
- */
-export function batchBytesWithin(maxPayload: number): number {
-  return Math.min(DEFAULT_BATCH_BYTES, Math.floor(maxPayload / 2));
-}
-
-const DEFAULT_BATCH_BYTES = 256 * 1024;
-
 export class EventPublisher {
   readonly #connection: NatsConnection;
   readonly #logger: Logger;
