@@ -1,9 +1,6 @@
 import type { HumanRequest } from '@troupe/protocol';
-import type { KeyValue } from '../durable/kvStore.ts';
+import { type KeyValue, WATCH_POLL as POLL } from '../durable/kvStore.ts';
 import type { Logger } from '../logging/index.ts';
-
-/** How soon a record is read again: soon after it was seen to change, then less often, down to every 5 s. */
-const POLL = { firstMs: 500, maxMs: 5_000 } as const;
 
 /**
  * The least time between two runs of the timer: each run goes through every record watched, so thousands of records

@@ -127,7 +127,7 @@ const LOST_COMPARE: readonly number[] = [
 export const lostCompare = (error: unknown): boolean => LOST_COMPARE.some((code) => isApiError(error, code));
 
 /** How often a watched key is read again: soon after it changed, then less often, down to every 5 s. */
-const WATCH_POLL = { firstMs: 500, maxMs: 5_000 } as const;
+export const WATCH_POLL = { firstMs: 500, maxMs: 5_000 } as const;
 
 /** A JetStream manager per connection, for listing keys: one `$JS.API.INFO` check, not one per listing. */
 const managers = new WeakMap<JetStreamBus, Promise<JetStreamManager>>();
