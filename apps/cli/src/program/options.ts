@@ -1,3 +1,4 @@
+import { eventBatchSetting } from '@troupe/runtime';
 import { InvalidArgumentError, Option } from 'commander';
 import { CliError } from '../cliError.ts';
 import { parseDuration } from '../format/duration.ts';
@@ -140,9 +141,9 @@ export const noEventBatchOption = () =>
  */
 export function eventBatchOf(flag: boolean | undefined, env: NodeJS.ProcessEnv = process.env): boolean {
   if (flag !== undefined) return flag;
-  const value = env.TROUPE_EVENT_BATCH ?? '';
-  if (value === '' || value === '1') return true;
-  if (value === '0') return false;
+  const value = env.TROUPE_EVENT_BATCH;
+  const batching = eventBatchSetting(value);
+  if (batching !== undefined) return batching;
   throw new CliError(
     `TROUPE_EVENT_BATCH must be 0 (each event alone) or 1 (events in batches, the default), not "${value}"`,
     2,

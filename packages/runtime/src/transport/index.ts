@@ -56,7 +56,7 @@ export {
   type NatsAccessSources,
   readNatsAccess,
 } from './natsAccess.ts';
-export { type BusOptions, connectBus, type MessageMeta, NatsBus } from './natsBus.ts';
+export { type BusOptions, connectBus, eventBatchSetting, type MessageMeta, NatsBus } from './natsBus.ts';
 export { createNkeyUser, type NkeyUser } from './nkeyUser.ts';
 export { publishToStream, type StreamAck, type StreamPublishOptions } from './publishToStream.ts';
 export {

@@ -363,15 +363,24 @@ export class NatsBus implements JetStreamBus {
  * Another value but `1` is warned about (`troupe up` and `troupe worker` refuse it), and batching stays on.
  */
 function batchingByEnvironment(logger: Logger): boolean {
-  const value = process.env.TROUPE_EVENT_BATCH ?? '';
-  if (value === '0') return false;
-  if (value !== '' && value !== '1') {
-    logger.warn(
-      { TROUPE_EVENT_BATCH: value },
-      `TROUPE_EVENT_BATCH=${value} is neither 0 nor 1: events go in batches (0 sends each alone)`,
-    );
-  }
+  const value = process.env.TROUPE_EVENT_BATCH;
+  const batching = eventBatchSetting(value);
+  if (batching !== undefined) return batching;
+  logger.warn(
+    { TROUPE_EVENT_BATCH: value },
+    `TROUPE_EVENT_BATCH=${value} is neither 0 nor 1: events go in batches (0 sends each alone)`,
+  );
   return true;
+}
+
+/**
+ * What a `TROUPE_EVENT_BATCH` value says: `0` each event alone, `1` (or unset, or empty) in batches; undefined for any
+ * other value, which its reader refuses or warns about.
+ */
+export function eventBatchSetting(value: string | undefined): boolean | undefined {
+  if (value === undefined || value === '' || value === '1') return true;
+  if (value === '0') return false;
+  return undefined;
 }
 
 /**
