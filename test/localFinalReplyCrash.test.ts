@@ -52,6 +52,13 @@ flow:
   - { id: execute, kind: agent, agent: executor }
 `;
 
+/** The same, with a reviewer after the executor. */
+const reviewed = (baseURL: string) =>
+  pipeline(baseURL)
+    .replace('name: handoff', 'name: reviewed')
+    .replace('  executor: {', '  reviewer: { instructions: Review it. }\n  executor: {')
+    .concat('  - { id: review, kind: agent, agent: reviewer }\n');
+
 /**
  * A step run in the coordinator's own process leaves its final model reply to the workflow's checkpoint rather than
  * the journal. A coordinator cut off from NATS right after that reply (its `llm.response` is the last thing the
@@ -74,6 +81,7 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
     openai = await startFakeOpenAI();
     dir = await mkdtemp(join(tmpdir(), 'troupe-local-final-'));
     await writeFile(join(dir, 'handoff.yaml'), pipeline(openai.baseURL));
+    await writeFile(join(dir, 'reviewed.yaml'), reviewed(openai.baseURL));
     client = await connect({ servers: nats.url, name: 'local-final-test' });
     client.subscribe(subjects.allTaskEvents, {
       callback: (_error, msg) => {
@@ -97,7 +105,7 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  const start = async (servers: string, name: string) => {
+  const start = async (servers: string, name: string, checkpointLingerMs?: number) => {
     const logger = createLogger({ level: process.env.TROUPE_TEST_LOG ?? 'silent' });
     // Events one by one, so the cut can fall right after the reply's own event.
     const bus = await NatsBus.connect({ servers, name, logger, eventBatch: false });
@@ -105,16 +113,19 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
     registry.register(jot);
     const coordinator = await startCoordinator({
       bus,
-      pipelines: [
-        await loadPipeline(join(dir, 'handoff.yaml'), {
-          toolNames: registry.names(),
-          env: { OPENAI_API_KEY: 'sk-test' },
-        }),
-      ],
+      pipelines: await Promise.all(
+        ['handoff.yaml', 'reviewed.yaml'].map((file) =>
+          loadPipeline(join(dir, file), {
+            toolNames: registry.names(),
+            env: { OPENAI_API_KEY: 'sk-test' },
+          }),
+        ),
+      ),
       logger,
       workspaceRoot: join(dir, 'workspaces'),
       registry,
       ackWaitMs: 2_000,
+      ...(checkpointLingerMs === undefined ? {} : { checkpointLingerMs }),
     });
     running.push({ coordinator, bus });
     return { coordinator, bus };
@@ -127,7 +138,7 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
   const instructionsOf = (body: { messages?: { role: string; content: unknown }[] }) =>
     JSON.stringify(body.messages?.find((m) => m.role === 'system')?.content ?? '');
   /** The model requests of one agent for the task whose goal is `goal`. */
-  const askedOf = (agent: 'Plan it.' | 'Do what the plan says.', goal: string) =>
+  const askedOf = (agent: 'Plan it.' | 'Do what the plan says.' | 'Review it.', goal: string) =>
     openai.requests.filter(
       (r) => instructionsOf(r.body).includes(agent) && JSON.stringify(r.body).includes(goal),
     );
@@ -251,6 +262,53 @@ describe("kill -9 between a local step's final reply and the checkpoint that rec
     // the executor first started.
     const reused = reusePlan(stored, { taskId: id, step: 'execute' });
     expect(reused.ok && reused.steps['plan.1']?.output).toBe('Plan: jot "second".');
+    await stop(next);
+  }, 120_000);
+  it('asks the executor once more for its final reply, not its tool, after a crash while its checkpoint is held back behind the reviewer', async () => {
+    const id = 'local-final-3';
+    const goal = 'plan, do it, review it (3)';
+    jotted.length = 0;
+    const executeStep = `${id}.execute.1`;
+    // The checkpoint that holds the executor's output waits for the next write while the reviewer runs here (a linger
+    // long enough that it has not gone by then): the cut comes as the reviewer asks its model.
+    proxy = await cutAfterWrite(nats.port, subjects.event('reviewed', id, 'llm.request'), (payload) =>
+      payload.toString('utf8').includes(`"stepId":"${id}.review.1"`),
+    );
+    openai.enqueue(
+      { kind: 'message', content: 'Plan: jot "once".' },
+      { kind: 'message', toolCalls: [{ name: 'jot', arguments: '{"text":"once"}' }] },
+      { kind: 'message', content: 'Jotted "once".' },
+      // The reviewer the cut-off coordinator starts, going on in memory.
+      { kind: 'message', content: 'Looks right (never recorded).' },
+    );
+    const workflows = await new Kvm(client).open(BUCKETS.workflows);
+    await start(proxy.url, 'held-back-coordinator', 60_000);
+    client.publish(subjects.task('reviewed'), JSON.stringify({ id, goal }));
+    await proxy.cut;
+    await expect.poll(() => askedOf('Review it.', goal).length, { timeout: 20_000 }).toBe(1);
+    // What the server holds: the planner's output (the executor's journal wrote after it), not the executor's.
+    const record = (await workflows.get(id))?.json<{ state: unknown }>();
+    expect(JSON.stringify(record?.state)).toContain('execute');
+    expect(jotted).toEqual(['once']);
+
+    openai.enqueue(
+      { kind: 'message', content: 'Jotted "once", again.' },
+      { kind: 'message', content: 'Looks right.' },
+    );
+    const next = await start(nats.url, 'next-coordinator-3');
+    const final = await finalOf(id);
+    expect(final.kind, JSON.stringify(final.data)).toBe('task.completed');
+    expect((final as EventOf<'task.completed'>).data.output).toBe('Looks right.');
+    // The planner's output was on record: not asked again. The executor's tool call and its result were journaled:
+    // replayed, the tool not run again. Its final reply, held back with the checkpoint, is asked for once more.
+    expect(askedOf('Plan it.', goal)).toHaveLength(1);
+    expect(jotted).toEqual(['once']);
+    expect(askedOf('Do what the plan says.', goal)).toHaveLength(3);
+    const stored = await readTaskEvents(next.bus, id, 'reviewed');
+    const executed = ofKind(stored, 'step.completed').filter((e) => e.data.stepId === executeStep);
+    expect(executed.map((e) => e.data.output)).toEqual(['Jotted "once".', 'Jotted "once", again.']);
+    const reused = reusePlan(stored, { taskId: id, step: 'review' });
+    expect(reused.ok && reused.steps['execute.1']?.output).toBe('Jotted "once", again.');
     await stop(next);
   }, 120_000);
 });

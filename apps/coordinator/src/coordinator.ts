@@ -52,6 +52,7 @@ const RUNNER_SETTINGS = [
   'finalEventWaitMs',
   'limits',
   'passivateAfterMs',
+  'checkpointLingerMs',
 ] as const satisfies readonly (keyof PipelineRunnerOptions)[];
 type RunnerSettings = Pick<PipelineRunnerOptions, (typeof RUNNER_SETTINGS)[number]>;
 

@@ -61,6 +61,7 @@ type CoordinatorSettings = Pick<
   | 'limits'
   | 'stepHeartbeatMs'
   | 'passivateAfterMs'
+  | 'checkpointLingerMs'
   | 'eventRetention'
 >;
 

@@ -9,6 +9,25 @@ import { isoNow } from './taskServices.ts';
 import type { TaskSteering } from './taskSteering.ts';
 import type { WorkflowSnapshot } from './workflowChild.ts';
 
+/**
+ * How long the checkpoint that records a local step's output may wait for the next write, by default, while only steps
+ * of this process follow (see `CheckpointWriter.#hold`): as long as a step's events wait for their batch.
+ */
+export const DEFAULT_CHECKPOINT_LINGER_MS = 20;
+
+/**
+ * A runner's checkpoint linger, as its `checkpointLingerMs` option sets it ({@link DEFAULT_CHECKPOINT_LINGER_MS} when
+ * not given; 0 writes every checkpoint at once). One that is no number of milliseconds is refused, the runner not
+ * started.
+ */
+export function checkpointLingerOf(lingerMs: number | undefined): number {
+  const linger = lingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
+  if (Number.isFinite(linger) && linger >= 0) return linger;
+  throw new Error(
+    `checkpointLingerMs must be 0 (every checkpoint written at once) or a number of milliseconds above 0, not ${linger}`,
+  );
+}
+
 /** What the writer tells its task actor: only what the task must act on while its workflow runs. */
 export type CheckpointWriterEvent =
   /** A write found another coordinator's lease on the record. */
@@ -41,7 +60,7 @@ export interface LastMade {
 }
 
 type WriterServices = Pick<TaskServices, 'clock' | 'store' | 'logger' | 'bus'> &
-  Partial<Pick<TaskServices, 'passivation'>> &
+  Partial<Pick<TaskServices, 'passivation' | 'checkpointLingerMs'>> &
   Parameters<typeof takeCheckpoint>[0];
 
 /**
@@ -93,6 +112,11 @@ export class CheckpointWriter implements CallerCheckpoint {
   #owing = false;
   /** A record could not be stored for a reason other than an outage: the task fails, and nothing is written again. */
   #poisoned = false;
+  /**
+   * The checkpoint that holds an owed output, held back while only steps of this process follow (see {@link #hold}),
+   * and the timer that writes it once it has lingered.
+   */
+  #held: { write: PendingWrite; timer: unknown } | undefined;
 
   constructor(
     private readonly services: WriterServices,
@@ -125,6 +149,8 @@ export class CheckpointWriter implements CallerCheckpoint {
    */
   stored(): Promise<boolean> {
     if (this.#ledger.lost) return Promise.resolve(false);
+    // Someone needs it stored: a checkpoint held back goes now.
+    if (this.#held) this.#enqueue(this.#held.write);
     // An output owed and not yet made into a record (its step's reply is being heard): its record is waited for too,
     // numbered once the workflow's snapshot that holds it is queued.
     if (this.#owing) {
@@ -156,7 +182,7 @@ export class CheckpointWriter implements CallerCheckpoint {
    * here is over, when {@link stored} answers that it will not be stored and what asked goes no further.
    */
   get owes(): boolean {
-    return this.#owing || this.#stored < this.#owedBy;
+    return this.#owing || this.#held !== undefined || this.#stored < this.#owedBy;
   }
 
   /**
@@ -197,7 +223,8 @@ export class CheckpointWriter implements CallerCheckpoint {
    * while they work, or a write is pending. What the runner passivates a task by.
    */
   get idleSince(): number | undefined {
-    const pending = this.#writing || this.#queue.length > 0 || this.#steeredEarly.length > 0;
+    const pending =
+      this.#writing || this.#queue.length > 0 || this.#steeredEarly.length > 0 || this.#held !== undefined;
     return pending ? undefined : this.waitingSince;
   }
 
@@ -303,6 +330,11 @@ export class CheckpointWriter implements CallerCheckpoint {
       this.#unwritten = taken.write;
       return;
     }
+    if (this.#owing && early.length === 0 && !parked && this.#hold(taken.write)) {
+      // The output is in the record held back now; one owed from here on is another step's.
+      this.#owing = false;
+      return;
+    }
     this.#enqueue(
       early.length === 0
         ? taken.write
@@ -314,6 +346,43 @@ export class CheckpointWriter implements CallerCheckpoint {
           },
     );
     if (this.#owing) this.#owedNow();
+  }
+
+  /**
+   * Holds back the checkpoint that records a local step's output (one whose final model reply no journal holds, see
+   * {@link owe}) while the workflow runs on here: true when it is held. Nothing durable can follow it unwritten (a
+   * local step's journal, a step sent over NATS, a question to a person or a sub-task wait for {@link stored}, which
+   * writes it at once), so it is written with the next write of any kind (every record holds it from here on), when
+   * someone waits for it, when the workflow ends, or once it has waited the linger
+   * ({@link DEFAULT_CHECKPOINT_LINGER_MS}). A run of local steps that ends within the linger writes one record where
+   * it wrote one a step: a crash meanwhile resumes the task from the checkpoint before, and asks those steps' models
+   * for their final replies again, as for one step's (durability.md, "A local step's final reply"). Not held: the
+   * task's final record, a parked one, or one someone already waits for.
+   */
+  #hold(write: PendingWrite): boolean {
+    const lingerMs = this.services.checkpointLingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
+    const held = this.#held;
+    if (lingerMs === 0 || write.record.status !== 'running' || this.#storedWaits.length > 0) return false;
+    this.#unwritten = undefined;
+    // A later checkpoint holds all an earlier one did; the linger runs from the first output held.
+    if (held) held.write = write;
+    else {
+      const timer = this.services.clock.setTimeout(
+        () => this.#faultsTold(() => this.#held && this.#enqueue(this.#held.write)),
+        lingerMs,
+      );
+      this.#held = { write, timer };
+    }
+    return true;
+  }
+
+  /** Lets go of the checkpoint held back, if any: true when there was one. */
+  #release(): boolean {
+    const held = this.#held;
+    if (held === undefined) return false;
+    this.services.clock.clearTimeout(held.timer);
+    this.#held = undefined;
+    return true;
   }
 
   /** The snapshot that holds the owed output is queued: its write is the one the output waits for. */
@@ -339,6 +408,11 @@ export class CheckpointWriter implements CallerCheckpoint {
    */
   written(): Promise<Written> {
     this.#closed = true;
+    // Ended from outside (a stop, a migration) with a checkpoint held back: it goes on record for the next run.
+    if (this.#held) {
+      if (this.#ledger.lost) this.#release();
+      else this.#enqueue(this.#held.write);
+    }
     // Let go before its first step replied (a stop, a migration): the snapshot goes on record for the next run.
     if (this.#unwritten && !this.#ledger.lost) this.#enqueue(this.#unwritten);
     // Nothing more of the workflow is heard: an output still owed will not be recorded here.
@@ -365,6 +439,7 @@ export class CheckpointWriter implements CallerCheckpoint {
 
   /** Drops the writes not made yet, telling those waiting on one that it was not written. */
   #drop(): void {
+    this.#release();
     const queued = this.#queue.splice(0);
     // Numbered as made, never written: the writes made after them keep their numbers.
     this.#taken += queued.length;
@@ -400,8 +475,11 @@ export class CheckpointWriter implements CallerCheckpoint {
   #enqueue(write: PendingWrite): void {
     // Every write after the first checkpoint holds the workflow's snapshot, or a later one.
     this.#unwritten = undefined;
+    // Every record is made from the latest: one held back is held by this write, which the output it owes waits for.
+    const held = this.#release();
     this.#made += 1;
     this.#queue.push(write);
+    if (held) this.#owedBy = this.#made;
     if (!this.#writing) void this.#writeAll();
   }
 

@@ -40,6 +40,11 @@ export interface TaskServices {
   maxDeliver: number;
   /** How often a task being handled tells the server it is still working on it. */
   keepAliveMs: number;
+  /**
+   * How long the checkpoint that records a local step's output may wait for the next write while only steps of this
+   * process follow (see `CheckpointWriter`): default 20 ms, 0 writes each at once.
+   */
+  checkpointLingerMs?: number;
   /** How long a task's end waits for its final event before it says so, and a stop before it leaves it (default 10 s). */
   finalEventWaitMs?: number;
   /** Cancels, migrations, parents' endings and the stop, for each task actor here. */

@@ -29,6 +29,7 @@ import { notSteering } from '../control/controlResponder.ts';
 import { FINAL_EVENT_WAIT_MS } from '../intake/conclude.ts';
 import { DEFAULT_INTAKE_LIMITS, type IntakeLimits } from '../intake/intakeLimits.ts';
 import type { TaskDelivery, TaskIntake, TaskQueue } from '../intake/taskQueue.ts';
+import { checkpointLingerOf, type DEFAULT_CHECKPOINT_LINGER_MS } from '../task/checkpointWriter.ts';
 import { FinalEvents } from '../task/finalEvents.ts';
 import {
   type DEFAULT_PASSIVATE_AFTER_MS,
@@ -139,6 +140,13 @@ export interface PipelineRunnerOptions {
    * {@link DEFAULT_PASSIVATE_AFTER_MS}; 0 turns passivation off.
    */
   passivateAfterMs?: number;
+  /**
+   * How long the checkpoint that records a step's output, when the step ran here and no journal holds its final reply,
+   * may wait for the next record write while only steps run here follow: default
+   * {@link DEFAULT_CHECKPOINT_LINGER_MS}; 0 writes every checkpoint at once. A crash meanwhile asks those steps'
+   * models again (docs/durability.md, "A local step's final reply").
+   */
+  checkpointLingerMs?: number;
 }
 
 /** Runs one pipeline's tasks: one task actor tree per delivery, events on the wire, checkpoints in KV. */
@@ -178,6 +186,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
   // How often a task being handled tells the server it is still working on it.
   const keepAliveMs = Math.max(100, Math.floor(ackWaitMs / 3));
   const passivation = passivationOf(options.passivateAfterMs, { clock, logger, keepAliveMs, signals });
+  const checkpointLingerMs = checkpointLingerOf(options.checkpointLingerMs);
   let stopping = false;
   const stop = new AbortController();
   const stopped = stop.signal;
@@ -233,6 +242,7 @@ export async function startPipelineRunner(options: PipelineRunnerOptions): Promi
     ...(options.queued ? { queued: options.queued } : {}),
     maxDeliver: options.maxDeliver ?? 10,
     keepAliveMs,
+    checkpointLingerMs,
     ...(options.finalEventWaitMs === undefined ? {} : { finalEventWaitMs: options.finalEventWaitMs }),
     signals,
     ...(options.closeRequests ? { closeRequests: options.closeRequests } : {}),

@@ -2,7 +2,12 @@ import type { StepActivity, WorkflowRecord } from '@troupe/protocol';
 import { describe, expect, it } from 'vitest';
 import { createActor } from 'xstate';
 import { claim } from '../../src/intake/claim.ts';
-import { CheckpointWriter, type CheckpointWriterEvent } from '../../src/task/checkpointWriter.ts';
+import {
+  CheckpointWriter,
+  type CheckpointWriterEvent,
+  checkpointLingerOf,
+  DEFAULT_CHECKPOINT_LINGER_MS,
+} from '../../src/task/checkpointWriter.ts';
 import { TaskSteering } from '../../src/task/taskSteering.ts';
 import type { WorkflowSnapshot } from '../../src/task/workflowChild.ts';
 import { intakeServices, triagedTask } from '../intake/taskServices.ts';
@@ -15,6 +20,18 @@ const activity: StepActivity = {
   since: '2026-01-01T00:00:00.000Z',
 };
 
+/** Lets every write the writer would start now reach the store (its sends and reads go through a few turns). */
+function turnsPass(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** What a promise of the writer settled with, as it does: empty until it has. */
+function settled(promise: Promise<boolean>): boolean[] {
+  const seen: boolean[] = [];
+  void promise.then((stored) => seen.push(stored));
+  return seen;
+}
+
 /** A claimed task and its writer, whose store's writes wait until let through (`release`), one call at a time. */
 async function writerOf(
   options: {
@@ -24,9 +41,12 @@ async function writerOf(
     sendOpenEvents?: (pipeline: string, taskId: string) => void;
     /** What each write of the record adds to, as it is sent. */
     order?: string[];
+    /** The runner's `checkpointLingerMs`. */
+    lingerMs?: number;
   } = {},
 ) {
-  const { services, store } = intakeServices();
+  const { services, store, clock } = intakeServices();
+  if (options.lingerMs !== undefined) Object.assign(services, { checkpointLingerMs: options.lingerMs });
   const claimed = await claim(services, triagedTask({ id: 'task-1', goal: 'plan it' }));
   if (claimed.next !== 'run') throw new Error(`claimed as ${claimed.next}`);
   if (options.sendOpenEvents) Object.assign(services.bus, { sendOpenEvents: options.sendOpenEvents });
@@ -71,6 +91,7 @@ async function writerOf(
     checkpoints,
     claimed: claimed.claimed,
     lease: claimed.claimed.lease,
+    clock,
     /** Lets the oldest waiting write through, once it has been tried. */
     release: async () => {
       await expect.poll(() => gates.length).toBeGreaterThan(0);
@@ -318,11 +339,6 @@ describe("a task's checkpoint writer", () => {
 
   it('says when every record made so far is stored, for the steps taken in this process; and an output owed, once the record made after it is', async () => {
     const { writer, snapshot, release } = await writerOf();
-    const settled = (promise: Promise<boolean>) => {
-      const seen: boolean[] = [];
-      void promise.then((stored) => seen.push(stored));
-      return seen;
-    };
     // Nothing made yet (the first checkpoint, entering the first step, is not written): stored at once.
     writer.snapshot(snapshot);
     expect(await writer.stored()).toBe(true);
@@ -423,8 +439,9 @@ describe("a task's checkpoint writer", () => {
     writer.snapshot(snapshot);
     writer.owe();
     writer.snapshot(snapshot);
+    const stored = writer.stored();
     await release();
-    await expect.poll(() => writer.stored()).toBe(false);
+    expect(await stored).toBe(false);
     // What would send a step over NATS now asks, and hears that the output will not be stored: nothing goes out.
     expect(writer.owes).toBe(true);
 
@@ -450,5 +467,138 @@ describe("a task's checkpoint writer", () => {
     await release();
     expect(await told).toBe(false);
     expect(writer.ending).toBe(false);
+  });
+  it('holds back the checkpoint of a local step’s output while the workflow runs on here, and writes only the latest once a later step needs it', async () => {
+    const { writer, snapshot, release, calls, clock } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    expect(calls.map((c) => c.record.progress)).toEqual([1]);
+    // The planner replied here (its final reply in no journal) and the executor starts: the record that holds the
+    // planner's output waits.
+    writer.owe();
+    writer.snapshot(snapshot);
+    expect(writer.owes).toBe(true);
+    expect(writer.idleSince).toBeUndefined();
+    // The executor too ends with a final reply, within the linger: the later record holds both outputs.
+    writer.owe();
+    writer.snapshot(snapshot);
+    await turnsPass();
+    expect(calls).toHaveLength(1);
+    expect(clock.pending()).toHaveLength(1);
+    // The reviewer's journal asks for every checkpoint so far before its first write: the latest goes now, alone.
+    const stored = writer.stored();
+    await release();
+    expect(await stored).toBe(true);
+    expect(calls.map((c) => c.record.progress)).toEqual([1, 3]);
+    expect(writer.owes).toBe(false);
+    expect(clock.pending()).toEqual([]);
+  });
+
+  it('writes a held-back checkpoint once it has lingered; with a linger of 0, at once', async () => {
+    const { writer, snapshot, release, calls, clock } = await writerOf({ lingerMs: 50 });
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    writer.owe();
+    writer.snapshot(snapshot);
+    clock.advance(49);
+    await turnsPass();
+    expect(calls).toHaveLength(1);
+    clock.advance(1);
+    await expect.poll(() => calls.length).toBe(2);
+    await release();
+    await expect.poll(() => writer.owes).toBe(false);
+
+    const atOnce = await writerOf({ lingerMs: 0 });
+    atOnce.writer.snapshot(atOnce.snapshot);
+    atOnce.writer.snapshot(atOnce.snapshot);
+    await atOnce.release();
+    atOnce.writer.owe();
+    atOnce.writer.snapshot(atOnce.snapshot);
+    await expect.poll(() => atOnce.calls.length).toBe(2);
+    expect(atOnce.clock.pending()).toEqual([]);
+  });
+
+  it('lets the next write of any kind carry a held-back checkpoint, and still owes an output replied after it', async () => {
+    const { writer, snapshot, release, calls, clock } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    writer.owe();
+    writer.snapshot(snapshot);
+    // A step in another branch replies here before the workflow hears it; meanwhile its step starts waiting on a person.
+    writer.owe();
+    writer.activity(activity);
+    await release();
+    // That write holds the first output: its held checkpoint is not written besides.
+    expect(calls.map((c) => [c.record.progress, c.record.activity?.kind])).toEqual([
+      [1, 'agent'],
+      [2, 'person'],
+    ]);
+    expect(clock.pending()).toEqual([]);
+    // The second output is in no record yet.
+    expect(writer.owes).toBe(true);
+    const stored = settled(writer.stored());
+    await Promise.resolve();
+    expect(stored).toEqual([]);
+    writer.snapshot(snapshot);
+    await release();
+    await expect.poll(() => stored).toEqual([true]);
+    expect(calls.map((c) => c.record.progress)).toEqual([1, 2, 3]);
+  });
+
+  it('never holds back the final record, and writes a held-back checkpoint before the ending of a run stopped from outside', async () => {
+    const { writer, snapshot, release, calls } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    writer.owe();
+    writer.snapshot(snapshot);
+    // The last step's final reply ends the task: its record goes at once, and holds the output held back before it.
+    writer.owe();
+    writer.snapshot({
+      ...snapshot,
+      status: 'done',
+      output: {
+        status: 'completed',
+        output: 'reviewed',
+        approved: true,
+        rounds: 1,
+        usage: snapshot.context.usage,
+        usageByAgent: {},
+      },
+    } as WorkflowSnapshot);
+    await expect.poll(() => calls.length).toBe(2);
+    expect(calls[1]?.record).toMatchObject({ status: 'completed', progress: 3 });
+    const written = writer.written();
+    await release();
+    expect(await written).toMatchObject({ finalWritten: true });
+    expect(calls).toHaveLength(2);
+
+    // A stop lets the workflow go while its checkpoint is held back: that checkpoint is written for the next run.
+    const stopped = await writerOf();
+    stopped.writer.snapshot(stopped.snapshot);
+    stopped.writer.snapshot(stopped.snapshot);
+    await stopped.release();
+    stopped.writer.owe();
+    stopped.writer.snapshot(stopped.snapshot);
+    const ending = stopped.writer.written();
+    await stopped.release();
+    expect(await ending).toMatchObject({ finalWritten: false, lost: false });
+    expect(stopped.calls.map((c) => [c.record.status, c.record.progress])).toEqual([
+      ['running', 1],
+      ['running', 2],
+    ]);
+  });
+  it('takes a linger of 0 or more milliseconds, 20 by default, and refuses any other', () => {
+    expect(checkpointLingerOf(undefined)).toBe(DEFAULT_CHECKPOINT_LINGER_MS);
+    expect(DEFAULT_CHECKPOINT_LINGER_MS).toBe(20);
+    expect(checkpointLingerOf(0)).toBe(0);
+    expect(checkpointLingerOf(250)).toBe(250);
+    for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY])
+      expect(() => checkpointLingerOf(bad)).toThrow(
+        `checkpointLingerMs must be 0 (every checkpoint written at once) or a number of milliseconds above 0, not ${bad}`,
+      );
   });
 });
