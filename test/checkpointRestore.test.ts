@@ -262,7 +262,12 @@ describe('a task restored from each checkpoint of a run through every step kind'
   });
 
   /** A coordinator running `name` and its sub-pipeline, connected at `url`. */
-  const coordinatorAt = async (url: string, name: string, busName: string) => {
+  const coordinatorAt = async (
+    url: string,
+    name: string,
+    busName: string,
+    checkpointLingerMs: number | undefined,
+  ) => {
     const bus = await NatsBus.connect({ servers: url, name: busName, logger, reconnect: false });
     const registry = builtinTools();
     registry.register(tally);
@@ -279,6 +284,7 @@ describe('a task restored from each checkpoint of a run through every step kind'
       registry,
       ackWaitMs: 1_500,
       noResponderWaitMs: 5_000,
+      ...(checkpointLingerMs === undefined ? {} : { checkpointLingerMs }),
     });
     /** Stops it; `cutOff` when its connection is gone, so its last flush fails (all else stopped before it). */
     return async (cutOff = false) => {
@@ -328,7 +334,12 @@ describe('a task restored from each checkpoint of a run through every step kind'
    * Runs task `taskId` on pipeline `name` with a coordinator cut off right after it writes the checkpoint `cutAt`
    * names to the task's record (none when undefined), then lets a fresh coordinator finish it.
    */
-  const runTask = async (name: string, taskId: string, cutAt: Checkpoint | undefined) => {
+  const runTask = async (
+    name: string,
+    taskId: string,
+    cutAt: Checkpoint | undefined,
+    checkpointLingerMs: number | undefined,
+  ) => {
     await writeFile(join(home, `${name}.yaml`), pipelineYaml(name));
     await writeFile(join(home, `${name}-sub.yaml`), subPipelineYaml(name));
     const proxy = await cutAfterWrite(
@@ -341,7 +352,7 @@ describe('a task restored from each checkpoint of a run through every step kind'
     let over = false;
     /** A coordinator started within the stage's time; one that starts after it ran out is stopped at once. */
     const start = async (url: string, busName: string) => {
-      const starting = coordinatorAt(url, name, busName).then(async (stop) => {
+      const starting = coordinatorAt(url, name, busName, checkpointLingerMs).then(async (stop) => {
         if (over) await stop(true);
         else running.add(stop);
         return stop;
@@ -445,152 +456,163 @@ describe('a task restored from each checkpoint of a run through every step kind'
     ...(run.cutIn === undefined ? {} : { cutIn: run.cutIn }),
   });
 
-  it('ends every restored run as the reference ended, each side effect once and no journaled model call again', async () => {
-    const reference = await runTask('restore-ref', 'ref', undefined);
-    expect(reference.final.kind, JSON.stringify(reference.final.data)).toBe('task.completed');
-    const ref = outcomeOf('ref', reference);
-    // The reference ran every kind of step: the review twice, each item, the retry, the question, the sub-task.
-    expect([...ref.effects]).toEqual([
-      ['T-sub.subwork.1 sub', 1],
-      ['T.item.2.i0 item', 1],
-      ['T.item.2.i1 item', 1],
-      ['T.item.2.i2 item', 1],
-      ['T.work.1 draft-1', 1],
-      ['T.work.2 draft-2', 1],
-    ]);
-    const refEvents = events.filter((e) => e.taskId === 'ref');
-    expect(ofKind(refEvents, 'human.answered')).toHaveLength(1);
-    expect(ofKind(refEvents, 'route.chosen')).toHaveLength(1);
-    expect(ofKind(refEvents, 'branches.joined')).toHaveLength(1);
-    expect(ofKind(refEvents, 'items.joined')).toHaveLength(1);
-    console.info(
-      `reference: ${reference.writes.length} writes to its record (${reference.writes.join(', ')}), model calls ${JSON.stringify([...ref.calls])}`,
-    );
-    expect(reference.writes.length).toBeGreaterThan(10);
+  // Every checkpoint written (a linger of 0): the reference has one in each kind of step to restore from. By default,
+  // the checkpoint that records a local step's output waits for the next write while local steps follow, so some
+  // are never written, and a restore goes back further: only the waiting steps' and the end's are sure to be.
+  const everyKind = [
+    'work',
+    'check',
+    'lefty',
+    'righty',
+    'each',
+    'steady',
+    'retry:steady',
+    'pick',
+    'ask',
+    'sub',
+  ];
+  it.each([
+    { as: 'every checkpoint written', prefix: 'all', lingerMs: 0, kinds: everyKind },
+    { as: 'local steps’ checkpoints held back', prefix: 'held', lingerMs: undefined, kinds: ['ask', 'sub'] },
+  ])(
+    'ends every restored run as the reference ended, each side effect once and no journaled model call again ($as)',
+    async ({ prefix, lingerMs, kinds }) => {
+      const refId = `${prefix}-ref`;
+      const reference = await runTask(`${prefix}-restore-ref`, refId, undefined, lingerMs);
+      expect(reference.final.kind, JSON.stringify(reference.final.data)).toBe('task.completed');
+      const ref = outcomeOf(refId, reference);
+      // The reference ran every kind of step: the review twice, each item, the retry, the question, the sub-task.
+      expect([...ref.effects]).toEqual([
+        ['T-sub.subwork.1 sub', 1],
+        ['T.item.2.i0 item', 1],
+        ['T.item.2.i1 item', 1],
+        ['T.item.2.i2 item', 1],
+        ['T.work.1 draft-1', 1],
+        ['T.work.2 draft-2', 1],
+      ]);
+      const refEvents = events.filter((e) => e.taskId === refId);
+      expect(ofKind(refEvents, 'human.answered')).toHaveLength(1);
+      expect(ofKind(refEvents, 'route.chosen')).toHaveLength(1);
+      expect(ofKind(refEvents, 'branches.joined')).toHaveLength(1);
+      expect(ofKind(refEvents, 'items.joined')).toHaveLength(1);
+      console.info(
+        `reference: ${reference.writes.length} writes to its record (${reference.writes.join(', ')}), model calls ${JSON.stringify([...ref.calls])}`,
+      );
+      expect(reference.writes.length).toBeGreaterThan(10);
 
-    // The steps in the order the reference entered them, and where each state of a checkpoint begins among them.
-    const refEntries = events.flatMap((e) =>
-      e.taskId.startsWith('ref') && e.kind === 'step.started'
-        ? [
-            {
-              key: stepOf('ref', e.data.stepId),
-              step: e.data.step,
-              within: e.data.within?.map((w) => w.step) ?? [],
-            },
-          ]
-        : [],
-    );
-    const firstEntered = (state: string) => {
-      const names = state.split('+').map((name) => name.replace(/^retry:/, ''));
-      if (names.includes('completed')) return refEntries.length;
-      const places = names.map((name) =>
-        refEntries.findIndex((e) => e.step === name || e.within.includes(name)),
+      // The steps in the order the reference entered them, and where each state of a checkpoint begins among them.
+      const refEntries = events.flatMap((e) =>
+        e.taskId.startsWith(refId) && e.kind === 'step.started'
+          ? [
+              {
+                key: stepOf(refId, e.data.stepId),
+                step: e.data.step,
+                within: e.data.within?.map((w) => w.step) ?? [],
+              },
+            ]
+          : [],
       );
-      return Math.min(...places.filter((p) => p !== -1), refEntries.length);
-    };
-    // Each checkpoint the reference wrote, named by its state and how many times that state was written before it.
-    const named = reference.writes.map(checkpointState);
-    const cuts = named.map((state, i) => ({
-      index: i + 1,
-      state,
-      occurrence: named.slice(0, i + 1).filter((s) => s === state).length,
-    }));
-    const failures: string[] = [];
-    const uncut: Checkpoint[] = [];
-    const states: string[] = [];
-    const runCut = async (checkpoint: Checkpoint & { index: number }) => {
-      const k = checkpoint.index;
-      const taskId = `cut-${k}`;
-      const started = performance.now();
-      const run = await runTask(`restore-${k}`, taskId, checkpoint);
-      const outcome = outcomeOf(taskId, run);
-      const took = `${((performance.now() - started) / 1000).toFixed(1)}s`;
-      if (outcome.cutIn === undefined) uncut.push(checkpoint);
-      states.push(
-        outcome.cutIn === undefined
-          ? `${k} (its ${checkpoint.state} #${checkpoint.occurrence} never came: ended uncut) ${took}`
-          : `${k} ${outcome.cutIn} ${took} (resumed in ${(run.resumedIn / 1000).toFixed(1)}s)`,
-      );
-      const problems: string[] = [];
-      // Cut right after that write: it is the record's last.
-      if (outcome.cutIn !== undefined && checkpointState(outcome.cutIn) !== checkpoint.state)
-        problems.push(`the record says ${outcome.cutIn}, not ${checkpoint.state}`);
-      if (outputOf(outcome.final) === undefined || outputOf(outcome.final) !== outputOf(ref.final))
-        problems.push(`ended ${outcome.final.kind} ${JSON.stringify(outcome.final.data)}`);
-      // Each tool call took effect once, as in the reference; a call cut short between its claim and its result is
-      // in doubt and not run again (it took effect at most once).
-      for (const call of new Set([...ref.effects.keys(), ...outcome.effects.keys()])) {
-        const expected = ref.effects.get(call) ?? 0;
-        const made = outcome.effects.get(call) ?? 0;
-        const doubted = outcome.inDoubt.has(call.split(' ')[0] ?? '');
-        if (made > expected || (made < expected && !doubted))
-          problems.push(`${call}: took effect ${made} times, not ${expected}`);
-      }
-      // No model reply journaled before the cut was asked for again after it.
-      for (const step of new Set([
-        ...ref.calls.keys(),
-        ...outcome.calls.keys(),
-        ...outcome.journaled.keys(),
-      ])) {
-        const journaled = outcome.journaled.get(step) ?? 0;
-        const made = outcome.calls.get(step) ?? 0;
-        const expected = ref.calls.get(step) ?? 0;
-        if (journaled + made > expected) {
-          // What was journaled, and every call of the step's agent made for the task (by either coordinator).
-          const calls = modelCalls
-            .filter((c) => c.taskId === taskId && stepOf(taskId, c.stepId) === step)
-            .map(
-              (c) =>
-                `${c.stepId} call ${c.call} by ${run.cutOff.has(c.provider) ? 'the first' : 'the second'}`,
-            );
-          const journal = (journalDetail.get(taskId) ?? []).filter((k) => k.includes(step.slice(1)));
-          problems.push(
-            `${step}: ${journaled} journaled + ${made} called after the cut, over ${expected} (journal: ${journal.join(' | ')}; calls: ${calls.join(', ')})`,
-          );
-        }
-      }
-      // The restored workflow goes on from where its checkpoint has it: a step is entered again only when the
-      // checkpoint was taken before it was entered (the record's writes trail the workflow, so the first coordinator
-      // may have gone a step or two further), never one the checkpoint has behind it.
-      const from = firstEntered(outcome.cutIn ?? '');
-      for (const [step, times] of outcome.starts) {
-        const place = refEntries.findIndex((e) => e.key === step);
-        if (times > (ref.starts.get(step) ?? 0) && (place === -1 || place < from))
-          problems.push(`${step} entered ${times} times, though the checkpoint had it behind`);
-      }
-      if (problems.length > 0)
-        failures.push(
-          `cut after checkpoint ${k} (${checkpoint.state} #${checkpoint.occurrence}): ${problems.join('; ')}`,
+      const firstEntered = (state: string) => {
+        const names = state.split('+').map((name) => name.replace(/^retry:/, ''));
+        if (names.includes('completed')) return refEntries.length;
+        const places = names.map((name) =>
+          refEntries.findIndex((e) => e.step === name || e.within.includes(name)),
         );
-    };
-    // A few at a time: each run has its own pipelines, so its coordinators see only its own tasks.
-    const queue = [...cuts];
-    await Promise.all(
-      Array.from({ length: 4 }, async () => {
-        for (let next = queue.shift(); next !== undefined; next = queue.shift()) await runCut(next);
-      }),
-    );
-    states.sort((a, b) => Number.parseInt(a, 10) - Number.parseInt(b, 10));
-    console.info(`cut after each write, in: ${states.join(', ')}`);
-    expect(failures).toEqual([]);
-    // The reference wrote a checkpoint in every kind of step: the agent's, the review's, both branches, the items,
-    // the retry's wait, the route, the question, the sub-task, and its end.
-    const written = new Set(reference.writes.flatMap((state) => state.split('+')));
-    for (const state of [
-      'work',
-      'check',
-      'lefty',
-      'righty',
-      'each',
-      'steady',
-      'retry:steady',
-      'pick',
-      'ask',
-      'sub',
-    ])
-      expect(written, state).toContain(state);
-    expect(written).toContain('completed');
-    // Every state's first checkpoint was cut after (only a state written again may not come in every run).
-    expect(uncut.filter((c) => c.occurrence === 1)).toEqual([]);
-  }, 240_000);
+        return Math.min(...places.filter((p) => p !== -1), refEntries.length);
+      };
+      // Each checkpoint the reference wrote, named by its state and how many times that state was written before it.
+      const named = reference.writes.map(checkpointState);
+      const cuts = named.map((state, i) => ({
+        index: i + 1,
+        state,
+        occurrence: named.slice(0, i + 1).filter((s) => s === state).length,
+      }));
+      const failures: string[] = [];
+      const uncut: Checkpoint[] = [];
+      const states: string[] = [];
+      const runCut = async (checkpoint: Checkpoint & { index: number }) => {
+        const k = checkpoint.index;
+        const taskId = `${prefix}-cut-${k}`;
+        const started = performance.now();
+        const run = await runTask(`${prefix}-restore-${k}`, taskId, checkpoint, lingerMs);
+        const outcome = outcomeOf(taskId, run);
+        const took = `${((performance.now() - started) / 1000).toFixed(1)}s`;
+        if (outcome.cutIn === undefined) uncut.push(checkpoint);
+        states.push(
+          outcome.cutIn === undefined
+            ? `${k} (its ${checkpoint.state} #${checkpoint.occurrence} never came: ended uncut) ${took}`
+            : `${k} ${outcome.cutIn} ${took} (resumed in ${(run.resumedIn / 1000).toFixed(1)}s)`,
+        );
+        const problems: string[] = [];
+        // Cut right after that write: it is the record's last.
+        if (outcome.cutIn !== undefined && checkpointState(outcome.cutIn) !== checkpoint.state)
+          problems.push(`the record says ${outcome.cutIn}, not ${checkpoint.state}`);
+        if (outputOf(outcome.final) === undefined || outputOf(outcome.final) !== outputOf(ref.final))
+          problems.push(`ended ${outcome.final.kind} ${JSON.stringify(outcome.final.data)}`);
+        // Each tool call took effect once, as in the reference; a call cut short between its claim and its result is
+        // in doubt and not run again (it took effect at most once).
+        for (const call of new Set([...ref.effects.keys(), ...outcome.effects.keys()])) {
+          const expected = ref.effects.get(call) ?? 0;
+          const made = outcome.effects.get(call) ?? 0;
+          const doubted = outcome.inDoubt.has(call.split(' ')[0] ?? '');
+          if (made > expected || (made < expected && !doubted))
+            problems.push(`${call}: took effect ${made} times, not ${expected}`);
+        }
+        // No model reply journaled before the cut was asked for again after it.
+        for (const step of new Set([
+          ...ref.calls.keys(),
+          ...outcome.calls.keys(),
+          ...outcome.journaled.keys(),
+        ])) {
+          const journaled = outcome.journaled.get(step) ?? 0;
+          const made = outcome.calls.get(step) ?? 0;
+          const expected = ref.calls.get(step) ?? 0;
+          if (journaled + made > expected) {
+            // What was journaled, and every call of the step's agent made for the task (by either coordinator).
+            const calls = modelCalls
+              .filter((c) => c.taskId === taskId && stepOf(taskId, c.stepId) === step)
+              .map(
+                (c) =>
+                  `${c.stepId} call ${c.call} by ${run.cutOff.has(c.provider) ? 'the first' : 'the second'}`,
+              );
+            const journal = (journalDetail.get(taskId) ?? []).filter((k) => k.includes(step.slice(1)));
+            problems.push(
+              `${step}: ${journaled} journaled + ${made} called after the cut, over ${expected} (journal: ${journal.join(' | ')}; calls: ${calls.join(', ')})`,
+            );
+          }
+        }
+        // The restored workflow goes on from where its checkpoint has it: a step is entered again only when the
+        // checkpoint was taken before it was entered (the record's writes trail the workflow, so the first coordinator
+        // may have gone a step or two further), never one the checkpoint has behind it.
+        const from = firstEntered(outcome.cutIn ?? '');
+        for (const [step, times] of outcome.starts) {
+          const place = refEntries.findIndex((e) => e.key === step);
+          if (times > (ref.starts.get(step) ?? 0) && (place === -1 || place < from))
+            problems.push(`${step} entered ${times} times, though the checkpoint had it behind`);
+        }
+        if (problems.length > 0)
+          failures.push(
+            `cut after checkpoint ${k} (${checkpoint.state} #${checkpoint.occurrence}): ${problems.join('; ')}`,
+          );
+      };
+      // A few at a time: each run has its own pipelines, so its coordinators see only its own tasks.
+      const queue = [...cuts];
+      await Promise.all(
+        Array.from({ length: 4 }, async () => {
+          for (let next = queue.shift(); next !== undefined; next = queue.shift()) await runCut(next);
+        }),
+      );
+      states.sort((a, b) => Number.parseInt(a, 10) - Number.parseInt(b, 10));
+      console.info(`cut after each write, in: ${states.join(', ')}`);
+      expect(failures).toEqual([]);
+      // The reference wrote a checkpoint in every kind of step: the agent's, the review's, both branches, the items,
+      // the retry's wait, the route, the question, the sub-task, and its end.
+      const written = new Set(reference.writes.flatMap((state) => state.split('+')));
+      for (const state of kinds) expect(written, state).toContain(state);
+      expect(written).toContain('completed');
+      // Every state's first checkpoint was cut after (only a state written again may not come in every run).
+      expect(uncut.filter((c) => c.occurrence === 1)).toEqual([]);
+    },
+    240_000,
+  );
 });

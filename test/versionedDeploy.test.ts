@@ -111,6 +111,14 @@ describe.each(SERVERS)(
     const versionOf = async (taskId: string) =>
       (await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId))?.json<{ version?: string }>()
         .version;
+    /**
+     * Whether the task's record holds `text` (a step's output): the checkpoint after that step is stored, which may
+     * come up to 20 ms after the next step's events when both steps run in the coordinator's process.
+     */
+    const recordHolds = async (taskId: string, text: string) =>
+      JSON.stringify((await (await new Kvm(client).open(BUCKETS.workflows)).get(taskId))?.json()).includes(
+        text,
+      );
     const ledger = async (taskId: string) =>
       (await readFile(join(home, 'workspaces', 'versioned', taskId, 'ledger.txt'), 'utf8'))
         .split('\n')
@@ -141,6 +149,13 @@ describe.each(SERVERS)(
         'every task to be inside its step',
         30_000,
       );
+      // And each one's checkpoint there stored: the output of the step before it on record.
+      for (const [id, output] of [
+        [inFlight.agent, 'recorded'],
+        [inFlight.fork, 'noted by v1'],
+        [inFlight.review, 'recorded'],
+      ] as const)
+        await expect.poll(() => recordHolds(id, output), { timeout: 10_000, message: id }).toBe(true);
       await first.stop('SIGKILL');
       processes.splice(processes.indexOf(first), 1);
       const v1 = await versionOf(inFlight.agent);
@@ -268,6 +283,8 @@ describe.each(SERVERS)(
         'every shared task to be in its review',
         30_000,
       );
+      for (const id of shared)
+        await expect.poll(() => recordHolds(id, 'recorded'), { timeout: 10_000, message: id }).toBe(true);
       await beside.stop('SIGKILL');
       processes.splice(processes.indexOf(beside), 1);
       for (const id of shared) await until(() => ended(id), `${id} to end`, 60_000);
