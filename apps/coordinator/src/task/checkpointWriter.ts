@@ -480,17 +480,23 @@ export class CheckpointWriter implements CallerCheckpoint {
     this.#made += 1;
     this.#queue.push(write);
     if (held) this.#owedBy = this.#made;
-    if (!this.#writing) void this.#writeAll();
+    if (this.#writing) return;
+    this.#writing = true;
+    // Written once the workflow is through with what it is doing now, not from inside it: a snapshot that holds a
+    // foreach item just started comes before the item's first events, which the workflow says right after it, and
+    // which must be sent before the record that holds the item (see `fencedWrite`).
+    queueMicrotask(() => void this.#writeAll());
   }
 
-  /** Writes the queue out, one at a time and in order; a write's failure is an event, never a rejection. */
+  /**
+   * Writes the queue out, one record at a time and in order: of the writes queued meanwhile, only the newest record
+   * (see {@link #takeQueued}). A write's failure is an event, never a rejection.
+   */
   async #writeAll(): Promise<void> {
-    this.#writing = true;
     const { logger } = this.services;
     const taskId = this.#ledger.claimed.input.taskId;
     const token = this.#ledger.claimed.lease.token;
-    for (let next = this.#queue.shift(); next !== undefined; next = this.#queue.shift()) {
-      this.#taken += 1;
+    for (let next = this.#takeQueued(); next !== undefined; next = this.#takeQueued()) {
       const number = this.#taken;
       if (this.#ledger.lost) {
         next.done?.(false);
@@ -536,6 +542,33 @@ export class CheckpointWriter implements CallerCheckpoint {
     // Writes that failed with nothing stored after them: made again for those still waiting, unless none can be.
     if (this.#storedWaits.length > 0) this.#writeAgain();
     if (!this.#writing) this.#drained?.();
+  }
+
+  /**
+   * The writes queued, as one: the newest record, which holds all the others did (each record is made from the
+   * latest, a checkpoint's snapshot or a later one with what was noted or steered since), told to each of them. Its
+   * failure counts as the gravest of theirs: a checkpoint's, then a steering change's, then an activity note's.
+   */
+  #takeQueued(): PendingWrite | undefined {
+    const queued = this.#queue.splice(0);
+    this.#taken += queued.length;
+    const newest = queued.at(-1);
+    if (queued.length <= 1 || newest === undefined) return newest;
+    const dones = queued.flatMap((write) => (write.done ? [write.done] : []));
+    const of = (['checkpoint', 'steering', 'activity'] as const).find((kind) =>
+      queued.some((write) => write.of === kind),
+    );
+    return {
+      record: newest.record,
+      of: of ?? newest.of,
+      ...(dones.length > 0
+        ? {
+            done: (written: boolean) => {
+              for (const done of dones) done(written);
+            },
+          }
+        : {}),
+    };
   }
 }
 

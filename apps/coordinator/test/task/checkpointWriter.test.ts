@@ -109,12 +109,12 @@ describe("a task's checkpoint writer", () => {
     // Entering the first step: the claim's record says so already, so nothing is written for it.
     writer.snapshot(snapshot);
     writer.snapshot(snapshot);
-    writer.snapshot(snapshot);
-    writer.activity(activity);
-    // The first write is in flight: the others wait their turn.
     await expect.poll(() => calls.length).toBe(1);
+    // The first write is in flight: the next one waits its turn.
+    writer.snapshot(snapshot);
     await release();
     await expect.poll(() => calls.length).toBe(2);
+    writer.activity(activity);
     await release();
     await expect.poll(() => calls.length).toBe(3);
     const written = writer.written();
@@ -134,6 +134,44 @@ describe("a task's checkpoint writer", () => {
     expect(told).toEqual([]);
     // Its step at work is an agent's: the task keeps its working slot.
     expect(checkpoints).toEqual([false, false, false]);
+  });
+
+  it('writes only the newest of the records queued behind a write in flight, and answers each steering change it holds', async () => {
+    const steering = new TaskSteering();
+    const { writer, snapshot, calls, release } = await writerOf({ steering });
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await expect.poll(() => calls.length).toBe(1);
+    // Meanwhile the workflow goes two transitions on, its step says what it does, and a person tells the task.
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    writer.activity(activity);
+    steering.tell('hello', '2026-01-01T00:00:00.000Z');
+    const told = writer.steered();
+    const all = writer.stored();
+    await release();
+    await expect.poll(() => calls.length).toBe(2);
+    await release();
+    expect(await told).toBe(true);
+    expect(await all).toBe(true);
+    // One write for the four: the last record made, which holds them all.
+    expect(calls.map((c) => c.record.progress)).toEqual([1, 3]);
+    expect(calls[1]?.record).toMatchObject({ activity, toldCount: 1 });
+  });
+
+  it('writes a snapshot’s record only once the workflow is through with the turn that took it', async () => {
+    const order: string[] = [];
+    const { writer, snapshot, release } = await writerOf({
+      order,
+      sendOpenEvents: () => order.push('open events sent'),
+    });
+    writer.snapshot(snapshot);
+    // The workflow takes a snapshot holding a foreach item it just started, then, in the same turn, says the item's
+    // first events: they are gathered before the record is sent.
+    writer.snapshot(snapshot);
+    order.push('the item’s events');
+    await release();
+    expect(order).toEqual(['the item’s events', 'open events sent', 'record (progress 1)']);
   });
 
   it('sends the task’s open batch of events before each write of its record, on the same wire, the others’ left open', async () => {
@@ -196,14 +234,15 @@ describe("a task's checkpoint writer", () => {
     const { writer, snapshot, calls, told, release, failNext } = await writerOf();
     writer.snapshot(snapshot);
     writer.snapshot(snapshot);
+    await expect.poll(() => calls.length).toBe(1);
     writer.snapshot(snapshot);
-    writer.activity(activity);
     await release();
     failNext(new Error('value too large'));
     await release();
     await expect
       .poll(() => told)
       .toEqual([{ type: 'checkpoint.poisoned', error: new Error('value too large') }]);
+    writer.activity(activity);
     failNext(new Error('value too large'));
     await release();
     expect(await writer.written()).toMatchObject({ lost: false });
@@ -338,11 +377,12 @@ describe("a task's checkpoint writer", () => {
   });
 
   it('says when every record made so far is stored, for the steps taken in this process; and an output owed, once the record made after it is', async () => {
-    const { writer, snapshot, release } = await writerOf();
+    const { writer, snapshot, release, calls } = await writerOf();
     // Nothing made yet (the first checkpoint, entering the first step, is not written): stored at once.
     writer.snapshot(snapshot);
     expect(await writer.stored()).toBe(true);
     writer.snapshot(snapshot);
+    await expect.poll(() => calls.length).toBe(1);
     writer.activity(activity);
     const both = settled(writer.stored());
     await release();
@@ -373,6 +413,7 @@ describe("a task's checkpoint writer", () => {
     // message kept meanwhile are written before the workflow hears the reply.
     writer.owe();
     writer.activity(activity);
+    await expect.poll(() => calls.length).toBe(2);
     steering.tell('hello', '2026-01-01T00:00:00.000Z');
     const told = writer.steered();
     const seen: boolean[] = [];
@@ -406,10 +447,11 @@ describe("a task's checkpoint writer", () => {
   });
 
   it('says a record dropped when the run ends was not stored, though the write before it lands', async () => {
-    const { writer, snapshot, release } = await writerOf();
+    const { writer, snapshot, release, calls } = await writerOf();
     writer.snapshot(snapshot);
     writer.snapshot(snapshot);
     const first = writer.stored();
+    await expect.poll(() => calls.length).toBe(1);
     writer.snapshot(snapshot);
     const second = writer.stored();
     // The run here ends while the first write is in flight: the second is dropped, never written.

@@ -108,8 +108,11 @@ describe("a new task's first checkpoint", () => {
     // The first heartbeat says what the claim did: nothing more to write either.
     writer.activity({ kind: 'agent', step: 'plan', agent: 'planner', since: '2026-01-01T00:00:01.000Z' });
     expect(ops).toHaveLength(1);
+    // Each step ends a while after the one before (snapshots of one turn are written as one record).
     writer.snapshot(inStep('execute'));
+    expect(await writer.stored()).toBe(true);
     writer.snapshot(inStep('review'));
+    expect(await writer.stored()).toBe(true);
     writer.snapshot(done);
     const written = await writer.written();
     // One create and one update per step after the first, the last the final record; no read at all.
