@@ -17,7 +17,7 @@ export const DEFAULT_CHECKPOINT_LINGER_MS = 20;
 
 /**
  * A runner's checkpoint linger, as its `checkpointLingerMs` option sets it ({@link DEFAULT_CHECKPOINT_LINGER_MS} when
- * not given; 0 writes every checkpoint at once). One that is no number of milliseconds is refused, the runner not
+ * not given; 0 writes every checkpoint, each at once: none held back, none left for a newer one). One that is no number of milliseconds is refused, the runner not
  * started.
  */
 export function checkpointLingerOf(lingerMs: number | undefined): number {
@@ -547,10 +547,12 @@ export class CheckpointWriter implements CallerCheckpoint {
   /**
    * The writes queued, as one: the newest record, which holds all the others did (each record is made from the
    * latest, a checkpoint's snapshot or a later one with what was noted or steered since), told to each of them. Its
-   * failure counts as the gravest of theirs: a checkpoint's, then a steering change's, then an activity note's.
+   * failure counts as the gravest of theirs: a checkpoint's, then a steering change's, then an activity note's. With
+   * a linger of 0, only the oldest: every record is written.
    */
   #takeQueued(): PendingWrite | undefined {
-    const queued = this.#queue.splice(0);
+    const everyOne = this.services.checkpointLingerMs === 0;
+    const queued = this.#queue.splice(0, everyOne ? 1 : this.#queue.length);
     this.#taken += queued.length;
     const newest = queued.at(-1);
     if (queued.length <= 1 || newest === undefined) return newest;

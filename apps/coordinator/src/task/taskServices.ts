@@ -42,7 +42,7 @@ export interface TaskServices {
   keepAliveMs: number;
   /**
    * How long the checkpoint that records a local step's output may wait for the next write while only steps of this
-   * process follow (see `CheckpointWriter`): default 20 ms, 0 writes each at once.
+   * process follow (see `CheckpointWriter`): default 20 ms; 0 writes every checkpoint, each at once.
    */
   checkpointLingerMs?: number;
   /** How long a task's end waits for its final event before it says so, and a stop before it leaves it (default 10 s). */

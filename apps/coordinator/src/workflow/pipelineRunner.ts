@@ -143,7 +143,8 @@ export interface PipelineRunnerOptions {
   /**
    * How long the checkpoint that records a step's output, when the step ran here and no journal holds its final reply,
    * may wait for the next record write while only steps run here follow: default
-   * {@link DEFAULT_CHECKPOINT_LINGER_MS}; 0 writes every checkpoint at once. A crash meanwhile asks those steps'
+   * {@link DEFAULT_CHECKPOINT_LINGER_MS}; 0 writes every checkpoint, each at once (none held back, none left for a
+   * newer one queued behind a write in flight). A crash meanwhile asks those steps'
    * models again (docs/durability.md, "A local step's final reply").
    */
   checkpointLingerMs?: number;

@@ -159,6 +159,21 @@ describe("a task's checkpoint writer", () => {
     expect(calls[1]?.record).toMatchObject({ activity, toldCount: 1 });
   });
 
+  it('writes every record queued behind a write in flight, one by one, with a linger of 0', async () => {
+    const { writer, snapshot, calls, release } = await writerOf({ lingerMs: 0 });
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await expect.poll(() => calls.length).toBe(1);
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    const all = writer.stored();
+    await release();
+    await release();
+    await release();
+    expect(await all).toBe(true);
+    expect(calls.map((c) => c.record.progress)).toEqual([1, 2, 3]);
+  });
+
   it('writes a snapshot’s record only once the workflow is through with the turn that took it', async () => {
     const order: string[] = [];
     const { writer, snapshot, release } = await writerOf({
