@@ -43,6 +43,8 @@ export interface UpOptions extends NatsAccessSources {
   stepHeartbeat?: number;
   /** Seconds; 0 turns passivation off. */
   passivateAfter?: number;
+  /** Seconds; 0 writes every checkpoint at once. */
+  checkpointLinger?: number;
   maxDeliver?: number;
   maxTaskBytes?: number;
   maxTaskDepth?: number;
@@ -214,6 +216,7 @@ export async function start(
     | 'ackWait'
     | 'stepHeartbeat'
     | 'passivateAfter'
+    | 'checkpointLinger'
     | 'maxDeliver'
     | 'maxTaskBytes'
     | 'maxTaskDepth'
@@ -261,6 +264,9 @@ export async function start(
       ...(options.passivateAfter === undefined
         ? {}
         : { passivateAfterMs: Math.round(options.passivateAfter * 1000) }),
+      ...(options.checkpointLinger === undefined
+        ? {}
+        : { checkpointLingerMs: Math.round(options.checkpointLinger * 1000) }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
       eventRetention: {
         ...(options.eventsMaxAge === undefined ? {} : { maxAgeMs: options.eventsMaxAge }),

@@ -102,6 +102,11 @@ function declareUp(program: Command): void {
       seconds,
     )
     .option(
+      '--checkpoint-linger <seconds>',
+      "how long the record of a task's step run here may wait for the next write while only steps run here follow; a crash within it asks those steps' models for their last reply again; 0 writes every checkpoint, each at once (default 0.02)",
+      seconds,
+    )
+    .option(
       '--events-max-age <duration>',
       'how long the EVENTS stream keeps events, e.g. 7d, 12h (default 7d when the stream is made; else unchanged)',
       duration,
