@@ -135,6 +135,8 @@ export class InProcessStack {
         clock,
         // The in-memory intake hands each run's task over at once: a run never waits for another's slot.
         concurrency: 1,
+        // Records are held in memory, where a write costs nothing and nothing survives a crash: none is held back.
+        checkpointLingerMs: 0,
         localSteps: host.local,
         // A `human` step asks the same nobody, and fails saying so; its journal lives as long as the stack.
         people: { gate: nobody, journal: new StepJournal(new MemoryKv(JournalEntry)), clock },
