@@ -17,6 +17,11 @@ describe('troupe up options', () => {
     await expect(started).rejects.toBeInstanceOf(CliError);
     await expect(started).rejects.toThrow(/--step-heartbeat must be between 0.01 and 2147483 seconds/);
   });
+  it('refuses a checkpoint linger longer than a timer holds before it starts anything', async () => {
+    const started = start([], { ...options, checkpointLinger: 3_000_000 }, 'nats://127.0.0.1:1', logger);
+    await expect(started).rejects.toBeInstanceOf(CliError);
+    await expect(started).rejects.toThrow('--checkpoint-linger must be at most 2147483 seconds');
+  });
 });
 
 describe('--passivate-after', () => {

@@ -248,6 +248,12 @@ export async function start(
       2,
     );
   }
+  // Below a millisecond is one, not 0 (which writes every checkpoint); past what a timer holds, Node fires at once.
+  const checkpointLingerMs =
+    options.checkpointLinger === undefined ? undefined : Math.ceil(options.checkpointLinger * 1000);
+  if (checkpointLingerMs !== undefined && checkpointLingerMs > MAX_TIMER_MS) {
+    throw new CliError(`--checkpoint-linger must be at most ${Math.floor(MAX_TIMER_MS / 1000)} seconds`, 2);
+  }
   try {
     return await startService({
       files,
@@ -264,9 +270,7 @@ export async function start(
       ...(options.passivateAfter === undefined
         ? {}
         : { passivateAfterMs: Math.round(options.passivateAfter * 1000) }),
-      ...(options.checkpointLinger === undefined
-        ? {}
-        : { checkpointLingerMs: Math.round(options.checkpointLinger * 1000) }),
+      ...(checkpointLingerMs === undefined ? {} : { checkpointLingerMs }),
       ...(options.allowMcpCommands ? { allowMcpCommands: true } : {}),
       eventRetention: {
         ...(options.eventsMaxAge === undefined ? {} : { maxAgeMs: options.eventsMaxAge }),

@@ -1,4 +1,10 @@
-import { emptyUsage, type StepActivity, type TroupeEvent, type WorkflowRecord } from '@troupe/protocol';
+import {
+  emptyUsage,
+  MAX_TIMER_MS,
+  type StepActivity,
+  type TroupeEvent,
+  type WorkflowRecord,
+} from '@troupe/protocol';
 import { type CallerCheckpoint, isOutage } from '@troupe/runtime';
 import { type ClaimedTask, startedFrom } from '../intake/claim.ts';
 import type { FlowVersion } from '../workflow/flowVersions.ts';
@@ -22,9 +28,9 @@ export const DEFAULT_CHECKPOINT_LINGER_MS = 20;
  */
 export function checkpointLingerOf(lingerMs: number | undefined): number {
   const linger = lingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
-  if (Number.isFinite(linger) && linger >= 0) return linger;
+  if (Number.isFinite(linger) && linger >= 0 && linger <= MAX_TIMER_MS) return linger;
   throw new Error(
-    `checkpointLingerMs must be 0 (every checkpoint written at once) or a number of milliseconds above 0, not ${linger}`,
+    `checkpointLingerMs must be 0 (every checkpoint written at once) or a number of milliseconds above 0, at most ${MAX_TIMER_MS}, not ${linger}`,
   );
 }
 
@@ -159,6 +165,8 @@ export class CheckpointWriter implements CallerCheckpoint {
     }
     const upTo = Math.max(this.#made, this.#owedBy);
     if (this.#stored >= upTo) return Promise.resolve(true);
+    // An output whose held checkpoint was thrown away as the run here ended: no write will hold it.
+    if (upTo > this.#made && this.#closed) return Promise.resolve(false);
     const stored = new Promise<boolean>((done) => this.#storedWaits.push({ upTo, done }));
     if (!this.#writing && this.#queue.length === 0 && upTo <= this.#made) this.#writeAgain();
     return stored;
@@ -376,6 +384,14 @@ export class CheckpointWriter implements CallerCheckpoint {
     return true;
   }
 
+  /**
+   * Throws away the checkpoint held back, never to be written (the record is lost, or the run here is over): the
+   * output it holds stays owed, and {@link stored} says it will not be stored.
+   */
+  #discardHeld(): void {
+    if (this.#release()) this.#owedBy = this.#made + 1;
+  }
+
   /** Lets go of the checkpoint held back, if any: true when there was one. */
   #release(): boolean {
     const held = this.#held;
@@ -410,7 +426,7 @@ export class CheckpointWriter implements CallerCheckpoint {
     this.#closed = true;
     // Ended from outside (a stop, a migration) with a checkpoint held back: it goes on record for the next run.
     if (this.#held) {
-      if (this.#ledger.lost) this.#release();
+      if (this.#ledger.lost) this.#discardHeld();
       else this.#enqueue(this.#held.write);
     }
     // Let go before its first step replied (a stop, a migration): the snapshot goes on record for the next run.
@@ -439,7 +455,7 @@ export class CheckpointWriter implements CallerCheckpoint {
 
   /** Drops the writes not made yet, telling those waiting on one that it was not written. */
   #drop(): void {
-    this.#release();
+    this.#discardHeld();
     const queued = this.#queue.splice(0);
     // Numbered as made, never written: the writes made after them keep their numbers.
     this.#taken += queued.length;
@@ -475,10 +491,11 @@ export class CheckpointWriter implements CallerCheckpoint {
   #enqueue(write: PendingWrite): void {
     // Every write after the first checkpoint holds the workflow's snapshot, or a later one.
     this.#unwritten = undefined;
-    // Every record is made from the latest: one held back is held by this write, which the output it owes waits for.
+    // Every record is made from the latest: one held back is held by this write, which the output it owes waits for,
+    // and whose failure is a checkpoint's.
     const held = this.#release();
     this.#made += 1;
-    this.#queue.push(write);
+    this.#queue.push(held ? { ...write, of: 'checkpoint' } : write);
     if (held) this.#owedBy = this.#made;
     if (this.#writing) return;
     this.#writing = true;

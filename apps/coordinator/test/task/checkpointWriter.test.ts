@@ -536,7 +536,6 @@ describe("a task's checkpoint writer", () => {
     writer.owe();
     writer.snapshot(snapshot);
     expect(writer.owes).toBe(true);
-    expect(writer.idleSince).toBeUndefined();
     // The executor too ends with a final reply, within the linger: the later record holds both outputs.
     writer.owe();
     writer.snapshot(snapshot);
@@ -653,9 +652,77 @@ describe("a task's checkpoint writer", () => {
     expect(DEFAULT_CHECKPOINT_LINGER_MS).toBe(20);
     expect(checkpointLingerOf(0)).toBe(0);
     expect(checkpointLingerOf(250)).toBe(250);
-    for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY])
+    expect(checkpointLingerOf(2_147_483_647)).toBe(2_147_483_647);
+    // Past what a timer holds, Node would fire it at once.
+    for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, 2_147_483_648])
       expect(() => checkpointLingerOf(bad)).toThrow(
-        `checkpointLingerMs must be 0 (every checkpoint written at once) or a number of milliseconds above 0, not ${bad}`,
+        `checkpointLingerMs must be 0 (every checkpoint written at once) or a number of milliseconds above 0, at most 2147483647, not ${bad}`,
       );
+  });
+  it('still owes a held-back output once the record is lost or the run here is over, writing nothing after', async () => {
+    const lost = await writerOf();
+    const current = await lost.store.get('task-1');
+    await lost.store.put('task-1', { ...(current?.value as WorkflowRecord), lease: 'another' });
+    lost.writer.snapshot(lost.snapshot);
+    lost.writer.snapshot(lost.snapshot);
+    await expect.poll(() => lost.calls.length).toBe(1);
+    lost.writer.owe();
+    lost.writer.snapshot(lost.snapshot);
+    // The write before it finds another coordinator's lease: the held checkpoint is thrown away, the output owed.
+    await lost.release();
+    await expect.poll(() => lost.told).toEqual([{ type: 'lease.lost' }]);
+    expect(lost.writer.owes).toBe(true);
+    expect(await lost.writer.stored()).toBe(false);
+    expect(lost.clock.pending()).toEqual([]);
+
+    const closed = await writerOf();
+    closed.writer.snapshot(closed.snapshot);
+    closed.writer.snapshot(closed.snapshot);
+    await closed.release();
+    closed.writer.owe();
+    closed.writer.snapshot(closed.snapshot);
+    closed.writer.close();
+    expect(closed.writer.owes).toBe(true);
+    expect(await closed.writer.stored()).toBe(false);
+    // Its linger is gone with it: nothing is written after the close.
+    expect(closed.clock.pending()).toEqual([]);
+    closed.clock.advance(60_000);
+    await turnsPass();
+    expect(closed.calls).toHaveLength(1);
+  });
+
+  it('fails the task when the write that carries a held-back checkpoint cannot be stored, whatever else it records', async () => {
+    const { writer, snapshot, calls, told, release, failNext } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await release();
+    writer.owe();
+    writer.snapshot(snapshot);
+    // An activity note carries the held checkpoint: its failure is the checkpoint's.
+    writer.activity(activity);
+    await expect.poll(() => calls.length).toBe(2);
+    failNext(new Error('value too large'));
+    await release();
+    await expect
+      .poll(() => told)
+      .toEqual([{ type: 'checkpoint.poisoned', error: new Error('value too large') }]);
+  });
+
+  it('counts a failed write of records queued together as the gravest of theirs: a checkpoint fails the task', async () => {
+    const { writer, snapshot, calls, told, release, failNext } = await writerOf();
+    writer.snapshot(snapshot);
+    writer.snapshot(snapshot);
+    await expect.poll(() => calls.length).toBe(1);
+    // A checkpoint and, after it, an activity note queue behind the write in flight: the note's record is written.
+    writer.snapshot(snapshot);
+    writer.activity(activity);
+    await release();
+    await expect.poll(() => calls.length).toBe(2);
+    expect(calls[1]?.record.activity).toEqual(activity);
+    failNext(new Error('value too large'));
+    await release();
+    await expect
+      .poll(() => told)
+      .toEqual([{ type: 'checkpoint.poisoned', error: new Error('value too large') }]);
   });
 });
