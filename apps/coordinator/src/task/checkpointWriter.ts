@@ -23,8 +23,8 @@ export const DEFAULT_CHECKPOINT_LINGER_MS = 20;
 
 /**
  * A runner's checkpoint linger, as its `checkpointLingerMs` option sets it ({@link DEFAULT_CHECKPOINT_LINGER_MS} when
- * not given; 0 writes every checkpoint, each at once: none held back, none left for a newer one). One that is no number of milliseconds is refused, the runner not
- * started.
+ * not given; 0 writes every checkpoint, each at once: none held back, none left for a newer one). One that is no
+ * number of milliseconds a timer can hold is refused, the runner not started.
  */
 export function checkpointLingerOf(lingerMs: number | undefined): number {
   const linger = lingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
