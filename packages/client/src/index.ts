@@ -44,6 +44,7 @@ export {
   reusePlan,
 } from './reusedSteps.ts';
 export { type ReusedWorkspace, reusedWorkspace, workspaceOnVersion } from './reusedWorkspace.ts';
+export { lastStepEnds } from './stepEnds.ts';
 export {
   eventsAfter,
   type FollowOptions,

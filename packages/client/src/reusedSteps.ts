@@ -1,4 +1,5 @@
 import type { TroupeEvent, ValueRef, Verdict } from '@troupe/protocol';
+import { lastStepEnds } from './stepEnds.ts';
 
 /** A step's output that a restart or fork reuses, as the original task's `step.completed` recorded it. */
 export interface ReusedStep {
@@ -79,11 +80,9 @@ export function reusePlan(
   const items = new Map(
     events.flatMap((e) => (e.kind === 'step.started' ? [[e.data.stepId, itemsOf(e.data.within)]] : [])),
   );
-  // A step run's last good end, wherever it was stored: a run whose final reply was asked again after a crash can end
-  // twice, the later end (its own id) being what the task went on with, stored after `from` first started.
-  const lastEnds = new Map(
-    events.flatMap((e) => (e.kind === 'step.completed' && e.data.ok ? [[e.data.stepId, e] as const] : [])),
-  );
+  // A step run's last good end, wherever it was stored: the later end of a run that ended twice is stored after
+  // `from` first started.
+  const lastEnds = lastStepEnds(events, (end) => end.data.ok);
   const steps: ReusedSteps = {};
   for (const ended of events.slice(0, start)) {
     if (ended.kind !== 'step.completed' || !ended.data.ok) continue;

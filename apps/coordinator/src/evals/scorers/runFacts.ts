@@ -1,3 +1,4 @@
+import { lastStepEnds } from '@troupe/client';
 import type { TroupeEvent } from '@troupe/protocol';
 import type { CaseRun } from '../evalTypes.ts';
 
@@ -28,19 +29,16 @@ export interface StepFacts {
 /** Each step that ended, by its id in the flow. */
 export function stepFacts(run: Pick<CaseRun, 'events'>): Record<string, StepFacts> {
   const facts: Record<string, StepFacts> = {};
-  // Each step's runs' durations, by step run id: a run's later end replaces its earlier one.
-  const durations = new Map<string, Map<string, number>>();
-  for (const event of run.events) {
-    if (event.kind !== 'step.completed') continue;
-    const { step, stepId, round, ok, verdict, output, durationMs } = event.data;
-    const runs = durations.get(step) ?? new Map<string, number>();
-    durations.set(step, runs.set(stepId, durationMs));
+  // Each run once, by its last end: a run that ended twice counts the end the task went on with.
+  for (const end of lastStepEnds(run.events).values()) {
+    const { step, round, ok, verdict, output, durationMs } = end.data;
+    const before = facts[step];
     facts[step] = {
-      rounds: Math.max(round, facts[step]?.rounds ?? 0),
+      rounds: Math.max(round, before?.rounds ?? 0),
       ok,
       verdict: verdict?.decision ?? null,
       output,
-      durationMs: [...runs.values()].reduce((sum, ms) => sum + ms, 0),
+      durationMs: (before?.durationMs ?? 0) + durationMs,
     };
   }
   return facts;
