@@ -123,6 +123,8 @@ export class CheckpointWriter implements CallerCheckpoint {
    * and the timer that writes it once it has lingered.
    */
   #held: { write: PendingWrite; timer: unknown } | undefined;
+  /** How long a checkpoint may be held back; 0 holds none back and leaves none for a newer one (see {@link #hold}). */
+  readonly #lingerMs: number;
 
   constructor(
     private readonly services: WriterServices,
@@ -136,6 +138,7 @@ export class CheckpointWriter implements CallerCheckpoint {
     private readonly steering?: TaskSteering,
   ) {
     this.#tellTo = tell;
+    this.#lingerMs = services.checkpointLingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
     this.#ledger = {
       claimed,
       flow,
@@ -368,16 +371,16 @@ export class CheckpointWriter implements CallerCheckpoint {
    * task's final record, a parked one, or one someone already waits for.
    */
   #hold(write: PendingWrite): boolean {
-    const lingerMs = this.services.checkpointLingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
     const held = this.#held;
-    if (lingerMs === 0 || write.record.status !== 'running' || this.#storedWaits.length > 0) return false;
+    if (this.#lingerMs === 0 || write.record.status !== 'running' || this.#storedWaits.length > 0)
+      return false;
     this.#unwritten = undefined;
     // A later checkpoint holds all an earlier one did; the linger runs from the first output held.
     if (held) held.write = write;
     else {
       const timer = this.services.clock.setTimeout(
         () => this.#faultsTold(() => this.#held && this.#enqueue(this.#held.write)),
-        lingerMs,
+        this.#lingerMs,
       );
       this.#held = { write, timer };
     }
@@ -568,8 +571,7 @@ export class CheckpointWriter implements CallerCheckpoint {
    * a linger of 0, only the oldest: every record is written.
    */
   #takeQueued(): PendingWrite | undefined {
-    const everyOne = this.services.checkpointLingerMs === 0;
-    const queued = this.#queue.splice(0, everyOne ? 1 : this.#queue.length);
+    const queued = this.#queue.splice(0, this.#lingerMs === 0 ? 1 : this.#queue.length);
     this.#taken += queued.length;
     const newest = queued.at(-1);
     if (queued.length <= 1 || newest === undefined) return newest;
