@@ -345,7 +345,7 @@ export class NatsHumanGate implements HumanGate {
     announce: (id: string, expiresAt: string) => void,
     signal: AbortSignal,
   ): Promise<{ id: string; outcome: HumanOutcome<z.infer<S>> }> {
-    const { bus, clock } = this.#o;
+    const { clock } = this.#o;
     const store = underPrefix(this.#o.store, scope.pipeline);
     const earlierEntry = options.id === undefined ? undefined : await store.get(options.id);
     const earlier = earlierEntry?.value;
@@ -416,7 +416,11 @@ export class NatsHumanGate implements HumanGate {
     let unwatch = () => {};
     try {
       // Listening on the request's subject from here; the deadline or an abort closes it at once, so a late reply
-      // finds nobody waiting rather than getting a receipt for a call that was already denied.
+      // finds nobody waiting rather than getting a receipt for a call that was already denied. No flush (a round trip
+      // to the server) before the announcement: the subscription and the announcement leave on the same connection,
+      // in that order, and the server takes a connection's messages in order, so whoever learns of the request from
+      // its announcement replies to a subject already listened on. (In a cluster the interest reaches the other
+      // servers later, flush or not; the record watch brings a decision that found nobody.)
       asking.start();
       // Its record read on the gate's one timer (no actor, timer or poll of its own): a decision written there settles it.
       unwatch = this.#recordWatch().watch(store, id, (value) => {
@@ -424,7 +428,6 @@ export class NatsHumanGate implements HumanGate {
         if (stored !== undefined && asking.getSnapshot().status === 'active')
           asking.send({ type: 'storedDecision', value: stored });
       });
-      await bus.flush();
       signal.addEventListener('abort', stop, { once: true });
       // Aborted while the request was being recorded: settle now, and announce nothing nobody will answer. One taken
       // up still pending is announced again, under the same event id: the run that recorded it may have died before

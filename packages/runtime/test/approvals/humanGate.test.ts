@@ -1,4 +1,4 @@
-import { DecisionReceipt, type HumanRequest, subjects } from '@troupe/protocol';
+import { DecisionReceipt, type HumanRequest, subjects, type TroupeEvent } from '@troupe/protocol';
 import { MemoryBus, MemoryKv, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { NatsHumanGate } from '../../src/approvals/humanGate.ts';
@@ -24,9 +24,12 @@ const ask = {
 };
 
 /** A human gate on an in-memory bus and KV bucket (another process's, when given) and a simulated clock. */
-function setUp(bucket = new MemoryKv<HumanRequest>()) {
+function setUp(
+  bucket = new MemoryKv<HumanRequest>(),
+  makeBus = (clock: SimulatedClock) => new MemoryBus({ clock }),
+) {
   const clock = new SimulatedClock();
-  const bus = new MemoryBus({ clock });
+  const bus = makeBus(clock);
   const gate = new NatsHumanGate({
     bus,
     store: bucket,
@@ -228,6 +231,29 @@ describe('the human gate', () => {
     abort.abort(new Error('taken over'));
     await expect(decision).rejects.toMatchObject({ code: 'cancelled' });
     expect((await store.get(id))?.value.status).toBe('pending');
+  });
+
+  it('announces a request with no round trip to the server first, its subject already listened on', async () => {
+    /** A server that never answers a PING (a link gone quiet): a flush never settles. Notes who listened at each event. */
+    class QuietServerBus extends MemoryBus {
+      readonly listenedAtAnnouncement: boolean[] = [];
+      override flush(): Promise<void> {
+        return new Promise(() => {});
+      }
+      override publishEvent(event: TroupeEvent): Promise<boolean> {
+        if (event.kind === 'approval.requested') {
+          const subject = subjects.approval(scope.pipeline, scope.taskId, event.data.approvalId);
+          this.listenedAtAnnouncement.push(this.hasListener(subject));
+        }
+        return super.publishEvent(event);
+      }
+    }
+    const { bus, gate, pendingId, decide } = setUp(undefined, (clock) => new QuietServerBus({ clock }));
+    const decision = gate.approve(ask, scope, new AbortController().signal);
+    const id = await pendingId();
+    expect((bus as QuietServerBus).listenedAtAnnouncement).toEqual([true]);
+    await expect(decide(id, { decision: 'allow', by: 'ana' })).resolves.toMatchObject({ ok: true, id });
+    await expect(decision).resolves.toMatchObject({ decision: 'allow', by: 'ana' });
   });
 
   it('fails the call, not the process, when it cannot listen for a reply (the connection is closing)', async () => {
