@@ -114,11 +114,8 @@ export class CheckpointWriter implements CallerCheckpoint {
   #storedWaits: { upTo?: number; done: (stored: boolean) => void }[] = [];
   /** The write that holds a step's output owed to the record (see {@link owe}): the workflow's snapshot after it. */
   #owedBy = 0;
-  /**
-   * Steps' outputs owed whose workflow snapshots are not queued yet (see {@link owe}): each reply is one snapshot of
-   * the workflow, so two steps that replied before the writer heard either (while their task slept) are two.
-   */
-  #owing = 0;
+  /** A step's output is owed, and the workflow's snapshot that holds it not queued yet (see {@link owe}). */
+  #owing = false;
   /** A record could not be stored for a reason other than an outage: the task fails, and nothing is written again. */
   #poisoned = false;
   /**
@@ -163,9 +160,9 @@ export class CheckpointWriter implements CallerCheckpoint {
     if (this.#ledger.lost) return Promise.resolve(false);
     // Someone needs it stored: a checkpoint held back goes now.
     if (this.#held) this.#enqueue(this.#held.write);
-    // Outputs owed and not yet made into records (their steps' replies are being heard): their records are waited for
-    // too, numbered once the workflow's snapshot that holds the last of them is queued.
-    if (this.#owing > 0) {
+    // An output owed and not yet made into a record (its step's reply is being heard): its record is waited for too,
+    // numbered once the workflow's snapshot that holds it is queued.
+    if (this.#owing) {
       if (this.#closed) return Promise.resolve(false);
       return new Promise<boolean>((done) => this.#storedWaits.push({ done }));
     }
@@ -180,8 +177,7 @@ export class CheckpointWriter implements CallerCheckpoint {
 
   /**
    * A step taken in this process replied with an output no journal may record (its final model reply, see
-   * `StepJournal.forLocalStep`), which the record of the workflow's snapshot that hears the reply holds (each reply
-   * its own: two told before the workflow heard either, while its task slept, are two): until that is stored,
+   * `StepJournal.forLocalStep`), which the record of the workflow's next snapshot holds: until that is stored,
    * {@link owes} says so, for what would send a later step elsewhere, ask a person or start a sub-task to wait for
    * {@link stored} first. Told as the reply comes, before the workflow hears it (and before the step after it is
    * started, which XState does before the writer hears the workflow's snapshot). Not the next write of any kind: a
@@ -189,7 +185,7 @@ export class CheckpointWriter implements CallerCheckpoint {
    * hold the record without the output.
    */
   owe(): void {
-    this.#owing += 1;
+    this.#owing = true;
   }
 
   /**
@@ -197,7 +193,7 @@ export class CheckpointWriter implements CallerCheckpoint {
    * here is over, when {@link stored} answers that it will not be stored and what asked goes no further.
    */
   get owes(): boolean {
-    return this.#owing > 0 || this.#held !== undefined || this.#stored < this.#owedBy;
+    return this.#owing || this.#held !== undefined || this.#stored < this.#owedBy;
   }
 
   /**
@@ -341,13 +337,13 @@ export class CheckpointWriter implements CallerCheckpoint {
     this.#steeredEarly = [];
     // The record as claimed says it all but the snapshot, which a run from that record makes again the same: the
     // write is saved, unless a pause or a tell made before it waits to be recorded.
-    if (taken.needless && early.length === 0 && this.#owing === 0) {
+    if (taken.needless && early.length === 0 && !this.#owing) {
       this.#unwritten = taken.write;
       return;
     }
-    if (this.#owing > 0 && early.length === 0 && !parked && this.#hold(taken.write)) {
-      // This output is in the record held back now; one owed after it is another step's.
-      this.#owing -= 1;
+    if (this.#owing && early.length === 0 && !parked && this.#hold(taken.write)) {
+      // The output is in the record held back now; one owed from here on is another step's.
+      this.#owing = false;
       return;
     }
     this.#enqueue(
@@ -360,7 +356,7 @@ export class CheckpointWriter implements CallerCheckpoint {
             },
           },
     );
-    if (this.#owing > 0) this.#owedNow();
+    if (this.#owing) this.#owedNow();
   }
 
   /**
@@ -408,14 +404,10 @@ export class CheckpointWriter implements CallerCheckpoint {
     return true;
   }
 
-  /**
-   * The snapshot that holds an owed output is queued: its write is the one the output waits for. Those waiting for
-   * owed outputs to be stored wait for this write once no other output is owed still, not knowing which is theirs.
-   */
+  /** The snapshot that holds the owed output is queued: its write is the one the output waits for. */
   #owedNow(): void {
-    this.#owing -= 1;
+    this.#owing = false;
     this.#owedBy = this.#made;
-    if (this.#owing > 0) return;
     for (const wait of this.#storedWaits) wait.upTo ??= this.#made;
   }
 

@@ -449,61 +449,6 @@ describe("a task's checkpoint writer", () => {
     expect(await writer.stored()).toBe(true);
   });
 
-  for (const lingerMs of [0, 20]) {
-    it(`waits for the record of every output owed, not only the first, when two were owed before either was heard (linger ${lingerMs})`, async () => {
-      const { writer, snapshot, calls, release } = await writerOf({ lingerMs });
-      writer.snapshot(snapshot);
-      writer.snapshot(snapshot);
-      await release();
-      // Two foreach items' local steps reply while their task sleeps: both outputs owed, their replies kept.
-      writer.owe();
-      writer.owe();
-      // Woken, the replies are heard in one turn: each item's next step, sent over NATS, asks before the writer
-      // hears the snapshot that holds its item's output.
-      const first = settled(writer.owes ? writer.stored() : Promise.resolve(true));
-      writer.snapshot(snapshot);
-      const second = settled(writer.owes ? writer.stored() : Promise.resolve(true));
-      writer.snapshot(snapshot);
-      await release();
-      await turnsPass();
-      if (lingerMs === 0) {
-        // Every record written: the first output's alone, and the second item's step waits for the one after it.
-        expect(calls.map((c) => c.record.progress)).toEqual([1, 2, 3]);
-        expect(second).toEqual([]);
-        expect(writer.owes).toBe(true);
-        await release();
-      } else {
-        // The two records queued together are written as one, the newest: both steps go on.
-        expect(calls.map((c) => c.record.progress)).toEqual([1, 3]);
-      }
-      await expect.poll(() => second).toEqual([true]);
-      expect(first).toEqual([true]);
-      expect(writer.owes).toBe(false);
-    });
-  }
-
-  it('waits for the record of a second output owed before the first one’s snapshot, heard a turn later', async () => {
-    const { writer, snapshot, calls, release } = await writerOf({ lingerMs: 0 });
-    writer.snapshot(snapshot);
-    writer.snapshot(snapshot);
-    await release();
-    writer.owe();
-    writer.owe();
-    // The first reply heard; the second a turn later, its next step asking before the writer hears its snapshot.
-    writer.snapshot(snapshot);
-    await turnsPass();
-    const second = settled(writer.stored());
-    await expect.poll(() => calls.length).toBe(2);
-    writer.snapshot(snapshot);
-    await release();
-    await turnsPass();
-    expect(second).toEqual([]);
-    await expect.poll(() => calls.length).toBe(3);
-    await release();
-    await expect.poll(() => second).toEqual([true]);
-    expect(calls.map((c) => c.record.progress)).toEqual([1, 2, 3]);
-  });
-
   it('says an output owed when the run ends, its snapshot never heard, was not stored', async () => {
     const { writer, snapshot, release } = await writerOf();
     writer.snapshot(snapshot);
