@@ -179,10 +179,10 @@ export class CheckpointWriter implements CallerCheckpoint {
    * A step taken in this process replied with an output no journal may record (its final model reply, see
    * `StepJournal.forLocalStep`), which the record of the workflow's next snapshot holds: until that is stored,
    * {@link owes} says so, for what would send a later step elsewhere, ask a person or start a sub-task to wait for
-   * {@link stored} first. Told as the reply comes, before the workflow hears it (and before the step after it is
-   * started, which XState does before the writer hears the workflow's snapshot). Not the next write of any kind: a
-   * task asleep as the reply comes hears it once woken, after the steering and activity kept meanwhile, whose writes
-   * hold the record without the output.
+   * {@link stored} first. Told right before the workflow hears the reply (and so before the step after it is
+   * started, which XState does before the writer hears the workflow's snapshot): for a reply that came while its task
+   * slept, once the woken task's call hears it, after the steering and activity kept meanwhile (see `stepCallSend.ts`).
+   * So one output at most is owed and unheard at a time, and the workflow's next snapshot is the one that holds it.
    */
   owe(): void {
     this.#owing = true;

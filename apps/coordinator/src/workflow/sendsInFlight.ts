@@ -4,19 +4,27 @@ import type { StepCallEvent } from './stepCall.ts';
 /** What a send in flight tells its step call: every event of the send, in order. */
 type Hear = (event: StepCallEvent) => void;
 
+/** An event of the send, and what must happen right before its call hears it (see {@link SendInFlight.tell}). */
+interface Kept {
+  event: StepCallEvent;
+  heard?: (() => void) | undefined;
+}
+
 /**
  * A step's send while its request is under way, as {@link SendsInFlight} keeps it: the send's events go to the step
  * call that hears it, or, while its task is passivated, wait here for the call restored to adopt it.
  */
 export class SendInFlight {
   #hear: Hear | undefined;
-  #waiting: StepCallEvent[] = [];
+  #waiting: Kept[] = [];
   /** The heartbeat the call last heard, as a key of what it says (what the step waits on), to tell a change. */
   #said = '';
   /** The request has settled: once its call has heard that, nothing of the send is left to adopt. */
   #settled = false;
   /** Its task is being passivated: the call's stop leaves the send going, unheard, for a restored call to adopt. */
   #detached = false;
+  /** Its call was stopped for good, or its task ended unadopted: what it kept is heard by nobody. */
+  #over = false;
 
   constructor(
     readonly taskId: string,
@@ -36,32 +44,45 @@ export class SendInFlight {
     if (!this.sends.isWaking(this.taskId)) this.replay();
   }
 
-  /** @internal Gives its call the events that came while nobody heard them. */
+  /**
+   * @internal Gives its call the events that came while nobody heard them, each after what must happen before it is
+   * heard; none once the call was stopped for good, by one of them or otherwise (a `join: first` ended by another
+   * branch's kept reply, replayed first).
+   */
   replay(): void {
     const hear = this.#hear;
     if (!hear) return;
     const waiting = this.#waiting.splice(0);
-    for (const event of waiting) hear(event);
+    for (const { event, heard } of waiting) {
+      if (this.#over) return;
+      heard?.();
+      hear(event);
+    }
     if (this.#settled) this.sends.forget(this);
   }
 
-  /** An event of the send: to its call, or kept for the call to come, waking its task if the call must act on it. */
-  tell(event: StepCallEvent): void {
+  /**
+   * An event of the send: to its call, or kept for the call to come, waking its task if the call must act on it.
+   * `heard` runs right before the call hears it, if one does: now, or once a woken task's call adopts the send (a
+   * local step's output is owed to the task's record from then, not while its task sleeps: see `stepCallSend.ts`).
+   */
+  tell(event: StepCallEvent, heard?: () => void): void {
     const said = event.type === 'heartbeat' ? saidBy(event) : undefined;
     if (this.#hear && this.#waiting.length === 0) {
       if (said !== undefined) this.#said = said;
+      heard?.();
       this.#hear(event);
       return;
     }
     // A heartbeat that says what the last one said changes nothing for the call: only the latest is kept.
     if (said !== undefined && said === this.#said) {
       const last = this.#waiting.at(-1);
-      if (last?.type === 'heartbeat') this.#waiting[this.#waiting.length - 1] = event;
-      else this.#waiting.push(event);
+      if (last?.event.type === 'heartbeat') this.#waiting[this.#waiting.length - 1] = { event, heard };
+      else this.#waiting.push({ event, heard });
       return;
     }
     if (said !== undefined) this.#said = said;
-    this.#waiting.push(event);
+    this.#waiting.push({ event, heard });
     this.sends.mustHear(this.taskId);
   }
 
@@ -74,8 +95,15 @@ export class SendInFlight {
   /** Its call is stopped: for good (the request is stopped too), or, detached, for its task's passivation. */
   stopped(): void {
     if (this.#detached) return;
+    this.#drop();
     this.sends.forget(this);
     this.end();
+  }
+
+  /** What it kept is heard by nobody now. */
+  #drop(): void {
+    this.#over = true;
+    this.#waiting = [];
   }
 
   /** The request settled and its call heard it: nothing of it is left to adopt. */
@@ -91,6 +119,7 @@ export class SendInFlight {
 
   /** @internal Stops the request for good: its task ended before a call adopted it. */
   abandon(): void {
+    this.#drop();
     this.sends.forget(this);
     this.end();
   }

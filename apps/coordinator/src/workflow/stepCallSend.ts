@@ -200,7 +200,9 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
   /**
    * The step taken by a host of this process: its reply, and the signal that cancels it. An output it replies with is
    * owed to the task's record (its final model reply may be in no journal, see `StepJournal.forLocalStep`), told
-   * before the workflow hears it.
+   * right before the workflow hears it: at once, or, for a reply that came while its task slept, once the woken
+   * task's call hears it, and never for one its call was stopped before hearing. So each output owed is heard in the
+   * same turn, and the snapshot that holds it is the next the writer hears.
    */
   takenLocally(
     reply: Promise<AgentStepReply>,
@@ -209,10 +211,7 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
   ): () => void {
     this.#abort = abort;
     reply.then(
-      (value) => {
-        if (value.ok && !this.#settled) checkpoint?.owe();
-        this.#replied(value);
-      },
+      (value) => this.#replied(value, value.ok ? checkpoint : undefined),
       (error: unknown) => this.#failed(error),
     );
     return this.#stopper();
@@ -256,7 +255,8 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
     queueMicrotask(() => this.#failed(error));
   }
 
-  #replied(reply: AgentStepReply): void {
+  /** The request's reply, to the call; `owedTo` is told its output is owed right before the call hears it. */
+  #replied(reply: AgentStepReply, owedTo?: TaskCheckpoint): void {
     if (!this.#settle()) return;
     // Read messages go to no later step; the reply's checkpoint records that, with the step's end. A failed run's
     // reads do not count: the workflow's retry of the step is a fresh run with a journal of its own (`-r<n>`), which
@@ -264,7 +264,7 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
     // what was read.
     if (reply.toldRead && (reply.ok || isRetryable(reply.error.code)))
       this.#steering?.read(reply.toldRead, this.#stepId);
-    this.#tell({ type: 'replied', reply });
+    this.#tell({ type: 'replied', reply }, owedTo && (() => owedTo.owe()));
   }
 
   #failed(error: unknown): void {
@@ -315,9 +315,13 @@ class StepSend implements HeartbeatRequestListener<AgentStepReply>, HearsReconne
     this.#tell({ type: held ? 'heldAtWork' : 'unheldAtWork' });
   }
 
-  #tell(event: StepCallEvent): void {
-    if (this.#kept) this.#kept.tell(event);
-    else this.#call?.(event);
+  /** An event to the call: `heard` runs right before it hears it (see {@link SendInFlight.tell}). */
+  #tell(event: StepCallEvent, heard?: () => void): void {
+    if (this.#kept) this.#kept.tell(event, heard);
+    else if (this.#call) {
+      heard?.();
+      this.#call(event);
+    }
   }
 }
 
