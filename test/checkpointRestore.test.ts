@@ -610,8 +610,13 @@ describe('a task restored from each checkpoint of a run through every step kind'
       const written = new Set(reference.writes.flatMap((state) => state.split('+')));
       for (const state of kinds) expect(written, state).toContain(state);
       expect(written).toContain('completed');
-      // Every state's first checkpoint was cut after (only a state written again may not come in every run).
-      expect(uncut.filter((c) => c.occurrence === 1)).toEqual([]);
+      // Every state's first checkpoint was cut after (only a state written again may not come in every run). With local
+      // steps' checkpoints held back, whether one is written depends on how long the steps after it take (a record
+      // held past the linger is written, one a later write overtakes is not), which the load decides: only the states
+      // never held (a question's, a sub-task's) come in every run.
+      const comesInEveryRun = (state: string) =>
+        lingerMs === 0 || state.split('+').some((name) => kinds.includes(name));
+      expect(uncut.filter((c) => c.occurrence === 1 && comesInEveryRun(c.state))).toEqual([]);
     },
     240_000,
   );
