@@ -138,7 +138,7 @@ export class CheckpointWriter implements CallerCheckpoint {
     private readonly steering?: TaskSteering,
   ) {
     this.#tellTo = tell;
-    this.#lingerMs = services.checkpointLingerMs ?? DEFAULT_CHECKPOINT_LINGER_MS;
+    this.#lingerMs = checkpointLingerOf(services.checkpointLingerMs);
     this.#ledger = {
       claimed,
       flow,
