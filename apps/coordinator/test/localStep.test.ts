@@ -86,6 +86,11 @@ interface WorldOptions {
   store?: MemoryKv<WorkflowRecord>;
   /** The agents whose steps run in-process (with `local`); all of them when absent. */
   localAgents?: string[];
+  /** The runner's passivation and checkpoint linger (its defaults when absent). */
+  passivateAfterMs?: number;
+  checkpointLingerMs?: number;
+  /** Local steps' replies held while the test says so (see {@link gatedLocal}). */
+  gated?: boolean;
 }
 
 /** A pipeline runner and a real agent host on one in-memory bus, as a coordinator that hosts its agents has them. */
@@ -118,6 +123,7 @@ async function world(options: WorldOptions = {}) {
   const played = playedModel(options.model === undefined);
   const here = host(options.model ?? played.model, options.maxLocalSteps ?? 4);
   hosts.push(here);
+  const gate = options.gated ? gatedLocal(here) : undefined;
   const intake = new MemoryTaskIntake();
   const runner = await startPipelineRunner({
     bus,
@@ -128,7 +134,11 @@ async function world(options: WorldOptions = {}) {
     clock,
     concurrency: 4,
     stepHeartbeatMs: 10 * HOUR,
-    ...((options.local ?? true) ? { localSteps: localOf(here, options.localAgents) } : {}),
+    ...((options.local ?? true)
+      ? { localSteps: localOf(gate?.local ?? here.local, options.localAgents) }
+      : {}),
+    ...(options.passivateAfterMs === undefined ? {} : { passivateAfterMs: options.passivateAfterMs }),
+    ...(options.checkpointLingerMs === undefined ? {} : { checkpointLingerMs: options.checkpointLingerMs }),
   });
   running.push(runner);
   const control = (taskId: string, message: Record<string, unknown>) =>
@@ -142,23 +152,71 @@ async function world(options: WorldOptions = {}) {
     return bus.events.find((e) => e.taskId === taskId && isFinal(e.kind));
   };
   const agentMessages = () => bus.messages.filter((m) => m.subject.startsWith('troupe.agents.'));
-  return { clock, bus, intake, control, final, agentMessages, here };
+  /** Lets test time pass, in small moves, the bus settling between them. */
+  const pass = async (ms: number, stepMs = 100) => {
+    for (let passed = 0; passed < ms; passed += stepMs) {
+      await bus.settled();
+      clock.advance(Math.min(stepMs, ms - passed));
+    }
+    await bus.settled();
+  };
+  return { clock, bus, intake, control, final, agentMessages, here, runner, played, pass, gate };
 }
 
 /** The host's local steps, or only those of `agents`: the others go over the bus. */
-const localOf = (host: AgentHost, agents: string[] | undefined): AgentHost['local'] =>
+const localOf = (local: AgentHost['local'], agents: string[] | undefined): AgentHost['local'] =>
   agents === undefined
-    ? host.local
+    ? local
     : {
         tryTake: (request, hooks) =>
-          agents.includes(request.agent) ? host.local.tryTake(request, hooks) : undefined,
+          agents.includes(request.agent) ? local.tryTake(request, hooks) : undefined,
       };
 
-/** A bucket of workflow records whose updates wait, while held, until the test lets them through. */
-function heldRecords() {
+/**
+ * The host's local steps, whose replies the test can hold (`hold`) and then give the workflow all in one turn
+ * (`release`). What the steps note meanwhile (their activity: a model that answered) is dropped: in this process a
+ * host's note comes before its step's reply and wakes a sleeping task, so the replies would come once it is awake.
+ * Held and given at once, they reach it while it sleeps, one after the other.
+ */
+function gatedLocal(host: AgentHost) {
+  let holding = false;
+  const replies: (() => void)[] = [];
+  const local: AgentHost['local'] = {
+    tryTake: (request, hooks) => {
+      const call = host.local.tryTake(request, {
+        ...hooks,
+        onActivity: (heartbeat) => {
+          if (!holding) hooks.onActivity(heartbeat);
+        },
+      });
+      if (!call) return undefined;
+      const reply = call.reply.then((value) =>
+        holding ? new Promise<typeof value>((resolve) => replies.push(() => resolve(value))) : value,
+      );
+      return { reply, cancel: () => call.cancel() };
+    },
+  };
+  return {
+    local,
+    hold: () => {
+      holding = true;
+    },
+    held: () => replies.length,
+    release: () => {
+      holding = false;
+      for (const give of replies.splice(0)) give();
+    },
+  };
+}
+
+/**
+ * A bucket of workflow records whose updates wait, while held, until the test lets them through: held from the start,
+ * or from `hold()` when `held` is false.
+ */
+function heldRecords(held = true) {
   const store = new MemoryKv(WorkflowRecord);
   const waiting: (() => void)[] = [];
-  let holding = true;
+  let holding = held;
   const update = store.update.bind(store);
   store.update = async (key, value, revision) => {
     if (holding) await new Promise<void>((resolve) => waiting.push(resolve));
@@ -167,6 +225,11 @@ function heldRecords() {
   return {
     store,
     waiting: () => waiting.length,
+    hold: () => {
+      holding = true;
+    },
+    /** Lets the oldest held write through; those after it stay held. */
+    letOne: () => waiting.shift()?.(),
     letThrough: () => {
       holding = false;
       for (const write of waiting.splice(0)) write();
@@ -176,6 +239,60 @@ function heldRecords() {
 
 const isFinal = (kind: string) =>
   kind === 'task.completed' || kind === 'task.failed' || kind === 'task.cancelled';
+
+/** Two branches whose agents run here, in parallel, then a builder's step sent over the bus. */
+const branchesThenBuild = (join?: 'first') =>
+  pipeline(
+    [
+      {
+        id: 'both',
+        kind: 'parallel',
+        branches: {
+          left: [{ id: 'left', kind: 'agent', agent: 'planner' }],
+          right: [{ id: 'right', kind: 'agent', agent: 'checker' }],
+        },
+        ...(join ? { join } : {}),
+      },
+      { id: 'build', kind: 'agent', agent: 'builder' },
+    ],
+    {
+      agents: {
+        planner: { instructions: 'Plan.' },
+        checker: { instructions: 'Check.' },
+        builder: { instructions: 'Build.' },
+      },
+    },
+  );
+
+/**
+ * A world running `config`'s task `taskId` whose two local branches' model calls are asked and the task passivated;
+ * the branches' replies are then held (see {@link gatedLocal}) while both models answer, and the records' writes from
+ * then on are held too, until the test lets them through.
+ */
+async function asleepOnTwoBranches(config: PipelineConfig, taskId: string) {
+  const records = heldRecords(false);
+  const played = playedModel();
+  const local = await world({
+    config,
+    model: played.model,
+    store: records.store,
+    localAgents: ['planner', 'checker'],
+    passivateAfterMs: 1_000,
+    checkpointLingerMs: 0,
+    gated: true,
+  });
+  local.intake.deliver({ id: taskId, goal: 'build it' });
+  await expect.poll(() => played.asked.length).toBe(2);
+  await local.pass(3_000);
+  expect(local.runner.passivated()).toBe(1);
+  local.gate?.hold();
+  played.asked[0]?.answer('left done');
+  played.asked[1]?.answer('right done');
+  await expect.poll(() => local.gate?.held()).toBe(2);
+  expect(local.runner.passivated()).toBe(1);
+  records.hold();
+  return { local, records, played };
+}
 
 describe('a step whose agent is hosted in the workflow’s own process', () => {
   it('sends the step after a local one over the bus only once the checkpoint holding the local step’s output is stored', async () => {
@@ -189,6 +306,39 @@ describe('a step whose agent is hosted in the workflow’s own process', () => {
     records.letThrough();
     expect((await local.final('task-owed'))?.kind).toBe('task.completed');
     expect(local.agentMessages().map((m) => m.subject)).toContain('troupe.agents.unit.builder');
+  });
+
+  it('sends the step after two local branches that replied while the task slept only once the record holding both outputs is stored', async () => {
+    const { local, records, played } = await asleepOnTwoBranches(branchesThenBuild(), 'task-asleep');
+    // Both replies reach the sleeping task in one turn: both are kept, and heard at the wake one after the other, each
+    // output in a record of its own. The step after the join may be sent only once the second of them is stored: the
+    // output of a local step is owed from when the workflow hears it.
+    local.gate?.release();
+    await expect.poll(() => records.waiting()).toBe(1);
+    records.letOne();
+    // The record holding the first output is stored; the one holding the second is held.
+    await expect.poll(() => records.waiting()).toBe(1);
+    await local.bus.settled();
+    expect(local.agentMessages()).toEqual([]);
+    records.letThrough();
+    await expect.poll(() => played.asked.length).toBe(3);
+    expect(local.agentMessages().map((m) => m.subject)).toEqual(['troupe.agents.unit.builder']);
+    played.asked[2]?.answer('built');
+    expect((await local.final('task-asleep'))?.kind).toBe('task.completed');
+  });
+
+  it('goes on after a join: first whose two local branches replied while the task slept, the second reply unheard', async () => {
+    const { local, records, played } = await asleepOnTwoBranches(branchesThenBuild('first'), 'task-first');
+    // The first reply heard ends the parallel step and stops the other branch's call: its kept reply is heard by
+    // nobody, and owes nothing, so the builder's step goes once the record holding the first output is stored.
+    local.gate?.release();
+    records.letThrough();
+    await expect.poll(() => played.asked.length).toBe(3);
+    expect(local.agentMessages().map((m) => m.subject)).toEqual(['troupe.agents.unit.builder']);
+    played.asked[2]?.answer('built');
+    const final = await local.final('task-first');
+    expect(final?.kind).toBe('task.completed');
+    expect(final?.kind === 'task.completed' && final.data.output).toBe('built');
   });
 
   it('runs with no message on troupe.agents.>, publishing the same events in the same order as over the bus', async () => {
