@@ -174,9 +174,10 @@ const localOf = (local: AgentHost['local'], agents: string[] | undefined): Agent
 
 /**
  * The host's local steps, whose replies the test can hold (`hold`) and then give the workflow all in one turn
- * (`release`). What the steps note meanwhile (their activity: a model that answered) is dropped: in this process a
- * host's note comes before its step's reply and wakes a sleeping task, so the replies would come once it is awake.
- * Held and given at once, they reach it while it sleeps, one after the other.
+ * (`release`). What the steps note while held (their activity: a model that answered) is dropped, not delayed: in this
+ * world a host's note comes well before its step's reply and wakes a sleeping task first, so the replies would be heard
+ * by a task awake again. Held and given at once, both reach the task while it sleeps, as replies can that come while
+ * it is still waking.
  */
 function gatedLocal(host: AgentHost) {
   let holding = false;
