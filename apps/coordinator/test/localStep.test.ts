@@ -217,14 +217,19 @@ function gatedLocal(host: AgentHost) {
 function heldRecords(held = true) {
   const store = new MemoryKv(WorkflowRecord);
   const waiting: (() => void)[] = [];
+  const stored: WorkflowRecord[] = [];
   let holding = held;
   const update = store.update.bind(store);
   store.update = async (key, value, revision) => {
     if (holding) await new Promise<void>((resolve) => waiting.push(resolve));
-    return update(key, value, revision);
+    const written = await update(key, value, revision);
+    if (written !== undefined) stored.push(value);
+    return written;
   };
   return {
     store,
+    /** The records updated so far, in order. */
+    stored,
     waiting: () => waiting.length,
     hold: () => {
       holding = true;
@@ -270,7 +275,11 @@ const branchesThenBuild = (join?: 'first') =>
  * the branches' replies are then held (see {@link gatedLocal}) while both models answer, and the records' writes from
  * then on are held too, until the test lets them through.
  */
-async function asleepOnTwoBranches(config: PipelineConfig, taskId: string) {
+async function asleepOnTwoBranches(
+  config: PipelineConfig,
+  taskId: string,
+  checkpointLingerMs: number | undefined,
+) {
   const records = heldRecords(false);
   const played = playedModel();
   const local = await world({
@@ -279,7 +288,7 @@ async function asleepOnTwoBranches(config: PipelineConfig, taskId: string) {
     store: records.store,
     localAgents: ['planner', 'checker'],
     passivateAfterMs: 1_000,
-    checkpointLingerMs: 0,
+    ...(checkpointLingerMs === undefined ? {} : { checkpointLingerMs }),
     gated: true,
   });
   local.intake.deliver({ id: taskId, goal: 'build it' });
@@ -309,27 +318,43 @@ describe('a step whose agent is hosted in the workflow’s own process', () => {
     expect(local.agentMessages().map((m) => m.subject)).toContain('troupe.agents.unit.builder');
   });
 
-  it('sends the step after two local branches that replied while the task slept only once the record holding both outputs is stored', async () => {
-    const { local, records, played } = await asleepOnTwoBranches(branchesThenBuild(), 'task-asleep');
-    // Both replies reach the sleeping task in one turn: both are kept, and heard at the wake one after the other, each
-    // output in a record of its own. The step after the join may be sent only once the second of them is stored: the
-    // output of a local step is owed from when the workflow hears it.
-    local.gate?.release();
-    await expect.poll(() => records.waiting()).toBe(1);
-    records.letOne();
-    // The record holding the first output is stored; the one holding the second is held.
-    await expect.poll(() => records.waiting()).toBe(1);
-    await local.bus.settled();
-    expect(local.agentMessages()).toEqual([]);
-    records.letThrough();
-    await expect.poll(() => played.asked.length).toBe(3);
-    expect(local.agentMessages().map((m) => m.subject)).toEqual(['troupe.agents.unit.builder']);
-    played.asked[2]?.answer('built');
-    expect((await local.final('task-asleep'))?.kind).toBe('task.completed');
-  });
+  // With no linger each output's record is written at once, and the step must wait for the second (it did not before
+  // 2de251a). With the default one the first record is held back and the second takes its place, so both outputs go in
+  // one write, once the builder's step waits for it: the held path, end to end.
+  it.each([
+    ['no linger', 0],
+    ['the default linger', undefined],
+  ])(
+    'sends the step after two local branches that replied while the task slept only once a record holding both outputs is stored (%s)',
+    async (_, linger) => {
+      const { local, records, played } = await asleepOnTwoBranches(
+        branchesThenBuild(),
+        'task-asleep',
+        linger,
+      );
+      // Both replies reach the sleeping task in one turn: both are kept, and heard at the wake one after the other. The
+      // step after the join may be sent only once a record holding the second output is stored: the output of a local
+      // step is owed from when the workflow hears it. The records go through one at a time until the step is sent.
+      local.gate?.release();
+      for (let writes = 0; local.agentMessages().length === 0; writes++) {
+        expect(writes).toBeLessThan(5);
+        await expect.poll(() => records.waiting() > 0 || local.agentMessages().length > 0).toBe(true);
+        records.letOne();
+        await local.bus.settled();
+      }
+      expect(local.agentMessages().map((m) => m.subject)).toEqual(['troupe.agents.unit.builder']);
+      const lastStored = JSON.stringify(records.stored.at(-1));
+      expect(lastStored).toContain('left done');
+      expect(lastStored).toContain('right done');
+      records.letThrough();
+      await expect.poll(() => played.asked.length).toBe(3);
+      played.asked[2]?.answer('built');
+      expect((await local.final('task-asleep'))?.kind).toBe('task.completed');
+    },
+  );
 
   it('goes on after a join: first whose two local branches replied while the task slept, the second reply unheard', async () => {
-    const { local, records, played } = await asleepOnTwoBranches(branchesThenBuild('first'), 'task-first');
+    const { local, records, played } = await asleepOnTwoBranches(branchesThenBuild('first'), 'task-first', 0);
     // The first reply heard ends the parallel step and stops the other branch's call: its kept reply is heard by
     // nobody, and owes nothing, so the builder's step goes once the record holding the first output is stored.
     local.gate?.release();
