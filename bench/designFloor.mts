@@ -133,6 +133,7 @@ class Run {
   readonly #durable: Durable | undefined;
   readonly #disk: boolean;
   readonly #workspace: string;
+  readonly #onEvent: ((event: TroupeEvent) => void) | undefined;
   #next = 0;
   #batch: TroupeEvent[] = [];
   #revision = 0;
@@ -155,8 +156,6 @@ class Run {
     this.#onEvent = options.onEvent;
     this.#workspace = join(root, PIPELINE, taskId);
   }
-
-  readonly #onEvent: ((event: TroupeEvent) => void) | undefined;
 
   /** Makes the next event, which must be of `kind` (the floor makes a real run's events in its order). */
   emit(kind: EventKind): TroupeEvent {
@@ -242,6 +241,8 @@ class Run {
       this.#sendBatch();
       this.#revision = await durable.workflows.update(key, JSON.stringify(snapshot), this.#revision);
     });
+    // A write that fails fails the task where it is awaited (its journal's next write, or its end), not the process.
+    this.#stored.catch(() => {});
   }
 
   /** The task's end: `task.completed` once the final record is stored, and every event acknowledged. */
