@@ -20,6 +20,7 @@ import type { PipelineConfig } from '../src/config/pipelineSchema.ts';
 import { versionHash } from '../src/config/pipelineVersion.ts';
 import { startPipelineRunner } from '../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from './memoryTaskIntake.ts';
+import { timePasser } from './support/passTime.ts';
 import { HOUR, pipeline, running, twoSteps } from './support/steeringRunner.ts';
 
 /** A model whose calls wait until the test answers them, or (`auto`) are answered at once with `done`. */
@@ -152,14 +153,7 @@ async function world(options: WorldOptions = {}) {
     return bus.events.find((e) => e.taskId === taskId && isFinal(e.kind));
   };
   const agentMessages = () => bus.messages.filter((m) => m.subject.startsWith('troupe.agents.'));
-  /** Lets test time pass, in small moves, the bus settling between them. */
-  const pass = async (ms: number, stepMs = 100) => {
-    for (let passed = 0; passed < ms; passed += stepMs) {
-      await bus.settled();
-      clock.advance(Math.min(stepMs, ms - passed));
-    }
-    await bus.settled();
-  };
+  const pass = timePasser(bus, clock);
   return { clock, bus, intake, control, final, agentMessages, here, runner, played, pass, gate };
 }
 

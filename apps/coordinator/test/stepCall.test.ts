@@ -12,6 +12,7 @@ import {
 } from '../src/task/runContext.ts';
 import { createStepCallLogic, type StepCallLogic } from '../src/workflow/stepCall.ts';
 import type { StepRunInput, StepRunOutput } from '../src/workflow/workflowTypes.ts';
+import { timePasser } from './support/passTime.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
 const HEARTBEAT_MS = 1_000;
@@ -119,13 +120,7 @@ function setUp(options: { noResponderWaitMs?: number; local?: LocalSteps } = {})
   };
   const input = (timeoutMs: number) => ({ facts, step: { request, timeoutMs } });
   const start = (timeoutMs = 60_000) => createActor(task, { clock, input: input(timeoutMs) }).start();
-  const pass = async (ms: number, stepMs = 100) => {
-    for (let passed = 0; passed < ms; passed += stepMs) {
-      await bus.settled();
-      clock.advance(Math.min(stepMs, ms - passed));
-    }
-    await bus.settled();
-  };
+  const pass = timePasser(bus, clock);
   const worker = (onStep: (delivery: Delivery<AgentStepRequest>) => void) => {
     const received: AgentStepRequest[] = [];
     const deliveries: Delivery<AgentStepRequest>[] = [];

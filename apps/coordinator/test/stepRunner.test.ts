@@ -12,6 +12,7 @@ import { MemoryBus, SimulatedClock } from '@troupe/testkit';
 import { describe, expect, it } from 'vitest';
 import { createStepRunner } from '../src/workflow/stepRunner.ts';
 import type { StepRunOutput } from '../src/workflow/workflowTypes.ts';
+import { timePasser } from './support/passTime.ts';
 
 const usage: UsageTotals = { inputTokens: 1, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
 const HEARTBEAT_MS = 1_000;
@@ -74,13 +75,7 @@ function setUp(options: { noResponderWaitMs?: number } = {}) {
     );
     return { done, settled: () => outcome };
   };
-  const pass = async (ms: number, stepMs = 100) => {
-    for (let passed = 0; passed < ms; passed += stepMs) {
-      await bus.settled();
-      clock.advance(Math.min(stepMs, ms - passed));
-    }
-    await bus.settled();
-  };
+  const pass = timePasser(bus, clock);
   /** A worker for the agent: `onStep` decides what to do with each step request it gets. */
   const worker = (onStep: (delivery: Delivery<AgentStepRequest>) => void) => {
     const received: AgentStepRequest[] = [];

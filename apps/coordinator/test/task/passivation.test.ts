@@ -16,6 +16,7 @@ import { AWAKE_WAITING_MAX, CROWD_MIN_WAIT_MS, PASSIVATIONS_PER_SWEEP } from '..
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { SendsInFlight } from '../../src/workflow/sendsInFlight.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
+import { timePasser } from '../support/passTime.ts';
 
 const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
 const HEARTBEAT_MS = 1_000;
@@ -129,14 +130,7 @@ async function setUp(
     ...(options.byDefault ? {} : { passivateAfterMs: options.live ? 0 : PASSIVATE_AFTER_MS }),
   });
   running.push(runner);
-  /** Lets test time pass, in small moves, the bus settling between them. */
-  const pass = async (ms: number, stepMs = 100) => {
-    for (let passed = 0; passed < ms; passed += stepMs) {
-      await bus.settled();
-      clock.advance(Math.min(stepMs, ms - passed));
-    }
-    await bus.settled();
-  };
+  const pass = timePasser(bus, clock);
   const events = (taskId: string) => bus.events.filter((e) => e.taskId === taskId);
   const control = (taskId: string, message: Record<string, unknown>) =>
     bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });

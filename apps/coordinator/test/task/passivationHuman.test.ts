@@ -24,6 +24,7 @@ import { TaskSignals } from '../../src/task/taskSignals.ts';
 import { PeopleInFlight } from '../../src/workflow/peopleInFlight.ts';
 import { type PipelineRunner, startPipelineRunner } from '../../src/workflow/pipelineRunner.ts';
 import { MemoryTaskIntake } from '../memoryTaskIntake.ts';
+import { timePasser } from '../support/passTime.ts';
 
 const usage: UsageTotals = { inputTokens: 2, outputTokens: 1, cachedTokens: 0, costUsd: 0, modelCalls: 1 };
 const PASSIVATE_AFTER_MS = 2_000;
@@ -98,14 +99,7 @@ async function setUp(options: { live?: boolean; shared?: Shared } = {}) {
     passivateAfterMs: options.live ? 0 : PASSIVATE_AFTER_MS,
   });
   running.push(runner);
-  /** Lets test time pass, in small moves, the bus settling between them. */
-  const pass = async (ms: number, stepMs = 100) => {
-    for (let passed = 0; passed < ms; passed += stepMs) {
-      await bus.settled();
-      clock.advance(Math.min(stepMs, ms - passed));
-    }
-    await bus.settled();
-  };
+  const pass = timePasser(bus, clock);
   const events = (taskId: string) => bus.events.filter((e) => e.taskId === taskId);
   const control = (taskId: string, message: Record<string, unknown>) =>
     bus.request(subjects.control(taskId), message, ControlReceipt, { timeoutMs: 1_000 });
