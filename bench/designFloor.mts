@@ -129,7 +129,6 @@ const factory = new EventFactory(systemClock);
 /** One task's run: its events, records and writes. */
 class Run {
   readonly scope: { pipeline: string; taskId: string; traceparent: string };
-  readonly #factory: EventFactory;
   readonly #durable: Durable | undefined;
   readonly #disk: boolean;
   readonly #workspace: string;
@@ -150,7 +149,6 @@ class Run {
     options: { durable?: Durable; disk?: boolean; onEvent?: (event: TroupeEvent) => void },
   ) {
     this.scope = { pipeline: PIPELINE, taskId, traceparent: newTraceparent() };
-    this.#factory = factory;
     this.#durable = options.durable;
     this.#disk = options.disk ?? true;
     this.#onEvent = options.onEvent;
@@ -167,7 +165,7 @@ class Run {
       ...(model.to === undefined ? {} : { to: model.to }),
     };
     // The recorded event's data is of its kind, which the check above made `kind`: the union cannot say so.
-    const event = this.#factory.make(kind, this.scope, model.data as never, route);
+    const event = factory.make(kind, this.scope, model.data as never, route);
     this.#onEvent?.(event);
     if (this.#durable && kind !== 'task.accepted' && kind !== 'task.completed') this.#batch.push(event);
     return event;
